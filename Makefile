@@ -1,0 +1,14 @@
+.PHONY: help test test-short lint proto build bench
+help: ## list targets
+	@grep -E '^[a-z-]+:.*##' $(MAKEFILE_LIST) | sed 's/:.*## /\t/'
+build: ## build the styx binary into ./bin
+	go build -o bin/styx ./cmd/styx
+test: ## run every test with the race detector (the CI command)
+	go test -race -count=1 ./...
+lint: ## gofmt and go vet
+	test -z "$$(gofmt -l $$(git ls-files '*.go' | grep -v '\.pb\.go$$'))"
+	go vet ./...
+proto: ## regenerate styxpb from proto/ (needs protoc and protoc-gen-go)
+	protoc -I proto --go_out=. --go_opt=module=github.com/styxq/styx proto/styx/v1/styx.proto
+bench: ## run the Go benchmarks
+	go test -run '^$$' -bench . -benchmem ./...

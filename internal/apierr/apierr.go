@@ -1,0 +1,58 @@
+// Package apierr defines the one client-facing error type of the server. An
+// error of this type carries a stable Code and a message that is safe to show
+// the client; transport maps the code onto the HTTP status (its one table).
+// Any other error reaching transport is internal: it is logged and answered
+// with 500 and no detail.
+package apierr
+
+import (
+	"errors"
+	"fmt"
+)
+
+// Code is a client-facing error class; its value is the DUH-RPC code (and
+// so the HTTP status) it is answered with.
+type Code int
+
+// The codes of ../shared/docs/wire-contract.md.
+const (
+	// Invalid: the request breaks a rule (400).
+	Invalid Code = 400
+	// NotFound: a named queue or task does not exist (404).
+	NotFound Code = 404
+	// Conflict: the request conflicts with current state, e.g. a queue
+	// that already exists (409).
+	Conflict Code = 409
+	// Retry: nothing to hand out before the request timeout, or the queue is
+	// overloaded; the client should retry (454).
+	Retry Code = 454
+	// BadContent: the body could not be decoded (455).
+	BadContent Code = 455
+	// Unavailable: the server is shutting down (453, request failed).
+	Unavailable Code = 453
+)
+
+// Error is a client-facing error. Message reads "<what>; <detail>", as in
+// "invalid queue_name; '' must be 1..512 characters".
+type Error struct {
+	Code    Code
+	Message string
+}
+
+// Error returns the message.
+func (e *Error) Error() string { return e.Message }
+
+// New returns an Error with a formatted message.
+func New(code Code, format string, args ...any) *Error {
+	return &Error{Code: code, Message: fmt.Sprintf(format, args...)}
+}
+
+// Invalidf returns an Invalid (400) error.
+func Invalidf(format string, args ...any) *Error { return New(Invalid, format, args...) }
+
+// As returns the client-facing error in err's chain, if any.
+func As(err error) (*Error, bool) {
+	var e *Error
+	ok := errors.As(err, &e)
+	return e, ok
+}

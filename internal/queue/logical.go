@@ -1,0 +1,1034 @@
+package queue
+
+import (
+	"context"
+	"fmt"
+	"log/slog"
+	"slices"
+	"time"
+
+	"github.com/styxq/styx/internal/apierr"
+	"github.com/styxq/styx/internal/clock"
+	"github.com/styxq/styx/internal/store"
+	"github.com/styxq/styx/metrics"
+)
+
+const (
+	// requestQueueSize is the capacity of a logical queue's request
+	// channel. A request that finds it full is answered 454 (retry).
+	requestQueueSize = 2048
+	// maxRequestsPerIteration bounds how many requests one loop iteration
+	// takes, and so how many share one storage write.
+	maxRequestsPerIteration = 512
+	// maxMovesInFlight bounds the dead-letter moves a queue has awaiting
+	// confirmation; it is also the capacity of its result channel, so a
+	// dead-letter queue never blocks answering.
+	maxMovesInFlight = 8
+	// maxItemsPerMove bounds the items of one dead-letter move.
+	maxItemsPerMove = 500
+	// moveRetryDelay is how long a failed or refused move waits.
+	moveRetryDelay = time.Second
+	// maxAttemptErrors is how many attempt errors an item keeps.
+	maxAttemptErrors = 10
+)
+
+// errShuttingDown answers requests that reach a stopped logical queue.
+var errShuttingDown = apierr.New(apierr.Retry, "server shutting down; retry on another node or after restart")
+
+// Config configures a logical queue or a Manager.
+type Config struct {
+	Store   store.Store
+	Clock   clock.Clock
+	Log     *slog.Logger
+	Metrics *metrics.Metrics
+}
+
+// Logical is the logical queue: one goroutine (run) that owns the state of
+// every partition of one queue. Requests reach it over a bounded channel;
+// each loop iteration takes the requests that arrived together, runs the
+// item lifecycle (lease expiry, scheduled items, expiry, dead-lettering),
+// applies the requests, serves waiting leases and writes everything as one
+// storage batch (one fsync) before answering. See docs/ARCHITECTURE.md.
+//
+// Methods may be called from any goroutine.
+type Logical struct {
+	name    string
+	cfg     Config
+	queueID uint64
+	lookup  func(name string) *Logical
+
+	reqs    chan *request
+	results chan moveResult
+	stop    chan struct{}
+	done    chan struct{}
+
+	// Fields below are owned by the run goroutine.
+	info     store.QueueInfo
+	parts    []*partition
+	lastID   uint64
+	loadErr  error
+	waiters  []*request
+	rr       int
+	inflight int
+	// moveAfter is the earliest time (nanos) to send the next move.
+	moveAfter int64
+	// sourceKeys maps a dead item's source key to the item (dead-letter
+	// queues only): the dead-letter queue ignores a second copy.
+	sourceKeys map[string]*item
+	// toSend lists dying items to send to the dead-letter queue (entries
+	// may be stale; see dying.valid).
+	toSend []dying
+	// confirmed holds items the dead-letter queue has taken, to delete.
+	confirmed []*deadItem
+	// deferred holds retry requests answered once their dead items moved.
+	deferred map[*item]*deferredReply
+}
+
+type deferredReply struct {
+	n int
+	r *request
+}
+
+// request is one call into the loop. op is one of the *xxxOp types.
+type request struct {
+	ctx  context.Context
+	op   any
+	done chan result
+	// deadline is set on lease requests while they wait.
+	deadline int64
+}
+
+// answer answers the request with an error, through the channel its kind
+// uses.
+func (r *request) answer(err error) {
+	if op, ok := r.op.(*deadLetterOp); ok {
+		op.result <- moveResult{op: op, err: err}
+		return
+	}
+	r.done <- result{err: err}
+}
+
+type result struct {
+	v   any
+	err error
+}
+
+type (
+	produceOp  struct{ items []ProduceItem }
+	leaseOp    struct{ p LeaseParams }
+	completeOp struct {
+		partition int32
+		ids       []uint64
+	}
+	retryOp struct {
+		partition int32
+		items     []RetryItem
+	}
+	statsOp  struct{}
+	clearOp  struct{ p ClearParams }
+	reloadOp struct{}
+	configOp struct{ info store.QueueInfo }
+	importOp struct {
+		partition int32
+		items     []store.Item
+	}
+	deleteOp struct {
+		partition int32
+		ids       []uint64
+	}
+	scheduledOp struct {
+		partition int32
+		after     uint64
+		limit     int
+	}
+)
+
+// newLogical starts the logical queue of info. lookup finds other queues'
+// logical queues (for dead-lettering); it must not block.
+func newLogical(cfg Config, info store.QueueInfo, lookup func(string) *Logical) *Logical {
+	l := &Logical{
+		name:       info.Name,
+		cfg:        cfg,
+		queueID:    info.ID,
+		lookup:     lookup,
+		info:       info,
+		reqs:       make(chan *request, requestQueueSize),
+		results:    make(chan moveResult, maxMovesInFlight),
+		stop:       make(chan struct{}),
+		done:       make(chan struct{}),
+		sourceKeys: make(map[string]*item),
+		deferred:   make(map[*item]*deferredReply),
+	}
+	go l.run()
+	return l
+}
+
+// Name returns the queue's name.
+func (l *Logical) Name() string { return l.name }
+
+// call sends op to the loop and waits for its answer. A full request channel
+// is answered 454 at once. When wait is false the call returns when ctx is
+// done even if the loop has not answered (only for leases: nothing else may
+// be abandoned half-applied).
+func (l *Logical) call(ctx context.Context, op any, abandonable bool) (any, error) {
+	r := &request{ctx: ctx, op: op, done: make(chan result, 1)}
+	select {
+	case <-l.stop:
+		return nil, errShuttingDown
+	default:
+	}
+	select {
+	case l.reqs <- r:
+	default:
+		return nil, apierr.New(apierr.Retry, "queue overloaded; '%s' has %d requests waiting, retry", l.name, requestQueueSize)
+	}
+	var ctxDone <-chan struct{}
+	if abandonable {
+		ctxDone = ctx.Done()
+	}
+	select {
+	case res := <-r.done:
+		return res.v, res.err
+	case <-l.done:
+		// The loop answers every request it took before it exits; one that
+		// raced with the exit was never taken.
+		select {
+		case res := <-r.done:
+			return res.v, res.err
+		default:
+			return nil, errShuttingDown
+		}
+	case <-ctxDone:
+		return nil, ctx.Err()
+	}
+}
+
+// Produce adds items to the least-loaded partition. It returns when they
+// are durable.
+func (l *Logical) Produce(ctx context.Context, items []ProduceItem) error {
+	_, err := l.call(ctx, &produceOp{items: items}, false)
+	return err
+}
+
+// Lease waits up to p.Timeout for ready items and leases up to p.BatchSize
+// of them from one partition. Returns an apierr.Retry error when none came.
+func (l *Logical) Lease(ctx context.Context, p LeaseParams) (LeaseResult, error) {
+	v, err := l.call(ctx, &leaseOp{p: p}, true)
+	if err != nil {
+		return LeaseResult{}, err
+	}
+	return v.(LeaseResult), nil
+}
+
+// Complete deletes leased items. Every id must be leased in the partition,
+// or nothing changes and an apierr.Invalid error names the first that is not.
+func (l *Logical) Complete(ctx context.Context, partition int32, ids []uint64) error {
+	_, err := l.call(ctx, &completeOp{partition: partition, ids: ids}, false)
+	return err
+}
+
+// Retry ends leases without completion: each item is requeued with a new
+// id, scheduled, or dead-lettered (see RetryItem). Every id must be leased in
+// the partition, or nothing changes. A dead-lettered item has been taken by
+// the dead-letter queue (or its move is durably recorded and will be retried)
+// when Retry returns.
+func (l *Logical) Retry(ctx context.Context, partition int32, items []RetryItem) error {
+	_, err := l.call(ctx, &retryOp{partition: partition, items: items}, false)
+	return err
+}
+
+// Stats describes the queue now.
+func (l *Logical) Stats(ctx context.Context) (Stats, error) {
+	v, err := l.call(ctx, &statsOp{}, false)
+	if err != nil {
+		return Stats{}, err
+	}
+	return v.(Stats), nil
+}
+
+// Clear removes the items selected by p.
+func (l *Logical) Clear(ctx context.Context, p ClearParams) error {
+	_, err := l.call(ctx, &clearOp{p: p}, false)
+	return err
+}
+
+// Reload rebuilds the in-memory state from storage.
+func (l *Logical) Reload(ctx context.Context) error {
+	_, err := l.call(ctx, &reloadOp{}, false)
+	return err
+}
+
+// Import adds items as given (new ids; ready, or scheduled if EnqueueAt is in
+// the future) and returns them as stored.
+func (l *Logical) Import(ctx context.Context, partition int32, items []store.Item) ([]store.Item, error) {
+	v, err := l.call(ctx, &importOp{partition: partition, items: items}, false)
+	if err != nil {
+		return nil, err
+	}
+	return v.([]store.Item), nil
+}
+
+// Delete removes items by id from a partition, in any state. Unknown ids are
+// ignored.
+func (l *Logical) Delete(ctx context.Context, partition int32, ids []uint64) error {
+	_, err := l.call(ctx, &deleteOp{partition: partition, ids: ids}, false)
+	return err
+}
+
+// Scheduled lists up to limit scheduled items of a partition with ids
+// greater than after, in id order.
+func (l *Logical) Scheduled(ctx context.Context, partition int32, after uint64, limit int) ([]store.Item, error) {
+	v, err := l.call(ctx, &scheduledOp{partition: partition, after: after, limit: limit}, false)
+	if err != nil {
+		return nil, err
+	}
+	return v.([]store.Item), nil
+}
+
+// List reads up to limit items of a partition with ids greater than after,
+// straight from storage (a committed snapshot; it does not wait for the loop).
+func (l *Logical) List(ctx context.Context, partition int32, after uint64, limit int) ([]store.Item, error) {
+	return l.cfg.Store.ListItems(ctx, l.queueID, partition, after, limit)
+}
+
+// setConfig hands the loop a new configuration (queues.update).
+func (l *Logical) setConfig(ctx context.Context, info store.QueueInfo) error {
+	_, err := l.call(ctx, &configOp{info: info}, false)
+	return err
+}
+
+// shutdown stops the loop: requests already taken are finished and flushed,
+// waiting leases are answered 454, and later calls are refused. It returns
+// when the loop has exited.
+func (l *Logical) shutdown() {
+	select {
+	case <-l.stop:
+	default:
+		close(l.stop)
+	}
+	<-l.done
+}
+
+// run is the loop. It owns every field marked as such on Logical.
+func (l *Logical) run() {
+	defer close(l.done)
+	l.load()
+	timer := time.NewTimer(time.Hour)
+	defer timer.Stop()
+	batch := make([]*request, 0, maxRequestsPerIteration)
+	for {
+		batch = batch[:0]
+		select {
+		case r := <-l.reqs:
+			batch = append(batch, r)
+		case res := <-l.results:
+			l.moved(res)
+		case <-timer.C:
+		case <-l.stop:
+			l.drain()
+			return
+		}
+	more:
+		for len(batch) < maxRequestsPerIteration {
+			select {
+			case r := <-l.reqs:
+				batch = append(batch, r)
+			case res := <-l.results:
+				l.moved(res)
+			default:
+				break more
+			}
+		}
+		l.iterate(batch)
+		clear(batch)
+		if !timer.Stop() {
+			select {
+			case <-timer.C:
+			default:
+			}
+		}
+		timer.Reset(l.nextWake())
+	}
+}
+
+// drain finishes the requests already queued, answers waiting leases and
+// exits. Moves still in flight are durably recorded and resume on restart.
+func (l *Logical) drain() {
+	for {
+		batch := make([]*request, 0, maxRequestsPerIteration)
+	more:
+		for len(batch) < maxRequestsPerIteration {
+			select {
+			case r := <-l.reqs:
+				batch = append(batch, r)
+			default:
+				break more
+			}
+		}
+		if len(batch) == 0 {
+			break
+		}
+		l.iterate(batch)
+	}
+	for _, w := range l.waiters {
+		w.done <- result{err: errShuttingDown}
+	}
+	l.waiters = nil
+	for it, d := range l.deferred {
+		delete(l.deferred, it)
+		if d.n > 0 {
+			d.n = 0
+			d.r.done <- result{}
+		}
+	}
+}
+
+// load rebuilds the in-memory state from storage. On failure every request
+// is answered with the error until a later load succeeds.
+func (l *Logical) load() {
+	ctx := context.Background()
+	now := l.cfg.Clock.Now().UnixNano()
+	parts := make([]*partition, l.info.Partitions)
+	keys := make(map[string]*item)
+	last, err := l.cfg.Store.LastID(ctx, l.queueID)
+	for i := range parts {
+		if err != nil {
+			break
+		}
+		p := newPartition(int32(i))
+		err = l.cfg.Store.LoadItems(ctx, l.queueID, int32(i), func(m store.ItemMeta) error {
+			it := itemFromMeta(m, now)
+			p.add(it)
+			if it.sourceKey != "" {
+				keys[it.sourceKey] = it
+			}
+			last = max(last, m.ID)
+			return nil
+		})
+		parts[i] = p
+	}
+	if err != nil {
+		l.loadErr = fmt.Errorf("load queue '%s': %w", l.name, err)
+		l.cfg.Log.Error("load failed", "queue", l.name, "error", err)
+		return
+	}
+	l.loadErr = nil
+	l.parts, l.sourceKeys, l.lastID = parts, keys, last
+	// Moves in flight are answered later against the old items and
+	// ignored; dying items are sent again (the dead-letter queue ignores
+	// copies it holds). Retries waiting on old items were durable: answer.
+	l.toSend, l.confirmed, l.moveAfter = l.toSend[:0], l.confirmed[:0], 0
+	for _, p := range parts {
+		for _, x := range p.items {
+			if x.state == stateDying {
+				l.toSend = append(l.toSend, dying{p: p, x: x})
+			}
+		}
+	}
+	for x, d := range l.deferred {
+		delete(l.deferred, x)
+		l.settle(d)
+	}
+}
+
+// iteration collects the effects of one loop iteration.
+type iteration struct {
+	now   int64
+	batch store.Batch
+	// fresh holds bodies inserted in this iteration, not yet readable from
+	// storage, by body id.
+	fresh map[uint64]*store.ItemBody
+	// after runs once the batch is durable (err nil) or has failed.
+	after []func(err error)
+	// deferrals are retry replies to defer until their items moved.
+	deferrals []deferral
+	err       error
+}
+
+type deferral struct {
+	r     *request
+	items []*item
+}
+
+func (l *Logical) reply(it *iteration, r *request, v any) {
+	it.after = append(it.after, func(err error) {
+		if err != nil {
+			r.done <- result{err: err}
+			return
+		}
+		r.done <- result{v: v}
+	})
+}
+
+// iterate runs one loop iteration over the given requests.
+func (l *Logical) iterate(reqs []*request) {
+	if l.loadErr != nil {
+		l.load()
+		if l.loadErr != nil {
+			for _, r := range reqs {
+				r.answer(l.loadErr)
+			}
+			return
+		}
+	}
+	it := &iteration{
+		now:   l.cfg.Clock.Now().UnixNano(),
+		batch: store.Batch{QueueID: l.queueID},
+		fresh: make(map[uint64]*store.ItemBody),
+	}
+	l.lifecycle(it)
+	for _, d := range l.confirmed {
+		if p := l.parts[d.partition]; d.item.state == stateDying && p.items[d.id] == d.item {
+			l.removeItem(it, p, d.item)
+		}
+	}
+	l.confirmed = l.confirmed[:0]
+	for _, r := range reqs {
+		if err := l.handle(it, r); err != nil {
+			r.answer(err)
+		}
+	}
+	l.serveWaiters(it)
+
+	err := it.err
+	if err == nil && (it.batch.Len() > 0 || it.batch.LastID != 0) {
+		err = l.cfg.Store.Write(context.Background(), &it.batch)
+	}
+	if err != nil {
+		l.cfg.Log.Error("write failed; reloading the queue from storage", "queue", l.name, "error", err)
+		err = fmt.Errorf("queue '%s': %w", l.name, err)
+		for _, f := range it.after {
+			f(err)
+		}
+		for _, d := range it.deferrals {
+			d.r.done <- result{err: err}
+		}
+		l.load()
+		return
+	}
+	for _, f := range it.after {
+		f(nil)
+	}
+	for _, d := range it.deferrals {
+		dr := &deferredReply{n: len(d.items), r: d.r}
+		for _, x := range d.items {
+			l.deferred[x] = dr
+		}
+	}
+	l.sendDeadLetters(it.now)
+}
+
+// handle applies one request. A returned error is answered at once and
+// means the request changed nothing.
+func (l *Logical) handle(it *iteration, r *request) error {
+	switch op := r.op.(type) {
+	case *produceOp:
+		l.produce(it, op)
+		l.reply(it, r, nil)
+	case *leaseOp:
+		for _, w := range l.waiters {
+			if w.op.(*leaseOp).p.ClientID == op.p.ClientID && w.ctx.Err() == nil {
+				return apierr.Invalidf("duplicate client_id; '%s' already has a lease waiting on queue '%s'", op.p.ClientID, l.name)
+			}
+		}
+		r.deadline = it.now + int64(op.p.Timeout)
+		l.waiters = append(l.waiters, r)
+	case *completeOp:
+		p, items, err := l.leased(op.partition, op.ids)
+		if err != nil {
+			return err
+		}
+		for _, x := range items {
+			l.removeItem(it, p, x)
+		}
+		l.reply(it, r, nil)
+	case *retryOp:
+		return l.retry(it, r, op)
+	case *statsOp:
+		l.reply(it, r, l.stats(it.now))
+	case *clearOp:
+		l.clearItems(it, op.p)
+		l.reply(it, r, nil)
+	case *reloadOp:
+		// Pending writes of this iteration would be lost by a reload
+		// before the write, so the reload runs after it.
+		it.after = append(it.after, func(err error) {
+			if err == nil {
+				l.load()
+				err = l.loadErr
+			}
+			r.done <- result{err: err}
+		})
+	case *configOp:
+		if op.info.ID != l.queueID {
+			return fmt.Errorf("queue '%s': config for queue id %d", l.name, op.info.ID)
+		}
+		l.info = op.info
+		for n := int32(len(l.parts)); n < op.info.Partitions; n++ {
+			l.parts = append(l.parts, newPartition(n))
+		}
+		l.reply(it, r, nil)
+	case *importOp:
+		p, err := l.partition(op.partition)
+		if err != nil {
+			return err
+		}
+		l.reply(it, r, l.importItems(it, p, op.items))
+	case *deleteOp:
+		p, err := l.partition(op.partition)
+		if err != nil {
+			return err
+		}
+		for _, id := range op.ids {
+			if x, ok := p.items[id]; ok {
+				l.removeItem(it, p, x)
+			}
+		}
+		l.reply(it, r, nil)
+	case *scheduledOp:
+		items, err := l.scheduledItems(it, op)
+		if err != nil {
+			return err
+		}
+		l.reply(it, r, items)
+	case *deadLetterOp:
+		l.takeDead(it, op)
+	default:
+		return fmt.Errorf("queue '%s': unknown request %T", l.name, op)
+	}
+	return nil
+}
+
+// partition returns partition n or an Invalid error.
+func (l *Logical) partition(n int32) (*partition, error) {
+	if n < 0 || int(n) >= len(l.parts) {
+		return nil, apierr.Invalidf("invalid partition; queue '%s' has partitions 0..%d, not %d", l.name, len(l.parts)-1, n)
+	}
+	return l.parts[n], nil
+}
+
+// leased returns the items of ids, each leased in partition n, or an
+// Invalid error naming the first that is not.
+func (l *Logical) leased(n int32, ids []uint64) (*partition, []*item, error) {
+	p, err := l.partition(n)
+	if err != nil {
+		return nil, nil, err
+	}
+	items := make([]*item, 0, len(ids))
+	seen := make(map[uint64]bool, len(ids))
+	for _, id := range ids {
+		x, ok := p.items[id]
+		if !ok || x.state != stateLeased {
+			return nil, nil, apierr.Invalidf("invalid ids; '%s' is not leased in partition %d of queue '%s'", FormatID(id), n, l.name)
+		}
+		if seen[id] {
+			return nil, nil, apierr.Invalidf("invalid ids; '%s' appears more than once", FormatID(id))
+		}
+		seen[id] = true
+		items = append(items, x)
+	}
+	return p, items, nil
+}
+
+// allocID returns a new id and records it as the batch's high-water mark.
+func (l *Logical) allocID(it *iteration) uint64 {
+	l.lastID = nextID(l.lastID, time.Unix(0, it.now))
+	it.batch.LastID = l.lastID
+	return l.lastID
+}
+
+// leastLoaded returns the partition holding the fewest items.
+func (l *Logical) leastLoaded() *partition {
+	best := l.parts[0]
+	for _, p := range l.parts[1:] {
+		if p.total() < best.total() {
+			best = p
+		}
+	}
+	return best
+}
+
+func (l *Logical) produce(it *iteration, op *produceOp) {
+	p := l.leastLoaded()
+	for _, pi := range op.items {
+		id := l.allocID(it)
+		x := &item{id: id, bodyID: id, created: it.now, state: stateReady}
+		if l.info.ExpireTimeout > 0 {
+			x.expire = it.now + int64(l.info.ExpireTimeout)
+		}
+		if at := nanos(pi.EnqueueAt); at > it.now {
+			x.state, x.deadline = stateScheduled, at
+		}
+		p.add(x)
+		body := store.ItemBody{Reference: pi.Reference, Kind: pi.Kind, Encoding: pi.Encoding, Payload: pi.Payload}
+		it.batch.Insert(p.num, x.meta(), body, store.ItemErrors{})
+		it.fresh[x.bodyID] = &body
+	}
+}
+
+// lifecycle ends expired leases, makes scheduled items ready and kills
+// expired items that are not leased.
+func (l *Logical) lifecycle(it *iteration) {
+	for _, p := range l.parts {
+		for x := p.timed.popDue(it.now); x != nil; x = p.timed.popDue(it.now) {
+			if x.state == stateScheduled {
+				x.deadline = 0
+				p.setState(x, stateReady)
+				continue
+			}
+			// An expired lease is a failed attempt (counted when leased).
+			l.endLease(it, p, x, false, time.Time{})
+		}
+		for x := p.expiries.popDue(it.now); x != nil; x = p.expiries.popDue(it.now) {
+			// A leased item dies of expiry when its lease ends.
+			if x.state == stateReady || x.state == stateScheduled {
+				l.kill(it, p, x, ReasonExpired)
+			}
+		}
+	}
+	if l.info.DeadQueue == "" && len(l.toSend) > 0 {
+		// The dead-letter queue was removed from the configuration while
+		// moves were pending: drop them.
+		for _, d := range l.toSend {
+			if d.valid() {
+				l.drop(it, d.p, d.x)
+			}
+		}
+		l.toSend = l.toSend[:0]
+	}
+}
+
+// endLease ends a lease without completion: the item is requeued (new id,
+// at the tail or at retryAt) unless it is dead by max_attempts or expiry.
+// With release the attempt is not counted and max_attempts does not apply.
+func (l *Logical) endLease(it *iteration, p *partition, x *item, release bool, retryAt time.Time) {
+	if release && x.attempts > 0 {
+		x.attempts--
+	}
+	switch {
+	case !release && l.info.MaxAttempts > 0 && x.attempts >= l.info.MaxAttempts:
+		l.kill(it, p, x, ReasonMaxAttempts)
+	case x.expire != 0 && x.expire <= it.now:
+		l.kill(it, p, x, ReasonExpired)
+	default:
+		old := x.id
+		p.rekey(x, l.allocID(it))
+		if at := nanos(retryAt); at > it.now {
+			x.deadline = at
+			p.setState(x, stateScheduled)
+		} else {
+			x.deadline = 0
+			p.setState(x, stateReady)
+		}
+		it.batch.Requeue(p.num, old, x.meta())
+	}
+}
+
+// kill makes the item dead. With a dead-letter queue the decision is
+// recorded durably in this iteration's batch and the move starts after it
+// (sendDeadLetters); without one the item is dropped.
+func (l *Logical) kill(it *iteration, p *partition, x *item, reason string) {
+	x.reason, x.deadAt, x.deadline = reason, it.now, 0
+	p.setState(x, stateDying)
+	if l.info.DeadQueue == "" {
+		l.drop(it, p, x)
+		return
+	}
+	it.batch.Update(p.num, x.meta())
+	l.toSend = append(l.toSend, dying{p: p, x: x})
+}
+
+// drop deletes a dead item that has no dead-letter queue to go to.
+func (l *Logical) drop(it *iteration, p *partition, x *item) {
+	l.cfg.Log.Warn("dead item dropped: the queue has no dead_queue",
+		"queue", l.name, "id", FormatID(x.id), "reason", x.reason, "attempts", x.attempts)
+	l.cfg.Metrics.ItemsDropped.WithLabelValues(l.name, x.reason).Inc()
+	l.removeItem(it, p, x)
+}
+
+// removeItem deletes an item from memory and, in the batch, from storage.
+func (l *Logical) removeItem(it *iteration, p *partition, x *item) {
+	p.remove(x)
+	if x.sourceKey != "" && l.sourceKeys[x.sourceKey] == x {
+		delete(l.sourceKeys, x.sourceKey)
+	}
+	if d, ok := l.deferred[x]; ok {
+		delete(l.deferred, x)
+		l.settle(d)
+	}
+	it.batch.Delete(p.num, x.meta())
+}
+
+// settle counts one item of a deferred retry reply as done.
+func (l *Logical) settle(d *deferredReply) {
+	d.n--
+	if d.n == 0 {
+		d.r.done <- result{}
+	}
+}
+
+func (l *Logical) retry(it *iteration, r *request, op *retryOp) error {
+	ids := make([]uint64, len(op.items))
+	for i, ri := range op.items {
+		ids[i] = ri.ID
+	}
+	p, items, err := l.leased(op.partition, ids)
+	if err != nil {
+		return err
+	}
+	// Attempt history: read the stored errors of the items that record one.
+	var withErr []uint64
+	for i, ri := range op.items {
+		if ri.Error != "" {
+			withErr = append(withErr, items[i].bodyID)
+		}
+	}
+	var history map[uint64]store.ItemErrors
+	if len(withErr) > 0 {
+		_, errs, err := l.cfg.Store.ReadBodies(context.Background(), l.queueID, p.num, withErr)
+		if err != nil {
+			return fmt.Errorf("queue '%s': read errors: %w", l.name, err)
+		}
+		history = make(map[uint64]store.ItemErrors, len(withErr))
+		for i, id := range withErr {
+			history[id] = errs[i]
+		}
+	}
+	var dead []*item
+	for i, ri := range op.items {
+		x := items[i]
+		if ri.Error != "" {
+			h := history[x.bodyID]
+			h.LastError = ri.Error
+			h.Errors = append(h.Errors, store.AttemptError{Attempt: x.attempts, Error: ri.Error, At: time.Unix(0, it.now).UTC()})
+			if n := len(h.Errors); n > maxAttemptErrors {
+				h.Errors = slices.Clone(h.Errors[n-maxAttemptErrors:])
+			}
+			it.batch.SetErrors(p.num, x.meta(), h)
+		}
+		if ri.Dead {
+			l.kill(it, p, x, ReasonExplicit)
+		} else {
+			l.endLease(it, p, x, ri.Release, ri.RetryAt)
+		}
+		if x.state == stateDying && p.items[x.id] == x {
+			dead = append(dead, x)
+		}
+	}
+	if len(dead) == 0 {
+		l.reply(it, r, nil)
+		return nil
+	}
+	it.deferrals = append(it.deferrals, deferral{r: r, items: dead})
+	return nil
+}
+
+// serveWaiters hands ready items to waiting leases, oldest waiter first,
+// and answers those whose request timeout has passed.
+func (l *Logical) serveWaiters(it *iteration) {
+	kept := l.waiters[:0]
+	for _, w := range l.waiters {
+		if w.ctx.Err() != nil {
+			w.done <- result{err: w.ctx.Err()}
+			continue
+		}
+		if it.err == nil && l.lease(it, w) {
+			continue
+		}
+		if w.deadline <= it.now {
+			w.done <- result{err: apierr.New(apierr.Retry, "request timeout; no items are in the queue, try again")}
+			continue
+		}
+		kept = append(kept, w)
+	}
+	clear(l.waiters[len(kept):])
+	l.waiters = kept
+}
+
+// lease serves one waiter from the next partition (round robin) that has
+// ready items. It reports whether the waiter was served.
+func (l *Logical) lease(it *iteration, w *request) bool {
+	op := w.op.(*leaseOp)
+	var p *partition
+	for i := range l.parts {
+		q := l.parts[(l.rr+i)%len(l.parts)]
+		if q.nReady > 0 {
+			p = q
+			l.rr = (l.rr + i + 1) % len(l.parts)
+			break
+		}
+	}
+	if p == nil {
+		return false
+	}
+	deadline := it.now + int64(l.info.LeaseTimeout)
+	var items []*item
+	for len(items) < op.p.BatchSize {
+		x := p.popReady()
+		if x == nil {
+			break
+		}
+		x.attempts++
+		x.deadline = deadline
+		p.setState(x, stateLeased)
+		it.batch.Update(p.num, x.meta())
+		items = append(items, x)
+	}
+	if len(items) == 0 {
+		return false
+	}
+	res := LeaseResult{Partition: p.num, Items: make([]LeasedItem, len(items))}
+	var missing []uint64
+	for _, x := range items {
+		if it.fresh[x.bodyID] == nil {
+			missing = append(missing, x.bodyID)
+		}
+	}
+	stored := make(map[uint64]*store.ItemBody, len(missing))
+	if len(missing) > 0 {
+		bodies, _, err := l.cfg.Store.ReadBodies(context.Background(), l.queueID, p.num, missing)
+		if err != nil {
+			it.err = fmt.Errorf("read bodies: %w", err)
+			w.done <- result{err: fmt.Errorf("queue '%s': %w", l.name, it.err)}
+			return true
+		}
+		for i, id := range missing {
+			stored[id] = &bodies[i]
+		}
+	}
+	for i, x := range items {
+		b := it.fresh[x.bodyID]
+		if b == nil {
+			b = stored[x.bodyID]
+		}
+		res.Items[i] = LeasedItem{
+			ID: x.id, Attempts: x.attempts, LeaseDeadline: time.Unix(0, deadline).UTC(),
+			Encoding: b.Encoding, Kind: b.Kind, Reference: b.Reference, Payload: b.Payload,
+		}
+	}
+	l.reply(it, w, res)
+	return true
+}
+
+// nextWake returns how long the loop may sleep before lifecycle work is due.
+func (l *Logical) nextWake() time.Duration {
+	var next int64
+	earliest := func(t int64) {
+		if t != 0 && (next == 0 || t < next) {
+			next = t
+		}
+	}
+	for _, p := range l.parts {
+		earliest(p.nextTimed())
+		earliest(p.nextExpiry())
+	}
+	if len(l.toSend) > 0 && l.inflight < maxMovesInFlight {
+		earliest(max(l.moveAfter, 1))
+	}
+	for _, w := range l.waiters {
+		earliest(w.deadline)
+	}
+	if next == 0 {
+		return time.Hour
+	}
+	d := time.Duration(next - l.cfg.Clock.Now().UnixNano())
+	return max(d, time.Millisecond)
+}
+
+func (l *Logical) stats(now int64) Stats {
+	s := Stats{LeaseWaiting: len(l.waiters), MovesInFlight: l.inflight}
+	for _, p := range l.parts {
+		ps := PartitionStats{Partition: p.num, Total: p.total(), Leased: p.nLeased, Scheduled: p.nScheduled, Dying: p.nDying}
+		var age, leasedAge int64
+		for _, x := range p.items {
+			age += now - x.created
+			if x.state == stateLeased {
+				leasedAge += now - (x.deadline - int64(l.info.LeaseTimeout))
+			} else if x.attempts > 0 && x.state != stateDying {
+				ps.Failures++
+			}
+		}
+		if ps.Total > 0 {
+			ps.AverageAge = time.Duration(age / int64(ps.Total))
+		}
+		if ps.Leased > 0 {
+			ps.AverageLeasedAge = time.Duration(leasedAge / int64(ps.Leased))
+		}
+		s.Partitions = append(s.Partitions, ps)
+	}
+	return s
+}
+
+func (l *Logical) clearItems(it *iteration, c ClearParams) {
+	for _, p := range l.parts {
+		for _, x := range p.items {
+			if c.Destructive || (c.Queue && x.state == stateReady) || (c.Scheduled && x.state == stateScheduled) {
+				l.removeItem(it, p, x)
+			}
+		}
+	}
+}
+
+func (l *Logical) importItems(it *iteration, p *partition, in []store.Item) []store.Item {
+	out := make([]store.Item, len(in))
+	for i, si := range in {
+		id := l.allocID(it)
+		x := &item{id: id, bodyID: id, created: nanos(si.Meta.CreatedAt), expire: nanos(si.Meta.ExpireDeadline),
+			attempts: si.Meta.Attempts, state: stateReady}
+		if x.created == 0 {
+			x.created = it.now
+		}
+		if x.expire == 0 && l.info.ExpireTimeout > 0 {
+			x.expire = it.now + int64(l.info.ExpireTimeout)
+		}
+		if at := nanos(si.Meta.EnqueueAt); at > it.now {
+			x.state, x.deadline = stateScheduled, at
+		}
+		p.add(x)
+		body := si.Body
+		it.batch.Insert(p.num, x.meta(), body, si.Errors)
+		it.fresh[x.bodyID] = &body
+		out[i] = store.Item{Partition: p.num, Meta: x.meta(), Body: body, Errors: si.Errors}
+	}
+	return out
+}
+
+func (l *Logical) scheduledItems(it *iteration, op *scheduledOp) ([]store.Item, error) {
+	p, err := l.partition(op.partition)
+	if err != nil {
+		return nil, err
+	}
+	var sel []*item
+	for _, x := range p.items {
+		if x.state == stateScheduled && x.id > op.after {
+			sel = append(sel, x)
+		}
+	}
+	slices.SortFunc(sel, func(a, b *item) int {
+		if a.id < b.id {
+			return -1
+		}
+		return 1
+	})
+	if len(sel) > op.limit {
+		sel = sel[:op.limit]
+	}
+	ids := make([]uint64, len(sel))
+	for i, x := range sel {
+		ids[i] = x.bodyID
+	}
+	bodies, errs, err := l.cfg.Store.ReadBodies(context.Background(), l.queueID, p.num, ids)
+	if err != nil {
+		return nil, fmt.Errorf("queue '%s': read bodies: %w", l.name, err)
+	}
+	out := make([]store.Item, len(sel))
+	for i, x := range sel {
+		b := bodies[i]
+		if f := it.fresh[x.bodyID]; f != nil {
+			b = *f
+		}
+		out[i] = store.Item{Partition: p.num, Meta: x.meta(), Body: b, Errors: errs[i]}
+	}
+	return out, nil
+}
+

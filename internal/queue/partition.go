@@ -1,0 +1,287 @@
+package queue
+
+import (
+	"container/heap"
+
+	"github.com/styxq/styx/internal/store"
+)
+
+// state is where an item is in its life within one queue.
+type state uint8
+
+const (
+	stateReady     state = iota + 1 // waiting in the ready FIFO
+	stateLeased                     // handed to a consumer until its lease deadline
+	stateScheduled                  // waiting for its enqueue time
+	stateDying                      // dead, waiting for the dead-letter queue to confirm the move
+)
+
+// Dead reasons, as on the wire (StorageItem.dead_reason).
+const (
+	ReasonMaxAttempts = "max_attempts"
+	ReasonExpired     = "expired"
+	ReasonExplicit    = "explicit"
+)
+
+// item is the in-memory state of one item: about 90 bytes, plus its map
+// entry and heap and FIFO entries. Times are Unix nanoseconds (0: unset).
+// Owned by the logical queue's goroutine.
+type item struct {
+	id       uint64
+	bodyID   uint64
+	created  int64
+	expire   int64 // expire deadline
+	deadline int64 // lease deadline (leased) or enqueue time (scheduled)
+	deadAt   int64 // set with deadReason
+	attempts int32
+	// timedIdx and expireIdx are the item's positions in its partition's
+	// heaps, -1 when absent.
+	timedIdx  int32
+	expireIdx int32
+	state     state
+	moving    bool   // a dead-letter move is in flight (dying only)
+	reason    string // dead reason (dying only)
+	// sourceKey is set on items of a dead-letter queue (store.ItemMeta).
+	sourceKey string
+}
+
+// meta returns the item's stored form.
+func (it *item) meta() store.ItemMeta {
+	m := store.ItemMeta{
+		ID:             it.id,
+		BodyID:         it.bodyID,
+		Attempts:       it.attempts,
+		ExpireDeadline: fromNanos(it.expire),
+		CreatedAt:      fromNanos(it.created),
+		SourceKey:      it.sourceKey,
+		DeadReason:     it.reason,
+		DeadAt:         fromNanos(it.deadAt),
+	}
+	switch it.state {
+	case stateLeased:
+		m.Leased = true
+		m.LeaseDeadline = fromNanos(it.deadline)
+	case stateScheduled:
+		m.EnqueueAt = fromNanos(it.deadline)
+	}
+	return m
+}
+
+// itemFromMeta rebuilds an item loaded from storage at time now (nanos).
+func itemFromMeta(m store.ItemMeta, now int64) *item {
+	it := &item{
+		id:        m.ID,
+		bodyID:    m.BodyID,
+		created:   nanos(m.CreatedAt),
+		expire:    nanos(m.ExpireDeadline),
+		deadAt:    nanos(m.DeadAt),
+		attempts:  m.Attempts,
+		reason:    m.DeadReason,
+		sourceKey: m.SourceKey,
+	}
+	switch {
+	case m.DeadReason != "":
+		it.state = stateDying
+	case m.Leased:
+		// A lease survives a restart: the item stays leased until its
+		// deadline, even if that deadline has passed (the lifecycle then
+		// ends it as an expired lease, counting the attempt).
+		it.state = stateLeased
+		it.deadline = nanos(m.LeaseDeadline)
+	case !m.EnqueueAt.IsZero() && nanos(m.EnqueueAt) > now:
+		it.state = stateScheduled
+		it.deadline = nanos(m.EnqueueAt)
+	default:
+		it.state = stateReady
+	}
+	return it
+}
+
+// partition is one partition's in-memory state. Owned by the logical
+// queue's goroutine.
+type partition struct {
+	num   int32
+	items map[uint64]*item
+	// ready is the FIFO of ready item ids. Entries whose item has left the
+	// ready state are skipped when popped (lazy deletion).
+	ready fifo
+	// timed orders leased items by lease deadline and scheduled items by
+	// enqueue time; expiries orders every item by expire deadline. Both are
+	// indexed heaps: an item leaves them the moment it changes state.
+	timed    itemHeap
+	expiries itemHeap
+	// counts by state
+	nReady, nLeased, nScheduled, nDying int
+}
+
+func newPartition(num int32) *partition {
+	return &partition{
+		num:      num,
+		items:    make(map[uint64]*item),
+		timed:    itemHeap{key: func(it *item) int64 { return it.deadline }, idx: func(it *item) *int32 { return &it.timedIdx }},
+		expiries: itemHeap{key: func(it *item) int64 { return it.expire }, idx: func(it *item) *int32 { return &it.expireIdx }},
+	}
+}
+
+// total is the number of items held, in every state.
+func (p *partition) total() int { return len(p.items) }
+
+// add files a new or reloaded item by its state.
+func (p *partition) add(it *item) {
+	p.items[it.id] = it
+	it.timedIdx, it.expireIdx = -1, -1
+	p.file(it)
+	if it.expire != 0 && it.state != stateDying {
+		heap.Push(&p.expiries, it)
+	}
+}
+
+// file enters the item in the structure of its state and counts it.
+func (p *partition) file(it *item) {
+	switch it.state {
+	case stateReady:
+		p.ready.push(it.id)
+		p.nReady++
+	case stateLeased:
+		heap.Push(&p.timed, it)
+		p.nLeased++
+	case stateScheduled:
+		heap.Push(&p.timed, it)
+		p.nScheduled++
+	case stateDying:
+		p.nDying++
+	}
+}
+
+// unfile takes the item out of its state's structure and count (a ready
+// item's FIFO entry goes stale and is skipped later).
+func (p *partition) unfile(it *item) {
+	switch it.state {
+	case stateReady:
+		p.nReady--
+	case stateLeased:
+		p.nLeased--
+	case stateScheduled:
+		p.nScheduled--
+	case stateDying:
+		p.nDying--
+	}
+	if it.timedIdx >= 0 {
+		heap.Remove(&p.timed, int(it.timedIdx))
+	}
+}
+
+// setState moves an item to another state. A dying item leaves the expiry
+// heap: it is already dead.
+func (p *partition) setState(it *item, s state) {
+	p.unfile(it)
+	it.state = s
+	if s == stateDying && it.expireIdx >= 0 {
+		heap.Remove(&p.expiries, int(it.expireIdx))
+	}
+	p.file(it)
+}
+
+// remove deletes the item from the partition.
+func (p *partition) remove(it *item) {
+	p.unfile(it)
+	if it.expireIdx >= 0 {
+		heap.Remove(&p.expiries, int(it.expireIdx))
+	}
+	delete(p.items, it.id)
+}
+
+// rekey gives the item a new id (a requeue). Call it while the item is out
+// of the ready FIFO (leased or scheduled), then setState.
+func (p *partition) rekey(it *item, id uint64) {
+	delete(p.items, it.id)
+	it.id = id
+	p.items[id] = it
+}
+
+// popReady returns the oldest ready item, or nil.
+func (p *partition) popReady() *item {
+	for p.ready.len() > 0 {
+		id := p.ready.pop()
+		if it, ok := p.items[id]; ok && it.state == stateReady {
+			return it
+		}
+	}
+	return nil
+}
+
+// nextTimed returns the earliest lease deadline or enqueue time, or 0.
+func (p *partition) nextTimed() int64 { return p.timed.peek() }
+
+// nextExpiry returns the earliest expire deadline, or 0.
+func (p *partition) nextExpiry() int64 { return p.expiries.peek() }
+
+// itemHeap is a min-heap of items by key, which records each item's index
+// (through idx) so that an item can be removed from the middle.
+type itemHeap struct {
+	items []*item
+	key   func(*item) int64
+	idx   func(*item) *int32
+}
+
+func (h *itemHeap) Len() int { return len(h.items) }
+func (h *itemHeap) Less(i, j int) bool {
+	a, b := h.key(h.items[i]), h.key(h.items[j])
+	if a != b {
+		return a < b
+	}
+	return h.items[i].id < h.items[j].id
+}
+func (h *itemHeap) Swap(i, j int) {
+	h.items[i], h.items[j] = h.items[j], h.items[i]
+	*h.idx(h.items[i]) = int32(i)
+	*h.idx(h.items[j]) = int32(j)
+}
+func (h *itemHeap) Push(x any) {
+	it := x.(*item)
+	*h.idx(it) = int32(len(h.items))
+	h.items = append(h.items, it)
+}
+func (h *itemHeap) Pop() any {
+	n := len(h.items) - 1
+	it := h.items[n]
+	h.items[n] = nil
+	h.items = h.items[:n]
+	*h.idx(it) = -1
+	return it
+}
+
+// peek returns the smallest key, or 0 when empty.
+func (h *itemHeap) peek() int64 {
+	if len(h.items) == 0 {
+		return 0
+	}
+	return h.key(h.items[0])
+}
+
+// popDue removes and returns the top item if its key is at or before now.
+func (h *itemHeap) popDue(now int64) *item {
+	if len(h.items) == 0 || h.key(h.items[0]) > now {
+		return nil
+	}
+	return heap.Pop(h).(*item)
+}
+
+// fifo is a queue of ids on a slice that is compacted as it drains.
+type fifo struct {
+	ids  []uint64
+	head int
+}
+
+func (f *fifo) len() int       { return len(f.ids) - f.head }
+func (f *fifo) push(id uint64) { f.ids = append(f.ids, id) }
+func (f *fifo) pop() uint64 {
+	id := f.ids[f.head]
+	f.head++
+	if f.head >= 1024 && f.head*2 >= len(f.ids) {
+		n := copy(f.ids, f.ids[f.head:])
+		f.ids = f.ids[:n]
+		f.head = 0
+	}
+	return id
+}

@@ -1,0 +1,123 @@
+package queue
+
+import (
+	"time"
+
+	"github.com/styxq/styx/internal/store"
+)
+
+// ProduceItem is one item of a produce request, validated by the service.
+type ProduceItem struct {
+	Encoding  string
+	Kind      string
+	Reference string
+	// EnqueueAt schedules the item when in the future; zero means now.
+	EnqueueAt time.Time
+	Payload   []byte
+}
+
+// LeaseParams is a validated lease request.
+type LeaseParams struct {
+	// BatchSize is 1..1000.
+	BatchSize int
+	// ClientID is unique among the queue's waiting leases.
+	ClientID string
+	// Timeout is how long to wait for items (the request_timeout).
+	Timeout time.Duration
+}
+
+// LeasedItem is an item handed out by a lease.
+type LeasedItem struct {
+	ID            uint64
+	Attempts      int32
+	LeaseDeadline time.Time
+	Encoding      string
+	Kind          string
+	Reference     string
+	Payload       []byte
+}
+
+// LeaseResult is the answer to a lease: items from one partition.
+type LeaseResult struct {
+	Partition int32
+	Items     []LeasedItem
+}
+
+// RetryItem is one item of a retry request, validated by the service.
+type RetryItem struct {
+	ID uint64
+	// RetryAt, when after now, schedules the item instead of putting it at
+	// the tail of the queue.
+	RetryAt time.Time
+	// Dead dead-letters the item now (reason explicit).
+	Dead bool
+	// Release returns the item without counting the attempt.
+	Release bool
+	// Error, when not empty, becomes the item's last error and is appended
+	// to its attempt history. At most 4096 bytes.
+	Error string
+}
+
+// ClearParams says which items queue.clear removes.
+type ClearParams struct {
+	// Queue removes ready items.
+	Queue bool
+	// Scheduled removes scheduled items.
+	Scheduled bool
+	// Destructive removes every item, leased or not.
+	Destructive bool
+}
+
+// PartitionStats describes one partition at one moment.
+type PartitionStats struct {
+	Partition int32
+	// Total counts items in every state.
+	Total int
+	// Leased, Scheduled and Dying count items in those states.
+	Leased    int
+	Scheduled int
+	Dying     int
+	// Failures counts items waiting for another attempt after a failed one.
+	Failures int
+	// AverageAge is the mean time since creation of all items;
+	// AverageLeasedAge the mean time since leasing of leased items.
+	AverageAge       time.Duration
+	AverageLeasedAge time.Duration
+}
+
+// Stats describes a logical queue at one moment.
+type Stats struct {
+	// LeaseWaiting counts waiting lease requests.
+	LeaseWaiting int
+	// MovesInFlight counts dead-letter moves awaiting confirmation.
+	MovesInFlight int
+	Partitions    []PartitionStats
+}
+
+// deadItem is an item on its way to a dead-letter queue.
+type deadItem struct {
+	sourceKey string
+	attempts  int32
+	created   int64
+	body      store.ItemBody
+	errors    store.ItemErrors
+	reason    string
+	// partition and id in the source queue
+	partition int32
+	id        uint64
+	item      *item
+}
+
+// deadLetterOp asks a dead-letter queue to take items. The dead-letter
+// queue sends the outcome to result, which the source owns.
+type deadLetterOp struct {
+	source string
+	items  []deadItem
+	result chan<- moveResult
+}
+
+// moveResult is a dead-letter queue's answer to a deadLetterOp.
+type moveResult struct {
+	op  *deadLetterOp
+	err error
+}

@@ -1,0 +1,254 @@
+// Package store is Styx's storage contract: the interface every backend
+// implements, its parameter types and its sentinel errors. Nothing here is
+// specific to a backend; each backend lives in a sub-package and passes the
+// conformance suite in storetest.
+//
+// The contract is deliberately narrow. Queue semantics (leasing, retries,
+// dead-lettering) live in internal/queue, whose logical queue keeps every
+// partition's ready, leased and scheduled sets in memory and uses the store
+// as its durable log of decisions: it loads item metadata once at start-up,
+// then writes one Batch per loop iteration. A backend never decides anything
+// about an item's life.
+//
+// Items are stored in three parts, so that start-up reads no payloads:
+//   - ItemMeta: the small, fixed state the logical queue keeps in memory,
+//     keyed by the item's current ID (which changes on every requeue);
+//   - ItemBody: payload and descriptive fields, keyed by BodyID (fixed for the
+//     item's life in one queue, so a requeue does not rewrite the payload);
+//   - ItemErrors: the attempt history, also keyed by BodyID, rewritten when a
+//     retry records an error.
+package store
+
+import (
+	"context"
+	"errors"
+	"time"
+)
+
+// Sentinel errors. Backends map their driver errors onto these; callers test
+// them with errors.Is.
+var (
+	// ErrQueueNotFound: the named queue does not exist.
+	ErrQueueNotFound = errors.New("queue not found")
+	// ErrQueueExists: CreateQueue was given a name already in use.
+	ErrQueueExists = errors.New("queue already exists")
+	// ErrClosed: the store has been closed.
+	ErrClosed = errors.New("store closed")
+)
+
+// QueueInfo is a queue's configuration as stored.
+type QueueInfo struct {
+	// ID is assigned by CreateQueue and never reused by the same store, so
+	// that a queue deleted and re-created under the same name starts empty.
+	// Items are keyed by ID, not by Name.
+	ID uint64
+	// Name is 1..512 characters without whitespace or '~' (validated by the
+	// service, not the store).
+	Name string
+	// DeadQueue names the queue's dead-letter queue; empty for none.
+	DeadQueue string
+	// Reference is free text for the user.
+	Reference string
+	// LeaseTimeout is how long a lease lasts.
+	LeaseTimeout time.Duration
+	// ExpireTimeout is how long an item may live, counted from its creation
+	// (in a dead-letter queue: from its dead_at).
+	ExpireTimeout time.Duration
+	// MaxAttempts is the number of attempts before an item is dead; 0 means
+	// unlimited.
+	MaxAttempts int32
+	// Partitions is the number of partitions, at least 1.
+	Partitions int32
+	CreatedAt  time.Time
+	UpdatedAt  time.Time
+}
+
+// ItemMeta is the part of an item the logical queue keeps in memory. It is
+// read at start-up by LoadItems and must stay small.
+type ItemMeta struct {
+	// ID is the item's current id within its queue: unique across the
+	// queue's partitions and never reused, increasing in FIFO order. It
+	// changes every time the item is requeued (ids are lease handles).
+	ID uint64
+	// BodyID keys the item's ItemBody and ItemErrors. Fixed while the item
+	// stays in one queue.
+	BodyID uint64
+	// Attempts counts leases of the item that were not released.
+	Attempts int32
+	// Leased reports a live or expired-but-unprocessed lease; LeaseDeadline
+	// is then set.
+	Leased        bool
+	LeaseDeadline time.Time
+	// EnqueueAt is when a scheduled item becomes ready; zero when the item
+	// was ready on arrival.
+	EnqueueAt time.Time
+	// ExpireDeadline is when the item expires (is dead with reason expired).
+	ExpireDeadline time.Time
+	CreatedAt      time.Time
+	// DeadReason is set when the logical queue has decided the item is dead
+	// ("max_attempts", "expired" or "explicit") but the dead-letter queue
+	// has not yet confirmed the move; DeadAt is when it was decided. On
+	// load such an item is moved again (the dead-letter queue ignores a
+	// copy it already holds). Empty on live items.
+	DeadReason string
+	DeadAt     time.Time
+	// SourceKey is set only on items in a dead-letter queue: the source
+	// queue's name and the item's id there, joined by '~' (which queue names
+	// cannot contain). A dead-letter queue holds at most one item per
+	// SourceKey; see ADR 0003.
+	SourceKey string
+}
+
+// ItemBody is the part of an item that is read only when the item is handed
+// out or listed.
+type ItemBody struct {
+	Reference string
+	Kind      string
+	Encoding  string
+	Payload   []byte
+	// Dead-letter metadata; zero outside a dead-letter queue.
+	SourceQueue  string
+	SourceID     string
+	DeadReason   string
+	DeadAt       time.Time
+	RedriveCount int32
+}
+
+// AttemptError is one failed attempt's error text.
+type AttemptError struct {
+	Attempt int32
+	Error   string
+	At      time.Time
+}
+
+// ItemErrors is an item's attempt history.
+type ItemErrors struct {
+	LastError string
+	// Errors holds at most the 10 most recent errors, oldest first.
+	Errors []AttemptError
+}
+
+// IsZero reports whether the history is empty.
+func (e ItemErrors) IsZero() bool { return e.LastError == "" && len(e.Errors) == 0 }
+
+// Item is an item in full, as listed.
+type Item struct {
+	Partition int32
+	Meta      ItemMeta
+	Body      ItemBody
+	Errors    ItemErrors
+}
+
+// OpKind says what an Op does.
+type OpKind uint8
+
+const (
+	// OpInsert writes Meta, Body and (when not zero) Errors of a new item.
+	OpInsert OpKind = iota + 1
+	// OpUpdate overwrites the Meta stored under Meta.ID.
+	OpUpdate
+	// OpRequeue deletes the Meta stored under OldID and writes Meta under
+	// Meta.ID; the body stays where it is.
+	OpRequeue
+	// OpDelete deletes the Meta under Meta.ID and the body and errors under
+	// Meta.BodyID.
+	OpDelete
+	// OpSetErrors overwrites the ItemErrors under Meta.BodyID.
+	OpSetErrors
+)
+
+// Op is one change in a Batch. Which fields are read depends on Kind.
+type Op struct {
+	Kind      OpKind
+	Partition int32
+	Meta      ItemMeta
+	OldID     uint64
+	Body      *ItemBody
+	Errors    *ItemErrors
+}
+
+// Batch is a group of changes to one queue, applied atomically by Write.
+// Build it with the methods below; the zero value is empty and usable.
+type Batch struct {
+	// QueueID is the QueueInfo.ID of the queue the batch changes.
+	QueueID uint64
+	Ops     []Op
+	// LastID, when non-zero, is persisted as the queue's id high-water mark
+	// (see Store.LastID). Set it whenever the batch uses new ids.
+	LastID uint64
+}
+
+// Insert adds a new item.
+func (b *Batch) Insert(partition int32, m ItemMeta, body ItemBody, errs ItemErrors) {
+	b.Ops = append(b.Ops, Op{Kind: OpInsert, Partition: partition, Meta: m, Body: &body, Errors: &errs})
+}
+
+// Update overwrites an item's metadata.
+func (b *Batch) Update(partition int32, m ItemMeta) {
+	b.Ops = append(b.Ops, Op{Kind: OpUpdate, Partition: partition, Meta: m})
+}
+
+// Requeue moves an item's metadata from oldID to m.ID.
+func (b *Batch) Requeue(partition int32, oldID uint64, m ItemMeta) {
+	b.Ops = append(b.Ops, Op{Kind: OpRequeue, Partition: partition, Meta: m, OldID: oldID})
+}
+
+// Delete removes an item: metadata, body and errors.
+func (b *Batch) Delete(partition int32, m ItemMeta) {
+	b.Ops = append(b.Ops, Op{Kind: OpDelete, Partition: partition, Meta: m})
+}
+
+// SetErrors overwrites an item's attempt history.
+func (b *Batch) SetErrors(partition int32, m ItemMeta, errs ItemErrors) {
+	b.Ops = append(b.Ops, Op{Kind: OpSetErrors, Partition: partition, Meta: m, Errors: &errs})
+}
+
+// Len is the number of ops.
+func (b *Batch) Len() int { return len(b.Ops) }
+
+// Store is the storage contract. Every method may be called concurrently
+// from any goroutine, but the item methods of one queue are called by that
+// queue's owner goroutine only (the logical queue), and ListItems may run
+// beside it.
+//
+// Unless noted, methods return ErrClosed after Close, and wrap backend
+// errors with the operation ("pebble: write queue 7: ...").
+type Store interface {
+	// CreateQueue stores a new queue, assigning info.ID, and returns it.
+	// Returns ErrQueueExists if the name is taken.
+	CreateQueue(ctx context.Context, info QueueInfo) (QueueInfo, error)
+	// UpdateQueue overwrites the queue named info.Name; info.ID must be the
+	// stored one. Returns ErrQueueNotFound.
+	UpdateQueue(ctx context.Context, info QueueInfo) error
+	// GetQueue returns ErrQueueNotFound if there is no such queue.
+	GetQueue(ctx context.Context, name string) (QueueInfo, error)
+	// ListQueues returns up to limit queues whose names are >= pivot, in
+	// name order. limit <= 0 means no limit.
+	ListQueues(ctx context.Context, pivot string, limit int) ([]QueueInfo, error)
+	// DeleteQueue removes the queue and every item it holds. Returns
+	// ErrQueueNotFound.
+	DeleteQueue(ctx context.Context, name string) error
+
+	// LoadItems calls fn with the metadata of every item in one partition of
+	// a queue, in ID order. It reads no payloads. An error from fn stops the
+	// scan and is returned.
+	LoadItems(ctx context.Context, queueID uint64, partition int32, fn func(ItemMeta) error) error
+	// LastID returns the highest id the queue has ever persisted through
+	// Batch.LastID or an inserted item (0 for a new queue), so ids are never
+	// reused after a restart.
+	LastID(ctx context.Context, queueID uint64) (uint64, error)
+	// Write applies the batch atomically: all of it or none. When it
+	// returns nil the batch is durable (fsynced) unless the backend was
+	// opened with sync off. Ops apply in order.
+	Write(ctx context.Context, b *Batch) error
+	// ReadBodies returns the bodies and errors of the given items of one
+	// partition, in the order given. A missing body is returned as zero
+	// values (the caller owns consistency).
+	ReadBodies(ctx context.Context, queueID uint64, partition int32, bodyIDs []uint64) ([]ItemBody, []ItemErrors, error)
+	// ListItems returns up to limit items of one partition whose ID is >
+	// afterID, in ID order, with bodies and errors. limit must be > 0.
+	ListItems(ctx context.Context, queueID uint64, partition int32, afterID uint64, limit int) ([]Item, error)
+
+	// Close flushes and releases the store. Further calls return ErrClosed.
+	Close() error
+}

@@ -1,0 +1,1227 @@
+// Package storetest is the conformance suite for store.Store backends.
+//
+// A backend's tests call Run with a function opening a fresh, empty store;
+// persistent backends also call RunReopen. Both use nested t.Run subtests,
+// so one failing behaviour can be run alone with -run.
+//
+// Comparisons treat times as instants (time.Time.Equal: location and
+// monotonic clock reading are ignored, nanoseconds are not), and an empty
+// payload or error list as equal to a nil one.
+package storetest
+
+import (
+	"cmp"
+	"errors"
+	"fmt"
+	"slices"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/require"
+
+	"github.com/styxq/styx/internal/store"
+)
+
+// base is the time most fixtures derive from; its nanoseconds catch
+// backends that round.
+var base = time.Date(2026, 3, 4, 5, 6, 7, 123456789, time.UTC)
+
+// Run runs the conformance suite. open must return a new, empty, open store
+// each time it is called; the suite closes it (the error of a second Close
+// is ignored).
+func Run(t *testing.T, open func(t *testing.T) store.Store) {
+	newStore := func(t *testing.T) store.Store {
+		t.Helper()
+		s := open(t)
+		require.NotNil(t, s)
+		t.Cleanup(func() { _ = s.Close() })
+		return s
+	}
+	t.Run("Queues", func(t *testing.T) { testQueues(t, newStore) })
+	t.Run("Items", func(t *testing.T) { testItems(t, newStore) })
+	t.Run("Isolation", func(t *testing.T) { testIsolation(t, newStore) })
+	t.Run("DeleteQueue", func(t *testing.T) { testDeleteQueue(t, newStore) })
+	t.Run("LastID", func(t *testing.T) { testLastID(t, newStore) })
+	t.Run("Atomicity", func(t *testing.T) { testAtomicity(t, newStore) })
+	t.Run("Aliasing", func(t *testing.T) { testAliasing(t, newStore) })
+	t.Run("Concurrent", func(t *testing.T) { testConcurrent(t, newStore) })
+	t.Run("Closed", func(t *testing.T) { testClosed(t, newStore) })
+}
+
+// RunReopen checks that a persistent backend keeps everything across Close
+// and re-open: queues, items, bodies, errors, LastID and the queue-ID
+// counter. open must open the store kept in dir, creating it if dir is
+// empty; the suite closes every store it opens.
+func RunReopen(t *testing.T, open func(t *testing.T, dir string) store.Store) {
+	dir := t.TempDir()
+	ctx := t.Context()
+	reopen := func(t *testing.T) store.Store {
+		t.Helper()
+		s := open(t, dir)
+		require.NotNil(t, s)
+		t.Cleanup(func() { _ = s.Close() })
+		return s
+	}
+
+	s := reopen(t)
+	a := createQueue(t, s, "a", 2)
+	b := createQueue(t, s, "b", 1)
+	dlq := createQueue(t, s, "dlq", 1)
+	gone := createQueue(t, s, "gone", 1) // highest ID so far, then deleted
+	used := []uint64{a.ID, b.ID, dlq.ID, gone.ID}
+
+	batch := &store.Batch{QueueID: a.ID, LastID: 500}
+	for id := uint64(1); id <= 6; id++ {
+		batch.Insert(int32(id%2), fullMeta(id), fullBody(id), store.ItemErrors{})
+	}
+	batch.SetErrors(1, fullMeta(1), someErrors(1))
+	batch.Requeue(0, 2, withID(fullMeta(2), 7))
+	batch.Delete(1, fullMeta(3))
+	write(t, s, batch)
+	batch = &store.Batch{QueueID: b.ID}
+	batch.Insert(0, plainMeta(1), store.ItemBody{}, store.ItemErrors{})
+	batch.Insert(0, plainMeta(2), fullBody(2), someErrors(2))
+	write(t, s, batch)
+	batch = &store.Batch{QueueID: dlq.ID, LastID: 9}
+	batch.Insert(0, withSourceKey(fullMeta(9), "a~4"), deadBody(9), someErrors(9))
+	write(t, s, batch)
+	batch = &store.Batch{QueueID: gone.ID, LastID: 77}
+	batch.Insert(0, fullMeta(1), fullBody(1), someErrors(1))
+	write(t, s, batch)
+	require.NoError(t, s.DeleteQueue(ctx, "gone"))
+
+	want := dump(t, s)
+	require.Len(t, want, 3)
+	require.NoError(t, s.Close())
+
+	s = reopen(t)
+	got := dump(t, s)
+	require.Equal(t, want, got, "state after re-open")
+	lastID, err := s.LastID(ctx, a.ID)
+	require.NoError(t, err)
+	require.Equal(t, uint64(500), lastID)
+	_, err = s.GetQueue(ctx, "gone")
+	require.ErrorIs(t, err, store.ErrQueueNotFound)
+	_, err = s.LastID(ctx, gone.ID)
+	require.ErrorIs(t, err, store.ErrQueueNotFound, "deleted queue's ID after re-open")
+
+	// The queue-ID counter survived: no ID is handed out twice, not even
+	// the deleted queue's.
+	for _, name := range []string{"gone", "new"} {
+		q := createQueue(t, s, name, 1)
+		require.NotContains(t, used, q.ID, "queue ID reused after re-open")
+		used = append(used, q.ID)
+	}
+
+	// The store is fully usable after re-open, and those writes persist too.
+	batch = &store.Batch{QueueID: a.ID}
+	batch.Insert(0, fullMeta(501), fullBody(501), store.ItemErrors{})
+	batch.SetErrors(1, fullMeta(5), someErrors(5))
+	write(t, s, batch)
+	requireLastID(t, s, a.ID, 501)
+	want = dump(t, s)
+	require.NoError(t, s.Close())
+
+	s = reopen(t)
+	require.Equal(t, want, dump(t, s), "state after second re-open")
+}
+
+func testQueues(t *testing.T, newStore func(*testing.T) store.Store) {
+	t.Run("CreateGet", func(t *testing.T) {
+		s := newStore(t)
+		in := store.QueueInfo{
+			Name:          "orders",
+			DeadQueue:     "orders-dead",
+			Reference:     "ref 1",
+			LeaseTimeout:  30 * time.Second,
+			ExpireTimeout: 72 * time.Hour,
+			MaxAttempts:   5,
+			Partitions:    3,
+			CreatedAt:     base,
+			UpdatedAt:     base.Add(time.Nanosecond),
+		}
+		got, err := s.CreateQueue(t.Context(), in)
+		require.NoError(t, err)
+		require.NotZero(t, got.ID)
+		in.ID = got.ID
+		requireInfo(t, in, got)
+
+		got, err = s.GetQueue(t.Context(), "orders")
+		require.NoError(t, err)
+		requireInfo(t, in, got)
+
+		// Zero values round-trip too.
+		zero, err := s.CreateQueue(t.Context(), store.QueueInfo{Name: "z", Partitions: 1})
+		require.NoError(t, err)
+		got, err = s.GetQueue(t.Context(), "z")
+		require.NoError(t, err)
+		requireInfo(t, store.QueueInfo{ID: zero.ID, Name: "z", Partitions: 1}, got)
+		require.True(t, got.CreatedAt.IsZero())
+		require.True(t, got.UpdatedAt.IsZero())
+	})
+
+	t.Run("DistinctIDs", func(t *testing.T) {
+		s := newStore(t)
+		ctx := t.Context()
+		seen := map[uint64]string{}
+		add := func(q store.QueueInfo) {
+			t.Helper()
+			require.NotZero(t, q.ID)
+			prev, dup := seen[q.ID]
+			require.False(t, dup, "queue %q got the ID %d of %q", q.Name, q.ID, prev)
+			seen[q.ID] = q.Name
+		}
+		for _, name := range []string{"a", "b", "c", "d"} {
+			add(createQueue(t, s, name, 1))
+		}
+		// Delete and re-create, including the most recent: never reuse.
+		for _, name := range []string{"b", "d", "b", "d"} {
+			require.NoError(t, s.DeleteQueue(ctx, name))
+			add(createQueue(t, s, name, 1))
+		}
+	})
+
+	t.Run("Exists", func(t *testing.T) {
+		s := newStore(t)
+		first := createQueue(t, s, "q", 1)
+		_, err := s.CreateQueue(t.Context(), store.QueueInfo{Name: "q", Partitions: 4, Reference: "other"})
+		require.ErrorIs(t, err, store.ErrQueueExists)
+		got, err := s.GetQueue(t.Context(), "q")
+		require.NoError(t, err)
+		requireInfo(t, first, got)
+	})
+
+	t.Run("NotFound", func(t *testing.T) {
+		s := newStore(t)
+		ctx := t.Context()
+		_, err := s.GetQueue(ctx, "missing")
+		require.ErrorIs(t, err, store.ErrQueueNotFound)
+		err = s.UpdateQueue(ctx, store.QueueInfo{ID: 1, Name: "missing", Partitions: 1})
+		require.ErrorIs(t, err, store.ErrQueueNotFound)
+		err = s.DeleteQueue(ctx, "missing")
+		require.ErrorIs(t, err, store.ErrQueueNotFound)
+
+		q := createQueue(t, s, "q", 1)
+		require.NoError(t, s.DeleteQueue(ctx, "q"))
+		_, err = s.GetQueue(ctx, "q")
+		require.ErrorIs(t, err, store.ErrQueueNotFound)
+		require.ErrorIs(t, s.DeleteQueue(ctx, "q"), store.ErrQueueNotFound)
+		require.ErrorIs(t, s.UpdateQueue(ctx, q), store.ErrQueueNotFound)
+		_, err = s.ListQueues(ctx, "", 0)
+		require.NoError(t, err)
+	})
+
+	t.Run("UpdateWrongID", func(t *testing.T) {
+		// A queue deleted and re-created under the same name is another
+		// queue: updating it with the old ID must fail.
+		s := newStore(t)
+		old := createQueue(t, s, "q", 1)
+		require.NoError(t, s.DeleteQueue(t.Context(), "q"))
+		cur := createQueue(t, s, "q", 2)
+		old.Reference = "stale"
+		require.ErrorIs(t, s.UpdateQueue(t.Context(), old), store.ErrQueueNotFound)
+		got, err := s.GetQueue(t.Context(), "q")
+		require.NoError(t, err)
+		requireInfo(t, cur, got)
+	})
+
+	t.Run("Update", func(t *testing.T) {
+		s := newStore(t)
+		q := createQueue(t, s, "q", 1)
+		other := createQueue(t, s, "other", 1)
+		q.DeadQueue = "dead"
+		q.Reference = "changed"
+		q.LeaseTimeout = time.Minute + time.Nanosecond
+		q.ExpireTimeout = 0
+		q.MaxAttempts = 9
+		q.Partitions = 4
+		q.UpdatedAt = base.Add(time.Hour + 5)
+		require.NoError(t, s.UpdateQueue(t.Context(), q))
+		got, err := s.GetQueue(t.Context(), "q")
+		require.NoError(t, err)
+		requireInfo(t, q, got)
+		got, err = s.GetQueue(t.Context(), "other")
+		require.NoError(t, err)
+		requireInfo(t, other, got)
+	})
+
+	t.Run("List", func(t *testing.T) {
+		s := newStore(t)
+		ctx := t.Context()
+		all, err := s.ListQueues(ctx, "", 0)
+		require.NoError(t, err)
+		require.Empty(t, all)
+
+		// Byte order: upper case before lower case, "a" before "a-b".
+		for _, name := range []string{"c", "a-b", "B", "d", "a", "b"} {
+			createQueue(t, s, name, 1)
+		}
+		names := func(pivot string, limit int) []string {
+			t.Helper()
+			qs, err := s.ListQueues(ctx, pivot, limit)
+			require.NoError(t, err)
+			var out []string
+			for _, q := range qs {
+				require.NotZero(t, q.ID)
+				out = append(out, q.Name)
+			}
+			return out
+		}
+		require.Equal(t, []string{"B", "a", "a-b", "b", "c", "d"}, names("", 0))
+		require.Equal(t, []string{"B", "a", "a-b", "b", "c", "d"}, names("", -1))
+		require.Equal(t, []string{"B", "a", "a-b", "b", "c", "d"}, names("", 100))
+		require.Equal(t, []string{"B", "a"}, names("", 2))
+		require.Equal(t, []string{"b", "c", "d"}, names("b", 0), "pivot is inclusive")
+		require.Equal(t, []string{"b", "c"}, names("b", 2))
+		require.Equal(t, []string{"c", "d"}, names("bb", 0))
+		require.Equal(t, []string{"a-b", "b"}, names("a-", 2))
+		require.Empty(t, names("e", 0))
+
+		require.NoError(t, s.DeleteQueue(ctx, "b"))
+		require.Equal(t, []string{"c", "d"}, names("b", 0))
+
+		qs, err := s.ListQueues(ctx, "d", 1)
+		require.NoError(t, err)
+		require.Len(t, qs, 1)
+		got, err := s.GetQueue(ctx, "d")
+		require.NoError(t, err)
+		requireInfo(t, got, qs[0])
+	})
+}
+
+func testItems(t *testing.T, newStore func(*testing.T) store.Store) {
+	t.Run("InsertLoad", func(t *testing.T) {
+		s := newStore(t)
+		q := createQueue(t, s, "q", 2)
+		metas := []store.ItemMeta{
+			fullMeta(5),
+			plainMeta(1),
+			withSourceKey(fullMeta(3), "src~3"),
+			zeroMeta(2),
+			oddTimesMeta(4),
+			fullMeta(1 << 60),
+		}
+		metas[0].Leased = false
+		metas[0].LeaseDeadline = time.Time{}
+		b := &store.Batch{QueueID: q.ID}
+		for _, m := range metas {
+			b.Insert(0, m, fullBody(m.ID), store.ItemErrors{})
+		}
+		write(t, s, b)
+
+		want := slices.Clone(metas)
+		slices.SortFunc(want, func(a, b store.ItemMeta) int { return cmp.Compare(a.ID, b.ID) })
+		got := loadItems(t, s, q.ID, 0)
+		requireMetas(t, want, got)
+		for _, m := range got {
+			if m.ID == 2 {
+				require.True(t, m.CreatedAt.IsZero(), "zero CreatedAt")
+				require.True(t, m.LeaseDeadline.IsZero(), "zero LeaseDeadline")
+				require.True(t, m.EnqueueAt.IsZero(), "zero EnqueueAt")
+				require.True(t, m.ExpireDeadline.IsZero(), "zero ExpireDeadline")
+			}
+		}
+		require.Empty(t, loadItems(t, s, q.ID, 1))
+	})
+
+	t.Run("ReadBodies", func(t *testing.T) {
+		s := newStore(t)
+		q := createQueue(t, s, "q", 1)
+		b := &store.Batch{QueueID: q.ID}
+		b.Insert(0, fullMeta(1), fullBody(1), someErrors(1))
+		b.Insert(0, fullMeta(2), store.ItemBody{}, store.ItemErrors{})
+		b.Insert(0, fullMeta(3), deadBody(3), store.ItemErrors{LastError: "only last"})
+		b.Insert(0, withBodyID(fullMeta(4), 40), fullBody(40), someErrors(40))
+		write(t, s, b)
+
+		bodies, errs := readBodies(t, s, q.ID, 0, 3, 99, 1, 40, 2, 1)
+		requireBodies(t, []store.ItemBody{deadBody(3), {}, fullBody(1), fullBody(40), {}, fullBody(1)}, bodies)
+		requireErrors(t, []store.ItemErrors{{LastError: "only last"}, {}, someErrors(1), someErrors(40), {}, someErrors(1)}, errs)
+
+		// Bodies are keyed by BodyID, not ID.
+		bodies, _ = readBodies(t, s, q.ID, 0, 4)
+		requireBodies(t, []store.ItemBody{{}}, bodies)
+
+		bodies, errs = readBodies(t, s, q.ID, 0)
+		require.Empty(t, bodies)
+		require.Empty(t, errs)
+	})
+
+	t.Run("Update", func(t *testing.T) {
+		s := newStore(t)
+		q := createQueue(t, s, "q", 1)
+		b := &store.Batch{QueueID: q.ID}
+		b.Insert(0, plainMeta(1), fullBody(1), someErrors(1))
+		b.Insert(0, plainMeta(2), fullBody(2), store.ItemErrors{})
+		write(t, s, b)
+
+		leased := fullMeta(1)
+		leased.Attempts = 1
+		b = &store.Batch{QueueID: q.ID}
+		b.Update(0, leased)
+		write(t, s, b)
+		requireMetas(t, []store.ItemMeta{leased, plainMeta(2)}, loadItems(t, s, q.ID, 0))
+
+		// Back to zero times and no lease.
+		b = &store.Batch{QueueID: q.ID}
+		b.Update(0, zeroMeta(1))
+		write(t, s, b)
+		requireMetas(t, []store.ItemMeta{zeroMeta(1), plainMeta(2)}, loadItems(t, s, q.ID, 0))
+
+		bodies, errs := readBodies(t, s, q.ID, 0, 1)
+		requireBodies(t, []store.ItemBody{fullBody(1)}, bodies)
+		requireErrors(t, []store.ItemErrors{someErrors(1)}, errs)
+	})
+
+	t.Run("Requeue", func(t *testing.T) {
+		s := newStore(t)
+		q := createQueue(t, s, "q", 1)
+		b := &store.Batch{QueueID: q.ID}
+		for id := uint64(1); id <= 3; id++ {
+			b.Insert(0, fullMeta(id), fullBody(id), someErrors(id))
+		}
+		write(t, s, b)
+
+		moved := withID(fullMeta(1), 10) // BodyID stays 1
+		moved.Attempts = 2
+		moved.Leased = false
+		moved.LeaseDeadline = time.Time{}
+		b = &store.Batch{QueueID: q.ID, LastID: 10}
+		b.Requeue(0, 1, moved)
+		write(t, s, b)
+
+		requireMetas(t, []store.ItemMeta{fullMeta(2), fullMeta(3), moved}, loadItems(t, s, q.ID, 0))
+		bodies, errs := readBodies(t, s, q.ID, 0, 1)
+		requireBodies(t, []store.ItemBody{fullBody(1)}, bodies)
+		requireErrors(t, []store.ItemErrors{someErrors(1)}, errs)
+
+		items := listItems(t, s, q.ID, 0, 3, 10)
+		require.Len(t, items, 1)
+		requireItem(t, store.Item{Partition: 0, Meta: moved, Body: fullBody(1), Errors: someErrors(1)}, items[0])
+
+		// Requeue twice more within one batch.
+		again := withID(moved, 11)
+		third := withID(moved, 12)
+		b = &store.Batch{QueueID: q.ID, LastID: 12}
+		b.Requeue(0, 10, again)
+		b.Requeue(0, 11, third)
+		write(t, s, b)
+		requireMetas(t, []store.ItemMeta{fullMeta(2), fullMeta(3), third}, loadItems(t, s, q.ID, 0))
+	})
+
+	t.Run("Delete", func(t *testing.T) {
+		s := newStore(t)
+		q := createQueue(t, s, "q", 1)
+		b := &store.Batch{QueueID: q.ID}
+		for id := uint64(1); id <= 3; id++ {
+			b.Insert(0, fullMeta(id), fullBody(id), someErrors(id))
+		}
+		moved := withID(fullMeta(3), 30)
+		b.Requeue(0, 3, moved)
+		write(t, s, b)
+
+		b = &store.Batch{QueueID: q.ID}
+		b.Delete(0, fullMeta(2))
+		b.Delete(0, moved) // deletes meta 30 and body/errors 3
+		write(t, s, b)
+		requireMetas(t, []store.ItemMeta{fullMeta(1)}, loadItems(t, s, q.ID, 0))
+		bodies, errs := readBodies(t, s, q.ID, 0, 1, 2, 3)
+		requireBodies(t, []store.ItemBody{fullBody(1), {}, {}}, bodies)
+		requireErrors(t, []store.ItemErrors{someErrors(1), {}, {}}, errs)
+
+		// Deleting what is not there is not an error.
+		b = &store.Batch{QueueID: q.ID}
+		b.Delete(0, fullMeta(2))
+		write(t, s, b)
+		requireMetas(t, []store.ItemMeta{fullMeta(1)}, loadItems(t, s, q.ID, 0))
+	})
+
+	t.Run("SetErrors", func(t *testing.T) {
+		s := newStore(t)
+		q := createQueue(t, s, "q", 1)
+		b := &store.Batch{QueueID: q.ID}
+		b.Insert(0, fullMeta(1), fullBody(1), store.ItemErrors{})
+		b.Insert(0, fullMeta(2), fullBody(2), someErrors(2))
+		write(t, s, b)
+
+		_, errs := readBodies(t, s, q.ID, 0, 1)
+		require.True(t, errs[0].IsZero())
+
+		b = &store.Batch{QueueID: q.ID}
+		b.SetErrors(0, fullMeta(1), someErrors(11))
+		b.SetErrors(0, fullMeta(2), store.ItemErrors{}) // clears
+		write(t, s, b)
+		_, errs = readBodies(t, s, q.ID, 0, 1, 2)
+		requireErrors(t, []store.ItemErrors{someErrors(11), {}}, errs)
+
+		// Ten errors, the most the contract keeps.
+		ten := store.ItemErrors{LastError: "e10"}
+		for i := int32(1); i <= 10; i++ {
+			ten.Errors = append(ten.Errors, store.AttemptError{Attempt: i, Error: fmt.Sprint("e", i), At: base.Add(time.Duration(i) * time.Second)})
+		}
+		b = &store.Batch{QueueID: q.ID}
+		b.SetErrors(0, fullMeta(1), ten)
+		write(t, s, b)
+		_, errs = readBodies(t, s, q.ID, 0, 1)
+		requireErrors(t, []store.ItemErrors{ten}, errs)
+
+		// Metadata was not touched by SetErrors.
+		requireMetas(t, []store.ItemMeta{fullMeta(1), fullMeta(2)}, loadItems(t, s, q.ID, 0))
+	})
+
+	t.Run("OpsApplyInOrder", func(t *testing.T) {
+		s := newStore(t)
+		q := createQueue(t, s, "q", 1)
+		updated := fullMeta(1)
+		updated.Attempts = 7
+		b := &store.Batch{QueueID: q.ID}
+		b.Insert(0, fullMeta(1), fullBody(1), store.ItemErrors{})
+		b.Update(0, updated)
+		b.Insert(0, fullMeta(2), fullBody(2), someErrors(2))
+		b.Delete(0, fullMeta(2))
+		b.Insert(0, fullMeta(3), fullBody(3), someErrors(3))
+		b.SetErrors(0, fullMeta(3), store.ItemErrors{LastError: "x"})
+		b.Requeue(0, 3, withID(fullMeta(3), 4))
+		b.Update(0, withID(zeroMeta(3), 4))
+		write(t, s, b)
+
+		requireMetas(t, []store.ItemMeta{updated, withBodyID(zeroMeta(4), 3)}, loadItems(t, s, q.ID, 0))
+		bodies, errs := readBodies(t, s, q.ID, 0, 1, 2, 3)
+		requireBodies(t, []store.ItemBody{fullBody(1), {}, fullBody(3)}, bodies)
+		requireErrors(t, []store.ItemErrors{{}, {}, {LastError: "x"}}, errs)
+	})
+
+	t.Run("ListItems", func(t *testing.T) {
+		s := newStore(t)
+		q := createQueue(t, s, "q", 2)
+		var want []store.Item
+		b := &store.Batch{QueueID: q.ID}
+		for id := uint64(2); id <= 50; id += 2 {
+			it := store.Item{Partition: 1, Meta: fullMeta(id), Body: fullBody(id)}
+			if id%3 == 0 {
+				it.Errors = someErrors(id)
+			}
+			if id%5 == 0 {
+				it.Meta = plainMeta(id)
+				it.Body = store.ItemBody{}
+			}
+			b.Insert(1, it.Meta, it.Body, it.Errors)
+			want = append(want, it)
+		}
+		b.Insert(0, fullMeta(1), fullBody(1), store.ItemErrors{}) // other partition
+		write(t, s, b)
+
+		// Page through with limit 10.
+		var got []store.Item
+		after := uint64(0)
+		for page := 0; ; page++ {
+			require.Less(t, page, 10, "pagination does not end")
+			items := listItems(t, s, q.ID, 1, after, 10)
+			require.LessOrEqual(t, len(items), 10)
+			if len(items) == 0 {
+				break
+			}
+			got = append(got, items...)
+			after = items[len(items)-1].Meta.ID
+		}
+		requireItems(t, want, got)
+
+		requireItems(t, want[:3], listItems(t, s, q.ID, 1, 0, 3))
+		requireItems(t, want[5:8], listItems(t, s, q.ID, 1, 11, 3), "afterID between ids")
+		requireItems(t, want[5:8], listItems(t, s, q.ID, 1, 10, 3), "afterID is exclusive")
+		requireItems(t, want[20:], listItems(t, s, q.ID, 1, 40, 1000))
+		require.Empty(t, listItems(t, s, q.ID, 1, 50, 10))
+		require.Empty(t, listItems(t, s, q.ID, 1, 1<<63, 10))
+
+		p0 := listItems(t, s, q.ID, 0, 0, 10)
+		requireItems(t, []store.Item{{Partition: 0, Meta: fullMeta(1), Body: fullBody(1)}}, p0)
+
+		// Requeued items are listed at their new ID, with their body.
+		b = &store.Batch{QueueID: q.ID}
+		b.Requeue(1, 2, withID(fullMeta(2), 51))
+		write(t, s, b)
+		items := listItems(t, s, q.ID, 1, 48, 10)
+		requireItems(t, []store.Item{want[24], {Partition: 1, Meta: withID(fullMeta(2), 51), Body: fullBody(2)}}, items)
+	})
+
+	t.Run("LoadItemsStops", func(t *testing.T) {
+		s := newStore(t)
+		q := createQueue(t, s, "q", 1)
+		b := &store.Batch{QueueID: q.ID}
+		for id := uint64(1); id <= 5; id++ {
+			b.Insert(0, fullMeta(id), fullBody(id), store.ItemErrors{})
+		}
+		write(t, s, b)
+		stop := errors.New("stop")
+		calls := 0
+		err := s.LoadItems(t.Context(), q.ID, 0, func(m store.ItemMeta) error {
+			calls++
+			if calls == 2 {
+				return stop
+			}
+			return nil
+		})
+		require.ErrorIs(t, err, stop)
+		require.Equal(t, 2, calls)
+	})
+
+	t.Run("EmptyQueue", func(t *testing.T) {
+		s := newStore(t)
+		q := createQueue(t, s, "q", 1)
+		require.Empty(t, loadItems(t, s, q.ID, 0))
+		require.Empty(t, loadItems(t, s, q.ID, 7))
+		require.Empty(t, listItems(t, s, q.ID, 0, 0, 10))
+		bodies, errs := readBodies(t, s, q.ID, 0, 1, 2)
+		requireBodies(t, []store.ItemBody{{}, {}}, bodies)
+		requireErrors(t, []store.ItemErrors{{}, {}}, errs)
+		write(t, s, &store.Batch{QueueID: q.ID}) // an empty batch is fine
+		requireLastID(t, s, q.ID, 0)
+	})
+
+	t.Run("UnknownQueue", func(t *testing.T) {
+		s := newStore(t)
+		createQueue(t, s, "q", 1)
+		requireItemMethodsNotFound(t, s, 1<<40)
+	})
+}
+
+func testIsolation(t *testing.T, newStore func(*testing.T) store.Store) {
+	t.Run("Partitions", func(t *testing.T) {
+		s := newStore(t)
+		q := createQueue(t, s, "q", 3)
+		b := &store.Batch{QueueID: q.ID}
+		for id := uint64(1); id <= 9; id++ {
+			b.Insert(int32(id%3), fullMeta(id), fullBody(id), someErrors(id))
+		}
+		write(t, s, b)
+		for p := int32(0); p < 3; p++ {
+			var want []store.ItemMeta
+			var wantItems []store.Item
+			for id := uint64(1); id <= 9; id++ {
+				if int32(id%3) == p {
+					want = append(want, fullMeta(id))
+					wantItems = append(wantItems, store.Item{Partition: p, Meta: fullMeta(id), Body: fullBody(id), Errors: someErrors(id)})
+				}
+			}
+			requireMetas(t, want, loadItems(t, s, q.ID, p))
+			requireItems(t, wantItems, listItems(t, s, q.ID, p, 0, 100))
+		}
+		// A partition does not see another's bodies or errors.
+		bodies, errs := readBodies(t, s, q.ID, 0, 1, 2, 3)
+		requireBodies(t, []store.ItemBody{{}, {}, fullBody(3)}, bodies)
+		requireErrors(t, []store.ItemErrors{{}, {}, someErrors(3)}, errs)
+
+		// Deleting and updating in one partition leaves the others alone,
+		// even when the op names a BodyID another partition holds.
+		b = &store.Batch{QueueID: q.ID}
+		b.Delete(1, fullMeta(4))
+		b.Delete(1, withID(fullMeta(5), 100)) // body 5 lives in partition 2
+		b.SetErrors(1, fullMeta(6), store.ItemErrors{})
+		write(t, s, b)
+		requireMetas(t, []store.ItemMeta{fullMeta(1), fullMeta(7)}, loadItems(t, s, q.ID, 1))
+		requireMetas(t, []store.ItemMeta{fullMeta(2), fullMeta(5), fullMeta(8)}, loadItems(t, s, q.ID, 2))
+		bodies, errs = readBodies(t, s, q.ID, 2, 5)
+		requireBodies(t, []store.ItemBody{fullBody(5)}, bodies)
+		requireErrors(t, []store.ItemErrors{someErrors(5)}, errs)
+		_, errs = readBodies(t, s, q.ID, 0, 6)
+		requireErrors(t, []store.ItemErrors{someErrors(6)}, errs)
+	})
+
+	t.Run("Queues", func(t *testing.T) {
+		s := newStore(t)
+		qa := createQueue(t, s, "a", 1)
+		qb := createQueue(t, s, "b", 1)
+		// The same ids in both queues, different contents.
+		for _, q := range []store.QueueInfo{qa, qb} {
+			b := &store.Batch{QueueID: q.ID, LastID: q.ID * 100}
+			for id := uint64(1); id <= 3; id++ {
+				b.Insert(0, fullMeta(id), bodyFor(q.Name, id), someErrors(q.ID*10+id))
+			}
+			write(t, s, b)
+		}
+		b := &store.Batch{QueueID: qa.ID}
+		b.Delete(0, fullMeta(1))
+		b.Update(0, zeroMeta(2))
+		b.SetErrors(0, fullMeta(3), store.ItemErrors{})
+		write(t, s, b)
+
+		requireMetas(t, []store.ItemMeta{zeroMeta(2), fullMeta(3)}, loadItems(t, s, qa.ID, 0))
+		requireMetas(t, []store.ItemMeta{fullMeta(1), fullMeta(2), fullMeta(3)}, loadItems(t, s, qb.ID, 0))
+		bodies, errs := readBodies(t, s, qb.ID, 0, 1, 2, 3)
+		requireBodies(t, []store.ItemBody{bodyFor("b", 1), bodyFor("b", 2), bodyFor("b", 3)}, bodies)
+		requireErrors(t, []store.ItemErrors{someErrors(qb.ID*10 + 1), someErrors(qb.ID*10 + 2), someErrors(qb.ID*10 + 3)}, errs)
+		requireLastID(t, s, qa.ID, max(qa.ID*100, 3))
+		requireLastID(t, s, qb.ID, max(qb.ID*100, 3))
+	})
+}
+
+func testDeleteQueue(t *testing.T, newStore func(*testing.T) store.Store) {
+	s := newStore(t)
+	ctx := t.Context()
+	q := createQueue(t, s, "q", 3)
+	keep := createQueue(t, s, "keep", 3)
+	for _, qi := range []store.QueueInfo{q, keep} {
+		b := &store.Batch{QueueID: qi.ID, LastID: 1000}
+		for id := uint64(1); id <= 30; id++ {
+			b.Insert(int32(id%3), fullMeta(id), fullBody(id), someErrors(id))
+		}
+		b.Requeue(0, 3, withID(fullMeta(3), 31))
+		write(t, s, b)
+	}
+	keepBefore := dump(t, s)[0]
+	require.Equal(t, "keep", keepBefore.Info.Name)
+
+	require.NoError(t, s.DeleteQueue(ctx, "q"))
+	requireItemMethodsNotFound(t, s, q.ID)
+
+	again := createQueue(t, s, "q", 3)
+	require.NotEqual(t, q.ID, again.ID)
+	requireLastID(t, s, again.ID, 0)
+	for p := int32(0); p < 3; p++ {
+		require.Empty(t, loadItems(t, s, again.ID, p))
+		require.Empty(t, listItems(t, s, again.ID, p, 0, 100))
+		bodies, errs := readBodies(t, s, again.ID, p, 1, 2, 3, 4)
+		requireBodies(t, make([]store.ItemBody, 4), bodies)
+		requireErrors(t, make([]store.ItemErrors, 4), errs)
+	}
+	require.Equal(t, keepBefore, dump(t, s)[0], "deleting a queue changed another")
+}
+
+func testLastID(t *testing.T, newStore func(*testing.T) store.Store) {
+	s := newStore(t)
+	q := createQueue(t, s, "q", 2)
+	requireLastID(t, s, q.ID, 0)
+
+	write(t, s, &store.Batch{QueueID: q.ID, LastID: 50})
+	requireLastID(t, s, q.ID, 50)
+
+	// An inserted ID above the mark raises it, even without Batch.LastID.
+	b := &store.Batch{QueueID: q.ID}
+	b.Insert(1, fullMeta(70), fullBody(70), store.ItemErrors{})
+	b.Insert(0, fullMeta(60), fullBody(60), store.ItemErrors{})
+	write(t, s, b)
+	requireLastID(t, s, q.ID, 70)
+
+	// Never decreases.
+	write(t, s, &store.Batch{QueueID: q.ID, LastID: 10})
+	requireLastID(t, s, q.ID, 70)
+	b = &store.Batch{QueueID: q.ID, LastID: 5}
+	b.Insert(0, fullMeta(3), fullBody(3), store.ItemErrors{})
+	write(t, s, b)
+	requireLastID(t, s, q.ID, 70)
+
+	// A requeued ID above the mark raises it.
+	b = &store.Batch{QueueID: q.ID}
+	b.Requeue(1, 70, withBodyID(fullMeta(90), 70))
+	write(t, s, b)
+	requireLastID(t, s, q.ID, 90)
+
+	// Batch.LastID above every op's ID wins.
+	b = &store.Batch{QueueID: q.ID, LastID: 200}
+	b.Insert(0, fullMeta(100), fullBody(100), store.ItemErrors{})
+	write(t, s, b)
+	requireLastID(t, s, q.ID, 200)
+
+	// Deleting items does not lower it.
+	b = &store.Batch{QueueID: q.ID}
+	b.Delete(0, fullMeta(100))
+	b.Delete(1, withBodyID(fullMeta(90), 70))
+	write(t, s, b)
+	requireLastID(t, s, q.ID, 200)
+
+	other := createQueue(t, s, "other", 1)
+	requireLastID(t, s, other.ID, 0)
+}
+
+func testAtomicity(t *testing.T, newStore func(*testing.T) store.Store) {
+	s := newStore(t)
+	ctx := t.Context()
+	q := createQueue(t, s, "q", 2)
+	b := &store.Batch{QueueID: q.ID, LastID: 2}
+	b.Insert(0, fullMeta(1), fullBody(1), someErrors(1))
+	b.Insert(1, fullMeta(2), fullBody(2), store.ItemErrors{})
+	write(t, s, b)
+	before := dump(t, s)
+
+	// A batch whose last op is invalid must change nothing.
+	b = &store.Batch{QueueID: q.ID, LastID: 100}
+	b.Insert(0, fullMeta(3), fullBody(3), someErrors(3))
+	b.Update(0, zeroMeta(1))
+	b.Delete(1, fullMeta(2))
+	b.SetErrors(0, fullMeta(1), store.ItemErrors{})
+	b.Requeue(0, 3, withID(fullMeta(3), 4))
+	b.Ops = append(b.Ops, store.Op{Kind: store.OpKind(200), Partition: 0, Meta: fullMeta(99)})
+	require.Error(t, s.Write(ctx, b), "unknown op kind")
+	require.Equal(t, before, dump(t, s), "a failed batch left changes behind")
+	requireLastID(t, s, q.ID, 2)
+
+	// Neither does a batch for a missing queue.
+	b.Ops = b.Ops[:len(b.Ops)-1]
+	b.QueueID = q.ID + 1000
+	require.ErrorIs(t, s.Write(ctx, b), store.ErrQueueNotFound)
+	require.Equal(t, before, dump(t, s))
+	b.QueueID = q.ID
+
+	// The same batch without the bad op applies whole.
+	write(t, s, b)
+	requireMetas(t, []store.ItemMeta{zeroMeta(1), withID(fullMeta(3), 4)}, loadItems(t, s, q.ID, 0))
+	require.Empty(t, loadItems(t, s, q.ID, 1))
+	requireLastID(t, s, q.ID, 100)
+}
+
+func testAliasing(t *testing.T, newStore func(*testing.T) store.Store) {
+	s := newStore(t)
+	q := createQueue(t, s, "q", 1)
+	body := fullBody(1)
+	errs := someErrors(1)
+	b := &store.Batch{QueueID: q.ID}
+	b.Insert(0, fullMeta(1), body, errs)
+	b.Insert(0, fullMeta(2), fullBody(2), store.ItemErrors{})
+	setErrs := someErrors(2)
+	b.SetErrors(0, fullMeta(2), setErrs)
+	write(t, s, b)
+
+	// Mutating what was written does not reach the store.
+	body.Payload[0] ^= 0xff
+	errs.Errors[0].Error = "mutated"
+	setErrs.Errors[1].Attempt = 99
+	b.Ops = nil
+
+	check := func() {
+		t.Helper()
+		bodies, errs := readBodies(t, s, q.ID, 0, 1, 2)
+		requireBodies(t, []store.ItemBody{fullBody(1), fullBody(2)}, bodies)
+		requireErrors(t, []store.ItemErrors{someErrors(1), someErrors(2)}, errs)
+		items := listItems(t, s, q.ID, 0, 0, 10)
+		requireItems(t, []store.Item{
+			{Meta: fullMeta(1), Body: fullBody(1), Errors: someErrors(1)},
+			{Meta: fullMeta(2), Body: fullBody(2), Errors: someErrors(2)},
+		}, items)
+	}
+	check()
+
+	// Mutating what was read does not reach the store either.
+	bodies, gotErrs := readBodies(t, s, q.ID, 0, 1)
+	bodies[0].Payload[0] ^= 0xff
+	gotErrs[0].Errors[0].Error = "mutated"
+	items := listItems(t, s, q.ID, 0, 0, 10)
+	items[1].Body.Payload[1] ^= 0xff
+	items[1].Errors.Errors[0].Error = "mutated"
+	check()
+}
+
+func testConcurrent(t *testing.T, newStore func(*testing.T) store.Store) {
+	s := newStore(t)
+	ctx := t.Context()
+	const (
+		queues  = 4
+		batches = 40
+		perB    = 5
+	)
+	var qs []store.QueueInfo
+	for i := range queues {
+		qs = append(qs, createQueue(t, s, fmt.Sprint("q", i), 2))
+	}
+
+	var wg sync.WaitGroup
+	errc := make(chan error, 4*queues+1)
+	for _, q := range qs {
+		// The owner writes.
+		wg.Go(func() {
+			id := uint64(0)
+			for range batches {
+				b := &store.Batch{QueueID: q.ID}
+				for range perB {
+					id++
+					b.Insert(int32(id%2), fullMeta(id), fullBody(id), store.ItemErrors{})
+				}
+				b.Delete(int32(id%2), fullMeta(id)) // the last of each batch
+				b.LastID = id
+				if err := s.Write(ctx, b); err != nil {
+					errc <- err
+					return
+				}
+			}
+		})
+		// Readers list beside it.
+		wg.Go(func() {
+			for range batches {
+				for p := int32(0); p < 2; p++ {
+					items, err := s.ListItems(ctx, q.ID, p, 0, 1000)
+					if err != nil {
+						errc <- err
+						return
+					}
+					for i := 1; i < len(items); i++ {
+						if items[i-1].Meta.ID >= items[i].Meta.ID {
+							errc <- fmt.Errorf("ListItems out of order: %d then %d", items[i-1].Meta.ID, items[i].Meta.ID)
+							return
+						}
+					}
+				}
+			}
+		})
+	}
+	// Catalog changes go on meanwhile.
+	wg.Go(func() {
+		for i := range 20 {
+			name := fmt.Sprint("tmp", i%3)
+			if _, err := s.CreateQueue(ctx, store.QueueInfo{Name: name, Partitions: 1}); err != nil && !errors.Is(err, store.ErrQueueExists) {
+				errc <- err
+				return
+			}
+			if _, err := s.ListQueues(ctx, "", 0); err != nil {
+				errc <- err
+				return
+			}
+			if i%2 == 1 {
+				if err := s.DeleteQueue(ctx, name); err != nil && !errors.Is(err, store.ErrQueueNotFound) {
+					errc <- err
+					return
+				}
+			}
+		}
+	})
+	wg.Wait()
+	close(errc)
+	for err := range errc {
+		require.NoError(t, err)
+	}
+
+	for _, q := range qs {
+		n := 0
+		for p := int32(0); p < 2; p++ {
+			n += len(loadItems(t, s, q.ID, p))
+		}
+		require.Equal(t, batches*(perB-1), n, "queue %s", q.Name)
+		requireLastID(t, s, q.ID, batches*perB)
+	}
+}
+
+func testClosed(t *testing.T, newStore func(*testing.T) store.Store) {
+	s := newStore(t)
+	ctx := t.Context()
+	q := createQueue(t, s, "q", 1)
+	b := &store.Batch{QueueID: q.ID}
+	b.Insert(0, fullMeta(1), fullBody(1), store.ItemErrors{})
+	write(t, s, b)
+	require.NoError(t, s.Close())
+
+	_, err := s.CreateQueue(ctx, store.QueueInfo{Name: "new", Partitions: 1})
+	require.ErrorIs(t, err, store.ErrClosed, "CreateQueue")
+	require.ErrorIs(t, s.UpdateQueue(ctx, q), store.ErrClosed, "UpdateQueue")
+	_, err = s.GetQueue(ctx, "q")
+	require.ErrorIs(t, err, store.ErrClosed, "GetQueue")
+	_, err = s.ListQueues(ctx, "", 0)
+	require.ErrorIs(t, err, store.ErrClosed, "ListQueues")
+	require.ErrorIs(t, s.DeleteQueue(ctx, "q"), store.ErrClosed, "DeleteQueue")
+	err = s.LoadItems(ctx, q.ID, 0, func(store.ItemMeta) error { return nil })
+	require.ErrorIs(t, err, store.ErrClosed, "LoadItems")
+	_, err = s.LastID(ctx, q.ID)
+	require.ErrorIs(t, err, store.ErrClosed, "LastID")
+	require.ErrorIs(t, s.Write(ctx, b), store.ErrClosed, "Write")
+	_, _, err = s.ReadBodies(ctx, q.ID, 0, []uint64{1})
+	require.ErrorIs(t, err, store.ErrClosed, "ReadBodies")
+	_, err = s.ListItems(ctx, q.ID, 0, 0, 10)
+	require.ErrorIs(t, err, store.ErrClosed, "ListItems")
+	require.ErrorIs(t, s.Close(), store.ErrClosed, "second Close")
+}
+
+// requireItemMethodsNotFound checks that every item method reports
+// ErrQueueNotFound for queueID.
+func requireItemMethodsNotFound(t *testing.T, s store.Store, queueID uint64) {
+	t.Helper()
+	ctx := t.Context()
+	err := s.LoadItems(ctx, queueID, 0, func(store.ItemMeta) error { return nil })
+	require.ErrorIs(t, err, store.ErrQueueNotFound, "LoadItems")
+	_, err = s.LastID(ctx, queueID)
+	require.ErrorIs(t, err, store.ErrQueueNotFound, "LastID")
+	b := &store.Batch{QueueID: queueID, LastID: 5}
+	b.Insert(0, fullMeta(1), fullBody(1), store.ItemErrors{})
+	require.ErrorIs(t, s.Write(ctx, b), store.ErrQueueNotFound, "Write")
+	_, _, err = s.ReadBodies(ctx, queueID, 0, []uint64{1})
+	require.ErrorIs(t, err, store.ErrQueueNotFound, "ReadBodies")
+	_, err = s.ListItems(ctx, queueID, 0, 0, 10)
+	require.ErrorIs(t, err, store.ErrQueueNotFound, "ListItems")
+}
+
+// queueDump is a store's observable state for one queue.
+type queueDump struct {
+	Info   store.QueueInfo
+	LastID uint64
+	// Loaded and Listed hold, per partition, what LoadItems and ListItems
+	// return (normalised).
+	Loaded [][]store.ItemMeta
+	Listed [][]store.Item
+}
+
+// dump reads every queue's observable state, in name order. Partitions
+// 0..Partitions-1 are read.
+func dump(t *testing.T, s store.Store) []queueDump {
+	t.Helper()
+	qs, err := s.ListQueues(t.Context(), "", 0)
+	require.NoError(t, err)
+	out := make([]queueDump, 0, len(qs))
+	for _, q := range qs {
+		d := queueDump{Info: normInfo(q)}
+		d.LastID, err = s.LastID(t.Context(), q.ID)
+		require.NoError(t, err)
+		for p := range q.Partitions {
+			var metas []store.ItemMeta
+			for _, m := range loadItems(t, s, q.ID, p) {
+				metas = append(metas, normMeta(m))
+			}
+			var items []store.Item
+			for _, it := range listItems(t, s, q.ID, p, 0, 1<<20) {
+				items = append(items, normItem(it))
+			}
+			d.Loaded = append(d.Loaded, metas)
+			d.Listed = append(d.Listed, items)
+		}
+		out = append(out, d)
+	}
+	return out
+}
+
+// Fixtures.
+
+func createQueue(t *testing.T, s store.Store, name string, partitions int32) store.QueueInfo {
+	t.Helper()
+	q, err := s.CreateQueue(t.Context(), store.QueueInfo{
+		Name:          name,
+		Reference:     "ref " + name,
+		LeaseTimeout:  time.Minute,
+		ExpireTimeout: 24 * time.Hour,
+		MaxAttempts:   3,
+		Partitions:    partitions,
+		CreatedAt:     base,
+		UpdatedAt:     base,
+	})
+	require.NoError(t, err)
+	require.NotZero(t, q.ID)
+	return q
+}
+
+// fullMeta sets every field but SourceKey, with times a few nanoseconds
+// apart.
+func fullMeta(id uint64) store.ItemMeta {
+	created := base.Add(time.Duration(id) * time.Nanosecond)
+	return store.ItemMeta{
+		ID:             id,
+		BodyID:         id,
+		Attempts:       3,
+		Leased:         true,
+		LeaseDeadline:  created.Add(time.Minute + 1),
+		EnqueueAt:      created.Add(-time.Hour + 7),
+		ExpireDeadline: created.Add(24*time.Hour + 3),
+		CreatedAt:      created,
+	}
+}
+
+// plainMeta is a fresh ready item: only CreatedAt and ExpireDeadline set.
+func plainMeta(id uint64) store.ItemMeta {
+	created := base.Add(time.Duration(id) * time.Millisecond)
+	return store.ItemMeta{ID: id, BodyID: id, CreatedAt: created, ExpireDeadline: created.Add(time.Hour)}
+}
+
+// zeroMeta has only its ids set.
+func zeroMeta(id uint64) store.ItemMeta { return store.ItemMeta{ID: id, BodyID: id} }
+
+// oddTimesMeta has times in other locations, before 1970, far ahead, and
+// one with a monotonic clock reading.
+func oddTimesMeta(id uint64) store.ItemMeta {
+	m := fullMeta(id)
+	m.CreatedAt = time.Date(1969, 7, 20, 20, 17, 40, 1, time.FixedZone("X", -5*3600))
+	m.LeaseDeadline = time.Now()
+	m.EnqueueAt = time.Date(2200, 1, 1, 0, 0, 0, 999999999, time.UTC)
+	m.ExpireDeadline = time.Unix(0, 1).In(time.Local)
+	m.Attempts = -1
+	m.BodyID = id + 1000
+	m.SourceKey = "q-with-long-name.x~" + fmt.Sprint(id)
+	return m
+}
+
+func withID(m store.ItemMeta, id uint64) store.ItemMeta { m.ID = id; return m }
+
+func withBodyID(m store.ItemMeta, bodyID uint64) store.ItemMeta { m.BodyID = bodyID; return m }
+
+func withSourceKey(m store.ItemMeta, key string) store.ItemMeta { m.SourceKey = key; return m }
+
+func fullBody(id uint64) store.ItemBody {
+	return store.ItemBody{
+		Reference: fmt.Sprint("ref-", id),
+		Kind:      "kind",
+		Encoding:  "application/octet-stream",
+		Payload:   []byte{byte(id), 0, 0xff, byte(id >> 8), 'p', 'a', 'y', 0x80},
+	}
+}
+
+func bodyFor(queue string, id uint64) store.ItemBody {
+	b := fullBody(id)
+	b.Payload = append(b.Payload, queue...)
+	b.Kind = queue
+	return b
+}
+
+// deadBody sets every field, dead-letter ones included.
+func deadBody(id uint64) store.ItemBody {
+	b := fullBody(id)
+	b.SourceQueue = "source"
+	b.SourceID = fmt.Sprint(id * 7)
+	b.DeadReason = "max_attempts"
+	b.DeadAt = base.Add(-time.Duration(id))
+	b.RedriveCount = 2
+	b.Payload = make([]byte, 300) // longer than a one-byte varint length
+	for i := range b.Payload {
+		b.Payload[i] = byte(i)
+	}
+	return b
+}
+
+func someErrors(seed uint64) store.ItemErrors {
+	return store.ItemErrors{
+		LastError: fmt.Sprint("boom ", seed, " again"),
+		Errors: []store.AttemptError{
+			{Attempt: 1, Error: fmt.Sprint("boom ", seed), At: base.Add(time.Duration(seed) * time.Second)},
+			{Attempt: 2, Error: "", At: time.Time{}},
+			{Attempt: 3, Error: fmt.Sprint("boom ", seed, " again"), At: base.Add(time.Duration(seed)*time.Second + 1)},
+		},
+	}
+}
+
+// Store helpers.
+
+func write(t *testing.T, s store.Store, b *store.Batch) {
+	t.Helper()
+	require.NoError(t, s.Write(t.Context(), b))
+}
+
+func loadItems(t *testing.T, s store.Store, queueID uint64, partition int32) []store.ItemMeta {
+	t.Helper()
+	var out []store.ItemMeta
+	err := s.LoadItems(t.Context(), queueID, partition, func(m store.ItemMeta) error {
+		out = append(out, m)
+		return nil
+	})
+	require.NoError(t, err)
+	for i := 1; i < len(out); i++ {
+		require.Less(t, out[i-1].ID, out[i].ID, "LoadItems not in ID order")
+	}
+	return out
+}
+
+func listItems(t *testing.T, s store.Store, queueID uint64, partition int32, afterID uint64, limit int) []store.Item {
+	t.Helper()
+	items, err := s.ListItems(t.Context(), queueID, partition, afterID, limit)
+	require.NoError(t, err)
+	require.LessOrEqual(t, len(items), limit)
+	for i, it := range items {
+		require.Equal(t, partition, it.Partition, "Item.Partition")
+		require.Greater(t, it.Meta.ID, afterID)
+		if i > 0 {
+			require.Less(t, items[i-1].Meta.ID, it.Meta.ID, "ListItems not in ID order")
+		}
+	}
+	return items
+}
+
+func readBodies(t *testing.T, s store.Store, queueID uint64, partition int32, bodyIDs ...uint64) ([]store.ItemBody, []store.ItemErrors) {
+	t.Helper()
+	bodies, errs, err := s.ReadBodies(t.Context(), queueID, partition, bodyIDs)
+	require.NoError(t, err)
+	require.Len(t, bodies, len(bodyIDs))
+	require.Len(t, errs, len(bodyIDs))
+	return bodies, errs
+}
+
+func requireLastID(t *testing.T, s store.Store, queueID, want uint64) {
+	t.Helper()
+	got, err := s.LastID(t.Context(), queueID)
+	require.NoError(t, err)
+	require.Equal(t, want, got, "LastID")
+}
+
+// Comparison: values are normalised (times to UTC without monotonic
+// reading, empty slices to nil) and compared with require.Equal for
+// readable diffs.
+
+func requireInfo(t *testing.T, want, got store.QueueInfo) {
+	t.Helper()
+	require.Equal(t, normInfo(want), normInfo(got))
+}
+
+func requireMetas(t *testing.T, want, got []store.ItemMeta) {
+	t.Helper()
+	require.Equal(t, mapSlice(want, normMeta), mapSlice(got, normMeta))
+}
+
+func requireBodies(t *testing.T, want, got []store.ItemBody) {
+	t.Helper()
+	require.Equal(t, mapSlice(want, normBody), mapSlice(got, normBody))
+}
+
+func requireErrors(t *testing.T, want, got []store.ItemErrors) {
+	t.Helper()
+	require.Equal(t, mapSlice(want, normErrors), mapSlice(got, normErrors))
+}
+
+func requireItem(t *testing.T, want, got store.Item) {
+	t.Helper()
+	require.Equal(t, normItem(want), normItem(got))
+}
+
+func requireItems(t *testing.T, want, got []store.Item, msg ...any) {
+	t.Helper()
+	require.Equal(t, mapSlice(want, normItem), mapSlice(got, normItem), msg...)
+}
+
+func mapSlice[T any](in []T, f func(T) T) []T {
+	if len(in) == 0 {
+		return nil
+	}
+	out := make([]T, len(in))
+	for i, v := range in {
+		out[i] = f(v)
+	}
+	return out
+}
+
+func normTime(t time.Time) time.Time { return t.Round(0).UTC() }
+
+func normInfo(q store.QueueInfo) store.QueueInfo {
+	q.CreatedAt = normTime(q.CreatedAt)
+	q.UpdatedAt = normTime(q.UpdatedAt)
+	return q
+}
+
+func normMeta(m store.ItemMeta) store.ItemMeta {
+	m.LeaseDeadline = normTime(m.LeaseDeadline)
+	m.EnqueueAt = normTime(m.EnqueueAt)
+	m.ExpireDeadline = normTime(m.ExpireDeadline)
+	m.CreatedAt = normTime(m.CreatedAt)
+	return m
+}
+
+func normBody(b store.ItemBody) store.ItemBody {
+	if len(b.Payload) == 0 {
+		b.Payload = nil
+	}
+	b.DeadAt = normTime(b.DeadAt)
+	return b
+}
+
+func normErrors(e store.ItemErrors) store.ItemErrors {
+	e.Errors = mapSlice(e.Errors, func(a store.AttemptError) store.AttemptError {
+		a.At = normTime(a.At)
+		return a
+	})
+	return e
+}
+
+func normItem(it store.Item) store.Item {
+	it.Meta = normMeta(it.Meta)
+	it.Body = normBody(it.Body)
+	it.Errors = normErrors(it.Errors)
+	return it
+}

@@ -1,0 +1,69 @@
+// Package metrics holds every Prometheus metric Styx exports, by name, in one
+// place. docs/metrics.md documents them. Names follow
+// styx_<subsystem>_<name>_<unit>; only counters end in _total.
+package metrics
+
+import (
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/collectors"
+)
+
+// Metrics is the set of collectors of one server. Create it with New; every
+// field is safe for concurrent use.
+type Metrics struct {
+	// Registry is the registry every collector below is registered with;
+	// transport serves it on GET /metrics.
+	Registry *prometheus.Registry
+
+	// Requests counts API requests by path and HTTP status code.
+	Requests *prometheus.CounterVec
+	// RequestSeconds is the latency of API requests by path, in seconds.
+	RequestSeconds *prometheus.HistogramVec
+
+	// DeadLettered counts items moved to a dead-letter queue, by source
+	// queue, dead-letter queue and reason (max_attempts, expired, explicit).
+	DeadLettered *prometheus.CounterVec
+	// ItemsDropped counts dead items deleted because their queue has no
+	// dead-letter queue (and dead-letter queue items deleted at the end of
+	// their retention), by queue and reason.
+	ItemsDropped *prometheus.CounterVec
+	// DeadLetterErrors counts failed writes to a dead-letter queue, by
+	// source queue. Each failed move is retried.
+	DeadLetterErrors *prometheus.CounterVec
+}
+
+// New creates and registers every collector, plus the Go runtime and process
+// collectors, on a new registry.
+func New() *Metrics {
+	reg := prometheus.NewRegistry()
+	m := &Metrics{
+		Registry: reg,
+		Requests: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "styx_http_requests_total",
+			Help: "API requests by path and HTTP status code.",
+		}, []string{"path", "code"}),
+		RequestSeconds: prometheus.NewHistogramVec(prometheus.HistogramOpts{
+			Name:    "styx_http_request_duration_seconds",
+			Help:    "API request latency by path, in seconds (a lease includes its long-poll wait).",
+			Buckets: []float64{.0005, .001, .0025, .005, .01, .025, .05, .1, .25, .5, 1, 2.5, 5, 10, 30},
+		}, []string{"path"}),
+		DeadLettered: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "styx_dead_lettered_total",
+			Help: "Items moved to a dead-letter queue, by source queue, dead-letter queue and reason.",
+		}, []string{"queue", "dead_queue", "reason"}),
+		ItemsDropped: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "styx_items_dropped_total",
+			Help: "Dead items deleted because their queue has no dead-letter queue, and dead-letter queue items deleted at the end of their retention.",
+		}, []string{"queue", "reason"}),
+		DeadLetterErrors: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "styx_dead_letter_errors_total",
+			Help: "Failed writes to a dead-letter queue, by source queue; each is retried.",
+		}, []string{"queue"}),
+	}
+	reg.MustRegister(
+		m.Requests, m.RequestSeconds, m.DeadLettered, m.ItemsDropped, m.DeadLetterErrors,
+		collectors.NewGoCollector(),
+		collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}),
+	)
+	return m
+}
