@@ -213,12 +213,19 @@ func (b *Batch) Len() int { return len(b.Ops) }
 //
 // Unless noted, methods return ErrClosed after Close, and wrap backend
 // errors with the operation ("pebble: write queue 7: ...").
+//
+// The item methods (LoadItems, LastID, Write, ReadBodies, ListItems) return
+// ErrQueueNotFound for a queue ID no live queue has: never assigned, or
+// deleted. A Write racing DeleteQueue thus either lands before the delete
+// (and is deleted with the queue) or fails; it never leaves items behind
+// under a dead ID.
 type Store interface {
 	// CreateQueue stores a new queue, assigning info.ID, and returns it.
 	// Returns ErrQueueExists if the name is taken.
 	CreateQueue(ctx context.Context, info QueueInfo) (QueueInfo, error)
 	// UpdateQueue overwrites the queue named info.Name; info.ID must be the
-	// stored one. Returns ErrQueueNotFound.
+	// stored one. Returns ErrQueueNotFound if there is no such queue or its
+	// ID is not info.ID (it was deleted and re-created).
 	UpdateQueue(ctx context.Context, info QueueInfo) error
 	// GetQueue returns ErrQueueNotFound if there is no such queue.
 	GetQueue(ctx context.Context, name string) (QueueInfo, error)
@@ -234,8 +241,9 @@ type Store interface {
 	// scan and is returned.
 	LoadItems(ctx context.Context, queueID uint64, partition int32, fn func(ItemMeta) error) error
 	// LastID returns the highest id the queue has ever persisted through
-	// Batch.LastID or an inserted item (0 for a new queue), so ids are never
-	// reused after a restart.
+	// Batch.LastID or the Meta.ID of an inserted, requeued or updated item
+	// (0 for a new queue), so ids are never reused after a restart. It
+	// never decreases.
 	LastID(ctx context.Context, queueID uint64) (uint64, error)
 	// Write applies the batch atomically: all of it or none. When it
 	// returns nil the batch is durable (fsynced) unless the backend was

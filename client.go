@@ -1,0 +1,227 @@
+// Package styx is the Go client of Styx, a leased FIFO work queue with
+// first-class dead-letter handling that speaks Querator's v1 HTTP API.
+//
+//	c, err := styx.NewClient(styx.ClientConfig{Endpoint: "http://127.0.0.1:2319"})
+//	err = c.QueueProduce(ctx, &styxpb.QueueProduceRequest{QueueName: "orders", Items: ...})
+//
+// Every call takes a context first and returns an *Error carrying the
+// DUH-RPC code when the server refused the request.
+package styx
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"net/http"
+	"strings"
+	"time"
+
+	v1 "github.com/duh-rpc/duh-go/proto/v1"
+	"google.golang.org/protobuf/proto"
+
+	pb "github.com/styxq/styx/styxpb"
+)
+
+// DefaultEndpoint is where `styx server` listens by default.
+const DefaultEndpoint = "http://127.0.0.1:2319"
+
+// ClientConfig configures a Client.
+type ClientConfig struct {
+	// Endpoint is the server's base URL. Defaults to DefaultEndpoint.
+	Endpoint string
+	// HTTPClient sends the requests. Defaults to a client with no overall
+	// timeout (leases long-poll; bound them with the context).
+	HTTPClient *http.Client
+}
+
+// Client calls a Styx (or Querator) server. It is safe for concurrent use.
+type Client struct {
+	endpoint string
+	http     *http.Client
+}
+
+// NewClient returns a client. It does not connect.
+func NewClient(cfg ClientConfig) (*Client, error) {
+	if cfg.Endpoint == "" {
+		cfg.Endpoint = DefaultEndpoint
+	}
+	if !strings.HasPrefix(cfg.Endpoint, "http://") && !strings.HasPrefix(cfg.Endpoint, "https://") {
+		return nil, fmt.Errorf("styx: endpoint %q must start with http:// or https://", cfg.Endpoint)
+	}
+	if cfg.HTTPClient == nil {
+		cfg.HTTPClient = &http.Client{Transport: &http.Transport{
+			MaxIdleConnsPerHost: 64,
+			IdleConnTimeout:     90 * time.Second,
+		}}
+	}
+	return &Client{endpoint: strings.TrimRight(cfg.Endpoint, "/"), http: cfg.HTTPClient}, nil
+}
+
+// Error is a request the server answered with a code other than 200.
+type Error struct {
+	// Code is the DUH-RPC code, equal to the HTTP status: 400 invalid
+	// request, 404 not found, 409 conflict, 454 retry (no items before the
+	// request timeout, or an overloaded queue), 455 bad content, 500
+	// internal, 501 no such method.
+	Code int
+	// Message is the server's explanation, "<what>; <detail>".
+	Message string
+	// Details are extra key/values the server sent.
+	Details map[string]string
+}
+
+// Error returns "<code>: <message>".
+func (e *Error) Error() string { return fmt.Sprintf("%d: %s", e.Code, e.Message) }
+
+// Codes of Error.Code.
+const (
+	CodeBadRequest = 400
+	CodeNotFound   = 404
+	CodeConflict   = 409
+	CodeRetry      = 454
+	CodeBadContent = 455
+	CodeInternal   = 500
+)
+
+// ErrorCode returns the DUH-RPC code of err, or 0 if err is not an *Error.
+func ErrorCode(err error) int {
+	var e *Error
+	if errors.As(err, &e) {
+		return e.Code
+	}
+	return 0
+}
+
+// IsRetry reports whether err says to retry later: a lease that found no
+// items before its request timeout, or an overloaded queue.
+func IsRetry(err error) bool { return ErrorCode(err) == CodeRetry }
+
+// do posts in (protobuf) to path and decodes the reply into out.
+func (c *Client) do(ctx context.Context, path string, in, out proto.Message) error {
+	body, err := proto.Marshal(in)
+	if err != nil {
+		return fmt.Errorf("styx: encode %s: %w", path, err)
+	}
+	req, err := http.NewRequestWithContext(ctx, http.MethodPost, c.endpoint+path, bytes.NewReader(body))
+	if err != nil {
+		return fmt.Errorf("styx: %s: %w", path, err)
+	}
+	req.Header.Set("Content-Type", "application/protobuf")
+	req.Header.Set("Accept", "application/protobuf")
+	resp, err := c.http.Do(req)
+	if err != nil {
+		return fmt.Errorf("styx: %s: %w", path, err)
+	}
+	defer func() { _ = resp.Body.Close() }()
+	b, err := io.ReadAll(resp.Body)
+	if err != nil {
+		return fmt.Errorf("styx: %s: read reply: %w", path, err)
+	}
+	if resp.StatusCode != http.StatusOK {
+		var reply v1.Reply
+		if !strings.HasPrefix(resp.Header.Get("Content-Type"), "application/protobuf") || proto.Unmarshal(b, &reply) != nil {
+			return &Error{Code: resp.StatusCode, Message: fmt.Sprintf("%s: %s", path, strings.TrimSpace(string(b)))}
+		}
+		return &Error{Code: int(reply.Code), Message: reply.Message, Details: reply.Details}
+	}
+	if out == nil {
+		return nil
+	}
+	if err := proto.Unmarshal(b, out); err != nil {
+		return fmt.Errorf("styx: %s: decode reply: %w", path, err)
+	}
+	return nil
+}
+
+// QueueProduce adds up to 1000 items to a queue; it returns when they are
+// durable.
+func (c *Client) QueueProduce(ctx context.Context, req *pb.QueueProduceRequest) error {
+	return c.do(ctx, "/v1/queue.produce", req, &pb.QueueProduceResponse{})
+}
+
+// QueueLease long-polls up to req.RequestTimeout for up to req.BatchSize
+// items. With none, it returns an *Error with CodeRetry (see IsRetry).
+func (c *Client) QueueLease(ctx context.Context, req *pb.QueueLeaseRequest) (*pb.QueueLeaseResponse, error) {
+	out := &pb.QueueLeaseResponse{}
+	return out, c.do(ctx, "/v1/queue.lease", req, out)
+}
+
+// QueueComplete deletes leased items of one partition.
+func (c *Client) QueueComplete(ctx context.Context, req *pb.QueueCompleteRequest) error {
+	return c.do(ctx, "/v1/queue.complete", req, &pb.QueueCompleteResponse{})
+}
+
+// QueueRetry ends leases without completion: requeue, schedule (retry_at),
+// release (attempt not counted) or dead-letter (dead).
+func (c *Client) QueueRetry(ctx context.Context, req *pb.QueueRetryRequest) error {
+	return c.do(ctx, "/v1/queue.retry", req, &pb.QueueRetryResponse{})
+}
+
+// QueueStats describes a queue's partitions.
+func (c *Client) QueueStats(ctx context.Context, req *pb.QueueStatsRequest) (*pb.QueueStatsResponse, error) {
+	out := &pb.QueueStatsResponse{}
+	return out, c.do(ctx, "/v1/queue.stats", req, out)
+}
+
+// QueueClear removes ready, scheduled or all items of a queue.
+func (c *Client) QueueClear(ctx context.Context, req *pb.QueueClearRequest) error {
+	return c.do(ctx, "/v1/queue.clear", req, &v1.Reply{})
+}
+
+// QueueReload rebuilds a queue's in-memory state from storage.
+func (c *Client) QueueReload(ctx context.Context, req *pb.QueueReloadRequest) error {
+	return c.do(ctx, "/v1/queue.reload", req, &pb.QueueReloadResponse{})
+}
+
+// QueuesCreate creates a queue.
+func (c *Client) QueuesCreate(ctx context.Context, req *pb.QueueInfo) error {
+	return c.do(ctx, "/v1/queues.create", req, &v1.Reply{})
+}
+
+// QueuesUpdate changes the set fields of a queue's configuration.
+func (c *Client) QueuesUpdate(ctx context.Context, req *pb.QueueInfo) error {
+	return c.do(ctx, "/v1/queues.update", req, &v1.Reply{})
+}
+
+// QueuesInfo returns a queue's configuration.
+func (c *Client) QueuesInfo(ctx context.Context, req *pb.QueuesInfoRequest) (*pb.QueueInfo, error) {
+	out := &pb.QueueInfo{}
+	return out, c.do(ctx, "/v1/queues.info", req, out)
+}
+
+// QueuesList lists queues by name from req.Pivot (inclusive).
+func (c *Client) QueuesList(ctx context.Context, req *pb.QueuesListRequest) (*pb.QueuesListResponse, error) {
+	out := &pb.QueuesListResponse{}
+	return out, c.do(ctx, "/v1/queues.list", req, out)
+}
+
+// QueuesDelete deletes a queue and its items.
+func (c *Client) QueuesDelete(ctx context.Context, req *pb.QueuesDeleteRequest) error {
+	return c.do(ctx, "/v1/queues.delete", req, &v1.Reply{})
+}
+
+// StorageItemsList lists a partition's items from req.Pivot (exclusive),
+// with dead-letter metadata.
+func (c *Client) StorageItemsList(ctx context.Context, req *pb.StorageItemsListRequest) (*pb.StorageItemsListResponse, error) {
+	out := &pb.StorageItemsListResponse{}
+	return out, c.do(ctx, "/v1/storage/items.list", req, out)
+}
+
+// StorageScheduledList lists a partition's scheduled items.
+func (c *Client) StorageScheduledList(ctx context.Context, req *pb.StorageItemsListRequest) (*pb.StorageItemsListResponse, error) {
+	out := &pb.StorageItemsListResponse{}
+	return out, c.do(ctx, "/v1/storage/scheduled.list", req, out)
+}
+
+// StorageItemsImport adds items as given; it returns them with their ids.
+func (c *Client) StorageItemsImport(ctx context.Context, req *pb.StorageItemsImportRequest) (*pb.StorageItemsImportResponse, error) {
+	out := &pb.StorageItemsImportResponse{}
+	return out, c.do(ctx, "/v1/storage/items.import", req, out)
+}
+
+// StorageItemsDelete removes items by id.
+func (c *Client) StorageItemsDelete(ctx context.Context, req *pb.StorageItemsDeleteRequest) error {
+	return c.do(ctx, "/v1/storage/items.delete", req, &v1.Reply{})
+}

@@ -1,0 +1,288 @@
+package main
+
+import (
+	"bytes"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"os"
+	"reflect"
+	"slices"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/spf13/pflag"
+	"gopkg.in/yaml.v3"
+
+	"github.com/styxq/styx/daemon"
+)
+
+// envConfig names the environment variable that sets --config.
+const envConfig = "STYX_CONFIG"
+
+// serverSettings are the resolved settings of `styx server`, before they
+// are translated into a daemon.Config.
+type serverSettings struct {
+	// Listen is the TCP host:port to serve on. Defaults to 127.0.0.1:2319.
+	Listen string
+	// DataDir is the Pebble data directory. Defaults to ./styx-data.
+	DataDir string
+	// Storage is "pebble" (default) or "memory".
+	Storage string
+	// Sync fsyncs every write before acknowledging it. Defaults to true.
+	Sync bool
+	// LogLevel is debug, info (default), warn or error.
+	LogLevel slog.Level
+	// LogFormat is text (default) or json.
+	LogFormat string
+	// ShutdownTimeout bounds how long a shutdown waits for in-flight
+	// requests. Defaults to 30s.
+	ShutdownTimeout time.Duration
+}
+
+// defaultServerSettings returns the settings used when neither a flag, an
+// environment variable nor the config file sets them.
+func defaultServerSettings() serverSettings {
+	return serverSettings{
+		Listen:          "127.0.0.1:2319",
+		DataDir:         "./styx-data",
+		Storage:         daemon.StoragePebble,
+		Sync:            true,
+		LogLevel:        slog.LevelInfo,
+		LogFormat:       "text",
+		ShutdownTimeout: 30 * time.Second,
+	}
+}
+
+// daemonConfig translates s into the server's Config, logging to log.
+func (s serverSettings) daemonConfig(log *slog.Logger) daemon.Config {
+	return daemon.Config{
+		Listen:          s.Listen,
+		Storage:         s.Storage,
+		DataDir:         s.DataDir,
+		NoSync:          !s.Sync,
+		ShutdownTimeout: s.ShutdownTimeout,
+		Log:             log,
+	}
+}
+
+// newLogger returns a logger writing s.LogFormat at s.LogLevel to w.
+func (s serverSettings) newLogger(w io.Writer) *slog.Logger {
+	opts := &slog.HandlerOptions{Level: s.LogLevel}
+	if s.LogFormat == "json" {
+		return slog.New(slog.NewJSONHandler(w, opts))
+	}
+	return slog.New(slog.NewTextHandler(w, opts))
+}
+
+// fileConfig is the YAML config file of `styx server`. It is kept apart
+// from daemon.Config: the file is a user-facing format with its own key
+// names, the Config is the server's runtime input. A nil field is unset.
+type fileConfig struct {
+	Listen          *string        `yaml:"listen"`
+	DataDir         *string        `yaml:"data_dir"`
+	Storage         *string        `yaml:"storage"`
+	Sync            *bool          `yaml:"sync"`
+	LogLevel        *string        `yaml:"log_level"`
+	LogFormat       *string        `yaml:"log_format"`
+	ShutdownTimeout *time.Duration `yaml:"shutdown_timeout"`
+}
+
+// values returns the set fields of fc by YAML key, formatted as a flag or
+// environment variable would give them.
+func (fc *fileConfig) values() map[string]string {
+	out := map[string]string{}
+	put := func(key string, v *string) {
+		if v != nil {
+			out[key] = *v
+		}
+	}
+	put("listen", fc.Listen)
+	put("data_dir", fc.DataDir)
+	put("storage", fc.Storage)
+	put("log_level", fc.LogLevel)
+	put("log_format", fc.LogFormat)
+	if fc.Sync != nil {
+		out["sync"] = strconv.FormatBool(*fc.Sync)
+	}
+	if fc.ShutdownTimeout != nil {
+		out["shutdown_timeout"] = fc.ShutdownTimeout.String()
+	}
+	return out
+}
+
+// fileKeys returns the YAML keys of fileConfig.
+func fileKeys() []string {
+	t := reflect.TypeFor[fileConfig]()
+	keys := make([]string, 0, t.NumField())
+	for f := range t.Fields() {
+		keys = append(keys, strings.Split(f.Tag.Get("yaml"), ",")[0])
+	}
+	return keys
+}
+
+// readFileConfig reads the YAML file at path. A key fileConfig does not
+// know is an error naming the key and its line.
+func readFileConfig(path string) (*fileConfig, error) {
+	b, err := os.ReadFile(path)
+	if err != nil {
+		return nil, fmt.Errorf("config: %w", err)
+	}
+	var doc yaml.Node
+	if err := yaml.NewDecoder(bytes.NewReader(b)).Decode(&doc); err != nil {
+		if errors.Is(err, io.EOF) { // an empty file sets nothing
+			return &fileConfig{}, nil
+		}
+		return nil, fmt.Errorf("config %s: %w", path, err)
+	}
+	root := &doc
+	if root.Kind == yaml.DocumentNode && len(root.Content) == 1 {
+		root = root.Content[0]
+	}
+	if root.Kind != yaml.MappingNode {
+		return nil, fmt.Errorf("config %s: line %d: want a mapping of keys to values", path, root.Line)
+	}
+	known := fileKeys()
+	for i := 0; i < len(root.Content); i += 2 {
+		k := root.Content[i]
+		if !slices.Contains(known, k.Value) {
+			return nil, fmt.Errorf("config %s: line %d: unknown key %q (known keys: %s)", path, k.Line, k.Value, strings.Join(known, ", "))
+		}
+	}
+	var fc fileConfig
+	if err := root.Decode(&fc); err != nil {
+		return nil, fmt.Errorf("config %s: %w", path, err)
+	}
+	return &fc, nil
+}
+
+// serverSetting is one setting of `styx server` and the three places it can
+// come from.
+type serverSetting struct {
+	key  string // YAML key, e.g. "data_dir"
+	flag string // flag name, e.g. "data-dir"
+	env  string // environment variable, e.g. "STYX_DATA_DIR"
+	// set parses v (as a flag, an environment variable or formatted file
+	// value) into s.
+	set func(s *serverSettings, v string) error
+}
+
+// serverSettingTable lists every setting, in the order they are applied.
+func serverSettingTable() []serverSetting {
+	return []serverSetting{
+		{"listen", "listen", "STYX_LISTEN", func(s *serverSettings, v string) error {
+			if v == "" {
+				return errors.New("an address host:port is required")
+			}
+			s.Listen = v
+			return nil
+		}},
+		{"data_dir", "data-dir", "STYX_DATA_DIR", func(s *serverSettings, v string) error {
+			if v == "" {
+				return errors.New("a directory is required")
+			}
+			s.DataDir = v
+			return nil
+		}},
+		{"storage", "storage", "STYX_STORAGE", func(s *serverSettings, v string) error {
+			if v != daemon.StoragePebble && v != daemon.StorageMemory {
+				return fmt.Errorf("%q is not one of %s, %s", v, daemon.StoragePebble, daemon.StorageMemory)
+			}
+			s.Storage = v
+			return nil
+		}},
+		{"sync", "sync", "STYX_SYNC", func(s *serverSettings, v string) error {
+			b, err := strconv.ParseBool(v)
+			if err != nil {
+				return fmt.Errorf("%q is not true or false", v)
+			}
+			s.Sync = b
+			return nil
+		}},
+		{"log_level", "log-level", "STYX_LOG_LEVEL", func(s *serverSettings, v string) error {
+			levels := map[string]slog.Level{"debug": slog.LevelDebug, "info": slog.LevelInfo, "warn": slog.LevelWarn, "error": slog.LevelError}
+			l, ok := levels[strings.ToLower(v)]
+			if !ok {
+				return fmt.Errorf("%q is not one of debug, info, warn, error", v)
+			}
+			s.LogLevel = l
+			return nil
+		}},
+		{"log_format", "log-format", "STYX_LOG_FORMAT", func(s *serverSettings, v string) error {
+			if v != "text" && v != "json" {
+				return fmt.Errorf("%q is not one of text, json", v)
+			}
+			s.LogFormat = v
+			return nil
+		}},
+		{"shutdown_timeout", "shutdown-timeout", "STYX_SHUTDOWN_TIMEOUT", func(s *serverSettings, v string) error {
+			d, err := time.ParseDuration(v)
+			if err != nil || d <= 0 {
+				return fmt.Errorf("%q is not a positive duration such as 30s", v)
+			}
+			s.ShutdownTimeout = d
+			return nil
+		}},
+	}
+}
+
+// addServerFlags defines the flags of `styx server` on fs.
+func addServerFlags(fs *pflag.FlagSet) {
+	d := defaultServerSettings()
+	fs.String("config", "", "YAML config file (env "+envConfig+"); its keys are the flag names with '_' for '-'")
+	fs.String("listen", d.Listen, "TCP host:port to serve on; port 0 picks a free port (env STYX_LISTEN)")
+	fs.String("data-dir", d.DataDir, "Pebble data directory (env STYX_DATA_DIR)")
+	fs.String("storage", d.Storage, "storage backend: pebble (durable) or memory (lost at exit) (env STYX_STORAGE)")
+	fs.Bool("sync", d.Sync, "fsync every write before acknowledging it; turning it off (--sync=false) is faster, "+
+		"but acknowledged writes may be lost on power failure (env STYX_SYNC)")
+	fs.String("log-level", "info", "log level: debug, info, warn or error (env STYX_LOG_LEVEL)")
+	fs.String("log-format", d.LogFormat, "log format: text or json (env STYX_LOG_FORMAT)")
+	fs.Duration("shutdown-timeout", d.ShutdownTimeout, "how long a shutdown waits for in-flight requests (env STYX_SHUTDOWN_TIMEOUT)")
+}
+
+// loadServerSettings resolves the server settings from the flags parsed
+// into fs (defined by addServerFlags), the environment (read with
+// lookupEnv; an empty variable counts as unset) and the config file named
+// by --config or STYX_CONFIG. A flag wins over an environment variable,
+// which wins over the file, which wins over the default. Errors name the
+// setting and where its value came from.
+func loadServerSettings(fs *pflag.FlagSet, lookupEnv func(string) (string, bool)) (serverSettings, error) {
+	s := defaultServerSettings()
+	table := serverSettingTable()
+
+	path, _ := fs.GetString("config")
+	if !fs.Changed("config") {
+		path, _ = lookupEnv(envConfig)
+	}
+	if path != "" {
+		fc, err := readFileConfig(path)
+		if err != nil {
+			return s, err
+		}
+		vals := fc.values()
+		for _, st := range table {
+			if v, ok := vals[st.key]; ok {
+				if err := st.set(&s, v); err != nil {
+					return s, fmt.Errorf("config %s: %s: %w", path, st.key, err)
+				}
+			}
+		}
+	}
+	for _, st := range table {
+		if v, ok := lookupEnv(st.env); ok && v != "" {
+			if err := st.set(&s, v); err != nil {
+				return s, fmt.Errorf("%s: %w", st.env, err)
+			}
+		}
+	}
+	for _, st := range table {
+		if fs.Changed(st.flag) {
+			if err := st.set(&s, fs.Lookup(st.flag).Value.String()); err != nil {
+				return s, fmt.Errorf("--%s: %w", st.flag, err)
+			}
+		}
+	}
+	return s, nil
+}

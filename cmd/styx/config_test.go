@@ -1,0 +1,139 @@
+package main
+
+import (
+	"log/slog"
+	"os"
+	"path/filepath"
+	"testing"
+	"time"
+
+	"github.com/spf13/pflag"
+	"github.com/stretchr/testify/require"
+)
+
+// loadWith parses args as `styx server` flags and resolves the settings
+// with env as the environment.
+func loadWith(t *testing.T, args []string, env map[string]string) (serverSettings, error) {
+	t.Helper()
+	fs := pflag.NewFlagSet("server", pflag.ContinueOnError)
+	addServerFlags(fs)
+	require.NoError(t, fs.Parse(args))
+	return loadServerSettings(fs, func(k string) (string, bool) {
+		v, ok := env[k]
+		return v, ok
+	})
+}
+
+func writeConfig(t *testing.T, text string) string {
+	t.Helper()
+	path := filepath.Join(t.TempDir(), "styx.yaml")
+	require.NoError(t, os.WriteFile(path, []byte(text), 0o600))
+	return path
+}
+
+func TestServerSettingsDefaults(t *testing.T) {
+	s, err := loadWith(t, nil, nil)
+	require.NoError(t, err)
+	require.Equal(t, defaultServerSettings(), s)
+	require.Equal(t, "127.0.0.1:2319", s.Listen)
+	require.Equal(t, "./styx-data", s.DataDir)
+	require.Equal(t, "pebble", s.Storage)
+	require.True(t, s.Sync)
+	require.Equal(t, slog.LevelInfo, s.LogLevel)
+	require.Equal(t, "text", s.LogFormat)
+
+	cfg := s.daemonConfig(slog.Default())
+	require.False(t, cfg.NoSync)
+	cfg.SetDefaults()
+	require.NoError(t, cfg.Validate())
+}
+
+func TestServerSettingsPrecedence(t *testing.T) {
+	// listen is set everywhere, log_level in file and env, data_dir and
+	// sync in the file only, log_format nowhere.
+	path := writeConfig(t, `
+listen: 127.0.0.1:1001
+log_level: debug
+data_dir: /from/file
+sync: false
+storage: memory
+`)
+	env := map[string]string{
+		"STYX_LISTEN":    "127.0.0.1:1002",
+		"STYX_LOG_LEVEL": "warn",
+		"STYX_STORAGE":   "", // empty counts as unset
+	}
+	s, err := loadWith(t, []string{"--config", path, "--listen", "127.0.0.1:1003"}, env)
+	require.NoError(t, err)
+	require.Equal(t, "127.0.0.1:1003", s.Listen, "flag beats env and file")
+	require.Equal(t, slog.LevelWarn, s.LogLevel, "env beats file")
+	require.Equal(t, "/from/file", s.DataDir, "file beats default")
+	require.False(t, s.Sync, "file beats default")
+	require.Equal(t, "memory", s.Storage, "an empty env var does not override the file")
+	require.Equal(t, "text", s.LogFormat, "default when set nowhere")
+	require.True(t, s.daemonConfig(nil).NoSync)
+
+	t.Run("flag beats env for a bool", func(t *testing.T) {
+		s, err := loadWith(t, []string{"--sync=true"}, map[string]string{"STYX_SYNC": "false"})
+		require.NoError(t, err)
+		require.True(t, s.Sync)
+	})
+	t.Run("config file from STYX_CONFIG", func(t *testing.T) {
+		s, err := loadWith(t, nil, map[string]string{"STYX_CONFIG": path})
+		require.NoError(t, err)
+		require.Equal(t, "127.0.0.1:1001", s.Listen)
+	})
+	t.Run("--config beats STYX_CONFIG", func(t *testing.T) {
+		other := writeConfig(t, "shutdown_timeout: 5s\n")
+		s, err := loadWith(t, []string{"--config", other}, map[string]string{"STYX_CONFIG": path})
+		require.NoError(t, err)
+		require.Equal(t, "127.0.0.1:2319", s.Listen)
+		require.Equal(t, 5*time.Second, s.ShutdownTimeout)
+	})
+}
+
+func TestServerSettingsErrors(t *testing.T) {
+	t.Run("unknown YAML key", func(t *testing.T) {
+		path := writeConfig(t, "listen: 127.0.0.1:1\nlisten_addr: 0.0.0.0:2319\n")
+		_, err := loadWith(t, []string{"--config", path}, nil)
+		require.ErrorContains(t, err, `line 2: unknown key "listen_addr"`)
+	})
+	t.Run("wrong YAML type", func(t *testing.T) {
+		path := writeConfig(t, "sync: maybe\n")
+		_, err := loadWith(t, []string{"--config", path}, nil)
+		require.ErrorContains(t, err, "maybe")
+	})
+	t.Run("bad value in the file names the key", func(t *testing.T) {
+		path := writeConfig(t, "log_level: loud\n")
+		_, err := loadWith(t, []string{"--config", path}, nil)
+		require.ErrorContains(t, err, `log_level: "loud" is not one of debug, info, warn, error`)
+	})
+	t.Run("bad env value names the variable", func(t *testing.T) {
+		_, err := loadWith(t, nil, map[string]string{"STYX_SYNC": "sometimes"})
+		require.ErrorContains(t, err, `STYX_SYNC: "sometimes" is not true or false`)
+	})
+	t.Run("bad flag value names the flag", func(t *testing.T) {
+		_, err := loadWith(t, []string{"--storage", "disk"}, nil)
+		require.ErrorContains(t, err, `--storage: "disk" is not one of pebble, memory`)
+	})
+	t.Run("missing file", func(t *testing.T) {
+		_, err := loadWith(t, []string{"--config", filepath.Join(t.TempDir(), "nope.yaml")}, nil)
+		require.Error(t, err)
+	})
+	t.Run("empty file sets nothing", func(t *testing.T) {
+		s, err := loadWith(t, []string{"--config", writeConfig(t, "")}, nil)
+		require.NoError(t, err)
+		require.Equal(t, defaultServerSettings(), s)
+	})
+}
+
+func TestEveryFileKeyIsASetting(t *testing.T) {
+	table := map[string]bool{}
+	for _, st := range serverSettingTable() {
+		table[st.key] = true
+	}
+	for _, k := range fileKeys() {
+		require.True(t, table[k], "yaml key %q has no setting", k)
+	}
+	require.Len(t, table, len(fileKeys()))
+}

@@ -1,0 +1,121 @@
+package main
+
+import (
+	"fmt"
+	"time"
+
+	"github.com/spf13/cobra"
+
+	pb "github.com/styxq/styx/styxpb"
+)
+
+// lastErrorWidth is how many characters of an item's last error the items
+// table shows.
+const lastErrorWidth = 60
+
+func (a *app) itemsCmd() *cobra.Command {
+	cmd := &cobra.Command{
+		Use:   "items",
+		Short: "Inspect the items stored in a queue",
+	}
+	cmd.AddCommand(a.itemsListCmd())
+	return a.addClientFlags(cmd)
+}
+
+func (a *app) itemsListCmd() *cobra.Command {
+	var (
+		partition int32
+		pivot     string
+		limit     int32
+		scheduled bool
+	)
+	cmd := &cobra.Command{
+		Use:   "list QUEUE",
+		Short: "List a partition's items, with their dead-letter metadata",
+		Long: `List a partition's items in id order, after --pivot. Shows each item's id,
+state (leased, scheduled or ready), attempts and age and, for items in a
+dead-letter queue, where they came from (source queue), why (dead reason),
+when they died, their last error and how often they were redriven.
+--json prints the full stored items, one per line.`,
+		Args: exactArgs(1, "a QUEUE"),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			c, err := a.client(cmd)
+			if err != nil {
+				return err
+			}
+			req := &pb.StorageItemsListRequest{QueueName: args[0], Partition: partition, Pivot: pivot, Limit: limit}
+			list := c.StorageItemsList
+			if scheduled {
+				list = c.StorageScheduledList
+			}
+			res, err := list(cmd.Context(), req)
+			if err != nil {
+				return err
+			}
+			if a.json {
+				for _, it := range res.Items {
+					if err := writeJSON(a.stdout, it); err != nil {
+						return err
+					}
+				}
+				return nil
+			}
+			if err := a.printItems(res.Items); err != nil {
+				return err
+			}
+			if n := len(res.Items); n > 0 && (limit > 0 && n == int(limit) || limit == 0 && n == 100) {
+				_, _ = fmt.Fprintf(a.stderr, "more items may follow: --pivot %s\n", res.Items[n-1].Id)
+			}
+			return nil
+		},
+	}
+	f := cmd.Flags()
+	f.Int32Var(&partition, "partition", 0, "partition to list")
+	f.StringVar(&pivot, "pivot", "", "list the items after this id (exclusive)")
+	f.Int32Var(&limit, "limit", 0, "most items to list; 0 means the server's default (100)")
+	f.BoolVar(&scheduled, "scheduled", false, "list only scheduled items (waiting for their enqueue or retry time)")
+	return cmd
+}
+
+// printItems writes items as a table; the dead-letter columns appear when
+// any item has dead-letter metadata.
+func (a *app) printItems(items []*pb.StorageItem) error {
+	dead := false
+	for _, it := range items {
+		if it.SourceQueue != "" || it.DeadReason != "" {
+			dead = true
+		}
+	}
+	header := []string{"ID", "STATE", "ATTEMPTS", "AGE"}
+	if dead {
+		header = append(header, "SOURCE-QUEUE", "DEAD-REASON", "DEAD-AT", "LAST-ERROR", "REDRIVES")
+	} else {
+		header = append(header, "LAST-ERROR")
+	}
+	now := a.now()
+	t := newTable(a.stdout, header...)
+	for _, it := range items {
+		row := []string{it.Id, itemState(now, it), fmt.Sprint(it.Attempts), relative(now, it.CreatedAt)}
+		lastError := orDash(truncate(oneLine(it.LastError), lastErrorWidth))
+		if dead {
+			row = append(row, orDash(it.SourceQueue), orDash(it.DeadReason), relative(now, it.DeadAt), lastError, fmt.Sprint(it.RedriveCount))
+		} else {
+			row = append(row, lastError)
+		}
+		t.row(row...)
+	}
+	return t.flush()
+}
+
+// itemState returns "leased", "scheduled" (its enqueue time is still to
+// come) or "ready".
+func itemState(now time.Time, it *pb.StorageItem) string {
+	switch {
+	case it.IsLeased:
+		return "leased"
+	case it.EnqueueAt != nil && it.EnqueueAt.AsTime().After(now):
+		return "scheduled"
+	default:
+		return "ready"
+	}
+}

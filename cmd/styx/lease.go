@@ -1,0 +1,203 @@
+package main
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"os"
+	"time"
+
+	"github.com/spf13/cobra"
+	"google.golang.org/protobuf/types/known/timestamppb"
+
+	"github.com/styxq/styx"
+	pb "github.com/styxq/styx/styxpb"
+)
+
+// leaseGrace is how much longer than its request timeout the CLI waits for
+// a lease's reply before giving up.
+const leaseGrace = 10 * time.Second
+
+func (a *app) leaseCmd() *cobra.Command {
+	var (
+		batch    int32
+		clientID string
+		timeout  time.Duration
+	)
+	cmd := &cobra.Command{
+		Use:   "lease QUEUE",
+		Short: "Lease items from a queue, waiting up to --timeout for some",
+		Long: `Lease up to --batch items from one partition of a queue, waiting up to
+--timeout for any. Prints each item's partition, id, attempts, lease
+deadline, kind, reference and payload (printable UTF-8 as text, otherwise
+"base64:" and its base64). Complete or retry the items with their partition
+and id before the lease deadline, or they are handed out again.
+
+With no item before --timeout it prints "no items" on stderr and exits 0.`,
+		Args: exactArgs(1, "a QUEUE"),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			c, err := a.client(cmd)
+			if err != nil {
+				return err
+			}
+			if clientID == "" {
+				clientID = defaultClientID()
+			}
+			ctx, cancel := context.WithTimeout(cmd.Context(), timeout+leaseGrace)
+			defer cancel()
+			res, err := c.QueueLease(ctx, &pb.QueueLeaseRequest{
+				QueueName: args[0], BatchSize: batch, ClientId: clientID, RequestTimeout: timeout.String(),
+			})
+			if styx.IsRetry(err) {
+				_, _ = fmt.Fprintln(a.stderr, "no items")
+				return nil
+			}
+			if err != nil {
+				return err
+			}
+			if a.json {
+				return writeJSON(a.stdout, res)
+			}
+			t := newTable(a.stdout, "PARTITION", "ID", "ATTEMPTS", "LEASE-DEADLINE", "KIND", "REFERENCE", "PAYLOAD")
+			for _, it := range res.Items {
+				t.row(fmt.Sprint(res.Partition), it.Id, fmt.Sprint(it.Attempts), formatTime(it.LeaseDeadline),
+					orDash(it.Kind), orDash(it.Reference), payloadText(it.Bytes))
+			}
+			return t.flush()
+		},
+	}
+	f := cmd.Flags()
+	f.Int32Var(&batch, "batch", 1, "most items to lease (1..1000)")
+	f.StringVar(&clientID, "client-id", "", "id of this consumer, shown in the server's logs (default hostname-pid)")
+	f.DurationVar(&timeout, "timeout", 10*time.Second, "how long to wait for items (up to 15m)")
+	return cmd
+}
+
+// defaultClientID returns "<hostname>-<pid>".
+func defaultClientID() string {
+	host, err := os.Hostname()
+	if err != nil || host == "" {
+		host = "styx"
+	}
+	return fmt.Sprintf("%s-%d", host, os.Getpid())
+}
+
+func (a *app) completeCmd() *cobra.Command {
+	var partition int32
+	cmd := &cobra.Command{
+		Use:   "complete QUEUE ID...",
+		Short: "Complete leased items: they are done and deleted",
+		Long: `Complete leased items of one partition: they are done and deleted. Ids
+are sent in batches of at most 1000; each batch succeeds or fails whole.`,
+		Args: minArgs(2, "a QUEUE and one or more item IDs"),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			c, err := a.client(cmd)
+			if err != nil {
+				return err
+			}
+			queue, ids := args[0], args[1:]
+			n, err := inBatches(ids, func(batch []string) error {
+				return c.QueueComplete(cmd.Context(), &pb.QueueCompleteRequest{QueueName: queue, Partition: partition, Ids: batch})
+			})
+			if err != nil {
+				return err
+			}
+			return a.done("completed %s in %s", plural(n, "item"), queue)
+		},
+	}
+	cmd.Flags().Int32Var(&partition, "partition", 0, "partition the items were leased from")
+	return cmd
+}
+
+func (a *app) retryCmd() *cobra.Command {
+	var (
+		partition     int32
+		errText       string
+		dead, release bool
+		retryAt       string
+		retryIn       time.Duration
+	)
+	cmd := &cobra.Command{
+		Use:   "retry QUEUE ID...",
+		Short: "End leases without completing: requeue, schedule, release or dead-letter items",
+		Long: `End the leases of items of one partition without completing them. By
+default each item goes back to the queue at once and the attempt counts
+(the queue's max attempts may then dead-letter it). --retry-at or
+--retry-in schedules it for later instead; --release returns it without
+counting the attempt; --dead moves it to the queue's dead-letter queue now.
+--error records why the attempt failed (shown as the item's last error).`,
+		Args: minArgs(2, "a QUEUE and one or more item IDs"),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			if dead && release {
+				return errors.New("--dead and --release cannot be combined: --dead moves the items to the dead-letter queue, " +
+					"--release puts them back without counting the attempt")
+			}
+			var at *timestamppb.Timestamp
+			switch {
+			case cmd.Flags().Changed("retry-at"):
+				t, err := time.Parse(time.RFC3339, retryAt)
+				if err != nil {
+					return fmt.Errorf("--retry-at: %q is not an RFC 3339 time such as 2026-01-02T15:04:05Z", retryAt)
+				}
+				at = timestamppb.New(t)
+			case cmd.Flags().Changed("retry-in"):
+				if retryIn < 0 {
+					return fmt.Errorf("--retry-in: %s is negative", retryIn)
+				}
+				at = timestamppb.New(a.now().Add(retryIn))
+			}
+			c, err := a.client(cmd)
+			if err != nil {
+				return err
+			}
+			queue, ids := args[0], args[1:]
+			n, err := inBatches(ids, func(batch []string) error {
+				items := make([]*pb.QueueRetryItem, len(batch))
+				for i, id := range batch {
+					items[i] = &pb.QueueRetryItem{Id: id, RetryAt: at, Dead: dead, Release: release, Error: errText}
+				}
+				return c.QueueRetry(cmd.Context(), &pb.QueueRetryRequest{QueueName: queue, Partition: partition, Items: items})
+			})
+			if err != nil {
+				return err
+			}
+			what := "retried"
+			switch {
+			case dead:
+				what = "dead-lettered"
+			case release:
+				what = "released"
+			case at != nil:
+				what = "scheduled for " + formatTime(at)
+			}
+			return a.done("%s %s in %s", what, plural(n, "item"), queue)
+		},
+	}
+	f := cmd.Flags()
+	f.Int32Var(&partition, "partition", 0, "partition the items were leased from")
+	f.StringVar(&errText, "error", "", "why the attempt failed, up to 4096 bytes; kept as the item's last error")
+	f.BoolVar(&dead, "dead", false, "move the items to the queue's dead-letter queue now")
+	f.BoolVar(&release, "release", false, "put the items back without counting the attempt")
+	f.StringVar(&retryAt, "retry-at", "", "retry at this RFC 3339 time instead of now")
+	f.DurationVar(&retryIn, "retry-in", 0, "retry after this duration instead of now")
+	cmd.MarkFlagsMutuallyExclusive("retry-at", "retry-in")
+	return cmd
+}
+
+// inBatches calls send with ids in slices of at most maxBatch and returns
+// how many ids it sent successfully.
+func inBatches(ids []string, send func([]string) error) (int, error) {
+	sent := 0
+	for len(ids) > 0 {
+		n := min(len(ids), maxBatch)
+		if err := send(ids[:n]); err != nil {
+			if sent > 0 {
+				return sent, fmt.Errorf("after %s succeeded: %w", plural(sent, "item"), err)
+			}
+			return 0, err
+		}
+		sent += n
+		ids = ids[n:]
+	}
+	return sent, nil
+}

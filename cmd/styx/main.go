@@ -1,0 +1,66 @@
+// Command styx runs a Styx server (`styx server`) and talks to one: it
+// creates and inspects queues, produces, leases, completes and retries
+// items, and lists items with their dead-letter metadata.
+//
+// Every client command takes --endpoint (env STYX_ENDPOINT, default
+// http://127.0.0.1:2319) and --json (print replies as protojson, one object
+// per line). Errors are printed as "styx: <message>" on stderr with exit
+// status 1.
+package main
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"os"
+	"strings"
+
+	"github.com/styxq/styx"
+)
+
+func main() {
+	os.Exit(run(context.Background(), os.Args[1:], os.Stdout, os.Stderr))
+}
+
+// run executes the command line args and returns the process exit status:
+// 0 on success, 1 on any error (printed to stderr).
+func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
+	root := newRootCmd(stdout, stderr)
+	root.SetArgs(args)
+	if err := root.ExecuteContext(ctx); err != nil {
+		_, _ = fmt.Fprintln(stderr, errorLine(err))
+		return 1
+	}
+	return 0
+}
+
+// codeTexts names the DUH-RPC codes a server answers with.
+var codeTexts = map[int]string{
+	styx.CodeBadRequest: "bad request",
+	styx.CodeNotFound:   "not found",
+	styx.CodeConflict:   "conflict",
+	453:                 "unavailable",
+	styx.CodeRetry:      "retry",
+	styx.CodeBadContent: "bad content",
+	styx.CodeInternal:   "internal error",
+	501:                 "no such method",
+}
+
+// errorLine formats err as the one line printed on failure:
+// "styx: <message>", with the server's code for an *styx.Error.
+func errorLine(err error) string {
+	var serr *styx.Error
+	if errors.As(err, &serr) {
+		code := fmt.Sprint(serr.Code)
+		if text, ok := codeTexts[serr.Code]; ok {
+			code += " " + text
+		}
+		// Keep any context err wraps serr in, such as "after 2 items were
+		// produced: ", and show serr as "<message> (code 404 not found)".
+		msg := strings.Replace(err.Error(), serr.Error(), fmt.Sprintf("%s (code %s)", serr.Message, code), 1)
+		return "styx: " + strings.TrimPrefix(msg, "styx: ")
+	}
+	// The client's own errors already start with "styx: ".
+	return "styx: " + strings.TrimPrefix(err.Error(), "styx: ")
+}

@@ -1,0 +1,131 @@
+package main
+
+import (
+	"encoding/base64"
+	"fmt"
+	"io"
+	"strings"
+	"text/tabwriter"
+	"time"
+	"unicode"
+	"unicode/utf8"
+
+	"google.golang.org/protobuf/encoding/protojson"
+	"google.golang.org/protobuf/proto"
+	"google.golang.org/protobuf/types/known/timestamppb"
+)
+
+// writeJSON writes m as protojson on one line.
+func writeJSON(w io.Writer, m proto.Message) error {
+	b, err := protojson.Marshal(m)
+	if err != nil {
+		return fmt.Errorf("encode reply: %w", err)
+	}
+	_, err = fmt.Fprintf(w, "%s\n", b)
+	return err
+}
+
+// table writes aligned columns of tab-separated cells.
+type table struct{ tw *tabwriter.Writer }
+
+func newTable(w io.Writer, header ...string) *table {
+	t := &table{tw: tabwriter.NewWriter(w, 0, 0, 2, ' ', 0)}
+	if len(header) > 0 {
+		t.row(header...)
+	}
+	return t
+}
+
+// row adds a row; each cell is cleaned of tabs, newlines and other control
+// characters so that it cannot break the alignment.
+func (t *table) row(cells ...string) {
+	for i, c := range cells {
+		cells[i] = oneLine(c)
+	}
+	_, _ = fmt.Fprintln(t.tw, strings.Join(cells, "\t"))
+}
+
+// flush writes the table.
+func (t *table) flush() error { return t.tw.Flush() }
+
+// oneLine replaces control characters (newlines, tabs) in s with spaces.
+func oneLine(s string) string {
+	return strings.Map(func(r rune) rune {
+		if unicode.IsControl(r) {
+			return ' '
+		}
+		return r
+	}, s)
+}
+
+// orDash returns s, or "-" if s is empty, so that empty cells stay visible.
+func orDash(s string) string {
+	if s == "" {
+		return "-"
+	}
+	return s
+}
+
+// truncate shortens s to at most n characters, ending it with "…" if cut.
+func truncate(s string, n int) string {
+	if utf8.RuneCountInString(s) <= n {
+		return s
+	}
+	r := []rune(s)
+	return string(r[:n-1]) + "…"
+}
+
+// formatTime formats ts as RFC 3339 in UTC, or "-" if unset.
+func formatTime(ts *timestamppb.Timestamp) string {
+	if ts == nil {
+		return "-"
+	}
+	return ts.AsTime().UTC().Format(time.RFC3339)
+}
+
+// relative formats ts relative to now: "3m12s ago", "in 45s", or "-" if
+// unset.
+func relative(now time.Time, ts *timestamppb.Timestamp) string {
+	if ts == nil {
+		return "-"
+	}
+	d := now.Sub(ts.AsTime())
+	if d < 0 {
+		return "in " + shortDuration(-d)
+	}
+	return shortDuration(d) + " ago"
+}
+
+// shortDuration formats d to the second with at most two units: "45s",
+// "3m12s", "5h7m", "3d4h".
+func shortDuration(d time.Duration) string {
+	d = d.Round(time.Second)
+	switch {
+	case d < time.Minute:
+		return fmt.Sprintf("%ds", int(d/time.Second))
+	case d < time.Hour:
+		return fmt.Sprintf("%dm%ds", int(d/time.Minute), int(d%time.Minute/time.Second))
+	case d < 48*time.Hour:
+		return fmt.Sprintf("%dh%dm", int(d/time.Hour), int(d%time.Hour/time.Minute))
+	default:
+		return fmt.Sprintf("%dd%dh", int(d/(24*time.Hour)), int(d%(24*time.Hour)/time.Hour))
+	}
+}
+
+// payloadText returns b as text if it is printable UTF-8 (spaces allowed,
+// no newlines or other control characters), else as "base64:" and its
+// standard base64 encoding.
+func payloadText(b []byte) string {
+	if utf8.Valid(b) && !strings.ContainsFunc(string(b), func(r rune) bool { return !unicode.IsPrint(r) }) {
+		return string(b)
+	}
+	return "base64:" + base64.StdEncoding.EncodeToString(b)
+}
+
+// plural returns "1 item", "2 items".
+func plural(n int, noun string) string {
+	if n == 1 {
+		return fmt.Sprintf("1 %s", noun)
+	}
+	return fmt.Sprintf("%d %ss", n, noun)
+}

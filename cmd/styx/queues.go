@@ -1,0 +1,224 @@
+package main
+
+import (
+	"errors"
+	"fmt"
+	"time"
+
+	"github.com/spf13/cobra"
+	"github.com/spf13/pflag"
+
+	pb "github.com/styxq/styx/styxpb"
+)
+
+func (a *app) queuesCmd() *cobra.Command {
+	cmd := &cobra.Command{
+		Use:   "queues",
+		Short: "Create, update, inspect, list and delete queues",
+	}
+	cmd.AddCommand(a.queuesCreateCmd(), a.queuesUpdateCmd(), a.queuesInfoCmd(), a.queuesListCmd(), a.queuesDeleteCmd())
+	return a.addClientFlags(cmd)
+}
+
+// queueFlags are the settable fields of a queue's configuration.
+type queueFlags struct {
+	leaseTimeout  time.Duration
+	expireTimeout time.Duration
+	maxAttempts   int32
+	partitions    int32
+	deadQueue     string
+	reference     string
+}
+
+// queueFlagNames lists the flags of queueFlags, for messages.
+const queueFlagNames = "--lease-timeout, --expire-timeout, --max-attempts, --partitions, --dead-queue, --reference"
+
+func (q *queueFlags) add(fs *pflag.FlagSet) {
+	fs.DurationVar(&q.leaseTimeout, "lease-timeout", time.Minute, "how long a lease lasts before the item is handed out again")
+	fs.DurationVar(&q.expireTimeout, "expire-timeout", 336*time.Hour, "how long an item may wait in the queue before it expires")
+	fs.Int32Var(&q.maxAttempts, "max-attempts", 0, "attempts before an item is dead-lettered; 0 is unlimited")
+	fs.Int32Var(&q.partitions, "partitions", 1, "number of partitions (can grow, not shrink)")
+	fs.StringVar(&q.deadQueue, "dead-queue", "", "queue that receives dead items (must exist)")
+	fs.StringVar(&q.reference, "reference", "", "free text kept with the queue")
+}
+
+// info returns a QueueInfo for queue name with only the flags set in fs,
+// and whether any was set.
+func (q *queueFlags) info(name string, fs *pflag.FlagSet) (*pb.QueueInfo, bool) {
+	info := &pb.QueueInfo{QueueName: name}
+	set := false
+	if fs.Changed("lease-timeout") {
+		info.LeaseTimeout, set = q.leaseTimeout.String(), true
+	}
+	if fs.Changed("expire-timeout") {
+		info.ExpireTimeout, set = q.expireTimeout.String(), true
+	}
+	if fs.Changed("max-attempts") {
+		info.MaxAttempts, set = q.maxAttempts, true
+	}
+	if fs.Changed("partitions") {
+		info.RequestedPartitions, set = q.partitions, true
+	}
+	if fs.Changed("dead-queue") {
+		info.DeadQueue, set = q.deadQueue, true
+	}
+	if fs.Changed("reference") {
+		info.Reference, set = q.reference, true
+	}
+	return info, set
+}
+
+func (a *app) queuesCreateCmd() *cobra.Command {
+	var q queueFlags
+	cmd := &cobra.Command{
+		Use:   "create NAME",
+		Short: "Create a queue; flags not given take the server's defaults",
+		Args:  exactArgs(1, "a queue NAME"),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			c, err := a.client(cmd)
+			if err != nil {
+				return err
+			}
+			info, _ := q.info(args[0], cmd.Flags())
+			if err := c.QueuesCreate(cmd.Context(), info); err != nil {
+				return err
+			}
+			return a.done("created queue %s", args[0])
+		},
+	}
+	q.add(cmd.Flags())
+	return cmd
+}
+
+func (a *app) queuesUpdateCmd() *cobra.Command {
+	var q queueFlags
+	cmd := &cobra.Command{
+		Use:   "update NAME",
+		Short: "Change the given settings of a queue; the others are kept",
+		Args:  exactArgs(1, "a queue NAME"),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			info, set := q.info(args[0], cmd.Flags())
+			if !set {
+				return errors.New("nothing to update: give at least one of " + queueFlagNames)
+			}
+			c, err := a.client(cmd)
+			if err != nil {
+				return err
+			}
+			if err := c.QueuesUpdate(cmd.Context(), info); err != nil {
+				return err
+			}
+			return a.done("updated queue %s", args[0])
+		},
+	}
+	q.add(cmd.Flags())
+	return cmd
+}
+
+func (a *app) queuesInfoCmd() *cobra.Command {
+	return &cobra.Command{
+		Use:   "info NAME",
+		Short: "Show a queue's configuration",
+		Args:  exactArgs(1, "a queue NAME"),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			c, err := a.client(cmd)
+			if err != nil {
+				return err
+			}
+			info, err := c.QueuesInfo(cmd.Context(), &pb.QueuesInfoRequest{QueueName: args[0]})
+			if err != nil {
+				return err
+			}
+			if a.json {
+				return writeJSON(a.stdout, info)
+			}
+			now := a.now()
+			t := newTable(a.stdout)
+			t.row("name", info.QueueName)
+			t.row("dead queue", orDash(info.DeadQueue))
+			t.row("lease timeout", info.LeaseTimeout)
+			t.row("expire timeout", info.ExpireTimeout)
+			t.row("max attempts", maxAttempts(info.MaxAttempts))
+			t.row("partitions", fmt.Sprint(info.RequestedPartitions))
+			t.row("reference", orDash(info.Reference))
+			t.row("created", formatTime(info.CreatedAt)+" ("+relative(now, info.CreatedAt)+")")
+			t.row("updated", formatTime(info.UpdatedAt)+" ("+relative(now, info.UpdatedAt)+")")
+			return t.flush()
+		},
+	}
+}
+
+func maxAttempts(n int32) string {
+	if n == 0 {
+		return "unlimited"
+	}
+	return fmt.Sprint(n)
+}
+
+func (a *app) queuesListCmd() *cobra.Command {
+	var (
+		pivot string
+		limit int32
+	)
+	cmd := &cobra.Command{
+		Use:   "list",
+		Short: "List queues by name",
+		Args:  exactArgs(0, "no arguments"),
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			c, err := a.client(cmd)
+			if err != nil {
+				return err
+			}
+			res, err := c.QueuesList(cmd.Context(), &pb.QueuesListRequest{Pivot: pivot, Limit: limit})
+			if err != nil {
+				return err
+			}
+			if a.json {
+				for _, q := range res.Items {
+					if err := writeJSON(a.stdout, q); err != nil {
+						return err
+					}
+				}
+				return nil
+			}
+			now := a.now()
+			t := newTable(a.stdout, "NAME", "PARTITIONS", "LEASE-TIMEOUT", "EXPIRE-TIMEOUT", "MAX-ATTEMPTS", "DEAD-QUEUE", "CREATED")
+			for _, q := range res.Items {
+				t.row(q.QueueName, fmt.Sprint(q.RequestedPartitions), q.LeaseTimeout, q.ExpireTimeout,
+					maxAttempts(q.MaxAttempts), orDash(q.DeadQueue), relative(now, q.CreatedAt))
+			}
+			return t.flush()
+		},
+	}
+	cmd.Flags().StringVar(&pivot, "pivot", "", "first queue name to list (inclusive)")
+	cmd.Flags().Int32Var(&limit, "limit", 0, "most queues to list; 0 means the server's default (100)")
+	return cmd
+}
+
+func (a *app) queuesDeleteCmd() *cobra.Command {
+	return &cobra.Command{
+		Use:   "delete NAME",
+		Short: "Delete a queue and all its items",
+		Args:  exactArgs(1, "a queue NAME"),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			c, err := a.client(cmd)
+			if err != nil {
+				return err
+			}
+			if err := c.QueuesDelete(cmd.Context(), &pb.QueuesDeleteRequest{QueueName: args[0]}); err != nil {
+				return err
+			}
+			return a.done("deleted queue %s", args[0])
+		},
+	}
+}
+
+// done reports a successful command that has no reply to print: a line on
+// stdout, or nothing with --json (the exit status says it).
+func (a *app) done(format string, args ...any) error {
+	if a.json {
+		return nil
+	}
+	_, err := fmt.Fprintf(a.stdout, format+"\n", args...)
+	return err
+}

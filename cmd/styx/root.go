@@ -1,0 +1,111 @@
+package main
+
+import (
+	"fmt"
+	"io"
+	"os"
+	"time"
+
+	"github.com/spf13/cobra"
+
+	"github.com/styxq/styx"
+)
+
+// envEndpoint names the environment variable that sets --endpoint.
+const envEndpoint = "STYX_ENDPOINT"
+
+// app is one command line's state: where it writes, how it reads the
+// environment and the clock, and the client flags. Each newRootCmd builds a
+// fresh app; its fields are set while building and parsing, then only read
+// by the one command that runs.
+type app struct {
+	stdout, stderr io.Writer
+	// lookupEnv reads an environment variable (os.LookupEnv outside tests).
+	lookupEnv func(string) (string, bool)
+	// now tells time, for ages such as "3m12s ago".
+	now func() time.Time
+
+	// endpoint is --endpoint; see clientFor for STYX_ENDPOINT.
+	endpoint string
+	// json is --json: print replies as protojson, one object per line.
+	json bool
+}
+
+// newRootCmd returns the `styx` command tree, writing to stdout and stderr
+// and reading the process environment. Each call returns independent
+// commands, so tests can run many command lines in one process.
+func newRootCmd(stdout, stderr io.Writer) *cobra.Command {
+	a := &app{stdout: stdout, stderr: stderr, lookupEnv: os.LookupEnv, now: time.Now}
+	return a.rootCmd()
+}
+
+func (a *app) rootCmd() *cobra.Command {
+	root := &cobra.Command{
+		Use:   "styx",
+		Short: "Styx: a leased FIFO work queue with dead-letter queues",
+		Long: `Styx is a leased FIFO work queue with first-class dead-letter queues,
+wire-compatible with Querator's v1 HTTP API.
+
+Run a server with 'styx server'; every other command is a client of one
+(--endpoint, env STYX_ENDPOINT, default ` + styx.DefaultEndpoint + `).`,
+		SilenceUsage:  true,
+		SilenceErrors: true,
+	}
+	root.SetOut(a.stdout)
+	root.SetErr(a.stderr)
+	root.SetFlagErrorFunc(func(cmd *cobra.Command, err error) error {
+		return fmt.Errorf("%w (see '%s --help')", err, cmd.CommandPath())
+	})
+	root.AddCommand(
+		a.serverCmd(),
+		a.queuesCmd(),
+		a.addClientFlags(a.produceCmd()),
+		a.addClientFlags(a.leaseCmd()),
+		a.addClientFlags(a.completeCmd()),
+		a.addClientFlags(a.retryCmd()),
+		a.itemsCmd(),
+		a.statsCmd(),
+	)
+	return root
+}
+
+// addClientFlags adds --endpoint and --json to cmd and its subcommands.
+func (a *app) addClientFlags(cmd *cobra.Command) *cobra.Command {
+	f := cmd.PersistentFlags()
+	f.StringVar(&a.endpoint, "endpoint", styx.DefaultEndpoint, "server base URL (env "+envEndpoint+")")
+	f.BoolVar(&a.json, "json", false, "print replies as protojson, one object per line, for scripts")
+	return cmd
+}
+
+// client returns a client of the endpoint: --endpoint if given, else
+// STYX_ENDPOINT if set, else the default.
+func (a *app) client(cmd *cobra.Command) (*styx.Client, error) {
+	endpoint := a.endpoint
+	if !cmd.Flags().Changed("endpoint") {
+		if v, ok := a.lookupEnv(envEndpoint); ok && v != "" {
+			endpoint = v
+		}
+	}
+	return styx.NewClient(styx.ClientConfig{Endpoint: endpoint})
+}
+
+// exactArgs accepts exactly n positional arguments, described by names
+// (such as "a queue NAME") in the error.
+func exactArgs(n int, names string) cobra.PositionalArgs {
+	return func(cmd *cobra.Command, args []string) error {
+		if len(args) != n {
+			return fmt.Errorf("%s takes %s, got %d argument(s); usage: %s", cmd.CommandPath(), names, len(args), cmd.UseLine())
+		}
+		return nil
+	}
+}
+
+// minArgs accepts at least n positional arguments, described by names.
+func minArgs(n int, names string) cobra.PositionalArgs {
+	return func(cmd *cobra.Command, args []string) error {
+		if len(args) < n {
+			return fmt.Errorf("%s takes %s, got %d argument(s); usage: %s", cmd.CommandPath(), names, len(args), cmd.UseLine())
+		}
+		return nil
+	}
+}

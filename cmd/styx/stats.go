@@ -1,0 +1,50 @@
+package main
+
+import (
+	"fmt"
+
+	"github.com/spf13/cobra"
+
+	pb "github.com/styxq/styx/styxpb"
+)
+
+func (a *app) statsCmd() *cobra.Command {
+	cmd := &cobra.Command{
+		Use:   "stats QUEUE",
+		Short: "Show a queue's per-partition totals",
+		Long: `Show a queue's per-partition totals: items stored (TOTAL, which includes
+leased and scheduled items), leased, scheduled, failures, and the average
+age of all and of leased items. Below the table: consumers waiting for a
+lease and items in flight.`,
+		Args: exactArgs(1, "a QUEUE"),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			c, err := a.client(cmd)
+			if err != nil {
+				return err
+			}
+			res, err := c.QueueStats(cmd.Context(), &pb.QueueStatsRequest{QueueName: args[0]})
+			if err != nil {
+				return err
+			}
+			if a.json {
+				return writeJSON(a.stdout, res)
+			}
+			t := newTable(a.stdout, "PARTITION", "TOTAL", "LEASED", "SCHEDULED", "FAILURES", "AVG-AGE", "AVG-LEASED-AGE")
+			var leaseWaiting, inFlight int32
+			for _, lq := range res.LogicalQueues {
+				leaseWaiting += lq.LeaseWaiting
+				inFlight += lq.InFlight
+				for _, p := range lq.Partitions {
+					t.row(fmt.Sprint(p.Partition), fmt.Sprint(p.Total), fmt.Sprint(p.TotalLeased), fmt.Sprint(p.Scheduled),
+						fmt.Sprint(p.Failures), orDash(p.AverageAge), orDash(p.AverageLeasedAge))
+				}
+			}
+			if err := t.flush(); err != nil {
+				return err
+			}
+			_, err = fmt.Fprintf(a.stdout, "\nlease waiting: %d  in flight: %d\n", leaseWaiting, inFlight)
+			return err
+		},
+	}
+	return a.addClientFlags(cmd)
+}

@@ -1,0 +1,190 @@
+// Package daemon wires a Styx server together: storage, the queue manager,
+// the service and the HTTP listener. cmd/styx parses flags, environment and
+// the YAML file into a Config; tests build a Config directly.
+package daemon
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"net"
+	"net/http"
+	"time"
+
+	"github.com/styxq/styx/internal/clock"
+	"github.com/styxq/styx/internal/queue"
+	"github.com/styxq/styx/internal/store"
+	"github.com/styxq/styx/internal/store/memory"
+	"github.com/styxq/styx/internal/store/pebble"
+	"github.com/styxq/styx/metrics"
+	"github.com/styxq/styx/service"
+	"github.com/styxq/styx/transport"
+)
+
+// Storage backends.
+const (
+	StoragePebble = "pebble"
+	StorageMemory = "memory"
+)
+
+// Config configures a Daemon. Call SetDefaults, then Validate.
+type Config struct {
+	// Listen is the TCP address to serve on. Defaults to "127.0.0.1:2319";
+	// port 0 picks a free port (see Daemon.Addr).
+	Listen string
+	// Storage is the backend: "pebble" (default; durable, in DataDir) or
+	// "memory" (lost at exit; for tests).
+	Storage string
+	// DataDir is the Pebble data directory. Defaults to "./styx-data".
+	DataDir string
+	// NoSync turns off the fsync of each write: acknowledged writes may be
+	// lost on power failure. Defaults to false (every produce, lease,
+	// complete and retry is acknowledged only once fsynced).
+	NoSync bool
+	// MaxRequestBytes bounds request bodies. Defaults to 64 MiB.
+	MaxRequestBytes int64
+	// ShutdownTimeout bounds how long Close waits for in-flight requests.
+	// Defaults to 30s.
+	ShutdownTimeout time.Duration
+	// Log receives structured logs. Defaults to slog.Default().
+	Log *slog.Logger
+	// Clock tells time. Defaults to the system clock.
+	Clock clock.Clock
+	// Store, when set, is used instead of opening Storage; the Daemon does
+	// not close it. Tests use it to share a store across restarts and to
+	// inject faults.
+	Store store.Store
+}
+
+// SetDefaults fills the zero fields.
+func (c *Config) SetDefaults() {
+	if c.Listen == "" {
+		c.Listen = "127.0.0.1:2319"
+	}
+	if c.Storage == "" {
+		c.Storage = StoragePebble
+	}
+	if c.DataDir == "" {
+		c.DataDir = "./styx-data"
+	}
+	if c.MaxRequestBytes == 0 {
+		c.MaxRequestBytes = transport.DefaultMaxRequestBytes
+	}
+	if c.ShutdownTimeout == 0 {
+		c.ShutdownTimeout = 30 * time.Second
+	}
+	if c.Log == nil {
+		c.Log = slog.Default()
+	}
+	if c.Clock == nil {
+		c.Clock = clock.Real{}
+	}
+}
+
+// Validate reports the first invalid field, naming it and its allowed values.
+func (c *Config) Validate() error {
+	if _, _, err := net.SplitHostPort(c.Listen); err != nil {
+		return fmt.Errorf("listen: %q is not host:port: %w", c.Listen, err)
+	}
+	switch c.Storage {
+	case StoragePebble, StorageMemory:
+	default:
+		return fmt.Errorf("storage: %q is not one of %q, %q", c.Storage, StoragePebble, StorageMemory)
+	}
+	if c.MaxRequestBytes < 1<<20 {
+		return fmt.Errorf("max_request_bytes: %d is below the minimum of 1 MiB", c.MaxRequestBytes)
+	}
+	if c.ShutdownTimeout < 0 {
+		return fmt.Errorf("shutdown_timeout: %s is negative", c.ShutdownTimeout)
+	}
+	return nil
+}
+
+// Daemon is a running server.
+type Daemon struct {
+	cfg       Config
+	store     store.Store
+	ownsStore bool
+	manager   *queue.Manager
+	server    *http.Server
+	listener  net.Listener
+	served    chan error
+	// Metrics are the server's collectors.
+	Metrics *metrics.Metrics
+}
+
+// New opens storage, starts every queue and serves HTTP on cfg.Listen. It
+// sets defaults and validates cfg itself.
+func New(ctx context.Context, cfg Config) (*Daemon, error) {
+	cfg.SetDefaults()
+	if err := cfg.Validate(); err != nil {
+		return nil, err
+	}
+	d := &Daemon{cfg: cfg, store: cfg.Store, served: make(chan error, 1), Metrics: metrics.New()}
+	if d.store == nil {
+		switch cfg.Storage {
+		case StorageMemory:
+			d.store = memory.New()
+		default:
+			s, err := pebble.Open(pebble.Config{Dir: cfg.DataDir, Sync: !cfg.NoSync})
+			if err != nil {
+				return nil, fmt.Errorf("open storage: %w", err)
+			}
+			d.store = s
+		}
+		d.ownsStore = true
+	}
+	m, err := queue.NewManager(ctx, queue.Config{Store: d.store, Clock: cfg.Clock, Log: cfg.Log, Metrics: d.Metrics})
+	if err != nil {
+		d.closeStore()
+		return nil, err
+	}
+	d.manager = m
+	h := transport.NewHandler(transport.Config{
+		Service: service.New(m, cfg.Clock), Metrics: d.Metrics, Log: cfg.Log, MaxRequestBytes: cfg.MaxRequestBytes,
+	})
+	d.listener, err = net.Listen("tcp", cfg.Listen)
+	if err != nil {
+		m.Close()
+		d.closeStore()
+		return nil, fmt.Errorf("listen on %s: %w", cfg.Listen, err)
+	}
+	d.server = &http.Server{Handler: h, ReadHeaderTimeout: 10 * time.Second, ErrorLog: slog.NewLogLogger(cfg.Log.Handler(), slog.LevelWarn)}
+	go func() { d.served <- d.server.Serve(d.listener) }()
+	cfg.Log.Info("styx serving", "listen", d.listener.Addr().String(), "storage", cfg.Storage, "data_dir", cfg.DataDir, "sync", !cfg.NoSync)
+	return d, nil
+}
+
+// Addr returns the address the server listens on.
+func (d *Daemon) Addr() string { return d.listener.Addr().String() }
+
+// Endpoint returns the server's base URL, for a client.
+func (d *Daemon) Endpoint() string { return "http://" + d.Addr() }
+
+// Close shuts down gracefully: it stops accepting connections, lets the
+// logical queues finish the requests they took (waiting leases are answered
+// 454), waits for in-flight HTTP requests up to ShutdownTimeout, and closes
+// storage (which flushes it).
+func (d *Daemon) Close(ctx context.Context) error {
+	ctx, cancel := context.WithTimeout(ctx, d.cfg.ShutdownTimeout)
+	defer cancel()
+	shut := make(chan error, 1)
+	go func() { shut <- d.server.Shutdown(ctx) }()
+	d.manager.Close()
+	err := <-shut
+	if errors.Is(err, context.DeadlineExceeded) {
+		_ = d.server.Close()
+	}
+	if serr := <-d.served; serr != nil && !errors.Is(serr, http.ErrServerClosed) {
+		err = errors.Join(err, serr)
+	}
+	return errors.Join(err, d.closeStore())
+}
+
+func (d *Daemon) closeStore() error {
+	if !d.ownsStore {
+		return nil
+	}
+	return d.store.Close()
+}

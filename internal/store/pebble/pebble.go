@@ -1,0 +1,801 @@
+// Package pebble is Styx's default durable store.Store, built on Pebble
+// (github.com/cockroachdb/pebble/v2). One Pebble database per data
+// directory holds every queue.
+//
+// # Key layout
+//
+// Each key starts with a one-byte prefix naming its key space. Integers in
+// keys are big-endian so that byte order is numeric order; qid is the
+// queue's QueueInfo.ID (8 bytes), part the partition (int32 as 4 bytes),
+// id an item ID and bodyID an ItemMeta.BodyID (8 bytes each).
+//
+//	0x00                  → "styx-store-1"   format marker, checked by Open
+//	0x01 name             → queue info       catalog, in name order
+//	0x02                  → uint64 BE        last queue ID assigned
+//	0x03 qid              → uint64 BE        the queue's LastID
+//	0x10 qid part id      → item meta        (21-byte key)
+//	0x11 qid part bodyID  → item body
+//	0x12 qid part bodyID  → item errors      (absent when empty)
+//
+// LoadItems therefore scans one contiguous range holding only metadata, and
+// DeleteQueue removes a queue with one range deletion per item key space
+// plus two point deletions, all in one batch.
+//
+// # Value encodings
+//
+// Values are hand-written binary (see codec.go): a format byte, then
+// varints and length-prefixed strings. Item metadata, which start-up loads
+// for every item, is the most compact: the ID is only in the key, BodyID is
+// stored as its difference from the ID (one byte until the item is
+// requeued), a flags byte carries Leased and which times and SourceKey are
+// present (zero times take no bytes), CreatedAt is stored in Unix
+// nanoseconds and the other times as differences from it. A typical meta
+// value is 15 to 25 bytes. Times round-trip to the nanosecond but come back
+// in the local time zone; times outside the years 1678-2262 are rejected by
+// Write.
+//
+// # Concurrency
+//
+// Pebble handles concurrent reads and commits. On top of it, catMu
+// serialises catalog changes, each queue's queueState.mu serialises Write
+// (keeping LastID monotonic) against DeleteQueue of that queue, and mu plus
+// a WaitGroup let Close wait for calls in progress, since Pebble must not be
+// used after or during its Close.
+package pebble
+
+import (
+	"context"
+	"encoding/binary"
+	"errors"
+	"fmt"
+	"log/slog"
+	"sync"
+
+	pebbledb "github.com/cockroachdb/pebble/v2"
+
+	"github.com/styxq/styx/internal/store"
+)
+
+// Config configures Open.
+type Config struct {
+	// Dir is the data directory, created if missing. Required.
+	Dir string
+	// Sync makes Write return only after the batch is fsynced. The zero
+	// value is false: with Sync off, acknowledged writes may be lost on
+	// power failure or an OS crash (not on a process crash). Callers should
+	// default it to true. Queue catalog changes are always synced.
+	Sync bool
+	// Logger receives Pebble's log messages. Optional; nil means
+	// slog.Default().
+	Logger *slog.Logger
+}
+
+// Store is the Pebble store.Store. Create it with Open. It is safe for
+// concurrent use.
+type Store struct {
+	db        *pebbledb.DB
+	writeOpts *pebbledb.WriteOptions // for item batches, per Config.Sync
+
+	// catMu serialises catalog changes (CreateQueue, UpdateQueue,
+	// DeleteQueue) and guards lastQueueID.
+	catMu       sync.Mutex
+	lastQueueID uint64
+
+	// mu guards closed and queues. It is held only briefly, never across
+	// Pebble I/O.
+	mu     sync.Mutex
+	closed bool
+	queues map[uint64]*queueState // live queues by ID
+	// calls counts calls in progress; Close waits for them. Add is called
+	// under mu while closed is false.
+	calls sync.WaitGroup
+}
+
+// queueState is what the store keeps in memory about a live queue.
+type queueState struct {
+	// mu is held by Write across building and committing a batch and by
+	// DeleteQueue across its commit; it guards lastID and deleted.
+	mu      sync.Mutex
+	lastID  uint64 // the stored LastID
+	deleted bool
+}
+
+var _ store.Store = (*Store)(nil)
+
+// Open opens (creating if needed) the store in cfg.Dir. It fails if the
+// directory holds a database that is not a Styx store of this format, or
+// is in use by another process.
+func Open(cfg Config) (*Store, error) {
+	if cfg.Dir == "" {
+		return nil, errors.New("pebble: open: no directory")
+	}
+	log := cfg.Logger
+	if log == nil {
+		log = slog.Default()
+	}
+	db, err := pebbledb.Open(cfg.Dir, &pebbledb.Options{
+		FormatMajorVersion: pebbledb.FormatNewest,
+		Logger:             logger{log.With("component", "pebble", "dir", cfg.Dir)},
+	})
+	if err != nil {
+		return nil, fmt.Errorf("pebble: open %s: %w", cfg.Dir, err)
+	}
+	s := &Store{
+		db:        db,
+		writeOpts: pebbledb.NoSync,
+		queues:    make(map[uint64]*queueState),
+	}
+	if cfg.Sync {
+		s.writeOpts = pebbledb.Sync
+	}
+	if err := s.load(); err != nil {
+		_ = db.Close()
+		return nil, fmt.Errorf("pebble: open %s: %w", cfg.Dir, err)
+	}
+	return s, nil
+}
+
+// load checks the format marker, writing it in a new database, and reads
+// the queue-ID counter, the catalog and every queue's LastID.
+func (s *Store) load() error {
+	v, err := s.get(formatKey)
+	switch {
+	case errors.Is(err, pebbledb.ErrNotFound):
+		if !s.empty() {
+			return errors.New("not a Styx store: no format marker")
+		}
+		if err := s.db.Set(formatKey, []byte(formatValue), pebbledb.Sync); err != nil {
+			return err
+		}
+	case err != nil:
+		return err
+	case string(v) != formatValue:
+		return fmt.Errorf("unknown store format %q", v)
+	}
+
+	if v, err := s.get(queueSeqKey); err == nil {
+		if s.lastQueueID, err = decodeUint64(v); err != nil {
+			return fmt.Errorf("queue id counter: %w", err)
+		}
+	} else if !errors.Is(err, pebbledb.ErrNotFound) {
+		return err
+	}
+
+	iter, err := s.db.NewIter(&pebbledb.IterOptions{
+		LowerBound: []byte{prefixCatalog},
+		UpperBound: []byte{prefixCatalog + 1},
+	})
+	if err != nil {
+		return err
+	}
+	defer iter.Close()
+	for iter.First(); iter.Valid(); iter.Next() {
+		v, err := iter.ValueAndErr()
+		if err != nil {
+			return err
+		}
+		name := string(iter.Key()[1:])
+		info, err := decodeQueueInfo(name, v)
+		if err != nil {
+			return fmt.Errorf("queue %q: %w", name, err)
+		}
+		qs := &queueState{}
+		if v, err := s.get(queueKey(prefixLastID, info.ID)); err == nil {
+			if qs.lastID, err = decodeUint64(v); err != nil {
+				return fmt.Errorf("queue %q: last id: %w", name, err)
+			}
+		} else if !errors.Is(err, pebbledb.ErrNotFound) {
+			return err
+		}
+		s.queues[info.ID] = qs
+		// Belt and braces: never hand out an ID a stored queue has.
+		s.lastQueueID = max(s.lastQueueID, info.ID)
+	}
+	return iter.Error()
+}
+
+// empty reports whether the database holds no keys.
+func (s *Store) empty() bool {
+	iter, err := s.db.NewIter(nil)
+	if err != nil {
+		return false
+	}
+	defer iter.Close()
+	return !iter.First()
+}
+
+// get returns a copy of the value stored under key, or an error wrapping
+// pebbledb.ErrNotFound.
+func (s *Store) get(key []byte) ([]byte, error) {
+	v, closer, err := s.db.Get(key)
+	if err != nil {
+		return nil, err
+	}
+	defer closer.Close()
+	return append([]byte(nil), v...), nil
+}
+
+// enter registers a call in progress, failing if the store is closed. A
+// successful enter must be paired with s.calls.Done.
+func (s *Store) enter(ctx context.Context) error {
+	if err := ctx.Err(); err != nil {
+		return err
+	}
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.closed {
+		return store.ErrClosed
+	}
+	s.calls.Add(1)
+	return nil
+}
+
+// queue enters and returns the live queue with the given ID. On success the
+// caller must call s.calls.Done.
+func (s *Store) queue(ctx context.Context, queueID uint64) (*queueState, error) {
+	if err := s.enter(ctx); err != nil {
+		return nil, err
+	}
+	s.mu.Lock()
+	qs, ok := s.queues[queueID]
+	s.mu.Unlock()
+	if !ok {
+		s.calls.Done()
+		return nil, store.ErrQueueNotFound
+	}
+	return qs, nil
+}
+
+// CreateQueue implements store.Store. info.ID is ignored and assigned from
+// a persisted counter, so IDs are never reused. The change is synced
+// whatever Config.Sync says.
+func (s *Store) CreateQueue(ctx context.Context, info store.QueueInfo) (store.QueueInfo, error) {
+	info, err := s.createQueue(ctx, info)
+	if err != nil {
+		return store.QueueInfo{}, fmt.Errorf("pebble: create queue %q: %w", info.Name, err)
+	}
+	return info, nil
+}
+
+func (s *Store) createQueue(ctx context.Context, info store.QueueInfo) (store.QueueInfo, error) {
+	if err := s.enter(ctx); err != nil {
+		return info, err
+	}
+	defer s.calls.Done()
+	s.catMu.Lock()
+	defer s.catMu.Unlock()
+
+	key := catalogKey(info.Name)
+	if _, err := s.get(key); err == nil {
+		return info, store.ErrQueueExists
+	} else if !errors.Is(err, pebbledb.ErrNotFound) {
+		return info, err
+	}
+	info.ID = s.lastQueueID + 1
+	v, err := appendQueueInfo(nil, &info)
+	if err != nil {
+		return info, err
+	}
+	b := s.db.NewBatch()
+	defer b.Close()
+	if err := b.Set(key, v, nil); err != nil {
+		return info, err
+	}
+	if err := b.Set(queueSeqKey, binary.BigEndian.AppendUint64(nil, info.ID), nil); err != nil {
+		return info, err
+	}
+	if err := b.Commit(pebbledb.Sync); err != nil {
+		return info, err
+	}
+	s.lastQueueID = info.ID
+	s.mu.Lock()
+	s.queues[info.ID] = &queueState{}
+	s.mu.Unlock()
+	return info, nil
+}
+
+// UpdateQueue implements store.Store. It returns store.ErrQueueNotFound when
+// no queue has info.Name or when its ID is not info.ID. The change is synced
+// whatever Config.Sync says.
+func (s *Store) UpdateQueue(ctx context.Context, info store.QueueInfo) error {
+	if err := s.updateQueue(ctx, info); err != nil {
+		return fmt.Errorf("pebble: update queue %q: %w", info.Name, err)
+	}
+	return nil
+}
+
+func (s *Store) updateQueue(ctx context.Context, info store.QueueInfo) error {
+	if err := s.enter(ctx); err != nil {
+		return err
+	}
+	defer s.calls.Done()
+	s.catMu.Lock()
+	defer s.catMu.Unlock()
+
+	cur, err := s.getQueue(info.Name)
+	if err != nil {
+		return err
+	}
+	if cur.ID != info.ID {
+		return store.ErrQueueNotFound
+	}
+	v, err := appendQueueInfo(nil, &info)
+	if err != nil {
+		return err
+	}
+	return s.db.Set(catalogKey(info.Name), v, pebbledb.Sync)
+}
+
+// GetQueue implements store.Store.
+func (s *Store) GetQueue(ctx context.Context, name string) (store.QueueInfo, error) {
+	if err := s.enter(ctx); err != nil {
+		return store.QueueInfo{}, fmt.Errorf("pebble: get queue %q: %w", name, err)
+	}
+	defer s.calls.Done()
+	info, err := s.getQueue(name)
+	if err != nil {
+		return store.QueueInfo{}, fmt.Errorf("pebble: get queue %q: %w", name, err)
+	}
+	return info, nil
+}
+
+// getQueue reads a catalog entry, mapping a missing one to
+// store.ErrQueueNotFound.
+func (s *Store) getQueue(name string) (store.QueueInfo, error) {
+	v, err := s.get(catalogKey(name))
+	if errors.Is(err, pebbledb.ErrNotFound) {
+		return store.QueueInfo{}, store.ErrQueueNotFound
+	}
+	if err != nil {
+		return store.QueueInfo{}, err
+	}
+	return decodeQueueInfo(name, v)
+}
+
+// ListQueues implements store.Store.
+func (s *Store) ListQueues(ctx context.Context, pivot string, limit int) ([]store.QueueInfo, error) {
+	qs, err := s.listQueues(ctx, pivot, limit)
+	if err != nil {
+		return nil, fmt.Errorf("pebble: list queues: %w", err)
+	}
+	return qs, nil
+}
+
+func (s *Store) listQueues(ctx context.Context, pivot string, limit int) ([]store.QueueInfo, error) {
+	if err := s.enter(ctx); err != nil {
+		return nil, err
+	}
+	defer s.calls.Done()
+	iter, err := s.db.NewIter(&pebbledb.IterOptions{
+		LowerBound: catalogKey(pivot),
+		UpperBound: []byte{prefixCatalog + 1},
+	})
+	if err != nil {
+		return nil, err
+	}
+	defer iter.Close()
+	var out []store.QueueInfo
+	for iter.First(); iter.Valid() && (limit <= 0 || len(out) < limit); iter.Next() {
+		v, err := iter.ValueAndErr()
+		if err != nil {
+			return nil, err
+		}
+		name := string(iter.Key()[1:])
+		info, err := decodeQueueInfo(name, v)
+		if err != nil {
+			return nil, fmt.Errorf("queue %q: %w", name, err)
+		}
+		out = append(out, info)
+	}
+	return out, iter.Error()
+}
+
+// DeleteQueue implements store.Store. Items go with one range deletion per
+// key space; Pebble reclaims their space in later compactions. The change
+// is synced whatever Config.Sync says.
+func (s *Store) DeleteQueue(ctx context.Context, name string) error {
+	if err := s.deleteQueue(ctx, name); err != nil {
+		return fmt.Errorf("pebble: delete queue %q: %w", name, err)
+	}
+	return nil
+}
+
+func (s *Store) deleteQueue(ctx context.Context, name string) error {
+	if err := s.enter(ctx); err != nil {
+		return err
+	}
+	defer s.calls.Done()
+	s.catMu.Lock()
+	defer s.catMu.Unlock()
+
+	info, err := s.getQueue(name)
+	if err != nil {
+		return err
+	}
+	s.mu.Lock()
+	qs := s.queues[info.ID]
+	s.mu.Unlock()
+	if qs == nil {
+		return fmt.Errorf("queue id %d: not loaded", info.ID)
+	}
+	qs.mu.Lock()
+	defer qs.mu.Unlock()
+
+	b := s.db.NewBatch()
+	defer b.Close()
+	for _, prefix := range []byte{prefixMeta, prefixBody, prefixErrors} {
+		start := queueKey(prefix, info.ID)
+		if err := b.DeleteRange(start, prefixEnd(start), nil); err != nil {
+			return err
+		}
+	}
+	if err := b.Delete(queueKey(prefixLastID, info.ID), nil); err != nil {
+		return err
+	}
+	if err := b.Delete(catalogKey(name), nil); err != nil {
+		return err
+	}
+	if err := b.Commit(pebbledb.Sync); err != nil {
+		return err
+	}
+	qs.deleted = true
+	s.mu.Lock()
+	delete(s.queues, info.ID)
+	s.mu.Unlock()
+	return nil
+}
+
+// LoadItems implements store.Store. It scans only the partition's meta
+// range. fn runs while the call is in progress, so it must not call Close.
+func (s *Store) LoadItems(ctx context.Context, queueID uint64, partition int32, fn func(store.ItemMeta) error) error {
+	errFn, err := s.loadItems(ctx, queueID, partition, fn)
+	if errFn != nil {
+		return errFn
+	}
+	if err != nil {
+		return fmt.Errorf("pebble: load items of queue %d partition %d: %w", queueID, partition, err)
+	}
+	return nil
+}
+
+// loadItems returns fn's error apart, so that it is passed on unwrapped.
+func (s *Store) loadItems(ctx context.Context, queueID uint64, partition int32, fn func(store.ItemMeta) error) (errFn, err error) {
+	if _, err := s.queue(ctx, queueID); err != nil {
+		return nil, err
+	}
+	defer s.calls.Done()
+	lower := partitionKey(prefixMeta, queueID, partition)
+	iter, err := s.db.NewIterWithContext(ctx, &pebbledb.IterOptions{
+		LowerBound: lower,
+		UpperBound: prefixEnd(lower),
+	})
+	if err != nil {
+		return nil, err
+	}
+	defer iter.Close()
+	var m store.ItemMeta
+	n := 0
+	for iter.First(); iter.Valid(); iter.Next() {
+		if n++; n%4096 == 0 {
+			if err := ctx.Err(); err != nil {
+				return nil, err
+			}
+		}
+		id, err := itemID(iter.Key())
+		if err != nil {
+			return nil, err
+		}
+		v, err := iter.ValueAndErr()
+		if err != nil {
+			return nil, err
+		}
+		if err := decodeMeta(v, id, &m); err != nil {
+			return nil, fmt.Errorf("item %d: %w", id, err)
+		}
+		if err := fn(m); err != nil {
+			return err, nil
+		}
+	}
+	return nil, iter.Error()
+}
+
+// LastID implements store.Store. It is served from memory.
+func (s *Store) LastID(ctx context.Context, queueID uint64) (uint64, error) {
+	qs, err := s.queue(ctx, queueID)
+	if err != nil {
+		return 0, fmt.Errorf("pebble: last id of queue %d: %w", queueID, err)
+	}
+	defer s.calls.Done()
+	qs.mu.Lock()
+	defer qs.mu.Unlock()
+	if qs.deleted {
+		return 0, fmt.Errorf("pebble: last id of queue %d: %w", queueID, store.ErrQueueNotFound)
+	}
+	return qs.lastID, nil
+}
+
+// Write implements store.Store: the batch becomes one Pebble batch,
+// committed with fsync when Config.Sync is on. The queue's LastID is raised
+// to the greatest of its stored value, b.LastID and every Meta.ID the batch
+// inserts, updates or requeues. A batch that fails to encode (an unknown op
+// kind, a time outside 1678-2262) changes nothing.
+func (s *Store) Write(ctx context.Context, b *store.Batch) error {
+	if err := s.write(ctx, b); err != nil {
+		return fmt.Errorf("pebble: write queue %d: %w", b.QueueID, err)
+	}
+	return nil
+}
+
+func (s *Store) write(ctx context.Context, b *store.Batch) error {
+	qs, err := s.queue(ctx, b.QueueID)
+	if err != nil {
+		return err
+	}
+	defer s.calls.Done()
+	qs.mu.Lock()
+	defer qs.mu.Unlock()
+	if qs.deleted {
+		return store.ErrQueueNotFound
+	}
+
+	pb := s.db.NewBatch()
+	defer pb.Close()
+	var (
+		kbuf [itemKeyLen]byte
+		vbuf []byte
+		last = max(qs.lastID, b.LastID)
+		qid  = b.QueueID
+	)
+	for i := range b.Ops {
+		op := &b.Ops[i]
+		var err error
+		switch op.Kind {
+		case store.OpInsert:
+			if err = setMeta(pb, &kbuf, &vbuf, qid, op); err != nil {
+				break
+			}
+			body := op.Body
+			if body == nil {
+				body = &store.ItemBody{}
+			}
+			if vbuf, err = appendBody(vbuf[:0], body); err != nil {
+				break
+			}
+			if err = pb.Set(itemKey(&kbuf, prefixBody, qid, op.Partition, op.Meta.BodyID), vbuf, nil); err != nil {
+				break
+			}
+			// A new item has no errors stored yet unless given.
+			if op.Errors != nil && !op.Errors.IsZero() {
+				err = setErrors(pb, &kbuf, &vbuf, qid, op)
+			}
+		case store.OpUpdate:
+			last = max(last, op.Meta.ID)
+			err = setMeta(pb, &kbuf, &vbuf, qid, op)
+		case store.OpRequeue:
+			last = max(last, op.Meta.ID)
+			if err = pb.Delete(itemKey(&kbuf, prefixMeta, qid, op.Partition, op.OldID), nil); err != nil {
+				break
+			}
+			err = setMeta(pb, &kbuf, &vbuf, qid, op)
+		case store.OpDelete:
+			for _, k := range [...]struct {
+				prefix byte
+				id     uint64
+			}{{prefixMeta, op.Meta.ID}, {prefixBody, op.Meta.BodyID}, {prefixErrors, op.Meta.BodyID}} {
+				if err = pb.Delete(itemKey(&kbuf, k.prefix, qid, op.Partition, k.id), nil); err != nil {
+					break
+				}
+			}
+		case store.OpSetErrors:
+			err = setErrors(pb, &kbuf, &vbuf, qid, op)
+		default:
+			err = fmt.Errorf("unknown op kind %d", op.Kind)
+		}
+		if err != nil {
+			return fmt.Errorf("op %d (item %d): %w", i, op.Meta.ID, err)
+		}
+	}
+	if last > qs.lastID {
+		if err := pb.Set(queueKey(prefixLastID, qid), binary.BigEndian.AppendUint64(nil, last), nil); err != nil {
+			return err
+		}
+	}
+	if pb.Empty() {
+		return nil
+	}
+	if err := pb.Commit(s.writeOpts); err != nil {
+		return err
+	}
+	qs.lastID = last
+	return nil
+}
+
+// setMeta adds op.Meta to pb under op.Meta.ID.
+func setMeta(pb *pebbledb.Batch, kbuf *[itemKeyLen]byte, vbuf *[]byte, qid uint64, op *store.Op) error {
+	v, err := appendMeta((*vbuf)[:0], &op.Meta)
+	*vbuf = v
+	if err != nil {
+		return err
+	}
+	return pb.Set(itemKey(kbuf, prefixMeta, qid, op.Partition, op.Meta.ID), v, nil)
+}
+
+// setErrors adds op.Errors to pb under op.Meta.BodyID, or deletes the
+// stored errors when op.Errors is nil or empty.
+func setErrors(pb *pebbledb.Batch, kbuf *[itemKeyLen]byte, vbuf *[]byte, qid uint64, op *store.Op) error {
+	key := itemKey(kbuf, prefixErrors, qid, op.Partition, op.Meta.BodyID)
+	if op.Errors == nil || op.Errors.IsZero() {
+		return pb.Delete(key, nil)
+	}
+	v, err := appendErrors((*vbuf)[:0], op.Errors)
+	*vbuf = v
+	if err != nil {
+		return err
+	}
+	return pb.Set(key, v, nil)
+}
+
+// ReadBodies implements store.Store. All reads come from one snapshot.
+func (s *Store) ReadBodies(ctx context.Context, queueID uint64, partition int32, bodyIDs []uint64) ([]store.ItemBody, []store.ItemErrors, error) {
+	bodies, errs, err := s.readBodies(ctx, queueID, partition, bodyIDs)
+	if err != nil {
+		return nil, nil, fmt.Errorf("pebble: read bodies of queue %d partition %d: %w", queueID, partition, err)
+	}
+	return bodies, errs, nil
+}
+
+func (s *Store) readBodies(ctx context.Context, queueID uint64, partition int32, bodyIDs []uint64) ([]store.ItemBody, []store.ItemErrors, error) {
+	if _, err := s.queue(ctx, queueID); err != nil {
+		return nil, nil, err
+	}
+	defer s.calls.Done()
+	snap := s.db.NewSnapshot()
+	defer snap.Close()
+	r := bodyReader{snap: snap, queueID: queueID, partition: partition}
+	bodies := make([]store.ItemBody, len(bodyIDs))
+	errs := make([]store.ItemErrors, len(bodyIDs))
+	for i, id := range bodyIDs {
+		var err error
+		if bodies[i], errs[i], err = r.read(id); err != nil {
+			return nil, nil, err
+		}
+	}
+	return bodies, errs, nil
+}
+
+// ListItems implements store.Store. All reads come from one snapshot.
+func (s *Store) ListItems(ctx context.Context, queueID uint64, partition int32, afterID uint64, limit int) ([]store.Item, error) {
+	items, err := s.listItems(ctx, queueID, partition, afterID, limit)
+	if err != nil {
+		return nil, fmt.Errorf("pebble: list items of queue %d partition %d: %w", queueID, partition, err)
+	}
+	return items, nil
+}
+
+func (s *Store) listItems(ctx context.Context, queueID uint64, partition int32, afterID uint64, limit int) ([]store.Item, error) {
+	if limit <= 0 {
+		return nil, fmt.Errorf("limit %d must be > 0", limit)
+	}
+	if _, err := s.queue(ctx, queueID); err != nil {
+		return nil, err
+	}
+	defer s.calls.Done()
+	if afterID == ^uint64(0) {
+		return nil, nil
+	}
+	snap := s.db.NewSnapshot()
+	defer snap.Close()
+	var kbuf [itemKeyLen]byte
+	iter, err := snap.NewIterWithContext(ctx, &pebbledb.IterOptions{
+		LowerBound: itemKey(&kbuf, prefixMeta, queueID, partition, afterID+1),
+		UpperBound: prefixEnd(partitionKey(prefixMeta, queueID, partition)),
+	})
+	if err != nil {
+		return nil, err
+	}
+	defer iter.Close()
+	r := bodyReader{snap: snap, queueID: queueID, partition: partition}
+	var items []store.Item
+	for iter.First(); iter.Valid() && len(items) < limit; iter.Next() {
+		id, err := itemID(iter.Key())
+		if err != nil {
+			return nil, err
+		}
+		v, err := iter.ValueAndErr()
+		if err != nil {
+			return nil, err
+		}
+		it := store.Item{Partition: partition}
+		if err := decodeMeta(v, id, &it.Meta); err != nil {
+			return nil, fmt.Errorf("item %d: %w", id, err)
+		}
+		if it.Body, it.Errors, err = r.read(it.Meta.BodyID); err != nil {
+			return nil, err
+		}
+		items = append(items, it)
+	}
+	return items, iter.Error()
+}
+
+// bodyReader reads bodies and errors of one partition from a snapshot.
+type bodyReader struct {
+	snap      *pebbledb.Snapshot
+	queueID   uint64
+	partition int32
+	kbuf      [itemKeyLen]byte
+}
+
+// read returns the body and errors stored under bodyID, zero values for
+// missing ones.
+func (r *bodyReader) read(bodyID uint64) (store.ItemBody, store.ItemErrors, error) {
+	var body store.ItemBody
+	var errs store.ItemErrors
+	err := r.get(prefixBody, bodyID, func(v []byte) (err error) {
+		body, err = decodeBody(v)
+		return err
+	})
+	if err == nil {
+		err = r.get(prefixErrors, bodyID, func(v []byte) (err error) {
+			errs, err = decodeErrors(v)
+			return err
+		})
+	}
+	if err != nil {
+		return store.ItemBody{}, store.ItemErrors{}, fmt.Errorf("body %d: %w", bodyID, err)
+	}
+	return body, errs, nil
+}
+
+// get calls decode with the value under an item key, if there is one.
+// decode must not keep v.
+func (r *bodyReader) get(prefix byte, id uint64, decode func(v []byte) error) error {
+	v, closer, err := r.snap.Get(itemKey(&r.kbuf, prefix, r.queueID, r.partition, id))
+	if errors.Is(err, pebbledb.ErrNotFound) {
+		return nil
+	}
+	if err != nil {
+		return err
+	}
+	defer closer.Close()
+	return decode(v)
+}
+
+// Close implements store.Store. It waits for calls in progress, then closes
+// the database, which syncs its write-ahead log: with Sync off, writes
+// acknowledged before a clean Close are durable too.
+func (s *Store) Close() error {
+	s.mu.Lock()
+	if s.closed {
+		s.mu.Unlock()
+		return fmt.Errorf("pebble: close: %w", store.ErrClosed)
+	}
+	s.closed = true
+	s.mu.Unlock()
+	s.calls.Wait()
+	if err := s.db.Close(); err != nil {
+		return fmt.Errorf("pebble: close: %w", err)
+	}
+	return nil
+}
+
+func decodeUint64(v []byte) (uint64, error) {
+	if len(v) != 8 {
+		return 0, fmt.Errorf("%w: %d bytes for a uint64", errCorrupt, len(v))
+	}
+	return binary.BigEndian.Uint64(v), nil
+}
+
+// logger adapts slog to Pebble's Logger.
+type logger struct{ l *slog.Logger }
+
+func (l logger) Infof(format string, args ...any) { l.l.Info(fmt.Sprintf(format, args...)) }
+
+func (l logger) Errorf(format string, args ...any) { l.l.Error(fmt.Sprintf(format, args...)) }
+
+// Fatalf logs and panics: Pebble calls it on invariant violations and data
+// corruption, and must not continue.
+func (l logger) Fatalf(format string, args ...any) {
+	msg := fmt.Sprintf(format, args...)
+	l.l.Error(msg, "fatal", true)
+	panic("pebble: " + msg)
+}

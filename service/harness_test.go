@@ -1,0 +1,205 @@
+package service_test
+
+import (
+	"context"
+	"io"
+	"log/slog"
+	"os"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/require"
+	"google.golang.org/protobuf/types/known/timestamppb"
+
+	styx "github.com/styxq/styx"
+	"github.com/styxq/styx/daemon"
+	"github.com/styxq/styx/internal/store"
+	"github.com/styxq/styx/internal/store/faulty"
+	"github.com/styxq/styx/internal/store/memory"
+	"github.com/styxq/styx/internal/store/pebble"
+	pb "github.com/styxq/styx/styxpb"
+)
+
+// backend opens a store that survives server restarts within one test.
+type backend struct {
+	name string
+	// open returns a store over the test's persistent state; reopen
+	// after close sees everything written before.
+	open func(t *testing.T) store.Store
+}
+
+// backends returns every storage backend the functional tests run on.
+func backends(t *testing.T) []backend {
+	return []backend{
+		{name: "memory", open: func() func(t *testing.T) store.Store {
+			s := memory.New() // one instance stands for the persistent state
+			return func(t *testing.T) store.Store { return nopClose{s} }
+		}()},
+		{name: "pebble", open: func() func(t *testing.T) store.Store {
+			dir := t.TempDir()
+			return func(t *testing.T) store.Store {
+				s, err := pebble.Open(pebble.Config{Dir: dir, Sync: true})
+				require.NoError(t, err)
+				return s
+			}
+		}()},
+	}
+}
+
+// nopClose keeps a memory store's contents across a server "restart".
+type nopClose struct{ store.Store }
+
+func (nopClose) Close() error { return nil }
+
+// server is a running in-process server with a client.
+type server struct {
+	t      *testing.T
+	b      backend
+	d      *daemon.Daemon
+	store  store.Store
+	Faults *faulty.Store
+	C      *styx.Client
+}
+
+func testLogger() *slog.Logger {
+	if os.Getenv("STYX_TEST_LOG") != "" {
+		return slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelDebug}))
+	}
+	return slog.New(slog.NewTextHandler(io.Discard, nil))
+}
+
+// start starts a server on b and stops it at the end of the test.
+func start(t *testing.T, b backend) *server {
+	s := &server{t: t, b: b}
+	s.boot()
+	t.Cleanup(func() { s.stop() })
+	return s
+}
+
+func (s *server) boot() {
+	s.store = s.b.open(s.t)
+	s.Faults = faulty.New(s.store)
+	d, err := daemon.New(context.Background(), daemon.Config{
+		Listen: "127.0.0.1:0", Store: s.Faults, Log: testLogger(), ShutdownTimeout: 5 * time.Second,
+	})
+	require.NoError(s.t, err)
+	s.d = d
+	s.C, err = styx.NewClient(styx.ClientConfig{Endpoint: d.Endpoint()})
+	require.NoError(s.t, err)
+}
+
+func (s *server) stop() {
+	if s.d == nil {
+		return
+	}
+	require.NoError(s.t, s.d.Close(context.Background()))
+	require.NoError(s.t, s.store.Close())
+	s.d = nil
+}
+
+// restart stops the server gracefully and starts it again on the same
+// storage.
+func (s *server) restart() {
+	s.stop()
+	s.boot()
+}
+
+// forEachBackend runs fn as a parallel subtest per backend.
+func forEachBackend(t *testing.T, fn func(t *testing.T, b backend)) {
+	t.Helper()
+	for _, b := range backends(t) {
+		t.Run(b.name, func(t *testing.T) {
+			t.Parallel()
+			fn(t, b)
+		})
+	}
+}
+
+var ctx = context.Background()
+
+func (s *server) createQueue(info *pb.QueueInfo) {
+	s.t.Helper()
+	require.NoError(s.t, s.C.QueuesCreate(ctx, info))
+}
+
+func (s *server) produce(queue string, payloads ...string) {
+	s.t.Helper()
+	req := &pb.QueueProduceRequest{QueueName: queue, RequestTimeout: "1m"}
+	for _, p := range payloads {
+		req.Items = append(req.Items, &pb.QueueProduceItem{Bytes: []byte(p), Kind: "test", Reference: "ref-" + p})
+	}
+	require.NoError(s.t, s.C.QueueProduce(ctx, req))
+}
+
+func (s *server) lease(queue string, n int32) *pb.QueueLeaseResponse {
+	s.t.Helper()
+	res, err := s.C.QueueLease(ctx, &pb.QueueLeaseRequest{QueueName: queue, BatchSize: n, ClientId: s.t.Name(), RequestTimeout: "5s"})
+	require.NoError(s.t, err)
+	return res
+}
+
+// leaseNone asserts that a short lease finds nothing.
+func (s *server) leaseNone(queue string) {
+	s.t.Helper()
+	_, err := s.C.QueueLease(ctx, &pb.QueueLeaseRequest{QueueName: queue, BatchSize: 10, ClientId: s.t.Name(), RequestTimeout: "50ms"})
+	require.Error(s.t, err)
+	require.Equal(s.t, styx.CodeRetry, styx.ErrorCode(err), err.Error())
+}
+
+func (s *server) retry(queue string, partition int32, items ...*pb.QueueRetryItem) {
+	s.t.Helper()
+	require.NoError(s.t, s.C.QueueRetry(ctx, &pb.QueueRetryRequest{QueueName: queue, Partition: partition, Items: items}))
+}
+
+func (s *server) complete(queue string, partition int32, ids ...string) {
+	s.t.Helper()
+	require.NoError(s.t, s.C.QueueComplete(ctx, &pb.QueueCompleteRequest{QueueName: queue, Partition: partition, Ids: ids}))
+}
+
+// items lists every item of every partition of a queue.
+func (s *server) items(queue string) []*pb.StorageItem {
+	s.t.Helper()
+	info, err := s.C.QueuesInfo(ctx, &pb.QueuesInfoRequest{QueueName: queue})
+	require.NoError(s.t, err)
+	var all []*pb.StorageItem
+	for p := range info.RequestedPartitions {
+		pivot := ""
+		for {
+			res, err := s.C.StorageItemsList(ctx, &pb.StorageItemsListRequest{QueueName: queue, Partition: p, Pivot: pivot, Limit: 1000})
+			require.NoError(s.t, err)
+			all = append(all, res.Items...)
+			if len(res.Items) < 1000 {
+				break
+			}
+			pivot = res.Items[len(res.Items)-1].Id
+		}
+	}
+	return all
+}
+
+// eventually polls cond every 10ms until it holds or 10s pass.
+func eventually(t *testing.T, cond func() bool, msg string, args ...any) {
+	t.Helper()
+	require.Eventually(t, cond, 10*time.Second, 10*time.Millisecond, append([]any{msg}, args...)...)
+}
+
+// waitItems polls until queue holds n items and returns them.
+func (s *server) waitItems(queue string, n int) []*pb.StorageItem {
+	s.t.Helper()
+	var got []*pb.StorageItem
+	eventually(s.t, func() bool { got = s.items(queue); return len(got) == n }, "queue %s should hold %d items", queue, n)
+	return got
+}
+
+func at(t time.Time) *timestamppb.Timestamp { return timestamppb.New(t) }
+
+// requireCode asserts err is a client error with code and a message
+// containing each of parts.
+func requireCode(t *testing.T, err error, code int, parts ...string) {
+	t.Helper()
+	require.Error(t, err)
+	require.Equal(t, code, styx.ErrorCode(err), err.Error())
+	for _, p := range parts {
+		require.Contains(t, err.Error(), p)
+	}
+}

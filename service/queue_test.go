@@ -1,0 +1,382 @@
+package service_test
+
+import (
+	"fmt"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+
+	styx "github.com/styxq/styx"
+	pb "github.com/styxq/styx/styxpb"
+)
+
+func TestQueues(t *testing.T) {
+	forEachBackend(t, func(t *testing.T, b backend) {
+		s := start(t, b)
+		t.Run("CreateDefaults", func(t *testing.T) {
+			s.createQueue(&pb.QueueInfo{QueueName: "defaults"})
+			info, err := s.C.QueuesInfo(ctx, &pb.QueuesInfoRequest{QueueName: "defaults"})
+			require.NoError(t, err)
+			assert.Equal(t, "1m0s", info.LeaseTimeout)
+			assert.Equal(t, "336h0m0s", info.ExpireTimeout)
+			assert.Equal(t, int32(0), info.MaxAttempts)
+			assert.Equal(t, int32(1), info.RequestedPartitions)
+			assert.Len(t, info.Partitions, 1)
+			assert.Empty(t, info.DeadQueue)
+			assert.NotNil(t, info.CreatedAt)
+		})
+		t.Run("CreateExisting", func(t *testing.T) {
+			err := s.C.QueuesCreate(ctx, &pb.QueueInfo{QueueName: "defaults"})
+			requireCode(t, err, styx.CodeConflict, "queue already exists", "defaults")
+		})
+		t.Run("UpdateKeepsOmittedFields", func(t *testing.T) {
+			s.createQueue(&pb.QueueInfo{QueueName: "upd", LeaseTimeout: "30s", MaxAttempts: 5, Reference: "r1"})
+			require.NoError(t, s.C.QueuesUpdate(ctx, &pb.QueueInfo{QueueName: "upd", MaxAttempts: 7}))
+			info, err := s.C.QueuesInfo(ctx, &pb.QueuesInfoRequest{QueueName: "upd"})
+			require.NoError(t, err)
+			assert.Equal(t, int32(7), info.MaxAttempts)
+			assert.Equal(t, "30s", info.LeaseTimeout)
+			assert.Equal(t, "r1", info.Reference)
+			assert.Equal(t, "336h0m0s", info.ExpireTimeout)
+		})
+		t.Run("UpdateUnknown", func(t *testing.T) {
+			err := s.C.QueuesUpdate(ctx, &pb.QueueInfo{QueueName: "nope", MaxAttempts: 7})
+			requireCode(t, err, styx.CodeNotFound, "nope")
+		})
+		t.Run("ListAndDelete", func(t *testing.T) {
+			for _, n := range []string{"l-a", "l-b", "l-c"} {
+				s.createQueue(&pb.QueueInfo{QueueName: n})
+			}
+			res, err := s.C.QueuesList(ctx, &pb.QueuesListRequest{Pivot: "l-b", Limit: 2})
+			require.NoError(t, err)
+			require.Len(t, res.Items, 2)
+			assert.Equal(t, "l-b", res.Items[0].QueueName)
+			assert.Equal(t, "l-c", res.Items[1].QueueName)
+			s.produce("l-b", "x")
+			require.NoError(t, s.C.QueuesDelete(ctx, &pb.QueuesDeleteRequest{QueueName: "l-b"}))
+			_, err = s.C.QueuesInfo(ctx, &pb.QueuesInfoRequest{QueueName: "l-b"})
+			requireCode(t, err, styx.CodeNotFound)
+			// Re-created under the same name, the queue starts empty.
+			s.createQueue(&pb.QueueInfo{QueueName: "l-b"})
+			assert.Empty(t, s.items("l-b"))
+		})
+	})
+}
+
+func TestProduceLeaseComplete(t *testing.T) {
+	forEachBackend(t, func(t *testing.T, b backend) {
+		s := start(t, b)
+		t.Run("FIFO", func(t *testing.T) {
+			s.createQueue(&pb.QueueInfo{QueueName: "fifo"})
+			s.produce("fifo", "a", "b", "c")
+			s.produce("fifo", "d")
+			res := s.lease("fifo", 3)
+			require.Len(t, res.Items, 3)
+			for i, want := range []string{"a", "b", "c"} {
+				it := res.Items[i]
+				assert.Equal(t, want, string(it.Bytes))
+				assert.Equal(t, int32(1), it.Attempts)
+				assert.Equal(t, "test", it.Kind)
+				assert.Equal(t, "ref-"+want, it.Reference)
+				assert.WithinDuration(t, time.Now().Add(time.Minute), it.LeaseDeadline.AsTime(), 5*time.Second)
+			}
+			s.complete("fifo", res.Partition, res.Items[0].Id, res.Items[1].Id, res.Items[2].Id)
+			res = s.lease("fifo", 10)
+			require.Len(t, res.Items, 1)
+			assert.Equal(t, "d", string(res.Items[0].Bytes))
+			s.complete("fifo", 0, res.Items[0].Id)
+			assert.Empty(t, s.items("fifo"))
+			s.leaseNone("fifo")
+		})
+		t.Run("LeaseTimeoutMessage", func(t *testing.T) {
+			s.createQueue(&pb.QueueInfo{QueueName: "empty"})
+			_, err := s.C.QueueLease(ctx, &pb.QueueLeaseRequest{QueueName: "empty", BatchSize: 1, ClientId: "c", RequestTimeout: "20ms"})
+			requireCode(t, err, styx.CodeRetry, "request timeout; no items are in the queue, try again")
+		})
+		t.Run("LongPollWokenByProduce", func(t *testing.T) {
+			s.createQueue(&pb.QueueInfo{QueueName: "poll"})
+			got := make(chan *pb.QueueLeaseResponse, 1)
+			go func() {
+				res, err := s.C.QueueLease(ctx, &pb.QueueLeaseRequest{QueueName: "poll", BatchSize: 5, ClientId: "w", RequestTimeout: "10s"})
+				assert.NoError(t, err)
+				got <- res
+			}()
+			waitStat(t, s, "poll", func(st *pb.QueueLogicalStats) bool { return st.LeaseWaiting == 1 })
+			start := time.Now()
+			s.produce("poll", "wake")
+			res := <-got
+			require.Len(t, res.Items, 1)
+			assert.Equal(t, "wake", string(res.Items[0].Bytes))
+			assert.Less(t, time.Since(start), 5*time.Second)
+		})
+		t.Run("WaitersServedInArrivalOrder", func(t *testing.T) {
+			s.createQueue(&pb.QueueInfo{QueueName: "fair"})
+			results := make([]chan string, 3)
+			for i := range results {
+				results[i] = make(chan string, 1)
+				go func() {
+					res, err := s.C.QueueLease(ctx, &pb.QueueLeaseRequest{QueueName: "fair", BatchSize: 1, ClientId: fmt.Sprint("c", i), RequestTimeout: "10s"})
+					if assert.NoError(t, err) && assert.Len(t, res.Items, 1) {
+						results[i] <- string(res.Items[0].Bytes)
+					}
+				}()
+				waitStat(t, s, "fair", func(st *pb.QueueLogicalStats) bool { return st.LeaseWaiting == int32(i+1) })
+			}
+			s.produce("fair", "1", "2", "3")
+			for i, want := range []string{"1", "2", "3"} {
+				assert.Equal(t, want, <-results[i], "waiter %d", i)
+			}
+		})
+		t.Run("DuplicateClientID", func(t *testing.T) {
+			s.createQueue(&pb.QueueInfo{QueueName: "dup"})
+			done := make(chan struct{})
+			go func() {
+				defer close(done)
+				_, _ = s.C.QueueLease(ctx, &pb.QueueLeaseRequest{QueueName: "dup", BatchSize: 1, ClientId: "same", RequestTimeout: "2s"})
+			}()
+			waitStat(t, s, "dup", func(st *pb.QueueLogicalStats) bool { return st.LeaseWaiting == 1 })
+			_, err := s.C.QueueLease(ctx, &pb.QueueLeaseRequest{QueueName: "dup", BatchSize: 1, ClientId: "same", RequestTimeout: "1s"})
+			requireCode(t, err, styx.CodeBadRequest, "client_id", "same")
+			s.produce("dup", "x")
+			<-done
+		})
+		t.Run("CompleteUnknownIDChangesNothing", func(t *testing.T) {
+			s.createQueue(&pb.QueueInfo{QueueName: "cu"})
+			s.produce("cu", "a", "b")
+			res := s.lease("cu", 1)
+			ready := s.items("cu")[1].Id
+			err := s.C.QueueComplete(ctx, &pb.QueueCompleteRequest{QueueName: "cu", Ids: []string{res.Items[0].Id, ready}})
+			requireCode(t, err, styx.CodeBadRequest, ready, "not leased")
+			require.Len(t, s.items("cu"), 2, "the leased item must not be completed by a rejected request")
+			err = s.C.QueueComplete(ctx, &pb.QueueCompleteRequest{QueueName: "cu", Partition: 0, Ids: []string{"0000000000000"}})
+			requireCode(t, err, styx.CodeBadRequest, "0000000000000")
+		})
+	})
+}
+
+// waitStat polls queue.stats until cond holds.
+func waitStat(t *testing.T, s *server, queue string, cond func(*pb.QueueLogicalStats) bool) {
+	t.Helper()
+	eventually(t, func() bool {
+		st, err := s.C.QueueStats(ctx, &pb.QueueStatsRequest{QueueName: queue})
+		return err == nil && len(st.LogicalQueues) == 1 && cond(st.LogicalQueues[0])
+	}, "stats of %s", queue)
+}
+
+func TestRetry(t *testing.T) {
+	forEachBackend(t, func(t *testing.T, b backend) {
+		s := start(t, b)
+		t.Run("RequeuedAtTailWithNewID", func(t *testing.T) {
+			s.createQueue(&pb.QueueInfo{QueueName: "rq"})
+			s.produce("rq", "a", "b")
+			a := s.lease("rq", 1).Items[0]
+			s.retry("rq", 0, &pb.QueueRetryItem{Id: a.Id})
+			res := s.lease("rq", 2)
+			require.Len(t, res.Items, 2)
+			assert.Equal(t, "b", string(res.Items[0].Bytes))
+			assert.Equal(t, "a", string(res.Items[1].Bytes))
+			assert.NotEqual(t, a.Id, res.Items[1].Id, "a requeued item gets a new id")
+			assert.Equal(t, int32(2), res.Items[1].Attempts)
+			// The old id is no longer a lease handle.
+			err := s.C.QueueComplete(ctx, &pb.QueueCompleteRequest{QueueName: "rq", Ids: []string{a.Id}})
+			requireCode(t, err, styx.CodeBadRequest, a.Id)
+		})
+		t.Run("ErrorRecorded", func(t *testing.T) {
+			s.createQueue(&pb.QueueInfo{QueueName: "re"})
+			s.produce("re", "a")
+			for i := 1; i <= 12; i++ {
+				it := s.lease("re", 1).Items[0]
+				s.retry("re", 0, &pb.QueueRetryItem{Id: it.Id, Error: fmt.Sprint("boom ", i)})
+			}
+			items := s.items("re")
+			require.Len(t, items, 1)
+			assert.Equal(t, "boom 12", items[0].LastError)
+			require.Len(t, items[0].Errors, 10, "the last 10 attempt errors are kept")
+			assert.Equal(t, "boom 3", items[0].Errors[0].Error)
+			assert.Equal(t, int32(3), items[0].Errors[0].Attempt)
+			assert.Equal(t, "boom 12", items[0].Errors[9].Error)
+			assert.Equal(t, int32(12), items[0].Attempts)
+		})
+		t.Run("ReleaseNotCounted", func(t *testing.T) {
+			s.createQueue(&pb.QueueInfo{QueueName: "rel", MaxAttempts: 2})
+			s.produce("rel", "a")
+			for range 5 {
+				it := s.lease("rel", 1).Items[0]
+				assert.Equal(t, int32(1), it.Attempts)
+				s.retry("rel", 0, &pb.QueueRetryItem{Id: it.Id, Release: true})
+			}
+			require.Len(t, s.items("rel"), 1, "released items never reach max_attempts")
+		})
+		t.Run("RetryAtSchedules", func(t *testing.T) {
+			s.createQueue(&pb.QueueInfo{QueueName: "ra"})
+			s.produce("ra", "a")
+			it := s.lease("ra", 1).Items[0]
+			s.retry("ra", 0, &pb.QueueRetryItem{Id: it.Id, RetryAt: at(time.Now().Add(700 * time.Millisecond))})
+			sched, err := s.C.StorageScheduledList(ctx, &pb.StorageItemsListRequest{QueueName: "ra"})
+			require.NoError(t, err)
+			require.Len(t, sched.Items, 1)
+			assert.NotNil(t, sched.Items[0].EnqueueAt)
+			s.leaseNone("ra")
+			res := s.lease("ra", 1) // waits until the item is due
+			assert.Equal(t, "a", string(res.Items[0].Bytes))
+		})
+		t.Run("ProduceScheduled", func(t *testing.T) {
+			s.createQueue(&pb.QueueInfo{QueueName: "ps"})
+			require.NoError(t, s.C.QueueProduce(ctx, &pb.QueueProduceRequest{QueueName: "ps", Items: []*pb.QueueProduceItem{
+				{Utf8: "later", EnqueueAt: at(time.Now().Add(500 * time.Millisecond))},
+			}}))
+			s.leaseNone("ps")
+			st, err := s.C.QueueStats(ctx, &pb.QueueStatsRequest{QueueName: "ps"})
+			require.NoError(t, err)
+			assert.Equal(t, int32(1), st.LogicalQueues[0].Partitions[0].Scheduled)
+			assert.Equal(t, "later", string(s.lease("ps", 1).Items[0].Bytes))
+		})
+		t.Run("LeaseExpiryRequeuesAndCounts", func(t *testing.T) {
+			s.createQueue(&pb.QueueInfo{QueueName: "lx", LeaseTimeout: "1s"})
+			s.produce("lx", "a")
+			first := s.lease("lx", 1).Items[0]
+			second := s.lease("lx", 1).Items[0] // waits for the lease to expire
+			assert.Equal(t, "a", string(second.Bytes))
+			assert.NotEqual(t, first.Id, second.Id)
+			assert.Equal(t, int32(2), second.Attempts)
+			err := s.C.QueueComplete(ctx, &pb.QueueCompleteRequest{QueueName: "lx", Ids: []string{first.Id}})
+			requireCode(t, err, styx.CodeBadRequest, first.Id)
+		})
+	})
+}
+
+func TestPartitions(t *testing.T) {
+	forEachBackend(t, func(t *testing.T, b backend) {
+		s := start(t, b)
+		s.createQueue(&pb.QueueInfo{QueueName: "parts", RequestedPartitions: 3})
+		// Each produce goes whole to the least-loaded partition.
+		for i := range 3 {
+			s.produce("parts", fmt.Sprint(i, "a"), fmt.Sprint(i, "b"))
+		}
+		st, err := s.C.QueueStats(ctx, &pb.QueueStatsRequest{QueueName: "parts"})
+		require.NoError(t, err)
+		require.Len(t, st.LogicalQueues[0].Partitions, 3)
+		for _, p := range st.LogicalQueues[0].Partitions {
+			assert.Equal(t, int32(2), p.Total, "partition %d", p.Partition)
+		}
+		// One consumer is served from every partition.
+		seen := map[int32]int{}
+		for range 3 {
+			res := s.lease("parts", 10)
+			require.Len(t, res.Items, 2)
+			seen[res.Partition]++
+			s.complete("parts", res.Partition, res.Items[0].Id, res.Items[1].Id)
+		}
+		assert.Len(t, seen, 3)
+		// Completing in the wrong partition is refused.
+		s.produce("parts", "z")
+		res := s.lease("parts", 1)
+		err = s.C.QueueComplete(ctx, &pb.QueueCompleteRequest{QueueName: "parts", Partition: (res.Partition + 1) % 3, Ids: []string{res.Items[0].Id}})
+		requireCode(t, err, styx.CodeBadRequest, "not leased")
+		// Partitions can be added.
+		require.NoError(t, s.C.QueuesUpdate(ctx, &pb.QueueInfo{QueueName: "parts", RequestedPartitions: 4}))
+		// Three more produces fill the three empty partitions, the new one
+		// among them.
+		for i := range 3 {
+			s.produce("parts", fmt.Sprint("new", i))
+		}
+		st, err = s.C.QueueStats(ctx, &pb.QueueStatsRequest{QueueName: "parts"})
+		require.NoError(t, err)
+		require.Len(t, st.LogicalQueues[0].Partitions, 4)
+		assert.Equal(t, int32(1), st.LogicalQueues[0].Partitions[3].Total)
+	})
+}
+
+func TestStorageAndAdmin(t *testing.T) {
+	forEachBackend(t, func(t *testing.T, b backend) {
+		s := start(t, b)
+		s.createQueue(&pb.QueueInfo{QueueName: "st"})
+		t.Run("ListPaginates", func(t *testing.T) {
+			for i := range 25 {
+				s.produce("st", fmt.Sprint(i))
+			}
+			var ids []string
+			pivot := ""
+			for {
+				res, err := s.C.StorageItemsList(ctx, &pb.StorageItemsListRequest{QueueName: "st", Pivot: pivot, Limit: 10})
+				require.NoError(t, err)
+				for _, it := range res.Items {
+					ids = append(ids, it.Id)
+				}
+				if len(res.Items) < 10 {
+					break
+				}
+				pivot = res.Items[len(res.Items)-1].Id
+			}
+			require.Len(t, ids, 25)
+			for i := 1; i < len(ids); i++ {
+				require.Less(t, ids[i-1], ids[i])
+			}
+		})
+		t.Run("DeleteAndClear", func(t *testing.T) {
+			items := s.items("st")
+			require.NoError(t, s.C.StorageItemsDelete(ctx, &pb.StorageItemsDeleteRequest{QueueName: "st", Ids: []string{items[0].Id, items[1].Id}}))
+			require.Len(t, s.items("st"), 23)
+			leased := s.lease("st", 1)
+			require.NoError(t, s.C.QueueClear(ctx, &pb.QueueClearRequest{QueueName: "st", Queue: true}))
+			left := s.items("st")
+			require.Len(t, left, 1, "clearing the queue keeps leased items")
+			assert.Equal(t, leased.Items[0].Id, left[0].Id)
+			assert.True(t, left[0].IsLeased)
+			require.NoError(t, s.C.QueueClear(ctx, &pb.QueueClearRequest{QueueName: "st", Destructive: true}))
+			assert.Empty(t, s.items("st"))
+			err := s.C.QueueClear(ctx, &pb.QueueClearRequest{QueueName: "st"})
+			requireCode(t, err, styx.CodeBadRequest, "queue, scheduled or destructive")
+		})
+		t.Run("ImportAndReload", func(t *testing.T) {
+			res, err := s.C.StorageItemsImport(ctx, &pb.StorageItemsImportRequest{QueueName: "st", Items: []*pb.StorageItem{
+				{Payload: []byte("imp"), Kind: "k", Attempts: 2, LastError: "earlier"},
+			}})
+			require.NoError(t, err)
+			require.Len(t, res.Items, 1)
+			assert.NotEmpty(t, res.Items[0].Id)
+			require.NoError(t, s.C.QueueReload(ctx, &pb.QueueReloadRequest{QueueName: "st"}))
+			it := s.lease("st", 1).Items[0]
+			assert.Equal(t, "imp", string(it.Bytes))
+			assert.Equal(t, int32(3), it.Attempts)
+		})
+		t.Run("ConcurrentProducersAllDurable", func(t *testing.T) {
+			s.createQueue(&pb.QueueInfo{QueueName: "conc"})
+			var wg sync.WaitGroup
+			for w := range 8 {
+				wg.Go(func() {
+					for i := range 20 {
+						s.produce("conc", fmt.Sprint(w, "-", i))
+					}
+				})
+			}
+			wg.Wait()
+			require.Len(t, s.items("conc"), 160)
+		})
+	})
+}
+
+func TestRestartKeepsState(t *testing.T) {
+	forEachBackend(t, func(t *testing.T, b backend) {
+		s := start(t, b)
+		s.createQueue(&pb.QueueInfo{QueueName: "rs", LeaseTimeout: "1m"})
+		s.produce("rs", "a", "b", "c")
+		leased := s.lease("rs", 1).Items[0]
+		s.restart()
+		items := s.items("rs")
+		require.Len(t, items, 3)
+		assert.True(t, items[0].IsLeased, "a live lease survives a restart")
+		res := s.lease("rs", 5)
+		require.Len(t, res.Items, 2)
+		assert.Equal(t, "b", string(res.Items[0].Bytes))
+		s.complete("rs", 0, leased.Id) // the old lease handle still works
+		// Ids are never reused after a restart.
+		s.produce("rs", "d")
+		for _, it := range s.items("rs") {
+			assert.NotEqual(t, leased.Id, it.Id)
+		}
+	})
+}

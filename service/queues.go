@@ -1,0 +1,210 @@
+package service
+
+import (
+	"context"
+	"strconv"
+	"time"
+
+	"google.golang.org/protobuf/types/known/timestamppb"
+
+	"github.com/styxq/styx/internal/apierr"
+	"github.com/styxq/styx/internal/queue"
+	"github.com/styxq/styx/internal/store"
+	pb "github.com/styxq/styx/styxpb"
+)
+
+// QueuesCreate creates a queue. Omitted fields take the defaults:
+// lease_timeout 1m, expire_timeout 336h, max_attempts 0 (unlimited),
+// requested_partitions 1, no dead_queue.
+func (s *Service) QueuesCreate(ctx context.Context, req *pb.QueueInfo) error {
+	if err := checkName("queue_name", req.QueueName); err != nil {
+		return err
+	}
+	now := s.clock.Now().UTC()
+	info := store.QueueInfo{
+		Name: req.QueueName, LeaseTimeout: DefaultLeaseTimeout, ExpireTimeout: DefaultExpireTimeout,
+		Partitions: 1, CreatedAt: now, UpdatedAt: now,
+	}
+	if err := applyQueueInfo(&info, req); err != nil {
+		return err
+	}
+	return s.m.Create(ctx, info)
+}
+
+// QueuesUpdate changes the fields that are set and keeps the others
+// (Querator clears omitted fields; Styx does not). Partitions can be added,
+// not removed.
+func (s *Service) QueuesUpdate(ctx context.Context, req *pb.QueueInfo) error {
+	if err := checkName("queue_name", req.QueueName); err != nil {
+		return err
+	}
+	now := s.clock.Now().UTC()
+	return s.m.Update(ctx, req.QueueName, func(info *store.QueueInfo) error {
+		info.UpdatedAt = now
+		return applyQueueInfo(info, req)
+	})
+}
+
+// applyQueueInfo copies the set fields of req onto info and validates the
+// result.
+func applyQueueInfo(info *store.QueueInfo, req *pb.QueueInfo) error {
+	var err error
+	if req.LeaseTimeout != "" {
+		if info.LeaseTimeout, err = parseDuration("lease_timeout", req.LeaseTimeout, MinLeaseTimeout, MaxExpireTimeout); err != nil {
+			return err
+		}
+	}
+	if req.ExpireTimeout != "" {
+		if info.ExpireTimeout, err = parseDuration("expire_timeout", req.ExpireTimeout, MinLeaseTimeout, MaxExpireTimeout); err != nil {
+			return err
+		}
+	}
+	if info.LeaseTimeout > info.ExpireTimeout {
+		return invalid("lease_timeout", "%s is longer than expire_timeout %s", info.LeaseTimeout, info.ExpireTimeout)
+	}
+	if req.MaxAttempts != 0 {
+		if req.MaxAttempts < 0 || req.MaxAttempts > MaxAttempts {
+			return invalid("max_attempts", "%d is out of range 0..%d", req.MaxAttempts, MaxAttempts)
+		}
+		info.MaxAttempts = req.MaxAttempts
+	}
+	if req.RequestedPartitions != 0 {
+		if req.RequestedPartitions < 1 || req.RequestedPartitions > MaxPartitions {
+			return invalid("requested_partitions", "%d is out of range 1..%d", req.RequestedPartitions, MaxPartitions)
+		}
+		info.Partitions = req.RequestedPartitions
+	}
+	if req.DeadQueue != "" {
+		if err := checkName("dead_queue", req.DeadQueue); err != nil {
+			return err
+		}
+		info.DeadQueue = req.DeadQueue
+	}
+	if req.Reference != "" {
+		if err := checkText("reference", req.Reference, MaxFieldLength); err != nil {
+			return err
+		}
+		info.Reference = req.Reference
+	}
+	return nil
+}
+
+// QueuesInfo returns a queue's configuration.
+func (s *Service) QueuesInfo(ctx context.Context, req *pb.QueuesInfoRequest) (*pb.QueueInfo, error) {
+	if err := checkName("queue_name", req.QueueName); err != nil {
+		return nil, err
+	}
+	info, err := s.m.Info(ctx, req.QueueName)
+	if err != nil {
+		return nil, err
+	}
+	return toQueueInfo(info), nil
+}
+
+// QueuesList lists queues by name from pivot (inclusive).
+func (s *Service) QueuesList(ctx context.Context, req *pb.QueuesListRequest) (*pb.QueuesListResponse, error) {
+	limit, err := listLimit(req.Limit)
+	if err != nil {
+		return nil, err
+	}
+	infos, err := s.m.List(ctx, req.Pivot, limit)
+	if err != nil {
+		return nil, err
+	}
+	out := &pb.QueuesListResponse{Items: make([]*pb.QueueInfo, len(infos))}
+	for i, info := range infos {
+		out.Items[i] = toQueueInfo(info)
+	}
+	return out, nil
+}
+
+// QueuesDelete deletes a queue and its items. A queue that is another
+// queue's dead_queue cannot be deleted (force does not override this).
+func (s *Service) QueuesDelete(ctx context.Context, req *pb.QueuesDeleteRequest) error {
+	if err := checkName("queue_name", req.QueueName); err != nil {
+		return err
+	}
+	return s.m.Delete(ctx, req.QueueName)
+}
+
+func toQueueInfo(info store.QueueInfo) *pb.QueueInfo {
+	out := &pb.QueueInfo{
+		QueueName: info.Name, CreatedAt: timestamppb.New(info.CreatedAt), UpdatedAt: timestamppb.New(info.UpdatedAt),
+		DeadQueue: info.DeadQueue, Reference: info.Reference, LeaseTimeout: info.LeaseTimeout.String(),
+		ExpireTimeout: info.ExpireTimeout.String(), MaxAttempts: info.MaxAttempts, RequestedPartitions: info.Partitions,
+	}
+	for p := range info.Partitions {
+		out.Partitions = append(out.Partitions, &pb.PartitionInfo{Partition: p})
+	}
+	return out
+}
+
+func ts(t time.Time) *timestamppb.Timestamp {
+	if t.IsZero() {
+		return nil
+	}
+	return timestamppb.New(t)
+}
+
+// toStorageItems converts stored items to the wire, with the queue's
+// max_attempts.
+func toStorageItems(items []store.Item, info store.QueueInfo) []*pb.StorageItem {
+	out := make([]*pb.StorageItem, len(items))
+	for i, it := range items {
+		m, b := it.Meta, it.Body
+		si := &pb.StorageItem{
+			Id: queue.FormatID(m.ID), SourceId: b.SourceID, IsLeased: m.Leased, LeaseDeadline: ts(m.LeaseDeadline),
+			ExpireDeadline: ts(m.ExpireDeadline), CreatedAt: ts(m.CreatedAt), UpdatedAt: ts(m.CreatedAt),
+			EnqueueAt: ts(m.EnqueueAt), Attempts: m.Attempts, MaxAttempts: info.MaxAttempts,
+			Reference: b.Reference, Encoding: b.Encoding, Kind: b.Kind, Payload: b.Payload,
+			SourceQueue: b.SourceQueue, DeadReason: b.DeadReason, DeadAt: ts(b.DeadAt),
+			LastError: it.Errors.LastError, RedriveCount: b.RedriveCount,
+		}
+		for _, e := range it.Errors.Errors {
+			si.Errors = append(si.Errors, &pb.AttemptError{Attempt: e.Attempt, Error: e.Error, At: ts(e.At)})
+		}
+		out[i] = si
+	}
+	return out
+}
+
+// fromStorageItem converts an item to import.
+func fromStorageItem(i int, in *pb.StorageItem) (store.Item, error) {
+	field := "items[" + strconv.Itoa(i) + "]"
+	if len(in.Payload) > MaxPayloadBytes {
+		return store.Item{}, apierr.Invalidf("invalid %s.payload; %d bytes, the limit is %d (5 MB)", field, len(in.Payload), MaxPayloadBytes)
+	}
+	for _, f := range []struct{ name, v string }{{"kind", in.Kind}, {"encoding", in.Encoding}, {"reference", in.Reference}, {"last_error", in.LastError}} {
+		if err := checkText(field+"."+f.name, f.v, MaxFieldLength*4); err != nil {
+			return store.Item{}, err
+		}
+	}
+	if in.Attempts < 0 {
+		return store.Item{}, apierr.Invalidf("invalid %s.attempts; %d is negative", field, in.Attempts)
+	}
+	var times [5]time.Time
+	for j, t := range []*timestamppb.Timestamp{in.CreatedAt, in.ExpireDeadline, in.EnqueueAt, in.DeadAt, nil} {
+		if t != nil {
+			if err := t.CheckValid(); err != nil {
+				return store.Item{}, apierr.Invalidf("invalid %s; %v", field, err)
+			}
+			times[j] = t.AsTime()
+		}
+	}
+	it := store.Item{
+		Meta: store.ItemMeta{Attempts: in.Attempts, CreatedAt: times[0], ExpireDeadline: times[1], EnqueueAt: times[2]},
+		Body: store.ItemBody{
+			Reference: in.Reference, Kind: in.Kind, Encoding: in.Encoding, Payload: in.Payload,
+			SourceQueue: in.SourceQueue, SourceID: in.SourceId, DeadReason: in.DeadReason, DeadAt: times[3],
+			RedriveCount: in.RedriveCount,
+		},
+		Errors: store.ItemErrors{LastError: in.LastError},
+	}
+	if len(in.Errors) > 10 {
+		return store.Item{}, apierr.Invalidf("invalid %s.errors; %d given, the limit is 10", field, len(in.Errors))
+	}
+	for _, e := range in.Errors {
+		it.Errors.Errors = append(it.Errors.Errors, store.AttemptError{Attempt: e.Attempt, Error: e.Error, At: e.At.AsTime()})
+	}
+	return it, nil
+}

@@ -1,0 +1,305 @@
+// Package service implements the API's semantics: it validates each wire
+// request, turns it into a call on the queue manager or a logical queue, and
+// turns the answer into the wire response. Transport calls it; functional
+// tests drive it through the Go client over HTTP.
+//
+// Every client mistake is answered with an apierr.Error (400 with a message
+// naming the field and the limit, 404 for an unknown queue) before anything
+// changes in storage.
+package service
+
+import (
+	"context"
+	"strconv"
+	"time"
+
+	"google.golang.org/protobuf/types/known/timestamppb"
+
+	"github.com/styxq/styx/internal/apierr"
+	"github.com/styxq/styx/internal/clock"
+	"github.com/styxq/styx/internal/queue"
+	"github.com/styxq/styx/internal/store"
+	pb "github.com/styxq/styx/styxpb"
+)
+
+// Service is the API. Its methods may be called concurrently.
+type Service struct {
+	m     *queue.Manager
+	clock clock.Clock
+}
+
+// New returns the API over a queue manager.
+func New(m *queue.Manager, c clock.Clock) *Service {
+	return &Service{m: m, clock: c}
+}
+
+// QueueProduce adds items to a queue; it returns when they are durable.
+func (s *Service) QueueProduce(ctx context.Context, req *pb.QueueProduceRequest) error {
+	l, err := s.queue(req.QueueName)
+	if err != nil {
+		return err
+	}
+	if req.RequestTimeout != "" {
+		if _, err := parseDuration("request_timeout", req.RequestTimeout, MinLeaseWait, MaxLeaseWait); err != nil {
+			return err
+		}
+	}
+	if err := checkBatch("items", len(req.Items)); err != nil {
+		return err
+	}
+	items := make([]queue.ProduceItem, len(req.Items))
+	for i, in := range req.Items {
+		payload := in.Bytes
+		if len(payload) == 0 && in.Utf8 != "" {
+			payload = []byte(in.Utf8)
+		}
+		if len(payload) > MaxPayloadBytes {
+			return apierr.Invalidf("invalid items[%d].bytes; payload is %d bytes, the limit is %d (5 MB)", i, len(payload), MaxPayloadBytes)
+		}
+		for _, f := range []struct{ name, v string }{{"kind", in.Kind}, {"encoding", in.Encoding}, {"reference", in.Reference}} {
+			if err := checkText("items["+strconv.Itoa(i)+"]."+f.name, f.v, MaxFieldLength); err != nil {
+				return err
+			}
+		}
+		items[i] = queue.ProduceItem{Encoding: in.Encoding, Kind: in.Kind, Reference: in.Reference, Payload: payload}
+		if in.EnqueueAt != nil {
+			if err := in.EnqueueAt.CheckValid(); err != nil {
+				return apierr.Invalidf("invalid items[%d].enqueue_at; %v", i, err)
+			}
+			items[i].EnqueueAt = in.EnqueueAt.AsTime()
+		}
+	}
+	return l.Produce(ctx, items)
+}
+
+// QueueLease long-polls for items; 454 when none came within request_timeout.
+func (s *Service) QueueLease(ctx context.Context, req *pb.QueueLeaseRequest) (*pb.QueueLeaseResponse, error) {
+	l, err := s.queue(req.QueueName)
+	if err != nil {
+		return nil, err
+	}
+	if req.BatchSize < 1 || req.BatchSize > MaxBatch {
+		return nil, invalid("batch_size", "%d is out of range 1..%d", req.BatchSize, MaxBatch)
+	}
+	if req.ClientId == "" {
+		return nil, invalid("client_id", "a client id is required")
+	}
+	if err := checkText("client_id", req.ClientId, MaxFieldLength); err != nil {
+		return nil, err
+	}
+	wait := DefaultLeaseWait
+	if req.RequestTimeout != "" {
+		if wait, err = parseDuration("request_timeout", req.RequestTimeout, MinLeaseWait, MaxLeaseWait); err != nil {
+			return nil, err
+		}
+		if wait == MinLeaseWait {
+			return nil, invalid("request_timeout", "must be above %s", MinLeaseWait)
+		}
+	}
+	res, err := l.Lease(ctx, queue.LeaseParams{BatchSize: int(req.BatchSize), ClientID: req.ClientId, Timeout: wait})
+	if err != nil {
+		return nil, err
+	}
+	out := &pb.QueueLeaseResponse{QueueName: req.QueueName, Partition: res.Partition, Items: make([]*pb.QueueLeaseItem, len(res.Items))}
+	for i, it := range res.Items {
+		out.Items[i] = &pb.QueueLeaseItem{
+			Id: queue.FormatID(it.ID), Attempts: it.Attempts, LeaseDeadline: timestamppb.New(it.LeaseDeadline),
+			Encoding: it.Encoding, Kind: it.Kind, Reference: it.Reference, Bytes: it.Payload,
+		}
+	}
+	return out, nil
+}
+
+// QueueComplete deletes leased items.
+func (s *Service) QueueComplete(ctx context.Context, req *pb.QueueCompleteRequest) error {
+	l, err := s.queue(req.QueueName)
+	if err != nil {
+		return err
+	}
+	if req.RequestTimeout != "" {
+		if _, err := parseDuration("request_timeout", req.RequestTimeout, 0, MaxLeaseWait); err != nil {
+			return err
+		}
+	}
+	ids, err := parseIDs("ids", req.Ids)
+	if err != nil {
+		return err
+	}
+	return l.Complete(ctx, req.Partition, ids)
+}
+
+// QueueRetry ends leases without completion (requeue, schedule, release or
+// dead-letter).
+func (s *Service) QueueRetry(ctx context.Context, req *pb.QueueRetryRequest) error {
+	l, err := s.queue(req.QueueName)
+	if err != nil {
+		return err
+	}
+	if err := checkBatch("items", len(req.Items)); err != nil {
+		return err
+	}
+	now := s.clock.Now()
+	items := make([]queue.RetryItem, len(req.Items))
+	for i, in := range req.Items {
+		id, err := queue.ParseID("items["+strconv.Itoa(i)+"].id", in.Id)
+		if err != nil {
+			return err
+		}
+		if in.Dead && in.Release {
+			return apierr.Invalidf("invalid items[%d]; release and dead cannot be combined", i)
+		}
+		if err := checkText("items["+strconv.Itoa(i)+"].error", in.Error, MaxErrorBytes); err != nil {
+			return err
+		}
+		items[i] = queue.RetryItem{ID: id, Dead: in.Dead, Release: in.Release, Error: in.Error}
+		if in.RetryAt != nil {
+			if err := in.RetryAt.CheckValid(); err != nil {
+				return apierr.Invalidf("invalid items[%d].retry_at; %v", i, err)
+			}
+			at := in.RetryAt.AsTime()
+			if at.Before(now.Add(-MaxRetryAtPast)) {
+				return apierr.Invalidf("invalid items[%d].retry_at; %s is more than %s in the past",
+					i, at.Format(time.RFC3339), MaxRetryAtPast)
+			}
+			items[i].RetryAt = at
+		}
+	}
+	return l.Retry(ctx, req.Partition, items)
+}
+
+// QueueStats describes a queue's logical queue and partitions.
+func (s *Service) QueueStats(ctx context.Context, req *pb.QueueStatsRequest) (*pb.QueueStatsResponse, error) {
+	l, err := s.queue(req.QueueName)
+	if err != nil {
+		return nil, err
+	}
+	st, err := l.Stats(ctx)
+	if err != nil {
+		return nil, err
+	}
+	ls := &pb.QueueLogicalStats{LeaseWaiting: int32(st.LeaseWaiting)}
+	for _, p := range st.Partitions {
+		ls.InFlight += int32(p.Leased)
+		ls.Partitions = append(ls.Partitions, &pb.QueuePartitionStats{
+			Partition: p.Partition, Total: int32(p.Total), TotalLeased: int32(p.Leased), Failures: int32(p.Failures),
+			Scheduled: int32(p.Scheduled), AverageAge: p.AverageAge.String(), AverageLeasedAge: p.AverageLeasedAge.String(),
+		})
+	}
+	return &pb.QueueStatsResponse{QueueName: req.QueueName, LogicalQueues: []*pb.QueueLogicalStats{ls}}, nil
+}
+
+// QueueClear removes ready (queue), scheduled, or all (destructive) items.
+func (s *Service) QueueClear(ctx context.Context, req *pb.QueueClearRequest) error {
+	l, err := s.queue(req.QueueName)
+	if err != nil {
+		return err
+	}
+	if !req.Queue && !req.Scheduled && !req.Destructive {
+		return apierr.Invalidf("invalid request; set at least one of queue, scheduled or destructive")
+	}
+	return l.Clear(ctx, queue.ClearParams{Queue: req.Queue, Scheduled: req.Scheduled, Destructive: req.Destructive})
+}
+
+// QueueReload rebuilds a queue's in-memory state from storage.
+func (s *Service) QueueReload(ctx context.Context, req *pb.QueueReloadRequest) error {
+	l, err := s.queue(req.QueueName)
+	if err != nil {
+		return err
+	}
+	return l.Reload(ctx)
+}
+
+// queue validates a queue name and returns its logical queue.
+func (s *Service) queue(name string) (*queue.Logical, error) {
+	if err := checkName("queue_name", name); err != nil {
+		return nil, err
+	}
+	return s.m.Get(name)
+}
+
+// StorageItemsList lists a partition's items in id order from pivot
+// (exclusive), with their dead-letter metadata.
+func (s *Service) StorageItemsList(ctx context.Context, req *pb.StorageItemsListRequest) (*pb.StorageItemsListResponse, error) {
+	l, info, after, limit, err := s.listArgs(ctx, req)
+	if err != nil {
+		return nil, err
+	}
+	items, err := l.List(ctx, req.Partition, after, limit)
+	if err != nil {
+		return nil, err
+	}
+	return &pb.StorageItemsListResponse{Items: toStorageItems(items, info)}, nil
+}
+
+// StorageScheduledList lists a partition's scheduled items in id order.
+func (s *Service) StorageScheduledList(ctx context.Context, req *pb.StorageItemsListRequest) (*pb.StorageItemsListResponse, error) {
+	l, info, after, limit, err := s.listArgs(ctx, req)
+	if err != nil {
+		return nil, err
+	}
+	items, err := l.Scheduled(ctx, req.Partition, after, limit)
+	if err != nil {
+		return nil, err
+	}
+	return &pb.StorageItemsListResponse{Items: toStorageItems(items, info)}, nil
+}
+
+func (s *Service) listArgs(ctx context.Context, req *pb.StorageItemsListRequest) (*queue.Logical, store.QueueInfo, uint64, int, error) {
+	l, err := s.queue(req.QueueName)
+	if err != nil {
+		return nil, store.QueueInfo{}, 0, 0, err
+	}
+	info, err := s.m.Info(ctx, req.QueueName)
+	if err != nil {
+		return nil, info, 0, 0, err
+	}
+	if req.Partition < 0 || req.Partition >= info.Partitions {
+		return nil, info, 0, 0, invalid("partition", "queue '%s' has partitions 0..%d, not %d", req.QueueName, info.Partitions-1, req.Partition)
+	}
+	after, err := parsePivot(req.Pivot)
+	if err != nil {
+		return nil, info, 0, 0, err
+	}
+	limit, err := listLimit(req.Limit)
+	return l, info, after, limit, err
+}
+
+// StorageItemsImport adds items as given and returns them as stored.
+func (s *Service) StorageItemsImport(ctx context.Context, req *pb.StorageItemsImportRequest) (*pb.StorageItemsImportResponse, error) {
+	l, err := s.queue(req.QueueName)
+	if err != nil {
+		return nil, err
+	}
+	info, err := s.m.Info(ctx, req.QueueName)
+	if err != nil {
+		return nil, err
+	}
+	if err := checkBatch("items", len(req.Items)); err != nil {
+		return nil, err
+	}
+	items := make([]store.Item, len(req.Items))
+	for i, in := range req.Items {
+		if items[i], err = fromStorageItem(i, in); err != nil {
+			return nil, err
+		}
+	}
+	out, err := l.Import(ctx, req.Partition, items)
+	if err != nil {
+		return nil, err
+	}
+	return &pb.StorageItemsImportResponse{Items: toStorageItems(out, info)}, nil
+}
+
+// StorageItemsDelete removes items by id, in any state; unknown ids are
+// ignored.
+func (s *Service) StorageItemsDelete(ctx context.Context, req *pb.StorageItemsDeleteRequest) error {
+	l, err := s.queue(req.QueueName)
+	if err != nil {
+		return err
+	}
+	ids, err := parseIDs("ids", req.Ids)
+	if err != nil {
+		return err
+	}
+	return l.Delete(ctx, req.Partition, ids)
+}

@@ -1,0 +1,154 @@
+package service
+
+import (
+	"fmt"
+	"strings"
+	"time"
+	"unicode"
+	"unicode/utf8"
+
+	"github.com/styxq/styx/internal/apierr"
+	"github.com/styxq/styx/internal/queue"
+)
+
+// Limits of the wire contract (../shared/docs/wire-contract.md) and of Styx.
+const (
+	// MaxBatch is the most items (or ids) one produce, lease, complete,
+	// retry, import or delete may carry.
+	MaxBatch = 1000
+	// MaxNameLength is the longest queue name, in characters.
+	MaxNameLength = 512
+	// MaxPayloadBytes is the largest item payload: 5 MB.
+	MaxPayloadBytes = 5 << 20
+	// MaxFieldLength bounds kind, encoding, reference and client_id, in bytes.
+	MaxFieldLength = 1024
+	// MaxErrorBytes bounds a retry's error text.
+	MaxErrorBytes = 4096
+	// MinLeaseWait and MaxLeaseWait bound a lease's request_timeout
+	// (exclusive, inclusive).
+	MinLeaseWait = 10 * time.Millisecond
+	MaxLeaseWait = 15 * time.Minute
+	// DefaultLeaseWait is a lease's request_timeout when omitted.
+	DefaultLeaseWait = time.Minute
+	// MaxAttempts is the largest max_attempts (0 is unlimited).
+	MaxAttempts = 65536
+	// MinLeaseTimeout is the shortest lease_timeout.
+	MinLeaseTimeout = time.Second
+	// MaxExpireTimeout is the longest expire_timeout (and lease_timeout):
+	// one year.
+	MaxExpireTimeout = 8760 * time.Hour
+	// MaxPartitions is the most partitions a queue may have.
+	MaxPartitions = 256
+	// MaxRetryAtPast is how far in the past a retry_at may be before it is
+	// refused as a likely clock or encoding error.
+	MaxRetryAtPast = time.Hour
+	// DefaultListLimit and MaxListLimit bound list calls' limit.
+	DefaultListLimit = 100
+	MaxListLimit     = 1000
+)
+
+// Queue defaults when a field is omitted on create.
+const (
+	DefaultLeaseTimeout  = time.Minute
+	DefaultExpireTimeout = 336 * time.Hour
+)
+
+func invalid(field, format string, args ...any) error {
+	return apierr.Invalidf("invalid %s; %s", field, fmt.Sprintf(format, args...))
+}
+
+// checkName validates a queue name in field.
+func checkName(field, name string) error {
+	if name == "" {
+		return invalid(field, "a queue name is required")
+	}
+	if n := utf8.RuneCountInString(name); n > MaxNameLength {
+		return invalid(field, "'%s…' is %d characters, the limit is %d", name[:32], n, MaxNameLength)
+	}
+	if !utf8.ValidString(name) {
+		return invalid(field, "'%q' is not valid UTF-8", name)
+	}
+	for _, r := range name {
+		if unicode.IsSpace(r) || unicode.IsControl(r) {
+			return invalid(field, "'%s' contains whitespace or a control character", name)
+		}
+		if r == '~' {
+			return invalid(field, "'%s' contains '~', which queue names cannot", name)
+		}
+	}
+	return nil
+}
+
+// checkText validates a free-text field's length.
+func checkText(field, s string, limit int) error {
+	if len(s) > limit {
+		return invalid(field, "%d bytes, the limit is %d", len(s), limit)
+	}
+	return nil
+}
+
+// parseDuration parses a Go duration string in field within [lo, hi].
+func parseDuration(field, s string, lo, hi time.Duration) (time.Duration, error) {
+	d, err := time.ParseDuration(s)
+	if err != nil {
+		return 0, invalid(field, "'%s' is not a duration such as '30s' or '1m30s'", s)
+	}
+	if d < lo || d > hi {
+		return 0, invalid(field, "%s is out of range %s..%s", d, lo, hi)
+	}
+	return d, nil
+}
+
+// checkBatch validates a batch's size.
+func checkBatch(field string, n int) error {
+	if n == 0 {
+		return invalid(field, "at least one is required")
+	}
+	if n > MaxBatch {
+		return invalid(field, "%d given, the limit is %d", n, MaxBatch)
+	}
+	return nil
+}
+
+// parseIDs parses wire ids.
+func parseIDs(field string, ids []string) ([]uint64, error) {
+	if err := checkBatch(field, len(ids)); err != nil {
+		return nil, err
+	}
+	out := make([]uint64, len(ids))
+	for i, s := range ids {
+		id, err := queue.ParseID(field, s)
+		if err != nil {
+			return nil, err
+		}
+		out[i] = id
+	}
+	return out, nil
+}
+
+// parsePivot parses an optional id pivot.
+func parsePivot(s string) (uint64, error) {
+	if s == "" {
+		return 0, nil
+	}
+	return queue.ParseID("pivot", s)
+}
+
+// listLimit validates a list call's limit, applying the default.
+func listLimit(limit int32) (int, error) {
+	switch {
+	case limit == 0:
+		return DefaultListLimit, nil
+	case limit < 0 || limit > MaxListLimit:
+		return 0, invalid("limit", "%d is out of range 1..%d", limit, MaxListLimit)
+	}
+	return int(limit), nil
+}
+
+// quote returns s shortened for an error message.
+func quote(s string) string {
+	if len(s) > 64 {
+		s = s[:64] + "…"
+	}
+	return strings.ToValidUTF8(s, "?")
+}

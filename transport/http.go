@@ -1,0 +1,261 @@
+// Package transport serves the API over HTTP with DUH-RPC framing
+// (../shared/docs/wire-contract.md): POST /v1/<resource>.<verb> with JSON or
+// protobuf bodies, errors as duh.v1.Reply with the HTTP status equal to the
+// code, plus GET /health and GET /metrics. It holds the one table that maps
+// errors onto status codes (status).
+package transport
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"mime"
+	"net/http"
+	"strconv"
+	"strings"
+	"time"
+
+	duh "github.com/duh-rpc/duh-go"
+	v1 "github.com/duh-rpc/duh-go/proto/v1"
+	"github.com/prometheus/client_golang/prometheus/promhttp"
+	"google.golang.org/protobuf/encoding/protojson"
+	"google.golang.org/protobuf/proto"
+
+	"github.com/styxq/styx/internal/apierr"
+	"github.com/styxq/styx/metrics"
+	"github.com/styxq/styx/service"
+	pb "github.com/styxq/styx/styxpb"
+)
+
+// DefaultMaxRequestBytes bounds a request body: 1000 items of up to 5 MB
+// each would be 5 GB, so large batches of large items must be split.
+const DefaultMaxRequestBytes = 64 << 20
+
+// Config configures the HTTP handler.
+type Config struct {
+	Service *service.Service
+	Metrics *metrics.Metrics
+	Log     *slog.Logger
+	// MaxRequestBytes bounds request bodies; 0 means DefaultMaxRequestBytes.
+	MaxRequestBytes int64
+}
+
+// Handler is the server's http.Handler.
+type Handler struct {
+	cfg    Config
+	routes map[string]http.HandlerFunc
+}
+
+// NewHandler returns the HTTP handler of the API.
+func NewHandler(cfg Config) *Handler {
+	if cfg.MaxRequestBytes == 0 {
+		cfg.MaxRequestBytes = DefaultMaxRequestBytes
+	}
+	h := &Handler{cfg: cfg}
+	s := cfg.Service
+	h.routes = map[string]http.HandlerFunc{
+		"/v1/queue.produce":          noReply(h, func() *pb.QueueProduceRequest { return &pb.QueueProduceRequest{} }, s.QueueProduce, func() proto.Message { return &pb.QueueProduceResponse{Code: duh.CodeOK, CodeText: okText} }),
+		"/v1/queue.lease":            rpc(h, func() *pb.QueueLeaseRequest { return &pb.QueueLeaseRequest{} }, s.QueueLease),
+		"/v1/queue.complete":         noReply(h, func() *pb.QueueCompleteRequest { return &pb.QueueCompleteRequest{} }, s.QueueComplete, func() proto.Message { return &pb.QueueCompleteResponse{Code: duh.CodeOK, CodeText: okText} }),
+		"/v1/queue.retry":            noReply(h, func() *pb.QueueRetryRequest { return &pb.QueueRetryRequest{} }, s.QueueRetry, func() proto.Message { return &pb.QueueRetryResponse{Code: duh.CodeOK, CodeText: okText} }),
+		"/v1/queue.stats":            rpc(h, func() *pb.QueueStatsRequest { return &pb.QueueStatsRequest{} }, s.QueueStats),
+		"/v1/queue.clear":            noReply(h, func() *pb.QueueClearRequest { return &pb.QueueClearRequest{} }, s.QueueClear, okReply),
+		"/v1/queue.reload":           noReply(h, func() *pb.QueueReloadRequest { return &pb.QueueReloadRequest{} }, s.QueueReload, func() proto.Message { return &pb.QueueReloadResponse{Code: duh.CodeOK, CodeText: okText} }),
+		"/v1/queues.create":          noReply(h, func() *pb.QueueInfo { return &pb.QueueInfo{} }, s.QueuesCreate, okReply),
+		"/v1/queues.update":          noReply(h, func() *pb.QueueInfo { return &pb.QueueInfo{} }, s.QueuesUpdate, okReply),
+		"/v1/queues.list":            rpc(h, func() *pb.QueuesListRequest { return &pb.QueuesListRequest{} }, s.QueuesList),
+		"/v1/queues.info":            rpc(h, func() *pb.QueuesInfoRequest { return &pb.QueuesInfoRequest{} }, s.QueuesInfo),
+		"/v1/queues.delete":          noReply(h, func() *pb.QueuesDeleteRequest { return &pb.QueuesDeleteRequest{} }, s.QueuesDelete, okReply),
+		"/v1/storage/items.list":     rpc(h, func() *pb.StorageItemsListRequest { return &pb.StorageItemsListRequest{} }, s.StorageItemsList),
+		"/v1/storage/scheduled.list": rpc(h, func() *pb.StorageItemsListRequest { return &pb.StorageItemsListRequest{} }, s.StorageScheduledList),
+		"/v1/storage/items.import":   rpc(h, func() *pb.StorageItemsImportRequest { return &pb.StorageItemsImportRequest{} }, s.StorageItemsImport),
+		"/v1/storage/items.delete":   noReply(h, func() *pb.StorageItemsDeleteRequest { return &pb.StorageItemsDeleteRequest{} }, s.StorageItemsDelete, okReply),
+	}
+	return h
+}
+
+var okText = duh.CodeText(duh.CodeOK)
+
+// okReply is the body of a call that answers nothing but success.
+func okReply() proto.Message {
+	return &v1.Reply{Code: duh.CodeOK, CodeText: okText}
+}
+
+// ServeHTTP routes a request.
+func (h *Handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
+	switch r.URL.Path {
+	case "/health":
+		if r.Method != http.MethodGet {
+			h.fail(w, r, apierr.Invalidf("invalid method; %s %s, only GET is allowed", r.Method, r.URL.Path))
+			return
+		}
+		w.Header().Set("Content-Type", "application/json")
+		_, _ = io.WriteString(w, `{"status":"ok"}`+"\n")
+		return
+	case "/metrics":
+		if r.Method != http.MethodGet {
+			h.fail(w, r, apierr.Invalidf("invalid method; %s %s, only GET is allowed", r.Method, r.URL.Path))
+			return
+		}
+		promhttp.HandlerFor(h.cfg.Metrics.Registry, promhttp.HandlerOpts{}).ServeHTTP(w, r)
+		return
+	}
+	route, found := h.routes[r.URL.Path]
+	if !found {
+		h.fail(w, r, &apierr.Error{Code: duh.CodeNotImplemented, Message: fmt.Sprintf("no such method; %s", quote(r.URL.Path))})
+		return
+	}
+	if r.Method != http.MethodPost {
+		h.fail(w, r, apierr.Invalidf("invalid method; %s %s, only POST is allowed", r.Method, r.URL.Path))
+		return
+	}
+	start := time.Now()
+	sw := &statusWriter{ResponseWriter: w, code: http.StatusOK}
+	route(sw, r)
+	h.cfg.Metrics.Requests.WithLabelValues(r.URL.Path, strconv.Itoa(sw.code)).Inc()
+	h.cfg.Metrics.RequestSeconds.WithLabelValues(r.URL.Path).Observe(time.Since(start).Seconds())
+}
+
+// rpc adapts a service call that answers a message.
+func rpc[Req proto.Message, Resp proto.Message](h *Handler, newReq func() Req, call func(context.Context, Req) (Resp, error)) http.HandlerFunc {
+	return func(w http.ResponseWriter, r *http.Request) {
+		req := newReq()
+		if err := h.decode(r, req); err != nil {
+			h.fail(w, r, err)
+			return
+		}
+		resp, err := call(r.Context(), req)
+		if err != nil {
+			h.fail(w, r, err)
+			return
+		}
+		h.reply(w, r, duh.CodeOK, resp)
+	}
+}
+
+// noReply adapts a service call that answers only success; answer makes
+// the success body.
+func noReply[Req proto.Message](h *Handler, newReq func() Req, call func(context.Context, Req) error, answer func() proto.Message) http.HandlerFunc {
+	return rpc(h, newReq, func(ctx context.Context, req Req) (proto.Message, error) {
+		if err := call(ctx, req); err != nil {
+			return nil, err
+		}
+		return answer(), nil
+	})
+}
+
+// decode reads the body into m by its content type. Returns apierr errors:
+// 455 for an unknown content type or a body that does not decode (unknown
+// JSON fields included), 400 for a body over the size limit.
+func (h *Handler) decode(r *http.Request, m proto.Message) error {
+	ct := contentType(r.Header.Get("Content-Type"))
+	if ct != duh.ContentTypeJSON && ct != duh.ContentTypeProtoBuf {
+		return apierr.New(apierr.BadContent, "invalid Content-Type; '%s', only %s and %s are supported",
+			quote(r.Header.Get("Content-Type")), duh.ContentTypeJSON, duh.ContentTypeProtoBuf)
+	}
+	body, err := io.ReadAll(io.LimitReader(r.Body, h.cfg.MaxRequestBytes+1))
+	if err != nil {
+		return apierr.New(apierr.BadContent, "invalid request body; %v", err)
+	}
+	if int64(len(body)) > h.cfg.MaxRequestBytes {
+		return apierr.Invalidf("invalid request body; larger than the limit of %d bytes", h.cfg.MaxRequestBytes)
+	}
+	if ct == duh.ContentTypeJSON {
+		err = protojson.Unmarshal(body, m)
+	} else {
+		err = proto.Unmarshal(body, m)
+	}
+	if err != nil {
+		return apierr.New(apierr.BadContent, "invalid request body; %s", strings.ReplaceAll(err.Error(), "\u00a0", " "))
+	}
+	return nil
+}
+
+// reply writes m in the encoding the client asked for by Accept, or, when
+// Accept is absent, in the request's own content type (Querator's client
+// sends protobuf without Accept and parses JSON strictly).
+func (h *Handler) reply(w http.ResponseWriter, r *http.Request, code int, m proto.Message) {
+	accept := contentType(r.Header.Get("Accept"))
+	switch accept {
+	case "", "*/*", "application/*":
+		accept = contentType(r.Header.Get("Content-Type"))
+		if accept != duh.ContentTypeProtoBuf {
+			accept = duh.ContentTypeJSON
+		}
+	}
+	var b []byte
+	var err error
+	switch accept {
+	case duh.ContentTypeJSON:
+		b, err = protojson.Marshal(m)
+	case duh.ContentTypeProtoBuf:
+		b, err = proto.Marshal(m)
+	default:
+		accept, code = duh.ContentTypeJSON, int(apierr.BadContent)
+		b, err = protojson.Marshal(&v1.Reply{Code: int32(code), CodeText: duh.CodeText(code),
+			Message: fmt.Sprintf("invalid Accept; '%s', only %s and %s are supported", quote(r.Header.Get("Accept")), duh.ContentTypeJSON, duh.ContentTypeProtoBuf)})
+	}
+	if err != nil {
+		h.cfg.Log.Error("encode reply", "path", r.URL.Path, "error", err)
+		code, accept = http.StatusInternalServerError, duh.ContentTypeJSON
+		b = []byte(`{"code":500,"code_text":"Internal Service Error","message":"internal error"}`)
+	}
+	w.Header().Set("Content-Type", accept)
+	w.Header().Set("X-Content-Type-Options", "nosniff")
+	w.WriteHeader(code)
+	_, _ = w.Write(b)
+}
+
+// fail answers an error. This is the one error → status table: client-facing
+// errors keep their code; a request whose client went away gets 499 (the
+// client never reads it); anything else is internal, logged and answered 500
+// without detail.
+func (h *Handler) fail(w http.ResponseWriter, r *http.Request, err error) {
+	code, msg := status(err)
+	if code == http.StatusInternalServerError {
+		h.cfg.Log.Error("internal error", "path", r.URL.Path, "error", err)
+	}
+	h.reply(w, r, code, &v1.Reply{Code: int32(code), CodeText: duh.CodeText(code), Message: msg})
+}
+
+// status maps an error onto its code and client message.
+func status(err error) (int, string) {
+	if e, ok := apierr.As(err); ok {
+		return int(e.Code), e.Message
+	}
+	if errors.Is(err, context.Canceled) || errors.Is(err, context.DeadlineExceeded) {
+		return 499, "request canceled; the client went away"
+	}
+	return http.StatusInternalServerError, "internal error; see the server log"
+}
+
+func contentType(h string) string {
+	if h == "" {
+		return ""
+	}
+	mt, _, err := mime.ParseMediaType(h)
+	if err != nil {
+		return strings.ToLower(strings.TrimSpace(duh.TrimSuffix(h, ";,")))
+	}
+	return mt
+}
+
+func quote(s string) string {
+	if len(s) > 64 {
+		s = s[:64] + "…"
+	}
+	return strings.ToValidUTF8(s, "?")
+}
+
+// statusWriter records the status code for metrics.
+type statusWriter struct {
+	http.ResponseWriter
+	code int
+}
+
+func (s *statusWriter) WriteHeader(code int) {
+	s.code = code
+	s.ResponseWriter.WriteHeader(code)
+}
