@@ -225,3 +225,9 @@ func (c *Client) StorageItemsImport(ctx context.Context, req *pb.StorageItemsImp
 func (c *Client) StorageItemsDelete(ctx context.Context, req *pb.StorageItemsDeleteRequest) error {
 	return c.do(ctx, "/v1/storage/items.delete", req, &v1.Reply{})
 }
+
+// Close closes the client's idle connections. In-flight calls are not
+// affected; the client stays usable.
+func (c *Client) Close() {
+	c.http.CloseIdleConnections()
+}

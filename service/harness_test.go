@@ -92,6 +92,9 @@ func (s *server) stop() {
 	if s.d == nil {
 		return
 	}
+	// A connection the client dialed but never used holds a graceful
+	// shutdown for 5s (net/http treats it as new, not idle).
+	s.C.Close()
 	require.NoError(s.t, s.d.Close(context.Background()))
 	require.NoError(s.t, s.store.Close())
 	s.d = nil

@@ -112,6 +112,23 @@ func shortDuration(d time.Duration) string {
 	}
 }
 
+// durationText formats a server duration such as "16.418798ms" for a
+// table: to the millisecond under a second, else as shortDuration. Text
+// that is not a duration is returned as is; empty text as "-".
+func durationText(s string) string {
+	d, err := time.ParseDuration(s)
+	switch {
+	case s == "":
+		return "-"
+	case err != nil:
+		return s
+	case d < time.Second:
+		return d.Round(time.Millisecond).String()
+	default:
+		return shortDuration(d)
+	}
+}
+
 // payloadText returns b as text if it is printable UTF-8 (spaces allowed,
 // no newlines or other control characters), else as "base64:" and its
 // standard base64 encoding.

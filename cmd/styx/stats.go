@@ -36,7 +36,7 @@ lease and items in flight.`,
 				inFlight += lq.InFlight
 				for _, p := range lq.Partitions {
 					t.row(fmt.Sprint(p.Partition), fmt.Sprint(p.Total), fmt.Sprint(p.TotalLeased), fmt.Sprint(p.Scheduled),
-						fmt.Sprint(p.Failures), orDash(p.AverageAge), orDash(p.AverageLeasedAge))
+						fmt.Sprint(p.Failures), durationText(p.AverageAge), durationText(p.AverageLeasedAge))
 				}
 			}
 			if err := t.flush(); err != nil {

@@ -271,7 +271,7 @@ func (s *Store) createQueue(ctx context.Context, info store.QueueInfo) (store.Qu
 	} else if !errors.Is(err, pebbledb.ErrNotFound) {
 		return info, err
 	}
-	info.ID = s.lastQueueID + 1
+	info.ID = uint64(len(s.queues)) + 1
 	v, err := appendQueueInfo(nil, &info)
 	if err != nil {
 		return info, err
@@ -551,6 +551,7 @@ func (s *Store) write(ctx context.Context, b *store.Batch) error {
 		var err error
 		switch op.Kind {
 		case store.OpInsert:
+			last = max(last, op.Meta.ID)
 			if err = setMeta(pb, &kbuf, &vbuf, qid, op); err != nil {
 				break
 			}

@@ -1,0 +1,312 @@
+package main
+
+import (
+	"bufio"
+	"bytes"
+	"encoding/json"
+	"io"
+	"log/slog"
+	"os"
+	"strings"
+	"sync"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+	"google.golang.org/protobuf/encoding/protojson"
+
+	"github.com/styxq/styx/daemon"
+	pb "github.com/styxq/styx/styxpb"
+)
+
+// startDaemon runs an in-memory server for the test's lifetime.
+func startDaemon(t *testing.T) *daemon.Daemon {
+	t.Helper()
+	d, err := daemon.New(t.Context(), daemon.Config{
+		Listen: "127.0.0.1:0", Storage: daemon.StorageMemory,
+		Log: slog.New(slog.NewTextHandler(io.Discard, nil)),
+	})
+	require.NoError(t, err)
+	t.Cleanup(func() { require.NoError(t, d.Close(t.Context())) })
+	return d
+}
+
+// cli runs command lines against one endpoint.
+type cli struct {
+	t        *testing.T
+	endpoint string
+}
+
+// run executes args (plus --endpoint) on a fresh root command with stdin
+// and returns what it wrote and its error.
+func (c cli) runIn(stdin string, args ...string) (stdout, stderr string, err error) {
+	c.t.Helper()
+	var out, errOut bytes.Buffer
+	root := newRootCmd(&out, &errOut)
+	root.SetIn(strings.NewReader(stdin))
+	root.SetArgs(append(args, "--endpoint", c.endpoint))
+	err = root.ExecuteContext(c.t.Context())
+	return out.String(), errOut.String(), err
+}
+
+func (c cli) run(args ...string) (stdout, stderr string, err error) {
+	c.t.Helper()
+	return c.runIn("", args...)
+}
+
+// ok runs args, requires success and returns stdout.
+func (c cli) ok(args ...string) string {
+	c.t.Helper()
+	out, errOut, err := c.run(args...)
+	require.NoError(c.t, err, "styx %s; stderr: %s", strings.Join(args, " "), errOut)
+	return out
+}
+
+// jsonLines decodes each line of out with unmarshal into a new *T.
+func jsonLines[M interface{ *T }, T any](t require.TestingT, out string, unmarshal func([]byte, M) error) []M {
+	var msgs []M
+	sc := bufio.NewScanner(strings.NewReader(out))
+	for sc.Scan() {
+		m := M(new(T))
+		require.NoError(t, unmarshal(sc.Bytes(), m), "line %q", sc.Text())
+		msgs = append(msgs, m)
+	}
+	return msgs
+}
+
+func unmarshalItem(b []byte, m *pb.StorageItem) error { return protojson.Unmarshal(b, m) }
+
+func TestCLI(t *testing.T) {
+	d := startDaemon(t)
+	c := cli{t: t, endpoint: d.Endpoint()}
+
+	t.Run("queues", func(t *testing.T) {
+		c := cli{t: t, endpoint: c.endpoint}
+		require.Equal(t, "created queue orders-dlq\n", c.ok("queues", "create", "orders-dlq"))
+		c.ok("queues", "create", "orders", "--dead-queue", "orders-dlq", "--lease-timeout", "30s", "--max-attempts", "5")
+
+		out := c.ok("queues", "info", "orders")
+		require.Regexp(t, `dead queue\s+orders-dlq`, out)
+		require.Regexp(t, `lease timeout\s+30s`, out)
+		require.Regexp(t, `expire timeout\s+336h0m0s`, out, "unset flags take the server's defaults")
+		require.Regexp(t, `max attempts\s+5`, out)
+
+		c.ok("queues", "update", "orders", "--reference", "team-a")
+		out = c.ok("queues", "info", "orders")
+		require.Regexp(t, `reference\s+team-a`, out)
+		require.Regexp(t, `lease timeout\s+30s`, out, "update keeps the fields it was not given")
+
+		_, _, err := c.run("queues", "update", "orders")
+		require.ErrorContains(t, err, "nothing to update")
+
+		out = c.ok("queues", "list")
+		require.Regexp(t, `(?m)^NAME\s+PARTITIONS`, out)
+		require.Regexp(t, `(?m)^orders\s+1\s+30s\s+336h0m0s\s+5\s+orders-dlq`, out)
+
+		out = c.ok("queues", "list", "--json")
+		infos := jsonLines(t, out, func(b []byte, m *pb.QueueInfo) error { return protojson.Unmarshal(b, m) })
+		require.Len(t, infos, 2)
+		require.Equal(t, "orders", infos[0].QueueName)
+		require.Equal(t, "orders-dlq", infos[0].DeadQueue)
+		require.Equal(t, "orders-dlq", infos[1].QueueName)
+
+		c.ok("queues", "create", "scratch")
+		c.ok("queues", "delete", "scratch")
+		_, _, err = c.run("queues", "info", "scratch")
+		require.ErrorContains(t, err, "404")
+	})
+
+	t.Run("produce, lease, retry --dead, items list on the dead-letter queue", func(t *testing.T) {
+		c := cli{t: t, endpoint: c.endpoint}
+		require.Equal(t, "produced 2 items to orders\n",
+			c.ok("produce", "orders", "hello world", "second", "--kind", "email", "--reference", "ref-1"))
+
+		// --json: the whole lease reply, one protojson object on one line.
+		out := c.ok("lease", "orders", "--json", "--timeout", "1s")
+		require.Equal(t, 1, strings.Count(out, "\n"))
+		var lease pb.QueueLeaseResponse
+		require.NoError(t, protojson.Unmarshal([]byte(out), &lease))
+		require.Len(t, lease.Items, 1)
+		first := lease.Items[0]
+		require.Equal(t, []byte("hello world"), first.Bytes)
+		require.Equal(t, "email", first.Kind)
+		require.Equal(t, "ref-1", first.Reference)
+		require.EqualValues(t, 1, first.Attempts)
+		var generic map[string]any
+		require.NoError(t, json.Unmarshal([]byte(out), &generic), "valid JSON for scripts")
+
+		// Human output.
+		out = c.ok("lease", "orders", "--timeout", "1s", "--client-id", "test")
+		require.Regexp(t, `(?m)^PARTITION\s+ID\s+ATTEMPTS\s+LEASE-DEADLINE\s+KIND\s+REFERENCE\s+PAYLOAD$`, out)
+		require.Regexp(t, `(?m)^0\s+\S+\s+1\s+\d{4}-\d\d-\d\dT\S+Z\s+email\s+ref-1\s+second$`, out)
+		second := strings.Fields(strings.Split(out, "\n")[1])[1]
+
+		_, _, err := c.run("retry", "orders", first.Id, "--dead", "--release")
+		require.ErrorContains(t, err, "--dead and --release cannot be combined")
+
+		require.Equal(t, "dead-lettered 1 item in orders\n",
+			c.ok("retry", "orders", first.Id, "--partition", "0", "--error", "smtp: 550 mailbox unavailable", "--dead"))
+		require.Equal(t, "completed 1 item in orders\n", c.ok("complete", "orders", second))
+
+		// The move to the dead-letter queue may finish after the retry
+		// returns: poll.
+		var dead *pb.StorageItem
+		require.EventuallyWithT(t, func(ct *assert.CollectT) {
+			out, _, err := c.run("items", "list", "orders-dlq", "--json")
+			require.NoError(ct, err)
+			items := jsonLines(ct, out, unmarshalItem)
+			require.Len(ct, items, 1)
+			dead = items[0]
+		}, 10*time.Second, 20*time.Millisecond)
+		require.Equal(t, "orders", dead.SourceQueue)
+		require.Equal(t, "explicit", dead.DeadReason)
+		require.Equal(t, "smtp: 550 mailbox unavailable", dead.LastError)
+		require.Equal(t, []byte("hello world"), dead.Payload, "--json prints the full item")
+		require.NotNil(t, dead.DeadAt)
+
+		out = c.ok("items", "list", "orders-dlq")
+		require.Regexp(t, `(?m)^ID\s+STATE\s+ATTEMPTS\s+AGE\s+SOURCE-QUEUE\s+DEAD-REASON\s+DEAD-AT\s+LAST-ERROR\s+REDRIVES$`, out)
+		require.Regexp(t, `(?m)^`+dead.Id+`\s+ready\s+\d+\s+\S+ ago\s+orders\s+explicit\s+\S+ ago\s+smtp: 550 mailbox unavailable\s+0$`, out)
+
+		// Nothing left in orders.
+		out = c.ok("items", "list", "orders")
+		require.Equal(t, 1, strings.Count(out, "\n"), "header only: %q", out)
+		out, errOut, err := c.run("lease", "orders", "--timeout", "50ms")
+		require.NoError(t, err, "an empty lease is not a failure")
+		require.Empty(t, out)
+		require.Equal(t, "no items\n", errOut)
+	})
+
+	t.Run("produce --file from stdin, scheduled items, stats", func(t *testing.T) {
+		c := cli{t: t, endpoint: c.endpoint}
+		c.ok("queues", "create", "batch")
+		out, _, err := c.runIn("one\n\ntwo\r\nthree", "produce", "batch", "zero", "--file", "-")
+		require.NoError(t, err)
+		require.Equal(t, "produced 4 items to batch\n", out)
+
+		later := time.Now().Add(time.Hour).UTC().Format(time.RFC3339)
+		c.ok("produce", "batch", "later", "--enqueue-at", later)
+		out = c.ok("items", "list", "batch", "--scheduled", "--json")
+		items := jsonLines(t, out, unmarshalItem)
+		require.Len(t, items, 1)
+		require.Equal(t, []byte("later"), items[0].Payload)
+
+		out = c.ok("items", "list", "batch")
+		require.Equal(t, 4, strings.Count(out, "ready"), out)
+		require.Equal(t, 1, strings.Count(out, "scheduled"), out)
+
+		out = c.ok("lease", "batch", "--batch", "10", "--json")
+		var lease pb.QueueLeaseResponse
+		require.NoError(t, protojson.Unmarshal([]byte(out), &lease))
+		var payloads []string
+		for _, it := range lease.Items {
+			payloads = append(payloads, string(it.Bytes))
+		}
+		require.Equal(t, []string{"zero", "one", "two", "three"}, payloads)
+
+		out = c.ok("stats", "batch")
+		require.Regexp(t, `(?m)^PARTITION\s+TOTAL\s+LEASED\s+SCHEDULED`, out)
+		require.Regexp(t, `(?m)^0\s+5\s+4\s+1\s`, out)
+
+		out = c.ok("stats", "batch", "--json")
+		var stats pb.QueueStatsResponse
+		require.NoError(t, protojson.Unmarshal([]byte(out), &stats))
+		require.Equal(t, "batch", stats.QueueName)
+	})
+
+	t.Run("errors and exit status", func(t *testing.T) {
+		var out, errOut bytes.Buffer
+		code := run(t.Context(), []string{"queues", "info", "missing", "--endpoint", c.endpoint}, &out, &errOut)
+		require.Equal(t, 1, code)
+		require.Empty(t, out.String())
+		require.Regexp(t, `^styx: .*missing.* \(code 404 not found\)\n$`, errOut.String())
+
+		errOut.Reset()
+		code = run(t.Context(), []string{"lease"}, &out, &errOut)
+		require.Equal(t, 1, code)
+		require.Contains(t, errOut.String(), "styx: styx lease takes a QUEUE")
+
+		errOut.Reset()
+		code = run(t.Context(), []string{"queues", "list", "--endpoint", "localhost:1"}, &out, &errOut)
+		require.Equal(t, 1, code)
+		require.True(t, strings.HasPrefix(errOut.String(), "styx: endpoint"), errOut.String())
+	})
+}
+
+func TestPayloadText(t *testing.T) {
+	require.Equal(t, "héllo wörld", payloadText([]byte("héllo wörld")))
+	require.Equal(t, "base64:AAE=", payloadText([]byte{0, 1}))
+	require.Equal(t, "base64:YQpi", payloadText([]byte("a\nb")))
+}
+
+func TestShortDuration(t *testing.T) {
+	for d, want := range map[time.Duration]string{
+		0: "0s", 1500 * time.Millisecond: "2s", 3*time.Minute + 12*time.Second: "3m12s",
+		5*time.Hour + 7*time.Minute: "5h7m", 76 * time.Hour: "3d4h",
+	} {
+		require.Equal(t, want, shortDuration(d))
+	}
+	require.Equal(t, "16ms", durationText("16.418798ms"))
+	require.Equal(t, "1m5s", durationText("65.2s"))
+	require.Equal(t, "-", durationText(""))
+}
+
+// syncBuffer is a bytes.Buffer safe to write from one goroutine while
+// another reads it.
+type syncBuffer struct {
+	mu sync.Mutex
+	b  bytes.Buffer
+}
+
+func (s *syncBuffer) Write(p []byte) (int, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.b.Write(p)
+}
+
+func (s *syncBuffer) String() string {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.b.String()
+}
+
+// TestServerSIGTERM runs `styx server`, uses it, sends the process SIGTERM
+// and expects a graceful shutdown with exit status 0.
+func TestServerSIGTERM(t *testing.T) {
+	t.Setenv(envConfig, "")
+	var out, errOut syncBuffer
+	exit := make(chan int, 1)
+	go func() {
+		exit <- run(t.Context(), []string{"server", "--storage", "memory", "--listen", "127.0.0.1:0",
+			"--log-format", "json", "--log-level", "info"}, &out, &errOut)
+	}()
+
+	// The server logs its address once it listens (and once it has
+	// registered for signals).
+	var listen string
+	require.EventuallyWithT(t, func(ct *assert.CollectT) {
+		for line := range strings.Lines(errOut.String()) {
+			var rec struct{ Msg, Listen string }
+			if json.Unmarshal([]byte(line), &rec) == nil && rec.Msg == "styx serving" {
+				listen = rec.Listen
+			}
+		}
+		require.NotEmpty(ct, listen, "log: %s", errOut.String())
+	}, 10*time.Second, 10*time.Millisecond)
+
+	c := cli{t: t, endpoint: "http://" + listen}
+	c.ok("queues", "create", "q")
+	c.ok("produce", "q", "x")
+
+	require.NoError(t, syscall.Kill(os.Getpid(), syscall.SIGTERM))
+	select {
+	case code := <-exit:
+		require.Equal(t, 0, code, "stderr: %s", errOut.String())
+	case <-time.After(30 * time.Second):
+		t.Fatalf("server did not stop on SIGTERM; stderr: %s", errOut.String())
+	}
+	require.Contains(t, errOut.String(), `"msg":"shutting down"`)
+	require.Contains(t, errOut.String(), `"msg":"stopped"`)
+}
