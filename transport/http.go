@@ -217,6 +217,8 @@ func (h *Handler) fail(w http.ResponseWriter, r *http.Request, err error) {
 	if code == http.StatusInternalServerError {
 		h.cfg.Log.Error("internal error", "path", r.URL.Path, "error", err)
 	}
+	// Messages may quote client input; JSON needs valid UTF-8.
+	msg = strings.ToValidUTF8(msg, "?")
 	h.reply(w, r, code, &v1.Reply{Code: int32(code), CodeText: duh.CodeText(code), Message: msg})
 }
 

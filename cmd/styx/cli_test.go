@@ -3,6 +3,7 @@ package main
 import (
 	"bufio"
 	"bytes"
+	"context"
 	"encoding/json"
 	"io"
 	"log/slog"
@@ -29,7 +30,8 @@ func startDaemon(t *testing.T) *daemon.Daemon {
 		Log: slog.New(slog.NewTextHandler(io.Discard, nil)),
 	})
 	require.NoError(t, err)
-	t.Cleanup(func() { require.NoError(t, d.Close(t.Context())) })
+	// Not t.Context(): it is canceled before cleanups run.
+	t.Cleanup(func() { require.NoError(t, d.Close(context.Background())) })
 	return d
 }
 

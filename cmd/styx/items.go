@@ -43,6 +43,7 @@ when they died, their last error and how often they were redriven.
 			if err != nil {
 				return err
 			}
+			defer c.Close()
 			req := &pb.StorageItemsListRequest{QueueName: args[0], Partition: partition, Pivot: pivot, Limit: limit}
 			list := c.StorageItemsList
 			if scheduled {
@@ -63,6 +64,7 @@ when they died, their last error and how often they were redriven.
 			if err := a.printItems(res.Items); err != nil {
 				return err
 			}
+			// A full page (the server's default limit is 100) may have a next one.
 			if n := len(res.Items); n > 0 && (limit > 0 && n == int(limit) || limit == 0 && n == 100) {
 				_, _ = fmt.Fprintf(a.stderr, "more items may follow: --pivot %s\n", res.Items[n-1].Id)
 			}

@@ -40,6 +40,7 @@ With no item before --timeout it prints "no items" on stderr and exits 0.`,
 			if err != nil {
 				return err
 			}
+			defer c.Close()
 			if clientID == "" {
 				clientID = defaultClientID()
 			}
@@ -95,6 +96,7 @@ are sent in batches of at most 1000; each batch succeeds or fails whole.`,
 			if err != nil {
 				return err
 			}
+			defer c.Close()
 			queue, ids := args[0], args[1:]
 			n, err := inBatches(ids, func(batch []string) error {
 				return c.QueueComplete(cmd.Context(), &pb.QueueCompleteRequest{QueueName: queue, Partition: partition, Ids: batch})
@@ -150,6 +152,7 @@ counting the attempt; --dead moves it to the queue's dead-letter queue now.
 			if err != nil {
 				return err
 			}
+			defer c.Close()
 			queue, ids := args[0], args[1:]
 			n, err := inBatches(ids, func(batch []string) error {
 				items := make([]*pb.QueueRetryItem, len(batch))
@@ -161,16 +164,16 @@ counting the attempt; --dead moves it to the queue's dead-letter queue now.
 			if err != nil {
 				return err
 			}
-			what := "retried"
+			what, when := "retried", ""
 			switch {
 			case dead:
 				what = "dead-lettered"
 			case release:
 				what = "released"
 			case at != nil:
-				what = "scheduled for " + formatTime(at)
+				what, when = "scheduled", " for "+formatTime(at)
 			}
-			return a.done("%s %s in %s", what, plural(n, "item"), queue)
+			return a.done("%s %s in %s%s", what, plural(n, "item"), queue, when)
 		},
 	}
 	f := cmd.Flags()

@@ -15,6 +15,7 @@ import (
 	"io"
 	"os"
 	"strings"
+	"syscall"
 
 	"github.com/styxq/styx"
 )
@@ -62,5 +63,9 @@ func errorLine(err error) string {
 		return "styx: " + strings.TrimPrefix(msg, "styx: ")
 	}
 	// The client's own errors already start with "styx: ".
-	return "styx: " + strings.TrimPrefix(err.Error(), "styx: ")
+	msg := "styx: " + strings.TrimPrefix(err.Error(), "styx: ")
+	if errors.Is(err, syscall.ECONNREFUSED) {
+		msg += " (is a server running there? see --endpoint or " + envEndpoint + ")"
+	}
+	return msg
 }

@@ -56,6 +56,7 @@ durable. If a batch fails, the batches before it stay produced.`,
 			if err != nil {
 				return err
 			}
+			defer c.Close()
 			p := &producer{ctx: cmd.Context(), client: c, queue: queue, tmpl: tmpl}
 			for _, s := range payloads {
 				if err := p.add([]byte(s)); err != nil {

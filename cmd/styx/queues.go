@@ -79,6 +79,7 @@ func (a *app) queuesCreateCmd() *cobra.Command {
 			if err != nil {
 				return err
 			}
+			defer c.Close()
 			info, _ := q.info(args[0], cmd.Flags())
 			if err := c.QueuesCreate(cmd.Context(), info); err != nil {
 				return err
@@ -105,6 +106,7 @@ func (a *app) queuesUpdateCmd() *cobra.Command {
 			if err != nil {
 				return err
 			}
+			defer c.Close()
 			if err := c.QueuesUpdate(cmd.Context(), info); err != nil {
 				return err
 			}
@@ -125,6 +127,7 @@ func (a *app) queuesInfoCmd() *cobra.Command {
 			if err != nil {
 				return err
 			}
+			defer c.Close()
 			info, err := c.QueuesInfo(cmd.Context(), &pb.QueuesInfoRequest{QueueName: args[0]})
 			if err != nil {
 				return err
@@ -169,6 +172,7 @@ func (a *app) queuesListCmd() *cobra.Command {
 			if err != nil {
 				return err
 			}
+			defer c.Close()
 			res, err := c.QueuesList(cmd.Context(), &pb.QueuesListRequest{Pivot: pivot, Limit: limit})
 			if err != nil {
 				return err
@@ -205,6 +209,7 @@ func (a *app) queuesDeleteCmd() *cobra.Command {
 			if err != nil {
 				return err
 			}
+			defer c.Close()
 			if err := c.QueuesDelete(cmd.Context(), &pb.QueuesDeleteRequest{QueueName: args[0]}); err != nil {
 				return err
 			}

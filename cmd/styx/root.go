@@ -73,12 +73,13 @@ Run a server with 'styx server'; every other command is a client of one
 func (a *app) addClientFlags(cmd *cobra.Command) *cobra.Command {
 	f := cmd.PersistentFlags()
 	f.StringVar(&a.endpoint, "endpoint", styx.DefaultEndpoint, "server base URL (env "+envEndpoint+")")
-	f.BoolVar(&a.json, "json", false, "print replies as protojson, one object per line, for scripts")
+	f.BoolVar(&a.json, "json", false, "print replies as protojson for scripts: one object per line, one line per element of a list; "+
+		"commands without a reply print nothing")
 	return cmd
 }
 
 // client returns a client of the endpoint: --endpoint if given, else
-// STYX_ENDPOINT if set, else the default.
+// STYX_ENDPOINT if set, else the default. The caller closes it.
 func (a *app) client(cmd *cobra.Command) (*styx.Client, error) {
 	endpoint := a.endpoint
 	if !cmd.Flags().Changed("endpoint") {

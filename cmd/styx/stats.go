@@ -22,6 +22,7 @@ lease and items in flight.`,
 			if err != nil {
 				return err
 			}
+			defer c.Close()
 			res, err := c.QueueStats(cmd.Context(), &pb.QueueStatsRequest{QueueName: args[0]})
 			if err != nil {
 				return err

@@ -313,7 +313,9 @@ func (l *Logical) shutdown() {
 func (l *Logical) run() {
 	defer close(l.done)
 	l.load()
-	timer := time.NewTimer(time.Hour)
+	// Loaded items may have lifecycle work due (expired leases, moves to
+	// resume), so the first wake comes from the loaded state.
+	timer := time.NewTimer(l.nextWake())
 	defer timer.Stop()
 	batch := make([]*request, 0, maxRequestsPerIteration)
 	for {
@@ -753,8 +755,10 @@ func (l *Logical) removeItem(it *iteration, p *partition, x *item) {
 		delete(l.sourceKeys, x.sourceKey)
 	}
 	if d, ok := l.deferred[x]; ok {
+		// A retry waiting on this dead item is answered once the delete
+		// is written.
 		delete(l.deferred, x)
-		l.settle(d)
+		it.after = append(it.after, func(error) { l.settle(d) })
 	}
 	it.batch.Delete(p.num, x.meta())
 }

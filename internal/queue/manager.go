@@ -35,6 +35,10 @@ func NewManager(ctx context.Context, cfg Config) (*Manager, error) {
 	if err != nil {
 		return nil, fmt.Errorf("list queues: %w", err)
 	}
+	// Register every queue before any loop can look up its dead-letter
+	// queue.
+	m.mu.Lock()
+	defer m.mu.Unlock()
 	for _, info := range infos {
 		m.queues[info.Name] = newLogical(cfg, info, m.lookup)
 	}

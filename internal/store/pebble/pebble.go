@@ -271,7 +271,7 @@ func (s *Store) createQueue(ctx context.Context, info store.QueueInfo) (store.Qu
 	} else if !errors.Is(err, pebbledb.ErrNotFound) {
 		return info, err
 	}
-	info.ID = uint64(len(s.queues)) + 1
+	info.ID = s.lastQueueID + 1
 	v, err := appendQueueInfo(nil, &info)
 	if err != nil {
 		return info, err

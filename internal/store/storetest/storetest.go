@@ -455,6 +455,14 @@ func testItems(t *testing.T, newStore func(*testing.T) store.Store) {
 		_, errs = readBodies(t, s, q.ID, 0, 1, 2)
 		requireErrors(t, []store.ItemErrors{someErrors(11), {}}, errs)
 
+		// One error.
+		one := store.ItemErrors{LastError: "e1", Errors: []store.AttemptError{{Attempt: 1, Error: "e1", At: base}}}
+		b = &store.Batch{QueueID: q.ID}
+		b.SetErrors(0, fullMeta(2), one)
+		write(t, s, b)
+		_, errs = readBodies(t, s, q.ID, 0, 2)
+		requireErrors(t, []store.ItemErrors{one}, errs)
+
 		// Ten errors, the most the contract keeps.
 		ten := store.ItemErrors{LastError: "e10"}
 		for i := int32(1); i <= 10; i++ {

@@ -1,0 +1,281 @@
+package service_test
+
+import (
+	"errors"
+	"fmt"
+	"strings"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus/testutil"
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+
+	styx "github.com/styxq/styx"
+	"github.com/styxq/styx/internal/store"
+	pb "github.com/styxq/styx/styxpb"
+)
+
+// withDLQ creates queue q with dead-letter queue q+"-dlq" and extra settings.
+func (s *server) withDLQ(q string, info *pb.QueueInfo) string {
+	dlq := q + "-dlq"
+	s.createQueue(&pb.QueueInfo{QueueName: dlq})
+	info.QueueName, info.DeadQueue = q, dlq
+	s.createQueue(info)
+	return dlq
+}
+
+func TestDeadLetter(t *testing.T) {
+	forEachBackend(t, func(t *testing.T, b backend) {
+		s := start(t, b)
+
+		t.Run("RetriesCountTowardMaxAttempts", func(t *testing.T) {
+			dlq := s.withDLQ("mr", &pb.QueueInfo{MaxAttempts: 3})
+			require.NoError(t, s.C.QueueProduce(ctx, &pb.QueueProduceRequest{QueueName: "mr", Items: []*pb.QueueProduceItem{
+				{Bytes: []byte("order-1"), Kind: "order", Reference: "r-1", Encoding: "text/plain"},
+			}}))
+			created := s.items("mr")[0].CreatedAt.AsTime()
+			var lastID string
+			for i := 1; i <= 3; i++ {
+				it := s.lease("mr", 1).Items[0]
+				assert.Equal(t, int32(i), it.Attempts)
+				lastID = it.Id
+				s.retry("mr", 0, &pb.QueueRetryItem{Id: it.Id, Error: fmt.Sprint("attempt ", i, " failed")})
+			}
+			// Retry returns once the dead-letter queue has the item.
+			dead := s.items(dlq)
+			require.Len(t, dead, 1)
+			assert.Empty(t, s.items("mr"), "no copy is left in the source")
+			d := dead[0]
+			assert.Equal(t, "max_attempts", d.DeadReason)
+			assert.Equal(t, "mr", d.SourceQueue)
+			assert.Equal(t, lastID, d.SourceId)
+			assert.NotEqual(t, lastID, d.Id)
+			assert.Equal(t, int32(3), d.Attempts, "attempts are not reset")
+			assert.Equal(t, "order-1", string(d.Payload))
+			assert.Equal(t, "order", d.Kind)
+			assert.Equal(t, "r-1", d.Reference)
+			assert.Equal(t, "text/plain", d.Encoding)
+			assert.True(t, d.CreatedAt.AsTime().Equal(created))
+			assert.Equal(t, "attempt 3 failed", d.LastError)
+			require.Len(t, d.Errors, 3)
+			assert.Equal(t, "attempt 1 failed", d.Errors[0].Error)
+			require.NotNil(t, d.DeadAt)
+			assert.WithinDuration(t, time.Now(), d.DeadAt.AsTime(), 5*time.Second)
+			// Retention in the DLQ counts from dead_at with the DLQ's expire_timeout (336h).
+			assert.WithinDuration(t, d.DeadAt.AsTime().Add(336*time.Hour), d.ExpireDeadline.AsTime(), time.Second)
+			assert.Equal(t, 1.0, testutil.ToFloat64(s.d.Metrics.DeadLettered.WithLabelValues("mr", dlq, "max_attempts")))
+			// The dead item can be leased from the DLQ like any item.
+			got := s.lease(dlq, 1).Items[0]
+			assert.Equal(t, "order-1", string(got.Bytes))
+		})
+
+		t.Run("LeaseExpiryCountsTowardMaxAttempts", func(t *testing.T) {
+			dlq := s.withDLQ("le", &pb.QueueInfo{MaxAttempts: 2, LeaseTimeout: "1s"})
+			s.produce("le", "x")
+			s.lease("le", 1)                // attempt 1 expires
+			it := s.lease("le", 1).Items[0] // attempt 2, after the expiry
+			assert.Equal(t, int32(2), it.Attempts)
+			dead := s.waitItems(dlq, 1) // attempt 2 expires too: dead
+			assert.Equal(t, "max_attempts", dead[0].DeadReason)
+			assert.Equal(t, int32(2), dead[0].Attempts)
+			eventually(t, func() bool { return len(s.items("le")) == 0 }, "no copy is left in the source")
+		})
+
+		t.Run("ExpiredNeverLeasedMovedAndGone", func(t *testing.T) {
+			dlq := s.withDLQ("ex", &pb.QueueInfo{ExpireTimeout: "1s", LeaseTimeout: "1s"})
+			s.produce("ex", "a", "b")
+			dead := s.waitItems(dlq, 2)
+			for _, d := range dead {
+				assert.Equal(t, "expired", d.DeadReason)
+				assert.Equal(t, int32(0), d.Attempts)
+			}
+			eventually(t, func() bool { return len(s.items("ex")) == 0 }, "expired items must not stay in the source")
+			s.leaseNone("ex")
+		})
+
+		t.Run("ExpiredWhileLeasedDiesWhenLeaseEnds", func(t *testing.T) {
+			dlq := s.withDLQ("el", &pb.QueueInfo{ExpireTimeout: "30s", LeaseTimeout: "30s"})
+			_, err := s.C.StorageItemsImport(ctx, &pb.StorageItemsImportRequest{QueueName: "el", Items: []*pb.StorageItem{
+				{Payload: []byte("a"), ExpireDeadline: at(time.Now().Add(300 * time.Millisecond))},
+			}})
+			require.NoError(t, err)
+			it := s.lease("el", 1).Items[0]
+			time.Sleep(600 * time.Millisecond) // wall-clock time must pass the expire deadline
+			// Past its expire deadline the item is still leased.
+			st, err := s.C.QueueStats(ctx, &pb.QueueStatsRequest{QueueName: "el"})
+			require.NoError(t, err)
+			assert.Equal(t, int32(1), st.LogicalQueues[0].Partitions[0].TotalLeased)
+			assert.Empty(t, s.items(dlq), "a live lease is never moved")
+			s.retry("el", 0, &pb.QueueRetryItem{Id: it.Id, Error: "late"})
+			dead := s.items(dlq)
+			require.Len(t, dead, 1)
+			assert.Equal(t, "expired", dead[0].DeadReason)
+			assert.Equal(t, "late", dead[0].LastError)
+			eventually(t, func() bool { return len(s.items("el")) == 0 }, "the source deletes its copy")
+		})
+
+		t.Run("ExplicitDeadKeepsError", func(t *testing.T) {
+			dlq := s.withDLQ("xd", &pb.QueueInfo{})
+			s.produce("xd", "poison")
+			it := s.lease("xd", 1).Items[0]
+			s.retry("xd", 0, &pb.QueueRetryItem{Id: it.Id, Dead: true, Error: "cannot parse"})
+			dead := s.items(dlq)
+			require.Len(t, dead, 1)
+			assert.Equal(t, "explicit", dead[0].DeadReason)
+			assert.Equal(t, "cannot parse", dead[0].LastError)
+			assert.Equal(t, "poison", string(dead[0].Payload))
+			assert.Empty(t, s.items("xd"))
+		})
+
+		t.Run("DLQWaiterWokenByMove", func(t *testing.T) {
+			dlq := s.withDLQ("wk", &pb.QueueInfo{})
+			got := make(chan *pb.QueueLeaseResponse, 1)
+			go func() {
+				res, err := s.C.QueueLease(ctx, &pb.QueueLeaseRequest{QueueName: dlq, BatchSize: 1, ClientId: "dlq-watcher", RequestTimeout: "10s"})
+				assert.NoError(t, err)
+				got <- res
+			}()
+			waitStat(t, s, dlq, func(st *pb.QueueLogicalStats) bool { return st.LeaseWaiting == 1 })
+			s.produce("wk", "w")
+			it := s.lease("wk", 1).Items[0]
+			start := time.Now()
+			s.retry("wk", 0, &pb.QueueRetryItem{Id: it.Id, Dead: true})
+			res := <-got
+			require.Len(t, res.Items, 1)
+			assert.Equal(t, "w", string(res.Items[0].Bytes))
+			assert.Less(t, time.Since(start), 2*time.Second)
+		})
+
+		t.Run("NoDLQDropsAndCounts", func(t *testing.T) {
+			s.createQueue(&pb.QueueInfo{QueueName: "nd", MaxAttempts: 1})
+			s.produce("nd", "a")
+			it := s.lease("nd", 1).Items[0]
+			s.retry("nd", 0, &pb.QueueRetryItem{Id: it.Id})
+			assert.Empty(t, s.items("nd"))
+			assert.Equal(t, 1.0, testutil.ToFloat64(s.d.Metrics.ItemsDropped.WithLabelValues("nd", "max_attempts")))
+		})
+	})
+}
+
+// TestDeadLetterMoveInterrupted stops the move between the dead-letter
+// queue's write and the source's delete, restarts, and checks that exactly
+// one copy exists.
+func TestDeadLetterMoveInterrupted(t *testing.T) {
+	forEachBackend(t, func(t *testing.T, b backend) {
+		s := start(t, b)
+		dlq := s.withDLQ("cr", &pb.QueueInfo{})
+		s.produce("cr", "precious")
+		it := s.lease("cr", 1).Items[0]
+
+		// Fail every source write that deletes an item: the DLQ write goes
+		// through, the source delete does not.
+		var refused atomic.Int32
+		s.Faults.SetWriteHook(func(b *store.Batch) error {
+			for _, op := range b.Ops {
+				if op.Kind == store.OpDelete && op.Meta.DeadReason != "" {
+					refused.Add(1)
+					return errors.New("injected: crash before the source delete")
+				}
+			}
+			return nil
+		})
+		s.retry("cr", 0, &pb.QueueRetryItem{Id: it.Id, Dead: true, Error: "bad"})
+		eventually(t, func() bool { return refused.Load() >= 2 }, "the source retries its delete")
+		// Both queues hold the item now, but never the DLQ twice, although
+		// the source sent it again after each failed delete.
+		require.Len(t, s.items(dlq), 1)
+		require.Len(t, s.items("cr"), 1)
+		s.leaseNone("cr") // the dead item is not handed out from the source
+
+		s.restart() // the fault is gone with the old server
+		dead := s.waitItems(dlq, 1)
+		eventually(t, func() bool { return len(s.items("cr")) == 0 }, "the source deletes its copy after restart")
+		dead = s.items(dlq)
+		require.Len(t, dead, 1, "exactly one copy in the DLQ")
+		assert.Equal(t, it.Id, dead[0].SourceId)
+		assert.Equal(t, "explicit", dead[0].DeadReason)
+		assert.Equal(t, "bad", dead[0].LastError)
+	})
+}
+
+// TestLiveLeaseNotMovedAcrossRestart: an item whose expire deadline passes
+// while it is leased is not moved at a restart while its lease is live.
+func TestLiveLeaseNotMovedAcrossRestart(t *testing.T) {
+	forEachBackend(t, func(t *testing.T, b backend) {
+		s := start(t, b)
+		// lease_timeout cannot exceed expire_timeout, so the item that
+		// expires before its lease ends is imported with its own deadline.
+		dlq := s.withDLQ("ll", &pb.QueueInfo{ExpireTimeout: "30s", LeaseTimeout: "30s"})
+		_, err := s.C.StorageItemsImport(ctx, &pb.StorageItemsImportRequest{QueueName: "ll", Items: []*pb.StorageItem{
+			{Payload: []byte("held"), ExpireDeadline: at(time.Now().Add(300 * time.Millisecond))},
+		}})
+		require.NoError(t, err)
+		it := s.lease("ll", 1).Items[0]
+		s.restart()
+		time.Sleep(500 * time.Millisecond) // let the expire deadline pass (wall-clock time is the subject)
+		s.restart()
+		items := s.items("ll")
+		require.Len(t, items, 1)
+		assert.True(t, items[0].IsLeased)
+		assert.Empty(t, s.items(dlq), "a live lease is never moved, even across a restart")
+		s.complete("ll", 0, it.Id)
+		assert.Empty(t, s.items("ll"))
+		assert.Empty(t, s.items(dlq))
+	})
+}
+
+func TestDeadQueueRules(t *testing.T) {
+	forEachBackend(t, func(t *testing.T, b backend) {
+		s := start(t, b)
+		s.createQueue(&pb.QueueInfo{QueueName: "dlq"})
+		s.createQueue(&pb.QueueInfo{QueueName: "src", DeadQueue: "dlq"})
+		s.createQueue(&pb.QueueInfo{QueueName: "other"})
+		cases := []struct {
+			name  string
+			call  func() error
+			parts []string
+		}{
+			{"DLQMustExist", func() error {
+				return s.C.QueuesCreate(ctx, &pb.QueueInfo{QueueName: "a", DeadQueue: "missing"})
+			}, []string{"dead_queue", "'missing' does not exist"}},
+			{"NotItsOwnDLQOnCreate", func() error {
+				return s.C.QueuesCreate(ctx, &pb.QueueInfo{QueueName: "self", DeadQueue: "self"})
+			}, []string{"its own dead_queue"}},
+			{"NotItsOwnDLQOnUpdate", func() error {
+				return s.C.QueuesUpdate(ctx, &pb.QueueInfo{QueueName: "other", DeadQueue: "other"})
+			}, []string{"its own dead_queue"}},
+			{"NoChainOnCreate", func() error {
+				return s.C.QueuesCreate(ctx, &pb.QueueInfo{QueueName: "b", DeadQueue: "src"})
+			}, []string{"'src' has a dead_queue of its own", "cannot be chained"}},
+			{"NoChainOnUpdate", func() error {
+				return s.C.QueuesUpdate(ctx, &pb.QueueInfo{QueueName: "other", DeadQueue: "src"})
+			}, []string{"cannot be chained"}},
+			{"ADLQCannotGetADLQ", func() error {
+				return s.C.QueuesUpdate(ctx, &pb.QueueInfo{QueueName: "dlq", DeadQueue: "other"})
+			}, []string{"'dlq' is the dead_queue of 'src'", "cannot have one of its own"}},
+			{"ReferencedDLQCannotBeDeleted", func() error {
+				return s.C.QueuesDelete(ctx, &pb.QueuesDeleteRequest{QueueName: "dlq", Force: true})
+			}, []string{"cannot be deleted", "dead_queue of 'src'"}},
+		}
+		for _, c := range cases {
+			t.Run(c.name, func(t *testing.T) {
+				requireCode(t, c.call(), styx.CodeBadRequest, c.parts...)
+			})
+		}
+		t.Run("NothingChanged", func(t *testing.T) {
+			res, err := s.C.QueuesList(ctx, &pb.QueuesListRequest{})
+			require.NoError(t, err)
+			var names []string
+			for _, q := range res.Items {
+				names = append(names, q.QueueName+">"+q.DeadQueue)
+			}
+			assert.Equal(t, "dlq> other> src>dlq", strings.Join(names, " "))
+		})
+		t.Run("DeletableOnceUnreferenced", func(t *testing.T) {
+			require.NoError(t, s.C.QueuesDelete(ctx, &pb.QueuesDeleteRequest{QueueName: "src"}))
+			require.NoError(t, s.C.QueuesDelete(ctx, &pb.QueuesDeleteRequest{QueueName: "dlq"}))
+		})
+	})
+}
