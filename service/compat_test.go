@@ -1,0 +1,174 @@
+package service_test
+
+import (
+	"bytes"
+	"io"
+	"net/http"
+	"testing"
+
+	v1 "github.com/duh-rpc/duh-go/proto/v1"
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+	"google.golang.org/protobuf/encoding/protojson"
+	"google.golang.org/protobuf/proto"
+	"google.golang.org/protobuf/reflect/protodesc"
+	"google.golang.org/protobuf/reflect/protoreflect"
+	"google.golang.org/protobuf/reflect/protoregistry"
+	"google.golang.org/protobuf/types/descriptorpb"
+	"google.golang.org/protobuf/types/dynamicpb"
+
+	pb "github.com/styxq/styx/styxpb"
+)
+
+// queratorMessages builds Querator's v1 message set from Styx's descriptor
+// by dropping every Styx extension (fields numbered 100 and up, and the
+// messages Querator does not have), in proto package "querator". The test
+// speaks only through these, as Querator's Go client does.
+func queratorMessages(t *testing.T) map[string]protoreflect.MessageDescriptor {
+	fd := protodesc.ToFileDescriptorProto(pb.File_styx_v1_styx_proto)
+	fd.Name = proto.String("querator/v1.proto")
+	fd.Package = proto.String("querator")
+	styxOnly := map[string]bool{"AttemptError": true, "DeadFilter": true, "DeadListRequest": true, "DeadListResponse": true,
+		"DeadDeleteRequest": true, "DeadDeleteResponse": true, "DeadRedriveRequest": true, "RedrivesListRequest": true,
+		"RedrivesListResponse": true, "RedriveTaskRequest": true, "RedriveCounts": true, "RedriveTask": true}
+	var msgs []*descriptorpb.DescriptorProto
+	for _, m := range fd.MessageType {
+		if styxOnly[m.GetName()] {
+			continue
+		}
+		var fields []*descriptorpb.FieldDescriptorProto
+		for _, f := range m.Field {
+			if f.GetNumber() < 100 {
+				if f.GetTypeName() != "" && f.GetTypeName()[:len(".styx.v1.")] == ".styx.v1." {
+					f.TypeName = proto.String(".querator." + f.GetTypeName()[len(".styx.v1."):])
+				}
+				fields = append(fields, f)
+			}
+		}
+		m.Field = fields
+		msgs = append(msgs, m)
+	}
+	fd.MessageType = msgs
+	file, err := protodesc.NewFile(fd, protoregistry.GlobalFiles)
+	require.NoError(t, err)
+	out := map[string]protoreflect.MessageDescriptor{}
+	for i := range file.Messages().Len() {
+		m := file.Messages().Get(i)
+		out[string(m.Name())] = m
+	}
+	require.NotContains(t, out, "AttemptError")
+	require.Nil(t, out["StorageItem"].Fields().ByNumber(100), "no Styx fields in Querator's StorageItem")
+	return out
+}
+
+// TestQueratorCompatibility speaks exactly as Querator's Go client does:
+// protobuf request bodies, no Accept header, replies decoded against
+// Querator's message set.
+func TestQueratorCompatibility(t *testing.T) {
+	msgs := queratorMessages(t)
+	forEachBackend(t, func(t *testing.T, b backend) {
+		s := start(t, b)
+		endpoint := s.d.Endpoint()
+
+		// msg builds a Querator message from protojson text.
+		msg := func(name, js string) *dynamicpb.Message {
+			m := dynamicpb.NewMessage(msgs[name])
+			require.NoError(t, protojson.Unmarshal([]byte(js), m), js)
+			return m
+		}
+		// call posts a Querator message as protobuf without Accept and
+		// decodes the reply into a Querator message.
+		call := func(path string, req proto.Message, reply string) *dynamicpb.Message {
+			t.Helper()
+			body, err := proto.Marshal(req)
+			require.NoError(t, err)
+			hr, err := http.NewRequest(http.MethodPost, endpoint+path, bytes.NewReader(body))
+			require.NoError(t, err)
+			hr.Header.Set("Content-Type", "application/protobuf")
+			resp, err := http.DefaultClient.Do(hr)
+			require.NoError(t, err)
+			defer resp.Body.Close()
+			b, err := io.ReadAll(resp.Body)
+			require.NoError(t, err)
+			require.Equal(t, "application/protobuf", resp.Header.Get("Content-Type"), "reply in the request's encoding")
+			require.Equal(t, 200, resp.StatusCode, "%s: %x", path, b)
+			out := dynamicpb.NewMessage(msgs[reply])
+			require.NoError(t, proto.UnmarshalOptions{DiscardUnknown: false}.Unmarshal(b, out), path)
+			return out
+		}
+		field := func(m protoreflect.Message, name string) protoreflect.Value {
+			fd := m.Descriptor().Fields().ByName(protoreflect.Name(name))
+			require.NotNil(t, fd, name)
+			return m.Get(fd)
+		}
+		reply := "Reply"
+		msgs[reply] = (&v1.Reply{}).ProtoReflect().Descriptor()
+
+		call("/v1/queues.create", msg("QueueInfo", `{"queue_name":"orders-dead"}`), reply)
+		call("/v1/queues.create", msg("QueueInfo", `{"queue_name":"orders","dead_queue":"orders-dead","max_attempts":2,"lease_timeout":"1m","expire_timeout":"24h","requested_partitions":1}`), reply)
+		info := call("/v1/queues.info", msg("QueuesInfoRequest", `{"queue_name":"orders"}`), "QueueInfo")
+		assert.Equal(t, "orders-dead", field(info, "deadQueue").String())
+		assert.Empty(t, info.GetUnknown())
+
+		call("/v1/queue.produce", msg("QueueProduceRequest", `{"queue_name":"orders","request_timeout":"1m","items":[
+			{"kind":"order","reference":"o-1","encoding":"application/json","bytes":"eyJpZCI6MX0="},
+			{"kind":"order","reference":"o-2","utf8":"{\"id\":2}"}]}`), "QueueProduceResponse")
+
+		lease := call("/v1/queue.lease", msg("QueueLeaseRequest", `{"queue_name":"orders","batch_size":2,"client_id":"querator-client","request_timeout":"5s"}`), "QueueLeaseResponse")
+		assert.Empty(t, lease.GetUnknown())
+		items := field(lease, "items").List()
+		require.Equal(t, 2, items.Len())
+		first, second := items.Get(0).Message(), items.Get(1).Message()
+		assert.Equal(t, `{"id":1}`, string(field(first, "bytes").Bytes()))
+		assert.Equal(t, int64(1), field(first, "attempts").Int())
+		assert.Equal(t, "o-2", field(second, "reference").String())
+		assert.Empty(t, first.GetUnknown())
+
+		// Complete the first; retry the second until it is dead.
+		call("/v1/queue.complete", msg("QueueCompleteRequest", `{"queue_name":"orders","partition":0,"ids":["`+field(first, "id").String()+`"]}`), "QueueCompleteResponse")
+		call("/v1/queue.retry", msg("QueueRetryRequest", `{"queue_name":"orders","partition":0,"items":[{"id":"`+field(second, "id").String()+`"}]}`), "QueueRetryResponse")
+		again := call("/v1/queue.lease", msg("QueueLeaseRequest", `{"queue_name":"orders","batch_size":1,"client_id":"querator-client","request_timeout":"5s"}`), "QueueLeaseResponse")
+		retried := field(again, "items").List().Get(0).Message()
+		assert.Equal(t, int64(2), field(retried, "attempts").Int())
+		call("/v1/queue.retry", msg("QueueRetryRequest", `{"queue_name":"orders","partition":0,"items":[{"id":"`+field(retried, "id").String()+`"}]}`), "QueueRetryResponse")
+
+		// storage/items.list on the DLQ: the item carries dead-letter
+		// metadata, which Querator's decoder skips as unknown fields.
+		list := call("/v1/storage/items.list", msg("StorageItemsListRequest", `{"queue_name":"orders-dead","partition":0,"limit":10}`), "StorageItemsListResponse")
+		dead := field(list, "items").List()
+		require.Equal(t, 1, dead.Len())
+		d := dead.Get(0).Message()
+		assert.Equal(t, `{"id":2}`, string(field(d, "payload").Bytes()))
+		assert.Equal(t, "o-2", field(d, "reference").String())
+		assert.Equal(t, int64(2), field(d, "attempts").Int())
+		assert.Equal(t, field(retried, "id").String(), field(d, "source_id").String())
+		assert.NotEmpty(t, d.GetUnknown(), "the Styx dead-letter fields arrive as unknown fields, which Querator ignores")
+		// The same list through Styx's own messages shows them.
+		var styxList pb.StorageItemsListResponse
+		b, err := proto.Marshal(list)
+		require.NoError(t, err)
+		require.NoError(t, proto.Unmarshal(b, &styxList))
+		assert.Equal(t, "max_attempts", styxList.Items[0].DeadReason)
+		assert.Equal(t, "orders", styxList.Items[0].SourceQueue)
+
+		// A JSON request without Accept gets JSON, which parses strictly
+		// against Querator's messages.
+		js := `{"queue_name":"orders","batch_size":1,"client_id":"json-client","request_timeout":"20ms"}`
+		call("/v1/queue.produce", msg("QueueProduceRequest", `{"queue_name":"orders","items":[{"utf8":"j"}]}`), "QueueProduceResponse")
+		resp, err := http.Post(endpoint+"/v1/queue.lease", "application/json", bytes.NewReader([]byte(js)))
+		require.NoError(t, err)
+		jb, _ := io.ReadAll(resp.Body)
+		resp.Body.Close()
+		require.Equal(t, 200, resp.StatusCode, string(jb))
+		require.Equal(t, "application/json", resp.Header.Get("Content-Type"))
+		strict := dynamicpb.NewMessage(msgs["QueueLeaseResponse"])
+		require.NoError(t, protojson.UnmarshalOptions{DiscardUnknown: false}.Unmarshal(jb, strict), string(jb))
+		// An empty long-poll answers 454 with Querator's message.
+		resp, err = http.Post(endpoint+"/v1/queue.lease", "application/json", bytes.NewReader([]byte(js)))
+		require.NoError(t, err)
+		jb, _ = io.ReadAll(resp.Body)
+		resp.Body.Close()
+		assert.Equal(t, 454, resp.StatusCode)
+		assert.JSONEq(t, `{"code":454,"code_text":"Retry Request","message":"request timeout; no items are in the queue, try again"}`, string(jb))
+	})
+}
