@@ -145,9 +145,9 @@ func TestQueratorCompatibility(t *testing.T) {
 		assert.NotEmpty(t, d.GetUnknown(), "the Styx dead-letter fields arrive as unknown fields, which Querator ignores")
 		// The same list through Styx's own messages shows them.
 		var styxList pb.StorageItemsListResponse
-		b, err := proto.Marshal(list)
+		raw, err := proto.Marshal(list)
 		require.NoError(t, err)
-		require.NoError(t, proto.Unmarshal(b, &styxList))
+		require.NoError(t, proto.Unmarshal(raw, &styxList))
 		assert.Equal(t, "max_attempts", styxList.Items[0].DeadReason)
 		assert.Equal(t, "orders", styxList.Items[0].SourceQueue)
 
