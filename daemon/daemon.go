@@ -10,6 +10,8 @@ import (
 	"log/slog"
 	"net"
 	"net/http"
+	"strings"
+	"syscall"
 	"time"
 
 	"github.com/styxq/styx/internal/clock"
@@ -128,6 +130,11 @@ func New(ctx context.Context, cfg Config) (*Daemon, error) {
 			d.store = memory.New()
 		default:
 			s, err := pebble.Open(pebble.Config{Dir: cfg.DataDir, Sync: !cfg.NoSync})
+			// Pebble's lock file says another process (EAGAIN) or this one
+			// holds the directory.
+			if err != nil && (errors.Is(err, syscall.EAGAIN) || strings.Contains(err.Error(), "lock held")) {
+				return nil, fmt.Errorf("open storage: data directory %s is in use by another server: %w", cfg.DataDir, err)
+			}
 			if err != nil {
 				return nil, fmt.Errorf("open storage: %w", err)
 			}
@@ -152,7 +159,11 @@ func New(ctx context.Context, cfg Config) (*Daemon, error) {
 	}
 	d.server = &http.Server{Handler: h, ReadHeaderTimeout: 10 * time.Second, ErrorLog: slog.NewLogLogger(cfg.Log.Handler(), slog.LevelWarn)}
 	go func() { d.served <- d.server.Serve(d.listener) }()
-	cfg.Log.Info("styx serving", "listen", d.listener.Addr().String(), "storage", cfg.Storage, "data_dir", cfg.DataDir, "sync", !cfg.NoSync)
+	attrs := []any{"listen", d.listener.Addr().String(), "storage", cfg.Storage}
+	if cfg.Store == nil && cfg.Storage == StoragePebble {
+		attrs = append(attrs, "data_dir", cfg.DataDir, "sync", !cfg.NoSync)
+	}
+	cfg.Log.Info("styx serving", attrs...)
 	return d, nil
 }
 

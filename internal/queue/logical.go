@@ -740,10 +740,15 @@ func (l *Logical) kill(it *iteration, p *partition, x *item, reason string) {
 	l.toSend = append(l.toSend, dying{p: p, x: x})
 }
 
-// drop deletes a dead item that has no dead-letter queue to go to.
+// drop deletes a dead item that has no dead-letter queue to go to: the
+// queue has no dead_queue, or the item is in a dead-letter queue and its
+// retention ended.
 func (l *Logical) drop(it *iteration, p *partition, x *item) {
-	l.cfg.Log.Warn("dead item dropped: the queue has no dead_queue",
-		"queue", l.name, "id", FormatID(x.id), "reason", x.reason, "attempts", x.attempts)
+	msg := "dead item dropped: the queue has no dead_queue"
+	if x.sourceKey != "" {
+		msg = "dead item dropped: its retention in the dead-letter queue ended"
+	}
+	l.cfg.Log.Warn(msg, "queue", l.name, "id", FormatID(x.id), "reason", x.reason, "attempts", x.attempts)
 	l.cfg.Metrics.ItemsDropped.WithLabelValues(l.name, x.reason).Inc()
 	l.removeItem(it, p, x)
 }
