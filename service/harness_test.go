@@ -38,7 +38,7 @@ func backends(t *testing.T) []backend {
 		{name: "pebble", open: func() func(t *testing.T) store.Store {
 			dir := t.TempDir()
 			return func(t *testing.T) store.Store {
-				s, err := pebble.Open(pebble.Config{Dir: dir, Sync: true})
+				s, err := pebble.Open(pebble.Config{Dir: dir, Logger: testLogger()})
 				require.NoError(t, err)
 				return s
 			}

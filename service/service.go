@@ -301,5 +301,10 @@ func (s *Service) StorageItemsDelete(ctx context.Context, req *pb.StorageItemsDe
 	if err != nil {
 		return err
 	}
-	return l.Delete(ctx, req.Partition, ids)
+	refs := make([]queue.ItemRef, len(ids))
+	for i, id := range ids {
+		refs[i] = queue.ItemRef{Partition: req.Partition, ID: id}
+	}
+	_, err = l.Delete(ctx, refs)
+	return err
 }

@@ -1171,6 +1171,10 @@ type QueueStatsResponse struct {
 	state         protoimpl.MessageState `protogen:"open.v1"`
 	QueueName     string                 `protobuf:"bytes,1,opt,name=queueName,json=queue_name,proto3" json:"queueName,omitempty"`
 	LogicalQueues []*QueueLogicalStats   `protobuf:"bytes,2,rep,name=logicalQueues,proto3" json:"logicalQueues,omitempty"`
+	// Styx: dead items the queue holds (when it serves as a dead-letter
+	// queue), by dead reason and by source queue.
+	DeadByReason  map[string]int64 `protobuf:"bytes,100,rep,name=dead_by_reason,proto3" json:"dead_by_reason,omitempty" protobuf_key:"bytes,1,opt,name=key" protobuf_val:"varint,2,opt,name=value"`
+	DeadBySource  map[string]int64 `protobuf:"bytes,101,rep,name=dead_by_source,proto3" json:"dead_by_source,omitempty" protobuf_key:"bytes,1,opt,name=key" protobuf_val:"varint,2,opt,name=value"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -1215,6 +1219,20 @@ func (x *QueueStatsResponse) GetQueueName() string {
 func (x *QueueStatsResponse) GetLogicalQueues() []*QueueLogicalStats {
 	if x != nil {
 		return x.LogicalQueues
+	}
+	return nil
+}
+
+func (x *QueueStatsResponse) GetDeadByReason() map[string]int64 {
+	if x != nil {
+		return x.DeadByReason
+	}
+	return nil
+}
+
+func (x *QueueStatsResponse) GetDeadBySource() map[string]int64 {
+	if x != nil {
+		return x.DeadBySource
 	}
 	return nil
 }
@@ -2442,14 +2460,17 @@ func (x *DeadDeleteResponse) GetDeleted() int64 {
 }
 
 type DeadRedriveRequest struct {
-	state         protoimpl.MessageState `protogen:"open.v1"`
-	QueueName     string                 `protobuf:"bytes,1,opt,name=queue_name,proto3" json:"queue_name,omitempty"`
-	Filter        *DeadFilter            `protobuf:"bytes,2,opt,name=filter,proto3" json:"filter,omitempty"`
-	Destination   string                 `protobuf:"bytes,3,opt,name=destination,proto3" json:"destination,omitempty"`
-	RateLimit     int32                  `protobuf:"varint,4,opt,name=rate_limit,proto3" json:"rate_limit,omitempty"`
-	DryRun        bool                   `protobuf:"varint,5,opt,name=dry_run,proto3" json:"dry_run,omitempty"`
-	unknownFields protoimpl.UnknownFields
-	sizeCache     protoimpl.SizeCache
+	state       protoimpl.MessageState `protogen:"open.v1"`
+	QueueName   string                 `protobuf:"bytes,1,opt,name=queue_name,proto3" json:"queue_name,omitempty"`
+	Filter      *DeadFilter            `protobuf:"bytes,2,opt,name=filter,proto3" json:"filter,omitempty"`
+	Destination string                 `protobuf:"bytes,3,opt,name=destination,proto3" json:"destination,omitempty"`
+	RateLimit   int32                  `protobuf:"varint,4,opt,name=rate_limit,proto3" json:"rate_limit,omitempty"`
+	DryRun      bool                   `protobuf:"varint,5,opt,name=dry_run,proto3" json:"dry_run,omitempty"`
+	// Styx: items already redriven this many times are skipped (redrive loops
+	// end). 0 means the default, 10; -1 means no limit.
+	MaxRedriveCount int32 `protobuf:"varint,100,opt,name=max_redrive_count,proto3" json:"max_redrive_count,omitempty"`
+	unknownFields   protoimpl.UnknownFields
+	sizeCache       protoimpl.SizeCache
 }
 
 func (x *DeadRedriveRequest) Reset() {
@@ -2515,6 +2536,13 @@ func (x *DeadRedriveRequest) GetDryRun() bool {
 		return x.DryRun
 	}
 	return false
+}
+
+func (x *DeadRedriveRequest) GetMaxRedriveCount() int32 {
+	if x != nil {
+		return x.MaxRedriveCount
+	}
+	return 0
 }
 
 type RedrivesListRequest struct {
@@ -2726,8 +2754,11 @@ type RedriveTask struct {
 	ByQueue       map[string]*RedriveCounts `protobuf:"bytes,13,rep,name=by_queue,proto3" json:"by_queue,omitempty" protobuf_key:"bytes,1,opt,name=key" protobuf_val:"bytes,2,opt,name=value"`
 	FailureReason string                    `protobuf:"bytes,14,opt,name=failure_reason,proto3" json:"failure_reason,omitempty"`
 	DryRun        bool                      `protobuf:"varint,15,opt,name=dry_run,proto3" json:"dry_run,omitempty"`
-	unknownFields protoimpl.UnknownFields
-	sizeCache     protoimpl.SizeCache
+	// Styx: the request's max_redrive_count (resolved: 10 by default, -1 for
+	// none).
+	MaxRedriveCount int32 `protobuf:"varint,100,opt,name=max_redrive_count,proto3" json:"max_redrive_count,omitempty"`
+	unknownFields   protoimpl.UnknownFields
+	sizeCache       protoimpl.SizeCache
 }
 
 func (x *RedriveTask) Reset() {
@@ -2865,6 +2896,13 @@ func (x *RedriveTask) GetDryRun() bool {
 	return false
 }
 
+func (x *RedriveTask) GetMaxRedriveCount() int32 {
+	if x != nil {
+		return x.MaxRedriveCount
+	}
+	return 0
+}
+
 var File_styx_v1_styx_proto protoreflect.FileDescriptor
 
 const file_styx_v1_styx_proto_rawDesc = "" +
@@ -2968,11 +3006,19 @@ const file_styx_v1_styx_proto_rawDesc = "" +
 	"\amessage\x18\x03 \x01(\tR\amessage\"2\n" +
 	"\x11QueueStatsRequest\x12\x1d\n" +
 	"\tqueueName\x18\x01 \x01(\tR\n" +
-	"queue_name\"u\n" +
+	"queue_name\"\xa5\x03\n" +
 	"\x12QueueStatsResponse\x12\x1d\n" +
 	"\tqueueName\x18\x01 \x01(\tR\n" +
 	"queue_name\x12@\n" +
-	"\rlogicalQueues\x18\x02 \x03(\v2\x1a.styx.v1.QueueLogicalStatsR\rlogicalQueues\"\xe7\x01\n" +
+	"\rlogicalQueues\x18\x02 \x03(\v2\x1a.styx.v1.QueueLogicalStatsR\rlogicalQueues\x12U\n" +
+	"\x0edead_by_reason\x18d \x03(\v2-.styx.v1.QueueStatsResponse.DeadByReasonEntryR\x0edead_by_reason\x12U\n" +
+	"\x0edead_by_source\x18e \x03(\v2-.styx.v1.QueueStatsResponse.DeadBySourceEntryR\x0edead_by_source\x1a?\n" +
+	"\x11DeadByReasonEntry\x12\x10\n" +
+	"\x03key\x18\x01 \x01(\tR\x03key\x12\x14\n" +
+	"\x05value\x18\x02 \x01(\x03R\x05value:\x028\x01\x1a?\n" +
+	"\x11DeadBySourceEntry\x12\x10\n" +
+	"\x03key\x18\x01 \x01(\tR\x03key\x12\x14\n" +
+	"\x05value\x18\x02 \x01(\x03R\x05value:\x028\x01\"\xe7\x01\n" +
 	"\x11QueueLogicalStats\x12'\n" +
 	"\x0eproduceWaiting\x18\x06 \x01(\x05R\x0fproduce_waiting\x12#\n" +
 	"\fleaseWaiting\x18\a \x01(\x05R\rlease_waiting\x12)\n" +
@@ -3085,7 +3131,7 @@ const file_styx_v1_styx_proto_rawDesc = "" +
 	"queue_name\x12+\n" +
 	"\x06filter\x18\x02 \x01(\v2\x13.styx.v1.DeadFilterR\x06filter\".\n" +
 	"\x12DeadDeleteResponse\x12\x18\n" +
-	"\adeleted\x18\x01 \x01(\x03R\adeleted\"\xbd\x01\n" +
+	"\adeleted\x18\x01 \x01(\x03R\adeleted\"\xeb\x01\n" +
 	"\x12DeadRedriveRequest\x12\x1e\n" +
 	"\n" +
 	"queue_name\x18\x01 \x01(\tR\n" +
@@ -3095,7 +3141,8 @@ const file_styx_v1_styx_proto_rawDesc = "" +
 	"\n" +
 	"rate_limit\x18\x04 \x01(\x05R\n" +
 	"rate_limit\x12\x18\n" +
-	"\adry_run\x18\x05 \x01(\bR\adry_run\"5\n" +
+	"\adry_run\x18\x05 \x01(\bR\adry_run\x12,\n" +
+	"\x11max_redrive_count\x18d \x01(\x05R\x11max_redrive_count\"5\n" +
 	"\x13RedrivesListRequest\x12\x1e\n" +
 	"\n" +
 	"queue_name\x18\x01 \x01(\tR\n" +
@@ -3107,7 +3154,7 @@ const file_styx_v1_styx_proto_rawDesc = "" +
 	"\rRedriveCounts\x12\x14\n" +
 	"\x05moved\x18\x01 \x01(\x03R\x05moved\x12\x16\n" +
 	"\x06failed\x18\x02 \x01(\x03R\x06failed\x12\x18\n" +
-	"\askipped\x18\x03 \x01(\x03R\askipped\"\xff\x04\n" +
+	"\askipped\x18\x03 \x01(\x03R\askipped\"\xad\x05\n" +
 	"\vRedriveTask\x12\x18\n" +
 	"\atask_id\x18\x01 \x01(\tR\atask_id\x12\x1e\n" +
 	"\n" +
@@ -3130,7 +3177,8 @@ const file_styx_v1_styx_proto_rawDesc = "" +
 	"\vfinished_at\x18\f \x01(\v2\x1a.google.protobuf.TimestampR\vfinished_at\x12=\n" +
 	"\bby_queue\x18\r \x03(\v2!.styx.v1.RedriveTask.ByQueueEntryR\bby_queue\x12&\n" +
 	"\x0efailure_reason\x18\x0e \x01(\tR\x0efailure_reason\x12\x18\n" +
-	"\adry_run\x18\x0f \x01(\bR\adry_run\x1aR\n" +
+	"\adry_run\x18\x0f \x01(\bR\adry_run\x12,\n" +
+	"\x11max_redrive_count\x18d \x01(\x05R\x11max_redrive_count\x1aR\n" +
 	"\fByQueueEntry\x12\x10\n" +
 	"\x03key\x18\x01 \x01(\tR\x03key\x12,\n" +
 	"\x05value\x18\x02 \x01(\v2\x16.styx.v1.RedriveCountsR\x05value:\x028\x01B\x1eZ\x1cgithub.com/styxq/styx/styxpbb\x06proto3"
@@ -3147,7 +3195,7 @@ func file_styx_v1_styx_proto_rawDescGZIP() []byte {
 	return file_styx_v1_styx_proto_rawDescData
 }
 
-var file_styx_v1_styx_proto_msgTypes = make([]protoimpl.MessageInfo, 43)
+var file_styx_v1_styx_proto_msgTypes = make([]protoimpl.MessageInfo, 45)
 var file_styx_v1_styx_proto_goTypes = []any{
 	(*QueueProduceRequest)(nil),        // 0: styx.v1.QueueProduceRequest
 	(*QueueProduceItem)(nil),           // 1: styx.v1.QueueProduceItem
@@ -3191,51 +3239,55 @@ var file_styx_v1_styx_proto_goTypes = []any{
 	(*RedriveTaskRequest)(nil),         // 39: styx.v1.RedriveTaskRequest
 	(*RedriveCounts)(nil),              // 40: styx.v1.RedriveCounts
 	(*RedriveTask)(nil),                // 41: styx.v1.RedriveTask
-	nil,                                // 42: styx.v1.RedriveTask.ByQueueEntry
-	(*timestamppb.Timestamp)(nil),      // 43: google.protobuf.Timestamp
+	nil,                                // 42: styx.v1.QueueStatsResponse.DeadByReasonEntry
+	nil,                                // 43: styx.v1.QueueStatsResponse.DeadBySourceEntry
+	nil,                                // 44: styx.v1.RedriveTask.ByQueueEntry
+	(*timestamppb.Timestamp)(nil),      // 45: google.protobuf.Timestamp
 }
 var file_styx_v1_styx_proto_depIdxs = []int32{
 	1,  // 0: styx.v1.QueueProduceRequest.items:type_name -> styx.v1.QueueProduceItem
-	43, // 1: styx.v1.QueueProduceItem.enqueueAt:type_name -> google.protobuf.Timestamp
-	43, // 2: styx.v1.QueueLeaseItem.leaseDeadline:type_name -> google.protobuf.Timestamp
+	45, // 1: styx.v1.QueueProduceItem.enqueueAt:type_name -> google.protobuf.Timestamp
+	45, // 2: styx.v1.QueueLeaseItem.leaseDeadline:type_name -> google.protobuf.Timestamp
 	4,  // 3: styx.v1.QueueLeaseResponse.items:type_name -> styx.v1.QueueLeaseItem
 	9,  // 4: styx.v1.QueueRetryRequest.items:type_name -> styx.v1.QueueRetryItem
-	43, // 5: styx.v1.QueueRetryItem.retryAt:type_name -> google.protobuf.Timestamp
-	43, // 6: styx.v1.QueueInfo.createdAt:type_name -> google.protobuf.Timestamp
-	43, // 7: styx.v1.QueueInfo.updatedAt:type_name -> google.protobuf.Timestamp
+	45, // 5: styx.v1.QueueRetryItem.retryAt:type_name -> google.protobuf.Timestamp
+	45, // 6: styx.v1.QueueInfo.createdAt:type_name -> google.protobuf.Timestamp
+	45, // 7: styx.v1.QueueInfo.updatedAt:type_name -> google.protobuf.Timestamp
 	12, // 8: styx.v1.QueueInfo.partitions:type_name -> styx.v1.PartitionInfo
 	18, // 9: styx.v1.QueueStatsResponse.logicalQueues:type_name -> styx.v1.QueueLogicalStats
-	19, // 10: styx.v1.QueueLogicalStats.partitions:type_name -> styx.v1.QueuePartitionStats
-	11, // 11: styx.v1.QueuesListResponse.items:type_name -> styx.v1.QueueInfo
-	29, // 12: styx.v1.StorageItemsListResponse.items:type_name -> styx.v1.StorageItem
-	29, // 13: styx.v1.StorageItemsImportRequest.items:type_name -> styx.v1.StorageItem
-	29, // 14: styx.v1.StorageItemsImportResponse.items:type_name -> styx.v1.StorageItem
-	43, // 15: styx.v1.StorageItem.leaseDeadline:type_name -> google.protobuf.Timestamp
-	43, // 16: styx.v1.StorageItem.expireDeadline:type_name -> google.protobuf.Timestamp
-	43, // 17: styx.v1.StorageItem.deadDeadline:type_name -> google.protobuf.Timestamp
-	43, // 18: styx.v1.StorageItem.createdAt:type_name -> google.protobuf.Timestamp
-	43, // 19: styx.v1.StorageItem.updatedAt:type_name -> google.protobuf.Timestamp
-	43, // 20: styx.v1.StorageItem.enqueueAt:type_name -> google.protobuf.Timestamp
-	43, // 21: styx.v1.StorageItem.dead_at:type_name -> google.protobuf.Timestamp
-	30, // 22: styx.v1.StorageItem.errors:type_name -> styx.v1.AttemptError
-	43, // 23: styx.v1.AttemptError.at:type_name -> google.protobuf.Timestamp
-	43, // 24: styx.v1.DeadFilter.dead_after:type_name -> google.protobuf.Timestamp
-	43, // 25: styx.v1.DeadFilter.dead_before:type_name -> google.protobuf.Timestamp
-	31, // 26: styx.v1.DeadListRequest.filter:type_name -> styx.v1.DeadFilter
-	29, // 27: styx.v1.DeadListResponse.items:type_name -> styx.v1.StorageItem
-	31, // 28: styx.v1.DeadDeleteRequest.filter:type_name -> styx.v1.DeadFilter
-	31, // 29: styx.v1.DeadRedriveRequest.filter:type_name -> styx.v1.DeadFilter
-	41, // 30: styx.v1.RedrivesListResponse.tasks:type_name -> styx.v1.RedriveTask
-	31, // 31: styx.v1.RedriveTask.filter:type_name -> styx.v1.DeadFilter
-	43, // 32: styx.v1.RedriveTask.started_at:type_name -> google.protobuf.Timestamp
-	43, // 33: styx.v1.RedriveTask.finished_at:type_name -> google.protobuf.Timestamp
-	42, // 34: styx.v1.RedriveTask.by_queue:type_name -> styx.v1.RedriveTask.ByQueueEntry
-	40, // 35: styx.v1.RedriveTask.ByQueueEntry.value:type_name -> styx.v1.RedriveCounts
-	36, // [36:36] is the sub-list for method output_type
-	36, // [36:36] is the sub-list for method input_type
-	36, // [36:36] is the sub-list for extension type_name
-	36, // [36:36] is the sub-list for extension extendee
-	0,  // [0:36] is the sub-list for field type_name
+	42, // 10: styx.v1.QueueStatsResponse.dead_by_reason:type_name -> styx.v1.QueueStatsResponse.DeadByReasonEntry
+	43, // 11: styx.v1.QueueStatsResponse.dead_by_source:type_name -> styx.v1.QueueStatsResponse.DeadBySourceEntry
+	19, // 12: styx.v1.QueueLogicalStats.partitions:type_name -> styx.v1.QueuePartitionStats
+	11, // 13: styx.v1.QueuesListResponse.items:type_name -> styx.v1.QueueInfo
+	29, // 14: styx.v1.StorageItemsListResponse.items:type_name -> styx.v1.StorageItem
+	29, // 15: styx.v1.StorageItemsImportRequest.items:type_name -> styx.v1.StorageItem
+	29, // 16: styx.v1.StorageItemsImportResponse.items:type_name -> styx.v1.StorageItem
+	45, // 17: styx.v1.StorageItem.leaseDeadline:type_name -> google.protobuf.Timestamp
+	45, // 18: styx.v1.StorageItem.expireDeadline:type_name -> google.protobuf.Timestamp
+	45, // 19: styx.v1.StorageItem.deadDeadline:type_name -> google.protobuf.Timestamp
+	45, // 20: styx.v1.StorageItem.createdAt:type_name -> google.protobuf.Timestamp
+	45, // 21: styx.v1.StorageItem.updatedAt:type_name -> google.protobuf.Timestamp
+	45, // 22: styx.v1.StorageItem.enqueueAt:type_name -> google.protobuf.Timestamp
+	45, // 23: styx.v1.StorageItem.dead_at:type_name -> google.protobuf.Timestamp
+	30, // 24: styx.v1.StorageItem.errors:type_name -> styx.v1.AttemptError
+	45, // 25: styx.v1.AttemptError.at:type_name -> google.protobuf.Timestamp
+	45, // 26: styx.v1.DeadFilter.dead_after:type_name -> google.protobuf.Timestamp
+	45, // 27: styx.v1.DeadFilter.dead_before:type_name -> google.protobuf.Timestamp
+	31, // 28: styx.v1.DeadListRequest.filter:type_name -> styx.v1.DeadFilter
+	29, // 29: styx.v1.DeadListResponse.items:type_name -> styx.v1.StorageItem
+	31, // 30: styx.v1.DeadDeleteRequest.filter:type_name -> styx.v1.DeadFilter
+	31, // 31: styx.v1.DeadRedriveRequest.filter:type_name -> styx.v1.DeadFilter
+	41, // 32: styx.v1.RedrivesListResponse.tasks:type_name -> styx.v1.RedriveTask
+	31, // 33: styx.v1.RedriveTask.filter:type_name -> styx.v1.DeadFilter
+	45, // 34: styx.v1.RedriveTask.started_at:type_name -> google.protobuf.Timestamp
+	45, // 35: styx.v1.RedriveTask.finished_at:type_name -> google.protobuf.Timestamp
+	44, // 36: styx.v1.RedriveTask.by_queue:type_name -> styx.v1.RedriveTask.ByQueueEntry
+	40, // 37: styx.v1.RedriveTask.ByQueueEntry.value:type_name -> styx.v1.RedriveCounts
+	38, // [38:38] is the sub-list for method output_type
+	38, // [38:38] is the sub-list for method input_type
+	38, // [38:38] is the sub-list for extension type_name
+	38, // [38:38] is the sub-list for extension extendee
+	0,  // [0:38] is the sub-list for field type_name
 }
 
 func init() { file_styx_v1_styx_proto_init() }
@@ -3249,7 +3301,7 @@ func file_styx_v1_styx_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_styx_v1_styx_proto_rawDesc), len(file_styx_v1_styx_proto_rawDesc)),
 			NumEnums:      0,
-			NumMessages:   43,
+			NumMessages:   45,
 			NumExtensions: 0,
 			NumServices:   0,
 		},

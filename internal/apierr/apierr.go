@@ -33,7 +33,7 @@ const (
 )
 
 // Error is a client-facing error. Message reads "<what>; <detail>", as in
-// "invalid queue_name; '' must be 1..512 characters".
+// "invalid queue_name; ” must be 1..512 characters".
 type Error struct {
 	Code    Code
 	Message string

@@ -2,6 +2,7 @@ package queue
 
 import (
 	"context"
+	"strings"
 )
 
 // The dead-letter move, between the source queue's loop (S) and the
@@ -21,8 +22,25 @@ import (
 //     4 leaves the item in both queues until S restarts, sees the recorded
 //     decision and sends it again; D ignores the second copy.
 
-// sourceKey identifies an item of a source queue in its dead-letter queue.
-func sourceKey(queue string, id uint64) string { return queue + "~" + FormatID(id) }
+// sourceKey identifies where an item came from: "<why>:<queue>~<id>", with
+// why a dead reason for an item in a dead-letter queue, or "redrive" for an
+// item redriven out of one. A queue holds at most one item per source key
+// (ADR 0003); the parts also give queue.stats its counts by reason and by
+// source without reading bodies. Queue names cannot contain '~', reasons
+// contain no ':'.
+func sourceKey(why, queue string, id uint64) string {
+	return why + ":" + queue + "~" + FormatID(id)
+}
+
+// whyRedrive marks the source key of a redriven item.
+const whyRedrive = "redrive"
+
+// parseSourceKey returns the parts of a source key.
+func parseSourceKey(key string) (why, queue string) {
+	why, rest, _ := strings.Cut(key, ":")
+	queue, _, _ = strings.Cut(rest, "~")
+	return why, queue
+}
 
 // dying is an item waiting to be sent to the dead-letter queue.
 type dying struct {
@@ -79,7 +97,7 @@ func (l *Logical) sendDeadLetters(now int64) {
 				b.DeadReason = x.reason
 				b.DeadAt = fromNanos(x.deadAt)
 				op.items = append(op.items, deadItem{
-					sourceKey: sourceKey(l.name, x.id), attempts: x.attempts, created: x.created,
+					sourceKey: sourceKey(x.reason, l.name, x.id), attempts: x.attempts, created: x.created,
 					body: b, errors: errs[i], reason: x.reason, partition: p.num, id: x.id, item: x,
 				})
 			}
@@ -172,4 +190,3 @@ func (l *Logical) takeDead(it *iteration, op *deadLetterOp) {
 		op.result <- moveResult{op: op, err: err}
 	})
 }
-

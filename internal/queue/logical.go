@@ -133,8 +133,7 @@ type (
 		items     []store.Item
 	}
 	deleteOp struct {
-		partition int32
-		ids       []uint64
+		refs []ItemRef
 	}
 	scheduledOp struct {
 		partition int32
@@ -268,11 +267,21 @@ func (l *Logical) Import(ctx context.Context, partition int32, items []store.Ite
 	return v.([]store.Item), nil
 }
 
-// Delete removes items by id from a partition, in any state. Unknown ids are
-// ignored.
-func (l *Logical) Delete(ctx context.Context, partition int32, ids []uint64) error {
-	_, err := l.call(ctx, &deleteOp{partition: partition, ids: ids}, false)
-	return err
+// ItemRef names an item of a queue.
+type ItemRef struct {
+	Partition int32
+	ID        uint64
+}
+
+// Delete removes items, in any state, and returns how many it found.
+// Unknown ids are ignored; a partition that does not exist is an
+// apierr.Invalid error and nothing is deleted.
+func (l *Logical) Delete(ctx context.Context, refs []ItemRef) (int, error) {
+	v, err := l.call(ctx, &deleteOp{refs: refs}, false)
+	if err != nil {
+		return 0, err
+	}
+	return v.(int), nil
 }
 
 // Scheduled lists up to limit scheduled items of a partition with ids
@@ -577,15 +586,22 @@ func (l *Logical) handle(it *iteration, r *request) error {
 		}
 		l.reply(it, r, l.importItems(it, p, op.items))
 	case *deleteOp:
-		p, err := l.partition(op.partition)
-		if err != nil {
-			return err
-		}
-		for _, id := range op.ids {
-			if x, ok := p.items[id]; ok {
-				l.removeItem(it, p, x)
+		for _, ref := range op.refs {
+			if _, err := l.partition(ref.Partition); err != nil {
+				return err
 			}
 		}
+		n := 0
+		for _, ref := range op.refs {
+			p := l.parts[ref.Partition]
+			if x, ok := p.items[ref.ID]; ok {
+				l.removeItem(it, p, x)
+				n++
+			}
+		}
+		l.reply(it, r, n)
+	case *redriveOp:
+		l.takeRedriven(it, op)
 		l.reply(it, r, nil)
 	case *scheduledOp:
 		items, err := l.scheduledItems(it, op)
@@ -945,7 +961,14 @@ func (l *Logical) nextWake() time.Duration {
 }
 
 func (l *Logical) stats(now int64) Stats {
-	s := Stats{LeaseWaiting: len(l.waiters), MovesInFlight: l.inflight}
+	s := Stats{LeaseWaiting: len(l.waiters), MovesInFlight: l.inflight,
+		DeadByReason: map[string]int{}, DeadBySource: map[string]int{}}
+	for _, x := range l.sourceKeys {
+		if why, src := parseSourceKey(x.sourceKey); why != whyRedrive {
+			s.DeadByReason[why]++
+			s.DeadBySource[src]++
+		}
+	}
 	for _, p := range l.parts {
 		ps := PartitionStats{Partition: p.num, Total: p.total(), Leased: p.nLeased, Scheduled: p.nScheduled, Dying: p.nDying}
 		var age, leasedAge int64
@@ -1040,4 +1063,3 @@ func (l *Logical) scheduledItems(it *iteration, op *scheduledOp) ([]store.Item, 
 	}
 	return out, nil
 }
-

@@ -25,7 +25,8 @@ func BenchmarkStartup1M(b *testing.B) {
 	const n = 1_000_000
 	dir := b.TempDir()
 	ctx := context.Background()
-	s, err := pebble.Open(pebble.Config{Dir: dir, Sync: false})
+	quiet := slog.New(slog.NewTextHandler(io.Discard, nil))
+	s, err := pebble.Open(pebble.Config{Dir: dir, NoSync: true, Logger: quiet})
 	if err != nil {
 		b.Fatal(err)
 	}
@@ -51,14 +52,14 @@ func BenchmarkStartup1M(b *testing.B) {
 	if err := s.Close(); err != nil {
 		b.Fatal(err)
 	}
-	log := slog.New(slog.NewTextHandler(io.Discard, nil))
+	log := quiet
 	b.ResetTimer()
 	for range b.N {
 		var before, after runtime.MemStats
 		runtime.GC()
 		runtime.ReadMemStats(&before)
 		start := time.Now()
-		s, err := pebble.Open(pebble.Config{Dir: dir, Sync: true})
+		s, err := pebble.Open(pebble.Config{Dir: dir, Logger: quiet})
 		if err != nil {
 			b.Fatal(err)
 		}

@@ -92,6 +92,10 @@ type Stats struct {
 	// MovesInFlight counts dead-letter moves awaiting confirmation.
 	MovesInFlight int
 	Partitions    []PartitionStats
+	// DeadByReason and DeadBySource count the dead items the queue holds
+	// (as a dead-letter queue) by dead reason and by source queue.
+	DeadByReason map[string]int
+	DeadBySource map[string]int
 }
 
 // deadItem is an item on its way to a dead-letter queue.

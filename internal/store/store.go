@@ -92,10 +92,10 @@ type ItemMeta struct {
 	// copy it already holds). Empty on live items.
 	DeadReason string
 	DeadAt     time.Time
-	// SourceKey is set only on items in a dead-letter queue: the source
-	// queue's name and the item's id there, joined by '~' (which queue names
-	// cannot contain). A dead-letter queue holds at most one item per
-	// SourceKey; see ADR 0003.
+	// SourceKey is set on items that came from another queue: dead items
+	// in a dead-letter queue ("<dead reason>:<source queue>~<id there>") and
+	// redriven items ("redrive:<dead-letter queue>~<id there>"). A queue
+	// holds at most one item per SourceKey; see ADR 0003. Opaque to stores.
 	SourceKey string
 }
 
@@ -259,4 +259,28 @@ type Store interface {
 
 	// Close flushes and releases the store. Further calls return ErrClosed.
 	Close() error
+}
+
+// TaskRecord is a persisted background task (a redrive), stored opaquely:
+// the store keeps Data and indexes the task by ID.
+type TaskRecord struct {
+	// ID is unique among tasks, at most 128 bytes.
+	ID string
+	// Queue is the queue the task belongs to (a redrive's dead-letter
+	// queue).
+	Queue string
+	// Data is the task's encoding, owned by its package (internal/redrive).
+	Data []byte
+}
+
+// TaskStore persists background tasks so that they survive restarts. Its
+// methods may be called concurrently from any goroutine.
+type TaskStore interface {
+	// PutTask creates or overwrites the task with t.ID. When it returns nil
+	// the task is durable (as Write).
+	PutTask(ctx context.Context, t TaskRecord) error
+	// ListTasks returns every task, in ID order.
+	ListTasks(ctx context.Context) ([]TaskRecord, error)
+	// DeleteTask removes a task; an unknown id is not an error.
+	DeleteTask(ctx context.Context, id string) error
 }

@@ -159,38 +159,52 @@ func (s *Store) DeleteQueue(ctx context.Context, name string) error {
 	return nil
 }
 
-// LoadItems implements store.Store. The partition's metadata is copied under
-// the read lock and fn is called without any lock held.
+// LoadItems implements store.Store. It copies the metadata out in chunks
+// under the read lock and calls fn with no lock held.
 func (s *Store) LoadItems(ctx context.Context, queueID uint64, partition int32, fn func(store.ItemMeta) error) error {
-	metas, err := s.snapshotMetas(ctx, queueID, partition)
-	if err != nil {
-		return err
-	}
-	for i, m := range metas {
-		if i%1024 == 1023 {
-			if err := ctx.Err(); err != nil {
-				return fmt.Errorf("memory: load items of queue %d: %w", queueID, err)
-			}
-		}
-		if err := fn(m); err != nil {
+	var (
+		chunk = make([]store.ItemMeta, 0, loadChunk)
+		after uint64
+		first = true
+	)
+	for {
+		var err error
+		chunk, err = s.nextMetas(ctx, queueID, partition, first, after, chunk[:0])
+		if err != nil {
 			return err
 		}
+		for _, m := range chunk {
+			if err := fn(m); err != nil {
+				return err
+			}
+		}
+		if len(chunk) < loadChunk {
+			return nil
+		}
+		first, after = false, chunk[len(chunk)-1].ID
 	}
-	return nil
 }
 
-func (s *Store) snapshotMetas(ctx context.Context, queueID uint64, partition int32) ([]store.ItemMeta, error) {
+// loadChunk is how many metas LoadItems copies per lock acquisition.
+const loadChunk = 1024
+
+// nextMetas appends to buf up to loadChunk metas of a partition, those with
+// ID > after unless first.
+func (s *Store) nextMetas(ctx context.Context, queueID uint64, partition int32, first bool, after uint64, buf []store.ItemMeta) ([]store.ItemMeta, error) {
 	s.mu.RLock()
 	defer s.mu.RUnlock()
 	p, err := s.partitionLocked(ctx, "load items of", queueID, partition)
 	if err != nil || p == nil {
-		return nil, err
+		return buf, err
 	}
-	metas := make([]store.ItemMeta, len(p.ids))
-	for i, id := range p.ids {
-		metas[i] = p.metas[id]
+	i := 0
+	if !first {
+		i = sort.Search(len(p.ids), func(i int) bool { return p.ids[i] > after })
 	}
-	return metas, nil
+	for ; i < len(p.ids) && len(buf) < loadChunk; i++ {
+		buf = append(buf, p.metas[p.ids[i]])
+	}
+	return buf, nil
 }
 
 // LastID implements store.Store.
@@ -396,6 +410,7 @@ func cleanMeta(m store.ItemMeta) store.ItemMeta {
 	m.EnqueueAt = cleanTime(m.EnqueueAt)
 	m.ExpireDeadline = cleanTime(m.ExpireDeadline)
 	m.CreatedAt = cleanTime(m.CreatedAt)
+	m.DeadAt = cleanTime(m.DeadAt)
 	return m
 }
 

@@ -21,6 +21,9 @@ func sampleMetas() []store.ItemMeta {
 		{ID: 2, BodyID: math.MaxUint64, Attempts: math.MinInt32, LeaseDeadline: time.Unix(0, math.MaxInt64)},
 		{ID: math.MaxUint64, BodyID: 0, Attempts: math.MaxInt32, CreatedAt: time.Unix(0, math.MaxInt64), EnqueueAt: time.Unix(0, math.MinInt64), ExpireDeadline: time.Unix(0, 1)},
 		{ID: 5, BodyID: 5, LeaseDeadline: t0, Leased: true}, // no CreatedAt
+		{ID: 6, BodyID: 6, CreatedAt: t0, DeadReason: "expired", DeadAt: t0.Add(time.Hour)},
+		{ID: 7, BodyID: 7, DeadReason: "explicit"},
+		{ID: 8, BodyID: 8, CreatedAt: t0, DeadAt: time.Unix(0, math.MinInt64)},
 	}
 }
 
@@ -34,12 +37,14 @@ func sameMeta(t *testing.T, want, got store.ItemMeta) {
 		{"EnqueueAt", want.EnqueueAt, got.EnqueueAt},
 		{"ExpireDeadline", want.ExpireDeadline, got.ExpireDeadline},
 		{"CreatedAt", want.CreatedAt, got.CreatedAt},
+		{"DeadAt", want.DeadAt, got.DeadAt},
 	} {
 		require.True(t, p.w.Equal(p.g), "%s: want %v, got %v", p.name, p.w, p.g)
 		require.Equal(t, p.w.IsZero(), p.g.IsZero(), p.name)
 	}
-	want.LeaseDeadline, want.EnqueueAt, want.ExpireDeadline, want.CreatedAt = time.Time{}, time.Time{}, time.Time{}, time.Time{}
-	got.LeaseDeadline, got.EnqueueAt, got.ExpireDeadline, got.CreatedAt = time.Time{}, time.Time{}, time.Time{}, time.Time{}
+	for _, m := range []*store.ItemMeta{&want, &got} {
+		m.LeaseDeadline, m.EnqueueAt, m.ExpireDeadline, m.CreatedAt, m.DeadAt = time.Time{}, time.Time{}, time.Time{}, time.Time{}, time.Time{}
+	}
 	require.Equal(t, want, got)
 }
 
@@ -75,6 +80,8 @@ func TestTimeOutOfRange(t *testing.T) {
 		_, err := appendMeta(nil, &store.ItemMeta{CreatedAt: tm})
 		require.ErrorIs(t, err, errTimeRange)
 		_, err = appendMeta(nil, &store.ItemMeta{CreatedAt: t0, LeaseDeadline: tm})
+		require.ErrorIs(t, err, errTimeRange)
+		_, err = appendMeta(nil, &store.ItemMeta{CreatedAt: t0, DeadAt: tm})
 		require.ErrorIs(t, err, errTimeRange)
 		_, err = appendBody(nil, &store.ItemBody{DeadAt: tm})
 		require.ErrorIs(t, err, errTimeRange)
@@ -147,6 +154,7 @@ func TestDecodeCorrupt(t *testing.T) {
 	}
 	var m store.ItemMeta
 	require.Error(t, decodeMeta([]byte{formatV1, 0x80, 0, 0}, 1, &m), "unknown flag")
+	require.ErrorIs(t, decodeMeta([]byte{formatV1, metaDead, 0, 0, 0, 7}, 1, &m), errCorrupt, "bad DeadAt tag")
 	_, err := decodeErrors([]byte{formatV1, 0, 0xff, 0xff, 0xff, 0xff, 0x0f})
 	require.ErrorIs(t, err, errCorrupt, "huge count")
 }
@@ -164,4 +172,18 @@ func TestPrefixEnd(t *testing.T) {
 	require.Equal(t, []byte{1, 3}, prefixEnd([]byte{1, 2}))
 	require.Equal(t, []byte{2}, prefixEnd([]byte{1, 0xff, 0xff}))
 	require.Nil(t, prefixEnd([]byte{0xff}))
+}
+
+func BenchmarkDecodeMeta(b *testing.B) {
+	m := store.ItemMeta{ID: 1 << 30, BodyID: 1 << 30, Leased: true, Attempts: 2, CreatedAt: t0, LeaseDeadline: t0.Add(time.Minute), ExpireDeadline: t0.Add(24 * time.Hour)}
+	v, err := appendMeta(nil, &m)
+	if err != nil {
+		b.Fatal(err)
+	}
+	var got store.ItemMeta
+	for b.Loop() {
+		if err := decodeMeta(v, m.ID, &got); err != nil {
+			b.Fatal(err)
+		}
+	}
 }

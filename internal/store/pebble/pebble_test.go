@@ -1,6 +1,7 @@
 package pebble_test
 
 import (
+	"log/slog"
 	"testing"
 
 	"github.com/stretchr/testify/require"
@@ -10,9 +11,12 @@ import (
 	"github.com/styxq/styx/internal/store/storetest"
 )
 
+// quiet drops Pebble's start-up messages.
+var quiet = slog.New(slog.DiscardHandler)
+
 func open(t *testing.T, dir string, sync bool) *pebble.Store {
 	t.Helper()
-	s, err := pebble.Open(pebble.Config{Dir: dir, Sync: sync})
+	s, err := pebble.Open(pebble.Config{Dir: dir, NoSync: !sync, Logger: quiet})
 	require.NoError(t, err)
 	return s
 }
@@ -27,4 +31,8 @@ func TestConformanceNoSync(t *testing.T) {
 
 func TestReopen(t *testing.T) {
 	storetest.RunReopen(t, func(t *testing.T, dir string) store.Store { return open(t, dir, true) })
+}
+
+func TestReopenNoSync(t *testing.T) {
+	storetest.RunReopen(t, func(t *testing.T, dir string) store.Store { return open(t, dir, false) })
 }

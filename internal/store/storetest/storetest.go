@@ -78,6 +78,7 @@ func RunReopen(t *testing.T, open func(t *testing.T, dir string) store.Store) {
 	batch.SetErrors(1, fullMeta(1), someErrors(1))
 	batch.Requeue(0, 2, withID(fullMeta(2), 7))
 	batch.Delete(1, fullMeta(3))
+	batch.Update(0, dyingMeta(4))
 	write(t, s, batch)
 	batch = &store.Batch{QueueID: b.ID}
 	batch.Insert(0, plainMeta(1), store.ItemBody{}, store.ItemErrors{})
@@ -301,6 +302,9 @@ func testItems(t *testing.T, newStore func(*testing.T) store.Store) {
 			zeroMeta(2),
 			oddTimesMeta(4),
 			fullMeta(1 << 60),
+			dyingMeta(6),
+			withDead(plainMeta(7), "expired", time.Time{}),
+			withDead(zeroMeta(8), "", base.Add(-time.Hour)),
 		}
 		metas[0].Leased = false
 		metas[0].LeaseDeadline = time.Time{}
@@ -320,6 +324,7 @@ func testItems(t *testing.T, newStore func(*testing.T) store.Store) {
 				require.True(t, m.LeaseDeadline.IsZero(), "zero LeaseDeadline")
 				require.True(t, m.EnqueueAt.IsZero(), "zero EnqueueAt")
 				require.True(t, m.ExpireDeadline.IsZero(), "zero ExpireDeadline")
+				require.True(t, m.DeadAt.IsZero(), "zero DeadAt")
 			}
 		}
 		require.Empty(t, loadItems(t, s, q.ID, 1))
@@ -363,7 +368,11 @@ func testItems(t *testing.T, newStore func(*testing.T) store.Store) {
 		write(t, s, b)
 		requireMetas(t, []store.ItemMeta{leased, plainMeta(2)}, loadItems(t, s, q.ID, 0))
 
-		// Back to zero times and no lease.
+		// Decided dead, then back to zero times, no lease, not dead.
+		b = &store.Batch{QueueID: q.ID}
+		b.Update(0, dyingMeta(1))
+		write(t, s, b)
+		requireMetas(t, []store.ItemMeta{dyingMeta(1), plainMeta(2)}, loadItems(t, s, q.ID, 0))
 		b = &store.Batch{QueueID: q.ID}
 		b.Update(0, zeroMeta(1))
 		write(t, s, b)
@@ -551,6 +560,43 @@ func testItems(t *testing.T, newStore func(*testing.T) store.Store) {
 		write(t, s, b)
 		items := listItems(t, s, q.ID, 1, 48, 10)
 		requireItems(t, []store.Item{want[24], {Partition: 1, Meta: withID(fullMeta(2), 51), Body: fullBody(2)}}, items)
+	})
+
+	t.Run("Many", func(t *testing.T) {
+		// Enough items to cross any chunking a backend does.
+		s := newStore(t)
+		q := createQueue(t, s, "q", 1)
+		const n = 2500
+		var want []store.ItemMeta
+		for start := uint64(1); start <= n; start += 500 {
+			b := &store.Batch{QueueID: q.ID, LastID: start + 499}
+			for id := start; id < start+500; id++ {
+				b.Insert(0, plainMeta(id), fullBody(id), store.ItemErrors{})
+				want = append(want, plainMeta(id))
+			}
+			write(t, s, b)
+		}
+		// Leave gaps.
+		b := &store.Batch{QueueID: q.ID}
+		for id := uint64(1000); id <= 1100; id++ {
+			b.Delete(0, plainMeta(id))
+		}
+		write(t, s, b)
+		want = slices.Delete(want, 999, 1100)
+		requireMetas(t, want, loadItems(t, s, q.ID, 0))
+
+		var listed []store.ItemMeta
+		for after := uint64(0); ; {
+			items := listItems(t, s, q.ID, 0, after, 700)
+			if len(items) == 0 {
+				break
+			}
+			for _, it := range items {
+				listed = append(listed, it.Meta)
+			}
+			after = items[len(items)-1].Meta.ID
+		}
+		requireMetas(t, want, listed)
 	})
 
 	t.Run("LoadItemsStops", func(t *testing.T) {
@@ -1011,8 +1057,8 @@ func createQueue(t *testing.T, s store.Store, name string, partitions int32) sto
 	return q
 }
 
-// fullMeta sets every field but SourceKey, with times a few nanoseconds
-// apart.
+// fullMeta sets every field but SourceKey and the dead-letter ones, with
+// times a few nanoseconds apart.
 func fullMeta(id uint64) store.ItemMeta {
 	created := base.Add(time.Duration(id) * time.Nanosecond)
 	return store.ItemMeta{
@@ -1047,6 +1093,22 @@ func oddTimesMeta(id uint64) store.ItemMeta {
 	m.Attempts = -1
 	m.BodyID = id + 1000
 	m.SourceKey = "q-with-long-name.x~" + fmt.Sprint(id)
+	m.DeadReason = "explicit"
+	m.DeadAt = time.Now()
+	return m
+}
+
+// dyingMeta is an item the logical queue has decided is dead, not yet
+// moved.
+func dyingMeta(id uint64) store.ItemMeta {
+	m := fullMeta(id)
+	m.Leased = false
+	m.LeaseDeadline = time.Time{}
+	return withDead(m, "max_attempts", m.CreatedAt.Add(90*time.Second+7))
+}
+
+func withDead(m store.ItemMeta, reason string, at time.Time) store.ItemMeta {
+	m.DeadReason, m.DeadAt = reason, at
 	return m
 }
 
@@ -1208,6 +1270,7 @@ func normMeta(m store.ItemMeta) store.ItemMeta {
 	m.EnqueueAt = normTime(m.EnqueueAt)
 	m.ExpireDeadline = normTime(m.ExpireDeadline)
 	m.CreatedAt = normTime(m.CreatedAt)
+	m.DeadAt = normTime(m.DeadAt)
 	return m
 }
 

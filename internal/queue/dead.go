@@ -1,0 +1,164 @@
+package queue
+
+import (
+	"context"
+	"fmt"
+	"slices"
+	"strings"
+	"time"
+
+	"github.com/styxq/styx/internal/store"
+)
+
+// DeadFilter selects dead items. Every set field must match; the zero
+// filter matches every item. (Wire: DeadFilter.)
+type DeadFilter struct {
+	// IDs, when not empty, are the only items that match.
+	IDs []uint64 `json:"ids,omitempty"`
+	// SourceQueue matches the queue the item died in.
+	SourceQueue string `json:"source_queue,omitempty"`
+	// Reason matches the dead reason (max_attempts, expired, explicit).
+	Reason string `json:"reason,omitempty"`
+	// Kind matches the item's kind.
+	Kind string `json:"kind,omitempty"`
+	// ErrorContains matches a substring of the item's last error.
+	ErrorContains string `json:"error_contains,omitempty"`
+	// DeadAfter and DeadBefore bound dead_at: after is inclusive, before
+	// exclusive. Zero means unbounded.
+	DeadAfter  time.Time `json:"dead_after,omitzero"`
+	DeadBefore time.Time `json:"dead_before,omitzero"`
+}
+
+// Match reports whether the item passes the filter.
+func (f *DeadFilter) Match(it *store.Item) bool {
+	switch {
+	case len(f.IDs) > 0 && !slices.Contains(f.IDs, it.Meta.ID):
+	case f.SourceQueue != "" && it.Body.SourceQueue != f.SourceQueue:
+	case f.Reason != "" && it.Body.DeadReason != f.Reason:
+	case f.Kind != "" && it.Body.Kind != f.Kind:
+	case f.ErrorContains != "" && !strings.Contains(it.Errors.LastError, f.ErrorContains):
+	case !f.DeadAfter.IsZero() && it.Body.DeadAt.Before(f.DeadAfter):
+	case !f.DeadBefore.IsZero() && !it.Body.DeadAt.Before(f.DeadBefore):
+	default:
+		return true
+	}
+	return false
+}
+
+// ScanParams bounds one Scan.
+type ScanParams struct {
+	// After is the id to start after (0: from the oldest item).
+	After uint64
+	// Limit is how many matching items to return, at least 1.
+	Limit int
+	// MaxScanned bounds how many items are read (matching or not) so a
+	// selective filter over millions of items answers in bounded time;
+	// 0 means 10,000.
+	MaxScanned int
+}
+
+// scanChunk is how many items Scan reads from each partition at a time.
+const scanChunk = 256
+
+// Scan reads the items of a queue in id order (oldest first) across all its
+// partitions, straight from storage, and returns up to p.Limit that match f.
+// next is the id to pass as After to continue, 0 when the queue has no more
+// items. It holds at most one chunk per partition in memory at a time.
+func (l *Logical) Scan(ctx context.Context, partitions int32, f *DeadFilter, p ScanParams) (items []store.Item, next uint64, err error) {
+	if p.MaxScanned <= 0 {
+		p.MaxScanned = 10_000
+	}
+	type cursor struct {
+		buf   []store.Item
+		after uint64
+		done  bool
+	}
+	cur := make([]cursor, partitions)
+	for i := range cur {
+		cur[i].after = p.After
+	}
+	scanned := 0
+	last := p.After
+	for len(items) < p.Limit && scanned < p.MaxScanned {
+		// Pick the partition whose next item has the smallest id.
+		best := -1
+		for i := range cur {
+			c := &cur[i]
+			if len(c.buf) == 0 && !c.done {
+				c.buf, err = l.cfg.Store.ListItems(ctx, l.queueID, int32(i), c.after, scanChunk)
+				if err != nil {
+					return nil, 0, fmt.Errorf("queue '%s': scan partition %d: %w", l.name, i, err)
+				}
+				if len(c.buf) < scanChunk {
+					c.done = true
+				}
+				if len(c.buf) > 0 {
+					c.after = c.buf[len(c.buf)-1].Meta.ID
+				}
+			}
+			if len(c.buf) > 0 && (best < 0 || c.buf[0].Meta.ID < cur[best].buf[0].Meta.ID) {
+				best = i
+			}
+		}
+		if best < 0 {
+			return items, 0, nil // every partition is exhausted
+		}
+		it := cur[best].buf[0]
+		cur[best].buf = cur[best].buf[1:]
+		scanned++
+		last = it.Meta.ID
+		if f.Match(&it) {
+			items = append(items, it)
+		}
+	}
+	return items, last, nil
+}
+
+// RedriveItem is a dead item sent back as fresh work.
+type RedriveItem struct {
+	// SourceKey identifies the dead item (see RedriveKey); the receiving
+	// queue ignores a second copy while the first exists.
+	SourceKey string
+	Body      store.ItemBody
+}
+
+// RedriveKey is the source key of dead item id of deadQueue once redriven.
+func RedriveKey(deadQueue string, id uint64) string { return sourceKey(whyRedrive, deadQueue, id) }
+
+// redriveOp inserts redriven items.
+type redriveOp struct{ items []RedriveItem }
+
+// TakeRedriven inserts dead items as fresh work: new ids, attempts 0,
+// redrive_count raised by one, dead-letter metadata and errors cleared. An
+// item whose SourceKey the queue already holds is not inserted again (a
+// redrive resumed after a crash). It returns when the items are durable.
+func (l *Logical) TakeRedriven(ctx context.Context, items []RedriveItem) error {
+	_, err := l.call(ctx, &redriveOp{items: items}, false)
+	return err
+}
+
+func (l *Logical) takeRedriven(it *iteration, op *redriveOp) {
+	p := l.leastLoaded()
+	for _, ri := range op.items {
+		if _, dup := l.sourceKeys[ri.SourceKey]; dup {
+			continue
+		}
+		id := l.allocID(it)
+		x := &item{id: id, bodyID: id, created: it.now, state: stateReady, sourceKey: ri.SourceKey}
+		if l.info.ExpireTimeout > 0 {
+			x.expire = it.now + int64(l.info.ExpireTimeout)
+		}
+		p.add(x)
+		l.sourceKeys[ri.SourceKey] = x
+		body := store.ItemBody{
+			Reference: ri.Body.Reference, Kind: ri.Body.Kind, Encoding: ri.Body.Encoding, Payload: ri.Body.Payload,
+			RedriveCount: ri.Body.RedriveCount + 1,
+		}
+		it.batch.Insert(p.num, x.meta(), body, store.ItemErrors{})
+		it.fresh[x.bodyID] = &body
+	}
+}
+
+// Pending returns how many requests wait in the queue's channel; a
+// background task (a redrive) backs off while it is not 0.
+func (l *Logical) Pending() int { return len(l.reqs) }
