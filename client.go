@@ -231,3 +231,46 @@ func (c *Client) StorageItemsDelete(ctx context.Context, req *pb.StorageItemsDel
 func (c *Client) Close() {
 	c.http.CloseIdleConnections()
 }
+
+// DeadList lists a queue's items matching req.Filter, oldest first, with
+// their dead-letter metadata. Continue with req.Pivot = NextPivot until it is
+// empty; a page may be short while NextPivot is set.
+func (c *Client) DeadList(ctx context.Context, req *pb.DeadListRequest) (*pb.DeadListResponse, error) {
+	out := &pb.DeadListResponse{}
+	return out, c.do(ctx, "/v1/dead.list", req, out)
+}
+
+// DeadDelete deletes a queue's items matching req.Filter (an empty filter
+// matches every item) and returns how many were deleted.
+func (c *Client) DeadDelete(ctx context.Context, req *pb.DeadDeleteRequest) (*pb.DeadDeleteResponse, error) {
+	out := &pb.DeadDeleteResponse{}
+	return out, c.do(ctx, "/v1/dead.delete", req, out)
+}
+
+// DeadRedrive starts a redrive task moving matching dead items back to their
+// source queue (or req.Destination). With DryRun it only counts them. A
+// second task on the same queue while one runs is refused with CodeConflict.
+func (c *Client) DeadRedrive(ctx context.Context, req *pb.DeadRedriveRequest) (*pb.RedriveTask, error) {
+	out := &pb.RedriveTask{}
+	return out, c.do(ctx, "/v1/dead.redrive", req, out)
+}
+
+// RedrivesList lists redrive tasks of a queue (every queue when
+// req.QueueName is empty), newest first.
+func (c *Client) RedrivesList(ctx context.Context, req *pb.RedrivesListRequest) (*pb.RedrivesListResponse, error) {
+	out := &pb.RedrivesListResponse{}
+	return out, c.do(ctx, "/v1/redrives.list", req, out)
+}
+
+// RedrivesGet returns a redrive task.
+func (c *Client) RedrivesGet(ctx context.Context, req *pb.RedriveTaskRequest) (*pb.RedriveTask, error) {
+	out := &pb.RedriveTask{}
+	return out, c.do(ctx, "/v1/redrives.get", req, out)
+}
+
+// RedrivesCancel asks a running redrive task to stop after its current
+// batch; it returns the task (status cancelling, then cancelled).
+func (c *Client) RedrivesCancel(ctx context.Context, req *pb.RedriveTaskRequest) (*pb.RedriveTask, error) {
+	out := &pb.RedriveTask{}
+	return out, c.do(ctx, "/v1/redrives.cancel", req, out)
+}

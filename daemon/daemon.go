@@ -16,6 +16,7 @@ import (
 
 	"github.com/styxq/styx/internal/clock"
 	"github.com/styxq/styx/internal/queue"
+	"github.com/styxq/styx/internal/redrive"
 	"github.com/styxq/styx/internal/store"
 	"github.com/styxq/styx/internal/store/memory"
 	"github.com/styxq/styx/internal/store/pebble"
@@ -109,6 +110,7 @@ type Daemon struct {
 	store     store.Store
 	ownsStore bool
 	manager   *queue.Manager
+	redrives  *redrive.Runner
 	server    *http.Server
 	listener  net.Listener
 	served    chan error
@@ -148,11 +150,19 @@ func New(ctx context.Context, cfg Config) (*Daemon, error) {
 		return nil, err
 	}
 	d.manager = m
+	d.Metrics.RegisterQueueSampler(m.Sample)
+	d.redrives, err = redrive.New(ctx, redrive.Config{Queues: m, Store: d.store, Clock: cfg.Clock, Log: cfg.Log, Metrics: d.Metrics})
+	if err != nil {
+		m.Close()
+		d.closeStore()
+		return nil, err
+	}
 	h := transport.NewHandler(transport.Config{
-		Service: service.New(m, cfg.Clock), Metrics: d.Metrics, Log: cfg.Log, MaxRequestBytes: cfg.MaxRequestBytes,
+		Service: service.New(m, d.redrives, cfg.Clock), Metrics: d.Metrics, Log: cfg.Log, MaxRequestBytes: cfg.MaxRequestBytes,
 	})
 	d.listener, err = net.Listen("tcp", cfg.Listen)
 	if err != nil {
+		d.redrives.Close()
 		m.Close()
 		d.closeStore()
 		return nil, fmt.Errorf("listen on %s: %w", cfg.Listen, err)
@@ -182,6 +192,9 @@ func (d *Daemon) Close(ctx context.Context) error {
 	defer cancel()
 	shut := make(chan error, 1)
 	go func() { shut <- d.server.Shutdown(ctx) }()
+	// Redrive tasks stop first (they resume at the next start); then the
+	// logical queues finish what they took.
+	d.redrives.Close()
 	d.manager.Close()
 	err := <-shut
 	if errors.Is(err, context.DeadlineExceeded) {

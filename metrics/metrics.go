@@ -4,6 +4,8 @@
 package metrics
 
 import (
+	"time"
+
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/collectors"
 )
@@ -30,6 +32,59 @@ type Metrics struct {
 	// DeadLetterErrors counts failed writes to a dead-letter queue, by
 	// source queue. Each failed move is retried.
 	DeadLetterErrors *prometheus.CounterVec
+	// RedriveItems counts dead items handled by redrive tasks, by
+	// dead-letter queue, destination queue and result (moved, failed,
+	// skipped).
+	RedriveItems *prometheus.CounterVec
+	// ItemAttempts is the distribution of attempts an item had when it was
+	// completed or dead-lettered, by outcome (completed, dead_lettered,
+	// dropped).
+	ItemAttempts *prometheus.HistogramVec
+}
+
+// QueueSample is one queue's state at one moment, for the gauges.
+type QueueSample struct {
+	Queue     string
+	Ready     int
+	Leased    int
+	Scheduled int
+	// OldestAge is the age of the queue's oldest item; 0 when empty.
+	OldestAge time.Duration
+}
+
+var (
+	queueItemsDesc = prometheus.NewDesc("styx_queue_items",
+		"Items in a queue by state (ready, leased, scheduled); a dead-letter queue's depth is its sum.",
+		[]string{"queue", "state"}, nil)
+	oldestAgeDesc = prometheus.NewDesc("styx_queue_oldest_item_age_seconds",
+		"Age of the oldest item in a queue, in seconds; 0 when the queue is empty.",
+		[]string{"queue"}, nil)
+)
+
+// queueCollector reports the queue gauges from a sampler at scrape time.
+type queueCollector struct {
+	sample func() []QueueSample
+}
+
+func (c queueCollector) Describe(ch chan<- *prometheus.Desc) {
+	ch <- queueItemsDesc
+	ch <- oldestAgeDesc
+}
+
+func (c queueCollector) Collect(ch chan<- prometheus.Metric) {
+	for _, s := range c.sample() {
+		ch <- prometheus.MustNewConstMetric(queueItemsDesc, prometheus.GaugeValue, float64(s.Ready), s.Queue, "ready")
+		ch <- prometheus.MustNewConstMetric(queueItemsDesc, prometheus.GaugeValue, float64(s.Leased), s.Queue, "leased")
+		ch <- prometheus.MustNewConstMetric(queueItemsDesc, prometheus.GaugeValue, float64(s.Scheduled), s.Queue, "scheduled")
+		ch <- prometheus.MustNewConstMetric(oldestAgeDesc, prometheus.GaugeValue, s.OldestAge.Seconds(), s.Queue)
+	}
+}
+
+// RegisterQueueSampler registers the gauges styx_queue_items and
+// styx_queue_oldest_item_age_seconds, read from sample at each scrape.
+// Call it once.
+func (m *Metrics) RegisterQueueSampler(sample func() []QueueSample) {
+	m.Registry.MustRegister(queueCollector{sample: sample})
 }
 
 // New creates and registers every collector, plus the Go runtime and process
@@ -59,9 +114,18 @@ func New() *Metrics {
 			Name: "styx_dead_letter_errors_total",
 			Help: "Failed writes to a dead-letter queue, by source queue; each is retried.",
 		}, []string{"queue"}),
+		RedriveItems: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "styx_redrive_items_total",
+			Help: "Dead items handled by redrive tasks, by dead-letter queue, destination queue and result (moved, failed, skipped).",
+		}, []string{"dead_queue", "queue", "result"}),
+		ItemAttempts: prometheus.NewHistogramVec(prometheus.HistogramOpts{
+			Name:    "styx_item_attempts",
+			Help:    "Attempts an item had when it was completed or dead-lettered, by outcome (completed, dead_lettered, dropped).",
+			Buckets: []float64{1, 2, 3, 5, 10, 20, 50, 100},
+		}, []string{"outcome"}),
 	}
 	reg.MustRegister(
-		m.Requests, m.RequestSeconds, m.DeadLettered, m.ItemsDropped, m.DeadLetterErrors,
+		m.Requests, m.RequestSeconds, m.DeadLettered, m.ItemsDropped, m.DeadLetterErrors, m.RedriveItems, m.ItemAttempts,
 		collectors.NewGoCollector(),
 		collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}),
 	)

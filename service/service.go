@@ -18,6 +18,7 @@ import (
 	"github.com/styxq/styx/internal/apierr"
 	"github.com/styxq/styx/internal/clock"
 	"github.com/styxq/styx/internal/queue"
+	"github.com/styxq/styx/internal/redrive"
 	"github.com/styxq/styx/internal/store"
 	pb "github.com/styxq/styx/styxpb"
 )
@@ -25,12 +26,13 @@ import (
 // Service is the API. Its methods may be called concurrently.
 type Service struct {
 	m     *queue.Manager
+	r     *redrive.Runner
 	clock clock.Clock
 }
 
-// New returns the API over a queue manager.
-func New(m *queue.Manager, c clock.Clock) *Service {
-	return &Service{m: m, clock: c}
+// New returns the API over a queue manager and a redrive runner.
+func New(m *queue.Manager, r *redrive.Runner, c clock.Clock) *Service {
+	return &Service{m: m, r: r, clock: c}
 }
 
 // QueueProduce adds items to a queue; it returns when they are durable.
@@ -185,7 +187,20 @@ func (s *Service) QueueStats(ctx context.Context, req *pb.QueueStatsRequest) (*p
 			Scheduled: int32(p.Scheduled), AverageAge: p.AverageAge.String(), AverageLeasedAge: p.AverageLeasedAge.String(),
 		})
 	}
-	return &pb.QueueStatsResponse{QueueName: req.QueueName, LogicalQueues: []*pb.QueueLogicalStats{ls}}, nil
+	out := &pb.QueueStatsResponse{QueueName: req.QueueName, LogicalQueues: []*pb.QueueLogicalStats{ls}}
+	for r, n := range st.DeadByReason {
+		if out.DeadByReason == nil {
+			out.DeadByReason = map[string]int64{}
+		}
+		out.DeadByReason[r] = int64(n)
+	}
+	for q, n := range st.DeadBySource {
+		if out.DeadBySource == nil {
+			out.DeadBySource = map[string]int64{}
+		}
+		out.DeadBySource[q] = int64(n)
+	}
+	return out, nil
 }
 
 // QueueClear removes ready (queue), scheduled, or all (destructive) items.

@@ -71,6 +71,12 @@ func NewHandler(cfg Config) *Handler {
 		"/v1/storage/items.list":     rpc(h, func() *pb.StorageItemsListRequest { return &pb.StorageItemsListRequest{} }, s.StorageItemsList),
 		"/v1/storage/scheduled.list": rpc(h, func() *pb.StorageItemsListRequest { return &pb.StorageItemsListRequest{} }, s.StorageScheduledList),
 		"/v1/storage/items.import":   rpc(h, func() *pb.StorageItemsImportRequest { return &pb.StorageItemsImportRequest{} }, s.StorageItemsImport),
+		"/v1/dead.list":              rpc(h, func() *pb.DeadListRequest { return &pb.DeadListRequest{} }, s.DeadList),
+		"/v1/dead.delete":            rpc(h, func() *pb.DeadDeleteRequest { return &pb.DeadDeleteRequest{} }, s.DeadDelete),
+		"/v1/dead.redrive":           rpc(h, func() *pb.DeadRedriveRequest { return &pb.DeadRedriveRequest{} }, s.DeadRedrive),
+		"/v1/redrives.list":          rpc(h, func() *pb.RedrivesListRequest { return &pb.RedrivesListRequest{} }, s.RedrivesList),
+		"/v1/redrives.get":           rpc(h, func() *pb.RedriveTaskRequest { return &pb.RedriveTaskRequest{} }, s.RedrivesGet),
+		"/v1/redrives.cancel":        rpc(h, func() *pb.RedriveTaskRequest { return &pb.RedriveTaskRequest{} }, s.RedrivesCancel),
 		"/v1/storage/items.delete":   noReply(h, func() *pb.StorageItemsDeleteRequest { return &pb.StorageItemsDeleteRequest{} }, s.StorageItemsDelete, okReply),
 	}
 	return h

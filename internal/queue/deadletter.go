@@ -147,6 +147,7 @@ func (l *Logical) moved(res moveResult) {
 			continue
 		}
 		l.cfg.Metrics.DeadLettered.WithLabelValues(l.name, l.info.DeadQueue, d.reason).Inc()
+		l.cfg.Metrics.ItemAttempts.WithLabelValues("dead_lettered").Observe(float64(d.attempts))
 		l.confirmed = append(l.confirmed, d)
 	}
 	if res.err != nil {

@@ -238,7 +238,7 @@ func (l *Logical) Retry(ctx context.Context, partition int32, items []RetryItem)
 
 // Stats describes the queue now.
 func (l *Logical) Stats(ctx context.Context) (Stats, error) {
-	v, err := l.call(ctx, &statsOp{}, false)
+	v, err := l.call(ctx, &statsOp{}, true)
 	if err != nil {
 		return Stats{}, err
 	}
@@ -551,6 +551,7 @@ func (l *Logical) handle(it *iteration, r *request) error {
 		}
 		for _, x := range items {
 			l.removeItem(it, p, x)
+			l.cfg.Metrics.ItemAttempts.WithLabelValues("completed").Observe(float64(x.attempts))
 		}
 		l.reply(it, r, nil)
 	case *retryOp:
@@ -766,6 +767,7 @@ func (l *Logical) drop(it *iteration, p *partition, x *item) {
 	}
 	l.cfg.Log.Warn(msg, "queue", l.name, "id", FormatID(x.id), "reason", x.reason, "attempts", x.attempts)
 	l.cfg.Metrics.ItemsDropped.WithLabelValues(l.name, x.reason).Inc()
+	l.cfg.Metrics.ItemAttempts.WithLabelValues("dropped").Observe(float64(x.attempts))
 	l.removeItem(it, p, x)
 }
 
@@ -974,6 +976,9 @@ func (l *Logical) stats(now int64) Stats {
 		var age, leasedAge int64
 		for _, x := range p.items {
 			age += now - x.created
+			if s.Oldest.IsZero() || x.created < s.Oldest.UnixNano() {
+				s.Oldest = time.Unix(0, x.created)
+			}
 			if x.state == stateLeased {
 				leasedAge += now - (x.deadline - int64(l.info.LeaseTimeout))
 			} else if x.attempts > 0 && x.state != stateDying {

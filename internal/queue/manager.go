@@ -7,9 +7,11 @@ import (
 	"slices"
 	"strings"
 	"sync"
+	"time"
 
 	"github.com/styxq/styx/internal/apierr"
 	"github.com/styxq/styx/internal/store"
+	"github.com/styxq/styx/metrics"
 )
 
 // Manager owns the logical queues of one server: it starts one per stored
@@ -251,4 +253,35 @@ func quoteList(names []string) string {
 		q[i] = "'" + n + "'"
 	}
 	return strings.Join(q, ", ")
+}
+
+// Sample returns every queue's state for the queue gauges. A queue that does
+// not answer within a second is left out of this sample.
+func (m *Manager) Sample() []metrics.QueueSample {
+	m.mu.RLock()
+	qs := make([]*Logical, 0, len(m.queues))
+	for _, l := range m.queues {
+		qs = append(qs, l)
+	}
+	m.mu.RUnlock()
+	out := make([]metrics.QueueSample, 0, len(qs))
+	for _, l := range qs {
+		ctx, cancel := context.WithTimeout(context.Background(), time.Second)
+		st, err := l.Stats(ctx)
+		cancel()
+		if err != nil {
+			continue
+		}
+		s := metrics.QueueSample{Queue: l.Name()}
+		for _, p := range st.Partitions {
+			s.Leased += p.Leased
+			s.Scheduled += p.Scheduled
+			s.Ready += p.Total - p.Leased - p.Scheduled - p.Dying
+		}
+		if !st.Oldest.IsZero() {
+			s.OldestAge = m.cfg.Clock.Now().Sub(st.Oldest)
+		}
+		out = append(out, s)
+	}
+	return out
 }

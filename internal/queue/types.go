@@ -96,6 +96,8 @@ type Stats struct {
 	// (as a dead-letter queue) by dead reason and by source queue.
 	DeadByReason map[string]int
 	DeadBySource map[string]int
+	// Oldest is the creation time of the oldest item; zero when empty.
+	Oldest time.Time
 }
 
 // deadItem is an item on its way to a dead-letter queue.

@@ -220,6 +220,10 @@ func (b *Batch) Len() int { return len(b.Ops) }
 // (and is deleted with the queue) or fails; it never leaves items behind
 // under a dead ID.
 type Store interface {
+	// TaskStore persists background tasks (redrives) beside the queues;
+	// tasks are independent of them (DeleteQueue does not delete tasks).
+	TaskStore
+
 	// CreateQueue stores a new queue, assigning info.ID, and returns it.
 	// Returns ErrQueueExists if the name is taken.
 	CreateQueue(ctx context.Context, info QueueInfo) (QueueInfo, error)

@@ -1,9 +1,9 @@
 // Package memory is an in-memory store.Store, for tests and for running Styx
 // without durability. Nothing survives Close or the process.
 //
-// Every value crossing the API is copied (payloads, error histories, stored
-// queue infos), so callers can neither see nor corrupt internal state through
-// slices they passed in or got back. Times are stored with their monotonic
+// Every value crossing the API is copied (payloads, error histories, task
+// data, stored queue infos), so callers can neither see nor corrupt internal
+// state through slices they passed in or got back. Times are stored with their monotonic
 // clock reading stripped, as a durable backend would return them.
 package memory
 
@@ -22,16 +22,17 @@ import (
 // Store is an in-memory store.Store. Create it with New; the zero value is
 // not usable. It is safe for concurrent use.
 //
-// One sync.RWMutex (mu) guards all state: catalog and item reads take it
-// shared, Write and the queue mutations take it exclusively. No lock is held
-// while a LoadItems callback runs, so the callback may call back into the
-// store.
+// One sync.RWMutex (mu) guards all state: catalog, item and task reads take
+// it shared; Write, the queue mutations and the task changes take it
+// exclusively. No lock is held while a LoadItems callback runs, so the
+// callback may call back into the store.
 type Store struct {
 	mu      sync.RWMutex
 	closed  bool
-	lastQID uint64                // last queue ID assigned; IDs are never reused
-	byName  map[string]*queueData // live queues by name
-	byID    map[uint64]*queueData // the same queues by ID
+	lastQID uint64                      // last queue ID assigned; IDs are never reused
+	byName  map[string]*queueData       // live queues by name
+	byID    map[uint64]*queueData       // the same queues by ID
+	tasks   map[string]store.TaskRecord // by ID; Data owned by the store
 }
 
 // queueData is one queue's state. Guarded by Store.mu.
@@ -56,6 +57,7 @@ func New() *Store {
 	return &Store{
 		byName: make(map[string]*queueData),
 		byID:   make(map[uint64]*queueData),
+		tasks:  make(map[string]store.TaskRecord),
 	}
 }
 
@@ -321,6 +323,55 @@ func (s *Store) ListItems(ctx context.Context, queueID uint64, partition int32, 
 	return items, nil
 }
 
+// PutTask implements store.TaskStore. It stores a copy of t.Data.
+func (s *Store) PutTask(ctx context.Context, t store.TaskRecord) error {
+	if err := ctx.Err(); err != nil {
+		return fmt.Errorf("memory: put task %q: %w", t.ID, err)
+	}
+	if err := checkTaskID(t.ID); err != nil {
+		return fmt.Errorf("memory: put task: %w", err)
+	}
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.closed {
+		return fmt.Errorf("memory: put task %q: %w", t.ID, store.ErrClosed)
+	}
+	s.tasks[t.ID] = copyTask(t)
+	return nil
+}
+
+// ListTasks implements store.TaskStore. The records' Data are copies.
+func (s *Store) ListTasks(ctx context.Context) ([]store.TaskRecord, error) {
+	if err := ctx.Err(); err != nil {
+		return nil, fmt.Errorf("memory: list tasks: %w", err)
+	}
+	s.mu.RLock()
+	defer s.mu.RUnlock()
+	if s.closed {
+		return nil, fmt.Errorf("memory: list tasks: %w", store.ErrClosed)
+	}
+	var out []store.TaskRecord
+	for _, t := range s.tasks {
+		out = append(out, copyTask(t))
+	}
+	slices.SortFunc(out, func(a, b store.TaskRecord) int { return cmp.Compare(a.ID, b.ID) })
+	return out, nil
+}
+
+// DeleteTask implements store.TaskStore.
+func (s *Store) DeleteTask(ctx context.Context, id string) error {
+	if err := ctx.Err(); err != nil {
+		return fmt.Errorf("memory: delete task %q: %w", id, err)
+	}
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.closed {
+		return fmt.Errorf("memory: delete task %q: %w", id, store.ErrClosed)
+	}
+	delete(s.tasks, id)
+	return nil
+}
+
 // Close implements store.Store. It drops all data.
 func (s *Store) Close() error {
 	s.mu.Lock()
@@ -329,7 +380,7 @@ func (s *Store) Close() error {
 		return fmt.Errorf("memory: close: %w", store.ErrClosed)
 	}
 	s.closed = true
-	s.byName, s.byID = nil, nil
+	s.byName, s.byID, s.tasks = nil, nil, nil
 	return nil
 }
 
@@ -424,6 +475,28 @@ func copyBody(b store.ItemBody) store.ItemBody {
 	}
 	b.DeadAt = cleanTime(b.DeadAt)
 	return b
+}
+
+// maxTaskID is the longest task ID accepted, in bytes (see
+// store.TaskRecord.ID).
+const maxTaskID = 128
+
+// checkTaskID rejects an empty ID or one longer than maxTaskID.
+func checkTaskID(id string) error {
+	if id == "" || len(id) > maxTaskID {
+		return fmt.Errorf("task id of %d bytes: want 1 to %d", len(id), maxTaskID)
+	}
+	return nil
+}
+
+// copyTask returns t with its own Data. Empty Data becomes nil.
+func copyTask(t store.TaskRecord) store.TaskRecord {
+	if len(t.Data) == 0 {
+		t.Data = nil
+	} else {
+		t.Data = slices.Clone(t.Data)
+	}
+	return t
 }
 
 // copyErrors returns e with its own Errors slice and clean times. An empty

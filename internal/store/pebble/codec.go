@@ -327,6 +327,29 @@ func decodeQueueInfo(name string, v []byte) (store.QueueInfo, error) {
 	return q, nil
 }
 
+// appendTask appends a task record (its ID is the key):
+//
+//	format byte, string Queue, bytes Data (uvarint length + bytes each).
+func appendTask(b []byte, t *store.TaskRecord) []byte {
+	b = append(b, formatV1)
+	b = appendString(b, t.Queue)
+	return appendBytes(b, t.Data)
+}
+
+// decodeTask decodes a value written by appendTask. Data is copied; empty
+// Data decodes as nil.
+func decodeTask(id string, v []byte) (store.TaskRecord, error) {
+	d := decoder{b: v}
+	if f := d.byte(); f != formatV1 && d.err == nil {
+		return store.TaskRecord{}, fmt.Errorf("task: unknown format %d", f)
+	}
+	t := store.TaskRecord{ID: id, Queue: d.string(), Data: d.bytes()}
+	if err := d.finish("task"); err != nil {
+		return store.TaskRecord{}, err
+	}
+	return t, nil
+}
+
 func appendString(b []byte, s string) []byte {
 	b = binary.AppendUvarint(b, uint64(len(s)))
 	return append(b, s...)

@@ -129,6 +129,13 @@ func encodings(t testing.TB) []encoded {
 	v, err := appendQueueInfo(nil, &store.QueueInfo{ID: 7, DeadQueue: "d", Reference: "r", LeaseTimeout: time.Minute, ExpireTimeout: time.Hour, MaxAttempts: 3, Partitions: 4, CreatedAt: t0, UpdatedAt: t0})
 	require.NoError(t, err)
 	out = append(out, encoded{"info", v, func(v []byte) error { _, err := decodeQueueInfo("q", v); return err }})
+	for i, task := range []store.TaskRecord{
+		{ID: "t", Queue: "dlq", Data: []byte("redrive state")},
+		{ID: "t"},
+	} {
+		v := appendTask(nil, &task)
+		out = append(out, encoded{fmt.Sprint("task ", i), v, func(v []byte) error { _, err := decodeTask("t", v); return err }})
+	}
 	return out
 }
 
@@ -139,6 +146,7 @@ func decodeAll(v []byte) {
 	_, _ = decodeBody(v)
 	_, _ = decodeErrors(v)
 	_, _ = decodeQueueInfo("q", v)
+	_, _ = decodeTask("t", v)
 }
 
 func TestDecodeCorrupt(t *testing.T) {
@@ -166,6 +174,22 @@ func FuzzDecode(f *testing.F) {
 	f.Fuzz(func(t *testing.T, v []byte) {
 		decodeAll(v)
 	})
+}
+
+func TestTaskRoundTrip(t *testing.T) {
+	for _, task := range []store.TaskRecord{
+		{ID: "redrive-1", Queue: "orders-dead", Data: []byte{0, 1, 2, 0xff}},
+		{ID: "x", Data: make([]byte, 1000)},
+		{ID: "y"},
+	} {
+		v := appendTask(nil, &task)
+		require.LessOrEqual(t, len(v), 1+1+len(task.Queue)+2+len(task.Data))
+		got, err := decodeTask(task.ID, v)
+		require.NoError(t, err)
+		require.Equal(t, task, got)
+		v[len(v)-1] ^= 0xff // the decoded Data is a copy
+		require.Equal(t, task, got)
+	}
 }
 
 func TestPrefixEnd(t *testing.T) {

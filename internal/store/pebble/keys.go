@@ -11,6 +11,7 @@ const (
 	prefixCatalog  byte = 0x01 // 0x01 name → queue info
 	prefixQueueSeq byte = 0x02 // 0x02 → last queue ID assigned (8-byte BE)
 	prefixLastID   byte = 0x03 // 0x03 qid → queue's LastID (8-byte BE)
+	prefixTask     byte = 0x04 // 0x04 task ID → task record
 	prefixMeta     byte = 0x10 // 0x10 qid part id → item meta
 	prefixBody     byte = 0x11 // 0x11 qid part bodyID → item body
 	prefixErrors   byte = 0x12 // 0x12 qid part bodyID → item errors
@@ -34,6 +35,16 @@ var (
 func catalogKey(name string) []byte {
 	k := make([]byte, 0, 1+len(name))
 	return append(append(k, prefixCatalog), name...)
+}
+
+// maxTaskID is the longest task ID accepted, in bytes (see
+// store.TaskRecord.ID).
+const maxTaskID = 128
+
+// taskKey is the key of the task with the given ID.
+func taskKey(id string) []byte {
+	k := make([]byte, 0, 1+len(id))
+	return append(append(k, prefixTask), id...)
 }
 
 // queueKey is prefix, queue ID: the LastID key, and the start of a queue's

@@ -13,6 +13,7 @@
 //	0x01 name             → queue info       catalog, in name order
 //	0x02                  → uint64 BE        last queue ID assigned
 //	0x03 qid              → uint64 BE        the queue's LastID
+//	0x04 id               → task record      background tasks, in ID order
 //	0x10 qid part id      → item meta        (21-byte key)
 //	0x11 qid part bodyID  → item body
 //	0x12 qid part bodyID  → item errors      (absent when empty)
@@ -20,6 +21,10 @@
 // LoadItems therefore scans one contiguous range holding only metadata, and
 // DeleteQueue removes a queue with one range deletion per item key space
 // plus two point deletions, all in one batch.
+//
+// Task records (store.TaskStore) are keyed by their string ID (1 to 128
+// bytes), so a scan of the 0x04 range lists them in ID order. They belong
+// to no queue's ranges: DeleteQueue leaves them alone.
 //
 // # Value encodings
 //
@@ -64,8 +69,8 @@ type Config struct {
 	// NoSync turns off the fsync of item batches: Write returns before the
 	// batch is durable, so acknowledged writes may be lost on power failure
 	// (or a crash, for the most recent ones); a clean Close loses nothing.
-	// Defaults to false: every Write is fsynced. Queue catalog changes are
-	// always synced.
+	// Defaults to false: every Write is fsynced. Queue catalog and task
+	// changes are always synced.
 	NoSync bool
 	// Logger receives Pebble's log messages. Optional; nil means
 	// slog.Default().
@@ -761,6 +766,80 @@ func (r *bodyReader) get(prefix byte, id uint64, decode func(v []byte) error) er
 	}
 	defer closer.Close()
 	return decode(v)
+}
+
+// PutTask implements store.TaskStore. The change is synced whatever
+// Config.NoSync says, as catalog changes are.
+func (s *Store) PutTask(ctx context.Context, t store.TaskRecord) error {
+	if err := s.putTask(ctx, t); err != nil {
+		if len(t.ID) > maxTaskID {
+			return fmt.Errorf("pebble: put task: %w", err)
+		}
+		return fmt.Errorf("pebble: put task %q: %w", t.ID, err)
+	}
+	return nil
+}
+
+func (s *Store) putTask(ctx context.Context, t store.TaskRecord) error {
+	if t.ID == "" || len(t.ID) > maxTaskID {
+		return fmt.Errorf("task id of %d bytes: want 1 to %d", len(t.ID), maxTaskID)
+	}
+	if err := s.enter(ctx); err != nil {
+		return err
+	}
+	defer s.calls.Done()
+	return s.db.Set(taskKey(t.ID), appendTask(nil, &t), pebbledb.Sync)
+}
+
+// ListTasks implements store.TaskStore. It reads the 0x04 range.
+func (s *Store) ListTasks(ctx context.Context) ([]store.TaskRecord, error) {
+	tasks, err := s.listTasks(ctx)
+	if err != nil {
+		return nil, fmt.Errorf("pebble: list tasks: %w", err)
+	}
+	return tasks, nil
+}
+
+func (s *Store) listTasks(ctx context.Context) ([]store.TaskRecord, error) {
+	if err := s.enter(ctx); err != nil {
+		return nil, err
+	}
+	defer s.calls.Done()
+	iter, err := s.db.NewIterWithContext(ctx, &pebbledb.IterOptions{
+		LowerBound: []byte{prefixTask},
+		UpperBound: []byte{prefixTask + 1},
+	})
+	if err != nil {
+		return nil, err
+	}
+	defer iter.Close()
+	var out []store.TaskRecord
+	for iter.First(); iter.Valid(); iter.Next() {
+		v, err := iter.ValueAndErr()
+		if err != nil {
+			return nil, err
+		}
+		id := string(iter.Key()[1:])
+		t, err := decodeTask(id, v)
+		if err != nil {
+			return nil, fmt.Errorf("task %q: %w", id, err)
+		}
+		out = append(out, t)
+	}
+	return out, iter.Error()
+}
+
+// DeleteTask implements store.TaskStore. The change is synced whatever
+// Config.NoSync says.
+func (s *Store) DeleteTask(ctx context.Context, id string) error {
+	if err := s.enter(ctx); err != nil {
+		return fmt.Errorf("pebble: delete task %q: %w", id, err)
+	}
+	defer s.calls.Done()
+	if err := s.db.Delete(taskKey(id), pebbledb.Sync); err != nil {
+		return fmt.Errorf("pebble: delete task %q: %w", id, err)
+	}
+	return nil
 }
 
 // Close implements store.Store. It waits for calls in progress, then closes

@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"strings"
 	"testing"
 	"time"
 
@@ -181,6 +182,46 @@ func TestCorruptMetaIsAnError(t *testing.T) {
 	require.ErrorContains(t, err, fmt.Sprintf("pebble: load items of queue %d partition 0: item 3: meta", q.ID))
 	_, err = s.ListItems(ctx, q.ID, 0, 0, 10)
 	require.ErrorIs(t, err, errCorrupt)
+}
+
+func TestCorruptTaskIsAnError(t *testing.T) {
+	s := openTest(t, t.TempDir())
+	ctx := t.Context()
+	require.NoError(t, s.PutTask(ctx, store.TaskRecord{ID: "a", Queue: "q", Data: []byte("d")}))
+	require.NoError(t, s.db.Set(taskKey("b"), []byte{formatV1, 5}, pebbledb.Sync))
+	_, err := s.ListTasks(ctx)
+	require.ErrorIs(t, err, errCorrupt)
+	require.ErrorContains(t, err, `pebble: list tasks: task "b": task`)
+	require.NoError(t, s.db.Set(taskKey("b"), []byte{9}, pebbledb.Sync))
+	_, err = s.ListTasks(ctx)
+	require.ErrorContains(t, err, "unknown format 9")
+	require.NoError(t, s.DeleteTask(ctx, "b"))
+	tasks, err := s.ListTasks(ctx)
+	require.NoError(t, err)
+	require.Equal(t, []store.TaskRecord{{ID: "a", Queue: "q", Data: []byte("d")}}, tasks)
+}
+
+func TestTaskKeys(t *testing.T) {
+	s := openTest(t, t.TempDir())
+	ctx := t.Context()
+	require.NoError(t, s.PutTask(ctx, store.TaskRecord{ID: "t1", Queue: "q"}))
+	v, err := s.get([]byte{prefixTask, 't', '1'})
+	require.NoError(t, err)
+	require.Equal(t, []byte{formatV1, 1, 'q', 0}, v)
+}
+
+func TestTaskIDLength(t *testing.T) {
+	s := openTest(t, t.TempDir())
+	ctx := t.Context()
+	require.Error(t, s.PutTask(ctx, store.TaskRecord{}), "empty id")
+	long := strings.Repeat("x", maxTaskID+1)
+	err := s.PutTask(ctx, store.TaskRecord{ID: long})
+	require.ErrorContains(t, err, "task id of 129 bytes")
+	require.NotContains(t, err.Error(), long)
+	require.NoError(t, s.PutTask(ctx, store.TaskRecord{ID: long[1:]}))
+	tasks, err := s.ListTasks(ctx)
+	require.NoError(t, err)
+	require.Equal(t, []store.TaskRecord{{ID: long[1:]}}, tasks)
 }
 
 // TestCloseWaitsForCalls checks that Close waits for a call in progress

@@ -10,10 +10,12 @@
 package storetest
 
 import (
+	"bytes"
 	"cmp"
 	"errors"
 	"fmt"
 	"slices"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -45,13 +47,14 @@ func Run(t *testing.T, open func(t *testing.T) store.Store) {
 	t.Run("LastID", func(t *testing.T) { testLastID(t, newStore) })
 	t.Run("Atomicity", func(t *testing.T) { testAtomicity(t, newStore) })
 	t.Run("Aliasing", func(t *testing.T) { testAliasing(t, newStore) })
+	t.Run("Tasks", func(t *testing.T) { testTasks(t, newStore) })
 	t.Run("Concurrent", func(t *testing.T) { testConcurrent(t, newStore) })
 	t.Run("Closed", func(t *testing.T) { testClosed(t, newStore) })
 }
 
 // RunReopen checks that a persistent backend keeps everything across Close
-// and re-open: queues, items, bodies, errors, LastID and the queue-ID
-// counter. open must open the store kept in dir, creating it if dir is
+// and re-open: queues, items, bodies, errors, LastID, the queue-ID counter
+// and tasks. open must open the store kept in dir, creating it if dir is
 // empty; the suite closes every store it opens.
 func RunReopen(t *testing.T, open func(t *testing.T, dir string) store.Store) {
 	dir := t.TempDir()
@@ -90,15 +93,25 @@ func RunReopen(t *testing.T, open func(t *testing.T, dir string) store.Store) {
 	batch = &store.Batch{QueueID: gone.ID, LastID: 77}
 	batch.Insert(0, fullMeta(1), fullBody(1), someErrors(1))
 	write(t, s, batch)
+	// Tasks: one overwritten, one deleted, one of the deleted queue.
+	putTask(t, s, taskRecord("t2", "dlq", 2))
+	putTask(t, s, taskRecord("t1", "dlq", 1))
+	putTask(t, s, taskRecord("t3", "dlq", 3))
+	putTask(t, s, taskRecord("t1", "dlq", 11))
+	putTask(t, s, taskRecord("t0", "gone", 0))
+	require.NoError(t, s.DeleteTask(ctx, "t3"))
 	require.NoError(t, s.DeleteQueue(ctx, "gone"))
 
 	want := dump(t, s)
 	require.Len(t, want, 3)
+	wantTasks := []store.TaskRecord{taskRecord("t0", "gone", 0), taskRecord("t1", "dlq", 11), taskRecord("t2", "dlq", 2)}
+	requireTasks(t, wantTasks, listTasks(t, s))
 	require.NoError(t, s.Close())
 
 	s = reopen(t)
 	got := dump(t, s)
 	require.Equal(t, want, got, "state after re-open")
+	requireTasks(t, wantTasks, listTasks(t, s), "tasks after re-open")
 	lastID, err := s.LastID(ctx, a.ID)
 	require.NoError(t, err)
 	require.Equal(t, uint64(500), lastID)
@@ -121,11 +134,17 @@ func RunReopen(t *testing.T, open func(t *testing.T, dir string) store.Store) {
 	batch.SetErrors(1, fullMeta(5), someErrors(5))
 	write(t, s, batch)
 	requireLastID(t, s, a.ID, 501)
+	putTask(t, s, taskRecord("t4", "a", 4))
+	require.NoError(t, s.DeleteTask(ctx, "t0"))
+	putTask(t, s, taskRecord("t2", "dlq", 22))
 	want = dump(t, s)
+	wantTasks = []store.TaskRecord{taskRecord("t1", "dlq", 11), taskRecord("t2", "dlq", 22), taskRecord("t4", "a", 4)}
+	requireTasks(t, wantTasks, listTasks(t, s))
 	require.NoError(t, s.Close())
 
 	s = reopen(t)
 	require.Equal(t, want, dump(t, s), "state after second re-open")
+	requireTasks(t, wantTasks, listTasks(t, s), "tasks after second re-open")
 }
 
 func testQueues(t *testing.T, newStore func(*testing.T) store.Store) {
@@ -865,6 +884,115 @@ func testAliasing(t *testing.T, newStore func(*testing.T) store.Store) {
 	check()
 }
 
+func testTasks(t *testing.T, newStore func(*testing.T) store.Store) {
+	t.Run("PutList", func(t *testing.T) {
+		s := newStore(t)
+		require.Empty(t, listTasks(t, s), "new store")
+		long := "m" + strings.Repeat("x", 127) // the longest ID allowed
+		in := []store.TaskRecord{
+			taskRecord("redrive-2", "orders-dead", 2),
+			{ID: "redrive-10", Queue: "orders-dead", Data: []byte{0, 0xff, 0, 1}},
+			{ID: "redrive-1"}, // no queue, no data
+			taskRecord("é", "q", 5),
+			taskRecord("Z", "q", 6),
+			{ID: long, Queue: "q", Data: bytes.Repeat([]byte{7}, 4096)},
+		}
+		for _, task := range in {
+			putTask(t, s, task)
+		}
+		// Byte order of IDs, not insertion or numeric order.
+		want := slices.Clone(in)
+		slices.SortFunc(want, func(a, b store.TaskRecord) int { return cmp.Compare(a.ID, b.ID) })
+		var ids []string
+		for _, r := range want {
+			ids = append(ids, r.ID)
+		}
+		require.Equal(t, []string{"Z", long, "redrive-1", "redrive-10", "redrive-2", "é"}, ids)
+		requireTasks(t, want, listTasks(t, s))
+		requireTasks(t, want, listTasks(t, s), "second list")
+	})
+
+	t.Run("Overwrite", func(t *testing.T) {
+		s := newStore(t)
+		putTask(t, s, taskRecord("a", "q1", 1))
+		putTask(t, s, taskRecord("b", "q1", 2))
+		putTask(t, s, store.TaskRecord{ID: "a", Queue: "q2", Data: bytes.Repeat([]byte("long"), 100)})
+		requireTasks(t, []store.TaskRecord{
+			{ID: "a", Queue: "q2", Data: bytes.Repeat([]byte("long"), 100)},
+			taskRecord("b", "q1", 2),
+		}, listTasks(t, s))
+		// Shorter, then empty: nothing of the old value remains.
+		putTask(t, s, taskRecord("a", "q3", 3))
+		requireTasks(t, []store.TaskRecord{taskRecord("a", "q3", 3), taskRecord("b", "q1", 2)}, listTasks(t, s))
+		putTask(t, s, store.TaskRecord{ID: "a"})
+		requireTasks(t, []store.TaskRecord{{ID: "a"}, taskRecord("b", "q1", 2)}, listTasks(t, s))
+	})
+
+	t.Run("Delete", func(t *testing.T) {
+		s := newStore(t)
+		ctx := t.Context()
+		for _, id := range []string{"a", "b", "c"} {
+			putTask(t, s, taskRecord(id, "q", 1))
+		}
+		require.NoError(t, s.DeleteTask(ctx, "b"))
+		requireTasks(t, []store.TaskRecord{taskRecord("a", "q", 1), taskRecord("c", "q", 1)}, listTasks(t, s))
+		require.NoError(t, s.DeleteTask(ctx, "b"), "already deleted")
+		require.NoError(t, s.DeleteTask(ctx, "never"), "unknown id")
+		require.NoError(t, s.DeleteTask(ctx, "a\x00"), "unknown id sharing a prefix")
+		requireTasks(t, []store.TaskRecord{taskRecord("a", "q", 1), taskRecord("c", "q", 1)}, listTasks(t, s))
+		require.NoError(t, s.DeleteTask(ctx, "a"))
+		require.NoError(t, s.DeleteTask(ctx, "c"))
+		require.Empty(t, listTasks(t, s))
+		// A deleted ID can be put again.
+		putTask(t, s, taskRecord("b", "q", 2))
+		requireTasks(t, []store.TaskRecord{taskRecord("b", "q", 2)}, listTasks(t, s))
+	})
+
+	t.Run("Aliasing", func(t *testing.T) {
+		s := newStore(t)
+		in := taskRecord("a", "q", 1)
+		putTask(t, s, in)
+		// Mutating what was put does not reach the store.
+		in.Data[0] ^= 0xff
+		requireTasks(t, []store.TaskRecord{taskRecord("a", "q", 1)}, listTasks(t, s))
+		// Nor does mutating what was listed.
+		got := listTasks(t, s)
+		got[0].Data[0] ^= 0xff
+		got[0].Data = append(got[0].Data[:1], "appended"...)
+		requireTasks(t, []store.TaskRecord{taskRecord("a", "q", 1)}, listTasks(t, s))
+	})
+
+	t.Run("IndependentOfQueues", func(t *testing.T) {
+		s := newStore(t)
+		ctx := t.Context()
+		q := createQueue(t, s, "dlq", 1)
+		b := &store.Batch{QueueID: q.ID}
+		b.Insert(0, fullMeta(1), deadBody(1), store.ItemErrors{})
+		write(t, s, b)
+		putTask(t, s, taskRecord("r1", "dlq", 1))
+		putTask(t, s, taskRecord("r2", "missing", 2)) // its queue need not exist
+		want := []store.TaskRecord{taskRecord("r1", "dlq", 1), taskRecord("r2", "missing", 2)}
+
+		require.NoError(t, s.DeleteQueue(ctx, "dlq"))
+		requireTasks(t, want, listTasks(t, s), "after DeleteQueue")
+		q = createQueue(t, s, "dlq", 1)
+		require.Empty(t, loadItems(t, s, q.ID, 0))
+		requireTasks(t, want, listTasks(t, s), "after re-creating the queue")
+
+		// Tasks are not queues either.
+		qs, err := s.ListQueues(ctx, "", 0)
+		require.NoError(t, err)
+		require.Len(t, qs, 1)
+		_, err = s.GetQueue(ctx, "r1")
+		require.ErrorIs(t, err, store.ErrQueueNotFound)
+		// And deleting them leaves queues alone.
+		require.NoError(t, s.DeleteTask(ctx, "r1"))
+		require.NoError(t, s.DeleteTask(ctx, "r2"))
+		_, err = s.GetQueue(ctx, "dlq")
+		require.NoError(t, err)
+	})
+}
+
 func testConcurrent(t *testing.T, newStore func(*testing.T) store.Store) {
 	s := newStore(t)
 	ctx := t.Context()
@@ -879,7 +1007,7 @@ func testConcurrent(t *testing.T, newStore func(*testing.T) store.Store) {
 	}
 
 	var wg sync.WaitGroup
-	errc := make(chan error, 4*queues+1)
+	errc := make(chan error, 4*queues+2)
 	for _, q := range qs {
 		// The owner writes.
 		wg.Go(func() {
@@ -917,6 +1045,32 @@ func testConcurrent(t *testing.T, newStore func(*testing.T) store.Store) {
 			}
 		})
 	}
+	// Tasks change meanwhile.
+	wg.Go(func() {
+		for i := range 20 {
+			if err := s.PutTask(ctx, taskRecord(fmt.Sprintf("task-%02d", i), "q0", uint64(i))); err != nil {
+				errc <- err
+				return
+			}
+			tasks, err := s.ListTasks(ctx)
+			if err != nil {
+				errc <- err
+				return
+			}
+			for j := 1; j < len(tasks); j++ {
+				if tasks[j-1].ID >= tasks[j].ID {
+					errc <- fmt.Errorf("ListTasks out of order: %q then %q", tasks[j-1].ID, tasks[j].ID)
+					return
+				}
+			}
+			if i%2 == 1 {
+				if err := s.DeleteTask(ctx, fmt.Sprintf("task-%02d", i-1)); err != nil {
+					errc <- err
+					return
+				}
+			}
+		}
+	})
 	// Catalog changes go on meanwhile.
 	wg.Go(func() {
 		for i := range 20 {
@@ -951,6 +1105,11 @@ func testConcurrent(t *testing.T, newStore func(*testing.T) store.Store) {
 		require.Equal(t, batches*(perB-1), n, "queue %s", q.Name)
 		requireLastID(t, s, q.ID, batches*perB)
 	}
+	var wantTasks []store.TaskRecord
+	for i := 1; i < 20; i += 2 {
+		wantTasks = append(wantTasks, taskRecord(fmt.Sprintf("task-%02d", i), "q0", uint64(i)))
+	}
+	requireTasks(t, wantTasks, listTasks(t, s))
 }
 
 func testClosed(t *testing.T, newStore func(*testing.T) store.Store) {
@@ -960,6 +1119,7 @@ func testClosed(t *testing.T, newStore func(*testing.T) store.Store) {
 	b := &store.Batch{QueueID: q.ID}
 	b.Insert(0, fullMeta(1), fullBody(1), store.ItemErrors{})
 	write(t, s, b)
+	putTask(t, s, taskRecord("t", "q", 1))
 	require.NoError(t, s.Close())
 
 	_, err := s.CreateQueue(ctx, store.QueueInfo{Name: "new", Partitions: 1})
@@ -979,6 +1139,10 @@ func testClosed(t *testing.T, newStore func(*testing.T) store.Store) {
 	require.ErrorIs(t, err, store.ErrClosed, "ReadBodies")
 	_, err = s.ListItems(ctx, q.ID, 0, 0, 10)
 	require.ErrorIs(t, err, store.ErrClosed, "ListItems")
+	require.ErrorIs(t, s.PutTask(ctx, taskRecord("t", "q", 2)), store.ErrClosed, "PutTask")
+	_, err = s.ListTasks(ctx)
+	require.ErrorIs(t, err, store.ErrClosed, "ListTasks")
+	require.ErrorIs(t, s.DeleteTask(ctx, "t"), store.ErrClosed, "DeleteTask")
 	require.ErrorIs(t, s.Close(), store.ErrClosed, "second Close")
 }
 
@@ -1162,6 +1326,23 @@ func someErrors(seed uint64) store.ItemErrors {
 
 // Store helpers.
 
+// taskRecord is a task whose Data derives from seed.
+func taskRecord(id, queue string, seed uint64) store.TaskRecord {
+	return store.TaskRecord{ID: id, Queue: queue, Data: fmt.Appendf(nil, "task %s data %d\x00\xff", id, seed)}
+}
+
+func putTask(t *testing.T, s store.Store, task store.TaskRecord) {
+	t.Helper()
+	require.NoError(t, s.PutTask(t.Context(), task))
+}
+
+func listTasks(t *testing.T, s store.Store) []store.TaskRecord {
+	t.Helper()
+	tasks, err := s.ListTasks(t.Context())
+	require.NoError(t, err)
+	return tasks
+}
+
 func write(t *testing.T, s store.Store, b *store.Batch) {
 	t.Helper()
 	require.NoError(t, s.Write(t.Context(), b))
@@ -1236,6 +1417,11 @@ func requireErrors(t *testing.T, want, got []store.ItemErrors) {
 	require.Equal(t, mapSlice(want, normErrors), mapSlice(got, normErrors))
 }
 
+func requireTasks(t *testing.T, want, got []store.TaskRecord, msg ...any) {
+	t.Helper()
+	require.Equal(t, mapSlice(want, normTask), mapSlice(got, normTask), msg...)
+}
+
 func requireItem(t *testing.T, want, got store.Item) {
 	t.Helper()
 	require.Equal(t, normItem(want), normItem(got))
@@ -1288,6 +1474,13 @@ func normErrors(e store.ItemErrors) store.ItemErrors {
 		return a
 	})
 	return e
+}
+
+func normTask(r store.TaskRecord) store.TaskRecord {
+	if len(r.Data) == 0 {
+		r.Data = nil
+	}
+	return r
 }
 
 func normItem(it store.Item) store.Item {

@@ -1,0 +1,548 @@
+// Package redrive runs redrive tasks: tracked, rate-limited, cancellable
+// moves of dead items from a dead-letter queue back to their source queue (or
+// to a destination), persisted so that a running task resumes after a
+// restart.
+//
+// A task goes through the dead-letter queue in id order (oldest first), a
+// batch at a time. For each batch it produces the items to their destination
+// first, through the destination's logical queue, then deletes them from the
+// dead-letter queue through the dead-letter queue's logical queue (publish
+// first, acknowledge second). A crash between the two leaves a copy in both;
+// the resumed task sends it again and the destination ignores the copy it
+// holds (the source-key rule of ADR 0003). See ADR 0004.
+package redrive
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"log/slog"
+	"slices"
+	"sync"
+	"time"
+
+	"golang.org/x/time/rate"
+
+	"github.com/styxq/styx/internal/apierr"
+	"github.com/styxq/styx/internal/clock"
+	"github.com/styxq/styx/internal/queue"
+	"github.com/styxq/styx/internal/store"
+	"github.com/styxq/styx/metrics"
+)
+
+// Task statuses (wire: RedriveTask.status).
+const (
+	StatusRunning    = "running"
+	StatusCompleted  = "completed"
+	StatusCancelling = "cancelling"
+	StatusCancelled  = "cancelled"
+	StatusFailed     = "failed"
+)
+
+const (
+	// DefaultMaxRedriveCount is how many times an item may be redriven
+	// before a redrive skips it (redrive loops end).
+	DefaultMaxRedriveCount = 10
+	// keepFinished is how many finished tasks are kept per dead-letter
+	// queue.
+	keepFinished = 100
+	// maxBatch is the most items a task moves per step.
+	maxBatch = 100
+	// progressEvery is how often (in items) a task logs its progress.
+	progressEvery = 10_000
+	// yieldWait and maxYields bound how long a task step waits for a queue
+	// with requests waiting (live traffic goes first).
+	yieldWait = time.Millisecond
+	maxYields = 20
+)
+
+// Counts are a task's per-destination results.
+type Counts struct {
+	Moved   int64 `json:"moved"`
+	Failed  int64 `json:"failed"`
+	Skipped int64 `json:"skipped"`
+}
+
+// Task is a redrive task. Values returned by the Runner are copies.
+type Task struct {
+	ID string `json:"id"`
+	// Queue is the dead-letter queue the items come from.
+	Queue string `json:"queue"`
+	// Destination, when set, receives every item; otherwise each item goes
+	// to its source queue.
+	Destination string           `json:"destination,omitempty"`
+	Filter      queue.DeadFilter `json:"filter"`
+	// RateLimit is items per second; 0 means no limit.
+	RateLimit int32 `json:"rate_limit,omitempty"`
+	// MaxRedriveCount: items redriven this many times are skipped; -1 means
+	// no limit.
+	MaxRedriveCount int32  `json:"max_redrive_count"`
+	DryRun          bool   `json:"dry_run,omitempty"`
+	Status          string `json:"status"`
+	// Matched counts the items that matched the filter when the task
+	// started; Moved, Failed and Skipped count what happened to them.
+	Matched       int64              `json:"matched"`
+	Moved         int64              `json:"moved"`
+	Failed        int64              `json:"failed"`
+	Skipped       int64              `json:"skipped"`
+	ByQueue       map[string]*Counts `json:"by_queue,omitempty"`
+	StartedAt     time.Time          `json:"started_at"`
+	FinishedAt    time.Time          `json:"finished_at,omitzero"`
+	FailureReason string             `json:"failure_reason,omitempty"`
+	// Pivot is the id of the last dead item the task has processed: a
+	// resumed task continues after it.
+	Pivot uint64 `json:"pivot,omitempty"`
+}
+
+func (t *Task) clone() Task {
+	c := *t
+	c.Filter.IDs = slices.Clone(t.Filter.IDs)
+	c.ByQueue = make(map[string]*Counts, len(t.ByQueue))
+	for k, v := range t.ByQueue {
+		cv := *v
+		c.ByQueue[k] = &cv
+	}
+	return c
+}
+
+func (t *Task) finished() bool {
+	return t.Status == StatusCompleted || t.Status == StatusCancelled || t.Status == StatusFailed
+}
+
+// Config configures a Runner.
+type Config struct {
+	Queues  *queue.Manager
+	Store   store.TaskStore
+	Clock   clock.Clock
+	Log     *slog.Logger
+	Metrics *metrics.Metrics
+}
+
+// Runner owns every redrive task of a server: one goroutine per running
+// task. mu guards tasks and running; it is never held while a task calls
+// into a logical queue or the store.
+type Runner struct {
+	cfg     Config
+	ctx     context.Context // canceled by Close
+	stop    context.CancelFunc
+	wg      sync.WaitGroup
+	mu      sync.Mutex
+	tasks   map[string]*Task
+	running map[string]context.CancelFunc // by task id
+	lastID  uint64
+}
+
+// New loads the persisted tasks and resumes the running ones.
+func New(ctx context.Context, cfg Config) (*Runner, error) {
+	recs, err := cfg.Store.ListTasks(ctx)
+	if err != nil {
+		return nil, fmt.Errorf("redrive: list tasks: %w", err)
+	}
+	rctx, stop := context.WithCancel(context.Background())
+	r := &Runner{cfg: cfg, ctx: rctx, stop: stop, tasks: map[string]*Task{}, running: map[string]context.CancelFunc{}}
+	for _, rec := range recs {
+		var t Task
+		if err := json.Unmarshal(rec.Data, &t); err != nil {
+			cfg.Log.Error("redrive: undecodable task ignored", "task", rec.ID, "error", err)
+			continue
+		}
+		r.tasks[t.ID] = &t
+		switch t.Status {
+		case StatusRunning:
+			cfg.Log.Info("redrive: resuming task", "task", t.ID, "dead_queue", t.Queue, "moved", t.Moved, "matched", t.Matched)
+			r.launch(&t)
+		case StatusCancelling:
+			r.finish(&t, StatusCancelled, "")
+		}
+	}
+	return r, nil
+}
+
+// Close stops every task goroutine without changing the tasks' status: a
+// running task resumes when the server starts again. Call it before the
+// queue manager closes.
+func (r *Runner) Close() {
+	r.stop()
+	r.wg.Wait()
+}
+
+// StartParams is a validated dead.redrive request.
+type StartParams struct {
+	Queue           string
+	Filter          queue.DeadFilter
+	Destination     string
+	RateLimit       int32
+	DryRun          bool
+	MaxRedriveCount int32
+}
+
+// Start counts the matching items and, unless p.DryRun, starts a task.
+// Returns apierr.NotFound for an unknown queue or destination and
+// apierr.Conflict when a task is already running on the queue.
+func (r *Runner) Start(ctx context.Context, p StartParams) (Task, error) {
+	dlq, err := r.cfg.Queues.Get(p.Queue)
+	if err != nil {
+		return Task{}, err
+	}
+	if p.Destination != "" {
+		if _, err := r.cfg.Queues.Get(p.Destination); err != nil {
+			return Task{}, apierr.New(apierr.NotFound, "invalid destination; queue '%s' does not exist", p.Destination)
+		}
+	}
+	if p.MaxRedriveCount == 0 {
+		p.MaxRedriveCount = DefaultMaxRedriveCount
+	}
+	now := r.cfg.Clock.Now().UTC()
+	t := &Task{
+		Queue: p.Queue, Destination: p.Destination, Filter: p.Filter, RateLimit: p.RateLimit,
+		MaxRedriveCount: p.MaxRedriveCount, DryRun: p.DryRun, Status: StatusRunning,
+		ByQueue: map[string]*Counts{}, StartedAt: now,
+	}
+	r.mu.Lock()
+	if id := r.runningOn(p.Queue); id != "" {
+		r.mu.Unlock()
+		return Task{}, apierr.New(apierr.Conflict, "redrive already running; task '%s' is running on queue '%s'", id, p.Queue)
+	}
+	r.lastID = max(r.lastID+1, uint64(now.UnixNano()))
+	t.ID = "rd-" + queue.FormatID(r.lastID)
+	if !p.DryRun {
+		r.tasks[t.ID] = t // reserves the queue while matching runs
+	}
+	r.mu.Unlock()
+
+	matched, err := countMatching(ctx, r.cfg.Queues, dlq, &t.Filter)
+	if err == nil && !p.DryRun {
+		r.mu.Lock()
+		t.Matched = matched
+		r.mu.Unlock()
+		err = r.persist(t)
+	}
+	if err != nil {
+		r.mu.Lock()
+		delete(r.tasks, t.ID)
+		r.mu.Unlock()
+		return Task{}, err
+	}
+	if p.DryRun {
+		t.Matched, t.Status, t.FinishedAt = matched, StatusCompleted, now
+		return t.clone(), nil
+	}
+	r.cfg.Log.Info("redrive: task started", "task", t.ID, "dead_queue", t.Queue, "destination", t.Destination,
+		"matched", matched, "rate_limit", t.RateLimit)
+	r.mu.Lock()
+	r.launch(t)
+	c := t.clone()
+	r.mu.Unlock()
+	return c, nil
+}
+
+// runningOn returns the id of the unfinished task on queue, or "". Needs mu.
+func (r *Runner) runningOn(q string) string {
+	for _, t := range r.tasks {
+		if t.Queue == q && !t.finished() {
+			return t.ID
+		}
+	}
+	return ""
+}
+
+// countMatching counts the items of a queue that match f.
+func countMatching(ctx context.Context, m *queue.Manager, l *queue.Logical, f *queue.DeadFilter) (int64, error) {
+	info, err := m.Info(ctx, l.Name())
+	if err != nil {
+		return 0, err
+	}
+	var n int64
+	var after uint64
+	for {
+		items, next, err := l.Scan(ctx, info.Partitions, f, queue.ScanParams{After: after, Limit: 1000, MaxScanned: 10_000})
+		if err != nil {
+			return 0, err
+		}
+		n += int64(len(items))
+		if next == 0 {
+			return n, nil
+		}
+		after = next
+	}
+}
+
+// List returns the tasks of a queue ("" for all), newest first.
+func (r *Runner) List(q string) []Task {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	var out []Task
+	for _, t := range r.tasks {
+		if q == "" || t.Queue == q {
+			out = append(out, t.clone())
+		}
+	}
+	slices.SortFunc(out, func(a, b Task) int { return -cmpString(a.ID, b.ID) })
+	return out
+}
+
+func cmpString(a, b string) int {
+	switch {
+	case a < b:
+		return -1
+	case a > b:
+		return 1
+	}
+	return 0
+}
+
+// Get returns a task, or apierr.NotFound.
+func (r *Runner) Get(id string) (Task, error) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	t, ok := r.tasks[id]
+	if !ok {
+		return Task{}, apierr.New(apierr.NotFound, "redrive task does not exist; '%s'", id)
+	}
+	return t.clone(), nil
+}
+
+// Cancel asks a running task to stop after its current batch and returns
+// it (status cancelling). A finished task is returned unchanged.
+func (r *Runner) Cancel(id string) (Task, error) {
+	r.mu.Lock()
+	t, ok := r.tasks[id]
+	if !ok {
+		r.mu.Unlock()
+		return Task{}, apierr.New(apierr.NotFound, "redrive task does not exist; '%s'", id)
+	}
+	if t.Status == StatusRunning {
+		t.Status = StatusCancelling
+		if cancel := r.running[id]; cancel != nil {
+			cancel()
+		}
+	}
+	c := t.clone()
+	r.mu.Unlock()
+	if c.Status == StatusCancelling {
+		if err := r.persist(t); err != nil {
+			return Task{}, err
+		}
+	}
+	return c, nil
+}
+
+// launch starts the task's goroutine. Needs mu.
+func (r *Runner) launch(t *Task) {
+	ctx, cancel := context.WithCancel(r.ctx)
+	r.running[t.ID] = cancel
+	r.wg.Go(func() {
+		defer cancel()
+		status, reason := r.run(ctx, t)
+		if r.ctx.Err() != nil && status != StatusCompleted {
+			return // server shutting down: the task resumes at restart
+		}
+		r.finish(t, status, reason)
+	})
+}
+
+// finish records the end of a task and prunes old finished tasks.
+func (r *Runner) finish(t *Task, status, reason string) {
+	r.mu.Lock()
+	t.Status, t.FailureReason, t.FinishedAt = status, reason, r.cfg.Clock.Now().UTC()
+	delete(r.running, t.ID)
+	var done []*Task
+	for _, o := range r.tasks {
+		if o.Queue == t.Queue && o.finished() {
+			done = append(done, o)
+		}
+	}
+	slices.SortFunc(done, func(a, b *Task) int { return cmpString(a.ID, b.ID) })
+	var prune []string
+	for len(done) > keepFinished {
+		prune = append(prune, done[0].ID)
+		delete(r.tasks, done[0].ID)
+		done = done[1:]
+	}
+	r.mu.Unlock()
+	if err := r.persist(t); err != nil {
+		r.cfg.Log.Error("redrive: persist finished task", "task", t.ID, "error", err)
+	}
+	for _, id := range prune {
+		if err := r.cfg.Store.DeleteTask(context.Background(), id); err != nil {
+			r.cfg.Log.Error("redrive: prune task", "task", id, "error", err)
+		}
+	}
+	r.cfg.Log.Info("redrive: task finished", "task", t.ID, "dead_queue", t.Queue, "status", status,
+		"matched", t.Matched, "moved", t.Moved, "failed", t.Failed, "skipped", t.Skipped, "reason", reason)
+}
+
+// persist writes the task.
+func (r *Runner) persist(t *Task) error {
+	r.mu.Lock()
+	data, err := json.Marshal(t)
+	r.mu.Unlock()
+	if err != nil {
+		return fmt.Errorf("redrive: encode task %s: %w", t.ID, err)
+	}
+	if err := r.cfg.Store.PutTask(context.Background(), store.TaskRecord{ID: t.ID, Queue: t.Queue, Data: data}); err != nil {
+		return fmt.Errorf("redrive: persist task %s: %w", t.ID, err)
+	}
+	return nil
+}
+
+// run moves the task's items until done, canceled or failed. It returns
+// the final status and, for failed, the reason.
+func (r *Runner) run(ctx context.Context, t *Task) (string, string) {
+	var limiter *rate.Limiter
+	batch := maxBatch
+	if t.RateLimit > 0 {
+		// Small bursts keep the rate even: a tenth of a second's worth.
+		batch = max(1, min(maxBatch, int(t.RateLimit)/10))
+		limiter = rate.NewLimiter(rate.Limit(t.RateLimit), batch)
+	}
+	nextLog := (t.Moved + t.Failed + t.Skipped) / progressEvery
+	for {
+		if ctx.Err() != nil {
+			return StatusCancelled, ""
+		}
+		dlq, err := r.cfg.Queues.Get(t.Queue)
+		if err != nil {
+			return StatusFailed, err.Error()
+		}
+		info, err := r.cfg.Queues.Info(ctx, t.Queue)
+		if err != nil {
+			if ctx.Err() != nil {
+				return StatusCancelled, ""
+			}
+			return StatusFailed, err.Error()
+		}
+		items, next, err := dlq.Scan(ctx, info.Partitions, &t.Filter, queue.ScanParams{After: t.Pivot, Limit: batch})
+		if err != nil {
+			if ctx.Err() != nil {
+				return StatusCancelled, ""
+			}
+			return StatusFailed, err.Error()
+		}
+		if len(items) > 0 && limiter != nil {
+			if err := limiter.WaitN(ctx, len(items)); err != nil {
+				return StatusCancelled, ""
+			}
+		}
+		if err := r.step(ctx, t, dlq, items); err != nil {
+			if ctx.Err() != nil {
+				return StatusCancelled, ""
+			}
+			return StatusFailed, err.Error()
+		}
+		r.mu.Lock()
+		switch {
+		case next != 0:
+			t.Pivot = next
+		case len(items) > 0:
+			t.Pivot = items[len(items)-1].Meta.ID
+		}
+		done := next == 0
+		r.mu.Unlock()
+		if err := r.persist(t); err != nil {
+			return StatusFailed, err.Error()
+		}
+		if n := (t.Moved + t.Failed + t.Skipped) / progressEvery; n > nextLog {
+			nextLog = n
+			r.cfg.Log.Info("redrive: progress", "task", t.ID, "dead_queue", t.Queue, "matched", t.Matched,
+				"moved", t.Moved, "failed", t.Failed, "skipped", t.Skipped)
+		}
+		if done {
+			return StatusCompleted, ""
+		}
+	}
+}
+
+// step moves one batch: destination first, dead-letter queue second.
+func (r *Runner) step(ctx context.Context, t *Task, dlq *queue.Logical, items []store.Item) error {
+	byDest := map[string][]store.Item{}
+	var order []string
+	for _, it := range items {
+		dest := t.Destination
+		if dest == "" {
+			dest = it.Body.SourceQueue
+		}
+		if _, ok := byDest[dest]; !ok {
+			order = append(order, dest)
+		}
+		byDest[dest] = append(byDest[dest], it)
+	}
+	for _, dest := range order {
+		group := byDest[dest]
+		var send []store.Item
+		for _, it := range group {
+			if t.MaxRedriveCount >= 0 && it.Body.RedriveCount >= t.MaxRedriveCount {
+				r.count(t, dest, 0, 0, 1)
+				continue
+			}
+			send = append(send, it)
+		}
+		if len(send) == 0 {
+			continue
+		}
+		target, err := r.cfg.Queues.Get(dest)
+		if dest == "" || err != nil {
+			// The source queue is gone: the items stay for manual review.
+			r.count(t, dest, 0, 0, int64(len(send)))
+			continue
+		}
+		yield(target)
+		yield(dlq)
+		in := make([]queue.RedriveItem, len(send))
+		refs := make([]queue.ItemRef, len(send))
+		for i, it := range send {
+			in[i] = queue.RedriveItem{SourceKey: queue.RedriveKey(t.Queue, it.Meta.ID), Body: it.Body}
+			refs[i] = queue.ItemRef{Partition: it.Partition, ID: it.Meta.ID}
+		}
+		if err := target.TakeRedriven(ctx, in); err != nil {
+			if ctx.Err() != nil {
+				return err
+			}
+			r.cfg.Log.Warn("redrive: destination write failed; items stay in the dead-letter queue",
+				"task", t.ID, "queue", dest, "items", len(send), "error", err)
+			r.count(t, dest, 0, int64(len(send)), 0)
+			continue
+		}
+		n, err := dlq.Delete(ctx, refs)
+		if err != nil {
+			// The items are in both queues; a later redrive finds the
+			// destination's copies and does not add them twice.
+			if ctx.Err() != nil {
+				return err
+			}
+			return fmt.Errorf("delete from dead-letter queue '%s': %w", t.Queue, err)
+		}
+		r.count(t, dest, int64(n), 0, 0)
+	}
+	return nil
+}
+
+// yield lets a queue's waiting requests (live traffic) go first, briefly.
+func yield(l *queue.Logical) {
+	for i := 0; i < maxYields && l.Pending() > 0; i++ {
+		time.Sleep(yieldWait)
+	}
+}
+
+// count adds results for one destination queue.
+func (r *Runner) count(t *Task, dest string, moved, failed, skipped int64) {
+	r.mu.Lock()
+	c := t.ByQueue[dest]
+	if c == nil {
+		c = &Counts{}
+		t.ByQueue[dest] = c
+	}
+	c.Moved += moved
+	c.Failed += failed
+	c.Skipped += skipped
+	t.Moved += moved
+	t.Failed += failed
+	t.Skipped += skipped
+	r.mu.Unlock()
+	for result, n := range map[string]int64{"moved": moved, "failed": failed, "skipped": skipped} {
+		if n > 0 {
+			r.cfg.Metrics.RedriveItems.WithLabelValues(t.Queue, dest, result).Add(float64(n))
+		}
+	}
+}
+

@@ -1,0 +1,236 @@
+package service
+
+import (
+	"context"
+	"time"
+
+	"google.golang.org/protobuf/types/known/timestamppb"
+
+	"github.com/styxq/styx/internal/queue"
+	"github.com/styxq/styx/internal/redrive"
+	pb "github.com/styxq/styx/styxpb"
+)
+
+// deadReasons are the valid DeadFilter.reason values.
+var deadReasons = map[string]bool{queue.ReasonMaxAttempts: true, queue.ReasonExpired: true, queue.ReasonExplicit: true}
+
+// parseFilter validates a wire DeadFilter (nil is the empty filter).
+func parseFilter(in *pb.DeadFilter) (queue.DeadFilter, error) {
+	var f queue.DeadFilter
+	if in == nil {
+		return f, nil
+	}
+	if len(in.Ids) > MaxBatch {
+		return f, invalid("filter.ids", "%d given, the limit is %d", len(in.Ids), MaxBatch)
+	}
+	for _, s := range in.Ids {
+		id, err := queue.ParseID("filter.ids", s)
+		if err != nil {
+			return f, err
+		}
+		f.IDs = append(f.IDs, id)
+	}
+	if in.SourceQueue != "" {
+		if err := checkName("filter.source_queue", in.SourceQueue); err != nil {
+			return f, err
+		}
+	}
+	if in.Reason != "" && !deadReasons[in.Reason] {
+		return f, invalid("filter.reason", "'%s' is not one of max_attempts, expired, explicit", quote(in.Reason))
+	}
+	if err := checkText("filter.kind", in.Kind, MaxFieldLength); err != nil {
+		return f, err
+	}
+	if err := checkText("filter.error_contains", in.ErrorContains, MaxErrorBytes); err != nil {
+		return f, err
+	}
+	f.SourceQueue, f.Reason, f.Kind, f.ErrorContains = in.SourceQueue, in.Reason, in.Kind, in.ErrorContains
+	for _, t := range []struct {
+		name string
+		ts   *timestamppb.Timestamp
+		dst  *time.Time
+	}{{"filter.dead_after", in.DeadAfter, &f.DeadAfter}, {"filter.dead_before", in.DeadBefore, &f.DeadBefore}} {
+		if t.ts == nil {
+			continue
+		}
+		if err := t.ts.CheckValid(); err != nil {
+			return f, invalid(t.name, "%v", err)
+		}
+		*t.dst = t.ts.AsTime()
+	}
+	if !f.DeadAfter.IsZero() && !f.DeadBefore.IsZero() && !f.DeadAfter.Before(f.DeadBefore) {
+		return f, invalid("filter.dead_after", "must be before filter.dead_before")
+	}
+	return f, nil
+}
+
+func toFilter(f queue.DeadFilter) *pb.DeadFilter {
+	out := &pb.DeadFilter{SourceQueue: f.SourceQueue, Reason: f.Reason, Kind: f.Kind, ErrorContains: f.ErrorContains,
+		DeadAfter: ts(f.DeadAfter), DeadBefore: ts(f.DeadBefore)}
+	for _, id := range f.IDs {
+		out.Ids = append(out.Ids, queue.FormatID(id))
+	}
+	return out
+}
+
+// DeadList lists a queue's items that match the filter, oldest first, with
+// their dead-letter metadata. next_pivot continues the listing; it is empty
+// at the end. A page may hold fewer than limit items while next_pivot is
+// set: each call reads a bounded number of items.
+func (s *Service) DeadList(ctx context.Context, req *pb.DeadListRequest) (*pb.DeadListResponse, error) {
+	l, err := s.queue(req.QueueName)
+	if err != nil {
+		return nil, err
+	}
+	info, err := s.m.Info(ctx, req.QueueName)
+	if err != nil {
+		return nil, err
+	}
+	f, err := parseFilter(req.Filter)
+	if err != nil {
+		return nil, err
+	}
+	after, err := parsePivot(req.Pivot)
+	if err != nil {
+		return nil, err
+	}
+	limit, err := listLimit(req.Limit)
+	if err != nil {
+		return nil, err
+	}
+	items, next, err := l.Scan(ctx, info.Partitions, &f, queue.ScanParams{After: after, Limit: limit})
+	if err != nil {
+		return nil, err
+	}
+	out := &pb.DeadListResponse{Items: toStorageItems(items, info)}
+	if next != 0 {
+		out.NextPivot = queue.FormatID(next)
+	}
+	return out, nil
+}
+
+// DeadDelete deletes every item of a queue that matches the filter (an
+// empty filter matches all) and returns how many it deleted.
+func (s *Service) DeadDelete(ctx context.Context, req *pb.DeadDeleteRequest) (*pb.DeadDeleteResponse, error) {
+	l, err := s.queue(req.QueueName)
+	if err != nil {
+		return nil, err
+	}
+	info, err := s.m.Info(ctx, req.QueueName)
+	if err != nil {
+		return nil, err
+	}
+	f, err := parseFilter(req.Filter)
+	if err != nil {
+		return nil, err
+	}
+	var deleted int64
+	var after uint64
+	for {
+		items, next, err := l.Scan(ctx, info.Partitions, &f, queue.ScanParams{After: after, Limit: MaxBatch})
+		if err != nil {
+			return nil, err
+		}
+		if len(items) > 0 {
+			refs := make([]queue.ItemRef, len(items))
+			for i, it := range items {
+				refs[i] = queue.ItemRef{Partition: it.Partition, ID: it.Meta.ID}
+			}
+			n, err := l.Delete(ctx, refs)
+			if err != nil {
+				return nil, err
+			}
+			deleted += int64(n)
+		}
+		if next == 0 {
+			return &pb.DeadDeleteResponse{Deleted: deleted}, nil
+		}
+		after = next
+	}
+}
+
+// DeadRedrive starts a redrive task (or, with dry_run, only counts the
+// matching items).
+func (s *Service) DeadRedrive(ctx context.Context, req *pb.DeadRedriveRequest) (*pb.RedriveTask, error) {
+	if err := checkName("queue_name", req.QueueName); err != nil {
+		return nil, err
+	}
+	f, err := parseFilter(req.Filter)
+	if err != nil {
+		return nil, err
+	}
+	if req.Destination != "" {
+		if err := checkName("destination", req.Destination); err != nil {
+			return nil, err
+		}
+		if req.Destination == req.QueueName {
+			return nil, invalid("destination", "'%s' is the queue being redriven", req.Destination)
+		}
+	}
+	if req.RateLimit < 0 || req.RateLimit > 1_000_000 {
+		return nil, invalid("rate_limit", "%d is out of range 0..1000000 items per second", req.RateLimit)
+	}
+	if req.MaxRedriveCount < -1 || req.MaxRedriveCount > 1000 {
+		return nil, invalid("max_redrive_count", "%d is out of range -1..1000", req.MaxRedriveCount)
+	}
+	t, err := s.r.Start(ctx, redrive.StartParams{
+		Queue: req.QueueName, Filter: f, Destination: req.Destination, RateLimit: req.RateLimit,
+		DryRun: req.DryRun, MaxRedriveCount: req.MaxRedriveCount,
+	})
+	if err != nil {
+		return nil, err
+	}
+	return toTask(t), nil
+}
+
+// RedrivesList lists redrive tasks of a queue (all queues when empty),
+// newest first.
+func (s *Service) RedrivesList(_ context.Context, req *pb.RedrivesListRequest) (*pb.RedrivesListResponse, error) {
+	if req.QueueName != "" {
+		if err := checkName("queue_name", req.QueueName); err != nil {
+			return nil, err
+		}
+	}
+	out := &pb.RedrivesListResponse{}
+	for _, t := range s.r.List(req.QueueName) {
+		out.Tasks = append(out.Tasks, toTask(t))
+	}
+	return out, nil
+}
+
+// RedrivesGet returns a task.
+func (s *Service) RedrivesGet(_ context.Context, req *pb.RedriveTaskRequest) (*pb.RedriveTask, error) {
+	if req.TaskId == "" {
+		return nil, invalid("task_id", "a task id is required")
+	}
+	t, err := s.r.Get(req.TaskId)
+	if err != nil {
+		return nil, err
+	}
+	return toTask(t), nil
+}
+
+// RedrivesCancel asks a running task to stop.
+func (s *Service) RedrivesCancel(_ context.Context, req *pb.RedriveTaskRequest) (*pb.RedriveTask, error) {
+	if req.TaskId == "" {
+		return nil, invalid("task_id", "a task id is required")
+	}
+	t, err := s.r.Cancel(req.TaskId)
+	if err != nil {
+		return nil, err
+	}
+	return toTask(t), nil
+}
+
+func toTask(t redrive.Task) *pb.RedriveTask {
+	out := &pb.RedriveTask{
+		TaskId: t.ID, QueueName: t.Queue, Destination: t.Destination, Filter: toFilter(t.Filter), RateLimit: t.RateLimit,
+		Status: t.Status, Matched: t.Matched, Moved: t.Moved, Failed: t.Failed, Skipped: t.Skipped,
+		StartedAt: ts(t.StartedAt), FinishedAt: ts(t.FinishedAt), FailureReason: t.FailureReason, DryRun: t.DryRun,
+		MaxRedriveCount: t.MaxRedriveCount, ByQueue: map[string]*pb.RedriveCounts{},
+	}
+	for q, c := range t.ByQueue {
+		out.ByQueue[q] = &pb.RedriveCounts{Moved: c.Moved, Failed: c.Failed, Skipped: c.Skipped}
+	}
+	return out
+}

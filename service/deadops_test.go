@@ -1,0 +1,402 @@
+package service_test
+
+import (
+	"errors"
+	"fmt"
+	"sort"
+	"testing"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus/testutil"
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+
+	styx "github.com/styxq/styx"
+	"github.com/styxq/styx/internal/store"
+	pb "github.com/styxq/styx/styxpb"
+)
+
+// deadItem describes a dead item to import into a dead-letter queue.
+type deadItem struct {
+	payload, source, reason, kind, lastErr string
+	deadAt                                 time.Time
+	redrives                               int32
+}
+
+// importDead puts dead items straight into a queue, as the DLQ would hold
+// them.
+func (s *server) importDead(queue string, items ...deadItem) {
+	s.t.Helper()
+	req := &pb.StorageItemsImportRequest{QueueName: queue}
+	for _, d := range items {
+		if d.deadAt.IsZero() {
+			d.deadAt = time.Now()
+		}
+		req.Items = append(req.Items, &pb.StorageItem{
+			Payload: []byte(d.payload), Kind: d.kind, SourceQueue: d.source, DeadReason: d.reason,
+			DeadAt: at(d.deadAt), LastError: d.lastErr, Attempts: 3, RedriveCount: d.redrives,
+		})
+	}
+	_, err := s.C.StorageItemsImport(ctx, req)
+	require.NoError(s.t, err)
+}
+
+// deadList lists every matching item of queue, page by page.
+func (s *server) deadList(queue string, f *pb.DeadFilter, limit int32) []*pb.StorageItem {
+	s.t.Helper()
+	var all []*pb.StorageItem
+	pivot := ""
+	for {
+		res, err := s.C.DeadList(ctx, &pb.DeadListRequest{QueueName: queue, Filter: f, Pivot: pivot, Limit: limit})
+		require.NoError(s.t, err)
+		all = append(all, res.Items...)
+		if res.NextPivot == "" {
+			return all
+		}
+		pivot = res.NextPivot
+	}
+}
+
+func payloads(items []*pb.StorageItem) []string {
+	out := make([]string, len(items))
+	for i, it := range items {
+		out[i] = string(it.Payload)
+	}
+	return out
+}
+
+func sorted(s []string) []string {
+	s = append([]string(nil), s...)
+	sort.Strings(s)
+	return s
+}
+
+// waitTask polls a redrive task until it is finished.
+func (s *server) waitTask(id string) *pb.RedriveTask {
+	s.t.Helper()
+	var t *pb.RedriveTask
+	eventually(s.t, func() bool {
+		var err error
+		t, err = s.C.RedrivesGet(ctx, &pb.RedriveTaskRequest{TaskId: id})
+		require.NoError(s.t, err)
+		return t.Status == "completed" || t.Status == "cancelled" || t.Status == "failed"
+	}, "task %s should finish", id)
+	return t
+}
+
+func TestDeadList(t *testing.T) {
+	forEachBackend(t, func(t *testing.T, b backend) {
+		s := start(t, b)
+		s.createQueue(&pb.QueueInfo{QueueName: "dl", RequestedPartitions: 2})
+		t0 := time.Now().Add(-time.Hour)
+		s.importDead("dl",
+			deadItem{payload: "a", source: "orders", reason: "max_attempts", kind: "charge", lastErr: "card declined", deadAt: t0},
+			deadItem{payload: "b", source: "orders", reason: "expired", kind: "refund", lastErr: "timeout talking to bank", deadAt: t0.Add(10 * time.Minute)},
+			deadItem{payload: "c", source: "emails", reason: "explicit", kind: "charge", lastErr: "bad address", deadAt: t0.Add(20 * time.Minute)},
+		)
+		// A second produce goes to the other partition: listing merges
+		// partitions in id order.
+		s.importDead("dl", deadItem{payload: "d", source: "emails", reason: "max_attempts", kind: "welcome", lastErr: "smtp 451", deadAt: t0.Add(30 * time.Minute)})
+		all := s.deadList("dl", nil, 0)
+		require.Equal(t, []string{"a", "b", "c", "d"}, payloads(all), "oldest first across partitions")
+		assert.Equal(t, "card declined", all[0].LastError)
+		assert.Equal(t, "orders", all[0].SourceQueue)
+
+		cases := []struct {
+			name   string
+			filter *pb.DeadFilter
+			want   []string
+		}{
+			{"IDs", &pb.DeadFilter{Ids: []string{all[1].Id, all[3].Id}}, []string{"b", "d"}},
+			{"SourceQueue", &pb.DeadFilter{SourceQueue: "emails"}, []string{"c", "d"}},
+			{"Reason", &pb.DeadFilter{Reason: "max_attempts"}, []string{"a", "d"}},
+			{"Kind", &pb.DeadFilter{Kind: "charge"}, []string{"a", "c"}},
+			{"ErrorContains", &pb.DeadFilter{ErrorContains: "bank"}, []string{"b"}},
+			{"DeadAfter", &pb.DeadFilter{DeadAfter: at(t0.Add(15 * time.Minute))}, []string{"c", "d"}},
+			{"DeadBefore", &pb.DeadFilter{DeadBefore: at(t0.Add(15 * time.Minute))}, []string{"a", "b"}},
+			{"Window", &pb.DeadFilter{DeadAfter: at(t0.Add(5 * time.Minute)), DeadBefore: at(t0.Add(25 * time.Minute))}, []string{"b", "c"}},
+			{"Combined", &pb.DeadFilter{SourceQueue: "orders", Kind: "charge"}, []string{"a"}},
+			{"NoMatch", &pb.DeadFilter{Reason: "explicit", Kind: "refund"}, nil},
+		}
+		for _, c := range cases {
+			t.Run(c.name, func(t *testing.T) {
+				got := payloads(s.deadList("dl", c.filter, 0))
+				if c.want == nil {
+					assert.Empty(t, got)
+					return
+				}
+				assert.Equal(t, c.want, got)
+			})
+		}
+		t.Run("BadFilter", func(t *testing.T) {
+			_, err := s.C.DeadList(ctx, &pb.DeadListRequest{QueueName: "dl", Filter: &pb.DeadFilter{Reason: "tired"}})
+			requireCode(t, err, styx.CodeBadRequest, "filter.reason", "tired")
+			_, err = s.C.DeadList(ctx, &pb.DeadListRequest{QueueName: "dl", Limit: 1001})
+			requireCode(t, err, styx.CodeBadRequest, "limit", "1000")
+		})
+		t.Run("PaginationWhileItemsAreAdded", func(t *testing.T) {
+			s.createQueue(&pb.QueueInfo{QueueName: "pg"})
+			var want []string
+			batch := func(from int) {
+				var items []deadItem
+				for i := from; i < from+25; i++ {
+					p := fmt.Sprintf("p%03d", i)
+					items = append(items, deadItem{payload: p, source: "orders", reason: "expired"})
+					want = append(want, p)
+				}
+				s.importDead("pg", items...)
+			}
+			batch(0)
+			var got []string
+			pivot := ""
+			for page := 0; ; page++ {
+				res, err := s.C.DeadList(ctx, &pb.DeadListRequest{QueueName: "pg", Pivot: pivot, Limit: 10})
+				require.NoError(t, err)
+				got = append(got, payloads(res.Items)...)
+				if page == 1 {
+					batch(25) // newer items arrive while paging: they come at the end
+				}
+				if res.NextPivot == "" {
+					break
+				}
+				pivot = res.NextPivot
+			}
+			assert.Equal(t, want, got, "each item exactly once, in order")
+		})
+	})
+}
+
+func TestDeadDelete(t *testing.T) {
+	forEachBackend(t, func(t *testing.T, b backend) {
+		s := start(t, b)
+		s.createQueue(&pb.QueueInfo{QueueName: "dd", RequestedPartitions: 3})
+		for i := range 6 {
+			s.importDead("dd", deadItem{payload: fmt.Sprint("junk", i), source: "orders", reason: "explicit", lastErr: "junk"},
+				deadItem{payload: fmt.Sprint("keep", i), source: "orders", reason: "max_attempts", lastErr: "retry me"})
+		}
+		res, err := s.C.DeadDelete(ctx, &pb.DeadDeleteRequest{QueueName: "dd", Filter: &pb.DeadFilter{Reason: "explicit"}})
+		require.NoError(t, err)
+		assert.Equal(t, int64(6), res.Deleted)
+		left := s.deadList("dd", nil, 0)
+		require.Len(t, left, 6)
+		for _, it := range left {
+			assert.Equal(t, "max_attempts", it.DeadReason)
+		}
+		res, err = s.C.DeadDelete(ctx, &pb.DeadDeleteRequest{QueueName: "dd"})
+		require.NoError(t, err)
+		assert.Equal(t, int64(6), res.Deleted, "an empty filter deletes everything")
+		assert.Empty(t, s.items("dd"))
+	})
+}
+
+func TestRedrive(t *testing.T) {
+	forEachBackend(t, func(t *testing.T, b backend) {
+		s := start(t, b)
+
+		t.Run("DryRun", func(t *testing.T) {
+			s.createQueue(&pb.QueueInfo{QueueName: "dry"})
+			s.createQueue(&pb.QueueInfo{QueueName: "dry-dlq"})
+			s.importDead("dry-dlq", deadItem{payload: "x", source: "dry", reason: "expired"}, deadItem{payload: "y", source: "dry", reason: "explicit"})
+			task, err := s.C.DeadRedrive(ctx, &pb.DeadRedriveRequest{QueueName: "dry-dlq", Filter: &pb.DeadFilter{Reason: "expired"}, DryRun: true})
+			require.NoError(t, err)
+			assert.Equal(t, int64(1), task.Matched)
+			assert.True(t, task.DryRun)
+			assert.Equal(t, int64(0), task.Moved)
+			assert.Len(t, s.items("dry-dlq"), 2, "a dry run moves nothing")
+			assert.Empty(t, s.items("dry"))
+		})
+
+		t.Run("ToSourceAsFreshWork", func(t *testing.T) {
+			dlq := s.withDLQ("rs", &pb.QueueInfo{MaxAttempts: 1})
+			s.produce("rs", "one", "two")
+			for range 2 {
+				it := s.lease("rs", 1).Items[0]
+				s.retry("rs", 0, &pb.QueueRetryItem{Id: it.Id, Error: "boom"})
+			}
+			require.Len(t, s.items(dlq), 2)
+			st, err := s.C.QueueStats(ctx, &pb.QueueStatsRequest{QueueName: dlq})
+			require.NoError(t, err)
+			assert.Equal(t, map[string]int64{"max_attempts": 2}, st.DeadByReason)
+			assert.Equal(t, map[string]int64{"rs": 2}, st.DeadBySource)
+
+			task, err := s.C.DeadRedrive(ctx, &pb.DeadRedriveRequest{QueueName: dlq})
+			require.NoError(t, err)
+			assert.Equal(t, int64(2), task.Matched)
+			task = s.waitTask(task.TaskId)
+			assert.Equal(t, "completed", task.Status)
+			assert.Equal(t, int64(2), task.Moved)
+			assert.Equal(t, int64(2), task.ByQueue["rs"].Moved)
+			assert.NotNil(t, task.FinishedAt)
+			assert.Empty(t, s.items(dlq))
+			back := s.items("rs")
+			require.Len(t, back, 2)
+			assert.Equal(t, []string{"one", "two"}, sorted(payloads(back)))
+			for _, it := range back {
+				assert.Equal(t, int32(0), it.Attempts, "a redriven item arrives as fresh work")
+				assert.Equal(t, int32(1), it.RedriveCount)
+				assert.Empty(t, it.DeadReason)
+			}
+			assert.Equal(t, 2.0, testutil.ToFloat64(s.d.Metrics.RedriveItems.WithLabelValues(dlq, "rs", "moved")))
+			res := s.lease("rs", 2)
+			assert.Len(t, res.Items, 2)
+			assert.Equal(t, int32(1), res.Items[0].Attempts)
+		})
+
+		t.Run("ToDestination", func(t *testing.T) {
+			s.createQueue(&pb.QueueInfo{QueueName: "dst-dlq"})
+			s.createQueue(&pb.QueueInfo{QueueName: "dst"})
+			s.importDead("dst-dlq", deadItem{payload: "a", source: "gone", reason: "expired"}, deadItem{payload: "b", source: "other", reason: "expired"})
+			task, err := s.C.DeadRedrive(ctx, &pb.DeadRedriveRequest{QueueName: "dst-dlq", Destination: "dst"})
+			require.NoError(t, err)
+			task = s.waitTask(task.TaskId)
+			assert.Equal(t, int64(2), task.Moved)
+			assert.Equal(t, []string{"a", "b"}, sorted(payloads(s.items("dst"))))
+			_, err = s.C.DeadRedrive(ctx, &pb.DeadRedriveRequest{QueueName: "dst-dlq", Destination: "nowhere"})
+			requireCode(t, err, styx.CodeNotFound, "nowhere")
+		})
+
+		t.Run("UnknownSourceSkipped", func(t *testing.T) {
+			s.createQueue(&pb.QueueInfo{QueueName: "us-dlq"})
+			s.createQueue(&pb.QueueInfo{QueueName: "us"})
+			s.importDead("us-dlq", deadItem{payload: "lost", source: "deleted-queue", reason: "expired"}, deadItem{payload: "ok", source: "us", reason: "expired"})
+			task, err := s.C.DeadRedrive(ctx, &pb.DeadRedriveRequest{QueueName: "us-dlq"})
+			require.NoError(t, err)
+			task = s.waitTask(task.TaskId)
+			assert.Equal(t, "completed", task.Status)
+			assert.Equal(t, int64(1), task.Moved)
+			assert.Equal(t, int64(1), task.Skipped)
+			assert.Equal(t, int64(1), task.ByQueue["deleted-queue"].Skipped)
+			assert.Equal(t, []string{"lost"}, payloads(s.items("us-dlq")), "kept for manual review")
+		})
+
+		t.Run("DestinationFailureKept", func(t *testing.T) {
+			s.createQueue(&pb.QueueInfo{QueueName: "df-dlq"})
+			s.createQueue(&pb.QueueInfo{QueueName: "df"})
+			s.importDead("df-dlq", deadItem{payload: "a", source: "df", reason: "expired"}, deadItem{payload: "b", source: "df", reason: "expired"})
+			info, err := s.C.QueuesInfo(ctx, &pb.QueuesInfoRequest{QueueName: "df"})
+			require.NoError(t, err)
+			_ = info
+			// Fail every write that inserts redriven items into df.
+			s.Faults.SetWriteHook(func(b *store.Batch) error {
+				for _, op := range b.Ops {
+					if op.Kind == store.OpInsert && op.Body != nil && op.Body.RedriveCount > 0 {
+						return errors.New("injected: destination disk full")
+					}
+				}
+				return nil
+			})
+			defer s.Faults.SetWriteHook(nil)
+			task, err := s.C.DeadRedrive(ctx, &pb.DeadRedriveRequest{QueueName: "df-dlq"})
+			require.NoError(t, err)
+			task = s.waitTask(task.TaskId)
+			assert.Equal(t, "completed", task.Status)
+			assert.Equal(t, int64(2), task.Failed)
+			assert.Equal(t, int64(0), task.Moved)
+			assert.Len(t, s.items("df-dlq"), 2, "failed items stay in the DLQ")
+			assert.Empty(t, s.items("df"))
+			assert.Equal(t, 2.0, testutil.ToFloat64(s.d.Metrics.RedriveItems.WithLabelValues("df-dlq", "df", "failed")))
+		})
+
+		t.Run("RedriveLoopCap", func(t *testing.T) {
+			s.createQueue(&pb.QueueInfo{QueueName: "lc-dlq"})
+			s.createQueue(&pb.QueueInfo{QueueName: "lc"})
+			s.importDead("lc-dlq", deadItem{payload: "tired", source: "lc", reason: "max_attempts", redrives: 10},
+				deadItem{payload: "fresh", source: "lc", reason: "max_attempts", redrives: 9})
+			task := s.waitTask(must(s.C.DeadRedrive(ctx, &pb.DeadRedriveRequest{QueueName: "lc-dlq"})).TaskId)
+			assert.Equal(t, int64(1), task.Moved)
+			assert.Equal(t, int64(1), task.Skipped)
+			assert.Equal(t, []string{"tired"}, payloads(s.items("lc-dlq")))
+			// The request can lift the cap.
+			task = s.waitTask(must(s.C.DeadRedrive(ctx, &pb.DeadRedriveRequest{QueueName: "lc-dlq", MaxRedriveCount: -1})).TaskId)
+			assert.Equal(t, int64(1), task.Moved)
+			assert.Empty(t, s.items("lc-dlq"))
+		})
+
+		t.Run("CancelAndOneRunningPerQueue", func(t *testing.T) {
+			s.createQueue(&pb.QueueInfo{QueueName: "cx-dlq"})
+			s.createQueue(&pb.QueueInfo{QueueName: "cx"})
+			var items []deadItem
+			for i := range 200 {
+				items = append(items, deadItem{payload: fmt.Sprint(i), source: "cx", reason: "expired"})
+			}
+			s.importDead("cx-dlq", items...)
+			task, err := s.C.DeadRedrive(ctx, &pb.DeadRedriveRequest{QueueName: "cx-dlq", RateLimit: 50})
+			require.NoError(t, err)
+			_, err = s.C.DeadRedrive(ctx, &pb.DeadRedriveRequest{QueueName: "cx-dlq"})
+			requireCode(t, err, styx.CodeConflict, task.TaskId)
+			eventually(t, func() bool {
+				got, err := s.C.RedrivesGet(ctx, &pb.RedriveTaskRequest{TaskId: task.TaskId})
+				return err == nil && got.Moved >= 20
+			}, "some items move")
+			c, err := s.C.RedrivesCancel(ctx, &pb.RedriveTaskRequest{TaskId: task.TaskId})
+			require.NoError(t, err)
+			assert.Contains(t, []string{"cancelling", "cancelled"}, c.Status)
+			done := s.waitTask(task.TaskId)
+			assert.Equal(t, "cancelled", done.Status)
+			assert.Less(t, done.Moved, int64(200))
+			moved := len(s.items("cx"))
+			assert.Equal(t, int(done.Moved), moved)
+			assert.Equal(t, 200, moved+len(s.items("cx-dlq")), "nothing lost or doubled")
+			list, err := s.C.RedrivesList(ctx, &pb.RedrivesListRequest{QueueName: "cx-dlq"})
+			require.NoError(t, err)
+			require.Len(t, list.Tasks, 1)
+			_, err = s.C.RedrivesGet(ctx, &pb.RedriveTaskRequest{TaskId: "rd-nope"})
+			requireCode(t, err, styx.CodeNotFound, "rd-nope")
+		})
+
+		t.Run("RateLimitHonoured", func(t *testing.T) {
+			s.createQueue(&pb.QueueInfo{QueueName: "rl-dlq"})
+			s.createQueue(&pb.QueueInfo{QueueName: "rl"})
+			var items []deadItem
+			for i := range 100 {
+				items = append(items, deadItem{payload: fmt.Sprint(i), source: "rl", reason: "expired"})
+			}
+			s.importDead("rl-dlq", items...)
+			task := s.waitTask(must(s.C.DeadRedrive(ctx, &pb.DeadRedriveRequest{QueueName: "rl-dlq", RateLimit: 50})).TaskId)
+			took := task.FinishedAt.AsTime().Sub(task.StartedAt.AsTime())
+			// 100 items at 50/s with bursts of 5: (100-5)/50 = 1.9 s.
+			assert.InDelta(t, 1.9, took.Seconds(), 0.38, "took %s", took)
+			assert.Equal(t, int64(100), task.Moved)
+		})
+	})
+}
+
+// TestRedriveResumesAfterRestart: a task interrupted by a restart resumes
+// and moves every item exactly once.
+func TestRedriveResumesAfterRestart(t *testing.T) {
+	forEachBackend(t, func(t *testing.T, b backend) {
+		s := start(t, b)
+		s.createQueue(&pb.QueueInfo{QueueName: "rr-dlq", RequestedPartitions: 2})
+		s.createQueue(&pb.QueueInfo{QueueName: "rr"})
+		var items []deadItem
+		for i := range 150 {
+			items = append(items, deadItem{payload: fmt.Sprintf("i%03d", i), source: "rr", reason: "expired"})
+		}
+		s.importDead("rr-dlq", items[:75]...)
+		s.importDead("rr-dlq", items[75:]...)
+		task, err := s.C.DeadRedrive(ctx, &pb.DeadRedriveRequest{QueueName: "rr-dlq", RateLimit: 100})
+		require.NoError(t, err)
+		eventually(t, func() bool {
+			got, err := s.C.RedrivesGet(ctx, &pb.RedriveTaskRequest{TaskId: task.TaskId})
+			return err == nil && got.Moved >= 30 && got.Moved < 150 && got.Status == "running"
+		}, "some items move before the restart, not all")
+		s.restart()
+		done := s.waitTask(task.TaskId)
+		assert.Equal(t, "completed", done.Status)
+		assert.Empty(t, s.items("rr-dlq"))
+		got := payloads(s.items("rr"))
+		require.Len(t, got, 150, "every item moved exactly once")
+		var want []string
+		for _, d := range items {
+			want = append(want, d.payload)
+		}
+		assert.Equal(t, want, sorted(got))
+	})
+}
+
+func must[T any](v T, err error) T {
+	if err != nil {
+		panic(err)
+	}
+	return v
+}

@@ -1,0 +1,60 @@
+package service_test
+
+import (
+	"io"
+	"net/http"
+	"strings"
+	"testing"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+
+	pb "github.com/styxq/styx/styxpb"
+)
+
+// scrape returns the /metrics text.
+func (s *server) scrape() string {
+	s.t.Helper()
+	resp, err := http.Get(s.d.Endpoint() + "/metrics")
+	require.NoError(s.t, err)
+	defer resp.Body.Close()
+	b, err := io.ReadAll(resp.Body)
+	require.NoError(s.t, err)
+	return string(b)
+}
+
+// metric returns the line of the series with the given name and labels.
+func metricLine(text, series string) string {
+	for _, l := range strings.Split(text, "\n") {
+		if strings.HasPrefix(l, series+" ") {
+			return l
+		}
+	}
+	return ""
+}
+
+// TestMetrics checks the documented metrics (docs/metrics.md) change as
+// items move.
+func TestMetrics(t *testing.T) {
+	forEachBackend(t, func(t *testing.T, b backend) {
+		s := start(t, b)
+		dlq := s.withDLQ("m", &pb.QueueInfo{MaxAttempts: 1, RequestedPartitions: 2})
+		s.produce("m", "a", "b", "c")
+		it := s.lease("m", 1).Items[0]
+		text := s.scrape()
+		assert.Equal(t, `styx_queue_items{queue="m",state="ready"} 2`, metricLine(text, `styx_queue_items{queue="m",state="ready"}`))
+		assert.Equal(t, `styx_queue_items{queue="m",state="leased"} 1`, metricLine(text, `styx_queue_items{queue="m",state="leased"}`))
+		assert.NotEmpty(t, metricLine(text, `styx_queue_oldest_item_age_seconds{queue="m"}`))
+		assert.Contains(t, text, `styx_http_requests_total{code="200",path="/v1/queue.lease"} 1`)
+
+		s.retry("m", 0, &pb.QueueRetryItem{Id: it.Id, Error: "x"})
+		it2 := s.lease("m", 1)
+		s.complete("m", it2.Partition, it2.Items[0].Id)
+		text = s.scrape()
+		assert.Equal(t, `styx_dead_lettered_total{dead_queue="m-dlq",queue="m",reason="max_attempts"} 1`,
+			metricLine(text, `styx_dead_lettered_total{dead_queue="m-dlq",queue="m",reason="max_attempts"}`))
+		assert.Equal(t, `styx_queue_items{queue="`+dlq+`",state="ready"} 1`, metricLine(text, `styx_queue_items{queue="`+dlq+`",state="ready"}`))
+		assert.Equal(t, `styx_item_attempts_count{outcome="completed"} 1`, metricLine(text, `styx_item_attempts_count{outcome="completed"}`))
+		assert.Equal(t, `styx_item_attempts_count{outcome="dead_lettered"} 1`, metricLine(text, `styx_item_attempts_count{outcome="dead_lettered"}`))
+	})
+}
