@@ -36,6 +36,9 @@ type Metrics struct {
 	// dead-letter queue, destination queue and result (moved, failed,
 	// skipped).
 	RedriveItems *prometheus.CounterVec
+	// RedriveRunning is the number of running redrive tasks by
+	// dead-letter queue (0 or 1).
+	RedriveRunning *prometheus.GaugeVec
 	// ItemAttempts is the distribution of attempts an item had when it was
 	// completed or dead-lettered, by outcome (completed, dead_lettered,
 	// dropped).
@@ -118,6 +121,10 @@ func New() *Metrics {
 			Name: "styx_redrive_items_total",
 			Help: "Dead items handled by redrive tasks, by dead-letter queue, destination queue and result (moved, failed, skipped).",
 		}, []string{"dead_queue", "queue", "result"}),
+		RedriveRunning: prometheus.NewGaugeVec(prometheus.GaugeOpts{
+			Name: "styx_redrive_tasks_running",
+			Help: "Running redrive tasks by dead-letter queue.",
+		}, []string{"dead_queue"}),
 		ItemAttempts: prometheus.NewHistogramVec(prometheus.HistogramOpts{
 			Name:    "styx_item_attempts",
 			Help:    "Attempts an item had when it was completed or dead-lettered, by outcome (completed, dead_lettered, dropped).",
@@ -125,7 +132,7 @@ func New() *Metrics {
 		}, []string{"outcome"}),
 	}
 	reg.MustRegister(
-		m.Requests, m.RequestSeconds, m.DeadLettered, m.ItemsDropped, m.DeadLetterErrors, m.RedriveItems, m.ItemAttempts,
+		m.Requests, m.RequestSeconds, m.DeadLettered, m.ItemsDropped, m.DeadLetterErrors, m.RedriveItems, m.RedriveRunning, m.ItemAttempts,
 		collectors.NewGoCollector(),
 		collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}),
 	)

@@ -331,8 +331,11 @@ func (r *Runner) Cancel(id string) (Task, error) {
 func (r *Runner) launch(t *Task) {
 	ctx, cancel := context.WithCancel(r.ctx)
 	r.running[t.ID] = cancel
+	running := r.cfg.Metrics.RedriveRunning.WithLabelValues(t.Queue)
+	running.Inc()
 	r.wg.Go(func() {
 		defer cancel()
+		defer running.Dec()
 		status, reason := r.run(ctx, t)
 		if r.ctx.Err() != nil && status != StatusCompleted {
 			return // server shutting down: the task resumes at restart
