@@ -66,6 +66,7 @@ func queratorMessages(t *testing.T) map[string]protoreflect.MessageDescriptor {
 // Querator's message set.
 func TestQueratorCompatibility(t *testing.T) {
 	msgs := queratorMessages(t)
+	msgs["Reply"] = (&v1.Reply{}).ProtoReflect().Descriptor() // duh.v1.Reply, as Querator's client decodes errors and empty replies
 	forEachBackend(t, func(t *testing.T, b backend) {
 		s := start(t, b)
 		endpoint := s.d.Endpoint()
@@ -101,8 +102,7 @@ func TestQueratorCompatibility(t *testing.T) {
 			require.NotNil(t, fd, name)
 			return m.Get(fd)
 		}
-		reply := "Reply"
-		msgs[reply] = (&v1.Reply{}).ProtoReflect().Descriptor()
+		const reply = "Reply"
 
 		call("/v1/queues.create", msg("QueueInfo", `{"queue_name":"orders-dead"}`), reply)
 		call("/v1/queues.create", msg("QueueInfo", `{"queue_name":"orders","dead_queue":"orders-dead","max_attempts":2,"lease_timeout":"1m","expire_timeout":"24h","requested_partitions":1}`), reply)

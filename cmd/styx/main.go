@@ -1,6 +1,7 @@
 // Command styx runs a Styx server (`styx server`) and talks to one: it
 // creates and inspects queues, produces, leases, completes and retries
-// items, and lists items with their dead-letter metadata.
+// items, lists items with their dead-letter metadata, and lists, counts,
+// deletes and redrives dead items (styx dead, styx redrives).
 //
 // Every client command takes --endpoint (env STYX_ENDPOINT, default
 // http://127.0.0.1:2319) and --json (print replies as protojson, one object

@@ -65,6 +65,8 @@ Run a server with 'styx server'; every other command is a client of one
 		a.addClientFlags(a.retryCmd()),
 		a.itemsCmd(),
 		a.statsCmd(),
+		a.deadCmd(),
+		a.redrivesCmd(),
 	)
 	return root
 }

@@ -47,7 +47,7 @@ const (
 	// queue.
 	keepFinished = 100
 	// maxBatch is the most items a task moves per step.
-	maxBatch = 100
+	maxBatch = 500
 	// progressEvery is how often (in items) a task logs its progress.
 	progressEvery = 10_000
 	// yieldWait and maxYields bound how long a task step waits for a queue
@@ -92,6 +92,9 @@ type Task struct {
 	// Pivot is the id of the last dead item the task has processed: a
 	// resumed task continues after it.
 	Pivot uint64 `json:"pivot,omitempty"`
+	// UpTo is the id of the newest item the queue held when the task
+	// started: items that die later are not part of the task.
+	UpTo uint64 `json:"up_to,omitempty"`
 }
 
 func (t *Task) clone() Task {
@@ -199,7 +202,7 @@ func (r *Runner) Start(ctx context.Context, p StartParams) (Task, error) {
 		ByQueue: map[string]*Counts{}, StartedAt: now,
 	}
 	r.mu.Lock()
-	if id := r.runningOn(p.Queue); id != "" {
+	if id := r.runningOn(p.Queue); id != "" && !p.DryRun {
 		r.mu.Unlock()
 		return Task{}, apierr.New(apierr.Conflict, "redrive already running; task '%s' is running on queue '%s'", id, p.Queue)
 	}
@@ -210,10 +213,10 @@ func (r *Runner) Start(ctx context.Context, p StartParams) (Task, error) {
 	}
 	r.mu.Unlock()
 
-	matched, err := countMatching(ctx, r.cfg.Queues, dlq, &t.Filter)
+	matched, upTo, err := countMatching(ctx, r.cfg.Queues, dlq, &t.Filter)
 	if err == nil && !p.DryRun {
 		r.mu.Lock()
-		t.Matched = matched
+		t.Matched, t.UpTo = matched, upTo
 		r.mu.Unlock()
 		err = r.persist(t)
 	}
@@ -246,24 +249,29 @@ func (r *Runner) runningOn(q string) string {
 	return ""
 }
 
-// countMatching counts the items of a queue that match f.
-func countMatching(ctx context.Context, m *queue.Manager, l *queue.Logical, f *queue.DeadFilter) (int64, error) {
+// countMatching counts the items of a queue that match f, and returns the
+// id of the last item it saw (0 for an empty queue): a task handles only the
+// items that were there when it started.
+func countMatching(ctx context.Context, m *queue.Manager, l *queue.Logical, f *queue.DeadFilter) (n int64, last uint64, err error) {
 	info, err := m.Info(ctx, l.Name())
 	if err != nil {
-		return 0, err
+		return 0, 0, err
 	}
-	var n int64
-	var after uint64
+	var all queue.DeadFilter // to see the last id, matching or not
 	for {
-		items, next, err := l.Scan(ctx, info.Partitions, f, queue.ScanParams{After: after, Limit: 1000, MaxScanned: 10_000})
+		items, next, err := l.Scan(ctx, info.Partitions, &all, queue.ScanParams{After: last, Limit: 1000, MaxScanned: 1000})
 		if err != nil {
-			return 0, err
+			return 0, 0, err
 		}
-		n += int64(len(items))
+		for i := range items {
+			if f.Match(&items[i]) {
+				n++
+			}
+			last = items[i].Meta.ID
+		}
 		if next == 0 {
-			return n, nil
+			return n, last, nil
 		}
-		after = next
 	}
 }
 
@@ -421,6 +429,12 @@ func (r *Runner) run(ctx context.Context, t *Task) (string, string) {
 				return StatusCancelled, ""
 			}
 			return StatusFailed, err.Error()
+		}
+		if next > t.UpTo || next == 0 {
+			// Past the items that were there at the start: this is the
+			// last step.
+			next = 0
+			items = slices.DeleteFunc(items, func(it store.Item) bool { return it.Meta.ID > t.UpTo })
 		}
 		if len(items) > 0 && limiter != nil {
 			if err := limiter.WaitN(ctx, len(items)); err != nil {

@@ -1,0 +1,612 @@
+package main
+
+import (
+	"bufio"
+	"cmp"
+	"context"
+	"encoding/base64"
+	"encoding/hex"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"slices"
+	"strings"
+	"time"
+	"unicode"
+	"unicode/utf8"
+
+	"github.com/spf13/cobra"
+	"google.golang.org/protobuf/types/known/timestamppb"
+
+	"github.com/styxq/styx"
+	"github.com/styxq/styx/internal/queue"
+	pb "github.com/styxq/styx/styxpb"
+)
+
+func (a *app) deadCmd() *cobra.Command {
+	cmd := &cobra.Command{
+		Use:   "dead",
+		Short: "Inspect, delete and redrive the items of a dead-letter queue",
+		Long: `Work with the items of a dead-letter queue: list them (or count them by
+reason, source queue or error), show one in full, delete them, or redrive
+them back to the queues they died in.
+
+list, delete and redrive select items with the same filter flags; every
+given flag must match: ` + deadFilterFlagNames + `.`,
+	}
+	cmd.AddCommand(a.deadListCmd(), a.deadShowCmd(), a.deadDeleteCmd(), a.deadRedriveCmd())
+	return a.addClientFlags(cmd)
+}
+
+// deadGroupings are the values of dead list --group-by.
+var deadGroupings = []string{"reason", "source", "error"}
+
+func (a *app) deadListCmd() *cobra.Command {
+	var (
+		ff      deadFilterFlags
+		pivot   string
+		limit   int32
+		all     bool
+		groupBy string
+	)
+	cmd := &cobra.Command{
+		Use:   "list QUEUE",
+		Short: "List dead items, oldest first, or count them by reason, source or error",
+		Long: `List a queue's dead items that match the filter flags, oldest first: id,
+source queue, dead reason, attempts, age (since the item died) and last
+error. One page of --limit items is printed; when more may follow, a hint
+with the --pivot to continue from is printed on stderr. --all follows the
+pages to the end.
+
+--group-by reason|source|error reads every matching item and prints how
+many there are per dead reason, source queue or last error (its first 60
+characters), largest group first.
+
+--json prints the full stored items, one per line; with --group-by, one
+{"count": N, "<group>": "..."} object per group.`,
+		Args: exactArgs(1, "a QUEUE"),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			if groupBy != "" && !slices.Contains(deadGroupings, groupBy) {
+				return fmt.Errorf("--group-by: %q is not one of %s", groupBy, strings.Join(deadGroupings, ", "))
+			}
+			filter, err := ff.filter(a.now())
+			if err != nil {
+				return err
+			}
+			c, err := a.client(cmd)
+			if err != nil {
+				return err
+			}
+			defer c.Close()
+			req := &pb.DeadListRequest{QueueName: args[0], Filter: filter, Pivot: pivot, Limit: limit}
+			if (all || groupBy != "") && !cmd.Flags().Changed("limit") {
+				req.Limit = deadPageSize
+			}
+			switch {
+			case groupBy != "":
+				return a.deadGroups(cmd.Context(), c, req, groupBy)
+			case all:
+				return a.deadListAll(cmd.Context(), c, req)
+			}
+			res, err := c.DeadList(cmd.Context(), req)
+			if err != nil {
+				return err
+			}
+			if a.json {
+				for _, it := range res.Items {
+					if err := writeJSON(a.stdout, it); err != nil {
+						return err
+					}
+				}
+			} else {
+				t := a.deadTable()
+				for _, it := range res.Items {
+					t.row(a.deadRow(it)...)
+				}
+				if err := t.flush(); err != nil {
+					return err
+				}
+			}
+			if res.NextPivot != "" {
+				_, _ = fmt.Fprintf(a.stderr, "more items may follow: --pivot %s (or --all)\n", res.NextPivot)
+			}
+			return nil
+		},
+	}
+	f := cmd.Flags()
+	ff.add(f)
+	f.StringVar(&pivot, "pivot", "", "list the items after this id (exclusive), as printed by the previous page")
+	f.Int32Var(&limit, "limit", 100, "items per page (1..1000); --all and --group-by read pages of 1000 unless given")
+	f.BoolVar(&all, "all", false, "follow the pages to the last matching item")
+	f.StringVar(&groupBy, "group-by", "", "count the matching items per "+strings.Join(deadGroupings, ", ")+" instead of listing them")
+	return cmd
+}
+
+// deadTable starts the table of dead items.
+func (a *app) deadTable() *table {
+	return newTable(a.stdout, "ID", "SOURCE", "REASON", "ATTEMPTS", "AGE", "LAST-ERROR")
+}
+
+// deadRow returns the cells of a dead item's row of deadTable.
+func (a *app) deadRow(it *pb.StorageItem) []string {
+	return []string{it.Id, orDash(it.SourceQueue), orDash(it.DeadReason), fmt.Sprint(it.Attempts),
+		relative(a.now(), it.DeadAt), orDash(truncate(oneLine(it.LastError), lastErrorWidth))}
+}
+
+// deadListAll prints every matching item from req.Pivot on: JSON lines as
+// the pages come, or one table at the end.
+func (a *app) deadListAll(ctx context.Context, c *styx.Client, req *pb.DeadListRequest) error {
+	if a.json {
+		return eachDeadPage(ctx, c, req, func(items []*pb.StorageItem) error {
+			for _, it := range items {
+				if err := writeJSON(a.stdout, it); err != nil {
+					return err
+				}
+			}
+			return nil
+		})
+	}
+	t := a.deadTable()
+	err := eachDeadPage(ctx, c, req, func(items []*pb.StorageItem) error {
+		for _, it := range items {
+			t.row(a.deadRow(it)...)
+		}
+		return nil
+	})
+	// Print what was read even when a later page failed.
+	return errors.Join(t.flush(), err)
+}
+
+// deadGroupKey returns the group of it for --group-by by.
+func deadGroupKey(it *pb.StorageItem, by string) string {
+	switch by {
+	case "reason":
+		return it.DeadReason
+	case "source":
+		return it.SourceQueue
+	default:
+		return truncate(oneLine(it.LastError), lastErrorWidth)
+	}
+}
+
+// deadGroups counts every matching item per group and prints the counts,
+// largest first.
+func (a *app) deadGroups(ctx context.Context, c *styx.Client, req *pb.DeadListRequest, by string) error {
+	counts := map[string]int{}
+	total := 0
+	err := eachDeadPage(ctx, c, req, func(items []*pb.StorageItem) error {
+		for _, it := range items {
+			counts[deadGroupKey(it, by)]++
+		}
+		total += len(items)
+		return nil
+	})
+	if err != nil {
+		return err
+	}
+	keys := make([]string, 0, len(counts))
+	for k := range counts {
+		keys = append(keys, k)
+	}
+	slices.SortFunc(keys, func(x, y string) int {
+		return cmp.Or(cmp.Compare(counts[y], counts[x]), cmp.Compare(x, y))
+	})
+	if a.json {
+		for _, k := range keys {
+			b, err := json.Marshal(map[string]any{"count": counts[k], by: k})
+			if err != nil {
+				return err
+			}
+			if _, err := fmt.Fprintf(a.stdout, "%s\n", b); err != nil {
+				return err
+			}
+		}
+		return nil
+	}
+	t := newTable(a.stdout, "COUNT", strings.ToUpper(by))
+	for _, k := range keys {
+		t.row(fmt.Sprint(counts[k]), orDash(k))
+	}
+	if err := t.flush(); err != nil {
+		return err
+	}
+	_, _ = fmt.Fprintf(a.stderr, "%s in %s\n", plural(total, "item"), plural(len(keys), "group"))
+	return nil
+}
+
+func (a *app) deadShowCmd() *cobra.Command {
+	var b64 bool
+	cmd := &cobra.Command{
+		Use:   "show QUEUE ID",
+		Short: "Show a dead item in full: metadata, attempt history and payload",
+		Long: `Show one item of a queue in full: its dead-letter metadata (source queue
+and id, reason, when it died, attempts, redrive count), creation and expiry,
+kind, reference, encoding and last error; then its recorded attempt errors,
+oldest first; then its payload: as text if it is printable UTF-8, otherwise
+as a hex dump (--base64 prints it as base64 instead).
+--json prints the stored item.`,
+		Args: exactArgs(2, "a QUEUE and an item ID"),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			name, id := args[0], args[1]
+			c, err := a.client(cmd)
+			if err != nil {
+				return err
+			}
+			defer c.Close()
+			it, err := findItem(cmd.Context(), c, name, id)
+			if err != nil {
+				return err
+			}
+			if a.json {
+				return writeJSON(a.stdout, it)
+			}
+			return a.printDeadItem(it, b64)
+		},
+	}
+	cmd.Flags().BoolVar(&b64, "base64", false, "print the payload as standard base64")
+	return cmd
+}
+
+// findItem returns item id of queue name, or a not-found *styx.Error.
+func findItem(ctx context.Context, c *styx.Client, name, id string) (*pb.StorageItem, error) {
+	n, err := queue.ParseID("ID", id)
+	if err != nil {
+		return nil, fmt.Errorf("%q is not an item id (such as one printed by 'styx dead list')", id)
+	}
+	// Items are listed in id order after the (exclusive) pivot: start just
+	// before the item rather than scanning the queue from its oldest.
+	req := &pb.DeadListRequest{QueueName: name, Filter: &pb.DeadFilter{Ids: []string{id}}, Limit: 1}
+	if n > 0 {
+		req.Pivot = queue.FormatID(n - 1)
+	}
+	for {
+		res, err := c.DeadList(ctx, req)
+		if err != nil {
+			return nil, err
+		}
+		if len(res.Items) > 0 {
+			return res.Items[0], nil
+		}
+		if res.NextPivot == "" {
+			break
+		}
+		if next, err := queue.ParseID("next_pivot", res.NextPivot); err != nil || next >= n {
+			break // past the item
+		}
+		req.Pivot = res.NextPivot
+	}
+	return nil, &styx.Error{Code: styx.CodeNotFound, Message: fmt.Sprintf("no item '%s' in queue '%s'", id, name)}
+}
+
+// when formats ts as RFC 3339 and relative to now: "2026-01-02T15:04:05Z
+// (3m12s ago)", or "-".
+func (a *app) when(ts *timestamppb.Timestamp) string {
+	if ts == nil {
+		return "-"
+	}
+	return formatTime(ts) + " (" + relative(a.now(), ts) + ")"
+}
+
+// printDeadItem writes every field of it, its attempt history and its
+// payload.
+func (a *app) printDeadItem(it *pb.StorageItem, b64 bool) error {
+	t := newTable(a.stdout)
+	t.row("id", it.Id)
+	t.row("source queue", orDash(it.SourceQueue))
+	t.row("source id", orDash(it.SourceId))
+	t.row("reason", orDash(it.DeadReason))
+	t.row("dead at", a.when(it.DeadAt))
+	t.row("attempts", fmt.Sprint(it.Attempts))
+	t.row("redrive count", fmt.Sprint(it.RedriveCount))
+	t.row("created", a.when(it.CreatedAt))
+	t.row("expire deadline", a.when(it.ExpireDeadline))
+	t.row("kind", orDash(it.Kind))
+	t.row("reference", orDash(it.Reference))
+	t.row("encoding", orDash(it.Encoding))
+	t.row("last error", orDash(it.LastError))
+	if err := t.flush(); err != nil {
+		return err
+	}
+
+	w := a.stdout
+	if len(it.Errors) == 0 {
+		_, _ = fmt.Fprintln(w, "\nno attempt history")
+	} else {
+		_, _ = fmt.Fprintf(w, "\nattempt history (%s recorded, oldest first):\n", plural(len(it.Errors), "error"))
+		history := slices.Clone(it.Errors)
+		slices.SortStableFunc(history, func(x, y *pb.AttemptError) int {
+			return cmp.Or(x.At.AsTime().Compare(y.At.AsTime()), cmp.Compare(x.Attempt, y.Attempt))
+		})
+		t := newTable(w, "ATTEMPT", "TIME", "ERROR")
+		for _, e := range history {
+			t.row(fmt.Sprint(e.Attempt), formatTime(e.At), orDash(e.Error))
+		}
+		if err := t.flush(); err != nil {
+			return err
+		}
+	}
+	return writePayload(w, it.Payload, b64)
+}
+
+// writePayload writes a titled payload: as text if printable UTF-8 (with
+// newlines and tabs), as base64 if b64, else as a hex dump.
+func writePayload(w io.Writer, p []byte, b64 bool) error {
+	var body, form string
+	switch {
+	case len(p) == 0:
+		_, err := fmt.Fprintln(w, "\npayload: empty")
+		return err
+	case b64:
+		body, form = base64.StdEncoding.EncodeToString(p)+"\n", "base64"
+	case isText(p):
+		body, form = string(p), "text"
+		if !strings.HasSuffix(body, "\n") {
+			body += "\n"
+		}
+	default:
+		body, form = hex.Dump(p), "hex dump"
+	}
+	_, err := fmt.Fprintf(w, "\npayload (%s, %s):\n%s", plural(len(p), "byte"), form, body)
+	return err
+}
+
+// isText reports whether b is UTF-8 made of printable characters, spaces,
+// newlines and tabs.
+func isText(b []byte) bool {
+	return utf8.Valid(b) && !strings.ContainsFunc(string(b), func(r rune) bool {
+		return !unicode.IsPrint(r) && r != '\n' && r != '\t' && r != '\r'
+	})
+}
+
+func (a *app) deadDeleteCmd() *cobra.Command {
+	var (
+		ff       deadFilterFlags
+		all, yes bool
+	)
+	cmd := &cobra.Command{
+		Use:   "delete QUEUE",
+		Short: "Delete the dead items that match the filter flags",
+		Long: `Delete a queue's items that match the filter flags for good. Without a
+filter flag every item of the queue matches, which --all must confirm.
+
+Unless --yes, the matching items are counted first and the command asks
+"Delete N items from QUEUE? [y/N]" on stdin; any answer but y or yes
+aborts (exit status 1). Items that die after the count are not deleted.`,
+		Args: exactArgs(1, "a QUEUE"),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			name := args[0]
+			filter, err := ff.filter(a.now())
+			if err != nil {
+				return err
+			}
+			if filter == nil && !all {
+				return fmt.Errorf("refusing to delete every item of %s without --all (or select items with %s)", name, deadFilterFlagNames)
+			}
+			c, err := a.client(cmd)
+			if err != nil {
+				return err
+			}
+			defer c.Close()
+			if !yes {
+				n, last, err := countDead(cmd.Context(), c, name, filter)
+				if err != nil {
+					return err
+				}
+				if n == 0 {
+					if a.json {
+						return writeJSON(a.stdout, &pb.DeadDeleteResponse{})
+					}
+					return a.done("no items of %s match: nothing deleted", name)
+				}
+				ok, err := confirm(cmd.InOrStdin(), a.stderr, fmt.Sprintf("Delete %s from %s? [y/N] ", plural(n, "item"), name))
+				if err != nil {
+					return err
+				}
+				if !ok {
+					return errors.New("aborted: nothing deleted")
+				}
+				filter = pinDeadBefore(filter, last)
+			}
+			res, err := c.DeadDelete(cmd.Context(), &pb.DeadDeleteRequest{QueueName: name, Filter: filter})
+			if err != nil {
+				return err
+			}
+			if a.json {
+				return writeJSON(a.stdout, res)
+			}
+			return a.done("deleted %s from %s", plural(int(res.Deleted), "item"), name)
+		},
+	}
+	f := cmd.Flags()
+	ff.add(f)
+	f.BoolVar(&all, "all", false, "allow deleting every item of the queue (no filter flag)")
+	f.BoolVar(&yes, "yes", false, "do not count and ask for confirmation")
+	return cmd
+}
+
+// countDead counts the items of queue name that match filter and returns
+// the latest dead_at among them (nil if none has one).
+func countDead(ctx context.Context, c *styx.Client, name string, filter *pb.DeadFilter) (int, *timestamppb.Timestamp, error) {
+	n := 0
+	var last *timestamppb.Timestamp
+	err := eachDeadPage(ctx, c, &pb.DeadListRequest{QueueName: name, Filter: filter, Limit: deadPageSize},
+		func(items []*pb.StorageItem) error {
+			n += len(items)
+			for _, it := range items {
+				if it.DeadAt != nil && (last == nil || it.DeadAt.AsTime().After(last.AsTime())) {
+					last = it.DeadAt
+				}
+			}
+			return nil
+		})
+	return n, last, err
+}
+
+// pinDeadBefore returns filter narrowed to items that died no later than
+// last (the latest dead_at counted), so that items dying after a count was
+// confirmed are not deleted with it. A nil last leaves filter unchanged.
+func pinDeadBefore(filter *pb.DeadFilter, last *timestamppb.Timestamp) *pb.DeadFilter {
+	if last == nil {
+		return filter
+	}
+	before := last.AsTime().Add(time.Nanosecond)
+	if filter == nil {
+		filter = &pb.DeadFilter{}
+	}
+	if filter.DeadBefore == nil || before.Before(filter.DeadBefore.AsTime()) {
+		filter.DeadBefore = timestamppb.New(before)
+	}
+	return filter
+}
+
+// confirm writes prompt to w and reports whether the line read from r is
+// y or yes (in any case).
+func confirm(r io.Reader, w io.Writer, prompt string) (bool, error) {
+	_, _ = fmt.Fprint(w, prompt)
+	line, err := bufio.NewReader(r).ReadString('\n')
+	if err != nil && !errors.Is(err, io.EOF) {
+		return false, fmt.Errorf("read answer: %w", err)
+	}
+	if errors.Is(err, io.EOF) && line == "" {
+		_, _ = fmt.Fprintln(w)
+	}
+	switch strings.ToLower(strings.TrimSpace(line)) {
+	case "y", "yes":
+		return true, nil
+	}
+	return false, nil
+}
+
+func (a *app) deadRedriveCmd() *cobra.Command {
+	var (
+		ff              deadFilterFlags
+		to              string
+		rate            int32
+		dryRun, detach  bool
+		maxRedriveCount int32
+	)
+	cmd := &cobra.Command{
+		Use:   "redrive QUEUE",
+		Short: "Move dead items back to their source queue (or --to a queue)",
+		Long: `Start a redrive task on the server: it moves the items of a dead-letter
+queue that match the filter flags (every item without one), oldest first,
+back to the queue each died in, or all to --to. Redriven items start over
+with no attempts; items already redriven --max-redrive-count times are
+skipped, and so are items whose source queue no longer exists.
+
+--dry-run only counts the matching items, by destination queue.
+
+The command follows the task until it ends: a progress bar on stderr when
+it is a terminal (otherwise a progress line every 5 seconds), then a
+summary by destination queue. Ctrl-C asks the server to cancel the task and
+waits for it to stop; a second Ctrl-C stops waiting. --detach returns once
+the task has started (follow it with 'styx redrives show TASK_ID').
+Exits 1 if the task failed.`,
+		Args: exactArgs(1, "a QUEUE"),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			name := args[0]
+			filter, err := ff.filter(a.now())
+			if err != nil {
+				return err
+			}
+			c, err := a.client(cmd)
+			if err != nil {
+				return err
+			}
+			defer c.Close()
+			task, err := c.DeadRedrive(cmd.Context(), &pb.DeadRedriveRequest{
+				QueueName: name, Filter: filter, Destination: to, RateLimit: rate,
+				DryRun: dryRun, MaxRedriveCount: maxRedriveCount,
+			})
+			if err != nil {
+				return err
+			}
+			switch {
+			case dryRun:
+				if a.json {
+					return writeJSON(a.stdout, task)
+				}
+				return a.printDryRun(cmd.Context(), c, task)
+			case detach:
+				if a.json {
+					return writeJSON(a.stdout, task)
+				}
+				return a.done("started redrive task %s on %s: %s matched; follow it with 'styx redrives show %s'",
+					task.TaskId, name, plural(int(task.Matched), "item"), task.TaskId)
+			}
+			return a.followRedrive(cmd.Context(), c, task)
+		},
+	}
+	f := cmd.Flags()
+	ff.add(f)
+	f.StringVar(&to, "to", "", "move every item to this queue instead of its source queue")
+	f.Int32Var(&rate, "rate", 0, "most items moved per second; 0 is no limit")
+	f.BoolVar(&dryRun, "dry-run", false, "only count the items that would be redriven")
+	f.Int32Var(&maxRedriveCount, "max-redrive-count", 0,
+		"skip items already redriven this many times; 0 is the server's default (10), -1 is no limit")
+	f.BoolVar(&detach, "detach", false, "return once the task has started instead of following it")
+	return cmd
+}
+
+// printDryRun prints a dry run's count and, read from the dead items, how
+// many would go to each queue and how many of those are skipped for having
+// been redriven too often.
+func (a *app) printDryRun(ctx context.Context, c *styx.Client, task *pb.RedriveTask) error {
+	if _, err := fmt.Fprintf(a.stdout, "would redrive %s from %s\n", plural(int(task.Matched), "item"), task.QueueName); err != nil {
+		return err
+	}
+	if task.Matched == 0 {
+		return nil
+	}
+	type counts struct{ items, skip int }
+	by := map[string]*counts{}
+	err := eachDeadPage(ctx, c, &pb.DeadListRequest{QueueName: task.QueueName, Filter: task.Filter, Limit: deadPageSize},
+		func(items []*pb.StorageItem) error {
+			for _, it := range items {
+				dest := cmp.Or(task.Destination, it.SourceQueue)
+				n := by[dest]
+				if n == nil {
+					n = &counts{}
+					by[dest] = n
+				}
+				n.items++
+				if task.MaxRedriveCount >= 0 && it.RedriveCount >= task.MaxRedriveCount {
+					n.skip++
+				}
+			}
+			return nil
+		})
+	if err != nil {
+		return fmt.Errorf("count by queue: %w", err)
+	}
+	queues := make([]string, 0, len(by))
+	for q := range by {
+		queues = append(queues, q)
+	}
+	slices.SortFunc(queues, func(x, y string) int { return cmp.Or(cmp.Compare(by[y].items, by[x].items), cmp.Compare(x, y)) })
+	_, _ = fmt.Fprintln(a.stdout)
+	t := newTable(a.stdout, "QUEUE", "ITEMS", "SKIPPED", "NOTE")
+	for _, q := range queues {
+		n, note := by[q], ""
+		// The task skips the items of a source queue that no longer exists
+		// (the server checked --to).
+		if task.Destination == "" {
+			_, err := c.QueuesInfo(ctx, &pb.QueuesInfoRequest{QueueName: q})
+			switch {
+			case q == "" || styx.ErrorCode(err) == styx.CodeNotFound:
+				n.skip, note = n.items, "queue does not exist: items stay"
+			case err != nil:
+				return err
+			}
+		}
+		t.row(orDash(q), fmt.Sprint(n.items), fmt.Sprint(n.skip), orDash(note))
+	}
+	if err := t.flush(); err != nil {
+		return err
+	}
+	if task.MaxRedriveCount >= 0 {
+		_, err = fmt.Fprintf(a.stdout, "(items already redriven %d times, the --max-redrive-count, are skipped and stay)\n", task.MaxRedriveCount)
+	}
+	return err
+}

@@ -1,0 +1,381 @@
+package main
+
+import (
+	"context"
+	"fmt"
+	"io"
+	"os"
+	"os/signal"
+	"slices"
+	"strings"
+	"time"
+
+	"github.com/spf13/cobra"
+
+	"github.com/styxq/styx"
+	pb "github.com/styxq/styx/styxpb"
+)
+
+// Following a redrive task: how often its progress is read, and how often
+// a progress line is printed when stderr is not a terminal.
+const (
+	redrivePoll      = 200 * time.Millisecond
+	redriveLineEvery = 5 * time.Second
+	// rateWindow is the span of recent progress the rate is measured over.
+	rateWindow = 5 * time.Second
+	// barWidth is the width of the progress bar between its brackets.
+	barWidth = 20
+)
+
+// Redrive task statuses (RedriveTask.status).
+const (
+	statusRunning    = "running"
+	statusCancelling = "cancelling"
+	statusFailed     = "failed"
+)
+
+// taskFinished reports whether a task has ended (completed, cancelled or
+// failed).
+func taskFinished(t *pb.RedriveTask) bool {
+	return t.Status != statusRunning && t.Status != statusCancelling
+}
+
+func (a *app) redrivesCmd() *cobra.Command {
+	cmd := &cobra.Command{
+		Use:   "redrives",
+		Short: "List, show and cancel redrive tasks (see 'styx dead redrive')",
+	}
+	cmd.AddCommand(a.redrivesListCmd(), a.redrivesShowCmd(), a.redrivesCancelCmd())
+	return a.addClientFlags(cmd)
+}
+
+func (a *app) redrivesListCmd() *cobra.Command {
+	var name string
+	cmd := &cobra.Command{
+		Use:   "list",
+		Short: "List redrive tasks, newest first",
+		Long: `List the redrive tasks the server knows, newest first: running ones and the
+last 100 finished ones per dead-letter queue. --queue lists only the tasks
+of one dead-letter queue. --json prints one task per line.`,
+		Args: exactArgs(0, "no arguments"),
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			c, err := a.client(cmd)
+			if err != nil {
+				return err
+			}
+			defer c.Close()
+			res, err := c.RedrivesList(cmd.Context(), &pb.RedrivesListRequest{QueueName: name})
+			if err != nil {
+				return err
+			}
+			if a.json {
+				for _, t := range res.Tasks {
+					if err := writeJSON(a.stdout, t); err != nil {
+						return err
+					}
+				}
+				return nil
+			}
+			tw := newTable(a.stdout, "TASK", "QUEUE", "STATUS", "MATCHED", "MOVED", "FAILED", "SKIPPED", "DESTINATION", "STARTED", "DURATION")
+			for _, t := range res.Tasks {
+				tw.row(t.TaskId, t.QueueName, t.Status, fmt.Sprint(t.Matched), fmt.Sprint(t.Moved), fmt.Sprint(t.Failed),
+					fmt.Sprint(t.Skipped), destination(t), relative(a.now(), t.StartedAt), a.taskDuration(t))
+			}
+			return tw.flush()
+		},
+	}
+	cmd.Flags().StringVar(&name, "queue", "", "only the tasks of this dead-letter queue")
+	return cmd
+}
+
+func (a *app) redrivesShowCmd() *cobra.Command {
+	return &cobra.Command{
+		Use:   "show TASK_ID",
+		Short: "Show a redrive task: its request, progress and results by queue",
+		Args:  exactArgs(1, "a TASK_ID"),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			c, err := a.client(cmd)
+			if err != nil {
+				return err
+			}
+			defer c.Close()
+			t, err := c.RedrivesGet(cmd.Context(), &pb.RedriveTaskRequest{TaskId: args[0]})
+			if err != nil {
+				return err
+			}
+			if a.json {
+				return writeJSON(a.stdout, t)
+			}
+			return a.printTask(t, true)
+		},
+	}
+}
+
+func (a *app) redrivesCancelCmd() *cobra.Command {
+	return &cobra.Command{
+		Use:   "cancel TASK_ID",
+		Short: "Ask a running redrive task to stop after its current batch",
+		Long: `Ask a running redrive task to stop after its current batch: its status
+becomes cancelling, then cancelled. The items it moved stay moved. A
+finished task is left as it is.`,
+		Args: exactArgs(1, "a TASK_ID"),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			c, err := a.client(cmd)
+			if err != nil {
+				return err
+			}
+			defer c.Close()
+			t, err := c.RedrivesCancel(cmd.Context(), &pb.RedriveTaskRequest{TaskId: args[0]})
+			if err != nil {
+				return err
+			}
+			if a.json {
+				return writeJSON(a.stdout, t)
+			}
+			if taskFinished(t) {
+				return a.done("redrive task %s already ended: %s", t.TaskId, t.Status)
+			}
+			return a.done("cancelling redrive task %s on %s after %s of %d moved", t.TaskId, t.QueueName,
+				plural(int(t.Moved), "item"), t.Matched)
+		},
+	}
+}
+
+// destination returns a task's destination, or "(source)" when each item
+// goes back to its source queue.
+func destination(t *pb.RedriveTask) string {
+	if t.Destination == "" {
+		return "(source)"
+	}
+	return t.Destination
+}
+
+// taskDuration returns how long a task ran, or has run so far.
+func (a *app) taskDuration(t *pb.RedriveTask) string {
+	if t.StartedAt == nil {
+		return "-"
+	}
+	end := a.now()
+	if t.FinishedAt != nil {
+		end = t.FinishedAt.AsTime()
+	}
+	return durationText(max(end.Sub(t.StartedAt.AsTime()), 0).String())
+}
+
+// printTask writes a task's status, counts and duration, then its results
+// by queue and its failure reason. full adds the request (queue,
+// destination, filter, rate, redrive limit) and the start and end times.
+func (a *app) printTask(t *pb.RedriveTask, full bool) error {
+	tw := newTable(a.stdout)
+	tw.row("task", t.TaskId)
+	if full {
+		tw.row("queue", t.QueueName)
+		tw.row("destination", destination(t))
+		tw.row("filter", describeFilter(t.Filter))
+		rate := "unlimited"
+		if t.RateLimit > 0 {
+			rate = fmt.Sprintf("%d items/s", t.RateLimit)
+		}
+		tw.row("rate limit", rate)
+		redrives := "unlimited"
+		if t.MaxRedriveCount >= 0 {
+			redrives = fmt.Sprint(t.MaxRedriveCount)
+		}
+		tw.row("max redrive count", redrives)
+		tw.row("dry run", fmt.Sprint(t.DryRun))
+	}
+	tw.row("status", t.Status)
+	tw.row("matched", fmt.Sprint(t.Matched))
+	tw.row("moved", fmt.Sprint(t.Moved))
+	tw.row("failed", fmt.Sprint(t.Failed))
+	tw.row("skipped", fmt.Sprint(t.Skipped))
+	if full {
+		tw.row("progress", fmt.Sprintf("%.0f%%", taskPercent(t)))
+		tw.row("started", a.when(t.StartedAt))
+		tw.row("finished", a.when(t.FinishedAt))
+	}
+	tw.row("duration", a.taskDuration(t))
+	if t.FailureReason != "" {
+		tw.row("failure reason", t.FailureReason)
+	}
+	if err := tw.flush(); err != nil {
+		return err
+	}
+	if len(t.ByQueue) == 0 {
+		return nil
+	}
+	queues := make([]string, 0, len(t.ByQueue))
+	for q := range t.ByQueue {
+		queues = append(queues, q)
+	}
+	slices.Sort(queues)
+	_, _ = fmt.Fprintln(a.stdout)
+	tw = newTable(a.stdout, "QUEUE", "MOVED", "FAILED", "SKIPPED")
+	for _, q := range queues {
+		n := t.ByQueue[q]
+		tw.row(orDash(q), fmt.Sprint(n.GetMoved()), fmt.Sprint(n.GetFailed()), fmt.Sprint(n.GetSkipped()))
+	}
+	return tw.flush()
+}
+
+// taskProcessed is how many of a task's items have been dealt with.
+func taskProcessed(t *pb.RedriveTask) int64 { return t.Moved + t.Failed + t.Skipped }
+
+// taskPercent is a task's progress, 0 to 100. (Items that die after the
+// task started and match its filter are redriven too, so processed items
+// may outnumber the matched ones.)
+func taskPercent(t *pb.RedriveTask) float64 {
+	switch {
+	case t.Matched > 0:
+		return min(100, 100*float64(taskProcessed(t))/float64(t.Matched))
+	case taskFinished(t):
+		return 100
+	default:
+		return 0
+	}
+}
+
+// followRedrive polls a running task until it ends, showing its progress
+// on stderr, then prints its summary. The first interrupt (Ctrl-C) asks
+// the server to cancel the task and keeps following it; a second one
+// ends the process. Returns an error if the task failed.
+func (a *app) followRedrive(ctx context.Context, c *styx.Client, task *pb.RedriveTask) error {
+	interrupts := make(chan os.Signal, 1)
+	signal.Notify(interrupts, os.Interrupt)
+	defer signal.Stop(interrupts)
+
+	tty := isTerminal(a.stderr)
+	_, _ = fmt.Fprintf(a.stderr, "redriving %s from %s to %s (task %s); Ctrl-C cancels\n",
+		plural(int(task.Matched), "item"), task.QueueName, destination(task), task.TaskId)
+	p := &progress{}
+	p.add(a.now(), task)
+	lastLine := a.now()
+	drawn := false
+	tick := time.NewTicker(redrivePoll)
+	defer tick.Stop()
+	for !taskFinished(task) {
+		select {
+		case <-ctx.Done():
+			return ctx.Err()
+		case <-interrupts:
+			// Back to the default: a second Ctrl-C ends the process.
+			signal.Stop(interrupts)
+			interrupts = nil
+			if drawn {
+				_, _ = fmt.Fprintln(a.stderr)
+				drawn = false
+			}
+			_, _ = fmt.Fprintf(a.stderr, "cancelling task %s; waiting for it to stop (Ctrl-C again to stop waiting)\n", task.TaskId)
+			t, err := c.RedrivesCancel(ctx, &pb.RedriveTaskRequest{TaskId: task.TaskId})
+			if err != nil {
+				return fmt.Errorf("cancel redrive task %s: %w", task.TaskId, err)
+			}
+			task = t
+			continue
+		case <-tick.C:
+		}
+		t, err := c.RedrivesGet(ctx, &pb.RedriveTaskRequest{TaskId: task.TaskId})
+		if err != nil {
+			return fmt.Errorf("follow redrive task %s (it goes on; see 'styx redrives show %s'): %w", task.TaskId, task.TaskId, err)
+		}
+		task = t
+		now := a.now()
+		p.add(now, task)
+		switch {
+		case tty:
+			_, _ = fmt.Fprintf(a.stderr, "\r%s\x1b[K", p.line(task, true))
+			drawn = true
+		case now.Sub(lastLine) >= redriveLineEvery && !taskFinished(task):
+			_, _ = fmt.Fprintf(a.stderr, "redrive %s: %s\n", task.TaskId, p.line(task, false))
+			lastLine = now
+		}
+	}
+	if drawn {
+		_, _ = fmt.Fprintln(a.stderr)
+	}
+	if a.json {
+		if err := writeJSON(a.stdout, task); err != nil {
+			return err
+		}
+	} else if err := a.printTask(task, false); err != nil {
+		return err
+	}
+	if task.Status == statusFailed {
+		return fmt.Errorf("redrive task %s failed: %s", task.TaskId, orDash(task.FailureReason))
+	}
+	return nil
+}
+
+// isTerminal reports whether w is a terminal (a character device).
+func isTerminal(w io.Writer) bool {
+	f, ok := w.(*os.File)
+	if !ok {
+		return false
+	}
+	st, err := f.Stat()
+	return err == nil && st.Mode()&os.ModeCharDevice != 0
+}
+
+// progress keeps a task's recent progress to measure its rate.
+type progress struct{ samples []progressSample }
+
+type progressSample struct {
+	at               time.Time
+	moved, processed int64
+}
+
+// add records t's counts at time at, keeping rateWindow of history.
+func (p *progress) add(at time.Time, t *pb.RedriveTask) {
+	p.samples = append(p.samples, progressSample{at: at, moved: t.Moved, processed: taskProcessed(t)})
+	for len(p.samples) > 2 && at.Sub(p.samples[1].at) >= rateWindow {
+		p.samples = p.samples[1:]
+	}
+}
+
+// rates returns the items moved and processed per second over the window.
+func (p *progress) rates() (moved, processed float64) {
+	if len(p.samples) < 2 {
+		return 0, 0
+	}
+	first, last := p.samples[0], p.samples[len(p.samples)-1]
+	secs := last.at.Sub(first.at).Seconds()
+	if secs <= 0 {
+		return 0, 0
+	}
+	return float64(last.moved-first.moved) / secs, float64(last.processed-first.processed) / secs
+}
+
+// line formats t's progress: "[====>     ] 45123/119762  38%  4012/s  ETA
+// 18s", without the bar unless bar.
+func (p *progress) line(t *pb.RedriveTask, bar bool) string {
+	pct := taskPercent(t)
+	moved, processed := p.rates()
+	s := fmt.Sprintf("%d/%d  %3.0f%%  %.0f/s", taskProcessed(t), t.Matched, pct, moved)
+	switch left := t.Matched - taskProcessed(t); {
+	case taskFinished(t) || t.Status == statusCancelling:
+		s += "  " + t.Status
+	case left <= 0:
+		s += "  ETA 0s"
+	case processed > 0:
+		s += "  ETA " + shortDuration(time.Duration(float64(left)/processed*float64(time.Second)))
+	default:
+		s += "  ETA -"
+	}
+	if t.Failed > 0 || t.Skipped > 0 {
+		s += fmt.Sprintf("  (failed %d, skipped %d)", t.Failed, t.Skipped)
+	}
+	if bar {
+		s = progressBar(pct) + " " + s
+	}
+	return s
+}
+
+// progressBar draws pct (0..100) as "[=======>            ]".
+func progressBar(pct float64) string {
+	filled := int(pct / 100 * barWidth)
+	if filled >= barWidth {
+		return "[" + strings.Repeat("=", barWidth) + "]"
+	}
+	filled = max(filled, 0)
+	return "[" + strings.Repeat("=", filled) + ">" + strings.Repeat(" ", barWidth-filled-1) + "]"
+}
