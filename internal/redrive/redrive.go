@@ -562,4 +562,3 @@ func (r *Runner) count(t *Task, dest string, moved, failed, skipped int64) {
 		}
 	}
 }
-
