@@ -78,11 +78,7 @@ func toFilter(f queue.DeadFilter) *pb.DeadFilter {
 // at the end. A page may hold fewer than limit items while next_pivot is
 // set: each call reads a bounded number of items.
 func (s *Service) DeadList(ctx context.Context, req *pb.DeadListRequest) (*pb.DeadListResponse, error) {
-	l, err := s.queue(req.QueueName)
-	if err != nil {
-		return nil, err
-	}
-	info, err := s.m.Info(ctx, req.QueueName)
+	l, info, err := s.queueInfo(ctx, req.QueueName)
 	if err != nil {
 		return nil, err
 	}
@@ -112,11 +108,7 @@ func (s *Service) DeadList(ctx context.Context, req *pb.DeadListRequest) (*pb.De
 // DeadDelete deletes every item of a queue that matches the filter (an
 // empty filter matches all) and returns how many it deleted.
 func (s *Service) DeadDelete(ctx context.Context, req *pb.DeadDeleteRequest) (*pb.DeadDeleteResponse, error) {
-	l, err := s.queue(req.QueueName)
-	if err != nil {
-		return nil, err
-	}
-	info, err := s.m.Info(ctx, req.QueueName)
+	l, info, err := s.queueInfo(ctx, req.QueueName)
 	if err != nil {
 		return nil, err
 	}

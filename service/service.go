@@ -224,6 +224,17 @@ func (s *Service) QueueReload(ctx context.Context, req *pb.QueueReloadRequest) e
 	return l.Reload(ctx)
 }
 
+// queueInfo validates a queue name and returns its logical queue and its
+// stored configuration.
+func (s *Service) queueInfo(ctx context.Context, name string) (*queue.Logical, store.QueueInfo, error) {
+	l, err := s.queue(name)
+	if err != nil {
+		return nil, store.QueueInfo{}, err
+	}
+	info, err := s.m.Info(ctx, name)
+	return l, info, err
+}
+
 // queue validates a queue name and returns its logical queue.
 func (s *Service) queue(name string) (*queue.Logical, error) {
 	if err := checkName("queue_name", name); err != nil {
@@ -260,11 +271,7 @@ func (s *Service) StorageScheduledList(ctx context.Context, req *pb.StorageItems
 }
 
 func (s *Service) listArgs(ctx context.Context, req *pb.StorageItemsListRequest) (*queue.Logical, store.QueueInfo, uint64, int, error) {
-	l, err := s.queue(req.QueueName)
-	if err != nil {
-		return nil, store.QueueInfo{}, 0, 0, err
-	}
-	info, err := s.m.Info(ctx, req.QueueName)
+	l, info, err := s.queueInfo(ctx, req.QueueName)
 	if err != nil {
 		return nil, info, 0, 0, err
 	}
@@ -281,11 +288,7 @@ func (s *Service) listArgs(ctx context.Context, req *pb.StorageItemsListRequest)
 
 // StorageItemsImport adds items as given and returns them as stored.
 func (s *Service) StorageItemsImport(ctx context.Context, req *pb.StorageItemsImportRequest) (*pb.StorageItemsImportResponse, error) {
-	l, err := s.queue(req.QueueName)
-	if err != nil {
-		return nil, err
-	}
-	info, err := s.m.Info(ctx, req.QueueName)
+	l, info, err := s.queueInfo(ctx, req.QueueName)
 	if err != nil {
 		return nil, err
 	}
