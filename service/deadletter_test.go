@@ -279,3 +279,50 @@ func TestDeadQueueRules(t *testing.T) {
 		})
 	})
 }
+
+// TestSlowDLQDoesNotStallSource holds the dead-letter queue's write and
+// checks that the source queue keeps serving meanwhile.
+func TestSlowDLQDoesNotStallSource(t *testing.T) {
+	forEachBackend(t, func(t *testing.T, b backend) {
+		s := start(t, b)
+		dlq := s.withDLQ("sl", &pb.QueueInfo{})
+		release := make(chan struct{})
+		held := make(chan struct{}, 1)
+		s.Faults.SetWriteHook(func(b *store.Batch) error {
+			for _, op := range b.Ops {
+				if op.Kind == store.OpInsert && op.Body != nil && op.Body.DeadReason != "" {
+					select {
+					case held <- struct{}{}:
+					default:
+					}
+					<-release // the DLQ's write hangs until the test releases it
+					return nil
+				}
+			}
+			return nil
+		})
+		s.produce("sl", "poison", "fine")
+		poison := s.lease("sl", 1).Items[0]
+		retried := make(chan error, 1)
+		go func() {
+			retried <- s.C.QueueRetry(ctx, &pb.QueueRetryRequest{QueueName: "sl", Items: []*pb.QueueRetryItem{{Id: poison.Id, Dead: true}}})
+		}()
+		<-held
+		// The source serves other requests while its DLQ is stuck.
+		s.produce("sl", "more")
+		res := s.lease("sl", 2)
+		require.Len(t, res.Items, 2)
+		s.complete("sl", res.Partition, res.Items[0].Id, res.Items[1].Id)
+		select {
+		case err := <-retried:
+			t.Fatalf("the retry returned before the move finished: %v", err)
+		default:
+		}
+		close(release)
+		require.NoError(t, <-retried)
+		dead := s.items(dlq)
+		require.Len(t, dead, 1)
+		assert.Equal(t, "poison", string(dead[0].Payload))
+		assert.Empty(t, s.items("sl"))
+	})
+}
