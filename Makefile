@@ -1,4 +1,4 @@
-.PHONY: help test test-short lint proto build bench
+.PHONY: help test test-short lint proto build bench bench-go
 help: ## list targets
 	@grep -E '^[a-z-]+:.*##' $(MAKEFILE_LIST) | sed 's/:.*## /\t/'
 build: ## build the styx binary into ./bin
@@ -10,5 +10,7 @@ lint: ## gofmt and go vet
 	go vet ./...
 proto: ## regenerate styxpb from proto/ (needs protoc and protoc-gen-go)
 	protoc -I proto --go_out=. --go_opt=module=github.com/styxq/styx proto/styx/v1/styx.proto
-bench: ## run the Go benchmarks
+bench: ## end-to-end benchmark of a local server with styx-bench; writes bench/report.md (BENCH_DURATION=10s)
+	./bench/run.sh
+bench-go: ## run the Go benchmarks
 	go test -run '^$$' -bench . -benchmem ./...

@@ -3,6 +3,7 @@ module github.com/styxq/styx
 go 1.26.8
 
 require (
+	github.com/HdrHistogram/hdrhistogram-go v1.1.2
 	github.com/cockroachdb/pebble/v2 v2.1.7
 	github.com/duh-rpc/duh-go v0.9.1
 	github.com/prometheus/client_golang v1.25.0

@@ -553,11 +553,9 @@ Exits 1 if the task failed.`,
 // many would go to each queue and how many of those are skipped for having
 // been redriven too often.
 func (a *app) printDryRun(ctx context.Context, c *styx.Client, task *pb.RedriveTask) error {
-	if _, err := fmt.Fprintf(a.stdout, "would redrive %s from %s\n", plural(int(task.Matched), "item"), task.QueueName); err != nil {
-		return err
-	}
 	if task.Matched == 0 {
-		return nil
+		_, err := fmt.Fprintf(a.stdout, "would redrive 0 items from %s\n", task.QueueName)
+		return err
 	}
 	type counts struct{ items, skip int }
 	by := map[string]*counts{}
@@ -585,22 +583,29 @@ func (a *app) printDryRun(ctx context.Context, c *styx.Client, task *pb.RedriveT
 		queues = append(queues, q)
 	}
 	slices.SortFunc(queues, func(x, y string) int { return cmp.Or(cmp.Compare(by[y].items, by[x].items), cmp.Compare(x, y)) })
-	_, _ = fmt.Fprintln(a.stdout)
-	t := newTable(a.stdout, "QUEUE", "ITEMS", "SKIPPED", "NOTE")
+	notes := map[string]string{}
+	skipped := 0
 	for _, q := range queues {
-		n, note := by[q], ""
 		// The task skips the items of a source queue that no longer exists
 		// (the server checked --to).
 		if task.Destination == "" {
 			_, err := c.QueuesInfo(ctx, &pb.QueuesInfoRequest{QueueName: q})
 			switch {
 			case q == "" || styx.ErrorCode(err) == styx.CodeNotFound:
-				n.skip, note = n.items, "queue does not exist: items stay"
+				by[q].skip, notes[q] = by[q].items, "queue does not exist: items stay"
 			case err != nil:
 				return err
 			}
 		}
-		t.row(orDash(q), fmt.Sprint(n.items), fmt.Sprint(n.skip), orDash(note))
+		skipped += by[q].skip
+	}
+	if _, err := fmt.Fprintf(a.stdout, "would redrive %d of %s from %s (%d skipped)\n\n",
+		int(task.Matched)-skipped, plural(int(task.Matched), "matched item"), task.QueueName, skipped); err != nil {
+		return err
+	}
+	t := newTable(a.stdout, "QUEUE", "ITEMS", "SKIPPED", "NOTE")
+	for _, q := range queues {
+		t.row(orDash(q), fmt.Sprint(by[q].items), fmt.Sprint(by[q].skip), orDash(notes[q]))
 	}
 	if err := t.flush(); err != nil {
 		return err

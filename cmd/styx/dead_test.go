@@ -193,7 +193,7 @@ func TestDeadCLI(t *testing.T) {
 	t.Run("redrive", func(t *testing.T) {
 		c := cli{t: t, endpoint: c.endpoint}
 		out := c.ok("dead", "redrive", "orders-dlq", "--dry-run")
-		require.Regexp(t, `^would redrive 2 items from orders-dlq\n\nQUEUE\s+ITEMS\s+SKIPPED\s+NOTE\norders\s+2\s+0\s+-\n`, out)
+		require.Regexp(t, `^would redrive 2 of 2 matched items from orders-dlq \(0 skipped\)\n\nQUEUE\s+ITEMS\s+SKIPPED\s+NOTE\norders\s+2\s+0\s+-\n`, out)
 		out = c.ok("dead", "redrive", "orders-dlq", "--dry-run", "--max-redrive-count", "-1", "--json")
 		var dry pb.RedriveTask
 		require.NoError(t, protojson.Unmarshal([]byte(out), &dry))
@@ -206,7 +206,7 @@ func TestDeadCLI(t *testing.T) {
 
 		out, errOut, err := c.run("dead", "redrive", "orders-dlq")
 		require.NoError(t, err)
-		require.Regexp(t, `^redriving 2 items from orders-dlq to \(source\) \(task (\S+)\); Ctrl-C cancels\n$`, errOut)
+		require.Regexp(t, `^redriving 2 items from orders-dlq to their source queues \(task (\S+)\); Ctrl-C cancels\n$`, errOut)
 		require.Regexp(t, `(?m)^status\s+completed$`, out)
 		require.Regexp(t, `(?m)^matched\s+2$`, out)
 		require.Regexp(t, `(?m)^moved\s+2$`, out)

@@ -221,9 +221,10 @@ func (a *app) printTask(t *pb.RedriveTask, full bool) error {
 // taskProcessed is how many of a task's items have been dealt with.
 func taskProcessed(t *pb.RedriveTask) int64 { return t.Moved + t.Failed + t.Skipped }
 
-// taskPercent is a task's progress, 0 to 100. (Items that die after the
-// task started and match its filter are redriven too, so processed items
-// may outnumber the matched ones.)
+// taskPercent is a task's progress, 0 to 100. A task handles the items
+// present when it started, so processed items only outnumber the matched
+// ones when items matched meanwhile (they were counted before the task's
+// snapshot).
 func taskPercent(t *pb.RedriveTask) float64 {
 	switch {
 	case t.Matched > 0:
@@ -245,8 +246,12 @@ func (a *app) followRedrive(ctx context.Context, c *styx.Client, task *pb.Redriv
 	defer signal.Stop(interrupts)
 
 	tty := isTerminal(a.stderr)
+	to := "their source queues"
+	if task.Destination != "" {
+		to = task.Destination
+	}
 	_, _ = fmt.Fprintf(a.stderr, "redriving %s from %s to %s (task %s); Ctrl-C cancels\n",
-		plural(int(task.Matched), "item"), task.QueueName, destination(task), task.TaskId)
+		plural(int(task.Matched), "item"), task.QueueName, to, task.TaskId)
 	p := &progress{}
 	p.add(a.now(), task)
 	lastLine := a.now()

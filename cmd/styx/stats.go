@@ -2,6 +2,8 @@ package main
 
 import (
 	"fmt"
+	"maps"
+	"slices"
 
 	"github.com/spf13/cobra"
 
@@ -15,7 +17,8 @@ func (a *app) statsCmd() *cobra.Command {
 		Long: `Show a queue's per-partition totals: items stored (TOTAL, which includes
 leased and scheduled items), leased, scheduled, failures, and the average
 age of all and of leased items. Below the table: consumers waiting for a
-lease and items in flight.`,
+lease and items in flight. For a dead-letter queue, the dead items it holds
+by dead reason and by source queue.`,
 		Args: exactArgs(1, "a QUEUE"),
 		RunE: func(cmd *cobra.Command, args []string) error {
 			c, err := a.client(cmd)
@@ -43,8 +46,27 @@ lease and items in flight.`,
 			if err := t.flush(); err != nil {
 				return err
 			}
-			_, err = fmt.Fprintf(a.stdout, "\nlease waiting: %d  in flight: %d\n", leaseWaiting, inFlight)
-			return err
+			if _, err = fmt.Fprintf(a.stdout, "\nlease waiting: %d  in flight: %d\n", leaseWaiting, inFlight); err != nil {
+				return err
+			}
+			for _, g := range []struct {
+				title string
+				m     map[string]int64
+			}{{"REASON", res.DeadByReason}, {"SOURCE-QUEUE", res.DeadBySource}} {
+				if len(g.m) == 0 {
+					continue
+				}
+				keys := slices.Sorted(maps.Keys(g.m))
+				_, _ = fmt.Fprintln(a.stdout)
+				t := newTable(a.stdout, "DEAD-ITEMS", g.title)
+				for _, k := range keys {
+					t.row(fmt.Sprint(g.m[k]), k)
+				}
+				if err := t.flush(); err != nil {
+					return err
+				}
+			}
+			return nil
 		},
 	}
 	return a.addClientFlags(cmd)

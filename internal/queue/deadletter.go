@@ -35,6 +35,16 @@ func sourceKey(why, queue string, id uint64) string {
 // whyRedrive marks the source key of a redriven item.
 const whyRedrive = "redrive"
 
+// isDeadCopy reports whether the item is a dead item resting in a
+// dead-letter queue.
+func (it *item) isDeadCopy() bool {
+	if it.sourceKey == "" {
+		return false
+	}
+	why, _ := parseSourceKey(it.sourceKey)
+	return why != whyRedrive
+}
+
 // parseSourceKey returns the parts of a source key.
 func parseSourceKey(key string) (why, queue string) {
 	why, rest, _ := strings.Cut(key, ":")

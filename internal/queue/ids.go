@@ -30,7 +30,14 @@ func ParseID(field, s string) (uint64, error) {
 	if err != nil || len(b) != 8 {
 		return 0, apierr.Invalidf("invalid %s; '%s' is not an item id", field, truncate(s, 64))
 	}
-	return binary.BigEndian.Uint64(b), nil
+	id := binary.BigEndian.Uint64(b)
+	// Only the canonical form is an id: 13 base32 characters carry 65
+	// bits, and a spare last bit or upper case would let two strings name
+	// one id.
+	if FormatID(id) != s {
+		return 0, apierr.Invalidf("invalid %s; '%s' is not an item id", field, truncate(s, 64))
+	}
+	return id, nil
 }
 
 func truncate(s string, n int) string {

@@ -981,7 +981,7 @@ func (l *Logical) stats(now int64) Stats {
 			}
 			if x.state == stateLeased {
 				leasedAge += now - (x.deadline - int64(l.info.LeaseTimeout))
-			} else if x.attempts > 0 && x.state != stateDying {
+			} else if x.attempts > 0 && x.state != stateDying && !x.isDeadCopy() {
 				ps.Failures++
 			}
 		}

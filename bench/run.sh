@@ -1,0 +1,185 @@
+#!/usr/bin/env bash
+# bench/run.sh — end-to-end benchmark of a local Styx server (`make bench`).
+#
+# Builds styx and styx-bench into a temporary directory, then for each storage
+# backend (pebble with sync on, memory) starts `styx server` on a free
+# loopback port, runs a fixed matrix of styx-bench workloads against it,
+# stops it, and finally writes bench/report.md (a markdown table per backend)
+# and prints it. Servers and temporary files are removed on exit, including
+# on failure or Ctrl-C.
+#
+# Environment:
+#   BENCH_DURATION  measured time per run (default 10s; the matrix then takes
+#                   about 3.5 minutes)
+#   BENCH_WARMUP    unmeasured warm-up per run (default 2s)
+#   BENCH_BACKENDS  backends to run (default "pebble memory")
+#   BENCH_REPORT    where to write the report (default bench/report.md)
+set -euo pipefail
+
+ROOT=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
+DURATION=${BENCH_DURATION:-10s}
+WARMUP=${BENCH_WARMUP:-2s}
+BACKENDS=${BENCH_BACKENDS:-pebble memory}
+REPORT=${BENCH_REPORT:-$ROOT/bench/report.md}
+
+# The matrix: workload, clients, batch, extra flags.
+MATRIX=(
+	"produce 4 1"
+	"produce 4 100"
+	"cycle 4 1"
+	"cycle 4 100"
+	"cycle 16 1"
+	"dead 4 100"
+	"latency 4 1 --rate 1000"
+)
+
+TMP=$(mktemp -d "${TMPDIR:-/tmp}/styx-bench.XXXXXX")
+SERVER_PID=""
+
+# stop_server ends the running server (SIGTERM, then SIGKILL after 20s).
+stop_server() {
+	[[ -n $SERVER_PID ]] || return 0
+	if kill -0 "$SERVER_PID" 2>/dev/null; then
+		kill -TERM "$SERVER_PID" 2>/dev/null || true
+		for _ in $(seq 200); do
+			kill -0 "$SERVER_PID" 2>/dev/null || break
+			sleep 0.1
+		done
+		kill -KILL "$SERVER_PID" 2>/dev/null || true
+	fi
+	wait "$SERVER_PID" 2>/dev/null || true
+	SERVER_PID=""
+}
+
+cleanup() {
+	stop_server
+	rm -rf "$TMP"
+}
+trap cleanup EXIT
+trap 'exit 130' INT
+trap 'exit 143' TERM
+
+# free_port prints a loopback TCP port nothing listens on.
+free_port() {
+	local p
+	for _ in $(seq 100); do
+		p=$((20000 + RANDOM % 20000))
+		if ! (exec 3<>"/dev/tcp/127.0.0.1/$p") 2>/dev/null; then
+			echo "$p"
+			return 0
+		fi
+	done
+	echo "bench: no free port found" >&2
+	return 1
+}
+
+# owns_port PID PORT succeeds when process PID holds the socket listening on
+# TCP PORT (so that /health is not answered by some other server that took
+# the port first).
+owns_port() {
+	local hex inode
+	hex=$(printf '%04X' "$2")
+	for inode in $(awk -v p=":$hex" '$4 == "0A" && substr($2, length($2) - 4) == p { print $10 }' /proc/net/tcp /proc/net/tcp6 2>/dev/null); do
+		if find "/proc/$1/fd" -maxdepth 1 -lname "socket:\[$inode\]" 2>/dev/null | grep -q .; then
+			return 0
+		fi
+	done
+	return 1
+}
+
+# start_server BACKEND PORT starts a server and waits for GET /health.
+start_server() {
+	local backend=$1 port=$2 data="$TMP/data-$1" log="$TMP/server-$1.log"
+	local args=(server --storage "$backend" --data-dir "$data" --listen "127.0.0.1:$port" --log-level warn)
+	if [[ $backend == pebble ]]; then
+		args+=(--sync=true)
+	fi
+	mkdir -p "$data"
+	"$TMP/styx" "${args[@]}" 2>"$log" &
+	SERVER_PID=$!
+	for _ in $(seq 200); do
+		if curl -fsS "http://127.0.0.1:$port/health" >/dev/null 2>&1 && owns_port "$SERVER_PID" "$port"; then
+			return 0
+		fi
+		if ! kill -0 "$SERVER_PID" 2>/dev/null; then
+			echo "bench: styx server ($backend) exited:" >&2
+			cat "$log" >&2
+			return 1
+		fi
+		sleep 0.1
+	done
+	echo "bench: styx server ($backend) not healthy after 20s" >&2
+	return 1
+}
+
+echo "bench: building styx and styx-bench into $TMP" >&2
+(cd "$ROOT" && go build -o "$TMP/styx" ./cmd/styx && go build -o "$TMP/styx-bench" ./cmd/styx-bench)
+
+failures=0
+for backend in $BACKENDS; do
+	port=$(free_port)
+	echo "bench: $backend server on 127.0.0.1:$port" >&2
+	start_server "$backend" "$port"
+	: >"$TMP/$backend.jsonl"
+	: >"$TMP/$backend.err"
+	for entry in "${MATRIX[@]}"; do
+		read -r workload clients batch extra <<<"$entry"
+		echo "bench: $backend: $workload, $clients clients, batch $batch ${extra:-}" >&2
+		# shellcheck disable=SC2086 # $extra holds separate flags
+		if ! "$TMP/styx-bench" --endpoint "http://127.0.0.1:$port" --server-pid "$SERVER_PID" \
+			--workload "$workload" --clients "$clients" --batch "$batch" ${extra:-} \
+			--duration "$DURATION" --warmup "$WARMUP" --label "$backend" --json \
+			>>"$TMP/$backend.jsonl" 2> >(sed "s/^/[$backend $workload c$clients b$batch] /" | tee -a "$TMP/$backend.err" >&2); then
+			echo "[$backend $workload c$clients b$batch] run failed" | tee -a "$TMP/$backend.err" >&2
+			failures=$((failures + 1))
+		fi
+	done
+	stop_server
+	if [[ -s $TMP/server-$backend.log ]]; then
+		sed "s/^/[$backend server] /" "$TMP/server-$backend.log" >>"$TMP/$backend.err"
+	fi
+done
+sleep 0.2 # let the stderr tees finish
+
+{
+	echo "# Styx benchmark"
+	echo
+	echo "Generated $(date -u '+%Y-%m-%d %H:%M UTC') by \`make bench\` (bench/run.sh) at commit" \
+		"$(git -C "$ROOT" rev-parse --short HEAD 2>/dev/null || echo unknown)$(git -C "$ROOT" diff --quiet 2>/dev/null || echo '+dirty')," \
+		"$(go version | cut -d' ' -f3), $(nproc) CPUs ($(grep -m1 'model name' /proc/cpuinfo 2>/dev/null | cut -d: -f2 | sed 's/^ *//' || echo unknown))."
+	echo
+	echo "Each run: ${WARMUP} warm-up, then ${DURATION} measured; 1 KiB random payloads; one queue with 1 partition;"
+	echo "protobuf over HTTP on loopback, with styx-bench and the server sharing the machine's CPUs."
+	echo "Latencies are per request (HDR histograms, milliseconds); items/s counts items, not requests:"
+	echo "produced (produce), completed (cycle, latency) or arrived in the dead-letter queue (dead: half the"
+	echo "clients produce, half lease and fail every item; max_attempts 1). \`latency\` produces open-loop at the"
+	echo "given rate and reports produce→lease latency from the send time stamped in each payload. Server CPU-s is"
+	echo "the server's user+system CPU time over the measured window; RSS is at its end. A lease's latency includes"
+	echo "its long-poll wait when the queue is momentarily empty (notably in \`latency\`); leases that found nothing"
+	echo "within 1s (454) are counted as empty leases, not errors."
+	for backend in $BACKENDS; do
+		echo
+		case $backend in
+		pebble) echo "## pebble (sync on)" ;;
+		*) echo "## $backend" ;;
+		esac
+		echo
+		"$TMP/styx-bench" --markdown "$TMP/$backend.jsonl"
+	done
+	if cat "$TMP"/*.err 2>/dev/null | grep -q .; then
+		echo
+		echo "## Errors and warnings"
+		echo
+		echo '```'
+		cat "$TMP"/*.err
+		echo '```'
+	fi
+} >"$REPORT"
+
+cat "$REPORT"
+echo >&2
+echo "bench: report written to $REPORT" >&2
+if ((failures > 0)); then
+	echo "bench: $failures run(s) failed" >&2
+	exit 1
+fi

@@ -1,0 +1,199 @@
+// Command styx-bench is a load generator for Styx and any other server of
+// Querator's v1 protocol (DUH-RPC over HTTP, protobuf bodies). It creates a
+// queue, drives it with --clients closed-loop goroutines (the latency
+// workload adds an open-loop producer) for a warm-up and then a measured
+// --duration, and reports items per second, per-request latency
+// percentiles (HDR histograms), errors, and the server's CPU time and RSS
+// when its process can be read from /proc.
+//
+// Workloads:
+//
+//	produce  every client produces batches of --batch items
+//	cycle    every client produces a batch, leases up to a batch, completes it
+//	drain    --prefill items are produced, then clients lease+complete until
+//	         the queue is empty; measured from the first lease to the last
+//	         completion (no warm-up)
+//	dead     half the clients produce, half lease and fail every item, which
+//	         goes to the dead-letter queue <queue>-dead (max_attempts 1);
+//	         items/s counts arrivals in the dead-letter queue (queue.stats)
+//	latency  an open-loop producer sends --rate items/s stamped with their
+//	         send time; clients lease+complete and record produce→lease
+//	         latency
+//
+// Examples:
+//
+//	styx-bench --workload cycle --clients 4 --batch 100 --duration 10s
+//	styx-bench --workload latency --rate 1000 --json
+//	styx-bench --markdown results.jsonl   # JSON lines → markdown table
+package main
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"math/rand/v2"
+	"os"
+	"os/signal"
+	"strings"
+	"syscall"
+	"time"
+
+	"github.com/spf13/pflag"
+
+	"github.com/styxq/styx"
+)
+
+// Workload names.
+const (
+	workloadProduce = "produce"
+	workloadCycle   = "cycle"
+	workloadDrain   = "drain"
+	workloadDead    = "dead"
+	workloadLatency = "latency"
+)
+
+// config is the command line.
+type config struct {
+	Endpoint   string
+	Workload   string
+	Clients    int
+	Queue      string
+	QueueGiven bool // --queue was set: an existing queue may be reused
+	Partitions int
+	Batch      int
+	Payload    int
+	Duration   time.Duration
+	Warmup     time.Duration
+	Rate       int
+	Prefill    int
+	LeaseWait  time.Duration
+	ServerPID  int
+	JSON       bool
+	Keep       bool
+	Label      string
+	Markdown   string
+}
+
+// errUsage marks an invalid command line (exit status 2).
+var errUsage = errors.New("usage")
+
+func main() {
+	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+	defer stop()
+	os.Exit(run(ctx, os.Args[1:], os.Stdout, os.Stderr))
+}
+
+// run executes the command line args and returns the exit status: 0 on
+// success, 1 when the run failed, 2 for an invalid command line.
+func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
+	cfg, err := parseFlags(args, stderr)
+	if errors.Is(err, pflag.ErrHelp) {
+		return 0
+	}
+	if err != nil {
+		_, _ = fmt.Fprintf(stderr, "styx-bench: %v\n", err)
+		return 2
+	}
+	if cfg.Markdown != "" {
+		if err := renderMarkdownFile(stdout, cfg.Markdown); err != nil {
+			_, _ = fmt.Fprintf(stderr, "styx-bench: %v\n", err)
+			return 1
+		}
+		return 0
+	}
+	rep, err := runBench(ctx, cfg, stderr)
+	if err != nil {
+		_, _ = fmt.Fprintf(stderr, "styx-bench: %v\n", err)
+		return 1
+	}
+	if cfg.JSON {
+		err = writeJSON(stdout, rep)
+	} else {
+		err = writeTable(stdout, rep)
+	}
+	if err != nil {
+		_, _ = fmt.Fprintf(stderr, "styx-bench: %v\n", err)
+		return 1
+	}
+	return 0
+}
+
+// parseFlags parses and validates the command line.
+func parseFlags(args []string, stderr io.Writer) (config, error) {
+	var c config
+	fs := pflag.NewFlagSet("styx-bench", pflag.ContinueOnError)
+	fs.SetOutput(stderr)
+	fs.StringVar(&c.Endpoint, "endpoint", styx.DefaultEndpoint, "server base URL")
+	fs.StringVar(&c.Workload, "workload", workloadCycle, "produce, cycle, drain, dead or latency")
+	fs.IntVar(&c.Clients, "clients", 4, "closed-loop client goroutines, all on the one queue")
+	fs.StringVar(&c.Queue, "queue", "", "queue name (default bench-<workload>-<random>; created and deleted by the run)")
+	fs.IntVar(&c.Partitions, "partitions", 1, "partitions of the created queue")
+	fs.IntVar(&c.Batch, "batch", 1, "items per produce request and lease batch size (1..1000)")
+	fs.IntVar(&c.Payload, "payload", 1024, "payload bytes per item (random)")
+	fs.DurationVar(&c.Duration, "duration", 10*time.Second, "measured time (drain: at most)")
+	fs.DurationVar(&c.Warmup, "warmup", 2*time.Second, "load before measuring (not used by drain)")
+	fs.IntVar(&c.Rate, "rate", 1000, "latency workload: open-loop produce rate in items/s")
+	fs.IntVar(&c.Prefill, "prefill", 100000, "drain workload: items produced before measuring")
+	fs.DurationVar(&c.LeaseWait, "lease-wait", time.Second, "lease request_timeout (how long a lease long-polls)")
+	fs.IntVar(&c.ServerPID, "server-pid", 0, "server process id for CPU/RSS (default: the local process listening on the endpoint's port, if readable)")
+	fs.BoolVar(&c.JSON, "json", false, "print the report as one JSON object")
+	fs.BoolVar(&c.Keep, "keep", false, "do not delete the queue(s) at the end")
+	fs.StringVar(&c.Label, "label", "", "free text copied into the report (e.g. the backend)")
+	fs.StringVar(&c.Markdown, "markdown", "", "only render the JSON-lines report file `FILE` as a markdown table and exit")
+	fs.Usage = func() {
+		_, _ = fmt.Fprintf(stderr, "usage: styx-bench [flags]\n\nWorkloads: produce, cycle, drain, dead, latency (see `go doc ./cmd/styx-bench`).\n\n%s", fs.FlagUsages())
+	}
+	if err := fs.Parse(args); err != nil {
+		return c, err
+	}
+	if fs.NArg() > 0 {
+		return c, fmt.Errorf("%w: unexpected arguments %q", errUsage, fs.Args())
+	}
+	if c.Markdown != "" {
+		return c, nil
+	}
+	c.QueueGiven = c.Queue != ""
+	if !c.QueueGiven {
+		c.Queue = fmt.Sprintf("bench-%s-%08x", c.Workload, rand.Uint32())
+	}
+	return c, validate(&c)
+}
+
+// validate checks c and applies the workload-specific adjustments.
+func validate(c *config) error {
+	bad := func(format string, a ...any) error {
+		return fmt.Errorf("%w: "+format, append([]any{errUsage}, a...)...)
+	}
+	switch c.Workload {
+	case workloadProduce, workloadCycle, workloadDrain, workloadDead, workloadLatency:
+	default:
+		return bad("--workload %q is not one of produce, cycle, drain, dead, latency", c.Workload)
+	}
+	switch {
+	case !strings.HasPrefix(c.Endpoint, "http://") && !strings.HasPrefix(c.Endpoint, "https://"):
+		return bad("--endpoint %q must start with http:// or https://", c.Endpoint)
+	case c.Clients < 1:
+		return bad("--clients must be at least 1")
+	case c.Partitions < 1:
+		return bad("--partitions must be at least 1")
+	case c.Batch < 1 || c.Batch > 1000:
+		return bad("--batch must be in 1..1000")
+	case c.Payload < 0:
+		return bad("--payload must not be negative")
+	case c.Duration <= 0:
+		return bad("--duration must be positive")
+	case c.Warmup < 0:
+		return bad("--warmup must not be negative")
+	case c.LeaseWait <= 10*time.Millisecond || c.LeaseWait > 15*time.Minute:
+		return bad("--lease-wait must be above 10ms and at most 15m")
+	case c.Workload == workloadLatency && c.Rate < 1:
+		return bad("--rate must be at least 1 item/s")
+	case c.Workload == workloadDrain && c.Prefill < 1:
+		return bad("--prefill must be at least 1")
+	}
+	if c.Workload == workloadLatency && c.Payload < 8 {
+		c.Payload = 8 // room for the send timestamp
+	}
+	return nil
+}

@@ -1,0 +1,623 @@
+package main
+
+// The workloads and the run that drives them. A run creates its queue (and
+// for `dead` a dead-letter queue), starts the workload's goroutines, opens
+// the measured window after the warm-up, closes it after --duration, then
+// deletes the queues (unless --keep) and returns a Report.
+//
+// Every goroutine records into its own recorder (histograms are not safe for
+// concurrent use); the recorders are merged once the goroutines are done. A
+// request is measured when it ends inside the window [start, end).
+
+import (
+	"context"
+	"crypto/rand"
+	"encoding/binary"
+	"fmt"
+	"io"
+	"net/http"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/HdrHistogram/hdrhistogram-go"
+
+	"github.com/styxq/styx"
+	pb "github.com/styxq/styx/styxpb"
+)
+
+const (
+	// requestTimeout bounds every request, long-polling leases included.
+	requestTimeout = 30 * time.Second
+	// errorBackoff is how long a goroutine pauses after a failed request,
+	// so that a dead server is not hammered in a tight loop.
+	errorBackoff = 50 * time.Millisecond
+	// maxPrintedErrors is how many errors are printed to stderr.
+	maxPrintedErrors = 5
+	// latencySenders is how many goroutines of the latency workload send
+	// the open-loop produce requests (their concurrency limit).
+	latencySenders = 64
+	// prefillBatch is the produce batch size of the drain workload's prefill.
+	prefillBatch = 1000
+)
+
+// bench is the shared state of one run.
+type bench struct {
+	cfg    config
+	c      *styx.Client
+	stderr io.Writer
+	// queue is the queue under load; dlq its dead-letter queue (dead only).
+	queue, dlq string
+	// created lists the queues this run created, deleted at the end.
+	created []string
+	// start and end bound the measured window [start, end).
+	start, end time.Time
+
+	mu        sync.Mutex
+	recorders []*recorder
+
+	errors      atomic.Int64
+	printedErrs atomic.Int64
+	// lastFinish is the unix-nano time of the last item completed inside
+	// the window (drain measures up to it).
+	lastFinish atomic.Int64
+}
+
+// recorder collects the measurements of one goroutine.
+type recorder struct {
+	b          *bench
+	hist       map[string]*hdrhistogram.Histogram
+	e2e        *hdrhistogram.Histogram
+	items      int64
+	leaseEmpty int64
+}
+
+// newBench returns a run of cfg against a client of cfg.Endpoint.
+func newBench(cfg config, stderr io.Writer) (*bench, error) {
+	c, err := styx.NewClient(styx.ClientConfig{
+		Endpoint: cfg.Endpoint,
+		HTTPClient: &http.Client{Transport: &http.Transport{
+			MaxIdleConns:        0, // no overall limit
+			MaxIdleConnsPerHost: 4*cfg.Clients + latencySenders + 16,
+			IdleConnTimeout:     90 * time.Second,
+		}},
+	})
+	if err != nil {
+		return nil, err
+	}
+	b := &bench{cfg: cfg, c: c, stderr: stderr, queue: cfg.Queue}
+	if cfg.Workload == workloadDead {
+		b.dlq = cfg.Queue + "-dead"
+	}
+	return b, nil
+}
+
+// newRecorder returns a recorder registered with b.
+func (b *bench) newRecorder() *recorder {
+	r := &recorder{b: b, hist: map[string]*hdrhistogram.Histogram{}, e2e: newHistogram()}
+	for _, k := range requestKinds {
+		r.hist[k] = newHistogram()
+	}
+	b.mu.Lock()
+	b.recorders = append(b.recorders, r)
+	b.mu.Unlock()
+	return r
+}
+
+// inWindow reports whether t is inside the measured window.
+func (b *bench) inWindow(t time.Time) bool { return !t.Before(b.start) && t.Before(b.end) }
+
+// running reports whether goroutines should start another request.
+func (b *bench) running(ctx context.Context) bool {
+	return ctx.Err() == nil && time.Now().Before(b.end)
+}
+
+// fail counts err and prints it if it is one of the first few.
+func (b *bench) fail(kind string, err error) {
+	b.errors.Add(1)
+	if b.printedErrs.Add(1) <= maxPrintedErrors {
+		_, _ = fmt.Fprintf(b.stderr, "styx-bench: %s: %v\n", kind, err)
+	}
+}
+
+// call runs fn as one request of kind. A success ending inside the window
+// goes into the kind's histogram; a lease answered 454 counts as an empty
+// lease; any other failure is an error (unless the run was interrupted).
+// It returns whether the request ended inside the window, and fn's error.
+func (r *recorder) call(ctx context.Context, kind string, fn func(context.Context) error) (bool, error) {
+	t0 := time.Now()
+	cctx, cancel := context.WithTimeout(ctx, requestTimeout)
+	err := fn(cctx)
+	cancel()
+	t1 := time.Now()
+	in := r.b.inWindow(t1)
+	switch {
+	case err == nil:
+		if in {
+			recordDuration(r.hist[kind], t1.Sub(t0))
+		}
+	case kind == kindLease && styx.IsRetry(err):
+		if in {
+			r.leaseEmpty++
+		}
+	case ctx.Err() != nil: // interrupted, not the server's fault
+	default:
+		r.b.fail(kind, err)
+		sleep(ctx, errorBackoff)
+	}
+	return in, err
+}
+
+// produce sends items to the queue.
+func (r *recorder) produce(ctx context.Context, items []*pb.QueueProduceItem) (bool, error) {
+	return r.call(ctx, kindProduce, func(ctx context.Context) error {
+		return r.b.c.QueueProduce(ctx, &pb.QueueProduceRequest{
+			QueueName: r.b.queue, RequestTimeout: "10s", Items: items,
+		})
+	})
+}
+
+// lease asks for up to --batch items as clientID.
+func (r *recorder) lease(ctx context.Context, clientID string) (*pb.QueueLeaseResponse, bool, error) {
+	var resp *pb.QueueLeaseResponse
+	in, err := r.call(ctx, kindLease, func(ctx context.Context) error {
+		var err error
+		resp, err = r.b.c.QueueLease(ctx, &pb.QueueLeaseRequest{
+			QueueName: r.b.queue, BatchSize: int32(r.b.cfg.Batch), ClientId: clientID,
+			RequestTimeout: r.b.cfg.LeaseWait.String(),
+		})
+		return err
+	})
+	return resp, in, err
+}
+
+// complete completes the leased items of resp.
+func (r *recorder) complete(ctx context.Context, resp *pb.QueueLeaseResponse) (bool, error) {
+	ids := make([]string, len(resp.Items))
+	for i, it := range resp.Items {
+		ids[i] = it.Id
+	}
+	return r.call(ctx, kindComplete, func(ctx context.Context) error {
+		return r.b.c.QueueComplete(ctx, &pb.QueueCompleteRequest{
+			QueueName: r.b.queue, Partition: resp.Partition, RequestTimeout: "10s", Ids: ids,
+		})
+	})
+}
+
+// retry fails the leased items of resp with an error message (a counted
+// attempt: with max_attempts 1 they are dead-lettered).
+func (r *recorder) retry(ctx context.Context, resp *pb.QueueLeaseResponse) (bool, error) {
+	items := make([]*pb.QueueRetryItem, len(resp.Items))
+	for i, it := range resp.Items {
+		items[i] = &pb.QueueRetryItem{Id: it.Id, Error: "styx-bench: induced failure"}
+	}
+	return r.call(ctx, kindRetry, func(ctx context.Context) error {
+		return r.b.c.QueueRetry(ctx, &pb.QueueRetryRequest{
+			QueueName: r.b.queue, Partition: resp.Partition, Items: items,
+		})
+	})
+}
+
+// randomPayload returns n random bytes.
+func randomPayload(n int) []byte {
+	p := make([]byte, n)
+	_, _ = rand.Read(p)
+	return p
+}
+
+// batchOf returns n produce items sharing payload (the encoder copies it).
+func batchOf(n int, payload []byte) []*pb.QueueProduceItem {
+	items := make([]*pb.QueueProduceItem, n)
+	for i := range items {
+		items[i] = &pb.QueueProduceItem{Bytes: payload}
+	}
+	return items
+}
+
+// sleep waits d or until ctx ends.
+func sleep(ctx context.Context, d time.Duration) {
+	t := time.NewTimer(d)
+	defer t.Stop()
+	select {
+	case <-t.C:
+	case <-ctx.Done():
+	}
+}
+
+// runProducer is a produce client: it produces batches, counting produced
+// items.
+func (b *bench) runProducer(ctx context.Context, count bool) {
+	r := b.newRecorder()
+	items := batchOf(b.cfg.Batch, randomPayload(b.cfg.Payload))
+	for b.running(ctx) {
+		if in, err := r.produce(ctx, items); err == nil && in && count {
+			r.items += int64(len(items))
+		}
+	}
+}
+
+// runCycle is a cycle client: produce a batch, lease up to a batch, complete
+// what was leased, counting completed items.
+func (b *bench) runCycle(ctx context.Context, clientID string) {
+	r := b.newRecorder()
+	items := batchOf(b.cfg.Batch, randomPayload(b.cfg.Payload))
+	for b.running(ctx) {
+		if _, err := r.produce(ctx, items); err != nil {
+			continue
+		}
+		resp, _, err := r.lease(ctx, clientID)
+		if err != nil || len(resp.Items) == 0 {
+			continue
+		}
+		if in, err := r.complete(ctx, resp); err == nil && in {
+			r.items += int64(len(resp.Items))
+		}
+	}
+}
+
+// runDrainer is a drain client: lease and complete until the queue is
+// empty (a lease answered 454) or the window ends.
+func (b *bench) runDrainer(ctx context.Context, clientID string) {
+	r := b.newRecorder()
+	for b.running(ctx) {
+		resp, _, err := r.lease(ctx, clientID)
+		if styx.IsRetry(err) {
+			return
+		}
+		if err != nil || len(resp.Items) == 0 {
+			continue
+		}
+		if in, err := r.complete(ctx, resp); err == nil && in {
+			r.items += int64(len(resp.Items))
+			b.noteFinish(time.Now())
+		}
+	}
+}
+
+// noteFinish moves lastFinish forward to t.
+func (b *bench) noteFinish(t time.Time) {
+	n := t.UnixNano()
+	for {
+		old := b.lastFinish.Load()
+		if n <= old || b.lastFinish.CompareAndSwap(old, n) {
+			return
+		}
+	}
+}
+
+// runDeadConsumer is a dead client: lease and fail every item with an
+// error, so that (max_attempts 1) it goes to the dead-letter queue.
+func (b *bench) runDeadConsumer(ctx context.Context, clientID string) {
+	r := b.newRecorder()
+	for b.running(ctx) {
+		resp, _, err := r.lease(ctx, clientID)
+		if err != nil || len(resp.Items) == 0 {
+			continue
+		}
+		_, _ = r.retry(ctx, resp)
+	}
+}
+
+// runLatencyConsumer is a latency client: lease, record each item's
+// produce→lease latency from the send time at the start of its payload,
+// then complete, counting completed items.
+func (b *bench) runLatencyConsumer(ctx context.Context, clientID string) {
+	r := b.newRecorder()
+	for b.running(ctx) {
+		resp, _, err := r.lease(ctx, clientID)
+		if err != nil || len(resp.Items) == 0 {
+			continue
+		}
+		now := time.Now()
+		if b.inWindow(now) {
+			for _, it := range resp.Items {
+				if len(it.Bytes) >= 8 {
+					sent := int64(binary.LittleEndian.Uint64(it.Bytes))
+					recordDuration(r.e2e, now.Sub(time.Unix(0, sent)))
+				}
+			}
+		}
+		if in, err := r.complete(ctx, resp); err == nil && in {
+			r.items += int64(len(resp.Items))
+		}
+	}
+}
+
+// runOpenLoopProducer produces --batch items every batch/rate seconds
+// regardless of how fast the server answers, through latencySenders
+// goroutines. Each item's payload starts with its scheduled send time (unix
+// nanoseconds, little-endian), so a server or client that falls behind
+// shows up in the produce→lease latency instead of slowing the schedule
+// (no coordinated omission).
+func (b *bench) runOpenLoopProducer(ctx context.Context) {
+	interval := time.Duration(float64(time.Second) * float64(b.cfg.Batch) / float64(b.cfg.Rate))
+	due := make(chan time.Time, 1024)
+	var wg sync.WaitGroup
+	for range latencySenders {
+		wg.Go(func() {
+			r := b.newRecorder()
+			base := randomPayload(b.cfg.Payload)
+			for at := range due {
+				items := make([]*pb.QueueProduceItem, b.cfg.Batch)
+				for i := range items {
+					p := make([]byte, len(base))
+					copy(p, base)
+					binary.LittleEndian.PutUint64(p, uint64(at.UnixNano()))
+					items[i] = &pb.QueueProduceItem{Bytes: p}
+				}
+				_, _ = r.produce(ctx, items)
+			}
+		})
+	}
+	next := time.Now()
+	for b.running(ctx) {
+		sleep(ctx, time.Until(next))
+		select {
+		case due <- next:
+		case <-ctx.Done():
+		}
+		next = next.Add(interval)
+	}
+	close(due)
+	wg.Wait()
+}
+
+// setup creates the queue (and the dead-letter queue of `dead`). An
+// existing queue named with --queue is reused and left in place.
+func (b *bench) setup(ctx context.Context) error {
+	create := func(info *pb.QueueInfo) error {
+		info.LeaseTimeout, info.ExpireTimeout = "1m", "24h"
+		err := b.c.QueuesCreate(ctx, info)
+		switch {
+		case err == nil:
+			b.created = append(b.created, info.QueueName)
+			return nil
+		case styx.ErrorCode(err) == styx.CodeConflict && b.cfg.QueueGiven:
+			_, _ = fmt.Fprintf(b.stderr, "styx-bench: reusing existing queue %s\n", info.QueueName)
+			return nil
+		default:
+			return fmt.Errorf("create queue %s: %w", info.QueueName, err)
+		}
+	}
+	if b.dlq != "" {
+		if err := create(&pb.QueueInfo{QueueName: b.dlq}); err != nil {
+			return err
+		}
+	}
+	info := &pb.QueueInfo{QueueName: b.queue, RequestedPartitions: int32(b.cfg.Partitions)}
+	if b.dlq != "" {
+		info.DeadQueue, info.MaxAttempts = b.dlq, 1
+	}
+	return create(info)
+}
+
+// cleanup deletes the queues setup created, newest first (a dead-letter
+// queue cannot be deleted while its source queue exists).
+func (b *bench) cleanup() {
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+	for i := len(b.created) - 1; i >= 0; i-- {
+		q := b.created[i]
+		if err := b.c.QueuesDelete(ctx, &pb.QueuesDeleteRequest{QueueName: q, Force: true}); err != nil {
+			_, _ = fmt.Fprintf(b.stderr, "styx-bench: delete queue %s: %v\n", q, err)
+		}
+	}
+}
+
+// prefill produces --prefill items with --clients goroutines, unmeasured.
+func (b *bench) prefill(ctx context.Context) error {
+	var left atomic.Int64
+	left.Store(int64(b.cfg.Prefill))
+	payload := randomPayload(b.cfg.Payload)
+	var wg sync.WaitGroup
+	var once sync.Once
+	var firstErr error
+	for range b.cfg.Clients {
+		wg.Go(func() {
+			for ctx.Err() == nil {
+				n := min(int64(prefillBatch), left.Add(-prefillBatch)+prefillBatch)
+				if n <= 0 {
+					return
+				}
+				err := b.c.QueueProduce(ctx, &pb.QueueProduceRequest{
+					QueueName: b.queue, RequestTimeout: "10s", Items: batchOf(int(n), payload),
+				})
+				if err != nil {
+					once.Do(func() { firstErr = fmt.Errorf("prefill: %w", err) })
+					return
+				}
+			}
+		})
+	}
+	wg.Wait()
+	if firstErr == nil {
+		firstErr = ctx.Err()
+	}
+	return firstErr
+}
+
+// deadCount returns the number of items in the dead-letter queue: the sum
+// of its partitions' totals from queue.stats.
+func (b *bench) deadCount(ctx context.Context) (int64, error) {
+	st, err := b.c.QueueStats(ctx, &pb.QueueStatsRequest{QueueName: b.dlq})
+	if err != nil {
+		return 0, fmt.Errorf("stats of %s: %w", b.dlq, err)
+	}
+	var n int64
+	for _, lq := range st.LogicalQueues {
+		for _, p := range lq.Partitions {
+			n += int64(p.Total)
+		}
+	}
+	return n, nil
+}
+
+// startWorkers starts the workload's goroutines on wg.
+func (b *bench) startWorkers(ctx context.Context, wg *sync.WaitGroup) {
+	id := func(i int) string { return fmt.Sprintf("styx-bench-%s-%d", b.queue, i) }
+	switch b.cfg.Workload {
+	case workloadProduce:
+		for range b.cfg.Clients {
+			wg.Go(func() { b.runProducer(ctx, true) })
+		}
+	case workloadCycle:
+		for i := range b.cfg.Clients {
+			wg.Go(func() { b.runCycle(ctx, id(i)) })
+		}
+	case workloadDrain:
+		for i := range b.cfg.Clients {
+			wg.Go(func() { b.runDrainer(ctx, id(i)) })
+		}
+	case workloadDead:
+		producers := max(1, b.cfg.Clients/2)
+		consumers := max(1, b.cfg.Clients-producers)
+		for range producers {
+			wg.Go(func() { b.runProducer(ctx, false) })
+		}
+		for i := range consumers {
+			wg.Go(func() { b.runDeadConsumer(ctx, id(i)) })
+		}
+	case workloadLatency:
+		wg.Go(func() { b.runOpenLoopProducer(ctx) })
+		for i := range b.cfg.Clients {
+			wg.Go(func() { b.runLatencyConsumer(ctx, id(i)) })
+		}
+	}
+}
+
+// runBench executes one run of cfg and returns its report.
+func runBench(ctx context.Context, cfg config, stderr io.Writer) (rep Report, err error) {
+	b, err := newBench(cfg, stderr)
+	if err != nil {
+		return Report{}, err
+	}
+	defer b.c.Close()
+	if err := b.setup(ctx); err != nil {
+		return Report{}, err
+	}
+	if !cfg.Keep {
+		defer b.cleanup()
+	}
+
+	pid := cfg.ServerPID
+	if pid == 0 {
+		pid, _ = findListenerPID("/proc", cfg.Endpoint) // best effort
+	}
+
+	warmup := cfg.Warmup
+	if cfg.Workload == workloadDrain {
+		_, _ = fmt.Fprintf(stderr, "styx-bench: prefilling %s with %d items\n", b.queue, cfg.Prefill)
+		if err := b.prefill(ctx); err != nil {
+			return Report{}, err
+		}
+		warmup = 0 // the drain is measured from its first lease
+	}
+	b.start = time.Now().Add(warmup)
+	b.end = b.start.Add(cfg.Duration)
+
+	var wg sync.WaitGroup
+	b.startWorkers(ctx, &wg)
+	done := make(chan struct{})
+	go func() { wg.Wait(); close(done) }()
+	waitUntil := func(t time.Time) {
+		select {
+		case <-time.After(time.Until(t)):
+		case <-done:
+		case <-ctx.Done():
+		}
+	}
+
+	// Samples at the window's edges: server usage, dead-letter count.
+	var procStart, procEnd procSample
+	var procErr error
+	var deadStart, deadEnd int64
+	var deadErr error
+	sampleAt := func(ps *procSample, dead *int64) {
+		if pid > 0 && procErr == nil {
+			*ps, procErr = readProc("/proc", pid)
+		}
+		if b.dlq != "" && deadErr == nil {
+			sctx, cancel := context.WithTimeout(ctx, requestTimeout)
+			*dead, deadErr = b.deadCount(sctx)
+			cancel()
+		}
+	}
+	waitUntil(b.start)
+	sampleAt(&procStart, &deadStart)
+	waitUntil(b.end)
+	measured := time.Since(b.start)
+	sampleAt(&procEnd, &deadEnd)
+	<-done
+	if ctx.Err() != nil {
+		return Report{}, context.Cause(ctx)
+	}
+
+	rep = b.report(measured)
+	switch cfg.Workload {
+	case workloadDrain:
+		if last := b.lastFinish.Load(); last > 0 {
+			rep.Seconds = time.Unix(0, last).Sub(b.start).Seconds()
+		}
+		rep.Prefill = cfg.Prefill
+		if rep.Seconds > 0 {
+			rep.ItemsPerSec = float64(rep.Items) / rep.Seconds
+		}
+	case workloadDead:
+		if deadErr != nil {
+			return rep, deadErr
+		}
+		rep.Items = deadEnd - deadStart
+		rep.ItemsPerSec = float64(rep.Items) / rep.Seconds
+	case workloadLatency:
+		rep.Rate = cfg.Rate
+	}
+	if pid > 0 {
+		if procErr != nil {
+			_, _ = fmt.Fprintf(stderr, "styx-bench: server usage of pid %d: %v\n", pid, procErr)
+		} else {
+			cpu := float64(procEnd.CPUTicks-procStart.CPUTicks) / float64(clockTicks())
+			rep.Server = &ServerUsage{
+				PID: pid, CPUSeconds: cpu, CPUCores: cpu / measured.Seconds(),
+				RSSBeforeKB: procStart.RSSKB, RSSAfterKB: procEnd.RSSKB, PeakRSSKB: procEnd.HWMKB,
+			}
+		}
+	}
+	return rep, nil
+}
+
+// report merges the recorders into a Report over a window of measured.
+func (b *bench) report(measured time.Duration) Report {
+	hist := map[string]*hdrhistogram.Histogram{}
+	for _, k := range requestKinds {
+		hist[k] = newHistogram()
+	}
+	e2e := newHistogram()
+	rep := Report{
+		Label: b.cfg.Label, Workload: b.cfg.Workload, Endpoint: b.cfg.Endpoint, Queue: b.queue,
+		Clients: b.cfg.Clients, Batch: b.cfg.Batch, Payload: b.cfg.Payload, Partitions: b.cfg.Partitions,
+		Seconds: measured.Seconds(), Requests: map[string]Latency{}, Errors: b.errors.Load(),
+	}
+	b.mu.Lock()
+	for _, r := range b.recorders {
+		for k, h := range r.hist {
+			hist[k].Merge(h)
+		}
+		e2e.Merge(r.e2e)
+		rep.Items += r.items
+		rep.LeaseEmpty += r.leaseEmpty
+	}
+	b.mu.Unlock()
+	for k, h := range hist {
+		if h.TotalCount() > 0 {
+			rep.Requests[k] = summarize(h)
+		}
+	}
+	if b.cfg.Workload == workloadLatency {
+		l := summarize(e2e)
+		rep.EndToEnd = &l
+	}
+	if rep.Seconds > 0 {
+		rep.ItemsPerSec = float64(rep.Items) / rep.Seconds
+	}
+	return rep
+}
