@@ -10,6 +10,7 @@ import (
 	"log/slog"
 	"net"
 	"net/http"
+	"net/http/pprof"
 	"strings"
 	"syscall"
 	"time"
@@ -50,6 +51,9 @@ type Config struct {
 	// ShutdownTimeout bounds how long Close waits for in-flight requests.
 	// Defaults to 30s.
 	ShutdownTimeout time.Duration
+	// DebugListen, when set, is a TCP address serving Go's pprof profiles
+	// at /debug/pprof/ (keep it on loopback). Empty (the default) is off.
+	DebugListen string
 	// Log receives structured logs. Defaults to slog.Default().
 	Log *slog.Logger
 	// Clock tells time. Defaults to the system clock.
@@ -114,6 +118,7 @@ type Daemon struct {
 	server    *http.Server
 	listener  net.Listener
 	served    chan error
+	debug     *http.Server
 	// Metrics are the server's collectors.
 	Metrics *metrics.Metrics
 }
@@ -169,6 +174,12 @@ func New(ctx context.Context, cfg Config) (*Daemon, error) {
 	}
 	d.server = &http.Server{Handler: h, ReadHeaderTimeout: 10 * time.Second, ErrorLog: slog.NewLogLogger(cfg.Log.Handler(), slog.LevelWarn)}
 	go func() { d.served <- d.server.Serve(d.listener) }()
+	if cfg.DebugListen != "" {
+		if err := d.serveDebug(cfg.DebugListen); err != nil {
+			_ = d.Close(ctx)
+			return nil, err
+		}
+	}
 	attrs := []any{"listen", d.listener.Addr().String(), "storage", cfg.Storage}
 	if cfg.Store == nil && cfg.Storage == StoragePebble {
 		attrs = append(attrs, "data_dir", cfg.DataDir, "sync", !cfg.NoSync)
@@ -190,6 +201,9 @@ func (d *Daemon) Endpoint() string { return "http://" + d.Addr() }
 func (d *Daemon) Close(ctx context.Context) error {
 	ctx, cancel := context.WithTimeout(ctx, d.cfg.ShutdownTimeout)
 	defer cancel()
+	if d.debug != nil {
+		_ = d.debug.Close()
+	}
 	shut := make(chan error, 1)
 	go func() { shut <- d.server.Shutdown(ctx) }()
 	// Redrive tasks stop first (they resume at the next start); then the
@@ -211,4 +225,22 @@ func (d *Daemon) closeStore() error {
 		return nil
 	}
 	return d.store.Close()
+}
+
+// serveDebug serves pprof on addr.
+func (d *Daemon) serveDebug(addr string) error {
+	l, err := net.Listen("tcp", addr)
+	if err != nil {
+		return fmt.Errorf("debug listen on %s: %w", addr, err)
+	}
+	mux := http.NewServeMux()
+	mux.HandleFunc("/debug/pprof/", pprof.Index)
+	mux.HandleFunc("/debug/pprof/cmdline", pprof.Cmdline)
+	mux.HandleFunc("/debug/pprof/profile", pprof.Profile)
+	mux.HandleFunc("/debug/pprof/symbol", pprof.Symbol)
+	mux.HandleFunc("/debug/pprof/trace", pprof.Trace)
+	d.debug = &http.Server{Handler: mux, ReadHeaderTimeout: 10 * time.Second}
+	go func() { _ = d.debug.Serve(l) }()
+	d.cfg.Log.Info("pprof serving", "debug_listen", l.Addr().String())
+	return nil
 }

@@ -40,6 +40,8 @@ type serverSettings struct {
 	// ShutdownTimeout bounds how long a shutdown waits for in-flight
 	// requests. Defaults to 30s.
 	ShutdownTimeout time.Duration
+	// DebugListen, when set, serves Go's pprof profiles on this host:port.
+	DebugListen string
 }
 
 // defaultServerSettings returns the settings used when neither a flag, an
@@ -64,6 +66,7 @@ func (s serverSettings) daemonConfig(log *slog.Logger) daemon.Config {
 		DataDir:         s.DataDir,
 		NoSync:          !s.Sync,
 		ShutdownTimeout: s.ShutdownTimeout,
+		DebugListen:     s.DebugListen,
 		Log:             log,
 	}
 }
@@ -88,6 +91,7 @@ type fileConfig struct {
 	LogLevel        *string        `yaml:"log_level"`
 	LogFormat       *string        `yaml:"log_format"`
 	ShutdownTimeout *time.Duration `yaml:"shutdown_timeout"`
+	DebugListen     *string        `yaml:"debug_listen"`
 }
 
 // values returns the set fields of fc by YAML key, formatted as a flag or
@@ -104,6 +108,7 @@ func (fc *fileConfig) values() map[string]string {
 	put("storage", fc.Storage)
 	put("log_level", fc.LogLevel)
 	put("log_format", fc.LogFormat)
+	put("debug_listen", fc.DebugListen)
 	if fc.Sync != nil {
 		out["sync"] = strconv.FormatBool(*fc.Sync)
 	}
@@ -225,6 +230,10 @@ func serverSettingTable() []serverSetting {
 			s.ShutdownTimeout = d
 			return nil
 		}},
+		{"debug_listen", "debug-listen", "STYX_DEBUG_LISTEN", func(s *serverSettings, v string) error {
+			s.DebugListen = v
+			return nil
+		}},
 	}
 }
 
@@ -240,6 +249,7 @@ func addServerFlags(fs *pflag.FlagSet) {
 	fs.String("log-level", "info", "log level: debug, info, warn or error (env STYX_LOG_LEVEL)")
 	fs.String("log-format", d.LogFormat, "log format: text or json (env STYX_LOG_FORMAT)")
 	fs.Duration("shutdown-timeout", d.ShutdownTimeout, "how long a shutdown waits for in-flight requests (env STYX_SHUTDOWN_TIMEOUT)")
+	fs.String("debug-listen", "", "host:port to serve Go's pprof profiles on (/debug/pprof/); empty is off (env STYX_DEBUG_LISTEN)")
 }
 
 // loadServerSettings resolves the server settings from the flags parsed
