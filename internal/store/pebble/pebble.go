@@ -72,6 +72,12 @@ type Config struct {
 	// Defaults to false: every Write is fsynced. Queue catalog and task
 	// changes are always synced.
 	NoSync bool
+	// CacheBytes is the size of Pebble's block cache, which serves item
+	// bodies that left the memtable. 0 means DefaultCacheBytes.
+	CacheBytes int64
+	// MemTableBytes is the size of one memtable; up to four may be held
+	// while flushes run. 0 means DefaultMemTableBytes.
+	MemTableBytes uint64
 	// Logger receives Pebble's log messages. Optional; nil means
 	// slog.Default().
 	Logger *slog.Logger
@@ -109,6 +115,12 @@ type queueState struct {
 
 var _ store.Store = (*Store)(nil)
 
+// Defaults of Config.
+const (
+	DefaultCacheBytes    = 256 << 20
+	DefaultMemTableBytes = 64 << 20
+)
+
 // Open opens (creating if needed) the store in cfg.Dir. It fails if the
 // directory holds a database that is not a Styx store of this format, or
 // is in use by another process.
@@ -120,9 +132,23 @@ func Open(cfg Config) (*Store, error) {
 	if log == nil {
 		log = slog.Default()
 	}
+	if cfg.CacheBytes == 0 {
+		cfg.CacheBytes = DefaultCacheBytes
+	}
+	if cfg.MemTableBytes == 0 {
+		cfg.MemTableBytes = DefaultMemTableBytes
+	}
+	cache := pebbledb.NewCache(cfg.CacheBytes)
+	defer cache.Unref() // the DB holds its own reference
 	db, err := pebbledb.Open(cfg.Dir, &pebbledb.Options{
 		FormatMajorVersion: pebbledb.FormatNewest,
 		Logger:             logger{log.With("component", "pebble", "dir", cfg.Dir)},
+		Cache:              cache,
+		// A queue's items mostly die young: with a large memtable, an item
+		// produced, leased and completed within one memtable's life never
+		// reaches an sstable, so it costs no flush and no compaction.
+		MemTableSize:                cfg.MemTableBytes,
+		MemTableStopWritesThreshold: 4,
 	})
 	if err != nil {
 		return nil, fmt.Errorf("pebble: open %s: %w", cfg.Dir, err)
