@@ -172,7 +172,7 @@ func New(ctx context.Context, cfg Config) (*Daemon, error) {
 		d.closeStore()
 		return nil, fmt.Errorf("listen on %s: %w", cfg.Listen, err)
 	}
-	d.server = &http.Server{Handler: h, ReadHeaderTimeout: 10 * time.Second, ErrorLog: slog.NewLogLogger(cfg.Log.Handler(), slog.LevelWarn)}
+	d.server = &http.Server{Handler: h, ReadHeaderTimeout: 10 * time.Second, IdleTimeout: 2 * time.Minute, ErrorLog: slog.NewLogLogger(cfg.Log.Handler(), slog.LevelWarn)}
 	go func() { d.served <- d.server.Serve(d.listener) }()
 	if cfg.DebugListen != "" {
 		if err := d.serveDebug(cfg.DebugListen); err != nil {

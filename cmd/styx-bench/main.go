@@ -20,9 +20,17 @@
 //	         send time; clients lease+complete and record produce→lease
 //	         latency
 //
+// --count N makes the produce workload stop after exactly N items (for
+// filling a queue to a known depth). --interval D also reports the items
+// per second of every D of the measured window (printed on stderr as it
+// goes and listed under "intervals" in the JSON report), to see whether a
+// long run slows down.
+//
 // Examples:
 //
 //	styx-bench --workload cycle --clients 4 --batch 100 --duration 10s
+//	styx-bench --workload cycle --batch 100 --duration 10m --interval 1m --json
+//	styx-bench --workload produce --batch 1000 --count 1000000 --warmup 0 --duration 1h --queue q --keep
 //	styx-bench --workload latency --rate 1000 --json
 //	styx-bench --markdown results.jsonl   # JSON lines → markdown table
 package main
@@ -67,6 +75,8 @@ type config struct {
 	Warmup     time.Duration
 	Rate       int
 	Prefill    int
+	Count      int64         // produce: stop after this many items (0: no limit)
+	Interval   time.Duration // report items/s per interval (0: off)
 	LeaseWait  time.Duration
 	ServerPID  int
 	JSON       bool
@@ -135,6 +145,8 @@ func parseFlags(args []string, stderr io.Writer) (config, error) {
 	fs.DurationVar(&c.Warmup, "warmup", 2*time.Second, "load before measuring (not used by drain)")
 	fs.IntVar(&c.Rate, "rate", 1000, "latency workload: open-loop produce rate in items/s")
 	fs.IntVar(&c.Prefill, "prefill", 100000, "drain workload: items produced before measuring")
+	fs.Int64Var(&c.Count, "count", 0, "produce workload: stop after producing exactly this many items, warm-up included (0: no limit; --duration still bounds the run)")
+	fs.DurationVar(&c.Interval, "interval", 0, "also report items/s for every interval of this length of the measured window (stderr and JSON \"intervals\"; 0: off)")
 	fs.DurationVar(&c.LeaseWait, "lease-wait", time.Second, "lease request_timeout (how long a lease long-polls)")
 	fs.IntVar(&c.ServerPID, "server-pid", 0, "server process id for CPU/RSS (default: the local process listening on the endpoint's port, if readable)")
 	fs.BoolVar(&c.JSON, "json", false, "print the report as one JSON object")
@@ -191,6 +203,14 @@ func validate(c *config) error {
 		return bad("--rate must be at least 1 item/s")
 	case c.Workload == workloadDrain && c.Prefill < 1:
 		return bad("--prefill must be at least 1")
+	case c.Count < 0:
+		return bad("--count must not be negative")
+	case c.Count > 0 && c.Workload != workloadProduce:
+		return bad("--count applies only to the produce workload")
+	case c.Interval < 0:
+		return bad("--interval must not be negative")
+	case c.Interval > 0 && c.Interval < 100*time.Millisecond:
+		return bad("--interval must be at least 100ms")
 	}
 	if c.Workload == workloadLatency && c.Payload < 8 {
 		c.Payload = 8 // room for the send timestamp

@@ -233,6 +233,11 @@ func (r *Runner) Start(ctx context.Context, p StartParams) (Task, error) {
 	r.cfg.Log.Info("redrive: task started", "task", t.ID, "dead_queue", t.Queue, "destination", t.Destination,
 		"matched", matched, "rate_limit", t.RateLimit)
 	r.mu.Lock()
+	if t.Status == StatusCancelling { // cancelled while it counted
+		r.mu.Unlock()
+		r.finish(t, StatusCancelled, "")
+		return r.Get(t.ID)
+	}
 	r.launch(t)
 	c := t.clone()
 	r.mu.Unlock()
