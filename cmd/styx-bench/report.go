@@ -60,6 +60,18 @@ type Report struct {
 	EndToEnd *Latency `json:"end_to_end,omitempty"`
 	// Server is the server process's resource usage over the window.
 	Server *ServerUsage `json:"server,omitempty"`
+	// Intervals splits the window into --interval pieces, in order.
+	Intervals []Interval `json:"intervals,omitempty"`
+}
+
+// Interval is the throughput of one --interval of the measured window.
+type Interval struct {
+	// Start is the interval's start in seconds from the window's start.
+	Start float64 `json:"start_s"`
+	// Seconds is the interval's length.
+	Seconds     float64 `json:"seconds"`
+	Items       int64   `json:"items"`
+	ItemsPerSec float64 `json:"items_per_sec"`
 }
 
 // Latency summarises a histogram of durations, in milliseconds.

@@ -113,7 +113,9 @@ func TestParseFlags(t *testing.T) {
 		c.Warmup != 2*time.Second || c.Payload != 8 || !strings.HasPrefix(c.Queue, "bench-latency-") || c.QueueGiven {
 		t.Errorf("unexpected config %+v", c)
 	}
-	for _, args := range [][]string{{"--workload", "nope"}, {"--batch", "1001"}, {"--clients", "0"}, {"extra"}} {
+	for _, args := range [][]string{{"--workload", "nope"}, {"--batch", "1001"}, {"--clients", "0"}, {"extra"},
+		{"--count", "-1", "--workload", "produce"}, {"--count", "5", "--workload", "cycle"},
+		{"--interval", "-1s"}, {"--interval", "1ms"}} {
 		if _, err := parseFlags(args, &stderr); err == nil {
 			t.Errorf("parseFlags(%q): want an error", args)
 		}

@@ -61,6 +61,11 @@ type bench struct {
 	// lastFinish is the unix-nano time of the last item completed inside
 	// the window (drain measures up to it).
 	lastFinish atomic.Int64
+	// finished is the sum of the recorders' items so far, for --interval.
+	finished atomic.Int64
+	// left is how many items the produce workload may still produce under
+	// --count.
+	left atomic.Int64
 }
 
 // recorder collects the measurements of one goroutine.
@@ -86,6 +91,7 @@ func newBench(cfg config, stderr io.Writer) (*bench, error) {
 		return nil, err
 	}
 	b := &bench{cfg: cfg, c: c, stderr: stderr, queue: cfg.Queue}
+	b.left.Store(cfg.Count)
 	if cfg.Workload == workloadDead {
 		b.dlq = cfg.Queue + "-dead"
 	}
@@ -102,6 +108,12 @@ func (b *bench) newRecorder() *recorder {
 	b.recorders = append(b.recorders, r)
 	b.mu.Unlock()
 	return r
+}
+
+// count adds n items finished inside the window.
+func (r *recorder) count(n int) {
+	r.items += int64(n)
+	r.b.finished.Add(int64(n))
 }
 
 // inWindow reports whether t is inside the measured window.
@@ -225,14 +237,47 @@ func sleep(ctx context.Context, d time.Duration) {
 }
 
 // runProducer is a produce client: it produces batches, counting produced
-// items.
+// items, until the window ends or (--count) no items are left.
 func (b *bench) runProducer(ctx context.Context, count bool) {
 	r := b.newRecorder()
 	items := batchOf(b.cfg.Batch, randomPayload(b.cfg.Payload))
 	for b.running(ctx) {
-		if in, err := r.produce(ctx, items); err == nil && in && count {
-			r.items += int64(len(items))
+		n := b.claim(len(items))
+		if n == 0 {
+			return
 		}
+		in, err := r.produce(ctx, items[:n])
+		switch {
+		case err != nil:
+			b.unclaim(n)
+		case in && count:
+			r.count(n)
+		}
+	}
+}
+
+// claim takes up to n of the items left under --count and returns how
+// many it took (n when there is no --count).
+func (b *bench) claim(n int) int {
+	if b.cfg.Count == 0 {
+		return n
+	}
+	for {
+		left := b.left.Load()
+		k := min(int64(n), left)
+		if k <= 0 {
+			return 0
+		}
+		if b.left.CompareAndSwap(left, left-k) {
+			return int(k)
+		}
+	}
+}
+
+// unclaim gives back n claimed items that were not produced.
+func (b *bench) unclaim(n int) {
+	if b.cfg.Count > 0 {
+		b.left.Add(int64(n))
 	}
 }
 
@@ -250,7 +295,7 @@ func (b *bench) runCycle(ctx context.Context, clientID string) {
 			continue
 		}
 		if in, err := r.complete(ctx, resp); err == nil && in {
-			r.items += int64(len(resp.Items))
+			r.count(len(resp.Items))
 		}
 	}
 }
@@ -268,7 +313,7 @@ func (b *bench) runDrainer(ctx context.Context, clientID string) {
 			continue
 		}
 		if in, err := r.complete(ctx, resp); err == nil && in {
-			r.items += int64(len(resp.Items))
+			r.count(len(resp.Items))
 			b.noteFinish(time.Now())
 		}
 	}
@@ -318,7 +363,7 @@ func (b *bench) runLatencyConsumer(ctx context.Context, clientID string) {
 			}
 		}
 		if in, err := r.complete(ctx, resp); err == nil && in {
-			r.items += int64(len(resp.Items))
+			r.count(len(resp.Items))
 		}
 	}
 }
@@ -544,15 +589,25 @@ func runBench(ctx context.Context, cfg config, stderr io.Writer) (rep Report, er
 	}
 	waitUntil(b.start)
 	sampleAt(&procStart, &deadStart)
+	var intervals chan []Interval
+	if cfg.Interval > 0 {
+		intervals = make(chan []Interval, 1)
+		go func() { intervals <- b.sampleIntervals(ctx, done) }()
+	}
 	waitUntil(b.end)
-	measured := time.Since(b.start)
+	measured := max(0, time.Since(b.start))
 	sampleAt(&procEnd, &deadEnd)
 	<-done
+	var ivs []Interval
+	if intervals != nil {
+		ivs = <-intervals
+	}
 	if ctx.Err() != nil {
 		return Report{}, context.Cause(ctx)
 	}
 
 	rep = b.report(measured)
+	rep.Intervals = ivs
 	switch cfg.Workload {
 	case workloadDrain:
 		if last := b.lastFinish.Load(); last > 0 {
@@ -583,6 +638,61 @@ func runBench(ctx context.Context, cfg config, stderr io.Writer) (rep Report, er
 		}
 	}
 	return rep, nil
+}
+
+// sampleIntervals measures the items finished in every --interval of the
+// measured window, from b.start until b.end or until done closes (the last
+// interval may then be shorter), and prints each on stderr as it ends. The
+// dead workload counts arrivals in the dead-letter queue, the others the
+// items the recorders count.
+func (b *bench) sampleIntervals(ctx context.Context, done <-chan struct{}) []Interval {
+	count := func() (int64, error) { return b.finished.Load(), nil }
+	if b.dlq != "" {
+		count = func() (int64, error) {
+			sctx, cancel := context.WithTimeout(ctx, requestTimeout)
+			defer cancel()
+			return b.deadCount(sctx)
+		}
+	}
+	prev, err := count()
+	if err != nil {
+		_, _ = fmt.Fprintf(b.stderr, "styx-bench: interval: %v\n", err)
+		return nil
+	}
+	var out []Interval
+	from := b.start
+	for k := 1; from.Before(b.end); k++ {
+		to := b.start.Add(time.Duration(k) * b.cfg.Interval)
+		if to.After(b.end) {
+			to = b.end
+		}
+		last := false
+		select {
+		case <-time.After(time.Until(to)):
+		case <-done:
+			last = true
+		case <-ctx.Done():
+			return out
+		}
+		now := time.Now()
+		n, err := count()
+		if err != nil {
+			_, _ = fmt.Fprintf(b.stderr, "styx-bench: interval: %v\n", err)
+			return out
+		}
+		iv := Interval{Start: from.Sub(b.start).Seconds(), Seconds: now.Sub(from).Seconds(), Items: n - prev}
+		if iv.Seconds > 0 {
+			iv.ItemsPerSec = float64(iv.Items) / iv.Seconds
+		}
+		out = append(out, iv)
+		_, _ = fmt.Fprintf(b.stderr, "styx-bench: interval %d [%.1fs, %.1fs): %d items, %.1f items/s\n",
+			k, iv.Start, iv.Start+iv.Seconds, iv.Items, iv.ItemsPerSec)
+		if last {
+			break
+		}
+		prev, from = n, now
+	}
+	return out
 }
 
 // report merges the recorders into a Report over a window of measured.
