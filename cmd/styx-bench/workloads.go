@@ -217,11 +217,13 @@ func randomPayload(n int) []byte {
 	return p
 }
 
-// batchOf returns n produce items sharing payload (the encoder copies it).
-func batchOf(n int, payload []byte) []*pb.QueueProduceItem {
+// batchOf returns n produce items, each with its own random payload of
+// size bytes, so that storage cannot compress one item against another.
+// Callers reuse the batch across requests.
+func batchOf(n, size int) []*pb.QueueProduceItem {
 	items := make([]*pb.QueueProduceItem, n)
 	for i := range items {
-		items[i] = &pb.QueueProduceItem{Bytes: payload}
+		items[i] = &pb.QueueProduceItem{Bytes: randomPayload(size)}
 	}
 	return items
 }
@@ -240,7 +242,7 @@ func sleep(ctx context.Context, d time.Duration) {
 // items, until the window ends or (--count) no items are left.
 func (b *bench) runProducer(ctx context.Context, count bool) {
 	r := b.newRecorder()
-	items := batchOf(b.cfg.Batch, randomPayload(b.cfg.Payload))
+	items := batchOf(b.cfg.Batch, b.cfg.Payload)
 	for b.running(ctx) {
 		n := b.claim(len(items))
 		if n == 0 {
@@ -285,7 +287,7 @@ func (b *bench) unclaim(n int) {
 // what was leased, counting completed items.
 func (b *bench) runCycle(ctx context.Context, clientID string) {
 	r := b.newRecorder()
-	items := batchOf(b.cfg.Batch, randomPayload(b.cfg.Payload))
+	items := batchOf(b.cfg.Batch, b.cfg.Payload)
 	for b.running(ctx) {
 		if _, err := r.produce(ctx, items); err != nil {
 			continue
@@ -453,7 +455,6 @@ func (b *bench) cleanup() {
 func (b *bench) prefill(ctx context.Context) error {
 	var left atomic.Int64
 	left.Store(int64(b.cfg.Prefill))
-	payload := randomPayload(b.cfg.Payload)
 	var wg sync.WaitGroup
 	var once sync.Once
 	var firstErr error
@@ -465,7 +466,7 @@ func (b *bench) prefill(ctx context.Context) error {
 					return
 				}
 				err := b.c.QueueProduce(ctx, &pb.QueueProduceRequest{
-					QueueName: b.queue, RequestTimeout: "10s", Items: batchOf(int(n), payload),
+					QueueName: b.queue, RequestTimeout: "10s", Items: batchOf(int(n), b.cfg.Payload),
 				})
 				if err != nil {
 					once.Do(func() { firstErr = fmt.Errorf("prefill: %w", err) })
