@@ -1,0 +1,115 @@
+package service_test
+
+import (
+	"fmt"
+	"math/rand/v2"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+
+	pb "github.com/styxq/styx/styxpb"
+)
+
+// TestNothingLostNothingDoubled runs consumers that complete, retry,
+// release, dead-letter or abandon items at random, restarts the server in
+// the middle, and checks that every item ends completed once or in the
+// dead-letter queue once, never both and never lost.
+func TestNothingLostNothingDoubled(t *testing.T) {
+	if testing.Short() {
+		t.Skip("runs for several seconds")
+	}
+	forEachBackend(t, func(t *testing.T, b backend) {
+		s := start(t, b)
+		dlq := s.withDLQ("inv", &pb.QueueInfo{MaxAttempts: 3, LeaseTimeout: "1s", RequestedPartitions: 2})
+		const n = 400
+		for i := 0; i < n; i += 50 {
+			var batch []string
+			for j := i; j < i+50; j++ {
+				batch = append(batch, fmt.Sprint("p-", j))
+			}
+			s.produce("inv", batch...)
+		}
+
+		var (
+			pause     sync.RWMutex // held for writing while the server restarts
+			mu        sync.Mutex
+			completed = map[string]int{}
+			stop      = make(chan struct{})
+			wg        sync.WaitGroup
+		)
+		for c := range 4 {
+			wg.Go(func() {
+				rng := rand.New(rand.NewPCG(uint64(c), 7))
+				for {
+					select {
+					case <-stop:
+						return
+					default:
+					}
+					pause.RLock()
+					cl := s.C
+					res, err := cl.QueueLease(ctx, &pb.QueueLeaseRequest{QueueName: "inv", BatchSize: 10, ClientId: fmt.Sprint("c", c), RequestTimeout: "100ms"})
+					if err != nil || len(res.Items) == 0 {
+						pause.RUnlock()
+						continue
+					}
+					for _, it := range res.Items {
+						var err error
+						switch r := rng.IntN(10); {
+						case r < 4:
+							err = cl.QueueComplete(ctx, &pb.QueueCompleteRequest{QueueName: "inv", Partition: res.Partition, Ids: []string{it.Id}})
+							if err == nil {
+								mu.Lock()
+								completed[string(it.Bytes)]++
+								mu.Unlock()
+							}
+						case r < 7:
+							err = cl.QueueRetry(ctx, &pb.QueueRetryRequest{QueueName: "inv", Partition: res.Partition, Items: []*pb.QueueRetryItem{{Id: it.Id, Error: "flaky"}}})
+						case r < 8:
+							err = cl.QueueRetry(ctx, &pb.QueueRetryRequest{QueueName: "inv", Partition: res.Partition, Items: []*pb.QueueRetryItem{{Id: it.Id, Dead: true}}})
+						case r < 9:
+							err = cl.QueueRetry(ctx, &pb.QueueRetryRequest{QueueName: "inv", Partition: res.Partition, Items: []*pb.QueueRetryItem{{Id: it.Id, Release: true}}})
+						default:
+							// abandoned: the lease expires and counts as an attempt
+						}
+						_ = err // a lease that expired meanwhile is refused; the item comes back
+					}
+					pause.RUnlock()
+				}
+			})
+		}
+
+		// Restart once some items have been handled.
+		eventually(t, func() bool {
+			pause.RLock()
+			defer pause.RUnlock()
+			return len(s.items("inv")) < n*3/4
+		}, "consumers make progress")
+		pause.Lock()
+		s.restart()
+		pause.Unlock()
+
+		require.Eventually(t, func() bool {
+			pause.RLock()
+			defer pause.RUnlock()
+			return len(s.items("inv")) == 0
+		}, 60*time.Second, 50*time.Millisecond, "every item ends completed or dead")
+		close(stop)
+		wg.Wait()
+
+		dead := map[string]int{}
+		for _, it := range s.items(dlq) {
+			dead[string(it.Payload)]++
+		}
+		for i := range n {
+			p := fmt.Sprint("p-", i)
+			c, d := completed[p], dead[p]
+			assert.True(t, (c == 1 && d == 0) || (c == 0 && d == 1), "%s: completed %d times, %d copies in the DLQ", p, c, d)
+		}
+		assert.Len(t, dead, len(s.items(dlq)), "no payload twice in the DLQ")
+		t.Logf("%d completed, %d dead", len(completed), len(dead))
+	})
+}
