@@ -74,44 +74,41 @@ characters), largest group first.
 			if err != nil {
 				return err
 			}
-			c, err := a.client(cmd)
-			if err != nil {
-				return err
-			}
-			defer c.Close()
-			req := &pb.DeadListRequest{QueueName: args[0], Filter: filter, Pivot: pivot, Limit: limit}
-			if (all || groupBy != "") && !cmd.Flags().Changed("limit") {
-				req.Limit = deadPageSize
-			}
-			switch {
-			case groupBy != "":
-				return a.deadGroups(cmd.Context(), c, req, groupBy)
-			case all:
-				return a.deadListAll(cmd.Context(), c, req)
-			}
-			res, err := c.DeadList(cmd.Context(), req)
-			if err != nil {
-				return err
-			}
-			if a.json {
-				for _, it := range res.Items {
-					if err := writeJSON(a.stdout, it); err != nil {
+			return a.withClient(cmd, func(c *styx.Client) error {
+				req := &pb.DeadListRequest{QueueName: args[0], Filter: filter, Pivot: pivot, Limit: limit}
+				if (all || groupBy != "") && !cmd.Flags().Changed("limit") {
+					req.Limit = deadPageSize
+				}
+				switch {
+				case groupBy != "":
+					return a.deadGroups(cmd.Context(), c, req, groupBy)
+				case all:
+					return a.deadListAll(cmd.Context(), c, req)
+				}
+				res, err := c.DeadList(cmd.Context(), req)
+				if err != nil {
+					return err
+				}
+				if a.json {
+					for _, it := range res.Items {
+						if err := writeJSON(a.stdout, it); err != nil {
+							return err
+						}
+					}
+				} else {
+					t := a.deadTable()
+					for _, it := range res.Items {
+						t.row(a.deadRow(it)...)
+					}
+					if err := t.flush(); err != nil {
 						return err
 					}
 				}
-			} else {
-				t := a.deadTable()
-				for _, it := range res.Items {
-					t.row(a.deadRow(it)...)
+				if res.NextPivot != "" {
+					_, _ = fmt.Fprintf(a.stderr, "more items may follow: --pivot %s (or --all)\n", res.NextPivot)
 				}
-				if err := t.flush(); err != nil {
-					return err
-				}
-			}
-			if res.NextPivot != "" {
-				_, _ = fmt.Fprintf(a.stderr, "more items may follow: --pivot %s (or --all)\n", res.NextPivot)
-			}
-			return nil
+				return nil
+			})
 		},
 	}
 	f := cmd.Flags()
@@ -229,19 +226,16 @@ as a hex dump (--base64 prints it as base64 instead).
 		Args: exactArgs(2, "a QUEUE and an item ID"),
 		RunE: func(cmd *cobra.Command, args []string) error {
 			name, id := args[0], args[1]
-			c, err := a.client(cmd)
-			if err != nil {
-				return err
-			}
-			defer c.Close()
-			it, err := findItem(cmd.Context(), c, name, id)
-			if err != nil {
-				return err
-			}
-			if a.json {
-				return writeJSON(a.stdout, it)
-			}
-			return a.printDeadItem(it, b64)
+			return a.withClient(cmd, func(c *styx.Client) error {
+				it, err := findItem(cmd.Context(), c, name, id)
+				if err != nil {
+					return err
+				}
+				if a.json {
+					return writeJSON(a.stdout, it)
+				}
+				return a.printDeadItem(it, b64)
+			})
 		},
 	}
 	cmd.Flags().BoolVar(&b64, "base64", false, "print the payload as standard base64")
@@ -383,39 +377,36 @@ aborts (exit status 1). Items that die after the count are not deleted.`,
 			if filter == nil && !all {
 				return fmt.Errorf("refusing to delete every item of %s without --all (or select items with %s)", name, deadFilterFlagNames)
 			}
-			c, err := a.client(cmd)
-			if err != nil {
-				return err
-			}
-			defer c.Close()
-			if !yes {
-				n, last, err := countDead(cmd.Context(), c, name, filter)
-				if err != nil {
-					return err
-				}
-				if n == 0 {
-					if a.json {
-						return writeJSON(a.stdout, &pb.DeadDeleteResponse{})
+			return a.withClient(cmd, func(c *styx.Client) error {
+				if !yes {
+					n, last, err := countDead(cmd.Context(), c, name, filter)
+					if err != nil {
+						return err
 					}
-					return a.done("no items of %s match: nothing deleted", name)
+					if n == 0 {
+						if a.json {
+							return writeJSON(a.stdout, &pb.DeadDeleteResponse{})
+						}
+						return a.done("no items of %s match: nothing deleted", name)
+					}
+					ok, err := confirm(cmd.InOrStdin(), a.stderr, fmt.Sprintf("Delete %s from %s? [y/N] ", plural(n, "item"), name))
+					if err != nil {
+						return err
+					}
+					if !ok {
+						return errors.New("aborted: nothing deleted")
+					}
+					filter = pinDeadBefore(filter, last)
 				}
-				ok, err := confirm(cmd.InOrStdin(), a.stderr, fmt.Sprintf("Delete %s from %s? [y/N] ", plural(n, "item"), name))
+				res, err := c.DeadDelete(cmd.Context(), &pb.DeadDeleteRequest{QueueName: name, Filter: filter})
 				if err != nil {
 					return err
 				}
-				if !ok {
-					return errors.New("aborted: nothing deleted")
+				if a.json {
+					return writeJSON(a.stdout, res)
 				}
-				filter = pinDeadBefore(filter, last)
-			}
-			res, err := c.DeadDelete(cmd.Context(), &pb.DeadDeleteRequest{QueueName: name, Filter: filter})
-			if err != nil {
-				return err
-			}
-			if a.json {
-				return writeJSON(a.stdout, res)
-			}
-			return a.done("deleted %s from %s", plural(int(res.Deleted), "item"), name)
+				return a.done("deleted %s from %s", plural(int(res.Deleted), "item"), name)
+			})
 		},
 	}
 	f := cmd.Flags()
@@ -510,32 +501,29 @@ Exits 1 if the task failed.`,
 			if err != nil {
 				return err
 			}
-			c, err := a.client(cmd)
-			if err != nil {
-				return err
-			}
-			defer c.Close()
-			task, err := c.DeadRedrive(cmd.Context(), &pb.DeadRedriveRequest{
-				QueueName: name, Filter: filter, Destination: to, RateLimit: rate,
-				DryRun: dryRun, MaxRedriveCount: maxRedriveCount,
+			return a.withClient(cmd, func(c *styx.Client) error {
+				task, err := c.DeadRedrive(cmd.Context(), &pb.DeadRedriveRequest{
+					QueueName: name, Filter: filter, Destination: to, RateLimit: rate,
+					DryRun: dryRun, MaxRedriveCount: maxRedriveCount,
+				})
+				if err != nil {
+					return err
+				}
+				switch {
+				case dryRun:
+					if a.json {
+						return writeJSON(a.stdout, task)
+					}
+					return a.printDryRun(cmd.Context(), c, task)
+				case detach:
+					if a.json {
+						return writeJSON(a.stdout, task)
+					}
+					return a.done("started redrive task %s on %s: %s matched; follow it with 'styx redrives show %s'",
+						task.TaskId, name, plural(int(task.Matched), "item"), task.TaskId)
+				}
+				return a.followRedrive(cmd.Context(), c, task)
 			})
-			if err != nil {
-				return err
-			}
-			switch {
-			case dryRun:
-				if a.json {
-					return writeJSON(a.stdout, task)
-				}
-				return a.printDryRun(cmd.Context(), c, task)
-			case detach:
-				if a.json {
-					return writeJSON(a.stdout, task)
-				}
-				return a.done("started redrive task %s on %s: %s matched; follow it with 'styx redrives show %s'",
-					task.TaskId, name, plural(int(task.Matched), "item"), task.TaskId)
-			}
-			return a.followRedrive(cmd.Context(), c, task)
 		},
 	}
 	f := cmd.Flags()

@@ -6,6 +6,7 @@ import (
 
 	"github.com/spf13/cobra"
 
+	"github.com/styxq/styx"
 	pb "github.com/styxq/styx/styxpb"
 )
 
@@ -39,36 +40,33 @@ when they died, their last error and how often they were redriven.
 --json prints the full stored items, one per line.`,
 		Args: exactArgs(1, "a QUEUE"),
 		RunE: func(cmd *cobra.Command, args []string) error {
-			c, err := a.client(cmd)
-			if err != nil {
-				return err
-			}
-			defer c.Close()
-			req := &pb.StorageItemsListRequest{QueueName: args[0], Partition: partition, Pivot: pivot, Limit: limit}
-			list := c.StorageItemsList
-			if scheduled {
-				list = c.StorageScheduledList
-			}
-			res, err := list(cmd.Context(), req)
-			if err != nil {
-				return err
-			}
-			if a.json {
-				for _, it := range res.Items {
-					if err := writeJSON(a.stdout, it); err != nil {
-						return err
+			return a.withClient(cmd, func(c *styx.Client) error {
+				req := &pb.StorageItemsListRequest{QueueName: args[0], Partition: partition, Pivot: pivot, Limit: limit}
+				list := c.StorageItemsList
+				if scheduled {
+					list = c.StorageScheduledList
+				}
+				res, err := list(cmd.Context(), req)
+				if err != nil {
+					return err
+				}
+				if a.json {
+					for _, it := range res.Items {
+						if err := writeJSON(a.stdout, it); err != nil {
+							return err
+						}
 					}
+					return nil
+				}
+				if err := a.printItems(res.Items); err != nil {
+					return err
+				}
+				// A full page (the server's default limit is 100) may have a next one.
+				if n := len(res.Items); n > 0 && (limit > 0 && n == int(limit) || limit == 0 && n == 100) {
+					_, _ = fmt.Fprintf(a.stderr, "more items may follow: --pivot %s\n", res.Items[n-1].Id)
 				}
 				return nil
-			}
-			if err := a.printItems(res.Items); err != nil {
-				return err
-			}
-			// A full page (the server's default limit is 100) may have a next one.
-			if n := len(res.Items); n > 0 && (limit > 0 && n == int(limit) || limit == 0 && n == 100) {
-				_, _ = fmt.Fprintf(a.stderr, "more items may follow: --pivot %s\n", res.Items[n-1].Id)
-			}
-			return nil
+			})
 		},
 	}
 	f := cmd.Flags()

@@ -36,35 +36,32 @@ and id before the lease deadline, or they are handed out again.
 With no item before --timeout it prints "no items" on stderr and exits 0.`,
 		Args: exactArgs(1, "a QUEUE"),
 		RunE: func(cmd *cobra.Command, args []string) error {
-			c, err := a.client(cmd)
-			if err != nil {
-				return err
-			}
-			defer c.Close()
-			if clientID == "" {
-				clientID = defaultClientID()
-			}
-			ctx, cancel := context.WithTimeout(cmd.Context(), timeout+leaseGrace)
-			defer cancel()
-			res, err := c.QueueLease(ctx, &pb.QueueLeaseRequest{
-				QueueName: args[0], BatchSize: batch, ClientId: clientID, RequestTimeout: timeout.String(),
+			return a.withClient(cmd, func(c *styx.Client) error {
+				if clientID == "" {
+					clientID = defaultClientID()
+				}
+				ctx, cancel := context.WithTimeout(cmd.Context(), timeout+leaseGrace)
+				defer cancel()
+				res, err := c.QueueLease(ctx, &pb.QueueLeaseRequest{
+					QueueName: args[0], BatchSize: batch, ClientId: clientID, RequestTimeout: timeout.String(),
+				})
+				if styx.IsRetry(err) {
+					_, _ = fmt.Fprintln(a.stderr, "no items")
+					return nil
+				}
+				if err != nil {
+					return err
+				}
+				if a.json {
+					return writeJSON(a.stdout, res)
+				}
+				t := newTable(a.stdout, "PARTITION", "ID", "ATTEMPTS", "LEASE-DEADLINE", "KIND", "REFERENCE", "PAYLOAD")
+				for _, it := range res.Items {
+					t.row(fmt.Sprint(res.Partition), it.Id, fmt.Sprint(it.Attempts), formatTime(it.LeaseDeadline),
+						orDash(it.Kind), orDash(it.Reference), payloadText(it.Bytes))
+				}
+				return t.flush()
 			})
-			if styx.IsRetry(err) {
-				_, _ = fmt.Fprintln(a.stderr, "no items")
-				return nil
-			}
-			if err != nil {
-				return err
-			}
-			if a.json {
-				return writeJSON(a.stdout, res)
-			}
-			t := newTable(a.stdout, "PARTITION", "ID", "ATTEMPTS", "LEASE-DEADLINE", "KIND", "REFERENCE", "PAYLOAD")
-			for _, it := range res.Items {
-				t.row(fmt.Sprint(res.Partition), it.Id, fmt.Sprint(it.Attempts), formatTime(it.LeaseDeadline),
-					orDash(it.Kind), orDash(it.Reference), payloadText(it.Bytes))
-			}
-			return t.flush()
 		},
 	}
 	f := cmd.Flags()
@@ -92,19 +89,16 @@ func (a *app) completeCmd() *cobra.Command {
 are sent in batches of at most 1000; each batch succeeds or fails whole.`,
 		Args: minArgs(2, "a QUEUE and one or more item IDs"),
 		RunE: func(cmd *cobra.Command, args []string) error {
-			c, err := a.client(cmd)
-			if err != nil {
-				return err
-			}
-			defer c.Close()
-			queue, ids := args[0], args[1:]
-			n, err := inBatches(ids, func(batch []string) error {
-				return c.QueueComplete(cmd.Context(), &pb.QueueCompleteRequest{QueueName: queue, Partition: partition, Ids: batch})
+			return a.withClient(cmd, func(c *styx.Client) error {
+				queue, ids := args[0], args[1:]
+				n, err := inBatches(ids, func(batch []string) error {
+					return c.QueueComplete(cmd.Context(), &pb.QueueCompleteRequest{QueueName: queue, Partition: partition, Ids: batch})
+				})
+				if err != nil {
+					return err
+				}
+				return a.done("completed %s in %s", plural(n, "item"), queue)
 			})
-			if err != nil {
-				return err
-			}
-			return a.done("completed %s in %s", plural(n, "item"), queue)
 		},
 	}
 	cmd.Flags().Int32Var(&partition, "partition", 0, "partition the items were leased from")
@@ -148,32 +142,29 @@ counting the attempt; --dead moves it to the queue's dead-letter queue now.
 				}
 				at = timestamppb.New(a.now().Add(retryIn))
 			}
-			c, err := a.client(cmd)
-			if err != nil {
-				return err
-			}
-			defer c.Close()
-			queue, ids := args[0], args[1:]
-			n, err := inBatches(ids, func(batch []string) error {
-				items := make([]*pb.QueueRetryItem, len(batch))
-				for i, id := range batch {
-					items[i] = &pb.QueueRetryItem{Id: id, RetryAt: at, Dead: dead, Release: release, Error: errText}
+			return a.withClient(cmd, func(c *styx.Client) error {
+				queue, ids := args[0], args[1:]
+				n, err := inBatches(ids, func(batch []string) error {
+					items := make([]*pb.QueueRetryItem, len(batch))
+					for i, id := range batch {
+						items[i] = &pb.QueueRetryItem{Id: id, RetryAt: at, Dead: dead, Release: release, Error: errText}
+					}
+					return c.QueueRetry(cmd.Context(), &pb.QueueRetryRequest{QueueName: queue, Partition: partition, Items: items})
+				})
+				if err != nil {
+					return err
 				}
-				return c.QueueRetry(cmd.Context(), &pb.QueueRetryRequest{QueueName: queue, Partition: partition, Items: items})
+				what, when := "retried", ""
+				switch {
+				case dead:
+					what = "dead-lettered"
+				case release:
+					what = "released"
+				case at != nil:
+					what, when = "scheduled", " for "+formatTime(at)
+				}
+				return a.done("%s %s in %s%s", what, plural(n, "item"), queue, when)
 			})
-			if err != nil {
-				return err
-			}
-			what, when := "retried", ""
-			switch {
-			case dead:
-				what = "dead-lettered"
-			case release:
-				what = "released"
-			case at != nil:
-				what, when = "scheduled", " for "+formatTime(at)
-			}
-			return a.done("%s %s in %s%s", what, plural(n, "item"), queue, when)
 		},
 	}
 	f := cmd.Flags()

@@ -52,26 +52,23 @@ durable. If a batch fails, the batches before it stay produced.`,
 				}
 				tmpl.EnqueueAt = timestamppb.New(at)
 			}
-			c, err := a.client(cmd)
-			if err != nil {
-				return err
-			}
-			defer c.Close()
-			p := &producer{ctx: cmd.Context(), client: c, queue: queue, tmpl: tmpl}
-			for _, s := range payloads {
-				if err := p.add([]byte(s)); err != nil {
+			return a.withClient(cmd, func(c *styx.Client) error {
+				p := &producer{ctx: cmd.Context(), client: c, queue: queue, tmpl: tmpl}
+				for _, s := range payloads {
+					if err := p.add([]byte(s)); err != nil {
+						return err
+					}
+				}
+				if file != "" {
+					if err := a.produceFile(cmd, p, file); err != nil {
+						return err
+					}
+				}
+				if err := p.flush(); err != nil {
 					return err
 				}
-			}
-			if file != "" {
-				if err := a.produceFile(cmd, p, file); err != nil {
-					return err
-				}
-			}
-			if err := p.flush(); err != nil {
-				return err
-			}
-			return a.done("produced %s to %s", plural(p.sent, "item"), queue)
+				return a.done("produced %s to %s", plural(p.sent, "item"), queue)
+			})
 		},
 	}
 	f := cmd.Flags()

@@ -8,6 +8,7 @@ import (
 	"github.com/spf13/cobra"
 	"github.com/spf13/pflag"
 
+	"github.com/styxq/styx"
 	pb "github.com/styxq/styx/styxpb"
 )
 
@@ -75,16 +76,13 @@ func (a *app) queuesCreateCmd() *cobra.Command {
 		Short: "Create a queue; flags not given take the server's defaults",
 		Args:  exactArgs(1, "a queue NAME"),
 		RunE: func(cmd *cobra.Command, args []string) error {
-			c, err := a.client(cmd)
-			if err != nil {
-				return err
-			}
-			defer c.Close()
-			info, _ := q.info(args[0], cmd.Flags())
-			if err := c.QueuesCreate(cmd.Context(), info); err != nil {
-				return err
-			}
-			return a.done("created queue %s", args[0])
+			return a.withClient(cmd, func(c *styx.Client) error {
+				info, _ := q.info(args[0], cmd.Flags())
+				if err := c.QueuesCreate(cmd.Context(), info); err != nil {
+					return err
+				}
+				return a.done("created queue %s", args[0])
+			})
 		},
 	}
 	q.add(cmd.Flags())
@@ -102,15 +100,12 @@ func (a *app) queuesUpdateCmd() *cobra.Command {
 			if !set {
 				return errors.New("nothing to update: give at least one of " + queueFlagNames)
 			}
-			c, err := a.client(cmd)
-			if err != nil {
-				return err
-			}
-			defer c.Close()
-			if err := c.QueuesUpdate(cmd.Context(), info); err != nil {
-				return err
-			}
-			return a.done("updated queue %s", args[0])
+			return a.withClient(cmd, func(c *styx.Client) error {
+				if err := c.QueuesUpdate(cmd.Context(), info); err != nil {
+					return err
+				}
+				return a.done("updated queue %s", args[0])
+			})
 		},
 	}
 	q.add(cmd.Flags())
@@ -123,30 +118,27 @@ func (a *app) queuesInfoCmd() *cobra.Command {
 		Short: "Show a queue's configuration",
 		Args:  exactArgs(1, "a queue NAME"),
 		RunE: func(cmd *cobra.Command, args []string) error {
-			c, err := a.client(cmd)
-			if err != nil {
-				return err
-			}
-			defer c.Close()
-			info, err := c.QueuesInfo(cmd.Context(), &pb.QueuesInfoRequest{QueueName: args[0]})
-			if err != nil {
-				return err
-			}
-			if a.json {
-				return writeJSON(a.stdout, info)
-			}
-			now := a.now()
-			t := newTable(a.stdout)
-			t.row("name", info.QueueName)
-			t.row("dead queue", orDash(info.DeadQueue))
-			t.row("lease timeout", info.LeaseTimeout)
-			t.row("expire timeout", info.ExpireTimeout)
-			t.row("max attempts", maxAttempts(info.MaxAttempts))
-			t.row("partitions", fmt.Sprint(info.RequestedPartitions))
-			t.row("reference", orDash(info.Reference))
-			t.row("created", formatTime(info.CreatedAt)+" ("+relative(now, info.CreatedAt)+")")
-			t.row("updated", formatTime(info.UpdatedAt)+" ("+relative(now, info.UpdatedAt)+")")
-			return t.flush()
+			return a.withClient(cmd, func(c *styx.Client) error {
+				info, err := c.QueuesInfo(cmd.Context(), &pb.QueuesInfoRequest{QueueName: args[0]})
+				if err != nil {
+					return err
+				}
+				if a.json {
+					return writeJSON(a.stdout, info)
+				}
+				now := a.now()
+				t := newTable(a.stdout)
+				t.row("name", info.QueueName)
+				t.row("dead queue", orDash(info.DeadQueue))
+				t.row("lease timeout", info.LeaseTimeout)
+				t.row("expire timeout", info.ExpireTimeout)
+				t.row("max attempts", maxAttempts(info.MaxAttempts))
+				t.row("partitions", fmt.Sprint(info.RequestedPartitions))
+				t.row("reference", orDash(info.Reference))
+				t.row("created", formatTime(info.CreatedAt)+" ("+relative(now, info.CreatedAt)+")")
+				t.row("updated", formatTime(info.UpdatedAt)+" ("+relative(now, info.UpdatedAt)+")")
+				return t.flush()
+			})
 		},
 	}
 }
@@ -168,30 +160,27 @@ func (a *app) queuesListCmd() *cobra.Command {
 		Short: "List queues by name",
 		Args:  exactArgs(0, "no arguments"),
 		RunE: func(cmd *cobra.Command, _ []string) error {
-			c, err := a.client(cmd)
-			if err != nil {
-				return err
-			}
-			defer c.Close()
-			res, err := c.QueuesList(cmd.Context(), &pb.QueuesListRequest{Pivot: pivot, Limit: limit})
-			if err != nil {
-				return err
-			}
-			if a.json {
-				for _, q := range res.Items {
-					if err := writeJSON(a.stdout, q); err != nil {
-						return err
-					}
+			return a.withClient(cmd, func(c *styx.Client) error {
+				res, err := c.QueuesList(cmd.Context(), &pb.QueuesListRequest{Pivot: pivot, Limit: limit})
+				if err != nil {
+					return err
 				}
-				return nil
-			}
-			now := a.now()
-			t := newTable(a.stdout, "NAME", "PARTITIONS", "LEASE-TIMEOUT", "EXPIRE-TIMEOUT", "MAX-ATTEMPTS", "DEAD-QUEUE", "CREATED")
-			for _, q := range res.Items {
-				t.row(q.QueueName, fmt.Sprint(q.RequestedPartitions), q.LeaseTimeout, q.ExpireTimeout,
-					maxAttempts(q.MaxAttempts), orDash(q.DeadQueue), relative(now, q.CreatedAt))
-			}
-			return t.flush()
+				if a.json {
+					for _, q := range res.Items {
+						if err := writeJSON(a.stdout, q); err != nil {
+							return err
+						}
+					}
+					return nil
+				}
+				now := a.now()
+				t := newTable(a.stdout, "NAME", "PARTITIONS", "LEASE-TIMEOUT", "EXPIRE-TIMEOUT", "MAX-ATTEMPTS", "DEAD-QUEUE", "CREATED")
+				for _, q := range res.Items {
+					t.row(q.QueueName, fmt.Sprint(q.RequestedPartitions), q.LeaseTimeout, q.ExpireTimeout,
+						maxAttempts(q.MaxAttempts), orDash(q.DeadQueue), relative(now, q.CreatedAt))
+				}
+				return t.flush()
+			})
 		},
 	}
 	cmd.Flags().StringVar(&pivot, "pivot", "", "first queue name to list (inclusive)")
@@ -205,15 +194,12 @@ func (a *app) queuesDeleteCmd() *cobra.Command {
 		Short: "Delete a queue and all its items",
 		Args:  exactArgs(1, "a queue NAME"),
 		RunE: func(cmd *cobra.Command, args []string) error {
-			c, err := a.client(cmd)
-			if err != nil {
-				return err
-			}
-			defer c.Close()
-			if err := c.QueuesDelete(cmd.Context(), &pb.QueuesDeleteRequest{QueueName: args[0]}); err != nil {
-				return err
-			}
-			return a.done("deleted queue %s", args[0])
+			return a.withClient(cmd, func(c *styx.Client) error {
+				if err := c.QueuesDelete(cmd.Context(), &pb.QueuesDeleteRequest{QueueName: args[0]}); err != nil {
+					return err
+				}
+				return a.done("deleted queue %s", args[0])
+			})
 		},
 	}
 }

@@ -59,29 +59,26 @@ last 100 finished ones per dead-letter queue. --queue lists only the tasks
 of one dead-letter queue. --json prints one task per line.`,
 		Args: exactArgs(0, "no arguments"),
 		RunE: func(cmd *cobra.Command, _ []string) error {
-			c, err := a.client(cmd)
-			if err != nil {
-				return err
-			}
-			defer c.Close()
-			res, err := c.RedrivesList(cmd.Context(), &pb.RedrivesListRequest{QueueName: name})
-			if err != nil {
-				return err
-			}
-			if a.json {
-				for _, t := range res.Tasks {
-					if err := writeJSON(a.stdout, t); err != nil {
-						return err
-					}
+			return a.withClient(cmd, func(c *styx.Client) error {
+				res, err := c.RedrivesList(cmd.Context(), &pb.RedrivesListRequest{QueueName: name})
+				if err != nil {
+					return err
 				}
-				return nil
-			}
-			tw := newTable(a.stdout, "TASK", "QUEUE", "STATUS", "MATCHED", "MOVED", "FAILED", "SKIPPED", "DESTINATION", "STARTED", "DURATION")
-			for _, t := range res.Tasks {
-				tw.row(t.TaskId, t.QueueName, t.Status, fmt.Sprint(t.Matched), fmt.Sprint(t.Moved), fmt.Sprint(t.Failed),
-					fmt.Sprint(t.Skipped), destination(t), relative(a.now(), t.StartedAt), a.taskDuration(t))
-			}
-			return tw.flush()
+				if a.json {
+					for _, t := range res.Tasks {
+						if err := writeJSON(a.stdout, t); err != nil {
+							return err
+						}
+					}
+					return nil
+				}
+				tw := newTable(a.stdout, "TASK", "QUEUE", "STATUS", "MATCHED", "MOVED", "FAILED", "SKIPPED", "DESTINATION", "STARTED", "DURATION")
+				for _, t := range res.Tasks {
+					tw.row(t.TaskId, t.QueueName, t.Status, fmt.Sprint(t.Matched), fmt.Sprint(t.Moved), fmt.Sprint(t.Failed),
+						fmt.Sprint(t.Skipped), destination(t), relative(a.now(), t.StartedAt), a.taskDuration(t))
+				}
+				return tw.flush()
+			})
 		},
 	}
 	cmd.Flags().StringVar(&name, "queue", "", "only the tasks of this dead-letter queue")
@@ -94,19 +91,16 @@ func (a *app) redrivesShowCmd() *cobra.Command {
 		Short: "Show a redrive task: its request, progress and results by queue",
 		Args:  exactArgs(1, "a TASK_ID"),
 		RunE: func(cmd *cobra.Command, args []string) error {
-			c, err := a.client(cmd)
-			if err != nil {
-				return err
-			}
-			defer c.Close()
-			t, err := c.RedrivesGet(cmd.Context(), &pb.RedriveTaskRequest{TaskId: args[0]})
-			if err != nil {
-				return err
-			}
-			if a.json {
-				return writeJSON(a.stdout, t)
-			}
-			return a.printTask(t, true)
+			return a.withClient(cmd, func(c *styx.Client) error {
+				t, err := c.RedrivesGet(cmd.Context(), &pb.RedriveTaskRequest{TaskId: args[0]})
+				if err != nil {
+					return err
+				}
+				if a.json {
+					return writeJSON(a.stdout, t)
+				}
+				return a.printTask(t, true)
+			})
 		},
 	}
 }
@@ -120,23 +114,20 @@ becomes cancelling, then cancelled. The items it moved stay moved. A
 finished task is left as it is.`,
 		Args: exactArgs(1, "a TASK_ID"),
 		RunE: func(cmd *cobra.Command, args []string) error {
-			c, err := a.client(cmd)
-			if err != nil {
-				return err
-			}
-			defer c.Close()
-			t, err := c.RedrivesCancel(cmd.Context(), &pb.RedriveTaskRequest{TaskId: args[0]})
-			if err != nil {
-				return err
-			}
-			if a.json {
-				return writeJSON(a.stdout, t)
-			}
-			if taskFinished(t) {
-				return a.done("redrive task %s already ended: %s", t.TaskId, t.Status)
-			}
-			return a.done("cancelling redrive task %s on %s after %s of %d moved", t.TaskId, t.QueueName,
-				plural(int(t.Moved), "item"), t.Matched)
+			return a.withClient(cmd, func(c *styx.Client) error {
+				t, err := c.RedrivesCancel(cmd.Context(), &pb.RedriveTaskRequest{TaskId: args[0]})
+				if err != nil {
+					return err
+				}
+				if a.json {
+					return writeJSON(a.stdout, t)
+				}
+				if taskFinished(t) {
+					return a.done("redrive task %s already ended: %s", t.TaskId, t.Status)
+				}
+				return a.done("cancelling redrive task %s on %s after %s of %d moved", t.TaskId, t.QueueName,
+					plural(int(t.Moved), "item"), t.Matched)
+			})
 		},
 	}
 }

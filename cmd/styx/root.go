@@ -92,6 +92,17 @@ func (a *app) client(cmd *cobra.Command) (*styx.Client, error) {
 	return styx.NewClient(styx.ClientConfig{Endpoint: endpoint})
 }
 
+// withClient runs fn with a client for cmd's endpoint and closes the client
+// afterwards.
+func (a *app) withClient(cmd *cobra.Command, fn func(*styx.Client) error) error {
+	c, err := a.client(cmd)
+	if err != nil {
+		return err
+	}
+	defer c.Close()
+	return fn(c)
+}
+
 // exactArgs accepts exactly n positional arguments, described by names
 // (such as "a queue NAME") in the error.
 func exactArgs(n int, names string) cobra.PositionalArgs {

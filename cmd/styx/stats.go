@@ -7,6 +7,7 @@ import (
 
 	"github.com/spf13/cobra"
 
+	"github.com/styxq/styx"
 	pb "github.com/styxq/styx/styxpb"
 )
 
@@ -21,52 +22,49 @@ lease and items in flight. For a dead-letter queue, the dead items it holds
 by dead reason and by source queue.`,
 		Args: exactArgs(1, "a QUEUE"),
 		RunE: func(cmd *cobra.Command, args []string) error {
-			c, err := a.client(cmd)
-			if err != nil {
-				return err
-			}
-			defer c.Close()
-			res, err := c.QueueStats(cmd.Context(), &pb.QueueStatsRequest{QueueName: args[0]})
-			if err != nil {
-				return err
-			}
-			if a.json {
-				return writeJSON(a.stdout, res)
-			}
-			t := newTable(a.stdout, "PARTITION", "TOTAL", "LEASED", "SCHEDULED", "FAILURES", "AVG-AGE", "AVG-LEASED-AGE")
-			var leaseWaiting, inFlight int32
-			for _, lq := range res.LogicalQueues {
-				leaseWaiting += lq.LeaseWaiting
-				inFlight += lq.InFlight
-				for _, p := range lq.Partitions {
-					t.row(fmt.Sprint(p.Partition), fmt.Sprint(p.Total), fmt.Sprint(p.TotalLeased), fmt.Sprint(p.Scheduled),
-						fmt.Sprint(p.Failures), durationText(p.AverageAge), durationText(p.AverageLeasedAge))
+			return a.withClient(cmd, func(c *styx.Client) error {
+				res, err := c.QueueStats(cmd.Context(), &pb.QueueStatsRequest{QueueName: args[0]})
+				if err != nil {
+					return err
 				}
-			}
-			if err := t.flush(); err != nil {
-				return err
-			}
-			if _, err = fmt.Fprintf(a.stdout, "\nlease waiting: %d  in flight: %d\n", leaseWaiting, inFlight); err != nil {
-				return err
-			}
-			for _, g := range []struct {
-				title string
-				m     map[string]int64
-			}{{"REASON", res.DeadByReason}, {"SOURCE-QUEUE", res.DeadBySource}} {
-				if len(g.m) == 0 {
-					continue
+				if a.json {
+					return writeJSON(a.stdout, res)
 				}
-				keys := slices.Sorted(maps.Keys(g.m))
-				_, _ = fmt.Fprintln(a.stdout)
-				t := newTable(a.stdout, "DEAD-ITEMS", g.title)
-				for _, k := range keys {
-					t.row(fmt.Sprint(g.m[k]), k)
+				t := newTable(a.stdout, "PARTITION", "TOTAL", "LEASED", "SCHEDULED", "FAILURES", "AVG-AGE", "AVG-LEASED-AGE")
+				var leaseWaiting, inFlight int32
+				for _, lq := range res.LogicalQueues {
+					leaseWaiting += lq.LeaseWaiting
+					inFlight += lq.InFlight
+					for _, p := range lq.Partitions {
+						t.row(fmt.Sprint(p.Partition), fmt.Sprint(p.Total), fmt.Sprint(p.TotalLeased), fmt.Sprint(p.Scheduled),
+							fmt.Sprint(p.Failures), durationText(p.AverageAge), durationText(p.AverageLeasedAge))
+					}
 				}
 				if err := t.flush(); err != nil {
 					return err
 				}
-			}
-			return nil
+				if _, err = fmt.Fprintf(a.stdout, "\nlease waiting: %d  in flight: %d\n", leaseWaiting, inFlight); err != nil {
+					return err
+				}
+				for _, g := range []struct {
+					title string
+					m     map[string]int64
+				}{{"REASON", res.DeadByReason}, {"SOURCE-QUEUE", res.DeadBySource}} {
+					if len(g.m) == 0 {
+						continue
+					}
+					keys := slices.Sorted(maps.Keys(g.m))
+					_, _ = fmt.Fprintln(a.stdout)
+					t := newTable(a.stdout, "DEAD-ITEMS", g.title)
+					for _, k := range keys {
+						t.row(fmt.Sprint(g.m[k]), k)
+					}
+					if err := t.flush(); err != nil {
+						return err
+					}
+				}
+				return nil
+			})
 		},
 	}
 	return a.addClientFlags(cmd)
