@@ -121,7 +121,7 @@ rss_kb() { awk '$1 == "VmRSS:" { print $2 }' "/proc/$SERVER_PID/status"; }
 # profile's trailer ("# HeapAlloc = 123").
 heap() {
 	curl -fsS --max-time 30 "http://127.0.0.1:$DEBUG_PORT/debug/pprof/heap?debug=1" |
-		awk -v k="$1" '$1 == "#" && $2 == k && $3 == "=" { print $4; exit }'
+		awk -v k="$1" '$1 == "#" && $2 == k && $3 == "=" && !done { print $4; done = 1 }'
 }
 
 # queued prints the number of items in the queue (sum of partition totals).
