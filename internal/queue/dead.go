@@ -57,8 +57,12 @@ type ScanParams struct {
 	MaxScanned int
 }
 
-// scanChunk is how many items Scan reads from each partition at a time.
-const scanChunk = 256
+// scanChunk is how many items Scan reads from each partition at a time:
+// 256, fewer when there are many partitions, so a scan holds at most about
+// 8192 items (and their payloads) in memory.
+func scanChunk(partitions int32) int {
+	return max(16, min(256, 8192/int(max(partitions, 1))))
+}
 
 // Scan reads the items of a queue in id order (oldest first) across all its
 // partitions, straight from storage, and returns up to p.Limit that match f.
@@ -73,6 +77,7 @@ func (l *Logical) Scan(ctx context.Context, partitions int32, f *DeadFilter, p S
 		after uint64
 		done  bool
 	}
+	chunk := scanChunk(partitions)
 	cur := make([]cursor, partitions)
 	for i := range cur {
 		cur[i].after = p.After
@@ -85,11 +90,11 @@ func (l *Logical) Scan(ctx context.Context, partitions int32, f *DeadFilter, p S
 		for i := range cur {
 			c := &cur[i]
 			if len(c.buf) == 0 && !c.done {
-				c.buf, err = l.cfg.Store.ListItems(ctx, l.queueID, int32(i), c.after, scanChunk)
+				c.buf, err = l.cfg.Store.ListItems(ctx, l.queueID, int32(i), c.after, chunk)
 				if err != nil {
 					return nil, 0, fmt.Errorf("queue '%s': scan partition %d: %w", l.name, i, err)
 				}
-				if len(c.buf) < scanChunk {
+				if len(c.buf) < chunk {
 					c.done = true
 				}
 				if len(c.buf) > 0 {
