@@ -74,7 +74,7 @@ func toFilter(f queue.DeadFilter) *pb.DeadFilter {
 }
 
 // DeadList lists a queue's items that match the filter, oldest first, with
-// their dead-letter metadata. next_pivot continues the listing; it is empty
+// their dead-letter metadata (and payloads unless without_payload). next_pivot continues the listing; it is empty
 // at the end. A page may hold fewer than limit items while next_pivot is
 // set: each call reads a bounded number of items.
 func (s *Service) DeadList(ctx context.Context, req *pb.DeadListRequest) (*pb.DeadListResponse, error) {
@@ -99,6 +99,11 @@ func (s *Service) DeadList(ctx context.Context, req *pb.DeadListRequest) (*pb.De
 		return nil, err
 	}
 	out := &pb.DeadListResponse{Items: toStorageItems(items, info)}
+	if req.WithoutPayload {
+		for _, it := range out.Items {
+			it.Payload = nil
+		}
+	}
 	if next != 0 {
 		out.NextPivot = queue.FormatID(next)
 	}

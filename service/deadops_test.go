@@ -128,6 +128,13 @@ func TestDeadList(t *testing.T) {
 				assert.Equal(t, c.want, got)
 			})
 		}
+		t.Run("WithoutPayload", func(t *testing.T) {
+			res, err := s.C.DeadList(ctx, &pb.DeadListRequest{QueueName: "dl", WithoutPayload: true})
+			require.NoError(t, err)
+			require.Len(t, res.Items, 4)
+			assert.Empty(t, res.Items[0].Payload)
+			assert.Equal(t, "card declined", res.Items[0].LastError)
+		})
 		t.Run("BadFilter", func(t *testing.T) {
 			_, err := s.C.DeadList(ctx, &pb.DeadListRequest{QueueName: "dl", Filter: &pb.DeadFilter{Reason: "tired"}})
 			requireCode(t, err, styx.CodeBadRequest, "filter.reason", "tired")

@@ -2244,13 +2244,15 @@ func (x *DeadFilter) GetDeadBefore() *timestamppb.Timestamp {
 }
 
 type DeadListRequest struct {
-	state         protoimpl.MessageState `protogen:"open.v1"`
-	QueueName     string                 `protobuf:"bytes,1,opt,name=queue_name,proto3" json:"queue_name,omitempty"`
-	Filter        *DeadFilter            `protobuf:"bytes,2,opt,name=filter,proto3" json:"filter,omitempty"`
-	Pivot         string                 `protobuf:"bytes,3,opt,name=pivot,proto3" json:"pivot,omitempty"`
-	Limit         int32                  `protobuf:"varint,4,opt,name=limit,proto3" json:"limit,omitempty"`
-	unknownFields protoimpl.UnknownFields
-	sizeCache     protoimpl.SizeCache
+	state     protoimpl.MessageState `protogen:"open.v1"`
+	QueueName string                 `protobuf:"bytes,1,opt,name=queue_name,proto3" json:"queue_name,omitempty"`
+	Filter    *DeadFilter            `protobuf:"bytes,2,opt,name=filter,proto3" json:"filter,omitempty"`
+	Pivot     string                 `protobuf:"bytes,3,opt,name=pivot,proto3" json:"pivot,omitempty"`
+	Limit     int32                  `protobuf:"varint,4,opt,name=limit,proto3" json:"limit,omitempty"`
+	// Styx: leave payloads out of the reply (for counting and grouping).
+	WithoutPayload bool `protobuf:"varint,100,opt,name=without_payload,proto3" json:"without_payload,omitempty"`
+	unknownFields  protoimpl.UnknownFields
+	sizeCache      protoimpl.SizeCache
 }
 
 func (x *DeadListRequest) Reset() {
@@ -2309,6 +2311,13 @@ func (x *DeadListRequest) GetLimit() int32 {
 		return x.Limit
 	}
 	return 0
+}
+
+func (x *DeadListRequest) GetWithoutPayload() bool {
+	if x != nil {
+		return x.WithoutPayload
+	}
+	return false
 }
 
 type DeadListResponse struct {
@@ -3112,14 +3121,15 @@ const file_styx_v1_styx_proto_rawDesc = "" +
 	"\n" +
 	"dead_after\x18\x06 \x01(\v2\x1a.google.protobuf.TimestampR\n" +
 	"dead_after\x12<\n" +
-	"\vdead_before\x18\a \x01(\v2\x1a.google.protobuf.TimestampR\vdead_before\"\x8a\x01\n" +
+	"\vdead_before\x18\a \x01(\v2\x1a.google.protobuf.TimestampR\vdead_before\"\xb4\x01\n" +
 	"\x0fDeadListRequest\x12\x1e\n" +
 	"\n" +
 	"queue_name\x18\x01 \x01(\tR\n" +
 	"queue_name\x12+\n" +
 	"\x06filter\x18\x02 \x01(\v2\x13.styx.v1.DeadFilterR\x06filter\x12\x14\n" +
 	"\x05pivot\x18\x03 \x01(\tR\x05pivot\x12\x14\n" +
-	"\x05limit\x18\x04 \x01(\x05R\x05limit\"^\n" +
+	"\x05limit\x18\x04 \x01(\x05R\x05limit\x12(\n" +
+	"\x0fwithout_payload\x18d \x01(\bR\x0fwithout_payload\"^\n" +
 	"\x10DeadListResponse\x12*\n" +
 	"\x05items\x18\x01 \x03(\v2\x14.styx.v1.StorageItemR\x05items\x12\x1e\n" +
 	"\n" +

@@ -75,7 +75,8 @@ characters), largest group first.
 				return err
 			}
 			return a.withClient(cmd, func(c *styx.Client) error {
-				req := &pb.DeadListRequest{QueueName: args[0], Filter: filter, Pivot: pivot, Limit: limit}
+				// Tables show no payloads: do not fetch them.
+				req := &pb.DeadListRequest{QueueName: args[0], Filter: filter, Pivot: pivot, Limit: limit, WithoutPayload: !a.json}
 				if (all || groupBy != "") && !cmd.Flags().Changed("limit") {
 					req.Limit = deadPageSize
 				}
@@ -172,6 +173,7 @@ func deadGroupKey(it *pb.StorageItem, by string) string {
 func (a *app) deadGroups(ctx context.Context, c *styx.Client, req *pb.DeadListRequest, by string) error {
 	counts := map[string]int{}
 	total := 0
+	req.WithoutPayload = true
 	err := eachDeadPage(ctx, c, req, func(items []*pb.StorageItem) error {
 		for _, it := range items {
 			counts[deadGroupKey(it, by)]++
@@ -421,7 +423,7 @@ aborts (exit status 1). Items that die after the count are not deleted.`,
 func countDead(ctx context.Context, c *styx.Client, name string, filter *pb.DeadFilter) (int, *timestamppb.Timestamp, error) {
 	n := 0
 	var last *timestamppb.Timestamp
-	err := eachDeadPage(ctx, c, &pb.DeadListRequest{QueueName: name, Filter: filter, Limit: deadPageSize},
+	err := eachDeadPage(ctx, c, &pb.DeadListRequest{QueueName: name, Filter: filter, Limit: deadPageSize, WithoutPayload: true},
 		func(items []*pb.StorageItem) error {
 			n += len(items)
 			for _, it := range items {
@@ -547,7 +549,7 @@ func (a *app) printDryRun(ctx context.Context, c *styx.Client, task *pb.RedriveT
 	}
 	type counts struct{ items, skip int }
 	by := map[string]*counts{}
-	err := eachDeadPage(ctx, c, &pb.DeadListRequest{QueueName: task.QueueName, Filter: task.Filter, Limit: deadPageSize},
+	err := eachDeadPage(ctx, c, &pb.DeadListRequest{QueueName: task.QueueName, Filter: task.Filter, Limit: deadPageSize, WithoutPayload: true},
 		func(items []*pb.StorageItem) error {
 			for _, it := range items {
 				dest := cmp.Or(task.Destination, it.SourceQueue)
