@@ -160,7 +160,7 @@ func (l *Logical) takeRedriven(it *iteration, op *redriveOp) {
 			RedriveCount: ri.Body.RedriveCount + 1,
 		}
 		it.batch.Insert(p.num, x.meta(), body, store.ItemErrors{})
-		it.fresh[x.bodyID] = &body
+		l.addBody(it, x.bodyID, &body)
 	}
 }
 

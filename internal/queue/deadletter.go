@@ -195,7 +195,7 @@ func (l *Logical) takeDead(it *iteration, op *deadLetterOp) {
 		l.sourceKeys[d.sourceKey] = x
 		body := d.body
 		it.batch.Insert(p.num, x.meta(), body, d.errors)
-		it.fresh[x.bodyID] = &body
+		l.addBody(it, x.bodyID, &body)
 	}
 	it.after = append(it.after, func(err error) {
 		op.result <- moveResult{op: op, err: err}

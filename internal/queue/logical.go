@@ -82,6 +82,8 @@ type Logical struct {
 	confirmed []*deadItem
 	// deferred holds retry requests answered once their dead items moved.
 	deferred map[*item]*deferredReply
+	// bodies caches recently stored bodies for leases.
+	bodies *bodyCache
 }
 
 type deferredReply struct {
@@ -425,6 +427,7 @@ func (l *Logical) load() {
 	}
 	l.loadErr = nil
 	l.parts, l.sourceKeys, l.lastID = parts, keys, last
+	l.bodies = newBodyCache(defaultBodyCacheBytes)
 	// Moves in flight are answered later against the old items and
 	// ignored; dying items are sent again (the dead-letter queue ignores
 	// copies it holds). Retries waiting on old items were durable: answer.
@@ -454,6 +457,12 @@ type iteration struct {
 	// deferrals are retry replies to defer until their items moved.
 	deferrals []deferral
 	err       error
+}
+
+// addBody records the body of an item inserted in this iteration.
+func (l *Logical) addBody(it *iteration, id uint64, b *store.ItemBody) {
+	it.fresh[id] = b
+	l.bodies.put(id, b)
 }
 
 type deferral struct {
@@ -681,7 +690,7 @@ func (l *Logical) produce(it *iteration, op *produceOp) {
 		p.add(x)
 		body := store.ItemBody{Reference: pi.Reference, Kind: pi.Kind, Encoding: pi.Encoding, Payload: pi.Payload}
 		it.batch.Insert(p.num, x.meta(), body, store.ItemErrors{})
-		it.fresh[x.bodyID] = &body
+		l.addBody(it, x.bodyID, &body)
 	}
 }
 
@@ -774,6 +783,7 @@ func (l *Logical) drop(it *iteration, p *partition, x *item) {
 // removeItem deletes an item from memory and, in the batch, from storage.
 func (l *Logical) removeItem(it *iteration, p *partition, x *item) {
 	p.remove(x)
+	l.bodies.drop(x.bodyID)
 	if x.sourceKey != "" && l.sourceKeys[x.sourceKey] == x {
 		delete(l.sourceKeys, x.sourceKey)
 	}
@@ -907,7 +917,7 @@ func (l *Logical) lease(it *iteration, w *request) bool {
 	res := LeaseResult{Partition: p.num, Items: make([]LeasedItem, len(items))}
 	var missing []uint64
 	for _, x := range items {
-		if it.fresh[x.bodyID] == nil {
+		if it.fresh[x.bodyID] == nil && l.bodies.get(x.bodyID) == nil {
 			missing = append(missing, x.bodyID)
 		}
 	}
@@ -925,6 +935,9 @@ func (l *Logical) lease(it *iteration, w *request) bool {
 	}
 	for i, x := range items {
 		b := it.fresh[x.bodyID]
+		if b == nil {
+			b = l.bodies.get(x.bodyID)
+		}
 		if b == nil {
 			b = stored[x.bodyID]
 		}
@@ -1024,7 +1037,7 @@ func (l *Logical) importItems(it *iteration, p *partition, in []store.Item) []st
 		p.add(x)
 		body := si.Body
 		it.batch.Insert(p.num, x.meta(), body, si.Errors)
-		it.fresh[x.bodyID] = &body
+		l.addBody(it, x.bodyID, &body)
 		out[i] = store.Item{Partition: p.num, Meta: x.meta(), Body: body, Errors: si.Errors}
 	}
 	return out
