@@ -168,9 +168,9 @@ func newLogical(cfg Config, info store.QueueInfo, lookup func(string) *Logical) 
 func (l *Logical) Name() string { return l.name }
 
 // call sends op to the loop and waits for its answer. A full request channel
-// is answered 454 at once. When wait is false the call returns when ctx is
-// done even if the loop has not answered (only for leases: nothing else may
-// be abandoned half-applied).
+// is answered 454 at once. When abandonable, the call returns when ctx is
+// done even if the loop has not answered: only for leases and read-only
+// calls, since nothing that writes may be abandoned half-applied.
 func (l *Logical) call(ctx context.Context, op any, abandonable bool) (any, error) {
 	r := &request{ctx: ctx, op: op, done: make(chan result, 1)}
 	select {
