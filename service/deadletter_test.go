@@ -148,6 +148,20 @@ func TestDeadLetter(t *testing.T) {
 			assert.Less(t, time.Since(start), 2*time.Second)
 		})
 
+		t.Run("DLQRetentionFromDeadAt", func(t *testing.T) {
+			s.createQueue(&pb.QueueInfo{QueueName: "rt-dlq", ExpireTimeout: "1s", LeaseTimeout: "1s"})
+			s.createQueue(&pb.QueueInfo{QueueName: "rt", DeadQueue: "rt-dlq"})
+			s.produce("rt", "short-lived")
+			it := s.lease("rt", 1).Items[0]
+			s.retry("rt", 0, &pb.QueueRetryItem{Id: it.Id, Dead: true})
+			dead := s.items("rt-dlq")
+			require.Len(t, dead, 1)
+			assert.WithinDuration(t, dead[0].DeadAt.AsTime().Add(time.Second), dead[0].ExpireDeadline.AsTime(), time.Millisecond)
+			// At the end of its retention the dead item is dropped and counted.
+			s.waitItems("rt-dlq", 0)
+			assert.Equal(t, 1.0, testutil.ToFloat64(s.d.Metrics.ItemsDropped.WithLabelValues("rt-dlq", "expired")))
+		})
+
 		t.Run("NoDLQDropsAndCounts", func(t *testing.T) {
 			s.createQueue(&pb.QueueInfo{QueueName: "nd", MaxAttempts: 1})
 			s.produce("nd", "a")
