@@ -169,6 +169,7 @@ func TestDeadLetter(t *testing.T) {
 			s.retry("nd", 0, &pb.QueueRetryItem{Id: it.Id})
 			assert.Empty(t, s.items("nd"))
 			assert.Equal(t, 1.0, testutil.ToFloat64(s.d.Metrics.ItemsDropped.WithLabelValues("nd", "max_attempts")))
+			assert.Contains(t, s.Logs.String(), `level=WARN msg="dead item dropped: the queue has no dead_queue" queue=nd id=`+it.Id+` reason=max_attempts attempts=1`)
 		})
 	})
 }

@@ -5,6 +5,8 @@ import (
 	"io"
 	"log/slog"
 	"os"
+	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -59,6 +61,8 @@ type server struct {
 	store  store.Store
 	Faults *faulty.Store
 	C      *styx.Client
+	// Logs holds the server's WARN and ERROR lines.
+	Logs *logBuffer
 }
 
 func testLogger() *slog.Logger {
@@ -66,6 +70,24 @@ func testLogger() *slog.Logger {
 		return slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelDebug}))
 	}
 	return slog.New(slog.NewTextHandler(io.Discard, nil))
+}
+
+// logBuffer collects a server's log lines for assertions.
+type logBuffer struct {
+	mu  sync.Mutex
+	buf strings.Builder
+}
+
+func (b *logBuffer) Write(p []byte) (int, error) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return b.buf.Write(p)
+}
+
+func (b *logBuffer) String() string {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return b.buf.String()
 }
 
 // start starts a server on b and stops it at the end of the test.
@@ -79,8 +101,15 @@ func start(t *testing.T, b backend) *server {
 func (s *server) boot() {
 	s.store = s.b.open(s.t)
 	s.Faults = faulty.New(s.store)
+	if s.Logs == nil {
+		s.Logs = &logBuffer{}
+	}
+	log := slog.New(slog.NewTextHandler(s.Logs, &slog.HandlerOptions{Level: slog.LevelWarn}))
+	if os.Getenv("STYX_TEST_LOG") != "" {
+		log = testLogger()
+	}
 	d, err := daemon.New(context.Background(), daemon.Config{
-		Listen: "127.0.0.1:0", Store: s.Faults, Log: testLogger(), ShutdownTimeout: 5 * time.Second,
+		Listen: "127.0.0.1:0", Store: s.Faults, Log: log, ShutdownTimeout: 5 * time.Second,
 	})
 	require.NoError(s.t, err)
 	s.d = d
