@@ -3,6 +3,8 @@ package queue
 import (
 	"context"
 	"strings"
+
+	"github.com/styxq/styx/internal/store"
 )
 
 // The dead-letter move, between the source queue's loop (S) and the
@@ -89,26 +91,44 @@ func (l *Logical) sendDeadLetters(now int64) {
 		}
 		op := &deadLetterOp{source: l.name, result: l.results}
 		for p, sel := range byPart {
-			ids := make([]uint64, len(sel))
-			for i, x := range sel {
-				ids[i] = x.bodyID
+			// Read what the body cache and the error flags cannot supply.
+			var ids []uint64
+			for _, x := range sel {
+				if x.hasErrs || l.bodies.get(x.bodyID) == nil {
+					ids = append(ids, x.bodyID)
+				}
 			}
-			bodies, errs, err := l.cfg.Store.ReadBodies(context.Background(), l.queueID, p.num, ids)
-			if err != nil {
-				l.cfg.Log.Error("dead-letter move: read bodies", "queue", l.name, "error", err)
-				l.cfg.Metrics.DeadLetterErrors.WithLabelValues(l.name).Inc()
-				l.moveAfter = now + int64(moveRetryDelay)
-				return
+			stored := make(map[uint64]int, len(ids))
+			var bodies []store.ItemBody
+			var errs []store.ItemErrors
+			if len(ids) > 0 {
+				var err error
+				bodies, errs, err = l.cfg.Store.ReadBodies(context.Background(), l.queueID, p.num, ids)
+				if err != nil {
+					l.cfg.Log.Error("dead-letter move: read bodies", "queue", l.name, "error", err)
+					l.cfg.Metrics.DeadLetterErrors.WithLabelValues(l.name).Inc()
+					l.moveAfter = now + int64(moveRetryDelay)
+					return
+				}
+				for i, id := range ids {
+					stored[id] = i
+				}
 			}
-			for i, x := range sel {
-				b := bodies[i]
+			for _, x := range sel {
+				var b store.ItemBody
+				var e store.ItemErrors
+				if i, ok := stored[x.bodyID]; ok {
+					b, e = bodies[i], errs[i]
+				} else {
+					b = *l.bodies.get(x.bodyID) // a copy: the cached body stays as stored
+				}
 				b.SourceQueue = l.name
 				b.SourceID = FormatID(x.id)
 				b.DeadReason = x.reason
 				b.DeadAt = fromNanos(x.deadAt)
 				op.items = append(op.items, deadItem{
 					sourceKey: sourceKey(x.reason, l.name, x.id), attempts: x.attempts, created: x.created,
-					body: b, errors: errs[i], reason: x.reason, partition: p.num, id: x.id, item: x,
+					body: b, errors: e, reason: x.reason, partition: p.num, id: x.id, item: x,
 				})
 			}
 		}
@@ -186,7 +206,8 @@ func (l *Logical) takeDead(it *iteration, op *deadLetterOp) {
 		p := l.leastLoaded()
 		id := l.allocID(it)
 		deadAt := nanos(d.body.DeadAt)
-		x := &item{id: id, bodyID: id, created: d.created, attempts: d.attempts, state: stateReady, sourceKey: d.sourceKey}
+		x := &item{id: id, bodyID: id, created: d.created, attempts: d.attempts, state: stateReady, sourceKey: d.sourceKey,
+			hasErrs: !d.errors.IsZero()}
 		if l.info.ExpireTimeout > 0 {
 			// A dead item's retention counts from its death.
 			x.expire = deadAt + int64(l.info.ExpireTimeout)

@@ -813,10 +813,11 @@ func (l *Logical) retry(it *iteration, r *request, op *retryOp) error {
 	if err != nil {
 		return err
 	}
-	// Attempt history: read the stored errors of the items that record one.
+	// Attempt history: read the stored errors of the items that record one
+	// and may have earlier errors.
 	var withErr []uint64
 	for i, ri := range op.items {
-		if ri.Error != "" {
+		if ri.Error != "" && items[i].hasErrs {
 			withErr = append(withErr, items[i].bodyID)
 		}
 	}
@@ -842,6 +843,7 @@ func (l *Logical) retry(it *iteration, r *request, op *retryOp) error {
 				h.Errors = slices.Clone(h.Errors[n-maxAttemptErrors:])
 			}
 			it.batch.SetErrors(p.num, x.meta(), h)
+			x.hasErrs = true
 		}
 		if ri.Dead {
 			l.kill(it, p, x, ReasonExplicit)
@@ -1024,7 +1026,7 @@ func (l *Logical) importItems(it *iteration, p *partition, in []store.Item) []st
 	for i, si := range in {
 		id := l.allocID(it)
 		x := &item{id: id, bodyID: id, created: nanos(si.Meta.CreatedAt), expire: nanos(si.Meta.ExpireDeadline),
-			attempts: si.Meta.Attempts, state: stateReady}
+			attempts: si.Meta.Attempts, state: stateReady, hasErrs: !si.Errors.IsZero()}
 		if x.created == 0 {
 			x.created = it.now
 		}

@@ -40,6 +40,7 @@ type item struct {
 	expireIdx int32
 	state     state
 	moving    bool   // a dead-letter move is in flight (dying only)
+	hasErrs   bool   // the item may have stored attempt errors (ItemErrors)
 	reason    string // dead reason (dying only)
 	// sourceKey is set on items of a dead-letter queue (store.ItemMeta).
 	sourceKey string
@@ -78,6 +79,7 @@ func itemFromMeta(m store.ItemMeta, now int64) *item {
 		attempts:  m.Attempts,
 		reason:    m.DeadReason,
 		sourceKey: m.SourceKey,
+		hasErrs:   true, // unknown until read: assume so
 	}
 	switch {
 	case m.DeadReason != "":
