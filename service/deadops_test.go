@@ -128,6 +128,10 @@ func TestDeadList(t *testing.T) {
 				assert.Equal(t, c.want, got)
 			})
 		}
+		t.Run("IDsPaged", func(t *testing.T) {
+			f := &pb.DeadFilter{Ids: []string{all[3].Id, all[0].Id, all[2].Id, "00000000000g0"}}
+			assert.Equal(t, []string{"a", "c", "d"}, payloads(s.deadList("dl", f, 1)), "one per page, in id order, unknown ids ignored")
+		})
 		t.Run("WithoutPayload", func(t *testing.T) {
 			res, err := s.C.DeadList(ctx, &pb.DeadListRequest{QueueName: "dl", WithoutPayload: true})
 			require.NoError(t, err)

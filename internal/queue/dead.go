@@ -72,6 +72,9 @@ func (l *Logical) Scan(ctx context.Context, partitions int32, f *DeadFilter, p S
 	if p.MaxScanned <= 0 {
 		p.MaxScanned = 10_000
 	}
+	if len(f.IDs) > 0 {
+		return l.scanIDs(ctx, partitions, f, p)
+	}
 	type cursor struct {
 		buf   []store.Item
 		after uint64
@@ -117,6 +120,34 @@ func (l *Logical) Scan(ctx context.Context, partitions int32, f *DeadFilter, p S
 		}
 	}
 	return items, last, nil
+}
+
+// scanIDs is Scan for a filter with ids: it looks each id up in every
+// partition instead of reading the queue in order.
+func (l *Logical) scanIDs(ctx context.Context, partitions int32, f *DeadFilter, p ScanParams) ([]store.Item, uint64, error) {
+	ids := slices.Sorted(slices.Values(f.IDs))
+	var items []store.Item
+	for i, id := range ids {
+		if id <= p.After || id == 0 {
+			continue
+		}
+		if len(items) == p.Limit {
+			return items, ids[i-1], nil
+		}
+		for part := range partitions {
+			got, err := l.cfg.Store.ListItems(ctx, l.queueID, part, id-1, 1)
+			if err != nil {
+				return nil, 0, fmt.Errorf("queue '%s': look up %s: %w", l.name, FormatID(id), err)
+			}
+			if len(got) == 1 && got[0].Meta.ID == id {
+				if f.Match(&got[0]) {
+					items = append(items, got[0])
+				}
+				break
+			}
+		}
+	}
+	return items, 0, nil
 }
 
 // RedriveItem is a dead item sent back as fresh work.
