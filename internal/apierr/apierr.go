@@ -28,8 +28,6 @@ const (
 	Retry Code = 454
 	// BadContent: the body could not be decoded (455).
 	BadContent Code = 455
-	// Unavailable: the server is shutting down (453, request failed).
-	Unavailable Code = 453
 )
 
 // Error is a client-facing error. Message reads "<what>; <detail>", as in

@@ -461,6 +461,9 @@ type iteration struct {
 
 // addBody records the body of an item inserted in this iteration.
 func (l *Logical) addBody(it *iteration, id uint64, b *store.ItemBody) {
+	if it.fresh == nil {
+		it.fresh = make(map[uint64]*store.ItemBody)
+	}
 	it.fresh[id] = b
 	l.bodies.put(id, b)
 }
@@ -494,7 +497,6 @@ func (l *Logical) iterate(reqs []*request) {
 	it := &iteration{
 		now:   l.cfg.Clock.Now().UnixNano(),
 		batch: store.Batch{QueueID: l.queueID},
-		fresh: make(map[uint64]*store.ItemBody),
 	}
 	l.lifecycle(it)
 	for _, d := range l.confirmed {
