@@ -1,4 +1,4 @@
-.PHONY: help test test-short lint proto build bench bench-go
+.PHONY: help test test-short lint proto build bench bench-go pg-start pg-stop
 help: ## list targets
 	@grep -E '^[a-z-]+:.*##' $(MAKEFILE_LIST) | sed 's/:.*## /\t/'
 build: ## build the styx binary into ./bin
@@ -14,3 +14,9 @@ bench: ## end-to-end benchmark of a local server with styx-bench; writes bench/r
 	./bench/run.sh
 bench-go: ## run the Go benchmarks
 	go test -run '^$$' -bench . -benchmem ./...
+pg-start: ## start a throwaway PostgreSQL in /tmp/styx-pgtest for the Postgres tests; prints the exports to paste
+	@scripts/pgtest.sh start /tmp/styx-pgtest >/dev/null
+	@echo "export STYX_TEST_POSTGRES_URL='$$(cat /tmp/styx-pgtest/dsn)'"
+	@echo "export STYX_TEST_POSTGRES_ENV=/tmp/styx-pgtest/env"
+pg-stop: ## stop the PostgreSQL started by pg-start
+	scripts/pgtest.sh stop /tmp/styx-pgtest

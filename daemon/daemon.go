@@ -113,7 +113,7 @@ type Daemon struct {
 	cfg       Config
 	store     store.Store
 	ownsStore bool
-	manager   *queue.Manager
+	manager   queue.Queues
 	redrives  *redrive.Runner
 	server    *http.Server
 	listener  net.Listener

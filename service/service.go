@@ -25,13 +25,13 @@ import (
 
 // Service is the API. Its methods may be called concurrently.
 type Service struct {
-	m     *queue.Manager
+	m     queue.Queues
 	r     *redrive.Runner
 	clock clock.Clock
 }
 
 // New returns the API over a queue manager and a redrive runner.
-func New(m *queue.Manager, r *redrive.Runner, c clock.Clock) *Service {
+func New(m queue.Queues, r *redrive.Runner, c clock.Clock) *Service {
 	return &Service{m: m, r: r, clock: c}
 }
 
@@ -226,7 +226,7 @@ func (s *Service) QueueReload(ctx context.Context, req *pb.QueueReloadRequest) e
 
 // queueInfo validates a queue name and returns its logical queue and its
 // stored configuration.
-func (s *Service) queueInfo(ctx context.Context, name string) (*queue.Logical, store.QueueInfo, error) {
+func (s *Service) queueInfo(ctx context.Context, name string) (queue.Queue, store.QueueInfo, error) {
 	l, err := s.queue(name)
 	if err != nil {
 		return nil, store.QueueInfo{}, err
@@ -236,7 +236,7 @@ func (s *Service) queueInfo(ctx context.Context, name string) (*queue.Logical, s
 }
 
 // queue validates a queue name and returns its logical queue.
-func (s *Service) queue(name string) (*queue.Logical, error) {
+func (s *Service) queue(name string) (queue.Queue, error) {
 	if err := checkName("queue_name", name); err != nil {
 		return nil, err
 	}
@@ -270,7 +270,7 @@ func (s *Service) StorageScheduledList(ctx context.Context, req *pb.StorageItems
 	return &pb.StorageItemsListResponse{Items: toStorageItems(items, info)}, nil
 }
 
-func (s *Service) listArgs(ctx context.Context, req *pb.StorageItemsListRequest) (*queue.Logical, store.QueueInfo, uint64, int, error) {
+func (s *Service) listArgs(ctx context.Context, req *pb.StorageItemsListRequest) (queue.Queue, store.QueueInfo, uint64, int, error) {
 	l, info, err := s.queueInfo(ctx, req.QueueName)
 	if err != nil {
 		return nil, info, 0, 0, err

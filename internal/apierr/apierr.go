@@ -23,6 +23,10 @@ const (
 	// Conflict: the request conflicts with current state, e.g. a queue
 	// that already exists (409).
 	Conflict Code = 409
+	// Unavailable: the request failed because a dependency is down, e.g.
+	// the PostgreSQL database; the message names the cause. Nothing was
+	// acknowledged, so the client may retry (453, "request failed").
+	Unavailable Code = 453
 	// Retry: nothing to hand out before the request timeout, or the queue is
 	// overloaded; the client should retry (454).
 	Retry Code = 454

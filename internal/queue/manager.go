@@ -56,7 +56,7 @@ func (m *Manager) lookup(name string) *Logical {
 }
 
 // Get returns the logical queue of name, or an apierr.NotFound error.
-func (m *Manager) Get(name string) (*Logical, error) {
+func (m *Manager) Get(name string) (Queue, error) {
 	if l := m.lookup(name); l != nil {
 		return l, nil
 	}
@@ -91,10 +91,7 @@ func (m *Manager) Create(ctx context.Context, info store.QueueInfo) error {
 	if err != nil {
 		return err
 	}
-	if _, ok := all[info.Name]; ok {
-		return apierr.New(apierr.Conflict, "queue already exists; '%s'", info.Name)
-	}
-	if err := checkDeadQueue(all, info); err != nil {
+	if err := ValidateCreate(all, info); err != nil {
 		return err
 	}
 	info, err = m.cfg.Store.CreateQueue(ctx, info)
@@ -131,17 +128,7 @@ func (m *Manager) Update(ctx context.Context, name string, change func(*store.Qu
 	if err := change(&info); err != nil {
 		return err
 	}
-	if info.Partitions < old.Partitions {
-		return apierr.Invalidf("invalid requested_partitions; queue '%s' has %d partitions, which cannot be reduced to %d",
-			name, old.Partitions, info.Partitions)
-	}
-	if info.DeadQueue != "" && info.DeadQueue != old.DeadQueue {
-		if refs := referrers(all, name); len(refs) > 0 {
-			return apierr.Invalidf("invalid dead_queue; queue '%s' is the dead_queue of %s, and a dead-letter queue cannot have one of its own",
-				name, quoteList(refs))
-		}
-	}
-	if err := checkDeadQueue(all, info); err != nil {
+	if err := ValidateUpdate(all, old, info); err != nil {
 		return err
 	}
 	if err := m.cfg.Store.UpdateQueue(ctx, info); err != nil {
@@ -150,9 +137,9 @@ func (m *Manager) Update(ctx context.Context, name string, change func(*store.Qu
 		}
 		return fmt.Errorf("update queue '%s': %w", name, err)
 	}
-	l, err := m.Get(name)
-	if err != nil {
-		return err
+	l := m.lookup(name)
+	if l == nil {
+		return notFound(name)
 	}
 	return l.setConfig(ctx, info)
 }
@@ -166,11 +153,8 @@ func (m *Manager) Delete(ctx context.Context, name string) error {
 	if err != nil {
 		return err
 	}
-	if _, ok := all[name]; !ok {
-		return notFound(name)
-	}
-	if refs := referrers(all, name); len(refs) > 0 {
-		return apierr.Invalidf("queue '%s' cannot be deleted; it is the dead_queue of %s", name, quoteList(refs))
+	if err := ValidateDelete(all, name); err != nil {
+		return err
 	}
 	m.mu.Lock()
 	l := m.queues[name]
@@ -212,6 +196,45 @@ func (m *Manager) all(ctx context.Context) (map[string]store.QueueInfo, error) {
 		all[i.Name] = i
 	}
 	return all, nil
+}
+
+// ValidateCreate checks a new queue against the stored ones (all, by name):
+// apierr.Conflict if the name is taken, apierr.Invalid if its dead_queue
+// breaks a rule (see checkDeadQueue).
+func ValidateCreate(all map[string]store.QueueInfo, info store.QueueInfo) error {
+	if _, ok := all[info.Name]; ok {
+		return apierr.New(apierr.Conflict, "queue already exists; '%s'", info.Name)
+	}
+	return checkDeadQueue(all, info)
+}
+
+// ValidateUpdate checks a queue's new configuration against its old one and
+// the other queues: partitions are never removed, a dead-letter queue gets
+// no dead_queue of its own, and the dead_queue rules hold.
+func ValidateUpdate(all map[string]store.QueueInfo, old, info store.QueueInfo) error {
+	if info.Partitions < old.Partitions {
+		return apierr.Invalidf("invalid requested_partitions; queue '%s' has %d partitions, which cannot be reduced to %d",
+			info.Name, old.Partitions, info.Partitions)
+	}
+	if info.DeadQueue != "" && info.DeadQueue != old.DeadQueue {
+		if refs := referrers(all, info.Name); len(refs) > 0 {
+			return apierr.Invalidf("invalid dead_queue; queue '%s' is the dead_queue of %s, and a dead-letter queue cannot have one of its own",
+				info.Name, quoteList(refs))
+		}
+	}
+	return checkDeadQueue(all, info)
+}
+
+// ValidateDelete checks that name exists (apierr.NotFound) and is no queue's
+// dead_queue (apierr.Invalid).
+func ValidateDelete(all map[string]store.QueueInfo, name string) error {
+	if _, ok := all[name]; !ok {
+		return notFound(name)
+	}
+	if refs := referrers(all, name); len(refs) > 0 {
+		return apierr.Invalidf("queue '%s' cannot be deleted; it is the dead_queue of %s", name, quoteList(refs))
+	}
+	return nil
 }
 
 // checkDeadQueue enforces the dead-letter configuration rules on info: its

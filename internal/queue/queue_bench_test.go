@@ -31,7 +31,7 @@ func benchStores(b *testing.B) map[string]func() store.Store {
 	}
 }
 
-func benchQueue(b *testing.B, s store.Store) (*queue.Manager, *queue.Logical) {
+func benchQueue(b *testing.B, s store.Store) (*queue.Manager, queue.Queue) {
 	ctx := context.Background()
 	m, err := queue.NewManager(ctx, queue.Config{Store: s, Clock: clock.Real{},
 		Log: slog.New(slog.NewTextHandler(io.Discard, nil)), Metrics: metrics.New()})

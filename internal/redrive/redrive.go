@@ -114,7 +114,7 @@ func (t *Task) finished() bool {
 
 // Config configures a Runner.
 type Config struct {
-	Queues  *queue.Manager
+	Queues  queue.Queues
 	Store   store.TaskStore
 	Clock   clock.Clock
 	Log     *slog.Logger
@@ -257,7 +257,7 @@ func (r *Runner) runningOn(q string) string {
 // countMatching counts the items of a queue that match f, and returns the
 // id of the last item it saw (0 for an empty queue): a task handles only the
 // items that were there when it started.
-func countMatching(ctx context.Context, m *queue.Manager, l *queue.Logical, f *queue.DeadFilter) (n int64, last uint64, err error) {
+func countMatching(ctx context.Context, m queue.Queues, l queue.Queue, f *queue.DeadFilter) (n int64, last uint64, err error) {
 	info, err := m.Info(ctx, l.Name())
 	if err != nil {
 		return 0, 0, err
@@ -476,7 +476,7 @@ func (r *Runner) run(ctx context.Context, t *Task) (string, string) {
 }
 
 // step moves one batch: destination first, dead-letter queue second.
-func (r *Runner) step(ctx context.Context, t *Task, dlq *queue.Logical, items []store.Item) error {
+func (r *Runner) step(ctx context.Context, t *Task, dlq queue.Queue, items []store.Item) error {
 	byDest := map[string][]store.Item{}
 	var order []string
 	for _, it := range items {
@@ -540,7 +540,7 @@ func (r *Runner) step(ctx context.Context, t *Task, dlq *queue.Logical, items []
 }
 
 // yield lets a queue's waiting requests (live traffic) go first, briefly.
-func yield(l *queue.Logical) {
+func yield(l queue.Queue) {
 	for i := 0; i < maxYields && l.Pending() > 0; i++ {
 		time.Sleep(yieldWait)
 	}

@@ -224,21 +224,8 @@ type Store interface {
 	// tasks are independent of them (DeleteQueue does not delete tasks).
 	TaskStore
 
-	// CreateQueue stores a new queue, assigning info.ID, and returns it.
-	// Returns ErrQueueExists if the name is taken.
-	CreateQueue(ctx context.Context, info QueueInfo) (QueueInfo, error)
-	// UpdateQueue overwrites the queue named info.Name; info.ID must be the
-	// stored one. Returns ErrQueueNotFound if there is no such queue or its
-	// ID is not info.ID (it was deleted and re-created).
-	UpdateQueue(ctx context.Context, info QueueInfo) error
-	// GetQueue returns ErrQueueNotFound if there is no such queue.
-	GetQueue(ctx context.Context, name string) (QueueInfo, error)
-	// ListQueues returns up to limit queues whose names are >= pivot, in
-	// name order. limit <= 0 means no limit.
-	ListQueues(ctx context.Context, pivot string, limit int) ([]QueueInfo, error)
-	// DeleteQueue removes the queue and every item it holds. Returns
-	// ErrQueueNotFound.
-	DeleteQueue(ctx context.Context, name string) error
+	// Catalog stores the queue definitions.
+	Catalog
 
 	// LoadItems calls fn with the metadata of every item in one partition of
 	// a queue, in ID order. It reads no payloads. An error from fn stops the
@@ -263,6 +250,28 @@ type Store interface {
 
 	// Close flushes and releases the store. Further calls return ErrClosed.
 	Close() error
+}
+
+// Catalog stores queue definitions. Its methods may be called concurrently
+// from any goroutine; they return ErrClosed after the store is closed.
+// Implemented by every Store and by the PostgreSQL backend (pgqueue), which
+// shares the conformance suite's catalog and task tests.
+type Catalog interface {
+	// CreateQueue stores a new queue, assigning info.ID, and returns it.
+	// Returns ErrQueueExists if the name is taken.
+	CreateQueue(ctx context.Context, info QueueInfo) (QueueInfo, error)
+	// UpdateQueue overwrites the queue named info.Name; info.ID must be the
+	// stored one. Returns ErrQueueNotFound if there is no such queue or its
+	// ID is not info.ID (it was deleted and re-created).
+	UpdateQueue(ctx context.Context, info QueueInfo) error
+	// GetQueue returns ErrQueueNotFound if there is no such queue.
+	GetQueue(ctx context.Context, name string) (QueueInfo, error)
+	// ListQueues returns up to limit queues whose names are >= pivot, in
+	// name order. limit <= 0 means no limit.
+	ListQueues(ctx context.Context, pivot string, limit int) ([]QueueInfo, error)
+	// DeleteQueue removes the queue and every item it holds. Returns
+	// ErrQueueNotFound.
+	DeleteQueue(ctx context.Context, name string) error
 }
 
 // TaskRecord is a persisted background task (a redrive), stored opaquely:

@@ -1,0 +1,61 @@
+package queue
+
+import (
+	"context"
+
+	"github.com/styxq/styx/internal/store"
+	"github.com/styxq/styx/metrics"
+)
+
+// Queue is the API of one queue, as the service and the redrive runner use
+// it. Two implementations exist: Logical (one node owns the queue's state in
+// memory; memory and Pebble storage) and pgqueue.Queue (several nodes share
+// the queue through PostgreSQL; ADR 0006). Both pass the same functional
+// tests; the method docs on Logical give the semantics.
+type Queue interface {
+	Name() string
+	Produce(ctx context.Context, items []ProduceItem) error
+	Lease(ctx context.Context, p LeaseParams) (LeaseResult, error)
+	Complete(ctx context.Context, partition int32, ids []uint64) error
+	Retry(ctx context.Context, partition int32, items []RetryItem) error
+	Stats(ctx context.Context) (Stats, error)
+	Clear(ctx context.Context, p ClearParams) error
+	Reload(ctx context.Context) error
+	Import(ctx context.Context, partition int32, items []store.Item) ([]store.Item, error)
+	Delete(ctx context.Context, refs []ItemRef) (int, error)
+	Scheduled(ctx context.Context, partition int32, after uint64, limit int) ([]store.Item, error)
+	List(ctx context.Context, partition int32, after uint64, limit int) ([]store.Item, error)
+	Scan(ctx context.Context, partitions int32, f *DeadFilter, p ScanParams) (items []store.Item, next uint64, err error)
+	TakeRedriven(ctx context.Context, items []RedriveItem) error
+	Pending() int
+}
+
+// Queues is a server's set of queues: administration (with the dead-letter
+// configuration rules of ValidateCreate, ValidateUpdate and ValidateDelete)
+// and access to each queue. Implemented by Manager and pgqueue.Manager.
+type Queues interface {
+	// Get returns the queue of name, or an apierr.NotFound error.
+	Get(name string) (Queue, error)
+	// Info returns a queue's stored configuration, or apierr.NotFound.
+	Info(ctx context.Context, name string) (store.QueueInfo, error)
+	// List returns up to limit queues with names >= pivot, in name order.
+	List(ctx context.Context, pivot string, limit int) ([]store.QueueInfo, error)
+	Create(ctx context.Context, info store.QueueInfo) error
+	Update(ctx context.Context, name string, change func(*store.QueueInfo) error) error
+	Delete(ctx context.Context, name string) error
+	// Close stops every queue, finishing the requests each has taken.
+	Close()
+	// Sample returns every queue's state for the queue gauges.
+	Sample() []metrics.QueueSample
+}
+
+var (
+	_ Queue  = (*Logical)(nil)
+	_ Queues = (*Manager)(nil)
+)
+
+// SourceKey is the source key of item id of queue: see sourceKey.
+func SourceKey(why, queue string, id uint64) string { return sourceKey(why, queue, id) }
+
+// NotFound is the apierr.NotFound error for an unknown queue.
+func NotFound(name string) error { return notFound(name) }

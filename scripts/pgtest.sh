@@ -1,0 +1,101 @@
+#!/usr/bin/env bash
+# pgtest.sh: a throwaway PostgreSQL cluster for the Postgres tests.
+#
+#   scripts/pgtest.sh start DIR   installs PostgreSQL if needed (apt, as root), creates a fresh
+#                                 cluster in DIR/data on a free 127.0.0.1 port with the database
+#                                 styx_test, and prints its DSN as the last stdout line (also DIR/dsn)
+#   scripts/pgtest.sh stop DIR    stops that cluster (no error if it is not running)
+#
+# DIR/env holds PGTEST_PGCTL, PGTEST_DATA, PGTEST_USER, PGTEST_OPTS and PGTEST_LOG, so a test can
+# restart the server: [runuser -u $PGTEST_USER --] $PGTEST_PGCTL -D $PGTEST_DATA -m fast -w stop,
+# then ... -D $PGTEST_DATA -w start -o "$PGTEST_OPTS" -l $PGTEST_LOG.
+# PostgreSQL refuses to run as root, so as root the server runs as the postgres (or styxpg) user.
+# All output but the DSN goes to stderr.
+set -euo pipefail
+
+usage() { echo "usage: $0 start|stop DIR" >&2; exit 2; }
+[[ $# -eq 2 && -n $2 && ($1 == start || $1 == stop) ]] || usage
+cmd=$1
+if [[ $cmd == stop && ! -d $2 ]]; then exit 0; fi
+mkdir -p "$2"
+DIR=$(cd "$2" && pwd)
+cd / # the server user may not be able to read the caller's working directory
+
+# as_user runs a command as $user (when set, i.e. when we are root).
+as_user() { if [[ -n $user ]]; then runuser -u "$user" -- "$@"; else "$@"; fi; }
+
+# find_bin prints the directory with the highest-version initdb, pg_ctl and postgres, found on
+# PATH or in /usr/lib/postgresql/*/bin.
+find_bin() {
+	local d dirs=(/usr/lib/postgresql/*/bin)
+	command -v initdb >/dev/null && dirs+=("$(dirname "$(readlink -f "$(command -v initdb)")")")
+	for d in "${dirs[@]}"; do
+		[[ -x $d/initdb && -x $d/pg_ctl && -x $d/postgres ]] || continue
+		echo "$("$d/postgres" --version | awk '{print $3}') $d"
+	done | sort -V | tail -n1 | cut -d' ' -f2-
+}
+
+# stop_cluster stops the cluster DIR/env describes, if it is running.
+stop_cluster() {
+	[[ -f $DIR/env ]] || return 0
+	source "$DIR/env"
+	user=$PGTEST_USER
+	if as_user "$PGTEST_PGCTL" -D "$PGTEST_DATA" status >/dev/null 2>&1; then
+		as_user "$PGTEST_PGCTL" -D "$PGTEST_DATA" -m fast -w stop >&2
+	fi
+}
+
+if [[ $cmd == stop ]]; then stop_cluster; exit 0; fi
+
+bin=$(find_bin)
+if [[ -z $bin ]]; then
+	[[ $(id -u) -eq 0 ]] || { echo "pgtest: PostgreSQL server binaries (initdb, pg_ctl, postgres) not found; install the postgresql package or run as root" >&2; exit 1; }
+	echo "pgtest: installing postgresql" >&2
+	apt-get update -qq >&2 && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq postgresql >&2
+	bin=$(find_bin)
+	[[ -n $bin ]] || { echo "pgtest: no initdb/pg_ctl/postgres even after installing postgresql" >&2; exit 1; }
+fi
+createdb=$bin/createdb
+[[ -x $createdb ]] || createdb=$(command -v createdb) || { echo "pgtest: createdb not found" >&2; exit 1; }
+
+user=
+if [[ $(id -u) -eq 0 ]]; then
+	user=postgres
+	if ! id "$user" >/dev/null 2>&1; then
+		user=styxpg
+		id "$user" >/dev/null 2>&1 || useradd --system --no-create-home "$user"
+	fi
+fi
+
+# A fresh cluster: drop whatever an earlier start left in DIR.
+(stop_cluster)
+rm -rf "$DIR/data" "$DIR/log" "$DIR/env" "$DIR/dsn"
+if [[ -n $user ]]; then chown "$user" "$DIR"; fi
+as_user test -w "$DIR" || { echo "pgtest: $DIR is not writable by ${user:-$(id -un)} (check its parent directories)" >&2; exit 1; }
+as_user "$bin/initdb" -D "$DIR/data" -A trust -U styx --encoding=UTF8 --no-locale >&2
+
+# Pick the port and start under a lock, so that concurrent starts get different ports.
+exec 9>"${TMPDIR:-/tmp}/styx-pgtest.$(id -u).lock"
+flock 9
+port=
+for p in $(seq 55432 55531); do
+	if ! (echo >"/dev/tcp/127.0.0.1/$p") 2>/dev/null; then port=$p; break; fi
+done
+[[ -n $port ]] || { echo "pgtest: no free port in 55432-55531" >&2; exit 1; }
+opts="-c listen_addresses=127.0.0.1 -p $port -k $DIR -c fsync=on -c max_connections=200 -c shared_buffers=128MB"
+cat >"$DIR/env" <<EOF
+PGTEST_PGCTL=$bin/pg_ctl
+PGTEST_DATA=$DIR/data
+PGTEST_USER=$user
+PGTEST_OPTS="$opts"
+PGTEST_LOG=$DIR/log
+EOF
+# 9>&-: the server must not inherit (and hold) the lock.
+as_user "$bin/pg_ctl" -D "$DIR/data" -l "$DIR/log" -w -t 60 -o "$opts" start >&2 9>&- ||
+	{ echo "pgtest: server did not start; $DIR/log:" >&2; tail -n 20 "$DIR/log" >&2; exit 1; }
+flock -u 9
+
+"$createdb" -h 127.0.0.1 -p "$port" -U styx styx_test
+dsn="postgres://styx@127.0.0.1:$port/styx_test?sslmode=disable"
+echo "$dsn" >"$DIR/dsn"
+echo "$dsn"
