@@ -16,6 +16,7 @@ import (
 	"time"
 
 	"github.com/styxq/styx/internal/clock"
+	"github.com/styxq/styx/internal/pgqueue"
 	"github.com/styxq/styx/internal/queue"
 	"github.com/styxq/styx/internal/redrive"
 	"github.com/styxq/styx/internal/store"
@@ -28,8 +29,9 @@ import (
 
 // Storage backends.
 const (
-	StoragePebble = "pebble"
-	StorageMemory = "memory"
+	StoragePebble   = "pebble"
+	StorageMemory   = "memory"
+	StoragePostgres = "postgres"
 )
 
 // Config configures a Daemon. Call SetDefaults, then Validate.
@@ -37,9 +39,16 @@ type Config struct {
 	// Listen is the TCP address to serve on. Defaults to "127.0.0.1:2319";
 	// port 0 picks a free port (see Daemon.Addr).
 	Listen string
-	// Storage is the backend: "pebble" (default; durable, in DataDir) or
-	// "memory" (lost at exit; for tests).
+	// Storage is the backend: "pebble" (default; durable, in DataDir),
+	// "memory" (lost at exit; for tests) or "postgres" (PostgresURL; several
+	// nodes may share the database, see docs/storage/postgres.md).
 	Storage string
+	// PostgresURL is the database of the postgres backend, as a URL or a
+	// key=value DSN (pgx syntax). Required with Storage "postgres".
+	PostgresURL string
+	// PostgresMaxConns bounds the postgres connection pool; 0 means pgx's
+	// default (max(4, number of CPUs)).
+	PostgresMaxConns int32
 	// DataDir is the Pebble data directory. Defaults to "./styx-data".
 	DataDir string
 	// NoSync turns off the fsync of each write: acknowledged writes may be
@@ -96,8 +105,12 @@ func (c *Config) Validate() error {
 	}
 	switch c.Storage {
 	case StoragePebble, StorageMemory:
+	case StoragePostgres:
+		if c.PostgresURL == "" && c.Store == nil {
+			return errors.New("postgres_url: required with storage postgres")
+		}
 	default:
-		return fmt.Errorf("storage: %q is not one of %q, %q", c.Storage, StoragePebble, StorageMemory)
+		return fmt.Errorf("storage: %q is not one of %q, %q, %q", c.Storage, StoragePebble, StorageMemory, StoragePostgres)
 	}
 	if c.MaxRequestBytes < 1<<20 {
 		return fmt.Errorf("max_request_bytes: %d is below the minimum of 1 MiB", c.MaxRequestBytes)
@@ -131,6 +144,9 @@ func New(ctx context.Context, cfg Config) (*Daemon, error) {
 		return nil, err
 	}
 	d := &Daemon{cfg: cfg, store: cfg.Store, served: make(chan error, 1), Metrics: metrics.New()}
+	if cfg.Storage == StoragePostgres && cfg.Store == nil {
+		return d.startPostgres(ctx)
+	}
 	if d.store == nil {
 		switch cfg.Storage {
 		case StorageMemory:
@@ -154,9 +170,27 @@ func New(ctx context.Context, cfg Config) (*Daemon, error) {
 		d.closeStore()
 		return nil, err
 	}
+	return d.serve(ctx, m, d.store)
+}
+
+// startPostgres starts a node on the postgres backend: the pgqueue manager
+// owns the connection pool and is the redrive runner's task store.
+func (d *Daemon) startPostgres(ctx context.Context) (*Daemon, error) {
+	m, err := pgqueue.Open(ctx, pgqueue.Config{URL: d.cfg.PostgresURL, MaxConns: d.cfg.PostgresMaxConns,
+		Clock: d.cfg.Clock, Log: d.cfg.Log, Metrics: d.Metrics})
+	if err != nil {
+		return nil, fmt.Errorf("open storage: %w", err)
+	}
+	return d.serve(ctx, m, m.Store())
+}
+
+// serve starts the redrive runner and the HTTP server over m.
+func (d *Daemon) serve(ctx context.Context, m queue.Queues, tasks store.TaskStore) (*Daemon, error) {
+	cfg := d.cfg
 	d.manager = m
 	d.Metrics.RegisterQueueSampler(m.Sample)
-	d.redrives, err = redrive.New(ctx, redrive.Config{Queues: m, Store: d.store, Clock: cfg.Clock, Log: cfg.Log, Metrics: d.Metrics})
+	var err error
+	d.redrives, err = redrive.New(ctx, redrive.Config{Queues: m, Store: tasks, Clock: cfg.Clock, Log: cfg.Log, Metrics: d.Metrics})
 	if err != nil {
 		m.Close()
 		d.closeStore()

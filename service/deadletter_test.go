@@ -179,6 +179,7 @@ func TestDeadLetter(t *testing.T) {
 // one copy exists.
 func TestDeadLetterMoveInterrupted(t *testing.T) {
 	forEachBackend(t, func(t *testing.T, b backend) {
+		requireItemLog(t, b)
 		s := start(t, b)
 		dlq := s.withDLQ("cr", &pb.QueueInfo{})
 		s.produce("cr", "precious")
@@ -299,6 +300,7 @@ func TestDeadQueueRules(t *testing.T) {
 // checks that the source queue keeps serving meanwhile.
 func TestSlowDLQDoesNotStallSource(t *testing.T) {
 	forEachBackend(t, func(t *testing.T, b backend) {
+		requireItemLog(t, b)
 		s := start(t, b)
 		dlq := s.withDLQ("sl", &pb.QueueInfo{})
 		release := make(chan struct{})

@@ -281,6 +281,7 @@ func TestRedrive(t *testing.T) {
 		})
 
 		t.Run("DestinationFailureKept", func(t *testing.T) {
+			requireItemLog(t, b)
 			s.createQueue(&pb.QueueInfo{QueueName: "df-dlq"})
 			s.createQueue(&pb.QueueInfo{QueueName: "df"})
 			s.importDead("df-dlq", deadItem{payload: "a", source: "df", reason: "expired"}, deadItem{payload: "b", source: "df", reason: "expired"})

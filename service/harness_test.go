@@ -15,6 +15,7 @@ import (
 
 	styx "github.com/styxq/styx"
 	"github.com/styxq/styx/daemon"
+	"github.com/styxq/styx/internal/pgtest"
 	"github.com/styxq/styx/internal/store"
 	"github.com/styxq/styx/internal/store/faulty"
 	"github.com/styxq/styx/internal/store/memory"
@@ -26,8 +27,24 @@ import (
 type backend struct {
 	name string
 	// open returns a store over the test's persistent state; reopen
-	// after close sees everything written before.
+	// after close sees everything written before. Nil for postgres.
 	open func(t *testing.T) store.Store
+	// url is the postgres backend's database (a schema of the test's
+	// own); every server of the test, and every restart, uses it.
+	url string
+}
+
+// postgres reports whether the backend is PostgreSQL.
+func (b backend) postgres() bool { return b.url != "" }
+
+// requireItemLog skips a test that injects faults into the item log of the
+// embedded backends (store.Store writes), which the postgres backend does
+// not have: there, a dead-letter move or a redrive step is one transaction.
+func requireItemLog(t *testing.T, b backend) {
+	t.Helper()
+	if b.postgres() {
+		t.Skip("fault injection works on the embedded backends' item log; postgres has none (one transaction per move)")
+	}
 }
 
 // backends returns every storage backend the functional tests run on.
@@ -45,8 +62,20 @@ func backends(t *testing.T) []backend {
 				return s
 			}
 		}()},
+		{name: "postgres", url: postgresURL(t)},
 	}
 }
+
+// postgresURL returns a schema of the test's own in the test database, or
+// "" (with the skip logged once) when there is none: see pgtest.
+func postgresURL(t *testing.T) string {
+	if os.Getenv(pgtest.EnvURL) == "" && os.Getenv(pgtest.EnvRequire) == "" {
+		return ""
+	}
+	return pgtest.URL(t)
+}
+
+var logSkip sync.Once
 
 // nopClose keeps a memory store's contents across a server "restart".
 type nopClose struct{ store.Store }
@@ -99,8 +128,14 @@ func start(t *testing.T, b backend) *server {
 }
 
 func (s *server) boot() {
-	s.store = s.b.open(s.t)
-	s.Faults = faulty.New(s.store)
+	cfg := daemon.Config{Listen: "127.0.0.1:0", ShutdownTimeout: 5 * time.Second}
+	if s.b.postgres() {
+		cfg.Storage, cfg.PostgresURL = daemon.StoragePostgres, s.b.url
+	} else {
+		s.store = s.b.open(s.t)
+		s.Faults = faulty.New(s.store)
+		cfg.Store = s.Faults
+	}
 	if s.Logs == nil {
 		s.Logs = &logBuffer{}
 	}
@@ -108,9 +143,8 @@ func (s *server) boot() {
 	if os.Getenv("STYX_TEST_LOG") != "" {
 		log = testLogger()
 	}
-	d, err := daemon.New(context.Background(), daemon.Config{
-		Listen: "127.0.0.1:0", Store: s.Faults, Log: log, ShutdownTimeout: 5 * time.Second,
-	})
+	cfg.Log = log
+	d, err := daemon.New(context.Background(), cfg)
 	require.NoError(s.t, err)
 	s.d = d
 	s.C, err = styx.NewClient(styx.ClientConfig{Endpoint: d.Endpoint()})
@@ -125,7 +159,9 @@ func (s *server) stop() {
 	// shutdown for 5s (net/http treats it as new, not idle).
 	s.C.Close()
 	require.NoError(s.t, s.d.Close(context.Background()))
-	require.NoError(s.t, s.store.Close())
+	if s.store != nil {
+		require.NoError(s.t, s.store.Close())
+	}
 	s.d = nil
 }
 
@@ -140,6 +176,10 @@ func (s *server) restart() {
 func forEachBackend(t *testing.T, fn func(t *testing.T, b backend)) {
 	t.Helper()
 	for _, b := range backends(t) {
+		if b.name == "postgres" && !b.postgres() {
+			logSkip.Do(func() { t.Logf("postgres backend skipped: %s is not set (see internal/pgtest)", pgtest.EnvURL) })
+			continue
+		}
 		t.Run(b.name, func(t *testing.T) {
 			t.Parallel()
 			fn(t, b)

@@ -29,8 +29,10 @@ type serverSettings struct {
 	Listen string
 	// DataDir is the Pebble data directory. Defaults to ./styx-data.
 	DataDir string
-	// Storage is "pebble" (default) or "memory".
+	// Storage is "pebble" (default), "memory" or "postgres".
 	Storage string
+	// PostgresURL is the database of the postgres backend.
+	PostgresURL string
 	// Sync fsyncs every write before acknowledging it. Defaults to true.
 	Sync bool
 	// LogLevel is debug, info (default), warn or error.
@@ -63,6 +65,7 @@ func (s serverSettings) daemonConfig(log *slog.Logger) daemon.Config {
 	return daemon.Config{
 		Listen:          s.Listen,
 		Storage:         s.Storage,
+		PostgresURL:     s.PostgresURL,
 		DataDir:         s.DataDir,
 		NoSync:          !s.Sync,
 		ShutdownTimeout: s.ShutdownTimeout,
@@ -87,6 +90,7 @@ type fileConfig struct {
 	Listen          *string        `yaml:"listen"`
 	DataDir         *string        `yaml:"data_dir"`
 	Storage         *string        `yaml:"storage"`
+	PostgresURL     *string        `yaml:"postgres_url"`
 	Sync            *bool          `yaml:"sync"`
 	LogLevel        *string        `yaml:"log_level"`
 	LogFormat       *string        `yaml:"log_format"`
@@ -106,6 +110,7 @@ func (fc *fileConfig) values() map[string]string {
 	put("listen", fc.Listen)
 	put("data_dir", fc.DataDir)
 	put("storage", fc.Storage)
+	put("postgres_url", fc.PostgresURL)
 	put("log_level", fc.LogLevel)
 	put("log_format", fc.LogFormat)
 	put("debug_listen", fc.DebugListen)
@@ -192,10 +197,14 @@ func serverSettingTable() []serverSetting {
 			return nil
 		}},
 		{"storage", "storage", "STYX_STORAGE", func(s *serverSettings, v string) error {
-			if v != daemon.StoragePebble && v != daemon.StorageMemory {
-				return fmt.Errorf("%q is not one of %s, %s", v, daemon.StoragePebble, daemon.StorageMemory)
+			if v != daemon.StoragePebble && v != daemon.StorageMemory && v != daemon.StoragePostgres {
+				return fmt.Errorf("%q is not one of %s, %s, %s", v, daemon.StoragePebble, daemon.StorageMemory, daemon.StoragePostgres)
 			}
 			s.Storage = v
+			return nil
+		}},
+		{"postgres_url", "postgres-url", "STYX_POSTGRES_URL", func(s *serverSettings, v string) error {
+			s.PostgresURL = v
 			return nil
 		}},
 		{"sync", "sync", "STYX_SYNC", func(s *serverSettings, v string) error {
@@ -243,7 +252,10 @@ func addServerFlags(fs *pflag.FlagSet) {
 	fs.String("config", "", "YAML config file (env "+envConfig+"); its keys are the flag names with '_' for '-'")
 	fs.String("listen", d.Listen, "TCP host:port to serve on; port 0 picks a free port (env STYX_LISTEN)")
 	fs.String("data-dir", d.DataDir, "Pebble data directory (env STYX_DATA_DIR)")
-	fs.String("storage", d.Storage, "storage backend: pebble (durable) or memory (lost at exit) (env STYX_STORAGE)")
+	fs.String("storage", d.Storage, "storage backend: pebble (durable, one node), memory (lost at exit) "+
+		"or postgres (durable, several nodes may share the database; needs --postgres-url) (env STYX_STORAGE)")
+	fs.String("postgres-url", "", "PostgreSQL connection URL for --storage postgres, "+
+		"e.g. postgres://styx@db:5432/styx?sslmode=require (env STYX_POSTGRES_URL)")
 	fs.Bool("sync", d.Sync, "fsync every write before acknowledging it; turning it off (--sync=false) is faster, "+
 		"but acknowledged writes may be lost on power failure (env STYX_SYNC)")
 	fs.String("log-level", "info", "log level: debug, info, warn or error (env STYX_LOG_LEVEL)")

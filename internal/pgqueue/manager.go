@@ -1,0 +1,489 @@
+package pgqueue
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"strconv"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+
+	"github.com/styxq/styx/internal/apierr"
+	"github.com/styxq/styx/internal/clock"
+	"github.com/styxq/styx/internal/queue"
+	"github.com/styxq/styx/internal/store"
+	"github.com/styxq/styx/metrics"
+)
+
+// Defaults of Config.
+const (
+	DefaultStatementTimeout = 5 * time.Second
+	DefaultRefreshInterval  = time.Second
+)
+
+// Config configures a Manager.
+type Config struct {
+	// URL is the database's connection string (pgx syntax). Required.
+	URL string
+	// MaxConns bounds the connection pool; 0 means pgx's default
+	// (max(4, number of CPUs)).
+	MaxConns int32
+	Clock    clock.Clock
+	Log      *slog.Logger
+	Metrics  *metrics.Metrics
+	// StatementTimeout bounds one loop transaction, so that a request
+	// never waits on a stalled database past it (453); default 5s.
+	StatementTimeout time.Duration
+	// RefreshInterval is how often the node re-reads the queue
+	// definitions and the earliest lifecycle time of every queue (the
+	// fallback when a notification is missed); default 1s.
+	RefreshInterval time.Duration
+}
+
+// Manager is this node's view of the queues in the database: it implements
+// queue.Queues, runs one Queue loop per queue, listens for notifications
+// (items ready, queue definitions changed) and re-reads the definitions
+// every RefreshInterval. Queue administration is serialized across nodes by
+// an advisory lock, so the dead-letter rules hold cluster-wide.
+//
+// Locks: mu guards the maps; it is never held while calling into a loop or
+// the database.
+type Manager struct {
+	cfg     Config
+	st      *Store
+	ctx     context.Context
+	cancel  context.CancelFunc
+	wg      sync.WaitGroup
+	refresh chan struct{}
+
+	mu     sync.RWMutex
+	infos  map[uint64]store.QueueInfo
+	names  map[string]uint64
+	queues map[uint64]*Queue
+	closed bool
+}
+
+var _ queue.Queues = (*Manager)(nil)
+
+// Open connects, migrates the schema and starts a loop for every queue.
+func Open(ctx context.Context, cfg Config) (*Manager, error) {
+	if cfg.StatementTimeout <= 0 {
+		cfg.StatementTimeout = DefaultStatementTimeout
+	}
+	if cfg.RefreshInterval <= 0 {
+		cfg.RefreshInterval = DefaultRefreshInterval
+	}
+	if cfg.Clock == nil {
+		cfg.Clock = clock.Real{}
+	}
+	st, err := OpenStore(ctx, cfg.URL, cfg.MaxConns)
+	if err != nil {
+		return nil, err
+	}
+	m := &Manager{cfg: cfg, st: st, refresh: make(chan struct{}, 1),
+		infos: map[uint64]store.QueueInfo{}, names: map[string]uint64{}, queues: map[uint64]*Queue{}}
+	m.ctx, m.cancel = context.WithCancel(context.Background())
+	if err := m.reload(ctx); err != nil {
+		st.Close()
+		return nil, err
+	}
+	m.wg.Go(m.listen)
+	m.wg.Go(m.refresher)
+	return m, nil
+}
+
+// Store returns the catalog and task store (the redrive runner's TaskStore).
+func (m *Manager) Store() *Store { return m.st }
+
+func (m *Manager) now() int64 { return m.cfg.Clock.Now().UnixNano() }
+
+func (m *Manager) cachedInfo(id uint64) (store.QueueInfo, bool) {
+	m.mu.RLock()
+	defer m.mu.RUnlock()
+	info, ok := m.infos[id]
+	return info, ok
+}
+
+func (m *Manager) cachedInfoByName(name string) (store.QueueInfo, bool) {
+	m.mu.RLock()
+	defer m.mu.RUnlock()
+	id, ok := m.names[name]
+	return m.infos[id], ok
+}
+
+// signalQueue wakes the loop of queue id, if this node runs one.
+func (m *Manager) signalQueue(id uint64, ready bool, due int64) {
+	m.mu.RLock()
+	q := m.queues[id]
+	m.mu.RUnlock()
+	if q != nil {
+		q.signal(ready, due)
+	}
+}
+
+// reload re-reads every queue definition with the earliest lifecycle time
+// of its items, starts loops for new queues, stops those of deleted ones and
+// tells each loop when its lifecycle work is due.
+func (m *Manager) reload(ctx context.Context) error {
+	rows, err := m.st.pool.Query(ctx, `SELECT `+queueColumns+`,
+		coalesce((SELECT deadline FROM styx_items i WHERE i.queue_id=q.id AND i.state<>0 ORDER BY deadline LIMIT 1), 0),
+		coalesce((SELECT expire_deadline FROM styx_items i WHERE i.queue_id=q.id AND i.state<>1 AND i.expire_deadline<>0
+			ORDER BY expire_deadline LIMIT 1), 0)
+		FROM styx_queues q`)
+	if err != nil {
+		return wrap("load queues", err)
+	}
+	type loaded struct {
+		info store.QueueInfo
+		due  int64
+	}
+	all, err := pgx.CollectRows(rows, func(r pgx.CollectableRow) (loaded, error) {
+		var l loaded
+		var id, lease, expire, created, updated, timed, expiry int64
+		err := r.Scan(&id, &l.info.Name, &l.info.DeadQueue, &l.info.Reference, &lease, &expire, &l.info.MaxAttempts,
+			&l.info.Partitions, &created, &updated, &timed, &expiry)
+		l.info.ID, l.info.LeaseTimeout, l.info.ExpireTimeout = uint64(id), time.Duration(lease), time.Duration(expire)
+		l.info.CreatedAt, l.info.UpdatedAt = fromNanos(created), fromNanos(updated)
+		l.due = earliest(timed, expiry)
+		return l, err
+	})
+	if err != nil {
+		return wrap("load queues", err)
+	}
+	var stopped []*Queue
+	var started []*Queue
+	m.mu.Lock()
+	if m.closed {
+		m.mu.Unlock()
+		return nil
+	}
+	seen := make(map[uint64]bool, len(all))
+	for _, l := range all {
+		seen[l.info.ID] = true
+		m.infos[l.info.ID] = l.info
+		m.names[l.info.Name] = l.info.ID
+		if m.queues[l.info.ID] == nil {
+			q := newQueue(m, l.info)
+			m.queues[l.info.ID] = q
+			started = append(started, q)
+		}
+	}
+	for id, info := range m.infos {
+		if !seen[id] {
+			stopped = append(stopped, m.forget(id, info.Name)...)
+		}
+	}
+	queues := make(map[uint64]*Queue, len(m.queues))
+	for id, q := range m.queues {
+		queues[id] = q
+	}
+	m.mu.Unlock()
+	for _, q := range stopped {
+		go q.shutdown()
+	}
+	for _, l := range all {
+		if q := queues[l.info.ID]; q != nil && l.due != 0 {
+			q.signal(false, l.due)
+		}
+	}
+	return nil
+}
+
+// forget removes a queue from the maps and returns its loop to stop. Needs
+// mu.
+func (m *Manager) forget(id uint64, name string) []*Queue {
+	delete(m.infos, id)
+	if m.names[name] == id {
+		delete(m.names, name)
+	}
+	q := m.queues[id]
+	delete(m.queues, id)
+	if q == nil {
+		return nil
+	}
+	return []*Queue{q}
+}
+
+// refresher re-reads the queue definitions every RefreshInterval, and at
+// once when told to.
+func (m *Manager) refresher() {
+	t := time.NewTicker(m.cfg.RefreshInterval)
+	defer t.Stop()
+	for {
+		select {
+		case <-m.ctx.Done():
+			return
+		case <-t.C:
+		case <-m.refresh:
+		}
+		ctx, cancel := context.WithTimeout(m.ctx, m.cfg.StatementTimeout)
+		if err := m.reload(ctx); err != nil && m.ctx.Err() == nil {
+			m.cfg.Log.Warn("postgres: reloading the queue definitions failed", "error", err)
+		}
+		cancel()
+	}
+}
+
+func (m *Manager) requestRefresh() {
+	select {
+	case m.refresh <- struct{}{}:
+	default:
+	}
+}
+
+// listen holds one connection that LISTENs on the schema's channel and
+// dispatches notifications: "c" (queue definitions changed) and "i:<queue
+// id>" (items may be ready). It reconnects with a back-off; after each
+// (re)connection every loop looks for items, since notifications may have
+// been missed.
+func (m *Manager) listen() {
+	backoff := 100 * time.Millisecond
+	for m.ctx.Err() == nil {
+		err := m.listenOnce()
+		if m.ctx.Err() != nil {
+			return
+		}
+		m.cfg.Log.Warn("postgres: LISTEN connection lost; reconnecting", "error", err, "in", backoff)
+		select {
+		case <-m.ctx.Done():
+			return
+		case <-time.After(backoff):
+		}
+		backoff = min(backoff*2, 2*time.Second)
+	}
+}
+
+func (m *Manager) listenOnce() error {
+	conn, err := pgx.ConnectConfig(m.ctx, m.st.pool.Config().ConnConfig.Copy())
+	if err != nil {
+		return err
+	}
+	defer conn.Close(context.Background())
+	if _, err := conn.Exec(m.ctx, "LISTEN "+pgx.Identifier{m.st.channel}.Sanitize()); err != nil {
+		return err
+	}
+	m.requestRefresh()
+	m.mu.RLock()
+	for _, q := range m.queues {
+		q.signal(true, 0)
+	}
+	m.mu.RUnlock()
+	for {
+		n, err := conn.WaitForNotification(m.ctx)
+		if err != nil {
+			return err
+		}
+		switch {
+		case n.Payload == "c":
+			m.requestRefresh()
+		case strings.HasPrefix(n.Payload, "i:"):
+			if id, err := strconv.ParseUint(n.Payload[2:], 10, 64); err == nil {
+				m.signalQueue(id, true, 0)
+			}
+		}
+	}
+}
+
+// Get implements queue.Queues. A queue created on another node moments ago
+// is looked up in the database.
+func (m *Manager) Get(name string) (queue.Queue, error) {
+	m.mu.RLock()
+	q := m.queues[m.names[name]]
+	m.mu.RUnlock()
+	if q != nil {
+		return q, nil
+	}
+	ctx, cancel := context.WithTimeout(m.ctx, m.cfg.StatementTimeout)
+	defer cancel()
+	info, err := m.Info(ctx, name)
+	if err != nil {
+		return nil, err
+	}
+	return m.adopt(info)
+}
+
+// adopt records a queue definition and returns its loop, starting it if
+// needed.
+func (m *Manager) adopt(info store.QueueInfo) (*Queue, error) {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	if m.closed {
+		return nil, errShuttingDown
+	}
+	if old, ok := m.names[info.Name]; ok && old != info.ID {
+		// Deleted and re-created under the same name.
+		for _, q := range m.forget(old, info.Name) {
+			go q.shutdown()
+		}
+	}
+	m.infos[info.ID] = info
+	m.names[info.Name] = info.ID
+	q := m.queues[info.ID]
+	if q == nil {
+		q = newQueue(m, info)
+		m.queues[info.ID] = q
+	}
+	return q, nil
+}
+
+// Info implements queue.Queues, from the database.
+func (m *Manager) Info(ctx context.Context, name string) (store.QueueInfo, error) {
+	info, err := m.st.GetQueue(ctx, name)
+	if errors.Is(err, store.ErrQueueNotFound) {
+		return info, queue.NotFound(name)
+	}
+	return info, err
+}
+
+// List implements queue.Queues, from the database.
+func (m *Manager) List(ctx context.Context, pivot string, limit int) ([]store.QueueInfo, error) {
+	return m.st.ListQueues(ctx, pivot, limit)
+}
+
+// admin runs a change of queue definitions in a transaction that holds the
+// schema's admin lock (so concurrent changes on several nodes are checked
+// one after the other), with every definition read under it, and tells the
+// other nodes at commit.
+func (m *Manager) admin(ctx context.Context, fn func(tx pgx.Tx, all map[string]store.QueueInfo) error) error {
+	err := pgx.BeginFunc(ctx, m.st.pool, func(tx pgx.Tx) error {
+		if _, err := tx.Exec(ctx, `SELECT pg_advisory_xact_lock(hashtext('styx-admin:' || current_schema()))`); err != nil {
+			return err
+		}
+		infos, err := listQueues(ctx, tx, "", 0)
+		if err != nil {
+			return err
+		}
+		all := make(map[string]store.QueueInfo, len(infos))
+		for _, i := range infos {
+			all[i.Name] = i
+		}
+		if err := fn(tx, all); err != nil {
+			return err
+		}
+		_, err = tx.Exec(ctx, `SELECT pg_notify($1, 'c')`, m.st.channel)
+		return err
+	})
+	return wrap("queue admin", err)
+}
+
+// Create implements queue.Queues.
+func (m *Manager) Create(ctx context.Context, info store.QueueInfo) error {
+	err := m.admin(ctx, func(tx pgx.Tx, all map[string]store.QueueInfo) error {
+		if err := queue.ValidateCreate(all, info); err != nil {
+			return err
+		}
+		created, err := createQueue(ctx, tx, info)
+		if errors.Is(err, store.ErrQueueExists) {
+			return apierr.New(apierr.Conflict, "queue already exists; '%s'", info.Name)
+		}
+		info = created
+		return err
+	})
+	if err != nil {
+		return err
+	}
+	_, err = m.adopt(info)
+	return err
+}
+
+// Update implements queue.Queues.
+func (m *Manager) Update(ctx context.Context, name string, change func(*store.QueueInfo) error) error {
+	var info store.QueueInfo
+	err := m.admin(ctx, func(tx pgx.Tx, all map[string]store.QueueInfo) error {
+		old, ok := all[name]
+		if !ok {
+			return queue.NotFound(name)
+		}
+		info = old
+		if err := change(&info); err != nil {
+			return err
+		}
+		if err := queue.ValidateUpdate(all, old, info); err != nil {
+			return err
+		}
+		return updateQueue(ctx, tx, info)
+	})
+	if err != nil {
+		return err
+	}
+	_, err = m.adopt(info)
+	return err
+}
+
+// Delete implements queue.Queues: the queue's items go with it.
+func (m *Manager) Delete(ctx context.Context, name string) error {
+	var id uint64
+	err := m.admin(ctx, func(tx pgx.Tx, all map[string]store.QueueInfo) error {
+		if err := queue.ValidateDelete(all, name); err != nil {
+			return err
+		}
+		id = all[name].ID
+		return deleteQueue(ctx, tx, name)
+	})
+	if err != nil {
+		return err
+	}
+	m.mu.Lock()
+	stopped := m.forget(id, name)
+	m.mu.Unlock()
+	for _, q := range stopped {
+		q.shutdown()
+	}
+	return nil
+}
+
+// Close stops the loops (finishing the requests they took), the listener
+// and the refresher, and closes the pool.
+func (m *Manager) Close() {
+	m.mu.Lock()
+	m.closed = true
+	qs := make([]*Queue, 0, len(m.queues))
+	for _, q := range m.queues {
+		qs = append(qs, q)
+	}
+	m.mu.Unlock()
+	var wg sync.WaitGroup
+	for _, q := range qs {
+		wg.Go(q.shutdown)
+	}
+	wg.Wait()
+	m.cancel()
+	m.wg.Wait()
+	m.st.Close()
+}
+
+// Sample implements queue.Queues from each queue's Stats.
+func (m *Manager) Sample() []metrics.QueueSample {
+	m.mu.RLock()
+	qs := make([]*Queue, 0, len(m.queues))
+	for _, q := range m.queues {
+		qs = append(qs, q)
+	}
+	m.mu.RUnlock()
+	out := make([]metrics.QueueSample, 0, len(qs))
+	for _, q := range qs {
+		ctx, cancel := context.WithTimeout(context.Background(), time.Second)
+		st, err := q.Stats(ctx)
+		cancel()
+		if err != nil {
+			continue
+		}
+		s := metrics.QueueSample{Queue: q.Name()}
+		for _, p := range st.Partitions {
+			s.Leased += p.Leased
+			s.Scheduled += p.Scheduled
+			s.Ready += p.Total - p.Leased - p.Scheduled
+		}
+		if !st.Oldest.IsZero() {
+			s.OldestAge = m.cfg.Clock.Now().Sub(st.Oldest)
+		}
+		out = append(out, s)
+	}
+	return out
+}
+
+func (m *Manager) String() string { return fmt.Sprintf("pgqueue.Manager(%s)", m.st.channel) }

@@ -1,0 +1,1083 @@
+package pgqueue
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"slices"
+	"sync/atomic"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+
+	"github.com/styxq/styx/internal/apierr"
+	"github.com/styxq/styx/internal/queue"
+	"github.com/styxq/styx/internal/store"
+)
+
+const (
+	// requestQueueSize and maxRequestsPerIteration are as in the
+	// single-node logical queue.
+	requestQueueSize        = 2048
+	maxRequestsPerIteration = 512
+	// maxAttemptErrors is how many attempt errors an item keeps.
+	maxAttemptErrors = 10
+	// pollInterval is how often a loop with waiting leases looks for items
+	// without being told of any: a safety net for notifications lost while
+	// a node's LISTEN connection reconnects, not the wake-up path.
+	pollInterval = time.Second
+	// busyBackoff is how long a loop waits before retrying lifecycle work
+	// that another node holds locked.
+	busyBackoff = 50 * time.Millisecond
+)
+
+var errShuttingDown = apierr.New(apierr.Retry, "server shutting down; retry on another node or after restart")
+
+// Queue is one queue as served by this node: a loop goroutine (run) that
+// gathers the requests arriving together and runs them, with due lifecycle
+// work and the waiting leases it can serve, as one transaction. Other nodes
+// run their own loop for the same queue; PostgreSQL arbitrates. Methods may
+// be called from any goroutine; they implement queue.Queue with the
+// semantics documented on queue.Logical, except that Reload has nothing to
+// reload and Stats counts the waiting leases of this node only.
+type Queue struct {
+	m    *Manager
+	name string
+	id   uint64
+
+	reqs chan *request
+	// wake is signalled (non-blocking, capacity 1) when items may have
+	// become ready (readyHint) or lifecycle work may be due (dueHint).
+	wake      chan struct{}
+	readyHint atomic.Bool
+	dueHint   atomic.Int64
+	stop      chan struct{}
+	done      chan struct{}
+	waiting   atomic.Int32
+
+	// Owned by the loop.
+	waiters []*request
+	prodRR  int32
+	leaseRR int32
+	// nextDue is the earliest known lifecycle time (Unix ns, 0: none).
+	nextDue  int64
+	lastPoll int64
+}
+
+type request struct {
+	ctx  context.Context
+	op   any
+	done chan result
+	// deadline is set on lease requests while they wait.
+	deadline int64
+	// answered is set once done has been sent to.
+	answered bool
+}
+
+type result struct {
+	v   any
+	err error
+}
+
+func (r *request) answer(v any, err error) {
+	if !r.answered {
+		r.answered = true
+		r.done <- result{v: v, err: err}
+	}
+}
+
+type (
+	produceOp  struct{ items []queue.ProduceItem }
+	leaseOp    struct{ p queue.LeaseParams }
+	completeOp struct {
+		partition int32
+		ids       []uint64
+	}
+	retryOp struct {
+		partition int32
+		items     []queue.RetryItem
+	}
+	importOp struct {
+		partition int32
+		items     []store.Item
+	}
+	deleteOp  struct{ refs []queue.ItemRef }
+	clearOp   struct{ p queue.ClearParams }
+	redriveOp struct{ items []queue.RedriveItem }
+)
+
+func newQueue(m *Manager, info store.QueueInfo) *Queue {
+	q := &Queue{
+		m: m, name: info.Name, id: info.ID,
+		reqs: make(chan *request, requestQueueSize),
+		wake: make(chan struct{}, 1),
+		stop: make(chan struct{}),
+		done: make(chan struct{}),
+	}
+	// Lifecycle work may be due from before this node started.
+	q.nextDue = 1
+	go q.run()
+	return q
+}
+
+// Name returns the queue's name.
+func (q *Queue) Name() string { return q.name }
+
+// Pending returns how many requests wait in the queue's channel.
+func (q *Queue) Pending() int { return len(q.reqs) }
+
+// signal wakes the loop: ready says items may be ready, due (Unix ns, 0:
+// none) that lifecycle work is due then.
+func (q *Queue) signal(ready bool, due int64) {
+	if ready {
+		q.readyHint.Store(true)
+	}
+	if due != 0 {
+		for {
+			old := q.dueHint.Load()
+			if (old != 0 && old <= due) || q.dueHint.CompareAndSwap(old, due) {
+				break
+			}
+		}
+	}
+	select {
+	case q.wake <- struct{}{}:
+	default:
+	}
+}
+
+// call sends op to the loop and waits for its answer (see queue.Logical).
+func (q *Queue) call(ctx context.Context, op any, abandonable bool) (any, error) {
+	r := &request{ctx: ctx, op: op, done: make(chan result, 1)}
+	select {
+	case <-q.stop:
+		return nil, errShuttingDown
+	default:
+	}
+	select {
+	case q.reqs <- r:
+	default:
+		return nil, apierr.New(apierr.Retry, "queue overloaded; '%s' has %d requests waiting, retry", q.name, requestQueueSize)
+	}
+	var ctxDone <-chan struct{}
+	if abandonable {
+		ctxDone = ctx.Done()
+	}
+	select {
+	case res := <-r.done:
+		return res.v, res.err
+	case <-q.done:
+		select {
+		case res := <-r.done:
+			return res.v, res.err
+		default:
+			return nil, errShuttingDown
+		}
+	case <-ctxDone:
+		return nil, ctx.Err()
+	}
+}
+
+// Produce implements queue.Queue: the items go to one partition (round
+// robin per node) and are committed when it returns.
+func (q *Queue) Produce(ctx context.Context, items []queue.ProduceItem) error {
+	_, err := q.call(ctx, &produceOp{items: items}, false)
+	return err
+}
+
+// Lease implements queue.Queue.
+func (q *Queue) Lease(ctx context.Context, p queue.LeaseParams) (queue.LeaseResult, error) {
+	v, err := q.call(ctx, &leaseOp{p: p}, true)
+	if err != nil {
+		return queue.LeaseResult{}, err
+	}
+	return v.(queue.LeaseResult), nil
+}
+
+// Complete implements queue.Queue.
+func (q *Queue) Complete(ctx context.Context, partition int32, ids []uint64) error {
+	_, err := q.call(ctx, &completeOp{partition: partition, ids: ids}, false)
+	return err
+}
+
+// Retry implements queue.Queue. A dead-lettered item is in the dead-letter
+// queue when it returns: the move is part of the same transaction.
+func (q *Queue) Retry(ctx context.Context, partition int32, items []queue.RetryItem) error {
+	_, err := q.call(ctx, &retryOp{partition: partition, items: items}, false)
+	return err
+}
+
+// Clear implements queue.Queue.
+func (q *Queue) Clear(ctx context.Context, p queue.ClearParams) error {
+	_, err := q.call(ctx, &clearOp{p: p}, false)
+	return err
+}
+
+// Reload implements queue.Queue: the database is the state, so there is
+// nothing to rebuild; it checks that the queue still exists.
+func (q *Queue) Reload(ctx context.Context) error {
+	_, err := q.m.Info(ctx, q.name)
+	return err
+}
+
+// Import implements queue.Queue.
+func (q *Queue) Import(ctx context.Context, partition int32, items []store.Item) ([]store.Item, error) {
+	v, err := q.call(ctx, &importOp{partition: partition, items: items}, false)
+	if err != nil {
+		return nil, err
+	}
+	return v.([]store.Item), nil
+}
+
+// Delete implements queue.Queue.
+func (q *Queue) Delete(ctx context.Context, refs []queue.ItemRef) (int, error) {
+	v, err := q.call(ctx, &deleteOp{refs: refs}, false)
+	if err != nil {
+		return 0, err
+	}
+	return v.(int), nil
+}
+
+// TakeRedriven implements queue.Queue.
+func (q *Queue) TakeRedriven(ctx context.Context, items []queue.RedriveItem) error {
+	_, err := q.call(ctx, &redriveOp{items: items}, false)
+	return err
+}
+
+// shutdown stops the loop after it has finished the requests it took.
+func (q *Queue) shutdown() {
+	select {
+	case <-q.stop:
+	default:
+		close(q.stop)
+	}
+	<-q.done
+}
+
+// run is the loop.
+func (q *Queue) run() {
+	defer close(q.done)
+	timer := time.NewTimer(0)
+	defer timer.Stop()
+	for {
+		timer.Reset(q.sleep())
+		select {
+		case <-q.stop:
+			q.drain()
+			return
+		case r := <-q.reqs:
+			batch := []*request{r}
+			for len(batch) < maxRequestsPerIteration {
+				select {
+				case r := <-q.reqs:
+					batch = append(batch, r)
+					continue
+				default:
+				}
+				break
+			}
+			q.iterate(batch, false)
+		case <-q.wake:
+			q.iterate(nil, false)
+		case <-timer.C:
+			q.iterate(nil, true)
+		}
+	}
+}
+
+// sleep returns how long the loop may wait for requests.
+func (q *Queue) sleep() time.Duration {
+	next := q.nextDue
+	for _, w := range q.waiters {
+		next = earliest(next, w.deadline)
+	}
+	if len(q.waiters) > 0 {
+		next = earliest(next, q.lastPoll+int64(pollInterval))
+	}
+	if next == 0 {
+		return time.Hour
+	}
+	return max(time.Duration(next-q.m.now()), time.Millisecond)
+}
+
+// drain answers what the loop holds when it stops: requests already sent
+// are run, waiting leases are answered 454.
+func (q *Queue) drain() {
+	for {
+		var batch []*request
+		for len(batch) < maxRequestsPerIteration {
+			select {
+			case r := <-q.reqs:
+				batch = append(batch, r)
+				continue
+			default:
+			}
+			break
+		}
+		if len(batch) == 0 {
+			break
+		}
+		for _, r := range batch {
+			if _, ok := r.op.(*leaseOp); ok {
+				r.answer(nil, errShuttingDown)
+			}
+		}
+		q.iterate(batch, false)
+	}
+	for _, w := range q.waiters {
+		w.answer(nil, errShuttingDown)
+	}
+	q.waiters = nil
+	q.waiting.Store(0)
+}
+
+// iteration is the work of one loop iteration, applied in one transaction.
+type iteration struct {
+	now  int64
+	info store.QueueInfo
+	// after runs once the transaction ended, with its error.
+	after []func(error)
+	// Changes gathered from the lifecycle and from complete and retry.
+	completed []int64
+	requeues  []requeue
+	deaths    []death
+	// notify lists the queues whose waiting leases should look again.
+	notify []uint64
+	// moved, dropped count dead items by reason, for metrics after commit.
+	metrics []func()
+}
+
+func (it *iteration) reply(r *request, v any) {
+	it.after = append(it.after, func(err error) {
+		if err != nil {
+			r.answer(nil, err)
+			return
+		}
+		r.answer(v, nil)
+	})
+}
+
+func (it *iteration) wakeQueue(id uint64) {
+	if !slices.Contains(it.notify, id) {
+		it.notify = append(it.notify, id)
+	}
+}
+
+// iterate runs one loop iteration: poll says the timer fired (look for
+// items for the waiting leases even without a hint).
+func (q *Queue) iterate(reqs []*request, poll bool) {
+	now := q.m.now()
+	info, ok := q.m.cachedInfo(q.id)
+	if !ok {
+		for _, r := range reqs {
+			r.answer(nil, queue.NotFound(q.name))
+		}
+		return
+	}
+	serve := poll || q.readyHint.Swap(false)
+	if due := q.dueHint.Swap(0); due != 0 {
+		q.nextDue = earliest(q.nextDue, due)
+	}
+	var work []*request
+	for _, r := range reqs {
+		if op, ok := r.op.(*leaseOp); ok {
+			if err := q.addWaiter(r, op, now); err != nil {
+				r.answer(nil, err)
+				continue
+			}
+			serve = true
+			continue
+		}
+		work = append(work, r)
+	}
+	lifecycle := q.nextDue != 0 && q.nextDue <= now
+	if len(work) == 0 && !lifecycle && !(serve && len(q.waiters) > 0) {
+		q.expireWaiters(now)
+		return
+	}
+	it := &iteration{now: now, info: info}
+	var served []*request
+	ctx, cancel := context.WithTimeout(context.Background(), q.m.cfg.StatementTimeout)
+	defer cancel()
+	err := pgx.BeginFunc(ctx, q.m.st.pool, func(tx pgx.Tx) error {
+		if lifecycle {
+			if err := q.lifecycle(ctx, tx, it); err != nil {
+				return err
+			}
+		}
+		if err := q.apply(ctx, tx, it, work); err != nil {
+			return err
+		}
+		if err := q.flush(ctx, tx, it); err != nil {
+			return err
+		}
+		if len(q.waiters) > 0 {
+			var err error
+			if served, err = q.serve(ctx, tx, it); err != nil {
+				return err
+			}
+			q.lastPoll = now
+		}
+		if len(it.notify) > 0 {
+			return notify(ctx, tx, q.m.st.channel, it.notify)
+		}
+		return nil
+	})
+	if err != nil {
+		err = wrap("queue '"+q.name+"'", err)
+		if errors.Is(err, store.ErrQueueNotFound) {
+			err = queue.NotFound(q.name)
+		}
+		q.m.cfg.Log.Warn("transaction failed", "queue", q.name, "error", err)
+		// The waiting leases learn of the failure too: a database that
+		// is down answers 453 at once, not at the request timeout.
+		for _, w := range q.waiters {
+			w.answer(nil, err)
+		}
+		q.waiters = q.waiters[:0]
+		q.waiting.Store(0)
+		if lifecycle {
+			q.nextDue = now + int64(busyBackoff)
+		}
+	} else {
+		for _, f := range it.metrics {
+			f()
+		}
+	}
+	for _, f := range it.after {
+		f(err)
+	}
+	for _, w := range served {
+		_ = w // answered through it.after
+	}
+	q.expireWaiters(now)
+}
+
+// addWaiter adds a lease request to the waiting leases.
+func (q *Queue) addWaiter(r *request, op *leaseOp, now int64) error {
+	for _, w := range q.waiters {
+		if w.op.(*leaseOp).p.ClientID == op.p.ClientID && w.ctx.Err() == nil {
+			return apierr.Invalidf("duplicate client_id; '%s' already has a lease waiting on queue '%s'", op.p.ClientID, q.name)
+		}
+	}
+	r.deadline = now + int64(op.p.Timeout)
+	q.waiters = append(q.waiters, r)
+	q.waiting.Store(int32(len(q.waiters)))
+	return nil
+}
+
+// expireWaiters answers and drops the waiting leases that were answered,
+// whose client went away, or whose request timeout has passed.
+func (q *Queue) expireWaiters(now int64) {
+	kept := q.waiters[:0]
+	for _, w := range q.waiters {
+		switch {
+		case w.answered:
+		case w.ctx.Err() != nil:
+			w.answer(nil, w.ctx.Err())
+		case w.deadline <= now:
+			w.answer(nil, apierr.New(apierr.Retry, "request timeout; no items are in the queue, try again"))
+		default:
+			kept = append(kept, w)
+		}
+	}
+	clear(q.waiters[len(kept):])
+	q.waiters = kept
+	q.waiting.Store(int32(len(kept)))
+}
+
+// lifecycle ends expired leases, kills expired items and makes due
+// scheduled items ready, then learns when it is next due.
+func (q *Queue) lifecycle(ctx context.Context, tx pgx.Tx, it *iteration) error {
+	leases, err := expiredLeases(ctx, tx, q.id, it.now)
+	if err != nil {
+		return err
+	}
+	for _, x := range leases {
+		// An expired lease is a failed attempt (counted when leased).
+		q.endLease(it, x, false, time.Time{}, nil)
+	}
+	expired, err := expiredItems(ctx, tx, q.id, it.now)
+	if err != nil {
+		return err
+	}
+	for _, x := range expired {
+		q.kill(it, x, queue.ReasonExpired, nil)
+	}
+	readied, err := readyScheduled(ctx, tx, q.id, it.now)
+	if err != nil {
+		return err
+	}
+	if readied > 0 {
+		it.wakeQueue(q.id)
+	}
+	if len(leases) == lifecycleBatch || len(expired) == lifecycleBatch || readied == lifecycleBatch {
+		q.nextDue = it.now // more is due: run again at once
+		return nil
+	}
+	next, err := nextDue(ctx, tx, q.id)
+	if err != nil {
+		return err
+	}
+	// What this transaction changes is not visible yet to nextDue; items
+	// it holds locked (or another node does) may come back as due now.
+	if next != 0 && next <= it.now {
+		next = it.now + int64(busyBackoff)
+	}
+	q.nextDue = next
+	return nil
+}
+
+// history is an attempt history about to be stored.
+type history struct {
+	set       bool
+	lastError string
+	errors    []byte
+}
+
+// recordError appends an attempt error to the item's history.
+func recordError(x row, msg string, now int64) (history, error) {
+	errs, err := decodeErrors(x.errors)
+	if err != nil {
+		return history{}, err
+	}
+	errs = append(errs, store.AttemptError{Attempt: x.attempts, Error: msg, At: time.Unix(0, now).UTC()})
+	if n := len(errs); n > maxAttemptErrors {
+		errs = errs[n-maxAttemptErrors:]
+	}
+	return history{set: true, lastError: msg, errors: encodeErrors(errs)}, nil
+}
+
+// endLease ends a lease without completion, as queue.Logical does: the item
+// is requeued (new id, at the tail or at retryAt) unless it is dead by
+// max_attempts or expiry. With release the attempt is not counted.
+func (q *Queue) endLease(it *iteration, x row, release bool, retryAt time.Time, h *history) {
+	if release && x.attempts > 0 {
+		x.attempts--
+	}
+	switch {
+	case !release && it.info.MaxAttempts > 0 && x.attempts >= it.info.MaxAttempts:
+		q.kill(it, x, queue.ReasonMaxAttempts, h)
+	case x.expire != 0 && x.expire <= it.now:
+		q.kill(it, x, queue.ReasonExpired, h)
+	default:
+		r := requeue{id: x.id, state: stateReady, attempts: x.attempts}
+		if at := nanos(retryAt); at > it.now {
+			r.state, r.deadline = stateScheduled, at
+			q.nextDue = earliest(q.nextDue, at)
+		} else {
+			it.wakeQueue(q.id)
+		}
+		if h != nil {
+			r.setErrors, r.lastError, r.errors = true, h.lastError, h.errors
+		}
+		it.requeues = append(it.requeues, r)
+	}
+}
+
+// kill makes the item dead: moved to the dead-letter queue in this
+// transaction, or dropped without one.
+func (q *Queue) kill(it *iteration, x row, reason string, h *history) {
+	d := death{id: x.id, reason: reason, attempts: x.attempts, sourceKey: x.sourceKey}
+	if h != nil {
+		d.setErrors, d.lastError, d.errors = true, h.lastError, h.errors
+	}
+	it.deaths = append(it.deaths, d)
+}
+
+// apply runs the requests other than leases, in order.
+func (q *Queue) apply(ctx context.Context, tx pgx.Tx, it *iteration, work []*request) error {
+	// Lock every item that complete and retry name, at once.
+	var ids []int64
+	for _, r := range work {
+		switch op := r.op.(type) {
+		case *completeOp:
+			for _, id := range op.ids {
+				ids = append(ids, int64(id))
+			}
+		case *retryOp:
+			for _, ri := range op.items {
+				ids = append(ids, int64(ri.ID))
+			}
+		}
+	}
+	rows := map[int64]row{}
+	if len(ids) > 0 {
+		locked, err := lockRows(ctx, tx, q.id, ids)
+		if err != nil {
+			return err
+		}
+		for _, x := range locked {
+			rows[x.id] = x
+		}
+	}
+	var inserts []insert
+	for _, r := range work {
+		switch op := r.op.(type) {
+		case *produceOp:
+			p := q.nextPartition(it)
+			for _, pi := range op.items {
+				in := insert{partition: p, state: stateReady, created: it.now,
+					body: store.ItemBody{Reference: pi.Reference, Kind: pi.Kind, Encoding: pi.Encoding, Payload: pi.Payload}}
+				q.place(it, &in, nanos(pi.EnqueueAt), 0)
+				inserts = append(inserts, in)
+			}
+			it.reply(r, nil)
+		case *redriveOp:
+			p := q.nextPartition(it)
+			for _, ri := range op.items {
+				key := ri.SourceKey
+				in := insert{partition: p, state: stateReady, created: it.now, sourceKey: &key,
+					body: store.ItemBody{Reference: ri.Body.Reference, Kind: ri.Body.Kind, Encoding: ri.Body.Encoding,
+						Payload: ri.Body.Payload, RedriveCount: ri.Body.RedriveCount + 1}}
+				q.place(it, &in, 0, 0)
+				inserts = append(inserts, in)
+			}
+			it.reply(r, nil)
+		case *completeOp:
+			xs, err := q.leased(it, rows, op.partition, op.ids)
+			if err != nil {
+				r.answer(nil, err)
+				continue
+			}
+			for _, x := range xs {
+				it.completed = append(it.completed, x.id)
+				attempts := x.attempts
+				it.metrics = append(it.metrics, func() {
+					q.m.cfg.Metrics.ItemAttempts.WithLabelValues("completed").Observe(float64(attempts))
+				})
+			}
+			it.reply(r, nil)
+		case *retryOp:
+			if err := q.retry(it, rows, op); err != nil {
+				r.answer(nil, err)
+				continue
+			}
+			it.reply(r, nil)
+		case *importOp, *deleteOp, *clearOp:
+			// These run in request order, after the changes gathered so far.
+			if err := q.flushInserts(ctx, tx, it, &inserts); err != nil {
+				return err
+			}
+			if err := q.flush(ctx, tx, it); err != nil {
+				return err
+			}
+			v, err := q.applyStorage(ctx, tx, it, op)
+			if err != nil {
+				if _, ok := apierr.As(err); ok {
+					r.answer(nil, err)
+					continue
+				}
+				return err
+			}
+			it.reply(r, v)
+		default:
+			r.answer(nil, fmt.Errorf("queue '%s': unknown request %T", q.name, op))
+		}
+	}
+	return q.flushInserts(ctx, tx, it, &inserts)
+}
+
+// nextPartition returns the partition for the next produce (round robin).
+func (q *Queue) nextPartition(it *iteration) int32 {
+	p := q.prodRR % max(it.info.Partitions, 1)
+	q.prodRR = p + 1
+	return p
+}
+
+// place sets a new item's state and expiry: scheduled when enqueueAt is in
+// the future, expiring expireTimeout after creation (or at expire when set).
+func (q *Queue) place(it *iteration, in *insert, enqueueAt, expire int64) {
+	if enqueueAt > it.now {
+		in.state, in.deadline = stateScheduled, enqueueAt
+		q.nextDue = earliest(q.nextDue, enqueueAt)
+	} else {
+		it.wakeQueue(q.id)
+	}
+	in.expire = expire
+	if in.expire == 0 && it.info.ExpireTimeout > 0 {
+		in.expire = it.now + int64(it.info.ExpireTimeout)
+	}
+	q.nextDue = earliest(q.nextDue, in.expire)
+}
+
+func (q *Queue) flushInserts(ctx context.Context, tx pgx.Tx, it *iteration, inserts *[]insert) error {
+	if len(*inserts) == 0 {
+		return nil
+	}
+	err := insertItems(ctx, tx, q.id, *inserts, nil)
+	*inserts = (*inserts)[:0]
+	return err
+}
+
+// leased returns the rows of ids, each under a live lease in partition n
+// and not yet used by this iteration, or an Invalid error naming the first
+// that is not.
+func (q *Queue) leased(it *iteration, rows map[int64]row, n int32, ids []uint64) ([]row, error) {
+	if n < 0 || n >= it.info.Partitions {
+		return nil, apierr.Invalidf("invalid partition; queue '%s' has partitions 0..%d, not %d", q.name, it.info.Partitions-1, n)
+	}
+	out := make([]row, 0, len(ids))
+	seen := make(map[int64]bool, len(ids))
+	for _, id := range ids {
+		x, ok := rows[int64(id)]
+		if !ok || x.state != stateLeased || x.partition != n || x.deadline <= it.now {
+			return nil, apierr.Invalidf("invalid ids; '%s' is not leased in partition %d of queue '%s'", queue.FormatID(id), n, q.name)
+		}
+		if seen[x.id] {
+			return nil, apierr.Invalidf("invalid ids; '%s' appears more than once", queue.FormatID(id))
+		}
+		seen[x.id] = true
+		out = append(out, x)
+	}
+	// An item completed or retried by an earlier request of this
+	// iteration is no longer leased.
+	for _, x := range out {
+		delete(rows, x.id)
+	}
+	return out, nil
+}
+
+func (q *Queue) retry(it *iteration, rows map[int64]row, op *retryOp) error {
+	ids := make([]uint64, len(op.items))
+	for i, ri := range op.items {
+		ids[i] = ri.ID
+	}
+	xs, err := q.leased(it, rows, op.partition, ids)
+	if err != nil {
+		return err
+	}
+	for i, ri := range op.items {
+		x := xs[i]
+		var h *history
+		if ri.Error != "" {
+			hh, err := recordError(x, ri.Error, it.now)
+			if err != nil {
+				return fmt.Errorf("queue '%s': %w", q.name, err)
+			}
+			h = &hh
+		}
+		if ri.Dead {
+			q.kill(it, x, queue.ReasonExplicit, h)
+		} else {
+			q.endLease(it, x, ri.Release, ri.RetryAt, h)
+		}
+	}
+	return nil
+}
+
+// flush writes the completes, requeues and deaths gathered so far.
+func (q *Queue) flush(ctx context.Context, tx pgx.Tx, it *iteration) error {
+	if len(it.completed) > 0 {
+		if _, err := deleteIDs(ctx, tx, q.id, it.completed); err != nil {
+			return err
+		}
+		it.completed = it.completed[:0]
+	}
+	if len(it.requeues) > 0 {
+		if err := requeueItems(ctx, tx, q.id, it.requeues); err != nil {
+			return err
+		}
+		it.requeues = it.requeues[:0]
+	}
+	if len(it.deaths) > 0 {
+		if err := q.bury(ctx, tx, it, it.deaths); err != nil {
+			return err
+		}
+		it.deaths = it.deaths[:0]
+	}
+	return nil
+}
+
+// bury moves dead items to the dead-letter queue, or drops them when the
+// queue has none (or is itself a dead-letter queue whose retention ended).
+func (q *Queue) bury(ctx context.Context, tx pgx.Tx, it *iteration, ds []death) error {
+	reasons := map[string]int{}
+	var attempts []int32
+	for _, d := range ds {
+		reasons[d.reason]++
+		attempts = append(attempts, d.attempts)
+	}
+	if it.info.DeadQueue == "" {
+		ids := make([]int64, len(ds))
+		for i, d := range ds {
+			ids[i] = d.id
+		}
+		if _, err := deleteIDs(ctx, tx, q.id, ids); err != nil {
+			return err
+		}
+		dropped := slices.Clone(ds)
+		it.metrics = append(it.metrics, func() {
+			for _, d := range dropped {
+				msg := "dead item dropped: the queue has no dead_queue"
+				if d.sourceKey != "" {
+					msg = "dead item dropped: its retention in the dead-letter queue ended"
+				}
+				q.m.cfg.Log.Warn(msg, "queue", q.name, "id", queue.FormatID(uint64(d.id)), "reason", d.reason, "attempts", d.attempts)
+				q.m.cfg.Metrics.ItemsDropped.WithLabelValues(q.name, d.reason).Inc()
+				q.m.cfg.Metrics.ItemAttempts.WithLabelValues("dropped").Observe(float64(d.attempts))
+			}
+		})
+		return nil
+	}
+	to, ok := q.m.cachedInfoByName(it.info.DeadQueue)
+	if !ok {
+		return apierr.New(apierr.Retry, "dead-letter queue '%s' of queue '%s' not found; retry", it.info.DeadQueue, q.name)
+	}
+	if _, err := moveDead(ctx, tx, q.id, q.name, dlq{id: to.ID, name: to.Name, partitions: to.Partitions, expire: int64(to.ExpireTimeout)}, ds, it.now); err != nil {
+		return err
+	}
+	it.wakeQueue(to.ID)
+	it.metrics = append(it.metrics, func() {
+		for reason, n := range reasons {
+			q.m.cfg.Metrics.DeadLettered.WithLabelValues(q.name, to.Name, reason).Add(float64(n))
+		}
+		for _, a := range attempts {
+			q.m.cfg.Metrics.ItemAttempts.WithLabelValues("dead_lettered").Observe(float64(a))
+		}
+		if to.ExpireTimeout > 0 {
+			q.m.signalQueue(to.ID, false, it.now+int64(to.ExpireTimeout))
+		}
+	})
+	return nil
+}
+
+// applyStorage runs import, delete and clear.
+func (q *Queue) applyStorage(ctx context.Context, tx pgx.Tx, it *iteration, op any) (any, error) {
+	switch op := op.(type) {
+	case *importOp:
+		if op.partition < 0 || op.partition >= it.info.Partitions {
+			return nil, apierr.Invalidf("invalid partition; queue '%s' has partitions 0..%d, not %d", q.name, it.info.Partitions-1, op.partition)
+		}
+		if len(op.items) == 0 {
+			return []store.Item{}, nil
+		}
+		ids, err := newIDs(ctx, tx, len(op.items))
+		if err != nil {
+			return nil, err
+		}
+		ins := make([]insert, len(op.items))
+		out := make([]store.Item, len(op.items))
+		for i, si := range op.items {
+			in := insert{partition: op.partition, state: stateReady, created: nanos(si.Meta.CreatedAt), attempts: si.Meta.Attempts,
+				body: si.Body, lastError: si.Errors.LastError, errors: encodeErrors(si.Errors.Errors)}
+			if in.created == 0 {
+				in.created = it.now
+			}
+			q.place(it, &in, nanos(si.Meta.EnqueueAt), nanos(si.Meta.ExpireDeadline))
+			ins[i] = in
+			m := store.ItemMeta{ID: uint64(ids[i]), BodyID: uint64(ids[i]), Attempts: in.attempts,
+				ExpireDeadline: fromNanos(in.expire), CreatedAt: fromNanos(in.created)}
+			if in.state == stateScheduled {
+				m.EnqueueAt = fromNanos(in.deadline)
+			}
+			out[i] = store.Item{Partition: op.partition, Meta: m, Body: si.Body, Errors: si.Errors}
+		}
+		return out, insertItems(ctx, tx, q.id, ins, ids)
+	case *deleteOp:
+		for _, ref := range op.refs {
+			if ref.Partition < 0 || ref.Partition >= it.info.Partitions {
+				return nil, apierr.Invalidf("invalid partition; queue '%s' has partitions 0..%d, not %d", q.name, it.info.Partitions-1, ref.Partition)
+			}
+		}
+		n, err := deleteRefs(ctx, tx, q.id, op.refs)
+		return int(n), err
+	case *clearOp:
+		return nil, clearItems(ctx, tx, q.id, op.p)
+	}
+	return nil, fmt.Errorf("queue '%s': unknown request %T", q.name, op)
+}
+
+// serve hands ready items to the waiting leases, oldest waiter first, each
+// from the next partition (round robin) that has some. It stops when every
+// partition came back empty. Served waiters are answered after commit.
+func (q *Queue) serve(ctx context.Context, tx pgx.Tx, it *iteration) ([]*request, error) {
+	parts := max(it.info.Partitions, 1)
+	deadline := it.now + int64(it.info.LeaseTimeout)
+	empty := make([]bool, parts)
+	nEmpty := int32(0)
+	var served []*request
+	for _, w := range q.waiters {
+		if w.answered || w.ctx.Err() != nil {
+			continue
+		}
+		op := w.op.(*leaseOp)
+		for nEmpty < parts {
+			p := q.leaseRR % parts
+			q.leaseRR = p + 1
+			if empty[p] {
+				continue
+			}
+			items, err := lease(ctx, tx, q.id, p, op.p.BatchSize, deadline, it.now)
+			if err != nil {
+				return nil, err
+			}
+			if len(items) < op.p.BatchSize {
+				empty[p] = true
+				nEmpty++
+			}
+			if len(items) > 0 {
+				served = append(served, w)
+				it.reply(w, queue.LeaseResult{Partition: p, Items: items})
+				q.nextDue = earliest(q.nextDue, deadline)
+				break
+			}
+		}
+		if nEmpty == parts {
+			break
+		}
+	}
+	// Answered leases leave the waiters after the transaction (in
+	// expireWaiters, once answered).
+	return served, nil
+}
+
+// Stats implements queue.Queue from the database; LeaseWaiting counts this
+// node's waiting leases only, and no item is ever dying (moves are atomic).
+func (q *Queue) Stats(ctx context.Context) (queue.Stats, error) {
+	info, err := q.m.Info(ctx, q.name)
+	if err != nil {
+		return queue.Stats{}, err
+	}
+	now := q.m.now()
+	s := queue.Stats{LeaseWaiting: int(q.waiting.Load()), DeadByReason: map[string]int{}, DeadBySource: map[string]int{}}
+	s.Partitions = make([]queue.PartitionStats, info.Partitions)
+	for i := range s.Partitions {
+		s.Partitions[i].Partition = int32(i)
+	}
+	rows, err := q.m.st.pool.Query(ctx, `SELECT partition, count(*), count(*) FILTER (WHERE state=1), count(*) FILTER (WHERE state=2),
+		count(*) FILTER (WHERE attempts>0 AND state<>1 AND dead_reason=''),
+		coalesce(avg($2 - created_at), 0)::bigint,
+		coalesce(avg($2 - (deadline - $3)) FILTER (WHERE state=1), 0)::bigint,
+		min(created_at)
+		FROM styx_items WHERE queue_id=$1 GROUP BY partition`, int64(info.ID), now, int64(info.LeaseTimeout))
+	if err != nil {
+		return s, wrap("stats", err)
+	}
+	var oldest int64
+	for rows.Next() {
+		var p, total, leasedN, sched, failures int32
+		var age, leasedAge, minCreated int64
+		if err := rows.Scan(&p, &total, &leasedN, &sched, &failures, &age, &leasedAge, &minCreated); err != nil {
+			rows.Close()
+			return s, wrap("stats", err)
+		}
+		if p < 0 || p >= info.Partitions {
+			continue
+		}
+		s.Partitions[p] = queue.PartitionStats{Partition: p, Total: int(total), Leased: int(leasedN), Scheduled: int(sched),
+			Failures: int(failures), AverageAge: time.Duration(age), AverageLeasedAge: time.Duration(leasedAge)}
+		oldest = earliest(oldest, minCreated)
+	}
+	if err := rows.Err(); err != nil {
+		return s, wrap("stats", err)
+	}
+	s.Oldest = fromNanos(oldest)
+	if !s.Oldest.IsZero() {
+		s.Oldest = s.Oldest.Local()
+	}
+	rows, err = q.m.st.pool.Query(ctx, `SELECT dead_reason, source_queue, count(*) FROM styx_items
+		WHERE queue_id=$1 AND dead_reason<>'' GROUP BY 1, 2`, int64(info.ID))
+	if err != nil {
+		return s, wrap("stats", err)
+	}
+	for rows.Next() {
+		var reason, src string
+		var n int
+		if err := rows.Scan(&reason, &src, &n); err != nil {
+			rows.Close()
+			return s, wrap("stats", err)
+		}
+		s.DeadByReason[reason] += n
+		s.DeadBySource[src] += n
+	}
+	return s, wrap("stats", rows.Err())
+}
+
+// List implements queue.Queue: a committed snapshot, straight from the
+// database.
+func (q *Queue) List(ctx context.Context, partition int32, after uint64, limit int) ([]store.Item, error) {
+	items, err := collectItems(q.m.st.pool.Query(ctx, `SELECT `+itemColumns+` FROM styx_items
+		WHERE queue_id=$1 AND partition=$2 AND id>$3 ORDER BY id LIMIT $4`, int64(q.id), partition, int64(after), limit))
+	return items, q.readErr(err)
+}
+
+// Scheduled implements queue.Queue.
+func (q *Queue) Scheduled(ctx context.Context, partition int32, after uint64, limit int) ([]store.Item, error) {
+	info, err := q.m.Info(ctx, q.name)
+	if err != nil {
+		return nil, err
+	}
+	if partition < 0 || partition >= info.Partitions {
+		return nil, apierr.Invalidf("invalid partition; queue '%s' has partitions 0..%d, not %d", q.name, info.Partitions-1, partition)
+	}
+	items, err := collectItems(q.m.st.pool.Query(ctx, `SELECT `+itemColumns+` FROM styx_items
+		WHERE queue_id=$1 AND partition=$2 AND state=2 AND id>$3 ORDER BY id LIMIT $4`, int64(q.id), partition, int64(after), limit))
+	return items, q.readErr(err)
+}
+
+// scanChunk is how many items Scan reads per statement.
+const scanChunk = 500
+
+// Scan implements queue.Queue: the queue's items in id order across
+// partitions, filtered as queue.Logical.Scan filters them.
+func (q *Queue) Scan(ctx context.Context, _ int32, f *queue.DeadFilter, p queue.ScanParams) ([]store.Item, uint64, error) {
+	if p.MaxScanned <= 0 {
+		p.MaxScanned = 10_000
+	}
+	if len(f.IDs) > 0 {
+		ids := make([]int64, 0, len(f.IDs))
+		for _, id := range f.IDs {
+			if id > p.After && id != 0 {
+				ids = append(ids, int64(id))
+			}
+		}
+		got, err := collectItems(q.m.st.pool.Query(ctx, `SELECT `+itemColumns+` FROM styx_items
+			WHERE queue_id=$1 AND id = ANY($2) ORDER BY id`, int64(q.id), ids))
+		if err != nil {
+			return nil, 0, q.readErr(err)
+		}
+		var items []store.Item
+		for i := range got {
+			if !f.Match(&got[i]) {
+				continue
+			}
+			if len(items) == p.Limit {
+				return items, items[len(items)-1].Meta.ID, nil
+			}
+			items = append(items, got[i])
+		}
+		return items, 0, nil
+	}
+	var items []store.Item
+	after, scanned := p.After, 0
+	for len(items) < p.Limit && scanned < p.MaxScanned {
+		chunk := min(scanChunk, p.MaxScanned-scanned)
+		got, err := collectItems(q.m.st.pool.Query(ctx, `SELECT `+itemColumns+` FROM styx_items
+			WHERE queue_id=$1 AND id>$2 ORDER BY id LIMIT $3`, int64(q.id), int64(after), chunk))
+		if err != nil {
+			return nil, 0, q.readErr(err)
+		}
+		for i := range got {
+			scanned++
+			after = got[i].Meta.ID
+			if f.Match(&got[i]) {
+				items = append(items, got[i])
+				if len(items) == p.Limit {
+					return items, after, nil
+				}
+			}
+		}
+		if len(got) < chunk {
+			return items, 0, nil
+		}
+	}
+	return items, after, nil
+}
+
+func (q *Queue) readErr(err error) error {
+	if err == nil {
+		return nil
+	}
+	return wrap("queue '"+q.name+"'", err)
+}

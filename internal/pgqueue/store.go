@@ -1,0 +1,324 @@
+// Package pgqueue is Styx on PostgreSQL: several nodes serve the same queues
+// from one database, which decides every lease (ADR 0006). Each node runs one
+// loop goroutine per queue, as the single-node logical queue does, but the
+// loop is a batching front end: the requests it gathers in one iteration
+// become one transaction, leases are taken with FOR UPDATE SKIP LOCKED, and
+// lifecycle work (lease expiry, scheduled items, expiry, dead-lettering) is
+// done by whichever node gets to a due item first, in the same kind of
+// statements, so no item is handled twice. A dead-letter move is one
+// transaction. LISTEN/NOTIFY wakes waiting leases on every node when items
+// become ready, and tells nodes of queue changes. See docs/storage/postgres.md.
+package pgqueue
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"hash/fnv"
+	"net"
+	"strings"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgconn"
+	"github.com/jackc/pgx/v5/pgxpool"
+
+	"github.com/styxq/styx/internal/apierr"
+	"github.com/styxq/styx/internal/store"
+)
+
+// Store holds the connection pool and implements the queue catalog and the
+// task store (store.Catalog and store.TaskStore) on PostgreSQL. The Manager
+// uses it; it is exported for the conformance suite.
+type Store struct {
+	pool *pgxpool.Pool
+	// channel is the NOTIFY channel of the schema the store uses.
+	channel string
+}
+
+// DefaultConnectTimeout bounds a new connection when the URL sets none, so
+// that requests fail fast (453) while the database is down.
+const DefaultConnectTimeout = 2 * time.Second
+
+// OpenStore connects to url (a PostgreSQL URL or key=value DSN; pgx syntax,
+// e.g. "postgres://styx@db:5432/styx?sslmode=disable") and applies the
+// schema migrations. The schema is the connection's current schema
+// (search_path), so several Styx installations can share one database.
+func OpenStore(ctx context.Context, url string, maxConns int32) (*Store, error) {
+	cfg, err := pgxpool.ParseConfig(url)
+	if err != nil {
+		return nil, fmt.Errorf("postgres url: %w", err)
+	}
+	if cfg.ConnConfig.ConnectTimeout == 0 {
+		cfg.ConnConfig.ConnectTimeout = DefaultConnectTimeout
+	}
+	if maxConns > 0 {
+		cfg.MaxConns = maxConns
+	}
+	cfg.HealthCheckPeriod = 5 * time.Second
+	pool, err := pgxpool.NewWithConfig(ctx, cfg)
+	if err != nil {
+		return nil, fmt.Errorf("postgres: %w", err)
+	}
+	if err := migrate(ctx, pool); err != nil {
+		pool.Close()
+		return nil, fmt.Errorf("postgres: migrate: %w", err)
+	}
+	var schema string
+	if err := pool.QueryRow(ctx, `SELECT current_schema()`).Scan(&schema); err != nil {
+		pool.Close()
+		return nil, fmt.Errorf("postgres: %w", err)
+	}
+	h := fnv.New32a()
+	h.Write([]byte(schema))
+	return &Store{pool: pool, channel: fmt.Sprintf("styx_%08x", h.Sum32())}, nil
+}
+
+// Close closes the pool.
+func (s *Store) Close() error {
+	s.pool.Close()
+	return nil
+}
+
+// querier is a pool or a transaction.
+type querier interface {
+	Exec(ctx context.Context, sql string, args ...any) (pgconn.CommandTag, error)
+	Query(ctx context.Context, sql string, args ...any) (pgx.Rows, error)
+	QueryRow(ctx context.Context, sql string, args ...any) pgx.Row
+}
+
+const queueColumns = `id, name, dead_queue, reference, lease_timeout, expire_timeout, max_attempts, partitions, created_at, updated_at`
+
+func scanQueue(row pgx.Row) (store.QueueInfo, error) {
+	var q store.QueueInfo
+	var id, lease, expire, created, updated int64
+	err := row.Scan(&id, &q.Name, &q.DeadQueue, &q.Reference, &lease, &expire, &q.MaxAttempts, &q.Partitions, &created, &updated)
+	q.ID, q.LeaseTimeout, q.ExpireTimeout = uint64(id), time.Duration(lease), time.Duration(expire)
+	q.CreatedAt, q.UpdatedAt = fromNanos(created), fromNanos(updated)
+	return q, err
+}
+
+// CreateQueue implements store.Catalog.
+func (s *Store) CreateQueue(ctx context.Context, info store.QueueInfo) (store.QueueInfo, error) {
+	return createQueue(ctx, s.pool, info)
+}
+
+func createQueue(ctx context.Context, q querier, info store.QueueInfo) (store.QueueInfo, error) {
+	var id int64
+	err := q.QueryRow(ctx, `INSERT INTO styx_queues (name, dead_queue, reference, lease_timeout, expire_timeout, max_attempts, partitions, created_at, updated_at)
+		VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9) ON CONFLICT (name) DO NOTHING RETURNING id`,
+		info.Name, info.DeadQueue, info.Reference, int64(info.LeaseTimeout), int64(info.ExpireTimeout), info.MaxAttempts,
+		info.Partitions, nanos(info.CreatedAt), nanos(info.UpdatedAt)).Scan(&id)
+	if errors.Is(err, pgx.ErrNoRows) {
+		return info, store.ErrQueueExists
+	}
+	if err != nil {
+		return info, wrap("create queue", err)
+	}
+	info.ID = uint64(id)
+	return info, nil
+}
+
+// UpdateQueue implements store.Catalog.
+func (s *Store) UpdateQueue(ctx context.Context, info store.QueueInfo) error {
+	return updateQueue(ctx, s.pool, info)
+}
+
+func updateQueue(ctx context.Context, q querier, info store.QueueInfo) error {
+	tag, err := q.Exec(ctx, `UPDATE styx_queues SET dead_queue=$3, reference=$4, lease_timeout=$5, expire_timeout=$6,
+		max_attempts=$7, partitions=$8, created_at=$9, updated_at=$10 WHERE name=$1 AND id=$2`,
+		info.Name, int64(info.ID), info.DeadQueue, info.Reference, int64(info.LeaseTimeout), int64(info.ExpireTimeout),
+		info.MaxAttempts, info.Partitions, nanos(info.CreatedAt), nanos(info.UpdatedAt))
+	if err != nil {
+		return wrap("update queue", err)
+	}
+	if tag.RowsAffected() == 0 {
+		return store.ErrQueueNotFound
+	}
+	return nil
+}
+
+// GetQueue implements store.Catalog.
+func (s *Store) GetQueue(ctx context.Context, name string) (store.QueueInfo, error) {
+	q, err := scanQueue(s.pool.QueryRow(ctx, `SELECT `+queueColumns+` FROM styx_queues WHERE name=$1`, name))
+	if errors.Is(err, pgx.ErrNoRows) {
+		return q, store.ErrQueueNotFound
+	}
+	return q, wrap("get queue", err)
+}
+
+// ListQueues implements store.Catalog.
+func (s *Store) ListQueues(ctx context.Context, pivot string, limit int) ([]store.QueueInfo, error) {
+	return listQueues(ctx, s.pool, pivot, limit)
+}
+
+func listQueues(ctx context.Context, q querier, pivot string, limit int) ([]store.QueueInfo, error) {
+	lim := any(nil) // LIMIT NULL is no limit
+	if limit > 0 {
+		lim = limit
+	}
+	rows, err := q.Query(ctx, `SELECT `+queueColumns+` FROM styx_queues WHERE name >= $1 ORDER BY name COLLATE "C" LIMIT $2`, pivot, lim)
+	if err != nil {
+		return nil, wrap("list queues", err)
+	}
+	out, err := pgx.CollectRows(rows, func(r pgx.CollectableRow) (store.QueueInfo, error) { return scanQueue(r) })
+	return out, wrap("list queues", err)
+}
+
+// DeleteQueue implements store.Catalog; the queue's items go with it.
+func (s *Store) DeleteQueue(ctx context.Context, name string) error {
+	return deleteQueue(ctx, s.pool, name)
+}
+
+func deleteQueue(ctx context.Context, q querier, name string) error {
+	tag, err := q.Exec(ctx, `DELETE FROM styx_queues WHERE name=$1`, name)
+	if err != nil {
+		return wrap("delete queue", err)
+	}
+	if tag.RowsAffected() == 0 {
+		return store.ErrQueueNotFound
+	}
+	return nil
+}
+
+// PutTask implements store.TaskStore.
+func (s *Store) PutTask(ctx context.Context, t store.TaskRecord) error {
+	_, err := s.pool.Exec(ctx, `INSERT INTO styx_tasks (id, queue, data) VALUES ($1, $2, $3)
+		ON CONFLICT (id) DO UPDATE SET queue = excluded.queue, data = excluded.data`, []byte(t.ID), t.Queue, nonNil(t.Data))
+	return wrap("put task", err)
+}
+
+// ListTasks implements store.TaskStore.
+func (s *Store) ListTasks(ctx context.Context) ([]store.TaskRecord, error) {
+	rows, err := s.pool.Query(ctx, `SELECT id, queue, data FROM styx_tasks ORDER BY id`)
+	if err != nil {
+		return nil, wrap("list tasks", err)
+	}
+	out, err := pgx.CollectRows(rows, func(r pgx.CollectableRow) (store.TaskRecord, error) {
+		var t store.TaskRecord
+		var id []byte
+		err := r.Scan(&id, &t.Queue, &t.Data)
+		t.ID = string(id)
+		return t, err
+	})
+	return out, wrap("list tasks", err)
+}
+
+// DeleteTask implements store.TaskStore.
+func (s *Store) DeleteTask(ctx context.Context, id string) error {
+	_, err := s.pool.Exec(ctx, `DELETE FROM styx_tasks WHERE id=$1`, []byte(id))
+	return wrap("delete task", err)
+}
+
+var (
+	_ store.Catalog   = (*Store)(nil)
+	_ store.TaskStore = (*Store)(nil)
+)
+
+// wrap maps a driver error onto what the API answers: the database being
+// unreachable, restarting or too slow is apierr.Unavailable (453, naming the
+// cause, safe to retry); a deadlock or serialization failure is apierr.Retry
+// (454); a foreign-key violation on an item means its queue was deleted
+// (store.ErrQueueNotFound). Anything else is an internal error.
+func wrap(op string, err error) error {
+	if err == nil {
+		return nil
+	}
+	if errors.Is(err, store.ErrQueueNotFound) || errors.Is(err, store.ErrQueueExists) {
+		return err
+	}
+	if _, ok := apierr.As(err); ok {
+		return err
+	}
+	var pgErr *pgconn.PgError
+	if errors.As(err, &pgErr) {
+		switch {
+		case pgErr.Code == "23503": // foreign_key_violation
+			return fmt.Errorf("postgres: %s: %w", op, store.ErrQueueNotFound)
+		case pgErr.Code == "40001" || pgErr.Code == "40P01":
+			return apierr.New(apierr.Retry, "storage conflict; postgres: %s: %s, retry", op, pgErr.Message)
+		case pgErr.Code[:2] == "08" || pgErr.Code[:2] == "57" || pgErr.Code[:2] == "53":
+			// connection exception, operator intervention (shutdown,
+			// starting up), insufficient resources
+			return apierr.New(apierr.Unavailable, "storage unavailable; postgres: %s: %s (%s)", op, pgErr.Message, pgErr.Code)
+		}
+		return fmt.Errorf("postgres: %s: %w", op, err)
+	}
+	var netErr net.Error
+	var connErr *pgconn.ConnectError
+	if errors.As(err, &connErr) || errors.As(err, &netErr) || errors.Is(err, context.DeadlineExceeded) ||
+		pgconn.SafeToRetry(err) || pgconn.Timeout(err) || isClosedConn(err) {
+		return apierr.New(apierr.Unavailable, "storage unavailable; postgres: %s: %v", op, err)
+	}
+	return fmt.Errorf("postgres: %s: %w", op, err)
+}
+
+// isClosedConn reports errors of a connection lost mid-statement, which pgx
+// reports without a net.Error in the chain.
+func isClosedConn(err error) bool {
+	msg := err.Error()
+	for _, s := range []string{"conn closed", "unexpected EOF", "connection reset", "broken pipe", "closed pool", "failed to deallocate", "conn busy"} {
+		if strings.Contains(msg, s) {
+			return true
+		}
+	}
+	return false
+}
+
+func nonNil(b []byte) []byte {
+	if b == nil {
+		return []byte{}
+	}
+	return b
+}
+
+// nanos converts a time to Unix nanoseconds, with the zero time as 0.
+func nanos(t time.Time) int64 {
+	if t.IsZero() {
+		return 0
+	}
+	return t.UnixNano()
+}
+
+// fromNanos is the inverse of nanos.
+func fromNanos(n int64) time.Time {
+	if n == 0 {
+		return time.Time{}
+	}
+	return time.Unix(0, n).UTC()
+}
+
+// attemptError is the stored form of store.AttemptError (column errors).
+type attemptError struct {
+	Attempt int32  `json:"attempt"`
+	Error   string `json:"error"`
+	At      int64  `json:"at"`
+}
+
+func encodeErrors(errs []store.AttemptError) []byte {
+	if len(errs) == 0 {
+		return nil
+	}
+	out := make([]attemptError, len(errs))
+	for i, e := range errs {
+		out[i] = attemptError{Attempt: e.Attempt, Error: e.Error, At: nanos(e.At)}
+	}
+	b, _ := json.Marshal(out) // cannot fail: strings and numbers
+	return b
+}
+
+func decodeErrors(b []byte) ([]store.AttemptError, error) {
+	if len(b) == 0 {
+		return nil, nil
+	}
+	var in []attemptError
+	if err := json.Unmarshal(b, &in); err != nil {
+		return nil, fmt.Errorf("decode errors: %w", err)
+	}
+	out := make([]store.AttemptError, len(in))
+	for i, e := range in {
+		out[i] = store.AttemptError{Attempt: e.Attempt, Error: e.Error, At: fromNanos(e.At)}
+	}
+	return out, nil
+}
