@@ -114,7 +114,7 @@ func TestServerSettingsErrors(t *testing.T) {
 	})
 	t.Run("bad flag value names the flag", func(t *testing.T) {
 		_, err := loadWith(t, []string{"--storage", "disk"}, nil)
-		require.ErrorContains(t, err, `--storage: "disk" is not one of pebble, memory`)
+		require.ErrorContains(t, err, `--storage: "disk" is not one of pebble, memory, postgres`)
 	})
 	t.Run("missing file", func(t *testing.T) {
 		_, err := loadWith(t, []string{"--config", filepath.Join(t.TempDir(), "nope.yaml")}, nil)
@@ -136,4 +136,25 @@ func TestEveryFileKeyIsASetting(t *testing.T) {
 		require.True(t, table[k], "yaml key %q has no setting", k)
 	}
 	require.Len(t, table, len(fileKeys()))
+}
+
+func TestServerSettingsPostgres(t *testing.T) {
+	// From the environment, then the file; --storage postgres without a
+	// URL is refused by the daemon's validation, naming the setting.
+	s, err := loadWith(t, nil, map[string]string{"STYX_STORAGE": "postgres", "STYX_POSTGRES_URL": "postgres://env/db"})
+	require.NoError(t, err)
+	require.Equal(t, "postgres", s.Storage)
+	cfg := s.daemonConfig(slog.Default())
+	require.Equal(t, "postgres://env/db", cfg.PostgresURL)
+
+	path := writeConfig(t, "storage: postgres\npostgres_url: postgres://file/db\n")
+	s, err = loadWith(t, []string{"--config", path}, nil)
+	require.NoError(t, err)
+	require.Equal(t, "postgres://file/db", s.PostgresURL)
+
+	s, err = loadWith(t, []string{"--storage", "postgres"}, nil)
+	require.NoError(t, err)
+	cfg = s.daemonConfig(slog.Default())
+	cfg.SetDefaults()
+	require.ErrorContains(t, cfg.Validate(), "postgres_url: required with storage postgres")
 }
