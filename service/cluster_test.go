@@ -1,0 +1,212 @@
+package service_test
+
+import (
+	"fmt"
+	"math/rand/v2"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+
+	styx "github.com/styxq/styx"
+	"github.com/styxq/styx/internal/pgtest"
+	pb "github.com/styxq/styx/styxpb"
+)
+
+// Several Styx nodes on one PostgreSQL database (ADR 0006,
+// docs/storage/postgres.md): each test starts two in-process nodes on a
+// schema of its own.
+
+// cluster starts n nodes on one new postgres schema.
+func cluster(t *testing.T, n int) []*server {
+	b := backend{name: "postgres", url: pgtest.URL(t)}
+	nodes := make([]*server, n)
+	for i := range nodes {
+		nodes[i] = start(t, b)
+	}
+	return nodes
+}
+
+// TestClusterNoDoubleLease runs consumers on two nodes against one queue of
+// 20,000 items and checks that every item was handed out exactly once (the
+// leases are long, so an item is leased again only if two leases were live
+// at once) and that every complete succeeded.
+func TestClusterNoDoubleLease(t *testing.T) {
+	nodes := cluster(t, 2)
+	nodes[0].createQueue(&pb.QueueInfo{QueueName: "many", LeaseTimeout: "10m", RequestedPartitions: 3})
+	const n, batch = 20_000, 1000
+	var wg sync.WaitGroup
+	for i := 0; i < n; i += batch {
+		node := nodes[(i/batch)%2]
+		wg.Go(func() {
+			req := &pb.QueueProduceRequest{QueueName: "many", RequestTimeout: "1m"}
+			for j := i; j < i+batch; j++ {
+				req.Items = append(req.Items, &pb.QueueProduceItem{Bytes: []byte(fmt.Sprint(j))})
+			}
+			assert.NoError(t, node.C.QueueProduce(ctx, req))
+		})
+	}
+
+	var (
+		mu        sync.Mutex
+		leased    = map[string]int{}
+		completed atomic.Int64
+	)
+	for c := range 12 {
+		node := nodes[c%2]
+		size := []int32{1, 10, 100}[c%3]
+		wg.Go(func() {
+			for completed.Load() < n {
+				res, err := node.C.QueueLease(ctx, &pb.QueueLeaseRequest{QueueName: "many", BatchSize: size,
+					ClientId: fmt.Sprint("c", c), RequestTimeout: "200ms"})
+				if styx.ErrorCode(err) == styx.CodeRetry {
+					continue
+				}
+				if !assert.NoError(t, err) {
+					return
+				}
+				ids := make([]string, len(res.Items))
+				mu.Lock()
+				for i, it := range res.Items {
+					leased[string(it.Bytes)]++
+					ids[i] = it.Id
+				}
+				mu.Unlock()
+				if !assert.NoError(t, node.C.QueueComplete(ctx, &pb.QueueCompleteRequest{QueueName: "many", Partition: res.Partition, Ids: ids})) {
+					return
+				}
+				completed.Add(int64(len(ids)))
+			}
+		})
+	}
+	wg.Wait()
+	require.Len(t, leased, n, "every item leased")
+	for p, k := range leased {
+		require.Equal(t, 1, k, "item %s leased %d times", p, k)
+	}
+	require.Equal(t, int64(n), completed.Load())
+	require.Empty(t, nodes[1].items("many"))
+}
+
+// TestClusterCrossNodeWake parks a lease on one node and produces on the
+// other: the lease is answered through LISTEN/NOTIFY, well before the
+// 1-second safety poll would find the item.
+func TestClusterCrossNodeWake(t *testing.T) {
+	nodes := cluster(t, 2)
+	a, b := nodes[0], nodes[1]
+	a.createQueue(&pb.QueueInfo{QueueName: "wake"})
+	for round := range 5 {
+		got := make(chan time.Time, 1)
+		go func() {
+			res, err := b.C.QueueLease(ctx, &pb.QueueLeaseRequest{QueueName: "wake", BatchSize: 1, ClientId: "b", RequestTimeout: "10s"})
+			if assert.NoError(t, err) && assert.Len(t, res.Items, 1) {
+				assert.Equal(t, fmt.Sprint("x", round), string(res.Items[0].Bytes))
+				assert.NoError(t, b.C.QueueComplete(ctx, &pb.QueueCompleteRequest{QueueName: "wake", Ids: []string{res.Items[0].Id}}))
+			}
+			got <- time.Now()
+		}()
+		waitStat(t, b, "wake", func(st *pb.QueueLogicalStats) bool { return st.LeaseWaiting == 1 })
+		produced := time.Now()
+		a.produce("wake", fmt.Sprint("x", round))
+		woke := <-got
+		t.Logf("round %d: leased on node b %s after the produce on node a returned", round, woke.Sub(produced))
+		require.Less(t, woke.Sub(produced), 900*time.Millisecond, "woken by the notification, not by the safety poll")
+	}
+}
+
+// TestClusterQueueDefinitions changes a queue on one node and checks that
+// the other applies the change within a second.
+func TestClusterQueueDefinitions(t *testing.T) {
+	nodes := cluster(t, 2)
+	a, b := nodes[0], nodes[1]
+	a.createQueue(&pb.QueueInfo{QueueName: "defs", LeaseTimeout: "1m"})
+	b.produce("defs", "first") // node b knows the queue at once
+
+	require.NoError(t, a.C.QueuesUpdate(ctx, &pb.QueueInfo{QueueName: "defs", LeaseTimeout: "20m"}))
+	changed := time.Now()
+	eventually(t, func() bool {
+		b.produce("defs", "probe")
+		res := b.lease("defs", 1)
+		b.complete("defs", res.Partition, res.Items[0].Id)
+		return time.Until(res.Items[0].LeaseDeadline.AsTime()) > 10*time.Minute
+	}, "node b uses the new lease_timeout")
+	t.Logf("node b leased with the new lease_timeout %s after the update on node a", time.Since(changed))
+	require.Less(t, time.Since(changed), 1500*time.Millisecond)
+
+	require.NoError(t, a.C.QueuesDelete(ctx, &pb.QueuesDeleteRequest{QueueName: "defs"}))
+	err := b.C.QueueProduce(ctx, &pb.QueueProduceRequest{QueueName: "defs", Items: []*pb.QueueProduceItem{{Bytes: []byte("late")}}})
+	requireCode(t, err, styx.CodeNotFound, "defs")
+	_, err = b.C.QueuesInfo(ctx, &pb.QueuesInfoRequest{QueueName: "defs"})
+	requireCode(t, err, styx.CodeNotFound)
+}
+
+// TestClusterDeadLetterVsLease races dead-letter moves against leases on
+// the other node: items expire (max_attempts 1, short leases) while
+// consumers on both nodes lease them and complete some in time and some too
+// late. Every item must end either completed (its complete acknowledged)
+// or in the dead-letter queue, never both, never twice, never lost.
+func TestClusterDeadLetterVsLease(t *testing.T) {
+	nodes := cluster(t, 2)
+	a := nodes[0]
+	dlq := a.withDLQ("race", &pb.QueueInfo{MaxAttempts: 1, LeaseTimeout: "1s", RequestedPartitions: 2})
+	const n = 300
+	for i := 0; i < n; i += 100 {
+		var batch []string
+		for j := i; j < i+100; j++ {
+			batch = append(batch, fmt.Sprint(j))
+		}
+		nodes[(i/100)%2].produce("race", batch...)
+	}
+	var (
+		mu        sync.Mutex
+		completed = map[string]int{}
+		wg        sync.WaitGroup
+		done      atomic.Bool
+	)
+	for c := range 6 {
+		node := nodes[c%2]
+		wg.Go(func() {
+			rng := rand.New(rand.NewPCG(uint64(c), 1))
+			for !done.Load() {
+				res, err := node.C.QueueLease(ctx, &pb.QueueLeaseRequest{QueueName: "race", BatchSize: 10, ClientId: fmt.Sprint("c", c), RequestTimeout: "100ms"})
+				if err != nil {
+					continue
+				}
+				for _, it := range res.Items {
+					if rng.IntN(3) == 0 {
+						// A slow consumer: complete around the lease deadline,
+						// racing the lifecycle of both nodes.
+						time.Sleep(time.Until(it.LeaseDeadline.AsTime()) + time.Duration(rng.IntN(20)-10)*time.Millisecond)
+					}
+					err := node.C.QueueComplete(ctx, &pb.QueueCompleteRequest{QueueName: "race", Partition: res.Partition, Ids: []string{it.Id}})
+					if err == nil {
+						mu.Lock()
+						completed[string(it.Bytes)]++
+						mu.Unlock()
+					} else {
+						assert.Equal(t, styx.CodeBadRequest, styx.ErrorCode(err), err.Error())
+					}
+				}
+			}
+		})
+	}
+	// Slow consumers hold each lease up to its deadline: about 5s in all.
+	require.Eventually(t, func() bool { return len(a.items("race")) == 0 }, time.Minute, 50*time.Millisecond, "every item completed or dead")
+	done.Store(true)
+	wg.Wait()
+
+	dead := map[string]int{}
+	for _, it := range nodes[1].items(dlq) {
+		dead[string(it.Payload)]++
+		require.Equal(t, "race", it.SourceQueue)
+	}
+	for i := range n {
+		p := fmt.Sprint(i)
+		require.Equal(t, 1, completed[p]+dead[p], "item %s: completed %d times, dead %d times", p, completed[p], dead[p])
+	}
+	t.Logf("%d completed, %d dead-lettered", len(completed), len(dead))
+	require.NotEmpty(t, dead, "some completes came too late")
+}
