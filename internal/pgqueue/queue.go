@@ -396,7 +396,6 @@ func (q *Queue) iterate(reqs []*request, poll bool) {
 		return
 	}
 	it := &iteration{now: now, info: info}
-	var served []*request
 	ctx, cancel := context.WithTimeout(context.Background(), q.m.cfg.StatementTimeout)
 	defer cancel()
 	err := pgx.BeginFunc(ctx, q.m.st.pool, func(tx pgx.Tx) error {
@@ -412,8 +411,7 @@ func (q *Queue) iterate(reqs []*request, poll bool) {
 			return err
 		}
 		if len(q.waiters) > 0 {
-			var err error
-			if served, err = q.serve(ctx, tx, it); err != nil {
+			if err := q.serve(ctx, tx, it); err != nil {
 				return err
 			}
 			q.lastPoll = now
@@ -429,8 +427,13 @@ func (q *Queue) iterate(reqs []*request, poll bool) {
 			err = queue.NotFound(q.name)
 		}
 		q.m.cfg.Log.Warn("transaction failed", "queue", q.name, "error", err)
-		// The waiting leases learn of the failure too: a database that
-		// is down answers 453 at once, not at the request timeout.
+		// Every request of the iteration fails with it (one that was
+		// answered already, with a client error, is left alone), and so
+		// do the waiting leases: a database that is down answers 453 at
+		// once, not at the request timeout.
+		for _, r := range work {
+			r.answer(nil, err)
+		}
 		for _, w := range q.waiters {
 			w.answer(nil, err)
 		}
@@ -446,9 +449,6 @@ func (q *Queue) iterate(reqs []*request, poll bool) {
 	}
 	for _, f := range it.after {
 		f(err)
-	}
-	for _, w := range served {
-		_ = w // answered through it.after
 	}
 	q.expireWaiters(now)
 }
@@ -891,12 +891,11 @@ func (q *Queue) applyStorage(ctx context.Context, tx pgx.Tx, it *iteration, op a
 // serve hands ready items to the waiting leases, oldest waiter first, each
 // from the next partition (round robin) that has some. It stops when every
 // partition came back empty. Served waiters are answered after commit.
-func (q *Queue) serve(ctx context.Context, tx pgx.Tx, it *iteration) ([]*request, error) {
+func (q *Queue) serve(ctx context.Context, tx pgx.Tx, it *iteration) error {
 	parts := max(it.info.Partitions, 1)
 	deadline := it.now + int64(it.info.LeaseTimeout)
 	empty := make([]bool, parts)
 	nEmpty := int32(0)
-	var served []*request
 	for _, w := range q.waiters {
 		if w.answered || w.ctx.Err() != nil {
 			continue
@@ -910,14 +909,13 @@ func (q *Queue) serve(ctx context.Context, tx pgx.Tx, it *iteration) ([]*request
 			}
 			items, err := lease(ctx, tx, q.id, p, op.p.BatchSize, deadline, it.now)
 			if err != nil {
-				return nil, err
+				return err
 			}
 			if len(items) < op.p.BatchSize {
 				empty[p] = true
 				nEmpty++
 			}
 			if len(items) > 0 {
-				served = append(served, w)
 				it.reply(w, queue.LeaseResult{Partition: p, Items: items})
 				q.nextDue = earliest(q.nextDue, deadline)
 				break
@@ -929,7 +927,7 @@ func (q *Queue) serve(ctx context.Context, tx pgx.Tx, it *iteration) ([]*request
 	}
 	// Answered leases leave the waiters after the transaction (in
 	// expireWaiters, once answered).
-	return served, nil
+	return nil
 }
 
 // Stats implements queue.Queue from the database; LeaseWaiting counts this

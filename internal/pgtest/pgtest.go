@@ -11,6 +11,9 @@ import (
 	"encoding/hex"
 	"net/url"
 	"os"
+	"os/exec"
+	"path/filepath"
+	"runtime"
 	"strings"
 	"testing"
 	"time"
@@ -94,4 +97,72 @@ func WithSearchPath(base, schema string) string {
 		}
 	}
 	return base + " search_path=" + schema
+}
+
+// Server is a PostgreSQL cluster of a test's own, started by
+// scripts/pgtest.sh, for tests that stop and start the database.
+type Server struct {
+	// URL is the cluster's test database.
+	URL string
+	env map[string]string
+}
+
+// StartServer starts a new cluster in a temporary directory and stops it
+// when the test ends. It skips or fails like BaseURL when PostgreSQL tests
+// are not enabled.
+func StartServer(t testing.TB) *Server {
+	t.Helper()
+	BaseURL(t)
+	_, file, _, _ := runtime.Caller(0)
+	script := filepath.Join(filepath.Dir(file), "..", "..", "scripts", "pgtest.sh")
+	dir, err := os.MkdirTemp("", "styx-pgtest-")
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		if out, err := exec.Command(script, "stop", dir).CombinedOutput(); err != nil {
+			t.Logf("pgtest: stop: %v: %s", err, out)
+		}
+		_ = os.RemoveAll(dir)
+	})
+	out, err := exec.Command(script, "start", dir).Output()
+	if err != nil {
+		t.Fatalf("pgtest: %s start: %v: %s", script, err, out)
+	}
+	lines := strings.Split(strings.TrimSpace(string(out)), "\n")
+	s := &Server{URL: lines[len(lines)-1], env: map[string]string{}}
+	envText, err := os.ReadFile(filepath.Join(dir, "env"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, l := range strings.Split(string(envText), "\n") {
+		if k, v, ok := strings.Cut(l, "="); ok {
+			s.env[k] = strings.Trim(v, `"`)
+		}
+	}
+	return s
+}
+
+// Stop stops the server (fast shutdown: sessions are disconnected).
+func (s *Server) Stop(t testing.TB) {
+	t.Helper()
+	s.pgctl(t, "-D", s.env["PGTEST_DATA"], "-m", "fast", "-w", "stop")
+}
+
+// Start starts the stopped server again.
+func (s *Server) Start(t testing.TB) {
+	t.Helper()
+	s.pgctl(t, "-D", s.env["PGTEST_DATA"], "-w", "-o", s.env["PGTEST_OPTS"], "-l", s.env["PGTEST_LOG"], "start")
+}
+
+func (s *Server) pgctl(t testing.TB, args ...string) {
+	t.Helper()
+	cmd := exec.Command(s.env["PGTEST_PGCTL"], args...)
+	if u := s.env["PGTEST_USER"]; u != "" {
+		cmd = exec.Command("runuser", append([]string{"-u", u, "--", s.env["PGTEST_PGCTL"]}, args...)...)
+	}
+	cmd.Dir = "/"
+	if out, err := cmd.CombinedOutput(); err != nil {
+		t.Fatalf("pgtest: pg_ctl %v: %v: %s", args, err, out)
+	}
 }
