@@ -210,3 +210,61 @@ func TestClusterDeadLetterVsLease(t *testing.T) {
 	t.Logf("%d completed, %d dead-lettered", len(completed), len(dead))
 	require.NotEmpty(t, dead, "some completes came too late")
 }
+
+// TestClusterRedrive runs a redrive task with two nodes: the task started on
+// node a is listed, refused a second time (409) and cancelled through node
+// b; a second task, whose node stops mid-way, is taken over by node b and
+// finishes with every item moved exactly once.
+func TestClusterRedrive(t *testing.T) {
+	nodes := cluster(t, 2)
+	a, b := nodes[0], nodes[1]
+	a.createQueue(&pb.QueueInfo{QueueName: "cr-dlq"})
+	a.createQueue(&pb.QueueInfo{QueueName: "cr"})
+	var items []deadItem
+	for i := range 200 {
+		items = append(items, deadItem{payload: fmt.Sprint(i), source: "cr", reason: "expired"})
+	}
+	a.importDead("cr-dlq", items...)
+
+	task, err := a.C.DeadRedrive(ctx, &pb.DeadRedriveRequest{QueueName: "cr-dlq", RateLimit: 40})
+	require.NoError(t, err)
+	_, err = b.C.DeadRedrive(ctx, &pb.DeadRedriveRequest{QueueName: "cr-dlq"})
+	requireCode(t, err, styx.CodeConflict, task.TaskId)
+	list, err := b.C.RedrivesList(ctx, &pb.RedrivesListRequest{QueueName: "cr-dlq"})
+	require.NoError(t, err)
+	require.Len(t, list.Tasks, 1)
+	eventually(t, func() bool {
+		got, err := b.C.RedrivesGet(ctx, &pb.RedriveTaskRequest{TaskId: task.TaskId})
+		return err == nil && got.Moved >= 10
+	}, "node b sees the progress of node a's task")
+	c, err := b.C.RedrivesCancel(ctx, &pb.RedriveTaskRequest{TaskId: task.TaskId})
+	require.NoError(t, err)
+	require.Equal(t, "cancelling", c.Status)
+	done := a.waitTask(task.TaskId)
+	require.Equal(t, "cancelled", done.Status)
+	require.Less(t, done.Moved, int64(200))
+	require.Equal(t, 200, len(a.items("cr"))+len(a.items("cr-dlq")), "nothing lost or doubled by the cancel")
+
+	// Node a stops while its second task runs; node b takes it over.
+	task, err = a.C.DeadRedrive(ctx, &pb.DeadRedriveRequest{QueueName: "cr-dlq", RateLimit: 40})
+	require.NoError(t, err)
+	eventually(t, func() bool {
+		got, err := b.C.RedrivesGet(ctx, &pb.RedriveTaskRequest{TaskId: task.TaskId})
+		return err == nil && got.Moved >= 10
+	}, "the second task moves items")
+	a.stop()
+	require.Eventually(t, func() bool {
+		got, err := b.C.RedrivesGet(ctx, &pb.RedriveTaskRequest{TaskId: task.TaskId})
+		require.NoError(t, err)
+		return got.Status == "completed"
+	}, 30*time.Second, 50*time.Millisecond, "node b finishes the task of the stopped node")
+	require.Empty(t, b.items("cr-dlq"))
+	seen := map[string]int{}
+	for _, it := range b.items("cr") {
+		seen[string(it.Payload)]++
+	}
+	require.Len(t, seen, 200)
+	for p, k := range seen {
+		require.Equal(t, 1, k, "item %s redriven %d times", p, k)
+	}
+}

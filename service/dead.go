@@ -182,25 +182,29 @@ func (s *Service) DeadRedrive(ctx context.Context, req *pb.DeadRedriveRequest) (
 
 // RedrivesList lists redrive tasks of a queue (all queues when empty),
 // newest first.
-func (s *Service) RedrivesList(_ context.Context, req *pb.RedrivesListRequest) (*pb.RedrivesListResponse, error) {
+func (s *Service) RedrivesList(ctx context.Context, req *pb.RedrivesListRequest) (*pb.RedrivesListResponse, error) {
 	if req.QueueName != "" {
 		if err := checkName("queue_name", req.QueueName); err != nil {
 			return nil, err
 		}
 	}
+	tasks, err := s.r.List(ctx, req.QueueName)
+	if err != nil {
+		return nil, err
+	}
 	out := &pb.RedrivesListResponse{}
-	for _, t := range s.r.List(req.QueueName) {
+	for _, t := range tasks {
 		out.Tasks = append(out.Tasks, toTask(t))
 	}
 	return out, nil
 }
 
 // RedrivesGet returns a task.
-func (s *Service) RedrivesGet(_ context.Context, req *pb.RedriveTaskRequest) (*pb.RedriveTask, error) {
+func (s *Service) RedrivesGet(ctx context.Context, req *pb.RedriveTaskRequest) (*pb.RedriveTask, error) {
 	if req.TaskId == "" {
 		return nil, invalid("task_id", "a task id is required")
 	}
-	t, err := s.r.Get(req.TaskId)
+	t, err := s.r.Get(ctx, req.TaskId)
 	if err != nil {
 		return nil, err
 	}
@@ -208,11 +212,11 @@ func (s *Service) RedrivesGet(_ context.Context, req *pb.RedriveTaskRequest) (*p
 }
 
 // RedrivesCancel asks a running task to stop.
-func (s *Service) RedrivesCancel(_ context.Context, req *pb.RedriveTaskRequest) (*pb.RedriveTask, error) {
+func (s *Service) RedrivesCancel(ctx context.Context, req *pb.RedriveTaskRequest) (*pb.RedriveTask, error) {
 	if req.TaskId == "" {
 		return nil, invalid("task_id", "a task id is required")
 	}
-	t, err := s.r.Cancel(req.TaskId)
+	t, err := s.r.Cancel(ctx, req.TaskId)
 	if err != nil {
 		return nil, err
 	}

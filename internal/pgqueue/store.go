@@ -211,9 +211,36 @@ func (s *Store) DeleteTask(ctx context.Context, id string) error {
 	return wrap("delete task", err)
 }
 
+// ClaimTask implements store.TaskClaimer with a session-level advisory lock
+// held on a connection of its own until release: a node that dies loses its
+// session, and with it its claims.
+func (s *Store) ClaimTask(ctx context.Context, id string) (func(), bool, error) {
+	conn, err := s.pool.Acquire(ctx)
+	if err != nil {
+		return nil, false, wrap("claim task", err)
+	}
+	const key = `hashtextextended('styx-task:' || current_schema() || ':' || encode($1::bytea, 'hex'), 0)`
+	var ok bool
+	if err := conn.QueryRow(ctx, `SELECT pg_try_advisory_lock(`+key+`)`, []byte(id)).Scan(&ok); err != nil || !ok {
+		conn.Release()
+		return nil, false, wrap("claim task", err)
+	}
+	release := func() {
+		ctx, cancel := context.WithTimeout(context.Background(), DefaultConnectTimeout)
+		defer cancel()
+		if _, err := conn.Exec(ctx, `SELECT pg_advisory_unlock(`+key+`)`, []byte(id)); err != nil {
+			// The session is gone, and the lock with it; do not reuse it.
+			_ = conn.Conn().Close(ctx)
+		}
+		conn.Release()
+	}
+	return release, true, nil
+}
+
 var (
-	_ store.Catalog   = (*Store)(nil)
-	_ store.TaskStore = (*Store)(nil)
+	_ store.Catalog     = (*Store)(nil)
+	_ store.TaskStore   = (*Store)(nil)
+	_ store.TaskClaimer = (*Store)(nil)
 )
 
 // wrap maps a driver error onto what the API answers: the database being

@@ -18,6 +18,7 @@ import (
 	"fmt"
 	"log/slog"
 	"slices"
+	"strings"
 	"sync"
 	"time"
 
@@ -50,6 +51,12 @@ const (
 	maxBatch = 500
 	// progressEvery is how often (in items) a task logs its progress.
 	progressEvery = 10_000
+	// adoptEvery is how often a runner on a shared task store looks for
+	// running tasks whose server died, to take them over.
+	adoptEvery = 5 * time.Second
+	// cancelPrefix marks a cancel request for a task running on another
+	// server of a shared task store: a record "cancel/<task id>".
+	cancelPrefix = "cancel/"
 	// yieldWait and maxYields bound how long a task step waits for a queue
 	// with requests waiting (live traffic goes first).
 	yieldWait = time.Millisecond
@@ -121,12 +128,20 @@ type Config struct {
 	Metrics *metrics.Metrics
 }
 
-// Runner owns every redrive task of a server: one goroutine per running
+// Runner owns the redrive tasks of a server: one goroutine per running
 // task. mu guards tasks and running; it is never held while a task calls
 // into a logical queue or the store.
+//
+// When several servers share the task store (it implements
+// store.TaskClaimer: PostgreSQL), a task runs only on the server holding its
+// claim; every runner lists every server's tasks from the store, takes over
+// running tasks whose server died (every adoptEvery), and cancels a task
+// running elsewhere by storing a cancel request its runner reads at each
+// step.
 type Runner struct {
 	cfg     Config
-	ctx     context.Context // canceled by Close
+	claimer store.TaskClaimer // nil: the store is this server's own
+	ctx     context.Context   // canceled by Close
 	stop    context.CancelFunc
 	wg      sync.WaitGroup
 	mu      sync.Mutex
@@ -135,30 +150,108 @@ type Runner struct {
 	lastID  uint64
 }
 
-// New loads the persisted tasks and resumes the running ones.
+// New loads the persisted tasks and resumes the running ones (on a shared
+// store: those it can claim).
 func New(ctx context.Context, cfg Config) (*Runner, error) {
-	recs, err := cfg.Store.ListTasks(ctx)
-	if err != nil {
-		return nil, fmt.Errorf("redrive: list tasks: %w", err)
-	}
 	rctx, stop := context.WithCancel(context.Background())
 	r := &Runner{cfg: cfg, ctx: rctx, stop: stop, tasks: map[string]*Task{}, running: map[string]context.CancelFunc{}}
-	for _, rec := range recs {
-		var t Task
-		if err := json.Unmarshal(rec.Data, &t); err != nil {
-			cfg.Log.Error("redrive: undecodable task ignored", "task", rec.ID, "error", err)
-			continue
-		}
-		r.tasks[t.ID] = &t
-		switch t.Status {
-		case StatusRunning:
-			cfg.Log.Info("redrive: resuming task", "task", t.ID, "dead_queue", t.Queue, "moved", t.Moved, "matched", t.Matched)
-			r.launch(&t)
-		case StatusCancelling:
-			r.finish(&t, StatusCancelled, "")
-		}
+	r.claimer, _ = cfg.Store.(store.TaskClaimer)
+	if err := r.adopt(ctx); err != nil {
+		stop()
+		return nil, err
+	}
+	if r.claimer != nil {
+		r.wg.Go(func() {
+			t := time.NewTicker(adoptEvery)
+			defer t.Stop()
+			for {
+				select {
+				case <-rctx.Done():
+					return
+				case <-t.C:
+				}
+				if err := r.adopt(rctx); err != nil && rctx.Err() == nil {
+					cfg.Log.Warn("redrive: looking for tasks to take over failed", "error", err)
+				}
+			}
+		})
 	}
 	return r, nil
+}
+
+// load reads the persisted tasks and the ids of the tasks with a cancel
+// request.
+func (r *Runner) load(ctx context.Context) ([]*Task, map[string]bool, error) {
+	recs, err := r.cfg.Store.ListTasks(ctx)
+	if err != nil {
+		return nil, nil, fmt.Errorf("redrive: list tasks: %w", err)
+	}
+	var tasks []*Task
+	cancels := map[string]bool{}
+	for _, rec := range recs {
+		if id, ok := strings.CutPrefix(rec.ID, cancelPrefix); ok {
+			cancels[id] = true
+			continue
+		}
+		var t Task
+		if err := json.Unmarshal(rec.Data, &t); err != nil {
+			r.cfg.Log.Error("redrive: undecodable task ignored", "task", rec.ID, "error", err)
+			continue
+		}
+		tasks = append(tasks, &t)
+	}
+	return tasks, cancels, nil
+}
+
+// adopt loads the persisted tasks and resumes the unfinished ones that no
+// runner runs: at start, every one; on a shared store, those whose claim it
+// gets (their server died). The others are kept as the store shows them.
+func (r *Runner) adopt(ctx context.Context) error {
+	tasks, cancels, err := r.load(ctx)
+	if err != nil {
+		return err
+	}
+	for _, t := range tasks {
+		r.mu.Lock()
+		_, mine := r.running[t.ID]
+		if !mine {
+			r.tasks[t.ID] = t
+		}
+		r.mu.Unlock()
+		if mine || t.finished() {
+			continue
+		}
+		release, ok, err := r.claim(ctx, t.Queue)
+		if err != nil {
+			return err
+		}
+		if !ok {
+			continue
+		}
+		if t.Status == StatusCancelling || cancels[t.ID] {
+			release()
+			r.finish(t, StatusCancelled, "")
+			continue
+		}
+		r.cfg.Log.Info("redrive: resuming task", "task", t.ID, "dead_queue", t.Queue, "moved", t.Moved, "matched", t.Matched)
+		r.mu.Lock()
+		r.launch(t, release)
+		r.mu.Unlock()
+	}
+	return nil
+}
+
+// claim claims the running task of a dead-letter queue on a shared store;
+// on a store of its own a runner holds every claim.
+func (r *Runner) claim(ctx context.Context, deadQueue string) (func(), bool, error) {
+	if r.claimer == nil {
+		return func() {}, true, nil
+	}
+	release, ok, err := r.claimer.ClaimTask(ctx, deadQueue)
+	if err != nil {
+		return nil, false, fmt.Errorf("redrive: claim the task of queue '%s': %w", deadQueue, err)
+	}
+	return release, ok, nil
 }
 
 // Close stops every task goroutine without changing the tasks' status: a
@@ -201,15 +294,37 @@ func (r *Runner) Start(ctx context.Context, p StartParams) (Task, error) {
 		MaxRedriveCount: p.MaxRedriveCount, DryRun: p.DryRun, Status: StatusRunning,
 		ByQueue: map[string]*Counts{}, StartedAt: now,
 	}
+	release := func() {}
+	if !p.DryRun {
+		// One task runs per dead-letter queue: on a shared store the claim
+		// of the queue says so across servers.
+		var ok bool
+		if release, ok, err = r.claim(ctx, p.Queue); err != nil {
+			return Task{}, err
+		}
+		if !ok {
+			id := "(on another server)"
+			if r.sync(ctx) == nil {
+				r.mu.Lock()
+				id = r.runningOn(p.Queue)
+				r.mu.Unlock()
+			}
+			return Task{}, apierr.New(apierr.Conflict, "redrive already running; task '%s' is running on queue '%s'", id, p.Queue)
+		}
+	}
 	r.mu.Lock()
 	if id := r.runningOn(p.Queue); id != "" && !p.DryRun {
 		r.mu.Unlock()
+		release()
 		return Task{}, apierr.New(apierr.Conflict, "redrive already running; task '%s' is running on queue '%s'", id, p.Queue)
 	}
 	r.lastID = max(r.lastID+1, uint64(now.UnixNano()))
 	t.ID = "rd-" + queue.FormatID(r.lastID)
 	if !p.DryRun {
-		r.tasks[t.ID] = t // reserves the queue while matching runs
+		// Reserves the queue while matching runs; adopt and sync leave a
+		// task in running alone.
+		r.tasks[t.ID] = t
+		r.running[t.ID] = func() {}
 	}
 	r.mu.Unlock()
 
@@ -223,7 +338,9 @@ func (r *Runner) Start(ctx context.Context, p StartParams) (Task, error) {
 	if err != nil {
 		r.mu.Lock()
 		delete(r.tasks, t.ID)
+		delete(r.running, t.ID)
 		r.mu.Unlock()
+		release()
 		return Task{}, err
 	}
 	if p.DryRun {
@@ -235,10 +352,11 @@ func (r *Runner) Start(ctx context.Context, p StartParams) (Task, error) {
 	r.mu.Lock()
 	if t.Status == StatusCancelling { // cancelled while it counted
 		r.mu.Unlock()
+		release()
 		r.finish(t, StatusCancelled, "")
-		return r.Get(t.ID)
+		return r.Get(ctx, t.ID)
 	}
-	r.launch(t)
+	r.launch(t, release)
 	c := t.clone()
 	r.mu.Unlock()
 	return c, nil
@@ -280,8 +398,35 @@ func countMatching(ctx context.Context, m queue.Queues, l queue.Queue, f *queue.
 	}
 }
 
-// List returns the tasks of a queue ("" for all), newest first.
-func (r *Runner) List(q string) []Task {
+// sync refreshes, from a shared store, the tasks this runner does not run.
+func (r *Runner) sync(ctx context.Context) error {
+	if r.claimer == nil {
+		return nil
+	}
+	tasks, cancels, err := r.load(ctx)
+	if err != nil {
+		return err
+	}
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	for _, t := range tasks {
+		if _, mine := r.running[t.ID]; mine {
+			continue
+		}
+		if cancels[t.ID] && t.Status == StatusRunning {
+			t.Status = StatusCancelling
+		}
+		r.tasks[t.ID] = t
+	}
+	return nil
+}
+
+// List returns the tasks of a queue ("" for all), newest first; on a shared
+// store, every server's.
+func (r *Runner) List(ctx context.Context, q string) ([]Task, error) {
+	if err := r.sync(ctx); err != nil {
+		return nil, err
+	}
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	var out []Task
@@ -291,7 +436,7 @@ func (r *Runner) List(q string) []Task {
 		}
 	}
 	slices.SortFunc(out, func(a, b Task) int { return -cmpString(a.ID, b.ID) })
-	return out
+	return out, nil
 }
 
 func cmpString(a, b string) int {
@@ -305,7 +450,10 @@ func cmpString(a, b string) int {
 }
 
 // Get returns a task, or apierr.NotFound.
-func (r *Runner) Get(id string) (Task, error) {
+func (r *Runner) Get(ctx context.Context, id string) (Task, error) {
+	if err := r.sync(ctx); err != nil {
+		return Task{}, err
+	}
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	t, ok := r.tasks[id]
@@ -316,37 +464,62 @@ func (r *Runner) Get(id string) (Task, error) {
 }
 
 // Cancel asks a running task to stop after its current batch and returns
-// it (status cancelling). A finished task is returned unchanged.
-func (r *Runner) Cancel(id string) (Task, error) {
+// it (status cancelling). A finished task is returned unchanged. A task
+// running on another server gets a cancel request in the shared store,
+// which its runner reads before its next batch.
+func (r *Runner) Cancel(ctx context.Context, id string) (Task, error) {
+	if err := r.sync(ctx); err != nil {
+		return Task{}, err
+	}
 	r.mu.Lock()
 	t, ok := r.tasks[id]
 	if !ok {
 		r.mu.Unlock()
 		return Task{}, apierr.New(apierr.NotFound, "redrive task does not exist; '%s'", id)
 	}
+	cancel, mine := r.running[id]
 	if t.Status == StatusRunning {
 		t.Status = StatusCancelling
-		if cancel := r.running[id]; cancel != nil {
+		if mine {
 			cancel()
 		}
 	}
 	c := t.clone()
 	r.mu.Unlock()
-	if c.Status == StatusCancelling {
-		if err := r.persist(t); err != nil {
-			return Task{}, err
+	if c.Status != StatusCancelling {
+		return c, nil
+	}
+	if !mine && r.claimer != nil {
+		rec := store.TaskRecord{ID: cancelPrefix + id, Queue: t.Queue, Data: []byte("{}")}
+		if err := r.cfg.Store.PutTask(ctx, rec); err != nil {
+			return Task{}, fmt.Errorf("redrive: request cancel of task %s: %w", id, err)
 		}
+		return c, nil
+	}
+	if err := r.persist(t); err != nil {
+		return Task{}, err
 	}
 	return c, nil
 }
 
-// launch starts the task's goroutine. Needs mu.
-func (r *Runner) launch(t *Task) {
+// cancelRequested reports whether another server asked to cancel the task.
+func (r *Runner) cancelRequested(ctx context.Context, id string) bool {
+	if r.claimer == nil {
+		return false
+	}
+	_, cancels, err := r.load(ctx)
+	return err == nil && cancels[id]
+}
+
+// launch starts the task's goroutine, which calls release (its claim) when
+// it ends. Needs mu.
+func (r *Runner) launch(t *Task, release func()) {
 	ctx, cancel := context.WithCancel(r.ctx)
 	r.running[t.ID] = cancel
 	running := r.cfg.Metrics.RedriveRunning.WithLabelValues(t.Queue)
 	running.Inc()
 	r.wg.Go(func() {
+		defer release()
 		defer cancel()
 		defer running.Dec()
 		status, reason := r.run(ctx, t)
@@ -378,6 +551,9 @@ func (r *Runner) finish(t *Task, status, reason string) {
 	r.mu.Unlock()
 	if err := r.persist(t); err != nil {
 		r.cfg.Log.Error("redrive: persist finished task", "task", t.ID, "error", err)
+	}
+	if r.claimer != nil {
+		prune = append(prune, cancelPrefix+t.ID)
 	}
 	for _, id := range prune {
 		if err := r.cfg.Store.DeleteTask(context.Background(), id); err != nil {
@@ -414,7 +590,7 @@ func (r *Runner) run(ctx context.Context, t *Task) (string, string) {
 	}
 	nextLog := (t.Moved + t.Failed + t.Skipped) / progressEvery
 	for {
-		if ctx.Err() != nil {
+		if ctx.Err() != nil || r.cancelRequested(ctx, t.ID) {
 			return StatusCancelled, ""
 		}
 		dlq, err := r.cfg.Queues.Get(t.Queue)

@@ -297,3 +297,16 @@ type TaskStore interface {
 	// DeleteTask removes a task; an unknown id is not an error.
 	DeleteTask(ctx context.Context, id string) error
 }
+
+// TaskClaimer is implemented by task stores that several servers share (the
+// PostgreSQL backend): a task runs on the one server that holds its claim,
+// and a task whose server died can be claimed by another.
+type TaskClaimer interface {
+	// ClaimTask claims key (internal/redrive uses the dead-letter queue's
+	// name: one redrive runs per dead-letter queue) for this server. ok is
+	// false when a claim on key is held elsewhere, by another server or
+	// another call of this one. The claim lasts until release is called,
+	// or until this server's session with the store ends (the server died
+	// or lost the database).
+	ClaimTask(ctx context.Context, key string) (release func(), ok bool, err error)
+}
