@@ -3,7 +3,6 @@ package pgqueue
 import (
 	"context"
 	"errors"
-	"fmt"
 	"log/slog"
 	"strconv"
 	"strings"
@@ -64,7 +63,12 @@ type Manager struct {
 	infos  map[uint64]store.QueueInfo
 	names  map[string]uint64
 	queues map[uint64]*Queue
-	closed bool
+	// gen counts adopt calls; adopted holds the gen at which each queue
+	// was last adopted, so that a reload whose read began earlier neither
+	// forgets a queue created since nor reverts a newer definition.
+	gen     uint64
+	adopted map[uint64]uint64
+	closed  bool
 }
 
 var _ queue.Queues = (*Manager)(nil)
@@ -85,7 +89,7 @@ func Open(ctx context.Context, cfg Config) (*Manager, error) {
 		return nil, err
 	}
 	m := &Manager{cfg: cfg, st: st, refresh: make(chan struct{}, 1),
-		infos: map[uint64]store.QueueInfo{}, names: map[string]uint64{}, queues: map[uint64]*Queue{}}
+		infos: map[uint64]store.QueueInfo{}, names: map[string]uint64{}, queues: map[uint64]*Queue{}, adopted: map[uint64]uint64{}}
 	m.ctx, m.cancel = context.WithCancel(context.Background())
 	if err := m.reload(ctx); err != nil {
 		st.Close()
@@ -129,6 +133,9 @@ func (m *Manager) signalQueue(id uint64, ready bool, due int64) {
 // of its items, starts loops for new queues, stops those of deleted ones and
 // tells each loop when its lifecycle work is due.
 func (m *Manager) reload(ctx context.Context) error {
+	m.mu.RLock()
+	gen := m.gen
+	m.mu.RUnlock()
 	rows, err := m.st.pool.Query(ctx, `SELECT `+queueColumns+`,
 		coalesce((SELECT deadline FROM styx_items i WHERE i.queue_id=q.id AND i.state<>0 ORDER BY deadline LIMIT 1), 0),
 		coalesce((SELECT expire_deadline FROM styx_items i WHERE i.queue_id=q.id AND i.state<>1 AND i.expire_deadline<>0
@@ -164,6 +171,9 @@ func (m *Manager) reload(ctx context.Context) error {
 	seen := make(map[uint64]bool, len(all))
 	for _, l := range all {
 		seen[l.info.ID] = true
+		if m.adopted[l.info.ID] > gen {
+			continue // adopted since the read began: newer than l
+		}
 		m.infos[l.info.ID] = l.info
 		m.names[l.info.Name] = l.info.ID
 		if m.queues[l.info.ID] == nil {
@@ -173,7 +183,7 @@ func (m *Manager) reload(ctx context.Context) error {
 		}
 	}
 	for id, info := range m.infos {
-		if !seen[id] {
+		if !seen[id] && m.adopted[id] <= gen {
 			stopped = append(stopped, m.forget(id, info.Name)...)
 		}
 	}
@@ -197,6 +207,7 @@ func (m *Manager) reload(ctx context.Context) error {
 // mu.
 func (m *Manager) forget(id uint64, name string) []*Queue {
 	delete(m.infos, id)
+	delete(m.adopted, id)
 	if m.names[name] == id {
 		delete(m.names, name)
 	}
@@ -320,6 +331,8 @@ func (m *Manager) adopt(info store.QueueInfo) (*Queue, error) {
 			go q.shutdown()
 		}
 	}
+	m.gen++
+	m.adopted[info.ID] = m.gen
 	m.infos[info.ID] = info
 	m.names[info.Name] = info.ID
 	q := m.queues[info.ID]
@@ -485,5 +498,3 @@ func (m *Manager) Sample() []metrics.QueueSample {
 	}
 	return out
 }
-
-func (m *Manager) String() string { return fmt.Sprintf("pgqueue.Manager(%s)", m.st.channel) }

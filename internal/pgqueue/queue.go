@@ -343,8 +343,11 @@ type iteration struct {
 	deaths    []death
 	// notify lists the queues whose waiting leases should look again.
 	notify []uint64
-	// moved, dropped count dead items by reason, for metrics after commit.
+	// metrics run after commit (counts of completed, dead-lettered and
+	// dropped items).
 	metrics []func()
+	// more says the lifecycle hit its batch size: run it again at once.
+	more bool
 }
 
 func (it *iteration) reply(r *request, v any) {
@@ -409,6 +412,11 @@ func (q *Queue) iterate(reqs []*request, poll bool) {
 		}
 		if err := q.flush(ctx, tx, it); err != nil {
 			return err
+		}
+		if lifecycle {
+			if err := q.learnDue(ctx, tx, it); err != nil {
+				return err
+			}
 		}
 		if len(q.waiters) > 0 {
 			if err := q.serve(ctx, tx, it); err != nil {
@@ -487,7 +495,7 @@ func (q *Queue) expireWaiters(now int64) {
 }
 
 // lifecycle ends expired leases, kills expired items and makes due
-// scheduled items ready, then learns when it is next due.
+// scheduled items ready.
 func (q *Queue) lifecycle(ctx context.Context, tx pgx.Tx, it *iteration) error {
 	leases, err := expiredLeases(ctx, tx, q.id, it.now)
 	if err != nil {
@@ -511,7 +519,15 @@ func (q *Queue) lifecycle(ctx context.Context, tx pgx.Tx, it *iteration) error {
 	if readied > 0 {
 		it.wakeQueue(q.id)
 	}
-	if len(leases) == lifecycleBatch || len(expired) == lifecycleBatch || readied == lifecycleBatch {
+	it.more = len(leases) == lifecycleBatch || len(expired) == lifecycleBatch || readied == lifecycleBatch
+	return nil
+}
+
+// learnDue sets when the lifecycle is next due, once the iteration's
+// changes are written (so the statement sees them). An item that is due
+// already is held by another node's transaction: look again shortly.
+func (q *Queue) learnDue(ctx context.Context, tx pgx.Tx, it *iteration) error {
+	if it.more {
 		q.nextDue = it.now // more is due: run again at once
 		return nil
 	}
@@ -519,8 +535,6 @@ func (q *Queue) lifecycle(ctx context.Context, tx pgx.Tx, it *iteration) error {
 	if err != nil {
 		return err
 	}
-	// What this transaction changes is not visible yet to nextDue; items
-	// it holds locked (or another node does) may come back as due now.
 	if next != 0 && next <= it.now {
 		next = it.now + int64(busyBackoff)
 	}
