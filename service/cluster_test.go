@@ -3,6 +3,7 @@ package service_test
 import (
 	"fmt"
 	"math/rand/v2"
+	"slices"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -98,6 +99,7 @@ func TestClusterCrossNodeWake(t *testing.T) {
 	nodes := cluster(t, 2)
 	a, b := nodes[0], nodes[1]
 	a.createQueue(&pb.QueueInfo{QueueName: "wake"})
+	var waits []time.Duration
 	for round := range 5 {
 		got := make(chan time.Time, 1)
 		go func() {
@@ -113,8 +115,11 @@ func TestClusterCrossNodeWake(t *testing.T) {
 		a.produce("wake", fmt.Sprint("x", round))
 		woke := <-got
 		t.Logf("round %d: leased on node b %s after the produce on node a returned", round, woke.Sub(produced))
-		require.Less(t, woke.Sub(produced), 900*time.Millisecond, "woken by the notification, not by the safety poll")
+		waits = append(waits, woke.Sub(produced))
 	}
+	// The median, so that one hiccup of a loaded machine does not fail it.
+	slices.Sort(waits)
+	require.Less(t, waits[len(waits)/2], 500*time.Millisecond, "woken by the notification, not by the 1 s safety poll")
 }
 
 // TestClusterQueueDefinitions changes a queue on one node and checks that
@@ -134,7 +139,7 @@ func TestClusterQueueDefinitions(t *testing.T) {
 		return time.Until(res.Items[0].LeaseDeadline.AsTime()) > 10*time.Minute
 	}, "node b uses the new lease_timeout")
 	t.Logf("node b leased with the new lease_timeout %s after the update on node a", time.Since(changed))
-	require.Less(t, time.Since(changed), 1500*time.Millisecond)
+	require.Less(t, time.Since(changed), 2*time.Second, "seen within the 1 s refresh (and the probes' own time)")
 
 	require.NoError(t, a.C.QueuesDelete(ctx, &pb.QueuesDeleteRequest{QueueName: "defs"}))
 	err := b.C.QueueProduce(ctx, &pb.QueueProduceRequest{QueueName: "defs", Items: []*pb.QueueProduceItem{{Bytes: []byte("late")}}})
