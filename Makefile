@@ -1,4 +1,4 @@
-.PHONY: help test test-short lint proto build bench bench-go pg-start pg-stop
+.PHONY: help test test-short lint proto build bench bench-postgres bench-go pg-start pg-stop
 help: ## list targets
 	@grep -E '^[a-z-]+:.*##' $(MAKEFILE_LIST) | sed 's/:.*## /\t/'
 build: ## build the styx binary into ./bin
@@ -12,6 +12,8 @@ proto: ## regenerate styxpb from proto/ (needs protoc and protoc-gen-go)
 	protoc -I proto --go_out=. --go_opt=module=github.com/styxq/styx proto/styx/v1/styx.proto
 bench: ## end-to-end benchmark of a local server with styx-bench; writes bench/report.md (BENCH_DURATION=10s)
 	./bench/run.sh
+bench-postgres: ## benchmark of styx on a throwaway PostgreSQL, one and two nodes; writes bench/postgres-report.md (BENCH_DURATION=10s)
+	./bench/postgres.sh
 bench-go: ## run the Go benchmarks
 	go test -run '^$$' -bench . -benchmem ./...
 pg-start: ## start a throwaway PostgreSQL in /tmp/styx-pgtest for the Postgres tests; prints the exports to paste

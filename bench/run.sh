@@ -39,15 +39,7 @@ SERVER_PID=""
 # stop_server ends the running server (SIGTERM, then SIGKILL after 20s).
 stop_server() {
 	[[ -n $SERVER_PID ]] || return 0
-	if kill -0 "$SERVER_PID" 2>/dev/null; then
-		kill -TERM "$SERVER_PID" 2>/dev/null || true
-		for _ in $(seq 200); do
-			kill -0 "$SERVER_PID" 2>/dev/null || break
-			sleep 0.1
-		done
-		kill -KILL "$SERVER_PID" 2>/dev/null || true
-	fi
-	wait "$SERVER_PID" 2>/dev/null || true
+	stop_pids "$SERVER_PID"
 	SERVER_PID=""
 }
 
@@ -62,20 +54,6 @@ trap 'exit 143' TERM
 # shellcheck source=bench/lib.sh
 source "$(dirname "${BASH_SOURCE[0]}")/lib.sh"
 
-# owns_port PID PORT succeeds when process PID holds the socket listening on
-# TCP PORT (so that /health is not answered by some other server that took
-# the port first).
-owns_port() {
-	local hex inode
-	hex=$(printf '%04X' "$2")
-	for inode in $(awk -v p=":$hex" '$4 == "0A" && substr($2, length($2) - 4) == p { print $10 }' /proc/net/tcp /proc/net/tcp6 2>/dev/null); do
-		if find "/proc/$1/fd" -maxdepth 1 -lname "socket:\[$inode\]" 2>/dev/null | grep -q .; then
-			return 0
-		fi
-	done
-	return 1
-}
-
 # start_server BACKEND PORT starts a server and waits for GET /health.
 start_server() {
 	local backend=$1 port=$2 data="$TMP/data-$1" log="$TMP/server-$1.log"
@@ -86,19 +64,7 @@ start_server() {
 	mkdir -p "$data"
 	"$TMP/styx" "${args[@]}" 2>"$log" &
 	SERVER_PID=$!
-	for _ in $(seq 200); do
-		if curl -fsS "http://127.0.0.1:$port/health" >/dev/null 2>&1 && owns_port "$SERVER_PID" "$port"; then
-			return 0
-		fi
-		if ! kill -0 "$SERVER_PID" 2>/dev/null; then
-			echo "bench: styx server ($backend) exited:" >&2
-			cat "$log" >&2
-			return 1
-		fi
-		sleep 0.1
-	done
-	echo "bench: styx server ($backend) not healthy after 20s" >&2
-	return 1
+	wait_healthy "$SERVER_PID" "$port" "$backend" "$log"
 }
 
 echo "bench: building styx and styx-bench into $TMP" >&2
@@ -155,20 +121,7 @@ sleep 0.2 # let the stderr tees finish
 		echo
 		"$TMP/styx-bench" --markdown "$TMP/$backend.jsonl"
 	done
-	if cat "$TMP"/*.err 2>/dev/null | grep -q .; then
-		echo
-		echo "## Errors and warnings"
-		echo
-		echo '```'
-		cat "$TMP"/*.err
-		echo '```'
-	fi
+	errors_section
 } >"$REPORT"
 
-cat "$REPORT"
-echo >&2
-echo "bench: report written to $REPORT" >&2
-if ((failures > 0)); then
-	echo "bench: $failures run(s) failed" >&2
-	exit 1
-fi
+report_done "$failures" "$REPORT"

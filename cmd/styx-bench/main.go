@@ -6,6 +6,13 @@
 // percentiles (HDR histograms), errors, and the server's CPU time and RSS
 // when its process can be read from /proc.
 //
+// --endpoint may list several base URLs, comma-separated, to load several
+// nodes sharing one database (--storage postgres): client i (and sender i
+// of the latency workload) sends its requests to endpoint i mod n, while
+// the queues are created, inspected and deleted through the first. Server
+// CPU time and RSS are then summed over the local processes listening on
+// the endpoints' ports (or over the --server-pid list).
+//
 // Workloads:
 //
 //	produce  every client produces batches of --batch items
@@ -32,6 +39,7 @@
 //	styx-bench --workload cycle --batch 100 --duration 10m --interval 1m --json
 //	styx-bench --workload produce --batch 1000 --count 1000000 --warmup 0 --duration 1h --queue q --keep
 //	styx-bench --workload latency --rate 1000 --json
+//	styx-bench --endpoint http://127.0.0.1:2319,http://127.0.0.1:2320 --workload cycle --batch 100
 //	styx-bench --markdown results.jsonl   # JSON lines → markdown table
 package main
 
@@ -43,6 +51,7 @@ import (
 	"math/rand/v2"
 	"os"
 	"os/signal"
+	"slices"
 	"strings"
 	"syscall"
 	"time"
@@ -63,7 +72,8 @@ const (
 
 // config is the command line.
 type config struct {
-	Endpoint   string
+	Endpoint   string   // --endpoint as given
+	Endpoints  []string // Endpoint split at commas; the first is used for setup
 	Workload   string
 	Clients    int
 	Queue      string
@@ -78,7 +88,7 @@ type config struct {
 	Count      int64         // produce: stop after this many items (0: no limit)
 	Interval   time.Duration // report items/s per interval (0: off)
 	LeaseWait  time.Duration
-	ServerPID  int
+	ServerPIDs []int // --server-pid (empty: look up the endpoints' listeners)
 	JSON       bool
 	Keep       bool
 	Label      string
@@ -134,7 +144,7 @@ func parseFlags(args []string, stderr io.Writer) (config, error) {
 	var c config
 	fs := pflag.NewFlagSet("styx-bench", pflag.ContinueOnError)
 	fs.SetOutput(stderr)
-	fs.StringVar(&c.Endpoint, "endpoint", styx.DefaultEndpoint, "server base URL")
+	fs.StringVar(&c.Endpoint, "endpoint", styx.DefaultEndpoint, "server base URL, or a comma-separated list of them: client i uses URL i mod n, queue setup and deletion the first")
 	fs.StringVar(&c.Workload, "workload", workloadCycle, "produce, cycle, drain, dead or latency")
 	fs.IntVar(&c.Clients, "clients", 4, "closed-loop client goroutines, all on the one queue")
 	fs.StringVar(&c.Queue, "queue", "", "queue name (default bench-<workload>-<random>; created and deleted by the run)")
@@ -148,7 +158,7 @@ func parseFlags(args []string, stderr io.Writer) (config, error) {
 	fs.Int64Var(&c.Count, "count", 0, "produce workload: stop after producing exactly this many items, warm-up included (0: no limit; --duration still bounds the run)")
 	fs.DurationVar(&c.Interval, "interval", 0, "also report items/s for every interval of this length of the measured window (stderr and JSON \"intervals\"; 0: off)")
 	fs.DurationVar(&c.LeaseWait, "lease-wait", time.Second, "lease request_timeout (how long a lease long-polls)")
-	fs.IntVar(&c.ServerPID, "server-pid", 0, "server process id for CPU/RSS (default: the local process listening on the endpoint's port, if readable)")
+	fs.IntSliceVar(&c.ServerPIDs, "server-pid", nil, "server process id(s) for CPU/RSS, comma-separated; several are summed (default or 0: the local processes listening on the endpoints' ports, if readable)")
 	fs.BoolVar(&c.JSON, "json", false, "print the report as one JSON object")
 	fs.BoolVar(&c.Keep, "keep", false, "do not delete the queue(s) at the end")
 	fs.StringVar(&c.Label, "label", "", "free text copied into the report (e.g. the backend)")
@@ -182,9 +192,15 @@ func validate(c *config) error {
 	default:
 		return bad("--workload %q is not one of produce, cycle, drain, dead, latency", c.Workload)
 	}
+	endpoints, err := parseEndpoints(c.Endpoint)
+	if err != nil {
+		return bad("--endpoint %v", err)
+	}
+	c.Endpoints = endpoints
+	c.ServerPIDs = slices.DeleteFunc(c.ServerPIDs, func(pid int) bool { return pid == 0 }) // 0: look up
 	switch {
-	case !strings.HasPrefix(c.Endpoint, "http://") && !strings.HasPrefix(c.Endpoint, "https://"):
-		return bad("--endpoint %q must start with http:// or https://", c.Endpoint)
+	case slices.ContainsFunc(c.ServerPIDs, func(pid int) bool { return pid < 0 }):
+		return bad("--server-pid must not be negative")
 	case c.Clients < 1:
 		return bad("--clients must be at least 1")
 	case c.Partitions < 1:
@@ -216,4 +232,21 @@ func validate(c *config) error {
 		c.Payload = 8 // room for the send timestamp
 	}
 	return nil
+}
+
+// parseEndpoints splits a comma-separated list of base URLs, trimming
+// spaces around each; every URL must start with http:// or https://.
+func parseEndpoints(list string) ([]string, error) {
+	var out []string
+	for e := range strings.SplitSeq(list, ",") {
+		e = strings.TrimSpace(e)
+		switch {
+		case e == "":
+			return nil, fmt.Errorf("%q has an empty URL", list)
+		case !strings.HasPrefix(e, "http://") && !strings.HasPrefix(e, "https://"):
+			return nil, fmt.Errorf("%q must start with http:// or https://", e)
+		}
+		out = append(out, e)
+	}
+	return out, nil
 }

@@ -5,17 +5,21 @@ package main
 // server process, sampled when the measured window opens and when it closes.
 // When no --server-pid is given, the process listening on the endpoint's TCP
 // port is looked up through /proc/net/tcp{,6} and /proc/*/fd, which works
-// for a local server owned by the same user (or when running as root).
+// for a local server owned by the same user (or when running as root). With
+// several endpoints (or --server-pid values) the figures of the processes
+// are summed.
 
 import (
 	"bufio"
 	"encoding/binary"
 	"errors"
 	"fmt"
+	"io"
 	"net"
 	"net/url"
 	"os"
 	"path/filepath"
+	"slices"
 	"strconv"
 	"strings"
 )
@@ -51,6 +55,65 @@ func readProc(procRoot string, pid int) (procSample, error) {
 		return procSample{}, fmt.Errorf("%s/status: %w", dir, err)
 	}
 	return procSample{CPUTicks: utime + stime, RSSKB: rss, HWMKB: hwm}, nil
+}
+
+// readProcs samples the processes pids and returns the sums of their
+// figures (VmHWM too: an upper bound of their peak together).
+func readProcs(procRoot string, pids []int) (procSample, error) {
+	var sum procSample
+	for _, pid := range pids {
+		s, err := readProc(procRoot, pid)
+		if err != nil {
+			return procSample{}, err
+		}
+		sum.CPUTicks += s.CPUTicks
+		sum.RSSKB += s.RSSKB
+		sum.HWMKB += s.HWMKB
+	}
+	return sum, nil
+}
+
+// serverPIDs returns the server processes a run of cfg measures, without
+// duplicates: --server-pid, or else the local processes listening on the
+// ports of cfg.Endpoints. Finding them is best effort: when the listener
+// of any endpoint is not found it returns none rather than a partial sum
+// (and with several endpoints says so on stderr).
+func serverPIDs(procRoot string, cfg config, stderr io.Writer) []int {
+	var pids []int
+	add := func(pid int) {
+		if !slices.Contains(pids, pid) {
+			pids = append(pids, pid)
+		}
+	}
+	if len(cfg.ServerPIDs) > 0 {
+		for _, pid := range cfg.ServerPIDs {
+			add(pid)
+		}
+		return pids
+	}
+	for _, e := range cfg.Endpoints {
+		pid, err := findListenerPID(procRoot, e)
+		if err != nil {
+			if len(cfg.Endpoints) > 1 {
+				_, _ = fmt.Fprintf(stderr, "styx-bench: server usage not measured: %s: %v\n", e, err)
+			}
+			return nil
+		}
+		add(pid)
+	}
+	return pids
+}
+
+// pidList formats pids for messages: "pid 42" or "pids 42, 43".
+func pidList(pids []int) string {
+	if len(pids) == 1 {
+		return fmt.Sprintf("pid %d", pids[0])
+	}
+	s := make([]string, len(pids))
+	for i, pid := range pids {
+		s[i] = strconv.Itoa(pid)
+	}
+	return "pids " + strings.Join(s, ", ")
 }
 
 // parseStat returns the utime and stime fields (14 and 15, in clock ticks)

@@ -2,7 +2,9 @@ package main
 
 import (
 	"bufio"
+	"io"
 	"os"
+	"path/filepath"
 	"slices"
 	"strings"
 	"testing"
@@ -67,5 +69,44 @@ func TestReadProcSelf(t *testing.T) {
 func TestFindListenerPIDRejectsRemoteHosts(t *testing.T) {
 	if _, err := findListenerPID("/proc", "http://192.0.2.1:2319"); err == nil {
 		t.Error("a remote endpoint should not be looked up locally")
+	}
+}
+
+func TestReadProcsSums(t *testing.T) {
+	root := t.TempDir()
+	for pid, fig := range map[string][3]string{"10": {"100", "20", "1000"}, "11": {"5", "7", "300"}} {
+		dir := filepath.Join(root, pid)
+		if err := os.MkdirAll(dir, 0o755); err != nil {
+			t.Fatal(err)
+		}
+		stat := pid + " (styx) S 1 1 1 0 -1 0 0 0 0 0 " + fig[0] + " " + fig[1] + " 0 0 20 0 1 0 1 1 1\n"
+		status := "Name:\tstyx\nVmHWM:\t" + fig[2] + "0 kB\nVmRSS:\t" + fig[2] + " kB\n"
+		if err := os.WriteFile(filepath.Join(dir, "stat"), []byte(stat), 0o644); err != nil {
+			t.Fatal(err)
+		}
+		if err := os.WriteFile(filepath.Join(dir, "status"), []byte(status), 0o644); err != nil {
+			t.Fatal(err)
+		}
+	}
+	got, err := readProcs(root, []int{10, 11})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if want := (procSample{CPUTicks: 132, RSSKB: 1300, HWMKB: 13000}); got != want {
+		t.Errorf("got %+v, want %+v", got, want)
+	}
+	if _, err := readProcs(root, []int{10, 12}); err == nil {
+		t.Error("a missing process should be an error, not left out of the sum")
+	}
+}
+
+func TestServerPIDs(t *testing.T) {
+	cfg := config{Endpoints: []string{"http://127.0.0.1:1", "http://127.0.0.1:2"}, ServerPIDs: []int{7, 8, 7}}
+	if got := serverPIDs("/proc", cfg, io.Discard); !slices.Equal(got, []int{7, 8}) {
+		t.Errorf("explicit pids: got %v, want [7 8]", got)
+	}
+	cfg = config{Endpoints: []string{"http://127.0.0.1:1", "http://192.0.2.1:2"}}
+	if got := serverPIDs(t.TempDir(), cfg, io.Discard); got != nil {
+		t.Errorf("unresolvable endpoints: got %v, want none", got)
 	}
 }

@@ -83,15 +83,20 @@ type Latency struct {
 	Max   float64 `json:"max_ms"`
 }
 
-// ServerUsage is the server's CPU time and memory over the measured window.
+// ServerUsage is the server's CPU time and memory over the measured window;
+// with several server processes (one per node), the sums of theirs.
 type ServerUsage struct {
-	PID        int     `json:"pid"`
+	// PID is the (first) server process.
+	PID int `json:"pid"`
+	// PIDs lists all the processes measured when there are several.
+	PIDs       []int   `json:"pids,omitempty"`
 	CPUSeconds float64 `json:"cpu_seconds"`
 	// CPUCores is CPUSeconds divided by the window: average cores busy.
 	CPUCores    float64 `json:"cpu_cores"`
 	RSSBeforeKB int64   `json:"rss_before_kb"`
 	RSSAfterKB  int64   `json:"rss_after_kb"`
-	// PeakRSSKB is the process's peak RSS since it started (VmHWM).
+	// PeakRSSKB is the process's peak RSS since it started (VmHWM; with
+	// several processes, the sum of their peaks).
 	PeakRSSKB int64 `json:"peak_rss_kb,omitempty"`
 }
 
@@ -175,8 +180,12 @@ func writeTable(w io.Writer, r Report) error {
 	}
 	fmt.Fprintf(&b, "\nempty leases (454): %d   errors: %d\n", r.LeaseEmpty, r.Errors)
 	if s := r.Server; s != nil {
-		fmt.Fprintf(&b, "server pid %d: %.2f CPU-s (%.2f cores), RSS %s → %s (peak %s)\n",
-			s.PID, s.CPUSeconds, s.CPUCores, mib(s.RSSBeforeKB), mib(s.RSSAfterKB), mib(s.PeakRSSKB))
+		who := pidList([]int{s.PID})
+		if len(s.PIDs) > 1 {
+			who = pidList(s.PIDs) + " summed"
+		}
+		fmt.Fprintf(&b, "server %s: %.2f CPU-s (%.2f cores), RSS %s → %s (peak %s)\n",
+			who, s.CPUSeconds, s.CPUCores, mib(s.RSSBeforeKB), mib(s.RSSAfterKB), mib(s.PeakRSSKB))
 	}
 	_, err := io.WriteString(w, b.String())
 	return err

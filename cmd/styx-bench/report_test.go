@@ -3,6 +3,7 @@ package main
 import (
 	"bytes"
 	"encoding/json"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -39,6 +40,15 @@ func TestWriteTable(t *testing.T) {
 		if !strings.Contains(out, want) {
 			t.Errorf("table lacks %q:\n%s", want, out)
 		}
+	}
+	r := sampleReport()
+	r.Server.PIDs = []int{42, 43}
+	b.Reset()
+	if err := writeTable(&b, r); err != nil {
+		t.Fatal(err)
+	}
+	if want := "server pids 42, 43 summed: 7.50 CPU-s"; !strings.Contains(b.String(), want) {
+		t.Errorf("table lacks %q:\n%s", want, b.String())
 	}
 	if strings.Contains(out, "retry") {
 		t.Errorf("table shows a request kind that was never sent:\n%s", out)
@@ -115,9 +125,41 @@ func TestParseFlags(t *testing.T) {
 	}
 	for _, args := range [][]string{{"--workload", "nope"}, {"--batch", "1001"}, {"--clients", "0"}, {"extra"},
 		{"--count", "-1", "--workload", "produce"}, {"--count", "5", "--workload", "cycle"},
-		{"--interval", "-1s"}, {"--interval", "1ms"}} {
+		{"--interval", "-1s"}, {"--interval", "1ms"}, {"--endpoint", "127.0.0.1:2319"},
+		{"--endpoint", "http://a:1,"}, {"--server-pid", "-1"}} {
 		if _, err := parseFlags(args, &stderr); err == nil {
 			t.Errorf("parseFlags(%q): want an error", args)
+		}
+	}
+	if !slices.Equal(c.Endpoints, []string{"http://127.0.0.1:2319"}) || c.ServerPIDs != nil {
+		t.Errorf("default endpoints %q, server pids %v", c.Endpoints, c.ServerPIDs)
+	}
+	if c, err := parseFlags([]string{"--server-pid", "0"}, &stderr); err != nil || len(c.ServerPIDs) != 0 {
+		t.Errorf("--server-pid 0 (look up): pids %v, err %v", c.ServerPIDs, err)
+	}
+	c, err = parseFlags([]string{"--endpoint", "http://127.0.0.1:1, https://h:2/", "--server-pid", "7,8"}, &stderr)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !slices.Equal(c.Endpoints, []string{"http://127.0.0.1:1", "https://h:2/"}) || !slices.Equal(c.ServerPIDs, []int{7, 8}) {
+		t.Errorf("endpoints %q, server pids %v", c.Endpoints, c.ServerPIDs)
+	}
+}
+
+func TestParseEndpoints(t *testing.T) {
+	for in, want := range map[string][]string{
+		"http://127.0.0.1:2319":                   {"http://127.0.0.1:2319"},
+		"http://a:1,http://b:2":                   {"http://a:1", "http://b:2"},
+		" http://a:1 , https://b:2/ ,http://a:1 ": {"http://a:1", "https://b:2/", "http://a:1"},
+	} {
+		got, err := parseEndpoints(in)
+		if err != nil || !slices.Equal(got, want) {
+			t.Errorf("parseEndpoints(%q) = %q, %v; want %q", in, got, err, want)
+		}
+	}
+	for _, in := range []string{"", ",", "http://a:1,", "http://a:1,,http://b:2", "http://a:1,b:2", "ftp://a"} {
+		if got, err := parseEndpoints(in); err == nil {
+			t.Errorf("parseEndpoints(%q) = %q, want an error", in, got)
 		}
 	}
 }

@@ -13,6 +13,7 @@ import (
 	"context"
 	"crypto/rand"
 	"encoding/binary"
+	"errors"
 	"fmt"
 	"io"
 	"net/http"
@@ -43,9 +44,12 @@ const (
 
 // bench is the shared state of one run.
 type bench struct {
-	cfg    config
-	c      *styx.Client
-	stderr io.Writer
+	cfg config
+	// clients holds one client per endpoint; c is the first, which sets
+	// up, inspects and deletes the queues.
+	clients []*styx.Client
+	c       *styx.Client
+	stderr  io.Writer
 	// queue is the queue under load; dlq its dead-letter queue (dead only).
 	queue, dlq string
 	// created lists the queues this run created, deleted at the end.
@@ -68,29 +72,37 @@ type bench struct {
 	left atomic.Int64
 }
 
-// recorder collects the measurements of one goroutine.
+// recorder collects the measurements of one goroutine, which sends its
+// requests through c.
 type recorder struct {
 	b          *bench
+	c          *styx.Client
 	hist       map[string]*hdrhistogram.Histogram
 	e2e        *hdrhistogram.Histogram
 	items      int64
 	leaseEmpty int64
 }
 
-// newBench returns a run of cfg against a client of cfg.Endpoint.
+// newBench returns a run of cfg with a client for each of cfg.Endpoints,
+// all sharing one HTTP transport.
 func newBench(cfg config, stderr io.Writer) (*bench, error) {
-	c, err := styx.NewClient(styx.ClientConfig{
-		Endpoint: cfg.Endpoint,
-		HTTPClient: &http.Client{Transport: &http.Transport{
-			MaxIdleConns:        0, // no overall limit
-			MaxIdleConnsPerHost: 4*cfg.Clients + latencySenders + 16,
-			IdleConnTimeout:     90 * time.Second,
-		}},
-	})
-	if err != nil {
-		return nil, err
+	hc := &http.Client{Transport: &http.Transport{
+		MaxIdleConns:        0, // no overall limit
+		MaxIdleConnsPerHost: 4*cfg.Clients + latencySenders + 16,
+		IdleConnTimeout:     90 * time.Second,
+	}}
+	b := &bench{cfg: cfg, stderr: stderr, queue: cfg.Queue}
+	for _, e := range cfg.Endpoints {
+		c, err := styx.NewClient(styx.ClientConfig{Endpoint: e, HTTPClient: hc})
+		if err != nil {
+			return nil, err
+		}
+		b.clients = append(b.clients, c)
 	}
-	b := &bench{cfg: cfg, c: c, stderr: stderr, queue: cfg.Queue}
+	if len(b.clients) == 0 {
+		return nil, errors.New("no endpoint")
+	}
+	b.c = b.clients[0]
 	b.left.Store(cfg.Count)
 	if cfg.Workload == workloadDead {
 		b.dlq = cfg.Queue + "-dead"
@@ -98,9 +110,10 @@ func newBench(cfg config, stderr io.Writer) (*bench, error) {
 	return b, nil
 }
 
-// newRecorder returns a recorder registered with b.
-func (b *bench) newRecorder() *recorder {
-	r := &recorder{b: b, hist: map[string]*hdrhistogram.Histogram{}, e2e: newHistogram()}
+// newRecorder returns a recorder registered with b for goroutine i, which
+// uses endpoint i mod n.
+func (b *bench) newRecorder(i int) *recorder {
+	r := &recorder{b: b, c: b.clients[i%len(b.clients)], hist: map[string]*hdrhistogram.Histogram{}, e2e: newHistogram()}
 	for _, k := range requestKinds {
 		r.hist[k] = newHistogram()
 	}
@@ -163,7 +176,7 @@ func (r *recorder) call(ctx context.Context, kind string, fn func(context.Contex
 // produce sends items to the queue.
 func (r *recorder) produce(ctx context.Context, items []*pb.QueueProduceItem) (bool, error) {
 	return r.call(ctx, kindProduce, func(ctx context.Context) error {
-		return r.b.c.QueueProduce(ctx, &pb.QueueProduceRequest{
+		return r.c.QueueProduce(ctx, &pb.QueueProduceRequest{
 			QueueName: r.b.queue, RequestTimeout: "10s", Items: items,
 		})
 	})
@@ -174,7 +187,7 @@ func (r *recorder) lease(ctx context.Context, clientID string) (*pb.QueueLeaseRe
 	var resp *pb.QueueLeaseResponse
 	in, err := r.call(ctx, kindLease, func(ctx context.Context) error {
 		var err error
-		resp, err = r.b.c.QueueLease(ctx, &pb.QueueLeaseRequest{
+		resp, err = r.c.QueueLease(ctx, &pb.QueueLeaseRequest{
 			QueueName: r.b.queue, BatchSize: int32(r.b.cfg.Batch), ClientId: clientID,
 			RequestTimeout: r.b.cfg.LeaseWait.String(),
 		})
@@ -190,7 +203,7 @@ func (r *recorder) complete(ctx context.Context, resp *pb.QueueLeaseResponse) (b
 		ids[i] = it.Id
 	}
 	return r.call(ctx, kindComplete, func(ctx context.Context) error {
-		return r.b.c.QueueComplete(ctx, &pb.QueueCompleteRequest{
+		return r.c.QueueComplete(ctx, &pb.QueueCompleteRequest{
 			QueueName: r.b.queue, Partition: resp.Partition, RequestTimeout: "10s", Ids: ids,
 		})
 	})
@@ -204,7 +217,7 @@ func (r *recorder) retry(ctx context.Context, resp *pb.QueueLeaseResponse) (bool
 		items[i] = &pb.QueueRetryItem{Id: it.Id, Error: "styx-bench: induced failure"}
 	}
 	return r.call(ctx, kindRetry, func(ctx context.Context) error {
-		return r.b.c.QueueRetry(ctx, &pb.QueueRetryRequest{
+		return r.c.QueueRetry(ctx, &pb.QueueRetryRequest{
 			QueueName: r.b.queue, Partition: resp.Partition, Items: items,
 		})
 	})
@@ -238,10 +251,10 @@ func sleep(ctx context.Context, d time.Duration) {
 	}
 }
 
-// runProducer is a produce client: it produces batches, counting produced
+// runProducer is produce client i: it produces batches, counting produced
 // items, until the window ends or (--count) no items are left.
-func (b *bench) runProducer(ctx context.Context, count bool) {
-	r := b.newRecorder()
+func (b *bench) runProducer(ctx context.Context, i int, count bool) {
+	r := b.newRecorder(i)
 	items := batchOf(b.cfg.Batch, b.cfg.Payload)
 	for b.running(ctx) {
 		n := b.claim(len(items))
@@ -283,10 +296,10 @@ func (b *bench) unclaim(n int) {
 	}
 }
 
-// runCycle is a cycle client: produce a batch, lease up to a batch, complete
+// runCycle is cycle client i: produce a batch, lease up to a batch, complete
 // what was leased, counting completed items.
-func (b *bench) runCycle(ctx context.Context, clientID string) {
-	r := b.newRecorder()
+func (b *bench) runCycle(ctx context.Context, i int, clientID string) {
+	r := b.newRecorder(i)
 	items := batchOf(b.cfg.Batch, b.cfg.Payload)
 	for b.running(ctx) {
 		if _, err := r.produce(ctx, items); err != nil {
@@ -302,10 +315,10 @@ func (b *bench) runCycle(ctx context.Context, clientID string) {
 	}
 }
 
-// runDrainer is a drain client: lease and complete until the queue is
+// runDrainer is drain client i: lease and complete until the queue is
 // empty (a lease answered 454) or the window ends.
-func (b *bench) runDrainer(ctx context.Context, clientID string) {
-	r := b.newRecorder()
+func (b *bench) runDrainer(ctx context.Context, i int, clientID string) {
+	r := b.newRecorder(i)
 	for b.running(ctx) {
 		resp, _, err := r.lease(ctx, clientID)
 		if styx.IsRetry(err) {
@@ -332,10 +345,10 @@ func (b *bench) noteFinish(t time.Time) {
 	}
 }
 
-// runDeadConsumer is a dead client: lease and fail every item with an
+// runDeadConsumer is dead client i: lease and fail every item with an
 // error, so that (max_attempts 1) it goes to the dead-letter queue.
-func (b *bench) runDeadConsumer(ctx context.Context, clientID string) {
-	r := b.newRecorder()
+func (b *bench) runDeadConsumer(ctx context.Context, i int, clientID string) {
+	r := b.newRecorder(i)
 	for b.running(ctx) {
 		resp, _, err := r.lease(ctx, clientID)
 		if err != nil || len(resp.Items) == 0 {
@@ -345,11 +358,11 @@ func (b *bench) runDeadConsumer(ctx context.Context, clientID string) {
 	}
 }
 
-// runLatencyConsumer is a latency client: lease, record each item's
+// runLatencyConsumer is latency client i: lease, record each item's
 // produce→lease latency from the send time at the start of its payload,
 // then complete, counting completed items.
-func (b *bench) runLatencyConsumer(ctx context.Context, clientID string) {
-	r := b.newRecorder()
+func (b *bench) runLatencyConsumer(ctx context.Context, i int, clientID string) {
+	r := b.newRecorder(i)
 	for b.running(ctx) {
 		resp, _, err := r.lease(ctx, clientID)
 		if err != nil || len(resp.Items) == 0 {
@@ -372,7 +385,7 @@ func (b *bench) runLatencyConsumer(ctx context.Context, clientID string) {
 
 // runOpenLoopProducer produces --batch items every batch/rate seconds
 // regardless of how fast the server answers, through latencySenders
-// goroutines. Each item's payload starts with its scheduled send time (unix
+// goroutines (sender j uses endpoint j mod n). Each item's payload starts with its scheduled send time (unix
 // nanoseconds, little-endian), so a server or client that falls behind
 // shows up in the produce→lease latency instead of slowing the schedule
 // (no coordinated omission).
@@ -380,9 +393,9 @@ func (b *bench) runOpenLoopProducer(ctx context.Context) {
 	interval := time.Duration(float64(time.Second) * float64(b.cfg.Batch) / float64(b.cfg.Rate))
 	due := make(chan time.Time, 1024)
 	var wg sync.WaitGroup
-	for range latencySenders {
+	for j := range latencySenders {
 		wg.Go(func() {
-			r := b.newRecorder()
+			r := b.newRecorder(j)
 			base := randomPayload(b.cfg.Payload)
 			for at := range due {
 				items := make([]*pb.QueueProduceItem, b.cfg.Batch)
@@ -498,35 +511,37 @@ func (b *bench) deadCount(ctx context.Context) (int64, error) {
 	return n, nil
 }
 
-// startWorkers starts the workload's goroutines on wg.
+// startWorkers starts the workload's goroutines on wg. Client i uses
+// endpoint i mod n; the dead workload numbers its producers first, then its
+// consumers, so that both spread over the endpoints.
 func (b *bench) startWorkers(ctx context.Context, wg *sync.WaitGroup) {
 	id := func(i int) string { return fmt.Sprintf("styx-bench-%s-%d", b.queue, i) }
 	switch b.cfg.Workload {
 	case workloadProduce:
-		for range b.cfg.Clients {
-			wg.Go(func() { b.runProducer(ctx, true) })
+		for i := range b.cfg.Clients {
+			wg.Go(func() { b.runProducer(ctx, i, true) })
 		}
 	case workloadCycle:
 		for i := range b.cfg.Clients {
-			wg.Go(func() { b.runCycle(ctx, id(i)) })
+			wg.Go(func() { b.runCycle(ctx, i, id(i)) })
 		}
 	case workloadDrain:
 		for i := range b.cfg.Clients {
-			wg.Go(func() { b.runDrainer(ctx, id(i)) })
+			wg.Go(func() { b.runDrainer(ctx, i, id(i)) })
 		}
 	case workloadDead:
 		producers := max(1, b.cfg.Clients/2)
 		consumers := max(1, b.cfg.Clients-producers)
-		for range producers {
-			wg.Go(func() { b.runProducer(ctx, false) })
+		for i := range producers {
+			wg.Go(func() { b.runProducer(ctx, i, false) })
 		}
 		for i := range consumers {
-			wg.Go(func() { b.runDeadConsumer(ctx, id(i)) })
+			wg.Go(func() { b.runDeadConsumer(ctx, producers+i, id(i)) })
 		}
 	case workloadLatency:
 		wg.Go(func() { b.runOpenLoopProducer(ctx) })
 		for i := range b.cfg.Clients {
-			wg.Go(func() { b.runLatencyConsumer(ctx, id(i)) })
+			wg.Go(func() { b.runLatencyConsumer(ctx, i, id(i)) })
 		}
 	}
 }
@@ -537,7 +552,7 @@ func runBench(ctx context.Context, cfg config, stderr io.Writer) (rep Report, er
 	if err != nil {
 		return Report{}, err
 	}
-	defer b.c.Close()
+	defer b.c.Close() // the clients share one transport: this closes them all
 	if err := b.setup(ctx); err != nil {
 		return Report{}, err
 	}
@@ -545,10 +560,7 @@ func runBench(ctx context.Context, cfg config, stderr io.Writer) (rep Report, er
 		defer b.cleanup()
 	}
 
-	pid := cfg.ServerPID
-	if pid == 0 {
-		pid, _ = findListenerPID("/proc", cfg.Endpoint) // best effort
-	}
+	pids := serverPIDs("/proc", cfg, stderr)
 
 	warmup := cfg.Warmup
 	if cfg.Workload == workloadDrain {
@@ -579,8 +591,8 @@ func runBench(ctx context.Context, cfg config, stderr io.Writer) (rep Report, er
 	var deadStart, deadEnd int64
 	var deadErr error
 	sampleAt := func(ps *procSample, dead *int64) {
-		if pid > 0 && procErr == nil {
-			*ps, procErr = readProc("/proc", pid)
+		if len(pids) > 0 && procErr == nil {
+			*ps, procErr = readProcs("/proc", pids)
 		}
 		if b.dlq != "" && deadErr == nil {
 			sctx, cancel := context.WithTimeout(ctx, requestTimeout)
@@ -627,14 +639,17 @@ func runBench(ctx context.Context, cfg config, stderr io.Writer) (rep Report, er
 	case workloadLatency:
 		rep.Rate = cfg.Rate
 	}
-	if pid > 0 {
+	if len(pids) > 0 {
 		if procErr != nil {
-			_, _ = fmt.Fprintf(stderr, "styx-bench: server usage of pid %d: %v\n", pid, procErr)
+			_, _ = fmt.Fprintf(stderr, "styx-bench: server usage of %s: %v\n", pidList(pids), procErr)
 		} else {
 			cpu := float64(procEnd.CPUTicks-procStart.CPUTicks) / float64(clockTicks())
 			rep.Server = &ServerUsage{
-				PID: pid, CPUSeconds: cpu, CPUCores: cpu / measured.Seconds(),
+				PID: pids[0], CPUSeconds: cpu, CPUCores: cpu / measured.Seconds(),
 				RSSBeforeKB: procStart.RSSKB, RSSAfterKB: procEnd.RSSKB, PeakRSSKB: procEnd.HWMKB,
+			}
+			if len(pids) > 1 {
+				rep.Server.PIDs = pids
 			}
 		}
 	}

@@ -1,6 +1,7 @@
 package main
 
 import (
+	"io"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -34,5 +35,22 @@ func TestClaim(t *testing.T) {
 	wg.Wait()
 	if total.Load() != 1050 || b.left.Load() != 0 {
 		t.Errorf("claimed %d items, %d left; want 1050 and 0", total.Load(), b.left.Load())
+	}
+}
+
+func TestClientsSpreadOverEndpoints(t *testing.T) {
+	cfg := config{Endpoints: []string{"http://127.0.0.1:1", "http://127.0.0.1:2", "http://127.0.0.1:3"}, Clients: 4}
+	b, err := newBench(cfg, io.Discard)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer b.c.Close()
+	if len(b.clients) != 3 || b.c != b.clients[0] {
+		t.Fatalf("%d clients, setup client first: %v", len(b.clients), b.c == b.clients[0])
+	}
+	for i := range 7 {
+		if r := b.newRecorder(i); r.c != b.clients[i%3] {
+			t.Errorf("recorder %d does not use endpoint %d", i, i%3)
+		}
 	}
 }
