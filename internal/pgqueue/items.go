@@ -38,12 +38,12 @@ func scanItem(row pgx.Row) (store.Item, error) {
 		return it, err
 	}
 	m.ID, m.BodyID = uint64(id), uint64(id)
-	m.ExpireDeadline, m.CreatedAt, b.DeadAt = fromNanos(expire), fromNanos(created), fromNanos(deadAt)
+	m.ExpireDeadline, m.CreatedAt, b.DeadAt = queue.FromNanos(expire), queue.FromNanos(created), queue.FromNanos(deadAt)
 	switch st {
 	case stateLeased:
-		m.Leased, m.LeaseDeadline = true, fromNanos(deadline)
+		m.Leased, m.LeaseDeadline = true, queue.FromNanos(deadline)
 	case stateScheduled:
-		m.EnqueueAt = fromNanos(deadline)
+		m.EnqueueAt = queue.FromNanos(deadline)
 	}
 	it.Errors.Errors, err = decodeErrors(errs)
 	return it, err
@@ -162,7 +162,7 @@ func lease(ctx context.Context, tx pgx.Tx, queueID uint64, partition int32, n in
 		var it queue.LeasedItem
 		var id int64
 		err := r.Scan(&id, &it.Attempts, &it.Reference, &it.Kind, &it.Encoding, &it.Payload)
-		it.ID, it.LeaseDeadline = uint64(id), fromNanos(deadline)
+		it.ID, it.LeaseDeadline = uint64(id), queue.FromNanos(deadline)
 		return it, err
 	})
 	if err != nil {
@@ -209,7 +209,7 @@ func insertItems(ctx context.Context, tx pgx.Tx, queueID uint64, items []insert,
 		part[i], state[i], deadline[i], expire[i], created[i], attempts[i] = it.partition, it.state, it.deadline, it.expire, it.created, it.attempts
 		key[i], ref[i], kind[i], enc[i] = it.sourceKey, it.body.Reference, it.body.Kind, it.body.Encoding
 		srcQ[i], srcID[i], reason[i], lastErr[i] = it.body.SourceQueue, it.body.SourceID, it.body.DeadReason, it.lastError
-		payload[i], deadAt[i], redrives[i] = nonNil(it.body.Payload), nanos(it.body.DeadAt), it.body.RedriveCount
+		payload[i], deadAt[i], redrives[i] = nonNil(it.body.Payload), queue.Nanos(it.body.DeadAt), it.body.RedriveCount
 		if it.errors != nil {
 			s := string(it.errors)
 			errs[i] = &s

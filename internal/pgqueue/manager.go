@@ -154,7 +154,7 @@ func (m *Manager) reload(ctx context.Context) error {
 		err := r.Scan(&id, &l.info.Name, &l.info.DeadQueue, &l.info.Reference, &lease, &expire, &l.info.MaxAttempts,
 			&l.info.Partitions, &created, &updated, &timed, &expiry)
 		l.info.ID, l.info.LeaseTimeout, l.info.ExpireTimeout = uint64(id), time.Duration(lease), time.Duration(expire)
-		l.info.CreatedAt, l.info.UpdatedAt = fromNanos(created), fromNanos(updated)
+		l.info.CreatedAt, l.info.UpdatedAt = queue.FromNanos(created), queue.FromNanos(updated)
 		l.due = earliest(timed, expiry)
 		return l, err
 	})
@@ -472,29 +472,10 @@ func (m *Manager) Close() {
 // Sample implements queue.Queues from each queue's Stats.
 func (m *Manager) Sample() []metrics.QueueSample {
 	m.mu.RLock()
-	qs := make([]*Queue, 0, len(m.queues))
+	qs := make([]queue.Queue, 0, len(m.queues))
 	for _, q := range m.queues {
 		qs = append(qs, q)
 	}
 	m.mu.RUnlock()
-	out := make([]metrics.QueueSample, 0, len(qs))
-	for _, q := range qs {
-		ctx, cancel := context.WithTimeout(context.Background(), time.Second)
-		st, err := q.Stats(ctx)
-		cancel()
-		if err != nil {
-			continue
-		}
-		s := metrics.QueueSample{Queue: q.Name()}
-		for _, p := range st.Partitions {
-			s.Leased += p.Leased
-			s.Scheduled += p.Scheduled
-			s.Ready += p.Total - p.Leased - p.Scheduled
-		}
-		if !st.Oldest.IsZero() {
-			s.OldestAge = m.cfg.Clock.Now().Sub(st.Oldest)
-		}
-		out = append(out, s)
-	}
-	return out
+	return queue.Sample(qs, m.cfg.Clock)
 }

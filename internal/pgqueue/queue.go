@@ -266,23 +266,27 @@ func (q *Queue) run() {
 			q.drain()
 			return
 		case r := <-q.reqs:
-			batch := []*request{r}
-			for len(batch) < maxRequestsPerIteration {
-				select {
-				case r := <-q.reqs:
-					batch = append(batch, r)
-					continue
-				default:
-				}
-				break
-			}
-			q.iterate(batch, false)
+			q.iterate(q.gather([]*request{r}), false)
 		case <-q.wake:
 			q.iterate(nil, false)
 		case <-timer.C:
 			q.iterate(nil, true)
 		}
 	}
+}
+
+// gather adds the requests already waiting in the channel to batch, up to
+// maxRequestsPerIteration, without blocking.
+func (q *Queue) gather(batch []*request) []*request {
+	for len(batch) < maxRequestsPerIteration {
+		select {
+		case r := <-q.reqs:
+			batch = append(batch, r)
+		default:
+			return batch
+		}
+	}
+	return batch
 }
 
 // sleep returns how long the loop may wait for requests.
@@ -304,16 +308,7 @@ func (q *Queue) sleep() time.Duration {
 // are run, waiting leases are answered 454.
 func (q *Queue) drain() {
 	for {
-		var batch []*request
-		for len(batch) < maxRequestsPerIteration {
-			select {
-			case r := <-q.reqs:
-				batch = append(batch, r)
-				continue
-			default:
-			}
-			break
-		}
+		batch := q.gather(nil)
 		if len(batch) == 0 {
 			break
 		}
@@ -576,7 +571,7 @@ func (q *Queue) endLease(it *iteration, x row, release bool, retryAt time.Time, 
 		q.kill(it, x, queue.ReasonExpired, h)
 	default:
 		r := requeue{id: x.id, state: stateReady, attempts: x.attempts}
-		if at := nanos(retryAt); at > it.now {
+		if at := queue.Nanos(retryAt); at > it.now {
 			r.state, r.deadline = stateScheduled, at
 			q.nextDue = earliest(q.nextDue, at)
 		} else {
@@ -633,7 +628,7 @@ func (q *Queue) apply(ctx context.Context, tx pgx.Tx, it *iteration, work []*req
 			for _, pi := range op.items {
 				in := insert{partition: p, state: stateReady, created: it.now,
 					body: store.ItemBody{Reference: pi.Reference, Kind: pi.Kind, Encoding: pi.Encoding, Payload: pi.Payload}}
-				q.place(it, &in, nanos(pi.EnqueueAt), 0)
+				q.place(it, &in, queue.Nanos(pi.EnqueueAt), 0)
 				inserts = append(inserts, in)
 			}
 			it.reply(r, nil)
@@ -873,17 +868,17 @@ func (q *Queue) applyStorage(ctx context.Context, tx pgx.Tx, it *iteration, op a
 		ins := make([]insert, len(op.items))
 		out := make([]store.Item, len(op.items))
 		for i, si := range op.items {
-			in := insert{partition: op.partition, state: stateReady, created: nanos(si.Meta.CreatedAt), attempts: si.Meta.Attempts,
+			in := insert{partition: op.partition, state: stateReady, created: queue.Nanos(si.Meta.CreatedAt), attempts: si.Meta.Attempts,
 				body: si.Body, lastError: si.Errors.LastError, errors: encodeErrors(si.Errors.Errors)}
 			if in.created == 0 {
 				in.created = it.now
 			}
-			q.place(it, &in, nanos(si.Meta.EnqueueAt), nanos(si.Meta.ExpireDeadline))
+			q.place(it, &in, queue.Nanos(si.Meta.EnqueueAt), queue.Nanos(si.Meta.ExpireDeadline))
 			ins[i] = in
 			m := store.ItemMeta{ID: uint64(ids[i]), BodyID: uint64(ids[i]), Attempts: in.attempts,
-				ExpireDeadline: fromNanos(in.expire), CreatedAt: fromNanos(in.created)}
+				ExpireDeadline: queue.FromNanos(in.expire), CreatedAt: queue.FromNanos(in.created)}
 			if in.state == stateScheduled {
-				m.EnqueueAt = fromNanos(in.deadline)
+				m.EnqueueAt = queue.FromNanos(in.deadline)
 			}
 			out[i] = store.Item{Partition: op.partition, Meta: m, Body: si.Body, Errors: si.Errors}
 		}
@@ -984,7 +979,7 @@ func (q *Queue) Stats(ctx context.Context) (queue.Stats, error) {
 	if err := rows.Err(); err != nil {
 		return s, wrap("stats", err)
 	}
-	s.Oldest = fromNanos(oldest)
+	s.Oldest = queue.FromNanos(oldest)
 	if !s.Oldest.IsZero() {
 		s.Oldest = s.Oldest.Local()
 	}

@@ -25,6 +25,7 @@ import (
 	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/styxq/styx/internal/apierr"
+	"github.com/styxq/styx/internal/queue"
 	"github.com/styxq/styx/internal/store"
 )
 
@@ -95,7 +96,7 @@ func scanQueue(row pgx.Row) (store.QueueInfo, error) {
 	var id, lease, expire, created, updated int64
 	err := row.Scan(&id, &q.Name, &q.DeadQueue, &q.Reference, &lease, &expire, &q.MaxAttempts, &q.Partitions, &created, &updated)
 	q.ID, q.LeaseTimeout, q.ExpireTimeout = uint64(id), time.Duration(lease), time.Duration(expire)
-	q.CreatedAt, q.UpdatedAt = fromNanos(created), fromNanos(updated)
+	q.CreatedAt, q.UpdatedAt = queue.FromNanos(created), queue.FromNanos(updated)
 	return q, err
 }
 
@@ -109,7 +110,7 @@ func createQueue(ctx context.Context, q querier, info store.QueueInfo) (store.Qu
 	err := q.QueryRow(ctx, `INSERT INTO styx_queues (name, dead_queue, reference, lease_timeout, expire_timeout, max_attempts, partitions, created_at, updated_at)
 		VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9) ON CONFLICT (name) DO NOTHING RETURNING id`,
 		info.Name, info.DeadQueue, info.Reference, int64(info.LeaseTimeout), int64(info.ExpireTimeout), info.MaxAttempts,
-		info.Partitions, nanos(info.CreatedAt), nanos(info.UpdatedAt)).Scan(&id)
+		info.Partitions, queue.Nanos(info.CreatedAt), queue.Nanos(info.UpdatedAt)).Scan(&id)
 	if errors.Is(err, pgx.ErrNoRows) {
 		return info, store.ErrQueueExists
 	}
@@ -129,7 +130,7 @@ func updateQueue(ctx context.Context, q querier, info store.QueueInfo) error {
 	tag, err := q.Exec(ctx, `UPDATE styx_queues SET dead_queue=$3, reference=$4, lease_timeout=$5, expire_timeout=$6,
 		max_attempts=$7, partitions=$8, created_at=$9, updated_at=$10 WHERE name=$1 AND id=$2`,
 		info.Name, int64(info.ID), info.DeadQueue, info.Reference, int64(info.LeaseTimeout), int64(info.ExpireTimeout),
-		info.MaxAttempts, info.Partitions, nanos(info.CreatedAt), nanos(info.UpdatedAt))
+		info.MaxAttempts, info.Partitions, queue.Nanos(info.CreatedAt), queue.Nanos(info.UpdatedAt))
 	if err != nil {
 		return wrap("update queue", err)
 	}
@@ -300,22 +301,6 @@ func nonNil(b []byte) []byte {
 	return b
 }
 
-// nanos converts a time to Unix nanoseconds, with the zero time as 0.
-func nanos(t time.Time) int64 {
-	if t.IsZero() {
-		return 0
-	}
-	return t.UnixNano()
-}
-
-// fromNanos is the inverse of nanos.
-func fromNanos(n int64) time.Time {
-	if n == 0 {
-		return time.Time{}
-	}
-	return time.Unix(0, n).UTC()
-}
-
 // attemptError is the stored form of store.AttemptError (column errors).
 type attemptError struct {
 	Attempt int32  `json:"attempt"`
@@ -329,7 +314,7 @@ func encodeErrors(errs []store.AttemptError) []byte {
 	}
 	out := make([]attemptError, len(errs))
 	for i, e := range errs {
-		out[i] = attemptError{Attempt: e.Attempt, Error: e.Error, At: nanos(e.At)}
+		out[i] = attemptError{Attempt: e.Attempt, Error: e.Error, At: queue.Nanos(e.At)}
 	}
 	b, _ := json.Marshal(out) // cannot fail: strings and numbers
 	return b
@@ -345,7 +330,7 @@ func decodeErrors(b []byte) ([]store.AttemptError, error) {
 	}
 	out := make([]store.AttemptError, len(in))
 	for i, e := range in {
-		out[i] = store.AttemptError{Attempt: e.Attempt, Error: e.Error, At: fromNanos(e.At)}
+		out[i] = store.AttemptError{Attempt: e.Attempt, Error: e.Error, At: queue.FromNanos(e.At)}
 	}
 	return out, nil
 }

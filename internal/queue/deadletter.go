@@ -125,7 +125,7 @@ func (l *Logical) sendDeadLetters(now int64) {
 				b.SourceQueue = l.name
 				b.SourceID = FormatID(x.id)
 				b.DeadReason = x.reason
-				b.DeadAt = fromNanos(x.deadAt)
+				b.DeadAt = FromNanos(x.deadAt)
 				op.items = append(op.items, deadItem{
 					sourceKey: sourceKey(x.reason, l.name, x.id), attempts: x.attempts, created: x.created,
 					body: b, errors: e, reason: x.reason, partition: p.num, id: x.id, item: x,
@@ -205,7 +205,7 @@ func (l *Logical) takeDead(it *iteration, op *deadLetterOp) {
 		}
 		p := l.leastLoaded()
 		id := l.allocID(it)
-		deadAt := nanos(d.body.DeadAt)
+		deadAt := Nanos(d.body.DeadAt)
 		x := &item{id: id, bodyID: id, created: d.created, attempts: d.attempts, state: stateReady, sourceKey: d.sourceKey,
 			hasErrs: !d.errors.IsZero()}
 		if l.info.ExpireTimeout > 0 {

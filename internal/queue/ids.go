@@ -59,16 +59,17 @@ func nextID(last uint64, now time.Time) uint64 {
 	return last + 1
 }
 
-// nanos converts a time to Unix nanoseconds, with the zero time as 0.
-func nanos(t time.Time) int64 {
+// Nanos converts a time to Unix nanoseconds, with the zero time as 0 (how
+// every backend stores times).
+func Nanos(t time.Time) int64 {
 	if t.IsZero() {
 		return 0
 	}
 	return t.UnixNano()
 }
 
-// fromNanos is the inverse of nanos.
-func fromNanos(n int64) time.Time {
+// FromNanos is the inverse of Nanos: 0 is the zero time, others are UTC.
+func FromNanos(n int64) time.Time {
 	if n == 0 {
 		return time.Time{}
 	}

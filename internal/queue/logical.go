@@ -686,7 +686,7 @@ func (l *Logical) produce(it *iteration, op *produceOp) {
 		if l.info.ExpireTimeout > 0 {
 			x.expire = it.now + int64(l.info.ExpireTimeout)
 		}
-		if at := nanos(pi.EnqueueAt); at > it.now {
+		if at := Nanos(pi.EnqueueAt); at > it.now {
 			x.state, x.deadline = stateScheduled, at
 		}
 		p.add(x)
@@ -743,7 +743,7 @@ func (l *Logical) endLease(it *iteration, p *partition, x *item, release bool, r
 	default:
 		old := x.id
 		p.rekey(x, l.allocID(it))
-		if at := nanos(retryAt); at > it.now {
+		if at := Nanos(retryAt); at > it.now {
 			x.deadline = at
 			p.setState(x, stateScheduled)
 		} else {
@@ -1027,7 +1027,7 @@ func (l *Logical) importItems(it *iteration, p *partition, in []store.Item) []st
 	out := make([]store.Item, len(in))
 	for i, si := range in {
 		id := l.allocID(it)
-		x := &item{id: id, bodyID: id, created: nanos(si.Meta.CreatedAt), expire: nanos(si.Meta.ExpireDeadline),
+		x := &item{id: id, bodyID: id, created: Nanos(si.Meta.CreatedAt), expire: Nanos(si.Meta.ExpireDeadline),
 			attempts: si.Meta.Attempts, state: stateReady, hasErrs: !si.Errors.IsZero()}
 		if x.created == 0 {
 			x.created = it.now
@@ -1035,7 +1035,7 @@ func (l *Logical) importItems(it *iteration, p *partition, in []store.Item) []st
 		if x.expire == 0 && l.info.ExpireTimeout > 0 {
 			x.expire = it.now + int64(l.info.ExpireTimeout)
 		}
-		if at := nanos(si.Meta.EnqueueAt); at > it.now {
+		if at := Nanos(si.Meta.EnqueueAt); at > it.now {
 			x.state, x.deadline = stateScheduled, at
 		}
 		p.add(x)

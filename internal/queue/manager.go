@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/styxq/styx/internal/apierr"
+	"github.com/styxq/styx/internal/clock"
 	"github.com/styxq/styx/internal/store"
 	"github.com/styxq/styx/metrics"
 )
@@ -282,27 +283,33 @@ func quoteList(names []string) string {
 // not answer within a second is left out of this sample.
 func (m *Manager) Sample() []metrics.QueueSample {
 	m.mu.RLock()
-	qs := make([]*Logical, 0, len(m.queues))
+	qs := make([]Queue, 0, len(m.queues))
 	for _, l := range m.queues {
 		qs = append(qs, l)
 	}
 	m.mu.RUnlock()
+	return Sample(qs, m.cfg.Clock)
+}
+
+// Sample reads each queue's Stats into a gauge sample; a queue that does
+// not answer within a second is left out. Dying items count in no state.
+func Sample(qs []Queue, c clock.Clock) []metrics.QueueSample {
 	out := make([]metrics.QueueSample, 0, len(qs))
-	for _, l := range qs {
+	for _, q := range qs {
 		ctx, cancel := context.WithTimeout(context.Background(), time.Second)
-		st, err := l.Stats(ctx)
+		st, err := q.Stats(ctx)
 		cancel()
 		if err != nil {
 			continue
 		}
-		s := metrics.QueueSample{Queue: l.Name()}
+		s := metrics.QueueSample{Queue: q.Name()}
 		for _, p := range st.Partitions {
 			s.Leased += p.Leased
 			s.Scheduled += p.Scheduled
 			s.Ready += p.Total - p.Leased - p.Scheduled - p.Dying
 		}
 		if !st.Oldest.IsZero() {
-			s.OldestAge = m.cfg.Clock.Now().Sub(st.Oldest)
+			s.OldestAge = c.Now().Sub(st.Oldest)
 		}
 		out = append(out, s)
 	}

@@ -52,18 +52,18 @@ func (it *item) meta() store.ItemMeta {
 		ID:             it.id,
 		BodyID:         it.bodyID,
 		Attempts:       it.attempts,
-		ExpireDeadline: fromNanos(it.expire),
-		CreatedAt:      fromNanos(it.created),
+		ExpireDeadline: FromNanos(it.expire),
+		CreatedAt:      FromNanos(it.created),
 		SourceKey:      it.sourceKey,
 		DeadReason:     it.reason,
-		DeadAt:         fromNanos(it.deadAt),
+		DeadAt:         FromNanos(it.deadAt),
 	}
 	switch it.state {
 	case stateLeased:
 		m.Leased = true
-		m.LeaseDeadline = fromNanos(it.deadline)
+		m.LeaseDeadline = FromNanos(it.deadline)
 	case stateScheduled:
-		m.EnqueueAt = fromNanos(it.deadline)
+		m.EnqueueAt = FromNanos(it.deadline)
 	}
 	return m
 }
@@ -73,9 +73,9 @@ func itemFromMeta(m store.ItemMeta, now int64) *item {
 	it := &item{
 		id:        m.ID,
 		bodyID:    m.BodyID,
-		created:   nanos(m.CreatedAt),
-		expire:    nanos(m.ExpireDeadline),
-		deadAt:    nanos(m.DeadAt),
+		created:   Nanos(m.CreatedAt),
+		expire:    Nanos(m.ExpireDeadline),
+		deadAt:    Nanos(m.DeadAt),
 		attempts:  m.Attempts,
 		reason:    m.DeadReason,
 		sourceKey: m.SourceKey,
@@ -89,10 +89,10 @@ func itemFromMeta(m store.ItemMeta, now int64) *item {
 		// deadline, even if that deadline has passed (the lifecycle then
 		// ends it as an expired lease, counting the attempt).
 		it.state = stateLeased
-		it.deadline = nanos(m.LeaseDeadline)
-	case !m.EnqueueAt.IsZero() && nanos(m.EnqueueAt) > now:
+		it.deadline = Nanos(m.LeaseDeadline)
+	case !m.EnqueueAt.IsZero() && Nanos(m.EnqueueAt) > now:
 		it.state = stateScheduled
-		it.deadline = nanos(m.EnqueueAt)
+		it.deadline = Nanos(m.EnqueueAt)
 	default:
 		it.state = stateReady
 	}
