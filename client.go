@@ -154,9 +154,23 @@ func (c *Client) QueueComplete(ctx context.Context, req *pb.QueueCompleteRequest
 }
 
 // QueueRetry ends leases without completion: requeue, schedule (retry_at),
-// release (attempt not counted) or dead-letter (dead).
-func (c *Client) QueueRetry(ctx context.Context, req *pb.QueueRetryRequest) error {
-	return c.do(ctx, "/v1/queue.retry", req, &pb.QueueRetryResponse{})
+// release (attempt not counted) or dead-letter (dead). The reply's Outcomes
+// (a Styx extension; empty from Querator) say what became of each item, in
+// request order. A retry that dead-letters items returns once they are in
+// the dead-letter queue.
+func (c *Client) QueueRetry(ctx context.Context, req *pb.QueueRetryRequest) (*pb.QueueRetryResponse, error) {
+	out := &pb.QueueRetryResponse{}
+	return out, c.do(ctx, "/v1/queue.retry", req, out)
+}
+
+// QueueRenew extends live leases of one partition to now + req.LeaseTimeout
+// (the queue's lease_timeout when empty) and returns each item's new lease
+// deadline (a Styx extension). Ids that are not leased, or whose lease has
+// already expired, fail the whole call with CodeBadRequest naming them; no
+// lease is changed then.
+func (c *Client) QueueRenew(ctx context.Context, req *pb.QueueRenewRequest) (*pb.QueueRenewResponse, error) {
+	out := &pb.QueueRenewResponse{}
+	return out, c.do(ctx, "/v1/queue.renew", req, out)
 }
 
 // QueueStats describes a queue's partitions.

@@ -112,16 +112,16 @@ func TestBadInput(t *testing.T) {
 				return err
 			}, 400, []string{"partition", "3"}},
 			{"RetryReleaseWithDead", func() error {
-				return s.C.QueueRetry(ctx, &pb.QueueRetryRequest{QueueName: "bad", Items: []*pb.QueueRetryItem{{Id: leased.Items[0].Id, Dead: true, Release: true}}})
+				return retryErr(s.C.QueueRetry(ctx, &pb.QueueRetryRequest{QueueName: "bad", Items: []*pb.QueueRetryItem{{Id: leased.Items[0].Id, Dead: true, Release: true}}}))
 			}, 400, []string{"release and dead"}},
 			{"RetryAtFarInThePast", func() error {
-				return s.C.QueueRetry(ctx, &pb.QueueRetryRequest{QueueName: "bad", Items: []*pb.QueueRetryItem{{Id: leased.Items[0].Id, RetryAt: at(time.Now().Add(-48 * time.Hour))}}})
+				return retryErr(s.C.QueueRetry(ctx, &pb.QueueRetryRequest{QueueName: "bad", Items: []*pb.QueueRetryItem{{Id: leased.Items[0].Id, RetryAt: at(time.Now().Add(-48 * time.Hour))}}}))
 			}, 400, []string{"retry_at", "in the past"}},
 			{"RetryErrorTooLong", func() error {
-				return s.C.QueueRetry(ctx, &pb.QueueRetryRequest{QueueName: "bad", Items: []*pb.QueueRetryItem{{Id: leased.Items[0].Id, Error: strings.Repeat("e", 4097)}}})
+				return retryErr(s.C.QueueRetry(ctx, &pb.QueueRetryRequest{QueueName: "bad", Items: []*pb.QueueRetryItem{{Id: leased.Items[0].Id, Error: strings.Repeat("e", 4097)}}}))
 			}, 400, []string{"error", "4097", "4096"}},
 			{"RetryNotLeased", func() error {
-				return s.C.QueueRetry(ctx, &pb.QueueRetryRequest{QueueName: "bad", Items: []*pb.QueueRetryItem{{Id: leased.Items[0].Id}, {Id: before[1].Id}}})
+				return retryErr(s.C.QueueRetry(ctx, &pb.QueueRetryRequest{QueueName: "bad", Items: []*pb.QueueRetryItem{{Id: leased.Items[0].Id}, {Id: before[1].Id}}}))
 			}, 400, []string{before[1].Id, "not leased"}},
 			{"ListLimitTooBig", func() error {
 				_, err := s.C.StorageItemsList(ctx, &pb.StorageItemsListRequest{QueueName: "bad", Limit: 1001})

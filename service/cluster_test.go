@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"math/rand/v2"
 	"slices"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -28,6 +29,14 @@ func cluster(t *testing.T, n int) []*server {
 	for i := range nodes {
 		nodes[i] = start(t, b)
 	}
+	// Lock order (pgqueue): nodes never deadlock on each other's rows.
+	t.Cleanup(func() {
+		for i, n := range nodes {
+			if logs := n.Logs.String(); strings.Contains(logs, "deadlock") || strings.Contains(logs, "40P01") {
+				t.Errorf("node %d logged a deadlock:\n%s", i, logs)
+			}
+		}
+	})
 	return nodes
 }
 

@@ -322,7 +322,7 @@ func TestSlowDLQDoesNotStallSource(t *testing.T) {
 		poison := s.lease("sl", 1).Items[0]
 		retried := make(chan error, 1)
 		go func() {
-			retried <- s.C.QueueRetry(ctx, &pb.QueueRetryRequest{QueueName: "sl", Items: []*pb.QueueRetryItem{{Id: poison.Id, Dead: true}}})
+			retried <- retryErr(s.C.QueueRetry(ctx, &pb.QueueRetryRequest{QueueName: "sl", Items: []*pb.QueueRetryItem{{Id: poison.Id, Dead: true}}}))
 		}()
 		<-held
 		// The source serves other requests while its DLQ is stuck.

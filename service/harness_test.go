@@ -218,10 +218,16 @@ func (s *server) leaseNone(queue string) {
 	require.Equal(s.t, styx.CodeRetry, styx.ErrorCode(err), err.Error())
 }
 
-func (s *server) retry(queue string, partition int32, items ...*pb.QueueRetryItem) {
+// retry retries items and returns what became of each.
+func (s *server) retry(queue string, partition int32, items ...*pb.QueueRetryItem) []*pb.QueueRetryOutcome {
 	s.t.Helper()
-	require.NoError(s.t, s.C.QueueRetry(ctx, &pb.QueueRetryRequest{QueueName: queue, Partition: partition, Items: items}))
+	res, err := s.C.QueueRetry(ctx, &pb.QueueRetryRequest{QueueName: queue, Partition: partition, Items: items})
+	require.NoError(s.t, err)
+	return res.Outcomes
 }
+
+// retryErr is the error of a QueueRetry call.
+func retryErr(_ *pb.QueueRetryResponse, err error) error { return err }
 
 func (s *server) complete(queue string, partition int32, ids ...string) {
 	s.t.Helper()

@@ -67,11 +67,11 @@ func TestNothingLostNothingDoubled(t *testing.T) {
 								mu.Unlock()
 							}
 						case r < 7:
-							err = cl.QueueRetry(ctx, &pb.QueueRetryRequest{QueueName: "inv", Partition: res.Partition, Items: []*pb.QueueRetryItem{{Id: it.Id, Error: "flaky"}}})
+							_, err = cl.QueueRetry(ctx, &pb.QueueRetryRequest{QueueName: "inv", Partition: res.Partition, Items: []*pb.QueueRetryItem{{Id: it.Id, Error: "flaky"}}})
 						case r < 8:
-							err = cl.QueueRetry(ctx, &pb.QueueRetryRequest{QueueName: "inv", Partition: res.Partition, Items: []*pb.QueueRetryItem{{Id: it.Id, Dead: true}}})
+							_, err = cl.QueueRetry(ctx, &pb.QueueRetryRequest{QueueName: "inv", Partition: res.Partition, Items: []*pb.QueueRetryItem{{Id: it.Id, Dead: true}}})
 						case r < 9:
-							err = cl.QueueRetry(ctx, &pb.QueueRetryRequest{QueueName: "inv", Partition: res.Partition, Items: []*pb.QueueRetryItem{{Id: it.Id, Release: true}}})
+							_, err = cl.QueueRetry(ctx, &pb.QueueRetryRequest{QueueName: "inv", Partition: res.Partition, Items: []*pb.QueueRetryItem{{Id: it.Id, Release: true}}})
 						default:
 							// abandoned: the lease expires and counts as an attempt
 						}

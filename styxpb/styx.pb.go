@@ -724,10 +724,12 @@ func (x *QueueRetryItem) GetRelease() bool {
 }
 
 type QueueRetryResponse struct {
-	state         protoimpl.MessageState `protogen:"open.v1"`
-	Code          int32                  `protobuf:"varint,1,opt,name=code,proto3" json:"code,omitempty"`
-	CodeText      string                 `protobuf:"bytes,2,opt,name=codeText,json=code_text,proto3" json:"codeText,omitempty"`
-	Message       string                 `protobuf:"bytes,3,opt,name=message,proto3" json:"message,omitempty"`
+	state    protoimpl.MessageState `protogen:"open.v1"`
+	Code     int32                  `protobuf:"varint,1,opt,name=code,proto3" json:"code,omitempty"`
+	CodeText string                 `protobuf:"bytes,2,opt,name=codeText,json=code_text,proto3" json:"codeText,omitempty"`
+	Message  string                 `protobuf:"bytes,3,opt,name=message,proto3" json:"message,omitempty"`
+	// Styx: what became of each item, in request order.
+	Outcomes      []*QueueRetryOutcome `protobuf:"bytes,100,rep,name=outcomes,proto3" json:"outcomes,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -783,6 +785,287 @@ func (x *QueueRetryResponse) GetMessage() string {
 	return ""
 }
 
+func (x *QueueRetryResponse) GetOutcomes() []*QueueRetryOutcome {
+	if x != nil {
+		return x.Outcomes
+	}
+	return nil
+}
+
+// Styx: what a retry did with one item.
+type QueueRetryOutcome struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// The item's id in the request.
+	Id string `protobuf:"bytes,1,opt,name=id,proto3" json:"id,omitempty"`
+	// One of "requeued" (ready again, at the tail), "scheduled" (ready at
+	// retry_at), "released" (ready again, the attempt not counted),
+	// "dead_lettered" (moved to dead_queue) or "dropped" (dead, and the queue
+	// has no dead_queue: the item is gone).
+	Outcome string `protobuf:"bytes,2,opt,name=outcome,proto3" json:"outcome,omitempty"`
+	// For dead_lettered and dropped: why the item died, "max_attempts",
+	// "expired" or "explicit".
+	Reason string `protobuf:"bytes,3,opt,name=reason,proto3" json:"reason,omitempty"`
+	// For dead_lettered: the dead-letter queue that holds the item now.
+	DeadQueue string `protobuf:"bytes,4,opt,name=deadQueue,json=dead_queue,proto3" json:"deadQueue,omitempty"`
+	// The item's attempts so far (a released attempt is not counted).
+	Attempts int32 `protobuf:"varint,5,opt,name=attempts,proto3" json:"attempts,omitempty"`
+	// For requeued, released and scheduled: the item's new id (an item gets
+	// a new id each time it goes back to the queue).
+	NewId string `protobuf:"bytes,6,opt,name=newId,json=new_id,proto3" json:"newId,omitempty"`
+	// For scheduled: when the item becomes ready.
+	RetryAt       *timestamppb.Timestamp `protobuf:"bytes,7,opt,name=retryAt,json=retry_at,proto3" json:"retryAt,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *QueueRetryOutcome) Reset() {
+	*x = QueueRetryOutcome{}
+	mi := &file_styx_v1_styx_proto_msgTypes[11]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *QueueRetryOutcome) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*QueueRetryOutcome) ProtoMessage() {}
+
+func (x *QueueRetryOutcome) ProtoReflect() protoreflect.Message {
+	mi := &file_styx_v1_styx_proto_msgTypes[11]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use QueueRetryOutcome.ProtoReflect.Descriptor instead.
+func (*QueueRetryOutcome) Descriptor() ([]byte, []int) {
+	return file_styx_v1_styx_proto_rawDescGZIP(), []int{11}
+}
+
+func (x *QueueRetryOutcome) GetId() string {
+	if x != nil {
+		return x.Id
+	}
+	return ""
+}
+
+func (x *QueueRetryOutcome) GetOutcome() string {
+	if x != nil {
+		return x.Outcome
+	}
+	return ""
+}
+
+func (x *QueueRetryOutcome) GetReason() string {
+	if x != nil {
+		return x.Reason
+	}
+	return ""
+}
+
+func (x *QueueRetryOutcome) GetDeadQueue() string {
+	if x != nil {
+		return x.DeadQueue
+	}
+	return ""
+}
+
+func (x *QueueRetryOutcome) GetAttempts() int32 {
+	if x != nil {
+		return x.Attempts
+	}
+	return 0
+}
+
+func (x *QueueRetryOutcome) GetNewId() string {
+	if x != nil {
+		return x.NewId
+	}
+	return ""
+}
+
+func (x *QueueRetryOutcome) GetRetryAt() *timestamppb.Timestamp {
+	if x != nil {
+		return x.RetryAt
+	}
+	return nil
+}
+
+// Styx: queue.renew extends live leases (a consumer that needs longer than
+// the queue's lease_timeout renews before the deadline).
+type QueueRenewRequest struct {
+	state     protoimpl.MessageState `protogen:"open.v1"`
+	QueueName string                 `protobuf:"bytes,1,opt,name=queueName,json=queue_name,proto3" json:"queueName,omitempty"`
+	Partition int32                  `protobuf:"varint,2,opt,name=partition,proto3" json:"partition,omitempty"`
+	Ids       []string               `protobuf:"bytes,3,rep,name=ids,proto3" json:"ids,omitempty"`
+	// The new lease lasts this long from now (a Go duration, "30s"); empty
+	// means the queue's lease_timeout.
+	LeaseTimeout  string `protobuf:"bytes,4,opt,name=leaseTimeout,json=lease_timeout,proto3" json:"leaseTimeout,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *QueueRenewRequest) Reset() {
+	*x = QueueRenewRequest{}
+	mi := &file_styx_v1_styx_proto_msgTypes[12]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *QueueRenewRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*QueueRenewRequest) ProtoMessage() {}
+
+func (x *QueueRenewRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_styx_v1_styx_proto_msgTypes[12]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use QueueRenewRequest.ProtoReflect.Descriptor instead.
+func (*QueueRenewRequest) Descriptor() ([]byte, []int) {
+	return file_styx_v1_styx_proto_rawDescGZIP(), []int{12}
+}
+
+func (x *QueueRenewRequest) GetQueueName() string {
+	if x != nil {
+		return x.QueueName
+	}
+	return ""
+}
+
+func (x *QueueRenewRequest) GetPartition() int32 {
+	if x != nil {
+		return x.Partition
+	}
+	return 0
+}
+
+func (x *QueueRenewRequest) GetIds() []string {
+	if x != nil {
+		return x.Ids
+	}
+	return nil
+}
+
+func (x *QueueRenewRequest) GetLeaseTimeout() string {
+	if x != nil {
+		return x.LeaseTimeout
+	}
+	return ""
+}
+
+type QueueRenewResponse struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// Each item's new lease deadline, in request order.
+	Items         []*QueueRenewItem `protobuf:"bytes,1,rep,name=items,proto3" json:"items,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *QueueRenewResponse) Reset() {
+	*x = QueueRenewResponse{}
+	mi := &file_styx_v1_styx_proto_msgTypes[13]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *QueueRenewResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*QueueRenewResponse) ProtoMessage() {}
+
+func (x *QueueRenewResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_styx_v1_styx_proto_msgTypes[13]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use QueueRenewResponse.ProtoReflect.Descriptor instead.
+func (*QueueRenewResponse) Descriptor() ([]byte, []int) {
+	return file_styx_v1_styx_proto_rawDescGZIP(), []int{13}
+}
+
+func (x *QueueRenewResponse) GetItems() []*QueueRenewItem {
+	if x != nil {
+		return x.Items
+	}
+	return nil
+}
+
+type QueueRenewItem struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Id            string                 `protobuf:"bytes,1,opt,name=id,proto3" json:"id,omitempty"`
+	LeaseDeadline *timestamppb.Timestamp `protobuf:"bytes,2,opt,name=leaseDeadline,json=lease_deadline,proto3" json:"leaseDeadline,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *QueueRenewItem) Reset() {
+	*x = QueueRenewItem{}
+	mi := &file_styx_v1_styx_proto_msgTypes[14]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *QueueRenewItem) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*QueueRenewItem) ProtoMessage() {}
+
+func (x *QueueRenewItem) ProtoReflect() protoreflect.Message {
+	mi := &file_styx_v1_styx_proto_msgTypes[14]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use QueueRenewItem.ProtoReflect.Descriptor instead.
+func (*QueueRenewItem) Descriptor() ([]byte, []int) {
+	return file_styx_v1_styx_proto_rawDescGZIP(), []int{14}
+}
+
+func (x *QueueRenewItem) GetId() string {
+	if x != nil {
+		return x.Id
+	}
+	return ""
+}
+
+func (x *QueueRenewItem) GetLeaseDeadline() *timestamppb.Timestamp {
+	if x != nil {
+		return x.LeaseDeadline
+	}
+	return nil
+}
+
 type QueueInfo struct {
 	state               protoimpl.MessageState `protogen:"open.v1"`
 	QueueName           string                 `protobuf:"bytes,1,opt,name=queueName,json=queue_name,proto3" json:"queueName,omitempty"`
@@ -802,7 +1085,7 @@ type QueueInfo struct {
 
 func (x *QueueInfo) Reset() {
 	*x = QueueInfo{}
-	mi := &file_styx_v1_styx_proto_msgTypes[11]
+	mi := &file_styx_v1_styx_proto_msgTypes[15]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -814,7 +1097,7 @@ func (x *QueueInfo) String() string {
 func (*QueueInfo) ProtoMessage() {}
 
 func (x *QueueInfo) ProtoReflect() protoreflect.Message {
-	mi := &file_styx_v1_styx_proto_msgTypes[11]
+	mi := &file_styx_v1_styx_proto_msgTypes[15]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -827,7 +1110,7 @@ func (x *QueueInfo) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use QueueInfo.ProtoReflect.Descriptor instead.
 func (*QueueInfo) Descriptor() ([]byte, []int) {
-	return file_styx_v1_styx_proto_rawDescGZIP(), []int{11}
+	return file_styx_v1_styx_proto_rawDescGZIP(), []int{15}
 }
 
 func (x *QueueInfo) GetQueueName() string {
@@ -916,7 +1199,7 @@ type PartitionInfo struct {
 
 func (x *PartitionInfo) Reset() {
 	*x = PartitionInfo{}
-	mi := &file_styx_v1_styx_proto_msgTypes[12]
+	mi := &file_styx_v1_styx_proto_msgTypes[16]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -928,7 +1211,7 @@ func (x *PartitionInfo) String() string {
 func (*PartitionInfo) ProtoMessage() {}
 
 func (x *PartitionInfo) ProtoReflect() protoreflect.Message {
-	mi := &file_styx_v1_styx_proto_msgTypes[12]
+	mi := &file_styx_v1_styx_proto_msgTypes[16]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -941,7 +1224,7 @@ func (x *PartitionInfo) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use PartitionInfo.ProtoReflect.Descriptor instead.
 func (*PartitionInfo) Descriptor() ([]byte, []int) {
-	return file_styx_v1_styx_proto_rawDescGZIP(), []int{12}
+	return file_styx_v1_styx_proto_rawDescGZIP(), []int{16}
 }
 
 func (x *PartitionInfo) GetPartition() int32 {
@@ -963,7 +1246,7 @@ type QueueClearRequest struct {
 
 func (x *QueueClearRequest) Reset() {
 	*x = QueueClearRequest{}
-	mi := &file_styx_v1_styx_proto_msgTypes[13]
+	mi := &file_styx_v1_styx_proto_msgTypes[17]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -975,7 +1258,7 @@ func (x *QueueClearRequest) String() string {
 func (*QueueClearRequest) ProtoMessage() {}
 
 func (x *QueueClearRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_styx_v1_styx_proto_msgTypes[13]
+	mi := &file_styx_v1_styx_proto_msgTypes[17]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -988,7 +1271,7 @@ func (x *QueueClearRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use QueueClearRequest.ProtoReflect.Descriptor instead.
 func (*QueueClearRequest) Descriptor() ([]byte, []int) {
-	return file_styx_v1_styx_proto_rawDescGZIP(), []int{13}
+	return file_styx_v1_styx_proto_rawDescGZIP(), []int{17}
 }
 
 func (x *QueueClearRequest) GetQueueName() string {
@@ -1028,7 +1311,7 @@ type QueueReloadRequest struct {
 
 func (x *QueueReloadRequest) Reset() {
 	*x = QueueReloadRequest{}
-	mi := &file_styx_v1_styx_proto_msgTypes[14]
+	mi := &file_styx_v1_styx_proto_msgTypes[18]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1040,7 +1323,7 @@ func (x *QueueReloadRequest) String() string {
 func (*QueueReloadRequest) ProtoMessage() {}
 
 func (x *QueueReloadRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_styx_v1_styx_proto_msgTypes[14]
+	mi := &file_styx_v1_styx_proto_msgTypes[18]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1053,7 +1336,7 @@ func (x *QueueReloadRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use QueueReloadRequest.ProtoReflect.Descriptor instead.
 func (*QueueReloadRequest) Descriptor() ([]byte, []int) {
-	return file_styx_v1_styx_proto_rawDescGZIP(), []int{14}
+	return file_styx_v1_styx_proto_rawDescGZIP(), []int{18}
 }
 
 func (x *QueueReloadRequest) GetQueueName() string {
@@ -1074,7 +1357,7 @@ type QueueReloadResponse struct {
 
 func (x *QueueReloadResponse) Reset() {
 	*x = QueueReloadResponse{}
-	mi := &file_styx_v1_styx_proto_msgTypes[15]
+	mi := &file_styx_v1_styx_proto_msgTypes[19]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1086,7 +1369,7 @@ func (x *QueueReloadResponse) String() string {
 func (*QueueReloadResponse) ProtoMessage() {}
 
 func (x *QueueReloadResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_styx_v1_styx_proto_msgTypes[15]
+	mi := &file_styx_v1_styx_proto_msgTypes[19]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1099,7 +1382,7 @@ func (x *QueueReloadResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use QueueReloadResponse.ProtoReflect.Descriptor instead.
 func (*QueueReloadResponse) Descriptor() ([]byte, []int) {
-	return file_styx_v1_styx_proto_rawDescGZIP(), []int{15}
+	return file_styx_v1_styx_proto_rawDescGZIP(), []int{19}
 }
 
 func (x *QueueReloadResponse) GetCode() int32 {
@@ -1132,7 +1415,7 @@ type QueueStatsRequest struct {
 
 func (x *QueueStatsRequest) Reset() {
 	*x = QueueStatsRequest{}
-	mi := &file_styx_v1_styx_proto_msgTypes[16]
+	mi := &file_styx_v1_styx_proto_msgTypes[20]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1144,7 +1427,7 @@ func (x *QueueStatsRequest) String() string {
 func (*QueueStatsRequest) ProtoMessage() {}
 
 func (x *QueueStatsRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_styx_v1_styx_proto_msgTypes[16]
+	mi := &file_styx_v1_styx_proto_msgTypes[20]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1157,7 +1440,7 @@ func (x *QueueStatsRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use QueueStatsRequest.ProtoReflect.Descriptor instead.
 func (*QueueStatsRequest) Descriptor() ([]byte, []int) {
-	return file_styx_v1_styx_proto_rawDescGZIP(), []int{16}
+	return file_styx_v1_styx_proto_rawDescGZIP(), []int{20}
 }
 
 func (x *QueueStatsRequest) GetQueueName() string {
@@ -1181,7 +1464,7 @@ type QueueStatsResponse struct {
 
 func (x *QueueStatsResponse) Reset() {
 	*x = QueueStatsResponse{}
-	mi := &file_styx_v1_styx_proto_msgTypes[17]
+	mi := &file_styx_v1_styx_proto_msgTypes[21]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1193,7 +1476,7 @@ func (x *QueueStatsResponse) String() string {
 func (*QueueStatsResponse) ProtoMessage() {}
 
 func (x *QueueStatsResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_styx_v1_styx_proto_msgTypes[17]
+	mi := &file_styx_v1_styx_proto_msgTypes[21]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1206,7 +1489,7 @@ func (x *QueueStatsResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use QueueStatsResponse.ProtoReflect.Descriptor instead.
 func (*QueueStatsResponse) Descriptor() ([]byte, []int) {
-	return file_styx_v1_styx_proto_rawDescGZIP(), []int{17}
+	return file_styx_v1_styx_proto_rawDescGZIP(), []int{21}
 }
 
 func (x *QueueStatsResponse) GetQueueName() string {
@@ -1250,7 +1533,7 @@ type QueueLogicalStats struct {
 
 func (x *QueueLogicalStats) Reset() {
 	*x = QueueLogicalStats{}
-	mi := &file_styx_v1_styx_proto_msgTypes[18]
+	mi := &file_styx_v1_styx_proto_msgTypes[22]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1262,7 +1545,7 @@ func (x *QueueLogicalStats) String() string {
 func (*QueueLogicalStats) ProtoMessage() {}
 
 func (x *QueueLogicalStats) ProtoReflect() protoreflect.Message {
-	mi := &file_styx_v1_styx_proto_msgTypes[18]
+	mi := &file_styx_v1_styx_proto_msgTypes[22]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1275,7 +1558,7 @@ func (x *QueueLogicalStats) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use QueueLogicalStats.ProtoReflect.Descriptor instead.
 func (*QueueLogicalStats) Descriptor() ([]byte, []int) {
-	return file_styx_v1_styx_proto_rawDescGZIP(), []int{18}
+	return file_styx_v1_styx_proto_rawDescGZIP(), []int{22}
 }
 
 func (x *QueueLogicalStats) GetProduceWaiting() int32 {
@@ -1328,7 +1611,7 @@ type QueuePartitionStats struct {
 
 func (x *QueuePartitionStats) Reset() {
 	*x = QueuePartitionStats{}
-	mi := &file_styx_v1_styx_proto_msgTypes[19]
+	mi := &file_styx_v1_styx_proto_msgTypes[23]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1340,7 +1623,7 @@ func (x *QueuePartitionStats) String() string {
 func (*QueuePartitionStats) ProtoMessage() {}
 
 func (x *QueuePartitionStats) ProtoReflect() protoreflect.Message {
-	mi := &file_styx_v1_styx_proto_msgTypes[19]
+	mi := &file_styx_v1_styx_proto_msgTypes[23]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1353,7 +1636,7 @@ func (x *QueuePartitionStats) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use QueuePartitionStats.ProtoReflect.Descriptor instead.
 func (*QueuePartitionStats) Descriptor() ([]byte, []int) {
-	return file_styx_v1_styx_proto_rawDescGZIP(), []int{19}
+	return file_styx_v1_styx_proto_rawDescGZIP(), []int{23}
 }
 
 func (x *QueuePartitionStats) GetPartition() int32 {
@@ -1414,7 +1697,7 @@ type QueuesInfoRequest struct {
 
 func (x *QueuesInfoRequest) Reset() {
 	*x = QueuesInfoRequest{}
-	mi := &file_styx_v1_styx_proto_msgTypes[20]
+	mi := &file_styx_v1_styx_proto_msgTypes[24]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1426,7 +1709,7 @@ func (x *QueuesInfoRequest) String() string {
 func (*QueuesInfoRequest) ProtoMessage() {}
 
 func (x *QueuesInfoRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_styx_v1_styx_proto_msgTypes[20]
+	mi := &file_styx_v1_styx_proto_msgTypes[24]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1439,7 +1722,7 @@ func (x *QueuesInfoRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use QueuesInfoRequest.ProtoReflect.Descriptor instead.
 func (*QueuesInfoRequest) Descriptor() ([]byte, []int) {
-	return file_styx_v1_styx_proto_rawDescGZIP(), []int{20}
+	return file_styx_v1_styx_proto_rawDescGZIP(), []int{24}
 }
 
 func (x *QueuesInfoRequest) GetQueueName() string {
@@ -1460,7 +1743,7 @@ type QueuesListRequest struct {
 
 func (x *QueuesListRequest) Reset() {
 	*x = QueuesListRequest{}
-	mi := &file_styx_v1_styx_proto_msgTypes[21]
+	mi := &file_styx_v1_styx_proto_msgTypes[25]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1472,7 +1755,7 @@ func (x *QueuesListRequest) String() string {
 func (*QueuesListRequest) ProtoMessage() {}
 
 func (x *QueuesListRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_styx_v1_styx_proto_msgTypes[21]
+	mi := &file_styx_v1_styx_proto_msgTypes[25]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1485,7 +1768,7 @@ func (x *QueuesListRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use QueuesListRequest.ProtoReflect.Descriptor instead.
 func (*QueuesListRequest) Descriptor() ([]byte, []int) {
-	return file_styx_v1_styx_proto_rawDescGZIP(), []int{21}
+	return file_styx_v1_styx_proto_rawDescGZIP(), []int{25}
 }
 
 func (x *QueuesListRequest) GetPivot() string {
@@ -1518,7 +1801,7 @@ type QueuesListResponse struct {
 
 func (x *QueuesListResponse) Reset() {
 	*x = QueuesListResponse{}
-	mi := &file_styx_v1_styx_proto_msgTypes[22]
+	mi := &file_styx_v1_styx_proto_msgTypes[26]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1530,7 +1813,7 @@ func (x *QueuesListResponse) String() string {
 func (*QueuesListResponse) ProtoMessage() {}
 
 func (x *QueuesListResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_styx_v1_styx_proto_msgTypes[22]
+	mi := &file_styx_v1_styx_proto_msgTypes[26]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1543,7 +1826,7 @@ func (x *QueuesListResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use QueuesListResponse.ProtoReflect.Descriptor instead.
 func (*QueuesListResponse) Descriptor() ([]byte, []int) {
-	return file_styx_v1_styx_proto_rawDescGZIP(), []int{22}
+	return file_styx_v1_styx_proto_rawDescGZIP(), []int{26}
 }
 
 func (x *QueuesListResponse) GetItems() []*QueueInfo {
@@ -1563,7 +1846,7 @@ type QueuesDeleteRequest struct {
 
 func (x *QueuesDeleteRequest) Reset() {
 	*x = QueuesDeleteRequest{}
-	mi := &file_styx_v1_styx_proto_msgTypes[23]
+	mi := &file_styx_v1_styx_proto_msgTypes[27]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1575,7 +1858,7 @@ func (x *QueuesDeleteRequest) String() string {
 func (*QueuesDeleteRequest) ProtoMessage() {}
 
 func (x *QueuesDeleteRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_styx_v1_styx_proto_msgTypes[23]
+	mi := &file_styx_v1_styx_proto_msgTypes[27]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1588,7 +1871,7 @@ func (x *QueuesDeleteRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use QueuesDeleteRequest.ProtoReflect.Descriptor instead.
 func (*QueuesDeleteRequest) Descriptor() ([]byte, []int) {
-	return file_styx_v1_styx_proto_rawDescGZIP(), []int{23}
+	return file_styx_v1_styx_proto_rawDescGZIP(), []int{27}
 }
 
 func (x *QueuesDeleteRequest) GetQueueName() string {
@@ -1617,7 +1900,7 @@ type StorageItemsListRequest struct {
 
 func (x *StorageItemsListRequest) Reset() {
 	*x = StorageItemsListRequest{}
-	mi := &file_styx_v1_styx_proto_msgTypes[24]
+	mi := &file_styx_v1_styx_proto_msgTypes[28]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1629,7 +1912,7 @@ func (x *StorageItemsListRequest) String() string {
 func (*StorageItemsListRequest) ProtoMessage() {}
 
 func (x *StorageItemsListRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_styx_v1_styx_proto_msgTypes[24]
+	mi := &file_styx_v1_styx_proto_msgTypes[28]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1642,7 +1925,7 @@ func (x *StorageItemsListRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use StorageItemsListRequest.ProtoReflect.Descriptor instead.
 func (*StorageItemsListRequest) Descriptor() ([]byte, []int) {
-	return file_styx_v1_styx_proto_rawDescGZIP(), []int{24}
+	return file_styx_v1_styx_proto_rawDescGZIP(), []int{28}
 }
 
 func (x *StorageItemsListRequest) GetQueueName() string {
@@ -1682,7 +1965,7 @@ type StorageItemsListResponse struct {
 
 func (x *StorageItemsListResponse) Reset() {
 	*x = StorageItemsListResponse{}
-	mi := &file_styx_v1_styx_proto_msgTypes[25]
+	mi := &file_styx_v1_styx_proto_msgTypes[29]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1694,7 +1977,7 @@ func (x *StorageItemsListResponse) String() string {
 func (*StorageItemsListResponse) ProtoMessage() {}
 
 func (x *StorageItemsListResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_styx_v1_styx_proto_msgTypes[25]
+	mi := &file_styx_v1_styx_proto_msgTypes[29]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1707,7 +1990,7 @@ func (x *StorageItemsListResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use StorageItemsListResponse.ProtoReflect.Descriptor instead.
 func (*StorageItemsListResponse) Descriptor() ([]byte, []int) {
-	return file_styx_v1_styx_proto_rawDescGZIP(), []int{25}
+	return file_styx_v1_styx_proto_rawDescGZIP(), []int{29}
 }
 
 func (x *StorageItemsListResponse) GetItems() []*StorageItem {
@@ -1728,7 +2011,7 @@ type StorageItemsImportRequest struct {
 
 func (x *StorageItemsImportRequest) Reset() {
 	*x = StorageItemsImportRequest{}
-	mi := &file_styx_v1_styx_proto_msgTypes[26]
+	mi := &file_styx_v1_styx_proto_msgTypes[30]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1740,7 +2023,7 @@ func (x *StorageItemsImportRequest) String() string {
 func (*StorageItemsImportRequest) ProtoMessage() {}
 
 func (x *StorageItemsImportRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_styx_v1_styx_proto_msgTypes[26]
+	mi := &file_styx_v1_styx_proto_msgTypes[30]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1753,7 +2036,7 @@ func (x *StorageItemsImportRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use StorageItemsImportRequest.ProtoReflect.Descriptor instead.
 func (*StorageItemsImportRequest) Descriptor() ([]byte, []int) {
-	return file_styx_v1_styx_proto_rawDescGZIP(), []int{26}
+	return file_styx_v1_styx_proto_rawDescGZIP(), []int{30}
 }
 
 func (x *StorageItemsImportRequest) GetQueueName() string {
@@ -1786,7 +2069,7 @@ type StorageItemsImportResponse struct {
 
 func (x *StorageItemsImportResponse) Reset() {
 	*x = StorageItemsImportResponse{}
-	mi := &file_styx_v1_styx_proto_msgTypes[27]
+	mi := &file_styx_v1_styx_proto_msgTypes[31]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1798,7 +2081,7 @@ func (x *StorageItemsImportResponse) String() string {
 func (*StorageItemsImportResponse) ProtoMessage() {}
 
 func (x *StorageItemsImportResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_styx_v1_styx_proto_msgTypes[27]
+	mi := &file_styx_v1_styx_proto_msgTypes[31]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1811,7 +2094,7 @@ func (x *StorageItemsImportResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use StorageItemsImportResponse.ProtoReflect.Descriptor instead.
 func (*StorageItemsImportResponse) Descriptor() ([]byte, []int) {
-	return file_styx_v1_styx_proto_rawDescGZIP(), []int{27}
+	return file_styx_v1_styx_proto_rawDescGZIP(), []int{31}
 }
 
 func (x *StorageItemsImportResponse) GetItems() []*StorageItem {
@@ -1832,7 +2115,7 @@ type StorageItemsDeleteRequest struct {
 
 func (x *StorageItemsDeleteRequest) Reset() {
 	*x = StorageItemsDeleteRequest{}
-	mi := &file_styx_v1_styx_proto_msgTypes[28]
+	mi := &file_styx_v1_styx_proto_msgTypes[32]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1844,7 +2127,7 @@ func (x *StorageItemsDeleteRequest) String() string {
 func (*StorageItemsDeleteRequest) ProtoMessage() {}
 
 func (x *StorageItemsDeleteRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_styx_v1_styx_proto_msgTypes[28]
+	mi := &file_styx_v1_styx_proto_msgTypes[32]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1857,7 +2140,7 @@ func (x *StorageItemsDeleteRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use StorageItemsDeleteRequest.ProtoReflect.Descriptor instead.
 func (*StorageItemsDeleteRequest) Descriptor() ([]byte, []int) {
-	return file_styx_v1_styx_proto_rawDescGZIP(), []int{28}
+	return file_styx_v1_styx_proto_rawDescGZIP(), []int{32}
 }
 
 func (x *StorageItemsDeleteRequest) GetQueueName() string {
@@ -1913,7 +2196,7 @@ type StorageItem struct {
 
 func (x *StorageItem) Reset() {
 	*x = StorageItem{}
-	mi := &file_styx_v1_styx_proto_msgTypes[29]
+	mi := &file_styx_v1_styx_proto_msgTypes[33]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1925,7 +2208,7 @@ func (x *StorageItem) String() string {
 func (*StorageItem) ProtoMessage() {}
 
 func (x *StorageItem) ProtoReflect() protoreflect.Message {
-	mi := &file_styx_v1_styx_proto_msgTypes[29]
+	mi := &file_styx_v1_styx_proto_msgTypes[33]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1938,7 +2221,7 @@ func (x *StorageItem) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use StorageItem.ProtoReflect.Descriptor instead.
 func (*StorageItem) Descriptor() ([]byte, []int) {
-	return file_styx_v1_styx_proto_rawDescGZIP(), []int{29}
+	return file_styx_v1_styx_proto_rawDescGZIP(), []int{33}
 }
 
 func (x *StorageItem) GetId() string {
@@ -2100,7 +2383,7 @@ type AttemptError struct {
 
 func (x *AttemptError) Reset() {
 	*x = AttemptError{}
-	mi := &file_styx_v1_styx_proto_msgTypes[30]
+	mi := &file_styx_v1_styx_proto_msgTypes[34]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2112,7 +2395,7 @@ func (x *AttemptError) String() string {
 func (*AttemptError) ProtoMessage() {}
 
 func (x *AttemptError) ProtoReflect() protoreflect.Message {
-	mi := &file_styx_v1_styx_proto_msgTypes[30]
+	mi := &file_styx_v1_styx_proto_msgTypes[34]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2125,7 +2408,7 @@ func (x *AttemptError) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use AttemptError.ProtoReflect.Descriptor instead.
 func (*AttemptError) Descriptor() ([]byte, []int) {
-	return file_styx_v1_styx_proto_rawDescGZIP(), []int{30}
+	return file_styx_v1_styx_proto_rawDescGZIP(), []int{34}
 }
 
 func (x *AttemptError) GetAttempt() int32 {
@@ -2166,7 +2449,7 @@ type DeadFilter struct {
 
 func (x *DeadFilter) Reset() {
 	*x = DeadFilter{}
-	mi := &file_styx_v1_styx_proto_msgTypes[31]
+	mi := &file_styx_v1_styx_proto_msgTypes[35]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2178,7 +2461,7 @@ func (x *DeadFilter) String() string {
 func (*DeadFilter) ProtoMessage() {}
 
 func (x *DeadFilter) ProtoReflect() protoreflect.Message {
-	mi := &file_styx_v1_styx_proto_msgTypes[31]
+	mi := &file_styx_v1_styx_proto_msgTypes[35]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2191,7 +2474,7 @@ func (x *DeadFilter) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use DeadFilter.ProtoReflect.Descriptor instead.
 func (*DeadFilter) Descriptor() ([]byte, []int) {
-	return file_styx_v1_styx_proto_rawDescGZIP(), []int{31}
+	return file_styx_v1_styx_proto_rawDescGZIP(), []int{35}
 }
 
 func (x *DeadFilter) GetIds() []string {
@@ -2257,7 +2540,7 @@ type DeadListRequest struct {
 
 func (x *DeadListRequest) Reset() {
 	*x = DeadListRequest{}
-	mi := &file_styx_v1_styx_proto_msgTypes[32]
+	mi := &file_styx_v1_styx_proto_msgTypes[36]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2269,7 +2552,7 @@ func (x *DeadListRequest) String() string {
 func (*DeadListRequest) ProtoMessage() {}
 
 func (x *DeadListRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_styx_v1_styx_proto_msgTypes[32]
+	mi := &file_styx_v1_styx_proto_msgTypes[36]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2282,7 +2565,7 @@ func (x *DeadListRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use DeadListRequest.ProtoReflect.Descriptor instead.
 func (*DeadListRequest) Descriptor() ([]byte, []int) {
-	return file_styx_v1_styx_proto_rawDescGZIP(), []int{32}
+	return file_styx_v1_styx_proto_rawDescGZIP(), []int{36}
 }
 
 func (x *DeadListRequest) GetQueueName() string {
@@ -2330,7 +2613,7 @@ type DeadListResponse struct {
 
 func (x *DeadListResponse) Reset() {
 	*x = DeadListResponse{}
-	mi := &file_styx_v1_styx_proto_msgTypes[33]
+	mi := &file_styx_v1_styx_proto_msgTypes[37]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2342,7 +2625,7 @@ func (x *DeadListResponse) String() string {
 func (*DeadListResponse) ProtoMessage() {}
 
 func (x *DeadListResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_styx_v1_styx_proto_msgTypes[33]
+	mi := &file_styx_v1_styx_proto_msgTypes[37]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2355,7 +2638,7 @@ func (x *DeadListResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use DeadListResponse.ProtoReflect.Descriptor instead.
 func (*DeadListResponse) Descriptor() ([]byte, []int) {
-	return file_styx_v1_styx_proto_rawDescGZIP(), []int{33}
+	return file_styx_v1_styx_proto_rawDescGZIP(), []int{37}
 }
 
 func (x *DeadListResponse) GetItems() []*StorageItem {
@@ -2382,7 +2665,7 @@ type DeadDeleteRequest struct {
 
 func (x *DeadDeleteRequest) Reset() {
 	*x = DeadDeleteRequest{}
-	mi := &file_styx_v1_styx_proto_msgTypes[34]
+	mi := &file_styx_v1_styx_proto_msgTypes[38]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2394,7 +2677,7 @@ func (x *DeadDeleteRequest) String() string {
 func (*DeadDeleteRequest) ProtoMessage() {}
 
 func (x *DeadDeleteRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_styx_v1_styx_proto_msgTypes[34]
+	mi := &file_styx_v1_styx_proto_msgTypes[38]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2407,7 +2690,7 @@ func (x *DeadDeleteRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use DeadDeleteRequest.ProtoReflect.Descriptor instead.
 func (*DeadDeleteRequest) Descriptor() ([]byte, []int) {
-	return file_styx_v1_styx_proto_rawDescGZIP(), []int{34}
+	return file_styx_v1_styx_proto_rawDescGZIP(), []int{38}
 }
 
 func (x *DeadDeleteRequest) GetQueueName() string {
@@ -2433,7 +2716,7 @@ type DeadDeleteResponse struct {
 
 func (x *DeadDeleteResponse) Reset() {
 	*x = DeadDeleteResponse{}
-	mi := &file_styx_v1_styx_proto_msgTypes[35]
+	mi := &file_styx_v1_styx_proto_msgTypes[39]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2445,7 +2728,7 @@ func (x *DeadDeleteResponse) String() string {
 func (*DeadDeleteResponse) ProtoMessage() {}
 
 func (x *DeadDeleteResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_styx_v1_styx_proto_msgTypes[35]
+	mi := &file_styx_v1_styx_proto_msgTypes[39]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2458,7 +2741,7 @@ func (x *DeadDeleteResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use DeadDeleteResponse.ProtoReflect.Descriptor instead.
 func (*DeadDeleteResponse) Descriptor() ([]byte, []int) {
-	return file_styx_v1_styx_proto_rawDescGZIP(), []int{35}
+	return file_styx_v1_styx_proto_rawDescGZIP(), []int{39}
 }
 
 func (x *DeadDeleteResponse) GetDeleted() int64 {
@@ -2484,7 +2767,7 @@ type DeadRedriveRequest struct {
 
 func (x *DeadRedriveRequest) Reset() {
 	*x = DeadRedriveRequest{}
-	mi := &file_styx_v1_styx_proto_msgTypes[36]
+	mi := &file_styx_v1_styx_proto_msgTypes[40]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2496,7 +2779,7 @@ func (x *DeadRedriveRequest) String() string {
 func (*DeadRedriveRequest) ProtoMessage() {}
 
 func (x *DeadRedriveRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_styx_v1_styx_proto_msgTypes[36]
+	mi := &file_styx_v1_styx_proto_msgTypes[40]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2509,7 +2792,7 @@ func (x *DeadRedriveRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use DeadRedriveRequest.ProtoReflect.Descriptor instead.
 func (*DeadRedriveRequest) Descriptor() ([]byte, []int) {
-	return file_styx_v1_styx_proto_rawDescGZIP(), []int{36}
+	return file_styx_v1_styx_proto_rawDescGZIP(), []int{40}
 }
 
 func (x *DeadRedriveRequest) GetQueueName() string {
@@ -2563,7 +2846,7 @@ type RedrivesListRequest struct {
 
 func (x *RedrivesListRequest) Reset() {
 	*x = RedrivesListRequest{}
-	mi := &file_styx_v1_styx_proto_msgTypes[37]
+	mi := &file_styx_v1_styx_proto_msgTypes[41]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2575,7 +2858,7 @@ func (x *RedrivesListRequest) String() string {
 func (*RedrivesListRequest) ProtoMessage() {}
 
 func (x *RedrivesListRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_styx_v1_styx_proto_msgTypes[37]
+	mi := &file_styx_v1_styx_proto_msgTypes[41]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2588,7 +2871,7 @@ func (x *RedrivesListRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RedrivesListRequest.ProtoReflect.Descriptor instead.
 func (*RedrivesListRequest) Descriptor() ([]byte, []int) {
-	return file_styx_v1_styx_proto_rawDescGZIP(), []int{37}
+	return file_styx_v1_styx_proto_rawDescGZIP(), []int{41}
 }
 
 func (x *RedrivesListRequest) GetQueueName() string {
@@ -2607,7 +2890,7 @@ type RedrivesListResponse struct {
 
 func (x *RedrivesListResponse) Reset() {
 	*x = RedrivesListResponse{}
-	mi := &file_styx_v1_styx_proto_msgTypes[38]
+	mi := &file_styx_v1_styx_proto_msgTypes[42]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2619,7 +2902,7 @@ func (x *RedrivesListResponse) String() string {
 func (*RedrivesListResponse) ProtoMessage() {}
 
 func (x *RedrivesListResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_styx_v1_styx_proto_msgTypes[38]
+	mi := &file_styx_v1_styx_proto_msgTypes[42]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2632,7 +2915,7 @@ func (x *RedrivesListResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RedrivesListResponse.ProtoReflect.Descriptor instead.
 func (*RedrivesListResponse) Descriptor() ([]byte, []int) {
-	return file_styx_v1_styx_proto_rawDescGZIP(), []int{38}
+	return file_styx_v1_styx_proto_rawDescGZIP(), []int{42}
 }
 
 func (x *RedrivesListResponse) GetTasks() []*RedriveTask {
@@ -2651,7 +2934,7 @@ type RedriveTaskRequest struct {
 
 func (x *RedriveTaskRequest) Reset() {
 	*x = RedriveTaskRequest{}
-	mi := &file_styx_v1_styx_proto_msgTypes[39]
+	mi := &file_styx_v1_styx_proto_msgTypes[43]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2663,7 +2946,7 @@ func (x *RedriveTaskRequest) String() string {
 func (*RedriveTaskRequest) ProtoMessage() {}
 
 func (x *RedriveTaskRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_styx_v1_styx_proto_msgTypes[39]
+	mi := &file_styx_v1_styx_proto_msgTypes[43]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2676,7 +2959,7 @@ func (x *RedriveTaskRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RedriveTaskRequest.ProtoReflect.Descriptor instead.
 func (*RedriveTaskRequest) Descriptor() ([]byte, []int) {
-	return file_styx_v1_styx_proto_rawDescGZIP(), []int{39}
+	return file_styx_v1_styx_proto_rawDescGZIP(), []int{43}
 }
 
 func (x *RedriveTaskRequest) GetTaskId() string {
@@ -2697,7 +2980,7 @@ type RedriveCounts struct {
 
 func (x *RedriveCounts) Reset() {
 	*x = RedriveCounts{}
-	mi := &file_styx_v1_styx_proto_msgTypes[40]
+	mi := &file_styx_v1_styx_proto_msgTypes[44]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2709,7 +2992,7 @@ func (x *RedriveCounts) String() string {
 func (*RedriveCounts) ProtoMessage() {}
 
 func (x *RedriveCounts) ProtoReflect() protoreflect.Message {
-	mi := &file_styx_v1_styx_proto_msgTypes[40]
+	mi := &file_styx_v1_styx_proto_msgTypes[44]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2722,7 +3005,7 @@ func (x *RedriveCounts) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RedriveCounts.ProtoReflect.Descriptor instead.
 func (*RedriveCounts) Descriptor() ([]byte, []int) {
-	return file_styx_v1_styx_proto_rawDescGZIP(), []int{40}
+	return file_styx_v1_styx_proto_rawDescGZIP(), []int{44}
 }
 
 func (x *RedriveCounts) GetMoved() int64 {
@@ -2772,7 +3055,7 @@ type RedriveTask struct {
 
 func (x *RedriveTask) Reset() {
 	*x = RedriveTask{}
-	mi := &file_styx_v1_styx_proto_msgTypes[41]
+	mi := &file_styx_v1_styx_proto_msgTypes[45]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2784,7 +3067,7 @@ func (x *RedriveTask) String() string {
 func (*RedriveTask) ProtoMessage() {}
 
 func (x *RedriveTask) ProtoReflect() protoreflect.Message {
-	mi := &file_styx_v1_styx_proto_msgTypes[41]
+	mi := &file_styx_v1_styx_proto_msgTypes[45]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2797,7 +3080,7 @@ func (x *RedriveTask) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RedriveTask.ProtoReflect.Descriptor instead.
 func (*RedriveTask) Descriptor() ([]byte, []int) {
-	return file_styx_v1_styx_proto_rawDescGZIP(), []int{41}
+	return file_styx_v1_styx_proto_rawDescGZIP(), []int{45}
 }
 
 func (x *RedriveTask) GetTaskId() string {
@@ -2974,11 +3257,32 @@ const file_styx_v1_styx_proto_rawDesc = "" +
 	"\aretryAt\x18\x02 \x01(\v2\x1a.google.protobuf.TimestampR\bretry_at\x12\x12\n" +
 	"\x04dead\x18\x03 \x01(\bR\x04dead\x12\x14\n" +
 	"\x05error\x18d \x01(\tR\x05error\x12\x18\n" +
-	"\arelease\x18e \x01(\bR\arelease\"_\n" +
+	"\arelease\x18e \x01(\bR\arelease\"\x97\x01\n" +
 	"\x12QueueRetryResponse\x12\x12\n" +
 	"\x04code\x18\x01 \x01(\x05R\x04code\x12\x1b\n" +
 	"\bcodeText\x18\x02 \x01(\tR\tcode_text\x12\x18\n" +
-	"\amessage\x18\x03 \x01(\tR\amessage\"\xd5\x03\n" +
+	"\amessage\x18\x03 \x01(\tR\amessage\x126\n" +
+	"\boutcomes\x18d \x03(\v2\x1a.styx.v1.QueueRetryOutcomeR\boutcomes\"\xde\x01\n" +
+	"\x11QueueRetryOutcome\x12\x0e\n" +
+	"\x02id\x18\x01 \x01(\tR\x02id\x12\x18\n" +
+	"\aoutcome\x18\x02 \x01(\tR\aoutcome\x12\x16\n" +
+	"\x06reason\x18\x03 \x01(\tR\x06reason\x12\x1d\n" +
+	"\tdeadQueue\x18\x04 \x01(\tR\n" +
+	"dead_queue\x12\x1a\n" +
+	"\battempts\x18\x05 \x01(\x05R\battempts\x12\x15\n" +
+	"\x05newId\x18\x06 \x01(\tR\x06new_id\x125\n" +
+	"\aretryAt\x18\a \x01(\v2\x1a.google.protobuf.TimestampR\bretry_at\"\x87\x01\n" +
+	"\x11QueueRenewRequest\x12\x1d\n" +
+	"\tqueueName\x18\x01 \x01(\tR\n" +
+	"queue_name\x12\x1c\n" +
+	"\tpartition\x18\x02 \x01(\x05R\tpartition\x12\x10\n" +
+	"\x03ids\x18\x03 \x03(\tR\x03ids\x12#\n" +
+	"\fleaseTimeout\x18\x04 \x01(\tR\rlease_timeout\"C\n" +
+	"\x12QueueRenewResponse\x12-\n" +
+	"\x05items\x18\x01 \x03(\v2\x17.styx.v1.QueueRenewItemR\x05items\"c\n" +
+	"\x0eQueueRenewItem\x12\x0e\n" +
+	"\x02id\x18\x01 \x01(\tR\x02id\x12A\n" +
+	"\rleaseDeadline\x18\x02 \x01(\v2\x1a.google.protobuf.TimestampR\x0elease_deadline\"\xd5\x03\n" +
 	"\tQueueInfo\x12\x1d\n" +
 	"\tqueueName\x18\x01 \x01(\tR\n" +
 	"queue_name\x129\n" +
@@ -3205,7 +3509,7 @@ func file_styx_v1_styx_proto_rawDescGZIP() []byte {
 	return file_styx_v1_styx_proto_rawDescData
 }
 
-var file_styx_v1_styx_proto_msgTypes = make([]protoimpl.MessageInfo, 45)
+var file_styx_v1_styx_proto_msgTypes = make([]protoimpl.MessageInfo, 49)
 var file_styx_v1_styx_proto_goTypes = []any{
 	(*QueueProduceRequest)(nil),        // 0: styx.v1.QueueProduceRequest
 	(*QueueProduceItem)(nil),           // 1: styx.v1.QueueProduceItem
@@ -3218,86 +3522,94 @@ var file_styx_v1_styx_proto_goTypes = []any{
 	(*QueueRetryRequest)(nil),          // 8: styx.v1.QueueRetryRequest
 	(*QueueRetryItem)(nil),             // 9: styx.v1.QueueRetryItem
 	(*QueueRetryResponse)(nil),         // 10: styx.v1.QueueRetryResponse
-	(*QueueInfo)(nil),                  // 11: styx.v1.QueueInfo
-	(*PartitionInfo)(nil),              // 12: styx.v1.PartitionInfo
-	(*QueueClearRequest)(nil),          // 13: styx.v1.QueueClearRequest
-	(*QueueReloadRequest)(nil),         // 14: styx.v1.QueueReloadRequest
-	(*QueueReloadResponse)(nil),        // 15: styx.v1.QueueReloadResponse
-	(*QueueStatsRequest)(nil),          // 16: styx.v1.QueueStatsRequest
-	(*QueueStatsResponse)(nil),         // 17: styx.v1.QueueStatsResponse
-	(*QueueLogicalStats)(nil),          // 18: styx.v1.QueueLogicalStats
-	(*QueuePartitionStats)(nil),        // 19: styx.v1.QueuePartitionStats
-	(*QueuesInfoRequest)(nil),          // 20: styx.v1.QueuesInfoRequest
-	(*QueuesListRequest)(nil),          // 21: styx.v1.QueuesListRequest
-	(*QueuesListResponse)(nil),         // 22: styx.v1.QueuesListResponse
-	(*QueuesDeleteRequest)(nil),        // 23: styx.v1.QueuesDeleteRequest
-	(*StorageItemsListRequest)(nil),    // 24: styx.v1.StorageItemsListRequest
-	(*StorageItemsListResponse)(nil),   // 25: styx.v1.StorageItemsListResponse
-	(*StorageItemsImportRequest)(nil),  // 26: styx.v1.StorageItemsImportRequest
-	(*StorageItemsImportResponse)(nil), // 27: styx.v1.StorageItemsImportResponse
-	(*StorageItemsDeleteRequest)(nil),  // 28: styx.v1.StorageItemsDeleteRequest
-	(*StorageItem)(nil),                // 29: styx.v1.StorageItem
-	(*AttemptError)(nil),               // 30: styx.v1.AttemptError
-	(*DeadFilter)(nil),                 // 31: styx.v1.DeadFilter
-	(*DeadListRequest)(nil),            // 32: styx.v1.DeadListRequest
-	(*DeadListResponse)(nil),           // 33: styx.v1.DeadListResponse
-	(*DeadDeleteRequest)(nil),          // 34: styx.v1.DeadDeleteRequest
-	(*DeadDeleteResponse)(nil),         // 35: styx.v1.DeadDeleteResponse
-	(*DeadRedriveRequest)(nil),         // 36: styx.v1.DeadRedriveRequest
-	(*RedrivesListRequest)(nil),        // 37: styx.v1.RedrivesListRequest
-	(*RedrivesListResponse)(nil),       // 38: styx.v1.RedrivesListResponse
-	(*RedriveTaskRequest)(nil),         // 39: styx.v1.RedriveTaskRequest
-	(*RedriveCounts)(nil),              // 40: styx.v1.RedriveCounts
-	(*RedriveTask)(nil),                // 41: styx.v1.RedriveTask
-	nil,                                // 42: styx.v1.QueueStatsResponse.DeadByReasonEntry
-	nil,                                // 43: styx.v1.QueueStatsResponse.DeadBySourceEntry
-	nil,                                // 44: styx.v1.RedriveTask.ByQueueEntry
-	(*timestamppb.Timestamp)(nil),      // 45: google.protobuf.Timestamp
+	(*QueueRetryOutcome)(nil),          // 11: styx.v1.QueueRetryOutcome
+	(*QueueRenewRequest)(nil),          // 12: styx.v1.QueueRenewRequest
+	(*QueueRenewResponse)(nil),         // 13: styx.v1.QueueRenewResponse
+	(*QueueRenewItem)(nil),             // 14: styx.v1.QueueRenewItem
+	(*QueueInfo)(nil),                  // 15: styx.v1.QueueInfo
+	(*PartitionInfo)(nil),              // 16: styx.v1.PartitionInfo
+	(*QueueClearRequest)(nil),          // 17: styx.v1.QueueClearRequest
+	(*QueueReloadRequest)(nil),         // 18: styx.v1.QueueReloadRequest
+	(*QueueReloadResponse)(nil),        // 19: styx.v1.QueueReloadResponse
+	(*QueueStatsRequest)(nil),          // 20: styx.v1.QueueStatsRequest
+	(*QueueStatsResponse)(nil),         // 21: styx.v1.QueueStatsResponse
+	(*QueueLogicalStats)(nil),          // 22: styx.v1.QueueLogicalStats
+	(*QueuePartitionStats)(nil),        // 23: styx.v1.QueuePartitionStats
+	(*QueuesInfoRequest)(nil),          // 24: styx.v1.QueuesInfoRequest
+	(*QueuesListRequest)(nil),          // 25: styx.v1.QueuesListRequest
+	(*QueuesListResponse)(nil),         // 26: styx.v1.QueuesListResponse
+	(*QueuesDeleteRequest)(nil),        // 27: styx.v1.QueuesDeleteRequest
+	(*StorageItemsListRequest)(nil),    // 28: styx.v1.StorageItemsListRequest
+	(*StorageItemsListResponse)(nil),   // 29: styx.v1.StorageItemsListResponse
+	(*StorageItemsImportRequest)(nil),  // 30: styx.v1.StorageItemsImportRequest
+	(*StorageItemsImportResponse)(nil), // 31: styx.v1.StorageItemsImportResponse
+	(*StorageItemsDeleteRequest)(nil),  // 32: styx.v1.StorageItemsDeleteRequest
+	(*StorageItem)(nil),                // 33: styx.v1.StorageItem
+	(*AttemptError)(nil),               // 34: styx.v1.AttemptError
+	(*DeadFilter)(nil),                 // 35: styx.v1.DeadFilter
+	(*DeadListRequest)(nil),            // 36: styx.v1.DeadListRequest
+	(*DeadListResponse)(nil),           // 37: styx.v1.DeadListResponse
+	(*DeadDeleteRequest)(nil),          // 38: styx.v1.DeadDeleteRequest
+	(*DeadDeleteResponse)(nil),         // 39: styx.v1.DeadDeleteResponse
+	(*DeadRedriveRequest)(nil),         // 40: styx.v1.DeadRedriveRequest
+	(*RedrivesListRequest)(nil),        // 41: styx.v1.RedrivesListRequest
+	(*RedrivesListResponse)(nil),       // 42: styx.v1.RedrivesListResponse
+	(*RedriveTaskRequest)(nil),         // 43: styx.v1.RedriveTaskRequest
+	(*RedriveCounts)(nil),              // 44: styx.v1.RedriveCounts
+	(*RedriveTask)(nil),                // 45: styx.v1.RedriveTask
+	nil,                                // 46: styx.v1.QueueStatsResponse.DeadByReasonEntry
+	nil,                                // 47: styx.v1.QueueStatsResponse.DeadBySourceEntry
+	nil,                                // 48: styx.v1.RedriveTask.ByQueueEntry
+	(*timestamppb.Timestamp)(nil),      // 49: google.protobuf.Timestamp
 }
 var file_styx_v1_styx_proto_depIdxs = []int32{
 	1,  // 0: styx.v1.QueueProduceRequest.items:type_name -> styx.v1.QueueProduceItem
-	45, // 1: styx.v1.QueueProduceItem.enqueueAt:type_name -> google.protobuf.Timestamp
-	45, // 2: styx.v1.QueueLeaseItem.leaseDeadline:type_name -> google.protobuf.Timestamp
+	49, // 1: styx.v1.QueueProduceItem.enqueueAt:type_name -> google.protobuf.Timestamp
+	49, // 2: styx.v1.QueueLeaseItem.leaseDeadline:type_name -> google.protobuf.Timestamp
 	4,  // 3: styx.v1.QueueLeaseResponse.items:type_name -> styx.v1.QueueLeaseItem
 	9,  // 4: styx.v1.QueueRetryRequest.items:type_name -> styx.v1.QueueRetryItem
-	45, // 5: styx.v1.QueueRetryItem.retryAt:type_name -> google.protobuf.Timestamp
-	45, // 6: styx.v1.QueueInfo.createdAt:type_name -> google.protobuf.Timestamp
-	45, // 7: styx.v1.QueueInfo.updatedAt:type_name -> google.protobuf.Timestamp
-	12, // 8: styx.v1.QueueInfo.partitions:type_name -> styx.v1.PartitionInfo
-	18, // 9: styx.v1.QueueStatsResponse.logicalQueues:type_name -> styx.v1.QueueLogicalStats
-	42, // 10: styx.v1.QueueStatsResponse.dead_by_reason:type_name -> styx.v1.QueueStatsResponse.DeadByReasonEntry
-	43, // 11: styx.v1.QueueStatsResponse.dead_by_source:type_name -> styx.v1.QueueStatsResponse.DeadBySourceEntry
-	19, // 12: styx.v1.QueueLogicalStats.partitions:type_name -> styx.v1.QueuePartitionStats
-	11, // 13: styx.v1.QueuesListResponse.items:type_name -> styx.v1.QueueInfo
-	29, // 14: styx.v1.StorageItemsListResponse.items:type_name -> styx.v1.StorageItem
-	29, // 15: styx.v1.StorageItemsImportRequest.items:type_name -> styx.v1.StorageItem
-	29, // 16: styx.v1.StorageItemsImportResponse.items:type_name -> styx.v1.StorageItem
-	45, // 17: styx.v1.StorageItem.leaseDeadline:type_name -> google.protobuf.Timestamp
-	45, // 18: styx.v1.StorageItem.expireDeadline:type_name -> google.protobuf.Timestamp
-	45, // 19: styx.v1.StorageItem.deadDeadline:type_name -> google.protobuf.Timestamp
-	45, // 20: styx.v1.StorageItem.createdAt:type_name -> google.protobuf.Timestamp
-	45, // 21: styx.v1.StorageItem.updatedAt:type_name -> google.protobuf.Timestamp
-	45, // 22: styx.v1.StorageItem.enqueueAt:type_name -> google.protobuf.Timestamp
-	45, // 23: styx.v1.StorageItem.dead_at:type_name -> google.protobuf.Timestamp
-	30, // 24: styx.v1.StorageItem.errors:type_name -> styx.v1.AttemptError
-	45, // 25: styx.v1.AttemptError.at:type_name -> google.protobuf.Timestamp
-	45, // 26: styx.v1.DeadFilter.dead_after:type_name -> google.protobuf.Timestamp
-	45, // 27: styx.v1.DeadFilter.dead_before:type_name -> google.protobuf.Timestamp
-	31, // 28: styx.v1.DeadListRequest.filter:type_name -> styx.v1.DeadFilter
-	29, // 29: styx.v1.DeadListResponse.items:type_name -> styx.v1.StorageItem
-	31, // 30: styx.v1.DeadDeleteRequest.filter:type_name -> styx.v1.DeadFilter
-	31, // 31: styx.v1.DeadRedriveRequest.filter:type_name -> styx.v1.DeadFilter
-	41, // 32: styx.v1.RedrivesListResponse.tasks:type_name -> styx.v1.RedriveTask
-	31, // 33: styx.v1.RedriveTask.filter:type_name -> styx.v1.DeadFilter
-	45, // 34: styx.v1.RedriveTask.started_at:type_name -> google.protobuf.Timestamp
-	45, // 35: styx.v1.RedriveTask.finished_at:type_name -> google.protobuf.Timestamp
-	44, // 36: styx.v1.RedriveTask.by_queue:type_name -> styx.v1.RedriveTask.ByQueueEntry
-	40, // 37: styx.v1.RedriveTask.ByQueueEntry.value:type_name -> styx.v1.RedriveCounts
-	38, // [38:38] is the sub-list for method output_type
-	38, // [38:38] is the sub-list for method input_type
-	38, // [38:38] is the sub-list for extension type_name
-	38, // [38:38] is the sub-list for extension extendee
-	0,  // [0:38] is the sub-list for field type_name
+	49, // 5: styx.v1.QueueRetryItem.retryAt:type_name -> google.protobuf.Timestamp
+	11, // 6: styx.v1.QueueRetryResponse.outcomes:type_name -> styx.v1.QueueRetryOutcome
+	49, // 7: styx.v1.QueueRetryOutcome.retryAt:type_name -> google.protobuf.Timestamp
+	14, // 8: styx.v1.QueueRenewResponse.items:type_name -> styx.v1.QueueRenewItem
+	49, // 9: styx.v1.QueueRenewItem.leaseDeadline:type_name -> google.protobuf.Timestamp
+	49, // 10: styx.v1.QueueInfo.createdAt:type_name -> google.protobuf.Timestamp
+	49, // 11: styx.v1.QueueInfo.updatedAt:type_name -> google.protobuf.Timestamp
+	16, // 12: styx.v1.QueueInfo.partitions:type_name -> styx.v1.PartitionInfo
+	22, // 13: styx.v1.QueueStatsResponse.logicalQueues:type_name -> styx.v1.QueueLogicalStats
+	46, // 14: styx.v1.QueueStatsResponse.dead_by_reason:type_name -> styx.v1.QueueStatsResponse.DeadByReasonEntry
+	47, // 15: styx.v1.QueueStatsResponse.dead_by_source:type_name -> styx.v1.QueueStatsResponse.DeadBySourceEntry
+	23, // 16: styx.v1.QueueLogicalStats.partitions:type_name -> styx.v1.QueuePartitionStats
+	15, // 17: styx.v1.QueuesListResponse.items:type_name -> styx.v1.QueueInfo
+	33, // 18: styx.v1.StorageItemsListResponse.items:type_name -> styx.v1.StorageItem
+	33, // 19: styx.v1.StorageItemsImportRequest.items:type_name -> styx.v1.StorageItem
+	33, // 20: styx.v1.StorageItemsImportResponse.items:type_name -> styx.v1.StorageItem
+	49, // 21: styx.v1.StorageItem.leaseDeadline:type_name -> google.protobuf.Timestamp
+	49, // 22: styx.v1.StorageItem.expireDeadline:type_name -> google.protobuf.Timestamp
+	49, // 23: styx.v1.StorageItem.deadDeadline:type_name -> google.protobuf.Timestamp
+	49, // 24: styx.v1.StorageItem.createdAt:type_name -> google.protobuf.Timestamp
+	49, // 25: styx.v1.StorageItem.updatedAt:type_name -> google.protobuf.Timestamp
+	49, // 26: styx.v1.StorageItem.enqueueAt:type_name -> google.protobuf.Timestamp
+	49, // 27: styx.v1.StorageItem.dead_at:type_name -> google.protobuf.Timestamp
+	34, // 28: styx.v1.StorageItem.errors:type_name -> styx.v1.AttemptError
+	49, // 29: styx.v1.AttemptError.at:type_name -> google.protobuf.Timestamp
+	49, // 30: styx.v1.DeadFilter.dead_after:type_name -> google.protobuf.Timestamp
+	49, // 31: styx.v1.DeadFilter.dead_before:type_name -> google.protobuf.Timestamp
+	35, // 32: styx.v1.DeadListRequest.filter:type_name -> styx.v1.DeadFilter
+	33, // 33: styx.v1.DeadListResponse.items:type_name -> styx.v1.StorageItem
+	35, // 34: styx.v1.DeadDeleteRequest.filter:type_name -> styx.v1.DeadFilter
+	35, // 35: styx.v1.DeadRedriveRequest.filter:type_name -> styx.v1.DeadFilter
+	45, // 36: styx.v1.RedrivesListResponse.tasks:type_name -> styx.v1.RedriveTask
+	35, // 37: styx.v1.RedriveTask.filter:type_name -> styx.v1.DeadFilter
+	49, // 38: styx.v1.RedriveTask.started_at:type_name -> google.protobuf.Timestamp
+	49, // 39: styx.v1.RedriveTask.finished_at:type_name -> google.protobuf.Timestamp
+	48, // 40: styx.v1.RedriveTask.by_queue:type_name -> styx.v1.RedriveTask.ByQueueEntry
+	44, // 41: styx.v1.RedriveTask.ByQueueEntry.value:type_name -> styx.v1.RedriveCounts
+	42, // [42:42] is the sub-list for method output_type
+	42, // [42:42] is the sub-list for method input_type
+	42, // [42:42] is the sub-list for extension type_name
+	42, // [42:42] is the sub-list for extension extendee
+	0,  // [0:42] is the sub-list for field type_name
 }
 
 func init() { file_styx_v1_styx_proto_init() }
@@ -3311,7 +3623,7 @@ func file_styx_v1_styx_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_styx_v1_styx_proto_rawDesc), len(file_styx_v1_styx_proto_rawDesc)),
 			NumEnums:      0,
-			NumMessages:   45,
+			NumMessages:   49,
 			NumExtensions: 0,
 			NumServices:   0,
 		},

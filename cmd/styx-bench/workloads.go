@@ -217,9 +217,10 @@ func (r *recorder) retry(ctx context.Context, resp *pb.QueueLeaseResponse) (bool
 		items[i] = &pb.QueueRetryItem{Id: it.Id, Error: "styx-bench: induced failure"}
 	}
 	return r.call(ctx, kindRetry, func(ctx context.Context) error {
-		return r.c.QueueRetry(ctx, &pb.QueueRetryRequest{
+		_, err := r.c.QueueRetry(ctx, &pb.QueueRetryRequest{
 			QueueName: r.b.queue, Partition: resp.Partition, Items: items,
 		})
+		return err
 	})
 }
 

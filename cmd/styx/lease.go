@@ -149,7 +149,8 @@ counting the attempt; --dead moves it to the queue's dead-letter queue now.
 					for i, id := range batch {
 						items[i] = &pb.QueueRetryItem{Id: id, RetryAt: at, Dead: dead, Release: release, Error: errText}
 					}
-					return c.QueueRetry(cmd.Context(), &pb.QueueRetryRequest{QueueName: queue, Partition: partition, Items: items})
+					_, err := c.QueueRetry(cmd.Context(), &pb.QueueRetryRequest{QueueName: queue, Partition: partition, Items: items})
+					return err
 				})
 				if err != nil {
 					return err

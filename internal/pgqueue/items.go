@@ -3,6 +3,7 @@ package pgqueue
 import (
 	"context"
 	"fmt"
+	"slices"
 
 	"github.com/jackc/pgx/v5"
 
@@ -89,11 +90,26 @@ func collectRows(rows pgx.Rows, err error) ([]row, error) {
 	})
 }
 
-// lockRows locks the given items of a queue, waiting for other
-// transactions (complete and retry).
-func lockRows(ctx context.Context, tx pgx.Tx, queueID uint64, ids []int64) ([]row, error) {
-	return collectRows(tx.Query(ctx, `SELECT `+rowColumns+` FROM styx_items WHERE queue_id=$1 AND id = ANY($2) ORDER BY id FOR UPDATE`,
-		int64(queueID), ids))
+// lockRows locks, in id order, the items named by ids and, for a clear in
+// the iteration, the items it selects; it waits for other transactions. It
+// is the only statement of an iteration that waits for row locks (see
+// "Lock order" in queue.go), and it returns the rows of ids only.
+func lockRows(ctx context.Context, tx pgx.Tx, queueID uint64, ids []int64, c *queue.ClearParams) ([]row, error) {
+	var all, ready, sched bool
+	if c != nil {
+		all, ready, sched = c.Destructive, c.Queue, c.Scheduled
+	}
+	rows, err := collectRows(tx.Query(ctx, `SELECT `+rowColumns+` FROM styx_items
+		WHERE queue_id=$1 AND (id = ANY($2) OR $3 OR ($4 AND state=0) OR ($5 AND state=2)) ORDER BY id FOR UPDATE`,
+		int64(queueID), ids, all, ready, sched))
+	if err != nil || c == nil {
+		return rows, err
+	}
+	named := make(map[int64]bool, len(ids))
+	for _, id := range ids {
+		named[id] = true
+	}
+	return slices.DeleteFunc(rows, func(x row) bool { return !named[x.id] }), nil
 }
 
 // lifecycleBatch bounds the items of each lifecycle statement; a full batch
@@ -351,9 +367,15 @@ func deleteRefs(ctx context.Context, tx pgx.Tx, queueID uint64, refs []queue.Ite
 	return tag.RowsAffected(), err
 }
 
-// clearItems deletes the items queue.clear selects.
+// clearItems deletes the items queue.clear selects. It never waits: the
+// rows it selected at the start of the transaction are locked already
+// (lockRows), and a row another transaction locked since is in the middle
+// of a change (a lease, a lifecycle move) that the clear did not see, so it
+// is skipped as if the clear had come first.
 func clearItems(ctx context.Context, tx pgx.Tx, queueID uint64, c queue.ClearParams) error {
-	_, err := tx.Exec(ctx, `DELETE FROM styx_items WHERE queue_id=$1 AND ($2 OR ($3 AND state=0) OR ($4 AND state=2))`,
+	_, err := tx.Exec(ctx, `WITH c AS MATERIALIZED (
+		SELECT id FROM styx_items WHERE queue_id=$1 AND ($2 OR ($3 AND state=0) OR ($4 AND state=2)) FOR UPDATE SKIP LOCKED)
+		DELETE FROM styx_items t USING c WHERE t.queue_id=$1 AND t.id=c.id`,
 		int64(queueID), c.Destructive, c.Queue, c.Scheduled)
 	return err
 }

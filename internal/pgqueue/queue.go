@@ -397,12 +397,16 @@ func (q *Queue) iterate(reqs []*request, poll bool) {
 	ctx, cancel := context.WithTimeout(context.Background(), q.m.cfg.StatementTimeout)
 	defer cancel()
 	err := pgx.BeginFunc(ctx, q.m.st.pool, func(tx pgx.Tx) error {
+		rows, err := q.lock(ctx, tx, work)
+		if err != nil {
+			return err
+		}
 		if lifecycle {
 			if err := q.lifecycle(ctx, tx, it); err != nil {
 				return err
 			}
 		}
-		if err := q.apply(ctx, tx, it, work); err != nil {
+		if err := q.apply(ctx, tx, it, work, rows); err != nil {
 			return err
 		}
 		if err := q.flush(ctx, tx, it); err != nil {
@@ -594,10 +598,22 @@ func (q *Queue) kill(it *iteration, x row, reason string, h *history) {
 	it.deaths = append(it.deaths, d)
 }
 
-// apply runs the requests other than leases, in order.
-func (q *Queue) apply(ctx context.Context, tx pgx.Tx, it *iteration, work []*request) error {
-	// Lock every item that complete and retry name, at once.
+// Lock order. Two nodes run transactions on the same rows, so a
+// transaction must never wait for a row lock while it holds one that the
+// other may wait for. An iteration therefore waits in one statement only,
+// its first (lock): it locks every row its requests name (complete, retry,
+// delete) or select (clear), in id order, so two such statements never wait
+// for each other in a cycle. Everything after it either skips rows other
+// transactions hold (the lifecycle, leases, clear: SKIP LOCKED) or touches
+// rows it holds already or created itself. The lifecycle runs after the
+// lock: a lease that expired by the time its complete arrives is refused
+// (leased) and then ended by the lifecycle, in the same transaction.
+
+// lock locks the rows the iteration's requests act on and returns those of
+// complete and retry by id.
+func (q *Queue) lock(ctx context.Context, tx pgx.Tx, work []*request) (map[int64]row, error) {
 	var ids []int64
+	var clr *queue.ClearParams
 	for _, r := range work {
 		switch op := r.op.(type) {
 		case *completeOp:
@@ -608,18 +624,36 @@ func (q *Queue) apply(ctx context.Context, tx pgx.Tx, it *iteration, work []*req
 			for _, ri := range op.items {
 				ids = append(ids, int64(ri.ID))
 			}
+		case *deleteOp:
+			for _, ref := range op.refs {
+				ids = append(ids, int64(ref.ID))
+			}
+		case *clearOp:
+			if clr == nil {
+				clr = &queue.ClearParams{}
+			}
+			clr.Destructive = clr.Destructive || op.p.Destructive
+			clr.Queue = clr.Queue || op.p.Queue
+			clr.Scheduled = clr.Scheduled || op.p.Scheduled
 		}
 	}
 	rows := map[int64]row{}
-	if len(ids) > 0 {
-		locked, err := lockRows(ctx, tx, q.id, ids)
-		if err != nil {
-			return err
-		}
-		for _, x := range locked {
-			rows[x.id] = x
-		}
+	if len(ids) == 0 && clr == nil {
+		return rows, nil
 	}
+	locked, err := lockRows(ctx, tx, q.id, ids, clr)
+	if err != nil {
+		return nil, err
+	}
+	for _, x := range locked {
+		rows[x.id] = x
+	}
+	return rows, nil
+}
+
+// apply runs the requests other than leases, in order, on the rows lock
+// locked.
+func (q *Queue) apply(ctx context.Context, tx pgx.Tx, it *iteration, work []*request, rows map[int64]row) error {
 	var inserts []insert
 	for _, r := range work {
 		switch op := r.op.(type) {
