@@ -123,6 +123,27 @@ func TestBadInput(t *testing.T) {
 			{"RetryNotLeased", func() error {
 				return retryErr(s.C.QueueRetry(ctx, &pb.QueueRetryRequest{QueueName: "bad", Items: []*pb.QueueRetryItem{{Id: leased.Items[0].Id}, {Id: before[1].Id}}}))
 			}, 400, []string{before[1].Id, "not leased"}},
+			{"RenewEmpty", func() error {
+				return renewErr(s.C.QueueRenew(ctx, &pb.QueueRenewRequest{QueueName: "bad"}))
+			}, 400, []string{"ids", "at least one"}},
+			{"RenewMalformedID", func() error {
+				return renewErr(s.C.QueueRenew(ctx, &pb.QueueRenewRequest{QueueName: "bad", Ids: []string{"not-an-id"}}))
+			}, 400, []string{"ids", "not-an-id"}},
+			{"RenewNotLeased", func() error {
+				return renewErr(s.C.QueueRenew(ctx, &pb.QueueRenewRequest{QueueName: "bad", Ids: []string{leased.Items[0].Id, before[1].Id, "vvvvvvvvvvvvu"}}))
+			}, 400, []string{"'" + before[1].Id + "', 'vvvvvvvvvvvvu' are not leased"}},
+			{"RenewDuplicateID", func() error {
+				return renewErr(s.C.QueueRenew(ctx, &pb.QueueRenewRequest{QueueName: "bad", Ids: []string{leased.Items[0].Id, leased.Items[0].Id}}))
+			}, 400, []string{leased.Items[0].Id, "more than once"}},
+			{"RenewLeaseTimeoutTooShort", func() error {
+				return renewErr(s.C.QueueRenew(ctx, &pb.QueueRenewRequest{QueueName: "bad", Ids: []string{leased.Items[0].Id}, LeaseTimeout: "500ms"}))
+			}, 400, []string{"lease_timeout", "500ms", "1s"}},
+			{"RenewLeaseTimeoutTooLong", func() error {
+				return renewErr(s.C.QueueRenew(ctx, &pb.QueueRenewRequest{QueueName: "bad", Ids: []string{leased.Items[0].Id}, LeaseTimeout: "8761h"}))
+			}, 400, []string{"lease_timeout", "8761h", "8760h"}},
+			{"RenewPartitionDoesNotExist", func() error {
+				return renewErr(s.C.QueueRenew(ctx, &pb.QueueRenewRequest{QueueName: "bad", Partition: 7, Ids: []string{leased.Items[0].Id}}))
+			}, 400, []string{"partition", "7"}},
 			{"ListLimitTooBig", func() error {
 				_, err := s.C.StorageItemsList(ctx, &pb.StorageItemsListRequest{QueueName: "bad", Limit: 1001})
 				return err
@@ -229,6 +250,9 @@ func paths() map[string]bool {
 		"/v1/queue.stats": true, "/v1/queue.clear": true, "/v1/queue.reload": true, "/v1/queues.create": true,
 		"/v1/queues.update": true, "/v1/queues.list": true, "/v1/queues.info": true, "/v1/queues.delete": true,
 		"/v1/storage/items.list": true, "/v1/storage/scheduled.list": true, "/v1/storage/items.import": true,
-		"/v1/storage/items.delete": true,
+		"/v1/storage/items.delete": true, "/v1/queue.renew": true,
 	}
 }
+
+// renewErr is the error of a QueueRenew call.
+func renewErr(_ *pb.QueueRenewResponse, err error) error { return err }

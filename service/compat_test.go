@@ -30,7 +30,8 @@ func queratorMessages(t *testing.T) map[string]protoreflect.MessageDescriptor {
 	fd.Package = proto.String("querator")
 	styxOnly := map[string]bool{"AttemptError": true, "DeadFilter": true, "DeadListRequest": true, "DeadListResponse": true,
 		"DeadDeleteRequest": true, "DeadDeleteResponse": true, "DeadRedriveRequest": true, "RedrivesListRequest": true,
-		"RedrivesListResponse": true, "RedriveTaskRequest": true, "RedriveCounts": true, "RedriveTask": true}
+		"RedrivesListResponse": true, "RedriveTaskRequest": true, "RedriveCounts": true, "RedriveTask": true,
+		"QueueRetryOutcome": true, "QueueRenewRequest": true, "QueueRenewResponse": true, "QueueRenewItem": true}
 	var msgs []*descriptorpb.DescriptorProto
 	for _, m := range fd.MessageType {
 		if styxOnly[m.GetName()] {
@@ -126,7 +127,10 @@ func TestQueratorCompatibility(t *testing.T) {
 
 		// Complete the first; retry the second until it is dead.
 		call("/v1/queue.complete", msg("QueueCompleteRequest", `{"queue_name":"orders","partition":0,"ids":["`+field(first, "id").String()+`"]}`), "QueueCompleteResponse")
-		call("/v1/queue.retry", msg("QueueRetryRequest", `{"queue_name":"orders","partition":0,"items":[{"id":"`+field(second, "id").String()+`"}]}`), "QueueRetryResponse")
+		retry := call("/v1/queue.retry", msg("QueueRetryRequest", `{"queue_name":"orders","partition":0,"items":[{"id":"`+field(second, "id").String()+`"}]}`), "QueueRetryResponse")
+		assert.Equal(t, int64(200), field(retry, "code").Int())
+		assert.Equal(t, "OK", field(retry, "codeText").String())
+		assert.NotEmpty(t, retry.GetUnknown(), "the Styx outcomes arrive as unknown fields, which Querator ignores")
 		again := call("/v1/queue.lease", msg("QueueLeaseRequest", `{"queue_name":"orders","batch_size":1,"client_id":"querator-client","request_timeout":"5s"}`), "QueueLeaseResponse")
 		retried := field(again, "items").List().Get(0).Message()
 		assert.Equal(t, int64(2), field(retried, "attempts").Int())

@@ -13,6 +13,7 @@ import (
 	"strconv"
 	"time"
 
+	duh "github.com/duh-rpc/duh-go"
 	"google.golang.org/protobuf/types/known/timestamppb"
 
 	"github.com/styxq/styx/internal/apierr"
@@ -131,42 +132,86 @@ func (s *Service) QueueComplete(ctx context.Context, req *pb.QueueCompleteReques
 }
 
 // QueueRetry ends leases without completion (requeue, schedule, release or
-// dead-letter).
-func (s *Service) QueueRetry(ctx context.Context, req *pb.QueueRetryRequest) error {
+// dead-letter) and answers what became of each item, in request order.
+func (s *Service) QueueRetry(ctx context.Context, req *pb.QueueRetryRequest) (*pb.QueueRetryResponse, error) {
 	l, err := s.queue(req.QueueName)
 	if err != nil {
-		return err
+		return nil, err
 	}
 	if err := checkBatch("items", len(req.Items)); err != nil {
-		return err
+		return nil, err
 	}
 	now := s.clock.Now()
 	items := make([]queue.RetryItem, len(req.Items))
 	for i, in := range req.Items {
 		id, err := queue.ParseID("items["+strconv.Itoa(i)+"].id", in.Id)
 		if err != nil {
-			return err
+			return nil, err
 		}
 		if in.Dead && in.Release {
-			return apierr.Invalidf("invalid items[%d]; release and dead cannot be combined", i)
+			return nil, apierr.Invalidf("invalid items[%d]; release and dead cannot be combined", i)
 		}
 		if err := checkText("items["+strconv.Itoa(i)+"].error", in.Error, MaxErrorBytes); err != nil {
-			return err
+			return nil, err
 		}
 		items[i] = queue.RetryItem{ID: id, Dead: in.Dead, Release: in.Release, Error: in.Error}
 		if in.RetryAt != nil {
 			if err := in.RetryAt.CheckValid(); err != nil {
-				return apierr.Invalidf("invalid items[%d].retry_at; %v", i, err)
+				return nil, apierr.Invalidf("invalid items[%d].retry_at; %v", i, err)
 			}
 			at := in.RetryAt.AsTime()
 			if at.Before(now.Add(-MaxRetryAtPast)) {
-				return apierr.Invalidf("invalid items[%d].retry_at; %s is more than %s in the past",
+				return nil, apierr.Invalidf("invalid items[%d].retry_at; %s is more than %s in the past",
 					i, at.Format(time.RFC3339), MaxRetryAtPast)
 			}
 			items[i].RetryAt = at
 		}
 	}
-	return l.Retry(ctx, req.Partition, items)
+	outcomes, err := l.Retry(ctx, req.Partition, items)
+	if err != nil {
+		return nil, err
+	}
+	out := &pb.QueueRetryResponse{Code: duh.CodeOK, CodeText: duh.CodeText(duh.CodeOK), Outcomes: make([]*pb.QueueRetryOutcome, len(outcomes))}
+	for i, o := range outcomes {
+		po := &pb.QueueRetryOutcome{Id: queue.FormatID(o.ID), Outcome: o.Outcome, Reason: o.Reason, DeadQueue: o.DeadQueue, Attempts: o.Attempts}
+		if o.NewID != 0 {
+			po.NewId = queue.FormatID(o.NewID)
+		}
+		if !o.RetryAt.IsZero() {
+			po.RetryAt = timestamppb.New(o.RetryAt)
+		}
+		out.Outcomes[i] = po
+	}
+	return out, nil
+}
+
+// QueueRenew extends live leases of one partition to now + lease_timeout
+// (the queue's lease_timeout when omitted) and answers each item's new lease
+// deadline, in request order.
+func (s *Service) QueueRenew(ctx context.Context, req *pb.QueueRenewRequest) (*pb.QueueRenewResponse, error) {
+	l, err := s.queue(req.QueueName)
+	if err != nil {
+		return nil, err
+	}
+	ids, err := parseIDs("ids", req.Ids)
+	if err != nil {
+		return nil, err
+	}
+	var timeout time.Duration
+	if req.LeaseTimeout != "" {
+		if timeout, err = parseDuration("lease_timeout", req.LeaseTimeout, MinLeaseTimeout, MaxExpireTimeout); err != nil {
+			return nil, err
+		}
+	}
+	deadlines, err := l.Renew(ctx, req.Partition, ids, timeout)
+	if err != nil {
+		return nil, err
+	}
+	out := &pb.QueueRenewResponse{Items: make([]*pb.QueueRenewItem, len(ids))}
+	for i, id := range ids {
+		out.Items[i] = &pb.QueueRenewItem{Id: queue.FormatID(id), LeaseDeadline: timestamppb.New(deadlines[i])}
+	}
+	return out, nil
 }
 
 // QueueStats describes a queue's logical queue and partitions.

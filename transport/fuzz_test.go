@@ -27,6 +27,7 @@ var paths = []string{
 	"/v1/queues.info", "/v1/queues.delete", "/v1/storage/items.list", "/v1/storage/scheduled.list",
 	"/v1/storage/items.import", "/v1/storage/items.delete", "/v1/dead.list", "/v1/dead.delete",
 	"/v1/dead.redrive", "/v1/redrives.list", "/v1/redrives.get", "/v1/redrives.cancel",
+	"/v1/queue.renew",
 }
 
 // newHandler returns the HTTP handler over a memory store holding queue

@@ -258,7 +258,9 @@ func newIDs(ctx context.Context, tx pgx.Tx, n int) ([]int64, error) {
 
 // requeue is an item whose lease ended without completion, for requeueItems.
 type requeue struct {
-	id        int64
+	id int64
+	// newID is the id it gets; 0 means the next of the sequence.
+	newID     int64
 	state     int16
 	deadline  int64
 	attempts  int32
@@ -271,21 +273,29 @@ type requeue struct {
 // state.
 func requeueItems(ctx context.Context, tx pgx.Tx, queueID uint64, rs []requeue) error {
 	n := len(rs)
-	ids, states, deadlines, attempts, set, lastErr, errs := make([]int64, n), make([]int16, n), make([]int64, n), make([]int32, n),
-		make([]bool, n), make([]string, n), make([]*string, n)
+	ids, newIDs, states, deadlines, attempts, set, lastErr, errs := make([]int64, n), make([]int64, n), make([]int16, n), make([]int64, n),
+		make([]int32, n), make([]bool, n), make([]string, n), make([]*string, n)
 	for i, r := range rs {
-		ids[i], states[i], deadlines[i], attempts[i], set[i], lastErr[i] = r.id, r.state, r.deadline, r.attempts, r.setErrors, r.lastError
+		ids[i], newIDs[i], states[i], deadlines[i], attempts[i], set[i], lastErr[i] = r.id, r.newID, r.state, r.deadline, r.attempts, r.setErrors, r.lastError
 		if r.errors != nil {
 			s := string(r.errors)
 			errs[i] = &s
 		}
 	}
-	_, err := tx.Exec(ctx, `UPDATE styx_items t SET id=nextval('styx_item_ids'), state=u.state, deadline=u.deadline, attempts=u.attempts,
+	_, err := tx.Exec(ctx, `UPDATE styx_items t SET id = CASE WHEN u.new_id <> 0 THEN u.new_id ELSE nextval('styx_item_ids') END,
+		state=u.state, deadline=u.deadline, attempts=u.attempts,
 		last_error = CASE WHEN u.set THEN u.last_error ELSE t.last_error END,
 		errors = CASE WHEN u.set THEN u.errs::jsonb ELSE t.errors END
-		FROM unnest($2::bigint[], $3::smallint[], $4::bigint[], $5::integer[], $6::boolean[], $7::text[], $8::text[])
-			AS u(id, state, deadline, attempts, set, last_error, errs)
-		WHERE t.queue_id=$1 AND t.id=u.id`, int64(queueID), ids, states, deadlines, attempts, set, lastErr, errs)
+		FROM unnest($2::bigint[], $3::smallint[], $4::bigint[], $5::integer[], $6::boolean[], $7::text[], $8::text[], $9::bigint[])
+			AS u(id, state, deadline, attempts, set, last_error, errs, new_id)
+		WHERE t.queue_id=$1 AND t.id=u.id`, int64(queueID), ids, states, deadlines, attempts, set, lastErr, errs, newIDs)
+	return err
+}
+
+// renewLeases sets the lease deadline of leased items whose rows the
+// transaction holds.
+func renewLeases(ctx context.Context, tx pgx.Tx, queueID uint64, ids []int64, deadline int64) error {
+	_, err := tx.Exec(ctx, `UPDATE styx_items SET deadline=$3 WHERE queue_id=$1 AND id = ANY($2) AND state=1`, int64(queueID), ids, deadline)
 	return err
 }
 

@@ -97,6 +97,11 @@ type (
 		partition int32
 		items     []queue.RetryItem
 	}
+	renewOp struct {
+		partition int32
+		ids       []uint64
+		timeout   time.Duration
+	}
 	importOp struct {
 		partition int32
 		items     []store.Item
@@ -202,9 +207,22 @@ func (q *Queue) Complete(ctx context.Context, partition int32, ids []uint64) err
 
 // Retry implements queue.Queue. A dead-lettered item is in the dead-letter
 // queue when it returns: the move is part of the same transaction.
-func (q *Queue) Retry(ctx context.Context, partition int32, items []queue.RetryItem) error {
-	_, err := q.call(ctx, &retryOp{partition: partition, items: items}, false)
-	return err
+func (q *Queue) Retry(ctx context.Context, partition int32, items []queue.RetryItem) ([]queue.RetryOutcome, error) {
+	v, err := q.call(ctx, &retryOp{partition: partition, items: items}, false)
+	if err != nil {
+		return nil, err
+	}
+	return v.([]queue.RetryOutcome), nil
+}
+
+// Renew implements queue.Queue: the rows are locked with the iteration's
+// other named rows and updated in its transaction.
+func (q *Queue) Renew(ctx context.Context, partition int32, ids []uint64, timeout time.Duration) ([]time.Time, error) {
+	v, err := q.call(ctx, &renewOp{partition: partition, ids: ids, timeout: timeout}, false)
+	if err != nil {
+		return nil, err
+	}
+	return v.([]time.Time), nil
 }
 
 // Clear implements queue.Queue.
@@ -563,39 +581,51 @@ func recordError(x row, msg string, now int64) (history, error) {
 
 // endLease ends a lease without completion, as queue.Logical does: the item
 // is requeued (new id, at the tail or at retryAt) unless it is dead by
-// max_attempts or expiry. With release the attempt is not counted.
-func (q *Queue) endLease(it *iteration, x row, release bool, retryAt time.Time, h *history) {
+// max_attempts or expiry. With release the attempt is not counted. It
+// returns what it did, without ids: a requeued item is the last of
+// it.requeues and gets its new id when flushed, unless the caller sets one.
+func (q *Queue) endLease(it *iteration, x row, release bool, retryAt time.Time, h *history) queue.RetryOutcome {
 	if release && x.attempts > 0 {
 		x.attempts--
 	}
 	switch {
 	case !release && it.info.MaxAttempts > 0 && x.attempts >= it.info.MaxAttempts:
-		q.kill(it, x, queue.ReasonMaxAttempts, h)
+		return q.kill(it, x, queue.ReasonMaxAttempts, h)
 	case x.expire != 0 && x.expire <= it.now:
-		q.kill(it, x, queue.ReasonExpired, h)
-	default:
-		r := requeue{id: x.id, state: stateReady, attempts: x.attempts}
-		if at := queue.Nanos(retryAt); at > it.now {
-			r.state, r.deadline = stateScheduled, at
-			q.nextDue = earliest(q.nextDue, at)
-		} else {
-			it.wakeQueue(q.id)
-		}
-		if h != nil {
-			r.setErrors, r.lastError, r.errors = true, h.lastError, h.errors
-		}
-		it.requeues = append(it.requeues, r)
+		return q.kill(it, x, queue.ReasonExpired, h)
 	}
+	o := queue.RetryOutcome{Outcome: queue.OutcomeRequeued, Attempts: x.attempts}
+	if release {
+		o.Outcome = queue.OutcomeReleased
+	}
+	r := requeue{id: x.id, state: stateReady, attempts: x.attempts}
+	if at := queue.Nanos(retryAt); at > it.now {
+		r.state, r.deadline = stateScheduled, at
+		q.nextDue = earliest(q.nextDue, at)
+		o.Outcome, o.RetryAt = queue.OutcomeScheduled, queue.FromNanos(at)
+	} else {
+		it.wakeQueue(q.id)
+	}
+	if h != nil {
+		r.setErrors, r.lastError, r.errors = true, h.lastError, h.errors
+	}
+	it.requeues = append(it.requeues, r)
+	return o
 }
 
 // kill makes the item dead: moved to the dead-letter queue in this
-// transaction, or dropped without one.
-func (q *Queue) kill(it *iteration, x row, reason string, h *history) {
+// transaction, or dropped without one. It returns what it did (without the
+// item's id).
+func (q *Queue) kill(it *iteration, x row, reason string, h *history) queue.RetryOutcome {
 	d := death{id: x.id, reason: reason, attempts: x.attempts, sourceKey: x.sourceKey}
 	if h != nil {
 		d.setErrors, d.lastError, d.errors = true, h.lastError, h.errors
 	}
 	it.deaths = append(it.deaths, d)
+	if it.info.DeadQueue == "" {
+		return queue.RetryOutcome{Outcome: queue.OutcomeDropped, Reason: reason, Attempts: x.attempts}
+	}
+	return queue.RetryOutcome{Outcome: queue.OutcomeDeadLettered, Reason: reason, DeadQueue: it.info.DeadQueue, Attempts: x.attempts}
 }
 
 // Lock order. Two nodes run transactions on the same rows, so a
@@ -623,6 +653,10 @@ func (q *Queue) lock(ctx context.Context, tx pgx.Tx, work []*request) (map[int64
 		case *retryOp:
 			for _, ri := range op.items {
 				ids = append(ids, int64(ri.ID))
+			}
+		case *renewOp:
+			for _, id := range op.ids {
+				ids = append(ids, int64(id))
 			}
 		case *deleteOp:
 			for _, ref := range op.refs {
@@ -692,11 +726,25 @@ func (q *Queue) apply(ctx context.Context, tx pgx.Tx, it *iteration, work []*req
 			}
 			it.reply(r, nil)
 		case *retryOp:
-			if err := q.retry(it, rows, op); err != nil {
-				r.answer(nil, err)
-				continue
+			outcomes, err := q.retry(ctx, tx, it, rows, op)
+			if err != nil {
+				if _, ok := apierr.As(err); ok {
+					r.answer(nil, err)
+					continue
+				}
+				return err
 			}
-			it.reply(r, nil)
+			it.reply(r, outcomes)
+		case *renewOp:
+			deadlines, err := q.renew(ctx, tx, it, rows, op)
+			if err != nil {
+				if _, ok := apierr.As(err); ok {
+					r.answer(nil, err)
+					continue
+				}
+				return err
+			}
+			it.reply(r, deadlines)
 		case *importOp, *deleteOp, *clearOp:
 			// These run in request order, after the changes gathered so far.
 			if err := q.flushInserts(ctx, tx, it, &inserts); err != nil {
@@ -781,32 +829,99 @@ func (q *Queue) leased(it *iteration, rows map[int64]row, n int32, ids []uint64)
 	return out, nil
 }
 
-func (q *Queue) retry(it *iteration, rows map[int64]row, op *retryOp) error {
+// retry ends the leases of op's items and returns what became of each. A
+// client mistake is an apierr error and changes nothing; any other error
+// fails the transaction.
+func (q *Queue) retry(ctx context.Context, tx pgx.Tx, it *iteration, rows map[int64]row, op *retryOp) ([]queue.RetryOutcome, error) {
 	ids := make([]uint64, len(op.items))
 	for i, ri := range op.items {
 		ids[i] = ri.ID
 	}
 	xs, err := q.leased(it, rows, op.partition, ids)
 	if err != nil {
-		return err
+		return nil, err
 	}
+	outcomes := make([]queue.RetryOutcome, len(op.items))
+	// requeued pairs an outcome with its entry in it.requeues, which gets
+	// its new id here so that the outcome can name it.
+	type requeued struct{ outcome, requeue int }
+	var back []requeued
 	for i, ri := range op.items {
 		x := xs[i]
 		var h *history
 		if ri.Error != "" {
 			hh, err := recordError(x, ri.Error, it.now)
 			if err != nil {
-				return fmt.Errorf("queue '%s': %w", q.name, err)
+				return nil, fmt.Errorf("queue '%s': %w", q.name, err)
 			}
 			h = &hh
 		}
 		if ri.Dead {
-			q.kill(it, x, queue.ReasonExplicit, h)
+			outcomes[i] = q.kill(it, x, queue.ReasonExplicit, h)
 		} else {
-			q.endLease(it, x, ri.Release, ri.RetryAt, h)
+			outcomes[i] = q.endLease(it, x, ri.Release, ri.RetryAt, h)
+		}
+		outcomes[i].ID = ri.ID
+		switch outcomes[i].Outcome {
+		case queue.OutcomeRequeued, queue.OutcomeReleased, queue.OutcomeScheduled:
+			back = append(back, requeued{outcome: i, requeue: len(it.requeues) - 1})
 		}
 	}
-	return nil
+	if len(back) > 0 {
+		newIDs, err := newIDs(ctx, tx, len(back))
+		if err != nil {
+			return nil, err
+		}
+		for k, b := range back {
+			it.requeues[b.requeue].newID = newIDs[k]
+			outcomes[b.outcome].NewID = uint64(newIDs[k])
+		}
+	}
+	return outcomes, nil
+}
+
+// renew extends the leases of op.ids (see queue.Logical.Renew) on the rows
+// lock locked. An id completed or retried by an earlier request of this
+// iteration is no longer leased; one renewed stays leased.
+func (q *Queue) renew(ctx context.Context, tx pgx.Tx, it *iteration, rows map[int64]row, op *renewOp) ([]time.Time, error) {
+	n := op.partition
+	if n < 0 || n >= it.info.Partitions {
+		return nil, apierr.Invalidf("invalid partition; queue '%s' has partitions 0..%d, not %d", q.name, it.info.Partitions-1, n)
+	}
+	var bad []uint64
+	seen := make(map[uint64]bool, len(op.ids))
+	ids := make([]int64, len(op.ids))
+	for i, id := range op.ids {
+		if seen[id] {
+			return nil, apierr.Invalidf("invalid ids; '%s' appears more than once", queue.FormatID(id))
+		}
+		seen[id] = true
+		ids[i] = int64(id)
+		if x, ok := rows[int64(id)]; !ok || x.state != stateLeased || x.partition != n || x.deadline <= it.now {
+			bad = append(bad, id)
+		}
+	}
+	if len(bad) > 0 {
+		return nil, queue.NotLeased(bad, n, q.name)
+	}
+	timeout := op.timeout
+	if timeout == 0 {
+		timeout = it.info.LeaseTimeout
+	}
+	deadline := it.now + int64(timeout)
+	if err := renewLeases(ctx, tx, q.id, ids, deadline); err != nil {
+		return nil, err
+	}
+	// A shorter lease than the one it replaces is due sooner.
+	q.nextDue = earliest(q.nextDue, deadline)
+	out := make([]time.Time, len(ids))
+	for i, id := range ids {
+		x := rows[id]
+		x.deadline = deadline
+		rows[id] = x
+		out[i] = queue.FromNanos(deadline)
+	}
+	return out, nil
 }
 
 // flush writes the completes, requeues and deaths gathered so far.

@@ -2,7 +2,10 @@ package queue
 
 import (
 	"context"
+	"strings"
+	"time"
 
+	"github.com/styxq/styx/internal/apierr"
 	"github.com/styxq/styx/internal/store"
 	"github.com/styxq/styx/metrics"
 )
@@ -17,7 +20,8 @@ type Queue interface {
 	Produce(ctx context.Context, items []ProduceItem) error
 	Lease(ctx context.Context, p LeaseParams) (LeaseResult, error)
 	Complete(ctx context.Context, partition int32, ids []uint64) error
-	Retry(ctx context.Context, partition int32, items []RetryItem) error
+	Retry(ctx context.Context, partition int32, items []RetryItem) ([]RetryOutcome, error)
+	Renew(ctx context.Context, partition int32, ids []uint64, timeout time.Duration) ([]time.Time, error)
 	Stats(ctx context.Context) (Stats, error)
 	Clear(ctx context.Context, p ClearParams) error
 	Reload(ctx context.Context) error
@@ -59,3 +63,17 @@ func SourceKey(why, queue string, id uint64) string { return sourceKey(why, queu
 
 // NotFound is the apierr.NotFound error for an unknown queue.
 func NotFound(name string) error { return notFound(name) }
+
+// NotLeased is the apierr.Invalid error for ids that are not leased (or
+// whose lease has expired) in partition n of queue: it names every one.
+func NotLeased(ids []uint64, n int32, queue string) error {
+	quoted := make([]string, len(ids))
+	for i, id := range ids {
+		quoted[i] = "'" + FormatID(id) + "'"
+	}
+	verb := "is"
+	if len(ids) > 1 {
+		verb = "are"
+	}
+	return apierr.Invalidf("invalid ids; %s %s not leased in partition %d of queue '%s'", strings.Join(quoted, ", "), verb, n, queue)
+}

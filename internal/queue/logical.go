@@ -86,9 +86,12 @@ type Logical struct {
 	bodies *bodyCache
 }
 
+// deferredReply is a retry's answer (v, its outcomes) held until the n
+// dead items it waits on have moved.
 type deferredReply struct {
 	n int
 	r *request
+	v any
 }
 
 // request is one call into the loop. op is one of the *xxxOp types.
@@ -125,6 +128,11 @@ type (
 	retryOp struct {
 		partition int32
 		items     []RetryItem
+	}
+	renewOp struct {
+		partition int32
+		ids       []uint64
+		timeout   time.Duration
 	}
 	statsOp  struct{}
 	clearOp  struct{ p ClearParams }
@@ -229,13 +237,32 @@ func (l *Logical) Complete(ctx context.Context, partition int32, ids []uint64) e
 }
 
 // Retry ends leases without completion: each item is requeued with a new
-// id, scheduled, or dead-lettered (see RetryItem). Every id must be leased in
-// the partition, or nothing changes. A dead-lettered item has been taken by
-// the dead-letter queue (or its move is durably recorded and will be retried)
-// when Retry returns.
-func (l *Logical) Retry(ctx context.Context, partition int32, items []RetryItem) error {
-	_, err := l.call(ctx, &retryOp{partition: partition, items: items}, false)
-	return err
+// id, scheduled, released or dead-lettered (see RetryItem), and the returned
+// outcomes, in request order, say which. Every id must be leased in the
+// partition, or nothing changes and an apierr.Invalid error names the first
+// that is not. A dead-lettered item has been taken by the dead-letter queue
+// (or its move is durably recorded and will be retried) when Retry returns.
+func (l *Logical) Retry(ctx context.Context, partition int32, items []RetryItem) ([]RetryOutcome, error) {
+	v, err := l.call(ctx, &retryOp{partition: partition, items: items}, false)
+	if err != nil {
+		return nil, err
+	}
+	return v.([]RetryOutcome), nil
+}
+
+// Renew extends live leases: each item's lease deadline becomes now +
+// timeout (the queue's lease_timeout when timeout is 0), and the new
+// deadlines are returned in ids order once durable. Every id must be leased
+// in the partition with a lease that has not expired, and appear once, or
+// nothing changes and an apierr.Invalid error names every id that is not
+// (see NotLeased). An item past its expire deadline may be renewed; it dies
+// of expiry when its lease ends.
+func (l *Logical) Renew(ctx context.Context, partition int32, ids []uint64, timeout time.Duration) ([]time.Time, error) {
+	v, err := l.call(ctx, &renewOp{partition: partition, ids: ids, timeout: timeout}, false)
+	if err != nil {
+		return nil, err
+	}
+	return v.([]time.Time), nil
 }
 
 // Stats describes the queue now.
@@ -391,7 +418,7 @@ func (l *Logical) drain() {
 		delete(l.deferred, it)
 		if d.n > 0 {
 			d.n = 0
-			d.r.done <- result{}
+			d.r.done <- result{v: d.v}
 		}
 	}
 }
@@ -471,6 +498,7 @@ func (l *Logical) addBody(it *iteration, id uint64, b *store.ItemBody) {
 type deferral struct {
 	r     *request
 	items []*item
+	v     any
 }
 
 func (l *Logical) reply(it *iteration, r *request, v any) {
@@ -532,7 +560,7 @@ func (l *Logical) iterate(reqs []*request) {
 		f(nil)
 	}
 	for _, d := range it.deferrals {
-		dr := &deferredReply{n: len(d.items), r: d.r}
+		dr := &deferredReply{n: len(d.items), r: d.r, v: d.v}
 		for _, x := range d.items {
 			l.deferred[x] = dr
 		}
@@ -567,6 +595,12 @@ func (l *Logical) handle(it *iteration, r *request) error {
 		l.reply(it, r, nil)
 	case *retryOp:
 		return l.retry(it, r, op)
+	case *renewOp:
+		deadlines, err := l.renew(it, op)
+		if err != nil {
+			return err
+		}
+		l.reply(it, r, deadlines)
 	case *statsOp:
 		l.reply(it, r, l.stats(it.now))
 	case *clearOp:
@@ -731,41 +765,49 @@ func (l *Logical) lifecycle(it *iteration) {
 // endLease ends a lease without completion: the item is requeued (new id,
 // at the tail or at retryAt) unless it is dead by max_attempts or expiry.
 // With release the attempt is not counted and max_attempts does not apply.
-func (l *Logical) endLease(it *iteration, p *partition, x *item, release bool, retryAt time.Time) {
+// It returns what it did (without the item's old id).
+func (l *Logical) endLease(it *iteration, p *partition, x *item, release bool, retryAt time.Time) RetryOutcome {
 	if release && x.attempts > 0 {
 		x.attempts--
 	}
 	switch {
 	case !release && l.info.MaxAttempts > 0 && x.attempts >= l.info.MaxAttempts:
-		l.kill(it, p, x, ReasonMaxAttempts)
+		return l.kill(it, p, x, ReasonMaxAttempts)
 	case x.expire != 0 && x.expire <= it.now:
-		l.kill(it, p, x, ReasonExpired)
-	default:
-		old := x.id
-		p.rekey(x, l.allocID(it))
-		if at := Nanos(retryAt); at > it.now {
-			x.deadline = at
-			p.setState(x, stateScheduled)
-		} else {
-			x.deadline = 0
-			p.setState(x, stateReady)
-		}
-		it.batch.Requeue(p.num, old, x.meta())
+		return l.kill(it, p, x, ReasonExpired)
 	}
+	old := x.id
+	p.rekey(x, l.allocID(it))
+	o := RetryOutcome{Outcome: OutcomeRequeued, Attempts: x.attempts, NewID: x.id}
+	if release {
+		o.Outcome = OutcomeReleased
+	}
+	if at := Nanos(retryAt); at > it.now {
+		x.deadline = at
+		p.setState(x, stateScheduled)
+		o.Outcome, o.RetryAt = OutcomeScheduled, time.Unix(0, at).UTC()
+	} else {
+		x.deadline = 0
+		p.setState(x, stateReady)
+	}
+	it.batch.Requeue(p.num, old, x.meta())
+	return o
 }
 
 // kill makes the item dead. With a dead-letter queue the decision is
 // recorded durably in this iteration's batch and the move starts after it
-// (sendDeadLetters); without one the item is dropped.
-func (l *Logical) kill(it *iteration, p *partition, x *item, reason string) {
+// (sendDeadLetters); without one the item is dropped. It returns what it
+// did (without the item's id).
+func (l *Logical) kill(it *iteration, p *partition, x *item, reason string) RetryOutcome {
 	x.reason, x.deadAt, x.deadline = reason, it.now, 0
 	p.setState(x, stateDying)
 	if l.info.DeadQueue == "" {
 		l.drop(it, p, x)
-		return
+		return RetryOutcome{Outcome: OutcomeDropped, Reason: reason, Attempts: x.attempts}
 	}
 	it.batch.Update(p.num, x.meta())
 	l.toSend = append(l.toSend, dying{p: p, x: x})
+	return RetryOutcome{Outcome: OutcomeDeadLettered, Reason: reason, DeadQueue: l.info.DeadQueue, Attempts: x.attempts}
 }
 
 // drop deletes a dead item that has no dead-letter queue to go to: the
@@ -802,7 +844,7 @@ func (l *Logical) removeItem(it *iteration, p *partition, x *item) {
 func (l *Logical) settle(d *deferredReply) {
 	d.n--
 	if d.n == 0 {
-		d.r.done <- result{}
+		d.r.done <- result{v: d.v}
 	}
 }
 
@@ -835,6 +877,7 @@ func (l *Logical) retry(it *iteration, r *request, op *retryOp) error {
 		}
 	}
 	var dead []*item
+	outcomes := make([]RetryOutcome, len(op.items))
 	for i, ri := range op.items {
 		x := items[i]
 		if ri.Error != "" {
@@ -848,20 +891,58 @@ func (l *Logical) retry(it *iteration, r *request, op *retryOp) error {
 			x.hasErrs = true
 		}
 		if ri.Dead {
-			l.kill(it, p, x, ReasonExplicit)
+			outcomes[i] = l.kill(it, p, x, ReasonExplicit)
 		} else {
-			l.endLease(it, p, x, ri.Release, ri.RetryAt)
+			outcomes[i] = l.endLease(it, p, x, ri.Release, ri.RetryAt)
 		}
+		outcomes[i].ID = ri.ID
 		if x.state == stateDying && p.items[x.id] == x {
 			dead = append(dead, x)
 		}
 	}
 	if len(dead) == 0 {
-		l.reply(it, r, nil)
+		l.reply(it, r, outcomes)
 		return nil
 	}
-	it.deferrals = append(it.deferrals, deferral{r: r, items: dead})
+	it.deferrals = append(it.deferrals, deferral{r: r, items: dead, v: outcomes})
 	return nil
+}
+
+// renew extends the leases of op.ids (see Renew).
+func (l *Logical) renew(it *iteration, op *renewOp) ([]time.Time, error) {
+	p, err := l.partition(op.partition)
+	if err != nil {
+		return nil, err
+	}
+	var bad []uint64
+	seen := make(map[uint64]bool, len(op.ids))
+	for _, id := range op.ids {
+		if seen[id] {
+			return nil, apierr.Invalidf("invalid ids; '%s' appears more than once", FormatID(id))
+		}
+		seen[id] = true
+		// The lifecycle of this iteration has ended the leases that
+		// expired: an item still leased has a live lease.
+		if x, ok := p.items[id]; !ok || x.state != stateLeased || x.deadline <= it.now {
+			bad = append(bad, id)
+		}
+	}
+	if len(bad) > 0 {
+		return nil, NotLeased(bad, op.partition, l.name)
+	}
+	timeout := op.timeout
+	if timeout == 0 {
+		timeout = l.info.LeaseTimeout
+	}
+	deadline := it.now + int64(timeout)
+	out := make([]time.Time, len(op.ids))
+	for i, id := range op.ids {
+		x := p.items[id]
+		p.setDeadline(x, deadline)
+		it.batch.Update(p.num, x.meta())
+		out[i] = time.Unix(0, deadline).UTC()
+	}
+	return out, nil
 }
 
 // serveWaiters hands ready items to waiting leases, oldest waiter first,

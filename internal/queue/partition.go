@@ -193,6 +193,15 @@ func (p *partition) remove(it *item) {
 	delete(p.items, it.id)
 }
 
+// setDeadline changes a leased or scheduled item's deadline and its place
+// in the timed heap.
+func (p *partition) setDeadline(it *item, deadline int64) {
+	it.deadline = deadline
+	if it.timedIdx >= 0 {
+		heap.Fix(&p.timed, int(it.timedIdx))
+	}
+}
+
 // rekey gives the item a new id (a requeue). Call it while the item is out
 // of the ready FIFO (leased or scheduled), then setState.
 func (p *partition) rekey(it *item, id uint64) {

@@ -58,6 +58,44 @@ type RetryItem struct {
 	Error string
 }
 
+// Retry outcomes (RetryOutcome.Outcome; wire: QueueRetryOutcome.outcome).
+const (
+	// OutcomeRequeued: the item is ready again, at the tail of the queue.
+	OutcomeRequeued = "requeued"
+	// OutcomeScheduled: the item becomes ready at RetryAt.
+	OutcomeScheduled = "scheduled"
+	// OutcomeReleased: the item is ready again and the attempt was not
+	// counted (RetryItem.Release).
+	OutcomeReleased = "released"
+	// OutcomeDeadLettered: the item died and went to the dead-letter queue.
+	OutcomeDeadLettered = "dead_lettered"
+	// OutcomeDropped: the item died and is gone: the queue has no
+	// dead_queue.
+	OutcomeDropped = "dropped"
+)
+
+// RetryOutcome is what a retry did with one item.
+type RetryOutcome struct {
+	// ID is the item's id in the request.
+	ID uint64
+	// Outcome is one of the Outcome constants.
+	Outcome string
+	// Reason is why the item died (ReasonMaxAttempts, ReasonExpired or
+	// ReasonExplicit); empty unless dead_lettered or dropped.
+	Reason string
+	// DeadQueue is the dead-letter queue that took the item; empty unless
+	// dead_lettered.
+	DeadQueue string
+	// Attempts is the item's attempts so far (a released attempt is not
+	// counted).
+	Attempts int32
+	// NewID is the item's id back in the queue (requeued, scheduled,
+	// released); 0 otherwise.
+	NewID uint64
+	// RetryAt is when a scheduled item becomes ready; zero otherwise.
+	RetryAt time.Time
+}
+
 // ClearParams says which items queue.clear removes.
 type ClearParams struct {
 	// Queue removes ready items.
