@@ -17,6 +17,7 @@ import (
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 	"google.golang.org/protobuf/encoding/protojson"
+	"google.golang.org/protobuf/types/known/timestamppb"
 
 	"github.com/styxq/styx/daemon"
 	pb "github.com/styxq/styx/styxpb"
@@ -148,7 +149,7 @@ func TestCLI(t *testing.T) {
 		_, _, err := c.run("retry", "orders", first.Id, "--dead", "--release")
 		require.ErrorContains(t, err, "--dead and --release cannot be combined")
 
-		require.Equal(t, "dead-lettered 1 item in orders\n",
+		require.Equal(t, "dead-lettered 1 item in orders to orders-dlq\n",
 			c.ok("retry", "orders", first.Id, "--partition", "0", "--error", "smtp: 550 mailbox unavailable", "--dead"))
 		require.Equal(t, "completed 1 item in orders\n", c.ok("complete", "orders", second))
 
@@ -216,6 +217,45 @@ func TestCLI(t *testing.T) {
 		var stats pb.QueueStatsResponse
 		require.NoError(t, protojson.Unmarshal([]byte(out), &stats))
 		require.Equal(t, "batch", stats.QueueName)
+	})
+
+	t.Run("retry prints outcomes, renew prints lease deadlines", func(t *testing.T) {
+		c := cli{t: t, endpoint: c.endpoint}
+		c.ok("queues", "create", "jobs", "--max-attempts", "1", "--lease-timeout", "1m")
+		c.ok("produce", "jobs", "a", "b", "c")
+		out := c.ok("lease", "jobs", "--batch", "3", "--json")
+		var lease pb.QueueLeaseResponse
+		require.NoError(t, protojson.Unmarshal([]byte(out), &lease))
+		require.Len(t, lease.Items, 3)
+		a, b, x := lease.Items[0].Id, lease.Items[1].Id, lease.Items[2].Id
+
+		before := time.Now()
+		out = c.ok("renew", "jobs", a, b, "--lease-timeout", "10m")
+		require.Regexp(t, `(?m)^ID\s+LEASE-DEADLINE$`, out)
+		require.Regexp(t, `(?m)^`+a+`\s+\d{4}-\d\d-\d\dT\S+Z$`, out)
+		out = c.ok("renew", "jobs", x, "--json")
+		renewed := jsonLines(t, out, func(b []byte, m *pb.QueueRenewItem) error { return protojson.Unmarshal(b, m) })
+		require.Len(t, renewed, 1)
+		require.Equal(t, x, renewed[0].Id)
+		require.WithinDuration(t, before.Add(time.Minute), renewed[0].LeaseDeadline.AsTime(), 5*time.Second, "the queue's lease timeout")
+		_, _, err := c.run("renew", "jobs", a, "--lease-timeout", "100ms")
+		require.ErrorContains(t, err, "lease_timeout")
+
+		// max_attempts 1 and no dead-letter queue: a plain retry drops.
+		require.Equal(t, "dropped 2 items in jobs: the queue has no dead_queue (reason max_attempts)\n", c.ok("retry", "jobs", a, b))
+		require.Equal(t, "released 1 item in jobs\n", c.ok("retry", "jobs", x, "--release"))
+		_, _, err = c.run("renew", "jobs", a, x)
+		require.ErrorContains(t, err, "'"+a+"', '"+x+"' are not leased")
+
+		c.ok("queues", "create", "mixed")
+		c.ok("produce", "mixed", "a", "b")
+		out = c.ok("lease", "mixed", "--batch", "2", "--json")
+		require.NoError(t, protojson.Unmarshal([]byte(out), &lease))
+		out = c.ok("retry", "mixed", lease.Items[0].Id, lease.Items[1].Id, "--json")
+		outcomes := jsonLines(t, out, func(b []byte, m *pb.QueueRetryOutcome) error { return protojson.Unmarshal(b, m) })
+		require.Len(t, outcomes, 2)
+		require.Equal(t, "requeued", outcomes[0].Outcome)
+		require.NotEmpty(t, outcomes[0].NewId)
 	})
 
 	t.Run("errors and exit status", func(t *testing.T) {
@@ -311,4 +351,26 @@ func TestServerSIGTERM(t *testing.T) {
 	}
 	require.Contains(t, errOut.String(), `"msg":"shutting down"`)
 	require.Contains(t, errOut.String(), `"msg":"stopped"`)
+}
+
+func TestRetrySummary(t *testing.T) {
+	at := timestamppb.New(time.Date(2026, 1, 2, 15, 4, 5, 0, time.UTC))
+	got := retrySummary("q", []*pb.QueueRetryOutcome{
+		{Outcome: "dead_lettered", Reason: "explicit", DeadQueue: "q-dead"},
+		{Outcome: "requeued"},
+		{Outcome: "scheduled", RetryAt: at},
+		{Outcome: "requeued"},
+		{Outcome: "released"},
+		{Outcome: "dead_lettered", Reason: "max_attempts", DeadQueue: "q-dead"},
+		{Outcome: "dropped", Reason: "explicit"},
+		{Outcome: "teleported"},
+	})
+	require.Equal(t, []string{
+		"retried 2 items in q",
+		"released 1 item in q",
+		"scheduled 1 item in q for 2026-01-02T15:04:05Z",
+		"dead-lettered 2 items in q to q-dead (reason explicit, max_attempts)",
+		"dropped 1 item in q: the queue has no dead_queue",
+		"teleported 1 item in q",
+	}, got)
 }

@@ -4,7 +4,10 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"maps"
 	"os"
+	"slices"
+	"strings"
 	"time"
 
 	"github.com/spf13/cobra"
@@ -121,7 +124,14 @@ default each item goes back to the queue at once and the attempt counts
 (the queue's max attempts may then dead-letter it). --retry-at or
 --retry-in schedules it for later instead; --release returns it without
 counting the attempt; --dead moves it to the queue's dead-letter queue now.
---error records why the attempt failed (shown as the item's last error).`,
+--error records why the attempt failed (shown as the item's last error).
+
+Prints what the server did, one line per kind: retried (requeued at the
+tail), released, scheduled, dead-lettered (to the dead-letter queue), or
+dropped (dead, and the queue has no dead-letter queue). A plain retry may
+dead-letter an item that reached the queue's max attempts, or whose expire
+deadline has passed; the line then gives the reason. --json prints each
+item's outcome.`,
 		Args: minArgs(2, "a QUEUE and one or more item IDs"),
 		RunE: func(cmd *cobra.Command, args []string) error {
 			if dead && release {
@@ -144,27 +154,48 @@ counting the attempt; --dead moves it to the queue's dead-letter queue now.
 			}
 			return a.withClient(cmd, func(c *styx.Client) error {
 				queue, ids := args[0], args[1:]
+				var outcomes []*pb.QueueRetryOutcome
 				n, err := inBatches(ids, func(batch []string) error {
 					items := make([]*pb.QueueRetryItem, len(batch))
 					for i, id := range batch {
 						items[i] = &pb.QueueRetryItem{Id: id, RetryAt: at, Dead: dead, Release: release, Error: errText}
 					}
-					_, err := c.QueueRetry(cmd.Context(), &pb.QueueRetryRequest{QueueName: queue, Partition: partition, Items: items})
+					res, err := c.QueueRetry(cmd.Context(), &pb.QueueRetryRequest{QueueName: queue, Partition: partition, Items: items})
+					if err == nil {
+						outcomes = append(outcomes, res.Outcomes...)
+					}
 					return err
 				})
 				if err != nil {
 					return err
 				}
-				what, when := "retried", ""
-				switch {
-				case dead:
-					what = "dead-lettered"
-				case release:
-					what = "released"
-				case at != nil:
-					what, when = "scheduled", " for "+formatTime(at)
+				if a.json {
+					for _, o := range outcomes {
+						if err := writeJSON(a.stdout, o); err != nil {
+							return err
+						}
+					}
+					return nil
 				}
-				return a.done("%s %s in %s%s", what, plural(n, "item"), queue, when)
+				if len(outcomes) != n {
+					// A server without outcomes (Querator): say what was asked.
+					what, when := "retried", ""
+					switch {
+					case dead:
+						what = "dead-lettered"
+					case release:
+						what = "released"
+					case at != nil:
+						what, when = "scheduled", " for "+formatTime(at)
+					}
+					return a.done("%s %s in %s%s", what, plural(n, "item"), queue, when)
+				}
+				for _, line := range retrySummary(queue, outcomes) {
+					if err := a.done("%s", line); err != nil {
+						return err
+					}
+				}
+				return nil
 			})
 		},
 	}
@@ -176,6 +207,113 @@ counting the attempt; --dead moves it to the queue's dead-letter queue now.
 	f.StringVar(&retryAt, "retry-at", "", "retry at this RFC 3339 time instead of now")
 	f.DurationVar(&retryIn, "retry-in", 0, "retry after this duration instead of now")
 	cmd.MarkFlagsMutuallyExclusive("retry-at", "retry-in")
+	return cmd
+}
+
+// retrySummary describes retry outcomes, one line per outcome kind in a
+// fixed order: "retried 2 items in q", "dead-lettered 1 item in q to q-dead",
+// "dropped 1 item in q: the queue has no dead_queue". Dead items give their
+// reasons unless every one is explicit (--dead).
+func retrySummary(queue string, outcomes []*pb.QueueRetryOutcome) []string {
+	byKind := map[string][]*pb.QueueRetryOutcome{}
+	for _, o := range outcomes {
+		byKind[o.Outcome] = append(byKind[o.Outcome], o)
+	}
+	var lines []string
+	for _, kind := range []string{"requeued", "released", "scheduled", "dead_lettered", "dropped"} {
+		group := byKind[kind]
+		delete(byKind, kind)
+		if len(group) == 0 {
+			continue
+		}
+		n := plural(len(group), "item")
+		switch kind {
+		case "requeued":
+			lines = append(lines, fmt.Sprintf("retried %s in %s", n, queue))
+		case "released":
+			lines = append(lines, fmt.Sprintf("released %s in %s", n, queue))
+		case "scheduled":
+			lines = append(lines, fmt.Sprintf("scheduled %s in %s for %s", n, queue, formatTime(group[0].RetryAt)))
+		case "dead_lettered":
+			lines = append(lines, fmt.Sprintf("dead-lettered %s in %s to %s%s", n, queue, group[0].DeadQueue, deadReasons(group)))
+		case "dropped":
+			lines = append(lines, fmt.Sprintf("dropped %s in %s: the queue has no dead_queue%s", n, queue, deadReasons(group)))
+		}
+	}
+	// Kinds this CLI does not know (a newer server).
+	for _, kind := range slices.Sorted(maps.Keys(byKind)) {
+		lines = append(lines, fmt.Sprintf("%s %s in %s", kind, plural(len(byKind[kind]), "item"), queue))
+	}
+	return lines
+}
+
+// deadReasons returns " (reason max_attempts, expired)" for dead items
+// whose reasons are not all explicit, else "".
+func deadReasons(group []*pb.QueueRetryOutcome) string {
+	var reasons []string
+	for _, o := range group {
+		if !slices.Contains(reasons, o.Reason) {
+			reasons = append(reasons, o.Reason)
+		}
+	}
+	if len(reasons) == 1 && reasons[0] == "explicit" {
+		return ""
+	}
+	slices.Sort(reasons)
+	return " (reason " + strings.Join(reasons, ", ") + ")"
+}
+
+func (a *app) renewCmd() *cobra.Command {
+	var (
+		partition    int32
+		leaseTimeout time.Duration
+	)
+	cmd := &cobra.Command{
+		Use:   "renew QUEUE ID...",
+		Short: "Extend the leases of items still being worked on",
+		Long: `Extend the live leases of items of one partition: each lease deadline
+becomes now + --lease-timeout (the queue's lease timeout when not given).
+Prints each item's new lease deadline. Ids are sent in batches of at most
+1000; each batch succeeds or fails whole, and fails if any of its items is
+not leased or its lease has already expired (the error names them).`,
+		Args: minArgs(2, "a QUEUE and one or more item IDs"),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			timeout := ""
+			if cmd.Flags().Changed("lease-timeout") {
+				timeout = leaseTimeout.String()
+			}
+			return a.withClient(cmd, func(c *styx.Client) error {
+				queue, ids := args[0], args[1:]
+				var items []*pb.QueueRenewItem
+				_, err := inBatches(ids, func(batch []string) error {
+					res, err := c.QueueRenew(cmd.Context(), &pb.QueueRenewRequest{QueueName: queue, Partition: partition, Ids: batch, LeaseTimeout: timeout})
+					if err == nil {
+						items = append(items, res.Items...)
+					}
+					return err
+				})
+				if err != nil {
+					return err
+				}
+				if a.json {
+					for _, it := range items {
+						if err := writeJSON(a.stdout, it); err != nil {
+							return err
+						}
+					}
+					return nil
+				}
+				t := newTable(a.stdout, "ID", "LEASE-DEADLINE")
+				for _, it := range items {
+					t.row(it.Id, formatTime(it.LeaseDeadline))
+				}
+				return t.flush()
+			})
+		},
+	}
+	f := cmd.Flags()
+	f.Int32Var(&partition, "partition", 0, "partition the items were leased from")
+	f.DurationVar(&leaseTimeout, "lease-timeout", 0, "how long the leases last from now, 1s..8760h (default the queue's lease timeout)")
 	return cmd
 }
 

@@ -63,6 +63,7 @@ Run a server with 'styx server'; every other command is a client of one
 		a.addClientFlags(a.leaseCmd()),
 		a.addClientFlags(a.completeCmd()),
 		a.addClientFlags(a.retryCmd()),
+		a.addClientFlags(a.renewCmd()),
 		a.itemsCmd(),
 		a.statsCmd(),
 		a.deadCmd(),
