@@ -632,15 +632,15 @@ func (q *Queue) kill(it *iteration, x row, reason string, h *history) queue.Retr
 // transaction must never wait for a row lock while it holds one that the
 // other may wait for. An iteration therefore waits in one statement only,
 // its first (lock): it locks every row its requests name (complete, retry,
-// delete) or select (clear), in id order, so two such statements never wait
+// renew, delete) or select (clear), in id order, so two such statements never wait
 // for each other in a cycle. Everything after it either skips rows other
 // transactions hold (the lifecycle, leases, clear: SKIP LOCKED) or touches
 // rows it holds already or created itself. The lifecycle runs after the
 // lock: a lease that expired by the time its complete arrives is refused
 // (leased) and then ended by the lifecycle, in the same transaction.
 
-// lock locks the rows the iteration's requests act on and returns those of
-// complete and retry by id.
+// lock locks the rows the iteration's requests act on and returns those
+// named by id (complete, retry, renew, delete), by id.
 func (q *Queue) lock(ctx context.Context, tx pgx.Tx, work []*request) (map[int64]row, error) {
 	var ids []int64
 	var clr *queue.ClearParams

@@ -1,0 +1,647 @@
+// Package worker is the consumer half of Styx: it leases items from a
+// queue, runs a Handler on each with bounded concurrency, and completes,
+// retries (with backoff) or dead-letters each according to the handler's
+// result, renewing leases while handlers run and shutting down without
+// losing or stranding work.
+//
+//	w, err := worker.New(client, worker.Config{
+//		Queue:       "orders",
+//		Concurrency: 8,
+//		Handler: worker.HandlerFunc(func(ctx context.Context, it *worker.Item) error {
+//			var o Order
+//			if err := json.Unmarshal(it.Payload, &o); err != nil {
+//				return worker.Dead(err) // never retried: straight to the DLQ
+//			}
+//			return charge(ctx, o) // an error is retried after a backoff
+//		}),
+//	})
+//	err = w.Run(ctx) // until ctx is cancelled
+//
+// Every failure ends either retried with its error recorded in the item's
+// history, or in the queue's dead-letter queue with its reason and history:
+// the server counts attempts toward the queue's max_attempts and moves the
+// item when they run out. Delivery is at least once: a handler may see an
+// item again if its complete was lost (a crash between the handler and the
+// acknowledgement, or a lease that could not be renewed).
+package worker
+
+import (
+	"context"
+	"crypto/rand"
+	"encoding/hex"
+	"errors"
+	"fmt"
+	"log/slog"
+	"os"
+	"runtime/debug"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"time"
+	"unicode/utf8"
+
+	"github.com/prometheus/client_golang/prometheus"
+	"google.golang.org/protobuf/types/known/timestamppb"
+
+	styx "github.com/styxq/styx"
+	pb "github.com/styxq/styx/styxpb"
+)
+
+// Limits of Config.
+const (
+	// MaxConcurrency bounds Concurrency + Prefetch: the items a worker holds
+	// at once (the server's batch limit).
+	MaxConcurrency = 1000
+	// DefaultShutdownTimeout is Config.ShutdownTimeout when zero.
+	DefaultShutdownTimeout = 30 * time.Second
+	// DefaultLeaseWait is Config.LeaseWait when zero.
+	DefaultLeaseWait = 10 * time.Second
+	// DefaultPanicStackLines is Config.PanicStackLines when zero.
+	DefaultPanicStackLines = 20
+	// maxErrorBytes is the server's limit on a retry's error text.
+	maxErrorBytes = 4096
+	// maxBatch is the server's limit on ids per call.
+	maxBatch = 1000
+)
+
+// Config configures a Worker. Queue and Handler are required; every other
+// field has a default.
+type Config struct {
+	// Queue is the queue to consume. Required.
+	Queue string
+	// Handler processes each item. Required.
+	Handler Handler
+	// Concurrency is how many handlers run at once. Default 1; at most
+	// MaxConcurrency together with Prefetch.
+	Concurrency int
+	// Prefetch is how many items the worker leases beyond its free handler
+	// slots, so the next item is at hand when a handler finishes. Prefetched
+	// items are leased (their leases renewed) but not started; a shutdown
+	// releases them without counting an attempt. Default 0: lease only for
+	// free slots.
+	Prefetch int
+	// Backoff returns how long an item waits before its next attempt after
+	// its handler failed, given the attempts so far (1 after the first
+	// delivery). Default DefaultBackoff (exponential with jitter, 0.5s to 10
+	// minutes). RetryAfter overrides it per item.
+	Backoff func(attempts int32) time.Duration
+	// ShutdownTimeout is how long Run waits for running handlers once its
+	// context is cancelled; then it cancels their contexts (cause
+	// ErrShutdown) and waits for them to return. Default 30s.
+	ShutdownTimeout time.Duration
+	// LeaseWait is the request_timeout of each lease: how long one lease
+	// request waits on the server for items (a long poll). Default 10s;
+	// above 10ms and at most 15m.
+	LeaseWait time.Duration
+	// LeaseTimeout is how long each renewal extends a lease. Default 0: the
+	// queue's lease_timeout. At least 1s when set. The worker renews an item
+	// when half of its lease has passed.
+	LeaseTimeout time.Duration
+	// ClientID identifies the worker's lease requests to the server; unique
+	// per worker. Default "<hostname>-<pid>-<random>".
+	ClientID string
+	// Middleware wrap Handler, the first outermost.
+	Middleware []Middleware
+	// PanicStackLines is how many lines of the goroutine stack (below the
+	// panic) a recovered panic's error text keeps; it starts with "panic: "
+	// and the panic value. Default 20 (about 10 frames); negative keeps none.
+	// The whole text is cut to 4096 bytes, the server's limit.
+	PanicStackLines int
+	// Logger receives the worker's logs, each with the queue's name.
+	// Default slog.Default().
+	Logger *slog.Logger
+	// Metrics, when set, registers the worker's Prometheus metrics (see
+	// docs/metrics.md, styx_worker_*), labelled with the queue. Several
+	// workers may share one registerer. Default nil: no metrics.
+	Metrics prometheus.Registerer
+}
+
+// Worker consumes one queue. Create it with New; Run it once.
+type Worker struct {
+	c       *styx.Client
+	cfg     Config
+	log     *slog.Logger
+	m       *workerMetrics
+	handler Handler
+	started atomic.Bool
+
+	mu sync.Mutex
+	// held is every item the worker holds a lease on and has not
+	// acknowledged: prefetched, running, or waiting for its complete.
+	held map[heldKey]*job
+	// unstarted collects items taken off the job queue after shutdown began.
+	unstarted []*job
+	// renewWake tells the renewer that held changed.
+	renewWake chan struct{}
+	// undelivered counts acknowledgements (complete, retry, release) that
+	// failed for reasons other than a lost lease.
+	undelivered atomic.Int64
+}
+
+type heldKey struct {
+	partition int32
+	id        string
+}
+
+// job is one leased item inside the worker.
+type job struct {
+	it     *Item
+	ctx    context.Context
+	cancel context.CancelCauseFunc
+	// renewAt is when the renewer next renews the lease (guarded by
+	// Worker.mu).
+	renewAt time.Time
+}
+
+// New validates cfg and returns a worker for the queue cfg.Queue. It does
+// not contact the server. Errors name the Config field at fault.
+func New(c *styx.Client, cfg Config) (*Worker, error) {
+	if c == nil {
+		return nil, errors.New("styx worker: client is nil")
+	}
+	if cfg.Queue == "" {
+		return nil, errors.New("styx worker: Queue is required")
+	}
+	if cfg.Handler == nil {
+		return nil, errors.New("styx worker: Handler is required")
+	}
+	if cfg.Concurrency == 0 {
+		cfg.Concurrency = 1
+	}
+	switch {
+	case cfg.Concurrency < 0:
+		return nil, fmt.Errorf("styx worker: Concurrency is %d, it must be at least 1", cfg.Concurrency)
+	case cfg.Prefetch < 0:
+		return nil, fmt.Errorf("styx worker: Prefetch is %d, it must not be negative", cfg.Prefetch)
+	case cfg.Concurrency+cfg.Prefetch > MaxConcurrency:
+		return nil, fmt.Errorf("styx worker: Concurrency + Prefetch is %d, the limit is %d", cfg.Concurrency+cfg.Prefetch, MaxConcurrency)
+	case cfg.ShutdownTimeout < 0:
+		return nil, fmt.Errorf("styx worker: ShutdownTimeout is %s, it must not be negative", cfg.ShutdownTimeout)
+	case cfg.LeaseWait != 0 && (cfg.LeaseWait <= 10*time.Millisecond || cfg.LeaseWait > 15*time.Minute):
+		return nil, fmt.Errorf("styx worker: LeaseWait is %s, it must be above 10ms and at most 15m", cfg.LeaseWait)
+	case cfg.LeaseTimeout != 0 && cfg.LeaseTimeout < time.Second:
+		return nil, fmt.Errorf("styx worker: LeaseTimeout is %s, it must be 0 (the queue's) or at least 1s", cfg.LeaseTimeout)
+	}
+	if cfg.Backoff == nil {
+		cfg.Backoff = DefaultBackoff
+	}
+	if cfg.ShutdownTimeout == 0 {
+		cfg.ShutdownTimeout = DefaultShutdownTimeout
+	}
+	if cfg.LeaseWait == 0 {
+		cfg.LeaseWait = DefaultLeaseWait
+	}
+	if cfg.PanicStackLines == 0 {
+		cfg.PanicStackLines = DefaultPanicStackLines
+	}
+	if cfg.ClientID == "" {
+		cfg.ClientID = defaultClientID()
+	}
+	if cfg.Logger == nil {
+		cfg.Logger = slog.Default()
+	}
+	m, err := newMetrics(cfg.Metrics, cfg.Queue)
+	if err != nil {
+		return nil, fmt.Errorf("styx worker: Metrics: %w", err)
+	}
+	h := cfg.Handler
+	for i := len(cfg.Middleware) - 1; i >= 0; i-- {
+		h = cfg.Middleware[i](h)
+	}
+	return &Worker{
+		c: c, cfg: cfg, m: m, handler: h,
+		log:       cfg.Logger.With("queue", cfg.Queue),
+		held:      map[heldKey]*job{},
+		renewWake: make(chan struct{}, 1),
+	}, nil
+}
+
+func defaultClientID() string {
+	host, _ := os.Hostname()
+	var b [3]byte
+	_, _ = rand.Read(b[:])
+	return fmt.Sprintf("%s-%d-%s", host, os.Getpid(), hex.EncodeToString(b[:]))
+}
+
+// Run consumes the queue until ctx is cancelled, then shuts down
+// gracefully: it stops leasing, releases (attempt not counted) every leased
+// item no handler started, waits up to ShutdownTimeout for running handlers
+// (then cancels their contexts and waits for them to return), and
+// acknowledges what they returned. It returns nil after a clean shutdown,
+// with nothing left leased; an error if some acknowledgements could not be
+// delivered (those items come back when their leases expire), or if Run was
+// called before. Server errors while running (an unknown queue, a server
+// that is down) are logged and retried with backoff, not returned.
+func (w *Worker) Run(ctx context.Context) error {
+	if !w.started.CompareAndSwap(false, true) {
+		return errors.New("styx worker: Run called twice")
+	}
+	// Handlers outlive ctx by up to ShutdownTimeout.
+	base, cancelHandlers := context.WithCancelCause(context.WithoutCancel(ctx))
+	defer cancelHandlers(nil)
+	held := w.cfg.Concurrency + w.cfg.Prefetch
+	tokens := make(chan struct{}, held)
+	jobs := make(chan *job, held)
+	acks := make(chan *job, maxBatch)
+
+	renewCtx, stopRenewing := context.WithCancel(context.Background())
+	renewed := make(chan struct{})
+	go func() { defer close(renewed); w.renewLoop(renewCtx) }()
+	acked := make(chan struct{})
+	go func() { defer close(acked); w.ackLoop(acks) }()
+	var handlers sync.WaitGroup
+	for range w.cfg.Concurrency {
+		handlers.Go(func() {
+			for j := range jobs {
+				w.runJob(ctx, j, acks)
+				<-tokens
+			}
+		})
+	}
+
+	w.leaseLoop(ctx, base, tokens, jobs)
+
+	// Shutdown. Items no handler took go back at once.
+	close(jobs)
+	var unstarted []*job
+	for j := range jobs {
+		unstarted = append(unstarted, j)
+	}
+	w.release(unstarted)
+	finished := make(chan struct{})
+	go func() { handlers.Wait(); close(finished) }()
+	select {
+	case <-finished:
+	case <-time.After(w.cfg.ShutdownTimeout):
+		w.log.Warn("shutdown timeout: cancelling running handlers", "timeout", w.cfg.ShutdownTimeout)
+		cancelHandlers(ErrShutdown)
+		<-finished
+	}
+	close(acks)
+	<-acked
+	w.mu.Lock()
+	late := w.unstarted
+	w.unstarted = nil
+	w.mu.Unlock()
+	w.release(late)
+	stopRenewing()
+	<-renewed
+	if n := w.undelivered.Load(); n > 0 {
+		return fmt.Errorf("styx worker: %d acknowledgements could not be delivered; those items return to queue '%s' when their leases expire", n, w.cfg.Queue)
+	}
+	return nil
+}
+
+// leaseLoop leases items for free slots until ctx is cancelled. A token in
+// tokens stands for an item the worker holds (leased, not yet finished).
+func (w *Worker) leaseLoop(ctx, base context.Context, tokens chan struct{}, jobs chan<- *job) {
+	wait := time.Duration(0)
+	for {
+		select {
+		case tokens <- struct{}{}:
+		case <-ctx.Done():
+			return
+		}
+		n := 1
+	more:
+		for n < maxBatch {
+			select {
+			case tokens <- struct{}{}:
+				n++
+			default:
+				break more
+			}
+		}
+		start := time.Now()
+		res, err := w.c.QueueLease(ctx, &pb.QueueLeaseRequest{
+			QueueName: w.cfg.Queue, BatchSize: int32(n), ClientId: w.cfg.ClientID, RequestTimeout: w.cfg.LeaseWait.String(),
+		})
+		got := 0
+		if err == nil {
+			got = len(res.Items)
+			for _, li := range res.Items {
+				jobs <- w.hold(base, res.Partition, li)
+			}
+		}
+		for range n - got {
+			<-tokens
+		}
+		switch {
+		case err == nil || ctx.Err() != nil:
+			wait = 0
+			continue
+		case styx.IsRetry(err) && time.Since(start) >= w.cfg.LeaseWait/2:
+			// The long poll ended without items.
+			wait = 0
+			continue
+		}
+		// An error, or a 454 that came back at once (a queue that is
+		// overloaded, a server shutting down): back off.
+		wait = min(max(2*wait, 50*time.Millisecond), 5*time.Second)
+		w.log.Warn("lease failed; retrying", "error", err, "retry_in", wait)
+		select {
+		case <-time.After(wait):
+		case <-ctx.Done():
+			return
+		}
+	}
+}
+
+// hold registers a leased item with the renewer and returns its job.
+func (w *Worker) hold(base context.Context, partition int32, li *pb.QueueLeaseItem) *job {
+	now := time.Now()
+	deadline := li.LeaseDeadline.AsTime()
+	l := &lease{until: deadline, length: deadline.Sub(now)}
+	it := &Item{
+		Queue: w.cfg.Queue, Partition: partition, ID: li.Id, Attempts: li.Attempts,
+		Kind: li.Kind, Reference: li.Reference, Encoding: li.Encoding, Payload: li.Bytes,
+		LeaseDeadline: deadline, lease: l,
+	}
+	ctx, cancel := context.WithCancelCause(base)
+	j := &job{it: it, ctx: ctx, cancel: cancel, renewAt: deadline.Add(-l.length / 2)}
+	w.mu.Lock()
+	w.held[heldKey{partition, li.Id}] = j
+	w.mu.Unlock()
+	w.m.inFlight.Inc()
+	select {
+	case w.renewWake <- struct{}{}:
+	default:
+	}
+	return j
+}
+
+// forget drops an item the worker no longer holds.
+func (w *Worker) forget(j *job) {
+	w.mu.Lock()
+	_, ok := w.held[heldKey{j.it.Partition, j.it.ID}]
+	delete(w.held, heldKey{j.it.Partition, j.it.ID})
+	w.mu.Unlock()
+	if ok {
+		w.m.inFlight.Dec()
+	}
+	j.cancel(nil)
+}
+
+// runJob runs the handler on one item and acknowledges the result:
+// completes go to the batching acknowledger (acks), retries are sent here.
+func (w *Worker) runJob(runCtx context.Context, j *job, acks chan<- *job) {
+	if runCtx.Err() != nil {
+		// Shutdown began while the item waited: not started.
+		w.mu.Lock()
+		w.unstarted = append(w.unstarted, j)
+		w.mu.Unlock()
+		return
+	}
+	if errors.Is(context.Cause(j.ctx), ErrLeaseLost) {
+		// Prefetched, and its lease was lost before a handler was free.
+		w.m.items.WithLabelValues("lost").Inc()
+		w.forget(j)
+		return
+	}
+	start := time.Now()
+	err := w.call(j)
+	w.m.duration.Observe(time.Since(start).Seconds())
+	cause := context.Cause(j.ctx)
+	switch {
+	case errors.Is(cause, ErrLeaseLost):
+		w.log.Warn("lease lost while the handler ran; the item was neither completed nor retried",
+			"partition", j.it.Partition, "id", j.it.ID, "attempts", j.it.Attempts, "handler_error", err)
+		w.m.items.WithLabelValues("lost").Inc()
+		w.forget(j)
+	case err == nil:
+		acks <- j
+	case errors.Is(cause, ErrShutdown):
+		w.release([]*job{j})
+	default:
+		w.retry(j, err)
+	}
+}
+
+// call runs the handler, turning a panic into an error.
+func (w *Worker) call(j *job) (err error) {
+	defer func() {
+		if r := recover(); r != nil {
+			w.m.panics.Inc()
+			err = &panicError{text: panicText(r, w.cfg.PanicStackLines)}
+		}
+	}()
+	return w.handler.Handle(j.ctx, j.it)
+}
+
+// panicError is a recovered handler panic.
+type panicError struct{ text string }
+
+func (e *panicError) Error() string { return e.text }
+
+// panicText is "panic: <value>" and up to lines lines of the stack below
+// the panic.
+func panicText(r any, lines int) string {
+	text := fmt.Sprintf("panic: %v", r)
+	if lines < 0 {
+		return text
+	}
+	stack := strings.Split(strings.TrimSpace(string(debug.Stack())), "\n")
+	// Skip the goroutine header and the frames of debug.Stack, the deferred
+	// function and runtime.panic, down to the frame that panicked.
+	for i, l := range stack {
+		if strings.HasPrefix(l, "panic(") {
+			stack = stack[min(i+2, len(stack)):]
+			break
+		}
+	}
+	if len(stack) > lines {
+		stack = stack[:lines]
+	}
+	return text + "\n" + strings.Join(stack, "\n")
+}
+
+// errorText is err's text cut to the server's limit on a rune boundary.
+func errorText(err error) string {
+	s := err.Error()
+	if s == "" {
+		s = fmt.Sprintf("%T with no text", err)
+	}
+	if len(s) <= maxErrorBytes {
+		return s
+	}
+	s = s[:maxErrorBytes]
+	for len(s) > 0 && !utf8.ValidString(s[len(s)-3:]) {
+		s = s[:len(s)-1]
+	}
+	return s
+}
+
+// retry sends the failed item back (with a backoff or RetryAfter's delay)
+// or to the dead-letter queue (Dead), and logs what the server did.
+func (w *Worker) retry(j *job, err error) {
+	ri := &pb.QueueRetryItem{Id: j.it.ID, Error: errorText(err)}
+	var dead *deadError
+	var after *retryAfterError
+	switch {
+	case errors.As(err, &dead):
+		ri.Dead = true
+	case errors.As(err, &after):
+		if after.d > 0 {
+			ri.RetryAt = timestamppb.New(time.Now().Add(after.d))
+		}
+	default:
+		if d := w.cfg.Backoff(j.it.Attempts); d > 0 {
+			ri.RetryAt = timestamppb.New(time.Now().Add(d))
+		}
+	}
+	res, ok := w.send(j.it.Deadline(), "retry", []*job{j}, func(ctx context.Context, ids []string) (*pb.QueueRetryResponse, error) {
+		return w.c.QueueRetry(ctx, &pb.QueueRetryRequest{QueueName: w.cfg.Queue, Partition: j.it.Partition, Items: []*pb.QueueRetryItem{ri}})
+	})
+	w.forget(j)
+	if !ok {
+		return
+	}
+	var o *pb.QueueRetryOutcome
+	if len(res.GetOutcomes()) == 1 {
+		o = res.Outcomes[0]
+	}
+	w.logOutcome(j, o, err)
+}
+
+// logOutcome logs and counts what became of a retried item.
+func (w *Worker) logOutcome(j *job, o *pb.QueueRetryOutcome, err error) {
+	attrs := []any{"partition", j.it.Partition, "id", j.it.ID, "attempts", j.it.Attempts, "error", errorText(err)}
+	switch o.GetOutcome() {
+	case "dead_lettered":
+		w.m.items.WithLabelValues("dead").Inc()
+		w.log.Warn("item dead-lettered", append(attrs, "reason", o.Reason, "dead_queue", o.DeadQueue)...)
+	case "dropped":
+		w.m.items.WithLabelValues("dead").Inc()
+		w.log.Error("item dead and dropped: the queue has no dead_queue", append(attrs, "reason", o.Reason)...)
+	case "released":
+		w.m.items.WithLabelValues("released").Inc()
+		w.log.Info("item released", attrs...)
+	case "scheduled":
+		w.m.items.WithLabelValues("retried").Inc()
+		w.log.Info("item failed; retrying later", append(attrs, "retry_at", o.RetryAt.AsTime(), "new_id", o.NewId)...)
+	case "requeued":
+		w.m.items.WithLabelValues("retried").Inc()
+		w.log.Info("item failed; requeued", append(attrs, "new_id", o.NewId)...)
+	default:
+		// A server without retry outcomes (Querator): say what was asked.
+		w.m.items.WithLabelValues("retried").Inc()
+		w.log.Info("item failed; retried", attrs...)
+	}
+}
+
+// release gives items back unstarted: the attempt is not counted.
+func (w *Worker) release(js []*job) {
+	for p, group := range byPartition(js) {
+		for len(group) > 0 {
+			batch := group[:min(len(group), maxBatch)]
+			group = group[len(batch):]
+			_, ok := w.send(earliestDeadline(batch), "release", batch, func(ctx context.Context, ids []string) (*pb.QueueRetryResponse, error) {
+				items := make([]*pb.QueueRetryItem, len(ids))
+				for i, id := range ids {
+					items[i] = &pb.QueueRetryItem{Id: id, Release: true}
+				}
+				return w.c.QueueRetry(ctx, &pb.QueueRetryRequest{QueueName: w.cfg.Queue, Partition: p, Items: items})
+			})
+			for _, j := range batch {
+				w.forget(j)
+				if ok {
+					w.m.items.WithLabelValues("released").Inc()
+				}
+			}
+			if ok {
+				w.log.Debug("released unstarted items", "partition", p, "count", len(batch))
+			}
+		}
+	}
+}
+
+// ackLoop completes finished items in batches: each call takes every
+// complete that arrived while the previous one was on the wire (up to 1000
+// per partition), so completes cost one request per batch under load and
+// add no delay when idle.
+func (w *Worker) ackLoop(acks <-chan *job) {
+	for j := range acks {
+		batch := []*job{j}
+	gather:
+		for len(batch) < maxBatch {
+			select {
+			case j, ok := <-acks:
+				if !ok {
+					break gather
+				}
+				batch = append(batch, j)
+			default:
+				break gather
+			}
+		}
+		for p, group := range byPartition(batch) {
+			_, ok := w.send(earliestDeadline(group), "complete", group, func(ctx context.Context, ids []string) (*pb.QueueRetryResponse, error) {
+				return nil, w.c.QueueComplete(ctx, &pb.QueueCompleteRequest{QueueName: w.cfg.Queue, Partition: p, Ids: ids})
+			})
+			for _, j := range group {
+				w.forget(j)
+				if ok {
+					w.m.items.WithLabelValues("completed").Inc()
+				}
+			}
+		}
+	}
+}
+
+// send delivers an acknowledgement of the items of js (one partition) with
+// call, retrying transient failures until deadline. If the server refuses
+// the batch because some lease is gone (400), each item is sent alone so
+// the others still land. It reports whether every item was acknowledged.
+func (w *Worker) send(deadline time.Time, what string, js []*job, call func(ctx context.Context, ids []string) (*pb.QueueRetryResponse, error)) (*pb.QueueRetryResponse, bool) {
+	ids := make([]string, len(js))
+	for i, j := range js {
+		ids[i] = j.it.ID
+	}
+	wait := 50 * time.Millisecond
+	for {
+		ctx, cancel := context.WithTimeout(context.Background(), max(time.Until(deadline), time.Second))
+		res, err := call(ctx, ids)
+		cancel()
+		switch {
+		case err == nil:
+			return res, true
+		case styx.ErrorCode(err) == styx.CodeBadRequest && len(js) > 1:
+			all := true
+			for _, j := range js {
+				_, ok := w.send(deadline, what, []*job{j}, call)
+				all = all && ok
+			}
+			return nil, all
+		case styx.ErrorCode(err) == styx.CodeBadRequest:
+			w.log.Warn(what+" refused: the lease was lost (another consumer may have the item)",
+				"partition", js[0].it.Partition, "id", js[0].it.ID, "error", err)
+			w.m.items.WithLabelValues("lost").Inc()
+			return nil, false
+		case time.Now().Add(wait).After(deadline):
+			w.log.Error(what+" failed; the items return to the queue when their leases expire",
+				"count", len(js), "error", err)
+			w.undelivered.Add(int64(len(js)))
+			return nil, false
+		}
+		time.Sleep(wait)
+		wait = min(2*wait, time.Second)
+	}
+}
+
+func byPartition(js []*job) map[int32][]*job {
+	out := map[int32][]*job{}
+	for _, j := range js {
+		out[j.it.Partition] = append(out[j.it.Partition], j)
+	}
+	return out
+}
+
+func earliestDeadline(js []*job) time.Time {
+	var t time.Time
+	for _, j := range js {
+		if d := j.it.Deadline(); t.IsZero() || d.Before(t) {
+			t = d
+		}
+	}
+	return t
+}
