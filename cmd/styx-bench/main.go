@@ -1,10 +1,11 @@
 // Command styx-bench is a load generator for Styx and any other server of
 // Querator's v1 protocol (DUH-RPC over HTTP, protobuf bodies). It creates a
 // queue, drives it with --clients closed-loop goroutines (the latency
-// workload adds an open-loop producer) for a warm-up and then a measured
-// --duration, and reports items per second, per-request latency
-// percentiles (HDR histograms), errors, and the server's CPU time and RSS
-// when its process can be read from /proc.
+// workload adds an open-loop producer; the worker workload runs the worker
+// library instead) for a warm-up and then a measured --duration, and
+// reports items per second, per-request latency percentiles (HDR
+// histograms), errors, and the server's CPU time and RSS when its process
+// can be read from /proc.
 //
 // --endpoint may list several base URLs, comma-separated, to load several
 // nodes sharing one database (--storage postgres): client i (and sender i
@@ -26,6 +27,15 @@
 //	latency  an open-loop producer sends --rate items/s stamped with their
 //	         send time; clients lease+complete and record produce→lease
 //	         latency
+//	worker   --prefill items are produced as for drain, then one
+//	         worker.Worker (package worker; Concurrency --clients, a
+//	         handler that returns nil) consumes the queue through the first
+//	         endpoint; measured from its start until the server has
+//	         acknowledged the completion of as many items as were prefilled
+//	         (then its context is cancelled and its shutdown awaited). The
+//	         worker sends its own requests, so request latencies and empty
+//	         leases are not reported, and --batch does not apply (it leases
+//	         as many items as it has free handlers)
 //
 // --count N makes the produce workload stop after exactly N items (for
 // filling a queue to a known depth). --interval D also reports the items
@@ -39,6 +49,7 @@
 //	styx-bench --workload cycle --batch 100 --duration 10m --interval 1m --json
 //	styx-bench --workload produce --batch 1000 --count 1000000 --warmup 0 --duration 1h --queue q --keep
 //	styx-bench --workload latency --rate 1000 --json
+//	styx-bench --workload worker --clients 16 --prefill 20000
 //	styx-bench --endpoint http://127.0.0.1:2319,http://127.0.0.1:2320 --workload cycle --batch 100
 //	styx-bench --markdown results.jsonl   # JSON lines → markdown table
 package main
@@ -59,6 +70,7 @@ import (
 	"github.com/spf13/pflag"
 
 	"github.com/styxq/styx"
+	"github.com/styxq/styx/worker"
 )
 
 // Workload names.
@@ -68,6 +80,7 @@ const (
 	workloadDrain   = "drain"
 	workloadDead    = "dead"
 	workloadLatency = "latency"
+	workloadWorker  = "worker"
 )
 
 // config is the command line.
@@ -145,16 +158,16 @@ func parseFlags(args []string, stderr io.Writer) (config, error) {
 	fs := pflag.NewFlagSet("styx-bench", pflag.ContinueOnError)
 	fs.SetOutput(stderr)
 	fs.StringVar(&c.Endpoint, "endpoint", styx.DefaultEndpoint, "server base URL, or a comma-separated list of them: client i uses URL i mod n, queue setup and deletion the first")
-	fs.StringVar(&c.Workload, "workload", workloadCycle, "produce, cycle, drain, dead or latency")
-	fs.IntVar(&c.Clients, "clients", 4, "closed-loop client goroutines, all on the one queue")
+	fs.StringVar(&c.Workload, "workload", workloadCycle, "produce, cycle, drain, dead, latency or worker")
+	fs.IntVar(&c.Clients, "clients", 4, "closed-loop client goroutines, all on the one queue (worker: the worker's Concurrency)")
 	fs.StringVar(&c.Queue, "queue", "", "queue name (default bench-<workload>-<random>; created and deleted by the run)")
 	fs.IntVar(&c.Partitions, "partitions", 1, "partitions of the created queue")
 	fs.IntVar(&c.Batch, "batch", 1, "items per produce request and lease batch size (1..1000)")
 	fs.IntVar(&c.Payload, "payload", 1024, "payload bytes per item (random)")
-	fs.DurationVar(&c.Duration, "duration", 10*time.Second, "measured time (drain: at most)")
-	fs.DurationVar(&c.Warmup, "warmup", 2*time.Second, "load before measuring (not used by drain)")
+	fs.DurationVar(&c.Duration, "duration", 10*time.Second, "measured time (drain, worker: at most)")
+	fs.DurationVar(&c.Warmup, "warmup", 2*time.Second, "load before measuring (not used by drain and worker)")
 	fs.IntVar(&c.Rate, "rate", 1000, "latency workload: open-loop produce rate in items/s")
-	fs.IntVar(&c.Prefill, "prefill", 100000, "drain workload: items produced before measuring")
+	fs.IntVar(&c.Prefill, "prefill", 100000, "drain and worker workloads: items produced before measuring")
 	fs.Int64Var(&c.Count, "count", 0, "produce workload: stop after producing exactly this many items, warm-up included (0: no limit; --duration still bounds the run)")
 	fs.DurationVar(&c.Interval, "interval", 0, "also report items/s for every interval of this length of the measured window (stderr and JSON \"intervals\"; 0: off)")
 	fs.DurationVar(&c.LeaseWait, "lease-wait", time.Second, "lease request_timeout (how long a lease long-polls)")
@@ -164,7 +177,7 @@ func parseFlags(args []string, stderr io.Writer) (config, error) {
 	fs.StringVar(&c.Label, "label", "", "free text copied into the report (e.g. the backend)")
 	fs.StringVar(&c.Markdown, "markdown", "", "only render the JSON-lines report file `FILE` as a markdown table and exit")
 	fs.Usage = func() {
-		_, _ = fmt.Fprintf(stderr, "usage: styx-bench [flags]\n\nWorkloads: produce, cycle, drain, dead, latency (see `go doc ./cmd/styx-bench`).\n\n%s", fs.FlagUsages())
+		_, _ = fmt.Fprintf(stderr, "usage: styx-bench [flags]\n\nWorkloads: produce, cycle, drain, dead, latency, worker (see `go doc ./cmd/styx-bench`).\n\n%s", fs.FlagUsages())
 	}
 	if err := fs.Parse(args); err != nil {
 		return c, err
@@ -188,9 +201,9 @@ func validate(c *config) error {
 		return fmt.Errorf("%w: "+format, append([]any{errUsage}, a...)...)
 	}
 	switch c.Workload {
-	case workloadProduce, workloadCycle, workloadDrain, workloadDead, workloadLatency:
+	case workloadProduce, workloadCycle, workloadDrain, workloadDead, workloadLatency, workloadWorker:
 	default:
-		return bad("--workload %q is not one of produce, cycle, drain, dead, latency", c.Workload)
+		return bad("--workload %q is not one of produce, cycle, drain, dead, latency, worker", c.Workload)
 	}
 	endpoints, err := parseEndpoints(c.Endpoint)
 	if err != nil {
@@ -217,8 +230,12 @@ func validate(c *config) error {
 		return bad("--lease-wait must be above 10ms and at most 15m")
 	case c.Workload == workloadLatency && c.Rate < 1:
 		return bad("--rate must be at least 1 item/s")
-	case c.Workload == workloadDrain && c.Prefill < 1:
+	case (c.Workload == workloadDrain || c.Workload == workloadWorker) && c.Prefill < 1:
 		return bad("--prefill must be at least 1")
+	case c.Workload == workloadWorker && c.Clients > worker.MaxConcurrency:
+		return bad("--clients must be at most %d for the worker workload (its Concurrency)", worker.MaxConcurrency)
+	case c.Workload == workloadWorker && c.Batch != 1:
+		return bad("--batch does not apply to the worker workload (it leases as many items as it has free handlers)")
 	case c.Count < 0:
 		return bad("--count must not be negative")
 	case c.Count > 0 && c.Workload != workloadProduce:

@@ -39,20 +39,23 @@ type Report struct {
 	Partitions int    `json:"partitions"`
 	// Rate is the open-loop produce rate of the latency workload (items/s).
 	Rate int `json:"rate,omitempty"`
-	// Prefill is how many items the drain workload produced before measuring.
+	// Prefill is how many items the drain and worker workloads produced
+	// before measuring.
 	Prefill int `json:"prefill,omitempty"`
 	// Seconds is the length of the measured window.
 	Seconds float64 `json:"seconds"`
 	// Items counts the workload's unit of work finished in the window:
-	// produced (produce), completed (cycle, drain, latency) or dead-lettered
-	// (dead) items.
+	// produced (produce), completed (cycle, drain, latency, worker) or
+	// dead-lettered (dead) items.
 	Items       int64   `json:"items"`
 	ItemsPerSec float64 `json:"items_per_sec"`
 	// Requests holds latency statistics per request kind (produce, lease,
-	// complete, retry) for requests that succeeded in the window.
+	// complete, retry) for requests that succeeded in the window; empty for
+	// the worker workload, whose requests the worker library sends.
 	Requests map[string]Latency `json:"requests"`
 	// LeaseEmpty counts leases answered 454 (nothing to lease before the
 	// request timeout); they are not errors and not in Requests["lease"].
+	// Not counted for the worker workload.
 	LeaseEmpty int64 `json:"lease_empty"`
 	// Errors counts failed requests over the whole run, warm-up included.
 	Errors int64 `json:"errors"`
@@ -154,8 +157,13 @@ func writeTable(w io.Writer, r Report) error {
 	if r.Label != "" {
 		label = " [" + r.Label + "]"
 	}
-	fmt.Fprintf(&b, "workload %s%s: %d clients, batch %d, payload %d B, %d partition(s), queue %s\n",
-		r.Workload, label, r.Clients, r.Batch, r.Payload, r.Partitions, r.Queue)
+	if r.recordsRequests() {
+		fmt.Fprintf(&b, "workload %s%s: %d clients, batch %d, payload %d B, %d partition(s), queue %s\n",
+			r.Workload, label, r.Clients, r.Batch, r.Payload, r.Partitions, r.Queue)
+	} else {
+		fmt.Fprintf(&b, "workload %s%s: one worker, concurrency %d, payload %d B, %d partition(s), queue %s\n",
+			r.Workload, label, r.Clients, r.Payload, r.Partitions, r.Queue)
+	}
 	switch {
 	case r.Rate > 0:
 		fmt.Fprintf(&b, "open-loop produce rate %d items/s\n", r.Rate)
@@ -163,6 +171,12 @@ func writeTable(w io.Writer, r Report) error {
 		fmt.Fprintf(&b, "prefilled %d items\n", r.Prefill)
 	}
 	fmt.Fprintf(&b, "%d items in %.2fs: %.1f items/s\n\n", r.Items, r.Seconds, r.ItemsPerSec)
+	if !r.recordsRequests() {
+		fmt.Fprintf(&b, "request latencies and empty leases: not recorded (the worker library sends its own requests)\nerrors: %d\n", r.Errors)
+		writeServer(&b, r.Server)
+		_, err := io.WriteString(w, b.String())
+		return err
+	}
 
 	const rowFormat = "%-14s %9v %9v %9v %9v %9v\n"
 	fmt.Fprintf(&b, rowFormat, "request", "count", "p50 ms", "p99 ms", "p999 ms", "max ms")
@@ -179,16 +193,26 @@ func writeTable(w io.Writer, r Report) error {
 		row("produce→lease", *r.EndToEnd)
 	}
 	fmt.Fprintf(&b, "\nempty leases (454): %d   errors: %d\n", r.LeaseEmpty, r.Errors)
-	if s := r.Server; s != nil {
-		who := pidList([]int{s.PID})
-		if len(s.PIDs) > 1 {
-			who = pidList(s.PIDs) + " summed"
-		}
-		fmt.Fprintf(&b, "server %s: %.2f CPU-s (%.2f cores), RSS %s → %s (peak %s)\n",
-			who, s.CPUSeconds, s.CPUCores, mib(s.RSSBeforeKB), mib(s.RSSAfterKB), mib(s.PeakRSSKB))
-	}
+	writeServer(&b, r.Server)
 	_, err := io.WriteString(w, b.String())
 	return err
+}
+
+// recordsRequests reports whether r's workload records its own requests:
+// every workload but worker, whose requests the worker library sends.
+func (r Report) recordsRequests() bool { return r.Workload != workloadWorker }
+
+// writeServer prints the server usage line of writeTable, if s is set.
+func writeServer(b *strings.Builder, s *ServerUsage) {
+	if s == nil {
+		return
+	}
+	who := pidList([]int{s.PID})
+	if len(s.PIDs) > 1 {
+		who = pidList(s.PIDs) + " summed"
+	}
+	fmt.Fprintf(b, "server %s: %.2f CPU-s (%.2f cores), RSS %s → %s (peak %s)\n",
+		who, s.CPUSeconds, s.CPUCores, mib(s.RSSBeforeKB), mib(s.RSSAfterKB), mib(s.PeakRSSKB))
 }
 
 // mib formats a size in KiB as MiB.
@@ -243,9 +267,13 @@ func markdownRow(r Report) string {
 		cpu = fmt.Sprintf("%.2f", r.Server.CPUSeconds)
 		rss = fmt.Sprintf("%.0f", float64(r.Server.RSSAfterKB)/1024)
 	}
-	return fmt.Sprintf("| %s | %d | %d | %.0f | %s | %s | %s | %s | %d | %d | %s | %s |",
-		workload, r.Clients, r.Batch, r.ItemsPerSec, get(kindProduce), get(kindLease), finish, e2e,
-		r.LeaseEmpty, r.Errors, cpu, rss)
+	batch, empty := fmt.Sprint(r.Batch), fmt.Sprint(r.LeaseEmpty)
+	if !r.recordsRequests() {
+		batch, empty = "–", "–" // the worker sizes its own leases and sends its own requests
+	}
+	return fmt.Sprintf("| %s | %d | %s | %.0f | %s | %s | %s | %s | %s | %d | %s | %s |",
+		workload, r.Clients, batch, r.ItemsPerSec, get(kindProduce), get(kindLease), finish, e2e,
+		empty, r.Errors, cpu, rss)
 }
 
 // renderMarkdownFile prints the JSON reports in path as a markdown table.

@@ -53,6 +53,26 @@ func TestWriteTable(t *testing.T) {
 	if strings.Contains(out, "retry") {
 		t.Errorf("table shows a request kind that was never sent:\n%s", out)
 	}
+
+	b.Reset()
+	if err := writeTable(&b, workerReport()); err != nil {
+		t.Fatal(err)
+	}
+	out = b.String()
+	for _, want := range []string{"workload worker: one worker, concurrency 16,", "prefilled 20000 items",
+		"20000 items in 2.00s: 10000.0 items/s", "latencies and empty leases: not recorded", "errors: 0"} {
+		if !strings.Contains(out, want) {
+			t.Errorf("worker table lacks %q:\n%s", want, out)
+		}
+	}
+	if strings.Contains(out, "p50") || strings.Contains(out, "batch") {
+		t.Errorf("worker table shows latencies or a batch size:\n%s", out)
+	}
+}
+
+func workerReport() Report {
+	return Report{Workload: "worker", Clients: 16, Batch: 1, Payload: 1024, Partitions: 1, Prefill: 20000,
+		Seconds: 2, Items: 20000, ItemsPerSec: 10000, Requests: map[string]Latency{}}
 }
 
 func TestJSONAndMarkdown(t *testing.T) {
@@ -75,20 +95,26 @@ func TestJSONAndMarkdown(t *testing.T) {
 	if err := writeJSON(&lines, lat); err != nil {
 		t.Fatal(err)
 	}
+	if err := writeJSON(&lines, workerReport()); err != nil {
+		t.Fatal(err)
+	}
 	lines.WriteString("\n") // blank lines are skipped
 	var md bytes.Buffer
 	if err := writeMarkdown(&md, &lines); err != nil {
 		t.Fatal(err)
 	}
 	rows := strings.Split(strings.TrimSpace(md.String()), "\n")
-	if len(rows) != 4 {
-		t.Fatalf("want header, separator and 2 rows, got:\n%s", md.String())
+	if len(rows) != 5 {
+		t.Fatalf("want header, separator and 3 rows, got:\n%s", md.String())
 	}
 	if want := "| cycle | 4 | 100 | 12346 | 1.50 / 4.25 | 1.25 / 3.50 | 0.75 / 2.00 | – | 3 | 1 | 7.50 | 20 |"; rows[2] != want {
 		t.Errorf("row\n got %s\nwant %s", rows[2], want)
 	}
 	if want := "| latency @1000/s | 4 | 1 | 1000 | 0.50 / 1.00 | – | – | 2.00 / 4.50 | 0 | 0 | – | – |"; rows[3] != want {
 		t.Errorf("row\n got %s\nwant %s", rows[3], want)
+	}
+	if want := "| worker | 16 | – | 10000 | – | – | – | – | – | 0 | – | – |"; rows[4] != want {
+		t.Errorf("row\n got %s\nwant %s", rows[4], want)
 	}
 }
 
@@ -126,7 +152,8 @@ func TestParseFlags(t *testing.T) {
 	for _, args := range [][]string{{"--workload", "nope"}, {"--batch", "1001"}, {"--clients", "0"}, {"extra"},
 		{"--count", "-1", "--workload", "produce"}, {"--count", "5", "--workload", "cycle"},
 		{"--interval", "-1s"}, {"--interval", "1ms"}, {"--endpoint", "127.0.0.1:2319"},
-		{"--endpoint", "http://a:1,"}, {"--server-pid", "-1"}} {
+		{"--endpoint", "http://a:1,"}, {"--server-pid", "-1"}, {"--workload", "worker", "--prefill", "0"},
+		{"--workload", "worker", "--clients", "1001"}, {"--workload", "worker", "--batch", "10"}} {
 		if _, err := parseFlags(args, &stderr); err == nil {
 			t.Errorf("parseFlags(%q): want an error", args)
 		}

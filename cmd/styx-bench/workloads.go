@@ -38,7 +38,8 @@ const (
 	// latencySenders is how many goroutines of the latency workload send
 	// the open-loop produce requests (their concurrency limit).
 	latencySenders = 64
-	// prefillBatch is the produce batch size of the drain workload's prefill.
+	// prefillBatch is the produce batch size of the prefill of the drain
+	// and worker workloads.
 	prefillBatch = 1000
 )
 
@@ -63,9 +64,11 @@ type bench struct {
 	errors      atomic.Int64
 	printedErrs atomic.Int64
 	// lastFinish is the unix-nano time of the last item completed inside
-	// the window (drain measures up to it).
+	// the window (drain and worker measure up to it).
 	lastFinish atomic.Int64
-	// finished is the sum of the recorders' items so far, for --interval.
+	// finished is the sum of the recorders' items so far, for --interval;
+	// for the worker workload, which has no recorders, the items the worker
+	// completed.
 	finished atomic.Int64
 	// left is how many items the produce workload may still produce under
 	// --count.
@@ -496,12 +499,17 @@ func (b *bench) prefill(ctx context.Context) error {
 	return firstErr
 }
 
-// deadCount returns the number of items in the dead-letter queue: the sum
-// of its partitions' totals from queue.stats.
+// deadCount returns the number of items in the dead-letter queue.
 func (b *bench) deadCount(ctx context.Context) (int64, error) {
-	st, err := b.c.QueueStats(ctx, &pb.QueueStatsRequest{QueueName: b.dlq})
+	return b.queueTotal(ctx, b.dlq)
+}
+
+// queueTotal returns the number of items in queue: the sum of its
+// partitions' totals from queue.stats.
+func (b *bench) queueTotal(ctx context.Context, queue string) (int64, error) {
+	st, err := b.c.QueueStats(ctx, &pb.QueueStatsRequest{QueueName: queue})
 	if err != nil {
-		return 0, fmt.Errorf("stats of %s: %w", b.dlq, err)
+		return 0, fmt.Errorf("stats of %s: %w", queue, err)
 	}
 	var n int64
 	for _, lq := range st.LogicalQueues {
@@ -544,6 +552,8 @@ func (b *bench) startWorkers(ctx context.Context, wg *sync.WaitGroup) {
 		for i := range b.cfg.Clients {
 			wg.Go(func() { b.runLatencyConsumer(ctx, i, id(i)) })
 		}
+	case workloadWorker:
+		wg.Go(func() { b.runWorker(ctx) })
 	}
 }
 
@@ -564,12 +574,12 @@ func runBench(ctx context.Context, cfg config, stderr io.Writer) (rep Report, er
 	pids := serverPIDs("/proc", cfg, stderr)
 
 	warmup := cfg.Warmup
-	if cfg.Workload == workloadDrain {
+	if cfg.Workload == workloadDrain || cfg.Workload == workloadWorker {
 		_, _ = fmt.Fprintf(stderr, "styx-bench: prefilling %s with %d items\n", b.queue, cfg.Prefill)
 		if err := b.prefill(ctx); err != nil {
 			return Report{}, err
 		}
-		warmup = 0 // the drain is measured from its first lease
+		warmup = 0 // measured from the first lease (the worker's start)
 	}
 	b.start = time.Now().Add(warmup)
 	b.end = b.start.Add(cfg.Duration)
@@ -623,7 +633,10 @@ func runBench(ctx context.Context, cfg config, stderr io.Writer) (rep Report, er
 	rep = b.report(measured)
 	rep.Intervals = ivs
 	switch cfg.Workload {
-	case workloadDrain:
+	case workloadDrain, workloadWorker:
+		if cfg.Workload == workloadWorker {
+			rep.Items = b.finished.Load() // the worker has no recorders
+		}
 		if last := b.lastFinish.Load(); last > 0 {
 			rep.Seconds = time.Unix(0, last).Sub(b.start).Seconds()
 		}

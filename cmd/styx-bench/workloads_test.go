@@ -1,10 +1,14 @@
 package main
 
 import (
+	"context"
 	"io"
 	"sync"
 	"sync/atomic"
 	"testing"
+
+	pb "github.com/styxq/styx/styxpb"
+	"github.com/styxq/styx/styxtest"
 )
 
 func TestClaim(t *testing.T) {
@@ -52,5 +56,28 @@ func TestClientsSpreadOverEndpoints(t *testing.T) {
 		if r := b.newRecorder(i); r.c != b.clients[i%3] {
 			t.Errorf("recorder %d does not use endpoint %d", i, i%3)
 		}
+	}
+}
+
+func TestWorkerWorkload(t *testing.T) {
+	srv := styxtest.Start(t, styxtest.Options{})
+	cfg, err := parseFlags([]string{"--endpoint", srv.Endpoint, "--workload", "worker", "--clients", "8",
+		"--prefill", "2500", "--payload", "16", "--duration", "30s", "--lease-wait", "100ms"}, io.Discard)
+	if err != nil {
+		t.Fatal(err)
+	}
+	rep, err := runBench(context.Background(), cfg, io.Discard)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if rep.Items != 2500 || rep.Prefill != 2500 || rep.Errors != 0 || len(rep.Requests) != 0 {
+		t.Errorf("items %d, prefill %d, errors %d, requests %v: want 2500, 2500, 0 and none",
+			rep.Items, rep.Prefill, rep.Errors, rep.Requests)
+	}
+	if rep.Seconds <= 0 || rep.Seconds > 30 || rep.ItemsPerSec != float64(rep.Items)/rep.Seconds {
+		t.Errorf("%d items in %.3fs at %.1f items/s", rep.Items, rep.Seconds, rep.ItemsPerSec)
+	}
+	if _, err := srv.Client.QueueStats(context.Background(), &pb.QueueStatsRequest{QueueName: cfg.Queue}); err == nil {
+		t.Errorf("queue %s was not deleted", cfg.Queue)
 	}
 }

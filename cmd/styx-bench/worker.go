@@ -1,0 +1,119 @@
+package main
+
+// The worker workload: the worker library (package worker) consuming a
+// prefilled queue, to compare with the hand-written consumers of drain and
+// cycle.
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+
+	"github.com/styxq/styx/worker"
+)
+
+// workerPoll is how often the worker workload reads the worker's count of
+// completed items: the resolution of its measured time.
+const workerPoll = 2 * time.Millisecond
+
+// runWorker is the worker workload: one worker.Worker with Concurrency
+// --clients and a handler that returns nil consumes the queue through the
+// first endpoint until --prefill items are completed or the window ends;
+// then its context is cancelled and Run's graceful shutdown awaited. Its
+// requests are the library's own and not recorded. Completions are read
+// from the worker's styx_worker_items_total{outcome="completed"} (items
+// whose complete the server acknowledged) into b.finished, and b.lastFinish
+// moves to when each new completion was seen.
+func (b *bench) runWorker(ctx context.Context) {
+	reg := prometheus.NewRegistry()
+	w, err := worker.New(b.c, worker.Config{
+		Queue:       b.queue,
+		Handler:     worker.HandlerFunc(func(context.Context, *worker.Item) error { return nil }),
+		Concurrency: b.cfg.Clients,
+		LeaseWait:   b.cfg.LeaseWait,
+		ClientID:    "styx-bench-" + b.queue + "-worker",
+		Logger:      slog.New(slog.NewTextHandler(b.stderr, &slog.HandlerOptions{Level: slog.LevelWarn})),
+		Metrics:     reg,
+	})
+	if err != nil {
+		b.fail("worker", err)
+		return
+	}
+	wctx, stop := context.WithCancel(ctx)
+	defer stop()
+	ran := make(chan error, 1)
+	go func() { ran <- w.Run(wctx) }()
+	b.awaitCompletions(ctx, reg)
+	stop()
+	if err := <-ran; err != nil && ctx.Err() == nil {
+		b.fail("worker", err)
+	}
+	if n := b.finished.Load(); n < int64(b.cfg.Prefill) && ctx.Err() == nil {
+		_, _ = fmt.Fprintf(b.stderr, "styx-bench: worker: %d of %d items completed within --duration %s\n",
+			n, b.cfg.Prefill, b.cfg.Duration)
+	}
+}
+
+// awaitCompletions polls the worker's completed count in g every
+// workerPoll until it reaches --prefill or the window ends, then checks
+// with queue.stats that the queue is empty.
+func (b *bench) awaitCompletions(ctx context.Context, g prometheus.Gatherer) {
+	t := time.NewTicker(workerPoll)
+	defer t.Stop()
+	for {
+		n, err := completedOf(g)
+		if err != nil {
+			b.fail("worker metrics", err)
+			return
+		}
+		if n > b.finished.Load() {
+			b.finished.Store(n)
+			b.noteFinish(time.Now())
+		}
+		if n >= int64(b.cfg.Prefill) {
+			break
+		}
+		if !b.running(ctx) {
+			return
+		}
+		select {
+		case <-t.C:
+		case <-ctx.Done():
+			return
+		}
+	}
+	sctx, cancel := context.WithTimeout(ctx, requestTimeout)
+	defer cancel()
+	switch left, err := b.queueTotal(sctx, b.queue); {
+	case err != nil:
+		b.fail("stats", err)
+	case left > 0:
+		_, _ = fmt.Fprintf(b.stderr, "styx-bench: worker: %d items completed, but %s still holds %d\n", b.cfg.Prefill, b.queue, left)
+	}
+}
+
+// completedOf returns the value of styx_worker_items_total{outcome="completed"}
+// in g (a registry holding one worker's metrics).
+func completedOf(g prometheus.Gatherer) (int64, error) {
+	mfs, err := g.Gather()
+	if err != nil {
+		return 0, err
+	}
+	for _, mf := range mfs {
+		if mf.GetName() != "styx_worker_items_total" {
+			continue
+		}
+		for _, m := range mf.GetMetric() {
+			for _, l := range m.GetLabel() {
+				if l.GetName() == "outcome" && l.GetValue() == "completed" {
+					return int64(m.GetCounter().GetValue()), nil
+				}
+			}
+		}
+	}
+	return 0, errors.New(`no styx_worker_items_total{outcome="completed"} among the worker's metrics`)
+}
