@@ -90,6 +90,61 @@ func (m *Metrics) RegisterQueueSampler(sample func() []QueueSample) {
 	m.Registry.MustRegister(queueCollector{sample: sample})
 }
 
+// Label values that every queue's series are created with (the dead
+// reasons and the redrive results), so that they exist at 0 before the first
+// event: rate() and dashboards see a counter from the start
+// (Prometheus' instrumentation guidance).
+var (
+	deadReasons    = []string{"max_attempts", "expired", "explicit"}
+	redriveResults = []string{"moved", "failed", "skipped"}
+	// Outcomes of styx_item_attempts.
+	attemptOutcomes = []string{"completed", "dead_lettered", "dropped"}
+)
+
+// InitQueue creates, at 0, the series of queue's counters: drops and
+// dead-letter errors by queue and, when deadQueue is set, the moves to it by
+// reason, its redrives back to queue by result and its running-redrive
+// gauge. Idempotent; call it when a queue is created or loaded and when its
+// dead_queue changes. Costs O(1) per queue: nothing is recounted at scrape
+// time.
+func (m *Metrics) InitQueue(queue, deadQueue string) {
+	for _, r := range deadReasons {
+		m.ItemsDropped.WithLabelValues(queue, r)
+	}
+	m.DeadLetterErrors.WithLabelValues(queue)
+	if deadQueue == "" {
+		return
+	}
+	for _, r := range deadReasons {
+		m.DeadLettered.WithLabelValues(queue, deadQueue, r)
+	}
+	for _, r := range redriveResults {
+		m.RedriveItems.WithLabelValues(deadQueue, queue, r)
+	}
+	m.RedriveRunning.WithLabelValues(deadQueue)
+}
+
+// ForgetQueue deletes every series labelled with queue (as the queue, the
+// source or the dead-letter queue): called when the queue is deleted.
+func (m *Metrics) ForgetQueue(queue string) {
+	m.ItemsDropped.DeletePartialMatch(prometheus.Labels{"queue": queue})
+	m.DeadLetterErrors.DeletePartialMatch(prometheus.Labels{"queue": queue})
+	m.DeadLettered.DeletePartialMatch(prometheus.Labels{"queue": queue})
+	m.DeadLettered.DeletePartialMatch(prometheus.Labels{"dead_queue": queue})
+	m.RedriveItems.DeletePartialMatch(prometheus.Labels{"queue": queue})
+	m.RedriveItems.DeletePartialMatch(prometheus.Labels{"dead_queue": queue})
+	m.RedriveRunning.DeletePartialMatch(prometheus.Labels{"dead_queue": queue})
+}
+
+// InitPaths creates, at 0, the request series of every API path with code
+// 200, so a fresh server lists both request families.
+func (m *Metrics) InitPaths(paths []string) {
+	for _, p := range paths {
+		m.Requests.WithLabelValues(p, "200")
+		m.RequestSeconds.WithLabelValues(p)
+	}
+}
+
 // New creates and registers every collector, plus the Go runtime and process
 // collectors, on a new registry.
 func New() *Metrics {
@@ -130,6 +185,9 @@ func New() *Metrics {
 			Help:    "Attempts an item had when it was completed or dead-lettered, by outcome (completed, dead_lettered, dropped).",
 			Buckets: []float64{1, 2, 3, 5, 10, 20, 50, 100},
 		}, []string{"outcome"}),
+	}
+	for _, o := range attemptOutcomes {
+		m.ItemAttempts.WithLabelValues(o)
 	}
 	reg.MustRegister(
 		m.Requests, m.RequestSeconds, m.DeadLettered, m.ItemsDropped, m.DeadLetterErrors, m.RedriveItems, m.RedriveRunning, m.ItemAttempts,

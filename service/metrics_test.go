@@ -3,6 +3,8 @@ package service_test
 import (
 	"io"
 	"net/http"
+	"os"
+	"regexp"
 	"strings"
 	"testing"
 
@@ -56,5 +58,59 @@ func TestMetrics(t *testing.T) {
 		assert.Equal(t, `styx_queue_items{queue="`+dlq+`",state="ready"} 1`, metricLine(text, `styx_queue_items{queue="`+dlq+`",state="ready"}`))
 		assert.Equal(t, `styx_item_attempts_count{outcome="completed"} 1`, metricLine(text, `styx_item_attempts_count{outcome="completed"}`))
 		assert.Equal(t, `styx_item_attempts_count{outcome="dead_lettered"} 1`, metricLine(text, `styx_item_attempts_count{outcome="dead_lettered"}`))
+	})
+}
+
+// documentedFamilies returns the server's metric names from docs/metrics.md
+// (the "Styx metrics" section's tables).
+func documentedFamilies(t *testing.T) []string {
+	t.Helper()
+	doc, err := os.ReadFile("../docs/metrics.md")
+	require.NoError(t, err)
+	text := string(doc)
+	start, end := strings.Index(text, "## Styx metrics"), strings.Index(text, "## Worker metrics")
+	require.True(t, start >= 0 && end > start, "docs/metrics.md has the sections")
+	var names []string
+	for _, l := range strings.Split(text[start:end], "\n") {
+		if m := regexp.MustCompile("^\\| `(styx_[a-z_]+)` \\|").FindStringSubmatch(l); m != nil {
+			names = append(names, m[1])
+		}
+	}
+	require.NotEmpty(t, names)
+	return names
+}
+
+// TestMetricsOfAFreshServer scrapes a server whose queues exist but have
+// seen no traffic: every documented styx_ family is there, its counters at
+// 0, so dashboards and rate() see them before the first event; after a
+// restart (queues loaded, not created) too; a deleted queue's series go.
+func TestMetricsOfAFreshServer(t *testing.T) {
+	forEachBackend(t, func(t *testing.T, b backend) {
+		s := start(t, b)
+		dlq := s.withDLQ("fresh", &pb.QueueInfo{MaxAttempts: 3})
+		check := func(when string) {
+			text := s.scrape()
+			for _, name := range documentedFamilies(t) {
+				assert.Contains(t, text, "\n# TYPE "+name+" ", "%s: family %s is missing", when, name)
+			}
+			for _, series := range []string{
+				`styx_dead_lettered_total{dead_queue="` + dlq + `",queue="fresh",reason="max_attempts"}`,
+				`styx_dead_lettered_total{dead_queue="` + dlq + `",queue="fresh",reason="explicit"}`,
+				`styx_items_dropped_total{queue="fresh",reason="expired"}`,
+				`styx_items_dropped_total{queue="` + dlq + `",reason="expired"}`,
+				`styx_dead_letter_errors_total{queue="fresh"}`,
+				`styx_redrive_items_total{dead_queue="` + dlq + `",queue="fresh",result="moved"}`,
+				`styx_redrive_tasks_running{dead_queue="` + dlq + `"}`,
+			} {
+				assert.Equal(t, series+" 0", metricLine(text, series), when)
+			}
+		}
+		check("created")
+		if b.name != "memory" {
+			s.restart()
+			check("restarted")
+		}
+		require.NoError(t, s.C.QueuesDelete(ctx, &pb.QueuesDeleteRequest{QueueName: "fresh", Force: true}))
+		assert.NotContains(t, s.scrape(), `queue="fresh"`, "a deleted queue's series are removed")
 	})
 }

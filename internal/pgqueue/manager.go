@@ -175,6 +175,7 @@ func (m *Manager) reload(ctx context.Context) error {
 			continue // adopted since the read began: newer than l
 		}
 		m.infos[l.info.ID] = l.info
+		m.cfg.Metrics.InitQueue(l.info.Name, l.info.DeadQueue)
 		m.names[l.info.Name] = l.info.ID
 		if m.queues[l.info.ID] == nil {
 			q := newQueue(m, l.info)
@@ -206,6 +207,7 @@ func (m *Manager) reload(ctx context.Context) error {
 // forget removes a queue from the maps and returns its loop to stop. Needs
 // mu.
 func (m *Manager) forget(id uint64, name string) []*Queue {
+	m.cfg.Metrics.ForgetQueue(name)
 	delete(m.infos, id)
 	delete(m.adopted, id)
 	if m.names[name] == id {
@@ -334,6 +336,7 @@ func (m *Manager) adopt(info store.QueueInfo) (*Queue, error) {
 	m.gen++
 	m.adopted[info.ID] = m.gen
 	m.infos[info.ID] = info
+	m.cfg.Metrics.InitQueue(info.Name, info.DeadQueue)
 	m.names[info.Name] = info.ID
 	q := m.queues[info.ID]
 	if q == nil {

@@ -168,6 +168,7 @@ func newLogical(cfg Config, info store.QueueInfo, lookup func(string) *Logical) 
 		sourceKeys: make(map[string]*item),
 		deferred:   make(map[*item]*deferredReply),
 	}
+	cfg.Metrics.InitQueue(info.Name, info.DeadQueue)
 	go l.run()
 	return l
 }
@@ -621,6 +622,7 @@ func (l *Logical) handle(it *iteration, r *request) error {
 			return fmt.Errorf("queue '%s': config for queue id %d", l.name, op.info.ID)
 		}
 		l.info = op.info
+		l.cfg.Metrics.InitQueue(op.info.Name, op.info.DeadQueue)
 		for n := int32(len(l.parts)); n < op.info.Partitions; n++ {
 			l.parts = append(l.parts, newPartition(n))
 		}

@@ -164,6 +164,7 @@ func (m *Manager) Delete(ctx context.Context, name string) error {
 	if l != nil {
 		l.shutdown()
 	}
+	m.cfg.Metrics.ForgetQueue(name)
 	if err := m.cfg.Store.DeleteQueue(ctx, name); err != nil && !errors.Is(err, store.ErrQueueNotFound) {
 		return fmt.Errorf("delete queue '%s': %w", name, err)
 	}
