@@ -135,6 +135,7 @@ type (
 		timeout   time.Duration
 	}
 	statsOp  struct{}
+	gaugeOp  struct{}
 	clearOp  struct{ p ClearParams }
 	reloadOp struct{}
 	configOp struct{ info store.QueueInfo }
@@ -604,6 +605,8 @@ func (l *Logical) handle(it *iteration, r *request) error {
 		l.reply(it, r, deadlines)
 	case *statsOp:
 		l.reply(it, r, l.stats(it.now))
+	case *gaugeOp:
+		l.reply(it, r, l.gauges(it.now))
 	case *clearOp:
 		l.clearItems(it, op.p)
 		l.reply(it, r, nil)
@@ -1060,6 +1063,33 @@ func (l *Logical) nextWake() time.Duration {
 	}
 	d := time.Duration(next - l.cfg.Clock.Now().UnixNano())
 	return max(d, time.Millisecond)
+}
+
+// Gauges returns the queue's item counts and oldest item's age for the
+// queue gauges, from counts the loop keeps: O(partitions), never a scan.
+func (l *Logical) Gauges(ctx context.Context) (metrics.QueueSample, error) {
+	v, err := l.call(ctx, &gaugeOp{}, true)
+	if err != nil {
+		return metrics.QueueSample{}, err
+	}
+	return v.(metrics.QueueSample), nil
+}
+
+func (l *Logical) gauges(now int64) metrics.QueueSample {
+	s := metrics.QueueSample{Queue: l.name}
+	var oldest int64
+	for _, p := range l.parts {
+		s.Ready += p.nReady
+		s.Leased += p.nLeased
+		s.Scheduled += p.nScheduled
+		if o := p.oldest(); o != 0 && (oldest == 0 || o < oldest) {
+			oldest = o
+		}
+	}
+	if oldest != 0 {
+		s.OldestAge = time.Duration(now - oldest)
+	}
+	return s
 }
 
 func (l *Logical) stats(now int64) Stats {

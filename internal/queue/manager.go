@@ -280,16 +280,27 @@ func quoteList(names []string) string {
 	return strings.Join(q, ", ")
 }
 
-// Sample returns every queue's state for the queue gauges. A queue that does
-// not answer within a second is left out of this sample.
+// Sample returns every queue's state for the queue gauges, from the counts
+// each logical queue keeps (Logical.Gauges): a scrape costs O(queues ×
+// partitions), not O(items). A queue that does not answer within a second
+// is left out of this sample.
 func (m *Manager) Sample() []metrics.QueueSample {
 	m.mu.RLock()
-	qs := make([]Queue, 0, len(m.queues))
+	ls := make([]*Logical, 0, len(m.queues))
 	for _, l := range m.queues {
-		qs = append(qs, l)
+		ls = append(ls, l)
 	}
 	m.mu.RUnlock()
-	return Sample(qs, m.cfg.Clock)
+	out := make([]metrics.QueueSample, 0, len(ls))
+	for _, l := range ls {
+		ctx, cancel := context.WithTimeout(context.Background(), time.Second)
+		s, err := l.Gauges(ctx)
+		cancel()
+		if err == nil {
+			out = append(out, s)
+		}
+	}
+	return out
 }
 
 // Sample reads each queue's Stats into a gauge sample; a queue that does

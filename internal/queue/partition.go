@@ -2,6 +2,8 @@ package queue
 
 import (
 	"container/heap"
+	"slices"
+	"time"
 
 	"github.com/styxq/styx/internal/store"
 )
@@ -112,6 +114,9 @@ type partition struct {
 	// indexed heaps: an item leaves them the moment it changes state.
 	timed    itemHeap
 	expiries itemHeap
+	// ages counts items by creation second, so the oldest is known without
+	// a scan (the styx_queue_oldest_item_age_seconds gauge).
+	ages ageIndex
 	// counts by state
 	nReady, nLeased, nScheduled, nDying int
 }
@@ -122,6 +127,7 @@ func newPartition(num int32) *partition {
 		items:    make(map[uint64]*item),
 		timed:    itemHeap{key: func(it *item) int64 { return it.deadline }, idx: func(it *item) *int32 { return &it.timedIdx }},
 		expiries: itemHeap{key: func(it *item) int64 { return it.expire }, idx: func(it *item) *int32 { return &it.expireIdx }},
+		ages:     ageIndex{counts: map[int64]int32{}},
 	}
 }
 
@@ -132,6 +138,7 @@ func (p *partition) total() int { return len(p.items) }
 func (p *partition) add(it *item) {
 	p.items[it.id] = it
 	it.timedIdx, it.expireIdx = -1, -1
+	p.ages.add(it.created)
 	p.file(it)
 	if it.expire != 0 && it.state != stateDying {
 		heap.Push(&p.expiries, it)
@@ -190,6 +197,7 @@ func (p *partition) remove(it *item) {
 	if it.expireIdx >= 0 {
 		heap.Remove(&p.expiries, int(it.expireIdx))
 	}
+	p.ages.remove(it.created)
 	delete(p.items, it.id)
 }
 
@@ -223,6 +231,10 @@ func (p *partition) popReady() *item {
 
 // nextTimed returns the earliest lease deadline or enqueue time, or 0.
 func (p *partition) nextTimed() int64 { return p.timed.peek() }
+
+// oldest returns the creation time of the partition's oldest item,
+// truncated to the second, or 0 when it is empty.
+func (p *partition) oldest() int64 { return p.ages.oldest() }
 
 // nextExpiry returns the earliest expire deadline, or 0.
 func (p *partition) nextExpiry() int64 { return p.expiries.peek() }
@@ -295,4 +307,64 @@ func (f *fifo) pop() uint64 {
 		f.head = 0
 	}
 	return id
+}
+
+// ageIndex counts items by creation second: O(1) per item added or removed
+// (a map update; items mostly arrive in creation order, so the second is
+// appended), and the oldest second with items is the first of keys.
+type ageIndex struct {
+	// counts holds the items per creation second (Unix seconds); a second
+	// whose count fell to 0 stays until it reaches the front of keys.
+	counts map[int64]int32
+	// keys are the seconds of counts, ascending, from head.
+	keys []int64
+	head int
+}
+
+func (a *ageIndex) add(created int64) {
+	sec := created / int64(time.Second)
+	n, ok := a.counts[sec]
+	a.counts[sec] = n + 1
+	if ok {
+		return
+	}
+	keys := a.keys[a.head:]
+	if len(keys) == 0 || sec > keys[len(keys)-1] {
+		a.keys = append(a.keys, sec)
+		return
+	}
+	// An older item (imported, dead-lettered, loaded): insert in order.
+	i, _ := slices.BinarySearch(keys, sec)
+	a.keys = slices.Insert(a.keys, a.head+i, sec)
+}
+
+func (a *ageIndex) remove(created int64) {
+	sec := created / int64(time.Second)
+	if n := a.counts[sec]; n > 0 {
+		a.counts[sec] = n - 1
+	}
+	a.trim()
+}
+
+// trim drops the empty seconds at the front.
+func (a *ageIndex) trim() {
+	for a.head < len(a.keys) && a.counts[a.keys[a.head]] == 0 {
+		delete(a.counts, a.keys[a.head])
+		a.head++
+	}
+	if a.head >= 1024 && a.head*2 >= len(a.keys) {
+		n := copy(a.keys, a.keys[a.head:])
+		a.keys = a.keys[:n]
+		a.head = 0
+	}
+}
+
+// oldest returns the earliest second with items, in Unix nanoseconds, or
+// 0 when there are none.
+func (a *ageIndex) oldest() int64 {
+	a.trim()
+	if a.head == len(a.keys) {
+		return 0
+	}
+	return a.keys[a.head] * int64(time.Second)
 }
