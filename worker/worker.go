@@ -358,7 +358,13 @@ func (w *Worker) hold(base context.Context, partition int32, li *pb.QueueLeaseIt
 		LeaseDeadline: deadline, lease: l,
 	}
 	ctx, cancel := context.WithCancelCause(base)
-	j := &job{it: it, ctx: ctx, cancel: cancel, renewAt: deadline.Add(-l.length / 2)}
+	// Renew when half the lease has passed (at once if the lease is nearly
+	// over already, or the clocks disagree).
+	renewAt := deadline.Add(-l.length / 2)
+	if l.length < 100*time.Millisecond {
+		renewAt = now
+	}
+	j := &job{it: it, ctx: ctx, cancel: cancel, renewAt: renewAt}
 	w.mu.Lock()
 	w.held[heldKey{partition, li.Id}] = j
 	w.mu.Unlock()
