@@ -51,22 +51,13 @@ func newMetrics(reg prometheus.Registerer, queue string) (*workerMetrics, error)
 	}, []string{"queue"})
 	if reg != nil {
 		var err error
-		if items, err = register(reg, items); err != nil {
-			return nil, err
-		}
-		if panics, err = register(reg, panics); err != nil {
-			return nil, err
-		}
-		if duration, err = register(reg, duration); err != nil {
-			return nil, err
-		}
-		if renewals, err = register(reg, renewals); err != nil {
-			return nil, err
-		}
-		if failures, err = register(reg, failures); err != nil {
-			return nil, err
-		}
-		if inFlight, err = register(reg, inFlight); err != nil {
+		items = register(reg, items, &err)
+		panics = register(reg, panics, &err)
+		duration = register(reg, duration, &err)
+		renewals = register(reg, renewals, &err)
+		failures = register(reg, failures, &err)
+		inFlight = register(reg, inFlight, &err)
+		if err != nil {
 			return nil, err
 		}
 	}
@@ -85,15 +76,20 @@ func newMetrics(reg prometheus.Registerer, queue string) (*workerMetrics, error)
 	return m, nil
 }
 
-// register registers c on reg, or returns the collector of the same
-// description registered before (another worker's).
-func register[C prometheus.Collector](reg prometheus.Registerer, c C) (C, error) {
-	err := reg.Register(c)
+// register registers c on reg and returns it, or the collector of the same
+// description registered before (another worker's). After a failure (set
+// in *err) it does nothing.
+func register[C prometheus.Collector](reg prometheus.Registerer, c C, err *error) C {
+	if *err != nil {
+		return c
+	}
+	e := reg.Register(c)
 	var are prometheus.AlreadyRegisteredError
-	if errors.As(err, &are) {
+	if errors.As(e, &are) {
 		if existing, ok := are.ExistingCollector.(C); ok {
-			return existing, nil
+			return existing
 		}
 	}
-	return c, err
+	*err = e
+	return c
 }
