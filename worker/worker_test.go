@@ -555,3 +555,22 @@ func TestDefaultBackoff(t *testing.T) {
 		}
 	}
 }
+
+func TestWorkersShareARegisterer(t *testing.T) {
+	c, err := styx.NewClient(styx.ClientConfig{})
+	require.NoError(t, err)
+	reg := prometheus.NewRegistry()
+	h := worker.HandlerFunc(func(context.Context, *worker.Item) error { return nil })
+	for _, q := range []string{"a", "b", "a"} {
+		_, err := worker.New(c, worker.Config{Queue: q, Handler: h, Metrics: reg})
+		require.NoError(t, err, "queue %s", q)
+	}
+	mfs, err := reg.Gather()
+	require.NoError(t, err)
+	names := map[string]bool{}
+	for _, mf := range mfs {
+		names[mf.GetName()] = true
+	}
+	assert.True(t, names["styx_worker_items_total"])
+	assert.True(t, names["styx_worker_items_in_flight"])
+}
