@@ -62,9 +62,10 @@ func NewClient(cfg ClientConfig) (*Client, error) {
 // Error is a request the server answered with a code other than 200.
 type Error struct {
 	// Code is the DUH-RPC code, equal to the HTTP status: 400 invalid
-	// request, 404 not found, 409 conflict, 454 retry (no items before the
-	// request timeout, or an overloaded queue), 455 bad content, 500
-	// internal, 501 no such method.
+	// request (including a queue that does not exist: see
+	// IsQueueNotExist), 404 not found (a redrive task), 409 conflict, 454
+	// retry (no items before the request timeout, or an overloaded queue),
+	// 455 bad content, 500 internal, 501 no such method.
 	Code int
 	// Message is the server's explanation, "<what>; <detail>".
 	Message string
@@ -97,6 +98,15 @@ func ErrorCode(err error) int {
 // IsRetry reports whether err says to retry later: a lease that found no
 // items before its request timeout, or an overloaded queue.
 func IsRetry(err error) bool { return ErrorCode(err) == CodeRetry }
+
+// IsQueueNotExist reports whether err says the queue named in the request
+// does not exist. The server answers that with 400 and the message "queue
+// does not exist; no such queue named '<name>'", as Querator does, so the
+// code alone does not tell it from other invalid requests.
+func IsQueueNotExist(err error) bool {
+	var e *Error
+	return errors.As(err, &e) && e.Code == CodeBadRequest && strings.HasPrefix(e.Message, "queue does not exist;")
+}
 
 // do posts in (protobuf) to path and decodes the reply into out.
 func (c *Client) do(ctx context.Context, path string, in, out proto.Message) error {
@@ -205,7 +215,8 @@ func (c *Client) QueuesInfo(ctx context.Context, req *pb.QueuesInfoRequest) (*pb
 	return out, c.do(ctx, "/v1/queues.info", req, out)
 }
 
-// QueuesList lists queues by name from req.Pivot (inclusive).
+// QueuesList lists up to req.Limit (0: 1000, at most 65536) queues by name
+// from req.Pivot (inclusive).
 func (c *Client) QueuesList(ctx context.Context, req *pb.QueuesListRequest) (*pb.QueuesListResponse, error) {
 	out := &pb.QueuesListResponse{}
 	return out, c.do(ctx, "/v1/queues.list", req, out)
@@ -216,14 +227,18 @@ func (c *Client) QueuesDelete(ctx context.Context, req *pb.QueuesDeleteRequest) 
 	return c.do(ctx, "/v1/queues.delete", req, &v1.Reply{})
 }
 
-// StorageItemsList lists a partition's items from req.Pivot (exclusive),
-// with dead-letter metadata.
+// StorageItemsList lists up to req.Limit (0: 1000, at most 65536) of a
+// partition's items in id order from req.Pivot (inclusive: the pivot's own
+// item comes first when it still exists, as in Querator), with dead-letter
+// metadata. To page, pass the last id of a page as the next pivot and drop
+// the first item of the next page when it has that id.
 func (c *Client) StorageItemsList(ctx context.Context, req *pb.StorageItemsListRequest) (*pb.StorageItemsListResponse, error) {
 	out := &pb.StorageItemsListResponse{}
 	return out, c.do(ctx, "/v1/storage/items.list", req, out)
 }
 
-// StorageScheduledList lists a partition's scheduled items.
+// StorageScheduledList lists a partition's scheduled items from req.Pivot
+// (inclusive), like StorageItemsList.
 func (c *Client) StorageScheduledList(ctx context.Context, req *pb.StorageItemsListRequest) (*pb.StorageItemsListResponse, error) {
 	out := &pb.StorageItemsListResponse{}
 	return out, c.do(ctx, "/v1/storage/scheduled.list", req, out)

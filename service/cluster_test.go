@@ -152,9 +152,9 @@ func TestClusterQueueDefinitions(t *testing.T) {
 
 	require.NoError(t, a.C.QueuesDelete(ctx, &pb.QueuesDeleteRequest{QueueName: "defs"}))
 	err := b.C.QueueProduce(ctx, &pb.QueueProduceRequest{QueueName: "defs", Items: []*pb.QueueProduceItem{{Bytes: []byte("late")}}})
-	requireCode(t, err, styx.CodeNotFound, "defs")
+	requireCode(t, err, styx.CodeBadRequest, "queue does not exist; no such queue named 'defs'")
 	_, err = b.C.QueuesInfo(ctx, &pb.QueuesInfoRequest{QueueName: "defs"})
-	requireCode(t, err, styx.CodeNotFound)
+	requireCode(t, err, styx.CodeBadRequest, "queue does not exist")
 }
 
 // TestClusterDeadLetterVsLease races dead-letter moves against leases on

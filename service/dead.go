@@ -90,7 +90,7 @@ func (s *Service) DeadList(ctx context.Context, req *pb.DeadListRequest) (*pb.De
 	if err != nil {
 		return nil, err
 	}
-	limit, err := listLimit(req.Limit)
+	limit, err := deadListLimit(req.Limit)
 	if err != nil {
 		return nil, err
 	}

@@ -263,7 +263,7 @@ func TestRedrive(t *testing.T) {
 			assert.Equal(t, int64(2), task.Moved)
 			assert.Equal(t, []string{"a", "b"}, sorted(payloads(s.items("dst"))))
 			_, err = s.C.DeadRedrive(ctx, &pb.DeadRedriveRequest{QueueName: "dst-dlq", Destination: "nowhere"})
-			requireCode(t, err, styx.CodeNotFound, "nowhere")
+			requireCode(t, err, styx.CodeBadRequest, "destination", "no such queue named 'nowhere'")
 		})
 
 		t.Run("UnknownSourceSkipped", func(t *testing.T) {

@@ -245,7 +245,11 @@ func (s *server) items(queue string) []*pb.StorageItem {
 		for {
 			res, err := s.C.StorageItemsList(ctx, &pb.StorageItemsListRequest{QueueName: queue, Partition: p, Pivot: pivot, Limit: 1000})
 			require.NoError(s.t, err)
-			all = append(all, res.Items...)
+			page := res.Items
+			if pivot != "" && len(page) > 0 && page[0].Id == pivot {
+				page = page[1:] // the pivot is inclusive: seen on the last page
+			}
+			all = append(all, page...)
 			if len(res.Items) < 1000 {
 				break
 			}

@@ -50,12 +50,12 @@ func (s *Service) QueuesUpdate(ctx context.Context, req *pb.QueueInfo) error {
 func applyQueueInfo(info *store.QueueInfo, req *pb.QueueInfo) error {
 	var err error
 	if req.LeaseTimeout != "" {
-		if info.LeaseTimeout, err = parseDuration("lease_timeout", req.LeaseTimeout, MinLeaseTimeout, MaxExpireTimeout); err != nil {
+		if info.LeaseTimeout, err = parsePositiveDuration("lease_timeout", req.LeaseTimeout, MaxExpireTimeout); err != nil {
 			return err
 		}
 	}
 	if req.ExpireTimeout != "" {
-		if info.ExpireTimeout, err = parseDuration("expire_timeout", req.ExpireTimeout, MinLeaseTimeout, MaxExpireTimeout); err != nil {
+		if info.ExpireTimeout, err = parsePositiveDuration("expire_timeout", req.ExpireTimeout, MaxExpireTimeout); err != nil {
 			return err
 		}
 	}
@@ -101,7 +101,8 @@ func (s *Service) QueuesInfo(ctx context.Context, req *pb.QueuesInfoRequest) (*p
 	return toQueueInfo(info), nil
 }
 
-// QueuesList lists queues by name from pivot (inclusive).
+// QueuesList lists up to limit queues (0 means 1000, at most 65536) by name
+// from pivot (inclusive).
 func (s *Service) QueuesList(ctx context.Context, req *pb.QueuesListRequest) (*pb.QueuesListResponse, error) {
 	limit, err := listLimit(req.Limit)
 	if err != nil {

@@ -247,7 +247,7 @@ func TestRenew(t *testing.T) {
 			requireCode(t, err, 400, keep.Id, "more than once")
 			_, err = s.C.QueueRenew(ctx, &pb.QueueRenewRequest{QueueName: "r-bad", Partition: 3, Ids: []string{keep.Id}})
 			requireCode(t, err, 400, "partition", "3")
-			for _, lt := range []string{"500ms", "8761h", "soon"} {
+			for _, lt := range []string{"0s", "-1s", "8761h", "soon"} {
 				_, err = s.renew("r-bad", lt, keep.Id)
 				requireCode(t, err, 400, "lease_timeout", lt)
 			}

@@ -4,8 +4,10 @@
 // tests drive it through the Go client over HTTP.
 //
 // Every client mistake is answered with an apierr.Error (400 with a message
-// naming the field and the limit, 404 for an unknown queue) before anything
-// changes in storage.
+// naming the field and the limit; an unknown queue is 400 too, as in
+// Querator) before anything changes in storage. With several mistakes in a
+// request, the one named is the one Querator names: the queue name, then
+// whether the queue exists, then the partition, then the other fields.
 package service
 
 import (
@@ -81,8 +83,13 @@ func (s *Service) QueueLease(ctx context.Context, req *pb.QueueLeaseRequest) (*p
 	if err != nil {
 		return nil, err
 	}
-	if req.BatchSize < 1 || req.BatchSize > MaxBatch {
-		return nil, invalid("batch_size", "%d is out of range 1..%d", req.BatchSize, MaxBatch)
+	// Querator's order: a malformed request_timeout, client_id, batch_size,
+	// then request_timeout's range.
+	wait := DefaultLeaseWait
+	if req.RequestTimeout != "" {
+		if wait, err = parseDuration("request_timeout", req.RequestTimeout, 0, 1<<63-1); err != nil {
+			return nil, err
+		}
 	}
 	if req.ClientId == "" {
 		return nil, invalid("client_id", "a client id is required")
@@ -90,14 +97,11 @@ func (s *Service) QueueLease(ctx context.Context, req *pb.QueueLeaseRequest) (*p
 	if err := checkText("client_id", req.ClientId, MaxFieldLength); err != nil {
 		return nil, err
 	}
-	wait := DefaultLeaseWait
-	if req.RequestTimeout != "" {
-		if wait, err = parseDuration("request_timeout", req.RequestTimeout, MinLeaseWait, MaxLeaseWait); err != nil {
-			return nil, err
-		}
-		if wait == MinLeaseWait {
-			return nil, invalid("request_timeout", "must be above %s", MinLeaseWait)
-		}
+	if req.BatchSize < 1 || req.BatchSize > MaxBatch {
+		return nil, invalid("batch_size", "%d is out of range 1..%d", req.BatchSize, MaxBatch)
+	}
+	if wait <= MinLeaseWait || wait > MaxLeaseWait {
+		return nil, invalid("request_timeout", "%s is out of range; it must be above %s and at most %s", wait, MinLeaseWait, MaxLeaseWait)
 	}
 	res, err := l.Lease(ctx, queue.LeaseParams{BatchSize: int(req.BatchSize), ClientID: req.ClientId, Timeout: wait})
 	if err != nil {
@@ -121,12 +125,12 @@ func (s *Service) QueueComplete(ctx context.Context, req *pb.QueueCompleteReques
 	}
 	if req.RequestTimeout != "" {
 		if _, err := parseDuration("request_timeout", req.RequestTimeout, 0, MaxLeaseWait); err != nil {
-			return err
+			return s.partitionFirst(ctx, req.QueueName, req.Partition, err)
 		}
 	}
 	ids, err := parseIDs("ids", req.Ids)
 	if err != nil {
-		return err
+		return s.partitionFirst(ctx, req.QueueName, req.Partition, err)
 	}
 	return l.Complete(ctx, req.Partition, ids)
 }
@@ -138,6 +142,30 @@ func (s *Service) QueueRetry(ctx context.Context, req *pb.QueueRetryRequest) (*p
 	if err != nil {
 		return nil, err
 	}
+	items, err := s.retryItems(req)
+	if err != nil {
+		return nil, s.partitionFirst(ctx, req.QueueName, req.Partition, err)
+	}
+	outcomes, err := l.Retry(ctx, req.Partition, items)
+	if err != nil {
+		return nil, err
+	}
+	out := &pb.QueueRetryResponse{Code: duh.CodeOK, CodeText: duh.CodeText(duh.CodeOK), Outcomes: make([]*pb.QueueRetryOutcome, len(outcomes))}
+	for i, o := range outcomes {
+		po := &pb.QueueRetryOutcome{Id: queue.FormatID(o.ID), Outcome: o.Outcome, Reason: o.Reason, DeadQueue: o.DeadQueue, Attempts: o.Attempts}
+		if o.NewID != 0 {
+			po.NewId = queue.FormatID(o.NewID)
+		}
+		if !o.RetryAt.IsZero() {
+			po.RetryAt = timestamppb.New(o.RetryAt)
+		}
+		out.Outcomes[i] = po
+	}
+	return out, nil
+}
+
+// retryItems validates a retry's items.
+func (s *Service) retryItems(req *pb.QueueRetryRequest) ([]queue.RetryItem, error) {
 	if err := checkBatch("items", len(req.Items)); err != nil {
 		return nil, err
 	}
@@ -167,22 +195,7 @@ func (s *Service) QueueRetry(ctx context.Context, req *pb.QueueRetryRequest) (*p
 			items[i].RetryAt = at
 		}
 	}
-	outcomes, err := l.Retry(ctx, req.Partition, items)
-	if err != nil {
-		return nil, err
-	}
-	out := &pb.QueueRetryResponse{Code: duh.CodeOK, CodeText: duh.CodeText(duh.CodeOK), Outcomes: make([]*pb.QueueRetryOutcome, len(outcomes))}
-	for i, o := range outcomes {
-		po := &pb.QueueRetryOutcome{Id: queue.FormatID(o.ID), Outcome: o.Outcome, Reason: o.Reason, DeadQueue: o.DeadQueue, Attempts: o.Attempts}
-		if o.NewID != 0 {
-			po.NewId = queue.FormatID(o.NewID)
-		}
-		if !o.RetryAt.IsZero() {
-			po.RetryAt = timestamppb.New(o.RetryAt)
-		}
-		out.Outcomes[i] = po
-	}
-	return out, nil
+	return items, nil
 }
 
 // QueueRenew extends live leases of one partition to now + lease_timeout
@@ -195,12 +208,12 @@ func (s *Service) QueueRenew(ctx context.Context, req *pb.QueueRenewRequest) (*p
 	}
 	ids, err := parseIDs("ids", req.Ids)
 	if err != nil {
-		return nil, err
+		return nil, s.partitionFirst(ctx, req.QueueName, req.Partition, err)
 	}
 	var timeout time.Duration
 	if req.LeaseTimeout != "" {
-		if timeout, err = parseDuration("lease_timeout", req.LeaseTimeout, MinLeaseTimeout, MaxExpireTimeout); err != nil {
-			return nil, err
+		if timeout, err = parsePositiveDuration("lease_timeout", req.LeaseTimeout, MaxExpireTimeout); err != nil {
+			return nil, s.partitionFirst(ctx, req.QueueName, req.Partition, err)
 		}
 	}
 	deadlines, err := l.Renew(ctx, req.Partition, ids, timeout)
@@ -288,8 +301,28 @@ func (s *Service) queue(name string) (queue.Queue, error) {
 	return s.m.Get(name)
 }
 
+// partitionFirst returns the error for a partition the queue does not have,
+// if partition is one, and else err, the request's first other mistake:
+// Querator names the partition before any other field. The engines check the
+// partition when they serve a request; this reads the queue's configuration
+// only on the error path.
+func (s *Service) partitionFirst(ctx context.Context, name string, partition int32, err error) error {
+	if partition == 0 {
+		return err // every queue has partition 0
+	}
+	info, ierr := s.m.Info(ctx, name)
+	if ierr != nil {
+		return err
+	}
+	if partition < 0 || partition >= info.Partitions {
+		return invalid("partition", "queue '%s' has partitions 0..%d, not %d", name, info.Partitions-1, partition)
+	}
+	return err
+}
+
 // StorageItemsList lists a partition's items in id order from pivot
-// (exclusive), with their dead-letter metadata.
+// (inclusive: the pivot's own item comes first when it exists, as in
+// Querator), with their dead-letter metadata. limit 0 means 1000.
 func (s *Service) StorageItemsList(ctx context.Context, req *pb.StorageItemsListRequest) (*pb.StorageItemsListResponse, error) {
 	l, info, after, limit, err := s.listArgs(ctx, req)
 	if err != nil {
@@ -302,7 +335,8 @@ func (s *Service) StorageItemsList(ctx context.Context, req *pb.StorageItemsList
 	return &pb.StorageItemsListResponse{Items: toStorageItems(items, info)}, nil
 }
 
-// StorageScheduledList lists a partition's scheduled items in id order.
+// StorageScheduledList lists a partition's scheduled items in id order from
+// pivot (inclusive), like StorageItemsList.
 func (s *Service) StorageScheduledList(ctx context.Context, req *pb.StorageItemsListRequest) (*pb.StorageItemsListResponse, error) {
 	l, info, after, limit, err := s.listArgs(ctx, req)
 	if err != nil {
@@ -323,7 +357,7 @@ func (s *Service) listArgs(ctx context.Context, req *pb.StorageItemsListRequest)
 	if req.Partition < 0 || req.Partition >= info.Partitions {
 		return nil, info, 0, 0, invalid("partition", "queue '%s' has partitions 0..%d, not %d", req.QueueName, info.Partitions-1, req.Partition)
 	}
-	after, err := parsePivot(req.Pivot)
+	after, err := inclusivePivot(req.Pivot)
 	if err != nil {
 		return nil, info, 0, 0, err
 	}
@@ -338,12 +372,12 @@ func (s *Service) StorageItemsImport(ctx context.Context, req *pb.StorageItemsIm
 		return nil, err
 	}
 	if err := checkBatch("items", len(req.Items)); err != nil {
-		return nil, err
+		return nil, s.partitionFirst(ctx, req.QueueName, req.Partition, err)
 	}
 	items := make([]store.Item, len(req.Items))
 	for i, in := range req.Items {
 		if items[i], err = fromStorageItem(i, in); err != nil {
-			return nil, err
+			return nil, s.partitionFirst(ctx, req.QueueName, req.Partition, err)
 		}
 	}
 	out, err := l.Import(ctx, req.Partition, items)
@@ -362,7 +396,7 @@ func (s *Service) StorageItemsDelete(ctx context.Context, req *pb.StorageItemsDe
 	}
 	ids, err := parseIDs("ids", req.Ids)
 	if err != nil {
-		return err
+		return s.partitionFirst(ctx, req.QueueName, req.Partition, err)
 	}
 	refs := make([]queue.ItemRef, len(ids))
 	for i, id := range ids {

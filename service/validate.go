@@ -32,19 +32,24 @@ const (
 	DefaultLeaseWait = time.Minute
 	// MaxAttempts is the largest max_attempts (0 is unlimited).
 	MaxAttempts = 65536
-	// MinLeaseTimeout is the shortest lease_timeout.
-	MinLeaseTimeout = time.Second
 	// MaxExpireTimeout is the longest expire_timeout (and lease_timeout):
-	// one year.
+	// one year. Both have no lower bound but must be above 0: sub-second
+	// leases are legal, as in Querator.
 	MaxExpireTimeout = 8760 * time.Hour
 	// MaxPartitions is the most partitions a queue may have.
 	MaxPartitions = 256
 	// MaxRetryAtPast is how far in the past a retry_at may be before it is
 	// refused as a likely clock or encoding error.
 	MaxRetryAtPast = time.Hour
-	// DefaultListLimit and MaxListLimit bound list calls' limit.
-	DefaultListLimit = 100
-	MaxListLimit     = 1000
+	// DefaultListLimit and MaxListLimit bound the limit of Querator's list
+	// calls (storage/items.list, storage/scheduled.list, queues.list): 0
+	// means DefaultListLimit, and MaxListLimit is the most Querator accepts.
+	DefaultListLimit = 1000
+	MaxListLimit     = 65536
+	// DefaultDeadListLimit and MaxDeadListLimit bound dead.list's limit (a
+	// Styx call, whose pages carry payloads and attempt histories).
+	DefaultDeadListLimit = 100
+	MaxDeadListLimit     = 1000
 )
 
 // Queue defaults when a field is omitted on create.
@@ -99,6 +104,19 @@ func parseDuration(field, s string, lo, hi time.Duration) (time.Duration, error)
 	return d, nil
 }
 
+// parsePositiveDuration parses a Go duration string in field that must be
+// above 0 and at most hi.
+func parsePositiveDuration(field, s string, hi time.Duration) (time.Duration, error) {
+	d, err := time.ParseDuration(s)
+	if err != nil {
+		return 0, invalid(field, "'%s' is not a duration such as '30s' or '1m30s'", s)
+	}
+	if d <= 0 || d > hi {
+		return 0, invalid(field, "%s is out of range; it must be above 0 and at most %s", d, hi)
+	}
+	return d, nil
+}
+
 // checkBatch validates a batch's size.
 func checkBatch(field string, n int) error {
 	if n == 0 {
@@ -126,7 +144,7 @@ func parseIDs(field string, ids []string) ([]uint64, error) {
 	return out, nil
 }
 
-// parsePivot parses an optional id pivot.
+// parsePivot parses an optional id pivot; "" is 0.
 func parsePivot(s string) (uint64, error) {
 	if s == "" {
 		return 0, nil
@@ -134,13 +152,37 @@ func parsePivot(s string) (uint64, error) {
 	return queue.ParseID("pivot", s)
 }
 
-// listLimit validates a list call's limit, applying the default.
+// inclusivePivot parses the pivot of storage/items.list and
+// storage/scheduled.list and returns the exclusive lower bound the engines
+// take: the list starts at the pivot's own id, as in Querator. Ids are
+// integers, so the item before is pivot-1; "" and the id 0 (no item has
+// it) both list from the start.
+func inclusivePivot(s string) (after uint64, err error) {
+	pivot, err := parsePivot(s)
+	if err != nil || pivot == 0 {
+		return 0, err
+	}
+	return pivot - 1, nil
+}
+
+// listLimit validates the limit of a Querator list call, applying the
+// default: 0 is DefaultListLimit (1000), at most MaxListLimit (65536).
 func listLimit(limit int32) (int, error) {
+	return checkLimit(limit, DefaultListLimit, MaxListLimit)
+}
+
+// deadListLimit validates dead.list's limit: 0 is DefaultDeadListLimit
+// (100), at most MaxDeadListLimit (1000).
+func deadListLimit(limit int32) (int, error) {
+	return checkLimit(limit, DefaultDeadListLimit, MaxDeadListLimit)
+}
+
+func checkLimit(limit, def, most int32) (int, error) {
 	switch {
 	case limit == 0:
-		return DefaultListLimit, nil
-	case limit < 0 || limit > MaxListLimit:
-		return 0, invalid("limit", "%d is out of range 1..%d", limit, MaxListLimit)
+		return int(def), nil
+	case limit < 0 || limit > most:
+		return 0, invalid("limit", "%d is out of range 1..%d", limit, most)
 	}
 	return int(limit), nil
 }

@@ -118,7 +118,7 @@ func TestCLI(t *testing.T) {
 		c.ok("queues", "create", "scratch")
 		c.ok("queues", "delete", "scratch")
 		_, _, err = c.run("queues", "info", "scratch")
-		require.ErrorContains(t, err, "404")
+		require.ErrorContains(t, err, "no such queue named 'scratch'")
 	})
 
 	t.Run("produce, lease, retry --dead, items list on the dead-letter queue", func(t *testing.T) {
@@ -200,6 +200,17 @@ func TestCLI(t *testing.T) {
 		require.Equal(t, 4, strings.Count(out, "ready"), out)
 		require.Equal(t, 1, strings.Count(out, "scheduled"), out)
 
+		// Paging with the hint's --pivot (exclusive, though the server's pivot
+		// is inclusive) neither repeats nor skips an item.
+		all := jsonLines(t, c.ok("items", "list", "batch", "--json"), unmarshalItem)
+		require.Len(t, all, 5)
+		_, hint, err := c.run("items", "list", "batch", "--limit", "2")
+		require.NoError(t, err)
+		require.Equal(t, "more items may follow: --pivot "+all[1].Id+"\n", hint)
+		page := jsonLines(t, c.ok("items", "list", "batch", "--limit", "2", "--pivot", all[1].Id, "--json"), unmarshalItem)
+		require.Len(t, page, 2)
+		require.Equal(t, []string{all[2].Id, all[3].Id}, []string{page[0].Id, page[1].Id})
+
 		out = c.ok("lease", "batch", "--batch", "10", "--json")
 		var lease pb.QueueLeaseResponse
 		require.NoError(t, protojson.Unmarshal([]byte(out), &lease))
@@ -238,7 +249,7 @@ func TestCLI(t *testing.T) {
 		require.Len(t, renewed, 1)
 		require.Equal(t, x, renewed[0].Id)
 		require.WithinDuration(t, before.Add(time.Minute), renewed[0].LeaseDeadline.AsTime(), 5*time.Second, "the queue's lease timeout")
-		_, _, err := c.run("renew", "jobs", a, "--lease-timeout", "100ms")
+		_, _, err := c.run("renew", "jobs", a, "--lease-timeout=-1s")
 		require.ErrorContains(t, err, "lease_timeout")
 
 		// max_attempts 1 and no dead-letter queue: a plain retry drops.
@@ -263,7 +274,7 @@ func TestCLI(t *testing.T) {
 		code := run(t.Context(), []string{"queues", "info", "missing", "--endpoint", c.endpoint}, &out, &errOut)
 		require.Equal(t, 1, code)
 		require.Empty(t, out.String())
-		require.Regexp(t, `^styx: .*missing.* \(code 404 not found\)\n$`, errOut.String())
+		require.Equal(t, "styx: queue does not exist; no such queue named 'missing' (code 400 bad request)\n", errOut.String())
 
 		errOut.Reset()
 		code = run(t.Context(), []string{"lease"}, &out, &errOut)

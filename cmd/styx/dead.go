@@ -581,7 +581,7 @@ func (a *app) printDryRun(ctx context.Context, c *styx.Client, task *pb.RedriveT
 		if task.Destination == "" {
 			_, err := c.QueuesInfo(ctx, &pb.QueuesInfoRequest{QueueName: q})
 			switch {
-			case q == "" || styx.ErrorCode(err) == styx.CodeNotFound:
+			case q == "" || styx.IsQueueNotExist(err):
 				by[q].skip, notes[q] = by[q].items, "queue does not exist: items stay"
 			case err != nil:
 				return err

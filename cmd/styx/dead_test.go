@@ -201,7 +201,7 @@ func TestDeadCLI(t *testing.T) {
 		require.EqualValues(t, 2, dry.Matched)
 		require.EqualValues(t, -1, dry.MaxRedriveCount)
 		_, _, err := c.run("dead", "redrive", "orders-dlq", "--dry-run", "--to", "nowhere")
-		require.ErrorContains(t, err, "404")
+		require.ErrorContains(t, err, "no such queue named 'nowhere'")
 		c.waitDead("orders-dlq", 2)
 
 		out, errOut, err := c.run("dead", "redrive", "orders-dlq")

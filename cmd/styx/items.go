@@ -2,11 +2,13 @@ package main
 
 import (
 	"fmt"
+	"math"
 	"time"
 
 	"github.com/spf13/cobra"
 
 	"github.com/styxq/styx"
+	"github.com/styxq/styx/internal/queue"
 	pb "github.com/styxq/styx/styxpb"
 )
 
@@ -40,8 +42,21 @@ when they died, their last error and how often they were redriven.
 --json prints the full stored items, one per line.`,
 		Args: exactArgs(1, "a QUEUE"),
 		RunE: func(cmd *cobra.Command, args []string) error {
+			// --pivot is exclusive; the server's pivot is inclusive (as in
+			// Querator), so ask from the id after it.
+			from := ""
+			if pivot != "" {
+				id, err := queue.ParseID("--pivot", pivot)
+				if err != nil {
+					return err
+				}
+				if id == math.MaxUint64 {
+					return nil // no id follows
+				}
+				from = queue.FormatID(id + 1)
+			}
 			return a.withClient(cmd, func(c *styx.Client) error {
-				req := &pb.StorageItemsListRequest{QueueName: args[0], Partition: partition, Pivot: pivot, Limit: limit}
+				req := &pb.StorageItemsListRequest{QueueName: args[0], Partition: partition, Pivot: from, Limit: limit}
 				list := c.StorageItemsList
 				if scheduled {
 					list = c.StorageScheduledList
@@ -61,8 +76,8 @@ when they died, their last error and how often they were redriven.
 				if err := a.printItems(res.Items); err != nil {
 					return err
 				}
-				// A full page (the server's default limit is 100) may have a next one.
-				if n := len(res.Items); n > 0 && (limit > 0 && n == int(limit) || limit == 0 && n == 100) {
+				// A full page (the server's default limit is 1000) may have a next one.
+				if n := len(res.Items); n > 0 && (limit > 0 && n == int(limit) || limit == 0 && n == 1000) {
 					_, _ = fmt.Fprintf(a.stderr, "more items may follow: --pivot %s\n", res.Items[n-1].Id)
 				}
 				return nil
@@ -72,7 +87,7 @@ when they died, their last error and how often they were redriven.
 	f := cmd.Flags()
 	f.Int32Var(&partition, "partition", 0, "partition to list")
 	f.StringVar(&pivot, "pivot", "", "list the items after this id (exclusive)")
-	f.Int32Var(&limit, "limit", 0, "most items to list; 0 means the server's default (100)")
+	f.Int32Var(&limit, "limit", 0, "most items to list (at most 65536); 0 means the server's default (1000)")
 	f.BoolVar(&scheduled, "scheduled", false, "list only scheduled items (waiting for their enqueue or retry time)")
 	return cmd
 }

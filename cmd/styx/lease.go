@@ -313,7 +313,7 @@ not leased or its lease has already expired (the error names them).`,
 	}
 	f := cmd.Flags()
 	f.Int32Var(&partition, "partition", 0, "partition the items were leased from")
-	f.DurationVar(&leaseTimeout, "lease-timeout", 0, "how long the leases last from now, 1s..8760h (default the queue's lease timeout)")
+	f.DurationVar(&leaseTimeout, "lease-timeout", 0, "how long the leases last from now, above 0 and at most 8760h (default the queue's lease timeout)")
 	return cmd
 }
 

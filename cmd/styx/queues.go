@@ -184,7 +184,7 @@ func (a *app) queuesListCmd() *cobra.Command {
 		},
 	}
 	cmd.Flags().StringVar(&pivot, "pivot", "", "first queue name to list (inclusive)")
-	cmd.Flags().Int32Var(&limit, "limit", 0, "most queues to list; 0 means the server's default (100)")
+	cmd.Flags().Int32Var(&limit, "limit", 0, "most queues to list (at most 65536); 0 means the server's default (1000)")
 	return cmd
 }
 

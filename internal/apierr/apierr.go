@@ -18,7 +18,8 @@ type Code int
 const (
 	// Invalid: the request breaks a rule (400).
 	Invalid Code = 400
-	// NotFound: a named queue or task does not exist (404).
+	// NotFound: a Styx resource, such as a redrive task, does not exist
+	// (404). A queue that does not exist is Invalid (400), as in Querator.
 	NotFound Code = 404
 	// Conflict: the request conflicts with current state, e.g. a queue
 	// that already exists (409).

@@ -38,9 +38,9 @@ type Queue interface {
 // configuration rules of ValidateCreate, ValidateUpdate and ValidateDelete)
 // and access to each queue. Implemented by Manager and pgqueue.Manager.
 type Queues interface {
-	// Get returns the queue of name, or an apierr.NotFound error.
+	// Get returns the queue of name, or the error of NotFound.
 	Get(name string) (Queue, error)
-	// Info returns a queue's stored configuration, or apierr.NotFound.
+	// Info returns a queue's stored configuration, or the error of NotFound.
 	Info(ctx context.Context, name string) (store.QueueInfo, error)
 	// List returns up to limit queues with names >= pivot, in name order.
 	List(ctx context.Context, pivot string, limit int) ([]store.QueueInfo, error)
@@ -61,7 +61,10 @@ var (
 // SourceKey is the source key of item id of queue: see sourceKey.
 func SourceKey(why, queue string, id uint64) string { return sourceKey(why, queue, id) }
 
-// NotFound is the apierr.NotFound error for an unknown queue.
+// NotFound is the error for a queue that does not exist: apierr.Invalid
+// (400) with Querator's message "queue does not exist; no such queue named
+// '<name>'", not 404 (404 is for Styx's own resources, such as a redrive
+// task).
 func NotFound(name string) error { return notFound(name) }
 
 // NotLeased is the apierr.Invalid error for ids that are not leased (or

@@ -56,7 +56,8 @@ func (m *Manager) lookup(name string) *Logical {
 	return m.queues[name]
 }
 
-// Get returns the logical queue of name, or an apierr.NotFound error.
+// Get returns the logical queue of name, or the apierr.Invalid error of
+// NotFound.
 func (m *Manager) Get(name string) (Queue, error) {
 	if l := m.lookup(name); l != nil {
 		return l, nil
@@ -64,11 +65,13 @@ func (m *Manager) Get(name string) (Queue, error) {
 	return nil, notFound(name)
 }
 
+// notFound is the error for a queue that does not exist: 400, with
+// Querator's message, on every path (../shared/docs/wire-contract.md).
 func notFound(name string) error {
-	return apierr.New(apierr.NotFound, "queue does not exist; '%s'", name)
+	return apierr.Invalidf("queue does not exist; no such queue named '%s'", name)
 }
 
-// Info returns a queue's stored configuration, or apierr.NotFound.
+// Info returns a queue's stored configuration, or the error of NotFound.
 func (m *Manager) Info(ctx context.Context, name string) (store.QueueInfo, error) {
 	info, err := m.cfg.Store.GetQueue(ctx, name)
 	if errors.Is(err, store.ErrQueueNotFound) {
@@ -227,8 +230,8 @@ func ValidateUpdate(all map[string]store.QueueInfo, old, info store.QueueInfo) e
 	return checkDeadQueue(all, info)
 }
 
-// ValidateDelete checks that name exists (apierr.NotFound) and is no queue's
-// dead_queue (apierr.Invalid).
+// ValidateDelete checks that name exists (the error of NotFound) and is no
+// queue's dead_queue (apierr.Invalid).
 func ValidateDelete(all map[string]store.QueueInfo, name string) error {
 	if _, ok := all[name]; !ok {
 		return notFound(name)

@@ -273,7 +273,7 @@ type StartParams struct {
 }
 
 // Start counts the matching items and, unless p.DryRun, starts a task.
-// Returns apierr.NotFound for an unknown queue or destination and
+// Returns apierr.Invalid for an unknown queue or destination and
 // apierr.Conflict when a task is already running on the queue.
 func (r *Runner) Start(ctx context.Context, p StartParams) (Task, error) {
 	dlq, err := r.cfg.Queues.Get(p.Queue)
@@ -282,7 +282,7 @@ func (r *Runner) Start(ctx context.Context, p StartParams) (Task, error) {
 	}
 	if p.Destination != "" {
 		if _, err := r.cfg.Queues.Get(p.Destination); err != nil {
-			return Task{}, apierr.New(apierr.NotFound, "invalid destination; queue '%s' does not exist", p.Destination)
+			return Task{}, apierr.Invalidf("invalid destination; no such queue named '%s'", p.Destination)
 		}
 	}
 	if p.MaxRedriveCount == 0 {
