@@ -94,8 +94,8 @@ type Config struct {
 	// above 10ms and at most 15m.
 	LeaseWait time.Duration
 	// LeaseTimeout is how long each renewal extends a lease. Default 0: the
-	// queue's lease_timeout. At least 1s when set. The worker renews an item
-	// when half of its lease has passed.
+	// queue's lease_timeout. The worker renews an item when half of its lease
+	// has passed.
 	LeaseTimeout time.Duration
 	// ClientID identifies the worker's lease requests to the server; unique
 	// per worker. Default "<hostname>-<pid>-<random>".
@@ -179,8 +179,8 @@ func New(c *styx.Client, cfg Config) (*Worker, error) {
 		return nil, fmt.Errorf("styx worker: ShutdownTimeout is %s, it must not be negative", cfg.ShutdownTimeout)
 	case cfg.LeaseWait != 0 && (cfg.LeaseWait <= 10*time.Millisecond || cfg.LeaseWait > 15*time.Minute):
 		return nil, fmt.Errorf("styx worker: LeaseWait is %s, it must be above 10ms and at most 15m", cfg.LeaseWait)
-	case cfg.LeaseTimeout != 0 && cfg.LeaseTimeout < time.Second:
-		return nil, fmt.Errorf("styx worker: LeaseTimeout is %s, it must be 0 (the queue's) or at least 1s", cfg.LeaseTimeout)
+	case cfg.LeaseTimeout < 0:
+		return nil, fmt.Errorf("styx worker: LeaseTimeout is %s, it must not be negative (0: the queue's)", cfg.LeaseTimeout)
 	}
 	if cfg.Backoff == nil {
 		cfg.Backoff = DefaultBackoff

@@ -536,7 +536,7 @@ func TestNewValidatesConfig(t *testing.T) {
 		{worker.Config{Queue: "q", Handler: h, Prefetch: -2}, "Prefetch is -2"},
 		{worker.Config{Queue: "q", Handler: h, ShutdownTimeout: -time.Second}, "ShutdownTimeout is -1s"},
 		{worker.Config{Queue: "q", Handler: h, LeaseWait: time.Millisecond}, "LeaseWait is 1ms"},
-		{worker.Config{Queue: "q", Handler: h, LeaseTimeout: 10 * time.Millisecond}, "LeaseTimeout is 10ms"},
+		{worker.Config{Queue: "q", Handler: h, LeaseTimeout: -time.Millisecond}, "LeaseTimeout is -1ms"},
 	} {
 		_, err := worker.New(c, tc.cfg)
 		require.Error(t, err)
