@@ -175,7 +175,7 @@ func fromStorageItem(i int, in *pb.StorageItem) (store.Item, error) {
 	if len(in.Payload) > MaxPayloadBytes {
 		return store.Item{}, apierr.Invalidf("invalid %s.payload; %d bytes, the limit is %d (5 MB)", field, len(in.Payload), MaxPayloadBytes)
 	}
-	for _, f := range []struct{ name, v string }{{"kind", in.Kind}, {"encoding", in.Encoding}, {"reference", in.Reference}, {"last_error", in.LastError}} {
+	for _, f := range []struct{ name, v string }{{"kind", in.Kind}, {"encoding", in.Encoding}, {"reference", in.Reference}, {"last_error", in.LastError}, {"source_id", in.SourceId}} {
 		if err := checkText(field+"."+f.name, f.v, MaxFieldLength*4); err != nil {
 			return store.Item{}, err
 		}
@@ -184,7 +184,7 @@ func fromStorageItem(i int, in *pb.StorageItem) (store.Item, error) {
 		return store.Item{}, apierr.Invalidf("invalid %s.attempts; %d is negative", field, in.Attempts)
 	}
 	var times [5]time.Time
-	for j, t := range []*timestamppb.Timestamp{in.CreatedAt, in.ExpireDeadline, in.EnqueueAt, in.DeadAt, nil} {
+	for j, t := range []*timestamppb.Timestamp{in.CreatedAt, in.ExpireDeadline, in.EnqueueAt, in.DeadAt, in.LeaseDeadline} {
 		if t != nil {
 			if err := t.CheckValid(); err != nil {
 				return store.Item{}, apierr.Invalidf("invalid %s; %v", field, err)
@@ -200,6 +200,11 @@ func fromStorageItem(i int, in *pb.StorageItem) (store.Item, error) {
 			RedriveCount: in.RedriveCount,
 		},
 		Errors: store.ItemErrors{LastError: in.LastError},
+	}
+	if in.IsLeased {
+		// lease_deadline counts only on a leased item: a lease that has no
+		// deadline gets the queue's lease_timeout from now (queue.Queue.Import).
+		it.Meta.Leased, it.Meta.LeaseDeadline = true, times[4]
 	}
 	if len(in.Errors) > 10 {
 		return store.Item{}, apierr.Invalidf("invalid %s.errors; %d given, the limit is 10", field, len(in.Errors))

@@ -365,7 +365,11 @@ func (s *Service) listArgs(ctx context.Context, req *pb.StorageItemsListRequest)
 	return l, info, after, limit, err
 }
 
-// StorageItemsImport adds items as given and returns them as stored.
+// StorageItemsImport adds items to a partition as given and returns, for
+// each in order, the item as stored. An item whose source_id the partition
+// already holds on an imported item (or an earlier item of the request) is
+// skipped, without error: its entry is the item that holds the source_id.
+// Leased items stay leased (queue.Queue.Import).
 func (s *Service) StorageItemsImport(ctx context.Context, req *pb.StorageItemsImportRequest) (*pb.StorageItemsImportResponse, error) {
 	l, info, err := s.queueInfo(ctx, req.QueueName)
 	if err != nil {

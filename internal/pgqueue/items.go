@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"slices"
+	"strings"
 
 	"github.com/jackc/pgx/v5"
 
@@ -216,6 +217,52 @@ type insert struct {
 // instead. Items whose source key the queue already holds are skipped
 // (ADR 0003).
 func insertItems(ctx context.Context, tx pgx.Tx, queueID uint64, items []insert, ids []int64) error {
+	sql, args := insertStatement(queueID, items, ids)
+	_, err := tx.Exec(ctx, sql, args...)
+	return err
+}
+
+// importInsert inserts items under the given ids, as insertItems, and
+// reports which ids it inserted. Items with a source key go in key order,
+// so that two transactions inserting the same keys wait for each other (on
+// the unique index) in one order, never in a cycle.
+func importInsert(ctx context.Context, tx pgx.Tx, queueID uint64, items []insert, ids []int64) (map[int64]bool, error) {
+	if len(items) == 0 {
+		return map[int64]bool{}, nil
+	}
+	order := make([]int, len(items))
+	for i := range order {
+		order[i] = i
+	}
+	key := func(i int) string {
+		if items[i].sourceKey == nil {
+			return ""
+		}
+		return *items[i].sourceKey
+	}
+	slices.SortStableFunc(order, func(a, b int) int { return strings.Compare(key(a), key(b)) })
+	sorted, sortedIDs := make([]insert, len(items)), make([]int64, len(items))
+	for j, i := range order {
+		sorted[j], sortedIDs[j] = items[i], ids[i]
+	}
+	sql, args := insertStatement(queueID, sorted, sortedIDs)
+	rows, err := tx.Query(ctx, sql+` RETURNING id`, args...)
+	if err != nil {
+		return nil, err
+	}
+	got, err := pgx.CollectRows(rows, pgx.RowTo[int64])
+	if err != nil {
+		return nil, err
+	}
+	inserted := make(map[int64]bool, len(got))
+	for _, id := range got {
+		inserted[id] = true
+	}
+	return inserted, nil
+}
+
+// insertStatement is the statement of insertItems and its arguments.
+func insertStatement(queueID uint64, items []insert, ids []int64) (string, []any) {
 	n := len(items)
 	part, state, deadline, expire, created, attempts := make([]int32, n), make([]int16, n), make([]int64, n), make([]int64, n), make([]int64, n), make([]int32, n)
 	key, ref, kind, enc, srcQ, srcID, reason, lastErr, errs := make([]*string, n), make([]string, n), make([]string, n), make([]string, n),
@@ -233,7 +280,7 @@ func insertItems(ctx context.Context, tx pgx.Tx, queueID uint64, items []insert,
 	}
 	args := []any{int64(queueID), part, state, deadline, expire, created, attempts, key, ref, kind, enc, payload, srcQ, srcID, reason, deadAt, redrives}
 	args = append(args, ids, lastErr, errs)
-	_, err := tx.Exec(ctx, `INSERT INTO styx_items (queue_id, id, partition, state, deadline, expire_deadline, created_at, attempts, source_key,
+	return `INSERT INTO styx_items (queue_id, id, partition, state, deadline, expire_deadline, created_at, attempts, source_key,
 		reference, kind, encoding, payload, source_queue, source_id, dead_reason, dead_at, redrive_count, last_error, errors)
 		SELECT $1, coalesce(($18::bigint[])[u.ord], nextval('styx_item_ids')), u.part, u.state, u.deadline, u.expire, u.created, u.attempts, u.key,
 			u.ref, u.kind, u.enc, u.payload, u.src_q, u.src_id, u.reason, u.dead_at, u.redrives, u.last_error, u.errs::jsonb
@@ -243,8 +290,25 @@ func insertItems(ctx context.Context, tx pgx.Tx, queueID uint64, items []insert,
 			WITH ORDINALITY AS u(part, state, deadline, expire, created, attempts, key, ref, kind, enc, payload, src_q, src_id, reason,
 				dead_at, redrives, last_error, errs, ord)
 		ORDER BY u.ord
-		ON CONFLICT (queue_id, source_key) DO NOTHING`, args...)
-	return err
+		ON CONFLICT (queue_id, source_key) DO NOTHING`, args
+}
+
+// heldKeys returns the items of a queue that hold the given source keys, by
+// key. It reads without locking.
+func heldKeys(ctx context.Context, tx pgx.Tx, queueID uint64, keys []string) (map[string]*store.Item, error) {
+	held := map[string]*store.Item{}
+	if len(keys) == 0 {
+		return held, nil
+	}
+	items, err := collectItems(tx.Query(ctx, `SELECT `+itemColumns+` FROM styx_items WHERE queue_id=$1 AND source_key = ANY($2)`,
+		int64(queueID), keys))
+	if err != nil {
+		return nil, err
+	}
+	for i := range items {
+		held[items[i].Meta.SourceKey] = &items[i]
+	}
+	return held, nil
 }
 
 // newIDs allocates n ids from the shared sequence.
@@ -304,7 +368,7 @@ type death struct {
 	id        int64
 	reason    string
 	attempts  int32
-	sourceKey string // the item's own (set on dead copies and redriven items)
+	sourceKey string // the item's own (set on dead copies, redriven and imported items)
 	setErrors bool
 	lastError string
 	errors    []byte

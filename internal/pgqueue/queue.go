@@ -635,9 +635,18 @@ func (q *Queue) kill(it *iteration, x row, reason string, h *history) queue.Retr
 // renew, delete) or select (clear), in id order, so two such statements never wait
 // for each other in a cycle. Everything after it either skips rows other
 // transactions hold (the lifecycle, leases, clear: SKIP LOCKED) or touches
-// rows it holds already or created itself. The lifecycle runs after the
-// lock: a lease that expired by the time its complete arrives is refused
-// (leased) and then ended by the lifecycle, in the same transaction.
+// rows it holds already or created itself. The one exception is an insert
+// whose source key another transaction has just inserted and not yet
+// committed (a dead-letter move, a redrive, an import with a source_id):
+// PostgreSQL makes it wait for that transaction on the unique index. Such
+// a wait holds no row lock the other may want; an import inserts in key
+// order, so two imports of the same keys wait in one order (two
+// iterations that insert the same keys in different statements could
+// still wait in a cycle, which PostgreSQL breaks by failing one with
+// 40P01; it needs concurrent imports that repeat source_ids). The lifecycle
+// runs after the lock: a lease that expired by the time its complete
+// arrives is refused (leased) and then ended by the lifecycle, in the same
+// transaction.
 
 // lock locks the rows the iteration's requests act on and returns those
 // named by id (complete, retry, renew, delete), by id.
@@ -968,7 +977,7 @@ func (q *Queue) bury(ctx context.Context, tx pgx.Tx, it *iteration, ds []death) 
 		it.metrics = append(it.metrics, func() {
 			for _, d := range dropped {
 				msg := "dead item dropped: the queue has no dead_queue"
-				if d.sourceKey != "" {
+				if queue.IsDeadCopyKey(d.sourceKey) {
 					msg = "dead item dropped: its retention in the dead-letter queue ended"
 				}
 				q.m.cfg.Log.Warn(msg, "queue", q.name, "id", queue.FormatID(uint64(d.id)), "reason", d.reason, "attempts", d.attempts)
@@ -1007,31 +1016,7 @@ func (q *Queue) applyStorage(ctx context.Context, tx pgx.Tx, it *iteration, op a
 		if op.partition < 0 || op.partition >= it.info.Partitions {
 			return nil, apierr.Invalidf("invalid partition; queue '%s' has partitions 0..%d, not %d", q.name, it.info.Partitions-1, op.partition)
 		}
-		if len(op.items) == 0 {
-			return []store.Item{}, nil
-		}
-		ids, err := newIDs(ctx, tx, len(op.items))
-		if err != nil {
-			return nil, err
-		}
-		ins := make([]insert, len(op.items))
-		out := make([]store.Item, len(op.items))
-		for i, si := range op.items {
-			in := insert{partition: op.partition, state: stateReady, created: queue.Nanos(si.Meta.CreatedAt), attempts: si.Meta.Attempts,
-				body: si.Body, lastError: si.Errors.LastError, errors: encodeErrors(si.Errors.Errors)}
-			if in.created == 0 {
-				in.created = it.now
-			}
-			q.place(it, &in, queue.Nanos(si.Meta.EnqueueAt), queue.Nanos(si.Meta.ExpireDeadline))
-			ins[i] = in
-			m := store.ItemMeta{ID: uint64(ids[i]), BodyID: uint64(ids[i]), Attempts: in.attempts,
-				ExpireDeadline: queue.FromNanos(in.expire), CreatedAt: queue.FromNanos(in.created)}
-			if in.state == stateScheduled {
-				m.EnqueueAt = queue.FromNanos(in.deadline)
-			}
-			out[i] = store.Item{Partition: op.partition, Meta: m, Body: si.Body, Errors: si.Errors}
-		}
-		return out, insertItems(ctx, tx, q.id, ins, ids)
+		return q.importItems(ctx, tx, it, op)
 	case *deleteOp:
 		for _, ref := range op.refs {
 			if ref.Partition < 0 || ref.Partition >= it.info.Partitions {
@@ -1044,6 +1029,112 @@ func (q *Queue) applyStorage(ctx context.Context, tx pgx.Tx, it *iteration, op a
 		return nil, clearItems(ctx, tx, q.id, op.p)
 	}
 	return nil, fmt.Errorf("queue '%s': unknown request %T", q.name, op)
+}
+
+// importItems inserts the items of an import (see queue.Logical.Import for
+// the rules). An item with a source_id gets the source key
+// queue.ImportKey, so the unique source-key index keeps one imported item
+// per source_id and partition, even when two nodes import at once.
+func (q *Queue) importItems(ctx context.Context, tx pgx.Tx, it *iteration, op *importOp) ([]store.Item, error) {
+	out := make([]store.Item, len(op.items))
+	if len(op.items) == 0 {
+		return out, nil
+	}
+	keys := make([]string, len(op.items))
+	first := map[string]int{} // source key -> the first item of the request with it
+	var wanted []string
+	for i, si := range op.items {
+		if si.Body.SourceID == "" {
+			continue
+		}
+		keys[i] = queue.ImportKey(op.partition, si.Body.SourceID)
+		if _, ok := first[keys[i]]; !ok {
+			first[keys[i]] = i
+			wanted = append(wanted, keys[i])
+		}
+	}
+	held, err := heldKeys(ctx, tx, q.id, wanted)
+	if err != nil {
+		return nil, err
+	}
+	var ins []insert
+	var pos []int // request index of each insert
+	for i, si := range op.items {
+		if keys[i] != "" && (first[keys[i]] != i || held[keys[i]] != nil) {
+			continue
+		}
+		in := insert{partition: op.partition, state: stateReady, created: queue.Nanos(si.Meta.CreatedAt), attempts: si.Meta.Attempts,
+			body: si.Body, lastError: si.Errors.LastError, errors: encodeErrors(si.Errors.Errors)}
+		if keys[i] != "" {
+			in.sourceKey = &keys[i]
+		}
+		if in.created == 0 {
+			in.created = it.now
+		}
+		if si.Meta.Leased {
+			q.place(it, &in, 0, queue.Nanos(si.Meta.ExpireDeadline))
+			in.state, in.deadline = stateLeased, queue.Nanos(si.Meta.LeaseDeadline)
+			if in.deadline == 0 {
+				in.deadline = it.now + int64(it.info.LeaseTimeout)
+			}
+			q.nextDue = earliest(q.nextDue, in.deadline)
+		} else {
+			q.place(it, &in, queue.Nanos(si.Meta.EnqueueAt), queue.Nanos(si.Meta.ExpireDeadline))
+		}
+		ins = append(ins, in)
+		pos = append(pos, i)
+	}
+	ids, err := newIDs(ctx, tx, len(ins))
+	if err != nil {
+		return nil, err
+	}
+	for j, in := range ins {
+		m := store.ItemMeta{ID: uint64(ids[j]), BodyID: uint64(ids[j]), Attempts: in.attempts,
+			ExpireDeadline: queue.FromNanos(in.expire), CreatedAt: queue.FromNanos(in.created)}
+		switch in.state {
+		case stateLeased:
+			m.Leased, m.LeaseDeadline = true, queue.FromNanos(in.deadline)
+		case stateScheduled:
+			m.EnqueueAt = queue.FromNanos(in.deadline)
+		}
+		if in.sourceKey != nil {
+			m.SourceKey = *in.sourceKey
+		}
+		si := op.items[pos[j]]
+		out[pos[j]] = store.Item{Partition: op.partition, Meta: m, Body: si.Body, Errors: si.Errors}
+	}
+	inserted, err := importInsert(ctx, tx, q.id, ins, ids)
+	if err != nil {
+		return nil, err
+	}
+	// An insert that another transaction's copy beat (committed since the
+	// look-up above) was skipped: answer with that copy.
+	var lost []string
+	for j, in := range ins {
+		if in.sourceKey != nil && !inserted[ids[j]] {
+			lost = append(lost, *in.sourceKey)
+		}
+	}
+	if len(lost) > 0 {
+		more, err := heldKeys(ctx, tx, q.id, lost)
+		if err != nil {
+			return nil, err
+		}
+		for k, v := range more {
+			held[k] = v
+		}
+	}
+	for i := range op.items {
+		if keys[i] == "" {
+			continue
+		}
+		if h := held[keys[i]]; h != nil {
+			out[i] = *h
+		} else if j := first[keys[i]]; j != i {
+			out[i] = out[j]
+		}
+	}
+	return out, nil
 }
 
 // serve hands ready items to the waiting leases, oldest waiter first, each

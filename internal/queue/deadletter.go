@@ -2,6 +2,7 @@ package queue
 
 import (
 	"context"
+	"strconv"
 	"strings"
 
 	"github.com/styxq/styx/internal/store"
@@ -26,10 +27,10 @@ import (
 
 // sourceKey identifies where an item came from: "<why>:<queue>~<id>", with
 // why a dead reason for an item in a dead-letter queue, or "redrive" for an
-// item redriven out of one. A queue holds at most one item per source key
-// (ADR 0003); the parts also give queue.stats its counts by reason and by
-// source without reading bodies. Queue names cannot contain '~', reasons
-// contain no ':'.
+// item redriven out of one (and see importKey for imported items). A queue
+// holds at most one item per source key (ADR 0003); the parts also give
+// queue.stats its counts by reason and by source without reading bodies.
+// Queue names cannot contain '~', reasons contain no ':'.
 func sourceKey(why, queue string, id uint64) string {
 	return why + ":" + queue + "~" + FormatID(id)
 }
@@ -37,15 +38,36 @@ func sourceKey(why, queue string, id uint64) string {
 // whyRedrive marks the source key of a redriven item.
 const whyRedrive = "redrive"
 
-// isDeadCopy reports whether the item is a dead item resting in a
-// dead-letter queue.
-func (it *item) isDeadCopy() bool {
-	if it.sourceKey == "" {
+// whyImport marks the source key of an item imported with a source_id.
+const whyImport = "import"
+
+// importKey is the source key of an item imported into partition with
+// source_id sourceID: "import:<partition>~<source_id>". A queue holds at
+// most one item per source key, so a partition holds at most one imported
+// item per source_id: storage/items.import skips the later copies (as
+// Querator does). The partition is part of the key because the rule is per
+// partition and the key is unique per queue.
+func importKey(partition int32, sourceID string) string {
+	return whyImport + ":" + strconv.Itoa(int(partition)) + "~" + sourceID
+}
+
+// ImportKey is the source key of an item imported into partition with
+// source_id sourceID: see importKey.
+func ImportKey(partition int32, sourceID string) string { return importKey(partition, sourceID) }
+
+// IsDeadCopyKey reports whether a source key marks a dead item resting in a
+// dead-letter queue (not a redriven or imported item).
+func IsDeadCopyKey(key string) bool {
+	if key == "" {
 		return false
 	}
-	why, _ := parseSourceKey(it.sourceKey)
-	return why != whyRedrive
+	why, _ := parseSourceKey(key)
+	return why != whyRedrive && why != whyImport
 }
+
+// isDeadCopy reports whether the item is a dead item resting in a
+// dead-letter queue.
+func (it *item) isDeadCopy() bool { return IsDeadCopyKey(it.sourceKey) }
 
 // parseSourceKey returns the parts of a source key.
 func parseSourceKey(key string) (why, queue string) {

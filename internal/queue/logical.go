@@ -72,8 +72,9 @@ type Logical struct {
 	inflight int
 	// moveAfter is the earliest time (nanos) to send the next move.
 	moveAfter int64
-	// sourceKeys maps a dead item's source key to the item (dead-letter
-	// queues only): the dead-letter queue ignores a second copy.
+	// sourceKeys maps the source key of every item that has one (a dead
+	// item in a dead-letter queue, a redriven item, an item imported with a
+	// source_id) to the item: a second copy is ignored.
 	sourceKeys map[string]*item
 	// toSend lists dying items to send to the dead-letter queue (entries
 	// may be stale; see dying.valid).
@@ -288,8 +289,14 @@ func (l *Logical) Reload(ctx context.Context) error {
 	return err
 }
 
-// Import adds items as given (new ids; ready, or scheduled if EnqueueAt is in
-// the future) and returns them as stored.
+// Import adds items to a partition as given, under new ids: leased (Leased,
+// until LeaseDeadline, or for the queue's lease_timeout from now when that
+// is zero; a deadline in the past ends at the next iteration as an expired
+// lease), scheduled (EnqueueAt in the future) or ready, with their attempts.
+// An item whose Body.SourceID the partition already holds on an imported
+// item (or that an earlier item of the same call holds) is skipped: the
+// first copy is kept. It returns, for each item in order, the item as
+// stored: the new one, or the one that holds its source_id.
 func (l *Logical) Import(ctx context.Context, partition int32, items []store.Item) ([]store.Item, error) {
 	v, err := l.call(ctx, &importOp{partition: partition, items: items}, false)
 	if err != nil {
@@ -635,7 +642,11 @@ func (l *Logical) handle(it *iteration, r *request) error {
 		if err != nil {
 			return err
 		}
-		l.reply(it, r, l.importItems(it, p, op.items))
+		items, err := l.importItems(it, p, op.items)
+		if err != nil {
+			return err
+		}
+		l.reply(it, r, items)
 	case *deleteOp:
 		for _, ref := range op.refs {
 			if _, err := l.partition(ref.Partition); err != nil {
@@ -820,7 +831,7 @@ func (l *Logical) kill(it *iteration, p *partition, x *item, reason string) Retr
 // retention ended.
 func (l *Logical) drop(it *iteration, p *partition, x *item) {
 	msg := "dead item dropped: the queue has no dead_queue"
-	if x.sourceKey != "" {
+	if x.isDeadCopy() {
 		msg = "dead item dropped: its retention in the dead-letter queue ended"
 	}
 	l.cfg.Log.Warn(msg, "queue", l.name, "id", FormatID(x.id), "reason", x.reason, "attempts", x.attempts)
@@ -1096,7 +1107,8 @@ func (l *Logical) stats(now int64) Stats {
 	s := Stats{LeaseWaiting: len(l.waiters), MovesInFlight: l.inflight,
 		DeadByReason: map[string]int{}, DeadBySource: map[string]int{}}
 	for _, x := range l.sourceKeys {
-		if why, src := parseSourceKey(x.sourceKey); why != whyRedrive {
+		if x.isDeadCopy() {
+			why, src := parseSourceKey(x.sourceKey)
 			s.DeadByReason[why]++
 			s.DeadBySource[src]++
 		}
@@ -1136,28 +1148,78 @@ func (l *Logical) clearItems(it *iteration, c ClearParams) {
 	}
 }
 
-func (l *Logical) importItems(it *iteration, p *partition, in []store.Item) []store.Item {
+func (l *Logical) importItems(it *iteration, p *partition, in []store.Item) ([]store.Item, error) {
+	// The items already held whose source_id an item repeats are answered
+	// as stored: read their bodies first, so that a failed read changes
+	// nothing.
+	var read []uint64
+	for _, si := range in {
+		if si.Body.SourceID == "" {
+			continue
+		}
+		if x := l.sourceKeys[importKey(p.num, si.Body.SourceID)]; x != nil && it.fresh[x.bodyID] == nil {
+			read = append(read, x.bodyID)
+		}
+	}
+	held := make(map[uint64]store.Item, len(read))
+	if len(read) > 0 {
+		bodies, errs, err := l.cfg.Store.ReadBodies(context.Background(), l.queueID, p.num, read)
+		if err != nil {
+			return nil, fmt.Errorf("queue '%s': read bodies: %w", l.name, err)
+		}
+		for i, id := range read {
+			held[id] = store.Item{Partition: p.num, Body: bodies[i], Errors: errs[i]}
+		}
+	}
 	out := make([]store.Item, len(in))
+	first := make(map[string]int) // source key -> index of the item of this call that holds it
 	for i, si := range in {
+		var key string
+		if si.Body.SourceID != "" {
+			key = importKey(p.num, si.Body.SourceID)
+			if j, ok := first[key]; ok {
+				out[i] = out[j]
+				continue
+			}
+			if x := l.sourceKeys[key]; x != nil {
+				h, ok := held[x.bodyID]
+				if !ok { // inserted earlier in this iteration
+					h = store.Item{Partition: p.num, Body: *it.fresh[x.bodyID]}
+				}
+				h.Meta = x.meta()
+				out[i] = h
+				continue
+			}
+			first[key] = i
+		}
 		id := l.allocID(it)
 		x := &item{id: id, bodyID: id, created: Nanos(si.Meta.CreatedAt), expire: Nanos(si.Meta.ExpireDeadline),
-			attempts: si.Meta.Attempts, state: stateReady, hasErrs: !si.Errors.IsZero()}
+			attempts: si.Meta.Attempts, state: stateReady, hasErrs: !si.Errors.IsZero(), sourceKey: key}
 		if x.created == 0 {
 			x.created = it.now
 		}
 		if x.expire == 0 && l.info.ExpireTimeout > 0 {
 			x.expire = it.now + int64(l.info.ExpireTimeout)
 		}
-		if at := Nanos(si.Meta.EnqueueAt); at > it.now {
-			x.state, x.deadline = stateScheduled, at
+		switch {
+		case si.Meta.Leased:
+			x.state, x.deadline = stateLeased, Nanos(si.Meta.LeaseDeadline)
+			if x.deadline == 0 {
+				x.deadline = it.now + int64(l.info.LeaseTimeout)
+			}
+		case Nanos(si.Meta.EnqueueAt) > it.now:
+			x.state, x.deadline = stateScheduled, Nanos(si.Meta.EnqueueAt)
 		}
 		p.add(x)
+		if key != "" {
+			l.sourceKeys[key] = x
+		}
 		body := si.Body
 		it.batch.Insert(p.num, x.meta(), body, si.Errors)
 		l.addBody(it, x.bodyID, &body)
 		out[i] = store.Item{Partition: p.num, Meta: x.meta(), Body: body, Errors: si.Errors}
 	}
-	return out
+	return out, nil
 }
 
 func (l *Logical) scheduledItems(it *iteration, op *scheduledOp) ([]store.Item, error) {

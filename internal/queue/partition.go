@@ -44,7 +44,8 @@ type item struct {
 	moving    bool   // a dead-letter move is in flight (dying only)
 	hasErrs   bool   // the item may have stored attempt errors (ItemErrors)
 	reason    string // dead reason (dying only)
-	// sourceKey is set on items of a dead-letter queue (store.ItemMeta).
+	// sourceKey is set on dead items in a dead-letter queue, redriven items
+	// and items imported with a source_id (store.ItemMeta.SourceKey).
 	sourceKey string
 }
 

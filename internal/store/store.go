@@ -92,9 +92,10 @@ type ItemMeta struct {
 	// copy it already holds). Empty on live items.
 	DeadReason string
 	DeadAt     time.Time
-	// SourceKey is set on items that came from another queue: dead items
-	// in a dead-letter queue ("<dead reason>:<source queue>~<id there>") and
-	// redriven items ("redrive:<dead-letter queue>~<id there>"). A queue
+	// SourceKey is set on items that came from elsewhere: dead items in a
+	// dead-letter queue ("<dead reason>:<source queue>~<id there>"),
+	// redriven items ("redrive:<dead-letter queue>~<id there>") and items
+	// imported with a source_id ("import:<partition>~<source_id>"). A queue
 	// holds at most one item per SourceKey; see ADR 0003. Opaque to stores.
 	SourceKey string
 }
