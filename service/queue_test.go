@@ -252,7 +252,8 @@ func TestPartitions(t *testing.T) {
 	forEachBackend(t, func(t *testing.T, b backend) {
 		s := start(t, b)
 		s.createQueue(&pb.QueueInfo{QueueName: "parts", RequestedPartitions: 3})
-		// Each produce goes whole to the least-loaded partition.
+		// Each produce goes whole to the partition with the fewest ready
+		// items (ADR 0007).
 		for i := range 3 {
 			s.produce("parts", fmt.Sprint(i, "a"), fmt.Sprint(i, "b"))
 		}
@@ -262,7 +263,7 @@ func TestPartitions(t *testing.T) {
 		for _, p := range st.LogicalQueues[0].Partitions {
 			assert.Equal(t, int32(2), p.Total, "partition %d", p.Partition)
 		}
-		// One consumer is served from every partition.
+		// One consumer is served from every partition: equals take turns.
 		seen := map[int32]int{}
 		for range 3 {
 			res := s.lease("parts", 10)
@@ -278,8 +279,9 @@ func TestPartitions(t *testing.T) {
 		requireCode(t, err, styx.CodeBadRequest, "not leased")
 		// Partitions can be added.
 		require.NoError(t, s.C.QueuesUpdate(ctx, &pb.QueueInfo{QueueName: "parts", RequestedPartitions: 4}))
-		// Three more produces fill the three empty partitions, the new one
-		// among them.
+		// No partition has ready items (one is leased): the three produces
+		// take turns after the partition produced to last, and the new
+		// partition gets one.
 		for i := range 3 {
 			s.produce("parts", fmt.Sprint("new", i))
 		}

@@ -463,3 +463,35 @@ func notify(ctx context.Context, tx pgx.Tx, channel string, queueIDs []uint64) e
 	_, err := tx.Exec(ctx, `SELECT pg_notify($1, p) FROM unnest($2::text[]) AS p`, channel, payloads)
 	return err
 }
+
+// readyCountCap bounds how many ready items of one partition readyCounts
+// counts, so that the count costs at most partitions × readyCountCap index
+// entries however long the queue: partitions holding at least this many
+// ready items count as equally loaded.
+const readyCountCap = 1000
+
+// readyCounts returns the number of ready items of each of a queue's
+// partitions, each at most readyCountCap, as this transaction sees them
+// (its own inserts included; rows other transactions hold locked are
+// counted). A plain read: it waits for no lock (see "Lock order").
+func readyCounts(ctx context.Context, tx pgx.Tx, queueID uint64, partitions int32) ([]int, error) {
+	rows, err := tx.Query(ctx, `SELECT p, (SELECT count(*) FROM (SELECT 1 FROM styx_items
+			WHERE queue_id=$1 AND partition=p AND state=0 LIMIT $3) r)
+		FROM generate_series(0, $2::integer - 1) AS p`, int64(queueID), partitions, readyCountCap)
+	if err != nil {
+		return nil, fmt.Errorf("count ready items: %w", err)
+	}
+	ready := make([]int, partitions)
+	var p int32
+	var n int64
+	_, err = pgx.ForEachRow(rows, []any{&p, &n}, func() error {
+		if p >= 0 && p < partitions {
+			ready[p] = int(n)
+		}
+		return nil
+	})
+	if err != nil {
+		return nil, fmt.Errorf("count ready items: %w", err)
+	}
+	return ready, nil
+}

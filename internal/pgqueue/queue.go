@@ -57,8 +57,11 @@ type Queue struct {
 
 	// Owned by the loop.
 	waiters []*request
-	prodRR  int32
-	leaseRR int32
+	// produceNext and leaseNext are the tie-break cursors of the partition
+	// choice (queue/distribution.go): the partition after the one chosen
+	// last by this node.
+	produceNext int
+	leaseNext   int
 	// nextDue is the earliest known lifecycle time (Unix ns, 0: none).
 	nextDue  int64
 	lastPoll int64
@@ -183,8 +186,9 @@ func (q *Queue) call(ctx context.Context, op any, abandonable bool) (any, error)
 	}
 }
 
-// Produce implements queue.Queue: the items go to one partition (round
-// robin per node) and are committed when it returns.
+// Produce implements queue.Queue: the items go to one partition, the one
+// with the fewest ready items as this node's transaction counts them (see
+// produceTo), and are committed when it returns.
 func (q *Queue) Produce(ctx context.Context, items []queue.ProduceItem) error {
 	_, err := q.call(ctx, &produceOp{items: items}, false)
 	return err
@@ -361,6 +365,10 @@ type iteration struct {
 	metrics []func()
 	// more says the lifecycle hit its batch size: run it again at once.
 	more bool
+	// ready counts each partition's ready items for produceTo (nil until
+	// a produce or redrive needs it, and again after an import, delete or
+	// clear).
+	ready []int
 }
 
 func (it *iteration) reply(r *request, v any) {
@@ -701,16 +709,26 @@ func (q *Queue) apply(ctx context.Context, tx pgx.Tx, it *iteration, work []*req
 	for _, r := range work {
 		switch op := r.op.(type) {
 		case *produceOp:
-			p := q.nextPartition(it)
+			p, err := q.produceTo(ctx, tx, it)
+			if err != nil {
+				return err
+			}
 			for _, pi := range op.items {
 				in := insert{partition: p, state: stateReady, created: it.now,
 					body: store.ItemBody{Reference: pi.Reference, Kind: pi.Kind, Encoding: pi.Encoding, Payload: pi.Payload}}
 				q.place(it, &in, queue.Nanos(pi.EnqueueAt), 0)
+				if in.state == stateReady {
+					it.ready[p]++
+				}
 				inserts = append(inserts, in)
 			}
 			it.reply(r, nil)
 		case *redriveOp:
-			p := q.nextPartition(it)
+			p, err := q.produceTo(ctx, tx, it)
+			if err != nil {
+				return err
+			}
+			it.ready[p] += len(op.items)
 			for _, ri := range op.items {
 				key := ri.SourceKey
 				in := insert{partition: p, state: stateReady, created: it.now, sourceKey: &key,
@@ -763,6 +781,8 @@ func (q *Queue) apply(ctx context.Context, tx pgx.Tx, it *iteration, work []*req
 				return err
 			}
 			v, err := q.applyStorage(ctx, tx, it, op)
+			// The ready counts changed: a later produce reads them again.
+			it.ready = nil
 			if err != nil {
 				if _, ok := apierr.As(err); ok {
 					r.answer(nil, err)
@@ -778,11 +798,22 @@ func (q *Queue) apply(ctx context.Context, tx pgx.Tx, it *iteration, work []*req
 	return q.flushInserts(ctx, tx, it, &inserts)
 }
 
-// nextPartition returns the partition for the next produce (round robin).
-func (q *Queue) nextPartition(it *iteration) int32 {
-	p := q.prodRR % max(it.info.Partitions, 1)
-	q.prodRR = p + 1
-	return p
+// produceTo returns the partition for the next produced batch: the one with
+// the fewest ready items (queue.FewestReady), and moves the cursor past it.
+// The counts are read once per iteration (readyCounts, so they saturate at
+// readyCountCap) and then kept up to date with the iteration's own
+// produces; other nodes' transactions in flight are not seen.
+func (q *Queue) produceTo(ctx context.Context, tx pgx.Tx, it *iteration) (int32, error) {
+	if it.ready == nil {
+		ready, err := readyCounts(ctx, tx, q.id, max(it.info.Partitions, 1))
+		if err != nil {
+			return 0, err
+		}
+		it.ready = ready
+	}
+	p := queue.FewestReady(it.ready, q.produceNext)
+	q.produceNext = p + 1
+	return int32(p), nil
 }
 
 // place sets a new item's state and expiry: scheduled when enqueueAt is in
@@ -1137,42 +1168,90 @@ func (q *Queue) importItems(ctx context.Context, tx pgx.Tx, it *iteration, op *i
 	return out, nil
 }
 
-// serve hands ready items to the waiting leases, oldest waiter first, each
-// from the next partition (round robin) that has some. It stops when every
-// partition came back empty. Served waiters are answered after commit.
+// serve hands ready items to the waiting leases by the rule of the logical
+// queue (queue/distribution.go): it counts each partition's ready items
+// (readyCounts), assigns the waiters, oldest first, to partitions
+// (queue.AssignLeases), leases each partition's share in one statement and
+// deals it to the partition's waiters (queue.Deal). A partition that hands
+// out fewer items than asked (another node holds or took them, or they
+// expired) counts as empty for the rest of the iteration, and waiters left
+// without items are assigned again from fresh counts; at most partitions+1
+// rounds, each of which serves a waiter or empties a partition. Served
+// waiters are answered after commit.
 func (q *Queue) serve(ctx context.Context, tx pgx.Tx, it *iteration) error {
 	parts := max(it.info.Partitions, 1)
 	deadline := it.now + int64(it.info.LeaseTimeout)
-	empty := make([]bool, parts)
-	nEmpty := int32(0)
+	var ws []*request
 	for _, w := range q.waiters {
-		if w.answered || w.ctx.Err() != nil {
-			continue
+		if !w.answered && w.ctx.Err() == nil {
+			ws = append(ws, w)
 		}
-		op := w.op.(*leaseOp)
-		for nEmpty < parts {
-			p := q.leaseRR % parts
-			q.leaseRR = p + 1
+	}
+	empty := make([]bool, parts)
+	for round := int32(0); len(ws) > 0 && round <= parts; round++ {
+		ready, err := readyCounts(ctx, tx, q.id, parts)
+		if err != nil {
+			return err
+		}
+		for p := range ready {
 			if empty[p] {
+				ready[p] = 0
+			}
+		}
+		wants := make([]int, len(ws))
+		for i, w := range ws {
+			wants[i] = w.op.(*leaseOp).p.BatchSize
+		}
+		assign, next := queue.AssignLeases(ready, wants, q.leaseNext)
+		q.leaseNext = next
+		served := make([]bool, len(ws))
+		again := false
+		for p := range parts {
+			var mine, pw []int // the partition's waiters (indexes into ws) and their wants
+			total := 0
+			for i, a := range assign {
+				if a == int(p) {
+					mine, pw = append(mine, i), append(pw, wants[i])
+					total += wants[i]
+				}
+			}
+			if len(mine) == 0 {
 				continue
 			}
-			items, err := lease(ctx, tx, q.id, p, op.p.BatchSize, deadline, it.now)
+			items, err := lease(ctx, tx, q.id, p, total, deadline, it.now)
 			if err != nil {
 				return err
 			}
-			if len(items) < op.p.BatchSize {
+			if len(items) < total {
 				empty[p] = true
-				nEmpty++
+			}
+			got := make([][]queue.LeasedItem, len(mine))
+			for k, j := range queue.Deal(len(items), pw) {
+				got[j] = append(got[j], items[k])
+			}
+			for j, xs := range got {
+				if len(xs) == 0 {
+					// The count was stale, or more waiters than items.
+					again = again || len(items) < ready[p]
+					continue
+				}
+				it.reply(ws[mine[j]], queue.LeaseResult{Partition: p, Items: xs})
+				served[mine[j]] = true
 			}
 			if len(items) > 0 {
-				it.reply(w, queue.LeaseResult{Partition: p, Items: items})
 				q.nextDue = earliest(q.nextDue, deadline)
-				break
 			}
 		}
-		if nEmpty == parts {
+		if !again {
 			break
 		}
+		rest := ws[:0]
+		for i, w := range ws {
+			if !served[i] {
+				rest = append(rest, w)
+			}
+		}
+		ws = rest
 	}
 	// Answered leases leave the waiters after the transaction (in
 	// expireWaiters, once answered).

@@ -174,7 +174,7 @@ func (l *Logical) TakeRedriven(ctx context.Context, items []RedriveItem) error {
 }
 
 func (l *Logical) takeRedriven(it *iteration, op *redriveOp) {
-	p := l.leastLoaded()
+	p := l.produceTo()
 	for _, ri := range op.items {
 		if _, dup := l.sourceKeys[ri.SourceKey]; dup {
 			continue

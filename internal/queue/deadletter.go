@@ -225,7 +225,7 @@ func (l *Logical) takeDead(it *iteration, op *deadLetterOp) {
 		if _, dup := l.sourceKeys[d.sourceKey]; dup {
 			continue // a copy from an interrupted earlier move
 		}
-		p := l.leastLoaded()
+		p := l.produceTo()
 		id := l.allocID(it)
 		deadAt := Nanos(d.body.DeadAt)
 		x := &item{id: id, bodyID: id, created: d.created, attempts: d.attempts, state: stateReady, sourceKey: d.sourceKey,

@@ -63,13 +63,16 @@ type Logical struct {
 	done    chan struct{}
 
 	// Fields below are owned by the run goroutine.
-	info     store.QueueInfo
-	parts    []*partition
-	lastID   uint64
-	loadErr  error
-	waiters  []*request
-	rr       int
-	inflight int
+	info    store.QueueInfo
+	parts   []*partition
+	lastID  uint64
+	loadErr error
+	waiters []*request
+	// produceNext and leaseNext are the tie-break cursors of the partition
+	// choice (distribution.go): the partition after the one chosen last.
+	produceNext int
+	leaseNext   int
+	inflight    int
 	// moveAfter is the earliest time (nanos) to send the next move.
 	moveAfter int64
 	// sourceKeys maps the source key of every item that has one (a dead
@@ -215,15 +218,18 @@ func (l *Logical) call(ctx context.Context, op any, abandonable bool) (any, erro
 	}
 }
 
-// Produce adds items to the least-loaded partition. It returns when they
-// are durable.
+// Produce adds items to one partition, the one with the fewest ready items
+// (ties take turns; see distribution.go). It returns when they are durable.
 func (l *Logical) Produce(ctx context.Context, items []ProduceItem) error {
 	_, err := l.call(ctx, &produceOp{items: items}, false)
 	return err
 }
 
 // Lease waits up to p.Timeout for ready items and leases up to p.BatchSize
-// of them from one partition. Returns an apierr.Retry error when none came.
+// of them from one partition: the one with the most ready items, shared
+// item by item with the other leases waiting on it when there are not
+// enough for all (see distribution.go). Returns an apierr.Retry error when
+// none came.
 func (l *Logical) Lease(ctx context.Context, p LeaseParams) (LeaseResult, error) {
 	v, err := l.call(ctx, &leaseOp{p: p}, true)
 	if err != nil {
@@ -717,19 +723,25 @@ func (l *Logical) allocID(it *iteration) uint64 {
 	return l.lastID
 }
 
-// leastLoaded returns the partition holding the fewest items.
-func (l *Logical) leastLoaded() *partition {
-	best := l.parts[0]
-	for _, p := range l.parts[1:] {
-		if p.total() < best.total() {
-			best = p
-		}
+// produceTo returns the partition for the next produced batch: the one
+// with the fewest ready items (FewestReady), and moves the cursor past it.
+func (l *Logical) produceTo() *partition {
+	n := FewestReady(l.readyCounts(), l.produceNext)
+	l.produceNext = n + 1
+	return l.parts[n]
+}
+
+// readyCounts returns each partition's number of ready items.
+func (l *Logical) readyCounts() []int {
+	ready := make([]int, len(l.parts))
+	for i, p := range l.parts {
+		ready[i] = p.nReady
 	}
-	return best
+	return ready
 }
 
 func (l *Logical) produce(it *iteration, op *produceOp) {
-	p := l.leastLoaded()
+	p := l.produceTo()
 	for _, pi := range op.items {
 		id := l.allocID(it)
 		x := &item{id: id, bodyID: id, created: it.now, state: stateReady}
@@ -961,94 +973,131 @@ func (l *Logical) renew(it *iteration, op *renewOp) ([]time.Time, error) {
 	return out, nil
 }
 
-// serveWaiters hands ready items to waiting leases, oldest waiter first,
-// and answers those whose request timeout has passed.
+// serveWaiters hands ready items to the waiting leases (serve) and answers
+// those whose client went away or whose request timeout has passed.
 func (l *Logical) serveWaiters(it *iteration) {
-	kept := l.waiters[:0]
+	live := l.waiters[:0]
 	for _, w := range l.waiters {
 		if w.ctx.Err() != nil {
 			w.done <- result{err: w.ctx.Err()}
 			continue
 		}
-		if it.err == nil && l.lease(it, w) {
-			continue
-		}
-		if w.deadline <= it.now {
+		live = append(live, w)
+	}
+	served := make([]bool, len(live))
+	if it.err == nil && len(live) > 0 {
+		l.serve(it, live, served)
+	}
+	kept := live[:0]
+	for i, w := range live {
+		switch {
+		case served[i]:
+		case w.deadline <= it.now:
 			w.done <- result{err: apierr.New(apierr.Retry, "request timeout; no items are in the queue, try again")}
-			continue
+		default:
+			kept = append(kept, w)
 		}
-		kept = append(kept, w)
 	}
 	clear(l.waiters[len(kept):])
 	l.waiters = kept
 }
 
-// lease serves one waiter from the next partition (round robin) that has
-// ready items. It reports whether the waiter was served.
-func (l *Logical) lease(it *iteration, w *request) bool {
-	op := w.op.(*leaseOp)
-	var p *partition
-	for i := range l.parts {
-		q := l.parts[(l.rr+i)%len(l.parts)]
-		if q.nReady > 0 {
-			p = q
-			l.rr = (l.rr + i + 1) % len(l.parts)
-			break
-		}
+// serve assigns the waiters, oldest first, to partitions (AssignLeases),
+// leases each partition's share of ready items and deals them to its
+// waiters (Deal). It marks in served the waiters it answered: with items,
+// or with the error of a failed body read (which also fails the iteration).
+func (l *Logical) serve(it *iteration, ws []*request, served []bool) {
+	wants := make([]int, len(ws))
+	for i, w := range ws {
+		wants[i] = w.op.(*leaseOp).p.BatchSize
 	}
-	if p == nil {
-		return false
-	}
+	assign, next := AssignLeases(l.readyCounts(), wants, l.leaseNext)
+	l.leaseNext = next
 	deadline := it.now + int64(l.info.LeaseTimeout)
-	var items []*item
-	for len(items) < op.p.BatchSize {
-		x := p.popReady()
-		if x == nil {
-			break
+	for _, p := range l.parts {
+		var mine, pw []int // the partition's waiters (indexes into ws) and their wants
+		total := 0
+		for i, a := range assign {
+			if a == int(p.num) {
+				mine, pw = append(mine, i), append(pw, wants[i])
+				total += wants[i]
+			}
 		}
-		x.attempts++
-		x.deadline = deadline
-		p.setState(x, stateLeased)
-		it.batch.Update(p.num, x.meta())
-		items = append(items, x)
-	}
-	if len(items) == 0 {
-		return false
-	}
-	res := LeaseResult{Partition: p.num, Items: make([]LeasedItem, len(items))}
-	var missing []uint64
-	for _, x := range items {
-		if it.fresh[x.bodyID] == nil && l.bodies.get(x.bodyID) == nil {
-			missing = append(missing, x.bodyID)
+		if len(mine) == 0 {
+			continue
 		}
-	}
-	stored := make(map[uint64]*store.ItemBody, len(missing))
-	if len(missing) > 0 {
-		bodies, _, err := l.cfg.Store.ReadBodies(context.Background(), l.queueID, p.num, missing)
+		var items []*item
+		for len(items) < total {
+			x := p.popReady()
+			if x == nil {
+				break
+			}
+			x.attempts++
+			x.deadline = deadline
+			p.setState(x, stateLeased)
+			it.batch.Update(p.num, x.meta())
+			items = append(items, x)
+		}
+		got := make([][]*item, len(mine))
+		for k, j := range Deal(len(items), pw) {
+			got[j] = append(got[j], items[k])
+		}
+		bodies, err := l.leasedBodies(it, p, items)
 		if err != nil {
 			it.err = fmt.Errorf("read bodies: %w", err)
-			w.done <- result{err: fmt.Errorf("queue '%s': %w", l.name, it.err)}
-			return true
+			for j, xs := range got {
+				if len(xs) > 0 {
+					ws[mine[j]].done <- result{err: fmt.Errorf("queue '%s': %w", l.name, it.err)}
+					served[mine[j]] = true
+				}
+			}
+			return
 		}
-		for i, id := range missing {
-			stored[id] = &bodies[i]
+		for j, xs := range got {
+			if len(xs) == 0 {
+				continue // more waiters than items: it waits on
+			}
+			res := LeaseResult{Partition: p.num, Items: make([]LeasedItem, len(xs))}
+			for i, x := range xs {
+				b := bodies[x.bodyID]
+				res.Items[i] = LeasedItem{
+					ID: x.id, Attempts: x.attempts, LeaseDeadline: time.Unix(0, deadline).UTC(),
+					Encoding: b.Encoding, Kind: b.Kind, Reference: b.Reference, Payload: b.Payload,
+				}
+			}
+			l.reply(it, ws[mine[j]], res)
+			served[mine[j]] = true
 		}
 	}
-	for i, x := range items {
+}
+
+// leasedBodies returns the bodies of items by body id: from this
+// iteration's inserts, the body cache, or else storage (one read).
+func (l *Logical) leasedBodies(it *iteration, p *partition, items []*item) (map[uint64]*store.ItemBody, error) {
+	out := make(map[uint64]*store.ItemBody, len(items))
+	var missing []uint64
+	for _, x := range items {
 		b := it.fresh[x.bodyID]
 		if b == nil {
 			b = l.bodies.get(x.bodyID)
 		}
 		if b == nil {
-			b = stored[x.bodyID]
+			missing = append(missing, x.bodyID)
+			continue
 		}
-		res.Items[i] = LeasedItem{
-			ID: x.id, Attempts: x.attempts, LeaseDeadline: time.Unix(0, deadline).UTC(),
-			Encoding: b.Encoding, Kind: b.Kind, Reference: b.Reference, Payload: b.Payload,
-		}
+		out[x.bodyID] = b
 	}
-	l.reply(it, w, res)
-	return true
+	if len(missing) == 0 {
+		return out, nil
+	}
+	bodies, _, err := l.cfg.Store.ReadBodies(context.Background(), l.queueID, p.num, missing)
+	if err != nil {
+		return nil, err
+	}
+	for i, id := range missing {
+		out[id] = &bodies[i]
+	}
+	return out, nil
 }
 
 // nextWake returns how long the loop may sleep before lifecycle work is due.
