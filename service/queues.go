@@ -15,14 +15,22 @@ import (
 
 // QueuesCreate creates a queue. Omitted fields take the defaults:
 // lease_timeout 1m, expire_timeout 336h, max_attempts 0 (unlimited),
-// requested_partitions 1, no dead_queue.
+// requested_partitions 1, no dead_queue, namespace store.DefaultNamespace
+// ("_system"). Queue names are unique across namespaces.
 func (s *Service) QueuesCreate(ctx context.Context, req *pb.QueueInfo) error {
 	if err := checkName("queue_name", req.QueueName); err != nil {
 		return err
 	}
+	ns := req.Namespace
+	if ns == "" {
+		ns = store.DefaultNamespace
+	}
+	if err := checkNamespace("namespace", ns); err != nil {
+		return err
+	}
 	now := s.clock.Now().UTC()
 	info := store.QueueInfo{
-		Name: req.QueueName, LeaseTimeout: DefaultLeaseTimeout, ExpireTimeout: DefaultExpireTimeout,
+		Name: req.QueueName, Namespace: ns, LeaseTimeout: DefaultLeaseTimeout, ExpireTimeout: DefaultExpireTimeout,
 		Partitions: 1, CreatedAt: now, UpdatedAt: now,
 	}
 	if err := applyQueueInfo(&info, req); err != nil {
@@ -33,13 +41,24 @@ func (s *Service) QueuesCreate(ctx context.Context, req *pb.QueueInfo) error {
 
 // QueuesUpdate changes the fields that are set and keeps the others
 // (Querator clears omitted fields; Styx does not). Partitions can be added,
-// not removed.
+// not removed. A queue's namespace cannot change: namespace may be omitted
+// or repeat the queue's own; another one is refused with 400 (Querator
+// validates it and keeps the old one).
 func (s *Service) QueuesUpdate(ctx context.Context, req *pb.QueueInfo) error {
 	if err := checkName("queue_name", req.QueueName); err != nil {
 		return err
 	}
+	if req.Namespace != "" {
+		if err := checkNamespace("namespace", req.Namespace); err != nil {
+			return err
+		}
+	}
 	now := s.clock.Now().UTC()
 	return s.m.Update(ctx, req.QueueName, func(info *store.QueueInfo) error {
+		if req.Namespace != "" && req.Namespace != info.Namespace {
+			return invalid("namespace", "queue '%s' is in namespace '%s' and cannot move to '%s'; "+
+				"a namespace is set when a queue is created", info.Name, info.Namespace, req.Namespace)
+		}
 		info.UpdatedAt = now
 		return applyQueueInfo(info, req)
 	})
@@ -101,14 +120,21 @@ func (s *Service) QueuesInfo(ctx context.Context, req *pb.QueuesInfoRequest) (*p
 	return toQueueInfo(info), nil
 }
 
-// QueuesList lists up to limit queues (0 means 1000, at most 65536) by name
-// from pivot (inclusive).
+// QueuesList lists the queues of one namespace by name (bytewise) from
+// pivot (inclusive), up to limit of them (0 means 1000, at most 65536). An
+// omitted namespace means store.DefaultNamespace, as in Querator: there is
+// no call that lists every namespace at once. A namespace that holds no
+// queue lists nothing.
 func (s *Service) QueuesList(ctx context.Context, req *pb.QueuesListRequest) (*pb.QueuesListResponse, error) {
 	limit, err := listLimit(req.Limit)
 	if err != nil {
 		return nil, err
 	}
-	infos, err := s.m.List(ctx, req.Pivot, limit)
+	ns := req.Namespace
+	if ns == "" {
+		ns = store.DefaultNamespace
+	}
+	infos, err := s.m.List(ctx, store.ListQueuesParams{Namespace: ns, Pivot: req.Pivot, Limit: limit})
 	if err != nil {
 		return nil, err
 	}
@@ -130,7 +156,7 @@ func (s *Service) QueuesDelete(ctx context.Context, req *pb.QueuesDeleteRequest)
 
 func toQueueInfo(info store.QueueInfo) *pb.QueueInfo {
 	out := &pb.QueueInfo{
-		QueueName: info.Name, CreatedAt: timestamppb.New(info.CreatedAt), UpdatedAt: timestamppb.New(info.UpdatedAt),
+		QueueName: info.Name, Namespace: info.Namespace, CreatedAt: timestamppb.New(info.CreatedAt), UpdatedAt: timestamppb.New(info.UpdatedAt),
 		DeadQueue: info.DeadQueue, Reference: info.Reference, LeaseTimeout: info.LeaseTimeout.String(),
 		ExpireTimeout: info.ExpireTimeout.String(), MaxAttempts: info.MaxAttempts, RequestedPartitions: info.Partitions,
 	}

@@ -9,6 +9,7 @@ import (
 
 	"github.com/styxq/styx/internal/apierr"
 	"github.com/styxq/styx/internal/queue"
+	"github.com/styxq/styx/internal/store"
 )
 
 // Limits of the wire contract (../shared/docs/wire-contract.md) and of Styx.
@@ -18,6 +19,9 @@ const (
 	MaxBatch = 1000
 	// MaxNameLength is the longest queue name, in characters.
 	MaxNameLength = 512
+	// MaxNamespaceLength is the longest namespace, in bytes (Querator's
+	// limit, which it counts in bytes too).
+	MaxNamespaceLength = 256
 	// MaxPayloadBytes is the largest item payload: 5 MB.
 	MaxPayloadBytes = 5 << 20
 	// MaxFieldLength bounds kind, encoding, reference and client_id, in bytes.
@@ -80,6 +84,34 @@ func checkName(field, name string) error {
 		if r == '~' {
 			return invalid(field, "'%s' contains '~', which queue names cannot", name)
 		}
+	}
+	return nil
+}
+
+// checkNamespace validates a queue's namespace in field (Querator's rules):
+// 1..MaxNamespaceLength bytes of valid UTF-8 without whitespace, control
+// characters, '~' or ':'. A leading '_' is reserved: store.DefaultNamespace
+// is the only such namespace a queue may name.
+func checkNamespace(field, ns string) error {
+	if ns == "" {
+		return invalid(field, "a namespace is required")
+	}
+	if len(ns) > MaxNamespaceLength {
+		return invalid(field, "'%s' is %d bytes, the limit is %d", quote(ns), len(ns), MaxNamespaceLength)
+	}
+	if !utf8.ValidString(ns) {
+		return invalid(field, "%q is not valid UTF-8", ns)
+	}
+	for _, r := range ns {
+		if unicode.IsSpace(r) || unicode.IsControl(r) {
+			return invalid(field, "'%s' contains whitespace or a control character", ns)
+		}
+		if r == '~' || r == ':' {
+			return invalid(field, "'%s' contains '%c', which namespaces cannot", ns, r)
+		}
+	}
+	if strings.HasPrefix(ns, "_") && ns != store.DefaultNamespace {
+		return invalid(field, "'%s' starts with '_', which is reserved; the only such namespace is '%s'", ns, store.DefaultNamespace)
 	}
 	return nil
 }

@@ -95,6 +95,7 @@ func TestCLI(t *testing.T) {
 		require.Regexp(t, `lease timeout\s+30s`, out)
 		require.Regexp(t, `expire timeout\s+336h0m0s`, out, "unset flags take the server's defaults")
 		require.Regexp(t, `max attempts\s+5`, out)
+		require.Regexp(t, `namespace\s+_system`, out, "the server's default namespace")
 
 		c.ok("queues", "update", "orders", "--reference", "team-a")
 		out = c.ok("queues", "info", "orders")
@@ -105,8 +106,8 @@ func TestCLI(t *testing.T) {
 		require.ErrorContains(t, err, "nothing to update")
 
 		out = c.ok("queues", "list")
-		require.Regexp(t, `(?m)^NAME\s+PARTITIONS`, out)
-		require.Regexp(t, `(?m)^orders\s+1\s+30s\s+336h0m0s\s+5\s+orders-dlq`, out)
+		require.Regexp(t, `(?m)^NAME\s+NAMESPACE\s+PARTITIONS`, out)
+		require.Regexp(t, `(?m)^orders\s+_system\s+1\s+30s\s+336h0m0s\s+5\s+orders-dlq`, out)
 
 		out = c.ok("queues", "list", "--json")
 		infos := jsonLines(t, out, func(b []byte, m *pb.QueueInfo) error { return protojson.Unmarshal(b, m) })
@@ -114,6 +115,17 @@ func TestCLI(t *testing.T) {
 		require.Equal(t, "orders", infos[0].QueueName)
 		require.Equal(t, "orders-dlq", infos[0].DeadQueue)
 		require.Equal(t, "orders-dlq", infos[1].QueueName)
+
+		// Namespaces: set on create, listed one namespace at a time.
+		c.ok("queues", "create", "billing", "--namespace", "team-b")
+		out = c.ok("queues", "info", "billing")
+		require.Regexp(t, `namespace\s+team-b`, out)
+		out = c.ok("queues", "list", "--namespace", "team-b")
+		require.Regexp(t, `(?m)^billing\s+team-b\s+1\s`, out)
+		require.NotContains(t, out, "orders")
+		require.NotContains(t, c.ok("queues", "list"), "billing", "the default lists _system only")
+		_, _, err = c.run("queues", "create", "bad", "--namespace", "a:b")
+		require.ErrorContains(t, err, "invalid namespace")
 
 		c.ok("queues", "create", "scratch")
 		c.ok("queues", "delete", "scratch")

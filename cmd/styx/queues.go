@@ -70,7 +70,10 @@ func (q *queueFlags) info(name string, fs *pflag.FlagSet) (*pb.QueueInfo, bool) 
 }
 
 func (a *app) queuesCreateCmd() *cobra.Command {
-	var q queueFlags
+	var (
+		q         queueFlags
+		namespace string
+	)
 	cmd := &cobra.Command{
 		Use:   "create NAME",
 		Short: "Create a queue; flags not given take the server's defaults",
@@ -78,6 +81,7 @@ func (a *app) queuesCreateCmd() *cobra.Command {
 		RunE: func(cmd *cobra.Command, args []string) error {
 			return a.withClient(cmd, func(c *styx.Client) error {
 				info, _ := q.info(args[0], cmd.Flags())
+				info.Namespace = namespace
 				if err := c.QueuesCreate(cmd.Context(), info); err != nil {
 					return err
 				}
@@ -86,6 +90,7 @@ func (a *app) queuesCreateCmd() *cobra.Command {
 		},
 	}
 	q.add(cmd.Flags())
+	cmd.Flags().StringVar(&namespace, "namespace", "", "namespace of the queue (fixed once created); the server's default is _system")
 	return cmd
 }
 
@@ -129,6 +134,7 @@ func (a *app) queuesInfoCmd() *cobra.Command {
 				now := a.now()
 				t := newTable(a.stdout)
 				t.row("name", info.QueueName)
+				t.row("namespace", info.Namespace)
 				t.row("dead queue", orDash(info.DeadQueue))
 				t.row("lease timeout", info.LeaseTimeout)
 				t.row("expire timeout", info.ExpireTimeout)
@@ -152,16 +158,17 @@ func maxAttempts(n int32) string {
 
 func (a *app) queuesListCmd() *cobra.Command {
 	var (
-		pivot string
-		limit int32
+		pivot     string
+		limit     int32
+		namespace string
 	)
 	cmd := &cobra.Command{
 		Use:   "list",
-		Short: "List queues by name",
+		Short: "List the queues of one namespace by name",
 		Args:  exactArgs(0, "no arguments"),
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			return a.withClient(cmd, func(c *styx.Client) error {
-				res, err := c.QueuesList(cmd.Context(), &pb.QueuesListRequest{Pivot: pivot, Limit: limit})
+				res, err := c.QueuesList(cmd.Context(), &pb.QueuesListRequest{Pivot: pivot, Limit: limit, Namespace: namespace})
 				if err != nil {
 					return err
 				}
@@ -174,9 +181,9 @@ func (a *app) queuesListCmd() *cobra.Command {
 					return nil
 				}
 				now := a.now()
-				t := newTable(a.stdout, "NAME", "PARTITIONS", "LEASE-TIMEOUT", "EXPIRE-TIMEOUT", "MAX-ATTEMPTS", "DEAD-QUEUE", "CREATED")
+				t := newTable(a.stdout, "NAME", "NAMESPACE", "PARTITIONS", "LEASE-TIMEOUT", "EXPIRE-TIMEOUT", "MAX-ATTEMPTS", "DEAD-QUEUE", "CREATED")
 				for _, q := range res.Items {
-					t.row(q.QueueName, fmt.Sprint(q.RequestedPartitions), q.LeaseTimeout, q.ExpireTimeout,
+					t.row(q.QueueName, q.Namespace, fmt.Sprint(q.RequestedPartitions), q.LeaseTimeout, q.ExpireTimeout,
 						maxAttempts(q.MaxAttempts), orDash(q.DeadQueue), relative(now, q.CreatedAt))
 				}
 				return t.flush()
@@ -185,6 +192,7 @@ func (a *app) queuesListCmd() *cobra.Command {
 	}
 	cmd.Flags().StringVar(&pivot, "pivot", "", "first queue name to list (inclusive)")
 	cmd.Flags().Int32Var(&limit, "limit", 0, "most queues to list (at most 65536); 0 means the server's default (1000)")
+	cmd.Flags().StringVar(&namespace, "namespace", "", "namespace to list; the server's default is _system")
 	return cmd
 }
 

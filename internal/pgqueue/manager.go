@@ -149,14 +149,10 @@ func (m *Manager) reload(ctx context.Context) error {
 		due  int64
 	}
 	all, err := pgx.CollectRows(rows, func(r pgx.CollectableRow) (loaded, error) {
-		var l loaded
-		var id, lease, expire, created, updated, timed, expiry int64
-		err := r.Scan(&id, &l.info.Name, &l.info.DeadQueue, &l.info.Reference, &lease, &expire, &l.info.MaxAttempts,
-			&l.info.Partitions, &created, &updated, &timed, &expiry)
-		l.info.ID, l.info.LeaseTimeout, l.info.ExpireTimeout = uint64(id), time.Duration(lease), time.Duration(expire)
-		l.info.CreatedAt, l.info.UpdatedAt = queue.FromNanos(created), queue.FromNanos(updated)
-		l.due = earliest(timed, expiry)
-		return l, err
+		var q queueRow
+		var timed, expiry int64
+		err := r.Scan(append(q.dest(), &timed, &expiry)...)
+		return loaded{info: q.info(), due: earliest(timed, expiry)}, err
 	})
 	if err != nil {
 		return wrap("load queues", err)
@@ -356,8 +352,8 @@ func (m *Manager) Info(ctx context.Context, name string) (store.QueueInfo, error
 }
 
 // List implements queue.Queues, from the database.
-func (m *Manager) List(ctx context.Context, pivot string, limit int) ([]store.QueueInfo, error) {
-	return m.st.ListQueues(ctx, pivot, limit)
+func (m *Manager) List(ctx context.Context, p store.ListQueuesParams) ([]store.QueueInfo, error) {
+	return m.st.ListQueues(ctx, p)
 }
 
 // admin runs a change of queue definitions in a transaction that holds the
@@ -369,7 +365,7 @@ func (m *Manager) admin(ctx context.Context, fn func(tx pgx.Tx, all map[string]s
 		if _, err := tx.Exec(ctx, `SELECT pg_advisory_xact_lock(hashtext('styx-admin:' || current_schema()))`); err != nil {
 			return err
 		}
-		infos, err := listQueues(ctx, tx, "", 0)
+		infos, err := listQueues(ctx, tx, store.ListQueuesParams{})
 		if err != nil {
 			return err
 		}

@@ -76,6 +76,10 @@ CREATE TABLE styx_tasks (
 	data  bytea NOT NULL
 );
 `,
+	// 2: queue namespaces. Queues created before have the default one.
+	`
+ALTER TABLE styx_queues ADD COLUMN namespace text NOT NULL DEFAULT '_system';
+`,
 }
 
 // migrate brings the schema up to date. Nodes starting together serialize on

@@ -89,15 +89,32 @@ type querier interface {
 	QueryRow(ctx context.Context, sql string, args ...any) pgx.Row
 }
 
-const queueColumns = `id, name, dead_queue, reference, lease_timeout, expire_timeout, max_attempts, partitions, created_at, updated_at`
+// queueColumns are the styx_queues columns queueRow scans, in its order.
+const queueColumns = `id, name, dead_queue, reference, lease_timeout, expire_timeout, max_attempts, partitions, created_at, updated_at, namespace`
+
+// queueRow receives queueColumns from a row: scan into dest(), then read
+// info().
+type queueRow struct {
+	q                                   store.QueueInfo
+	id, lease, expire, created, updated int64
+}
+
+func (r *queueRow) dest() []any {
+	return []any{&r.id, &r.q.Name, &r.q.DeadQueue, &r.q.Reference, &r.lease, &r.expire, &r.q.MaxAttempts, &r.q.Partitions,
+		&r.created, &r.updated, &r.q.Namespace}
+}
+
+func (r *queueRow) info() store.QueueInfo {
+	q := r.q
+	q.ID, q.LeaseTimeout, q.ExpireTimeout = uint64(r.id), time.Duration(r.lease), time.Duration(r.expire)
+	q.CreatedAt, q.UpdatedAt = queue.FromNanos(r.created), queue.FromNanos(r.updated)
+	return q
+}
 
 func scanQueue(row pgx.Row) (store.QueueInfo, error) {
-	var q store.QueueInfo
-	var id, lease, expire, created, updated int64
-	err := row.Scan(&id, &q.Name, &q.DeadQueue, &q.Reference, &lease, &expire, &q.MaxAttempts, &q.Partitions, &created, &updated)
-	q.ID, q.LeaseTimeout, q.ExpireTimeout = uint64(id), time.Duration(lease), time.Duration(expire)
-	q.CreatedAt, q.UpdatedAt = queue.FromNanos(created), queue.FromNanos(updated)
-	return q, err
+	var r queueRow
+	err := row.Scan(r.dest()...)
+	return r.info(), err
 }
 
 // CreateQueue implements store.Catalog.
@@ -107,10 +124,10 @@ func (s *Store) CreateQueue(ctx context.Context, info store.QueueInfo) (store.Qu
 
 func createQueue(ctx context.Context, q querier, info store.QueueInfo) (store.QueueInfo, error) {
 	var id int64
-	err := q.QueryRow(ctx, `INSERT INTO styx_queues (name, dead_queue, reference, lease_timeout, expire_timeout, max_attempts, partitions, created_at, updated_at)
-		VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9) ON CONFLICT (name) DO NOTHING RETURNING id`,
+	err := q.QueryRow(ctx, `INSERT INTO styx_queues (name, dead_queue, reference, lease_timeout, expire_timeout, max_attempts, partitions, created_at, updated_at, namespace)
+		VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10) ON CONFLICT (name) DO NOTHING RETURNING id`,
 		info.Name, info.DeadQueue, info.Reference, int64(info.LeaseTimeout), int64(info.ExpireTimeout), info.MaxAttempts,
-		info.Partitions, queue.Nanos(info.CreatedAt), queue.Nanos(info.UpdatedAt)).Scan(&id)
+		info.Partitions, queue.Nanos(info.CreatedAt), queue.Nanos(info.UpdatedAt), info.Namespace).Scan(&id)
 	if errors.Is(err, pgx.ErrNoRows) {
 		return info, store.ErrQueueExists
 	}
@@ -128,9 +145,9 @@ func (s *Store) UpdateQueue(ctx context.Context, info store.QueueInfo) error {
 
 func updateQueue(ctx context.Context, q querier, info store.QueueInfo) error {
 	tag, err := q.Exec(ctx, `UPDATE styx_queues SET dead_queue=$3, reference=$4, lease_timeout=$5, expire_timeout=$6,
-		max_attempts=$7, partitions=$8, created_at=$9, updated_at=$10 WHERE name=$1 AND id=$2`,
+		max_attempts=$7, partitions=$8, created_at=$9, updated_at=$10, namespace=$11 WHERE name=$1 AND id=$2`,
 		info.Name, int64(info.ID), info.DeadQueue, info.Reference, int64(info.LeaseTimeout), int64(info.ExpireTimeout),
-		info.MaxAttempts, info.Partitions, queue.Nanos(info.CreatedAt), queue.Nanos(info.UpdatedAt))
+		info.MaxAttempts, info.Partitions, queue.Nanos(info.CreatedAt), queue.Nanos(info.UpdatedAt), info.Namespace)
 	if err != nil {
 		return wrap("update queue", err)
 	}
@@ -150,16 +167,17 @@ func (s *Store) GetQueue(ctx context.Context, name string) (store.QueueInfo, err
 }
 
 // ListQueues implements store.Catalog.
-func (s *Store) ListQueues(ctx context.Context, pivot string, limit int) ([]store.QueueInfo, error) {
-	return listQueues(ctx, s.pool, pivot, limit)
+func (s *Store) ListQueues(ctx context.Context, p store.ListQueuesParams) ([]store.QueueInfo, error) {
+	return listQueues(ctx, s.pool, p)
 }
 
-func listQueues(ctx context.Context, q querier, pivot string, limit int) ([]store.QueueInfo, error) {
+func listQueues(ctx context.Context, q querier, p store.ListQueuesParams) ([]store.QueueInfo, error) {
 	lim := any(nil) // LIMIT NULL is no limit
-	if limit > 0 {
-		lim = limit
+	if p.Limit > 0 {
+		lim = p.Limit
 	}
-	rows, err := q.Query(ctx, `SELECT `+queueColumns+` FROM styx_queues WHERE name >= $1 ORDER BY name COLLATE "C" LIMIT $2`, pivot, lim)
+	rows, err := q.Query(ctx, `SELECT `+queueColumns+` FROM styx_queues
+		WHERE name COLLATE "C" >= $1 AND ($3 = '' OR namespace = $3) ORDER BY name COLLATE "C" LIMIT $2`, p.Pivot, lim, p.Namespace)
 	if err != nil {
 		return nil, wrap("list queues", err)
 	}

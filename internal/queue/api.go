@@ -42,8 +42,10 @@ type Queues interface {
 	Get(name string) (Queue, error)
 	// Info returns a queue's stored configuration, or the error of NotFound.
 	Info(ctx context.Context, name string) (store.QueueInfo, error)
-	// List returns up to limit queues with names >= pivot, in name order.
-	List(ctx context.Context, pivot string, limit int) ([]store.QueueInfo, error)
+	// List returns the queues p selects: those of p.Namespace (every
+	// namespace when empty) with names >= p.Pivot, in bytewise name order,
+	// at most p.Limit (no limit when <= 0).
+	List(ctx context.Context, p store.ListQueuesParams) ([]store.QueueInfo, error)
 	Create(ctx context.Context, info store.QueueInfo) error
 	Update(ctx context.Context, name string, change func(*store.QueueInfo) error) error
 	Delete(ctx context.Context, name string) error

@@ -34,7 +34,7 @@ type Manager struct {
 // items in its own goroutine; requests wait for the load.
 func NewManager(ctx context.Context, cfg Config) (*Manager, error) {
 	m := &Manager{cfg: cfg, queues: make(map[string]*Logical)}
-	infos, err := cfg.Store.ListQueues(ctx, "", 0)
+	infos, err := cfg.Store.ListQueues(ctx, store.ListQueuesParams{})
 	if err != nil {
 		return nil, fmt.Errorf("list queues: %w", err)
 	}
@@ -80,9 +80,9 @@ func (m *Manager) Info(ctx context.Context, name string) (store.QueueInfo, error
 	return info, err
 }
 
-// List returns up to limit queues with names >= pivot, in name order.
-func (m *Manager) List(ctx context.Context, pivot string, limit int) ([]store.QueueInfo, error) {
-	return m.cfg.Store.ListQueues(ctx, pivot, limit)
+// List returns the stored queues p selects (see store.Catalog.ListQueues).
+func (m *Manager) List(ctx context.Context, p store.ListQueuesParams) ([]store.QueueInfo, error) {
+	return m.cfg.Store.ListQueues(ctx, p)
 }
 
 // Create stores a new queue and starts its logical queue. Returns
@@ -192,7 +192,7 @@ func (m *Manager) Close() {
 
 // all returns every stored queue by name.
 func (m *Manager) all(ctx context.Context) (map[string]store.QueueInfo, error) {
-	infos, err := m.cfg.Store.ListQueues(ctx, "", 0)
+	infos, err := m.cfg.Store.ListQueues(ctx, store.ListQueuesParams{})
 	if err != nil {
 		return nil, fmt.Errorf("list queues: %w", err)
 	}

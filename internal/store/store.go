@@ -36,6 +36,24 @@ var (
 	ErrClosed = errors.New("store closed")
 )
 
+// DefaultNamespace is the namespace of a queue created without one, and of
+// every queue stored before Styx had namespaces (Querator's reserved system
+// namespace).
+const DefaultNamespace = "_system"
+
+// ListQueuesParams selects the queues ListQueues returns.
+type ListQueuesParams struct {
+	// Namespace keeps only the queues of that namespace; empty keeps every
+	// namespace.
+	Namespace string
+	// Pivot is the first name to return (inclusive); names are compared
+	// bytewise.
+	Pivot string
+	// Limit is the most queues to return, counted after the Namespace
+	// filter; <= 0 means no limit.
+	Limit int
+}
+
 // QueueInfo is a queue's configuration as stored.
 type QueueInfo struct {
 	// ID is assigned by CreateQueue and never reused by the same store, so
@@ -43,8 +61,13 @@ type QueueInfo struct {
 	// Items are keyed by ID, not by Name.
 	ID uint64
 	// Name is 1..512 characters without whitespace or '~' (validated by the
-	// service, not the store).
+	// service, not the store). Names are unique across namespaces.
 	Name string
+	// Namespace groups queues for listing (queues.list filters by it). The
+	// service sets DefaultNamespace when a queue is created without one and
+	// validates it; stores keep it as given. Queues stored before namespaces
+	// existed read back as DefaultNamespace.
+	Namespace string
 	// DeadQueue names the queue's dead-letter queue; empty for none.
 	DeadQueue string
 	// Reference is free text for the user.
@@ -267,9 +290,10 @@ type Catalog interface {
 	UpdateQueue(ctx context.Context, info QueueInfo) error
 	// GetQueue returns ErrQueueNotFound if there is no such queue.
 	GetQueue(ctx context.Context, name string) (QueueInfo, error)
-	// ListQueues returns up to limit queues whose names are >= pivot, in
-	// name order. limit <= 0 means no limit.
-	ListQueues(ctx context.Context, pivot string, limit int) ([]QueueInfo, error)
+	// ListQueues returns the queues of p.Namespace (every namespace when
+	// empty) whose names are >= p.Pivot, in bytewise name order, at most
+	// p.Limit of them (no limit when <= 0).
+	ListQueues(ctx context.Context, p ListQueuesParams) ([]QueueInfo, error)
 	// DeleteQueue removes the queue and every item it holds. Returns
 	// ErrQueueNotFound.
 	DeleteQueue(ctx context.Context, name string) error

@@ -120,7 +120,7 @@ func (s *Store) GetQueue(ctx context.Context, name string) (store.QueueInfo, err
 }
 
 // ListQueues implements store.Store.
-func (s *Store) ListQueues(ctx context.Context, pivot string, limit int) ([]store.QueueInfo, error) {
+func (s *Store) ListQueues(ctx context.Context, p store.ListQueuesParams) ([]store.QueueInfo, error) {
 	if err := ctx.Err(); err != nil {
 		return nil, fmt.Errorf("memory: list queues: %w", err)
 	}
@@ -131,13 +131,13 @@ func (s *Store) ListQueues(ctx context.Context, pivot string, limit int) ([]stor
 	}
 	var out []store.QueueInfo
 	for name, q := range s.byName {
-		if name >= pivot {
+		if name >= p.Pivot && (p.Namespace == "" || q.info.Namespace == p.Namespace) {
 			out = append(out, q.info)
 		}
 	}
 	slices.SortFunc(out, func(a, b store.QueueInfo) int { return cmp.Compare(a.Name, b.Name) })
-	if limit > 0 && len(out) > limit {
-		out = out[:limit]
+	if p.Limit > 0 && len(out) > p.Limit {
+		out = out[:p.Limit]
 	}
 	return out, nil
 }

@@ -9,8 +9,9 @@ import (
 	"github.com/styxq/styx/internal/store"
 )
 
-// Value encodings. Every value starts with a format byte (currently 1 for
-// all kinds) so that a future layout can be told apart. Integers are varints
+// Value encodings. Every value starts with a format byte (1 for all kinds,
+// except 2 for queue infos written since namespaces) so that a later layout
+// can be told apart. Integers are varints
 // (signed ones zig-zag encoded, as encoding/binary does) unless noted,
 // strings and byte slices are a uvarint length followed by the bytes, and a
 // time is its Unix nanoseconds, so times must lie between the years 1678
@@ -18,6 +19,10 @@ import (
 // function documents its layout.
 
 const formatV1 = 1
+
+// formatInfoV2 is the queue-info format that adds the namespace; queue
+// infos written as formatV1 are still read.
+const formatInfoV2 = 2
 
 // Meta flag bits.
 const (
@@ -284,11 +289,14 @@ func decodeErrors(v []byte) (store.ItemErrors, error) {
 
 // appendQueueInfo appends the queue's catalog entry (its name is the key):
 //
-//	format byte, uvarint ID, strings DeadQueue, Reference,
+//	format byte (formatInfoV2), uvarint ID, strings DeadQueue, Reference,
 //	varints LeaseTimeout, ExpireTimeout (nanoseconds), MaxAttempts,
-//	Partitions, times CreatedAt, UpdatedAt.
+//	Partitions, times CreatedAt, UpdatedAt, string Namespace.
+//
+// Entries written before namespaces have format formatV1 and end after
+// UpdatedAt; they decode with store.DefaultNamespace.
 func appendQueueInfo(b []byte, q *store.QueueInfo) ([]byte, error) {
-	b = append(b, formatV1)
+	b = append(b, formatInfoV2)
 	b = binary.AppendUvarint(b, q.ID)
 	b = appendString(b, q.DeadQueue)
 	b = appendString(b, q.Reference)
@@ -300,13 +308,17 @@ func appendQueueInfo(b []byte, q *store.QueueInfo) ([]byte, error) {
 	if err != nil {
 		return b, err
 	}
-	return appendTime(b, q.UpdatedAt)
+	if b, err = appendTime(b, q.UpdatedAt); err != nil {
+		return b, err
+	}
+	return appendString(b, q.Namespace), nil
 }
 
 // decodeQueueInfo decodes a value written by appendQueueInfo.
 func decodeQueueInfo(name string, v []byte) (store.QueueInfo, error) {
 	d := decoder{b: v}
-	if f := d.byte(); f != formatV1 && d.err == nil {
+	f := d.byte()
+	if f != formatV1 && f != formatInfoV2 && d.err == nil {
 		return store.QueueInfo{}, fmt.Errorf("queue info: unknown format %d", f)
 	}
 	q := store.QueueInfo{
@@ -320,6 +332,10 @@ func decodeQueueInfo(name string, v []byte) (store.QueueInfo, error) {
 		Partitions:    d.int32(),
 		CreatedAt:     d.time(),
 		UpdatedAt:     d.time(),
+		Namespace:     store.DefaultNamespace,
+	}
+	if f == formatInfoV2 {
+		q.Namespace = d.string()
 	}
 	if err := d.finish("queue info"); err != nil {
 		return store.QueueInfo{}, err

@@ -1,6 +1,7 @@
 package pebble
 
 import (
+	"encoding/binary"
 	"fmt"
 	"math"
 	"testing"
@@ -126,9 +127,10 @@ func encodings(t testing.TB) []encoded {
 		require.NoError(t, err)
 		out = append(out, encoded{fmt.Sprint("errors ", i), v, func(v []byte) error { _, err := decodeErrors(v); return err }})
 	}
-	v, err := appendQueueInfo(nil, &store.QueueInfo{ID: 7, DeadQueue: "d", Reference: "r", LeaseTimeout: time.Minute, ExpireTimeout: time.Hour, MaxAttempts: 3, Partitions: 4, CreatedAt: t0, UpdatedAt: t0})
+	v, err := appendQueueInfo(nil, &store.QueueInfo{ID: 7, DeadQueue: "d", Reference: "r", LeaseTimeout: time.Minute, ExpireTimeout: time.Hour, MaxAttempts: 3, Partitions: 4, CreatedAt: t0, UpdatedAt: t0, Namespace: "team-a"})
 	require.NoError(t, err)
 	out = append(out, encoded{"info", v, func(v []byte) error { _, err := decodeQueueInfo("q", v); return err }})
+	out = append(out, encoded{"info v1", queueInfoV1(t), func(v []byte) error { _, err := decodeQueueInfo("q", v); return err }})
 	for i, task := range []store.TaskRecord{
 		{ID: "t", Queue: "dlq", Data: []byte("redrive state")},
 		{ID: "t"},
@@ -174,6 +176,45 @@ func FuzzDecode(f *testing.F) {
 	f.Fuzz(func(t *testing.T, v []byte) {
 		decodeAll(v)
 	})
+}
+
+// queueInfoV1 is a queue info as Styx wrote it before namespaces: format 1,
+// no namespace after UpdatedAt.
+func queueInfoV1(t testing.TB) []byte {
+	b := []byte{formatV1}
+	b = binary.AppendUvarint(b, 7)
+	b = appendString(b, "d")
+	b = appendString(b, "r")
+	b = binary.AppendVarint(b, int64(time.Minute))
+	b = binary.AppendVarint(b, int64(time.Hour))
+	b = binary.AppendVarint(b, 3)
+	b = binary.AppendVarint(b, 4)
+	b, err := appendTime(b, t0)
+	require.NoError(t, err)
+	b, err = appendTime(b, t0)
+	require.NoError(t, err)
+	return b
+}
+
+func TestQueueInfoRoundTrip(t *testing.T) {
+	in := store.QueueInfo{ID: 7, Name: "q", DeadQueue: "d", Reference: "r", LeaseTimeout: time.Minute, ExpireTimeout: time.Hour,
+		MaxAttempts: 3, Partitions: 4, CreatedAt: t0, UpdatedAt: t0, Namespace: "team-a"}
+	v, err := appendQueueInfo(nil, &in)
+	require.NoError(t, err)
+	got, err := decodeQueueInfo("q", v)
+	require.NoError(t, err)
+	require.Equal(t, in.Namespace, got.Namespace)
+	require.True(t, got.CreatedAt.Equal(in.CreatedAt))
+	got.CreatedAt, got.UpdatedAt, in.CreatedAt, in.UpdatedAt = time.Time{}, time.Time{}, time.Time{}, time.Time{}
+	require.Equal(t, in, got)
+
+	// An entry written before namespaces reads as the default namespace.
+	old, err := decodeQueueInfo("q", queueInfoV1(t))
+	require.NoError(t, err)
+	require.Equal(t, store.DefaultNamespace, old.Namespace)
+	require.Equal(t, uint64(7), old.ID)
+	require.Equal(t, int32(4), old.Partitions)
+	require.True(t, old.UpdatedAt.Equal(t0))
 }
 
 func TestTaskRoundTrip(t *testing.T) {

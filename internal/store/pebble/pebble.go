@@ -386,21 +386,24 @@ func (s *Store) getQueue(name string) (store.QueueInfo, error) {
 }
 
 // ListQueues implements store.Store.
-func (s *Store) ListQueues(ctx context.Context, pivot string, limit int) ([]store.QueueInfo, error) {
-	qs, err := s.listQueues(ctx, pivot, limit)
+func (s *Store) ListQueues(ctx context.Context, p store.ListQueuesParams) ([]store.QueueInfo, error) {
+	qs, err := s.listQueues(ctx, p)
 	if err != nil {
 		return nil, fmt.Errorf("pebble: list queues: %w", err)
 	}
 	return qs, nil
 }
 
-func (s *Store) listQueues(ctx context.Context, pivot string, limit int) ([]store.QueueInfo, error) {
+// listQueues scans the catalog from the pivot. The namespace is inside each
+// entry, so a filtered list reads every entry after the pivot until it has
+// p.Limit matches: the catalog is small (one entry per queue).
+func (s *Store) listQueues(ctx context.Context, p store.ListQueuesParams) ([]store.QueueInfo, error) {
 	if err := s.enter(ctx); err != nil {
 		return nil, err
 	}
 	defer s.calls.Done()
 	iter, err := s.db.NewIter(&pebbledb.IterOptions{
-		LowerBound: catalogKey(pivot),
+		LowerBound: catalogKey(p.Pivot),
 		UpperBound: []byte{prefixCatalog + 1},
 	})
 	if err != nil {
@@ -408,7 +411,7 @@ func (s *Store) listQueues(ctx context.Context, pivot string, limit int) ([]stor
 	}
 	defer iter.Close()
 	var out []store.QueueInfo
-	for iter.First(); iter.Valid() && (limit <= 0 || len(out) < limit); iter.Next() {
+	for iter.First(); iter.Valid() && (p.Limit <= 0 || len(out) < p.Limit); iter.Next() {
 		v, err := iter.ValueAndErr()
 		if err != nil {
 			return nil, err
@@ -417,6 +420,9 @@ func (s *Store) listQueues(ctx context.Context, pivot string, limit int) ([]stor
 		info, err := decodeQueueInfo(name, v)
 		if err != nil {
 			return nil, fmt.Errorf("queue %q: %w", name, err)
+		}
+		if p.Namespace != "" && info.Namespace != p.Namespace {
+			continue
 		}
 		out = append(out, info)
 	}

@@ -96,6 +96,9 @@ func RunReopen(t *testing.T, open func(t *testing.T, dir string) store.Store) {
 	a := createQueue(t, s, "a", 2)
 	b := createQueue(t, s, "b", 1)
 	dlq := createQueue(t, s, "dlq", 1)
+	dlq.Namespace = "team-a"
+	dlq.UpdatedAt = base.Add(time.Second)
+	require.NoError(t, s.UpdateQueue(ctx, dlq))
 	gone := createQueue(t, s, "gone", 1) // highest ID so far, then deleted
 	used := []uint64{a.ID, b.ID, dlq.ID, gone.ID}
 
@@ -136,6 +139,7 @@ func RunReopen(t *testing.T, open func(t *testing.T, dir string) store.Store) {
 	s = reopen(t)
 	got := dump(t, s)
 	require.Equal(t, want, got, "state after re-open")
+	require.Equal(t, "team-a", got[2].Info.Namespace, "namespace after re-open")
 	requireTasks(t, wantTasks, listTasks(t, s), "tasks after re-open")
 	lastID, err := s.LastID(ctx, a.ID)
 	require.NoError(t, err)
@@ -185,6 +189,7 @@ func testQueues(t *testing.T, newStore func(*testing.T) CatalogStore) {
 			Partitions:    3,
 			CreatedAt:     base,
 			UpdatedAt:     base.Add(time.Nanosecond),
+			Namespace:     "team-a",
 		}
 		got, err := s.CreateQueue(t.Context(), in)
 		require.NoError(t, err)
@@ -253,7 +258,7 @@ func testQueues(t *testing.T, newStore func(*testing.T) CatalogStore) {
 		require.ErrorIs(t, err, store.ErrQueueNotFound)
 		require.ErrorIs(t, s.DeleteQueue(ctx, "q"), store.ErrQueueNotFound)
 		require.ErrorIs(t, s.UpdateQueue(ctx, q), store.ErrQueueNotFound)
-		_, err = s.ListQueues(ctx, "", 0)
+		_, err = s.ListQueues(ctx, store.ListQueuesParams{})
 		require.NoError(t, err)
 	})
 
@@ -282,6 +287,7 @@ func testQueues(t *testing.T, newStore func(*testing.T) CatalogStore) {
 		q.MaxAttempts = 9
 		q.Partitions = 4
 		q.UpdatedAt = base.Add(time.Hour + 5)
+		q.Namespace = "moved" // the service forbids this; the store keeps what it is given
 		require.NoError(t, s.UpdateQueue(t.Context(), q))
 		got, err := s.GetQueue(t.Context(), "q")
 		require.NoError(t, err)
@@ -294,7 +300,7 @@ func testQueues(t *testing.T, newStore func(*testing.T) CatalogStore) {
 	t.Run("List", func(t *testing.T) {
 		s := newStore(t)
 		ctx := t.Context()
-		all, err := s.ListQueues(ctx, "", 0)
+		all, err := s.ListQueues(ctx, store.ListQueuesParams{})
 		require.NoError(t, err)
 		require.Empty(t, all)
 
@@ -304,7 +310,7 @@ func testQueues(t *testing.T, newStore func(*testing.T) CatalogStore) {
 		}
 		names := func(pivot string, limit int) []string {
 			t.Helper()
-			qs, err := s.ListQueues(ctx, pivot, limit)
+			qs, err := s.ListQueues(ctx, store.ListQueuesParams{Pivot: pivot, Limit: limit})
 			require.NoError(t, err)
 			var out []string
 			for _, q := range qs {
@@ -326,12 +332,63 @@ func testQueues(t *testing.T, newStore func(*testing.T) CatalogStore) {
 		require.NoError(t, s.DeleteQueue(ctx, "b"))
 		require.Equal(t, []string{"c", "d"}, names("b", 0))
 
-		qs, err := s.ListQueues(ctx, "d", 1)
+		qs, err := s.ListQueues(ctx, store.ListQueuesParams{Pivot: "d", Limit: 1})
 		require.NoError(t, err)
 		require.Len(t, qs, 1)
 		got, err := s.GetQueue(ctx, "d")
 		require.NoError(t, err)
 		requireInfo(t, got, qs[0])
+	})
+
+	t.Run("ListNamespace", func(t *testing.T) {
+		s := newStore(t)
+		ctx := t.Context()
+		// Names interleave across namespaces; "" is stored as given.
+		for _, q := range []struct{ name, ns string }{
+			{"a1", "a"}, {"b1", "b"}, {"a2", "a"}, {"x", ""}, {"b2", "b"}, {"a3", "a"}, {"b3", "b"}, {"s1", store.DefaultNamespace},
+		} {
+			in := store.QueueInfo{Name: q.name, Namespace: q.ns, Partitions: 1}
+			created, err := s.CreateQueue(ctx, in)
+			require.NoError(t, err)
+			got, err := s.GetQueue(ctx, q.name)
+			require.NoError(t, err)
+			require.Equal(t, q.ns, got.Namespace, "namespace of %s", q.name)
+			require.Equal(t, q.ns, created.Namespace)
+		}
+		names := func(p store.ListQueuesParams) []string {
+			t.Helper()
+			qs, err := s.ListQueues(ctx, p)
+			require.NoError(t, err)
+			var out []string
+			for _, q := range qs {
+				if p.Namespace != "" {
+					require.Equal(t, p.Namespace, q.Namespace, q.Name)
+				}
+				out = append(out, q.Name)
+			}
+			return out
+		}
+		require.Equal(t, []string{"a1", "a2", "a3", "b1", "b2", "b3", "s1", "x"}, names(store.ListQueuesParams{}), "empty namespace lists every one")
+		require.Equal(t, []string{"a1", "a2", "a3"}, names(store.ListQueuesParams{Namespace: "a"}))
+		require.Equal(t, []string{"b1", "b2", "b3"}, names(store.ListQueuesParams{Namespace: "b"}))
+		require.Equal(t, []string{"s1"}, names(store.ListQueuesParams{Namespace: store.DefaultNamespace}))
+		require.Empty(t, names(store.ListQueuesParams{Namespace: "none"}))
+		// The limit counts queues of the namespace, from the pivot on.
+		require.Equal(t, []string{"b1", "b2"}, names(store.ListQueuesParams{Namespace: "b", Limit: 2}))
+		require.Equal(t, []string{"b2", "b3"}, names(store.ListQueuesParams{Namespace: "b", Pivot: "b2", Limit: 2}), "pivot is inclusive")
+		require.Equal(t, []string{"b1", "b2"}, names(store.ListQueuesParams{Namespace: "b", Pivot: "a2", Limit: 2}), "pivot in another namespace")
+		require.Equal(t, []string{"a3"}, names(store.ListQueuesParams{Namespace: "a", Pivot: "a3"}))
+		require.Empty(t, names(store.ListQueuesParams{Namespace: "a", Pivot: "a4"}))
+
+		// A namespace change (the store allows it) moves the queue between lists.
+		q, err := s.GetQueue(ctx, "a2")
+		require.NoError(t, err)
+		q.Namespace = "b"
+		require.NoError(t, s.UpdateQueue(ctx, q))
+		require.Equal(t, []string{"a1", "a3"}, names(store.ListQueuesParams{Namespace: "a"}))
+		require.Equal(t, []string{"a2", "b1", "b2", "b3"}, names(store.ListQueuesParams{Namespace: "b"}))
+		require.NoError(t, s.DeleteQueue(ctx, "b1"))
+		require.Equal(t, []string{"a2", "b2"}, names(store.ListQueuesParams{Namespace: "b", Limit: 2}))
 	})
 }
 
@@ -1010,7 +1067,7 @@ func testTasks(t *testing.T, newStore func(*testing.T) CatalogStore) {
 		requireTasks(t, want, listTasks(t, s), "after re-creating the queue")
 
 		// Tasks are not queues either.
-		qs, err := s.ListQueues(ctx, "", 0)
+		qs, err := s.ListQueues(ctx, store.ListQueuesParams{})
 		require.NoError(t, err)
 		require.Len(t, qs, 1)
 		_, err = s.GetQueue(ctx, "r1")
@@ -1109,7 +1166,7 @@ func testConcurrent(t *testing.T, newStore func(*testing.T) store.Store) {
 				errc <- err
 				return
 			}
-			if _, err := s.ListQueues(ctx, "", 0); err != nil {
+			if _, err := s.ListQueues(ctx, store.ListQueuesParams{}); err != nil {
 				errc <- err
 				return
 			}
@@ -1157,7 +1214,7 @@ func testClosed(t *testing.T, newStore func(*testing.T) store.Store) {
 	require.ErrorIs(t, s.UpdateQueue(ctx, q), store.ErrClosed, "UpdateQueue")
 	_, err = s.GetQueue(ctx, "q")
 	require.ErrorIs(t, err, store.ErrClosed, "GetQueue")
-	_, err = s.ListQueues(ctx, "", 0)
+	_, err = s.ListQueues(ctx, store.ListQueuesParams{})
 	require.ErrorIs(t, err, store.ErrClosed, "ListQueues")
 	require.ErrorIs(t, s.DeleteQueue(ctx, "q"), store.ErrClosed, "DeleteQueue")
 	err = s.LoadItems(ctx, q.ID, 0, func(store.ItemMeta) error { return nil })
@@ -1208,7 +1265,7 @@ type queueDump struct {
 // 0..Partitions-1 are read.
 func dump(t *testing.T, s store.Store) []queueDump {
 	t.Helper()
-	qs, err := s.ListQueues(t.Context(), "", 0)
+	qs, err := s.ListQueues(t.Context(), store.ListQueuesParams{})
 	require.NoError(t, err)
 	out := make([]queueDump, 0, len(qs))
 	for _, q := range qs {
