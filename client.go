@@ -108,6 +108,14 @@ func IsQueueNotExist(err error) bool {
 	return errors.As(err, &e) && e.Code == CodeBadRequest && strings.HasPrefix(e.Message, "queue does not exist;")
 }
 
+// IsQueueExists reports whether err says that a queues.create named a queue
+// that exists. The server answers that with 400 and the message "queue
+// already exists; '<name>'", as Querator answers 400.
+func IsQueueExists(err error) bool {
+	var e *Error
+	return errors.As(err, &e) && e.Code == CodeBadRequest && strings.HasPrefix(e.Message, "queue already exists;")
+}
+
 // do posts in (protobuf) to path and decodes the reply into out.
 func (c *Client) do(ctx context.Context, path string, in, out proto.Message) error {
 	body, err := proto.Marshal(in)

@@ -69,7 +69,7 @@ func TestNamespaces(t *testing.T) {
 		})
 		t.Run("NamesUniqueAcrossNamespaces", func(t *testing.T) {
 			err := s.C.QueuesCreate(ctx, &pb.QueueInfo{QueueName: "a-1", Namespace: "team-b"})
-			requireCode(t, err, styx.CodeConflict, "queue already exists", "a-1")
+			requireCode(t, err, styx.CodeBadRequest, "queue already exists", "a-1")
 			assert.Equal(t, "team-a", info(t, "a-1").Namespace)
 		})
 		t.Run("Update", func(t *testing.T) {

@@ -30,7 +30,7 @@ func TestQueues(t *testing.T) {
 		})
 		t.Run("CreateExisting", func(t *testing.T) {
 			err := s.C.QueuesCreate(ctx, &pb.QueueInfo{QueueName: "defaults"})
-			requireCode(t, err, styx.CodeConflict, "queue already exists", "defaults")
+			requireCode(t, err, styx.CodeBadRequest, "queue already exists", "defaults")
 		})
 		t.Run("UpdateKeepsOmittedFields", func(t *testing.T) {
 			s.createQueue(&pb.QueueInfo{QueueName: "upd", LeaseTimeout: "30s", MaxAttempts: 5, Reference: "r1"})

@@ -436,7 +436,7 @@ func (b *bench) setup(ctx context.Context) error {
 		case err == nil:
 			b.created = append(b.created, info.QueueName)
 			return nil
-		case styx.ErrorCode(err) == styx.CodeConflict && b.cfg.QueueGiven:
+		case styx.IsQueueExists(err) && b.cfg.QueueGiven:
 			_, _ = fmt.Fprintf(b.stderr, "styx-bench: reusing existing queue %s\n", info.QueueName)
 			return nil
 		default:

@@ -110,7 +110,7 @@ func ensureQueues(ctx context.Context, c *styx.Client) error {
 		if _, err := c.QueuesInfo(ctx, &pb.QueuesInfoRequest{QueueName: q.QueueName}); err == nil {
 			continue
 		}
-		if err := c.QueuesCreate(ctx, q); err != nil && styx.ErrorCode(err) != styx.CodeConflict {
+		if err := c.QueuesCreate(ctx, q); err != nil && !styx.IsQueueExists(err) {
 			return fmt.Errorf("create queue %s: %w", q.QueueName, err)
 		}
 	}

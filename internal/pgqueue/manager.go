@@ -11,7 +11,6 @@ import (
 
 	"github.com/jackc/pgx/v5"
 
-	"github.com/styxq/styx/internal/apierr"
 	"github.com/styxq/styx/internal/clock"
 	"github.com/styxq/styx/internal/queue"
 	"github.com/styxq/styx/internal/store"
@@ -390,7 +389,7 @@ func (m *Manager) Create(ctx context.Context, info store.QueueInfo) error {
 		}
 		created, err := createQueue(ctx, tx, info)
 		if errors.Is(err, store.ErrQueueExists) {
-			return apierr.New(apierr.Conflict, "queue already exists; '%s'", info.Name)
+			return queue.Exists(info.Name)
 		}
 		info = created
 		return err

@@ -67,6 +67,16 @@ func (m *Manager) Get(name string) (Queue, error) {
 
 // notFound is the error for a queue that does not exist: 400, with
 // Querator's message, on every path (../shared/docs/wire-contract.md).
+// queueExists answers a create of a queue that exists: 400, as Querator
+// answers it (its AlreadyExists test), with a message styx.IsQueueExists
+// recognises.
+func queueExists(name string) error {
+	return apierr.Invalidf("queue already exists; '%s'", name)
+}
+
+// Exists is the error for a create of a queue that exists: see queueExists.
+func Exists(name string) error { return queueExists(name) }
+
 func notFound(name string) error {
 	return apierr.Invalidf("queue does not exist; no such queue named '%s'", name)
 }
@@ -86,7 +96,7 @@ func (m *Manager) List(ctx context.Context, p store.ListQueuesParams) ([]store.Q
 }
 
 // Create stores a new queue and starts its logical queue. Returns
-// apierr.Conflict if it exists, apierr.Invalid if its dead_queue breaks a
+// apierr.Invalid if it exists, apierr.Invalid if its dead_queue breaks a
 // rule (see checkDeadQueue).
 func (m *Manager) Create(ctx context.Context, info store.QueueInfo) error {
 	m.adminMu.Lock()
@@ -100,7 +110,7 @@ func (m *Manager) Create(ctx context.Context, info store.QueueInfo) error {
 	}
 	info, err = m.cfg.Store.CreateQueue(ctx, info)
 	if errors.Is(err, store.ErrQueueExists) {
-		return apierr.New(apierr.Conflict, "queue already exists; '%s'", info.Name)
+		return queueExists(info.Name)
 	}
 	if err != nil {
 		return fmt.Errorf("create queue '%s': %w", info.Name, err)
@@ -204,11 +214,11 @@ func (m *Manager) all(ctx context.Context) (map[string]store.QueueInfo, error) {
 }
 
 // ValidateCreate checks a new queue against the stored ones (all, by name):
-// apierr.Conflict if the name is taken, apierr.Invalid if its dead_queue
+// apierr.Invalid if the name is taken, apierr.Invalid if its dead_queue
 // breaks a rule (see checkDeadQueue).
 func ValidateCreate(all map[string]store.QueueInfo, info store.QueueInfo) error {
 	if _, ok := all[info.Name]; ok {
-		return apierr.New(apierr.Conflict, "queue already exists; '%s'", info.Name)
+		return queueExists(info.Name)
 	}
 	return checkDeadQueue(all, info)
 }
