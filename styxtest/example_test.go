@@ -4,8 +4,8 @@ import (
 	"context"
 	"testing"
 
-	"github.com/styxq/styx/styxtest"
 	pb "github.com/styxq/styx/styxpb"
+	"github.com/styxq/styx/styxtest"
 )
 
 // A test of producer code against a real in-process server: the server
