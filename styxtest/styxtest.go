@@ -11,6 +11,7 @@ package styxtest
 
 import (
 	"context"
+	"errors"
 	"io"
 	"log/slog"
 	"testing"
@@ -57,7 +58,7 @@ func Start(t testing.TB, opts Options) *Server {
 		Listen:          "127.0.0.1:0",
 		Storage:         opts.Storage,
 		PostgresURL:     opts.PostgresURL,
-		ShutdownTimeout: 5 * time.Second,
+		ShutdownTimeout: 2 * time.Second,
 		Log:             opts.Log,
 	}
 	if cfg.Storage == "" {
@@ -81,9 +82,10 @@ func Start(t testing.TB, opts Options) *Server {
 	s := &Server{Client: c, Endpoint: d.Endpoint(), d: d}
 	t.Cleanup(func() {
 		c.Close()
-		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
-		defer cancel()
-		if err := d.Close(ctx); err != nil {
+		// A connection that another client of the test keeps open holds
+		// the graceful shutdown until ShutdownTimeout; the server then
+		// closes it, which is no failure of the test.
+		if err := d.Close(context.Background()); err != nil && !errors.Is(err, context.DeadlineExceeded) {
 			t.Errorf("styxtest: stop the server: %v", err)
 		}
 	})

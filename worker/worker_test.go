@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"log/slog"
 	"net/http"
 	"strings"
 	"sync"
@@ -96,10 +97,25 @@ func run(t *testing.T, w *worker.Worker) (stop func() error) {
 	return stop
 }
 
+// testLogger sends the worker's logs to t.Log.
+func testLogger(t *testing.T) *slog.Logger {
+	return slog.New(slog.NewTextHandler(tWriter{t}, &slog.HandlerOptions{Level: slog.LevelDebug}))
+}
+
+type tWriter struct{ t *testing.T }
+
+func (w tWriter) Write(p []byte) (int, error) {
+	w.t.Log(strings.TrimSuffix(string(p), "\n"))
+	return len(p), nil
+}
+
 func newWorker(t *testing.T, c *styx.Client, cfg worker.Config) *worker.Worker {
 	t.Helper()
 	if cfg.LeaseWait == 0 {
 		cfg.LeaseWait = 200 * time.Millisecond
+	}
+	if cfg.Logger == nil {
+		cfg.Logger = testLogger(t)
 	}
 	w, err := worker.New(c, cfg)
 	require.NoError(t, err)
@@ -449,6 +465,7 @@ func TestExpiredLeaseCancelsHandler(t *testing.T) {
 			rt.block.Store(true)
 			c, err := styx.NewClient(styx.ClientConfig{Endpoint: srv.Endpoint, HTTPClient: &http.Client{Transport: rt}})
 			require.NoError(t, err)
+			t.Cleanup(c.Close)
 			queue(t, c, "expiring", &pb.QueueInfo{LeaseTimeout: "1s"})
 			causes := make(chan error, 2)
 			var attempts []int32
