@@ -217,16 +217,25 @@ func (m *Manager) forget(id uint64, name string) []*Queue {
 }
 
 // refresher re-reads the queue definitions every RefreshInterval, and at
-// once when told to.
+// once when told to, and folds the item counts every countsFoldInterval.
 func (m *Manager) refresher() {
 	t := time.NewTicker(m.cfg.RefreshInterval)
 	defer t.Stop()
+	fold := time.NewTicker(countsFoldInterval)
+	defer fold.Stop()
 	for {
 		select {
 		case <-m.ctx.Done():
 			return
 		case <-t.C:
 		case <-m.refresh:
+		case <-fold.C:
+			ctx, cancel := context.WithTimeout(m.ctx, m.cfg.StatementTimeout)
+			if _, err := m.foldCounts(ctx); err != nil && m.ctx.Err() == nil {
+				m.cfg.Log.Warn("postgres: folding the item counts failed", "error", err)
+			}
+			cancel()
+			continue
 		}
 		ctx, cancel := context.WithTimeout(m.ctx, m.cfg.StatementTimeout)
 		if err := m.reload(ctx); err != nil && m.ctx.Err() == nil {
@@ -465,15 +474,4 @@ func (m *Manager) Close() {
 	m.cancel()
 	m.wg.Wait()
 	m.st.Close()
-}
-
-// Sample implements queue.Queues from each queue's Stats.
-func (m *Manager) Sample() []metrics.QueueSample {
-	m.mu.RLock()
-	qs := make([]queue.Queue, 0, len(m.queues))
-	for _, q := range m.queues {
-		qs = append(qs, q)
-	}
-	m.mu.RUnlock()
-	return queue.Sample(qs, m.cfg.Clock)
 }

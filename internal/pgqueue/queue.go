@@ -655,6 +655,9 @@ func (q *Queue) kill(it *iteration, x row, reason string, h *history) queue.Retr
 // runs after the lock: a lease that expired by the time its complete
 // arrives is refused (leased) and then ended by the lifecycle, in the same
 // transaction.
+// The item-count triggers (counts.go) that every item statement fires
+// write only the counts rows of the transaction's own backend, which no
+// other live transaction writes, so they never wait either.
 
 // lock locks the rows the iteration's requests act on and returns those
 // named by id (complete, retry, renew, delete), by id.

@@ -80,6 +80,81 @@ CREATE TABLE styx_tasks (
 	`
 ALTER TABLE styx_queues ADD COLUMN namespace text NOT NULL DEFAULT '_system';
 `,
+	// 3: item counts by queue and state, and an index for the oldest item,
+	// for the queue gauges (Manager.Sample); it depends on no other
+	// migration. Counts are sums over shards: one row per queue per backend
+	// (shard = pg_backend_pid()), written only by that backend's
+	// transactions, so counts writes never wait for another transaction;
+	// shard 0 holds the counts this migration finds and those folded from
+	// backends that ended (foldCounts). Statement-level triggers keep them
+	// in the transaction that changes the items, on every path (cascade of
+	// a queue delete included). No foreign key: that cascade's trigger
+	// writes counts of a queue already deleted; deleteQueue deletes them
+	// after. Item writes are locked out (until commit) before the counts
+	// are initialised, so no change falls between the count and the
+	// triggers.
+	`
+LOCK TABLE styx_items IN SHARE ROW EXCLUSIVE MODE;
+
+CREATE TABLE styx_item_counts (
+	queue_id  bigint  NOT NULL,
+	shard     integer NOT NULL,
+	ready     bigint  NOT NULL DEFAULT 0,
+	leased    bigint  NOT NULL DEFAULT 0,
+	scheduled bigint  NOT NULL DEFAULT 0,
+	PRIMARY KEY (queue_id, shard)
+);
+
+-- The function names the counts table with its schema, so that a
+-- statement on styx_items from a session whose search_path differs (an
+-- operator's psql) still counts into this schema.
+DO $do$ BEGIN EXECUTE format($q$
+	CREATE FUNCTION styx_count_items() RETURNS trigger LANGUAGE plpgsql AS $f$
+	BEGIN
+		IF TG_OP = 'INSERT' THEN
+			INSERT INTO %1$I.styx_item_counts AS c (queue_id, shard, ready, leased, scheduled)
+			SELECT queue_id, pg_backend_pid(), count(*) FILTER (WHERE state = 0), count(*) FILTER (WHERE state = 1),
+				count(*) FILTER (WHERE state = 2)
+			FROM styx_items_inserted GROUP BY queue_id
+			ON CONFLICT (queue_id, shard) DO UPDATE
+				SET ready = c.ready + excluded.ready, leased = c.leased + excluded.leased, scheduled = c.scheduled + excluded.scheduled;
+		ELSIF TG_OP = 'DELETE' THEN
+			INSERT INTO %1$I.styx_item_counts AS c (queue_id, shard, ready, leased, scheduled)
+			SELECT queue_id, pg_backend_pid(), -count(*) FILTER (WHERE state = 0), -count(*) FILTER (WHERE state = 1),
+				-count(*) FILTER (WHERE state = 2)
+			FROM styx_items_deleted GROUP BY queue_id
+			ON CONFLICT (queue_id, shard) DO UPDATE
+				SET ready = c.ready + excluded.ready, leased = c.leased + excluded.leased, scheduled = c.scheduled + excluded.scheduled;
+		ELSE
+			INSERT INTO %1$I.styx_item_counts AS c (queue_id, shard, ready, leased, scheduled)
+			SELECT queue_id, pg_backend_pid(), coalesce(sum(n) FILTER (WHERE state = 0), 0), coalesce(sum(n) FILTER (WHERE state = 1), 0),
+				coalesce(sum(n) FILTER (WHERE state = 2), 0)
+			FROM (SELECT queue_id, state, 1 AS n FROM styx_items_new UNION ALL SELECT queue_id, state, -1 FROM styx_items_old) d
+			GROUP BY queue_id
+			HAVING sum(n) FILTER (WHERE state = 0) <> 0 OR sum(n) FILTER (WHERE state = 1) <> 0 OR sum(n) FILTER (WHERE state = 2) <> 0
+			ON CONFLICT (queue_id, shard) DO UPDATE
+				SET ready = c.ready + excluded.ready, leased = c.leased + excluded.leased, scheduled = c.scheduled + excluded.scheduled;
+		END IF;
+		RETURN NULL;
+	END
+	$f$
+$q$, current_schema());
+END $do$;
+
+CREATE TRIGGER styx_items_count_insert AFTER INSERT ON styx_items
+	REFERENCING NEW TABLE AS styx_items_inserted FOR EACH STATEMENT EXECUTE FUNCTION styx_count_items();
+CREATE TRIGGER styx_items_count_update AFTER UPDATE ON styx_items
+	REFERENCING OLD TABLE AS styx_items_old NEW TABLE AS styx_items_new FOR EACH STATEMENT EXECUTE FUNCTION styx_count_items();
+CREATE TRIGGER styx_items_count_delete AFTER DELETE ON styx_items
+	REFERENCING OLD TABLE AS styx_items_deleted FOR EACH STATEMENT EXECUTE FUNCTION styx_count_items();
+
+INSERT INTO styx_item_counts (queue_id, shard, ready, leased, scheduled)
+SELECT queue_id, 0, count(*) FILTER (WHERE state = 0), count(*) FILTER (WHERE state = 1), count(*) FILTER (WHERE state = 2)
+FROM styx_items GROUP BY queue_id;
+
+-- The oldest item of a queue (styx_queue_oldest_item_age_seconds).
+CREATE INDEX styx_items_created ON styx_items (queue_id, created_at);
+`,
 }
 
 // migrate brings the schema up to date. Nodes starting together serialize on

@@ -190,15 +190,24 @@ func (s *Store) DeleteQueue(ctx context.Context, name string) error {
 	return deleteQueue(ctx, s.pool, name)
 }
 
+// deleteQueue deletes a queue, its items (ON DELETE CASCADE) and then its
+// item counts, which the cascade's trigger has just written to. Counts rows
+// locked by a concurrent foldCounts are skipped, not waited for (a wait
+// there could close a cycle with the fold's upsert of shard 0); the fold
+// deletes them instead, as it deletes any counts of a queue that is gone.
 func deleteQueue(ctx context.Context, q querier, name string) error {
-	tag, err := q.Exec(ctx, `DELETE FROM styx_queues WHERE name=$1`, name)
+	var id int64
+	err := q.QueryRow(ctx, `DELETE FROM styx_queues WHERE name=$1 RETURNING id`, name).Scan(&id)
+	if errors.Is(err, pgx.ErrNoRows) {
+		return store.ErrQueueNotFound
+	}
 	if err != nil {
 		return wrap("delete queue", err)
 	}
-	if tag.RowsAffected() == 0 {
-		return store.ErrQueueNotFound
-	}
-	return nil
+	_, err = q.Exec(ctx, `DELETE FROM styx_item_counts c USING (
+		SELECT shard FROM styx_item_counts WHERE queue_id=$1 FOR UPDATE SKIP LOCKED) s
+		WHERE c.queue_id=$1 AND c.shard=s.shard`, id)
+	return wrap("delete queue", err)
 }
 
 // PutTask implements store.TaskStore.
