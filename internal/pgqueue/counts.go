@@ -27,8 +27,8 @@ const countsFoldInterval = time.Minute
 // whatever the number of items: per queue, the sums of its counts rows and
 // the created_at of its oldest item (one probe of styx_items_created). It
 // reports the queues this node knows, as the counters do. On error, or
-// when the statement takes over a second (as queue.Sample bounds each
-// queue), it logs and returns no sample.
+// when the statement takes over a second (as the embedded backends bound
+// each queue), it logs and returns no sample.
 func (m *Manager) Sample() []metrics.QueueSample {
 	ctx, cancel := context.WithTimeout(m.ctx, time.Second)
 	defer cancel()

@@ -10,7 +10,6 @@ import (
 	"time"
 
 	"github.com/styxq/styx/internal/apierr"
-	"github.com/styxq/styx/internal/clock"
 	"github.com/styxq/styx/internal/store"
 	"github.com/styxq/styx/metrics"
 )
@@ -316,27 +315,3 @@ func (m *Manager) Sample() []metrics.QueueSample {
 	return out
 }
 
-// Sample reads each queue's Stats into a gauge sample; a queue that does
-// not answer within a second is left out. Dying items count in no state.
-func Sample(qs []Queue, c clock.Clock) []metrics.QueueSample {
-	out := make([]metrics.QueueSample, 0, len(qs))
-	for _, q := range qs {
-		ctx, cancel := context.WithTimeout(context.Background(), time.Second)
-		st, err := q.Stats(ctx)
-		cancel()
-		if err != nil {
-			continue
-		}
-		s := metrics.QueueSample{Queue: q.Name()}
-		for _, p := range st.Partitions {
-			s.Leased += p.Leased
-			s.Scheduled += p.Scheduled
-			s.Ready += p.Total - p.Leased - p.Scheduled - p.Dying
-		}
-		if !st.Oldest.IsZero() {
-			s.OldestAge = c.Now().Sub(st.Oldest)
-		}
-		out = append(out, s)
-	}
-	return out
-}
