@@ -314,4 +314,3 @@ func (m *Manager) Sample() []metrics.QueueSample {
 	}
 	return out
 }
-
