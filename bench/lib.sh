@@ -87,3 +87,11 @@ stop_pids() {
 		wait "$pid" 2>/dev/null || true
 	done
 }
+
+# stop_server ends the server whose pid is in $SERVER_PID, if any (SIGTERM,
+# then SIGKILL after 20s), and clears it.
+stop_server() {
+	[[ -n ${SERVER_PID:-} ]] || return 0
+	stop_pids "$SERVER_PID"
+	SERVER_PID=""
+}

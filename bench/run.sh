@@ -36,13 +36,6 @@ MATRIX=(
 TMP=$(mktemp -d "${TMPDIR:-/tmp}/styx-bench.XXXXXX")
 SERVER_PID=""
 
-# stop_server ends the running server (SIGTERM, then SIGKILL after 20s).
-stop_server() {
-	[[ -n $SERVER_PID ]] || return 0
-	stop_pids "$SERVER_PID"
-	SERVER_PID=""
-}
-
 cleanup() {
 	stop_server
 	rm -rf "$TMP"
