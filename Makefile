@@ -1,4 +1,4 @@
-.PHONY: help test test-short lint proto build bench bench-postgres bench-go pg-start pg-stop
+.PHONY: help test test-short lint proto build bench bench-postgres bench-go pg-start pg-stop cluster-stress
 help: ## list targets
 	@grep -E '^[a-z-]+:.*##' $(MAKEFILE_LIST) | sed 's/:.*## /\t/'
 build: ## build the styx binary into ./bin
@@ -22,3 +22,5 @@ pg-start: ## start a throwaway PostgreSQL in /tmp/styx-pgtest for the Postgres t
 	@echo "export STYX_TEST_POSTGRES_ENV=/tmp/styx-pgtest/env"
 pg-stop: ## stop the PostgreSQL started by pg-start
 	scripts/pgtest.sh stop /tmp/styx-pgtest
+cluster-stress: ## run the two-node PostgreSQL cluster tests 30 times under CPU load (needs STYX_TEST_POSTGRES_URL)
+	scripts/cluster-stress.sh 30
