@@ -474,7 +474,14 @@ const readyCountCap = 1000
 // partitions, each at most readyCountCap, as this transaction sees them
 // (its own inserts included; rows other transactions hold locked are
 // counted). A plain read: it waits for no lock (see "Lock order").
+//
+// With one partition there is no choice to make, so nothing is counted: the
+// partition is taken to hold readyCountCap items (a lease that finds fewer
+// marks it empty, as with any partition).
 func readyCounts(ctx context.Context, tx pgx.Tx, queueID uint64, partitions int32) ([]int, error) {
+	if partitions == 1 {
+		return []int{readyCountCap}, nil
+	}
 	rows, err := tx.Query(ctx, `SELECT p, (SELECT count(*) FROM (SELECT 1 FROM styx_items
 			WHERE queue_id=$1 AND partition=p AND state=0 LIMIT $3) r)
 		FROM generate_series(0, $2::integer - 1) AS p`, int64(queueID), partitions, readyCountCap)
