@@ -1023,7 +1023,19 @@ func (q *Queue) bury(ctx context.Context, tx pgx.Tx, it *iteration, ds []death) 
 	}
 	to, ok := q.m.cachedInfoByName(it.info.DeadQueue)
 	if !ok {
-		return apierr.New(apierr.Retry, "dead-letter queue '%s' of queue '%s' not found; retry", it.info.DeadQueue, q.name)
+		// Created on another node and not yet heard of here: read it in
+		// this transaction (a plain read, no lock) and serve it from now on.
+		info, err := scanQueue(tx.QueryRow(ctx, `SELECT `+queueColumns+` FROM styx_queues WHERE name=$1`, it.info.DeadQueue))
+		if errors.Is(err, pgx.ErrNoRows) {
+			return apierr.New(apierr.Retry, "dead-letter queue '%s' of queue '%s' not found; retry", it.info.DeadQueue, q.name)
+		}
+		if err != nil {
+			return err
+		}
+		if _, err := q.m.adopt(info); err != nil {
+			return err
+		}
+		to = info
 	}
 	if _, err := moveDead(ctx, tx, q.id, q.name, dlq{id: to.ID, name: to.Name, partitions: to.Partitions, expire: int64(to.ExpireTimeout)}, ds, it.now); err != nil {
 		return err
