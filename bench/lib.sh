@@ -95,3 +95,11 @@ stop_server() {
 	stop_pids "$SERVER_PID"
 	SERVER_PID=""
 }
+
+# stop_server_on_exit makes the script stop $SERVER_PID and remove $TMP when
+# it exits, on failure, Ctrl-C and SIGTERM too.
+stop_server_on_exit() {
+	trap 'stop_server; rm -rf "$TMP"' EXIT
+	trap 'exit 130' INT
+	trap 'exit 143' TERM
+}

@@ -36,16 +36,9 @@ MATRIX=(
 TMP=$(mktemp -d "${TMPDIR:-/tmp}/styx-bench.XXXXXX")
 SERVER_PID=""
 
-cleanup() {
-	stop_server
-	rm -rf "$TMP"
-}
-trap cleanup EXIT
-trap 'exit 130' INT
-trap 'exit 143' TERM
-
 # shellcheck source=bench/lib.sh
 source "$(dirname "${BASH_SOURCE[0]}")/lib.sh"
+stop_server_on_exit
 
 # start_server BACKEND PORT starts a server and waits for GET /health.
 start_server() {

@@ -44,16 +44,9 @@ RUNS=(
 TMP=$(mktemp -d "${TMPDIR:-/tmp}/styx-bench-worker.XXXXXX")
 SERVER_PID=""
 
-cleanup() {
-	stop_server
-	rm -rf "$TMP"
-}
-trap cleanup EXIT
-trap 'exit 130' INT
-trap 'exit 143' TERM
-
 # shellcheck source=bench/lib.sh
 source "$(dirname "${BASH_SOURCE[0]}")/lib.sh"
+stop_server_on_exit
 
 # ratios prints, per round, items/s of worker / cycle and worker / drain
 # from the JSON lines in $1 (three per round, in the order of RUNS).

@@ -63,6 +63,9 @@ var (
 // SourceKey is the source key of item id of queue: see sourceKey.
 func SourceKey(why, queue string, id uint64) string { return sourceKey(why, queue, id) }
 
+// Exists is the error for a create of a queue that exists (see queueExists).
+func Exists(name string) error { return queueExists(name) }
+
 // NotFound is the error for a queue that does not exist: apierr.Invalid
 // (400) with Querator's message "queue does not exist; no such queue named
 // '<name>'", not 404 (404 is for Styx's own resources, such as a redrive

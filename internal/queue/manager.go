@@ -73,9 +73,6 @@ func queueExists(name string) error {
 	return apierr.Invalidf("queue already exists; '%s'", name)
 }
 
-// Exists is the error for a create of a queue that exists: see queueExists.
-func Exists(name string) error { return queueExists(name) }
-
 func notFound(name string) error {
 	return apierr.Invalidf("queue does not exist; no such queue named '%s'", name)
 }
