@@ -233,16 +233,16 @@ func TestClusterRedrive(t *testing.T) {
 	nodes := cluster(t, 2)
 	a, b := nodes[0], nodes[1]
 	a.createQueue(&pb.QueueInfo{QueueName: "cr-dlq"})
-	a.createQueue(&pb.QueueInfo{QueueName: "cr"})
+	a.createQueue(&pb.QueueInfo{QueueName: "cr", DeadQueue: "cr-dlq"})
 	var items []deadItem
 	for i := range 200 {
 		items = append(items, deadItem{payload: fmt.Sprint(i), source: "cr", reason: "expired"})
 	}
 	a.importDead("cr-dlq", items...)
 
-	task, err := a.C.DeadRedrive(ctx, &pb.DeadRedriveRequest{QueueName: "cr-dlq", RateLimit: 40})
+	task, err := a.C.DeadRedrive(ctx, &pb.DeadRedriveRequest{QueueName: "cr-dlq", RateLimit: 40, All: true})
 	require.NoError(t, err)
-	_, err = b.C.DeadRedrive(ctx, &pb.DeadRedriveRequest{QueueName: "cr-dlq"})
+	_, err = b.C.DeadRedrive(ctx, &pb.DeadRedriveRequest{QueueName: "cr-dlq", All: true})
 	requireCode(t, err, styx.CodeConflict, task.TaskId)
 	list, err := b.C.RedrivesList(ctx, &pb.RedrivesListRequest{QueueName: "cr-dlq"})
 	require.NoError(t, err)
@@ -260,7 +260,7 @@ func TestClusterRedrive(t *testing.T) {
 	require.Equal(t, 200, len(a.items("cr"))+len(a.items("cr-dlq")), "nothing lost or doubled by the cancel")
 
 	// Node a stops while its second task runs; node b takes it over.
-	task, err = a.C.DeadRedrive(ctx, &pb.DeadRedriveRequest{QueueName: "cr-dlq", RateLimit: 40})
+	task, err = a.C.DeadRedrive(ctx, &pb.DeadRedriveRequest{QueueName: "cr-dlq", RateLimit: 40, All: true})
 	require.NoError(t, err)
 	eventually(t, func() bool {
 		got, err := b.C.RedrivesGet(ctx, &pb.RedriveTaskRequest{TaskId: task.TaskId})

@@ -8,6 +8,7 @@ import (
 
 	"github.com/styxq/styx/internal/queue"
 	"github.com/styxq/styx/internal/redrive"
+	"github.com/styxq/styx/internal/store"
 	pb "github.com/styxq/styx/styxpb"
 )
 
@@ -64,6 +65,42 @@ func parseFilter(in *pb.DeadFilter) (queue.DeadFilter, error) {
 	return f, nil
 }
 
+// checkAll enforces the all field of dead.delete and dead.redrive: an
+// empty filter (every dead item of the queue) must be confirmed with all,
+// and all cannot be combined with a filter. acts is false for a dry run,
+// which changes nothing and needs no confirmation.
+func checkAll(f queue.DeadFilter, all, acts bool) error {
+	switch {
+	case all && !f.IsZero():
+		return invalid("all", "all selects every dead item and cannot be combined with a filter; give one or the other")
+	case acts && !all && f.IsZero():
+		return invalid("all", "an empty filter matches every dead item of the queue; set all: true to confirm, or give a filter")
+	}
+	return nil
+}
+
+// deadQueue returns the queue of a dead.* call and its configuration,
+// after checking that it is a dead-letter queue: some queue names it as
+// its dead_queue (the queue definitions decide, not the items it holds).
+// Another queue holds live work, which dead.* calls never touch: 400.
+func (s *Service) deadQueue(ctx context.Context, name string) (queue.Queue, store.QueueInfo, error) {
+	l, info, err := s.queueInfo(ctx, name)
+	if err != nil {
+		return nil, info, err
+	}
+	all, err := s.m.List(ctx, store.ListQueuesParams{})
+	if err != nil {
+		return nil, info, err
+	}
+	for _, q := range all {
+		if q.DeadQueue == name {
+			return l, info, nil
+		}
+	}
+	return nil, info, invalid("queue_name", "queue '%s' is not a dead-letter queue (no queue names it as its dead_queue); "+
+		"dead.* calls act only on the dead items of a dead-letter queue", name)
+}
+
 func toFilter(f queue.DeadFilter) *pb.DeadFilter {
 	out := &pb.DeadFilter{SourceQueue: f.SourceQueue, Reason: f.Reason, Kind: f.Kind, ErrorContains: f.ErrorContains,
 		DeadAfter: ts(f.DeadAfter), DeadBefore: ts(f.DeadBefore)}
@@ -78,7 +115,7 @@ func toFilter(f queue.DeadFilter) *pb.DeadFilter {
 // at the end. A page may hold fewer than limit items while next_pivot is
 // set: each call reads a bounded number of items.
 func (s *Service) DeadList(ctx context.Context, req *pb.DeadListRequest) (*pb.DeadListResponse, error) {
-	l, info, err := s.queueInfo(ctx, req.QueueName)
+	l, info, err := s.deadQueue(ctx, req.QueueName)
 	if err != nil {
 		return nil, err
 	}
@@ -110,15 +147,20 @@ func (s *Service) DeadList(ctx context.Context, req *pb.DeadListRequest) (*pb.De
 	return out, nil
 }
 
-// DeadDelete deletes every item of a queue that matches the filter (an
-// empty filter matches all) and returns how many it deleted.
+// DeadDelete deletes the items of a dead-letter queue that match the
+// filter and returns how many it deleted. An empty filter (every item)
+// needs all; leased items (a consumer of the dead-letter queue holds them)
+// are never deleted. A queue that is no queue's dead_queue is refused (400).
 func (s *Service) DeadDelete(ctx context.Context, req *pb.DeadDeleteRequest) (*pb.DeadDeleteResponse, error) {
-	l, info, err := s.queueInfo(ctx, req.QueueName)
+	l, info, err := s.deadQueue(ctx, req.QueueName)
 	if err != nil {
 		return nil, err
 	}
 	f, err := parseFilter(req.Filter)
 	if err != nil {
+		return nil, err
+	}
+	if err := checkAll(f, req.All, true); err != nil {
 		return nil, err
 	}
 	var deleted int64
@@ -128,12 +170,14 @@ func (s *Service) DeadDelete(ctx context.Context, req *pb.DeadDeleteRequest) (*p
 		if err != nil {
 			return nil, err
 		}
-		if len(items) > 0 {
-			refs := make([]queue.ItemRef, len(items))
-			for i, it := range items {
-				refs[i] = queue.ItemRef{Partition: it.Partition, ID: it.Meta.ID}
+		refs := make([]queue.ItemRef, 0, len(items))
+		for _, it := range items {
+			if !it.Meta.Leased {
+				refs = append(refs, queue.ItemRef{Partition: it.Partition, ID: it.Meta.ID})
 			}
-			n, err := l.Delete(ctx, refs)
+		}
+		if len(refs) > 0 {
+			n, err := l.DeleteDead(ctx, refs)
 			if err != nil {
 				return nil, err
 			}
@@ -147,13 +191,17 @@ func (s *Service) DeadDelete(ctx context.Context, req *pb.DeadDeleteRequest) (*p
 }
 
 // DeadRedrive starts a redrive task (or, with dry_run, only counts the
-// matching items).
+// matching items). An empty filter needs all unless dry_run; a queue that is
+// no queue's dead_queue is refused (400).
 func (s *Service) DeadRedrive(ctx context.Context, req *pb.DeadRedriveRequest) (*pb.RedriveTask, error) {
-	if err := checkName("queue_name", req.QueueName); err != nil {
+	if _, _, err := s.deadQueue(ctx, req.QueueName); err != nil {
 		return nil, err
 	}
 	f, err := parseFilter(req.Filter)
 	if err != nil {
+		return nil, err
+	}
+	if err := checkAll(f, req.All, !req.DryRun); err != nil {
 		return nil, err
 	}
 	if req.Destination != "" {

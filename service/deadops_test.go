@@ -41,6 +41,14 @@ func (s *server) importDead(queue string, items ...deadItem) {
 	require.NoError(s.t, err)
 }
 
+// createDLQ creates a dead-letter queue and a queue (<name>-src) that names
+// it as its dead_queue: dead.* calls act only on dead-letter queues.
+func (s *server) createDLQ(info *pb.QueueInfo) {
+	s.t.Helper()
+	s.createQueue(info)
+	s.createQueue(&pb.QueueInfo{QueueName: info.QueueName + "-src", DeadQueue: info.QueueName})
+}
+
 // deadList lists every matching item of queue, page by page.
 func (s *server) deadList(queue string, f *pb.DeadFilter, limit int32) []*pb.StorageItem {
 	s.t.Helper()
@@ -87,7 +95,7 @@ func (s *server) waitTask(id string) *pb.RedriveTask {
 func TestDeadList(t *testing.T) {
 	forEachBackend(t, func(t *testing.T, b backend) {
 		s := start(t, b)
-		s.createQueue(&pb.QueueInfo{QueueName: "dl", RequestedPartitions: 2})
+		s.createDLQ(&pb.QueueInfo{QueueName: "dl", RequestedPartitions: 2})
 		t0 := time.Now().Add(-time.Hour)
 		s.importDead("dl",
 			deadItem{payload: "a", source: "orders", reason: "max_attempts", kind: "charge", lastErr: "card declined", deadAt: t0},
@@ -146,7 +154,7 @@ func TestDeadList(t *testing.T) {
 			requireCode(t, err, styx.CodeBadRequest, "limit", "1000")
 		})
 		t.Run("PaginationWhileItemsAreAdded", func(t *testing.T) {
-			s.createQueue(&pb.QueueInfo{QueueName: "pg"})
+			s.createDLQ(&pb.QueueInfo{QueueName: "pg"})
 			var want []string
 			batch := func(from int) {
 				var items []deadItem
@@ -180,7 +188,7 @@ func TestDeadList(t *testing.T) {
 func TestDeadDelete(t *testing.T) {
 	forEachBackend(t, func(t *testing.T, b backend) {
 		s := start(t, b)
-		s.createQueue(&pb.QueueInfo{QueueName: "dd", RequestedPartitions: 3})
+		s.createDLQ(&pb.QueueInfo{QueueName: "dd", RequestedPartitions: 3})
 		for i := range 6 {
 			s.importDead("dd", deadItem{payload: fmt.Sprint("junk", i), source: "orders", reason: "explicit", lastErr: "junk"},
 				deadItem{payload: fmt.Sprint("keep", i), source: "orders", reason: "max_attempts", lastErr: "retry me"})
@@ -193,7 +201,7 @@ func TestDeadDelete(t *testing.T) {
 		for _, it := range left {
 			assert.Equal(t, "max_attempts", it.DeadReason)
 		}
-		res, err = s.C.DeadDelete(ctx, &pb.DeadDeleteRequest{QueueName: "dd"})
+		res, err = s.C.DeadDelete(ctx, &pb.DeadDeleteRequest{QueueName: "dd", All: true})
 		require.NoError(t, err)
 		assert.Equal(t, int64(6), res.Deleted, "an empty filter deletes everything")
 		assert.Empty(t, s.items("dd"))
@@ -205,8 +213,8 @@ func TestRedrive(t *testing.T) {
 		s := start(t, b)
 
 		t.Run("DryRun", func(t *testing.T) {
-			s.createQueue(&pb.QueueInfo{QueueName: "dry"})
 			s.createQueue(&pb.QueueInfo{QueueName: "dry-dlq"})
+			s.createQueue(&pb.QueueInfo{QueueName: "dry", DeadQueue: "dry-dlq"})
 			s.importDead("dry-dlq", deadItem{payload: "x", source: "dry", reason: "expired"}, deadItem{payload: "y", source: "dry", reason: "explicit"})
 			task, err := s.C.DeadRedrive(ctx, &pb.DeadRedriveRequest{QueueName: "dry-dlq", Filter: &pb.DeadFilter{Reason: "expired"}, DryRun: true})
 			require.NoError(t, err)
@@ -230,7 +238,7 @@ func TestRedrive(t *testing.T) {
 			assert.Equal(t, map[string]int64{"max_attempts": 2}, st.DeadByReason)
 			assert.Equal(t, map[string]int64{"rs": 2}, st.DeadBySource)
 
-			task, err := s.C.DeadRedrive(ctx, &pb.DeadRedriveRequest{QueueName: dlq})
+			task, err := s.C.DeadRedrive(ctx, &pb.DeadRedriveRequest{QueueName: dlq, All: true})
 			require.NoError(t, err)
 			assert.Equal(t, int64(2), task.Matched)
 			task = s.waitTask(task.TaskId)
@@ -255,22 +263,22 @@ func TestRedrive(t *testing.T) {
 
 		t.Run("ToDestination", func(t *testing.T) {
 			s.createQueue(&pb.QueueInfo{QueueName: "dst-dlq"})
-			s.createQueue(&pb.QueueInfo{QueueName: "dst"})
+			s.createQueue(&pb.QueueInfo{QueueName: "dst", DeadQueue: "dst-dlq"})
 			s.importDead("dst-dlq", deadItem{payload: "a", source: "gone", reason: "expired"}, deadItem{payload: "b", source: "other", reason: "expired"})
-			task, err := s.C.DeadRedrive(ctx, &pb.DeadRedriveRequest{QueueName: "dst-dlq", Destination: "dst"})
+			task, err := s.C.DeadRedrive(ctx, &pb.DeadRedriveRequest{QueueName: "dst-dlq", Destination: "dst", All: true})
 			require.NoError(t, err)
 			task = s.waitTask(task.TaskId)
 			assert.Equal(t, int64(2), task.Moved)
 			assert.Equal(t, []string{"a", "b"}, sorted(payloads(s.items("dst"))))
-			_, err = s.C.DeadRedrive(ctx, &pb.DeadRedriveRequest{QueueName: "dst-dlq", Destination: "nowhere"})
+			_, err = s.C.DeadRedrive(ctx, &pb.DeadRedriveRequest{QueueName: "dst-dlq", Destination: "nowhere", All: true})
 			requireCode(t, err, styx.CodeBadRequest, "destination", "no such queue named 'nowhere'")
 		})
 
 		t.Run("UnknownSourceSkipped", func(t *testing.T) {
 			s.createQueue(&pb.QueueInfo{QueueName: "us-dlq"})
-			s.createQueue(&pb.QueueInfo{QueueName: "us"})
+			s.createQueue(&pb.QueueInfo{QueueName: "us", DeadQueue: "us-dlq"})
 			s.importDead("us-dlq", deadItem{payload: "lost", source: "deleted-queue", reason: "expired"}, deadItem{payload: "ok", source: "us", reason: "expired"})
-			task, err := s.C.DeadRedrive(ctx, &pb.DeadRedriveRequest{QueueName: "us-dlq"})
+			task, err := s.C.DeadRedrive(ctx, &pb.DeadRedriveRequest{QueueName: "us-dlq", All: true})
 			require.NoError(t, err)
 			task = s.waitTask(task.TaskId)
 			assert.Equal(t, "completed", task.Status)
@@ -283,7 +291,7 @@ func TestRedrive(t *testing.T) {
 		t.Run("DestinationFailureKept", func(t *testing.T) {
 			requireItemLog(t, b)
 			s.createQueue(&pb.QueueInfo{QueueName: "df-dlq"})
-			s.createQueue(&pb.QueueInfo{QueueName: "df"})
+			s.createQueue(&pb.QueueInfo{QueueName: "df", DeadQueue: "df-dlq"})
 			s.importDead("df-dlq", deadItem{payload: "a", source: "df", reason: "expired"}, deadItem{payload: "b", source: "df", reason: "expired"})
 			info, err := s.C.QueuesInfo(ctx, &pb.QueuesInfoRequest{QueueName: "df"})
 			require.NoError(t, err)
@@ -298,7 +306,7 @@ func TestRedrive(t *testing.T) {
 				return nil
 			})
 			defer s.Faults.SetWriteHook(nil)
-			task, err := s.C.DeadRedrive(ctx, &pb.DeadRedriveRequest{QueueName: "df-dlq"})
+			task, err := s.C.DeadRedrive(ctx, &pb.DeadRedriveRequest{QueueName: "df-dlq", All: true})
 			require.NoError(t, err)
 			task = s.waitTask(task.TaskId)
 			assert.Equal(t, "completed", task.Status)
@@ -311,30 +319,30 @@ func TestRedrive(t *testing.T) {
 
 		t.Run("RedriveLoopCap", func(t *testing.T) {
 			s.createQueue(&pb.QueueInfo{QueueName: "lc-dlq"})
-			s.createQueue(&pb.QueueInfo{QueueName: "lc"})
+			s.createQueue(&pb.QueueInfo{QueueName: "lc", DeadQueue: "lc-dlq"})
 			s.importDead("lc-dlq", deadItem{payload: "tired", source: "lc", reason: "max_attempts", redrives: 10},
 				deadItem{payload: "fresh", source: "lc", reason: "max_attempts", redrives: 9})
-			task := s.waitTask(must(s.C.DeadRedrive(ctx, &pb.DeadRedriveRequest{QueueName: "lc-dlq"})).TaskId)
+			task := s.waitTask(must(s.C.DeadRedrive(ctx, &pb.DeadRedriveRequest{QueueName: "lc-dlq", All: true})).TaskId)
 			assert.Equal(t, int64(1), task.Moved)
 			assert.Equal(t, int64(1), task.Skipped)
 			assert.Equal(t, []string{"tired"}, payloads(s.items("lc-dlq")))
 			// The request can lift the cap.
-			task = s.waitTask(must(s.C.DeadRedrive(ctx, &pb.DeadRedriveRequest{QueueName: "lc-dlq", MaxRedriveCount: -1})).TaskId)
+			task = s.waitTask(must(s.C.DeadRedrive(ctx, &pb.DeadRedriveRequest{QueueName: "lc-dlq", MaxRedriveCount: -1, All: true})).TaskId)
 			assert.Equal(t, int64(1), task.Moved)
 			assert.Empty(t, s.items("lc-dlq"))
 		})
 
 		t.Run("CancelAndOneRunningPerQueue", func(t *testing.T) {
 			s.createQueue(&pb.QueueInfo{QueueName: "cx-dlq"})
-			s.createQueue(&pb.QueueInfo{QueueName: "cx"})
+			s.createQueue(&pb.QueueInfo{QueueName: "cx", DeadQueue: "cx-dlq"})
 			var items []deadItem
 			for i := range 200 {
 				items = append(items, deadItem{payload: fmt.Sprint(i), source: "cx", reason: "expired"})
 			}
 			s.importDead("cx-dlq", items...)
-			task, err := s.C.DeadRedrive(ctx, &pb.DeadRedriveRequest{QueueName: "cx-dlq", RateLimit: 50})
+			task, err := s.C.DeadRedrive(ctx, &pb.DeadRedriveRequest{QueueName: "cx-dlq", RateLimit: 50, All: true})
 			require.NoError(t, err)
-			_, err = s.C.DeadRedrive(ctx, &pb.DeadRedriveRequest{QueueName: "cx-dlq"})
+			_, err = s.C.DeadRedrive(ctx, &pb.DeadRedriveRequest{QueueName: "cx-dlq", All: true})
 			requireCode(t, err, styx.CodeConflict, task.TaskId)
 			eventually(t, func() bool {
 				got, err := s.C.RedrivesGet(ctx, &pb.RedriveTaskRequest{TaskId: task.TaskId})
@@ -358,13 +366,13 @@ func TestRedrive(t *testing.T) {
 
 		t.Run("RateLimitHonoured", func(t *testing.T) {
 			s.createQueue(&pb.QueueInfo{QueueName: "rl-dlq"})
-			s.createQueue(&pb.QueueInfo{QueueName: "rl"})
+			s.createQueue(&pb.QueueInfo{QueueName: "rl", DeadQueue: "rl-dlq"})
 			var items []deadItem
 			for i := range 100 {
 				items = append(items, deadItem{payload: fmt.Sprint(i), source: "rl", reason: "expired"})
 			}
 			s.importDead("rl-dlq", items...)
-			task := s.waitTask(must(s.C.DeadRedrive(ctx, &pb.DeadRedriveRequest{QueueName: "rl-dlq", RateLimit: 50})).TaskId)
+			task := s.waitTask(must(s.C.DeadRedrive(ctx, &pb.DeadRedriveRequest{QueueName: "rl-dlq", RateLimit: 50, All: true})).TaskId)
 			took := task.FinishedAt.AsTime().Sub(task.StartedAt.AsTime())
 			// 100 items at 50/s with bursts of 5: (100-5)/50 = 1.9 s.
 			assert.InDelta(t, 1.9, took.Seconds(), 0.38, "took %s", took)
@@ -379,14 +387,14 @@ func TestRedriveResumesAfterRestart(t *testing.T) {
 	forEachBackend(t, func(t *testing.T, b backend) {
 		s := start(t, b)
 		s.createQueue(&pb.QueueInfo{QueueName: "rr-dlq", RequestedPartitions: 2})
-		s.createQueue(&pb.QueueInfo{QueueName: "rr"})
+		s.createQueue(&pb.QueueInfo{QueueName: "rr", DeadQueue: "rr-dlq"})
 		var items []deadItem
 		for i := range 150 {
 			items = append(items, deadItem{payload: fmt.Sprintf("i%03d", i), source: "rr", reason: "expired"})
 		}
 		s.importDead("rr-dlq", items[:75]...)
 		s.importDead("rr-dlq", items[75:]...)
-		task, err := s.C.DeadRedrive(ctx, &pb.DeadRedriveRequest{QueueName: "rr-dlq", RateLimit: 100})
+		task, err := s.C.DeadRedrive(ctx, &pb.DeadRedriveRequest{QueueName: "rr-dlq", RateLimit: 100, All: true})
 		require.NoError(t, err)
 		eventually(t, func() bool {
 			got, err := s.C.RedrivesGet(ctx, &pb.RedriveTaskRequest{TaskId: task.TaskId})

@@ -32,6 +32,7 @@ func TestQueratorInclusivePivots(t *testing.T) {
 	forEachBackend(t, func(t *testing.T, b backend) {
 		s := start(t, b)
 		s.createQueue(&pb.QueueInfo{QueueName: "pv"})
+		s.createQueue(&pb.QueueInfo{QueueName: "pv-src", DeadQueue: "pv"}) // dead.list reads dead-letter queues only
 		s.produce("pv", "a", "b", "c", "d", "e")
 		all := ids(s.items("pv"))
 		require.Len(t, all, 5)
@@ -148,7 +149,7 @@ func TestQueratorDefaultListLimit(t *testing.T) {
 func TestQueratorUnknownQueue(t *testing.T) {
 	forEachBackend(t, func(t *testing.T, b backend) {
 		s := start(t, b)
-		s.createQueue(&pb.QueueInfo{QueueName: "known-dlq"})
+		s.createDLQ(&pb.QueueInfo{QueueName: "known-dlq"})
 		id := queue.FormatID(1)
 		const msg = "queue does not exist; no such queue named 'ghost'"
 		for _, c := range []struct {
@@ -227,7 +228,7 @@ func TestQueratorUnknownQueue(t *testing.T) {
 			})
 		}
 		t.Run("RedriveDestination", func(t *testing.T) {
-			_, err := s.C.DeadRedrive(ctx, &pb.DeadRedriveRequest{QueueName: "known-dlq", Destination: "ghost"})
+			_, err := s.C.DeadRedrive(ctx, &pb.DeadRedriveRequest{QueueName: "known-dlq", Destination: "ghost", All: true})
 			requireCode(t, err, styx.CodeBadRequest, "invalid destination; no such queue named 'ghost'")
 			assert.False(t, styx.IsQueueNotExist(err), "the queue of the request exists")
 		})

@@ -3,6 +3,7 @@ package service
 import (
 	"context"
 	"strconv"
+	"strings"
 	"time"
 
 	"google.golang.org/protobuf/types/known/timestamppb"
@@ -39,11 +40,18 @@ func (s *Service) QueuesCreate(ctx context.Context, req *pb.QueueInfo) error {
 	return s.m.Create(ctx, info)
 }
 
-// QueuesUpdate changes the fields that are set and keeps the others
-// (Querator clears omitted fields; Styx does not). Partitions can be added,
-// not removed. A queue's namespace cannot change: namespace may be omitted
-// or repeat the queue's own; another one is refused with 400 (Querator
-// validates it and keeps the old one).
+// QueuesUpdate changes a queue's configuration. Without update_mask (a
+// Styx extension; Querator's clients never send it) it changes the fields
+// that are set and keeps the others (Querator clears omitted fields; Styx
+// does not). With update_mask it sets exactly the fields listed, zero
+// values included ("dead_queue" with an empty dead_queue removes it,
+// "max_attempts" with 0 makes attempts unlimited, "reference" with an
+// empty one clears it), and refuses a field that is set but not listed.
+// A request that names no field to change is refused (400), so an update
+// never answers success for a change it did not make. Partitions can be
+// added, not removed. A queue's namespace cannot change: namespace may be
+// omitted or repeat the queue's own; another one is refused with 400
+// (Querator validates it and keeps the old one).
 func (s *Service) QueuesUpdate(ctx context.Context, req *pb.QueueInfo) error {
 	if err := checkName("queue_name", req.QueueName); err != nil {
 		return err
@@ -53,6 +61,10 @@ func (s *Service) QueuesUpdate(ctx context.Context, req *pb.QueueInfo) error {
 			return err
 		}
 	}
+	fields, err := updateFields(req)
+	if err != nil {
+		return err
+	}
 	now := s.clock.Now().UTC()
 	return s.m.Update(ctx, req.QueueName, func(info *store.QueueInfo) error {
 		if req.Namespace != "" && req.Namespace != info.Namespace {
@@ -60,20 +72,90 @@ func (s *Service) QueuesUpdate(ctx context.Context, req *pb.QueueInfo) error {
 				"a namespace is set when a queue is created", info.Name, info.Namespace, req.Namespace)
 		}
 		info.UpdatedAt = now
-		return applyQueueInfo(info, req)
+		return setQueueFields(info, req, fields)
 	})
 }
 
+// updatableFields are the fields queues.update can set, by their JSON
+// name, with the proto field name update_mask also accepts.
+var updatableFields = []struct{ json, proto string }{
+	{"lease_timeout", "leaseTimeout"}, {"expire_timeout", "expireTimeout"}, {"max_attempts", "maxAttempts"},
+	{"requested_partitions", "requestedPartitions"}, {"dead_queue", "deadQueue"}, {"reference", "reference"},
+}
+
+// updatableNames lists updatableFields for messages.
+func updatableNames() string {
+	names := make([]string, len(updatableFields))
+	for i, f := range updatableFields {
+		names[i] = f.json
+	}
+	return strings.Join(names, ", ")
+}
+
+// setFields returns the JSON names of the updatable fields that are set
+// (not zero) in req.
+func setFields(req *pb.QueueInfo) map[string]bool {
+	set := map[string]bool{}
+	for name, v := range map[string]bool{
+		"lease_timeout": req.LeaseTimeout != "", "expire_timeout": req.ExpireTimeout != "", "max_attempts": req.MaxAttempts != 0,
+		"requested_partitions": req.RequestedPartitions != 0, "dead_queue": req.DeadQueue != "", "reference": req.Reference != "",
+	} {
+		if v {
+			set[name] = true
+		}
+	}
+	return set
+}
+
+// updateFields returns the fields an update sets, by JSON name: those of
+// update_mask, or without one the fields that are set. It refuses an
+// unknown name in the mask, a field set but not in the mask, and an update
+// that sets nothing.
+func updateFields(req *pb.QueueInfo) (map[string]bool, error) {
+	set := setFields(req)
+	if len(req.UpdateMask) == 0 {
+		if len(set) == 0 {
+			return nil, invalid("update_mask", "nothing to update; set at least one of %s, "+
+				"or list the fields to set (zero values included) in update_mask", updatableNames())
+		}
+		return set, nil
+	}
+	fields := map[string]bool{}
+	for i, name := range req.UpdateMask {
+		known := false
+		for _, f := range updatableFields {
+			if name == f.json || name == f.proto {
+				fields[f.json], known = true, true
+			}
+		}
+		if !known {
+			return nil, invalid("update_mask", "update_mask[%d] '%s' is not one of %s", i, quote(name), updatableNames())
+		}
+	}
+	for _, f := range updatableFields {
+		if set[f.json] && !fields[f.json] {
+			return nil, invalid("update_mask", "%s is set but not listed in update_mask; list it, or leave it out", f.json)
+		}
+	}
+	return fields, nil
+}
+
 // applyQueueInfo copies the set fields of req onto info and validates the
-// result.
+// result (queues.create).
 func applyQueueInfo(info *store.QueueInfo, req *pb.QueueInfo) error {
+	return setQueueFields(info, req, setFields(req))
+}
+
+// setQueueFields sets the fields of info named in fields (JSON names) to
+// their values in req, zero included, and validates the result.
+func setQueueFields(info *store.QueueInfo, req *pb.QueueInfo, fields map[string]bool) error {
 	var err error
-	if req.LeaseTimeout != "" {
+	if fields["lease_timeout"] {
 		if info.LeaseTimeout, err = parsePositiveDuration("lease_timeout", req.LeaseTimeout, MaxExpireTimeout); err != nil {
 			return err
 		}
 	}
-	if req.ExpireTimeout != "" {
+	if fields["expire_timeout"] {
 		if info.ExpireTimeout, err = parsePositiveDuration("expire_timeout", req.ExpireTimeout, MaxExpireTimeout); err != nil {
 			return err
 		}
@@ -81,25 +163,27 @@ func applyQueueInfo(info *store.QueueInfo, req *pb.QueueInfo) error {
 	if info.LeaseTimeout > info.ExpireTimeout {
 		return invalid("lease_timeout", "%s is longer than expire_timeout %s", info.LeaseTimeout, info.ExpireTimeout)
 	}
-	if req.MaxAttempts != 0 {
+	if fields["max_attempts"] {
 		if req.MaxAttempts < 0 || req.MaxAttempts > MaxAttempts {
 			return invalid("max_attempts", "%d is out of range 0..%d", req.MaxAttempts, MaxAttempts)
 		}
 		info.MaxAttempts = req.MaxAttempts
 	}
-	if req.RequestedPartitions != 0 {
+	if fields["requested_partitions"] {
 		if req.RequestedPartitions < 1 || req.RequestedPartitions > MaxPartitions {
 			return invalid("requested_partitions", "%d is out of range 1..%d", req.RequestedPartitions, MaxPartitions)
 		}
 		info.Partitions = req.RequestedPartitions
 	}
-	if req.DeadQueue != "" {
-		if err := checkName("dead_queue", req.DeadQueue); err != nil {
-			return err
+	if fields["dead_queue"] {
+		if req.DeadQueue != "" {
+			if err := checkName("dead_queue", req.DeadQueue); err != nil {
+				return err
+			}
 		}
 		info.DeadQueue = req.DeadQueue
 	}
-	if req.Reference != "" {
+	if fields["reference"] {
 		if err := checkText("reference", req.Reference, MaxFieldLength); err != nil {
 			return err
 		}

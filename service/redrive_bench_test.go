@@ -99,7 +99,7 @@ func BenchmarkRedriveIncident(b *testing.B) {
 		b.ResetTimer()
 		start := time.Now()
 		p0, c0 := produced.Load(), consumed.Load()
-		task, err := c.DeadRedrive(ctx, &pb.DeadRedriveRequest{QueueName: "orders-dead"})
+		task, err := c.DeadRedrive(ctx, &pb.DeadRedriveRequest{QueueName: "orders-dead", All: true})
 		check(err)
 		for task.Status == "running" || task.Status == "cancelling" {
 			time.Sleep(100 * time.Millisecond) // polling the task, as the CLI does

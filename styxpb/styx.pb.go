@@ -1079,8 +1079,16 @@ type QueueInfo struct {
 	RequestedPartitions int32                  `protobuf:"varint,9,opt,name=requestedPartitions,json=requested_partitions,proto3" json:"requestedPartitions,omitempty"`
 	Partitions          []*PartitionInfo       `protobuf:"bytes,10,rep,name=partitions,proto3" json:"partitions,omitempty"`
 	Namespace           string                 `protobuf:"bytes,11,opt,name=namespace,proto3" json:"namespace,omitempty"`
-	unknownFields       protoimpl.UnknownFields
-	sizeCache           protoimpl.SizeCache
+	// Styx, queues.update only: the fields to set, by JSON name
+	// ("lease_timeout", "expire_timeout", "max_attempts",
+	// "requested_partitions", "dead_queue", "reference"). A field in the mask
+	// is set to the value given, zero included: "dead_queue" with an empty
+	// dead_queue removes it, "max_attempts" with 0 makes attempts unlimited.
+	// Empty (Querator's clients): every non-zero field is set and the others
+	// are kept. A field that is set but not in a non-empty mask is refused.
+	UpdateMask    []string `protobuf:"bytes,110,rep,name=update_mask,proto3" json:"update_mask,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
 }
 
 func (x *QueueInfo) Reset() {
@@ -1188,6 +1196,13 @@ func (x *QueueInfo) GetNamespace() string {
 		return x.Namespace
 	}
 	return ""
+}
+
+func (x *QueueInfo) GetUpdateMask() []string {
+	if x != nil {
+		return x.UpdateMask
+	}
+	return nil
 }
 
 type PartitionInfo struct {
@@ -2433,7 +2448,8 @@ func (x *AttemptError) GetAt() *timestamppb.Timestamp {
 }
 
 // DeadFilter selects dead items. Every set field must match; an empty filter
-// matches every item of the queue.
+// matches every dead item of the queue, which dead.delete and dead.redrive
+// take only with their all field.
 type DeadFilter struct {
 	state         protoimpl.MessageState `protogen:"open.v1"`
 	Ids           []string               `protobuf:"bytes,1,rep,name=ids,proto3" json:"ids,omitempty"`
@@ -2656,9 +2672,13 @@ func (x *DeadListResponse) GetNextPivot() string {
 }
 
 type DeadDeleteRequest struct {
-	state         protoimpl.MessageState `protogen:"open.v1"`
-	QueueName     string                 `protobuf:"bytes,1,opt,name=queue_name,proto3" json:"queue_name,omitempty"`
-	Filter        *DeadFilter            `protobuf:"bytes,2,opt,name=filter,proto3" json:"filter,omitempty"`
+	state     protoimpl.MessageState `protogen:"open.v1"`
+	QueueName string                 `protobuf:"bytes,1,opt,name=queue_name,proto3" json:"queue_name,omitempty"`
+	Filter    *DeadFilter            `protobuf:"bytes,2,opt,name=filter,proto3" json:"filter,omitempty"`
+	// Styx: confirms an empty filter, which matches every dead item of the
+	// queue. An empty filter without all is refused (400), and so is all
+	// with a filter.
+	All           bool `protobuf:"varint,110,opt,name=all,proto3" json:"all,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -2705,6 +2725,13 @@ func (x *DeadDeleteRequest) GetFilter() *DeadFilter {
 		return x.Filter
 	}
 	return nil
+}
+
+func (x *DeadDeleteRequest) GetAll() bool {
+	if x != nil {
+		return x.All
+	}
+	return false
 }
 
 type DeadDeleteResponse struct {
@@ -2761,8 +2788,12 @@ type DeadRedriveRequest struct {
 	// Styx: items already redriven this many times are skipped (redrive loops
 	// end). 0 means the default, 10; -1 means no limit.
 	MaxRedriveCount int32 `protobuf:"varint,100,opt,name=max_redrive_count,proto3" json:"max_redrive_count,omitempty"`
-	unknownFields   protoimpl.UnknownFields
-	sizeCache       protoimpl.SizeCache
+	// Styx: confirms an empty filter, which matches every dead item of the
+	// queue (not needed with dry_run). An empty filter without all is
+	// refused (400), and so is all with a filter.
+	All           bool `protobuf:"varint,110,opt,name=all,proto3" json:"all,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
 }
 
 func (x *DeadRedriveRequest) Reset() {
@@ -2835,6 +2866,13 @@ func (x *DeadRedriveRequest) GetMaxRedriveCount() int32 {
 		return x.MaxRedriveCount
 	}
 	return 0
+}
+
+func (x *DeadRedriveRequest) GetAll() bool {
+	if x != nil {
+		return x.All
+	}
+	return false
 }
 
 type RedrivesListRequest struct {
@@ -3282,7 +3320,7 @@ const file_styx_v1_styx_proto_rawDesc = "" +
 	"\x05items\x18\x01 \x03(\v2\x17.styx.v1.QueueRenewItemR\x05items\"c\n" +
 	"\x0eQueueRenewItem\x12\x0e\n" +
 	"\x02id\x18\x01 \x01(\tR\x02id\x12A\n" +
-	"\rleaseDeadline\x18\x02 \x01(\v2\x1a.google.protobuf.TimestampR\x0elease_deadline\"\xd5\x03\n" +
+	"\rleaseDeadline\x18\x02 \x01(\v2\x1a.google.protobuf.TimestampR\x0elease_deadline\"\xf7\x03\n" +
 	"\tQueueInfo\x12\x1d\n" +
 	"\tqueueName\x18\x01 \x01(\tR\n" +
 	"queue_name\x129\n" +
@@ -3301,7 +3339,8 @@ const file_styx_v1_styx_proto_rawDesc = "" +
 	"partitions\x18\n" +
 	" \x03(\v2\x16.styx.v1.PartitionInfoR\n" +
 	"partitions\x12\x1c\n" +
-	"\tnamespace\x18\v \x01(\tR\tnamespace\"-\n" +
+	"\tnamespace\x18\v \x01(\tR\tnamespace\x12 \n" +
+	"\vupdate_mask\x18n \x03(\tR\vupdate_mask\"-\n" +
 	"\rPartitionInfo\x12\x1c\n" +
 	"\tpartition\x18\x01 \x01(\x05R\tpartition\"\x88\x01\n" +
 	"\x11QueueClearRequest\x12\x1d\n" +
@@ -3438,14 +3477,15 @@ const file_styx_v1_styx_proto_rawDesc = "" +
 	"\x05items\x18\x01 \x03(\v2\x14.styx.v1.StorageItemR\x05items\x12\x1e\n" +
 	"\n" +
 	"next_pivot\x18\x02 \x01(\tR\n" +
-	"next_pivot\"`\n" +
+	"next_pivot\"r\n" +
 	"\x11DeadDeleteRequest\x12\x1e\n" +
 	"\n" +
 	"queue_name\x18\x01 \x01(\tR\n" +
 	"queue_name\x12+\n" +
-	"\x06filter\x18\x02 \x01(\v2\x13.styx.v1.DeadFilterR\x06filter\".\n" +
+	"\x06filter\x18\x02 \x01(\v2\x13.styx.v1.DeadFilterR\x06filter\x12\x10\n" +
+	"\x03all\x18n \x01(\bR\x03all\".\n" +
 	"\x12DeadDeleteResponse\x12\x18\n" +
-	"\adeleted\x18\x01 \x01(\x03R\adeleted\"\xeb\x01\n" +
+	"\adeleted\x18\x01 \x01(\x03R\adeleted\"\xfd\x01\n" +
 	"\x12DeadRedriveRequest\x12\x1e\n" +
 	"\n" +
 	"queue_name\x18\x01 \x01(\tR\n" +
@@ -3456,7 +3496,8 @@ const file_styx_v1_styx_proto_rawDesc = "" +
 	"rate_limit\x18\x04 \x01(\x05R\n" +
 	"rate_limit\x12\x18\n" +
 	"\adry_run\x18\x05 \x01(\bR\adry_run\x12,\n" +
-	"\x11max_redrive_count\x18d \x01(\x05R\x11max_redrive_count\"5\n" +
+	"\x11max_redrive_count\x18d \x01(\x05R\x11max_redrive_count\x12\x10\n" +
+	"\x03all\x18n \x01(\bR\x03all\"5\n" +
 	"\x13RedrivesListRequest\x12\x1e\n" +
 	"\n" +
 	"queue_name\x18\x01 \x01(\tR\n" +

@@ -429,15 +429,15 @@ func deleteIDs(ctx context.Context, tx pgx.Tx, queueID uint64, ids []int64) (int
 	return tag.RowsAffected(), err
 }
 
-// deleteRefs deletes items by partition and id and returns how many it
-// found.
-func deleteRefs(ctx context.Context, tx pgx.Tx, queueID uint64, refs []queue.ItemRef) (int64, error) {
+// deleteRefs deletes items by partition and id (with exceptLeased, only
+// those that are not leased) and returns how many it deleted.
+func deleteRefs(ctx context.Context, tx pgx.Tx, queueID uint64, refs []queue.ItemRef, exceptLeased bool) (int64, error) {
 	parts, ids := make([]int32, len(refs)), make([]int64, len(refs))
 	for i, r := range refs {
 		parts[i], ids[i] = r.Partition, int64(r.ID)
 	}
 	tag, err := tx.Exec(ctx, `DELETE FROM styx_items t USING unnest($2::integer[], $3::bigint[]) AS u(part, id)
-		WHERE t.queue_id=$1 AND t.id=u.id AND t.partition=u.part`, int64(queueID), parts, ids)
+		WHERE t.queue_id=$1 AND t.id=u.id AND t.partition=u.part AND NOT ($4 AND t.state=1)`, int64(queueID), parts, ids, exceptLeased)
 	return tag.RowsAffected(), err
 }
 

@@ -109,7 +109,10 @@ type (
 		partition int32
 		items     []store.Item
 	}
-	deleteOp  struct{ refs []queue.ItemRef }
+	deleteOp  struct {
+		refs         []queue.ItemRef
+		exceptLeased bool // DeleteDead
+	}
 	clearOp   struct{ p queue.ClearParams }
 	redriveOp struct{ items []queue.RedriveItem }
 )
@@ -254,6 +257,17 @@ func (q *Queue) Import(ctx context.Context, partition int32, items []store.Item)
 // Delete implements queue.Queue.
 func (q *Queue) Delete(ctx context.Context, refs []queue.ItemRef) (int, error) {
 	v, err := q.call(ctx, &deleteOp{refs: refs}, false)
+	if err != nil {
+		return 0, err
+	}
+	return v.(int), nil
+}
+
+// DeleteDead implements queue.Queue: leased items are skipped. The
+// iteration locks the named rows first (lock), so the state the delete
+// checks is current: an item another node leased meanwhile is skipped.
+func (q *Queue) DeleteDead(ctx context.Context, refs []queue.ItemRef) (int, error) {
+	v, err := q.call(ctx, &deleteOp{refs: refs, exceptLeased: true}, false)
 	if err != nil {
 		return 0, err
 	}
@@ -526,9 +540,15 @@ func (q *Queue) lifecycle(ctx context.Context, tx pgx.Tx, it *iteration) error {
 	if err != nil {
 		return err
 	}
+	msg := queue.LeaseExpiredError(it.info.LeaseTimeout)
 	for _, x := range leases {
-		// An expired lease is a failed attempt (counted when leased).
-		q.endLease(it, x, false, time.Time{}, nil)
+		// An expired lease is a failed attempt (counted when leased),
+		// recorded in the item's attempt history.
+		h, err := recordError(x, msg, it.now)
+		if err != nil {
+			return fmt.Errorf("queue '%s': %w", q.name, err)
+		}
+		q.endLease(it, x, false, time.Time{}, &h)
 	}
 	expired, err := expiredItems(ctx, tx, q.id, it.now)
 	if err != nil {
@@ -737,6 +757,9 @@ func (q *Queue) apply(ctx context.Context, tx pgx.Tx, it *iteration, work []*req
 				in := insert{partition: p, state: stateReady, created: it.now, sourceKey: &key,
 					body: store.ItemBody{Reference: ri.Body.Reference, Kind: ri.Body.Kind, Encoding: ri.Body.Encoding,
 						Payload: ri.Body.Payload, RedriveCount: ri.Body.RedriveCount + 1}}
+				if !ri.Errors.IsZero() {
+					in.lastError, in.errors = ri.Errors.LastError, encodeErrors(ri.Errors.Errors)
+				}
 				q.place(it, &in, 0, 0)
 				inserts = append(inserts, in)
 			}
@@ -1069,7 +1092,7 @@ func (q *Queue) applyStorage(ctx context.Context, tx pgx.Tx, it *iteration, op a
 				return nil, apierr.Invalidf("invalid partition; queue '%s' has partitions 0..%d, not %d", q.name, it.info.Partitions-1, ref.Partition)
 			}
 		}
-		n, err := deleteRefs(ctx, tx, q.id, op.refs)
+		n, err := deleteRefs(ctx, tx, q.id, op.refs, op.exceptLeased)
 		return int(n), err
 	case *clearOp:
 		return nil, clearItems(ctx, tx, q.id, op.p)

@@ -27,6 +27,7 @@ type Queue interface {
 	Reload(ctx context.Context) error
 	Import(ctx context.Context, partition int32, items []store.Item) ([]store.Item, error)
 	Delete(ctx context.Context, refs []ItemRef) (int, error)
+	DeleteDead(ctx context.Context, refs []ItemRef) (int, error)
 	Scheduled(ctx context.Context, partition int32, after uint64, limit int) ([]store.Item, error)
 	List(ctx context.Context, partition int32, after uint64, limit int) ([]store.Item, error)
 	Scan(ctx context.Context, partitions int32, f *DeadFilter, p ScanParams) (items []store.Item, next uint64, err error)

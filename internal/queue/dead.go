@@ -29,6 +29,12 @@ type DeadFilter struct {
 	DeadBefore time.Time `json:"dead_before,omitzero"`
 }
 
+// IsZero reports whether the filter is empty: it matches every item.
+func (f *DeadFilter) IsZero() bool {
+	return len(f.IDs) == 0 && f.SourceQueue == "" && f.Reason == "" && f.Kind == "" && f.ErrorContains == "" &&
+		f.DeadAfter.IsZero() && f.DeadBefore.IsZero()
+}
+
 // Match reports whether the item passes the filter.
 func (f *DeadFilter) Match(it *store.Item) bool {
 	switch {
@@ -156,6 +162,35 @@ type RedriveItem struct {
 	// queue ignores a second copy while the first exists.
 	SourceKey string
 	Body      store.ItemBody
+	// Errors is the item's attempt history as the receiving queue stores
+	// it: the dead item's, with the redrive's own entry appended by the
+	// caller (RedrivenHistory).
+	Errors store.ItemErrors
+}
+
+// MaxAttemptErrors is how many entries an item's attempt history keeps:
+// the most recent ones.
+const MaxAttemptErrors = maxAttemptErrors
+
+// AppendHistory appends e to h, keeping the MaxAttemptErrors most recent
+// entries. LastError is left as it is (it names the last failed attempt).
+func AppendHistory(h store.ItemErrors, e store.AttemptError) store.ItemErrors {
+	out := store.ItemErrors{LastError: h.LastError, Errors: append(slices.Clone(h.Errors), e)}
+	if n := len(out.Errors); n > maxAttemptErrors {
+		out.Errors = out.Errors[n-maxAttemptErrors:]
+	}
+	return out
+}
+
+// RedrivenHistory returns the history of a dead item being redriven: its
+// own, plus an entry (attempt: its attempts when it died) saying when, by
+// which task and from which dead-letter queue it was redriven.
+func RedrivenHistory(it *store.Item, deadQueue, taskID string, at time.Time) store.ItemErrors {
+	return AppendHistory(it.Errors, store.AttemptError{
+		Attempt: it.Meta.Attempts,
+		Error:   fmt.Sprintf("redriven from dead-letter queue '%s' by task %s", deadQueue, taskID),
+		At:      at.UTC(),
+	})
 }
 
 // RedriveKey is the source key of dead item id of deadQueue once redriven.
@@ -165,7 +200,8 @@ func RedriveKey(deadQueue string, id uint64) string { return sourceKey(whyRedriv
 type redriveOp struct{ items []RedriveItem }
 
 // TakeRedriven inserts dead items as fresh work: new ids, attempts 0,
-// redrive_count raised by one, dead-letter metadata and errors cleared. An
+// redrive_count raised by one, dead-letter metadata cleared, the attempt
+// history as given (RedriveItem.Errors). An
 // item whose SourceKey the queue already holds is not inserted again (a
 // redrive resumed after a crash). It returns when the items are durable.
 func (l *Logical) TakeRedriven(ctx context.Context, items []RedriveItem) error {
@@ -190,7 +226,8 @@ func (l *Logical) takeRedriven(it *iteration, op *redriveOp) {
 			Reference: ri.Body.Reference, Kind: ri.Body.Kind, Encoding: ri.Body.Encoding, Payload: ri.Body.Payload,
 			RedriveCount: ri.Body.RedriveCount + 1,
 		}
-		it.batch.Insert(p.num, x.meta(), body, store.ItemErrors{})
+		it.batch.Insert(p.num, x.meta(), body, ri.Errors)
+		x.hasErrs = !ri.Errors.IsZero()
 		l.addBody(it, x.bodyID, &body)
 	}
 }

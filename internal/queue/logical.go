@@ -149,6 +149,8 @@ type (
 	}
 	deleteOp struct {
 		refs []ItemRef
+		// exceptLeased skips leased items (DeleteDead).
+		exceptLeased bool
 	}
 	scheduledOp struct {
 		partition int32
@@ -322,6 +324,20 @@ type ItemRef struct {
 // apierr.Invalid error and nothing is deleted.
 func (l *Logical) Delete(ctx context.Context, refs []ItemRef) (int, error) {
 	v, err := l.call(ctx, &deleteOp{refs: refs}, false)
+	if err != nil {
+		return 0, err
+	}
+	return v.(int), nil
+}
+
+// DeleteDead removes the items of refs that are at rest: leased items (a
+// consumer of the dead-letter queue is working on them) are skipped, and so
+// are unknown ids. It returns how many it deleted; a partition that does
+// not exist is an apierr.Invalid error and nothing is deleted. The dead.*
+// calls and redrive tasks delete through it, so they never take an item
+// from under a consumer.
+func (l *Logical) DeleteDead(ctx context.Context, refs []ItemRef) (int, error) {
+	v, err := l.call(ctx, &deleteOp{refs: refs, exceptLeased: true}, false)
 	if err != nil {
 		return 0, err
 	}
@@ -662,7 +678,7 @@ func (l *Logical) handle(it *iteration, r *request) error {
 		n := 0
 		for _, ref := range op.refs {
 			p := l.parts[ref.Partition]
-			if x, ok := p.items[ref.ID]; ok {
+			if x, ok := p.items[ref.ID]; ok && !(op.exceptLeased && x.state == stateLeased) {
 				l.removeItem(it, p, x)
 				n++
 			}
@@ -762,14 +778,25 @@ func (l *Logical) produce(it *iteration, op *produceOp) {
 // expired items that are not leased.
 func (l *Logical) lifecycle(it *iteration) {
 	for _, p := range l.parts {
+		var expired []*item
 		for x := p.timed.popDue(it.now); x != nil; x = p.timed.popDue(it.now) {
 			if x.state == stateScheduled {
 				x.deadline = 0
 				p.setState(x, stateReady)
 				continue
 			}
-			// An expired lease is a failed attempt (counted when leased).
-			l.endLease(it, p, x, false, time.Time{})
+			expired = append(expired, x)
+		}
+		if len(expired) > 0 {
+			// An expired lease is a failed attempt (counted when leased),
+			// recorded in the item's attempt history.
+			if err := l.recordExpiredLeases(it, p, expired); err != nil {
+				it.err = err
+				return
+			}
+			for _, x := range expired {
+				l.endLease(it, p, x, false, time.Time{})
+			}
 		}
 		for x := p.expiries.popDue(it.now); x != nil; x = p.expiries.popDue(it.now) {
 			// A leased item dies of expiry when its lease ends.
@@ -788,6 +815,44 @@ func (l *Logical) lifecycle(it *iteration) {
 		}
 		l.toSend = l.toSend[:0]
 	}
+}
+
+// LeaseExpiredError is the attempt error recorded when a lease ends by its
+// deadline: "lease expired after 1m0s", with the queue's lease_timeout.
+func LeaseExpiredError(leaseTimeout time.Duration) string {
+	return "lease expired after " + leaseTimeout.String()
+}
+
+// recordExpiredLeases appends LeaseExpiredError to the attempt history of
+// each item (leased, in p, its lease past its deadline) and makes it the
+// item's last error, in this iteration's batch. It reads the stored history
+// of the items that may have one.
+func (l *Logical) recordExpiredLeases(it *iteration, p *partition, items []*item) error {
+	var withErr []uint64
+	for _, x := range items {
+		if x.hasErrs {
+			withErr = append(withErr, x.bodyID)
+		}
+	}
+	history := make(map[uint64]store.ItemErrors, len(withErr))
+	if len(withErr) > 0 {
+		_, errs, err := l.cfg.Store.ReadBodies(context.Background(), l.queueID, p.num, withErr)
+		if err != nil {
+			return fmt.Errorf("queue '%s': read errors: %w", l.name, err)
+		}
+		for i, id := range withErr {
+			history[id] = errs[i]
+		}
+	}
+	msg := LeaseExpiredError(l.info.LeaseTimeout)
+	at := time.Unix(0, it.now).UTC()
+	for _, x := range items {
+		h := AppendHistory(history[x.bodyID], store.AttemptError{Attempt: x.attempts, Error: msg, At: at})
+		h.LastError = msg
+		it.batch.SetErrors(p.num, x.meta(), h)
+		x.hasErrs = true
+	}
+	return nil
 }
 
 // endLease ends a lease without completion: the item is requeued (new id,

@@ -673,6 +673,12 @@ func (r *Runner) step(ctx context.Context, t *Task, dlq queue.Queue, items []sto
 				r.count(t, dest, 0, 0, 1)
 				continue
 			}
+			if it.Meta.Leased {
+				// A consumer of the dead-letter queue holds it: a redrive
+				// never takes an item from under a lease.
+				r.count(t, dest, 0, 0, 1)
+				continue
+			}
 			send = append(send, it)
 		}
 		if len(send) == 0 {
@@ -688,8 +694,10 @@ func (r *Runner) step(ctx context.Context, t *Task, dlq queue.Queue, items []sto
 		yield(dlq)
 		in := make([]queue.RedriveItem, len(send))
 		refs := make([]queue.ItemRef, len(send))
+		now := r.cfg.Clock.Now()
 		for i, it := range send {
-			in[i] = queue.RedriveItem{SourceKey: queue.RedriveKey(t.Queue, it.Meta.ID), Body: it.Body}
+			in[i] = queue.RedriveItem{SourceKey: queue.RedriveKey(t.Queue, it.Meta.ID), Body: it.Body,
+				Errors: queue.RedrivenHistory(&it, t.Queue, t.ID, now)}
 			refs[i] = queue.ItemRef{Partition: it.Partition, ID: it.Meta.ID}
 		}
 		if err := target.TakeRedriven(ctx, in); err != nil {
@@ -701,7 +709,7 @@ func (r *Runner) step(ctx context.Context, t *Task, dlq queue.Queue, items []sto
 			r.count(t, dest, 0, int64(len(send)), 0)
 			continue
 		}
-		n, err := dlq.Delete(ctx, refs)
+		n, err := dlq.DeleteDead(ctx, refs)
 		if err != nil {
 			// The items are in both queues; a later redrive finds the
 			// destination's copies and does not add them twice.
@@ -710,7 +718,13 @@ func (r *Runner) step(ctx context.Context, t *Task, dlq queue.Queue, items []sto
 			}
 			return fmt.Errorf("delete from dead-letter queue '%s': %w", t.Queue, err)
 		}
-		r.count(t, dest, int64(n), 0, 0)
+		if leased := len(send) - n; leased > 0 {
+			// Leased between the scan and the delete: the consumer keeps
+			// them, and the destination has a copy of each.
+			r.cfg.Log.Warn("redrive: items leased from the dead-letter queue while being redriven; the destination has a copy",
+				"task", t.ID, "dead_queue", t.Queue, "queue", dest, "items", leased)
+		}
+		r.count(t, dest, int64(n), 0, int64(len(send)-n))
 	}
 	return nil
 }
