@@ -2,7 +2,7 @@
 help: ## list targets
 	@grep -E '^[a-z-]+:.*##' $(MAKEFILE_LIST) | sed 's/:.*## /\t/'
 build: ## build the styx binary into ./bin
-	go build -o bin/styx ./cmd/styx
+	go build -ldflags "-X main.version=$$(git describe --tags --always --dirty 2>/dev/null)" -o bin/styx ./cmd/styx
 test: ## run every test with the race detector (the CI command)
 	go test -race -count=1 ./...
 lint: ## gofmt and go vet

@@ -97,7 +97,7 @@ func TestCLI(t *testing.T) {
 		require.Regexp(t, `max attempts\s+5`, out)
 		require.Regexp(t, `namespace\s+_system`, out, "the server's default namespace")
 
-		c.ok("queues", "update", "orders", "--reference", "team-a")
+		require.Equal(t, "updated queue orders: reference (none) → team-a\n", c.ok("queues", "update", "orders", "--reference", "team-a"))
 		out = c.ok("queues", "info", "orders")
 		require.Regexp(t, `reference\s+team-a`, out)
 		require.Regexp(t, `lease timeout\s+30s`, out, "update keeps the fields it was not given")
@@ -128,7 +128,7 @@ func TestCLI(t *testing.T) {
 		require.ErrorContains(t, err, "invalid namespace")
 
 		c.ok("queues", "create", "scratch")
-		c.ok("queues", "delete", "scratch")
+		c.ok("queues", "delete", "scratch", "--yes")
 		_, _, err = c.run("queues", "info", "scratch")
 		require.ErrorContains(t, err, "no such queue named 'scratch'")
 	})

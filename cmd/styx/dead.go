@@ -363,8 +363,11 @@ func (a *app) deadDeleteCmd() *cobra.Command {
 	cmd := &cobra.Command{
 		Use:   "delete QUEUE",
 		Short: "Delete the dead items that match the filter flags",
-		Long: `Delete a queue's items that match the filter flags for good. Without a
-filter flag every item of the queue matches, which --all must confirm.
+		Long: `Delete the dead items of a dead-letter queue that match the filter flags
+for good. Without a filter flag every dead item matches, which --all must
+confirm (the request then carries all: true). Leased items (a consumer of
+the dead-letter queue holds them) are never deleted, and a queue that is no
+queue's dead-letter queue is refused.
 
 Unless --yes, the matching items are counted first and the command asks
 "Delete N items from QUEUE? [y/N]" on stdin; any answer but y or yes
@@ -400,7 +403,9 @@ aborts (exit status 1). Items that die after the count are not deleted.`,
 					}
 					filter = pinDeadBefore(filter, last)
 				}
-				res, err := c.DeadDelete(cmd.Context(), &pb.DeadDeleteRequest{QueueName: name, Filter: filter})
+				// An empty filter reaches the server only with --all (checked
+				// above): all confirms it there too.
+				res, err := c.DeadDelete(cmd.Context(), &pb.DeadDeleteRequest{QueueName: name, Filter: filter, All: filter == nil})
 				if err != nil {
 					return err
 				}
@@ -418,15 +423,19 @@ aborts (exit status 1). Items that die after the count are not deleted.`,
 	return cmd
 }
 
-// countDead counts the items of queue name that match filter and returns
-// the latest dead_at among them (nil if none has one).
+// countDead counts the items of queue name that match filter and are not
+// leased (dead.delete skips leased items), and returns the latest dead_at
+// among them (nil if none has one).
 func countDead(ctx context.Context, c *styx.Client, name string, filter *pb.DeadFilter) (int, *timestamppb.Timestamp, error) {
 	n := 0
 	var last *timestamppb.Timestamp
 	err := eachDeadPage(ctx, c, &pb.DeadListRequest{QueueName: name, Filter: filter, Limit: deadPageSize, WithoutPayload: true},
 		func(items []*pb.StorageItem) error {
-			n += len(items)
 			for _, it := range items {
+				if it.IsLeased {
+					continue // never deleted: not counted
+				}
+				n++
 				if it.DeadAt != nil && (last == nil || it.DeadAt.AsTime().After(last.AsTime())) {
 					last = it.DeadAt
 				}
@@ -473,20 +482,23 @@ func confirm(r io.Reader, w io.Writer, prompt string) (bool, error) {
 
 func (a *app) deadRedriveCmd() *cobra.Command {
 	var (
-		ff              deadFilterFlags
-		to              string
-		rate            int32
-		dryRun, detach  bool
-		maxRedriveCount int32
+		ff                  deadFilterFlags
+		to                  string
+		rate                int32
+		dryRun, detach, all bool
+		maxRedriveCount     int32
 	)
 	cmd := &cobra.Command{
 		Use:   "redrive QUEUE",
 		Short: "Move dead items back to their source queue (or --to a queue)",
 		Long: `Start a redrive task on the server: it moves the items of a dead-letter
-queue that match the filter flags (every item without one), oldest first,
-back to the queue each died in, or all to --to. Redriven items start over
-with no attempts; items already redriven --max-redrive-count times are
-skipped, and so are items whose source queue no longer exists.
+queue that match the filter flags, oldest first, back to the queue each
+died in, or all to --to. Without a filter flag every dead item matches,
+which --all must confirm (not needed with --dry-run). Redriven items start
+over with no attempts and keep their attempt history, plus an entry saying
+when, by which task and from which dead-letter queue they were redriven.
+Items already redriven --max-redrive-count times are skipped, and so are
+leased items and items whose source queue no longer exists.
 
 --dry-run only counts the matching items, by destination queue.
 
@@ -503,10 +515,13 @@ Exits 1 if the task failed.`,
 			if err != nil {
 				return err
 			}
+			if filter == nil && !all && !dryRun {
+				return fmt.Errorf("refusing to redrive every item of %s without --all (or select items with %s)", name, deadFilterFlagNames)
+			}
 			return a.withClient(cmd, func(c *styx.Client) error {
 				task, err := c.DeadRedrive(cmd.Context(), &pb.DeadRedriveRequest{
 					QueueName: name, Filter: filter, Destination: to, RateLimit: rate,
-					DryRun: dryRun, MaxRedriveCount: maxRedriveCount,
+					DryRun: dryRun, MaxRedriveCount: maxRedriveCount, All: filter == nil,
 				})
 				if err != nil {
 					return err
@@ -536,6 +551,7 @@ Exits 1 if the task failed.`,
 	f.Int32Var(&maxRedriveCount, "max-redrive-count", 0,
 		"skip items already redriven this many times; 0 is the server's default (10), -1 is no limit")
 	f.BoolVar(&detach, "detach", false, "return once the task has started instead of following it")
+	f.BoolVar(&all, "all", false, "allow redriving every item of the queue (no filter flag)")
 	return cmd
 }
 

@@ -204,7 +204,9 @@ func TestDeadCLI(t *testing.T) {
 		require.ErrorContains(t, err, "no such queue named 'nowhere'")
 		c.waitDead("orders-dlq", 2)
 
-		out, errOut, err := c.run("dead", "redrive", "orders-dlq")
+		_, _, err = c.run("dead", "redrive", "orders-dlq")
+		require.ErrorContains(t, err, "refusing to redrive every item of orders-dlq without --all")
+		out, errOut, err := c.run("dead", "redrive", "orders-dlq", "--all")
 		require.NoError(t, err)
 		require.Regexp(t, `^redriving 2 items from orders-dlq to their source queues \(task (\S+)\); Ctrl-C cancels\n$`, errOut)
 		require.Regexp(t, `(?m)^status\s+completed$`, out)
@@ -273,7 +275,7 @@ func TestDeadRedriveInterrupt(t *testing.T) {
 	done := make(chan error, 1)
 	go func() {
 		root := newRootCmd(&stdout, &stderr)
-		root.SetArgs([]string{"dead", "redrive", "dlq", "--rate", "5", "--endpoint", c.endpoint})
+		root.SetArgs([]string{"dead", "redrive", "dlq", "--all", "--rate", "5", "--endpoint", c.endpoint})
 		done <- root.ExecuteContext(t.Context())
 	}()
 	// The line is printed once the interrupt is caught.

@@ -36,7 +36,11 @@ deadline, kind, reference and payload (printable UTF-8 as text, otherwise
 "base64:" and its base64). Complete or retry the items with their partition
 and id before the lease deadline, or they are handed out again.
 
-With no item before --timeout it prints "no items" on stderr and exits 0.`,
+With no item before --timeout it prints "no items" on stderr and exits 0.
+Any other 454 (retry) answer, such as "server shutting down" or an
+overloaded queue, is an error: printed on stderr with exit status 75
+(EX_TEMPFAIL: try again later), so a consumer loop does not mistake a
+server going away for a drained queue.`,
 		Args: exactArgs(1, "a QUEUE"),
 		RunE: func(cmd *cobra.Command, args []string) error {
 			return a.withClient(cmd, func(c *styx.Client) error {
@@ -48,7 +52,7 @@ With no item before --timeout it prints "no items" on stderr and exits 0.`,
 				res, err := c.QueueLease(ctx, &pb.QueueLeaseRequest{
 					QueueName: args[0], BatchSize: batch, ClientId: clientID, RequestTimeout: timeout.String(),
 				})
-				if styx.IsRetry(err) {
+				if isEmptyLease(err) {
 					_, _ = fmt.Fprintln(a.stderr, "no items")
 					return nil
 				}
@@ -72,6 +76,15 @@ With no item before --timeout it prints "no items" on stderr and exits 0.`,
 	f.StringVar(&clientID, "client-id", "", "id of this consumer, shown in the server's logs (default hostname-pid)")
 	f.DurationVar(&timeout, "timeout", 10*time.Second, "how long to wait for items (up to 15m)")
 	return cmd
+}
+
+// isEmptyLease reports whether err is the answer to a lease that found no
+// item before its request timeout: 454 with Querator's message "request
+// timeout; no items are in the queue, try again". Other 454 answers (a
+// server shutting down, an overloaded queue) are not.
+func isEmptyLease(err error) bool {
+	var e *styx.Error
+	return errors.As(err, &e) && e.Code == styx.CodeRetry && strings.HasPrefix(e.Message, "request timeout;")
 }
 
 // defaultClientID returns "<hostname>-<pid>".

@@ -6,7 +6,8 @@
 // Every client command takes --endpoint (env STYX_ENDPOINT, default
 // http://127.0.0.1:2319) and --json (print replies as protojson, one object
 // per line). Errors are printed as "styx: <message>" on stderr with exit
-// status 1.
+// status 1, or 75 when the server answered 454 (retry later: shutting down,
+// overloaded). `styx --version` prints the version.
 package main
 
 import (
@@ -25,14 +26,29 @@ func main() {
 	os.Exit(run(context.Background(), os.Args[1:], os.Stdout, os.Stderr))
 }
 
+// Exit statuses of run.
+const (
+	// exitError is any failure.
+	exitError = 1
+	// exitRetry is a failure the server asked to retry later (454: a
+	// server shutting down, an overloaded queue): EX_TEMPFAIL of
+	// sysexits.h.
+	exitRetry = 75
+)
+
 // run executes the command line args and returns the process exit status:
-// 0 on success, 1 on any error (printed to stderr).
+// 0 on success; exitRetry when the server answered 454 (retry later; a
+// lease that found no item is a success); exitError on any other error.
+// Errors are printed to stderr.
 func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 	root := newRootCmd(stdout, stderr)
 	root.SetArgs(args)
 	if err := root.ExecuteContext(ctx); err != nil {
 		_, _ = fmt.Fprintln(stderr, errorLine(err))
-		return 1
+		if styx.IsRetry(err) {
+			return exitRetry
+		}
+		return exitError
 	}
 	return 0
 }

@@ -3,6 +3,7 @@ package main
 import (
 	"errors"
 	"fmt"
+	"strings"
 	"time"
 
 	"github.com/spf13/cobra"
@@ -44,29 +45,58 @@ func (q *queueFlags) add(fs *pflag.FlagSet) {
 }
 
 // info returns a QueueInfo for queue name with only the flags set in fs,
-// and whether any was set.
-func (q *queueFlags) info(name string, fs *pflag.FlagSet) (*pb.QueueInfo, bool) {
+// and the update_mask naming exactly those fields (empty if none was set).
+// A flag given with a zero value (--max-attempts 0, --dead-queue '') is in
+// the mask: queues.update then sets the field to zero.
+func (q *queueFlags) info(name string, fs *pflag.FlagSet) (*pb.QueueInfo, []string) {
 	info := &pb.QueueInfo{QueueName: name}
-	set := false
+	var mask []string
 	if fs.Changed("lease-timeout") {
-		info.LeaseTimeout, set = q.leaseTimeout.String(), true
+		info.LeaseTimeout, mask = q.leaseTimeout.String(), append(mask, "lease_timeout")
 	}
 	if fs.Changed("expire-timeout") {
-		info.ExpireTimeout, set = q.expireTimeout.String(), true
+		info.ExpireTimeout, mask = q.expireTimeout.String(), append(mask, "expire_timeout")
 	}
 	if fs.Changed("max-attempts") {
-		info.MaxAttempts, set = q.maxAttempts, true
+		info.MaxAttempts, mask = q.maxAttempts, append(mask, "max_attempts")
 	}
 	if fs.Changed("partitions") {
-		info.RequestedPartitions, set = q.partitions, true
+		info.RequestedPartitions, mask = q.partitions, append(mask, "requested_partitions")
 	}
 	if fs.Changed("dead-queue") {
-		info.DeadQueue, set = q.deadQueue, true
+		info.DeadQueue, mask = q.deadQueue, append(mask, "dead_queue")
 	}
 	if fs.Changed("reference") {
-		info.Reference, set = q.reference, true
+		info.Reference, mask = q.reference, append(mask, "reference")
 	}
-	return info, set
+	return info, mask
+}
+
+// queueChanges describes how a queue's settings went from before to after,
+// one "name old → new" per changed setting (nil when none changed).
+func queueChanges(before, after *pb.QueueInfo) []string {
+	var out []string
+	for _, f := range []struct{ name, old, new string }{
+		{"lease_timeout", before.LeaseTimeout, after.LeaseTimeout},
+		{"expire_timeout", before.ExpireTimeout, after.ExpireTimeout},
+		{"max_attempts", maxAttempts(before.MaxAttempts), maxAttempts(after.MaxAttempts)},
+		{"partitions", fmt.Sprint(before.RequestedPartitions), fmt.Sprint(after.RequestedPartitions)},
+		{"dead_queue", orNone(before.DeadQueue), orNone(after.DeadQueue)},
+		{"reference", orNone(before.Reference), orNone(after.Reference)},
+	} {
+		if f.old != f.new {
+			out = append(out, fmt.Sprintf("%s %s → %s", f.name, f.old, f.new))
+		}
+	}
+	return out
+}
+
+// orNone returns s, or "(none)" when empty.
+func orNone(s string) string {
+	if s == "" {
+		return "(none)"
+	}
+	return s
 }
 
 func (a *app) queuesCreateCmd() *cobra.Command {
@@ -99,17 +129,41 @@ func (a *app) queuesUpdateCmd() *cobra.Command {
 	cmd := &cobra.Command{
 		Use:   "update NAME",
 		Short: "Change the given settings of a queue; the others are kept",
-		Args:  exactArgs(1, "a queue NAME"),
+		Long: `Change the settings given as flags; the others are kept. A flag given
+with a zero value sets it: --dead-queue '' removes the dead-letter queue,
+--max-attempts 0 makes attempts unlimited, --reference '' clears the
+reference (the request's update_mask lists exactly the flags given).
+
+Prints each setting that changed ("max_attempts 3 → unlimited"), or that
+nothing changed when every given value was already the queue's. --json
+prints the queue's configuration after the update.`,
+		Args: exactArgs(1, "a queue NAME"),
 		RunE: func(cmd *cobra.Command, args []string) error {
-			info, set := q.info(args[0], cmd.Flags())
-			if !set {
+			info, mask := q.info(args[0], cmd.Flags())
+			if len(mask) == 0 {
 				return errors.New("nothing to update: give at least one of " + queueFlagNames)
 			}
+			info.UpdateMask = mask
 			return a.withClient(cmd, func(c *styx.Client) error {
+				before, err := c.QueuesInfo(cmd.Context(), &pb.QueuesInfoRequest{QueueName: args[0]})
+				if err != nil {
+					return err
+				}
 				if err := c.QueuesUpdate(cmd.Context(), info); err != nil {
 					return err
 				}
-				return a.done("updated queue %s", args[0])
+				after, err := c.QueuesInfo(cmd.Context(), &pb.QueuesInfoRequest{QueueName: args[0]})
+				if err != nil {
+					return fmt.Errorf("updated queue %s, but reading it back failed: %w", args[0], err)
+				}
+				if a.json {
+					return writeJSON(a.stdout, after)
+				}
+				changes := queueChanges(before, after)
+				if len(changes) == 0 {
+					return a.done("queue %s unchanged: it already had those settings", args[0])
+				}
+				return a.done("updated queue %s: %s", args[0], strings.Join(changes, ", "))
 			})
 		},
 	}
@@ -197,19 +251,57 @@ func (a *app) queuesListCmd() *cobra.Command {
 }
 
 func (a *app) queuesDeleteCmd() *cobra.Command {
-	return &cobra.Command{
+	var yes bool
+	cmd := &cobra.Command{
 		Use:   "delete NAME",
 		Short: "Delete a queue and all its items",
-		Args:  exactArgs(1, "a queue NAME"),
+		Long: `Delete a queue with every item it holds, leased and dead ones included.
+A queue that is another queue's dead-letter queue cannot be deleted; remove
+it from that queue first (styx queues update SOURCE --dead-queue '').
+
+Unless --yes, the command first shows what will be lost and asks
+"Delete queue NAME and its N items (L leased, D dead)? [y/N]" on stdin; any
+answer but y or yes aborts (exit status 1).`,
+		Args: exactArgs(1, "a queue NAME"),
 		RunE: func(cmd *cobra.Command, args []string) error {
+			name := args[0]
 			return a.withClient(cmd, func(c *styx.Client) error {
-				if err := c.QueuesDelete(cmd.Context(), &pb.QueuesDeleteRequest{QueueName: args[0]}); err != nil {
+				if !yes {
+					st, err := c.QueueStats(cmd.Context(), &pb.QueueStatsRequest{QueueName: name})
+					if err != nil {
+						return err
+					}
+					var total, leased, dead int64
+					for _, lq := range st.LogicalQueues {
+						for _, p := range lq.Partitions {
+							total += int64(p.Total)
+							leased += int64(p.TotalLeased)
+						}
+					}
+					for _, n := range st.DeadByReason {
+						dead += n
+					}
+					prompt := fmt.Sprintf("Delete queue %s and its %s (%d leased, %d dead)? [y/N] ", name, plural(int(total), "item"), leased, dead)
+					if total == 0 {
+						prompt = fmt.Sprintf("Delete queue %s (it holds no items)? [y/N] ", name)
+					}
+					ok, err := confirm(cmd.InOrStdin(), a.stderr, prompt)
+					if err != nil {
+						return err
+					}
+					if !ok {
+						return errors.New("aborted: nothing deleted")
+					}
+				}
+				if err := c.QueuesDelete(cmd.Context(), &pb.QueuesDeleteRequest{QueueName: name}); err != nil {
 					return err
 				}
-				return a.done("deleted queue %s", args[0])
+				return a.done("deleted queue %s", name)
 			})
 		},
 	}
+	cmd.Flags().BoolVar(&yes, "yes", false, "do not show what will be lost and ask for confirmation")
+	return cmd
 }
 
 // done reports a successful command that has no reply to print: a line on

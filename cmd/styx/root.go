@@ -50,7 +50,9 @@ Run a server with 'styx server'; every other command is a client of one
 (--endpoint, env STYX_ENDPOINT, default ` + styx.DefaultEndpoint + `).`,
 		SilenceUsage:  true,
 		SilenceErrors: true,
+		Version:       buildVersion(),
 	}
+	root.SetVersionTemplate("styx {{.Version}}\n")
 	root.SetOut(a.stdout)
 	root.SetErr(a.stderr)
 	root.SetFlagErrorFunc(func(cmd *cobra.Command, err error) error {
