@@ -109,7 +109,7 @@ type (
 		partition int32
 		items     []store.Item
 	}
-	deleteOp  struct {
+	deleteOp struct {
 		refs         []queue.ItemRef
 		exceptLeased bool // DeleteDead
 	}
