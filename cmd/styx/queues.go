@@ -46,7 +46,7 @@ func (q *queueFlags) add(fs *pflag.FlagSet) {
 
 // info returns a QueueInfo for queue name with only the flags set in fs,
 // and the update_mask naming exactly those fields (empty if none was set).
-// A flag given with a zero value (--max-attempts 0, --dead-queue ”) is in
+// A flag given with a zero value (--max-attempts 0, --dead-queue "") is in
 // the mask: queues.update then sets the field to zero.
 func (q *queueFlags) info(name string, fs *pflag.FlagSet) (*pb.QueueInfo, []string) {
 	info := &pb.QueueInfo{QueueName: name}

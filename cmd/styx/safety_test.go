@@ -69,7 +69,7 @@ func TestQueuesDeleteAsks(t *testing.T) {
 	require.Equal(t, "deleted queue empty\n", out)
 }
 
-// TestQueuesUpdateZeroValues: --max-attempts 0 and --dead-queue ” change
+// TestQueuesUpdateZeroValues: --max-attempts 0 and --dead-queue "" change
 // the queue, and an update that changes nothing says so.
 func TestQueuesUpdateZeroValues(t *testing.T) {
 	d := startDaemon(t)
