@@ -212,7 +212,13 @@ func (c *Client) QueuesCreate(ctx context.Context, req *pb.QueueInfo) error {
 	return c.do(ctx, "/v1/queues.create", req, &v1.Reply{})
 }
 
-// QueuesUpdate changes the set fields of a queue's configuration.
+// QueuesUpdate changes a queue's configuration. Without req.UpdateMask (a
+// Styx extension) it changes the fields that are set and keeps the others,
+// as for Querator's clients. With it, it sets exactly the fields listed
+// (JSON names: "lease_timeout", "expire_timeout", "max_attempts",
+// "requested_partitions", "dead_queue", "reference"), zero values included:
+// UpdateMask {"dead_queue"} with DeadQueue "" removes the dead-letter queue.
+// An update that names no field is refused with CodeBadRequest.
 func (c *Client) QueuesUpdate(ctx context.Context, req *pb.QueueInfo) error {
 	return c.do(ctx, "/v1/queues.update", req, &v1.Reply{})
 }
@@ -269,7 +275,8 @@ func (c *Client) Close() {
 	c.http.CloseIdleConnections()
 }
 
-// DeadList lists a queue's items matching req.Filter, oldest first, with
+// DeadList lists a dead-letter queue's items matching req.Filter (a queue
+// that is no queue's dead_queue is refused with CodeBadRequest), oldest first, with
 // their dead-letter metadata. Continue with req.Pivot = NextPivot until it is
 // empty; a page may be short while NextPivot is set.
 func (c *Client) DeadList(ctx context.Context, req *pb.DeadListRequest) (*pb.DeadListResponse, error) {
@@ -277,16 +284,21 @@ func (c *Client) DeadList(ctx context.Context, req *pb.DeadListRequest) (*pb.Dea
 	return out, c.do(ctx, "/v1/dead.list", req, out)
 }
 
-// DeadDelete deletes a queue's items matching req.Filter (an empty filter
-// matches every item) and returns how many were deleted.
+// DeadDelete deletes the dead items of a dead-letter queue that match
+// req.Filter and returns how many were deleted. An empty filter (every dead
+// item) must be confirmed with req.All; leased items are never deleted. A
+// queue that is no queue's dead_queue is refused with CodeBadRequest.
 func (c *Client) DeadDelete(ctx context.Context, req *pb.DeadDeleteRequest) (*pb.DeadDeleteResponse, error) {
 	out := &pb.DeadDeleteResponse{}
 	return out, c.do(ctx, "/v1/dead.delete", req, out)
 }
 
 // DeadRedrive starts a redrive task moving matching dead items back to their
-// source queue (or req.Destination). With DryRun it only counts them. A
-// second task on the same queue while one runs is refused with CodeConflict.
+// source queue (or req.Destination). With DryRun it only counts them. An
+// empty filter must be confirmed with req.All (not with DryRun); leased
+// items are skipped; a queue that is no queue's dead_queue is refused with
+// CodeBadRequest. A second task on the same queue while one runs is refused
+// with CodeConflict.
 func (c *Client) DeadRedrive(ctx context.Context, req *pb.DeadRedriveRequest) (*pb.RedriveTask, error) {
 	out := &pb.RedriveTask{}
 	return out, c.do(ctx, "/v1/dead.redrive", req, out)
