@@ -87,6 +87,10 @@ type Config struct {
 	// client certificate fails. Requires TLSCertFile. Empty: no client
 	// certificates asked for.
 	TLSClientCAFile string
+	// UI, when set, serves the web UI's static assets under /ui/, open
+	// without a key even with Auth (transport.Config.UI): the hook for the
+	// web package. Nil: no UI.
+	UI http.Handler
 	// DebugListen, when set, is a TCP address serving Go's pprof profiles
 	// at /debug/pprof/ (keep it on loopback). Empty (the default) is off.
 	DebugListen string
@@ -307,7 +311,7 @@ func (d *Daemon) serve(ctx context.Context, m queue.Queues, tasks store.TaskStor
 	}
 	h := transport.NewHandler(transport.Config{
 		Service: service.New(m, d.redrives, cfg.Clock), Metrics: d.Metrics, Log: cfg.Log, MaxRequestBytes: cfg.MaxRequestBytes,
-		Keys: keys, Auth: cfg.Auth,
+		Keys: keys, Auth: cfg.Auth, UI: cfg.UI,
 	})
 	d.listener, err = net.Listen("tcp", cfg.Listen)
 	if err != nil {

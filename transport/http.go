@@ -52,6 +52,11 @@ type Config struct {
 	// this handler (the web UI's static assets under /ui/), stay open.
 	// Requires Keys.
 	Auth bool
+	// UI, when set, serves the web UI under /ui/ (static assets) without
+	// a key, whatever Auth says: the UI asks the user for a key and sends
+	// it on its own /v1 calls as "Authorization: Bearer <key>", which are
+	// checked as any other client's. Nil: /ui/ is 501 like any unknown path.
+	UI http.Handler
 }
 
 // Handler is the server's http.Handler.
@@ -132,6 +137,10 @@ func (h *Handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 			return
 		}
 		promhttp.HandlerFor(h.cfg.Metrics.Registry, promhttp.HandlerOpts{}).ServeHTTP(w, r)
+		return
+	}
+	if h.cfg.UI != nil && auth.Public(r.URL.Path) {
+		h.cfg.UI.ServeHTTP(w, r)
 		return
 	}
 	route, found := h.routes[r.URL.Path]

@@ -180,8 +180,8 @@ func ParseAuthorization(header string) (string, error) {
 	if len(header) > MaxHeaderBytes {
 		return "", malformed("longer than %d bytes", MaxHeaderBytes)
 	}
-	scheme, token, found := strings.Cut(header, " ")
-	if !found || !strings.EqualFold(scheme, "Bearer") {
+	scheme, token, _ := strings.Cut(header, " ")
+	if !strings.EqualFold(scheme, "Bearer") {
 		return "", malformed("the scheme must be Bearer")
 	}
 	token = strings.TrimLeft(token, " ")
