@@ -180,6 +180,25 @@ func (c *Config) Loopback() bool {
 	return ip != nil && ip.IsLoopback()
 }
 
+// Warnings returns what is unsafe about a valid configuration, each said
+// loudly at start-up (WARN): auth without TLS on a non-loopback address
+// (keys and payloads cross the network in clear text), and --insecure.
+func (c *Config) Warnings() []string {
+	var out []string
+	if c.Loopback() {
+		return nil
+	}
+	if c.Auth && !c.TLS() {
+		out = append(out, "INSECURE: auth is on but TLS is off on a non-loopback address: API keys and payloads cross "+
+			"the network in clear text and can be read or replayed by anyone on the path; set --tls-cert and --tls-key")
+	}
+	if !c.Auth {
+		out = append(out, "INSECURE: --insecure: serving a non-loopback address without auth; anyone who reaches it can "+
+			"read every payload, delete every queue and redrive any dead-letter queue")
+	}
+	return out
+}
+
 // TLS reports whether the server speaks HTTPS.
 func (c *Config) TLS() bool { return c.TLSCertFile != "" }
 
@@ -331,12 +350,8 @@ func (d *Daemon) serve(ctx context.Context, m queue.Queues, tasks store.TaskStor
 			return nil, err
 		}
 	}
-	if cfg.Auth && !cfg.TLS() && !cfg.Loopback() {
-		cfg.Log.Warn("INSECURE: auth is on but TLS is off on a non-loopback address: API keys and payloads cross the network "+
-			"in clear text and can be read or replayed by anyone on the path; set --tls-cert and --tls-key", "listen", cfg.Listen)
-	}
-	if !cfg.Auth && !cfg.Loopback() {
-		cfg.Log.Warn("INSECURE: --insecure: serving a non-loopback address without auth; anyone who reaches it can do anything", "listen", cfg.Listen)
+	for _, w := range cfg.Warnings() {
+		cfg.Log.Warn(w, "listen", cfg.Listen)
 	}
 	attrs := []any{"listen", d.listener.Addr().String(), "storage", cfg.Storage, "auth", cfg.Auth, "tls", cfg.TLS()}
 	if cfg.Store == nil && cfg.Storage == StoragePebble {
