@@ -11,10 +11,13 @@ package styx
 import (
 	"bytes"
 	"context"
+	"crypto/tls"
+	"crypto/x509"
 	"errors"
 	"fmt"
 	"io"
 	"net/http"
+	"os"
 	"strings"
 	"time"
 
@@ -32,14 +35,29 @@ type ClientConfig struct {
 	// Endpoint is the server's base URL. Defaults to DefaultEndpoint.
 	Endpoint string
 	// HTTPClient sends the requests. Defaults to a client with no overall
-	// timeout (leases long-poll; bound them with the context).
+	// timeout (leases long-poll; bound them with the context), using TLS
+	// and CAFile for https:// endpoints. When set, TLS and CAFile are
+	// ignored: configure its transport yourself.
 	HTTPClient *http.Client
+	// APIKey, when set, is sent with every request as "Authorization:
+	// Bearer <APIKey>" (as Querator's ClientConfig.APIKey is), for a server
+	// started with --auth. Empty sends no Authorization header.
+	APIKey string
+	// TLS configures https:// connections (client certificates for mutual
+	// TLS, root CAs, server name). Nil uses Go's defaults: the system roots,
+	// plus CAFile when set.
+	TLS *tls.Config
+	// CAFile names a PEM file of CA certificates to trust for https://
+	// endpoints, added to TLS.RootCAs (or used alone when TLS is nil:
+	// the server's certificate must chain to one of them). Empty: none.
+	CAFile string
 }
 
 // Client calls a Styx (or Querator) server. It is safe for concurrent use.
 type Client struct {
 	endpoint string
 	http     *http.Client
+	auth     string // the Authorization header value; empty for none
 }
 
 // NewClient returns a client. It does not connect.
@@ -51,19 +69,57 @@ func NewClient(cfg ClientConfig) (*Client, error) {
 		return nil, fmt.Errorf("styx: endpoint %q must start with http:// or https://", cfg.Endpoint)
 	}
 	if cfg.HTTPClient == nil {
+		tc, err := clientTLS(cfg)
+		if err != nil {
+			return nil, err
+		}
 		cfg.HTTPClient = &http.Client{Transport: &http.Transport{
+			Proxy:               http.ProxyFromEnvironment,
+			TLSClientConfig:     tc,
 			MaxIdleConnsPerHost: 64,
 			IdleConnTimeout:     90 * time.Second,
 		}}
 	}
-	return &Client{endpoint: strings.TrimRight(cfg.Endpoint, "/"), http: cfg.HTTPClient}, nil
+	var auth string
+	if cfg.APIKey != "" {
+		auth = "Bearer " + cfg.APIKey
+	}
+	return &Client{endpoint: strings.TrimRight(cfg.Endpoint, "/"), http: cfg.HTTPClient, auth: auth}, nil
+}
+
+// clientTLS returns cfg.TLS (cloned) with the certificates of cfg.CAFile
+// added to its roots.
+func clientTLS(cfg ClientConfig) (*tls.Config, error) {
+	var tc *tls.Config
+	if cfg.TLS != nil {
+		tc = cfg.TLS.Clone()
+	}
+	if cfg.CAFile == "" {
+		return tc, nil
+	}
+	pem, err := os.ReadFile(cfg.CAFile)
+	if err != nil {
+		return nil, fmt.Errorf("styx: CA file: %w", err)
+	}
+	if tc == nil {
+		tc = &tls.Config{}
+	}
+	if tc.RootCAs == nil {
+		tc.RootCAs = x509.NewCertPool()
+	}
+	if !tc.RootCAs.AppendCertsFromPEM(pem) {
+		return nil, fmt.Errorf("styx: CA file %s holds no PEM certificate", cfg.CAFile)
+	}
+	return tc, nil
 }
 
 // Error is a request the server answered with a code other than 200.
 type Error struct {
 	// Code is the DUH-RPC code, equal to the HTTP status: 400 invalid
 	// request (including a queue that does not exist: see
-	// IsQueueNotExist), 404 not found (a redrive task), 409 conflict, 454
+	// IsQueueNotExist), 401 no valid API key (CodeUnauthorized), 403 the
+	// key lacks the call's scope or does not cover its queue
+	// (CodeForbidden), 404 not found (a redrive task), 409 conflict, 454
 	// retry (no items before the request timeout, or an overloaded queue),
 	// 455 bad content, 500 internal, 501 no such method.
 	Code int
@@ -78,12 +134,14 @@ func (e *Error) Error() string { return fmt.Sprintf("%d: %s", e.Code, e.Message)
 
 // Codes of Error.Code.
 const (
-	CodeBadRequest = 400
-	CodeNotFound   = 404
-	CodeConflict   = 409
-	CodeRetry      = 454
-	CodeBadContent = 455
-	CodeInternal   = 500
+	CodeBadRequest   = 400
+	CodeUnauthorized = 401
+	CodeForbidden    = 403
+	CodeNotFound     = 404
+	CodeConflict     = 409
+	CodeRetry        = 454
+	CodeBadContent   = 455
+	CodeInternal     = 500
 )
 
 // ErrorCode returns the DUH-RPC code of err, or 0 if err is not an *Error.
@@ -128,6 +186,9 @@ func (c *Client) do(ctx context.Context, path string, in, out proto.Message) err
 	}
 	req.Header.Set("Content-Type", "application/protobuf")
 	req.Header.Set("Accept", "application/protobuf")
+	if c.auth != "" {
+		req.Header.Set("Authorization", c.auth)
+	}
 	resp, err := c.http.Do(req)
 	if err != nil {
 		return fmt.Errorf("styx: %s: %w", path, err)
@@ -322,4 +383,23 @@ func (c *Client) RedrivesGet(ctx context.Context, req *pb.RedriveTaskRequest) (*
 func (c *Client) RedrivesCancel(ctx context.Context, req *pb.RedriveTaskRequest) (*pb.RedriveTask, error) {
 	out := &pb.RedriveTask{}
 	return out, c.do(ctx, "/v1/redrives.cancel", req, out)
+}
+
+// KeysCreate creates an API key (admin scope on a key without queue
+// patterns). The reply's Key is the secret: it is shown only here.
+func (c *Client) KeysCreate(ctx context.Context, req *pb.KeysCreateRequest) (*pb.KeysCreateResponse, error) {
+	out := &pb.KeysCreateResponse{}
+	return out, c.do(ctx, "/v1/keys.create", req, out)
+}
+
+// KeysList lists the API keys by name, without their secrets.
+func (c *Client) KeysList(ctx context.Context, req *pb.KeysListRequest) (*pb.KeysListResponse, error) {
+	out := &pb.KeysListResponse{}
+	return out, c.do(ctx, "/v1/keys.list", req, out)
+}
+
+// KeysDelete deletes an API key: requests with it are refused (401) from
+// the moment this returns. Unknown name: CodeNotFound.
+func (c *Client) KeysDelete(ctx context.Context, req *pb.KeysDeleteRequest) error {
+	return c.do(ctx, "/v1/keys.delete", req, &v1.Reply{})
 }

@@ -5,16 +5,20 @@ package daemon
 
 import (
 	"context"
+	"crypto/tls"
+	"crypto/x509"
 	"errors"
 	"fmt"
 	"log/slog"
 	"net"
 	"net/http"
 	"net/http/pprof"
+	"os"
 	"strings"
 	"syscall"
 	"time"
 
+	"github.com/styxq/styx/internal/auth"
 	"github.com/styxq/styx/internal/clock"
 	"github.com/styxq/styx/internal/pgqueue"
 	"github.com/styxq/styx/internal/queue"
@@ -60,6 +64,33 @@ type Config struct {
 	// ShutdownTimeout bounds how long Close waits for in-flight requests.
 	// Defaults to 30s.
 	ShutdownTimeout time.Duration
+	// Auth makes every /v1 call and /metrics require an API key
+	// (internal/auth, docs/security.md); /health stays open. Defaults to
+	// false, which Validate accepts only on a loopback Listen address or
+	// with Insecure.
+	Auth bool
+	// Insecure allows a non-loopback Listen address without Auth: anyone
+	// who reaches the port can do anything. Defaults to false.
+	Insecure bool
+	// AdminKeyFile names a file whose content (surrounding whitespace
+	// trimmed; at least 32 characters) is a bootstrap admin key, named
+	// "bootstrap-admin", that is never stored. Rotate it by changing the
+	// file and restarting. Requires Auth. Empty: none.
+	AdminKeyFile string
+	// TLSCertFile and TLSKeyFile are PEM files of the server's certificate
+	// (chain) and private key; with both set the server speaks HTTPS only.
+	// Empty: plain HTTP.
+	TLSCertFile string
+	TLSKeyFile  string
+	// TLSClientCAFile is a PEM file of the CA certificates client
+	// certificates must chain to; set, a TLS handshake without a valid
+	// client certificate fails. Requires TLSCertFile. Empty: no client
+	// certificates asked for.
+	TLSClientCAFile string
+	// UI, when set, serves the web UI's static assets under /ui/, open
+	// without a key even with Auth (transport.Config.UI): the hook for the
+	// web package. Nil: no UI.
+	UI http.Handler
 	// DebugListen, when set, is a TCP address serving Go's pprof profiles
 	// at /debug/pprof/ (keep it on loopback). Empty (the default) is off.
 	DebugListen string
@@ -118,7 +149,95 @@ func (c *Config) Validate() error {
 	if c.ShutdownTimeout < 0 {
 		return fmt.Errorf("shutdown_timeout: %s is negative", c.ShutdownTimeout)
 	}
+	if !c.Auth && !c.Insecure && !c.Loopback() {
+		return fmt.Errorf("listen: %s is not a loopback address and auth is off: anyone who reaches the port could "+
+			"read every payload and delete every queue; turn on --auth (env STYX_AUTH, YAML auth) or, to accept that, pass --insecure", c.Listen)
+	}
+	if c.AdminKeyFile != "" && !c.Auth {
+		return errors.New("admin_key_file: set, but auth is off; add --auth")
+	}
+	if (c.TLSCertFile == "") != (c.TLSKeyFile == "") {
+		return errors.New("tls_cert, tls_key: set both or neither")
+	}
+	if c.TLSClientCAFile != "" && c.TLSCertFile == "" {
+		return errors.New("tls_client_ca: client certificates need TLS; set tls_cert and tls_key")
+	}
 	return nil
+}
+
+// Loopback reports whether Listen's host is a loopback address (127.0.0.0/8,
+// ::1 or "localhost"). An empty host, 0.0.0.0, :: and any other name are
+// not: they may be reached from other machines.
+func (c *Config) Loopback() bool {
+	host, _, err := net.SplitHostPort(c.Listen)
+	if err != nil {
+		return false
+	}
+	if strings.EqualFold(host, "localhost") {
+		return true
+	}
+	ip := net.ParseIP(host)
+	return ip != nil && ip.IsLoopback()
+}
+
+// Warnings returns what is unsafe about a valid configuration, each said
+// loudly at start-up (WARN): auth without TLS on a non-loopback address
+// (keys and payloads cross the network in clear text), and --insecure.
+func (c *Config) Warnings() []string {
+	var out []string
+	if c.Loopback() {
+		return nil
+	}
+	if c.Auth && !c.TLS() {
+		out = append(out, "INSECURE: auth is on but TLS is off on a non-loopback address: API keys and payloads cross "+
+			"the network in clear text and can be read or replayed by anyone on the path; set --tls-cert and --tls-key")
+	}
+	if !c.Auth {
+		out = append(out, "INSECURE: --insecure: serving a non-loopback address without auth; anyone who reaches it can "+
+			"read every payload, delete every queue and redrive any dead-letter queue")
+	}
+	return out
+}
+
+// TLS reports whether the server speaks HTTPS.
+func (c *Config) TLS() bool { return c.TLSCertFile != "" }
+
+// tlsConfig loads the certificate, key and client CAs.
+func (c *Config) tlsConfig() (*tls.Config, error) {
+	cert, err := tls.LoadX509KeyPair(c.TLSCertFile, c.TLSKeyFile)
+	if err != nil {
+		return nil, fmt.Errorf("tls_cert, tls_key: %w", err)
+	}
+	tc := &tls.Config{Certificates: []tls.Certificate{cert}, MinVersion: tls.VersionTLS12}
+	if c.TLSClientCAFile != "" {
+		pem, err := os.ReadFile(c.TLSClientCAFile)
+		if err != nil {
+			return nil, fmt.Errorf("tls_client_ca: %w", err)
+		}
+		pool := x509.NewCertPool()
+		if !pool.AppendCertsFromPEM(pem) {
+			return nil, fmt.Errorf("tls_client_ca: %s holds no PEM certificate", c.TLSClientCAFile)
+		}
+		tc.ClientCAs, tc.ClientAuth = pool, tls.RequireAndVerifyClientCert
+	}
+	return tc, nil
+}
+
+// keys opens the API keys over ks, with the bootstrap admin key read from
+// AdminKeyFile.
+func (c *Config) keys(ks store.KeyStore) (*auth.Keys, error) {
+	var bootstrap string
+	if c.AdminKeyFile != "" {
+		b, err := os.ReadFile(c.AdminKeyFile)
+		if err != nil {
+			return nil, fmt.Errorf("admin_key_file: %w", err)
+		}
+		bootstrap = strings.TrimSpace(string(b))
+		if err := auth.CheckBootstrapKey(bootstrap); err != nil {
+			return nil, fmt.Errorf("admin_key_file %s: %w", c.AdminKeyFile, err)
+		}
+	}
+	return auth.New(auth.Config{Store: ks, BootstrapKey: bootstrap, Clock: c.Clock, Log: c.Log})
 }
 
 // Daemon is a running server.
@@ -170,7 +289,7 @@ func New(ctx context.Context, cfg Config) (*Daemon, error) {
 		d.closeStore()
 		return nil, err
 	}
-	return d.serve(ctx, m, d.store)
+	return d.serve(ctx, m, d.store, d.store)
 }
 
 // startPostgres starts a node on the postgres backend: the pgqueue manager
@@ -181,15 +300,28 @@ func (d *Daemon) startPostgres(ctx context.Context) (*Daemon, error) {
 	if err != nil {
 		return nil, fmt.Errorf("open storage: %w", err)
 	}
-	return d.serve(ctx, m, m.Store())
+	return d.serve(ctx, m, m.Store(), m.Store())
 }
 
 // serve starts the redrive runner and the HTTP server over m.
-func (d *Daemon) serve(ctx context.Context, m queue.Queues, tasks store.TaskStore) (*Daemon, error) {
+func (d *Daemon) serve(ctx context.Context, m queue.Queues, tasks store.TaskStore, ks store.KeyStore) (*Daemon, error) {
 	cfg := d.cfg
 	d.manager = m
 	d.Metrics.RegisterQueueSampler(m.Sample)
-	var err error
+	keys, err := cfg.keys(ks)
+	if err != nil {
+		m.Close()
+		d.closeStore()
+		return nil, err
+	}
+	var tlsCfg *tls.Config
+	if cfg.TLS() {
+		if tlsCfg, err = cfg.tlsConfig(); err != nil {
+			m.Close()
+			d.closeStore()
+			return nil, err
+		}
+	}
 	d.redrives, err = redrive.New(ctx, redrive.Config{Queues: m, Store: tasks, Clock: cfg.Clock, Log: cfg.Log, Metrics: d.Metrics})
 	if err != nil {
 		m.Close()
@@ -198,6 +330,7 @@ func (d *Daemon) serve(ctx context.Context, m queue.Queues, tasks store.TaskStor
 	}
 	h := transport.NewHandler(transport.Config{
 		Service: service.New(m, d.redrives, cfg.Clock), Metrics: d.Metrics, Log: cfg.Log, MaxRequestBytes: cfg.MaxRequestBytes,
+		Keys: keys, Auth: cfg.Auth, UI: cfg.UI,
 	})
 	d.listener, err = net.Listen("tcp", cfg.Listen)
 	if err != nil {
@@ -205,6 +338,9 @@ func (d *Daemon) serve(ctx context.Context, m queue.Queues, tasks store.TaskStor
 		m.Close()
 		d.closeStore()
 		return nil, fmt.Errorf("listen on %s: %w", cfg.Listen, err)
+	}
+	if tlsCfg != nil {
+		d.listener = tls.NewListener(d.listener, tlsCfg)
 	}
 	d.server = &http.Server{Handler: h, ReadHeaderTimeout: 10 * time.Second, IdleTimeout: 2 * time.Minute, ErrorLog: slog.NewLogLogger(cfg.Log.Handler(), slog.LevelWarn)}
 	go func() { d.served <- d.server.Serve(d.listener) }()
@@ -214,7 +350,10 @@ func (d *Daemon) serve(ctx context.Context, m queue.Queues, tasks store.TaskStor
 			return nil, err
 		}
 	}
-	attrs := []any{"listen", d.listener.Addr().String(), "storage", cfg.Storage}
+	for _, w := range cfg.Warnings() {
+		cfg.Log.Warn(w, "listen", cfg.Listen)
+	}
+	attrs := []any{"listen", d.listener.Addr().String(), "storage", cfg.Storage, "auth", cfg.Auth, "tls", cfg.TLS()}
 	if cfg.Store == nil && cfg.Storage == StoragePebble {
 		attrs = append(attrs, "data_dir", cfg.DataDir, "sync", !cfg.NoSync)
 	}
@@ -225,8 +364,14 @@ func (d *Daemon) serve(ctx context.Context, m queue.Queues, tasks store.TaskStor
 // Addr returns the address the server listens on.
 func (d *Daemon) Addr() string { return d.listener.Addr().String() }
 
-// Endpoint returns the server's base URL, for a client.
-func (d *Daemon) Endpoint() string { return "http://" + d.Addr() }
+// Endpoint returns the server's base URL, for a client: https:// when it
+// serves TLS.
+func (d *Daemon) Endpoint() string {
+	if d.cfg.TLS() {
+		return "https://" + d.Addr()
+	}
+	return "http://" + d.Addr()
+}
 
 // Close shuts down gracefully: it stops accepting connections, lets the
 // logical queues finish the requests they took (waiting leases are answered

@@ -20,6 +20,9 @@ func TestConfigValidate(t *testing.T) {
 		{"Listen", daemon.Config{Listen: "nohostport"}, "listen"},
 		{"Storage", daemon.Config{Storage: "floppy"}, "storage"},
 		{"MaxRequestBytes", daemon.Config{MaxRequestBytes: 10}, "max_request_bytes"},
+		{"AdminKeyWithoutAuth", daemon.Config{AdminKeyFile: "k"}, "admin_key_file: set, but auth is off; add --auth"},
+		{"TLSCertWithoutKey", daemon.Config{TLSCertFile: "c"}, "tls_cert, tls_key: set both or neither"},
+		{"ClientCAWithoutTLS", daemon.Config{TLSClientCAFile: "ca"}, "tls_client_ca: client certificates need TLS"},
 	} {
 		t.Run(c.name, func(t *testing.T) {
 			c.cfg.SetDefaults()
@@ -45,4 +48,41 @@ func TestDataDirInUse(t *testing.T) {
 	_, err = daemon.New(context.Background(), daemon.Config{Listen: "127.0.0.1:0", DataDir: dir, Log: log})
 	require.Error(t, err)
 	require.Contains(t, err.Error(), "is in use by another")
+}
+
+// TestNonLoopbackNeedsAuth checks the safe default: a non-loopback listen
+// address without auth is refused before anything listens, naming --auth
+// and --insecure; loopback addresses and --auth or --insecure pass, and the
+// unsafe combinations warn.
+func TestNonLoopbackNeedsAuth(t *testing.T) {
+	for _, listen := range []string{"0.0.0.0:2319", ":2319", "[::]:2319", "10.1.2.3:2319", "styx.example.com:2319"} {
+		cfg := daemon.Config{Listen: listen, Storage: daemon.StorageMemory}
+		cfg.SetDefaults()
+		err := cfg.Validate()
+		require.Error(t, err, listen)
+		require.Contains(t, err.Error(), "is not a loopback address and auth is off")
+		require.Contains(t, err.Error(), "--auth")
+		require.Contains(t, err.Error(), "--insecure")
+		_, err = daemon.New(context.Background(), cfg)
+		require.ErrorContains(t, err, "--insecure", "daemon.New refuses it too")
+
+		auth := cfg
+		auth.Auth = true
+		require.NoError(t, auth.Validate())
+		require.Len(t, auth.Warnings(), 1)
+		require.Contains(t, auth.Warnings()[0], "TLS is off on a non-loopback address")
+		auth.TLSCertFile, auth.TLSKeyFile = "c", "k"
+		require.Empty(t, auth.Warnings())
+
+		insecure := cfg
+		insecure.Insecure = true
+		require.NoError(t, insecure.Validate())
+		require.Contains(t, insecure.Warnings()[0], "--insecure")
+	}
+	for _, listen := range []string{"127.0.0.1:0", "127.9.9.9:2319", "[::1]:2319", "localhost:2319", "LOCALHOST:1"} {
+		cfg := daemon.Config{Listen: listen}
+		cfg.SetDefaults()
+		require.NoError(t, cfg.Validate(), listen)
+		require.Empty(t, cfg.Warnings(), listen)
+	}
 }

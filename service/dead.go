@@ -6,6 +6,7 @@ import (
 
 	"google.golang.org/protobuf/types/known/timestamppb"
 
+	"github.com/styxq/styx/internal/auth"
 	"github.com/styxq/styx/internal/queue"
 	"github.com/styxq/styx/internal/redrive"
 	"github.com/styxq/styx/internal/store"
@@ -220,7 +221,7 @@ func (s *Service) DeadRedrive(ctx context.Context, req *pb.DeadRedriveRequest) (
 	}
 	t, err := s.r.Start(ctx, redrive.StartParams{
 		Queue: req.QueueName, Filter: f, Destination: req.Destination, RateLimit: req.RateLimit,
-		DryRun: req.DryRun, MaxRedriveCount: req.MaxRedriveCount,
+		DryRun: req.DryRun, MaxRedriveCount: req.MaxRedriveCount, KeyName: auth.KeyName(ctx),
 	})
 	if err != nil {
 		return nil, err
@@ -242,7 +243,9 @@ func (s *Service) RedrivesList(ctx context.Context, req *pb.RedrivesListRequest)
 	}
 	out := &pb.RedrivesListResponse{}
 	for _, t := range tasks {
-		out.Tasks = append(out.Tasks, toTask(t))
+		if auth.Allowed(ctx, t.Queue) { // a key with queue patterns sees their tasks only
+			out.Tasks = append(out.Tasks, toTask(t))
+		}
 	}
 	return out, nil
 }
@@ -256,7 +259,19 @@ func (s *Service) RedrivesGet(ctx context.Context, req *pb.RedriveTaskRequest) (
 	if err != nil {
 		return nil, err
 	}
+	if err := checkTaskQueue(ctx, t); err != nil {
+		return nil, err
+	}
 	return toTask(t), nil
+}
+
+// checkTaskQueue refuses (403) a task whose dead-letter queue the request's
+// key does not cover.
+func checkTaskQueue(ctx context.Context, t redrive.Task) error {
+	if p := auth.FromContext(ctx); p != nil {
+		return p.Check("/v1/redrives.get", t.Queue)
+	}
+	return nil
 }
 
 // RedrivesCancel asks a running task to stop.
@@ -264,7 +279,14 @@ func (s *Service) RedrivesCancel(ctx context.Context, req *pb.RedriveTaskRequest
 	if req.TaskId == "" {
 		return nil, invalid("task_id", "a task id is required")
 	}
-	t, err := s.r.Cancel(ctx, req.TaskId)
+	t, err := s.r.Get(ctx, req.TaskId)
+	if err != nil {
+		return nil, err
+	}
+	if err := checkTaskQueue(ctx, t); err != nil {
+		return nil, err
+	}
+	t, err = s.r.Cancel(ctx, req.TaskId)
 	if err != nil {
 		return nil, err
 	}
@@ -276,7 +298,7 @@ func toTask(t redrive.Task) *pb.RedriveTask {
 		TaskId: t.ID, QueueName: t.Queue, Destination: t.Destination, Filter: toFilter(t.Filter), RateLimit: t.RateLimit,
 		Status: t.Status, Matched: t.Matched, Moved: t.Moved, Failed: t.Failed, Skipped: t.Skipped,
 		StartedAt: ts(t.StartedAt), FinishedAt: ts(t.FinishedAt), FailureReason: t.FailureReason, DryRun: t.DryRun,
-		MaxRedriveCount: t.MaxRedriveCount, ByQueue: map[string]*pb.RedriveCounts{},
+		MaxRedriveCount: t.MaxRedriveCount, KeyName: t.KeyName, ByQueue: map[string]*pb.RedriveCounts{},
 	}
 	for q, c := range t.ByQueue {
 		out.ByQueue[q] = &pb.RedriveCounts{Moved: c.Moved, Failed: c.Failed, Skipped: c.Skipped}

@@ -90,8 +90,16 @@ type server struct {
 	store  store.Store
 	Faults *faulty.Store
 	C      *styx.Client
-	// Logs holds the server's WARN and ERROR lines.
+	// Logs holds the server's WARN and ERROR lines (and INFO with
+	// logInfo).
 	Logs *logBuffer
+	// configure, when set, changes the server's Config before each boot
+	// (startAuth).
+	configure func(cfg *daemon.Config)
+	// clientCfg, when set, changes the client's config before each boot.
+	clientCfg func(cc *styx.ClientConfig)
+	// logInfo keeps INFO lines in Logs too (the audit lines).
+	logInfo bool
 }
 
 func testLogger() *slog.Logger {
@@ -139,15 +147,26 @@ func (s *server) boot() {
 	if s.Logs == nil {
 		s.Logs = &logBuffer{}
 	}
-	log := slog.New(slog.NewTextHandler(s.Logs, &slog.HandlerOptions{Level: slog.LevelWarn}))
+	level := slog.LevelWarn
+	if s.logInfo {
+		level = slog.LevelInfo
+	}
+	log := slog.New(slog.NewTextHandler(s.Logs, &slog.HandlerOptions{Level: level}))
 	if os.Getenv("STYX_TEST_LOG") != "" {
 		log = testLogger()
 	}
 	cfg.Log = log
+	if s.configure != nil {
+		s.configure(&cfg)
+	}
 	d, err := daemon.New(context.Background(), cfg)
 	require.NoError(s.t, err)
 	s.d = d
-	s.C, err = styx.NewClient(styx.ClientConfig{Endpoint: d.Endpoint()})
+	cc := styx.ClientConfig{Endpoint: d.Endpoint()}
+	if s.clientCfg != nil {
+		s.clientCfg(&cc)
+	}
+	s.C, err = styx.NewClient(cc)
 	require.NoError(s.t, err)
 }
 

@@ -9,6 +9,7 @@ import (
 	"google.golang.org/protobuf/types/known/timestamppb"
 
 	"github.com/styxq/styx/internal/apierr"
+	"github.com/styxq/styx/internal/auth"
 	"github.com/styxq/styx/internal/queue"
 	"github.com/styxq/styx/internal/store"
 	pb "github.com/styxq/styx/styxpb"
@@ -218,7 +219,7 @@ func (s *Service) QueuesList(ctx context.Context, req *pb.QueuesListRequest) (*p
 	if ns == "" {
 		ns = store.DefaultNamespace
 	}
-	infos, err := s.m.List(ctx, store.ListQueuesParams{Namespace: ns, Pivot: req.Pivot, Limit: limit})
+	infos, err := s.listCovered(ctx, store.ListQueuesParams{Namespace: ns, Pivot: req.Pivot, Limit: limit})
 	if err != nil {
 		return nil, err
 	}
@@ -227,6 +228,31 @@ func (s *Service) QueuesList(ctx context.Context, req *pb.QueuesListRequest) (*p
 		out.Items[i] = toQueueInfo(info)
 	}
 	return out, nil
+}
+
+// listCovered lists queues as m.List does, leaving out those the request's
+// API key does not cover (internal/auth): a key limited to "orders*" lists
+// only those, still up to p.Limit of them.
+func (s *Service) listCovered(ctx context.Context, p store.ListQueuesParams) ([]store.QueueInfo, error) {
+	if pr := auth.FromContext(ctx); pr == nil || len(pr.Queues) == 0 {
+		return s.m.List(ctx, p)
+	}
+	var out []store.QueueInfo
+	for {
+		page, err := s.m.List(ctx, p)
+		if err != nil {
+			return nil, err
+		}
+		for _, info := range page {
+			if auth.Allowed(ctx, info.Name) && len(out) < p.Limit {
+				out = append(out, info)
+			}
+		}
+		if len(out) == p.Limit || len(page) < p.Limit {
+			return out, nil
+		}
+		p.Pivot = page[len(page)-1].Name + "\x00" // the next name, bytewise
+	}
 }
 
 // QueuesDelete deletes a queue and its items. A queue that is another

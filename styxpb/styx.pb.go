@@ -3087,8 +3087,11 @@ type RedriveTask struct {
 	// Styx: the request's max_redrive_count (resolved: 10 by default, -1 for
 	// none).
 	MaxRedriveCount int32 `protobuf:"varint,100,opt,name=max_redrive_count,proto3" json:"max_redrive_count,omitempty"`
-	unknownFields   protoimpl.UnknownFields
-	sizeCache       protoimpl.SizeCache
+	// Styx: the name of the API key that started the task (audit); empty when
+	// the server runs without --auth.
+	KeyName       string `protobuf:"bytes,120,opt,name=key_name,proto3" json:"key_name,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
 }
 
 func (x *RedriveTask) Reset() {
@@ -3231,6 +3234,358 @@ func (x *RedriveTask) GetMaxRedriveCount() int32 {
 		return x.MaxRedriveCount
 	}
 	return 0
+}
+
+func (x *RedriveTask) GetKeyName() string {
+	if x != nil {
+		return x.KeyName
+	}
+	return ""
+}
+
+// KeysCreateRequest creates an API key.
+type KeysCreateRequest struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// name: unique, 1..128 of [A-Za-z0-9._-].
+	Name string `protobuf:"bytes,1,opt,name=name,proto3" json:"name,omitempty"`
+	// scopes: one or more of produce, consume, dead, read, admin.
+	Scopes []string `protobuf:"bytes,2,rep,name=scopes,proto3" json:"scopes,omitempty"`
+	// queues: queue-name patterns ('*' matches any run of characters); empty
+	// means every queue.
+	Queues        []string `protobuf:"bytes,3,rep,name=queues,proto3" json:"queues,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *KeysCreateRequest) Reset() {
+	*x = KeysCreateRequest{}
+	mi := &file_styx_v1_styx_proto_msgTypes[46]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *KeysCreateRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*KeysCreateRequest) ProtoMessage() {}
+
+func (x *KeysCreateRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_styx_v1_styx_proto_msgTypes[46]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use KeysCreateRequest.ProtoReflect.Descriptor instead.
+func (*KeysCreateRequest) Descriptor() ([]byte, []int) {
+	return file_styx_v1_styx_proto_rawDescGZIP(), []int{46}
+}
+
+func (x *KeysCreateRequest) GetName() string {
+	if x != nil {
+		return x.Name
+	}
+	return ""
+}
+
+func (x *KeysCreateRequest) GetScopes() []string {
+	if x != nil {
+		return x.Scopes
+	}
+	return nil
+}
+
+func (x *KeysCreateRequest) GetQueues() []string {
+	if x != nil {
+		return x.Queues
+	}
+	return nil
+}
+
+// ApiKey describes a key, without its secret.
+type ApiKey struct {
+	state     protoimpl.MessageState `protogen:"open.v1"`
+	Name      string                 `protobuf:"bytes,1,opt,name=name,proto3" json:"name,omitempty"`
+	Scopes    []string               `protobuf:"bytes,2,rep,name=scopes,proto3" json:"scopes,omitempty"`
+	Queues    []string               `protobuf:"bytes,3,rep,name=queues,proto3" json:"queues,omitempty"`
+	CreatedAt *timestamppb.Timestamp `protobuf:"bytes,4,opt,name=created_at,proto3" json:"created_at,omitempty"`
+	// created_by: the name of the key that created it.
+	CreatedBy     string `protobuf:"bytes,5,opt,name=created_by,proto3" json:"created_by,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *ApiKey) Reset() {
+	*x = ApiKey{}
+	mi := &file_styx_v1_styx_proto_msgTypes[47]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ApiKey) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ApiKey) ProtoMessage() {}
+
+func (x *ApiKey) ProtoReflect() protoreflect.Message {
+	mi := &file_styx_v1_styx_proto_msgTypes[47]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ApiKey.ProtoReflect.Descriptor instead.
+func (*ApiKey) Descriptor() ([]byte, []int) {
+	return file_styx_v1_styx_proto_rawDescGZIP(), []int{47}
+}
+
+func (x *ApiKey) GetName() string {
+	if x != nil {
+		return x.Name
+	}
+	return ""
+}
+
+func (x *ApiKey) GetScopes() []string {
+	if x != nil {
+		return x.Scopes
+	}
+	return nil
+}
+
+func (x *ApiKey) GetQueues() []string {
+	if x != nil {
+		return x.Queues
+	}
+	return nil
+}
+
+func (x *ApiKey) GetCreatedAt() *timestamppb.Timestamp {
+	if x != nil {
+		return x.CreatedAt
+	}
+	return nil
+}
+
+func (x *ApiKey) GetCreatedBy() string {
+	if x != nil {
+		return x.CreatedBy
+	}
+	return ""
+}
+
+// KeysCreateResponse holds the new key's secret: the only time it is shown.
+type KeysCreateResponse struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// key: the secret to send as "Authorization: Bearer <key>".
+	Key           string                 `protobuf:"bytes,1,opt,name=key,proto3" json:"key,omitempty"`
+	Name          string                 `protobuf:"bytes,2,opt,name=name,proto3" json:"name,omitempty"`
+	Scopes        []string               `protobuf:"bytes,3,rep,name=scopes,proto3" json:"scopes,omitempty"`
+	Queues        []string               `protobuf:"bytes,4,rep,name=queues,proto3" json:"queues,omitempty"`
+	CreatedAt     *timestamppb.Timestamp `protobuf:"bytes,5,opt,name=created_at,proto3" json:"created_at,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *KeysCreateResponse) Reset() {
+	*x = KeysCreateResponse{}
+	mi := &file_styx_v1_styx_proto_msgTypes[48]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *KeysCreateResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*KeysCreateResponse) ProtoMessage() {}
+
+func (x *KeysCreateResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_styx_v1_styx_proto_msgTypes[48]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use KeysCreateResponse.ProtoReflect.Descriptor instead.
+func (*KeysCreateResponse) Descriptor() ([]byte, []int) {
+	return file_styx_v1_styx_proto_rawDescGZIP(), []int{48}
+}
+
+func (x *KeysCreateResponse) GetKey() string {
+	if x != nil {
+		return x.Key
+	}
+	return ""
+}
+
+func (x *KeysCreateResponse) GetName() string {
+	if x != nil {
+		return x.Name
+	}
+	return ""
+}
+
+func (x *KeysCreateResponse) GetScopes() []string {
+	if x != nil {
+		return x.Scopes
+	}
+	return nil
+}
+
+func (x *KeysCreateResponse) GetQueues() []string {
+	if x != nil {
+		return x.Queues
+	}
+	return nil
+}
+
+func (x *KeysCreateResponse) GetCreatedAt() *timestamppb.Timestamp {
+	if x != nil {
+		return x.CreatedAt
+	}
+	return nil
+}
+
+type KeysListRequest struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *KeysListRequest) Reset() {
+	*x = KeysListRequest{}
+	mi := &file_styx_v1_styx_proto_msgTypes[49]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *KeysListRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*KeysListRequest) ProtoMessage() {}
+
+func (x *KeysListRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_styx_v1_styx_proto_msgTypes[49]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use KeysListRequest.ProtoReflect.Descriptor instead.
+func (*KeysListRequest) Descriptor() ([]byte, []int) {
+	return file_styx_v1_styx_proto_rawDescGZIP(), []int{49}
+}
+
+type KeysListResponse struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Keys          []*ApiKey              `protobuf:"bytes,1,rep,name=keys,proto3" json:"keys,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *KeysListResponse) Reset() {
+	*x = KeysListResponse{}
+	mi := &file_styx_v1_styx_proto_msgTypes[50]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *KeysListResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*KeysListResponse) ProtoMessage() {}
+
+func (x *KeysListResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_styx_v1_styx_proto_msgTypes[50]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use KeysListResponse.ProtoReflect.Descriptor instead.
+func (*KeysListResponse) Descriptor() ([]byte, []int) {
+	return file_styx_v1_styx_proto_rawDescGZIP(), []int{50}
+}
+
+func (x *KeysListResponse) GetKeys() []*ApiKey {
+	if x != nil {
+		return x.Keys
+	}
+	return nil
+}
+
+type KeysDeleteRequest struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Name          string                 `protobuf:"bytes,1,opt,name=name,proto3" json:"name,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *KeysDeleteRequest) Reset() {
+	*x = KeysDeleteRequest{}
+	mi := &file_styx_v1_styx_proto_msgTypes[51]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *KeysDeleteRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*KeysDeleteRequest) ProtoMessage() {}
+
+func (x *KeysDeleteRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_styx_v1_styx_proto_msgTypes[51]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use KeysDeleteRequest.ProtoReflect.Descriptor instead.
+func (*KeysDeleteRequest) Descriptor() ([]byte, []int) {
+	return file_styx_v1_styx_proto_rawDescGZIP(), []int{51}
+}
+
+func (x *KeysDeleteRequest) GetName() string {
+	if x != nil {
+		return x.Name
+	}
+	return ""
 }
 
 var File_styx_v1_styx_proto protoreflect.FileDescriptor
@@ -3509,7 +3864,7 @@ const file_styx_v1_styx_proto_rawDesc = "" +
 	"\rRedriveCounts\x12\x14\n" +
 	"\x05moved\x18\x01 \x01(\x03R\x05moved\x12\x16\n" +
 	"\x06failed\x18\x02 \x01(\x03R\x06failed\x12\x18\n" +
-	"\askipped\x18\x03 \x01(\x03R\askipped\"\xad\x05\n" +
+	"\askipped\x18\x03 \x01(\x03R\askipped\"\xc9\x05\n" +
 	"\vRedriveTask\x12\x18\n" +
 	"\atask_id\x18\x01 \x01(\tR\atask_id\x12\x1e\n" +
 	"\n" +
@@ -3533,10 +3888,38 @@ const file_styx_v1_styx_proto_rawDesc = "" +
 	"\bby_queue\x18\r \x03(\v2!.styx.v1.RedriveTask.ByQueueEntryR\bby_queue\x12&\n" +
 	"\x0efailure_reason\x18\x0e \x01(\tR\x0efailure_reason\x12\x18\n" +
 	"\adry_run\x18\x0f \x01(\bR\adry_run\x12,\n" +
-	"\x11max_redrive_count\x18d \x01(\x05R\x11max_redrive_count\x1aR\n" +
+	"\x11max_redrive_count\x18d \x01(\x05R\x11max_redrive_count\x12\x1a\n" +
+	"\bkey_name\x18x \x01(\tR\bkey_name\x1aR\n" +
 	"\fByQueueEntry\x12\x10\n" +
 	"\x03key\x18\x01 \x01(\tR\x03key\x12,\n" +
-	"\x05value\x18\x02 \x01(\v2\x16.styx.v1.RedriveCountsR\x05value:\x028\x01B\x1eZ\x1cgithub.com/styxq/styx/styxpbb\x06proto3"
+	"\x05value\x18\x02 \x01(\v2\x16.styx.v1.RedriveCountsR\x05value:\x028\x01\"W\n" +
+	"\x11KeysCreateRequest\x12\x12\n" +
+	"\x04name\x18\x01 \x01(\tR\x04name\x12\x16\n" +
+	"\x06scopes\x18\x02 \x03(\tR\x06scopes\x12\x16\n" +
+	"\x06queues\x18\x03 \x03(\tR\x06queues\"\xa8\x01\n" +
+	"\x06ApiKey\x12\x12\n" +
+	"\x04name\x18\x01 \x01(\tR\x04name\x12\x16\n" +
+	"\x06scopes\x18\x02 \x03(\tR\x06scopes\x12\x16\n" +
+	"\x06queues\x18\x03 \x03(\tR\x06queues\x12:\n" +
+	"\n" +
+	"created_at\x18\x04 \x01(\v2\x1a.google.protobuf.TimestampR\n" +
+	"created_at\x12\x1e\n" +
+	"\n" +
+	"created_by\x18\x05 \x01(\tR\n" +
+	"created_by\"\xa6\x01\n" +
+	"\x12KeysCreateResponse\x12\x10\n" +
+	"\x03key\x18\x01 \x01(\tR\x03key\x12\x12\n" +
+	"\x04name\x18\x02 \x01(\tR\x04name\x12\x16\n" +
+	"\x06scopes\x18\x03 \x03(\tR\x06scopes\x12\x16\n" +
+	"\x06queues\x18\x04 \x03(\tR\x06queues\x12:\n" +
+	"\n" +
+	"created_at\x18\x05 \x01(\v2\x1a.google.protobuf.TimestampR\n" +
+	"created_at\"\x11\n" +
+	"\x0fKeysListRequest\"7\n" +
+	"\x10KeysListResponse\x12#\n" +
+	"\x04keys\x18\x01 \x03(\v2\x0f.styx.v1.ApiKeyR\x04keys\"'\n" +
+	"\x11KeysDeleteRequest\x12\x12\n" +
+	"\x04name\x18\x01 \x01(\tR\x04nameB\x1eZ\x1cgithub.com/styxq/styx/styxpbb\x06proto3"
 
 var (
 	file_styx_v1_styx_proto_rawDescOnce sync.Once
@@ -3550,7 +3933,7 @@ func file_styx_v1_styx_proto_rawDescGZIP() []byte {
 	return file_styx_v1_styx_proto_rawDescData
 }
 
-var file_styx_v1_styx_proto_msgTypes = make([]protoimpl.MessageInfo, 49)
+var file_styx_v1_styx_proto_msgTypes = make([]protoimpl.MessageInfo, 55)
 var file_styx_v1_styx_proto_goTypes = []any{
 	(*QueueProduceRequest)(nil),        // 0: styx.v1.QueueProduceRequest
 	(*QueueProduceItem)(nil),           // 1: styx.v1.QueueProduceItem
@@ -3598,59 +3981,68 @@ var file_styx_v1_styx_proto_goTypes = []any{
 	(*RedriveTaskRequest)(nil),         // 43: styx.v1.RedriveTaskRequest
 	(*RedriveCounts)(nil),              // 44: styx.v1.RedriveCounts
 	(*RedriveTask)(nil),                // 45: styx.v1.RedriveTask
-	nil,                                // 46: styx.v1.QueueStatsResponse.DeadByReasonEntry
-	nil,                                // 47: styx.v1.QueueStatsResponse.DeadBySourceEntry
-	nil,                                // 48: styx.v1.RedriveTask.ByQueueEntry
-	(*timestamppb.Timestamp)(nil),      // 49: google.protobuf.Timestamp
+	(*KeysCreateRequest)(nil),          // 46: styx.v1.KeysCreateRequest
+	(*ApiKey)(nil),                     // 47: styx.v1.ApiKey
+	(*KeysCreateResponse)(nil),         // 48: styx.v1.KeysCreateResponse
+	(*KeysListRequest)(nil),            // 49: styx.v1.KeysListRequest
+	(*KeysListResponse)(nil),           // 50: styx.v1.KeysListResponse
+	(*KeysDeleteRequest)(nil),          // 51: styx.v1.KeysDeleteRequest
+	nil,                                // 52: styx.v1.QueueStatsResponse.DeadByReasonEntry
+	nil,                                // 53: styx.v1.QueueStatsResponse.DeadBySourceEntry
+	nil,                                // 54: styx.v1.RedriveTask.ByQueueEntry
+	(*timestamppb.Timestamp)(nil),      // 55: google.protobuf.Timestamp
 }
 var file_styx_v1_styx_proto_depIdxs = []int32{
 	1,  // 0: styx.v1.QueueProduceRequest.items:type_name -> styx.v1.QueueProduceItem
-	49, // 1: styx.v1.QueueProduceItem.enqueueAt:type_name -> google.protobuf.Timestamp
-	49, // 2: styx.v1.QueueLeaseItem.leaseDeadline:type_name -> google.protobuf.Timestamp
+	55, // 1: styx.v1.QueueProduceItem.enqueueAt:type_name -> google.protobuf.Timestamp
+	55, // 2: styx.v1.QueueLeaseItem.leaseDeadline:type_name -> google.protobuf.Timestamp
 	4,  // 3: styx.v1.QueueLeaseResponse.items:type_name -> styx.v1.QueueLeaseItem
 	9,  // 4: styx.v1.QueueRetryRequest.items:type_name -> styx.v1.QueueRetryItem
-	49, // 5: styx.v1.QueueRetryItem.retryAt:type_name -> google.protobuf.Timestamp
+	55, // 5: styx.v1.QueueRetryItem.retryAt:type_name -> google.protobuf.Timestamp
 	11, // 6: styx.v1.QueueRetryResponse.outcomes:type_name -> styx.v1.QueueRetryOutcome
-	49, // 7: styx.v1.QueueRetryOutcome.retryAt:type_name -> google.protobuf.Timestamp
+	55, // 7: styx.v1.QueueRetryOutcome.retryAt:type_name -> google.protobuf.Timestamp
 	14, // 8: styx.v1.QueueRenewResponse.items:type_name -> styx.v1.QueueRenewItem
-	49, // 9: styx.v1.QueueRenewItem.leaseDeadline:type_name -> google.protobuf.Timestamp
-	49, // 10: styx.v1.QueueInfo.createdAt:type_name -> google.protobuf.Timestamp
-	49, // 11: styx.v1.QueueInfo.updatedAt:type_name -> google.protobuf.Timestamp
+	55, // 9: styx.v1.QueueRenewItem.leaseDeadline:type_name -> google.protobuf.Timestamp
+	55, // 10: styx.v1.QueueInfo.createdAt:type_name -> google.protobuf.Timestamp
+	55, // 11: styx.v1.QueueInfo.updatedAt:type_name -> google.protobuf.Timestamp
 	16, // 12: styx.v1.QueueInfo.partitions:type_name -> styx.v1.PartitionInfo
 	22, // 13: styx.v1.QueueStatsResponse.logicalQueues:type_name -> styx.v1.QueueLogicalStats
-	46, // 14: styx.v1.QueueStatsResponse.dead_by_reason:type_name -> styx.v1.QueueStatsResponse.DeadByReasonEntry
-	47, // 15: styx.v1.QueueStatsResponse.dead_by_source:type_name -> styx.v1.QueueStatsResponse.DeadBySourceEntry
+	52, // 14: styx.v1.QueueStatsResponse.dead_by_reason:type_name -> styx.v1.QueueStatsResponse.DeadByReasonEntry
+	53, // 15: styx.v1.QueueStatsResponse.dead_by_source:type_name -> styx.v1.QueueStatsResponse.DeadBySourceEntry
 	23, // 16: styx.v1.QueueLogicalStats.partitions:type_name -> styx.v1.QueuePartitionStats
 	15, // 17: styx.v1.QueuesListResponse.items:type_name -> styx.v1.QueueInfo
 	33, // 18: styx.v1.StorageItemsListResponse.items:type_name -> styx.v1.StorageItem
 	33, // 19: styx.v1.StorageItemsImportRequest.items:type_name -> styx.v1.StorageItem
 	33, // 20: styx.v1.StorageItemsImportResponse.items:type_name -> styx.v1.StorageItem
-	49, // 21: styx.v1.StorageItem.leaseDeadline:type_name -> google.protobuf.Timestamp
-	49, // 22: styx.v1.StorageItem.expireDeadline:type_name -> google.protobuf.Timestamp
-	49, // 23: styx.v1.StorageItem.deadDeadline:type_name -> google.protobuf.Timestamp
-	49, // 24: styx.v1.StorageItem.createdAt:type_name -> google.protobuf.Timestamp
-	49, // 25: styx.v1.StorageItem.updatedAt:type_name -> google.protobuf.Timestamp
-	49, // 26: styx.v1.StorageItem.enqueueAt:type_name -> google.protobuf.Timestamp
-	49, // 27: styx.v1.StorageItem.dead_at:type_name -> google.protobuf.Timestamp
+	55, // 21: styx.v1.StorageItem.leaseDeadline:type_name -> google.protobuf.Timestamp
+	55, // 22: styx.v1.StorageItem.expireDeadline:type_name -> google.protobuf.Timestamp
+	55, // 23: styx.v1.StorageItem.deadDeadline:type_name -> google.protobuf.Timestamp
+	55, // 24: styx.v1.StorageItem.createdAt:type_name -> google.protobuf.Timestamp
+	55, // 25: styx.v1.StorageItem.updatedAt:type_name -> google.protobuf.Timestamp
+	55, // 26: styx.v1.StorageItem.enqueueAt:type_name -> google.protobuf.Timestamp
+	55, // 27: styx.v1.StorageItem.dead_at:type_name -> google.protobuf.Timestamp
 	34, // 28: styx.v1.StorageItem.errors:type_name -> styx.v1.AttemptError
-	49, // 29: styx.v1.AttemptError.at:type_name -> google.protobuf.Timestamp
-	49, // 30: styx.v1.DeadFilter.dead_after:type_name -> google.protobuf.Timestamp
-	49, // 31: styx.v1.DeadFilter.dead_before:type_name -> google.protobuf.Timestamp
+	55, // 29: styx.v1.AttemptError.at:type_name -> google.protobuf.Timestamp
+	55, // 30: styx.v1.DeadFilter.dead_after:type_name -> google.protobuf.Timestamp
+	55, // 31: styx.v1.DeadFilter.dead_before:type_name -> google.protobuf.Timestamp
 	35, // 32: styx.v1.DeadListRequest.filter:type_name -> styx.v1.DeadFilter
 	33, // 33: styx.v1.DeadListResponse.items:type_name -> styx.v1.StorageItem
 	35, // 34: styx.v1.DeadDeleteRequest.filter:type_name -> styx.v1.DeadFilter
 	35, // 35: styx.v1.DeadRedriveRequest.filter:type_name -> styx.v1.DeadFilter
 	45, // 36: styx.v1.RedrivesListResponse.tasks:type_name -> styx.v1.RedriveTask
 	35, // 37: styx.v1.RedriveTask.filter:type_name -> styx.v1.DeadFilter
-	49, // 38: styx.v1.RedriveTask.started_at:type_name -> google.protobuf.Timestamp
-	49, // 39: styx.v1.RedriveTask.finished_at:type_name -> google.protobuf.Timestamp
-	48, // 40: styx.v1.RedriveTask.by_queue:type_name -> styx.v1.RedriveTask.ByQueueEntry
-	44, // 41: styx.v1.RedriveTask.ByQueueEntry.value:type_name -> styx.v1.RedriveCounts
-	42, // [42:42] is the sub-list for method output_type
-	42, // [42:42] is the sub-list for method input_type
-	42, // [42:42] is the sub-list for extension type_name
-	42, // [42:42] is the sub-list for extension extendee
-	0,  // [0:42] is the sub-list for field type_name
+	55, // 38: styx.v1.RedriveTask.started_at:type_name -> google.protobuf.Timestamp
+	55, // 39: styx.v1.RedriveTask.finished_at:type_name -> google.protobuf.Timestamp
+	54, // 40: styx.v1.RedriveTask.by_queue:type_name -> styx.v1.RedriveTask.ByQueueEntry
+	55, // 41: styx.v1.ApiKey.created_at:type_name -> google.protobuf.Timestamp
+	55, // 42: styx.v1.KeysCreateResponse.created_at:type_name -> google.protobuf.Timestamp
+	47, // 43: styx.v1.KeysListResponse.keys:type_name -> styx.v1.ApiKey
+	44, // 44: styx.v1.RedriveTask.ByQueueEntry.value:type_name -> styx.v1.RedriveCounts
+	45, // [45:45] is the sub-list for method output_type
+	45, // [45:45] is the sub-list for method input_type
+	45, // [45:45] is the sub-list for extension type_name
+	45, // [45:45] is the sub-list for extension extendee
+	0,  // [0:45] is the sub-list for field type_name
 }
 
 func init() { file_styx_v1_styx_proto_init() }
@@ -3664,7 +4056,7 @@ func file_styx_v1_styx_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_styx_v1_styx_proto_rawDesc), len(file_styx_v1_styx_proto_rawDesc)),
 			NumEnums:      0,
-			NumMessages:   49,
+			NumMessages:   55,
 			NumExtensions: 0,
 			NumServices:   0,
 		},

@@ -26,6 +26,7 @@ import (
 	"google.golang.org/protobuf/proto"
 
 	"github.com/styxq/styx/internal/apierr"
+	"github.com/styxq/styx/internal/auth"
 	"github.com/styxq/styx/metrics"
 	"github.com/styxq/styx/service"
 	pb "github.com/styxq/styx/styxpb"
@@ -42,6 +43,20 @@ type Config struct {
 	Log     *slog.Logger
 	// MaxRequestBytes bounds request bodies; 0 means DefaultMaxRequestBytes.
 	MaxRequestBytes int64
+	// Keys serves /v1/keys.* and, with Auth, authenticates requests. Nil
+	// leaves the keys calls out (501).
+	Keys *auth.Keys
+	// Auth makes every /v1 call and /metrics require an API key
+	// ("Authorization: Bearer <key>") holding the call's scope for the
+	// call's queues (internal/auth); /health, and anything served outside
+	// this handler (the web UI's static assets under /ui/), stay open.
+	// Requires Keys.
+	Auth bool
+	// UI, when set, serves the web UI under /ui/ (static assets) without
+	// a key, whatever Auth says: the UI asks the user for a key and sends
+	// it on its own /v1 calls as "Authorization: Bearer <key>", which are
+	// checked as any other client's. Nil: /ui/ is 501 like any unknown path.
+	UI http.Handler
 }
 
 // Handler is the server's http.Handler.
@@ -82,6 +97,12 @@ func NewHandler(cfg Config) *Handler {
 		"/v1/redrives.cancel":        rpc(h, func() *pb.RedriveTaskRequest { return &pb.RedriveTaskRequest{} }, s.RedrivesCancel),
 		"/v1/storage/items.delete":   noReply(h, func() *pb.StorageItemsDeleteRequest { return &pb.StorageItemsDeleteRequest{} }, s.StorageItemsDelete, okReply),
 	}
+	if cfg.Keys != nil {
+		k := cfg.Keys
+		h.routes["/v1/keys.create"] = rpc(h, func() *pb.KeysCreateRequest { return &pb.KeysCreateRequest{} }, k.KeysCreate)
+		h.routes["/v1/keys.list"] = rpc(h, func() *pb.KeysListRequest { return &pb.KeysListRequest{} }, k.KeysList)
+		h.routes["/v1/keys.delete"] = noReply(h, func() *pb.KeysDeleteRequest { return &pb.KeysDeleteRequest{} }, k.KeysDelete, okReply)
+	}
 	if cfg.Metrics != nil {
 		cfg.Metrics.InitPaths(slices.Sorted(maps.Keys(h.routes)))
 	}
@@ -111,7 +132,15 @@ func (h *Handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 			h.fail(w, r, apierr.Invalidf("invalid method; %s %s, only GET is allowed", r.Method, r.URL.Path))
 			return
 		}
+		if _, err := h.authenticate(r); err != nil {
+			h.fail(w, r, err)
+			return
+		}
 		promhttp.HandlerFor(h.cfg.Metrics.Registry, promhttp.HandlerOpts{}).ServeHTTP(w, r)
+		return
+	}
+	if h.cfg.UI != nil && auth.Public(r.URL.Path) {
+		h.cfg.UI.ServeHTTP(w, r)
 		return
 	}
 	route, found := h.routes[r.URL.Path]
@@ -125,7 +154,17 @@ func (h *Handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	}
 	start := time.Now()
 	sw := &statusWriter{ResponseWriter: w, code: http.StatusOK}
-	route(sw, r)
+	// The key and its scope are checked before the body is read; the
+	// queues it names, once decoded and before the service looks them up
+	// (rpc), so neither answer tells whether a queue exists.
+	if p, err := h.authenticate(r); err != nil {
+		h.fail(sw, r, err)
+	} else {
+		if p != nil {
+			r = r.WithContext(auth.WithPrincipal(r.Context(), p))
+		}
+		route(sw, r)
+	}
 	h.cfg.Metrics.Requests.WithLabelValues(r.URL.Path, strconv.Itoa(sw.code)).Inc()
 	h.cfg.Metrics.RequestSeconds.WithLabelValues(r.URL.Path).Observe(time.Since(start).Seconds())
 }
@@ -138,11 +177,18 @@ func rpc[Req proto.Message, Resp proto.Message](h *Handler, newReq func() Req, c
 			h.fail(w, r, err)
 			return
 		}
+		if p := auth.FromContext(r.Context()); p != nil {
+			if err := p.Check(r.URL.Path, queuesOf(req)...); err != nil {
+				h.fail(w, r, err)
+				return
+			}
+		}
 		resp, err := call(r.Context(), req)
 		if err != nil {
 			h.fail(w, r, err)
 			return
 		}
+		h.audit(r, req, resp)
 		h.reply(w, r, duh.CodeOK, resp)
 	}
 }
@@ -231,7 +277,69 @@ func (h *Handler) fail(w http.ResponseWriter, r *http.Request, err error) {
 	}
 	// Messages may quote client input; JSON needs valid UTF-8.
 	msg = strings.ToValidUTF8(msg, "?")
+	if code == http.StatusUnauthorized {
+		w.Header().Set("WWW-Authenticate", `Bearer realm="styx"`)
+	}
 	h.reply(w, r, code, &v1.Reply{Code: int32(code), CodeText: duh.CodeText(code), Message: msg})
+}
+
+// authenticate returns the request's principal, nil when auth is off, or an
+// apierr (401 without a valid key, 403 when the key lacks the scope of the
+// path).
+func (h *Handler) authenticate(r *http.Request) (*auth.Principal, error) {
+	if !h.cfg.Auth {
+		return nil, nil
+	}
+	p, err := h.cfg.Keys.Authenticate(r.Context(), r.Header.Get("Authorization"))
+	if err != nil {
+		return nil, err
+	}
+	if err := p.Check(r.URL.Path); err != nil {
+		return nil, err
+	}
+	return p, nil
+}
+
+// queuesOf returns the queues a request names: its queue, and the
+// dead-letter queue or redrive destination it would send items to.
+func queuesOf(req proto.Message) []string {
+	var out []string
+	if m, ok := req.(interface{ GetQueueName() string }); ok {
+		out = append(out, m.GetQueueName())
+	}
+	if m, ok := req.(interface{ GetDeadQueue() string }); ok {
+		out = append(out, m.GetDeadQueue())
+	}
+	if m, ok := req.(interface{ GetDestination() string }); ok {
+		out = append(out, m.GetDestination())
+	}
+	return out
+}
+
+// audited are the calls logged at INFO with the key that made them (key
+// changes are logged by internal/auth).
+var audited = map[string]bool{
+	"/v1/queues.delete": true, "/v1/queue.clear": true, "/v1/dead.delete": true, "/v1/dead.redrive": true,
+	"/v1/redrives.cancel": true, "/v1/storage/items.delete": true,
+}
+
+// audit logs a successful audited call: path, key name, queue, and what it
+// did where the reply says.
+func (h *Handler) audit(r *http.Request, req, resp proto.Message) {
+	if !audited[r.URL.Path] {
+		return
+	}
+	attrs := []any{"path", r.URL.Path, "key", auth.KeyName(r.Context())}
+	if q := queuesOf(req); len(q) > 0 && q[0] != "" {
+		attrs = append(attrs, "queue", q[0])
+	}
+	switch m := resp.(type) {
+	case *pb.DeadDeleteResponse:
+		attrs = append(attrs, "deleted", m.Deleted)
+	case *pb.RedriveTask:
+		attrs = append(attrs, "task", m.TaskId, "dry_run", m.DryRun)
+	}
+	h.cfg.Log.Info("audit: "+strings.TrimPrefix(r.URL.Path, "/v1/"), attrs...)
 }
 
 // status maps an error onto its code and client message.

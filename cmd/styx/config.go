@@ -44,6 +44,14 @@ type serverSettings struct {
 	ShutdownTimeout time.Duration
 	// DebugListen, when set, serves Go's pprof profiles on this host:port.
 	DebugListen string
+	// Auth requires an API key on every /v1 call and /metrics.
+	Auth bool
+	// Insecure allows a non-loopback Listen without Auth.
+	Insecure bool
+	// AdminKeyFile names the bootstrap admin key's file.
+	AdminKeyFile string
+	// TLSCert, TLSKey and TLSClientCA are PEM files (daemon.Config).
+	TLSCert, TLSKey, TLSClientCA string
 }
 
 // defaultServerSettings returns the settings used when neither a flag, an
@@ -70,6 +78,12 @@ func (s serverSettings) daemonConfig(log *slog.Logger) daemon.Config {
 		NoSync:          !s.Sync,
 		ShutdownTimeout: s.ShutdownTimeout,
 		DebugListen:     s.DebugListen,
+		Auth:            s.Auth,
+		Insecure:        s.Insecure,
+		AdminKeyFile:    s.AdminKeyFile,
+		TLSCertFile:     s.TLSCert,
+		TLSKeyFile:      s.TLSKey,
+		TLSClientCAFile: s.TLSClientCA,
 		Log:             log,
 	}
 }
@@ -96,6 +110,12 @@ type fileConfig struct {
 	LogFormat       *string        `yaml:"log_format"`
 	ShutdownTimeout *time.Duration `yaml:"shutdown_timeout"`
 	DebugListen     *string        `yaml:"debug_listen"`
+	Auth            *bool          `yaml:"auth"`
+	Insecure        *bool          `yaml:"insecure"`
+	AdminKeyFile    *string        `yaml:"admin_key_file"`
+	TLSCert         *string        `yaml:"tls_cert"`
+	TLSKey          *string        `yaml:"tls_key"`
+	TLSClientCA     *string        `yaml:"tls_client_ca"`
 }
 
 // values returns the set fields of fc by YAML key, formatted as a flag or
@@ -114,8 +134,14 @@ func (fc *fileConfig) values() map[string]string {
 	put("log_level", fc.LogLevel)
 	put("log_format", fc.LogFormat)
 	put("debug_listen", fc.DebugListen)
-	if fc.Sync != nil {
-		out["sync"] = strconv.FormatBool(*fc.Sync)
+	put("admin_key_file", fc.AdminKeyFile)
+	put("tls_cert", fc.TLSCert)
+	put("tls_key", fc.TLSKey)
+	put("tls_client_ca", fc.TLSClientCA)
+	for key, b := range map[string]*bool{"sync": fc.Sync, "auth": fc.Auth, "insecure": fc.Insecure} {
+		if b != nil {
+			out[key] = strconv.FormatBool(*b)
+		}
 	}
 	if fc.ShutdownTimeout != nil {
 		out["shutdown_timeout"] = fc.ShutdownTimeout.String()
@@ -243,6 +269,36 @@ func serverSettingTable() []serverSetting {
 			s.DebugListen = v
 			return nil
 		}},
+		{"auth", "auth", "STYX_AUTH", boolSetting(func(s *serverSettings) *bool { return &s.Auth })},
+		{"insecure", "insecure", "STYX_INSECURE", boolSetting(func(s *serverSettings) *bool { return &s.Insecure })},
+		{"admin_key_file", "admin-key-file", "STYX_ADMIN_KEY_FILE", func(s *serverSettings, v string) error {
+			s.AdminKeyFile = v
+			return nil
+		}},
+		{"tls_cert", "tls-cert", "STYX_TLS_CERT", func(s *serverSettings, v string) error {
+			s.TLSCert = v
+			return nil
+		}},
+		{"tls_key", "tls-key", "STYX_TLS_KEY", func(s *serverSettings, v string) error {
+			s.TLSKey = v
+			return nil
+		}},
+		{"tls_client_ca", "tls-client-ca", "STYX_TLS_CLIENT_CA", func(s *serverSettings, v string) error {
+			s.TLSClientCA = v
+			return nil
+		}},
+	}
+}
+
+// boolSetting parses "true" or "false" into the field field returns.
+func boolSetting(field func(*serverSettings) *bool) func(s *serverSettings, v string) error {
+	return func(s *serverSettings, v string) error {
+		b, err := strconv.ParseBool(v)
+		if err != nil {
+			return fmt.Errorf("%q is not true or false", v)
+		}
+		*field(s) = b
+		return nil
 	}
 }
 
@@ -262,6 +318,15 @@ func addServerFlags(fs *pflag.FlagSet) {
 	fs.String("log-format", d.LogFormat, "log format: text or json (env STYX_LOG_FORMAT)")
 	fs.Duration("shutdown-timeout", d.ShutdownTimeout, "how long a shutdown waits for in-flight requests (env STYX_SHUTDOWN_TIMEOUT)")
 	fs.String("debug-listen", "", "host:port to serve Go's pprof profiles on (/debug/pprof/); empty is off (env STYX_DEBUG_LISTEN)")
+	fs.Bool("auth", false, "require an API key (Authorization: Bearer <key>) on every /v1 call and /metrics; /health stays open. "+
+		"Required to listen on a non-loopback address unless --insecure (env STYX_AUTH)")
+	fs.Bool("insecure", false, "allow a non-loopback --listen without --auth: anyone who reaches the port can do anything (env STYX_INSECURE)")
+	fs.String("admin-key-file", "", "file whose content (32+ characters, e.g. from 'openssl rand -hex 32') is a bootstrap admin key; "+
+		"rotate by changing the file and restarting; needs --auth (env STYX_ADMIN_KEY_FILE)")
+	fs.String("tls-cert", "", "PEM certificate (chain) to serve HTTPS with; needs --tls-key (env STYX_TLS_CERT)")
+	fs.String("tls-key", "", "PEM private key of --tls-cert (env STYX_TLS_KEY)")
+	fs.String("tls-client-ca", "", "PEM CA certificates that client certificates must chain to; "+
+		"set, clients without one are refused in the TLS handshake (env STYX_TLS_CLIENT_CA)")
 }
 
 // loadServerSettings resolves the server settings from the flags parsed

@@ -228,8 +228,8 @@ func TestDeadCLI(t *testing.T) {
 		c := cli{t: t, endpoint: c.endpoint}
 		require.NotEmpty(t, taskID)
 		out := c.ok("redrives", "list")
-		require.Regexp(t, `(?m)^TASK\s+QUEUE\s+STATUS\s+MATCHED\s+MOVED\s+FAILED\s+SKIPPED\s+DESTINATION\s+STARTED\s+DURATION$`, out)
-		require.Regexp(t, `(?m)^`+taskID+`\s+orders-dlq\s+completed\s+2\s+2\s+0\s+0\s+\(source\)\s+\S+ ago\s+\S+$`, out)
+		require.Regexp(t, `(?m)^TASK\s+QUEUE\s+STATUS\s+MATCHED\s+MOVED\s+FAILED\s+SKIPPED\s+DESTINATION\s+STARTED\s+DURATION\s+KEY$`, out)
+		require.Regexp(t, `(?m)^`+taskID+`\s+orders-dlq\s+completed\s+2\s+2\s+0\s+0\s+\(source\)\s+\S+ ago\s+\S+\s+-$`, out)
 		require.Len(t, jsonLines(t, c.ok("redrives", "list", "--queue", "orders-dlq", "--json"), unmarshalTask), 1)
 		require.Empty(t, c.ok("redrives", "list", "--queue", "orders", "--json"))
 

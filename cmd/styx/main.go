@@ -4,7 +4,8 @@
 // deletes and redrives dead items (styx dead, styx redrives).
 //
 // Every client command takes --endpoint (env STYX_ENDPOINT, default
-// http://127.0.0.1:2319) and --json (print replies as protojson, one object
+// http://127.0.0.1:2319), --api-key (env STYX_API_KEY), --ca-file (env
+// STYX_CA_FILE) and --json (print replies as protojson, one object
 // per line). Errors are printed as "styx: <message>" on stderr with exit
 // status 1, or 75 when the server answered 454 (retry later: shutting down,
 // overloaded). `styx --version` prints the version.
@@ -55,14 +56,16 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 
 // codeTexts names the DUH-RPC codes a server answers with.
 var codeTexts = map[int]string{
-	styx.CodeBadRequest: "bad request",
-	styx.CodeNotFound:   "not found",
-	styx.CodeConflict:   "conflict",
-	453:                 "unavailable",
-	styx.CodeRetry:      "retry",
-	styx.CodeBadContent: "bad content",
-	styx.CodeInternal:   "internal error",
-	501:                 "no such method",
+	styx.CodeBadRequest:   "bad request",
+	styx.CodeUnauthorized: "unauthorized",
+	styx.CodeForbidden:    "forbidden",
+	styx.CodeNotFound:     "not found",
+	styx.CodeConflict:     "conflict",
+	453:                   "unavailable",
+	styx.CodeRetry:        "retry",
+	styx.CodeBadContent:   "bad content",
+	styx.CodeInternal:     "internal error",
+	501:                   "no such method",
 }
 
 // errorLine formats err as the one line printed on failure:

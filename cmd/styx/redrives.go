@@ -72,10 +72,10 @@ of one dead-letter queue. --json prints one task per line.`,
 					}
 					return nil
 				}
-				tw := newTable(a.stdout, "TASK", "QUEUE", "STATUS", "MATCHED", "MOVED", "FAILED", "SKIPPED", "DESTINATION", "STARTED", "DURATION")
+				tw := newTable(a.stdout, "TASK", "QUEUE", "STATUS", "MATCHED", "MOVED", "FAILED", "SKIPPED", "DESTINATION", "STARTED", "DURATION", "KEY")
 				for _, t := range res.Tasks {
 					tw.row(t.TaskId, t.QueueName, t.Status, fmt.Sprint(t.Matched), fmt.Sprint(t.Moved), fmt.Sprint(t.Failed),
-						fmt.Sprint(t.Skipped), destination(t), relative(a.now(), t.StartedAt), a.taskDuration(t))
+						fmt.Sprint(t.Skipped), destination(t), relative(a.now(), t.StartedAt), a.taskDuration(t), orDash(t.KeyName))
 				}
 				return tw.flush()
 			})
@@ -174,6 +174,7 @@ func (a *app) printTask(t *pb.RedriveTask, full bool) error {
 		}
 		tw.row("max redrive count", redrives)
 		tw.row("dry run", fmt.Sprint(t.DryRun))
+		tw.row("started by key", orDash(t.KeyName))
 	}
 	tw.row("status", t.Status)
 	tw.row("matched", fmt.Sprint(t.Matched))

@@ -11,8 +11,15 @@ import (
 	"github.com/styxq/styx"
 )
 
-// envEndpoint names the environment variable that sets --endpoint.
-const envEndpoint = "STYX_ENDPOINT"
+// Environment variables of the client flags.
+const (
+	// envEndpoint sets --endpoint.
+	envEndpoint = "STYX_ENDPOINT"
+	// envAPIKey sets --api-key.
+	envAPIKey = "STYX_API_KEY"
+	// envCAFile sets --ca-file.
+	envCAFile = "STYX_CA_FILE"
+)
 
 // app is one command line's state: where it writes, how it reads the
 // environment and the clock, and the client flags. Each newRootCmd builds a
@@ -25,8 +32,12 @@ type app struct {
 	// now tells time, for ages such as "3m12s ago".
 	now func() time.Time
 
-	// endpoint is --endpoint; see clientFor for STYX_ENDPOINT.
+	// endpoint is --endpoint; see client for STYX_ENDPOINT.
 	endpoint string
+	// apiKey is --api-key; see client for STYX_API_KEY.
+	apiKey string
+	// caFile is --ca-file; see client for STYX_CA_FILE.
+	caFile string
 	// json is --json: print replies as protojson, one object per line.
 	json bool
 }
@@ -47,7 +58,9 @@ func (a *app) rootCmd() *cobra.Command {
 wire-compatible with Querator's v1 HTTP API.
 
 Run a server with 'styx server'; every other command is a client of one
-(--endpoint, env STYX_ENDPOINT, default ` + styx.DefaultEndpoint + `).`,
+(--endpoint, env STYX_ENDPOINT, default ` + styx.DefaultEndpoint + `; with
+--api-key or env STYX_API_KEY for a server run with --auth, and --ca-file
+for an https:// endpoint whose certificate a private CA signed).`,
 		SilenceUsage:  true,
 		SilenceErrors: true,
 		Version:       buildVersion(),
@@ -70,6 +83,7 @@ Run a server with 'styx server'; every other command is a client of one
 		a.statsCmd(),
 		a.deadCmd(),
 		a.redrivesCmd(),
+		a.keysCmd(),
 	)
 	return root
 }
@@ -77,22 +91,32 @@ Run a server with 'styx server'; every other command is a client of one
 // addClientFlags adds --endpoint and --json to cmd and its subcommands.
 func (a *app) addClientFlags(cmd *cobra.Command) *cobra.Command {
 	f := cmd.PersistentFlags()
-	f.StringVar(&a.endpoint, "endpoint", styx.DefaultEndpoint, "server base URL (env "+envEndpoint+")")
+	f.StringVar(&a.endpoint, "endpoint", styx.DefaultEndpoint, "server base URL, http:// or https:// (env "+envEndpoint+")")
+	f.StringVar(&a.apiKey, "api-key", "", "API key sent as 'Authorization: Bearer <key>' to a server run with --auth; "+
+		"prefer the environment variable, which does not show in the process list (env "+envAPIKey+")")
+	f.StringVar(&a.caFile, "ca-file", "", "PEM file of CA certificates to trust for an https:// endpoint (env "+envCAFile+")")
 	f.BoolVar(&a.json, "json", false, "print replies as protojson for scripts: one object per line, one line per element of a list; "+
 		"commands without a reply print nothing")
 	return cmd
 }
 
 // client returns a client of the endpoint: --endpoint if given, else
-// STYX_ENDPOINT if set, else the default. The caller closes it.
+// STYX_ENDPOINT if set, else the default; likewise --api-key or
+// STYX_API_KEY, and --ca-file or STYX_CA_FILE. The caller closes it.
 func (a *app) client(cmd *cobra.Command) (*styx.Client, error) {
-	endpoint := a.endpoint
-	if !cmd.Flags().Changed("endpoint") {
-		if v, ok := a.lookupEnv(envEndpoint); ok && v != "" {
-			endpoint = v
+	flag := func(name, value, env string) string {
+		if !cmd.Flags().Changed(name) {
+			if v, ok := a.lookupEnv(env); ok && v != "" {
+				return v
+			}
 		}
+		return value
 	}
-	return styx.NewClient(styx.ClientConfig{Endpoint: endpoint})
+	return styx.NewClient(styx.ClientConfig{
+		Endpoint: flag("endpoint", a.endpoint, envEndpoint),
+		APIKey:   flag("api-key", a.apiKey, envAPIKey),
+		CAFile:   flag("ca-file", a.caFile, envCAFile),
+	})
 }
 
 // withClient runs fn with a client for cmd's endpoint and closes the client

@@ -32,6 +32,15 @@ error. For example:
   log_level: info
   log_format: json
   shutdown_timeout: 30s
+  auth: true
+  admin_key_file: /etc/styx/admin.key
+  tls_cert: /etc/styx/tls/server.pem
+  tls_key: /etc/styx/tls/server.key
+
+A non-loopback --listen (such as 0.0.0.0) needs --auth, or --insecure to
+accept that anyone who reaches the port can do anything. With --auth but no
+TLS on such an address the server starts with a loud warning: keys cross the
+network in clear text. See docs/security.md.
 
 Logs go to stderr.`,
 		Args: cobra.NoArgs,

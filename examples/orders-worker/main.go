@@ -73,7 +73,9 @@ func main() {
 	if endpoint == "" {
 		endpoint = styx.DefaultEndpoint
 	}
-	c, err := styx.NewClient(styx.ClientConfig{Endpoint: endpoint})
+	// STYX_API_KEY (a key with scope consume for a server run with
+	// --auth) and STYX_CA_FILE (for an https:// endpoint) are optional.
+	c, err := styx.NewClient(styx.ClientConfig{Endpoint: endpoint, APIKey: os.Getenv("STYX_API_KEY"), CAFile: os.Getenv("STYX_CA_FILE")})
 	if err != nil {
 		log.Fatal(err)
 	}

@@ -18,6 +18,12 @@ type Code int
 const (
 	// Invalid: the request breaks a rule (400).
 	Invalid Code = 400
+	// Unauthorized: the request carries no API key, a malformed
+	// Authorization header, or a key the server does not know (401).
+	Unauthorized Code = 401
+	// Forbidden: the request's API key lacks the scope the call needs, or
+	// does not cover its queue (403). The message names the scope.
+	Forbidden Code = 403
 	// NotFound: a Styx resource, such as a redrive task, does not exist
 	// (404). A queue that does not exist is Invalid (400), as in Querator.
 	NotFound Code = 404

@@ -155,6 +155,21 @@ FROM styx_items GROUP BY queue_id;
 -- The oldest item of a queue (styx_queue_oldest_item_age_seconds).
 CREATE INDEX styx_items_created ON styx_items (queue_id, created_at);
 `,
+	// 4: API keys (internal/auth). Every node reads a request's key here,
+	// by key_id, so a key created or deleted on one node takes effect on
+	// every node at once. hash is the SHA-256 of the key string; the secret
+	// itself is never stored.
+	`
+CREATE TABLE styx_api_keys (
+	name       text   PRIMARY KEY,
+	key_id     text   NOT NULL UNIQUE,
+	hash       bytea  NOT NULL,
+	scopes     text[] NOT NULL,
+	queues     text[] NOT NULL,
+	created_at bigint NOT NULL,
+	created_by text   NOT NULL DEFAULT ''
+);
+`,
 }
 
 // migrate brings the schema up to date. Nodes starting together serialize on

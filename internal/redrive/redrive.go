@@ -83,9 +83,12 @@ type Task struct {
 	RateLimit int32 `json:"rate_limit,omitempty"`
 	// MaxRedriveCount: items redriven this many times are skipped; -1 means
 	// no limit.
-	MaxRedriveCount int32  `json:"max_redrive_count"`
-	DryRun          bool   `json:"dry_run,omitempty"`
-	Status          string `json:"status"`
+	MaxRedriveCount int32 `json:"max_redrive_count"`
+	DryRun          bool  `json:"dry_run,omitempty"`
+	// KeyName is the name of the API key that started the task (audit);
+	// empty when the server runs without auth.
+	KeyName string `json:"key_name,omitempty"`
+	Status  string `json:"status"`
 	// Matched counts the items that matched the filter when the task
 	// started; Moved, Failed and Skipped count what happened to them.
 	Matched       int64              `json:"matched"`
@@ -270,6 +273,8 @@ type StartParams struct {
 	RateLimit       int32
 	DryRun          bool
 	MaxRedriveCount int32
+	// KeyName is the API key starting the task, recorded in Task.KeyName.
+	KeyName string
 }
 
 // Start counts the matching items and, unless p.DryRun, starts a task.
@@ -291,7 +296,7 @@ func (r *Runner) Start(ctx context.Context, p StartParams) (Task, error) {
 	now := r.cfg.Clock.Now().UTC()
 	t := &Task{
 		Queue: p.Queue, Destination: p.Destination, Filter: p.Filter, RateLimit: p.RateLimit,
-		MaxRedriveCount: p.MaxRedriveCount, DryRun: p.DryRun, Status: StatusRunning,
+		MaxRedriveCount: p.MaxRedriveCount, DryRun: p.DryRun, KeyName: p.KeyName, Status: StatusRunning,
 		ByQueue: map[string]*Counts{}, StartedAt: now,
 	}
 	release := func() {}

@@ -34,6 +34,10 @@ var (
 	ErrQueueExists = errors.New("queue already exists")
 	// ErrClosed: the store has been closed.
 	ErrClosed = errors.New("store closed")
+	// ErrKeyExists: CreateKey was given a name or an ID already in use.
+	ErrKeyExists = errors.New("api key already exists")
+	// ErrKeyNotFound: no API key has the given name or ID.
+	ErrKeyNotFound = errors.New("api key not found")
 )
 
 // DefaultNamespace is the namespace of a queue created without one, and of
@@ -251,6 +255,9 @@ type Store interface {
 	// Catalog stores the queue definitions.
 	Catalog
 
+	// KeyStore stores the API keys (internal/auth).
+	KeyStore
+
 	// LoadItems calls fn with the metadata of every item in one partition of
 	// a queue, in ID order. It reads no payloads. An error from fn stops the
 	// scan and is returned.
@@ -334,4 +341,44 @@ type TaskClaimer interface {
 	// or until this server's session with the store ends (the server died
 	// or lost the database).
 	ClaimTask(ctx context.Context, key string) (release func(), ok bool, err error)
+}
+
+// KeyRecord is a stored API key (internal/auth). It holds no secret: only
+// the SHA-256 hash of the key string, which the server compares in
+// constant time (docs/security.md).
+type KeyRecord struct {
+	// Name is the key's unique, user-chosen name (1 to 128 bytes), shown in
+	// audit logs and redrive tasks.
+	Name string
+	// ID is the key's public identifier, unique among keys (1 to 64 bytes):
+	// the part of the key string a request is looked up by.
+	ID string
+	// Hash is the SHA-256 hash of the whole key string (32 bytes).
+	Hash []byte
+	// Scopes are the key's scopes (auth.Scope values), at least one.
+	Scopes []string
+	// Queues are queue-name patterns ('*' matches any run of characters);
+	// empty means every queue.
+	Queues []string
+	// CreatedAt is when the key was created.
+	CreatedAt time.Time
+	// CreatedBy is the name of the key that created this one.
+	CreatedBy string
+}
+
+// KeyStore stores API keys. Its methods may be called concurrently from any
+// goroutine; they return ErrClosed after the store is closed. A change is
+// durable when the method returns nil, and on a shared store (PostgreSQL)
+// visible to every server at once.
+type KeyStore interface {
+	// CreateKey stores a new key. Returns ErrKeyExists if k.Name or k.ID is
+	// in use.
+	CreateKey(ctx context.Context, k KeyRecord) error
+	// GetKey returns the key with the given ID, or ErrKeyNotFound.
+	GetKey(ctx context.Context, id string) (KeyRecord, error)
+	// ListKeys returns every key, in name order.
+	ListKeys(ctx context.Context) ([]KeyRecord, error)
+	// DeleteKey removes the key with the given name. Returns
+	// ErrKeyNotFound.
+	DeleteKey(ctx context.Context, name string) error
 }

@@ -33,6 +33,7 @@ type Store struct {
 	byName  map[string]*queueData       // live queues by name
 	byID    map[uint64]*queueData       // the same queues by ID
 	tasks   map[string]store.TaskRecord // by ID; Data owned by the store
+	keys    map[string]store.KeyRecord  // API keys by name; slices owned by the store
 }
 
 // queueData is one queue's state. Guarded by Store.mu.
@@ -58,6 +59,7 @@ func New() *Store {
 		byName: make(map[string]*queueData),
 		byID:   make(map[uint64]*queueData),
 		tasks:  make(map[string]store.TaskRecord),
+		keys:   make(map[string]store.KeyRecord),
 	}
 }
 

@@ -12,6 +12,8 @@ const (
 	prefixQueueSeq byte = 0x02 // 0x02 → last queue ID assigned (8-byte BE)
 	prefixLastID   byte = 0x03 // 0x03 qid → queue's LastID (8-byte BE)
 	prefixTask     byte = 0x04 // 0x04 task ID → task record
+	prefixKey      byte = 0x05 // 0x05 API key name → key record
+	prefixKeyID    byte = 0x06 // 0x06 API key ID → API key name
 	prefixMeta     byte = 0x10 // 0x10 qid part id → item meta
 	prefixBody     byte = 0x11 // 0x11 qid part bodyID → item body
 	prefixErrors   byte = 0x12 // 0x12 qid part bodyID → item errors

@@ -14,6 +14,8 @@
 //	0x02                  → uint64 BE        last queue ID assigned
 //	0x03 qid              → uint64 BE        the queue's LastID
 //	0x04 id               → task record      background tasks, in ID order
+//	0x05 name             → API key record   (hash, scopes, queues; no secret)
+//	0x06 key id           → API key name     index for the lookup of a request's key
 //	0x10 qid part id      → item meta        (21-byte key)
 //	0x11 qid part bodyID  → item body
 //	0x12 qid part bodyID  → item errors      (absent when empty)
@@ -93,6 +95,10 @@ type Store struct {
 	// DeleteQueue) and guards lastQueueID.
 	catMu       sync.Mutex
 	lastQueueID uint64
+
+	// keyMu serialises API key changes (CreateKey, DeleteKey), which write
+	// two keys (0x05 and 0x06) that must agree.
+	keyMu sync.Mutex
 
 	// mu guards closed and queues. It is held only briefly, never across
 	// Pebble I/O.

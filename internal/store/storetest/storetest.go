@@ -49,6 +49,7 @@ func Run(t *testing.T, open func(t *testing.T) store.Store) {
 	t.Run("Atomicity", func(t *testing.T) { testAtomicity(t, newStore) })
 	t.Run("Aliasing", func(t *testing.T) { testAliasing(t, newStore) })
 	t.Run("Tasks", func(t *testing.T) { testTasks(t, asCatalog) })
+	t.Run("Keys", func(t *testing.T) { testKeys(t, asCatalog) })
 	t.Run("Concurrent", func(t *testing.T) { testConcurrent(t, newStore) })
 	t.Run("Closed", func(t *testing.T) { testClosed(t, newStore) })
 }
@@ -59,6 +60,7 @@ func Run(t *testing.T, open func(t *testing.T) store.Store) {
 type CatalogStore interface {
 	store.Catalog
 	store.TaskStore
+	store.KeyStore
 	Close() error
 }
 
@@ -75,6 +77,7 @@ func RunCatalog(t *testing.T, open func(t *testing.T) CatalogStore) {
 	}
 	t.Run("Queues", func(t *testing.T) { testQueues(t, newStore) })
 	t.Run("Tasks", func(t *testing.T) { testTasks(t, newStore) })
+	t.Run("Keys", func(t *testing.T) { testKeys(t, newStore) })
 }
 
 // RunReopen checks that a persistent backend keeps everything across Close

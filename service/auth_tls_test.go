@@ -1,0 +1,268 @@
+package service_test
+
+import (
+	"crypto/ecdsa"
+	"crypto/elliptic"
+	"crypto/rand"
+	"crypto/tls"
+	"crypto/x509"
+	"crypto/x509/pkix"
+	"encoding/pem"
+	"math/big"
+	"net"
+	"os"
+	"path/filepath"
+	"strings"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/require"
+
+	styx "github.com/styxq/styx"
+	"github.com/styxq/styx/daemon"
+	"github.com/styxq/styx/internal/pgtest"
+	pb "github.com/styxq/styx/styxpb"
+)
+
+// TestAuthKeyDeletionOtherNode checks, on PostgreSQL, that a key created on
+// one node works on another at once, and that its deletion on the first
+// is refused by the second at once (no cache to expire).
+func TestAuthKeyDeletionOtherNode(t *testing.T) {
+	if os.Getenv(pgtest.EnvURL) == "" && os.Getenv(pgtest.EnvRequire) == "" {
+		t.Skipf("postgres: %s is not set", pgtest.EnvURL)
+	}
+	b := backend{name: "postgres", url: pgtest.URL(t)}
+	a, admin := startAuth(t, b)
+	a.createQueue(&pb.QueueInfo{QueueName: "q"})
+	bNode := &server{t: t, b: b}
+	file := filepath.Join(t.TempDir(), "admin.key")
+	require.NoError(t, os.WriteFile(file, []byte(admin), 0o600))
+	bNode.configure = func(cfg *daemon.Config) { cfg.Auth, cfg.AdminKeyFile = true, file }
+	bNode.boot()
+	t.Cleanup(bNode.stop)
+
+	for i := range 5 { // repeated: each round must hold with no delay
+		key := a.newKey("k"+string(rune('0'+i)), []string{"produce"})
+		onB := bNode.client(key)
+		require.NoError(t, onB.QueueProduce(ctx, &pb.QueueProduceRequest{QueueName: "q", Items: []*pb.QueueProduceItem{{Bytes: []byte("x")}}}))
+		require.NoError(t, a.C.KeysDelete(ctx, &pb.KeysDeleteRequest{Name: "k" + string(rune('0'+i))}))
+		err := onB.QueueProduce(ctx, &pb.QueueProduceRequest{QueueName: "q", Items: []*pb.QueueProduceItem{{Bytes: []byte("y")}}})
+		requireCode(t, err, styx.CodeUnauthorized, "unknown API key")
+	}
+	require.Len(t, a.items("q"), 5)
+}
+
+// TestAuthRedriveAudit checks that a redrive task records the key that
+// started it, across a restart, and that dead-item deletes, queue deletes
+// and redrives are logged with the key name.
+func TestAuthRedriveAudit(t *testing.T) {
+	forEachBackend(t, func(t *testing.T, b backend) {
+		s, _ := startAuth(t, b)
+		s.createQueue(&pb.QueueInfo{QueueName: "src-dead"})
+		s.createQueue(&pb.QueueInfo{QueueName: "src", DeadQueue: "src-dead"})
+		s.produce("src", "a", "b")
+		for range 2 {
+			it := s.lease("src", 1)
+			s.retry("src", it.Partition, &pb.QueueRetryItem{Id: it.Items[0].Id, Dead: true})
+		}
+		ops := s.client(s.newKey("oncall-alice", []string{"dead"}))
+		task, err := ops.DeadRedrive(ctx, &pb.DeadRedriveRequest{QueueName: "src-dead", Filter: &pb.DeadFilter{Kind: "test"}, RateLimit: 1})
+		require.NoError(t, err)
+		require.Equal(t, "oncall-alice", task.KeyName)
+		_, err = ops.RedrivesCancel(ctx, &pb.RedriveTaskRequest{TaskId: task.TaskId})
+		require.NoError(t, err)
+		eventually(t, func() bool {
+			got, err := s.C.RedrivesGet(ctx, &pb.RedriveTaskRequest{TaskId: task.TaskId})
+			return err == nil && got.Status == "cancelled"
+		}, "the task ends")
+		del, err := ops.DeadDelete(ctx, &pb.DeadDeleteRequest{QueueName: "src-dead", Filter: &pb.DeadFilter{}})
+		require.NoError(t, err)
+		s.restart()
+		got, err := s.C.RedrivesGet(ctx, &pb.RedriveTaskRequest{TaskId: task.TaskId})
+		require.NoError(t, err)
+		require.Equal(t, "oncall-alice", got.KeyName, "recorded with the task")
+		list, err := s.C.RedrivesList(ctx, &pb.RedrivesListRequest{})
+		require.NoError(t, err)
+		require.Len(t, list.Tasks, 1)
+		require.Equal(t, "oncall-alice", list.Tasks[0].KeyName)
+		require.NoError(t, s.C.QueuesDelete(ctx, &pb.QueuesDeleteRequest{QueueName: "src"}))
+
+		logs := s.Logs.String()
+		require.Contains(t, logs, `msg="audit: dead.redrive" path=/v1/dead.redrive key=oncall-alice queue=src-dead task=`+task.TaskId)
+		require.Contains(t, logs, `msg="audit: redrives.cancel" path=/v1/redrives.cancel key=oncall-alice task=`+task.TaskId)
+		require.Contains(t, logs, `msg="audit: dead.delete" path=/v1/dead.delete key=oncall-alice queue=src-dead deleted=`+itoa(del.Deleted))
+		require.Contains(t, logs, `msg="audit: queues.delete" path=/v1/queues.delete key=bootstrap-admin queue=src`)
+	})
+}
+
+func itoa(n int64) string { return big.NewInt(n).String() }
+
+// testPKI is a CA and certificates made for one test.
+type testPKI struct {
+	dir                   string
+	caFile                string
+	serverCert, serverKey string
+	clientCert            tls.Certificate
+	otherCAFile           string // a CA that signed neither server nor client
+	clientCertFromOther   tls.Certificate
+}
+
+func newTestPKI(t *testing.T) *testPKI {
+	p := &testPKI{dir: t.TempDir()}
+	ca, caKey := newCA(t, "styx test CA")
+	p.caFile = p.write(t, "ca.pem", "CERTIFICATE", ca.Raw)
+	other, otherKey := newCA(t, "other CA")
+	p.otherCAFile = p.write(t, "other.pem", "CERTIFICATE", other.Raw)
+
+	srvDER, srvKey := newLeaf(t, ca, caKey, "styx server", true)
+	p.serverCert = p.write(t, "server.pem", "CERTIFICATE", srvDER)
+	p.serverKey = p.write(t, "server.key", "PRIVATE KEY", marshalKey(t, srvKey))
+
+	cliDER, cliKey := newLeaf(t, ca, caKey, "worker", false)
+	p.clientCert = tls.Certificate{Certificate: [][]byte{cliDER}, PrivateKey: cliKey}
+	badDER, badKey := newLeaf(t, other, otherKey, "intruder", false)
+	p.clientCertFromOther = tls.Certificate{Certificate: [][]byte{badDER}, PrivateKey: badKey}
+	return p
+}
+
+func (p *testPKI) write(t *testing.T, name, typ string, der []byte) string {
+	path := filepath.Join(p.dir, name)
+	require.NoError(t, os.WriteFile(path, pem.EncodeToMemory(&pem.Block{Type: typ, Bytes: der}), 0o600))
+	return path
+}
+
+func marshalKey(t *testing.T, k *ecdsa.PrivateKey) []byte {
+	b, err := x509.MarshalPKCS8PrivateKey(k)
+	require.NoError(t, err)
+	return b
+}
+
+var serial atomic.Int64
+
+func newCA(t *testing.T, name string) (*x509.Certificate, *ecdsa.PrivateKey) {
+	key, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
+	require.NoError(t, err)
+	tmpl := &x509.Certificate{
+		SerialNumber: big.NewInt(serial.Add(1)), Subject: pkix.Name{CommonName: name},
+		NotBefore: time.Now().Add(-time.Hour), NotAfter: time.Now().Add(time.Hour),
+		IsCA: true, BasicConstraintsValid: true, KeyUsage: x509.KeyUsageCertSign | x509.KeyUsageDigitalSignature,
+	}
+	der, err := x509.CreateCertificate(rand.Reader, tmpl, tmpl, &key.PublicKey, key)
+	require.NoError(t, err)
+	cert, err := x509.ParseCertificate(der)
+	require.NoError(t, err)
+	return cert, key
+}
+
+func newLeaf(t *testing.T, ca *x509.Certificate, caKey *ecdsa.PrivateKey, name string, server bool) ([]byte, *ecdsa.PrivateKey) {
+	key, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
+	require.NoError(t, err)
+	tmpl := &x509.Certificate{
+		SerialNumber: big.NewInt(serial.Add(1)), Subject: pkix.Name{CommonName: name},
+		NotBefore: time.Now().Add(-time.Hour), NotAfter: time.Now().Add(time.Hour),
+		KeyUsage: x509.KeyUsageDigitalSignature, ExtKeyUsage: []x509.ExtKeyUsage{x509.ExtKeyUsageClientAuth},
+	}
+	if server {
+		tmpl.ExtKeyUsage = []x509.ExtKeyUsage{x509.ExtKeyUsageServerAuth}
+		tmpl.IPAddresses = []net.IP{net.IPv4(127, 0, 0, 1)}
+		tmpl.DNSNames = []string{"localhost"}
+	}
+	der, err := x509.CreateCertificate(rand.Reader, tmpl, ca, &key.PublicKey, caKey)
+	require.NoError(t, err)
+	return der, key
+}
+
+// TestAuthTLS serves HTTPS with a certificate from a CA made in the test:
+// a client trusting the CA (CAFile) works, a client that does not is
+// refused, and plain HTTP gets no API answer.
+func TestAuthTLS(t *testing.T) {
+	forEachBackend(t, func(t *testing.T, b backend) {
+		pki := newTestPKI(t)
+		s, admin := startAuthWith(t, b, func(cfg *daemon.Config) {
+			cfg.TLSCertFile, cfg.TLSKeyFile = pki.serverCert, pki.serverKey
+		}, func(cc *styx.ClientConfig) { cc.CAFile = pki.caFile })
+		require.True(t, strings.HasPrefix(s.d.Endpoint(), "https://"))
+		s.createQueue(&pb.QueueInfo{QueueName: "tls"})
+		s.produce("tls", "over-tls")
+		require.Len(t, s.items("tls"), 1)
+
+		untrusting, err := styx.NewClient(styx.ClientConfig{Endpoint: s.d.Endpoint(), APIKey: admin})
+		require.NoError(t, err)
+		_, err = untrusting.QueuesList(ctx, &pb.QueuesListRequest{})
+		require.Error(t, err)
+		require.Contains(t, err.Error(), "certificate signed by unknown authority")
+
+		wrongCA, err := styx.NewClient(styx.ClientConfig{Endpoint: s.d.Endpoint(), APIKey: admin, CAFile: pki.otherCAFile})
+		require.NoError(t, err)
+		_, err = wrongCA.QueuesList(ctx, &pb.QueuesListRequest{})
+		require.Error(t, err)
+
+		plain, err := styx.NewClient(styx.ClientConfig{Endpoint: "http://" + s.d.Addr(), APIKey: admin})
+		require.NoError(t, err)
+		_, err = plain.QueuesList(ctx, &pb.QueuesListRequest{})
+		require.Error(t, err, "plain HTTP to a TLS port")
+		require.Equal(t, 400, styx.ErrorCode(err), "Go's TLS server answers a plain request 400: %v", err)
+	})
+}
+
+// TestAuthMutualTLS requires client certificates: a client without one, or
+// with one from another CA, fails the handshake; one with a certificate of
+// the configured CA works (and still needs its API key).
+func TestAuthMutualTLS(t *testing.T) {
+	forEachBackend(t, func(t *testing.T, b backend) {
+		pki := newTestPKI(t)
+		s, admin := startAuthWith(t, b, func(cfg *daemon.Config) {
+			cfg.TLSCertFile, cfg.TLSKeyFile, cfg.TLSClientCAFile = pki.serverCert, pki.serverKey, pki.caFile
+		}, func(cc *styx.ClientConfig) {
+			cc.CAFile = pki.caFile
+			cc.TLS = &tls.Config{Certificates: []tls.Certificate{pki.clientCert}}
+		})
+		s.createQueue(&pb.QueueInfo{QueueName: "mtls"})
+		_, err := s.C.QueuesInfo(ctx, &pb.QueuesInfoRequest{QueueName: "mtls"})
+		require.NoError(t, err)
+
+		for name, tc := range map[string]*tls.Config{
+			"NoCertificate":      nil,
+			"CertificateOfOther": {Certificates: []tls.Certificate{pki.clientCertFromOther}},
+		} {
+			t.Run(name, func(t *testing.T) {
+				c, err := styx.NewClient(styx.ClientConfig{Endpoint: s.d.Endpoint(), APIKey: admin, CAFile: pki.caFile, TLS: tc})
+				require.NoError(t, err)
+				defer c.Close()
+				_, err = c.QueuesInfo(ctx, &pb.QueuesInfoRequest{QueueName: "mtls"})
+				require.Error(t, err)
+				require.Zero(t, styx.ErrorCode(err), "refused in the handshake, not by the API: %v", err)
+				require.Regexp(t, `certificate|tls`, err.Error())
+			})
+		}
+		t.Run("CertificateButNoKey", func(t *testing.T) {
+			c, err := styx.NewClient(styx.ClientConfig{Endpoint: s.d.Endpoint(), CAFile: pki.caFile,
+				TLS: &tls.Config{Certificates: []tls.Certificate{pki.clientCert}}})
+			require.NoError(t, err)
+			defer c.Close()
+			_, err = c.QueuesInfo(ctx, &pb.QueuesInfoRequest{QueueName: "mtls"})
+			requireCode(t, err, styx.CodeUnauthorized)
+		})
+	})
+}
+
+// startAuthWith is startAuth with changes to the server and client configs.
+func startAuthWith(t *testing.T, b backend, serverCfg func(*daemon.Config), client func(*styx.ClientConfig)) (*server, string) {
+	t.Helper()
+	admin := randomHex(t, 32)
+	file := filepath.Join(t.TempDir(), "admin.key")
+	require.NoError(t, os.WriteFile(file, []byte(admin), 0o600))
+	s := &server{t: t, b: b}
+	s.configure = func(cfg *daemon.Config) {
+		cfg.Auth, cfg.AdminKeyFile = true, file
+		serverCfg(cfg)
+	}
+	s.clientCfg = func(cc *styx.ClientConfig) {
+		cc.APIKey = admin
+		client(cc)
+	}
+	s.boot()
+	t.Cleanup(s.stop)
+	return s, admin
+}
