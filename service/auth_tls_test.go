@@ -76,7 +76,7 @@ func TestAuthRedriveAudit(t *testing.T) {
 			got, err := s.C.RedrivesGet(ctx, &pb.RedriveTaskRequest{TaskId: task.TaskId})
 			return err == nil && got.Status == "cancelled"
 		}, "the task ends")
-		del, err := ops.DeadDelete(ctx, &pb.DeadDeleteRequest{QueueName: "src-dead", Filter: &pb.DeadFilter{}})
+		del, err := ops.DeadDelete(ctx, &pb.DeadDeleteRequest{QueueName: "src-dead", All: true})
 		require.NoError(t, err)
 		s.restart()
 		got, err := s.C.RedrivesGet(ctx, &pb.RedriveTaskRequest{TaskId: task.TaskId})

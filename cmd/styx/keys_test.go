@@ -115,9 +115,10 @@ func TestKeysCommands(t *testing.T) {
 	require.NoError(t, err)
 	defer cl.Close()
 	require.NoError(t, cl.QueuesCreate(t.Context(), &pb.QueueInfo{QueueName: "orders-dlq"}))
+	require.NoError(t, cl.QueuesCreate(t.Context(), &pb.QueueInfo{QueueName: "orders", DeadQueue: "orders-dlq", LeaseTimeout: "1m", ExpireTimeout: "1h"}))
 	res := c.ok("keys", "create", "oncall", "--scope", "dead", "--api-key", admin, "--json")
 	oncall := jsonLines(t, res, unmarshalKeysCreate)[0].Key
-	out = c.ok("dead", "redrive", "orders-dlq", "--api-key", oncall)
+	out = c.ok("dead", "redrive", "orders-dlq", "--all", "--api-key", oncall)
 	id := regexp.MustCompile(`rd-[a-z0-9]+`).FindString(out)
 	require.NotEmpty(t, id, out)
 	require.Regexp(t, `(?m)^`+id+`\s+orders-dlq\s+.*\s+oncall$`, c.ok("redrives", "list", "--api-key", oncall))
