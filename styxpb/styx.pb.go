@@ -2188,8 +2188,11 @@ type StorageItem struct {
 	DeadAt     *timestamppb.Timestamp `protobuf:"bytes,102,opt,name=dead_at,proto3" json:"dead_at,omitempty"`
 	LastError  string                 `protobuf:"bytes,103,opt,name=last_error,proto3" json:"last_error,omitempty"`
 	// The most recent 10 attempt errors, oldest first.
-	Errors        []*AttemptError `protobuf:"bytes,104,rep,name=errors,proto3" json:"errors,omitempty"`
-	RedriveCount  int32           `protobuf:"varint,105,opt,name=redrive_count,proto3" json:"redrive_count,omitempty"`
+	Errors       []*AttemptError `protobuf:"bytes,104,rep,name=errors,proto3" json:"errors,omitempty"`
+	RedriveCount int32           `protobuf:"varint,105,opt,name=redrive_count,proto3" json:"redrive_count,omitempty"`
+	// Styx: the fingerprint of the dead item's last error (its error group;
+	// see dead.groups). Empty on items that are not dead items.
+	Fingerprint   string `protobuf:"bytes,130,opt,name=fingerprint,proto3" json:"fingerprint,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -2371,6 +2374,13 @@ func (x *StorageItem) GetRedriveCount() int32 {
 	return 0
 }
 
+func (x *StorageItem) GetFingerprint() string {
+	if x != nil {
+		return x.Fingerprint
+	}
+	return ""
+}
+
 // AttemptError is one failed attempt's error text, as given to queue.retry.
 type AttemptError struct {
 	state         protoimpl.MessageState `protogen:"open.v1"`
@@ -2443,6 +2453,9 @@ type DeadFilter struct {
 	ErrorContains string                 `protobuf:"bytes,5,opt,name=error_contains,proto3" json:"error_contains,omitempty"`
 	DeadAfter     *timestamppb.Timestamp `protobuf:"bytes,6,opt,name=dead_after,proto3" json:"dead_after,omitempty"`
 	DeadBefore    *timestamppb.Timestamp `protobuf:"bytes,7,opt,name=dead_before,proto3" json:"dead_before,omitempty"`
+	// Styx: matches the fingerprint of the item's last error (16 lowercase
+	// hex digits, as dead.groups reports it).
+	Fingerprint   string `protobuf:"bytes,130,opt,name=fingerprint,proto3" json:"fingerprint,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -2526,6 +2539,257 @@ func (x *DeadFilter) GetDeadBefore() *timestamppb.Timestamp {
 	return nil
 }
 
+func (x *DeadFilter) GetFingerprint() string {
+	if x != nil {
+		return x.Fingerprint
+	}
+	return ""
+}
+
+// DeadGroupsRequest asks for the error groups of a dead-letter queue.
+// Only filter.source_queue, filter.reason and filter.fingerprint may be
+// set: groups come from counts the queue keeps, not from reading items.
+type DeadGroupsRequest struct {
+	state     protoimpl.MessageState `protogen:"open.v1"`
+	QueueName string                 `protobuf:"bytes,1,opt,name=queue_name,proto3" json:"queue_name,omitempty"`
+	Filter    *DeadFilter            `protobuf:"bytes,2,opt,name=filter,proto3" json:"filter,omitempty"`
+	// The most groups to return, 1..1000; 0 means 100.
+	Limit         int32 `protobuf:"varint,3,opt,name=limit,proto3" json:"limit,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *DeadGroupsRequest) Reset() {
+	*x = DeadGroupsRequest{}
+	mi := &file_styx_v1_styx_proto_msgTypes[36]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *DeadGroupsRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*DeadGroupsRequest) ProtoMessage() {}
+
+func (x *DeadGroupsRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_styx_v1_styx_proto_msgTypes[36]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use DeadGroupsRequest.ProtoReflect.Descriptor instead.
+func (*DeadGroupsRequest) Descriptor() ([]byte, []int) {
+	return file_styx_v1_styx_proto_rawDescGZIP(), []int{36}
+}
+
+func (x *DeadGroupsRequest) GetQueueName() string {
+	if x != nil {
+		return x.QueueName
+	}
+	return ""
+}
+
+func (x *DeadGroupsRequest) GetFilter() *DeadFilter {
+	if x != nil {
+		return x.Filter
+	}
+	return nil
+}
+
+func (x *DeadGroupsRequest) GetLimit() int32 {
+	if x != nil {
+		return x.Limit
+	}
+	return 0
+}
+
+// DeadGroup is the dead items of one source queue, dead reason and error
+// fingerprint.
+type DeadGroup struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// 16 lowercase hex digits; pass it as DeadFilter.fingerprint (with
+	// source_queue and reason) to list, delete or redrive the group.
+	Fingerprint string `protobuf:"bytes,1,opt,name=fingerprint,proto3" json:"fingerprint,omitempty"`
+	// The shape of the group's errors: an error text with its variable parts
+	// replaced by placeholders such as <n>, <id>, <ip>, <dur>.
+	Pattern string `protobuf:"bytes,2,opt,name=pattern,proto3" json:"pattern,omitempty"`
+	// The last error of one item of the group (sample_id), as given.
+	SampleError string `protobuf:"bytes,3,opt,name=sample_error,proto3" json:"sample_error,omitempty"`
+	SourceQueue string `protobuf:"bytes,4,opt,name=source_queue,proto3" json:"source_queue,omitempty"`
+	Reason      string `protobuf:"bytes,5,opt,name=reason,proto3" json:"reason,omitempty"`
+	Count       int64  `protobuf:"varint,6,opt,name=count,proto3" json:"count,omitempty"`
+	// The dead_at of the group's oldest and newest item (by id).
+	FirstDeadAt   *timestamppb.Timestamp `protobuf:"bytes,7,opt,name=first_dead_at,proto3" json:"first_dead_at,omitempty"`
+	LastDeadAt    *timestamppb.Timestamp `protobuf:"bytes,8,opt,name=last_dead_at,proto3" json:"last_dead_at,omitempty"`
+	SampleId      string                 `protobuf:"bytes,9,opt,name=sample_id,proto3" json:"sample_id,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *DeadGroup) Reset() {
+	*x = DeadGroup{}
+	mi := &file_styx_v1_styx_proto_msgTypes[37]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *DeadGroup) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*DeadGroup) ProtoMessage() {}
+
+func (x *DeadGroup) ProtoReflect() protoreflect.Message {
+	mi := &file_styx_v1_styx_proto_msgTypes[37]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use DeadGroup.ProtoReflect.Descriptor instead.
+func (*DeadGroup) Descriptor() ([]byte, []int) {
+	return file_styx_v1_styx_proto_rawDescGZIP(), []int{37}
+}
+
+func (x *DeadGroup) GetFingerprint() string {
+	if x != nil {
+		return x.Fingerprint
+	}
+	return ""
+}
+
+func (x *DeadGroup) GetPattern() string {
+	if x != nil {
+		return x.Pattern
+	}
+	return ""
+}
+
+func (x *DeadGroup) GetSampleError() string {
+	if x != nil {
+		return x.SampleError
+	}
+	return ""
+}
+
+func (x *DeadGroup) GetSourceQueue() string {
+	if x != nil {
+		return x.SourceQueue
+	}
+	return ""
+}
+
+func (x *DeadGroup) GetReason() string {
+	if x != nil {
+		return x.Reason
+	}
+	return ""
+}
+
+func (x *DeadGroup) GetCount() int64 {
+	if x != nil {
+		return x.Count
+	}
+	return 0
+}
+
+func (x *DeadGroup) GetFirstDeadAt() *timestamppb.Timestamp {
+	if x != nil {
+		return x.FirstDeadAt
+	}
+	return nil
+}
+
+func (x *DeadGroup) GetLastDeadAt() *timestamppb.Timestamp {
+	if x != nil {
+		return x.LastDeadAt
+	}
+	return nil
+}
+
+func (x *DeadGroup) GetSampleId() string {
+	if x != nil {
+		return x.SampleId
+	}
+	return ""
+}
+
+type DeadGroupsResponse struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// Largest first; ties by source queue, reason, fingerprint.
+	Groups []*DeadGroup `protobuf:"bytes,1,rep,name=groups,proto3" json:"groups,omitempty"`
+	// Every group that matches the filter (groups may hold fewer when
+	// limit cut them).
+	TotalGroups int64 `protobuf:"varint,2,opt,name=total_groups,proto3" json:"total_groups,omitempty"`
+	// The dead items of every group that matches the filter.
+	TotalItems    int64 `protobuf:"varint,3,opt,name=total_items,proto3" json:"total_items,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *DeadGroupsResponse) Reset() {
+	*x = DeadGroupsResponse{}
+	mi := &file_styx_v1_styx_proto_msgTypes[38]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *DeadGroupsResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*DeadGroupsResponse) ProtoMessage() {}
+
+func (x *DeadGroupsResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_styx_v1_styx_proto_msgTypes[38]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use DeadGroupsResponse.ProtoReflect.Descriptor instead.
+func (*DeadGroupsResponse) Descriptor() ([]byte, []int) {
+	return file_styx_v1_styx_proto_rawDescGZIP(), []int{38}
+}
+
+func (x *DeadGroupsResponse) GetGroups() []*DeadGroup {
+	if x != nil {
+		return x.Groups
+	}
+	return nil
+}
+
+func (x *DeadGroupsResponse) GetTotalGroups() int64 {
+	if x != nil {
+		return x.TotalGroups
+	}
+	return 0
+}
+
+func (x *DeadGroupsResponse) GetTotalItems() int64 {
+	if x != nil {
+		return x.TotalItems
+	}
+	return 0
+}
+
 type DeadListRequest struct {
 	state     protoimpl.MessageState `protogen:"open.v1"`
 	QueueName string                 `protobuf:"bytes,1,opt,name=queue_name,proto3" json:"queue_name,omitempty"`
@@ -2540,7 +2804,7 @@ type DeadListRequest struct {
 
 func (x *DeadListRequest) Reset() {
 	*x = DeadListRequest{}
-	mi := &file_styx_v1_styx_proto_msgTypes[36]
+	mi := &file_styx_v1_styx_proto_msgTypes[39]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2552,7 +2816,7 @@ func (x *DeadListRequest) String() string {
 func (*DeadListRequest) ProtoMessage() {}
 
 func (x *DeadListRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_styx_v1_styx_proto_msgTypes[36]
+	mi := &file_styx_v1_styx_proto_msgTypes[39]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2565,7 +2829,7 @@ func (x *DeadListRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use DeadListRequest.ProtoReflect.Descriptor instead.
 func (*DeadListRequest) Descriptor() ([]byte, []int) {
-	return file_styx_v1_styx_proto_rawDescGZIP(), []int{36}
+	return file_styx_v1_styx_proto_rawDescGZIP(), []int{39}
 }
 
 func (x *DeadListRequest) GetQueueName() string {
@@ -2613,7 +2877,7 @@ type DeadListResponse struct {
 
 func (x *DeadListResponse) Reset() {
 	*x = DeadListResponse{}
-	mi := &file_styx_v1_styx_proto_msgTypes[37]
+	mi := &file_styx_v1_styx_proto_msgTypes[40]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2625,7 +2889,7 @@ func (x *DeadListResponse) String() string {
 func (*DeadListResponse) ProtoMessage() {}
 
 func (x *DeadListResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_styx_v1_styx_proto_msgTypes[37]
+	mi := &file_styx_v1_styx_proto_msgTypes[40]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2638,7 +2902,7 @@ func (x *DeadListResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use DeadListResponse.ProtoReflect.Descriptor instead.
 func (*DeadListResponse) Descriptor() ([]byte, []int) {
-	return file_styx_v1_styx_proto_rawDescGZIP(), []int{37}
+	return file_styx_v1_styx_proto_rawDescGZIP(), []int{40}
 }
 
 func (x *DeadListResponse) GetItems() []*StorageItem {
@@ -2665,7 +2929,7 @@ type DeadDeleteRequest struct {
 
 func (x *DeadDeleteRequest) Reset() {
 	*x = DeadDeleteRequest{}
-	mi := &file_styx_v1_styx_proto_msgTypes[38]
+	mi := &file_styx_v1_styx_proto_msgTypes[41]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2677,7 +2941,7 @@ func (x *DeadDeleteRequest) String() string {
 func (*DeadDeleteRequest) ProtoMessage() {}
 
 func (x *DeadDeleteRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_styx_v1_styx_proto_msgTypes[38]
+	mi := &file_styx_v1_styx_proto_msgTypes[41]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2690,7 +2954,7 @@ func (x *DeadDeleteRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use DeadDeleteRequest.ProtoReflect.Descriptor instead.
 func (*DeadDeleteRequest) Descriptor() ([]byte, []int) {
-	return file_styx_v1_styx_proto_rawDescGZIP(), []int{38}
+	return file_styx_v1_styx_proto_rawDescGZIP(), []int{41}
 }
 
 func (x *DeadDeleteRequest) GetQueueName() string {
@@ -2716,7 +2980,7 @@ type DeadDeleteResponse struct {
 
 func (x *DeadDeleteResponse) Reset() {
 	*x = DeadDeleteResponse{}
-	mi := &file_styx_v1_styx_proto_msgTypes[39]
+	mi := &file_styx_v1_styx_proto_msgTypes[42]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2728,7 +2992,7 @@ func (x *DeadDeleteResponse) String() string {
 func (*DeadDeleteResponse) ProtoMessage() {}
 
 func (x *DeadDeleteResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_styx_v1_styx_proto_msgTypes[39]
+	mi := &file_styx_v1_styx_proto_msgTypes[42]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2741,7 +3005,7 @@ func (x *DeadDeleteResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use DeadDeleteResponse.ProtoReflect.Descriptor instead.
 func (*DeadDeleteResponse) Descriptor() ([]byte, []int) {
-	return file_styx_v1_styx_proto_rawDescGZIP(), []int{39}
+	return file_styx_v1_styx_proto_rawDescGZIP(), []int{42}
 }
 
 func (x *DeadDeleteResponse) GetDeleted() int64 {
@@ -2767,7 +3031,7 @@ type DeadRedriveRequest struct {
 
 func (x *DeadRedriveRequest) Reset() {
 	*x = DeadRedriveRequest{}
-	mi := &file_styx_v1_styx_proto_msgTypes[40]
+	mi := &file_styx_v1_styx_proto_msgTypes[43]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2779,7 +3043,7 @@ func (x *DeadRedriveRequest) String() string {
 func (*DeadRedriveRequest) ProtoMessage() {}
 
 func (x *DeadRedriveRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_styx_v1_styx_proto_msgTypes[40]
+	mi := &file_styx_v1_styx_proto_msgTypes[43]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2792,7 +3056,7 @@ func (x *DeadRedriveRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use DeadRedriveRequest.ProtoReflect.Descriptor instead.
 func (*DeadRedriveRequest) Descriptor() ([]byte, []int) {
-	return file_styx_v1_styx_proto_rawDescGZIP(), []int{40}
+	return file_styx_v1_styx_proto_rawDescGZIP(), []int{43}
 }
 
 func (x *DeadRedriveRequest) GetQueueName() string {
@@ -2846,7 +3110,7 @@ type RedrivesListRequest struct {
 
 func (x *RedrivesListRequest) Reset() {
 	*x = RedrivesListRequest{}
-	mi := &file_styx_v1_styx_proto_msgTypes[41]
+	mi := &file_styx_v1_styx_proto_msgTypes[44]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2858,7 +3122,7 @@ func (x *RedrivesListRequest) String() string {
 func (*RedrivesListRequest) ProtoMessage() {}
 
 func (x *RedrivesListRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_styx_v1_styx_proto_msgTypes[41]
+	mi := &file_styx_v1_styx_proto_msgTypes[44]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2871,7 +3135,7 @@ func (x *RedrivesListRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RedrivesListRequest.ProtoReflect.Descriptor instead.
 func (*RedrivesListRequest) Descriptor() ([]byte, []int) {
-	return file_styx_v1_styx_proto_rawDescGZIP(), []int{41}
+	return file_styx_v1_styx_proto_rawDescGZIP(), []int{44}
 }
 
 func (x *RedrivesListRequest) GetQueueName() string {
@@ -2890,7 +3154,7 @@ type RedrivesListResponse struct {
 
 func (x *RedrivesListResponse) Reset() {
 	*x = RedrivesListResponse{}
-	mi := &file_styx_v1_styx_proto_msgTypes[42]
+	mi := &file_styx_v1_styx_proto_msgTypes[45]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2902,7 +3166,7 @@ func (x *RedrivesListResponse) String() string {
 func (*RedrivesListResponse) ProtoMessage() {}
 
 func (x *RedrivesListResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_styx_v1_styx_proto_msgTypes[42]
+	mi := &file_styx_v1_styx_proto_msgTypes[45]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2915,7 +3179,7 @@ func (x *RedrivesListResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RedrivesListResponse.ProtoReflect.Descriptor instead.
 func (*RedrivesListResponse) Descriptor() ([]byte, []int) {
-	return file_styx_v1_styx_proto_rawDescGZIP(), []int{42}
+	return file_styx_v1_styx_proto_rawDescGZIP(), []int{45}
 }
 
 func (x *RedrivesListResponse) GetTasks() []*RedriveTask {
@@ -2934,7 +3198,7 @@ type RedriveTaskRequest struct {
 
 func (x *RedriveTaskRequest) Reset() {
 	*x = RedriveTaskRequest{}
-	mi := &file_styx_v1_styx_proto_msgTypes[43]
+	mi := &file_styx_v1_styx_proto_msgTypes[46]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2946,7 +3210,7 @@ func (x *RedriveTaskRequest) String() string {
 func (*RedriveTaskRequest) ProtoMessage() {}
 
 func (x *RedriveTaskRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_styx_v1_styx_proto_msgTypes[43]
+	mi := &file_styx_v1_styx_proto_msgTypes[46]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2959,7 +3223,7 @@ func (x *RedriveTaskRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RedriveTaskRequest.ProtoReflect.Descriptor instead.
 func (*RedriveTaskRequest) Descriptor() ([]byte, []int) {
-	return file_styx_v1_styx_proto_rawDescGZIP(), []int{43}
+	return file_styx_v1_styx_proto_rawDescGZIP(), []int{46}
 }
 
 func (x *RedriveTaskRequest) GetTaskId() string {
@@ -2980,7 +3244,7 @@ type RedriveCounts struct {
 
 func (x *RedriveCounts) Reset() {
 	*x = RedriveCounts{}
-	mi := &file_styx_v1_styx_proto_msgTypes[44]
+	mi := &file_styx_v1_styx_proto_msgTypes[47]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2992,7 +3256,7 @@ func (x *RedriveCounts) String() string {
 func (*RedriveCounts) ProtoMessage() {}
 
 func (x *RedriveCounts) ProtoReflect() protoreflect.Message {
-	mi := &file_styx_v1_styx_proto_msgTypes[44]
+	mi := &file_styx_v1_styx_proto_msgTypes[47]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3005,7 +3269,7 @@ func (x *RedriveCounts) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RedriveCounts.ProtoReflect.Descriptor instead.
 func (*RedriveCounts) Descriptor() ([]byte, []int) {
-	return file_styx_v1_styx_proto_rawDescGZIP(), []int{44}
+	return file_styx_v1_styx_proto_rawDescGZIP(), []int{47}
 }
 
 func (x *RedriveCounts) GetMoved() int64 {
@@ -3055,7 +3319,7 @@ type RedriveTask struct {
 
 func (x *RedriveTask) Reset() {
 	*x = RedriveTask{}
-	mi := &file_styx_v1_styx_proto_msgTypes[45]
+	mi := &file_styx_v1_styx_proto_msgTypes[48]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3067,7 +3331,7 @@ func (x *RedriveTask) String() string {
 func (*RedriveTask) ProtoMessage() {}
 
 func (x *RedriveTask) ProtoReflect() protoreflect.Message {
-	mi := &file_styx_v1_styx_proto_msgTypes[45]
+	mi := &file_styx_v1_styx_proto_msgTypes[48]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3080,7 +3344,7 @@ func (x *RedriveTask) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RedriveTask.ProtoReflect.Descriptor instead.
 func (*RedriveTask) Descriptor() ([]byte, []int) {
-	return file_styx_v1_styx_proto_rawDescGZIP(), []int{45}
+	return file_styx_v1_styx_proto_rawDescGZIP(), []int{48}
 }
 
 func (x *RedriveTask) GetTaskId() string {
@@ -3382,7 +3646,7 @@ const file_styx_v1_styx_proto_rawDesc = "" +
 	"\tqueueName\x18\x01 \x01(\tR\n" +
 	"queue_name\x12\x1c\n" +
 	"\tpartition\x18\x02 \x01(\x05R\tpartition\x12\x10\n" +
-	"\x03ids\x18\x03 \x03(\tR\x03ids\"\xea\x06\n" +
+	"\x03ids\x18\x03 \x03(\tR\x03ids\"\x8d\a\n" +
 	"\vStorageItem\x12\x0e\n" +
 	"\x02id\x18\x01 \x01(\tR\x02id\x12\x1c\n" +
 	"\tsource_id\x18\x02 \x01(\tR\tsource_id\x12\x1b\n" +
@@ -3410,11 +3674,12 @@ const file_styx_v1_styx_proto_rawDesc = "" +
 	"last_error\x18g \x01(\tR\n" +
 	"last_error\x12-\n" +
 	"\x06errors\x18h \x03(\v2\x15.styx.v1.AttemptErrorR\x06errors\x12$\n" +
-	"\rredrive_count\x18i \x01(\x05R\rredrive_count\"j\n" +
+	"\rredrive_count\x18i \x01(\x05R\rredrive_count\x12!\n" +
+	"\vfingerprint\x18\x82\x01 \x01(\tR\vfingerprint\"j\n" +
 	"\fAttemptError\x12\x18\n" +
 	"\aattempt\x18\x01 \x01(\x05R\aattempt\x12\x14\n" +
 	"\x05error\x18\x02 \x01(\tR\x05error\x12*\n" +
-	"\x02at\x18\x03 \x01(\v2\x1a.google.protobuf.TimestampR\x02at\"\x90\x02\n" +
+	"\x02at\x18\x03 \x01(\v2\x1a.google.protobuf.TimestampR\x02at\"\xb3\x02\n" +
 	"\n" +
 	"DeadFilter\x12\x10\n" +
 	"\x03ids\x18\x01 \x03(\tR\x03ids\x12\"\n" +
@@ -3425,7 +3690,28 @@ const file_styx_v1_styx_proto_rawDesc = "" +
 	"\n" +
 	"dead_after\x18\x06 \x01(\v2\x1a.google.protobuf.TimestampR\n" +
 	"dead_after\x12<\n" +
-	"\vdead_before\x18\a \x01(\v2\x1a.google.protobuf.TimestampR\vdead_before\"\xb4\x01\n" +
+	"\vdead_before\x18\a \x01(\v2\x1a.google.protobuf.TimestampR\vdead_before\x12!\n" +
+	"\vfingerprint\x18\x82\x01 \x01(\tR\vfingerprint\"v\n" +
+	"\x11DeadGroupsRequest\x12\x1e\n" +
+	"\n" +
+	"queue_name\x18\x01 \x01(\tR\n" +
+	"queue_name\x12+\n" +
+	"\x06filter\x18\x02 \x01(\v2\x13.styx.v1.DeadFilterR\x06filter\x12\x14\n" +
+	"\x05limit\x18\x03 \x01(\x05R\x05limit\"\xdd\x02\n" +
+	"\tDeadGroup\x12 \n" +
+	"\vfingerprint\x18\x01 \x01(\tR\vfingerprint\x12\x18\n" +
+	"\apattern\x18\x02 \x01(\tR\apattern\x12\"\n" +
+	"\fsample_error\x18\x03 \x01(\tR\fsample_error\x12\"\n" +
+	"\fsource_queue\x18\x04 \x01(\tR\fsource_queue\x12\x16\n" +
+	"\x06reason\x18\x05 \x01(\tR\x06reason\x12\x14\n" +
+	"\x05count\x18\x06 \x01(\x03R\x05count\x12@\n" +
+	"\rfirst_dead_at\x18\a \x01(\v2\x1a.google.protobuf.TimestampR\rfirst_dead_at\x12>\n" +
+	"\flast_dead_at\x18\b \x01(\v2\x1a.google.protobuf.TimestampR\flast_dead_at\x12\x1c\n" +
+	"\tsample_id\x18\t \x01(\tR\tsample_id\"\x86\x01\n" +
+	"\x12DeadGroupsResponse\x12*\n" +
+	"\x06groups\x18\x01 \x03(\v2\x12.styx.v1.DeadGroupR\x06groups\x12\"\n" +
+	"\ftotal_groups\x18\x02 \x01(\x03R\ftotal_groups\x12 \n" +
+	"\vtotal_items\x18\x03 \x01(\x03R\vtotal_items\"\xb4\x01\n" +
 	"\x0fDeadListRequest\x12\x1e\n" +
 	"\n" +
 	"queue_name\x18\x01 \x01(\tR\n" +
@@ -3509,7 +3795,7 @@ func file_styx_v1_styx_proto_rawDescGZIP() []byte {
 	return file_styx_v1_styx_proto_rawDescData
 }
 
-var file_styx_v1_styx_proto_msgTypes = make([]protoimpl.MessageInfo, 49)
+var file_styx_v1_styx_proto_msgTypes = make([]protoimpl.MessageInfo, 52)
 var file_styx_v1_styx_proto_goTypes = []any{
 	(*QueueProduceRequest)(nil),        // 0: styx.v1.QueueProduceRequest
 	(*QueueProduceItem)(nil),           // 1: styx.v1.QueueProduceItem
@@ -3547,69 +3833,76 @@ var file_styx_v1_styx_proto_goTypes = []any{
 	(*StorageItem)(nil),                // 33: styx.v1.StorageItem
 	(*AttemptError)(nil),               // 34: styx.v1.AttemptError
 	(*DeadFilter)(nil),                 // 35: styx.v1.DeadFilter
-	(*DeadListRequest)(nil),            // 36: styx.v1.DeadListRequest
-	(*DeadListResponse)(nil),           // 37: styx.v1.DeadListResponse
-	(*DeadDeleteRequest)(nil),          // 38: styx.v1.DeadDeleteRequest
-	(*DeadDeleteResponse)(nil),         // 39: styx.v1.DeadDeleteResponse
-	(*DeadRedriveRequest)(nil),         // 40: styx.v1.DeadRedriveRequest
-	(*RedrivesListRequest)(nil),        // 41: styx.v1.RedrivesListRequest
-	(*RedrivesListResponse)(nil),       // 42: styx.v1.RedrivesListResponse
-	(*RedriveTaskRequest)(nil),         // 43: styx.v1.RedriveTaskRequest
-	(*RedriveCounts)(nil),              // 44: styx.v1.RedriveCounts
-	(*RedriveTask)(nil),                // 45: styx.v1.RedriveTask
-	nil,                                // 46: styx.v1.QueueStatsResponse.DeadByReasonEntry
-	nil,                                // 47: styx.v1.QueueStatsResponse.DeadBySourceEntry
-	nil,                                // 48: styx.v1.RedriveTask.ByQueueEntry
-	(*timestamppb.Timestamp)(nil),      // 49: google.protobuf.Timestamp
+	(*DeadGroupsRequest)(nil),          // 36: styx.v1.DeadGroupsRequest
+	(*DeadGroup)(nil),                  // 37: styx.v1.DeadGroup
+	(*DeadGroupsResponse)(nil),         // 38: styx.v1.DeadGroupsResponse
+	(*DeadListRequest)(nil),            // 39: styx.v1.DeadListRequest
+	(*DeadListResponse)(nil),           // 40: styx.v1.DeadListResponse
+	(*DeadDeleteRequest)(nil),          // 41: styx.v1.DeadDeleteRequest
+	(*DeadDeleteResponse)(nil),         // 42: styx.v1.DeadDeleteResponse
+	(*DeadRedriveRequest)(nil),         // 43: styx.v1.DeadRedriveRequest
+	(*RedrivesListRequest)(nil),        // 44: styx.v1.RedrivesListRequest
+	(*RedrivesListResponse)(nil),       // 45: styx.v1.RedrivesListResponse
+	(*RedriveTaskRequest)(nil),         // 46: styx.v1.RedriveTaskRequest
+	(*RedriveCounts)(nil),              // 47: styx.v1.RedriveCounts
+	(*RedriveTask)(nil),                // 48: styx.v1.RedriveTask
+	nil,                                // 49: styx.v1.QueueStatsResponse.DeadByReasonEntry
+	nil,                                // 50: styx.v1.QueueStatsResponse.DeadBySourceEntry
+	nil,                                // 51: styx.v1.RedriveTask.ByQueueEntry
+	(*timestamppb.Timestamp)(nil),      // 52: google.protobuf.Timestamp
 }
 var file_styx_v1_styx_proto_depIdxs = []int32{
 	1,  // 0: styx.v1.QueueProduceRequest.items:type_name -> styx.v1.QueueProduceItem
-	49, // 1: styx.v1.QueueProduceItem.enqueueAt:type_name -> google.protobuf.Timestamp
-	49, // 2: styx.v1.QueueLeaseItem.leaseDeadline:type_name -> google.protobuf.Timestamp
+	52, // 1: styx.v1.QueueProduceItem.enqueueAt:type_name -> google.protobuf.Timestamp
+	52, // 2: styx.v1.QueueLeaseItem.leaseDeadline:type_name -> google.protobuf.Timestamp
 	4,  // 3: styx.v1.QueueLeaseResponse.items:type_name -> styx.v1.QueueLeaseItem
 	9,  // 4: styx.v1.QueueRetryRequest.items:type_name -> styx.v1.QueueRetryItem
-	49, // 5: styx.v1.QueueRetryItem.retryAt:type_name -> google.protobuf.Timestamp
+	52, // 5: styx.v1.QueueRetryItem.retryAt:type_name -> google.protobuf.Timestamp
 	11, // 6: styx.v1.QueueRetryResponse.outcomes:type_name -> styx.v1.QueueRetryOutcome
-	49, // 7: styx.v1.QueueRetryOutcome.retryAt:type_name -> google.protobuf.Timestamp
+	52, // 7: styx.v1.QueueRetryOutcome.retryAt:type_name -> google.protobuf.Timestamp
 	14, // 8: styx.v1.QueueRenewResponse.items:type_name -> styx.v1.QueueRenewItem
-	49, // 9: styx.v1.QueueRenewItem.leaseDeadline:type_name -> google.protobuf.Timestamp
-	49, // 10: styx.v1.QueueInfo.createdAt:type_name -> google.protobuf.Timestamp
-	49, // 11: styx.v1.QueueInfo.updatedAt:type_name -> google.protobuf.Timestamp
+	52, // 9: styx.v1.QueueRenewItem.leaseDeadline:type_name -> google.protobuf.Timestamp
+	52, // 10: styx.v1.QueueInfo.createdAt:type_name -> google.protobuf.Timestamp
+	52, // 11: styx.v1.QueueInfo.updatedAt:type_name -> google.protobuf.Timestamp
 	16, // 12: styx.v1.QueueInfo.partitions:type_name -> styx.v1.PartitionInfo
 	22, // 13: styx.v1.QueueStatsResponse.logicalQueues:type_name -> styx.v1.QueueLogicalStats
-	46, // 14: styx.v1.QueueStatsResponse.dead_by_reason:type_name -> styx.v1.QueueStatsResponse.DeadByReasonEntry
-	47, // 15: styx.v1.QueueStatsResponse.dead_by_source:type_name -> styx.v1.QueueStatsResponse.DeadBySourceEntry
+	49, // 14: styx.v1.QueueStatsResponse.dead_by_reason:type_name -> styx.v1.QueueStatsResponse.DeadByReasonEntry
+	50, // 15: styx.v1.QueueStatsResponse.dead_by_source:type_name -> styx.v1.QueueStatsResponse.DeadBySourceEntry
 	23, // 16: styx.v1.QueueLogicalStats.partitions:type_name -> styx.v1.QueuePartitionStats
 	15, // 17: styx.v1.QueuesListResponse.items:type_name -> styx.v1.QueueInfo
 	33, // 18: styx.v1.StorageItemsListResponse.items:type_name -> styx.v1.StorageItem
 	33, // 19: styx.v1.StorageItemsImportRequest.items:type_name -> styx.v1.StorageItem
 	33, // 20: styx.v1.StorageItemsImportResponse.items:type_name -> styx.v1.StorageItem
-	49, // 21: styx.v1.StorageItem.leaseDeadline:type_name -> google.protobuf.Timestamp
-	49, // 22: styx.v1.StorageItem.expireDeadline:type_name -> google.protobuf.Timestamp
-	49, // 23: styx.v1.StorageItem.deadDeadline:type_name -> google.protobuf.Timestamp
-	49, // 24: styx.v1.StorageItem.createdAt:type_name -> google.protobuf.Timestamp
-	49, // 25: styx.v1.StorageItem.updatedAt:type_name -> google.protobuf.Timestamp
-	49, // 26: styx.v1.StorageItem.enqueueAt:type_name -> google.protobuf.Timestamp
-	49, // 27: styx.v1.StorageItem.dead_at:type_name -> google.protobuf.Timestamp
+	52, // 21: styx.v1.StorageItem.leaseDeadline:type_name -> google.protobuf.Timestamp
+	52, // 22: styx.v1.StorageItem.expireDeadline:type_name -> google.protobuf.Timestamp
+	52, // 23: styx.v1.StorageItem.deadDeadline:type_name -> google.protobuf.Timestamp
+	52, // 24: styx.v1.StorageItem.createdAt:type_name -> google.protobuf.Timestamp
+	52, // 25: styx.v1.StorageItem.updatedAt:type_name -> google.protobuf.Timestamp
+	52, // 26: styx.v1.StorageItem.enqueueAt:type_name -> google.protobuf.Timestamp
+	52, // 27: styx.v1.StorageItem.dead_at:type_name -> google.protobuf.Timestamp
 	34, // 28: styx.v1.StorageItem.errors:type_name -> styx.v1.AttemptError
-	49, // 29: styx.v1.AttemptError.at:type_name -> google.protobuf.Timestamp
-	49, // 30: styx.v1.DeadFilter.dead_after:type_name -> google.protobuf.Timestamp
-	49, // 31: styx.v1.DeadFilter.dead_before:type_name -> google.protobuf.Timestamp
-	35, // 32: styx.v1.DeadListRequest.filter:type_name -> styx.v1.DeadFilter
-	33, // 33: styx.v1.DeadListResponse.items:type_name -> styx.v1.StorageItem
-	35, // 34: styx.v1.DeadDeleteRequest.filter:type_name -> styx.v1.DeadFilter
-	35, // 35: styx.v1.DeadRedriveRequest.filter:type_name -> styx.v1.DeadFilter
-	45, // 36: styx.v1.RedrivesListResponse.tasks:type_name -> styx.v1.RedriveTask
-	35, // 37: styx.v1.RedriveTask.filter:type_name -> styx.v1.DeadFilter
-	49, // 38: styx.v1.RedriveTask.started_at:type_name -> google.protobuf.Timestamp
-	49, // 39: styx.v1.RedriveTask.finished_at:type_name -> google.protobuf.Timestamp
-	48, // 40: styx.v1.RedriveTask.by_queue:type_name -> styx.v1.RedriveTask.ByQueueEntry
-	44, // 41: styx.v1.RedriveTask.ByQueueEntry.value:type_name -> styx.v1.RedriveCounts
-	42, // [42:42] is the sub-list for method output_type
-	42, // [42:42] is the sub-list for method input_type
-	42, // [42:42] is the sub-list for extension type_name
-	42, // [42:42] is the sub-list for extension extendee
-	0,  // [0:42] is the sub-list for field type_name
+	52, // 29: styx.v1.AttemptError.at:type_name -> google.protobuf.Timestamp
+	52, // 30: styx.v1.DeadFilter.dead_after:type_name -> google.protobuf.Timestamp
+	52, // 31: styx.v1.DeadFilter.dead_before:type_name -> google.protobuf.Timestamp
+	35, // 32: styx.v1.DeadGroupsRequest.filter:type_name -> styx.v1.DeadFilter
+	52, // 33: styx.v1.DeadGroup.first_dead_at:type_name -> google.protobuf.Timestamp
+	52, // 34: styx.v1.DeadGroup.last_dead_at:type_name -> google.protobuf.Timestamp
+	37, // 35: styx.v1.DeadGroupsResponse.groups:type_name -> styx.v1.DeadGroup
+	35, // 36: styx.v1.DeadListRequest.filter:type_name -> styx.v1.DeadFilter
+	33, // 37: styx.v1.DeadListResponse.items:type_name -> styx.v1.StorageItem
+	35, // 38: styx.v1.DeadDeleteRequest.filter:type_name -> styx.v1.DeadFilter
+	35, // 39: styx.v1.DeadRedriveRequest.filter:type_name -> styx.v1.DeadFilter
+	48, // 40: styx.v1.RedrivesListResponse.tasks:type_name -> styx.v1.RedriveTask
+	35, // 41: styx.v1.RedriveTask.filter:type_name -> styx.v1.DeadFilter
+	52, // 42: styx.v1.RedriveTask.started_at:type_name -> google.protobuf.Timestamp
+	52, // 43: styx.v1.RedriveTask.finished_at:type_name -> google.protobuf.Timestamp
+	51, // 44: styx.v1.RedriveTask.by_queue:type_name -> styx.v1.RedriveTask.ByQueueEntry
+	47, // 45: styx.v1.RedriveTask.ByQueueEntry.value:type_name -> styx.v1.RedriveCounts
+	46, // [46:46] is the sub-list for method output_type
+	46, // [46:46] is the sub-list for method input_type
+	46, // [46:46] is the sub-list for extension type_name
+	46, // [46:46] is the sub-list for extension extendee
+	0,  // [0:46] is the sub-list for field type_name
 }
 
 func init() { file_styx_v1_styx_proto_init() }
@@ -3623,7 +3916,7 @@ func file_styx_v1_styx_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_styx_v1_styx_proto_rawDesc), len(file_styx_v1_styx_proto_rawDesc)),
 			NumEnums:      0,
-			NumMessages:   49,
+			NumMessages:   52,
 			NumExtensions: 0,
 			NumServices:   0,
 		},

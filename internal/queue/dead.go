@@ -7,6 +7,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/styxq/styx/internal/fingerprint"
 	"github.com/styxq/styx/internal/store"
 )
 
@@ -27,6 +28,19 @@ type DeadFilter struct {
 	// exclusive. Zero means unbounded.
 	DeadAfter  time.Time `json:"dead_after,omitzero"`
 	DeadBefore time.Time `json:"dead_before,omitzero"`
+	// Fingerprint matches the fingerprint of the item's last error: the
+	// one stored when it died (store.ItemMeta.Fingerprint), else the one
+	// of its last error (internal/fingerprint).
+	Fingerprint string `json:"fingerprint,omitempty"`
+}
+
+// ItemFingerprint is the fingerprint of a dead item's last error: the one
+// stored with it, else derived from its stored last error.
+func ItemFingerprint(it *store.Item) string {
+	if it.Meta.Fingerprint != "" {
+		return it.Meta.Fingerprint
+	}
+	return fingerprint.Of(it.Errors.LastError)
 }
 
 // Match reports whether the item passes the filter.
@@ -39,6 +53,7 @@ func (f *DeadFilter) Match(it *store.Item) bool {
 	case f.ErrorContains != "" && !strings.Contains(it.Errors.LastError, f.ErrorContains):
 	case !f.DeadAfter.IsZero() && it.Body.DeadAt.Before(f.DeadAfter):
 	case !f.DeadBefore.IsZero() && !it.Body.DeadAt.Before(f.DeadBefore):
+	case f.Fingerprint != "" && ItemFingerprint(it) != f.Fingerprint:
 	default:
 		return true
 	}

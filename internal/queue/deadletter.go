@@ -5,6 +5,7 @@ import (
 	"strconv"
 	"strings"
 
+	"github.com/styxq/styx/internal/fingerprint"
 	"github.com/styxq/styx/internal/store"
 )
 
@@ -236,6 +237,7 @@ func (l *Logical) takeDead(it *iteration, op *deadLetterOp) {
 		}
 		p.add(x)
 		l.sourceKeys[d.sourceKey] = x
+		l.addToGroup(x, p.num, fingerprint.Of(d.errors.LastError), deadAt, d.errors.LastError)
 		body := d.body
 		it.batch.Insert(p.num, x.meta(), body, d.errors)
 		l.addBody(it, x.bodyID, &body)

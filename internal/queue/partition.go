@@ -47,6 +47,9 @@ type item struct {
 	// sourceKey is set on dead items in a dead-letter queue, redriven items
 	// and items imported with a source_id (store.ItemMeta.SourceKey).
 	sourceKey string
+	// dead is the item's place in its error group (groups.go); set on dead
+	// items in a dead-letter queue only.
+	dead *deadEntry
 }
 
 // meta returns the item's stored form.
@@ -60,6 +63,12 @@ func (it *item) meta() store.ItemMeta {
 		SourceKey:      it.sourceKey,
 		DeadReason:     it.reason,
 		DeadAt:         FromNanos(it.deadAt),
+	}
+	if it.dead != nil {
+		m.Fingerprint = it.dead.g.key.fingerprint
+		if m.DeadAt.IsZero() {
+			m.DeadAt = FromNanos(it.dead.deadAt)
+		}
 	}
 	switch it.state {
 	case stateLeased:
