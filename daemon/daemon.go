@@ -25,6 +25,7 @@ import (
 	"github.com/styxq/styx/metrics"
 	"github.com/styxq/styx/service"
 	"github.com/styxq/styx/transport"
+	"github.com/styxq/styx/web"
 )
 
 // Storage backends.
@@ -206,7 +207,12 @@ func (d *Daemon) serve(ctx context.Context, m queue.Queues, tasks store.TaskStor
 		d.closeStore()
 		return nil, fmt.Errorf("listen on %s: %w", cfg.Listen, err)
 	}
-	d.server = &http.Server{Handler: h, ReadHeaderTimeout: 10 * time.Second, IdleTimeout: 2 * time.Minute, ErrorLog: slog.NewLogLogger(cfg.Log.Handler(), slog.LevelWarn)}
+	// The web UI (package web) is served beside the API at /ui/; it calls
+	// the API like any client.
+	mux := http.NewServeMux()
+	mux.Handle(web.Prefix, web.Handler())
+	mux.Handle("/", h)
+	d.server = &http.Server{Handler: mux, ReadHeaderTimeout: 10 * time.Second, IdleTimeout: 2 * time.Minute, ErrorLog: slog.NewLogLogger(cfg.Log.Handler(), slog.LevelWarn)}
 	go func() { d.served <- d.server.Serve(d.listener) }()
 	if cfg.DebugListen != "" {
 		if err := d.serveDebug(cfg.DebugListen); err != nil {

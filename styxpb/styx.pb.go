@@ -1456,10 +1456,12 @@ type QueueStatsResponse struct {
 	LogicalQueues []*QueueLogicalStats   `protobuf:"bytes,2,rep,name=logicalQueues,proto3" json:"logicalQueues,omitempty"`
 	// Styx: dead items the queue holds (when it serves as a dead-letter
 	// queue), by dead reason and by source queue.
-	DeadByReason  map[string]int64 `protobuf:"bytes,100,rep,name=dead_by_reason,proto3" json:"dead_by_reason,omitempty" protobuf_key:"bytes,1,opt,name=key" protobuf_val:"varint,2,opt,name=value"`
-	DeadBySource  map[string]int64 `protobuf:"bytes,101,rep,name=dead_by_source,proto3" json:"dead_by_source,omitempty" protobuf_key:"bytes,1,opt,name=key" protobuf_val:"varint,2,opt,name=value"`
-	unknownFields protoimpl.UnknownFields
-	sizeCache     protoimpl.SizeCache
+	DeadByReason map[string]int64 `protobuf:"bytes,100,rep,name=dead_by_reason,proto3" json:"dead_by_reason,omitempty" protobuf_key:"bytes,1,opt,name=key" protobuf_val:"varint,2,opt,name=value"`
+	DeadBySource map[string]int64 `protobuf:"bytes,101,rep,name=dead_by_source,proto3" json:"dead_by_source,omitempty" protobuf_key:"bytes,1,opt,name=key" protobuf_val:"varint,2,opt,name=value"`
+	// Styx: the created_at of the queue's oldest item; unset when empty.
+	OldestCreatedAt *timestamppb.Timestamp `protobuf:"bytes,130,opt,name=oldest_created_at,proto3" json:"oldest_created_at,omitempty"`
+	unknownFields   protoimpl.UnknownFields
+	sizeCache       protoimpl.SizeCache
 }
 
 func (x *QueueStatsResponse) Reset() {
@@ -1516,6 +1518,13 @@ func (x *QueueStatsResponse) GetDeadByReason() map[string]int64 {
 func (x *QueueStatsResponse) GetDeadBySource() map[string]int64 {
 	if x != nil {
 		return x.DeadBySource
+	}
+	return nil
+}
+
+func (x *QueueStatsResponse) GetOldestCreatedAt() *timestamppb.Timestamp {
+	if x != nil {
+		return x.OldestCreatedAt
 	}
 	return nil
 }
@@ -3583,13 +3592,14 @@ const file_styx_v1_styx_proto_rawDesc = "" +
 	"\amessage\x18\x03 \x01(\tR\amessage\"2\n" +
 	"\x11QueueStatsRequest\x12\x1d\n" +
 	"\tqueueName\x18\x01 \x01(\tR\n" +
-	"queue_name\"\xa5\x03\n" +
+	"queue_name\"\xf0\x03\n" +
 	"\x12QueueStatsResponse\x12\x1d\n" +
 	"\tqueueName\x18\x01 \x01(\tR\n" +
 	"queue_name\x12@\n" +
 	"\rlogicalQueues\x18\x02 \x03(\v2\x1a.styx.v1.QueueLogicalStatsR\rlogicalQueues\x12U\n" +
 	"\x0edead_by_reason\x18d \x03(\v2-.styx.v1.QueueStatsResponse.DeadByReasonEntryR\x0edead_by_reason\x12U\n" +
-	"\x0edead_by_source\x18e \x03(\v2-.styx.v1.QueueStatsResponse.DeadBySourceEntryR\x0edead_by_source\x1a?\n" +
+	"\x0edead_by_source\x18e \x03(\v2-.styx.v1.QueueStatsResponse.DeadBySourceEntryR\x0edead_by_source\x12I\n" +
+	"\x11oldest_created_at\x18\x82\x01 \x01(\v2\x1a.google.protobuf.TimestampR\x11oldest_created_at\x1a?\n" +
 	"\x11DeadByReasonEntry\x12\x10\n" +
 	"\x03key\x18\x01 \x01(\tR\x03key\x12\x14\n" +
 	"\x05value\x18\x02 \x01(\x03R\x05value:\x028\x01\x1a?\n" +
@@ -3868,41 +3878,42 @@ var file_styx_v1_styx_proto_depIdxs = []int32{
 	22, // 13: styx.v1.QueueStatsResponse.logicalQueues:type_name -> styx.v1.QueueLogicalStats
 	49, // 14: styx.v1.QueueStatsResponse.dead_by_reason:type_name -> styx.v1.QueueStatsResponse.DeadByReasonEntry
 	50, // 15: styx.v1.QueueStatsResponse.dead_by_source:type_name -> styx.v1.QueueStatsResponse.DeadBySourceEntry
-	23, // 16: styx.v1.QueueLogicalStats.partitions:type_name -> styx.v1.QueuePartitionStats
-	15, // 17: styx.v1.QueuesListResponse.items:type_name -> styx.v1.QueueInfo
-	33, // 18: styx.v1.StorageItemsListResponse.items:type_name -> styx.v1.StorageItem
-	33, // 19: styx.v1.StorageItemsImportRequest.items:type_name -> styx.v1.StorageItem
-	33, // 20: styx.v1.StorageItemsImportResponse.items:type_name -> styx.v1.StorageItem
-	52, // 21: styx.v1.StorageItem.leaseDeadline:type_name -> google.protobuf.Timestamp
-	52, // 22: styx.v1.StorageItem.expireDeadline:type_name -> google.protobuf.Timestamp
-	52, // 23: styx.v1.StorageItem.deadDeadline:type_name -> google.protobuf.Timestamp
-	52, // 24: styx.v1.StorageItem.createdAt:type_name -> google.protobuf.Timestamp
-	52, // 25: styx.v1.StorageItem.updatedAt:type_name -> google.protobuf.Timestamp
-	52, // 26: styx.v1.StorageItem.enqueueAt:type_name -> google.protobuf.Timestamp
-	52, // 27: styx.v1.StorageItem.dead_at:type_name -> google.protobuf.Timestamp
-	34, // 28: styx.v1.StorageItem.errors:type_name -> styx.v1.AttemptError
-	52, // 29: styx.v1.AttemptError.at:type_name -> google.protobuf.Timestamp
-	52, // 30: styx.v1.DeadFilter.dead_after:type_name -> google.protobuf.Timestamp
-	52, // 31: styx.v1.DeadFilter.dead_before:type_name -> google.protobuf.Timestamp
-	35, // 32: styx.v1.DeadGroupsRequest.filter:type_name -> styx.v1.DeadFilter
-	52, // 33: styx.v1.DeadGroup.first_dead_at:type_name -> google.protobuf.Timestamp
-	52, // 34: styx.v1.DeadGroup.last_dead_at:type_name -> google.protobuf.Timestamp
-	37, // 35: styx.v1.DeadGroupsResponse.groups:type_name -> styx.v1.DeadGroup
-	35, // 36: styx.v1.DeadListRequest.filter:type_name -> styx.v1.DeadFilter
-	33, // 37: styx.v1.DeadListResponse.items:type_name -> styx.v1.StorageItem
-	35, // 38: styx.v1.DeadDeleteRequest.filter:type_name -> styx.v1.DeadFilter
-	35, // 39: styx.v1.DeadRedriveRequest.filter:type_name -> styx.v1.DeadFilter
-	48, // 40: styx.v1.RedrivesListResponse.tasks:type_name -> styx.v1.RedriveTask
-	35, // 41: styx.v1.RedriveTask.filter:type_name -> styx.v1.DeadFilter
-	52, // 42: styx.v1.RedriveTask.started_at:type_name -> google.protobuf.Timestamp
-	52, // 43: styx.v1.RedriveTask.finished_at:type_name -> google.protobuf.Timestamp
-	51, // 44: styx.v1.RedriveTask.by_queue:type_name -> styx.v1.RedriveTask.ByQueueEntry
-	47, // 45: styx.v1.RedriveTask.ByQueueEntry.value:type_name -> styx.v1.RedriveCounts
-	46, // [46:46] is the sub-list for method output_type
-	46, // [46:46] is the sub-list for method input_type
-	46, // [46:46] is the sub-list for extension type_name
-	46, // [46:46] is the sub-list for extension extendee
-	0,  // [0:46] is the sub-list for field type_name
+	52, // 16: styx.v1.QueueStatsResponse.oldest_created_at:type_name -> google.protobuf.Timestamp
+	23, // 17: styx.v1.QueueLogicalStats.partitions:type_name -> styx.v1.QueuePartitionStats
+	15, // 18: styx.v1.QueuesListResponse.items:type_name -> styx.v1.QueueInfo
+	33, // 19: styx.v1.StorageItemsListResponse.items:type_name -> styx.v1.StorageItem
+	33, // 20: styx.v1.StorageItemsImportRequest.items:type_name -> styx.v1.StorageItem
+	33, // 21: styx.v1.StorageItemsImportResponse.items:type_name -> styx.v1.StorageItem
+	52, // 22: styx.v1.StorageItem.leaseDeadline:type_name -> google.protobuf.Timestamp
+	52, // 23: styx.v1.StorageItem.expireDeadline:type_name -> google.protobuf.Timestamp
+	52, // 24: styx.v1.StorageItem.deadDeadline:type_name -> google.protobuf.Timestamp
+	52, // 25: styx.v1.StorageItem.createdAt:type_name -> google.protobuf.Timestamp
+	52, // 26: styx.v1.StorageItem.updatedAt:type_name -> google.protobuf.Timestamp
+	52, // 27: styx.v1.StorageItem.enqueueAt:type_name -> google.protobuf.Timestamp
+	52, // 28: styx.v1.StorageItem.dead_at:type_name -> google.protobuf.Timestamp
+	34, // 29: styx.v1.StorageItem.errors:type_name -> styx.v1.AttemptError
+	52, // 30: styx.v1.AttemptError.at:type_name -> google.protobuf.Timestamp
+	52, // 31: styx.v1.DeadFilter.dead_after:type_name -> google.protobuf.Timestamp
+	52, // 32: styx.v1.DeadFilter.dead_before:type_name -> google.protobuf.Timestamp
+	35, // 33: styx.v1.DeadGroupsRequest.filter:type_name -> styx.v1.DeadFilter
+	52, // 34: styx.v1.DeadGroup.first_dead_at:type_name -> google.protobuf.Timestamp
+	52, // 35: styx.v1.DeadGroup.last_dead_at:type_name -> google.protobuf.Timestamp
+	37, // 36: styx.v1.DeadGroupsResponse.groups:type_name -> styx.v1.DeadGroup
+	35, // 37: styx.v1.DeadListRequest.filter:type_name -> styx.v1.DeadFilter
+	33, // 38: styx.v1.DeadListResponse.items:type_name -> styx.v1.StorageItem
+	35, // 39: styx.v1.DeadDeleteRequest.filter:type_name -> styx.v1.DeadFilter
+	35, // 40: styx.v1.DeadRedriveRequest.filter:type_name -> styx.v1.DeadFilter
+	48, // 41: styx.v1.RedrivesListResponse.tasks:type_name -> styx.v1.RedriveTask
+	35, // 42: styx.v1.RedriveTask.filter:type_name -> styx.v1.DeadFilter
+	52, // 43: styx.v1.RedriveTask.started_at:type_name -> google.protobuf.Timestamp
+	52, // 44: styx.v1.RedriveTask.finished_at:type_name -> google.protobuf.Timestamp
+	51, // 45: styx.v1.RedriveTask.by_queue:type_name -> styx.v1.RedriveTask.ByQueueEntry
+	47, // 46: styx.v1.RedriveTask.ByQueueEntry.value:type_name -> styx.v1.RedriveCounts
+	47, // [47:47] is the sub-list for method output_type
+	47, // [47:47] is the sub-list for method input_type
+	47, // [47:47] is the sub-list for extension type_name
+	47, // [47:47] is the sub-list for extension extendee
+	0,  // [0:47] is the sub-list for field type_name
 }
 
 func init() { file_styx_v1_styx_proto_init() }
