@@ -91,6 +91,19 @@ func TestDeadGroups(t *testing.T) {
 		assert.Contains(t, ids, orders.SampleId)
 		assert.Len(t, s.deadList(dlq, &pb.DeadFilter{Fingerprint: orders.Fingerprint}, 0), 4, "both sources")
 
+		t.Run("StatsOldest", func(t *testing.T) {
+			st, err := s.C.QueueStats(ctx, &pb.QueueStatsRequest{QueueName: dlq})
+			require.NoError(t, err)
+			require.NotNil(t, st.OldestCreatedAt)
+			oldest := st.OldestCreatedAt.AsTime()
+			for _, it := range s.items(dlq) {
+				assert.False(t, it.CreatedAt.AsTime().Before(oldest), "oldest_created_at is the oldest item's created_at")
+			}
+			st, err = s.C.QueueStats(ctx, &pb.QueueStatsRequest{QueueName: "billing"})
+			require.NoError(t, err)
+			assert.Nil(t, st.OldestCreatedAt, "an empty queue has no oldest item")
+		})
+
 		t.Run("FilterAndLimit", func(t *testing.T) {
 			one := s.groups(dlq, nil, 1)
 			require.Len(t, one.Groups, 1)
