@@ -531,6 +531,10 @@
   async function render(refresh = false) {
     const my = ++page;
     const [fn, ...args] = route(location.pathname);
+    // A live update redraws the page: keep the keyboard focus on the same
+    // control (found again by its label or id).
+    const active = document.activeElement;
+    const focusKey = refresh && active && main.contains(active) ? (active.getAttribute('aria-label') || active.id) : '';
     try {
       await fn(my, ...args);
     } catch (e) {
@@ -539,6 +543,10 @@
     if (my === page && !refresh) {
       const h1 = main.querySelector('h1');
       if (h1) { h1.tabIndex = -1; h1.focus({ preventScroll: true }); }
+    }
+    if (my === page && focusKey) {
+      const again = [...main.querySelectorAll('[aria-label], [id]')].find((el) => (el.getAttribute('aria-label') || el.id) === focusKey);
+      if (again) again.focus({ preventScroll: true });
     }
     if (my === page) main.dataset.ready = String(my);
   }
