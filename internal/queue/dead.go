@@ -195,7 +195,7 @@ func (l *Logical) takeRedriven(it *iteration, op *redriveOp) {
 			continue
 		}
 		id := l.allocID(it)
-		x := &item{id: id, bodyID: id, created: it.now, state: stateReady, sourceKey: ri.SourceKey}
+		x := &item{id: id, bodyID: id, created: it.now, state: stateReady, src: newSource(ri.SourceKey)}
 		if l.info.ExpireTimeout > 0 {
 			x.expire = it.now + int64(l.info.ExpireTimeout)
 		}

@@ -68,7 +68,7 @@ func IsDeadCopyKey(key string) bool {
 
 // isDeadCopy reports whether the item is a dead item resting in a
 // dead-letter queue.
-func (it *item) isDeadCopy() bool { return IsDeadCopyKey(it.sourceKey) }
+func (it *item) isDeadCopy() bool { return it.src != nil && IsDeadCopyKey(it.src.key) }
 
 // parseSourceKey returns the parts of a source key.
 func parseSourceKey(key string) (why, queue string) {
@@ -229,7 +229,7 @@ func (l *Logical) takeDead(it *iteration, op *deadLetterOp) {
 		p := l.produceTo()
 		id := l.allocID(it)
 		deadAt := Nanos(d.body.DeadAt)
-		x := &item{id: id, bodyID: id, created: d.created, attempts: d.attempts, state: stateReady, sourceKey: d.sourceKey,
+		x := &item{id: id, bodyID: id, created: d.created, attempts: d.attempts, state: stateReady, src: newSource(d.sourceKey),
 			hasErrs: !d.errors.IsZero()}
 		if l.info.ExpireTimeout > 0 {
 			// A dead item's retention counts from its death.

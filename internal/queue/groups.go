@@ -86,7 +86,7 @@ type deadEntry struct {
 // addToGroup files dead item x of partition part, which died at deadAt with
 // last-error fingerprint fp, at the tail of its group.
 func (l *Logical) addToGroup(x *item, part int32, fp string, deadAt int64, sample string) {
-	why, src := parseSourceKey(x.sourceKey)
+	why, src := parseSourceKey(x.key())
 	k := groupKey{source: src, reason: why, fingerprint: fp}
 	g := l.groups[k]
 	if g == nil {
@@ -96,9 +96,9 @@ func (l *Logical) addToGroup(x *item, part int32, fp string, deadAt int64, sampl
 	if g.sample == "" {
 		g.sample = sample
 	}
-	x.dead = &deadEntry{g: g, partition: part, deadAt: deadAt, prev: g.tail}
+	x.src.dead = &deadEntry{g: g, partition: part, deadAt: deadAt, prev: g.tail}
 	if g.tail != nil {
-		g.tail.dead.next = x
+		g.tail.src.dead.next = x
 	} else {
 		g.head = x
 	}
@@ -108,22 +108,22 @@ func (l *Logical) addToGroup(x *item, part int32, fp string, deadAt int64, sampl
 
 // removeFromGroup takes x out of its group (if any); an empty group goes.
 func (l *Logical) removeFromGroup(x *item) {
-	d := x.dead
+	d := x.deadEntry()
 	if d == nil {
 		return
 	}
 	g := d.g
 	if d.prev != nil {
-		d.prev.dead.next = d.next
+		d.prev.src.dead.next = d.next
 	} else {
 		g.head = d.next
 	}
 	if d.next != nil {
-		d.next.dead.prev = d.prev
+		d.next.src.dead.prev = d.prev
 	} else {
 		g.tail = d.prev
 	}
-	x.dead = nil
+	x.src.dead = nil
 	if g.count--; g.count == 0 {
 		delete(l.groups, g.key)
 	}
@@ -132,7 +132,7 @@ func (l *Logical) removeFromGroup(x *item) {
 // moveToGroupTail moves x to the end of its group, after a requeue gave it
 // a new (larger) id.
 func (l *Logical) moveToGroupTail(x *item) {
-	if d := x.dead; d != nil && d.g.tail != x {
+	if d := x.deadEntry(); d != nil && d.g.tail != x {
 		g, part, at, fp := d.g, d.partition, d.deadAt, d.g.key.fingerprint
 		sample := g.sample
 		l.removeFromGroup(x)
@@ -233,10 +233,10 @@ func (l *Logical) listGroups(op *groupsOp) groupsResult {
 	for _, g := range sel[:min(len(sel), op.limit)] {
 		res.Groups.Groups = append(res.Groups.Groups, DeadGroup{
 			SourceQueue: g.key.source, Reason: g.key.reason, Fingerprint: g.key.fingerprint, SampleError: g.sample,
-			Count: int64(g.count), FirstDeadAt: FromNanos(g.head.dead.deadAt), LastDeadAt: FromNanos(g.tail.dead.deadAt),
+			Count: int64(g.count), FirstDeadAt: FromNanos(g.head.src.dead.deadAt), LastDeadAt: FromNanos(g.tail.src.dead.deadAt),
 			SampleID: g.head.id,
 		})
-		res.samples = append(res.samples, groupSample{partition: g.head.dead.partition, bodyID: g.head.bodyID})
+		res.samples = append(res.samples, groupSample{partition: g.head.src.dead.partition, bodyID: g.head.bodyID})
 	}
 	return res
 }

@@ -459,8 +459,8 @@ func (l *Logical) load() {
 		err = l.cfg.Store.LoadItems(ctx, l.queueID, int32(i), func(m store.ItemMeta) error {
 			it := itemFromMeta(m, now)
 			p.add(it)
-			if it.sourceKey != "" {
-				keys[it.sourceKey] = it
+			if it.src != nil {
+				keys[it.src.key] = it
 				if it.isDeadCopy() {
 					dead = append(dead, loadedDead{x: it, part: int32(i), fp: m.Fingerprint, deadAt: Nanos(m.DeadAt)})
 				}
@@ -871,8 +871,8 @@ func (l *Logical) removeItem(it *iteration, p *partition, x *item) {
 	p.remove(x)
 	l.removeFromGroup(x)
 	l.bodies.drop(x.bodyID)
-	if x.sourceKey != "" && l.sourceKeys[x.sourceKey] == x {
-		delete(l.sourceKeys, x.sourceKey)
+	if x.src != nil && l.sourceKeys[x.src.key] == x {
+		delete(l.sourceKeys, x.src.key)
 	}
 	if d, ok := l.deferred[x]; ok {
 		// A retry waiting on this dead item is answered once the delete
@@ -1172,7 +1172,7 @@ func (l *Logical) stats(now int64) Stats {
 		DeadByReason: map[string]int{}, DeadBySource: map[string]int{}}
 	for _, x := range l.sourceKeys {
 		if x.isDeadCopy() {
-			why, src := parseSourceKey(x.sourceKey)
+			why, src := parseSourceKey(x.src.key)
 			s.DeadByReason[why]++
 			s.DeadBySource[src]++
 		}
@@ -1258,7 +1258,7 @@ func (l *Logical) importItems(it *iteration, p *partition, in []store.Item) ([]s
 		}
 		id := l.allocID(it)
 		x := &item{id: id, bodyID: id, created: Nanos(si.Meta.CreatedAt), expire: Nanos(si.Meta.ExpireDeadline),
-			attempts: si.Meta.Attempts, state: stateReady, hasErrs: !si.Errors.IsZero(), sourceKey: key}
+			attempts: si.Meta.Attempts, state: stateReady, hasErrs: !si.Errors.IsZero(), src: newSource(key)}
 		if x.created == 0 {
 			x.created = it.now
 		}
