@@ -115,15 +115,15 @@ func (it *item) meta() store.ItemMeta {
 // itemFromMeta rebuilds an item loaded from storage at time now (nanos).
 func itemFromMeta(m store.ItemMeta, now int64) *item {
 	it := &item{
-		id:        m.ID,
-		bodyID:    m.BodyID,
-		created:   Nanos(m.CreatedAt),
-		expire:    Nanos(m.ExpireDeadline),
-		deadAt:    Nanos(m.DeadAt),
-		attempts:  m.Attempts,
-		reason:    m.DeadReason,
-		src:       newSource(m.SourceKey),
-		hasErrs:   true, // unknown until read: assume so
+		id:       m.ID,
+		bodyID:   m.BodyID,
+		created:  Nanos(m.CreatedAt),
+		expire:   Nanos(m.ExpireDeadline),
+		deadAt:   Nanos(m.DeadAt),
+		attempts: m.Attempts,
+		reason:   m.DeadReason,
+		src:      newSource(m.SourceKey),
+		hasErrs:  true, // unknown until read: assume so
 	}
 	switch {
 	case m.DeadReason != "":
