@@ -345,6 +345,15 @@ func (c *Client) DeadList(ctx context.Context, req *pb.DeadListRequest) (*pb.Dea
 	return out, c.do(ctx, "/v1/dead.list", req, out)
 }
 
+// DeadGroups returns the error groups of a dead-letter queue: its dead items
+// by source queue, dead reason and error fingerprint, largest first. Pass a
+// group's fingerprint (with its source queue and reason) as
+// DeadFilter.Fingerprint to list, delete or redrive the group.
+func (c *Client) DeadGroups(ctx context.Context, req *pb.DeadGroupsRequest) (*pb.DeadGroupsResponse, error) {
+	out := &pb.DeadGroupsResponse{}
+	return out, c.do(ctx, "/v1/dead.groups", req, out)
+}
+
 // DeadDelete deletes the dead items of a dead-letter queue that match
 // req.Filter and returns how many were deleted. An empty filter (every dead
 // item) must be confirmed with req.All; leased items are never deleted. A

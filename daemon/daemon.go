@@ -29,6 +29,7 @@ import (
 	"github.com/styxq/styx/metrics"
 	"github.com/styxq/styx/service"
 	"github.com/styxq/styx/transport"
+	"github.com/styxq/styx/web"
 )
 
 // Storage backends.
@@ -87,9 +88,9 @@ type Config struct {
 	// client certificate fails. Requires TLSCertFile. Empty: no client
 	// certificates asked for.
 	TLSClientCAFile string
-	// UI, when set, serves the web UI's static assets under /ui/, open
-	// without a key even with Auth (transport.Config.UI): the hook for the
-	// web package. Nil: no UI.
+	// UI serves the web UI under /ui/, open without a key even with Auth
+	// (transport.Config.UI); the UI asks for a key and sends it on its own
+	// /v1 calls. Nil (the default) is the built-in UI, web.Handler().
 	UI http.Handler
 	// DebugListen, when set, is a TCP address serving Go's pprof profiles
 	// at /debug/pprof/ (keep it on loopback). Empty (the default) is off.
@@ -328,9 +329,13 @@ func (d *Daemon) serve(ctx context.Context, m queue.Queues, tasks store.TaskStor
 		d.closeStore()
 		return nil, err
 	}
+	ui := cfg.UI
+	if ui == nil {
+		ui = web.Handler()
+	}
 	h := transport.NewHandler(transport.Config{
 		Service: service.New(m, d.redrives, cfg.Clock), Metrics: d.Metrics, Log: cfg.Log, MaxRequestBytes: cfg.MaxRequestBytes,
-		Keys: keys, Auth: cfg.Auth, UI: cfg.UI,
+		Keys: keys, Auth: cfg.Auth, UI: ui,
 	})
 	d.listener, err = net.Listen("tcp", cfg.Listen)
 	if err != nil {

@@ -31,7 +31,8 @@ func queratorMessages(t *testing.T) map[string]protoreflect.MessageDescriptor {
 	styxOnly := map[string]bool{"AttemptError": true, "DeadFilter": true, "DeadListRequest": true, "DeadListResponse": true,
 		"DeadDeleteRequest": true, "DeadDeleteResponse": true, "DeadRedriveRequest": true, "RedrivesListRequest": true,
 		"RedrivesListResponse": true, "RedriveTaskRequest": true, "RedriveCounts": true, "RedriveTask": true,
-		"QueueRetryOutcome": true, "QueueRenewRequest": true, "QueueRenewResponse": true, "QueueRenewItem": true}
+		"QueueRetryOutcome": true, "QueueRenewRequest": true, "QueueRenewResponse": true, "QueueRenewItem": true,
+		"DeadGroupsRequest": true, "DeadGroup": true, "DeadGroupsResponse": true}
 	var msgs []*descriptorpb.DescriptorProto
 	for _, m := range fd.MessageType {
 		if styxOnly[m.GetName()] {

@@ -7,6 +7,7 @@ import (
 	"google.golang.org/protobuf/types/known/timestamppb"
 
 	"github.com/styxq/styx/internal/auth"
+	"github.com/styxq/styx/internal/fingerprint"
 	"github.com/styxq/styx/internal/queue"
 	"github.com/styxq/styx/internal/redrive"
 	"github.com/styxq/styx/internal/store"
@@ -46,7 +47,10 @@ func parseFilter(in *pb.DeadFilter) (queue.DeadFilter, error) {
 	if err := checkText("filter.error_contains", in.ErrorContains, MaxErrorBytes); err != nil {
 		return f, err
 	}
-	f.SourceQueue, f.Reason, f.Kind, f.ErrorContains = in.SourceQueue, in.Reason, in.Kind, in.ErrorContains
+	if in.Fingerprint != "" && !fingerprint.Valid(in.Fingerprint) {
+		return f, invalid("filter.fingerprint", "'%s' is not a fingerprint: 16 lowercase hex digits, as dead.groups reports", quote(in.Fingerprint))
+	}
+	f.SourceQueue, f.Reason, f.Kind, f.ErrorContains, f.Fingerprint = in.SourceQueue, in.Reason, in.Kind, in.ErrorContains, in.Fingerprint
 	for _, t := range []struct {
 		name string
 		ts   *timestamppb.Timestamp
@@ -104,7 +108,7 @@ func (s *Service) deadQueue(ctx context.Context, name string) (queue.Queue, stor
 
 func toFilter(f queue.DeadFilter) *pb.DeadFilter {
 	out := &pb.DeadFilter{SourceQueue: f.SourceQueue, Reason: f.Reason, Kind: f.Kind, ErrorContains: f.ErrorContains,
-		DeadAfter: ts(f.DeadAfter), DeadBefore: ts(f.DeadBefore)}
+		DeadAfter: ts(f.DeadAfter), DeadBefore: ts(f.DeadBefore), Fingerprint: f.Fingerprint}
 	for _, id := range f.IDs {
 		out.Ids = append(out.Ids, queue.FormatID(id))
 	}
@@ -144,6 +148,59 @@ func (s *Service) DeadList(ctx context.Context, req *pb.DeadListRequest) (*pb.De
 	}
 	if next != 0 {
 		out.NextPivot = queue.FormatID(next)
+	}
+	return out, nil
+}
+
+// MaxGroups is the most groups one dead.groups call returns; 0 asks for
+// DefaultGroups.
+const (
+	MaxGroups     = 1000
+	DefaultGroups = 100
+)
+
+// DeadGroups returns the error groups of a dead-letter queue (its dead
+// items by source queue, dead reason and error fingerprint), largest first,
+// from counts the queue keeps: it reads no items but one sample per group.
+// Only filter.source_queue, filter.reason and filter.fingerprint may be
+// set; another filter field is refused (400), as it would need a scan. A
+// queue that is no queue's dead_queue is refused (400), as for every dead.* call.
+func (s *Service) DeadGroups(ctx context.Context, req *pb.DeadGroupsRequest) (*pb.DeadGroupsResponse, error) {
+	l, _, err := s.deadQueue(ctx, req.QueueName)
+	if err != nil {
+		return nil, err
+	}
+	f, err := parseFilter(req.Filter)
+	if err != nil {
+		return nil, err
+	}
+	for _, x := range []struct {
+		name string
+		set  bool
+	}{{"filter.ids", len(f.IDs) > 0}, {"filter.kind", f.Kind != ""}, {"filter.error_contains", f.ErrorContains != ""},
+		{"filter.dead_after", !f.DeadAfter.IsZero()}, {"filter.dead_before", !f.DeadBefore.IsZero()}} {
+		if x.set {
+			return nil, invalid(x.name, "dead.groups filters only by source_queue, reason and fingerprint (it reads counts, not items)")
+		}
+	}
+	limit := int(req.Limit)
+	switch {
+	case limit == 0:
+		limit = DefaultGroups
+	case limit < 0 || limit > MaxGroups:
+		return nil, invalid("limit", "%d is out of range 0..%d", req.Limit, MaxGroups)
+	}
+	g, err := l.Groups(ctx, queue.GroupFilter{SourceQueue: f.SourceQueue, Reason: f.Reason, Fingerprint: f.Fingerprint}, limit)
+	if err != nil {
+		return nil, err
+	}
+	out := &pb.DeadGroupsResponse{TotalGroups: int64(g.TotalGroups), TotalItems: g.TotalItems}
+	for _, x := range g.Groups {
+		out.Groups = append(out.Groups, &pb.DeadGroup{
+			Fingerprint: x.Fingerprint, Pattern: x.Pattern, SampleError: x.SampleError, SourceQueue: x.SourceQueue,
+			Reason: x.Reason, Count: x.Count, FirstDeadAt: ts(x.FirstDeadAt), LastDeadAt: ts(x.LastDeadAt),
+			SampleId: queue.FormatID(x.SampleID),
+		})
 	}
 	return out, nil
 }

@@ -297,6 +297,9 @@ func toStorageItems(items []store.Item, info store.QueueInfo) []*pb.StorageItem 
 			SourceQueue: b.SourceQueue, DeadReason: b.DeadReason, DeadAt: ts(b.DeadAt),
 			LastError: it.Errors.LastError, RedriveCount: b.RedriveCount,
 		}
+		if b.DeadReason != "" {
+			si.Fingerprint = queue.ItemFingerprint(&it)
+		}
 		for _, e := range it.Errors.Errors {
 			si.Errors = append(si.Errors, &pb.AttemptError{Attempt: e.Attempt, Error: e.Error, At: ts(e.At)})
 		}

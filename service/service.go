@@ -258,6 +258,7 @@ func (s *Service) QueueStats(ctx context.Context, req *pb.QueueStatsRequest) (*p
 		}
 		out.DeadBySource[q] = int64(n)
 	}
+	out.OldestCreatedAt = ts(st.Oldest)
 	return out, nil
 }
 

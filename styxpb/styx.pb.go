@@ -1471,10 +1471,12 @@ type QueueStatsResponse struct {
 	LogicalQueues []*QueueLogicalStats   `protobuf:"bytes,2,rep,name=logicalQueues,proto3" json:"logicalQueues,omitempty"`
 	// Styx: dead items the queue holds (when it serves as a dead-letter
 	// queue), by dead reason and by source queue.
-	DeadByReason  map[string]int64 `protobuf:"bytes,100,rep,name=dead_by_reason,proto3" json:"dead_by_reason,omitempty" protobuf_key:"bytes,1,opt,name=key" protobuf_val:"varint,2,opt,name=value"`
-	DeadBySource  map[string]int64 `protobuf:"bytes,101,rep,name=dead_by_source,proto3" json:"dead_by_source,omitempty" protobuf_key:"bytes,1,opt,name=key" protobuf_val:"varint,2,opt,name=value"`
-	unknownFields protoimpl.UnknownFields
-	sizeCache     protoimpl.SizeCache
+	DeadByReason map[string]int64 `protobuf:"bytes,100,rep,name=dead_by_reason,proto3" json:"dead_by_reason,omitempty" protobuf_key:"bytes,1,opt,name=key" protobuf_val:"varint,2,opt,name=value"`
+	DeadBySource map[string]int64 `protobuf:"bytes,101,rep,name=dead_by_source,proto3" json:"dead_by_source,omitempty" protobuf_key:"bytes,1,opt,name=key" protobuf_val:"varint,2,opt,name=value"`
+	// Styx: the created_at of the queue's oldest item; unset when empty.
+	OldestCreatedAt *timestamppb.Timestamp `protobuf:"bytes,130,opt,name=oldest_created_at,proto3" json:"oldest_created_at,omitempty"`
+	unknownFields   protoimpl.UnknownFields
+	sizeCache       protoimpl.SizeCache
 }
 
 func (x *QueueStatsResponse) Reset() {
@@ -1531,6 +1533,13 @@ func (x *QueueStatsResponse) GetDeadByReason() map[string]int64 {
 func (x *QueueStatsResponse) GetDeadBySource() map[string]int64 {
 	if x != nil {
 		return x.DeadBySource
+	}
+	return nil
+}
+
+func (x *QueueStatsResponse) GetOldestCreatedAt() *timestamppb.Timestamp {
+	if x != nil {
+		return x.OldestCreatedAt
 	}
 	return nil
 }
@@ -2203,8 +2212,11 @@ type StorageItem struct {
 	DeadAt     *timestamppb.Timestamp `protobuf:"bytes,102,opt,name=dead_at,proto3" json:"dead_at,omitempty"`
 	LastError  string                 `protobuf:"bytes,103,opt,name=last_error,proto3" json:"last_error,omitempty"`
 	// The most recent 10 attempt errors, oldest first.
-	Errors        []*AttemptError `protobuf:"bytes,104,rep,name=errors,proto3" json:"errors,omitempty"`
-	RedriveCount  int32           `protobuf:"varint,105,opt,name=redrive_count,proto3" json:"redrive_count,omitempty"`
+	Errors       []*AttemptError `protobuf:"bytes,104,rep,name=errors,proto3" json:"errors,omitempty"`
+	RedriveCount int32           `protobuf:"varint,105,opt,name=redrive_count,proto3" json:"redrive_count,omitempty"`
+	// Styx: the fingerprint of the dead item's last error (its error group;
+	// see dead.groups). Empty on items that are not dead items.
+	Fingerprint   string `protobuf:"bytes,130,opt,name=fingerprint,proto3" json:"fingerprint,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -2386,6 +2398,13 @@ func (x *StorageItem) GetRedriveCount() int32 {
 	return 0
 }
 
+func (x *StorageItem) GetFingerprint() string {
+	if x != nil {
+		return x.Fingerprint
+	}
+	return ""
+}
+
 // AttemptError is one failed attempt's error text, as given to queue.retry.
 type AttemptError struct {
 	state         protoimpl.MessageState `protogen:"open.v1"`
@@ -2459,6 +2478,9 @@ type DeadFilter struct {
 	ErrorContains string                 `protobuf:"bytes,5,opt,name=error_contains,proto3" json:"error_contains,omitempty"`
 	DeadAfter     *timestamppb.Timestamp `protobuf:"bytes,6,opt,name=dead_after,proto3" json:"dead_after,omitempty"`
 	DeadBefore    *timestamppb.Timestamp `protobuf:"bytes,7,opt,name=dead_before,proto3" json:"dead_before,omitempty"`
+	// Styx: matches the fingerprint of the item's last error (16 lowercase
+	// hex digits, as dead.groups reports it).
+	Fingerprint   string `protobuf:"bytes,130,opt,name=fingerprint,proto3" json:"fingerprint,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -2542,6 +2564,257 @@ func (x *DeadFilter) GetDeadBefore() *timestamppb.Timestamp {
 	return nil
 }
 
+func (x *DeadFilter) GetFingerprint() string {
+	if x != nil {
+		return x.Fingerprint
+	}
+	return ""
+}
+
+// DeadGroupsRequest asks for the error groups of a dead-letter queue.
+// Only filter.source_queue, filter.reason and filter.fingerprint may be
+// set: groups come from counts the queue keeps, not from reading items.
+type DeadGroupsRequest struct {
+	state     protoimpl.MessageState `protogen:"open.v1"`
+	QueueName string                 `protobuf:"bytes,1,opt,name=queue_name,proto3" json:"queue_name,omitempty"`
+	Filter    *DeadFilter            `protobuf:"bytes,2,opt,name=filter,proto3" json:"filter,omitempty"`
+	// The most groups to return, 1..1000; 0 means 100.
+	Limit         int32 `protobuf:"varint,3,opt,name=limit,proto3" json:"limit,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *DeadGroupsRequest) Reset() {
+	*x = DeadGroupsRequest{}
+	mi := &file_styx_v1_styx_proto_msgTypes[36]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *DeadGroupsRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*DeadGroupsRequest) ProtoMessage() {}
+
+func (x *DeadGroupsRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_styx_v1_styx_proto_msgTypes[36]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use DeadGroupsRequest.ProtoReflect.Descriptor instead.
+func (*DeadGroupsRequest) Descriptor() ([]byte, []int) {
+	return file_styx_v1_styx_proto_rawDescGZIP(), []int{36}
+}
+
+func (x *DeadGroupsRequest) GetQueueName() string {
+	if x != nil {
+		return x.QueueName
+	}
+	return ""
+}
+
+func (x *DeadGroupsRequest) GetFilter() *DeadFilter {
+	if x != nil {
+		return x.Filter
+	}
+	return nil
+}
+
+func (x *DeadGroupsRequest) GetLimit() int32 {
+	if x != nil {
+		return x.Limit
+	}
+	return 0
+}
+
+// DeadGroup is the dead items of one source queue, dead reason and error
+// fingerprint.
+type DeadGroup struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// 16 lowercase hex digits; pass it as DeadFilter.fingerprint (with
+	// source_queue and reason) to list, delete or redrive the group.
+	Fingerprint string `protobuf:"bytes,1,opt,name=fingerprint,proto3" json:"fingerprint,omitempty"`
+	// The shape of the group's errors: an error text with its variable parts
+	// replaced by placeholders such as <n>, <id>, <ip>, <dur>.
+	Pattern string `protobuf:"bytes,2,opt,name=pattern,proto3" json:"pattern,omitempty"`
+	// The last error of one item of the group (sample_id), as given.
+	SampleError string `protobuf:"bytes,3,opt,name=sample_error,proto3" json:"sample_error,omitempty"`
+	SourceQueue string `protobuf:"bytes,4,opt,name=source_queue,proto3" json:"source_queue,omitempty"`
+	Reason      string `protobuf:"bytes,5,opt,name=reason,proto3" json:"reason,omitempty"`
+	Count       int64  `protobuf:"varint,6,opt,name=count,proto3" json:"count,omitempty"`
+	// The dead_at of the group's oldest and newest item (by id).
+	FirstDeadAt   *timestamppb.Timestamp `protobuf:"bytes,7,opt,name=first_dead_at,proto3" json:"first_dead_at,omitempty"`
+	LastDeadAt    *timestamppb.Timestamp `protobuf:"bytes,8,opt,name=last_dead_at,proto3" json:"last_dead_at,omitempty"`
+	SampleId      string                 `protobuf:"bytes,9,opt,name=sample_id,proto3" json:"sample_id,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *DeadGroup) Reset() {
+	*x = DeadGroup{}
+	mi := &file_styx_v1_styx_proto_msgTypes[37]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *DeadGroup) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*DeadGroup) ProtoMessage() {}
+
+func (x *DeadGroup) ProtoReflect() protoreflect.Message {
+	mi := &file_styx_v1_styx_proto_msgTypes[37]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use DeadGroup.ProtoReflect.Descriptor instead.
+func (*DeadGroup) Descriptor() ([]byte, []int) {
+	return file_styx_v1_styx_proto_rawDescGZIP(), []int{37}
+}
+
+func (x *DeadGroup) GetFingerprint() string {
+	if x != nil {
+		return x.Fingerprint
+	}
+	return ""
+}
+
+func (x *DeadGroup) GetPattern() string {
+	if x != nil {
+		return x.Pattern
+	}
+	return ""
+}
+
+func (x *DeadGroup) GetSampleError() string {
+	if x != nil {
+		return x.SampleError
+	}
+	return ""
+}
+
+func (x *DeadGroup) GetSourceQueue() string {
+	if x != nil {
+		return x.SourceQueue
+	}
+	return ""
+}
+
+func (x *DeadGroup) GetReason() string {
+	if x != nil {
+		return x.Reason
+	}
+	return ""
+}
+
+func (x *DeadGroup) GetCount() int64 {
+	if x != nil {
+		return x.Count
+	}
+	return 0
+}
+
+func (x *DeadGroup) GetFirstDeadAt() *timestamppb.Timestamp {
+	if x != nil {
+		return x.FirstDeadAt
+	}
+	return nil
+}
+
+func (x *DeadGroup) GetLastDeadAt() *timestamppb.Timestamp {
+	if x != nil {
+		return x.LastDeadAt
+	}
+	return nil
+}
+
+func (x *DeadGroup) GetSampleId() string {
+	if x != nil {
+		return x.SampleId
+	}
+	return ""
+}
+
+type DeadGroupsResponse struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// Largest first; ties by source queue, reason, fingerprint.
+	Groups []*DeadGroup `protobuf:"bytes,1,rep,name=groups,proto3" json:"groups,omitempty"`
+	// Every group that matches the filter (groups may hold fewer when
+	// limit cut them).
+	TotalGroups int64 `protobuf:"varint,2,opt,name=total_groups,proto3" json:"total_groups,omitempty"`
+	// The dead items of every group that matches the filter.
+	TotalItems    int64 `protobuf:"varint,3,opt,name=total_items,proto3" json:"total_items,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *DeadGroupsResponse) Reset() {
+	*x = DeadGroupsResponse{}
+	mi := &file_styx_v1_styx_proto_msgTypes[38]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *DeadGroupsResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*DeadGroupsResponse) ProtoMessage() {}
+
+func (x *DeadGroupsResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_styx_v1_styx_proto_msgTypes[38]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use DeadGroupsResponse.ProtoReflect.Descriptor instead.
+func (*DeadGroupsResponse) Descriptor() ([]byte, []int) {
+	return file_styx_v1_styx_proto_rawDescGZIP(), []int{38}
+}
+
+func (x *DeadGroupsResponse) GetGroups() []*DeadGroup {
+	if x != nil {
+		return x.Groups
+	}
+	return nil
+}
+
+func (x *DeadGroupsResponse) GetTotalGroups() int64 {
+	if x != nil {
+		return x.TotalGroups
+	}
+	return 0
+}
+
+func (x *DeadGroupsResponse) GetTotalItems() int64 {
+	if x != nil {
+		return x.TotalItems
+	}
+	return 0
+}
+
 type DeadListRequest struct {
 	state     protoimpl.MessageState `protogen:"open.v1"`
 	QueueName string                 `protobuf:"bytes,1,opt,name=queue_name,proto3" json:"queue_name,omitempty"`
@@ -2556,7 +2829,7 @@ type DeadListRequest struct {
 
 func (x *DeadListRequest) Reset() {
 	*x = DeadListRequest{}
-	mi := &file_styx_v1_styx_proto_msgTypes[36]
+	mi := &file_styx_v1_styx_proto_msgTypes[39]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2568,7 +2841,7 @@ func (x *DeadListRequest) String() string {
 func (*DeadListRequest) ProtoMessage() {}
 
 func (x *DeadListRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_styx_v1_styx_proto_msgTypes[36]
+	mi := &file_styx_v1_styx_proto_msgTypes[39]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2581,7 +2854,7 @@ func (x *DeadListRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use DeadListRequest.ProtoReflect.Descriptor instead.
 func (*DeadListRequest) Descriptor() ([]byte, []int) {
-	return file_styx_v1_styx_proto_rawDescGZIP(), []int{36}
+	return file_styx_v1_styx_proto_rawDescGZIP(), []int{39}
 }
 
 func (x *DeadListRequest) GetQueueName() string {
@@ -2629,7 +2902,7 @@ type DeadListResponse struct {
 
 func (x *DeadListResponse) Reset() {
 	*x = DeadListResponse{}
-	mi := &file_styx_v1_styx_proto_msgTypes[37]
+	mi := &file_styx_v1_styx_proto_msgTypes[40]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2641,7 +2914,7 @@ func (x *DeadListResponse) String() string {
 func (*DeadListResponse) ProtoMessage() {}
 
 func (x *DeadListResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_styx_v1_styx_proto_msgTypes[37]
+	mi := &file_styx_v1_styx_proto_msgTypes[40]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2654,7 +2927,7 @@ func (x *DeadListResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use DeadListResponse.ProtoReflect.Descriptor instead.
 func (*DeadListResponse) Descriptor() ([]byte, []int) {
-	return file_styx_v1_styx_proto_rawDescGZIP(), []int{37}
+	return file_styx_v1_styx_proto_rawDescGZIP(), []int{40}
 }
 
 func (x *DeadListResponse) GetItems() []*StorageItem {
@@ -2685,7 +2958,7 @@ type DeadDeleteRequest struct {
 
 func (x *DeadDeleteRequest) Reset() {
 	*x = DeadDeleteRequest{}
-	mi := &file_styx_v1_styx_proto_msgTypes[38]
+	mi := &file_styx_v1_styx_proto_msgTypes[41]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2697,7 +2970,7 @@ func (x *DeadDeleteRequest) String() string {
 func (*DeadDeleteRequest) ProtoMessage() {}
 
 func (x *DeadDeleteRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_styx_v1_styx_proto_msgTypes[38]
+	mi := &file_styx_v1_styx_proto_msgTypes[41]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2710,7 +2983,7 @@ func (x *DeadDeleteRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use DeadDeleteRequest.ProtoReflect.Descriptor instead.
 func (*DeadDeleteRequest) Descriptor() ([]byte, []int) {
-	return file_styx_v1_styx_proto_rawDescGZIP(), []int{38}
+	return file_styx_v1_styx_proto_rawDescGZIP(), []int{41}
 }
 
 func (x *DeadDeleteRequest) GetQueueName() string {
@@ -2743,7 +3016,7 @@ type DeadDeleteResponse struct {
 
 func (x *DeadDeleteResponse) Reset() {
 	*x = DeadDeleteResponse{}
-	mi := &file_styx_v1_styx_proto_msgTypes[39]
+	mi := &file_styx_v1_styx_proto_msgTypes[42]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2755,7 +3028,7 @@ func (x *DeadDeleteResponse) String() string {
 func (*DeadDeleteResponse) ProtoMessage() {}
 
 func (x *DeadDeleteResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_styx_v1_styx_proto_msgTypes[39]
+	mi := &file_styx_v1_styx_proto_msgTypes[42]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2768,7 +3041,7 @@ func (x *DeadDeleteResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use DeadDeleteResponse.ProtoReflect.Descriptor instead.
 func (*DeadDeleteResponse) Descriptor() ([]byte, []int) {
-	return file_styx_v1_styx_proto_rawDescGZIP(), []int{39}
+	return file_styx_v1_styx_proto_rawDescGZIP(), []int{42}
 }
 
 func (x *DeadDeleteResponse) GetDeleted() int64 {
@@ -2798,7 +3071,7 @@ type DeadRedriveRequest struct {
 
 func (x *DeadRedriveRequest) Reset() {
 	*x = DeadRedriveRequest{}
-	mi := &file_styx_v1_styx_proto_msgTypes[40]
+	mi := &file_styx_v1_styx_proto_msgTypes[43]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2810,7 +3083,7 @@ func (x *DeadRedriveRequest) String() string {
 func (*DeadRedriveRequest) ProtoMessage() {}
 
 func (x *DeadRedriveRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_styx_v1_styx_proto_msgTypes[40]
+	mi := &file_styx_v1_styx_proto_msgTypes[43]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2823,7 +3096,7 @@ func (x *DeadRedriveRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use DeadRedriveRequest.ProtoReflect.Descriptor instead.
 func (*DeadRedriveRequest) Descriptor() ([]byte, []int) {
-	return file_styx_v1_styx_proto_rawDescGZIP(), []int{40}
+	return file_styx_v1_styx_proto_rawDescGZIP(), []int{43}
 }
 
 func (x *DeadRedriveRequest) GetQueueName() string {
@@ -2884,7 +3157,7 @@ type RedrivesListRequest struct {
 
 func (x *RedrivesListRequest) Reset() {
 	*x = RedrivesListRequest{}
-	mi := &file_styx_v1_styx_proto_msgTypes[41]
+	mi := &file_styx_v1_styx_proto_msgTypes[44]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2896,7 +3169,7 @@ func (x *RedrivesListRequest) String() string {
 func (*RedrivesListRequest) ProtoMessage() {}
 
 func (x *RedrivesListRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_styx_v1_styx_proto_msgTypes[41]
+	mi := &file_styx_v1_styx_proto_msgTypes[44]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2909,7 +3182,7 @@ func (x *RedrivesListRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RedrivesListRequest.ProtoReflect.Descriptor instead.
 func (*RedrivesListRequest) Descriptor() ([]byte, []int) {
-	return file_styx_v1_styx_proto_rawDescGZIP(), []int{41}
+	return file_styx_v1_styx_proto_rawDescGZIP(), []int{44}
 }
 
 func (x *RedrivesListRequest) GetQueueName() string {
@@ -2928,7 +3201,7 @@ type RedrivesListResponse struct {
 
 func (x *RedrivesListResponse) Reset() {
 	*x = RedrivesListResponse{}
-	mi := &file_styx_v1_styx_proto_msgTypes[42]
+	mi := &file_styx_v1_styx_proto_msgTypes[45]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2940,7 +3213,7 @@ func (x *RedrivesListResponse) String() string {
 func (*RedrivesListResponse) ProtoMessage() {}
 
 func (x *RedrivesListResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_styx_v1_styx_proto_msgTypes[42]
+	mi := &file_styx_v1_styx_proto_msgTypes[45]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2953,7 +3226,7 @@ func (x *RedrivesListResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RedrivesListResponse.ProtoReflect.Descriptor instead.
 func (*RedrivesListResponse) Descriptor() ([]byte, []int) {
-	return file_styx_v1_styx_proto_rawDescGZIP(), []int{42}
+	return file_styx_v1_styx_proto_rawDescGZIP(), []int{45}
 }
 
 func (x *RedrivesListResponse) GetTasks() []*RedriveTask {
@@ -2972,7 +3245,7 @@ type RedriveTaskRequest struct {
 
 func (x *RedriveTaskRequest) Reset() {
 	*x = RedriveTaskRequest{}
-	mi := &file_styx_v1_styx_proto_msgTypes[43]
+	mi := &file_styx_v1_styx_proto_msgTypes[46]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2984,7 +3257,7 @@ func (x *RedriveTaskRequest) String() string {
 func (*RedriveTaskRequest) ProtoMessage() {}
 
 func (x *RedriveTaskRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_styx_v1_styx_proto_msgTypes[43]
+	mi := &file_styx_v1_styx_proto_msgTypes[46]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2997,7 +3270,7 @@ func (x *RedriveTaskRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RedriveTaskRequest.ProtoReflect.Descriptor instead.
 func (*RedriveTaskRequest) Descriptor() ([]byte, []int) {
-	return file_styx_v1_styx_proto_rawDescGZIP(), []int{43}
+	return file_styx_v1_styx_proto_rawDescGZIP(), []int{46}
 }
 
 func (x *RedriveTaskRequest) GetTaskId() string {
@@ -3018,7 +3291,7 @@ type RedriveCounts struct {
 
 func (x *RedriveCounts) Reset() {
 	*x = RedriveCounts{}
-	mi := &file_styx_v1_styx_proto_msgTypes[44]
+	mi := &file_styx_v1_styx_proto_msgTypes[47]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3030,7 +3303,7 @@ func (x *RedriveCounts) String() string {
 func (*RedriveCounts) ProtoMessage() {}
 
 func (x *RedriveCounts) ProtoReflect() protoreflect.Message {
-	mi := &file_styx_v1_styx_proto_msgTypes[44]
+	mi := &file_styx_v1_styx_proto_msgTypes[47]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3043,7 +3316,7 @@ func (x *RedriveCounts) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RedriveCounts.ProtoReflect.Descriptor instead.
 func (*RedriveCounts) Descriptor() ([]byte, []int) {
-	return file_styx_v1_styx_proto_rawDescGZIP(), []int{44}
+	return file_styx_v1_styx_proto_rawDescGZIP(), []int{47}
 }
 
 func (x *RedriveCounts) GetMoved() int64 {
@@ -3096,7 +3369,7 @@ type RedriveTask struct {
 
 func (x *RedriveTask) Reset() {
 	*x = RedriveTask{}
-	mi := &file_styx_v1_styx_proto_msgTypes[45]
+	mi := &file_styx_v1_styx_proto_msgTypes[48]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3108,7 +3381,7 @@ func (x *RedriveTask) String() string {
 func (*RedriveTask) ProtoMessage() {}
 
 func (x *RedriveTask) ProtoReflect() protoreflect.Message {
-	mi := &file_styx_v1_styx_proto_msgTypes[45]
+	mi := &file_styx_v1_styx_proto_msgTypes[48]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3121,7 +3394,7 @@ func (x *RedriveTask) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RedriveTask.ProtoReflect.Descriptor instead.
 func (*RedriveTask) Descriptor() ([]byte, []int) {
-	return file_styx_v1_styx_proto_rawDescGZIP(), []int{45}
+	return file_styx_v1_styx_proto_rawDescGZIP(), []int{48}
 }
 
 func (x *RedriveTask) GetTaskId() string {
@@ -3259,7 +3532,7 @@ type KeysCreateRequest struct {
 
 func (x *KeysCreateRequest) Reset() {
 	*x = KeysCreateRequest{}
-	mi := &file_styx_v1_styx_proto_msgTypes[46]
+	mi := &file_styx_v1_styx_proto_msgTypes[49]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3271,7 +3544,7 @@ func (x *KeysCreateRequest) String() string {
 func (*KeysCreateRequest) ProtoMessage() {}
 
 func (x *KeysCreateRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_styx_v1_styx_proto_msgTypes[46]
+	mi := &file_styx_v1_styx_proto_msgTypes[49]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3284,7 +3557,7 @@ func (x *KeysCreateRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use KeysCreateRequest.ProtoReflect.Descriptor instead.
 func (*KeysCreateRequest) Descriptor() ([]byte, []int) {
-	return file_styx_v1_styx_proto_rawDescGZIP(), []int{46}
+	return file_styx_v1_styx_proto_rawDescGZIP(), []int{49}
 }
 
 func (x *KeysCreateRequest) GetName() string {
@@ -3323,7 +3596,7 @@ type ApiKey struct {
 
 func (x *ApiKey) Reset() {
 	*x = ApiKey{}
-	mi := &file_styx_v1_styx_proto_msgTypes[47]
+	mi := &file_styx_v1_styx_proto_msgTypes[50]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3335,7 +3608,7 @@ func (x *ApiKey) String() string {
 func (*ApiKey) ProtoMessage() {}
 
 func (x *ApiKey) ProtoReflect() protoreflect.Message {
-	mi := &file_styx_v1_styx_proto_msgTypes[47]
+	mi := &file_styx_v1_styx_proto_msgTypes[50]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3348,7 +3621,7 @@ func (x *ApiKey) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ApiKey.ProtoReflect.Descriptor instead.
 func (*ApiKey) Descriptor() ([]byte, []int) {
-	return file_styx_v1_styx_proto_rawDescGZIP(), []int{47}
+	return file_styx_v1_styx_proto_rawDescGZIP(), []int{50}
 }
 
 func (x *ApiKey) GetName() string {
@@ -3401,7 +3674,7 @@ type KeysCreateResponse struct {
 
 func (x *KeysCreateResponse) Reset() {
 	*x = KeysCreateResponse{}
-	mi := &file_styx_v1_styx_proto_msgTypes[48]
+	mi := &file_styx_v1_styx_proto_msgTypes[51]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3413,7 +3686,7 @@ func (x *KeysCreateResponse) String() string {
 func (*KeysCreateResponse) ProtoMessage() {}
 
 func (x *KeysCreateResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_styx_v1_styx_proto_msgTypes[48]
+	mi := &file_styx_v1_styx_proto_msgTypes[51]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3426,7 +3699,7 @@ func (x *KeysCreateResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use KeysCreateResponse.ProtoReflect.Descriptor instead.
 func (*KeysCreateResponse) Descriptor() ([]byte, []int) {
-	return file_styx_v1_styx_proto_rawDescGZIP(), []int{48}
+	return file_styx_v1_styx_proto_rawDescGZIP(), []int{51}
 }
 
 func (x *KeysCreateResponse) GetKey() string {
@@ -3472,7 +3745,7 @@ type KeysListRequest struct {
 
 func (x *KeysListRequest) Reset() {
 	*x = KeysListRequest{}
-	mi := &file_styx_v1_styx_proto_msgTypes[49]
+	mi := &file_styx_v1_styx_proto_msgTypes[52]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3484,7 +3757,7 @@ func (x *KeysListRequest) String() string {
 func (*KeysListRequest) ProtoMessage() {}
 
 func (x *KeysListRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_styx_v1_styx_proto_msgTypes[49]
+	mi := &file_styx_v1_styx_proto_msgTypes[52]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3497,7 +3770,7 @@ func (x *KeysListRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use KeysListRequest.ProtoReflect.Descriptor instead.
 func (*KeysListRequest) Descriptor() ([]byte, []int) {
-	return file_styx_v1_styx_proto_rawDescGZIP(), []int{49}
+	return file_styx_v1_styx_proto_rawDescGZIP(), []int{52}
 }
 
 type KeysListResponse struct {
@@ -3509,7 +3782,7 @@ type KeysListResponse struct {
 
 func (x *KeysListResponse) Reset() {
 	*x = KeysListResponse{}
-	mi := &file_styx_v1_styx_proto_msgTypes[50]
+	mi := &file_styx_v1_styx_proto_msgTypes[53]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3521,7 +3794,7 @@ func (x *KeysListResponse) String() string {
 func (*KeysListResponse) ProtoMessage() {}
 
 func (x *KeysListResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_styx_v1_styx_proto_msgTypes[50]
+	mi := &file_styx_v1_styx_proto_msgTypes[53]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3534,7 +3807,7 @@ func (x *KeysListResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use KeysListResponse.ProtoReflect.Descriptor instead.
 func (*KeysListResponse) Descriptor() ([]byte, []int) {
-	return file_styx_v1_styx_proto_rawDescGZIP(), []int{50}
+	return file_styx_v1_styx_proto_rawDescGZIP(), []int{53}
 }
 
 func (x *KeysListResponse) GetKeys() []*ApiKey {
@@ -3553,7 +3826,7 @@ type KeysDeleteRequest struct {
 
 func (x *KeysDeleteRequest) Reset() {
 	*x = KeysDeleteRequest{}
-	mi := &file_styx_v1_styx_proto_msgTypes[51]
+	mi := &file_styx_v1_styx_proto_msgTypes[54]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3565,7 +3838,7 @@ func (x *KeysDeleteRequest) String() string {
 func (*KeysDeleteRequest) ProtoMessage() {}
 
 func (x *KeysDeleteRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_styx_v1_styx_proto_msgTypes[51]
+	mi := &file_styx_v1_styx_proto_msgTypes[54]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3578,7 +3851,7 @@ func (x *KeysDeleteRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use KeysDeleteRequest.ProtoReflect.Descriptor instead.
 func (*KeysDeleteRequest) Descriptor() ([]byte, []int) {
-	return file_styx_v1_styx_proto_rawDescGZIP(), []int{51}
+	return file_styx_v1_styx_proto_rawDescGZIP(), []int{54}
 }
 
 func (x *KeysDeleteRequest) GetName() string {
@@ -3713,13 +3986,14 @@ const file_styx_v1_styx_proto_rawDesc = "" +
 	"\amessage\x18\x03 \x01(\tR\amessage\"2\n" +
 	"\x11QueueStatsRequest\x12\x1d\n" +
 	"\tqueueName\x18\x01 \x01(\tR\n" +
-	"queue_name\"\xa5\x03\n" +
+	"queue_name\"\xf0\x03\n" +
 	"\x12QueueStatsResponse\x12\x1d\n" +
 	"\tqueueName\x18\x01 \x01(\tR\n" +
 	"queue_name\x12@\n" +
 	"\rlogicalQueues\x18\x02 \x03(\v2\x1a.styx.v1.QueueLogicalStatsR\rlogicalQueues\x12U\n" +
 	"\x0edead_by_reason\x18d \x03(\v2-.styx.v1.QueueStatsResponse.DeadByReasonEntryR\x0edead_by_reason\x12U\n" +
-	"\x0edead_by_source\x18e \x03(\v2-.styx.v1.QueueStatsResponse.DeadBySourceEntryR\x0edead_by_source\x1a?\n" +
+	"\x0edead_by_source\x18e \x03(\v2-.styx.v1.QueueStatsResponse.DeadBySourceEntryR\x0edead_by_source\x12I\n" +
+	"\x11oldest_created_at\x18\x82\x01 \x01(\v2\x1a.google.protobuf.TimestampR\x11oldest_created_at\x1a?\n" +
 	"\x11DeadByReasonEntry\x12\x10\n" +
 	"\x03key\x18\x01 \x01(\tR\x03key\x12\x14\n" +
 	"\x05value\x18\x02 \x01(\x03R\x05value:\x028\x01\x1a?\n" +
@@ -3776,7 +4050,7 @@ const file_styx_v1_styx_proto_rawDesc = "" +
 	"\tqueueName\x18\x01 \x01(\tR\n" +
 	"queue_name\x12\x1c\n" +
 	"\tpartition\x18\x02 \x01(\x05R\tpartition\x12\x10\n" +
-	"\x03ids\x18\x03 \x03(\tR\x03ids\"\xea\x06\n" +
+	"\x03ids\x18\x03 \x03(\tR\x03ids\"\x8d\a\n" +
 	"\vStorageItem\x12\x0e\n" +
 	"\x02id\x18\x01 \x01(\tR\x02id\x12\x1c\n" +
 	"\tsource_id\x18\x02 \x01(\tR\tsource_id\x12\x1b\n" +
@@ -3804,11 +4078,12 @@ const file_styx_v1_styx_proto_rawDesc = "" +
 	"last_error\x18g \x01(\tR\n" +
 	"last_error\x12-\n" +
 	"\x06errors\x18h \x03(\v2\x15.styx.v1.AttemptErrorR\x06errors\x12$\n" +
-	"\rredrive_count\x18i \x01(\x05R\rredrive_count\"j\n" +
+	"\rredrive_count\x18i \x01(\x05R\rredrive_count\x12!\n" +
+	"\vfingerprint\x18\x82\x01 \x01(\tR\vfingerprint\"j\n" +
 	"\fAttemptError\x12\x18\n" +
 	"\aattempt\x18\x01 \x01(\x05R\aattempt\x12\x14\n" +
 	"\x05error\x18\x02 \x01(\tR\x05error\x12*\n" +
-	"\x02at\x18\x03 \x01(\v2\x1a.google.protobuf.TimestampR\x02at\"\x90\x02\n" +
+	"\x02at\x18\x03 \x01(\v2\x1a.google.protobuf.TimestampR\x02at\"\xb3\x02\n" +
 	"\n" +
 	"DeadFilter\x12\x10\n" +
 	"\x03ids\x18\x01 \x03(\tR\x03ids\x12\"\n" +
@@ -3819,7 +4094,28 @@ const file_styx_v1_styx_proto_rawDesc = "" +
 	"\n" +
 	"dead_after\x18\x06 \x01(\v2\x1a.google.protobuf.TimestampR\n" +
 	"dead_after\x12<\n" +
-	"\vdead_before\x18\a \x01(\v2\x1a.google.protobuf.TimestampR\vdead_before\"\xb4\x01\n" +
+	"\vdead_before\x18\a \x01(\v2\x1a.google.protobuf.TimestampR\vdead_before\x12!\n" +
+	"\vfingerprint\x18\x82\x01 \x01(\tR\vfingerprint\"v\n" +
+	"\x11DeadGroupsRequest\x12\x1e\n" +
+	"\n" +
+	"queue_name\x18\x01 \x01(\tR\n" +
+	"queue_name\x12+\n" +
+	"\x06filter\x18\x02 \x01(\v2\x13.styx.v1.DeadFilterR\x06filter\x12\x14\n" +
+	"\x05limit\x18\x03 \x01(\x05R\x05limit\"\xdd\x02\n" +
+	"\tDeadGroup\x12 \n" +
+	"\vfingerprint\x18\x01 \x01(\tR\vfingerprint\x12\x18\n" +
+	"\apattern\x18\x02 \x01(\tR\apattern\x12\"\n" +
+	"\fsample_error\x18\x03 \x01(\tR\fsample_error\x12\"\n" +
+	"\fsource_queue\x18\x04 \x01(\tR\fsource_queue\x12\x16\n" +
+	"\x06reason\x18\x05 \x01(\tR\x06reason\x12\x14\n" +
+	"\x05count\x18\x06 \x01(\x03R\x05count\x12@\n" +
+	"\rfirst_dead_at\x18\a \x01(\v2\x1a.google.protobuf.TimestampR\rfirst_dead_at\x12>\n" +
+	"\flast_dead_at\x18\b \x01(\v2\x1a.google.protobuf.TimestampR\flast_dead_at\x12\x1c\n" +
+	"\tsample_id\x18\t \x01(\tR\tsample_id\"\x86\x01\n" +
+	"\x12DeadGroupsResponse\x12*\n" +
+	"\x06groups\x18\x01 \x03(\v2\x12.styx.v1.DeadGroupR\x06groups\x12\"\n" +
+	"\ftotal_groups\x18\x02 \x01(\x03R\ftotal_groups\x12 \n" +
+	"\vtotal_items\x18\x03 \x01(\x03R\vtotal_items\"\xb4\x01\n" +
 	"\x0fDeadListRequest\x12\x1e\n" +
 	"\n" +
 	"queue_name\x18\x01 \x01(\tR\n" +
@@ -3933,7 +4229,7 @@ func file_styx_v1_styx_proto_rawDescGZIP() []byte {
 	return file_styx_v1_styx_proto_rawDescData
 }
 
-var file_styx_v1_styx_proto_msgTypes = make([]protoimpl.MessageInfo, 55)
+var file_styx_v1_styx_proto_msgTypes = make([]protoimpl.MessageInfo, 58)
 var file_styx_v1_styx_proto_goTypes = []any{
 	(*QueueProduceRequest)(nil),        // 0: styx.v1.QueueProduceRequest
 	(*QueueProduceItem)(nil),           // 1: styx.v1.QueueProduceItem
@@ -3971,78 +4267,86 @@ var file_styx_v1_styx_proto_goTypes = []any{
 	(*StorageItem)(nil),                // 33: styx.v1.StorageItem
 	(*AttemptError)(nil),               // 34: styx.v1.AttemptError
 	(*DeadFilter)(nil),                 // 35: styx.v1.DeadFilter
-	(*DeadListRequest)(nil),            // 36: styx.v1.DeadListRequest
-	(*DeadListResponse)(nil),           // 37: styx.v1.DeadListResponse
-	(*DeadDeleteRequest)(nil),          // 38: styx.v1.DeadDeleteRequest
-	(*DeadDeleteResponse)(nil),         // 39: styx.v1.DeadDeleteResponse
-	(*DeadRedriveRequest)(nil),         // 40: styx.v1.DeadRedriveRequest
-	(*RedrivesListRequest)(nil),        // 41: styx.v1.RedrivesListRequest
-	(*RedrivesListResponse)(nil),       // 42: styx.v1.RedrivesListResponse
-	(*RedriveTaskRequest)(nil),         // 43: styx.v1.RedriveTaskRequest
-	(*RedriveCounts)(nil),              // 44: styx.v1.RedriveCounts
-	(*RedriveTask)(nil),                // 45: styx.v1.RedriveTask
-	(*KeysCreateRequest)(nil),          // 46: styx.v1.KeysCreateRequest
-	(*ApiKey)(nil),                     // 47: styx.v1.ApiKey
-	(*KeysCreateResponse)(nil),         // 48: styx.v1.KeysCreateResponse
-	(*KeysListRequest)(nil),            // 49: styx.v1.KeysListRequest
-	(*KeysListResponse)(nil),           // 50: styx.v1.KeysListResponse
-	(*KeysDeleteRequest)(nil),          // 51: styx.v1.KeysDeleteRequest
-	nil,                                // 52: styx.v1.QueueStatsResponse.DeadByReasonEntry
-	nil,                                // 53: styx.v1.QueueStatsResponse.DeadBySourceEntry
-	nil,                                // 54: styx.v1.RedriveTask.ByQueueEntry
-	(*timestamppb.Timestamp)(nil),      // 55: google.protobuf.Timestamp
+	(*DeadGroupsRequest)(nil),          // 36: styx.v1.DeadGroupsRequest
+	(*DeadGroup)(nil),                  // 37: styx.v1.DeadGroup
+	(*DeadGroupsResponse)(nil),         // 38: styx.v1.DeadGroupsResponse
+	(*DeadListRequest)(nil),            // 39: styx.v1.DeadListRequest
+	(*DeadListResponse)(nil),           // 40: styx.v1.DeadListResponse
+	(*DeadDeleteRequest)(nil),          // 41: styx.v1.DeadDeleteRequest
+	(*DeadDeleteResponse)(nil),         // 42: styx.v1.DeadDeleteResponse
+	(*DeadRedriveRequest)(nil),         // 43: styx.v1.DeadRedriveRequest
+	(*RedrivesListRequest)(nil),        // 44: styx.v1.RedrivesListRequest
+	(*RedrivesListResponse)(nil),       // 45: styx.v1.RedrivesListResponse
+	(*RedriveTaskRequest)(nil),         // 46: styx.v1.RedriveTaskRequest
+	(*RedriveCounts)(nil),              // 47: styx.v1.RedriveCounts
+	(*RedriveTask)(nil),                // 48: styx.v1.RedriveTask
+	(*KeysCreateRequest)(nil),          // 49: styx.v1.KeysCreateRequest
+	(*ApiKey)(nil),                     // 50: styx.v1.ApiKey
+	(*KeysCreateResponse)(nil),         // 51: styx.v1.KeysCreateResponse
+	(*KeysListRequest)(nil),            // 52: styx.v1.KeysListRequest
+	(*KeysListResponse)(nil),           // 53: styx.v1.KeysListResponse
+	(*KeysDeleteRequest)(nil),          // 54: styx.v1.KeysDeleteRequest
+	nil,                                // 55: styx.v1.QueueStatsResponse.DeadByReasonEntry
+	nil,                                // 56: styx.v1.QueueStatsResponse.DeadBySourceEntry
+	nil,                                // 57: styx.v1.RedriveTask.ByQueueEntry
+	(*timestamppb.Timestamp)(nil),      // 58: google.protobuf.Timestamp
 }
 var file_styx_v1_styx_proto_depIdxs = []int32{
 	1,  // 0: styx.v1.QueueProduceRequest.items:type_name -> styx.v1.QueueProduceItem
-	55, // 1: styx.v1.QueueProduceItem.enqueueAt:type_name -> google.protobuf.Timestamp
-	55, // 2: styx.v1.QueueLeaseItem.leaseDeadline:type_name -> google.protobuf.Timestamp
+	58, // 1: styx.v1.QueueProduceItem.enqueueAt:type_name -> google.protobuf.Timestamp
+	58, // 2: styx.v1.QueueLeaseItem.leaseDeadline:type_name -> google.protobuf.Timestamp
 	4,  // 3: styx.v1.QueueLeaseResponse.items:type_name -> styx.v1.QueueLeaseItem
 	9,  // 4: styx.v1.QueueRetryRequest.items:type_name -> styx.v1.QueueRetryItem
-	55, // 5: styx.v1.QueueRetryItem.retryAt:type_name -> google.protobuf.Timestamp
+	58, // 5: styx.v1.QueueRetryItem.retryAt:type_name -> google.protobuf.Timestamp
 	11, // 6: styx.v1.QueueRetryResponse.outcomes:type_name -> styx.v1.QueueRetryOutcome
-	55, // 7: styx.v1.QueueRetryOutcome.retryAt:type_name -> google.protobuf.Timestamp
+	58, // 7: styx.v1.QueueRetryOutcome.retryAt:type_name -> google.protobuf.Timestamp
 	14, // 8: styx.v1.QueueRenewResponse.items:type_name -> styx.v1.QueueRenewItem
-	55, // 9: styx.v1.QueueRenewItem.leaseDeadline:type_name -> google.protobuf.Timestamp
-	55, // 10: styx.v1.QueueInfo.createdAt:type_name -> google.protobuf.Timestamp
-	55, // 11: styx.v1.QueueInfo.updatedAt:type_name -> google.protobuf.Timestamp
+	58, // 9: styx.v1.QueueRenewItem.leaseDeadline:type_name -> google.protobuf.Timestamp
+	58, // 10: styx.v1.QueueInfo.createdAt:type_name -> google.protobuf.Timestamp
+	58, // 11: styx.v1.QueueInfo.updatedAt:type_name -> google.protobuf.Timestamp
 	16, // 12: styx.v1.QueueInfo.partitions:type_name -> styx.v1.PartitionInfo
 	22, // 13: styx.v1.QueueStatsResponse.logicalQueues:type_name -> styx.v1.QueueLogicalStats
-	52, // 14: styx.v1.QueueStatsResponse.dead_by_reason:type_name -> styx.v1.QueueStatsResponse.DeadByReasonEntry
-	53, // 15: styx.v1.QueueStatsResponse.dead_by_source:type_name -> styx.v1.QueueStatsResponse.DeadBySourceEntry
-	23, // 16: styx.v1.QueueLogicalStats.partitions:type_name -> styx.v1.QueuePartitionStats
-	15, // 17: styx.v1.QueuesListResponse.items:type_name -> styx.v1.QueueInfo
-	33, // 18: styx.v1.StorageItemsListResponse.items:type_name -> styx.v1.StorageItem
-	33, // 19: styx.v1.StorageItemsImportRequest.items:type_name -> styx.v1.StorageItem
-	33, // 20: styx.v1.StorageItemsImportResponse.items:type_name -> styx.v1.StorageItem
-	55, // 21: styx.v1.StorageItem.leaseDeadline:type_name -> google.protobuf.Timestamp
-	55, // 22: styx.v1.StorageItem.expireDeadline:type_name -> google.protobuf.Timestamp
-	55, // 23: styx.v1.StorageItem.deadDeadline:type_name -> google.protobuf.Timestamp
-	55, // 24: styx.v1.StorageItem.createdAt:type_name -> google.protobuf.Timestamp
-	55, // 25: styx.v1.StorageItem.updatedAt:type_name -> google.protobuf.Timestamp
-	55, // 26: styx.v1.StorageItem.enqueueAt:type_name -> google.protobuf.Timestamp
-	55, // 27: styx.v1.StorageItem.dead_at:type_name -> google.protobuf.Timestamp
-	34, // 28: styx.v1.StorageItem.errors:type_name -> styx.v1.AttemptError
-	55, // 29: styx.v1.AttemptError.at:type_name -> google.protobuf.Timestamp
-	55, // 30: styx.v1.DeadFilter.dead_after:type_name -> google.protobuf.Timestamp
-	55, // 31: styx.v1.DeadFilter.dead_before:type_name -> google.protobuf.Timestamp
-	35, // 32: styx.v1.DeadListRequest.filter:type_name -> styx.v1.DeadFilter
-	33, // 33: styx.v1.DeadListResponse.items:type_name -> styx.v1.StorageItem
-	35, // 34: styx.v1.DeadDeleteRequest.filter:type_name -> styx.v1.DeadFilter
-	35, // 35: styx.v1.DeadRedriveRequest.filter:type_name -> styx.v1.DeadFilter
-	45, // 36: styx.v1.RedrivesListResponse.tasks:type_name -> styx.v1.RedriveTask
-	35, // 37: styx.v1.RedriveTask.filter:type_name -> styx.v1.DeadFilter
-	55, // 38: styx.v1.RedriveTask.started_at:type_name -> google.protobuf.Timestamp
-	55, // 39: styx.v1.RedriveTask.finished_at:type_name -> google.protobuf.Timestamp
-	54, // 40: styx.v1.RedriveTask.by_queue:type_name -> styx.v1.RedriveTask.ByQueueEntry
-	55, // 41: styx.v1.ApiKey.created_at:type_name -> google.protobuf.Timestamp
-	55, // 42: styx.v1.KeysCreateResponse.created_at:type_name -> google.protobuf.Timestamp
-	47, // 43: styx.v1.KeysListResponse.keys:type_name -> styx.v1.ApiKey
-	44, // 44: styx.v1.RedriveTask.ByQueueEntry.value:type_name -> styx.v1.RedriveCounts
-	45, // [45:45] is the sub-list for method output_type
-	45, // [45:45] is the sub-list for method input_type
-	45, // [45:45] is the sub-list for extension type_name
-	45, // [45:45] is the sub-list for extension extendee
-	0,  // [0:45] is the sub-list for field type_name
+	55, // 14: styx.v1.QueueStatsResponse.dead_by_reason:type_name -> styx.v1.QueueStatsResponse.DeadByReasonEntry
+	56, // 15: styx.v1.QueueStatsResponse.dead_by_source:type_name -> styx.v1.QueueStatsResponse.DeadBySourceEntry
+	58, // 16: styx.v1.QueueStatsResponse.oldest_created_at:type_name -> google.protobuf.Timestamp
+	23, // 17: styx.v1.QueueLogicalStats.partitions:type_name -> styx.v1.QueuePartitionStats
+	15, // 18: styx.v1.QueuesListResponse.items:type_name -> styx.v1.QueueInfo
+	33, // 19: styx.v1.StorageItemsListResponse.items:type_name -> styx.v1.StorageItem
+	33, // 20: styx.v1.StorageItemsImportRequest.items:type_name -> styx.v1.StorageItem
+	33, // 21: styx.v1.StorageItemsImportResponse.items:type_name -> styx.v1.StorageItem
+	58, // 22: styx.v1.StorageItem.leaseDeadline:type_name -> google.protobuf.Timestamp
+	58, // 23: styx.v1.StorageItem.expireDeadline:type_name -> google.protobuf.Timestamp
+	58, // 24: styx.v1.StorageItem.deadDeadline:type_name -> google.protobuf.Timestamp
+	58, // 25: styx.v1.StorageItem.createdAt:type_name -> google.protobuf.Timestamp
+	58, // 26: styx.v1.StorageItem.updatedAt:type_name -> google.protobuf.Timestamp
+	58, // 27: styx.v1.StorageItem.enqueueAt:type_name -> google.protobuf.Timestamp
+	58, // 28: styx.v1.StorageItem.dead_at:type_name -> google.protobuf.Timestamp
+	34, // 29: styx.v1.StorageItem.errors:type_name -> styx.v1.AttemptError
+	58, // 30: styx.v1.AttemptError.at:type_name -> google.protobuf.Timestamp
+	58, // 31: styx.v1.DeadFilter.dead_after:type_name -> google.protobuf.Timestamp
+	58, // 32: styx.v1.DeadFilter.dead_before:type_name -> google.protobuf.Timestamp
+	35, // 33: styx.v1.DeadGroupsRequest.filter:type_name -> styx.v1.DeadFilter
+	58, // 34: styx.v1.DeadGroup.first_dead_at:type_name -> google.protobuf.Timestamp
+	58, // 35: styx.v1.DeadGroup.last_dead_at:type_name -> google.protobuf.Timestamp
+	37, // 36: styx.v1.DeadGroupsResponse.groups:type_name -> styx.v1.DeadGroup
+	35, // 37: styx.v1.DeadListRequest.filter:type_name -> styx.v1.DeadFilter
+	33, // 38: styx.v1.DeadListResponse.items:type_name -> styx.v1.StorageItem
+	35, // 39: styx.v1.DeadDeleteRequest.filter:type_name -> styx.v1.DeadFilter
+	35, // 40: styx.v1.DeadRedriveRequest.filter:type_name -> styx.v1.DeadFilter
+	48, // 41: styx.v1.RedrivesListResponse.tasks:type_name -> styx.v1.RedriveTask
+	35, // 42: styx.v1.RedriveTask.filter:type_name -> styx.v1.DeadFilter
+	58, // 43: styx.v1.RedriveTask.started_at:type_name -> google.protobuf.Timestamp
+	58, // 44: styx.v1.RedriveTask.finished_at:type_name -> google.protobuf.Timestamp
+	57, // 45: styx.v1.RedriveTask.by_queue:type_name -> styx.v1.RedriveTask.ByQueueEntry
+	58, // 46: styx.v1.ApiKey.created_at:type_name -> google.protobuf.Timestamp
+	58, // 47: styx.v1.KeysCreateResponse.created_at:type_name -> google.protobuf.Timestamp
+	50, // 48: styx.v1.KeysListResponse.keys:type_name -> styx.v1.ApiKey
+	47, // 49: styx.v1.RedriveTask.ByQueueEntry.value:type_name -> styx.v1.RedriveCounts
+	50, // [50:50] is the sub-list for method output_type
+	50, // [50:50] is the sub-list for method input_type
+	50, // [50:50] is the sub-list for extension type_name
+	50, // [50:50] is the sub-list for extension extendee
+	0,  // [0:50] is the sub-list for field type_name
 }
 
 func init() { file_styx_v1_styx_proto_init() }
@@ -4056,7 +4360,7 @@ func file_styx_v1_styx_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_styx_v1_styx_proto_rawDesc), len(file_styx_v1_styx_proto_rawDesc)),
 			NumEnums:      0,
-			NumMessages:   55,
+			NumMessages:   58,
 			NumExtensions: 0,
 			NumServices:   0,
 		},

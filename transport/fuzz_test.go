@@ -25,7 +25,7 @@ var paths = []string{
 	"/v1/queue.produce", "/v1/queue.lease", "/v1/queue.complete", "/v1/queue.retry", "/v1/queue.stats",
 	"/v1/queue.clear", "/v1/queue.reload", "/v1/queues.create", "/v1/queues.update", "/v1/queues.list",
 	"/v1/queues.info", "/v1/queues.delete", "/v1/storage/items.list", "/v1/storage/scheduled.list",
-	"/v1/storage/items.import", "/v1/storage/items.delete", "/v1/dead.list", "/v1/dead.delete",
+	"/v1/storage/items.import", "/v1/storage/items.delete", "/v1/dead.list", "/v1/dead.groups", "/v1/dead.delete",
 	"/v1/dead.redrive", "/v1/redrives.list", "/v1/redrives.get", "/v1/redrives.cancel",
 	"/v1/queue.renew",
 }

@@ -90,6 +90,7 @@ func NewHandler(cfg Config) *Handler {
 		"/v1/storage/scheduled.list": rpc(h, func() *pb.StorageItemsListRequest { return &pb.StorageItemsListRequest{} }, s.StorageScheduledList),
 		"/v1/storage/items.import":   rpc(h, func() *pb.StorageItemsImportRequest { return &pb.StorageItemsImportRequest{} }, s.StorageItemsImport),
 		"/v1/dead.list":              rpc(h, func() *pb.DeadListRequest { return &pb.DeadListRequest{} }, s.DeadList),
+		"/v1/dead.groups":            rpc(h, func() *pb.DeadGroupsRequest { return &pb.DeadGroupsRequest{} }, s.DeadGroups),
 		"/v1/dead.delete":            rpc(h, func() *pb.DeadDeleteRequest { return &pb.DeadDeleteRequest{} }, s.DeadDelete),
 		"/v1/dead.redrive":           rpc(h, func() *pb.DeadRedriveRequest { return &pb.DeadRedriveRequest{} }, s.DeadRedrive),
 		"/v1/redrives.list":          rpc(h, func() *pb.RedrivesListRequest { return &pb.RedrivesListRequest{} }, s.RedrivesList),

@@ -30,17 +30,18 @@ func (a *app) deadCmd() *cobra.Command {
 		Short: "Inspect, delete and redrive the items of a dead-letter queue",
 		Long: `Work with the items of a dead-letter queue: list them (or count them by
 reason, source queue or error), show one in full, delete them, or redrive
-them back to the queues they died in.
+them back to the queues they died in. groups counts them by the shape of
+their last error (its fingerprint), from counts the server keeps.
 
 list, delete and redrive select items with the same filter flags; every
 given flag must match: ` + deadFilterFlagNames + `.`,
 	}
-	cmd.AddCommand(a.deadListCmd(), a.deadShowCmd(), a.deadDeleteCmd(), a.deadRedriveCmd())
+	cmd.AddCommand(a.deadListCmd(), a.deadGroupsCmd(), a.deadShowCmd(), a.deadDeleteCmd(), a.deadRedriveCmd())
 	return a.addClientFlags(cmd)
 }
 
 // deadGroupings are the values of dead list --group-by.
-var deadGroupings = []string{"reason", "source", "error"}
+var deadGroupings = []string{"reason", "source", "error", "fingerprint"}
 
 func (a *app) deadListCmd() *cobra.Command {
 	var (
@@ -60,8 +61,10 @@ with the --pivot to continue from is printed on stderr. --all follows the
 pages to the end.
 
 --group-by reason|source|error reads every matching item and prints how
-many there are per dead reason, source queue or last error (its first 60
-characters), largest group first.
+many there are per dead reason, source queue, last error (its first 60
+characters) or fingerprint of the last error, largest group first (dead
+groups answers the fingerprint grouping from counts, without reading
+items).
 
 --json prints the full stored items, one per line; with --group-by, one
 {"count": N, "<group>": "..."} object per group.`,
@@ -163,6 +166,8 @@ func deadGroupKey(it *pb.StorageItem, by string) string {
 		return it.DeadReason
 	case "source":
 		return it.SourceQueue
+	case "fingerprint":
+		return it.Fingerprint
 	default:
 		return truncate(oneLine(it.LastError), lastErrorWidth)
 	}
@@ -212,6 +217,74 @@ func (a *app) deadGroups(ctx context.Context, c *styx.Client, req *pb.DeadListRe
 	}
 	_, _ = fmt.Fprintf(a.stderr, "%s in %s\n", plural(total, "item"), plural(len(keys), "group"))
 	return nil
+}
+
+func (a *app) deadGroupsCmd() *cobra.Command {
+	var (
+		source, reason, fp string
+		limit              int32
+	)
+	cmd := &cobra.Command{
+		Use:   "groups QUEUE",
+		Short: "Count a dead-letter queue's items by the shape of their last error",
+		Long: `Print the error groups of a dead-letter queue, largest first: its dead items
+by dead reason, source queue and fingerprint of their last error. The
+fingerprint is the error text with its variable parts (numbers, ids, quoted
+values, addresses, durations, times) replaced by placeholders such as <n>
+and <id>, hashed: "order 1234 not found" and "order 98 not found" are one
+group. The PATTERN column shows that shape.
+
+Act on a group with the filter flags of list, delete and redrive:
+--fingerprint FP --source SOURCE --reason REASON.
+
+The server answers from counts it keeps, without reading the items.
+--json prints one group per line, with a sample error and item id and the
+dead_at of the group's first and last item.`,
+		Args: exactArgs(1, "a QUEUE"),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			if reason != "" && !slices.Contains(deadReasonNames, reason) {
+				return fmt.Errorf("--reason: %q is not one of %s", reason, strings.Join(deadReasonNames, ", "))
+			}
+			return a.withClient(cmd, func(c *styx.Client) error {
+				req := &pb.DeadGroupsRequest{QueueName: args[0], Limit: limit}
+				if source != "" || reason != "" || fp != "" {
+					req.Filter = &pb.DeadFilter{SourceQueue: source, Reason: reason, Fingerprint: fp}
+				}
+				res, err := c.DeadGroups(cmd.Context(), req)
+				if err != nil {
+					return err
+				}
+				if a.json {
+					for _, g := range res.Groups {
+						if err := writeJSON(a.stdout, g); err != nil {
+							return err
+						}
+					}
+					return nil
+				}
+				t := newTable(a.stdout, "COUNT", "REASON", "SOURCE", "FINGERPRINT", "LAST-DEAD", "PATTERN")
+				for _, g := range res.Groups {
+					t.row(fmt.Sprint(g.Count), g.Reason, g.SourceQueue, g.Fingerprint, relative(a.now(), g.LastDeadAt),
+						orDash(truncate(oneLine(g.Pattern), 2*lastErrorWidth)))
+				}
+				if err := t.flush(); err != nil {
+					return err
+				}
+				more := ""
+				if int64(len(res.Groups)) < res.TotalGroups {
+					more = fmt.Sprintf(" (%d shown; --limit for more)", len(res.Groups))
+				}
+				_, _ = fmt.Fprintf(a.stderr, "%s in %s%s\n", plural(int(res.TotalItems), "item"), plural(int(res.TotalGroups), "group"), more)
+				return nil
+			})
+		},
+	}
+	f := cmd.Flags()
+	f.StringVar(&source, "source", "", "only groups of this source queue")
+	f.StringVar(&reason, "reason", "", "only groups of this dead reason: "+strings.Join(deadReasonNames, ", "))
+	f.StringVar(&fp, "fingerprint", "", "only the group(s) of this fingerprint")
+	f.Int32Var(&limit, "limit", 100, "the most groups to print (1..1000)")
+	return cmd
 }
 
 func (a *app) deadShowCmd() *cobra.Command {

@@ -109,6 +109,30 @@ func TestDeadCLI(t *testing.T) {
 		require.Equal(t, 4, strings.Count(out, "\n"), "--all follows every page: %s", out)
 	})
 
+	t.Run("groups", func(t *testing.T) {
+		c := cli{t: t, endpoint: c.endpoint}
+		out, errOut, err := c.run("dead", "groups", "orders-dlq")
+		require.NoError(t, err)
+		require.Regexp(t, `^COUNT\s+REASON\s+SOURCE\s+FINGERPRINT\s+LAST-DEAD\s+PATTERN\n`+
+			`2\s+max_attempts\s+orders\s+[0-9a-f]{16}\s+\S+ ago\s+dial tcp <ip>: connection refused\n`+
+			`1\s+explicit\s+orders\s+[0-9a-f]{16}\s+\S+ ago\s+invalid payload at byte <n>\n$`, out)
+		require.Equal(t, "3 items in 2 groups\n", errOut)
+		fp := strings.Fields(strings.Split(out, "\n")[1])[3]
+		require.Equal(t, first.Fingerprint, fp, "dead list shows each item's fingerprint")
+
+		out = c.ok("dead", "groups", "orders-dlq", "--reason", "explicit", "--json")
+		require.Equal(t, 1, strings.Count(out, "\n"), out)
+		require.Contains(t, out, `"sample_error":"invalid payload\nat byte 0"`)
+
+		out = c.ok("dead", "list", "orders-dlq", "--fingerprint", fp, "--json")
+		require.Len(t, jsonLines(t, out, unmarshalItem), 2)
+		out = c.ok("dead", "list", "orders-dlq", "--group-by", "fingerprint")
+		require.Regexp(t, `^COUNT\s+FINGERPRINT\n2\s+`+fp+`\n1\s+[0-9a-f]{16}\n$`, out)
+
+		_, _, err = c.run("dead", "groups", "orders-dlq", "--fingerprint", "nope")
+		require.ErrorContains(t, err, "filter.fingerprint")
+	})
+
 	t.Run("group-by", func(t *testing.T) {
 		c := cli{t: t, endpoint: c.endpoint}
 		out, errOut, err := c.run("dead", "list", "orders-dlq", "--group-by", "error", "--limit", "1")

@@ -26,10 +26,11 @@ type deadFilterFlags struct {
 	kind          string
 	errorContains string
 	since, until  string
+	fingerprint   string
 }
 
 // deadFilterFlagNames lists the flags of deadFilterFlags, for messages.
-const deadFilterFlagNames = "--reason, --source, --kind, --error, --since, --until, --id"
+const deadFilterFlagNames = "--reason, --source, --kind, --error, --since, --until, --id, --fingerprint"
 
 func (d *deadFilterFlags) add(fs *pflag.FlagSet) {
 	fs.StringVar(&d.reason, "reason", "", "only items that died for this reason: "+strings.Join(deadReasonNames, ", "))
@@ -38,6 +39,7 @@ func (d *deadFilterFlags) add(fs *pflag.FlagSet) {
 	fs.StringVar(&d.errorContains, "error", "", "only items whose last error contains this text")
 	fs.StringVar(&d.since, "since", "", "only items that died in the last DURATION (such as 2h), or at or after an RFC 3339 time")
 	fs.StringVar(&d.until, "until", "", "only items that died before an RFC 3339 time, or more than DURATION ago")
+	fs.StringVar(&d.fingerprint, "fingerprint", "", "only items whose last error has this fingerprint (an error group, as dead groups prints)")
 	fs.StringSliceVar(&d.ids, "id", nil, "only these item ids (repeat the flag or separate with commas; at most 1000)")
 }
 
@@ -49,6 +51,7 @@ func (d *deadFilterFlags) filter(now time.Time) (*pb.DeadFilter, error) {
 	}
 	f := &pb.DeadFilter{
 		Ids: d.ids, SourceQueue: d.source, Reason: d.reason, Kind: d.kind, ErrorContains: d.errorContains,
+		Fingerprint: d.fingerprint,
 	}
 	for _, t := range []struct {
 		flag, value string
@@ -66,7 +69,7 @@ func (d *deadFilterFlags) filter(now time.Time) (*pb.DeadFilter, error) {
 	if f.DeadAfter != nil && f.DeadBefore != nil && !f.DeadAfter.AsTime().Before(f.DeadBefore.AsTime()) {
 		return nil, fmt.Errorf("--since (%s) must be before --until (%s)", formatTime(f.DeadAfter), formatTime(f.DeadBefore))
 	}
-	if len(f.Ids) == 0 && f.SourceQueue == "" && f.Reason == "" && f.Kind == "" && f.ErrorContains == "" &&
+	if len(f.Ids) == 0 && f.SourceQueue == "" && f.Reason == "" && f.Kind == "" && f.ErrorContains == "" && f.Fingerprint == "" &&
 		f.DeadAfter == nil && f.DeadBefore == nil {
 		return nil, nil
 	}
@@ -101,6 +104,7 @@ func describeFilter(f *pb.DeadFilter) string {
 	add("--source", f.GetSourceQueue())
 	add("--kind", f.GetKind())
 	add("--error", f.GetErrorContains())
+	add("--fingerprint", f.GetFingerprint())
 	if f.GetDeadAfter() != nil {
 		add("--since", formatTime(f.DeadAfter))
 	}

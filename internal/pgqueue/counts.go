@@ -81,12 +81,16 @@ func (m *Manager) Sample() []metrics.QueueSample {
 // live backends and any row another transaction holds (a pid reused since
 // pg_stat_activity was read), and item transactions never write shard 0.
 // Its one wait, the upsert of shard 0, can only be for deleteQueue, which
-// waits for nothing after.
+// waits for nothing after. It folds the error-group counts
+// (styx_dead_groups) the same way, first.
 func (m *Manager) foldCounts(ctx context.Context) (int64, error) {
 	var n int64
 	err := pgx.BeginFunc(ctx, m.st.pool, func(tx pgx.Tx) error {
 		var ok bool
 		if err := tx.QueryRow(ctx, `SELECT pg_try_advisory_xact_lock(hashtext('styx-counts:' || current_schema()))`).Scan(&ok); err != nil || !ok {
+			return err
+		}
+		if err := foldGroups(ctx, tx); err != nil {
 			return err
 		}
 		return tx.QueryRow(ctx, `WITH gone AS MATERIALIZED (

@@ -8,6 +8,7 @@ import (
 
 	"github.com/jackc/pgx/v5"
 
+	"github.com/styxq/styx/internal/fingerprint"
 	"github.com/styxq/styx/internal/queue"
 	"github.com/styxq/styx/internal/store"
 )
@@ -25,7 +26,7 @@ import (
 
 // itemColumns are the columns of a full item, as scanItem reads them.
 const itemColumns = `id, partition, state, deadline, expire_deadline, attempts, created_at, coalesce(source_key, ''),
-	reference, kind, encoding, payload, source_queue, source_id, dead_reason, dead_at, redrive_count, last_error, errors`
+	reference, kind, encoding, payload, source_queue, source_id, dead_reason, dead_at, redrive_count, last_error, errors, fingerprint`
 
 func scanItem(row pgx.Row) (store.Item, error) {
 	var it store.Item
@@ -35,7 +36,7 @@ func scanItem(row pgx.Row) (store.Item, error) {
 	m, b := &it.Meta, &it.Body
 	err := row.Scan(&id, &it.Partition, &st, &deadline, &expire, &m.Attempts, &created, &m.SourceKey,
 		&b.Reference, &b.Kind, &b.Encoding, &b.Payload, &b.SourceQueue, &b.SourceID, &b.DeadReason, &deadAt, &b.RedriveCount,
-		&it.Errors.LastError, &errs)
+		&it.Errors.LastError, &errs, &m.Fingerprint)
 	if err != nil {
 		return it, err
 	}
@@ -267,28 +268,32 @@ func insertStatement(queueID uint64, items []insert, ids []int64) (string, []any
 	part, state, deadline, expire, created, attempts := make([]int32, n), make([]int16, n), make([]int64, n), make([]int64, n), make([]int64, n), make([]int32, n)
 	key, ref, kind, enc, srcQ, srcID, reason, lastErr, errs := make([]*string, n), make([]string, n), make([]string, n), make([]string, n),
 		make([]string, n), make([]string, n), make([]string, n), make([]string, n), make([]*string, n)
+	fps := make([]string, n)
 	payload, deadAt, redrives := make([][]byte, n), make([]int64, n), make([]int32, n)
 	for i, it := range items {
 		part[i], state[i], deadline[i], expire[i], created[i], attempts[i] = it.partition, it.state, it.deadline, it.expire, it.created, it.attempts
 		key[i], ref[i], kind[i], enc[i] = it.sourceKey, it.body.Reference, it.body.Kind, it.body.Encoding
 		srcQ[i], srcID[i], reason[i], lastErr[i] = it.body.SourceQueue, it.body.SourceID, it.body.DeadReason, it.lastError
 		payload[i], deadAt[i], redrives[i] = nonNil(it.body.Payload), queue.Nanos(it.body.DeadAt), it.body.RedriveCount
+		if it.sourceKey != nil && queue.IsDeadCopyKey(*it.sourceKey) {
+			fps[i] = fingerprint.Of(it.lastError) // a dead item's error group (migration 5)
+		}
 		if it.errors != nil {
 			s := string(it.errors)
 			errs[i] = &s
 		}
 	}
 	args := []any{int64(queueID), part, state, deadline, expire, created, attempts, key, ref, kind, enc, payload, srcQ, srcID, reason, deadAt, redrives}
-	args = append(args, ids, lastErr, errs)
+	args = append(args, ids, lastErr, errs, fps)
 	return `INSERT INTO styx_items (queue_id, id, partition, state, deadline, expire_deadline, created_at, attempts, source_key,
-		reference, kind, encoding, payload, source_queue, source_id, dead_reason, dead_at, redrive_count, last_error, errors)
+		reference, kind, encoding, payload, source_queue, source_id, dead_reason, dead_at, redrive_count, last_error, errors, fingerprint)
 		SELECT $1, coalesce(($18::bigint[])[u.ord], nextval('styx_item_ids')), u.part, u.state, u.deadline, u.expire, u.created, u.attempts, u.key,
-			u.ref, u.kind, u.enc, u.payload, u.src_q, u.src_id, u.reason, u.dead_at, u.redrives, u.last_error, u.errs::jsonb
+			u.ref, u.kind, u.enc, u.payload, u.src_q, u.src_id, u.reason, u.dead_at, u.redrives, u.last_error, u.errs::jsonb, u.fp
 		FROM unnest($2::integer[], $3::smallint[], $4::bigint[], $5::bigint[], $6::bigint[], $7::integer[], $8::text[],
 			$9::text[], $10::text[], $11::text[], $12::bytea[], $13::text[], $14::text[], $15::text[], $16::bigint[], $17::integer[],
-			$19::text[], $20::text[])
+			$19::text[], $20::text[], $21::text[])
 			WITH ORDINALITY AS u(part, state, deadline, expire, created, attempts, key, ref, kind, enc, payload, src_q, src_id, reason,
-				dead_at, redrives, last_error, errs, ord)
+				dead_at, redrives, last_error, errs, fp, ord)
 		ORDER BY u.ord
 		ON CONFLICT (queue_id, source_key) DO NOTHING`, args
 }
@@ -386,7 +391,9 @@ type dlq struct {
 // from the source and inserted into the dead-letter queue under new ids with
 // their history, unless the dead-letter queue already holds their source key
 // (a copy it took before: ADR 0003's source_id rule, kept though the move is
-// atomic here). Returns how many the dead-letter queue took.
+// atomic here), then sets the fingerprint of the last error of each item
+// taken (their error group; migration 5) on the rows it inserted. Returns
+// how many the dead-letter queue took.
 func moveDead(ctx context.Context, tx pgx.Tx, src uint64, srcName string, to dlq, ds []death, now int64) (int64, error) {
 	n := len(ds)
 	ids, keys, reasons, srcIDs, attempts, set, lastErr, errs := make([]int64, n), make([]string, n), make([]string, n), make([]string, n),
@@ -404,7 +411,7 @@ func moveDead(ctx context.Context, tx pgx.Tx, src uint64, srcName string, to dlq
 	if to.expire > 0 {
 		expire = now + to.expire
 	}
-	tag, err := tx.Exec(ctx, `WITH d AS (
+	rows, err := tx.Query(ctx, `WITH d AS (
 			SELECT * FROM unnest($2::bigint[], $3::text[], $4::text[], $5::text[], $6::integer[], $7::boolean[], $8::text[], $9::text[])
 				AS d(id, key, reason, src_id, attempts, set, last_error, errs)),
 		moved AS (
@@ -418,9 +425,36 @@ func moveDead(ctx context.Context, tx pgx.Tx, src uint64, srcName string, to dlq
 			CASE WHEN m.set THEN m.last_error ELSE m.old_last_error END,
 			CASE WHEN m.set THEN m.errs::jsonb ELSE m.old_errors END
 		FROM moved m ORDER BY m.id
-		ON CONFLICT (queue_id, source_key) DO NOTHING`,
+		ON CONFLICT (queue_id, source_key) DO NOTHING
+		RETURNING id, last_error`,
 		int64(src), ids, keys, reasons, srcIDs, attempts, set, lastErr, errs, int64(to.id), int64(max(to.partitions, 1)), expire, srcName, now)
-	return tag.RowsAffected(), err
+	if err != nil {
+		return 0, err
+	}
+	var taken []int64
+	var fps []string
+	var id int64
+	var last string
+	if _, err := pgx.ForEachRow(rows, []any{&id, &last}, func() error {
+		taken, fps = append(taken, id), append(fps, fingerprint.Of(last))
+		return nil
+	}); err != nil {
+		return 0, err
+	}
+	if len(taken) > 0 {
+		if err := setFingerprints(ctx, tx, to.id, taken, fps); err != nil {
+			return 0, err
+		}
+	}
+	return int64(len(taken)), nil
+}
+
+// setFingerprints sets the fingerprint of items whose rows the transaction
+// holds or created.
+func setFingerprints(ctx context.Context, tx pgx.Tx, queueID uint64, ids []int64, fps []string) error {
+	_, err := tx.Exec(ctx, `UPDATE styx_items t SET fingerprint = u.fp FROM unnest($2::bigint[], $3::text[]) AS u(id, fp)
+		WHERE t.queue_id=$1 AND t.id=u.id`, int64(queueID), ids, fps)
+	return err
 }
 
 // deleteIDs deletes items by id and returns how many it found.

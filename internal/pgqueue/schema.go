@@ -170,6 +170,75 @@ CREATE TABLE styx_api_keys (
 	created_by text   NOT NULL DEFAULT ''
 );
 `,
+	// 5: error groups of dead items (dead.groups). fingerprint is the
+	// fingerprint of a dead item's last error (internal/fingerprint), set by
+	// the node that inserts the dead item; dead items of earlier versions
+	// get theirs from backfillFingerprints. styx_dead_groups counts dead
+	// items (dead_reason and fingerprint set) by queue, source queue, reason
+	// and fingerprint, sharded by backend like styx_item_counts and kept by
+	// statement-level triggers in the item statement's transaction; a
+	// requeue inside the dead-letter queue changes no group, so the update
+	// trigger writes only non-zero differences.
+	`
+LOCK TABLE styx_items IN SHARE ROW EXCLUSIVE MODE;
+
+ALTER TABLE styx_items ADD COLUMN fingerprint text NOT NULL DEFAULT '';
+
+CREATE TABLE styx_dead_groups (
+	queue_id     bigint  NOT NULL,
+	source_queue text    NOT NULL,
+	reason       text    NOT NULL,
+	fingerprint  text    NOT NULL,
+	shard        integer NOT NULL,
+	count        bigint  NOT NULL DEFAULT 0,
+	PRIMARY KEY (queue_id, source_queue, reason, fingerprint, shard)
+);
+
+DO $do$ BEGIN EXECUTE format($q$
+	CREATE FUNCTION styx_count_dead_groups() RETURNS trigger LANGUAGE plpgsql AS $f$
+	BEGIN
+		IF TG_OP = 'INSERT' THEN
+			INSERT INTO %1$I.styx_dead_groups AS g (queue_id, source_queue, reason, fingerprint, shard, count)
+			SELECT queue_id, source_queue, dead_reason, fingerprint, pg_backend_pid(), count(*)
+			FROM styx_items_inserted WHERE dead_reason <> '' AND fingerprint <> ''
+			GROUP BY queue_id, source_queue, dead_reason, fingerprint
+			ON CONFLICT (queue_id, source_queue, reason, fingerprint, shard) DO UPDATE SET count = g.count + excluded.count;
+		ELSIF TG_OP = 'DELETE' THEN
+			INSERT INTO %1$I.styx_dead_groups AS g (queue_id, source_queue, reason, fingerprint, shard, count)
+			SELECT queue_id, source_queue, dead_reason, fingerprint, pg_backend_pid(), -count(*)
+			FROM styx_items_deleted WHERE dead_reason <> '' AND fingerprint <> ''
+			GROUP BY queue_id, source_queue, dead_reason, fingerprint
+			ON CONFLICT (queue_id, source_queue, reason, fingerprint, shard) DO UPDATE SET count = g.count + excluded.count;
+		ELSE
+			INSERT INTO %1$I.styx_dead_groups AS g (queue_id, source_queue, reason, fingerprint, shard, count)
+			SELECT queue_id, source_queue, dead_reason, fingerprint, pg_backend_pid(), sum(n)
+			FROM (SELECT queue_id, source_queue, dead_reason, fingerprint, 1 AS n FROM styx_items_new
+					WHERE dead_reason <> '' AND fingerprint <> ''
+				UNION ALL SELECT queue_id, source_queue, dead_reason, fingerprint, -1 FROM styx_items_old
+					WHERE dead_reason <> '' AND fingerprint <> '') d
+			GROUP BY queue_id, source_queue, dead_reason, fingerprint
+			HAVING sum(n) <> 0
+			ON CONFLICT (queue_id, source_queue, reason, fingerprint, shard) DO UPDATE SET count = g.count + excluded.count;
+		END IF;
+		RETURN NULL;
+	END
+	$f$
+$q$, current_schema());
+END $do$;
+
+CREATE TRIGGER styx_items_groups_insert AFTER INSERT ON styx_items
+	REFERENCING NEW TABLE AS styx_items_inserted FOR EACH STATEMENT EXECUTE FUNCTION styx_count_dead_groups();
+CREATE TRIGGER styx_items_groups_update AFTER UPDATE ON styx_items
+	REFERENCING OLD TABLE AS styx_items_old NEW TABLE AS styx_items_new FOR EACH STATEMENT EXECUTE FUNCTION styx_count_dead_groups();
+CREATE TRIGGER styx_items_groups_delete AFTER DELETE ON styx_items
+	REFERENCING OLD TABLE AS styx_items_deleted FOR EACH STATEMENT EXECUTE FUNCTION styx_count_dead_groups();
+
+-- A group's first and last item and its items (dead.groups, a filter on
+-- fingerprint).
+CREATE INDEX styx_items_dead_groups ON styx_items (queue_id, fingerprint, source_queue, dead_reason, id) WHERE fingerprint <> '';
+-- Dead items still without a fingerprint (backfillFingerprints).
+CREATE INDEX styx_items_unfingerprinted ON styx_items (queue_id, id) WHERE dead_reason <> '' AND fingerprint = '';
+`,
 }
 
 // migrate brings the schema up to date. Nodes starting together serialize on

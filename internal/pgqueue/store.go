@@ -66,6 +66,10 @@ func OpenStore(ctx context.Context, url string, maxConns int32) (*Store, error) 
 		pool.Close()
 		return nil, fmt.Errorf("postgres: migrate: %w", err)
 	}
+	if _, err := backfillFingerprints(ctx, pool); err != nil {
+		pool.Close()
+		return nil, fmt.Errorf("postgres: %w", err)
+	}
 	var schema string
 	if err := pool.QueryRow(ctx, `SELECT current_schema()`).Scan(&schema); err != nil {
 		pool.Close()
@@ -207,6 +211,12 @@ func deleteQueue(ctx context.Context, q querier, name string) error {
 	_, err = q.Exec(ctx, `DELETE FROM styx_item_counts c USING (
 		SELECT shard FROM styx_item_counts WHERE queue_id=$1 FOR UPDATE SKIP LOCKED) s
 		WHERE c.queue_id=$1 AND c.shard=s.shard`, id)
+	if err != nil {
+		return wrap("delete queue", err)
+	}
+	_, err = q.Exec(ctx, `DELETE FROM styx_dead_groups c USING (
+		SELECT source_queue, reason, fingerprint, shard FROM styx_dead_groups WHERE queue_id=$1 FOR UPDATE SKIP LOCKED) s
+		WHERE c.queue_id=$1 AND c.source_queue=s.source_queue AND c.reason=s.reason AND c.fingerprint=s.fingerprint AND c.shard=s.shard`, id)
 	return wrap("delete queue", err)
 }
 

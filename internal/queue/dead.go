@@ -7,6 +7,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/styxq/styx/internal/fingerprint"
 	"github.com/styxq/styx/internal/store"
 )
 
@@ -27,12 +28,25 @@ type DeadFilter struct {
 	// exclusive. Zero means unbounded.
 	DeadAfter  time.Time `json:"dead_after,omitzero"`
 	DeadBefore time.Time `json:"dead_before,omitzero"`
+	// Fingerprint matches the fingerprint of the item's last error: the
+	// one stored when it died (store.ItemMeta.Fingerprint), else the one
+	// of its last error (internal/fingerprint).
+	Fingerprint string `json:"fingerprint,omitempty"`
+}
+
+// ItemFingerprint is the fingerprint of a dead item's last error: the one
+// stored with it, else derived from its stored last error.
+func ItemFingerprint(it *store.Item) string {
+	if it.Meta.Fingerprint != "" {
+		return it.Meta.Fingerprint
+	}
+	return fingerprint.Of(it.Errors.LastError)
 }
 
 // IsZero reports whether the filter is empty: it matches every item.
 func (f *DeadFilter) IsZero() bool {
 	return len(f.IDs) == 0 && f.SourceQueue == "" && f.Reason == "" && f.Kind == "" && f.ErrorContains == "" &&
-		f.DeadAfter.IsZero() && f.DeadBefore.IsZero()
+		f.Fingerprint == "" && f.DeadAfter.IsZero() && f.DeadBefore.IsZero()
 }
 
 // Match reports whether the item passes the filter.
@@ -45,6 +59,7 @@ func (f *DeadFilter) Match(it *store.Item) bool {
 	case f.ErrorContains != "" && !strings.Contains(it.Errors.LastError, f.ErrorContains):
 	case !f.DeadAfter.IsZero() && it.Body.DeadAt.Before(f.DeadAfter):
 	case !f.DeadBefore.IsZero() && !it.Body.DeadAt.Before(f.DeadBefore):
+	case f.Fingerprint != "" && ItemFingerprint(it) != f.Fingerprint:
 	default:
 		return true
 	}
@@ -216,7 +231,7 @@ func (l *Logical) takeRedriven(it *iteration, op *redriveOp) {
 			continue
 		}
 		id := l.allocID(it)
-		x := &item{id: id, bodyID: id, created: it.now, state: stateReady, sourceKey: ri.SourceKey}
+		x := &item{id: id, bodyID: id, created: it.now, state: stateReady, src: newSource(ri.SourceKey)}
 		if l.info.ExpireTimeout > 0 {
 			x.expire = it.now + int64(l.info.ExpireTimeout)
 		}

@@ -5,6 +5,7 @@ import (
 	"strconv"
 	"strings"
 
+	"github.com/styxq/styx/internal/fingerprint"
 	"github.com/styxq/styx/internal/store"
 )
 
@@ -67,7 +68,7 @@ func IsDeadCopyKey(key string) bool {
 
 // isDeadCopy reports whether the item is a dead item resting in a
 // dead-letter queue.
-func (it *item) isDeadCopy() bool { return IsDeadCopyKey(it.sourceKey) }
+func (it *item) isDeadCopy() bool { return it.src != nil && IsDeadCopyKey(it.src.key) }
 
 // parseSourceKey returns the parts of a source key.
 func parseSourceKey(key string) (why, queue string) {
@@ -228,7 +229,7 @@ func (l *Logical) takeDead(it *iteration, op *deadLetterOp) {
 		p := l.produceTo()
 		id := l.allocID(it)
 		deadAt := Nanos(d.body.DeadAt)
-		x := &item{id: id, bodyID: id, created: d.created, attempts: d.attempts, state: stateReady, sourceKey: d.sourceKey,
+		x := &item{id: id, bodyID: id, created: d.created, attempts: d.attempts, state: stateReady, src: newSource(d.sourceKey),
 			hasErrs: !d.errors.IsZero()}
 		if l.info.ExpireTimeout > 0 {
 			// A dead item's retention counts from its death.
@@ -236,6 +237,7 @@ func (l *Logical) takeDead(it *iteration, op *deadLetterOp) {
 		}
 		p.add(x)
 		l.sourceKeys[d.sourceKey] = x
+		l.addToGroup(x, p.num, fingerprint.Of(d.errors.LastError), deadAt, d.errors.LastError)
 		body := d.body
 		it.batch.Insert(p.num, x.meta(), body, d.errors)
 		l.addBody(it, x.bodyID, &body)

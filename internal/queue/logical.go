@@ -79,6 +79,9 @@ type Logical struct {
 	// item in a dead-letter queue, a redriven item, an item imported with a
 	// source_id) to the item: a second copy is ignored.
 	sourceKeys map[string]*item
+	// groups are the error groups of the dead items the queue holds as a
+	// dead-letter queue (groups.go).
+	groups map[groupKey]*group
 	// toSend lists dying items to send to the dead-letter queue (entries
 	// may be stale; see dying.valid).
 	toSend []dying
@@ -173,6 +176,7 @@ func newLogical(cfg Config, info store.QueueInfo, lookup func(string) *Logical) 
 		stop:       make(chan struct{}),
 		done:       make(chan struct{}),
 		sourceKeys: make(map[string]*item),
+		groups:     make(map[groupKey]*group),
 		deferred:   make(map[*item]*deferredReply),
 	}
 	cfg.Metrics.InitQueue(info.Name, info.DeadQueue)
@@ -461,6 +465,7 @@ func (l *Logical) load() {
 	now := l.cfg.Clock.Now().UnixNano()
 	parts := make([]*partition, l.info.Partitions)
 	keys := make(map[string]*item)
+	var dead []loadedDead
 	last, err := l.cfg.Store.LastID(ctx, l.queueID)
 	for i := range parts {
 		if err != nil {
@@ -470,13 +475,19 @@ func (l *Logical) load() {
 		err = l.cfg.Store.LoadItems(ctx, l.queueID, int32(i), func(m store.ItemMeta) error {
 			it := itemFromMeta(m, now)
 			p.add(it)
-			if it.sourceKey != "" {
-				keys[it.sourceKey] = it
+			if it.src != nil {
+				keys[it.src.key] = it
+				if it.isDeadCopy() {
+					dead = append(dead, loadedDead{x: it, part: int32(i), fp: m.Fingerprint, deadAt: Nanos(m.DeadAt)})
+				}
 			}
 			last = max(last, m.ID)
 			return nil
 		})
 		parts[i] = p
+	}
+	if err == nil {
+		err = l.loadGroups(ctx, dead)
 	}
 	if err != nil {
 		l.loadErr = fmt.Errorf("load queue '%s': %w", l.name, err)
@@ -695,6 +706,8 @@ func (l *Logical) handle(it *iteration, r *request) error {
 		l.reply(it, r, items)
 	case *deadLetterOp:
 		l.takeDead(it, op)
+	case *groupsOp:
+		l.reply(it, r, l.listGroups(op))
 	default:
 		return fmt.Errorf("queue '%s': unknown request %T", l.name, op)
 	}
@@ -871,6 +884,7 @@ func (l *Logical) endLease(it *iteration, p *partition, x *item, release bool, r
 	}
 	old := x.id
 	p.rekey(x, l.allocID(it))
+	l.moveToGroupTail(x)
 	o := RetryOutcome{Outcome: OutcomeRequeued, Attempts: x.attempts, NewID: x.id}
 	if release {
 		o.Outcome = OutcomeReleased
@@ -920,9 +934,10 @@ func (l *Logical) drop(it *iteration, p *partition, x *item) {
 // removeItem deletes an item from memory and, in the batch, from storage.
 func (l *Logical) removeItem(it *iteration, p *partition, x *item) {
 	p.remove(x)
+	l.removeFromGroup(x)
 	l.bodies.drop(x.bodyID)
-	if x.sourceKey != "" && l.sourceKeys[x.sourceKey] == x {
-		delete(l.sourceKeys, x.sourceKey)
+	if x.src != nil && l.sourceKeys[x.src.key] == x {
+		delete(l.sourceKeys, x.src.key)
 	}
 	if d, ok := l.deferred[x]; ok {
 		// A retry waiting on this dead item is answered once the delete
@@ -1222,7 +1237,7 @@ func (l *Logical) stats(now int64) Stats {
 		DeadByReason: map[string]int{}, DeadBySource: map[string]int{}}
 	for _, x := range l.sourceKeys {
 		if x.isDeadCopy() {
-			why, src := parseSourceKey(x.sourceKey)
+			why, src := parseSourceKey(x.src.key)
 			s.DeadByReason[why]++
 			s.DeadBySource[src]++
 		}
@@ -1308,7 +1323,7 @@ func (l *Logical) importItems(it *iteration, p *partition, in []store.Item) ([]s
 		}
 		id := l.allocID(it)
 		x := &item{id: id, bodyID: id, created: Nanos(si.Meta.CreatedAt), expire: Nanos(si.Meta.ExpireDeadline),
-			attempts: si.Meta.Attempts, state: stateReady, hasErrs: !si.Errors.IsZero(), sourceKey: key}
+			attempts: si.Meta.Attempts, state: stateReady, hasErrs: !si.Errors.IsZero(), src: newSource(key)}
 		if x.created == 0 {
 			x.created = it.now
 		}

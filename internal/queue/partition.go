@@ -44,9 +44,44 @@ type item struct {
 	moving    bool   // a dead-letter move is in flight (dying only)
 	hasErrs   bool   // the item may have stored attempt errors (ItemErrors)
 	reason    string // dead reason (dying only)
-	// sourceKey is set on dead items in a dead-letter queue, redriven items
-	// and items imported with a source_id (store.ItemMeta.SourceKey).
-	sourceKey string
+	// src is set on dead items in a dead-letter queue, redriven items and
+	// items imported with a source_id: their source key and error group.
+	// A pointer, so that the other items (most of them) pay 8 bytes for it.
+	src *itemSource
+}
+
+// itemSource is where an item came from.
+type itemSource struct {
+	// key is the item's source key (store.ItemMeta.SourceKey).
+	key string
+	// dead is the item's place in its error group (groups.go); set on dead
+	// items in a dead-letter queue only.
+	dead *deadEntry
+}
+
+// newSource returns the source of an item with source key key, nil for
+// none.
+func newSource(key string) *itemSource {
+	if key == "" {
+		return nil
+	}
+	return &itemSource{key: key}
+}
+
+// key returns the item's source key, "" for none.
+func (it *item) key() string {
+	if it.src == nil {
+		return ""
+	}
+	return it.src.key
+}
+
+// deadEntry returns the item's place in its error group, nil for none.
+func (it *item) deadEntry() *deadEntry {
+	if it.src == nil {
+		return nil
+	}
+	return it.src.dead
 }
 
 // meta returns the item's stored form.
@@ -57,9 +92,15 @@ func (it *item) meta() store.ItemMeta {
 		Attempts:       it.attempts,
 		ExpireDeadline: FromNanos(it.expire),
 		CreatedAt:      FromNanos(it.created),
-		SourceKey:      it.sourceKey,
+		SourceKey:      it.key(),
 		DeadReason:     it.reason,
 		DeadAt:         FromNanos(it.deadAt),
+	}
+	if d := it.deadEntry(); d != nil {
+		m.Fingerprint = d.g.key.fingerprint
+		if m.DeadAt.IsZero() {
+			m.DeadAt = FromNanos(d.deadAt)
+		}
 	}
 	switch it.state {
 	case stateLeased:
@@ -74,15 +115,15 @@ func (it *item) meta() store.ItemMeta {
 // itemFromMeta rebuilds an item loaded from storage at time now (nanos).
 func itemFromMeta(m store.ItemMeta, now int64) *item {
 	it := &item{
-		id:        m.ID,
-		bodyID:    m.BodyID,
-		created:   Nanos(m.CreatedAt),
-		expire:    Nanos(m.ExpireDeadline),
-		deadAt:    Nanos(m.DeadAt),
-		attempts:  m.Attempts,
-		reason:    m.DeadReason,
-		sourceKey: m.SourceKey,
-		hasErrs:   true, // unknown until read: assume so
+		id:       m.ID,
+		bodyID:   m.BodyID,
+		created:  Nanos(m.CreatedAt),
+		expire:   Nanos(m.ExpireDeadline),
+		deadAt:   Nanos(m.DeadAt),
+		attempts: m.Attempts,
+		reason:   m.DeadReason,
+		src:      newSource(m.SourceKey),
+		hasErrs:  true, // unknown until read: assume so
 	}
 	switch {
 	case m.DeadReason != "":

@@ -125,6 +125,12 @@ type ItemMeta struct {
 	// imported with a source_id ("import:<partition>~<source_id>"). A queue
 	// holds at most one item per SourceKey; see ADR 0003. Opaque to stores.
 	SourceKey string
+	// Fingerprint is set on dead items in a dead-letter queue: the
+	// fingerprint of their last error when they died (internal/fingerprint),
+	// kept in memory for dead.groups. Empty on other items and on dead items
+	// stored before fingerprints existed (the logical queue derives theirs
+	// at load). Opaque to stores.
+	Fingerprint string
 }
 
 // ItemBody is the part of an item that is read only when the item is handed

@@ -33,6 +33,7 @@ const (
 	metaCreatedAt                  // CreatedAt is set
 	metaSourceKey                  // SourceKey is not empty
 	metaDead                       // DeadReason or DeadAt is set
+	metaFingerprint                // Fingerprint is not empty
 	metaAllFlags       = 1<<iota - 1
 )
 
@@ -64,7 +65,8 @@ func nanos(t time.Time) (int64, error) {
 //	[varint ExpireDeadline-CreatedAt]  if flag metaExpireDeadline,
 //	[uvarint len, SourceKey]           if flag metaSourceKey,
 //	[uvarint len, DeadReason,
-//	 time tag, [varint DeadAt-CreatedAt]] if flag metaDead.
+//	 time tag, [varint DeadAt-CreatedAt]] if flag metaDead,
+//	[uvarint len, Fingerprint]         if flag metaFingerprint.
 //
 // Times are Unix nanoseconds. CreatedAt is fixed-width: a current time
 // needs 62 bits, 9 bytes as a zig-zag varint, and fixed-width decodes
@@ -104,6 +106,9 @@ func appendMeta(b []byte, m *store.ItemMeta) ([]byte, error) {
 	if m.SourceKey != "" {
 		flags |= metaSourceKey
 	}
+	if m.Fingerprint != "" {
+		flags |= metaFingerprint
+	}
 	if m.DeadReason != "" || !m.DeadAt.IsZero() {
 		flags |= metaDead
 		if !m.DeadAt.IsZero() {
@@ -138,6 +143,9 @@ func appendMeta(b []byte, m *store.ItemMeta) ([]byte, error) {
 			b = append(b, timeSet)
 			b = binary.AppendVarint(b, delta(dead, created))
 		}
+	}
+	if flags&metaFingerprint != 0 {
+		b = appendString(b, m.Fingerprint)
 	}
 	return b, nil
 }
@@ -191,6 +199,9 @@ func decodeMeta(v []byte, id uint64, m *store.ItemMeta) error {
 		default:
 			d.fail()
 		}
+	}
+	if flags&metaFingerprint != 0 {
+		m.Fingerprint = d.string()
 	}
 	return d.finish("meta")
 }

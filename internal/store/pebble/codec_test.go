@@ -25,6 +25,7 @@ func sampleMetas() []store.ItemMeta {
 		{ID: 6, BodyID: 6, CreatedAt: t0, DeadReason: "expired", DeadAt: t0.Add(time.Hour)},
 		{ID: 7, BodyID: 7, DeadReason: "explicit"},
 		{ID: 8, BodyID: 8, CreatedAt: t0, DeadAt: time.Unix(0, math.MinInt64)},
+		{ID: 10, BodyID: 10, CreatedAt: t0, DeadAt: t0, SourceKey: "explicit:q~1", Fingerprint: "0123456789abcdef"},
 	}
 }
 

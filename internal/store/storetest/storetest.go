@@ -1347,6 +1347,7 @@ func oddTimesMeta(id uint64) store.ItemMeta {
 	m.Attempts = -1
 	m.BodyID = id + 1000
 	m.SourceKey = "q-with-long-name.x~" + fmt.Sprint(id)
+	m.Fingerprint = "0123456789abcdef"
 	m.DeadReason = "explicit"
 	m.DeadAt = time.Now()
 	return m

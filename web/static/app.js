@@ -1,0 +1,575 @@
+// Styx UI. Plain JavaScript, no dependencies, no build step.
+//
+// Every call to the server goes through api(): one place that adds the API
+// key (Authorization: Bearer) and asks for one when the server answers 401.
+// Pages are rendered from the path (see route); links are ordinary links,
+// so every page can be bookmarked, shared and opened in a new tab.
+'use strict';
+
+(() => {
+  const KEY_STORAGE = 'styx.apiKey';
+  const REASONS = ['max_attempts', 'expired', 'explicit'];
+  const PAGE_SIZE = 50;
+  const main = document.getElementById('main');
+  let page = 0; // bumped on each navigation; stale async work checks it
+
+  // ---------------------------------------------------------------- API
+
+  class APIError extends Error {
+    constructor(status, message) {
+      super(message);
+      this.status = status;
+    }
+  }
+
+  // api calls /v1/<method> with a JSON body and returns the JSON reply.
+  // It sends the API key kept in sessionStorage, if any; on 401 it asks
+  // for a key once and retries. Errors throw APIError(status, message).
+  async function api(method, body = {}, retried = false) {
+    const headers = { 'Content-Type': 'application/json', Accept: 'application/json' };
+    const key = sessionStorage.getItem(KEY_STORAGE);
+    if (key) headers.Authorization = 'Bearer ' + key;
+    let res;
+    try {
+      res = await fetch('/v1/' + method, { method: 'POST', headers, body: JSON.stringify(body) });
+    } catch (e) {
+      throw new APIError(0, 'the server cannot be reached: ' + e.message);
+    }
+    const text = await res.text();
+    let data = {};
+    if (text) {
+      try { data = JSON.parse(text); } catch { data = { message: text }; }
+    }
+    if (res.status === 401 && !retried) {
+      const why = key ? 'The server refused this API key. Enter another.' : 'This server asks for an API key.';
+      if (await askKey(why)) return api(method, body, true);
+    }
+    if (!res.ok) throw new APIError(res.status, data.message || res.statusText || 'HTTP ' + res.status);
+    return data;
+  }
+
+  // askKey shows the API key dialog; it resolves true when a key was
+  // given. Calls made together that all answer 401 share one prompt.
+  let keyPrompt = null;
+  function askKey(why) {
+    if (!keyPrompt) keyPrompt = promptKey(why).finally(() => { keyPrompt = null; });
+    return keyPrompt;
+  }
+
+  function promptKey(why) {
+    const dlg = document.getElementById('key-dialog');
+    const input = document.getElementById('key-input');
+    document.getElementById('key-why').textContent = why + ' The key is kept in this browser tab only (sessionStorage).';
+    input.value = '';
+    return new Promise((resolve) => {
+      dlg.addEventListener('close', () => {
+        if (dlg.returnValue === 'save' && input.value.trim() !== '') {
+          sessionStorage.setItem(KEY_STORAGE, input.value.trim());
+          resolve(true);
+          return;
+        }
+        if (dlg.returnValue === 'clear') sessionStorage.removeItem(KEY_STORAGE);
+        resolve(false);
+      }, { once: true });
+      dlg.showModal();
+      input.focus();
+    });
+  }
+
+  // confirmAction shows the confirmation dialog with body (nodes) and
+  // resolves true on OK. okLabel names the action; with okLabel null only
+  // Cancel is offered.
+  function confirmAction(title, body, okLabel, danger = false) {
+    const dlg = document.getElementById('confirm-dialog');
+    const ok = document.getElementById('confirm-ok');
+    document.getElementById('confirm-title').textContent = title;
+    document.getElementById('confirm-body').replaceChildren(...body);
+    ok.hidden = okLabel === null;
+    ok.textContent = okLabel || 'OK';
+    ok.className = danger ? 'danger' : 'primary';
+    return new Promise((resolve) => {
+      dlg.addEventListener('close', () => resolve(dlg.returnValue === 'ok'), { once: true });
+      dlg.returnValue = '';
+      dlg.showModal();
+      (okLabel === null ? dlg.querySelector('button[value=cancel]') : ok).focus();
+    });
+  }
+
+  // ---------------------------------------------------------------- DOM
+
+  // h builds an element: h('a', {href: '/x'}, 'text', child...). Text is
+  // always set as text, never parsed as HTML.
+  function h(tag, attrs = {}, ...children) {
+    const el = document.createElement(tag);
+    for (const [k, v] of Object.entries(attrs || {})) {
+      if (v === undefined || v === null || v === false) continue;
+      if (k.startsWith('on')) el.addEventListener(k.slice(2), v);
+      else if (k === 'class') el.className = v;
+      else if (k in el && typeof v !== 'string') el[k] = v;
+      else el.setAttribute(k, v === true ? '' : v);
+    }
+    for (const c of children.flat()) {
+      if (c === null || c === undefined || c === false) continue;
+      el.append(c instanceof Node ? c : String(c));
+    }
+    return el;
+  }
+
+  function table(caption, headers, rows) {
+    return h('table', {},
+      h('caption', {}, caption),
+      h('thead', {}, h('tr', {}, headers.map((x) => {
+        const [label, cls] = Array.isArray(x) ? x : [x, ''];
+        return h('th', { scope: 'col', class: cls }, label);
+      }))),
+      h('tbody', {}, rows));
+  }
+
+  function show(...nodes) {
+    main.replaceChildren(...nodes);
+  }
+
+  function toast(msg) {
+    const el = document.getElementById('status');
+    el.textContent = msg;
+    el.hidden = false;
+    clearTimeout(toast.timer);
+    toast.timer = setTimeout(() => { el.hidden = true; }, 6000);
+  }
+
+  function errorBox(e) {
+    const box = h('div', { class: 'error-box', role: 'alert' }, e.message || String(e));
+    if (e.status === 401) {
+      box.append(' ', h('button', { type: 'button', class: 'link', onclick: () => askKey('Enter an API key.').then(render) }, 'Enter an API key'));
+    }
+    return box;
+  }
+
+  // ---------------------------------------------------------------- formats
+
+  const num = (v) => Number(v || 0);
+  const fmt = (v) => num(v).toLocaleString('en-US');
+  const enc = encodeURIComponent;
+  const plural = (n, one, many) => `${fmt(n)} ${num(n) === 1 ? one : many}`;
+
+  function ago(ts) {
+    if (!ts) return '–';
+    let s = Math.max(0, (Date.now() - Date.parse(ts)) / 1000);
+    const units = [['d', 86400], ['h', 3600], ['m', 60], ['s', 1]];
+    for (const [u, n] of units) {
+      if (s >= n || u === 's') return Math.floor(s / n) + u + ' ago';
+    }
+    return '–';
+  }
+
+  function when(ts) {
+    if (!ts) return '–';
+    return h('time', { datetime: ts, title: ts }, new Date(ts).toISOString().replace('T', ' ').replace(/\.\d+Z$/, 'Z') + ' (' + ago(ts) + ')');
+  }
+
+  // sinceToTime turns "90m", "2h", "3d" or an RFC 3339 time into an ISO time.
+  function sinceToTime(s) {
+    const m = /^(\d+(?:\.\d+)?)(s|m|h|d)$/.exec(s.trim());
+    if (m) {
+      const mult = { s: 1e3, m: 6e4, h: 36e5, d: 864e5 }[m[2]];
+      return new Date(Date.now() - Number(m[1]) * mult).toISOString();
+    }
+    const t = Date.parse(s);
+    if (Number.isNaN(t)) throw new APIError(400, `"since": "${s}" is neither a duration such as 2h nor a time such as 2026-01-02T15:04:05Z`);
+    return new Date(t).toISOString();
+  }
+
+  function describeFilter(f) {
+    const parts = [];
+    if (!f) return 'every item';
+    if (f.ids && f.ids.length) parts.push('item ' + f.ids.join(', '));
+    if (f.fingerprint) parts.push('fingerprint ' + f.fingerprint);
+    if (f.source_queue) parts.push('source ' + f.source_queue);
+    if (f.reason) parts.push('reason ' + f.reason);
+    if (f.kind) parts.push('kind ' + f.kind);
+    if (f.error_contains) parts.push(`error contains "${f.error_contains}"`);
+    if (f.dead_after) parts.push('dead since ' + f.dead_after);
+    return parts.length ? parts.join(', ') : 'every item';
+  }
+
+  // payloadView renders a payload (base64 from the API): JSON pretty
+  // printed, text as is, anything else as a hex dump.
+  function payloadView(b64) {
+    const bytes = Uint8Array.from(atob(b64 || ''), (c) => c.charCodeAt(0));
+    if (bytes.length === 0) return [h('p', { class: 'muted' }, 'Empty payload.')];
+    let text = null;
+    try { text = new TextDecoder('utf-8', { fatal: true }).decode(bytes); } catch { text = null; }
+    if (text !== null && !/[\u0000-\u0008\u000e-\u001f\u007f]/.test(text)) {
+      try {
+        const pretty = JSON.stringify(JSON.parse(text), null, 2);
+        return [h('p', { class: 'muted' }, `JSON, ${fmt(bytes.length)} bytes`), h('pre', { 'aria-label': 'Payload (JSON)' }, pretty)];
+      } catch {
+        return [h('p', { class: 'muted' }, `Text, ${fmt(bytes.length)} bytes`), h('pre', { 'aria-label': 'Payload (text)' }, text)];
+      }
+    }
+    const lines = [];
+    for (let off = 0; off < bytes.length; off += 16) {
+      const row = bytes.slice(off, off + 16);
+      const hex = Array.from(row, (b) => b.toString(16).padStart(2, '0')).join(' ');
+      const ascii = Array.from(row, (b) => (b >= 32 && b < 127 ? String.fromCharCode(b) : '.')).join('');
+      lines.push(off.toString(16).padStart(8, '0') + '  ' + hex.padEnd(48) + ' ' + ascii);
+    }
+    return [h('p', { class: 'muted' }, `Binary, ${fmt(bytes.length)} bytes (hex)`), h('pre', { 'aria-label': 'Payload (hex)' }, lines.join('\n'))];
+  }
+
+  // ---------------------------------------------------------------- actions
+
+  // everything reports whether filter is empty: it selects every dead item,
+  // which dead.delete and dead.redrive act on only with all: true (sent
+  // after the user confirmed the count).
+  const everything = (filter) => Object.keys(filter).length === 0;
+
+  // redriveFlow counts the items filter selects (a dry run), says where
+  // they will go, and on confirmation starts the redrive and opens its
+  // progress.
+  async function redriveFlow(queue, filter) {
+    let dry;
+    try {
+      dry = await api('dead.redrive', { queue_name: queue, filter, dry_run: true });
+    } catch (e) { toast(e.message); return; }
+    const n = num(dry.matched);
+    const dest = dry.destination || 'their source queue';
+    const rate = h('input', { id: 'redrive-rate', type: 'number', min: '0', max: '1000000', value: '0', inputmode: 'numeric' });
+    const body = n === 0
+      ? [h('p', {}, `No dead items match ${describeFilter(filter)}.`)]
+      : [h('p', { id: 'redrive-summary' }, `This will move ${fmt(n)} ${n === 1 ? 'item' : 'items'} to ${dest}.`),
+        h('p', { class: 'muted' }, 'Selected: ' + describeFilter(filter) + '.'),
+        h('label', { for: 'redrive-rate' }, 'Rate limit (items per second, 0 for no limit)'), rate];
+    if (!await confirmAction('Redrive dead items', body, n === 0 ? null : `Redrive ${fmt(n)} ${n === 1 ? 'item' : 'items'}`)) return;
+    try {
+      const task = await api('dead.redrive', { queue_name: queue, filter, all: everything(filter), rate_limit: Number(rate.value) || 0 });
+      navigate('/ui/redrives?task=' + enc(task.task_id));
+    } catch (e) { toast(e.message); }
+  }
+
+  // deleteFlow deletes the items filter selects after confirmation. count
+  // is known for a group; otherwise a dry run of a redrive counts them.
+  async function deleteFlow(queue, filter, count) {
+    let n = count;
+    if (n === undefined) {
+      try {
+        n = num((await api('dead.redrive', { queue_name: queue, filter, dry_run: true })).matched);
+      } catch (e) { toast(e.message); return; }
+    }
+    const body = [h('p', { id: 'delete-summary' }, `This will delete ${fmt(n)} ${n === 1 ? 'item' : 'items'} of ${queue} for good.`),
+      h('p', { class: 'muted' }, 'Selected: ' + describeFilter(filter) + '.')];
+    if (!await confirmAction('Delete dead items', body, n === 0 ? null : `Delete ${fmt(n)} ${n === 1 ? 'item' : 'items'}`, true)) return false;
+    try {
+      const res = await api('dead.delete', { queue_name: queue, filter, all: everything(filter) });
+      toast(`Deleted ${fmt(res.deleted)} ${num(res.deleted) === 1 ? 'item' : 'items'}.`);
+      return true;
+    } catch (e) { toast(e.message); return false; }
+  }
+
+  // ---------------------------------------------------------------- pages
+
+  async function overview(my) {
+    document.title = 'Queues · Styx';
+    const [list, tasks] = await Promise.all([api('queues.list', { limit: 1000 }), api('redrives.list', {})]);
+    const queues = list.items || [];
+    const stats = await Promise.all(queues.map((q) => api('queue.stats', { queue_name: q.queue_name }).catch((e) => ({ error: e }))));
+    if (my !== page) return;
+    const running = {};
+    for (const t of tasks.tasks || []) {
+      if (t.status === 'running' || t.status === 'cancelling') running[t.queue_name] = (running[t.queue_name] || 0) + 1;
+    }
+    const rows = queues.map((q, i) => {
+      const s = stats[i];
+      let ready = 0, leased = 0, scheduled = 0;
+      for (const lq of s.logicalQueues || s.logical_queues || []) {
+        for (const p of lq.partitions || []) {
+          leased += num(p.total_leased);
+          scheduled += num(p.scheduled);
+          ready += num(p.total) - num(p.total_leased) - num(p.scheduled);
+        }
+      }
+      const dead = Object.values(s.dead_by_reason || {}).reduce((a, b) => a + num(b), 0);
+      const name = q.queue_name;
+      return h('tr', {},
+        h('th', { scope: 'row' }, h('a', { href: '/ui/queues/' + enc(name) }, name)),
+        h('td', { class: 'num' }, s.error ? '–' : fmt(ready)),
+        h('td', { class: 'num' }, s.error ? '–' : fmt(leased)),
+        h('td', { class: 'num' }, s.error ? '–' : fmt(scheduled)),
+        h('td', { class: 'num' }, dead ? h('a', { href: '/ui/queues/' + enc(name) + '/dead', 'aria-label': `${fmt(dead)} dead items in ${name}` }, fmt(dead)) : '0'),
+        h('td', {}, s.oldest_created_at ? ago(s.oldest_created_at).replace(' ago', '') : '–'),
+        h('td', {}, q.dead_queue ? h('a', { href: '/ui/queues/' + enc(q.dead_queue) + '/dead' }, q.dead_queue) : '–'),
+        h('td', { class: 'num' }, running[name] ? h('a', { href: '/ui/redrives' }, String(running[name])) : '0'));
+    });
+    show(h('h1', {}, 'Queues'),
+      queues.length === 0 ? h('p', { class: 'muted' }, 'No queues yet.')
+        : table(`${fmt(queues.length)} queues`, ['Queue', ['Ready', 'num'], ['Leased', 'num'], ['Scheduled', 'num'],
+          ['Dead', 'num'], 'Oldest item', 'Dead-letter queue', ['Redrives running', 'num']], rows));
+  }
+
+  async function queuePage(my, name) {
+    document.title = name + ' · Styx';
+    const [info, s] = await Promise.all([api('queues.info', { queue_name: name }), api('queue.stats', { queue_name: name })]);
+    if (my !== page) return;
+    const parts = [];
+    let ready = 0, leased = 0, scheduled = 0;
+    for (const lq of s.logical_queues || s.logicalQueues || []) {
+      for (const p of lq.partitions || []) {
+        parts.push(p);
+        leased += num(p.total_leased);
+        scheduled += num(p.scheduled);
+        ready += num(p.total) - num(p.total_leased) - num(p.scheduled);
+      }
+    }
+    const dead = Object.values(s.dead_by_reason || {}).reduce((a, b) => a + num(b), 0);
+    const card = (label, v) => h('div', { class: 'card' }, h('div', { class: 'muted' }, label), h('div', { class: 'n' }, v));
+    const prop = (k, v) => [h('dt', {}, k), h('dd', {}, v === undefined || v === '' ? '–' : v)];
+    show(
+      h('p', { class: 'crumbs' }, h('a', { href: '/ui/' }, 'Queues'), ' / ', name),
+      h('h1', {}, name),
+      h('div', { class: 'cards' }, card('Ready', fmt(ready)), card('Leased', fmt(leased)), card('Scheduled', fmt(scheduled)),
+        card('Dead items held', fmt(dead)), card('Oldest item', s.oldest_created_at ? ago(s.oldest_created_at).replace(' ago', '') : '–')),
+      h('div', { class: 'actions' },
+        h('a', { class: 'button', href: '/ui/queues/' + enc(name) + '/dead' }, 'Dead items held by ' + name),
+        info.dead_queue ? h('a', { class: 'button', href: '/ui/queues/' + enc(info.dead_queue) + '/dead' }, 'Its dead-letter queue: ' + info.dead_queue) : null),
+      h('h2', {}, 'Configuration'),
+      h('dl', { class: 'props' },
+        prop('Namespace', info.namespace), prop('Dead-letter queue', info.dead_queue),
+        prop('Lease timeout', info.lease_timeout), prop('Expire timeout', info.expire_timeout),
+        prop('Max attempts', info.max_attempts ? String(info.max_attempts) : 'unlimited'),
+        prop('Partitions', String(info.requested_partitions || parts.length)), prop('Reference', info.reference),
+        prop('Created', when(info.created_at)), prop('Updated', when(info.updated_at))),
+      h('h2', {}, 'Partitions'),
+      table('Items by partition', [['Partition', 'num'], ['Items', 'num'], ['Leased', 'num'], ['Scheduled', 'num'], ['Failures', 'num'], 'Average age', 'Average leased age'],
+        parts.map((p) => h('tr', {},
+          h('th', { scope: 'row', class: 'num' }, String(p.partition || 0)), h('td', { class: 'num' }, fmt(p.total)),
+          h('td', { class: 'num' }, fmt(p.total_leased)), h('td', { class: 'num' }, fmt(p.scheduled)),
+          h('td', { class: 'num' }, fmt(p.failures)), h('td', {}, p.average_age || '–'), h('td', {}, p.average_leased_age || '–')))));
+  }
+
+  // filterFromURL reads the DLQ page's filters from the query string.
+  function filterFromURL(params) {
+    const f = {};
+    if (params.get('reason')) f.reason = params.get('reason');
+    if (params.get('source')) f.source_queue = params.get('source');
+    if (params.get('kind')) f.kind = params.get('kind');
+    if (params.get('error')) f.error_contains = params.get('error');
+    if (params.get('fingerprint')) f.fingerprint = params.get('fingerprint');
+    if (params.get('since')) f.dead_after = sinceToTime(params.get('since'));
+    return f;
+  }
+
+  async function deadPage(my, name) {
+    document.title = 'Dead items of ' + name + ' · Styx';
+    const params = new URLSearchParams(location.search);
+    const base = '/ui/queues/' + enc(name) + '/dead';
+    const crumbs = h('p', { class: 'crumbs' }, h('a', { href: '/ui/' }, 'Queues'), ' / ', h('a', { href: '/ui/queues/' + enc(name) }, name), ' / dead items');
+    let filter;
+    try { filter = filterFromURL(params); } catch (e) { show(crumbs, h('h1', {}, 'Dead items of ' + name), errorBox(e)); return; }
+    const gFilter = {};
+    for (const k of ['source_queue', 'reason', 'fingerprint']) if (filter[k]) gFilter[k] = filter[k];
+    const pivot = params.get('pivot') || '';
+    const [groups, list] = await Promise.all([
+      api('dead.groups', { queue_name: name, filter: gFilter, limit: 50 }),
+      api('dead.list', { queue_name: name, filter, pivot, limit: PAGE_SIZE, without_payload: true }),
+    ]);
+    if (my !== page) return;
+
+    const groupRows = (groups.groups || []).map((g) => {
+      const gf = { fingerprint: g.fingerprint, source_queue: g.source_queue, reason: g.reason };
+      const link = base + '?' + new URLSearchParams({ fingerprint: g.fingerprint, source: g.source_queue, reason: g.reason });
+      return h('tr', { 'data-fingerprint': g.fingerprint },
+        h('td', { class: 'num' }, fmt(g.count)), h('td', {}, g.reason), h('td', {}, g.source_queue),
+        h('td', { class: 'pattern', title: g.sample_error || '' }, g.pattern || '(no error text)'),
+        h('td', {}, ago(g.last_dead_at)),
+        h('td', {}, h('div', { class: 'actions' },
+          h('a', { href: link, 'aria-label': `Items of group ${g.pattern}` }, 'Items'),
+          h('button', { type: 'button', onclick: () => redriveFlow(name, gf), 'aria-label': `Redrive group ${g.pattern}` }, 'Redrive…'),
+          h('button', { type: 'button', class: 'danger', 'aria-label': `Delete group ${g.pattern}`,
+            onclick: async () => { if (await deleteFlow(name, gf, num(g.count))) render(); } }, 'Delete…'))));
+    });
+
+    const field = (id, label, input) => h('label', { for: id }, label, input);
+    const form = h('form', { class: 'filters', role: 'search', 'aria-label': 'Filter dead items' },
+      field('f-reason', 'Reason', h('select', { id: 'f-reason', name: 'reason' },
+        h('option', { value: '' }, 'any'), REASONS.map((r) => h('option', { value: r, selected: params.get('reason') === r }, r)))),
+      field('f-source', 'Source queue', h('input', { id: 'f-source', name: 'source', value: params.get('source') || '' })),
+      field('f-kind', 'Kind', h('input', { id: 'f-kind', name: 'kind', value: params.get('kind') || '' })),
+      field('f-error', 'Error contains', h('input', { id: 'f-error', name: 'error', value: params.get('error') || '' })),
+      field('f-since', 'Dead since (2h, or a time)', h('input', { id: 'f-since', name: 'since', value: params.get('since') || '', placeholder: '2h' })),
+      field('f-fingerprint', 'Fingerprint', h('input', { id: 'f-fingerprint', name: 'fingerprint', value: params.get('fingerprint') || '', size: 18 })),
+      h('button', { type: 'submit', class: 'primary' }, 'Apply'),
+      h('a', { href: base }, 'Clear'));
+    form.addEventListener('submit', (ev) => {
+      ev.preventDefault();
+      const q = new URLSearchParams();
+      for (const [k, v] of new FormData(form)) if (String(v).trim() !== '') q.set(k, String(v).trim());
+      navigate(base + (q.toString() ? '?' + q : ''));
+    });
+
+    const items = list.items || [];
+    const itemRows = items.map((it) => h('tr', {},
+      h('th', { scope: 'row' }, h('a', { href: base + '/' + enc(it.id) }, it.id)),
+      h('td', {}, it.source_queue || '–'), h('td', {}, it.dead_reason || '–'), h('td', {}, it.kind || '–'),
+      h('td', { class: 'num' }, String(it.attempts || 0)), h('td', {}, ago(it.dead_at)),
+      h('td', { class: 'error' }, it.last_error || '–')));
+    const filtered = Object.keys(filter).length > 0;
+    const pager = h('nav', { class: 'pager', 'aria-label': 'Pages' },
+      pivot ? h('a', { href: base + '?' + withParam(params, 'pivot', '') }, '← First page') : null,
+      list.next_pivot ? h('a', { href: base + '?' + withParam(params, 'pivot', list.next_pivot), rel: 'next' }, 'Next page →') : null);
+
+    show(crumbs, h('h1', {}, 'Dead items of ' + name),
+      h('h2', { id: 'groups' }, 'Error groups'),
+      (groups.groups || []).length === 0 ? h('p', { class: 'muted' }, 'No dead items in groups.')
+        : table(`${plural(groups.total_items, 'dead item', 'dead items')} in ${plural(groups.total_groups, 'group', 'groups')}, by the shape of their last error`,
+          [['Count', 'num'], 'Reason', 'Source', 'Error pattern', 'Last dead', 'Actions'], groupRows),
+      h('h2', { id: 'items' }, 'Items'),
+      form,
+      h('div', { class: 'actions' },
+        h('button', { type: 'button', onclick: () => redriveFlow(name, filter) }, filtered ? 'Redrive matching…' : 'Redrive all…'),
+        h('button', { type: 'button', class: 'danger', onclick: async () => { if (await deleteFlow(name, filter)) render(); } },
+          filtered ? 'Delete matching…' : 'Delete all…')),
+      items.length === 0 ? h('p', { class: 'muted', id: 'no-items' }, filtered ? 'No dead items match these filters on this page.' : 'No dead items.')
+        : table(`Dead items${filtered ? ' matching ' + describeFilter(filter) : ''}, oldest first`,
+          ['ID', 'Source', 'Reason', 'Kind', ['Attempts', 'num'], 'Dead', 'Last error'], itemRows),
+      pager);
+  }
+
+  function withParam(params, k, v) {
+    const q = new URLSearchParams(params);
+    if (v) q.set(k, v); else q.delete(k);
+    return q.toString();
+  }
+
+  async function itemPage(my, name, id) {
+    document.title = id + ' · ' + name + ' · Styx';
+    const base = '/ui/queues/' + enc(name) + '/dead';
+    const crumbs = h('p', { class: 'crumbs' }, h('a', { href: '/ui/' }, 'Queues'), ' / ', h('a', { href: '/ui/queues/' + enc(name) }, name),
+      ' / ', h('a', { href: base }, 'dead items'), ' / ', id);
+    const res = await api('dead.list', { queue_name: name, filter: { ids: [id] }, limit: 1 });
+    if (my !== page) return;
+    const it = (res.items || [])[0];
+    if (!it) {
+      show(crumbs, h('h1', {}, id), h('p', {}, `No item ${id} in ${name}: it was redriven, deleted or consumed.`));
+      return;
+    }
+    const prop = (k, v) => [h('dt', {}, k), h('dd', {}, v === undefined || v === '' || v === null ? '–' : v)];
+    const errors = it.errors || [];
+    const filter = { ids: [it.id] };
+    show(crumbs, h('h1', {}, 'Dead item ' + it.id),
+      h('div', { class: 'actions' },
+        h('button', { type: 'button', onclick: () => redriveFlow(name, filter) }, 'Redrive this item…'),
+        h('button', { type: 'button', class: 'danger', onclick: async () => { if (await deleteFlow(name, filter, 1)) navigate(base); } }, 'Delete this item…')),
+      h('dl', { class: 'props' },
+        prop('Source queue', it.source_queue ? h('a', { href: '/ui/queues/' + enc(it.source_queue) }, it.source_queue) : ''),
+        prop('Id in source', it.source_id), prop('Reason', it.dead_reason),
+        prop('Attempts', String(it.attempts || 0) + (it.max_attempts ? ' of ' + it.max_attempts : '')),
+        prop('Dead at', when(it.dead_at)), prop('Created at', when(it.created_at)),
+        prop('Expires at', when(it.expire_deadline)), prop('Kind', it.kind), prop('Reference', it.reference),
+        prop('Encoding', it.encoding), prop('Redrive count', String(it.redrive_count || 0)),
+        prop('Error group', it.fingerprint ? h('a', { href: base + '?' + new URLSearchParams({ fingerprint: it.fingerprint }) }, it.fingerprint) : ''),
+        prop('Last error', it.last_error ? h('code', {}, it.last_error) : '')),
+      h('h2', {}, 'Payload'), ...payloadView(it.payload),
+      h('h2', {}, 'Attempt errors'),
+      errors.length === 0 ? h('p', { class: 'muted' }, 'No attempt errors were recorded.')
+        : h('ol', { class: 'timeline', 'aria-label': 'Attempt errors, oldest first' }, errors.map((e) => h('li', {},
+          h('div', { class: 'when' }, `Attempt ${e.attempt || '?'} · `, when(e.at)),
+          h('code', {}, e.error || '')))));
+  }
+
+  async function redrivesPage(my) {
+    document.title = 'Redrives · Styx';
+    const highlight = new URLSearchParams(location.search).get('task');
+    const res = await api('redrives.list', {});
+    if (my !== page) return;
+    const tasks = res.tasks || [];
+    const rows = tasks.map((t) => {
+      const matched = num(t.matched), moved = num(t.moved), failed = num(t.failed), skipped = num(t.skipped);
+      const done = moved + failed + skipped;
+      const live = t.status === 'running' || t.status === 'cancelling';
+      return h('tr', { id: 'task-' + t.task_id, class: t.task_id === highlight ? 'current' : '', 'aria-current': t.task_id === highlight ? 'true' : null },
+        h('th', { scope: 'row' }, h('code', {}, t.task_id)),
+        h('td', {}, h('a', { href: '/ui/queues/' + enc(t.queue_name) + '/dead' }, t.queue_name)),
+        h('td', {}, t.destination || 'source queues'),
+        h('td', {}, describeFilter(t.filter)),
+        h('td', {}, h('span', { class: 'badge ' + t.status }, t.status)),
+        h('td', {}, h('progress', { max: String(Math.max(matched, 1)), value: String(matched ? done : 1), 'aria-label': `Progress of ${t.task_id}` }),
+          ' ', h('span', { class: 'progress-text' }, `${fmt(moved)} of ${fmt(matched)} moved`),
+          failed ? ` · ${fmt(failed)} failed` : '', skipped ? ` · ${fmt(skipped)} skipped` : '',
+          t.rate_limit ? h('span', { class: 'muted' }, ` · ${t.rate_limit}/s`) : ''),
+        h('td', {}, ago(t.started_at)),
+        h('td', {}, live ? h('button', { type: 'button', class: 'danger', 'aria-label': `Cancel ${t.task_id}`, onclick: () => cancelTask(t) }, 'Cancel…')
+          : (t.failure_reason ? h('span', { class: 'muted' }, t.failure_reason) : '')));
+    });
+    show(h('h1', {}, 'Redrives'),
+      tasks.length === 0 ? h('p', { class: 'muted' }, 'No redrive tasks.')
+        : table('Redrive tasks, newest first', ['Task', 'Dead-letter queue', 'Destination', 'Items', 'Status', 'Progress', 'Started', ''], rows));
+    if (tasks.some((t) => t.status === 'running' || t.status === 'cancelling')) {
+      setTimeout(() => { if (my === page && !document.querySelector('dialog[open]')) render(true); else if (my === page) setTimeout(() => render(true), 1000); }, 1000);
+    }
+  }
+
+  async function cancelTask(t) {
+    if (!await confirmAction('Cancel redrive', [h('p', {}, `Stop redrive ${t.task_id} of ${t.queue_name}? Items already moved stay moved.`)], 'Cancel redrive', true)) return;
+    try {
+      await api('redrives.cancel', { task_id: t.task_id });
+      toast(`Cancelling ${t.task_id}.`);
+    } catch (e) { toast(e.message); }
+    render(true);
+  }
+
+  // ---------------------------------------------------------------- routing
+
+  // route returns the page function and its arguments for a path.
+  function route(path) {
+    const p = path.replace(/\/+$/, '');
+    let m;
+    if (p === '/ui') return [overview];
+    if (p === '/ui/redrives') return [redrivesPage];
+    if ((m = /^\/ui\/queues\/([^/]+)\/dead\/([^/]+)$/.exec(p))) return [itemPage, decodeURIComponent(m[1]), decodeURIComponent(m[2])];
+    if ((m = /^\/ui\/queues\/([^/]+)\/dead$/.exec(p))) return [deadPage, decodeURIComponent(m[1])];
+    if ((m = /^\/ui\/queues\/([^/]+)$/.exec(p))) return [queuePage, decodeURIComponent(m[1])];
+    return [async () => show(h('h1', {}, 'Not found'), h('p', {}, 'No page at ' + path + '. '), h('a', { href: '/ui/' }, 'Back to the queues'))];
+  }
+
+  // render draws the page of the current URL. refresh keeps the focus
+  // where it is (a live update); a navigation moves it to the page.
+  async function render(refresh = false) {
+    const my = ++page;
+    const [fn, ...args] = route(location.pathname);
+    // A live update redraws the page: keep the keyboard focus on the same
+    // control (found again by its label or id).
+    const active = document.activeElement;
+    const focusKey = refresh && active && main.contains(active) ? (active.getAttribute('aria-label') || active.id) : '';
+    try {
+      await fn(my, ...args);
+    } catch (e) {
+      if (my === page) show(h('h1', {}, 'Error'), errorBox(e));
+    }
+    if (my === page && !refresh) {
+      const h1 = main.querySelector('h1');
+      if (h1) { h1.tabIndex = -1; h1.focus({ preventScroll: true }); }
+    }
+    if (my === page && focusKey) {
+      const again = [...main.querySelectorAll('[aria-label], [id]')].find((el) => (el.getAttribute('aria-label') || el.id) === focusKey);
+      if (again) again.focus({ preventScroll: true });
+    }
+    if (my === page) main.dataset.ready = String(my);
+  }
+
+  function navigate(url) {
+    history.pushState(null, '', url);
+    render();
+  }
+
+  document.addEventListener('click', (ev) => {
+    const a = ev.target.closest && ev.target.closest('a[href]');
+    if (!a || ev.defaultPrevented || ev.button !== 0 || ev.metaKey || ev.ctrlKey || ev.shiftKey || ev.altKey || a.target) return;
+    const url = new URL(a.href, location.href);
+    if (url.origin !== location.origin || !url.pathname.startsWith('/ui')) return;
+    ev.preventDefault();
+    navigate(url.pathname + url.search + url.hash);
+  });
+  window.addEventListener('popstate', () => render());
+  document.getElementById('key-button').addEventListener('click', () => askKey('Enter the API key to send with every call.').then((ok) => { if (ok) render(); }));
+  render();
+})();

@@ -1,0 +1,70 @@
+// Package web is Styx's web UI: plain HTML, CSS and the project's own
+// JavaScript, embedded in the binary (embed.FS) and served by `styx server`
+// at /ui/. Nothing is fetched from elsewhere at run time and there is no
+// build step: the files under static/ are what the browser gets.
+//
+// The UI is a client of the public API only: every action goes through the
+// same /v1 calls as the CLI (queues.list, queue.stats, dead.groups,
+// dead.list, dead.redrive, dead.delete, redrives.list, redrives.cancel),
+// from one JavaScript function (api in app.js) that adds
+// "Authorization: Bearer <key>" when the user has given an API key, and
+// asks for one when a call answers 401.
+//
+// Pages are deep links a person can bookmark and share; each serves the
+// same index.html, and app.js renders the page the path names:
+//
+//	/ui/                          every queue: counts, oldest item, DLQ, running redrives
+//	/ui/queues/{name}             a queue's configuration, partitions and stats
+//	/ui/queues/{name}/dead        a DLQ: error groups, then items with filters
+//	/ui/queues/{name}/dead/{id}   one dead item: payload, metadata, error history
+//	/ui/redrives                  redrive tasks with live progress
+package web
+
+import (
+	"embed"
+	"io/fs"
+	"net/http"
+	"strings"
+)
+
+//go:embed static
+var static embed.FS
+
+// Prefix is the path the UI is served under.
+const Prefix = "/ui/"
+
+// Handler serves the UI under Prefix: /ui/assets/* are the static files,
+// every other path under /ui/ is index.html (app.js renders the page the
+// path names). Only GET and HEAD are allowed. Responses carry a Content
+// Security Policy that allows the UI's own scripts, styles and API calls
+// only.
+func Handler() http.Handler {
+	sub, err := fs.Sub(static, "static")
+	if err != nil {
+		panic(err) // the embedded tree is fixed at build time
+	}
+	index, err := fs.ReadFile(sub, "index.html")
+	if err != nil {
+		panic(err)
+	}
+	assets := http.StripPrefix(Prefix+"assets/", http.FileServer(http.FS(sub)))
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if r.Method != http.MethodGet && r.Method != http.MethodHead {
+			w.Header().Set("Allow", "GET, HEAD")
+			http.Error(w, "only GET and HEAD are allowed", http.StatusMethodNotAllowed)
+			return
+		}
+		h := w.Header()
+		h.Set("Content-Security-Policy", "default-src 'none'; script-src 'self'; style-src 'self'; img-src 'self'; connect-src 'self'; base-uri 'none'; form-action 'self'; frame-ancestors 'none'")
+		h.Set("X-Content-Type-Options", "nosniff")
+		h.Set("Referrer-Policy", "no-referrer")
+		if strings.HasPrefix(r.URL.Path, Prefix+"assets/") {
+			h.Set("Cache-Control", "no-cache")
+			assets.ServeHTTP(w, r)
+			return
+		}
+		h.Set("Content-Type", "text/html; charset=utf-8")
+		h.Set("Cache-Control", "no-cache")
+		_, _ = w.Write(index)
+	})
+}
