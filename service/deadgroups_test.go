@@ -114,7 +114,8 @@ func TestDeadGroups(t *testing.T) {
 			byFP := s.groups(dlq, &pb.DeadFilter{Fingerprint: orders.Fingerprint}, 0)
 			assert.EqualValues(t, 4, byFP.TotalItems)
 			assert.Empty(t, s.groups(dlq, &pb.DeadFilter{Reason: "expired"}, 0).Groups)
-			assert.Empty(t, s.groups("orders", nil, 0).Groups, "a queue that holds no dead items has no groups")
+			_, err := s.C.DeadGroups(ctx, &pb.DeadGroupsRequest{QueueName: "orders"})
+			requireCode(t, err, styx.CodeBadRequest, "queue_name", "'orders' is not a dead-letter queue")
 		})
 
 		t.Run("BadInput", func(t *testing.T) {
