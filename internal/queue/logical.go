@@ -88,6 +88,8 @@ type Logical struct {
 	deferred map[*item]*deferredReply
 	// bodies caches recently stored bodies for leases.
 	bodies *bodyCache
+	// pipe releases the replies of written batches once durable.
+	pipe *pipeline
 }
 
 // deferredReply is a retry's answer (v, its outcomes) held until the n
@@ -172,6 +174,7 @@ func newLogical(cfg Config, info store.QueueInfo, lookup func(string) *Logical) 
 		done:       make(chan struct{}),
 		sourceKeys: make(map[string]*item),
 		deferred:   make(map[*item]*deferredReply),
+		pipe:       newPipeline(info.Name),
 	}
 	cfg.Metrics.InitQueue(info.Name, info.DeadQueue)
 	go l.run()
@@ -365,6 +368,7 @@ func (l *Logical) shutdown() {
 // run is the loop. It owns every field marked as such on Logical.
 func (l *Logical) run() {
 	defer close(l.done)
+	go l.pipe.run()
 	l.load()
 	// Loaded items may have lifecycle work due (expired leases, moves to
 	// resume), so the first wake comes from the loaded state.
@@ -379,6 +383,9 @@ func (l *Logical) run() {
 		case res := <-l.results:
 			l.moved(res)
 		case <-timer.C:
+		case <-l.pipe.failed:
+			l.syncFailed()
+			continue
 		case <-l.stop:
 			l.drain()
 			return
@@ -425,6 +432,8 @@ func (l *Logical) drain() {
 		}
 		l.iterate(batch)
 	}
+	// Every reply of the requests taken leaves before the loop exits.
+	l.pipe.close()
 	for _, w := range l.waiters {
 		w.done <- result{err: errShuttingDown}
 	}
@@ -494,11 +503,19 @@ type iteration struct {
 	// fresh holds bodies inserted in this iteration, not yet readable from
 	// storage, by body id.
 	fresh map[uint64]*store.ItemBody
-	// after runs once the batch is durable (err nil) or has failed.
+	// replies are the answers to send once the batch is durable (or with
+	// the error of its write), in order.
+	replies []pendingReply
+	// after runs in the loop once the batch is durable (err nil) or has
+	// failed; the loop waits for the batch before its next iteration.
 	after []func(err error)
 	// deferrals are retry replies to defer until their items moved.
 	deferrals []deferral
-	err       error
+	// wait makes the loop wait for the batch to be durable before its next
+	// iteration (it recorded a dead-letter decision, whose move may start
+	// only once durable).
+	wait bool
+	err  error
 }
 
 // addBody records the body of an item inserted in this iteration.
@@ -516,14 +533,9 @@ type deferral struct {
 	v     any
 }
 
+// reply answers r with v once the iteration's batch is durable.
 func (l *Logical) reply(it *iteration, r *request, v any) {
-	it.after = append(it.after, func(err error) {
-		if err != nil {
-			r.done <- result{err: err}
-			return
-		}
-		r.done <- result{v: v}
-	})
+	it.replies = append(it.replies, pendingReply{r: r, v: v})
 }
 
 // iterate runs one loop iteration over the given requests.
@@ -550,37 +562,13 @@ func (l *Logical) iterate(reqs []*request) {
 	l.confirmed = l.confirmed[:0]
 	for _, r := range reqs {
 		if err := l.handle(it, r); err != nil {
-			r.answer(err)
+			// Answered in order with the batch's other replies, so that
+			// it reveals nothing of a state not yet durable.
+			it.replies = append(it.replies, pendingReply{r: r, err: err})
 		}
 	}
 	l.serveWaiters(it)
-
-	err := it.err
-	if err == nil && (it.batch.Len() > 0 || it.batch.LastID != 0) {
-		err = l.cfg.Store.Write(context.Background(), &it.batch)
-	}
-	if err != nil {
-		l.cfg.Log.Error("write failed; reloading the queue from storage", "queue", l.name, "error", err)
-		err = fmt.Errorf("queue '%s': %w", l.name, err)
-		for _, f := range it.after {
-			f(err)
-		}
-		for _, d := range it.deferrals {
-			d.r.done <- result{err: err}
-		}
-		l.load()
-		return
-	}
-	for _, f := range it.after {
-		f(nil)
-	}
-	for _, d := range it.deferrals {
-		dr := &deferredReply{n: len(d.items), r: d.r, v: d.v}
-		for _, x := range d.items {
-			l.deferred[x] = dr
-		}
-	}
-	l.sendDeadLetters(it.now)
+	l.commit(it)
 }
 
 // handle applies one request. A returned error is answered at once and
@@ -678,7 +666,7 @@ func (l *Logical) handle(it *iteration, r *request) error {
 		}
 		l.reply(it, r, items)
 	case *deadLetterOp:
-		l.takeDead(it, op)
+		l.takeDead(it, r, op)
 	default:
 		return fmt.Errorf("queue '%s': unknown request %T", l.name, op)
 	}
@@ -835,6 +823,7 @@ func (l *Logical) kill(it *iteration, p *partition, x *item, reason string) Retr
 	}
 	it.batch.Update(p.num, x.meta())
 	l.toSend = append(l.toSend, dying{p: p, x: x})
+	it.wait = true // the move starts once the decision is durable
 	return RetryOutcome{Outcome: OutcomeDeadLettered, Reason: reason, DeadQueue: l.info.DeadQueue, Attempts: x.attempts}
 }
 

@@ -276,6 +276,24 @@ type Store interface {
 	Close() error
 }
 
+// AsyncWriter is implemented by stores that can pipeline durability: apply
+// a batch now and make it durable later, so that the logical queue can build
+// its next batch while the previous one syncs (ADR 0009). The logical queue
+// uses it when the store offers it and Write otherwise.
+type AsyncWriter interface {
+	// WriteAsync applies b as Write does (atomically, in order with the
+	// queue's other writes; ReadBodies, ListItems and LoadItems see it at
+	// once) but may return before b is durable. When wait is nil, b is
+	// durable (or the store does not sync, as Write with sync off) when
+	// WriteAsync returns. Otherwise the caller must call wait exactly once;
+	// it blocks until b is durable and returns nil, or returns the error
+	// that kept it from being so. Batches become durable in the order they
+	// were applied: when wait returns nil, every batch the store applied
+	// before b is durable too. An error from WriteAsync itself means b was
+	// not applied.
+	WriteAsync(ctx context.Context, b *Batch) (wait func() error, err error)
+}
+
 // Catalog stores queue definitions. Its methods may be called concurrently
 // from any goroutine; they return ErrClosed after the store is closed.
 // Implemented by every Store and by the PostgreSQL backend (pgqueue), which
