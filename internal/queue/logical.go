@@ -90,6 +90,11 @@ type Logical struct {
 	bodies *bodyCache
 	// pipe releases the replies of written batches once durable.
 	pipe *pipeline
+	// ops and fresh are the buffers of the last iteration's batch and
+	// fresh bodies, reused (emptied) by the next: a store does not keep a
+	// batch once written.
+	ops   []store.Op
+	fresh map[uint64]*store.ItemBody
 }
 
 // deferredReply is a retry's answer (v, its outcomes) held until the n
@@ -551,7 +556,8 @@ func (l *Logical) iterate(reqs []*request) {
 	}
 	it := &iteration{
 		now:   l.cfg.Clock.Now().UnixNano(),
-		batch: store.Batch{QueueID: l.queueID},
+		batch: store.Batch{QueueID: l.queueID, Ops: l.ops},
+		fresh: l.fresh,
 	}
 	l.lifecycle(it)
 	for _, d := range l.confirmed {
@@ -740,9 +746,9 @@ func (l *Logical) produce(it *iteration, op *produceOp) {
 			x.state, x.deadline = stateScheduled, at
 		}
 		p.add(x)
-		body := store.ItemBody{Reference: pi.Reference, Kind: pi.Kind, Encoding: pi.Encoding, Payload: pi.Payload}
-		it.batch.Insert(p.num, x.meta(), body, store.ItemErrors{})
-		l.addBody(it, x.bodyID, &body)
+		body := &store.ItemBody{Reference: pi.Reference, Kind: pi.Kind, Encoding: pi.Encoding, Payload: pi.Payload}
+		it.batch.InsertBody(p.num, x.meta(), body)
+		l.addBody(it, x.bodyID, body)
 	}
 }
 

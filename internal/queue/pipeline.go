@@ -158,6 +158,13 @@ func (l *Logical) commit(it *iteration) {
 	if err == nil && (it.batch.Len() > 0 || it.batch.LastID != 0) {
 		wait, err = l.write(&it.batch)
 	}
+	// The store is done with the batch: keep its buffers for the next.
+	clear(it.batch.Ops)
+	l.ops = it.batch.Ops[:0]
+	if it.fresh != nil {
+		clear(it.fresh)
+		l.fresh = it.fresh
+	}
 	if err != nil {
 		// Nothing of this batch was applied: fail its requests and rebuild
 		// the state its changes were made to. Earlier batches still syncing

@@ -207,6 +207,13 @@ func (b *Batch) Insert(partition int32, m ItemMeta, body ItemBody, errs ItemErro
 	b.Ops = append(b.Ops, Op{Kind: OpInsert, Partition: partition, Meta: m, Body: &body, Errors: &errs})
 }
 
+// InsertBody adds a new item with no attempt errors, taking body by
+// reference (the hot path of produce: no copy of the body struct). The
+// caller must not change *body afterwards.
+func (b *Batch) InsertBody(partition int32, m ItemMeta, body *ItemBody) {
+	b.Ops = append(b.Ops, Op{Kind: OpInsert, Partition: partition, Meta: m, Body: body})
+}
+
 // Update overwrites an item's metadata.
 func (b *Batch) Update(partition int32, m ItemMeta) {
 	b.Ops = append(b.Ops, Op{Kind: OpUpdate, Partition: partition, Meta: m})
@@ -262,7 +269,8 @@ type Store interface {
 	LastID(ctx context.Context, queueID uint64) (uint64, error)
 	// Write applies the batch atomically: all of it or none. When it
 	// returns nil the batch is durable (fsynced) unless the backend was
-	// opened with sync off. Ops apply in order.
+	// opened with sync off. Ops apply in order. The store keeps nothing
+	// of b (it copies what it stores), so the caller may reuse it.
 	Write(ctx context.Context, b *Batch) error
 	// ReadBodies returns the bodies and errors of the given items of one
 	// partition, in the order given. A missing body is returned as zero
