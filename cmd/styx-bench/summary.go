@@ -117,7 +117,9 @@ func (k rowKey) String() string {
 type cell struct{ runs []Report }
 
 // items returns the median items/s.
-func (c *cell) items() float64 { return median(c.runs, func(r Report) float64 { return r.ItemsPerSec }) }
+func (c *cell) items() float64 {
+	return median(c.runs, func(r Report) float64 { return r.ItemsPerSec })
+}
 
 // requests returns the median requests/s (every request kind).
 func (c *cell) requests() float64 {
