@@ -1,25 +1,29 @@
 #!/usr/bin/env bash
 # bench/run.sh — end-to-end benchmark of a local Styx server (`make bench`).
 #
-# Builds styx and styx-bench into a temporary directory, then for each storage
-# backend (pebble with sync on, memory) starts `styx server` on a free
+# Builds styx and styx-bench into a temporary directory, measures t_fsync
+# (styx-bench --fsync-probe: synced 4 KiB writes in the temporary
+# directory's file system), then for each storage backend (pebble with sync
+# on, pebble with --sync=false, memory) starts `styx server` on a free
 # loopback port, runs a fixed matrix of styx-bench workloads against it,
-# stops it, and finally writes bench/report.md (a markdown table per backend)
-# and prints it. Servers and temporary files are removed on exit, including
-# on failure or Ctrl-C.
+# stops it, and finally writes bench/report.md and prints it: first sync on,
+# sync off and memory side by side with issue 13's ratios (on/off, the limit
+# C / (t_nosync + t_fsync), on/limit, the goal of each row and whether it is
+# met; styx-bench --summary), then a markdown table per backend. Servers and
+# temporary files are removed on exit, including on failure or Ctrl-C.
 #
 # Environment:
 #   BENCH_DURATION  measured time per run (default 10s; the matrix then takes
-#                   about 3.5 minutes)
+#                   about 5 minutes)
 #   BENCH_WARMUP    unmeasured warm-up per run (default 2s)
-#   BENCH_BACKENDS  backends to run (default "pebble memory")
+#   BENCH_BACKENDS  backends to run (default "pebble pebble-nosync memory")
 #   BENCH_REPORT    where to write the report (default bench/report.md)
 set -euo pipefail
 
 ROOT=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
 DURATION=${BENCH_DURATION:-10s}
 WARMUP=${BENCH_WARMUP:-2s}
-BACKENDS=${BENCH_BACKENDS:-pebble memory}
+BACKENDS=${BENCH_BACKENDS:-pebble pebble-nosync memory}
 REPORT=${BENCH_REPORT:-$ROOT/bench/report.md}
 
 # The matrix: workload, clients, batch, extra flags.
@@ -43,10 +47,12 @@ stop_server_on_exit
 # start_server BACKEND PORT starts a server and waits for GET /health.
 start_server() {
 	local backend=$1 port=$2 data="$TMP/data-$1" log="$TMP/server-$1.log"
-	local args=(server --storage "$backend" --data-dir "$data" --listen "127.0.0.1:$port" --log-level warn)
-	if [[ $backend == pebble ]]; then
-		args+=(--sync=true)
-	fi
+	local args=(server --data-dir "$data" --listen "127.0.0.1:$port" --log-level warn)
+	case $backend in
+	pebble) args+=(--storage pebble --sync=true) ;;
+	pebble-nosync) args+=(--storage pebble --sync=false) ;;
+	*) args+=(--storage "$backend") ;;
+	esac
 	mkdir -p "$data"
 	"$TMP/styx" "${args[@]}" 2>"$log" &
 	SERVER_PID=$!
@@ -55,6 +61,11 @@ start_server() {
 
 echo "bench: building styx and styx-bench into $TMP" >&2
 (cd "$ROOT" && go build -o "$TMP/styx" ./cmd/styx && go build -o "$TMP/styx-bench" ./cmd/styx-bench)
+
+echo "bench: measuring t_fsync in $TMP" >&2
+"$TMP/styx-bench" --fsync-probe "$TMP" >"$TMP/fsync.json"
+FSYNC_MS=$(sed -n 's/.*"p50_ms":\([0-9.]*\).*/\1/p' "$TMP/fsync.json")
+FSYNC_MEAN_MS=$(sed -n 's/.*"mean_ms":\([0-9.]*\).*/\1/p' "$TMP/fsync.json")
 
 failures=0
 for backend in $BACKENDS; do
@@ -98,10 +109,17 @@ sleep 0.2 # let the stderr tees finish
 	echo "the server's user+system CPU time over the measured window; RSS is at its end. A lease's latency includes"
 	echo "its long-poll wait when the queue is momentarily empty (notably in \`latency\`); leases that found nothing"
 	echo "within 1s (454) are counted as empty leases, not errors."
+	echo
+	echo "## Sync on, sync off and memory side by side"
+	echo
+	echo "t_fsync: median ${FSYNC_MS} ms, mean ${FSYNC_MEAN_MS} ms over 500 synced 4 KiB writes (styx-bench --fsync-probe); the limit uses the median."
+	cat "$TMP"/*.jsonl >"$TMP/all.runs"
+	"$TMP/styx-bench" --summary "$TMP/all.runs" --fsync-ms "$FSYNC_MS"
 	for backend in $BACKENDS; do
 		echo
 		case $backend in
 		pebble) echo "## pebble (sync on)" ;;
+		pebble-nosync) echo "## pebble, --sync=false" ;;
 		*) echo "## $backend" ;;
 		esac
 		echo
