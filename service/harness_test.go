@@ -92,6 +92,8 @@ type server struct {
 	C      *styx.Client
 	// Logs holds the server's WARN and ERROR lines.
 	Logs *logBuffer
+	// configure, when set, adjusts the daemon's Config at each boot.
+	configure func(*daemon.Config)
 }
 
 func testLogger() *slog.Logger {
@@ -121,7 +123,13 @@ func (b *logBuffer) String() string {
 
 // start starts a server on b and stops it at the end of the test.
 func start(t *testing.T, b backend) *server {
-	s := &server{t: t, b: b}
+	return startWith(t, b, nil)
+}
+
+// startWith starts a server on b whose daemon Config configure adjusts
+// (nil: none), and stops it at the end of the test.
+func startWith(t *testing.T, b backend, configure func(*daemon.Config)) *server {
+	s := &server{t: t, b: b, configure: configure}
 	s.boot()
 	t.Cleanup(func() { s.stop() })
 	return s
@@ -144,6 +152,9 @@ func (s *server) boot() {
 		log = testLogger()
 	}
 	cfg.Log = log
+	if s.configure != nil {
+		s.configure(&cfg)
+	}
 	d, err := daemon.New(context.Background(), cfg)
 	require.NoError(s.t, err)
 	s.d = d

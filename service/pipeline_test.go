@@ -10,6 +10,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	styx "github.com/styxq/styx"
+	"github.com/styxq/styx/daemon"
 	"github.com/styxq/styx/internal/store"
 	pb "github.com/styxq/styx/styxpb"
 )
@@ -181,5 +182,67 @@ func TestFailedSyncFailsLaterBatchesAndReloads(t *testing.T) {
 			s.complete("sf", res.Partition, res.Items[0].Id)
 		}
 		assert.Empty(t, s.items("sf"))
+	})
+}
+
+// TestConsumeBeforeSync: with daemon.Config.ConsumeBeforeSync (ADR 0010),
+// complete and a lease of durable items are answered while their batch's
+// sync is held, but a produce still waits for its sync, and so does a lease
+// of an item whose produce is not yet durable.
+func TestConsumeBeforeSync(t *testing.T) {
+	forEachBackend(t, func(t *testing.T, b backend) {
+		requireItemLog(t, b)
+		s := startWith(t, b, func(c *daemon.Config) { c.ConsumeBeforeSync = true })
+		s.createQueue(&pb.QueueInfo{QueueName: "early", LeaseTimeout: "1m"})
+		s.produce("early", "durable")
+
+		// Hold every sync from now on until released.
+		release := newGate(t)
+		applied := make(chan string, 16)
+		s.Faults.SetSyncHook(func(b *store.Batch) func() error {
+			switch {
+			case insertsPayload(b, "fresh"):
+				applied <- "produce"
+			case leasesAnItem(b):
+				applied <- "lease"
+			default:
+				applied <- "other"
+			}
+			return func() error { <-release.ch; return nil }
+		})
+
+		// A lease of the durable item is answered before its own sync.
+		res := s.lease("early", 1)
+		require.Len(t, res.Items, 1)
+		assert.Equal(t, "durable", string(res.Items[0].Bytes))
+		assert.Equal(t, "lease", <-applied)
+		// So is its complete.
+		s.complete("early", res.Partition, res.Items[0].Id)
+		assert.Equal(t, "other", <-applied)
+
+		// A produce waits for its sync; a lease of the item it stores waits
+		// for that sync too.
+		produceDone := make(chan error, 1)
+		go func() {
+			produceDone <- s.C.QueueProduce(ctx, &pb.QueueProduceRequest{QueueName: "early",
+				Items: []*pb.QueueProduceItem{{Bytes: []byte("fresh")}}})
+		}()
+		require.Equal(t, "produce", <-applied)
+		leaseDone := make(chan *pb.QueueLeaseResponse, 1)
+		go func() {
+			res, err := s.C.QueueLease(ctx, &pb.QueueLeaseRequest{QueueName: "early", BatchSize: 1, ClientId: "c2", RequestTimeout: "30s"})
+			assert.NoError(t, err)
+			leaseDone <- res
+		}()
+		require.Equal(t, "lease", <-applied)
+		notYet(t, produceDone, "the produce")
+		notYet(t, leaseDone, "the lease of an item not yet durable")
+
+		release.open()
+		require.NoError(t, <-produceDone)
+		got := <-leaseDone
+		require.NotNil(t, got)
+		require.Len(t, got.Items, 1)
+		assert.Equal(t, "fresh", string(got.Items[0].Bytes))
 	})
 }

@@ -41,6 +41,13 @@ type Config struct {
 	Clock   clock.Clock
 	Log     *slog.Logger
 	Metrics *metrics.Metrics
+	// ConsumeBeforeSync answers lease, complete, retry and renew once
+	// their batch is written, before its sync (ADR 0010); produce, every
+	// dead-letter decision and move, and the other calls still wait for
+	// it. A lease is answered early only when every item it hands out was
+	// stored by a batch already durable. Off by default; it changes
+	// nothing on a store that writes synchronously (memory, sync off).
+	ConsumeBeforeSync bool
 }
 
 // Logical is the logical queue: one goroutine (run) that owns the state of
@@ -483,6 +490,8 @@ func (l *Logical) load() {
 	}
 	l.loadErr = nil
 	l.parts, l.sourceKeys, l.lastID = parts, keys, last
+	// What storage holds counts as durable for early lease answers.
+	l.pipe.durableID.Store(last)
 	l.bodies = newBodyCache(defaultBodyCacheBytes)
 	// Moves in flight are answered later against the old items and
 	// ignored; dying items are sent again (the dead-letter queue ignores
@@ -511,6 +520,9 @@ type iteration struct {
 	// replies are the answers to send once the batch is durable (or with
 	// the error of its write), in order.
 	replies []pendingReply
+	// early are answers sent once the batch is written, before its sync
+	// (Config.ConsumeBeforeSync).
+	early []pendingReply
 	// after runs in the loop once the batch is durable (err nil) or has
 	// failed; the loop waits for the batch before its next iteration.
 	after []func(err error)
@@ -541,6 +553,16 @@ type deferral struct {
 // reply answers r with v once the iteration's batch is durable.
 func (l *Logical) reply(it *iteration, r *request, v any) {
 	it.replies = append(it.replies, pendingReply{r: r, v: v})
+}
+
+// replyConsume answers a complete, retry or renew: once the batch is
+// written with Config.ConsumeBeforeSync, else once it is durable.
+func (l *Logical) replyConsume(it *iteration, r *request, v any) {
+	if l.cfg.ConsumeBeforeSync {
+		it.early = append(it.early, pendingReply{r: r, v: v})
+		return
+	}
+	l.reply(it, r, v)
 }
 
 // iterate runs one loop iteration over the given requests.
@@ -601,7 +623,7 @@ func (l *Logical) handle(it *iteration, r *request) error {
 			l.removeItem(it, p, x)
 			l.cfg.Metrics.ItemAttempts.WithLabelValues("completed").Observe(float64(x.attempts))
 		}
-		l.reply(it, r, nil)
+		l.replyConsume(it, r, nil)
 	case *retryOp:
 		return l.retry(it, r, op)
 	case *renewOp:
@@ -609,7 +631,7 @@ func (l *Logical) handle(it *iteration, r *request) error {
 		if err != nil {
 			return err
 		}
-		l.reply(it, r, deadlines)
+		l.replyConsume(it, r, deadlines)
 	case *statsOp:
 		l.reply(it, r, l.stats(it.now))
 	case *gaugeOp:
@@ -924,7 +946,7 @@ func (l *Logical) retry(it *iteration, r *request, op *retryOp) error {
 		}
 	}
 	if len(dead) == 0 {
-		l.reply(it, r, outcomes)
+		l.replyConsume(it, r, outcomes)
 		return nil
 	}
 	it.deferrals = append(it.deferrals, deferral{r: r, items: dead, v: outcomes})
@@ -1060,7 +1082,17 @@ func (l *Logical) serve(it *iteration, ws []*request, served []bool) {
 					Encoding: b.Encoding, Kind: b.Kind, Reference: b.Reference, Payload: b.Payload,
 				}
 			}
-			l.reply(it, ws[mine[j]], res)
+			var newest uint64
+			for _, x := range xs {
+				newest = max(newest, x.id)
+			}
+			if l.cfg.ConsumeBeforeSync && newest <= l.pipe.durableID.Load() {
+				// Every item was stored by a durable batch: only the
+				// lease itself may be lost (ADR 0010).
+				it.early = append(it.early, pendingReply{r: ws[mine[j]], v: res})
+			} else {
+				l.reply(it, ws[mine[j]], res)
+			}
 			served[mine[j]] = true
 		}
 	}

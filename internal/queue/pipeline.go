@@ -66,6 +66,9 @@ type commit struct {
 	// notify, when set, receives the batch's outcome after its replies are
 	// sent (the loop waits on it).
 	notify chan error
+	// lastID is the loop's id high-water mark when the batch was written:
+	// once the batch is durable, so is every item of an id up to it.
+	lastID uint64
 	// reset ends a failure: the loop has reloaded from storage.
 	reset bool
 }
@@ -80,6 +83,10 @@ type pipeline struct {
 	pending atomic.Int64
 	// failed receives a notice when a sync fails (buffered 1).
 	failed chan struct{}
+	// durableID is the id high-water mark of the last batch known durable
+	// (Config.ConsumeBeforeSync answers a lease early only for items up to
+	// it).
+	durableID atomic.Uint64
 	done   chan struct{}
 }
 
@@ -129,6 +136,9 @@ func (p *pipeline) run() {
 			default:
 			}
 		}
+		if ferr == nil {
+			p.durableID.Store(c.lastID)
+		}
 		for i := range c.replies {
 			c.replies[i].send(ferr)
 		}
@@ -165,6 +175,13 @@ func (l *Logical) commit(it *iteration) {
 		clear(it.fresh)
 		l.fresh = it.fresh
 	}
+	if err == nil {
+		// Written: the answers that need not wait for the sync go now.
+		for i := range it.early {
+			it.early[i].send(nil)
+		}
+		it.early = nil
+	}
 	if err != nil {
 		// Nothing of this batch was applied: fail its requests and rebuild
 		// the state its changes were made to. Earlier batches still syncing
@@ -175,11 +192,12 @@ func (l *Logical) commit(it *iteration) {
 		return
 	}
 	if wait == nil && l.pipe.idle() {
+		l.pipe.durableID.Store(l.lastID)
 		l.finish(it, nil)
 		return
 	}
 	loopWork := it.wait || len(it.after) > 0 || len(it.deferrals) > 0
-	c := &commit{wait: wait, replies: it.replies}
+	c := &commit{wait: wait, replies: it.replies, lastID: l.lastID}
 	if loopWork {
 		c.notify = make(chan error, 1)
 	}
@@ -199,6 +217,9 @@ func (l *Logical) commit(it *iteration) {
 // finish answers the iteration's requests and runs its after-durable work:
 // err nil means the batch is durable, else it failed.
 func (l *Logical) finish(it *iteration, err error) {
+	for i := range it.early {
+		it.early[i].send(err)
+	}
 	for i := range it.replies {
 		it.replies[i].send(err)
 	}
