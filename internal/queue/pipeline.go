@@ -87,7 +87,7 @@ type pipeline struct {
 	// (Config.ConsumeBeforeSync answers a lease early only for items up to
 	// it).
 	durableID atomic.Uint64
-	done   chan struct{}
+	done      chan struct{}
 }
 
 func newPipeline(name string) *pipeline {
