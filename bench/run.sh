@@ -3,10 +3,12 @@
 #
 # Builds styx and styx-bench into a temporary directory, measures t_fsync
 # (styx-bench --fsync-probe: synced 4 KiB writes in the temporary
-# directory's file system), then for each storage backend (pebble with sync
-# on, pebble with --sync=false, memory) starts `styx server` on a free
-# loopback port, runs a fixed matrix of styx-bench workloads against it,
-# stops it, and finally writes bench/report.md and prints it: first sync on,
+# directory's file system), then starts one `styx server` per storage backend
+# (pebble with sync on, pebble with --sync=false, memory) on free loopback
+# ports, runs a fixed matrix of styx-bench workloads, each row on every
+# backend in turn (so that the ratios compare runs made under the same
+# machine load), stops the servers, and finally writes bench/report.md and
+# prints it: first sync on,
 # sync off and memory side by side with issue 13's ratios (on/off, the limit
 # C / (t_nosync + t_fsync), on/limit, the goal of each row and whether it is
 # met; styx-bench --summary), then a markdown table per backend. Servers and
@@ -17,6 +19,8 @@
 #                   about 5 minutes)
 #   BENCH_WARMUP    unmeasured warm-up per run (default 2s)
 #   BENCH_BACKENDS  backends to run (default "pebble pebble-nosync memory")
+#   BENCH_ROUNDS    runs of each row on each backend (default 1; the
+#                   side-by-side table shows medians)
 #   BENCH_REPORT    where to write the report (default bench/report.md)
 set -euo pipefail
 
@@ -24,6 +28,7 @@ ROOT=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
 DURATION=${BENCH_DURATION:-10s}
 WARMUP=${BENCH_WARMUP:-2s}
 BACKENDS=${BENCH_BACKENDS:-pebble pebble-nosync memory}
+ROUNDS=${BENCH_ROUNDS:-1}
 REPORT=${BENCH_REPORT:-$ROOT/bench/report.md}
 
 # The matrix: workload, clients, batch, extra flags.
@@ -38,13 +43,18 @@ MATRIX=(
 )
 
 TMP=$(mktemp -d "${TMPDIR:-/tmp}/styx-bench.XXXXXX")
-SERVER_PID=""
+PIDS=()
 
 # shellcheck source=bench/lib.sh
 source "$(dirname "${BASH_SOURCE[0]}")/lib.sh"
-stop_server_on_exit
+trap '((${#PIDS[@]} == 0)) || stop_pids "${PIDS[@]}"; rm -rf "$TMP"' EXIT
+trap 'exit 130' INT
+trap 'exit 143' TERM
 
-# start_server BACKEND PORT starts a server and waits for GET /health.
+declare -A PORT PID
+
+# start_server BACKEND PORT starts a server, waits for GET /health and
+# records its port and pid.
 start_server() {
 	local backend=$1 port=$2 data="$TMP/data-$1" log="$TMP/server-$1.log"
 	local args=(server --data-dir "$data" --listen "127.0.0.1:$port" --log-level warn)
@@ -55,8 +65,11 @@ start_server() {
 	esac
 	mkdir -p "$data"
 	"$TMP/styx" "${args[@]}" 2>"$log" &
-	SERVER_PID=$!
-	wait_healthy "$SERVER_PID" "$port" "$backend" "$log"
+	local pid=$!
+	PIDS+=("$pid")
+	wait_healthy "$pid" "$port" "$backend" "$log"
+	PORT[$backend]=$port
+	PID[$backend]=$pid
 }
 
 echo "bench: building styx and styx-bench into $TMP" >&2
@@ -67,26 +80,36 @@ echo "bench: measuring t_fsync in $TMP" >&2
 FSYNC_MS=$(sed -n 's/.*"p50_ms":\([0-9.]*\).*/\1/p' "$TMP/fsync.json")
 FSYNC_MEAN_MS=$(sed -n 's/.*"mean_ms":\([0-9.]*\).*/\1/p' "$TMP/fsync.json")
 
+# Every backend's server runs from the start, and each row of the matrix runs
+# on the backends one after another (ROUNDS times), so that the side-by-side
+# ratios compare runs minutes apart at most, under the same machine load.
 failures=0
 for backend in $BACKENDS; do
-	port=$(free_port)
+	port=$(free_port "${PORT[*]:-}")
 	echo "bench: $backend server on 127.0.0.1:$port" >&2
 	start_server "$backend" "$port"
 	: >"$TMP/$backend.jsonl"
 	: >"$TMP/$backend.err"
-	for entry in "${MATRIX[@]}"; do
-		read -r workload clients batch extra <<<"$entry"
-		echo "bench: $backend: $workload, $clients clients, batch $batch ${extra:-}" >&2
-		# shellcheck disable=SC2086 # $extra holds separate flags
-		if ! "$TMP/styx-bench" --endpoint "http://127.0.0.1:$port" --server-pid "$SERVER_PID" \
-			--workload "$workload" --clients "$clients" --batch "$batch" ${extra:-} \
-			--duration "$DURATION" --warmup "$WARMUP" --label "$backend" --json \
-			>>"$TMP/$backend.jsonl" 2> >(sed "s/^/[$backend $workload c$clients b$batch] /" | tee -a "$TMP/$backend.err" >&2); then
-			echo "[$backend $workload c$clients b$batch] run failed" | tee -a "$TMP/$backend.err" >&2
-			failures=$((failures + 1))
-		fi
+done
+for entry in "${MATRIX[@]}"; do
+	read -r workload clients batch extra <<<"$entry"
+	for round in $(seq "$ROUNDS"); do
+		for backend in $BACKENDS; do
+			echo "bench: $backend: $workload, $clients clients, batch $batch ${extra:-} (round $round)" >&2
+			# shellcheck disable=SC2086 # $extra holds separate flags
+			if ! "$TMP/styx-bench" --endpoint "http://127.0.0.1:${PORT[$backend]}" --server-pid "${PID[$backend]}" \
+				--workload "$workload" --clients "$clients" --batch "$batch" ${extra:-} \
+				--duration "$DURATION" --warmup "$WARMUP" --label "$backend" --json \
+				>>"$TMP/$backend.jsonl" 2> >(sed "s/^/[$backend $workload c$clients b$batch] /" | tee -a "$TMP/$backend.err" >&2); then
+				echo "[$backend $workload c$clients b$batch] run failed" | tee -a "$TMP/$backend.err" >&2
+				failures=$((failures + 1))
+			fi
+		done
 	done
-	stop_server
+done
+stop_pids "${PIDS[@]}"
+PIDS=()
+for backend in $BACKENDS; do
 	if [[ -s $TMP/server-$backend.log ]]; then
 		sed "s/^/[$backend server] /" "$TMP/server-$backend.log" >>"$TMP/$backend.err"
 	fi

@@ -226,8 +226,7 @@ func goal(k rowKey) (string, float64) {
 func writeSummary(w io.Writer, reports []Report, fsyncMS float64) error {
 	t := group(reports)
 	var b strings.Builder
-	fmt.Fprintf(&b, "t_fsync = %.3f ms (mean of synced 4 KiB writes in the data directory's file system, measured by this run).\n", fsyncMS)
-	b.WriteString("limit = C / (t_nosync + t_fsync) with t_nosync = C / (requests/s with sync off), in items/s.\n")
+	fmt.Fprintf(&b, "limit = C / (t_nosync + t_fsync) in items/s, with t_fsync = %.3f ms and t_nosync = C / (requests/s with sync off).\n", fsyncMS)
 	b.WriteString("Medians over the runs of each cell; CPU-s and RSS are the server's.\n\n")
 	b.WriteString("| workload | clients | batch | sync on items/s | sync off items/s | memory items/s | on/off | limit | on/limit | goal | met | CPU-s on/off/mem | RSS MiB on/off/mem |\n")
 	b.WriteString("|---|--:|--:|--:|--:|--:|--:|--:|--:|---|---|--:|--:|\n")
