@@ -57,7 +57,7 @@ type Config struct {
 	NoSync bool
 	// ConsumeBeforeSync answers lease, complete, retry and renew once
 	// written, before their fsync; produce and dead-letter moves still wait
-	// for it (ADR 0010: a crash may then deliver a completed item again or
+	// for it (ADR 0013: a crash may then deliver a completed item again or
 	// not count a lease's attempt). Pebble with sync on only; defaults to
 	// false.
 	ConsumeBeforeSync bool

@@ -15,7 +15,7 @@ import (
 	pb "github.com/styxq/styx/styxpb"
 )
 
-// The commit pipeline (ADR 0009): the logical queue applies a batch, goes on
+// The commit pipeline (ADR 0012): the logical queue applies a batch, goes on
 // with later requests while it syncs, and answers each request only once
 // the sync covering its write is done, in batch order. These tests hold or
 // fail one batch's sync through the fault-injection store's sync hook.
@@ -185,7 +185,7 @@ func TestFailedSyncFailsLaterBatchesAndReloads(t *testing.T) {
 	})
 }
 
-// TestConsumeBeforeSync: with daemon.Config.ConsumeBeforeSync (ADR 0010),
+// TestConsumeBeforeSync: with daemon.Config.ConsumeBeforeSync (ADR 0013),
 // complete and a lease of durable items are answered while their batch's
 // sync is held, but a produce still waits for its sync, and so does a lease
 // of an item whose produce is not yet durable.

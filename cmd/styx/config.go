@@ -36,7 +36,7 @@ type serverSettings struct {
 	// Sync fsyncs every write before acknowledging it. Defaults to true.
 	Sync bool
 	// SyncConsume makes lease, complete, retry and renew wait for their
-	// fsync too (with Sync). Defaults to true; false is ADR 0010's mode.
+	// fsync too (with Sync). Defaults to true; false is ADR 0013's mode.
 	SyncConsume bool
 	// LogLevel is debug, info (default), warn or error.
 	LogLevel slog.Level
@@ -278,7 +278,7 @@ func addServerFlags(fs *pflag.FlagSet) {
 		"but acknowledged writes may be lost on power failure (env STYX_SYNC)")
 	fs.Bool("sync-consume", d.SyncConsume, "with --sync, also fsync lease, complete, retry and renew before answering them; "+
 		"--sync-consume=false answers them once written (produce and dead-letter moves still wait): faster, but a crash may "+
-		"deliver a completed item again or not count a lease's attempt (docs/adr/0010) (env STYX_SYNC_CONSUME)")
+		"deliver a completed item again or not count a lease's attempt (docs/adr/0013) (env STYX_SYNC_CONSUME)")
 	fs.String("log-level", "info", "log level: debug, info, warn or error (env STYX_LOG_LEVEL)")
 	fs.String("log-format", d.LogFormat, "log format: text or json (env STYX_LOG_FORMAT)")
 	fs.Duration("shutdown-timeout", d.ShutdownTimeout, "how long a shutdown waits for in-flight requests (env STYX_SHUTDOWN_TIMEOUT)")

@@ -163,7 +163,7 @@ func TestHardStopKeepsAcknowledgedItems(t *testing.T) {
 
 // TestHardStopWhileClientsWaitOnSyncs kills the server with SIGKILL while
 // many batch-1 clients produce, lease and complete on one queue, so that at
-// the kill most of them wait on a pipelined sync (ADR 0009). After a restart
+// the kill most of them wait on a pipelined sync (ADR 0012). After a restart
 // on the same data directory, every acknowledged write is there: each item
 // whose produce was acknowledged exists unless a complete of it was sent;
 // each item whose complete was acknowledged is gone; each acknowledged lease

@@ -42,7 +42,7 @@ type Config struct {
 	Log     *slog.Logger
 	Metrics *metrics.Metrics
 	// ConsumeBeforeSync answers lease, complete, retry and renew once
-	// their batch is written, before its sync (ADR 0010); produce, every
+	// their batch is written, before its sync (ADR 0013); produce, every
 	// dead-letter decision and move, and the other calls still wait for
 	// it. A lease is answered early only when every item it hands out was
 	// stored by a batch already durable. Off by default; it changes
@@ -1088,7 +1088,7 @@ func (l *Logical) serve(it *iteration, ws []*request, served []bool) {
 			}
 			if l.cfg.ConsumeBeforeSync && newest <= l.pipe.durableID.Load() {
 				// Every item was stored by a durable batch: only the
-				// lease itself may be lost (ADR 0010).
+				// lease itself may be lost (ADR 0013).
 				it.early = append(it.early, pendingReply{r: ws[mine[j]], v: res})
 			} else {
 				l.reply(it, ws[mine[j]], res)

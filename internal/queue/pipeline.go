@@ -8,7 +8,7 @@ import (
 	"github.com/styxq/styx/internal/store"
 )
 
-// The commit pipeline (ADR 0009). The loop applies each iteration's batch
+// The commit pipeline (ADR 0012). The loop applies each iteration's batch
 // with store.AsyncWriter.WriteAsync and goes on with the next requests while
 // the batch syncs; the pipeline's syncer goroutine waits for each batch's
 // sync, in the order the batches were applied, and only then sends the

@@ -286,7 +286,7 @@ type Store interface {
 
 // AsyncWriter is implemented by stores that can pipeline durability: apply
 // a batch now and make it durable later, so that the logical queue can build
-// its next batch while the previous one syncs (ADR 0009). The logical queue
+// its next batch while the previous one syncs (ADR 0012). The logical queue
 // uses it when the store offers it and Write otherwise.
 type AsyncWriter interface {
 	// WriteAsync applies b as Write does (atomically, in order with the
