@@ -1,25 +1,34 @@
 #!/usr/bin/env bash
 # bench/run.sh — end-to-end benchmark of a local Styx server (`make bench`).
 #
-# Builds styx and styx-bench into a temporary directory, then for each storage
-# backend (pebble with sync on, memory) starts `styx server` on a free
-# loopback port, runs a fixed matrix of styx-bench workloads against it,
-# stops it, and finally writes bench/report.md (a markdown table per backend)
-# and prints it. Servers and temporary files are removed on exit, including
-# on failure or Ctrl-C.
+# Builds styx and styx-bench into a temporary directory, measures t_fsync
+# (styx-bench --fsync-probe: synced 4 KiB writes in the temporary
+# directory's file system), then starts one `styx server` per storage backend
+# (pebble with sync on, pebble with --sync=false, memory) on free loopback
+# ports, runs a fixed matrix of styx-bench workloads, each row on every
+# backend in turn (so that the ratios compare runs made under the same
+# machine load), stops the servers, and finally writes bench/report.md and
+# prints it: first sync on,
+# sync off and memory side by side with issue 13's ratios (on/off, the limit
+# C / (t_nosync + t_fsync), on/limit, the goal of each row and whether it is
+# met; styx-bench --summary), then a markdown table per backend. Servers and
+# temporary files are removed on exit, including on failure or Ctrl-C.
 #
 # Environment:
 #   BENCH_DURATION  measured time per run (default 10s; the matrix then takes
-#                   about 3.5 minutes)
+#                   about 5 minutes)
 #   BENCH_WARMUP    unmeasured warm-up per run (default 2s)
-#   BENCH_BACKENDS  backends to run (default "pebble memory")
+#   BENCH_BACKENDS  backends to run (default "pebble pebble-nosync memory")
+#   BENCH_ROUNDS    runs of each row on each backend (default 1; the
+#                   side-by-side table shows medians)
 #   BENCH_REPORT    where to write the report (default bench/report.md)
 set -euo pipefail
 
 ROOT=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
 DURATION=${BENCH_DURATION:-10s}
 WARMUP=${BENCH_WARMUP:-2s}
-BACKENDS=${BENCH_BACKENDS:-pebble memory}
+BACKENDS=${BENCH_BACKENDS:-pebble pebble-nosync memory}
+ROUNDS=${BENCH_ROUNDS:-1}
 REPORT=${BENCH_REPORT:-$ROOT/bench/report.md}
 
 # The matrix: workload, clients, batch, extra flags.
@@ -34,48 +43,73 @@ MATRIX=(
 )
 
 TMP=$(mktemp -d "${TMPDIR:-/tmp}/styx-bench.XXXXXX")
-SERVER_PID=""
+PIDS=()
 
 # shellcheck source=bench/lib.sh
 source "$(dirname "${BASH_SOURCE[0]}")/lib.sh"
-stop_server_on_exit
+trap '((${#PIDS[@]} == 0)) || stop_pids "${PIDS[@]}"; rm -rf "$TMP"' EXIT
+trap 'exit 130' INT
+trap 'exit 143' TERM
 
-# start_server BACKEND PORT starts a server and waits for GET /health.
+declare -A PORT PID
+
+# start_server BACKEND PORT starts a server, waits for GET /health and
+# records its port and pid.
 start_server() {
 	local backend=$1 port=$2 data="$TMP/data-$1" log="$TMP/server-$1.log"
-	local args=(server --storage "$backend" --data-dir "$data" --listen "127.0.0.1:$port" --log-level warn)
-	if [[ $backend == pebble ]]; then
-		args+=(--sync=true)
-	fi
+	local args=(server --data-dir "$data" --listen "127.0.0.1:$port" --log-level warn)
+	case $backend in
+	pebble) args+=(--storage pebble --sync=true) ;;
+	pebble-nosync) args+=(--storage pebble --sync=false) ;;
+	*) args+=(--storage "$backend") ;;
+	esac
 	mkdir -p "$data"
 	"$TMP/styx" "${args[@]}" 2>"$log" &
-	SERVER_PID=$!
-	wait_healthy "$SERVER_PID" "$port" "$backend" "$log"
+	local pid=$!
+	PIDS+=("$pid")
+	wait_healthy "$pid" "$port" "$backend" "$log"
+	PORT[$backend]=$port
+	PID[$backend]=$pid
 }
 
 echo "bench: building styx and styx-bench into $TMP" >&2
 (cd "$ROOT" && go build -o "$TMP/styx" ./cmd/styx && go build -o "$TMP/styx-bench" ./cmd/styx-bench)
 
+echo "bench: measuring t_fsync in $TMP" >&2
+"$TMP/styx-bench" --fsync-probe "$TMP" >"$TMP/fsync.json"
+FSYNC_MS=$(sed -n 's/.*"p50_ms":\([0-9.]*\).*/\1/p' "$TMP/fsync.json")
+FSYNC_MEAN_MS=$(sed -n 's/.*"mean_ms":\([0-9.]*\).*/\1/p' "$TMP/fsync.json")
+
+# Every backend's server runs from the start, and each row of the matrix runs
+# on the backends one after another (ROUNDS times), so that the side-by-side
+# ratios compare runs minutes apart at most, under the same machine load.
 failures=0
 for backend in $BACKENDS; do
-	port=$(free_port)
+	port=$(free_port "${PORT[*]:-}")
 	echo "bench: $backend server on 127.0.0.1:$port" >&2
 	start_server "$backend" "$port"
 	: >"$TMP/$backend.jsonl"
 	: >"$TMP/$backend.err"
-	for entry in "${MATRIX[@]}"; do
-		read -r workload clients batch extra <<<"$entry"
-		echo "bench: $backend: $workload, $clients clients, batch $batch ${extra:-}" >&2
-		# shellcheck disable=SC2086 # $extra holds separate flags
-		if ! "$TMP/styx-bench" --endpoint "http://127.0.0.1:$port" --server-pid "$SERVER_PID" \
-			--workload "$workload" --clients "$clients" --batch "$batch" ${extra:-} \
-			--duration "$DURATION" --warmup "$WARMUP" --label "$backend" --json \
-			>>"$TMP/$backend.jsonl" 2> >(sed "s/^/[$backend $workload c$clients b$batch] /" | tee -a "$TMP/$backend.err" >&2); then
-			echo "[$backend $workload c$clients b$batch] run failed" | tee -a "$TMP/$backend.err" >&2
-			failures=$((failures + 1))
-		fi
+done
+for entry in "${MATRIX[@]}"; do
+	read -r workload clients batch extra <<<"$entry"
+	for round in $(seq "$ROUNDS"); do
+		for backend in $BACKENDS; do
+			echo "bench: $backend: $workload, $clients clients, batch $batch ${extra:-} (round $round)" >&2
+			# shellcheck disable=SC2086 # $extra holds separate flags
+			if ! "$TMP/styx-bench" --endpoint "http://127.0.0.1:${PORT[$backend]}" --server-pid "${PID[$backend]}" \
+				--workload "$workload" --clients "$clients" --batch "$batch" ${extra:-} \
+				--duration "$DURATION" --warmup "$WARMUP" --label "$backend" --json \
+				>>"$TMP/$backend.jsonl" 2> >(sed "s/^/[$backend $workload c$clients b$batch] /" | tee -a "$TMP/$backend.err" >&2); then
+				echo "[$backend $workload c$clients b$batch] run failed" | tee -a "$TMP/$backend.err" >&2
+				failures=$((failures + 1))
+			fi
+		done
 	done
-	stop_server
+done
+stop_pids "${PIDS[@]}"
+PIDS=()
+for backend in $BACKENDS; do
 	if [[ -s $TMP/server-$backend.log ]]; then
 		sed "s/^/[$backend server] /" "$TMP/server-$backend.log" >>"$TMP/$backend.err"
 	fi
@@ -98,10 +132,17 @@ sleep 0.2 # let the stderr tees finish
 	echo "the server's user+system CPU time over the measured window; RSS is at its end. A lease's latency includes"
 	echo "its long-poll wait when the queue is momentarily empty (notably in \`latency\`); leases that found nothing"
 	echo "within 1s (454) are counted as empty leases, not errors."
+	echo
+	echo "## Sync on, sync off and memory side by side"
+	echo
+	echo "t_fsync: median ${FSYNC_MS} ms, mean ${FSYNC_MEAN_MS} ms over 500 synced 4 KiB writes (styx-bench --fsync-probe); the limit uses the median."
+	cat "$TMP"/*.jsonl >"$TMP/all.runs"
+	"$TMP/styx-bench" --summary "$TMP/all.runs" --fsync-ms "$FSYNC_MS"
 	for backend in $BACKENDS; do
 		echo
 		case $backend in
 		pebble) echo "## pebble (sync on)" ;;
+		pebble-nosync) echo "## pebble, --sync=false" ;;
 		*) echo "## $backend" ;;
 		esac
 		echo

@@ -60,6 +60,12 @@ type Config struct {
 	// lost on power failure. Defaults to false (every produce, lease,
 	// complete and retry is acknowledged only once fsynced).
 	NoSync bool
+	// ConsumeBeforeSync answers lease, complete, retry and renew once
+	// written, before their fsync; produce and dead-letter moves still wait
+	// for it (ADR 0013: a crash may then deliver a completed item again or
+	// not count a lease's attempt). Pebble with sync on only; defaults to
+	// false.
+	ConsumeBeforeSync bool
 	// MaxRequestBytes bounds request bodies. Defaults to 64 MiB.
 	MaxRequestBytes int64
 	// ShutdownTimeout bounds how long Close waits for in-flight requests.
@@ -285,7 +291,8 @@ func New(ctx context.Context, cfg Config) (*Daemon, error) {
 		}
 		d.ownsStore = true
 	}
-	m, err := queue.NewManager(ctx, queue.Config{Store: d.store, Clock: cfg.Clock, Log: cfg.Log, Metrics: d.Metrics})
+	m, err := queue.NewManager(ctx, queue.Config{Store: d.store, Clock: cfg.Clock, Log: cfg.Log, Metrics: d.Metrics,
+		ConsumeBeforeSync: cfg.ConsumeBeforeSync})
 	if err != nil {
 		d.closeStore()
 		return nil, err
@@ -361,6 +368,9 @@ func (d *Daemon) serve(ctx context.Context, m queue.Queues, tasks store.TaskStor
 	attrs := []any{"listen", d.listener.Addr().String(), "storage", cfg.Storage, "auth", cfg.Auth, "tls", cfg.TLS()}
 	if cfg.Store == nil && cfg.Storage == StoragePebble {
 		attrs = append(attrs, "data_dir", cfg.DataDir, "sync", !cfg.NoSync)
+		if cfg.ConsumeBeforeSync && !cfg.NoSync {
+			attrs = append(attrs, "sync_consume", false)
+		}
 	}
 	cfg.Log.Info("styx serving", attrs...)
 	return d, nil

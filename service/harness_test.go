@@ -129,7 +129,13 @@ func (b *logBuffer) String() string {
 
 // start starts a server on b and stops it at the end of the test.
 func start(t *testing.T, b backend) *server {
-	s := &server{t: t, b: b}
+	return startWith(t, b, nil)
+}
+
+// startWith starts a server on b whose daemon Config configure adjusts
+// (nil: none), and stops it at the end of the test.
+func startWith(t *testing.T, b backend, configure func(*daemon.Config)) *server {
+	s := &server{t: t, b: b, configure: configure}
 	s.boot()
 	t.Cleanup(func() { s.stop() })
 	return s

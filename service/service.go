@@ -61,9 +61,9 @@ func (s *Service) QueueProduce(ctx context.Context, req *pb.QueueProduceRequest)
 		if len(payload) > MaxPayloadBytes {
 			return apierr.Invalidf("invalid items[%d].bytes; payload is %d bytes, the limit is %d (5 MB)", i, len(payload), MaxPayloadBytes)
 		}
-		for _, f := range []struct{ name, v string }{{"kind", in.Kind}, {"encoding", in.Encoding}, {"reference", in.Reference}} {
-			if err := checkText("items["+strconv.Itoa(i)+"]."+f.name, f.v, MaxFieldLength); err != nil {
-				return err
+		for _, f := range [...]struct{ name, v string }{{"kind", in.Kind}, {"encoding", in.Encoding}, {"reference", in.Reference}} {
+			if len(f.v) > MaxFieldLength { // the field name is built only for the error
+				return checkText("items["+strconv.Itoa(i)+"]."+f.name, f.v, MaxFieldLength)
 			}
 		}
 		items[i] = queue.ProduceItem{Encoding: in.Encoding, Kind: in.Kind, Reference: in.Reference, Payload: payload}

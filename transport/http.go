@@ -214,10 +214,16 @@ func (h *Handler) decode(r *http.Request, m proto.Message) error {
 		return apierr.New(apierr.BadContent, "invalid Content-Type; '%s', only %s and %s are supported",
 			quote(r.Header.Get("Content-Type")), duh.ContentTypeJSON, duh.ContentTypeProtoBuf)
 	}
-	body, err := io.ReadAll(io.LimitReader(r.Body, h.cfg.MaxRequestBytes+1))
+	// The body is read into a pooled buffer, sized by Content-Length when
+	// given: protobuf decoding copies what it keeps (bytes fields
+	// included), so the buffer is reused once m is decoded.
+	buf := getBuffer(r.ContentLength, h.cfg.MaxRequestBytes)
+	defer putBuffer(buf)
+	_, err := buf.ReadFrom(io.LimitReader(r.Body, h.cfg.MaxRequestBytes+1))
 	if err != nil {
 		return apierr.New(apierr.BadContent, "invalid request body; %v", err)
 	}
+	body := buf.Bytes()
 	if int64(len(body)) > h.cfg.MaxRequestBytes {
 		return apierr.Invalidf("invalid request body; larger than the limit of %d bytes", h.cfg.MaxRequestBytes)
 	}
@@ -250,7 +256,10 @@ func (h *Handler) reply(w http.ResponseWriter, r *http.Request, code int, m prot
 	case duh.ContentTypeJSON:
 		b, err = protojson.Marshal(m)
 	case duh.ContentTypeProtoBuf:
-		b, err = proto.Marshal(m)
+		// Marshalled into a pooled buffer: w.Write copies it.
+		buf := getBuffer(int64(proto.Size(m)), 1<<62)
+		defer putBuffer(buf)
+		b, err = proto.MarshalOptions{}.MarshalAppend(buf.AvailableBuffer(), m)
 	default:
 		accept, code = duh.ContentTypeJSON, int(apierr.BadContent)
 		b, err = protojson.Marshal(&v1.Reply{Code: int32(code), CodeText: duh.CodeText(code),

@@ -56,6 +56,7 @@ package main
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
@@ -106,6 +107,10 @@ type config struct {
 	Keep       bool
 	Label      string
 	Markdown   string
+	Summary    string  // --summary FILE: sync on/off/memory side by side
+	FsyncMS    float64 // --fsync-ms: t_fsync for --summary's limit
+	Compare    string  // --compare FILE: old and new binaries side by side
+	FsyncProbe string  // --fsync-probe DIR: measure t_fsync and exit
 }
 
 // errUsage marks an invalid command line (exit status 2).
@@ -127,6 +132,13 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 	if err != nil {
 		_, _ = fmt.Fprintf(stderr, "styx-bench: %v\n", err)
 		return 2
+	}
+	if cfg.Summary != "" || cfg.Compare != "" || cfg.FsyncProbe != "" {
+		if err := runOffline(cfg, stdout); err != nil {
+			_, _ = fmt.Fprintf(stderr, "styx-bench: %v\n", err)
+			return 1
+		}
+		return 0
 	}
 	if cfg.Markdown != "" {
 		if err := renderMarkdownFile(stdout, cfg.Markdown); err != nil {
@@ -176,6 +188,10 @@ func parseFlags(args []string, stderr io.Writer) (config, error) {
 	fs.BoolVar(&c.Keep, "keep", false, "do not delete the queue(s) at the end")
 	fs.StringVar(&c.Label, "label", "", "free text copied into the report (e.g. the backend)")
 	fs.StringVar(&c.Markdown, "markdown", "", "only render the JSON-lines report file `FILE` as a markdown table and exit")
+	fs.StringVar(&c.Summary, "summary", "", "only render the JSON-lines file `FILE` of runs labelled pebble, pebble-nosync and memory side by side, with the sync on/off ratios and the fsync limit, and exit")
+	fs.Float64Var(&c.FsyncMS, "fsync-ms", 0, "t_fsync in milliseconds for --summary's limit (see --fsync-probe)")
+	fs.StringVar(&c.Compare, "compare", "", "only render the JSON-lines file `FILE` of runs labelled \"old MODE\" and \"new MODE\" as an A/B table, and exit")
+	fs.StringVar(&c.FsyncProbe, "fsync-probe", "", "only measure t_fsync: 500 writes of 4 KiB, each followed by fdatasync, to a file in directory `DIR`; print JSON and exit")
 	fs.Usage = func() {
 		_, _ = fmt.Fprintf(stderr, "usage: styx-bench [flags]\n\nWorkloads: produce, cycle, drain, dead, latency, worker (see `go doc ./cmd/styx-bench`).\n\n%s", fs.FlagUsages())
 	}
@@ -185,7 +201,7 @@ func parseFlags(args []string, stderr io.Writer) (config, error) {
 	if fs.NArg() > 0 {
 		return c, fmt.Errorf("%w: unexpected arguments %q", errUsage, fs.Args())
 	}
-	if c.Markdown != "" {
+	if c.Markdown != "" || c.Summary != "" || c.Compare != "" || c.FsyncProbe != "" {
 		return c, nil
 	}
 	c.QueueGiven = c.Queue != ""
@@ -266,4 +282,29 @@ func parseEndpoints(list string) ([]string, error) {
 		out = append(out, e)
 	}
 	return out, nil
+}
+
+// runOffline runs the modes that load no server: --fsync-probe, --summary
+// and --compare.
+func runOffline(cfg config, stdout io.Writer) error {
+	switch {
+	case cfg.FsyncProbe != "":
+		p, err := probeFsync(cfg.FsyncProbe, 500)
+		if err != nil {
+			return fmt.Errorf("fsync probe: %w", err)
+		}
+		return json.NewEncoder(stdout).Encode(p)
+	case cfg.Summary != "":
+		reports, err := readReports(cfg.Summary)
+		if err != nil {
+			return err
+		}
+		return writeSummary(stdout, reports, cfg.FsyncMS)
+	default:
+		reports, err := readReports(cfg.Compare)
+		if err != nil {
+			return err
+		}
+		return writeCompare(stdout, reports)
+	}
 }

@@ -35,6 +35,9 @@ type serverSettings struct {
 	PostgresURL string
 	// Sync fsyncs every write before acknowledging it. Defaults to true.
 	Sync bool
+	// SyncConsume makes lease, complete, retry and renew wait for their
+	// fsync too (with Sync). Defaults to true; false is ADR 0013's mode.
+	SyncConsume bool
 	// LogLevel is debug, info (default), warn or error.
 	LogLevel slog.Level
 	// LogFormat is text (default) or json.
@@ -62,6 +65,7 @@ func defaultServerSettings() serverSettings {
 		DataDir:         "./styx-data",
 		Storage:         daemon.StoragePebble,
 		Sync:            true,
+		SyncConsume:     true,
 		LogLevel:        slog.LevelInfo,
 		LogFormat:       "text",
 		ShutdownTimeout: 30 * time.Second,
@@ -71,20 +75,22 @@ func defaultServerSettings() serverSettings {
 // daemonConfig translates s into the server's Config, logging to log.
 func (s serverSettings) daemonConfig(log *slog.Logger) daemon.Config {
 	return daemon.Config{
-		Listen:          s.Listen,
-		Storage:         s.Storage,
-		PostgresURL:     s.PostgresURL,
-		DataDir:         s.DataDir,
-		NoSync:          !s.Sync,
-		ShutdownTimeout: s.ShutdownTimeout,
-		DebugListen:     s.DebugListen,
-		Auth:            s.Auth,
-		Insecure:        s.Insecure,
-		AdminKeyFile:    s.AdminKeyFile,
-		TLSCertFile:     s.TLSCert,
-		TLSKeyFile:      s.TLSKey,
-		TLSClientCAFile: s.TLSClientCA,
-		Log:             log,
+		Listen:      s.Listen,
+		Storage:     s.Storage,
+		PostgresURL: s.PostgresURL,
+		DataDir:     s.DataDir,
+		NoSync:      !s.Sync,
+		// Only meaningful with sync on: with it off nothing waits.
+		ConsumeBeforeSync: s.Sync && !s.SyncConsume,
+		ShutdownTimeout:   s.ShutdownTimeout,
+		DebugListen:       s.DebugListen,
+		Auth:              s.Auth,
+		Insecure:          s.Insecure,
+		AdminKeyFile:      s.AdminKeyFile,
+		TLSCertFile:       s.TLSCert,
+		TLSKeyFile:        s.TLSKey,
+		TLSClientCAFile:   s.TLSClientCA,
+		Log:               log,
 	}
 }
 
@@ -106,6 +112,7 @@ type fileConfig struct {
 	Storage         *string        `yaml:"storage"`
 	PostgresURL     *string        `yaml:"postgres_url"`
 	Sync            *bool          `yaml:"sync"`
+	SyncConsume     *bool          `yaml:"sync_consume"`
 	LogLevel        *string        `yaml:"log_level"`
 	LogFormat       *string        `yaml:"log_format"`
 	ShutdownTimeout *time.Duration `yaml:"shutdown_timeout"`
@@ -138,7 +145,7 @@ func (fc *fileConfig) values() map[string]string {
 	put("tls_cert", fc.TLSCert)
 	put("tls_key", fc.TLSKey)
 	put("tls_client_ca", fc.TLSClientCA)
-	for key, b := range map[string]*bool{"sync": fc.Sync, "auth": fc.Auth, "insecure": fc.Insecure} {
+	for key, b := range map[string]*bool{"sync": fc.Sync, "sync_consume": fc.SyncConsume, "auth": fc.Auth, "insecure": fc.Insecure} {
 		if b != nil {
 			out[key] = strconv.FormatBool(*b)
 		}
@@ -241,6 +248,14 @@ func serverSettingTable() []serverSetting {
 			s.Sync = b
 			return nil
 		}},
+		{"sync_consume", "sync-consume", "STYX_SYNC_CONSUME", func(s *serverSettings, v string) error {
+			b, err := strconv.ParseBool(v)
+			if err != nil {
+				return fmt.Errorf("%q is not true or false", v)
+			}
+			s.SyncConsume = b
+			return nil
+		}},
 		{"log_level", "log-level", "STYX_LOG_LEVEL", func(s *serverSettings, v string) error {
 			levels := map[string]slog.Level{"debug": slog.LevelDebug, "info": slog.LevelInfo, "warn": slog.LevelWarn, "error": slog.LevelError}
 			l, ok := levels[strings.ToLower(v)]
@@ -314,6 +329,9 @@ func addServerFlags(fs *pflag.FlagSet) {
 		"e.g. postgres://styx@db:5432/styx?sslmode=require (env STYX_POSTGRES_URL)")
 	fs.Bool("sync", d.Sync, "fsync every write before acknowledging it; turning it off (--sync=false) is faster, "+
 		"but acknowledged writes may be lost on power failure (env STYX_SYNC)")
+	fs.Bool("sync-consume", d.SyncConsume, "with --sync, also fsync lease, complete, retry and renew before answering them; "+
+		"--sync-consume=false answers them once written (produce and dead-letter moves still wait): faster, but a crash may "+
+		"deliver a completed item again or not count a lease's attempt (docs/adr/0013) (env STYX_SYNC_CONSUME)")
 	fs.String("log-level", "info", "log level: debug, info, warn or error (env STYX_LOG_LEVEL)")
 	fs.String("log-format", d.LogFormat, "log format: text or json (env STYX_LOG_FORMAT)")
 	fs.Duration("shutdown-timeout", d.ShutdownTimeout, "how long a shutdown waits for in-flight requests (env STYX_SHUTDOWN_TIMEOUT)")

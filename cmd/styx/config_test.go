@@ -158,3 +158,30 @@ func TestServerSettingsPostgres(t *testing.T) {
 	cfg.SetDefaults()
 	require.ErrorContains(t, cfg.Validate(), "postgres_url: required with storage postgres")
 }
+
+func TestServerSettingsSyncConsume(t *testing.T) {
+	s, err := loadWith(t, nil, nil)
+	require.NoError(t, err)
+	require.True(t, s.SyncConsume)
+	require.False(t, s.daemonConfig(nil).ConsumeBeforeSync, "off by default")
+
+	s, err = loadWith(t, []string{"--sync-consume=false"}, nil)
+	require.NoError(t, err)
+	require.True(t, s.daemonConfig(nil).ConsumeBeforeSync)
+
+	s, err = loadWith(t, nil, map[string]string{"STYX_SYNC_CONSUME": "false"})
+	require.NoError(t, err)
+	require.True(t, s.daemonConfig(nil).ConsumeBeforeSync)
+
+	s, err = loadWith(t, []string{"--config", writeConfig(t, "sync_consume: false\n")}, nil)
+	require.NoError(t, err)
+	require.True(t, s.daemonConfig(nil).ConsumeBeforeSync)
+
+	// With sync off nothing waits for an fsync: the setting is moot.
+	s, err = loadWith(t, []string{"--sync=false", "--sync-consume=false"}, nil)
+	require.NoError(t, err)
+	require.False(t, s.daemonConfig(nil).ConsumeBeforeSync)
+
+	_, err = loadWith(t, nil, map[string]string{"STYX_SYNC_CONSUME": "maybe"})
+	require.ErrorContains(t, err, `STYX_SYNC_CONSUME: "maybe" is not true or false`)
+}

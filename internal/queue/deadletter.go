@@ -221,7 +221,7 @@ func (l *Logical) moved(res moveResult) {
 
 // takeDead inserts the items of a move into this (dead-letter) queue. Runs
 // in the dead-letter queue's loop.
-func (l *Logical) takeDead(it *iteration, op *deadLetterOp) {
+func (l *Logical) takeDead(it *iteration, r *request, op *deadLetterOp) {
 	for _, d := range op.items {
 		if _, dup := l.sourceKeys[d.sourceKey]; dup {
 			continue // a copy from an interrupted earlier move
@@ -242,7 +242,6 @@ func (l *Logical) takeDead(it *iteration, op *deadLetterOp) {
 		it.batch.Insert(p.num, x.meta(), body, d.errors)
 		l.addBody(it, x.bodyID, &body)
 	}
-	it.after = append(it.after, func(err error) {
-		op.result <- moveResult{op: op, err: err}
-	})
+	// Answered on op.result (pendingReply.send) once durable.
+	l.reply(it, r, nil)
 }

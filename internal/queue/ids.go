@@ -1,43 +1,61 @@
 package queue
 
 import (
-	"encoding/base32"
-	"encoding/binary"
-	"strings"
 	"time"
 
 	"github.com/styxq/styx/internal/apierr"
 )
 
-// idEncoding renders ids as 13 lowercase base32hex characters, which sort
-// in the same order as the numbers they encode.
-var idEncoding = base32.HexEncoding.WithPadding(base32.NoPadding)
+// idAlphabet is lowercase base32hex: ids render as 13 of its characters,
+// which sort in the same order as the numbers they encode (the big-endian
+// bytes in base32hex without padding, lowercased).
+const idAlphabet = "0123456789abcdefghijklmnopqrstuv"
 
-// FormatID renders an item id for the wire.
+// idValues maps a byte to its value in idAlphabet, or 0xff.
+var idValues = func() (t [256]byte) {
+	for i := range t {
+		t[i] = 0xff
+	}
+	for i := range len(idAlphabet) {
+		t[idAlphabet[i]] = byte(i)
+	}
+	return t
+}()
+
+// FormatID renders an item id for the wire: its 64 bits, most significant
+// first, 5 to a character, the last character holding the 4 lowest bits and
+// a zero bit.
 func FormatID(id uint64) string {
-	var b [8]byte
-	binary.BigEndian.PutUint64(b[:], id)
-	return strings.ToLower(idEncoding.EncodeToString(b[:]))
+	var b [13]byte
+	for i := range 12 {
+		b[i] = idAlphabet[(id>>(59-5*uint(i)))&31]
+	}
+	b[12] = idAlphabet[(id&15)<<1]
+	return string(b[:])
 }
 
 // ParseID parses a wire id. field names the request field for the error.
-// Returns an apierr.Invalid error for anything FormatID cannot produce.
+// Returns an apierr.Invalid error for anything FormatID cannot produce
+// (upper case, a set spare bit, another length or alphabet).
 func ParseID(field, s string) (uint64, error) {
 	if len(s) != 13 {
 		return 0, apierr.Invalidf("invalid %s; '%s' is not an item id", field, truncate(s, 64))
 	}
-	b, err := idEncoding.DecodeString(strings.ToUpper(s))
-	if err != nil || len(b) != 8 {
+	var id uint64
+	for i := range 12 {
+		v := idValues[s[i]]
+		if v == 0xff {
+			return 0, apierr.Invalidf("invalid %s; '%s' is not an item id", field, truncate(s, 64))
+		}
+		id = id<<5 | uint64(v)
+	}
+	// Only the canonical form is an id: 13 characters carry 65 bits, and a
+	// set spare last bit would let two strings name one id.
+	v := idValues[s[12]]
+	if v == 0xff || v&1 != 0 {
 		return 0, apierr.Invalidf("invalid %s; '%s' is not an item id", field, truncate(s, 64))
 	}
-	id := binary.BigEndian.Uint64(b)
-	// Only the canonical form is an id: 13 base32 characters carry 65
-	// bits, and a spare last bit or upper case would let two strings name
-	// one id.
-	if FormatID(id) != s {
-		return 0, apierr.Invalidf("invalid %s; '%s' is not an item id", field, truncate(s, 64))
-	}
-	return id, nil
+	return id<<4 | uint64(v>>1), nil
 }
 
 func truncate(s string, n int) string {

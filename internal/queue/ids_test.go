@@ -18,7 +18,14 @@ func TestIDRoundTripAndStrictness(t *testing.T) {
 	if _, err := ParseID("ids", alias); err == nil {
 		t.Fatalf("ParseID(%q) accepted an alias of %q", alias, s)
 	}
-	for _, bad := range []string{"", "abc", "zzzzzzzzzzzzz", "0000000000000x"} {
+	// The wire form is base32hex of the big-endian bytes, lowercased, as
+	// Styx has always written it.
+	for id, want := range map[uint64]string{0: "0000000000000", 1: "0000000000002", ^uint64(0): "vvvvvvvvvvvvu", 1 << 63: "g000000000000"} {
+		if got := FormatID(id); got != want {
+			t.Fatalf("FormatID(%d) = %q, want %q", id, got, want)
+		}
+	}
+	for _, bad := range []string{"", "abc", "zzzzzzzzzzzzz", "0000000000000x", "G000000000000", "0000000000001"} {
 		if _, err := ParseID("ids", bad); err == nil {
 			t.Fatalf("ParseID(%q) accepted a malformed id", bad)
 		}

@@ -41,6 +41,13 @@ type Config struct {
 	Clock   clock.Clock
 	Log     *slog.Logger
 	Metrics *metrics.Metrics
+	// ConsumeBeforeSync answers lease, complete, retry and renew once
+	// their batch is written, before its sync (ADR 0013); produce, every
+	// dead-letter decision and move, and the other calls still wait for
+	// it. A lease is answered early only when every item it hands out was
+	// stored by a batch already durable. Off by default; it changes
+	// nothing on a store that writes synchronously (memory, sync off).
+	ConsumeBeforeSync bool
 }
 
 // Logical is the logical queue: one goroutine (run) that owns the state of
@@ -91,6 +98,13 @@ type Logical struct {
 	deferred map[*item]*deferredReply
 	// bodies caches recently stored bodies for leases.
 	bodies *bodyCache
+	// pipe releases the replies of written batches once durable.
+	pipe *pipeline
+	// ops and fresh are the buffers of the last iteration's batch and
+	// fresh bodies, reused (emptied) by the next: a store does not keep a
+	// batch once written.
+	ops   []store.Op
+	fresh map[uint64]*store.ItemBody
 }
 
 // deferredReply is a retry's answer (v, its outcomes) held until the n
@@ -178,6 +192,7 @@ func newLogical(cfg Config, info store.QueueInfo, lookup func(string) *Logical) 
 		sourceKeys: make(map[string]*item),
 		groups:     make(map[groupKey]*group),
 		deferred:   make(map[*item]*deferredReply),
+		pipe:       newPipeline(info.Name),
 	}
 	cfg.Metrics.InitQueue(info.Name, info.DeadQueue)
 	go l.run()
@@ -385,6 +400,7 @@ func (l *Logical) shutdown() {
 // run is the loop. It owns every field marked as such on Logical.
 func (l *Logical) run() {
 	defer close(l.done)
+	go l.pipe.run()
 	l.load()
 	// Loaded items may have lifecycle work due (expired leases, moves to
 	// resume), so the first wake comes from the loaded state.
@@ -399,6 +415,9 @@ func (l *Logical) run() {
 		case res := <-l.results:
 			l.moved(res)
 		case <-timer.C:
+		case <-l.pipe.failed:
+			l.syncFailed()
+			continue
 		case <-l.stop:
 			l.drain()
 			return
@@ -445,6 +464,8 @@ func (l *Logical) drain() {
 		}
 		l.iterate(batch)
 	}
+	// Every reply of the requests taken leaves before the loop exits.
+	l.pipe.close()
 	for _, w := range l.waiters {
 		w.done <- result{err: errShuttingDown}
 	}
@@ -496,6 +517,8 @@ func (l *Logical) load() {
 	}
 	l.loadErr = nil
 	l.parts, l.sourceKeys, l.lastID = parts, keys, last
+	// What storage holds counts as durable for early lease answers.
+	l.pipe.durableID.Store(last)
 	l.bodies = newBodyCache(defaultBodyCacheBytes)
 	// Moves in flight are answered later against the old items and
 	// ignored; dying items are sent again (the dead-letter queue ignores
@@ -521,11 +544,22 @@ type iteration struct {
 	// fresh holds bodies inserted in this iteration, not yet readable from
 	// storage, by body id.
 	fresh map[uint64]*store.ItemBody
-	// after runs once the batch is durable (err nil) or has failed.
+	// replies are the answers to send once the batch is durable (or with
+	// the error of its write), in order.
+	replies []pendingReply
+	// early are answers sent once the batch is written, before its sync
+	// (Config.ConsumeBeforeSync).
+	early []pendingReply
+	// after runs in the loop once the batch is durable (err nil) or has
+	// failed; the loop waits for the batch before its next iteration.
 	after []func(err error)
 	// deferrals are retry replies to defer until their items moved.
 	deferrals []deferral
-	err       error
+	// wait makes the loop wait for the batch to be durable before its next
+	// iteration (it recorded a dead-letter decision, whose move may start
+	// only once durable).
+	wait bool
+	err  error
 }
 
 // addBody records the body of an item inserted in this iteration.
@@ -543,14 +577,19 @@ type deferral struct {
 	v     any
 }
 
+// reply answers r with v once the iteration's batch is durable.
 func (l *Logical) reply(it *iteration, r *request, v any) {
-	it.after = append(it.after, func(err error) {
-		if err != nil {
-			r.done <- result{err: err}
-			return
-		}
-		r.done <- result{v: v}
-	})
+	it.replies = append(it.replies, pendingReply{r: r, v: v})
+}
+
+// replyConsume answers a complete, retry or renew: once the batch is
+// written with Config.ConsumeBeforeSync, else once it is durable.
+func (l *Logical) replyConsume(it *iteration, r *request, v any) {
+	if l.cfg.ConsumeBeforeSync {
+		it.early = append(it.early, pendingReply{r: r, v: v})
+		return
+	}
+	l.reply(it, r, v)
 }
 
 // iterate runs one loop iteration over the given requests.
@@ -566,7 +605,8 @@ func (l *Logical) iterate(reqs []*request) {
 	}
 	it := &iteration{
 		now:   l.cfg.Clock.Now().UnixNano(),
-		batch: store.Batch{QueueID: l.queueID},
+		batch: store.Batch{QueueID: l.queueID, Ops: l.ops},
+		fresh: l.fresh,
 	}
 	l.lifecycle(it)
 	for _, d := range l.confirmed {
@@ -577,37 +617,13 @@ func (l *Logical) iterate(reqs []*request) {
 	l.confirmed = l.confirmed[:0]
 	for _, r := range reqs {
 		if err := l.handle(it, r); err != nil {
-			r.answer(err)
+			// Answered in order with the batch's other replies, so that
+			// it reveals nothing of a state not yet durable.
+			it.replies = append(it.replies, pendingReply{r: r, err: err})
 		}
 	}
 	l.serveWaiters(it)
-
-	err := it.err
-	if err == nil && (it.batch.Len() > 0 || it.batch.LastID != 0) {
-		err = l.cfg.Store.Write(context.Background(), &it.batch)
-	}
-	if err != nil {
-		l.cfg.Log.Error("write failed; reloading the queue from storage", "queue", l.name, "error", err)
-		err = fmt.Errorf("queue '%s': %w", l.name, err)
-		for _, f := range it.after {
-			f(err)
-		}
-		for _, d := range it.deferrals {
-			d.r.done <- result{err: err}
-		}
-		l.load()
-		return
-	}
-	for _, f := range it.after {
-		f(nil)
-	}
-	for _, d := range it.deferrals {
-		dr := &deferredReply{n: len(d.items), r: d.r, v: d.v}
-		for _, x := range d.items {
-			l.deferred[x] = dr
-		}
-	}
-	l.sendDeadLetters(it.now)
+	l.commit(it)
 }
 
 // handle applies one request. A returned error is answered at once and
@@ -634,7 +650,7 @@ func (l *Logical) handle(it *iteration, r *request) error {
 			l.removeItem(it, p, x)
 			l.cfg.Metrics.ItemAttempts.WithLabelValues("completed").Observe(float64(x.attempts))
 		}
-		l.reply(it, r, nil)
+		l.replyConsume(it, r, nil)
 	case *retryOp:
 		return l.retry(it, r, op)
 	case *renewOp:
@@ -642,7 +658,7 @@ func (l *Logical) handle(it *iteration, r *request) error {
 		if err != nil {
 			return err
 		}
-		l.reply(it, r, deadlines)
+		l.replyConsume(it, r, deadlines)
 	case *statsOp:
 		l.reply(it, r, l.stats(it.now))
 	case *gaugeOp:
@@ -705,7 +721,7 @@ func (l *Logical) handle(it *iteration, r *request) error {
 		}
 		l.reply(it, r, items)
 	case *deadLetterOp:
-		l.takeDead(it, op)
+		l.takeDead(it, r, op)
 	case *groupsOp:
 		l.reply(it, r, l.listGroups(op))
 	default:
@@ -781,9 +797,9 @@ func (l *Logical) produce(it *iteration, op *produceOp) {
 			x.state, x.deadline = stateScheduled, at
 		}
 		p.add(x)
-		body := store.ItemBody{Reference: pi.Reference, Kind: pi.Kind, Encoding: pi.Encoding, Payload: pi.Payload}
-		it.batch.Insert(p.num, x.meta(), body, store.ItemErrors{})
-		l.addBody(it, x.bodyID, &body)
+		body := &store.ItemBody{Reference: pi.Reference, Kind: pi.Kind, Encoding: pi.Encoding, Payload: pi.Payload}
+		it.batch.InsertBody(p.num, x.meta(), body)
+		l.addBody(it, x.bodyID, body)
 	}
 }
 
@@ -914,6 +930,7 @@ func (l *Logical) kill(it *iteration, p *partition, x *item, reason string) Retr
 	}
 	it.batch.Update(p.num, x.meta())
 	l.toSend = append(l.toSend, dying{p: p, x: x})
+	it.wait = true // the move starts once the decision is durable
 	return RetryOutcome{Outcome: OutcomeDeadLettered, Reason: reason, DeadQueue: l.info.DeadQueue, Attempts: x.attempts}
 }
 
@@ -1009,7 +1026,7 @@ func (l *Logical) retry(it *iteration, r *request, op *retryOp) error {
 		}
 	}
 	if len(dead) == 0 {
-		l.reply(it, r, outcomes)
+		l.replyConsume(it, r, outcomes)
 		return nil
 	}
 	it.deferrals = append(it.deferrals, deferral{r: r, items: dead, v: outcomes})
@@ -1145,7 +1162,17 @@ func (l *Logical) serve(it *iteration, ws []*request, served []bool) {
 					Encoding: b.Encoding, Kind: b.Kind, Reference: b.Reference, Payload: b.Payload,
 				}
 			}
-			l.reply(it, ws[mine[j]], res)
+			var newest uint64
+			for _, x := range xs {
+				newest = max(newest, x.id)
+			}
+			if l.cfg.ConsumeBeforeSync && newest <= l.pipe.durableID.Load() {
+				// Every item was stored by a durable batch: only the
+				// lease itself may be lost (ADR 0013).
+				it.early = append(it.early, pendingReply{r: ws[mine[j]], v: res})
+			} else {
+				l.reply(it, ws[mine[j]], res)
+			}
 			served[mine[j]] = true
 		}
 	}

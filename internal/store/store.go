@@ -217,6 +217,13 @@ func (b *Batch) Insert(partition int32, m ItemMeta, body ItemBody, errs ItemErro
 	b.Ops = append(b.Ops, Op{Kind: OpInsert, Partition: partition, Meta: m, Body: &body, Errors: &errs})
 }
 
+// InsertBody adds a new item with no attempt errors, taking body by
+// reference (the hot path of produce: no copy of the body struct). The
+// caller must not change *body afterwards.
+func (b *Batch) InsertBody(partition int32, m ItemMeta, body *ItemBody) {
+	b.Ops = append(b.Ops, Op{Kind: OpInsert, Partition: partition, Meta: m, Body: body})
+}
+
 // Update overwrites an item's metadata.
 func (b *Batch) Update(partition int32, m ItemMeta) {
 	b.Ops = append(b.Ops, Op{Kind: OpUpdate, Partition: partition, Meta: m})
@@ -275,7 +282,8 @@ type Store interface {
 	LastID(ctx context.Context, queueID uint64) (uint64, error)
 	// Write applies the batch atomically: all of it or none. When it
 	// returns nil the batch is durable (fsynced) unless the backend was
-	// opened with sync off. Ops apply in order.
+	// opened with sync off. Ops apply in order. The store keeps nothing
+	// of b (it copies what it stores), so the caller may reuse it.
 	Write(ctx context.Context, b *Batch) error
 	// ReadBodies returns the bodies and errors of the given items of one
 	// partition, in the order given. A missing body is returned as zero
@@ -287,6 +295,24 @@ type Store interface {
 
 	// Close flushes and releases the store. Further calls return ErrClosed.
 	Close() error
+}
+
+// AsyncWriter is implemented by stores that can pipeline durability: apply
+// a batch now and make it durable later, so that the logical queue can build
+// its next batch while the previous one syncs (ADR 0012). The logical queue
+// uses it when the store offers it and Write otherwise.
+type AsyncWriter interface {
+	// WriteAsync applies b as Write does (atomically, in order with the
+	// queue's other writes; ReadBodies, ListItems and LoadItems see it at
+	// once) but may return before b is durable. When wait is nil, b is
+	// durable (or the store does not sync, as Write with sync off) when
+	// WriteAsync returns. Otherwise the caller must call wait exactly once;
+	// it blocks until b is durable and returns nil, or returns the error
+	// that kept it from being so. Batches become durable in the order they
+	// were applied: when wait returns nil, every batch the store applied
+	// before b is durable too. An error from WriteAsync itself means b was
+	// not applied.
+	WriteAsync(ctx context.Context, b *Batch) (wait func() error, err error)
 }
 
 // Catalog stores queue definitions. Its methods may be called concurrently

@@ -565,26 +565,55 @@ func (s *Store) LastID(ctx context.Context, queueID uint64) (uint64, error) {
 // inserts, updates or requeues. A batch that fails to encode (an unknown op
 // kind, a time outside 1678-2262) changes nothing.
 func (s *Store) Write(ctx context.Context, b *store.Batch) error {
-	if err := s.write(ctx, b); err != nil {
+	if _, err := s.write(ctx, b, false); err != nil {
 		return fmt.Errorf("pebble: write queue %d: %w", b.QueueID, err)
 	}
 	return nil
 }
 
-func (s *Store) write(ctx context.Context, b *store.Batch) error {
+// WriteAsync implements store.AsyncWriter. With Config.NoSync off, the batch
+// is applied with Pebble's ApplyNoSyncWait: it is in the write-ahead log's
+// buffer and visible to reads when WriteAsync returns, and wait returns once
+// the log's fsync covers it (Batch.SyncWait). Pebble's log writer syncs
+// whatever the log holds, so batches applied while an fsync is in flight
+// share the next one, and a batch is durable only after every batch
+// applied before it. With NoSync on, wait is nil.
+func (s *Store) WriteAsync(ctx context.Context, b *store.Batch) (func() error, error) {
+	wait, err := s.write(ctx, b, true)
+	if err != nil {
+		return nil, fmt.Errorf("pebble: write queue %d: %w", b.QueueID, err)
+	}
+	if wait == nil {
+		return nil, nil
+	}
+	return func() error {
+		if err := wait(); err != nil {
+			return fmt.Errorf("pebble: sync queue %d: %w", b.QueueID, err)
+		}
+		return nil
+	}, nil
+}
+
+// write builds and commits the batch. With async and syncing on, it
+// applies the batch without waiting for its fsync and returns the wait.
+func (s *Store) write(ctx context.Context, b *store.Batch, async bool) (wait func() error, err error) {
 	qs, err := s.queue(ctx, b.QueueID)
 	if err != nil {
-		return err
+		return nil, err
 	}
 	defer s.calls.Done()
 	qs.mu.Lock()
 	defer qs.mu.Unlock()
 	if qs.deleted {
-		return store.ErrQueueNotFound
+		return nil, store.ErrQueueNotFound
 	}
 
 	pb := s.db.NewBatch()
-	defer pb.Close()
+	defer func() {
+		if wait == nil {
+			_ = pb.Close()
+		}
+	}()
 	var (
 		kbuf [itemKeyLen]byte
 		vbuf []byte
@@ -638,22 +667,36 @@ func (s *Store) write(ctx context.Context, b *store.Batch) error {
 			err = fmt.Errorf("unknown op kind %d", op.Kind)
 		}
 		if err != nil {
-			return fmt.Errorf("op %d (item %d): %w", i, op.Meta.ID, err)
+			return nil, fmt.Errorf("op %d (item %d): %w", i, op.Meta.ID, err)
 		}
 	}
 	if last > qs.lastID {
 		if err := pb.Set(queueKey(prefixLastID, qid), binary.BigEndian.AppendUint64(nil, last), nil); err != nil {
-			return err
+			return nil, err
 		}
 	}
 	if pb.Empty() {
-		return nil
+		return nil, nil
 	}
-	if err := pb.Commit(s.writeOpts); err != nil {
-		return err
+	if !async || !s.writeOpts.Sync {
+		if err := pb.Commit(s.writeOpts); err != nil {
+			return nil, err
+		}
+		qs.lastID = last
+		return nil, nil
+	}
+	if err := s.db.ApplyNoSyncWait(pb, s.writeOpts); err != nil {
+		return nil, err
 	}
 	qs.lastID = last
-	return nil
+	// The store's Close waits for calls in progress, so a wait not yet
+	// called keeps it open: Pebble must not close under a pending sync.
+	s.calls.Add(1)
+	return func() error {
+		defer s.calls.Done()
+		defer pb.Close()
+		return pb.SyncWait()
+	}, nil
 }
 
 // setMeta adds op.Meta to pb under op.Meta.ID.

@@ -1,0 +1,99 @@
+#!/usr/bin/env bash
+# bench/ab.sh — A/B benchmark of two Styx builds in one run, interleaved.
+#
+# Builds the server at BENCH_OLD_REV (default main) and from the working
+# tree, starts one server of each per mode (both at once, on their own data
+# directories and ports), then for BENCH_ROUNDS rounds runs every workload of
+# the matrix against the old server and the new one in turn (alternating which
+# goes first), so that both see the same machine noise. Prints a table per
+# workload and mode: every run's items/s, the medians and new/old, and the
+# server CPU time per 1000 items. Servers and temporary files are removed on
+# exit.
+#
+# Environment:
+#   BENCH_OLD_REV   git revision of the baseline (default main)
+#   BENCH_MODES     any of "sync nosync memory" (default all three)
+#   BENCH_ROUNDS    rounds (default 3)
+#   BENCH_DURATION  measured time per run (default 5s)
+#   BENCH_WARMUP    warm-up per run (default 1s)
+#   BENCH_MATRIX    workloads, ";"-separated "workload clients batch"
+#                   (default "produce 4 1;cycle 4 1;cycle 16 1;produce 4 100;cycle 4 100")
+#   BENCH_REPORT    where to write the table (default bench/ab-report.md)
+set -euo pipefail
+
+ROOT=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
+OLD_REV=${BENCH_OLD_REV:-main}
+MODES=${BENCH_MODES:-sync nosync memory}
+ROUNDS=${BENCH_ROUNDS:-3}
+DURATION=${BENCH_DURATION:-5s}
+WARMUP=${BENCH_WARMUP:-1s}
+MATRIX=${BENCH_MATRIX:-produce 4 1;cycle 4 1;cycle 16 1;produce 4 100;cycle 4 100}
+REPORT=${BENCH_REPORT:-$ROOT/bench/ab-report.md}
+
+TMP=$(mktemp -d "${TMPDIR:-/tmp}/styx-ab.XXXXXX")
+PIDS=()
+cleanup() {
+	# shellcheck source=bench/lib.sh
+	((${#PIDS[@]} == 0)) || stop_pids "${PIDS[@]}"
+	rm -rf "$TMP"
+}
+# shellcheck source=bench/lib.sh
+source "$(dirname "${BASH_SOURCE[0]}")/lib.sh"
+trap cleanup EXIT
+trap 'exit 130' INT
+trap 'exit 143' TERM
+
+echo "ab: building old ($OLD_REV) and new (working tree) into $TMP" >&2
+mkdir -p "$TMP/old-src"
+git -C "$ROOT" archive "$OLD_REV" | tar -x -C "$TMP/old-src"
+(cd "$TMP/old-src" && go build -o "$TMP/styx-old" ./cmd/styx)
+(cd "$ROOT" && go build -o "$TMP/styx-new" ./cmd/styx && go build -o "$TMP/styx-bench" ./cmd/styx-bench)
+
+declare -A PORT PID
+for mode in $MODES; do
+	case $mode in
+	sync) args=(--storage pebble --sync=true) ;;
+	nosync) args=(--storage pebble --sync=false) ;;
+	memory) args=(--storage memory) ;;
+	*) echo "ab: unknown mode $mode" >&2; exit 2 ;;
+	esac
+	for which in old new; do
+		port=$(free_port "${PORT[*]:-}")
+		mkdir -p "$TMP/data-$which-$mode"
+		"$TMP/styx-$which" server "${args[@]}" --data-dir "$TMP/data-$which-$mode" \
+			--listen "127.0.0.1:$port" --log-level warn 2>"$TMP/server-$which-$mode.log" &
+		pid=$!
+		PIDS+=("$pid")
+		wait_healthy "$pid" "$port" "$which $mode" "$TMP/server-$which-$mode.log"
+		PORT[$which-$mode]=$port
+		PID[$which-$mode]=$pid
+	done
+done
+
+: >"$TMP/runs.jsonl"
+IFS=';' read -r -a rows <<<"$MATRIX"
+for round in $(seq "$ROUNDS"); do
+	order="old new"
+	((round % 2 == 0)) && order="new old"
+	for row in "${rows[@]}"; do
+		read -r workload clients batch <<<"$row"
+		for mode in $MODES; do
+			for which in $order; do
+				echo "ab: round $round: $which $mode $workload c$clients b$batch" >&2
+				"$TMP/styx-bench" --endpoint "http://127.0.0.1:${PORT[$which-$mode]}" --server-pid "${PID[$which-$mode]}" \
+					--workload "$workload" --clients "$clients" --batch "$batch" \
+					--duration "$DURATION" --warmup "$WARMUP" --label "$which $mode" --json >>"$TMP/runs.jsonl" ||
+					echo "ab: run failed" >&2
+			done
+		done
+	done
+done
+
+{
+	echo "# Styx A/B: $OLD_REV ($(git -C "$ROOT" rev-parse --short "$OLD_REV")) vs working tree ($(git -C "$ROOT" rev-parse --short HEAD)$(git -C "$ROOT" diff --quiet 2>/dev/null || echo '+dirty'))"
+	echo
+	echo "$(date -u '+%Y-%m-%d %H:%M UTC'), $ROUNDS rounds interleaved, $WARMUP warm-up + $DURATION per run, $(nproc) CPUs, load average at the end: $(cut -d' ' -f1-3 /proc/loadavg)."
+	echo
+	"$TMP/styx-bench" --compare "$TMP/runs.jsonl"
+} >"$REPORT"
+cat "$REPORT"

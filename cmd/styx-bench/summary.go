@@ -1,0 +1,323 @@
+package main
+
+// Side-by-side summaries of several runs (JSON lines written with --json
+// --label), used by bench/run.sh (--summary: sync on, sync off and memory
+// with the ratios of issue 13) and bench/ab.sh (--compare: an old and a new
+// binary, interleaved), and the fsync probe (--fsync-probe) that measures
+// t_fsync for the limit.
+
+import (
+	"bufio"
+	"encoding/json"
+	"fmt"
+	"io"
+	"os"
+	"path/filepath"
+	"slices"
+	"sort"
+	"strings"
+	"time"
+
+	"golang.org/x/sys/unix"
+)
+
+// Labels bench/run.sh gives its backends; --summary puts them side by side.
+const (
+	labelSyncOn  = "pebble"
+	labelSyncOff = "pebble-nosync"
+	labelMemory  = "memory"
+)
+
+// fsyncProbe is the outcome of --fsync-probe.
+type fsyncProbe struct {
+	Dir    string  `json:"dir"`
+	Writes int     `json:"writes"`
+	Bytes  int     `json:"bytes"`
+	MeanMS float64 `json:"mean_ms"`
+	P50MS  float64 `json:"p50_ms"`
+}
+
+// probeFsync measures t_fsync: the mean time of n synced small writes
+// (4 KiB written at the end of a file in dir, then fdatasync), as a
+// write-ahead log does.
+func probeFsync(dir string, n int) (fsyncProbe, error) {
+	f, err := os.CreateTemp(dir, "fsync-probe-*")
+	if err != nil {
+		return fsyncProbe{}, err
+	}
+	defer func() {
+		_ = f.Close()
+		_ = os.Remove(f.Name())
+	}()
+	buf := make([]byte, 4096)
+	ds := make([]time.Duration, n)
+	for i := range ds {
+		t0 := time.Now()
+		if _, err := f.Write(buf); err != nil {
+			return fsyncProbe{}, err
+		}
+		if err := unix.Fdatasync(int(f.Fd())); err != nil {
+			return fsyncProbe{}, err
+		}
+		ds[i] = time.Since(t0)
+	}
+	var sum time.Duration
+	for _, d := range ds {
+		sum += d
+	}
+	slices.Sort(ds)
+	abs, _ := filepath.Abs(dir)
+	return fsyncProbe{Dir: abs, Writes: n, Bytes: len(buf),
+		MeanMS: ms(sum / time.Duration(n)), P50MS: ms(ds[n/2])}, nil
+}
+
+func ms(d time.Duration) float64 { return float64(d) / float64(time.Millisecond) }
+
+// readReports reads a file of JSON lines, one Report each.
+func readReports(path string) ([]Report, error) {
+	f, err := os.Open(path)
+	if err != nil {
+		return nil, err
+	}
+	defer func() { _ = f.Close() }()
+	var out []Report
+	sc := bufio.NewScanner(f)
+	sc.Buffer(make([]byte, 1<<20), 16<<20)
+	for sc.Scan() {
+		line := strings.TrimSpace(sc.Text())
+		if line == "" {
+			continue
+		}
+		var r Report
+		if err := json.Unmarshal([]byte(line), &r); err != nil {
+			return nil, fmt.Errorf("%s: %w", path, err)
+		}
+		out = append(out, r)
+	}
+	return out, sc.Err()
+}
+
+// rowKey identifies a row of the matrix.
+type rowKey struct {
+	Workload string
+	Clients  int
+	Batch    int
+	Rate     int
+}
+
+func (k rowKey) String() string {
+	w := k.Workload
+	if k.Rate > 0 {
+		w = fmt.Sprintf("%s @%d/s", w, k.Rate)
+	}
+	return fmt.Sprintf("%s | %d | %d", w, k.Clients, k.Batch)
+}
+
+// cell gathers the runs of one row and label.
+type cell struct{ runs []Report }
+
+// items returns the median items/s.
+func (c *cell) items() float64 {
+	return median(c.runs, func(r Report) float64 { return r.ItemsPerSec })
+}
+
+// requests returns the median requests/s (every request kind).
+func (c *cell) requests() float64 {
+	return median(c.runs, func(r Report) float64 {
+		var n int64
+		for _, l := range r.Requests {
+			n += l.Count
+		}
+		if r.Seconds <= 0 {
+			return 0
+		}
+		return float64(n) / r.Seconds
+	})
+}
+
+func (c *cell) cpu() float64 {
+	return median(c.runs, func(r Report) float64 {
+		if r.Server == nil {
+			return 0
+		}
+		return r.Server.CPUSeconds
+	})
+}
+
+func (c *cell) rssMiB() float64 {
+	return median(c.runs, func(r Report) float64 {
+		if r.Server == nil {
+			return 0
+		}
+		return float64(r.Server.RSSAfterKB) / 1024
+	})
+}
+
+func median(rs []Report, f func(Report) float64) float64 {
+	if len(rs) == 0 {
+		return 0
+	}
+	v := make([]float64, len(rs))
+	for i, r := range rs {
+		v[i] = f(r)
+	}
+	sort.Float64s(v)
+	if len(v)%2 == 1 {
+		return v[len(v)/2]
+	}
+	return (v[len(v)/2-1] + v[len(v)/2]) / 2
+}
+
+// table groups reports by row and label, rows in order of first appearance.
+type table struct {
+	rows  []rowKey
+	cells map[rowKey]map[string]*cell
+}
+
+func group(reports []Report) *table {
+	t := &table{cells: map[rowKey]map[string]*cell{}}
+	for _, r := range reports {
+		k := rowKey{r.Workload, r.Clients, r.Batch, r.Rate}
+		if t.cells[k] == nil {
+			t.cells[k] = map[string]*cell{}
+			t.rows = append(t.rows, k)
+		}
+		c := t.cells[k][r.Label]
+		if c == nil {
+			c = &cell{}
+			t.cells[k][r.Label] = c
+		}
+		c.runs = append(c.runs, r)
+	}
+	return t
+}
+
+// syncLimit is issue 13's limit for a closed-loop row, in items/s: each of
+// C clients can go no faster than one request per (t_nosync + t_fsync),
+// with t_nosync = C / (requests/s with sync off); items/s scale with the
+// row's items per request as measured with sync off.
+func syncLimit(clients int, offItems, offRequests, fsyncMS float64) float64 {
+	if offRequests <= 0 || fsyncMS <= 0 {
+		return 0
+	}
+	tNoSync := float64(clients) / offRequests // seconds per request
+	limitReq := float64(clients) / (tNoSync + fsyncMS/1000)
+	return limitReq * offItems / offRequests
+}
+
+// goal returns issue 13's goal for a row, as the ratio's name and its
+// minimum, or "" when the row has none.
+func goal(k rowKey) (string, float64) {
+	switch {
+	case k.Rate > 0 || k.Workload == workloadDead:
+		return "", 0
+	case k.Batch >= 100:
+		return "on/off", 0.9
+	case k.Batch == 1 && k.Clients >= 16 && k.Workload == workloadCycle:
+		return "on/off", 0.8
+	case k.Batch == 1 && k.Clients == 4 && (k.Workload == workloadCycle || k.Workload == workloadProduce):
+		return "on/limit", 0.9
+	}
+	return "", 0
+}
+
+// writeSummary renders sync on, sync off and memory side by side with the
+// ratios of issue 13.
+func writeSummary(w io.Writer, reports []Report, fsyncMS float64) error {
+	t := group(reports)
+	var b strings.Builder
+	fmt.Fprintf(&b, "limit = C / (t_nosync + t_fsync) in items/s, with t_fsync = %.3f ms and t_nosync = C / (requests/s with sync off).\n", fsyncMS)
+	b.WriteString("Medians over the runs of each cell; CPU-s and RSS are the server's.\n\n")
+	b.WriteString("| workload | clients | batch | sync on items/s | sync off items/s | memory items/s | on/off | limit | on/limit | goal | met | CPU-s on/off/mem | RSS MiB on/off/mem |\n")
+	b.WriteString("|---|--:|--:|--:|--:|--:|--:|--:|--:|---|---|--:|--:|\n")
+	for _, k := range t.rows {
+		on, off, mem := t.cells[k][labelSyncOn], t.cells[k][labelSyncOff], t.cells[k][labelMemory]
+		val := func(c *cell, f func(*cell) float64, format string) string {
+			if c == nil || len(c.runs) == 0 {
+				return "–"
+			}
+			return fmt.Sprintf(format, f(c))
+		}
+		ratio, limit, onLimit := "–", "–", "–"
+		var rOnOff, rOnLimit float64
+		if on != nil && off != nil && off.items() > 0 {
+			rOnOff = on.items() / off.items()
+			ratio = fmt.Sprintf("%.2f", rOnOff)
+			if k.Rate == 0 && k.Workload != workloadDead {
+				if l := syncLimit(k.Clients, off.items(), off.requests(), fsyncMS); l > 0 {
+					rOnLimit = on.items() / l
+					limit, onLimit = fmt.Sprintf("%.0f", l), fmt.Sprintf("%.2f", rOnLimit)
+				}
+			}
+		}
+		g, min := goal(k)
+		gs, met := "–", "–"
+		if g != "" {
+			gs = fmt.Sprintf("%s ≥ %.1f", g, min)
+			got := rOnOff
+			if g == "on/limit" {
+				got = rOnLimit
+			}
+			if on != nil && off != nil {
+				met = "no"
+				if got >= min {
+					met = "yes"
+				}
+			}
+		}
+		fmt.Fprintf(&b, "| %s | %s | %s | %s | %s | %s | %s | %s | %s | %s/%s/%s | %s/%s/%s |\n", k,
+			val(on, (*cell).items, "%.0f"), val(off, (*cell).items, "%.0f"), val(mem, (*cell).items, "%.0f"),
+			ratio, limit, onLimit, gs, met,
+			val(on, (*cell).cpu, "%.1f"), val(off, (*cell).cpu, "%.1f"), val(mem, (*cell).cpu, "%.1f"),
+			val(on, (*cell).rssMiB, "%.0f"), val(off, (*cell).rssMiB, "%.0f"), val(mem, (*cell).rssMiB, "%.0f"))
+	}
+	_, err := io.WriteString(w, b.String())
+	return err
+}
+
+// writeCompare renders an A/B run: labels "old <mode>" and "new <mode>",
+// one row per workload and mode, with each run's items/s, the medians and
+// new/old.
+func writeCompare(w io.Writer, reports []Report) error {
+	t := group(reports)
+	var modes []string
+	for _, r := range reports {
+		if m, ok := strings.CutPrefix(r.Label, "old "); ok && !slices.Contains(modes, m) {
+			modes = append(modes, m)
+		}
+	}
+	var b strings.Builder
+	b.WriteString("| workload | clients | batch | mode | old items/s (runs) | new items/s (runs) | old median | new median | new/old | CPU-s per 1k items old/new |\n")
+	b.WriteString("|---|--:|--:|---|---|---|--:|--:|--:|--:|\n")
+	for _, k := range t.rows {
+		for _, m := range modes {
+			o, n := t.cells[k]["old "+m], t.cells[k]["new "+m]
+			if o == nil || n == nil {
+				continue
+			}
+			runs := func(c *cell) string {
+				var s []string
+				for _, r := range c.runs {
+					s = append(s, fmt.Sprintf("%.0f", r.ItemsPerSec))
+				}
+				return strings.Join(s, ", ")
+			}
+			cpuPerK := func(c *cell) float64 {
+				return median(c.runs, func(r Report) float64 {
+					if r.Server == nil || r.Items == 0 {
+						return 0
+					}
+					return r.Server.CPUSeconds / float64(r.Items) * 1000
+				})
+			}
+			ratio := "–"
+			if o.items() > 0 {
+				ratio = fmt.Sprintf("%.2f", n.items()/o.items())
+			}
+			fmt.Fprintf(&b, "| %s | %s | %s | %s | %.0f | %.0f | %s | %.3f / %.3f |\n", k, m, runs(o), runs(n),
+				o.items(), n.items(), ratio, cpuPerK(o), cpuPerK(n))
+		}
+	}
+	_, err := io.WriteString(w, b.String())
+	return err
+}

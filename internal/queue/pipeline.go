@@ -1,0 +1,255 @@
+package queue
+
+import (
+	"context"
+	"fmt"
+	"sync/atomic"
+
+	"github.com/styxq/styx/internal/store"
+)
+
+// The commit pipeline (ADR 0012). The loop applies each iteration's batch
+// with store.AsyncWriter.WriteAsync and goes on with the next requests while
+// the batch syncs; the pipeline's syncer goroutine waits for each batch's
+// sync, in the order the batches were applied, and only then sends the
+// batch's replies. So:
+//
+//   - no reply leaves before the write it answers is durable;
+//   - replies leave in batch order: a later batch (say, a lease of an item
+//     produced by an earlier batch still syncing) is never answered before
+//     an earlier one;
+//   - batches applied while an fsync is in flight share the next one.
+//
+// Work that must run in the loop after a batch is durable (a reload, a
+// dead-letter move started from a recorded decision, a retry waiting on a
+// move) makes the loop wait for its batch before its next iteration, as it
+// always did. When a sync fails, the syncer fails the replies of that batch
+// and of every batch after it until the loop, told on failed, has reloaded
+// its state from storage and sent a reset marker.
+
+// pipelineDepth is how many written batches may await their sync before the
+// loop blocks.
+const pipelineDepth = 64
+
+// pendingReply is one reply of a batch: its value, or an error answer (a
+// request that broke a rule and changed nothing).
+type pendingReply struct {
+	r   *request
+	v   any
+	err error
+}
+
+// send answers the request: with its own error, else with werr (the batch's
+// write or sync failed), else with its value.
+func (p *pendingReply) send(werr error) {
+	err := p.err
+	if err == nil {
+		err = werr
+	}
+	if op, ok := p.r.op.(*deadLetterOp); ok {
+		op.result <- moveResult{op: op, err: err}
+		return
+	}
+	if err != nil {
+		p.r.done <- result{err: err}
+		return
+	}
+	p.r.done <- result{v: p.v}
+}
+
+// commit is one entry of the pipeline: a written batch's wait and replies,
+// or a reset marker.
+type commit struct {
+	// wait blocks until the batch is durable; nil when it already is.
+	wait    func() error
+	replies []pendingReply
+	// notify, when set, receives the batch's outcome after its replies are
+	// sent (the loop waits on it).
+	notify chan error
+	// lastID is the loop's id high-water mark when the batch was written:
+	// once the batch is durable, so is every item of an id up to it.
+	lastID uint64
+	// reset ends a failure: the loop has reloaded from storage.
+	reset bool
+}
+
+// pipeline is a logical queue's syncer: entries are sent by the loop and
+// handled in order by one goroutine.
+type pipeline struct {
+	name    string
+	entries chan *commit
+	// pending counts entries sent and not yet handled; when it is 0 every
+	// earlier reply has been sent, so the loop may answer inline.
+	pending atomic.Int64
+	// failed receives a notice when a sync fails (buffered 1).
+	failed chan struct{}
+	// durableID is the id high-water mark of the last batch known durable
+	// (Config.ConsumeBeforeSync answers a lease early only for items up to
+	// it).
+	durableID atomic.Uint64
+	done      chan struct{}
+}
+
+func newPipeline(name string) *pipeline {
+	return &pipeline{
+		name:    name,
+		entries: make(chan *commit, pipelineDepth),
+		failed:  make(chan struct{}, 1),
+		done:    make(chan struct{}),
+	}
+}
+
+// idle reports whether every entry sent has been handled.
+func (p *pipeline) idle() bool { return p.pending.Load() == 0 }
+
+// push hands an entry to the syncer, blocking while pipelineDepth entries
+// wait.
+func (p *pipeline) push(c *commit) {
+	p.pending.Add(1)
+	p.entries <- c
+}
+
+// close stops the syncer once it has handled every entry, and waits for it.
+func (p *pipeline) close() {
+	close(p.entries)
+	<-p.done
+}
+
+// run is the syncer goroutine.
+func (p *pipeline) run() {
+	defer close(p.done)
+	var ferr error // the failure being handled, until a reset
+	for c := range p.entries {
+		if c.reset {
+			ferr = nil
+			p.pending.Add(-1)
+			continue
+		}
+		var err error
+		if c.wait != nil {
+			err = c.wait()
+		}
+		if err != nil && ferr == nil {
+			ferr = fmt.Errorf("queue '%s': %w", p.name, err)
+			select {
+			case p.failed <- struct{}{}:
+			default:
+			}
+		}
+		if ferr == nil {
+			p.durableID.Store(c.lastID)
+		}
+		for i := range c.replies {
+			c.replies[i].send(ferr)
+		}
+		if c.notify != nil {
+			c.notify <- ferr
+		}
+		p.pending.Add(-1)
+	}
+}
+
+// write applies the iteration's batch: through WriteAsync when the store
+// offers it (wait then makes it durable), else with Write.
+func (l *Logical) write(b *store.Batch) (wait func() error, err error) {
+	if aw, ok := l.cfg.Store.(store.AsyncWriter); ok {
+		return aw.WriteAsync(context.Background(), b)
+	}
+	return nil, l.cfg.Store.Write(context.Background(), b)
+}
+
+// commit writes the iteration's batch and releases its replies once the
+// batch is durable: at once when it is and no earlier batch still syncs,
+// else through the pipeline. Loop work that needs the batch durable (see
+// iteration.after, deferrals, wait) makes it wait for the batch here.
+func (l *Logical) commit(it *iteration) {
+	err := it.err
+	var wait func() error
+	if err == nil && (it.batch.Len() > 0 || it.batch.LastID != 0) {
+		wait, err = l.write(&it.batch)
+	}
+	// The store is done with the batch: keep its buffers for the next.
+	clear(it.batch.Ops)
+	l.ops = it.batch.Ops[:0]
+	if it.fresh != nil {
+		clear(it.fresh)
+		l.fresh = it.fresh
+	}
+	if err == nil {
+		// Written: the answers that need not wait for the sync go now.
+		for i := range it.early {
+			it.early[i].send(nil)
+		}
+		it.early = nil
+	}
+	if err != nil {
+		// Nothing of this batch was applied: fail its requests and rebuild
+		// the state its changes were made to. Earlier batches still syncing
+		// are answered by the syncer.
+		l.cfg.Log.Error("write failed; reloading the queue from storage", "queue", l.name, "error", err)
+		l.finish(it, fmt.Errorf("queue '%s': %w", l.name, err))
+		l.load()
+		return
+	}
+	if wait == nil && l.pipe.idle() {
+		l.pipe.durableID.Store(l.lastID)
+		l.finish(it, nil)
+		return
+	}
+	loopWork := it.wait || len(it.after) > 0 || len(it.deferrals) > 0
+	c := &commit{wait: wait, replies: it.replies, lastID: l.lastID}
+	if loopWork {
+		c.notify = make(chan error, 1)
+	}
+	l.pipe.push(c)
+	if !loopWork {
+		l.sendDeadLetters(it.now)
+		return
+	}
+	err = <-c.notify
+	it.replies = nil // sent by the syncer
+	l.finish(it, err)
+	if err != nil {
+		l.syncFailed()
+	}
+}
+
+// finish answers the iteration's requests and runs its after-durable work:
+// err nil means the batch is durable, else it failed.
+func (l *Logical) finish(it *iteration, err error) {
+	for i := range it.early {
+		it.early[i].send(err)
+	}
+	for i := range it.replies {
+		it.replies[i].send(err)
+	}
+	for _, f := range it.after {
+		f(err)
+	}
+	if err != nil {
+		for _, d := range it.deferrals {
+			d.r.done <- result{err: err}
+		}
+		return
+	}
+	for _, d := range it.deferrals {
+		dr := &deferredReply{n: len(d.items), r: d.r, v: d.v}
+		for _, x := range d.items {
+			l.deferred[x] = dr
+		}
+	}
+	l.sendDeadLetters(it.now)
+}
+
+// syncFailed handles a failed sync: the syncer is failing every batch from
+// the failed one on, so the loop's state, built on them, is rebuilt from
+// storage, and the reset marker ends the failure.
+func (l *Logical) syncFailed() {
+	select {
+	case <-l.pipe.failed:
+	default:
+	}
+	l.cfg.Log.Error("sync failed; reloading the queue from storage", "queue", l.name)
+	l.load()
+	l.pipe.push(&commit{reset: true})
+}

@@ -1,0 +1,248 @@
+package service_test
+
+import (
+	"errors"
+	"strings"
+	"sync"
+	"testing"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+
+	styx "github.com/styxq/styx"
+	"github.com/styxq/styx/daemon"
+	"github.com/styxq/styx/internal/store"
+	pb "github.com/styxq/styx/styxpb"
+)
+
+// The commit pipeline (ADR 0012): the logical queue applies a batch, goes on
+// with later requests while it syncs, and answers each request only once
+// the sync covering its write is done, in batch order. These tests hold or
+// fail one batch's sync through the fault-injection store's sync hook.
+
+// insertsPayload reports whether b inserts an item with the payload p.
+func insertsPayload(b *store.Batch, p string) bool {
+	for _, op := range b.Ops {
+		if op.Kind == store.OpInsert && op.Body != nil && string(op.Body.Payload) == p {
+			return true
+		}
+	}
+	return false
+}
+
+// leasesAnItem reports whether b records a lease (a metadata update that
+// marks an item leased).
+func leasesAnItem(b *store.Batch) bool {
+	for _, op := range b.Ops {
+		if op.Kind == store.OpUpdate && op.Meta.Leased {
+			return true
+		}
+	}
+	return false
+}
+
+// gate is a one-shot barrier, opened at most once (also by the test's
+// cleanup, so that a failing test never leaves a sync held).
+type gate struct {
+	ch   chan struct{}
+	once sync.Once
+}
+
+func newGate(t *testing.T) *gate {
+	g := &gate{ch: make(chan struct{})}
+	t.Cleanup(g.open)
+	return g
+}
+
+func (g *gate) open() { g.once.Do(func() { close(g.ch) }) }
+
+// notYet fails the test if ch already holds a value.
+func notYet[T any](t *testing.T, ch <-chan T, what string) {
+	t.Helper()
+	select {
+	case v := <-ch:
+		t.Fatalf("%s answered before the sync of its write (or of an earlier one) completed: %v", what, v)
+	default:
+	}
+}
+
+func TestRepliesWaitForTheirSyncInOrder(t *testing.T) {
+	forEachBackend(t, func(t *testing.T, b backend) {
+		requireItemLog(t, b)
+		s := start(t, b)
+		s.createQueue(&pb.QueueInfo{QueueName: "pipe", LeaseTimeout: "1m"})
+
+		// Hold the sync of the batch that produces "first"; signal when
+		// that batch and, later, a batch that leases an item are applied.
+		release := newGate(t)
+		produced, leased := make(chan struct{}, 1), make(chan struct{}, 1)
+		s.Faults.SetSyncHook(func(b *store.Batch) func() error {
+			switch {
+			case insertsPayload(b, "first"):
+				produced <- struct{}{}
+				return func() error { <-release.ch; return nil }
+			case leasesAnItem(b):
+				select {
+				case leased <- struct{}{}:
+				default:
+				}
+			}
+			return nil
+		})
+
+		produceDone := make(chan error, 1)
+		go func() {
+			produceDone <- s.C.QueueProduce(ctx, &pb.QueueProduceRequest{QueueName: "pipe",
+				Items: []*pb.QueueProduceItem{{Bytes: []byte("first")}}})
+		}()
+		<-produced // applied; its sync is held
+		notYet(t, produceDone, "the produce")
+
+		// The loop goes on while the produce syncs: a lease takes the item
+		// in a later batch, but is answered only after the produce.
+		type leaseResult struct {
+			res *pb.QueueLeaseResponse
+			err error
+		}
+		leaseDone := make(chan leaseResult, 1)
+		go func() {
+			res, err := s.C.QueueLease(ctx, &pb.QueueLeaseRequest{QueueName: "pipe", BatchSize: 1, ClientId: "c", RequestTimeout: "30s"})
+			leaseDone <- leaseResult{res, err}
+		}()
+		<-leased // the lease is applied in a batch after the held one
+		notYet(t, leaseDone, "the lease of the item")
+		notYet(t, produceDone, "the produce")
+
+		release.open()
+		require.NoError(t, <-produceDone)
+		lr := <-leaseDone
+		require.NoError(t, lr.err)
+		require.Len(t, lr.res.Items, 1)
+		assert.Equal(t, "first", string(lr.res.Items[0].Bytes))
+		s.complete("pipe", lr.res.Partition, lr.res.Items[0].Id)
+		assert.Empty(t, s.items("pipe"))
+	})
+}
+
+func TestFailedSyncFailsLaterBatchesAndReloads(t *testing.T) {
+	forEachBackend(t, func(t *testing.T, b backend) {
+		requireItemLog(t, b)
+		s := start(t, b)
+		s.createQueue(&pb.QueueInfo{QueueName: "sf"})
+
+		// The sync of the batch producing "doomed" fails once "also",
+		// produced in a later batch while it syncs, is applied.
+		fail := newGate(t)
+		doomed, also := make(chan struct{}, 1), make(chan struct{}, 1)
+		s.Faults.SetSyncHook(func(b *store.Batch) func() error {
+			switch {
+			case insertsPayload(b, "doomed"):
+				doomed <- struct{}{}
+				return func() error { <-fail.ch; return errors.New("injected: fsync failed") }
+			case insertsPayload(b, "also"):
+				also <- struct{}{}
+			}
+			return nil
+		})
+		produce := func(p string) <-chan error {
+			ch := make(chan error, 1)
+			go func() {
+				ch <- s.C.QueueProduce(ctx, &pb.QueueProduceRequest{QueueName: "sf", Items: []*pb.QueueProduceItem{{Bytes: []byte(p)}}})
+			}()
+			return ch
+		}
+		first := produce("doomed")
+		<-doomed
+		second := produce("also")
+		<-also
+		fail.open()
+
+		// Neither is acknowledged: the first failed its sync, and the
+		// second was built on the state the first left in memory.
+		for _, ch := range []<-chan error{first, second} {
+			err := <-ch
+			require.Error(t, err)
+			assert.Equal(t, 500, styx.ErrorCode(err), err.Error())
+		}
+		eventually(t, func() bool { return strings.Contains(s.Logs.String(), "sync failed; reloading the queue from storage") }, "the loop reloads")
+
+		// The queue works on after the reload: what storage holds (the
+		// failed batches were applied, only their sync failed) is served,
+		// and new items are acknowledged again.
+		s.Faults.SetSyncHook(nil)
+		s.produce("sf", "after")
+		got := map[string]bool{}
+		for _, it := range s.items("sf") {
+			got[string(it.Payload)] = true
+		}
+		assert.True(t, got["after"])
+		n := len(got)
+		for range n {
+			res := s.lease("sf", 1)
+			s.complete("sf", res.Partition, res.Items[0].Id)
+		}
+		assert.Empty(t, s.items("sf"))
+	})
+}
+
+// TestConsumeBeforeSync: with daemon.Config.ConsumeBeforeSync (ADR 0013),
+// complete and a lease of durable items are answered while their batch's
+// sync is held, but a produce still waits for its sync, and so does a lease
+// of an item whose produce is not yet durable.
+func TestConsumeBeforeSync(t *testing.T) {
+	forEachBackend(t, func(t *testing.T, b backend) {
+		requireItemLog(t, b)
+		s := startWith(t, b, func(c *daemon.Config) { c.ConsumeBeforeSync = true })
+		s.createQueue(&pb.QueueInfo{QueueName: "early", LeaseTimeout: "1m"})
+		s.produce("early", "durable")
+
+		// Hold every sync from now on until released.
+		release := newGate(t)
+		applied := make(chan string, 16)
+		s.Faults.SetSyncHook(func(b *store.Batch) func() error {
+			switch {
+			case insertsPayload(b, "fresh"):
+				applied <- "produce"
+			case leasesAnItem(b):
+				applied <- "lease"
+			default:
+				applied <- "other"
+			}
+			return func() error { <-release.ch; return nil }
+		})
+
+		// A lease of the durable item is answered before its own sync.
+		res := s.lease("early", 1)
+		require.Len(t, res.Items, 1)
+		assert.Equal(t, "durable", string(res.Items[0].Bytes))
+		assert.Equal(t, "lease", <-applied)
+		// So is its complete.
+		s.complete("early", res.Partition, res.Items[0].Id)
+		assert.Equal(t, "other", <-applied)
+
+		// A produce waits for its sync; a lease of the item it stores waits
+		// for that sync too.
+		produceDone := make(chan error, 1)
+		go func() {
+			produceDone <- s.C.QueueProduce(ctx, &pb.QueueProduceRequest{QueueName: "early",
+				Items: []*pb.QueueProduceItem{{Bytes: []byte("fresh")}}})
+		}()
+		require.Equal(t, "produce", <-applied)
+		leaseDone := make(chan *pb.QueueLeaseResponse, 1)
+		go func() {
+			res, err := s.C.QueueLease(ctx, &pb.QueueLeaseRequest{QueueName: "early", BatchSize: 1, ClientId: "c2", RequestTimeout: "30s"})
+			assert.NoError(t, err)
+			leaseDone <- res
+		}()
+		require.Equal(t, "lease", <-applied)
+		notYet(t, produceDone, "the produce")
+		notYet(t, leaseDone, "the lease of an item not yet durable")
+
+		release.open()
+		require.NoError(t, <-produceDone)
+		got := <-leaseDone
+		require.NotNil(t, got)
+		require.Len(t, got.Items, 1)
+		assert.Equal(t, "fresh", string(got.Items[0].Bytes))
+	})
+}
