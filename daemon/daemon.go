@@ -160,6 +160,10 @@ func (c *Config) Validate() error {
 		return fmt.Errorf("listen: %s is not a loopback address and auth is off: anyone who reaches the port could "+
 			"read every payload and delete every queue; turn on --auth (env STYX_AUTH, YAML auth) or, to accept that, pass --insecure", c.Listen)
 	}
+	if c.ConsumeBeforeSync && c.Store == nil && c.Storage != StoragePebble {
+		return fmt.Errorf("sync_consume: false applies to storage %q only; storage %q answers every request once "+
+			"its write is durable", StoragePebble, c.Storage)
+	}
 	if c.AdminKeyFile != "" && !c.Auth {
 		return errors.New("admin_key_file: set, but auth is off; add --auth")
 	}

@@ -20,6 +20,8 @@ func TestConfigValidate(t *testing.T) {
 		{"Listen", daemon.Config{Listen: "nohostport"}, "listen"},
 		{"Storage", daemon.Config{Storage: "floppy"}, "storage"},
 		{"MaxRequestBytes", daemon.Config{MaxRequestBytes: 10}, "max_request_bytes"},
+		{"SyncConsumeOnMemory", daemon.Config{Storage: "memory", ConsumeBeforeSync: true}, `sync_consume: false applies to storage "pebble" only`},
+		{"SyncConsumeOnPostgres", daemon.Config{Storage: "postgres", PostgresURL: "postgres://x", ConsumeBeforeSync: true}, "sync_consume"},
 		{"AdminKeyWithoutAuth", daemon.Config{AdminKeyFile: "k"}, "admin_key_file: set, but auth is off; add --auth"},
 		{"TLSCertWithoutKey", daemon.Config{TLSCertFile: "c"}, "tls_cert, tls_key: set both or neither"},
 		{"ClientCAWithoutTLS", daemon.Config{TLSClientCAFile: "ca"}, "tls_client_ca: client certificates need TLS"},
