@@ -282,7 +282,7 @@ func New(ctx context.Context, cfg Config) (*Daemon, error) {
 		case StorageMemory:
 			d.store = memory.New()
 		default:
-			s, err := pebble.Open(pebble.Config{Dir: cfg.DataDir, NoSync: cfg.NoSync, Logger: cfg.Log.With("component", "pebble")})
+			s, err := pebble.Open(pebble.Config{Dir: cfg.DataDir, NoSync: cfg.NoSync, Logger: cfg.Log})
 			// Pebble's lock file says another process (EAGAIN) or this one
 			// holds the directory.
 			if err != nil && (errors.Is(err, syscall.EAGAIN) || strings.Contains(err.Error(), "lock held")) {

@@ -35,13 +35,20 @@ type queueFlags struct {
 // queueFlagNames lists the flags of queueFlags, for messages.
 const queueFlagNames = "--lease-timeout, --expire-timeout, --max-attempts, --partitions, --dead-queue, --reference"
 
-func (q *queueFlags) add(fs *pflag.FlagSet) {
-	fs.DurationVar(&q.leaseTimeout, "lease-timeout", time.Minute, "how long a lease lasts before the item is handed out again")
-	fs.DurationVar(&q.expireTimeout, "expire-timeout", 336*time.Hour, "how long an item may wait in the queue before it expires")
-	fs.Int32Var(&q.maxAttempts, "max-attempts", 0, "attempts before an item is dead-lettered; 0 is unlimited")
-	fs.Int32Var(&q.partitions, "partitions", 1, "number of partitions (can grow, not shrink)")
-	fs.StringVar(&q.deadQueue, "dead-queue", "", "queue that receives dead items (must exist)")
-	fs.StringVar(&q.reference, "reference", "", "free text kept with the queue")
+// add defines the flags on fs: with create's defaults, or, for an update
+// (create false), with none shown, since a flag not given keeps the queue's
+// setting.
+func (q *queueFlags) add(fs *pflag.FlagSet, create bool) {
+	lease, expire, partitions, unset := time.Minute, 336*time.Hour, int32(1), ""
+	if !create {
+		lease, expire, partitions, unset = 0, 0, 0, " (kept when not given)"
+	}
+	fs.DurationVar(&q.leaseTimeout, "lease-timeout", lease, "how long a lease lasts before the item is handed out again"+unset)
+	fs.DurationVar(&q.expireTimeout, "expire-timeout", expire, "how long an item may wait in the queue before it expires"+unset)
+	fs.Int32Var(&q.maxAttempts, "max-attempts", 0, "attempts before an item is dead-lettered; 0 is unlimited"+unset)
+	fs.Int32Var(&q.partitions, "partitions", partitions, "number of partitions (can grow, not shrink)"+unset)
+	fs.StringVar(&q.deadQueue, "dead-queue", "", "queue that receives dead items (must exist)"+unset)
+	fs.StringVar(&q.reference, "reference", "", "free text kept with the queue"+unset)
 }
 
 // info returns a QueueInfo for queue name with only the flags set in fs,
@@ -119,7 +126,7 @@ func (a *app) queuesCreateCmd() *cobra.Command {
 			})
 		},
 	}
-	q.add(cmd.Flags())
+	q.add(cmd.Flags(), true)
 	cmd.Flags().StringVar(&namespace, "namespace", "", "namespace of the queue (fixed once created); the server's default is _system")
 	return cmd
 }
@@ -167,7 +174,7 @@ prints the queue's configuration after the update.`,
 			})
 		},
 	}
-	q.add(cmd.Flags())
+	q.add(cmd.Flags(), false)
 	return cmd
 }
 

@@ -199,3 +199,17 @@ func TestVersionFlag(t *testing.T) {
 	require.Equal(t, 0, run(t.Context(), []string{"--version"}, &out, &errOut))
 	require.Equal(t, "styx v9.9.9\n", out.String(), "the link-time version wins")
 }
+
+// TestQueuesUpdateHelpShowsNoDefaults: update keeps every setting not given,
+// so its help must not show create's defaults as if they were applied.
+func TestQueuesUpdateHelpShowsNoDefaults(t *testing.T) {
+	var out, errOut bytes.Buffer
+	require.Equal(t, 0, run(t.Context(), []string{"queues", "update", "--help"}, &out, &errOut))
+	own, _, _ := strings.Cut(out.String(), "Global Flags:")
+	assert.NotContains(t, own, "(default", own)
+	assert.Contains(t, own, "--lease-timeout duration    how long a lease lasts before the item is handed out again (kept when not given)")
+
+	out.Reset()
+	require.Equal(t, 0, run(t.Context(), []string{"queues", "create", "--help"}, &out, &errOut))
+	assert.Contains(t, out.String(), "(default 1m0s)", "create still shows its defaults")
+}
