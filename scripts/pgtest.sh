@@ -77,22 +77,32 @@ as_user "$bin/initdb" -D "$DIR/data" -A trust -U styx --encoding=UTF8 --no-local
 # Pick the port and start under a lock, so that concurrent starts get different ports.
 exec 9>"${TMPDIR:-/tmp}/styx-pgtest.$(id -u).lock"
 flock 9
+# A port that looks free can still be refused: a client connection of another
+# process may hold it as its local (ephemeral) port, which the probe does not
+# see. So a start that fails to bind moves on to the next port.
 port=
 for p in $(seq 55432 55531); do
-	if ! (echo >"/dev/tcp/127.0.0.1/$p") 2>/dev/null; then port=$p; break; fi
-done
-[[ -n $port ]] || { echo "pgtest: no free port in 55432-55531" >&2; exit 1; }
-opts="-c listen_addresses=127.0.0.1 -p $port -k $DIR -c fsync=on -c max_connections=200 -c shared_buffers=128MB"
-cat >"$DIR/env" <<EOF
+	if (echo >"/dev/tcp/127.0.0.1/$p") 2>/dev/null; then continue; fi
+	opts="-c listen_addresses=127.0.0.1 -p $p -k $DIR -c fsync=on -c max_connections=200 -c shared_buffers=128MB"
+	cat >"$DIR/env" <<EOF
 PGTEST_PGCTL=$bin/pg_ctl
 PGTEST_DATA=$DIR/data
 PGTEST_USER=$user
 PGTEST_OPTS="$opts"
 PGTEST_LOG=$DIR/log
 EOF
-# 9>&-: the server must not inherit (and hold) the lock.
-as_user "$bin/pg_ctl" -D "$DIR/data" -l "$DIR/log" -w -t 60 -o "$opts" start >&2 9>&- ||
-	{ echo "pgtest: server did not start; $DIR/log:" >&2; tail -n 20 "$DIR/log" >&2; exit 1; }
+	# 9>&-: the server must not inherit (and hold) the lock.
+	if as_user "$bin/pg_ctl" -D "$DIR/data" -l "$DIR/log" -w -t 60 -o "$opts" start >&2 9>&-; then
+		port=$p
+		break
+	fi
+	if ! grep -q 'could not bind\|could not create any TCP/IP sockets' "$DIR/log" 2>/dev/null; then
+		echo "pgtest: server did not start; $DIR/log:" >&2; tail -n 20 "$DIR/log" >&2; exit 1
+	fi
+	echo "pgtest: port $p is taken; trying the next" >&2
+	rm -f "$DIR/log"
+done
+[[ -n $port ]] || { echo "pgtest: no port in 55432-55531 to start on" >&2; exit 1; }
 flock -u 9
 
 "$createdb" -h 127.0.0.1 -p "$port" -U styx styx_test

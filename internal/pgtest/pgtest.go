@@ -127,7 +127,11 @@ func StartServer(t testing.TB) *Server {
 	})
 	out, err := exec.Command(script, "start", dir).Output()
 	if err != nil {
-		t.Fatalf("pgtest: %s start: %v: %s", script, err, out)
+		var stderr []byte
+		if ee, ok := err.(*exec.ExitError); ok {
+			stderr = ee.Stderr
+		}
+		t.Fatalf("pgtest: %s start: %v: %s%s", script, err, out, stderr)
 	}
 	lines := strings.Split(strings.TrimSpace(string(out)), "\n")
 	s := &Server{URL: lines[len(lines)-1], env: map[string]string{}}
