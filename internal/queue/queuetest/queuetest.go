@@ -47,8 +47,8 @@ type Skip struct {
 // Start is the time every row's fake clock starts at.
 var Start = time.Date(2030, time.January, 2, 3, 4, 5, 0, time.UTC)
 
-// Run runs every row of the suite as a subtest of t, each on its own queues
-// from open and its own clock.Fake set to Start. skips lists the rows this
+// Run runs every row of the suite as a parallel subtest of t, each on its
+// own queues from open and its own clock.Fake set to Start. skips lists the rows this
 // backend skips (see Skip); a skip naming no row fails the run, so a stale
 // skip cannot hide.
 func Run(t *testing.T, open Open, skips ...Skip) {
@@ -57,10 +57,12 @@ func Run(t *testing.T, open Open, skips ...Skip) {
 		reasons[s.Row] = s.Reason
 	}
 	for _, r := range rows {
+		why, skip := reasons[r.name]
 		t.Run(r.name, func(t *testing.T) {
-			if why, ok := reasons[r.name]; ok {
+			if skip {
 				t.Skip(why)
 			}
+			t.Parallel()
 			clk := clock.NewFake(Start)
 			r.run(&env{t: t, ctx: t.Context(), clk: clk, qs: open(t, clk)})
 		})
