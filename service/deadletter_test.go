@@ -13,6 +13,8 @@ import (
 	"github.com/stretchr/testify/require"
 
 	styx "github.com/styxq/styx"
+	"github.com/styxq/styx/daemon"
+	"github.com/styxq/styx/internal/clock"
 	"github.com/styxq/styx/internal/store"
 	pb "github.com/styxq/styx/styxpb"
 )
@@ -93,27 +95,6 @@ func TestDeadLetter(t *testing.T) {
 			}
 			eventually(t, func() bool { return len(s.items("ex")) == 0 }, "expired items must not stay in the source")
 			s.leaseNone("ex")
-		})
-
-		t.Run("ExpiredWhileLeasedDiesWhenLeaseEnds", func(t *testing.T) {
-			dlq := s.withDLQ("el", &pb.QueueInfo{ExpireTimeout: "30s", LeaseTimeout: "30s"})
-			_, err := s.C.StorageItemsImport(ctx, &pb.StorageItemsImportRequest{QueueName: "el", Items: []*pb.StorageItem{
-				{Payload: []byte("a"), ExpireDeadline: at(time.Now().Add(300 * time.Millisecond))},
-			}})
-			require.NoError(t, err)
-			it := s.lease("el", 1).Items[0]
-			time.Sleep(600 * time.Millisecond) // wall-clock time must pass the expire deadline
-			// Past its expire deadline the item is still leased.
-			st, err := s.C.QueueStats(ctx, &pb.QueueStatsRequest{QueueName: "el"})
-			require.NoError(t, err)
-			assert.Equal(t, int32(1), st.LogicalQueues[0].Partitions[0].TotalLeased)
-			assert.Empty(t, s.items(dlq), "a live lease is never moved")
-			s.retry("el", 0, &pb.QueueRetryItem{Id: it.Id, Error: "late"})
-			dead := s.items(dlq)
-			require.Len(t, dead, 1)
-			assert.Equal(t, "expired", dead[0].DeadReason)
-			assert.Equal(t, "late", dead[0].LastError)
-			eventually(t, func() bool { return len(s.items("el")) == 0 }, "the source deletes its copy")
 		})
 
 		t.Run("ExplicitDeadKeepsError", func(t *testing.T) {
@@ -213,6 +194,35 @@ func TestDeadLetterMoveInterrupted(t *testing.T) {
 		assert.Equal(t, it.Id, dead[0].SourceId)
 		assert.Equal(t, "explicit", dead[0].DeadReason)
 		assert.Equal(t, "bad", dead[0].LastError)
+	})
+}
+
+// TestExpiredWhileLeasedDiesWhenLeaseEnds: an item past its expire deadline
+// stays leased while its lease lives and dies (expired) when the lease ends.
+// The server runs on a fake clock, so time passes the deadline without a
+// sleep.
+func TestExpiredWhileLeasedDiesWhenLeaseEnds(t *testing.T) {
+	forEachBackend(t, func(t *testing.T, b backend) {
+		clk := clock.NewFake(time.Now())
+		s := startWith(t, b, func(c *daemon.Config) { c.Clock = clk })
+		dlq := s.withDLQ("el", &pb.QueueInfo{ExpireTimeout: "30s", LeaseTimeout: "30s"})
+		_, err := s.C.StorageItemsImport(ctx, &pb.StorageItemsImportRequest{QueueName: "el", Items: []*pb.StorageItem{
+			{Payload: []byte("a"), ExpireDeadline: at(clk.Now().Add(300 * time.Millisecond))},
+		}})
+		require.NoError(t, err)
+		it := s.lease("el", 1).Items[0]
+		clk.Advance(600 * time.Millisecond) // past the expire deadline, well within the lease
+		// Past its expire deadline the item is still leased.
+		st, err := s.C.QueueStats(ctx, &pb.QueueStatsRequest{QueueName: "el"})
+		require.NoError(t, err)
+		assert.Equal(t, int32(1), st.LogicalQueues[0].Partitions[0].TotalLeased)
+		assert.Empty(t, s.items(dlq), "a live lease is never moved")
+		s.retry("el", 0, &pb.QueueRetryItem{Id: it.Id, Error: "late"})
+		dead := s.items(dlq)
+		require.Len(t, dead, 1)
+		assert.Equal(t, "expired", dead[0].DeadReason)
+		assert.Equal(t, "late", dead[0].LastError)
+		eventually(t, func() bool { return len(s.items("el")) == 0 }, "the source deletes its copy")
 	})
 }
 
