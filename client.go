@@ -139,9 +139,15 @@ const (
 	CodeForbidden    = 403
 	CodeNotFound     = 404
 	CodeConflict     = 409
-	CodeRetry        = 454
-	CodeBadContent   = 455
-	CodeInternal     = 500
+	// CodeUnavailable: storage failed the request (a database that is
+	// down, a write or fsync the disk refused), on every storage backend.
+	// Nothing was acknowledged and the request may be retried; a produce
+	// whose fsync failed may still have been stored, so a retry can store
+	// it twice (at-least-once).
+	CodeUnavailable = 453
+	CodeRetry       = 454
+	CodeBadContent  = 455
+	CodeInternal    = 500
 )
 
 // ErrorCode returns the DUH-RPC code of err, or 0 if err is not an *Error.

@@ -51,7 +51,7 @@ func TestPostgresRestart(t *testing.T) {
 					continue
 				}
 				// Only "request failed" while the database is away, naming it.
-				assert.Equal(t, 453, styx.ErrorCode(err), err.Error())
+				assert.Equal(t, styx.CodeUnavailable, styx.ErrorCode(err), err.Error())
 				assert.Contains(t, err.Error(), "postgres")
 				failed.Add(1)
 				d := int64(time.Since(began))
@@ -68,7 +68,7 @@ func TestPostgresRestart(t *testing.T) {
 	eventually(t, func() bool { return failed.Load() >= 20 }, "produces fail while the database is down")
 	// A waiting lease fails fast too.
 	_, err := nodes[1].C.QueueLease(ctx, &pb.QueueLeaseRequest{QueueName: "pr", BatchSize: 1, ClientId: "down", RequestTimeout: "30s"})
-	requireCode(t, err, 453, "postgres")
+	requireCode(t, err, styx.CodeUnavailable, "postgres")
 	pg.Start(t)
 
 	before := count()

@@ -162,7 +162,8 @@ func TestFailedSyncFailsLaterBatchesAndReloads(t *testing.T) {
 		for _, ch := range []<-chan error{first, second} {
 			err := <-ch
 			require.Error(t, err)
-			assert.Equal(t, 500, styx.ErrorCode(err), err.Error())
+			// The same answer as PostgreSQL gives for a failing database.
+			requireCode(t, err, styx.CodeUnavailable, "storage unavailable; queue 'sf': sync: ", "injected: fsync failed")
 		}
 		eventually(t, func() bool { return strings.Contains(s.Logs.String(), "sync failed; reloading the queue from storage") }, "the loop reloads")
 
@@ -244,5 +245,35 @@ func TestConsumeBeforeSync(t *testing.T) {
 		require.NotNil(t, got)
 		require.Len(t, got.Items, 1)
 		assert.Equal(t, "fresh", string(got.Items[0].Bytes))
+	})
+}
+
+// TestStorageFailureAnswers453: a write the store refuses is answered 453
+// naming the cause, the code TestPostgresRestart gets from a database that
+// is down, and nothing of the request is kept. (PostgreSQL has no fault
+// injection store; its outage is TestPostgresRestart.)
+func TestStorageFailureAnswers453(t *testing.T) {
+	forEachBackend(t, func(t *testing.T, b backend) {
+		if b.postgres() {
+			t.Skip("fault injection is for the embedded stores; PostgreSQL's outage is TestPostgresRestart")
+		}
+		s := start(t, b)
+		s.createQueue(&pb.QueueInfo{QueueName: "wf"})
+		s.Faults.SetWriteHook(func(b *store.Batch) error {
+			if insertsPayload(b, "refused") {
+				return errors.New("injected: disk full")
+			}
+			return nil
+		})
+		err := s.C.QueueProduce(ctx, &pb.QueueProduceRequest{QueueName: "wf", Items: []*pb.QueueProduceItem{{Bytes: []byte("refused")}}})
+		requireCode(t, err, styx.CodeUnavailable, "storage unavailable; queue 'wf': ", "injected: disk full")
+		s.Faults.SetWriteHook(nil)
+
+		s.produce("wf", "after")
+		var got []string
+		for _, it := range s.items("wf") {
+			got = append(got, string(it.Payload))
+		}
+		assert.Equal(t, []string{"after"}, got, "the refused item is not kept; the queue serves on")
 	})
 }

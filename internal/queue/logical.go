@@ -511,7 +511,7 @@ func (l *Logical) load() {
 		err = l.loadGroups(ctx, dead)
 	}
 	if err != nil {
-		l.loadErr = fmt.Errorf("load queue '%s': %w", l.name, err)
+		l.loadErr = unavailable(l.name, fmt.Errorf("load: %w", err))
 		l.cfg.Log.Error("load failed", "queue", l.name, "error", err)
 		return
 	}
@@ -1144,7 +1144,7 @@ func (l *Logical) serve(it *iteration, ws []*request, served []bool) {
 			it.err = fmt.Errorf("read bodies: %w", err)
 			for j, xs := range got {
 				if len(xs) > 0 {
-					ws[mine[j]].done <- result{err: fmt.Errorf("queue '%s': %w", l.name, it.err)}
+					ws[mine[j]].done <- result{err: unavailable(l.name, it.err)}
 					served[mine[j]] = true
 				}
 			}
@@ -1415,4 +1415,18 @@ func (l *Logical) scheduledItems(it *iteration, op *scheduledOp) ([]store.Item, 
 		out[i] = store.Item{Partition: p.num, Meta: x.meta(), Body: b, Errors: errs[i]}
 	}
 	return out, nil
+}
+
+// unavailable is the answer to a request that storage failed (a write, a
+// sync, a read or the queue's load): apierr.Unavailable (453) naming the
+// queue and the cause, the code the PostgreSQL backend gives for a database
+// that fails, so the same outage is the same answer on every backend. Nothing
+// of the request is acknowledged; after a failed sync the queue reloads what
+// storage holds, so a retried produce may be stored twice (at-least-once, as
+// on PostgreSQL when a commit's answer is lost).
+func unavailable(queue string, err error) error {
+	if _, ok := apierr.As(err); ok {
+		return err
+	}
+	return apierr.New(apierr.Unavailable, "storage unavailable; queue '%s': %v", queue, err)
 }

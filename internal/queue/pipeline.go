@@ -130,7 +130,7 @@ func (p *pipeline) run() {
 			err = c.wait()
 		}
 		if err != nil && ferr == nil {
-			ferr = fmt.Errorf("queue '%s': %w", p.name, err)
+			ferr = unavailable(p.name, fmt.Errorf("sync: %w", err))
 			select {
 			case p.failed <- struct{}{}:
 			default:
@@ -187,7 +187,7 @@ func (l *Logical) commit(it *iteration) {
 		// the state its changes were made to. Earlier batches still syncing
 		// are answered by the syncer.
 		l.cfg.Log.Error("write failed; reloading the queue from storage", "queue", l.name, "error", err)
-		l.finish(it, fmt.Errorf("queue '%s': %w", l.name, err))
+		l.finish(it, unavailable(l.name, err))
 		l.load()
 		return
 	}
