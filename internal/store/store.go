@@ -8,7 +8,10 @@
 // partition's ready, leased and scheduled sets in memory and uses the store
 // as its durable log of decisions: it loads item metadata once at start-up,
 // then writes one Batch per loop iteration. A backend never decides anything
-// about an item's life.
+// about an item's life. (PostgreSQL is not such a backend for items:
+// internal/pgqueue is a second engine that keeps item state in SQL and
+// decides in its transactions, ADR 0006; it implements only the catalog
+// parts here. One engine over one contract is issue 15.)
 //
 // Items are stored in three parts, so that start-up reads no payloads:
 //   - ItemMeta: the small, fixed state the logical queue keeps in memory,
