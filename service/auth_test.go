@@ -156,6 +156,10 @@ func (s *server) calls() []call {
 			_, err := c.DeadRedrive(ctx, &pb.DeadRedriveRequest{QueueName: q + "-dead", DryRun: true})
 			return err
 		}},
+		{"dead.groups", "dead", func(c *styx.Client) error {
+			_, err := c.DeadGroups(ctx, &pb.DeadGroupsRequest{QueueName: q + "-dead"})
+			return err
+		}},
 		{"redrives.list", "dead", func(c *styx.Client) error {
 			_, err := c.RedrivesList(ctx, &pb.RedrivesListRequest{QueueName: q + "-dead"})
 			return err

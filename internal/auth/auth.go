@@ -38,8 +38,8 @@ const (
 	Produce Scope = "produce"
 	// Consume: queue.lease, queue.complete, queue.retry, queue.renew.
 	Consume Scope = "consume"
-	// Dead: dead.list, dead.delete, dead.redrive, redrives.list,
-	// redrives.get, redrives.cancel.
+	// Dead: dead.list, dead.delete, dead.redrive, dead.groups,
+	// redrives.list, redrives.get, redrives.cancel.
 	Dead Scope = "dead"
 	// Read: queue.stats, queues.info, queues.list, storage/items.list,
 	// storage/scheduled.list, and /metrics (with no queue patterns).
@@ -64,6 +64,7 @@ var calls = map[string]Scope{
 	"/v1/dead.list":              Dead,
 	"/v1/dead.delete":            Dead,
 	"/v1/dead.redrive":           Dead,
+	"/v1/dead.groups":            Dead,
 	"/v1/redrives.list":          Dead,
 	"/v1/redrives.get":           Dead,
 	"/v1/redrives.cancel":        Dead,
