@@ -3,6 +3,8 @@ package web_test
 import (
 	"context"
 	"fmt"
+	"io"
+	"log/slog"
 	"net/http"
 	"net/http/httptest"
 	"net/http/httputil"
@@ -20,6 +22,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	styx "github.com/styxq/styx"
+	"github.com/styxq/styx/daemon"
 	pb "github.com/styxq/styx/styxpb"
 	"github.com/styxq/styx/styxtest"
 )
@@ -375,4 +378,42 @@ func TestBrowserAPIKey(t *testing.T) {
 	b.open("/ui/queues/guarded")
 	b.waitText("h1", "guarded")
 	require.Equal(t, "s3cret", b.eval(`sessionStorage.getItem("styx.apiKey")`))
+}
+
+// TestBrowserScopedKey runs the UI against a server with --auth and a key
+// of scopes dead and read only (an on-call operator's): the DLQ page, whose
+// calls include dead.groups, renders its groups and items; no call needs
+// admin.
+func TestBrowserScopedKey(t *testing.T) {
+	keyFile := filepath.Join(t.TempDir(), "admin.key")
+	admin := "styx_0123456789abcdef_" + strings.Repeat("ab", 32)
+	require.NoError(t, os.WriteFile(keyFile, []byte(admin+"\n"), 0o600))
+	d, err := daemon.New(context.Background(), daemon.Config{
+		Listen: "127.0.0.1:0", Storage: daemon.StorageMemory, Auth: true, AdminKeyFile: keyFile,
+		ShutdownTimeout: 2 * time.Second, Log: slog.New(slog.NewTextHandler(io.Discard, nil)),
+	})
+	require.NoError(t, err)
+	t.Cleanup(func() { _ = d.Close(context.Background()) })
+	c, err := styx.NewClient(styx.ClientConfig{Endpoint: d.Endpoint(), APIKey: admin})
+	require.NoError(t, err)
+	t.Cleanup(c.Close)
+
+	ctx := context.Background()
+	styxtest.CreateQueue(t, c, &pb.QueueInfo{QueueName: "pay-dlq"})
+	styxtest.CreateQueue(t, c, &pb.QueueInfo{QueueName: "pay", DeadQueue: "pay-dlq"})
+	require.NoError(t, c.QueueProduce(ctx, &pb.QueueProduceRequest{QueueName: "pay", Items: []*pb.QueueProduceItem{{Utf8: "p-1"}}}))
+	lease, err := c.QueueLease(ctx, &pb.QueueLeaseRequest{QueueName: "pay", BatchSize: 1, ClientId: "w", RequestTimeout: "5s"})
+	require.NoError(t, err)
+	_, err = c.QueueRetry(ctx, &pb.QueueRetryRequest{QueueName: "pay", Items: []*pb.QueueRetryItem{{Id: lease.Items[0].Id, Error: "card declined for payment 7", Dead: true}}})
+	require.NoError(t, err)
+	oncall, err := c.KeysCreate(ctx, &pb.KeysCreateRequest{Name: "oncall", Scopes: []string{"dead", "read"}})
+	require.NoError(t, err)
+
+	b := newBrowser(t, d.Endpoint())
+	b.run(chromedp.Navigate(d.Endpoint() + "/ui/queues/pay-dlq/dead"))
+	b.waitText("#key-dialog", "This server asks for an API key.")
+	b.run(chromedp.SendKeys(`#key-input`, oncall.Key, chromedp.ByQuery), chromedp.Click(`#key-dialog button[value=save]`, chromedp.ByQuery))
+	b.waitText("main table caption", "1 dead item in 1 group")
+	b.waitText("main", "card declined for payment <n>")
+	require.NotContains(t, b.text("main"), "forbidden")
 }
