@@ -87,6 +87,7 @@ const (
 // config is the command line.
 type config struct {
 	Endpoint   string   // --endpoint as given
+	APIKey     string   // --api-key: sent as "Authorization: Bearer <key>"
 	Endpoints  []string // Endpoint split at commas; the first is used for setup
 	Workload   string
 	Clients    int
@@ -170,6 +171,7 @@ func parseFlags(args []string, stderr io.Writer) (config, error) {
 	fs := pflag.NewFlagSet("styx-bench", pflag.ContinueOnError)
 	fs.SetOutput(stderr)
 	fs.StringVar(&c.Endpoint, "endpoint", styx.DefaultEndpoint, "server base URL, or a comma-separated list of them: client i uses URL i mod n, queue setup and deletion the first")
+	fs.StringVar(&c.APIKey, "api-key", os.Getenv("STYX_API_KEY"), "API key for a server run with --auth: an admin key, since the run creates and deletes its queue (env STYX_API_KEY)")
 	fs.StringVar(&c.Workload, "workload", workloadCycle, "produce, cycle, drain, dead, latency or worker")
 	fs.IntVar(&c.Clients, "clients", 4, "closed-loop client goroutines, all on the one queue (worker: the worker's Concurrency)")
 	fs.StringVar(&c.Queue, "queue", "", "queue name (default bench-<workload>-<random>; created and deleted by the run)")

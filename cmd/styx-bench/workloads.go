@@ -96,7 +96,7 @@ func newBench(cfg config, stderr io.Writer) (*bench, error) {
 	}}
 	b := &bench{cfg: cfg, stderr: stderr, queue: cfg.Queue}
 	for _, e := range cfg.Endpoints {
-		c, err := styx.NewClient(styx.ClientConfig{Endpoint: e, HTTPClient: hc})
+		c, err := styx.NewClient(styx.ClientConfig{Endpoint: e, HTTPClient: hc, APIKey: cfg.APIKey})
 		if err != nil {
 			return nil, err
 		}

@@ -3,10 +3,16 @@ package main
 import (
 	"context"
 	"io"
+	"log/slog"
+	"os"
+	"path/filepath"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"testing"
 
+	styx "github.com/styxq/styx"
+	"github.com/styxq/styx/daemon"
 	pb "github.com/styxq/styx/styxpb"
 	"github.com/styxq/styx/styxtest"
 )
@@ -79,5 +85,44 @@ func TestWorkerWorkload(t *testing.T) {
 	}
 	if _, err := srv.Client.QueueStats(context.Background(), &pb.QueueStatsRequest{QueueName: cfg.Queue}); err == nil {
 		t.Errorf("queue %s was not deleted", cfg.Queue)
+	}
+}
+
+// TestAPIKey runs a workload against a server with --auth: with --api-key it
+// runs; without, it stops at once with the server's 401.
+func TestAPIKey(t *testing.T) {
+	keyFile := filepath.Join(t.TempDir(), "admin.key")
+	admin := "styx_0123456789abcdef_" + strings.Repeat("cd", 32)
+	if err := os.WriteFile(keyFile, []byte(admin), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	d, err := daemon.New(context.Background(), daemon.Config{Listen: "127.0.0.1:0", Storage: daemon.StorageMemory,
+		Auth: true, AdminKeyFile: keyFile, Log: slog.New(slog.NewTextHandler(io.Discard, nil))})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = d.Close(context.Background()) })
+	args := []string{"--endpoint", d.Endpoint(), "--workload", "produce", "--clients", "2", "--count", "200",
+		"--payload", "16", "--duration", "30s", "--warmup", "0s"}
+
+	t.Setenv("STYX_API_KEY", "")
+	cfg, err := parseFlags(args, io.Discard)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := runBench(context.Background(), cfg, io.Discard); styx.ErrorCode(err) != styx.CodeUnauthorized {
+		t.Fatalf("without a key: %v, want 401", err)
+	}
+
+	cfg, err = parseFlags(append(args, "--api-key", admin), io.Discard)
+	if err != nil {
+		t.Fatal(err)
+	}
+	rep, err := runBench(context.Background(), cfg, io.Discard)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if rep.Items != 200 || rep.Errors != 0 {
+		t.Errorf("items %d, errors %d: want 200 and 0", rep.Items, rep.Errors)
 	}
 }
