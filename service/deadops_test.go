@@ -420,3 +420,29 @@ func must[T any](v T, err error) T {
 	}
 	return v
 }
+
+// TestRedriveAgainOnceEnded: once a redrive task shows as ended, the next
+// one on its dead-letter queue starts at once; it is never refused by the
+// ended task's claim (on PostgreSQL an advisory lock, released after the
+// end was stored, before it is shown).
+func TestRedriveAgainOnceEnded(t *testing.T) {
+	forEachBackend(t, func(t *testing.T, b backend) {
+		s := start(t, b)
+		s.createQueue(&pb.QueueInfo{QueueName: "ag-dlq"})
+		s.createQueue(&pb.QueueInfo{QueueName: "ag", DeadQueue: "ag-dlq"})
+		for i := range 25 {
+			s.importDead("ag-dlq", deadItem{payload: fmt.Sprint(i), source: "ag", reason: "expired"})
+			task, err := s.C.DeadRedrive(ctx, &pb.DeadRedriveRequest{QueueName: "ag-dlq", All: true})
+			require.NoError(t, err, "round %d", i)
+			// Polled back to back, so that the next round starts the
+			// moment the task shows as ended.
+			for task.Status == "running" {
+				task, err = s.C.RedrivesGet(ctx, &pb.RedriveTaskRequest{TaskId: task.TaskId})
+				require.NoError(t, err)
+			}
+			require.Equal(t, "completed", task.Status)
+			require.Equal(t, int64(1), task.Moved, "round %d", i)
+		}
+		assert.Len(t, s.items("ag"), 25)
+	})
+}

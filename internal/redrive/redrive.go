@@ -232,8 +232,7 @@ func (r *Runner) adopt(ctx context.Context) error {
 			continue
 		}
 		if t.Status == StatusCancelling || cancels[t.ID] {
-			release()
-			r.finish(t, StatusCancelled, "")
+			r.finish(t, StatusCancelled, "", release)
 			continue
 		}
 		r.cfg.Log.Info("redrive: resuming task", "task", t.ID, "dead_queue", t.Queue, "moved", t.Moved, "matched", t.Matched)
@@ -357,8 +356,7 @@ func (r *Runner) Start(ctx context.Context, p StartParams) (Task, error) {
 	r.mu.Lock()
 	if t.Status == StatusCancelling { // cancelled while it counted
 		r.mu.Unlock()
-		release()
-		r.finish(t, StatusCancelled, "")
+		r.finish(t, StatusCancelled, "", release)
 		return r.Get(ctx, t.ID)
 	}
 	r.launch(t, release)
@@ -524,21 +522,34 @@ func (r *Runner) launch(t *Task, release func()) {
 	running := r.cfg.Metrics.RedriveRunning.WithLabelValues(t.Queue)
 	running.Inc()
 	r.wg.Go(func() {
-		defer release()
 		defer cancel()
 		defer running.Dec()
 		status, reason := r.run(ctx, t)
 		if r.ctx.Err() != nil && status != StatusCompleted {
+			release()
 			return // server shutting down: the task resumes at restart
 		}
-		r.finish(t, status, reason)
+		r.finish(t, status, reason, release)
 	})
 }
 
-// finish records the end of a task and prunes old finished tasks.
-func (r *Runner) finish(t *Task, status, reason string) {
+// finish records the end of a task, releases its claim and prunes old
+// finished tasks. The order matters: the end is stored before the claim is
+// released (a server that claims the queue next must not resume the task),
+// and shown here only after (whoever sees the task ended may start the next
+// one on its queue at once, and must not be refused by a claim still held).
+func (r *Runner) finish(t *Task, status, reason string, release func()) {
 	r.mu.Lock()
-	t.Status, t.FailureReason, t.FinishedAt = status, reason, r.cfg.Clock.Now().UTC()
+	ended := t.clone()
+	r.mu.Unlock()
+	ended.Status, ended.FailureReason, ended.FinishedAt = status, reason, r.cfg.Clock.Now().UTC()
+	if err := r.persist(&ended); err != nil {
+		r.cfg.Log.Error("redrive: persist finished task", "task", t.ID, "error", err)
+	}
+	release()
+
+	r.mu.Lock()
+	t.Status, t.FailureReason, t.FinishedAt = ended.Status, ended.FailureReason, ended.FinishedAt
 	delete(r.running, t.ID)
 	var done []*Task
 	for _, o := range r.tasks {
@@ -554,9 +565,6 @@ func (r *Runner) finish(t *Task, status, reason string) {
 		done = done[1:]
 	}
 	r.mu.Unlock()
-	if err := r.persist(t); err != nil {
-		r.cfg.Log.Error("redrive: persist finished task", "task", t.ID, "error", err)
-	}
 	if r.claimer != nil {
 		prune = append(prune, cancelPrefix+t.ID)
 	}
