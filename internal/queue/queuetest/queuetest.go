@@ -79,15 +79,6 @@ func Run(t *testing.T, open Open, skips ...Skip) {
 	}
 }
 
-// Rows returns the names of the suite's rows, in order.
-func Rows() []string {
-	names := make([]string, len(rows))
-	for i, r := range rows {
-		names[i] = r.name
-	}
-	return names
-}
-
 type row struct {
 	name string
 	run  func(e *env)
@@ -189,6 +180,17 @@ func (e *env) leaseNone(q queue.Queue) {
 }
 
 func (e *env) client() string { return fmt.Sprintf("c%d", e.clients.Add(1)) }
+
+// leasableAfter requires that q hands out nothing now and nothing 1 ms
+// before d has passed, then moves the clock to d, when the row expects an
+// item to be leasable.
+func (e *env) leasableAfter(q queue.Queue, d time.Duration) {
+	e.t.Helper()
+	e.leaseNone(q)
+	e.advance(d-time.Millisecond, q)
+	e.leaseNone(q)
+	e.advance(time.Millisecond, q)
+}
 
 // tick sends q's loop a request that changes nothing (a delete of an id
 // that does not exist), so that the lifecycle work the clock made due runs.
@@ -506,10 +508,7 @@ var rows = []row{
 		require.NoError(e.t, err)
 		require.Len(e.t, sched, 1)
 		require.Equal(e.t, out[0].NewID, sched[0].Meta.ID)
-		e.leaseNone(q)
-		e.advance(time.Minute-time.Millisecond, q)
-		e.leaseNone(q)
-		e.advance(time.Millisecond, q)
+		e.leasableAfter(q, time.Minute)
 		_, again := e.leaseOne(q, "a")
 		require.Equal(e.t, int32(2), again.Attempts)
 	}},
@@ -628,10 +627,7 @@ var rows = []row{
 		require.True(e.t, sched[0].Meta.EnqueueAt.Equal(at), "enqueue_at %v", sched[0].Meta.EnqueueAt)
 		part, now := e.leaseOne(q, "now")
 		require.NoError(e.t, q.Complete(e.ctx, part, []uint64{now.ID}))
-		e.leaseNone(q)
-		e.advance(time.Hour-time.Millisecond, q)
-		e.leaseNone(q)
-		e.advance(time.Millisecond, q)
+		e.leasableAfter(q, time.Hour)
 		_, x := e.leaseOne(q, "later")
 		require.Equal(e.t, int32(1), x.Attempts)
 	}},
