@@ -12,6 +12,7 @@ import (
 	"github.com/jackc/pgx/v5"
 
 	"github.com/styxq/styx/internal/clock"
+	"github.com/styxq/styx/internal/engine"
 	"github.com/styxq/styx/internal/queue"
 	"github.com/styxq/styx/internal/store"
 	"github.com/styxq/styx/metrics"
@@ -189,7 +190,7 @@ func (m *Manager) reload(ctx context.Context) error {
 	}
 	m.mu.Unlock()
 	for _, q := range stopped {
-		go q.shutdown()
+		go q.loop.Shutdown()
 	}
 	for _, l := range all {
 		if q := queues[l.info.ID]; q != nil && l.due != 0 {
@@ -329,12 +330,12 @@ func (m *Manager) adopt(info store.QueueInfo) (*Queue, error) {
 	m.mu.Lock()
 	defer m.mu.Unlock()
 	if m.closed {
-		return nil, errShuttingDown
+		return nil, engine.ErrShuttingDown
 	}
 	if old, ok := m.names[info.Name]; ok && old != info.ID {
 		// Deleted and re-created under the same name.
 		for _, q := range m.forget(old, info.Name) {
-			go q.shutdown()
+			go q.loop.Shutdown()
 		}
 	}
 	m.gen++
@@ -451,7 +452,7 @@ func (m *Manager) Delete(ctx context.Context, name string) error {
 	stopped := m.forget(id, name)
 	m.mu.Unlock()
 	for _, q := range stopped {
-		q.shutdown()
+		q.loop.Shutdown()
 	}
 	return nil
 }
@@ -468,7 +469,7 @@ func (m *Manager) Close() {
 	m.mu.Unlock()
 	var wg sync.WaitGroup
 	for _, q := range qs {
-		wg.Go(q.shutdown)
+		wg.Go(q.loop.Shutdown)
 	}
 	wg.Wait()
 	m.cancel()

@@ -11,17 +11,12 @@ import (
 	"github.com/jackc/pgx/v5"
 
 	"github.com/styxq/styx/internal/apierr"
+	"github.com/styxq/styx/internal/engine"
 	"github.com/styxq/styx/internal/queue"
 	"github.com/styxq/styx/internal/store"
 )
 
 const (
-	// requestQueueSize and maxRequestsPerIteration are as in the
-	// single-node logical queue.
-	requestQueueSize        = 2048
-	maxRequestsPerIteration = 512
-	// maxAttemptErrors is how many attempt errors an item keeps.
-	maxAttemptErrors = 10
 	// pollInterval is how often a loop with waiting leases looks for items
 	// without being told of any: a safety net for notifications lost while
 	// a node's LISTEN connection reconnects, not the wake-up path.
@@ -31,11 +26,9 @@ const (
 	busyBackoff = 50 * time.Millisecond
 )
 
-var errShuttingDown = apierr.New(apierr.Retry, "server shutting down; retry on another node or after restart")
-
-// Queue is one queue as served by this node: a loop goroutine (run) that
-// gathers the requests arriving together and runs them, with due lifecycle
-// work and the waiting leases it can serve, as one transaction. Other nodes
+// Queue is one queue as served by this node: the engine.Backend of its
+// engine.Loop, which runs the requests arriving together, with due
+// lifecycle work and the waiting leases it can serve, as one transaction. Other nodes
 // run their own loop for the same queue; PostgreSQL arbitrates. Methods may
 // be called from any goroutine; they implement queue.Queue with the
 // semantics documented on queue.Logical, except that Reload has nothing to
@@ -44,19 +37,17 @@ type Queue struct {
 	m    *Manager
 	name string
 	id   uint64
+	loop *engine.Loop
 
-	reqs chan *request
-	// wake is signalled (non-blocking, capacity 1) when items may have
-	// become ready (readyHint) or lifecycle work may be due (dueHint).
-	wake      chan struct{}
+	// The loop is woken (signal) when items may have become ready
+	// (readyHint) or lifecycle work may be due (dueHint).
 	readyHint atomic.Bool
 	dueHint   atomic.Int64
-	stop      chan struct{}
-	done      chan struct{}
-	waiting   atomic.Int32
 
 	// Owned by the loop.
-	waiters []*request
+	// joined is the count of leases that had joined the waiters when the
+	// loop last looked: a new one makes the iteration serve.
+	joined uint64
 	// produceNext and leaseNext are the tie-break cursors of the partition
 	// choice (queue/distribution.go): the partition after the one chosen
 	// last by this node.
@@ -67,31 +58,8 @@ type Queue struct {
 	lastPoll int64
 }
 
-type request struct {
-	ctx  context.Context
-	op   any
-	done chan result
-	// deadline is set on lease requests while they wait.
-	deadline int64
-	// answered is set once done has been sent to.
-	answered bool
-}
-
-type result struct {
-	v   any
-	err error
-}
-
-func (r *request) answer(v any, err error) {
-	if !r.answered {
-		r.answered = true
-		r.done <- result{v: v, err: err}
-	}
-}
-
 type (
 	produceOp  struct{ items []queue.ProduceItem }
-	leaseOp    struct{ p queue.LeaseParams }
 	completeOp struct {
 		partition int32
 		ids       []uint64
@@ -118,16 +86,10 @@ type (
 )
 
 func newQueue(m *Manager, info store.QueueInfo) *Queue {
-	q := &Queue{
-		m: m, name: info.Name, id: info.ID,
-		reqs: make(chan *request, requestQueueSize),
-		wake: make(chan struct{}, 1),
-		stop: make(chan struct{}),
-		done: make(chan struct{}),
-	}
+	q := &Queue{m: m, name: info.Name, id: info.ID, loop: engine.NewLoop(info.Name, m.cfg.Clock)}
 	// Lifecycle work may be due from before this node started.
 	q.nextDue = 1
-	go q.run()
+	q.loop.Start(q)
 	return q
 }
 
@@ -135,7 +97,7 @@ func newQueue(m *Manager, info store.QueueInfo) *Queue {
 func (q *Queue) Name() string { return q.name }
 
 // Pending returns how many requests wait in the queue's channel.
-func (q *Queue) Pending() int { return len(q.reqs) }
+func (q *Queue) Pending() int { return q.loop.Pending() }
 
 // signal wakes the loop: ready says items may be ready, due (Unix ns, 0:
 // none) that lifecycle work is due then.
@@ -151,42 +113,12 @@ func (q *Queue) signal(ready bool, due int64) {
 			}
 		}
 	}
-	select {
-	case q.wake <- struct{}{}:
-	default:
-	}
+	q.loop.Wake()
 }
 
-// call sends op to the loop and waits for its answer (see queue.Logical).
+// call sends op to the loop and waits for its answer (engine.Loop.Call).
 func (q *Queue) call(ctx context.Context, op any, abandonable bool) (any, error) {
-	r := &request{ctx: ctx, op: op, done: make(chan result, 1)}
-	select {
-	case <-q.stop:
-		return nil, errShuttingDown
-	default:
-	}
-	select {
-	case q.reqs <- r:
-	default:
-		return nil, apierr.New(apierr.Retry, "queue overloaded; '%s' has %d requests waiting, retry", q.name, requestQueueSize)
-	}
-	var ctxDone <-chan struct{}
-	if abandonable {
-		ctxDone = ctx.Done()
-	}
-	select {
-	case res := <-r.done:
-		return res.v, res.err
-	case <-q.done:
-		select {
-		case res := <-r.done:
-			return res.v, res.err
-		default:
-			return nil, errShuttingDown
-		}
-	case <-ctxDone:
-		return nil, ctx.Err()
-	}
+	return q.loop.Call(ctx, op, abandonable)
 }
 
 // Produce implements queue.Queue: the items go to one partition, the one
@@ -199,7 +131,7 @@ func (q *Queue) Produce(ctx context.Context, items []queue.ProduceItem) error {
 
 // Lease implements queue.Queue.
 func (q *Queue) Lease(ctx context.Context, p queue.LeaseParams) (queue.LeaseResult, error) {
-	v, err := q.call(ctx, &leaseOp{p: p}, true)
+	v, err := q.loop.CallLease(ctx, nil, engine.LeaseWait{ClientID: p.ClientID, BatchSize: p.BatchSize, Timeout: p.Timeout})
 	if err != nil {
 		return queue.LeaseResult{}, err
 	}
@@ -280,86 +212,21 @@ func (q *Queue) TakeRedriven(ctx context.Context, items []queue.RedriveItem) err
 	return err
 }
 
-// shutdown stops the loop after it has finished the requests it took.
-func (q *Queue) shutdown() {
-	select {
-	case <-q.stop:
-	default:
-		close(q.stop)
-	}
-	<-q.done
-}
+// Open is a no-op: the database is the state (engine.Backend).
+func (q *Queue) Open() {}
 
-// run is the loop.
-func (q *Queue) run() {
-	defer close(q.done)
-	timer := time.NewTimer(0)
-	defer timer.Stop()
-	for {
-		timer.Reset(q.sleep())
-		select {
-		case <-q.stop:
-			q.drain()
-			return
-		case r := <-q.reqs:
-			q.iterate(q.gather([]*request{r}), false)
-		case <-q.wake:
-			q.iterate(nil, false)
-		case <-timer.C:
-			q.iterate(nil, true)
-		}
-	}
-}
+// Stopped is a no-op: every request is answered in its iteration
+// (engine.Backend).
+func (q *Queue) Stopped() {}
 
-// gather adds the requests already waiting in the channel to batch, up to
-// maxRequestsPerIteration, without blocking.
-func (q *Queue) gather(batch []*request) []*request {
-	for len(batch) < maxRequestsPerIteration {
-		select {
-		case r := <-q.reqs:
-			batch = append(batch, r)
-		default:
-			return batch
-		}
-	}
-	return batch
-}
-
-// sleep returns how long the loop may wait for requests.
-func (q *Queue) sleep() time.Duration {
+// NextWake returns when the lifecycle is next due, and while leases wait,
+// when to look for items without a hint (engine.Backend).
+func (q *Queue) NextWake(int64) int64 {
 	next := q.nextDue
-	for _, w := range q.waiters {
-		next = earliest(next, w.deadline)
-	}
-	if len(q.waiters) > 0 {
+	if q.loop.Waiters.Len() > 0 {
 		next = earliest(next, q.lastPoll+int64(pollInterval))
 	}
-	if next == 0 {
-		return time.Hour
-	}
-	return max(time.Duration(next-q.m.now()), time.Millisecond)
-}
-
-// drain answers what the loop holds when it stops: requests already sent
-// are run, waiting leases are answered 454.
-func (q *Queue) drain() {
-	for {
-		batch := q.gather(nil)
-		if len(batch) == 0 {
-			break
-		}
-		for _, r := range batch {
-			if _, ok := r.op.(*leaseOp); ok {
-				r.answer(nil, errShuttingDown)
-			}
-		}
-		q.iterate(batch, false)
-	}
-	for _, w := range q.waiters {
-		w.answer(nil, errShuttingDown)
-	}
-	q.waiters = nil
-	q.waiting.Store(0)
+	return next
 }
 
 // iteration is the work of one loop iteration, applied in one transaction.
@@ -385,13 +252,13 @@ type iteration struct {
 	ready []int
 }
 
-func (it *iteration) reply(r *request, v any) {
+func (it *iteration) reply(r *engine.Request, v any) {
 	it.after = append(it.after, func(err error) {
 		if err != nil {
-			r.answer(nil, err)
+			r.Answer(nil, err)
 			return
 		}
-		r.answer(v, nil)
+		r.Answer(v, nil)
 	})
 }
 
@@ -401,36 +268,26 @@ func (it *iteration) wakeQueue(id uint64) {
 	}
 }
 
-// iterate runs one loop iteration: poll says the timer fired (look for
-// items for the waiting leases even without a hint).
-func (q *Queue) iterate(reqs []*request, poll bool) {
-	now := q.m.now()
+// Iterate runs one loop iteration (engine.Backend): poll says the timer
+// fired (look for items for the waiting leases even without a hint).
+func (q *Queue) Iterate(now int64, work []*engine.Request, poll bool) {
 	info, ok := q.m.cachedInfo(q.id)
 	if !ok {
-		for _, r := range reqs {
-			r.answer(nil, queue.NotFound(q.name))
+		for _, r := range work {
+			r.Answer(nil, queue.NotFound(q.name))
 		}
+		q.loop.Waiters.Fail(queue.NotFound(q.name))
 		return
 	}
 	serve := poll || q.readyHint.Swap(false)
+	if j := q.loop.Waiters.Joined(); j != q.joined {
+		serve, q.joined = true, j
+	}
 	if due := q.dueHint.Swap(0); due != 0 {
 		q.nextDue = earliest(q.nextDue, due)
 	}
-	var work []*request
-	for _, r := range reqs {
-		if op, ok := r.op.(*leaseOp); ok {
-			if err := q.addWaiter(r, op, now); err != nil {
-				r.answer(nil, err)
-				continue
-			}
-			serve = true
-			continue
-		}
-		work = append(work, r)
-	}
 	lifecycle := q.nextDue != 0 && q.nextDue <= now
-	if len(work) == 0 && !lifecycle && !(serve && len(q.waiters) > 0) {
-		q.expireWaiters(now)
+	if len(work) == 0 && !lifecycle && !(serve && q.loop.Waiters.Len() > 0) {
 		return
 	}
 	it := &iteration{now: now, info: info}
@@ -457,7 +314,7 @@ func (q *Queue) iterate(reqs []*request, poll bool) {
 				return err
 			}
 		}
-		if len(q.waiters) > 0 {
+		if q.loop.Waiters.Len() > 0 {
 			if err := q.serve(ctx, tx, it); err != nil {
 				return err
 			}
@@ -479,13 +336,9 @@ func (q *Queue) iterate(reqs []*request, poll bool) {
 		// do the waiting leases: a database that is down answers 453 at
 		// once, not at the request timeout.
 		for _, r := range work {
-			r.answer(nil, err)
+			r.Answer(nil, err)
 		}
-		for _, w := range q.waiters {
-			w.answer(nil, err)
-		}
-		q.waiters = q.waiters[:0]
-		q.waiting.Store(0)
+		q.loop.Waiters.Fail(err)
 		if lifecycle {
 			q.nextDue = now + int64(busyBackoff)
 		}
@@ -497,40 +350,6 @@ func (q *Queue) iterate(reqs []*request, poll bool) {
 	for _, f := range it.after {
 		f(err)
 	}
-	q.expireWaiters(now)
-}
-
-// addWaiter adds a lease request to the waiting leases.
-func (q *Queue) addWaiter(r *request, op *leaseOp, now int64) error {
-	for _, w := range q.waiters {
-		if w.op.(*leaseOp).p.ClientID == op.p.ClientID && w.ctx.Err() == nil {
-			return apierr.Invalidf("duplicate client_id; '%s' already has a lease waiting on queue '%s'", op.p.ClientID, q.name)
-		}
-	}
-	r.deadline = now + int64(op.p.Timeout)
-	q.waiters = append(q.waiters, r)
-	q.waiting.Store(int32(len(q.waiters)))
-	return nil
-}
-
-// expireWaiters answers and drops the waiting leases that were answered,
-// whose client went away, or whose request timeout has passed.
-func (q *Queue) expireWaiters(now int64) {
-	kept := q.waiters[:0]
-	for _, w := range q.waiters {
-		switch {
-		case w.answered:
-		case w.ctx.Err() != nil:
-			w.answer(nil, w.ctx.Err())
-		case w.deadline <= now:
-			w.answer(nil, apierr.New(apierr.Retry, "request timeout; no items are in the queue, try again"))
-		default:
-			kept = append(kept, w)
-		}
-	}
-	clear(q.waiters[len(kept):])
-	q.waiters = kept
-	q.waiting.Store(int32(len(kept)))
 }
 
 // lifecycle ends expired leases, kills expired items and makes due
@@ -594,17 +413,15 @@ type history struct {
 	errors    []byte
 }
 
-// recordError appends an attempt error to the item's history.
+// recordError appends an attempt error to the item's history
+// (queue.RecordError).
 func recordError(x row, msg string, now int64) (history, error) {
 	errs, err := decodeErrors(x.errors)
 	if err != nil {
 		return history{}, err
 	}
-	errs = append(errs, store.AttemptError{Attempt: x.attempts, Error: msg, At: time.Unix(0, now).UTC()})
-	if n := len(errs); n > maxAttemptErrors {
-		errs = errs[n-maxAttemptErrors:]
-	}
-	return history{set: true, lastError: msg, errors: encodeErrors(errs)}, nil
+	h := queue.RecordError(store.ItemErrors{Errors: errs}, x.attempts, msg, now)
+	return history{set: true, lastError: h.LastError, errors: encodeErrors(h.Errors)}, nil
 }
 
 // endLease ends a lease without completion, as queue.Logical does: the item
@@ -613,24 +430,15 @@ func recordError(x row, msg string, now int64) (history, error) {
 // returns what it did, without ids: a requeued item is the last of
 // it.requeues and gets its new id when flushed, unless the caller sets one.
 func (q *Queue) endLease(it *iteration, x row, release bool, retryAt time.Time, h *history) queue.RetryOutcome {
-	if release && x.attempts > 0 {
-		x.attempts--
-	}
-	switch {
-	case !release && it.info.MaxAttempts > 0 && x.attempts >= it.info.MaxAttempts:
-		return q.kill(it, x, queue.ReasonMaxAttempts, h)
-	case x.expire != 0 && x.expire <= it.now:
-		return q.kill(it, x, queue.ReasonExpired, h)
-	}
-	o := queue.RetryOutcome{Outcome: queue.OutcomeRequeued, Attempts: x.attempts}
-	if release {
-		o.Outcome = queue.OutcomeReleased
+	e := queue.EndLease(it.info, x.attempts, x.expire, release, retryAt, it.now)
+	x.attempts = e.Attempts
+	if e.Reason != "" {
+		return q.kill(it, x, e.Reason, h)
 	}
 	r := requeue{id: x.id, state: stateReady, attempts: x.attempts}
-	if at := queue.Nanos(retryAt); at > it.now {
-		r.state, r.deadline = stateScheduled, at
-		q.nextDue = earliest(q.nextDue, at)
-		o.Outcome, o.RetryAt = queue.OutcomeScheduled, queue.FromNanos(at)
+	if e.At != 0 {
+		r.state, r.deadline = stateScheduled, e.At
+		q.nextDue = earliest(q.nextDue, e.At)
 	} else {
 		it.wakeQueue(q.id)
 	}
@@ -638,7 +446,7 @@ func (q *Queue) endLease(it *iteration, x row, release bool, retryAt time.Time, 
 		r.setErrors, r.lastError, r.errors = true, h.lastError, h.errors
 	}
 	it.requeues = append(it.requeues, r)
-	return o
+	return e.Requeued(0)
 }
 
 // kill makes the item dead: moved to the dead-letter queue in this
@@ -650,10 +458,7 @@ func (q *Queue) kill(it *iteration, x row, reason string, h *history) queue.Retr
 		d.setErrors, d.lastError, d.errors = true, h.lastError, h.errors
 	}
 	it.deaths = append(it.deaths, d)
-	if it.info.DeadQueue == "" {
-		return queue.RetryOutcome{Outcome: queue.OutcomeDropped, Reason: reason, Attempts: x.attempts}
-	}
-	return queue.RetryOutcome{Outcome: queue.OutcomeDeadLettered, Reason: reason, DeadQueue: it.info.DeadQueue, Attempts: x.attempts}
+	return queue.KillOutcome(it.info, reason, x.attempts)
 }
 
 // Lock order. Two nodes run transactions on the same rows, so a
@@ -681,11 +486,11 @@ func (q *Queue) kill(it *iteration, x row, reason string, h *history) queue.Retr
 
 // lock locks the rows the iteration's requests act on and returns those
 // named by id (complete, retry, renew, delete), by id.
-func (q *Queue) lock(ctx context.Context, tx pgx.Tx, work []*request) (map[int64]row, error) {
+func (q *Queue) lock(ctx context.Context, tx pgx.Tx, work []*engine.Request) (map[int64]row, error) {
 	var ids []int64
 	var clr *queue.ClearParams
 	for _, r := range work {
-		switch op := r.op.(type) {
+		switch op := r.Op.(type) {
 		case *completeOp:
 			for _, id := range op.ids {
 				ids = append(ids, int64(id))
@@ -727,10 +532,10 @@ func (q *Queue) lock(ctx context.Context, tx pgx.Tx, work []*request) (map[int64
 
 // apply runs the requests other than leases, in order, on the rows lock
 // locked.
-func (q *Queue) apply(ctx context.Context, tx pgx.Tx, it *iteration, work []*request, rows map[int64]row) error {
+func (q *Queue) apply(ctx context.Context, tx pgx.Tx, it *iteration, work []*engine.Request, rows map[int64]row) error {
 	var inserts []insert
 	for _, r := range work {
-		switch op := r.op.(type) {
+		switch op := r.Op.(type) {
 		case *produceOp:
 			p, err := q.produceTo(ctx, tx, it)
 			if err != nil {
@@ -767,7 +572,7 @@ func (q *Queue) apply(ctx context.Context, tx pgx.Tx, it *iteration, work []*req
 		case *completeOp:
 			xs, err := q.leased(it, rows, op.partition, op.ids)
 			if err != nil {
-				r.answer(nil, err)
+				r.Answer(nil, err)
 				continue
 			}
 			for _, x := range xs {
@@ -782,7 +587,7 @@ func (q *Queue) apply(ctx context.Context, tx pgx.Tx, it *iteration, work []*req
 			outcomes, err := q.retry(ctx, tx, it, rows, op)
 			if err != nil {
 				if _, ok := apierr.As(err); ok {
-					r.answer(nil, err)
+					r.Answer(nil, err)
 					continue
 				}
 				return err
@@ -792,7 +597,7 @@ func (q *Queue) apply(ctx context.Context, tx pgx.Tx, it *iteration, work []*req
 			deadlines, err := q.renew(ctx, tx, it, rows, op)
 			if err != nil {
 				if _, ok := apierr.As(err); ok {
-					r.answer(nil, err)
+					r.Answer(nil, err)
 					continue
 				}
 				return err
@@ -811,14 +616,14 @@ func (q *Queue) apply(ctx context.Context, tx pgx.Tx, it *iteration, work []*req
 			it.ready = nil
 			if err != nil {
 				if _, ok := apierr.As(err); ok {
-					r.answer(nil, err)
+					r.Answer(nil, err)
 					continue
 				}
 				return err
 			}
 			it.reply(r, v)
 		default:
-			r.answer(nil, fmt.Errorf("queue '%s': unknown request %T", q.name, op))
+			r.Answer(nil, fmt.Errorf("queue '%s': unknown request %T", q.name, op))
 		}
 	}
 	return q.flushInserts(ctx, tx, it, &inserts)
@@ -837,7 +642,7 @@ func (q *Queue) produceTo(ctx context.Context, tx pgx.Tx, it *iteration) (int32,
 		}
 		it.ready = ready
 	}
-	p := queue.FewestReady(it.ready, q.produceNext)
+	p := engine.FewestReady(it.ready, q.produceNext)
 	q.produceNext = p + 1
 	return int32(p), nil
 }
@@ -871,21 +676,15 @@ func (q *Queue) flushInserts(ctx context.Context, tx pgx.Tx, it *iteration, inse
 // and not yet used by this iteration, or an Invalid error naming the first
 // that is not.
 func (q *Queue) leased(it *iteration, rows map[int64]row, n int32, ids []uint64) ([]row, error) {
-	if n < 0 || n >= it.info.Partitions {
-		return nil, apierr.Invalidf("invalid partition; queue '%s' has partitions 0..%d, not %d", q.name, it.info.Partitions-1, n)
+	if err := queue.CheckPartition(q.name, it.info.Partitions, n); err != nil {
+		return nil, err
 	}
-	out := make([]row, 0, len(ids))
-	seen := make(map[int64]bool, len(ids))
-	for _, id := range ids {
-		x, ok := rows[int64(id)]
-		if !ok || x.state != stateLeased || x.partition != n || x.deadline <= it.now {
-			return nil, apierr.Invalidf("invalid ids; '%s' is not leased in partition %d of queue '%s'", queue.FormatID(id), n, q.name)
-		}
-		if seen[x.id] {
-			return nil, apierr.Invalidf("invalid ids; '%s' appears more than once", queue.FormatID(id))
-		}
-		seen[x.id] = true
-		out = append(out, x)
+	if err := queue.CheckLeased(q.name, n, ids, func(id uint64) bool { return live(it, rows, n, id) }); err != nil {
+		return nil, err
+	}
+	out := make([]row, len(ids))
+	for i, id := range ids {
+		out[i] = rows[int64(id)]
 	}
 	// An item completed or retried by an earlier request of this
 	// iteration is no longer leased.
@@ -893,6 +692,13 @@ func (q *Queue) leased(it *iteration, rows map[int64]row, n int32, ids []uint64)
 		delete(rows, x.id)
 	}
 	return out, nil
+}
+
+// live reports whether item id is under a live lease in partition n, among
+// the rows lock locked and no earlier request of the iteration used.
+func live(it *iteration, rows map[int64]row, n int32, id uint64) bool {
+	x, ok := rows[int64(id)]
+	return ok && x.state == stateLeased && x.partition == n && x.deadline > it.now
 }
 
 // retry ends the leases of op's items and returns what became of each. A
@@ -951,30 +757,17 @@ func (q *Queue) retry(ctx context.Context, tx pgx.Tx, it *iteration, rows map[in
 // iteration is no longer leased; one renewed stays leased.
 func (q *Queue) renew(ctx context.Context, tx pgx.Tx, it *iteration, rows map[int64]row, op *renewOp) ([]time.Time, error) {
 	n := op.partition
-	if n < 0 || n >= it.info.Partitions {
-		return nil, apierr.Invalidf("invalid partition; queue '%s' has partitions 0..%d, not %d", q.name, it.info.Partitions-1, n)
+	if err := queue.CheckPartition(q.name, it.info.Partitions, n); err != nil {
+		return nil, err
 	}
-	var bad []uint64
-	seen := make(map[uint64]bool, len(op.ids))
+	deadline, err := queue.CheckRenew(it.info, n, op.ids, op.timeout, it.now, func(id uint64) bool { return live(it, rows, n, id) })
+	if err != nil {
+		return nil, err
+	}
 	ids := make([]int64, len(op.ids))
 	for i, id := range op.ids {
-		if seen[id] {
-			return nil, apierr.Invalidf("invalid ids; '%s' appears more than once", queue.FormatID(id))
-		}
-		seen[id] = true
 		ids[i] = int64(id)
-		if x, ok := rows[int64(id)]; !ok || x.state != stateLeased || x.partition != n || x.deadline <= it.now {
-			bad = append(bad, id)
-		}
 	}
-	if len(bad) > 0 {
-		return nil, queue.NotLeased(bad, n, q.name)
-	}
-	timeout := op.timeout
-	if timeout == 0 {
-		timeout = it.info.LeaseTimeout
-	}
-	deadline := it.now + int64(timeout)
 	if err := renewLeases(ctx, tx, q.id, ids, deadline); err != nil {
 		return nil, err
 	}
@@ -1082,14 +875,14 @@ func (q *Queue) bury(ctx context.Context, tx pgx.Tx, it *iteration, ds []death) 
 func (q *Queue) applyStorage(ctx context.Context, tx pgx.Tx, it *iteration, op any) (any, error) {
 	switch op := op.(type) {
 	case *importOp:
-		if op.partition < 0 || op.partition >= it.info.Partitions {
-			return nil, apierr.Invalidf("invalid partition; queue '%s' has partitions 0..%d, not %d", q.name, it.info.Partitions-1, op.partition)
+		if err := queue.CheckPartition(q.name, it.info.Partitions, op.partition); err != nil {
+			return nil, err
 		}
 		return q.importItems(ctx, tx, it, op)
 	case *deleteOp:
 		for _, ref := range op.refs {
-			if ref.Partition < 0 || ref.Partition >= it.info.Partitions {
-				return nil, apierr.Invalidf("invalid partition; queue '%s' has partitions 0..%d, not %d", q.name, it.info.Partitions-1, ref.Partition)
+			if err := queue.CheckPartition(q.name, it.info.Partitions, ref.Partition); err != nil {
+				return nil, err
 			}
 		}
 		n, err := deleteRefs(ctx, tx, q.id, op.refs, op.exceptLeased)
@@ -1206,94 +999,27 @@ func (q *Queue) importItems(ctx context.Context, tx pgx.Tx, it *iteration, op *i
 	return out, nil
 }
 
-// serve hands ready items to the waiting leases by the rule of the logical
-// queue (queue/distribution.go): it counts each partition's ready items
-// (readyCounts), assigns the waiters, oldest first, to partitions
-// (queue.AssignLeases), leases each partition's share in one statement and
-// deals it to the partition's waiters (queue.Deal). A partition that hands
-// out fewer items than asked (another node holds or took them, or they
-// expired) counts as empty for the rest of the iteration, and waiters left
-// without items are assigned again from fresh counts; at most partitions+1
-// rounds, each of which serves a waiter or empties a partition. Served
-// waiters are answered after commit.
+// serve hands ready items to the waiting leases (engine.Serve): each
+// partition's ready items are counted in the transaction (readyCounts, so
+// another node's commits since are seen, not its transactions in flight),
+// and a partition's share is leased in one statement (lease, SKIP LOCKED:
+// rows another node holds are passed over). Served waiters are answered
+// after commit.
 func (q *Queue) serve(ctx context.Context, tx pgx.Tx, it *iteration) error {
 	parts := max(it.info.Partitions, 1)
 	deadline := it.now + int64(it.info.LeaseTimeout)
-	var ws []*request
-	for _, w := range q.waiters {
-		if !w.answered && w.ctx.Err() == nil {
-			ws = append(ws, w)
-		}
-	}
-	empty := make([]bool, parts)
-	for round := int32(0); len(ws) > 0 && round <= parts; round++ {
-		ready, err := readyCounts(ctx, tx, q.id, parts)
-		if err != nil {
-			return err
-		}
-		for p := range ready {
-			if empty[p] {
-				ready[p] = 0
-			}
-		}
-		wants := make([]int, len(ws))
-		for i, w := range ws {
-			wants[i] = w.op.(*leaseOp).p.BatchSize
-		}
-		assign, next := queue.AssignLeases(ready, wants, q.leaseNext)
-		q.leaseNext = next
-		served := make([]bool, len(ws))
-		again := false
-		for p := range parts {
-			var mine, pw []int // the partition's waiters (indexes into ws) and their wants
-			total := 0
-			for i, a := range assign {
-				if a == int(p) {
-					mine, pw = append(mine, i), append(pw, wants[i])
-					total += wants[i]
-				}
-			}
-			if len(mine) == 0 {
-				continue
-			}
-			items, err := lease(ctx, tx, q.id, p, total, deadline, it.now)
-			if err != nil {
-				return err
-			}
-			if len(items) < total {
-				empty[p] = true
-			}
-			got := make([][]queue.LeasedItem, len(mine))
-			for k, j := range queue.Deal(len(items), pw) {
-				got[j] = append(got[j], items[k])
-			}
-			for j, xs := range got {
-				if len(xs) == 0 {
-					// The count was stale, or more waiters than items.
-					again = again || len(items) < ready[p]
-					continue
-				}
-				it.reply(ws[mine[j]], queue.LeaseResult{Partition: p, Items: xs})
-				served[mine[j]] = true
-			}
+	return engine.Serve(&q.loop.Waiters, &q.leaseNext,
+		func() ([]int, error) { return readyCounts(ctx, tx, q.id, parts) },
+		func(p int32, n int) ([]queue.LeasedItem, error) {
+			items, err := lease(ctx, tx, q.id, p, n, deadline, it.now)
 			if len(items) > 0 {
 				q.nextDue = earliest(q.nextDue, deadline)
 			}
-		}
-		if !again {
-			break
-		}
-		rest := ws[:0]
-		for i, w := range ws {
-			if !served[i] {
-				rest = append(rest, w)
-			}
-		}
-		ws = rest
-	}
-	// Answered leases leave the waiters after the transaction (in
-	// expireWaiters, once answered).
-	return nil
+			return items, err
+		},
+		func(w *engine.Request, p int32, items []queue.LeasedItem) {
+			it.reply(w, queue.LeaseResult{Partition: p, Items: items})
+		})
 }
 
 // Stats implements queue.Queue from the database; LeaseWaiting counts this
@@ -1304,7 +1030,7 @@ func (q *Queue) Stats(ctx context.Context) (queue.Stats, error) {
 		return queue.Stats{}, err
 	}
 	now := q.m.now()
-	s := queue.Stats{LeaseWaiting: int(q.waiting.Load()), DeadByReason: map[string]int{}, DeadBySource: map[string]int{}}
+	s := queue.Stats{LeaseWaiting: q.loop.Waiters.Len(), DeadByReason: map[string]int{}, DeadBySource: map[string]int{}}
 	s.Partitions = make([]queue.PartitionStats, info.Partitions)
 	for i := range s.Partitions {
 		s.Partitions[i].Partition = int32(i)
@@ -1372,8 +1098,8 @@ func (q *Queue) Scheduled(ctx context.Context, partition int32, after uint64, li
 	if err != nil {
 		return nil, err
 	}
-	if partition < 0 || partition >= info.Partitions {
-		return nil, apierr.Invalidf("invalid partition; queue '%s' has partitions 0..%d, not %d", q.name, info.Partitions-1, partition)
+	if err := queue.CheckPartition(q.name, info.Partitions, partition); err != nil {
+		return nil, err
 	}
 	items, err := collectItems(q.m.st.pool.Query(ctx, `SELECT `+itemColumns+` FROM styx_items
 		WHERE queue_id=$1 AND partition=$2 AND state=2 AND id>$3 ORDER BY id LIMIT $4`, int64(q.id), partition, int64(after), limit))

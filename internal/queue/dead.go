@@ -246,7 +246,3 @@ func (l *Logical) takeRedriven(it *iteration, op *redriveOp) {
 		l.addBody(it, x.bodyID, &body)
 	}
 }
-
-// Pending returns how many requests wait in the queue's channel; a
-// background task (a redrive) backs off while it is not 0.
-func (l *Logical) Pending() int { return len(l.reqs) }

@@ -5,6 +5,7 @@ import (
 	"strconv"
 	"strings"
 
+	"github.com/styxq/styx/internal/engine"
 	"github.com/styxq/styx/internal/fingerprint"
 	"github.com/styxq/styx/internal/store"
 )
@@ -112,7 +113,7 @@ func (l *Logical) sendDeadLetters(now int64) {
 			l.toSend = l.toSend[:0]
 			return
 		}
-		op := &deadLetterOp{source: l.name, result: l.results}
+		op := &deadLetterOp{source: l.name, result: l.results, wake: l.loop.Wake}
 		for p, sel := range byPart {
 			// Read what the body cache and the error flags cannot supply.
 			var ids []uint64
@@ -171,17 +172,7 @@ func (l *Logical) sendDeadLetters(now int64) {
 
 // offer hands a move to this (dead-letter) queue's loop without blocking.
 func (l *Logical) offer(op *deadLetterOp) bool {
-	select {
-	case <-l.stop:
-		return false
-	default:
-	}
-	select {
-	case l.reqs <- &request{ctx: context.Background(), op: op}:
-		return true
-	default:
-		return false
-	}
+	return l.loop.Offer(op, nil)
 }
 
 // moved handles the dead-letter queue's answer to a move. Runs in the
@@ -221,7 +212,7 @@ func (l *Logical) moved(res moveResult) {
 
 // takeDead inserts the items of a move into this (dead-letter) queue. Runs
 // in the dead-letter queue's loop.
-func (l *Logical) takeDead(it *iteration, r *request, op *deadLetterOp) {
+func (l *Logical) takeDead(it *iteration, r *engine.Request, op *deadLetterOp) {
 	for _, d := range op.items {
 		if _, dup := l.sourceKeys[d.sourceKey]; dup {
 			continue // a copy from an interrupted earlier move

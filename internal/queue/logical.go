@@ -9,17 +9,12 @@ import (
 
 	"github.com/styxq/styx/internal/apierr"
 	"github.com/styxq/styx/internal/clock"
+	"github.com/styxq/styx/internal/engine"
 	"github.com/styxq/styx/internal/store"
 	"github.com/styxq/styx/metrics"
 )
 
 const (
-	// requestQueueSize is the capacity of a logical queue's request
-	// channel. A request that finds it full is answered 454 (retry).
-	requestQueueSize = 2048
-	// maxRequestsPerIteration bounds how many requests one loop iteration
-	// takes, and so how many share one storage write.
-	maxRequestsPerIteration = 512
 	// maxMovesInFlight bounds the dead-letter moves a queue has awaiting
 	// confirmation; it is also the capacity of its result channel, so a
 	// dead-letter queue never blocks answering.
@@ -31,9 +26,6 @@ const (
 	// maxAttemptErrors is how many attempt errors an item keeps.
 	maxAttemptErrors = 10
 )
-
-// errShuttingDown answers requests that reach a stopped logical queue.
-var errShuttingDown = apierr.New(apierr.Retry, "server shutting down; retry on another node or after restart")
 
 // Config configures a logical queue or a Manager.
 type Config struct {
@@ -50,12 +42,12 @@ type Config struct {
 	ConsumeBeforeSync bool
 }
 
-// Logical is the logical queue: one goroutine (run) that owns the state of
-// every partition of one queue. Requests reach it over a bounded channel;
-// each loop iteration takes the requests that arrived together, runs the
-// item lifecycle (lease expiry, scheduled items, expiry, dead-lettering),
-// applies the requests, serves waiting leases and writes everything as one
-// storage batch (one fsync) before answering. See docs/ARCHITECTURE.md.
+// Logical is the logical queue: the engine.Backend of one queue on memory
+// and Pebble, owning the state of every partition in memory. Its requests
+// reach it through its engine.Loop; each iteration runs the item lifecycle
+// (lease expiry, scheduled items, expiry, dead-lettering), applies the
+// requests, serves waiting leases and writes everything as one storage
+// batch (one fsync) before answering. See docs/ARCHITECTURE.md.
 //
 // Methods may be called from any goroutine.
 type Logical struct {
@@ -63,18 +55,14 @@ type Logical struct {
 	cfg     Config
 	queueID uint64
 	lookup  func(name string) *Logical
-
-	reqs    chan *request
+	loop    *engine.Loop
 	results chan moveResult
-	stop    chan struct{}
-	done    chan struct{}
 
-	// Fields below are owned by the run goroutine.
+	// Fields below are owned by the loop goroutine.
 	info    store.QueueInfo
 	parts   []*partition
 	lastID  uint64
 	loadErr error
-	waiters []*request
 	// produceNext and leaseNext are the tie-break cursors of the partition
 	// choice (distribution.go): the partition after the one chosen last.
 	produceNext int
@@ -111,37 +99,22 @@ type Logical struct {
 // dead items it waits on have moved.
 type deferredReply struct {
 	n int
-	r *request
+	r *engine.Request
 	v any
 }
 
-// request is one call into the loop. op is one of the *xxxOp types.
-type request struct {
-	ctx  context.Context
-	op   any
-	done chan result
-	// deadline is set on lease requests while they wait.
-	deadline int64
-}
-
-// answer answers the request with an error, through the channel its kind
-// uses.
-func (r *request) answer(err error) {
-	if op, ok := r.op.(*deadLetterOp); ok {
-		op.result <- moveResult{op: op, err: err}
+// answer answers a request with an error, through the channel its kind
+// uses: a move's on the source's result channel.
+func answer(r *engine.Request, err error) {
+	if op, ok := r.Op.(*deadLetterOp); ok {
+		op.done(moveResult{op: op, err: err})
 		return
 	}
-	r.done <- result{err: err}
-}
-
-type result struct {
-	v   any
-	err error
+	r.Send(nil, err)
 }
 
 type (
 	produceOp  struct{ items []ProduceItem }
-	leaseOp    struct{ p LeaseParams }
 	completeOp struct {
 		partition int32
 		ids       []uint64
@@ -185,58 +158,27 @@ func newLogical(cfg Config, info store.QueueInfo, lookup func(string) *Logical) 
 		queueID:    info.ID,
 		lookup:     lookup,
 		info:       info,
-		reqs:       make(chan *request, requestQueueSize),
+		loop:       engine.NewLoop(info.Name, cfg.Clock),
 		results:    make(chan moveResult, maxMovesInFlight),
-		stop:       make(chan struct{}),
-		done:       make(chan struct{}),
 		sourceKeys: make(map[string]*item),
 		groups:     make(map[groupKey]*group),
 		deferred:   make(map[*item]*deferredReply),
-		pipe:       newPipeline(info.Name),
 	}
+	l.pipe = newPipeline(info.Name, l.loop.Wake)
 	cfg.Metrics.InitQueue(info.Name, info.DeadQueue)
-	go l.run()
+	l.loop.Start(l)
 	return l
 }
 
 // Name returns the queue's name.
 func (l *Logical) Name() string { return l.name }
 
-// call sends op to the loop and waits for its answer. A full request channel
-// is answered 454 at once. When abandonable, the call returns when ctx is
-// done even if the loop has not answered: only for leases and read-only
-// calls, since nothing that writes may be abandoned half-applied.
+// Pending returns how many requests wait in the queue's channel.
+func (l *Logical) Pending() int { return l.loop.Pending() }
+
+// call sends op to the loop and waits for its answer (engine.Loop.Call).
 func (l *Logical) call(ctx context.Context, op any, abandonable bool) (any, error) {
-	r := &request{ctx: ctx, op: op, done: make(chan result, 1)}
-	select {
-	case <-l.stop:
-		return nil, errShuttingDown
-	default:
-	}
-	select {
-	case l.reqs <- r:
-	default:
-		return nil, apierr.New(apierr.Retry, "queue overloaded; '%s' has %d requests waiting, retry", l.name, requestQueueSize)
-	}
-	var ctxDone <-chan struct{}
-	if abandonable {
-		ctxDone = ctx.Done()
-	}
-	select {
-	case res := <-r.done:
-		return res.v, res.err
-	case <-l.done:
-		// The loop answers every request it took before it exits; one that
-		// raced with the exit was never taken.
-		select {
-		case res := <-r.done:
-			return res.v, res.err
-		default:
-			return nil, errShuttingDown
-		}
-	case <-ctxDone:
-		return nil, ctx.Err()
-	}
+	return l.loop.Call(ctx, op, abandonable)
 }
 
 // Produce adds items to one partition, the one with the fewest ready items
@@ -252,7 +194,7 @@ func (l *Logical) Produce(ctx context.Context, items []ProduceItem) error {
 // enough for all (see distribution.go). Returns an apierr.Retry error when
 // none came.
 func (l *Logical) Lease(ctx context.Context, p LeaseParams) (LeaseResult, error) {
-	v, err := l.call(ctx, &leaseOp{p: p}, true)
+	v, err := l.loop.CallLease(ctx, nil, engine.LeaseWait{ClientID: p.ClientID, BatchSize: p.BatchSize, Timeout: p.Timeout})
 	if err != nil {
 		return LeaseResult{}, err
 	}
@@ -385,96 +327,43 @@ func (l *Logical) setConfig(ctx context.Context, info store.QueueInfo) error {
 	return err
 }
 
-// shutdown stops the loop: requests already taken are finished and flushed,
-// waiting leases are answered 454, and later calls are refused. It returns
-// when the loop has exited.
-func (l *Logical) shutdown() {
-	select {
-	case <-l.stop:
-	default:
-		close(l.stop)
-	}
-	<-l.done
-}
-
-// run is the loop. It owns every field marked as such on Logical.
-func (l *Logical) run() {
-	defer close(l.done)
+// Open loads the queue: the first work of its loop goroutine
+// (engine.Backend).
+func (l *Logical) Open() {
 	go l.pipe.run()
 	l.load()
-	// Loaded items may have lifecycle work due (expired leases, moves to
-	// resume), so the first wake comes from the loaded state.
-	timer := time.NewTimer(l.nextWake())
-	defer timer.Stop()
-	batch := make([]*request, 0, maxRequestsPerIteration)
-	for {
-		batch = batch[:0]
-		select {
-		case r := <-l.reqs:
-			batch = append(batch, r)
-		case res := <-l.results:
-			l.moved(res)
-		case <-timer.C:
-		case <-l.pipe.failed:
-			l.syncFailed()
-			continue
-		case <-l.stop:
-			l.drain()
-			return
-		}
-	more:
-		for len(batch) < maxRequestsPerIteration {
-			select {
-			case r := <-l.reqs:
-				batch = append(batch, r)
-			case res := <-l.results:
-				l.moved(res)
-			default:
-				break more
-			}
-		}
-		l.iterate(batch)
-		clear(batch)
-		if !timer.Stop() {
-			select {
-			case <-timer.C:
-			default:
-			}
-		}
-		timer.Reset(l.nextWake())
-	}
 }
 
-// drain finishes the requests already queued, answers waiting leases and
-// exits. Moves still in flight are durably recorded and resume on restart.
-func (l *Logical) drain() {
+// Iterate runs one loop iteration (engine.Backend): the answers of moves and
+// a failed sync first, then the requests.
+func (l *Logical) Iterate(now int64, reqs []*engine.Request, _ bool) {
+	select {
+	case <-l.pipe.failed:
+		l.syncFailed()
+	default:
+	}
 	for {
-		batch := make([]*request, 0, maxRequestsPerIteration)
-	more:
-		for len(batch) < maxRequestsPerIteration {
-			select {
-			case r := <-l.reqs:
-				batch = append(batch, r)
-			default:
-				break more
-			}
+		select {
+		case res := <-l.results:
+			l.moved(res)
+			continue
+		default:
 		}
-		if len(batch) == 0 {
-			break
-		}
-		l.iterate(batch)
+		break
 	}
-	// Every reply of the requests taken leaves before the loop exits.
+	l.iterate(now, reqs)
+}
+
+// Stopped finishes the queue once its loop stopped (engine.Backend): every
+// reply of the requests taken leaves, and retries waiting on moves are
+// answered (their dead items are durably recorded and move on restart).
+func (l *Logical) Stopped() {
 	l.pipe.close()
-	for _, w := range l.waiters {
-		w.done <- result{err: errShuttingDown}
-	}
-	l.waiters = nil
 	for it, d := range l.deferred {
 		delete(l.deferred, it)
 		if d.n > 0 {
 			d.n = 0
-			d.r.done <- result{v: d.v}
+			d.r.Send(d.v, nil)
 		}
 	}
 }
@@ -572,19 +461,19 @@ func (l *Logical) addBody(it *iteration, id uint64, b *store.ItemBody) {
 }
 
 type deferral struct {
-	r     *request
+	r     *engine.Request
 	items []*item
 	v     any
 }
 
 // reply answers r with v once the iteration's batch is durable.
-func (l *Logical) reply(it *iteration, r *request, v any) {
+func (l *Logical) reply(it *iteration, r *engine.Request, v any) {
 	it.replies = append(it.replies, pendingReply{r: r, v: v})
 }
 
 // replyConsume answers a complete, retry or renew: once the batch is
 // written with Config.ConsumeBeforeSync, else once it is durable.
-func (l *Logical) replyConsume(it *iteration, r *request, v any) {
+func (l *Logical) replyConsume(it *iteration, r *engine.Request, v any) {
 	if l.cfg.ConsumeBeforeSync {
 		it.early = append(it.early, pendingReply{r: r, v: v})
 		return
@@ -593,18 +482,19 @@ func (l *Logical) replyConsume(it *iteration, r *request, v any) {
 }
 
 // iterate runs one loop iteration over the given requests.
-func (l *Logical) iterate(reqs []*request) {
+func (l *Logical) iterate(now int64, reqs []*engine.Request) {
 	if l.loadErr != nil {
 		l.load()
 		if l.loadErr != nil {
 			for _, r := range reqs {
-				r.answer(l.loadErr)
+				answer(r, l.loadErr)
 			}
+			l.loop.Waiters.Fail(l.loadErr)
 			return
 		}
 	}
 	it := &iteration{
-		now:   l.cfg.Clock.Now().UnixNano(),
+		now:   now,
 		batch: store.Batch{QueueID: l.queueID, Ops: l.ops},
 		fresh: l.fresh,
 	}
@@ -628,19 +518,11 @@ func (l *Logical) iterate(reqs []*request) {
 
 // handle applies one request. A returned error is answered at once and
 // means the request changed nothing.
-func (l *Logical) handle(it *iteration, r *request) error {
-	switch op := r.op.(type) {
+func (l *Logical) handle(it *iteration, r *engine.Request) error {
+	switch op := r.Op.(type) {
 	case *produceOp:
 		l.produce(it, op)
 		l.reply(it, r, nil)
-	case *leaseOp:
-		for _, w := range l.waiters {
-			if w.op.(*leaseOp).p.ClientID == op.p.ClientID && w.ctx.Err() == nil {
-				return apierr.Invalidf("duplicate client_id; '%s' already has a lease waiting on queue '%s'", op.p.ClientID, l.name)
-			}
-		}
-		r.deadline = it.now + int64(op.p.Timeout)
-		l.waiters = append(l.waiters, r)
 	case *completeOp:
 		p, items, err := l.leased(op.partition, op.ids)
 		if err != nil {
@@ -674,7 +556,7 @@ func (l *Logical) handle(it *iteration, r *request) error {
 				l.load()
 				err = l.loadErr
 			}
-			r.done <- result{err: err}
+			r.Send(nil, err)
 		})
 	case *configOp:
 		if op.info.ID != l.queueID {
@@ -732,8 +614,8 @@ func (l *Logical) handle(it *iteration, r *request) error {
 
 // partition returns partition n or an Invalid error.
 func (l *Logical) partition(n int32) (*partition, error) {
-	if n < 0 || int(n) >= len(l.parts) {
-		return nil, apierr.Invalidf("invalid partition; queue '%s' has partitions 0..%d, not %d", l.name, len(l.parts)-1, n)
+	if err := CheckPartition(l.name, int32(len(l.parts)), n); err != nil {
+		return nil, err
 	}
 	return l.parts[n], nil
 }
@@ -745,18 +627,18 @@ func (l *Logical) leased(n int32, ids []uint64) (*partition, []*item, error) {
 	if err != nil {
 		return nil, nil, err
 	}
-	items := make([]*item, 0, len(ids))
-	seen := make(map[uint64]bool, len(ids))
-	for _, id := range ids {
+	// The lifecycle of this iteration has ended the leases that expired:
+	// an item still leased has a live lease.
+	err = CheckLeased(l.name, n, ids, func(id uint64) bool {
 		x, ok := p.items[id]
-		if !ok || x.state != stateLeased {
-			return nil, nil, apierr.Invalidf("invalid ids; '%s' is not leased in partition %d of queue '%s'", FormatID(id), n, l.name)
-		}
-		if seen[id] {
-			return nil, nil, apierr.Invalidf("invalid ids; '%s' appears more than once", FormatID(id))
-		}
-		seen[id] = true
-		items = append(items, x)
+		return ok && x.state == stateLeased
+	})
+	if err != nil {
+		return nil, nil, err
+	}
+	items := make([]*item, len(ids))
+	for i, id := range ids {
+		items[i] = p.items[id]
 	}
 	return p, items, nil
 }
@@ -771,7 +653,7 @@ func (l *Logical) allocID(it *iteration) uint64 {
 // produceTo returns the partition for the next produced batch: the one
 // with the fewest ready items (FewestReady), and moves the cursor past it.
 func (l *Logical) produceTo() *partition {
-	n := FewestReady(l.readyCounts(), l.produceNext)
+	n := engine.FewestReady(l.readyCounts(), l.produceNext)
 	l.produceNext = n + 1
 	return l.parts[n]
 }
@@ -874,10 +756,8 @@ func (l *Logical) recordExpiredLeases(it *iteration, p *partition, items []*item
 		}
 	}
 	msg := LeaseExpiredError(l.info.LeaseTimeout)
-	at := time.Unix(0, it.now).UTC()
 	for _, x := range items {
-		h := AppendHistory(history[x.bodyID], store.AttemptError{Attempt: x.attempts, Error: msg, At: at})
-		h.LastError = msg
+		h := RecordError(history[x.bodyID], x.attempts, msg, it.now)
 		it.batch.SetErrors(p.num, x.meta(), h)
 		x.hasErrs = true
 	}
@@ -889,32 +769,22 @@ func (l *Logical) recordExpiredLeases(it *iteration, p *partition, items []*item
 // With release the attempt is not counted and max_attempts does not apply.
 // It returns what it did (without the item's old id).
 func (l *Logical) endLease(it *iteration, p *partition, x *item, release bool, retryAt time.Time) RetryOutcome {
-	if release && x.attempts > 0 {
-		x.attempts--
-	}
-	switch {
-	case !release && l.info.MaxAttempts > 0 && x.attempts >= l.info.MaxAttempts:
-		return l.kill(it, p, x, ReasonMaxAttempts)
-	case x.expire != 0 && x.expire <= it.now:
-		return l.kill(it, p, x, ReasonExpired)
+	e := EndLease(l.info, x.attempts, x.expire, release, retryAt, it.now)
+	x.attempts = e.Attempts
+	if e.Reason != "" {
+		return l.kill(it, p, x, e.Reason)
 	}
 	old := x.id
 	p.rekey(x, l.allocID(it))
 	l.moveToGroupTail(x)
-	o := RetryOutcome{Outcome: OutcomeRequeued, Attempts: x.attempts, NewID: x.id}
-	if release {
-		o.Outcome = OutcomeReleased
-	}
-	if at := Nanos(retryAt); at > it.now {
-		x.deadline = at
+	x.deadline = e.At
+	if e.At != 0 {
 		p.setState(x, stateScheduled)
-		o.Outcome, o.RetryAt = OutcomeScheduled, time.Unix(0, at).UTC()
 	} else {
-		x.deadline = 0
 		p.setState(x, stateReady)
 	}
 	it.batch.Requeue(p.num, old, x.meta())
-	return o
+	return e.Requeued(x.id)
 }
 
 // kill makes the item dead. With a dead-letter queue the decision is
@@ -926,12 +796,12 @@ func (l *Logical) kill(it *iteration, p *partition, x *item, reason string) Retr
 	p.setState(x, stateDying)
 	if l.info.DeadQueue == "" {
 		l.drop(it, p, x)
-		return RetryOutcome{Outcome: OutcomeDropped, Reason: reason, Attempts: x.attempts}
+	} else {
+		it.batch.Update(p.num, x.meta())
+		l.toSend = append(l.toSend, dying{p: p, x: x})
+		it.wait = true // the move starts once the decision is durable
 	}
-	it.batch.Update(p.num, x.meta())
-	l.toSend = append(l.toSend, dying{p: p, x: x})
-	it.wait = true // the move starts once the decision is durable
-	return RetryOutcome{Outcome: OutcomeDeadLettered, Reason: reason, DeadQueue: l.info.DeadQueue, Attempts: x.attempts}
+	return KillOutcome(l.info, reason, x.attempts)
 }
 
 // drop deletes a dead item that has no dead-letter queue to go to: the
@@ -969,11 +839,11 @@ func (l *Logical) removeItem(it *iteration, p *partition, x *item) {
 func (l *Logical) settle(d *deferredReply) {
 	d.n--
 	if d.n == 0 {
-		d.r.done <- result{v: d.v}
+		d.r.Send(d.v, nil)
 	}
 }
 
-func (l *Logical) retry(it *iteration, r *request, op *retryOp) error {
+func (l *Logical) retry(it *iteration, r *engine.Request, op *retryOp) error {
 	ids := make([]uint64, len(op.items))
 	for i, ri := range op.items {
 		ids[i] = ri.ID
@@ -1006,12 +876,7 @@ func (l *Logical) retry(it *iteration, r *request, op *retryOp) error {
 	for i, ri := range op.items {
 		x := items[i]
 		if ri.Error != "" {
-			h := history[x.bodyID]
-			h.LastError = ri.Error
-			h.Errors = append(h.Errors, store.AttemptError{Attempt: x.attempts, Error: ri.Error, At: time.Unix(0, it.now).UTC()})
-			if n := len(h.Errors); n > maxAttemptErrors {
-				h.Errors = slices.Clone(h.Errors[n-maxAttemptErrors:])
-			}
+			h := RecordError(history[x.bodyID], x.attempts, ri.Error, it.now)
 			it.batch.SetErrors(p.num, x.meta(), h)
 			x.hasErrs = true
 		}
@@ -1039,27 +904,13 @@ func (l *Logical) renew(it *iteration, op *renewOp) ([]time.Time, error) {
 	if err != nil {
 		return nil, err
 	}
-	var bad []uint64
-	seen := make(map[uint64]bool, len(op.ids))
-	for _, id := range op.ids {
-		if seen[id] {
-			return nil, apierr.Invalidf("invalid ids; '%s' appears more than once", FormatID(id))
-		}
-		seen[id] = true
-		// The lifecycle of this iteration has ended the leases that
-		// expired: an item still leased has a live lease.
-		if x, ok := p.items[id]; !ok || x.state != stateLeased || x.deadline <= it.now {
-			bad = append(bad, id)
-		}
+	deadline, err := CheckRenew(l.info, op.partition, op.ids, op.timeout, it.now, func(id uint64) bool {
+		x, ok := p.items[id]
+		return ok && x.state == stateLeased && x.deadline > it.now
+	})
+	if err != nil {
+		return nil, err
 	}
-	if len(bad) > 0 {
-		return nil, NotLeased(bad, op.partition, l.name)
-	}
-	timeout := op.timeout
-	if timeout == 0 {
-		timeout = l.info.LeaseTimeout
-	}
-	deadline := it.now + int64(timeout)
 	out := make([]time.Time, len(op.ids))
 	for i, id := range op.ids {
 		x := p.items[id]
@@ -1070,111 +921,60 @@ func (l *Logical) renew(it *iteration, op *renewOp) ([]time.Time, error) {
 	return out, nil
 }
 
-// serveWaiters hands ready items to the waiting leases (serve) and answers
-// those whose client went away or whose request timeout has passed.
+// serveWaiters hands ready items to the waiting leases (engine.Serve): a
+// partition's share is leased at once, its bodies read in one go, and each
+// waiter answered once the leases are durable. A failed body read fails the
+// iteration and every waiting lease (453).
 func (l *Logical) serveWaiters(it *iteration) {
-	live := l.waiters[:0]
-	for _, w := range l.waiters {
-		if w.ctx.Err() != nil {
-			w.done <- result{err: w.ctx.Err()}
-			continue
-		}
-		live = append(live, w)
+	if it.err != nil {
+		return
 	}
-	served := make([]bool, len(live))
-	if it.err == nil && len(live) > 0 {
-		l.serve(it, live, served)
-	}
-	kept := live[:0]
-	for i, w := range live {
-		switch {
-		case served[i]:
-		case w.deadline <= it.now:
-			w.done <- result{err: apierr.New(apierr.Retry, "request timeout; no items are in the queue, try again")}
-		default:
-			kept = append(kept, w)
-		}
-	}
-	clear(l.waiters[len(kept):])
-	l.waiters = kept
-}
-
-// serve assigns the waiters, oldest first, to partitions (AssignLeases),
-// leases each partition's share of ready items and deals them to its
-// waiters (Deal). It marks in served the waiters it answered: with items,
-// or with the error of a failed body read (which also fails the iteration).
-func (l *Logical) serve(it *iteration, ws []*request, served []bool) {
-	wants := make([]int, len(ws))
-	for i, w := range ws {
-		wants[i] = w.op.(*leaseOp).p.BatchSize
-	}
-	assign, next := AssignLeases(l.readyCounts(), wants, l.leaseNext)
-	l.leaseNext = next
 	deadline := it.now + int64(l.info.LeaseTimeout)
-	for _, p := range l.parts {
-		var mine, pw []int // the partition's waiters (indexes into ws) and their wants
-		total := 0
-		for i, a := range assign {
-			if a == int(p.num) {
-				mine, pw = append(mine, i), append(pw, wants[i])
-				total += wants[i]
-			}
-		}
-		if len(mine) == 0 {
-			continue
-		}
-		var items []*item
-		for len(items) < total {
-			x := p.popReady()
-			if x == nil {
-				break
-			}
-			x.attempts++
-			x.deadline = deadline
-			p.setState(x, stateLeased)
-			it.batch.Update(p.num, x.meta())
-			items = append(items, x)
-		}
-		got := make([][]*item, len(mine))
-		for k, j := range Deal(len(items), pw) {
-			got[j] = append(got[j], items[k])
-		}
-		bodies, err := l.leasedBodies(it, p, items)
-		if err != nil {
-			it.err = fmt.Errorf("read bodies: %w", err)
-			for j, xs := range got {
-				if len(xs) > 0 {
-					ws[mine[j]].done <- result{err: unavailable(l.name, it.err)}
-					served[mine[j]] = true
+	err := engine.Serve(&l.loop.Waiters, &l.leaseNext,
+		func() ([]int, error) { return l.readyCounts(), nil },
+		func(n int32, want int) ([]LeasedItem, error) {
+			p := l.parts[n]
+			var items []*item
+			for len(items) < want {
+				x := p.popReady()
+				if x == nil {
+					break
 				}
+				x.attempts++
+				x.deadline = deadline
+				p.setState(x, stateLeased)
+				it.batch.Update(p.num, x.meta())
+				items = append(items, x)
 			}
-			return
-		}
-		for j, xs := range got {
-			if len(xs) == 0 {
-				continue // more waiters than items: it waits on
+			bodies, err := l.leasedBodies(it, p, items)
+			if err != nil {
+				return nil, fmt.Errorf("read bodies: %w", err)
 			}
-			res := LeaseResult{Partition: p.num, Items: make([]LeasedItem, len(xs))}
-			for i, x := range xs {
+			out := make([]LeasedItem, len(items))
+			for i, x := range items {
 				b := bodies[x.bodyID]
-				res.Items[i] = LeasedItem{
-					ID: x.id, Attempts: x.attempts, LeaseDeadline: time.Unix(0, deadline).UTC(),
-					Encoding: b.Encoding, Kind: b.Kind, Reference: b.Reference, Payload: b.Payload,
-				}
+				out[i] = LeasedItem{ID: x.id, Attempts: x.attempts, LeaseDeadline: time.Unix(0, deadline).UTC(),
+					Encoding: b.Encoding, Kind: b.Kind, Reference: b.Reference, Payload: b.Payload}
 			}
+			return out, nil
+		},
+		func(w *engine.Request, n int32, xs []LeasedItem) {
+			res := LeaseResult{Partition: n, Items: xs}
 			var newest uint64
 			for _, x := range xs {
-				newest = max(newest, x.id)
+				newest = max(newest, x.ID)
 			}
 			if l.cfg.ConsumeBeforeSync && newest <= l.pipe.durableID.Load() {
 				// Every item was stored by a durable batch: only the
 				// lease itself may be lost (ADR 0013).
-				it.early = append(it.early, pendingReply{r: ws[mine[j]], v: res})
+				it.early = append(it.early, pendingReply{r: w, v: res})
 			} else {
-				l.reply(it, ws[mine[j]], res)
+				l.reply(it, w, res)
 			}
-			served[mine[j]] = true
-		}
+		})
+	if err != nil {
+		it.err = err
+		l.loop.Waiters.Fail(unavailable(l.name, err))
 	}
 }
 
@@ -1207,8 +1007,8 @@ func (l *Logical) leasedBodies(it *iteration, p *partition, items []*item) (map[
 	return out, nil
 }
 
-// nextWake returns how long the loop may sleep before lifecycle work is due.
-func (l *Logical) nextWake() time.Duration {
+// NextWake returns when lifecycle work is next due (engine.Backend).
+func (l *Logical) NextWake(int64) int64 {
 	var next int64
 	earliest := func(t int64) {
 		if t != 0 && (next == 0 || t < next) {
@@ -1222,14 +1022,7 @@ func (l *Logical) nextWake() time.Duration {
 	if len(l.toSend) > 0 && l.inflight < maxMovesInFlight {
 		earliest(max(l.moveAfter, 1))
 	}
-	for _, w := range l.waiters {
-		earliest(w.deadline)
-	}
-	if next == 0 {
-		return time.Hour
-	}
-	d := time.Duration(next - l.cfg.Clock.Now().UnixNano())
-	return max(d, time.Millisecond)
+	return next
 }
 
 // Gauges returns the queue's item counts and oldest item's age for the
@@ -1260,7 +1053,7 @@ func (l *Logical) gauges(now int64) metrics.QueueSample {
 }
 
 func (l *Logical) stats(now int64) Stats {
-	s := Stats{LeaseWaiting: len(l.waiters), MovesInFlight: l.inflight,
+	s := Stats{LeaseWaiting: l.loop.Waiters.Len(), MovesInFlight: l.inflight,
 		DeadByReason: map[string]int{}, DeadBySource: map[string]int{}}
 	for _, x := range l.sourceKeys {
 		if x.isDeadCopy() {

@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/styxq/styx/internal/apierr"
+	"github.com/styxq/styx/internal/engine"
 	"github.com/styxq/styx/internal/store"
 	"github.com/styxq/styx/metrics"
 )
@@ -114,7 +115,7 @@ func (m *Manager) Create(ctx context.Context, info store.QueueInfo) error {
 	m.mu.Lock()
 	defer m.mu.Unlock()
 	if m.closed {
-		return errShuttingDown
+		return engine.ErrShuttingDown
 	}
 	m.queues[info.Name] = newLogical(m.cfg, info, m.lookup)
 	return nil
@@ -171,7 +172,7 @@ func (m *Manager) Delete(ctx context.Context, name string) error {
 	delete(m.queues, name)
 	m.mu.Unlock()
 	if l != nil {
-		l.shutdown()
+		l.loop.Shutdown()
 	}
 	m.cfg.Metrics.ForgetQueue(name)
 	if err := m.cfg.Store.DeleteQueue(ctx, name); err != nil && !errors.Is(err, store.ErrQueueNotFound) {
@@ -191,7 +192,7 @@ func (m *Manager) Close() {
 	m.mu.Unlock()
 	var wg sync.WaitGroup
 	for _, l := range qs {
-		wg.Go(l.shutdown)
+		wg.Go(l.loop.Shutdown)
 	}
 	wg.Wait()
 }

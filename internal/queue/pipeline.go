@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"sync/atomic"
 
+	"github.com/styxq/styx/internal/engine"
 	"github.com/styxq/styx/internal/store"
 )
 
@@ -34,7 +35,7 @@ const pipelineDepth = 64
 // pendingReply is one reply of a batch: its value, or an error answer (a
 // request that broke a rule and changed nothing).
 type pendingReply struct {
-	r   *request
+	r   *engine.Request
 	v   any
 	err error
 }
@@ -46,15 +47,15 @@ func (p *pendingReply) send(werr error) {
 	if err == nil {
 		err = werr
 	}
-	if op, ok := p.r.op.(*deadLetterOp); ok {
-		op.result <- moveResult{op: op, err: err}
-		return
-	}
 	if err != nil {
-		p.r.done <- result{err: err}
+		answer(p.r, err)
 		return
 	}
-	p.r.done <- result{v: p.v}
+	if op, ok := p.r.Op.(*deadLetterOp); ok {
+		op.done(moveResult{op: op})
+		return
+	}
+	p.r.Send(p.v, nil)
 }
 
 // commit is one entry of the pipeline: a written batch's wait and replies,
@@ -81,8 +82,10 @@ type pipeline struct {
 	// pending counts entries sent and not yet handled; when it is 0 every
 	// earlier reply has been sent, so the loop may answer inline.
 	pending atomic.Int64
-	// failed receives a notice when a sync fails (buffered 1).
+	// failed receives a notice when a sync fails (buffered 1); wake then
+	// wakes the loop.
 	failed chan struct{}
+	wake   func()
 	// durableID is the id high-water mark of the last batch known durable
 	// (Config.ConsumeBeforeSync answers a lease early only for items up to
 	// it).
@@ -90,9 +93,10 @@ type pipeline struct {
 	done      chan struct{}
 }
 
-func newPipeline(name string) *pipeline {
+func newPipeline(name string, wake func()) *pipeline {
 	return &pipeline{
 		name:    name,
+		wake:    wake,
 		entries: make(chan *commit, pipelineDepth),
 		failed:  make(chan struct{}, 1),
 		done:    make(chan struct{}),
@@ -135,6 +139,7 @@ func (p *pipeline) run() {
 			case p.failed <- struct{}{}:
 			default:
 			}
+			p.wake()
 		}
 		if ferr == nil {
 			p.durableID.Store(c.lastID)
@@ -228,7 +233,7 @@ func (l *Logical) finish(it *iteration, err error) {
 	}
 	if err != nil {
 		for _, d := range it.deferrals {
-			d.r.done <- result{err: err}
+			d.r.Send(nil, err)
 		}
 		return
 	}

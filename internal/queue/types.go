@@ -153,11 +153,20 @@ type deadItem struct {
 }
 
 // deadLetterOp asks a dead-letter queue to take items. The dead-letter
-// queue sends the outcome to result, which the source owns.
+// queue sends the outcome to result, which the source owns, and wakes the
+// source's loop.
 type deadLetterOp struct {
 	source string
 	items  []deadItem
 	result chan<- moveResult
+	wake   func()
+}
+
+// done hands the dead-letter queue's answer to the source. It never blocks:
+// result has room for every move the source has in flight.
+func (op *deadLetterOp) done(res moveResult) {
+	op.result <- res
+	op.wake()
 }
 
 // moveResult is a dead-letter queue's answer to a deadLetterOp.

@@ -1,4 +1,4 @@
-package queue
+package engine
 
 // Partition choice (ADR 0007, docs/ARCHITECTURE.md "Partitions"): the rule
 // both engines follow, the logical queue (internal/queue) from its

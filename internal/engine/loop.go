@@ -1,0 +1,329 @@
+// Package engine is the request loop every queue runs, on every storage
+// backend: one goroutine per queue (per node on PostgreSQL) that takes the
+// requests arriving together, hands them to its backend as one iteration,
+// keeps the waiting leases and serves them by the partition rule
+// (distribution.go). It knows nothing of items; a backend (the logical queue
+// of internal/queue for memory and Pebble, internal/pgqueue for PostgreSQL)
+// runs the iteration's storage work and answers. See docs/ARCHITECTURE.md and
+// ADR 0014.
+package engine
+
+import (
+	"context"
+	"time"
+
+	"github.com/styxq/styx/internal/apierr"
+	"github.com/styxq/styx/internal/clock"
+)
+
+const (
+	// RequestQueueSize is the capacity of a loop's request channel. A
+	// request that finds it full is answered 454 (retry) at once.
+	RequestQueueSize = 2048
+	// MaxRequestsPerIteration bounds how many requests one iteration takes,
+	// and so how many share one storage write or transaction.
+	MaxRequestsPerIteration = 512
+)
+
+// ErrShuttingDown answers requests that reach a stopped loop, and the
+// leases still waiting when it stops (454).
+var ErrShuttingDown = apierr.New(apierr.Retry, "server shutting down; retry on another node or after restart")
+
+// ErrNoItems answers a waiting lease whose request timeout passed (454).
+var ErrNoItems = apierr.New(apierr.Retry, "request timeout; no items are in the queue, try again")
+
+// Request is one call into a loop. Op is the backend's; Lease is set on
+// lease requests, which wait among the loop's Waiters instead of reaching
+// the backend's Iterate.
+type Request struct {
+	Ctx   context.Context
+	Op    any
+	Lease *LeaseWait
+	// Deadline is when a waiting lease's request timeout ends (Unix ns).
+	Deadline int64
+	done     chan Result
+	answered bool
+}
+
+// LeaseWait is what a lease request waits for.
+type LeaseWait struct {
+	// ClientID names the consumer; one lease per client_id waits at a time.
+	ClientID string
+	// BatchSize is the most items the lease takes (>= 1).
+	BatchSize int
+	// Timeout is how long it waits for items.
+	Timeout time.Duration
+}
+
+// Result is a request's answer: a value or an error.
+type Result struct {
+	V   any
+	Err error
+}
+
+// Answer answers r unless it was answered already through Answer. Loop
+// goroutine only.
+func (r *Request) Answer(v any, err error) {
+	if !r.answered {
+		r.answered = true
+		r.done <- Result{V: v, Err: err}
+	}
+}
+
+// Send answers r from any goroutine (a backend's syncer). The caller makes
+// sure r is answered once: Send does not mark it answered.
+func (r *Request) Send(v any, err error) { r.done <- Result{V: v, Err: err} }
+
+// Backend runs a loop's iterations. Its methods are called by the loop
+// goroutine only.
+type Backend interface {
+	// Open runs in the loop goroutine before its first iteration (a
+	// backend loads its state there).
+	Open()
+	// Iterate runs one iteration at now (Unix ns) over reqs, in arrival
+	// order (none are leases: those joined the Waiters), and serves the
+	// waiting leases (Serve). Every request of reqs is answered, now or
+	// once its changes are durable. poll says the loop woke by its timer
+	// alone.
+	Iterate(now int64, reqs []*Request, poll bool)
+	// NextWake returns when the backend has work due next (Unix ns; 0 for
+	// none). The loop also wakes for requests, Wake and waiter deadlines.
+	NextWake(now int64) int64
+	// Stopped runs once the loop has stopped taking requests and has run
+	// those it took; every answer the backend still holds must be sent
+	// when it returns. The waiting leases are answered after it.
+	Stopped()
+}
+
+// Loop is a queue's request loop. Its methods may be called from any
+// goroutine; Waiters is owned by the loop goroutine (and so by the
+// Backend's methods).
+type Loop struct {
+	name  string
+	clock clock.Clock
+	b     Backend
+	reqs  chan *Request
+	wake  chan struct{}
+	stop  chan struct{}
+	done  chan struct{}
+	// Waiters are the leases waiting for items, oldest first.
+	Waiters Waiters
+}
+
+// NewLoop returns the loop of the queue name. Start runs it.
+func NewLoop(name string, clk clock.Clock) *Loop {
+	return &Loop{
+		name:    name,
+		clock:   clk,
+		reqs:    make(chan *Request, RequestQueueSize),
+		wake:    make(chan struct{}, 1),
+		stop:    make(chan struct{}),
+		done:    make(chan struct{}),
+		Waiters: Waiters{queue: name},
+	}
+}
+
+// Start runs the loop over b in a new goroutine.
+func (l *Loop) Start(b Backend) {
+	l.b = b
+	go l.run()
+}
+
+// Name returns the queue's name.
+func (l *Loop) Name() string { return l.name }
+
+// Pending returns how many requests wait in the request channel.
+func (l *Loop) Pending() int { return len(l.reqs) }
+
+// Call sends op to the loop and waits for its answer. A full request
+// channel is answered 454 at once, and so is a stopped loop. When
+// abandonable, Call returns ctx's error when ctx is done even if the loop
+// has not answered: only for leases and read-only calls, since nothing that
+// writes may be abandoned half-applied.
+func (l *Loop) Call(ctx context.Context, op any, abandonable bool) (any, error) {
+	return l.call(&Request{Ctx: ctx, Op: op, done: make(chan Result, 1)}, abandonable)
+}
+
+// CallLease sends a lease request (it waits among the Waiters) and waits for
+// its answer: the backend's lease result, ErrNoItems, or ctx's error once
+// the client went away.
+func (l *Loop) CallLease(ctx context.Context, op any, w LeaseWait) (any, error) {
+	return l.call(&Request{Ctx: ctx, Op: op, Lease: &w, done: make(chan Result, 1)}, true)
+}
+
+func (l *Loop) call(r *Request, abandonable bool) (any, error) {
+	select {
+	case <-l.stop:
+		return nil, ErrShuttingDown
+	default:
+	}
+	select {
+	case l.reqs <- r:
+	default:
+		return nil, apierr.New(apierr.Retry, "queue overloaded; '%s' has %d requests waiting, retry", l.name, RequestQueueSize)
+	}
+	var ctxDone <-chan struct{}
+	if abandonable {
+		ctxDone = r.Ctx.Done()
+	}
+	select {
+	case res := <-r.done:
+		return res.V, res.Err
+	case <-l.done:
+		// The loop answers every request it took before it exits; one that
+		// raced with the exit was never taken.
+		select {
+		case res := <-r.done:
+			return res.V, res.Err
+		default:
+			return nil, ErrShuttingDown
+		}
+	case <-ctxDone:
+		return nil, r.Ctx.Err()
+	}
+}
+
+// Offer hands op to the loop without waiting for room or for an answer:
+// the answer goes to done (buffered by the caller). It reports false when
+// the channel is full or the loop stopped.
+func (l *Loop) Offer(op any, done chan Result) bool {
+	select {
+	case <-l.stop:
+		return false
+	default:
+	}
+	select {
+	case l.reqs <- &Request{Ctx: context.Background(), Op: op, done: done}:
+		return true
+	default:
+		return false
+	}
+}
+
+// Wake makes the loop run an iteration soon even without a request (a
+// backend event: a move's answer, a notification from another node). It
+// never blocks.
+func (l *Loop) Wake() {
+	select {
+	case l.wake <- struct{}{}:
+	default:
+	}
+}
+
+// Shutdown stops the loop: requests already taken are run, waiting leases
+// are answered 454, and later calls are refused. It returns when the loop
+// has exited.
+func (l *Loop) Shutdown() {
+	select {
+	case <-l.stop:
+	default:
+		close(l.stop)
+	}
+	<-l.done
+}
+
+// Stopping is closed once Shutdown was called.
+func (l *Loop) Stopping() <-chan struct{} { return l.stop }
+
+func (l *Loop) run() {
+	defer close(l.done)
+	l.b.Open()
+	timer := time.NewTimer(time.Hour)
+	defer timer.Stop()
+	batch := make([]*Request, 0, MaxRequestsPerIteration)
+	for {
+		timer.Reset(l.sleep())
+		poll := false
+		select {
+		case r := <-l.reqs:
+			batch = l.gather(append(batch, r))
+		case <-l.wake:
+			batch = l.gather(batch)
+		case <-timer.C:
+			poll = true
+		case <-l.stop:
+			l.drain()
+			return
+		}
+		l.iterate(batch, poll)
+		clear(batch)
+		batch = batch[:0]
+	}
+}
+
+// gather adds the requests already waiting in the channel to batch, up to
+// MaxRequestsPerIteration, without blocking.
+func (l *Loop) gather(batch []*Request) []*Request {
+	for len(batch) < MaxRequestsPerIteration {
+		select {
+		case r := <-l.reqs:
+			batch = append(batch, r)
+		default:
+			return batch
+		}
+	}
+	return batch
+}
+
+// iterate runs one iteration: lease requests join the waiters, the rest go
+// to the backend, and the waiters that are done leave.
+func (l *Loop) iterate(batch []*Request, poll bool) {
+	now := l.clock.Now().UnixNano()
+	work := batch[:0:0]
+	for _, r := range batch {
+		if r.Lease == nil {
+			work = append(work, r)
+		} else if err := l.Waiters.add(r, now); err != nil {
+			r.Answer(nil, err)
+		}
+	}
+	l.b.Iterate(now, work, poll)
+	l.Waiters.expire(now)
+}
+
+// sleep returns how long the loop may wait for requests.
+func (l *Loop) sleep() time.Duration {
+	now := l.clock.Now().UnixNano()
+	next := l.b.NextWake(now)
+	for _, w := range l.Waiters.list {
+		next = Earliest(next, w.Deadline)
+	}
+	if next == 0 {
+		return time.Hour
+	}
+	return max(time.Duration(next-now), time.Millisecond)
+}
+
+// drain runs the requests already queued (leases among them are answered
+// 454: nothing serves them any more), lets the backend finish, and answers
+// the waiting leases.
+func (l *Loop) drain() {
+	for {
+		batch := l.gather(nil)
+		if len(batch) == 0 {
+			break
+		}
+		work := batch[:0]
+		for _, r := range batch {
+			if r.Lease != nil {
+				r.Answer(nil, ErrShuttingDown)
+				continue
+			}
+			work = append(work, r)
+		}
+		l.b.Iterate(l.clock.Now().UnixNano(), work, false)
+	}
+	l.b.Stopped()
+	l.Waiters.Fail(ErrShuttingDown)
+}
+
+// Earliest returns the earliest of the non-zero times (Unix ns), or 0.
+func Earliest(ts ...int64) int64 {
+	var e int64
+	for _, t := range ts {
+		if t != 0 && (e == 0 || t < e) {
+			e = t
+		}
+	}
+	return e
+}

@@ -1,0 +1,185 @@
+package engine
+
+import (
+	"sync/atomic"
+
+	"github.com/styxq/styx/internal/apierr"
+)
+
+// Waiters are a loop's waiting leases, oldest first. Owned by the loop
+// goroutine, except Len.
+type Waiters struct {
+	queue  string
+	list   []*Request
+	n      atomic.Int32
+	joined uint64
+}
+
+// Len returns how many leases wait. Any goroutine.
+func (ws *Waiters) Len() int { return int(ws.n.Load()) }
+
+// Joined returns how many leases have joined the waiters so far: a backend
+// that serves only when something changed (PostgreSQL) compares it with the
+// count it saw last.
+func (ws *Waiters) Joined() uint64 { return ws.joined }
+
+// add adds a lease request; a client_id that has a live lease waiting is
+// refused (400).
+func (ws *Waiters) add(r *Request, now int64) error {
+	for _, w := range ws.list {
+		if w.Lease.ClientID == r.Lease.ClientID && w.Ctx.Err() == nil {
+			return apierr.Invalidf("duplicate client_id; '%s' already has a lease waiting on queue '%s'", r.Lease.ClientID, ws.queue)
+		}
+	}
+	r.Deadline = now + int64(r.Lease.Timeout)
+	ws.list = append(ws.list, r)
+	ws.joined++
+	ws.n.Store(int32(len(ws.list)))
+	return nil
+}
+
+// expire drops the waiting leases that were answered, answering those whose
+// client went away and those whose request timeout has passed (ErrNoItems).
+func (ws *Waiters) expire(now int64) {
+	kept := ws.list[:0]
+	for _, w := range ws.list {
+		switch {
+		case w.answered:
+		case w.Ctx.Err() != nil:
+			w.Answer(nil, w.Ctx.Err())
+		case w.Deadline <= now:
+			w.Answer(nil, ErrNoItems)
+		default:
+			kept = append(kept, w)
+		}
+	}
+	clear(ws.list[len(kept):])
+	ws.list = kept
+	ws.n.Store(int32(len(kept)))
+}
+
+// Fail answers every waiting lease with err and drops them: the storage
+// failed (a waiting lease learns of an outage at once, not at its timeout),
+// or the loop stops.
+func (ws *Waiters) Fail(err error) {
+	for _, w := range ws.list {
+		w.Answer(nil, err)
+	}
+	clear(ws.list)
+	ws.list = ws.list[:0]
+	ws.n.Store(0)
+}
+
+// Serve hands ready items to the waiting leases by the partition rule
+// (distribution.go). counts returns each partition's ready items; lease
+// takes up to n of partition p's oldest ready items and leases them (fewer
+// when it has fewer); give answers a waiter with its items (an iteration's
+// reply: sent once the leases are durable). The waiters, oldest first, are
+// assigned to partitions (AssignLeases, from the tie cursor *next), each
+// partition leases its waiters' total at once and deals the items
+// (Deal); a waiter dealt nothing waits on. When a partition hands out fewer
+// items than counted (the counts were stale: on PostgreSQL another node took
+// them), it counts as empty for the rest of the call and the waiters left
+// without items are assigned again from fresh counts: at most
+// partitions+1 rounds, each of which serves a waiter or empties a
+// partition. With exact counts (memory, Pebble) there is one round. Served
+// waiters leave the list. An error from counts or lease stops the call and
+// is returned; the waiters not yet served stay.
+func Serve[T any](ws *Waiters, next *int, counts func() ([]int, error), lease func(p int32, n int) ([]T, error), give func(r *Request, p int32, items []T)) error {
+	var live []*Request
+	for _, w := range ws.list {
+		if !w.answered && w.Ctx.Err() == nil {
+			live = append(live, w)
+		}
+	}
+	if len(live) == 0 {
+		return nil
+	}
+	served := make(map[*Request]bool, len(live))
+	defer ws.dropServed(served)
+	var empty []bool
+	for round := 0; len(live) > 0; round++ {
+		if empty != nil && round > len(empty) {
+			return nil
+		}
+		ready, err := counts()
+		if err != nil {
+			return err
+		}
+		if empty == nil {
+			empty = make([]bool, len(ready))
+		}
+		for p := range ready {
+			if empty[p] {
+				ready[p] = 0
+			}
+		}
+		wants := make([]int, len(live))
+		for i, w := range live {
+			wants[i] = w.Lease.BatchSize
+		}
+		assign, cursor := AssignLeases(ready, wants, *next)
+		*next = cursor
+		again := false
+		for p := range ready {
+			var mine, pw []int // the partition's waiters (indexes into live) and their wants
+			total := 0
+			for i, a := range assign {
+				if a == p {
+					mine, pw = append(mine, i), append(pw, wants[i])
+					total += wants[i]
+				}
+			}
+			if len(mine) == 0 {
+				continue
+			}
+			items, err := lease(int32(p), total)
+			if err != nil {
+				return err
+			}
+			if len(items) < total {
+				empty[p] = true
+			}
+			got := make([][]T, len(mine))
+			for k, j := range Deal(len(items), pw) {
+				got[j] = append(got[j], items[k])
+			}
+			for j, xs := range got {
+				if len(xs) == 0 {
+					// More waiters than items, or the count was stale.
+					again = again || len(items) < ready[p]
+					continue
+				}
+				give(live[mine[j]], int32(p), xs)
+				served[live[mine[j]]] = true
+			}
+		}
+		if !again {
+			return nil
+		}
+		rest := live[:0]
+		for _, w := range live {
+			if !served[w] {
+				rest = append(rest, w)
+			}
+		}
+		live = rest
+	}
+	return nil
+}
+
+// dropServed removes the served waiters from the list.
+func (ws *Waiters) dropServed(served map[*Request]bool) {
+	if len(served) == 0 {
+		return
+	}
+	kept := ws.list[:0]
+	for _, w := range ws.list {
+		if !served[w] {
+			kept = append(kept, w)
+		}
+	}
+	clear(ws.list[len(kept):])
+	ws.list = kept
+	ws.n.Store(int32(len(kept)))
+}
