@@ -1,6 +1,7 @@
 package pgqueue
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
@@ -62,6 +63,12 @@ type Queue struct {
 	// last by this node.
 	produceNext int
 	leaseNext   int
+	// deadNext is the tie-break cursor of this queue's dead-letter moves
+	// (deadPartitions): the dead-letter queue partition after the one the
+	// last dead item of this queue went to on this node. It is this
+	// queue's, not the dead-letter queue's (whose loop takes no part in a
+	// move here), so equals take turns per source queue and node.
+	deadNext int
 	// nextDue is the earliest known lifecycle time (Unix ns, 0: none).
 	nextDue  int64
 	lastPoll int64
@@ -842,6 +849,31 @@ func (q *Queue) produceTo(ctx context.Context, tx pgx.Tx, it *iteration) (int32,
 	return int32(p), nil
 }
 
+// deadPartitions returns the dead-letter queue partition of each of the n
+// items of a move, in the order they are placed: the produce rule item by
+// item (docs/ARCHITECTURE.md "Partitions"), the same as the embedded
+// engine's. Each item goes to the partition with the fewest ready items
+// (queue.FewestReady), counting the items placed before it in the same
+// move, ties to the first partition at or after deadNext, which moves past
+// each partition chosen. The counts are the dead-letter queue's as this
+// transaction sees them (readyCounts: capped at readyCountCap, a plain read
+// that takes no row lock, so the lock order holds); moves and produces of
+// other transactions in flight are not seen.
+func (q *Queue) deadPartitions(ctx context.Context, tx pgx.Tx, dlqID uint64, partitions int32, n int) ([]int32, error) {
+	ready, err := readyCounts(ctx, tx, dlqID, partitions)
+	if err != nil {
+		return nil, err
+	}
+	parts := make([]int32, n)
+	for i := range parts {
+		p := queue.FewestReady(ready, q.deadNext)
+		ready[p]++
+		q.deadNext = p + 1
+		parts[i] = int32(p)
+	}
+	return parts, nil
+}
+
 // place sets a new item's state and expiry: scheduled when enqueueAt is in
 // the future, expiring expireTimeout after creation (or at expire when set).
 func (q *Queue) place(it *iteration, in *insert, enqueueAt, expire int64) {
@@ -1060,7 +1092,15 @@ func (q *Queue) bury(ctx context.Context, tx pgx.Tx, it *iteration, ds []death) 
 		}
 		to = info
 	}
-	if _, err := moveDead(ctx, tx, q.id, q.name, dlq{id: to.ID, name: to.Name, partitions: to.Partitions, expire: int64(to.ExpireTimeout)}, ds, it.now); err != nil {
+	// Placed and numbered in id order, the order the dead-letter queue's new
+	// ids follow (moveDead).
+	ds = slices.Clone(ds)
+	slices.SortFunc(ds, func(a, b death) int { return cmp.Compare(a.id, b.id) })
+	parts, err := q.deadPartitions(ctx, tx, to.ID, max(to.Partitions, 1), len(ds))
+	if err != nil {
+		return err
+	}
+	if _, err := moveDead(ctx, tx, q.id, q.name, dlq{id: to.ID, name: to.Name, expire: int64(to.ExpireTimeout)}, ds, parts, it.now); err != nil {
 		return err
 	}
 	it.wakeQueue(to.ID)
