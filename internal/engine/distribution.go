@@ -7,6 +7,9 @@ package engine
 //
 // - A produce request goes whole to the partition with the fewest ready
 //   items.
+// - The items of a dead-letter move enter the dead-letter queue one at a
+//   time by the produce rule, each counting those placed before it
+//   (Logical.takeDead; pgqueue's Queue.deadPartitions).
 // - A waiting lease is served from one partition: the one with the most
 //   ready items not yet promised to an older waiter of the same iteration.
 //   When every ready item is promised, the waiter shares the partition with

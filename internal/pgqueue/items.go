@@ -8,6 +8,7 @@ import (
 
 	"github.com/jackc/pgx/v5"
 
+	"github.com/styxq/styx/internal/engine"
 	"github.com/styxq/styx/internal/fingerprint"
 	"github.com/styxq/styx/internal/queue"
 	"github.com/styxq/styx/internal/store"
@@ -149,18 +150,7 @@ func nextDue(ctx context.Context, q querier, queueID uint64) (int64, error) {
 		coalesce((SELECT deadline FROM styx_items WHERE queue_id=$1 AND state<>0 ORDER BY deadline LIMIT 1), 0),
 		coalesce((SELECT expire_deadline FROM styx_items WHERE queue_id=$1 AND state<>1 AND expire_deadline<>0 ORDER BY expire_deadline LIMIT 1), 0)`,
 		int64(queueID)).Scan(&timed, &expiry)
-	return earliest(timed, expiry), err
-}
-
-// earliest returns the smallest non-zero time, or 0.
-func earliest(ts ...int64) int64 {
-	var e int64
-	for _, t := range ts {
-		if t != 0 && (e == 0 || t < e) {
-			e = t
-		}
-	}
-	return e
+	return engine.Earliest(timed, expiry), err
 }
 
 // lease leases up to n ready items of one partition, oldest first, skipping
@@ -381,21 +371,25 @@ type death struct {
 
 // dlq is what a dead-letter move needs of the dead-letter queue.
 type dlq struct {
-	id         uint64
-	name       string
-	partitions int32
-	expire     int64 // retention, counted from dead_at
+	id     uint64
+	name   string
+	expire int64 // retention, counted from dead_at
 }
 
 // moveDead moves items to a dead-letter queue in one statement: deleted
 // from the source and inserted into the dead-letter queue under new ids with
-// their history, unless the dead-letter queue already holds their source key
-// (a copy it took before: ADR 0003's source_id rule, kept though the move is
-// atomic here), then sets the fingerprint of the last error of each item
-// taken (their error group; migration 5) on the rows it inserted. Returns
-// how many the dead-letter queue took.
-func moveDead(ctx context.Context, tx pgx.Tx, src uint64, srcName string, to dlq, ds []death, now int64) (int64, error) {
+// their history, item ds[i] into partition parts[i] (see Queue.deadPartitions;
+// the new ids follow the source ids, so ds is expected in id order), unless
+// the dead-letter queue already holds their source key (a copy it took
+// before: ADR 0003's source_id rule, kept though the move is atomic here),
+// then sets the fingerprint of the last error of each item taken (their
+// error group; migration 5) on the rows it inserted. Returns how many the
+// dead-letter queue took.
+func moveDead(ctx context.Context, tx pgx.Tx, src uint64, srcName string, to dlq, ds []death, parts []int32, now int64) (int64, error) {
 	n := len(ds)
+	if len(parts) != n {
+		return 0, fmt.Errorf("dead-letter move: %d partitions for %d items", len(parts), n)
+	}
 	ids, keys, reasons, srcIDs, attempts, set, lastErr, errs := make([]int64, n), make([]string, n), make([]string, n), make([]string, n),
 		make([]int32, n), make([]bool, n), make([]string, n), make([]*string, n)
 	for i, d := range ds {
@@ -412,22 +406,22 @@ func moveDead(ctx context.Context, tx pgx.Tx, src uint64, srcName string, to dlq
 		expire = now + to.expire
 	}
 	rows, err := tx.Query(ctx, `WITH d AS (
-			SELECT * FROM unnest($2::bigint[], $3::text[], $4::text[], $5::text[], $6::integer[], $7::boolean[], $8::text[], $9::text[])
-				AS d(id, key, reason, src_id, attempts, set, last_error, errs)),
+			SELECT * FROM unnest($2::bigint[], $3::text[], $4::text[], $5::text[], $6::integer[], $7::boolean[], $8::text[], $9::text[], $11::integer[])
+				AS d(id, key, reason, src_id, attempts, set, last_error, errs, part)),
 		moved AS (
 			DELETE FROM styx_items t USING d WHERE t.queue_id=$1 AND t.id=d.id
 			RETURNING t.created_at, t.reference, t.kind, t.encoding, t.payload, t.redrive_count, t.last_error AS old_last_error,
 				t.errors AS old_errors, d.*)
 		INSERT INTO styx_items (queue_id, id, partition, state, expire_deadline, attempts, created_at, source_key,
 			reference, kind, encoding, payload, source_queue, source_id, dead_reason, dead_at, redrive_count, last_error, errors)
-		SELECT $10, nextval('styx_item_ids'), (m.id % $11)::integer, 0, $12, m.attempts, m.created_at, m.key,
+		SELECT $10, nextval('styx_item_ids'), m.part, 0, $12, m.attempts, m.created_at, m.key,
 			m.reference, m.kind, m.encoding, m.payload, $13, m.src_id, m.reason, $14, m.redrive_count,
 			CASE WHEN m.set THEN m.last_error ELSE m.old_last_error END,
 			CASE WHEN m.set THEN m.errs::jsonb ELSE m.old_errors END
 		FROM moved m ORDER BY m.id
 		ON CONFLICT (queue_id, source_key) DO NOTHING
 		RETURNING id, last_error`,
-		int64(src), ids, keys, reasons, srcIDs, attempts, set, lastErr, errs, int64(to.id), int64(max(to.partitions, 1)), expire, srcName, now)
+		int64(src), ids, keys, reasons, srcIDs, attempts, set, lastErr, errs, int64(to.id), parts, expire, srcName, now)
 	if err != nil {
 		return 0, err
 	}

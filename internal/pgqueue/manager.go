@@ -152,7 +152,7 @@ func (m *Manager) reload(ctx context.Context) error {
 		var q queueRow
 		var timed, expiry int64
 		err := r.Scan(append(q.dest(), &timed, &expiry)...)
-		return loaded{info: q.info(), due: earliest(timed, expiry)}, err
+		return loaded{info: q.info(), due: engine.Earliest(timed, expiry)}, err
 	})
 	if err != nil {
 		return wrap("load queues", err)

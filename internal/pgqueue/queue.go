@@ -1,6 +1,7 @@
 package pgqueue
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
@@ -49,10 +50,16 @@ type Queue struct {
 	// loop last looked: a new one makes the iteration serve.
 	joined uint64
 	// produceNext and leaseNext are the tie-break cursors of the partition
-	// choice (queue/distribution.go): the partition after the one chosen
+	// choice (engine/distribution.go): the partition after the one chosen
 	// last by this node.
 	produceNext int
 	leaseNext   int
+	// deadNext is the tie-break cursor of this queue's dead-letter moves
+	// (deadPartitions): the dead-letter queue partition after the one the
+	// last dead item of this queue went to on this node. It is this
+	// queue's, not the dead-letter queue's (whose loop takes no part in a
+	// move here), so equals take turns per source queue and node.
+	deadNext int
 	// nextDue is the earliest known lifecycle time (Unix ns, 0: none).
 	nextDue  int64
 	lastPoll int64
@@ -224,7 +231,7 @@ func (q *Queue) Stopped() {}
 func (q *Queue) NextWake(int64) int64 {
 	next := q.nextDue
 	if q.loop.Waiters.Len() > 0 {
-		next = earliest(next, q.lastPoll+int64(pollInterval))
+		next = engine.Earliest(next, q.lastPoll+int64(pollInterval))
 	}
 	return next
 }
@@ -284,7 +291,7 @@ func (q *Queue) Iterate(now int64, work []*engine.Request, poll bool) {
 		serve, q.joined = true, j
 	}
 	if due := q.dueHint.Swap(0); due != 0 {
-		q.nextDue = earliest(q.nextDue, due)
+		q.nextDue = engine.Earliest(q.nextDue, due)
 	}
 	lifecycle := q.nextDue != 0 && q.nextDue <= now
 	if len(work) == 0 && !lifecycle && !(serve && q.loop.Waiters.Len() > 0) {
@@ -438,7 +445,7 @@ func (q *Queue) endLease(it *iteration, x row, release bool, retryAt time.Time, 
 	r := requeue{id: x.id, state: stateReady, attempts: x.attempts}
 	if e.At != 0 {
 		r.state, r.deadline = stateScheduled, e.At
-		q.nextDue = earliest(q.nextDue, e.At)
+		q.nextDue = engine.Earliest(q.nextDue, e.At)
 	} else {
 		it.wakeQueue(q.id)
 	}
@@ -630,7 +637,7 @@ func (q *Queue) apply(ctx context.Context, tx pgx.Tx, it *iteration, work []*eng
 }
 
 // produceTo returns the partition for the next produced batch: the one with
-// the fewest ready items (queue.FewestReady), and moves the cursor past it.
+// the fewest ready items (engine.FewestReady), and moves the cursor past it.
 // The counts are read once per iteration (readyCounts, so they saturate at
 // readyCountCap) and then kept up to date with the iteration's own
 // produces; other nodes' transactions in flight are not seen.
@@ -647,12 +654,37 @@ func (q *Queue) produceTo(ctx context.Context, tx pgx.Tx, it *iteration) (int32,
 	return int32(p), nil
 }
 
+// deadPartitions returns the dead-letter queue partition of each of the n
+// items of a move, in the order they are placed: the produce rule item by
+// item (docs/ARCHITECTURE.md "Partitions"), the same as the embedded
+// engine's. Each item goes to the partition with the fewest ready items
+// (engine.FewestReady), counting the items placed before it in the same
+// move, ties to the first partition at or after deadNext, which moves past
+// each partition chosen. The counts are the dead-letter queue's as this
+// transaction sees them (readyCounts: capped at readyCountCap, a plain read
+// that takes no row lock, so the lock order holds); moves and produces of
+// other transactions in flight are not seen.
+func (q *Queue) deadPartitions(ctx context.Context, tx pgx.Tx, dlqID uint64, partitions int32, n int) ([]int32, error) {
+	ready, err := readyCounts(ctx, tx, dlqID, partitions)
+	if err != nil {
+		return nil, err
+	}
+	parts := make([]int32, n)
+	for i := range parts {
+		p := engine.FewestReady(ready, q.deadNext)
+		ready[p]++
+		q.deadNext = p + 1
+		parts[i] = int32(p)
+	}
+	return parts, nil
+}
+
 // place sets a new item's state and expiry: scheduled when enqueueAt is in
 // the future, expiring expireTimeout after creation (or at expire when set).
 func (q *Queue) place(it *iteration, in *insert, enqueueAt, expire int64) {
 	if enqueueAt > it.now {
 		in.state, in.deadline = stateScheduled, enqueueAt
-		q.nextDue = earliest(q.nextDue, enqueueAt)
+		q.nextDue = engine.Earliest(q.nextDue, enqueueAt)
 	} else {
 		it.wakeQueue(q.id)
 	}
@@ -660,7 +692,7 @@ func (q *Queue) place(it *iteration, in *insert, enqueueAt, expire int64) {
 	if in.expire == 0 && it.info.ExpireTimeout > 0 {
 		in.expire = it.now + int64(it.info.ExpireTimeout)
 	}
-	q.nextDue = earliest(q.nextDue, in.expire)
+	q.nextDue = engine.Earliest(q.nextDue, in.expire)
 }
 
 func (q *Queue) flushInserts(ctx context.Context, tx pgx.Tx, it *iteration, inserts *[]insert) error {
@@ -772,7 +804,7 @@ func (q *Queue) renew(ctx context.Context, tx pgx.Tx, it *iteration, rows map[in
 		return nil, err
 	}
 	// A shorter lease than the one it replaces is due sooner.
-	q.nextDue = earliest(q.nextDue, deadline)
+	q.nextDue = engine.Earliest(q.nextDue, deadline)
 	out := make([]time.Time, len(ids))
 	for i, id := range ids {
 		x := rows[id]
@@ -853,7 +885,15 @@ func (q *Queue) bury(ctx context.Context, tx pgx.Tx, it *iteration, ds []death) 
 		}
 		to = info
 	}
-	if _, err := moveDead(ctx, tx, q.id, q.name, dlq{id: to.ID, name: to.Name, partitions: to.Partitions, expire: int64(to.ExpireTimeout)}, ds, it.now); err != nil {
+	// Placed and numbered in id order, the order the dead-letter queue's new
+	// ids follow (moveDead).
+	ds = slices.Clone(ds)
+	slices.SortFunc(ds, func(a, b death) int { return cmp.Compare(a.id, b.id) })
+	parts, err := q.deadPartitions(ctx, tx, to.ID, max(to.Partitions, 1), len(ds))
+	if err != nil {
+		return err
+	}
+	if _, err := moveDead(ctx, tx, q.id, q.name, dlq{id: to.ID, name: to.Name, expire: int64(to.ExpireTimeout)}, ds, parts, it.now); err != nil {
 		return err
 	}
 	it.wakeQueue(to.ID)
@@ -939,7 +979,7 @@ func (q *Queue) importItems(ctx context.Context, tx pgx.Tx, it *iteration, op *i
 			if in.deadline == 0 {
 				in.deadline = it.now + int64(it.info.LeaseTimeout)
 			}
-			q.nextDue = earliest(q.nextDue, in.deadline)
+			q.nextDue = engine.Earliest(q.nextDue, in.deadline)
 		} else {
 			q.place(it, &in, queue.Nanos(si.Meta.EnqueueAt), queue.Nanos(si.Meta.ExpireDeadline))
 		}
@@ -1013,7 +1053,7 @@ func (q *Queue) serve(ctx context.Context, tx pgx.Tx, it *iteration) error {
 		func(p int32, n int) ([]queue.LeasedItem, error) {
 			items, err := lease(ctx, tx, q.id, p, n, deadline, it.now)
 			if len(items) > 0 {
-				q.nextDue = earliest(q.nextDue, deadline)
+				q.nextDue = engine.Earliest(q.nextDue, deadline)
 			}
 			return items, err
 		},
@@ -1057,7 +1097,7 @@ func (q *Queue) Stats(ctx context.Context) (queue.Stats, error) {
 		}
 		s.Partitions[p] = queue.PartitionStats{Partition: p, Total: int(total), Leased: int(leasedN), Scheduled: int(sched),
 			Failures: int(failures), AverageAge: time.Duration(age), AverageLeasedAge: time.Duration(leasedAge)}
-		oldest = earliest(oldest, minCreated)
+		oldest = engine.Earliest(oldest, minCreated)
 	}
 	if err := rows.Err(); err != nil {
 		return s, wrap("stats", err)

@@ -210,8 +210,10 @@ func (l *Logical) moved(res moveResult) {
 	}
 }
 
-// takeDead inserts the items of a move into this (dead-letter) queue. Runs
-// in the dead-letter queue's loop.
+// takeDead inserts the items of a move into this (dead-letter) queue, each
+// into the partition with the fewest ready items counting those placed
+// before it (produceTo, item by item: the rule of every backend; see
+// engine/distribution.go). Runs in the dead-letter queue's loop.
 func (l *Logical) takeDead(it *iteration, r *engine.Request, op *deadLetterOp) {
 	for _, d := range op.items {
 		if _, dup := l.sourceKeys[d.sourceKey]; dup {

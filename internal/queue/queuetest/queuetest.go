@@ -7,10 +7,12 @@
 // attempts, retry outcomes, dead-letter queues, redrive) are the source of
 // every row; the HTTP tests in service stay for the wire itself.
 //
-// Partition placement (which partition a produced item or a dead item goes
-// to) differs between the engines (issue 15) and is never asserted, and
-// neither are Stats.Dying and Stats.MovesInFlight (always 0 on PostgreSQL,
-// where moves are atomic; issue 15).
+// The partition a dead item enters is asserted (one rule on every engine:
+// the produce rule, item by item; DeadItemsEnterFewestReadyPartition). Which
+// partition a produced item goes to still differs between the engines
+// (issue 15) and is never asserted, and neither are Stats.Dying and
+// Stats.MovesInFlight (always 0 on PostgreSQL, where moves are atomic;
+// issue 15).
 //
 // Time is a clock.Fake: rows move it with Advance and never sleep. The
 // engines' loops sleep on real timers computed from the clock, so a
@@ -568,6 +570,53 @@ var rows = []row{
 		require.Equal(e.t, "e2", d.Errors.LastError)
 		require.Equal(e.t, []string{"1:e1", "2:e2"}, errorTexts(d.Errors))
 		require.True(e.t, d.Errors.Errors[1].At.Equal(Start.Add(time.Second)))
+		e.eventuallyItems(q, 0)
+	}},
+	{"DeadItemsEnterFewestReadyPartition", func(e *env) {
+		// The produce rule, item by item (docs/ARCHITECTURE.md
+		// "Partitions"): each dead item of a move goes to the dead-letter
+		// queue's partition with the fewest ready items, counting the items
+		// placed before it in the same move; ties go to the first partition
+		// at or after the one chosen last. With 4, 1, 4 and 0 ready items the
+		// first goes to 3 (the only fewest); every tie after it (1 and 3)
+		// comes right after a choice of 3, so it is broken from partition 0
+		// and goes to 1: 3, 1, 3, 1, 3, whatever the ids and the cursor
+		// before the move.
+		dlq := e.create("dlq", func(i *store.QueueInfo) { i.ExpireTimeout = dlqExpire; i.Partitions = 4 })
+		q := e.create("q", func(i *store.QueueInfo) { i.DeadQueue = "dlq"; i.MaxAttempts = 1 })
+		for p, n := range []int{4, 1, 4, 0} {
+			var items []store.Item
+			for i := range n {
+				items = append(items, store.Item{Body: store.ItemBody{Kind: "k", Payload: fmt.Appendf(nil, "old%d-%d", p, i)}})
+			}
+			if n > 0 {
+				_, err := dlq.Import(e.ctx, int32(p), items)
+				require.NoError(e.t, err)
+			}
+		}
+		e.produce(q, "a", "b", "c", "d", "e")
+		res := e.lease(q, 5)
+		require.Len(e.t, res.Items, 5)
+		retry := make([]queue.RetryItem, len(res.Items))
+		for i, x := range res.Items {
+			retry[i] = queue.RetryItem{ID: x.ID, Error: "boom"}
+		}
+		// One retry call: the five die together (max_attempts 1).
+		out, err := q.Retry(e.ctx, res.Partition, retry)
+		require.NoError(e.t, err)
+		for _, o := range out {
+			require.Equal(e.t, queue.OutcomeDeadLettered, o.Outcome)
+		}
+		byPart := map[int32]int{}
+		var placed []int32
+		for _, it := range e.items(dlq) { // in id order: the order they were placed in
+			byPart[it.Partition]++
+			if it.Body.SourceQueue == "q" {
+				placed = append(placed, it.Partition)
+			}
+		}
+		require.Equal(e.t, []int32{3, 1, 3, 1, 3}, placed)
+		require.Equal(e.t, map[int32]int{0: 4, 1: 3, 2: 4, 3: 3}, byPart)
 		e.eventuallyItems(q, 0)
 	}},
 	{"MaxAttemptsByLeaseExpiry", func(e *env) {
