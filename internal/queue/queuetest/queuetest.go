@@ -62,7 +62,7 @@ func Run(t *testing.T, open Open, skips ...Skip) {
 	for _, s := range skips {
 		reasons[s.Row] = s.Reason
 	}
-	for _, r := range rows {
+	for _, r := range slices.Concat(rows, coverageRows) {
 		why, skip := reasons[r.name]
 		t.Run(r.name, func(t *testing.T) {
 			if skip {
