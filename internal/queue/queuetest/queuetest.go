@@ -6,6 +6,8 @@
 // on source_id, queue.clear) and the rules of the item lifecycle (leases,
 // attempts, retry outcomes, dead-letter queues, redrive) are the source of
 // every row; the HTTP tests in service stay for the wire itself.
+// docs/conformance.md lists every rule of the wire contract with the row
+// (or the service test) that checks it: a new rule gets its row there.
 //
 // Partition placement (which partition a produced item or a dead item goes
 // to) differs between the engines (issue 15) and is never asserted, and
