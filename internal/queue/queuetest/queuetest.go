@@ -6,6 +6,8 @@
 // on source_id, queue.clear) and the rules of the item lifecycle (leases,
 // attempts, retry outcomes, dead-letter queues, redrive) are the source of
 // every row; the HTTP tests in service stay for the wire itself.
+// docs/conformance.md lists every rule of the wire contract with the row
+// (or the service test) that checks it: a new rule gets its row there.
 //
 // The partition a dead item enters is asserted (one rule on every engine:
 // the produce rule, item by item; DeadItemsEnterFewestReadyPartition). Which
@@ -64,7 +66,7 @@ func Run(t *testing.T, open Open, skips ...Skip) {
 	for _, s := range skips {
 		reasons[s.Row] = s.Reason
 	}
-	for _, r := range rows {
+	for _, r := range slices.Concat(rows, coverageRows) {
 		why, skip := reasons[r.name]
 		t.Run(r.name, func(t *testing.T) {
 			if skip {
