@@ -43,7 +43,8 @@ func TestStorageOutageSameCode(t *testing.T) {
 				down = func() { s.Faults.SetDown(errors.New("injected: outage")) }
 				up = func() { s.Faults.SetDown(nil) }
 			}
-			s.createQueue(&pb.QueueInfo{QueueName: "out"})
+			s.createQueue(&pb.QueueInfo{QueueName: "out-dlq"})
+			s.createQueue(&pb.QueueInfo{QueueName: "out", DeadQueue: "out-dlq"})
 			s.produce("out", "before-1", "before-2")
 
 			down()
@@ -68,6 +69,18 @@ func TestStorageOutageSameCode(t *testing.T) {
 				}},
 				{"storage/items.list", func() error {
 					_, err := s.C.StorageItemsList(ctx, &pb.StorageItemsListRequest{QueueName: "out", Limit: 10})
+					return err
+				}},
+				{"dead.list", func() error {
+					_, err := s.C.DeadList(ctx, &pb.DeadListRequest{QueueName: "out-dlq", Limit: 10})
+					return err
+				}},
+				{"dead.groups", func() error {
+					_, err := s.C.DeadGroups(ctx, &pb.DeadGroupsRequest{QueueName: "out-dlq", Limit: 10})
+					return err
+				}},
+				{"dead.redrive", func() error {
+					_, err := s.C.DeadRedrive(ctx, &pb.DeadRedriveRequest{QueueName: "out-dlq", All: true})
 					return err
 				}},
 			}
