@@ -163,6 +163,11 @@ func ErrorCode(err error) int {
 // items before its request timeout, or an overloaded queue.
 func IsRetry(err error) bool { return ErrorCode(err) == CodeRetry }
 
+// IsUnavailable reports whether err is a 453 (CodeUnavailable): storage
+// failed the request, the same answer on every backend for the same outage.
+// It is temporary: retry later, as after IsRetry.
+func IsUnavailable(err error) bool { return ErrorCode(err) == CodeUnavailable }
+
 // IsQueueNotExist reports whether err says the queue named in the request
 // does not exist. The server answers that with 400 and the message "queue
 // does not exist; no such queue named '<name>'", as Querator does, so the

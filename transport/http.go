@@ -277,9 +277,10 @@ func (h *Handler) reply(w http.ResponseWriter, r *http.Request, code int, m prot
 }
 
 // fail answers an error. This is the one error → status table: client-facing
-// errors keep their code; a request whose client went away gets 499 (the
-// client never reads it); anything else is internal, logged and answered 500
-// without detail.
+// errors keep their code; storage failures get the code of their sentinel
+// (storageCodes, e.g. 453 for store.ErrUnavailable) with their message; a
+// request whose client went away gets 499 (the client never reads it);
+// anything else is internal, logged and answered 500 without detail.
 func (h *Handler) fail(w http.ResponseWriter, r *http.Request, err error) {
 	code, msg := status(err)
 	if code == http.StatusInternalServerError {
@@ -356,6 +357,9 @@ func (h *Handler) audit(r *http.Request, req, resp proto.Message) {
 func status(err error) (int, string) {
 	if e, ok := apierr.As(err); ok {
 		return int(e.Code), e.Message
+	}
+	if code, msg, ok := storageStatus(err); ok {
+		return code, msg
 	}
 	if errors.Is(err, context.Canceled) || errors.Is(err, context.DeadlineExceeded) {
 		return 499, "request canceled; the client went away"

@@ -40,7 +40,7 @@ With no item before --timeout it prints "no items" on stderr and exits 0.
 Any other 454 (retry) answer, such as "server shutting down" or an
 overloaded queue, is an error: printed on stderr with exit status 75
 (EX_TEMPFAIL: try again later), so a consumer loop does not mistake a
-server going away for a drained queue.`,
+server going away for a drained queue; so is a 453 (storage unavailable).`,
 		Args: exactArgs(1, "a QUEUE"),
 		RunE: func(cmd *cobra.Command, args []string) error {
 			return a.withClient(cmd, func(c *styx.Client) error {

@@ -8,7 +8,8 @@
 // STYX_CA_FILE) and --json (print replies as protojson, one object
 // per line). Errors are printed as "styx: <message>" on stderr with exit
 // status 1, or 75 when the server answered 454 (retry later: shutting down,
-// overloaded). `styx --version` prints the version.
+// overloaded) or 453 (storage unavailable). `styx --version` prints the
+// version.
 package main
 
 import (
@@ -32,21 +33,22 @@ const (
 	// exitError is any failure.
 	exitError = 1
 	// exitRetry is a failure the server asked to retry later (454: a
-	// server shutting down, an overloaded queue): EX_TEMPFAIL of
-	// sysexits.h.
+	// server shutting down, an overloaded queue) or a storage outage (453:
+	// nothing was acknowledged): EX_TEMPFAIL of sysexits.h.
 	exitRetry = 75
 )
 
 // run executes the command line args and returns the process exit status:
 // 0 on success; exitRetry when the server answered 454 (retry later; a
-// lease that found no item is a success); exitError on any other error.
+// lease that found no item is a success) or 453 (storage unavailable);
+// exitError on any other error.
 // Errors are printed to stderr.
 func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 	root := newRootCmd(stdout, stderr)
 	root.SetArgs(args)
 	if err := root.ExecuteContext(ctx); err != nil {
 		_, _ = fmt.Fprintln(stderr, errorLine(err))
-		if styx.IsRetry(err) {
+		if styx.IsRetry(err) || styx.IsUnavailable(err) {
 			return exitRetry
 		}
 		return exitError
@@ -61,7 +63,7 @@ var codeTexts = map[int]string{
 	styx.CodeForbidden:    "forbidden",
 	styx.CodeNotFound:     "not found",
 	styx.CodeConflict:     "conflict",
-	453:                   "unavailable",
+	styx.CodeUnavailable:  "unavailable",
 	styx.CodeRetry:        "retry",
 	styx.CodeBadContent:   "bad content",
 	styx.CodeInternal:     "internal error",

@@ -3,6 +3,7 @@ package main
 import (
 	"bytes"
 	"context"
+	"errors"
 	"io"
 	"log/slog"
 	"strings"
@@ -15,6 +16,8 @@ import (
 
 	"github.com/styxq/styx"
 	"github.com/styxq/styx/daemon"
+	"github.com/styxq/styx/internal/store/faulty"
+	"github.com/styxq/styx/internal/store/memory"
 	pb "github.com/styxq/styx/styxpb"
 )
 
@@ -212,4 +215,33 @@ func TestQueuesUpdateHelpShowsNoDefaults(t *testing.T) {
 	out.Reset()
 	require.Equal(t, 0, run(t.Context(), []string{"queues", "create", "--help"}, &out, &errOut))
 	assert.Contains(t, out.String(), "(default 1m0s)", "create still shows its defaults")
+}
+
+// TestStorageUnavailableExit: a 453 (storage unavailable) is temporary, as
+// a 454 is: the CLI prints the server's message and exits 75 (EX_TEMPFAIL),
+// not 1.
+func TestStorageUnavailableExit(t *testing.T) {
+	faults := faulty.New(memory.New())
+	d, err := daemon.New(t.Context(), daemon.Config{
+		Listen: "127.0.0.1:0", Store: faults, ShutdownTimeout: 10 * time.Second,
+		Log: slog.New(slog.NewTextHandler(io.Discard, nil)),
+	})
+	require.NoError(t, err)
+	t.Cleanup(func() { require.NoError(t, d.Close(context.Background())) })
+	c := cli{t: t, endpoint: d.Endpoint()}
+	c.ok("queues", "create", "su")
+
+	faults.SetDown(errors.New("injected: disk gone"))
+	for _, args := range [][]string{
+		{"produce", "su", "x"},
+		{"queues", "list"},
+	} {
+		var out, errOut bytes.Buffer
+		code := run(t.Context(), append(args, "--endpoint", d.Endpoint()), &out, &errOut)
+		assert.Equal(t, exitRetry, code, "%v: %s", args, errOut.String())
+		assert.Empty(t, out.String())
+		assert.Regexp(t, `^styx: storage unavailable; .*injected: disk gone \(code 453 unavailable\)\n$`, errOut.String())
+	}
+	faults.SetDown(nil)
+	c.ok("produce", "su", "x")
 }

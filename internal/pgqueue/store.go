@@ -281,43 +281,57 @@ var (
 	_ store.TaskClaimer = (*Store)(nil)
 )
 
-// wrap maps a driver error onto what the API answers: the database being
-// unreachable, restarting or too slow is apierr.Unavailable (453, naming the
-// cause, safe to retry); a deadlock or serialization failure is apierr.Retry
+// wrap classifies a driver error with the storage sentinels (the API code
+// of each is transport's storage table): the database being unreachable,
+// restarting or too slow is store.ErrUnavailable (453, naming the cause,
+// safe to retry); a deadlock or serialization failure is store.ErrConflict
 // (454); a foreign-key violation on an item means its queue was deleted
-// (store.ErrQueueNotFound). Anything else is an internal error.
+// (store.ErrQueueNotFound). An error already classified (or a client-facing
+// apierr) is returned as is; anything else is an internal error.
 func wrap(op string, err error) error {
 	if err == nil {
 		return nil
 	}
-	if errors.Is(err, store.ErrQueueNotFound) || errors.Is(err, store.ErrQueueExists) {
+	if errors.Is(err, store.ErrQueueNotFound) || errors.Is(err, store.ErrQueueExists) ||
+		errors.Is(err, store.ErrUnavailable) || errors.Is(err, store.ErrConflict) {
 		return err
 	}
 	if _, ok := apierr.As(err); ok {
 		return err
 	}
+	where := "postgres: " + op
 	var pgErr *pgconn.PgError
 	if errors.As(err, &pgErr) {
 		switch {
 		case pgErr.Code == "23503": // foreign_key_violation
-			return fmt.Errorf("postgres: %s: %w", op, store.ErrQueueNotFound)
+			return fmt.Errorf("%s: %w", where, store.ErrQueueNotFound)
 		case pgErr.Code == "40001" || pgErr.Code == "40P01":
-			return apierr.New(apierr.Retry, "storage conflict; postgres: %s: %s, retry", op, pgErr.Message)
+			return store.Conflict(where, sqlState{pgErr, ", retry"})
 		case pgErr.Code[:2] == "08" || pgErr.Code[:2] == "57" || pgErr.Code[:2] == "53":
 			// connection exception, operator intervention (shutdown,
 			// starting up), insufficient resources
-			return apierr.New(apierr.Unavailable, "storage unavailable; postgres: %s: %s (%s)", op, pgErr.Message, pgErr.Code)
+			return store.Unavailable(where, sqlState{pgErr, ""})
 		}
-		return fmt.Errorf("postgres: %s: %w", op, err)
+		return fmt.Errorf("%s: %w", where, err)
 	}
 	var netErr net.Error
 	var connErr *pgconn.ConnectError
 	if errors.As(err, &connErr) || errors.As(err, &netErr) || errors.Is(err, context.DeadlineExceeded) ||
 		pgconn.SafeToRetry(err) || pgconn.Timeout(err) || isClosedConn(err) {
-		return apierr.New(apierr.Unavailable, "storage unavailable; postgres: %s: %v", op, err)
+		return store.Unavailable(where, err)
 	}
-	return fmt.Errorf("postgres: %s: %w", op, err)
+	return fmt.Errorf("%s: %w", where, err)
 }
+
+// sqlState is a PostgreSQL error as a storage error's cause: its message
+// reads "<message> (<SQLSTATE>)<suffix>".
+type sqlState struct {
+	*pgconn.PgError
+	suffix string
+}
+
+func (e sqlState) Error() string { return e.Message + " (" + e.Code + ")" + e.suffix }
+func (e sqlState) Unwrap() error { return e.PgError }
 
 // isClosedConn reports errors of a connection lost mid-statement, which pgx
 // reports without a net.Error in the chain.

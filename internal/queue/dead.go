@@ -116,7 +116,7 @@ func (l *Logical) Scan(ctx context.Context, partitions int32, f *DeadFilter, p S
 			if len(c.buf) == 0 && !c.done {
 				c.buf, err = l.cfg.Store.ListItems(ctx, l.queueID, int32(i), c.after, chunk)
 				if err != nil {
-					return nil, 0, fmt.Errorf("queue '%s': scan partition %d: %w", l.name, i, err)
+					return nil, 0, readErr(l.name, fmt.Errorf("scan partition %d: %w", i, err))
 				}
 				if len(c.buf) < chunk {
 					c.done = true
@@ -158,7 +158,7 @@ func (l *Logical) scanIDs(ctx context.Context, partitions int32, f *DeadFilter, 
 		for part := range partitions {
 			got, err := l.cfg.Store.ListItems(ctx, l.queueID, part, id-1, 1)
 			if err != nil {
-				return nil, 0, fmt.Errorf("queue '%s': look up %s: %w", l.name, FormatID(id), err)
+				return nil, 0, readErr(l.name, fmt.Errorf("look up %s: %w", FormatID(id), err))
 			}
 			if len(got) == 1 && got[0].Meta.ID == id {
 				if f.Match(&got[0]) {

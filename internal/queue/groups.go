@@ -264,7 +264,7 @@ func (l *Logical) Groups(ctx context.Context, f GroupFilter, limit int) (Groups,
 		}
 		_, errs, err := l.cfg.Store.ReadBodies(ctx, l.queueID, part, ids)
 		if err != nil {
-			return Groups{}, fmt.Errorf("queue '%s': read sample errors: %w", l.name, err)
+			return Groups{}, readErr(l.name, fmt.Errorf("read sample errors: %w", err))
 		}
 		for j, i := range idx {
 			res.Groups.Groups[i].SampleError = errs[j].LastError

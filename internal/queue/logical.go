@@ -318,7 +318,8 @@ func (l *Logical) Scheduled(ctx context.Context, partition int32, after uint64, 
 // List reads up to limit items of a partition with ids greater than after,
 // straight from storage (a committed snapshot; it does not wait for the loop).
 func (l *Logical) List(ctx context.Context, partition int32, after uint64, limit int) ([]store.Item, error) {
-	return l.cfg.Store.ListItems(ctx, l.queueID, partition, after, limit)
+	items, err := l.cfg.Store.ListItems(ctx, l.queueID, partition, after, limit)
+	return items, readErr(l.name, err)
 }
 
 // setConfig hands the loop a new configuration (queues.update).
@@ -1211,15 +1212,17 @@ func (l *Logical) scheduledItems(it *iteration, op *scheduledOp) ([]store.Item, 
 }
 
 // unavailable is the answer to a request that storage failed (a write, a
-// sync, a read or the queue's load): apierr.Unavailable (453) naming the
-// queue and the cause, the code the PostgreSQL backend gives for a database
-// that fails, so the same outage is the same answer on every backend. Nothing
-// of the request is acknowledged; after a failed sync the queue reloads what
-// storage holds, so a retried produce may be stored twice (at-least-once, as
-// on PostgreSQL when a commit's answer is lost).
+// sync, a read or the queue's load): the failure classified as
+// store.ErrUnavailable (453, transport's storage table) naming the queue and
+// the cause, the kind the PostgreSQL backend gives for a database that
+// fails, so the same outage is the same answer on every backend. A
+// client-facing apierr, or a failure already classified, is returned as is.
+// Nothing of the request is acknowledged; after a failed sync the queue
+// reloads what storage holds, so a retried produce may be stored twice
+// (at-least-once, as on PostgreSQL when a commit's answer is lost).
 func unavailable(queue string, err error) error {
 	if _, ok := apierr.As(err); ok {
 		return err
 	}
-	return apierr.New(apierr.Unavailable, "storage unavailable; queue '%s': %v", queue, err)
+	return store.Unavailable("queue '"+queue+"'", err)
 }

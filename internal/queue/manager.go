@@ -84,12 +84,13 @@ func (m *Manager) Info(ctx context.Context, name string) (store.QueueInfo, error
 	if errors.Is(err, store.ErrQueueNotFound) {
 		return info, notFound(name)
 	}
-	return info, err
+	return info, catalogErr(err)
 }
 
 // List returns the stored queues p selects (see store.Catalog.ListQueues).
 func (m *Manager) List(ctx context.Context, p store.ListQueuesParams) ([]store.QueueInfo, error) {
-	return m.cfg.Store.ListQueues(ctx, p)
+	infos, err := m.cfg.Store.ListQueues(ctx, p)
+	return infos, catalogErr(err)
 }
 
 // Create stores a new queue and starts its logical queue. Returns
@@ -110,7 +111,7 @@ func (m *Manager) Create(ctx context.Context, info store.QueueInfo) error {
 		return queueExists(info.Name)
 	}
 	if err != nil {
-		return fmt.Errorf("create queue '%s': %w", info.Name, err)
+		return catalogErr(fmt.Errorf("create queue '%s': %w", info.Name, err))
 	}
 	m.mu.Lock()
 	defer m.mu.Unlock()
@@ -146,7 +147,7 @@ func (m *Manager) Update(ctx context.Context, name string, change func(*store.Qu
 		if errors.Is(err, store.ErrQueueNotFound) {
 			return notFound(name)
 		}
-		return fmt.Errorf("update queue '%s': %w", name, err)
+		return catalogErr(fmt.Errorf("update queue '%s': %w", name, err))
 	}
 	l := m.lookup(name)
 	if l == nil {
@@ -176,7 +177,7 @@ func (m *Manager) Delete(ctx context.Context, name string) error {
 	}
 	m.cfg.Metrics.ForgetQueue(name)
 	if err := m.cfg.Store.DeleteQueue(ctx, name); err != nil && !errors.Is(err, store.ErrQueueNotFound) {
-		return fmt.Errorf("delete queue '%s': %w", name, err)
+		return catalogErr(fmt.Errorf("delete queue '%s': %w", name, err))
 	}
 	return nil
 }
@@ -201,7 +202,7 @@ func (m *Manager) Close() {
 func (m *Manager) all(ctx context.Context) (map[string]store.QueueInfo, error) {
 	infos, err := m.cfg.Store.ListQueues(ctx, store.ListQueuesParams{})
 	if err != nil {
-		return nil, fmt.Errorf("list queues: %w", err)
+		return nil, catalogErr(fmt.Errorf("list queues: %w", err))
 	}
 	all := make(map[string]store.QueueInfo, len(infos))
 	for _, i := range infos {

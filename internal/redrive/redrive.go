@@ -495,7 +495,7 @@ func (r *Runner) Cancel(ctx context.Context, id string) (Task, error) {
 	if !mine && r.claimer != nil {
 		rec := store.TaskRecord{ID: cancelPrefix + id, Queue: t.Queue, Data: []byte("{}")}
 		if err := r.cfg.Store.PutTask(ctx, rec); err != nil {
-			return Task{}, fmt.Errorf("redrive: request cancel of task %s: %w", id, err)
+			return Task{}, store.Unavailable("", fmt.Errorf("redrive: request cancel of task %s: %w", id, err))
 		}
 		return c, nil
 	}
@@ -586,7 +586,9 @@ func (r *Runner) persist(t *Task) error {
 		return fmt.Errorf("redrive: encode task %s: %w", t.ID, err)
 	}
 	if err := r.cfg.Store.PutTask(context.Background(), store.TaskRecord{ID: t.ID, Queue: t.Queue, Data: data}); err != nil {
-		return fmt.Errorf("redrive: persist task %s: %w", t.ID, err)
+		// Any failure of the task store is storage failing (453 on
+		// every backend, as PostgreSQL's store classifies its own).
+		return store.Unavailable("", fmt.Errorf("redrive: persist task %s: %w", t.ID, err))
 	}
 	return nil
 }

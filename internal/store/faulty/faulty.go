@@ -1,11 +1,13 @@
 // Package faulty wraps a store.Store to inject faults in tests: a hook runs
 // before every Write and may fail it, so tests can stop a move between the
 // dead-letter queue's write and the source's delete; a sync hook can hold
-// or fail the durability of a pipelined write (store.AsyncWriter).
+// or fail the durability of a pipelined write (store.AsyncWriter); SetDown
+// fails every call, as a disk or database that is gone would.
 package faulty
 
 import (
 	"context"
+	"fmt"
 	"sync"
 
 	"github.com/styxq/styx/internal/store"
@@ -20,6 +22,7 @@ type Store struct {
 	mu       sync.Mutex
 	hook     func(b *store.Batch) error
 	syncHook func(b *store.Batch) func() error
+	down     error
 }
 
 var _ store.AsyncWriter = (*Store)(nil)
@@ -52,6 +55,9 @@ func (s *Store) SetSyncHook(fn func(b *store.Batch) func() error) {
 // WriteAsync runs the write hook, then the wrapped store's WriteAsync (or
 // Write), then the sync hook.
 func (s *Store) WriteAsync(ctx context.Context, b *store.Batch) (func() error, error) {
+	if err := s.fail("write"); err != nil {
+		return nil, err
+	}
 	s.mu.Lock()
 	hook, syncHook := s.hook, s.syncHook
 	s.mu.Unlock()
@@ -91,6 +97,9 @@ func (s *Store) WriteAsync(ctx context.Context, b *store.Batch) (func() error, e
 
 // Write runs the hook, then the wrapped Write.
 func (s *Store) Write(ctx context.Context, b *store.Batch) error {
+	if err := s.fail("write"); err != nil {
+		return err
+	}
 	s.mu.Lock()
 	hook := s.hook
 	s.mu.Unlock()
@@ -100,4 +109,153 @@ func (s *Store) Write(ctx context.Context, b *store.Batch) error {
 		}
 	}
 	return s.Store.Write(ctx, b)
+}
+
+// SetDown makes every call of the store (catalog, items, tasks, keys; not
+// Close) fail with "faulty: <call>: <err>" until SetDown(nil), the way a
+// disk or a database that is gone fails them: an outage. The error is
+// returned unclassified, as a driver returns it; classifying it is the
+// engine's work. Safe to call concurrently with calls.
+func (s *Store) SetDown(err error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.down = err
+}
+
+// fail returns the outage error for call, or nil when the store is up.
+func (s *Store) fail(call string) error {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.down == nil {
+		return nil
+	}
+	return fmt.Errorf("faulty: %s: %w", call, s.down)
+}
+
+// CreateQueue fails while the store is down, else calls the wrapped store.
+func (s *Store) CreateQueue(ctx context.Context, info store.QueueInfo) (store.QueueInfo, error) {
+	if err := s.fail("create queue"); err != nil {
+		return store.QueueInfo{}, err
+	}
+	return s.Store.CreateQueue(ctx, info)
+}
+
+// UpdateQueue fails while the store is down, else calls the wrapped store.
+func (s *Store) UpdateQueue(ctx context.Context, info store.QueueInfo) error {
+	if err := s.fail("update queue"); err != nil {
+		return err
+	}
+	return s.Store.UpdateQueue(ctx, info)
+}
+
+// GetQueue fails while the store is down, else calls the wrapped store.
+func (s *Store) GetQueue(ctx context.Context, name string) (store.QueueInfo, error) {
+	if err := s.fail("get queue"); err != nil {
+		return store.QueueInfo{}, err
+	}
+	return s.Store.GetQueue(ctx, name)
+}
+
+// ListQueues fails while the store is down, else calls the wrapped store.
+func (s *Store) ListQueues(ctx context.Context, p store.ListQueuesParams) ([]store.QueueInfo, error) {
+	if err := s.fail("list queues"); err != nil {
+		return nil, err
+	}
+	return s.Store.ListQueues(ctx, p)
+}
+
+// DeleteQueue fails while the store is down, else calls the wrapped store.
+func (s *Store) DeleteQueue(ctx context.Context, name string) error {
+	if err := s.fail("delete queue"); err != nil {
+		return err
+	}
+	return s.Store.DeleteQueue(ctx, name)
+}
+
+// LoadItems fails while the store is down, else calls the wrapped store.
+func (s *Store) LoadItems(ctx context.Context, queueID uint64, partition int32, fn func(store.ItemMeta) error) error {
+	if err := s.fail("load items"); err != nil {
+		return err
+	}
+	return s.Store.LoadItems(ctx, queueID, partition, fn)
+}
+
+// LastID fails while the store is down, else calls the wrapped store.
+func (s *Store) LastID(ctx context.Context, queueID uint64) (uint64, error) {
+	if err := s.fail("last id"); err != nil {
+		return 0, err
+	}
+	return s.Store.LastID(ctx, queueID)
+}
+
+// ReadBodies fails while the store is down, else calls the wrapped store.
+func (s *Store) ReadBodies(ctx context.Context, queueID uint64, partition int32, bodyIDs []uint64) ([]store.ItemBody, []store.ItemErrors, error) {
+	if err := s.fail("read bodies"); err != nil {
+		return nil, nil, err
+	}
+	return s.Store.ReadBodies(ctx, queueID, partition, bodyIDs)
+}
+
+// ListItems fails while the store is down, else calls the wrapped store.
+func (s *Store) ListItems(ctx context.Context, queueID uint64, partition int32, afterID uint64, limit int) ([]store.Item, error) {
+	if err := s.fail("list items"); err != nil {
+		return nil, err
+	}
+	return s.Store.ListItems(ctx, queueID, partition, afterID, limit)
+}
+
+// PutTask fails while the store is down, else calls the wrapped store.
+func (s *Store) PutTask(ctx context.Context, t store.TaskRecord) error {
+	if err := s.fail("put task"); err != nil {
+		return err
+	}
+	return s.Store.PutTask(ctx, t)
+}
+
+// ListTasks fails while the store is down, else calls the wrapped store.
+func (s *Store) ListTasks(ctx context.Context) ([]store.TaskRecord, error) {
+	if err := s.fail("list tasks"); err != nil {
+		return nil, err
+	}
+	return s.Store.ListTasks(ctx)
+}
+
+// DeleteTask fails while the store is down, else calls the wrapped store.
+func (s *Store) DeleteTask(ctx context.Context, id string) error {
+	if err := s.fail("delete task"); err != nil {
+		return err
+	}
+	return s.Store.DeleteTask(ctx, id)
+}
+
+// CreateKey fails while the store is down, else calls the wrapped store.
+func (s *Store) CreateKey(ctx context.Context, k store.KeyRecord) error {
+	if err := s.fail("create key"); err != nil {
+		return err
+	}
+	return s.Store.CreateKey(ctx, k)
+}
+
+// GetKey fails while the store is down, else calls the wrapped store.
+func (s *Store) GetKey(ctx context.Context, id string) (store.KeyRecord, error) {
+	if err := s.fail("get key"); err != nil {
+		return store.KeyRecord{}, err
+	}
+	return s.Store.GetKey(ctx, id)
+}
+
+// ListKeys fails while the store is down, else calls the wrapped store.
+func (s *Store) ListKeys(ctx context.Context) ([]store.KeyRecord, error) {
+	if err := s.fail("list keys"); err != nil {
+		return nil, err
+	}
+	return s.Store.ListKeys(ctx)
+}
+
+// DeleteKey fails while the store is down, else calls the wrapped store.
+func (s *Store) DeleteKey(ctx context.Context, name string) error {
+	if err := s.fail("delete key"); err != nil {
+		return err
+	}
+	return s.Store.DeleteKey(ctx, name)
 }
