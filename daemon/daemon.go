@@ -24,7 +24,6 @@ import (
 	"github.com/styxq/styx/internal/queue"
 	"github.com/styxq/styx/internal/redrive"
 	"github.com/styxq/styx/internal/store"
-	"github.com/styxq/styx/internal/store/memory"
 	"github.com/styxq/styx/internal/store/pebble"
 	"github.com/styxq/styx/metrics"
 	"github.com/styxq/styx/service"
@@ -280,7 +279,11 @@ func New(ctx context.Context, cfg Config) (*Daemon, error) {
 	if d.store == nil {
 		switch cfg.Storage {
 		case StorageMemory:
-			d.store = memory.New()
+			s, err := pebble.OpenMemory()
+			if err != nil {
+				return nil, fmt.Errorf("open storage: %w", err)
+			}
+			d.store = s
 		default:
 			s, err := pebble.Open(pebble.Config{Dir: cfg.DataDir, NoSync: cfg.NoSync, Logger: cfg.Log})
 			// Pebble's lock file says another process (EAGAIN) or this one

@@ -15,7 +15,6 @@ import (
 	"github.com/styxq/styx/internal/pgtest"
 	"github.com/styxq/styx/internal/queue"
 	"github.com/styxq/styx/internal/store"
-	"github.com/styxq/styx/internal/store/memory"
 	"github.com/styxq/styx/internal/store/pebble"
 	pb "github.com/styxq/styx/styxpb"
 )
@@ -45,7 +44,10 @@ func seedDead(b *testing.B, name string, n int) *styx.Client {
 	case "memory", "pebble":
 		var st store.Store
 		if name == "memory" {
-			st = memory.New()
+			var err error
+			if st, err = pebble.OpenMemory(); err != nil {
+				b.Fatal(err)
+			}
 		} else {
 			var err error
 			st, err = pebble.Open(pebble.Config{Dir: b.TempDir(), Logger: testLogger()})

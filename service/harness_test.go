@@ -18,7 +18,6 @@ import (
 	"github.com/styxq/styx/internal/pgtest"
 	"github.com/styxq/styx/internal/store"
 	"github.com/styxq/styx/internal/store/faulty"
-	"github.com/styxq/styx/internal/store/memory"
 	"github.com/styxq/styx/internal/store/pebble"
 	pb "github.com/styxq/styx/styxpb"
 )
@@ -51,7 +50,9 @@ func requireItemLog(t *testing.T, b backend) {
 func backends(t *testing.T) []backend {
 	return []backend{
 		{name: "memory", open: func() func(t *testing.T) store.Store {
-			s := memory.New() // one instance stands for the persistent state
+			s, err := pebble.OpenMemory() // one instance stands for the persistent state
+			require.NoError(t, err)
+			t.Cleanup(func() { _ = s.Close() })
 			return func(t *testing.T) store.Store { return nopClose{s} }
 		}()},
 		{name: "pebble", open: func() func(t *testing.T) store.Store {

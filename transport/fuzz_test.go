@@ -15,7 +15,7 @@ import (
 	"github.com/styxq/styx/internal/queue"
 	"github.com/styxq/styx/internal/redrive"
 	"github.com/styxq/styx/internal/store"
-	"github.com/styxq/styx/internal/store/memory"
+	"github.com/styxq/styx/internal/store/pebble"
 	"github.com/styxq/styx/metrics"
 	"github.com/styxq/styx/service"
 	"github.com/styxq/styx/transport"
@@ -36,7 +36,11 @@ func newHandler(t testing.TB) http.Handler {
 	ctx := context.Background()
 	log := slog.New(slog.NewTextHandler(io.Discard, nil))
 	m := metrics.New()
-	s := memory.New()
+	s, err := pebble.OpenMemory()
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = s.Close() })
 	qm, err := queue.NewManager(ctx, queue.Config{Store: s, Clock: clock.Real{}, Log: log, Metrics: m})
 	if err != nil {
 		t.Fatal(err)

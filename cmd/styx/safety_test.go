@@ -17,7 +17,7 @@ import (
 	"github.com/styxq/styx"
 	"github.com/styxq/styx/daemon"
 	"github.com/styxq/styx/internal/store/faulty"
-	"github.com/styxq/styx/internal/store/memory"
+	"github.com/styxq/styx/internal/store/pebble"
 	pb "github.com/styxq/styx/styxpb"
 )
 
@@ -221,7 +221,10 @@ func TestQueuesUpdateHelpShowsNoDefaults(t *testing.T) {
 // a 454 is: the CLI prints the server's message and exits 75 (EX_TEMPFAIL),
 // not 1.
 func TestStorageUnavailableExit(t *testing.T) {
-	faults := faulty.New(memory.New())
+	mem, err := pebble.OpenMemory()
+	require.NoError(t, err)
+	t.Cleanup(func() { _ = mem.Close() })
+	faults := faulty.New(mem)
 	d, err := daemon.New(t.Context(), daemon.Config{
 		Listen: "127.0.0.1:0", Store: faults, ShutdownTimeout: 10 * time.Second,
 		Log: slog.New(slog.NewTextHandler(io.Discard, nil)),

@@ -10,7 +10,7 @@ import (
 
 	"github.com/styxq/styx/internal/apierr"
 	"github.com/styxq/styx/internal/auth"
-	"github.com/styxq/styx/internal/store/memory"
+	"github.com/styxq/styx/internal/store/pebble"
 	pb "github.com/styxq/styx/styxpb"
 )
 
@@ -130,7 +130,7 @@ func FuzzParseAuthorization(f *testing.F) {
 			}
 		}
 		// A parsed token never authenticates unless it is a key.
-		k, err := auth.New(auth.Config{Store: memory.New()})
+		k, err := auth.New(auth.Config{Store: memStore(t)})
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -163,12 +163,12 @@ func TestCheck(t *testing.T) {
 }
 
 func TestBootstrapKey(t *testing.T) {
-	_, err := auth.New(auth.Config{Store: memory.New(), BootstrapKey: "short"})
+	_, err := auth.New(auth.Config{Store: memStore(t), BootstrapKey: "short"})
 	require.ErrorContains(t, err, "at least 32 are required")
-	_, err = auth.New(auth.Config{Store: memory.New(), BootstrapKey: strings.Repeat("a", 31) + " b"})
+	_, err = auth.New(auth.Config{Store: memStore(t), BootstrapKey: strings.Repeat("a", 31) + " b"})
 	require.ErrorContains(t, err, "may hold only")
 	boot := strings.Repeat("k", 40)
-	k, err := auth.New(auth.Config{Store: memory.New(), BootstrapKey: boot})
+	k, err := auth.New(auth.Config{Store: memStore(t), BootstrapKey: boot})
 	require.NoError(t, err)
 	p, err := k.Authenticate(context.Background(), "Bearer "+boot)
 	require.NoError(t, err)
@@ -184,4 +184,12 @@ func TestBootstrapKey(t *testing.T) {
 	p2, err := k.Authenticate(context.Background(), "Bearer "+res.Key)
 	require.NoError(t, err)
 	require.Equal(t, "a", p2.Name)
+}
+
+// memStore returns an empty store in memory, closed when the test ends.
+func memStore(t *testing.T) *pebble.Store {
+	s, err := pebble.OpenMemory()
+	require.NoError(t, err)
+	t.Cleanup(func() { _ = s.Close() })
+	return s
 }

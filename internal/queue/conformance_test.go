@@ -10,7 +10,6 @@ import (
 	"github.com/styxq/styx/internal/queue"
 	"github.com/styxq/styx/internal/queue/queuetest"
 	"github.com/styxq/styx/internal/store"
-	"github.com/styxq/styx/internal/store/memory"
 	"github.com/styxq/styx/internal/store/pebble"
 	"github.com/styxq/styx/metrics"
 )
@@ -30,7 +29,9 @@ func openManager(t *testing.T, s store.Store, clk clock.Clock) queue.Queues {
 // TestConformanceMemory runs the queue-semantics suite on the memory store.
 func TestConformanceMemory(t *testing.T) {
 	queuetest.Run(t, func(t *testing.T, clk clock.Clock) queue.Queues {
-		return openManager(t, memory.New(), clk)
+		s, err := pebble.OpenMemory()
+		require.NoError(t, err)
+		return openManager(t, s, clk)
 	})
 }
 

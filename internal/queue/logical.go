@@ -509,8 +509,9 @@ func (l *Logical) iterate(now int64, reqs []*engine.Request) {
 	for _, r := range reqs {
 		if err := l.handle(it, r); err != nil {
 			// Answered in order with the batch's other replies, so that
-			// it reveals nothing of a state not yet durable.
-			it.replies = append(it.replies, pendingReply{r: r, err: err})
+			// it reveals nothing of a state not yet durable. An error that
+			// is not the client's is a read the storage failed (453).
+			it.replies = append(it.replies, pendingReply{r: r, err: unavailable(l.name, err)})
 		}
 	}
 	l.serveWaiters(it)

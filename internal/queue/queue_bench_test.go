@@ -11,7 +11,6 @@ import (
 	"github.com/styxq/styx/internal/clock"
 	"github.com/styxq/styx/internal/queue"
 	"github.com/styxq/styx/internal/store"
-	"github.com/styxq/styx/internal/store/memory"
 	"github.com/styxq/styx/internal/store/pebble"
 	"github.com/styxq/styx/metrics"
 )
@@ -20,7 +19,13 @@ import (
 func benchStores(b *testing.B) map[string]func() store.Store {
 	quiet := slog.New(slog.NewTextHandler(io.Discard, nil))
 	return map[string]func() store.Store{
-		"memory": func() store.Store { return memory.New() },
+		"memory": func() store.Store {
+			s, err := pebble.OpenMemory()
+			if err != nil {
+				b.Fatal(err)
+			}
+			return s
+		},
 		"pebble": func() store.Store {
 			s, err := pebble.Open(pebble.Config{Dir: b.TempDir(), Logger: quiet})
 			if err != nil {

@@ -1,6 +1,7 @@
 // Package pebble is Styx's default durable store.Store, built on Pebble
 // (github.com/cockroachdb/pebble/v2). One Pebble database per data
-// directory holds every queue.
+// directory holds every queue. The memory backend is the same store over
+// Pebble's in-memory filesystem (Config.InMemory; ADR 0014).
 //
 // # Key layout
 //
@@ -52,6 +53,7 @@
 package pebble
 
 import (
+	"cmp"
 	"context"
 	"encoding/binary"
 	"errors"
@@ -60,14 +62,22 @@ import (
 	"sync"
 
 	pebbledb "github.com/cockroachdb/pebble/v2"
+	"github.com/cockroachdb/pebble/v2/vfs"
 
 	"github.com/styxq/styx/internal/store"
 )
 
 // Config configures Open.
 type Config struct {
-	// Dir is the data directory, created if missing. Required.
+	// Dir is the data directory, created if missing. Required unless
+	// InMemory.
 	Dir string
+	// InMemory keeps the database in memory (Pebble's vfs.NewMem), for
+	// tests and for running without durability (--storage memory): nothing
+	// survives the process, writes are not synced, and Dir is ignored. The
+	// cache and memtables default to InMemoryCacheBytes and
+	// InMemoryMemTableBytes.
+	InMemory bool
 	// NoSync turns off the fsync of item batches: Write returns before the
 	// batch is durable, so acknowledged writes may be lost on power failure
 	// (or a crash, for the most recent ones); a clean Close loses nothing.
@@ -123,14 +133,25 @@ var _ store.Store = (*Store)(nil)
 
 // Defaults of Config.
 const (
-	DefaultCacheBytes    = 256 << 20
-	DefaultMemTableBytes = 64 << 20
+	DefaultCacheBytes     = 256 << 20
+	DefaultMemTableBytes  = 64 << 20
+	InMemoryCacheBytes    = 8 << 20
+	InMemoryMemTableBytes = 4 << 20
 )
+
+// OpenMemory opens an empty store in memory (Config.InMemory).
+func OpenMemory() (*Store, error) { return Open(Config{InMemory: true}) }
 
 // Open opens (creating if needed) the store in cfg.Dir. It fails if the
 // directory holds a database that is not a Styx store of this format, or
 // is in use by another process.
 func Open(cfg Config) (*Store, error) {
+	var fs vfs.FS // nil: the disk
+	if cfg.InMemory {
+		fs, cfg.Dir, cfg.NoSync = vfs.NewMem(), "memory", true
+		cfg.CacheBytes = cmp.Or(cfg.CacheBytes, InMemoryCacheBytes)
+		cfg.MemTableBytes = cmp.Or(cfg.MemTableBytes, InMemoryMemTableBytes)
+	}
 	if cfg.Dir == "" {
 		return nil, errors.New("pebble: open: no directory")
 	}
@@ -148,6 +169,7 @@ func Open(cfg Config) (*Store, error) {
 	defer cache.Unref() // the DB holds its own reference
 	db, err := pebbledb.Open(cfg.Dir, &pebbledb.Options{
 		FormatMajorVersion: pebbledb.FormatNewest,
+		FS:                 fs,
 		Logger:             logger{log.With("component", "pebble", "dir", cfg.Dir)},
 		Cache:              cache,
 		// A queue's items mostly die young: with a large memtable, an item

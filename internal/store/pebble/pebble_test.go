@@ -25,6 +25,16 @@ func TestConformance(t *testing.T) {
 	storetest.Run(t, func(t *testing.T) store.Store { return open(t, t.TempDir(), true) })
 }
 
+// TestConformanceInMemory runs the suite on the memory backend: the same
+// store over Pebble's in-memory filesystem.
+func TestConformanceInMemory(t *testing.T) {
+	storetest.Run(t, func(t *testing.T) store.Store {
+		s, err := pebble.OpenMemory()
+		require.NoError(t, err)
+		return s
+	})
+}
+
 func TestConformanceNoSync(t *testing.T) {
 	storetest.Run(t, func(t *testing.T) store.Store { return open(t, t.TempDir(), false) })
 }
