@@ -190,7 +190,7 @@ func (m *Manager) reload(ctx context.Context) error {
 	}
 	m.mu.Unlock()
 	for _, q := range stopped {
-		go q.loop.Shutdown()
+		go q.Loop.Shutdown()
 	}
 	for _, l := range all {
 		if q := queues[l.info.ID]; q != nil && l.due != 0 {
@@ -335,7 +335,7 @@ func (m *Manager) adopt(info store.QueueInfo) (*Queue, error) {
 	if old, ok := m.names[info.Name]; ok && old != info.ID {
 		// Deleted and re-created under the same name.
 		for _, q := range m.forget(old, info.Name) {
-			go q.loop.Shutdown()
+			go q.Loop.Shutdown()
 		}
 	}
 	m.gen++
@@ -452,7 +452,7 @@ func (m *Manager) Delete(ctx context.Context, name string) error {
 	stopped := m.forget(id, name)
 	m.mu.Unlock()
 	for _, q := range stopped {
-		q.loop.Shutdown()
+		q.Loop.Shutdown()
 	}
 	return nil
 }
@@ -469,7 +469,7 @@ func (m *Manager) Close() {
 	m.mu.Unlock()
 	var wg sync.WaitGroup
 	for _, q := range qs {
-		wg.Go(q.loop.Shutdown)
+		wg.Go(q.Loop.Shutdown)
 	}
 	wg.Wait()
 	m.cancel()

@@ -4,7 +4,6 @@ import (
 	"cmp"
 	"context"
 	"errors"
-	"fmt"
 	"slices"
 	"sync/atomic"
 	"time"
@@ -38,7 +37,9 @@ type Queue struct {
 	m    *Manager
 	name string
 	id   uint64
-	loop *engine.Loop
+	// Engine runs the requests (the same on every backend); the queue
+	// gives each of its iterations a transaction (tx.go).
+	queue.Engine
 
 	// The loop is woken (signal) when items may have become ready
 	// (readyHint) or lifecycle work may be due (dueHint).
@@ -65,46 +66,16 @@ type Queue struct {
 	lastPoll int64
 }
 
-type (
-	produceOp  struct{ items []queue.ProduceItem }
-	completeOp struct {
-		partition int32
-		ids       []uint64
-	}
-	retryOp struct {
-		partition int32
-		items     []queue.RetryItem
-	}
-	renewOp struct {
-		partition int32
-		ids       []uint64
-		timeout   time.Duration
-	}
-	importOp struct {
-		partition int32
-		items     []store.Item
-	}
-	deleteOp struct {
-		refs         []queue.ItemRef
-		exceptLeased bool // DeleteDead
-	}
-	clearOp   struct{ p queue.ClearParams }
-	redriveOp struct{ items []queue.RedriveItem }
-)
-
 func newQueue(m *Manager, info store.QueueInfo) *Queue {
-	q := &Queue{m: m, name: info.Name, id: info.ID, loop: engine.NewLoop(info.Name, m.cfg.Clock)}
+	q := &Queue{m: m, name: info.Name, id: info.ID}
+	q.Engine = queue.Engine{Loop: engine.NewLoop(info.Name, m.cfg.Clock), Attempts: func(n int32) {
+		m.cfg.Metrics.ItemAttempts.WithLabelValues("completed").Observe(float64(n))
+	}}
 	// Lifecycle work may be due from before this node started.
 	q.nextDue = 1
-	q.loop.Start(q)
+	q.Loop.Start(q)
 	return q
 }
-
-// Name returns the queue's name.
-func (q *Queue) Name() string { return q.name }
-
-// Pending returns how many requests wait in the queue's channel.
-func (q *Queue) Pending() int { return q.loop.Pending() }
 
 // signal wakes the loop: ready says items may be ready, due (Unix ns, 0:
 // none) that lifecycle work is due then.
@@ -120,102 +91,13 @@ func (q *Queue) signal(ready bool, due int64) {
 			}
 		}
 	}
-	q.loop.Wake()
-}
-
-// call sends op to the loop and waits for its answer (engine.Loop.Call).
-func (q *Queue) call(ctx context.Context, op any, abandonable bool) (any, error) {
-	return q.loop.Call(ctx, op, abandonable)
-}
-
-// Produce implements queue.Queue: the items go to one partition, the one
-// with the fewest ready items as this node's transaction counts them (see
-// produceTo), and are committed when it returns.
-func (q *Queue) Produce(ctx context.Context, items []queue.ProduceItem) error {
-	_, err := q.call(ctx, &produceOp{items: items}, false)
-	return err
-}
-
-// Lease implements queue.Queue.
-func (q *Queue) Lease(ctx context.Context, p queue.LeaseParams) (queue.LeaseResult, error) {
-	v, err := q.loop.CallLease(ctx, nil, engine.LeaseWait{ClientID: p.ClientID, BatchSize: p.BatchSize, Timeout: p.Timeout})
-	if err != nil {
-		return queue.LeaseResult{}, err
-	}
-	return v.(queue.LeaseResult), nil
-}
-
-// Complete implements queue.Queue.
-func (q *Queue) Complete(ctx context.Context, partition int32, ids []uint64) error {
-	_, err := q.call(ctx, &completeOp{partition: partition, ids: ids}, false)
-	return err
-}
-
-// Retry implements queue.Queue. A dead-lettered item is in the dead-letter
-// queue when it returns: the move is part of the same transaction.
-func (q *Queue) Retry(ctx context.Context, partition int32, items []queue.RetryItem) ([]queue.RetryOutcome, error) {
-	v, err := q.call(ctx, &retryOp{partition: partition, items: items}, false)
-	if err != nil {
-		return nil, err
-	}
-	return v.([]queue.RetryOutcome), nil
-}
-
-// Renew implements queue.Queue: the rows are locked with the iteration's
-// other named rows and updated in its transaction.
-func (q *Queue) Renew(ctx context.Context, partition int32, ids []uint64, timeout time.Duration) ([]time.Time, error) {
-	v, err := q.call(ctx, &renewOp{partition: partition, ids: ids, timeout: timeout}, false)
-	if err != nil {
-		return nil, err
-	}
-	return v.([]time.Time), nil
-}
-
-// Clear implements queue.Queue.
-func (q *Queue) Clear(ctx context.Context, p queue.ClearParams) error {
-	_, err := q.call(ctx, &clearOp{p: p}, false)
-	return err
+	q.Loop.Wake()
 }
 
 // Reload implements queue.Queue: the database is the state, so there is
 // nothing to rebuild; it checks that the queue still exists.
 func (q *Queue) Reload(ctx context.Context) error {
 	_, err := q.m.Info(ctx, q.name)
-	return err
-}
-
-// Import implements queue.Queue.
-func (q *Queue) Import(ctx context.Context, partition int32, items []store.Item) ([]store.Item, error) {
-	v, err := q.call(ctx, &importOp{partition: partition, items: items}, false)
-	if err != nil {
-		return nil, err
-	}
-	return v.([]store.Item), nil
-}
-
-// Delete implements queue.Queue.
-func (q *Queue) Delete(ctx context.Context, refs []queue.ItemRef) (int, error) {
-	v, err := q.call(ctx, &deleteOp{refs: refs}, false)
-	if err != nil {
-		return 0, err
-	}
-	return v.(int), nil
-}
-
-// DeleteDead implements queue.Queue: leased items are skipped. The
-// iteration locks the named rows first (lock), so the state the delete
-// checks is current: an item another node leased meanwhile is skipped.
-func (q *Queue) DeleteDead(ctx context.Context, refs []queue.ItemRef) (int, error) {
-	v, err := q.call(ctx, &deleteOp{refs: refs, exceptLeased: true}, false)
-	if err != nil {
-		return 0, err
-	}
-	return v.(int), nil
-}
-
-// TakeRedriven implements queue.Queue.
-func (q *Queue) TakeRedriven(ctx context.Context, items []queue.RedriveItem) error {
-	_, err := q.call(ctx, &redriveOp{items: items}, false)
 	return err
 }
 
@@ -230,168 +112,52 @@ func (q *Queue) Stopped() {}
 // when to look for items without a hint (engine.Backend).
 func (q *Queue) NextWake(int64) int64 {
 	next := q.nextDue
-	if q.loop.Waiters.Len() > 0 {
+	if q.Loop.Waiters.Len() > 0 {
 		next = engine.Earliest(next, q.lastPoll+int64(pollInterval))
 	}
 	return next
 }
 
-// iteration is the work of one loop iteration, applied in one transaction.
-type iteration struct {
-	now  int64
-	info store.QueueInfo
-	// after runs once the transaction ended, with its error.
-	after []func(error)
-	// Changes gathered from the lifecycle and from complete and retry.
-	completed []int64
-	requeues  []requeue
-	deaths    []death
-	// notify lists the queues whose waiting leases should look again.
-	notify []uint64
-	// metrics run after commit (counts of completed, dead-lettered and
-	// dropped items).
-	metrics []func()
-	// more says the lifecycle hit its batch size: run it again at once.
-	more bool
-	// ready counts each partition's ready items for produceTo (nil until
-	// a produce or redrive needs it, and again after an import, delete or
-	// clear).
-	ready []int
-}
-
-func (it *iteration) reply(r *engine.Request, v any) {
-	it.after = append(it.after, func(err error) {
-		if err != nil {
-			r.Answer(nil, err)
-			return
-		}
-		r.Answer(v, nil)
-	})
-}
-
-func (it *iteration) wakeQueue(id uint64) {
-	if !slices.Contains(it.notify, id) {
-		it.notify = append(it.notify, id)
-	}
-}
-
-// Iterate runs one loop iteration (engine.Backend): poll says the timer
-// fired (look for items for the waiting leases even without a hint).
+// Iterate runs one loop iteration (engine.Backend) as one transaction:
+// poll says the timer fired (look for items for the waiting leases even
+// without a hint). An iteration with no request, no lifecycle work due and
+// nothing new for the waiting leases runs no transaction.
 func (q *Queue) Iterate(now int64, work []*engine.Request, poll bool) {
 	info, ok := q.m.cachedInfo(q.id)
 	if !ok {
 		for _, r := range work {
 			r.Answer(nil, queue.NotFound(q.name))
 		}
-		q.loop.Waiters.Fail(queue.NotFound(q.name))
+		q.Loop.Waiters.Fail(queue.NotFound(q.name))
 		return
 	}
 	serve := poll || q.readyHint.Swap(false)
-	if j := q.loop.Waiters.Joined(); j != q.joined {
+	if j := q.Loop.Waiters.Joined(); j != q.joined {
 		serve, q.joined = true, j
 	}
 	if due := q.dueHint.Swap(0); due != 0 {
 		q.nextDue = engine.Earliest(q.nextDue, due)
 	}
 	lifecycle := q.nextDue != 0 && q.nextDue <= now
-	if len(work) == 0 && !lifecycle && !(serve && q.loop.Waiters.Len() > 0) {
+	if len(work) == 0 && !lifecycle && !(serve && q.Loop.Waiters.Len() > 0) {
 		return
 	}
-	it := &iteration{now: now, info: info}
 	ctx, cancel := context.WithTimeout(context.Background(), q.m.cfg.StatementTimeout)
 	defer cancel()
-	err := pgx.BeginFunc(ctx, q.m.st.pool, func(tx pgx.Tx) error {
-		rows, err := q.lock(ctx, tx, work)
-		if err != nil {
-			return err
-		}
-		if lifecycle {
-			if err := q.lifecycle(ctx, tx, it); err != nil {
-				return err
-			}
-		}
-		if err := q.apply(ctx, tx, it, work, rows); err != nil {
-			return err
-		}
-		if err := q.flush(ctx, tx, it); err != nil {
-			return err
-		}
-		if lifecycle {
-			if err := q.learnDue(ctx, tx, it); err != nil {
-				return err
-			}
-		}
-		if q.loop.Waiters.Len() > 0 {
-			if err := q.serve(ctx, tx, it); err != nil {
-				return err
-			}
-			q.lastPoll = now
-		}
-		if len(it.notify) > 0 {
-			return notify(ctx, tx, q.m.st.channel, it.notify)
-		}
-		return nil
-	})
+	tx, err := q.m.st.pool.Begin(ctx)
 	if err != nil {
 		err = wrap("queue '"+q.name+"'", err)
-		if errors.Is(err, store.ErrQueueNotFound) {
-			err = queue.NotFound(q.name)
-		}
-		q.m.cfg.Log.Warn("transaction failed", "queue", q.name, "error", err)
-		// Every request of the iteration fails with it (one that was
-		// answered already, with a client error, is left alone), and so
-		// do the waiting leases: a database that is down answers 453 at
-		// once, not at the request timeout.
 		for _, r := range work {
 			r.Answer(nil, err)
 		}
-		q.loop.Waiters.Fail(err)
-		if lifecycle {
-			q.nextDue = now + int64(busyBackoff)
-		}
-	} else {
-		for _, f := range it.metrics {
-			f()
-		}
+		q.Loop.Waiters.Fail(err)
+		return
 	}
-	for _, f := range it.after {
-		f(err)
+	if q.Loop.Waiters.Len() > 0 {
+		q.lastPoll = now
 	}
-}
-
-// lifecycle ends expired leases, kills expired items and makes due
-// scheduled items ready.
-func (q *Queue) lifecycle(ctx context.Context, tx pgx.Tx, it *iteration) error {
-	leases, err := expiredLeases(ctx, tx, q.id, it.now)
-	if err != nil {
-		return err
-	}
-	msg := queue.LeaseExpiredError(it.info.LeaseTimeout)
-	for _, x := range leases {
-		// An expired lease is a failed attempt (counted when leased),
-		// recorded in the item's attempt history.
-		h, err := recordError(x, msg, it.now)
-		if err != nil {
-			return fmt.Errorf("queue '%s': %w", q.name, err)
-		}
-		q.endLease(it, x, false, time.Time{}, &h)
-	}
-	expired, err := expiredItems(ctx, tx, q.id, it.now)
-	if err != nil {
-		return err
-	}
-	for _, x := range expired {
-		q.kill(it, x, queue.ReasonExpired, nil)
-	}
-	readied, err := readyScheduled(ctx, tx, q.id, it.now)
-	if err != nil {
-		return err
-	}
-	if readied > 0 {
-		it.wakeQueue(q.id)
-	}
-	it.more = len(leases) == lifecycleBatch || len(expired) == lifecycleBatch || readied == lifecycleBatch
-	return nil
+	it := &iteration{q: q, ctx: ctx, tx: tx, now: now, info: info, lifecycle: lifecycle, rows: map[int64]row{}}
+	q.Engine.Iterate(it, now, work, lifecycle)
 }
 
 // learnDue sets when the lifecycle is next due, once the iteration's
@@ -413,65 +179,10 @@ func (q *Queue) learnDue(ctx context.Context, tx pgx.Tx, it *iteration) error {
 	return nil
 }
 
-// history is an attempt history about to be stored.
-type history struct {
-	set       bool
-	lastError string
-	errors    []byte
-}
-
-// recordError appends an attempt error to the item's history
-// (queue.RecordError).
-func recordError(x row, msg string, now int64) (history, error) {
-	errs, err := decodeErrors(x.errors)
-	if err != nil {
-		return history{}, err
-	}
-	h := queue.RecordError(store.ItemErrors{Errors: errs}, x.attempts, msg, now)
-	return history{set: true, lastError: h.LastError, errors: encodeErrors(h.Errors)}, nil
-}
-
-// endLease ends a lease without completion, as queue.Logical does: the item
-// is requeued (new id, at the tail or at retryAt) unless it is dead by
-// max_attempts or expiry. With release the attempt is not counted. It
-// returns what it did, without ids: a requeued item is the last of
-// it.requeues and gets its new id when flushed, unless the caller sets one.
-func (q *Queue) endLease(it *iteration, x row, release bool, retryAt time.Time, h *history) queue.RetryOutcome {
-	e := queue.EndLease(it.info, x.attempts, x.expire, release, retryAt, it.now)
-	x.attempts = e.Attempts
-	if e.Reason != "" {
-		return q.kill(it, x, e.Reason, h)
-	}
-	r := requeue{id: x.id, state: stateReady, attempts: x.attempts}
-	if e.At != 0 {
-		r.state, r.deadline = stateScheduled, e.At
-		q.nextDue = engine.Earliest(q.nextDue, e.At)
-	} else {
-		it.wakeQueue(q.id)
-	}
-	if h != nil {
-		r.setErrors, r.lastError, r.errors = true, h.lastError, h.errors
-	}
-	it.requeues = append(it.requeues, r)
-	return e.Requeued(0)
-}
-
-// kill makes the item dead: moved to the dead-letter queue in this
-// transaction, or dropped without one. It returns what it did (without the
-// item's id).
-func (q *Queue) kill(it *iteration, x row, reason string, h *history) queue.RetryOutcome {
-	d := death{id: x.id, reason: reason, attempts: x.attempts, sourceKey: x.sourceKey}
-	if h != nil {
-		d.setErrors, d.lastError, d.errors = true, h.lastError, h.errors
-	}
-	it.deaths = append(it.deaths, d)
-	return queue.KillOutcome(it.info, reason, x.attempts)
-}
-
 // Lock order. Two nodes run transactions on the same rows, so a
 // transaction must never wait for a row lock while it holds one that the
 // other may wait for. An iteration therefore waits in one statement only,
-// its first (lock): it locks every row its requests name (complete, retry,
+// its first (Lock): it locks every row its requests name (complete, retry,
 // renew, delete) or select (clear), in id order, so two such statements never wait
 // for each other in a cycle. Everything after it either skips rows other
 // transactions hold (the lifecycle, leases, clear: SKIP LOCKED) or touches
@@ -490,169 +201,6 @@ func (q *Queue) kill(it *iteration, x row, reason string, h *history) queue.Retr
 // The item-count triggers (counts.go) that every item statement fires
 // write only the counts rows of the transaction's own backend, which no
 // other live transaction writes, so they never wait either.
-
-// lock locks the rows the iteration's requests act on and returns those
-// named by id (complete, retry, renew, delete), by id.
-func (q *Queue) lock(ctx context.Context, tx pgx.Tx, work []*engine.Request) (map[int64]row, error) {
-	var ids []int64
-	var clr *queue.ClearParams
-	for _, r := range work {
-		switch op := r.Op.(type) {
-		case *completeOp:
-			for _, id := range op.ids {
-				ids = append(ids, int64(id))
-			}
-		case *retryOp:
-			for _, ri := range op.items {
-				ids = append(ids, int64(ri.ID))
-			}
-		case *renewOp:
-			for _, id := range op.ids {
-				ids = append(ids, int64(id))
-			}
-		case *deleteOp:
-			for _, ref := range op.refs {
-				ids = append(ids, int64(ref.ID))
-			}
-		case *clearOp:
-			if clr == nil {
-				clr = &queue.ClearParams{}
-			}
-			clr.Destructive = clr.Destructive || op.p.Destructive
-			clr.Queue = clr.Queue || op.p.Queue
-			clr.Scheduled = clr.Scheduled || op.p.Scheduled
-		}
-	}
-	rows := map[int64]row{}
-	if len(ids) == 0 && clr == nil {
-		return rows, nil
-	}
-	locked, err := lockRows(ctx, tx, q.id, ids, clr)
-	if err != nil {
-		return nil, err
-	}
-	for _, x := range locked {
-		rows[x.id] = x
-	}
-	return rows, nil
-}
-
-// apply runs the requests other than leases, in order, on the rows lock
-// locked.
-func (q *Queue) apply(ctx context.Context, tx pgx.Tx, it *iteration, work []*engine.Request, rows map[int64]row) error {
-	var inserts []insert
-	for _, r := range work {
-		switch op := r.Op.(type) {
-		case *produceOp:
-			p, err := q.produceTo(ctx, tx, it)
-			if err != nil {
-				return err
-			}
-			for _, pi := range op.items {
-				in := insert{partition: p, state: stateReady, created: it.now,
-					body: store.ItemBody{Reference: pi.Reference, Kind: pi.Kind, Encoding: pi.Encoding, Payload: pi.Payload}}
-				q.place(it, &in, queue.Nanos(pi.EnqueueAt), 0)
-				if in.state == stateReady {
-					it.ready[p]++
-				}
-				inserts = append(inserts, in)
-			}
-			it.reply(r, nil)
-		case *redriveOp:
-			p, err := q.produceTo(ctx, tx, it)
-			if err != nil {
-				return err
-			}
-			it.ready[p] += len(op.items)
-			for _, ri := range op.items {
-				key := ri.SourceKey
-				in := insert{partition: p, state: stateReady, created: it.now, sourceKey: &key,
-					body: store.ItemBody{Reference: ri.Body.Reference, Kind: ri.Body.Kind, Encoding: ri.Body.Encoding,
-						Payload: ri.Body.Payload, RedriveCount: ri.Body.RedriveCount + 1}}
-				if !ri.Errors.IsZero() {
-					in.lastError, in.errors = ri.Errors.LastError, encodeErrors(ri.Errors.Errors)
-				}
-				q.place(it, &in, 0, 0)
-				inserts = append(inserts, in)
-			}
-			it.reply(r, nil)
-		case *completeOp:
-			xs, err := q.leased(it, rows, op.partition, op.ids)
-			if err != nil {
-				r.Answer(nil, err)
-				continue
-			}
-			for _, x := range xs {
-				it.completed = append(it.completed, x.id)
-				attempts := x.attempts
-				it.metrics = append(it.metrics, func() {
-					q.m.cfg.Metrics.ItemAttempts.WithLabelValues("completed").Observe(float64(attempts))
-				})
-			}
-			it.reply(r, nil)
-		case *retryOp:
-			outcomes, err := q.retry(ctx, tx, it, rows, op)
-			if err != nil {
-				if _, ok := apierr.As(err); ok {
-					r.Answer(nil, err)
-					continue
-				}
-				return err
-			}
-			it.reply(r, outcomes)
-		case *renewOp:
-			deadlines, err := q.renew(ctx, tx, it, rows, op)
-			if err != nil {
-				if _, ok := apierr.As(err); ok {
-					r.Answer(nil, err)
-					continue
-				}
-				return err
-			}
-			it.reply(r, deadlines)
-		case *importOp, *deleteOp, *clearOp:
-			// These run in request order, after the changes gathered so far.
-			if err := q.flushInserts(ctx, tx, it, &inserts); err != nil {
-				return err
-			}
-			if err := q.flush(ctx, tx, it); err != nil {
-				return err
-			}
-			v, err := q.applyStorage(ctx, tx, it, op)
-			// The ready counts changed: a later produce reads them again.
-			it.ready = nil
-			if err != nil {
-				if _, ok := apierr.As(err); ok {
-					r.Answer(nil, err)
-					continue
-				}
-				return err
-			}
-			it.reply(r, v)
-		default:
-			r.Answer(nil, fmt.Errorf("queue '%s': unknown request %T", q.name, op))
-		}
-	}
-	return q.flushInserts(ctx, tx, it, &inserts)
-}
-
-// produceTo returns the partition for the next produced batch: the one with
-// the fewest ready items (engine.FewestReady), and moves the cursor past it.
-// The counts are read once per iteration (readyCounts, so they saturate at
-// readyCountCap) and then kept up to date with the iteration's own
-// produces; other nodes' transactions in flight are not seen.
-func (q *Queue) produceTo(ctx context.Context, tx pgx.Tx, it *iteration) (int32, error) {
-	if it.ready == nil {
-		ready, err := readyCounts(ctx, tx, q.id, max(it.info.Partitions, 1))
-		if err != nil {
-			return 0, err
-		}
-		it.ready = ready
-	}
-	p := engine.FewestReady(it.ready, q.produceNext)
-	q.produceNext = p + 1
-	return int32(p), nil
-}
 
 // deadPartitions returns the dead-letter queue partition of each of the n
 // items of a move, in the order they are placed: the produce rule item by
@@ -693,149 +241,6 @@ func (q *Queue) place(it *iteration, in *insert, enqueueAt, expire int64) {
 		in.expire = it.now + int64(it.info.ExpireTimeout)
 	}
 	q.nextDue = engine.Earliest(q.nextDue, in.expire)
-}
-
-func (q *Queue) flushInserts(ctx context.Context, tx pgx.Tx, it *iteration, inserts *[]insert) error {
-	if len(*inserts) == 0 {
-		return nil
-	}
-	err := insertItems(ctx, tx, q.id, *inserts, nil)
-	*inserts = (*inserts)[:0]
-	return err
-}
-
-// leased returns the rows of ids, each under a live lease in partition n
-// and not yet used by this iteration, or an Invalid error naming the first
-// that is not.
-func (q *Queue) leased(it *iteration, rows map[int64]row, n int32, ids []uint64) ([]row, error) {
-	if err := queue.CheckPartition(q.name, it.info.Partitions, n); err != nil {
-		return nil, err
-	}
-	if err := queue.CheckLeased(q.name, n, ids, func(id uint64) bool { return live(it, rows, n, id) }); err != nil {
-		return nil, err
-	}
-	out := make([]row, len(ids))
-	for i, id := range ids {
-		out[i] = rows[int64(id)]
-	}
-	// An item completed or retried by an earlier request of this
-	// iteration is no longer leased.
-	for _, x := range out {
-		delete(rows, x.id)
-	}
-	return out, nil
-}
-
-// live reports whether item id is under a live lease in partition n, among
-// the rows lock locked and no earlier request of the iteration used.
-func live(it *iteration, rows map[int64]row, n int32, id uint64) bool {
-	x, ok := rows[int64(id)]
-	return ok && x.state == stateLeased && x.partition == n && x.deadline > it.now
-}
-
-// retry ends the leases of op's items and returns what became of each. A
-// client mistake is an apierr error and changes nothing; any other error
-// fails the transaction.
-func (q *Queue) retry(ctx context.Context, tx pgx.Tx, it *iteration, rows map[int64]row, op *retryOp) ([]queue.RetryOutcome, error) {
-	ids := make([]uint64, len(op.items))
-	for i, ri := range op.items {
-		ids[i] = ri.ID
-	}
-	xs, err := q.leased(it, rows, op.partition, ids)
-	if err != nil {
-		return nil, err
-	}
-	outcomes := make([]queue.RetryOutcome, len(op.items))
-	// requeued pairs an outcome with its entry in it.requeues, which gets
-	// its new id here so that the outcome can name it.
-	type requeued struct{ outcome, requeue int }
-	var back []requeued
-	for i, ri := range op.items {
-		x := xs[i]
-		var h *history
-		if ri.Error != "" {
-			hh, err := recordError(x, ri.Error, it.now)
-			if err != nil {
-				return nil, fmt.Errorf("queue '%s': %w", q.name, err)
-			}
-			h = &hh
-		}
-		if ri.Dead {
-			outcomes[i] = q.kill(it, x, queue.ReasonExplicit, h)
-		} else {
-			outcomes[i] = q.endLease(it, x, ri.Release, ri.RetryAt, h)
-		}
-		outcomes[i].ID = ri.ID
-		switch outcomes[i].Outcome {
-		case queue.OutcomeRequeued, queue.OutcomeReleased, queue.OutcomeScheduled:
-			back = append(back, requeued{outcome: i, requeue: len(it.requeues) - 1})
-		}
-	}
-	if len(back) > 0 {
-		newIDs, err := newIDs(ctx, tx, len(back))
-		if err != nil {
-			return nil, err
-		}
-		for k, b := range back {
-			it.requeues[b.requeue].newID = newIDs[k]
-			outcomes[b.outcome].NewID = uint64(newIDs[k])
-		}
-	}
-	return outcomes, nil
-}
-
-// renew extends the leases of op.ids (see queue.Logical.Renew) on the rows
-// lock locked. An id completed or retried by an earlier request of this
-// iteration is no longer leased; one renewed stays leased.
-func (q *Queue) renew(ctx context.Context, tx pgx.Tx, it *iteration, rows map[int64]row, op *renewOp) ([]time.Time, error) {
-	n := op.partition
-	if err := queue.CheckPartition(q.name, it.info.Partitions, n); err != nil {
-		return nil, err
-	}
-	deadline, err := queue.CheckRenew(it.info, n, op.ids, op.timeout, it.now, func(id uint64) bool { return live(it, rows, n, id) })
-	if err != nil {
-		return nil, err
-	}
-	ids := make([]int64, len(op.ids))
-	for i, id := range op.ids {
-		ids[i] = int64(id)
-	}
-	if err := renewLeases(ctx, tx, q.id, ids, deadline); err != nil {
-		return nil, err
-	}
-	// A shorter lease than the one it replaces is due sooner.
-	q.nextDue = engine.Earliest(q.nextDue, deadline)
-	out := make([]time.Time, len(ids))
-	for i, id := range ids {
-		x := rows[id]
-		x.deadline = deadline
-		rows[id] = x
-		out[i] = queue.FromNanos(deadline)
-	}
-	return out, nil
-}
-
-// flush writes the completes, requeues and deaths gathered so far.
-func (q *Queue) flush(ctx context.Context, tx pgx.Tx, it *iteration) error {
-	if len(it.completed) > 0 {
-		if _, err := deleteIDs(ctx, tx, q.id, it.completed); err != nil {
-			return err
-		}
-		it.completed = it.completed[:0]
-	}
-	if len(it.requeues) > 0 {
-		if err := requeueItems(ctx, tx, q.id, it.requeues); err != nil {
-			return err
-		}
-		it.requeues = it.requeues[:0]
-	}
-	if len(it.deaths) > 0 {
-		if err := q.bury(ctx, tx, it, it.deaths); err != nil {
-			return err
-		}
-		it.deaths = it.deaths[:0]
-	}
-	return nil
 }
 
 // bury moves dead items to the dead-letter queue, or drops them when the
@@ -911,45 +316,23 @@ func (q *Queue) bury(ctx context.Context, tx pgx.Tx, it *iteration, ds []death) 
 	return nil
 }
 
-// applyStorage runs import, delete and clear.
-func (q *Queue) applyStorage(ctx context.Context, tx pgx.Tx, it *iteration, op any) (any, error) {
-	switch op := op.(type) {
-	case *importOp:
-		if err := queue.CheckPartition(q.name, it.info.Partitions, op.partition); err != nil {
-			return nil, err
-		}
-		return q.importItems(ctx, tx, it, op)
-	case *deleteOp:
-		for _, ref := range op.refs {
-			if err := queue.CheckPartition(q.name, it.info.Partitions, ref.Partition); err != nil {
-				return nil, err
-			}
-		}
-		n, err := deleteRefs(ctx, tx, q.id, op.refs, op.exceptLeased)
-		return int(n), err
-	case *clearOp:
-		return nil, clearItems(ctx, tx, q.id, op.p)
-	}
-	return nil, fmt.Errorf("queue '%s': unknown request %T", q.name, op)
-}
-
 // importItems inserts the items of an import (see queue.Logical.Import for
 // the rules). An item with a source_id gets the source key
 // queue.ImportKey, so the unique source-key index keeps one imported item
 // per source_id and partition, even when two nodes import at once.
-func (q *Queue) importItems(ctx context.Context, tx pgx.Tx, it *iteration, op *importOp) ([]store.Item, error) {
-	out := make([]store.Item, len(op.items))
-	if len(op.items) == 0 {
+func (q *Queue) importItems(ctx context.Context, tx pgx.Tx, it *iteration, op *queue.ImportOp) ([]store.Item, error) {
+	out := make([]store.Item, len(op.Items))
+	if len(op.Items) == 0 {
 		return out, nil
 	}
-	keys := make([]string, len(op.items))
+	keys := make([]string, len(op.Items))
 	first := map[string]int{} // source key -> the first item of the request with it
 	var wanted []string
-	for i, si := range op.items {
+	for i, si := range op.Items {
 		if si.Body.SourceID == "" {
 			continue
 		}
-		keys[i] = queue.ImportKey(op.partition, si.Body.SourceID)
+		keys[i] = queue.ImportKey(op.Partition, si.Body.SourceID)
 		if _, ok := first[keys[i]]; !ok {
 			first[keys[i]] = i
 			wanted = append(wanted, keys[i])
@@ -961,11 +344,11 @@ func (q *Queue) importItems(ctx context.Context, tx pgx.Tx, it *iteration, op *i
 	}
 	var ins []insert
 	var pos []int // request index of each insert
-	for i, si := range op.items {
+	for i, si := range op.Items {
 		if keys[i] != "" && (first[keys[i]] != i || held[keys[i]] != nil) {
 			continue
 		}
-		in := insert{partition: op.partition, state: stateReady, created: queue.Nanos(si.Meta.CreatedAt), attempts: si.Meta.Attempts,
+		in := insert{partition: op.Partition, state: stateReady, created: queue.Nanos(si.Meta.CreatedAt), attempts: si.Meta.Attempts,
 			body: si.Body, lastError: si.Errors.LastError, errors: encodeErrors(si.Errors.Errors)}
 		if keys[i] != "" {
 			in.sourceKey = &keys[i]
@@ -1002,8 +385,8 @@ func (q *Queue) importItems(ctx context.Context, tx pgx.Tx, it *iteration, op *i
 		if in.sourceKey != nil {
 			m.SourceKey = *in.sourceKey
 		}
-		si := op.items[pos[j]]
-		out[pos[j]] = store.Item{Partition: op.partition, Meta: m, Body: si.Body, Errors: si.Errors}
+		si := op.Items[pos[j]]
+		out[pos[j]] = store.Item{Partition: op.Partition, Meta: m, Body: si.Body, Errors: si.Errors}
 	}
 	inserted, err := importInsert(ctx, tx, q.id, ins, ids)
 	if err != nil {
@@ -1026,7 +409,7 @@ func (q *Queue) importItems(ctx context.Context, tx pgx.Tx, it *iteration, op *i
 			held[k] = v
 		}
 	}
-	for i := range op.items {
+	for i := range op.Items {
 		if keys[i] == "" {
 			continue
 		}
@@ -1039,29 +422,6 @@ func (q *Queue) importItems(ctx context.Context, tx pgx.Tx, it *iteration, op *i
 	return out, nil
 }
 
-// serve hands ready items to the waiting leases (engine.Serve): each
-// partition's ready items are counted in the transaction (readyCounts, so
-// another node's commits since are seen, not its transactions in flight),
-// and a partition's share is leased in one statement (lease, SKIP LOCKED:
-// rows another node holds are passed over). Served waiters are answered
-// after commit.
-func (q *Queue) serve(ctx context.Context, tx pgx.Tx, it *iteration) error {
-	parts := max(it.info.Partitions, 1)
-	deadline := it.now + int64(it.info.LeaseTimeout)
-	return engine.Serve(&q.loop.Waiters, &q.leaseNext,
-		func() ([]int, error) { return readyCounts(ctx, tx, q.id, parts) },
-		func(p int32, n int) ([]queue.LeasedItem, error) {
-			items, err := lease(ctx, tx, q.id, p, n, deadline, it.now)
-			if len(items) > 0 {
-				q.nextDue = engine.Earliest(q.nextDue, deadline)
-			}
-			return items, err
-		},
-		func(w *engine.Request, p int32, items []queue.LeasedItem) {
-			it.reply(w, queue.LeaseResult{Partition: p, Items: items})
-		})
-}
-
 // Stats implements queue.Queue from the database; LeaseWaiting counts this
 // node's waiting leases only, and no item is ever dying (moves are atomic).
 func (q *Queue) Stats(ctx context.Context) (queue.Stats, error) {
@@ -1070,7 +430,7 @@ func (q *Queue) Stats(ctx context.Context) (queue.Stats, error) {
 		return queue.Stats{}, err
 	}
 	now := q.m.now()
-	s := queue.Stats{LeaseWaiting: q.loop.Waiters.Len(), DeadByReason: map[string]int{}, DeadBySource: map[string]int{}}
+	s := queue.Stats{LeaseWaiting: q.Loop.Waiters.Len(), DeadByReason: map[string]int{}, DeadBySource: map[string]int{}}
 	s.Partitions = make([]queue.PartitionStats, info.Partitions)
 	for i := range s.Partitions {
 		s.Partitions[i].Partition = int32(i)

@@ -211,22 +211,9 @@ func RedrivenHistory(it *store.Item, deadQueue, taskID string, at time.Time) sto
 // RedriveKey is the source key of dead item id of deadQueue once redriven.
 func RedriveKey(deadQueue string, id uint64) string { return sourceKey(whyRedrive, deadQueue, id) }
 
-// redriveOp inserts redriven items.
-type redriveOp struct{ items []RedriveItem }
-
-// TakeRedriven inserts dead items as fresh work: new ids, attempts 0,
-// redrive_count raised by one, dead-letter metadata cleared, the attempt
-// history as given (RedriveItem.Errors). An
-// item whose SourceKey the queue already holds is not inserted again (a
-// redrive resumed after a crash). It returns when the items are durable.
-func (l *Logical) TakeRedriven(ctx context.Context, items []RedriveItem) error {
-	_, err := l.call(ctx, &redriveOp{items: items}, false)
-	return err
-}
-
-func (l *Logical) takeRedriven(it *iteration, op *redriveOp) {
-	p := l.produceTo()
-	for _, ri := range op.items {
+// takeRedriven inserts redriven items into partition p (Tx.Redrive).
+func (l *Logical) takeRedriven(it *iteration, p *partition, items []RedriveItem) {
+	for _, ri := range items {
 		if _, dup := l.sourceKeys[ri.SourceKey]; dup {
 			continue
 		}

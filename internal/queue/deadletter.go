@@ -5,7 +5,6 @@ import (
 	"strconv"
 	"strings"
 
-	"github.com/styxq/styx/internal/engine"
 	"github.com/styxq/styx/internal/fingerprint"
 	"github.com/styxq/styx/internal/store"
 )
@@ -113,7 +112,7 @@ func (l *Logical) sendDeadLetters(now int64) {
 			l.toSend = l.toSend[:0]
 			return
 		}
-		op := &deadLetterOp{source: l.name, result: l.results, wake: l.loop.Wake}
+		op := &deadLetterOp{source: l.name, result: l.results, wake: l.Loop.Wake}
 		for p, sel := range byPart {
 			// Read what the body cache and the error flags cannot supply.
 			var ids []uint64
@@ -172,7 +171,7 @@ func (l *Logical) sendDeadLetters(now int64) {
 
 // offer hands a move to this (dead-letter) queue's loop without blocking.
 func (l *Logical) offer(op *deadLetterOp) bool {
-	return l.loop.Offer(op, nil)
+	return l.Loop.Offer(op, nil)
 }
 
 // moved handles the dead-letter queue's answer to a move. Runs in the
@@ -214,12 +213,12 @@ func (l *Logical) moved(res moveResult) {
 // into the partition with the fewest ready items counting those placed
 // before it (produceTo, item by item: the rule of every backend; see
 // engine/distribution.go). Runs in the dead-letter queue's loop.
-func (l *Logical) takeDead(it *iteration, r *engine.Request, op *deadLetterOp) {
+func (l *Logical) takeDead(it *iteration, op *deadLetterOp) {
 	for _, d := range op.items {
 		if _, dup := l.sourceKeys[d.sourceKey]; dup {
 			continue // a copy from an interrupted earlier move
 		}
-		p := l.produceTo()
+		p := l.deadTo()
 		id := l.allocID(it)
 		deadAt := Nanos(d.body.DeadAt)
 		x := &item{id: id, bodyID: id, created: d.created, attempts: d.attempts, state: stateReady, src: newSource(d.sourceKey),
@@ -236,5 +235,4 @@ func (l *Logical) takeDead(it *iteration, r *engine.Request, op *deadLetterOp) {
 		l.addBody(it, x.bodyID, &body)
 	}
 	// Answered on op.result (pendingReply.send) once durable.
-	l.reply(it, r, nil)
 }

@@ -55,19 +55,20 @@ type Logical struct {
 	cfg     Config
 	queueID uint64
 	lookup  func(name string) *Logical
-	loop    *engine.Loop
 	results chan moveResult
+	// Engine runs the requests (the same on every backend); the logical
+	// queue gives each of its iterations a Tx (logtx.go).
+	Engine
 
 	// Fields below are owned by the loop goroutine.
 	info    store.QueueInfo
 	parts   []*partition
 	lastID  uint64
 	loadErr error
-	// produceNext and leaseNext are the tie-break cursors of the partition
-	// choice (distribution.go): the partition after the one chosen last.
-	produceNext int
-	leaseNext   int
-	inflight    int
+	// deadNext is the tie-break cursor of the partition choice for dead
+	// items taken (takeDead).
+	deadNext int
+	inflight int
 	// moveAfter is the earliest time (nanos) to send the next move.
 	moveAfter int64
 	// sourceKeys maps the source key of every item that has one (a dead
@@ -114,34 +115,10 @@ func answer(r *engine.Request, err error) {
 }
 
 type (
-	produceOp  struct{ items []ProduceItem }
-	completeOp struct {
-		partition int32
-		ids       []uint64
-	}
-	retryOp struct {
-		partition int32
-		items     []RetryItem
-	}
-	renewOp struct {
-		partition int32
-		ids       []uint64
-		timeout   time.Duration
-	}
-	statsOp  struct{}
-	gaugeOp  struct{}
-	clearOp  struct{ p ClearParams }
-	reloadOp struct{}
-	configOp struct{ info store.QueueInfo }
-	importOp struct {
-		partition int32
-		items     []store.Item
-	}
-	deleteOp struct {
-		refs []ItemRef
-		// exceptLeased skips leased items (DeleteDead).
-		exceptLeased bool
-	}
+	statsOp     struct{}
+	gaugeOp     struct{}
+	reloadOp    struct{}
+	configOp    struct{ info store.QueueInfo }
 	scheduledOp struct {
 		partition int32
 		after     uint64
@@ -158,83 +135,23 @@ func newLogical(cfg Config, info store.QueueInfo, lookup func(string) *Logical) 
 		queueID:    info.ID,
 		lookup:     lookup,
 		info:       info,
-		loop:       engine.NewLoop(info.Name, cfg.Clock),
 		results:    make(chan moveResult, maxMovesInFlight),
 		sourceKeys: make(map[string]*item),
 		groups:     make(map[groupKey]*group),
 		deferred:   make(map[*item]*deferredReply),
 	}
-	l.pipe = newPipeline(info.Name, l.loop.Wake)
+	l.Engine = Engine{Loop: engine.NewLoop(info.Name, cfg.Clock), Attempts: func(n int32) {
+		cfg.Metrics.ItemAttempts.WithLabelValues("completed").Observe(float64(n))
+	}}
+	l.pipe = newPipeline(info.Name, l.Loop.Wake)
 	cfg.Metrics.InitQueue(info.Name, info.DeadQueue)
-	l.loop.Start(l)
+	l.Loop.Start(l)
 	return l
 }
 
-// Name returns the queue's name.
-func (l *Logical) Name() string { return l.name }
-
-// Pending returns how many requests wait in the queue's channel.
-func (l *Logical) Pending() int { return l.loop.Pending() }
-
 // call sends op to the loop and waits for its answer (engine.Loop.Call).
 func (l *Logical) call(ctx context.Context, op any, abandonable bool) (any, error) {
-	return l.loop.Call(ctx, op, abandonable)
-}
-
-// Produce adds items to one partition, the one with the fewest ready items
-// (ties take turns; see distribution.go). It returns when they are durable.
-func (l *Logical) Produce(ctx context.Context, items []ProduceItem) error {
-	_, err := l.call(ctx, &produceOp{items: items}, false)
-	return err
-}
-
-// Lease waits up to p.Timeout for ready items and leases up to p.BatchSize
-// of them from one partition: the one with the most ready items, shared
-// item by item with the other leases waiting on it when there are not
-// enough for all (see distribution.go). Returns an apierr.Retry error when
-// none came.
-func (l *Logical) Lease(ctx context.Context, p LeaseParams) (LeaseResult, error) {
-	v, err := l.loop.CallLease(ctx, nil, engine.LeaseWait{ClientID: p.ClientID, BatchSize: p.BatchSize, Timeout: p.Timeout})
-	if err != nil {
-		return LeaseResult{}, err
-	}
-	return v.(LeaseResult), nil
-}
-
-// Complete deletes leased items. Every id must be leased in the partition,
-// or nothing changes and an apierr.Invalid error names the first that is not.
-func (l *Logical) Complete(ctx context.Context, partition int32, ids []uint64) error {
-	_, err := l.call(ctx, &completeOp{partition: partition, ids: ids}, false)
-	return err
-}
-
-// Retry ends leases without completion: each item is requeued with a new
-// id, scheduled, released or dead-lettered (see RetryItem), and the returned
-// outcomes, in request order, say which. Every id must be leased in the
-// partition, or nothing changes and an apierr.Invalid error names the first
-// that is not. A dead-lettered item has been taken by the dead-letter queue
-// (or its move is durably recorded and will be retried) when Retry returns.
-func (l *Logical) Retry(ctx context.Context, partition int32, items []RetryItem) ([]RetryOutcome, error) {
-	v, err := l.call(ctx, &retryOp{partition: partition, items: items}, false)
-	if err != nil {
-		return nil, err
-	}
-	return v.([]RetryOutcome), nil
-}
-
-// Renew extends live leases: each item's lease deadline becomes now +
-// timeout (the queue's lease_timeout when timeout is 0), and the new
-// deadlines are returned in ids order once durable. Every id must be leased
-// in the partition with a lease that has not expired, and appear once, or
-// nothing changes and an apierr.Invalid error names every id that is not
-// (see NotLeased). An item past its expire deadline may be renewed; it dies
-// of expiry when its lease ends.
-func (l *Logical) Renew(ctx context.Context, partition int32, ids []uint64, timeout time.Duration) ([]time.Time, error) {
-	v, err := l.call(ctx, &renewOp{partition: partition, ids: ids, timeout: timeout}, false)
-	if err != nil {
-		return nil, err
-	}
-	return v.([]time.Time), nil
+	return l.Loop.Call(ctx, op, abandonable)
 }
 
 // Stats describes the queue now.
@@ -246,63 +163,16 @@ func (l *Logical) Stats(ctx context.Context) (Stats, error) {
 	return v.(Stats), nil
 }
 
-// Clear removes the items selected by p.
-func (l *Logical) Clear(ctx context.Context, p ClearParams) error {
-	_, err := l.call(ctx, &clearOp{p: p}, false)
-	return err
-}
-
 // Reload rebuilds the in-memory state from storage.
 func (l *Logical) Reload(ctx context.Context) error {
 	_, err := l.call(ctx, &reloadOp{}, false)
 	return err
 }
 
-// Import adds items to a partition as given, under new ids: leased (Leased,
-// until LeaseDeadline, or for the queue's lease_timeout from now when that
-// is zero; a deadline in the past ends at the next iteration as an expired
-// lease), scheduled (EnqueueAt in the future) or ready, with their attempts.
-// An item whose Body.SourceID the partition already holds on an imported
-// item (or that an earlier item of the same call holds) is skipped: the
-// first copy is kept. It returns, for each item in order, the item as
-// stored: the new one, or the one that holds its source_id.
-func (l *Logical) Import(ctx context.Context, partition int32, items []store.Item) ([]store.Item, error) {
-	v, err := l.call(ctx, &importOp{partition: partition, items: items}, false)
-	if err != nil {
-		return nil, err
-	}
-	return v.([]store.Item), nil
-}
-
 // ItemRef names an item of a queue.
 type ItemRef struct {
 	Partition int32
 	ID        uint64
-}
-
-// Delete removes items, in any state, and returns how many it found.
-// Unknown ids are ignored; a partition that does not exist is an
-// apierr.Invalid error and nothing is deleted.
-func (l *Logical) Delete(ctx context.Context, refs []ItemRef) (int, error) {
-	v, err := l.call(ctx, &deleteOp{refs: refs}, false)
-	if err != nil {
-		return 0, err
-	}
-	return v.(int), nil
-}
-
-// DeleteDead removes the items of refs that are at rest: leased items (a
-// consumer of the dead-letter queue is working on them) are skipped, and so
-// are unknown ids. It returns how many it deleted; a partition that does
-// not exist is an apierr.Invalid error and nothing is deleted. The dead.*
-// calls and redrive tasks delete through it, so they never take an item
-// from under a consumer.
-func (l *Logical) DeleteDead(ctx context.Context, refs []ItemRef) (int, error) {
-	v, err := l.call(ctx, &deleteOp{refs: refs, exceptLeased: true}, false)
-	if err != nil {
-		return 0, err
-	}
-	return v.(int), nil
 }
 
 // Scheduled lists up to limit scheduled items of a partition with ids
@@ -352,7 +222,39 @@ func (l *Logical) Iterate(now int64, reqs []*engine.Request, _ bool) {
 		}
 		break
 	}
-	l.iterate(now, reqs)
+	if l.loadErr != nil {
+		l.load()
+		if l.loadErr != nil {
+			for _, r := range reqs {
+				answer(r, l.loadErr)
+			}
+			l.Loop.Waiters.Fail(l.loadErr)
+			return
+		}
+	}
+	it := &iteration{
+		l:     l,
+		now:   now,
+		batch: store.Batch{QueueID: l.queueID, Ops: l.ops},
+		fresh: l.fresh,
+	}
+	if l.info.DeadQueue == "" && len(l.toSend) > 0 {
+		// The dead-letter queue was removed from the configuration while
+		// moves were pending: drop them.
+		for _, d := range l.toSend {
+			if d.valid() {
+				l.drop(it, d.p, d.x)
+			}
+		}
+		l.toSend = l.toSend[:0]
+	}
+	for _, d := range l.confirmed {
+		if p := l.parts[d.partition]; d.item.state == stateDying && p.items[d.id] == d.item {
+			l.removeItem(it, p, d.item)
+		}
+	}
+	l.confirmed = l.confirmed[:0]
+	l.Engine.Iterate(it, now, reqs, true)
 }
 
 // Stopped finishes the queue once its loop stopped (engine.Backend): every
@@ -427,8 +329,10 @@ func (l *Logical) load() {
 	}
 }
 
-// iteration collects the effects of one loop iteration.
+// iteration collects the effects of one loop iteration: the logical
+// queue's Tx.
 type iteration struct {
+	l     *Logical
 	now   int64
 	batch store.Batch
 	// fresh holds bodies inserted in this iteration, not yet readable from
@@ -467,182 +371,12 @@ type deferral struct {
 	v     any
 }
 
-// reply answers r with v once the iteration's batch is durable.
-func (l *Logical) reply(it *iteration, r *engine.Request, v any) {
-	it.replies = append(it.replies, pendingReply{r: r, v: v})
-}
-
-// replyConsume answers a complete, retry or renew: once the batch is
-// written with Config.ConsumeBeforeSync, else once it is durable.
-func (l *Logical) replyConsume(it *iteration, r *engine.Request, v any) {
-	if l.cfg.ConsumeBeforeSync {
-		it.early = append(it.early, pendingReply{r: r, v: v})
-		return
-	}
-	l.reply(it, r, v)
-}
-
-// iterate runs one loop iteration over the given requests.
-func (l *Logical) iterate(now int64, reqs []*engine.Request) {
-	if l.loadErr != nil {
-		l.load()
-		if l.loadErr != nil {
-			for _, r := range reqs {
-				answer(r, l.loadErr)
-			}
-			l.loop.Waiters.Fail(l.loadErr)
-			return
-		}
-	}
-	it := &iteration{
-		now:   now,
-		batch: store.Batch{QueueID: l.queueID, Ops: l.ops},
-		fresh: l.fresh,
-	}
-	l.lifecycle(it)
-	for _, d := range l.confirmed {
-		if p := l.parts[d.partition]; d.item.state == stateDying && p.items[d.id] == d.item {
-			l.removeItem(it, p, d.item)
-		}
-	}
-	l.confirmed = l.confirmed[:0]
-	for _, r := range reqs {
-		if err := l.handle(it, r); err != nil {
-			// Answered in order with the batch's other replies, so that
-			// it reveals nothing of a state not yet durable. An error that
-			// is not the client's is a read the storage failed (453).
-			it.replies = append(it.replies, pendingReply{r: r, err: unavailable(l.name, err)})
-		}
-	}
-	l.serveWaiters(it)
-	l.commit(it)
-}
-
-// handle applies one request. A returned error is answered at once and
-// means the request changed nothing.
-func (l *Logical) handle(it *iteration, r *engine.Request) error {
-	switch op := r.Op.(type) {
-	case *produceOp:
-		l.produce(it, op)
-		l.reply(it, r, nil)
-	case *completeOp:
-		p, items, err := l.leased(op.partition, op.ids)
-		if err != nil {
-			return err
-		}
-		for _, x := range items {
-			l.removeItem(it, p, x)
-			l.cfg.Metrics.ItemAttempts.WithLabelValues("completed").Observe(float64(x.attempts))
-		}
-		l.replyConsume(it, r, nil)
-	case *retryOp:
-		return l.retry(it, r, op)
-	case *renewOp:
-		deadlines, err := l.renew(it, op)
-		if err != nil {
-			return err
-		}
-		l.replyConsume(it, r, deadlines)
-	case *statsOp:
-		l.reply(it, r, l.stats(it.now))
-	case *gaugeOp:
-		l.reply(it, r, l.gauges(it.now))
-	case *clearOp:
-		l.clearItems(it, op.p)
-		l.reply(it, r, nil)
-	case *reloadOp:
-		// Pending writes of this iteration would be lost by a reload
-		// before the write, so the reload runs after it.
-		it.after = append(it.after, func(err error) {
-			if err == nil {
-				l.load()
-				err = l.loadErr
-			}
-			r.Send(nil, err)
-		})
-	case *configOp:
-		if op.info.ID != l.queueID {
-			return fmt.Errorf("queue '%s': config for queue id %d", l.name, op.info.ID)
-		}
-		l.info = op.info
-		l.cfg.Metrics.InitQueue(op.info.Name, op.info.DeadQueue)
-		for n := int32(len(l.parts)); n < op.info.Partitions; n++ {
-			l.parts = append(l.parts, newPartition(n))
-		}
-		l.reply(it, r, nil)
-	case *importOp:
-		p, err := l.partition(op.partition)
-		if err != nil {
-			return err
-		}
-		items, err := l.importItems(it, p, op.items)
-		if err != nil {
-			return err
-		}
-		l.reply(it, r, items)
-	case *deleteOp:
-		for _, ref := range op.refs {
-			if _, err := l.partition(ref.Partition); err != nil {
-				return err
-			}
-		}
-		n := 0
-		for _, ref := range op.refs {
-			p := l.parts[ref.Partition]
-			if x, ok := p.items[ref.ID]; ok && !(op.exceptLeased && x.state == stateLeased) {
-				l.removeItem(it, p, x)
-				n++
-			}
-		}
-		l.reply(it, r, n)
-	case *redriveOp:
-		l.takeRedriven(it, op)
-		l.reply(it, r, nil)
-	case *scheduledOp:
-		items, err := l.scheduledItems(it, op)
-		if err != nil {
-			return err
-		}
-		l.reply(it, r, items)
-	case *deadLetterOp:
-		l.takeDead(it, r, op)
-	case *groupsOp:
-		l.reply(it, r, l.listGroups(op))
-	default:
-		return fmt.Errorf("queue '%s': unknown request %T", l.name, op)
-	}
-	return nil
-}
-
 // partition returns partition n or an Invalid error.
 func (l *Logical) partition(n int32) (*partition, error) {
 	if err := CheckPartition(l.name, int32(len(l.parts)), n); err != nil {
 		return nil, err
 	}
 	return l.parts[n], nil
-}
-
-// leased returns the items of ids, each leased in partition n, or an
-// Invalid error naming the first that is not.
-func (l *Logical) leased(n int32, ids []uint64) (*partition, []*item, error) {
-	p, err := l.partition(n)
-	if err != nil {
-		return nil, nil, err
-	}
-	// The lifecycle of this iteration has ended the leases that expired:
-	// an item still leased has a live lease.
-	err = CheckLeased(l.name, n, ids, func(id uint64) bool {
-		x, ok := p.items[id]
-		return ok && x.state == stateLeased
-	})
-	if err != nil {
-		return nil, nil, err
-	}
-	items := make([]*item, len(ids))
-	for i, id := range ids {
-		items[i] = p.items[id]
-	}
-	return p, items, nil
 }
 
 // allocID returns a new id and records it as the batch's high-water mark.
@@ -652,11 +386,12 @@ func (l *Logical) allocID(it *iteration) uint64 {
 	return l.lastID
 }
 
-// produceTo returns the partition for the next produced batch: the one
-// with the fewest ready items (FewestReady), and moves the cursor past it.
-func (l *Logical) produceTo() *partition {
-	n := engine.FewestReady(l.readyCounts(), l.produceNext)
-	l.produceNext = n + 1
+// deadTo returns the partition the next dead item taken goes to: the one
+// with the fewest ready items (engine.FewestReady), and moves the cursor
+// past it.
+func (l *Logical) deadTo() *partition {
+	n := engine.FewestReady(l.readyCounts(), l.deadNext)
+	l.deadNext = n + 1
 	return l.parts[n]
 }
 
@@ -669,124 +404,10 @@ func (l *Logical) readyCounts() []int {
 	return ready
 }
 
-func (l *Logical) produce(it *iteration, op *produceOp) {
-	p := l.produceTo()
-	for _, pi := range op.items {
-		id := l.allocID(it)
-		x := &item{id: id, bodyID: id, created: it.now, state: stateReady}
-		if l.info.ExpireTimeout > 0 {
-			x.expire = it.now + int64(l.info.ExpireTimeout)
-		}
-		if at := Nanos(pi.EnqueueAt); at > it.now {
-			x.state, x.deadline = stateScheduled, at
-		}
-		p.add(x)
-		body := &store.ItemBody{Reference: pi.Reference, Kind: pi.Kind, Encoding: pi.Encoding, Payload: pi.Payload}
-		it.batch.InsertBody(p.num, x.meta(), body)
-		l.addBody(it, x.bodyID, body)
-	}
-}
-
-// lifecycle ends expired leases, makes scheduled items ready and kills
-// expired items that are not leased.
-func (l *Logical) lifecycle(it *iteration) {
-	for _, p := range l.parts {
-		var expired []*item
-		for x := p.timed.popDue(it.now); x != nil; x = p.timed.popDue(it.now) {
-			if x.state == stateScheduled {
-				x.deadline = 0
-				p.setState(x, stateReady)
-				continue
-			}
-			expired = append(expired, x)
-		}
-		if len(expired) > 0 {
-			// An expired lease is a failed attempt (counted when leased),
-			// recorded in the item's attempt history.
-			if err := l.recordExpiredLeases(it, p, expired); err != nil {
-				it.err = err
-				return
-			}
-			for _, x := range expired {
-				l.endLease(it, p, x, false, time.Time{})
-			}
-		}
-		for x := p.expiries.popDue(it.now); x != nil; x = p.expiries.popDue(it.now) {
-			// A leased item dies of expiry when its lease ends.
-			if x.state == stateReady || x.state == stateScheduled {
-				l.kill(it, p, x, ReasonExpired)
-			}
-		}
-	}
-	if l.info.DeadQueue == "" && len(l.toSend) > 0 {
-		// The dead-letter queue was removed from the configuration while
-		// moves were pending: drop them.
-		for _, d := range l.toSend {
-			if d.valid() {
-				l.drop(it, d.p, d.x)
-			}
-		}
-		l.toSend = l.toSend[:0]
-	}
-}
-
 // LeaseExpiredError is the attempt error recorded when a lease ends by its
 // deadline: "lease expired after 1m0s", with the queue's lease_timeout.
 func LeaseExpiredError(leaseTimeout time.Duration) string {
 	return "lease expired after " + leaseTimeout.String()
-}
-
-// recordExpiredLeases appends LeaseExpiredError to the attempt history of
-// each item (leased, in p, its lease past its deadline) and makes it the
-// item's last error, in this iteration's batch. It reads the stored history
-// of the items that may have one.
-func (l *Logical) recordExpiredLeases(it *iteration, p *partition, items []*item) error {
-	var withErr []uint64
-	for _, x := range items {
-		if x.hasErrs {
-			withErr = append(withErr, x.bodyID)
-		}
-	}
-	history := make(map[uint64]store.ItemErrors, len(withErr))
-	if len(withErr) > 0 {
-		_, errs, err := l.cfg.Store.ReadBodies(context.Background(), l.queueID, p.num, withErr)
-		if err != nil {
-			return fmt.Errorf("queue '%s': read errors: %w", l.name, err)
-		}
-		for i, id := range withErr {
-			history[id] = errs[i]
-		}
-	}
-	msg := LeaseExpiredError(l.info.LeaseTimeout)
-	for _, x := range items {
-		h := RecordError(history[x.bodyID], x.attempts, msg, it.now)
-		it.batch.SetErrors(p.num, x.meta(), h)
-		x.hasErrs = true
-	}
-	return nil
-}
-
-// endLease ends a lease without completion: the item is requeued (new id,
-// at the tail or at retryAt) unless it is dead by max_attempts or expiry.
-// With release the attempt is not counted and max_attempts does not apply.
-// It returns what it did (without the item's old id).
-func (l *Logical) endLease(it *iteration, p *partition, x *item, release bool, retryAt time.Time) RetryOutcome {
-	e := EndLease(l.info, x.attempts, x.expire, release, retryAt, it.now)
-	x.attempts = e.Attempts
-	if e.Reason != "" {
-		return l.kill(it, p, x, e.Reason)
-	}
-	old := x.id
-	p.rekey(x, l.allocID(it))
-	l.moveToGroupTail(x)
-	x.deadline = e.At
-	if e.At != 0 {
-		p.setState(x, stateScheduled)
-	} else {
-		p.setState(x, stateReady)
-	}
-	it.batch.Requeue(p.num, old, x.meta())
-	return e.Requeued(x.id)
 }
 
 // kill makes the item dead. With a dead-letter queue the decision is
@@ -842,141 +463,6 @@ func (l *Logical) settle(d *deferredReply) {
 	d.n--
 	if d.n == 0 {
 		d.r.Send(d.v, nil)
-	}
-}
-
-func (l *Logical) retry(it *iteration, r *engine.Request, op *retryOp) error {
-	ids := make([]uint64, len(op.items))
-	for i, ri := range op.items {
-		ids[i] = ri.ID
-	}
-	p, items, err := l.leased(op.partition, ids)
-	if err != nil {
-		return err
-	}
-	// Attempt history: read the stored errors of the items that record one
-	// and may have earlier errors.
-	var withErr []uint64
-	for i, ri := range op.items {
-		if ri.Error != "" && items[i].hasErrs {
-			withErr = append(withErr, items[i].bodyID)
-		}
-	}
-	var history map[uint64]store.ItemErrors
-	if len(withErr) > 0 {
-		_, errs, err := l.cfg.Store.ReadBodies(context.Background(), l.queueID, p.num, withErr)
-		if err != nil {
-			return fmt.Errorf("queue '%s': read errors: %w", l.name, err)
-		}
-		history = make(map[uint64]store.ItemErrors, len(withErr))
-		for i, id := range withErr {
-			history[id] = errs[i]
-		}
-	}
-	var dead []*item
-	outcomes := make([]RetryOutcome, len(op.items))
-	for i, ri := range op.items {
-		x := items[i]
-		if ri.Error != "" {
-			h := RecordError(history[x.bodyID], x.attempts, ri.Error, it.now)
-			it.batch.SetErrors(p.num, x.meta(), h)
-			x.hasErrs = true
-		}
-		if ri.Dead {
-			outcomes[i] = l.kill(it, p, x, ReasonExplicit)
-		} else {
-			outcomes[i] = l.endLease(it, p, x, ri.Release, ri.RetryAt)
-		}
-		outcomes[i].ID = ri.ID
-		if x.state == stateDying && p.items[x.id] == x {
-			dead = append(dead, x)
-		}
-	}
-	if len(dead) == 0 {
-		l.replyConsume(it, r, outcomes)
-		return nil
-	}
-	it.deferrals = append(it.deferrals, deferral{r: r, items: dead, v: outcomes})
-	return nil
-}
-
-// renew extends the leases of op.ids (see Renew).
-func (l *Logical) renew(it *iteration, op *renewOp) ([]time.Time, error) {
-	p, err := l.partition(op.partition)
-	if err != nil {
-		return nil, err
-	}
-	deadline, err := CheckRenew(l.info, op.partition, op.ids, op.timeout, it.now, func(id uint64) bool {
-		x, ok := p.items[id]
-		return ok && x.state == stateLeased && x.deadline > it.now
-	})
-	if err != nil {
-		return nil, err
-	}
-	out := make([]time.Time, len(op.ids))
-	for i, id := range op.ids {
-		x := p.items[id]
-		p.setDeadline(x, deadline)
-		it.batch.Update(p.num, x.meta())
-		out[i] = time.Unix(0, deadline).UTC()
-	}
-	return out, nil
-}
-
-// serveWaiters hands ready items to the waiting leases (engine.Serve): a
-// partition's share is leased at once, its bodies read in one go, and each
-// waiter answered once the leases are durable. A failed body read fails the
-// iteration and every waiting lease (453).
-func (l *Logical) serveWaiters(it *iteration) {
-	if it.err != nil {
-		return
-	}
-	deadline := it.now + int64(l.info.LeaseTimeout)
-	err := engine.Serve(&l.loop.Waiters, &l.leaseNext,
-		func() ([]int, error) { return l.readyCounts(), nil },
-		func(n int32, want int) ([]LeasedItem, error) {
-			p := l.parts[n]
-			var items []*item
-			for len(items) < want {
-				x := p.popReady()
-				if x == nil {
-					break
-				}
-				x.attempts++
-				x.deadline = deadline
-				p.setState(x, stateLeased)
-				it.batch.Update(p.num, x.meta())
-				items = append(items, x)
-			}
-			bodies, err := l.leasedBodies(it, p, items)
-			if err != nil {
-				return nil, fmt.Errorf("read bodies: %w", err)
-			}
-			out := make([]LeasedItem, len(items))
-			for i, x := range items {
-				b := bodies[x.bodyID]
-				out[i] = LeasedItem{ID: x.id, Attempts: x.attempts, LeaseDeadline: time.Unix(0, deadline).UTC(),
-					Encoding: b.Encoding, Kind: b.Kind, Reference: b.Reference, Payload: b.Payload}
-			}
-			return out, nil
-		},
-		func(w *engine.Request, n int32, xs []LeasedItem) {
-			res := LeaseResult{Partition: n, Items: xs}
-			var newest uint64
-			for _, x := range xs {
-				newest = max(newest, x.ID)
-			}
-			if l.cfg.ConsumeBeforeSync && newest <= l.pipe.durableID.Load() {
-				// Every item was stored by a durable batch: only the
-				// lease itself may be lost (ADR 0013).
-				it.early = append(it.early, pendingReply{r: w, v: res})
-			} else {
-				l.reply(it, w, res)
-			}
-		})
-	if err != nil {
-		it.err = err
-		l.loop.Waiters.Fail(unavailable(l.name, err))
 	}
 }
 
@@ -1055,7 +541,7 @@ func (l *Logical) gauges(now int64) metrics.QueueSample {
 }
 
 func (l *Logical) stats(now int64) Stats {
-	s := Stats{LeaseWaiting: l.loop.Waiters.Len(), MovesInFlight: l.inflight,
+	s := Stats{LeaseWaiting: l.Loop.Waiters.Len(), MovesInFlight: l.inflight,
 		DeadByReason: map[string]int{}, DeadBySource: map[string]int{}}
 	for _, x := range l.sourceKeys {
 		if x.isDeadCopy() {

@@ -173,7 +173,7 @@ func (m *Manager) Delete(ctx context.Context, name string) error {
 	delete(m.queues, name)
 	m.mu.Unlock()
 	if l != nil {
-		l.loop.Shutdown()
+		l.Loop.Shutdown()
 	}
 	m.cfg.Metrics.ForgetQueue(name)
 	if err := m.cfg.Store.DeleteQueue(ctx, name); err != nil && !errors.Is(err, store.ErrQueueNotFound) {
@@ -193,7 +193,7 @@ func (m *Manager) Close() {
 	m.mu.Unlock()
 	var wg sync.WaitGroup
 	for _, l := range qs {
-		wg.Go(l.loop.Shutdown)
+		wg.Go(l.Loop.Shutdown)
 	}
 	wg.Wait()
 }

@@ -1,0 +1,368 @@
+package pgqueue
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"slices"
+
+	"github.com/jackc/pgx/v5"
+
+	"github.com/styxq/styx/internal/engine"
+	"github.com/styxq/styx/internal/queue"
+	"github.com/styxq/styx/internal/store"
+)
+
+// The PostgreSQL Tx: one transaction per loop iteration. Changes the
+// engine decides are gathered (inserts, completes, requeues, deaths) and
+// written in bulk statements before anything reads the queue again (flush),
+// and at Commit.
+
+// iteration is the work of one loop iteration, applied in one transaction:
+// the queue.Tx of PostgreSQL.
+type iteration struct {
+	q         *Queue
+	ctx       context.Context
+	tx        pgx.Tx
+	now       int64
+	info      store.QueueInfo
+	lifecycle bool
+	// rows are the rows Lock locked, by id; an item ended earlier in the
+	// iteration leaves.
+	rows map[int64]row
+	// Changes gathered, written by flush.
+	inserts   []insert
+	completed []int64
+	requeues  []requeue
+	// newIDs are where to write the new ids of requeues that need them
+	// now (a retry's outcomes): requeues[i] for each index.
+	newIDs []newID
+	deaths []death
+	// notify lists the queues whose waiting leases should look again.
+	notify []uint64
+	// metrics run after commit (counts of dead-lettered and dropped
+	// items).
+	metrics []func()
+	// more says the lifecycle hit its batch size: run it again at once.
+	more bool
+}
+
+type newID struct {
+	requeue int
+	to      *uint64
+}
+
+var _ queue.Tx = (*iteration)(nil)
+
+func (it *iteration) wakeQueue(id uint64) {
+	if !slices.Contains(it.notify, id) {
+		it.notify = append(it.notify, id)
+	}
+}
+
+// Info implements queue.Tx.
+func (it *iteration) Info() store.QueueInfo { return it.info }
+
+// Lock implements queue.Tx: the rows named, and those a clear selects, in
+// id order, in the iteration's first statement (see "Lock order").
+func (it *iteration) Lock(ids []uint64, c *queue.ClearParams) error {
+	locked, err := lockRows(it.ctx, it.tx, it.q.id, toInt64(ids), c)
+	for _, x := range locked {
+		it.rows[x.id] = x
+	}
+	return err
+}
+
+func toInt64(ids []uint64) []int64 {
+	out := make([]int64, len(ids))
+	for i, id := range ids {
+		out[i] = int64(id)
+	}
+	return out
+}
+
+// view is the engine's Item of a row.
+func view(x row) queue.Item {
+	v := queue.Item{Partition: x.partition, ID: uint64(x.id), Attempts: x.attempts, Expire: x.expire,
+		HasHistory: true, Ref: x}
+	if x.state == stateLeased {
+		v.Leased, v.LeaseDeadline = true, x.deadline
+	}
+	return v
+}
+
+func views(xs []row) []queue.Item {
+	out := make([]queue.Item, len(xs))
+	for i, x := range xs {
+		out[i] = view(x)
+	}
+	return out
+}
+
+// Due implements queue.Tx: at most lifecycleBatch of each (SKIP LOCKED:
+// rows another node holds wait for a later iteration).
+func (it *iteration) Due() (leases, expired []queue.Item, err error) {
+	ls, err := expiredLeases(it.ctx, it.tx, it.q.id, it.now)
+	if err != nil {
+		return nil, nil, err
+	}
+	xs, err := expiredItems(it.ctx, it.tx, it.q.id, it.now)
+	if err != nil {
+		return nil, nil, err
+	}
+	readied, err := readyScheduled(it.ctx, it.tx, it.q.id, it.now)
+	if err != nil {
+		return nil, nil, err
+	}
+	if readied > 0 {
+		it.wakeQueue(it.q.id)
+	}
+	it.more = len(ls) == lifecycleBatch || len(xs) == lifecycleBatch || readied == lifecycleBatch
+	return views(ls), views(xs), nil
+}
+
+// Item implements queue.Tx from the rows Lock locked.
+func (it *iteration) Item(n int32, id uint64) (queue.Item, bool) {
+	x, ok := it.rows[int64(id)]
+	if !ok || x.partition != n {
+		return queue.Item{}, false
+	}
+	return view(x), true
+}
+
+// Histories implements queue.Tx from the rows read.
+func (it *iteration) Histories(xs []queue.Item) ([]store.ItemErrors, error) {
+	out := make([]store.ItemErrors, len(xs))
+	for i, v := range xs {
+		x := v.Ref.(row)
+		errs, err := decodeErrors(x.errors)
+		if err != nil {
+			return nil, fmt.Errorf("queue '%s': %w", it.q.name, err)
+		}
+		out[i] = store.ItemErrors{LastError: x.lastError, Errors: errs}
+	}
+	return out, nil
+}
+
+// Requeue implements queue.Tx: the row gets a new id when flushed.
+func (it *iteration) Requeue(v queue.Item, e queue.Ending, h *store.ItemErrors, to *uint64) error {
+	x := v.Ref.(row)
+	delete(it.rows, x.id)
+	r := requeue{id: x.id, state: stateReady, attempts: e.Attempts}
+	if e.At != 0 {
+		r.state, r.deadline = stateScheduled, e.At
+		it.q.nextDue = engine.Earliest(it.q.nextDue, e.At)
+	} else {
+		it.wakeQueue(it.q.id)
+	}
+	if h != nil {
+		r.setErrors, r.lastError, r.errors = true, h.LastError, encodeErrors(h.Errors)
+	}
+	if to != nil {
+		it.newIDs = append(it.newIDs, newID{requeue: len(it.requeues), to: to})
+	}
+	it.requeues = append(it.requeues, r)
+	return nil
+}
+
+// Kill implements queue.Tx: the move to the dead-letter queue (or the drop)
+// is part of the transaction (bury).
+func (it *iteration) Kill(v queue.Item, reason string, h *store.ItemErrors) (bool, error) {
+	x := v.Ref.(row)
+	delete(it.rows, x.id)
+	d := death{id: x.id, reason: reason, attempts: v.Attempts, sourceKey: x.sourceKey}
+	if h != nil {
+		d.setErrors, d.lastError, d.errors = true, h.LastError, encodeErrors(h.Errors)
+	}
+	it.deaths = append(it.deaths, d)
+	return false, nil
+}
+
+// Complete implements queue.Tx.
+func (it *iteration) Complete(xs []queue.Item) error {
+	for _, v := range xs {
+		delete(it.rows, int64(v.ID))
+		it.completed = append(it.completed, int64(v.ID))
+	}
+	return nil
+}
+
+// Renew implements queue.Tx: one statement, on rows the iteration holds.
+func (it *iteration) Renew(xs []queue.Item, deadline int64) error {
+	ids := make([]int64, len(xs))
+	for i, v := range xs {
+		ids[i] = int64(v.ID)
+		x := it.rows[ids[i]]
+		x.deadline = deadline
+		it.rows[ids[i]] = x
+	}
+	// A shorter lease than the one it replaces is due sooner.
+	it.q.nextDue = engine.Earliest(it.q.nextDue, deadline)
+	return renewLeases(it.ctx, it.tx, it.q.id, ids, deadline)
+}
+
+// ReadyCounts implements queue.Tx: counted in the transaction once the
+// changes gathered are written (so another node's commits since are seen,
+// not its transactions in flight), at most readyCountCap per partition.
+func (it *iteration) ReadyCounts() ([]int, error) {
+	if err := it.flush(); err != nil {
+		return nil, err
+	}
+	return readyCounts(it.ctx, it.tx, it.q.id, max(it.info.Partitions, 1))
+}
+
+// Produce implements queue.Tx.
+func (it *iteration) Produce(n int32, items []queue.ProduceItem) error {
+	for _, pi := range items {
+		in := insert{partition: n, state: stateReady, created: it.now,
+			body: store.ItemBody{Reference: pi.Reference, Kind: pi.Kind, Encoding: pi.Encoding, Payload: pi.Payload}}
+		it.q.place(it, &in, queue.Nanos(pi.EnqueueAt), 0)
+		it.inserts = append(it.inserts, in)
+	}
+	return nil
+}
+
+// Redrive implements queue.Tx: the unique source-key index skips an item
+// the queue holds.
+func (it *iteration) Redrive(n int32, items []queue.RedriveItem) error {
+	for _, ri := range items {
+		key := ri.SourceKey
+		in := insert{partition: n, state: stateReady, created: it.now, sourceKey: &key,
+			body: store.ItemBody{Reference: ri.Body.Reference, Kind: ri.Body.Kind, Encoding: ri.Body.Encoding,
+				Payload: ri.Body.Payload, RedriveCount: ri.Body.RedriveCount + 1}}
+		if !ri.Errors.IsZero() {
+			in.lastError, in.errors = ri.Errors.LastError, encodeErrors(ri.Errors.Errors)
+		}
+		it.q.place(it, &in, 0, 0)
+		it.inserts = append(it.inserts, in)
+	}
+	return nil
+}
+
+// Lease implements queue.Tx in one statement (SKIP LOCKED: rows another
+// node holds are passed over). Every item is durable: a commit is.
+func (it *iteration) Lease(n int32, want int, deadline int64) ([]queue.LeasedItem, bool, error) {
+	if err := it.flush(); err != nil {
+		return nil, false, err
+	}
+	items, err := lease(it.ctx, it.tx, it.q.id, n, want, deadline, it.now)
+	if len(items) > 0 {
+		it.q.nextDue = engine.Earliest(it.q.nextDue, deadline)
+	}
+	return items, true, err
+}
+
+// Handle implements queue.Tx: import, delete and clear, in request order
+// after the changes gathered so far.
+func (it *iteration) Handle(r *engine.Request) (any, bool, error) {
+	if err := it.flush(); err != nil {
+		return nil, false, err
+	}
+	switch op := r.Op.(type) {
+	case *queue.ImportOp:
+		if err := queue.CheckPartition(it.q.name, it.info.Partitions, op.Partition); err != nil {
+			return nil, false, err
+		}
+		items, err := it.q.importItems(it.ctx, it.tx, it, op)
+		return items, false, err
+	case *queue.DeleteOp:
+		for _, ref := range op.Refs {
+			if err := queue.CheckPartition(it.q.name, it.info.Partitions, ref.Partition); err != nil {
+				return nil, false, err
+			}
+		}
+		n, err := deleteRefs(it.ctx, it.tx, it.q.id, op.Refs, op.ExceptLeased)
+		return int(n), false, err
+	case *queue.ClearOp:
+		return nil, false, clearItems(it.ctx, it.tx, it.q.id, op.P)
+	}
+	return nil, false, fmt.Errorf("queue '%s': unknown request %T", it.q.name, r.Op)
+}
+
+// flush writes the changes gathered so far.
+func (it *iteration) flush() error {
+	ctx, tx, q := it.ctx, it.tx, it.q
+	if len(it.inserts) > 0 {
+		if err := insertItems(ctx, tx, q.id, it.inserts, nil); err != nil {
+			return err
+		}
+		it.inserts = it.inserts[:0]
+	}
+	if len(it.completed) > 0 {
+		if _, err := deleteIDs(ctx, tx, q.id, it.completed); err != nil {
+			return err
+		}
+		it.completed = it.completed[:0]
+	}
+	if len(it.newIDs) > 0 {
+		ids, err := newIDs(ctx, tx, len(it.newIDs))
+		if err != nil {
+			return err
+		}
+		for k, n := range it.newIDs {
+			it.requeues[n.requeue].newID = ids[k]
+			*n.to = uint64(ids[k])
+		}
+		it.newIDs = it.newIDs[:0]
+	}
+	if len(it.requeues) > 0 {
+		if err := requeueItems(ctx, tx, q.id, it.requeues); err != nil {
+			return err
+		}
+		it.requeues = it.requeues[:0]
+	}
+	if len(it.deaths) > 0 {
+		if err := q.bury(ctx, tx, it, it.deaths); err != nil {
+			return err
+		}
+		it.deaths = it.deaths[:0]
+	}
+	return nil
+}
+
+// Commit implements queue.Tx: the changes are written, the lifecycle's next
+// due time learnt, other nodes' loops notified, and the transaction
+// committed; then every reply is sent. A failure rolls back and answers
+// every request and waiting lease with it (a database that is down answers
+// 453 at once, not at the request timeout).
+func (it *iteration) Commit(replies []queue.Reply, err error) {
+	q := it.q
+	if err == nil {
+		err = it.flush()
+	}
+	if err == nil && it.lifecycle {
+		err = q.learnDue(it.ctx, it.tx, it)
+	}
+	if err == nil && len(it.notify) > 0 {
+		err = notify(it.ctx, it.tx, q.m.st.channel, it.notify)
+	}
+	if err == nil {
+		err = it.tx.Commit(it.ctx)
+	}
+	if err != nil {
+		_ = it.tx.Rollback(context.Background())
+		err = wrap("queue '"+q.name+"'", err)
+		if errors.Is(err, store.ErrQueueNotFound) {
+			err = queue.NotFound(q.name)
+		}
+		q.m.cfg.Log.Warn("transaction failed", "queue", q.name, "error", err)
+		q.Loop.Waiters.Fail(err)
+		if it.lifecycle {
+			q.nextDue = it.now + int64(busyBackoff)
+		}
+	} else {
+		for _, f := range it.metrics {
+			f()
+		}
+	}
+	for _, r := range replies {
+		switch {
+		case r.Err != nil:
+			r.R.Answer(nil, r.Err)
+		case err != nil:
+			r.R.Answer(nil, err)
+		default:
+			r.R.Answer(r.V, nil)
+		}
+	}
+}

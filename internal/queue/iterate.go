@@ -1,0 +1,617 @@
+package queue
+
+import (
+	"context"
+	"time"
+
+	"github.com/styxq/styx/internal/apierr"
+	"github.com/styxq/styx/internal/engine"
+	"github.com/styxq/styx/internal/store"
+)
+
+// The engine's iteration: what one loop iteration decides, on every
+// backend (ADR 0014). The backend gives each iteration a Tx, the
+// decision-level storage contract: it reads the items the rules need and
+// stores what the engine decided (the logical queue from its in-memory
+// index and one batch write, PostgreSQL with statements in one transaction).
+// The rules themselves are in rules.go.
+
+// Item is what the engine reads of an item. Ref is the backend's own handle.
+type Item struct {
+	Partition int32
+	ID        uint64
+	Attempts  int32
+	// Leased reports a lease, live or not; LeaseDeadline is then set (Unix
+	// ns).
+	Leased        bool
+	LeaseDeadline int64
+	// Expire is the expire deadline (Unix ns; 0 for none).
+	Expire int64
+	// HasHistory is false when the item surely has no attempt history (so
+	// the engine need not read one).
+	HasHistory bool
+	Ref        any
+}
+
+// Tx is one iteration of a queue on its backend. Methods are called by the
+// loop goroutine, in the order the engine decides; an error from any of
+// them is a storage failure and fails the whole iteration (Commit gets it).
+type Tx interface {
+	// Info is the queue's configuration for this iteration.
+	Info() store.QueueInfo
+	// Lock makes the items ids name, and those a clear selects (c, when
+	// not nil), ready for the iteration before anything else runs:
+	// PostgreSQL locks their rows in id order (its lock order).
+	Lock(ids []uint64, c *ClearParams) error
+	// Due ends what is due by now: scheduled items due become ready, and it
+	// returns the leased items whose lease deadline passed and the ready
+	// or scheduled items past their expire deadline, for the engine to end
+	// and kill.
+	Due() (leases, expired []Item, err error)
+	// Item returns item id of partition n as this iteration sees it (an
+	// item ended earlier in the iteration is gone); false when there is
+	// none.
+	Item(n int32, id uint64) (Item, bool)
+	// Histories returns the attempt histories of xs, in order.
+	Histories(xs []Item) ([]store.ItemErrors, error)
+	// Requeue puts x back after its lease ended, by e (Attempts; ready at
+	// once or scheduled for e.At), under a new id it writes to *newID
+	// (before Commit returns; newID may be nil). h, when not nil, is x's
+	// new attempt history.
+	Requeue(x Item, e Ending, h *store.ItemErrors, newID *uint64) error
+	// Kill makes x dead for reason: it moves to the queue's dead-letter
+	// queue (or is dropped without one), h (when not nil) its new history.
+	// moving is true when the move is not done when the iteration commits
+	// (the embedded backends' ADR 0003 protocol): the answer to a retry
+	// then waits for it (Reply.Moving).
+	Kill(x Item, reason string, h *store.ItemErrors) (moving bool, err error)
+	// Complete deletes xs (a complete).
+	Complete(xs []Item) error
+	// Renew sets the lease deadline of xs (Unix ns).
+	Renew(xs []Item, deadline int64) error
+	// ReadyCounts returns each partition's ready items (PostgreSQL counts
+	// at most 1,000 per partition).
+	ReadyCounts() ([]int, error)
+	// Produce inserts items into partition n under new ids: ready, or
+	// scheduled when EnqueueAt is after now, expiring after the queue's
+	// expire_timeout.
+	Produce(n int32, items []ProduceItem) error
+	// Redrive inserts redriven items into partition n (ready, under new
+	// ids, their RedriveCount one more); one whose SourceKey the queue
+	// holds already is skipped.
+	Redrive(n int32, items []RedriveItem) error
+	// Lease leases up to max of partition n's oldest ready items until
+	// deadline (attempts + 1) and returns them; durable reports that every
+	// one was stored by a batch already durable (ADR 0013).
+	Lease(n int32, max int, deadline int64) (items []LeasedItem, durable bool, err error)
+	// Handle runs a request of another kind (import, delete, clear,
+	// redrive, the backend's own); it returns the reply, or mine when the
+	// backend answers r itself. An apierr error is the client's: it changes
+	// nothing and is the request's answer.
+	Handle(r *engine.Request) (v any, mine bool, err error)
+	// Commit stores the iteration (err nil) or drops it (err: a storage
+	// failure; the backend rolls back or reloads) and sends replies, in
+	// order: each with its own error if it has one, else with err, else
+	// with its value once the iteration is durable (a Reply.Mode may allow
+	// earlier).
+	Commit(replies []Reply, err error)
+}
+
+// ReplyMode says when a reply may leave.
+type ReplyMode uint8
+
+const (
+	// Durable replies leave once the iteration is durable.
+	Durable ReplyMode = iota
+	// Consume replies (complete, retry, renew) leave once written when the
+	// backend answers consumes before sync (ADR 0013).
+	Consume
+	// DurableItems replies (a lease of items all stored by durable
+	// batches) leave once written under the same setting.
+	DurableItems
+)
+
+// Reply is an answer of the iteration.
+type Reply struct {
+	R    *engine.Request
+	V    any
+	Err  error
+	Mode ReplyMode
+	// Moving lists dead items whose move must end before the reply leaves.
+	Moving []Item
+}
+
+// The requests every backend runs the same way.
+type (
+	produceOp  struct{ items []ProduceItem }
+	completeOp struct {
+		partition int32
+		ids       []uint64
+	}
+	retryOp struct {
+		partition int32
+		items     []RetryItem
+	}
+	renewOp struct {
+		partition int32
+		ids       []uint64
+		timeout   time.Duration
+	}
+	// ImportOp imports items into a partition (Queue.Import).
+	ImportOp struct {
+		Partition int32
+		Items     []store.Item
+	}
+	// DeleteOp deletes items (Queue.Delete, Queue.DeleteDead).
+	DeleteOp struct {
+		Refs []ItemRef
+		// ExceptLeased skips leased items (DeleteDead).
+		ExceptLeased bool
+	}
+	// ClearOp clears a queue (Queue.Clear).
+	ClearOp struct{ P ClearParams }
+	// RedriveOp inserts redriven items (Queue.TakeRedriven).
+	RedriveOp struct{ Items []RedriveItem }
+)
+
+// Engine is the request side of a queue, the same on every backend: the
+// Queue methods that run in the loop, and the iteration (Iterate). A
+// backend embeds it and gives each iteration a Tx.
+type Engine struct {
+	Loop *engine.Loop
+	// produceNext and leaseNext are the tie-break cursors of the partition
+	// choice (engine/distribution.go): the partition after the one chosen
+	// last. Owned by the loop.
+	produceNext, leaseNext int
+	// Attempts observes the attempts of completed items (metric); may be
+	// nil.
+	Attempts func(n int32)
+}
+
+// Name returns the queue's name.
+func (e *Engine) Name() string { return e.Loop.Name() }
+
+// Pending returns how many requests wait in the queue's channel; a
+// background task (a redrive) backs off while it is not 0.
+func (e *Engine) Pending() int { return e.Loop.Pending() }
+
+// Produce adds items to one partition, the one with the fewest ready items
+// (ties take turns; see engine/distribution.go). It returns when they are
+// durable.
+func (e *Engine) Produce(ctx context.Context, items []ProduceItem) error {
+	_, err := e.Loop.Call(ctx, &produceOp{items: items}, false)
+	return err
+}
+
+// Lease waits up to p.Timeout for ready items and leases up to p.BatchSize
+// of them from one partition: the one with the most ready items, shared
+// item by item with the other leases waiting on it when there are not
+// enough for all (engine.Serve). Returns an apierr.Retry error when none
+// came.
+func (e *Engine) Lease(ctx context.Context, p LeaseParams) (LeaseResult, error) {
+	v, err := e.Loop.CallLease(ctx, nil, engine.LeaseWait{ClientID: p.ClientID, BatchSize: p.BatchSize, Timeout: p.Timeout})
+	if err != nil {
+		return LeaseResult{}, err
+	}
+	return v.(LeaseResult), nil
+}
+
+// Complete deletes leased items. Every id must be leased in the partition,
+// or nothing changes and an apierr.Invalid error names the first that is not.
+func (e *Engine) Complete(ctx context.Context, partition int32, ids []uint64) error {
+	_, err := e.Loop.Call(ctx, &completeOp{partition: partition, ids: ids}, false)
+	return err
+}
+
+// Retry ends leases without completion: each item is requeued with a new
+// id, scheduled, released or dead-lettered (see RetryItem), and the returned
+// outcomes, in request order, say which. Every id must be leased in the
+// partition, or nothing changes and an apierr.Invalid error names the first
+// that is not. A dead-lettered item has been taken by the dead-letter queue
+// (or its move is durably recorded and will be retried) when Retry returns.
+func (e *Engine) Retry(ctx context.Context, partition int32, items []RetryItem) ([]RetryOutcome, error) {
+	v, err := e.Loop.Call(ctx, &retryOp{partition: partition, items: items}, false)
+	if err != nil {
+		return nil, err
+	}
+	return v.([]RetryOutcome), nil
+}
+
+// Renew extends live leases: each item's lease deadline becomes now +
+// timeout (the queue's lease_timeout when timeout is 0), and the new
+// deadlines are returned in ids order once durable. Every id must be leased
+// in the partition with a lease that has not expired, and appear once, or
+// nothing changes and an apierr.Invalid error names every id that is not
+// (see NotLeased). An item past its expire deadline may be renewed; it dies
+// of expiry when its lease ends.
+func (e *Engine) Renew(ctx context.Context, partition int32, ids []uint64, timeout time.Duration) ([]time.Time, error) {
+	v, err := e.Loop.Call(ctx, &renewOp{partition: partition, ids: ids, timeout: timeout}, false)
+	if err != nil {
+		return nil, err
+	}
+	return v.([]time.Time), nil
+}
+
+// Clear removes the items selected by p.
+func (e *Engine) Clear(ctx context.Context, p ClearParams) error {
+	_, err := e.Loop.Call(ctx, &ClearOp{P: p}, false)
+	return err
+}
+
+// Import adds items to a partition as given, under new ids: leased (Leased,
+// until LeaseDeadline, or for the queue's lease_timeout from now when that
+// is zero; a deadline in the past ends at the next iteration as an expired
+// lease), scheduled (EnqueueAt in the future) or ready, with their attempts.
+// An item whose Body.SourceID the partition already holds on an imported
+// item (or that an earlier item of the same call holds) is skipped: the
+// first copy is kept. It returns, for each item in order, the item as
+// stored: the new one, or the one that holds its source_id.
+func (e *Engine) Import(ctx context.Context, partition int32, items []store.Item) ([]store.Item, error) {
+	v, err := e.Loop.Call(ctx, &ImportOp{Partition: partition, Items: items}, false)
+	if err != nil {
+		return nil, err
+	}
+	return v.([]store.Item), nil
+}
+
+// Delete removes items, in any state, and returns how many it found.
+// Unknown ids are ignored; a partition that does not exist is an
+// apierr.Invalid error and nothing is deleted.
+func (e *Engine) Delete(ctx context.Context, refs []ItemRef) (int, error) {
+	v, err := e.Loop.Call(ctx, &DeleteOp{Refs: refs}, false)
+	if err != nil {
+		return 0, err
+	}
+	return v.(int), nil
+}
+
+// DeleteDead removes the items of refs that are at rest: leased items (a
+// consumer of the dead-letter queue is working on them) are skipped, and so
+// are unknown ids. It returns how many it deleted; a partition that does
+// not exist is an apierr.Invalid error and nothing is deleted. The dead.*
+// calls and redrive tasks delete through it, so they never take an item
+// from under a consumer.
+func (e *Engine) DeleteDead(ctx context.Context, refs []ItemRef) (int, error) {
+	v, err := e.Loop.Call(ctx, &DeleteOp{Refs: refs, ExceptLeased: true}, false)
+	if err != nil {
+		return 0, err
+	}
+	return v.(int), nil
+}
+
+// TakeRedriven inserts redriven dead items (see RedriveItem) into one
+// partition, the one with the fewest ready items; an item whose SourceKey
+// the queue holds already is skipped (a redrive step run twice).
+func (e *Engine) TakeRedriven(ctx context.Context, items []RedriveItem) error {
+	_, err := e.Loop.Call(ctx, &RedriveOp{Items: items}, false)
+	return err
+}
+
+// pass is the engine's state of one iteration.
+type pass struct {
+	tx      Tx
+	info    store.QueueInfo
+	now     int64
+	ready   []int // the ready counts, nil until needed (and after a change the engine does not track)
+	replies []Reply
+}
+
+func (it *pass) reply(r *engine.Request, v any, mode ReplyMode) {
+	it.replies = append(it.replies, Reply{R: r, V: v, Mode: mode})
+}
+
+// Iterate runs one iteration at now over reqs (leases are among the loop's
+// waiters) on tx: lifecycle (when lifecycle), the requests in arrival
+// order, the waiting leases, and the commit.
+func (e *Engine) Iterate(tx Tx, now int64, reqs []*engine.Request, lifecycle bool) {
+	it := &pass{tx: tx, info: tx.Info(), now: now}
+	err := e.iterate(it, reqs, lifecycle)
+	if err != nil {
+		e.Loop.Waiters.Fail(err)
+	}
+	tx.Commit(it.replies, err)
+}
+
+func (e *Engine) iterate(it *pass, reqs []*engine.Request, lifecycle bool) error {
+	ids, clr := lockSet(reqs)
+	if len(ids) > 0 || clr != nil {
+		if err := it.tx.Lock(ids, clr); err != nil {
+			return err
+		}
+	}
+	if lifecycle {
+		if err := e.lifecycle(it); err != nil {
+			return err
+		}
+	}
+	for _, r := range reqs {
+		v, mode, err := e.handle(it, r)
+		switch {
+		case err == nil:
+			if mode != noReply {
+				it.reply(r, v, mode)
+			}
+		case isClient(err):
+			it.replies = append(it.replies, Reply{R: r, Err: err})
+		default:
+			return err
+		}
+	}
+	if e.Loop.Waiters.Len() == 0 {
+		return nil
+	}
+	deadline := it.now + int64(it.info.LeaseTimeout)
+	var durable bool // of the partition last leased from: Serve gives its items next
+	return engine.Serve(&e.Loop.Waiters, &e.leaseNext,
+		func() ([]int, error) { return it.tx.ReadyCounts() },
+		func(n int32, want int) (items []LeasedItem, err error) {
+			items, durable, err = it.tx.Lease(n, want, deadline)
+			return items, err
+		},
+		func(w *engine.Request, n int32, items []LeasedItem) {
+			mode := Durable
+			if durable {
+				mode = DurableItems
+			}
+			it.reply(w, LeaseResult{Partition: n, Items: items}, mode)
+		})
+}
+
+// noReply marks a request the backend answers itself (Tx.Handle's mine) or
+// whose reply Retry already queued.
+const noReply ReplyMode = 255
+
+// handle runs one request and returns its reply.
+func (e *Engine) handle(it *pass, r *engine.Request) (any, ReplyMode, error) {
+	switch op := r.Op.(type) {
+	case *produceOp:
+		n, err := e.produceTo(it)
+		if err != nil {
+			return nil, 0, err
+		}
+		if err := it.tx.Produce(n, op.items); err != nil {
+			return nil, 0, err
+		}
+		for _, pi := range op.items {
+			if Nanos(pi.EnqueueAt) <= it.now {
+				it.ready[n]++
+			}
+		}
+		return nil, Durable, nil
+	case *completeOp:
+		xs, err := it.leased(op.partition, op.ids)
+		if err != nil {
+			return nil, 0, err
+		}
+		if err := it.tx.Complete(xs); err != nil {
+			return nil, 0, err
+		}
+		if e.Attempts != nil {
+			for _, x := range xs {
+				e.Attempts(x.Attempts)
+			}
+		}
+		return nil, Consume, nil
+	case *retryOp:
+		return nil, noReply, e.retry(it, r, op)
+	case *renewOp:
+		if err := CheckPartition(it.info.Name, it.info.Partitions, op.partition); err != nil {
+			return nil, 0, err
+		}
+		deadline, err := CheckRenew(it.info, op.partition, op.ids, op.timeout, it.now, func(id uint64) bool {
+			_, ok := it.live(op.partition, id)
+			return ok
+		})
+		if err != nil {
+			return nil, 0, err
+		}
+		xs := make([]Item, len(op.ids))
+		out := make([]time.Time, len(op.ids))
+		for i, id := range op.ids {
+			xs[i], _ = it.tx.Item(op.partition, id)
+			out[i] = FromNanos(deadline)
+		}
+		return out, Consume, it.tx.Renew(xs, deadline)
+	case *RedriveOp:
+		n, err := e.produceTo(it)
+		if err != nil {
+			return nil, 0, err
+		}
+		it.ready[n] += len(op.Items)
+		return nil, Durable, it.tx.Redrive(n, op.Items)
+	}
+	v, mine, err := it.tx.Handle(r)
+	// Import, delete, clear, redrive and the backend's own calls may
+	// change the ready counts in ways the engine does not follow.
+	it.ready = nil
+	if err != nil || !mine {
+		return v, Durable, err
+	}
+	return nil, noReply, nil
+}
+
+// produceTo returns the partition a produce (or redrive) request goes to:
+// the one with the fewest ready items (engine.FewestReady), and moves the
+// cursor past it. The counts are read once per iteration and kept up to
+// date with the iteration's produces.
+func (e *Engine) produceTo(it *pass) (int32, error) {
+	if it.ready == nil {
+		ready, err := it.tx.ReadyCounts()
+		if err != nil {
+			return 0, err
+		}
+		it.ready = ready
+	}
+	n := engine.FewestReady(it.ready, e.produceNext)
+	e.produceNext = n + 1
+	return int32(n), nil
+}
+
+// live returns item id of partition n when it is under a live lease.
+func (it *pass) live(n int32, id uint64) (Item, bool) {
+	x, ok := it.tx.Item(n, id)
+	return x, ok && x.Leased && x.LeaseDeadline > it.now
+}
+
+// leased returns the items of ids, each under a live lease in partition n,
+// or an apierr.Invalid error naming the first that is not (CheckLeased).
+func (it *pass) leased(n int32, ids []uint64) ([]Item, error) {
+	if err := CheckPartition(it.info.Name, it.info.Partitions, n); err != nil {
+		return nil, err
+	}
+	if err := CheckLeased(it.info.Name, n, ids, func(id uint64) bool { _, ok := it.live(n, id); return ok }); err != nil {
+		return nil, err
+	}
+	xs := make([]Item, len(ids))
+	for i, id := range ids {
+		xs[i], _ = it.tx.Item(n, id)
+	}
+	return xs, nil
+}
+
+// retry ends the leases of op's items (see Engine.Retry) and queues the
+// reply: once the dead items' moves ended when any is moving.
+func (e *Engine) retry(it *pass, r *engine.Request, op *retryOp) error {
+	ids := make([]uint64, len(op.items))
+	for i, ri := range op.items {
+		ids[i] = ri.ID
+	}
+	xs, err := it.leased(op.partition, ids)
+	if err != nil {
+		return err
+	}
+	// Attempt history: read the stored histories of the items that record
+	// an error and may have earlier ones.
+	var read []Item
+	for i, ri := range op.items {
+		if ri.Error != "" && xs[i].HasHistory {
+			read = append(read, xs[i])
+		}
+	}
+	history := map[uint64]store.ItemErrors{}
+	if len(read) > 0 {
+		hs, err := it.tx.Histories(read)
+		if err != nil {
+			return err
+		}
+		for i, x := range read {
+			history[x.ID] = hs[i]
+		}
+	}
+	outcomes := make([]RetryOutcome, len(op.items))
+	var moving []Item
+	for i, ri := range op.items {
+		x := xs[i]
+		var h *store.ItemErrors
+		if ri.Error != "" {
+			hh := RecordError(history[x.ID], x.Attempts, ri.Error, it.now)
+			h = &hh
+		}
+		e := Ending{Attempts: x.Attempts, Reason: ReasonExplicit}
+		if !ri.Dead {
+			e = EndLease(it.info, x.Attempts, x.Expire, ri.Release, ri.RetryAt, it.now)
+		}
+		if e.Reason == "" {
+			outcomes[i] = e.Requeued(0)
+			err = it.tx.Requeue(x, e, h, &outcomes[i].NewID)
+		} else {
+			outcomes[i] = KillOutcome(it.info, e.Reason, e.Attempts)
+			x.Attempts = e.Attempts
+			var m bool
+			if m, err = it.tx.Kill(x, e.Reason, h); m {
+				moving = append(moving, x)
+			}
+		}
+		if err != nil {
+			return err
+		}
+		outcomes[i].ID = ri.ID
+	}
+	it.replies = append(it.replies, Reply{R: r, V: outcomes, Mode: Consume, Moving: moving})
+	return nil
+}
+
+// lifecycle ends the leases that expired (a failed attempt, recorded in the
+// item's history) and kills the items past their expire deadline that are
+// not leased (a leased one dies when its lease ends).
+func (e *Engine) lifecycle(it *pass) error {
+	leases, expired, err := it.tx.Due()
+	if err != nil {
+		return err
+	}
+	if len(leases) > 0 {
+		var read []Item
+		for _, x := range leases {
+			if x.HasHistory {
+				read = append(read, x)
+			}
+		}
+		history := map[uint64]store.ItemErrors{}
+		if len(read) > 0 {
+			hs, err := it.tx.Histories(read)
+			if err != nil {
+				return err
+			}
+			for i, x := range read {
+				history[x.ID] = hs[i]
+			}
+		}
+		msg := LeaseExpiredError(it.info.LeaseTimeout)
+		for _, x := range leases {
+			h := RecordError(history[x.ID], x.Attempts, msg, it.now)
+			e := EndLease(it.info, x.Attempts, x.Expire, false, time.Time{}, it.now)
+			if e.Reason == "" {
+				err = it.tx.Requeue(x, e, &h, nil)
+			} else {
+				_, err = it.tx.Kill(x, e.Reason, &h)
+			}
+			if err != nil {
+				return err
+			}
+		}
+	}
+	for _, x := range expired {
+		if _, err := it.tx.Kill(x, ReasonExpired, nil); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// isClient reports whether err is the client's (an apierr error): it
+// answers its request and changes nothing.
+func isClient(err error) bool {
+	_, ok := apierr.As(err)
+	return ok
+}
+
+// lockSet returns the ids the requests name (complete, retry, renew,
+// delete) and the union of their clears, for Tx.Lock.
+func lockSet(reqs []*engine.Request) ([]uint64, *ClearParams) {
+	var ids []uint64
+	var clr *ClearParams
+	for _, r := range reqs {
+		switch op := r.Op.(type) {
+		case *completeOp:
+			ids = append(ids, op.ids...)
+		case *retryOp:
+			for _, ri := range op.items {
+				ids = append(ids, ri.ID)
+			}
+		case *renewOp:
+			ids = append(ids, op.ids...)
+		case *DeleteOp:
+			for _, ref := range op.Refs {
+				ids = append(ids, ref.ID)
+			}
+		case *ClearOp:
+			if clr == nil {
+				clr = &ClearParams{}
+			}
+			clr.Destructive = clr.Destructive || op.P.Destructive
+			clr.Queue = clr.Queue || op.P.Queue
+			clr.Scheduled = clr.Scheduled || op.P.Scheduled
+		}
+	}
+	return ids, clr
+}
