@@ -480,23 +480,17 @@ func (e *Engine) retry(it *pass, r *engine.Request, op *retryOp) error {
 	if err != nil {
 		return err
 	}
-	// Attempt history: read the stored histories of the items that record
-	// an error and may have earlier ones.
-	var read []Item
+	// Attempt history: the stored histories of the items that record an
+	// error.
+	var errs []Item
 	for i, ri := range op.items {
-		if ri.Error != "" && xs[i].HasHistory {
-			read = append(read, xs[i])
+		if ri.Error != "" {
+			errs = append(errs, xs[i])
 		}
 	}
-	history := map[uint64]store.ItemErrors{}
-	if len(read) > 0 {
-		hs, err := it.tx.Histories(read)
-		if err != nil {
-			return err
-		}
-		for i, x := range read {
-			history[x.ID] = hs[i]
-		}
+	history, err := it.histories(errs)
+	if err != nil {
+		return err
 	}
 	outcomes := make([]RetryOutcome, len(op.items))
 	var moving []Item
@@ -531,6 +525,28 @@ func (e *Engine) retry(it *pass, r *engine.Request, op *retryOp) error {
 	return nil
 }
 
+// histories returns the stored attempt histories of those of xs that may
+// have one, by id.
+func (it *pass) histories(xs []Item) (map[uint64]store.ItemErrors, error) {
+	var read []Item
+	for _, x := range xs {
+		if x.HasHistory {
+			read = append(read, x)
+		}
+	}
+	out := make(map[uint64]store.ItemErrors, len(read))
+	if len(read) == 0 {
+		return out, nil
+	}
+	hs, err := it.tx.Histories(read)
+	for i, x := range read {
+		if err == nil {
+			out[x.ID] = hs[i]
+		}
+	}
+	return out, err
+}
+
 // lifecycle ends the leases that expired (a failed attempt, recorded in the
 // item's history) and kills the items past their expire deadline that are
 // not leased (a leased one dies when its lease ends).
@@ -540,21 +556,9 @@ func (e *Engine) lifecycle(it *pass) error {
 		return err
 	}
 	if len(leases) > 0 {
-		var read []Item
-		for _, x := range leases {
-			if x.HasHistory {
-				read = append(read, x)
-			}
-		}
-		history := map[uint64]store.ItemErrors{}
-		if len(read) > 0 {
-			hs, err := it.tx.Histories(read)
-			if err != nil {
-				return err
-			}
-			for i, x := range read {
-				history[x.ID] = hs[i]
-			}
+		history, err := it.histories(leases)
+		if err != nil {
+			return err
 		}
 		msg := LeaseExpiredError(it.info.LeaseTimeout)
 		for _, x := range leases {
