@@ -20,6 +20,7 @@ import (
 
 	"github.com/styxq/styx/internal/auth"
 	"github.com/styxq/styx/internal/clock"
+	"github.com/styxq/styx/internal/embedded"
 	"github.com/styxq/styx/internal/pgqueue"
 	"github.com/styxq/styx/internal/queue"
 	"github.com/styxq/styx/internal/redrive"
@@ -298,7 +299,7 @@ func New(ctx context.Context, cfg Config) (*Daemon, error) {
 		}
 		d.ownsStore = true
 	}
-	m, err := queue.NewManager(ctx, queue.Config{Store: d.store, Clock: cfg.Clock, Log: cfg.Log, Metrics: d.Metrics,
+	m, err := embedded.NewManager(ctx, embedded.Config{Store: d.store, Clock: cfg.Clock, Log: cfg.Log, Metrics: d.Metrics,
 		ConsumeBeforeSync: cfg.ConsumeBeforeSync})
 	if err != nil {
 		d.closeStore()

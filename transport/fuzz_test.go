@@ -12,7 +12,7 @@ import (
 	"time"
 
 	"github.com/styxq/styx/internal/clock"
-	"github.com/styxq/styx/internal/queue"
+	"github.com/styxq/styx/internal/embedded"
 	"github.com/styxq/styx/internal/redrive"
 	"github.com/styxq/styx/internal/store"
 	"github.com/styxq/styx/internal/store/pebble"
@@ -41,7 +41,7 @@ func newHandler(t testing.TB) http.Handler {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { _ = s.Close() })
-	qm, err := queue.NewManager(ctx, queue.Config{Store: s, Clock: clock.Real{}, Log: log, Metrics: m})
+	qm, err := embedded.NewManager(ctx, embedded.Config{Store: s, Clock: clock.Real{}, Log: log, Metrics: m})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -1,15 +1,16 @@
 package engine
 
 // Partition choice (ADR 0007, docs/ARCHITECTURE.md "Partitions"): the rule
-// both engines follow, the logical queue (internal/queue) from its
-// in-memory counts and the PostgreSQL queue (internal/pgqueue) from counts
-// read in its transaction. The functions are pure; callers own the cursors.
+// of every backend, applied by the engine (Engine.produceTo, Serve) to the
+// counts its Tx gives: the embedded backends' in-memory counts, or counts
+// PostgreSQL reads in the iteration's transaction. The functions are pure;
+// callers own the cursors.
 //
 // - A produce request goes whole to the partition with the fewest ready
 //   items.
 // - The items of a dead-letter move enter the dead-letter queue one at a
 //   time by the produce rule, each counting those placed before it
-//   (Logical.takeDead; pgqueue's Queue.deadPartitions).
+//   (embedded.Logical.takeDead; pgqueue's Queue.deadPartitions).
 // - A waiting lease is served from one partition: the one with the most
 //   ready items not yet promised to an older waiter of the same iteration.
 //   When every ready item is promised, the waiter shares the partition with

@@ -1,11 +1,20 @@
-// Package engine is the request loop every queue runs, on every storage
-// backend: one goroutine per queue (per node on PostgreSQL) that takes the
-// requests arriving together, hands them to its backend as one iteration,
-// keeps the waiting leases and serves them by the partition rule
-// (distribution.go). It knows nothing of items; a backend (the logical queue
-// of internal/queue for memory and Pebble, internal/pgqueue for PostgreSQL)
-// runs the iteration's storage work and answers. See docs/ARCHITECTURE.md and
-// ADR 0014.
+// Package engine is Styx's one queue engine, the same on every storage
+// backend (ADR 0014):
+//
+//   - Loop (loop.go): one goroutine per queue (per node on PostgreSQL) that
+//     takes the requests arriving together as one iteration, with
+//     back-pressure (454 when its channel is full), abandonable calls and a
+//     drain at shutdown;
+//   - Waiters and Serve (waiters.go): the waiting leases, served by the
+//     partition rule (distribution.go);
+//   - Engine (iterate.go): the Queue calls that run in the loop and the
+//     iteration itself, deciding by the item rules of internal/queue
+//     (rules.go) over Tx, the decision-level storage contract a backend
+//     implements per iteration: internal/embedded (memory, Pebble: an
+//     in-memory index and one batch write) and internal/pgqueue (one
+//     PostgreSQL transaction).
+//
+// See docs/ARCHITECTURE.md.
 package engine
 
 import (

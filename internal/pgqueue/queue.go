@@ -31,7 +31,7 @@ const (
 // lifecycle work and the waiting leases it can serve, as one transaction. Other nodes
 // run their own loop for the same queue; PostgreSQL arbitrates. Methods may
 // be called from any goroutine; they implement queue.Queue with the
-// semantics documented on queue.Logical, except that Reload has nothing to
+// semantics documented on engine.Engine and queue.Queue, except that Reload has nothing to
 // reload and Stats counts the waiting leases of this node only.
 type Queue struct {
 	m    *Manager
@@ -39,7 +39,7 @@ type Queue struct {
 	id   uint64
 	// Engine runs the requests (the same on every backend); the queue
 	// gives each of its iterations a transaction (tx.go).
-	queue.Engine
+	engine.Engine
 
 	// The loop is woken (signal) when items may have become ready
 	// (readyHint) or lifecycle work may be due (dueHint).
@@ -68,7 +68,7 @@ type Queue struct {
 
 func newQueue(m *Manager, info store.QueueInfo) *Queue {
 	q := &Queue{m: m, name: info.Name, id: info.ID}
-	q.Engine = queue.Engine{Loop: engine.NewLoop(info.Name, m.cfg.Clock), Attempts: func(n int32) {
+	q.Engine = engine.Engine{Loop: engine.NewLoop(info.Name, m.cfg.Clock), Attempts: func(n int32) {
 		m.cfg.Metrics.ItemAttempts.WithLabelValues("completed").Observe(float64(n))
 	}}
 	// Lifecycle work may be due from before this node started.
@@ -316,11 +316,11 @@ func (q *Queue) bury(ctx context.Context, tx pgx.Tx, it *iteration, ds []death) 
 	return nil
 }
 
-// importItems inserts the items of an import (see queue.Logical.Import for
+// importItems inserts the items of an import (see engine.Engine.Import for
 // the rules). An item with a source_id gets the source key
 // queue.ImportKey, so the unique source-key index keeps one imported item
 // per source_id and partition, even when two nodes import at once.
-func (q *Queue) importItems(ctx context.Context, tx pgx.Tx, it *iteration, op *queue.ImportOp) ([]store.Item, error) {
+func (q *Queue) importItems(ctx context.Context, tx pgx.Tx, it *iteration, op *engine.ImportOp) ([]store.Item, error) {
 	out := make([]store.Item, len(op.Items))
 	if len(op.Items) == 0 {
 		return out, nil
@@ -510,7 +510,7 @@ func (q *Queue) Scheduled(ctx context.Context, partition int32, after uint64, li
 const scanChunk = 500
 
 // Scan implements queue.Queue: the queue's items in id order across
-// partitions, filtered as queue.Logical.Scan filters them.
+// partitions, filtered as embedded.Logical.Scan filters them.
 func (q *Queue) Scan(ctx context.Context, _ int32, f *queue.DeadFilter, p queue.ScanParams) ([]store.Item, uint64, error) {
 	if p.MaxScanned <= 0 {
 		p.MaxScanned = 10_000

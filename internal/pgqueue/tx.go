@@ -19,7 +19,7 @@ import (
 // and at Commit.
 
 // iteration is the work of one loop iteration, applied in one transaction:
-// the queue.Tx of PostgreSQL.
+// the engine.Tx of PostgreSQL.
 type iteration struct {
 	q         *Queue
 	ctx       context.Context
@@ -52,7 +52,7 @@ type newID struct {
 	to      *uint64
 }
 
-var _ queue.Tx = (*iteration)(nil)
+var _ engine.Tx = (*iteration)(nil)
 
 func (it *iteration) wakeQueue(id uint64) {
 	if !slices.Contains(it.notify, id) {
@@ -60,10 +60,10 @@ func (it *iteration) wakeQueue(id uint64) {
 	}
 }
 
-// Info implements queue.Tx.
+// Info implements engine.Tx.
 func (it *iteration) Info() store.QueueInfo { return it.info }
 
-// Lock implements queue.Tx: the rows named, and those a clear selects, in
+// Lock implements engine.Tx: the rows named, and those a clear selects, in
 // id order, in the iteration's first statement (see "Lock order").
 func (it *iteration) Lock(ids []uint64, c *queue.ClearParams) error {
 	locked, err := lockRows(it.ctx, it.tx, it.q.id, toInt64(ids), c)
@@ -82,8 +82,8 @@ func toInt64(ids []uint64) []int64 {
 }
 
 // view is the engine's Item of a row.
-func view(x row) queue.Item {
-	v := queue.Item{Partition: x.partition, ID: uint64(x.id), Attempts: x.attempts, Expire: x.expire,
+func view(x row) engine.Item {
+	v := engine.Item{Partition: x.partition, ID: uint64(x.id), Attempts: x.attempts, Expire: x.expire,
 		HasHistory: true, Ref: x}
 	if x.state == stateLeased {
 		v.Leased, v.LeaseDeadline = true, x.deadline
@@ -91,17 +91,17 @@ func view(x row) queue.Item {
 	return v
 }
 
-func views(xs []row) []queue.Item {
-	out := make([]queue.Item, len(xs))
+func views(xs []row) []engine.Item {
+	out := make([]engine.Item, len(xs))
 	for i, x := range xs {
 		out[i] = view(x)
 	}
 	return out
 }
 
-// Due implements queue.Tx: at most lifecycleBatch of each (SKIP LOCKED:
+// Due implements engine.Tx: at most lifecycleBatch of each (SKIP LOCKED:
 // rows another node holds wait for a later iteration).
-func (it *iteration) Due() (leases, expired []queue.Item, err error) {
+func (it *iteration) Due() (leases, expired []engine.Item, err error) {
 	ls, err := expiredLeases(it.ctx, it.tx, it.q.id, it.now)
 	if err != nil {
 		return nil, nil, err
@@ -121,17 +121,17 @@ func (it *iteration) Due() (leases, expired []queue.Item, err error) {
 	return views(ls), views(xs), nil
 }
 
-// Item implements queue.Tx from the rows Lock locked.
-func (it *iteration) Item(n int32, id uint64) (queue.Item, bool) {
+// Item implements engine.Tx from the rows Lock locked.
+func (it *iteration) Item(n int32, id uint64) (engine.Item, bool) {
 	x, ok := it.rows[int64(id)]
 	if !ok || x.partition != n {
-		return queue.Item{}, false
+		return engine.Item{}, false
 	}
 	return view(x), true
 }
 
-// Histories implements queue.Tx from the rows read.
-func (it *iteration) Histories(xs []queue.Item) ([]store.ItemErrors, error) {
+// Histories implements engine.Tx from the rows read.
+func (it *iteration) Histories(xs []engine.Item) ([]store.ItemErrors, error) {
 	out := make([]store.ItemErrors, len(xs))
 	for i, v := range xs {
 		x := v.Ref.(row)
@@ -144,8 +144,8 @@ func (it *iteration) Histories(xs []queue.Item) ([]store.ItemErrors, error) {
 	return out, nil
 }
 
-// Requeue implements queue.Tx: the row gets a new id when flushed.
-func (it *iteration) Requeue(v queue.Item, e queue.Ending, h *store.ItemErrors, to *uint64) error {
+// Requeue implements engine.Tx: the row gets a new id when flushed.
+func (it *iteration) Requeue(v engine.Item, e queue.Ending, h *store.ItemErrors, to *uint64) error {
 	x := v.Ref.(row)
 	delete(it.rows, x.id)
 	r := requeue{id: x.id, state: stateReady, attempts: e.Attempts}
@@ -165,9 +165,9 @@ func (it *iteration) Requeue(v queue.Item, e queue.Ending, h *store.ItemErrors, 
 	return nil
 }
 
-// Kill implements queue.Tx: the move to the dead-letter queue (or the drop)
+// Kill implements engine.Tx: the move to the dead-letter queue (or the drop)
 // is part of the transaction (bury).
-func (it *iteration) Kill(v queue.Item, reason string, h *store.ItemErrors) (bool, error) {
+func (it *iteration) Kill(v engine.Item, reason string, h *store.ItemErrors) (bool, error) {
 	x := v.Ref.(row)
 	delete(it.rows, x.id)
 	d := death{id: x.id, reason: reason, attempts: v.Attempts, sourceKey: x.sourceKey}
@@ -178,8 +178,8 @@ func (it *iteration) Kill(v queue.Item, reason string, h *store.ItemErrors) (boo
 	return false, nil
 }
 
-// Complete implements queue.Tx.
-func (it *iteration) Complete(xs []queue.Item) error {
+// Complete implements engine.Tx.
+func (it *iteration) Complete(xs []engine.Item) error {
 	for _, v := range xs {
 		delete(it.rows, int64(v.ID))
 		it.completed = append(it.completed, int64(v.ID))
@@ -187,8 +187,8 @@ func (it *iteration) Complete(xs []queue.Item) error {
 	return nil
 }
 
-// Renew implements queue.Tx: one statement, on rows the iteration holds.
-func (it *iteration) Renew(xs []queue.Item, deadline int64) error {
+// Renew implements engine.Tx: one statement, on rows the iteration holds.
+func (it *iteration) Renew(xs []engine.Item, deadline int64) error {
 	ids := make([]int64, len(xs))
 	for i, v := range xs {
 		ids[i] = int64(v.ID)
@@ -201,7 +201,7 @@ func (it *iteration) Renew(xs []queue.Item, deadline int64) error {
 	return renewLeases(it.ctx, it.tx, it.q.id, ids, deadline)
 }
 
-// ReadyCounts implements queue.Tx: counted in the transaction once the
+// ReadyCounts implements engine.Tx: counted in the transaction once the
 // changes gathered are written (so another node's commits since are seen,
 // not its transactions in flight), at most readyCountCap per partition.
 func (it *iteration) ReadyCounts() ([]int, error) {
@@ -211,7 +211,7 @@ func (it *iteration) ReadyCounts() ([]int, error) {
 	return readyCounts(it.ctx, it.tx, it.q.id, max(it.info.Partitions, 1))
 }
 
-// Produce implements queue.Tx.
+// Produce implements engine.Tx.
 func (it *iteration) Produce(n int32, items []queue.ProduceItem) error {
 	for _, pi := range items {
 		in := insert{partition: n, state: stateReady, created: it.now,
@@ -222,7 +222,7 @@ func (it *iteration) Produce(n int32, items []queue.ProduceItem) error {
 	return nil
 }
 
-// Redrive implements queue.Tx: the unique source-key index skips an item
+// Redrive implements engine.Tx: the unique source-key index skips an item
 // the queue holds.
 func (it *iteration) Redrive(n int32, items []queue.RedriveItem) error {
 	for _, ri := range items {
@@ -239,7 +239,7 @@ func (it *iteration) Redrive(n int32, items []queue.RedriveItem) error {
 	return nil
 }
 
-// Lease implements queue.Tx in one statement (SKIP LOCKED: rows another
+// Lease implements engine.Tx in one statement (SKIP LOCKED: rows another
 // node holds are passed over). Every item is durable: a commit is.
 func (it *iteration) Lease(n int32, want int, deadline int64) ([]queue.LeasedItem, bool, error) {
 	if err := it.flush(); err != nil {
@@ -252,20 +252,20 @@ func (it *iteration) Lease(n int32, want int, deadline int64) ([]queue.LeasedIte
 	return items, true, err
 }
 
-// Handle implements queue.Tx: import, delete and clear, in request order
+// Handle implements engine.Tx: import, delete and clear, in request order
 // after the changes gathered so far.
 func (it *iteration) Handle(r *engine.Request) (any, bool, error) {
 	if err := it.flush(); err != nil {
 		return nil, false, err
 	}
 	switch op := r.Op.(type) {
-	case *queue.ImportOp:
+	case *engine.ImportOp:
 		if err := queue.CheckPartition(it.q.name, it.info.Partitions, op.Partition); err != nil {
 			return nil, false, err
 		}
 		items, err := it.q.importItems(it.ctx, it.tx, it, op)
 		return items, false, err
-	case *queue.DeleteOp:
+	case *engine.DeleteOp:
 		for _, ref := range op.Refs {
 			if err := queue.CheckPartition(it.q.name, it.info.Partitions, ref.Partition); err != nil {
 				return nil, false, err
@@ -273,7 +273,7 @@ func (it *iteration) Handle(r *engine.Request) (any, bool, error) {
 		}
 		n, err := deleteRefs(it.ctx, it.tx, it.q.id, op.Refs, op.ExceptLeased)
 		return int(n), false, err
-	case *queue.ClearOp:
+	case *engine.ClearOp:
 		return nil, false, clearItems(it.ctx, it.tx, it.q.id, op.P)
 	}
 	return nil, false, fmt.Errorf("queue '%s': unknown request %T", it.q.name, r.Op)
@@ -320,12 +320,12 @@ func (it *iteration) flush() error {
 	return nil
 }
 
-// Commit implements queue.Tx: the changes are written, the lifecycle's next
+// Commit implements engine.Tx: the changes are written, the lifecycle's next
 // due time learnt, other nodes' loops notified, and the transaction
 // committed; then every reply is sent. A failure rolls back and answers
 // every request and waiting lease with it (a database that is down answers
 // 453 at once, not at the request timeout).
-func (it *iteration) Commit(replies []queue.Reply, err error) {
+func (it *iteration) Commit(replies []engine.Reply, err error) {
 	q := it.q
 	if err == nil {
 		err = it.flush()

@@ -1,3 +1,11 @@
+// Package queue is the domain every layer shares: the Queue and Queues
+// APIs (with their contract), the request and answer types, item ids,
+// dead reasons and source keys, dead-item filters and error-group types,
+// queue definition rules (ValidateCreate, ValidateUpdate, ValidateDelete)
+// and the item rules the engine decides by (rules.go). It holds no engine
+// and no storage: internal/engine runs queues, internal/embedded and
+// internal/pgqueue store them, and each imports this package, not each
+// other (ADR 0014).
 package queue
 
 import (
@@ -11,10 +19,12 @@ import (
 )
 
 // Queue is the API of one queue, as the service and the redrive runner use
-// it. Two implementations exist: Logical (one node owns the queue's state in
-// memory; memory and Pebble storage) and pgqueue.Queue (several nodes share
-// the queue through PostgreSQL; ADR 0006). Both pass the same functional
-// tests; the method docs on Logical give the semantics.
+// it. Both backends implement it with the engine (engine.Engine runs every
+// call that goes through the loop; its method docs give the semantics):
+// embedded.Logical (one node owns the queue's state in memory; memory and
+// Pebble storage) and pgqueue.Queue (several nodes share the queue through
+// PostgreSQL; ADR 0006). Both pass the same conformance suite (queuetest)
+// and functional tests.
 type Queue interface {
 	Name() string
 	Produce(ctx context.Context, items []ProduceItem) error
@@ -40,7 +50,7 @@ type Queue interface {
 
 // Queues is a server's set of queues: administration (with the dead-letter
 // configuration rules of ValidateCreate, ValidateUpdate and ValidateDelete)
-// and access to each queue. Implemented by Manager and pgqueue.Manager.
+// and access to each queue. Implemented by embedded.Manager and pgqueue.Manager.
 type Queues interface {
 	// Get returns the queue of name, or the error of NotFound.
 	Get(name string) (Queue, error)
@@ -58,23 +68,6 @@ type Queues interface {
 	// Sample returns every queue's state for the queue gauges.
 	Sample() []metrics.QueueSample
 }
-
-var (
-	_ Queue  = (*Logical)(nil)
-	_ Queues = (*Manager)(nil)
-)
-
-// SourceKey is the source key of item id of queue: see sourceKey.
-func SourceKey(why, queue string, id uint64) string { return sourceKey(why, queue, id) }
-
-// Exists is the error for a create of a queue that exists (see queueExists).
-func Exists(name string) error { return queueExists(name) }
-
-// NotFound is the error for a queue that does not exist: apierr.Invalid
-// (400) with Querator's message "queue does not exist; no such queue named
-// '<name>'", not 404 (404 is for Styx's own resources, such as a redrive
-// task).
-func NotFound(name string) error { return notFound(name) }
 
 // NotLeased is the apierr.Invalid error for ids that are not leased (or
 // whose lease has expired) in partition n of queue: it names every one.

@@ -69,7 +69,7 @@ func truncate(s string, n int) string {
 // nanoseconds when it is ahead, so that a queue deleted and re-created
 // under the same name does not reuse the ids of its former incarnation
 // (a dead-letter queue remembers source ids; see ADR 0003).
-func nextID(last uint64, now time.Time) uint64 {
+func NextID(last uint64, now time.Time) uint64 {
 	n := uint64(now.UnixNano())
 	if n > last {
 		return n

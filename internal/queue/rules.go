@@ -8,9 +8,9 @@ import (
 )
 
 // The item rules: what every backend decides the same way, written once.
-// The logical queue (memory, Pebble) applies them to its in-memory items,
-// the PostgreSQL queue to the rows its transaction locked; each then
-// stores the decision its own way. The conformance suite (queuetest) checks
+// The engine (internal/engine) applies them in every iteration, to the
+// items its backend's Tx gives it; the backend then stores the decision its
+// own way. The conformance suite (queuetest) checks
 // that they do.
 
 // CheckPartition returns an apierr.Invalid error unless n is a partition of
@@ -127,4 +127,10 @@ func KillOutcome(info store.QueueInfo, reason string, attempts int32) RetryOutco
 		return RetryOutcome{Outcome: OutcomeDropped, Reason: reason, Attempts: attempts}
 	}
 	return RetryOutcome{Outcome: OutcomeDeadLettered, Reason: reason, DeadQueue: info.DeadQueue, Attempts: attempts}
+}
+
+// LeaseExpiredError is the attempt error recorded when a lease ends by its
+// deadline: "lease expired after 1m0s", with the queue's lease_timeout.
+func LeaseExpiredError(leaseTimeout time.Duration) string {
+	return "lease expired after " + leaseTimeout.String()
 }

@@ -1,10 +1,6 @@
 package queue
 
-import (
-	"time"
-
-	"github.com/styxq/styx/internal/store"
-)
+import "time"
 
 // ProduceItem is one item of a produce request, validated by the service.
 type ProduceItem struct {
@@ -138,39 +134,15 @@ type Stats struct {
 	Oldest time.Time
 }
 
-// deadItem is an item on its way to a dead-letter queue.
-type deadItem struct {
-	sourceKey string
-	attempts  int32
-	created   int64
-	body      store.ItemBody
-	errors    store.ItemErrors
-	reason    string
-	// partition and id in the source queue
-	partition int32
-	id        uint64
-	item      *item
-}
+// Dead reasons, as on the wire (StorageItem.dead_reason).
+const (
+	ReasonMaxAttempts = "max_attempts"
+	ReasonExpired     = "expired"
+	ReasonExplicit    = "explicit"
+)
 
-// deadLetterOp asks a dead-letter queue to take items. The dead-letter
-// queue sends the outcome to result, which the source owns, and wakes the
-// source's loop.
-type deadLetterOp struct {
-	source string
-	items  []deadItem
-	result chan<- moveResult
-	wake   func()
-}
-
-// done hands the dead-letter queue's answer to the source. It never blocks:
-// result has room for every move the source has in flight.
-func (op *deadLetterOp) done(res moveResult) {
-	op.result <- res
-	op.wake()
-}
-
-// moveResult is a dead-letter queue's answer to a deadLetterOp.
-type moveResult struct {
-	op  *deadLetterOp
-	err error
+// ItemRef names an item of a queue.
+type ItemRef struct {
+	Partition int32
+	ID        uint64
 }

@@ -1,5 +1,5 @@
 // Package queuetest is the queue-semantics conformance suite: a table of
-// named behaviours that every queue engine (queue.Manager on memory and
+// named behaviours that every backend (embedded.Manager on memory and
 // Pebble, pgqueue.Manager on PostgreSQL) must show through the
 // queue.Queues/queue.Queue API, without HTTP. The semantics of Querator's v1
 // API that Styx keeps (inclusive list pivots, namespaces, import idempotent

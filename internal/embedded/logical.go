@@ -1,4 +1,12 @@
-package queue
+// Package embedded is the storage backend of the engine for the embedded
+// stores (Pebble on disk, and Pebble in memory for --storage memory): one
+// Logical per queue owns an in-memory index of its items (ready FIFO,
+// lease/schedule and expiry heaps, source keys, error groups) and uses
+// store.Store as its durable log, one batch per iteration, written with a
+// pipelined fsync (ADR 0012). It implements engine.Tx on that index
+// (logtx.go), the dead-letter move between two queues' loops (ADR 0003,
+// deadletter.go) and the Manager of one server's queues.
+package embedded
 
 import (
 	"context"
@@ -10,6 +18,7 @@ import (
 	"github.com/styxq/styx/internal/apierr"
 	"github.com/styxq/styx/internal/clock"
 	"github.com/styxq/styx/internal/engine"
+	"github.com/styxq/styx/internal/queue"
 	"github.com/styxq/styx/internal/store"
 	"github.com/styxq/styx/metrics"
 )
@@ -23,8 +32,6 @@ const (
 	maxItemsPerMove = 500
 	// moveRetryDelay is how long a failed or refused move waits.
 	moveRetryDelay = time.Second
-	// maxAttemptErrors is how many attempt errors an item keeps.
-	maxAttemptErrors = 10
 )
 
 // Config configures a logical queue or a Manager.
@@ -58,7 +65,7 @@ type Logical struct {
 	results chan moveResult
 	// Engine runs the requests (the same on every backend); the logical
 	// queue gives each of its iterations a Tx (logtx.go).
-	Engine
+	engine.Engine
 
 	// Fields below are owned by the loop goroutine.
 	info    store.QueueInfo
@@ -140,7 +147,7 @@ func newLogical(cfg Config, info store.QueueInfo, lookup func(string) *Logical) 
 		groups:     make(map[groupKey]*group),
 		deferred:   make(map[*item]*deferredReply),
 	}
-	l.Engine = Engine{Loop: engine.NewLoop(info.Name, cfg.Clock), Attempts: func(n int32) {
+	l.Engine = engine.Engine{Loop: engine.NewLoop(info.Name, cfg.Clock), Attempts: func(n int32) {
 		cfg.Metrics.ItemAttempts.WithLabelValues("completed").Observe(float64(n))
 	}}
 	l.pipe = newPipeline(info.Name, l.Loop.Wake)
@@ -155,24 +162,18 @@ func (l *Logical) call(ctx context.Context, op any, abandonable bool) (any, erro
 }
 
 // Stats describes the queue now.
-func (l *Logical) Stats(ctx context.Context) (Stats, error) {
+func (l *Logical) Stats(ctx context.Context) (queue.Stats, error) {
 	v, err := l.call(ctx, &statsOp{}, true)
 	if err != nil {
-		return Stats{}, err
+		return queue.Stats{}, err
 	}
-	return v.(Stats), nil
+	return v.(queue.Stats), nil
 }
 
 // Reload rebuilds the in-memory state from storage.
 func (l *Logical) Reload(ctx context.Context) error {
 	_, err := l.call(ctx, &reloadOp{}, false)
 	return err
-}
-
-// ItemRef names an item of a queue.
-type ItemRef struct {
-	Partition int32
-	ID        uint64
 }
 
 // Scheduled lists up to limit scheduled items of a partition with ids
@@ -291,7 +292,7 @@ func (l *Logical) load() {
 			if it.src != nil {
 				keys[it.src.key] = it
 				if it.isDeadCopy() {
-					dead = append(dead, loadedDead{x: it, part: int32(i), fp: m.Fingerprint, deadAt: Nanos(m.DeadAt)})
+					dead = append(dead, loadedDead{x: it, part: int32(i), fp: m.Fingerprint, deadAt: queue.Nanos(m.DeadAt)})
 				}
 			}
 			last = max(last, m.ID)
@@ -373,7 +374,7 @@ type deferral struct {
 
 // partition returns partition n or an Invalid error.
 func (l *Logical) partition(n int32) (*partition, error) {
-	if err := CheckPartition(l.name, int32(len(l.parts)), n); err != nil {
+	if err := queue.CheckPartition(l.name, int32(len(l.parts)), n); err != nil {
 		return nil, err
 	}
 	return l.parts[n], nil
@@ -381,7 +382,7 @@ func (l *Logical) partition(n int32) (*partition, error) {
 
 // allocID returns a new id and records it as the batch's high-water mark.
 func (l *Logical) allocID(it *iteration) uint64 {
-	l.lastID = nextID(l.lastID, time.Unix(0, it.now))
+	l.lastID = queue.NextID(l.lastID, time.Unix(0, it.now))
 	it.batch.LastID = l.lastID
 	return l.lastID
 }
@@ -404,17 +405,11 @@ func (l *Logical) readyCounts() []int {
 	return ready
 }
 
-// LeaseExpiredError is the attempt error recorded when a lease ends by its
-// deadline: "lease expired after 1m0s", with the queue's lease_timeout.
-func LeaseExpiredError(leaseTimeout time.Duration) string {
-	return "lease expired after " + leaseTimeout.String()
-}
-
 // kill makes the item dead. With a dead-letter queue the decision is
 // recorded durably in this iteration's batch and the move starts after it
 // (sendDeadLetters); without one the item is dropped. It returns what it
 // did (without the item's id).
-func (l *Logical) kill(it *iteration, p *partition, x *item, reason string) RetryOutcome {
+func (l *Logical) kill(it *iteration, p *partition, x *item, reason string) queue.RetryOutcome {
 	x.reason, x.deadAt, x.deadline = reason, it.now, 0
 	p.setState(x, stateDying)
 	if l.info.DeadQueue == "" {
@@ -424,7 +419,7 @@ func (l *Logical) kill(it *iteration, p *partition, x *item, reason string) Retr
 		l.toSend = append(l.toSend, dying{p: p, x: x})
 		it.wait = true // the move starts once the decision is durable
 	}
-	return KillOutcome(l.info, reason, x.attempts)
+	return queue.KillOutcome(l.info, reason, x.attempts)
 }
 
 // drop deletes a dead item that has no dead-letter queue to go to: the
@@ -435,7 +430,7 @@ func (l *Logical) drop(it *iteration, p *partition, x *item) {
 	if x.isDeadCopy() {
 		msg = "dead item dropped: its retention in the dead-letter queue ended"
 	}
-	l.cfg.Log.Warn(msg, "queue", l.name, "id", FormatID(x.id), "reason", x.reason, "attempts", x.attempts)
+	l.cfg.Log.Warn(msg, "queue", l.name, "id", queue.FormatID(x.id), "reason", x.reason, "attempts", x.attempts)
 	l.cfg.Metrics.ItemsDropped.WithLabelValues(l.name, x.reason).Inc()
 	l.cfg.Metrics.ItemAttempts.WithLabelValues("dropped").Observe(float64(x.attempts))
 	l.removeItem(it, p, x)
@@ -540,18 +535,18 @@ func (l *Logical) gauges(now int64) metrics.QueueSample {
 	return s
 }
 
-func (l *Logical) stats(now int64) Stats {
-	s := Stats{LeaseWaiting: l.Loop.Waiters.Len(), MovesInFlight: l.inflight,
+func (l *Logical) stats(now int64) queue.Stats {
+	s := queue.Stats{LeaseWaiting: l.Loop.Waiters.Len(), MovesInFlight: l.inflight,
 		DeadByReason: map[string]int{}, DeadBySource: map[string]int{}}
 	for _, x := range l.sourceKeys {
 		if x.isDeadCopy() {
-			why, src := parseSourceKey(x.src.key)
+			why, src := queue.ParseSourceKey(x.src.key)
 			s.DeadByReason[why]++
 			s.DeadBySource[src]++
 		}
 	}
 	for _, p := range l.parts {
-		ps := PartitionStats{Partition: p.num, Total: p.total(), Leased: p.nLeased, Scheduled: p.nScheduled, Dying: p.nDying}
+		ps := queue.PartitionStats{Partition: p.num, Total: p.total(), Leased: p.nLeased, Scheduled: p.nScheduled, Dying: p.nDying}
 		var age, leasedAge int64
 		for _, x := range p.items {
 			age += now - x.created
@@ -575,7 +570,7 @@ func (l *Logical) stats(now int64) Stats {
 	return s
 }
 
-func (l *Logical) clearItems(it *iteration, c ClearParams) {
+func (l *Logical) clearItems(it *iteration, c queue.ClearParams) {
 	for _, p := range l.parts {
 		for _, x := range p.items {
 			if c.Destructive || (c.Queue && x.state == stateReady) || (c.Scheduled && x.state == stateScheduled) {
@@ -594,7 +589,7 @@ func (l *Logical) importItems(it *iteration, p *partition, in []store.Item) ([]s
 		if si.Body.SourceID == "" {
 			continue
 		}
-		if x := l.sourceKeys[importKey(p.num, si.Body.SourceID)]; x != nil && it.fresh[x.bodyID] == nil {
+		if x := l.sourceKeys[queue.ImportKey(p.num, si.Body.SourceID)]; x != nil && it.fresh[x.bodyID] == nil {
 			read = append(read, x.bodyID)
 		}
 	}
@@ -613,7 +608,7 @@ func (l *Logical) importItems(it *iteration, p *partition, in []store.Item) ([]s
 	for i, si := range in {
 		var key string
 		if si.Body.SourceID != "" {
-			key = importKey(p.num, si.Body.SourceID)
+			key = queue.ImportKey(p.num, si.Body.SourceID)
 			if j, ok := first[key]; ok {
 				out[i] = out[j]
 				continue
@@ -630,7 +625,7 @@ func (l *Logical) importItems(it *iteration, p *partition, in []store.Item) ([]s
 			first[key] = i
 		}
 		id := l.allocID(it)
-		x := &item{id: id, bodyID: id, created: Nanos(si.Meta.CreatedAt), expire: Nanos(si.Meta.ExpireDeadline),
+		x := &item{id: id, bodyID: id, created: queue.Nanos(si.Meta.CreatedAt), expire: queue.Nanos(si.Meta.ExpireDeadline),
 			attempts: si.Meta.Attempts, state: stateReady, hasErrs: !si.Errors.IsZero(), src: newSource(key)}
 		if x.created == 0 {
 			x.created = it.now
@@ -640,12 +635,12 @@ func (l *Logical) importItems(it *iteration, p *partition, in []store.Item) ([]s
 		}
 		switch {
 		case si.Meta.Leased:
-			x.state, x.deadline = stateLeased, Nanos(si.Meta.LeaseDeadline)
+			x.state, x.deadline = stateLeased, queue.Nanos(si.Meta.LeaseDeadline)
 			if x.deadline == 0 {
 				x.deadline = it.now + int64(l.info.LeaseTimeout)
 			}
-		case Nanos(si.Meta.EnqueueAt) > it.now:
-			x.state, x.deadline = stateScheduled, Nanos(si.Meta.EnqueueAt)
+		case queue.Nanos(si.Meta.EnqueueAt) > it.now:
+			x.state, x.deadline = stateScheduled, queue.Nanos(si.Meta.EnqueueAt)
 		}
 		p.add(x)
 		if key != "" {
@@ -707,9 +702,9 @@ func (l *Logical) scheduledItems(it *iteration, op *scheduledOp) ([]store.Item, 
 // Nothing of the request is acknowledged; after a failed sync the queue
 // reloads what storage holds, so a retried produce may be stored twice
 // (at-least-once, as on PostgreSQL when a commit's answer is lost).
-func unavailable(queue string, err error) error {
+func unavailable(name string, err error) error {
 	if _, ok := apierr.As(err); ok {
 		return err
 	}
-	return store.Unavailable("queue '"+queue+"'", err)
+	return store.Unavailable("queue '"+name+"'", err)
 }

@@ -1,4 +1,4 @@
-package queue_test
+package embedded_test
 
 import (
 	"context"
@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/styxq/styx/internal/clock"
+	"github.com/styxq/styx/internal/embedded"
 	"github.com/styxq/styx/internal/queue"
 	"github.com/styxq/styx/internal/store"
 	"github.com/styxq/styx/internal/store/pebble"
@@ -36,9 +37,9 @@ func benchStores(b *testing.B) map[string]func() store.Store {
 	}
 }
 
-func benchQueue(b *testing.B, s store.Store) (*queue.Manager, queue.Queue) {
+func benchQueue(b *testing.B, s store.Store) (*embedded.Manager, queue.Queue) {
 	ctx := context.Background()
-	m, err := queue.NewManager(ctx, queue.Config{Store: s, Clock: clock.Real{},
+	m, err := embedded.NewManager(ctx, embedded.Config{Store: s, Clock: clock.Real{},
 		Log: slog.New(slog.NewTextHandler(io.Discard, nil)), Metrics: metrics.New()})
 	if err != nil {
 		b.Fatal(err)

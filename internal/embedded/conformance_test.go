@@ -1,4 +1,4 @@
-package queue_test
+package embedded_test
 
 import (
 	"log/slog"
@@ -7,6 +7,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/styxq/styx/internal/clock"
+	"github.com/styxq/styx/internal/embedded"
 	"github.com/styxq/styx/internal/queue"
 	"github.com/styxq/styx/internal/queue/queuetest"
 	"github.com/styxq/styx/internal/store"
@@ -17,7 +18,7 @@ import (
 // openManager returns a Manager over s, closed (and s with it) when t ends.
 func openManager(t *testing.T, s store.Store, clk clock.Clock) queue.Queues {
 	t.Helper()
-	m, err := queue.NewManager(t.Context(), queue.Config{Store: s, Clock: clk, Log: slog.New(slog.DiscardHandler), Metrics: metrics.New()})
+	m, err := embedded.NewManager(t.Context(), embedded.Config{Store: s, Clock: clk, Log: slog.New(slog.DiscardHandler), Metrics: metrics.New()})
 	require.NoError(t, err)
 	t.Cleanup(func() {
 		m.Close()

@@ -1,10 +1,11 @@
-package queue
+package embedded
 
 import (
 	"container/heap"
 	"slices"
 	"time"
 
+	"github.com/styxq/styx/internal/queue"
 	"github.com/styxq/styx/internal/store"
 )
 
@@ -16,13 +17,6 @@ const (
 	stateLeased                     // handed to a consumer until its lease deadline
 	stateScheduled                  // waiting for its enqueue time
 	stateDying                      // dead, waiting for the dead-letter queue to confirm the move
-)
-
-// Dead reasons, as on the wire (StorageItem.dead_reason).
-const (
-	ReasonMaxAttempts = "max_attempts"
-	ReasonExpired     = "expired"
-	ReasonExplicit    = "explicit"
 )
 
 // item is the in-memory state of one item: about 90 bytes, plus its map
@@ -90,24 +84,24 @@ func (it *item) meta() store.ItemMeta {
 		ID:             it.id,
 		BodyID:         it.bodyID,
 		Attempts:       it.attempts,
-		ExpireDeadline: FromNanos(it.expire),
-		CreatedAt:      FromNanos(it.created),
+		ExpireDeadline: queue.FromNanos(it.expire),
+		CreatedAt:      queue.FromNanos(it.created),
 		SourceKey:      it.key(),
 		DeadReason:     it.reason,
-		DeadAt:         FromNanos(it.deadAt),
+		DeadAt:         queue.FromNanos(it.deadAt),
 	}
 	if d := it.deadEntry(); d != nil {
 		m.Fingerprint = d.g.key.fingerprint
 		if m.DeadAt.IsZero() {
-			m.DeadAt = FromNanos(d.deadAt)
+			m.DeadAt = queue.FromNanos(d.deadAt)
 		}
 	}
 	switch it.state {
 	case stateLeased:
 		m.Leased = true
-		m.LeaseDeadline = FromNanos(it.deadline)
+		m.LeaseDeadline = queue.FromNanos(it.deadline)
 	case stateScheduled:
-		m.EnqueueAt = FromNanos(it.deadline)
+		m.EnqueueAt = queue.FromNanos(it.deadline)
 	}
 	return m
 }
@@ -117,9 +111,9 @@ func itemFromMeta(m store.ItemMeta, now int64) *item {
 	it := &item{
 		id:       m.ID,
 		bodyID:   m.BodyID,
-		created:  Nanos(m.CreatedAt),
-		expire:   Nanos(m.ExpireDeadline),
-		deadAt:   Nanos(m.DeadAt),
+		created:  queue.Nanos(m.CreatedAt),
+		expire:   queue.Nanos(m.ExpireDeadline),
+		deadAt:   queue.Nanos(m.DeadAt),
 		attempts: m.Attempts,
 		reason:   m.DeadReason,
 		src:      newSource(m.SourceKey),
@@ -133,10 +127,10 @@ func itemFromMeta(m store.ItemMeta, now int64) *item {
 		// deadline, even if that deadline has passed (the lifecycle then
 		// ends it as an expired lease, counting the attempt).
 		it.state = stateLeased
-		it.deadline = Nanos(m.LeaseDeadline)
-	case !m.EnqueueAt.IsZero() && Nanos(m.EnqueueAt) > now:
+		it.deadline = queue.Nanos(m.LeaseDeadline)
+	case !m.EnqueueAt.IsZero() && queue.Nanos(m.EnqueueAt) > now:
 		it.state = stateScheduled
-		it.deadline = Nanos(m.EnqueueAt)
+		it.deadline = queue.Nanos(m.EnqueueAt)
 	default:
 		it.state = stateReady
 	}

@@ -1,4 +1,4 @@
-package queue_test
+package embedded_test
 
 import (
 	"context"
@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/styxq/styx/internal/clock"
+	"github.com/styxq/styx/internal/embedded"
 	"github.com/styxq/styx/internal/queue"
 	"github.com/styxq/styx/internal/store"
 	"github.com/styxq/styx/internal/store/pebble"
@@ -63,7 +64,7 @@ func BenchmarkStartup1M(b *testing.B) {
 		if err != nil {
 			b.Fatal(err)
 		}
-		m, err := queue.NewManager(ctx, queue.Config{Store: s, Clock: clock.Real{}, Log: log, Metrics: metrics.New()})
+		m, err := embedded.NewManager(ctx, embedded.Config{Store: s, Clock: clock.Real{}, Log: log, Metrics: metrics.New()})
 		if err != nil {
 			b.Fatal(err)
 		}

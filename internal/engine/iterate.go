@@ -1,20 +1,20 @@
-package queue
+package engine
 
 import (
 	"context"
 	"time"
 
 	"github.com/styxq/styx/internal/apierr"
-	"github.com/styxq/styx/internal/engine"
+	"github.com/styxq/styx/internal/queue"
 	"github.com/styxq/styx/internal/store"
 )
 
 // The engine's iteration: what one loop iteration decides, on every
 // backend (ADR 0014). The backend gives each iteration a Tx, the
 // decision-level storage contract: it reads the items the rules need and
-// stores what the engine decided (the logical queue from its in-memory
-// index and one batch write, PostgreSQL with statements in one transaction).
-// The rules themselves are in rules.go.
+// stores what the engine decided (the embedded backends from their
+// in-memory index and one batch write, PostgreSQL with statements in one
+// transaction). The rules themselves are in internal/queue/rules.go.
 
 // Item is what the engine reads of an item. Ref is the backend's own handle.
 type Item struct {
@@ -42,7 +42,7 @@ type Tx interface {
 	// Lock makes the items ids name, and those a clear selects (c, when
 	// not nil), ready for the iteration before anything else runs:
 	// PostgreSQL locks their rows in id order (its lock order).
-	Lock(ids []uint64, c *ClearParams) error
+	Lock(ids []uint64, c *queue.ClearParams) error
 	// Due ends what is due by now: scheduled items due become ready, and it
 	// returns the leased items whose lease deadline passed and the ready
 	// or scheduled items past their expire deadline, for the engine to end
@@ -58,7 +58,7 @@ type Tx interface {
 	// once or scheduled for e.At), under a new id it writes to *newID
 	// (before Commit returns; newID may be nil). h, when not nil, is x's
 	// new attempt history.
-	Requeue(x Item, e Ending, h *store.ItemErrors, newID *uint64) error
+	Requeue(x Item, e queue.Ending, h *store.ItemErrors, newID *uint64) error
 	// Kill makes x dead for reason: it moves to the queue's dead-letter
 	// queue (or is dropped without one), h (when not nil) its new history.
 	// moving is true when the move is not done when the iteration commits
@@ -75,20 +75,20 @@ type Tx interface {
 	// Produce inserts items into partition n under new ids: ready, or
 	// scheduled when EnqueueAt is after now, expiring after the queue's
 	// expire_timeout.
-	Produce(n int32, items []ProduceItem) error
+	Produce(n int32, items []queue.ProduceItem) error
 	// Redrive inserts redriven items into partition n (ready, under new
 	// ids, their RedriveCount one more); one whose SourceKey the queue
 	// holds already is skipped.
-	Redrive(n int32, items []RedriveItem) error
+	Redrive(n int32, items []queue.RedriveItem) error
 	// Lease leases up to max of partition n's oldest ready items until
 	// deadline (attempts + 1) and returns them; durable reports that every
 	// one was stored by a batch already durable (ADR 0013).
-	Lease(n int32, max int, deadline int64) (items []LeasedItem, durable bool, err error)
+	Lease(n int32, max int, deadline int64) (items []queue.LeasedItem, durable bool, err error)
 	// Handle runs a request of another kind (import, delete, clear,
 	// redrive, the backend's own); it returns the reply, or mine when the
 	// backend answers r itself. An apierr error is the client's: it changes
 	// nothing and is the request's answer.
-	Handle(r *engine.Request) (v any, mine bool, err error)
+	Handle(r *Request) (v any, mine bool, err error)
 	// Commit stores the iteration (err nil) or drops it (err: a storage
 	// failure; the backend rolls back or reloads) and sends replies, in
 	// order: each with its own error if it has one, else with err, else
@@ -113,7 +113,7 @@ const (
 
 // Reply is an answer of the iteration.
 type Reply struct {
-	R    *engine.Request
+	R    *Request
 	V    any
 	Err  error
 	Mode ReplyMode
@@ -123,14 +123,14 @@ type Reply struct {
 
 // The requests every backend runs the same way.
 type (
-	produceOp  struct{ items []ProduceItem }
+	produceOp  struct{ items []queue.ProduceItem }
 	completeOp struct {
 		partition int32
 		ids       []uint64
 	}
 	retryOp struct {
 		partition int32
-		items     []RetryItem
+		items     []queue.RetryItem
 	}
 	renewOp struct {
 		partition int32
@@ -144,21 +144,21 @@ type (
 	}
 	// DeleteOp deletes items (Queue.Delete, Queue.DeleteDead).
 	DeleteOp struct {
-		Refs []ItemRef
+		Refs []queue.ItemRef
 		// ExceptLeased skips leased items (DeleteDead).
 		ExceptLeased bool
 	}
 	// ClearOp clears a queue (Queue.Clear).
-	ClearOp struct{ P ClearParams }
+	ClearOp struct{ P queue.ClearParams }
 	// RedriveOp inserts redriven items (Queue.TakeRedriven).
-	RedriveOp struct{ Items []RedriveItem }
+	RedriveOp struct{ Items []queue.RedriveItem }
 )
 
 // Engine is the request side of a queue, the same on every backend: the
 // Queue methods that run in the loop, and the iteration (Iterate). A
 // backend embeds it and gives each iteration a Tx.
 type Engine struct {
-	Loop *engine.Loop
+	Loop *Loop
 	// produceNext and leaseNext are the tie-break cursors of the partition
 	// choice (engine/distribution.go): the partition after the one chosen
 	// last. Owned by the loop.
@@ -178,7 +178,7 @@ func (e *Engine) Pending() int { return e.Loop.Pending() }
 // Produce adds items to one partition, the one with the fewest ready items
 // (ties take turns; see engine/distribution.go). It returns when they are
 // durable.
-func (e *Engine) Produce(ctx context.Context, items []ProduceItem) error {
+func (e *Engine) Produce(ctx context.Context, items []queue.ProduceItem) error {
 	_, err := e.Loop.Call(ctx, &produceOp{items: items}, false)
 	return err
 }
@@ -186,14 +186,14 @@ func (e *Engine) Produce(ctx context.Context, items []ProduceItem) error {
 // Lease waits up to p.Timeout for ready items and leases up to p.BatchSize
 // of them from one partition: the one with the most ready items, shared
 // item by item with the other leases waiting on it when there are not
-// enough for all (engine.Serve). Returns an apierr.Retry error when none
+// enough for all (Serve). Returns an apierr.Retry error when none
 // came.
-func (e *Engine) Lease(ctx context.Context, p LeaseParams) (LeaseResult, error) {
-	v, err := e.Loop.CallLease(ctx, nil, engine.LeaseWait{ClientID: p.ClientID, BatchSize: p.BatchSize, Timeout: p.Timeout})
+func (e *Engine) Lease(ctx context.Context, p queue.LeaseParams) (queue.LeaseResult, error) {
+	v, err := e.Loop.CallLease(ctx, nil, LeaseWait{ClientID: p.ClientID, BatchSize: p.BatchSize, Timeout: p.Timeout})
 	if err != nil {
-		return LeaseResult{}, err
+		return queue.LeaseResult{}, err
 	}
-	return v.(LeaseResult), nil
+	return v.(queue.LeaseResult), nil
 }
 
 // Complete deletes leased items. Every id must be leased in the partition,
@@ -209,12 +209,12 @@ func (e *Engine) Complete(ctx context.Context, partition int32, ids []uint64) er
 // partition, or nothing changes and an apierr.Invalid error names the first
 // that is not. A dead-lettered item has been taken by the dead-letter queue
 // (or its move is durably recorded and will be retried) when Retry returns.
-func (e *Engine) Retry(ctx context.Context, partition int32, items []RetryItem) ([]RetryOutcome, error) {
+func (e *Engine) Retry(ctx context.Context, partition int32, items []queue.RetryItem) ([]queue.RetryOutcome, error) {
 	v, err := e.Loop.Call(ctx, &retryOp{partition: partition, items: items}, false)
 	if err != nil {
 		return nil, err
 	}
-	return v.([]RetryOutcome), nil
+	return v.([]queue.RetryOutcome), nil
 }
 
 // Renew extends live leases: each item's lease deadline becomes now +
@@ -233,7 +233,7 @@ func (e *Engine) Renew(ctx context.Context, partition int32, ids []uint64, timeo
 }
 
 // Clear removes the items selected by p.
-func (e *Engine) Clear(ctx context.Context, p ClearParams) error {
+func (e *Engine) Clear(ctx context.Context, p queue.ClearParams) error {
 	_, err := e.Loop.Call(ctx, &ClearOp{P: p}, false)
 	return err
 }
@@ -257,7 +257,7 @@ func (e *Engine) Import(ctx context.Context, partition int32, items []store.Item
 // Delete removes items, in any state, and returns how many it found.
 // Unknown ids are ignored; a partition that does not exist is an
 // apierr.Invalid error and nothing is deleted.
-func (e *Engine) Delete(ctx context.Context, refs []ItemRef) (int, error) {
+func (e *Engine) Delete(ctx context.Context, refs []queue.ItemRef) (int, error) {
 	v, err := e.Loop.Call(ctx, &DeleteOp{Refs: refs}, false)
 	if err != nil {
 		return 0, err
@@ -271,7 +271,7 @@ func (e *Engine) Delete(ctx context.Context, refs []ItemRef) (int, error) {
 // not exist is an apierr.Invalid error and nothing is deleted. The dead.*
 // calls and redrive tasks delete through it, so they never take an item
 // from under a consumer.
-func (e *Engine) DeleteDead(ctx context.Context, refs []ItemRef) (int, error) {
+func (e *Engine) DeleteDead(ctx context.Context, refs []queue.ItemRef) (int, error) {
 	v, err := e.Loop.Call(ctx, &DeleteOp{Refs: refs, ExceptLeased: true}, false)
 	if err != nil {
 		return 0, err
@@ -282,7 +282,7 @@ func (e *Engine) DeleteDead(ctx context.Context, refs []ItemRef) (int, error) {
 // TakeRedriven inserts redriven dead items (see RedriveItem) into one
 // partition, the one with the fewest ready items; an item whose SourceKey
 // the queue holds already is skipped (a redrive step run twice).
-func (e *Engine) TakeRedriven(ctx context.Context, items []RedriveItem) error {
+func (e *Engine) TakeRedriven(ctx context.Context, items []queue.RedriveItem) error {
 	_, err := e.Loop.Call(ctx, &RedriveOp{Items: items}, false)
 	return err
 }
@@ -296,14 +296,14 @@ type pass struct {
 	replies []Reply
 }
 
-func (it *pass) reply(r *engine.Request, v any, mode ReplyMode) {
+func (it *pass) reply(r *Request, v any, mode ReplyMode) {
 	it.replies = append(it.replies, Reply{R: r, V: v, Mode: mode})
 }
 
 // Iterate runs one iteration at now over reqs (leases are among the loop's
 // waiters) on tx: lifecycle (when lifecycle), the requests in arrival
 // order, the waiting leases, and the commit.
-func (e *Engine) Iterate(tx Tx, now int64, reqs []*engine.Request, lifecycle bool) {
+func (e *Engine) Iterate(tx Tx, now int64, reqs []*Request, lifecycle bool) {
 	it := &pass{tx: tx, info: tx.Info(), now: now}
 	err := e.iterate(it, reqs, lifecycle)
 	if err != nil {
@@ -312,7 +312,7 @@ func (e *Engine) Iterate(tx Tx, now int64, reqs []*engine.Request, lifecycle boo
 	tx.Commit(it.replies, err)
 }
 
-func (e *Engine) iterate(it *pass, reqs []*engine.Request, lifecycle bool) error {
+func (e *Engine) iterate(it *pass, reqs []*Request, lifecycle bool) error {
 	ids, clr := lockSet(reqs)
 	if len(ids) > 0 || clr != nil {
 		if err := it.tx.Lock(ids, clr); err != nil {
@@ -342,18 +342,18 @@ func (e *Engine) iterate(it *pass, reqs []*engine.Request, lifecycle bool) error
 	}
 	deadline := it.now + int64(it.info.LeaseTimeout)
 	var durable bool // of the partition last leased from: Serve gives its items next
-	return engine.Serve(&e.Loop.Waiters, &e.leaseNext,
+	return Serve(&e.Loop.Waiters, &e.leaseNext,
 		func() ([]int, error) { return it.tx.ReadyCounts() },
-		func(n int32, want int) (items []LeasedItem, err error) {
+		func(n int32, want int) (items []queue.LeasedItem, err error) {
 			items, durable, err = it.tx.Lease(n, want, deadline)
 			return items, err
 		},
-		func(w *engine.Request, n int32, items []LeasedItem) {
+		func(w *Request, n int32, items []queue.LeasedItem) {
 			mode := Durable
 			if durable {
 				mode = DurableItems
 			}
-			it.reply(w, LeaseResult{Partition: n, Items: items}, mode)
+			it.reply(w, queue.LeaseResult{Partition: n, Items: items}, mode)
 		})
 }
 
@@ -362,7 +362,7 @@ func (e *Engine) iterate(it *pass, reqs []*engine.Request, lifecycle bool) error
 const noReply ReplyMode = 255
 
 // handle runs one request and returns its reply.
-func (e *Engine) handle(it *pass, r *engine.Request) (any, ReplyMode, error) {
+func (e *Engine) handle(it *pass, r *Request) (any, ReplyMode, error) {
 	switch op := r.Op.(type) {
 	case *produceOp:
 		n, err := e.produceTo(it)
@@ -373,7 +373,7 @@ func (e *Engine) handle(it *pass, r *engine.Request) (any, ReplyMode, error) {
 			return nil, 0, err
 		}
 		for _, pi := range op.items {
-			if Nanos(pi.EnqueueAt) <= it.now {
+			if queue.Nanos(pi.EnqueueAt) <= it.now {
 				it.ready[n]++
 			}
 		}
@@ -395,10 +395,10 @@ func (e *Engine) handle(it *pass, r *engine.Request) (any, ReplyMode, error) {
 	case *retryOp:
 		return nil, noReply, e.retry(it, r, op)
 	case *renewOp:
-		if err := CheckPartition(it.info.Name, it.info.Partitions, op.partition); err != nil {
+		if err := queue.CheckPartition(it.info.Name, it.info.Partitions, op.partition); err != nil {
 			return nil, 0, err
 		}
-		deadline, err := CheckRenew(it.info, op.partition, op.ids, op.timeout, it.now, func(id uint64) bool {
+		deadline, err := queue.CheckRenew(it.info, op.partition, op.ids, op.timeout, it.now, func(id uint64) bool {
 			_, ok := it.live(op.partition, id)
 			return ok
 		})
@@ -409,7 +409,7 @@ func (e *Engine) handle(it *pass, r *engine.Request) (any, ReplyMode, error) {
 		out := make([]time.Time, len(op.ids))
 		for i, id := range op.ids {
 			xs[i], _ = it.tx.Item(op.partition, id)
-			out[i] = FromNanos(deadline)
+			out[i] = queue.FromNanos(deadline)
 		}
 		return out, Consume, it.tx.Renew(xs, deadline)
 	case *RedriveOp:
@@ -431,7 +431,7 @@ func (e *Engine) handle(it *pass, r *engine.Request) (any, ReplyMode, error) {
 }
 
 // produceTo returns the partition a produce (or redrive) request goes to:
-// the one with the fewest ready items (engine.FewestReady), and moves the
+// the one with the fewest ready items (FewestReady), and moves the
 // cursor past it. The counts are read once per iteration and kept up to
 // date with the iteration's produces.
 func (e *Engine) produceTo(it *pass) (int32, error) {
@@ -442,7 +442,7 @@ func (e *Engine) produceTo(it *pass) (int32, error) {
 		}
 		it.ready = ready
 	}
-	n := engine.FewestReady(it.ready, e.produceNext)
+	n := FewestReady(it.ready, e.produceNext)
 	e.produceNext = n + 1
 	return int32(n), nil
 }
@@ -456,10 +456,10 @@ func (it *pass) live(n int32, id uint64) (Item, bool) {
 // leased returns the items of ids, each under a live lease in partition n,
 // or an apierr.Invalid error naming the first that is not (CheckLeased).
 func (it *pass) leased(n int32, ids []uint64) ([]Item, error) {
-	if err := CheckPartition(it.info.Name, it.info.Partitions, n); err != nil {
+	if err := queue.CheckPartition(it.info.Name, it.info.Partitions, n); err != nil {
 		return nil, err
 	}
-	if err := CheckLeased(it.info.Name, n, ids, func(id uint64) bool { _, ok := it.live(n, id); return ok }); err != nil {
+	if err := queue.CheckLeased(it.info.Name, n, ids, func(id uint64) bool { _, ok := it.live(n, id); return ok }); err != nil {
 		return nil, err
 	}
 	xs := make([]Item, len(ids))
@@ -471,7 +471,7 @@ func (it *pass) leased(n int32, ids []uint64) ([]Item, error) {
 
 // retry ends the leases of op's items (see Engine.Retry) and queues the
 // reply: once the dead items' moves ended when any is moving.
-func (e *Engine) retry(it *pass, r *engine.Request, op *retryOp) error {
+func (e *Engine) retry(it *pass, r *Request, op *retryOp) error {
 	ids := make([]uint64, len(op.items))
 	for i, ri := range op.items {
 		ids[i] = ri.ID
@@ -492,24 +492,24 @@ func (e *Engine) retry(it *pass, r *engine.Request, op *retryOp) error {
 	if err != nil {
 		return err
 	}
-	outcomes := make([]RetryOutcome, len(op.items))
+	outcomes := make([]queue.RetryOutcome, len(op.items))
 	var moving []Item
 	for i, ri := range op.items {
 		x := xs[i]
 		var h *store.ItemErrors
 		if ri.Error != "" {
-			hh := RecordError(history[x.ID], x.Attempts, ri.Error, it.now)
+			hh := queue.RecordError(history[x.ID], x.Attempts, ri.Error, it.now)
 			h = &hh
 		}
-		e := Ending{Attempts: x.Attempts, Reason: ReasonExplicit}
+		e := queue.Ending{Attempts: x.Attempts, Reason: queue.ReasonExplicit}
 		if !ri.Dead {
-			e = EndLease(it.info, x.Attempts, x.Expire, ri.Release, ri.RetryAt, it.now)
+			e = queue.EndLease(it.info, x.Attempts, x.Expire, ri.Release, ri.RetryAt, it.now)
 		}
 		if e.Reason == "" {
 			outcomes[i] = e.Requeued(0)
 			err = it.tx.Requeue(x, e, h, &outcomes[i].NewID)
 		} else {
-			outcomes[i] = KillOutcome(it.info, e.Reason, e.Attempts)
+			outcomes[i] = queue.KillOutcome(it.info, e.Reason, e.Attempts)
 			x.Attempts = e.Attempts
 			var m bool
 			if m, err = it.tx.Kill(x, e.Reason, h); m {
@@ -560,10 +560,10 @@ func (e *Engine) lifecycle(it *pass) error {
 		if err != nil {
 			return err
 		}
-		msg := LeaseExpiredError(it.info.LeaseTimeout)
+		msg := queue.LeaseExpiredError(it.info.LeaseTimeout)
 		for _, x := range leases {
-			h := RecordError(history[x.ID], x.Attempts, msg, it.now)
-			e := EndLease(it.info, x.Attempts, x.Expire, false, time.Time{}, it.now)
+			h := queue.RecordError(history[x.ID], x.Attempts, msg, it.now)
+			e := queue.EndLease(it.info, x.Attempts, x.Expire, false, time.Time{}, it.now)
 			if e.Reason == "" {
 				err = it.tx.Requeue(x, e, &h, nil)
 			} else {
@@ -575,7 +575,7 @@ func (e *Engine) lifecycle(it *pass) error {
 		}
 	}
 	for _, x := range expired {
-		if _, err := it.tx.Kill(x, ReasonExpired, nil); err != nil {
+		if _, err := it.tx.Kill(x, queue.ReasonExpired, nil); err != nil {
 			return err
 		}
 	}
@@ -591,9 +591,9 @@ func isClient(err error) bool {
 
 // lockSet returns the ids the requests name (complete, retry, renew,
 // delete) and the union of their clears, for Tx.Lock.
-func lockSet(reqs []*engine.Request) ([]uint64, *ClearParams) {
+func lockSet(reqs []*Request) ([]uint64, *queue.ClearParams) {
 	var ids []uint64
-	var clr *ClearParams
+	var clr *queue.ClearParams
 	for _, r := range reqs {
 		switch op := r.Op.(type) {
 		case *completeOp:
@@ -610,7 +610,7 @@ func lockSet(reqs []*engine.Request) ([]uint64, *ClearParams) {
 			}
 		case *ClearOp:
 			if clr == nil {
-				clr = &ClearParams{}
+				clr = &queue.ClearParams{}
 			}
 			clr.Destructive = clr.Destructive || op.P.Destructive
 			clr.Queue = clr.Queue || op.P.Queue

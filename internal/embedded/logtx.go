@@ -1,4 +1,4 @@
-package queue
+package embedded
 
 import (
 	"context"
@@ -6,6 +6,7 @@ import (
 	"time"
 
 	"github.com/styxq/styx/internal/engine"
+	"github.com/styxq/styx/internal/queue"
 	"github.com/styxq/styx/internal/store"
 )
 
@@ -14,17 +15,17 @@ import (
 // written by Commit. A failed write or sync makes the queue reload its
 // index from storage (storage is the truth).
 
-var _ Tx = (*iteration)(nil)
+var _ engine.Tx = (*iteration)(nil)
 
 // Info implements Tx.
 func (it *iteration) Info() store.QueueInfo { return it.l.info }
 
 // Lock implements Tx: the loop owns every item, nothing to lock.
-func (it *iteration) Lock([]uint64, *ClearParams) error { return nil }
+func (it *iteration) Lock([]uint64, *queue.ClearParams) error { return nil }
 
 // view is the engine's Item of x, in partition p.
-func view(p *partition, x *item) Item {
-	v := Item{Partition: p.num, ID: x.id, Attempts: x.attempts, Expire: x.expire, HasHistory: x.hasErrs, Ref: x}
+func view(p *partition, x *item) engine.Item {
+	v := engine.Item{Partition: p.num, ID: x.id, Attempts: x.attempts, Expire: x.expire, HasHistory: x.hasErrs, Ref: x}
 	if x.state == stateLeased {
 		v.Leased, v.LeaseDeadline = true, x.deadline
 	}
@@ -32,7 +33,7 @@ func view(p *partition, x *item) Item {
 }
 
 // Due implements Tx from each partition's heaps.
-func (it *iteration) Due() (leases, expired []Item, err error) {
+func (it *iteration) Due() (leases, expired []engine.Item, err error) {
 	for _, p := range it.l.parts {
 		for x := p.timed.popDue(it.now); x != nil; x = p.timed.popDue(it.now) {
 			if x.state == stateScheduled {
@@ -53,20 +54,20 @@ func (it *iteration) Due() (leases, expired []Item, err error) {
 }
 
 // Item implements Tx.
-func (it *iteration) Item(n int32, id uint64) (Item, bool) {
+func (it *iteration) Item(n int32, id uint64) (engine.Item, bool) {
 	if n < 0 || int(n) >= len(it.l.parts) {
-		return Item{}, false
+		return engine.Item{}, false
 	}
 	p := it.l.parts[n]
 	x, ok := p.items[id]
 	if !ok {
-		return Item{}, false
+		return engine.Item{}, false
 	}
 	return view(p, x), true
 }
 
 // Histories implements Tx: one read per partition.
-func (it *iteration) Histories(xs []Item) ([]store.ItemErrors, error) {
+func (it *iteration) Histories(xs []engine.Item) ([]store.ItemErrors, error) {
 	out := make([]store.ItemErrors, len(xs))
 	byPart := map[int32][]int{}
 	for i, x := range xs {
@@ -98,7 +99,7 @@ func (it *iteration) setHistory(p *partition, x *item, h *store.ItemErrors) {
 
 // Requeue implements Tx: the item gets a new id at the tail of its
 // partition, or is scheduled.
-func (it *iteration) Requeue(v Item, e Ending, h *store.ItemErrors, newID *uint64) error {
+func (it *iteration) Requeue(v engine.Item, e queue.Ending, h *store.ItemErrors, newID *uint64) error {
 	l, p, x := it.l, it.l.parts[v.Partition], v.Ref.(*item)
 	it.setHistory(p, x, h)
 	x.attempts = e.Attempts
@@ -121,7 +122,7 @@ func (it *iteration) Requeue(v Item, e Ending, h *store.ItemErrors, newID *uint6
 // Kill implements Tx: with a dead-letter queue the decision is recorded
 // in the batch and the move starts once it is durable (ADR 0003); without
 // one the item is dropped.
-func (it *iteration) Kill(v Item, reason string, h *store.ItemErrors) (bool, error) {
+func (it *iteration) Kill(v engine.Item, reason string, h *store.ItemErrors) (bool, error) {
 	p, x := it.l.parts[v.Partition], v.Ref.(*item)
 	it.setHistory(p, x, h)
 	x.attempts = v.Attempts
@@ -130,7 +131,7 @@ func (it *iteration) Kill(v Item, reason string, h *store.ItemErrors) (bool, err
 }
 
 // Complete implements Tx.
-func (it *iteration) Complete(xs []Item) error {
+func (it *iteration) Complete(xs []engine.Item) error {
 	for _, v := range xs {
 		it.l.removeItem(it, it.l.parts[v.Partition], v.Ref.(*item))
 	}
@@ -138,7 +139,7 @@ func (it *iteration) Complete(xs []Item) error {
 }
 
 // Renew implements Tx.
-func (it *iteration) Renew(xs []Item, deadline int64) error {
+func (it *iteration) Renew(xs []engine.Item, deadline int64) error {
 	for _, v := range xs {
 		p, x := it.l.parts[v.Partition], v.Ref.(*item)
 		p.setDeadline(x, deadline)
@@ -151,7 +152,7 @@ func (it *iteration) Renew(xs []Item, deadline int64) error {
 func (it *iteration) ReadyCounts() ([]int, error) { return it.l.readyCounts(), nil }
 
 // Produce implements Tx.
-func (it *iteration) Produce(n int32, items []ProduceItem) error {
+func (it *iteration) Produce(n int32, items []queue.ProduceItem) error {
 	l, p := it.l, it.l.parts[n]
 	for _, pi := range items {
 		id := l.allocID(it)
@@ -159,7 +160,7 @@ func (it *iteration) Produce(n int32, items []ProduceItem) error {
 		if l.info.ExpireTimeout > 0 {
 			x.expire = it.now + int64(l.info.ExpireTimeout)
 		}
-		if at := Nanos(pi.EnqueueAt); at > it.now {
+		if at := queue.Nanos(pi.EnqueueAt); at > it.now {
 			x.state, x.deadline = stateScheduled, at
 		}
 		p.add(x)
@@ -172,7 +173,7 @@ func (it *iteration) Produce(n int32, items []ProduceItem) error {
 
 // Lease implements Tx: the oldest ready items of the partition, with their
 // bodies (from this iteration's inserts, the body cache or one read).
-func (it *iteration) Lease(n int32, want int, deadline int64) ([]LeasedItem, bool, error) {
+func (it *iteration) Lease(n int32, want int, deadline int64) ([]queue.LeasedItem, bool, error) {
 	l, p := it.l, it.l.parts[n]
 	var items []*item
 	for len(items) < want {
@@ -190,11 +191,11 @@ func (it *iteration) Lease(n int32, want int, deadline int64) ([]LeasedItem, boo
 	if err != nil {
 		return nil, false, fmt.Errorf("read bodies: %w", err)
 	}
-	out := make([]LeasedItem, len(items))
+	out := make([]queue.LeasedItem, len(items))
 	var newest uint64
 	for i, x := range items {
 		b := bodies[x.bodyID]
-		out[i] = LeasedItem{ID: x.id, Attempts: x.attempts, LeaseDeadline: time.Unix(0, deadline).UTC(),
+		out[i] = queue.LeasedItem{ID: x.id, Attempts: x.attempts, LeaseDeadline: time.Unix(0, deadline).UTC(),
 			Encoding: b.Encoding, Kind: b.Kind, Reference: b.Reference, Payload: b.Payload}
 		newest = max(newest, x.id)
 	}
@@ -202,14 +203,14 @@ func (it *iteration) Lease(n int32, want int, deadline int64) ([]LeasedItem, boo
 }
 
 // Redrive implements Tx.
-func (it *iteration) Redrive(n int32, items []RedriveItem) error {
+func (it *iteration) Redrive(n int32, items []queue.RedriveItem) error {
 	it.l.takeRedriven(it, it.l.parts[n], items)
 	return nil
 }
 
 // Commit implements Tx: the replies join the iteration's, and the batch is
 // written (commit).
-func (it *iteration) Commit(replies []Reply, err error) {
+func (it *iteration) Commit(replies []engine.Reply, err error) {
 	early := it.l.cfg.ConsumeBeforeSync
 	for _, r := range replies {
 		switch {
@@ -219,7 +220,7 @@ func (it *iteration) Commit(replies []Reply, err error) {
 				xs[i] = v.Ref.(*item)
 			}
 			it.deferrals = append(it.deferrals, deferral{r: r.R, items: xs, v: r.V})
-		case early && r.Err == nil && r.Mode != Durable:
+		case early && r.Err == nil && r.Mode != engine.Durable:
 			it.early = append(it.early, pendingReply{r: r.R, v: r.V})
 		default:
 			it.replies = append(it.replies, pendingReply{r: r.R, v: r.V, err: r.Err})
@@ -239,7 +240,7 @@ func (it *iteration) Handle(r *engine.Request) (any, bool, error) {
 		return l.stats(it.now), false, nil
 	case *gaugeOp:
 		return l.gauges(it.now), false, nil
-	case *ClearOp:
+	case *engine.ClearOp:
 		l.clearItems(it, op.P)
 		return nil, false, nil
 	case *reloadOp:
@@ -263,14 +264,14 @@ func (it *iteration) Handle(r *engine.Request) (any, bool, error) {
 			l.parts = append(l.parts, newPartition(n))
 		}
 		return nil, false, nil
-	case *ImportOp:
+	case *engine.ImportOp:
 		p, err := l.partition(op.Partition)
 		if err != nil {
 			return nil, false, err
 		}
 		items, err := l.importItems(it, p, op.Items)
 		return items, false, err
-	case *DeleteOp:
+	case *engine.DeleteOp:
 		for _, ref := range op.Refs {
 			if _, err := l.partition(ref.Partition); err != nil {
 				return nil, false, err

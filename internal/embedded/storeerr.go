@@ -1,10 +1,11 @@
-package queue
+package embedded
 
 import (
 	"context"
 	"errors"
 
 	"github.com/styxq/styx/internal/apierr"
+	"github.com/styxq/styx/internal/queue"
 	"github.com/styxq/styx/internal/store"
 )
 
@@ -13,16 +14,16 @@ import (
 // client-facing error, or a context the client ended, is returned as is;
 // anything else the store returns is storage failing, store.ErrUnavailable
 // (453) naming the queue, as a failed write is (unavailable).
-func readErr(queue string, err error) error {
+func readErr(name string, err error) error {
 	switch {
 	case err == nil:
 		return nil
 	case errors.Is(err, store.ErrQueueNotFound):
-		return notFound(queue)
+		return queue.NotFound(name)
 	case errors.Is(err, context.Canceled) || errors.Is(err, context.DeadlineExceeded):
 		return err
 	}
-	return unavailable(queue, err)
+	return unavailable(name, err)
 }
 
 // catalogErr classifies the failure of a catalog call (queue definitions):

@@ -1,0 +1,220 @@
+package embedded
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"sync"
+	"time"
+
+	"github.com/styxq/styx/internal/engine"
+	"github.com/styxq/styx/internal/queue"
+	"github.com/styxq/styx/internal/store"
+	"github.com/styxq/styx/metrics"
+)
+
+// Manager owns the logical queues of one server: it starts one per stored
+// queue, and it serializes queue administration (create, update, delete) so
+// that the dead-letter configuration rules hold across queues.
+//
+// Locks: adminMu is taken first, then mu. mu guards queues only and is never
+// held while calling into a logical queue's loop.
+type Manager struct {
+	cfg Config
+
+	adminMu sync.Mutex // serializes Create, Update, Delete
+	mu      sync.RWMutex
+	queues  map[string]*Logical
+	closed  bool
+}
+
+// NewManager starts a logical queue for every stored queue. Each loads its
+// items in its own goroutine; requests wait for the load.
+func NewManager(ctx context.Context, cfg Config) (*Manager, error) {
+	m := &Manager{cfg: cfg, queues: make(map[string]*Logical)}
+	infos, err := cfg.Store.ListQueues(ctx, store.ListQueuesParams{})
+	if err != nil {
+		return nil, fmt.Errorf("list queues: %w", err)
+	}
+	// Register every queue before any loop can look up its dead-letter
+	// queue.
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	for _, info := range infos {
+		m.queues[info.Name] = newLogical(cfg, info, m.lookup)
+	}
+	return m, nil
+}
+
+// lookup returns the running logical queue of name, or nil. Never blocks
+// on a loop.
+func (m *Manager) lookup(name string) *Logical {
+	m.mu.RLock()
+	defer m.mu.RUnlock()
+	return m.queues[name]
+}
+
+// Get returns the logical queue of name, or the apierr.Invalid error of
+// NotFound.
+func (m *Manager) Get(name string) (queue.Queue, error) {
+	if l := m.lookup(name); l != nil {
+		return l, nil
+	}
+	return nil, queue.NotFound(name)
+}
+
+// Info returns a queue's stored configuration, or the error of NotFound.
+func (m *Manager) Info(ctx context.Context, name string) (store.QueueInfo, error) {
+	info, err := m.cfg.Store.GetQueue(ctx, name)
+	if errors.Is(err, store.ErrQueueNotFound) {
+		return info, queue.NotFound(name)
+	}
+	return info, catalogErr(err)
+}
+
+// List returns the stored queues p selects (see store.Catalog.ListQueues).
+func (m *Manager) List(ctx context.Context, p store.ListQueuesParams) ([]store.QueueInfo, error) {
+	infos, err := m.cfg.Store.ListQueues(ctx, p)
+	return infos, catalogErr(err)
+}
+
+// Create stores a new queue and starts its logical queue. Returns
+// apierr.Invalid if it exists, apierr.Invalid if its dead_queue breaks a
+// rule (see checkDeadQueue).
+func (m *Manager) Create(ctx context.Context, info store.QueueInfo) error {
+	m.adminMu.Lock()
+	defer m.adminMu.Unlock()
+	all, err := m.all(ctx)
+	if err != nil {
+		return err
+	}
+	if err := queue.ValidateCreate(all, info); err != nil {
+		return err
+	}
+	info, err = m.cfg.Store.CreateQueue(ctx, info)
+	if errors.Is(err, store.ErrQueueExists) {
+		return queue.Exists(info.Name)
+	}
+	if err != nil {
+		return catalogErr(fmt.Errorf("create queue '%s': %w", info.Name, err))
+	}
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	if m.closed {
+		return engine.ErrShuttingDown
+	}
+	m.queues[info.Name] = newLogical(m.cfg, info, m.lookup)
+	return nil
+}
+
+// Update applies change to the stored configuration of name, checks the
+// result against the dead-letter rules, stores it and hands it to the
+// logical queue. Partitions can be added, not removed.
+func (m *Manager) Update(ctx context.Context, name string, change func(*store.QueueInfo) error) error {
+	m.adminMu.Lock()
+	defer m.adminMu.Unlock()
+	all, err := m.all(ctx)
+	if err != nil {
+		return err
+	}
+	old, ok := all[name]
+	if !ok {
+		return queue.NotFound(name)
+	}
+	info := old
+	if err := change(&info); err != nil {
+		return err
+	}
+	if err := queue.ValidateUpdate(all, old, info); err != nil {
+		return err
+	}
+	if err := m.cfg.Store.UpdateQueue(ctx, info); err != nil {
+		if errors.Is(err, store.ErrQueueNotFound) {
+			return queue.NotFound(name)
+		}
+		return catalogErr(fmt.Errorf("update queue '%s': %w", name, err))
+	}
+	l := m.lookup(name)
+	if l == nil {
+		return queue.NotFound(name)
+	}
+	return l.setConfig(ctx, info)
+}
+
+// Delete stops a queue's logical queue and deletes the queue with its items.
+// Returns apierr.Invalid if the queue is some queue's dead_queue.
+func (m *Manager) Delete(ctx context.Context, name string) error {
+	m.adminMu.Lock()
+	defer m.adminMu.Unlock()
+	all, err := m.all(ctx)
+	if err != nil {
+		return err
+	}
+	if err := queue.ValidateDelete(all, name); err != nil {
+		return err
+	}
+	m.mu.Lock()
+	l := m.queues[name]
+	delete(m.queues, name)
+	m.mu.Unlock()
+	if l != nil {
+		l.Loop.Shutdown()
+	}
+	m.cfg.Metrics.ForgetQueue(name)
+	if err := m.cfg.Store.DeleteQueue(ctx, name); err != nil && !errors.Is(err, store.ErrQueueNotFound) {
+		return catalogErr(fmt.Errorf("delete queue '%s': %w", name, err))
+	}
+	return nil
+}
+
+// Close stops every logical queue, finishing the requests each has taken.
+func (m *Manager) Close() {
+	m.mu.Lock()
+	m.closed = true
+	qs := make([]*Logical, 0, len(m.queues))
+	for _, l := range m.queues {
+		qs = append(qs, l)
+	}
+	m.mu.Unlock()
+	var wg sync.WaitGroup
+	for _, l := range qs {
+		wg.Go(l.Loop.Shutdown)
+	}
+	wg.Wait()
+}
+
+// all returns every stored queue by name.
+func (m *Manager) all(ctx context.Context) (map[string]store.QueueInfo, error) {
+	infos, err := m.cfg.Store.ListQueues(ctx, store.ListQueuesParams{})
+	if err != nil {
+		return nil, catalogErr(fmt.Errorf("list queues: %w", err))
+	}
+	all := make(map[string]store.QueueInfo, len(infos))
+	for _, i := range infos {
+		all[i.Name] = i
+	}
+	return all, nil
+}
+
+// Sample returns every queue's state for the queue gauges, from the counts
+// each logical queue keeps (Logical.Gauges): a scrape costs O(queues ×
+// partitions), not O(items). A queue that does not answer within a second
+// is left out of this sample.
+func (m *Manager) Sample() []metrics.QueueSample {
+	m.mu.RLock()
+	ls := make([]*Logical, 0, len(m.queues))
+	for _, l := range m.queues {
+		ls = append(ls, l)
+	}
+	m.mu.RUnlock()
+	out := make([]metrics.QueueSample, 0, len(ls))
+	for _, l := range ls {
+		ctx, cancel := context.WithTimeout(context.Background(), time.Second)
+		s, err := l.Gauges(ctx)
+		cancel()
+		if err == nil {
+			out = append(out, s)
+		}
+	}
+	return out
+}
