@@ -22,6 +22,9 @@
 #   BENCH_WARMUP    unmeasured warm-up per run (default 2s)
 #   BENCH_NODES     node counts to run (default "1 2")
 #   BENCH_REPORT    where to write the report (default bench/postgres-report.md)
+#   BENCH_BASE      a git revision to compare with (A/B in one run): its styx
+#                   is built too, and each node count N also runs as "N@base"
+#                   (on a fresh cluster, just before N) with that build
 set -euo pipefail
 
 ROOT=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
@@ -29,6 +32,12 @@ DURATION=${BENCH_DURATION:-10s}
 WARMUP=${BENCH_WARMUP:-2s}
 NODE_COUNTS=${BENCH_NODES:-1 2}
 REPORT=${BENCH_REPORT:-$ROOT/bench/postgres-report.md}
+BASE=${BENCH_BASE:-}
+if [[ -n $BASE ]]; then
+	with_base=""
+	for n in $NODE_COUNTS; do with_base+="$n@base $n "; done
+	NODE_COUNTS=$with_base
+fi
 
 # The matrix: workload, clients, batch.
 MATRIX=(
@@ -84,7 +93,9 @@ start_pg() {
 # waits for its GET /health.
 start_node() {
 	local log="$TMP/node-$1-$2.log" pid
-	(cd "$TMP" && exec "$TMP/styx" server --storage postgres --postgres-url "$DSN" \
+	local bin="$TMP/styx"
+	if [[ $1 == *@base ]]; then bin="$TMP/styx-base"; fi
+	(cd "$TMP" && exec "$bin" server --storage postgres --postgres-url "$DSN" \
 		--listen "127.0.0.1:$3" --log-level warn) 2>"$log" &
 	pid=$!
 	NODE_PIDS+=("$pid")
@@ -135,17 +146,25 @@ cpu_row() {
 
 echo "bench: building styx and styx-bench into $TMP" >&2
 (cd "$ROOT" && go build -o "$TMP/styx" ./cmd/styx && go build -o "$TMP/styx-bench" ./cmd/styx-bench)
+if [[ -n $BASE ]]; then
+	echo "bench: building styx at $BASE into $TMP/styx-base" >&2
+	git -C "$ROOT" worktree add -q --detach "$TMP/base" "$BASE"
+	(cd "$TMP/base" && go build -o "$TMP/styx-base" ./cmd/styx)
+	git -C "$ROOT" worktree remove --force "$TMP/base"
+fi
 
 failures=0
 stopped=0
 RAN=() # node counts run, in order
 for nodes in $NODE_COUNTS; do
-	label="postgres, $nodes node$([[ $nodes == 1 ]] || echo s)"
+	build=""
+	if [[ $nodes == *@base ]]; then build=" (base)"; fi
+	label="postgres, ${nodes%@base} node$([[ ${nodes%@base} == 1 ]] || echo s)$build"
 	echo "bench: $label: starting PostgreSQL" >&2
 	start_pg "$nodes"
 	echo "bench: $label: PostgreSQL at $DSN" >&2
 	endpoints=""
-	for i in $(seq "$nodes"); do
+	for i in $(seq "${nodes%@base}"); do
 		port=$(free_port)
 		echo "bench: $label: node $i on 127.0.0.1:$port" >&2
 		start_node "$nodes" "$i" "$port"
@@ -228,7 +247,9 @@ done
 	echo "counters differently, so \"other\" within ±0.1 of 0 means nothing else ran."
 	for nodes in "${RAN[@]}"; do
 		echo
-		echo "## $nodes node$([[ $nodes == 1 ]] || echo s)"
+		build=""
+		if [[ $nodes == *@base ]]; then build=" (styx at $BASE)"; fi
+		echo "## ${nodes%@base} node$([[ ${nodes%@base} == 1 ]] || echo s)$build"
 		echo
 		"$TMP/styx-bench" --markdown "$TMP/$nodes.jsonl"
 		echo

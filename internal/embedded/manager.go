@@ -171,16 +171,12 @@ func (m *Manager) Delete(ctx context.Context, name string) error {
 func (m *Manager) Close() {
 	m.mu.Lock()
 	m.closed = true
-	qs := make([]*Logical, 0, len(m.queues))
+	loops := make([]*engine.Loop, 0, len(m.queues))
 	for _, l := range m.queues {
-		qs = append(qs, l)
+		loops = append(loops, l.Loop)
 	}
 	m.mu.Unlock()
-	var wg sync.WaitGroup
-	for _, l := range qs {
-		wg.Go(l.Loop.Shutdown)
-	}
-	wg.Wait()
+	engine.ShutdownAll(loops)
 }
 
 // all returns every stored queue by name.

@@ -19,6 +19,7 @@ package engine
 
 import (
 	"context"
+	"sync"
 	"time"
 
 	"github.com/styxq/styx/internal/apierr"
@@ -229,6 +230,16 @@ func (l *Loop) Shutdown() {
 		close(l.stop)
 	}
 	<-l.done
+}
+
+// ShutdownAll shuts the loops down together (each finishes the requests it
+// took) and returns when every one has exited.
+func ShutdownAll(loops []*Loop) {
+	var wg sync.WaitGroup
+	for _, l := range loops {
+		wg.Go(l.Shutdown)
+	}
+	wg.Wait()
 }
 
 // Stopping is closed once Shutdown was called.

@@ -462,16 +462,12 @@ func (m *Manager) Delete(ctx context.Context, name string) error {
 func (m *Manager) Close() {
 	m.mu.Lock()
 	m.closed = true
-	qs := make([]*Queue, 0, len(m.queues))
+	loops := make([]*engine.Loop, 0, len(m.queues))
 	for _, q := range m.queues {
-		qs = append(qs, q)
+		loops = append(loops, q.Loop)
 	}
 	m.mu.Unlock()
-	var wg sync.WaitGroup
-	for _, q := range qs {
-		wg.Go(q.Loop.Shutdown)
-	}
-	wg.Wait()
+	engine.ShutdownAll(loops)
 	m.cancel()
 	m.wg.Wait()
 	m.st.Close()

@@ -3,15 +3,17 @@
 // specific to a backend; each backend lives in a sub-package and passes the
 // conformance suite in storetest.
 //
-// The contract is deliberately narrow. Queue semantics (leasing, retries,
-// dead-lettering) live in internal/queue, whose logical queue keeps every
-// partition's ready, leased and scheduled sets in memory and uses the store
-// as its durable log of decisions: it loads item metadata once at start-up,
-// then writes one Batch per loop iteration. A backend never decides anything
-// about an item's life. (PostgreSQL is not such a backend for items:
-// internal/pgqueue is a second engine that keeps item state in SQL and
-// decides in its transactions, ADR 0006; it implements only the catalog
-// parts here. One engine over one contract is issue 15.)
+// Two contracts sit under the engine (ADR 0014). engine.Tx is the
+// decision-level one: what an iteration of the one queue engine
+// (internal/engine) asks of any backend. This package is the record-level
+// one beneath the embedded backend (internal/embedded): its logical queue
+// keeps every partition's ready, leased and scheduled sets in memory, makes
+// the engine's decisions there, and uses a Store as the durable log of them:
+// it loads item metadata once at start-up, then writes one Batch per
+// iteration. A Store never decides anything about an item's life. The
+// PostgreSQL backend (internal/pgqueue) implements engine.Tx in SQL and,
+// from this package, only the catalog, task, claim and key stores, which
+// every backend shares.
 //
 // Items are stored in three parts, so that start-up reads no payloads:
 //   - ItemMeta: the small, fixed state the logical queue keeps in memory,

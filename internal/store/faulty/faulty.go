@@ -45,7 +45,7 @@ func (s *Store) SetWriteHook(fn func(b *store.Batch) error) {
 // wrapped store's own wait: it may block (to hold the replies of that batch
 // and every later one) or return an error (a failed sync). With a sync hook
 // set, WriteAsync pipelines even over a store that is not an AsyncWriter
-// (the memory store). nil removes the hook.
+// (a plain store.Store). nil removes the hook.
 func (s *Store) SetSyncHook(fn func(b *store.Batch) func() error) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
