@@ -20,9 +20,6 @@ var _ engine.Tx = (*iteration)(nil)
 // Info implements Tx.
 func (it *iteration) Info() store.QueueInfo { return it.l.info }
 
-// Lock implements Tx: the loop owns every item, nothing to lock.
-func (it *iteration) Lock([]uint64, *queue.ClearParams) error { return nil }
-
 // view is the engine's Item of x, in partition p.
 func view(p *partition, x *item) engine.Item {
 	v := engine.Item{Partition: p.num, ID: x.id, Attempts: x.attempts, Expire: x.expire, HasHistory: x.hasErrs, Ref: x}
@@ -208,6 +205,69 @@ func (it *iteration) Redrive(n int32, items []queue.RedriveItem) error {
 	return nil
 }
 
+// Held implements engine.Tx from the source keys the queue holds (bodies
+// from this iteration's inserts, or one read).
+func (it *iteration) Held(n int32, keys []string) (map[string]store.Item, error) {
+	l := it.l
+	var xs []*item
+	var read []uint64
+	for _, k := range keys {
+		if x := l.sourceKeys[k]; x != nil {
+			xs = append(xs, x)
+			if it.fresh[x.bodyID] == nil {
+				read = append(read, x.bodyID)
+			}
+		}
+	}
+	stored := make(map[uint64]store.Item, len(read))
+	if len(read) > 0 {
+		bodies, errs, err := l.cfg.Store.ReadBodies(context.Background(), l.queueID, n, read)
+		if err != nil {
+			return nil, fmt.Errorf("read bodies: %w", err)
+		}
+		for i, id := range read {
+			stored[id] = store.Item{Body: bodies[i], Errors: errs[i]}
+		}
+	}
+	out := make(map[string]store.Item, len(xs))
+	for _, x := range xs {
+		h, ok := stored[x.bodyID]
+		if !ok { // inserted earlier in this iteration
+			h = store.Item{Body: *it.fresh[x.bodyID]}
+		}
+		h.Partition, h.Meta = n, x.meta()
+		out[x.src.key] = h
+	}
+	return out, nil
+}
+
+// Import implements engine.Tx.
+func (it *iteration) Import(n int32, items []store.Item) ([]store.Item, error) {
+	l, p := it.l, it.l.parts[n]
+	out := make([]store.Item, len(items))
+	for i, si := range items {
+		id := l.allocID(it)
+		m := si.Meta
+		x := &item{id: id, bodyID: id, created: queue.Nanos(m.CreatedAt), expire: queue.Nanos(m.ExpireDeadline),
+			attempts: m.Attempts, state: stateReady, hasErrs: !si.Errors.IsZero(), src: newSource(m.SourceKey)}
+		switch {
+		case m.Leased:
+			x.state, x.deadline = stateLeased, queue.Nanos(m.LeaseDeadline)
+		case !m.EnqueueAt.IsZero():
+			x.state, x.deadline = stateScheduled, queue.Nanos(m.EnqueueAt)
+		}
+		p.add(x)
+		if x.src != nil {
+			l.sourceKeys[m.SourceKey] = x
+		}
+		body := si.Body
+		it.batch.Insert(p.num, x.meta(), body, si.Errors)
+		l.addBody(it, x.bodyID, &body)
+		out[i] = store.Item{Partition: p.num, Meta: x.meta(), Body: body, Errors: si.Errors}
+	}
+	return out, nil
+}
+
 // Commit implements Tx: the replies join the iteration's, and the batch is
 // written (commit).
 func (it *iteration) Commit(replies []engine.Reply, err error) {
@@ -264,13 +324,6 @@ func (it *iteration) Handle(r *engine.Request) (any, bool, error) {
 			l.parts = append(l.parts, newPartition(n))
 		}
 		return nil, false, nil
-	case *engine.ImportOp:
-		p, err := l.partition(op.Partition)
-		if err != nil {
-			return nil, false, err
-		}
-		items, err := l.importItems(it, p, op.Items)
-		return items, false, err
 	case *engine.DeleteOp:
 		for _, ref := range op.Refs {
 			if _, err := l.partition(ref.Partition); err != nil {

@@ -39,10 +39,6 @@ type Item struct {
 type Tx interface {
 	// Info is the queue's configuration for this iteration.
 	Info() store.QueueInfo
-	// Lock makes the items ids name, and those a clear selects (c, when
-	// not nil), ready for the iteration before anything else runs:
-	// PostgreSQL locks their rows in id order (its lock order).
-	Lock(ids []uint64, c *queue.ClearParams) error
 	// Due ends what is due by now: scheduled items due become ready, and it
 	// returns the leased items whose lease deadline passed and the ready
 	// or scheduled items past their expire deadline, for the engine to end
@@ -84,7 +80,15 @@ type Tx interface {
 	// deadline (attempts + 1) and returns them; durable reports that every
 	// one was stored by a batch already durable (ADR 0013).
 	Lease(n int32, max int, deadline int64) (items []queue.LeasedItem, durable bool, err error)
-	// Handle runs a request of another kind (import, delete, clear,
+	// Held returns the items of partition n that hold the given source
+	// keys (store.ItemMeta.SourceKey), as stored, by key.
+	Held(n int32, keys []string) (map[string]store.Item, error)
+	// Import inserts items into partition n under new ids, as given (the
+	// engine decided their state, deadlines and source keys), and returns
+	// each as stored: the new item, or the one that holds its source key
+	// when another node's transaction stored one first.
+	Import(n int32, items []store.Item) ([]store.Item, error)
+	// Handle runs a request of another kind (delete, clear,
 	// redrive, the backend's own); it returns the reply, or mine when the
 	// backend answers r itself. An apierr error is the client's: it changes
 	// nothing and is the request's answer.
@@ -95,6 +99,16 @@ type Tx interface {
 	// with its value once the iteration is durable (a Reply.Mode may allow
 	// earlier).
 	Commit(replies []Reply, err error)
+}
+
+// Locker is implemented by a Tx that must prepare the items an iteration's
+// requests name before anything else runs: PostgreSQL locks their rows, in
+// id order, in the iteration's first statement (its lock order). The
+// engine calls Lock first when the Tx has it and the requests name items.
+type Locker interface {
+	// Lock prepares the items ids name and those the clear c selects
+	// (when not nil).
+	Lock(ids []uint64, c *queue.ClearParams) error
 }
 
 // ReplyMode says when a reply may leave.
@@ -313,10 +327,11 @@ func (e *Engine) Iterate(tx Tx, now int64, reqs []*Request, lifecycle bool) {
 }
 
 func (e *Engine) iterate(it *pass, reqs []*Request, lifecycle bool) error {
-	ids, clr := lockSet(reqs)
-	if len(ids) > 0 || clr != nil {
-		if err := it.tx.Lock(ids, clr); err != nil {
-			return err
+	if l, ok := it.tx.(Locker); ok {
+		if ids, clr := lockSet(reqs); len(ids) > 0 || clr != nil {
+			if err := l.Lock(ids, clr); err != nil {
+				return err
+			}
 		}
 	}
 	if lifecycle {
@@ -412,6 +427,10 @@ func (e *Engine) handle(it *pass, r *Request) (any, ReplyMode, error) {
 			out[i] = queue.FromNanos(deadline)
 		}
 		return out, Consume, it.tx.Renew(xs, deadline)
+	case *ImportOp:
+		out, err := e.importItems(it, op)
+		it.ready = nil
+		return out, Durable, err
 	case *RedriveOp:
 		n, err := e.produceTo(it)
 		if err != nil {
@@ -428,6 +447,85 @@ func (e *Engine) handle(it *pass, r *Request) (any, ReplyMode, error) {
 		return v, Durable, err
 	}
 	return nil, noReply, nil
+}
+
+// importItems runs an import (see Engine.Import): the items whose source_id
+// the partition holds already, or an earlier item of the call holds, are
+// answered with that copy; the others are inserted, leased (until their
+// lease deadline, or for lease_timeout from now), scheduled (enqueue_at in
+// the future) or ready, keeping their attempts, created_at and expire
+// deadline (or expiring after expire_timeout from now).
+func (e *Engine) importItems(it *pass, op *ImportOp) ([]store.Item, error) {
+	n := op.Partition
+	if err := queue.CheckPartition(it.info.Name, it.info.Partitions, n); err != nil {
+		return nil, err
+	}
+	keys := make([]string, len(op.Items))
+	first := map[string]int{} // source key -> the first item of the call with it
+	var wanted []string
+	for i, si := range op.Items {
+		if si.Body.SourceID == "" {
+			continue
+		}
+		keys[i] = queue.ImportKey(n, si.Body.SourceID)
+		if _, ok := first[keys[i]]; !ok {
+			first[keys[i]] = i
+			wanted = append(wanted, keys[i])
+		}
+	}
+	held := map[string]store.Item{}
+	if len(wanted) > 0 {
+		var err error
+		if held, err = it.tx.Held(n, wanted); err != nil {
+			return nil, err
+		}
+	}
+	out := make([]store.Item, len(op.Items))
+	var news []store.Item
+	var pos []int // the call's index of each new item
+	for i, si := range op.Items {
+		if k := keys[i]; k != "" && (first[k] != i || held[k].Meta.ID != 0) {
+			continue
+		}
+		m := store.ItemMeta{Attempts: si.Meta.Attempts, SourceKey: keys[i],
+			CreatedAt: queue.FromNanos(queue.Nanos(si.Meta.CreatedAt)), ExpireDeadline: queue.FromNanos(queue.Nanos(si.Meta.ExpireDeadline))}
+		if m.CreatedAt.IsZero() {
+			m.CreatedAt = queue.FromNanos(it.now)
+		}
+		if m.ExpireDeadline.IsZero() && it.info.ExpireTimeout > 0 {
+			m.ExpireDeadline = queue.FromNanos(it.now + int64(it.info.ExpireTimeout))
+		}
+		switch {
+		case si.Meta.Leased:
+			m.Leased, m.LeaseDeadline = true, queue.FromNanos(queue.Nanos(si.Meta.LeaseDeadline))
+			if m.LeaseDeadline.IsZero() {
+				m.LeaseDeadline = queue.FromNanos(it.now + int64(it.info.LeaseTimeout))
+			}
+		case queue.Nanos(si.Meta.EnqueueAt) > it.now:
+			m.EnqueueAt = queue.FromNanos(queue.Nanos(si.Meta.EnqueueAt))
+		}
+		news = append(news, store.Item{Partition: n, Meta: m, Body: si.Body, Errors: si.Errors})
+		pos = append(pos, i)
+	}
+	if len(news) > 0 {
+		stored, err := it.tx.Import(n, news)
+		if err != nil {
+			return nil, err
+		}
+		for j, i := range pos {
+			out[i] = stored[j]
+		}
+	}
+	for i, k := range keys {
+		switch {
+		case k == "":
+		case held[k].Meta.ID != 0:
+			out[i] = held[k]
+		case first[k] != i:
+			out[i] = out[first[k]]
+		}
+	}
+	return out, nil
 }
 
 // produceTo returns the partition a produce (or redrive) request goes to:
@@ -459,14 +557,13 @@ func (it *pass) leased(n int32, ids []uint64) ([]Item, error) {
 	if err := queue.CheckPartition(it.info.Name, it.info.Partitions, n); err != nil {
 		return nil, err
 	}
-	if err := queue.CheckLeased(it.info.Name, n, ids, func(id uint64) bool { _, ok := it.live(n, id); return ok }); err != nil {
-		return nil, err
-	}
-	xs := make([]Item, len(ids))
-	for i, id := range ids {
-		xs[i], _ = it.tx.Item(n, id)
-	}
-	return xs, nil
+	xs := make([]Item, 0, len(ids))
+	err := queue.CheckLeased(it.info.Name, n, ids, func(id uint64) bool {
+		x, ok := it.live(n, id)
+		xs = append(xs, x)
+		return ok
+	})
+	return xs, err
 }
 
 // retry ends the leases of op's items (see Engine.Retry) and queues the

@@ -290,8 +290,8 @@ func insertStatement(queueID uint64, items []insert, ids []int64) (string, []any
 
 // heldKeys returns the items of a queue that hold the given source keys, by
 // key. It reads without locking.
-func heldKeys(ctx context.Context, tx pgx.Tx, queueID uint64, keys []string) (map[string]*store.Item, error) {
-	held := map[string]*store.Item{}
+func heldKeys(ctx context.Context, tx pgx.Tx, queueID uint64, keys []string) (map[string]store.Item, error) {
+	held := map[string]store.Item{}
 	if len(keys) == 0 {
 		return held, nil
 	}
@@ -301,7 +301,7 @@ func heldKeys(ctx context.Context, tx pgx.Tx, queueID uint64, keys []string) (ma
 		return nil, err
 	}
 	for i := range items {
-		held[items[i].Meta.SourceKey] = &items[i]
+		held[items[i].Meta.SourceKey] = items[i]
 	}
 	return held, nil
 }

@@ -52,7 +52,10 @@ type newID struct {
 	to      *uint64
 }
 
-var _ engine.Tx = (*iteration)(nil)
+var (
+	_ engine.Tx     = (*iteration)(nil)
+	_ engine.Locker = (*iteration)(nil)
+)
 
 func (it *iteration) wakeQueue(id uint64) {
 	if !slices.Contains(it.notify, id) {
@@ -63,7 +66,7 @@ func (it *iteration) wakeQueue(id uint64) {
 // Info implements engine.Tx.
 func (it *iteration) Info() store.QueueInfo { return it.info }
 
-// Lock implements engine.Tx: the rows named, and those a clear selects, in
+// Lock implements engine.Locker: the rows named, and those a clear selects, in
 // id order, in the iteration's first statement (see "Lock order").
 func (it *iteration) Lock(ids []uint64, c *queue.ClearParams) error {
 	locked, err := lockRows(it.ctx, it.tx, it.q.id, toInt64(ids), c)
@@ -252,19 +255,77 @@ func (it *iteration) Lease(n int32, want int, deadline int64) ([]queue.LeasedIte
 	return items, true, err
 }
 
-// Handle implements engine.Tx: import, delete and clear, in request order
+// Held implements engine.Tx.
+func (it *iteration) Held(n int32, keys []string) (map[string]store.Item, error) {
+	if err := it.flush(); err != nil {
+		return nil, err
+	}
+	return heldKeys(it.ctx, it.tx, it.q.id, keys)
+}
+
+// Import implements engine.Tx in one statement. The unique source-key index
+// keeps one imported item per source_id and partition even when two nodes
+// import at once: an insert that another transaction's copy beat
+// (committed since Held) is skipped, and answered with that copy.
+func (it *iteration) Import(n int32, items []store.Item) ([]store.Item, error) {
+	if err := it.flush(); err != nil {
+		return nil, err
+	}
+	ins := make([]insert, len(items))
+	for i, si := range items {
+		m := si.Meta
+		in := insert{partition: n, state: stateReady, created: queue.Nanos(m.CreatedAt), attempts: m.Attempts,
+			body: si.Body, lastError: si.Errors.LastError, errors: encodeErrors(si.Errors.Errors)}
+		if m.SourceKey != "" {
+			in.sourceKey = &m.SourceKey
+		}
+		if m.Leased {
+			it.q.place(it, &in, 0, queue.Nanos(m.ExpireDeadline))
+			in.state, in.deadline = stateLeased, queue.Nanos(m.LeaseDeadline)
+			it.q.nextDue = engine.Earliest(it.q.nextDue, in.deadline)
+		} else {
+			it.q.place(it, &in, queue.Nanos(m.EnqueueAt), queue.Nanos(m.ExpireDeadline))
+		}
+		ins[i] = in
+	}
+	ids, err := newIDs(it.ctx, it.tx, len(ins))
+	if err != nil {
+		return nil, err
+	}
+	inserted, err := importInsert(it.ctx, it.tx, it.q.id, ins, ids)
+	if err != nil {
+		return nil, err
+	}
+	out := make([]store.Item, len(items))
+	var lost []string
+	for j, si := range items {
+		out[j] = si
+		out[j].Meta.ID, out[j].Meta.BodyID = uint64(ids[j]), uint64(ids[j])
+		if si.Meta.SourceKey != "" && !inserted[ids[j]] {
+			lost = append(lost, si.Meta.SourceKey)
+		}
+	}
+	if len(lost) > 0 {
+		won, err := heldKeys(it.ctx, it.tx, it.q.id, lost)
+		if err != nil {
+			return nil, err
+		}
+		for j, si := range items {
+			if h, ok := won[si.Meta.SourceKey]; ok && si.Meta.SourceKey != "" {
+				out[j] = h
+			}
+		}
+	}
+	return out, nil
+}
+
+// Handle implements engine.Tx: delete and clear, in request order
 // after the changes gathered so far.
 func (it *iteration) Handle(r *engine.Request) (any, bool, error) {
 	if err := it.flush(); err != nil {
 		return nil, false, err
 	}
 	switch op := r.Op.(type) {
-	case *engine.ImportOp:
-		if err := queue.CheckPartition(it.q.name, it.info.Partitions, op.Partition); err != nil {
-			return nil, false, err
-		}
-		items, err := it.q.importItems(it.ctx, it.tx, it, op)
-		return items, false, err
 	case *engine.DeleteOp:
 		for _, ref := range op.Refs {
 			if err := queue.CheckPartition(it.q.name, it.info.Partitions, ref.Partition); err != nil {
