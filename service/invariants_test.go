@@ -82,12 +82,15 @@ func TestNothingLostNothingDoubled(t *testing.T) {
 			})
 		}
 
-		// Restart once some items have been handled.
-		eventually(t, func() bool {
+		// Restart once some items have been handled. A liveness wait, not a
+		// timing check: under a loaded machine (a parallel suite with -race
+		// on PostgreSQL) the first quarter has taken over 10s, so it gets the
+		// final wait's bound, polled as gently.
+		require.Eventually(t, func() bool {
 			pause.RLock()
 			defer pause.RUnlock()
 			return len(s.items("inv")) < n*3/4
-		}, "consumers make progress")
+		}, 60*time.Second, 50*time.Millisecond, "consumers make progress")
 		pause.Lock()
 		s.restart()
 		pause.Unlock()

@@ -289,6 +289,9 @@ func (it *iteration) Commit(replies []engine.Reply, err error) {
 	if err != nil && it.err == nil {
 		it.err = err
 	}
+	if it.err != nil {
+		it.l.Loop.Waiters.Fail(unavailable(it.l.name, it.err))
+	}
 	it.l.commit(it)
 }
 

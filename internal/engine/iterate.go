@@ -97,7 +97,9 @@ type Tx interface {
 	// failure; the backend rolls back or reloads) and sends replies, in
 	// order: each with its own error if it has one, else with err, else
 	// with its value once the iteration is durable (a Reply.Mode may allow
-	// earlier).
+	// earlier). When the iteration fails (err, or its own write), it also
+	// answers every waiting lease with the failure (Waiters.Fail), as the
+	// client-facing error it makes of it (453).
 	Commit(replies []Reply, err error)
 }
 
@@ -319,11 +321,7 @@ func (it *pass) reply(r *Request, v any, mode ReplyMode) {
 // order, the waiting leases, and the commit.
 func (e *Engine) Iterate(tx Tx, now int64, reqs []*Request, lifecycle bool) {
 	it := &pass{tx: tx, info: tx.Info(), now: now}
-	err := e.iterate(it, reqs, lifecycle)
-	if err != nil {
-		e.Loop.Waiters.Fail(err)
-	}
-	tx.Commit(it.replies, err)
+	tx.Commit(it.replies, e.iterate(it, reqs, lifecycle))
 }
 
 func (e *Engine) iterate(it *pass, reqs []*Request, lifecycle bool) error {

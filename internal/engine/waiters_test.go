@@ -1,0 +1,51 @@
+package engine
+
+import (
+	"context"
+	"testing"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+)
+
+func waiter(t *testing.T, ws *Waiters, client string, batch int) *Request {
+	t.Helper()
+	r := &Request{Ctx: context.Background(), Lease: &LeaseWait{ClientID: client, BatchSize: batch, Timeout: 1e9}, done: make(chan Result, 1)}
+	require.NoError(t, ws.add(r, 0))
+	return r
+}
+
+// TestServeRecountsStaleCounts: when a partition hands out fewer items than
+// counted (another node took them), the waiters left without items are
+// assigned again from fresh counts in the same call.
+func TestServeRecountsStaleCounts(t *testing.T) {
+	ws := &Waiters{queue: "q"}
+	a, b := waiter(t, ws, "a", 1), waiter(t, ws, "b", 1)
+	counts := [][]int{{5, 0}, {0, 3}} // the first count is stale: partition 0 holds 1 item
+	stock := []int{1, 3}
+	rounds := 0
+	got := map[*Request]int32{}
+	next := 0
+	err := Serve(ws, &next,
+		func() ([]int, error) { c := counts[rounds]; rounds++; return c, nil },
+		func(p int32, n int) ([]int, error) {
+			k := min(n, stock[p])
+			stock[p] -= k
+			return make([]int, k), nil
+		},
+		func(r *Request, p int32, items []int) { got[r] = p })
+	require.NoError(t, err)
+	assert.Equal(t, 2, rounds)
+	assert.Equal(t, map[*Request]int32{a: 0, b: 1}, got)
+	assert.Zero(t, ws.Len(), "served waiters leave")
+}
+
+// TestWaitersRefuseDuplicateClient: one waiting lease per client_id.
+func TestWaitersRefuseDuplicateClient(t *testing.T) {
+	ws := &Waiters{queue: "q"}
+	waiter(t, ws, "a", 1)
+	r := &Request{Ctx: context.Background(), Lease: &LeaseWait{ClientID: "a", BatchSize: 1}, done: make(chan Result, 1)}
+	assert.ErrorContains(t, ws.add(r, 0), "duplicate client_id; 'a'")
+	ws.expire(2e9) // past the request timeout
+	assert.Zero(t, ws.Len())
+}
