@@ -169,14 +169,7 @@ func (m *Manager) Delete(ctx context.Context, name string) error {
 
 // Close stops every logical queue, finishing the requests each has taken.
 func (m *Manager) Close() {
-	m.mu.Lock()
-	m.closed = true
-	loops := make([]*engine.Loop, 0, len(m.queues))
-	for _, l := range m.queues {
-		loops = append(loops, l.Loop)
-	}
-	m.mu.Unlock()
-	engine.ShutdownAll(loops)
+	engine.CloseAll(&m.mu, &m.closed, m.queues)
 }
 
 // all returns every stored queue by name.

@@ -93,14 +93,12 @@ type pipeline struct {
 	done      chan struct{}
 }
 
+// newPipeline returns the syncer of queue name; wake wakes the queue's
+// loop after a failed sync. run starts it.
 func newPipeline(name string, wake func()) *pipeline {
-	return &pipeline{
-		name:    name,
-		wake:    wake,
-		entries: make(chan *commit, pipelineDepth),
-		failed:  make(chan struct{}, 1),
-		done:    make(chan struct{}),
-	}
+	p := &pipeline{name: name, wake: wake, done: make(chan struct{})}
+	p.entries, p.failed = make(chan *commit, pipelineDepth), make(chan struct{}, 1)
+	return p
 }
 
 // idle reports whether every entry sent has been handled.

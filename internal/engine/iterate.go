@@ -187,6 +187,9 @@ type Engine struct {
 // Name returns the queue's name.
 func (e *Engine) Name() string { return e.Loop.Name() }
 
+// QueueLoop returns the queue's loop (CloseAll).
+func (e *Engine) QueueLoop() *Loop { return e.Loop }
+
 // Pending returns how many requests wait in the queue's channel; a
 // background task (a redrive) backs off while it is not 0.
 func (e *Engine) Pending() int { return e.Loop.Pending() }

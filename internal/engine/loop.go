@@ -232,9 +232,18 @@ func (l *Loop) Shutdown() {
 	<-l.done
 }
 
-// ShutdownAll shuts the loops down together (each finishes the requests it
-// took) and returns when every one has exited.
-func ShutdownAll(loops []*Loop) {
+// CloseAll is a queue manager's Close: under mu it sets *closed (no queue
+// starts after it) and takes every queue's loop, then shuts them down
+// together (each finishes the requests it took) and returns when every one
+// has exited.
+func CloseAll[K comparable, Q interface{ QueueLoop() *Loop }](mu sync.Locker, closed *bool, queues map[K]Q) {
+	mu.Lock()
+	*closed = true
+	loops := make([]*Loop, 0, len(queues))
+	for _, q := range queues {
+		loops = append(loops, q.QueueLoop())
+	}
+	mu.Unlock()
 	var wg sync.WaitGroup
 	for _, l := range loops {
 		wg.Go(l.Shutdown)

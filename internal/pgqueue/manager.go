@@ -460,14 +460,7 @@ func (m *Manager) Delete(ctx context.Context, name string) error {
 // Close stops the loops (finishing the requests they took), the listener
 // and the refresher, and closes the pool.
 func (m *Manager) Close() {
-	m.mu.Lock()
-	m.closed = true
-	loops := make([]*engine.Loop, 0, len(m.queues))
-	for _, q := range m.queues {
-		loops = append(loops, q.Loop)
-	}
-	m.mu.Unlock()
-	engine.ShutdownAll(loops)
+	engine.CloseAll(&m.mu, &m.closed, m.queues)
 	m.cancel()
 	m.wg.Wait()
 	m.st.Close()
