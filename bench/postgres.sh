@@ -22,9 +22,10 @@
 #   BENCH_WARMUP    unmeasured warm-up per run (default 2s)
 #   BENCH_NODES     node counts to run (default "1 2")
 #   BENCH_REPORT    where to write the report (default bench/postgres-report.md)
-#   BENCH_BASE      a git revision to compare with (A/B in one run): its styx
-#                   is built too, and each node count N also runs as "N@base"
-#                   (on a fresh cluster, just before N) with that build
+#   BENCH_OLD_REV   a git revision to compare with (A/B in one run, as
+#                   bench/ab.sh for the embedded backends): its styx is built
+#                   too, and each node count N also runs as "N@base" (on a
+#                   fresh cluster, just before N) with that build
 set -euo pipefail
 
 ROOT=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
@@ -32,7 +33,7 @@ DURATION=${BENCH_DURATION:-10s}
 WARMUP=${BENCH_WARMUP:-2s}
 NODE_COUNTS=${BENCH_NODES:-1 2}
 REPORT=${BENCH_REPORT:-$ROOT/bench/postgres-report.md}
-BASE=${BENCH_BASE:-}
+BASE=${BENCH_OLD_REV:-}
 if [[ -n $BASE ]]; then
 	with_base=""
 	for n in $NODE_COUNTS; do with_base+="$n@base $n "; done

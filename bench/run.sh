@@ -22,9 +22,6 @@
 #   BENCH_ROUNDS    runs of each row on each backend (default 1; the
 #                   side-by-side table shows medians)
 #   BENCH_REPORT    where to write the report (default bench/report.md)
-#   BENCH_BASE      a git revision to compare with (A/B in one run): its styx
-#                   is built too, and each backend B also runs as "B@base" on
-#                   that build, row by row beside B, with the same styx-bench
 set -euo pipefail
 
 ROOT=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
@@ -33,12 +30,6 @@ WARMUP=${BENCH_WARMUP:-2s}
 BACKENDS=${BENCH_BACKENDS:-pebble pebble-nosync memory}
 ROUNDS=${BENCH_ROUNDS:-1}
 REPORT=${BENCH_REPORT:-$ROOT/bench/report.md}
-BASE=${BENCH_BASE:-}
-if [[ -n $BASE ]]; then
-	with_base=""
-	for b in $BACKENDS; do with_base+="$b@base $b "; done
-	BACKENDS=$with_base
-fi
 
 # The matrix: workload, clients, batch, extra flags.
 MATRIX=(
@@ -65,34 +56,24 @@ declare -A PORT PID
 # start_server BACKEND PORT starts a server, waits for GET /health and
 # records its port and pid.
 start_server() {
-	local backend=$1 port=$2 data="$TMP/data-$1" log="$TMP/server-$1.log" bin="$TMP/styx"
+	local backend=$1 port=$2 data="$TMP/data-$1" log="$TMP/server-$1.log"
 	local args=(server --data-dir "$data" --listen "127.0.0.1:$port" --log-level warn)
-	if [[ $backend == *@base ]]; then
-		bin="$TMP/styx-base"
-		backend=${backend%@base}
-	fi
 	case $backend in
 	pebble) args+=(--storage pebble --sync=true) ;;
 	pebble-nosync) args+=(--storage pebble --sync=false) ;;
 	*) args+=(--storage "$backend") ;;
 	esac
 	mkdir -p "$data"
-	"$bin" "${args[@]}" 2>"$log" &
+	"$TMP/styx" "${args[@]}" 2>"$log" &
 	local pid=$!
 	PIDS+=("$pid")
 	wait_healthy "$pid" "$port" "$backend" "$log"
-	PORT[$1]=$port
-	PID[$1]=$pid
+	PORT[$backend]=$port
+	PID[$backend]=$pid
 }
 
 echo "bench: building styx and styx-bench into $TMP" >&2
 (cd "$ROOT" && go build -o "$TMP/styx" ./cmd/styx && go build -o "$TMP/styx-bench" ./cmd/styx-bench)
-if [[ -n $BASE ]]; then
-	echo "bench: building styx at $BASE into $TMP/styx-base" >&2
-	git -C "$ROOT" worktree add -q --detach "$TMP/base" "$BASE"
-	(cd "$TMP/base" && go build -o "$TMP/styx-base" ./cmd/styx)
-	git -C "$ROOT" worktree remove --force "$TMP/base"
-fi
 
 echo "bench: measuring t_fsync in $TMP" >&2
 "$TMP/styx-bench" --fsync-probe "$TMP" >"$TMP/fsync.json"
@@ -162,7 +143,6 @@ sleep 0.2 # let the stderr tees finish
 		case $backend in
 		pebble) echo "## pebble (sync on)" ;;
 		pebble-nosync) echo "## pebble, --sync=false" ;;
-		*@base) echo "## $backend (styx at $BASE)" ;;
 		*) echo "## $backend" ;;
 		esac
 		echo

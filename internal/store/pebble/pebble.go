@@ -135,8 +135,8 @@ var _ store.Store = (*Store)(nil)
 const (
 	DefaultCacheBytes     = 256 << 20
 	DefaultMemTableBytes  = 64 << 20
-	InMemoryCacheBytes    = 8 << 20
-	InMemoryMemTableBytes = 4 << 20
+	InMemoryCacheBytes    = 64 << 20
+	InMemoryMemTableBytes = 64 << 20
 )
 
 // OpenMemory opens an empty store in memory (Config.InMemory).
