@@ -1,7 +1,6 @@
 package queuetest
 
 import (
-	"context"
 	"fmt"
 	"slices"
 	"strings"
@@ -460,20 +459,11 @@ var coverageRows = []row{
 	}},
 	{"WaitingLeaseOnDeadQueueServedByMove", func(e *env) {
 		q, dlq := e.withDLQ(nil)
-		done := make(chan queue.LeaseResult, 1)
-		errc := make(chan error, 1)
-		ctx, cancel := context.WithTimeout(e.ctx, waitTimeout)
-		defer cancel()
-		go func() {
-			res, err := dlq.Lease(ctx, queue.LeaseParams{BatchSize: 10, ClientID: "w", Timeout: time.Minute})
-			errc <- err
-			done <- res
-		}()
-		e.waitLeaseWaiting(dlq, 1)
+		wait := e.leaseWaiting(dlq, 10)
 		e.produce(q, "a")
 		e.deadLetter(q, "a", "x")
-		require.NoError(e.t, <-errc)
-		res := <-done
+		res, err := wait()
+		require.NoError(e.t, err)
 		require.Equal(e.t, []string{"a"}, payloads(res.Items))
 		require.NoError(e.t, dlq.Complete(e.ctx, res.Partition, []uint64{res.Items[0].ID}))
 		require.Empty(e.t, e.items(dlq))

@@ -240,6 +240,26 @@ func (e *env) eventuallyItems(q queue.Queue, n int) []store.Item {
 }
 
 // waitLeaseWaiting waits until n leases wait on q (Stats.LeaseWaiting).
+// leaseWaiting starts a lease of up to batch items on q (client "w", a
+// minute's request timeout) in the background, waits until it is waiting,
+// and returns a function that waits for its answer.
+func (e *env) leaseWaiting(q queue.Queue, batch int) func() (queue.LeaseResult, error) {
+	e.t.Helper()
+	type answer struct {
+		res queue.LeaseResult
+		err error
+	}
+	done := make(chan answer, 1)
+	ctx, cancel := context.WithTimeout(e.ctx, waitTimeout)
+	e.t.Cleanup(cancel)
+	go func() {
+		res, err := q.Lease(ctx, queue.LeaseParams{BatchSize: batch, ClientID: "w", Timeout: time.Minute})
+		done <- answer{res, err}
+	}()
+	e.waitLeaseWaiting(q, 1)
+	return func() (queue.LeaseResult, error) { a := <-done; return a.res, a.err }
+}
+
 func (e *env) waitLeaseWaiting(q queue.Queue, n int) {
 	e.t.Helper()
 	require.Eventually(e.t, func() bool {
@@ -339,25 +359,17 @@ var rows = []row{
 	}},
 	{"WaitingLeaseServedByProduce", func(e *env) {
 		q := e.create("q", nil)
-		done := make(chan queue.LeaseResult, 1)
-		errc := make(chan error, 1)
-		ctx, cancel := context.WithTimeout(e.ctx, waitTimeout)
-		defer cancel()
-		go func() {
-			res, err := q.Lease(ctx, queue.LeaseParams{BatchSize: 5, ClientID: "w", Timeout: time.Minute})
-			errc <- err
-			done <- res
-		}()
-		e.waitLeaseWaiting(q, 1)
+		wait := e.leaseWaiting(q, 5)
 		// client_id is unique among the queue's waiting leases.
-		_, err := q.Lease(ctx, queue.LeaseParams{BatchSize: 1, ClientID: "w", Timeout: time.Minute})
+		_, err := q.Lease(e.ctx, queue.LeaseParams{BatchSize: 1, ClientID: "w", Timeout: time.Minute})
 		ae, ok := apierr.As(err)
 		require.True(e.t, ok, "duplicate client_id: %v", err)
 		require.Equal(e.t, apierr.Invalid, ae.Code)
 		require.Contains(e.t, ae.Message, "duplicate client_id")
 		e.produce(q, "a")
-		require.NoError(e.t, <-errc)
-		require.Equal(e.t, []string{"a"}, payloads((<-done).Items))
+		res, err := wait()
+		require.NoError(e.t, err)
+		require.Equal(e.t, []string{"a"}, payloads(res.Items))
 	}},
 	{"WaitingLeaseTimesOut", func(e *env) {
 		q := e.create("q", nil)
