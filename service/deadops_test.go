@@ -374,8 +374,13 @@ func TestRedrive(t *testing.T) {
 			s.importDead("rl-dlq", items...)
 			task := s.waitTask(must(s.C.DeadRedrive(ctx, &pb.DeadRedriveRequest{QueueName: "rl-dlq", RateLimit: 50, All: true})).TaskId)
 			took := task.FinishedAt.AsTime().Sub(task.StartedAt.AsTime())
-			// 100 items at 50/s with bursts of 5: (100-5)/50 = 1.9 s.
-			assert.InDelta(t, 1.9, took.Seconds(), 0.38, "took %s", took)
+			// 100 items at 50/s with bursts of 5 take at least (100-5)/50 =
+			// 1.9 s: the limit is honoured when the task is never faster.
+			// How much slower it is depends on the machine (2.7 s on a
+			// loaded one, on PostgreSQL), so the upper bound only says the
+			// limiter does not stall it; speed is measured in benchmarks.
+			assert.GreaterOrEqual(t, took.Seconds(), 1.9-0.1, "took %s", took)
+			assert.Less(t, took.Seconds(), 10.0, "took %s", took)
 			assert.Equal(t, int64(100), task.Moved)
 		})
 	})
