@@ -78,93 +78,61 @@ func (m *Manager) List(ctx context.Context, p store.ListQueuesParams) ([]store.Q
 	return infos, catalogErr(err)
 }
 
-// Create stores a new queue and starts its logical queue. Returns
-// apierr.Invalid if it exists, apierr.Invalid if its dead_queue breaks a
-// rule (see checkDeadQueue).
-func (m *Manager) Create(ctx context.Context, info store.QueueInfo) error {
+// admin is the manager's engine.Admin: adminMu serializes the steps, the
+// definitions are the store's.
+func (m *Manager) admin(ctx context.Context, fn func(engine.Definitions, map[string]store.QueueInfo) error) error {
 	m.adminMu.Lock()
 	defer m.adminMu.Unlock()
 	all, err := m.all(ctx)
 	if err != nil {
 		return err
 	}
-	if err := queue.ValidateCreate(all, info); err != nil {
-		return err
-	}
-	info, err = m.cfg.Store.CreateQueue(ctx, info)
-	if errors.Is(err, store.ErrQueueExists) {
-		return queue.Exists(info.Name)
-	}
-	if err != nil {
-		return catalogErr(fmt.Errorf("create queue '%s': %w", info.Name, err))
-	}
-	m.mu.Lock()
-	defer m.mu.Unlock()
-	if m.closed {
-		return engine.ErrShuttingDown
-	}
-	m.queues[info.Name] = newLogical(m.cfg, info, m.lookup)
-	return nil
+	return catalogErr(fn(m.cfg.Store, all))
 }
 
-// Update applies change to the stored configuration of name, checks the
-// result against the dead-letter rules, stores it and hands it to the
-// logical queue. Partitions can be added, not removed.
+// Create stores a new queue and starts its logical queue
+// (engine.CreateQueue).
+func (m *Manager) Create(ctx context.Context, info store.QueueInfo) error {
+	_, err := engine.CreateQueue(ctx, m.admin, info, func(info store.QueueInfo) error {
+		m.mu.Lock()
+		defer m.mu.Unlock()
+		if m.closed {
+			return engine.ErrShuttingDown
+		}
+		m.queues[info.Name] = newLogical(m.cfg, info, m.lookup)
+		return nil
+	})
+	return err
+}
+
+// Update changes a queue's stored configuration (engine.UpdateQueue) and
+// hands it to the logical queue.
 func (m *Manager) Update(ctx context.Context, name string, change func(*store.QueueInfo) error) error {
-	m.adminMu.Lock()
-	defer m.adminMu.Unlock()
-	all, err := m.all(ctx)
-	if err != nil {
-		return err
-	}
-	old, ok := all[name]
-	if !ok {
-		return queue.NotFound(name)
-	}
-	info := old
-	if err := change(&info); err != nil {
-		return err
-	}
-	if err := queue.ValidateUpdate(all, old, info); err != nil {
-		return err
-	}
-	if err := m.cfg.Store.UpdateQueue(ctx, info); err != nil {
-		if errors.Is(err, store.ErrQueueNotFound) {
+	_, err := engine.UpdateQueue(ctx, m.admin, name, change, func(info store.QueueInfo) error {
+		l := m.lookup(name)
+		if l == nil {
 			return queue.NotFound(name)
 		}
-		return catalogErr(fmt.Errorf("update queue '%s': %w", name, err))
-	}
-	l := m.lookup(name)
-	if l == nil {
-		return queue.NotFound(name)
-	}
-	return l.setConfig(ctx, info)
+		return l.setConfig(ctx, info)
+	})
+	return err
 }
 
-// Delete stops a queue's logical queue and deletes the queue with its items.
-// Returns apierr.Invalid if the queue is some queue's dead_queue.
+// Delete stops a queue's logical queue (finishing the requests it took)
+// and deletes the queue with its items (engine.DeleteQueue).
 func (m *Manager) Delete(ctx context.Context, name string) error {
-	m.adminMu.Lock()
-	defer m.adminMu.Unlock()
-	all, err := m.all(ctx)
-	if err != nil {
-		return err
-	}
-	if err := queue.ValidateDelete(all, name); err != nil {
-		return err
-	}
-	m.mu.Lock()
-	l := m.queues[name]
-	delete(m.queues, name)
-	m.mu.Unlock()
-	if l != nil {
-		l.Loop.Shutdown()
-	}
-	m.cfg.Metrics.ForgetQueue(name)
-	if err := m.cfg.Store.DeleteQueue(ctx, name); err != nil && !errors.Is(err, store.ErrQueueNotFound) {
-		return catalogErr(fmt.Errorf("delete queue '%s': %w", name, err))
-	}
-	return nil
+	_, err := engine.DeleteQueue(ctx, m.admin, name, func(store.QueueInfo) error {
+		m.mu.Lock()
+		l := m.queues[name]
+		delete(m.queues, name)
+		m.mu.Unlock()
+		if l != nil {
+			l.Loop.Shutdown()
+		}
+		m.cfg.Metrics.ForgetQueue(name)
+		return nil
+	})
+	return err
 }
 
 // Close stops every logical queue, finishing the requests each has taken.

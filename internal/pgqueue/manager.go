@@ -365,11 +365,11 @@ func (m *Manager) List(ctx context.Context, p store.ListQueuesParams) ([]store.Q
 	return m.st.ListQueues(ctx, p)
 }
 
-// admin runs a change of queue definitions in a transaction that holds the
-// schema's admin lock (so concurrent changes on several nodes are checked
-// one after the other), with every definition read under it, and tells the
-// other nodes at commit.
-func (m *Manager) admin(ctx context.Context, fn func(tx pgx.Tx, all map[string]store.QueueInfo) error) error {
+// admin is the manager's engine.Admin: a step is a transaction that holds
+// the schema's admin lock (so concurrent changes on several nodes are
+// checked one after the other), with every definition read under it, and
+// tells the other nodes at commit.
+func (m *Manager) admin(ctx context.Context, fn func(engine.Definitions, map[string]store.QueueInfo) error) error {
 	err := pgx.BeginFunc(ctx, m.st.pool, func(tx pgx.Tx) error {
 		if _, err := tx.Exec(ctx, `SELECT pg_advisory_xact_lock(hashtext('styx-admin:' || current_schema()))`); err != nil {
 			return err
@@ -382,7 +382,7 @@ func (m *Manager) admin(ctx context.Context, fn func(tx pgx.Tx, all map[string]s
 		for _, i := range infos {
 			all[i.Name] = i
 		}
-		if err := fn(tx, all); err != nil {
+		if err := fn(txDefinitions{tx}, all); err != nil {
 			return err
 		}
 		_, err = tx.Exec(ctx, `SELECT pg_notify($1, 'c')`, m.st.channel)
@@ -391,19 +391,25 @@ func (m *Manager) admin(ctx context.Context, fn func(tx pgx.Tx, all map[string]s
 	return wrap("queue admin", err)
 }
 
-// Create implements queue.Queues.
+// txDefinitions are the queue definitions of an admin transaction.
+type txDefinitions struct{ tx pgx.Tx }
+
+func (d txDefinitions) CreateQueue(ctx context.Context, info store.QueueInfo) (store.QueueInfo, error) {
+	return createQueue(ctx, d.tx, info)
+}
+
+func (d txDefinitions) UpdateQueue(ctx context.Context, info store.QueueInfo) error {
+	return updateQueue(ctx, d.tx, info)
+}
+
+func (d txDefinitions) DeleteQueue(ctx context.Context, name string) error {
+	return deleteQueue(ctx, d.tx, name)
+}
+
+// Create implements queue.Queues (engine.CreateQueue); this node serves the
+// queue at once, the others once notified.
 func (m *Manager) Create(ctx context.Context, info store.QueueInfo) error {
-	err := m.admin(ctx, func(tx pgx.Tx, all map[string]store.QueueInfo) error {
-		if err := queue.ValidateCreate(all, info); err != nil {
-			return err
-		}
-		created, err := createQueue(ctx, tx, info)
-		if errors.Is(err, store.ErrQueueExists) {
-			return queue.Exists(info.Name)
-		}
-		info = created
-		return err
-	})
+	info, err := engine.CreateQueue(ctx, m.admin, info, nil)
 	if err != nil {
 		return err
 	}
@@ -411,23 +417,9 @@ func (m *Manager) Create(ctx context.Context, info store.QueueInfo) error {
 	return err
 }
 
-// Update implements queue.Queues.
+// Update implements queue.Queues (engine.UpdateQueue).
 func (m *Manager) Update(ctx context.Context, name string, change func(*store.QueueInfo) error) error {
-	var info store.QueueInfo
-	err := m.admin(ctx, func(tx pgx.Tx, all map[string]store.QueueInfo) error {
-		old, ok := all[name]
-		if !ok {
-			return queue.NotFound(name)
-		}
-		info = old
-		if err := change(&info); err != nil {
-			return err
-		}
-		if err := queue.ValidateUpdate(all, old, info); err != nil {
-			return err
-		}
-		return updateQueue(ctx, tx, info)
-	})
+	info, err := engine.UpdateQueue(ctx, m.admin, name, change, nil)
 	if err != nil {
 		return err
 	}
@@ -435,21 +427,15 @@ func (m *Manager) Update(ctx context.Context, name string, change func(*store.Qu
 	return err
 }
 
-// Delete implements queue.Queues: the queue's items go with it.
+// Delete implements queue.Queues (engine.DeleteQueue): the queue's items go
+// with it; this node stops its loop once the delete is committed.
 func (m *Manager) Delete(ctx context.Context, name string) error {
-	var id uint64
-	err := m.admin(ctx, func(tx pgx.Tx, all map[string]store.QueueInfo) error {
-		if err := queue.ValidateDelete(all, name); err != nil {
-			return err
-		}
-		id = all[name].ID
-		return deleteQueue(ctx, tx, name)
-	})
+	info, err := engine.DeleteQueue(ctx, m.admin, name, nil)
 	if err != nil {
 		return err
 	}
 	m.mu.Lock()
-	stopped := m.forget(id, name)
+	stopped := m.forget(info.ID, name)
 	m.mu.Unlock()
 	for _, q := range stopped {
 		q.Loop.Shutdown()
