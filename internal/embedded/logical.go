@@ -147,9 +147,7 @@ func newLogical(cfg Config, info store.QueueInfo, lookup func(string) *Logical) 
 		groups:     make(map[groupKey]*group),
 		deferred:   make(map[*item]*deferredReply),
 	}
-	l.Engine = engine.Engine{Loop: engine.NewLoop(info.Name, cfg.Clock), Attempts: func(n int32) {
-		cfg.Metrics.ItemAttempts.WithLabelValues("completed").Observe(float64(n))
-	}}
+	l.Engine = engine.NewEngine(info.Name, cfg.Clock, cfg.Metrics)
 	l.pipe = newPipeline(info.Name, l.Loop.Wake)
 	cfg.Metrics.InitQueue(info.Name, info.DeadQueue)
 	l.Loop.Start(l)
@@ -493,17 +491,11 @@ func (l *Logical) leasedBodies(it *iteration, p *partition, items []*item) (map[
 // NextWake returns when lifecycle work is next due (engine.Backend).
 func (l *Logical) NextWake(int64) int64 {
 	var next int64
-	earliest := func(t int64) {
-		if t != 0 && (next == 0 || t < next) {
-			next = t
-		}
-	}
 	for _, p := range l.parts {
-		earliest(p.nextTimed())
-		earliest(p.nextExpiry())
+		next = engine.Earliest(next, p.nextTimed(), p.nextExpiry())
 	}
 	if len(l.toSend) > 0 && l.inflight < maxMovesInFlight {
-		earliest(max(l.moveAfter, 1))
+		next = engine.Earliest(next, max(l.moveAfter, 1))
 	}
 	return next
 }

@@ -5,8 +5,10 @@ import (
 	"time"
 
 	"github.com/styxq/styx/internal/apierr"
+	"github.com/styxq/styx/internal/clock"
 	"github.com/styxq/styx/internal/queue"
 	"github.com/styxq/styx/internal/store"
+	"github.com/styxq/styx/metrics"
 )
 
 // The engine's iteration: what one loop iteration decides, on every
@@ -179,9 +181,21 @@ type Engine struct {
 	// choice (engine/distribution.go): the partition after the one chosen
 	// last. Owned by the loop.
 	produceNext, leaseNext int
-	// Attempts observes the attempts of completed items (metric); may be
-	// nil.
-	Attempts func(n int32)
+	// completed observes the attempts of completed items
+	// (styx_item_attempts{outcome="completed"}); nil in tests without
+	// metrics.
+	completed func(n int32)
+}
+
+// NewEngine returns the engine of the queue name, with its loop (not
+// started: the backend calls Loop.Start). m, when not nil, receives the
+// attempts of completed items.
+func NewEngine(name string, clk clock.Clock, m *metrics.Metrics) Engine {
+	e := Engine{Loop: NewLoop(name, clk)}
+	if m != nil {
+		e.completed = func(n int32) { m.ItemAttempts.WithLabelValues("completed").Observe(float64(n)) }
+	}
+	return e
 }
 
 // Name returns the queue's name.
@@ -402,9 +416,9 @@ func (e *Engine) handle(it *pass, r *Request) (any, ReplyMode, error) {
 		if err := it.tx.Complete(xs); err != nil {
 			return nil, 0, err
 		}
-		if e.Attempts != nil {
+		if e.completed != nil {
 			for _, x := range xs {
-				e.Attempts(x.Attempts)
+				e.completed(x.Attempts)
 			}
 		}
 		return nil, Consume, nil

@@ -68,9 +68,7 @@ type Queue struct {
 
 func newQueue(m *Manager, info store.QueueInfo) *Queue {
 	q := &Queue{m: m, name: info.Name, id: info.ID}
-	q.Engine = engine.Engine{Loop: engine.NewLoop(info.Name, m.cfg.Clock), Attempts: func(n int32) {
-		m.cfg.Metrics.ItemAttempts.WithLabelValues("completed").Observe(float64(n))
-	}}
+	q.Engine = engine.NewEngine(info.Name, m.cfg.Clock, m.cfg.Metrics)
 	// Lifecycle work may be due from before this node started.
 	q.nextDue = 1
 	q.Loop.Start(q)
