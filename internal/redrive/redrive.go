@@ -206,6 +206,29 @@ func (r *Runner) load(ctx context.Context) ([]*Task, map[string]bool, error) {
 	return tasks, cancels, nil
 }
 
+// reload reads task t from the store again and puts it in the runner's
+// list in place of t (a cancel request stored since shows as
+// StatusCancelling). live is false when the task is gone or finished.
+func (r *Runner) reload(ctx context.Context, t *Task) (*Task, bool, error) {
+	tasks, cancels, err := r.load(ctx)
+	if err != nil {
+		return nil, false, err
+	}
+	for _, cur := range tasks {
+		if cur.ID != t.ID {
+			continue
+		}
+		if cancels[cur.ID] && cur.Status == StatusRunning {
+			cur.Status = StatusCancelling
+		}
+		r.mu.Lock()
+		r.tasks[cur.ID] = cur
+		r.mu.Unlock()
+		return cur, !cur.finished(), nil
+	}
+	return nil, false, nil
+}
+
 // adopt loads the persisted tasks and resumes the unfinished ones that no
 // runner runs: at start, every one; on a shared store, those whose claim it
 // gets (their server died). The others are kept as the store shows them.
@@ -230,6 +253,19 @@ func (r *Runner) adopt(ctx context.Context) error {
 		}
 		if !ok {
 			continue
+		}
+		if r.claimer != nil {
+			// The task's server may have ended it between the load and the
+			// claim (it stores the end, then releases the claim): look
+			// again, holding the claim, so an ended task is not run twice.
+			var live bool
+			if t, live, err = r.reload(ctx, t); err != nil || !live {
+				release()
+				if err != nil {
+					return err
+				}
+				continue
+			}
 		}
 		if t.Status == StatusCancelling || cancels[t.ID] {
 			r.finish(t, StatusCancelled, "", release)
@@ -302,25 +338,15 @@ func (r *Runner) Start(ctx context.Context, p StartParams) (Task, error) {
 	if !p.DryRun {
 		// One task runs per dead-letter queue: on a shared store the claim
 		// of the queue says so across servers.
-		var ok bool
-		if release, ok, err = r.claim(ctx, p.Queue); err != nil {
+		if release, err = r.claimNew(ctx, p.Queue); err != nil {
 			return Task{}, err
-		}
-		if !ok {
-			id := "(on another server)"
-			if r.sync(ctx) == nil {
-				r.mu.Lock()
-				id = r.runningOn(p.Queue)
-				r.mu.Unlock()
-			}
-			return Task{}, apierr.New(apierr.Conflict, "redrive already running; task '%s' is running on queue '%s'", id, p.Queue)
 		}
 	}
 	r.mu.Lock()
 	if id := r.runningOn(p.Queue); id != "" && !p.DryRun {
 		r.mu.Unlock()
 		release()
-		return Task{}, apierr.New(apierr.Conflict, "redrive already running; task '%s' is running on queue '%s'", id, p.Queue)
+		return Task{}, runningConflict(id, p.Queue)
 	}
 	r.lastID = max(r.lastID+1, uint64(now.UnixNano()))
 	t.ID = "rd-" + queue.FormatID(r.lastID)
@@ -363,6 +389,54 @@ func (r *Runner) Start(ctx context.Context, p StartParams) (Task, error) {
 	c := t.clone()
 	r.mu.Unlock()
 	return c, nil
+}
+
+// claimWait bounds how long Start waits for a claim that another server
+// holds while no unfinished task shows for it (claimNew). A variable so that
+// tests can shorten it.
+var claimWait = 2 * time.Second
+
+// claimNew claims deadQueue for a new task. A claim held elsewhere while the
+// store shows no unfinished task on the queue is a task that another server
+// is starting (it counts the matching items before it stores the task) or
+// ending (it stores the end before it releases the claim): claimNew looks
+// again, every 10 ms at first and every 200 ms at most, for up to claimWait
+// (real time: the wait is for another server, not for this one's clock).
+// It returns apierr.Conflict naming the task running on the queue as soon
+// as one shows, or, at claimWait, saying that a task is starting or ending
+// on another server.
+func (r *Runner) claimNew(ctx context.Context, deadQueue string) (func(), error) {
+	start, wait := time.Now(), 10*time.Millisecond
+	for {
+		release, ok, err := r.claim(ctx, deadQueue)
+		if err != nil || ok {
+			return release, err
+		}
+		if err := r.sync(ctx); err != nil {
+			return nil, apierr.New(apierr.Conflict, "redrive already running; a task holds queue '%s' on another server", deadQueue)
+		}
+		r.mu.Lock()
+		id := r.runningOn(deadQueue)
+		r.mu.Unlock()
+		if id != "" {
+			return nil, runningConflict(id, deadQueue)
+		}
+		if time.Since(start) >= claimWait {
+			return nil, apierr.New(apierr.Conflict,
+				"redrive already running; a task is starting or ending on queue '%s' on another server; retry", deadQueue)
+		}
+		select {
+		case <-ctx.Done():
+			return nil, ctx.Err()
+		case <-time.After(wait):
+		}
+		wait = min(2*wait, 200*time.Millisecond)
+	}
+}
+
+// runningConflict is Start's apierr.Conflict for task id running on queue q.
+func runningConflict(id, q string) error {
+	return apierr.New(apierr.Conflict, "redrive already running; task '%s' is running on queue '%s'", id, q)
 }
 
 // runningOn returns the id of the unfinished task on queue, or "". Needs mu.
