@@ -4,6 +4,7 @@ import (
 	"cmp"
 	"context"
 	"errors"
+	"iter"
 	"slices"
 	"sync/atomic"
 	"time"
@@ -401,60 +402,46 @@ func (q *Queue) Scheduled(ctx context.Context, partition int32, after uint64, li
 // scanChunk is how many items Scan reads per statement.
 const scanChunk = 500
 
-// Scan implements queue.Queue: the queue's items in id order across
-// partitions, filtered as embedded.Logical.Scan filters them.
+// Scan implements queue.Queue (queue.Scan) from the database: the queue's
+// items in id order across partitions, scanChunk rows per statement.
 func (q *Queue) Scan(ctx context.Context, _ int32, f *queue.DeadFilter, p queue.ScanParams) ([]store.Item, uint64, error) {
-	if p.MaxScanned <= 0 {
-		p.MaxScanned = 10_000
-	}
-	if len(f.IDs) > 0 {
-		ids := make([]int64, 0, len(f.IDs))
-		for _, id := range f.IDs {
-			if id > p.After && id != 0 {
-				ids = append(ids, int64(id))
+	return queue.Scan(f, p, func(ids []uint64) iter.Seq2[store.Item, error] {
+		return func(yield func(store.Item, error) bool) {
+			ids64 := make([]int64, len(ids))
+			for i, id := range ids {
+				ids64[i] = int64(id)
 			}
+			got, err := collectItems(q.m.st.pool.Query(ctx, `SELECT `+itemColumns+` FROM styx_items
+				WHERE queue_id=$1 AND id = ANY($2) ORDER BY id`, int64(q.id), ids64))
+			yieldAll(yield, got, q.readErr(err))
 		}
-		got, err := collectItems(q.m.st.pool.Query(ctx, `SELECT `+itemColumns+` FROM styx_items
-			WHERE queue_id=$1 AND id = ANY($2) ORDER BY id`, int64(q.id), ids))
-		if err != nil {
-			return nil, 0, q.readErr(err)
-		}
-		var items []store.Item
-		for i := range got {
-			if !f.Match(&got[i]) {
-				continue
-			}
-			if len(items) == p.Limit {
-				return items, items[len(items)-1].Meta.ID, nil
-			}
-			items = append(items, got[i])
-		}
-		return items, 0, nil
-	}
-	var items []store.Item
-	after, scanned := p.After, 0
-	for len(items) < p.Limit && scanned < p.MaxScanned {
-		chunk := min(scanChunk, p.MaxScanned-scanned)
-		got, err := collectItems(q.m.st.pool.Query(ctx, `SELECT `+itemColumns+` FROM styx_items
-			WHERE queue_id=$1 AND id>$2 ORDER BY id LIMIT $3`, int64(q.id), int64(after), chunk))
-		if err != nil {
-			return nil, 0, q.readErr(err)
-		}
-		for i := range got {
-			scanned++
-			after = got[i].Meta.ID
-			if f.Match(&got[i]) {
-				items = append(items, got[i])
-				if len(items) == p.Limit {
-					return items, after, nil
+	}, func(after uint64) iter.Seq2[store.Item, error] {
+		return func(yield func(store.Item, error) bool) {
+			for {
+				got, err := collectItems(q.m.st.pool.Query(ctx, `SELECT `+itemColumns+` FROM styx_items
+					WHERE queue_id=$1 AND id>$2 ORDER BY id LIMIT $3`, int64(q.id), int64(after), scanChunk))
+				if !yieldAll(yield, got, q.readErr(err)) || len(got) < scanChunk {
+					return
 				}
+				after = got[len(got)-1].Meta.ID
 			}
 		}
-		if len(got) < chunk {
-			return items, 0, nil
+	})
+}
+
+// yieldAll yields err alone, or else every item; it reports whether to go
+// on.
+func yieldAll(yield func(store.Item, error) bool, items []store.Item, err error) bool {
+	if err != nil {
+		yield(store.Item{}, err)
+		return false
+	}
+	for _, it := range items {
+		if !yield(it, nil) {
+			return false
 		}
 	}
-	return items, after, nil
+	return true
 }
 
 func (q *Queue) readErr(err error) error {

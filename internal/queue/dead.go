@@ -2,6 +2,7 @@ package queue
 
 import (
 	"fmt"
+	"iter"
 	"slices"
 	"strings"
 	"time"
@@ -75,6 +76,40 @@ type ScanParams struct {
 	// selective filter over millions of items answers in bounded time;
 	// 0 means 10,000.
 	MaxScanned int
+}
+
+// Scan is Queue.Scan written once over a backend's two reads: it returns
+// up to p.Limit items that match f, in id order, after p.After, and next,
+// the id to pass as After to continue (the last id read; 0 when nothing is
+// left). With f.IDs it reads byID, which yields the items of the ids given
+// (ascending, each after p.After) that exist, in that order; otherwise it
+// reads inOrder, which yields the queue's items after an id in id order,
+// and reads at most p.MaxScanned of them (matching or not; default 10,000).
+// A read error ends the scan with that error.
+func Scan(f *DeadFilter, p ScanParams, byID func(ids []uint64) iter.Seq2[store.Item, error],
+	inOrder func(after uint64) iter.Seq2[store.Item, error]) (items []store.Item, next uint64, err error) {
+	if p.MaxScanned <= 0 {
+		p.MaxScanned = 10_000
+	}
+	read := inOrder(p.After)
+	if len(f.IDs) > 0 {
+		ids := slices.DeleteFunc(slices.Sorted(slices.Values(f.IDs)), func(id uint64) bool { return id <= p.After })
+		read, p.MaxScanned = byID(slices.Compact(ids)), len(ids)
+	}
+	scanned, last := 0, p.After
+	for it, err := range read {
+		if err != nil {
+			return nil, 0, err
+		}
+		if len(items) == p.Limit || scanned == p.MaxScanned {
+			return items, last, nil
+		}
+		scanned, last = scanned+1, it.Meta.ID
+		if f.Match(&it) {
+			items = append(items, it)
+		}
+	}
+	return items, 0, nil
 }
 
 // RedriveItem is a dead item sent back as fresh work.

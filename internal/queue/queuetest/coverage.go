@@ -510,6 +510,41 @@ var coverageRows = []row{
 			}
 		}
 	}},
+	{"ScanPagesEndWhereTheItemsEnd", func(e *env) {
+		q := e.create("q", func(i *store.QueueInfo) { i.Partitions = 2 })
+		e.produce(q, "a", "b", "c", "d")
+		all := e.items(q)
+		require.Len(e.t, all, 4)
+		id := func(i int) uint64 { return all[i].Meta.ID }
+		scan := func(f queue.DeadFilter, p queue.ScanParams) ([]string, uint64) {
+			items, next, err := q.Scan(e.ctx, 2, &f, p)
+			require.NoError(e.t, err)
+			var out []string
+			for _, it := range items {
+				out = append(out, string(it.Body.Payload))
+			}
+			return out, next
+		}
+		for _, c := range []struct {
+			name string
+			f    queue.DeadFilter
+			p    queue.ScanParams
+			want []string
+			next uint64 // 0: nothing left
+		}{
+			{"a full page with more after it", queue.DeadFilter{}, queue.ScanParams{Limit: 2}, []string{"a", "b"}, id(1)},
+			{"a full last page", queue.DeadFilter{}, queue.ScanParams{After: id(1), Limit: 2}, []string{"c", "d"}, 0},
+			{"after is exclusive", queue.DeadFilter{}, queue.ScanParams{After: id(0), Limit: 1}, []string{"b"}, id(1)},
+			{"max scanned ends a page that found nothing", queue.DeadFilter{Kind: "none"}, queue.ScanParams{Limit: 10, MaxScanned: 3}, nil, id(2)},
+			{"max scanned, continued", queue.DeadFilter{Kind: "none"}, queue.ScanParams{After: id(2), Limit: 10, MaxScanned: 3}, nil, 0},
+			{"ids in any order, repeated or missing", queue.DeadFilter{IDs: []uint64{id(3), id(0), id(3), id(3) + 1000}}, queue.ScanParams{Limit: 1}, []string{"a"}, id(0)},
+			{"ids, continued", queue.DeadFilter{IDs: []uint64{id(3), id(0)}}, queue.ScanParams{After: id(0), Limit: 1}, []string{"d"}, 0},
+		} {
+			got, next := scan(c.f, c.p)
+			require.Equal(e.t, c.want, got, c.name)
+			require.Equal(e.t, c.next, next, c.name)
+		}
+	}},
 	{"ScheduledListsInIDOrder", func(e *env) {
 		q := e.create("q", nil)
 		for i, d := range []time.Duration{time.Hour, 2 * time.Hour, 30 * time.Minute} {
