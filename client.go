@@ -18,6 +18,7 @@ import (
 	"io"
 	"net/http"
 	"os"
+	"slices"
 	"strings"
 	"time"
 
@@ -35,9 +36,10 @@ type ClientConfig struct {
 	// Endpoint is the server's base URL. Defaults to DefaultEndpoint.
 	Endpoint string
 	// HTTPClient sends the requests. Defaults to a client with no overall
-	// timeout (leases long-poll; bound them with the context), using TLS
-	// and CAFile for https:// endpoints. When set, TLS and CAFile are
-	// ignored: configure its transport yourself.
+	// timeout (leases long-poll; bound them with the context), using TLS,
+	// CAFile, CertFile and KeyFile for https:// endpoints. When set, those
+	// four are ignored (CertFile and KeyFile must still come as a pair):
+	// configure its transport yourself.
 	HTTPClient *http.Client
 	// APIKey, when set, is sent with every request as "Authorization:
 	// Bearer <APIKey>" (as Querator's ClientConfig.APIKey is), for a server
@@ -45,12 +47,26 @@ type ClientConfig struct {
 	APIKey string
 	// TLS configures https:// connections (client certificates for mutual
 	// TLS, root CAs, server name). Nil uses Go's defaults: the system roots,
-	// plus CAFile when set.
+	// plus CAFile when set, and the certificate of CertFile when set.
+	// NewClient clones it and never changes the caller's copy.
 	TLS *tls.Config
 	// CAFile names a PEM file of CA certificates to trust for https://
 	// endpoints, added to TLS.RootCAs (or used alone when TLS is nil:
 	// the server's certificate must chain to one of them). Empty: none.
+	// NewClient fails if the file cannot be read or holds no certificate.
 	CAFile string
+	// CertFile and KeyFile name the PEM files of a client certificate
+	// (CertFile: the leaf first, then any intermediates) and its private
+	// key (KeyFile: PKCS #1, PKCS #8 or SEC 1, unencrypted), presented to
+	// a server run with --tls-client-ca (mutual TLS). The pair is loaded
+	// as tls.LoadX509KeyPair does and appended to TLS.Certificates; a
+	// TLS.GetClientCertificate callback, if set, takes precedence over
+	// TLS.Certificates. Set both or neither: NewClient fails naming both fields if
+	// only one is set, and naming the file if one cannot be read, holds
+	// no PEM block, or the key does not match the certificate. Empty: no
+	// client certificate beyond those already in TLS.
+	CertFile string
+	KeyFile  string
 }
 
 // Client calls a Styx (or Querator) server. It is safe for concurrent use.
@@ -60,13 +76,19 @@ type Client struct {
 	auth     string // the Authorization header value; empty for none
 }
 
-// NewClient returns a client. It does not connect.
+// NewClient returns a client. It does not connect. It fails, without
+// contacting the server, on an endpoint that is neither http:// nor
+// https://, on CertFile or KeyFile set without the other, and on a CAFile,
+// CertFile or KeyFile that does not load (see ClientConfig).
 func NewClient(cfg ClientConfig) (*Client, error) {
 	if cfg.Endpoint == "" {
 		cfg.Endpoint = DefaultEndpoint
 	}
 	if !strings.HasPrefix(cfg.Endpoint, "http://") && !strings.HasPrefix(cfg.Endpoint, "https://") {
 		return nil, fmt.Errorf("styx: endpoint %q must start with http:// or https://", cfg.Endpoint)
+	}
+	if (cfg.CertFile == "") != (cfg.KeyFile == "") {
+		return nil, fmt.Errorf("styx: CertFile and KeyFile: set both or neither (CertFile %q, KeyFile %q)", cfg.CertFile, cfg.KeyFile)
 	}
 	if cfg.HTTPClient == nil {
 		tc, err := clientTLS(cfg)
@@ -87,30 +109,62 @@ func NewClient(cfg ClientConfig) (*Client, error) {
 	return &Client{endpoint: strings.TrimRight(cfg.Endpoint, "/"), http: cfg.HTTPClient, auth: auth}, nil
 }
 
-// clientTLS returns cfg.TLS (cloned) with the certificates of cfg.CAFile
-// added to its roots.
+// clientTLS returns cfg.TLS (cloned, or nil when it is nil and no file is
+// set) with the certificates of cfg.CAFile added to a copy of its roots and
+// the key pair of cfg.CertFile and cfg.KeyFile appended to a copy of its
+// certificates. The caller's TLS, pool and slice are left as they were.
 func clientTLS(cfg ClientConfig) (*tls.Config, error) {
 	var tc *tls.Config
 	if cfg.TLS != nil {
 		tc = cfg.TLS.Clone()
 	}
-	if cfg.CAFile == "" {
+	if cfg.CAFile == "" && cfg.CertFile == "" {
 		return tc, nil
-	}
-	pem, err := os.ReadFile(cfg.CAFile)
-	if err != nil {
-		return nil, fmt.Errorf("styx: CA file: %w", err)
 	}
 	if tc == nil {
 		tc = &tls.Config{}
 	}
-	if tc.RootCAs == nil {
-		tc.RootCAs = x509.NewCertPool()
+	if cfg.CAFile != "" {
+		pem, err := os.ReadFile(cfg.CAFile)
+		if err != nil {
+			return nil, fmt.Errorf("styx: CA file: %w", err)
+		}
+		if tc.RootCAs == nil {
+			tc.RootCAs = x509.NewCertPool()
+		} else {
+			tc.RootCAs = tc.RootCAs.Clone() // Clone shares the pool; do not add to the caller's
+		}
+		if !tc.RootCAs.AppendCertsFromPEM(pem) {
+			return nil, fmt.Errorf("styx: CA file %s holds no PEM certificate", cfg.CAFile)
+		}
 	}
-	if !tc.RootCAs.AppendCertsFromPEM(pem) {
-		return nil, fmt.Errorf("styx: CA file %s holds no PEM certificate", cfg.CAFile)
+	if cfg.CertFile != "" {
+		cert, err := loadKeyPair(cfg.CertFile, cfg.KeyFile)
+		if err != nil {
+			return nil, err
+		}
+		// Clip: appending must not write into the caller's backing array.
+		tc.Certificates = append(slices.Clip(tc.Certificates), cert)
 	}
 	return tc, nil
+}
+
+// loadKeyPair loads a client certificate as tls.LoadX509KeyPair does, with
+// errors that name the file at fault.
+func loadKeyPair(certFile, keyFile string) (tls.Certificate, error) {
+	certPEM, err := os.ReadFile(certFile)
+	if err != nil {
+		return tls.Certificate{}, fmt.Errorf("styx: client certificate CertFile: %w", err)
+	}
+	keyPEM, err := os.ReadFile(keyFile)
+	if err != nil {
+		return tls.Certificate{}, fmt.Errorf("styx: client certificate KeyFile: %w", err)
+	}
+	cert, err := tls.X509KeyPair(certPEM, keyPEM)
+	if err != nil {
+		return tls.Certificate{}, fmt.Errorf("styx: client certificate CertFile %s, KeyFile %s: %w", certFile, keyFile, err)
+	}
+	return cert, nil
 }
 
 // Error is a request the server answered with a code other than 200.

@@ -106,6 +106,10 @@ type testPKI struct {
 	clientCert            tls.Certificate
 	otherCAFile           string // a CA that signed neither server nor client
 	clientCertFromOther   tls.Certificate
+	// The client certificates above as PEM files, for
+	// ClientConfig.CertFile and KeyFile.
+	clientCertFile, clientKeyFile string
+	otherCertFile, otherKeyFile   string
 }
 
 func newTestPKI(t *testing.T) *testPKI {
@@ -121,8 +125,12 @@ func newTestPKI(t *testing.T) *testPKI {
 
 	cliDER, cliKey := newLeaf(t, ca, caKey, "worker", false)
 	p.clientCert = tls.Certificate{Certificate: [][]byte{cliDER}, PrivateKey: cliKey}
+	p.clientCertFile = p.write(t, "client.pem", "CERTIFICATE", cliDER)
+	p.clientKeyFile = p.write(t, "client.key", "PRIVATE KEY", marshalKey(t, cliKey))
 	badDER, badKey := newLeaf(t, other, otherKey, "intruder", false)
 	p.clientCertFromOther = tls.Certificate{Certificate: [][]byte{badDER}, PrivateKey: badKey}
+	p.otherCertFile = p.write(t, "intruder.pem", "CERTIFICATE", badDER)
+	p.otherKeyFile = p.write(t, "intruder.key", "PRIVATE KEY", marshalKey(t, badKey))
 	return p
 }
 
@@ -244,6 +252,43 @@ func TestAuthMutualTLS(t *testing.T) {
 			_, err = c.QueuesInfo(ctx, &pb.QueuesInfoRequest{QueueName: "mtls"})
 			requireCode(t, err, styx.CodeUnauthorized)
 		})
+	})
+}
+
+// TestAuthMutualTLSCertFile is TestAuthMutualTLS with the client
+// certificate given as files (ClientConfig.CertFile and KeyFile, as the
+// CLI's --cert-file and --key-file give it) instead of a tls.Config: the
+// client built from CAFile, CertFile and KeyFile alone works; one without
+// a certificate, or with the files of another CA's certificate, fails the
+// handshake.
+func TestAuthMutualTLSCertFile(t *testing.T) {
+	forEachBackend(t, func(t *testing.T, b backend) {
+		pki := newTestPKI(t)
+		s, admin := startAuthWith(t, b, func(cfg *daemon.Config) {
+			cfg.TLSCertFile, cfg.TLSKeyFile, cfg.TLSClientCAFile = pki.serverCert, pki.serverKey, pki.caFile
+		}, func(cc *styx.ClientConfig) {
+			require.Nil(t, cc.TLS, "the files alone must do")
+			cc.CAFile, cc.CertFile, cc.KeyFile = pki.caFile, pki.clientCertFile, pki.clientKeyFile
+		})
+		s.createQueue(&pb.QueueInfo{QueueName: "mtls-files"})
+		s.produce("mtls-files", "over-mutual-tls")
+		require.Len(t, s.items("mtls-files"), 1)
+
+		for name, cc := range map[string]styx.ClientConfig{
+			"NoCertificate":      {CAFile: pki.caFile},
+			"CertificateOfOther": {CAFile: pki.caFile, CertFile: pki.otherCertFile, KeyFile: pki.otherKeyFile},
+		} {
+			t.Run(name, func(t *testing.T) {
+				cc.Endpoint, cc.APIKey = s.d.Endpoint(), admin
+				c, err := styx.NewClient(cc)
+				require.NoError(t, err)
+				defer c.Close()
+				_, err = c.QueuesInfo(ctx, &pb.QueuesInfoRequest{QueueName: "mtls-files"})
+				require.Error(t, err)
+				require.Zero(t, styx.ErrorCode(err), "refused in the handshake, not by the API: %v", err)
+				require.Regexp(t, `certificate|tls`, err.Error())
+			})
+		}
 	})
 }
 

@@ -2,16 +2,8 @@ package main
 
 import (
 	"context"
-	"crypto/ecdsa"
-	"crypto/elliptic"
-	"crypto/rand"
-	"crypto/x509"
-	"crypto/x509/pkix"
-	"encoding/pem"
 	"io"
 	"log/slog"
-	"math/big"
-	"net"
 	"os"
 	"path/filepath"
 	"regexp"
@@ -54,7 +46,8 @@ func TestServerSettingsAuth(t *testing.T) {
 }
 
 // startAuthDaemon runs an in-memory server with --auth and an admin key
-// file, optionally with TLS, and returns it with the admin key.
+// file, optionally with TLS (tlsFiles: certificate, key, and optionally
+// the client CA of --tls-client-ca), and returns it with the admin key.
 func startAuthDaemon(t *testing.T, tlsFiles ...string) (*daemon.Daemon, string) {
 	t.Helper()
 	admin := strings.Repeat("ab", 20)
@@ -64,8 +57,11 @@ func startAuthDaemon(t *testing.T, tlsFiles ...string) (*daemon.Daemon, string) 
 		Listen: "127.0.0.1:0", Storage: daemon.StorageMemory, Auth: true, AdminKeyFile: file,
 		Log: slog.New(slog.NewTextHandler(io.Discard, nil)),
 	}
-	if len(tlsFiles) == 2 {
+	if len(tlsFiles) >= 2 {
 		cfg.TLSCertFile, cfg.TLSKeyFile = tlsFiles[0], tlsFiles[1]
+	}
+	if len(tlsFiles) == 3 {
+		cfg.TLSClientCAFile = tlsFiles[2]
 	}
 	d, err := daemon.New(t.Context(), cfg)
 	require.NoError(t, err)
@@ -134,38 +130,17 @@ func TestKeysCommands(t *testing.T) {
 // TestCAFile talks to an HTTPS server whose certificate a CA made here
 // signed: refused without --ca-file, accepted with it or STYX_CA_FILE.
 func TestCAFile(t *testing.T) {
-	dir := t.TempDir()
-	caKey, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
-	require.NoError(t, err)
-	caTmpl := &x509.Certificate{SerialNumber: big.NewInt(1), Subject: pkix.Name{CommonName: "cli test CA"},
-		NotBefore: time.Now().Add(-time.Hour), NotAfter: time.Now().Add(time.Hour), IsCA: true, BasicConstraintsValid: true,
-		KeyUsage: x509.KeyUsageCertSign}
-	caDER, err := x509.CreateCertificate(rand.Reader, caTmpl, caTmpl, &caKey.PublicKey, caKey)
-	require.NoError(t, err)
-	ca, err := x509.ParseCertificate(caDER)
-	require.NoError(t, err)
-	key, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
-	require.NoError(t, err)
-	leaf := &x509.Certificate{SerialNumber: big.NewInt(2), Subject: pkix.Name{CommonName: "styx"},
-		NotBefore: time.Now().Add(-time.Hour), NotAfter: time.Now().Add(time.Hour), IPAddresses: []net.IP{net.IPv4(127, 0, 0, 1)},
-		ExtKeyUsage: []x509.ExtKeyUsage{x509.ExtKeyUsageServerAuth}, KeyUsage: x509.KeyUsageDigitalSignature}
-	der, err := x509.CreateCertificate(rand.Reader, leaf, ca, &key.PublicKey, caKey)
-	require.NoError(t, err)
-	keyDER, err := x509.MarshalPKCS8PrivateKey(key)
-	require.NoError(t, err)
-	write := func(name, typ string, b []byte) string {
-		p := filepath.Join(dir, name)
-		require.NoError(t, os.WriteFile(p, pem.EncodeToMemory(&pem.Block{Type: typ, Bytes: b}), 0o600))
-		return p
-	}
-	caFile := write("ca.pem", "CERTIFICATE", caDER)
-	d, admin := startAuthDaemon(t, write("s.pem", "CERTIFICATE", der), write("s.key", "PRIVATE KEY", keyDER))
+	pki := newCLIPKI(t)
+	d, admin := startAuthDaemon(t, pki.serverCert, pki.serverKey)
 	require.True(t, strings.HasPrefix(d.Endpoint(), "https://"))
 	c := cli{t: t, endpoint: d.Endpoint()}
 
-	_, _, err = c.run("queues", "list", "--api-key", admin)
+	_, _, err := c.run("queues", "list", "--api-key", admin)
 	require.Error(t, err)
 	require.Contains(t, err.Error(), "certificate signed by unknown authority")
-	c.ok("queues", "create", "secure", "--api-key", admin, "--ca-file", caFile)
-	require.Contains(t, c.ok("queues", "list", "--api-key", admin, "--ca-file", caFile), "secure")
+	c.ok("queues", "create", "secure", "--api-key", admin, "--ca-file", pki.caFile)
+	require.Contains(t, c.ok("queues", "list", "--api-key", admin, "--ca-file", pki.caFile), "secure")
+	out, errOut, err := runEnv(t, map[string]string{envAPIKey: admin, envCAFile: pki.caFile}, "queues", "list", "--endpoint", d.Endpoint())
+	require.NoError(t, err, errOut)
+	require.Contains(t, out, "secure")
 }

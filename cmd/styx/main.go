@@ -5,8 +5,9 @@
 //
 // Every client command takes --endpoint (env STYX_ENDPOINT, default
 // http://127.0.0.1:2319), --api-key (env STYX_API_KEY), --ca-file (env
-// STYX_CA_FILE) and --json (print replies as protojson, one object
-// per line). Errors are printed as "styx: <message>" on stderr with exit
+// STYX_CA_FILE), --cert-file and --key-file (env STYX_CERT_FILE,
+// STYX_KEY_FILE: a client certificate for mutual TLS) and --json (print
+// replies as protojson, one object per line). Errors are printed as "styx: <message>" on stderr with exit
 // status 1, or 75 when the server answered 454 (retry later: shutting down,
 // overloaded) or 453 (storage unavailable). `styx --version` prints the
 // version.

@@ -19,6 +19,10 @@ const (
 	envAPIKey = "STYX_API_KEY"
 	// envCAFile sets --ca-file.
 	envCAFile = "STYX_CA_FILE"
+	// envCertFile sets --cert-file.
+	envCertFile = "STYX_CERT_FILE"
+	// envKeyFile sets --key-file.
+	envKeyFile = "STYX_KEY_FILE"
 )
 
 // app is one command line's state: where it writes, how it reads the
@@ -38,6 +42,10 @@ type app struct {
 	apiKey string
 	// caFile is --ca-file; see client for STYX_CA_FILE.
 	caFile string
+	// certFile is --cert-file; see client for STYX_CERT_FILE.
+	certFile string
+	// keyFile is --key-file; see client for STYX_KEY_FILE.
+	keyFile string
 	// json is --json: print replies as protojson, one object per line.
 	json bool
 }
@@ -59,8 +67,10 @@ wire-compatible with Querator's v1 HTTP API.
 
 Run a server with 'styx server'; every other command is a client of one
 (--endpoint, env STYX_ENDPOINT, default ` + styx.DefaultEndpoint + `; with
---api-key or env STYX_API_KEY for a server run with --auth, and --ca-file
-for an https:// endpoint whose certificate a private CA signed).`,
+--api-key or env STYX_API_KEY for a server run with --auth, --ca-file
+(env STYX_CA_FILE) for an https:// endpoint whose certificate a private CA
+signed, and --cert-file with --key-file (env STYX_CERT_FILE, STYX_KEY_FILE)
+for a server run with --tls-client-ca, which requires a client certificate).`,
 		SilenceUsage:  true,
 		SilenceErrors: true,
 		Version:       buildVersion(),
@@ -88,13 +98,17 @@ for an https:// endpoint whose certificate a private CA signed).`,
 	return root
 }
 
-// addClientFlags adds --endpoint and --json to cmd and its subcommands.
+// addClientFlags adds the client flags (--endpoint, --api-key, --ca-file,
+// --cert-file, --key-file) and --json to cmd and its subcommands.
 func (a *app) addClientFlags(cmd *cobra.Command) *cobra.Command {
 	f := cmd.PersistentFlags()
 	f.StringVar(&a.endpoint, "endpoint", styx.DefaultEndpoint, "server base URL, http:// or https:// (env "+envEndpoint+")")
 	f.StringVar(&a.apiKey, "api-key", "", "API key sent as 'Authorization: Bearer <key>' to a server run with --auth; "+
 		"prefer the environment variable, which does not show in the process list (env "+envAPIKey+")")
 	f.StringVar(&a.caFile, "ca-file", "", "PEM file of CA certificates to trust for an https:// endpoint (env "+envCAFile+")")
+	f.StringVar(&a.certFile, "cert-file", "", "PEM file of a client certificate (leaf first, then intermediates) for a server run with "+
+		"--tls-client-ca; needs --key-file (env "+envCertFile+")")
+	f.StringVar(&a.keyFile, "key-file", "", "PEM file of the private key of --cert-file, unencrypted (env "+envKeyFile+")")
 	f.BoolVar(&a.json, "json", false, "print replies as protojson for scripts: one object per line, one line per element of a list; "+
 		"commands without a reply print nothing")
 	return cmd
@@ -102,7 +116,10 @@ func (a *app) addClientFlags(cmd *cobra.Command) *cobra.Command {
 
 // client returns a client of the endpoint: --endpoint if given, else
 // STYX_ENDPOINT if set, else the default; likewise --api-key or
-// STYX_API_KEY, and --ca-file or STYX_CA_FILE. The caller closes it.
+// STYX_API_KEY, --ca-file or STYX_CA_FILE, --cert-file or STYX_CERT_FILE,
+// and --key-file or STYX_KEY_FILE. A certificate without a key, or a key
+// without a certificate, is an error naming both flags. The caller closes
+// it.
 func (a *app) client(cmd *cobra.Command) (*styx.Client, error) {
 	flag := func(name, value, env string) string {
 		if !cmd.Flags().Changed(name) {
@@ -112,10 +129,17 @@ func (a *app) client(cmd *cobra.Command) (*styx.Client, error) {
 		}
 		return value
 	}
+	certFile := flag("cert-file", a.certFile, envCertFile)
+	keyFile := flag("key-file", a.keyFile, envKeyFile)
+	if (certFile == "") != (keyFile == "") {
+		return nil, fmt.Errorf("--cert-file (env %s) and --key-file (env %s): set both or neither", envCertFile, envKeyFile)
+	}
 	return styx.NewClient(styx.ClientConfig{
 		Endpoint: flag("endpoint", a.endpoint, envEndpoint),
 		APIKey:   flag("api-key", a.apiKey, envAPIKey),
 		CAFile:   flag("ca-file", a.caFile, envCAFile),
+		CertFile: certFile,
+		KeyFile:  keyFile,
 	})
 }
 
