@@ -90,5 +90,13 @@ func errorLine(err error) string {
 	if errors.Is(err, syscall.ECONNREFUSED) {
 		msg += " (is a server running there? see --endpoint or " + envEndpoint + ")"
 	}
+	// The alert of a server that requires a client certificate and got
+	// none (TLS 1.3: certificate required; TLS 1.2: bad certificate) or
+	// one it does not trust (unknown certificate authority).
+	if strings.Contains(msg, "remote error: tls: certificate required") || strings.Contains(msg, "remote error: tls: bad certificate") ||
+		strings.Contains(msg, "remote error: tls: unknown certificate authority") {
+		msg += " (the server requires a client certificate signed by its --tls-client-ca: see --cert-file and --key-file, or " +
+			envCertFile + " and " + envKeyFile + ")"
+	}
 	return msg
 }

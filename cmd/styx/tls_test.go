@@ -94,11 +94,11 @@ func runEnv(t *testing.T, env map[string]string, args ...string) (stdout, stderr
 	return out.String(), errOut.String(), err
 }
 
-// TestClientCertificate runs the CLI against a server that requires
+// TestCLIClientCertificate runs the CLI against a server that requires
 // client certificates (--tls-client-ca): it works with --cert-file and
 // --key-file, or STYX_CERT_FILE and STYX_KEY_FILE; it exits 1 without a
 // certificate, with another CA's, or with a certificate but no key.
-func TestClientCertificate(t *testing.T) {
+func TestCLIClientCertificate(t *testing.T) {
 	pki := newCLIPKI(t)
 	d, admin := startAuthDaemon(t, pki.serverCert, pki.serverKey, pki.caFile)
 	require.True(t, strings.HasPrefix(d.Endpoint(), "https://"))
@@ -141,7 +141,9 @@ func TestClientCertificate(t *testing.T) {
 			code := run(t.Context(), append([]string{"queues", "list", "--endpoint", d.Endpoint(), "--api-key", admin}, args...), &out, &errOut)
 			require.Equal(t, exitError, code)
 			require.Empty(t, out.String())
-			require.Regexp(t, `^styx: .*(certificate|tls)`, errOut.String())
+			require.Regexp(t, `^styx: .*remote error: tls: certificate required`, errOut.String())
+			require.Contains(t, errOut.String(), "(the server requires a client certificate signed by its --tls-client-ca: "+
+				"see --cert-file and --key-file, or STYX_CERT_FILE and STYX_KEY_FILE)\n")
 		})
 	}
 
@@ -163,10 +165,10 @@ func TestClientCertificate(t *testing.T) {
 	})
 }
 
-// TestClientFlagsOnEveryClientCommand checks that every command but `styx
+// TestCLIClientFlagsOnEveryCommand checks that every command but `styx
 // server` (and its subcommands) takes the client flags, so each can reach
 // a server that requires a client certificate.
-func TestClientFlagsOnEveryClientCommand(t *testing.T) {
+func TestCLIClientFlagsOnEveryCommand(t *testing.T) {
 	root := newRootCmd(&strings.Builder{}, &strings.Builder{})
 	var walk func(cmd *cobra.Command)
 	n := 0

@@ -74,8 +74,11 @@ func main() {
 		endpoint = styx.DefaultEndpoint
 	}
 	// STYX_API_KEY (a key with scope consume for a server run with
-	// --auth) and STYX_CA_FILE (for an https:// endpoint) are optional.
-	c, err := styx.NewClient(styx.ClientConfig{Endpoint: endpoint, APIKey: os.Getenv("STYX_API_KEY"), CAFile: os.Getenv("STYX_CA_FILE")})
+	// --auth), STYX_CA_FILE (for an https:// endpoint), and STYX_CERT_FILE
+	// with STYX_KEY_FILE (a client certificate for a server run with
+	// --tls-client-ca) are optional, as they are for the styx CLI.
+	c, err := styx.NewClient(styx.ClientConfig{Endpoint: endpoint, APIKey: os.Getenv("STYX_API_KEY"), CAFile: os.Getenv("STYX_CA_FILE"),
+		CertFile: os.Getenv("STYX_CERT_FILE"), KeyFile: os.Getenv("STYX_KEY_FILE")})
 	if err != nil {
 		log.Fatal(err)
 	}
