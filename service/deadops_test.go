@@ -383,6 +383,29 @@ func TestRedrive(t *testing.T) {
 			assert.Less(t, took.Seconds(), 10.0, "took %s", took)
 			assert.Equal(t, int64(100), task.Moved)
 		})
+
+		t.Run("FailedTaskGivesItsReason", func(t *testing.T) {
+			// The dead-letter queue is deleted under a running task: the
+			// task fails as a whole, and says why.
+			s.createQueue(&pb.QueueInfo{QueueName: "gone-dlq"})
+			s.createQueue(&pb.QueueInfo{QueueName: "gone", DeadQueue: "gone-dlq"})
+			var items []deadItem
+			for i := range 10 {
+				items = append(items, deadItem{payload: fmt.Sprint(i), source: "gone", reason: "expired"})
+			}
+			s.importDead("gone-dlq", items...)
+			// One item per second: the task runs for 9 s at least, and the
+			// queue is gone long before that.
+			started := must(s.C.DeadRedrive(ctx, &pb.DeadRedriveRequest{QueueName: "gone-dlq", RateLimit: 1, All: true}))
+			require.Equal(t, "running", started.Status)
+			require.NoError(t, s.C.QueuesUpdate(ctx, &pb.QueueInfo{QueueName: "gone", UpdateMask: []string{"dead_queue"}}))
+			require.NoError(t, s.C.QueuesDelete(ctx, &pb.QueuesDeleteRequest{QueueName: "gone-dlq"}))
+			task := s.waitTask(started.TaskId)
+			assert.Equal(t, "failed", task.Status)
+			assert.Contains(t, task.FailureReason, "queue does not exist; no such queue named 'gone-dlq'")
+			assert.Less(t, task.Moved, int64(10))
+			assert.NotNil(t, task.FinishedAt)
+		})
 	})
 }
 

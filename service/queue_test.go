@@ -385,3 +385,24 @@ func TestRestartKeepsState(t *testing.T) {
 		}
 	})
 }
+
+// TestDeleteAnswersWaitingLeases: a lease waiting on a queue that is
+// deleted is answered at once that the queue does not exist (400), not that
+// the server is shutting down (454, retry elsewhere).
+func TestDeleteAnswersWaitingLeases(t *testing.T) {
+	forEachBackend(t, func(t *testing.T, b backend) {
+		s := start(t, b)
+		s.createQueue(&pb.QueueInfo{QueueName: "doomed"})
+		errc := make(chan error, 1)
+		go func() {
+			_, err := s.C.QueueLease(ctx, &pb.QueueLeaseRequest{QueueName: "doomed", BatchSize: 1, ClientId: "w",
+				RequestTimeout: "1m"})
+			errc <- err
+		}()
+		waitStat(t, s, "doomed", func(st *pb.QueueLogicalStats) bool { return st.LeaseWaiting == 1 })
+		require.NoError(t, s.C.QueuesDelete(ctx, &pb.QueuesDeleteRequest{QueueName: "doomed"}))
+		err := <-errc
+		require.Equal(t, styx.CodeBadRequest, styx.ErrorCode(err), "%v", err)
+		require.True(t, styx.IsQueueNotExist(err), "%v", err)
+	})
+}

@@ -127,7 +127,7 @@ func (m *Manager) Delete(ctx context.Context, name string) error {
 		delete(m.queues, name)
 		m.mu.Unlock()
 		if l != nil {
-			l.Loop.Shutdown()
+			l.Loop.Stop(queue.NotFound(name))
 		}
 		m.cfg.Metrics.ForgetQueue(name)
 		return nil

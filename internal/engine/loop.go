@@ -116,6 +116,10 @@ type Loop struct {
 	wake  chan struct{}
 	stop  chan struct{}
 	done  chan struct{}
+	// stopOnce closes stop; stopErr, set before, answers the calls and
+	// waiting leases the stopped loop refuses (read after stop is closed).
+	stopOnce sync.Once
+	stopErr  error
 	// Waiters are the leases waiting for items, oldest first.
 	Waiters Waiters
 }
@@ -164,7 +168,7 @@ func (l *Loop) CallLease(ctx context.Context, op any, w LeaseWait) (any, error) 
 func (l *Loop) call(r *Request, abandonable bool) (any, error) {
 	select {
 	case <-l.stop:
-		return nil, ErrShuttingDown
+		return nil, l.stopErr
 	default:
 	}
 	select {
@@ -186,7 +190,7 @@ func (l *Loop) call(r *Request, abandonable bool) (any, error) {
 		case res := <-r.done:
 			return res.V, res.Err
 		default:
-			return nil, ErrShuttingDown
+			return nil, l.stopErr
 		}
 	case <-ctxDone:
 		return nil, r.Ctx.Err()
@@ -221,14 +225,20 @@ func (l *Loop) Wake() {
 }
 
 // Shutdown stops the loop: requests already taken are run, waiting leases
-// are answered 454, and later calls are refused. It returns when the loop
-// has exited.
-func (l *Loop) Shutdown() {
-	select {
-	case <-l.stop:
-	default:
+// are answered 454 (ErrShuttingDown), and later calls are refused with it.
+// It returns when the loop has exited.
+func (l *Loop) Shutdown() { l.Stop(ErrShuttingDown) }
+
+// Stop is Shutdown with err answering the waiting leases and later calls:
+// the queue's NotFound when it was deleted (the calls that raced with the
+// delete learn that, not that the server is going away). Only the first
+// Stop or Shutdown of a loop sets the error; every one returns when the
+// loop has exited.
+func (l *Loop) Stop(err error) {
+	l.stopOnce.Do(func() {
+		l.stopErr = err
 		close(l.stop)
-	}
+	})
 	<-l.done
 }
 
@@ -335,7 +345,7 @@ func (l *Loop) drain() {
 		work := batch[:0]
 		for _, r := range batch {
 			if r.Lease != nil {
-				r.Answer(nil, ErrShuttingDown)
+				r.Answer(nil, l.stopErr)
 				continue
 			}
 			work = append(work, r)
@@ -343,7 +353,7 @@ func (l *Loop) drain() {
 		l.b.Iterate(l.clock.Now().UnixNano(), work, false)
 	}
 	l.b.Stopped()
-	l.Waiters.Fail(ErrShuttingDown)
+	l.Waiters.Fail(l.stopErr)
 }
 
 // Earliest returns the earliest of the non-zero times (Unix ns), or 0.

@@ -190,7 +190,7 @@ func (m *Manager) reload(ctx context.Context) error {
 	}
 	m.mu.Unlock()
 	for _, q := range stopped {
-		go q.Loop.Shutdown()
+		go q.Loop.Stop(queue.NotFound(q.name)) // deleted on another node
 	}
 	for _, l := range all {
 		if q := queues[l.info.ID]; q != nil && l.due != 0 {
@@ -438,7 +438,7 @@ func (m *Manager) Delete(ctx context.Context, name string) error {
 	stopped := m.forget(info.ID, name)
 	m.mu.Unlock()
 	for _, q := range stopped {
-		q.Loop.Shutdown()
+		q.Loop.Stop(queue.NotFound(name))
 	}
 	return nil
 }
