@@ -2,9 +2,12 @@ package service_test
 
 import (
 	"bytes"
+	"encoding/json"
 	"io"
 	"net/http"
+	"strings"
 	"testing"
+	"time"
 
 	v1 "github.com/duh-rpc/duh-go/proto/v1"
 	"github.com/stretchr/testify/assert"
@@ -175,5 +178,50 @@ func TestQueratorCompatibility(t *testing.T) {
 		resp.Body.Close()
 		assert.Equal(t, 454, resp.StatusCode)
 		assert.JSONEq(t, `{"code":454,"code_text":"Retry Request","message":"request timeout; no items are in the queue, try again"}`, string(jb))
+	})
+}
+
+// TestJSONReplies: a JSON reply is protojson with the proto field names:
+// times are RFC 3339 in UTC (google.protobuf.Timestamp), and zero values
+// are left out, so a lease from partition 0 has no "partition" key and an
+// item that never died has no dead-letter fields (wire contract, "Framing").
+func TestJSONReplies(t *testing.T) {
+	rfc3339UTC := `^\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d(\.\d{1,9})?Z$`
+	forEachBackend(t, func(t *testing.T, b backend) {
+		s := start(t, b)
+		s.createQueue(&pb.QueueInfo{QueueName: "js", LeaseTimeout: "1m", RequestedPartitions: 1})
+		s.produce("js", "x")
+		post := func(path, body string) map[string]any {
+			t.Helper()
+			resp, err := http.Post(s.d.Endpoint()+path, "application/json", strings.NewReader(body))
+			require.NoError(t, err)
+			defer resp.Body.Close()
+			require.Equal(t, 200, resp.StatusCode)
+			require.Equal(t, "application/json", resp.Header.Get("Content-Type"))
+			var out map[string]any
+			require.NoError(t, json.NewDecoder(resp.Body).Decode(&out))
+			return out
+		}
+		before := time.Now()
+		lease := post("/v1/queue.lease", `{"queue_name":"js","batch_size":1,"client_id":"c","request_timeout":"5s"}`)
+		assert.NotContains(t, lease, "partition", "partition 0 is a zero value")
+		item := lease["items"].([]any)[0].(map[string]any)
+		assert.NotContains(t, item, "encoding", "an empty string is a zero value")
+		deadline, ok := item["lease_deadline"].(string)
+		require.True(t, ok, "lease_deadline: %v", item)
+		assert.Regexp(t, rfc3339UTC, deadline)
+		at, err := time.Parse(time.RFC3339Nano, deadline)
+		require.NoError(t, err)
+		assert.WithinRange(t, at, before.Add(time.Minute-time.Second), time.Now().Add(time.Minute+time.Second))
+
+		list := post("/v1/storage/items.list", `{"queue_name":"js"}`)
+		stored := list["items"].([]any)[0].(map[string]any)
+		for _, k := range []string{"created_at", "updated_at", "lease_deadline", "expire_deadline"} {
+			assert.Regexp(t, rfc3339UTC, stored[k], k)
+		}
+		assert.Equal(t, true, stored["is_leased"])
+		for _, k := range []string{"dead_reason", "dead_at", "source_queue", "last_error", "errors", "redrive_count", "enqueue_at"} {
+			assert.NotContains(t, stored, k, "an item that never died or failed has no %s", k)
+		}
 	})
 }

@@ -231,7 +231,8 @@ var coverageRows = []row{
 		require.Len(e.t, seen, 7)
 	}},
 	{"ProduceRequestNeverSplitLeaseFromOnePartition", func(e *env) {
-		// Which partition is not asserted (issue 15), only that a
+		// Which partition is not asserted (on PostgreSQL each node
+		// places from its own view; ADR 0014), only that a
 		// request's items share one and a lease's items are that of the
 		// answer.
 		q := e.create("q", func(i *store.QueueInfo) { i.Partitions = 3 })

@@ -10,11 +10,11 @@
 // (or the service test) that checks it: a new rule gets its row there.
 //
 // The partition a dead item enters is asserted (one rule on every engine:
-// the produce rule, item by item; DeadItemsEnterFewestReadyPartition). Which
-// partition a produced item goes to still differs between the engines
-// (issue 15) and is never asserted, and neither are Stats.Dying and
-// Stats.MovesInFlight (always 0 on PostgreSQL, where moves are atomic;
-// issue 15).
+// the produce rule, item by item; DeadItemsEnterFewestReadyPartition). The
+// partition a produced item goes to follows the same rule, but on
+// PostgreSQL from each node's own view (ADR 0014), so it is never asserted;
+// neither are Stats.Dying and Stats.MovesInFlight (always 0 on PostgreSQL,
+// where a move is one statement; ADR 0014).
 //
 // Time is a clock.Fake: rows move it with Advance and never sleep. The
 // engines' loops sleep on real timers computed from the clock, so a
@@ -340,8 +340,9 @@ var rows = []row{
 		}
 	}},
 	{"FIFOWithinEachPartition", func(e *env) {
-		// Which partition an item goes to is not asserted (it differs by
-		// engine; issue 15): only the order within each.
+		// Which partition an item goes to is not asserted (on PostgreSQL
+		// each node places from its own view; ADR 0014): only the order
+		// within each.
 		q := e.create("q", func(i *store.QueueInfo) { i.Partitions = 3 })
 		for i := range 12 {
 			e.produce(q, fmt.Sprintf("%02d", i))
