@@ -131,6 +131,10 @@ func seedDead(b *testing.B, name string, n int) *styx.Client {
 			}
 		}
 	}
+	// dead.* calls act only on a dead-letter queue: one that a queue names.
+	if err := c.QueuesCreate(ctx, &pb.QueueInfo{QueueName: "orders", DeadQueue: "orders-dead"}); err != nil {
+		b.Fatal(err)
+	}
 	res, err := c.DeadGroups(ctx, &pb.DeadGroupsRequest{QueueName: "orders-dead"})
 	if err != nil {
 		b.Fatal(err)
