@@ -133,8 +133,8 @@ var _ store.Store = (*Store)(nil)
 
 // Defaults of Config.
 const (
-	DefaultCacheBytes     = 256 << 20
-	DefaultMemTableBytes  = 64 << 20
+	DefaultCacheBytes    = 256 << 20
+	DefaultMemTableBytes = 64 << 20
 	// InMemoryCacheBytes is the disk default: the blocks of an in-memory
 	// store are in memory already, but a cache miss still copies and
 	// decompresses a block, and with 64 MB a scan of 100,000 dead items
