@@ -232,13 +232,7 @@ func TestClusterDeadLetterVsLease(t *testing.T) {
 func TestClusterRedrive(t *testing.T) {
 	nodes := cluster(t, 2)
 	a, b := nodes[0], nodes[1]
-	a.createQueue(&pb.QueueInfo{QueueName: "cr-dlq"})
-	a.createQueue(&pb.QueueInfo{QueueName: "cr", DeadQueue: "cr-dlq"})
-	var items []deadItem
-	for i := range 200 {
-		items = append(items, deadItem{payload: fmt.Sprint(i), source: "cr", reason: "expired"})
-	}
-	a.importDead("cr-dlq", items...)
+	a.withExpiredDead("cr", 200)
 
 	task, err := a.C.DeadRedrive(ctx, &pb.DeadRedriveRequest{QueueName: "cr-dlq", RateLimit: 40, All: true})
 	require.NoError(t, err)

@@ -23,6 +23,22 @@ type deadItem struct {
 	redrives                               int32
 }
 
+// withExpiredDead creates the queue src with the dead-letter queue
+// src+"-dlq", which it fills with n items of src that expired (payloads "0"
+// to n-1), and returns the dead-letter queue's name.
+func (s *server) withExpiredDead(src string, n int) string {
+	s.t.Helper()
+	dlq := src + "-dlq"
+	s.createQueue(&pb.QueueInfo{QueueName: dlq})
+	s.createQueue(&pb.QueueInfo{QueueName: src, DeadQueue: dlq})
+	items := make([]deadItem, n)
+	for i := range items {
+		items[i] = deadItem{payload: fmt.Sprint(i), source: src, reason: "expired"}
+	}
+	s.importDead(dlq, items...)
+	return dlq
+}
+
 // importDead puts dead items straight into a queue, as the DLQ would hold
 // them.
 func (s *server) importDead(queue string, items ...deadItem) {
@@ -333,13 +349,7 @@ func TestRedrive(t *testing.T) {
 		})
 
 		t.Run("CancelAndOneRunningPerQueue", func(t *testing.T) {
-			s.createQueue(&pb.QueueInfo{QueueName: "cx-dlq"})
-			s.createQueue(&pb.QueueInfo{QueueName: "cx", DeadQueue: "cx-dlq"})
-			var items []deadItem
-			for i := range 200 {
-				items = append(items, deadItem{payload: fmt.Sprint(i), source: "cx", reason: "expired"})
-			}
-			s.importDead("cx-dlq", items...)
+			s.withExpiredDead("cx", 200)
 			task, err := s.C.DeadRedrive(ctx, &pb.DeadRedriveRequest{QueueName: "cx-dlq", RateLimit: 50, All: true})
 			require.NoError(t, err)
 			_, err = s.C.DeadRedrive(ctx, &pb.DeadRedriveRequest{QueueName: "cx-dlq", All: true})
@@ -365,13 +375,7 @@ func TestRedrive(t *testing.T) {
 		})
 
 		t.Run("RateLimitHonoured", func(t *testing.T) {
-			s.createQueue(&pb.QueueInfo{QueueName: "rl-dlq"})
-			s.createQueue(&pb.QueueInfo{QueueName: "rl", DeadQueue: "rl-dlq"})
-			var items []deadItem
-			for i := range 100 {
-				items = append(items, deadItem{payload: fmt.Sprint(i), source: "rl", reason: "expired"})
-			}
-			s.importDead("rl-dlq", items...)
+			s.withExpiredDead("rl", 100)
 			task := s.waitTask(must(s.C.DeadRedrive(ctx, &pb.DeadRedriveRequest{QueueName: "rl-dlq", RateLimit: 50, All: true})).TaskId)
 			took := task.FinishedAt.AsTime().Sub(task.StartedAt.AsTime())
 			// 100 items at 50/s with bursts of 5 take at least (100-5)/50 =
@@ -387,13 +391,7 @@ func TestRedrive(t *testing.T) {
 		t.Run("FailedTaskGivesItsReason", func(t *testing.T) {
 			// The dead-letter queue is deleted under a running task: the
 			// task fails as a whole, and says why.
-			s.createQueue(&pb.QueueInfo{QueueName: "gone-dlq"})
-			s.createQueue(&pb.QueueInfo{QueueName: "gone", DeadQueue: "gone-dlq"})
-			var items []deadItem
-			for i := range 10 {
-				items = append(items, deadItem{payload: fmt.Sprint(i), source: "gone", reason: "expired"})
-			}
-			s.importDead("gone-dlq", items...)
+			s.withExpiredDead("gone", 10)
 			// One item per second: the task runs for 9 s at least, and the
 			// queue is gone long before that.
 			started := must(s.C.DeadRedrive(ctx, &pb.DeadRedriveRequest{QueueName: "gone-dlq", RateLimit: 1, All: true}))
