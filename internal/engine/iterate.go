@@ -198,6 +198,16 @@ func NewEngine(name string, clk clock.Clock, m *metrics.Metrics) Engine {
 	return e
 }
 
+// answer is a loop call's answer as T: its value, or T's zero value and the
+// error.
+func answer[T any](v any, err error) (T, error) {
+	if err != nil {
+		var zero T
+		return zero, err
+	}
+	return v.(T), nil
+}
+
 // Name returns the queue's name.
 func (e *Engine) Name() string { return e.Loop.Name() }
 
@@ -222,11 +232,7 @@ func (e *Engine) Produce(ctx context.Context, items []queue.ProduceItem) error {
 // enough for all (Serve). Returns an apierr.Retry error when none
 // came.
 func (e *Engine) Lease(ctx context.Context, p queue.LeaseParams) (queue.LeaseResult, error) {
-	v, err := e.Loop.CallLease(ctx, nil, LeaseWait{ClientID: p.ClientID, BatchSize: p.BatchSize, Timeout: p.Timeout})
-	if err != nil {
-		return queue.LeaseResult{}, err
-	}
-	return v.(queue.LeaseResult), nil
+	return answer[queue.LeaseResult](e.Loop.CallLease(ctx, nil, LeaseWait{ClientID: p.ClientID, BatchSize: p.BatchSize, Timeout: p.Timeout}))
 }
 
 // Complete deletes leased items. Every id must be leased in the partition,
@@ -243,11 +249,7 @@ func (e *Engine) Complete(ctx context.Context, partition int32, ids []uint64) er
 // that is not. A dead-lettered item has been taken by the dead-letter queue
 // (or its move is durably recorded and will be retried) when Retry returns.
 func (e *Engine) Retry(ctx context.Context, partition int32, items []queue.RetryItem) ([]queue.RetryOutcome, error) {
-	v, err := e.Loop.Call(ctx, &retryOp{partition: partition, items: items}, false)
-	if err != nil {
-		return nil, err
-	}
-	return v.([]queue.RetryOutcome), nil
+	return answer[[]queue.RetryOutcome](e.Loop.Call(ctx, &retryOp{partition: partition, items: items}, false))
 }
 
 // Renew extends live leases: each item's lease deadline becomes now +
@@ -258,11 +260,7 @@ func (e *Engine) Retry(ctx context.Context, partition int32, items []queue.Retry
 // (see NotLeased). An item past its expire deadline may be renewed; it dies
 // of expiry when its lease ends.
 func (e *Engine) Renew(ctx context.Context, partition int32, ids []uint64, timeout time.Duration) ([]time.Time, error) {
-	v, err := e.Loop.Call(ctx, &renewOp{partition: partition, ids: ids, timeout: timeout}, false)
-	if err != nil {
-		return nil, err
-	}
-	return v.([]time.Time), nil
+	return answer[[]time.Time](e.Loop.Call(ctx, &renewOp{partition: partition, ids: ids, timeout: timeout}, false))
 }
 
 // Clear removes the items selected by p.
@@ -280,22 +278,14 @@ func (e *Engine) Clear(ctx context.Context, p queue.ClearParams) error {
 // first copy is kept. It returns, for each item in order, the item as
 // stored: the new one, or the one that holds its source_id.
 func (e *Engine) Import(ctx context.Context, partition int32, items []store.Item) ([]store.Item, error) {
-	v, err := e.Loop.Call(ctx, &ImportOp{Partition: partition, Items: items}, false)
-	if err != nil {
-		return nil, err
-	}
-	return v.([]store.Item), nil
+	return answer[[]store.Item](e.Loop.Call(ctx, &ImportOp{Partition: partition, Items: items}, false))
 }
 
 // Delete removes items, in any state, and returns how many it found.
 // Unknown ids are ignored; a partition that does not exist is an
 // apierr.Invalid error and nothing is deleted.
 func (e *Engine) Delete(ctx context.Context, refs []queue.ItemRef) (int, error) {
-	v, err := e.Loop.Call(ctx, &DeleteOp{Refs: refs}, false)
-	if err != nil {
-		return 0, err
-	}
-	return v.(int), nil
+	return answer[int](e.Loop.Call(ctx, &DeleteOp{Refs: refs}, false))
 }
 
 // DeleteDead removes the items of refs that are at rest: leased items (a
@@ -305,11 +295,7 @@ func (e *Engine) Delete(ctx context.Context, refs []queue.ItemRef) (int, error) 
 // calls and redrive tasks delete through it, so they never take an item
 // from under a consumer.
 func (e *Engine) DeleteDead(ctx context.Context, refs []queue.ItemRef) (int, error) {
-	v, err := e.Loop.Call(ctx, &DeleteOp{Refs: refs, ExceptLeased: true}, false)
-	if err != nil {
-		return 0, err
-	}
-	return v.(int), nil
+	return answer[int](e.Loop.Call(ctx, &DeleteOp{Refs: refs, ExceptLeased: true}, false))
 }
 
 // TakeRedriven inserts redriven dead items (see RedriveItem) into one
