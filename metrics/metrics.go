@@ -43,6 +43,14 @@ type Metrics struct {
 	// completed or dead-lettered, by outcome (completed, dead_lettered,
 	// dropped).
 	ItemAttempts *prometheus.HistogramVec
+	// LoopPanics counts panics recovered in a queue's loop, by queue: each
+	// failed its iteration's requests (453) and reloaded the queue from
+	// storage. Any increase is a bug to report.
+	LoopPanics *prometheus.CounterVec
+	// StorageFaults counts storage faults that made the store refuse
+	// writes, by cause (write, sync, panic, space: the free-space
+	// watermark). See styx_storage_read_only.
+	StorageFaults *prometheus.CounterVec
 }
 
 // QueueSample is one queue's state at one moment, for the gauges.
@@ -112,6 +120,7 @@ func (m *Metrics) InitQueue(queue, deadQueue string) {
 		m.ItemsDropped.WithLabelValues(queue, r)
 	}
 	m.DeadLetterErrors.WithLabelValues(queue)
+	m.LoopPanics.WithLabelValues(queue)
 	if deadQueue == "" {
 		return
 	}
@@ -129,6 +138,7 @@ func (m *Metrics) InitQueue(queue, deadQueue string) {
 func (m *Metrics) ForgetQueue(queue string) {
 	m.ItemsDropped.DeletePartialMatch(prometheus.Labels{"queue": queue})
 	m.DeadLetterErrors.DeletePartialMatch(prometheus.Labels{"queue": queue})
+	m.LoopPanics.DeletePartialMatch(prometheus.Labels{"queue": queue})
 	m.DeadLettered.DeletePartialMatch(prometheus.Labels{"queue": queue})
 	m.DeadLettered.DeletePartialMatch(prometheus.Labels{"dead_queue": queue})
 	m.RedriveItems.DeletePartialMatch(prometheus.Labels{"queue": queue})
@@ -186,11 +196,19 @@ func New() *Metrics {
 			Buckets: []float64{1, 2, 3, 5, 10, 20, 50, 100},
 		}, []string{"outcome"}),
 	}
+	m.LoopPanics = prometheus.NewCounterVec(prometheus.CounterOpts{
+		Name: "styx_queue_loop_panics_total",
+		Help: "Panics recovered in a queue's loop, by queue; each failed its iteration's requests (453) and reloaded the queue.",
+	}, []string{"queue"})
+	m.StorageFaults = prometheus.NewCounterVec(prometheus.CounterOpts{
+		Name: "styx_storage_faults_total",
+		Help: "Storage faults that made the store refuse writes, by cause (write, sync, panic, space).",
+	}, []string{"cause"})
 	for _, o := range attemptOutcomes {
 		m.ItemAttempts.WithLabelValues(o)
 	}
 	reg.MustRegister(
-		m.Requests, m.RequestSeconds, m.DeadLettered, m.ItemsDropped, m.DeadLetterErrors, m.RedriveItems, m.RedriveRunning, m.ItemAttempts,
+		m.Requests, m.RequestSeconds, m.DeadLettered, m.ItemsDropped, m.DeadLetterErrors, m.RedriveItems, m.RedriveRunning, m.ItemAttempts, m.LoopPanics, m.StorageFaults,
 		collectors.NewGoCollector(),
 		collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}),
 	)

@@ -115,7 +115,9 @@ type deferredReply struct {
 // uses: a move's on the source's result channel.
 func answer(r *engine.Request, err error) {
 	if op, ok := r.Op.(*deadLetterOp); ok {
-		op.done(moveResult{op: op, err: err})
+		if r.Claim() {
+			op.done(moveResult{op: op, err: err})
+		}
 		return
 	}
 	r.Send(nil, err)
@@ -148,6 +150,7 @@ func newLogical(cfg Config, info store.QueueInfo, lookup func(string) *Logical) 
 		deferred:   make(map[*item]*deferredReply),
 	}
 	l.Engine = engine.NewEngine(info.Name, cfg.Clock, cfg.Metrics)
+	l.Loop.Log = cfg.Log
 	l.pipe = newPipeline(info.Name, l.Loop.Wake)
 	cfg.Metrics.InitQueue(info.Name, info.DeadQueue)
 	l.Loop.Start(l)
@@ -268,6 +271,19 @@ func (l *Logical) Stopped() {
 			d.r.Send(d.v, nil)
 		}
 	}
+}
+
+// Recover answers err to the requests of a panicked iteration not answered
+// yet and rebuilds the state from storage (engine.Backend). The syncer may
+// still hold replies of earlier, written batches: they are sent as usual.
+func (l *Logical) Recover(reqs []*engine.Request, err error) {
+	for _, r := range reqs {
+		answer(r, err)
+	}
+	l.Loop.Waiters.Fail(err)
+	// A panic inside commit may leave the iteration's buffers half-used.
+	l.ops, l.fresh = nil, nil
+	l.load()
 }
 
 // load rebuilds the in-memory state from storage. On failure every request

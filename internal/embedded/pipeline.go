@@ -52,7 +52,9 @@ func (p *pendingReply) send(werr error) {
 		return
 	}
 	if op, ok := p.r.Op.(*deadLetterOp); ok {
-		op.done(moveResult{op: op})
+		if p.r.Claim() {
+			op.done(moveResult{op: op})
+		}
 		return
 	}
 	p.r.Send(p.v, nil)

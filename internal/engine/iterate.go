@@ -194,6 +194,7 @@ func NewEngine(name string, clk clock.Clock, m *metrics.Metrics) Engine {
 	e := Engine{Loop: NewLoop(name, clk)}
 	if m != nil {
 		e.completed = func(n int32) { m.ItemAttempts.WithLabelValues("completed").Observe(float64(n)) }
+		e.Loop.OnPanic = func(q string, _ any) { m.LoopPanics.WithLabelValues(q).Inc() }
 	}
 	return e
 }

@@ -19,11 +19,16 @@ package engine
 
 import (
 	"context"
+	"fmt"
+	"log/slog"
+	"runtime/debug"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/styxq/styx/internal/apierr"
 	"github.com/styxq/styx/internal/clock"
+	"github.com/styxq/styx/internal/store"
 )
 
 const (
@@ -52,7 +57,10 @@ type Request struct {
 	// Deadline is when a waiting lease's request timeout ends (Unix ns).
 	Deadline int64
 	done     chan Result
-	answered bool
+	// answered is set by the first answer (Claim): a request is answered
+	// at most once, whichever goroutine (the loop, a backend's syncer, a
+	// panic's recovery) gets there first.
+	answered atomic.Bool
 }
 
 // LeaseWait is what a lease request waits for.
@@ -71,18 +79,28 @@ type Result struct {
 	Err error
 }
 
-// Answer answers r unless it was answered already through Answer. Loop
-// goroutine only.
+// Claim reports whether the caller is the first to answer r, and marks r
+// answered. Every answer goes through it, so a request is answered at most
+// once: after a panic's recovery failed a request, the success its syncer
+// would still send is dropped (the client has its 453). A backend that
+// answers a request through a channel of its own (not r's) claims it first.
+// Any goroutine.
+func (r *Request) Claim() bool { return r.answered.CompareAndSwap(false, true) }
+
+// Answered reports whether r was answered (claimed). Any goroutine.
+func (r *Request) Answered() bool { return r.answered.Load() }
+
+// Answer answers r unless it was answered already. Any goroutine (the loop,
+// a backend's syncer).
 func (r *Request) Answer(v any, err error) {
-	if !r.answered {
-		r.answered = true
+	if r.Claim() {
 		r.done <- Result{V: v, Err: err}
 	}
 }
 
-// Send answers r from any goroutine (a backend's syncer). The caller makes
-// sure r is answered once: Send does not mark it answered.
-func (r *Request) Send(v any, err error) { r.done <- Result{V: v, Err: err} }
+// Send is Answer: it answers r from any goroutine unless r was answered
+// already.
+func (r *Request) Send(v any, err error) { r.Answer(v, err) }
 
 // Backend runs a loop's iterations. Its methods are called by the loop
 // goroutine only.
@@ -103,6 +121,33 @@ type Backend interface {
 	// those it took; every answer the backend still holds must be sent
 	// when it returns. The waiting leases are answered after it.
 	Stopped()
+	// Recover runs after an iteration over reqs panicked (the panic is
+	// recovered, logged and counted by the loop): it answers err (453) to
+	// every request of reqs not answered yet, through the channel its kind
+	// uses, ends what the iteration left open (a transaction) and rebuilds
+	// the backend's state from storage, since the iteration may have
+	// changed it half-way. A request whose write was already durable may
+	// be failed too (the client retries; at-least-once), never the other
+	// way round. A panic in Recover ends the loop (ErrLoopDied).
+	Recover(reqs []*Request, err error)
+}
+
+// PanicHook, when set on a loop before Start, is told of every panic the
+// loop recovers (queue name and the panic's value): the metric
+// styx_queue_loop_panics_total.
+type PanicHook func(queue string, v any)
+
+// errLoopPanicked answers the requests of an iteration that panicked (453):
+// nothing of them is acknowledged; the queue was reloaded from storage.
+func errLoopPanicked(queue string, v any) error {
+	return store.Unavailable("queue '"+queue+"'", fmt.Errorf("internal error (panic: %v); the request was not applied, retry", v))
+}
+
+// errLoopDied answers the calls that reach, or wait on, a loop that ended
+// without Stop (453): a panic outside an iteration, or in its recovery. The
+// queue serves nothing until the server restarts.
+func errLoopDied(queue string, v any) error {
+	return store.Unavailable("queue '"+queue+"'", fmt.Errorf("queue loop ended (panic: %v); restart the server", v))
 }
 
 // Loop is a queue's request loop. Its methods may be called from any
@@ -120,6 +165,13 @@ type Loop struct {
 	// waiting leases the stopped loop refuses (read after stop is closed).
 	stopOnce sync.Once
 	stopErr  error
+	// exitErr, set by the loop goroutine before it closes done when it ends
+	// without Stop, answers the calls that find it gone.
+	exitErr error
+	// OnPanic, set before Start, is told of every recovered panic.
+	OnPanic PanicHook
+	// Log receives the panics (with their stacks); nil means slog.Default.
+	Log *slog.Logger
 	// Waiters are the leases waiting for items, oldest first.
 	Waiters Waiters
 }
@@ -169,6 +221,8 @@ func (l *Loop) call(r *Request, abandonable bool) (any, error) {
 	select {
 	case <-l.stop:
 		return nil, l.stopErr
+	case <-l.done:
+		return nil, l.endErr()
 	default:
 	}
 	select {
@@ -190,7 +244,7 @@ func (l *Loop) call(r *Request, abandonable bool) (any, error) {
 		case res := <-r.done:
 			return res.V, res.Err
 		default:
-			return nil, l.stopErr
+			return nil, l.endErr()
 		}
 	case <-ctxDone:
 		return nil, r.Ctx.Err()
@@ -203,6 +257,8 @@ func (l *Loop) call(r *Request, abandonable bool) (any, error) {
 func (l *Loop) Offer(op any, done chan Result) bool {
 	select {
 	case <-l.stop:
+		return false
+	case <-l.done:
 		return false
 	default:
 	}
@@ -264,8 +320,25 @@ func CloseAll[K comparable, Q interface{ QueueLoop() *Loop }](mu sync.Locker, cl
 // Stopping is closed once Shutdown was called.
 func (l *Loop) Stopping() <-chan struct{} { return l.stop }
 
+// endErr is the error a call that finds the loop ended is answered with:
+// the Stop error, or, when the loop ended without Stop, exitErr. Read only
+// after done is closed.
+func (l *Loop) endErr() error {
+	select {
+	case <-l.stop:
+		return l.stopErr
+	default:
+		return l.exitErr
+	}
+}
+
 func (l *Loop) run() {
 	defer close(l.done)
+	defer func() {
+		if v := recover(); v != nil {
+			l.died(v)
+		}
+	}()
 	l.b.Open()
 	timer := time.NewTimer(time.Hour)
 	defer timer.Stop()
@@ -305,8 +378,22 @@ func (l *Loop) gather(batch []*Request) []*Request {
 }
 
 // iterate runs one iteration: lease requests join the waiters, the rest go
-// to the backend, and the waiters that are done leave.
+// to the backend, and the waiters that are done leave. A panic in the
+// backend's iteration is recovered: the batch's requests not answered yet
+// get 453 and the backend rebuilds its state (Backend.Recover).
 func (l *Loop) iterate(batch []*Request, poll bool) {
+	defer func() {
+		if v := recover(); v != nil {
+			l.report(v, "queue loop iteration panicked; its requests were failed and the queue is reloaded from storage")
+			work := make([]*Request, 0, len(batch))
+			for _, r := range batch {
+				if r.Lease == nil {
+					work = append(work, r)
+				}
+			}
+			l.b.Recover(work, errLoopPanicked(l.name, v))
+		}
+	}()
 	now := l.clock.Now().UnixNano()
 	work := batch[:0:0]
 	for _, r := range batch {
@@ -331,6 +418,50 @@ func (l *Loop) sleep() time.Duration {
 		return time.Hour
 	}
 	return max(time.Duration(next-now), time.Millisecond)
+}
+
+// report logs a recovered panic with its stack and tells OnPanic.
+func (l *Loop) report(v any, msg string) {
+	log := l.Log
+	if log == nil {
+		log = slog.Default()
+	}
+	log.Error(msg, "queue", l.name, "panic", fmt.Sprint(v), "stack", string(debug.Stack()))
+	if l.OnPanic != nil {
+		l.OnPanic(l.name, v)
+	}
+}
+
+// died ends a loop that panicked outside an iteration's recovery (in Open,
+// in Recover itself): every request taken or queued and every waiting lease
+// is failed with errLoopDied, and so are the calls that come later (call
+// sees done closed). Nothing is answered success: a request the loop took
+// and did not answer gets the error.
+func (l *Loop) died(v any) {
+	l.report(v, "queue loop ended by a panic; the queue answers 453 until the server restarts")
+	l.exitErr = errLoopDied(l.name, v)
+	for _, r := range l.gather(nil) {
+		l.failTaken(r)
+	}
+	for _, w := range l.Waiters.list {
+		w.Answer(nil, l.exitErr)
+	}
+	l.Waiters.list = nil
+	l.Waiters.n.Store(0)
+}
+
+// failTaken answers r with exitErr: on its own channel, or, for a request
+// offered without one (Offer with nil done: the backend's own kind), through
+// the backend's recovery.
+func (l *Loop) failTaken(r *Request) {
+	if r.done != nil {
+		r.Answer(nil, l.exitErr)
+		return
+	}
+	func() {
+		defer func() { _ = recover() }()
+		l.b.Recover([]*Request{r}, l.exitErr)
+	}()
 }
 
 // drain runs the requests already queued (leases among them are answered

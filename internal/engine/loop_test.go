@@ -2,12 +2,15 @@ package engine
 
 import (
 	"context"
+	"errors"
+	"sync"
 	"testing"
 
 	"github.com/stretchr/testify/require"
 
 	"github.com/styxq/styx/internal/apierr"
 	"github.com/styxq/styx/internal/clock"
+	"github.com/styxq/styx/internal/store"
 )
 
 // heldBackend answers every request, but its first iteration waits for
@@ -21,6 +24,11 @@ type heldBackend struct {
 func (b *heldBackend) Open()                {}
 func (b *heldBackend) Stopped()             {}
 func (b *heldBackend) NextWake(int64) int64 { return 0 }
+func (b *heldBackend) Recover(reqs []*Request, err error) {
+	for _, r := range reqs {
+		r.Answer(nil, err)
+	}
+}
 func (b *heldBackend) Iterate(_ int64, reqs []*Request, _ bool) {
 	if !b.first {
 		b.first = true
@@ -69,4 +77,94 @@ func TestLoopOverloaded(t *testing.T) {
 	v, err := l.Call(context.Background(), "after", false)
 	require.NoError(t, err)
 	require.Equal(t, "done", v)
+}
+
+// panicky answers every request with its op, but panics on an iteration
+// holding the op "boom" after answering the requests before it; with
+// recoverPanics false its Recover panics too (a loop that cannot go on).
+type panicky struct {
+	mu            sync.Mutex
+	recovered     int
+	recoverPanics bool
+}
+
+func (b *panicky) Open()                {}
+func (b *panicky) Stopped()             {}
+func (b *panicky) NextWake(int64) int64 { return 0 }
+func (b *panicky) Iterate(_ int64, reqs []*Request, _ bool) {
+	for _, r := range reqs {
+		if r.Op == "boom" {
+			panic("injected")
+		}
+		r.Answer(r.Op, nil)
+	}
+}
+func (b *panicky) Recover(reqs []*Request, err error) {
+	b.mu.Lock()
+	b.recovered++
+	b.mu.Unlock()
+	if b.recoverPanics {
+		panic("injected again")
+	}
+	for _, r := range reqs {
+		r.Answer(nil, err)
+	}
+}
+
+// TestLoopPanicFailsItsBatch: a panic inside an iteration never answers
+// success for the requests it did not run (the defect of issue 23: callers
+// got a nil error, so 200, for work never written). The requests of the
+// batch that were answered keep their answer, the others get 453 naming the
+// panic, the backend recovers, the hook counts it, and the loop serves on.
+func TestLoopPanicFailsItsBatch(t *testing.T) {
+	b := &panicky{}
+	l := NewLoop("p", clock.Real{})
+	var panics []string
+	l.OnPanic = func(q string, v any) { panics = append(panics, q) }
+	l.Start(b)
+	defer l.Shutdown()
+
+	before, boom, after := make(chan Result, 1), make(chan Result, 1), make(chan Result, 1)
+	// Offered together, so that they are likely one batch; each is checked
+	// on its own either way.
+	require.True(t, l.Offer("before", before))
+	require.True(t, l.Offer("boom", boom))
+	require.True(t, l.Offer("after", after))
+	res := <-before
+	require.NoError(t, res.Err)
+	require.Equal(t, "before", res.V)
+	for _, ch := range []chan Result{boom, after} {
+		res := <-ch
+		if res.Err == nil {
+			require.Equal(t, "after", res.V, "only a request that ran may succeed")
+			continue
+		}
+		require.ErrorIs(t, res.Err, store.ErrUnavailable)
+		require.Contains(t, res.Err.Error(), "panic: injected")
+	}
+	v, err := l.Call(context.Background(), "later", false)
+	require.NoError(t, err)
+	require.Equal(t, "later", v)
+	b.mu.Lock()
+	require.Equal(t, 1, b.recovered)
+	b.mu.Unlock()
+	require.Equal(t, []string{"p"}, panics)
+}
+
+// TestLoopDiedAnswersErrors: when the loop cannot go on (its recovery
+// panicked too), the call that was waiting and every later call get 453;
+// none gets a nil error.
+func TestLoopDiedAnswersErrors(t *testing.T) {
+	b := &panicky{recoverPanics: true}
+	l := NewLoop("dead", clock.Real{})
+	l.Start(b)
+	defer l.Shutdown()
+	_, err := l.Call(context.Background(), "boom", false)
+	require.ErrorIs(t, err, store.ErrUnavailable)
+	require.Contains(t, err.Error(), "queue loop ended")
+	_, err = l.Call(context.Background(), "later", false)
+	require.ErrorIs(t, err, store.ErrUnavailable)
+	require.False(t, l.Offer("offered", make(chan Result, 1)))
+	_, err = l.CallLease(context.Background(), "lease", LeaseWait{ClientID: "c", BatchSize: 1})
+	require.True(t, errors.Is(err, store.ErrUnavailable), "%v", err)
 }

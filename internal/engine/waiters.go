@@ -44,7 +44,7 @@ func (ws *Waiters) expire(now int64) {
 	kept := ws.list[:0]
 	for _, w := range ws.list {
 		switch {
-		case w.answered:
+		case w.answered.Load():
 		case w.Ctx.Err() != nil:
 			w.Answer(nil, w.Ctx.Err())
 		case w.Deadline <= now:
@@ -88,7 +88,7 @@ func (ws *Waiters) Fail(err error) {
 func Serve[T any](ws *Waiters, next *int, counts func() ([]int, error), lease func(p int32, n int) ([]T, error), give func(r *Request, p int32, items []T)) error {
 	var live []*Request
 	for _, w := range ws.list {
-		if !w.answered && w.Ctx.Err() == nil {
+		if !w.answered.Load() && w.Ctx.Err() == nil {
 			live = append(live, w)
 		}
 	}

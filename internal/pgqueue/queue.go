@@ -70,6 +70,7 @@ type Queue struct {
 func newQueue(m *Manager, info store.QueueInfo) *Queue {
 	q := &Queue{m: m, name: info.Name, id: info.ID}
 	q.Engine = engine.NewEngine(info.Name, m.cfg.Clock, m.cfg.Metrics)
+	q.Loop.Log = m.cfg.Log
 	// Lifecycle work may be due from before this node started.
 	q.nextDue = 1
 	q.Loop.Start(q)
@@ -106,6 +107,18 @@ func (q *Queue) Open() {}
 // Stopped is a no-op: every request is answered in its iteration
 // (engine.Backend).
 func (q *Queue) Stopped() {}
+
+// Recover answers err to the requests of a panicked iteration not answered
+// yet and to the waiting leases (engine.Backend). The database is the
+// state and the iteration's transaction was rolled back (Iterate), so
+// nothing is rebuilt: the lifecycle runs again at the next iteration.
+func (q *Queue) Recover(reqs []*engine.Request, err error) {
+	for _, r := range reqs {
+		r.Answer(nil, err)
+	}
+	q.Loop.Waiters.Fail(err)
+	q.nextDue = 1
+}
 
 // NextWake returns when the lifecycle is next due, and while leases wait,
 // when to look for items without a hint (engine.Backend).
@@ -152,6 +165,14 @@ func (q *Queue) Iterate(now int64, work []*engine.Request, poll bool) {
 		q.Loop.Waiters.Fail(err)
 		return
 	}
+	defer func() {
+		// A panic in the iteration: end its transaction (nothing of it is
+		// committed, or all of it was) before the loop recovers.
+		if v := recover(); v != nil {
+			_ = tx.Rollback(context.Background())
+			panic(v)
+		}
+	}()
 	if q.Loop.Waiters.Len() > 0 {
 		q.lastPoll = now
 	}
