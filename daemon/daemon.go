@@ -68,6 +68,14 @@ type Config struct {
 	ConsumeBeforeSync bool
 	// MaxRequestBytes bounds request bodies. Defaults to 64 MiB.
 	MaxRequestBytes int64
+	// MinFreeBytes is the Pebble store's free-space watermark, in bytes
+	// (pebble.Config.MinFreeBytes, ADR 0015): below it, produces, imports
+	// and redrives into a queue are refused (453) so a flush and a restart
+	// always have room, and a server started below it opens its store
+	// read-only (reads served, writes refused until there is room). 0 means
+	// the default, twice the memtable size (128 MiB) but at most a tenth of
+	// the filesystem; -1 disables it. Pebble storage only.
+	MinFreeBytes int64
 	// ShutdownTimeout bounds how long Close waits for in-flight requests.
 	// Defaults to 30s.
 	ShutdownTimeout time.Duration
@@ -286,7 +294,8 @@ func New(ctx context.Context, cfg Config) (*Daemon, error) {
 			}
 			d.store = s
 		default:
-			s, err := pebble.Open(pebble.Config{Dir: cfg.DataDir, NoSync: cfg.NoSync, Logger: cfg.Log})
+			s, err := pebble.Open(pebble.Config{Dir: cfg.DataDir, NoSync: cfg.NoSync, Logger: cfg.Log,
+				MinFreeBytes: cfg.MinFreeBytes, OnFault: d.Metrics.CountStorageFault})
 			// Pebble's lock file says another process (EAGAIN) or this one
 			// holds the directory.
 			if err != nil && (errors.Is(err, syscall.EAGAIN) || strings.Contains(err.Error(), "lock held")) {
@@ -324,6 +333,13 @@ func (d *Daemon) serve(ctx context.Context, m queue.Queues, tasks store.TaskStor
 	cfg := d.cfg
 	d.manager = m
 	d.Metrics.RegisterQueueSampler(m.Sample)
+	guard, _ := d.store.(store.Guard)
+	d.Metrics.RegisterStorageHealth(func() (readOnly, lowSpace bool) {
+		if guard == nil {
+			return false, false
+		}
+		return guard.WriteFault() != nil, guard.InsertFault() != nil
+	})
 	keys, err := cfg.keys(ks)
 	if err != nil {
 		m.Close()
@@ -351,6 +367,12 @@ func (d *Daemon) serve(ctx context.Context, m queue.Queues, tasks store.TaskStor
 	h := transport.NewHandler(transport.Config{
 		Service: service.New(m, d.redrives, cfg.Clock), Metrics: d.Metrics, Log: cfg.Log, MaxRequestBytes: cfg.MaxRequestBytes,
 		Keys: keys, Auth: cfg.Auth, UI: ui,
+		Health: func() string {
+			if guard == nil {
+				return ""
+			}
+			return guard.Health()
+		},
 	})
 	d.listener, err = net.Listen("tcp", cfg.Listen)
 	if err != nil {

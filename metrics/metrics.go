@@ -91,6 +91,28 @@ func (c queueCollector) Collect(ch chan<- prometheus.Metric) {
 	}
 }
 
+// CountStorageFault counts a storage fault by cause (styx_storage_faults_total).
+func (m *Metrics) CountStorageFault(cause string) { m.StorageFaults.WithLabelValues(cause).Inc() }
+
+// RegisterStorageHealth registers the gauges styx_storage_read_only and
+// styx_storage_low_space, read from health at each scrape. Call it once.
+func (m *Metrics) RegisterStorageHealth(health func() (readOnly, lowSpace bool)) {
+	gauge := func(name, help string, pick func(ro, low bool) bool) prometheus.GaugeFunc {
+		return prometheus.NewGaugeFunc(prometheus.GaugeOpts{Name: name, Help: help}, func() float64 {
+			if pick(health()) {
+				return 1
+			}
+			return 0
+		})
+	}
+	m.Registry.MustRegister(
+		gauge("styx_storage_read_only", "1 while the store refuses every write (a failed write or sync, or opened on a full disk), else 0.",
+			func(ro, _ bool) bool { return ro }),
+		gauge("styx_storage_low_space", "1 while the free space is below the watermark (produces refused), else 0.",
+			func(_, low bool) bool { return low }),
+	)
+}
+
 // RegisterQueueSampler registers the gauges styx_queue_items and
 // styx_queue_oldest_item_age_seconds, read from sample at each scrape.
 // Call it once.
@@ -206,6 +228,9 @@ func New() *Metrics {
 	}, []string{"cause"})
 	for _, o := range attemptOutcomes {
 		m.ItemAttempts.WithLabelValues(o)
+	}
+	for _, c := range []string{"write", "sync", "panic", "space"} {
+		m.StorageFaults.WithLabelValues(c)
 	}
 	reg.MustRegister(
 		m.Requests, m.RequestSeconds, m.DeadLettered, m.ItemsDropped, m.DeadLetterErrors, m.RedriveItems, m.RedriveRunning, m.ItemAttempts, m.LoopPanics, m.StorageFaults,

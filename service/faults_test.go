@@ -1,14 +1,22 @@
 package service_test
 
 import (
+	"encoding/json"
 	"fmt"
+	"net/http"
 	"strings"
+	"sync/atomic"
+	"syscall"
 	"testing"
+	"time"
 
+	"github.com/cockroachdb/pebble/v2/vfs"
+	"github.com/cockroachdb/pebble/v2/vfs/errorfs"
 	"github.com/stretchr/testify/require"
 
 	styx "github.com/styxq/styx"
 	"github.com/styxq/styx/internal/store"
+	"github.com/styxq/styx/internal/store/pebble"
 	pb "github.com/styxq/styx/styxpb"
 )
 
@@ -50,4 +58,91 @@ func TestPanicNeverAcknowledged(t *testing.T) {
 		s.restart()
 		require.Equal(t, []string{"ok-1", "ok-2"}, payloads(s.items("pq")))
 	})
+}
+
+// health returns the status /health answers.
+func (s *server) health() string {
+	s.t.Helper()
+	resp, err := http.Get(s.d.Endpoint() + "/health")
+	require.NoError(s.t, err)
+	defer resp.Body.Close()
+	require.Equal(s.t, http.StatusOK, resp.StatusCode)
+	var h struct{ Status string }
+	require.NoError(s.t, json.NewDecoder(resp.Body).Decode(&h))
+	return h.Status
+}
+
+// TestDiskFullStaysUpAndHeals (issue 23, 2), on Pebble over a filesystem
+// the test fills: below the free-space watermark produces are refused with
+// 453 naming the disk, while leases, completes and every read go on and
+// /health says "degraded: disk full"; when the log's writes fail (ENOSPC,
+// as a disk that filled up between two checks gives), every write is
+// refused and the reads still work; once space returns, produces work
+// again within seconds, without a restart, and every acknowledged item is
+// there, before and after a restart. Before the fix, the first failing
+// write got a 453 and the next one panicked the process.
+func TestDiskFullStaysUpAndHeals(t *testing.T) {
+	mem := vfs.NewMem()
+	mem.TestingSetDiskUsage(vfs.DiskUsage{AvailBytes: 1 << 30, TotalBytes: 2 << 30})
+	var full atomic.Bool
+	fs := errorfs.Wrap(mem, errorfs.InjectorFunc(func(op errorfs.Op) error {
+		switch op.Kind {
+		case errorfs.OpFileWrite, errorfs.OpFileWriteAt, errorfs.OpFileSync, errorfs.OpFileSyncData, errorfs.OpFileSyncTo, errorfs.OpFilePreallocate:
+			if full.Load() {
+				return syscall.ENOSPC
+			}
+		}
+		return nil
+	}))
+	b := backend{name: "pebble", open: func(t *testing.T) store.Store {
+		s, err := pebble.Open(pebble.Config{Dir: "db", FS: fs, Logger: testLogger(), MinFreeBytes: 64 << 20, CheckInterval: 10 * time.Millisecond})
+		require.NoError(t, err)
+		return s
+	}}
+	s := start(t, b)
+	s.createQueue(&pb.QueueInfo{QueueName: "df"})
+	s.produce("df", "a", "b")
+	require.Equal(t, "ok", s.health())
+
+	// Below the watermark: produces refused, the rest goes on.
+	mem.TestingSetDiskUsage(vfs.DiskUsage{AvailBytes: 10 << 20, TotalBytes: 2 << 30})
+	produce := func(p string) error {
+		return s.C.QueueProduce(ctx, &pb.QueueProduceRequest{QueueName: "df", RequestTimeout: "10s",
+			Items: []*pb.QueueProduceItem{{Bytes: []byte(p)}}})
+	}
+	// A produce may pass until the monitor has read the free space (every
+	// 10ms here): the probes that pass are acknowledged items like others.
+	eventually(t, func() bool { return produce("probe") != nil }, "produces are refused below the watermark")
+	err := produce("refused")
+	requireCode(t, err, styx.CodeUnavailable, "disk full")
+	require.Contains(t, s.health(), "degraded: disk full")
+	lease := s.lease("df", 1)
+	s.complete("df", lease.Partition, lease.Items[0].Id)
+	before := payloads(s.items("df"))
+	require.Equal(t, "b", before[0])
+	require.NotContains(t, before, "refused")
+
+	// The disk fills up under the log: every write is refused, reads go on.
+	full.Store(true)
+	var werr error
+	eventually(t, func() bool {
+		_, werr = s.C.QueueLease(ctx, &pb.QueueLeaseRequest{QueueName: "df", BatchSize: 1, ClientId: "c2", RequestTimeout: "1s"})
+		return werr != nil && styx.ErrorCode(werr) == styx.CodeUnavailable
+	}, "writes fail once the log cannot be written")
+	require.Contains(t, s.health(), "degraded")
+	require.Equal(t, before, payloads(s.items("df")), "reads are served")
+	_, err = s.C.QueueStats(ctx, &pb.QueueStatsRequest{QueueName: "df"})
+	require.NoError(t, err)
+	_, err = s.C.QueuesList(ctx, &pb.QueuesListRequest{Limit: 10})
+	require.NoError(t, err)
+
+	// Space returns: writes resume without a restart.
+	full.Store(false)
+	mem.TestingSetDiskUsage(vfs.DiskUsage{AvailBytes: 1 << 30, TotalBytes: 2 << 30})
+	eventually(t, func() bool { return produce("c") == nil }, "produces work again once space returns")
+	require.Equal(t, "ok", s.health())
+	want := append(before, "c")
+	require.Equal(t, want, payloads(s.items("df")))
+	s.restart()
+	require.Equal(t, want, payloads(s.items("df")), "every acknowledged item survives a restart")
 }

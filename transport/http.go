@@ -7,6 +7,7 @@ package transport
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
@@ -57,6 +58,10 @@ type Config struct {
 	// it on its own /v1 calls as "Authorization: Bearer <key>", which are
 	// checked as any other client's. Nil: /ui/ is 501 like any unknown path.
 	UI http.Handler
+	// Health, when set, says why storage is degraded ("" when it is not):
+	// GET /health then answers {"status":"degraded: <why>"} (still 200:
+	// the server is up and serves reads). Nil: always "ok".
+	Health func() string
 }
 
 // Handler is the server's http.Handler.
@@ -126,7 +131,14 @@ func (h *Handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 			return
 		}
 		w.Header().Set("Content-Type", "application/json")
-		_, _ = io.WriteString(w, `{"status":"ok"}`+"\n")
+		status := "ok"
+		if h.cfg.Health != nil {
+			if why := h.cfg.Health(); why != "" {
+				status = "degraded: " + why
+			}
+		}
+		b, _ := json.Marshal(map[string]string{"status": status})
+		_, _ = w.Write(append(b, '\n'))
 		return
 	case "/metrics":
 		if r.Method != http.MethodGet {

@@ -96,6 +96,10 @@ type Logical struct {
 	bodies *bodyCache
 	// pipe releases the replies of written batches once durable.
 	pipe *pipeline
+	// guard is the store's, when it can refuse writes (store.Guard); gen
+	// is its Generation when the state was last loaded.
+	guard store.Guard
+	gen   uint64
 	// ops and fresh are the buffers of the last iteration's batch and
 	// fresh bodies, reused (emptied) by the next: a store does not keep a
 	// batch once written.
@@ -151,6 +155,16 @@ func newLogical(cfg Config, info store.QueueInfo, lookup func(string) *Logical) 
 	}
 	l.Engine = engine.NewEngine(info.Name, cfg.Clock, cfg.Metrics)
 	l.Loop.Log = cfg.Log
+	if g, ok := cfg.Store.(store.Guard); ok {
+		l.guard = g
+		l.gen = g.Generation()
+		l.Engine.Admit = func(inserts bool) error {
+			if inserts {
+				return g.InsertFault()
+			}
+			return g.WriteFault()
+		}
+	}
 	l.pipe = newPipeline(info.Name, l.Loop.Wake)
 	cfg.Metrics.InitQueue(info.Name, info.DeadQueue)
 	l.Loop.Start(l)
@@ -215,6 +229,22 @@ func (l *Logical) Iterate(now int64, reqs []*engine.Request, _ bool) {
 		l.syncFailed()
 	default:
 	}
+	lifecycle := true
+	if l.guard != nil {
+		if g := l.guard.Generation(); g != l.gen {
+			// The store was reopened: what it holds is what is durable.
+			l.gen = g
+			l.cfg.Log.Warn("storage reopened; reloading the queue", "queue", l.name)
+			l.load()
+		}
+		if err := l.guard.WriteFault(); err != nil {
+			// Read-only: the reads run, the writes and the lifecycle wait
+			// for the store to heal (ADR 0015).
+			reqs = readsOnly(reqs, err)
+			l.Loop.Waiters.Fail(err)
+			lifecycle = false
+		}
+	}
 	for {
 		select {
 		case res := <-l.results:
@@ -250,13 +280,30 @@ func (l *Logical) Iterate(now int64, reqs []*engine.Request, _ bool) {
 		}
 		l.toSend = l.toSend[:0]
 	}
-	for _, d := range l.confirmed {
-		if p := l.parts[d.partition]; d.item.state == stateDying && p.items[d.id] == d.item {
-			l.removeItem(it, p, d.item)
+	if lifecycle {
+		for _, d := range l.confirmed {
+			if p := l.parts[d.partition]; d.item.state == stateDying && p.items[d.id] == d.item {
+				l.removeItem(it, p, d.item)
+			}
+		}
+		l.confirmed = l.confirmed[:0]
+	}
+	l.Engine.Iterate(it, now, reqs, lifecycle)
+}
+
+// readsOnly answers err to the requests of reqs that would write and
+// returns the others (stats, listings, groups, reload, configuration).
+func readsOnly(reqs []*engine.Request, err error) []*engine.Request {
+	kept := reqs[:0:0]
+	for _, r := range reqs {
+		switch r.Op.(type) {
+		case *statsOp, *gaugeOp, *scheduledOp, *groupsOp, *reloadOp, *configOp:
+			kept = append(kept, r)
+		default:
+			answer(r, err)
 		}
 	}
-	l.confirmed = l.confirmed[:0]
-	l.Engine.Iterate(it, now, reqs, true)
+	return kept
 }
 
 // Stopped finishes the queue once its loop stopped (engine.Backend): every

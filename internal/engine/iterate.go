@@ -177,6 +177,12 @@ type (
 // backend embeds it and gives each iteration a Tx.
 type Engine struct {
 	Loop *Loop
+	// Admit, when set (by a backend whose store can refuse writes:
+	// store.Guard), is asked before each call that writes, with inserts
+	// true for the calls that add items (produce, import, a redrive into
+	// the queue); its error refuses the call at once (453), so nothing
+	// reaches an iteration that would fail.
+	Admit func(inserts bool) error
 	// produceNext and leaseNext are the tie-break cursors of the partition
 	// choice (engine/distribution.go): the partition after the one chosen
 	// last. Owned by the loop.
@@ -219,10 +225,24 @@ func (e *Engine) QueueLoop() *Loop { return e.Loop }
 // background task (a redrive) backs off while it is not 0.
 func (e *Engine) Pending() int { return e.Loop.Pending() }
 
+// admit returns the error a call is refused with before it reaches the
+// loop: the storage refuses writes (a fault), or, for a call that adds
+// items (inserts), is below its free-space watermark (ADR 0015). Nil
+// without an Admit.
+func (e *Engine) admit(inserts bool) error {
+	if e.Admit == nil {
+		return nil
+	}
+	return e.Admit(inserts)
+}
+
 // Produce adds items to one partition, the one with the fewest ready items
 // (ties take turns; see engine/distribution.go). It returns when they are
 // durable.
 func (e *Engine) Produce(ctx context.Context, items []queue.ProduceItem) error {
+	if err := e.admit(true); err != nil {
+		return err
+	}
 	_, err := e.Loop.Call(ctx, &produceOp{items: items}, false)
 	return err
 }
@@ -233,12 +253,18 @@ func (e *Engine) Produce(ctx context.Context, items []queue.ProduceItem) error {
 // enough for all (Serve). Returns an apierr.Retry error when none
 // came.
 func (e *Engine) Lease(ctx context.Context, p queue.LeaseParams) (queue.LeaseResult, error) {
+	if err := e.admit(false); err != nil {
+		return queue.LeaseResult{}, err
+	}
 	return answer[queue.LeaseResult](e.Loop.CallLease(ctx, nil, LeaseWait{ClientID: p.ClientID, BatchSize: p.BatchSize, Timeout: p.Timeout}))
 }
 
 // Complete deletes leased items. Every id must be leased in the partition,
 // or nothing changes and an apierr.Invalid error names the first that is not.
 func (e *Engine) Complete(ctx context.Context, partition int32, ids []uint64) error {
+	if err := e.admit(false); err != nil {
+		return err
+	}
 	_, err := e.Loop.Call(ctx, &completeOp{partition: partition, ids: ids}, false)
 	return err
 }
@@ -250,6 +276,9 @@ func (e *Engine) Complete(ctx context.Context, partition int32, ids []uint64) er
 // that is not. A dead-lettered item has been taken by the dead-letter queue
 // (or its move is durably recorded and will be retried) when Retry returns.
 func (e *Engine) Retry(ctx context.Context, partition int32, items []queue.RetryItem) ([]queue.RetryOutcome, error) {
+	if err := e.admit(false); err != nil {
+		return nil, err
+	}
 	return answer[[]queue.RetryOutcome](e.Loop.Call(ctx, &retryOp{partition: partition, items: items}, false))
 }
 
@@ -261,11 +290,17 @@ func (e *Engine) Retry(ctx context.Context, partition int32, items []queue.Retry
 // (see NotLeased). An item past its expire deadline may be renewed; it dies
 // of expiry when its lease ends.
 func (e *Engine) Renew(ctx context.Context, partition int32, ids []uint64, timeout time.Duration) ([]time.Time, error) {
+	if err := e.admit(false); err != nil {
+		return nil, err
+	}
 	return answer[[]time.Time](e.Loop.Call(ctx, &renewOp{partition: partition, ids: ids, timeout: timeout}, false))
 }
 
 // Clear removes the items selected by p.
 func (e *Engine) Clear(ctx context.Context, p queue.ClearParams) error {
+	if err := e.admit(false); err != nil {
+		return err
+	}
 	_, err := e.Loop.Call(ctx, &ClearOp{P: p}, false)
 	return err
 }
@@ -279,6 +314,9 @@ func (e *Engine) Clear(ctx context.Context, p queue.ClearParams) error {
 // first copy is kept. It returns, for each item in order, the item as
 // stored: the new one, or the one that holds its source_id.
 func (e *Engine) Import(ctx context.Context, partition int32, items []store.Item) ([]store.Item, error) {
+	if err := e.admit(true); err != nil {
+		return nil, err
+	}
 	return answer[[]store.Item](e.Loop.Call(ctx, &ImportOp{Partition: partition, Items: items}, false))
 }
 
@@ -286,6 +324,9 @@ func (e *Engine) Import(ctx context.Context, partition int32, items []store.Item
 // Unknown ids are ignored; a partition that does not exist is an
 // apierr.Invalid error and nothing is deleted.
 func (e *Engine) Delete(ctx context.Context, refs []queue.ItemRef) (int, error) {
+	if err := e.admit(false); err != nil {
+		return 0, err
+	}
 	return answer[int](e.Loop.Call(ctx, &DeleteOp{Refs: refs}, false))
 }
 
@@ -296,6 +337,9 @@ func (e *Engine) Delete(ctx context.Context, refs []queue.ItemRef) (int, error) 
 // calls and redrive tasks delete through it, so they never take an item
 // from under a consumer.
 func (e *Engine) DeleteDead(ctx context.Context, refs []queue.ItemRef) (int, error) {
+	if err := e.admit(false); err != nil {
+		return 0, err
+	}
 	return answer[int](e.Loop.Call(ctx, &DeleteOp{Refs: refs, ExceptLeased: true}, false))
 }
 
@@ -303,6 +347,9 @@ func (e *Engine) DeleteDead(ctx context.Context, refs []queue.ItemRef) (int, err
 // partition, the one with the fewest ready items; an item whose SourceKey
 // the queue holds already is skipped (a redrive step run twice).
 func (e *Engine) TakeRedriven(ctx context.Context, items []queue.RedriveItem) error {
+	if err := e.admit(true); err != nil {
+		return err
+	}
 	_, err := e.Loop.Call(ctx, &RedriveOp{Items: items}, false)
 	return err
 }

@@ -302,6 +302,26 @@ type Store interface {
 	Close() error
 }
 
+// Guard is implemented by a store that can refuse writes while the rest
+// of the server stays up (the Pebble store; ADR 0015): after a failed
+// write or sync it refuses every write until it heals, and below its
+// free-space watermark it refuses the calls that add items. Its methods
+// are cheap (an atomic load) and safe for concurrent use.
+type Guard interface {
+	// WriteFault returns the error (ErrUnavailable naming the cause)
+	// every write is refused with, or nil when the store is writable.
+	WriteFault() error
+	// InsertFault returns the error a call that adds items is refused
+	// with: WriteFault's, or the free-space watermark's; nil when it may.
+	InsertFault() error
+	// Generation changes each time the store's state may have gone back
+	// to what is durable (a reopen after a fault): a queue that keeps
+	// state in memory reloads it when it changes.
+	Generation() uint64
+	// Health says why the store is degraded, "" when it is not.
+	Health() string
+}
+
 // AsyncWriter is implemented by stores that can pipeline durability: apply
 // a batch now and make it durable later, so that the logical queue can build
 // its next batch while the previous one syncs (ADR 0012). The logical queue

@@ -259,3 +259,39 @@ func (s *Store) DeleteKey(ctx context.Context, name string) error {
 	}
 	return s.Store.DeleteKey(ctx, name)
 }
+
+// WriteFault, InsertFault, Generation and Health forward store.Guard to the
+// wrapped store when it is one (the Pebble store); otherwise the store never
+// refuses writes on its own.
+func (s *Store) WriteFault() error {
+	if g, ok := s.Store.(store.Guard); ok {
+		return g.WriteFault()
+	}
+	return nil
+}
+
+// InsertFault forwards store.Guard (see WriteFault).
+func (s *Store) InsertFault() error {
+	if g, ok := s.Store.(store.Guard); ok {
+		return g.InsertFault()
+	}
+	return nil
+}
+
+// Generation forwards store.Guard (see WriteFault).
+func (s *Store) Generation() uint64 {
+	if g, ok := s.Store.(store.Guard); ok {
+		return g.Generation()
+	}
+	return 0
+}
+
+// Health forwards store.Guard (see WriteFault).
+func (s *Store) Health() string {
+	if g, ok := s.Store.(store.Guard); ok {
+		return g.Health()
+	}
+	return ""
+}
+
+var _ store.Guard = (*Store)(nil)

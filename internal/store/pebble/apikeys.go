@@ -52,10 +52,10 @@ func (s *Store) createKey(ctx context.Context, k store.KeyRecord) error {
 	if k.Name == "" || k.ID == "" {
 		return errors.New("a name and an id are required")
 	}
-	if err := s.enter(ctx); err != nil {
+	if err := s.enterWrite(ctx); err != nil {
 		return err
 	}
-	defer s.calls.Done()
+	defer s.exit()
 	s.keyMu.Lock()
 	defer s.keyMu.Unlock()
 	for _, key := range [][]byte{apiKeyKey(k.Name), apiKeyIDKey(k.ID)} {
@@ -77,7 +77,7 @@ func (s *Store) createKey(ctx context.Context, k store.KeyRecord) error {
 	if err := b.Set(apiKeyIDKey(k.ID), []byte(k.Name), nil); err != nil {
 		return err
 	}
-	return b.Commit(pebbledb.Sync)
+	return s.commit(func() error { return b.Commit(pebbledb.Sync) })
 }
 
 // GetKey implements store.KeyStore: two point reads.
@@ -85,7 +85,7 @@ func (s *Store) GetKey(ctx context.Context, id string) (store.KeyRecord, error) 
 	if err := s.enter(ctx); err != nil {
 		return store.KeyRecord{}, fmt.Errorf("pebble: get key: %w", err)
 	}
-	defer s.calls.Done()
+	defer s.exit()
 	name, err := s.get(apiKeyIDKey(id))
 	if errors.Is(err, pebbledb.ErrNotFound) {
 		return store.KeyRecord{}, store.ErrKeyNotFound
@@ -112,7 +112,7 @@ func (s *Store) ListKeys(ctx context.Context) ([]store.KeyRecord, error) {
 	if err := s.enter(ctx); err != nil {
 		return nil, fmt.Errorf("pebble: list keys: %w", err)
 	}
-	defer s.calls.Done()
+	defer s.exit()
 	iter, err := s.db.NewIterWithContext(ctx, &pebbledb.IterOptions{
 		LowerBound: []byte{prefixKey},
 		UpperBound: []byte{prefixKey + 1},
@@ -148,10 +148,10 @@ func (s *Store) DeleteKey(ctx context.Context, name string) error {
 }
 
 func (s *Store) deleteKey(ctx context.Context, name string) error {
-	if err := s.enter(ctx); err != nil {
+	if err := s.enterWrite(ctx); err != nil {
 		return err
 	}
-	defer s.calls.Done()
+	defer s.exit()
 	s.keyMu.Lock()
 	defer s.keyMu.Unlock()
 	v, err := s.get(apiKeyKey(name))
@@ -173,5 +173,5 @@ func (s *Store) deleteKey(ctx context.Context, name string) error {
 	if err := b.Delete(apiKeyIDKey(k.ID), nil); err != nil {
 		return err
 	}
-	return b.Commit(pebbledb.Sync)
+	return s.commit(func() error { return b.Commit(pebbledb.Sync) })
 }

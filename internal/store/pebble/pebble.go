@@ -60,6 +60,8 @@ import (
 	"fmt"
 	"log/slog"
 	"sync"
+	"sync/atomic"
+	"time"
 
 	pebbledb "github.com/cockroachdb/pebble/v2"
 	"github.com/cockroachdb/pebble/v2/vfs"
@@ -91,15 +93,57 @@ type Config struct {
 	// while flushes run. 0 means DefaultMemTableBytes.
 	MemTableBytes uint64
 	// Logger receives Pebble's log messages. Optional; nil means
-	// slog.Default().
+	// slog.Default(). Pebble's repeated messages are rate-limited: at most
+	// one a second of each kind, with a count of those left out.
 	Logger *slog.Logger
+	// MinFreeBytes is the free-space watermark, in bytes of the data
+	// directory's filesystem: below it, the calls that add items are
+	// refused (InsertFault, 453) so that a flush and a restart always have
+	// room, and a store opened below it opens read-only (writes refused,
+	// reads served) until there is room. 0 means the default: twice
+	// MemTableBytes (128 MiB), but at most a tenth of the filesystem's
+	// size; -1 disables the watermark. Ignored when the filesystem does not
+	// report its usage (InMemory).
+	MinFreeBytes int64
+	// CheckInterval is how often the free space is read and a faulted
+	// store tries to heal (ADR 0015). 0 means DefaultCheckInterval (1s).
+	CheckInterval time.Duration
+	// FS, when set, is the filesystem the database lives on instead of the
+	// disk (or, with InMemory, a new in-memory one): fault-injection tests
+	// pass Pebble's vfs.NewCrashableMem or an errorfs wrapper.
+	FS vfs.FS
+	// OnFault, when set, is told of each fault that makes the store refuse
+	// writes or inserts, by cause ("write", "sync", "panic", "space"...):
+	// the metric styx_storage_faults_total.
+	OnFault func(cause string)
 }
 
 // Store is the Pebble store.Store. Create it with Open. It is safe for
 // concurrent use.
 type Store struct {
+	// db is the database handle; replaced only by reopen while it holds
+	// the gate (no call in progress), read by calls inside the gate.
 	db        *pebbledb.DB
 	writeOpts *pebbledb.WriteOptions // for item batches, per Config.NoSync
+	// gate counts the calls using db (Close and reopen wait for them).
+	gate gate
+	// fault is the store's health (fault.go); never nil.
+	fault atomic.Pointer[faultState]
+	// gen counts reopenings (Generation).
+	gen atomic.Uint64
+	// errSeq counts the file failures faultFS reported.
+	errSeq atomic.Uint64
+	// What reopen needs, set by Open.
+	fs          vfs.FS
+	dir         string
+	opts        pebbledb.Options
+	minFree     int64
+	log         *slog.Logger
+	onFault     func(string)
+	poke        chan struct{}
+	stopMonitor chan struct{}
+	monitorDone chan struct{}
+	closing     atomic.Bool
 
 	// catMu serialises catalog changes (CreateQueue, UpdateQueue,
 	// DeleteQueue) and guards lastQueueID.
@@ -110,14 +154,9 @@ type Store struct {
 	// two keys (0x05 and 0x06) that must agree.
 	keyMu sync.Mutex
 
-	// mu guards closed and queues. It is held only briefly, never across
-	// Pebble I/O.
+	// mu guards queues. It is held only briefly, never across Pebble I/O.
 	mu     sync.Mutex
-	closed bool
 	queues map[uint64]*queueState // live queues by ID
-	// calls counts calls in progress; Close waits for them. Add is called
-	// under mu while closed is false.
-	calls sync.WaitGroup
 }
 
 // queueState is what the store keeps in memory about a live queue.
@@ -152,11 +191,17 @@ func OpenMemory() (*Store, error) { return Open(Config{InMemory: true}) }
 // directory holds a database that is not a Styx store of this format, or
 // is in use by another process.
 func Open(cfg Config) (*Store, error) {
-	var fs vfs.FS // nil: the disk
+	fs := cfg.FS
 	if cfg.InMemory {
-		fs, cfg.Dir, cfg.NoSync = vfs.NewMem(), "memory", true
+		if fs == nil {
+			fs = vfs.NewMem()
+		}
+		cfg.Dir, cfg.NoSync = "memory", true
 		cfg.CacheBytes = cmp.Or(cfg.CacheBytes, InMemoryCacheBytes)
 		cfg.MemTableBytes = cmp.Or(cfg.MemTableBytes, InMemoryMemTableBytes)
+	}
+	if fs == nil {
+		fs = vfs.Default
 	}
 	if cfg.Dir == "" {
 		return nil, errors.New("pebble: open: no directory")
@@ -171,35 +216,81 @@ func Open(cfg Config) (*Store, error) {
 	if cfg.MemTableBytes == 0 {
 		cfg.MemTableBytes = DefaultMemTableBytes
 	}
+	if err := fs.MkdirAll(cfg.Dir, 0o755); err != nil {
+		return nil, fmt.Errorf("pebble: open %s: %w", cfg.Dir, err)
+	}
+	s := &Store{
+		writeOpts:   pebbledb.NoSync,
+		queues:      make(map[uint64]*queueState),
+		dir:         cfg.Dir,
+		log:         log.With("component", "pebble", "dir", cfg.Dir),
+		onFault:     cfg.OnFault,
+		poke:        make(chan struct{}, 1),
+		stopMonitor: make(chan struct{}),
+		monitorDone: make(chan struct{}),
+	}
+	s.gate.init()
+	s.fault.Store(&faultState{})
+	s.fs = faultFS{FS: fs, onErr: func(op string, err error) {
+		s.errSeq.Add(1)
+		s.setFault(op, err)
+	}}
+	s.minFree = cfg.MinFreeBytes
+	if s.minFree == 0 {
+		s.minFree = 2 * int64(cfg.MemTableBytes)
+		if u, err := fs.GetDiskUsage(cfg.Dir); err == nil {
+			s.minFree = min(s.minFree, int64(u.TotalBytes/10))
+		}
+	}
+	if !cfg.NoSync {
+		s.writeOpts = pebbledb.Sync
+	}
+	// The store holds a reference to the cache until Close, so that it
+	// outlives the handles a reopen closes; each handle holds its own.
 	cache := pebbledb.NewCache(cfg.CacheBytes)
-	defer cache.Unref() // the DB holds its own reference
-	db, err := pebbledb.Open(cfg.Dir, &pebbledb.Options{
+	s.opts = pebbledb.Options{
 		FormatMajorVersion: pebbledb.FormatNewest,
-		FS:                 fs,
-		Logger:             logger{log.With("component", "pebble", "dir", cfg.Dir)},
+		FS:                 s.fs,
+		Logger:             newLogger(s.log, s.setFault),
 		Cache:              cache,
 		// A queue's items mostly die young: with a large memtable, an item
 		// produced, leased and completed within one memtable's life never
 		// reaches an sstable, so it costs no flush and no compaction.
 		MemTableSize:                cfg.MemTableBytes,
 		MemTableStopWritesThreshold: 4,
-	})
+	}
+	// Below the watermark, open read-only: replaying the log read-write
+	// flushes it, which needs room (a full disk must not keep Styx from
+	// starting: it starts, serves reads and says why it refuses writes).
+	_, space := s.space()
+	readOnly := space != nil
+	db, err := s.openDB(readOnly)
 	if err != nil {
+		cache.Unref()
 		return nil, fmt.Errorf("pebble: open %s: %w", cfg.Dir, err)
 	}
-	s := &Store{
-		db:        db,
-		writeOpts: pebbledb.NoSync,
-		queues:    make(map[uint64]*queueState),
-	}
-	if !cfg.NoSync {
-		s.writeOpts = pebbledb.Sync
+	s.db = db
+	s.fault.Store(&faultState{space: space, readOnly: readOnly})
+	if readOnly {
+		s.fault.Store(&faultState{space: space, readOnly: true, err: space})
+		s.log.Warn("storage opened read-only: the disk is below the free-space watermark", "error", space)
 	}
 	if err := s.load(); err != nil {
 		_ = db.Close()
+		cache.Unref()
 		return nil, fmt.Errorf("pebble: open %s: %w", cfg.Dir, err)
 	}
+	go s.monitor(cmp.Or(cfg.CheckInterval, DefaultCheckInterval))
 	return s, nil
+}
+
+// openDB opens the database with the store's options, read-only or not.
+// Our filesystem reports failures as faults; a failure while opening is
+// returned instead, so it is forgotten here.
+func (s *Store) openDB(readOnly bool) (*pebbledb.DB, error) {
+	opts := s.opts
+	opts.ReadOnly = readOnly
+	return pebbledb.Open(s.dir, &opts)
 }
 
 // load checks the format marker, writing it in a new database, and reads
@@ -210,6 +301,9 @@ func (s *Store) load() error {
 	case errors.Is(err, pebbledb.ErrNotFound):
 		if !s.empty() {
 			return errors.New("not a Styx store: no format marker")
+		}
+		if err := s.writable(); err != nil {
+			return fmt.Errorf("new store: %w", err)
 		}
 		if err := s.db.Set(formatKey, []byte(formatValue), pebbledb.Sync); err != nil {
 			return err
@@ -282,23 +376,33 @@ func (s *Store) get(key []byte) ([]byte, error) {
 	return append([]byte(nil), v...), nil
 }
 
-// enter registers a call in progress, failing if the store is closed. A
-// successful enter must be paired with s.calls.Done.
+// enter registers a call in progress, failing if the store is closed or
+// ctx is done. A successful enter must be paired with s.exit.
 func (s *Store) enter(ctx context.Context) error {
 	if err := ctx.Err(); err != nil {
 		return err
 	}
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	if s.closed {
-		return store.ErrClosed
+	return s.enterCall()
+}
+
+// enterWrite is enter for a call that writes: a faulted store refuses it
+// (WriteFault) before Pebble is called.
+func (s *Store) enterWrite(ctx context.Context) error {
+	if err := s.writable(); err != nil {
+		return err
 	}
-	s.calls.Add(1)
+	if err := s.enter(ctx); err != nil {
+		return err
+	}
+	if err := s.writable(); err != nil {
+		s.exit()
+		return err
+	}
 	return nil
 }
 
 // queue enters and returns the live queue with the given ID. On success the
-// caller must call s.calls.Done.
+// caller must call s.exit.
 func (s *Store) queue(ctx context.Context, queueID uint64) (*queueState, error) {
 	if err := s.enter(ctx); err != nil {
 		return nil, err
@@ -307,7 +411,7 @@ func (s *Store) queue(ctx context.Context, queueID uint64) (*queueState, error) 
 	qs, ok := s.queues[queueID]
 	s.mu.Unlock()
 	if !ok {
-		s.calls.Done()
+		s.exit()
 		return nil, store.ErrQueueNotFound
 	}
 	return qs, nil
@@ -325,10 +429,10 @@ func (s *Store) CreateQueue(ctx context.Context, info store.QueueInfo) (store.Qu
 }
 
 func (s *Store) createQueue(ctx context.Context, info store.QueueInfo) (store.QueueInfo, error) {
-	if err := s.enter(ctx); err != nil {
+	if err := s.enterWrite(ctx); err != nil {
 		return info, err
 	}
-	defer s.calls.Done()
+	defer s.exit()
 	s.catMu.Lock()
 	defer s.catMu.Unlock()
 
@@ -351,7 +455,7 @@ func (s *Store) createQueue(ctx context.Context, info store.QueueInfo) (store.Qu
 	if err := b.Set(queueSeqKey, binary.BigEndian.AppendUint64(nil, info.ID), nil); err != nil {
 		return info, err
 	}
-	if err := b.Commit(pebbledb.Sync); err != nil {
+	if err := s.commit(func() error { return b.Commit(pebbledb.Sync) }); err != nil {
 		return info, err
 	}
 	s.lastQueueID = info.ID
@@ -372,10 +476,10 @@ func (s *Store) UpdateQueue(ctx context.Context, info store.QueueInfo) error {
 }
 
 func (s *Store) updateQueue(ctx context.Context, info store.QueueInfo) error {
-	if err := s.enter(ctx); err != nil {
+	if err := s.enterWrite(ctx); err != nil {
 		return err
 	}
-	defer s.calls.Done()
+	defer s.exit()
 	s.catMu.Lock()
 	defer s.catMu.Unlock()
 
@@ -390,7 +494,7 @@ func (s *Store) updateQueue(ctx context.Context, info store.QueueInfo) error {
 	if err != nil {
 		return err
 	}
-	return s.db.Set(catalogKey(info.Name), v, pebbledb.Sync)
+	return s.commit(func() error { return s.db.Set(catalogKey(info.Name), v, pebbledb.Sync) })
 }
 
 // GetQueue implements store.Store.
@@ -398,7 +502,7 @@ func (s *Store) GetQueue(ctx context.Context, name string) (store.QueueInfo, err
 	if err := s.enter(ctx); err != nil {
 		return store.QueueInfo{}, fmt.Errorf("pebble: get queue %q: %w", name, err)
 	}
-	defer s.calls.Done()
+	defer s.exit()
 	info, err := s.getQueue(name)
 	if err != nil {
 		return store.QueueInfo{}, fmt.Errorf("pebble: get queue %q: %w", name, err)
@@ -435,7 +539,7 @@ func (s *Store) listQueues(ctx context.Context, p store.ListQueuesParams) ([]sto
 	if err := s.enter(ctx); err != nil {
 		return nil, err
 	}
-	defer s.calls.Done()
+	defer s.exit()
 	iter, err := s.db.NewIter(&pebbledb.IterOptions{
 		LowerBound: catalogKey(p.Pivot),
 		UpperBound: []byte{prefixCatalog + 1},
@@ -474,10 +578,10 @@ func (s *Store) DeleteQueue(ctx context.Context, name string) error {
 }
 
 func (s *Store) deleteQueue(ctx context.Context, name string) error {
-	if err := s.enter(ctx); err != nil {
+	if err := s.enterWrite(ctx); err != nil {
 		return err
 	}
-	defer s.calls.Done()
+	defer s.exit()
 	s.catMu.Lock()
 	defer s.catMu.Unlock()
 
@@ -508,7 +612,7 @@ func (s *Store) deleteQueue(ctx context.Context, name string) error {
 	if err := b.Delete(catalogKey(name), nil); err != nil {
 		return err
 	}
-	if err := b.Commit(pebbledb.Sync); err != nil {
+	if err := s.commit(func() error { return b.Commit(pebbledb.Sync) }); err != nil {
 		return err
 	}
 	qs.deleted = true
@@ -536,7 +640,7 @@ func (s *Store) loadItems(ctx context.Context, queueID uint64, partition int32, 
 	if _, err := s.queue(ctx, queueID); err != nil {
 		return nil, err
 	}
-	defer s.calls.Done()
+	defer s.exit()
 	lower := partitionKey(prefixMeta, queueID, partition)
 	iter, err := s.db.NewIterWithContext(ctx, &pebbledb.IterOptions{
 		LowerBound: lower,
@@ -578,7 +682,7 @@ func (s *Store) LastID(ctx context.Context, queueID uint64) (uint64, error) {
 	if err != nil {
 		return 0, fmt.Errorf("pebble: last id of queue %d: %w", queueID, err)
 	}
-	defer s.calls.Done()
+	defer s.exit()
 	qs.mu.Lock()
 	defer qs.mu.Unlock()
 	if qs.deleted {
@@ -625,11 +729,24 @@ func (s *Store) WriteAsync(ctx context.Context, b *store.Batch) (func() error, e
 // write builds and commits the batch. With async and syncing on, it
 // applies the batch without waiting for its fsync and returns the wait.
 func (s *Store) write(ctx context.Context, b *store.Batch, async bool) (wait func() error, err error) {
+	if err := s.writable(); err != nil {
+		return nil, err
+	}
 	qs, err := s.queue(ctx, b.QueueID)
 	if err != nil {
 		return nil, err
 	}
-	defer s.calls.Done()
+	// The call ends here, or, with a wait to run, when the wait has run:
+	// Close and reopen must not close Pebble under a pending sync.
+	handoff := false
+	defer func() {
+		if !handoff {
+			s.exit()
+		}
+	}()
+	if err := s.writable(); err != nil {
+		return nil, err
+	}
 	qs.mu.Lock()
 	defer qs.mu.Unlock()
 	if qs.deleted {
@@ -707,24 +824,58 @@ func (s *Store) write(ctx context.Context, b *store.Batch, async bool) (wait fun
 		return nil, nil
 	}
 	if !async || !s.writeOpts.Sync {
-		if err := pb.Commit(s.writeOpts); err != nil {
+		if err := s.commit(func() error { return pb.Commit(s.writeOpts) }); err != nil {
 			return nil, err
 		}
 		qs.lastID = last
 		return nil, nil
 	}
-	if err := s.db.ApplyNoSyncWait(pb, s.writeOpts); err != nil {
+	applied := false
+	err = s.commit(func() error {
+		err := s.db.ApplyNoSyncWait(pb, s.writeOpts)
+		applied = err == nil
+		return err
+	})
+	if !applied {
 		return nil, err
 	}
+	// Applied: the batch is Pebble's until its sync is waited for, even
+	// when a fault came meanwhile (the wait then reports it).
 	qs.lastID = last
-	// The store's Close waits for calls in progress, so a wait not yet
-	// called keeps it open: Pebble must not close under a pending sync.
-	s.calls.Add(1)
+	handoff = true
 	return func() error {
-		defer s.calls.Done()
+		defer s.exit()
 		defer pb.Close()
-		return pb.SyncWait()
+		if err := pb.SyncWait(); err != nil {
+			s.setFault("sync", err)
+			return err
+		}
+		// A fault while the batch synced (Pebble's Fatalf returns): its
+		// durability is not known, so it is not acknowledged.
+		return s.writable()
 	}, nil
+}
+
+// commit runs a Pebble commit, turning its failure, its panic (a commit
+// after the log failed panics inside Pebble) or a fault reported while it
+// ran into an error that also faults the store: nothing is acknowledged
+// that may not be durable, and nothing is written through this handle
+// again.
+func (s *Store) commit(fn func() error) (err error) {
+	defer func() {
+		if v := recover(); v != nil {
+			err = fmt.Errorf("panic in pebble: %v", v)
+			s.setFault("panic", err)
+			// The panic may hold Pebble's commit lock: the handle cannot be
+			// closed, so it will not be reopened.
+			s.markBroken(err)
+		}
+	}()
+	if err := fn(); err != nil {
+		s.setFault("write", err)
+		return err
+	}
+	return s.writable()
 }
 
 // setMeta adds op.Meta to pb under op.Meta.ID.
@@ -765,7 +916,7 @@ func (s *Store) readBodies(ctx context.Context, queueID uint64, partition int32,
 	if _, err := s.queue(ctx, queueID); err != nil {
 		return nil, nil, err
 	}
-	defer s.calls.Done()
+	defer s.exit()
 	snap := s.db.NewSnapshot()
 	defer snap.Close()
 	r := bodyReader{snap: snap, queueID: queueID, partition: partition}
@@ -796,7 +947,7 @@ func (s *Store) listItems(ctx context.Context, queueID uint64, partition int32, 
 	if _, err := s.queue(ctx, queueID); err != nil {
 		return nil, err
 	}
-	defer s.calls.Done()
+	defer s.exit()
 	if afterID == ^uint64(0) {
 		return nil, nil
 	}
@@ -893,11 +1044,11 @@ func (s *Store) putTask(ctx context.Context, t store.TaskRecord) error {
 	if t.ID == "" || len(t.ID) > maxTaskID {
 		return fmt.Errorf("task id of %d bytes: want 1 to %d", len(t.ID), maxTaskID)
 	}
-	if err := s.enter(ctx); err != nil {
+	if err := s.enterWrite(ctx); err != nil {
 		return err
 	}
-	defer s.calls.Done()
-	return s.db.Set(taskKey(t.ID), appendTask(nil, &t), pebbledb.Sync)
+	defer s.exit()
+	return s.commit(func() error { return s.db.Set(taskKey(t.ID), appendTask(nil, &t), pebbledb.Sync) })
 }
 
 // ListTasks implements store.TaskStore. It reads the 0x04 range.
@@ -913,7 +1064,7 @@ func (s *Store) listTasks(ctx context.Context) ([]store.TaskRecord, error) {
 	if err := s.enter(ctx); err != nil {
 		return nil, err
 	}
-	defer s.calls.Done()
+	defer s.exit()
 	iter, err := s.db.NewIterWithContext(ctx, &pebbledb.IterOptions{
 		LowerBound: []byte{prefixTask},
 		UpperBound: []byte{prefixTask + 1},
@@ -941,11 +1092,11 @@ func (s *Store) listTasks(ctx context.Context) ([]store.TaskRecord, error) {
 // DeleteTask implements store.TaskStore. The change is synced whatever
 // Config.NoSync says.
 func (s *Store) DeleteTask(ctx context.Context, id string) error {
-	if err := s.enter(ctx); err != nil {
+	if err := s.enterWrite(ctx); err != nil {
 		return fmt.Errorf("pebble: delete task %q: %w", id, err)
 	}
-	defer s.calls.Done()
-	if err := s.db.Delete(taskKey(id), pebbledb.Sync); err != nil {
+	defer s.exit()
+	if err := s.commit(func() error { return s.db.Delete(taskKey(id), pebbledb.Sync) }); err != nil {
 		return fmt.Errorf("pebble: delete task %q: %w", id, err)
 	}
 	return nil
@@ -955,14 +1106,19 @@ func (s *Store) DeleteTask(ctx context.Context, id string) error {
 // the database, which syncs its write-ahead log: with Sync off, writes
 // acknowledged before a clean Close are durable too.
 func (s *Store) Close() error {
-	s.mu.Lock()
-	if s.closed {
-		s.mu.Unlock()
+	if !s.closing.CompareAndSwap(false, true) {
 		return fmt.Errorf("pebble: close: %w", store.ErrClosed)
 	}
-	s.closed = true
-	s.mu.Unlock()
-	s.calls.Wait()
+	close(s.stopMonitor)
+	<-s.monitorDone
+	s.gate.close()
+	defer s.opts.Cache.Unref()
+	if s.fault.Load().broken {
+		return fmt.Errorf("pebble: close: %w", s.fault.Load().err)
+	}
+	if s.db == nil {
+		return nil
+	}
 	if err := s.db.Close(); err != nil {
 		return fmt.Errorf("pebble: close: %w", err)
 	}
@@ -976,17 +1132,78 @@ func decodeUint64(v []byte) (uint64, error) {
 	return binary.BigEndian.Uint64(v), nil
 }
 
-// logger adapts slog to Pebble's Logger.
-type logger struct{ l *slog.Logger }
+// logger adapts slog to Pebble's Logger, at most one line a second of each
+// format (a failing flush retries many times a second; the lines left out
+// are counted in the next one), and turns Fatalf into a fault.
+type logger struct {
+	l       *slog.Logger
+	onFatal func(kind string, err error)
+	mu      sync.Mutex
+	last    map[string]*logRate
+}
 
-func (l logger) Infof(format string, args ...any) { l.l.Info(fmt.Sprintf(format, args...)) }
+// logRate is the rate limit of one format.
+type logRate struct {
+	at      time.Time
+	dropped int
+}
 
-func (l logger) Errorf(format string, args ...any) { l.l.Error(fmt.Sprintf(format, args...)) }
+func newLogger(l *slog.Logger, onFatal func(string, error)) *logger {
+	return &logger{l: l, onFatal: onFatal, last: make(map[string]*logRate)}
+}
 
-// Fatalf logs and panics: Pebble calls it on invariant violations and data
-// corruption, and must not continue.
-func (l logger) Fatalf(format string, args ...any) {
+// allow reports whether a line of format may be logged now, and how many
+// were left out since the last one.
+func (l *logger) allow(format string) (bool, int) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	r := l.last[format]
+	if r == nil {
+		if len(l.last) > 1000 {
+			clear(l.last)
+		}
+		r = &logRate{}
+		l.last[format] = r
+	}
+	now := time.Now()
+	if now.Sub(r.at) < time.Second {
+		r.dropped++
+		return false, 0
+	}
+	n := r.dropped
+	r.at, r.dropped = now, 0
+	return true, n
+}
+
+func (l *logger) Infof(format string, args ...any) {
+	if ok, n := l.allow(format); ok {
+		l.l.Info(fmt.Sprintf(format, args...), suppressed(n)...)
+	}
+}
+
+func (l *logger) Errorf(format string, args ...any) {
+	if ok, n := l.allow(format); ok {
+		l.l.Error(fmt.Sprintf(format, args...), suppressed(n)...)
+	}
+}
+
+// Fatalf logs and marks the store faulted. Pebble calls it when it cannot
+// go on safely (a failed MANIFEST write, a failed commit, an invariant
+// violation); panicking would take every queue down with it, often in a
+// goroutine of Pebble's where nothing can recover. The store instead never
+// writes through this handle again: a write that completes while the store
+// is faulted is reported failed (Store.write checks after committing), and
+// the monitor reopens the database from what is on disk (ADR 0015).
+func (l *logger) Fatalf(format string, args ...any) {
 	msg := fmt.Sprintf(format, args...)
 	l.l.Error(msg, "fatal", true)
-	panic("pebble: " + msg)
+	l.onFatal("pebble", errors.New(msg))
+}
+
+// suppressed returns the log attributes counting lines left out.
+func suppressed(n int) []any {
+	if n == 0 {
+		return nil
+	}
+	return []any{"suppressed", n}
 }

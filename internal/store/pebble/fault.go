@@ -1,0 +1,517 @@
+package pebble
+
+import (
+	"errors"
+	"fmt"
+	"io"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	pebbledb "github.com/cockroachdb/pebble/v2"
+	"github.com/cockroachdb/pebble/v2/vfs"
+
+	"github.com/styxq/styx/internal/store"
+)
+
+// Storage faults (ADR 0015). Pebble treats a failed write-ahead-log write
+// as fatal: the log writer keeps the error and the next commit panics
+// while holding the commit pipeline's lock, which leaves the database
+// unusable and unclosable. So the store never writes through a handle
+// after a failed write or sync:
+//
+//   - faultFS wraps the store's filesystem; the first error of a write, a
+//     sync, a preallocation or a file creation (the WAL, a flush's
+//     sstable, the MANIFEST) marks the store faulted before Pebble itself
+//     sees the error. A failed SyncWait and a recovered panic do the same.
+//   - A faulted store refuses every write (store.ErrUnavailable naming the
+//     cause) before calling Pebble; reads go on.
+//   - The monitor goroutine then reopens the database read-only (Pebble
+//     writes nothing more, so its flush retries stop) and, once the
+//     free space is at least the watermark again, read-write: writes
+//     resume without a restart. Generation counts the reopenings; each
+//     queue reloads its state from the store when it changes.
+//   - The free-space watermark (Config.MinFreeBytes) refuses the calls that
+//     add items before the disk is full, so a flush and a restart always
+//     have room. A store opened on a disk below it opens read-only.
+
+// DefaultCheckInterval is how often the monitor reads the free space and
+// tries to heal a faulted store.
+const DefaultCheckInterval = time.Second
+
+// drainTimeout bounds how long a reopen waits for the calls in progress
+// (pending syncs among them) before giving up: the store then stays
+// read-only through its current handle until the process restarts.
+const drainTimeout = 10 * time.Second
+
+// faultState is the store's health, replaced whole (atomic pointer).
+type faultState struct {
+	// err refuses every write: a failed write or sync, a read-only open.
+	// Nil when writable.
+	err error
+	// space refuses the calls that add items: the free space is below the
+	// watermark. Nil when there is room.
+	space error
+	// broken: the handle could not be closed (a panic inside Pebble holds
+	// its commit lock); only a restart heals it.
+	broken bool
+	// readOnly: the database is open read-only.
+	readOnly bool
+}
+
+// gate counts the calls in progress on the database handle; a reopen holds
+// it (new calls wait) until the handle is replaced, and Close closes it.
+type gate struct {
+	mu     sync.Mutex
+	cond   sync.Cond
+	n      int
+	held   bool
+	closed bool
+}
+
+func (g *gate) init() { g.cond.L = &g.mu }
+
+// enter registers a call, waiting while a reopen holds the gate.
+func (g *gate) enter() error {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	for g.held && !g.closed {
+		g.cond.Wait()
+	}
+	if g.closed {
+		return store.ErrClosed
+	}
+	g.n++
+	return nil
+}
+
+// exit ends a call.
+func (g *gate) exit() {
+	g.mu.Lock()
+	if g.n--; g.n == 0 {
+		g.cond.Broadcast()
+	}
+	g.mu.Unlock()
+}
+
+// hold makes new calls wait and waits up to timeout (0: forever) for the
+// calls in progress to end; it reports whether they did. Either way the
+// caller must release.
+func (g *gate) hold(timeout time.Duration) bool {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	g.held = true
+	var expired atomic.Bool
+	if timeout > 0 {
+		t := time.AfterFunc(timeout, func() {
+			expired.Store(true)
+			g.mu.Lock()
+			g.cond.Broadcast()
+			g.mu.Unlock()
+		})
+		defer t.Stop()
+	}
+	for g.n > 0 && !expired.Load() {
+		g.cond.Wait()
+	}
+	return g.n == 0
+}
+
+// release lets calls in again.
+func (g *gate) release() {
+	g.mu.Lock()
+	g.held = false
+	g.cond.Broadcast()
+	g.mu.Unlock()
+}
+
+// close refuses new calls (store.ErrClosed, also to those waiting) and
+// waits for the calls in progress to end.
+func (g *gate) close() {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	g.closed = true
+	g.cond.Broadcast()
+	for g.n > 0 {
+		g.cond.Wait()
+	}
+}
+
+// enter registers a call in progress on the database, failing if the store
+// is closed; it waits while a reopen replaces the handle. A successful
+// enter must be paired with s.exit.
+func (s *Store) enterCall() error {
+	if err := s.gate.enter(); err != nil {
+		return err
+	}
+	if s.db == nil {
+		s.gate.exit()
+		return s.fault.Load().err
+	}
+	return nil
+}
+
+// exit ends a call registered by enter.
+func (s *Store) exit() { s.gate.exit() }
+
+// writable returns the error a write is refused with, or nil.
+func (s *Store) writable() error {
+	if f := s.fault.Load(); f.err != nil {
+		return f.err
+	}
+	return nil
+}
+
+// WriteFault returns the error every write is refused with while the store
+// is read-only (after a failed write or sync, or opened on a disk below the
+// free-space watermark), else nil (store.Guard).
+func (s *Store) WriteFault() error { return s.writable() }
+
+// InsertFault returns the error a call that adds items (produce, import, a
+// redrive into a queue) is refused with: WriteFault's, or the free-space
+// watermark's, else nil (store.Guard).
+func (s *Store) InsertFault() error {
+	f := s.fault.Load()
+	if f.err != nil {
+		return f.err
+	}
+	return f.space
+}
+
+// Generation counts the times the database was reopened (store.Guard): a
+// queue reloads its state from the store when it changes, since writes
+// that were applied but never synced are gone after a reopen.
+func (s *Store) Generation() uint64 { return s.gen.Load() }
+
+// Health describes the store for /health (store.Guard): "" when it is
+// writable with room, else why it is degraded ("disk full: 12 MB free, the
+// watermark is 128 MB; produces are refused").
+func (s *Store) Health() string {
+	f := s.fault.Load()
+	switch {
+	case f.broken:
+		return "storage read-only until restart: " + cause(f.err)
+	case f.err != nil && f.err == f.space:
+		return cause(f.space) + "; storage read-only"
+	case f.err != nil:
+		return "storage read-only: " + cause(f.err)
+	case f.space != nil:
+		return cause(f.space)
+	}
+	return ""
+}
+
+// cause returns the cause of a classified storage error (without its
+// "storage unavailable; pebble: " prefix).
+func cause(err error) string {
+	var e *store.Error
+	if errors.As(err, &e) {
+		return e.Err.Error()
+	}
+	return err.Error()
+}
+
+// setFault marks the store faulted by cause (once; the first cause is
+// kept) and wakes the monitor. Any goroutine.
+func (s *Store) setFault(kind string, cause error) {
+	for {
+		old := s.fault.Load()
+		if old.err != nil {
+			return
+		}
+		nf := *old
+		nf.err = store.Unavailable("pebble", fmt.Errorf("%s failed, writes are refused until it heals: %w", kind, cause))
+		if s.fault.CompareAndSwap(old, &nf) {
+			s.log.Error("storage fault: the store refuses writes until it heals", "cause", kind, "error", cause)
+			if s.onFault != nil {
+				s.onFault(kind)
+			}
+			select {
+			case s.poke <- struct{}{}:
+			default:
+			}
+			return
+		}
+	}
+}
+
+// setSpace records whether the free space is below the watermark.
+func (s *Store) setSpace(space error) {
+	for {
+		old := s.fault.Load()
+		if (old.space == nil) == (space == nil) {
+			if old.space == nil || old.space.Error() == space.Error() {
+				return
+			}
+		}
+		nf := *old
+		nf.space = space
+		if s.fault.CompareAndSwap(old, &nf) {
+			if space != nil && old.space == nil {
+				s.log.Warn("free space below the watermark: produces are refused", "error", space)
+				if s.onFault != nil {
+					s.onFault("space")
+				}
+			} else if space == nil {
+				s.log.Info("free space above the watermark again: produces resume")
+			}
+			return
+		}
+	}
+}
+
+// space reads the free space of the data directory and returns the error
+// the watermark refuses inserts with, nil when there is room or the
+// filesystem does not say (an in-memory one).
+func (s *Store) space() (free uint64, err error) {
+	if s.minFree <= 0 {
+		return 0, nil
+	}
+	u, uerr := s.fs.GetDiskUsage(s.dir)
+	if uerr != nil {
+		return 0, nil
+	}
+	if int64(u.AvailBytes) < s.minFree {
+		return u.AvailBytes, store.Unavailable("pebble", fmt.Errorf("disk full: %d MB free in %s, the watermark is %d MB; calls that add items are refused until space is freed",
+			u.AvailBytes>>20, s.dir, s.minFree>>20))
+	}
+	return u.AvailBytes, nil
+}
+
+// monitor reads the free space every interval and heals a faulted store:
+// read-only at once (Pebble must not write through a failed handle), then
+// read-write once there is room. It ends when the store closes.
+func (s *Store) monitor(interval time.Duration) {
+	defer close(s.monitorDone)
+	t := time.NewTicker(interval)
+	defer t.Stop()
+	// A read-write reopen that fails (the fault persists) is tried again
+	// after a delay doubling up to a minute.
+	var retryAt time.Time
+	backoff := interval
+	for {
+		select {
+		case <-s.stopMonitor:
+			return
+		case <-t.C:
+		case <-s.poke:
+		}
+		_, space := s.space()
+		s.setSpace(space)
+		f := s.fault.Load()
+		switch {
+		case f.broken:
+		case f.err != nil && !f.readOnly:
+			s.reopen(true)
+		case f.readOnly && (space == nil || s.db == nil) && !time.Now().Before(retryAt):
+			if s.reopen(false) {
+				backoff = interval
+			} else {
+				retryAt = time.Now().Add(backoff)
+				backoff = min(2*backoff, time.Minute)
+			}
+		}
+	}
+}
+
+// reopen replaces the database handle: read-only, or read-write. It holds
+// the gate (calls wait) while the handle is swapped, and reports whether
+// the store is writable afterwards.
+func (s *Store) reopen(readOnly bool) bool {
+	if !s.gate.hold(drainTimeout) {
+		s.gate.release()
+		s.markBroken(errors.New("calls did not end within 10s"))
+		return false
+	}
+	defer s.gate.release()
+	if err := closeDB(s.db); err != nil {
+		s.markBroken(err)
+		return false
+	}
+	seq := s.errSeq.Load()
+	db, err := s.openDB(readOnly)
+	if err == nil && !readOnly && s.errSeq.Load() != seq {
+		// A file failed while the database opened (its flush, say):
+		// this handle must not be written through either.
+		_ = closeDB(db)
+		err = errors.New("a file failed while reopening")
+	}
+	if err != nil && !readOnly {
+		// No room for the replay's flush yet, say: read-only again.
+		s.log.Warn("storage: reopening read-write failed; staying read-only", "error", err)
+		db, err = s.openDB(true)
+		readOnly = true
+	}
+	if err != nil {
+		// No handle at all: every call answers the fault until a later
+		// reopen succeeds.
+		s.db = nil
+		s.fault.Store(&faultState{space: s.fault.Load().space, readOnly: true,
+			err: store.Unavailable("pebble", fmt.Errorf("cannot open the database: %w", err))})
+		s.log.Error("storage: cannot reopen the database; retrying", "error", err)
+		return false
+	}
+	s.db = db
+	s.gen.Add(1)
+	nf := &faultState{space: s.fault.Load().space, readOnly: readOnly}
+	if readOnly {
+		nf.err = s.readOnlyErr(s.fault.Load().err)
+	}
+	s.fault.Store(nf)
+	if readOnly {
+		s.log.Warn("storage reopened read-only: reads are served, writes refused until there is room", "error", nf.err)
+	} else {
+		s.log.Info("storage reopened read-write: writes resume")
+	}
+	return !readOnly
+}
+
+// readOnlyErr is the error a read-only store refuses writes with: the
+// fault that made it read-only, or the watermark.
+func (s *Store) readOnlyErr(cause error) error {
+	if cause != nil {
+		return cause
+	}
+	if _, space := s.space(); space != nil {
+		return space
+	}
+	return store.Unavailable("pebble", errors.New("storage is read-only"))
+}
+
+// markBroken records that the handle cannot be replaced: the store stays
+// read-only through it (reads are served if Pebble can) until a restart.
+func (s *Store) markBroken(cause error) {
+	old := s.fault.Load()
+	nf := *old
+	nf.broken = true
+	if nf.err == nil {
+		nf.err = store.Unavailable("pebble", cause)
+	}
+	s.fault.Store(&nf)
+	s.log.Error("storage: cannot reopen the database; writes are refused until the server restarts", "error", cause)
+}
+
+// closeDB closes db, turning a panic (Pebble's, on a handle whose log
+// failed) into an error, and giving up after drainTimeout (a commit that
+// panicked holds Pebble's commit lock, which Close needs).
+func closeDB(db *pebbledb.DB) error {
+	if db == nil {
+		return nil
+	}
+	done := make(chan error, 1)
+	go func() {
+		defer func() {
+			if v := recover(); v != nil {
+				done <- fmt.Errorf("close: panic: %v", v)
+			}
+		}()
+		done <- db.Close()
+	}()
+	select {
+	case err := <-done:
+		if err != nil {
+			// The handle is gone either way; a log error on close is the
+			// fault already known.
+			return nil
+		}
+		return nil
+	case <-time.After(drainTimeout):
+		return errors.New("close did not finish within 10s (Pebble's commit pipeline is stuck after a failed write)")
+	}
+}
+
+// faultFS is the store's filesystem: it reports the first failing write,
+// sync, preallocation or creation of a file to onErr, before Pebble acts on
+// the error.
+type faultFS struct {
+	vfs.FS
+	onErr func(op string, err error)
+}
+
+func (fs faultFS) wrap(op string, f vfs.File, err error) (vfs.File, error) {
+	if err != nil {
+		fs.onErr(op, err)
+		return nil, err
+	}
+	return faultFile{File: f, onErr: fs.onErr}, nil
+}
+
+func (fs faultFS) Create(name string, c vfs.DiskWriteCategory) (vfs.File, error) {
+	f, err := fs.FS.Create(name, c)
+	return fs.wrap("create", f, err)
+}
+
+func (fs faultFS) OpenReadWrite(name string, c vfs.DiskWriteCategory, opts ...vfs.OpenOption) (vfs.File, error) {
+	f, err := fs.FS.OpenReadWrite(name, c, opts...)
+	return fs.wrap("open", f, err)
+}
+
+func (fs faultFS) ReuseForWrite(oldname, newname string, c vfs.DiskWriteCategory) (vfs.File, error) {
+	f, err := fs.FS.ReuseForWrite(oldname, newname, c)
+	return fs.wrap("create", f, err)
+}
+
+func (fs faultFS) OpenDir(name string) (vfs.File, error) {
+	f, err := fs.FS.OpenDir(name)
+	if err != nil {
+		return nil, err
+	}
+	return faultFile{File: f, onErr: fs.onErr}, nil
+}
+
+func (fs faultFS) Rename(oldname, newname string) error {
+	err := fs.FS.Rename(oldname, newname)
+	if err != nil {
+		fs.onErr("rename", err)
+	}
+	return err
+}
+
+func (fs faultFS) Link(oldname, newname string) error {
+	err := fs.FS.Link(oldname, newname)
+	if err != nil {
+		fs.onErr("link", err)
+	}
+	return err
+}
+
+// Unwrap returns the wrapped filesystem.
+func (fs faultFS) Unwrap() vfs.FS { return fs.FS }
+
+// faultFile reports its write-side failures to onErr.
+type faultFile struct {
+	vfs.File
+	onErr func(op string, err error)
+}
+
+func (f faultFile) check(op string, err error) error {
+	if err != nil {
+		f.onErr(op, err)
+	}
+	return err
+}
+
+func (f faultFile) Write(p []byte) (int, error) {
+	n, err := f.File.Write(p)
+	return n, f.check("write", err)
+}
+
+func (f faultFile) WriteAt(p []byte, off int64) (int, error) {
+	n, err := f.File.WriteAt(p, off)
+	return n, f.check("write", err)
+}
+
+func (f faultFile) Sync() error { return f.check("sync", f.File.Sync()) }
+
+func (f faultFile) SyncData() error { return f.check("sync", f.File.SyncData()) }
+
+func (f faultFile) SyncTo(length int64) (bool, error) {
+	full, err := f.File.SyncTo(length)
+	return full, f.check("sync", err)
+}
+
+func (f faultFile) Preallocate(off, n int64) error {
+	return f.check("preallocate", f.File.Preallocate(off, n))
+}
+
+var _ io.Closer = faultFile{}
