@@ -828,6 +828,11 @@ func yield(l queue.Queue) {
 // count adds results for one destination queue.
 func (r *Runner) count(t *Task, dest string, moved, failed, skipped int64) {
 	r.mu.Lock()
+	if t.ByQueue == nil {
+		// A task stored before it counted anything (by_queue omitted)
+		// and resumed at start-up.
+		t.ByQueue = map[string]*Counts{}
+	}
 	c := t.ByQueue[dest]
 	if c == nil {
 		c = &Counts{}
