@@ -164,6 +164,9 @@ func (c *Config) Validate() error {
 	if c.ShutdownTimeout < 0 {
 		return fmt.Errorf("shutdown_timeout: %s is negative", c.ShutdownTimeout)
 	}
+	if c.MinFreeBytes < -1 {
+		return fmt.Errorf("min_free_bytes: %d; want a number of bytes, 0 for the default (twice the memtable size, at most a tenth of the disk) or -1 to disable", c.MinFreeBytes)
+	}
 	if !c.Auth && !c.Insecure && !c.Loopback() {
 		return fmt.Errorf("listen: %s is not a loopback address and auth is off: anyone who reaches the port could "+
 			"read every payload and delete every queue; turn on --auth (env STYX_AUTH, YAML auth) or, to accept that, pass --insecure", c.Listen)

@@ -146,3 +146,40 @@ func TestDiskFullStaysUpAndHeals(t *testing.T) {
 	s.restart()
 	require.Equal(t, want, payloads(s.items("df")), "every acknowledged item survives a restart")
 }
+
+// TestStartOnFullDisk (issue 23, 2): a server started on a disk below the
+// free-space watermark listens, serves reads and says why it refuses
+// writes (its store opens read-only instead of replaying and flushing its
+// log, which needs room); once space returns it writes again without a
+// restart. Before the fix it never listened.
+func TestStartOnFullDisk(t *testing.T) {
+	mem := vfs.NewMem()
+	mem.TestingSetDiskUsage(vfs.DiskUsage{AvailBytes: 1 << 30, TotalBytes: 2 << 30})
+	b := backend{name: "pebble", open: func(t *testing.T) store.Store {
+		s, err := pebble.Open(pebble.Config{Dir: "db", FS: mem, Logger: testLogger(), MinFreeBytes: 64 << 20, CheckInterval: 10 * time.Millisecond})
+		require.NoError(t, err)
+		return s
+	}}
+	s := start(t, b)
+	s.createQueue(&pb.QueueInfo{QueueName: "sf"})
+	s.produce("sf", "a", "b")
+	s.stop()
+
+	mem.TestingSetDiskUsage(vfs.DiskUsage{AvailBytes: 1 << 20, TotalBytes: 2 << 30})
+	s.boot()
+	require.Contains(t, s.health(), "degraded: disk full")
+	require.Equal(t, []string{"a", "b"}, payloads(s.items("sf")))
+	err := s.C.QueueProduce(ctx, &pb.QueueProduceRequest{QueueName: "sf", RequestTimeout: "10s",
+		Items: []*pb.QueueProduceItem{{Bytes: []byte("c")}}})
+	requireCode(t, err, styx.CodeUnavailable, "disk full")
+	_, err = s.C.QueueLease(ctx, &pb.QueueLeaseRequest{QueueName: "sf", BatchSize: 1, ClientId: "c", RequestTimeout: "1s"})
+	requireCode(t, err, styx.CodeUnavailable, "disk full")
+
+	mem.TestingSetDiskUsage(vfs.DiskUsage{AvailBytes: 1 << 30, TotalBytes: 2 << 30})
+	eventually(t, func() bool {
+		return s.C.QueueProduce(ctx, &pb.QueueProduceRequest{QueueName: "sf", RequestTimeout: "10s",
+			Items: []*pb.QueueProduceItem{{Bytes: []byte("c")}}}) == nil
+	}, "produces work once space returns")
+	require.Equal(t, "ok", s.health())
+	require.Equal(t, []string{"a", "b", "c"}, payloads(s.items("sf")))
+}
