@@ -73,7 +73,7 @@ type Config struct {
 	// and redrives into a queue are refused (453) so a flush and a restart
 	// always have room, and a server started below it opens its store
 	// read-only (reads served, writes refused until there is room). 0 means
-	// the default, twice the memtable size (128 MiB) but at most a tenth of
+	// the default, twice the memtable size (128 MiB) but at most a quarter of
 	// the filesystem; -1 disables it. Pebble storage only.
 	MinFreeBytes int64
 	// ShutdownTimeout bounds how long Close waits for in-flight requests.
@@ -165,7 +165,7 @@ func (c *Config) Validate() error {
 		return fmt.Errorf("shutdown_timeout: %s is negative", c.ShutdownTimeout)
 	}
 	if c.MinFreeBytes < -1 {
-		return fmt.Errorf("min_free_bytes: %d; want a number of bytes, 0 for the default (twice the memtable size, at most a tenth of the disk) or -1 to disable", c.MinFreeBytes)
+		return fmt.Errorf("min_free_bytes: %d; want a number of bytes, 0 for the default (twice the memtable size, at most a quarter of the disk) or -1 to disable", c.MinFreeBytes)
 	}
 	if !c.Auth && !c.Insecure && !c.Loopback() {
 		return fmt.Errorf("listen: %s is not a loopback address and auth is off: anyone who reaches the port could "+

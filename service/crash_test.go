@@ -310,7 +310,7 @@ func TestWriteFaults(t *testing.T) {
 				mem    = vfs.NewMem()
 				inject = errorfs.InjectorFunc(func(op errorfs.Op) error {
 					switch op.Kind {
-					case errorfs.OpFileWrite, errorfs.OpFileWriteAt, errorfs.OpFileSync, errorfs.OpFileSyncData, errorfs.OpFileSyncTo, errorfs.OpFilePreallocate:
+					case errorfs.OpFileWrite, errorfs.OpFileWriteAt, errorfs.OpFileSync, errorfs.OpFileSyncData, errorfs.OpFileSyncTo:
 						if armed.Load() && ops.Add(1) == k {
 							fired.Store(true)
 							return cause

@@ -87,7 +87,7 @@ func TestDiskFullStaysUpAndHeals(t *testing.T) {
 	var full atomic.Bool
 	fs := errorfs.Wrap(mem, errorfs.InjectorFunc(func(op errorfs.Op) error {
 		switch op.Kind {
-		case errorfs.OpFileWrite, errorfs.OpFileWriteAt, errorfs.OpFileSync, errorfs.OpFileSyncData, errorfs.OpFileSyncTo, errorfs.OpFilePreallocate:
+		case errorfs.OpFileWrite, errorfs.OpFileWriteAt, errorfs.OpFileSync, errorfs.OpFileSyncData, errorfs.OpFileSyncTo:
 			if full.Load() {
 				return syscall.ENOSPC
 			}

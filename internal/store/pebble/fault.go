@@ -6,6 +6,7 @@ import (
 	"io"
 	"sync"
 	"sync/atomic"
+	"syscall"
 	"time"
 
 	pebbledb "github.com/cockroachdb/pebble/v2"
@@ -21,7 +22,7 @@ import (
 // after a failed write or sync:
 //
 //   - faultFS wraps the store's filesystem; the first error of a write, a
-//     sync, a preallocation or a file creation (the WAL, a flush's
+//     sync or a file creation (the WAL, a flush's
 //     sstable, the MANIFEST) marks the store faulted before Pebble itself
 //     sees the error. A failed SyncWait and a recovered panic do the same.
 //   - A faulted store refuses every write (store.ErrUnavailable naming the
@@ -171,6 +172,14 @@ func (s *Store) WriteFault() error { return s.writable() }
 // redrive into a queue) is refused with: WriteFault's, or the free-space
 // watermark's, else nil (store.Guard).
 func (s *Store) InsertFault() error {
+	if s.minFree > 0 && s.written.Load() >= s.minFree/8 {
+		// Much was written since the last reading: read the free space
+		// now, not at the next tick (a fast producer fills a small disk
+		// within a second).
+		s.written.Store(0)
+		_, space := s.space()
+		s.setSpace(space)
+	}
 	f := s.fault.Load()
 	if f.err != nil {
 		return f.err
@@ -220,7 +229,11 @@ func (s *Store) setFault(kind string, cause error) {
 			return
 		}
 		nf := *old
-		nf.err = store.Unavailable("pebble", fmt.Errorf("%s failed, writes are refused until it heals: %w", kind, cause))
+		what := kind + " failed"
+		if errors.Is(cause, syscall.ENOSPC) {
+			what = "disk full: " + what
+		}
+		nf.err = store.Unavailable("pebble", fmt.Errorf("%s, writes are refused until it heals: %w", what, cause))
 		if s.fault.CompareAndSwap(old, &nf) {
 			s.log.Error("storage fault: the store refuses writes until it heals", "cause", kind, "error", cause)
 			if s.onFault != nil {
@@ -296,6 +309,7 @@ func (s *Store) monitor(interval time.Duration) {
 		case <-t.C:
 		case <-s.poke:
 		}
+		s.written.Store(0)
 		_, space := s.space()
 		s.setSpace(space)
 		f := s.fault.Load()
@@ -421,14 +435,33 @@ func closeDB(db *pebbledb.DB) error {
 }
 
 // faultFS is the store's filesystem: it reports the first failing write,
-// sync, preallocation or creation of a file to onErr, before Pebble acts on
+// sync or creation of a file to onErr, before Pebble acts on
 // the error.
 type faultFS struct {
 	vfs.FS
 	onErr func(op string, err error)
 }
 
-func (fs faultFS) wrap(op string, f vfs.File, err error) (vfs.File, error) {
+// compactionCategories are the write categories of files whose failure
+// Pebble handles itself: a compaction's output is thrown away and the
+// compaction retried later, and nothing acknowledged depends on it. Every
+// other file's failure (the log, a flush, the MANIFEST) is a fault.
+var compactionCategories = map[vfs.DiskWriteCategory]bool{"pebble-compaction": true, "pebble-blob-file-rewrite": true}
+
+// compactionRetryDelay is how long a compaction's failed write waits
+// before Pebble sees the error: Pebble retries a failed compaction at once,
+// which on a full disk spun a core at 100 % (about 150 failed compactions a
+// second in a 50 MB filesystem).
+const compactionRetryDelay = time.Second
+
+func (fs faultFS) wrap(op string, c vfs.DiskWriteCategory, f vfs.File, err error) (vfs.File, error) {
+	if compactionCategories[c] {
+		if err != nil {
+			time.Sleep(compactionRetryDelay)
+			return nil, err
+		}
+		return slowFailFile{File: f}, nil
+	}
 	if err != nil {
 		fs.onErr(op, err)
 		return nil, err
@@ -438,17 +471,17 @@ func (fs faultFS) wrap(op string, f vfs.File, err error) (vfs.File, error) {
 
 func (fs faultFS) Create(name string, c vfs.DiskWriteCategory) (vfs.File, error) {
 	f, err := fs.FS.Create(name, c)
-	return fs.wrap("create", f, err)
+	return fs.wrap("create", c, f, err)
 }
 
 func (fs faultFS) OpenReadWrite(name string, c vfs.DiskWriteCategory, opts ...vfs.OpenOption) (vfs.File, error) {
 	f, err := fs.FS.OpenReadWrite(name, c, opts...)
-	return fs.wrap("open", f, err)
+	return fs.wrap("open", c, f, err)
 }
 
 func (fs faultFS) ReuseForWrite(oldname, newname string, c vfs.DiskWriteCategory) (vfs.File, error) {
 	f, err := fs.FS.ReuseForWrite(oldname, newname, c)
-	return fs.wrap("create", f, err)
+	return fs.wrap("create", c, f, err)
 }
 
 func (fs faultFS) OpenDir(name string) (vfs.File, error) {
@@ -510,8 +543,33 @@ func (f faultFile) SyncTo(length int64) (bool, error) {
 	return full, f.check("sync", err)
 }
 
-func (f faultFile) Preallocate(off, n int64) error {
-	return f.check("preallocate", f.File.Preallocate(off, n))
-}
+// Preallocate is not checked: Pebble ignores its failure (a filesystem
+// without fallocate, or a log preallocated past a small disk's free space:
+// the writes themselves fail when the space is really gone).
 
 var _ io.Closer = faultFile{}
+
+// slowFailFile is a compaction's output file: a failed write or sync waits
+// compactionRetryDelay before returning its error.
+type slowFailFile struct{ vfs.File }
+
+func slow(err error) error {
+	if err != nil {
+		time.Sleep(compactionRetryDelay)
+	}
+	return err
+}
+
+func (f slowFailFile) Write(p []byte) (int, error) {
+	n, err := f.File.Write(p)
+	return n, slow(err)
+}
+
+func (f slowFailFile) WriteAt(p []byte, off int64) (int, error) {
+	n, err := f.File.WriteAt(p, off)
+	return n, slow(err)
+}
+
+func (f slowFailFile) Sync() error { return slow(f.File.Sync()) }
+
+func (f slowFailFile) SyncData() error { return slow(f.File.SyncData()) }

@@ -90,7 +90,9 @@ type Config struct {
 	// bodies that left the memtable. 0 means DefaultCacheBytes.
 	CacheBytes int64
 	// MemTableBytes is the size of one memtable; up to four may be held
-	// while flushes run. 0 means DefaultMemTableBytes.
+	// while flushes run. 0 means DefaultMemTableBytes, or on a filesystem
+	// smaller than 1 GiB a sixteenth of it (at least 4 MiB), so that the
+	// log a restart replays and flushes fits beside the data.
 	MemTableBytes uint64
 	// Logger receives Pebble's log messages. Optional; nil means
 	// slog.Default(). Pebble's repeated messages are rate-limited: at most
@@ -101,7 +103,7 @@ type Config struct {
 	// refused (InsertFault, 453) so that a flush and a restart always have
 	// room, and a store opened below it opens read-only (writes refused,
 	// reads served) until there is room. 0 means the default: twice
-	// MemTableBytes (128 MiB), but at most a tenth of the filesystem's
+	// MemTableBytes (128 MiB by default), but at most a quarter of the filesystem's
 	// size; -1 disables the watermark. Ignored when the filesystem does not
 	// report its usage (InMemory).
 	MinFreeBytes int64
@@ -133,6 +135,9 @@ type Store struct {
 	gen atomic.Uint64
 	// errSeq counts the file failures faultFS reported.
 	errSeq atomic.Uint64
+	// written counts the bytes written since the free space was last read
+	// (InsertFault reads it again after minFree/8).
+	written atomic.Int64
 	// What reopen needs, set by Open.
 	fs          vfs.FS
 	dir         string
@@ -182,6 +187,9 @@ const (
 	// little of it.
 	InMemoryCacheBytes    = DefaultCacheBytes
 	InMemoryMemTableBytes = 64 << 20
+	// minMemTableBytes is the smallest memtable the default picks on a
+	// small disk (a sixteenth of the filesystem otherwise).
+	minMemTableBytes = 4 << 20
 )
 
 // OpenMemory opens an empty store in memory (Config.InMemory).
@@ -206,6 +214,9 @@ func Open(cfg Config) (*Store, error) {
 	if cfg.Dir == "" {
 		return nil, errors.New("pebble: open: no directory")
 	}
+	if err := fs.MkdirAll(cfg.Dir, 0o755); err != nil {
+		return nil, fmt.Errorf("pebble: open %s: %w", cfg.Dir, err)
+	}
 	log := cfg.Logger
 	if log == nil {
 		log = slog.Default()
@@ -213,11 +224,14 @@ func Open(cfg Config) (*Store, error) {
 	if cfg.CacheBytes == 0 {
 		cfg.CacheBytes = DefaultCacheBytes
 	}
+	usage, usageErr := fs.GetDiskUsage(cfg.Dir)
 	if cfg.MemTableBytes == 0 {
 		cfg.MemTableBytes = DefaultMemTableBytes
-	}
-	if err := fs.MkdirAll(cfg.Dir, 0o755); err != nil {
-		return nil, fmt.Errorf("pebble: open %s: %w", cfg.Dir, err)
+		if usageErr == nil {
+			// On a small disk a smaller memtable, so that the log a
+			// restart replays and flushes fits beside the data.
+			cfg.MemTableBytes = min(cfg.MemTableBytes, max(minMemTableBytes, usage.TotalBytes/16))
+		}
 	}
 	s := &Store{
 		writeOpts:   pebbledb.NoSync,
@@ -238,8 +252,8 @@ func Open(cfg Config) (*Store, error) {
 	s.minFree = cfg.MinFreeBytes
 	if s.minFree == 0 {
 		s.minFree = 2 * int64(cfg.MemTableBytes)
-		if u, err := fs.GetDiskUsage(cfg.Dir); err == nil {
-			s.minFree = min(s.minFree, int64(u.TotalBytes/10))
+		if usageErr == nil {
+			s.minFree = min(s.minFree, int64(usage.TotalBytes/4))
 		}
 	}
 	if !cfg.NoSync {
@@ -827,6 +841,7 @@ func (s *Store) write(ctx context.Context, b *store.Batch, async bool) (wait fun
 		if err := s.commit(func() error { return pb.Commit(s.writeOpts) }); err != nil {
 			return nil, err
 		}
+		s.written.Add(int64(pb.Len()))
 		qs.lastID = last
 		return nil, nil
 	}
@@ -841,6 +856,7 @@ func (s *Store) write(ctx context.Context, b *store.Batch, async bool) (wait fun
 	}
 	// Applied: the batch is Pebble's until its sync is waited for, even
 	// when a fault came meanwhile (the wait then reports it).
+	s.written.Add(int64(pb.Len()))
 	qs.lastID = last
 	handoff = true
 	return func() error {
