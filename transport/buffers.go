@@ -44,29 +44,33 @@ func putBuffer(b *bytes.Buffer) {
 // readBody reads r to its end into a pooled buffer, which the caller
 // returns with putBuffer (also on error). size is the body's announced
 // length (-1: unknown). The buffer is given room for at most maxPresize
-// bytes up front and then grows as bytes arrive, doubling but never past
-// size, so its memory is at most about twice what the client has sent.
+// bytes before bytes arrive, and then grows as they do, doubling but never
+// past size: its memory is at most about twice what the client has sent.
 func readBody(r io.Reader, size int64) (*bytes.Buffer, error) {
 	b := getBuffer(0)
+	buf := b.AvailableBuffer() // empty, with the pooled buffer's capacity
+	var err error
 	for {
-		if b.Available() < bytes.MinRead {
-			grow := max(b.Len(), bytes.MinRead)
-			if b.Len() == 0 {
-				grow = maxPresize
+		if cap(buf)-len(buf) < bytes.MinRead {
+			want := max(len(buf), maxPresize) // double, from maxPresize on
+			if rest := size - int64(len(buf)); rest >= 0 && rest < int64(want) {
+				want = int(rest)
 			}
-			if rest := size - int64(b.Len()); rest >= 0 && rest < int64(grow) {
-				grow = int(rest)
-			}
-			b.Grow(grow + bytes.MinRead) // MinRead spare to read the EOF into
+			// MinRead spare bytes to read the end of the body into.
+			grown := make([]byte, len(buf), len(buf)+want+bytes.MinRead)
+			copy(grown, buf)
+			buf = grown
 		}
-		p := b.AvailableBuffer()[:b.Available()]
-		n, err := r.Read(p)
-		b.Write(p[:n]) // in place: p is b's free space
-		if err == io.EOF {
-			return b, nil
-		}
+		var n int
+		n, err = r.Read(buf[len(buf):cap(buf)])
+		buf = buf[:len(buf)+n]
 		if err != nil {
-			return b, err
+			break
 		}
 	}
+	*b = *bytes.NewBuffer(buf)
+	if err == io.EOF {
+		return b, nil
+	}
+	return b, err
 }
