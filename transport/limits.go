@@ -5,7 +5,6 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
-	"io"
 	"strconv"
 
 	"google.golang.org/protobuf/encoding/protowire"
@@ -155,147 +154,266 @@ func scanProto(b []byte, md protoreflect.MessageDescriptor, depth int) *limitErr
 }
 
 // errShape stops the JSON pre-scan at a body that is not shaped as the
-// message expects; protojson judges it.
-var errShape = errors.New("not the expected shape")
+// message expects, or is not JSON; protojson judges it.
+var errShape = errors.New("transport: not the expected JSON shape")
 
-// checkListsJSON is checkListsProto for a protojson body. It reads b as a
-// stream of tokens, so its memory does not grow with the number of
-// elements, and stops at the first element over a limit ("more than 1000
-// given").
+// checkListsJSON is checkListsProto for a protojson body. It walks b
+// without decoding it (jsonScan), so its memory does not grow with the
+// number of elements, and stops at the first element over a limit ("more
+// than 1000 given").
 func checkListsJSON(b []byte, md protoreflect.MessageDescriptor) error {
-	dec := json.NewDecoder(bytes.NewReader(b))
-	tok, err := dec.Token()
-	if err != nil || tok != json.Delim('{') {
+	s := jsonScan{b: b}
+	if !s.eat('{') {
 		return nil
 	}
 	var le *limitError
-	if err := scanJSON(dec, md, 0); errors.As(err, &le) {
+	if err := s.object(md, 0); errors.As(err, &le) {
 		return le.apiError()
 	}
 	return nil
 }
 
-// scanJSON scans the members of an object of descriptor md whose '{' dec
-// has read, up to and including its '}'. It returns a *limitError, errShape,
-// or a decoding error.
-func scanJSON(dec *json.Decoder, md protoreflect.MessageDescriptor, depth int) error {
+// jsonScan walks a JSON body by hand: strings are skipped, not unescaped
+// (keys holding escapes aside), numbers and literals skipped to their end.
+// It allocates nothing else, and is several times faster than
+// encoding/json's tokens, which allocate every string.
+type jsonScan struct {
+	b []byte
+	i int // the next byte to read
+}
+
+// ws skips whitespace.
+func (s *jsonScan) ws() {
+	for s.i < len(s.b) {
+		switch s.b[s.i] {
+		case ' ', '\t', '\n', '\r':
+			s.i++
+		default:
+			return
+		}
+	}
+}
+
+// peek returns the next byte after whitespace, 0 at the end.
+func (s *jsonScan) peek() byte {
+	s.ws()
+	if s.i < len(s.b) {
+		return s.b[s.i]
+	}
+	return 0
+}
+
+// eat reads c, after whitespace, if it is next.
+func (s *jsonScan) eat(c byte) bool {
+	if s.peek() == c {
+		s.i++
+		return true
+	}
+	return false
+}
+
+// str reads a string and returns its content, escapes as written.
+func (s *jsonScan) str() ([]byte, error) {
+	if !s.eat('"') {
+		return nil, errShape
+	}
+	start := s.i
+	for j := start; ; j++ {
+		k := bytes.IndexByte(s.b[j:], '"')
+		if k < 0 {
+			return nil, errShape
+		}
+		j += k
+		escaped := false // by an odd number of backslashes before it
+		for p := j - 1; p >= start && s.b[p] == '\\'; p-- {
+			escaped = !escaped
+		}
+		if !escaped {
+			s.i = j + 1
+			return s.b[start:j], nil
+		}
+	}
+}
+
+// skip reads one value of any kind.
+func (s *jsonScan) skip() error {
+	switch s.peek() {
+	case '"':
+		_, err := s.str()
+		return err
+	case '{', '[':
+		depth := 0
+		for s.i < len(s.b) {
+			switch s.b[s.i] {
+			case '"':
+				if _, err := s.str(); err != nil {
+					return err
+				}
+				continue
+			case '{', '[':
+				depth++
+			case '}', ']':
+				if depth--; depth == 0 {
+					s.i++
+					return nil
+				}
+			}
+			s.i++
+		}
+		return errShape
+	case 0, '}', ']', ',', ':':
+		return errShape
+	}
+	start := s.i // a number, true, false or null
+	for s.i < len(s.b) {
+		switch s.b[s.i] {
+		case ',', '}', ']', ':', ' ', '\t', '\n', '\r', '"', '{', '[':
+			if s.i == start {
+				return errShape
+			}
+			return nil
+		}
+		s.i++
+	}
+	return nil
+}
+
+// field returns the field of fields named key, by JSON or proto name as
+// protojson accepts them; nil when there is none.
+func field(fields protoreflect.FieldDescriptors, key []byte) protoreflect.FieldDescriptor {
+	if bytes.IndexByte(key, '\\') >= 0 {
+		var name string
+		if json.Unmarshal(append(append([]byte{'"'}, key...), '"'), &name) != nil {
+			return nil
+		}
+		if fd := fields.ByJSONName(name); fd != nil {
+			return fd
+		}
+		return fields.ByTextName(name)
+	}
+	for i := range fields.Len() {
+		if fd := fields.Get(i); fd.JSONName() == string(key) || fd.TextName() == string(key) {
+			return fd
+		}
+	}
+	return nil
+}
+
+// object reads the members of an object of descriptor md whose '{' has
+// been read, through its '}'. It returns a *limitError or errShape.
+func (s *jsonScan) object(md protoreflect.MessageDescriptor, depth int) error {
 	if depth > maxScanDepth {
 		return errShape
 	}
+	if s.eat('}') {
+		return nil
+	}
 	fields := md.Fields()
-	for dec.More() {
-		tok, err := dec.Token()
+	for {
+		key, err := s.str()
 		if err != nil {
 			return err
 		}
-		key, ok := tok.(string)
-		if !ok {
+		if !s.eat(':') {
 			return errShape
 		}
-		fd := fields.ByJSONName(key)
-		if fd == nil {
-			fd = fields.ByTextName(key)
-		}
-		if tok, err = dec.Token(); err != nil {
-			return err
-		}
+		fd := field(fields, key)
+		next := s.peek()
 		switch {
 		case fd == nil:
-			err = skipJSON(dec, tok)
-		case fd.IsList() && tok == json.Delim('['):
-			err = scanJSONList(dec, fd, depth)
-		case fd.IsMap() && tok == json.Delim('{'):
-			err = scanJSONMap(dec, fd)
-		case fd.Message() != nil && tok == json.Delim('{'):
-			if err = scanJSON(dec, fd.Message(), depth+1); err != nil {
+			err = s.skip()
+		case fd.IsList() && next == '[':
+			s.i++
+			err = s.list(fd, depth)
+		case fd.IsMap() && next == '{':
+			s.i++
+			err = s.mapEntries(fd)
+		case fd.Cardinality() != protoreflect.Repeated && fd.Message() != nil && next == '{':
+			s.i++
+			if err = s.object(fd.Message(), depth+1); err != nil {
 				var le *limitError
 				if errors.As(err, &le) {
-					return le.withinMessage(string(fd.Name()))
+					err = le.withinMessage(string(fd.Name()))
 				}
 			}
 		default:
-			err = skipJSON(dec, tok)
+			err = s.skip()
 		}
 		if err != nil {
 			return err
 		}
-	}
-	_, err := dec.Token() // '}'
-	return err
-}
-
-// scanJSONList scans the elements of list fd whose '[' dec has read, up to
-// and including its ']'.
-func scanJSONList(dec *json.Decoder, fd protoreflect.FieldDescriptor, depth int) error {
-	limit := listLimit(fd)
-	for n := 0; dec.More(); n++ {
-		if n == limit {
-			return &limitError{field: string(fd.Name()), n: n, more: true, limit: limit}
-		}
-		tok, err := dec.Token()
-		if err != nil {
-			return err
-		}
-		if fd.Message() != nil && tok == json.Delim('{') {
-			if err := scanJSON(dec, fd.Message(), depth+1); err != nil {
-				var le *limitError
-				if errors.As(err, &le) {
-					return le.within(string(fd.Name()), n)
-				}
-				return err
-			}
-			continue
-		}
-		if err := skipJSON(dec, tok); err != nil {
-			return err
-		}
-	}
-	_, err := dec.Token() // ']'
-	return err
-}
-
-// scanJSONMap counts the entries of map fd whose '{' dec has read, up to
-// and including its '}'.
-func scanJSONMap(dec *json.Decoder, fd protoreflect.FieldDescriptor) error {
-	limit := listLimit(fd)
-	for n := 0; dec.More(); n++ {
-		if n == limit {
-			return &limitError{field: string(fd.Name()), n: n, more: true, limit: limit}
-		}
-		if _, err := dec.Token(); err != nil { // the key
-			return err
-		}
-		tok, err := dec.Token()
-		if err != nil {
-			return err
-		}
-		if err := skipJSON(dec, tok); err != nil {
-			return err
-		}
-	}
-	_, err := dec.Token() // '}'
-	return err
-}
-
-// skipJSON skips the rest of the value whose first token dec has read.
-func skipJSON(dec *json.Decoder, tok json.Token) error {
-	depth := 0
-	for {
-		switch tok {
-		case json.Delim('{'), json.Delim('['):
-			depth++
-		case json.Delim('}'), json.Delim(']'):
-			depth--
-		}
-		if depth == 0 {
+		if s.eat('}') {
 			return nil
 		}
-		var err error
-		if tok, err = dec.Token(); err != nil {
-			if errors.Is(err, io.EOF) {
-				return fmt.Errorf("skip: %w", io.ErrUnexpectedEOF)
+		if !s.eat(',') {
+			return errShape
+		}
+	}
+}
+
+// list reads the elements of list fd whose '[' has been read, through its
+// ']'.
+func (s *jsonScan) list(fd protoreflect.FieldDescriptor, depth int) error {
+	if s.eat(']') {
+		return nil
+	}
+	limit := listLimit(fd)
+	for n := 0; ; n++ {
+		if n == limit {
+			if s.peek() == ']' { // "[…,]" is not JSON
+				return errShape
 			}
+			return &limitError{field: string(fd.Name()), n: n, more: true, limit: limit}
+		}
+		var err error
+		if fd.Message() != nil && s.peek() == '{' {
+			s.i++
+			if err = s.object(fd.Message(), depth+1); err != nil {
+				var le *limitError
+				if errors.As(err, &le) {
+					err = le.within(string(fd.Name()), n)
+				}
+			}
+		} else {
+			err = s.skip()
+		}
+		if err != nil {
 			return err
+		}
+		if s.eat(']') {
+			return nil
+		}
+		if !s.eat(',') {
+			return errShape
+		}
+	}
+}
+
+// mapEntries counts the entries of map fd whose '{' has been read,
+// through its '}'.
+func (s *jsonScan) mapEntries(fd protoreflect.FieldDescriptor) error {
+	if s.eat('}') {
+		return nil
+	}
+	limit := listLimit(fd)
+	for n := 0; ; n++ {
+		if n == limit {
+			return &limitError{field: string(fd.Name()), n: n, more: true, limit: limit}
+		}
+		if _, err := s.str(); err != nil {
+			return err
+		}
+		if !s.eat(':') {
+			return errShape
+		}
+		if err := s.skip(); err != nil {
+			return err
+		}
+		if s.eat('}') {
+			return nil
+		}
+		if !s.eat(',') {
+			return errShape
 		}
 	}
 }

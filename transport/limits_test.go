@@ -106,6 +106,18 @@ func TestCheckLists(t *testing.T) {
 			require.NoError(t, checkListsJSON([]byte(b), md), "%q", b)
 		}
 	})
+	t.Run("JSONStringsAndEscapes", func(t *testing.T) {
+		md := (&pb.QueueProduceRequest{}).ProtoReflect().Descriptor()
+		items := strings.Repeat(`{"utf8":"a\\\"}]"},`, 1000) // a string holding \"}]
+		body := `{"queue_name":"q\"\\","it\u0065ms":[` + items + `{}]}`
+		require.ErrorContains(t, checkListsJSON([]byte(body), md), "invalid items; more than 1000 given")
+		body = `{"queue_name":"\",\"items\":[{},{}","items":[` + strings.TrimSuffix(items, ",") + `]}`
+		require.NoError(t, checkListsJSON([]byte(body), md))
+		var m pb.QueueProduceRequest
+		require.NoError(t, protojson.Unmarshal([]byte(body), &m), "the body is valid")
+		require.Len(t, m.Items, 1000)
+		require.Equal(t, `a\"}]`, m.Items[0].Utf8)
+	})
 	t.Run("JSONProtoNames", func(t *testing.T) {
 		md := (&pb.QueueLeaseResponse{}).ProtoReflect().Descriptor() // items of QueueLeaseItem
 		body := `{"items":[` + strings.Repeat(`{"leaseDeadline":"x","lease_deadline":{}},`, 1000) + `{}]}`
