@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"strconv"
+	"sync"
 
 	"google.golang.org/protobuf/encoding/protowire"
 	"google.golang.org/protobuf/reflect/protoreflect"
@@ -34,6 +35,36 @@ func listLimit(fd protoreflect.FieldDescriptor) int {
 		return service.MaxAttemptErrors
 	}
 	return service.MaxBatch
+}
+
+// holdsLists caches mayHoldLists by message descriptor.
+var holdsLists sync.Map // protoreflect.MessageDescriptor → bool
+
+// mayHoldLists reports whether a message of descriptor md may hold a list
+// or map at any depth: the scans skip, rather than walk, the messages that
+// cannot (a produce's items, their timestamps).
+func mayHoldLists(md protoreflect.MessageDescriptor) bool {
+	if v, ok := holdsLists.Load(md); ok {
+		return v.(bool)
+	}
+	v := findLists(md, map[protoreflect.FullName]bool{})
+	holdsLists.Store(md, v)
+	return v
+}
+
+func findLists(md protoreflect.MessageDescriptor, seen map[protoreflect.FullName]bool) bool {
+	if seen[md.FullName()] {
+		return true // a recursive message: assume the worst
+	}
+	seen[md.FullName()] = true
+	fields := md.Fields()
+	for i := range fields.Len() {
+		fd := fields.Get(i)
+		if fd.Cardinality() == protoreflect.Repeated || (fd.Message() != nil && findLists(fd.Message(), seen)) {
+			return true
+		}
+	}
+	return false
 }
 
 // limitError is a list over its limit. field is its path from the request
@@ -123,12 +154,12 @@ func scanProto(b []byte, md protoreflect.MessageDescriptor, depth int) *limitErr
 			i := fd.Index()
 			counts[i]++
 			// Elements past the limit are only counted.
-			if fd.Message() != nil && counts[i] <= listLimit(fd) {
+			if fd.Message() != nil && counts[i] <= listLimit(fd) && mayHoldLists(fd.Message()) {
 				if e := scanProto(v, fd.Message(), depth+1); e != nil {
 					return e.within(string(fd.Name()), counts[i]-1)
 				}
 			}
-		case fd.Message() != nil:
+		case fd.Message() != nil && mayHoldLists(fd.Message()):
 			if i := fd.Index(); merged[i] == nil {
 				merged[i] = v[:len(v):len(v)]
 			} else {
@@ -328,7 +359,7 @@ func (s *jsonScan) object(md protoreflect.MessageDescriptor, depth int) error {
 		case fd.IsMap() && next == '{':
 			s.i++
 			err = s.mapEntries(fd)
-		case fd.Cardinality() != protoreflect.Repeated && fd.Message() != nil && next == '{':
+		case fd.Cardinality() != protoreflect.Repeated && fd.Message() != nil && next == '{' && mayHoldLists(fd.Message()):
 			s.i++
 			if err = s.object(fd.Message(), depth+1); err != nil {
 				var le *limitError
@@ -366,7 +397,7 @@ func (s *jsonScan) list(fd protoreflect.FieldDescriptor, depth int) error {
 			return &limitError{field: string(fd.Name()), n: n, more: true, limit: limit}
 		}
 		var err error
-		if fd.Message() != nil && s.peek() == '{' {
+		if fd.Message() != nil && s.peek() == '{' && mayHoldLists(fd.Message()) {
 			s.i++
 			if err = s.object(fd.Message(), depth+1); err != nil {
 				var le *limitError

@@ -34,6 +34,14 @@ func BenchmarkDecodeProduce(b *testing.B) {
 		{"protobuf", pbBody, checkListsProto, proto.Unmarshal},
 		{"json", jsonBody, checkListsJSON, protojson.Unmarshal},
 	} {
+		b.Run(c.name+"/prescan-only", func(b *testing.B) {
+			b.SetBytes(int64(len(c.body)))
+			for b.Loop() {
+				if err := c.check(c.body, md); err != nil {
+					b.Fatal(err)
+				}
+			}
+		})
 		for _, scan := range []bool{false, true} {
 			b.Run(fmt.Sprintf("%s/prescan=%v", c.name, scan), func(b *testing.B) {
 				b.SetBytes(int64(len(c.body)))
