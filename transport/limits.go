@@ -136,8 +136,7 @@ func scanProto(b []byte, md protoreflect.MessageDescriptor, depth int) *limitErr
 		b = b[n:]
 		fd := fields.ByNumber(num)
 		if typ != protowire.BytesType || fd == nil {
-			// Scalars (packed numeric lists among them) cost no more
-			// than their bytes to decode.
+			// Scalars cost no more than their bytes to decode.
 			if n = protowire.ConsumeFieldValue(num, typ, b); n < 0 {
 				return nil
 			}
@@ -151,6 +150,8 @@ func scanProto(b []byte, md protoreflect.MessageDescriptor, depth int) *limitErr
 		b = b[n:]
 		switch {
 		case fd.Cardinality() == protoreflect.Repeated:
+			// A packed numeric list (no request has one) counts by its
+			// chunks: its elements cost no more than their bytes.
 			i := fd.Index()
 			counts[i]++
 			// Elements past the limit are only counted.
