@@ -250,8 +250,10 @@ func (h *Handler) decode(w http.ResponseWriter, r *http.Request, m proto.Message
 	if err != nil {
 		return apierr.New(apierr.BadContent, "invalid request body; %v", err)
 	}
+	// Not fatal: a deadline left in place can only cancel this request
+	// later (499), which failing it now would not improve.
 	if err := http.NewResponseController(w).SetReadDeadline(time.Time{}); err != nil && !errors.Is(err, http.ErrNotSupported) {
-		return fmt.Errorf("lift the body read deadline: %w", err)
+		h.cfg.Log.Warn("lift the body read deadline", "path", r.URL.Path, "error", err)
 	}
 	body := buf.Bytes()
 	if int64(len(body)) > h.cfg.MaxRequestBytes {
