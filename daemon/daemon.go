@@ -18,6 +18,8 @@ import (
 	"syscall"
 	"time"
 
+	"golang.org/x/net/netutil"
+
 	"github.com/styxq/styx/internal/auth"
 	"github.com/styxq/styx/internal/clock"
 	"github.com/styxq/styx/internal/embedded"
@@ -38,6 +40,9 @@ const (
 	StorageMemory   = "memory"
 	StoragePostgres = "postgres"
 )
+
+// DefaultMaxConnections is Config.MaxConnections' default.
+const DefaultMaxConnections = 4096
 
 // Config configures a Daemon. Call SetDefaults, then Validate.
 type Config struct {
@@ -66,7 +71,9 @@ type Config struct {
 	// not count a lease's attempt). Pebble with sync on only; defaults to
 	// false.
 	ConsumeBeforeSync bool
-	// MaxRequestBytes bounds request bodies. Defaults to 64 MiB.
+	// MaxRequestBytes bounds request bodies, in bytes: a larger body is
+	// answered 400. Defaults to 64 MiB (transport.DefaultMaxRequestBytes);
+	// Validate allows 1 MiB to 1 GiB.
 	MaxRequestBytes int64
 	// MinFreeBytes is the Pebble store's free-space watermark, in bytes
 	// (pebble.Config.MinFreeBytes, ADR 0015): below it, produces, imports
@@ -76,6 +83,18 @@ type Config struct {
 	// the default, twice the memtable size (128 MiB) but at most a quarter of
 	// the filesystem; -1 disables it. Pebble storage only.
 	MinFreeBytes int64
+	// BodyReadTimeout bounds how long a request's body may take to arrive
+	// once its headers are read (which ReadHeaderTimeout, 10s, bounds); a
+	// body still incomplete is answered 408 and its connection closed. It
+	// does not bound the answer: a long-poll lease still waits its
+	// request_timeout. Defaults to 30s (transport.DefaultBodyReadTimeout);
+	// Validate allows 1ms to 1h.
+	BodyReadTimeout time.Duration
+	// MaxConnections bounds the API listener's open connections (idle
+	// keep-alive ones included); a connection over it waits in the
+	// kernel's accept queue until another closes. Defaults to 4096
+	// (DefaultMaxConnections); Validate allows 1 to 1,000,000.
+	MaxConnections int
 	// ShutdownTimeout bounds how long Close waits for in-flight requests.
 	// Defaults to 30s.
 	ShutdownTimeout time.Duration
@@ -133,6 +152,12 @@ func (c *Config) SetDefaults() {
 	if c.MaxRequestBytes == 0 {
 		c.MaxRequestBytes = transport.DefaultMaxRequestBytes
 	}
+	if c.BodyReadTimeout == 0 {
+		c.BodyReadTimeout = transport.DefaultBodyReadTimeout
+	}
+	if c.MaxConnections == 0 {
+		c.MaxConnections = DefaultMaxConnections
+	}
 	if c.ShutdownTimeout == 0 {
 		c.ShutdownTimeout = 30 * time.Second
 	}
@@ -158,8 +183,14 @@ func (c *Config) Validate() error {
 	default:
 		return fmt.Errorf("storage: %q is not one of %q, %q, %q", c.Storage, StoragePebble, StorageMemory, StoragePostgres)
 	}
-	if c.MaxRequestBytes < 1<<20 {
-		return fmt.Errorf("max_request_bytes: %d is below the minimum of 1 MiB", c.MaxRequestBytes)
+	if c.MaxRequestBytes < 1<<20 || c.MaxRequestBytes > 1<<30 {
+		return fmt.Errorf("max_request_bytes: %d is out of range 1048576 (1 MiB) to 1073741824 (1 GiB)", c.MaxRequestBytes)
+	}
+	if c.BodyReadTimeout < time.Millisecond || c.BodyReadTimeout > time.Hour {
+		return fmt.Errorf("body_read_timeout: %s is out of range 1ms to 1h", c.BodyReadTimeout)
+	}
+	if c.MaxConnections < 1 || c.MaxConnections > 1_000_000 {
+		return fmt.Errorf("max_connections: %d is out of range 1 to 1000000", c.MaxConnections)
 	}
 	if c.ShutdownTimeout < 0 {
 		return fmt.Errorf("shutdown_timeout: %s is negative", c.ShutdownTimeout)
@@ -369,7 +400,7 @@ func (d *Daemon) serve(ctx context.Context, m queue.Queues, tasks store.TaskStor
 	}
 	h := transport.NewHandler(transport.Config{
 		Service: service.New(m, d.redrives, cfg.Clock), Metrics: d.Metrics, Log: cfg.Log, MaxRequestBytes: cfg.MaxRequestBytes,
-		Keys: keys, Auth: cfg.Auth, UI: ui,
+		BodyReadTimeout: cfg.BodyReadTimeout, Keys: keys, Auth: cfg.Auth, UI: ui,
 		Health: func() string {
 			if guard == nil {
 				return ""
@@ -384,6 +415,8 @@ func (d *Daemon) serve(ctx context.Context, m queue.Queues, tasks store.TaskStor
 		d.closeStore()
 		return nil, fmt.Errorf("listen on %s: %w", cfg.Listen, err)
 	}
+	// The limit counts TCP connections, TLS handshakes in progress included.
+	d.listener = netutil.LimitListener(d.listener, cfg.MaxConnections)
 	if tlsCfg != nil {
 		d.listener = tls.NewListener(d.listener, tlsCfg)
 	}

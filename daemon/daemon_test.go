@@ -5,6 +5,7 @@ import (
 	"io"
 	"log/slog"
 	"testing"
+	"time"
 
 	"github.com/stretchr/testify/require"
 
@@ -19,7 +20,11 @@ func TestConfigValidate(t *testing.T) {
 	}{
 		{"Listen", daemon.Config{Listen: "nohostport"}, "listen"},
 		{"Storage", daemon.Config{Storage: "floppy"}, "storage"},
-		{"MaxRequestBytes", daemon.Config{MaxRequestBytes: 10}, "max_request_bytes"},
+		{"MaxRequestBytes", daemon.Config{MaxRequestBytes: 10}, "max_request_bytes: 10 is out of range 1048576 (1 MiB) to 1073741824 (1 GiB)"},
+		{"MaxRequestBytesHuge", daemon.Config{MaxRequestBytes: 2 << 30}, "max_request_bytes: 2147483648 is out of range"},
+		{"BodyReadTimeoutNegative", daemon.Config{BodyReadTimeout: -time.Second}, "body_read_timeout: -1s is out of range 1ms to 1h"},
+		{"BodyReadTimeoutHuge", daemon.Config{BodyReadTimeout: 2 * time.Hour}, "body_read_timeout: 2h0m0s is out of range 1ms to 1h"},
+		{"MaxConnections", daemon.Config{MaxConnections: -1}, "max_connections: -1 is out of range 1 to 1000000"},
 		{"SyncConsumeOnMemory", daemon.Config{Storage: "memory", ConsumeBeforeSync: true}, `sync_consume: false applies to storage "pebble" only`},
 		{"SyncConsumeOnPostgres", daemon.Config{Storage: "postgres", PostgresURL: "postgres://x", ConsumeBeforeSync: true}, "sync_consume"},
 		{"AdminKeyWithoutAuth", daemon.Config{AdminKeyFile: "k"}, "admin_key_file: set, but auth is off; add --auth"},
@@ -39,6 +44,9 @@ func TestConfigValidate(t *testing.T) {
 	require.Equal(t, "127.0.0.1:2319", ok.Listen)
 	require.Equal(t, "pebble", ok.Storage)
 	require.Equal(t, "./styx-data", ok.DataDir)
+	require.Equal(t, int64(64<<20), ok.MaxRequestBytes)
+	require.Equal(t, 30*time.Second, ok.BodyReadTimeout)
+	require.Equal(t, 4096, ok.MaxConnections)
 }
 
 func TestDataDirInUse(t *testing.T) {

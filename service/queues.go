@@ -345,8 +345,8 @@ func fromStorageItem(i int, in *pb.StorageItem) (store.Item, error) {
 		// deadline gets the queue's lease_timeout from now (queue.Queue.Import).
 		it.Meta.Leased, it.Meta.LeaseDeadline = true, times[4]
 	}
-	if len(in.Errors) > 10 {
-		return store.Item{}, apierr.Invalidf("invalid %s.errors; %d given, the limit is 10", field, len(in.Errors))
+	if len(in.Errors) > MaxAttemptErrors {
+		return store.Item{}, apierr.Invalidf("invalid %s.errors; %d given, the limit is %d", field, len(in.Errors), MaxAttemptErrors)
 	}
 	for _, e := range in.Errors {
 		it.Errors.Errors = append(it.Errors.Errors, store.AttemptError{Attempt: e.Attempt, Error: e.Error, At: e.At.AsTime()})

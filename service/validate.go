@@ -28,6 +28,9 @@ const (
 	MaxFieldLength = 1024
 	// MaxErrorBytes bounds a retry's error text.
 	MaxErrorBytes = 4096
+	// MaxAttemptErrors is the most attempt errors one imported item may
+	// carry.
+	MaxAttemptErrors = 10
 	// MinLeaseWait and MaxLeaseWait bound a lease's request_timeout
 	// (exclusive, inclusive).
 	MinLeaseWait = 10 * time.Millisecond

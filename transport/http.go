@@ -15,6 +15,7 @@ import (
 	"maps"
 	"mime"
 	"net/http"
+	"os"
 	"slices"
 	"strconv"
 	"strings"
@@ -37,13 +38,24 @@ import (
 // each would be 5 GB, so large batches of large items must be split.
 const DefaultMaxRequestBytes = 64 << 20
 
+// DefaultBodyReadTimeout bounds how long a request's body may take to
+// arrive, from the moment its headers have been read.
+const DefaultBodyReadTimeout = 30 * time.Second
+
 // Config configures the HTTP handler.
 type Config struct {
 	Service *service.Service
 	Metrics *metrics.Metrics
 	Log     *slog.Logger
-	// MaxRequestBytes bounds request bodies; 0 means DefaultMaxRequestBytes.
+	// MaxRequestBytes bounds request bodies, in bytes; a larger body is
+	// answered 400. 0 means DefaultMaxRequestBytes (64 MiB).
 	MaxRequestBytes int64
+	// BodyReadTimeout bounds how long a /v1 request's body may take to
+	// arrive once its headers are read; a body still incomplete then is
+	// answered 408 and its connection closed. It covers only the body: a
+	// long-poll lease still waits its full request_timeout for its answer.
+	// 0 means DefaultBodyReadTimeout (30s).
+	BodyReadTimeout time.Duration
 	// Keys serves /v1/keys.* and, with Auth, authenticates requests. Nil
 	// leaves the keys calls out (501).
 	Keys *auth.Keys
@@ -74,6 +86,9 @@ type Handler struct {
 func NewHandler(cfg Config) *Handler {
 	if cfg.MaxRequestBytes == 0 {
 		cfg.MaxRequestBytes = DefaultMaxRequestBytes
+	}
+	if cfg.BodyReadTimeout == 0 {
+		cfg.BodyReadTimeout = DefaultBodyReadTimeout
 	}
 	h := &Handler{cfg: cfg}
 	s := cfg.Service
@@ -167,6 +182,12 @@ func (h *Handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	}
 	start := time.Now()
 	sw := &statusWriter{ResponseWriter: w, code: http.StatusOK}
+	// The body must arrive within BodyReadTimeout; decode lifts the
+	// deadline once it has (net/http's background read would otherwise
+	// cancel a long-poll lease's context when it passes). A request
+	// answered before its body is read keeps the deadline, which bounds
+	// net/http's discarding of the unread body too.
+	_ = http.NewResponseController(sw).SetReadDeadline(start.Add(h.cfg.BodyReadTimeout))
 	// The key and its scope are checked before the body is read; the
 	// queues it names, once decoded and before the service looks them up
 	// (rpc), so neither answer tells whether a queue exists.
@@ -186,7 +207,7 @@ func (h *Handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 func rpc[Req proto.Message, Resp proto.Message](h *Handler, newReq func() Req, call func(context.Context, Req) (Resp, error)) http.HandlerFunc {
 	return func(w http.ResponseWriter, r *http.Request) {
 		req := newReq()
-		if err := h.decode(r, req); err != nil {
+		if err := h.decode(w, r, req); err != nil {
 			h.fail(w, r, err)
 			return
 		}
@@ -217,37 +238,63 @@ func noReply[Req proto.Message](h *Handler, newReq func() Req, call func(context
 	})
 }
 
-// decode reads the body into m by its content type. Returns apierr errors:
-// 455 for an unknown content type or a body that does not decode (unknown
-// JSON fields included), 400 for a body over the size limit.
-func (h *Handler) decode(r *http.Request, m proto.Message) error {
+// decode reads the body into m by its content type, then lifts the body
+// read deadline ServeHTTP set. Returns apierr errors: 455 for an unknown
+// content type or a body that does not decode (unknown JSON fields
+// included), 400 for a body over the size limit or a list over its limit
+// (checked before decoding: checkListsProto, checkListsJSON), 408 for a
+// body that did not arrive within BodyReadTimeout.
+func (h *Handler) decode(w http.ResponseWriter, r *http.Request, m proto.Message) error {
 	ct := contentType(r.Header.Get("Content-Type"))
 	if ct != duh.ContentTypeJSON && ct != duh.ContentTypeProtoBuf {
 		return apierr.New(apierr.BadContent, "invalid Content-Type; '%s', only %s and %s are supported",
 			quote(r.Header.Get("Content-Type")), duh.ContentTypeJSON, duh.ContentTypeProtoBuf)
 	}
-	// The body is read into a pooled buffer, sized by Content-Length when
-	// given: protobuf decoding copies what it keeps (bytes fields
+	// The body is read into a pooled buffer that grows as bytes arrive
+	// (readBody): protobuf decoding copies what it keeps (bytes fields
 	// included), so the buffer is reused once m is decoded.
-	buf := getBuffer(r.ContentLength, h.cfg.MaxRequestBytes)
+	buf, err := readBody(io.LimitReader(r.Body, h.cfg.MaxRequestBytes+1), r.ContentLength)
 	defer putBuffer(buf)
-	_, err := buf.ReadFrom(io.LimitReader(r.Body, h.cfg.MaxRequestBytes+1))
+	if errors.Is(err, os.ErrDeadlineExceeded) {
+		return apierr.New(apierr.RequestTimeout, "request timeout; the body did not arrive within the body read timeout of %s "+
+			"(%d of %s bytes received)", h.cfg.BodyReadTimeout, buf.Len(), contentLength(r))
+	}
 	if err != nil {
 		return apierr.New(apierr.BadContent, "invalid request body; %v", err)
+	}
+	// Not fatal: a deadline left in place can only cancel this request
+	// later (499), which failing it now would not improve.
+	if err := http.NewResponseController(w).SetReadDeadline(time.Time{}); err != nil && !errors.Is(err, http.ErrNotSupported) {
+		h.cfg.Log.Warn("lift the body read deadline", "path", r.URL.Path, "error", err)
 	}
 	body := buf.Bytes()
 	if int64(len(body)) > h.cfg.MaxRequestBytes {
 		return apierr.Invalidf("invalid request body; larger than the limit of %d bytes", h.cfg.MaxRequestBytes)
 	}
 	if ct == duh.ContentTypeJSON {
+		if err := checkListsJSON(body, m.ProtoReflect().Descriptor()); err != nil {
+			return err
+		}
 		err = protojson.Unmarshal(body, m)
 	} else {
+		if err := checkListsProto(body, m.ProtoReflect().Descriptor()); err != nil {
+			return err
+		}
 		err = proto.Unmarshal(body, m)
 	}
 	if err != nil {
 		return apierr.New(apierr.BadContent, "invalid request body; %s", strings.ReplaceAll(err.Error(), "\u00a0", " "))
 	}
 	return nil
+}
+
+// contentLength is the request's Content-Length for a message, "unknown"
+// when it sent none.
+func contentLength(r *http.Request) string {
+	if r.ContentLength < 0 {
+		return "unknown"
+	}
+	return strconv.FormatInt(r.ContentLength, 10)
 }
 
 // reply writes m in the encoding the client asked for by Accept, or, when
@@ -269,7 +316,7 @@ func (h *Handler) reply(w http.ResponseWriter, r *http.Request, code int, m prot
 		b, err = protojson.Marshal(m)
 	case duh.ContentTypeProtoBuf:
 		// Marshalled into a pooled buffer: w.Write copies it.
-		buf := getBuffer(int64(proto.Size(m)), 1<<62)
+		buf := getBuffer(proto.Size(m))
 		defer putBuffer(buf)
 		b, err = proto.MarshalOptions{}.MarshalAppend(buf.AvailableBuffer(), m)
 	default:
@@ -407,3 +454,6 @@ func (s *statusWriter) WriteHeader(code int) {
 	s.code = code
 	s.ResponseWriter.WriteHeader(code)
 }
+
+// Unwrap returns the wrapped writer, for http.ResponseController.
+func (s *statusWriter) Unwrap() http.ResponseWriter { return s.ResponseWriter }

@@ -17,6 +17,7 @@ import (
 	"gopkg.in/yaml.v3"
 
 	"github.com/styxq/styx/daemon"
+	"github.com/styxq/styx/transport"
 )
 
 // envConfig names the environment variable that sets --config.
@@ -45,6 +46,14 @@ type serverSettings struct {
 	// ShutdownTimeout bounds how long a shutdown waits for in-flight
 	// requests. Defaults to 30s.
 	ShutdownTimeout time.Duration
+	// MaxRequestBytes bounds a request body, in bytes. Defaults to 64 MiB.
+	MaxRequestBytes int64
+	// BodyReadTimeout bounds how long a request body may take to arrive.
+	// Defaults to 30s.
+	BodyReadTimeout time.Duration
+	// MaxConnections bounds the API listener's open connections. Defaults
+	// to 4096.
+	MaxConnections int
 	// DebugListen, when set, serves Go's pprof profiles on this host:port.
 	DebugListen string
 	// Auth requires an API key on every /v1 call and /metrics.
@@ -69,6 +78,9 @@ func defaultServerSettings() serverSettings {
 		LogLevel:        slog.LevelInfo,
 		LogFormat:       "text",
 		ShutdownTimeout: 30 * time.Second,
+		MaxRequestBytes: transport.DefaultMaxRequestBytes,
+		BodyReadTimeout: transport.DefaultBodyReadTimeout,
+		MaxConnections:  daemon.DefaultMaxConnections,
 	}
 }
 
@@ -83,6 +95,9 @@ func (s serverSettings) daemonConfig(log *slog.Logger) daemon.Config {
 		// Only meaningful with sync on: with it off nothing waits.
 		ConsumeBeforeSync: s.Sync && !s.SyncConsume,
 		ShutdownTimeout:   s.ShutdownTimeout,
+		MaxRequestBytes:   s.MaxRequestBytes,
+		BodyReadTimeout:   s.BodyReadTimeout,
+		MaxConnections:    s.MaxConnections,
 		DebugListen:       s.DebugListen,
 		Auth:              s.Auth,
 		Insecure:          s.Insecure,
@@ -116,6 +131,9 @@ type fileConfig struct {
 	LogLevel        *string        `yaml:"log_level"`
 	LogFormat       *string        `yaml:"log_format"`
 	ShutdownTimeout *time.Duration `yaml:"shutdown_timeout"`
+	MaxRequestBytes *int64         `yaml:"max_request_bytes"`
+	BodyReadTimeout *time.Duration `yaml:"body_read_timeout"`
+	MaxConnections  *int           `yaml:"max_connections"`
 	DebugListen     *string        `yaml:"debug_listen"`
 	Auth            *bool          `yaml:"auth"`
 	Insecure        *bool          `yaml:"insecure"`
@@ -152,6 +170,15 @@ func (fc *fileConfig) values() map[string]string {
 	}
 	if fc.ShutdownTimeout != nil {
 		out["shutdown_timeout"] = fc.ShutdownTimeout.String()
+	}
+	if fc.BodyReadTimeout != nil {
+		out["body_read_timeout"] = fc.BodyReadTimeout.String()
+	}
+	if fc.MaxRequestBytes != nil {
+		out["max_request_bytes"] = strconv.FormatInt(*fc.MaxRequestBytes, 10)
+	}
+	if fc.MaxConnections != nil {
+		out["max_connections"] = strconv.Itoa(*fc.MaxConnections)
 	}
 	return out
 }
@@ -280,6 +307,30 @@ func serverSettingTable() []serverSetting {
 			s.ShutdownTimeout = d
 			return nil
 		}},
+		{"max_request_bytes", "max-request-bytes", "STYX_MAX_REQUEST_BYTES", func(s *serverSettings, v string) error {
+			n, err := strconv.ParseInt(v, 10, 64)
+			if err != nil || n <= 0 {
+				return fmt.Errorf("%q is not a positive number of bytes such as 67108864", v)
+			}
+			s.MaxRequestBytes = n
+			return nil
+		}},
+		{"body_read_timeout", "body-read-timeout", "STYX_BODY_READ_TIMEOUT", func(s *serverSettings, v string) error {
+			d, err := time.ParseDuration(v)
+			if err != nil || d <= 0 {
+				return fmt.Errorf("%q is not a positive duration such as 30s", v)
+			}
+			s.BodyReadTimeout = d
+			return nil
+		}},
+		{"max_connections", "max-connections", "STYX_MAX_CONNECTIONS", func(s *serverSettings, v string) error {
+			n, err := strconv.Atoi(v)
+			if err != nil || n <= 0 {
+				return fmt.Errorf("%q is not a positive number such as 4096", v)
+			}
+			s.MaxConnections = n
+			return nil
+		}},
 		{"debug_listen", "debug-listen", "STYX_DEBUG_LISTEN", func(s *serverSettings, v string) error {
 			s.DebugListen = v
 			return nil
@@ -335,6 +386,12 @@ func addServerFlags(fs *pflag.FlagSet) {
 	fs.String("log-level", "info", "log level: debug, info, warn or error (env STYX_LOG_LEVEL)")
 	fs.String("log-format", d.LogFormat, "log format: text or json (env STYX_LOG_FORMAT)")
 	fs.Duration("shutdown-timeout", d.ShutdownTimeout, "how long a shutdown waits for in-flight requests (env STYX_SHUTDOWN_TIMEOUT)")
+	fs.Int64("max-request-bytes", d.MaxRequestBytes, "largest request body, in bytes (1 MiB to 1 GiB); "+
+		"a larger one is answered 400 (env STYX_MAX_REQUEST_BYTES)")
+	fs.Duration("body-read-timeout", d.BodyReadTimeout, "how long a request body may take to arrive once its headers are read (1ms to 1h); "+
+		"a slower one is answered 408 and its connection closed; long-poll leases still wait their request_timeout (env STYX_BODY_READ_TIMEOUT)")
+	fs.Int("max-connections", d.MaxConnections, "most open connections to the API, idle keep-alive ones included (1 to 1000000); "+
+		"more wait to be accepted until one closes (env STYX_MAX_CONNECTIONS)")
 	fs.String("debug-listen", "", "host:port to serve Go's pprof profiles on (/debug/pprof/); empty is off (env STYX_DEBUG_LISTEN)")
 	fs.Bool("auth", false, "require an API key (Authorization: Bearer <key>) on every /v1 call and /metrics; /health stays open. "+
 		"Required to listen on a non-loopback address unless --insecure (env STYX_AUTH)")

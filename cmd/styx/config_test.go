@@ -185,3 +185,42 @@ func TestServerSettingsSyncConsume(t *testing.T) {
 	_, err = loadWith(t, nil, map[string]string{"STYX_SYNC_CONSUME": "maybe"})
 	require.ErrorContains(t, err, `STYX_SYNC_CONSUME: "maybe" is not true or false`)
 }
+
+// TestServerSettingsLimits: the resource limits are set by flag, env and
+// YAML, reach daemon.Config, and a bad value names its setting.
+func TestServerSettingsLimits(t *testing.T) {
+	s, err := loadWith(t, nil, nil)
+	require.NoError(t, err)
+	cfg := s.daemonConfig(nil)
+	require.Equal(t, int64(64<<20), cfg.MaxRequestBytes)
+	require.Equal(t, 30*time.Second, cfg.BodyReadTimeout)
+	require.Equal(t, 4096, cfg.MaxConnections)
+
+	path := writeConfig(t, "max_request_bytes: 2097152\nbody_read_timeout: 5s\nmax_connections: 100\n")
+	s, err = loadWith(t, []string{"--config", path}, nil)
+	require.NoError(t, err)
+	cfg = s.daemonConfig(nil)
+	require.Equal(t, int64(2<<20), cfg.MaxRequestBytes)
+	require.Equal(t, 5*time.Second, cfg.BodyReadTimeout)
+	require.Equal(t, 100, cfg.MaxConnections)
+
+	s, err = loadWith(t, []string{"--config", path, "--max-request-bytes", "3145728", "--body-read-timeout", "7s", "--max-connections", "7"},
+		map[string]string{"STYX_MAX_CONNECTIONS": "8"})
+	require.NoError(t, err)
+	cfg = s.daemonConfig(nil)
+	require.Equal(t, int64(3<<20), cfg.MaxRequestBytes)
+	require.Equal(t, 7*time.Second, cfg.BodyReadTimeout)
+	require.Equal(t, 7, cfg.MaxConnections)
+
+	s, err = loadWith(t, nil, map[string]string{"STYX_MAX_CONNECTIONS": "8", "STYX_BODY_READ_TIMEOUT": "1m"})
+	require.NoError(t, err)
+	require.Equal(t, 8, s.MaxConnections)
+	require.Equal(t, time.Minute, s.BodyReadTimeout)
+
+	_, err = loadWith(t, []string{"--max-connections", "0"}, nil)
+	require.ErrorContains(t, err, `--max-connections: "0" is not a positive number`)
+	_, err = loadWith(t, nil, map[string]string{"STYX_BODY_READ_TIMEOUT": "soon"})
+	require.ErrorContains(t, err, `STYX_BODY_READ_TIMEOUT: "soon" is not a positive duration`)
+	_, err = loadWith(t, []string{"--config", writeConfig(t, "max_request_bytes: -1\n")}, nil)
+	require.ErrorContains(t, err, `max_request_bytes: "-1" is not a positive number of bytes`)
+}

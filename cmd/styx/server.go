@@ -32,6 +32,9 @@ error. For example:
   log_level: info
   log_format: json
   shutdown_timeout: 30s
+  max_request_bytes: 67108864
+  body_read_timeout: 30s
+  max_connections: 4096
   auth: true
   admin_key_file: /etc/styx/admin.key
   tls_cert: /etc/styx/tls/server.pem

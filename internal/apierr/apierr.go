@@ -39,6 +39,10 @@ const (
 	Retry Code = 454
 	// BadContent: the body could not be decoded (455).
 	BadContent Code = 455
+	// RequestTimeout: the request's body did not arrive within the
+	// server's body read timeout (408, HTTP's code: DUH-RPC has none for
+	// it). The server closes the connection after answering.
+	RequestTimeout Code = 408
 )
 
 // Error is a client-facing error. Message reads "<what>; <detail>", as in
