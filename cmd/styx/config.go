@@ -54,6 +54,9 @@ type serverSettings struct {
 	// MaxConnections bounds the API listener's open connections. Defaults
 	// to 4096.
 	MaxConnections int
+	// MinFreeBytes is the Pebble store's free-space watermark in bytes
+	// (daemon.Config.MinFreeBytes); 0 is the default, -1 disables it.
+	MinFreeBytes int64
 	// DebugListen, when set, serves Go's pprof profiles on this host:port.
 	DebugListen string
 	// Auth requires an API key on every /v1 call and /metrics.
@@ -98,6 +101,7 @@ func (s serverSettings) daemonConfig(log *slog.Logger) daemon.Config {
 		MaxRequestBytes:   s.MaxRequestBytes,
 		BodyReadTimeout:   s.BodyReadTimeout,
 		MaxConnections:    s.MaxConnections,
+		MinFreeBytes:      s.MinFreeBytes,
 		DebugListen:       s.DebugListen,
 		Auth:              s.Auth,
 		Insecure:          s.Insecure,
@@ -134,6 +138,7 @@ type fileConfig struct {
 	MaxRequestBytes *int64         `yaml:"max_request_bytes"`
 	BodyReadTimeout *time.Duration `yaml:"body_read_timeout"`
 	MaxConnections  *int           `yaml:"max_connections"`
+	MinFreeBytes    *int64         `yaml:"min_free_bytes"`
 	DebugListen     *string        `yaml:"debug_listen"`
 	Auth            *bool          `yaml:"auth"`
 	Insecure        *bool          `yaml:"insecure"`
@@ -179,6 +184,9 @@ func (fc *fileConfig) values() map[string]string {
 	}
 	if fc.MaxConnections != nil {
 		out["max_connections"] = strconv.Itoa(*fc.MaxConnections)
+	}
+	if fc.MinFreeBytes != nil {
+		out["min_free_bytes"] = strconv.FormatInt(*fc.MinFreeBytes, 10)
 	}
 	return out
 }
@@ -331,6 +339,14 @@ func serverSettingTable() []serverSetting {
 			s.MaxConnections = n
 			return nil
 		}},
+		{"min_free_bytes", "min-free-bytes", "STYX_MIN_FREE_BYTES", func(s *serverSettings, v string) error {
+			n, err := strconv.ParseInt(v, 10, 64)
+			if err != nil || n < -1 {
+				return fmt.Errorf("%q is not a number of bytes such as 134217728, 0 for the default or -1 to disable", v)
+			}
+			s.MinFreeBytes = n
+			return nil
+		}},
 		{"debug_listen", "debug-listen", "STYX_DEBUG_LISTEN", func(s *serverSettings, v string) error {
 			s.DebugListen = v
 			return nil
@@ -392,6 +408,9 @@ func addServerFlags(fs *pflag.FlagSet) {
 		"a slower one is answered 408 and its connection closed; long-poll leases still wait their request_timeout (env STYX_BODY_READ_TIMEOUT)")
 	fs.Int("max-connections", d.MaxConnections, "most open connections to the API, idle keep-alive ones included (1 to 1000000); "+
 		"more wait to be accepted until one closes (env STYX_MAX_CONNECTIONS)")
+	fs.Int64("min-free-bytes", 0, "free-space watermark of the data directory, in bytes: below it produces, imports and redrives "+
+		"are refused (453 'disk full') so the store can always flush and restart, and a server started below it starts read-only; "+
+		"0 is twice the memtable size (128 MiB) but at most a quarter of the disk, -1 disables it; Pebble only (env STYX_MIN_FREE_BYTES)")
 	fs.String("debug-listen", "", "host:port to serve Go's pprof profiles on (/debug/pprof/); empty is off (env STYX_DEBUG_LISTEN)")
 	fs.Bool("auth", false, "require an API key (Authorization: Bearer <key>) on every /v1 call and /metrics; /health stays open. "+
 		"Required to listen on a non-loopback address unless --insecure (env STYX_AUTH)")

@@ -219,6 +219,17 @@ func TestServerSettingsLimits(t *testing.T) {
 
 	_, err = loadWith(t, []string{"--max-connections", "0"}, nil)
 	require.ErrorContains(t, err, `--max-connections: "0" is not a positive number`)
+
+	// The free-space watermark (ADR 0015): flag, env, YAML; -1 disables.
+	require.Equal(t, int64(0), cfg.MinFreeBytes)
+	s, err = loadWith(t, []string{"--config", writeConfig(t, "min_free_bytes: 1048576\n")}, nil)
+	require.NoError(t, err)
+	require.Equal(t, int64(1<<20), s.daemonConfig(nil).MinFreeBytes)
+	s, err = loadWith(t, []string{"--min-free-bytes", "-1"}, map[string]string{"STYX_MIN_FREE_BYTES": "5"})
+	require.NoError(t, err)
+	require.Equal(t, int64(-1), s.daemonConfig(nil).MinFreeBytes)
+	_, err = loadWith(t, []string{"--min-free-bytes", "-2"}, nil)
+	require.ErrorContains(t, err, `--min-free-bytes: "-2" is not a number of bytes`)
 	_, err = loadWith(t, nil, map[string]string{"STYX_BODY_READ_TIMEOUT": "soon"})
 	require.ErrorContains(t, err, `STYX_BODY_READ_TIMEOUT: "soon" is not a positive duration`)
 	_, err = loadWith(t, []string{"--config", writeConfig(t, "max_request_bytes: -1\n")}, nil)

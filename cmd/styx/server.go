@@ -35,6 +35,7 @@ error. For example:
   max_request_bytes: 67108864
   body_read_timeout: 30s
   max_connections: 4096
+  min_free_bytes: 0
   auth: true
   admin_key_file: /etc/styx/admin.key
   tls_cert: /etc/styx/tls/server.pem
