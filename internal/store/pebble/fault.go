@@ -291,6 +291,19 @@ func (s *Store) space() (free uint64, err error) {
 	return u.AvailBytes, nil
 }
 
+// roomToReopen reports whether the disk has room for a read-write open:
+// replaying the log flushes it, and Pebble's Open waits for that flush
+// however often it fails, so it needs the watermark and at least four
+// memtables free (the most the log holds unflushed). True when the
+// filesystem does not say.
+func (s *Store) roomToReopen() bool {
+	u, err := s.fs.GetDiskUsage(s.dir)
+	if err != nil {
+		return true
+	}
+	return int64(u.AvailBytes) >= max(s.minFree, 4*int64(s.opts.MemTableSize))
+}
+
 // monitor reads the free space every interval and heals a faulted store:
 // read-only at once (Pebble must not write through a failed handle), then
 // read-write once there is room. It ends when the store closes.
@@ -298,9 +311,9 @@ func (s *Store) monitor(interval time.Duration) {
 	defer close(s.monitorDone)
 	t := time.NewTicker(interval)
 	defer t.Stop()
-	// A read-write reopen that fails (the fault persists) is tried again
-	// after a delay doubling up to a minute.
-	var retryAt time.Time
+	// A read-write reopen that fails, or whose store faults again within a
+	// minute, is tried again after a delay doubling up to a minute.
+	var retryAt, healedAt time.Time
 	backoff := interval
 	for {
 		select {
@@ -313,17 +326,21 @@ func (s *Store) monitor(interval time.Duration) {
 		_, space := s.space()
 		s.setSpace(space)
 		f := s.fault.Load()
+		now := time.Now()
 		switch {
 		case f.broken:
-		case f.err != nil && !f.readOnly:
-			s.reopen(true)
-		case f.readOnly && (space == nil || s.db == nil) && !time.Now().Before(retryAt):
-			if s.reopen(false) {
-				backoff = interval
-			} else {
-				retryAt = time.Now().Add(backoff)
-				backoff = min(2*backoff, time.Minute)
+		case f.err == nil:
+			if !healedAt.IsZero() && now.Sub(healedAt) > time.Minute {
+				backoff, healedAt = interval, time.Time{}
 			}
+		case !f.readOnly:
+			s.reopen(true)
+		case (space == nil || s.db == nil) && s.roomToReopen() && !now.Before(retryAt):
+			if s.reopen(false) {
+				healedAt = now
+			}
+			retryAt = now.Add(backoff)
+			backoff = min(2*backoff, time.Minute)
 		}
 	}
 }
@@ -343,7 +360,12 @@ func (s *Store) reopen(readOnly bool) bool {
 		return false
 	}
 	seq := s.errSeq.Load()
-	db, err := s.openDB(readOnly)
+	db, err := s.openWithin(readOnly, openTimeout)
+	if errors.Is(err, errOpenStuck) {
+		s.db = nil
+		s.markBroken(err)
+		return false
+	}
 	if err == nil && !readOnly && s.errSeq.Load() != seq {
 		// A file failed while the database opened (its flush, say):
 		// this handle must not be written through either.
@@ -353,8 +375,13 @@ func (s *Store) reopen(readOnly bool) bool {
 	if err != nil && !readOnly {
 		// No room for the replay's flush yet, say: read-only again.
 		s.log.Warn("storage: reopening read-write failed; staying read-only", "error", err)
-		db, err = s.openDB(true)
+		db, err = s.openWithin(true, openTimeout)
 		readOnly = true
+		if errors.Is(err, errOpenStuck) {
+			s.db = nil
+			s.markBroken(err)
+			return false
+		}
 	}
 	if err != nil {
 		// No handle at all: every call answers the fault until a later
@@ -380,6 +407,38 @@ func (s *Store) reopen(readOnly bool) bool {
 	return !readOnly
 }
 
+// openTimeout bounds a reopen's Open: Pebble's read-write Open waits for
+// the flush of the log it replayed, retrying it for as long as it fails.
+const openTimeout = 30 * time.Second
+
+// errOpenStuck: Open did not return within openTimeout.
+var errOpenStuck = errors.New("reopening the database did not finish within 30s (its flush keeps failing); restart the server once there is room")
+
+// openWithin is openDB giving up after timeout (errOpenStuck); a handle the
+// abandoned Open returns later is closed.
+func (s *Store) openWithin(readOnly bool, timeout time.Duration) (*pebbledb.DB, error) {
+	type opened struct {
+		db  *pebbledb.DB
+		err error
+	}
+	done := make(chan opened, 1)
+	go func() {
+		db, err := s.openDB(readOnly)
+		done <- opened{db, err}
+	}()
+	select {
+	case o := <-done:
+		return o.db, o.err
+	case <-time.After(timeout):
+		go func() {
+			if o := <-done; o.err == nil {
+				_ = closeDB(o.db)
+			}
+		}()
+		return nil, errOpenStuck
+	}
+}
+
 // readOnlyErr is the error a read-only store refuses writes with: the
 // fault that made it read-only, or the watermark.
 func (s *Store) readOnlyErr(cause error) error {
@@ -388,6 +447,10 @@ func (s *Store) readOnlyErr(cause error) error {
 	}
 	if _, space := s.space(); space != nil {
 		return space
+	}
+	if u, err := s.fs.GetDiskUsage(s.dir); err == nil {
+		return store.Unavailable("pebble", fmt.Errorf("disk full: %d MB free in %s, opening the store read-write needs %d MB to flush its log",
+			u.AvailBytes>>20, s.dir, max(s.minFree, 4*int64(s.opts.MemTableSize))>>20))
 	}
 	return store.Unavailable("pebble", errors.New("storage is read-only"))
 }
@@ -466,7 +529,7 @@ func (fs faultFS) wrap(op string, c vfs.DiskWriteCategory, f vfs.File, err error
 		fs.onErr(op, err)
 		return nil, err
 	}
-	return faultFile{File: f, onErr: fs.onErr}, nil
+	return faultFile{File: f, onErr: fs.onErr, slow: c == "pebble-memtable-flush"}, nil
 }
 
 func (fs faultFS) Create(name string, c vfs.DiskWriteCategory) (vfs.File, error) {
@@ -511,15 +574,21 @@ func (fs faultFS) Link(oldname, newname string) error {
 // Unwrap returns the wrapped filesystem.
 func (fs faultFS) Unwrap() vfs.FS { return fs.FS }
 
-// faultFile reports its write-side failures to onErr.
+// faultFile reports its write-side failures to onErr; with slow (a
+// flush's output, which Pebble retries at once for as long as it fails),
+// the error waits compactionRetryDelay before Pebble sees it.
 type faultFile struct {
 	vfs.File
 	onErr func(op string, err error)
+	slow  bool
 }
 
 func (f faultFile) check(op string, err error) error {
 	if err != nil {
 		f.onErr(op, err)
+		if f.slow {
+			time.Sleep(compactionRetryDelay)
+		}
 	}
 	return err
 }

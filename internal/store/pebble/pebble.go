@@ -277,7 +277,7 @@ func Open(cfg Config) (*Store, error) {
 	// flushes it, which needs room (a full disk must not keep Styx from
 	// starting: it starts, serves reads and says why it refuses writes).
 	_, space := s.space()
-	readOnly := space != nil
+	readOnly := space != nil || !s.roomToReopen()
 	db, err := s.openDB(readOnly)
 	if err != nil {
 		cache.Unref()
@@ -286,8 +286,8 @@ func Open(cfg Config) (*Store, error) {
 	s.db = db
 	s.fault.Store(&faultState{space: space, readOnly: readOnly})
 	if readOnly {
-		s.fault.Store(&faultState{space: space, readOnly: true, err: space})
-		s.log.Warn("storage opened read-only: the disk is below the free-space watermark", "error", space)
+		s.fault.Store(&faultState{space: space, readOnly: true, err: s.readOnlyErr(nil)})
+		s.log.Warn("storage opened read-only: the disk has no room to replay and flush the log", "error", s.fault.Load().err)
 	}
 	if err := s.load(); err != nil {
 		_ = db.Close()
