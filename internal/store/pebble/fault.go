@@ -4,6 +4,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"syscall"
@@ -200,8 +201,8 @@ func (s *Store) Health() string {
 	switch {
 	case f.broken:
 		return "storage read-only until restart: " + cause(f.err)
-	case f.err != nil && f.err == f.space:
-		return cause(f.space) + "; storage read-only"
+	case f.err != nil && strings.HasPrefix(cause(f.err), "disk full"):
+		return cause(f.err) + "; storage read-only"
 	case f.err != nil:
 		return "storage read-only: " + cause(f.err)
 	case f.space != nil:
