@@ -2,6 +2,7 @@ package engine
 
 import (
 	"context"
+	"strconv"
 	"time"
 
 	"github.com/styxq/styx/internal/apierr"
@@ -381,6 +382,13 @@ const noReply ReplyMode = 255
 func (e *Engine) handle(it *pass, r *Request) (any, ReplyMode, error) {
 	switch op := r.Op.(type) {
 	case *produceOp:
+		// The service refuses these times; checked again here so that one
+		// request's bad time fails that request, not the iteration's commit.
+		for i, pi := range op.items {
+			if !queue.TimeInRange(pi.EnqueueAt) {
+				return nil, 0, queue.CheckTime("items["+strconv.Itoa(i)+"].enqueue_at", pi.EnqueueAt)
+			}
+		}
 		n, err := e.produceTo(it)
 		if err != nil {
 			return nil, 0, err
@@ -460,6 +468,11 @@ func (e *Engine) importItems(it *pass, op *ImportOp) ([]store.Item, error) {
 	n := op.Partition
 	if err := queue.CheckPartition(it.info.Name, it.info.Partitions, n); err != nil {
 		return nil, err
+	}
+	for i := range op.Items { // as a produce's enqueue_at
+		if err := queue.CheckItemTimes(i, &op.Items[i]); err != nil {
+			return nil, err
+		}
 	}
 	keys := make([]string, len(op.Items))
 	first := map[string]int{} // source key -> the first item of the call with it
@@ -572,6 +585,9 @@ func (it *pass) leased(n int32, ids []uint64) ([]Item, error) {
 func (e *Engine) retry(it *pass, r *Request, op *retryOp) error {
 	ids := make([]uint64, len(op.items))
 	for i, ri := range op.items {
+		if !queue.TimeInRange(ri.RetryAt) { // as a produce's enqueue_at
+			return queue.CheckTime("items["+strconv.Itoa(i)+"].retry_at", ri.RetryAt)
+		}
 		ids[i] = ri.ID
 	}
 	xs, err := it.leased(op.partition, ids)
