@@ -314,6 +314,7 @@ type pass struct {
 	now     int64
 	ready   []int // the ready counts, nil until needed (and after a change the engine does not track)
 	replies []Reply
+	handled int // how many of the iteration's requests have run (replied, or answered by the backend)
 }
 
 func (it *pass) reply(r *Request, v any, mode ReplyMode) {
@@ -325,7 +326,18 @@ func (it *pass) reply(r *Request, v any, mode ReplyMode) {
 // order, the waiting leases, and the commit.
 func (e *Engine) Iterate(tx Tx, now int64, reqs []*Request, lifecycle bool) {
 	it := &pass{tx: tx, info: tx.Info(), now: now}
-	tx.Commit(it.replies, e.iterate(it, reqs, lifecycle))
+	err := e.iterate(it, reqs, lifecycle)
+	if err != nil {
+		// The iteration failed at reqs[it.handled] (or before the first,
+		// in Lock or the lifecycle): that request and those after it get
+		// the failure too, from Commit. Left out, they were never
+		// answered and their callers, which may not abandon a write,
+		// waited forever (a PostgreSQL connection cut mid-transaction).
+		for _, r := range reqs[it.handled:] {
+			it.replies = append(it.replies, Reply{R: r})
+		}
+	}
+	tx.Commit(it.replies, err)
 }
 
 func (e *Engine) iterate(it *pass, reqs []*Request, lifecycle bool) error {
@@ -353,6 +365,7 @@ func (e *Engine) iterate(it *pass, reqs []*Request, lifecycle bool) error {
 		default:
 			return err
 		}
+		it.handled++
 	}
 	if e.Loop.Waiters.Len() == 0 {
 		return nil
