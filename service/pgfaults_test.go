@@ -1,6 +1,7 @@
 package service_test
 
 import (
+	"context"
 	"fmt"
 	"hash/fnv"
 	"sync"
@@ -122,6 +123,10 @@ func TestPostgresFaults(t *testing.T) {
 	b := backend{name: "postgres", url: pgtest.SchemaURL(t, pg.URL)}
 	nodes := []*server{start(t, b), start(t, b)}
 	const leaseTimeout = 3 * time.Second
+	// callTimeout ends a client's call that the server does not answer: a
+	// request left unanswered (as a failed iteration once left its later
+	// requests) fails the test instead of hanging it.
+	const callTimeout = 10 * time.Second
 	nodes[0].createQueue(&pb.QueueInfo{QueueName: "pf-dlq"})
 	nodes[0].createQueue(&pb.QueueInfo{QueueName: "pf", DeadQueue: "pf-dlq", LeaseTimeout: leaseTimeout.String(), RequestedPartitions: 2})
 	nodes[0].createQueue(&pb.QueueInfo{QueueName: "rd-dlq"})
@@ -167,7 +172,9 @@ func TestPostgresFaults(t *testing.T) {
 					items = append(items, &pb.QueueProduceItem{Bytes: []byte(p)})
 				}
 				began := time.Now()
-				err := node.C.QueueProduce(ctx, &pb.QueueProduceRequest{QueueName: "pf", RequestTimeout: "5s", Items: items})
+				cctx, cancel := context.WithTimeout(ctx, callTimeout)
+				err := node.C.QueueProduce(cctx, &pb.QueueProduceRequest{QueueName: "pf", RequestTimeout: "5s", Items: items})
+				cancel()
 				if err != nil {
 					l.fail("produce", err, time.Since(began), styx.CodeRetry)
 					time.Sleep(10 * time.Millisecond) // a client backing off
@@ -185,7 +192,9 @@ func TestPostgresFaults(t *testing.T) {
 			consumer := fmt.Sprintf("consumer-%d", n)
 			for !stop.Load() {
 				began := time.Now()
-				res, err := node.C.QueueLease(ctx, &pb.QueueLeaseRequest{QueueName: "pf", BatchSize: 10, ClientId: consumer, RequestTimeout: "500ms"})
+				cctx, cancel := context.WithTimeout(ctx, callTimeout)
+				res, err := node.C.QueueLease(cctx, &pb.QueueLeaseRequest{QueueName: "pf", BatchSize: 10, ClientId: consumer, RequestTimeout: "500ms"})
+				cancel()
 				if err != nil {
 					if !styx.IsRetry(err) {
 						l.fail("lease", err, time.Since(began))
@@ -208,7 +217,9 @@ func TestPostgresFaults(t *testing.T) {
 				}
 				if len(ids) > 0 {
 					began := time.Now()
-					err := node.C.QueueComplete(ctx, &pb.QueueCompleteRequest{QueueName: "pf", Partition: res.Partition, Ids: ids, RequestTimeout: "5s"})
+					cctx, cancel := context.WithTimeout(ctx, callTimeout)
+					err := node.C.QueueComplete(cctx, &pb.QueueCompleteRequest{QueueName: "pf", Partition: res.Partition, Ids: ids, RequestTimeout: "5s"})
+					cancel()
 					if err != nil {
 						// 400: a lease that ended while the database was away.
 						l.fail("complete", err, time.Since(began), styx.CodeBadRequest, styx.CodeRetry)
@@ -222,7 +233,9 @@ func TestPostgresFaults(t *testing.T) {
 				}
 				if len(deadItems) > 0 {
 					began := time.Now()
-					_, err := node.C.QueueRetry(ctx, &pb.QueueRetryRequest{QueueName: "pf", Partition: res.Partition, Items: deadItems})
+					cctx, cancel := context.WithTimeout(ctx, callTimeout)
+					_, err := node.C.QueueRetry(cctx, &pb.QueueRetryRequest{QueueName: "pf", Partition: res.Partition, Items: deadItems})
+					cancel()
 					if err != nil {
 						l.fail("retry", err, time.Since(began), styx.CodeBadRequest, styx.CodeRetry)
 					}
@@ -246,7 +259,7 @@ func TestPostgresFaults(t *testing.T) {
 				}
 			}
 			return true
-		}, within, 10*time.Millisecond, "%s: both nodes produce and complete again (from %+v, now %+v)", what, from, l.progress())
+		}, within, 10*time.Millisecond, "%s: both nodes produce and complete again (from %+v)", what, from)
 	}
 	advance(50, 10*time.Second, "before the faults")
 
