@@ -298,7 +298,15 @@ func TestPostgresFaults(t *testing.T) {
 		return err == nil && task.Status != redrive.StatusRunning
 	}, 20*time.Second, 20*time.Millisecond, "the redrive task finishes")
 	require.Equal(t, redrive.StatusCompleted, task.Status, "redrive task: %+v", task)
-	require.EqualValues(t, redriven, task.Moved, "redrive task: %+v", task)
+	// Nothing failed or was skipped (a second runner of the same task finds
+	// the items gone: skipped). Moved may fall short of the items moved: a
+	// step whose progress could not be saved before the task's claim was
+	// lost is not counted by the server that resumes the task. The items
+	// themselves are checked below.
+	require.Zero(t, task.Failed, "redrive task: %+v", task)
+	require.Zero(t, task.Skipped, "redrive task: %+v", task)
+	require.LessOrEqual(t, task.Moved, int64(redriven), "redrive task: %+v", task)
+	t.Logf("redrive task: %d of %d moved", task.Moved, task.Matched)
 	stop.Store(true)
 	wg.Wait()
 

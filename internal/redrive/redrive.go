@@ -62,12 +62,16 @@ const (
 	// with requests waiting (live traffic goes first).
 	yieldWait = time.Millisecond
 	maxYields = 20
-	// minRetryWait and maxRetryWait bound the back-off between runs of a
-	// step that failed transiently (see transient): it doubles from
-	// minRetryWait up to maxRetryWait while storage stays away, and the
-	// task keeps trying until it is cancelled or the server stops.
-	minRetryWait = 50 * time.Millisecond
-	maxRetryWait = 2 * time.Second
+	// A step that fails transiently (see transient) runs again up to
+	// maxStepRetries times in a row, after a back-off that doubles from
+	// minRetryWait up to maxRetryWait (1.55 s in all): enough for a cut
+	// connection or a busy queue. Storage that stays away longer fails the
+	// task (or counts the destination's items failed), as before; on a
+	// shared store the task's claim is usually lost first, and the task
+	// resumes where it is claimed next.
+	maxStepRetries = 5
+	minRetryWait   = 50 * time.Millisecond
+	maxRetryWait   = 2 * time.Second
 )
 
 // Counts are a task's per-destination results.
@@ -694,7 +698,7 @@ func (r *Runner) persist(t *Task) error {
 // the final status and, for failed, the reason; or statusClaimLost when
 // the task's claim was lost (checked before each step and each save of its
 // progress). A step that fails transiently (see transient) runs again after
-// a back-off instead of failing the task.
+// a back-off (maxStepRetries) before it fails the task.
 func (r *Runner) run(ctx context.Context, t *Task) (string, string) {
 	var limiter *rate.Limiter
 	batch := maxBatch
@@ -705,16 +709,19 @@ func (r *Runner) run(ctx context.Context, t *Task) (string, string) {
 	}
 	nextLog := (t.Moved + t.Failed + t.Skipped) / progressEvery
 	var wait time.Duration // the back-off after a transient failure; 0 after a step that went through
+	tries := 0             // transient failures since the last step that went through
 	// again decides what follows a failure: a transient one (see
 	// transient) is logged and the step runs again, from the same pivot,
-	// after a back-off; any other ends the task.
+	// after a back-off, up to maxStepRetries times in a row; any other
+	// ends the task.
 	again := func(what string, err error) (retry bool, status, reason string) {
 		if ctx.Err() != nil {
 			return false, StatusCancelled, ""
 		}
-		if !transient(err) {
+		if !transient(err) || tries >= maxStepRetries {
 			return false, StatusFailed, err.Error()
 		}
+		tries++
 		wait = min(max(2*wait, minRetryWait), maxRetryWait)
 		r.cfg.Log.Warn("redrive: step failed; retrying", "task", t.ID, "dead_queue", t.Queue, "step", what, "in", wait, "error", err)
 		timer := time.NewTimer(wait)
@@ -762,7 +769,7 @@ func (r *Runner) run(ctx context.Context, t *Task) (string, string) {
 				return StatusCancelled, ""
 			}
 		}
-		if err := r.step(ctx, t, dlq, items); err != nil {
+		if err := r.step(ctx, t, dlq, items, tries < maxStepRetries); err != nil {
 			if retry, status, reason := again("move", err); !retry {
 				return status, reason
 			}
@@ -789,7 +796,7 @@ func (r *Runner) run(ctx context.Context, t *Task) (string, string) {
 				return status, reason
 			}
 		}
-		wait = 0
+		wait, tries = 0, 0
 		if n := (t.Moved + t.Failed + t.Skipped) / progressEvery; n > nextLog {
 			nextLog = n
 			r.cfg.Log.Info("redrive: progress", "task", t.ID, "dead_queue", t.Queue, "matched", t.Matched,
@@ -813,9 +820,10 @@ func (r *Runner) claimHeld(ctx context.Context, t *Task) bool {
 
 // step moves one batch: destination first, dead-letter queue second. A
 // destination that fails transiently (see transient) fails the step, which
-// runs again; one that fails otherwise keeps its items in the dead-letter
-// queue, counted failed.
-func (r *Runner) step(ctx context.Context, t *Task, dlq queue.Queue, items []store.Item) (err error) {
+// runs again, while retryable; one that fails otherwise, or once the step
+// is no longer retryable, keeps its items in the dead-letter queue, counted
+// failed.
+func (r *Runner) step(ctx context.Context, t *Task, dlq queue.Queue, items []store.Item, retryable bool) (err error) {
 	// The counts are kept until the step ends: a step that fails runs
 	// again (see Runner.run) and meets the items it skipped or failed
 	// again, so only the moves of a failed step, whose items left the
@@ -885,7 +893,7 @@ func (r *Runner) step(ctx context.Context, t *Task, dlq queue.Queue, items []sto
 			refs[i] = queue.ItemRef{Partition: it.Partition, ID: it.Meta.ID}
 		}
 		if err := target.TakeRedriven(ctx, in); err != nil {
-			if ctx.Err() != nil || transient(err) {
+			if ctx.Err() != nil || (retryable && transient(err)) {
 				// Run again: the destination skips the copies it took
 				// (their source keys), and the items are still dead here.
 				return fmt.Errorf("redrive to queue '%s': %w", dest, err)
@@ -915,10 +923,11 @@ func (r *Runner) step(ctx context.Context, t *Task, dlq queue.Queue, items []sto
 	return nil
 }
 
-// transient reports whether err is a failure that passes: storage
+// transient reports whether err is a failure that may pass: storage
 // unavailable (a database restarting, a connection cut: 453) or a queue too
 // busy to take the request (454). A task step that fails so runs again
-// after a back-off, instead of ending the task or counting its items failed.
+// after a back-off (maxStepRetries) before it ends the task or counts its
+// items failed.
 func transient(err error) bool {
 	if errors.Is(err, store.ErrUnavailable) {
 		return true
