@@ -87,7 +87,11 @@ func NextID(last uint64, now time.Time) uint64 {
 // at once), so the service refuses it (CheckTime) and the engine checks again
 // before a request's times reach storage.
 var (
+	// MinTime is the earliest time storage keeps:
+	// 1677-09-21T00:12:43.145224192Z.
 	MinTime = time.Unix(0, math.MinInt64).UTC()
+	// MaxTime is the latest time storage keeps:
+	// 2262-04-11T23:47:16.854775807Z.
 	MaxTime = time.Unix(0, math.MaxInt64).UTC()
 )
 
