@@ -56,13 +56,10 @@ func parseFilter(in *pb.DeadFilter) (queue.DeadFilter, error) {
 		ts   *timestamppb.Timestamp
 		dst  *time.Time
 	}{{"filter.dead_after", in.DeadAfter, &f.DeadAfter}, {"filter.dead_before", in.DeadBefore, &f.DeadBefore}} {
-		if t.ts == nil {
-			continue
+		var err error
+		if *t.dst, err = timestamp(t.name, t.ts); err != nil {
+			return f, err
 		}
-		if err := t.ts.CheckValid(); err != nil {
-			return f, invalid(t.name, "%v", err)
-		}
-		*t.dst = t.ts.AsTime()
 	}
 	if !f.DeadAfter.IsZero() && !f.DeadBefore.IsZero() && !f.DeadAfter.Before(f.DeadBefore) {
 		return f, invalid("filter.dead_after", "must be before filter.dead_before")

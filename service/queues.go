@@ -323,12 +323,13 @@ func fromStorageItem(i int, in *pb.StorageItem) (store.Item, error) {
 		return store.Item{}, apierr.Invalidf("invalid %s.attempts; %d is negative", field, in.Attempts)
 	}
 	var times [5]time.Time
-	for j, t := range []*timestamppb.Timestamp{in.CreatedAt, in.ExpireDeadline, in.EnqueueAt, in.DeadAt, in.LeaseDeadline} {
-		if t != nil {
-			if err := t.CheckValid(); err != nil {
-				return store.Item{}, apierr.Invalidf("invalid %s; %v", field, err)
-			}
-			times[j] = t.AsTime()
+	for j, t := range [...]struct {
+		name string
+		ts   *timestamppb.Timestamp
+	}{{"created_at", in.CreatedAt}, {"expire_deadline", in.ExpireDeadline}, {"enqueue_at", in.EnqueueAt}, {"dead_at", in.DeadAt}, {"lease_deadline", in.LeaseDeadline}} {
+		var err error
+		if times[j], err = timestamp(field+"."+t.name, t.ts); err != nil {
+			return store.Item{}, err
 		}
 	}
 	it := store.Item{
@@ -348,8 +349,12 @@ func fromStorageItem(i int, in *pb.StorageItem) (store.Item, error) {
 	if len(in.Errors) > MaxAttemptErrors {
 		return store.Item{}, apierr.Invalidf("invalid %s.errors; %d given, the limit is %d", field, len(in.Errors), MaxAttemptErrors)
 	}
-	for _, e := range in.Errors {
-		it.Errors.Errors = append(it.Errors.Errors, store.AttemptError{Attempt: e.Attempt, Error: e.Error, At: e.At.AsTime()})
+	for j, e := range in.Errors {
+		at, err := timestamp(field+".errors["+strconv.Itoa(j)+"].at", e.At)
+		if err != nil {
+			return store.Item{}, err
+		}
+		it.Errors.Errors = append(it.Errors.Errors, store.AttemptError{Attempt: e.Attempt, Error: e.Error, At: at})
 	}
 	return it, nil
 }

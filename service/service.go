@@ -68,10 +68,9 @@ func (s *Service) QueueProduce(ctx context.Context, req *pb.QueueProduceRequest)
 		}
 		items[i] = queue.ProduceItem{Encoding: in.Encoding, Kind: in.Kind, Reference: in.Reference, Payload: payload}
 		if in.EnqueueAt != nil {
-			if err := in.EnqueueAt.CheckValid(); err != nil {
-				return apierr.Invalidf("invalid items[%d].enqueue_at; %v", i, err)
+			if items[i].EnqueueAt, err = timestamp("items["+strconv.Itoa(i)+"].enqueue_at", in.EnqueueAt); err != nil {
+				return err
 			}
-			items[i].EnqueueAt = in.EnqueueAt.AsTime()
 		}
 	}
 	return l.Produce(ctx, items)
@@ -184,10 +183,10 @@ func (s *Service) retryItems(req *pb.QueueRetryRequest) ([]queue.RetryItem, erro
 		}
 		items[i] = queue.RetryItem{ID: id, Dead: in.Dead, Release: in.Release, Error: in.Error}
 		if in.RetryAt != nil {
-			if err := in.RetryAt.CheckValid(); err != nil {
-				return nil, apierr.Invalidf("invalid items[%d].retry_at; %v", i, err)
+			at, err := timestamp("items["+strconv.Itoa(i)+"].retry_at", in.RetryAt)
+			if err != nil {
+				return nil, err
 			}
-			at := in.RetryAt.AsTime()
 			if at.Before(now.Add(-MaxRetryAtPast)) {
 				return nil, apierr.Invalidf("invalid items[%d].retry_at; %s is more than %s in the past",
 					i, at.Format(time.RFC3339), MaxRetryAtPast)

@@ -7,6 +7,8 @@ import (
 	"unicode"
 	"unicode/utf8"
 
+	"google.golang.org/protobuf/types/known/timestamppb"
+
 	"github.com/styxq/styx/internal/apierr"
 	"github.com/styxq/styx/internal/queue"
 	"github.com/styxq/styx/internal/store"
@@ -150,6 +152,21 @@ func parsePositiveDuration(field, s string, hi time.Duration) (time.Duration, er
 		return 0, invalid(field, "%s is out of range; it must be above 0 and at most %s", d, hi)
 	}
 	return d, nil
+}
+
+// timestamp converts the time a client sent in field: nil is the zero time
+// (unset); a malformed timestamp, or one outside the range storage keeps
+// (queue.MinTime..queue.MaxTime, 1677-09-21..2262-04-11), is an
+// apierr.Invalid error naming field.
+func timestamp(field string, ts *timestamppb.Timestamp) (time.Time, error) {
+	if ts == nil {
+		return time.Time{}, nil
+	}
+	if err := ts.CheckValid(); err != nil {
+		return time.Time{}, invalid(field, "%v", err)
+	}
+	t := ts.AsTime()
+	return t, queue.CheckTime(field, t)
 }
 
 // checkBatch validates a batch's size.

@@ -2,6 +2,7 @@ package engine
 
 import (
 	"context"
+	"strconv"
 	"time"
 
 	"github.com/styxq/styx/internal/apierr"
@@ -361,6 +362,7 @@ type pass struct {
 	now     int64
 	ready   []int // the ready counts, nil until needed (and after a change the engine does not track)
 	replies []Reply
+	handled int // how many of the iteration's requests have run (replied, or answered by the backend)
 }
 
 func (it *pass) reply(r *Request, v any, mode ReplyMode) {
@@ -372,7 +374,18 @@ func (it *pass) reply(r *Request, v any, mode ReplyMode) {
 // order, the waiting leases, and the commit.
 func (e *Engine) Iterate(tx Tx, now int64, reqs []*Request, lifecycle bool) {
 	it := &pass{tx: tx, info: tx.Info(), now: now}
-	tx.Commit(it.replies, e.iterate(it, reqs, lifecycle))
+	err := e.iterate(it, reqs, lifecycle)
+	if err != nil {
+		// The iteration failed at reqs[it.handled] (or before the first,
+		// in Lock or the lifecycle): that request and those after it get
+		// the failure too, from Commit. Left out, they were never
+		// answered and their callers, which may not abandon a write,
+		// waited forever (a PostgreSQL connection cut mid-transaction).
+		for _, r := range reqs[it.handled:] {
+			it.replies = append(it.replies, Reply{R: r})
+		}
+	}
+	tx.Commit(it.replies, err)
 }
 
 func (e *Engine) iterate(it *pass, reqs []*Request, lifecycle bool) error {
@@ -400,6 +413,7 @@ func (e *Engine) iterate(it *pass, reqs []*Request, lifecycle bool) error {
 		default:
 			return err
 		}
+		it.handled++
 	}
 	if e.Loop.Waiters.Len() == 0 {
 		return nil
@@ -429,6 +443,13 @@ const noReply ReplyMode = 255
 func (e *Engine) handle(it *pass, r *Request) (any, ReplyMode, error) {
 	switch op := r.Op.(type) {
 	case *produceOp:
+		// The service refuses these times; checked again here so that one
+		// request's bad time fails that request, not the iteration's commit.
+		for i, pi := range op.items {
+			if !queue.TimeInRange(pi.EnqueueAt) {
+				return nil, 0, queue.CheckTime("items["+strconv.Itoa(i)+"].enqueue_at", pi.EnqueueAt)
+			}
+		}
 		n, err := e.produceTo(it)
 		if err != nil {
 			return nil, 0, err
@@ -508,6 +529,11 @@ func (e *Engine) importItems(it *pass, op *ImportOp) ([]store.Item, error) {
 	n := op.Partition
 	if err := queue.CheckPartition(it.info.Name, it.info.Partitions, n); err != nil {
 		return nil, err
+	}
+	for i := range op.Items { // as a produce's enqueue_at
+		if err := queue.CheckItemTimes(i, &op.Items[i]); err != nil {
+			return nil, err
+		}
 	}
 	keys := make([]string, len(op.Items))
 	first := map[string]int{} // source key -> the first item of the call with it
@@ -620,6 +646,9 @@ func (it *pass) leased(n int32, ids []uint64) ([]Item, error) {
 func (e *Engine) retry(it *pass, r *Request, op *retryOp) error {
 	ids := make([]uint64, len(op.items))
 	for i, ri := range op.items {
+		if !queue.TimeInRange(ri.RetryAt) { // as a produce's enqueue_at
+			return queue.CheckTime("items["+strconv.Itoa(i)+"].retry_at", ri.RetryAt)
+		}
 		ids[i] = ri.ID
 	}
 	xs, err := it.leased(op.partition, ids)

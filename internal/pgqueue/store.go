@@ -18,6 +18,7 @@ import (
 	"hash/fnv"
 	"net"
 	"strings"
+	"sync"
 	"time"
 
 	"github.com/jackc/pgx/v5"
@@ -36,6 +37,10 @@ type Store struct {
 	pool *pgxpool.Pool
 	// channel is the NOTIFY channel of the schema the store uses.
 	channel string
+	// claims holds the connection of each task claim (ClaimTask) until
+	// its release; guarded by claimsMu.
+	claimsMu sync.Mutex
+	claims   map[string]*pgxpool.Conn
 }
 
 // DefaultConnectTimeout bounds a new connection when the URL sets none, so
@@ -263,7 +268,16 @@ func (s *Store) ClaimTask(ctx context.Context, id string) (func(), bool, error) 
 		conn.Release()
 		return nil, false, wrap("claim task", err)
 	}
+	s.claimsMu.Lock()
+	if s.claims == nil {
+		s.claims = map[string]*pgxpool.Conn{}
+	}
+	s.claims[id] = conn
+	s.claimsMu.Unlock()
 	release := func() {
+		s.claimsMu.Lock()
+		delete(s.claims, id)
+		s.claimsMu.Unlock()
 		ctx, cancel := context.WithTimeout(context.Background(), DefaultConnectTimeout)
 		defer cancel()
 		if _, err := conn.Exec(ctx, `SELECT pg_advisory_unlock(`+key+`)`, []byte(id)); err != nil {
@@ -275,10 +289,33 @@ func (s *Store) ClaimTask(ctx context.Context, id string) (func(), bool, error) 
 	return release, true, nil
 }
 
+// ClaimHeld implements store.ClaimChecker: the claim's session holds its
+// advisory lock as long as the session lives, so the claim is held when its
+// connection still answers. A connection that fails to answer (cut, or the
+// database away) is closed: its session, and the lock, are gone or going,
+// and the key may be claimed again (by this server too) once the database
+// is back.
+func (s *Store) ClaimHeld(ctx context.Context, id string) bool {
+	s.claimsMu.Lock()
+	conn := s.claims[id]
+	s.claimsMu.Unlock()
+	if conn == nil {
+		return false
+	}
+	ctx, cancel := context.WithTimeout(ctx, DefaultConnectTimeout)
+	defer cancel()
+	if _, err := conn.Exec(ctx, `SELECT 1`); err != nil {
+		_ = conn.Conn().Close(context.Background())
+		return false
+	}
+	return true
+}
+
 var (
-	_ store.Catalog     = (*Store)(nil)
-	_ store.TaskStore   = (*Store)(nil)
-	_ store.TaskClaimer = (*Store)(nil)
+	_ store.Catalog      = (*Store)(nil)
+	_ store.TaskStore    = (*Store)(nil)
+	_ store.TaskClaimer  = (*Store)(nil)
+	_ store.ClaimChecker = (*Store)(nil)
 )
 
 // wrap classifies a driver error with the storage sentinels (the API code

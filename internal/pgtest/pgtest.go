@@ -153,6 +153,35 @@ func (s *Server) Stop(t testing.TB) {
 	s.pgctl(t, "-D", s.env["PGTEST_DATA"], "-m", "fast", "-w", "stop")
 }
 
+// Crash stops the server in immediate mode (pg_ctl -m immediate): every
+// process quits at once, sessions are cut without a shutdown checkpoint,
+// and the next Start runs crash recovery, as after a power loss of the
+// database's host.
+func (s *Server) Crash(t testing.TB) {
+	t.Helper()
+	s.pgctl(t, "-D", s.env["PGTEST_DATA"], "-m", "immediate", "-w", "stop")
+}
+
+// TerminateBackends ends every other session on the test database with
+// pg_terminate_backend, as an administrator or a connection pooler's
+// failover would, and returns how many it ended.
+func (s *Server) TerminateBackends(t testing.TB) int {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	conn, err := pgx.Connect(ctx, s.URL)
+	if err != nil {
+		t.Fatalf("pgtest: terminate backends: connect: %v", err)
+	}
+	defer conn.Close(context.Background())
+	var n int
+	if err := conn.QueryRow(ctx, `SELECT count(*) FROM (SELECT pg_terminate_backend(pid) FROM pg_stat_activity
+		WHERE datname = current_database() AND pid <> pg_backend_pid()) AS ended`).Scan(&n); err != nil {
+		t.Fatalf("pgtest: terminate backends: %v", err)
+	}
+	return n
+}
+
 // Start starts the stopped server again.
 func (s *Server) Start(t testing.TB) {
 	t.Helper()

@@ -1,9 +1,12 @@
 package queue
 
 import (
+	"math"
+	"strconv"
 	"time"
 
 	"github.com/styxq/styx/internal/apierr"
+	"github.com/styxq/styx/internal/store"
 )
 
 // idAlphabet is lowercase base32hex: ids render as 13 of its characters,
@@ -75,6 +78,61 @@ func NextID(last uint64, now time.Time) uint64 {
 		return n
 	}
 	return last + 1
+}
+
+// MinTime and MaxTime bound the times storage keeps: every backend stores a
+// time as its Unix nanoseconds in an int64 (Nanos), which spans
+// 1677-09-21T00:12:43.145224192Z .. 2262-04-11T23:47:16.854775807Z. A time
+// outside would wrap around (a year-2300 enqueue_at would become 1715, ready
+// at once), so the service refuses it (CheckTime) and the engine checks again
+// before a request's times reach storage.
+var (
+	// MinTime is the earliest time storage keeps:
+	// 1677-09-21T00:12:43.145224192Z.
+	MinTime = time.Unix(0, math.MinInt64).UTC()
+	// MaxTime is the latest time storage keeps:
+	// 2262-04-11T23:47:16.854775807Z.
+	MaxTime = time.Unix(0, math.MaxInt64).UTC()
+)
+
+// TimeInRange reports whether t is the zero time (unset) or lies within
+// MinTime..MaxTime.
+func TimeInRange(t time.Time) bool {
+	return t.IsZero() || (!t.Before(MinTime) && !t.After(MaxTime))
+}
+
+// CheckTime returns an apierr.Invalid error naming field and the range
+// MinTime..MaxTime when t is not TimeInRange.
+func CheckTime(field string, t time.Time) error {
+	if TimeInRange(t) {
+		return nil
+	}
+	return apierr.Invalidf("invalid %s; %s is out of range %s..%s, the times storage keeps", field,
+		t.UTC().Format(time.RFC3339Nano), MinTime.Format(time.RFC3339Nano), MaxTime.Format(time.RFC3339Nano))
+}
+
+// CheckItemTimes checks with CheckTime every time of it, the i-th item of
+// an import, that storage keeps: created_at, expire_deadline, enqueue_at,
+// lease_deadline, dead_at and each errors[j].at. The error names the field
+// as "items[i].enqueue_at".
+func CheckItemTimes(i int, it *store.Item) error {
+	for _, t := range [...]struct {
+		name string
+		t    time.Time
+	}{
+		{"created_at", it.Meta.CreatedAt}, {"expire_deadline", it.Meta.ExpireDeadline}, {"enqueue_at", it.Meta.EnqueueAt},
+		{"lease_deadline", it.Meta.LeaseDeadline}, {"dead_at", it.Meta.DeadAt}, {"dead_at", it.Body.DeadAt},
+	} {
+		if !TimeInRange(t.t) {
+			return CheckTime("items["+strconv.Itoa(i)+"]."+t.name, t.t)
+		}
+	}
+	for j, e := range it.Errors.Errors {
+		if !TimeInRange(e.At) {
+			return CheckTime("items["+strconv.Itoa(i)+"].errors["+strconv.Itoa(j)+"].at", e.At)
+		}
+	}
+	return nil
 }
 
 // Nanos converts a time to Unix nanoseconds, with the zero time as 0 (how

@@ -15,6 +15,7 @@ package redrive
 import (
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"log/slog"
 	"slices"
@@ -61,6 +62,16 @@ const (
 	// with requests waiting (live traffic goes first).
 	yieldWait = time.Millisecond
 	maxYields = 20
+	// A step that fails transiently (see transient) runs again up to
+	// maxStepRetries times in a row, after a back-off that doubles from
+	// minRetryWait up to maxRetryWait (1.55 s in all): enough for a cut
+	// connection or a busy queue. Storage that stays away longer fails the
+	// task (or counts the destination's items failed), as before; on a
+	// shared store the task's claim is usually lost first, and the task
+	// resumes where it is claimed next.
+	maxStepRetries = 5
+	minRetryWait   = 50 * time.Millisecond
+	maxRetryWait   = 2 * time.Second
 )
 
 // Counts are a task's per-destination results.
@@ -143,8 +154,9 @@ type Config struct {
 // step.
 type Runner struct {
 	cfg     Config
-	claimer store.TaskClaimer // nil: the store is this server's own
-	ctx     context.Context   // canceled by Close
+	claimer store.TaskClaimer  // nil: the store is this server's own
+	checker store.ClaimChecker // nil: a claim lasts until released
+	ctx     context.Context    // canceled by Close
 	stop    context.CancelFunc
 	wg      sync.WaitGroup
 	mu      sync.Mutex
@@ -159,6 +171,9 @@ func New(ctx context.Context, cfg Config) (*Runner, error) {
 	rctx, stop := context.WithCancel(context.Background())
 	r := &Runner{cfg: cfg, ctx: rctx, stop: stop, tasks: map[string]*Task{}, running: map[string]context.CancelFunc{}}
 	r.claimer, _ = cfg.Store.(store.TaskClaimer)
+	if r.claimer != nil {
+		r.checker, _ = cfg.Store.(store.ClaimChecker)
+	}
 	if err := r.adopt(ctx); err != nil {
 		stop()
 		return nil, err
@@ -603,6 +618,18 @@ func (r *Runner) launch(t *Task, release func()) {
 			release()
 			return // server shutting down: the task resumes at restart
 		}
+		if status == statusClaimLost {
+			// Another server may run the task now: this one stops
+			// without storing anything, and its adopt may claim the task
+			// again (from its stored progress) like any other server's.
+			release()
+			r.mu.Lock()
+			delete(r.running, t.ID)
+			r.mu.Unlock()
+			r.cfg.Log.Warn("redrive: the task's claim was lost (its database session ended); it stops here and resumes on the server that claims it next",
+				"task", t.ID, "dead_queue", t.Queue)
+			return
+		}
 		r.finish(t, status, reason, release)
 	})
 }
@@ -668,7 +695,10 @@ func (r *Runner) persist(t *Task) error {
 }
 
 // run moves the task's items until done, canceled or failed. It returns
-// the final status and, for failed, the reason.
+// the final status and, for failed, the reason; or statusClaimLost when
+// the task's claim was lost (checked before each step and each save of its
+// progress). A step that fails transiently (see transient) runs again after
+// a back-off (maxStepRetries) before it fails the task.
 func (r *Runner) run(ctx context.Context, t *Task) (string, string) {
 	var limiter *rate.Limiter
 	batch := maxBatch
@@ -678,9 +708,37 @@ func (r *Runner) run(ctx context.Context, t *Task) (string, string) {
 		limiter = rate.NewLimiter(rate.Limit(t.RateLimit), batch)
 	}
 	nextLog := (t.Moved + t.Failed + t.Skipped) / progressEvery
+	var wait time.Duration // the back-off after a transient failure; 0 after a step that went through
+	tries := 0             // transient failures since the last step that went through
+	// again decides what follows a failure: a transient one (see
+	// transient) is logged and the step runs again, from the same pivot,
+	// after a back-off, up to maxStepRetries times in a row; any other
+	// ends the task.
+	again := func(what string, err error) (retry bool, status, reason string) {
+		if ctx.Err() != nil {
+			return false, StatusCancelled, ""
+		}
+		if !transient(err) || tries >= maxStepRetries {
+			return false, StatusFailed, err.Error()
+		}
+		tries++
+		wait = min(max(2*wait, minRetryWait), maxRetryWait)
+		r.cfg.Log.Warn("redrive: step failed; retrying", "task", t.ID, "dead_queue", t.Queue, "step", what, "in", wait, "error", err)
+		timer := time.NewTimer(wait)
+		defer timer.Stop()
+		select {
+		case <-ctx.Done():
+			return false, StatusCancelled, ""
+		case <-timer.C:
+			return true, "", ""
+		}
+	}
 	for {
 		if ctx.Err() != nil || r.cancelRequested(ctx, t.ID) {
 			return StatusCancelled, ""
+		}
+		if !r.claimHeld(ctx, t) {
+			return statusClaimLost, ""
 		}
 		dlq, err := r.cfg.Queues.Get(t.Queue)
 		if err != nil {
@@ -688,17 +746,17 @@ func (r *Runner) run(ctx context.Context, t *Task) (string, string) {
 		}
 		info, err := r.cfg.Queues.Info(ctx, t.Queue)
 		if err != nil {
-			if ctx.Err() != nil {
-				return StatusCancelled, ""
+			if retry, status, reason := again("read the dead-letter queue", err); !retry {
+				return status, reason
 			}
-			return StatusFailed, err.Error()
+			continue
 		}
 		items, next, err := dlq.Scan(ctx, info.Partitions, &t.Filter, queue.ScanParams{After: t.Pivot, Limit: batch})
 		if err != nil {
-			if ctx.Err() != nil {
-				return StatusCancelled, ""
+			if retry, status, reason := again("scan", err); !retry {
+				return status, reason
 			}
-			return StatusFailed, err.Error()
+			continue
 		}
 		if next > t.UpTo || next == 0 {
 			// Past the items that were there at the start: this is the
@@ -711,11 +769,11 @@ func (r *Runner) run(ctx context.Context, t *Task) (string, string) {
 				return StatusCancelled, ""
 			}
 		}
-		if err := r.step(ctx, t, dlq, items); err != nil {
-			if ctx.Err() != nil {
-				return StatusCancelled, ""
+		if err := r.step(ctx, t, dlq, items, tries < maxStepRetries); err != nil {
+			if retry, status, reason := again("move", err); !retry {
+				return status, reason
 			}
-			return StatusFailed, err.Error()
+			continue
 		}
 		r.mu.Lock()
 		switch {
@@ -726,9 +784,19 @@ func (r *Runner) run(ctx context.Context, t *Task) (string, string) {
 		}
 		done := next == 0
 		r.mu.Unlock()
-		if err := r.persist(t); err != nil {
-			return StatusFailed, err.Error()
+		for {
+			if !r.claimHeld(ctx, t) {
+				return statusClaimLost, ""
+			}
+			err := r.persist(t)
+			if err == nil {
+				break
+			}
+			if retry, status, reason := again("persist", err); !retry {
+				return status, reason
+			}
 		}
+		wait, tries = 0, 0
 		if n := (t.Moved + t.Failed + t.Skipped) / progressEvery; n > nextLog {
 			nextLog = n
 			r.cfg.Log.Info("redrive: progress", "task", t.ID, "dead_queue", t.Queue, "matched", t.Matched,
@@ -740,8 +808,43 @@ func (r *Runner) run(ctx context.Context, t *Task) (string, string) {
 	}
 }
 
-// step moves one batch: destination first, dead-letter queue second.
-func (r *Runner) step(ctx context.Context, t *Task, dlq queue.Queue, items []store.Item) error {
+// statusClaimLost is what run returns when the task's claim was lost: not
+// a status a task is stored with.
+const statusClaimLost = "claim lost"
+
+// claimHeld reports whether this server still holds the claim of t's
+// dead-letter queue (always, unless the store's claims can be lost).
+func (r *Runner) claimHeld(ctx context.Context, t *Task) bool {
+	return r.checker == nil || r.checker.ClaimHeld(ctx, t.Queue)
+}
+
+// step moves one batch: destination first, dead-letter queue second. A
+// destination that fails transiently (see transient) fails the step, which
+// runs again, while retryable; one that fails otherwise, or once the step
+// is no longer retryable, keeps its items in the dead-letter queue, counted
+// failed.
+func (r *Runner) step(ctx context.Context, t *Task, dlq queue.Queue, items []store.Item, retryable bool) (err error) {
+	// The counts are kept until the step ends: a step that fails runs
+	// again (see Runner.run) and meets the items it skipped or failed
+	// again, so only the moves of a failed step, whose items left the
+	// dead-letter queue, count.
+	type counted struct {
+		dest                   string
+		moved, failed, skipped int64
+	}
+	var counts []counted
+	count := func(dest string, moved, failed, skipped int64) {
+		counts = append(counts, counted{dest, moved, failed, skipped})
+	}
+	defer func() {
+		for _, c := range counts {
+			if err == nil {
+				r.count(t, c.dest, c.moved, c.failed, c.skipped)
+			} else if c.moved > 0 {
+				r.count(t, c.dest, c.moved, 0, 0)
+			}
+		}
+	}()
 	byDest := map[string][]store.Item{}
 	var order []string
 	for _, it := range items {
@@ -759,13 +862,13 @@ func (r *Runner) step(ctx context.Context, t *Task, dlq queue.Queue, items []sto
 		var send []store.Item
 		for _, it := range group {
 			if t.MaxRedriveCount >= 0 && it.Body.RedriveCount >= t.MaxRedriveCount {
-				r.count(t, dest, 0, 0, 1)
+				count(dest, 0, 0, 1)
 				continue
 			}
 			if it.Meta.Leased {
 				// A consumer of the dead-letter queue holds it: a redrive
 				// never takes an item from under a lease.
-				r.count(t, dest, 0, 0, 1)
+				count(dest, 0, 0, 1)
 				continue
 			}
 			send = append(send, it)
@@ -776,7 +879,7 @@ func (r *Runner) step(ctx context.Context, t *Task, dlq queue.Queue, items []sto
 		target, err := r.cfg.Queues.Get(dest)
 		if dest == "" || err != nil {
 			// The source queue is gone: the items stay for manual review.
-			r.count(t, dest, 0, 0, int64(len(send)))
+			count(dest, 0, 0, int64(len(send)))
 			continue
 		}
 		yield(target)
@@ -790,12 +893,14 @@ func (r *Runner) step(ctx context.Context, t *Task, dlq queue.Queue, items []sto
 			refs[i] = queue.ItemRef{Partition: it.Partition, ID: it.Meta.ID}
 		}
 		if err := target.TakeRedriven(ctx, in); err != nil {
-			if ctx.Err() != nil {
-				return err
+			if ctx.Err() != nil || (retryable && transient(err)) {
+				// Run again: the destination skips the copies it took
+				// (their source keys), and the items are still dead here.
+				return fmt.Errorf("redrive to queue '%s': %w", dest, err)
 			}
 			r.cfg.Log.Warn("redrive: destination write failed; items stay in the dead-letter queue",
 				"task", t.ID, "queue", dest, "items", len(send), "error", err)
-			r.count(t, dest, 0, int64(len(send)), 0)
+			count(dest, 0, int64(len(send)), 0)
 			continue
 		}
 		n, err := dlq.DeleteDead(ctx, refs)
@@ -813,9 +918,22 @@ func (r *Runner) step(ctx context.Context, t *Task, dlq queue.Queue, items []sto
 			r.cfg.Log.Warn("redrive: items leased from the dead-letter queue while being redriven; the destination has a copy",
 				"task", t.ID, "dead_queue", t.Queue, "queue", dest, "items", leased)
 		}
-		r.count(t, dest, int64(n), 0, int64(len(send)-n))
+		count(dest, int64(n), 0, int64(len(send)-n))
 	}
 	return nil
+}
+
+// transient reports whether err is a failure that may pass: storage
+// unavailable (a database restarting, a connection cut: 453) or a queue too
+// busy to take the request (454). A task step that fails so runs again
+// after a back-off (maxStepRetries) before it ends the task or counts its
+// items failed.
+func transient(err error) bool {
+	if errors.Is(err, store.ErrUnavailable) {
+		return true
+	}
+	e, ok := apierr.As(err)
+	return ok && e.Code == apierr.Retry
 }
 
 // yield lets a queue's waiting requests (live traffic) go first, briefly.
@@ -829,8 +947,8 @@ func yield(l queue.Queue) {
 func (r *Runner) count(t *Task, dest string, moved, failed, skipped int64) {
 	r.mu.Lock()
 	if t.ByQueue == nil {
-		// A task stored before it counted anything (by_queue omitted)
-		// and resumed at start-up.
+		// A task loaded from the store before it counted anything: the
+		// empty map is not stored (omitempty).
 		t.ByQueue = map[string]*Counts{}
 	}
 	c := t.ByQueue[dest]

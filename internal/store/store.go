@@ -400,6 +400,19 @@ type TaskClaimer interface {
 	ClaimTask(ctx context.Context, key string) (release func(), ok bool, err error)
 }
 
+// ClaimChecker is implemented by a TaskClaimer whose claims can be lost
+// while the server runs: PostgreSQL's claim is a session's advisory lock,
+// gone with its connection (cut by the database, an administrator or a
+// restart), and another server may then claim the key.
+type ClaimChecker interface {
+	// ClaimHeld reports whether this server still holds the claim on key
+	// that ClaimTask gave it: false once it is lost, or when that cannot be
+	// told (the store is away: a claim must not be assumed). Only the
+	// goroutine that works under the claim calls it, never concurrently
+	// with the claim's release.
+	ClaimHeld(ctx context.Context, key string) bool
+}
+
 // KeyRecord is a stored API key (internal/auth). It holds no secret: only
 // the SHA-256 hash of the key string, which the server compares in
 // constant time (docs/security.md).
