@@ -10,9 +10,10 @@
 # and a dead.redrive of the dead-letter queue every SOAK_REDRIVE_EVERY.
 # Every SOAK_INTERVAL it adds a row (the server's RSS, goroutines from
 # /metrics, open files, items moved, p99 of produce and of lease+complete)
-# to bench/soak-report.md and bench/soak.csv, and ends with a verdict on
-# whether RSS and goroutines stayed flat after the first
-# SOAK_WARMUP_INTERVALS intervals. The server is stopped with SIGTERM at the
+# to bench/soak-report.md and bench/soak.csv, and ends with a verdict: after
+# the first SOAK_WARMUP_INTERVALS intervals, do the peaks of RSS and
+# goroutines in the last SOAK_VERDICT_WINDOW intervals stay within the
+# tolerances of their peaks in the first SOAK_VERDICT_WINDOW? The server is stopped with SIGTERM at the
 # end, and it and the temporary files are removed on exit, including on
 # failure or Ctrl-C. Exits 1 when the soak failed or was not flat.
 #
@@ -24,6 +25,7 @@
 #   SOAK_CLIENTS           consumers (default 4)
 #   SOAK_REDRIVE_EVERY     redrive period (default 2m; 0: never)
 #   SOAK_WARMUP_INTERVALS  intervals of warm-up (default 2)
+#   SOAK_VERDICT_WINDOW    intervals whose peaks the verdict compares (default 3)
 #   SOAK_RSS_TOLERANCE     flat RSS: within this fraction (default 0.2: ±20%)
 #   SOAK_GOROUTINE_TOLERANCE  flat goroutines: within this fraction (default 0.1)
 #   SOAK_REPORT            Markdown report (default bench/soak-report.md)
@@ -38,6 +40,7 @@ BATCH=${SOAK_BATCH:-50}
 CLIENTS=${SOAK_CLIENTS:-4}
 REDRIVE_EVERY=${SOAK_REDRIVE_EVERY:-2m}
 WARMUP_INTERVALS=${SOAK_WARMUP_INTERVALS:-2}
+VERDICT_WINDOW=${SOAK_VERDICT_WINDOW:-3}
 RSS_TOLERANCE=${SOAK_RSS_TOLERANCE:-0.2}
 GOROUTINE_TOLERANCE=${SOAK_GOROUTINE_TOLERANCE:-0.1}
 REPORT=${SOAK_REPORT:-$ROOT/bench/soak-report.md}
@@ -68,7 +71,7 @@ $(go version | cut -d' ' -f3), $(nproc) CPUs; \`styx server --storage pebble\` (
 status=0
 "$TMP/styx-bench" --workload soak --endpoint "http://127.0.0.1:$PORT" --server-pid "$SERVER_PID" \
 	--duration "$DURATION" --interval "$INTERVAL" --rate "$RATE" --batch "$BATCH" --clients "$CLIENTS" \
-	--redrive-every "$REDRIVE_EVERY" --warmup-intervals "$WARMUP_INTERVALS" \
+	--redrive-every "$REDRIVE_EVERY" --warmup-intervals "$WARMUP_INTERVALS" --verdict-window "$VERDICT_WINDOW" \
 	--rss-tolerance "$RSS_TOLERANCE" --goroutine-tolerance "$GOROUTINE_TOLERANCE" \
 	--label "$LABEL" --soak-report "$REPORT" --soak-csv "$CSV" || status=$?
 

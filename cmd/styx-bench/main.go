@@ -44,8 +44,9 @@
 //	         every --interval (default 1m there) a row of the server's RSS,
 //	         goroutines, open files, items moved and p99 latencies, written
 //	         to --soak-report (Markdown) and --soak-csv; it ends with a
-//	         verdict on whether RSS and goroutines stayed flat after the
-//	         warm-up, and exits 1 when they did not (see soak.go)
+//	         verdict on whether the peaks of RSS and goroutines stayed
+//	         flat after the warm-up, and exits 1 when they did not (see
+//	         soak.go)
 //
 // --count N makes the produce workload stop after exactly N items (for
 // filling a queue to a known depth). --interval D also reports the items
@@ -128,6 +129,7 @@ type config struct {
 	// The soak workload's (soak.go).
 	RedriveEvery       time.Duration // --redrive-every (0: no redrives)
 	WarmupIntervals    int           // --warmup-intervals
+	VerdictWindow      int           // --verdict-window
 	RSSTolerance       float64       // --rss-tolerance, a fraction
 	GoroutineTolerance float64       // --goroutine-tolerance, a fraction
 	MetricsURL         string        // --metrics-url (default <endpoint>/metrics)
@@ -230,7 +232,8 @@ func parseFlags(args []string, stderr io.Writer) (config, error) {
 	fs.StringVar(&c.Compare, "compare", "", "only render the JSON-lines file `FILE` of runs labelled \"old MODE\" and \"new MODE\" as an A/B table, and exit")
 	fs.StringVar(&c.FsyncProbe, "fsync-probe", "", "only measure t_fsync: 500 writes of 4 KiB, each followed by fdatasync, to a file in directory `DIR`; print JSON and exit")
 	fs.DurationVar(&c.RedriveEvery, "redrive-every", 2*time.Minute, "soak: redrive the dead-letter queue this often (0: never)")
-	fs.IntVar(&c.WarmupIntervals, "warmup-intervals", 2, "soak: intervals of warm-up; the verdict compares the sample at their end with the last")
+	fs.IntVar(&c.WarmupIntervals, "warmup-intervals", 2, "soak: intervals of warm-up, not judged by the verdict")
+	fs.IntVar(&c.VerdictWindow, "verdict-window", 3, "soak: the verdict compares the peaks of this many intervals right after the warm-up and at the end")
 	fs.Float64Var(&c.RSSTolerance, "rss-tolerance", 0.20, "soak: largest relative change of the server's RSS after the warm-up that counts as flat (0.2: ±20%)")
 	fs.Float64Var(&c.GoroutineTolerance, "goroutine-tolerance", 0.10, fmt.Sprintf("soak: largest relative change of the server's goroutines after the warm-up that counts as flat (a change of at most %d always does)", soakGoroutineSlack))
 	fs.StringVar(&c.MetricsURL, "metrics-url", "", "soak: where to read the server's goroutines: Prometheus text with go_goroutines, or a pprof /debug/pprof/goroutine?debug=1 (default <endpoint>/metrics)")
@@ -342,8 +345,10 @@ func validateSoak(c *config) error {
 		return errors.New("--redrive-every must not be negative")
 	case c.WarmupIntervals < 0:
 		return errors.New("--warmup-intervals must not be negative")
-	case c.Duration <= time.Duration(max(c.WarmupIntervals, 1))*c.Interval:
-		return fmt.Errorf("--duration %s leaves no --interval %s after the %d warm-up interval(s)", c.Duration, c.Interval, c.WarmupIntervals)
+	case c.VerdictWindow < 1:
+		return errors.New("--verdict-window must be at least 1")
+	case c.Duration <= time.Duration(c.WarmupIntervals+1)*c.Interval:
+		return fmt.Errorf("--duration %s leaves fewer than two --interval %s after the %d warm-up interval(s)", c.Duration, c.Interval, c.WarmupIntervals)
 	case c.RSSTolerance <= 0 || c.GoroutineTolerance <= 0:
 		return errors.New("--rss-tolerance and --goroutine-tolerance must be positive")
 	}

@@ -20,8 +20,10 @@ package main
 // the items moved and the p99 latencies of the requests that ended in it.
 // Each row is printed on stderr as it comes, and the Markdown report and
 // the CSV are rewritten after every interval, so that an interrupted soak
-// leaves what it measured. The verdict compares the sample at the end of
-// the warm-up (--warmup-intervals) with the last one.
+// leaves what it measured. The verdict compares the peaks of RSS and
+// goroutines in the first --verdict-window intervals after the warm-up
+// (--warmup-intervals) with their peaks in the last --verdict-window
+// intervals (see judge).
 
 import (
 	"bufio"
@@ -188,17 +190,23 @@ type soakRow struct {
 func (r soakRow) Moved() int64 { return r.Completed + r.Retried + r.Dead + r.Redriven }
 
 // flatness is how the soak judges whether the server's resources stayed
-// flat.
+// flat. It compares peaks, not single samples, because the server's RSS is
+// a sawtooth: Pebble's memtables (64 MiB each) fill and are flushed.
 type flatness struct {
-	// WarmupIntervals is how many intervals the warm-up lasts; the
-	// baseline is the sample at its end (with 0, the first sample).
+	// WarmupIntervals is how many intervals the warm-up lasts; their
+	// samples are not judged.
 	WarmupIntervals int
-	// RSSTolerance is the largest relative change of RSS, both ways,
-	// counted as flat (0.2: ±20%).
+	// Window is how many samples the baseline (the first Window samples
+	// after the warm-up) and the end (the last Window samples) each take
+	// the peak of; fewer when the run has fewer than 2*Window samples
+	// after the warm-up, at least 1.
+	Window int
+	// RSSTolerance is the largest relative change of the peak RSS, both
+	// ways, counted as flat (0.2: ±20%).
 	RSSTolerance float64
-	// GoroutineTolerance is the largest relative change of goroutines,
-	// both ways, counted as flat (0.1: ±10%); changes of at most
-	// GoroutineSlack goroutines are flat too.
+	// GoroutineTolerance is the largest relative change of the peak
+	// goroutine count, both ways, counted as flat (0.1: ±10%); changes of
+	// at most GoroutineSlack goroutines are flat too.
 	GoroutineTolerance float64
 	// GoroutineSlack is the absolute change of goroutines always counted
 	// as flat.
@@ -213,45 +221,69 @@ type soakVerdict struct {
 	Line string
 }
 
-// judge compares the sample at the end of the warm-up with the last sample
-// of rows. It is not flat when there is no sample after the warm-up or a
-// figure was not measured.
+// judge compares the peaks of RSS and goroutines in the baseline window
+// (the first f.Window samples after the warm-up) with those in the end
+// window (the last f.Window samples); see flatness. It is not flat when
+// fewer than two samples follow the warm-up or a figure was not measured
+// in a window.
 func judge(rows []soakRow, f flatness) soakVerdict {
-	base := max(f.WarmupIntervals, 1) - 1
-	if len(rows) <= base+1 {
-		return soakVerdict{Line: fmt.Sprintf("Verdict: INCONCLUSIVE: %d interval(s) measured, the warm-up is %d; need at least one more",
+	after := len(rows) - f.WarmupIntervals
+	win := min(max(f.Window, 1), after/2)
+	if win < 1 {
+		return soakVerdict{Line: fmt.Sprintf("Verdict: INCONCLUSIVE: %d interval(s) measured, the warm-up is %d; need at least two more",
 			len(rows), f.WarmupIntervals)}
 	}
-	b, e := rows[base], rows[len(rows)-1]
+	base, end := rows[f.WarmupIntervals:f.WarmupIntervals+win], rows[len(rows)-win:]
+	peak := func(rs []soakRow, fig func(soakRow) int64) int64 {
+		p := fig(rs[0])
+		for _, r := range rs {
+			if v := fig(r); v < 0 || p < 0 {
+				p = -1 // not measured
+			} else {
+				p = max(p, v)
+			}
+		}
+		return p
+	}
+	rss := func(r soakRow) int64 { return r.RSSKB }
+	gor := func(r soakRow) int64 { return r.Goroutines }
 	var parts []string
 	flat := true
-	if b.RSSKB <= 0 || e.RSSKB <= 0 {
+	if b, e := peak(base, rss), peak(end, rss); b <= 0 || e <= 0 {
 		flat = false
 		parts = append(parts, "RSS not measured")
 	} else {
-		change := float64(e.RSSKB-b.RSSKB) / float64(b.RSSKB)
+		change := float64(e-b) / float64(b)
 		ok := change >= -f.RSSTolerance && change <= f.RSSTolerance
 		flat = flat && ok
 		parts = append(parts, fmt.Sprintf("RSS %s → %s (%+.1f%%, tolerance ±%.0f%%)%s",
-			mib(b.RSSKB), mib(e.RSSKB), 100*change, 100*f.RSSTolerance, okText(ok)))
+			mib(b), mib(e), 100*change, 100*f.RSSTolerance, okText(ok)))
 	}
-	if b.Goroutines < 0 || e.Goroutines < 0 {
+	if b, e := peak(base, gor), peak(end, gor); b < 0 || e < 0 {
 		flat = false
 		parts = append(parts, "goroutines not measured")
 	} else {
-		diff := e.Goroutines - b.Goroutines
-		allowed := max(f.GoroutineSlack, int64(f.GoroutineTolerance*float64(b.Goroutines)))
+		diff := e - b
+		allowed := max(f.GoroutineSlack, int64(f.GoroutineTolerance*float64(b)))
 		ok := diff >= -allowed && diff <= allowed
 		flat = flat && ok
 		parts = append(parts, fmt.Sprintf("goroutines %d → %d (%+d, tolerance ±%.0f%% or ±%d)%s",
-			b.Goroutines, e.Goroutines, diff, 100*f.GoroutineTolerance, f.GoroutineSlack, okText(ok)))
+			b, e, diff, 100*f.GoroutineTolerance, f.GoroutineSlack, okText(ok)))
 	}
 	word := "FLAT"
 	if !flat {
 		word = "NOT FLAT"
 	}
-	return soakVerdict{Flat: flat, Line: fmt.Sprintf("Verdict: %s: interval %d (end of warm-up) → interval %d (end): %s",
-		word, b.Interval, e.Interval, strings.Join(parts, "; "))}
+	return soakVerdict{Flat: flat, Line: fmt.Sprintf("Verdict: %s: peak of intervals %s (after the warm-up) → peak of intervals %s (the end): %s",
+		word, intervalRange(base), intervalRange(end), strings.Join(parts, "; "))}
+}
+
+// intervalRange names the intervals of rs: "3" or "3-5".
+func intervalRange(rs []soakRow) string {
+	if len(rs) == 1 {
+		return strconv.Itoa(rs[0].Interval)
+	}
+	return fmt.Sprintf("%d-%d", rs[0].Interval, rs[len(rs)-1].Interval)
 }
 
 // okText marks a figure out of tolerance.
@@ -360,7 +392,7 @@ func runSoak(ctx context.Context, cfg config, stderr io.Writer) (soakVerdict, er
 // flatness returns the verdict's parameters from the command line.
 func (s *soak) flatness() flatness {
 	return flatness{
-		WarmupIntervals: s.b.cfg.WarmupIntervals, RSSTolerance: s.b.cfg.RSSTolerance,
+		WarmupIntervals: s.b.cfg.WarmupIntervals, Window: s.b.cfg.VerdictWindow, RSSTolerance: s.b.cfg.RSSTolerance,
 		GoroutineTolerance: s.b.cfg.GoroutineTolerance, GoroutineSlack: soakGoroutineSlack,
 	}
 }
@@ -702,8 +734,10 @@ func writeSoakMarkdown(w io.Writer, cfg config, f flatness, rows []soakRow, v so
 	if v.Line == "" {
 		sb.WriteString("(running)\n")
 	} else {
-		fmt.Fprintf(&sb, "Warm-up: the first %d interval(s). Flat: RSS within ±%.0f%% and goroutines within ±%.0f%% (or ±%d) of the end of the warm-up at the end; "+
-			"a change either way fails.\n\n%s\n", f.WarmupIntervals, 100*f.RSSTolerance, 100*f.GoroutineTolerance, f.GoroutineSlack, v.Line)
+		fmt.Fprintf(&sb, "Warm-up: the first %d interval(s), not judged. Flat: the peaks of RSS and goroutines in the last %d interval(s) are within "+
+			"±%.0f%% and ±%.0f%% (or ±%d goroutines) of their peaks in the first %d interval(s) after the warm-up (fewer intervals when the run is short); "+
+			"a change either way fails. Peaks, because RSS is a sawtooth as Pebble's memtables fill and flush.\n\n%s\n",
+			f.WarmupIntervals, f.Window, 100*f.RSSTolerance, 100*f.GoroutineTolerance, f.GoroutineSlack, f.Window, v.Line)
 	}
 	_, err := io.WriteString(w, sb.String())
 	return err

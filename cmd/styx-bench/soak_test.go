@@ -94,7 +94,8 @@ func TestJudge(t *testing.T) {
 		}
 		return out
 	}
-	f := flatness{WarmupIntervals: 2, RSSTolerance: 0.2, GoroutineTolerance: 0.1, GoroutineSlack: 5}
+	f := flatness{WarmupIntervals: 1, Window: 2, RSSTolerance: 0.2, GoroutineTolerance: 0.1, GoroutineSlack: 5}
+	warm := [2]int64{1000, 10} // interval 1, the warm-up: never judged
 	for _, c := range []struct {
 		name string
 		rows []soakRow
@@ -102,20 +103,23 @@ func TestJudge(t *testing.T) {
 		flat bool
 		want string
 	}{
-		// The warm-up's first sample (1000 KiB) does not count: the
-		// baseline is interval 2.
-		{"flat", rows([2]int64{1000, 10}, [2]int64{40960, 100}, [2]int64{60000, 200}, [2]int64{49152, 109}), f, true,
-			"Verdict: FLAT: interval 2 (end of warm-up) → interval 4 (end): RSS 40.0 MiB → 48.0 MiB (+20.0%, tolerance ±20%); goroutines 100 → 109 (+9, tolerance ±10% or ±5)"},
-		{"RSS grows", rows([2]int64{1000, 10}, [2]int64{40960, 100}, [2]int64{49562, 100}), f, false, "RSS 40.0 MiB → 48.4 MiB (+21.0%, tolerance ±20%) OUT OF TOLERANCE"},
-		{"RSS shrinks", rows([2]int64{1000, 10}, [2]int64{40960, 100}, [2]int64{30000, 100}), f, false, "(-26.8%, tolerance ±20%) OUT OF TOLERANCE"},
-		{"goroutines grow", rows([2]int64{1000, 10}, [2]int64{40960, 100}, [2]int64{40960, 111}), f, false, "goroutines 100 → 111 (+11, tolerance ±10% or ±5) OUT OF TOLERANCE"},
-		{"goroutines within the slack", rows([2]int64{1000, 10}, [2]int64{40960, 20}, [2]int64{40960, 25}), f, true, "goroutines 20 → 25 (+5,"},
-		{"goroutines beyond the slack", rows([2]int64{1000, 10}, [2]int64{40960, 20}, [2]int64{40960, 26}), f, false, "(+6, tolerance ±10% or ±5) OUT OF TOLERANCE"},
-		{"no warm-up", rows([2]int64{40960, 20}, [2]int64{40960, 20}), flatness{RSSTolerance: 0.2, GoroutineTolerance: 0.1}, true, "interval 1 (end of warm-up) → interval 2"},
-		{"nothing after the warm-up", rows([2]int64{1000, 10}, [2]int64{40960, 100}), f, false,
-			"Verdict: INCONCLUSIVE: 2 interval(s) measured, the warm-up is 2; need at least one more"},
-		{"RSS not measured", rows([2]int64{1000, 10}, [2]int64{-1, 100}, [2]int64{-1, 100}), f, false, "NOT FLAT: interval 2 (end of warm-up) → interval 3 (end): RSS not measured; goroutines 100 → 100"},
-		{"goroutines not measured", rows([2]int64{1000, 10}, [2]int64{40960, 100}, [2]int64{40960, -1}), f, false, "goroutines not measured"},
+		// A sawtooth whose peaks stay level is flat although its last
+		// sample is 50% above the first after the warm-up.
+		{"sawtooth", rows(warm, [2]int64{32768, 90}, [2]int64{40960, 100}, [2]int64{60000, 200}, [2]int64{32768, 109}, [2]int64{49152, 100}), f, true,
+			"Verdict: FLAT: peak of intervals 2-3 (after the warm-up) → peak of intervals 5-6 (the end): RSS 40.0 MiB → 48.0 MiB (+20.0%, tolerance ±20%); goroutines 100 → 109 (+9, tolerance ±10% or ±5)"},
+		{"RSS grows", rows(warm, [2]int64{40960, 100}, [2]int64{30000, 100}, [2]int64{49562, 100}, [2]int64{40000, 100}), f, false,
+			"RSS 40.0 MiB → 48.4 MiB (+21.0%, tolerance ±20%) OUT OF TOLERANCE"},
+		{"RSS shrinks", rows(warm, [2]int64{40960, 100}, [2]int64{30000, 100}), f, false, "peak of intervals 2 (after the warm-up) → peak of intervals 3 (the end): RSS 40.0 MiB → 29.3 MiB (-26.8%"},
+		{"goroutines grow", rows(warm, [2]int64{40960, 100}, [2]int64{40960, 111}), f, false, "goroutines 100 → 111 (+11, tolerance ±10% or ±5) OUT OF TOLERANCE"},
+		{"goroutines within the slack", rows(warm, [2]int64{40960, 20}, [2]int64{40960, 25}), f, true, "goroutines 20 → 25 (+5,"},
+		{"goroutines beyond the slack", rows(warm, [2]int64{40960, 20}, [2]int64{40960, 26}), f, false, "(+6, tolerance ±10% or ±5) OUT OF TOLERANCE"},
+		{"no warm-up", rows([2]int64{40960, 20}, [2]int64{40960, 20}), flatness{Window: 3, RSSTolerance: 0.2, GoroutineTolerance: 0.1}, true,
+			"peak of intervals 1 (after the warm-up) → peak of intervals 2 (the end)"},
+		{"one interval after the warm-up", rows(warm, [2]int64{40960, 100}), f, false,
+			"Verdict: INCONCLUSIVE: 2 interval(s) measured, the warm-up is 1; need at least two more"},
+		{"RSS not measured in a window", rows(warm, [2]int64{40960, 100}, [2]int64{-1, 100}, [2]int64{40960, 100}, [2]int64{40960, 100}), f, false,
+			"NOT FLAT: peak of intervals 2-3 (after the warm-up) → peak of intervals 4-5 (the end): RSS not measured; goroutines 100 → 100"},
+		{"goroutines not measured", rows(warm, [2]int64{40960, 100}, [2]int64{40960, -1}), f, false, "goroutines not measured"},
 	} {
 		t.Run(c.name, func(t *testing.T) {
 			v := judge(c.rows, c.f)
@@ -202,7 +206,8 @@ func TestSoakFlags(t *testing.T) {
 			cfg.Rate, cfg.Duration, cfg.Interval, cfg.MetricsURL, cfg.Warmup)
 	}
 	for _, args := range [][]string{
-		{"--duration", "2m", "--interval", "1m"}, // nothing after the 2 warm-up intervals
+		{"--duration", "3m", "--interval", "1m"}, // one interval after the 2 warm-up intervals
+		{"--verdict-window", "0"},
 		{"--endpoint", "http://127.0.0.1:1,http://127.0.0.1:2"},
 		{"--rss-tolerance", "0"},
 		{"--redrive-every", "-1s"},
