@@ -13,9 +13,10 @@
 # to bench/soak-report.md and bench/soak.csv, and ends with a verdict: after
 # the first SOAK_WARMUP_INTERVALS intervals, do the peaks of RSS and
 # goroutines in the last SOAK_VERDICT_WINDOW intervals stay within the
-# tolerances of their peaks in the first SOAK_VERDICT_WINDOW? The server is stopped with SIGTERM at the
-# end, and it and the temporary files are removed on exit, including on
-# failure or Ctrl-C. Exits 1 when the soak failed or was not flat.
+# tolerances of their peaks in the first SOAK_VERDICT_WINDOW? The server
+# is stopped with SIGTERM at the end, and it and the temporary files are
+# removed on exit, including on failure or Ctrl-C. Exits 1 when the soak
+# failed or was not flat.
 #
 # Environment:
 #   SOAK_DURATION          how long (default 30m)
