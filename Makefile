@@ -1,4 +1,4 @@
-.PHONY: help test test-short lint proto build bench bench-postgres bench-go pg-start pg-stop cluster-stress faults
+.PHONY: help test test-short lint proto build bench soak bench-postgres bench-go pg-start pg-stop cluster-stress faults
 help: ## list targets
 	@grep -E '^[a-z-]+:.*##' $(MAKEFILE_LIST) | sed 's/:.*## /\t/'
 build: ## build the styx binary into ./bin
@@ -15,6 +15,8 @@ proto: ## regenerate styxpb from proto/ (needs protoc and protoc-gen-go)
 	protoc -I proto --go_out=. --go_opt=module=github.com/styxq/styx proto/styx/v1/styx.proto
 bench: ## end-to-end benchmark of a local server with styx-bench; writes bench/report.md (BENCH_DURATION=10s)
 	./bench/run.sh
+soak: ## mixed load with retries, dead letters and redrives on a pebble server; RSS, goroutines, open files and p99 every minute into bench/soak-report.md and bench/soak.csv; fails unless flat (SOAK_DURATION=30m SOAK_INTERVAL=1m)
+	./bench/soak.sh
 bench-postgres: ## benchmark of styx on a throwaway PostgreSQL, one and two nodes; writes bench/postgres-report.md (BENCH_DURATION=10s)
 	./bench/postgres.sh
 bench-go: ## run the Go benchmarks

@@ -36,6 +36,17 @@
 //	         worker sends its own requests, so request latencies and empty
 //	         leases are not reported, and --batch does not apply (it leases
 //	         as many items as it has free handlers)
+//	soak     a moderate mixed load for --duration (default 30m there):
+//	         one producer at --rate items/s (default 300 there) in batches
+//	         of 1..--batch, --clients consumers that complete most items,
+//	         fail some with a counted attempt and dead-letter a few into
+//	         <queue>-dead, and a dead.redrive of it every --redrive-every;
+//	         every --interval (default 1m there) a row of the server's RSS,
+//	         goroutines, open files, items moved and p99 latencies, written
+//	         to --soak-report (Markdown) and --soak-csv; it ends with a
+//	         verdict on whether the peaks of RSS and goroutines stayed
+//	         flat after the warm-up, and exits 1 when they did not (see
+//	         soak.go)
 //
 // --count N makes the produce workload stop after exactly N items (for
 // filling a queue to a known depth). --interval D also reports the items
@@ -50,6 +61,7 @@
 //	styx-bench --workload produce --batch 1000 --count 1000000 --warmup 0 --duration 1h --queue q --keep
 //	styx-bench --workload latency --rate 1000 --json
 //	styx-bench --workload worker --clients 16 --prefill 20000
+//	styx-bench --workload soak --batch 50 --duration 30m --server-pid 42 --soak-report soak.md
 //	styx-bench --endpoint http://127.0.0.1:2319,http://127.0.0.1:2320 --workload cycle --batch 100
 //	styx-bench --markdown results.jsonl   # JSON lines → markdown table
 package main
@@ -82,6 +94,7 @@ const (
 	workloadDead    = "dead"
 	workloadLatency = "latency"
 	workloadWorker  = "worker"
+	workloadSoak    = "soak"
 )
 
 // config is the command line.
@@ -112,6 +125,16 @@ type config struct {
 	FsyncMS    float64 // --fsync-ms: t_fsync for --summary's limit
 	Compare    string  // --compare FILE: old and new binaries side by side
 	FsyncProbe string  // --fsync-probe DIR: measure t_fsync and exit
+
+	// The soak workload's (soak.go).
+	RedriveEvery       time.Duration // --redrive-every (0: no redrives)
+	WarmupIntervals    int           // --warmup-intervals
+	VerdictWindow      int           // --verdict-window
+	RSSTolerance       float64       // --rss-tolerance, a fraction
+	GoroutineTolerance float64       // --goroutine-tolerance, a fraction
+	MetricsURL         string        // --metrics-url (default <endpoint>/metrics)
+	SoakReport         string        // --soak-report FILE (Markdown; empty: none)
+	SoakCSV            string        // --soak-csv FILE (empty: none)
 }
 
 // errUsage marks an invalid command line (exit status 2).
@@ -148,6 +171,20 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 		}
 		return 0
 	}
+	if cfg.Workload == workloadSoak {
+		v, err := runSoak(ctx, cfg, stderr)
+		if v.Line != "" {
+			_, _ = fmt.Fprintln(stdout, v.Line)
+		}
+		if err != nil {
+			_, _ = fmt.Fprintf(stderr, "styx-bench: %v\n", err)
+			return 1
+		}
+		if !v.Flat {
+			return 1
+		}
+		return 0
+	}
 	rep, err := runBench(ctx, cfg, stderr)
 	if err != nil {
 		_, _ = fmt.Fprintf(stderr, "styx-bench: %v\n", err)
@@ -172,7 +209,7 @@ func parseFlags(args []string, stderr io.Writer) (config, error) {
 	fs.SetOutput(stderr)
 	fs.StringVar(&c.Endpoint, "endpoint", styx.DefaultEndpoint, "server base URL, or a comma-separated list of them: client i uses URL i mod n, queue setup and deletion the first")
 	fs.StringVar(&c.APIKey, "api-key", os.Getenv("STYX_API_KEY"), "API key for a server run with --auth: an admin key, since the run creates and deletes its queue (env STYX_API_KEY)")
-	fs.StringVar(&c.Workload, "workload", workloadCycle, "produce, cycle, drain, dead, latency or worker")
+	fs.StringVar(&c.Workload, "workload", workloadCycle, "produce, cycle, drain, dead, latency, worker or soak")
 	fs.IntVar(&c.Clients, "clients", 4, "closed-loop client goroutines, all on the one queue (worker: the worker's Concurrency)")
 	fs.StringVar(&c.Queue, "queue", "", "queue name (default bench-<workload>-<random>; created and deleted by the run)")
 	fs.IntVar(&c.Partitions, "partitions", 1, "partitions of the created queue")
@@ -194,8 +231,16 @@ func parseFlags(args []string, stderr io.Writer) (config, error) {
 	fs.Float64Var(&c.FsyncMS, "fsync-ms", 0, "t_fsync in milliseconds for --summary's limit (see --fsync-probe)")
 	fs.StringVar(&c.Compare, "compare", "", "only render the JSON-lines file `FILE` of runs labelled \"old MODE\" and \"new MODE\" as an A/B table, and exit")
 	fs.StringVar(&c.FsyncProbe, "fsync-probe", "", "only measure t_fsync: 500 writes of 4 KiB, each followed by fdatasync, to a file in directory `DIR`; print JSON and exit")
+	fs.DurationVar(&c.RedriveEvery, "redrive-every", 2*time.Minute, "soak: redrive the dead-letter queue this often (0: never)")
+	fs.IntVar(&c.WarmupIntervals, "warmup-intervals", 2, "soak: intervals of warm-up, not judged by the verdict")
+	fs.IntVar(&c.VerdictWindow, "verdict-window", 3, "soak: the verdict compares the peaks of this many intervals right after the warm-up and at the end")
+	fs.Float64Var(&c.RSSTolerance, "rss-tolerance", 0.20, "soak: largest relative change of the server's RSS after the warm-up that counts as flat (0.2: ±20%)")
+	fs.Float64Var(&c.GoroutineTolerance, "goroutine-tolerance", 0.10, fmt.Sprintf("soak: largest relative change of the server's goroutines after the warm-up that counts as flat (a change of at most %d always does)", soakGoroutineSlack))
+	fs.StringVar(&c.MetricsURL, "metrics-url", "", "soak: where to read the server's goroutines: Prometheus text with go_goroutines, or a pprof /debug/pprof/goroutine?debug=1 (default <endpoint>/metrics)")
+	fs.StringVar(&c.SoakReport, "soak-report", "", "soak: write the Markdown report to `FILE`, rewritten after every interval")
+	fs.StringVar(&c.SoakCSV, "soak-csv", "", "soak: write the rows as CSV to `FILE`, rewritten after every interval")
 	fs.Usage = func() {
-		_, _ = fmt.Fprintf(stderr, "usage: styx-bench [flags]\n\nWorkloads: produce, cycle, drain, dead, latency, worker (see `go doc ./cmd/styx-bench`).\n\n%s", fs.FlagUsages())
+		_, _ = fmt.Fprintf(stderr, "usage: styx-bench [flags]\n\nWorkloads: produce, cycle, drain, dead, latency, worker, soak (see `go doc ./cmd/styx-bench`).\n\n%s", fs.FlagUsages())
 	}
 	if err := fs.Parse(args); err != nil {
 		return c, err
@@ -205,6 +250,18 @@ func parseFlags(args []string, stderr io.Writer) (config, error) {
 	}
 	if c.Markdown != "" || c.Summary != "" || c.Compare != "" || c.FsyncProbe != "" {
 		return c, nil
+	}
+	if c.Workload == workloadSoak {
+		if !fs.Changed("rate") {
+			c.Rate = soakDefaultRate
+		}
+		if !fs.Changed("duration") {
+			c.Duration = 30 * time.Minute
+		}
+		if !fs.Changed("interval") {
+			c.Interval = time.Minute
+		}
+		c.Warmup = 0 // the warm-up is --warmup-intervals
 	}
 	c.QueueGiven = c.Queue != ""
 	if !c.QueueGiven {
@@ -219,9 +276,9 @@ func validate(c *config) error {
 		return fmt.Errorf("%w: "+format, append([]any{errUsage}, a...)...)
 	}
 	switch c.Workload {
-	case workloadProduce, workloadCycle, workloadDrain, workloadDead, workloadLatency, workloadWorker:
+	case workloadProduce, workloadCycle, workloadDrain, workloadDead, workloadLatency, workloadWorker, workloadSoak:
 	default:
-		return bad("--workload %q is not one of produce, cycle, drain, dead, latency, worker", c.Workload)
+		return bad("--workload %q is not one of produce, cycle, drain, dead, latency, worker, soak", c.Workload)
 	}
 	endpoints, err := parseEndpoints(c.Endpoint)
 	if err != nil {
@@ -263,8 +320,40 @@ func validate(c *config) error {
 	case c.Interval > 0 && c.Interval < 100*time.Millisecond:
 		return bad("--interval must be at least 100ms")
 	}
+	if c.Workload == workloadSoak {
+		if err := validateSoak(c); err != nil {
+			return bad("%v", err)
+		}
+	}
 	if c.Workload == workloadLatency && c.Payload < 8 {
 		c.Payload = 8 // room for the send timestamp
+	}
+	return nil
+}
+
+// validateSoak checks the flags of the soak workload and fills in the
+// default --metrics-url.
+func validateSoak(c *config) error {
+	switch {
+	case len(c.Endpoints) != 1:
+		return errors.New("the soak workload takes one --endpoint")
+	case c.Rate < 1:
+		return errors.New("--rate must be at least 1 item/s")
+	case c.Interval <= 0:
+		return errors.New("--interval must be positive for the soak workload")
+	case c.RedriveEvery < 0:
+		return errors.New("--redrive-every must not be negative")
+	case c.WarmupIntervals < 0:
+		return errors.New("--warmup-intervals must not be negative")
+	case c.VerdictWindow < 1:
+		return errors.New("--verdict-window must be at least 1")
+	case c.Duration <= time.Duration(c.WarmupIntervals+1)*c.Interval:
+		return fmt.Errorf("--duration %s leaves fewer than two --interval %s after the %d warm-up interval(s)", c.Duration, c.Interval, c.WarmupIntervals)
+	case c.RSSTolerance <= 0 || c.GoroutineTolerance <= 0:
+		return errors.New("--rss-tolerance and --goroutine-tolerance must be positive")
+	}
+	if c.MetricsURL == "" {
+		c.MetricsURL = strings.TrimSuffix(c.Endpoints[0], "/") + "/metrics"
 	}
 	return nil
 }

@@ -107,7 +107,7 @@ func newBench(cfg config, stderr io.Writer) (*bench, error) {
 	}
 	b.c = b.clients[0]
 	b.left.Store(cfg.Count)
-	if cfg.Workload == workloadDead {
+	if cfg.Workload == workloadDead || cfg.Workload == workloadSoak {
 		b.dlq = cfg.Queue + "-dead"
 	}
 	return b, nil
@@ -426,11 +426,15 @@ func (b *bench) runOpenLoopProducer(ctx context.Context) {
 	wg.Wait()
 }
 
-// setup creates the queue (and the dead-letter queue of `dead`). An
+// setup creates the queue (and the dead-letter queue of `dead` and
+// `soak`). An
 // existing queue named with --queue is reused and left in place.
 func (b *bench) setup(ctx context.Context) error {
 	create := func(info *pb.QueueInfo) error {
-		info.LeaseTimeout, info.ExpireTimeout = "1m", "24h"
+		if info.LeaseTimeout == "" {
+			info.LeaseTimeout = "1m"
+		}
+		info.ExpireTimeout = "24h"
 		err := b.c.QueuesCreate(ctx, info)
 		switch {
 		case err == nil:
@@ -451,6 +455,10 @@ func (b *bench) setup(ctx context.Context) error {
 	info := &pb.QueueInfo{QueueName: b.queue, RequestedPartitions: int32(b.cfg.Partitions)}
 	if b.dlq != "" {
 		info.DeadQueue, info.MaxAttempts = b.dlq, 1
+	}
+	if b.cfg.Workload == workloadSoak {
+		info.MaxAttempts = soakMaxAttempts
+		info.LeaseTimeout = soakLeaseTimeout
 	}
 	return create(info)
 }
