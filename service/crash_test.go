@@ -56,6 +56,37 @@ func faultSeeds(t *testing.T) []uint64 {
 	return seeds
 }
 
+// forEachSeed runs fn as a parallel subtest per seed (faultSeeds), naming
+// the command that replays a failed one.
+func forEachSeed(t *testing.T, fn func(t *testing.T, seed uint64)) {
+	if testing.Short() {
+		t.Skip("fault injection")
+	}
+	name := t.Name()
+	for _, seed := range faultSeeds(t) {
+		t.Run(fmt.Sprintf("seed=%d", seed), func(t *testing.T) {
+			t.Parallel()
+			defer func() {
+				if t.Failed() {
+					t.Logf("replay: STYX_FAULT_SEED=%d go test -race -run '%s' ./service/", seed, name)
+				}
+			}()
+			fn(t, seed)
+		})
+	}
+}
+
+// pebbleOn is a Pebble backend over the filesystem fs returns (at each
+// boot), with the store settings of cfg (Dir and FS are set here).
+func pebbleOn(fs func() vfs.FS, cfg pebble.Config) backend {
+	return backend{name: "pebble", open: func(t *testing.T) store.Store {
+		cfg.Dir, cfg.FS, cfg.Logger = "db", fs(), testLogger()
+		s, err := pebble.Open(cfg)
+		require.NoError(t, err)
+		return s
+	}}
+}
+
 // held is an item the workload holds a lease on.
 type held struct {
 	partition int32
@@ -212,73 +243,57 @@ func (c *crashFS) crash(rnd *rand.Rand, keep int) {
 // a second client produces, twice per seed; after each restart the
 // invariants hold and the workload goes on.
 func TestCrashRecovery(t *testing.T) {
-	if testing.Short() {
-		t.Skip("fault injection")
-	}
-	for _, seed := range faultSeeds(t) {
-		t.Run(fmt.Sprintf("seed=%d", seed), func(t *testing.T) {
-			t.Parallel()
-			defer func() {
-				if t.Failed() {
-					t.Logf("replay: STYX_FAULT_SEED=%d go test -race -run 'TestCrashRecovery' ./service/", seed)
-				}
-			}()
-			fs := &crashFS{cur: vfs.NewCrashableMem()}
-			b := backend{name: "pebble", open: func(t *testing.T) store.Store {
-				s, err := pebble.Open(pebble.Config{Dir: "db", FS: fs.get(), Logger: testLogger(), MinFreeBytes: -1})
-				require.NoError(t, err)
-				return s
-			}}
-			s := start(t, b)
-			w := newWorkload(t, s, seed)
-			for round := range 2 {
-				for range 20 + w.rnd.IntN(40) {
-					w.step()
-				}
-				// A second client produces while the power goes.
-				var (
-					cloned atomic.Bool
-					stop   = make(chan struct{})
-					bg     sync.WaitGroup
-					before []string
-				)
-				bg.Go(func() {
-					for k := 0; ; k++ {
-						select {
-						case <-stop:
-							return
-						default:
-						}
-						p := fmt.Sprintf("bg-%d-%d", round, k)
-						err := w.s.C.QueueProduce(ctx, &pb.QueueProduceRequest{QueueName: "w", RequestTimeout: "10s",
-							Items: []*pb.QueueProduceItem{{Bytes: []byte(p)}}})
-						if err == nil && !cloned.Load() {
-							before = append(before, p)
-						}
-					}
-				})
-				for range 5 + w.rnd.IntN(10) {
-					w.step()
-				}
-				cloned.Store(true)
-				fs.crash(w.rnd, w.rnd.IntN(101))
-				close(stop)
-				bg.Wait()
-				w.mu.Lock()
-				for _, p := range before {
-					w.acked[p] = true
-				}
-				w.mu.Unlock()
-				// The bg items acknowledged after the clone may be lost:
-				// they are not in acked, and check allows them at most once.
-				s.stop()
-				s.boot()
-				w.check(fmt.Sprintf("after crash %d", round+1))
-				t.Logf("crash %d: %d produces acknowledged (%d by the second client before the crash), %d completes, %d redrives",
-					round+1, len(w.acked), len(before), len(w.done), len(w.tasks))
+	forEachSeed(t, func(t *testing.T, seed uint64) {
+		fs := &crashFS{cur: vfs.NewCrashableMem()}
+		s := start(t, pebbleOn(func() vfs.FS { return fs.get() }, pebble.Config{MinFreeBytes: -1}))
+		w := newWorkload(t, s, seed)
+		for round := range 2 {
+			for range 20 + w.rnd.IntN(40) {
+				w.step()
 			}
-		})
-	}
+			// A second client produces while the power goes.
+			var (
+				cloned atomic.Bool
+				stop   = make(chan struct{})
+				bg     sync.WaitGroup
+				before []string
+			)
+			bg.Go(func() {
+				for k := 0; ; k++ {
+					select {
+					case <-stop:
+						return
+					default:
+					}
+					p := fmt.Sprintf("bg-%d-%d", round, k)
+					err := w.s.C.QueueProduce(ctx, &pb.QueueProduceRequest{QueueName: "w", RequestTimeout: "10s",
+						Items: []*pb.QueueProduceItem{{Bytes: []byte(p)}}})
+					if err == nil && !cloned.Load() {
+						before = append(before, p)
+					}
+				}
+			})
+			for range 5 + w.rnd.IntN(10) {
+				w.step()
+			}
+			cloned.Store(true)
+			fs.crash(w.rnd, w.rnd.IntN(101))
+			close(stop)
+			bg.Wait()
+			w.mu.Lock()
+			for _, p := range before {
+				w.acked[p] = true
+			}
+			w.mu.Unlock()
+			// The bg items acknowledged after the clone may be lost:
+			// they are not in acked, and check allows them at most once.
+			s.stop()
+			s.boot()
+			w.check(fmt.Sprintf("after crash %d", round+1))
+			t.Logf("crash %d: %d produces acknowledged (%d by the second client before the crash), %d completes, %d redrives",
+				round+1, len(w.acked), len(before), len(w.done), len(w.tasks))
+		}
+	})
 }
 
 // TestWriteFaults: the k-th write-side file operation of the workload
@@ -286,65 +301,49 @@ func TestCrashRecovery(t *testing.T) {
 // durable; the server serves reads meanwhile; the store heals by itself,
 // and the invariants hold then and after a restart.
 func TestWriteFaults(t *testing.T) {
-	if testing.Short() {
-		t.Skip("fault injection")
-	}
-	for _, seed := range faultSeeds(t) {
-		t.Run(fmt.Sprintf("seed=%d", seed), func(t *testing.T) {
-			t.Parallel()
-			defer func() {
-				if t.Failed() {
-					t.Logf("replay: STYX_FAULT_SEED=%d go test -race -run 'TestWriteFaults' ./service/", seed)
-				}
-			}()
-			rnd := rand.New(rand.NewPCG(seed, 7))
-			k := 1 + rnd.Int64N(150)
-			cause := error(syscall.ENOSPC)
-			if seed%2 == 0 {
-				cause = syscall.EIO
-			}
-			var (
-				armed  atomic.Bool
-				ops    atomic.Int64
-				fired  atomic.Bool
-				mem    = vfs.NewMem()
-				inject = errorfs.InjectorFunc(func(op errorfs.Op) error {
-					switch op.Kind {
-					case errorfs.OpFileWrite, errorfs.OpFileWriteAt, errorfs.OpFileSync, errorfs.OpFileSyncData, errorfs.OpFileSyncTo:
-						if armed.Load() && ops.Add(1) == k {
-							fired.Store(true)
-							return cause
-						}
+	forEachSeed(t, func(t *testing.T, seed uint64) {
+		rnd := rand.New(rand.NewPCG(seed, 7))
+		k := 1 + rnd.Int64N(150)
+		cause := error(syscall.ENOSPC)
+		if seed%2 == 0 {
+			cause = syscall.EIO
+		}
+		var (
+			armed  atomic.Bool
+			ops    atomic.Int64
+			fired  atomic.Bool
+			mem    = vfs.NewMem()
+			inject = errorfs.InjectorFunc(func(op errorfs.Op) error {
+				switch op.Kind {
+				case errorfs.OpFileWrite, errorfs.OpFileWriteAt, errorfs.OpFileSync, errorfs.OpFileSyncData, errorfs.OpFileSyncTo:
+					if armed.Load() && ops.Add(1) == k {
+						fired.Store(true)
+						return cause
 					}
-					return nil
-				})
-			)
-			fs := errorfs.Wrap(mem, inject)
-			b := backend{name: "pebble", open: func(t *testing.T) store.Store {
-				s, err := pebble.Open(pebble.Config{Dir: "db", FS: fs, Logger: testLogger(), MinFreeBytes: -1, CheckInterval: 10 * time.Millisecond})
-				require.NoError(t, err)
-				return s
-			}}
-			s := start(t, b)
-			w := newWorkload(t, s, seed)
-			armed.Store(true)
-			for range 80 {
-				w.step()
-				if fired.Load() {
-					// Reads are served whatever state the store is in.
-					_, err := s.C.QueuesList(ctx, &pb.QueuesListRequest{Limit: 10})
-					require.NoError(t, err, "reads during a storage fault")
 				}
+				return nil
+			})
+		)
+		fs := errorfs.Wrap(mem, inject)
+		s := start(t, pebbleOn(func() vfs.FS { return fs }, pebble.Config{MinFreeBytes: -1, CheckInterval: 10 * time.Millisecond}))
+		w := newWorkload(t, s, seed)
+		armed.Store(true)
+		for range 80 {
+			w.step()
+			if fired.Load() {
+				// Reads are served whatever state the store is in.
+				_, err := s.C.QueuesList(ctx, &pb.QueuesListRequest{Limit: 10})
+				require.NoError(t, err, "reads during a storage fault")
 			}
-			// The store heals by itself: a produce goes through again.
-			eventually(t, func() bool {
-				err := w.produce(fmt.Sprintf("heal-%d", seed))
-				return err == nil || styx.ErrorCode(err) != styx.CodeUnavailable
-			}, "the store heals after the fault (k=%d, %v)", k, cause)
-			w.check("healed")
-			s.restart()
-			w.check("after restart")
-			t.Logf("k=%d %v fired=%v: %d produces acknowledged, %d completes", k, cause, fired.Load(), len(w.acked), len(w.done))
-		})
-	}
+		}
+		// The store heals by itself: a produce goes through again.
+		eventually(t, func() bool {
+			err := w.produce(fmt.Sprintf("heal-%d", seed))
+			return err == nil || styx.ErrorCode(err) != styx.CodeUnavailable
+		}, "the store heals after the fault (k=%d, %v)", k, cause)
+		w.check("healed")
+		s.restart()
+		w.check("after restart")
+		t.Logf("k=%d %v fired=%v: %d produces acknowledged, %d completes", k, cause, fired.Load(), len(w.acked), len(w.done))
+	})
 }

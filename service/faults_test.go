@@ -94,12 +94,7 @@ func TestDiskFullStaysUpAndHeals(t *testing.T) {
 		}
 		return nil
 	}))
-	b := backend{name: "pebble", open: func(t *testing.T) store.Store {
-		s, err := pebble.Open(pebble.Config{Dir: "db", FS: fs, Logger: testLogger(), MinFreeBytes: 64 << 20, CheckInterval: 10 * time.Millisecond})
-		require.NoError(t, err)
-		return s
-	}}
-	s := start(t, b)
+	s := start(t, pebbleOn(func() vfs.FS { return fs }, pebble.Config{MinFreeBytes: 64 << 20, CheckInterval: 10 * time.Millisecond}))
 	s.createQueue(&pb.QueueInfo{QueueName: "df"})
 	s.produce("df", "a", "b")
 	require.Equal(t, "ok", s.health())
@@ -155,12 +150,7 @@ func TestDiskFullStaysUpAndHeals(t *testing.T) {
 func TestStartOnFullDisk(t *testing.T) {
 	mem := vfs.NewMem()
 	mem.TestingSetDiskUsage(vfs.DiskUsage{AvailBytes: 1 << 30, TotalBytes: 2 << 30})
-	b := backend{name: "pebble", open: func(t *testing.T) store.Store {
-		s, err := pebble.Open(pebble.Config{Dir: "db", FS: mem, Logger: testLogger(), MinFreeBytes: 64 << 20, CheckInterval: 10 * time.Millisecond})
-		require.NoError(t, err)
-		return s
-	}}
-	s := start(t, b)
+	s := start(t, pebbleOn(func() vfs.FS { return mem }, pebble.Config{MinFreeBytes: 64 << 20, CheckInterval: 10 * time.Millisecond}))
 	s.createQueue(&pb.QueueInfo{QueueName: "sf"})
 	s.produce("sf", "a", "b")
 	s.stop()
