@@ -33,7 +33,7 @@ import (
 // complete comes back, and a redrive task ends having moved each item once.
 //
 // Seeds: STYX_FAULT_SEEDS runs that many (default 3, the CI run; `make
-// faults` runs 100 of each); STYX_FAULT_SEED=n replays one. Every failure
+// faults` runs 300 of each); STYX_FAULT_SEED=n replays one. Every failure
 // names its seed.
 
 // faultSeeds returns the seeds to run.
