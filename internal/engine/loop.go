@@ -87,9 +87,6 @@ type Result struct {
 // Any goroutine.
 func (r *Request) Claim() bool { return r.answered.CompareAndSwap(false, true) }
 
-// Answered reports whether r was answered (claimed). Any goroutine.
-func (r *Request) Answered() bool { return r.answered.Load() }
-
 // Answer answers r unless it was answered already. Any goroutine (the loop,
 // a backend's syncer).
 func (r *Request) Answer(v any, err error) {
@@ -128,7 +125,7 @@ type Backend interface {
 	// the backend's state from storage, since the iteration may have
 	// changed it half-way. A request whose write was already durable may
 	// be failed too (the client retries; at-least-once), never the other
-	// way round. A panic in Recover ends the loop (ErrLoopDied).
+	// way round. A panic in Recover ends the loop (errLoopDied).
 	Recover(reqs []*Request, err error)
 }
 
@@ -140,7 +137,7 @@ type PanicHook func(queue string, v any)
 // errLoopPanicked answers the requests of an iteration that panicked (453):
 // nothing of them is acknowledged; the queue was reloaded from storage.
 func errLoopPanicked(queue string, v any) error {
-	return store.Unavailable("queue '"+queue+"'", fmt.Errorf("internal error (panic: %v); the request was not applied, retry", v))
+	return store.Unavailable("queue '"+queue+"'", fmt.Errorf("internal error (panic: %v); nothing was acknowledged, retry", v))
 }
 
 // errLoopDied answers the calls that reach, or wait on, a loop that ended
