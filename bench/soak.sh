@@ -25,7 +25,7 @@
 #   SOAK_BATCH             largest produce and lease batch (default 50)
 #   SOAK_CLIENTS           consumers (default 4)
 #   SOAK_REDRIVE_EVERY     redrive period (default 2m; 0: never)
-#   SOAK_WARMUP_INTERVALS  intervals of warm-up (default 2)
+#   SOAK_WARMUP_INTERVALS  intervals of warm-up (default 10: at the default load Pebble's memtables and block cache take about 7 minutes to fill)
 #   SOAK_VERDICT_WINDOW    intervals whose peaks the verdict compares (default 3)
 #   SOAK_RSS_TOLERANCE     flat RSS: within this fraction (default 0.2: ±20%)
 #   SOAK_GOROUTINE_TOLERANCE  flat goroutines: within this fraction (default 0.1)
@@ -40,7 +40,7 @@ RATE=${SOAK_RATE:-300}
 BATCH=${SOAK_BATCH:-50}
 CLIENTS=${SOAK_CLIENTS:-4}
 REDRIVE_EVERY=${SOAK_REDRIVE_EVERY:-2m}
-WARMUP_INTERVALS=${SOAK_WARMUP_INTERVALS:-2}
+WARMUP_INTERVALS=${SOAK_WARMUP_INTERVALS:-10}
 VERDICT_WINDOW=${SOAK_VERDICT_WINDOW:-3}
 RSS_TOLERANCE=${SOAK_RSS_TOLERANCE:-0.2}
 GOROUTINE_TOLERANCE=${SOAK_GOROUTINE_TOLERANCE:-0.1}
