@@ -281,6 +281,18 @@ func (c *Config) tlsConfig() (*tls.Config, error) {
 func (c *Config) keys(ks store.KeyStore) (*auth.Keys, error) {
 	var bootstrap string
 	if c.AdminKeyFile != "" {
+		st, err := os.Stat(c.AdminKeyFile)
+		if err != nil {
+			return nil, fmt.Errorf("admin_key_file: %w", err)
+		}
+		// Issue 24: a key file others may write lets them choose the admin
+		// key; one others may read gives it away.
+		if mode := st.Mode().Perm(); mode&0o022 != 0 {
+			return nil, fmt.Errorf("admin_key_file %s: mode %#o lets other users write it, so they could choose the admin key; "+
+				"chmod 600 it", c.AdminKeyFile, mode)
+		} else if mode&0o044 != 0 {
+			c.Log.Warn("admin key file is readable by other users; chmod 600 it", "file", c.AdminKeyFile, "mode", fmt.Sprintf("%#o", mode))
+		}
 		b, err := os.ReadFile(c.AdminKeyFile)
 		if err != nil {
 			return nil, fmt.Errorf("admin_key_file: %w", err)
@@ -328,6 +340,10 @@ func New(ctx context.Context, cfg Config) (*Daemon, error) {
 			}
 			d.store = s
 		default:
+			if st, err := os.Stat(cfg.DataDir); err == nil && st.Mode().Perm()&0o077 != 0 {
+				cfg.Log.Warn("the data directory is open to other users, who may read every item; chmod 700 it",
+					"dir", cfg.DataDir, "mode", fmt.Sprintf("%#o", st.Mode().Perm()))
+			}
 			s, err := pebble.Open(pebble.Config{Dir: cfg.DataDir, NoSync: cfg.NoSync, Logger: cfg.Log,
 				MinFreeBytes: cfg.MinFreeBytes, OnFault: d.Metrics.CountStorageFault})
 			// Pebble's lock file says another process (EAGAIN) or this one

@@ -118,11 +118,19 @@ func NewHandler(cfg Config) *Handler {
 		"/v1/redrives.cancel":        rpc(h, func() *pb.RedriveTaskRequest { return &pb.RedriveTaskRequest{} }, s.RedrivesCancel),
 		"/v1/storage/items.delete":   noReply(h, func() *pb.StorageItemsDeleteRequest { return &pb.StorageItemsDeleteRequest{} }, s.StorageItemsDelete, okReply),
 	}
-	if cfg.Keys != nil {
+	switch {
+	case cfg.Keys != nil && cfg.Auth:
 		k := cfg.Keys
 		h.routes["/v1/keys.create"] = rpc(h, func() *pb.KeysCreateRequest { return &pb.KeysCreateRequest{} }, k.KeysCreate)
 		h.routes["/v1/keys.list"] = rpc(h, func() *pb.KeysListRequest { return &pb.KeysListRequest{} }, k.KeysList)
 		h.routes["/v1/keys.delete"] = noReply(h, func() *pb.KeysDeleteRequest { return &pb.KeysDeleteRequest{} }, k.KeysDelete, okReply)
+	case cfg.Keys != nil:
+		// Issue 24: a key minted while auth is off would be a valid key
+		// (an admin one, say) the day auth is turned on, minted by anyone
+		// who could reach the port. So keys.* need --auth.
+		for _, path := range []string{"/v1/keys.create", "/v1/keys.list", "/v1/keys.delete"} {
+			h.routes[path] = func(w http.ResponseWriter, r *http.Request) { h.fail(w, r, errKeysNeedAuth) }
+		}
 	}
 	if cfg.Metrics != nil {
 		cfg.Metrics.InitPaths(slices.Sorted(maps.Keys(h.routes)))
@@ -131,6 +139,10 @@ func NewHandler(cfg Config) *Handler {
 }
 
 var okText = duh.CodeText(duh.CodeOK)
+
+// errKeysNeedAuth answers keys.* on a server started without --auth (400).
+var errKeysNeedAuth = apierr.Invalidf("api keys need auth; this server was started without --auth, so a key made here " +
+	"would be valid once auth is turned on: start the server with --auth (and --admin-key-file for the first admin key) to manage keys")
 
 // okReply is the body of a call that answers nothing but success.
 func okReply() proto.Message {

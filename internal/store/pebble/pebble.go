@@ -214,7 +214,8 @@ func Open(cfg Config) (*Store, error) {
 	if cfg.Dir == "" {
 		return nil, errors.New("pebble: open: no directory")
 	}
-	if err := fs.MkdirAll(cfg.Dir, 0o755); err != nil {
+	// Only the server's user may read the items (issue 24).
+	if err := fs.MkdirAll(cfg.Dir, 0o700); err != nil {
 		return nil, fmt.Errorf("pebble: open %s: %w", cfg.Dir, err)
 	}
 	log := cfg.Logger

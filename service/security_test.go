@@ -1,0 +1,67 @@
+package service_test
+
+import (
+	"log/slog"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+
+	"github.com/stretchr/testify/require"
+
+	styx "github.com/styxq/styx"
+	"github.com/styxq/styx/daemon"
+	pb "github.com/styxq/styx/styxpb"
+)
+
+// TestKeysNeedAuth (issue 24, 3): on a server started without --auth,
+// keys.create, keys.list and keys.delete are refused with 400 saying to
+// start with --auth, and nothing is stored: a key minted there would be a
+// valid key (an admin one) once auth is turned on, minted by anyone who
+// could reach the port. Before, keys.create worked.
+func TestKeysNeedAuth(t *testing.T) {
+	forEachBackend(t, func(t *testing.T, b backend) {
+		s := start(t, b)
+		_, err := s.C.KeysCreate(ctx, &pb.KeysCreateRequest{Name: "sneaky", Scopes: []string{"admin"}})
+		requireCode(t, err, styx.CodeBadRequest, "start the server with --auth")
+		_, err = s.C.KeysList(ctx, &pb.KeysListRequest{})
+		requireCode(t, err, styx.CodeBadRequest, "--auth")
+		err = s.C.KeysDelete(ctx, &pb.KeysDeleteRequest{Name: "sneaky"})
+		requireCode(t, err, styx.CodeBadRequest, "--auth")
+
+		// The same storage, now with --auth: no key was made.
+		s.stop()
+		a, _ := startAuth(t, b)
+		keys, err := a.C.KeysList(ctx, &pb.KeysListRequest{})
+		require.NoError(t, err)
+		for _, k := range keys.Keys {
+			require.NotEqual(t, "sneaky", k.Name)
+		}
+	})
+}
+
+// TestFileModes (issue 24, 9): a new data directory is made 0700 (only the
+// server's user may read the items); an admin key file other users may
+// write is refused at start, naming the mode (they could choose the admin
+// key), and one they may read starts with a warning. Before, the data
+// directory was 0755 and any key file was taken.
+func TestFileModes(t *testing.T) {
+	dir := filepath.Join(t.TempDir(), "data")
+	logs := &logBuffer{}
+	log := slog.New(slog.NewTextHandler(logs, nil))
+	key := filepath.Join(t.TempDir(), "admin.key")
+	require.NoError(t, os.WriteFile(key, []byte(strings.Repeat("k", 40)), 0o600))
+	require.NoError(t, os.Chmod(key, 0o666))
+	cfg := daemon.Config{Listen: "127.0.0.1:0", DataDir: dir, Auth: true, AdminKeyFile: key, Log: log}
+	_, err := daemon.New(ctx, cfg)
+	require.ErrorContains(t, err, "lets other users write it")
+
+	require.NoError(t, os.Chmod(key, 0o644))
+	d, err := daemon.New(ctx, cfg)
+	require.NoError(t, err)
+	require.NoError(t, d.Close(ctx))
+	require.Contains(t, logs.String(), "admin key file is readable by other users")
+	st, err := os.Stat(dir)
+	require.NoError(t, err)
+	require.Equal(t, os.FileMode(0o700), st.Mode().Perm())
+}
