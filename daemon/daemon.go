@@ -9,11 +9,13 @@ import (
 	"crypto/x509"
 	"errors"
 	"fmt"
+	"io"
 	"log/slog"
 	"net"
 	"net/http"
 	"net/http/pprof"
 	"os"
+	"regexp"
 	"strings"
 	"syscall"
 	"time"
@@ -126,8 +128,14 @@ type Config struct {
 	// /v1 calls. Nil (the default) is the built-in UI, web.Handler().
 	UI http.Handler
 	// DebugListen, when set, is a TCP address serving Go's pprof profiles
-	// at /debug/pprof/ (keep it on loopback). Empty (the default) is off.
+	// at /debug/pprof/, without authentication. Validate refuses an address
+	// that is not loopback unless DebugAllowRemote. Empty (the default) is
+	// off.
 	DebugListen string
+	// DebugAllowRemote accepts a DebugListen address that is not loopback:
+	// anyone who reaches it can read profiles (and the process's command
+	// line, with secrets redacted). Defaults to false (issue 24).
+	DebugAllowRemote bool
 	// Log receives structured logs. Defaults to slog.Default().
 	Log *slog.Logger
 	// Clock tells time. Defaults to the system clock.
@@ -195,6 +203,10 @@ func (c *Config) Validate() error {
 	if c.ShutdownTimeout < 0 {
 		return fmt.Errorf("shutdown_timeout: %s is negative", c.ShutdownTimeout)
 	}
+	if c.DebugListen != "" && !c.DebugAllowRemote && !loopback(c.DebugListen) {
+		return fmt.Errorf("debug_listen: %s is not a loopback address: anyone who reaches it could read the server's "+
+			"profiles without a key; use 127.0.0.1:PORT, or pass --debug-allow-remote to accept that", c.DebugListen)
+	}
 	if c.MinFreeBytes < -1 {
 		return fmt.Errorf("min_free_bytes: %d; want a number of bytes, 0 for the default (twice the memtable size, at most a quarter of the disk) or -1 to disable", c.MinFreeBytes)
 	}
@@ -221,8 +233,11 @@ func (c *Config) Validate() error {
 // Loopback reports whether Listen's host is a loopback address (127.0.0.0/8,
 // ::1 or "localhost"). An empty host, 0.0.0.0, :: and any other name are
 // not: they may be reached from other machines.
-func (c *Config) Loopback() bool {
-	host, _, err := net.SplitHostPort(c.Listen)
+func (c *Config) Loopback() bool { return loopback(c.Listen) }
+
+// loopback reports whether the host:port addr names a loopback host.
+func loopback(addr string) bool {
+	host, _, err := net.SplitHostPort(addr)
 	if err != nil {
 		return false
 	}
@@ -303,6 +318,42 @@ func (c *Config) keys(ks store.KeyStore) (*auth.Keys, error) {
 		}
 	}
 	return auth.New(auth.Config{Store: ks, BootstrapKey: bootstrap, Clock: c.Clock, Log: c.Log})
+}
+
+// redactedCmdline is pprof's cmdline page with secrets left out: the value of
+// any flag naming a URL, password, key or token (--postgres-url=... and
+// --postgres-url ...) and any password in a URL's user info (issue 24: it
+// showed a PostgreSQL password passed as a flag).
+func redactedCmdline(w http.ResponseWriter, _ *http.Request) {
+	w.Header().Set("X-Content-Type-Options", "nosniff")
+	w.Header().Set("Content-Type", "text/plain; charset=utf-8")
+	_, _ = io.WriteString(w, strings.Join(RedactArgs(os.Args), "\x00"))
+}
+
+// secretFlag matches the flags whose values are secrets.
+var secretFlag = regexp.MustCompile(`(?i)^--?[a-z0-9-]*(url|dsn|password|secret|token|key)$`)
+
+// urlPassword matches the password of a URL's user info.
+var urlPassword = regexp.MustCompile(`(://[^:/@\s]*:)[^@/\s]*@`)
+
+// RedactArgs returns args with the values of secret flags replaced by
+// "REDACTED" and passwords in URLs by "REDACTED". Prefer STYX_POSTGRES_URL
+// or the YAML file to a --postgres-url flag: the command line is visible to
+// every user of the host (ps) as well.
+func RedactArgs(args []string) []string {
+	out := make([]string, len(args))
+	for i, a := range args {
+		name, _, hasValue := strings.Cut(a, "=")
+		switch {
+		case secretFlag.MatchString(name) && hasValue:
+			out[i] = name + "=REDACTED"
+		case i > 0 && secretFlag.MatchString(args[i-1]) && !strings.Contains(args[i-1], "="):
+			out[i] = "REDACTED"
+		default:
+			out[i] = urlPassword.ReplaceAllString(a, "${1}REDACTED@")
+		}
+	}
+	return out
 }
 
 // Daemon is a running server.
@@ -511,7 +562,7 @@ func (d *Daemon) serveDebug(addr string) error {
 	}
 	mux := http.NewServeMux()
 	mux.HandleFunc("/debug/pprof/", pprof.Index)
-	mux.HandleFunc("/debug/pprof/cmdline", pprof.Cmdline)
+	mux.HandleFunc("/debug/pprof/cmdline", redactedCmdline)
 	mux.HandleFunc("/debug/pprof/profile", pprof.Profile)
 	mux.HandleFunc("/debug/pprof/symbol", pprof.Symbol)
 	mux.HandleFunc("/debug/pprof/trace", pprof.Trace)

@@ -65,3 +65,21 @@ func TestFileModes(t *testing.T) {
 	require.NoError(t, err)
 	require.Equal(t, os.FileMode(0o700), st.Mode().Perm())
 }
+
+// TestDebugListen (issue 24, 5): a --debug-listen address that is not
+// loopback is refused at start (pprof has no key) unless
+// --debug-allow-remote; the cmdline page never shows a secret passed as a
+// flag. Before, it started silently and showed a --postgres-url password.
+func TestDebugListen(t *testing.T) {
+	cfg := daemon.Config{Listen: "127.0.0.1:0", Storage: daemon.StorageMemory, DebugListen: "0.0.0.0:0", Log: slog.New(slog.DiscardHandler)}
+	_, err := daemon.New(ctx, cfg)
+	require.ErrorContains(t, err, "debug_listen: 0.0.0.0:0 is not a loopback address")
+	cfg.DebugAllowRemote = true
+	cfg.SetDefaults()
+	require.NoError(t, cfg.Validate())
+
+	got := daemon.RedactArgs([]string{"styx", "server", "--postgres-url", "postgres://styx:hunter2@db/styx",
+		"--api-key=abcdef", "--listen", "127.0.0.1:2319", "postgres://u:pw@h/x"})
+	require.Equal(t, []string{"styx", "server", "--postgres-url", "REDACTED", "--api-key=REDACTED", "--listen",
+		"127.0.0.1:2319", "postgres://u:REDACTED@h/x"}, got)
+}

@@ -63,6 +63,8 @@ type serverSettings struct {
 	Auth bool
 	// Insecure allows a non-loopback Listen without Auth.
 	Insecure bool
+	// DebugAllowRemote allows a non-loopback DebugListen.
+	DebugAllowRemote bool
 	// AdminKeyFile names the bootstrap admin key's file.
 	AdminKeyFile string
 	// TLSCert, TLSKey and TLSClientCA are PEM files (daemon.Config).
@@ -105,6 +107,7 @@ func (s serverSettings) daemonConfig(log *slog.Logger) daemon.Config {
 		DebugListen:       s.DebugListen,
 		Auth:              s.Auth,
 		Insecure:          s.Insecure,
+		DebugAllowRemote:  s.DebugAllowRemote,
 		AdminKeyFile:      s.AdminKeyFile,
 		TLSCertFile:       s.TLSCert,
 		TLSKeyFile:        s.TLSKey,
@@ -126,26 +129,27 @@ func (s serverSettings) newLogger(w io.Writer) *slog.Logger {
 // from daemon.Config: the file is a user-facing format with its own key
 // names, the Config is the server's runtime input. A nil field is unset.
 type fileConfig struct {
-	Listen          *string        `yaml:"listen"`
-	DataDir         *string        `yaml:"data_dir"`
-	Storage         *string        `yaml:"storage"`
-	PostgresURL     *string        `yaml:"postgres_url"`
-	Sync            *bool          `yaml:"sync"`
-	SyncConsume     *bool          `yaml:"sync_consume"`
-	LogLevel        *string        `yaml:"log_level"`
-	LogFormat       *string        `yaml:"log_format"`
-	ShutdownTimeout *time.Duration `yaml:"shutdown_timeout"`
-	MaxRequestBytes *int64         `yaml:"max_request_bytes"`
-	BodyReadTimeout *time.Duration `yaml:"body_read_timeout"`
-	MaxConnections  *int           `yaml:"max_connections"`
-	MinFreeBytes    *int64         `yaml:"min_free_bytes"`
-	DebugListen     *string        `yaml:"debug_listen"`
-	Auth            *bool          `yaml:"auth"`
-	Insecure        *bool          `yaml:"insecure"`
-	AdminKeyFile    *string        `yaml:"admin_key_file"`
-	TLSCert         *string        `yaml:"tls_cert"`
-	TLSKey          *string        `yaml:"tls_key"`
-	TLSClientCA     *string        `yaml:"tls_client_ca"`
+	Listen           *string        `yaml:"listen"`
+	DataDir          *string        `yaml:"data_dir"`
+	Storage          *string        `yaml:"storage"`
+	PostgresURL      *string        `yaml:"postgres_url"`
+	Sync             *bool          `yaml:"sync"`
+	SyncConsume      *bool          `yaml:"sync_consume"`
+	LogLevel         *string        `yaml:"log_level"`
+	LogFormat        *string        `yaml:"log_format"`
+	ShutdownTimeout  *time.Duration `yaml:"shutdown_timeout"`
+	MaxRequestBytes  *int64         `yaml:"max_request_bytes"`
+	BodyReadTimeout  *time.Duration `yaml:"body_read_timeout"`
+	MaxConnections   *int           `yaml:"max_connections"`
+	MinFreeBytes     *int64         `yaml:"min_free_bytes"`
+	DebugListen      *string        `yaml:"debug_listen"`
+	Auth             *bool          `yaml:"auth"`
+	Insecure         *bool          `yaml:"insecure"`
+	DebugAllowRemote *bool          `yaml:"debug_allow_remote"`
+	AdminKeyFile     *string        `yaml:"admin_key_file"`
+	TLSCert          *string        `yaml:"tls_cert"`
+	TLSKey           *string        `yaml:"tls_key"`
+	TLSClientCA      *string        `yaml:"tls_client_ca"`
 }
 
 // values returns the set fields of fc by YAML key, formatted as a flag or
@@ -168,7 +172,7 @@ func (fc *fileConfig) values() map[string]string {
 	put("tls_cert", fc.TLSCert)
 	put("tls_key", fc.TLSKey)
 	put("tls_client_ca", fc.TLSClientCA)
-	for key, b := range map[string]*bool{"sync": fc.Sync, "sync_consume": fc.SyncConsume, "auth": fc.Auth, "insecure": fc.Insecure} {
+	for key, b := range map[string]*bool{"sync": fc.Sync, "sync_consume": fc.SyncConsume, "auth": fc.Auth, "insecure": fc.Insecure, "debug_allow_remote": fc.DebugAllowRemote} {
 		if b != nil {
 			out[key] = strconv.FormatBool(*b)
 		}
@@ -353,6 +357,7 @@ func serverSettingTable() []serverSetting {
 		}},
 		{"auth", "auth", "STYX_AUTH", boolSetting(func(s *serverSettings) *bool { return &s.Auth })},
 		{"insecure", "insecure", "STYX_INSECURE", boolSetting(func(s *serverSettings) *bool { return &s.Insecure })},
+		{"debug_allow_remote", "debug-allow-remote", "STYX_DEBUG_ALLOW_REMOTE", boolSetting(func(s *serverSettings) *bool { return &s.DebugAllowRemote })},
 		{"admin_key_file", "admin-key-file", "STYX_ADMIN_KEY_FILE", func(s *serverSettings, v string) error {
 			s.AdminKeyFile = v
 			return nil
@@ -411,7 +416,10 @@ func addServerFlags(fs *pflag.FlagSet) {
 	fs.Int64("min-free-bytes", 0, "free-space watermark of the data directory, in bytes: below it produces, imports and redrives "+
 		"are refused (453 'disk full') so the store can always flush and restart, and a server started below it starts read-only; "+
 		"0 is twice the memtable size (128 MiB) but at most a quarter of the disk, -1 disables it; Pebble only (env STYX_MIN_FREE_BYTES)")
-	fs.String("debug-listen", "", "host:port to serve Go's pprof profiles on (/debug/pprof/); empty is off (env STYX_DEBUG_LISTEN)")
+	fs.String("debug-listen", "", "host:port to serve Go's pprof profiles on (/debug/pprof/), without a key; must be loopback "+
+		"unless --debug-allow-remote; empty is off (env STYX_DEBUG_LISTEN)")
+	fs.Bool("debug-allow-remote", false, "allow a non-loopback --debug-listen: anyone who reaches it can read profiles "+
+		"(env STYX_DEBUG_ALLOW_REMOTE)")
 	fs.Bool("auth", false, "require an API key (Authorization: Bearer <key>) on every /v1 call and /metrics; /health stays open. "+
 		"Required to listen on a non-loopback address unless --insecure (env STYX_AUTH)")
 	fs.Bool("insecure", false, "allow a non-loopback --listen without --auth: anyone who reaches the port can do anything (env STYX_INSECURE)")
