@@ -83,3 +83,24 @@ func TestDebugListen(t *testing.T) {
 	require.Equal(t, []string{"styx", "server", "--postgres-url", "REDACTED", "--api-key=REDACTED", "--listen",
 		"127.0.0.1:2319", "postgres://u:REDACTED@h/x"}, got)
 }
+
+// TestHiddenCharactersInNames (issue 24, 7): queue names and key patterns
+// that hold control, bidi or zero-width characters (names that look like
+// other names in the UI and logs) are refused with 400 naming the
+// character and its position, on create and on every call that names a
+// queue. Before, U+202E and U+200B were accepted.
+func TestHiddenCharactersInNames(t *testing.T) {
+	forEachBackend(t, func(t *testing.T, b backend) {
+		s, _ := startAuth(t, b)
+		err := s.C.QueuesCreate(ctx, &pb.QueueInfo{QueueName: "orders\u202egpj.exe"})
+		requireCode(t, err, styx.CodeBadRequest, "U+202E at character 6")
+		err = s.C.QueueProduce(ctx, &pb.QueueProduceRequest{QueueName: "or\u200bders", RequestTimeout: "1s",
+			Items: []*pb.QueueProduceItem{{Bytes: []byte("x")}}})
+		requireCode(t, err, styx.CodeBadRequest, "U+200B at character 2")
+		_, err = s.C.KeysCreate(ctx, &pb.KeysCreateRequest{Name: "w", Scopes: []string{"read"}, Queues: []string{"bil\u200dling*"}})
+		requireCode(t, err, styx.CodeBadRequest, "U+200D at character 3")
+		list, err := s.C.QueuesList(ctx, &pb.QueuesListRequest{Limit: 10})
+		require.NoError(t, err)
+		require.Empty(t, list.Items)
+	})
+}

@@ -82,8 +82,11 @@ func checkName(field, name string) error {
 	if !utf8.ValidString(name) {
 		return invalid(field, "'%q' is not valid UTF-8", name)
 	}
+	if pos, r, ok := queue.HiddenRune(name); ok {
+		return invalid(field, "%q holds %U at character %d; names may not hold control, bidi or zero-width characters", name, r, pos)
+	}
 	for _, r := range name {
-		if unicode.IsSpace(r) || unicode.IsControl(r) {
+		if unicode.IsSpace(r) {
 			return invalid(field, "'%s' contains whitespace or a control character", name)
 		}
 		if r == '~' {

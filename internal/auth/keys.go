@@ -12,6 +12,7 @@ import (
 	"google.golang.org/protobuf/types/known/timestamppb"
 
 	"github.com/styxq/styx/internal/apierr"
+	"github.com/styxq/styx/internal/queue"
 	"github.com/styxq/styx/internal/clock"
 	"github.com/styxq/styx/internal/store"
 	pb "github.com/styxq/styx/styxpb"
@@ -231,6 +232,9 @@ func checkKeyName(name string) error {
 func checkPattern(i int, p string) error {
 	if p == "" || len(p) > MaxPatternBytes {
 		return apierr.Invalidf("invalid queues[%d]; '%s' must be 1..%d characters", i, clip(p), MaxPatternBytes)
+	}
+	if pos, r, ok := queue.HiddenRune(p); ok {
+		return apierr.Invalidf("invalid queues[%d]; %q holds %U at character %d; patterns may not hold control, bidi or zero-width characters", i, clip(p), r, pos)
 	}
 	if strings.ContainsFunc(p, func(r rune) bool { return unicode.IsSpace(r) || r == '~' }) {
 		return apierr.Invalidf("invalid queues[%d]; '%s' may not hold whitespace or '~'", i, clip(p))

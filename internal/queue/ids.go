@@ -4,6 +4,7 @@ import (
 	"math"
 	"strconv"
 	"time"
+	"unicode"
 
 	"github.com/styxq/styx/internal/apierr"
 	"github.com/styxq/styx/internal/store"
@@ -150,4 +151,20 @@ func FromNanos(n int64) time.Time {
 		return time.Time{}
 	}
 	return time.Unix(0, n).UTC()
+}
+
+// HiddenRune returns the first character of name that is a control or a
+// format character (Unicode Cc or Cf: bidi overrides such as U+202E, zero-
+// width characters such as U+200B and U+200D, U+FEFF), and its position in
+// characters from 0, or ok false when there is none. Names holding them
+// look like other names in the UI and logs (issue 24), so queue names and
+// key patterns refuse them.
+func HiddenRune(name string) (pos int, r rune, ok bool) {
+	for _, c := range name {
+		if unicode.IsControl(c) || unicode.Is(unicode.Cf, c) {
+			return pos, c, true
+		}
+		pos++
+	}
+	return 0, 0, false
 }
