@@ -12,8 +12,8 @@ import (
 	"google.golang.org/protobuf/types/known/timestamppb"
 
 	"github.com/styxq/styx/internal/apierr"
-	"github.com/styxq/styx/internal/queue"
 	"github.com/styxq/styx/internal/clock"
+	"github.com/styxq/styx/internal/queue"
 	"github.com/styxq/styx/internal/store"
 	pb "github.com/styxq/styx/styxpb"
 )
