@@ -276,6 +276,7 @@ func (s *Service) DeadRedrive(ctx context.Context, req *pb.DeadRedriveRequest) (
 	t, err := s.r.Start(ctx, redrive.StartParams{
 		Queue: req.QueueName, Filter: f, Destination: req.Destination, RateLimit: req.RateLimit,
 		DryRun: req.DryRun, MaxRedriveCount: req.MaxRedriveCount, KeyName: auth.KeyName(ctx),
+		KeyQueues: keyQueues(ctx),
 	})
 	if err != nil {
 		return nil, err
@@ -358,4 +359,13 @@ func toTask(t redrive.Task) *pb.RedriveTask {
 		out.ByQueue[q] = &pb.RedriveCounts{Moved: c.Moved, Failed: c.Failed, Skipped: c.Skipped}
 	}
 	return out
+}
+
+// keyQueues returns the queue patterns of the request's key (none without
+// --auth, or for a key of every queue).
+func keyQueues(ctx context.Context) []string {
+	if p := auth.FromContext(ctx); p != nil {
+		return p.Queues
+	}
+	return nil
 }

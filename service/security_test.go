@@ -104,3 +104,41 @@ func TestHiddenCharactersInNames(t *testing.T) {
 		require.Empty(t, list.Items)
 	})
 }
+
+// TestScopeBypassThroughDeadItems (issue 24, 1): a key limited to orders*
+// can neither import into orders-dead a dead item naming billing as its
+// source queue (403) nor redrive such an item there: a redrive checks every
+// destination, the explicit one or each item's source queue, against the
+// key that started it, and skips (and counts) what the key does not cover.
+// Before, the item landed in billing.
+func TestScopeBypassThroughDeadItems(t *testing.T) {
+	forEachBackend(t, func(t *testing.T, b backend) {
+		s, _ := startAuth(t, b)
+		s.createQueue(&pb.QueueInfo{QueueName: "orders-dead"})
+		s.createQueue(&pb.QueueInfo{QueueName: "orders", DeadQueue: "orders-dead"})
+		s.createQueue(&pb.QueueInfo{QueueName: "billing"})
+		limited := s.client(s.newKey("orders-admin", []string{"admin"}, "orders*"))
+
+		forged := &pb.StorageItem{Payload: []byte("pay me"), SourceQueue: "billing", DeadReason: "explicit"}
+		_, err := limited.StorageItemsImport(ctx, &pb.StorageItemsImportRequest{QueueName: "orders-dead", Items: []*pb.StorageItem{forged}})
+		requireCode(t, err, styx.CodeForbidden, "billing")
+
+		// The same item, imported by a key of every queue (say, a restore),
+		// and one of orders'.
+		_, err = s.C.StorageItemsImport(ctx, &pb.StorageItemsImportRequest{QueueName: "orders-dead", Items: []*pb.StorageItem{
+			forged, {Payload: []byte("order 1"), SourceQueue: "orders", DeadReason: "explicit"}}})
+		require.NoError(t, err)
+		task, err := limited.DeadRedrive(ctx, &pb.DeadRedriveRequest{QueueName: "orders-dead", All: true})
+		require.NoError(t, err)
+		eventually(t, func() bool {
+			task, err = s.C.RedrivesGet(ctx, &pb.RedriveTaskRequest{TaskId: task.TaskId})
+			return err == nil && task.Status != "running"
+		}, "the redrive ends")
+		require.Equal(t, int64(1), task.Moved, "%v", task)
+		require.Equal(t, int64(1), task.Skipped, "%v", task)
+		require.Equal(t, "orders-admin", task.KeyName)
+		require.Empty(t, s.items("billing"), "nothing reached a queue the key does not cover")
+		require.Equal(t, []string{"order 1"}, payloads(s.items("orders")))
+		require.Equal(t, []string{"pay me"}, payloads(s.items("orders-dead")))
+	})
+}

@@ -395,6 +395,13 @@ func queuesOf(req proto.Message) []string {
 	if m, ok := req.(interface{ GetDestination() string }); ok {
 		out = append(out, m.GetDestination())
 	}
+	if m, ok := req.(*pb.StorageItemsImportRequest); ok {
+		// A dead item names its source queue, where a redrive sends it: a
+		// key may not name a queue it does not cover (issue 24).
+		for _, it := range m.Items {
+			out = append(out, it.GetSourceQueue())
+		}
+	}
 	return out
 }
 

@@ -26,6 +26,7 @@ import (
 	"golang.org/x/time/rate"
 
 	"github.com/styxq/styx/internal/apierr"
+	"github.com/styxq/styx/internal/auth"
 	"github.com/styxq/styx/internal/clock"
 	"github.com/styxq/styx/internal/queue"
 	"github.com/styxq/styx/internal/store"
@@ -99,7 +100,12 @@ type Task struct {
 	// KeyName is the name of the API key that started the task (audit);
 	// empty when the server runs without auth.
 	KeyName string `json:"key_name,omitempty"`
-	Status  string `json:"status"`
+	// KeyQueues are the queue patterns of that key (internal/auth): a
+	// destination none of them covers is skipped, so a key limited to
+	// some queues cannot redrive into others through the source queue a
+	// dead item names (issue 24). Empty: every queue.
+	KeyQueues []string `json:"key_queues,omitempty"`
+	Status    string   `json:"status"`
 	// Matched counts the items that matched the filter when the task
 	// started; Moved, Failed and Skipped count what happened to them.
 	Matched       int64              `json:"matched"`
@@ -325,6 +331,9 @@ type StartParams struct {
 	MaxRedriveCount int32
 	// KeyName is the API key starting the task, recorded in Task.KeyName.
 	KeyName string
+	// KeyQueues are that key's queue patterns (Task.KeyQueues); empty
+	// means every queue.
+	KeyQueues []string
 }
 
 // Start counts the matching items and, unless p.DryRun, starts a task.
@@ -346,7 +355,7 @@ func (r *Runner) Start(ctx context.Context, p StartParams) (Task, error) {
 	now := r.cfg.Clock.Now().UTC()
 	t := &Task{
 		Queue: p.Queue, Destination: p.Destination, Filter: p.Filter, RateLimit: p.RateLimit,
-		MaxRedriveCount: p.MaxRedriveCount, DryRun: p.DryRun, KeyName: p.KeyName, Status: StatusRunning,
+		MaxRedriveCount: p.MaxRedriveCount, DryRun: p.DryRun, KeyName: p.KeyName, KeyQueues: p.KeyQueues, Status: StatusRunning,
 		ByQueue: map[string]*Counts{}, StartedAt: now,
 	}
 	release := func() {}
@@ -876,6 +885,12 @@ func (r *Runner) step(ctx context.Context, t *Task, dlq queue.Queue, items []sto
 		if len(send) == 0 {
 			continue
 		}
+		if !t.covers(dest) {
+			r.cfg.Log.Warn("redrive: the task's key does not cover the destination; items stay in the dead-letter queue",
+				"task", t.ID, "key", t.KeyName, "queue", dest, "items", len(send))
+			count(dest, 0, 0, int64(len(send)))
+			continue
+		}
 		target, err := r.cfg.Queues.Get(dest)
 		if dest == "" || err != nil {
 			// The source queue is gone: the items stay for manual review.
@@ -921,6 +936,14 @@ func (r *Runner) step(ctx context.Context, t *Task, dlq queue.Queue, items []sto
 		count(dest, int64(n), 0, int64(len(send)-n))
 	}
 	return nil
+}
+
+// covers reports whether the key that started t may reach queue dest.
+func (t *Task) covers(dest string) bool {
+	if len(t.KeyQueues) == 0 {
+		return true
+	}
+	return (&auth.Principal{Queues: t.KeyQueues}).Covers(dest)
 }
 
 // transient reports whether err is a failure that may pass: storage
