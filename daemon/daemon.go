@@ -132,6 +132,12 @@ type Config struct {
 	// that is not loopback unless DebugAllowRemote. Empty (the default) is
 	// off.
 	DebugListen string
+	// AllowedHosts are the host names (without port) a server without Auth
+	// answers besides localhost, 127.0.0.1 and ::1
+	// (transport.Config.AllowedHosts: a defence against DNS rebinding;
+	// issue 24). With Insecure, list the names clients use to reach the
+	// server. Empty: loopback names only.
+	AllowedHosts []string
 	// DebugAllowRemote accepts a DebugListen address that is not loopback:
 	// anyone who reaches it can read profiles (and the process's command
 	// line, with secrets redacted). Defaults to false (issue 24).
@@ -467,7 +473,7 @@ func (d *Daemon) serve(ctx context.Context, m queue.Queues, tasks store.TaskStor
 	}
 	h := transport.NewHandler(transport.Config{
 		Service: service.New(m, d.redrives, cfg.Clock), Metrics: d.Metrics, Log: cfg.Log, MaxRequestBytes: cfg.MaxRequestBytes,
-		BodyReadTimeout: cfg.BodyReadTimeout, Keys: keys, Auth: cfg.Auth, UI: ui,
+		BodyReadTimeout: cfg.BodyReadTimeout, Keys: keys, Auth: cfg.Auth, UI: ui, AllowedHosts: cfg.AllowedHosts,
 		Health: func() string {
 			if guard == nil {
 				return ""

@@ -1,7 +1,9 @@
 package service_test
 
 import (
+	"io"
 	"log/slog"
+	"net/http"
 	"os"
 	"path/filepath"
 	"strings"
@@ -141,4 +143,55 @@ func TestScopeBypassThroughDeadItems(t *testing.T) {
 		require.Equal(t, []string{"order 1"}, payloads(s.items("orders")))
 		require.Equal(t, []string{"pay me"}, payloads(s.items("orders-dead")))
 	})
+}
+
+// post sends a JSON body to the server's path with the given Host and
+// Origin headers (none when empty) and returns the status and body.
+func (s *server) post(path, host, origin, body string) (int, string) {
+	s.t.Helper()
+	req, err := http.NewRequest(http.MethodPost, s.d.Endpoint()+path, strings.NewReader(body))
+	require.NoError(s.t, err)
+	req.Header.Set("Content-Type", "application/json")
+	if host != "" {
+		req.Host = host
+	}
+	if origin != "" {
+		req.Header.Set("Origin", origin)
+	}
+	resp, err := http.DefaultClient.Do(req)
+	require.NoError(s.t, err)
+	defer resp.Body.Close()
+	b, err := io.ReadAll(resp.Body)
+	require.NoError(s.t, err)
+	return resp.StatusCode, string(b)
+}
+
+// TestDNSRebinding (issue 24, 2): a server without --auth answers only
+// requests naming a loopback host (localhost, 127.0.0.1, [::1], with or
+// without the port) or one listed with --allowed-host, and refuses a
+// browser's call from another origin: a page the operator visits cannot
+// drive it through a name that resolves to 127.0.0.1. /health stays open.
+// Before, any Host was answered.
+func TestDNSRebinding(t *testing.T) {
+	s := startWith(t, backends(t)[0], func(cfg *daemon.Config) { cfg.AllowedHosts = []string{"styx.internal"} })
+	s.createQueue(&pb.QueueInfo{QueueName: "q"})
+	list := `{"limit":10}`
+	for _, host := range []string{"localhost", "localhost:2319", "127.0.0.1:9", "[::1]:2319", "styx.internal:2319", "STYX.internal"} {
+		code, body := s.post("/v1/queues.list", host, "", list)
+		require.Equal(t, http.StatusOK, code, "%s: %s", host, body)
+	}
+	code, body := s.post("/v1/queues.list", "rebind.attacker.example:2319", "", list)
+	require.Equal(t, http.StatusForbidden, code)
+	require.Contains(t, body, "--allowed-host rebind.attacker.example")
+	code, body = s.post("/v1/queues.delete", "127.0.0.1:2319", "http://attacker.example", `{"queue_name":"q"}`)
+	require.Equal(t, http.StatusForbidden, code)
+	require.Contains(t, body, "may not call this server")
+	code, _ = s.post("/v1/queues.list", "127.0.0.1:2319", "http://127.0.0.1:2319", list)
+	require.Equal(t, http.StatusOK, code, "the UI's own origin")
+	resp, err := http.Get(s.d.Endpoint() + "/health")
+	require.NoError(t, err)
+	resp.Body.Close()
+	require.Equal(t, http.StatusOK, resp.StatusCode)
+	_, err = s.C.QueuesInfo(ctx, &pb.QueuesInfoRequest{QueueName: "q"})
+	require.NoError(t, err, "the queue is still there")
 }

@@ -58,7 +58,8 @@ func newHandler(t testing.TB) http.Handler {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { r.Close(); qm.Close() })
-	return transport.NewHandler(transport.Config{Service: service.New(qm, r, clock.Real{}), Metrics: m, Log: log})
+	return transport.NewHandler(transport.Config{Service: service.New(qm, r, clock.Real{}), Metrics: m, Log: log,
+		AllowedHosts: []string{"example.com"}}) // httptest.NewRequest's Host
 }
 
 // FuzzHandler sends arbitrary bodies to every path in both encodings: the

@@ -14,7 +14,9 @@ import (
 	"log/slog"
 	"maps"
 	"mime"
+	"net"
 	"net/http"
+	"net/url"
 	"os"
 	"slices"
 	"strconv"
@@ -70,6 +72,13 @@ type Config struct {
 	// it on its own /v1 calls as "Authorization: Bearer <key>", which are
 	// checked as any other client's. Nil: /ui/ is 501 like any unknown path.
 	UI http.Handler
+	// AllowedHosts are the names (host, without port) a server without
+	// Auth answers besides the loopback ones (localhost, 127.0.0.1, ::1):
+	// a request whose Host header, or whose Origin header on a browser's
+	// call, names another host is refused 403, a defence against DNS
+	// rebinding (issue 24). Ignored with Auth (a rebinding page holds no
+	// key). Empty: loopback names only.
+	AllowedHosts []string
 	// Health, when set, says why storage is degraded ("" when it is not):
 	// GET /health then answers {"status":"degraded: <why>"} (still 200:
 	// the server is up and serves reads). Nil: always "ok".
@@ -140,6 +149,53 @@ func NewHandler(cfg Config) *Handler {
 
 var okText = duh.CodeText(duh.CodeOK)
 
+// checkHost refuses a request of a server without auth whose Host, or
+// Origin when a browser sends one, is neither a loopback name nor one of
+// AllowedHosts: a web page the operator visits could otherwise drive the
+// API through a name that resolves to 127.0.0.1 (DNS rebinding), or post
+// to it from another origin.
+func (h *Handler) checkHost(r *http.Request) error {
+	if !h.allowedHost(r.Host) {
+		return apierr.New(apierr.Forbidden, "forbidden; Host '%s' is not a loopback name and the server runs without --auth "+
+			"(a defence against DNS rebinding): call it as localhost or 127.0.0.1, or allow the name with --allowed-host %s",
+			quote(r.Host), quote(hostOnly(r.Host)))
+	}
+	if origin := r.Header.Get("Origin"); origin != "" && origin != "null" {
+		u, err := url.Parse(origin)
+		if err != nil || (!strings.EqualFold(u.Host, r.Host) && !h.allowedHost(u.Host)) {
+			return apierr.New(apierr.Forbidden, "forbidden; a page from '%s' may not call this server, which runs without --auth; "+
+				"allow its host with --allowed-host", quote(origin))
+		}
+	}
+	return nil
+}
+
+// allowedHost reports whether hostport (a Host header, or an origin's
+// host) names a loopback host or one of AllowedHosts.
+func (h *Handler) allowedHost(hostport string) bool {
+	host := hostOnly(hostport)
+	if strings.EqualFold(host, "localhost") {
+		return true
+	}
+	if ip := net.ParseIP(host); ip != nil && ip.IsLoopback() {
+		return true
+	}
+	for _, a := range h.cfg.AllowedHosts {
+		if strings.EqualFold(a, host) {
+			return true
+		}
+	}
+	return false
+}
+
+// hostOnly returns the host of a host[:port], without brackets.
+func hostOnly(hostport string) string {
+	if host, _, err := net.SplitHostPort(hostport); err == nil {
+		return host
+	}
+	return strings.TrimSuffix(strings.TrimPrefix(hostport, "["), "]")
+}
+
 // errKeysNeedAuth answers keys.* on a server started without --auth (400).
 var errKeysNeedAuth = apierr.Invalidf("api keys need auth; this server was started without --auth, so a key made here " +
 	"would be valid once auth is turned on: start the server with --auth (and --admin-key-file for the first admin key) to manage keys")
@@ -151,6 +207,12 @@ func okReply() proto.Message {
 
 // ServeHTTP routes a request.
 func (h *Handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
+	if !h.cfg.Auth && r.URL.Path != "/health" {
+		if err := h.checkHost(r); err != nil {
+			h.fail(w, r, err)
+			return
+		}
+	}
 	switch r.URL.Path {
 	case "/health":
 		if r.Method != http.MethodGet {

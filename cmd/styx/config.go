@@ -65,6 +65,9 @@ type serverSettings struct {
 	Insecure bool
 	// DebugAllowRemote allows a non-loopback DebugListen.
 	DebugAllowRemote bool
+	// AllowedHosts are the host names a server without auth answers
+	// besides the loopback ones (daemon.Config.AllowedHosts).
+	AllowedHosts []string
 	// AdminKeyFile names the bootstrap admin key's file.
 	AdminKeyFile string
 	// TLSCert, TLSKey and TLSClientCA are PEM files (daemon.Config).
@@ -108,6 +111,7 @@ func (s serverSettings) daemonConfig(log *slog.Logger) daemon.Config {
 		Auth:              s.Auth,
 		Insecure:          s.Insecure,
 		DebugAllowRemote:  s.DebugAllowRemote,
+		AllowedHosts:      s.AllowedHosts,
 		AdminKeyFile:      s.AdminKeyFile,
 		TLSCertFile:       s.TLSCert,
 		TLSKeyFile:        s.TLSKey,
@@ -150,6 +154,7 @@ type fileConfig struct {
 	TLSCert          *string        `yaml:"tls_cert"`
 	TLSKey           *string        `yaml:"tls_key"`
 	TLSClientCA      *string        `yaml:"tls_client_ca"`
+	AllowedHost      *string        `yaml:"allowed_host"`
 }
 
 // values returns the set fields of fc by YAML key, formatted as a flag or
@@ -172,6 +177,7 @@ func (fc *fileConfig) values() map[string]string {
 	put("tls_cert", fc.TLSCert)
 	put("tls_key", fc.TLSKey)
 	put("tls_client_ca", fc.TLSClientCA)
+	put("allowed_host", fc.AllowedHost)
 	for key, b := range map[string]*bool{"sync": fc.Sync, "sync_consume": fc.SyncConsume, "auth": fc.Auth, "insecure": fc.Insecure, "debug_allow_remote": fc.DebugAllowRemote} {
 		if b != nil {
 			out[key] = strconv.FormatBool(*b)
@@ -357,6 +363,15 @@ func serverSettingTable() []serverSetting {
 		}},
 		{"auth", "auth", "STYX_AUTH", boolSetting(func(s *serverSettings) *bool { return &s.Auth })},
 		{"insecure", "insecure", "STYX_INSECURE", boolSetting(func(s *serverSettings) *bool { return &s.Insecure })},
+		{"allowed_host", "allowed-host", "STYX_ALLOWED_HOST", func(s *serverSettings, v string) error {
+			s.AllowedHosts = nil
+			for h := range strings.SplitSeq(v, ",") {
+				if h = strings.TrimSpace(h); h != "" {
+					s.AllowedHosts = append(s.AllowedHosts, h)
+				}
+			}
+			return nil
+		}},
 		{"debug_allow_remote", "debug-allow-remote", "STYX_DEBUG_ALLOW_REMOTE", boolSetting(func(s *serverSettings) *bool { return &s.DebugAllowRemote })},
 		{"admin_key_file", "admin-key-file", "STYX_ADMIN_KEY_FILE", func(s *serverSettings, v string) error {
 			s.AdminKeyFile = v
@@ -418,6 +433,9 @@ func addServerFlags(fs *pflag.FlagSet) {
 		"0 is twice the memtable size (128 MiB) but at most a quarter of the disk, -1 disables it; Pebble only (env STYX_MIN_FREE_BYTES)")
 	fs.String("debug-listen", "", "host:port to serve Go's pprof profiles on (/debug/pprof/), without a key; must be loopback "+
 		"unless --debug-allow-remote; empty is off (env STYX_DEBUG_LISTEN)")
+	fs.String("allowed-host", "", "comma-separated host names a server without --auth answers besides localhost, 127.0.0.1 "+
+		"and ::1 (a request naming another Host, or a browser call from another origin, is refused 403: a defence against "+
+		"DNS rebinding); needed with --insecure to reach the server by another name (env STYX_ALLOWED_HOST)")
 	fs.Bool("debug-allow-remote", false, "allow a non-loopback --debug-listen: anyone who reaches it can read profiles "+
 		"(env STYX_DEBUG_ALLOW_REMOTE)")
 	fs.Bool("auth", false, "require an API key (Authorization: Bearer <key>) on every /v1 call and /metrics; /health stays open. "+
