@@ -1,6 +1,7 @@
 package service_test
 
 import (
+	"fmt"
 	"io"
 	"log/slog"
 	"net/http"
@@ -8,6 +9,7 @@ import (
 	"path/filepath"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/stretchr/testify/require"
 
@@ -194,4 +196,36 @@ func TestDNSRebinding(t *testing.T) {
 	require.Equal(t, http.StatusOK, resp.StatusCode)
 	_, err = s.C.QueuesInfo(ctx, &pb.QueuesInfoRequest{QueueName: "q"})
 	require.NoError(t, err, "the queue is still there")
+}
+
+// TestRevocationEndsWaitingLease (issue 24, 4): a long-poll lease waiting
+// when its key is deleted ends at once with 401, and an item produced after
+// the delete is never handed to it (it stays ready for others). Before,
+// the lease stayed open up to its timeout and took the item.
+func TestRevocationEndsWaitingLease(t *testing.T) {
+	forEachBackend(t, func(t *testing.T, b backend) {
+		s, _ := startAuth(t, b)
+		s.createQueue(&pb.QueueInfo{QueueName: "rq"})
+		worker := s.client(s.newKey("worker", []string{"consume"}, "rq"))
+		leased := make(chan error, 1)
+		go func() {
+			res, err := worker.QueueLease(ctx, &pb.QueueLeaseRequest{QueueName: "rq", BatchSize: 1, ClientId: "w1", RequestTimeout: "30s"})
+			if err == nil {
+				err = fmt.Errorf("lease answered with %d items", len(res.Items))
+			}
+			leased <- err
+		}()
+		waitStat(t, s, "rq", func(st *pb.QueueLogicalStats) bool { return st.LeaseWaiting == 1 })
+		require.NoError(t, s.C.KeysDelete(ctx, &pb.KeysDeleteRequest{Name: "worker"}))
+		s.produce("rq", "after the revocation")
+		select {
+		case err := <-leased:
+			requireCode(t, err, styx.CodeUnauthorized, "deleted while the request waited")
+		case <-time.After(10 * time.Second):
+			t.Fatal("the revoked key's lease still waits")
+		}
+		res := s.lease("rq", 1)
+		require.Len(t, res.Items, 1)
+		require.Equal(t, "after the revocation", string(res.Items[0].Bytes))
+	})
 }

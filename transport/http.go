@@ -21,6 +21,7 @@ import (
 	"slices"
 	"strconv"
 	"strings"
+	"sync"
 	"time"
 
 	duh "github.com/duh-rpc/duh-go"
@@ -89,6 +90,74 @@ type Config struct {
 type Handler struct {
 	cfg    Config
 	routes map[string]http.HandlerFunc
+	// watchMu guards watching: the cancel functions of the waiting leases
+	// of each key name (watchKey), ended when the key is deleted here.
+	watchMu  sync.Mutex
+	watching map[string]map[*context.CancelCauseFunc]struct{}
+}
+
+// errKeyRevoked ends the waiting requests of a key deleted while they wait
+// (401).
+var errKeyRevoked = apierr.New(apierr.Unauthorized, "unauthorized; the api key was deleted while the request waited")
+
+// keyRecheck is how often a waiting lease checks that its key still
+// exists: a key deleted on another server (PostgreSQL) ends it within this.
+const keyRecheck = time.Second
+
+// watchKey returns ctx ended with errKeyRevoked when the key named name is
+// deleted: at once by a keys.delete on this server (revoke), or within
+// keyRecheck when authorization no longer authenticates (deleted on another
+// server). stop ends the watch.
+func (h *Handler) watchKey(ctx context.Context, name, authorization string) (context.Context, func()) {
+	ctx, cancel := context.WithCancelCause(ctx)
+	h.watchMu.Lock()
+	if h.watching == nil {
+		h.watching = map[string]map[*context.CancelCauseFunc]struct{}{}
+	}
+	if h.watching[name] == nil {
+		h.watching[name] = map[*context.CancelCauseFunc]struct{}{}
+	}
+	h.watching[name][&cancel] = struct{}{}
+	h.watchMu.Unlock()
+	done := make(chan struct{})
+	go func() {
+		t := time.NewTicker(keyRecheck)
+		defer t.Stop()
+		for {
+			select {
+			case <-done:
+				return
+			case <-ctx.Done():
+				return
+			case <-t.C:
+				if _, err := h.cfg.Keys.Authenticate(ctx, authorization); err != nil {
+					if e, ok := apierr.As(err); ok && e.Code == apierr.Unauthorized {
+						cancel(errKeyRevoked)
+						return
+					}
+				}
+			}
+		}
+	}()
+	return ctx, func() {
+		close(done)
+		h.watchMu.Lock()
+		delete(h.watching[name], &cancel)
+		if len(h.watching[name]) == 0 {
+			delete(h.watching, name)
+		}
+		h.watchMu.Unlock()
+		cancel(nil)
+	}
+}
+
+// revoke ends the waiting leases of the key named name (errKeyRevoked).
+func (h *Handler) revoke(name string) {
+	h.watchMu.Lock()
+	defer h.watchMu.Unlock()
+	for c := range h.watching[name] {
+		(*c)(errKeyRevoked)
+	}
 }
 
 // NewHandler returns the HTTP handler of the API.
@@ -132,7 +201,17 @@ func NewHandler(cfg Config) *Handler {
 		k := cfg.Keys
 		h.routes["/v1/keys.create"] = rpc(h, func() *pb.KeysCreateRequest { return &pb.KeysCreateRequest{} }, k.KeysCreate)
 		h.routes["/v1/keys.list"] = rpc(h, func() *pb.KeysListRequest { return &pb.KeysListRequest{} }, k.KeysList)
-		h.routes["/v1/keys.delete"] = noReply(h, func() *pb.KeysDeleteRequest { return &pb.KeysDeleteRequest{} }, k.KeysDelete, okReply)
+		h.routes["/v1/keys.delete"] = noReply(h, func() *pb.KeysDeleteRequest { return &pb.KeysDeleteRequest{} },
+			func(ctx context.Context, req *pb.KeysDeleteRequest) error {
+				if err := k.KeysDelete(ctx, req); err != nil {
+					return err
+				}
+				// The deleted key's waiting leases on this server end now,
+				// before the delete is answered: nothing produced after it
+				// reaches them (issue 24).
+				h.revoke(req.Name)
+				return nil
+			}, okReply)
 	case cfg.Keys != nil:
 		// Issue 24: a key minted while auth is off would be a valid key
 		// (an admin one, say) the day auth is turned on, minted by anyone
@@ -285,14 +364,23 @@ func rpc[Req proto.Message, Resp proto.Message](h *Handler, newReq func() Req, c
 			h.fail(w, r, err)
 			return
 		}
-		if p := auth.FromContext(r.Context()); p != nil {
+		ctx := r.Context()
+		if p := auth.FromContext(ctx); p != nil {
 			if err := p.Check(r.URL.Path, queuesOf(req)...); err != nil {
 				h.fail(w, r, err)
 				return
 			}
+			if r.URL.Path == "/v1/queue.lease" {
+				var stop func()
+				ctx, stop = h.watchKey(ctx, p.Name, r.Header.Get("Authorization"))
+				defer stop()
+			}
 		}
-		resp, err := call(r.Context(), req)
+		resp, err := call(ctx, req)
 		if err != nil {
+			if context.Cause(ctx) == errKeyRevoked {
+				err = errKeyRevoked
+			}
 			h.fail(w, r, err)
 			return
 		}
