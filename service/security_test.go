@@ -229,3 +229,36 @@ func TestRevocationEndsWaitingLease(t *testing.T) {
 		require.Equal(t, "after the revocation", string(res.Items[0].Bytes))
 	})
 }
+
+// TestClientIDPerKey (issue 24, 8): a client_id is unique per API key among
+// a queue's waiting leases, so a consume key cannot block another key's
+// worker by waiting under that worker's client_id; the same key still
+// cannot wait twice under one client_id (400). Before, the squatter won.
+func TestClientIDPerKey(t *testing.T) {
+	forEachBackend(t, func(t *testing.T, b backend) {
+		s, _ := startAuth(t, b)
+		s.createQueue(&pb.QueueInfo{QueueName: "cq"})
+		squatter := s.client(s.newKey("squatter", []string{"consume"}, "cq"))
+		worker := s.client(s.newKey("worker", []string{"consume"}, "cq"))
+		go func() {
+			_, _ = squatter.QueueLease(ctx, &pb.QueueLeaseRequest{QueueName: "cq", BatchSize: 1, ClientId: "billing-worker-1", RequestTimeout: "3s"})
+		}()
+		waitStat(t, s, "cq", func(st *pb.QueueLogicalStats) bool { return st.LeaseWaiting == 1 })
+		_, err := squatter.QueueLease(ctx, &pb.QueueLeaseRequest{QueueName: "cq", BatchSize: 1, ClientId: "billing-worker-1", RequestTimeout: "1s"})
+		requireCode(t, err, styx.CodeBadRequest, "duplicate client_id")
+		got := make(chan error, 1)
+		go func() {
+			_, err := worker.QueueLease(ctx, &pb.QueueLeaseRequest{QueueName: "cq", BatchSize: 1, ClientId: "billing-worker-1", RequestTimeout: "10s"})
+			got <- err
+		}()
+		waitStat(t, s, "cq", func(st *pb.QueueLogicalStats) bool { return st.LeaseWaiting == 2 })
+		s.produce("cq", "for anyone")
+		s.produce("cq", "for anyone else")
+		select {
+		case err := <-got:
+			require.NoError(t, err, "the worker's lease waits beside the squatter's and is served")
+		case <-time.After(10 * time.Second):
+			t.Fatal("the worker's lease was not served")
+		}
+	})
+}

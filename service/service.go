@@ -19,6 +19,7 @@ import (
 	"google.golang.org/protobuf/types/known/timestamppb"
 
 	"github.com/styxq/styx/internal/apierr"
+	"github.com/styxq/styx/internal/auth"
 	"github.com/styxq/styx/internal/clock"
 	"github.com/styxq/styx/internal/queue"
 	"github.com/styxq/styx/internal/redrive"
@@ -102,7 +103,7 @@ func (s *Service) QueueLease(ctx context.Context, req *pb.QueueLeaseRequest) (*p
 	if wait <= MinLeaseWait || wait > MaxLeaseWait {
 		return nil, invalid("request_timeout", "%s is out of range; it must be above %s and at most %s", wait, MinLeaseWait, MaxLeaseWait)
 	}
-	res, err := l.Lease(ctx, queue.LeaseParams{BatchSize: int(req.BatchSize), ClientID: req.ClientId, Timeout: wait})
+	res, err := l.Lease(ctx, queue.LeaseParams{BatchSize: int(req.BatchSize), ClientID: req.ClientId, Owner: auth.KeyName(ctx), Timeout: wait})
 	if err != nil {
 		return nil, err
 	}

@@ -257,7 +257,7 @@ func (e *Engine) Lease(ctx context.Context, p queue.LeaseParams) (queue.LeaseRes
 	if err := e.admit(false); err != nil {
 		return queue.LeaseResult{}, err
 	}
-	return answer[queue.LeaseResult](e.Loop.CallLease(ctx, nil, LeaseWait{ClientID: p.ClientID, BatchSize: p.BatchSize, Timeout: p.Timeout}))
+	return answer[queue.LeaseResult](e.Loop.CallLease(ctx, nil, LeaseWait{ClientID: p.ClientID, Owner: p.Owner, BatchSize: p.BatchSize, Timeout: p.Timeout}))
 }
 
 // Complete deletes leased items. Every id must be leased in the partition,

@@ -65,8 +65,11 @@ type Request struct {
 
 // LeaseWait is what a lease request waits for.
 type LeaseWait struct {
-	// ClientID names the consumer; one lease per client_id waits at a time.
+	// ClientID names the consumer; one lease per client_id and Owner waits
+	// at a time.
 	ClientID string
+	// Owner is the API key making the lease (queue.LeaseParams.Owner).
+	Owner string
 	// BatchSize is the most items the lease takes (>= 1).
 	BatchSize int
 	// Timeout is how long it waits for items.

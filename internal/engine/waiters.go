@@ -27,7 +27,7 @@ func (ws *Waiters) Joined() uint64 { return ws.joined }
 // refused (400).
 func (ws *Waiters) add(r *Request, now int64) error {
 	for _, w := range ws.list {
-		if w.Lease.ClientID == r.Lease.ClientID && w.Ctx.Err() == nil {
+		if w.Lease.ClientID == r.Lease.ClientID && w.Lease.Owner == r.Lease.Owner && w.Ctx.Err() == nil {
 			return apierr.Invalidf("duplicate client_id; '%s' already has a lease waiting on queue '%s'", r.Lease.ClientID, ws.queue)
 		}
 	}

@@ -16,8 +16,12 @@ type ProduceItem struct {
 type LeaseParams struct {
 	// BatchSize is 1..1000.
 	BatchSize int
-	// ClientID is unique among the queue's waiting leases.
+	// ClientID is unique among the queue's waiting leases of one Owner.
 	ClientID string
+	// Owner is the name of the API key making the lease ("" without
+	// auth): a client_id is unique per key, so one key cannot block another
+	// key's worker by waiting under its client_id (issue 24).
+	Owner string
 	// Timeout is how long to wait for items (the request_timeout).
 	Timeout time.Duration
 }
