@@ -10,6 +10,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"log"
 	"log/slog"
 	"net"
 	"net/http"
@@ -17,10 +18,12 @@ import (
 	"os"
 	"regexp"
 	"strings"
+	"sync/atomic"
 	"syscall"
 	"time"
 
 	"golang.org/x/net/netutil"
+	"golang.org/x/time/rate"
 
 	"github.com/styxq/styx/internal/auth"
 	"github.com/styxq/styx/internal/clock"
@@ -362,6 +365,37 @@ func RedactArgs(args []string) []string {
 	return out
 }
 
+// serverLog is the HTTP server's error log: its lines go to the server's
+// log at WARN, and those of failed TLS handshakes, which anyone who reaches
+// the port can cause, at most 5 at once and one a second after, the lines
+// left out counted in the next (issue 24).
+type serverLog struct {
+	log       *slog.Logger
+	handshake *rate.Limiter
+	dropped   atomic.Int64
+}
+
+func newServerLog(l *slog.Logger) *serverLog {
+	return &serverLog{log: l, handshake: rate.NewLimiter(rate.Every(time.Second), 5)}
+}
+
+// Write logs one line of net/http's error log.
+func (s *serverLog) Write(p []byte) (int, error) {
+	line := strings.TrimSpace(string(p))
+	var attrs []any
+	if strings.Contains(line, "TLS handshake error") {
+		if !s.handshake.Allow() {
+			s.dropped.Add(1)
+			return len(p), nil
+		}
+		if n := s.dropped.Swap(0); n > 0 {
+			attrs = append(attrs, "suppressed", n)
+		}
+	}
+	s.log.Warn(line, attrs...)
+	return len(p), nil
+}
+
 // Daemon is a running server.
 type Daemon struct {
 	cfg       Config
@@ -493,7 +527,7 @@ func (d *Daemon) serve(ctx context.Context, m queue.Queues, tasks store.TaskStor
 	if tlsCfg != nil {
 		d.listener = tls.NewListener(d.listener, tlsCfg)
 	}
-	d.server = &http.Server{Handler: h, ReadHeaderTimeout: 10 * time.Second, IdleTimeout: 2 * time.Minute, ErrorLog: slog.NewLogLogger(cfg.Log.Handler(), slog.LevelWarn)}
+	d.server = &http.Server{Handler: h, ReadHeaderTimeout: 10 * time.Second, IdleTimeout: 2 * time.Minute, ErrorLog: log.New(newServerLog(cfg.Log), "", 0)}
 	go func() { d.served <- d.server.Serve(d.listener) }()
 	if cfg.DebugListen != "" {
 		if err := d.serveDebug(cfg.DebugListen); err != nil {

@@ -262,3 +262,33 @@ func TestClientIDPerKey(t *testing.T) {
 		}
 	})
 }
+
+// TestAuditAndRefusals (issue 24, 6): storage/items.import, queues.create,
+// queues.update and queue.reload are audited with the key's name; a
+// refused request (401, 403) is logged at WARN with the key's id, never
+// its secret, and those lines are rate-limited (anyone can send refused
+// requests). Before, none of these were logged.
+func TestAuditAndRefusals(t *testing.T) {
+	s, _ := startAuth(t, backends(t)[0])
+	s.createQueue(&pb.QueueInfo{QueueName: "aq"})
+	require.NoError(t, s.C.QueuesUpdate(ctx, &pb.QueueInfo{QueueName: "aq", MaxAttempts: 3}))
+	_, err := s.C.StorageItemsImport(ctx, &pb.StorageItemsImportRequest{QueueName: "aq", Items: []*pb.StorageItem{{Payload: []byte("x")}}})
+	require.NoError(t, err)
+	require.NoError(t, s.C.QueueReload(ctx, &pb.QueueReloadRequest{QueueName: "aq"}))
+	for _, call := range []string{"queues.create", "queues.update", "storage/items.import", "queue.reload"} {
+		require.Contains(t, s.Logs.String(), `msg="audit: `+call+`" path=/v1/`+call+` key=bootstrap-admin queue=aq`)
+	}
+
+	reader := s.newKey("reader", []string{"read"})
+	id := strings.Split(reader, "_")[1]
+	for range 50 {
+		err = s.client(reader).QueueProduce(ctx, &pb.QueueProduceRequest{QueueName: "aq", RequestTimeout: "1s",
+			Items: []*pb.QueueProduceItem{{Bytes: []byte("x")}}})
+		requireCode(t, err, styx.CodeForbidden)
+	}
+	logs := s.Logs.String()
+	require.Contains(t, logs, `msg="request refused" path=/v1/queue.produce code=403`)
+	require.Contains(t, logs, "key_id="+id)
+	require.NotContains(t, logs, reader, "the secret is never logged")
+	require.LessOrEqual(t, strings.Count(logs, `msg="request refused"`), 20, "rate-limited")
+}

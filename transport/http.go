@@ -22,11 +22,13 @@ import (
 	"strconv"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	duh "github.com/duh-rpc/duh-go"
 	v1 "github.com/duh-rpc/duh-go/proto/v1"
 	"github.com/prometheus/client_golang/prometheus/promhttp"
+	"golang.org/x/time/rate"
 	"google.golang.org/protobuf/encoding/protojson"
 	"google.golang.org/protobuf/proto"
 
@@ -94,6 +96,10 @@ type Handler struct {
 	// of each key name (watchKey), ended when the key is deleted here.
 	watchMu  sync.Mutex
 	watching map[string]map[*context.CancelCauseFunc]struct{}
+	// refusals rate-limits the log lines of refused requests (logRefused);
+	// refusalsDropped counts those left out.
+	refusals        *rate.Limiter
+	refusalsDropped atomic.Int64
 }
 
 // errKeyRevoked ends the waiting requests of a key deleted while they wait
@@ -168,7 +174,7 @@ func NewHandler(cfg Config) *Handler {
 	if cfg.BodyReadTimeout == 0 {
 		cfg.BodyReadTimeout = DefaultBodyReadTimeout
 	}
-	h := &Handler{cfg: cfg}
+	h := &Handler{refusals: rate.NewLimiter(rate.Every(time.Second), 10), cfg: cfg}
 	s := cfg.Service
 	h.routes = map[string]http.HandlerFunc{
 		"/v1/queue.produce":          noReply(h, func() *pb.QueueProduceRequest { return &pb.QueueProduceRequest{} }, s.QueueProduce, func() proto.Message { return &pb.QueueProduceResponse{Code: duh.CodeOK, CodeText: okText} }),
@@ -512,7 +518,31 @@ func (h *Handler) fail(w http.ResponseWriter, r *http.Request, err error) {
 	if code == http.StatusUnauthorized {
 		w.Header().Set("WWW-Authenticate", `Bearer realm="styx"`)
 	}
+	if code == http.StatusUnauthorized || code == http.StatusForbidden {
+		h.logRefused(r, code, msg)
+	}
 	h.reply(w, r, code, &v1.Reply{Code: int32(code), CodeText: duh.CodeText(code), Message: msg})
+}
+
+// logRefused logs a request refused 401 or 403 at WARN, with the key's id
+// (never its secret) and the client's address: at most 10 lines at once and
+// one a second after, the lines left out counted in the next (anyone can
+// send refused requests).
+func (h *Handler) logRefused(r *http.Request, code int, msg string) {
+	if !h.refusals.Allow() {
+		h.refusalsDropped.Add(1)
+		return
+	}
+	attrs := []any{"path", r.URL.Path, "code", code, "remote", r.RemoteAddr, "reason", msg}
+	if token, err := auth.ParseAuthorization(r.Header.Get("Authorization")); err == nil {
+		if id, ok := auth.KeyID(token); ok {
+			attrs = append(attrs, "key_id", id)
+		}
+	}
+	if n := h.refusalsDropped.Swap(0); n > 0 {
+		attrs = append(attrs, "suppressed", n)
+	}
+	h.cfg.Log.Warn("request refused", attrs...)
 }
 
 // authenticate returns the request's principal, nil when auth is off, or an
@@ -560,6 +590,8 @@ func queuesOf(req proto.Message) []string {
 var audited = map[string]bool{
 	"/v1/queues.delete": true, "/v1/queue.clear": true, "/v1/dead.delete": true, "/v1/dead.redrive": true,
 	"/v1/redrives.cancel": true, "/v1/storage/items.delete": true,
+	// Issue 24: the calls that make queues or set items as they please.
+	"/v1/storage/items.import": true, "/v1/queues.create": true, "/v1/queues.update": true, "/v1/queue.reload": true,
 }
 
 // audit logs a successful audited call: path, key name, queue, and what it
@@ -571,6 +603,9 @@ func (h *Handler) audit(r *http.Request, req, resp proto.Message) {
 	attrs := []any{"path", r.URL.Path, "key", auth.KeyName(r.Context())}
 	if q := queuesOf(req); len(q) > 0 && q[0] != "" {
 		attrs = append(attrs, "queue", q[0])
+	}
+	if m, ok := req.(*pb.StorageItemsImportRequest); ok {
+		attrs = append(attrs, "items", len(m.Items))
 	}
 	switch m := resp.(type) {
 	case *pb.DeadDeleteResponse:
