@@ -84,12 +84,19 @@ func (s *server) raw(method, path, ct, authz string, body []byte) (int, string, 
 	if authz != "" {
 		req.Header.Set("Authorization", authz)
 	}
+	resp, b := s.do(req)
+	return resp.StatusCode, resp.Header.Get("Content-Type"), b
+}
+
+// do sends req and returns the response, its body read.
+func (s *server) do(req *http.Request) (*http.Response, []byte) {
+	s.t.Helper()
 	resp, err := http.DefaultClient.Do(req)
 	require.NoError(s.t, err)
 	defer resp.Body.Close()
 	b, err := io.ReadAll(resp.Body)
 	require.NoError(s.t, err)
-	return resp.StatusCode, resp.Header.Get("Content-Type"), b
+	return resp, b
 }
 
 // metricsErr scrapes /metrics with key and returns nil on 200, else an

@@ -2,7 +2,6 @@ package service_test
 
 import (
 	"fmt"
-	"io"
 	"log/slog"
 	"net/http"
 	"os"
@@ -160,11 +159,7 @@ func (s *server) post(path, host, origin, body string) (int, string) {
 	if origin != "" {
 		req.Header.Set("Origin", origin)
 	}
-	resp, err := http.DefaultClient.Do(req)
-	require.NoError(s.t, err)
-	defer resp.Body.Close()
-	b, err := io.ReadAll(resp.Body)
-	require.NoError(s.t, err)
+	resp, b := s.do(req)
 	return resp.StatusCode, string(b)
 }
 
