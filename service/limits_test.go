@@ -49,7 +49,7 @@ func TestBodyReadTimeout(t *testing.T) {
 			c, err := net.Dial("tcp", s.d.Addr())
 			require.NoError(t, err)
 			defer c.Close()
-			_, err = io.WriteString(c, "POST /v1/queue.produce HTTP/1.1\r\nHost: styx\r\nContent-Type: application/protobuf\r\n"+
+			_, err = io.WriteString(c, "POST /v1/queue.produce HTTP/1.1\r\nHost: 127.0.0.1\r\nContent-Type: application/protobuf\r\n"+
 				"Content-Length: 67108864\r\n\r\n"+strings.Repeat("\x1a\x00", 100))
 			require.NoError(t, err)
 			cs = append(cs, c)
