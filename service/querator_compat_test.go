@@ -1,7 +1,9 @@
 package service_test
 
 import (
+	"encoding/json"
 	"fmt"
+	"net/http"
 	"strings"
 	"testing"
 	"time"
@@ -447,5 +449,31 @@ func TestQueratorEmptyRequests(t *testing.T) {
 			require.NoError(t, s.C.QueueProduce(ctx, &pb.QueueProduceRequest{QueueName: "e", RequestTimeout: "5m", Items: []*pb.QueueProduceItem{{}, {}}}))
 			assert.Len(t, s.items("e"), 2)
 		})
+	})
+}
+
+// TestQueratorDuplicateClientID (issue 25, 2): a second waiting lease of one
+// client_id is refused 400 with Querator's message, word for word, in JSON
+// as Querator's client sends it and in protobuf.
+func TestQueratorDuplicateClientID(t *testing.T) {
+	forEachBackend(t, func(t *testing.T, b backend) {
+		s := start(t, b)
+		s.createQueue(&pb.QueueInfo{QueueName: "dq"})
+		go func() {
+			_, _ = s.C.QueueLease(ctx, &pb.QueueLeaseRequest{QueueName: "dq", BatchSize: 1, ClientId: "dup", RequestTimeout: "3s"})
+		}()
+		waitStat(t, s, "dq", func(st *pb.QueueLogicalStats) bool { return st.LeaseWaiting == 1 })
+		const msg = "duplicate client id; a client cannot make multiple leased requests to the same queue"
+		code, _, body := s.raw(http.MethodPost, "/v1/queue.lease", "application/json", "",
+			[]byte(`{"queue_name":"dq","batch_size":1,"client_id":"dup","request_timeout":"1s"}`))
+		require.Equal(t, http.StatusBadRequest, code, string(body))
+		var reply struct{ Message string }
+		require.NoError(t, json.Unmarshal(body, &reply))
+		require.Equal(t, msg, reply.Message)
+		_, err := s.C.QueueLease(ctx, &pb.QueueLeaseRequest{QueueName: "dq", BatchSize: 1, ClientId: "dup", RequestTimeout: "1s"})
+		requireCode(t, err, styx.CodeBadRequest)
+		var e *styx.Error
+		require.ErrorAs(t, err, &e)
+		require.Equal(t, msg, e.Message)
 	})
 }

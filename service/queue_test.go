@@ -139,7 +139,7 @@ func TestProduceLeaseComplete(t *testing.T) {
 			}()
 			waitStat(t, s, "dup", func(st *pb.QueueLogicalStats) bool { return st.LeaseWaiting == 1 })
 			_, err := s.C.QueueLease(ctx, &pb.QueueLeaseRequest{QueueName: "dup", BatchSize: 1, ClientId: "same", RequestTimeout: "1s"})
-			requireCode(t, err, styx.CodeBadRequest, "client_id", "same")
+			requireCode(t, err, styx.CodeBadRequest, "duplicate client id; a client cannot make multiple leased requests to the same queue")
 			s.produce("dup", "x")
 			<-done
 		})

@@ -240,7 +240,7 @@ func TestClientIDPerKey(t *testing.T) {
 		}()
 		waitStat(t, s, "cq", func(st *pb.QueueLogicalStats) bool { return st.LeaseWaiting == 1 })
 		_, err := squatter.QueueLease(ctx, &pb.QueueLeaseRequest{QueueName: "cq", BatchSize: 1, ClientId: "billing-worker-1", RequestTimeout: "1s"})
-		requireCode(t, err, styx.CodeBadRequest, "duplicate client_id")
+		requireCode(t, err, styx.CodeBadRequest, "duplicate client id")
 		got := make(chan error, 1)
 		go func() {
 			_, err := worker.QueueLease(ctx, &pb.QueueLeaseRequest{QueueName: "cq", BatchSize: 1, ClientId: "billing-worker-1", RequestTimeout: "10s"})

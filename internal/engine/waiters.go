@@ -6,6 +6,10 @@ import (
 	"github.com/styxq/styx/internal/apierr"
 )
 
+// errDuplicateClient refuses a second waiting lease of one client_id (and
+// key): Querator's answer, 400 with its message.
+var errDuplicateClient = apierr.Invalidf("duplicate client id; a client cannot make multiple leased requests to the same queue")
+
 // Waiters are a loop's waiting leases, oldest first. Owned by the loop
 // goroutine, except Len.
 type Waiters struct {
@@ -28,7 +32,8 @@ func (ws *Waiters) Joined() uint64 { return ws.joined }
 func (ws *Waiters) add(r *Request, now int64) error {
 	for _, w := range ws.list {
 		if w.Lease.ClientID == r.Lease.ClientID && w.Lease.Owner == r.Lease.Owner && w.Ctx.Err() == nil {
-			return apierr.Invalidf("duplicate client_id; '%s' already has a lease waiting on queue '%s'", r.Lease.ClientID, ws.queue)
+			// Querator's message, word for word (issue 25).
+			return errDuplicateClient
 		}
 	}
 	r.Deadline = now + int64(r.Lease.Timeout)

@@ -45,7 +45,7 @@ func TestWaitersRefuseDuplicateClient(t *testing.T) {
 	ws := &Waiters{queue: "q"}
 	waiter(t, ws, "a", 1)
 	r := &Request{Ctx: context.Background(), Lease: &LeaseWait{ClientID: "a", BatchSize: 1}, done: make(chan Result, 1)}
-	assert.ErrorContains(t, ws.add(r, 0), "duplicate client_id; 'a'")
+	assert.ErrorContains(t, ws.add(r, 0), "duplicate client id; a client cannot make multiple leased requests to the same queue")
 	ws.expire(2e9) // past the request timeout
 	assert.Zero(t, ws.Len())
 }

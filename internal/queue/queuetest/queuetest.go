@@ -366,7 +366,7 @@ var rows = []row{
 		ae, ok := apierr.As(err)
 		require.True(e.t, ok, "duplicate client_id: %v", err)
 		require.Equal(e.t, apierr.Invalid, ae.Code)
-		require.Contains(e.t, ae.Message, "duplicate client_id")
+		require.Equal(e.t, "duplicate client id; a client cannot make multiple leased requests to the same queue", ae.Message)
 		e.produce(q, "a")
 		res, err := wait()
 		require.NoError(e.t, err)
