@@ -399,10 +399,10 @@ func (q *Queue) Stats(ctx context.Context) (queue.Stats, error) {
 }
 
 // List implements queue.Queue: a committed snapshot, straight from the
-// database.
+// database, scheduled items left out.
 func (q *Queue) List(ctx context.Context, partition int32, after uint64, limit int) ([]store.Item, error) {
 	items, err := collectItems(q.m.st.pool.Query(ctx, `SELECT `+itemColumns+` FROM styx_items
-		WHERE queue_id=$1 AND partition=$2 AND id>$3 ORDER BY id LIMIT $4`, int64(q.id), partition, int64(after), limit))
+		WHERE queue_id=$1 AND partition=$2 AND state<>2 AND id>$3 ORDER BY id LIMIT $4`, int64(q.id), partition, int64(after), limit))
 	return items, q.readErr(err)
 }
 

@@ -152,8 +152,12 @@
   const enc = encodeURIComponent;
   const plural = (n, one, many) => `${fmt(n)} ${num(n) === 1 ? one : many}`;
 
+  // unset: an omitted time, or Go's zero time, which the server sends for
+  // Querator's time fields that are not set.
+  function unset(ts) { return !ts || ts.startsWith('0001-01-01T'); }
+
   function ago(ts) {
-    if (!ts) return '–';
+    if (unset(ts)) return '–';
     let s = Math.max(0, (Date.now() - Date.parse(ts)) / 1000);
     const units = [['d', 86400], ['h', 3600], ['m', 60], ['s', 1]];
     for (const [u, n] of units) {
@@ -163,7 +167,7 @@
   }
 
   function when(ts) {
-    if (!ts) return '–';
+    if (unset(ts)) return '–';
     return h('time', { datetime: ts, title: ts }, new Date(ts).toISOString().replace('T', ' ').replace(/\.\d+Z$/, 'Z') + ' (' + ago(ts) + ')');
   }
 
