@@ -8,9 +8,11 @@ test: ## run every test with the race detector (the CI command)
 faults: ## the fault-injection suites over many seeds (STYX_FAULT_SEEDS=300; about 2 minutes): power loss, write and sync errors, a full disk, loop panics, PostgreSQL faults (with STYX_TEST_POSTGRES_URL); a failure names its seed
 	STYX_FAULT_SEEDS=$${STYX_FAULT_SEEDS:-300} go test -race -count=1 -timeout 60m -run 'TestCrashRecovery|TestWriteFaults|TestDiskFullStaysUpAndHeals|TestPanicNeverAcknowledged|TestPostgres' ./service/
 	go test -race -count=1 -run 'Fault|Watermark|Panic|Died' ./internal/store/pebble/ ./internal/engine/
-lint: ## gofmt and go vet
+lint: ## gofmt, go vet and staticcheck (installed at v0.8.2 when missing)
 	test -z "$$(gofmt -l $$(git ls-files '*.go' | grep -v '\.pb\.go$$'))"
 	go vet ./...
+	command -v staticcheck >/dev/null || test -x "$$(go env GOPATH)/bin/staticcheck" || go install honnef.co/go/tools/cmd/staticcheck@v0.8.2
+	"$$(command -v staticcheck || echo "$$(go env GOPATH)/bin/staticcheck")" ./...
 proto: ## regenerate styxpb from proto/ (needs protoc and protoc-gen-go)
 	protoc -I proto --go_out=. --go_opt=module=github.com/styxq/styx proto/styx/v1/styx.proto
 bench: ## end-to-end benchmark of a local server with styx-bench; writes bench/report.md (BENCH_DURATION=10s)

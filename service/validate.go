@@ -14,7 +14,7 @@ import (
 	"github.com/styxq/styx/internal/store"
 )
 
-// Limits of the wire contract (../shared/docs/wire-contract.md) and of Styx.
+// Limits of the wire contract (docs/wire-contract.md) and of Styx.
 const (
 	// MaxBatch is the most items (or ids) one produce, lease, complete,
 	// retry, import or delete may carry.

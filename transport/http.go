@@ -1,5 +1,5 @@
 // Package transport serves the API over HTTP with DUH-RPC framing
-// (../shared/docs/wire-contract.md): POST /v1/<resource>.<verb> with JSON or
+// (docs/wire-contract.md): POST /v1/<resource>.<verb> with JSON or
 // protobuf bodies, errors as duh.v1.Reply with the HTTP status equal to the
 // code, plus GET /health and GET /metrics. It holds the one table that maps
 // errors onto status codes (status).

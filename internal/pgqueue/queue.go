@@ -51,11 +51,6 @@ type Queue struct {
 	// joined is the count of leases that had joined the waiters when the
 	// loop last looked: a new one makes the iteration serve.
 	joined uint64
-	// produceNext and leaseNext are the tie-break cursors of the partition
-	// choice (engine/distribution.go): the partition after the one chosen
-	// last by this node.
-	produceNext int
-	leaseNext   int
 	// deadNext is the tie-break cursor of this queue's dead-letter moves
 	// (deadPartitions): the dead-letter queue partition after the one the
 	// last dead item of this queue went to on this node. It is this
