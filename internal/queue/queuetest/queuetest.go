@@ -695,6 +695,29 @@ var rows = []row{
 		_, x := e.leaseOne(q, "later")
 		require.Equal(e.t, int32(1), x.Attempts)
 	}},
+	{"EnqueueAtWithinResolutionIsReady", func(e *env) {
+		// queue.ScheduleResolution (100ms, Querator's): an enqueue_at less
+		// than that ahead enqueues at once, with no enqueue_at; List leaves
+		// out the scheduled item, which Scheduled lists.
+		q := e.create("q", nil)
+		require.NoError(e.t, q.Produce(e.ctx, []queue.ProduceItem{
+			{Payload: []byte("past"), EnqueueAt: Start.Add(-time.Hour)},
+			{Payload: []byte("soon"), EnqueueAt: Start.Add(queue.ScheduleResolution - time.Nanosecond)},
+			{Payload: []byte("later"), EnqueueAt: Start.Add(queue.ScheduleResolution)},
+		}))
+		c, _ := e.counts(q)
+		require.Equal(e.t, counts{total: 3, ready: 2, scheduled: 1}, c)
+		listed, err := q.List(e.ctx, 0, 0, 10)
+		require.NoError(e.t, err)
+		require.Len(e.t, listed, 2)
+		for _, it := range listed {
+			require.True(e.t, it.Meta.EnqueueAt.IsZero(), "%s: enqueue_at %v", it.Body.Payload, it.Meta.EnqueueAt)
+		}
+		sched, err := q.Scheduled(e.ctx, 0, 0, 10)
+		require.NoError(e.t, err)
+		require.Len(e.t, sched, 1)
+		require.Equal(e.t, "later", string(sched[0].Body.Payload))
+	}},
 	{"RenewExtendsLease", func(e *env) {
 		q := e.create("q", nil)
 		e.produce(q, "a")
