@@ -93,6 +93,11 @@ type QueueInfo struct {
 	Partitions int32
 	CreatedAt  time.Time
 	UpdatedAt  time.Time
+	// Attributes is opaque text kept with the queue's definition for an API
+	// other than /v1: the SQS API keeps the queue attributes Styx has no
+	// field for there (DelaySeconds, ReceiveMessageWaitTimeSeconds, tags…;
+	// ADR 0016). Empty for none. Stores keep it as given.
+	Attributes string
 }
 
 // ItemMeta is the part of an item the logical queue keeps in memory. It is
@@ -145,6 +150,10 @@ type ItemBody struct {
 	Kind      string
 	Encoding  string
 	Payload   []byte
+	// Attributes is an opaque blob kept with the item and carried unchanged
+	// by every move (requeue, dead-letter move, redrive); see
+	// queue.ProduceItem.Attributes and ADR 0016. Nil when the item has none.
+	Attributes []byte
 	// Dead-letter metadata; zero outside a dead-letter queue.
 	SourceQueue  string
 	SourceID     string
