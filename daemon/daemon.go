@@ -35,6 +35,7 @@ import (
 	"github.com/styxq/styx/internal/store/pebble"
 	"github.com/styxq/styx/metrics"
 	"github.com/styxq/styx/service"
+	"github.com/styxq/styx/sqs"
 	"github.com/styxq/styx/transport"
 	"github.com/styxq/styx/web"
 )
@@ -153,6 +154,16 @@ type Config struct {
 	// not close it. Tests use it to share a store across restarts and to
 	// inject faults.
 	Store store.Store
+	// SQSRegion and SQSAccountID are the region and account id of the
+	// Amazon SQS API's queue ARNs and URLs (package sqs). Empty:
+	// sqs.DefaultRegion ("us-east-1") and sqs.DefaultAccountID
+	// ("000000000000").
+	SQSRegion    string
+	SQSAccountID string
+	// DisableSQS turns the Amazon SQS API off: requests with an
+	// "X-Amz-Target: AmazonSQS.*" header are then answered as any unknown
+	// call. Defaults to false (served on the API's port).
+	DisableSQS bool
 }
 
 // SetDefaults fills the zero fields.
@@ -505,7 +516,13 @@ func (d *Daemon) serve(ctx context.Context, m queue.Queues, tasks store.TaskStor
 	if ui == nil {
 		ui = web.Handler()
 	}
+	var sqsHandler *sqs.Handler
+	if !cfg.DisableSQS {
+		sqsHandler = sqs.New(sqs.Config{Queues: m, Redrives: d.redrives, Clock: cfg.Clock, Log: cfg.Log, Region: cfg.SQSRegion,
+			AccountID: cfg.SQSAccountID, MaxRequestBytes: cfg.MaxRequestBytes, Auth: cfg.Auth, Keys: keys})
+	}
 	h := transport.NewHandler(transport.Config{
+		SQS:     sqsHandler,
 		Service: service.New(m, d.redrives, cfg.Clock), Metrics: d.Metrics, Log: cfg.Log, MaxRequestBytes: cfg.MaxRequestBytes,
 		BodyReadTimeout: cfg.BodyReadTimeout, Keys: keys, Auth: cfg.Auth, UI: ui, AllowedHosts: cfg.AllowedHosts,
 		Health: func() string {

@@ -36,6 +36,7 @@ import (
 	"github.com/styxq/styx/internal/auth"
 	"github.com/styxq/styx/metrics"
 	"github.com/styxq/styx/service"
+	"github.com/styxq/styx/sqs"
 	pb "github.com/styxq/styx/styxpb"
 )
 
@@ -86,6 +87,13 @@ type Config struct {
 	// GET /health then answers {"status":"degraded: <why>"} (still 200:
 	// the server is up and serves reads). Nil: always "ok".
 	Health func() string
+	// SQS, when set, serves the Amazon SQS JSON protocol: a POST carrying
+	// "X-Amz-Target: AmazonSQS.<Action>" (any path) goes to it, after the
+	// Host check of a server without Auth and under the same body-read
+	// deadline; it authenticates its requests itself (SigV4). Requests are
+	// counted under the path "/sqs/<Action>". Nil: such requests are
+	// answered as any other path.
+	SQS *sqs.Handler
 }
 
 // Handler is the server's http.Handler.
@@ -228,6 +236,11 @@ func NewHandler(cfg Config) *Handler {
 	}
 	if cfg.Metrics != nil {
 		cfg.Metrics.InitPaths(slices.Sorted(maps.Keys(h.routes)))
+		if cfg.SQS != nil {
+			for _, a := range cfg.SQS.Actions() {
+				cfg.Metrics.InitPaths([]string{"/sqs/" + a})
+			}
+		}
 	}
 	return h
 }
@@ -298,6 +311,10 @@ func (h *Handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 			return
 		}
 	}
+	if h.cfg.SQS != nil && sqs.Is(r) {
+		h.serveSQS(w, r)
+		return
+	}
 	switch r.URL.Path {
 	case "/health":
 		if r.Method != http.MethodGet {
@@ -360,6 +377,21 @@ func (h *Handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	}
 	h.cfg.Metrics.Requests.WithLabelValues(r.URL.Path, strconv.Itoa(sw.code)).Inc()
 	h.cfg.Metrics.RequestSeconds.WithLabelValues(r.URL.Path).Observe(time.Since(start).Seconds())
+}
+
+// serveSQS hands an SQS request to the SQS handler under the body-read
+// deadline (the handler lifts it once the body has arrived) and counts it.
+func (h *Handler) serveSQS(w http.ResponseWriter, r *http.Request) {
+	start := time.Now()
+	sw := &statusWriter{ResponseWriter: w, code: http.StatusOK}
+	_ = http.NewResponseController(sw).SetReadDeadline(start.Add(h.cfg.BodyReadTimeout))
+	h.cfg.SQS.ServeHTTP(sw, r)
+	path := "/sqs/" + sqs.Action(r)
+	if !h.cfg.SQS.Known(sqs.Action(r)) {
+		path = "/sqs/unknown"
+	}
+	h.cfg.Metrics.Requests.WithLabelValues(path, strconv.Itoa(sw.code)).Inc()
+	h.cfg.Metrics.RequestSeconds.WithLabelValues(path).Observe(time.Since(start).Seconds())
 }
 
 // rpc adapts a service call that answers a message.

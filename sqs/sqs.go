@@ -1,0 +1,284 @@
+// Package sqs serves the Amazon SQS API over Styx's queues: the AWS JSON 1.0
+// protocol (POST / with "X-Amz-Target: AmazonSQS.<Action>" and an
+// application/x-amz-json-1.0 body), on the same port and the same queues as
+// /v1. Every SQS action maps onto the queue layer (queue.Queues): a receive
+// is a lease, a delete a complete, a visibility change a renew; a message's
+// MessageId, SentTimestamp and attributes live in the item's opaque
+// attributes blob, which every move carries (ADR 0016; docs/sqs.md has the
+// whole mapping).
+//
+// Errors are answered as SQS answers them: a JSON body
+// {"__type":"com.amazonaws.sqs#<Name>","message":…}, the HTTP status SQS
+// uses, and the x-amzn-query-error header ("<legacy code>;Sender") from
+// which the SDKs take their error codes. A client mistake is a 400 (404 for
+// an invalid receipt handle, as SQS) and never a 500.
+package sqs
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"maps"
+	"net/http"
+	"net/url"
+	"slices"
+	"strings"
+	"time"
+
+	"github.com/styxq/styx/internal/auth"
+	"github.com/styxq/styx/internal/clock"
+	"github.com/styxq/styx/internal/queue"
+	"github.com/styxq/styx/internal/redrive"
+	"github.com/styxq/styx/internal/store"
+)
+
+// Defaults of Config.
+const (
+	// DefaultRegion is the region named in queue ARNs.
+	DefaultRegion = "us-east-1"
+	// DefaultAccountID is the account id in queue URLs and ARNs; the SQS
+	// emulators use the same one.
+	DefaultAccountID = "000000000000"
+)
+
+// TargetPrefix starts the X-Amz-Target header of every SQS JSON request.
+const TargetPrefix = "AmazonSQS."
+
+// Config configures a Handler.
+type Config struct {
+	// Queues are the server's queues (the same ones /v1 serves).
+	Queues queue.Queues
+	// Redrives runs message move tasks (StartMessageMoveTask); nil leaves
+	// the move-task actions answering UnsupportedOperation.
+	Redrives *redrive.Runner
+	// Clock is the time source; nil means clock.Real.
+	Clock clock.Clock
+	Log   *slog.Logger
+	// Region names the region in queue ARNs. Empty: DefaultRegion.
+	Region string
+	// AccountID is the account id in queue URLs and ARNs. Empty:
+	// DefaultAccountID.
+	AccountID string
+	// MaxRequestBytes bounds a request body, in bytes (the transport's
+	// limit); 0 means 64 MiB.
+	MaxRequestBytes int64
+	// Auth makes every request carry a valid AWS Signature Version 4 made
+	// with a Styx API key (access key id = the key's id); its scopes and
+	// queue patterns apply per action as on /v1. Requires Keys. False: any
+	// signature, or none, is accepted (as SQS emulators do).
+	Auth bool
+	Keys *auth.Keys
+}
+
+// Handler serves the SQS JSON protocol. Its methods may be called
+// concurrently; it holds no mutable state.
+type Handler struct {
+	cfg     Config
+	actions map[string]action
+}
+
+// action runs one SQS action on a decoded request body and returns the
+// reply to encode as JSON (nil: "{}").
+type action func(ctx context.Context, r *request) (any, error)
+
+// request is one SQS call being served.
+type request struct {
+	http *http.Request
+	body []byte
+}
+
+// New returns a Handler.
+func New(cfg Config) *Handler {
+	if cfg.Clock == nil {
+		cfg.Clock = clock.Real{}
+	}
+	if cfg.Log == nil {
+		cfg.Log = slog.New(slog.NewTextHandler(io.Discard, nil))
+	}
+	if cfg.Region == "" {
+		cfg.Region = DefaultRegion
+	}
+	if cfg.AccountID == "" {
+		cfg.AccountID = DefaultAccountID
+	}
+	if cfg.MaxRequestBytes == 0 {
+		cfg.MaxRequestBytes = 64 << 20
+	}
+	h := &Handler{cfg: cfg}
+	h.actions = map[string]action{
+		"CreateQueue":                  h.createQueue,
+		"GetQueueUrl":                  h.getQueueURL,
+		"ListQueues":                   h.listQueues,
+		"DeleteQueue":                  h.deleteQueue,
+		"GetQueueAttributes":           h.getQueueAttributes,
+		"SetQueueAttributes":           h.setQueueAttributes,
+		"PurgeQueue":                   h.purgeQueue,
+		"SendMessage":                  h.sendMessage,
+		"SendMessageBatch":             h.sendMessageBatch,
+		"ReceiveMessage":               h.receiveMessage,
+		"DeleteMessage":                h.deleteMessage,
+		"DeleteMessageBatch":           h.deleteMessageBatch,
+		"ChangeMessageVisibility":      h.changeMessageVisibility,
+		"ChangeMessageVisibilityBatch": h.changeMessageVisibilityBatch,
+		"AddPermission":                notSupported("AddPermission", "Styx has no SQS permission policies; use Styx API keys with scopes and queue patterns (--auth)"),
+		"RemovePermission":             notSupported("RemovePermission", "Styx has no SQS permission policies; use Styx API keys with scopes and queue patterns (--auth)"),
+	}
+	return h
+}
+
+// Actions returns the names of the actions the handler serves, sorted.
+func (h *Handler) Actions() []string { return slices.Sorted(maps.Keys(h.actions)) }
+
+// Known reports whether the handler serves action.
+func (h *Handler) Known(action string) bool { _, ok := h.actions[action]; return ok }
+
+// Is reports whether r is an SQS JSON request: POST with an X-Amz-Target
+// header naming the AmazonSQS service.
+func Is(r *http.Request) bool {
+	return r.Method == http.MethodPost && strings.HasPrefix(r.Header.Get("X-Amz-Target"), TargetPrefix)
+}
+
+// Action returns the SQS action r names ("" when none).
+func Action(r *http.Request) string {
+	return strings.TrimPrefix(r.Header.Get("X-Amz-Target"), TargetPrefix)
+}
+
+// ServeHTTP serves one SQS JSON request.
+func (h *Handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
+	name := Action(r)
+	act, ok := h.actions[name]
+	if !ok {
+		h.fail(w, r, &Error{Type: "InvalidAction", Query: "InvalidAction", Status: http.StatusBadRequest,
+			Message: fmt.Sprintf("The action %s is not valid for this endpoint.", name)})
+		return
+	}
+	if h.cfg.Auth {
+		// SigV4 verification is not implemented yet: fail closed.
+		h.fail(w, r, &Error{Type: "InvalidClientTokenId", Status: http.StatusForbidden,
+			Message: "this Styx server runs with --auth, and the SQS API's SigV4 authentication is not available yet; use the /v1 API"})
+		return
+	}
+	body, err := io.ReadAll(http.MaxBytesReader(w, r.Body, h.cfg.MaxRequestBytes))
+	if err != nil {
+		var tooBig *http.MaxBytesError
+		if errors.As(err, &tooBig) {
+			h.fail(w, r, invalidParameter("the request body is larger than the server's limit of %d bytes", h.cfg.MaxRequestBytes))
+			return
+		}
+		h.fail(w, r, invalidParameter("the request body could not be read: %v", err))
+		return
+	}
+	// The body has arrived: a long poll may now wait past the transport's
+	// body-read deadline.
+	_ = http.NewResponseController(w).SetReadDeadline(time.Time{})
+	out, err := act(r.Context(), &request{http: r, body: body})
+	if err != nil {
+		h.fail(w, r, err)
+		return
+	}
+	if out == nil {
+		out = struct{}{}
+	}
+	b, err := json.Marshal(out)
+	if err != nil {
+		h.fail(w, r, err)
+		return
+	}
+	w.Header().Set("Content-Type", "application/x-amz-json-1.0")
+	_, _ = w.Write(b)
+}
+
+// decode unmarshals the request body into v: an empty body is {}.
+func (r *request) decode(v any) error {
+	if len(strings.TrimSpace(string(r.body))) == 0 {
+		return nil
+	}
+	if err := json.Unmarshal(r.body, v); err != nil {
+		var te *json.UnmarshalTypeError
+		if errors.As(err, &te) {
+			return &Error{Type: "SerializationException", Status: http.StatusBadRequest,
+				Message: fmt.Sprintf("the field %s must be a %s, not a JSON %s", te.Field, te.Type, te.Value)}
+		}
+		return &Error{Type: "SerializationException", Status: http.StatusBadRequest,
+			Message: "the request body is not valid JSON: " + err.Error()}
+	}
+	return nil
+}
+
+// queueURL is the URL of queue name as a client of r reaches it:
+// <scheme>://<host>/<account id>/<name>.
+func (h *Handler) queueURL(r *http.Request, name string) string {
+	scheme := "http"
+	if r.TLS != nil {
+		scheme = "https"
+	}
+	return scheme + "://" + r.Host + "/" + h.cfg.AccountID + "/" + url.PathEscape(name)
+}
+
+// arn is the ARN of queue name.
+func (h *Handler) arn(name string) string {
+	return "arn:aws:sqs:" + h.cfg.Region + ":" + h.cfg.AccountID + ":" + name
+}
+
+// nameFromARN returns the queue name of an SQS queue ARN of this server.
+func (h *Handler) nameFromARN(field, arn string) (string, error) {
+	parts := strings.Split(arn, ":")
+	if len(parts) != 6 || parts[0] != "arn" || parts[2] != "sqs" || parts[5] == "" {
+		return "", invalidParameter("Value %s for parameter %s is invalid. Reason: it is not an SQS queue ARN (arn:aws:sqs:<region>:<account id>:<queue name>).", arn, field)
+	}
+	return parts[5], nil
+}
+
+// queueName returns the queue name a QueueUrl names: its last path segment
+// (any host and account id are accepted, as the SQS emulators do, so a URL
+// built for another endpoint still works).
+func queueName(queueURL string) (string, error) {
+	if queueURL == "" {
+		return "", missingParameter("QueueUrl")
+	}
+	u, err := url.Parse(queueURL)
+	if err != nil {
+		return "", invalidAddress(queueURL)
+	}
+	p := strings.TrimSuffix(u.EscapedPath(), "/")
+	i := strings.LastIndexByte(p, '/')
+	name, err := url.PathUnescape(p[i+1:])
+	if err != nil || name == "" {
+		return "", invalidAddress(queueURL)
+	}
+	return name, nil
+}
+
+// lookup returns the queue a QueueUrl names and its definition, or
+// QueueDoesNotExist.
+func (h *Handler) lookup(ctx context.Context, queueURL string) (queue.Queue, store.QueueInfo, error) {
+	name, err := queueName(queueURL)
+	if err != nil {
+		return nil, store.QueueInfo{}, err
+	}
+	return h.lookupName(ctx, name)
+}
+
+func (h *Handler) lookupName(ctx context.Context, name string) (queue.Queue, store.QueueInfo, error) {
+	q, err := h.cfg.Queues.Get(name)
+	if err != nil {
+		return nil, store.QueueInfo{}, errNoQueue
+	}
+	info, err := h.cfg.Queues.Info(ctx, name)
+	if err != nil {
+		return nil, store.QueueInfo{}, err
+	}
+	return q, info, nil
+}
+
+func (h *Handler) now() time.Time { return h.cfg.Clock.Now() }
+
+func notSupported(action, why string) action {
+	return func(context.Context, *request) (any, error) {
+		return nil, &Error{Type: "UnsupportedOperation", Query: "AWS.SimpleQueueService.UnsupportedOperation", Status: http.StatusBadRequest,
+			Message: action + " is not supported by Styx: " + why + "."}
+	}
+}
