@@ -381,3 +381,123 @@ func TestSQSWireErrors(t *testing.T) {
 		}
 	})
 }
+
+// TestSQSDeadLetterFlow: RedrivePolicy is the queue's dead_queue and
+// max_attempts; a message received maxReceiveCount times (once by an
+// expired visibility timeout, once made visible with 0) goes to the
+// dead-letter queue, and a message move task brings it back with the same
+// MessageId, body, attributes and SentTimestamp.
+func TestSQSDeadLetterFlow(t *testing.T) {
+	forEachBackend(t, func(t *testing.T, b backend) {
+		s := start(t, b)
+		c := s.sqsClient("test", "test")
+		dlq, err := c.CreateQueue(ctx, &awssqs.CreateQueueInput{QueueName: aws.String("orders-dlq")})
+		require.NoError(t, err)
+		dlqArn := "arn:aws:sqs:us-east-1:000000000000:orders-dlq"
+		policy := `{"deadLetterTargetArn":"` + dlqArn + `","maxReceiveCount":"2"}`
+		src, err := c.CreateQueue(ctx, &awssqs.CreateQueueInput{QueueName: aws.String("orders"), Attributes: map[string]string{"RedrivePolicy": policy}})
+		require.NoError(t, err)
+		info, err := s.C.QueuesInfo(ctx, &pb.QueuesInfoRequest{QueueName: "orders"})
+		require.NoError(t, err)
+		require.Equal(t, "orders-dlq", info.DeadQueue)
+		require.Equal(t, int32(2), info.MaxAttempts)
+		attrs, err := c.GetQueueAttributes(ctx, &awssqs.GetQueueAttributesInput{QueueUrl: src.QueueUrl, AttributeNames: []types.QueueAttributeName{"RedrivePolicy"}})
+		require.NoError(t, err)
+		require.JSONEq(t, `{"deadLetterTargetArn":"`+dlqArn+`","maxReceiveCount":2}`, attrs.Attributes["RedrivePolicy"])
+
+		sources, err := c.ListDeadLetterSourceQueues(ctx, &awssqs.ListDeadLetterSourceQueuesInput{QueueUrl: dlq.QueueUrl})
+		require.NoError(t, err)
+		require.Equal(t, []string{aws.ToString(src.QueueUrl)}, sources.QueueUrls)
+
+		sent, err := c.SendMessage(ctx, &awssqs.SendMessageInput{QueueUrl: src.QueueUrl, MessageBody: aws.String("order 1"),
+			MessageAttributes: map[string]types.MessageAttributeValue{"tenant": {DataType: aws.String("String"), StringValue: aws.String("acme")}}})
+		require.NoError(t, err)
+		all := []types.MessageSystemAttributeName{"All"}
+		// Receive 1: the visibility timeout (1 s) passes; the message comes
+		// back.
+		got, err := c.ReceiveMessage(ctx, &awssqs.ReceiveMessageInput{QueueUrl: src.QueueUrl, VisibilityTimeout: 1, MessageSystemAttributeNames: all})
+		require.NoError(t, err)
+		require.Len(t, got.Messages, 1)
+		first := got.Messages[0]
+		got, err = c.ReceiveMessage(ctx, &awssqs.ReceiveMessageInput{QueueUrl: src.QueueUrl, WaitTimeSeconds: 10, MessageSystemAttributeNames: all})
+		require.NoError(t, err)
+		require.Len(t, got.Messages, 1)
+		second := got.Messages[0]
+		require.Equal(t, aws.ToString(sent.MessageId), aws.ToString(second.MessageId))
+		require.Equal(t, "2", second.Attributes["ApproximateReceiveCount"])
+		// The first receive's handle is stale: deleting with it deletes
+		// nothing.
+		_, err = c.DeleteMessage(ctx, &awssqs.DeleteMessageInput{QueueUrl: src.QueueUrl, ReceiptHandle: first.ReceiptHandle})
+		require.NoError(t, err)
+		// Receive 2 ends at once: maxReceiveCount reached, dead-lettered.
+		_, err = c.ChangeMessageVisibility(ctx, &awssqs.ChangeMessageVisibilityInput{QueueUrl: src.QueueUrl, ReceiptHandle: second.ReceiptHandle, VisibilityTimeout: 0})
+		require.NoError(t, err)
+		dead := s.waitItems("orders-dlq", 1)[0]
+		require.Equal(t, "order 1", string(dead.Payload))
+		require.Equal(t, aws.ToString(sent.MessageId), dead.Reference, "the MessageId is the item's reference on /v1")
+		require.Empty(t, s.items("orders"))
+		dattrs, err := c.GetQueueAttributes(ctx, &awssqs.GetQueueAttributesInput{QueueUrl: dlq.QueueUrl, AttributeNames: []types.QueueAttributeName{"ApproximateNumberOfMessages"}})
+		require.NoError(t, err)
+		require.Equal(t, "1", dattrs.Attributes["ApproximateNumberOfMessages"])
+
+		// A move task back to the source: a Styx redrive task.
+		task, err := c.StartMessageMoveTask(ctx, &awssqs.StartMessageMoveTaskInput{SourceArn: aws.String(dlqArn), MaxNumberOfMessagesPerSecond: aws.Int32(100)})
+		require.NoError(t, err)
+		require.NotEmpty(t, aws.ToString(task.TaskHandle))
+		var tasks *awssqs.ListMessageMoveTasksOutput
+		eventually(t, func() bool {
+			tasks, err = c.ListMessageMoveTasks(ctx, &awssqs.ListMessageMoveTasksInput{SourceArn: aws.String(dlqArn), MaxResults: aws.Int32(10)})
+			return err == nil && len(tasks.Results) == 1 && aws.ToString(tasks.Results[0].Status) == "COMPLETED"
+		}, "the move task should complete")
+		res := tasks.Results[0]
+		require.Equal(t, int64(1), res.ApproximateNumberOfMessagesMoved)
+		require.Equal(t, int64(1), aws.ToInt64(res.ApproximateNumberOfMessagesToMove))
+		require.Equal(t, dlqArn, aws.ToString(res.SourceArn))
+		require.Equal(t, int32(100), aws.ToInt32(res.MaxNumberOfMessagesPerSecond))
+		redrives, err := s.C.RedrivesList(ctx, &pb.RedrivesListRequest{QueueName: "orders-dlq"})
+		require.NoError(t, err)
+		require.Len(t, redrives.Tasks, 1, "the move task is a redrive task")
+
+		got, err = c.ReceiveMessage(ctx, &awssqs.ReceiveMessageInput{QueueUrl: src.QueueUrl, WaitTimeSeconds: 10,
+			MessageSystemAttributeNames: all, MessageAttributeNames: []string{"All"}})
+		require.NoError(t, err)
+		require.Len(t, got.Messages, 1)
+		back := got.Messages[0]
+		require.Equal(t, aws.ToString(sent.MessageId), aws.ToString(back.MessageId), "the MessageId survives dead-lettering and redrive")
+		require.Equal(t, "order 1", aws.ToString(back.Body))
+		require.Equal(t, first.Attributes["SentTimestamp"], back.Attributes["SentTimestamp"])
+		require.Equal(t, "acme", aws.ToString(back.MessageAttributes["tenant"].StringValue))
+		require.Equal(t, aws.ToString(sent.MD5OfMessageAttributes), aws.ToString(back.MD5OfMessageAttributes))
+
+		// Cancel: a finished task cannot be cancelled; a bad handle is
+		// refused.
+		_, err = c.CancelMessageMoveTask(ctx, &awssqs.CancelMessageMoveTaskInput{TaskHandle: task.TaskHandle})
+		requireSQSError(t, err, "ResourceNotFoundException")
+		_, err = c.StartMessageMoveTask(ctx, &awssqs.StartMessageMoveTaskInput{SourceArn: aws.String("arn:aws:sqs:us-east-1:000000000000:orders")})
+		requireSQSError(t, err, "InvalidParameterValue", "Dead Letter Queue")
+
+		// RedriveAllowPolicy: a dead-letter queue that denies all sources
+		// cannot be named in a RedrivePolicy; byQueue allows the listed
+		// ones.
+		_, err = c.CreateQueue(ctx, &awssqs.CreateQueueInput{QueueName: aws.String("closed-dlq"), Attributes: map[string]string{
+			"RedriveAllowPolicy": `{"redrivePermission":"denyAll"}`}})
+		require.NoError(t, err)
+		_, err = c.SetQueueAttributes(ctx, &awssqs.SetQueueAttributesInput{QueueUrl: src.QueueUrl, Attributes: map[string]string{
+			"RedrivePolicy": `{"deadLetterTargetArn":"arn:aws:sqs:us-east-1:000000000000:closed-dlq","maxReceiveCount":3}`}})
+		requireSQSError(t, err, "InvalidAttributeValue", "RedriveAllowPolicy")
+		_, err = c.CreateQueue(ctx, &awssqs.CreateQueueInput{QueueName: aws.String("picky-dlq"), Attributes: map[string]string{
+			"RedriveAllowPolicy": `{"redrivePermission":"byQueue","sourceQueueArns":["arn:aws:sqs:us-east-1:000000000000:orders"]}`}})
+		require.NoError(t, err)
+		_, err = c.SetQueueAttributes(ctx, &awssqs.SetQueueAttributesInput{QueueUrl: src.QueueUrl, Attributes: map[string]string{
+			"RedrivePolicy": `{"deadLetterTargetArn":"arn:aws:sqs:us-east-1:000000000000:picky-dlq","maxReceiveCount":3}`}})
+		require.NoError(t, err)
+		_, err = c.CreateQueue(ctx, &awssqs.CreateQueueInput{QueueName: aws.String("other"), Attributes: map[string]string{
+			"RedrivePolicy": `{"deadLetterTargetArn":"arn:aws:sqs:us-east-1:000000000000:picky-dlq","maxReceiveCount":3}`}})
+		requireSQSError(t, err, "InvalidAttributeValue", "RedriveAllowPolicy")
+		_, err = c.SetQueueAttributes(ctx, &awssqs.SetQueueAttributesInput{QueueUrl: src.QueueUrl, Attributes: map[string]string{"RedrivePolicy": ""}})
+		require.NoError(t, err)
+		info, err = s.C.QueuesInfo(ctx, &pb.QueuesInfoRequest{QueueName: "orders"})
+		require.NoError(t, err)
+		require.Empty(t, info.DeadQueue)
+	})
+}

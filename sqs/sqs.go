@@ -123,6 +123,10 @@ func New(cfg Config) *Handler {
 		"DeleteMessageBatch":           h.deleteMessageBatch,
 		"ChangeMessageVisibility":      h.changeMessageVisibility,
 		"ChangeMessageVisibilityBatch": h.changeMessageVisibilityBatch,
+		"ListDeadLetterSourceQueues":   h.listDeadLetterSourceQueues,
+		"StartMessageMoveTask":         h.startMessageMoveTask,
+		"ListMessageMoveTasks":         h.listMessageMoveTasks,
+		"CancelMessageMoveTask":        h.cancelMessageMoveTask,
 		"AddPermission":                notSupported("AddPermission", "Styx has no SQS permission policies; use Styx API keys with scopes and queue patterns (--auth)"),
 		"RemovePermission":             notSupported("RemovePermission", "Styx has no SQS permission policies; use Styx API keys with scopes and queue patterns (--auth)"),
 	}
