@@ -8,6 +8,8 @@ import (
 	"fmt"
 	"io"
 	"net/http"
+	"os"
+	"path/filepath"
 	"slices"
 	"strconv"
 	"sync"
@@ -20,6 +22,9 @@ import (
 	"github.com/aws/smithy-go"
 	"github.com/stretchr/testify/require"
 
+	styx "github.com/styxq/styx"
+	"github.com/styxq/styx/daemon"
+	"github.com/styxq/styx/internal/auth"
 	pb "github.com/styxq/styx/styxpb"
 )
 
@@ -499,5 +504,79 @@ func TestSQSDeadLetterFlow(t *testing.T) {
 		info, err = s.C.QueuesInfo(ctx, &pb.QueuesInfoRequest{QueueName: "orders"})
 		require.NoError(t, err)
 		require.Empty(t, info.DeadQueue)
+	})
+}
+
+// startSQSAuth starts a server with --auth, an admin key file and a secret
+// key file (keys created then carry a sealed secret for SigV4); it returns
+// the bootstrap admin key.
+func startSQSAuth(t *testing.T, b backend) (*server, string) {
+	t.Helper()
+	admin := randomHex(t, 32)
+	dir := t.TempDir()
+	adminFile, secretFile := filepath.Join(dir, "admin.key"), filepath.Join(dir, "secret.key")
+	require.NoError(t, os.WriteFile(adminFile, []byte(admin+"\n"), 0o600))
+	require.NoError(t, os.WriteFile(secretFile, []byte(randomHex(t, 32)+"\n"), 0o600))
+	s := &server{t: t, b: b}
+	s.configure = func(cfg *daemon.Config) { cfg.Auth, cfg.AdminKeyFile, cfg.SecretKeyFile = true, adminFile, secretFile }
+	s.clientCfg = func(cc *styx.ClientConfig) { cc.APIKey = admin }
+	s.boot()
+	t.Cleanup(func() { s.stop() })
+	return s, admin
+}
+
+// TestSQSAuth: with --auth, SQS requests carry a SigV4 signature made with
+// a Styx key (access key id = the key's id, secret = the whole key); the
+// key's scopes and queue patterns apply per action as on /v1.
+func TestSQSAuth(t *testing.T) {
+	forEachBackend(t, func(t *testing.T, b backend) {
+		s, admin := startSQSAuth(t, b)
+		root := s.sqsClient("bootstrap-admin", admin)
+		for _, name := range []string{"orders", "billing"} {
+			_, err := root.CreateQueue(ctx, &awssqs.CreateQueueInput{QueueName: aws.String(name)})
+			require.NoError(t, err)
+		}
+		url := func(name string) *string { return aws.String(s.d.Endpoint() + "/000000000000/" + name) }
+		workerKey := s.newKey("worker", []string{"produce", "consume"}, "orders*")
+		workerID, ok := auth.KeyID(workerKey)
+		require.True(t, ok)
+		worker := s.sqsClient(workerID, workerKey)
+
+		// A good key within its scopes and queues.
+		_, err := worker.SendMessage(ctx, &awssqs.SendMessageInput{QueueUrl: url("orders"), MessageBody: aws.String("paid")})
+		require.NoError(t, err)
+		got, err := worker.ReceiveMessage(ctx, &awssqs.ReceiveMessageInput{QueueUrl: url("orders"), WaitTimeSeconds: 5,
+			MessageSystemAttributeNames: []types.MessageSystemAttributeName{"SenderId"}})
+		require.NoError(t, err)
+		require.Len(t, got.Messages, 1)
+		require.Equal(t, "worker", got.Messages[0].Attributes["SenderId"], "SenderId is the key's name")
+		_, err = worker.DeleteMessage(ctx, &awssqs.DeleteMessageInput{QueueUrl: url("orders"), ReceiptHandle: got.Messages[0].ReceiptHandle})
+		require.NoError(t, err)
+
+		// Out of its queues, or of its scopes: 403 AccessDenied, whether
+		// the queue exists or not.
+		_, err = worker.SendMessage(ctx, &awssqs.SendMessageInput{QueueUrl: url("billing"), MessageBody: aws.String("x")})
+		requireSQSError(t, err, "AccessDenied", "not for 'billing'")
+		_, err = worker.SendMessage(ctx, &awssqs.SendMessageInput{QueueUrl: url("nope"), MessageBody: aws.String("x")})
+		requireSQSError(t, err, "AccessDenied", "not for 'nope'")
+		_, err = worker.CreateQueue(ctx, &awssqs.CreateQueueInput{QueueName: aws.String("orders-2")})
+		requireSQSError(t, err, "AccessDenied", "lacks scope 'admin'")
+		_, err = worker.PurgeQueue(ctx, &awssqs.PurgeQueueInput{QueueUrl: url("orders")})
+		requireSQSError(t, err, "AccessDenied", "lacks scope 'admin'")
+
+		// A wrong secret, an unknown key, no signature.
+		_, err = s.sqsClient(workerID, workerKey+"x").SendMessage(ctx, &awssqs.SendMessageInput{QueueUrl: url("orders"), MessageBody: aws.String("x")})
+		requireSQSError(t, err, "SignatureDoesNotMatch")
+		_, err = s.sqsClient("0123456789abcdef", workerKey).SendMessage(ctx, &awssqs.SendMessageInput{QueueUrl: url("orders"), MessageBody: aws.String("x")})
+		requireSQSError(t, err, "InvalidClientTokenId", "unknown API key")
+		anon := awssqs.New(awssqs.Options{Region: "us-east-1", BaseEndpoint: aws.String(s.d.Endpoint()), Credentials: aws.AnonymousCredentials{}, Retryer: aws.NopRetryer{}})
+		_, err = anon.SendMessage(ctx, &awssqs.SendMessageInput{QueueUrl: url("orders"), MessageBody: aws.String("x")})
+		requireSQSError(t, err, "MissingAuthenticationToken")
+
+		// A deleted key stops working at once.
+		require.NoError(t, s.C.KeysDelete(ctx, &pb.KeysDeleteRequest{Name: "worker"}))
+		_, err = worker.SendMessage(ctx, &awssqs.SendMessageInput{QueueUrl: url("orders"), MessageBody: aws.String("x")})
+		requireSQSError(t, err, "InvalidClientTokenId")
+		require.Empty(t, s.items("orders"))
 	})
 }

@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/base64"
 	"net/http"
+	"slices"
 	"strings"
 
 	"github.com/styxq/styx/internal/auth"
@@ -67,6 +68,7 @@ func (h *Handler) listDeadLetterSourceQueues(ctx context.Context, r *request) (a
 			names = names[1:]
 		}
 	}
+	names = slices.DeleteFunc(names, func(n string) bool { return !covers(ctx, n) })
 	out := listDeadLetterSourceQueuesOutput{QueueUrls: []string{}}
 	for i, n := range names {
 		if i == limit {

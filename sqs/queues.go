@@ -201,6 +201,9 @@ func (h *Handler) createQueue(ctx context.Context, r *request) (any, error) {
 	if err := checkTags(in.Tags); err != nil {
 		return nil, err
 	}
+	if err := h.allow(ctx, in.QueueName); err != nil {
+		return nil, err
+	}
 	now := h.now().UTC()
 	info := store.QueueInfo{Name: in.QueueName, Namespace: store.DefaultNamespace, LeaseTimeout: DefaultVisibilityTimeout,
 		ExpireTimeout: DefaultMessageRetentionPeriod, Partitions: 1, CreatedAt: now, UpdatedAt: now}
@@ -281,6 +284,9 @@ func (h *Handler) getQueueURL(ctx context.Context, r *request) (any, error) {
 	if in.QueueName == "" {
 		return nil, missingParameter("QueueName")
 	}
+	if err := h.allow(ctx, in.QueueName); err != nil {
+		return nil, err
+	}
 	if _, err := h.cfg.Queues.Get(in.QueueName); err != nil {
 		return nil, errNoQueue
 	}
@@ -315,6 +321,9 @@ func (h *Handler) listQueues(ctx context.Context, r *request) (any, error) {
 	} else if in.NextToken != "" {
 		return nil, invalidParameter("NextToken is only valid with MaxResults.")
 	}
+	if err := h.allow(ctx); err != nil {
+		return nil, err
+	}
 	pivot := in.QueueNamePrefix
 	if in.NextToken != "" {
 		last, err := base64.RawURLEncoding.DecodeString(in.NextToken)
@@ -341,7 +350,9 @@ func (h *Handler) listQueues(ctx context.Context, r *request) (any, error) {
 			}
 			break
 		}
-		out.QueueUrls = append(out.QueueUrls, h.queueURL(r.http, info.Name))
+		if covers(ctx, info.Name) {
+			out.QueueUrls = append(out.QueueUrls, h.queueURL(r.http, info.Name))
+		}
 	}
 	return out, nil
 }
@@ -357,6 +368,9 @@ func (h *Handler) deleteQueue(ctx context.Context, r *request) (any, error) {
 	}
 	name, err := queueName(in.QueueURL)
 	if err != nil {
+		return nil, err
+	}
+	if err := h.allow(ctx, name); err != nil {
 		return nil, err
 	}
 	if _, err := h.cfg.Queues.Get(name); err != nil {
@@ -494,6 +508,9 @@ func (h *Handler) setQueueAttributes(ctx context.Context, r *request) (any, erro
 	}
 	name, err := queueName(in.QueueURL)
 	if err != nil {
+		return nil, err
+	}
+	if err := h.allow(ctx, name); err != nil {
 		return nil, err
 	}
 	if _, err := h.cfg.Queues.Get(name); err != nil {

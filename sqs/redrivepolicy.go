@@ -42,6 +42,9 @@ func (h *Handler) applyRedrivePolicy(ctx context.Context, info *store.QueueInfo,
 	if err != nil {
 		return err
 	}
+	if err := h.allow(ctx, dlq); err != nil {
+		return err
+	}
 	dinfo, err := h.cfg.Queues.Info(ctx, dlq)
 	if err != nil {
 		return invalidAttributeValue("Value %s for parameter RedrivePolicy is invalid. Reason: Dead letter target does not exist.", v)

@@ -159,12 +159,6 @@ func (h *Handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 			Message: fmt.Sprintf("The action %s is not valid for this endpoint.", name)})
 		return
 	}
-	if h.cfg.Auth {
-		// SigV4 verification is not implemented yet: fail closed.
-		h.fail(w, r, &Error{Type: "InvalidClientTokenId", Status: http.StatusForbidden,
-			Message: "this Styx server runs with --auth, and the SQS API's SigV4 authentication is not available yet; use the /v1 API"})
-		return
-	}
 	body, err := io.ReadAll(http.MaxBytesReader(w, r.Body, h.cfg.MaxRequestBytes))
 	if err != nil {
 		var tooBig *http.MaxBytesError
@@ -178,7 +172,20 @@ func (h *Handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	// The body has arrived: a long poll may now wait past the transport's
 	// body-read deadline.
 	_ = http.NewResponseController(w).SetReadDeadline(time.Time{})
-	out, err := act(r.Context(), &request{http: r, body: body})
+	ctx := context.WithValue(r.Context(), pathKey{}, actionPaths[name])
+	if h.cfg.Auth {
+		if h.cfg.Keys == nil {
+			h.fail(w, r, authError("InvalidClientTokenId", "this server runs with --auth but has no API keys"))
+			return
+		}
+		p, err := h.authenticate(ctx, r, body)
+		if err != nil {
+			h.fail(w, r, err)
+			return
+		}
+		ctx = auth.WithPrincipal(ctx, p)
+	}
+	out, err := act(ctx, &request{http: r, body: body})
 	if err != nil {
 		h.fail(w, r, err)
 		return
@@ -267,6 +274,9 @@ func (h *Handler) lookup(ctx context.Context, queueURL string) (queue.Queue, sto
 }
 
 func (h *Handler) lookupName(ctx context.Context, name string) (queue.Queue, store.QueueInfo, error) {
+	if err := h.allow(ctx, name); err != nil {
+		return nil, store.QueueInfo{}, err
+	}
 	q, err := h.cfg.Queues.Get(name)
 	if err != nil {
 		return nil, store.QueueInfo{}, errNoQueue

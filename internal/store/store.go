@@ -422,9 +422,10 @@ type ClaimChecker interface {
 	ClaimHeld(ctx context.Context, key string) bool
 }
 
-// KeyRecord is a stored API key (internal/auth). It holds no secret: only
-// the SHA-256 hash of the key string, which the server compares in
-// constant time (docs/security.md).
+// KeyRecord is a stored API key (internal/auth). It holds no secret in
+// clear: the SHA-256 hash of the key string, which the server compares in
+// constant time (docs/security.md), and, when the server has a secret key
+// file, the key string sealed under it for SigV4 (Sealed; ADR 0016).
 type KeyRecord struct {
 	// Name is the key's unique, user-chosen name (1 to 128 bytes), shown in
 	// audit logs and redrive tasks.
@@ -443,6 +444,12 @@ type KeyRecord struct {
 	CreatedAt time.Time
 	// CreatedBy is the name of the key that created this one.
 	CreatedBy string
+	// Sealed is the key string encrypted (AES-256-GCM, the key id as
+	// additional data) under the server's secret key file, which SigV4
+	// verification of the SQS API needs (auth.Keys.SigV4Secret). Nil for a
+	// key created without a secret key file: it cannot sign SigV4
+	// requests. Opaque to stores.
+	Sealed []byte `json:",omitempty"`
 }
 
 // KeyStore stores API keys. Its methods may be called concurrently from any
