@@ -580,3 +580,30 @@ func TestSQSAuth(t *testing.T) {
 		require.Empty(t, s.items("orders"))
 	})
 }
+
+func TestSQSTags(t *testing.T) {
+	forEachBackend(t, func(t *testing.T, b backend) {
+		s := start(t, b)
+		c := s.sqsClient("test", "test")
+		q, err := c.CreateQueue(ctx, &awssqs.CreateQueueInput{QueueName: aws.String("tagged"), Tags: map[string]string{"team": "payments"}})
+		require.NoError(t, err)
+		_, err = c.TagQueue(ctx, &awssqs.TagQueueInput{QueueUrl: q.QueueUrl, Tags: map[string]string{"env": "prod", "team": "billing"}})
+		require.NoError(t, err)
+		tags, err := c.ListQueueTags(ctx, &awssqs.ListQueueTagsInput{QueueUrl: q.QueueUrl})
+		require.NoError(t, err)
+		require.Equal(t, map[string]string{"env": "prod", "team": "billing"}, tags.Tags)
+		_, err = c.UntagQueue(ctx, &awssqs.UntagQueueInput{QueueUrl: q.QueueUrl, TagKeys: []string{"env"}})
+		require.NoError(t, err)
+		// A /v1 update keeps the SQS attributes and tags.
+		require.NoError(t, s.C.QueuesUpdate(ctx, &pb.QueueInfo{QueueName: "tagged", MaxAttempts: 5}))
+		tags, err = c.ListQueueTags(ctx, &awssqs.ListQueueTagsInput{QueueUrl: q.QueueUrl})
+		require.NoError(t, err)
+		require.Equal(t, map[string]string{"team": "billing"}, tags.Tags)
+		many := map[string]string{}
+		for i := range 51 {
+			many[fmt.Sprint("k", i)] = "v"
+		}
+		_, err = c.TagQueue(ctx, &awssqs.TagQueueInput{QueueUrl: q.QueueUrl, Tags: many})
+		requireSQSError(t, err, "InvalidParameterValue", "at most 50")
+	})
+}

@@ -127,6 +127,9 @@ func New(cfg Config) *Handler {
 		"StartMessageMoveTask":         h.startMessageMoveTask,
 		"ListMessageMoveTasks":         h.listMessageMoveTasks,
 		"CancelMessageMoveTask":        h.cancelMessageMoveTask,
+		"TagQueue":                     h.tagQueue,
+		"UntagQueue":                   h.untagQueue,
+		"ListQueueTags":                h.listQueueTags,
 		"AddPermission":                notSupported("AddPermission", "Styx has no SQS permission policies; use Styx API keys with scopes and queue patterns (--auth)"),
 		"RemovePermission":             notSupported("RemovePermission", "Styx has no SQS permission policies; use Styx API keys with scopes and queue patterns (--auth)"),
 	}
