@@ -4,14 +4,17 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
+	"encoding/xml"
 	"errors"
 	"fmt"
 	"io"
 	"net/http"
+	"net/url"
 	"os"
 	"path/filepath"
 	"slices"
 	"strconv"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -605,5 +608,111 @@ func TestSQSTags(t *testing.T) {
 		}
 		_, err = c.TagQueue(ctx, &awssqs.TagQueueInput{QueueUrl: q.QueueUrl, Tags: many})
 		requireSQSError(t, err, "InvalidParameterValue", "at most 50")
+	})
+}
+
+// TestSQSQueryProtocol drives the query protocol (form-encoded requests,
+// XML replies), which SDKs released before the JSON protocol send, over
+// the same handlers.
+func TestSQSQueryProtocol(t *testing.T) {
+	forEachBackend(t, func(t *testing.T, b backend) {
+		s := start(t, b)
+		call := func(path string, form url.Values) (int, string) {
+			req, err := http.NewRequest(http.MethodPost, s.d.Endpoint()+path, strings.NewReader(form.Encode()))
+			require.NoError(t, err)
+			req.Host = "127.0.0.1"
+			req.Header.Set("Content-Type", "application/x-www-form-urlencoded; charset=utf-8")
+			res, err := http.DefaultClient.Do(req)
+			require.NoError(t, err)
+			defer res.Body.Close()
+			raw, err := io.ReadAll(res.Body)
+			require.NoError(t, err)
+			return res.StatusCode, string(raw)
+		}
+		code, body := call("/", url.Values{"Action": {"CreateQueue"}, "Version": {"2012-11-05"}, "QueueName": {"legacy"},
+			"Attribute.1.Name": {"VisibilityTimeout"}, "Attribute.1.Value": {"40"}, "Tag.1.Key": {"team"}, "Tag.1.Value": {"ops"}})
+		require.Equal(t, 200, code, body)
+		var created struct {
+			QueueURL string `xml:"CreateQueueResult>QueueUrl"`
+		}
+		require.NoError(t, xml.Unmarshal([]byte(body), &created))
+		require.Equal(t, "http://127.0.0.1/000000000000/legacy", created.QueueURL)
+
+		code, body = call("/", url.Values{"Action": {"SendMessage"}, "QueueUrl": {created.QueueURL}, "MessageBody": {"line 1\r\nline 2 <&>"},
+			"MessageAttribute.1.Name": {"kind"}, "MessageAttribute.1.Value.DataType": {"String"}, "MessageAttribute.1.Value.StringValue": {"invoice"},
+			"MessageAttribute.2.Name": {"raw"}, "MessageAttribute.2.Value.DataType": {"Binary"}, "MessageAttribute.2.Value.BinaryValue": {"AAEC"}})
+		require.Equal(t, 200, code, body)
+		var sent struct {
+			MessageID string `xml:"SendMessageResult>MessageId"`
+			MD5Attrs  string `xml:"SendMessageResult>MD5OfMessageAttributes"`
+		}
+		require.NoError(t, xml.Unmarshal([]byte(body), &sent))
+		require.NotEmpty(t, sent.MessageID)
+
+		// To the queue URL's path, without QueueUrl, as some SDKs send it.
+		code, body = call("/000000000000/legacy", url.Values{"Action": {"ReceiveMessage"}, "AttributeName.1": {"All"},
+			"MessageAttributeName.1": {"All"}, "WaitTimeSeconds": {"5"}, "MaxNumberOfMessages": {"10"}})
+		require.Equal(t, 200, code, body)
+		var got struct {
+			Messages []struct {
+				MessageID     string `xml:"MessageId"`
+				ReceiptHandle string `xml:"ReceiptHandle"`
+				Body          string `xml:"Body"`
+				MD5OfBody     string `xml:"MD5OfBody"`
+				MD5Attrs      string `xml:"MD5OfMessageAttributes"`
+				Attributes    []struct {
+					Name  string `xml:"Name"`
+					Value string `xml:"Value"`
+				} `xml:"Attribute"`
+				MessageAttributes []struct {
+					Name  string `xml:"Name"`
+					Value struct {
+						DataType    string `xml:"DataType"`
+						StringValue string `xml:"StringValue"`
+						BinaryValue string `xml:"BinaryValue"`
+					} `xml:"Value"`
+				} `xml:"MessageAttribute"`
+			} `xml:"ReceiveMessageResult>Message"`
+		}
+		require.NoError(t, xml.Unmarshal([]byte(body), &got))
+		require.Len(t, got.Messages, 1, body)
+		m := got.Messages[0]
+		require.Equal(t, sent.MessageID, m.MessageID)
+		require.Equal(t, "line 1\r\nline 2 <&>", m.Body, "the body survives XML escaping exactly")
+		require.Equal(t, sent.MD5Attrs, m.MD5Attrs)
+		require.Len(t, m.MessageAttributes, 2)
+		require.Equal(t, "AAEC", m.MessageAttributes[1].Value.BinaryValue)
+		require.Contains(t, body, "<Name>ApproximateReceiveCount</Name><Value>1</Value>")
+
+		code, body = call("/", url.Values{"Action": {"DeleteMessageBatch"}, "QueueUrl": {created.QueueURL},
+			"DeleteMessageBatchRequestEntry.1.Id": {"a"}, "DeleteMessageBatchRequestEntry.1.ReceiptHandle": {m.ReceiptHandle},
+			"DeleteMessageBatchRequestEntry.2.Id": {"b"}, "DeleteMessageBatchRequestEntry.2.ReceiptHandle": {"eA"}})
+		require.Equal(t, 200, code, body)
+		require.Contains(t, body, "<DeleteMessageBatchResultEntry><Id>a</Id></DeleteMessageBatchResultEntry>")
+		require.Contains(t, body, "<BatchResultErrorEntry><Code>ReceiptHandleIsInvalid</Code>")
+		require.Empty(t, s.items("legacy"))
+
+		code, body = call("/", url.Values{"Action": {"GetQueueAttributes"}, "QueueUrl": {created.QueueURL}, "AttributeName.1": {"VisibilityTimeout"}})
+		require.Equal(t, 200, code, body)
+		require.Contains(t, body, "<GetQueueAttributesResult><Attribute><Name>VisibilityTimeout</Name><Value>40</Value></Attribute></GetQueueAttributesResult>")
+		code, body = call("/", url.Values{"Action": {"ListQueueTags"}, "QueueUrl": {created.QueueURL}})
+		require.Equal(t, 200, code, body)
+		require.Contains(t, body, "<Tag><Key>team</Key><Value>ops</Value></Tag>")
+		code, body = call("/", url.Values{"Action": {"ListQueues"}})
+		require.Equal(t, 200, code, body)
+		require.Contains(t, body, "<ListQueuesResult><QueueUrl>http://127.0.0.1/000000000000/legacy</QueueUrl></ListQueuesResult>")
+
+		// Errors as XML, with the legacy codes.
+		code, body = call("/", url.Values{"Action": {"GetQueueUrl"}, "QueueName": {"nope"}})
+		require.Equal(t, 400, code)
+		require.Contains(t, body, "<Error><Type>Sender</Type><Code>AWS.SimpleQueueService.NonExistentQueue</Code>")
+		code, body = call("/", url.Values{"Action": {"ReceiveMessage"}, "QueueUrl": {created.QueueURL}, "WaitTimeSeconds": {"soon"}})
+		require.Equal(t, 400, code)
+		require.Contains(t, body, "<Code>InvalidParameterValue</Code>")
+		code, body = call("/", url.Values{"Action": {"Frobnicate"}})
+		require.Equal(t, 400, code)
+		require.Contains(t, body, "<Code>InvalidAction</Code>")
+		code, body = call("/", url.Values{"Action": {"CreateQueue"}, "QueueName": {"x"}, "Attribute.x.Name": {"a"}})
+		require.Equal(t, 400, code, body)
 	})
 }

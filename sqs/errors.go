@@ -110,7 +110,7 @@ func toError(err error) (*Error, bool) {
 func (h *Handler) fail(w http.ResponseWriter, r *http.Request, err error) {
 	e, internal := toError(err)
 	if internal {
-		h.cfg.Log.Error("sqs: internal error", "action", Action(r), "error", err)
+		h.cfg.Log.Error("sqs: internal error", "target", r.Header.Get("X-Amz-Target"), "error", err)
 	}
 	w.Header().Set("Content-Type", "application/x-amz-json-1.0")
 	w.Header().Set("x-amzn-query-error", e.queryCode()+";"+fault(e.Status))

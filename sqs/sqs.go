@@ -1,7 +1,8 @@
 // Package sqs serves the Amazon SQS API over Styx's queues: the AWS JSON 1.0
 // protocol (POST / with "X-Amz-Target: AmazonSQS.<Action>" and an
 // application/x-amz-json-1.0 body), on the same port and the same queues as
-// /v1. Every SQS action maps onto the queue layer (queue.Queues): a receive
+// /v1, and the older query protocol (form-encoded requests, XML replies;
+// query.go) over the same handlers. Every SQS action maps onto the queue layer (queue.Queues): a receive
 // is a lease, a delete a complete, a visibility change a renew; a message's
 // MessageId, SentTimestamp and attributes live in the item's opaque
 // attributes blob, which every move carries (ADR 0016; docs/sqs.md has the
@@ -142,67 +143,115 @@ func (h *Handler) Actions() []string { return slices.Sorted(maps.Keys(h.actions)
 // Known reports whether the handler serves action.
 func (h *Handler) Known(action string) bool { _, ok := h.actions[action]; return ok }
 
-// Is reports whether r is an SQS JSON request: POST with an X-Amz-Target
-// header naming the AmazonSQS service.
+// Is reports whether r is an SQS request: a POST with an X-Amz-Target
+// header naming the AmazonSQS service (the JSON protocol), or a
+// query-protocol request (a form POST, or a GET with an Action parameter,
+// outside /v1/, /health, /metrics and /ui).
 func Is(r *http.Request) bool {
-	return r.Method == http.MethodPost && strings.HasPrefix(r.Header.Get("X-Amz-Target"), TargetPrefix)
+	return r.Method == http.MethodPost && strings.HasPrefix(r.Header.Get("X-Amz-Target"), TargetPrefix) || isQuery(r)
 }
 
-// Action returns the SQS action r names ("" when none).
-func Action(r *http.Request) string {
-	return strings.TrimPrefix(r.Header.Get("X-Amz-Target"), TargetPrefix)
-}
+// ServeHTTP serves one SQS request.
+func (h *Handler) ServeHTTP(w http.ResponseWriter, r *http.Request) { h.Serve(w, r) }
 
-// ServeHTTP serves one SQS JSON request.
-func (h *Handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
-	name := Action(r)
-	act, ok := h.actions[name]
-	if !ok {
-		h.fail(w, r, &Error{Type: "InvalidAction", Query: "InvalidAction", Status: http.StatusBadRequest,
-			Message: fmt.Sprintf("The action %s is not valid for this endpoint.", name)})
-		return
+// Serve serves one SQS request, in the JSON or the query protocol, and
+// returns the action it named ("" when it named none).
+func (h *Handler) Serve(w http.ResponseWriter, r *http.Request) string {
+	requestID := newMessageID()
+	w.Header().Set("x-amzn-RequestId", requestID)
+	query := !strings.HasPrefix(r.Header.Get("X-Amz-Target"), TargetPrefix)
+	fail := func(err error) {
+		if query {
+			e, internal := toError(err)
+			if internal {
+				h.cfg.Log.Error("sqs: internal error", "error", err)
+			}
+			failXML(w, e, requestID)
+			return
+		}
+		h.fail(w, r, err)
 	}
 	body, err := io.ReadAll(http.MaxBytesReader(w, r.Body, h.cfg.MaxRequestBytes))
 	if err != nil {
 		var tooBig *http.MaxBytesError
 		if errors.As(err, &tooBig) {
-			h.fail(w, r, invalidParameter("the request body is larger than the server's limit of %d bytes", h.cfg.MaxRequestBytes))
-			return
+			fail(invalidParameter("the request body is larger than the server's limit of %d bytes", h.cfg.MaxRequestBytes))
+			return ""
 		}
-		h.fail(w, r, invalidParameter("the request body could not be read: %v", err))
-		return
+		fail(invalidParameter("the request body could not be read: %v", err))
+		return ""
 	}
 	// The body has arrived: a long poll may now wait past the transport's
 	// body-read deadline.
 	_ = http.NewResponseController(w).SetReadDeadline(time.Time{})
+	name := strings.TrimPrefix(r.Header.Get("X-Amz-Target"), TargetPrefix)
+	var form url.Values
+	if query {
+		form = r.URL.Query()
+		if r.Method == http.MethodPost {
+			posted, err := url.ParseQuery(string(body))
+			if err != nil {
+				fail(invalidParameter("the request body is not a valid form: %v", err))
+				return ""
+			}
+			for k, v := range posted {
+				form[k] = v
+			}
+		}
+		name = form.Get("Action")
+	}
+	act, ok := h.actions[name]
+	if !ok {
+		fail(&Error{Type: "InvalidAction", Status: http.StatusBadRequest,
+			Message: fmt.Sprintf("The action %s is not valid for this endpoint.", name)})
+		return ""
+	}
 	ctx := context.WithValue(r.Context(), pathKey{}, actionPaths[name])
 	if h.cfg.Auth {
 		if h.cfg.Keys == nil {
-			h.fail(w, r, authError("InvalidClientTokenId", "this server runs with --auth but has no API keys"))
-			return
+			fail(authError("InvalidClientTokenId", "this server runs with --auth but has no API keys"))
+			return name
 		}
 		p, err := h.authenticate(ctx, r, body)
 		if err != nil {
-			h.fail(w, r, err)
-			return
+			fail(err)
+			return name
 		}
 		ctx = auth.WithPrincipal(ctx, p)
 	}
-	out, err := act(ctx, &request{http: r, body: body})
+	in := body
+	if query {
+		// A query request sent to a queue URL names its queue by the path.
+		if form.Get("QueueUrl") == "" && strings.Count(strings.Trim(r.URL.Path, "/"), "/") == 1 {
+			form.Set("QueueUrl", h.queueURL(r, r.URL.Path[strings.LastIndexByte(r.URL.Path, '/')+1:]))
+		}
+		if in, err = formToJSON(name, form); err != nil {
+			fail(err)
+			return name
+		}
+	}
+	out, err := act(ctx, &request{http: r, body: in})
 	if err != nil {
-		h.fail(w, r, err)
-		return
+		fail(err)
+		return name
 	}
 	if out == nil {
 		out = struct{}{}
 	}
-	b, err := json.Marshal(out)
-	if err != nil {
-		h.fail(w, r, err)
-		return
+	var b []byte
+	if query {
+		b, err = toXML(name, out, requestID)
+		w.Header().Set("Content-Type", "text/xml")
+	} else {
+		b, err = json.Marshal(out)
+		w.Header().Set("Content-Type", "application/x-amz-json-1.0")
 	}
-	w.Header().Set("Content-Type", "application/x-amz-json-1.0")
+	if err != nil {
+		fail(err)
+		return name
+	}
 	_, _ = w.Write(b)
+	return name
 }
 
 // decode unmarshals the request body into v: an empty body is {}.

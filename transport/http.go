@@ -87,8 +87,10 @@ type Config struct {
 	// GET /health then answers {"status":"degraded: <why>"} (still 200:
 	// the server is up and serves reads). Nil: always "ok".
 	Health func() string
-	// SQS, when set, serves the Amazon SQS JSON protocol: a POST carrying
-	// "X-Amz-Target: AmazonSQS.<Action>" (any path) goes to it, after the
+	// SQS, when set, serves the Amazon SQS API: a POST carrying
+	// "X-Amz-Target: AmazonSQS.<Action>" (the JSON protocol), or a form POST
+	// or a GET with an Action parameter outside /v1/, /health, /metrics and
+	// /ui (the query protocol; sqs.Is), goes to it, after the
 	// Host check of a server without Auth and under the same body-read
 	// deadline; it authenticates its requests itself (SigV4). Requests are
 	// counted under the path "/sqs/<Action>". Nil: such requests are
@@ -385,9 +387,9 @@ func (h *Handler) serveSQS(w http.ResponseWriter, r *http.Request) {
 	start := time.Now()
 	sw := &statusWriter{ResponseWriter: w, code: http.StatusOK}
 	_ = http.NewResponseController(sw).SetReadDeadline(start.Add(h.cfg.BodyReadTimeout))
-	h.cfg.SQS.ServeHTTP(sw, r)
-	path := "/sqs/" + sqs.Action(r)
-	if !h.cfg.SQS.Known(sqs.Action(r)) {
+	action := h.cfg.SQS.Serve(sw, r)
+	path := "/sqs/" + action
+	if !h.cfg.SQS.Known(action) {
 		path = "/sqs/unknown"
 	}
 	h.cfg.Metrics.Requests.WithLabelValues(path, strconv.Itoa(sw.code)).Inc()
