@@ -273,7 +273,7 @@ func (h *Handler) receiveMessage(ctx context.Context, r *request) (any, error) {
 	sysNames := append(slices.Clone(in.AttributeNames), in.MessageSystemAttributeNames...)
 	for _, s := range sysNames {
 		if s != "All" && !slices.Contains(systemAttributeNames, s) && s != "SequenceNumber" && s != "MessageDeduplicationId" &&
-			s != "MessageGroupId" && s != "DeadLetterQueueSourceArn" && !slices.Contains(queueAttributeNames, s) {
+			s != "MessageGroupId" && s != "DeadLetterQueueSourceArn" {
 			return nil, invalidAttributeName("Unknown Attribute %s.", s)
 		}
 	}

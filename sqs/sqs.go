@@ -1,12 +1,12 @@
-// Package sqs serves the Amazon SQS API over Styx's queues: the AWS JSON 1.0
-// protocol (POST / with "X-Amz-Target: AmazonSQS.<Action>" and an
-// application/x-amz-json-1.0 body), on the same port and the same queues as
-// /v1, and the older query protocol (form-encoded requests, XML replies;
-// query.go) over the same handlers. Every SQS action maps onto the queue layer (queue.Queues): a receive
-// is a lease, a delete a complete, a visibility change a renew; a message's
-// MessageId, SentTimestamp and attributes live in the item's opaque
-// attributes blob, which every move carries (ADR 0016; docs/sqs.md has the
-// whole mapping).
+// Package sqs serves the Amazon SQS API over Styx's queues, on the same port
+// and the same queues as /v1: the AWS JSON 1.0 protocol (POST / with
+// "X-Amz-Target: AmazonSQS.<Action>" and an application/x-amz-json-1.0
+// body) and the older query protocol (form-encoded requests, XML replies;
+// query.go), over the same handlers. Every SQS action maps onto the queue
+// layer (queue.Queues): a receive is a lease, a delete a complete, a
+// visibility change a renew; a message's MessageId, SentTimestamp and
+// attributes live in the item's opaque attributes blob, which every move
+// carries (ADR 0016; docs/sqs.md has the whole mapping).
 //
 // Errors are answered as SQS answers them: a JSON body
 // {"__type":"com.amazonaws.sqs#<Name>","message":…}, the HTTP status SQS
