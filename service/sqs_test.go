@@ -576,11 +576,27 @@ func TestSQSAuth(t *testing.T) {
 		_, err = anon.SendMessage(ctx, &awssqs.SendMessageInput{QueueUrl: url("orders"), MessageBody: aws.String("x")})
 		requireSQSError(t, err, "MissingAuthenticationToken")
 
-		// A deleted key stops working at once.
+		// A deleted key stops working at once, and its waiting receive
+		// ends (as a /v1 lease): nothing sent afterwards reaches it.
+		var wg sync.WaitGroup
+		var recvErr error
+		wg.Go(func() {
+			_, recvErr = worker.ReceiveMessage(ctx, &awssqs.ReceiveMessageInput{QueueUrl: url("orders"), WaitTimeSeconds: 20})
+		})
+		eventually(t, func() bool {
+			st, err := s.C.QueueStats(ctx, &pb.QueueStatsRequest{QueueName: "orders"})
+			return err == nil && st.LogicalQueues[0].LeaseWaiting == 1
+		}, "the receive should be waiting")
 		require.NoError(t, s.C.KeysDelete(ctx, &pb.KeysDeleteRequest{Name: "worker"}))
+		wg.Wait()
+		requireSQSError(t, recvErr, "InvalidClientTokenId", "deleted")
+		_, err = root.SendMessage(ctx, &awssqs.SendMessageInput{QueueUrl: url("orders"), MessageBody: aws.String("after")})
+		require.NoError(t, err)
 		_, err = worker.SendMessage(ctx, &awssqs.SendMessageInput{QueueUrl: url("orders"), MessageBody: aws.String("x")})
 		requireSQSError(t, err, "InvalidClientTokenId")
-		require.Empty(t, s.items("orders"))
+		items := s.items("orders")
+		require.Len(t, items, 1)
+		require.Nil(t, items[0].LeaseDeadline, "the message sent after the delete was not handed to the deleted key")
 	})
 }
 

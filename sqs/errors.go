@@ -1,6 +1,7 @@
 package sqs
 
 import (
+	"context"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -98,6 +99,10 @@ func toError(err error) (*Error, bool) {
 		case ae.Code == apierr.Conflict:
 			return invalidParameter("%s", ae.Message), false
 		}
+	}
+	if errors.Is(err, context.Canceled) || errors.Is(err, context.DeadlineExceeded) {
+		// The client went away (its answer is never read).
+		return &Error{Type: "RequestCanceled", Status: http.StatusBadRequest, Message: "the request was canceled: " + err.Error()}, false
 	}
 	if errors.Is(err, store.ErrUnavailable) || errors.Is(err, store.ErrConflict) || errors.Is(err, store.ErrClosed) {
 		return &Error{Type: "ServiceUnavailable", Status: http.StatusServiceUnavailable, Message: err.Error()}, false

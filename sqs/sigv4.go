@@ -49,6 +49,16 @@ var actionPaths = map[string]string{
 
 type pathKey struct{}
 
+// keyIDKey holds the access key id of an authenticated request.
+type keyIDKey struct{}
+
+// accessKeyID is the access key id of r's SigV4 Authorization header.
+func accessKeyID(r *http.Request) string {
+	_, rest, _ := strings.Cut(r.Header.Get("Authorization"), "Credential=")
+	id, _, _ := strings.Cut(rest, "/")
+	return id
+}
+
 // allow checks the request's key (none without --auth) against the scope
 // of the action's /v1 call and the queues named, before anything is looked
 // up (so the answer never tells whether a queue exists).

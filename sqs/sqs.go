@@ -74,12 +74,28 @@ type Config struct {
 	Keys *auth.Keys
 }
 
-// Handler serves the SQS JSON protocol. Its methods may be called
-// concurrently; it holds no mutable state.
+// Handler serves the SQS API. Its methods may be called concurrently; it
+// holds no mutable state once WatchKeys has been called (before serving).
 type Handler struct {
 	cfg     Config
 	actions map[string]action
+	// watch and revoked are set by WatchKeys; nil: receives are not
+	// watched.
+	watch   KeyWatcher
+	revoked error
 }
+
+// KeyWatcher returns ctx ended (with cause revoked, see WatchKeys) when the
+// key named name is deleted, at once on this server or, on another, when
+// check answers apierr.Unauthorized; stop ends the watch. The transport's
+// watcher of waiting /v1 leases is one.
+type KeyWatcher func(ctx context.Context, name string, check func(context.Context) error) (ctx2 context.Context, stop func())
+
+// WatchKeys makes a long-polling ReceiveMessage of an authenticated key end
+// when its key is deleted, as a /v1 lease does (issue 24): w watches the
+// key, and a receive whose context ends with cause revoked answers
+// InvalidClientTokenId. Call before serving.
+func (h *Handler) WatchKeys(w KeyWatcher, revoked error) { h.watch, h.revoked = w, revoked }
 
 // action runs one SQS action on a decoded request body and returns the
 // reply to encode as JSON (nil: "{}").
@@ -218,6 +234,7 @@ func (h *Handler) Serve(w http.ResponseWriter, r *http.Request) string {
 			return name
 		}
 		ctx = auth.WithPrincipal(ctx, p)
+		ctx = context.WithValue(ctx, keyIDKey{}, accessKeyID(r))
 	}
 	in := body
 	if query {

@@ -122,9 +122,10 @@ const keyRecheck = time.Second
 
 // watchKey returns ctx ended with errKeyRevoked when the key named name is
 // deleted: at once by a keys.delete on this server (revoke), or within
-// keyRecheck when authorization no longer authenticates (deleted on another
-// server). stop ends the watch.
-func (h *Handler) watchKey(ctx context.Context, name, authorization string) (context.Context, func()) {
+// keyRecheck when check answers apierr.Unauthorized (the request's
+// credentials no longer authenticate: deleted on another server). stop
+// ends the watch. The SQS API's long polls use it too (sqs.KeyWatcher).
+func (h *Handler) watchKey(ctx context.Context, name string, check func(context.Context) error) (context.Context, func()) {
 	ctx, cancel := context.WithCancelCause(ctx)
 	h.watchMu.Lock()
 	if h.watching == nil {
@@ -146,7 +147,7 @@ func (h *Handler) watchKey(ctx context.Context, name, authorization string) (con
 			case <-ctx.Done():
 				return
 			case <-t.C:
-				if _, err := h.cfg.Keys.Authenticate(ctx, authorization); err != nil {
+				if err := check(ctx); err != nil {
 					if e, ok := apierr.As(err); ok && e.Code == apierr.Unauthorized {
 						cancel(errKeyRevoked)
 						return
@@ -235,6 +236,10 @@ func NewHandler(cfg Config) *Handler {
 		for _, path := range []string{"/v1/keys.create", "/v1/keys.list", "/v1/keys.delete"} {
 			h.routes[path] = func(w http.ResponseWriter, r *http.Request) { h.fail(w, r, errKeysNeedAuth) }
 		}
+	}
+	if cfg.SQS != nil && cfg.Auth {
+		// A key deleted here ends its waiting SQS receives too (revoke).
+		cfg.SQS.WatchKeys(h.watchKey, errKeyRevoked)
 	}
 	if cfg.Metrics != nil {
 		cfg.Metrics.InitPaths(slices.Sorted(maps.Keys(h.routes)))
@@ -412,7 +417,11 @@ func rpc[Req proto.Message, Resp proto.Message](h *Handler, newReq func() Req, c
 			}
 			if r.URL.Path == "/v1/queue.lease" {
 				var stop func()
-				ctx, stop = h.watchKey(ctx, p.Name, r.Header.Get("Authorization"))
+				authorization := r.Header.Get("Authorization")
+				ctx, stop = h.watchKey(ctx, p.Name, func(ctx context.Context) error {
+					_, err := h.cfg.Keys.Authenticate(ctx, authorization)
+					return err
+				})
 				defer stop()
 			}
 		}
