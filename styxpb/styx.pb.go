@@ -3281,10 +3281,12 @@ func (x *RedriveTaskRequest) GetTaskId() string {
 }
 
 type RedriveCounts struct {
-	state         protoimpl.MessageState `protogen:"open.v1"`
-	Moved         int64                  `protobuf:"varint,1,opt,name=moved,proto3" json:"moved,omitempty"`
-	Failed        int64                  `protobuf:"varint,2,opt,name=failed,proto3" json:"failed,omitempty"`
-	Skipped       int64                  `protobuf:"varint,3,opt,name=skipped,proto3" json:"skipped,omitempty"`
+	state   protoimpl.MessageState `protogen:"open.v1"`
+	Moved   int64                  `protobuf:"varint,1,opt,name=moved,proto3" json:"moved,omitempty"`
+	Failed  int64                  `protobuf:"varint,2,opt,name=failed,proto3" json:"failed,omitempty"`
+	Skipped int64                  `protobuf:"varint,3,opt,name=skipped,proto3" json:"skipped,omitempty"`
+	// Styx: the skipped items by reason (see RedriveTask.skip_reasons).
+	SkipReasons   map[string]int64 `protobuf:"bytes,100,rep,name=skip_reasons,proto3" json:"skip_reasons,omitempty" protobuf_key:"bytes,1,opt,name=key" protobuf_val:"varint,2,opt,name=value"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -3340,6 +3342,78 @@ func (x *RedriveCounts) GetSkipped() int64 {
 	return 0
 }
 
+func (x *RedriveCounts) GetSkipReasons() map[string]int64 {
+	if x != nil {
+		return x.SkipReasons
+	}
+	return nil
+}
+
+// RedrivePlan is what a dry run says a redrive would do with the items
+// bound for one destination queue (Styx).
+type RedrivePlan struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// Items that would be moved to the queue.
+	WouldMove int64 `protobuf:"varint,1,opt,name=would_move,proto3" json:"would_move,omitempty"`
+	// Items that would stay in the dead-letter queue, and why (the reasons
+	// of RedriveTask.skip_reasons).
+	WouldSkip     int64            `protobuf:"varint,2,opt,name=would_skip,proto3" json:"would_skip,omitempty"`
+	SkipReasons   map[string]int64 `protobuf:"bytes,3,rep,name=skip_reasons,proto3" json:"skip_reasons,omitempty" protobuf_key:"bytes,1,opt,name=key" protobuf_val:"varint,2,opt,name=value"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *RedrivePlan) Reset() {
+	*x = RedrivePlan{}
+	mi := &file_styx_v1_styx_proto_msgTypes[48]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *RedrivePlan) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*RedrivePlan) ProtoMessage() {}
+
+func (x *RedrivePlan) ProtoReflect() protoreflect.Message {
+	mi := &file_styx_v1_styx_proto_msgTypes[48]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use RedrivePlan.ProtoReflect.Descriptor instead.
+func (*RedrivePlan) Descriptor() ([]byte, []int) {
+	return file_styx_v1_styx_proto_rawDescGZIP(), []int{48}
+}
+
+func (x *RedrivePlan) GetWouldMove() int64 {
+	if x != nil {
+		return x.WouldMove
+	}
+	return 0
+}
+
+func (x *RedrivePlan) GetWouldSkip() int64 {
+	if x != nil {
+		return x.WouldSkip
+	}
+	return 0
+}
+
+func (x *RedrivePlan) GetSkipReasons() map[string]int64 {
+	if x != nil {
+		return x.SkipReasons
+	}
+	return nil
+}
+
 type RedriveTask struct {
 	state         protoimpl.MessageState    `protogen:"open.v1"`
 	TaskId        string                    `protobuf:"bytes,1,opt,name=task_id,proto3" json:"task_id,omitempty"`
@@ -3362,14 +3436,31 @@ type RedriveTask struct {
 	MaxRedriveCount int32 `protobuf:"varint,100,opt,name=max_redrive_count,proto3" json:"max_redrive_count,omitempty"`
 	// Styx: the name of the API key that started the task (audit); empty when
 	// the server runs without --auth.
-	KeyName       string `protobuf:"bytes,120,opt,name=key_name,proto3" json:"key_name,omitempty"`
+	KeyName string `protobuf:"bytes,120,opt,name=key_name,proto3" json:"key_name,omitempty"`
+	// Styx, dry runs: of the matched items, how many a redrive started now
+	// would move and how many it would skip (they stay in the dead-letter
+	// queue), in all and by destination queue (the source queue each item
+	// names, or destination). "" is the key of items that name no source.
+	WouldMove     int64                   `protobuf:"varint,101,opt,name=would_move,proto3" json:"would_move,omitempty"`
+	WouldSkip     int64                   `protobuf:"varint,102,opt,name=would_skip,proto3" json:"would_skip,omitempty"`
+	ByDestination map[string]*RedrivePlan `protobuf:"bytes,103,rep,name=by_destination,proto3" json:"by_destination,omitempty" protobuf_key:"bytes,1,opt,name=key" protobuf_val:"bytes,2,opt,name=value"`
+	// Styx: skipped items by reason, for a dry run what would be skipped and
+	// for a task what was: "source_gone" (the destination queue does not
+	// exist), "not_covered" (the API key that started the task may not reach
+	// the destination), "loop_cap" (already redriven max_redrive_count
+	// times), "leased" (a consumer of the dead-letter queue holds it).
+	SkipReasons map[string]int64 `protobuf:"bytes,104,rep,name=skip_reasons,proto3" json:"skip_reasons,omitempty" protobuf_key:"bytes,1,opt,name=key" protobuf_val:"varint,2,opt,name=value"`
+	// Styx: set when a task completed but left items behind (skipped or
+	// failed): one sentence saying how many and why. The UI shows such a
+	// task as a warning; status stays "completed" (wire compatibility).
+	Warning       string `protobuf:"bytes,105,opt,name=warning,proto3" json:"warning,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
 
 func (x *RedriveTask) Reset() {
 	*x = RedriveTask{}
-	mi := &file_styx_v1_styx_proto_msgTypes[48]
+	mi := &file_styx_v1_styx_proto_msgTypes[49]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3381,7 +3472,7 @@ func (x *RedriveTask) String() string {
 func (*RedriveTask) ProtoMessage() {}
 
 func (x *RedriveTask) ProtoReflect() protoreflect.Message {
-	mi := &file_styx_v1_styx_proto_msgTypes[48]
+	mi := &file_styx_v1_styx_proto_msgTypes[49]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3394,7 +3485,7 @@ func (x *RedriveTask) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RedriveTask.ProtoReflect.Descriptor instead.
 func (*RedriveTask) Descriptor() ([]byte, []int) {
-	return file_styx_v1_styx_proto_rawDescGZIP(), []int{48}
+	return file_styx_v1_styx_proto_rawDescGZIP(), []int{49}
 }
 
 func (x *RedriveTask) GetTaskId() string {
@@ -3516,6 +3607,41 @@ func (x *RedriveTask) GetKeyName() string {
 	return ""
 }
 
+func (x *RedriveTask) GetWouldMove() int64 {
+	if x != nil {
+		return x.WouldMove
+	}
+	return 0
+}
+
+func (x *RedriveTask) GetWouldSkip() int64 {
+	if x != nil {
+		return x.WouldSkip
+	}
+	return 0
+}
+
+func (x *RedriveTask) GetByDestination() map[string]*RedrivePlan {
+	if x != nil {
+		return x.ByDestination
+	}
+	return nil
+}
+
+func (x *RedriveTask) GetSkipReasons() map[string]int64 {
+	if x != nil {
+		return x.SkipReasons
+	}
+	return nil
+}
+
+func (x *RedriveTask) GetWarning() string {
+	if x != nil {
+		return x.Warning
+	}
+	return ""
+}
+
 // KeysCreateRequest creates an API key.
 type KeysCreateRequest struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
@@ -3532,7 +3658,7 @@ type KeysCreateRequest struct {
 
 func (x *KeysCreateRequest) Reset() {
 	*x = KeysCreateRequest{}
-	mi := &file_styx_v1_styx_proto_msgTypes[49]
+	mi := &file_styx_v1_styx_proto_msgTypes[50]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3544,7 +3670,7 @@ func (x *KeysCreateRequest) String() string {
 func (*KeysCreateRequest) ProtoMessage() {}
 
 func (x *KeysCreateRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_styx_v1_styx_proto_msgTypes[49]
+	mi := &file_styx_v1_styx_proto_msgTypes[50]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3557,7 +3683,7 @@ func (x *KeysCreateRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use KeysCreateRequest.ProtoReflect.Descriptor instead.
 func (*KeysCreateRequest) Descriptor() ([]byte, []int) {
-	return file_styx_v1_styx_proto_rawDescGZIP(), []int{49}
+	return file_styx_v1_styx_proto_rawDescGZIP(), []int{50}
 }
 
 func (x *KeysCreateRequest) GetName() string {
@@ -3596,7 +3722,7 @@ type ApiKey struct {
 
 func (x *ApiKey) Reset() {
 	*x = ApiKey{}
-	mi := &file_styx_v1_styx_proto_msgTypes[50]
+	mi := &file_styx_v1_styx_proto_msgTypes[51]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3608,7 +3734,7 @@ func (x *ApiKey) String() string {
 func (*ApiKey) ProtoMessage() {}
 
 func (x *ApiKey) ProtoReflect() protoreflect.Message {
-	mi := &file_styx_v1_styx_proto_msgTypes[50]
+	mi := &file_styx_v1_styx_proto_msgTypes[51]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3621,7 +3747,7 @@ func (x *ApiKey) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ApiKey.ProtoReflect.Descriptor instead.
 func (*ApiKey) Descriptor() ([]byte, []int) {
-	return file_styx_v1_styx_proto_rawDescGZIP(), []int{50}
+	return file_styx_v1_styx_proto_rawDescGZIP(), []int{51}
 }
 
 func (x *ApiKey) GetName() string {
@@ -3674,7 +3800,7 @@ type KeysCreateResponse struct {
 
 func (x *KeysCreateResponse) Reset() {
 	*x = KeysCreateResponse{}
-	mi := &file_styx_v1_styx_proto_msgTypes[51]
+	mi := &file_styx_v1_styx_proto_msgTypes[52]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3686,7 +3812,7 @@ func (x *KeysCreateResponse) String() string {
 func (*KeysCreateResponse) ProtoMessage() {}
 
 func (x *KeysCreateResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_styx_v1_styx_proto_msgTypes[51]
+	mi := &file_styx_v1_styx_proto_msgTypes[52]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3699,7 +3825,7 @@ func (x *KeysCreateResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use KeysCreateResponse.ProtoReflect.Descriptor instead.
 func (*KeysCreateResponse) Descriptor() ([]byte, []int) {
-	return file_styx_v1_styx_proto_rawDescGZIP(), []int{51}
+	return file_styx_v1_styx_proto_rawDescGZIP(), []int{52}
 }
 
 func (x *KeysCreateResponse) GetKey() string {
@@ -3745,7 +3871,7 @@ type KeysListRequest struct {
 
 func (x *KeysListRequest) Reset() {
 	*x = KeysListRequest{}
-	mi := &file_styx_v1_styx_proto_msgTypes[52]
+	mi := &file_styx_v1_styx_proto_msgTypes[53]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3757,7 +3883,7 @@ func (x *KeysListRequest) String() string {
 func (*KeysListRequest) ProtoMessage() {}
 
 func (x *KeysListRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_styx_v1_styx_proto_msgTypes[52]
+	mi := &file_styx_v1_styx_proto_msgTypes[53]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3770,7 +3896,7 @@ func (x *KeysListRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use KeysListRequest.ProtoReflect.Descriptor instead.
 func (*KeysListRequest) Descriptor() ([]byte, []int) {
-	return file_styx_v1_styx_proto_rawDescGZIP(), []int{52}
+	return file_styx_v1_styx_proto_rawDescGZIP(), []int{53}
 }
 
 type KeysListResponse struct {
@@ -3782,7 +3908,7 @@ type KeysListResponse struct {
 
 func (x *KeysListResponse) Reset() {
 	*x = KeysListResponse{}
-	mi := &file_styx_v1_styx_proto_msgTypes[53]
+	mi := &file_styx_v1_styx_proto_msgTypes[54]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3794,7 +3920,7 @@ func (x *KeysListResponse) String() string {
 func (*KeysListResponse) ProtoMessage() {}
 
 func (x *KeysListResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_styx_v1_styx_proto_msgTypes[53]
+	mi := &file_styx_v1_styx_proto_msgTypes[54]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3807,7 +3933,7 @@ func (x *KeysListResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use KeysListResponse.ProtoReflect.Descriptor instead.
 func (*KeysListResponse) Descriptor() ([]byte, []int) {
-	return file_styx_v1_styx_proto_rawDescGZIP(), []int{53}
+	return file_styx_v1_styx_proto_rawDescGZIP(), []int{54}
 }
 
 func (x *KeysListResponse) GetKeys() []*ApiKey {
@@ -3826,7 +3952,7 @@ type KeysDeleteRequest struct {
 
 func (x *KeysDeleteRequest) Reset() {
 	*x = KeysDeleteRequest{}
-	mi := &file_styx_v1_styx_proto_msgTypes[54]
+	mi := &file_styx_v1_styx_proto_msgTypes[55]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3838,7 +3964,7 @@ func (x *KeysDeleteRequest) String() string {
 func (*KeysDeleteRequest) ProtoMessage() {}
 
 func (x *KeysDeleteRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_styx_v1_styx_proto_msgTypes[54]
+	mi := &file_styx_v1_styx_proto_msgTypes[55]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3851,7 +3977,7 @@ func (x *KeysDeleteRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use KeysDeleteRequest.ProtoReflect.Descriptor instead.
 func (*KeysDeleteRequest) Descriptor() ([]byte, []int) {
-	return file_styx_v1_styx_proto_rawDescGZIP(), []int{54}
+	return file_styx_v1_styx_proto_rawDescGZIP(), []int{55}
 }
 
 func (x *KeysDeleteRequest) GetName() string {
@@ -4156,11 +4282,26 @@ const file_styx_v1_styx_proto_rawDesc = "" +
 	"\x14RedrivesListResponse\x12*\n" +
 	"\x05tasks\x18\x01 \x03(\v2\x14.styx.v1.RedriveTaskR\x05tasks\".\n" +
 	"\x12RedriveTaskRequest\x12\x18\n" +
-	"\atask_id\x18\x01 \x01(\tR\atask_id\"W\n" +
+	"\atask_id\x18\x01 \x01(\tR\atask_id\"\xe4\x01\n" +
 	"\rRedriveCounts\x12\x14\n" +
 	"\x05moved\x18\x01 \x01(\x03R\x05moved\x12\x16\n" +
 	"\x06failed\x18\x02 \x01(\x03R\x06failed\x12\x18\n" +
-	"\askipped\x18\x03 \x01(\x03R\askipped\"\xc9\x05\n" +
+	"\askipped\x18\x03 \x01(\x03R\askipped\x12K\n" +
+	"\fskip_reasons\x18d \x03(\v2'.styx.v1.RedriveCounts.SkipReasonsEntryR\fskip_reasons\x1a>\n" +
+	"\x10SkipReasonsEntry\x12\x10\n" +
+	"\x03key\x18\x01 \x01(\tR\x03key\x12\x14\n" +
+	"\x05value\x18\x02 \x01(\x03R\x05value:\x028\x01\"\xd8\x01\n" +
+	"\vRedrivePlan\x12\x1e\n" +
+	"\n" +
+	"would_move\x18\x01 \x01(\x03R\n" +
+	"would_move\x12\x1e\n" +
+	"\n" +
+	"would_skip\x18\x02 \x01(\x03R\n" +
+	"would_skip\x12I\n" +
+	"\fskip_reasons\x18\x03 \x03(\v2%.styx.v1.RedrivePlan.SkipReasonsEntryR\fskip_reasons\x1a>\n" +
+	"\x10SkipReasonsEntry\x12\x10\n" +
+	"\x03key\x18\x01 \x01(\tR\x03key\x12\x14\n" +
+	"\x05value\x18\x02 \x01(\x03R\x05value:\x028\x01\"\xd7\b\n" +
 	"\vRedriveTask\x12\x18\n" +
 	"\atask_id\x18\x01 \x01(\tR\atask_id\x12\x1e\n" +
 	"\n" +
@@ -4185,10 +4326,25 @@ const file_styx_v1_styx_proto_rawDesc = "" +
 	"\x0efailure_reason\x18\x0e \x01(\tR\x0efailure_reason\x12\x18\n" +
 	"\adry_run\x18\x0f \x01(\bR\adry_run\x12,\n" +
 	"\x11max_redrive_count\x18d \x01(\x05R\x11max_redrive_count\x12\x1a\n" +
-	"\bkey_name\x18x \x01(\tR\bkey_name\x1aR\n" +
+	"\bkey_name\x18x \x01(\tR\bkey_name\x12\x1e\n" +
+	"\n" +
+	"would_move\x18e \x01(\x03R\n" +
+	"would_move\x12\x1e\n" +
+	"\n" +
+	"would_skip\x18f \x01(\x03R\n" +
+	"would_skip\x12O\n" +
+	"\x0eby_destination\x18g \x03(\v2'.styx.v1.RedriveTask.ByDestinationEntryR\x0eby_destination\x12I\n" +
+	"\fskip_reasons\x18h \x03(\v2%.styx.v1.RedriveTask.SkipReasonsEntryR\fskip_reasons\x12\x18\n" +
+	"\awarning\x18i \x01(\tR\awarning\x1aR\n" +
 	"\fByQueueEntry\x12\x10\n" +
 	"\x03key\x18\x01 \x01(\tR\x03key\x12,\n" +
-	"\x05value\x18\x02 \x01(\v2\x16.styx.v1.RedriveCountsR\x05value:\x028\x01\"W\n" +
+	"\x05value\x18\x02 \x01(\v2\x16.styx.v1.RedriveCountsR\x05value:\x028\x01\x1aV\n" +
+	"\x12ByDestinationEntry\x12\x10\n" +
+	"\x03key\x18\x01 \x01(\tR\x03key\x12*\n" +
+	"\x05value\x18\x02 \x01(\v2\x14.styx.v1.RedrivePlanR\x05value:\x028\x01\x1a>\n" +
+	"\x10SkipReasonsEntry\x12\x10\n" +
+	"\x03key\x18\x01 \x01(\tR\x03key\x12\x14\n" +
+	"\x05value\x18\x02 \x01(\x03R\x05value:\x028\x01\"W\n" +
 	"\x11KeysCreateRequest\x12\x12\n" +
 	"\x04name\x18\x01 \x01(\tR\x04name\x12\x16\n" +
 	"\x06scopes\x18\x02 \x03(\tR\x06scopes\x12\x16\n" +
@@ -4229,7 +4385,7 @@ func file_styx_v1_styx_proto_rawDescGZIP() []byte {
 	return file_styx_v1_styx_proto_rawDescData
 }
 
-var file_styx_v1_styx_proto_msgTypes = make([]protoimpl.MessageInfo, 58)
+var file_styx_v1_styx_proto_msgTypes = make([]protoimpl.MessageInfo, 63)
 var file_styx_v1_styx_proto_goTypes = []any{
 	(*QueueProduceRequest)(nil),        // 0: styx.v1.QueueProduceRequest
 	(*QueueProduceItem)(nil),           // 1: styx.v1.QueueProduceItem
@@ -4279,74 +4435,84 @@ var file_styx_v1_styx_proto_goTypes = []any{
 	(*RedrivesListResponse)(nil),       // 45: styx.v1.RedrivesListResponse
 	(*RedriveTaskRequest)(nil),         // 46: styx.v1.RedriveTaskRequest
 	(*RedriveCounts)(nil),              // 47: styx.v1.RedriveCounts
-	(*RedriveTask)(nil),                // 48: styx.v1.RedriveTask
-	(*KeysCreateRequest)(nil),          // 49: styx.v1.KeysCreateRequest
-	(*ApiKey)(nil),                     // 50: styx.v1.ApiKey
-	(*KeysCreateResponse)(nil),         // 51: styx.v1.KeysCreateResponse
-	(*KeysListRequest)(nil),            // 52: styx.v1.KeysListRequest
-	(*KeysListResponse)(nil),           // 53: styx.v1.KeysListResponse
-	(*KeysDeleteRequest)(nil),          // 54: styx.v1.KeysDeleteRequest
-	nil,                                // 55: styx.v1.QueueStatsResponse.DeadByReasonEntry
-	nil,                                // 56: styx.v1.QueueStatsResponse.DeadBySourceEntry
-	nil,                                // 57: styx.v1.RedriveTask.ByQueueEntry
-	(*timestamppb.Timestamp)(nil),      // 58: google.protobuf.Timestamp
+	(*RedrivePlan)(nil),                // 48: styx.v1.RedrivePlan
+	(*RedriveTask)(nil),                // 49: styx.v1.RedriveTask
+	(*KeysCreateRequest)(nil),          // 50: styx.v1.KeysCreateRequest
+	(*ApiKey)(nil),                     // 51: styx.v1.ApiKey
+	(*KeysCreateResponse)(nil),         // 52: styx.v1.KeysCreateResponse
+	(*KeysListRequest)(nil),            // 53: styx.v1.KeysListRequest
+	(*KeysListResponse)(nil),           // 54: styx.v1.KeysListResponse
+	(*KeysDeleteRequest)(nil),          // 55: styx.v1.KeysDeleteRequest
+	nil,                                // 56: styx.v1.QueueStatsResponse.DeadByReasonEntry
+	nil,                                // 57: styx.v1.QueueStatsResponse.DeadBySourceEntry
+	nil,                                // 58: styx.v1.RedriveCounts.SkipReasonsEntry
+	nil,                                // 59: styx.v1.RedrivePlan.SkipReasonsEntry
+	nil,                                // 60: styx.v1.RedriveTask.ByQueueEntry
+	nil,                                // 61: styx.v1.RedriveTask.ByDestinationEntry
+	nil,                                // 62: styx.v1.RedriveTask.SkipReasonsEntry
+	(*timestamppb.Timestamp)(nil),      // 63: google.protobuf.Timestamp
 }
 var file_styx_v1_styx_proto_depIdxs = []int32{
 	1,  // 0: styx.v1.QueueProduceRequest.items:type_name -> styx.v1.QueueProduceItem
-	58, // 1: styx.v1.QueueProduceItem.enqueueAt:type_name -> google.protobuf.Timestamp
-	58, // 2: styx.v1.QueueLeaseItem.leaseDeadline:type_name -> google.protobuf.Timestamp
+	63, // 1: styx.v1.QueueProduceItem.enqueueAt:type_name -> google.protobuf.Timestamp
+	63, // 2: styx.v1.QueueLeaseItem.leaseDeadline:type_name -> google.protobuf.Timestamp
 	4,  // 3: styx.v1.QueueLeaseResponse.items:type_name -> styx.v1.QueueLeaseItem
 	9,  // 4: styx.v1.QueueRetryRequest.items:type_name -> styx.v1.QueueRetryItem
-	58, // 5: styx.v1.QueueRetryItem.retryAt:type_name -> google.protobuf.Timestamp
+	63, // 5: styx.v1.QueueRetryItem.retryAt:type_name -> google.protobuf.Timestamp
 	11, // 6: styx.v1.QueueRetryResponse.outcomes:type_name -> styx.v1.QueueRetryOutcome
-	58, // 7: styx.v1.QueueRetryOutcome.retryAt:type_name -> google.protobuf.Timestamp
+	63, // 7: styx.v1.QueueRetryOutcome.retryAt:type_name -> google.protobuf.Timestamp
 	14, // 8: styx.v1.QueueRenewResponse.items:type_name -> styx.v1.QueueRenewItem
-	58, // 9: styx.v1.QueueRenewItem.leaseDeadline:type_name -> google.protobuf.Timestamp
-	58, // 10: styx.v1.QueueInfo.createdAt:type_name -> google.protobuf.Timestamp
-	58, // 11: styx.v1.QueueInfo.updatedAt:type_name -> google.protobuf.Timestamp
+	63, // 9: styx.v1.QueueRenewItem.leaseDeadline:type_name -> google.protobuf.Timestamp
+	63, // 10: styx.v1.QueueInfo.createdAt:type_name -> google.protobuf.Timestamp
+	63, // 11: styx.v1.QueueInfo.updatedAt:type_name -> google.protobuf.Timestamp
 	16, // 12: styx.v1.QueueInfo.partitions:type_name -> styx.v1.PartitionInfo
 	22, // 13: styx.v1.QueueStatsResponse.logicalQueues:type_name -> styx.v1.QueueLogicalStats
-	55, // 14: styx.v1.QueueStatsResponse.dead_by_reason:type_name -> styx.v1.QueueStatsResponse.DeadByReasonEntry
-	56, // 15: styx.v1.QueueStatsResponse.dead_by_source:type_name -> styx.v1.QueueStatsResponse.DeadBySourceEntry
-	58, // 16: styx.v1.QueueStatsResponse.oldest_created_at:type_name -> google.protobuf.Timestamp
+	56, // 14: styx.v1.QueueStatsResponse.dead_by_reason:type_name -> styx.v1.QueueStatsResponse.DeadByReasonEntry
+	57, // 15: styx.v1.QueueStatsResponse.dead_by_source:type_name -> styx.v1.QueueStatsResponse.DeadBySourceEntry
+	63, // 16: styx.v1.QueueStatsResponse.oldest_created_at:type_name -> google.protobuf.Timestamp
 	23, // 17: styx.v1.QueueLogicalStats.partitions:type_name -> styx.v1.QueuePartitionStats
 	15, // 18: styx.v1.QueuesListResponse.items:type_name -> styx.v1.QueueInfo
 	33, // 19: styx.v1.StorageItemsListResponse.items:type_name -> styx.v1.StorageItem
 	33, // 20: styx.v1.StorageItemsImportRequest.items:type_name -> styx.v1.StorageItem
 	33, // 21: styx.v1.StorageItemsImportResponse.items:type_name -> styx.v1.StorageItem
-	58, // 22: styx.v1.StorageItem.leaseDeadline:type_name -> google.protobuf.Timestamp
-	58, // 23: styx.v1.StorageItem.expireDeadline:type_name -> google.protobuf.Timestamp
-	58, // 24: styx.v1.StorageItem.deadDeadline:type_name -> google.protobuf.Timestamp
-	58, // 25: styx.v1.StorageItem.createdAt:type_name -> google.protobuf.Timestamp
-	58, // 26: styx.v1.StorageItem.updatedAt:type_name -> google.protobuf.Timestamp
-	58, // 27: styx.v1.StorageItem.enqueueAt:type_name -> google.protobuf.Timestamp
-	58, // 28: styx.v1.StorageItem.dead_at:type_name -> google.protobuf.Timestamp
+	63, // 22: styx.v1.StorageItem.leaseDeadline:type_name -> google.protobuf.Timestamp
+	63, // 23: styx.v1.StorageItem.expireDeadline:type_name -> google.protobuf.Timestamp
+	63, // 24: styx.v1.StorageItem.deadDeadline:type_name -> google.protobuf.Timestamp
+	63, // 25: styx.v1.StorageItem.createdAt:type_name -> google.protobuf.Timestamp
+	63, // 26: styx.v1.StorageItem.updatedAt:type_name -> google.protobuf.Timestamp
+	63, // 27: styx.v1.StorageItem.enqueueAt:type_name -> google.protobuf.Timestamp
+	63, // 28: styx.v1.StorageItem.dead_at:type_name -> google.protobuf.Timestamp
 	34, // 29: styx.v1.StorageItem.errors:type_name -> styx.v1.AttemptError
-	58, // 30: styx.v1.AttemptError.at:type_name -> google.protobuf.Timestamp
-	58, // 31: styx.v1.DeadFilter.dead_after:type_name -> google.protobuf.Timestamp
-	58, // 32: styx.v1.DeadFilter.dead_before:type_name -> google.protobuf.Timestamp
+	63, // 30: styx.v1.AttemptError.at:type_name -> google.protobuf.Timestamp
+	63, // 31: styx.v1.DeadFilter.dead_after:type_name -> google.protobuf.Timestamp
+	63, // 32: styx.v1.DeadFilter.dead_before:type_name -> google.protobuf.Timestamp
 	35, // 33: styx.v1.DeadGroupsRequest.filter:type_name -> styx.v1.DeadFilter
-	58, // 34: styx.v1.DeadGroup.first_dead_at:type_name -> google.protobuf.Timestamp
-	58, // 35: styx.v1.DeadGroup.last_dead_at:type_name -> google.protobuf.Timestamp
+	63, // 34: styx.v1.DeadGroup.first_dead_at:type_name -> google.protobuf.Timestamp
+	63, // 35: styx.v1.DeadGroup.last_dead_at:type_name -> google.protobuf.Timestamp
 	37, // 36: styx.v1.DeadGroupsResponse.groups:type_name -> styx.v1.DeadGroup
 	35, // 37: styx.v1.DeadListRequest.filter:type_name -> styx.v1.DeadFilter
 	33, // 38: styx.v1.DeadListResponse.items:type_name -> styx.v1.StorageItem
 	35, // 39: styx.v1.DeadDeleteRequest.filter:type_name -> styx.v1.DeadFilter
 	35, // 40: styx.v1.DeadRedriveRequest.filter:type_name -> styx.v1.DeadFilter
-	48, // 41: styx.v1.RedrivesListResponse.tasks:type_name -> styx.v1.RedriveTask
-	35, // 42: styx.v1.RedriveTask.filter:type_name -> styx.v1.DeadFilter
-	58, // 43: styx.v1.RedriveTask.started_at:type_name -> google.protobuf.Timestamp
-	58, // 44: styx.v1.RedriveTask.finished_at:type_name -> google.protobuf.Timestamp
-	57, // 45: styx.v1.RedriveTask.by_queue:type_name -> styx.v1.RedriveTask.ByQueueEntry
-	58, // 46: styx.v1.ApiKey.created_at:type_name -> google.protobuf.Timestamp
-	58, // 47: styx.v1.KeysCreateResponse.created_at:type_name -> google.protobuf.Timestamp
-	50, // 48: styx.v1.KeysListResponse.keys:type_name -> styx.v1.ApiKey
-	47, // 49: styx.v1.RedriveTask.ByQueueEntry.value:type_name -> styx.v1.RedriveCounts
-	50, // [50:50] is the sub-list for method output_type
-	50, // [50:50] is the sub-list for method input_type
-	50, // [50:50] is the sub-list for extension type_name
-	50, // [50:50] is the sub-list for extension extendee
-	0,  // [0:50] is the sub-list for field type_name
+	49, // 41: styx.v1.RedrivesListResponse.tasks:type_name -> styx.v1.RedriveTask
+	58, // 42: styx.v1.RedriveCounts.skip_reasons:type_name -> styx.v1.RedriveCounts.SkipReasonsEntry
+	59, // 43: styx.v1.RedrivePlan.skip_reasons:type_name -> styx.v1.RedrivePlan.SkipReasonsEntry
+	35, // 44: styx.v1.RedriveTask.filter:type_name -> styx.v1.DeadFilter
+	63, // 45: styx.v1.RedriveTask.started_at:type_name -> google.protobuf.Timestamp
+	63, // 46: styx.v1.RedriveTask.finished_at:type_name -> google.protobuf.Timestamp
+	60, // 47: styx.v1.RedriveTask.by_queue:type_name -> styx.v1.RedriveTask.ByQueueEntry
+	61, // 48: styx.v1.RedriveTask.by_destination:type_name -> styx.v1.RedriveTask.ByDestinationEntry
+	62, // 49: styx.v1.RedriveTask.skip_reasons:type_name -> styx.v1.RedriveTask.SkipReasonsEntry
+	63, // 50: styx.v1.ApiKey.created_at:type_name -> google.protobuf.Timestamp
+	63, // 51: styx.v1.KeysCreateResponse.created_at:type_name -> google.protobuf.Timestamp
+	51, // 52: styx.v1.KeysListResponse.keys:type_name -> styx.v1.ApiKey
+	47, // 53: styx.v1.RedriveTask.ByQueueEntry.value:type_name -> styx.v1.RedriveCounts
+	48, // 54: styx.v1.RedriveTask.ByDestinationEntry.value:type_name -> styx.v1.RedrivePlan
+	55, // [55:55] is the sub-list for method output_type
+	55, // [55:55] is the sub-list for method input_type
+	55, // [55:55] is the sub-list for extension type_name
+	55, // [55:55] is the sub-list for extension extendee
+	0,  // [0:55] is the sub-list for field type_name
 }
 
 func init() { file_styx_v1_styx_proto_init() }
@@ -4360,7 +4526,7 @@ func file_styx_v1_styx_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_styx_v1_styx_proto_rawDesc), len(file_styx_v1_styx_proto_rawDesc)),
 			NumEnums:      0,
-			NumMessages:   58,
+			NumMessages:   63,
 			NumExtensions: 0,
 			NumServices:   0,
 		},

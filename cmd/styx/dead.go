@@ -10,6 +10,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"maps"
 	"slices"
 	"strings"
 	"time"
@@ -628,69 +629,38 @@ Exits 1 if the task failed.`,
 	return cmd
 }
 
-// printDryRun prints a dry run's count and, read from the dead items, how
-// many would go to each queue and how many of those are skipped for having
-// been redriven too often.
-func (a *app) printDryRun(ctx context.Context, c *styx.Client, task *pb.RedriveTask) error {
+// skipNotes says each skip reason of a dry run (RedriveTask.skip_reasons)
+// in words.
+var skipNotes = map[string]string{
+	"source_gone": "queue does not exist: items stay",
+	"not_covered": "the API key may not reach this queue",
+	"loop_cap":    "redriven max-redrive-count times",
+	"leased":      "leased from the dead-letter queue",
+}
+
+// printDryRun prints what the server's dry run says a redrive would do:
+// how many of the matched items it would move and skip, by destination
+// queue, with the reasons of the skips (RedriveTask.by_destination).
+func (a *app) printDryRun(_ context.Context, _ *styx.Client, task *pb.RedriveTask) error {
 	if task.Matched == 0 {
 		_, err := fmt.Fprintf(a.stdout, "would redrive 0 items from %s\n", task.QueueName)
 		return err
 	}
-	type counts struct{ items, skip int }
-	by := map[string]*counts{}
-	err := eachDeadPage(ctx, c, &pb.DeadListRequest{QueueName: task.QueueName, Filter: task.Filter, Limit: deadPageSize, WithoutPayload: true},
-		func(items []*pb.StorageItem) error {
-			for _, it := range items {
-				dest := cmp.Or(task.Destination, it.SourceQueue)
-				n := by[dest]
-				if n == nil {
-					n = &counts{}
-					by[dest] = n
-				}
-				n.items++
-				if task.MaxRedriveCount >= 0 && it.RedriveCount >= task.MaxRedriveCount {
-					n.skip++
-				}
-			}
-			return nil
-		})
-	if err != nil {
-		return fmt.Errorf("count by queue: %w", err)
-	}
-	queues := make([]string, 0, len(by))
-	for q := range by {
-		queues = append(queues, q)
-	}
-	slices.SortFunc(queues, func(x, y string) int { return cmp.Or(cmp.Compare(by[y].items, by[x].items), cmp.Compare(x, y)) })
-	notes := map[string]string{}
-	skipped := 0
-	for _, q := range queues {
-		// The task skips the items of a source queue that no longer exists
-		// (the server checked --to).
-		if task.Destination == "" {
-			_, err := c.QueuesInfo(ctx, &pb.QueuesInfoRequest{QueueName: q})
-			switch {
-			case q == "" || styx.IsQueueNotExist(err):
-				by[q].skip, notes[q] = by[q].items, "queue does not exist: items stay"
-			case err != nil:
-				return err
-			}
-		}
-		skipped += by[q].skip
-	}
+	by := task.ByDestination
+	queues := slices.Collect(maps.Keys(by))
+	total := func(q string) int64 { return by[q].WouldMove + by[q].WouldSkip }
+	slices.SortFunc(queues, func(x, y string) int { return cmp.Or(cmp.Compare(total(y), total(x)), cmp.Compare(x, y)) })
 	if _, err := fmt.Fprintf(a.stdout, "would redrive %d of %s from %s (%d skipped)\n\n",
-		int(task.Matched)-skipped, plural(int(task.Matched), "matched item"), task.QueueName, skipped); err != nil {
+		task.WouldMove, plural(int(task.Matched), "matched item"), task.QueueName, task.WouldSkip); err != nil {
 		return err
 	}
 	t := newTable(a.stdout, "QUEUE", "ITEMS", "SKIPPED", "NOTE")
 	for _, q := range queues {
-		t.row(orDash(q), fmt.Sprint(by[q].items), fmt.Sprint(by[q].skip), orDash(notes[q]))
+		var notes []string
+		for _, r := range slices.Sorted(maps.Keys(by[q].SkipReasons)) {
+			notes = append(notes, fmt.Sprintf("%d %s", by[q].SkipReasons[r], cmp.Or(skipNotes[r], r)))
+		}
+		t.row(orDash(q), fmt.Sprint(total(q)), fmt.Sprint(by[q].WouldSkip), orDash(strings.Join(notes, "; ")))
 	}
-	if err := t.flush(); err != nil {
-		return err
-	}
-	if task.MaxRedriveCount >= 0 {
-		_, err = fmt.Fprintf(a.stdout, "(items already redriven %d times, the --max-redrive-count, are skipped and stay)\n", task.MaxRedriveCount)
-	}
-	return err
+	return t.flush()
 }

@@ -83,7 +83,7 @@
     const dlg = document.getElementById('confirm-dialog');
     const ok = document.getElementById('confirm-ok');
     document.getElementById('confirm-title').textContent = title;
-    document.getElementById('confirm-body').replaceChildren(...body);
+    document.getElementById('confirm-body').replaceChildren(...body.filter(Boolean));
     ok.hidden = okLabel === null;
     ok.textContent = okLabel || 'OK';
     ok.className = danger ? 'danger' : 'primary';
@@ -217,6 +217,22 @@
     return [h('p', { class: 'muted' }, `Binary, ${fmt(bytes.length)} bytes (hex)`), h('pre', { 'aria-label': 'Payload (hex)' }, lines.join('\n'))];
   }
 
+  // SKIP_WORDS says why a redrive leaves an item in the dead-letter queue
+  // (RedriveTask.skip_reasons keys).
+  const SKIP_WORDS = {
+    source_gone: 'destination queue does not exist',
+    not_covered: 'your API key may not reach the destination',
+    loop_cap: 'already redriven too many times',
+    leased: 'leased by a consumer',
+  };
+
+  // skipReasons says a skip_reasons map in words: "3 destination queue
+  // does not exist, 1 already redriven too many times".
+  function skipReasons(m) {
+    return Object.entries(m || {}).sort((a, b) => num(b[1]) - num(a[1]))
+      .map(([k, v]) => `${fmt(v)} ${SKIP_WORDS[k] || k}`).join(', ');
+  }
+
   // ---------------------------------------------------------------- actions
 
   // everything reports whether filter is empty: it selects every dead item,
@@ -233,14 +249,29 @@
       dry = await api('dead.redrive', { queue_name: queue, filter, dry_run: true });
     } catch (e) { toast(e.message); return; }
     const n = num(dry.matched);
+    // The server's dry run says what will happen: would_move of the
+    // matched items move, would_skip stay (by destination, with reasons).
+    const move = dry.would_move === undefined && dry.would_skip === undefined ? n : num(dry.would_move);
+    const skip = num(dry.would_skip);
     const dest = dry.destination || 'their source queue';
     const rate = h('input', { id: 'redrive-rate', type: 'number', min: '0', max: '1000000', value: '0', inputmode: 'numeric' });
-    const body = n === 0
-      ? [h('p', {}, `No dead items match ${describeFilter(filter)}.`)]
-      : [h('p', { id: 'redrive-summary' }, `This will move ${fmt(n)} ${n === 1 ? 'item' : 'items'} to ${dest}.`),
+    const byDest = Object.entries(dry.by_destination || {}).sort((a, b) => (num(b[1].would_move) + num(b[1].would_skip)) - (num(a[1].would_move) + num(a[1].would_skip)));
+    const plan = byDest.length === 0 ? null : table('By destination queue', ['Destination', ['Will move', 'num'], ['Will stay', 'num'], 'Why they stay'],
+      byDest.map(([q, p]) => h('tr', {},
+        h('th', { scope: 'row' }, q || '(no source queue)'), h('td', { class: 'num' }, fmt(p.would_move)),
+        h('td', { class: 'num' }, fmt(p.would_skip)), h('td', {}, skipReasons(p.skip_reasons) || '–'))));
+    let body;
+    if (n === 0) body = [h('p', {}, `No dead items match ${describeFilter(filter)}.`)];
+    else if (move === 0) {
+      body = [h('p', { id: 'redrive-summary' }, `None of the ${plural(n, 'matching item', 'matching items')} can be redriven: ${skipReasons(dry.skip_reasons)}.`), plan];
+    } else {
+      const summary = skip === 0 ? `This will move ${fmt(move)} ${move === 1 ? 'item' : 'items'} to ${dest}.`
+        : `This will move ${fmt(move)} of ${fmt(n)} items to ${dest}; ${fmt(skip)} will stay in the dead-letter queue (${skipReasons(dry.skip_reasons)}).`;
+      body = [h('p', { id: 'redrive-summary', class: skip ? 'warn' : '' }, summary), plan,
         h('p', { class: 'muted' }, 'Selected: ' + describeFilter(filter) + '.'),
         h('label', { for: 'redrive-rate' }, 'Rate limit (items per second, 0 for no limit)'), rate];
-    if (!await confirmAction('Redrive dead items', body, n === 0 ? null : `Redrive ${fmt(n)} ${n === 1 ? 'item' : 'items'}`)) return;
+    }
+    if (!await confirmAction('Redrive dead items', body, move === 0 ? null : `Redrive ${fmt(move)} ${move === 1 ? 'item' : 'items'}`)) return;
     try {
       const task = await api('dead.redrive', { queue_name: queue, filter, all: everything(filter), rate_limit: Number(rate.value) || 0 });
       navigate('/ui/redrives?task=' + enc(task.task_id));
@@ -491,14 +522,16 @@
         h('td', {}, h('a', { href: '/ui/queues/' + enc(t.queue_name) + '/dead' }, t.queue_name)),
         h('td', {}, t.destination || 'source queues'),
         h('td', {}, describeFilter(t.filter)),
-        h('td', {}, h('span', { class: 'badge ' + t.status }, t.status)),
+        h('td', {}, t.warning && t.status === 'completed' ? h('span', { class: 'badge warning', title: t.warning }, 'completed with warnings')
+          : h('span', { class: 'badge ' + t.status }, t.status)),
         h('td', {}, h('progress', { max: String(Math.max(matched, 1)), value: String(matched ? done : 1), 'aria-label': `Progress of ${t.task_id}` }),
           ' ', h('span', { class: 'progress-text' }, `${fmt(moved)} of ${fmt(matched)} moved`),
           failed ? ` · ${fmt(failed)} failed` : '', skipped ? ` · ${fmt(skipped)} skipped` : '',
           t.rate_limit ? h('span', { class: 'muted' }, ` · ${t.rate_limit}/s`) : ''),
         h('td', {}, ago(t.started_at)),
         h('td', {}, live ? h('button', { type: 'button', class: 'danger', 'aria-label': `Cancel ${t.task_id}`, onclick: () => cancelTask(t) }, 'Cancel…')
-          : (t.failure_reason ? h('span', { class: 'muted' }, t.failure_reason) : '')));
+          : (t.failure_reason ? h('span', { class: 'muted' }, t.failure_reason)
+            : t.warning ? h('span', { class: 'warn' }, t.warning) : '')));
     });
     show(h('h1', {}, 'Redrives'),
       tasks.length === 0 ? h('p', { class: 'muted' }, 'No redrive tasks.')

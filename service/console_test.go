@@ -1,0 +1,77 @@
+package service_test
+
+import (
+	"testing"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+
+	pb "github.com/styxq/styx/styxpb"
+)
+
+// TestRedriveDryRunSaysWhatWillHappen (issue 28, 1): a dry run says, per
+// destination queue, how many items a redrive would move and how many it
+// would skip and why (source queue gone, key not covering it, loop cap);
+// the task started after it does what it said and ends with a warning
+// naming the reasons.
+func TestRedriveDryRunSaysWhatWillHappen(t *testing.T) {
+	forEachBackend(t, func(t *testing.T, b backend) {
+		s, _ := startAuth(t, b)
+		s.createQueue(&pb.QueueInfo{QueueName: "pd-dlq"})
+		s.createQueue(&pb.QueueInfo{QueueName: "pd", DeadQueue: "pd-dlq"})
+		s.createQueue(&pb.QueueInfo{QueueName: "other", DeadQueue: "pd-dlq"})
+		var items []deadItem
+		for i := range 4 {
+			items = append(items, deadItem{payload: "ok", source: "pd", reason: "expired", redrives: int32(i)})
+		}
+		items = append(items,
+			deadItem{payload: "loop", source: "pd", reason: "expired", redrives: 10},
+			deadItem{payload: "gone1", source: "pd-deleted", reason: "expired"},
+			deadItem{payload: "gone2", source: "pd-deleted", reason: "expired"},
+			deadItem{payload: "gone3", source: "pd-deleted", reason: "expired"},
+			deadItem{payload: "elsewhere", source: "other", reason: "expired"})
+		s.importDead("pd-dlq", items...)
+
+		// A key limited to pd*: "other" is not its to reach.
+		c := s.client(s.newKey("pd-oncall", []string{"dead", "read"}, "pd*"))
+		dry, err := c.DeadRedrive(ctx, &pb.DeadRedriveRequest{QueueName: "pd-dlq", DryRun: true})
+		require.NoError(t, err)
+		assert.Equal(t, int64(9), dry.Matched)
+		assert.Equal(t, int64(4), dry.WouldMove)
+		assert.Equal(t, int64(5), dry.WouldSkip)
+		assert.Equal(t, map[string]int64{"source_gone": 3, "loop_cap": 1, "not_covered": 1}, dry.SkipReasons)
+		require.Len(t, dry.ByDestination, 3)
+		assert.Equal(t, int64(4), dry.ByDestination["pd"].WouldMove)
+		assert.Equal(t, int64(1), dry.ByDestination["pd"].WouldSkip)
+		assert.Equal(t, map[string]int64{"loop_cap": 1}, dry.ByDestination["pd"].SkipReasons)
+		assert.Equal(t, int64(0), dry.ByDestination["pd-deleted"].WouldMove)
+		assert.Equal(t, map[string]int64{"source_gone": 3}, dry.ByDestination["pd-deleted"].SkipReasons)
+		assert.Equal(t, map[string]int64{"not_covered": 1}, dry.ByDestination["other"].SkipReasons)
+		require.Len(t, s.items("pd-dlq"), 9, "a dry run moves nothing")
+
+		task, err := c.DeadRedrive(ctx, &pb.DeadRedriveRequest{QueueName: "pd-dlq", All: true})
+		require.NoError(t, err)
+		task = s.waitTask(task.TaskId)
+		assert.Equal(t, "completed", task.Status)
+		assert.Equal(t, dry.WouldMove, task.Moved, "the task does what the dry run said")
+		assert.Equal(t, dry.WouldSkip, task.Skipped)
+		assert.Equal(t, dry.SkipReasons, task.SkipReasons)
+		assert.Equal(t, map[string]int64{"source_gone": 3}, task.ByQueue["pd-deleted"].SkipReasons)
+		assert.Equal(t, "5 of 9 items stay in the dead-letter queue: 1 already redriven max_redrive_count times; "+
+			"1 bound for a queue the API key may not reach; 3 whose destination queue does not exist", task.Warning)
+		// The warning is kept: listed again, the task still says it.
+		list, err := s.C.RedrivesList(ctx, &pb.RedrivesListRequest{QueueName: "pd-dlq"})
+		require.NoError(t, err)
+		require.NotEmpty(t, list.Tasks)
+		assert.Equal(t, task.Warning, list.Tasks[0].Warning)
+
+		// A task that moved everything has no warning.
+		s.importDead("pd-dlq", deadItem{payload: "fine", source: "pd", reason: "explicit"})
+		task, err = s.C.DeadRedrive(ctx, &pb.DeadRedriveRequest{QueueName: "pd-dlq", Filter: &pb.DeadFilter{Reason: "explicit"}})
+		require.NoError(t, err)
+		task = s.waitTask(task.TaskId)
+		assert.Equal(t, int64(1), task.Moved)
+		assert.Empty(t, task.Warning)
+		assert.Empty(t, task.SkipReasons)
+	})
+}
