@@ -545,8 +545,29 @@ func (d *Daemon) serve(ctx context.Context, m queue.Queues, tasks store.TaskStor
 			attrs = append(attrs, "sync_consume", false)
 		}
 	}
+	// The UI's address, for a person reading the log (a wildcard listen
+	// address is served on every interface; the loopback name reaches it
+	// from the host itself).
+	attrs = append(attrs, "ui", d.uiURL())
 	cfg.Log.Info("styx serving", attrs...)
 	return d, nil
+}
+
+// uiURL is the address of the web UI: the endpoint with /ui/, a wildcard
+// host (0.0.0.0, ::) given as localhost.
+func (d *Daemon) uiURL() string {
+	host, port, err := net.SplitHostPort(d.Addr())
+	if err != nil {
+		return d.Endpoint() + "/ui/"
+	}
+	if ip := net.ParseIP(host); ip != nil && ip.IsUnspecified() {
+		host = "localhost"
+	}
+	scheme := "http"
+	if d.cfg.TLS() {
+		scheme = "https"
+	}
+	return scheme + "://" + net.JoinHostPort(host, port) + "/ui/"
 }
 
 // Addr returns the address the server listens on.

@@ -1,6 +1,7 @@
 package service_test
 
 import (
+	"net/http"
 	"testing"
 
 	"github.com/stretchr/testify/assert"
@@ -73,5 +74,27 @@ func TestRedriveDryRunSaysWhatWillHappen(t *testing.T) {
 		assert.Equal(t, int64(1), task.Moved)
 		assert.Empty(t, task.Warning)
 		assert.Empty(t, task.SkipReasons)
+	})
+}
+
+// TestBrowserAtRoot (issue 28, 2): GET / from a browser (Accept: text/html)
+// is redirected to the UI; any other client gets the API's answer as
+// before; the start-up log line names the UI's address.
+func TestBrowserAtRoot(t *testing.T) {
+	forEachBackend(t, func(t *testing.T, b backend) {
+		s, admin := startAuth(t, b)
+		req, err := http.NewRequestWithContext(ctx, http.MethodGet, s.d.Endpoint()+"/", nil)
+		require.NoError(t, err)
+		req.Header.Set("Accept", "text/html,application/xhtml+xml,application/xml;q=0.9,*/*;q=0.8")
+		resp, err := (&http.Client{CheckRedirect: func(*http.Request, []*http.Request) error { return http.ErrUseLastResponse }}).Do(req)
+		require.NoError(t, err)
+		_ = resp.Body.Close()
+		assert.Equal(t, http.StatusFound, resp.StatusCode)
+		assert.Equal(t, "/ui/", resp.Header.Get("Location"))
+
+		code, _, body := s.raw(http.MethodGet, "/", "", "Bearer "+admin, nil)
+		assert.Equal(t, 501, code, "an API client still gets the API's answer: %s", body)
+		assert.Contains(t, s.Logs.String(), `msg="styx serving"`)
+		assert.Contains(t, s.Logs.String(), "ui=http://"+s.d.Addr()+"/ui/")
 	})
 }

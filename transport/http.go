@@ -326,6 +326,13 @@ func (h *Handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		promhttp.HandlerFor(h.cfg.Metrics.Registry, promhttp.HandlerOpts{}).ServeHTTP(w, r)
 		return
 	}
+	if h.cfg.UI != nil && r.URL.Path == "/" && (r.Method == http.MethodGet || r.Method == http.MethodHead) &&
+		strings.Contains(r.Header.Get("Accept"), "text/html") {
+		// A browser opening the server's address gets the UI; any other
+		// client gets the API's answer (an unknown method) as before.
+		http.Redirect(w, r, "/ui/", http.StatusFound)
+		return
+	}
 	if h.cfg.UI != nil && auth.Public(r.URL.Path) {
 		h.cfg.UI.ServeHTTP(w, r)
 		return
