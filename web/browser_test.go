@@ -188,8 +188,10 @@ func TestBrowser(t *testing.T) {
 		b.t = t
 		b.open("/ui/")
 		b.waitText("main table", "orders-dlq")
-		require.Regexp(t, `^orders \| 3 \| 0 \| 0 \| 0 \| \d+s \| orders-dlq \| 0$`, b.rowText("orders"), "ready 3, dead-letter queue orders-dlq")
-		require.Regexp(t, `^orders-dlq \| 6 \| 0 \| 0 \| 6 \| \d+s \| – \| 0$`, b.rowText("orders-dlq"),
+		require.Regexp(t, `^orders \| 3 \| 0 \| 0 \| 5 \| – \| \d+s \| orders-dlq \| 0$`, b.rowText("orders"),
+			"ready 3, 5 dead items in its dead-letter queue orders-dlq")
+		require.Regexp(t, `^billing \| 0 \| 0 \| 0 \| 1 \| – \| – \| orders-dlq \| 0$`, b.rowText("billing"))
+		require.Regexp(t, `^orders-dlq \| 6 \| 0 \| 0 \| – \| 6 \| \d+s \| – \| 0$`, b.rowText("orders-dlq"),
 			"6 dead items held (ready to lease from the dead-letter queue)")
 		b.screenshot("overview")
 	})

@@ -3,6 +3,11 @@ package web_test
 import (
 	"context"
 	"fmt"
+	"io"
+	"log/slog"
+	"os"
+	"path/filepath"
+	"strings"
 	"testing"
 	"time"
 
@@ -10,6 +15,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	styx "github.com/styxq/styx"
+	"github.com/styxq/styx/daemon"
 	pb "github.com/styxq/styx/styxpb"
 	"github.com/styxq/styx/styxtest"
 )
@@ -87,4 +93,93 @@ func (b *browser) rowIn(scope, name string) string {
 	b.t.Helper()
 	return b.eval(fmt.Sprintf(`(() => { const r = [...document.querySelectorAll(%q)].find((r) => r.cells[0].innerText.trim() === %q);
 		return r ? [...r.cells].map((c) => c.innerText.trim()).join(' | ') : ''; })()`, scope+" tbody tr", name))
+}
+
+// startAuth starts a server with --auth and returns it with a client of
+// its admin key.
+func startAuth(t *testing.T) (*daemon.Daemon, *styx.Client) {
+	t.Helper()
+	keyFile := filepath.Join(t.TempDir(), "admin.key")
+	admin := "styx_0123456789abcdef_" + strings.Repeat("cd", 32)
+	require.NoError(t, os.WriteFile(keyFile, []byte(admin+"\n"), 0o600))
+	d, err := daemon.New(context.Background(), daemon.Config{
+		Listen: "127.0.0.1:0", Storage: daemon.StorageMemory, Auth: true, AdminKeyFile: keyFile,
+		ShutdownTimeout: 2 * time.Second, Log: slog.New(slog.NewTextHandler(io.Discard, nil)),
+	})
+	require.NoError(t, err)
+	t.Cleanup(func() { _ = d.Close(context.Background()) })
+	c, err := styx.NewClient(styx.ClientConfig{Endpoint: d.Endpoint(), APIKey: admin})
+	require.NoError(t, err)
+	t.Cleanup(c.Close)
+	return d, c
+}
+
+// useKey opens path and gives key in the API key prompt.
+func (b *browser) useKey(path, key string) {
+	b.t.Helper()
+	b.run(chromedp.Navigate(b.endpoint + path))
+	b.waitText("#key-dialog", "This server asks for an API key.")
+	b.run(chromedp.SendKeys(`#key-input`, key, chromedp.ByQuery), chromedp.Click(`#key-dialog button[value=save]`, chromedp.ByQuery))
+}
+
+// TestBrowserReadOnlyKey (issue 28, 3): with a key of scope read only, the
+// overview shows every queue's counts and marks the running redrives it
+// may not see; the DLQ page, the item page and the Redrives page say what
+// is not shown instead of failing.
+func TestBrowserReadOnlyKey(t *testing.T) {
+	d, c := startAuth(t)
+	styxtest.CreateQueue(t, c, &pb.QueueInfo{QueueName: "ro-dlq"})
+	styxtest.CreateQueue(t, c, &pb.QueueInfo{QueueName: "ro", DeadQueue: "ro-dlq"})
+	kill(t, c, "ro", 2, "boom", func(i int) string { return fmt.Sprint(i) })
+	waitDead(t, c, "ro-dlq", 2)
+	viewer, err := c.KeysCreate(context.Background(), &pb.KeysCreateRequest{Name: "viewer", Scopes: []string{"read"}})
+	require.NoError(t, err)
+
+	b := newBrowser(t, d.Endpoint())
+	b.useKey("/ui/", viewer.Key)
+	b.waitText("main table", "ro-dlq")
+	require.Equal(t, "ro | 0 | 0 | 0 | 2 | – | – | ro-dlq | ?", b.rowText("ro"), "counts shown, redrives unknown")
+	b.waitText("main", "Running redrives (?) not shown: your API key may not see them")
+	require.Empty(t, b.eval(`document.querySelector('main .error-box') ? 'error' : ''`))
+
+	b.open("/ui/queues/ro-dlq/dead")
+	b.waitText("main", "Error groups not shown: your API key may not see them")
+	b.waitText("main", "Dead items not shown: your API key may not see them")
+	b.open("/ui/redrives")
+	b.waitText("main", "Redrive tasks not shown")
+	b.open("/ui/queues/ro")
+	b.waitText("main .cards", "Dead (in ro-dlq)")
+	require.Contains(t, b.text("main .cards"), "2")
+}
+
+// TestBrowserDeadBySource (issue 28, 4): a source queue's row and page show
+// its own dead items (dead_by_source of its DLQ), linked to the DLQ page
+// filtered by source; "Dead items held by" shows only on DLQs.
+func TestBrowserDeadBySource(t *testing.T) {
+	srv := styxtest.Start(t, styxtest.Options{})
+	c := srv.Client
+	styxtest.CreateQueue(t, c, &pb.QueueInfo{QueueName: "mail-dlq"})
+	styxtest.CreateQueue(t, c, &pb.QueueInfo{QueueName: "mail", DeadQueue: "mail-dlq"})
+	styxtest.CreateQueue(t, c, &pb.QueueInfo{QueueName: "sms", DeadQueue: "mail-dlq"})
+	kill(t, c, "mail", 4, "smtp 550", func(i int) string { return fmt.Sprint(i) })
+	kill(t, c, "sms", 1, "no route", func(i int) string { return fmt.Sprint(i) })
+	waitDead(t, c, "mail-dlq", 5)
+	b := newBrowser(t, srv.Endpoint)
+
+	b.open("/ui/")
+	b.waitText("main table", "mail-dlq")
+	require.Regexp(t, `^mail \| 0 \| 0 \| 0 \| 4 \| – \|`, b.rowText("mail"))
+	require.Regexp(t, `^sms \| 0 \| 0 \| 0 \| 1 \| – \|`, b.rowText("sms"))
+	require.Regexp(t, `^mail-dlq \| 5 \| 0 \| 0 \| – \| 5 \|`, b.rowText("mail-dlq"))
+	b.run(chromedp.Click(`a[aria-label="4 dead items of mail in mail-dlq"]`, chromedp.ByQuery))
+	b.waitText("h1", "Dead items of mail-dlq")
+	b.waitText("main", "Dead items matching source mail")
+	require.Equal(t, 4, strings.Count(b.text(`h2#items ~ table tbody`), "smtp 550"))
+
+	b.open("/ui/queues/mail")
+	b.waitText("main .cards", "Dead (in mail-dlq)")
+	require.Contains(t, b.text("main .cards"), "4")
+	require.NotContains(t, b.text("main"), "Dead items held by", "mail is not a dead-letter queue")
+	b.open("/ui/queues/mail-dlq")
+	b.waitText("main", "Dead items held by mail-dlq")
 }

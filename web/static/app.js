@@ -299,51 +299,23 @@
 
   // ---------------------------------------------------------------- pages
 
-  async function overview(my) {
-    document.title = 'Queues · Styx';
-    const [list, tasks] = await Promise.all([api('queues.list', { limit: 1000 }), api('redrives.list', {})]);
-    const queues = list.items || [];
-    const stats = await Promise.all(queues.map((q) => api('queue.stats', { queue_name: q.queue_name }).catch((e) => ({ error: e }))));
-    if (my !== page) return;
-    const running = {};
-    for (const t of tasks.tasks || []) {
-      if (t.status === 'running' || t.status === 'cancelling') running[t.queue_name] = (running[t.queue_name] || 0) + 1;
-    }
-    const rows = queues.map((q, i) => {
-      const s = stats[i];
-      let ready = 0, leased = 0, scheduled = 0;
-      for (const lq of s.logicalQueues || s.logical_queues || []) {
-        for (const p of lq.partitions || []) {
-          leased += num(p.total_leased);
-          scheduled += num(p.scheduled);
-          ready += num(p.total) - num(p.total_leased) - num(p.scheduled);
-        }
-      }
-      const dead = Object.values(s.dead_by_reason || {}).reduce((a, b) => a + num(b), 0);
-      const name = q.queue_name;
-      return h('tr', {},
-        h('th', { scope: 'row' }, h('a', { href: '/ui/queues/' + enc(name) }, name)),
-        h('td', { class: 'num' }, s.error ? '–' : fmt(ready)),
-        h('td', { class: 'num' }, s.error ? '–' : fmt(leased)),
-        h('td', { class: 'num' }, s.error ? '–' : fmt(scheduled)),
-        h('td', { class: 'num' }, dead ? h('a', { href: '/ui/queues/' + enc(name) + '/dead', 'aria-label': `${fmt(dead)} dead items in ${name}` }, fmt(dead)) : '0'),
-        h('td', {}, s.oldest_created_at ? ago(s.oldest_created_at).replace(' ago', '') : '–'),
-        h('td', {}, q.dead_queue ? h('a', { href: '/ui/queues/' + enc(q.dead_queue) + '/dead' }, q.dead_queue) : '–'),
-        h('td', { class: 'num' }, running[name] ? h('a', { href: '/ui/redrives' }, String(running[name])) : '0'));
-    });
-    show(h('h1', {}, 'Queues'),
-      queues.length === 0 ? h('p', { class: 'muted' }, 'No queues yet.')
-        : table(`${fmt(queues.length)} queues`, ['Queue', ['Ready', 'num'], ['Leased', 'num'], ['Scheduled', 'num'],
-          ['Dead', 'num'], 'Oldest item', 'Dead-letter queue', ['Redrives running', 'num']], rows));
+  // soft turns a failed call into { error }: the section it feeds shows a
+  // note (notShown) instead of the whole page failing, so that a key
+  // without some scope sees what it may. A 401 still fails the page (it
+  // asks for a key).
+  const soft = (p) => p.catch((e) => { if (e.status === 401) throw e; return { error: e }; });
+
+  // notShown is the note a section shows when its call failed.
+  function notShown(what, e) {
+    const why = e.status === 403 ? `your API key may not see them (${e.message})` : e.message;
+    return h('p', { class: 'note', role: 'note' }, `${what} not shown: ${why}.`);
   }
 
-  async function queuePage(my, name) {
-    document.title = name + ' · Styx';
-    const [info, s] = await Promise.all([api('queues.info', { queue_name: name }), api('queue.stats', { queue_name: name })]);
-    if (my !== page) return;
-    const parts = [];
+  // counts sums a queue.stats reply's partitions: ready, leased, scheduled.
+  function counts(s) {
     let ready = 0, leased = 0, scheduled = 0;
-    for (const lq of s.logical_queues || s.logicalQueues || []) {
+    const parts = [];
+    for (const lq of s.logicalQueues || s.logical_queues || []) {
       for (const p of lq.partitions || []) {
         parts.push(p);
         leased += num(p.total_leased);
@@ -351,30 +323,101 @@
         ready += num(p.total) - num(p.total_leased) - num(p.scheduled);
       }
     }
-    const dead = Object.values(s.dead_by_reason || {}).reduce((a, b) => a + num(b), 0);
+    return { ready, leased, scheduled, parts };
+  }
+
+  const sum = (m) => Object.values(m || {}).reduce((a, b) => a + num(b), 0);
+
+  // deadOf returns the dead items of queue q (those its dead-letter queue
+  // holds for it: dead_by_source of the DLQ's stats) as a cell: a link to
+  // the DLQ page filtered by source, 0, or – when unknown.
+  function deadOf(q, dlqStats) {
+    if (!q.dead_queue) return h('span', { title: 'no dead-letter queue' }, '–');
+    if (!dlqStats || dlqStats.error) return h('span', { title: `the stats of ${q.dead_queue} are not available` }, '?');
+    const n = num((dlqStats.dead_by_source || {})[q.queue_name]);
+    if (!n) return '0';
+    return h('a', { href: '/ui/queues/' + enc(q.dead_queue) + '/dead?' + new URLSearchParams({ source: q.queue_name }),
+      'aria-label': `${fmt(n)} dead items of ${q.queue_name} in ${q.dead_queue}` }, fmt(n));
+  }
+
+  async function overview(my) {
+    document.title = 'Queues · Styx';
+    const [list, tasks] = await Promise.all([api('queues.list', { limit: 1000 }), soft(api('redrives.list', {}))]);
+    const queues = list.items || [];
+    const stats = await Promise.all(queues.map((q) => soft(api('queue.stats', { queue_name: q.queue_name }))));
+    if (my !== page) return;
+    const byName = {};
+    queues.forEach((q, i) => { byName[q.queue_name] = stats[i]; });
+    const dlqs = new Set(queues.map((q) => q.dead_queue).filter(Boolean));
+    const running = {};
+    for (const t of tasks.tasks || []) {
+      if (t.status === 'running' || t.status === 'cancelling') running[t.queue_name] = (running[t.queue_name] || 0) + 1;
+    }
+    const rows = queues.map((q, i) => {
+      const s = stats[i];
+      const c = counts(s);
+      const held = sum(s.dead_by_reason);
+      const name = q.queue_name;
+      return h('tr', {},
+        h('th', { scope: 'row' }, h('a', { href: '/ui/queues/' + enc(name) }, name)),
+        h('td', { class: 'num' }, s.error ? '?' : fmt(c.ready)),
+        h('td', { class: 'num' }, s.error ? '?' : fmt(c.leased)),
+        h('td', { class: 'num' }, s.error ? '?' : fmt(c.scheduled)),
+        h('td', { class: 'num' }, deadOf(q, byName[q.dead_queue])),
+        h('td', { class: 'num' }, !dlqs.has(name) ? '–' : s.error ? '?'
+          : held ? h('a', { href: '/ui/queues/' + enc(name) + '/dead', 'aria-label': `${fmt(held)} dead items in ${name}` }, fmt(held)) : '0'),
+        h('td', {}, s.oldest_created_at ? ago(s.oldest_created_at).replace(' ago', '') : '–'),
+        h('td', {}, q.dead_queue ? h('a', { href: '/ui/queues/' + enc(q.dead_queue) + '/dead' }, q.dead_queue) : '–'),
+        h('td', { class: 'num' }, tasks.error ? '?' : running[name] ? h('a', { href: '/ui/redrives' }, String(running[name])) : '0'));
+    });
+    const failed = stats.filter((s) => s.error);
+    show(h('h1', {}, 'Queues'),
+      queues.length === 0 ? h('p', { class: 'muted' }, 'No queues yet.')
+        : table(`${fmt(queues.length)} queues`, ['Queue', ['Ready', 'num'], ['Leased', 'num'], ['Scheduled', 'num'],
+          ['Dead', 'num'], ['Dead held', 'num'], 'Oldest item', 'Dead-letter queue', ['Redrives running', 'num']], rows),
+      h('p', { class: 'muted' }, 'Dead: the queue\'s items in its dead-letter queue. Dead held: the dead items a dead-letter queue holds.'),
+      failed.length ? notShown(`Counts of ${plural(failed.length, 'queue', 'queues')} (?)`, failed[0].error) : null,
+      tasks.error ? notShown('Running redrives (?)', tasks.error) : null);
+  }
+
+  async function queuePage(my, name) {
+    document.title = name + ' · Styx';
+    const [info, s, list] = await Promise.all([api('queues.info', { queue_name: name }), soft(api('queue.stats', { queue_name: name })),
+      soft(api('queues.list', { limit: 1000 }))]);
+    const dlqStats = info.dead_queue ? await soft(api('queue.stats', { queue_name: info.dead_queue })) : null;
+    if (my !== page) return;
+    const { ready, leased, scheduled, parts } = counts(s);
+    const isDLQ = (list.items || []).some((q) => q.dead_queue === name);
+    const held = sum(s.dead_by_reason);
     const card = (label, v) => h('div', { class: 'card' }, h('div', { class: 'muted' }, label), h('div', { class: 'n' }, v));
     const prop = (k, v) => [h('dt', {}, k), h('dd', {}, v === undefined || v === '' ? '–' : v)];
+    const q = { queue_name: name, dead_queue: info.dead_queue };
     show(
       h('p', { class: 'crumbs' }, h('a', { href: '/ui/' }, 'Queues'), ' / ', name),
       h('h1', {}, name),
-      h('div', { class: 'cards' }, card('Ready', fmt(ready)), card('Leased', fmt(leased)), card('Scheduled', fmt(scheduled)),
-        card('Dead items held', fmt(dead)), card('Oldest item', s.oldest_created_at ? ago(s.oldest_created_at).replace(' ago', '') : '–')),
+      s.error ? notShown('Counts', s.error)
+        : h('div', { class: 'cards' }, card('Ready', fmt(ready)), card('Leased', fmt(leased)), card('Scheduled', fmt(scheduled)),
+          info.dead_queue ? card('Dead (in ' + info.dead_queue + ')', deadOf(q, dlqStats)) : null,
+          isDLQ ? card('Dead items held', fmt(held)) : null,
+          card('Oldest item', s.oldest_created_at ? ago(s.oldest_created_at).replace(' ago', '') : '–')),
       h('div', { class: 'actions' },
-        h('a', { class: 'button', href: '/ui/queues/' + enc(name) + '/dead' }, 'Dead items held by ' + name),
-        info.dead_queue ? h('a', { class: 'button', href: '/ui/queues/' + enc(info.dead_queue) + '/dead' }, 'Its dead-letter queue: ' + info.dead_queue) : null),
+        isDLQ ? h('a', { class: 'button', href: '/ui/queues/' + enc(name) + '/dead' }, 'Dead items held by ' + name) : null,
+        info.dead_queue ? h('a', { class: 'button', href: '/ui/queues/' + enc(info.dead_queue) + '/dead?' + new URLSearchParams({ source: name }) },
+          'Its dead items in ' + info.dead_queue) : null),
       h('h2', {}, 'Configuration'),
       h('dl', { class: 'props' },
-        prop('Namespace', info.namespace), prop('Dead-letter queue', info.dead_queue),
+        prop('Namespace', info.namespace), prop('Dead-letter queue', info.dead_queue ? h('a', { href: '/ui/queues/' + enc(info.dead_queue) }, info.dead_queue) : ''),
         prop('Lease timeout', info.lease_timeout), prop('Expire timeout', info.expire_timeout),
         prop('Max attempts', info.max_attempts ? String(info.max_attempts) : 'unlimited'),
         prop('Partitions', String(info.requested_partitions || parts.length)), prop('Reference', info.reference),
         prop('Created', when(info.created_at)), prop('Updated', when(info.updated_at))),
       h('h2', {}, 'Partitions'),
-      table('Items by partition', [['Partition', 'num'], ['Items', 'num'], ['Leased', 'num'], ['Scheduled', 'num'], ['Failures', 'num'], 'Average age', 'Average leased age'],
-        parts.map((p) => h('tr', {},
-          h('th', { scope: 'row', class: 'num' }, String(p.partition || 0)), h('td', { class: 'num' }, fmt(p.total)),
-          h('td', { class: 'num' }, fmt(p.total_leased)), h('td', { class: 'num' }, fmt(p.scheduled)),
-          h('td', { class: 'num' }, fmt(p.failures)), h('td', {}, p.average_age || '–'), h('td', {}, p.average_leased_age || '–')))));
+      s.error ? notShown('Partitions', s.error)
+        : table('Items by partition', [['Partition', 'num'], ['Items', 'num'], ['Leased', 'num'], ['Scheduled', 'num'], ['Failures', 'num'], 'Average age', 'Average leased age'],
+          parts.map((p) => h('tr', {},
+            h('th', { scope: 'row', class: 'num' }, String(p.partition || 0)), h('td', { class: 'num' }, fmt(p.total)),
+            h('td', { class: 'num' }, fmt(p.total_leased)), h('td', { class: 'num' }, fmt(p.scheduled)),
+            h('td', { class: 'num' }, fmt(p.failures)), h('td', {}, p.average_age || '–'), h('td', {}, p.average_leased_age || '–')))));
   }
 
   // filterFromURL reads the DLQ page's filters from the query string.
@@ -400,8 +443,8 @@
     for (const k of ['source_queue', 'reason', 'fingerprint']) if (filter[k]) gFilter[k] = filter[k];
     const pivot = params.get('pivot') || '';
     const [groups, list] = await Promise.all([
-      api('dead.groups', { queue_name: name, filter: gFilter, limit: 50 }),
-      api('dead.list', { queue_name: name, filter, pivot, limit: PAGE_SIZE, without_payload: true }),
+      soft(api('dead.groups', { queue_name: name, filter: gFilter, limit: 50 })),
+      soft(api('dead.list', { queue_name: name, filter, pivot, limit: PAGE_SIZE, without_payload: true })),
     ]);
     if (my !== page) return;
 
@@ -450,16 +493,16 @@
 
     show(crumbs, h('h1', {}, 'Dead items of ' + name),
       h('h2', { id: 'groups' }, 'Error groups'),
-      (groups.groups || []).length === 0 ? h('p', { class: 'muted' }, 'No dead items in groups.')
+      groups.error ? notShown('Error groups', groups.error) : (groups.groups || []).length === 0 ? h('p', { class: 'muted' }, 'No dead items in groups.')
         : table(`${plural(groups.total_items, 'dead item', 'dead items')} in ${plural(groups.total_groups, 'group', 'groups')}, by the shape of their last error`,
           [['Count', 'num'], 'Reason', 'Source', 'Error pattern', 'Last dead', 'Actions'], groupRows),
       h('h2', { id: 'items' }, 'Items'),
       form,
-      h('div', { class: 'actions' },
+      list.error ? notShown('Dead items', list.error) : h('div', { class: 'actions' },
         h('button', { type: 'button', onclick: () => redriveFlow(name, filter) }, filtered ? 'Redrive matching…' : 'Redrive all…'),
         h('button', { type: 'button', class: 'danger', onclick: async () => { if (await deleteFlow(name, filter)) render(); } },
           filtered ? 'Delete matching…' : 'Delete all…')),
-      items.length === 0 ? h('p', { class: 'muted', id: 'no-items' }, filtered ? 'No dead items match these filters on this page.' : 'No dead items.')
+      list.error ? null : items.length === 0 ? h('p', { class: 'muted', id: 'no-items' }, filtered ? 'No dead items match these filters on this page.' : 'No dead items.')
         : table(`Dead items${filtered ? ' matching ' + describeFilter(filter) : ''}, oldest first`,
           ['ID', 'Source', 'Reason', 'Kind', ['Attempts', 'num'], 'Dead', 'Last error'], itemRows),
       pager);
@@ -476,8 +519,12 @@
     const base = '/ui/queues/' + enc(name) + '/dead';
     const crumbs = h('p', { class: 'crumbs' }, h('a', { href: '/ui/' }, 'Queues'), ' / ', h('a', { href: '/ui/queues/' + enc(name) }, name),
       ' / ', h('a', { href: base }, 'dead items'), ' / ', id);
-    const res = await api('dead.list', { queue_name: name, filter: { ids: [id] }, limit: 1 });
+    const res = await soft(api('dead.list', { queue_name: name, filter: { ids: [id] }, limit: 1 }));
     if (my !== page) return;
+    if (res.error) {
+      show(crumbs, h('h1', {}, 'Dead item ' + id), notShown('The item', res.error));
+      return;
+    }
     const it = (res.items || [])[0];
     if (!it) {
       show(crumbs, h('h1', {}, id), h('p', {}, `No item ${id} in ${name}: it was redriven, deleted or consumed.`));
@@ -510,8 +557,12 @@
   async function redrivesPage(my) {
     document.title = 'Redrives · Styx';
     const highlight = new URLSearchParams(location.search).get('task');
-    const res = await api('redrives.list', {});
+    const res = await soft(api('redrives.list', {}));
     if (my !== page) return;
+    if (res.error) {
+      show(h('h1', {}, 'Redrives'), notShown('Redrive tasks', res.error));
+      return;
+    }
     const tasks = res.tasks || [];
     const rows = tasks.map((t) => {
       const matched = num(t.matched), moved = num(t.moved), failed = num(t.failed), skipped = num(t.skipped);
