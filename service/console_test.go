@@ -1,12 +1,16 @@
 package service_test
 
 import (
+	"fmt"
 	"net/http"
+	"strings"
 	"testing"
+	"time"
 
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
+	styx "github.com/styxq/styx"
 	pb "github.com/styxq/styx/styxpb"
 )
 
@@ -96,5 +100,58 @@ func TestBrowserAtRoot(t *testing.T) {
 		assert.Equal(t, 501, code, "an API client still gets the API's answer: %s", body)
 		assert.Contains(t, s.Logs.String(), `msg="styx serving"`)
 		assert.Contains(t, s.Logs.String(), "ui=http://"+s.d.Addr()+"/ui/")
+	})
+}
+
+// TestDeadFilterReferenceAndPayload (issue 28, 7): filter.reference (exact)
+// and filter.payload_contains (substring of the payload) select dead items
+// in dead.list, dead.delete and dead.redrive; dead.groups, which reads
+// counts, refuses them; an over-long value is a 400 naming the field.
+func TestDeadFilterReferenceAndPayload(t *testing.T) {
+	forEachBackend(t, func(t *testing.T, b backend) {
+		s := start(t, b)
+		s.createQueue(&pb.QueueInfo{QueueName: "fr-dlq", RequestedPartitions: 2})
+		s.createQueue(&pb.QueueInfo{QueueName: "fr", DeadQueue: "fr-dlq"})
+		imp := &pb.StorageItemsImportRequest{QueueName: "fr-dlq"}
+		for i, p := range []string{`{"order":"A-17","note":"gift"}`, `{"order":"B-2"}`, `{"order":"A-170"}`, `{"order":"C-9","note":"gift wrap"}`} {
+			imp.Items = append(imp.Items, &pb.StorageItem{Payload: []byte(p), Reference: fmt.Sprintf("ord-%d", i),
+				SourceQueue: "fr", DeadReason: "explicit", DeadAt: at(time.Now()), LastError: "bad"})
+		}
+		_, err := s.C.StorageItemsImport(ctx, imp)
+		require.NoError(t, err)
+
+		got := s.deadList("fr-dlq", &pb.DeadFilter{Reference: "ord-1"}, 10)
+		require.Len(t, got, 1)
+		assert.Equal(t, `{"order":"B-2"}`, string(got[0].Payload))
+		assert.Equal(t, "ord-1", got[0].Reference)
+		assert.Empty(t, s.deadList("fr-dlq", &pb.DeadFilter{Reference: "ord"}, 10), "reference matches exactly")
+		assert.Equal(t, []string{`{"order":"A-17","note":"gift"}`, `{"order":"A-170"}`},
+			payloads(s.deadList("fr-dlq", &pb.DeadFilter{PayloadContains: `"A-17`}, 1)))
+		assert.Equal(t, []string{`{"order":"C-9","note":"gift wrap"}`},
+			payloads(s.deadList("fr-dlq", &pb.DeadFilter{PayloadContains: "gift", Reference: "ord-3"}, 10)), "every set field must match")
+
+		dry, err := s.C.DeadRedrive(ctx, &pb.DeadRedriveRequest{QueueName: "fr-dlq", Filter: &pb.DeadFilter{PayloadContains: "gift"}, DryRun: true})
+		require.NoError(t, err)
+		assert.Equal(t, int64(2), dry.Matched)
+		task, err := s.C.DeadRedrive(ctx, &pb.DeadRedriveRequest{QueueName: "fr-dlq", Filter: &pb.DeadFilter{Reference: "ord-0"}})
+		require.NoError(t, err)
+		assert.Equal(t, "ord-0", task.Filter.Reference, "the task keeps its filter")
+		task = s.waitTask(task.TaskId)
+		assert.Equal(t, int64(1), task.Moved)
+		back := s.items("fr")
+		require.Len(t, back, 1)
+		assert.Equal(t, "ord-0", back[0].Reference)
+
+		del, err := s.C.DeadDelete(ctx, &pb.DeadDeleteRequest{QueueName: "fr-dlq", Filter: &pb.DeadFilter{PayloadContains: "A-170"}})
+		require.NoError(t, err)
+		assert.Equal(t, int64(1), del.Deleted)
+		assert.Equal(t, []string{`{"order":"B-2"}`, `{"order":"C-9","note":"gift wrap"}`}, payloads(s.deadList("fr-dlq", nil, 10)))
+
+		_, err = s.C.DeadGroups(ctx, &pb.DeadGroupsRequest{QueueName: "fr-dlq", Filter: &pb.DeadFilter{Reference: "ord-1"}})
+		requireCode(t, err, styx.CodeBadRequest, "filter.reference")
+		_, err = s.C.DeadList(ctx, &pb.DeadListRequest{QueueName: "fr-dlq", Filter: &pb.DeadFilter{PayloadContains: strings.Repeat("x", 1025)}})
+		requireCode(t, err, styx.CodeBadRequest, "filter.payload_contains", "1025 bytes, the limit is 1024")
+		_, err = s.C.DeadDelete(ctx, &pb.DeadDeleteRequest{QueueName: "fr-dlq", Filter: &pb.DeadFilter{Reference: strings.Repeat("r", 1025)}})
+		requireCode(t, err, styx.CodeBadRequest, "filter.reference", "the limit is 1024")
 	})
 }

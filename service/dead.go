@@ -50,7 +50,14 @@ func parseFilter(in *pb.DeadFilter) (queue.DeadFilter, error) {
 	if in.Fingerprint != "" && !fingerprint.Valid(in.Fingerprint) {
 		return f, invalid("filter.fingerprint", "'%s' is not a fingerprint: 16 lowercase hex digits, as dead.groups reports", quote(in.Fingerprint))
 	}
+	if err := checkText("filter.reference", in.Reference, MaxFieldLength); err != nil {
+		return f, err
+	}
+	if err := checkText("filter.payload_contains", in.PayloadContains, MaxFieldLength); err != nil {
+		return f, err
+	}
 	f.SourceQueue, f.Reason, f.Kind, f.ErrorContains, f.Fingerprint = in.SourceQueue, in.Reason, in.Kind, in.ErrorContains, in.Fingerprint
+	f.Reference, f.PayloadContains = in.Reference, in.PayloadContains
 	for _, t := range []struct {
 		name string
 		ts   *timestamppb.Timestamp
@@ -105,7 +112,8 @@ func (s *Service) deadQueue(ctx context.Context, name string) (queue.Queue, stor
 
 func toFilter(f queue.DeadFilter) *pb.DeadFilter {
 	out := &pb.DeadFilter{SourceQueue: f.SourceQueue, Reason: f.Reason, Kind: f.Kind, ErrorContains: f.ErrorContains,
-		DeadAfter: ts(f.DeadAfter), DeadBefore: ts(f.DeadBefore), Fingerprint: f.Fingerprint}
+		DeadAfter: ts(f.DeadAfter), DeadBefore: ts(f.DeadBefore), Fingerprint: f.Fingerprint,
+		Reference: f.Reference, PayloadContains: f.PayloadContains}
 	for _, id := range f.IDs {
 		out.Ids = append(out.Ids, queue.FormatID(id))
 	}
@@ -175,7 +183,8 @@ func (s *Service) DeadGroups(ctx context.Context, req *pb.DeadGroupsRequest) (*p
 		name string
 		set  bool
 	}{{"filter.ids", len(f.IDs) > 0}, {"filter.kind", f.Kind != ""}, {"filter.error_contains", f.ErrorContains != ""},
-		{"filter.dead_after", !f.DeadAfter.IsZero()}, {"filter.dead_before", !f.DeadBefore.IsZero()}} {
+		{"filter.dead_after", !f.DeadAfter.IsZero()}, {"filter.dead_before", !f.DeadBefore.IsZero()},
+		{"filter.reference", f.Reference != ""}, {"filter.payload_contains", f.PayloadContains != ""}} {
 		if x.set {
 			return nil, invalid(x.name, "dead.groups filters only by source_queue, reason and fingerprint (it reads counts, not items)")
 		}

@@ -2480,9 +2480,17 @@ type DeadFilter struct {
 	DeadBefore    *timestamppb.Timestamp `protobuf:"bytes,7,opt,name=dead_before,proto3" json:"dead_before,omitempty"`
 	// Styx: matches the fingerprint of the item's last error (16 lowercase
 	// hex digits, as dead.groups reports it).
-	Fingerprint   string `protobuf:"bytes,130,opt,name=fingerprint,proto3" json:"fingerprint,omitempty"`
-	unknownFields protoimpl.UnknownFields
-	sizeCache     protoimpl.SizeCache
+	Fingerprint string `protobuf:"bytes,130,opt,name=fingerprint,proto3" json:"fingerprint,omitempty"`
+	// Styx: matches the item's reference exactly (the business id a
+	// producer gave; at most 1024 bytes).
+	Reference string `protobuf:"bytes,131,opt,name=reference,proto3" json:"reference,omitempty"`
+	// Styx: matches items whose payload contains this text (a substring of
+	// the payload's bytes, compared as given: case matters; at most 1024
+	// bytes). Like every filter but ids it reads items, a bounded number
+	// per call (see dead.list's next_pivot).
+	PayloadContains string `protobuf:"bytes,132,opt,name=payload_contains,proto3" json:"payload_contains,omitempty"`
+	unknownFields   protoimpl.UnknownFields
+	sizeCache       protoimpl.SizeCache
 }
 
 func (x *DeadFilter) Reset() {
@@ -2567,6 +2575,20 @@ func (x *DeadFilter) GetDeadBefore() *timestamppb.Timestamp {
 func (x *DeadFilter) GetFingerprint() string {
 	if x != nil {
 		return x.Fingerprint
+	}
+	return ""
+}
+
+func (x *DeadFilter) GetReference() string {
+	if x != nil {
+		return x.Reference
+	}
+	return ""
+}
+
+func (x *DeadFilter) GetPayloadContains() string {
+	if x != nil {
+		return x.PayloadContains
 	}
 	return ""
 }
@@ -4209,7 +4231,7 @@ const file_styx_v1_styx_proto_rawDesc = "" +
 	"\fAttemptError\x12\x18\n" +
 	"\aattempt\x18\x01 \x01(\x05R\aattempt\x12\x14\n" +
 	"\x05error\x18\x02 \x01(\tR\x05error\x12*\n" +
-	"\x02at\x18\x03 \x01(\v2\x1a.google.protobuf.TimestampR\x02at\"\xb3\x02\n" +
+	"\x02at\x18\x03 \x01(\v2\x1a.google.protobuf.TimestampR\x02at\"\xff\x02\n" +
 	"\n" +
 	"DeadFilter\x12\x10\n" +
 	"\x03ids\x18\x01 \x03(\tR\x03ids\x12\"\n" +
@@ -4221,7 +4243,9 @@ const file_styx_v1_styx_proto_rawDesc = "" +
 	"dead_after\x18\x06 \x01(\v2\x1a.google.protobuf.TimestampR\n" +
 	"dead_after\x12<\n" +
 	"\vdead_before\x18\a \x01(\v2\x1a.google.protobuf.TimestampR\vdead_before\x12!\n" +
-	"\vfingerprint\x18\x82\x01 \x01(\tR\vfingerprint\"v\n" +
+	"\vfingerprint\x18\x82\x01 \x01(\tR\vfingerprint\x12\x1d\n" +
+	"\treference\x18\x83\x01 \x01(\tR\treference\x12+\n" +
+	"\x10payload_contains\x18\x84\x01 \x01(\tR\x10payload_contains\"v\n" +
 	"\x11DeadGroupsRequest\x12\x1e\n" +
 	"\n" +
 	"queue_name\x18\x01 \x01(\tR\n" +

@@ -183,3 +183,76 @@ func TestBrowserDeadBySource(t *testing.T) {
 	b.open("/ui/queues/mail-dlq")
 	b.waitText("main", "Dead items held by mail-dlq")
 }
+
+// TestBrowserFindOneItem (issue 28, 7): the DLQ page finds an item by its
+// reference or payload text and shows references; an ordinary queue's
+// items are browsable read-only, page by page, in every partition.
+func TestBrowserFindOneItem(t *testing.T) {
+	srv := styxtest.Start(t, styxtest.Options{})
+	c := srv.Client
+	ctx := context.Background()
+	styxtest.CreateQueue(t, c, &pb.QueueInfo{QueueName: "inv-dlq"})
+	styxtest.CreateQueue(t, c, &pb.QueueInfo{QueueName: "inv", DeadQueue: "inv-dlq", RequestedPartitions: 2})
+	kill(t, c, "inv", 5, "tax service 503", func(i int) string { return fmt.Sprintf(`{"invoice":"INV-%03d","customer":"cust-%d"}`, i, i%2) })
+	waitDead(t, c, "inv-dlq", 5)
+	b := newBrowser(t, srv.Endpoint)
+
+	b.open("/ui/queues/inv-dlq/dead")
+	b.waitText("main table caption", "5 dead items")
+	b.run(chromedp.SetValue(`#f-reference`, "inv-ref-3", chromedp.ByQuery), chromedp.Click(`form.filters button[type=submit]`, chromedp.ByQuery))
+	b.waitText("main", "Dead items matching reference inv-ref-3")
+	rows := b.eval(`[...document.querySelectorAll('h2#items ~ table tbody tr')].map((r) => r.cells[2].innerText).join(',')`)
+	require.Equal(t, "inv-ref-3", rows, "one item, its reference in the Reference column")
+
+	b.open("/ui/queues/inv-dlq/dead")
+	b.run(chromedp.SetValue(`#f-payload`, `"customer":"cust-1"`, chromedp.ByQuery), chromedp.Click(`form.filters button[type=submit]`, chromedp.ByQuery))
+	b.waitText("main", `payload contains`)
+	rows = b.eval(`[...document.querySelectorAll('h2#items ~ table tbody tr')].map((r) => r.cells[2].innerText).sort().join(',')`)
+	require.Equal(t, "inv-ref-1,inv-ref-3", rows)
+	var loc string
+	b.run(chromedp.Location(&loc))
+	require.Contains(t, loc, "payload=", "the filter stays in the URL")
+
+	// An ordinary queue's items: 130 in two partitions, 50 a page.
+	var items []*pb.QueueProduceItem
+	for i := range 130 {
+		items = append(items, &pb.QueueProduceItem{Reference: fmt.Sprintf("job-%03d", i), Utf8: fmt.Sprintf("work %d", i)})
+	}
+	// Two requests: each goes to one partition, the emptier.
+	require.NoError(t, c.QueueProduce(ctx, &pb.QueueProduceRequest{QueueName: "inv", Items: items[:65], RequestTimeout: "10s"}))
+	require.NoError(t, c.QueueProduce(ctx, &pb.QueueProduceRequest{QueueName: "inv", Items: items[65:], RequestTimeout: "10s"}))
+	b.open("/ui/queues/inv")
+	b.run(chromedp.Click(`//a[text()="Browse items"]`))
+	b.waitText("h1", "Items of inv")
+	tabs := b.text(`nav.tabs`)
+	require.Contains(t, tabs, "Partition 0 (")
+	require.Contains(t, tabs, "Partition 1 (")
+	count := func() int {
+		var n int
+		b.run(chromedp.Evaluate(`document.querySelectorAll('main tbody tr').length`, &n))
+		return n
+	}
+	seen := map[string]bool{}
+	collect := func() {
+		ids := b.eval(`[...document.querySelectorAll('main tbody tr')].map((r) => r.cells[1].innerText).join(',')`)
+		for _, id := range strings.Split(ids, ",") {
+			require.False(t, seen[id], "item %s shown twice", id)
+			seen[id] = true
+		}
+	}
+	for part := range 2 {
+		b.open(fmt.Sprintf("/ui/queues/inv/items?partition=%d", part))
+		b.waitText("main table caption", fmt.Sprintf("Items of partition %d (", part))
+		for {
+			require.LessOrEqual(t, count(), 50)
+			collect()
+			if b.eval(`document.querySelector('a[rel=next]') ? 'more' : ''`) == "" {
+				break
+			}
+			before := b.eval(`document.querySelector('main tbody tr code').innerText`)
+			b.run(chromedp.Click(`a[rel=next]`, chromedp.ByQuery))
+			b.run(chromedp.Poll(fmt.Sprintf(`(() => { const c = document.querySelector('main tbody tr code'); return !c || c.innerText !== %q; })()`, before), nil))
+		}
+	}
+	require.Len(t, seen, 130, "every item of every partition, once")
+}

@@ -4,8 +4,9 @@
 // build step: the files under static/ are what the browser gets.
 //
 // The UI is a client of the public API only: every action goes through the
-// same /v1 calls as the CLI (queues.list, queue.stats, dead.groups,
-// dead.list, dead.redrive, dead.delete, redrives.list, redrives.cancel),
+// same /v1 calls as the CLI (queues.list, queues.info, queue.stats,
+// storage/items.list, dead.groups, dead.list, dead.redrive, dead.delete,
+// redrives.list, redrives.cancel),
 // from one JavaScript function (api in app.js) that adds
 // "Authorization: Bearer <key>" when the user has given an API key, and
 // asks for one when a call answers 401.
@@ -15,6 +16,7 @@
 //
 //	/ui/                          every queue: counts, oldest item, DLQ, running redrives
 //	/ui/queues/{name}             a queue's configuration, partitions and stats
+//	/ui/queues/{name}/items       a queue's items, read-only, a partition at a time
 //	/ui/queues/{name}/dead        a DLQ: error groups, then items with filters
 //	/ui/queues/{name}/dead/{id}   one dead item: payload, metadata, error history
 //	/ui/redrives                  redrive tasks with live progress

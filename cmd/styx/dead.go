@@ -127,12 +127,12 @@ items).
 
 // deadTable starts the table of dead items.
 func (a *app) deadTable() *table {
-	return newTable(a.stdout, "ID", "SOURCE", "REASON", "ATTEMPTS", "AGE", "LAST-ERROR")
+	return newTable(a.stdout, "ID", "SOURCE", "REFERENCE", "REASON", "ATTEMPTS", "AGE", "LAST-ERROR")
 }
 
 // deadRow returns the cells of a dead item's row of deadTable.
 func (a *app) deadRow(it *pb.StorageItem) []string {
-	return []string{it.Id, orDash(it.SourceQueue), orDash(it.DeadReason), fmt.Sprint(it.Attempts),
+	return []string{it.Id, orDash(it.SourceQueue), orDash(truncate(oneLine(it.Reference), 32)), orDash(it.DeadReason), fmt.Sprint(it.Attempts),
 		relative(a.now(), it.DeadAt), orDash(truncate(oneLine(it.LastError), lastErrorWidth))}
 }
 

@@ -71,13 +71,22 @@ func TestDeadCLI(t *testing.T) {
 	t.Run("list", func(t *testing.T) {
 		c := cli{t: t, endpoint: c.endpoint}
 		out := c.ok("dead", "list", "orders-dlq")
-		require.Regexp(t, `(?m)^ID\s+SOURCE\s+REASON\s+ATTEMPTS\s+AGE\s+LAST-ERROR$`, out)
-		require.Regexp(t, `(?m)^`+first.Id+`\s+orders\s+max_attempts\s+1\s+\S+ ago\s+`+refused+`$`, out)
-		require.Regexp(t, `(?m)^`+blob.Id+`\s+orders\s+explicit\s+1\s+\S+ ago\s+invalid payload at byte 0$`, out)
+		require.Regexp(t, `(?m)^ID\s+SOURCE\s+REFERENCE\s+REASON\s+ATTEMPTS\s+AGE\s+LAST-ERROR$`, out)
+		require.Regexp(t, `(?m)^`+first.Id+`\s+orders\s+-\s+max_attempts\s+1\s+\S+ ago\s+`+refused+`$`, out)
+		require.Regexp(t, `(?m)^`+blob.Id+`\s+orders\s+ref-3\s+explicit\s+1\s+\S+ ago\s+invalid payload at byte 0$`, out)
+
+		// Finding one item: by reference (exact) or payload text (issue 28, 7).
+		got := jsonLines(t, c.ok("dead", "list", "orders-dlq", "--reference", "ref-3", "--json"), unmarshalItem)
+		require.Len(t, got, 1)
+		require.Equal(t, blob.Id, got[0].Id)
+		require.Empty(t, c.ok("dead", "list", "orders-dlq", "--reference", "ref", "--json"))
+		got = jsonLines(t, c.ok("dead", "list", "orders-dlq", "--payload-contains", "seco", "--json"), unmarshalItem)
+		require.Len(t, got, 1)
+		require.Equal(t, "second", string(got[0].Payload))
 		require.Equal(t, 4, strings.Count(out, "\n"), out)
 
 		out = c.ok("dead", "list", "orders-dlq", "--reason", "explicit", "--json")
-		got := jsonLines(t, out, unmarshalItem)
+		got = jsonLines(t, out, unmarshalItem)
 		require.Len(t, got, 1)
 		require.Equal(t, blob.Id, got[0].Id)
 

@@ -27,10 +27,12 @@ type deadFilterFlags struct {
 	errorContains string
 	since, until  string
 	fingerprint   string
+	reference     string
+	payload       string
 }
 
 // deadFilterFlagNames lists the flags of deadFilterFlags, for messages.
-const deadFilterFlagNames = "--reason, --source, --kind, --error, --since, --until, --id, --fingerprint"
+const deadFilterFlagNames = "--reason, --source, --kind, --error, --since, --until, --id, --fingerprint, --reference, --payload-contains"
 
 func (d *deadFilterFlags) add(fs *pflag.FlagSet) {
 	fs.StringVar(&d.reason, "reason", "", "only items that died for this reason: "+strings.Join(deadReasonNames, ", "))
@@ -40,6 +42,8 @@ func (d *deadFilterFlags) add(fs *pflag.FlagSet) {
 	fs.StringVar(&d.since, "since", "", "only items that died in the last DURATION (such as 2h), or at or after an RFC 3339 time")
 	fs.StringVar(&d.until, "until", "", "only items that died before an RFC 3339 time, or more than DURATION ago")
 	fs.StringVar(&d.fingerprint, "fingerprint", "", "only items whose last error has this fingerprint (an error group, as dead groups prints)")
+	fs.StringVar(&d.reference, "reference", "", "only the items of this reference (exact; the business id a producer gave)")
+	fs.StringVar(&d.payload, "payload-contains", "", "only items whose payload contains this text (case matters)")
 	fs.StringSliceVar(&d.ids, "id", nil, "only these item ids (repeat the flag or separate with commas; at most 1000)")
 }
 
@@ -51,7 +55,7 @@ func (d *deadFilterFlags) filter(now time.Time) (*pb.DeadFilter, error) {
 	}
 	f := &pb.DeadFilter{
 		Ids: d.ids, SourceQueue: d.source, Reason: d.reason, Kind: d.kind, ErrorContains: d.errorContains,
-		Fingerprint: d.fingerprint,
+		Fingerprint: d.fingerprint, Reference: d.reference, PayloadContains: d.payload,
 	}
 	for _, t := range []struct {
 		flag, value string
@@ -70,7 +74,7 @@ func (d *deadFilterFlags) filter(now time.Time) (*pb.DeadFilter, error) {
 		return nil, fmt.Errorf("--since (%s) must be before --until (%s)", formatTime(f.DeadAfter), formatTime(f.DeadBefore))
 	}
 	if len(f.Ids) == 0 && f.SourceQueue == "" && f.Reason == "" && f.Kind == "" && f.ErrorContains == "" && f.Fingerprint == "" &&
-		f.DeadAfter == nil && f.DeadBefore == nil {
+		f.Reference == "" && f.PayloadContains == "" && f.DeadAfter == nil && f.DeadBefore == nil {
 		return nil, nil
 	}
 	return f, nil
@@ -105,6 +109,8 @@ func describeFilter(f *pb.DeadFilter) string {
 	add("--kind", f.GetKind())
 	add("--error", f.GetErrorContains())
 	add("--fingerprint", f.GetFingerprint())
+	add("--reference", f.GetReference())
+	add("--payload-contains", f.GetPayloadContains())
 	if f.GetDeadAfter() != nil {
 		add("--since", formatTime(f.DeadAfter))
 	}

@@ -188,6 +188,8 @@
     if (f.reason) parts.push('reason ' + f.reason);
     if (f.kind) parts.push('kind ' + f.kind);
     if (f.error_contains) parts.push(`error contains "${f.error_contains}"`);
+    if (f.reference) parts.push('reference ' + f.reference);
+    if (f.payload_contains) parts.push(`payload contains "${f.payload_contains}"`);
     if (f.dead_after) parts.push('dead since ' + f.dead_after);
     return parts.length ? parts.join(', ') : 'every item';
   }
@@ -403,7 +405,8 @@
       h('div', { class: 'actions' },
         isDLQ ? h('a', { class: 'button', href: '/ui/queues/' + enc(name) + '/dead' }, 'Dead items held by ' + name) : null,
         info.dead_queue ? h('a', { class: 'button', href: '/ui/queues/' + enc(info.dead_queue) + '/dead?' + new URLSearchParams({ source: name }) },
-          'Its dead items in ' + info.dead_queue) : null),
+          'Its dead items in ' + info.dead_queue) : null,
+        h('a', { class: 'button', href: '/ui/queues/' + enc(name) + '/items' }, 'Browse items')),
       h('h2', {}, 'Configuration'),
       h('dl', { class: 'props' },
         prop('Namespace', info.namespace), prop('Dead-letter queue', info.dead_queue ? h('a', { href: '/ui/queues/' + enc(info.dead_queue) }, info.dead_queue) : ''),
@@ -428,6 +431,8 @@
     if (params.get('kind')) f.kind = params.get('kind');
     if (params.get('error')) f.error_contains = params.get('error');
     if (params.get('fingerprint')) f.fingerprint = params.get('fingerprint');
+    if (params.get('reference')) f.reference = params.get('reference');
+    if (params.get('payload')) f.payload_contains = params.get('payload');
     if (params.get('since')) f.dead_after = sinceToTime(params.get('since'));
     return f;
   }
@@ -469,6 +474,8 @@
       field('f-source', 'Source queue', h('input', { id: 'f-source', name: 'source', value: params.get('source') || '' })),
       field('f-kind', 'Kind', h('input', { id: 'f-kind', name: 'kind', value: params.get('kind') || '' })),
       field('f-error', 'Error contains', h('input', { id: 'f-error', name: 'error', value: params.get('error') || '' })),
+      field('f-reference', 'Reference', h('input', { id: 'f-reference', name: 'reference', value: params.get('reference') || '' })),
+      field('f-payload', 'Payload contains', h('input', { id: 'f-payload', name: 'payload', value: params.get('payload') || '' })),
       field('f-since', 'Dead since (2h, or a time)', h('input', { id: 'f-since', name: 'since', value: params.get('since') || '', placeholder: '2h' })),
       field('f-fingerprint', 'Fingerprint', h('input', { id: 'f-fingerprint', name: 'fingerprint', value: params.get('fingerprint') || '', size: 18 })),
       h('button', { type: 'submit', class: 'primary' }, 'Apply'),
@@ -483,7 +490,7 @@
     const items = list.items || [];
     const itemRows = items.map((it) => h('tr', {},
       h('th', { scope: 'row' }, h('a', { href: base + '/' + enc(it.id) }, it.id)),
-      h('td', {}, it.source_queue || '–'), h('td', {}, it.dead_reason || '–'), h('td', {}, it.kind || '–'),
+      h('td', {}, it.source_queue || '–'), h('td', {}, it.reference || '–'), h('td', {}, it.dead_reason || '–'), h('td', {}, it.kind || '–'),
       h('td', { class: 'num' }, String(it.attempts || 0)), h('td', {}, ago(it.dead_at)),
       h('td', { class: 'error' }, it.last_error || '–')));
     const filtered = Object.keys(filter).length > 0;
@@ -504,8 +511,58 @@
           filtered ? 'Delete matching…' : 'Delete all…')),
       list.error ? null : items.length === 0 ? h('p', { class: 'muted', id: 'no-items' }, filtered ? 'No dead items match these filters on this page.' : 'No dead items.')
         : table(`Dead items${filtered ? ' matching ' + describeFilter(filter) : ''}, oldest first`,
-          ['ID', 'Source', 'Reason', 'Kind', ['Attempts', 'num'], 'Dead', 'Last error'], itemRows),
+          ['ID', 'Source', 'Reference', 'Reason', 'Kind', ['Attempts', 'num'], 'Dead', 'Last error'], itemRows),
       pager);
+  }
+
+  // preview is the start of a payload (base64 from the API) as text, for a
+  // table cell: at most 80 characters, binary shown as its size.
+  function preview(b64) {
+    const bytes = Uint8Array.from(atob(b64 || ''), (c) => c.charCodeAt(0));
+    if (bytes.length === 0) return '–';
+    let text;
+    try { text = new TextDecoder('utf-8', { fatal: true }).decode(bytes); } catch { return `(${fmt(bytes.length)} bytes, binary)`; }
+    text = text.replace(/\s+/g, ' ');
+    return text.length > 80 ? text.slice(0, 79) + '…' : text;
+  }
+
+  // itemsPage lists a queue's items, read-only: one partition at a time
+  // (storage/items.list), with a tab per partition and pages of PAGE_SIZE.
+  async function itemsPage(my, name) {
+    document.title = 'Items of ' + name + ' · Styx';
+    const params = new URLSearchParams(location.search);
+    const base = '/ui/queues/' + enc(name) + '/items';
+    const part = Number(params.get('partition') || 0);
+    const pivot = params.get('pivot') || '';
+    const [s, res] = await Promise.all([soft(api('queue.stats', { queue_name: name })),
+      soft(api('storage/items.list', { queue_name: name, partition: part, pivot, limit: PAGE_SIZE + (pivot ? 1 : 0) }))]);
+    if (my !== page) return;
+    const { parts } = counts(s);
+    let items = res.items || [];
+    if (pivot && items.length && items[0].id === pivot) items = items.slice(1); // the pivot is inclusive
+    items = items.slice(0, PAGE_SIZE);
+    const more = (res.items || []).length > PAGE_SIZE || (!pivot && (res.items || []).length === PAGE_SIZE);
+    const total = parts.find((p) => num(p.partition) === part);
+    const tabs = h('nav', { class: 'tabs', 'aria-label': 'Partitions' }, parts.map((p) => {
+      const n = num(p.partition);
+      return h('a', { href: base + '?' + new URLSearchParams({ partition: n }), 'aria-current': n === part ? 'page' : null },
+        `Partition ${n} (${fmt(p.total)})`);
+    }));
+    const rows = items.map((it) => h('tr', {},
+      h('th', { scope: 'row' }, h('code', {}, it.id)), h('td', {}, it.reference || '–'), h('td', {}, it.kind || '–'),
+      h('td', { class: 'num' }, String(it.attempts || 0)), h('td', {}, it.is_leased ? 'leased' : 'ready'),
+      h('td', {}, ago(it.created_at)), h('td', { class: 'error' }, preview(it.payload))));
+    show(h('p', { class: 'crumbs' }, h('a', { href: '/ui/' }, 'Queues'), ' / ', h('a', { href: '/ui/queues/' + enc(name) }, name), ' / items'),
+      h('h1', {}, 'Items of ' + name),
+      h('p', { class: 'muted' }, 'Read-only: the items as they are stored, oldest first. Leasing, completing and deleting are for workers and the CLI.'),
+      s.error ? null : tabs,
+      res.error ? notShown('Items', res.error)
+        : items.length === 0 ? h('p', { class: 'muted', id: 'no-items' }, `No items in partition ${part}${pivot ? ' after this point' : ''}.`)
+          : table(`Items of partition ${part}${total ? ` (${plural(total.total, 'item', 'items')})` : ''}, oldest first`,
+            ['ID', 'Reference', 'Kind', ['Attempts', 'num'], 'State', 'Created', 'Payload'], rows),
+      h('nav', { class: 'pager', 'aria-label': 'Pages' },
+        pivot ? h('a', { href: base + '?' + withParam(params, 'pivot', '') }, '← First page') : null,
+        more && items.length ? h('a', { href: base + '?' + withParam(params, 'pivot', items[items.length - 1].id), rel: 'next' }, 'Next page →') : null));
   }
 
   function withParam(params, k, v) {
@@ -611,6 +668,7 @@
     if (p === '/ui/redrives') return [redrivesPage];
     if ((m = /^\/ui\/queues\/([^/]+)\/dead\/([^/]+)$/.exec(p))) return [itemPage, decodeURIComponent(m[1]), decodeURIComponent(m[2])];
     if ((m = /^\/ui\/queues\/([^/]+)\/dead$/.exec(p))) return [deadPage, decodeURIComponent(m[1])];
+    if ((m = /^\/ui\/queues\/([^/]+)\/items$/.exec(p))) return [itemsPage, decodeURIComponent(m[1])];
     if ((m = /^\/ui\/queues\/([^/]+)$/.exec(p))) return [queuePage, decodeURIComponent(m[1])];
     return [async () => show(h('h1', {}, 'Not found'), h('p', {}, 'No page at ' + path + '. '), h('a', { href: '/ui/' }, 'Back to the queues'))];
   }
