@@ -428,6 +428,16 @@ func (c *Client) DeadDelete(ctx context.Context, req *pb.DeadDeleteRequest) (*pb
 	return out, c.do(ctx, "/v1/dead.delete", req, out)
 }
 
+// DeadEdit replaces the payload (and, when set, the kind and reference) of
+// the dead item req.Id of a dead-letter queue, and returns the item as
+// stored. Its history gets an entry with the old payload's size and
+// SHA-256 and who edited it. An unknown item is CodeNotFound; a leased one
+// CodeConflict.
+func (c *Client) DeadEdit(ctx context.Context, req *pb.DeadEditRequest) (*pb.StorageItem, error) {
+	out := &pb.StorageItem{}
+	return out, c.do(ctx, "/v1/dead.edit", req, out)
+}
+
 // DeadRedrive starts a redrive task moving matching dead items back to their
 // source queue (or req.Destination). With DryRun it only counts them. An
 // empty filter must be confirmed with req.All (not with DryRun); leased

@@ -1,6 +1,7 @@
 package service_test
 
 import (
+	"crypto/sha256"
 	"fmt"
 	"net/http"
 	"strings"
@@ -154,4 +155,109 @@ func TestDeadFilterReferenceAndPayload(t *testing.T) {
 		_, err = s.C.DeadDelete(ctx, &pb.DeadDeleteRequest{QueueName: "fr-dlq", Filter: &pb.DeadFilter{Reference: strings.Repeat("r", 1025)}})
 		requireCode(t, err, styx.CodeBadRequest, "filter.reference", "the limit is 1024")
 	})
+}
+
+// TestDeadEdit (issue 28, 8): dead.edit replaces a dead item's payload (and
+// kind and reference when given) in place, records the old payload's size
+// and hash with who edited it and when in the item's history, is audited,
+// needs the dead scope, refuses a leased item; the edited item redrives with
+// its new payload.
+func TestDeadEdit(t *testing.T) {
+	forEachBackend(t, func(t *testing.T, b backend) {
+		s, _ := startAuth(t, b)
+		s.createQueue(&pb.QueueInfo{QueueName: "ed-dlq"})
+		s.createQueue(&pb.QueueInfo{QueueName: "ed", DeadQueue: "ed-dlq", RequestedPartitions: 2})
+		s.produce("ed", `{"amount":"12,50"}`, `{"amount":"3"}`)
+		for range 2 {
+			res := s.lease("ed", 1)
+			s.retry("ed", res.Partition, &pb.QueueRetryItem{Id: res.Items[0].Id, Dead: true, Error: "parse amount: invalid syntax"})
+		}
+		dead := s.waitDeadList("ed-dlq", 2)
+		// A consumer of the dead-letter queue holds one item; the other is
+		// edited.
+		lease, err := s.C.QueueLease(ctx, &pb.QueueLeaseRequest{QueueName: "ed-dlq", BatchSize: 1, ClientId: "dlq-consumer", RequestTimeout: "5s"})
+		require.NoError(t, err)
+		leased := lease.Items[0].Id
+		target := dead[0]
+		if target.Id == leased {
+			target = dead[1]
+		}
+		oldPayload := string(target.Payload)
+		groups, err := s.C.DeadGroups(ctx, &pb.DeadGroupsRequest{QueueName: "ed-dlq"})
+		require.NoError(t, err)
+
+		fixer := s.client(s.newKey("fixer", []string{"dead"}))
+		kind := "payment.v2"
+		got, err := fixer.DeadEdit(ctx, &pb.DeadEditRequest{QueueName: "ed-dlq", Id: target.Id, Payload: []byte(`{"amount":"12.50"}`), Kind: &kind})
+		require.NoError(t, err)
+		assert.Equal(t, target.Id, got.Id, "the item keeps its id")
+		assert.Equal(t, `{"amount":"12.50"}`, string(got.Payload))
+		assert.Equal(t, "payment.v2", got.Kind)
+		assert.Equal(t, target.Reference, got.Reference, "reference unset: unchanged")
+
+		again := s.deadList("ed-dlq", &pb.DeadFilter{Ids: []string{target.Id}}, 10)
+		require.Len(t, again, 1)
+		it := again[0]
+		assert.Equal(t, `{"amount":"12.50"}`, string(it.Payload), "stored")
+		assert.Equal(t, "payment.v2", it.Kind)
+		assert.Equal(t, "parse amount: invalid syntax", it.LastError, "the last error stays: the item is in its group")
+		assert.Equal(t, target.Fingerprint, it.Fingerprint)
+		last := it.Errors[len(it.Errors)-1]
+		assert.Equal(t, fmt.Sprintf("payload edited by key 'fixer': was %d bytes (sha256 %x), now 18 bytes (sha256 %x); kind was 'test'",
+			len(oldPayload), sha256.Sum256([]byte(oldPayload)), sha256.Sum256([]byte(`{"amount":"12.50"}`))), last.Error)
+		assert.WithinDuration(t, time.Now(), last.At.AsTime(), time.Minute)
+		after, err := s.C.DeadGroups(ctx, &pb.DeadGroupsRequest{QueueName: "ed-dlq"})
+		require.NoError(t, err)
+		assert.Equal(t, groups.TotalItems, after.TotalItems)
+		assert.Equal(t, groups.TotalGroups, after.TotalGroups)
+		eventually(t, func() bool { return strings.Contains(s.Logs.String(), "audit: dead.edit") }, "dead.edit is audited")
+		assert.Contains(t, s.Logs.String(), "key=fixer")
+
+		// Clearing the reference with "" and a payload edited again.
+		empty := ""
+		got, err = fixer.DeadEdit(ctx, &pb.DeadEditRequest{QueueName: "ed-dlq", Id: target.Id, Payload: []byte(`{"amount":"12.5"}`), Reference: &empty})
+		require.NoError(t, err)
+		assert.Empty(t, got.Reference)
+
+		// Needs the dead scope; refused for unknown items, bad ids, leased
+		// items, ordinary queues and over-long fields.
+		_, err = s.client(s.newKey("reader", []string{"read"})).DeadEdit(ctx, &pb.DeadEditRequest{QueueName: "ed-dlq", Id: target.Id, Payload: []byte("x")})
+		requireCode(t, err, styx.CodeForbidden)
+		_, err = fixer.DeadEdit(ctx, &pb.DeadEditRequest{QueueName: "ed-dlq", Id: "zz", Payload: []byte("x")})
+		requireCode(t, err, styx.CodeBadRequest, "id")
+		_, err = s.C.DeadEdit(ctx, &pb.DeadEditRequest{QueueName: "ed", Id: target.Id, Payload: []byte("x")})
+		requireCode(t, err, styx.CodeBadRequest, "not a dead-letter queue")
+		_, err = s.C.DeadEdit(ctx, &pb.DeadEditRequest{QueueName: "ed-dlq", Id: target.Id, Payload: []byte("x"), Kind: ptr(strings.Repeat("k", 1025))})
+		requireCode(t, err, styx.CodeBadRequest, "kind", "the limit is 1024")
+		_, err = s.C.DeadEdit(ctx, &pb.DeadEditRequest{QueueName: "ed-dlq", Id: leased, Payload: []byte("x")})
+		requireCode(t, err, styx.CodeConflict, "leased")
+		require.NoError(t, s.C.QueueComplete(ctx, &pb.QueueCompleteRequest{QueueName: "ed-dlq", Partition: lease.Partition, Ids: []string{leased}}))
+		_, err = s.C.DeadEdit(ctx, &pb.DeadEditRequest{QueueName: "ed-dlq", Id: leased, Payload: []byte("x")})
+		requireCode(t, err, styx.CodeNotFound)
+
+		// Survives a restart, and redrives with the new payload.
+		{
+			s.restart()
+			again = s.deadList("ed-dlq", &pb.DeadFilter{Ids: []string{target.Id}}, 10)
+			require.Len(t, again, 1)
+			assert.Equal(t, `{"amount":"12.5"}`, string(again[0].Payload))
+			task, err := s.C.DeadRedrive(ctx, &pb.DeadRedriveRequest{QueueName: "ed-dlq", Filter: &pb.DeadFilter{Ids: []string{target.Id}}})
+			require.NoError(t, err)
+			require.Equal(t, int64(1), s.waitTask(task.TaskId).Moved)
+			back := s.items("ed")
+			require.Len(t, back, 1)
+			assert.Equal(t, `{"amount":"12.5"}`, string(back[0].Payload))
+			assert.Equal(t, "payment.v2", back[0].Kind)
+		}
+	})
+}
+
+func ptr[T any](v T) *T { return &v }
+
+// waitDeadList polls until queue lists n dead items and returns them.
+func (s *server) waitDeadList(queue string, n int) []*pb.StorageItem {
+	s.t.Helper()
+	var got []*pb.StorageItem
+	eventually(s.t, func() bool { got = s.deadList(queue, nil, 100); return len(got) == n }, "dead-letter queue %s should hold %d items", queue, n)
+	return got
 }

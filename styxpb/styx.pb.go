@@ -3170,6 +3170,92 @@ func (x *DeadRedriveRequest) GetAll() bool {
 	return false
 }
 
+// DeadEditRequest replaces the payload of a dead item (Styx, dead.edit; the
+// dead scope): the fix for an item whose payload was wrong, before it is
+// redriven. The item keeps its id, place, error group and history; an entry
+// is added to its history with the old payload's size and SHA-256, the key
+// that edited it and when. A leased item (a consumer of the dead-letter
+// queue holds it) is refused (409).
+type DeadEditRequest struct {
+	state     protoimpl.MessageState `protogen:"open.v1"`
+	QueueName string                 `protobuf:"bytes,1,opt,name=queue_name,proto3" json:"queue_name,omitempty"`
+	// The dead item's id, as dead.list gives it.
+	Id string `protobuf:"bytes,2,opt,name=id,proto3" json:"id,omitempty"`
+	// The new payload (at most 5 MiB), replacing the old one whole.
+	Payload []byte `protobuf:"bytes,3,opt,name=payload,proto3" json:"payload,omitempty"`
+	// When set, the new kind and reference (at most 1024 bytes each; "" clears
+	// them). Unset: unchanged.
+	Kind          *string `protobuf:"bytes,4,opt,name=kind,proto3,oneof" json:"kind,omitempty"`
+	Reference     *string `protobuf:"bytes,5,opt,name=reference,proto3,oneof" json:"reference,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *DeadEditRequest) Reset() {
+	*x = DeadEditRequest{}
+	mi := &file_styx_v1_styx_proto_msgTypes[44]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *DeadEditRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*DeadEditRequest) ProtoMessage() {}
+
+func (x *DeadEditRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_styx_v1_styx_proto_msgTypes[44]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use DeadEditRequest.ProtoReflect.Descriptor instead.
+func (*DeadEditRequest) Descriptor() ([]byte, []int) {
+	return file_styx_v1_styx_proto_rawDescGZIP(), []int{44}
+}
+
+func (x *DeadEditRequest) GetQueueName() string {
+	if x != nil {
+		return x.QueueName
+	}
+	return ""
+}
+
+func (x *DeadEditRequest) GetId() string {
+	if x != nil {
+		return x.Id
+	}
+	return ""
+}
+
+func (x *DeadEditRequest) GetPayload() []byte {
+	if x != nil {
+		return x.Payload
+	}
+	return nil
+}
+
+func (x *DeadEditRequest) GetKind() string {
+	if x != nil && x.Kind != nil {
+		return *x.Kind
+	}
+	return ""
+}
+
+func (x *DeadEditRequest) GetReference() string {
+	if x != nil && x.Reference != nil {
+		return *x.Reference
+	}
+	return ""
+}
+
 type RedrivesListRequest struct {
 	state         protoimpl.MessageState `protogen:"open.v1"`
 	QueueName     string                 `protobuf:"bytes,1,opt,name=queue_name,proto3" json:"queue_name,omitempty"`
@@ -3179,7 +3265,7 @@ type RedrivesListRequest struct {
 
 func (x *RedrivesListRequest) Reset() {
 	*x = RedrivesListRequest{}
-	mi := &file_styx_v1_styx_proto_msgTypes[44]
+	mi := &file_styx_v1_styx_proto_msgTypes[45]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3191,7 +3277,7 @@ func (x *RedrivesListRequest) String() string {
 func (*RedrivesListRequest) ProtoMessage() {}
 
 func (x *RedrivesListRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_styx_v1_styx_proto_msgTypes[44]
+	mi := &file_styx_v1_styx_proto_msgTypes[45]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3204,7 +3290,7 @@ func (x *RedrivesListRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RedrivesListRequest.ProtoReflect.Descriptor instead.
 func (*RedrivesListRequest) Descriptor() ([]byte, []int) {
-	return file_styx_v1_styx_proto_rawDescGZIP(), []int{44}
+	return file_styx_v1_styx_proto_rawDescGZIP(), []int{45}
 }
 
 func (x *RedrivesListRequest) GetQueueName() string {
@@ -3223,7 +3309,7 @@ type RedrivesListResponse struct {
 
 func (x *RedrivesListResponse) Reset() {
 	*x = RedrivesListResponse{}
-	mi := &file_styx_v1_styx_proto_msgTypes[45]
+	mi := &file_styx_v1_styx_proto_msgTypes[46]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3235,7 +3321,7 @@ func (x *RedrivesListResponse) String() string {
 func (*RedrivesListResponse) ProtoMessage() {}
 
 func (x *RedrivesListResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_styx_v1_styx_proto_msgTypes[45]
+	mi := &file_styx_v1_styx_proto_msgTypes[46]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3248,7 +3334,7 @@ func (x *RedrivesListResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RedrivesListResponse.ProtoReflect.Descriptor instead.
 func (*RedrivesListResponse) Descriptor() ([]byte, []int) {
-	return file_styx_v1_styx_proto_rawDescGZIP(), []int{45}
+	return file_styx_v1_styx_proto_rawDescGZIP(), []int{46}
 }
 
 func (x *RedrivesListResponse) GetTasks() []*RedriveTask {
@@ -3267,7 +3353,7 @@ type RedriveTaskRequest struct {
 
 func (x *RedriveTaskRequest) Reset() {
 	*x = RedriveTaskRequest{}
-	mi := &file_styx_v1_styx_proto_msgTypes[46]
+	mi := &file_styx_v1_styx_proto_msgTypes[47]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3279,7 +3365,7 @@ func (x *RedriveTaskRequest) String() string {
 func (*RedriveTaskRequest) ProtoMessage() {}
 
 func (x *RedriveTaskRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_styx_v1_styx_proto_msgTypes[46]
+	mi := &file_styx_v1_styx_proto_msgTypes[47]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3292,7 +3378,7 @@ func (x *RedriveTaskRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RedriveTaskRequest.ProtoReflect.Descriptor instead.
 func (*RedriveTaskRequest) Descriptor() ([]byte, []int) {
-	return file_styx_v1_styx_proto_rawDescGZIP(), []int{46}
+	return file_styx_v1_styx_proto_rawDescGZIP(), []int{47}
 }
 
 func (x *RedriveTaskRequest) GetTaskId() string {
@@ -3315,7 +3401,7 @@ type RedriveCounts struct {
 
 func (x *RedriveCounts) Reset() {
 	*x = RedriveCounts{}
-	mi := &file_styx_v1_styx_proto_msgTypes[47]
+	mi := &file_styx_v1_styx_proto_msgTypes[48]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3327,7 +3413,7 @@ func (x *RedriveCounts) String() string {
 func (*RedriveCounts) ProtoMessage() {}
 
 func (x *RedriveCounts) ProtoReflect() protoreflect.Message {
-	mi := &file_styx_v1_styx_proto_msgTypes[47]
+	mi := &file_styx_v1_styx_proto_msgTypes[48]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3340,7 +3426,7 @@ func (x *RedriveCounts) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RedriveCounts.ProtoReflect.Descriptor instead.
 func (*RedriveCounts) Descriptor() ([]byte, []int) {
-	return file_styx_v1_styx_proto_rawDescGZIP(), []int{47}
+	return file_styx_v1_styx_proto_rawDescGZIP(), []int{48}
 }
 
 func (x *RedriveCounts) GetMoved() int64 {
@@ -3387,7 +3473,7 @@ type RedrivePlan struct {
 
 func (x *RedrivePlan) Reset() {
 	*x = RedrivePlan{}
-	mi := &file_styx_v1_styx_proto_msgTypes[48]
+	mi := &file_styx_v1_styx_proto_msgTypes[49]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3399,7 +3485,7 @@ func (x *RedrivePlan) String() string {
 func (*RedrivePlan) ProtoMessage() {}
 
 func (x *RedrivePlan) ProtoReflect() protoreflect.Message {
-	mi := &file_styx_v1_styx_proto_msgTypes[48]
+	mi := &file_styx_v1_styx_proto_msgTypes[49]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3412,7 +3498,7 @@ func (x *RedrivePlan) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RedrivePlan.ProtoReflect.Descriptor instead.
 func (*RedrivePlan) Descriptor() ([]byte, []int) {
-	return file_styx_v1_styx_proto_rawDescGZIP(), []int{48}
+	return file_styx_v1_styx_proto_rawDescGZIP(), []int{49}
 }
 
 func (x *RedrivePlan) GetWouldMove() int64 {
@@ -3482,7 +3568,7 @@ type RedriveTask struct {
 
 func (x *RedriveTask) Reset() {
 	*x = RedriveTask{}
-	mi := &file_styx_v1_styx_proto_msgTypes[49]
+	mi := &file_styx_v1_styx_proto_msgTypes[50]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3494,7 +3580,7 @@ func (x *RedriveTask) String() string {
 func (*RedriveTask) ProtoMessage() {}
 
 func (x *RedriveTask) ProtoReflect() protoreflect.Message {
-	mi := &file_styx_v1_styx_proto_msgTypes[49]
+	mi := &file_styx_v1_styx_proto_msgTypes[50]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3507,7 +3593,7 @@ func (x *RedriveTask) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RedriveTask.ProtoReflect.Descriptor instead.
 func (*RedriveTask) Descriptor() ([]byte, []int) {
-	return file_styx_v1_styx_proto_rawDescGZIP(), []int{49}
+	return file_styx_v1_styx_proto_rawDescGZIP(), []int{50}
 }
 
 func (x *RedriveTask) GetTaskId() string {
@@ -3680,7 +3766,7 @@ type KeysCreateRequest struct {
 
 func (x *KeysCreateRequest) Reset() {
 	*x = KeysCreateRequest{}
-	mi := &file_styx_v1_styx_proto_msgTypes[50]
+	mi := &file_styx_v1_styx_proto_msgTypes[51]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3692,7 +3778,7 @@ func (x *KeysCreateRequest) String() string {
 func (*KeysCreateRequest) ProtoMessage() {}
 
 func (x *KeysCreateRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_styx_v1_styx_proto_msgTypes[50]
+	mi := &file_styx_v1_styx_proto_msgTypes[51]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3705,7 +3791,7 @@ func (x *KeysCreateRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use KeysCreateRequest.ProtoReflect.Descriptor instead.
 func (*KeysCreateRequest) Descriptor() ([]byte, []int) {
-	return file_styx_v1_styx_proto_rawDescGZIP(), []int{50}
+	return file_styx_v1_styx_proto_rawDescGZIP(), []int{51}
 }
 
 func (x *KeysCreateRequest) GetName() string {
@@ -3744,7 +3830,7 @@ type ApiKey struct {
 
 func (x *ApiKey) Reset() {
 	*x = ApiKey{}
-	mi := &file_styx_v1_styx_proto_msgTypes[51]
+	mi := &file_styx_v1_styx_proto_msgTypes[52]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3756,7 +3842,7 @@ func (x *ApiKey) String() string {
 func (*ApiKey) ProtoMessage() {}
 
 func (x *ApiKey) ProtoReflect() protoreflect.Message {
-	mi := &file_styx_v1_styx_proto_msgTypes[51]
+	mi := &file_styx_v1_styx_proto_msgTypes[52]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3769,7 +3855,7 @@ func (x *ApiKey) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ApiKey.ProtoReflect.Descriptor instead.
 func (*ApiKey) Descriptor() ([]byte, []int) {
-	return file_styx_v1_styx_proto_rawDescGZIP(), []int{51}
+	return file_styx_v1_styx_proto_rawDescGZIP(), []int{52}
 }
 
 func (x *ApiKey) GetName() string {
@@ -3822,7 +3908,7 @@ type KeysCreateResponse struct {
 
 func (x *KeysCreateResponse) Reset() {
 	*x = KeysCreateResponse{}
-	mi := &file_styx_v1_styx_proto_msgTypes[52]
+	mi := &file_styx_v1_styx_proto_msgTypes[53]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3834,7 +3920,7 @@ func (x *KeysCreateResponse) String() string {
 func (*KeysCreateResponse) ProtoMessage() {}
 
 func (x *KeysCreateResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_styx_v1_styx_proto_msgTypes[52]
+	mi := &file_styx_v1_styx_proto_msgTypes[53]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3847,7 +3933,7 @@ func (x *KeysCreateResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use KeysCreateResponse.ProtoReflect.Descriptor instead.
 func (*KeysCreateResponse) Descriptor() ([]byte, []int) {
-	return file_styx_v1_styx_proto_rawDescGZIP(), []int{52}
+	return file_styx_v1_styx_proto_rawDescGZIP(), []int{53}
 }
 
 func (x *KeysCreateResponse) GetKey() string {
@@ -3893,7 +3979,7 @@ type KeysListRequest struct {
 
 func (x *KeysListRequest) Reset() {
 	*x = KeysListRequest{}
-	mi := &file_styx_v1_styx_proto_msgTypes[53]
+	mi := &file_styx_v1_styx_proto_msgTypes[54]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3905,7 +3991,7 @@ func (x *KeysListRequest) String() string {
 func (*KeysListRequest) ProtoMessage() {}
 
 func (x *KeysListRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_styx_v1_styx_proto_msgTypes[53]
+	mi := &file_styx_v1_styx_proto_msgTypes[54]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3918,7 +4004,7 @@ func (x *KeysListRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use KeysListRequest.ProtoReflect.Descriptor instead.
 func (*KeysListRequest) Descriptor() ([]byte, []int) {
-	return file_styx_v1_styx_proto_rawDescGZIP(), []int{53}
+	return file_styx_v1_styx_proto_rawDescGZIP(), []int{54}
 }
 
 type KeysListResponse struct {
@@ -3930,7 +4016,7 @@ type KeysListResponse struct {
 
 func (x *KeysListResponse) Reset() {
 	*x = KeysListResponse{}
-	mi := &file_styx_v1_styx_proto_msgTypes[54]
+	mi := &file_styx_v1_styx_proto_msgTypes[55]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3942,7 +4028,7 @@ func (x *KeysListResponse) String() string {
 func (*KeysListResponse) ProtoMessage() {}
 
 func (x *KeysListResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_styx_v1_styx_proto_msgTypes[54]
+	mi := &file_styx_v1_styx_proto_msgTypes[55]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3955,7 +4041,7 @@ func (x *KeysListResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use KeysListResponse.ProtoReflect.Descriptor instead.
 func (*KeysListResponse) Descriptor() ([]byte, []int) {
-	return file_styx_v1_styx_proto_rawDescGZIP(), []int{54}
+	return file_styx_v1_styx_proto_rawDescGZIP(), []int{55}
 }
 
 func (x *KeysListResponse) GetKeys() []*ApiKey {
@@ -3974,7 +4060,7 @@ type KeysDeleteRequest struct {
 
 func (x *KeysDeleteRequest) Reset() {
 	*x = KeysDeleteRequest{}
-	mi := &file_styx_v1_styx_proto_msgTypes[55]
+	mi := &file_styx_v1_styx_proto_msgTypes[56]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3986,7 +4072,7 @@ func (x *KeysDeleteRequest) String() string {
 func (*KeysDeleteRequest) ProtoMessage() {}
 
 func (x *KeysDeleteRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_styx_v1_styx_proto_msgTypes[55]
+	mi := &file_styx_v1_styx_proto_msgTypes[56]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3999,7 +4085,7 @@ func (x *KeysDeleteRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use KeysDeleteRequest.ProtoReflect.Descriptor instead.
 func (*KeysDeleteRequest) Descriptor() ([]byte, []int) {
-	return file_styx_v1_styx_proto_rawDescGZIP(), []int{55}
+	return file_styx_v1_styx_proto_rawDescGZIP(), []int{56}
 }
 
 func (x *KeysDeleteRequest) GetName() string {
@@ -4298,7 +4384,18 @@ const file_styx_v1_styx_proto_rawDesc = "" +
 	"rate_limit\x12\x18\n" +
 	"\adry_run\x18\x05 \x01(\bR\adry_run\x12,\n" +
 	"\x11max_redrive_count\x18d \x01(\x05R\x11max_redrive_count\x12\x10\n" +
-	"\x03all\x18n \x01(\bR\x03all\"5\n" +
+	"\x03all\x18n \x01(\bR\x03all\"\xae\x01\n" +
+	"\x0fDeadEditRequest\x12\x1e\n" +
+	"\n" +
+	"queue_name\x18\x01 \x01(\tR\n" +
+	"queue_name\x12\x0e\n" +
+	"\x02id\x18\x02 \x01(\tR\x02id\x12\x18\n" +
+	"\apayload\x18\x03 \x01(\fR\apayload\x12\x17\n" +
+	"\x04kind\x18\x04 \x01(\tH\x00R\x04kind\x88\x01\x01\x12!\n" +
+	"\treference\x18\x05 \x01(\tH\x01R\treference\x88\x01\x01B\a\n" +
+	"\x05_kindB\f\n" +
+	"\n" +
+	"_reference\"5\n" +
 	"\x13RedrivesListRequest\x12\x1e\n" +
 	"\n" +
 	"queue_name\x18\x01 \x01(\tR\n" +
@@ -4409,7 +4506,7 @@ func file_styx_v1_styx_proto_rawDescGZIP() []byte {
 	return file_styx_v1_styx_proto_rawDescData
 }
 
-var file_styx_v1_styx_proto_msgTypes = make([]protoimpl.MessageInfo, 63)
+var file_styx_v1_styx_proto_msgTypes = make([]protoimpl.MessageInfo, 64)
 var file_styx_v1_styx_proto_goTypes = []any{
 	(*QueueProduceRequest)(nil),        // 0: styx.v1.QueueProduceRequest
 	(*QueueProduceItem)(nil),           // 1: styx.v1.QueueProduceItem
@@ -4455,83 +4552,84 @@ var file_styx_v1_styx_proto_goTypes = []any{
 	(*DeadDeleteRequest)(nil),          // 41: styx.v1.DeadDeleteRequest
 	(*DeadDeleteResponse)(nil),         // 42: styx.v1.DeadDeleteResponse
 	(*DeadRedriveRequest)(nil),         // 43: styx.v1.DeadRedriveRequest
-	(*RedrivesListRequest)(nil),        // 44: styx.v1.RedrivesListRequest
-	(*RedrivesListResponse)(nil),       // 45: styx.v1.RedrivesListResponse
-	(*RedriveTaskRequest)(nil),         // 46: styx.v1.RedriveTaskRequest
-	(*RedriveCounts)(nil),              // 47: styx.v1.RedriveCounts
-	(*RedrivePlan)(nil),                // 48: styx.v1.RedrivePlan
-	(*RedriveTask)(nil),                // 49: styx.v1.RedriveTask
-	(*KeysCreateRequest)(nil),          // 50: styx.v1.KeysCreateRequest
-	(*ApiKey)(nil),                     // 51: styx.v1.ApiKey
-	(*KeysCreateResponse)(nil),         // 52: styx.v1.KeysCreateResponse
-	(*KeysListRequest)(nil),            // 53: styx.v1.KeysListRequest
-	(*KeysListResponse)(nil),           // 54: styx.v1.KeysListResponse
-	(*KeysDeleteRequest)(nil),          // 55: styx.v1.KeysDeleteRequest
-	nil,                                // 56: styx.v1.QueueStatsResponse.DeadByReasonEntry
-	nil,                                // 57: styx.v1.QueueStatsResponse.DeadBySourceEntry
-	nil,                                // 58: styx.v1.RedriveCounts.SkipReasonsEntry
-	nil,                                // 59: styx.v1.RedrivePlan.SkipReasonsEntry
-	nil,                                // 60: styx.v1.RedriveTask.ByQueueEntry
-	nil,                                // 61: styx.v1.RedriveTask.ByDestinationEntry
-	nil,                                // 62: styx.v1.RedriveTask.SkipReasonsEntry
-	(*timestamppb.Timestamp)(nil),      // 63: google.protobuf.Timestamp
+	(*DeadEditRequest)(nil),            // 44: styx.v1.DeadEditRequest
+	(*RedrivesListRequest)(nil),        // 45: styx.v1.RedrivesListRequest
+	(*RedrivesListResponse)(nil),       // 46: styx.v1.RedrivesListResponse
+	(*RedriveTaskRequest)(nil),         // 47: styx.v1.RedriveTaskRequest
+	(*RedriveCounts)(nil),              // 48: styx.v1.RedriveCounts
+	(*RedrivePlan)(nil),                // 49: styx.v1.RedrivePlan
+	(*RedriveTask)(nil),                // 50: styx.v1.RedriveTask
+	(*KeysCreateRequest)(nil),          // 51: styx.v1.KeysCreateRequest
+	(*ApiKey)(nil),                     // 52: styx.v1.ApiKey
+	(*KeysCreateResponse)(nil),         // 53: styx.v1.KeysCreateResponse
+	(*KeysListRequest)(nil),            // 54: styx.v1.KeysListRequest
+	(*KeysListResponse)(nil),           // 55: styx.v1.KeysListResponse
+	(*KeysDeleteRequest)(nil),          // 56: styx.v1.KeysDeleteRequest
+	nil,                                // 57: styx.v1.QueueStatsResponse.DeadByReasonEntry
+	nil,                                // 58: styx.v1.QueueStatsResponse.DeadBySourceEntry
+	nil,                                // 59: styx.v1.RedriveCounts.SkipReasonsEntry
+	nil,                                // 60: styx.v1.RedrivePlan.SkipReasonsEntry
+	nil,                                // 61: styx.v1.RedriveTask.ByQueueEntry
+	nil,                                // 62: styx.v1.RedriveTask.ByDestinationEntry
+	nil,                                // 63: styx.v1.RedriveTask.SkipReasonsEntry
+	(*timestamppb.Timestamp)(nil),      // 64: google.protobuf.Timestamp
 }
 var file_styx_v1_styx_proto_depIdxs = []int32{
 	1,  // 0: styx.v1.QueueProduceRequest.items:type_name -> styx.v1.QueueProduceItem
-	63, // 1: styx.v1.QueueProduceItem.enqueueAt:type_name -> google.protobuf.Timestamp
-	63, // 2: styx.v1.QueueLeaseItem.leaseDeadline:type_name -> google.protobuf.Timestamp
+	64, // 1: styx.v1.QueueProduceItem.enqueueAt:type_name -> google.protobuf.Timestamp
+	64, // 2: styx.v1.QueueLeaseItem.leaseDeadline:type_name -> google.protobuf.Timestamp
 	4,  // 3: styx.v1.QueueLeaseResponse.items:type_name -> styx.v1.QueueLeaseItem
 	9,  // 4: styx.v1.QueueRetryRequest.items:type_name -> styx.v1.QueueRetryItem
-	63, // 5: styx.v1.QueueRetryItem.retryAt:type_name -> google.protobuf.Timestamp
+	64, // 5: styx.v1.QueueRetryItem.retryAt:type_name -> google.protobuf.Timestamp
 	11, // 6: styx.v1.QueueRetryResponse.outcomes:type_name -> styx.v1.QueueRetryOutcome
-	63, // 7: styx.v1.QueueRetryOutcome.retryAt:type_name -> google.protobuf.Timestamp
+	64, // 7: styx.v1.QueueRetryOutcome.retryAt:type_name -> google.protobuf.Timestamp
 	14, // 8: styx.v1.QueueRenewResponse.items:type_name -> styx.v1.QueueRenewItem
-	63, // 9: styx.v1.QueueRenewItem.leaseDeadline:type_name -> google.protobuf.Timestamp
-	63, // 10: styx.v1.QueueInfo.createdAt:type_name -> google.protobuf.Timestamp
-	63, // 11: styx.v1.QueueInfo.updatedAt:type_name -> google.protobuf.Timestamp
+	64, // 9: styx.v1.QueueRenewItem.leaseDeadline:type_name -> google.protobuf.Timestamp
+	64, // 10: styx.v1.QueueInfo.createdAt:type_name -> google.protobuf.Timestamp
+	64, // 11: styx.v1.QueueInfo.updatedAt:type_name -> google.protobuf.Timestamp
 	16, // 12: styx.v1.QueueInfo.partitions:type_name -> styx.v1.PartitionInfo
 	22, // 13: styx.v1.QueueStatsResponse.logicalQueues:type_name -> styx.v1.QueueLogicalStats
-	56, // 14: styx.v1.QueueStatsResponse.dead_by_reason:type_name -> styx.v1.QueueStatsResponse.DeadByReasonEntry
-	57, // 15: styx.v1.QueueStatsResponse.dead_by_source:type_name -> styx.v1.QueueStatsResponse.DeadBySourceEntry
-	63, // 16: styx.v1.QueueStatsResponse.oldest_created_at:type_name -> google.protobuf.Timestamp
+	57, // 14: styx.v1.QueueStatsResponse.dead_by_reason:type_name -> styx.v1.QueueStatsResponse.DeadByReasonEntry
+	58, // 15: styx.v1.QueueStatsResponse.dead_by_source:type_name -> styx.v1.QueueStatsResponse.DeadBySourceEntry
+	64, // 16: styx.v1.QueueStatsResponse.oldest_created_at:type_name -> google.protobuf.Timestamp
 	23, // 17: styx.v1.QueueLogicalStats.partitions:type_name -> styx.v1.QueuePartitionStats
 	15, // 18: styx.v1.QueuesListResponse.items:type_name -> styx.v1.QueueInfo
 	33, // 19: styx.v1.StorageItemsListResponse.items:type_name -> styx.v1.StorageItem
 	33, // 20: styx.v1.StorageItemsImportRequest.items:type_name -> styx.v1.StorageItem
 	33, // 21: styx.v1.StorageItemsImportResponse.items:type_name -> styx.v1.StorageItem
-	63, // 22: styx.v1.StorageItem.leaseDeadline:type_name -> google.protobuf.Timestamp
-	63, // 23: styx.v1.StorageItem.expireDeadline:type_name -> google.protobuf.Timestamp
-	63, // 24: styx.v1.StorageItem.deadDeadline:type_name -> google.protobuf.Timestamp
-	63, // 25: styx.v1.StorageItem.createdAt:type_name -> google.protobuf.Timestamp
-	63, // 26: styx.v1.StorageItem.updatedAt:type_name -> google.protobuf.Timestamp
-	63, // 27: styx.v1.StorageItem.enqueueAt:type_name -> google.protobuf.Timestamp
-	63, // 28: styx.v1.StorageItem.dead_at:type_name -> google.protobuf.Timestamp
+	64, // 22: styx.v1.StorageItem.leaseDeadline:type_name -> google.protobuf.Timestamp
+	64, // 23: styx.v1.StorageItem.expireDeadline:type_name -> google.protobuf.Timestamp
+	64, // 24: styx.v1.StorageItem.deadDeadline:type_name -> google.protobuf.Timestamp
+	64, // 25: styx.v1.StorageItem.createdAt:type_name -> google.protobuf.Timestamp
+	64, // 26: styx.v1.StorageItem.updatedAt:type_name -> google.protobuf.Timestamp
+	64, // 27: styx.v1.StorageItem.enqueueAt:type_name -> google.protobuf.Timestamp
+	64, // 28: styx.v1.StorageItem.dead_at:type_name -> google.protobuf.Timestamp
 	34, // 29: styx.v1.StorageItem.errors:type_name -> styx.v1.AttemptError
-	63, // 30: styx.v1.AttemptError.at:type_name -> google.protobuf.Timestamp
-	63, // 31: styx.v1.DeadFilter.dead_after:type_name -> google.protobuf.Timestamp
-	63, // 32: styx.v1.DeadFilter.dead_before:type_name -> google.protobuf.Timestamp
+	64, // 30: styx.v1.AttemptError.at:type_name -> google.protobuf.Timestamp
+	64, // 31: styx.v1.DeadFilter.dead_after:type_name -> google.protobuf.Timestamp
+	64, // 32: styx.v1.DeadFilter.dead_before:type_name -> google.protobuf.Timestamp
 	35, // 33: styx.v1.DeadGroupsRequest.filter:type_name -> styx.v1.DeadFilter
-	63, // 34: styx.v1.DeadGroup.first_dead_at:type_name -> google.protobuf.Timestamp
-	63, // 35: styx.v1.DeadGroup.last_dead_at:type_name -> google.protobuf.Timestamp
+	64, // 34: styx.v1.DeadGroup.first_dead_at:type_name -> google.protobuf.Timestamp
+	64, // 35: styx.v1.DeadGroup.last_dead_at:type_name -> google.protobuf.Timestamp
 	37, // 36: styx.v1.DeadGroupsResponse.groups:type_name -> styx.v1.DeadGroup
 	35, // 37: styx.v1.DeadListRequest.filter:type_name -> styx.v1.DeadFilter
 	33, // 38: styx.v1.DeadListResponse.items:type_name -> styx.v1.StorageItem
 	35, // 39: styx.v1.DeadDeleteRequest.filter:type_name -> styx.v1.DeadFilter
 	35, // 40: styx.v1.DeadRedriveRequest.filter:type_name -> styx.v1.DeadFilter
-	49, // 41: styx.v1.RedrivesListResponse.tasks:type_name -> styx.v1.RedriveTask
-	58, // 42: styx.v1.RedriveCounts.skip_reasons:type_name -> styx.v1.RedriveCounts.SkipReasonsEntry
-	59, // 43: styx.v1.RedrivePlan.skip_reasons:type_name -> styx.v1.RedrivePlan.SkipReasonsEntry
+	50, // 41: styx.v1.RedrivesListResponse.tasks:type_name -> styx.v1.RedriveTask
+	59, // 42: styx.v1.RedriveCounts.skip_reasons:type_name -> styx.v1.RedriveCounts.SkipReasonsEntry
+	60, // 43: styx.v1.RedrivePlan.skip_reasons:type_name -> styx.v1.RedrivePlan.SkipReasonsEntry
 	35, // 44: styx.v1.RedriveTask.filter:type_name -> styx.v1.DeadFilter
-	63, // 45: styx.v1.RedriveTask.started_at:type_name -> google.protobuf.Timestamp
-	63, // 46: styx.v1.RedriveTask.finished_at:type_name -> google.protobuf.Timestamp
-	60, // 47: styx.v1.RedriveTask.by_queue:type_name -> styx.v1.RedriveTask.ByQueueEntry
-	61, // 48: styx.v1.RedriveTask.by_destination:type_name -> styx.v1.RedriveTask.ByDestinationEntry
-	62, // 49: styx.v1.RedriveTask.skip_reasons:type_name -> styx.v1.RedriveTask.SkipReasonsEntry
-	63, // 50: styx.v1.ApiKey.created_at:type_name -> google.protobuf.Timestamp
-	63, // 51: styx.v1.KeysCreateResponse.created_at:type_name -> google.protobuf.Timestamp
-	51, // 52: styx.v1.KeysListResponse.keys:type_name -> styx.v1.ApiKey
-	47, // 53: styx.v1.RedriveTask.ByQueueEntry.value:type_name -> styx.v1.RedriveCounts
-	48, // 54: styx.v1.RedriveTask.ByDestinationEntry.value:type_name -> styx.v1.RedrivePlan
+	64, // 45: styx.v1.RedriveTask.started_at:type_name -> google.protobuf.Timestamp
+	64, // 46: styx.v1.RedriveTask.finished_at:type_name -> google.protobuf.Timestamp
+	61, // 47: styx.v1.RedriveTask.by_queue:type_name -> styx.v1.RedriveTask.ByQueueEntry
+	62, // 48: styx.v1.RedriveTask.by_destination:type_name -> styx.v1.RedriveTask.ByDestinationEntry
+	63, // 49: styx.v1.RedriveTask.skip_reasons:type_name -> styx.v1.RedriveTask.SkipReasonsEntry
+	64, // 50: styx.v1.ApiKey.created_at:type_name -> google.protobuf.Timestamp
+	64, // 51: styx.v1.KeysCreateResponse.created_at:type_name -> google.protobuf.Timestamp
+	52, // 52: styx.v1.KeysListResponse.keys:type_name -> styx.v1.ApiKey
+	48, // 53: styx.v1.RedriveTask.ByQueueEntry.value:type_name -> styx.v1.RedriveCounts
+	49, // 54: styx.v1.RedriveTask.ByDestinationEntry.value:type_name -> styx.v1.RedrivePlan
 	55, // [55:55] is the sub-list for method output_type
 	55, // [55:55] is the sub-list for method input_type
 	55, // [55:55] is the sub-list for extension type_name
@@ -4544,13 +4642,14 @@ func file_styx_v1_styx_proto_init() {
 	if File_styx_v1_styx_proto != nil {
 		return
 	}
+	file_styx_v1_styx_proto_msgTypes[44].OneofWrappers = []any{}
 	type x struct{}
 	out := protoimpl.TypeBuilder{
 		File: protoimpl.DescBuilder{
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_styx_v1_styx_proto_rawDesc), len(file_styx_v1_styx_proto_rawDesc)),
 			NumEnums:      0,
-			NumMessages:   63,
+			NumMessages:   64,
 			NumExtensions: 0,
 			NumServices:   0,
 		},

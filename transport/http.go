@@ -196,6 +196,7 @@ func NewHandler(cfg Config) *Handler {
 		"/v1/dead.list":              rpc(h, func() *pb.DeadListRequest { return &pb.DeadListRequest{} }, s.DeadList),
 		"/v1/dead.groups":            rpc(h, func() *pb.DeadGroupsRequest { return &pb.DeadGroupsRequest{} }, s.DeadGroups),
 		"/v1/dead.delete":            rpc(h, func() *pb.DeadDeleteRequest { return &pb.DeadDeleteRequest{} }, s.DeadDelete),
+		"/v1/dead.edit":              rpc(h, func() *pb.DeadEditRequest { return &pb.DeadEditRequest{} }, s.DeadEdit),
 		"/v1/dead.redrive":           rpc(h, func() *pb.DeadRedriveRequest { return &pb.DeadRedriveRequest{} }, s.DeadRedrive),
 		"/v1/redrives.list":          rpc(h, func() *pb.RedrivesListRequest { return &pb.RedrivesListRequest{} }, s.RedrivesList),
 		"/v1/redrives.get":           rpc(h, func() *pb.RedriveTaskRequest { return &pb.RedriveTaskRequest{} }, s.RedrivesGet),
@@ -596,7 +597,7 @@ func queuesOf(req proto.Message) []string {
 // changes are logged by internal/auth).
 var audited = map[string]bool{
 	"/v1/queues.delete": true, "/v1/queue.clear": true, "/v1/dead.delete": true, "/v1/dead.redrive": true,
-	"/v1/redrives.cancel": true, "/v1/storage/items.delete": true,
+	"/v1/redrives.cancel": true, "/v1/storage/items.delete": true, "/v1/dead.edit": true,
 	// Issue 24: the calls that make queues or set items as they please.
 	"/v1/storage/items.import": true, "/v1/queues.create": true, "/v1/queues.update": true, "/v1/queue.reload": true,
 }
@@ -617,6 +618,8 @@ func (h *Handler) audit(r *http.Request, req, resp proto.Message) {
 	switch m := resp.(type) {
 	case *pb.DeadDeleteResponse:
 		attrs = append(attrs, "deleted", m.Deleted)
+	case *pb.StorageItem:
+		attrs = append(attrs, "item", m.Id, "payload_bytes", len(m.Payload))
 	case *pb.RedriveTask:
 		attrs = append(attrs, "task", m.TaskId, "dry_run", m.DryRun)
 	}
