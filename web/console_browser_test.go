@@ -256,3 +256,43 @@ func TestBrowserFindOneItem(t *testing.T) {
 	}
 	require.Len(t, seen, 130, "every item of every partition, once")
 }
+
+// TestBrowserEditDeadItem (issue 28, 8): on a dead item's page, Edit…
+// opens the payload in an editor that checks JSON as it is typed (Save is
+// disabled while it is not valid); saved, the page shows the new payload,
+// reference and the edit in the item's history.
+func TestBrowserEditDeadItem(t *testing.T) {
+	srv := styxtest.Start(t, styxtest.Options{})
+	c := srv.Client
+	styxtest.CreateQueue(t, c, &pb.QueueInfo{QueueName: "bill-dlq"})
+	styxtest.CreateQueue(t, c, &pb.QueueInfo{QueueName: "bill", DeadQueue: "bill-dlq"})
+	kill(t, c, "bill", 1, "parse amount: invalid syntax", func(int) string { return `{"amount":"12,50"}` })
+	waitDead(t, c, "bill-dlq", 1)
+	b := newBrowser(t, srv.Endpoint)
+
+	b.open("/ui/queues/bill-dlq/dead")
+	b.run(chromedp.Click(`h2#items ~ table tbody tr th a`, chromedp.ByQuery))
+	b.waitText("h1", "Dead item ")
+	b.run(chromedp.Click(`#edit-button`, chromedp.ByQuery))
+	b.waitText("#edit-check", "Valid JSON.")
+	require.Contains(t, b.eval(`document.getElementById('edit-payload').value`), `"amount": "12,50"`)
+	b.run(chromedp.SetValue(`#edit-payload`, `{"amount": 12.50`, chromedp.ByQuery),
+		chromedp.Evaluate(`document.getElementById('edit-payload').dispatchEvent(new Event('input'))`, nil))
+	b.waitText("#edit-check", "Not valid JSON")
+	require.Equal(t, "true", b.eval(`String(document.getElementById('edit-save').disabled)`))
+	b.screenshot("edit")
+	b.run(chromedp.SetValue(`#edit-payload`, `{"amount": 12.50}`, chromedp.ByQuery),
+		chromedp.Evaluate(`document.getElementById('edit-payload').dispatchEvent(new Event('input'))`, nil),
+		chromedp.SetValue(`#edit-reference`, "invoice-77", chromedp.ByQuery))
+	b.waitText("#edit-check", "Valid JSON.")
+	b.run(chromedp.Click(`#edit-save`, chromedp.ByQuery))
+	b.waitText("#status", "Saved ")
+	b.waitText(`pre[aria-label="Payload (JSON)"]`, `"amount": 12.5`)
+	require.Contains(t, b.text("dl.props"), "invoice-77")
+	require.Contains(t, b.text("ol.timeline"), "payload edited by an unauthenticated client")
+
+	res, err := c.DeadList(context.Background(), &pb.DeadListRequest{QueueName: "bill-dlq"})
+	require.NoError(t, err)
+	require.JSONEq(t, `{"amount": 12.50}`, string(res.Items[0].Payload))
+	require.Equal(t, "invoice-77", res.Items[0].Reference)
+}

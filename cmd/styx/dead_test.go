@@ -223,6 +223,24 @@ func TestDeadCLI(t *testing.T) {
 	})
 
 	var taskID string
+	t.Run("edit", func(t *testing.T) {
+		c := cli{t: t, endpoint: c.endpoint}
+		out := c.ok("dead", "edit", "orders-dlq", first.Id, "--payload", "first, fixed", "--reference", "ref-1")
+		require.Equal(t, "edited "+first.Id+" of orders-dlq: payload now 12 bytes\n", out)
+		out, _, err := c.runIn(`{"fixed":true}`, "dead", "edit", "orders-dlq", first.Id, "--payload-file", "-", "--json")
+		require.NoError(t, err)
+		var it pb.StorageItem
+		require.NoError(t, protojson.Unmarshal([]byte(out), &it))
+		require.Equal(t, `{"fixed":true}`, string(it.Payload))
+		require.Equal(t, "ref-1", it.Reference, "kept: --reference not given")
+		out = c.ok("dead", "show", "orders-dlq", first.Id)
+		require.Contains(t, out, "payload edited by an unauthenticated client")
+		_, _, err = c.run("dead", "edit", "orders-dlq", first.Id)
+		require.ErrorContains(t, err, "either --payload or --payload-file")
+		_, _, err = c.run("dead", "edit", "orders-dlq", "33lkevi6gp5gc", "--payload", "x")
+		require.ErrorContains(t, err, "404")
+	})
+
 	t.Run("redrive", func(t *testing.T) {
 		c := cli{t: t, endpoint: c.endpoint}
 		out := c.ok("dead", "redrive", "orders-dlq", "--dry-run")
@@ -253,7 +271,7 @@ func TestDeadCLI(t *testing.T) {
 
 		c.waitDead("orders-dlq", 0)
 		back := c.leaseAll("orders", 2)
-		require.ElementsMatch(t, []string{"first", "second"}, []string{string(back[0].Bytes), string(back[1].Bytes)})
+		require.ElementsMatch(t, []string{`{"fixed":true}`, "second"}, []string{string(back[0].Bytes), string(back[1].Bytes)})
 		require.EqualValues(t, 1, back[0].Attempts, "a redriven item starts over")
 	})
 

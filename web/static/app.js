@@ -593,6 +593,8 @@
     show(crumbs, h('h1', {}, 'Dead item ' + it.id),
       h('div', { class: 'actions' },
         h('button', { type: 'button', onclick: () => redriveFlow(name, filter) }, 'Redrive this item…'),
+        decodeText(it.payload) === null ? h('span', { class: 'muted' }, 'Binary payload: edit it with styx dead edit --payload-file.')
+          : h('button', { type: 'button', id: 'edit-button', onclick: async () => { if (await editFlow(name, it)) render(true); } }, 'Edit…'),
         h('button', { type: 'button', class: 'danger', onclick: async () => { if (await deleteFlow(name, filter, 1)) navigate(base); } }, 'Delete this item…')),
       h('dl', { class: 'props' },
         prop('Source queue', it.source_queue ? h('a', { href: '/ui/queues/' + enc(it.source_queue) }, it.source_queue) : ''),
@@ -604,11 +606,76 @@
         prop('Error group', it.fingerprint ? h('a', { href: base + '?' + new URLSearchParams({ fingerprint: it.fingerprint }) }, it.fingerprint) : ''),
         prop('Last error', it.last_error ? h('code', {}, it.last_error) : '')),
       h('h2', {}, 'Payload'), ...payloadView(it.payload),
-      h('h2', {}, 'Attempt errors'),
+      h('h2', {}, 'Attempt errors, redrives and edits'),
       errors.length === 0 ? h('p', { class: 'muted' }, 'No attempt errors were recorded.')
         : h('ol', { class: 'timeline', 'aria-label': 'Attempt errors, oldest first' }, errors.map((e) => h('li', {},
           h('div', { class: 'when' }, `Attempt ${e.attempt || '?'} · `, when(e.at)),
           h('code', {}, e.error || '')))));
+  }
+
+  // decodeText returns a payload (base64 from the API) as text, or null
+  // when it is not UTF-8 text.
+  function decodeText(b64) {
+    const bytes = Uint8Array.from(atob(b64 || ''), (c) => c.charCodeAt(0));
+    try { return new TextDecoder('utf-8', { fatal: true }).decode(bytes); } catch { return null; }
+  }
+
+  // encodeText returns text as UTF-8 in base64 (the API's bytes).
+  function encodeText(text) {
+    const bytes = new TextEncoder().encode(text);
+    let bin = '';
+    for (let i = 0; i < bytes.length; i += 0x8000) bin += String.fromCharCode(...bytes.subarray(i, i + 0x8000));
+    return btoa(bin);
+  }
+
+  // editFlow opens the edit dialog on a dead item's payload (text), checks
+  // it as JSON while it is typed (when the JSON box is ticked), and saves
+  // it with dead.edit. It resolves true when the item was saved.
+  function editFlow(queue, it) {
+    const dlg = document.getElementById('edit-dialog');
+    const area = document.getElementById('edit-payload');
+    const json = document.getElementById('edit-json');
+    const check = document.getElementById('edit-check');
+    const save = document.getElementById('edit-save');
+    const kind = document.getElementById('edit-kind');
+    const ref = document.getElementById('edit-reference');
+    const text = decodeText(it.payload) || '';
+    let isJSON = false;
+    try { JSON.parse(text); isJSON = text.trim() !== ''; } catch { isJSON = false; }
+    area.value = isJSON ? JSON.stringify(JSON.parse(text), null, 2) : text;
+    json.checked = isJSON || /json/i.test(it.encoding || '');
+    kind.value = it.kind || '';
+    ref.value = it.reference || '';
+    const validate = () => {
+      if (!json.checked) { check.textContent = ''; check.className = ''; save.disabled = false; return true; }
+      try {
+        JSON.parse(area.value);
+        check.textContent = 'Valid JSON.'; check.className = 'good'; save.disabled = false;
+        return true;
+      } catch (e) {
+        check.textContent = 'Not valid JSON: ' + e.message; check.className = 'bad'; save.disabled = true;
+        return false;
+      }
+    };
+    area.oninput = validate;
+    json.onchange = validate;
+    validate();
+    return new Promise((resolve) => {
+      dlg.addEventListener('close', async () => {
+        if (dlg.returnValue !== 'save' || !validate()) { resolve(false); return; }
+        const body = { queue_name: queue, id: it.id, payload: encodeText(area.value) };
+        if (kind.value !== (it.kind || '')) body.kind = kind.value;
+        if (ref.value !== (it.reference || '')) body.reference = ref.value;
+        try {
+          await api('dead.edit', body);
+          toast(`Saved ${it.id}: its history records the old payload's size and hash.`);
+          resolve(true);
+        } catch (e) { toast(e.message); resolve(false); }
+      }, { once: true });
+      dlg.returnValue = '';
+      dlg.showModal();
+      area.focus();
+    });
   }
 
   async function redrivesPage(my) {
