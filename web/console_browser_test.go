@@ -296,3 +296,55 @@ func TestBrowserEditDeadItem(t *testing.T) {
 	require.JSONEq(t, `{"amount": 12.50}`, string(res.Items[0].Payload))
 	require.Equal(t, "invoice-77", res.Items[0].Reference)
 }
+
+// TestBrowserLive (issue 28, 5): pages update on their own: the overview's
+// counts change without a reload; the DLQ page shows a running redrive
+// (banner, progress, link) and its dead items going, and the redrive
+// dialog says a redrive runs already instead of offering a second.
+func TestBrowserLive(t *testing.T) {
+	srv := styxtest.Start(t, styxtest.Options{})
+	c := srv.Client
+	ctx := context.Background()
+	styxtest.CreateQueue(t, c, &pb.QueueInfo{QueueName: "live-dlq"})
+	styxtest.CreateQueue(t, c, &pb.QueueInfo{QueueName: "live", DeadQueue: "live-dlq"})
+	b := newBrowser(t, srv.Endpoint)
+
+	b.open("/ui/")
+	b.waitText("main table", "live-dlq")
+	require.Regexp(t, `^live \| 0 \|`, b.rowText("live"))
+	b.eval(`window.stillHere = 'yes'`)
+	require.NoError(t, c.QueueProduce(ctx, &pb.QueueProduceRequest{QueueName: "live", RequestTimeout: "10s",
+		Items: []*pb.QueueProduceItem{{Utf8: "a"}, {Utf8: "b"}, {Utf8: "c"}, {Utf8: "d"}}}))
+	b.run(chromedp.Poll(`[...document.querySelectorAll('main tbody tr')].some((r) => r.innerText.startsWith('live\t4'))`, nil,
+		chromedp.WithPollingInterval(50*time.Millisecond)))
+	require.Equal(t, "yes", b.eval(`String(window.stillHere)`), "updated in place, not reloaded")
+	require.Equal(t, "Live updates: on", b.text("#live-button"))
+
+	// 40 dead items, redriven at 10 a second.
+	kill(t, c, "live", 4, "boom", func(i int) string { return "x" })
+	kill(t, c, "live", 36, "boom", func(i int) string { return fmt.Sprint(i) })
+	waitDead(t, c, "live-dlq", 40)
+	b.open("/ui/queues/live-dlq/dead")
+	b.waitText("main table caption", "40 dead items")
+	require.Empty(t, b.eval(`document.getElementById('running-redrive') ? 'banner' : ''`))
+	task, err := c.DeadRedrive(ctx, &pb.DeadRedriveRequest{QueueName: "live-dlq", All: true, RateLimit: 10})
+	require.NoError(t, err)
+	t.Cleanup(func() { _, _ = c.RedrivesCancel(ctx, &pb.RedriveTaskRequest{TaskId: task.TaskId}) })
+	b.waitText("#running-redrive", "A redrive is running: "+task.TaskId)
+	require.Equal(t, "/ui/redrives/"+task.TaskId, b.eval(`document.querySelector('#running-redrive a').getAttribute('href')`))
+	b.screenshot("dead-live")
+	b.waitGone("main table caption", "40 dead items") // items leave as the redrive moves them
+	b.run(chromedp.Click(`//button[text()="Redrive all…"]`))
+	b.waitText("#confirm-dialog", "Redrive "+task.TaskId+" is already running on live-dlq")
+	require.Equal(t, "true", b.eval(`String(document.getElementById('confirm-ok').hidden)`), "no second redrive offered")
+	b.run(chromedp.Click(`#confirm-dialog button[value=cancel]`, chromedp.ByQuery))
+
+	// The task's page: progress, duration, ETA while it runs.
+	b.open("/ui/redrives/" + task.TaskId)
+	b.waitText("h1", "Redrive "+task.TaskId)
+	b.waitText("dl.props", "ETA")
+	require.Regexp(t, `Duration\s+\d+s`, b.text("dl.props"))
+	_, err = c.RedrivesCancel(ctx, &pb.RedriveTaskRequest{TaskId: task.TaskId})
+	require.NoError(t, err)
+	b.waitText("dl.props", "cancelled")
+}

@@ -162,6 +162,18 @@
     return '–';
   }
 
+  // dur formats a duration in ms rounded to its two largest units:
+  // "45s", "7m26s", "2h05m", "3d4h".
+  function dur(ms) {
+    let s = Math.max(0, Math.round(ms / 1000));
+    if (s < 60) return s + 's';
+    const d = Math.floor(s / 86400), hh = Math.floor((s % 86400) / 3600), mm = Math.floor((s % 3600) / 60);
+    s %= 60;
+    if (d > 0) return `${d}d${hh}h`;
+    if (hh > 0) return `${hh}h${String(mm).padStart(2, '0')}m`;
+    return `${mm}m${String(s).padStart(2, '0')}s`;
+  }
+
   function when(ts) {
     if (!ts) return '–';
     return h('time', { datetime: ts, title: ts }, new Date(ts).toISOString().replace('T', ' ').replace(/\.\d+Z$/, 'Z') + ' (' + ago(ts) + ')');
@@ -242,11 +254,32 @@
   // after the user confirmed the count).
   const everything = (filter) => Object.keys(filter).length === 0;
 
+  // runningBanner shows a running redrive task: what it moves, its
+  // progress, a link to it.
+  function runningBanner(t) {
+    const matched = num(t.matched), done = num(t.moved) + num(t.failed) + num(t.skipped);
+    return h('div', { class: 'banner', role: 'status', id: 'running-redrive' },
+      h('strong', {}, t.status === 'cancelling' ? 'A redrive is being cancelled: ' : 'A redrive is running: '),
+      h('a', { href: '/ui/redrives/' + enc(t.task_id) }, t.task_id), ` (${describeFilter(t.filter)}) `,
+      h('progress', { max: String(Math.max(matched, 1)), value: String(matched ? done : 1), 'aria-label': `Progress of ${t.task_id}` }),
+      ` ${fmt(t.moved)} of ${fmt(matched)} moved`, num(t.skipped) ? ` · ${fmt(t.skipped)} skipped` : '',
+      '. One redrive runs per dead-letter queue at a time.');
+  }
+
   // redriveFlow counts the items filter selects (a dry run), says where
   // they will go, and on confirmation starts the redrive and opens its
-  // progress.
+  // progress. A redrive already running on the queue is said first: only
+  // one runs per dead-letter queue.
   async function redriveFlow(queue, filter) {
     let dry;
+    const tasks = await soft(api('redrives.list', { queue_name: queue }));
+    const running = (tasks.tasks || []).find(isLive);
+    if (running) {
+      await confirmAction('Redrive dead items', [h('p', { id: 'redrive-summary' },
+        `Redrive ${running.task_id} is already running on ${queue} (${fmt(running.moved)} of ${fmt(running.matched)} moved). `,
+        'Wait for it to end, or cancel it on ', h('a', { href: '/ui/redrives/' + enc(running.task_id) }, 'its page'), '.')], null);
+      return;
+    }
     try {
       dry = await api('dead.redrive', { queue_name: queue, filter, dry_run: true });
     } catch (e) { toast(e.message); return; }
@@ -447,11 +480,14 @@
     const gFilter = {};
     for (const k of ['source_queue', 'reason', 'fingerprint']) if (filter[k]) gFilter[k] = filter[k];
     const pivot = params.get('pivot') || '';
-    const [groups, list] = await Promise.all([
+    const [groups, list, tasks] = await Promise.all([
       soft(api('dead.groups', { queue_name: name, filter: gFilter, limit: 50 })),
       soft(api('dead.list', { queue_name: name, filter, pivot, limit: PAGE_SIZE, without_payload: true })),
+      soft(api('redrives.list', { queue_name: name })),
     ]);
     if (my !== page) return;
+    const running = (tasks.tasks || []).find(isLive);
+    if (running) fastLive = true;
 
     const groupRows = (groups.groups || []).map((g) => {
       const gf = { fingerprint: g.fingerprint, source_queue: g.source_queue, reason: g.reason };
@@ -499,6 +535,7 @@
       list.next_pivot ? h('a', { href: base + '?' + withParam(params, 'pivot', list.next_pivot), rel: 'next' }, 'Next page →') : null);
 
     show(crumbs, h('h1', {}, 'Dead items of ' + name),
+      running ? runningBanner(running) : null,
       h('h2', { id: 'groups' }, 'Error groups'),
       groups.error ? notShown('Error groups', groups.error) : (groups.groups || []).length === 0 ? h('p', { class: 'muted' }, 'No dead items in groups.')
         : table(`${plural(groups.total_items, 'dead item', 'dead items')} in ${plural(groups.total_groups, 'group', 'groups')}, by the shape of their last error`,
@@ -693,7 +730,7 @@
       const done = moved + failed + skipped;
       const live = t.status === 'running' || t.status === 'cancelling';
       return h('tr', { id: 'task-' + t.task_id, class: t.task_id === highlight ? 'current' : '', 'aria-current': t.task_id === highlight ? 'true' : null },
-        h('th', { scope: 'row' }, h('code', {}, t.task_id)),
+        h('th', { scope: 'row' }, h('a', { href: '/ui/redrives/' + enc(t.task_id) }, h('code', {}, t.task_id))),
         h('td', {}, h('a', { href: '/ui/queues/' + enc(t.queue_name) + '/dead' }, t.queue_name)),
         h('td', {}, t.destination || 'source queues'),
         h('td', {}, describeFilter(t.filter)),
@@ -711,9 +748,52 @@
     show(h('h1', {}, 'Redrives'),
       tasks.length === 0 ? h('p', { class: 'muted' }, 'No redrive tasks.')
         : table('Redrive tasks, newest first', ['Task', 'Dead-letter queue', 'Destination', 'Items', 'Status', 'Progress', 'Started', ''], rows));
-    if (tasks.some((t) => t.status === 'running' || t.status === 'cancelling')) {
-      setTimeout(() => { if (my === page && !document.querySelector('dialog[open]')) render(true); else if (my === page) setTimeout(() => render(true), 1000); }, 1000);
-    }
+    if (tasks.some(isLive)) fastLive = true;
+  }
+
+  // taskTimes returns a task's duration (so far, while it runs) and, while
+  // it runs and has made progress, its ETA at the rate so far, as text.
+  function taskTimes(t) {
+    const start = Date.parse(t.started_at);
+    const end = t.finished_at ? Date.parse(t.finished_at) : Date.now();
+    const took = Number.isNaN(start) ? '' : dur(end - start);
+    const matched = num(t.matched), done = num(t.moved) + num(t.failed) + num(t.skipped);
+    let eta = '';
+    if (isLive(t) && done > 0 && done < matched && end > start) eta = dur((matched - done) * (end - start) / done);
+    return { took, eta };
+  }
+
+  // redrivePage is one redrive task: what it moves, its progress, duration
+  // and ETA, its results by queue, and why items stayed.
+  async function redrivePage(my, id) {
+    document.title = id + ' · Redrives · Styx';
+    const crumbs = h('p', { class: 'crumbs' }, h('a', { href: '/ui/redrives' }, 'Redrives'), ' / ', id);
+    const t = await soft(api('redrives.get', { task_id: id }));
+    if (my !== page) return;
+    if (t.error) { show(crumbs, h('h1', {}, 'Redrive ' + id), notShown('The task', t.error)); return; }
+    if (isLive(t)) fastLive = true;
+    const matched = num(t.matched), done = num(t.moved) + num(t.failed) + num(t.skipped);
+    const { took, eta } = taskTimes(t);
+    const prop = (k, v) => [h('dt', {}, k), h('dd', {}, v === undefined || v === '' || v === null ? '–' : v)];
+    const byQueue = Object.entries(t.by_queue || {});
+    show(crumbs, h('h1', {}, 'Redrive ' + id),
+      h('div', { class: 'actions' }, isLive(t) ? h('button', { type: 'button', class: 'danger', onclick: () => cancelTask(t) }, 'Cancel…') : null),
+      t.warning ? h('p', { class: 'note', role: 'note' }, t.warning) : null,
+      h('dl', { class: 'props' },
+        prop('Status', h('span', { class: 'badge ' + (t.warning && t.status === 'completed' ? 'warning' : t.status) },
+          t.warning && t.status === 'completed' ? 'completed with warnings' : t.status)),
+        prop('Dead-letter queue', h('a', { href: '/ui/queues/' + enc(t.queue_name) + '/dead' }, t.queue_name)),
+        prop('Destination', t.destination || 'each item\'s source queue'), prop('Items', describeFilter(t.filter)),
+        prop('Progress', [h('progress', { max: String(Math.max(matched, 1)), value: String(matched ? done : 1), 'aria-label': `Progress of ${t.task_id}` }),
+          ` ${fmt(t.moved)} of ${fmt(matched)} moved`, num(t.failed) ? ` · ${fmt(t.failed)} failed` : '', num(t.skipped) ? ` · ${fmt(t.skipped)} skipped` : '']),
+        prop('Rate limit', t.rate_limit ? `${fmt(t.rate_limit)} items per second` : 'none'),
+        prop('Started', when(t.started_at)), prop('Finished', t.finished_at ? when(t.finished_at) : ''),
+        prop('Duration', took), prop('ETA', eta), prop('Failure', t.failure_reason), prop('Started by key', t.key_name)),
+      h('h2', {}, 'By queue'),
+      byQueue.length === 0 ? h('p', { class: 'muted' }, 'Nothing moved yet.')
+        : table('Results by destination queue', ['Queue', ['Moved', 'num'], ['Failed', 'num'], ['Skipped', 'num'], 'Why skipped'],
+          byQueue.map(([q, c]) => h('tr', {}, h('th', { scope: 'row' }, q || '(no source queue)'), h('td', { class: 'num' }, fmt(c.moved)),
+            h('td', { class: 'num' }, fmt(c.failed)), h('td', { class: 'num' }, fmt(c.skipped)), h('td', {}, skipReasons(c.skip_reasons) || '–')))));
   }
 
   async function cancelTask(t) {
@@ -733,6 +813,7 @@
     let m;
     if (p === '/ui') return [overview];
     if (p === '/ui/redrives') return [redrivesPage];
+    if ((m = /^\/ui\/redrives\/([^/]+)$/.exec(p))) return [redrivePage, decodeURIComponent(m[1])];
     if ((m = /^\/ui\/queues\/([^/]+)\/dead\/([^/]+)$/.exec(p))) return [itemPage, decodeURIComponent(m[1]), decodeURIComponent(m[2])];
     if ((m = /^\/ui\/queues\/([^/]+)\/dead$/.exec(p))) return [deadPage, decodeURIComponent(m[1])];
     if ((m = /^\/ui\/queues\/([^/]+)\/items$/.exec(p))) return [itemsPage, decodeURIComponent(m[1])];
@@ -742,27 +823,78 @@
 
   // render draws the page of the current URL. refresh keeps the focus
   // where it is (a live update); a navigation moves it to the page.
+  // ---------------------------------------------------------------- live updates
+
+  // Every page redraws itself every LIVE_MS (FAST_MS while it shows a
+  // running redrive: fastLive), from fresh calls, keeping the focus. A
+  // redraw waits while a dialog is open, the tab is hidden, the keyboard is
+  // in one of the page's form fields, or the user paused live updates (the
+  // header's button; kept for the tab).
+  const LIVE_MS = 2000, FAST_MS = 1000;
+  const LIVE_STORAGE = 'styx.live';
+  let liveTimer = null;
+  let fastLive = false;
+  const liveButton = document.getElementById('live-button');
+  const livePaused = () => sessionStorage.getItem(LIVE_STORAGE) === 'paused';
+  const isLive = (t) => t.status === 'running' || t.status === 'cancelling';
+
+  function showLive(note) {
+    const paused = livePaused();
+    liveButton.setAttribute('aria-pressed', String(!paused));
+    liveButton.textContent = paused ? 'Live updates: paused' : 'Live updates: on';
+    liveButton.title = note || (paused ? 'Click to update the page on its own again' : 'The page updates itself every few seconds; click to pause');
+    liveButton.classList.toggle('stale', Boolean(note));
+  }
+
+  function scheduleLive(my) {
+    clearTimeout(liveTimer);
+    liveTimer = setTimeout(() => {
+      if (my !== page) return;
+      const a = document.activeElement;
+      const typing = a && main.contains(a) && /^(INPUT|SELECT|TEXTAREA)$/.test(a.tagName);
+      if (livePaused() || document.querySelector('dialog[open]') || document.hidden || typing) { scheduleLive(my); return; }
+      render(true);
+    }, fastLive ? FAST_MS : LIVE_MS);
+  }
+
+  liveButton.addEventListener('click', () => {
+    sessionStorage.setItem(LIVE_STORAGE, livePaused() ? 'on' : 'paused');
+    showLive();
+  });
+  showLive();
+
   async function render(refresh = false) {
     const my = ++page;
+    fastLive = false;
     const [fn, ...args] = route(location.pathname);
     // A live update redraws the page: keep the keyboard focus on the same
     // control (found again by its label or id).
     const active = document.activeElement;
-    const focusKey = refresh && active && main.contains(active) ? (active.getAttribute('aria-label') || active.id) : '';
+    const focusKey = refresh && active && main.contains(active) ? (active.tagName === 'H1' ? 'h1' : active.getAttribute('aria-label') || active.id) : '';
     try {
       await fn(my, ...args);
+      if (my === page && refresh) showLive();
     } catch (e) {
-      if (my === page) show(h('h1', {}, 'Error'), errorBox(e));
+      // A live update that fails keeps the page as it was and says so.
+      if (my === page && refresh && e.status !== 401) showLive('Last update failed: ' + e.message);
+      else if (my === page) show(h('h1', {}, 'Error'), errorBox(e));
     }
     if (my === page && !refresh) {
       const h1 = main.querySelector('h1');
       if (h1) { h1.tabIndex = -1; h1.focus({ preventScroll: true }); }
     }
     if (my === page && focusKey) {
-      const again = [...main.querySelectorAll('[aria-label], [id]')].find((el) => (el.getAttribute('aria-label') || el.id) === focusKey);
-      if (again) again.focus({ preventScroll: true });
+      const again = focusKey === 'h1' ? main.querySelector('h1')
+        : [...main.querySelectorAll('[aria-label], [id]')].find((el) => (el.getAttribute('aria-label') || el.id) === focusKey);
+      if (again) {
+        if (focusKey === 'h1') again.tabIndex = -1;
+        again.focus({ preventScroll: true });
+      }
     }
-    if (my === page) main.dataset.ready = String(my);
+    if (my === page) {
+      main.dataset.ready = String(my);
+      scheduleLive(my);
+    }
   }
 
   function navigate(url) {
