@@ -317,6 +317,15 @@ func (c *Client) QueueRenew(ctx context.Context, req *pb.QueueRenewRequest) (*pb
 	return out, c.do(ctx, "/v1/queue.renew", req, out)
 }
 
+// QueuesHistory returns a queue's last hour, a point per minute (items
+// produced, completed, dead-lettered; depth; arrivals by error group on a
+// dead-letter queue), as the server keeps it in memory. An empty
+// req.QueueName sums every queue.
+func (c *Client) QueuesHistory(ctx context.Context, req *pb.QueuesHistoryRequest) (*pb.QueuesHistoryResponse, error) {
+	out := &pb.QueuesHistoryResponse{}
+	return out, c.do(ctx, "/v1/queues.history", req, out)
+}
+
 // QueueStats describes a queue's partitions.
 func (c *Client) QueueStats(ctx context.Context, req *pb.QueueStatsRequest) (*pb.QueueStatsResponse, error) {
 	out := &pb.QueueStatsResponse{}

@@ -12,6 +12,8 @@ import (
 	"github.com/stretchr/testify/require"
 
 	styx "github.com/styxq/styx"
+	"github.com/styxq/styx/daemon"
+	"github.com/styxq/styx/internal/clock"
 	pb "github.com/styxq/styx/styxpb"
 )
 
@@ -260,4 +262,67 @@ func (s *server) waitDeadList(queue string, n int) []*pb.StorageItem {
 	var got []*pb.StorageItem
 	eventually(s.t, func() bool { got = s.deadList(queue, nil, 100); return len(got) == n }, "dead-letter queue %s should hold %d items", queue, n)
 	return got
+}
+
+// TestQueuesHistory (issue 28, 6): queues.history gives a queue's last hour
+// a point per minute: items produced, completed and dead-lettered, depth,
+// and on a dead-letter queue the arrivals by error group; an empty
+// queue_name sums every queue. Time is the fake clock's.
+func TestQueuesHistory(t *testing.T) {
+	forEachBackend(t, func(t *testing.T, b backend) {
+		clk := clock.NewFake(time.Now().Truncate(time.Minute).Add(10 * time.Second))
+		s := startWith(t, b, func(cfg *daemon.Config) { cfg.Clock = clk })
+		s.createQueue(&pb.QueueInfo{QueueName: "hi-dlq"})
+		s.createQueue(&pb.QueueInfo{QueueName: "hi", DeadQueue: "hi-dlq"})
+		history := func(q string) *pb.QueuesHistoryResponse {
+			t.Helper()
+			h, err := s.C.QueuesHistory(ctx, &pb.QueuesHistoryRequest{QueueName: q})
+			require.NoError(t, err)
+			require.Len(t, h.Points, 60)
+			assert.EqualValues(t, 60, h.IntervalSeconds)
+			return h
+		}
+		history("hi-dlq") // the groups' starting point
+
+		s.produce("hi", "1", "2", "3", "4", "5")
+		clk.Advance(time.Minute)
+		s.produce("hi", "6", "7", "8")
+		res := s.lease("hi", 3)
+		require.Len(t, res.Items, 3)
+		s.complete("hi", res.Partition, res.Items[0].Id, res.Items[1].Id)
+		s.retry("hi", res.Partition, &pb.QueueRetryItem{Id: res.Items[2].Id, Dead: true, Error: "upstream 503 for order 17"})
+		s.waitDeadList("hi-dlq", 1)
+
+		h := history("hi")
+		now, before := h.Points[59], h.Points[58]
+		assert.Equal(t, clk.Now().Truncate(time.Minute).UTC(), now.At.AsTime(), "the last point is the current minute")
+		assert.Equal(t, time.Minute, now.At.AsTime().Sub(before.At.AsTime()))
+		assert.EqualValues(t, 5, before.Produced)
+		assert.EqualValues(t, 3, now.Produced)
+		assert.EqualValues(t, 2, now.Completed)
+		assert.EqualValues(t, 1, now.DeadLettered)
+		assert.EqualValues(t, 5, now.Depth, "8 produced, 2 completed, 1 dead")
+		assert.EqualValues(t, -1, h.Points[0].Depth, "no sample an hour ago")
+
+		d := history("hi-dlq")
+		require.Len(t, d.Points[59].DeadByGroup, 1)
+		for fp, n := range d.Points[59].DeadByGroup {
+			assert.EqualValues(t, 1, n)
+			assert.Equal(t, "upstream <n> for order <n>", d.GroupPatterns[fp])
+		}
+		assert.EqualValues(t, 1, d.Points[59].Depth)
+
+		all := history("")
+		assert.EqualValues(t, 3, all.Points[59].Produced)
+		assert.EqualValues(t, 6, all.Points[59].Depth, "5 in hi, 1 in hi-dlq")
+
+		// An hour later the minutes have gone round.
+		clk.Advance(time.Hour)
+		h = history("hi")
+		for _, p := range h.Points {
+			assert.Zero(t, p.Produced)
+		}
+		_, err := s.C.QueuesHistory(ctx, &pb.QueuesHistoryRequest{QueueName: "nope"})
+		requireCode(t, err, styx.CodeBadRequest, "nope")
+	})
 }

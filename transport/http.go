@@ -183,6 +183,7 @@ func NewHandler(cfg Config) *Handler {
 		"/v1/queue.retry":            rpc(h, func() *pb.QueueRetryRequest { return &pb.QueueRetryRequest{} }, s.QueueRetry),
 		"/v1/queue.renew":            rpc(h, func() *pb.QueueRenewRequest { return &pb.QueueRenewRequest{} }, s.QueueRenew),
 		"/v1/queue.stats":            rpc(h, func() *pb.QueueStatsRequest { return &pb.QueueStatsRequest{} }, s.QueueStats),
+		"/v1/queues.history":         rpc(h, func() *pb.QueuesHistoryRequest { return &pb.QueuesHistoryRequest{} }, s.QueuesHistory),
 		"/v1/queue.clear":            noReply(h, func() *pb.QueueClearRequest { return &pb.QueueClearRequest{} }, s.QueueClear, okReply),
 		"/v1/queue.reload":           noReply(h, func() *pb.QueueReloadRequest { return &pb.QueueReloadRequest{} }, s.QueueReload, func() proto.Message { return &pb.QueueReloadResponse{Code: duh.CodeOK, CodeText: okText} }),
 		"/v1/queues.create":          noReply(h, func() *pb.QueueInfo { return &pb.QueueInfo{} }, s.QueuesCreate, okReply),

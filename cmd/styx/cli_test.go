@@ -116,6 +116,13 @@ func TestCLI(t *testing.T) {
 		require.Equal(t, "orders-dlq", infos[0].DeadQueue)
 		require.Equal(t, "orders-dlq", infos[1].QueueName)
 
+		// The last hour, a minute a row (issue 28, 6).
+		c.ok("queues", "create", "hist")
+		c.ok("produce", "hist", "a", "b")
+		out = c.ok("queues", "history", "hist")
+		require.Regexp(t, `(?m)^MINUTE\s+PRODUCED\s+COMPLETED\s+DEAD-LETTERED\s+DEPTH\n\S+Z\s+2\s+0\s+0\s+2$`, out)
+		require.Equal(t, 61, strings.Count(c.ok("queues", "history", "--all"), "\n"), "60 minutes and a header")
+
 		// Namespaces: set on create, listed one namespace at a time.
 		c.ok("queues", "create", "billing", "--namespace", "team-b")
 		out = c.ok("queues", "info", "billing")

@@ -70,6 +70,7 @@ var calls = map[string]Scope{
 	"/v1/redrives.get":           Dead,
 	"/v1/redrives.cancel":        Dead,
 	"/v1/queue.stats":            Read,
+	"/v1/queues.history":         Read,
 	"/v1/queues.info":            Read,
 	"/v1/queues.list":            Read,
 	"/v1/storage/items.list":     Read,
