@@ -348,3 +348,39 @@ func TestBrowserLive(t *testing.T) {
 	require.NoError(t, err)
 	b.waitText("dl.props", "cancelled")
 }
+
+// TestBrowserCharts (issue 28, 6): the overview and a queue's page chart
+// produced, completed and dead-lettered per minute and depth over the last
+// hour, and follow new work live; the DLQ page charts arrivals by error
+// group.
+func TestBrowserCharts(t *testing.T) {
+	srv := styxtest.Start(t, styxtest.Options{})
+	c := srv.Client
+	ctx := context.Background()
+	styxtest.CreateQueue(t, c, &pb.QueueInfo{QueueName: "ch-dlq"})
+	styxtest.CreateQueue(t, c, &pb.QueueInfo{QueueName: "ch", DeadQueue: "ch-dlq"})
+	_, err := c.QueuesHistory(ctx, &pb.QueuesHistoryRequest{QueueName: "ch-dlq"}) // the groups' starting point
+	require.NoError(t, err)
+	kill(t, c, "ch", 3, "timeout after 30s", func(i int) string { return fmt.Sprint(i) })
+	kill(t, c, "ch", 2, "card declined (charge ch_3NqLfe2e)", func(i int) string { return fmt.Sprint(i) })
+	waitDead(t, c, "ch-dlq", 5)
+	b := newBrowser(t, srv.Endpoint)
+
+	b.open("/ui/")
+	b.waitText("#chart-rates", "produced 5 in the last hour")
+	require.Contains(t, b.text("#chart-rates"), "dead-lettered 5 in the last hour")
+	require.Contains(t, b.eval(`document.querySelector('#chart-rates svg').getAttribute('aria-label')`), "produced 5 in the last hour")
+	require.Equal(t, "3", b.eval(`String(document.querySelectorAll('#chart-rates polyline, #chart-rates circle').length)`), "a line per series")
+	require.NoError(t, c.QueueProduce(ctx, &pb.QueueProduceRequest{QueueName: "ch", RequestTimeout: "10s",
+		Items: []*pb.QueueProduceItem{{Utf8: "a"}, {Utf8: "b"}}}))
+	b.waitText("#chart-rates", "produced 7 in the last hour") // live
+	b.waitText("#chart-depth", "depth 7 now")                 // 2 in ch, 5 in ch-dlq
+
+	b.open("/ui/queues/ch")
+	b.waitText("#chart-rates", "produced 7 in the last hour")
+	b.waitText("#chart-depth", "depth 2 now")
+
+	b.open("/ui/queues/ch-dlq/dead")
+	b.waitText("#chart-groups", "timeout after <dur> 3 in the last hour")
+	require.Contains(t, b.text("#chart-groups"), "card declined (charge ch_<id>) 2 in the last hour")
+}

@@ -145,6 +145,83 @@
     return box;
   }
 
+  // ---------------------------------------------------------------- charts
+
+  // The SVG namespace: a name, never fetched (spelled in parts so that no
+  // URL of another origin appears in the UI's files; TestNoExternalURLs).
+  const SVG = ['http:', '', 'www.w3.org', '2000', 'svg'].join('/');
+  function svg(tag, attrs = {}, ...children) {
+    const el = document.createElementNS(SVG, tag);
+    for (const [k, v] of Object.entries(attrs)) if (v !== undefined && v !== null) el.setAttribute(k, String(v));
+    for (const c of children.flat(Infinity)) if (c !== null && c !== undefined) el.append(c instanceof Node ? c : String(c));
+    return el;
+  }
+
+  // lineChart draws series (each { label, values }, a value per minute,
+  // null where unknown) as lines over the last hour, in SVG drawn here (no
+  // library). The figure names each series' total (sum, or last value
+  // when last is set) in its legend and its aria-label.
+  function lineChart(title, series, { last = false, id } = {}) {
+    const W = 560, H = 150, L = 40, R = 8, T = 10, B = 22;
+    const n = Math.max(1, ...series.map((x) => x.values.length));
+    const top = Math.max(1, ...series.flatMap((x) => x.values.filter((v) => v !== null)));
+    const xOf = (i) => L + (n === 1 ? 0 : (i * (W - L - R)) / (n - 1));
+    const yOf = (v) => T + (H - T - B) * (1 - v / top);
+    const total = (x) => {
+      const known = x.values.filter((v) => v !== null);
+      if (last) return known.length ? known[known.length - 1] : null;
+      return known.reduce((a, b) => a + b, 0);
+    };
+    const words = series.map((x) => { const t = total(x); return `${x.label} ${t === null ? 'unknown' : fmt(t)}${last ? ' now' : ' in the last hour'}`; });
+    const lines = series.map((x, k) => {
+      // Unknown values break the line into runs.
+      const runs = [];
+      let run = [];
+      x.values.forEach((v, i) => {
+        if (v === null) { if (run.length) runs.push(run); run = []; return; }
+        run.push(`${xOf(i).toFixed(1)},${yOf(v).toFixed(1)}`);
+      });
+      if (run.length) runs.push(run);
+      return runs.map((r) => r.length === 1 ? svg('circle', { cx: r[0].split(',')[0], cy: r[0].split(',')[1], r: 2, class: 'dot s' + k })
+        : svg('polyline', { points: r.join(' '), class: 'line s' + k }));
+    });
+    const grid = [0, 0.5, 1].map((f) => svg('line', { x1: L, x2: W - R, y1: yOf(top * f), y2: yOf(top * f), class: 'grid' }));
+    const ticks = [[0, '−60m'], [Math.floor((n - 1) / 2), '−30m'], [n - 1, 'now']].map(([i, t]) =>
+      svg('text', { x: xOf(i), y: H - 6, class: 'tick', 'text-anchor': i === 0 ? 'start' : i === n - 1 ? 'end' : 'middle' }, t));
+    const yLabels = [svg('text', { x: L - 4, y: yOf(top) + 4, class: 'tick', 'text-anchor': 'end' }, fmt(top)),
+      svg('text', { x: L - 4, y: yOf(0) + 4, class: 'tick', 'text-anchor': 'end' }, '0')];
+    return h('figure', { class: 'chart', id },
+      h('figcaption', {}, title),
+      svg('svg', { viewBox: `0 0 ${W} ${H}`, role: 'img', 'aria-label': `${title}: ${words.join(', ')}` }, grid, yLabels, ticks, lines),
+      h('ul', { class: 'legend' }, series.map((x, k) => h('li', {}, h('span', { class: 'key s' + k }), words[k]))));
+  }
+
+  // historyCharts draws a queues.history reply: items per minute
+  // (produced, completed, dead-lettered) and depth.
+  function historyCharts(hist) {
+    const pts = hist.points || [];
+    if (pts.length === 0) return null;
+    return h('div', { class: 'charts' },
+      lineChart('Items per minute, last hour', [
+        { label: 'produced', values: pts.map((p) => num(p.produced)) },
+        { label: 'completed', values: pts.map((p) => num(p.completed)) },
+        { label: 'dead-lettered', values: pts.map((p) => num(p.dead_lettered)) }], { id: 'chart-rates' }),
+      lineChart('Depth (items), last hour', [{ label: 'depth', values: pts.map((p) => (num(p.depth) < 0 ? null : num(p.depth))) }], { last: true, id: 'chart-depth' }));
+  }
+
+  // groupChart draws a DLQ's arrivals per minute by error group: the five
+  // largest groups of the hour.
+  function groupChart(hist) {
+    const pts = hist.points || [];
+    const totals = {};
+    for (const p of pts) for (const [fp, v] of Object.entries(p.dead_by_group || {})) totals[fp] = (totals[fp] || 0) + num(v);
+    const top = Object.keys(totals).sort((a, b) => totals[b] - totals[a]).slice(0, 5);
+    if (top.length === 0) return h('p', { class: 'muted', id: 'chart-groups' }, 'No dead items arrived in the last hour.');
+    const patterns = hist.group_patterns || {};
+    return lineChart('Dead-lettered per minute by error group, last hour',
+      top.map((fp) => ({ label: patterns[fp] || fp, values: pts.map((p) => num((p.dead_by_group || {})[fp])) })), { id: 'chart-groups' });
+  }
+
   // ---------------------------------------------------------------- formats
 
   const num = (v) => Number(v || 0);
@@ -377,7 +454,7 @@
 
   async function overview(my) {
     document.title = 'Queues · Styx';
-    const [list, tasks] = await Promise.all([api('queues.list', { limit: 1000 }), soft(api('redrives.list', {}))]);
+    const [list, tasks, hist] = await Promise.all([api('queues.list', { limit: 1000 }), soft(api('redrives.list', {})), soft(api('queues.history', {}))]);
     const queues = list.items || [];
     const stats = await Promise.all(queues.map((q) => soft(api('queue.stats', { queue_name: q.queue_name }))));
     if (my !== page) return;
@@ -407,6 +484,7 @@
     });
     const failed = stats.filter((s) => s.error);
     show(h('h1', {}, 'Queues'),
+      hist.error ? notShown('Charts', hist.error) : historyCharts(hist),
       queues.length === 0 ? h('p', { class: 'muted' }, 'No queues yet.')
         : table(`${fmt(queues.length)} queues`, ['Queue', ['Ready', 'num'], ['Leased', 'num'], ['Scheduled', 'num'],
           ['Dead', 'num'], ['Dead held', 'num'], 'Oldest item', 'Dead-letter queue', ['Redrives running', 'num']], rows),
@@ -417,8 +495,8 @@
 
   async function queuePage(my, name) {
     document.title = name + ' · Styx';
-    const [info, s, list] = await Promise.all([api('queues.info', { queue_name: name }), soft(api('queue.stats', { queue_name: name })),
-      soft(api('queues.list', { limit: 1000 }))]);
+    const [info, s, list, hist] = await Promise.all([api('queues.info', { queue_name: name }), soft(api('queue.stats', { queue_name: name })),
+      soft(api('queues.list', { limit: 1000 })), soft(api('queues.history', { queue_name: name }))]);
     const dlqStats = info.dead_queue ? await soft(api('queue.stats', { queue_name: info.dead_queue })) : null;
     if (my !== page) return;
     const { ready, leased, scheduled, parts } = counts(s);
@@ -435,6 +513,7 @@
           info.dead_queue ? card('Dead (in ' + info.dead_queue + ')', deadOf(q, dlqStats)) : null,
           isDLQ ? card('Dead items held', fmt(held)) : null,
           card('Oldest item', s.oldest_created_at ? ago(s.oldest_created_at).replace(' ago', '') : '–')),
+      hist.error ? notShown('Charts', hist.error) : historyCharts(hist),
       h('div', { class: 'actions' },
         isDLQ ? h('a', { class: 'button', href: '/ui/queues/' + enc(name) + '/dead' }, 'Dead items held by ' + name) : null,
         info.dead_queue ? h('a', { class: 'button', href: '/ui/queues/' + enc(info.dead_queue) + '/dead?' + new URLSearchParams({ source: name }) },
@@ -480,10 +559,11 @@
     const gFilter = {};
     for (const k of ['source_queue', 'reason', 'fingerprint']) if (filter[k]) gFilter[k] = filter[k];
     const pivot = params.get('pivot') || '';
-    const [groups, list, tasks] = await Promise.all([
+    const [groups, list, tasks, hist] = await Promise.all([
       soft(api('dead.groups', { queue_name: name, filter: gFilter, limit: 50 })),
       soft(api('dead.list', { queue_name: name, filter, pivot, limit: PAGE_SIZE, without_payload: true })),
       soft(api('redrives.list', { queue_name: name })),
+      soft(api('queues.history', { queue_name: name })),
     ]);
     if (my !== page) return;
     const running = (tasks.tasks || []).find(isLive);
@@ -536,6 +616,7 @@
 
     show(crumbs, h('h1', {}, 'Dead items of ' + name),
       running ? runningBanner(running) : null,
+      hist.error ? null : groupChart(hist),
       h('h2', { id: 'groups' }, 'Error groups'),
       groups.error ? notShown('Error groups', groups.error) : (groups.groups || []).length === 0 ? h('p', { class: 'muted' }, 'No dead items in groups.')
         : table(`${plural(groups.total_items, 'dead item', 'dead items')} in ${plural(groups.total_groups, 'group', 'groups')}, by the shape of their last error`,
