@@ -326,3 +326,38 @@ func TestQueuesHistory(t *testing.T) {
 		requireCode(t, err, styx.CodeBadRequest, "nope")
 	})
 }
+
+// TestRedriveTaskNamesItsErrorPattern (issue 28, 9): a task (and a dry run)
+// of an error group carries the group's pattern, so that people read the
+// error's shape, not its fingerprint; it keeps it once the group is gone.
+func TestRedriveTaskNamesItsErrorPattern(t *testing.T) {
+	forEachBackend(t, func(t *testing.T, b backend) {
+		s := start(t, b)
+		s.createQueue(&pb.QueueInfo{QueueName: "pt-dlq"})
+		s.createQueue(&pb.QueueInfo{QueueName: "pt", DeadQueue: "pt-dlq"})
+		s.produce("pt", "a", "b")
+		res := s.lease("pt", 2)
+		var retry []*pb.QueueRetryItem
+		for i, it := range res.Items {
+			retry = append(retry, &pb.QueueRetryItem{Id: it.Id, Dead: true, Error: fmt.Sprintf("order %d not found", 1000+i)})
+		}
+		s.retry("pt", res.Partition, retry...)
+		s.waitDeadList("pt-dlq", 2)
+		g, err := s.C.DeadGroups(ctx, &pb.DeadGroupsRequest{QueueName: "pt-dlq"})
+		require.NoError(t, err)
+		require.Len(t, g.Groups, 1)
+		f := &pb.DeadFilter{Fingerprint: g.Groups[0].Fingerprint}
+		dry, err := s.C.DeadRedrive(ctx, &pb.DeadRedriveRequest{QueueName: "pt-dlq", Filter: f, DryRun: true})
+		require.NoError(t, err)
+		assert.Equal(t, "order <n> not found", dry.ErrorPattern)
+		task, err := s.C.DeadRedrive(ctx, &pb.DeadRedriveRequest{QueueName: "pt-dlq", Filter: f})
+		require.NoError(t, err)
+		task = s.waitTask(task.TaskId)
+		assert.Equal(t, int64(2), task.Moved)
+		assert.Equal(t, "order <n> not found", task.ErrorPattern, "kept after the group emptied")
+		s.restart()
+		task, err = s.C.RedrivesGet(ctx, &pb.RedriveTaskRequest{TaskId: task.TaskId})
+		require.NoError(t, err)
+		assert.Equal(t, "order <n> not found", task.ErrorPattern, "stored with the task")
+	})
+}

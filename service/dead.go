@@ -368,7 +368,7 @@ func toTask(t redrive.Task) *pb.RedriveTask {
 		Status: t.Status, Matched: t.Matched, Moved: t.Moved, Failed: t.Failed, Skipped: t.Skipped,
 		StartedAt: ts(t.StartedAt), FinishedAt: ts(t.FinishedAt), FailureReason: t.FailureReason, DryRun: t.DryRun,
 		MaxRedriveCount: t.MaxRedriveCount, KeyName: t.KeyName, ByQueue: map[string]*pb.RedriveCounts{},
-		WouldMove: t.WouldMove, WouldSkip: t.WouldSkip, SkipReasons: t.SkipReasons, Warning: t.Warning,
+		WouldMove: t.WouldMove, WouldSkip: t.WouldSkip, SkipReasons: t.SkipReasons, Warning: t.Warning, ErrorPattern: t.ErrorPattern,
 	}
 	for q, c := range t.ByQueue {
 		out.ByQueue[q] = &pb.RedriveCounts{Moved: c.Moved, Failed: c.Failed, Skipped: c.Skipped, SkipReasons: c.SkipReasons}

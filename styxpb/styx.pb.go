@@ -3774,7 +3774,10 @@ type RedriveTask struct {
 	// Styx: set when a task completed but left items behind (skipped or
 	// failed): one sentence saying how many and why. The UI shows such a
 	// task as a warning; status stays "completed" (wire compatibility).
-	Warning       string `protobuf:"bytes,105,opt,name=warning,proto3" json:"warning,omitempty"`
+	Warning string `protobuf:"bytes,105,opt,name=warning,proto3" json:"warning,omitempty"`
+	// Styx: when filter.fingerprint is set, that error group's pattern (as
+	// dead.groups gives it) when the task started, for people to read.
+	ErrorPattern  string `protobuf:"bytes,106,opt,name=error_pattern,proto3" json:"error_pattern,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -3959,6 +3962,13 @@ func (x *RedriveTask) GetSkipReasons() map[string]int64 {
 func (x *RedriveTask) GetWarning() string {
 	if x != nil {
 		return x.Warning
+	}
+	return ""
+}
+
+func (x *RedriveTask) GetErrorPattern() string {
+	if x != nil {
+		return x.ErrorPattern
 	}
 	return ""
 }
@@ -4659,7 +4669,7 @@ const file_styx_v1_styx_proto_rawDesc = "" +
 	"\fskip_reasons\x18\x03 \x03(\v2%.styx.v1.RedrivePlan.SkipReasonsEntryR\fskip_reasons\x1a>\n" +
 	"\x10SkipReasonsEntry\x12\x10\n" +
 	"\x03key\x18\x01 \x01(\tR\x03key\x12\x14\n" +
-	"\x05value\x18\x02 \x01(\x03R\x05value:\x028\x01\"\xd7\b\n" +
+	"\x05value\x18\x02 \x01(\x03R\x05value:\x028\x01\"\xfd\b\n" +
 	"\vRedriveTask\x12\x18\n" +
 	"\atask_id\x18\x01 \x01(\tR\atask_id\x12\x1e\n" +
 	"\n" +
@@ -4693,7 +4703,8 @@ const file_styx_v1_styx_proto_rawDesc = "" +
 	"would_skip\x12O\n" +
 	"\x0eby_destination\x18g \x03(\v2'.styx.v1.RedriveTask.ByDestinationEntryR\x0eby_destination\x12I\n" +
 	"\fskip_reasons\x18h \x03(\v2%.styx.v1.RedriveTask.SkipReasonsEntryR\fskip_reasons\x12\x18\n" +
-	"\awarning\x18i \x01(\tR\awarning\x1aR\n" +
+	"\awarning\x18i \x01(\tR\awarning\x12$\n" +
+	"\rerror_pattern\x18j \x01(\tR\rerror_pattern\x1aR\n" +
 	"\fByQueueEntry\x12\x10\n" +
 	"\x03key\x18\x01 \x01(\tR\x03key\x12,\n" +
 	"\x05value\x18\x02 \x01(\v2\x16.styx.v1.RedriveCountsR\x05value:\x028\x01\x1aV\n" +

@@ -195,7 +195,16 @@ func TestCLI(t *testing.T) {
 		// Nothing left in orders.
 		out = c.ok("items", "list", "orders")
 		require.Equal(t, 1, strings.Count(out, "\n"), "header only: %q", out)
-		out, errOut, err := c.run("lease", "orders", "--timeout", "50ms")
+
+		// A queue of several partitions: the listing says which it shows.
+		c.ok("queues", "create", "parts", "--partitions", "3")
+		_, errOut, err := c.run("items", "list", "parts")
+		require.NoError(t, err)
+		require.Equal(t, "partition 0 of 3 (0..2): --partition N lists another\n", errOut)
+		_, errOut, err = c.run("items", "list", "parts", "--partition", "2")
+		require.NoError(t, err)
+		require.Empty(t, errOut)
+		out, errOut, err = c.run("lease", "orders", "--timeout", "50ms")
 		require.NoError(t, err, "an empty lease is not a failure")
 		require.Empty(t, out)
 		require.Equal(t, "no items\n", errOut)

@@ -92,6 +92,10 @@ func TestDeadCLI(t *testing.T) {
 
 		out = c.ok("dead", "list", "orders-dlq", "--error", "connection refused", "--kind", "email", "--since", "1h", "--json")
 		require.Len(t, jsonLines(t, out, unmarshalItem), 2)
+		out = c.ok("dead", "list", "orders-dlq", "--since", "3d", "--json")
+		require.Len(t, jsonLines(t, out, unmarshalItem), 3, "--since takes days, as the UI does")
+		out = c.ok("dead", "list", "orders-dlq", "--until", "1d1h", "--json")
+		require.Empty(t, out)
 		out = c.ok("dead", "list", "orders-dlq", "--until", "1h", "--json")
 		require.Empty(t, out, "nothing died more than an hour ago")
 		out = c.ok("dead", "list", "orders-dlq", "--id", first.Id+","+blob.Id, "--json")

@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"slices"
+	"strconv"
 	"strings"
 	"time"
 
@@ -39,7 +40,7 @@ func (d *deadFilterFlags) add(fs *pflag.FlagSet) {
 	fs.StringVar(&d.source, "source", "", "only items that died in this source queue")
 	fs.StringVar(&d.kind, "kind", "", "only items of this kind")
 	fs.StringVar(&d.errorContains, "error", "", "only items whose last error contains this text")
-	fs.StringVar(&d.since, "since", "", "only items that died in the last DURATION (such as 2h), or at or after an RFC 3339 time")
+	fs.StringVar(&d.since, "since", "", "only items that died in the last DURATION (such as 2h or 3d), or at or after an RFC 3339 time")
 	fs.StringVar(&d.until, "until", "", "only items that died before an RFC 3339 time, or more than DURATION ago")
 	fs.StringVar(&d.fingerprint, "fingerprint", "", "only items whose last error has this fingerprint (an error group, as dead groups prints)")
 	fs.StringVar(&d.reference, "reference", "", "only the items of this reference (exact; the business id a producer gave)")
@@ -80,10 +81,32 @@ func (d *deadFilterFlags) filter(now time.Time) (*pb.DeadFilter, error) {
 	return f, nil
 }
 
-// parseWhen parses an RFC 3339 time, or a duration meaning that long
-// before now.
+// parseDays parses a Go duration that may start with a count of days, as
+// the UI's filters take them: "3d", "1d12h", "90m".
+func parseDays(s string) (time.Duration, error) {
+	days, rest, ok := strings.Cut(s, "d")
+	if !ok {
+		return time.ParseDuration(s)
+	}
+	n, err := strconv.ParseUint(days, 10, 16)
+	if err != nil {
+		return 0, fmt.Errorf("%q is not a duration", s)
+	}
+	d := time.Duration(n) * 24 * time.Hour
+	if rest != "" {
+		r, err := time.ParseDuration(rest)
+		if err != nil {
+			return 0, err
+		}
+		d += r
+	}
+	return d, nil
+}
+
+// parseWhen parses an RFC 3339 time, or a duration (days allowed: 3d,
+// 1d12h) meaning that long before now.
 func parseWhen(flag, s string, now time.Time) (time.Time, error) {
-	if d, err := time.ParseDuration(s); err == nil {
+	if d, err := parseDays(s); err == nil {
 		if d < 0 {
 			return time.Time{}, fmt.Errorf("%s: %s is negative", flag, s)
 		}
@@ -91,7 +114,7 @@ func parseWhen(flag, s string, now time.Time) (time.Time, error) {
 	}
 	at, err := time.Parse(time.RFC3339, s)
 	if err != nil {
-		return time.Time{}, fmt.Errorf("%s: %q is neither a duration such as 90m nor an RFC 3339 time such as 2026-01-02T15:04:05Z", flag, s)
+		return time.Time{}, fmt.Errorf("%s: %q is neither a duration such as 90m or 3d nor an RFC 3339 time such as 2026-01-02T15:04:05Z", flag, s)
 	}
 	return at, nil
 }

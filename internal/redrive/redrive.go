@@ -156,6 +156,9 @@ type Task struct {
 	// Warning, on a completed task that left items behind (skipped or
 	// failed), says how many and why.
 	Warning string `json:"warning,omitempty"`
+	// ErrorPattern is the pattern of the error group Filter.Fingerprint
+	// names, when the task started ("" without one).
+	ErrorPattern string `json:"error_pattern,omitempty"`
 	// WouldMove, WouldSkip and ByDestination are a dry run's plan: of
 	// the matched items, those a redrive started now would move and
 	// skip, in all and by destination queue.
@@ -413,6 +416,11 @@ func (r *Runner) Start(ctx context.Context, p StartParams) (Task, error) {
 		Queue: p.Queue, Destination: p.Destination, Filter: p.Filter, RateLimit: p.RateLimit,
 		MaxRedriveCount: p.MaxRedriveCount, DryRun: p.DryRun, KeyName: p.KeyName, KeyQueues: p.KeyQueues, Status: StatusRunning,
 		ByQueue: map[string]*Counts{}, StartedAt: now,
+	}
+	if f := p.Filter.Fingerprint; f != "" {
+		if g, err := dlq.Groups(ctx, queue.GroupFilter{Fingerprint: f, SourceQueue: p.Filter.SourceQueue, Reason: p.Filter.Reason}, 1); err == nil && len(g.Groups) > 0 {
+			t.ErrorPattern = g.Groups[0].Pattern
+		}
 	}
 	release := func() {}
 	if !p.DryRun {
