@@ -226,7 +226,7 @@ func TestBrowser(t *testing.T) {
 		b.run(chromedp.KeyEvent("\t"))
 		require.Equal(t, "Items of group order <n> not found", b.eval(`document.activeElement.getAttribute("aria-label")`))
 		b.run(chromedp.KeyEvent("\r"))
-		b.waitText("main", "Dead items matching fingerprint")
+		b.waitText("main", `Dead items matching error "order <n> not found"`)
 		require.Len(t, b.groupRows(), 1, "the group's page shows that group")
 		require.Equal(t, "Error contains", b.eval(`document.querySelector('label[for="f-error"]').firstChild.textContent`))
 	})

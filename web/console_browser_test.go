@@ -384,3 +384,67 @@ func TestBrowserCharts(t *testing.T) {
 	b.waitText("#chart-groups", "timeout after <dur> 3 in the last hour")
 	require.Contains(t, b.text("#chart-groups"), "card declined (charge ch_<id>) 2 in the last hour")
 }
+
+// TestBrowserSmallerTruths (issue 28, 9): times to come read "in …",
+// durations are rounded, a large payload shows its start with "Show all"
+// and "Download", the DLQ pager gives totals and a way back, the heading
+// focused on load has no ring, and redrives name error patterns, not
+// fingerprints, and show how long they took.
+func TestBrowserSmallerTruths(t *testing.T) {
+	srv := styxtest.Start(t, styxtest.Options{})
+	c := srv.Client
+	styxtest.CreateQueue(t, c, &pb.QueueInfo{QueueName: "st-dlq"})
+	styxtest.CreateQueue(t, c, &pb.QueueInfo{QueueName: "st", DeadQueue: "st-dlq"})
+	big := `{"blob":"` + strings.Repeat("x", 1<<20) + `"}`
+	kill(t, c, "st", 1, "payload too large", func(int) string { return big })
+	kill(t, c, "st", 119, "order 17 not found", func(i int) string { return fmt.Sprint(i) })
+	waitDead(t, c, "st-dlq", 120)
+	b := newBrowser(t, srv.Endpoint)
+
+	// The pager: totals, next, previous.
+	b.open("/ui/queues/st-dlq/dead")
+	b.waitText("#page-range", "Items 1–50 of 120")
+	require.Equal(t, "none", b.eval(`getComputedStyle(document.querySelector('main h1')).outlineStyle`), "no focus ring on the heading")
+	require.Equal(t, "H1", b.eval(`document.activeElement.tagName`))
+	first := b.eval(`document.querySelector('h2#items ~ table tbody tr th').innerText`)
+	b.run(chromedp.Click(`a[rel=next]`, chromedp.ByQuery))
+	b.waitText("#page-range", "Items 51–100 of 120")
+	b.run(chromedp.Click(`a[rel=next]`, chromedp.ByQuery))
+	b.waitText("#page-range", "Items 101–120 of 120")
+	b.run(chromedp.Click(`a[rel=prev]`, chromedp.ByQuery))
+	b.waitText("#page-range", "Items 51–100 of 120")
+	b.run(chromedp.Click(`a[rel=prev]`, chromedp.ByQuery))
+	b.waitText("#page-range", "Items 1–50 of 120")
+	require.Equal(t, first, b.eval(`document.querySelector('h2#items ~ table tbody tr th').innerText`))
+
+	// The large item: its start, then all of it; its expiry is to come.
+	b.run(chromedp.Click(`h2#items ~ table tbody tr th a`, chromedp.ByQuery))
+	b.waitText("#payload-truncated", "1,048,587 bytes; the first 65,536 are shown.")
+	require.Less(t, len(b.text(`pre[aria-label="Payload (start)"]`)), 70_000)
+	require.Contains(t, b.text("#payload"), "Download")
+	props := b.text("dl.props")
+	require.Regexp(t, `Expires at\s+\S+ \S+ \(in 13d23h\)`, props, "a time to come")
+	require.NotContains(t, props, "in 13d23h ago")
+	b.run(chromedp.Click(`//button[text()="Show all"]`))
+	b.waitText(`pre[aria-label="Payload (JSON)"]`, `"blob": "xxxx`)
+
+	// A redrive of a group: its pattern, not its fingerprint, in the
+	// dialog and on the Redrives page, with how long it took.
+	b.open("/ui/queues/st-dlq/dead")
+	b.run(chromedp.Click(`button[aria-label="Redrive group order <n> not found"]`, chromedp.ByQuery))
+	b.waitText("#confirm-dialog", `Selected: error "order <n> not found"`)
+	b.run(chromedp.Click(`#confirm-ok`, chromedp.ByQuery))
+	b.waitText(`tr[aria-current="true"]`, "completed")
+	row := b.text(`tr[aria-current="true"]`)
+	require.Contains(t, row, `error "order <n> not found"`)
+	require.NotRegexp(t, `[0-9a-f]{16}`, row)
+	require.Regexp(t, `took \d+s`, row)
+
+	// A queue's partitions: average ages rounded.
+	require.NoError(t, c.QueueProduce(context.Background(), &pb.QueueProduceRequest{QueueName: "st", RequestTimeout: "10s",
+		Items: []*pb.QueueProduceItem{{Utf8: "a"}}}))
+	b.open("/ui/queues/st")
+	b.waitText("main", "Average age")
+	age := b.eval(`[...document.querySelectorAll('main table')].pop().tBodies[0].rows[0].cells[5].innerText`)
+	require.Regexp(t, `^(<1s|\d+s|\d+m\d\ds)$`, age)
+}

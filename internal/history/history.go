@@ -87,6 +87,7 @@ type Recorder struct {
 	m     queue.Queues
 	clock clock.Clock
 	dead  *prometheus.CounterVec
+	start time.Time // when the recorder began: queues created since are watched from birth
 	mu    sync.Mutex
 	rings map[string]*ring
 }
@@ -94,7 +95,7 @@ type Recorder struct {
 // New returns a Recorder over the queues of m, reading time from c and
 // dead letters from met's counter.
 func New(m queue.Queues, c clock.Clock, met *metrics.Metrics) *Recorder {
-	return &Recorder{m: m, clock: c, dead: met.DeadLettered, rings: map[string]*ring{}}
+	return &Recorder{m: m, clock: c, dead: met.DeadLettered, start: c.Now(), rings: map[string]*ring{}}
 }
 
 // ringOf returns the ring of q, made on first use. Needs mu.
@@ -181,7 +182,7 @@ func (r *Recorder) Sample(ctx context.Context) error {
 		if ctx.Err() != nil {
 			return ctx.Err()
 		}
-		r.sampleQueue(ctx, info.Name, dlqs[info.Name], dead)
+		r.sampleQueue(ctx, info, dlqs[info.Name], dead)
 	}
 	r.mu.Lock()
 	for q := range r.rings { // deleted queues
@@ -202,7 +203,8 @@ func (r *Recorder) Sample(ctx context.Context) error {
 
 // sampleQueue samples one queue; dead holds the dead-letter totals by
 // source queue (nil: read them).
-func (r *Recorder) sampleQueue(ctx context.Context, q string, isDLQ bool, dead map[string]float64) {
+func (r *Recorder) sampleQueue(ctx context.Context, info store.QueueInfo, isDLQ bool, dead map[string]float64) {
+	q := info.Name
 	l, err := r.m.Get(q)
 	if err != nil {
 		return
@@ -241,6 +243,11 @@ func (r *Recorder) sampleQueue(ctx context.Context, q string, isDLQ bool, dead m
 	}
 	g.deadSeen = dead[q]
 	if groups != nil {
+		if g.groups == nil && !info.CreatedAt.IsZero() && !info.CreatedAt.Before(r.start) {
+			// Created while the recorder ran: every item it holds
+			// arrived since, counted now.
+			g.groups = map[string]int64{}
+		}
 		if g.groups != nil {
 			for fp, n := range groups {
 				if grew := n - g.groups[fp]; grew > 0 {
@@ -274,7 +281,11 @@ func (r *Recorder) Run(ctx context.Context) {
 // name. isDLQ says whether q is a dead-letter queue (its groups are
 // followed).
 func (r *Recorder) History(ctx context.Context, q string, isDLQ bool) ([]Point, map[string]string) {
-	r.sampleQueue(ctx, q, isDLQ, nil)
+	info, err := r.m.Info(ctx, q)
+	if err != nil {
+		info = store.QueueInfo{Name: q}
+	}
+	r.sampleQueue(ctx, info, isDLQ, nil)
 	now := r.clock.Now()
 	cur := now.Unix() / int64(Interval/time.Second)
 	r.mu.Lock()

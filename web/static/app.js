@@ -126,7 +126,7 @@
   }
 
   function show(...nodes) {
-    main.replaceChildren(...nodes);
+    main.replaceChildren(...nodes.flat().filter((n) => n !== null && n !== undefined && n !== false));
   }
 
   function toast(msg) {
@@ -216,7 +216,7 @@
     const totals = {};
     for (const p of pts) for (const [fp, v] of Object.entries(p.dead_by_group || {})) totals[fp] = (totals[fp] || 0) + num(v);
     const top = Object.keys(totals).sort((a, b) => totals[b] - totals[a]).slice(0, 5);
-    if (top.length === 0) return h('p', { class: 'muted', id: 'chart-groups' }, 'No dead items arrived in the last hour.');
+    if (top.length === 0) return h('p', { class: 'muted', id: 'chart-groups' }, 'No dead items arrived in the last hour (that this server saw).');
     const patterns = hist.group_patterns || {};
     return lineChart('Dead-lettered per minute by error group, last hour',
       top.map((fp) => ({ label: patterns[fp] || fp, values: pts.map((p) => num((p.dead_by_group || {})[fp])) })), { id: 'chart-groups' });
@@ -229,14 +229,25 @@
   const enc = encodeURIComponent;
   const plural = (n, one, many) => `${fmt(n)} ${num(n) === 1 ? one : many}`;
 
+  // ago says how long ago ts was ("7m26s ago"), or, for a time to come,
+  // how long until it ("in 13d23h").
   function ago(ts) {
     if (!ts) return '–';
-    let s = Math.max(0, (Date.now() - Date.parse(ts)) / 1000);
-    const units = [['d', 86400], ['h', 3600], ['m', 60], ['s', 1]];
-    for (const [u, n] of units) {
-      if (s >= n || u === 's') return Math.floor(s / n) + u + ' ago';
-    }
-    return '–';
+    const t = Date.parse(ts);
+    if (Number.isNaN(t)) return '–';
+    const ms = Date.now() - t;
+    return ms < -999 ? 'in ' + dur(-ms) : dur(ms) + ' ago';
+  }
+
+  // goDur rounds a Go duration string ("7m26.123456s", "1h2m3.5s",
+  // "350.2ms") as dur does; anything else is returned as it is.
+  function goDur(s) {
+    if (!s) return '–';
+    const unit = { h: 36e5, m: 6e4, s: 1e3, ms: 1, us: 1e-3, 'µs': 1e-3, ns: 1e-6 };
+    const parts = [...String(s).matchAll(/(\d+(?:\.\d+)?)(h|ms|m|s|us|µs|ns)/g)];
+    if (parts.length === 0 || parts.map((p) => p[0]).join('') !== String(s)) return s;
+    const ms = parts.reduce((a, p) => a + Number(p[1]) * unit[p[2]], 0);
+    return ms < 1000 && ms > 0 ? '<1s' : dur(ms);
   }
 
   // dur formats a duration in ms rounded to its two largest units:
@@ -268,11 +279,14 @@
     return new Date(t).toISOString();
   }
 
-  function describeFilter(f) {
+  // describeFilter says a DeadFilter in words. pattern, when known, is the
+  // error pattern of f.fingerprint's group: people read it, not the
+  // fingerprint.
+  function describeFilter(f, pattern) {
     const parts = [];
     if (!f) return 'every item';
     if (f.ids && f.ids.length) parts.push('item ' + f.ids.join(', '));
-    if (f.fingerprint) parts.push('fingerprint ' + f.fingerprint);
+    if (f.fingerprint) parts.push(pattern ? `error "${pattern}"` : 'error group ' + f.fingerprint);
     if (f.source_queue) parts.push('source ' + f.source_queue);
     if (f.reason) parts.push('reason ' + f.reason);
     if (f.kind) parts.push('kind ' + f.kind);
@@ -283,11 +297,36 @@
     return parts.length ? parts.join(', ') : 'every item';
   }
 
+  // SHOW_BYTES is how much of a payload the item page shows before "Show
+  // all".
+  const SHOW_BYTES = 64 * 1024;
+  const shownAll = new Set(); // payloads (by file name) shown whole
+
   // payloadView renders a payload (base64 from the API): JSON pretty
-  // printed, text as is, anything else as a hex dump.
-  function payloadView(b64) {
+  // printed, text as is, anything else as a hex dump; past SHOW_BYTES only
+  // its start, with "Show all" and "Download" (name is the file's name),
+  // unless all.
+  function payloadView(b64, name = 'payload', all = false) {
     const bytes = Uint8Array.from(atob(b64 || ''), (c) => c.charCodeAt(0));
     if (bytes.length === 0) return [h('p', { class: 'muted' }, 'Empty payload.')];
+    if (bytes.length > SHOW_BYTES && !all && !shownAll.has(name)) {
+      // A large payload: its start, and the whole on demand (kept shown
+      // across live updates).
+      const box = h('div', { id: 'payload' });
+      const download = h('button', { type: 'button', onclick: () => {
+        const a = h('a', { download: name, href: URL.createObjectURL(new Blob([bytes])) });
+        a.click();
+        setTimeout(() => URL.revokeObjectURL(a.href), 10000);
+      } }, 'Download');
+      const head = bytes.slice(0, SHOW_BYTES);
+      let text = null;
+      try { text = new TextDecoder('utf-8', { fatal: false }).decode(head); } catch { text = null; }
+      box.append(h('p', { class: 'muted', id: 'payload-truncated' }, `${fmt(bytes.length)} bytes; the first ${fmt(SHOW_BYTES)} are shown.`),
+        h('div', { class: 'actions' },
+          h('button', { type: 'button', onclick: () => { shownAll.add(name); box.replaceChildren(...payloadView(b64, name, true)); } }, 'Show all'), download),
+        h('pre', { 'aria-label': 'Payload (start)' }, text !== null ? text : ''));
+      return [box];
+    }
     let text = null;
     try { text = new TextDecoder('utf-8', { fatal: true }).decode(bytes); } catch { text = null; }
     if (text !== null && !/[\u0000-\u0008\u000e-\u001f\u007f]/.test(text)) {
@@ -337,7 +376,7 @@
     const matched = num(t.matched), done = num(t.moved) + num(t.failed) + num(t.skipped);
     return h('div', { class: 'banner', role: 'status', id: 'running-redrive' },
       h('strong', {}, t.status === 'cancelling' ? 'A redrive is being cancelled: ' : 'A redrive is running: '),
-      h('a', { href: '/ui/redrives/' + enc(t.task_id) }, t.task_id), ` (${describeFilter(t.filter)}) `,
+      h('a', { href: '/ui/redrives/' + enc(t.task_id) }, t.task_id), ` (${describeFilter(t.filter, t.error_pattern)}) `,
       h('progress', { max: String(Math.max(matched, 1)), value: String(matched ? done : 1), 'aria-label': `Progress of ${t.task_id}` }),
       ` ${fmt(t.moved)} of ${fmt(matched)} moved`, num(t.skipped) ? ` · ${fmt(t.skipped)} skipped` : '',
       '. One redrive runs per dead-letter queue at a time.');
@@ -347,7 +386,7 @@
   // they will go, and on confirmation starts the redrive and opens its
   // progress. A redrive already running on the queue is said first: only
   // one runs per dead-letter queue.
-  async function redriveFlow(queue, filter) {
+  async function redriveFlow(queue, filter, pattern) {
     let dry;
     const tasks = await soft(api('redrives.list', { queue_name: queue }));
     const running = (tasks.tasks || []).find(isLive);
@@ -373,14 +412,15 @@
         h('th', { scope: 'row' }, q || '(no source queue)'), h('td', { class: 'num' }, fmt(p.would_move)),
         h('td', { class: 'num' }, fmt(p.would_skip)), h('td', {}, skipReasons(p.skip_reasons) || '–'))));
     let body;
-    if (n === 0) body = [h('p', {}, `No dead items match ${describeFilter(filter)}.`)];
+    pattern = dry.error_pattern || pattern;
+    if (n === 0) body = [h('p', {}, `No dead items match ${describeFilter(filter, pattern)}.`)];
     else if (move === 0) {
       body = [h('p', { id: 'redrive-summary' }, `None of the ${plural(n, 'matching item', 'matching items')} can be redriven: ${skipReasons(dry.skip_reasons)}.`), plan];
     } else {
       const summary = skip === 0 ? `This will move ${fmt(move)} ${move === 1 ? 'item' : 'items'} to ${dest}.`
         : `This will move ${fmt(move)} of ${fmt(n)} items to ${dest}; ${fmt(skip)} will stay in the dead-letter queue (${skipReasons(dry.skip_reasons)}).`;
       body = [h('p', { id: 'redrive-summary', class: skip ? 'warn' : '' }, summary), plan,
-        h('p', { class: 'muted' }, 'Selected: ' + describeFilter(filter) + '.'),
+        h('p', { class: 'muted' }, 'Selected: ' + describeFilter(filter, pattern) + '.'),
         h('label', { for: 'redrive-rate' }, 'Rate limit (items per second, 0 for no limit)'), rate];
     }
     if (!await confirmAction('Redrive dead items', body, move === 0 ? null : `Redrive ${fmt(move)} ${move === 1 ? 'item' : 'items'}`)) return;
@@ -392,7 +432,7 @@
 
   // deleteFlow deletes the items filter selects after confirmation. count
   // is known for a group; otherwise a dry run of a redrive counts them.
-  async function deleteFlow(queue, filter, count) {
+  async function deleteFlow(queue, filter, count, pattern) {
     let n = count;
     if (n === undefined) {
       try {
@@ -400,7 +440,7 @@
       } catch (e) { toast(e.message); return; }
     }
     const body = [h('p', { id: 'delete-summary' }, `This will delete ${fmt(n)} ${n === 1 ? 'item' : 'items'} of ${queue} for good.`),
-      h('p', { class: 'muted' }, 'Selected: ' + describeFilter(filter) + '.')];
+      h('p', { class: 'muted' }, 'Selected: ' + describeFilter(filter, pattern) + '.')];
     if (!await confirmAction('Delete dead items', body, n === 0 ? null : `Delete ${fmt(n)} ${n === 1 ? 'item' : 'items'}`, true)) return false;
     try {
       const res = await api('dead.delete', { queue_name: queue, filter, all: everything(filter) });
@@ -532,7 +572,7 @@
           parts.map((p) => h('tr', {},
             h('th', { scope: 'row', class: 'num' }, String(p.partition || 0)), h('td', { class: 'num' }, fmt(p.total)),
             h('td', { class: 'num' }, fmt(p.total_leased)), h('td', { class: 'num' }, fmt(p.scheduled)),
-            h('td', { class: 'num' }, fmt(p.failures)), h('td', {}, p.average_age || '–'), h('td', {}, p.average_leased_age || '–')))));
+            h('td', { class: 'num' }, fmt(p.failures)), h('td', {}, goDur(p.average_age)), h('td', {}, goDur(p.average_leased_age))))));
   }
 
   // filterFromURL reads the DLQ page's filters from the query string.
@@ -578,9 +618,9 @@
         h('td', {}, ago(g.last_dead_at)),
         h('td', {}, h('div', { class: 'actions' },
           h('a', { href: link, 'aria-label': `Items of group ${g.pattern}` }, 'Items'),
-          h('button', { type: 'button', onclick: () => redriveFlow(name, gf), 'aria-label': `Redrive group ${g.pattern}` }, 'Redrive…'),
+          h('button', { type: 'button', onclick: () => redriveFlow(name, gf, g.pattern), 'aria-label': `Redrive group ${g.pattern}` }, 'Redrive…'),
           h('button', { type: 'button', class: 'danger', 'aria-label': `Delete group ${g.pattern}`,
-            onclick: async () => { if (await deleteFlow(name, gf, num(g.count))) render(); } }, 'Delete…'))));
+            onclick: async () => { if (await deleteFlow(name, gf, num(g.count), g.pattern)) render(); } }, 'Delete…'))));
     });
 
     const field = (id, label, input) => h('label', { for: id }, label, input);
@@ -610,9 +650,31 @@
       h('td', { class: 'num' }, String(it.attempts || 0)), h('td', {}, ago(it.dead_at)),
       h('td', { class: 'error' }, it.last_error || '–')));
     const filtered = Object.keys(filter).length > 0;
+    const fpPattern = filter.fingerprint ? ((groups.groups || []).find((g) => g.fingerprint === filter.fingerprint) || {}).pattern : undefined;
+    // The pager: the items' positions (at, kept in the URL), their total
+    // when the counts the groups keep give it (a filter of source, reason
+    // and fingerprint only), and the way back (trail: the pivot and
+    // position of each page before this one).
+    const at = Number(params.get('at') || 0);
+    const trail = (params.get('trail') || '').split(',').filter(Boolean);
+    const countable = Object.keys(filter).every((k) => ['source_queue', 'reason', 'fingerprint'].includes(k)) && !groups.error;
+    const total = countable ? num(groups.total_items) : null;
+    const pageURL = (pv, pos, tr) => {
+      const q = new URLSearchParams(params);
+      for (const [k, v] of [['pivot', pv], ['at', pos ? String(pos) : ''], ['trail', tr.join(',')]]) { if (v) q.set(k, v); else q.delete(k); }
+      return base + (q.toString() ? '?' + q : '');
+    };
+    let prevURL = null;
+    if (trail.length) {
+      const [pv, pos] = trail[trail.length - 1].split(':');
+      prevURL = pageURL(pv === '-' ? '' : pv, Number(pos || 0), trail.slice(0, -1));
+    }
     const pager = h('nav', { class: 'pager', 'aria-label': 'Pages' },
-      pivot ? h('a', { href: base + '?' + withParam(params, 'pivot', '') }, '← First page') : null,
-      list.next_pivot ? h('a', { href: base + '?' + withParam(params, 'pivot', list.next_pivot), rel: 'next' }, 'Next page →') : null);
+      items.length ? h('span', { id: 'page-range' }, `Items ${fmt(at + 1)}–${fmt(at + items.length)}${total !== null ? ' of ' + fmt(total) : ''}`)
+        : total !== null && total > 0 ? h('span', { id: 'page-range' }, `${fmt(total)} in all`) : null,
+      prevURL ? h('a', { href: prevURL, rel: 'prev' }, '← Previous page') : null,
+      trail.length > 1 ? h('a', { href: pageURL('', 0, []) }, 'First page') : null,
+      list.next_pivot ? h('a', { href: pageURL(list.next_pivot, at + items.length, [...trail, `${pivot || '-'}:${at}`]), rel: 'next' }, 'Next page →') : null);
 
     show(crumbs, h('h1', {}, 'Dead items of ' + name),
       running ? runningBanner(running) : null,
@@ -624,11 +686,11 @@
       h('h2', { id: 'items' }, 'Items'),
       form,
       list.error ? notShown('Dead items', list.error) : h('div', { class: 'actions' },
-        h('button', { type: 'button', onclick: () => redriveFlow(name, filter) }, filtered ? 'Redrive matching…' : 'Redrive all…'),
-        h('button', { type: 'button', class: 'danger', onclick: async () => { if (await deleteFlow(name, filter)) render(); } },
+        h('button', { type: 'button', onclick: () => redriveFlow(name, filter, fpPattern) }, filtered ? 'Redrive matching…' : 'Redrive all…'),
+        h('button', { type: 'button', class: 'danger', onclick: async () => { if (await deleteFlow(name, filter, undefined, fpPattern)) render(); } },
           filtered ? 'Delete matching…' : 'Delete all…')),
       list.error ? null : items.length === 0 ? h('p', { class: 'muted', id: 'no-items' }, filtered ? 'No dead items match these filters on this page.' : 'No dead items.')
-        : table(`Dead items${filtered ? ' matching ' + describeFilter(filter) : ''}, oldest first`,
+        : table(`Dead items${filtered ? ' matching ' + describeFilter(filter, fpPattern) : ''}, oldest first`,
           ['ID', 'Source', 'Reference', 'Reason', 'Kind', ['Attempts', 'num'], 'Dead', 'Last error'], itemRows),
       pager);
   }
@@ -723,7 +785,7 @@
         prop('Encoding', it.encoding), prop('Redrive count', String(it.redrive_count || 0)),
         prop('Error group', it.fingerprint ? h('a', { href: base + '?' + new URLSearchParams({ fingerprint: it.fingerprint }) }, it.fingerprint) : ''),
         prop('Last error', it.last_error ? h('code', {}, it.last_error) : '')),
-      h('h2', {}, 'Payload'), ...payloadView(it.payload),
+      h('h2', {}, 'Payload'), ...payloadView(it.payload, it.id + (/json/i.test(it.encoding || '') ? '.json' : '.bin')),
       h('h2', {}, 'Attempt errors, redrives and edits'),
       errors.length === 0 ? h('p', { class: 'muted' }, 'No attempt errors were recorded.')
         : h('ol', { class: 'timeline', 'aria-label': 'Attempt errors, oldest first' }, errors.map((e) => h('li', {},
@@ -814,14 +876,17 @@
         h('th', { scope: 'row' }, h('a', { href: '/ui/redrives/' + enc(t.task_id) }, h('code', {}, t.task_id))),
         h('td', {}, h('a', { href: '/ui/queues/' + enc(t.queue_name) + '/dead' }, t.queue_name)),
         h('td', {}, t.destination || 'source queues'),
-        h('td', {}, describeFilter(t.filter)),
+        h('td', {}, describeFilter(t.filter, t.error_pattern)),
         h('td', {}, t.warning && t.status === 'completed' ? h('span', { class: 'badge warning', title: t.warning }, 'completed with warnings')
           : h('span', { class: 'badge ' + t.status }, t.status)),
         h('td', {}, h('progress', { max: String(Math.max(matched, 1)), value: String(matched ? done : 1), 'aria-label': `Progress of ${t.task_id}` }),
           ' ', h('span', { class: 'progress-text' }, `${fmt(moved)} of ${fmt(matched)} moved`),
           failed ? ` · ${fmt(failed)} failed` : '', skipped ? ` · ${fmt(skipped)} skipped` : '',
           t.rate_limit ? h('span', { class: 'muted' }, ` · ${t.rate_limit}/s`) : ''),
-        h('td', {}, ago(t.started_at)),
+        h('td', {}, ago(t.started_at), (() => {
+          const { took, eta } = taskTimes(t);
+          return h('div', { class: 'muted' }, (live ? 'running ' : 'took ') + took + (eta ? ' · ETA ' + eta : ''));
+        })()),
         h('td', {}, live ? h('button', { type: 'button', class: 'danger', 'aria-label': `Cancel ${t.task_id}`, onclick: () => cancelTask(t) }, 'Cancel…')
           : (t.failure_reason ? h('span', { class: 'muted' }, t.failure_reason)
             : t.warning ? h('span', { class: 'warn' }, t.warning) : '')));
@@ -864,7 +929,7 @@
         prop('Status', h('span', { class: 'badge ' + (t.warning && t.status === 'completed' ? 'warning' : t.status) },
           t.warning && t.status === 'completed' ? 'completed with warnings' : t.status)),
         prop('Dead-letter queue', h('a', { href: '/ui/queues/' + enc(t.queue_name) + '/dead' }, t.queue_name)),
-        prop('Destination', t.destination || 'each item\'s source queue'), prop('Items', describeFilter(t.filter)),
+        prop('Destination', t.destination || 'each item\'s source queue'), prop('Items', describeFilter(t.filter, t.error_pattern)),
         prop('Progress', [h('progress', { max: String(Math.max(matched, 1)), value: String(matched ? done : 1), 'aria-label': `Progress of ${t.task_id}` }),
           ` ${fmt(t.moved)} of ${fmt(matched)} moved`, num(t.failed) ? ` · ${fmt(t.failed)} failed` : '', num(t.skipped) ? ` · ${fmt(t.skipped)} skipped` : '']),
         prop('Rate limit', t.rate_limit ? `${fmt(t.rate_limit)} items per second` : 'none'),
