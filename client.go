@@ -344,6 +344,15 @@ func (c *Client) QueueRenew(ctx context.Context, req *pb.QueueRenewRequest) (*pb
 	return out, c.do(ctx, "/v1/queue.renew", req, out)
 }
 
+// QueuesHistory returns a queue's last hour, a point per minute (items
+// produced, completed, dead-lettered; depth; arrivals by error group on a
+// dead-letter queue), as the server keeps it in memory. An empty
+// req.QueueName sums every queue.
+func (c *Client) QueuesHistory(ctx context.Context, req *pb.QueuesHistoryRequest) (*pb.QueuesHistoryResponse, error) {
+	out := &pb.QueuesHistoryResponse{}
+	return out, c.do(ctx, "/v1/queues.history", req, out)
+}
+
 // QueueStats describes a queue's partitions.
 func (c *Client) QueueStats(ctx context.Context, req *pb.QueueStatsRequest) (*pb.QueueStatsResponse, error) {
 	out := &pb.QueueStatsResponse{}
@@ -453,6 +462,16 @@ func (c *Client) DeadGroups(ctx context.Context, req *pb.DeadGroupsRequest) (*pb
 func (c *Client) DeadDelete(ctx context.Context, req *pb.DeadDeleteRequest) (*pb.DeadDeleteResponse, error) {
 	out := &pb.DeadDeleteResponse{}
 	return out, c.do(ctx, "/v1/dead.delete", req, out)
+}
+
+// DeadEdit replaces the payload (and, when set, the kind and reference) of
+// the dead item req.Id of a dead-letter queue, and returns the item as
+// stored. Its history gets an entry with the old payload's size and
+// SHA-256 and who edited it. An unknown item is CodeNotFound; a leased one
+// CodeConflict.
+func (c *Client) DeadEdit(ctx context.Context, req *pb.DeadEditRequest) (*pb.StorageItem, error) {
+	out := &pb.StorageItem{}
+	return out, c.do(ctx, "/v1/dead.edit", req, out)
 }
 
 // DeadRedrive starts a redrive task moving matching dead items back to their

@@ -28,6 +28,7 @@ import (
 	"github.com/styxq/styx/internal/auth"
 	"github.com/styxq/styx/internal/clock"
 	"github.com/styxq/styx/internal/embedded"
+	"github.com/styxq/styx/internal/history"
 	"github.com/styxq/styx/internal/pgqueue"
 	"github.com/styxq/styx/internal/queue"
 	"github.com/styxq/styx/internal/redrive"
@@ -441,6 +442,9 @@ type Daemon struct {
 	debug     *http.Server
 	// Metrics are the server's collectors.
 	Metrics *metrics.Metrics
+
+	// stopHistory ends the queue history's sampler (internal/history).
+	stopHistory func()
 }
 
 // New opens storage, starts every queue and serves HTTP on cfg.Listen. It
@@ -544,7 +548,7 @@ func (d *Daemon) serve(ctx context.Context, m queue.Queues, tasks store.TaskStor
 	}
 	h := transport.NewHandler(transport.Config{
 		SQS:     sqsHandler,
-		Service: service.New(m, d.redrives, cfg.Clock), Metrics: d.Metrics, Log: cfg.Log, MaxRequestBytes: cfg.MaxRequestBytes,
+		Service: d.service(m), Metrics: d.Metrics, Log: cfg.Log, MaxRequestBytes: cfg.MaxRequestBytes,
 		BodyReadTimeout: cfg.BodyReadTimeout, Keys: keys, Auth: cfg.Auth, UI: ui, AllowedHosts: cfg.AllowedHosts,
 		Health: func() string {
 			if guard == nil {
@@ -555,6 +559,7 @@ func (d *Daemon) serve(ctx context.Context, m queue.Queues, tasks store.TaskStor
 	})
 	d.listener, err = net.Listen("tcp", cfg.Listen)
 	if err != nil {
+		d.stopHistory()
 		d.redrives.Close()
 		m.Close()
 		d.closeStore()
@@ -583,8 +588,43 @@ func (d *Daemon) serve(ctx context.Context, m queue.Queues, tasks store.TaskStor
 			attrs = append(attrs, "sync_consume", false)
 		}
 	}
+	// The UI's address, for a person reading the log (a wildcard listen
+	// address is served on every interface; the loopback name reaches it
+	// from the host itself).
+	attrs = append(attrs, "ui", d.uiURL())
 	cfg.Log.Info("styx serving", attrs...)
 	return d, nil
+}
+
+// service returns the API over m, with the queue history of the UI and
+// queues.history (internal/history) sampled until Close.
+func (d *Daemon) service(m queue.Queues) *service.Service {
+	h := history.New(m, d.cfg.Clock, d.Metrics)
+	ctx, stop := context.WithCancel(context.Background())
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		h.Run(ctx)
+	}()
+	d.stopHistory = func() { stop(); <-done }
+	return service.New(history.Counting(m, h), d.redrives, d.cfg.Clock).WithHistory(h)
+}
+
+// uiURL is the address of the web UI: the endpoint with /ui/, a wildcard
+// host (0.0.0.0, ::) given as localhost.
+func (d *Daemon) uiURL() string {
+	host, port, err := net.SplitHostPort(d.Addr())
+	if err != nil {
+		return d.Endpoint() + "/ui/"
+	}
+	if ip := net.ParseIP(host); ip != nil && ip.IsUnspecified() {
+		host = "localhost"
+	}
+	scheme := "http"
+	if d.cfg.TLS() {
+		scheme = "https"
+	}
+	return scheme + "://" + net.JoinHostPort(host, port) + "/ui/"
 }
 
 // Addr returns the address the server listens on.
@@ -614,6 +654,9 @@ func (d *Daemon) Close(ctx context.Context) error {
 	// Redrive tasks stop first (they resume at the next start); then the
 	// logical queues finish what they took.
 	d.redrives.Close()
+	if d.stopHistory != nil {
+		d.stopHistory()
+	}
 	d.manager.Close()
 	err := <-shut
 	if errors.Is(err, context.DeadlineExceeded) {

@@ -2,10 +2,15 @@ package service
 
 import (
 	"context"
+	"crypto/sha256"
+	"fmt"
+	"slices"
+	"strings"
 	"time"
 
 	"google.golang.org/protobuf/types/known/timestamppb"
 
+	"github.com/styxq/styx/internal/apierr"
 	"github.com/styxq/styx/internal/auth"
 	"github.com/styxq/styx/internal/fingerprint"
 	"github.com/styxq/styx/internal/queue"
@@ -50,7 +55,14 @@ func parseFilter(in *pb.DeadFilter) (queue.DeadFilter, error) {
 	if in.Fingerprint != "" && !fingerprint.Valid(in.Fingerprint) {
 		return f, invalid("filter.fingerprint", "'%s' is not a fingerprint: 16 lowercase hex digits, as dead.groups reports", quote(in.Fingerprint))
 	}
+	if err := checkText("filter.reference", in.Reference, MaxFieldLength); err != nil {
+		return f, err
+	}
+	if err := checkText("filter.payload_contains", in.PayloadContains, MaxFieldLength); err != nil {
+		return f, err
+	}
 	f.SourceQueue, f.Reason, f.Kind, f.ErrorContains, f.Fingerprint = in.SourceQueue, in.Reason, in.Kind, in.ErrorContains, in.Fingerprint
+	f.Reference, f.PayloadContains = in.Reference, in.PayloadContains
 	for _, t := range []struct {
 		name string
 		ts   *timestamppb.Timestamp
@@ -105,7 +117,8 @@ func (s *Service) deadQueue(ctx context.Context, name string) (queue.Queue, stor
 
 func toFilter(f queue.DeadFilter) *pb.DeadFilter {
 	out := &pb.DeadFilter{SourceQueue: f.SourceQueue, Reason: f.Reason, Kind: f.Kind, ErrorContains: f.ErrorContains,
-		DeadAfter: ts(f.DeadAfter), DeadBefore: ts(f.DeadBefore), Fingerprint: f.Fingerprint}
+		DeadAfter: ts(f.DeadAfter), DeadBefore: ts(f.DeadBefore), Fingerprint: f.Fingerprint,
+		Reference: f.Reference, PayloadContains: f.PayloadContains}
 	for _, id := range f.IDs {
 		out.Ids = append(out.Ids, queue.FormatID(id))
 	}
@@ -175,7 +188,8 @@ func (s *Service) DeadGroups(ctx context.Context, req *pb.DeadGroupsRequest) (*p
 		name string
 		set  bool
 	}{{"filter.ids", len(f.IDs) > 0}, {"filter.kind", f.Kind != ""}, {"filter.error_contains", f.ErrorContains != ""},
-		{"filter.dead_after", !f.DeadAfter.IsZero()}, {"filter.dead_before", !f.DeadBefore.IsZero()}} {
+		{"filter.dead_after", !f.DeadAfter.IsZero()}, {"filter.dead_before", !f.DeadBefore.IsZero()},
+		{"filter.reference", f.Reference != ""}, {"filter.payload_contains", f.PayloadContains != ""}} {
 		if x.set {
 			return nil, invalid(x.name, "dead.groups filters only by source_queue, reason and fingerprint (it reads counts, not items)")
 		}
@@ -354,9 +368,16 @@ func toTask(t redrive.Task) *pb.RedriveTask {
 		Status: t.Status, Matched: t.Matched, Moved: t.Moved, Failed: t.Failed, Skipped: t.Skipped,
 		StartedAt: ts(t.StartedAt), FinishedAt: ts(t.FinishedAt), FailureReason: t.FailureReason, DryRun: t.DryRun,
 		MaxRedriveCount: t.MaxRedriveCount, KeyName: t.KeyName, ByQueue: map[string]*pb.RedriveCounts{},
+		WouldMove: t.WouldMove, WouldSkip: t.WouldSkip, SkipReasons: t.SkipReasons, Warning: t.Warning, ErrorPattern: t.ErrorPattern,
 	}
 	for q, c := range t.ByQueue {
-		out.ByQueue[q] = &pb.RedriveCounts{Moved: c.Moved, Failed: c.Failed, Skipped: c.Skipped}
+		out.ByQueue[q] = &pb.RedriveCounts{Moved: c.Moved, Failed: c.Failed, Skipped: c.Skipped, SkipReasons: c.SkipReasons}
+	}
+	if t.DryRun {
+		out.ByDestination = map[string]*pb.RedrivePlan{}
+		for q, p := range t.ByDestination {
+			out.ByDestination[q] = &pb.RedrivePlan{WouldMove: p.WouldMove, WouldSkip: p.WouldSkip, SkipReasons: p.SkipReasons}
+		}
 	}
 	return out
 }
@@ -368,4 +389,65 @@ func keyQueues(ctx context.Context) []string {
 		return p.Queues
 	}
 	return nil
+}
+
+// DeadEdit replaces the payload of a dead item (and, when given, its kind
+// and reference), and adds an entry to its history saying who edited it,
+// when, and the old payload's size and SHA-256 (the old payload itself is
+// not kept). The item keeps its id, error group and dead-letter metadata.
+// Errors: 400 for a queue that is no queue's dead_queue, a bad id or an
+// over-long field; 404 for an item that is not there; 409 for a leased item.
+func (s *Service) DeadEdit(ctx context.Context, req *pb.DeadEditRequest) (*pb.StorageItem, error) {
+	l, info, err := s.deadQueue(ctx, req.QueueName)
+	if err != nil {
+		return nil, err
+	}
+	id, err := queue.ParseID("id", req.Id)
+	if err != nil {
+		return nil, err
+	}
+	if len(req.Payload) > MaxPayloadBytes {
+		return nil, invalid("payload", "%d bytes, the limit is %d (5 MB)", len(req.Payload), MaxPayloadBytes)
+	}
+	if err := checkText("kind", req.GetKind(), MaxFieldLength); err != nil {
+		return nil, err
+	}
+	if err := checkText("reference", req.GetReference(), MaxFieldLength); err != nil {
+		return nil, err
+	}
+	found, _, err := l.Scan(ctx, info.Partitions, &queue.DeadFilter{IDs: []uint64{id}}, queue.ScanParams{Limit: 1})
+	if err != nil {
+		return nil, err
+	}
+	if len(found) == 0 {
+		return nil, apierr.New(apierr.NotFound, "no such item; '%s' is not in queue '%s'", req.Id, req.QueueName)
+	}
+	who := "an unauthenticated client (the server runs without --auth)"
+	if k := auth.KeyName(ctx); k != "" {
+		who = "key '" + k + "'"
+	}
+	now := s.clock.Now().UTC()
+	it, err := l.EditDead(ctx, queue.ItemRef{Partition: found[0].Partition, ID: id}, func(it *store.Item) error {
+		old := it.Body.Payload
+		var changes []string
+		if req.Kind != nil && *req.Kind != it.Body.Kind {
+			changes = append(changes, fmt.Sprintf("; kind was '%s'", it.Body.Kind))
+			it.Body.Kind = *req.Kind
+		}
+		if req.Reference != nil && *req.Reference != it.Body.Reference {
+			changes = append(changes, fmt.Sprintf("; reference was '%s'", it.Body.Reference))
+			it.Body.Reference = *req.Reference
+		}
+		it.Body.Payload = slices.Clone(req.Payload)
+		it.Errors = queue.AppendHistory(it.Errors, store.AttemptError{
+			Attempt: it.Meta.Attempts, At: now,
+			Error: fmt.Sprintf("payload edited by %s: was %d bytes (sha256 %x), now %d bytes (sha256 %x)%s",
+				who, len(old), sha256.Sum256(old), len(req.Payload), sha256.Sum256(req.Payload), strings.Join(changes, "")),
+		})
+		return nil
+	})
+	if err != nil {
+		return nil, err
+	}
+	return toStorageItems([]store.Item{it}, info)[0], nil
 }

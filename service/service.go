@@ -21,6 +21,7 @@ import (
 	"github.com/styxq/styx/internal/apierr"
 	"github.com/styxq/styx/internal/auth"
 	"github.com/styxq/styx/internal/clock"
+	"github.com/styxq/styx/internal/history"
 	"github.com/styxq/styx/internal/queue"
 	"github.com/styxq/styx/internal/redrive"
 	"github.com/styxq/styx/internal/store"
@@ -32,6 +33,7 @@ type Service struct {
 	m     queue.Queues
 	r     *redrive.Runner
 	clock clock.Clock
+	h     *history.Recorder // nil: no queues.history (WithHistory)
 }
 
 // New returns the API over a queue manager and a redrive runner.

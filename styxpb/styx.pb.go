@@ -1712,6 +1712,219 @@ func (x *QueuePartitionStats) GetScheduled() int32 {
 	return 0
 }
 
+// QueuesHistoryRequest asks for a queue's activity over the last hour
+// (Styx, queues.history; the read scope).
+type QueuesHistoryRequest struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// The queue; empty for the sum over every queue the key may read.
+	QueueName     string `protobuf:"bytes,1,opt,name=queue_name,proto3" json:"queue_name,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *QueuesHistoryRequest) Reset() {
+	*x = QueuesHistoryRequest{}
+	mi := &file_styx_v1_styx_proto_msgTypes[24]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *QueuesHistoryRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*QueuesHistoryRequest) ProtoMessage() {}
+
+func (x *QueuesHistoryRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_styx_v1_styx_proto_msgTypes[24]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use QueuesHistoryRequest.ProtoReflect.Descriptor instead.
+func (*QueuesHistoryRequest) Descriptor() ([]byte, []int) {
+	return file_styx_v1_styx_proto_rawDescGZIP(), []int{24}
+}
+
+func (x *QueuesHistoryRequest) GetQueueName() string {
+	if x != nil {
+		return x.QueueName
+	}
+	return ""
+}
+
+// QueuesHistoryResponse is a queue's last hour, a point per minute, kept by
+// the server in memory (internal/history: empty after a restart; on
+// PostgreSQL with several servers, the calls and deaths this server saw).
+type QueuesHistoryResponse struct {
+	state     protoimpl.MessageState `protogen:"open.v1"`
+	QueueName string                 `protobuf:"bytes,1,opt,name=queue_name,proto3" json:"queue_name,omitempty"`
+	// The width of a point, in seconds (60).
+	IntervalSeconds int32 `protobuf:"varint,2,opt,name=interval_seconds,proto3" json:"interval_seconds,omitempty"`
+	// Oldest first; the last is the current minute, still counting.
+	Points []*HistoryPoint `protobuf:"bytes,3,rep,name=points,proto3" json:"points,omitempty"`
+	// The error pattern of each group fingerprint the points name.
+	GroupPatterns map[string]string `protobuf:"bytes,4,rep,name=group_patterns,proto3" json:"group_patterns,omitempty" protobuf_key:"bytes,1,opt,name=key" protobuf_val:"bytes,2,opt,name=value"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *QueuesHistoryResponse) Reset() {
+	*x = QueuesHistoryResponse{}
+	mi := &file_styx_v1_styx_proto_msgTypes[25]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *QueuesHistoryResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*QueuesHistoryResponse) ProtoMessage() {}
+
+func (x *QueuesHistoryResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_styx_v1_styx_proto_msgTypes[25]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use QueuesHistoryResponse.ProtoReflect.Descriptor instead.
+func (*QueuesHistoryResponse) Descriptor() ([]byte, []int) {
+	return file_styx_v1_styx_proto_rawDescGZIP(), []int{25}
+}
+
+func (x *QueuesHistoryResponse) GetQueueName() string {
+	if x != nil {
+		return x.QueueName
+	}
+	return ""
+}
+
+func (x *QueuesHistoryResponse) GetIntervalSeconds() int32 {
+	if x != nil {
+		return x.IntervalSeconds
+	}
+	return 0
+}
+
+func (x *QueuesHistoryResponse) GetPoints() []*HistoryPoint {
+	if x != nil {
+		return x.Points
+	}
+	return nil
+}
+
+func (x *QueuesHistoryResponse) GetGroupPatterns() map[string]string {
+	if x != nil {
+		return x.GroupPatterns
+	}
+	return nil
+}
+
+// HistoryPoint is one minute of a queue's activity.
+type HistoryPoint struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// The start of the minute.
+	At *timestamppb.Timestamp `protobuf:"bytes,1,opt,name=at,proto3" json:"at,omitempty"`
+	// Items produced to the queue, completed from it, and moved from it to
+	// its dead-letter queue in the minute.
+	Produced     int64 `protobuf:"varint,2,opt,name=produced,proto3" json:"produced,omitempty"`
+	Completed    int64 `protobuf:"varint,3,opt,name=completed,proto3" json:"completed,omitempty"`
+	DeadLettered int64 `protobuf:"varint,4,opt,name=dead_lettered,proto3" json:"dead_lettered,omitempty"`
+	// The queue's items (every state) at the minute's last sample; -1 when
+	// none was taken.
+	Depth int64 `protobuf:"varint,5,opt,name=depth,proto3" json:"depth,omitempty"`
+	// On a dead-letter queue: the items that arrived in the minute, by error
+	// group fingerprint (see dead.groups).
+	DeadByGroup   map[string]int64 `protobuf:"bytes,6,rep,name=dead_by_group,proto3" json:"dead_by_group,omitempty" protobuf_key:"bytes,1,opt,name=key" protobuf_val:"varint,2,opt,name=value"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *HistoryPoint) Reset() {
+	*x = HistoryPoint{}
+	mi := &file_styx_v1_styx_proto_msgTypes[26]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *HistoryPoint) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*HistoryPoint) ProtoMessage() {}
+
+func (x *HistoryPoint) ProtoReflect() protoreflect.Message {
+	mi := &file_styx_v1_styx_proto_msgTypes[26]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use HistoryPoint.ProtoReflect.Descriptor instead.
+func (*HistoryPoint) Descriptor() ([]byte, []int) {
+	return file_styx_v1_styx_proto_rawDescGZIP(), []int{26}
+}
+
+func (x *HistoryPoint) GetAt() *timestamppb.Timestamp {
+	if x != nil {
+		return x.At
+	}
+	return nil
+}
+
+func (x *HistoryPoint) GetProduced() int64 {
+	if x != nil {
+		return x.Produced
+	}
+	return 0
+}
+
+func (x *HistoryPoint) GetCompleted() int64 {
+	if x != nil {
+		return x.Completed
+	}
+	return 0
+}
+
+func (x *HistoryPoint) GetDeadLettered() int64 {
+	if x != nil {
+		return x.DeadLettered
+	}
+	return 0
+}
+
+func (x *HistoryPoint) GetDepth() int64 {
+	if x != nil {
+		return x.Depth
+	}
+	return 0
+}
+
+func (x *HistoryPoint) GetDeadByGroup() map[string]int64 {
+	if x != nil {
+		return x.DeadByGroup
+	}
+	return nil
+}
+
 type QueuesInfoRequest struct {
 	state         protoimpl.MessageState `protogen:"open.v1"`
 	QueueName     string                 `protobuf:"bytes,1,opt,name=queueName,json=queue_name,proto3" json:"queueName,omitempty"`
@@ -1721,7 +1934,7 @@ type QueuesInfoRequest struct {
 
 func (x *QueuesInfoRequest) Reset() {
 	*x = QueuesInfoRequest{}
-	mi := &file_styx_v1_styx_proto_msgTypes[24]
+	mi := &file_styx_v1_styx_proto_msgTypes[27]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1733,7 +1946,7 @@ func (x *QueuesInfoRequest) String() string {
 func (*QueuesInfoRequest) ProtoMessage() {}
 
 func (x *QueuesInfoRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_styx_v1_styx_proto_msgTypes[24]
+	mi := &file_styx_v1_styx_proto_msgTypes[27]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1746,7 +1959,7 @@ func (x *QueuesInfoRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use QueuesInfoRequest.ProtoReflect.Descriptor instead.
 func (*QueuesInfoRequest) Descriptor() ([]byte, []int) {
-	return file_styx_v1_styx_proto_rawDescGZIP(), []int{24}
+	return file_styx_v1_styx_proto_rawDescGZIP(), []int{27}
 }
 
 func (x *QueuesInfoRequest) GetQueueName() string {
@@ -1767,7 +1980,7 @@ type QueuesListRequest struct {
 
 func (x *QueuesListRequest) Reset() {
 	*x = QueuesListRequest{}
-	mi := &file_styx_v1_styx_proto_msgTypes[25]
+	mi := &file_styx_v1_styx_proto_msgTypes[28]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1779,7 +1992,7 @@ func (x *QueuesListRequest) String() string {
 func (*QueuesListRequest) ProtoMessage() {}
 
 func (x *QueuesListRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_styx_v1_styx_proto_msgTypes[25]
+	mi := &file_styx_v1_styx_proto_msgTypes[28]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1792,7 +2005,7 @@ func (x *QueuesListRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use QueuesListRequest.ProtoReflect.Descriptor instead.
 func (*QueuesListRequest) Descriptor() ([]byte, []int) {
-	return file_styx_v1_styx_proto_rawDescGZIP(), []int{25}
+	return file_styx_v1_styx_proto_rawDescGZIP(), []int{28}
 }
 
 func (x *QueuesListRequest) GetPivot() string {
@@ -1825,7 +2038,7 @@ type QueuesListResponse struct {
 
 func (x *QueuesListResponse) Reset() {
 	*x = QueuesListResponse{}
-	mi := &file_styx_v1_styx_proto_msgTypes[26]
+	mi := &file_styx_v1_styx_proto_msgTypes[29]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1837,7 +2050,7 @@ func (x *QueuesListResponse) String() string {
 func (*QueuesListResponse) ProtoMessage() {}
 
 func (x *QueuesListResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_styx_v1_styx_proto_msgTypes[26]
+	mi := &file_styx_v1_styx_proto_msgTypes[29]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1850,7 +2063,7 @@ func (x *QueuesListResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use QueuesListResponse.ProtoReflect.Descriptor instead.
 func (*QueuesListResponse) Descriptor() ([]byte, []int) {
-	return file_styx_v1_styx_proto_rawDescGZIP(), []int{26}
+	return file_styx_v1_styx_proto_rawDescGZIP(), []int{29}
 }
 
 func (x *QueuesListResponse) GetItems() []*QueueInfo {
@@ -1870,7 +2083,7 @@ type QueuesDeleteRequest struct {
 
 func (x *QueuesDeleteRequest) Reset() {
 	*x = QueuesDeleteRequest{}
-	mi := &file_styx_v1_styx_proto_msgTypes[27]
+	mi := &file_styx_v1_styx_proto_msgTypes[30]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1882,7 +2095,7 @@ func (x *QueuesDeleteRequest) String() string {
 func (*QueuesDeleteRequest) ProtoMessage() {}
 
 func (x *QueuesDeleteRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_styx_v1_styx_proto_msgTypes[27]
+	mi := &file_styx_v1_styx_proto_msgTypes[30]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1895,7 +2108,7 @@ func (x *QueuesDeleteRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use QueuesDeleteRequest.ProtoReflect.Descriptor instead.
 func (*QueuesDeleteRequest) Descriptor() ([]byte, []int) {
-	return file_styx_v1_styx_proto_rawDescGZIP(), []int{27}
+	return file_styx_v1_styx_proto_rawDescGZIP(), []int{30}
 }
 
 func (x *QueuesDeleteRequest) GetQueueName() string {
@@ -1924,7 +2137,7 @@ type StorageItemsListRequest struct {
 
 func (x *StorageItemsListRequest) Reset() {
 	*x = StorageItemsListRequest{}
-	mi := &file_styx_v1_styx_proto_msgTypes[28]
+	mi := &file_styx_v1_styx_proto_msgTypes[31]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1936,7 +2149,7 @@ func (x *StorageItemsListRequest) String() string {
 func (*StorageItemsListRequest) ProtoMessage() {}
 
 func (x *StorageItemsListRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_styx_v1_styx_proto_msgTypes[28]
+	mi := &file_styx_v1_styx_proto_msgTypes[31]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1949,7 +2162,7 @@ func (x *StorageItemsListRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use StorageItemsListRequest.ProtoReflect.Descriptor instead.
 func (*StorageItemsListRequest) Descriptor() ([]byte, []int) {
-	return file_styx_v1_styx_proto_rawDescGZIP(), []int{28}
+	return file_styx_v1_styx_proto_rawDescGZIP(), []int{31}
 }
 
 func (x *StorageItemsListRequest) GetQueueName() string {
@@ -1989,7 +2202,7 @@ type StorageItemsListResponse struct {
 
 func (x *StorageItemsListResponse) Reset() {
 	*x = StorageItemsListResponse{}
-	mi := &file_styx_v1_styx_proto_msgTypes[29]
+	mi := &file_styx_v1_styx_proto_msgTypes[32]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2001,7 +2214,7 @@ func (x *StorageItemsListResponse) String() string {
 func (*StorageItemsListResponse) ProtoMessage() {}
 
 func (x *StorageItemsListResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_styx_v1_styx_proto_msgTypes[29]
+	mi := &file_styx_v1_styx_proto_msgTypes[32]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2014,7 +2227,7 @@ func (x *StorageItemsListResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use StorageItemsListResponse.ProtoReflect.Descriptor instead.
 func (*StorageItemsListResponse) Descriptor() ([]byte, []int) {
-	return file_styx_v1_styx_proto_rawDescGZIP(), []int{29}
+	return file_styx_v1_styx_proto_rawDescGZIP(), []int{32}
 }
 
 func (x *StorageItemsListResponse) GetItems() []*StorageItem {
@@ -2035,7 +2248,7 @@ type StorageItemsImportRequest struct {
 
 func (x *StorageItemsImportRequest) Reset() {
 	*x = StorageItemsImportRequest{}
-	mi := &file_styx_v1_styx_proto_msgTypes[30]
+	mi := &file_styx_v1_styx_proto_msgTypes[33]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2047,7 +2260,7 @@ func (x *StorageItemsImportRequest) String() string {
 func (*StorageItemsImportRequest) ProtoMessage() {}
 
 func (x *StorageItemsImportRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_styx_v1_styx_proto_msgTypes[30]
+	mi := &file_styx_v1_styx_proto_msgTypes[33]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2060,7 +2273,7 @@ func (x *StorageItemsImportRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use StorageItemsImportRequest.ProtoReflect.Descriptor instead.
 func (*StorageItemsImportRequest) Descriptor() ([]byte, []int) {
-	return file_styx_v1_styx_proto_rawDescGZIP(), []int{30}
+	return file_styx_v1_styx_proto_rawDescGZIP(), []int{33}
 }
 
 func (x *StorageItemsImportRequest) GetQueueName() string {
@@ -2093,7 +2306,7 @@ type StorageItemsImportResponse struct {
 
 func (x *StorageItemsImportResponse) Reset() {
 	*x = StorageItemsImportResponse{}
-	mi := &file_styx_v1_styx_proto_msgTypes[31]
+	mi := &file_styx_v1_styx_proto_msgTypes[34]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2105,7 +2318,7 @@ func (x *StorageItemsImportResponse) String() string {
 func (*StorageItemsImportResponse) ProtoMessage() {}
 
 func (x *StorageItemsImportResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_styx_v1_styx_proto_msgTypes[31]
+	mi := &file_styx_v1_styx_proto_msgTypes[34]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2118,7 +2331,7 @@ func (x *StorageItemsImportResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use StorageItemsImportResponse.ProtoReflect.Descriptor instead.
 func (*StorageItemsImportResponse) Descriptor() ([]byte, []int) {
-	return file_styx_v1_styx_proto_rawDescGZIP(), []int{31}
+	return file_styx_v1_styx_proto_rawDescGZIP(), []int{34}
 }
 
 func (x *StorageItemsImportResponse) GetItems() []*StorageItem {
@@ -2139,7 +2352,7 @@ type StorageItemsDeleteRequest struct {
 
 func (x *StorageItemsDeleteRequest) Reset() {
 	*x = StorageItemsDeleteRequest{}
-	mi := &file_styx_v1_styx_proto_msgTypes[32]
+	mi := &file_styx_v1_styx_proto_msgTypes[35]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2151,7 +2364,7 @@ func (x *StorageItemsDeleteRequest) String() string {
 func (*StorageItemsDeleteRequest) ProtoMessage() {}
 
 func (x *StorageItemsDeleteRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_styx_v1_styx_proto_msgTypes[32]
+	mi := &file_styx_v1_styx_proto_msgTypes[35]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2164,7 +2377,7 @@ func (x *StorageItemsDeleteRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use StorageItemsDeleteRequest.ProtoReflect.Descriptor instead.
 func (*StorageItemsDeleteRequest) Descriptor() ([]byte, []int) {
-	return file_styx_v1_styx_proto_rawDescGZIP(), []int{32}
+	return file_styx_v1_styx_proto_rawDescGZIP(), []int{35}
 }
 
 func (x *StorageItemsDeleteRequest) GetQueueName() string {
@@ -2223,7 +2436,7 @@ type StorageItem struct {
 
 func (x *StorageItem) Reset() {
 	*x = StorageItem{}
-	mi := &file_styx_v1_styx_proto_msgTypes[33]
+	mi := &file_styx_v1_styx_proto_msgTypes[36]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2235,7 +2448,7 @@ func (x *StorageItem) String() string {
 func (*StorageItem) ProtoMessage() {}
 
 func (x *StorageItem) ProtoReflect() protoreflect.Message {
-	mi := &file_styx_v1_styx_proto_msgTypes[33]
+	mi := &file_styx_v1_styx_proto_msgTypes[36]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2248,7 +2461,7 @@ func (x *StorageItem) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use StorageItem.ProtoReflect.Descriptor instead.
 func (*StorageItem) Descriptor() ([]byte, []int) {
-	return file_styx_v1_styx_proto_rawDescGZIP(), []int{33}
+	return file_styx_v1_styx_proto_rawDescGZIP(), []int{36}
 }
 
 func (x *StorageItem) GetId() string {
@@ -2417,7 +2630,7 @@ type AttemptError struct {
 
 func (x *AttemptError) Reset() {
 	*x = AttemptError{}
-	mi := &file_styx_v1_styx_proto_msgTypes[34]
+	mi := &file_styx_v1_styx_proto_msgTypes[37]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2429,7 +2642,7 @@ func (x *AttemptError) String() string {
 func (*AttemptError) ProtoMessage() {}
 
 func (x *AttemptError) ProtoReflect() protoreflect.Message {
-	mi := &file_styx_v1_styx_proto_msgTypes[34]
+	mi := &file_styx_v1_styx_proto_msgTypes[37]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2442,7 +2655,7 @@ func (x *AttemptError) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use AttemptError.ProtoReflect.Descriptor instead.
 func (*AttemptError) Descriptor() ([]byte, []int) {
-	return file_styx_v1_styx_proto_rawDescGZIP(), []int{34}
+	return file_styx_v1_styx_proto_rawDescGZIP(), []int{37}
 }
 
 func (x *AttemptError) GetAttempt() int32 {
@@ -2480,14 +2693,22 @@ type DeadFilter struct {
 	DeadBefore    *timestamppb.Timestamp `protobuf:"bytes,7,opt,name=dead_before,proto3" json:"dead_before,omitempty"`
 	// Styx: matches the fingerprint of the item's last error (16 lowercase
 	// hex digits, as dead.groups reports it).
-	Fingerprint   string `protobuf:"bytes,130,opt,name=fingerprint,proto3" json:"fingerprint,omitempty"`
-	unknownFields protoimpl.UnknownFields
-	sizeCache     protoimpl.SizeCache
+	Fingerprint string `protobuf:"bytes,130,opt,name=fingerprint,proto3" json:"fingerprint,omitempty"`
+	// Styx: matches the item's reference exactly (the business id a
+	// producer gave; at most 1024 bytes).
+	Reference string `protobuf:"bytes,131,opt,name=reference,proto3" json:"reference,omitempty"`
+	// Styx: matches items whose payload contains this text (a substring of
+	// the payload's bytes, compared as given: case matters; at most 1024
+	// bytes). Like every filter but ids it reads items, a bounded number
+	// per call (see dead.list's next_pivot).
+	PayloadContains string `protobuf:"bytes,132,opt,name=payload_contains,proto3" json:"payload_contains,omitempty"`
+	unknownFields   protoimpl.UnknownFields
+	sizeCache       protoimpl.SizeCache
 }
 
 func (x *DeadFilter) Reset() {
 	*x = DeadFilter{}
-	mi := &file_styx_v1_styx_proto_msgTypes[35]
+	mi := &file_styx_v1_styx_proto_msgTypes[38]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2499,7 +2720,7 @@ func (x *DeadFilter) String() string {
 func (*DeadFilter) ProtoMessage() {}
 
 func (x *DeadFilter) ProtoReflect() protoreflect.Message {
-	mi := &file_styx_v1_styx_proto_msgTypes[35]
+	mi := &file_styx_v1_styx_proto_msgTypes[38]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2512,7 +2733,7 @@ func (x *DeadFilter) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use DeadFilter.ProtoReflect.Descriptor instead.
 func (*DeadFilter) Descriptor() ([]byte, []int) {
-	return file_styx_v1_styx_proto_rawDescGZIP(), []int{35}
+	return file_styx_v1_styx_proto_rawDescGZIP(), []int{38}
 }
 
 func (x *DeadFilter) GetIds() []string {
@@ -2571,6 +2792,20 @@ func (x *DeadFilter) GetFingerprint() string {
 	return ""
 }
 
+func (x *DeadFilter) GetReference() string {
+	if x != nil {
+		return x.Reference
+	}
+	return ""
+}
+
+func (x *DeadFilter) GetPayloadContains() string {
+	if x != nil {
+		return x.PayloadContains
+	}
+	return ""
+}
+
 // DeadGroupsRequest asks for the error groups of a dead-letter queue.
 // Only filter.source_queue, filter.reason and filter.fingerprint may be
 // set: groups come from counts the queue keeps, not from reading items.
@@ -2586,7 +2821,7 @@ type DeadGroupsRequest struct {
 
 func (x *DeadGroupsRequest) Reset() {
 	*x = DeadGroupsRequest{}
-	mi := &file_styx_v1_styx_proto_msgTypes[36]
+	mi := &file_styx_v1_styx_proto_msgTypes[39]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2598,7 +2833,7 @@ func (x *DeadGroupsRequest) String() string {
 func (*DeadGroupsRequest) ProtoMessage() {}
 
 func (x *DeadGroupsRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_styx_v1_styx_proto_msgTypes[36]
+	mi := &file_styx_v1_styx_proto_msgTypes[39]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2611,7 +2846,7 @@ func (x *DeadGroupsRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use DeadGroupsRequest.ProtoReflect.Descriptor instead.
 func (*DeadGroupsRequest) Descriptor() ([]byte, []int) {
-	return file_styx_v1_styx_proto_rawDescGZIP(), []int{36}
+	return file_styx_v1_styx_proto_rawDescGZIP(), []int{39}
 }
 
 func (x *DeadGroupsRequest) GetQueueName() string {
@@ -2660,7 +2895,7 @@ type DeadGroup struct {
 
 func (x *DeadGroup) Reset() {
 	*x = DeadGroup{}
-	mi := &file_styx_v1_styx_proto_msgTypes[37]
+	mi := &file_styx_v1_styx_proto_msgTypes[40]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2672,7 +2907,7 @@ func (x *DeadGroup) String() string {
 func (*DeadGroup) ProtoMessage() {}
 
 func (x *DeadGroup) ProtoReflect() protoreflect.Message {
-	mi := &file_styx_v1_styx_proto_msgTypes[37]
+	mi := &file_styx_v1_styx_proto_msgTypes[40]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2685,7 +2920,7 @@ func (x *DeadGroup) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use DeadGroup.ProtoReflect.Descriptor instead.
 func (*DeadGroup) Descriptor() ([]byte, []int) {
-	return file_styx_v1_styx_proto_rawDescGZIP(), []int{37}
+	return file_styx_v1_styx_proto_rawDescGZIP(), []int{40}
 }
 
 func (x *DeadGroup) GetFingerprint() string {
@@ -2766,7 +3001,7 @@ type DeadGroupsResponse struct {
 
 func (x *DeadGroupsResponse) Reset() {
 	*x = DeadGroupsResponse{}
-	mi := &file_styx_v1_styx_proto_msgTypes[38]
+	mi := &file_styx_v1_styx_proto_msgTypes[41]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2778,7 +3013,7 @@ func (x *DeadGroupsResponse) String() string {
 func (*DeadGroupsResponse) ProtoMessage() {}
 
 func (x *DeadGroupsResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_styx_v1_styx_proto_msgTypes[38]
+	mi := &file_styx_v1_styx_proto_msgTypes[41]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2791,7 +3026,7 @@ func (x *DeadGroupsResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use DeadGroupsResponse.ProtoReflect.Descriptor instead.
 func (*DeadGroupsResponse) Descriptor() ([]byte, []int) {
-	return file_styx_v1_styx_proto_rawDescGZIP(), []int{38}
+	return file_styx_v1_styx_proto_rawDescGZIP(), []int{41}
 }
 
 func (x *DeadGroupsResponse) GetGroups() []*DeadGroup {
@@ -2829,7 +3064,7 @@ type DeadListRequest struct {
 
 func (x *DeadListRequest) Reset() {
 	*x = DeadListRequest{}
-	mi := &file_styx_v1_styx_proto_msgTypes[39]
+	mi := &file_styx_v1_styx_proto_msgTypes[42]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2841,7 +3076,7 @@ func (x *DeadListRequest) String() string {
 func (*DeadListRequest) ProtoMessage() {}
 
 func (x *DeadListRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_styx_v1_styx_proto_msgTypes[39]
+	mi := &file_styx_v1_styx_proto_msgTypes[42]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2854,7 +3089,7 @@ func (x *DeadListRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use DeadListRequest.ProtoReflect.Descriptor instead.
 func (*DeadListRequest) Descriptor() ([]byte, []int) {
-	return file_styx_v1_styx_proto_rawDescGZIP(), []int{39}
+	return file_styx_v1_styx_proto_rawDescGZIP(), []int{42}
 }
 
 func (x *DeadListRequest) GetQueueName() string {
@@ -2902,7 +3137,7 @@ type DeadListResponse struct {
 
 func (x *DeadListResponse) Reset() {
 	*x = DeadListResponse{}
-	mi := &file_styx_v1_styx_proto_msgTypes[40]
+	mi := &file_styx_v1_styx_proto_msgTypes[43]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2914,7 +3149,7 @@ func (x *DeadListResponse) String() string {
 func (*DeadListResponse) ProtoMessage() {}
 
 func (x *DeadListResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_styx_v1_styx_proto_msgTypes[40]
+	mi := &file_styx_v1_styx_proto_msgTypes[43]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2927,7 +3162,7 @@ func (x *DeadListResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use DeadListResponse.ProtoReflect.Descriptor instead.
 func (*DeadListResponse) Descriptor() ([]byte, []int) {
-	return file_styx_v1_styx_proto_rawDescGZIP(), []int{40}
+	return file_styx_v1_styx_proto_rawDescGZIP(), []int{43}
 }
 
 func (x *DeadListResponse) GetItems() []*StorageItem {
@@ -2958,7 +3193,7 @@ type DeadDeleteRequest struct {
 
 func (x *DeadDeleteRequest) Reset() {
 	*x = DeadDeleteRequest{}
-	mi := &file_styx_v1_styx_proto_msgTypes[41]
+	mi := &file_styx_v1_styx_proto_msgTypes[44]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2970,7 +3205,7 @@ func (x *DeadDeleteRequest) String() string {
 func (*DeadDeleteRequest) ProtoMessage() {}
 
 func (x *DeadDeleteRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_styx_v1_styx_proto_msgTypes[41]
+	mi := &file_styx_v1_styx_proto_msgTypes[44]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2983,7 +3218,7 @@ func (x *DeadDeleteRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use DeadDeleteRequest.ProtoReflect.Descriptor instead.
 func (*DeadDeleteRequest) Descriptor() ([]byte, []int) {
-	return file_styx_v1_styx_proto_rawDescGZIP(), []int{41}
+	return file_styx_v1_styx_proto_rawDescGZIP(), []int{44}
 }
 
 func (x *DeadDeleteRequest) GetQueueName() string {
@@ -3016,7 +3251,7 @@ type DeadDeleteResponse struct {
 
 func (x *DeadDeleteResponse) Reset() {
 	*x = DeadDeleteResponse{}
-	mi := &file_styx_v1_styx_proto_msgTypes[42]
+	mi := &file_styx_v1_styx_proto_msgTypes[45]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3028,7 +3263,7 @@ func (x *DeadDeleteResponse) String() string {
 func (*DeadDeleteResponse) ProtoMessage() {}
 
 func (x *DeadDeleteResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_styx_v1_styx_proto_msgTypes[42]
+	mi := &file_styx_v1_styx_proto_msgTypes[45]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3041,7 +3276,7 @@ func (x *DeadDeleteResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use DeadDeleteResponse.ProtoReflect.Descriptor instead.
 func (*DeadDeleteResponse) Descriptor() ([]byte, []int) {
-	return file_styx_v1_styx_proto_rawDescGZIP(), []int{42}
+	return file_styx_v1_styx_proto_rawDescGZIP(), []int{45}
 }
 
 func (x *DeadDeleteResponse) GetDeleted() int64 {
@@ -3071,7 +3306,7 @@ type DeadRedriveRequest struct {
 
 func (x *DeadRedriveRequest) Reset() {
 	*x = DeadRedriveRequest{}
-	mi := &file_styx_v1_styx_proto_msgTypes[43]
+	mi := &file_styx_v1_styx_proto_msgTypes[46]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3083,7 +3318,7 @@ func (x *DeadRedriveRequest) String() string {
 func (*DeadRedriveRequest) ProtoMessage() {}
 
 func (x *DeadRedriveRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_styx_v1_styx_proto_msgTypes[43]
+	mi := &file_styx_v1_styx_proto_msgTypes[46]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3096,7 +3331,7 @@ func (x *DeadRedriveRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use DeadRedriveRequest.ProtoReflect.Descriptor instead.
 func (*DeadRedriveRequest) Descriptor() ([]byte, []int) {
-	return file_styx_v1_styx_proto_rawDescGZIP(), []int{43}
+	return file_styx_v1_styx_proto_rawDescGZIP(), []int{46}
 }
 
 func (x *DeadRedriveRequest) GetQueueName() string {
@@ -3148,6 +3383,92 @@ func (x *DeadRedriveRequest) GetAll() bool {
 	return false
 }
 
+// DeadEditRequest replaces the payload of a dead item (Styx, dead.edit; the
+// dead scope): the fix for an item whose payload was wrong, before it is
+// redriven. The item keeps its id, place, error group and history; an entry
+// is added to its history with the old payload's size and SHA-256, the key
+// that edited it and when. A leased item (a consumer of the dead-letter
+// queue holds it) is refused (409).
+type DeadEditRequest struct {
+	state     protoimpl.MessageState `protogen:"open.v1"`
+	QueueName string                 `protobuf:"bytes,1,opt,name=queue_name,proto3" json:"queue_name,omitempty"`
+	// The dead item's id, as dead.list gives it.
+	Id string `protobuf:"bytes,2,opt,name=id,proto3" json:"id,omitempty"`
+	// The new payload (at most 5 MiB), replacing the old one whole.
+	Payload []byte `protobuf:"bytes,3,opt,name=payload,proto3" json:"payload,omitempty"`
+	// When set, the new kind and reference (at most 1024 bytes each; "" clears
+	// them). Unset: unchanged.
+	Kind          *string `protobuf:"bytes,4,opt,name=kind,proto3,oneof" json:"kind,omitempty"`
+	Reference     *string `protobuf:"bytes,5,opt,name=reference,proto3,oneof" json:"reference,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *DeadEditRequest) Reset() {
+	*x = DeadEditRequest{}
+	mi := &file_styx_v1_styx_proto_msgTypes[47]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *DeadEditRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*DeadEditRequest) ProtoMessage() {}
+
+func (x *DeadEditRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_styx_v1_styx_proto_msgTypes[47]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use DeadEditRequest.ProtoReflect.Descriptor instead.
+func (*DeadEditRequest) Descriptor() ([]byte, []int) {
+	return file_styx_v1_styx_proto_rawDescGZIP(), []int{47}
+}
+
+func (x *DeadEditRequest) GetQueueName() string {
+	if x != nil {
+		return x.QueueName
+	}
+	return ""
+}
+
+func (x *DeadEditRequest) GetId() string {
+	if x != nil {
+		return x.Id
+	}
+	return ""
+}
+
+func (x *DeadEditRequest) GetPayload() []byte {
+	if x != nil {
+		return x.Payload
+	}
+	return nil
+}
+
+func (x *DeadEditRequest) GetKind() string {
+	if x != nil && x.Kind != nil {
+		return *x.Kind
+	}
+	return ""
+}
+
+func (x *DeadEditRequest) GetReference() string {
+	if x != nil && x.Reference != nil {
+		return *x.Reference
+	}
+	return ""
+}
+
 type RedrivesListRequest struct {
 	state         protoimpl.MessageState `protogen:"open.v1"`
 	QueueName     string                 `protobuf:"bytes,1,opt,name=queue_name,proto3" json:"queue_name,omitempty"`
@@ -3157,7 +3478,7 @@ type RedrivesListRequest struct {
 
 func (x *RedrivesListRequest) Reset() {
 	*x = RedrivesListRequest{}
-	mi := &file_styx_v1_styx_proto_msgTypes[44]
+	mi := &file_styx_v1_styx_proto_msgTypes[48]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3169,7 +3490,7 @@ func (x *RedrivesListRequest) String() string {
 func (*RedrivesListRequest) ProtoMessage() {}
 
 func (x *RedrivesListRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_styx_v1_styx_proto_msgTypes[44]
+	mi := &file_styx_v1_styx_proto_msgTypes[48]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3182,7 +3503,7 @@ func (x *RedrivesListRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RedrivesListRequest.ProtoReflect.Descriptor instead.
 func (*RedrivesListRequest) Descriptor() ([]byte, []int) {
-	return file_styx_v1_styx_proto_rawDescGZIP(), []int{44}
+	return file_styx_v1_styx_proto_rawDescGZIP(), []int{48}
 }
 
 func (x *RedrivesListRequest) GetQueueName() string {
@@ -3201,7 +3522,7 @@ type RedrivesListResponse struct {
 
 func (x *RedrivesListResponse) Reset() {
 	*x = RedrivesListResponse{}
-	mi := &file_styx_v1_styx_proto_msgTypes[45]
+	mi := &file_styx_v1_styx_proto_msgTypes[49]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3213,7 +3534,7 @@ func (x *RedrivesListResponse) String() string {
 func (*RedrivesListResponse) ProtoMessage() {}
 
 func (x *RedrivesListResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_styx_v1_styx_proto_msgTypes[45]
+	mi := &file_styx_v1_styx_proto_msgTypes[49]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3226,7 +3547,7 @@ func (x *RedrivesListResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RedrivesListResponse.ProtoReflect.Descriptor instead.
 func (*RedrivesListResponse) Descriptor() ([]byte, []int) {
-	return file_styx_v1_styx_proto_rawDescGZIP(), []int{45}
+	return file_styx_v1_styx_proto_rawDescGZIP(), []int{49}
 }
 
 func (x *RedrivesListResponse) GetTasks() []*RedriveTask {
@@ -3245,7 +3566,7 @@ type RedriveTaskRequest struct {
 
 func (x *RedriveTaskRequest) Reset() {
 	*x = RedriveTaskRequest{}
-	mi := &file_styx_v1_styx_proto_msgTypes[46]
+	mi := &file_styx_v1_styx_proto_msgTypes[50]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3257,7 +3578,7 @@ func (x *RedriveTaskRequest) String() string {
 func (*RedriveTaskRequest) ProtoMessage() {}
 
 func (x *RedriveTaskRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_styx_v1_styx_proto_msgTypes[46]
+	mi := &file_styx_v1_styx_proto_msgTypes[50]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3270,7 +3591,7 @@ func (x *RedriveTaskRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RedriveTaskRequest.ProtoReflect.Descriptor instead.
 func (*RedriveTaskRequest) Descriptor() ([]byte, []int) {
-	return file_styx_v1_styx_proto_rawDescGZIP(), []int{46}
+	return file_styx_v1_styx_proto_rawDescGZIP(), []int{50}
 }
 
 func (x *RedriveTaskRequest) GetTaskId() string {
@@ -3281,17 +3602,19 @@ func (x *RedriveTaskRequest) GetTaskId() string {
 }
 
 type RedriveCounts struct {
-	state         protoimpl.MessageState `protogen:"open.v1"`
-	Moved         int64                  `protobuf:"varint,1,opt,name=moved,proto3" json:"moved,omitempty"`
-	Failed        int64                  `protobuf:"varint,2,opt,name=failed,proto3" json:"failed,omitempty"`
-	Skipped       int64                  `protobuf:"varint,3,opt,name=skipped,proto3" json:"skipped,omitempty"`
+	state   protoimpl.MessageState `protogen:"open.v1"`
+	Moved   int64                  `protobuf:"varint,1,opt,name=moved,proto3" json:"moved,omitempty"`
+	Failed  int64                  `protobuf:"varint,2,opt,name=failed,proto3" json:"failed,omitempty"`
+	Skipped int64                  `protobuf:"varint,3,opt,name=skipped,proto3" json:"skipped,omitempty"`
+	// Styx: the skipped items by reason (see RedriveTask.skip_reasons).
+	SkipReasons   map[string]int64 `protobuf:"bytes,100,rep,name=skip_reasons,proto3" json:"skip_reasons,omitempty" protobuf_key:"bytes,1,opt,name=key" protobuf_val:"varint,2,opt,name=value"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
 
 func (x *RedriveCounts) Reset() {
 	*x = RedriveCounts{}
-	mi := &file_styx_v1_styx_proto_msgTypes[47]
+	mi := &file_styx_v1_styx_proto_msgTypes[51]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3303,7 +3626,7 @@ func (x *RedriveCounts) String() string {
 func (*RedriveCounts) ProtoMessage() {}
 
 func (x *RedriveCounts) ProtoReflect() protoreflect.Message {
-	mi := &file_styx_v1_styx_proto_msgTypes[47]
+	mi := &file_styx_v1_styx_proto_msgTypes[51]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3316,7 +3639,7 @@ func (x *RedriveCounts) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RedriveCounts.ProtoReflect.Descriptor instead.
 func (*RedriveCounts) Descriptor() ([]byte, []int) {
-	return file_styx_v1_styx_proto_rawDescGZIP(), []int{47}
+	return file_styx_v1_styx_proto_rawDescGZIP(), []int{51}
 }
 
 func (x *RedriveCounts) GetMoved() int64 {
@@ -3338,6 +3661,78 @@ func (x *RedriveCounts) GetSkipped() int64 {
 		return x.Skipped
 	}
 	return 0
+}
+
+func (x *RedriveCounts) GetSkipReasons() map[string]int64 {
+	if x != nil {
+		return x.SkipReasons
+	}
+	return nil
+}
+
+// RedrivePlan is what a dry run says a redrive would do with the items
+// bound for one destination queue (Styx).
+type RedrivePlan struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// Items that would be moved to the queue.
+	WouldMove int64 `protobuf:"varint,1,opt,name=would_move,proto3" json:"would_move,omitempty"`
+	// Items that would stay in the dead-letter queue, and why (the reasons
+	// of RedriveTask.skip_reasons).
+	WouldSkip     int64            `protobuf:"varint,2,opt,name=would_skip,proto3" json:"would_skip,omitempty"`
+	SkipReasons   map[string]int64 `protobuf:"bytes,3,rep,name=skip_reasons,proto3" json:"skip_reasons,omitempty" protobuf_key:"bytes,1,opt,name=key" protobuf_val:"varint,2,opt,name=value"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *RedrivePlan) Reset() {
+	*x = RedrivePlan{}
+	mi := &file_styx_v1_styx_proto_msgTypes[52]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *RedrivePlan) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*RedrivePlan) ProtoMessage() {}
+
+func (x *RedrivePlan) ProtoReflect() protoreflect.Message {
+	mi := &file_styx_v1_styx_proto_msgTypes[52]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use RedrivePlan.ProtoReflect.Descriptor instead.
+func (*RedrivePlan) Descriptor() ([]byte, []int) {
+	return file_styx_v1_styx_proto_rawDescGZIP(), []int{52}
+}
+
+func (x *RedrivePlan) GetWouldMove() int64 {
+	if x != nil {
+		return x.WouldMove
+	}
+	return 0
+}
+
+func (x *RedrivePlan) GetWouldSkip() int64 {
+	if x != nil {
+		return x.WouldSkip
+	}
+	return 0
+}
+
+func (x *RedrivePlan) GetSkipReasons() map[string]int64 {
+	if x != nil {
+		return x.SkipReasons
+	}
+	return nil
 }
 
 type RedriveTask struct {
@@ -3362,14 +3757,34 @@ type RedriveTask struct {
 	MaxRedriveCount int32 `protobuf:"varint,100,opt,name=max_redrive_count,proto3" json:"max_redrive_count,omitempty"`
 	// Styx: the name of the API key that started the task (audit); empty when
 	// the server runs without --auth.
-	KeyName       string `protobuf:"bytes,120,opt,name=key_name,proto3" json:"key_name,omitempty"`
+	KeyName string `protobuf:"bytes,120,opt,name=key_name,proto3" json:"key_name,omitempty"`
+	// Styx, dry runs: of the matched items, how many a redrive started now
+	// would move and how many it would skip (they stay in the dead-letter
+	// queue), in all and by destination queue (the source queue each item
+	// names, or destination). "" is the key of items that name no source.
+	WouldMove     int64                   `protobuf:"varint,101,opt,name=would_move,proto3" json:"would_move,omitempty"`
+	WouldSkip     int64                   `protobuf:"varint,102,opt,name=would_skip,proto3" json:"would_skip,omitempty"`
+	ByDestination map[string]*RedrivePlan `protobuf:"bytes,103,rep,name=by_destination,proto3" json:"by_destination,omitempty" protobuf_key:"bytes,1,opt,name=key" protobuf_val:"bytes,2,opt,name=value"`
+	// Styx: skipped items by reason, for a dry run what would be skipped and
+	// for a task what was: "source_gone" (the destination queue does not
+	// exist), "not_covered" (the API key that started the task may not reach
+	// the destination), "loop_cap" (already redriven max_redrive_count
+	// times), "leased" (a consumer of the dead-letter queue holds it).
+	SkipReasons map[string]int64 `protobuf:"bytes,104,rep,name=skip_reasons,proto3" json:"skip_reasons,omitempty" protobuf_key:"bytes,1,opt,name=key" protobuf_val:"varint,2,opt,name=value"`
+	// Styx: set when a task completed but left items behind (skipped or
+	// failed): one sentence saying how many and why. The UI shows such a
+	// task as a warning; status stays "completed" (wire compatibility).
+	Warning string `protobuf:"bytes,105,opt,name=warning,proto3" json:"warning,omitempty"`
+	// Styx: when filter.fingerprint is set, that error group's pattern (as
+	// dead.groups gives it) when the task started, for people to read.
+	ErrorPattern  string `protobuf:"bytes,106,opt,name=error_pattern,proto3" json:"error_pattern,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
 
 func (x *RedriveTask) Reset() {
 	*x = RedriveTask{}
-	mi := &file_styx_v1_styx_proto_msgTypes[48]
+	mi := &file_styx_v1_styx_proto_msgTypes[53]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3381,7 +3796,7 @@ func (x *RedriveTask) String() string {
 func (*RedriveTask) ProtoMessage() {}
 
 func (x *RedriveTask) ProtoReflect() protoreflect.Message {
-	mi := &file_styx_v1_styx_proto_msgTypes[48]
+	mi := &file_styx_v1_styx_proto_msgTypes[53]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3394,7 +3809,7 @@ func (x *RedriveTask) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RedriveTask.ProtoReflect.Descriptor instead.
 func (*RedriveTask) Descriptor() ([]byte, []int) {
-	return file_styx_v1_styx_proto_rawDescGZIP(), []int{48}
+	return file_styx_v1_styx_proto_rawDescGZIP(), []int{53}
 }
 
 func (x *RedriveTask) GetTaskId() string {
@@ -3516,6 +3931,48 @@ func (x *RedriveTask) GetKeyName() string {
 	return ""
 }
 
+func (x *RedriveTask) GetWouldMove() int64 {
+	if x != nil {
+		return x.WouldMove
+	}
+	return 0
+}
+
+func (x *RedriveTask) GetWouldSkip() int64 {
+	if x != nil {
+		return x.WouldSkip
+	}
+	return 0
+}
+
+func (x *RedriveTask) GetByDestination() map[string]*RedrivePlan {
+	if x != nil {
+		return x.ByDestination
+	}
+	return nil
+}
+
+func (x *RedriveTask) GetSkipReasons() map[string]int64 {
+	if x != nil {
+		return x.SkipReasons
+	}
+	return nil
+}
+
+func (x *RedriveTask) GetWarning() string {
+	if x != nil {
+		return x.Warning
+	}
+	return ""
+}
+
+func (x *RedriveTask) GetErrorPattern() string {
+	if x != nil {
+		return x.ErrorPattern
+	}
+	return ""
+}
+
 // KeysCreateRequest creates an API key.
 type KeysCreateRequest struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
@@ -3532,7 +3989,7 @@ type KeysCreateRequest struct {
 
 func (x *KeysCreateRequest) Reset() {
 	*x = KeysCreateRequest{}
-	mi := &file_styx_v1_styx_proto_msgTypes[49]
+	mi := &file_styx_v1_styx_proto_msgTypes[54]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3544,7 +4001,7 @@ func (x *KeysCreateRequest) String() string {
 func (*KeysCreateRequest) ProtoMessage() {}
 
 func (x *KeysCreateRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_styx_v1_styx_proto_msgTypes[49]
+	mi := &file_styx_v1_styx_proto_msgTypes[54]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3557,7 +4014,7 @@ func (x *KeysCreateRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use KeysCreateRequest.ProtoReflect.Descriptor instead.
 func (*KeysCreateRequest) Descriptor() ([]byte, []int) {
-	return file_styx_v1_styx_proto_rawDescGZIP(), []int{49}
+	return file_styx_v1_styx_proto_rawDescGZIP(), []int{54}
 }
 
 func (x *KeysCreateRequest) GetName() string {
@@ -3596,7 +4053,7 @@ type ApiKey struct {
 
 func (x *ApiKey) Reset() {
 	*x = ApiKey{}
-	mi := &file_styx_v1_styx_proto_msgTypes[50]
+	mi := &file_styx_v1_styx_proto_msgTypes[55]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3608,7 +4065,7 @@ func (x *ApiKey) String() string {
 func (*ApiKey) ProtoMessage() {}
 
 func (x *ApiKey) ProtoReflect() protoreflect.Message {
-	mi := &file_styx_v1_styx_proto_msgTypes[50]
+	mi := &file_styx_v1_styx_proto_msgTypes[55]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3621,7 +4078,7 @@ func (x *ApiKey) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ApiKey.ProtoReflect.Descriptor instead.
 func (*ApiKey) Descriptor() ([]byte, []int) {
-	return file_styx_v1_styx_proto_rawDescGZIP(), []int{50}
+	return file_styx_v1_styx_proto_rawDescGZIP(), []int{55}
 }
 
 func (x *ApiKey) GetName() string {
@@ -3674,7 +4131,7 @@ type KeysCreateResponse struct {
 
 func (x *KeysCreateResponse) Reset() {
 	*x = KeysCreateResponse{}
-	mi := &file_styx_v1_styx_proto_msgTypes[51]
+	mi := &file_styx_v1_styx_proto_msgTypes[56]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3686,7 +4143,7 @@ func (x *KeysCreateResponse) String() string {
 func (*KeysCreateResponse) ProtoMessage() {}
 
 func (x *KeysCreateResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_styx_v1_styx_proto_msgTypes[51]
+	mi := &file_styx_v1_styx_proto_msgTypes[56]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3699,7 +4156,7 @@ func (x *KeysCreateResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use KeysCreateResponse.ProtoReflect.Descriptor instead.
 func (*KeysCreateResponse) Descriptor() ([]byte, []int) {
-	return file_styx_v1_styx_proto_rawDescGZIP(), []int{51}
+	return file_styx_v1_styx_proto_rawDescGZIP(), []int{56}
 }
 
 func (x *KeysCreateResponse) GetKey() string {
@@ -3745,7 +4202,7 @@ type KeysListRequest struct {
 
 func (x *KeysListRequest) Reset() {
 	*x = KeysListRequest{}
-	mi := &file_styx_v1_styx_proto_msgTypes[52]
+	mi := &file_styx_v1_styx_proto_msgTypes[57]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3757,7 +4214,7 @@ func (x *KeysListRequest) String() string {
 func (*KeysListRequest) ProtoMessage() {}
 
 func (x *KeysListRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_styx_v1_styx_proto_msgTypes[52]
+	mi := &file_styx_v1_styx_proto_msgTypes[57]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3770,7 +4227,7 @@ func (x *KeysListRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use KeysListRequest.ProtoReflect.Descriptor instead.
 func (*KeysListRequest) Descriptor() ([]byte, []int) {
-	return file_styx_v1_styx_proto_rawDescGZIP(), []int{52}
+	return file_styx_v1_styx_proto_rawDescGZIP(), []int{57}
 }
 
 type KeysListResponse struct {
@@ -3782,7 +4239,7 @@ type KeysListResponse struct {
 
 func (x *KeysListResponse) Reset() {
 	*x = KeysListResponse{}
-	mi := &file_styx_v1_styx_proto_msgTypes[53]
+	mi := &file_styx_v1_styx_proto_msgTypes[58]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3794,7 +4251,7 @@ func (x *KeysListResponse) String() string {
 func (*KeysListResponse) ProtoMessage() {}
 
 func (x *KeysListResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_styx_v1_styx_proto_msgTypes[53]
+	mi := &file_styx_v1_styx_proto_msgTypes[58]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3807,7 +4264,7 @@ func (x *KeysListResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use KeysListResponse.ProtoReflect.Descriptor instead.
 func (*KeysListResponse) Descriptor() ([]byte, []int) {
-	return file_styx_v1_styx_proto_rawDescGZIP(), []int{53}
+	return file_styx_v1_styx_proto_rawDescGZIP(), []int{58}
 }
 
 func (x *KeysListResponse) GetKeys() []*ApiKey {
@@ -3826,7 +4283,7 @@ type KeysDeleteRequest struct {
 
 func (x *KeysDeleteRequest) Reset() {
 	*x = KeysDeleteRequest{}
-	mi := &file_styx_v1_styx_proto_msgTypes[54]
+	mi := &file_styx_v1_styx_proto_msgTypes[59]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3838,7 +4295,7 @@ func (x *KeysDeleteRequest) String() string {
 func (*KeysDeleteRequest) ProtoMessage() {}
 
 func (x *KeysDeleteRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_styx_v1_styx_proto_msgTypes[54]
+	mi := &file_styx_v1_styx_proto_msgTypes[59]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3851,7 +4308,7 @@ func (x *KeysDeleteRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use KeysDeleteRequest.ProtoReflect.Descriptor instead.
 func (*KeysDeleteRequest) Descriptor() ([]byte, []int) {
-	return file_styx_v1_styx_proto_rawDescGZIP(), []int{54}
+	return file_styx_v1_styx_proto_rawDescGZIP(), []int{59}
 }
 
 func (x *KeysDeleteRequest) GetName() string {
@@ -4017,7 +4474,31 @@ const file_styx_v1_styx_proto_rawDesc = "" +
 	"\n" +
 	"averageAge\x18\x05 \x01(\tR\vaverage_age\x12,\n" +
 	"\x10averageLeasedAge\x18\x06 \x01(\tR\x12average_leased_age\x12\x1c\n" +
-	"\tscheduled\x18\a \x01(\x05R\tscheduled\"2\n" +
+	"\tscheduled\x18\a \x01(\x05R\tscheduled\"6\n" +
+	"\x14QueuesHistoryRequest\x12\x1e\n" +
+	"\n" +
+	"queue_name\x18\x01 \x01(\tR\n" +
+	"queue_name\"\xaf\x02\n" +
+	"\x15QueuesHistoryResponse\x12\x1e\n" +
+	"\n" +
+	"queue_name\x18\x01 \x01(\tR\n" +
+	"queue_name\x12*\n" +
+	"\x10interval_seconds\x18\x02 \x01(\x05R\x10interval_seconds\x12-\n" +
+	"\x06points\x18\x03 \x03(\v2\x15.styx.v1.HistoryPointR\x06points\x12Y\n" +
+	"\x0egroup_patterns\x18\x04 \x03(\v21.styx.v1.QueuesHistoryResponse.GroupPatternsEntryR\x0egroup_patterns\x1a@\n" +
+	"\x12GroupPatternsEntry\x12\x10\n" +
+	"\x03key\x18\x01 \x01(\tR\x03key\x12\x14\n" +
+	"\x05value\x18\x02 \x01(\tR\x05value:\x028\x01\"\xbe\x02\n" +
+	"\fHistoryPoint\x12*\n" +
+	"\x02at\x18\x01 \x01(\v2\x1a.google.protobuf.TimestampR\x02at\x12\x1a\n" +
+	"\bproduced\x18\x02 \x01(\x03R\bproduced\x12\x1c\n" +
+	"\tcompleted\x18\x03 \x01(\x03R\tcompleted\x12$\n" +
+	"\rdead_lettered\x18\x04 \x01(\x03R\rdead_lettered\x12\x14\n" +
+	"\x05depth\x18\x05 \x01(\x03R\x05depth\x12L\n" +
+	"\rdead_by_group\x18\x06 \x03(\v2&.styx.v1.HistoryPoint.DeadByGroupEntryR\rdead_by_group\x1a>\n" +
+	"\x10DeadByGroupEntry\x12\x10\n" +
+	"\x03key\x18\x01 \x01(\tR\x03key\x12\x14\n" +
+	"\x05value\x18\x02 \x01(\x03R\x05value:\x028\x01\"2\n" +
 	"\x11QueuesInfoRequest\x12\x1d\n" +
 	"\tqueueName\x18\x01 \x01(\tR\n" +
 	"queue_name\"]\n" +
@@ -4083,7 +4564,7 @@ const file_styx_v1_styx_proto_rawDesc = "" +
 	"\fAttemptError\x12\x18\n" +
 	"\aattempt\x18\x01 \x01(\x05R\aattempt\x12\x14\n" +
 	"\x05error\x18\x02 \x01(\tR\x05error\x12*\n" +
-	"\x02at\x18\x03 \x01(\v2\x1a.google.protobuf.TimestampR\x02at\"\xb3\x02\n" +
+	"\x02at\x18\x03 \x01(\v2\x1a.google.protobuf.TimestampR\x02at\"\xff\x02\n" +
 	"\n" +
 	"DeadFilter\x12\x10\n" +
 	"\x03ids\x18\x01 \x03(\tR\x03ids\x12\"\n" +
@@ -4095,7 +4576,9 @@ const file_styx_v1_styx_proto_rawDesc = "" +
 	"dead_after\x18\x06 \x01(\v2\x1a.google.protobuf.TimestampR\n" +
 	"dead_after\x12<\n" +
 	"\vdead_before\x18\a \x01(\v2\x1a.google.protobuf.TimestampR\vdead_before\x12!\n" +
-	"\vfingerprint\x18\x82\x01 \x01(\tR\vfingerprint\"v\n" +
+	"\vfingerprint\x18\x82\x01 \x01(\tR\vfingerprint\x12\x1d\n" +
+	"\treference\x18\x83\x01 \x01(\tR\treference\x12+\n" +
+	"\x10payload_contains\x18\x84\x01 \x01(\tR\x10payload_contains\"v\n" +
 	"\x11DeadGroupsRequest\x12\x1e\n" +
 	"\n" +
 	"queue_name\x18\x01 \x01(\tR\n" +
@@ -4148,7 +4631,18 @@ const file_styx_v1_styx_proto_rawDesc = "" +
 	"rate_limit\x12\x18\n" +
 	"\adry_run\x18\x05 \x01(\bR\adry_run\x12,\n" +
 	"\x11max_redrive_count\x18d \x01(\x05R\x11max_redrive_count\x12\x10\n" +
-	"\x03all\x18n \x01(\bR\x03all\"5\n" +
+	"\x03all\x18n \x01(\bR\x03all\"\xae\x01\n" +
+	"\x0fDeadEditRequest\x12\x1e\n" +
+	"\n" +
+	"queue_name\x18\x01 \x01(\tR\n" +
+	"queue_name\x12\x0e\n" +
+	"\x02id\x18\x02 \x01(\tR\x02id\x12\x18\n" +
+	"\apayload\x18\x03 \x01(\fR\apayload\x12\x17\n" +
+	"\x04kind\x18\x04 \x01(\tH\x00R\x04kind\x88\x01\x01\x12!\n" +
+	"\treference\x18\x05 \x01(\tH\x01R\treference\x88\x01\x01B\a\n" +
+	"\x05_kindB\f\n" +
+	"\n" +
+	"_reference\"5\n" +
 	"\x13RedrivesListRequest\x12\x1e\n" +
 	"\n" +
 	"queue_name\x18\x01 \x01(\tR\n" +
@@ -4156,11 +4650,26 @@ const file_styx_v1_styx_proto_rawDesc = "" +
 	"\x14RedrivesListResponse\x12*\n" +
 	"\x05tasks\x18\x01 \x03(\v2\x14.styx.v1.RedriveTaskR\x05tasks\".\n" +
 	"\x12RedriveTaskRequest\x12\x18\n" +
-	"\atask_id\x18\x01 \x01(\tR\atask_id\"W\n" +
+	"\atask_id\x18\x01 \x01(\tR\atask_id\"\xe4\x01\n" +
 	"\rRedriveCounts\x12\x14\n" +
 	"\x05moved\x18\x01 \x01(\x03R\x05moved\x12\x16\n" +
 	"\x06failed\x18\x02 \x01(\x03R\x06failed\x12\x18\n" +
-	"\askipped\x18\x03 \x01(\x03R\askipped\"\xc9\x05\n" +
+	"\askipped\x18\x03 \x01(\x03R\askipped\x12K\n" +
+	"\fskip_reasons\x18d \x03(\v2'.styx.v1.RedriveCounts.SkipReasonsEntryR\fskip_reasons\x1a>\n" +
+	"\x10SkipReasonsEntry\x12\x10\n" +
+	"\x03key\x18\x01 \x01(\tR\x03key\x12\x14\n" +
+	"\x05value\x18\x02 \x01(\x03R\x05value:\x028\x01\"\xd8\x01\n" +
+	"\vRedrivePlan\x12\x1e\n" +
+	"\n" +
+	"would_move\x18\x01 \x01(\x03R\n" +
+	"would_move\x12\x1e\n" +
+	"\n" +
+	"would_skip\x18\x02 \x01(\x03R\n" +
+	"would_skip\x12I\n" +
+	"\fskip_reasons\x18\x03 \x03(\v2%.styx.v1.RedrivePlan.SkipReasonsEntryR\fskip_reasons\x1a>\n" +
+	"\x10SkipReasonsEntry\x12\x10\n" +
+	"\x03key\x18\x01 \x01(\tR\x03key\x12\x14\n" +
+	"\x05value\x18\x02 \x01(\x03R\x05value:\x028\x01\"\xfd\b\n" +
 	"\vRedriveTask\x12\x18\n" +
 	"\atask_id\x18\x01 \x01(\tR\atask_id\x12\x1e\n" +
 	"\n" +
@@ -4185,10 +4694,26 @@ const file_styx_v1_styx_proto_rawDesc = "" +
 	"\x0efailure_reason\x18\x0e \x01(\tR\x0efailure_reason\x12\x18\n" +
 	"\adry_run\x18\x0f \x01(\bR\adry_run\x12,\n" +
 	"\x11max_redrive_count\x18d \x01(\x05R\x11max_redrive_count\x12\x1a\n" +
-	"\bkey_name\x18x \x01(\tR\bkey_name\x1aR\n" +
+	"\bkey_name\x18x \x01(\tR\bkey_name\x12\x1e\n" +
+	"\n" +
+	"would_move\x18e \x01(\x03R\n" +
+	"would_move\x12\x1e\n" +
+	"\n" +
+	"would_skip\x18f \x01(\x03R\n" +
+	"would_skip\x12O\n" +
+	"\x0eby_destination\x18g \x03(\v2'.styx.v1.RedriveTask.ByDestinationEntryR\x0eby_destination\x12I\n" +
+	"\fskip_reasons\x18h \x03(\v2%.styx.v1.RedriveTask.SkipReasonsEntryR\fskip_reasons\x12\x18\n" +
+	"\awarning\x18i \x01(\tR\awarning\x12$\n" +
+	"\rerror_pattern\x18j \x01(\tR\rerror_pattern\x1aR\n" +
 	"\fByQueueEntry\x12\x10\n" +
 	"\x03key\x18\x01 \x01(\tR\x03key\x12,\n" +
-	"\x05value\x18\x02 \x01(\v2\x16.styx.v1.RedriveCountsR\x05value:\x028\x01\"W\n" +
+	"\x05value\x18\x02 \x01(\v2\x16.styx.v1.RedriveCountsR\x05value:\x028\x01\x1aV\n" +
+	"\x12ByDestinationEntry\x12\x10\n" +
+	"\x03key\x18\x01 \x01(\tR\x03key\x12*\n" +
+	"\x05value\x18\x02 \x01(\v2\x14.styx.v1.RedrivePlanR\x05value:\x028\x01\x1a>\n" +
+	"\x10SkipReasonsEntry\x12\x10\n" +
+	"\x03key\x18\x01 \x01(\tR\x03key\x12\x14\n" +
+	"\x05value\x18\x02 \x01(\x03R\x05value:\x028\x01\"W\n" +
 	"\x11KeysCreateRequest\x12\x12\n" +
 	"\x04name\x18\x01 \x01(\tR\x04name\x12\x16\n" +
 	"\x06scopes\x18\x02 \x03(\tR\x06scopes\x12\x16\n" +
@@ -4229,7 +4754,7 @@ func file_styx_v1_styx_proto_rawDescGZIP() []byte {
 	return file_styx_v1_styx_proto_rawDescData
 }
 
-var file_styx_v1_styx_proto_msgTypes = make([]protoimpl.MessageInfo, 58)
+var file_styx_v1_styx_proto_msgTypes = make([]protoimpl.MessageInfo, 69)
 var file_styx_v1_styx_proto_goTypes = []any{
 	(*QueueProduceRequest)(nil),        // 0: styx.v1.QueueProduceRequest
 	(*QueueProduceItem)(nil),           // 1: styx.v1.QueueProduceItem
@@ -4255,98 +4780,118 @@ var file_styx_v1_styx_proto_goTypes = []any{
 	(*QueueStatsResponse)(nil),         // 21: styx.v1.QueueStatsResponse
 	(*QueueLogicalStats)(nil),          // 22: styx.v1.QueueLogicalStats
 	(*QueuePartitionStats)(nil),        // 23: styx.v1.QueuePartitionStats
-	(*QueuesInfoRequest)(nil),          // 24: styx.v1.QueuesInfoRequest
-	(*QueuesListRequest)(nil),          // 25: styx.v1.QueuesListRequest
-	(*QueuesListResponse)(nil),         // 26: styx.v1.QueuesListResponse
-	(*QueuesDeleteRequest)(nil),        // 27: styx.v1.QueuesDeleteRequest
-	(*StorageItemsListRequest)(nil),    // 28: styx.v1.StorageItemsListRequest
-	(*StorageItemsListResponse)(nil),   // 29: styx.v1.StorageItemsListResponse
-	(*StorageItemsImportRequest)(nil),  // 30: styx.v1.StorageItemsImportRequest
-	(*StorageItemsImportResponse)(nil), // 31: styx.v1.StorageItemsImportResponse
-	(*StorageItemsDeleteRequest)(nil),  // 32: styx.v1.StorageItemsDeleteRequest
-	(*StorageItem)(nil),                // 33: styx.v1.StorageItem
-	(*AttemptError)(nil),               // 34: styx.v1.AttemptError
-	(*DeadFilter)(nil),                 // 35: styx.v1.DeadFilter
-	(*DeadGroupsRequest)(nil),          // 36: styx.v1.DeadGroupsRequest
-	(*DeadGroup)(nil),                  // 37: styx.v1.DeadGroup
-	(*DeadGroupsResponse)(nil),         // 38: styx.v1.DeadGroupsResponse
-	(*DeadListRequest)(nil),            // 39: styx.v1.DeadListRequest
-	(*DeadListResponse)(nil),           // 40: styx.v1.DeadListResponse
-	(*DeadDeleteRequest)(nil),          // 41: styx.v1.DeadDeleteRequest
-	(*DeadDeleteResponse)(nil),         // 42: styx.v1.DeadDeleteResponse
-	(*DeadRedriveRequest)(nil),         // 43: styx.v1.DeadRedriveRequest
-	(*RedrivesListRequest)(nil),        // 44: styx.v1.RedrivesListRequest
-	(*RedrivesListResponse)(nil),       // 45: styx.v1.RedrivesListResponse
-	(*RedriveTaskRequest)(nil),         // 46: styx.v1.RedriveTaskRequest
-	(*RedriveCounts)(nil),              // 47: styx.v1.RedriveCounts
-	(*RedriveTask)(nil),                // 48: styx.v1.RedriveTask
-	(*KeysCreateRequest)(nil),          // 49: styx.v1.KeysCreateRequest
-	(*ApiKey)(nil),                     // 50: styx.v1.ApiKey
-	(*KeysCreateResponse)(nil),         // 51: styx.v1.KeysCreateResponse
-	(*KeysListRequest)(nil),            // 52: styx.v1.KeysListRequest
-	(*KeysListResponse)(nil),           // 53: styx.v1.KeysListResponse
-	(*KeysDeleteRequest)(nil),          // 54: styx.v1.KeysDeleteRequest
-	nil,                                // 55: styx.v1.QueueStatsResponse.DeadByReasonEntry
-	nil,                                // 56: styx.v1.QueueStatsResponse.DeadBySourceEntry
-	nil,                                // 57: styx.v1.RedriveTask.ByQueueEntry
-	(*timestamppb.Timestamp)(nil),      // 58: google.protobuf.Timestamp
+	(*QueuesHistoryRequest)(nil),       // 24: styx.v1.QueuesHistoryRequest
+	(*QueuesHistoryResponse)(nil),      // 25: styx.v1.QueuesHistoryResponse
+	(*HistoryPoint)(nil),               // 26: styx.v1.HistoryPoint
+	(*QueuesInfoRequest)(nil),          // 27: styx.v1.QueuesInfoRequest
+	(*QueuesListRequest)(nil),          // 28: styx.v1.QueuesListRequest
+	(*QueuesListResponse)(nil),         // 29: styx.v1.QueuesListResponse
+	(*QueuesDeleteRequest)(nil),        // 30: styx.v1.QueuesDeleteRequest
+	(*StorageItemsListRequest)(nil),    // 31: styx.v1.StorageItemsListRequest
+	(*StorageItemsListResponse)(nil),   // 32: styx.v1.StorageItemsListResponse
+	(*StorageItemsImportRequest)(nil),  // 33: styx.v1.StorageItemsImportRequest
+	(*StorageItemsImportResponse)(nil), // 34: styx.v1.StorageItemsImportResponse
+	(*StorageItemsDeleteRequest)(nil),  // 35: styx.v1.StorageItemsDeleteRequest
+	(*StorageItem)(nil),                // 36: styx.v1.StorageItem
+	(*AttemptError)(nil),               // 37: styx.v1.AttemptError
+	(*DeadFilter)(nil),                 // 38: styx.v1.DeadFilter
+	(*DeadGroupsRequest)(nil),          // 39: styx.v1.DeadGroupsRequest
+	(*DeadGroup)(nil),                  // 40: styx.v1.DeadGroup
+	(*DeadGroupsResponse)(nil),         // 41: styx.v1.DeadGroupsResponse
+	(*DeadListRequest)(nil),            // 42: styx.v1.DeadListRequest
+	(*DeadListResponse)(nil),           // 43: styx.v1.DeadListResponse
+	(*DeadDeleteRequest)(nil),          // 44: styx.v1.DeadDeleteRequest
+	(*DeadDeleteResponse)(nil),         // 45: styx.v1.DeadDeleteResponse
+	(*DeadRedriveRequest)(nil),         // 46: styx.v1.DeadRedriveRequest
+	(*DeadEditRequest)(nil),            // 47: styx.v1.DeadEditRequest
+	(*RedrivesListRequest)(nil),        // 48: styx.v1.RedrivesListRequest
+	(*RedrivesListResponse)(nil),       // 49: styx.v1.RedrivesListResponse
+	(*RedriveTaskRequest)(nil),         // 50: styx.v1.RedriveTaskRequest
+	(*RedriveCounts)(nil),              // 51: styx.v1.RedriveCounts
+	(*RedrivePlan)(nil),                // 52: styx.v1.RedrivePlan
+	(*RedriveTask)(nil),                // 53: styx.v1.RedriveTask
+	(*KeysCreateRequest)(nil),          // 54: styx.v1.KeysCreateRequest
+	(*ApiKey)(nil),                     // 55: styx.v1.ApiKey
+	(*KeysCreateResponse)(nil),         // 56: styx.v1.KeysCreateResponse
+	(*KeysListRequest)(nil),            // 57: styx.v1.KeysListRequest
+	(*KeysListResponse)(nil),           // 58: styx.v1.KeysListResponse
+	(*KeysDeleteRequest)(nil),          // 59: styx.v1.KeysDeleteRequest
+	nil,                                // 60: styx.v1.QueueStatsResponse.DeadByReasonEntry
+	nil,                                // 61: styx.v1.QueueStatsResponse.DeadBySourceEntry
+	nil,                                // 62: styx.v1.QueuesHistoryResponse.GroupPatternsEntry
+	nil,                                // 63: styx.v1.HistoryPoint.DeadByGroupEntry
+	nil,                                // 64: styx.v1.RedriveCounts.SkipReasonsEntry
+	nil,                                // 65: styx.v1.RedrivePlan.SkipReasonsEntry
+	nil,                                // 66: styx.v1.RedriveTask.ByQueueEntry
+	nil,                                // 67: styx.v1.RedriveTask.ByDestinationEntry
+	nil,                                // 68: styx.v1.RedriveTask.SkipReasonsEntry
+	(*timestamppb.Timestamp)(nil),      // 69: google.protobuf.Timestamp
 }
 var file_styx_v1_styx_proto_depIdxs = []int32{
 	1,  // 0: styx.v1.QueueProduceRequest.items:type_name -> styx.v1.QueueProduceItem
-	58, // 1: styx.v1.QueueProduceItem.enqueueAt:type_name -> google.protobuf.Timestamp
-	58, // 2: styx.v1.QueueLeaseItem.leaseDeadline:type_name -> google.protobuf.Timestamp
+	69, // 1: styx.v1.QueueProduceItem.enqueueAt:type_name -> google.protobuf.Timestamp
+	69, // 2: styx.v1.QueueLeaseItem.leaseDeadline:type_name -> google.protobuf.Timestamp
 	4,  // 3: styx.v1.QueueLeaseResponse.items:type_name -> styx.v1.QueueLeaseItem
 	9,  // 4: styx.v1.QueueRetryRequest.items:type_name -> styx.v1.QueueRetryItem
-	58, // 5: styx.v1.QueueRetryItem.retryAt:type_name -> google.protobuf.Timestamp
+	69, // 5: styx.v1.QueueRetryItem.retryAt:type_name -> google.protobuf.Timestamp
 	11, // 6: styx.v1.QueueRetryResponse.outcomes:type_name -> styx.v1.QueueRetryOutcome
-	58, // 7: styx.v1.QueueRetryOutcome.retryAt:type_name -> google.protobuf.Timestamp
+	69, // 7: styx.v1.QueueRetryOutcome.retryAt:type_name -> google.protobuf.Timestamp
 	14, // 8: styx.v1.QueueRenewResponse.items:type_name -> styx.v1.QueueRenewItem
-	58, // 9: styx.v1.QueueRenewItem.leaseDeadline:type_name -> google.protobuf.Timestamp
-	58, // 10: styx.v1.QueueInfo.createdAt:type_name -> google.protobuf.Timestamp
-	58, // 11: styx.v1.QueueInfo.updatedAt:type_name -> google.protobuf.Timestamp
+	69, // 9: styx.v1.QueueRenewItem.leaseDeadline:type_name -> google.protobuf.Timestamp
+	69, // 10: styx.v1.QueueInfo.createdAt:type_name -> google.protobuf.Timestamp
+	69, // 11: styx.v1.QueueInfo.updatedAt:type_name -> google.protobuf.Timestamp
 	16, // 12: styx.v1.QueueInfo.partitions:type_name -> styx.v1.PartitionInfo
 	22, // 13: styx.v1.QueueStatsResponse.logicalQueues:type_name -> styx.v1.QueueLogicalStats
-	55, // 14: styx.v1.QueueStatsResponse.dead_by_reason:type_name -> styx.v1.QueueStatsResponse.DeadByReasonEntry
-	56, // 15: styx.v1.QueueStatsResponse.dead_by_source:type_name -> styx.v1.QueueStatsResponse.DeadBySourceEntry
-	58, // 16: styx.v1.QueueStatsResponse.oldest_created_at:type_name -> google.protobuf.Timestamp
+	60, // 14: styx.v1.QueueStatsResponse.dead_by_reason:type_name -> styx.v1.QueueStatsResponse.DeadByReasonEntry
+	61, // 15: styx.v1.QueueStatsResponse.dead_by_source:type_name -> styx.v1.QueueStatsResponse.DeadBySourceEntry
+	69, // 16: styx.v1.QueueStatsResponse.oldest_created_at:type_name -> google.protobuf.Timestamp
 	23, // 17: styx.v1.QueueLogicalStats.partitions:type_name -> styx.v1.QueuePartitionStats
-	15, // 18: styx.v1.QueuesListResponse.items:type_name -> styx.v1.QueueInfo
-	33, // 19: styx.v1.StorageItemsListResponse.items:type_name -> styx.v1.StorageItem
-	33, // 20: styx.v1.StorageItemsImportRequest.items:type_name -> styx.v1.StorageItem
-	33, // 21: styx.v1.StorageItemsImportResponse.items:type_name -> styx.v1.StorageItem
-	58, // 22: styx.v1.StorageItem.leaseDeadline:type_name -> google.protobuf.Timestamp
-	58, // 23: styx.v1.StorageItem.expireDeadline:type_name -> google.protobuf.Timestamp
-	58, // 24: styx.v1.StorageItem.deadDeadline:type_name -> google.protobuf.Timestamp
-	58, // 25: styx.v1.StorageItem.createdAt:type_name -> google.protobuf.Timestamp
-	58, // 26: styx.v1.StorageItem.updatedAt:type_name -> google.protobuf.Timestamp
-	58, // 27: styx.v1.StorageItem.enqueueAt:type_name -> google.protobuf.Timestamp
-	58, // 28: styx.v1.StorageItem.dead_at:type_name -> google.protobuf.Timestamp
-	34, // 29: styx.v1.StorageItem.errors:type_name -> styx.v1.AttemptError
-	58, // 30: styx.v1.AttemptError.at:type_name -> google.protobuf.Timestamp
-	58, // 31: styx.v1.DeadFilter.dead_after:type_name -> google.protobuf.Timestamp
-	58, // 32: styx.v1.DeadFilter.dead_before:type_name -> google.protobuf.Timestamp
-	35, // 33: styx.v1.DeadGroupsRequest.filter:type_name -> styx.v1.DeadFilter
-	58, // 34: styx.v1.DeadGroup.first_dead_at:type_name -> google.protobuf.Timestamp
-	58, // 35: styx.v1.DeadGroup.last_dead_at:type_name -> google.protobuf.Timestamp
-	37, // 36: styx.v1.DeadGroupsResponse.groups:type_name -> styx.v1.DeadGroup
-	35, // 37: styx.v1.DeadListRequest.filter:type_name -> styx.v1.DeadFilter
-	33, // 38: styx.v1.DeadListResponse.items:type_name -> styx.v1.StorageItem
-	35, // 39: styx.v1.DeadDeleteRequest.filter:type_name -> styx.v1.DeadFilter
-	35, // 40: styx.v1.DeadRedriveRequest.filter:type_name -> styx.v1.DeadFilter
-	48, // 41: styx.v1.RedrivesListResponse.tasks:type_name -> styx.v1.RedriveTask
-	35, // 42: styx.v1.RedriveTask.filter:type_name -> styx.v1.DeadFilter
-	58, // 43: styx.v1.RedriveTask.started_at:type_name -> google.protobuf.Timestamp
-	58, // 44: styx.v1.RedriveTask.finished_at:type_name -> google.protobuf.Timestamp
-	57, // 45: styx.v1.RedriveTask.by_queue:type_name -> styx.v1.RedriveTask.ByQueueEntry
-	58, // 46: styx.v1.ApiKey.created_at:type_name -> google.protobuf.Timestamp
-	58, // 47: styx.v1.KeysCreateResponse.created_at:type_name -> google.protobuf.Timestamp
-	50, // 48: styx.v1.KeysListResponse.keys:type_name -> styx.v1.ApiKey
-	47, // 49: styx.v1.RedriveTask.ByQueueEntry.value:type_name -> styx.v1.RedriveCounts
-	50, // [50:50] is the sub-list for method output_type
-	50, // [50:50] is the sub-list for method input_type
-	50, // [50:50] is the sub-list for extension type_name
-	50, // [50:50] is the sub-list for extension extendee
-	0,  // [0:50] is the sub-list for field type_name
+	26, // 18: styx.v1.QueuesHistoryResponse.points:type_name -> styx.v1.HistoryPoint
+	62, // 19: styx.v1.QueuesHistoryResponse.group_patterns:type_name -> styx.v1.QueuesHistoryResponse.GroupPatternsEntry
+	69, // 20: styx.v1.HistoryPoint.at:type_name -> google.protobuf.Timestamp
+	63, // 21: styx.v1.HistoryPoint.dead_by_group:type_name -> styx.v1.HistoryPoint.DeadByGroupEntry
+	15, // 22: styx.v1.QueuesListResponse.items:type_name -> styx.v1.QueueInfo
+	36, // 23: styx.v1.StorageItemsListResponse.items:type_name -> styx.v1.StorageItem
+	36, // 24: styx.v1.StorageItemsImportRequest.items:type_name -> styx.v1.StorageItem
+	36, // 25: styx.v1.StorageItemsImportResponse.items:type_name -> styx.v1.StorageItem
+	69, // 26: styx.v1.StorageItem.leaseDeadline:type_name -> google.protobuf.Timestamp
+	69, // 27: styx.v1.StorageItem.expireDeadline:type_name -> google.protobuf.Timestamp
+	69, // 28: styx.v1.StorageItem.deadDeadline:type_name -> google.protobuf.Timestamp
+	69, // 29: styx.v1.StorageItem.createdAt:type_name -> google.protobuf.Timestamp
+	69, // 30: styx.v1.StorageItem.updatedAt:type_name -> google.protobuf.Timestamp
+	69, // 31: styx.v1.StorageItem.enqueueAt:type_name -> google.protobuf.Timestamp
+	69, // 32: styx.v1.StorageItem.dead_at:type_name -> google.protobuf.Timestamp
+	37, // 33: styx.v1.StorageItem.errors:type_name -> styx.v1.AttemptError
+	69, // 34: styx.v1.AttemptError.at:type_name -> google.protobuf.Timestamp
+	69, // 35: styx.v1.DeadFilter.dead_after:type_name -> google.protobuf.Timestamp
+	69, // 36: styx.v1.DeadFilter.dead_before:type_name -> google.protobuf.Timestamp
+	38, // 37: styx.v1.DeadGroupsRequest.filter:type_name -> styx.v1.DeadFilter
+	69, // 38: styx.v1.DeadGroup.first_dead_at:type_name -> google.protobuf.Timestamp
+	69, // 39: styx.v1.DeadGroup.last_dead_at:type_name -> google.protobuf.Timestamp
+	40, // 40: styx.v1.DeadGroupsResponse.groups:type_name -> styx.v1.DeadGroup
+	38, // 41: styx.v1.DeadListRequest.filter:type_name -> styx.v1.DeadFilter
+	36, // 42: styx.v1.DeadListResponse.items:type_name -> styx.v1.StorageItem
+	38, // 43: styx.v1.DeadDeleteRequest.filter:type_name -> styx.v1.DeadFilter
+	38, // 44: styx.v1.DeadRedriveRequest.filter:type_name -> styx.v1.DeadFilter
+	53, // 45: styx.v1.RedrivesListResponse.tasks:type_name -> styx.v1.RedriveTask
+	64, // 46: styx.v1.RedriveCounts.skip_reasons:type_name -> styx.v1.RedriveCounts.SkipReasonsEntry
+	65, // 47: styx.v1.RedrivePlan.skip_reasons:type_name -> styx.v1.RedrivePlan.SkipReasonsEntry
+	38, // 48: styx.v1.RedriveTask.filter:type_name -> styx.v1.DeadFilter
+	69, // 49: styx.v1.RedriveTask.started_at:type_name -> google.protobuf.Timestamp
+	69, // 50: styx.v1.RedriveTask.finished_at:type_name -> google.protobuf.Timestamp
+	66, // 51: styx.v1.RedriveTask.by_queue:type_name -> styx.v1.RedriveTask.ByQueueEntry
+	67, // 52: styx.v1.RedriveTask.by_destination:type_name -> styx.v1.RedriveTask.ByDestinationEntry
+	68, // 53: styx.v1.RedriveTask.skip_reasons:type_name -> styx.v1.RedriveTask.SkipReasonsEntry
+	69, // 54: styx.v1.ApiKey.created_at:type_name -> google.protobuf.Timestamp
+	69, // 55: styx.v1.KeysCreateResponse.created_at:type_name -> google.protobuf.Timestamp
+	55, // 56: styx.v1.KeysListResponse.keys:type_name -> styx.v1.ApiKey
+	51, // 57: styx.v1.RedriveTask.ByQueueEntry.value:type_name -> styx.v1.RedriveCounts
+	52, // 58: styx.v1.RedriveTask.ByDestinationEntry.value:type_name -> styx.v1.RedrivePlan
+	59, // [59:59] is the sub-list for method output_type
+	59, // [59:59] is the sub-list for method input_type
+	59, // [59:59] is the sub-list for extension type_name
+	59, // [59:59] is the sub-list for extension extendee
+	0,  // [0:59] is the sub-list for field type_name
 }
 
 func init() { file_styx_v1_styx_proto_init() }
@@ -4354,13 +4899,14 @@ func file_styx_v1_styx_proto_init() {
 	if File_styx_v1_styx_proto != nil {
 		return
 	}
+	file_styx_v1_styx_proto_msgTypes[47].OneofWrappers = []any{}
 	type x struct{}
 	out := protoimpl.TypeBuilder{
 		File: protoimpl.DescBuilder{
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_styx_v1_styx_proto_rawDesc), len(file_styx_v1_styx_proto_rawDesc)),
 			NumEnums:      0,
-			NumMessages:   58,
+			NumMessages:   69,
 			NumExtensions: 0,
 			NumServices:   0,
 		},

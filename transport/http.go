@@ -194,6 +194,7 @@ func NewHandler(cfg Config) *Handler {
 		"/v1/queue.retry":            rpc(h, func() *pb.QueueRetryRequest { return &pb.QueueRetryRequest{} }, s.QueueRetry),
 		"/v1/queue.renew":            rpc(h, func() *pb.QueueRenewRequest { return &pb.QueueRenewRequest{} }, s.QueueRenew),
 		"/v1/queue.stats":            rpc(h, func() *pb.QueueStatsRequest { return &pb.QueueStatsRequest{} }, s.QueueStats),
+		"/v1/queues.history":         rpc(h, func() *pb.QueuesHistoryRequest { return &pb.QueuesHistoryRequest{} }, s.QueuesHistory),
 		"/v1/queue.clear":            noReply(h, func() *pb.QueueClearRequest { return &pb.QueueClearRequest{} }, s.QueueClear, okReply),
 		"/v1/queue.reload":           noReply(h, func() *pb.QueueReloadRequest { return &pb.QueueReloadRequest{} }, s.QueueReload, func() proto.Message { return &pb.QueueReloadResponse{Code: duh.CodeOK, CodeText: okText} }),
 		"/v1/queues.create":          noReply(h, func() *pb.QueueInfo { return &pb.QueueInfo{} }, s.QueuesCreate, okReply),
@@ -207,6 +208,7 @@ func NewHandler(cfg Config) *Handler {
 		"/v1/dead.list":              rpc(h, func() *pb.DeadListRequest { return &pb.DeadListRequest{} }, s.DeadList),
 		"/v1/dead.groups":            rpc(h, func() *pb.DeadGroupsRequest { return &pb.DeadGroupsRequest{} }, s.DeadGroups),
 		"/v1/dead.delete":            rpc(h, func() *pb.DeadDeleteRequest { return &pb.DeadDeleteRequest{} }, s.DeadDelete),
+		"/v1/dead.edit":              rpc(h, func() *pb.DeadEditRequest { return &pb.DeadEditRequest{} }, s.DeadEdit),
 		"/v1/dead.redrive":           rpc(h, func() *pb.DeadRedriveRequest { return &pb.DeadRedriveRequest{} }, s.DeadRedrive),
 		"/v1/redrives.list":          rpc(h, func() *pb.RedrivesListRequest { return &pb.RedrivesListRequest{} }, s.RedrivesList),
 		"/v1/redrives.get":           rpc(h, func() *pb.RedriveTaskRequest { return &pb.RedriveTaskRequest{} }, s.RedrivesGet),
@@ -348,6 +350,13 @@ func (h *Handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 			return
 		}
 		promhttp.HandlerFor(h.cfg.Metrics.Registry, promhttp.HandlerOpts{}).ServeHTTP(w, r)
+		return
+	}
+	if h.cfg.UI != nil && r.URL.Path == "/" && (r.Method == http.MethodGet || r.Method == http.MethodHead) &&
+		strings.Contains(r.Header.Get("Accept"), "text/html") {
+		// A browser opening the server's address gets the UI; any other
+		// client gets the API's answer (an unknown method) as before.
+		http.Redirect(w, r, "/ui/", http.StatusFound)
 		return
 	}
 	if h.cfg.UI != nil && auth.Public(r.URL.Path) {
@@ -632,7 +641,7 @@ func queuesOf(req proto.Message) []string {
 // changes are logged by internal/auth).
 var audited = map[string]bool{
 	"/v1/queues.delete": true, "/v1/queue.clear": true, "/v1/dead.delete": true, "/v1/dead.redrive": true,
-	"/v1/redrives.cancel": true, "/v1/storage/items.delete": true,
+	"/v1/redrives.cancel": true, "/v1/storage/items.delete": true, "/v1/dead.edit": true,
 	// Issue 24: the calls that make queues or set items as they please.
 	"/v1/storage/items.import": true, "/v1/queues.create": true, "/v1/queues.update": true, "/v1/queue.reload": true,
 }
@@ -653,6 +662,8 @@ func (h *Handler) audit(r *http.Request, req, resp proto.Message) {
 	switch m := resp.(type) {
 	case *pb.DeadDeleteResponse:
 		attrs = append(attrs, "deleted", m.Deleted)
+	case *pb.StorageItem:
+		attrs = append(attrs, "item", m.Id, "payload_bytes", len(m.Payload))
 	case *pb.RedriveTask:
 		attrs = append(attrs, "task", m.TaskId, "dry_run", m.DryRun)
 	}

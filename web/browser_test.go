@@ -188,8 +188,10 @@ func TestBrowser(t *testing.T) {
 		b.t = t
 		b.open("/ui/")
 		b.waitText("main table", "orders-dlq")
-		require.Regexp(t, `^orders \| 3 \| 0 \| 0 \| 0 \| \d+s \| orders-dlq \| 0$`, b.rowText("orders"), "ready 3, dead-letter queue orders-dlq")
-		require.Regexp(t, `^orders-dlq \| 6 \| 0 \| 0 \| 6 \| \d+s \| – \| 0$`, b.rowText("orders-dlq"),
+		require.Regexp(t, `^orders \| 3 \| 0 \| 0 \| 5 \| – \| \d+s \| orders-dlq \| 0$`, b.rowText("orders"),
+			"ready 3, 5 dead items in its dead-letter queue orders-dlq")
+		require.Regexp(t, `^billing \| 0 \| 0 \| 0 \| 1 \| – \| – \| orders-dlq \| 0$`, b.rowText("billing"))
+		require.Regexp(t, `^orders-dlq \| 6 \| 0 \| 0 \| – \| 6 \| \d+s \| – \| 0$`, b.rowText("orders-dlq"),
 			"6 dead items held (ready to lease from the dead-letter queue)")
 		b.screenshot("overview")
 	})
@@ -224,7 +226,7 @@ func TestBrowser(t *testing.T) {
 		b.run(chromedp.KeyEvent("\t"))
 		require.Equal(t, "Items of group order <n> not found", b.eval(`document.activeElement.getAttribute("aria-label")`))
 		b.run(chromedp.KeyEvent("\r"))
-		b.waitText("main", "Dead items matching fingerprint")
+		b.waitText("main", `Dead items matching error "order <n> not found"`)
 		require.Len(t, b.groupRows(), 1, "the group's page shows that group")
 		require.Equal(t, "Error contains", b.eval(`document.querySelector('label[for="f-error"]').firstChild.textContent`))
 	})

@@ -4,8 +4,9 @@
 // build step: the files under static/ are what the browser gets.
 //
 // The UI is a client of the public API only: every action goes through the
-// same /v1 calls as the CLI (queues.list, queue.stats, dead.groups,
-// dead.list, dead.redrive, dead.delete, redrives.list, redrives.cancel),
+// same /v1 calls as the CLI (queues.list, queues.info, queue.stats,
+// queues.history, storage/items.list, dead.groups, dead.list, dead.redrive,
+// dead.delete, dead.edit, redrives.list, redrives.get, redrives.cancel),
 // from one JavaScript function (api in app.js) that adds
 // "Authorization: Bearer <key>" when the user has given an API key, and
 // asks for one when a call answers 401.
@@ -15,9 +16,16 @@
 //
 //	/ui/                          every queue: counts, oldest item, DLQ, running redrives
 //	/ui/queues/{name}             a queue's configuration, partitions and stats
+//	/ui/queues/{name}/items       a queue's items, read-only, a partition at a time
 //	/ui/queues/{name}/dead        a DLQ: error groups, then items with filters
 //	/ui/queues/{name}/dead/{id}   one dead item: payload, metadata, error history
 //	/ui/redrives                  redrive tasks with live progress
+//	/ui/redrives/{id}             one redrive task: progress, duration, ETA, results by queue
+//
+// Every page redraws itself every 2 s (1 s while a redrive runs) unless a
+// dialog is open, a field has the keyboard or the user paused it; a section
+// whose call fails (a scope the key lacks) shows a note, the rest renders.
+// Charts are SVG drawn by app.js from queues.history.
 package web
 
 import (

@@ -116,6 +116,13 @@ func TestCLI(t *testing.T) {
 		require.Equal(t, "orders-dlq", infos[0].DeadQueue)
 		require.Equal(t, "orders-dlq", infos[1].QueueName)
 
+		// The last hour, a minute a row (issue 28, 6).
+		c.ok("queues", "create", "hist")
+		c.ok("produce", "hist", "a", "b")
+		out = c.ok("queues", "history", "hist")
+		require.Regexp(t, `(?m)^MINUTE\s+PRODUCED\s+COMPLETED\s+DEAD-LETTERED\s+DEPTH\n\S+Z\s+2\s+0\s+0\s+2$`, out)
+		require.Equal(t, 61, strings.Count(c.ok("queues", "history", "--all"), "\n"), "60 minutes and a header")
+
 		// Namespaces: set on create, listed one namespace at a time.
 		c.ok("queues", "create", "billing", "--namespace", "team-b")
 		out = c.ok("queues", "info", "billing")
@@ -188,7 +195,16 @@ func TestCLI(t *testing.T) {
 		// Nothing left in orders.
 		out = c.ok("items", "list", "orders")
 		require.Equal(t, 1, strings.Count(out, "\n"), "header only: %q", out)
-		out, errOut, err := c.run("lease", "orders", "--timeout", "50ms")
+
+		// A queue of several partitions: the listing says which it shows.
+		c.ok("queues", "create", "parts", "--partitions", "3")
+		_, errOut, err := c.run("items", "list", "parts")
+		require.NoError(t, err)
+		require.Equal(t, "partition 0 of 3 (0..2): --partition N lists another\n", errOut)
+		_, errOut, err = c.run("items", "list", "parts", "--partition", "2")
+		require.NoError(t, err)
+		require.Empty(t, errOut)
+		out, errOut, err = c.run("lease", "orders", "--timeout", "50ms")
 		require.NoError(t, err, "an empty lease is not a failure")
 		require.Empty(t, out)
 		require.Equal(t, "no items\n", errOut)

@@ -10,6 +10,8 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"maps"
+	"os"
 	"slices"
 	"strings"
 	"time"
@@ -36,7 +38,7 @@ their last error (its fingerprint), from counts the server keeps.
 list, delete and redrive select items with the same filter flags; every
 given flag must match: ` + deadFilterFlagNames + `.`,
 	}
-	cmd.AddCommand(a.deadListCmd(), a.deadGroupsCmd(), a.deadShowCmd(), a.deadDeleteCmd(), a.deadRedriveCmd())
+	cmd.AddCommand(a.deadListCmd(), a.deadGroupsCmd(), a.deadShowCmd(), a.deadEditCmd(), a.deadDeleteCmd(), a.deadRedriveCmd())
 	return a.addClientFlags(cmd)
 }
 
@@ -126,12 +128,12 @@ items).
 
 // deadTable starts the table of dead items.
 func (a *app) deadTable() *table {
-	return newTable(a.stdout, "ID", "SOURCE", "REASON", "ATTEMPTS", "AGE", "LAST-ERROR")
+	return newTable(a.stdout, "ID", "SOURCE", "REFERENCE", "REASON", "ATTEMPTS", "AGE", "LAST-ERROR")
 }
 
 // deadRow returns the cells of a dead item's row of deadTable.
 func (a *app) deadRow(it *pb.StorageItem) []string {
-	return []string{it.Id, orDash(it.SourceQueue), orDash(it.DeadReason), fmt.Sprint(it.Attempts),
+	return []string{it.Id, orDash(it.SourceQueue), orDash(truncate(oneLine(it.Reference), 32)), orDash(it.DeadReason), fmt.Sprint(it.Attempts),
 		relative(a.now(), it.DeadAt), orDash(truncate(oneLine(it.LastError), lastErrorWidth))}
 }
 
@@ -314,6 +316,66 @@ as a hex dump (--base64 prints it as base64 instead).
 		},
 	}
 	cmd.Flags().BoolVar(&b64, "base64", false, "print the payload as standard base64")
+	return cmd
+}
+
+func (a *app) deadEditCmd() *cobra.Command {
+	var payload, file, kind, reference string
+	cmd := &cobra.Command{
+		Use:   "edit QUEUE ID (--payload TEXT | --payload-file FILE)",
+		Short: "Replace a dead item's payload (and kind or reference), to redrive it fixed",
+		Long: `Replace the payload of a dead item, whole: with --payload TEXT, or with the
+contents of --payload-file FILE ("-" reads standard input). --kind and
+--reference change those too when given ("" clears them). The item keeps
+its id, error group and history; the server adds an entry to its history
+with the old payload's size and SHA-256 and the key that edited it (the old
+payload is not kept). A leased item cannot be edited. Needs the dead scope.
+--json prints the item as stored.`,
+		Args: exactArgs(2, "a QUEUE and an item ID"),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			req := &pb.DeadEditRequest{QueueName: args[0], Id: args[1]}
+			f := cmd.Flags()
+			switch {
+			case f.Changed("payload") == f.Changed("payload-file"):
+				return errors.New("give the new payload with either --payload or --payload-file")
+			case f.Changed("payload"):
+				req.Payload = []byte(payload)
+			case file == "-":
+				b, err := io.ReadAll(cmd.InOrStdin())
+				if err != nil {
+					return fmt.Errorf("read the payload from standard input: %w", err)
+				}
+				req.Payload = b
+			default:
+				b, err := os.ReadFile(file)
+				if err != nil {
+					return fmt.Errorf("--payload-file: %w", err)
+				}
+				req.Payload = b
+			}
+			if f.Changed("kind") {
+				req.Kind = &kind
+			}
+			if f.Changed("reference") {
+				req.Reference = &reference
+			}
+			return a.withClient(cmd, func(c *styx.Client) error {
+				it, err := c.DeadEdit(cmd.Context(), req)
+				if err != nil {
+					return err
+				}
+				if a.json {
+					return writeJSON(a.stdout, it)
+				}
+				_, err = fmt.Fprintf(a.stdout, "edited %s of %s: payload now %s\n", it.Id, args[0], plural(len(it.Payload), "byte"))
+				return err
+			})
+		},
+	}
+	cmd.Flags().StringVar(&payload, "payload", "", "the new payload")
+	cmd.Flags().StringVar(&file, "payload-file", "", `read the new payload from this file ("-": standard input)`)
+	cmd.Flags().StringVar(&kind, "kind", "", "the new kind")
+	cmd.Flags().StringVar(&reference, "reference", "", "the new reference")
 	return cmd
 }
 
@@ -628,69 +690,38 @@ Exits 1 if the task failed.`,
 	return cmd
 }
 
-// printDryRun prints a dry run's count and, read from the dead items, how
-// many would go to each queue and how many of those are skipped for having
-// been redriven too often.
-func (a *app) printDryRun(ctx context.Context, c *styx.Client, task *pb.RedriveTask) error {
+// skipNotes says each skip reason of a dry run (RedriveTask.skip_reasons)
+// in words.
+var skipNotes = map[string]string{
+	"source_gone": "queue does not exist: items stay",
+	"not_covered": "the API key may not reach this queue",
+	"loop_cap":    "redriven max-redrive-count times",
+	"leased":      "leased from the dead-letter queue",
+}
+
+// printDryRun prints what the server's dry run says a redrive would do:
+// how many of the matched items it would move and skip, by destination
+// queue, with the reasons of the skips (RedriveTask.by_destination).
+func (a *app) printDryRun(_ context.Context, _ *styx.Client, task *pb.RedriveTask) error {
 	if task.Matched == 0 {
 		_, err := fmt.Fprintf(a.stdout, "would redrive 0 items from %s\n", task.QueueName)
 		return err
 	}
-	type counts struct{ items, skip int }
-	by := map[string]*counts{}
-	err := eachDeadPage(ctx, c, &pb.DeadListRequest{QueueName: task.QueueName, Filter: task.Filter, Limit: deadPageSize, WithoutPayload: true},
-		func(items []*pb.StorageItem) error {
-			for _, it := range items {
-				dest := cmp.Or(task.Destination, it.SourceQueue)
-				n := by[dest]
-				if n == nil {
-					n = &counts{}
-					by[dest] = n
-				}
-				n.items++
-				if task.MaxRedriveCount >= 0 && it.RedriveCount >= task.MaxRedriveCount {
-					n.skip++
-				}
-			}
-			return nil
-		})
-	if err != nil {
-		return fmt.Errorf("count by queue: %w", err)
-	}
-	queues := make([]string, 0, len(by))
-	for q := range by {
-		queues = append(queues, q)
-	}
-	slices.SortFunc(queues, func(x, y string) int { return cmp.Or(cmp.Compare(by[y].items, by[x].items), cmp.Compare(x, y)) })
-	notes := map[string]string{}
-	skipped := 0
-	for _, q := range queues {
-		// The task skips the items of a source queue that no longer exists
-		// (the server checked --to).
-		if task.Destination == "" {
-			_, err := c.QueuesInfo(ctx, &pb.QueuesInfoRequest{QueueName: q})
-			switch {
-			case q == "" || styx.IsQueueNotExist(err):
-				by[q].skip, notes[q] = by[q].items, "queue does not exist: items stay"
-			case err != nil:
-				return err
-			}
-		}
-		skipped += by[q].skip
-	}
+	by := task.ByDestination
+	queues := slices.Collect(maps.Keys(by))
+	total := func(q string) int64 { return by[q].WouldMove + by[q].WouldSkip }
+	slices.SortFunc(queues, func(x, y string) int { return cmp.Or(cmp.Compare(total(y), total(x)), cmp.Compare(x, y)) })
 	if _, err := fmt.Fprintf(a.stdout, "would redrive %d of %s from %s (%d skipped)\n\n",
-		int(task.Matched)-skipped, plural(int(task.Matched), "matched item"), task.QueueName, skipped); err != nil {
+		task.WouldMove, plural(int(task.Matched), "matched item"), task.QueueName, task.WouldSkip); err != nil {
 		return err
 	}
 	t := newTable(a.stdout, "QUEUE", "ITEMS", "SKIPPED", "NOTE")
 	for _, q := range queues {
-		t.row(orDash(q), fmt.Sprint(by[q].items), fmt.Sprint(by[q].skip), orDash(notes[q]))
+		var notes []string
+		for _, r := range slices.Sorted(maps.Keys(by[q].SkipReasons)) {
+			notes = append(notes, fmt.Sprintf("%d %s", by[q].SkipReasons[r], cmp.Or(skipNotes[r], r)))
+		}
+		t.row(orDash(q), fmt.Sprint(total(q)), fmt.Sprint(by[q].WouldSkip), orDash(strings.Join(notes, "; ")))
 	}
-	if err := t.flush(); err != nil {
-		return err
-	}
-	if task.MaxRedriveCount >= 0 {
-		_, err = fmt.Fprintf(a.stdout, "(items already redriven %d times, the --max-redrive-count, are skipped and stay)\n", task.MaxRedriveCount)
-	}
-	return err
+	return t.flush()
 }

@@ -71,18 +71,31 @@ func TestDeadCLI(t *testing.T) {
 	t.Run("list", func(t *testing.T) {
 		c := cli{t: t, endpoint: c.endpoint}
 		out := c.ok("dead", "list", "orders-dlq")
-		require.Regexp(t, `(?m)^ID\s+SOURCE\s+REASON\s+ATTEMPTS\s+AGE\s+LAST-ERROR$`, out)
-		require.Regexp(t, `(?m)^`+first.Id+`\s+orders\s+max_attempts\s+1\s+\S+ ago\s+`+refused+`$`, out)
-		require.Regexp(t, `(?m)^`+blob.Id+`\s+orders\s+explicit\s+1\s+\S+ ago\s+invalid payload at byte 0$`, out)
+		require.Regexp(t, `(?m)^ID\s+SOURCE\s+REFERENCE\s+REASON\s+ATTEMPTS\s+AGE\s+LAST-ERROR$`, out)
+		require.Regexp(t, `(?m)^`+first.Id+`\s+orders\s+-\s+max_attempts\s+1\s+\S+ ago\s+`+refused+`$`, out)
+		require.Regexp(t, `(?m)^`+blob.Id+`\s+orders\s+ref-3\s+explicit\s+1\s+\S+ ago\s+invalid payload at byte 0$`, out)
+
+		// Finding one item: by reference (exact) or payload text (issue 28, 7).
+		got := jsonLines(t, c.ok("dead", "list", "orders-dlq", "--reference", "ref-3", "--json"), unmarshalItem)
+		require.Len(t, got, 1)
+		require.Equal(t, blob.Id, got[0].Id)
+		require.Empty(t, c.ok("dead", "list", "orders-dlq", "--reference", "ref", "--json"))
+		got = jsonLines(t, c.ok("dead", "list", "orders-dlq", "--payload-contains", "seco", "--json"), unmarshalItem)
+		require.Len(t, got, 1)
+		require.Equal(t, "second", string(got[0].Payload))
 		require.Equal(t, 4, strings.Count(out, "\n"), out)
 
 		out = c.ok("dead", "list", "orders-dlq", "--reason", "explicit", "--json")
-		got := jsonLines(t, out, unmarshalItem)
+		got = jsonLines(t, out, unmarshalItem)
 		require.Len(t, got, 1)
 		require.Equal(t, blob.Id, got[0].Id)
 
 		out = c.ok("dead", "list", "orders-dlq", "--error", "connection refused", "--kind", "email", "--since", "1h", "--json")
 		require.Len(t, jsonLines(t, out, unmarshalItem), 2)
+		out = c.ok("dead", "list", "orders-dlq", "--since", "3d", "--json")
+		require.Len(t, jsonLines(t, out, unmarshalItem), 3, "--since takes days, as the UI does")
+		out = c.ok("dead", "list", "orders-dlq", "--until", "1d1h", "--json")
+		require.Empty(t, out)
 		out = c.ok("dead", "list", "orders-dlq", "--until", "1h", "--json")
 		require.Empty(t, out, "nothing died more than an hour ago")
 		out = c.ok("dead", "list", "orders-dlq", "--id", first.Id+","+blob.Id, "--json")
@@ -214,6 +227,24 @@ func TestDeadCLI(t *testing.T) {
 	})
 
 	var taskID string
+	t.Run("edit", func(t *testing.T) {
+		c := cli{t: t, endpoint: c.endpoint}
+		out := c.ok("dead", "edit", "orders-dlq", first.Id, "--payload", "first, fixed", "--reference", "ref-1")
+		require.Equal(t, "edited "+first.Id+" of orders-dlq: payload now 12 bytes\n", out)
+		out, _, err := c.runIn(`{"fixed":true}`, "dead", "edit", "orders-dlq", first.Id, "--payload-file", "-", "--json")
+		require.NoError(t, err)
+		var it pb.StorageItem
+		require.NoError(t, protojson.Unmarshal([]byte(out), &it))
+		require.Equal(t, `{"fixed":true}`, string(it.Payload))
+		require.Equal(t, "ref-1", it.Reference, "kept: --reference not given")
+		out = c.ok("dead", "show", "orders-dlq", first.Id)
+		require.Contains(t, out, "payload edited by an unauthenticated client")
+		_, _, err = c.run("dead", "edit", "orders-dlq", first.Id)
+		require.ErrorContains(t, err, "either --payload or --payload-file")
+		_, _, err = c.run("dead", "edit", "orders-dlq", "33lkevi6gp5gc", "--payload", "x")
+		require.ErrorContains(t, err, "404")
+	})
+
 	t.Run("redrive", func(t *testing.T) {
 		c := cli{t: t, endpoint: c.endpoint}
 		out := c.ok("dead", "redrive", "orders-dlq", "--dry-run")
@@ -244,7 +275,7 @@ func TestDeadCLI(t *testing.T) {
 
 		c.waitDead("orders-dlq", 0)
 		back := c.leaseAll("orders", 2)
-		require.ElementsMatch(t, []string{"first", "second"}, []string{string(back[0].Bytes), string(back[1].Bytes)})
+		require.ElementsMatch(t, []string{`{"fixed":true}`, "second"}, []string{string(back[0].Bytes), string(back[1].Bytes)})
 		require.EqualValues(t, 1, back[0].Attempts, "a redriven item starts over")
 	})
 

@@ -35,9 +35,10 @@ func (a *app) itemsListCmd() *cobra.Command {
 	cmd := &cobra.Command{
 		Use:   "list QUEUE",
 		Short: "List a partition's items, with their dead-letter metadata",
-		Long: `List a partition's items in id order, after --pivot: the items in the queue
-(ready or leased; with --scheduled, the scheduled ones instead, as Querator's
-storage lists split them). Shows each item's id,
+		Long: `List a partition's items in id order, after --pivot (partition 0 unless
+--partition; a queue of several partitions says so on standard error): the items
+in the queue (ready or leased; with --scheduled, the scheduled ones instead, as
+Querator's storage lists split them). Shows each item's id,
 state (leased, scheduled or ready), attempts and age and, for items in a
 dead-letter queue, where they came from (source queue), why (dead reason),
 when they died, their last error and how often they were redriven.
@@ -77,6 +78,12 @@ when they died, their last error and how often they were redriven.
 				}
 				if err := a.printItems(res.Items); err != nil {
 					return err
+				}
+				// Say which partition this is when there are others.
+				if !cmd.Flags().Changed("partition") {
+					if info, err := c.QueuesInfo(cmd.Context(), &pb.QueuesInfoRequest{QueueName: args[0]}); err == nil && info.RequestedPartitions > 1 {
+						_, _ = fmt.Fprintf(a.stderr, "partition %d of %d (0..%d): --partition N lists another\n", partition, info.RequestedPartitions, info.RequestedPartitions-1)
+					}
 				}
 				// A full page (the server's default limit is 1000) may have a next one.
 				if n := len(res.Items); n > 0 && (limit > 0 && n == int(limit) || limit == 0 && n == 1000) {

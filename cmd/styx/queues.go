@@ -18,7 +18,7 @@ func (a *app) queuesCmd() *cobra.Command {
 		Use:   "queues",
 		Short: "Create, update, inspect, list and delete queues",
 	}
-	cmd.AddCommand(a.queuesCreateCmd(), a.queuesUpdateCmd(), a.queuesInfoCmd(), a.queuesListCmd(), a.queuesDeleteCmd())
+	cmd.AddCommand(a.queuesCreateCmd(), a.queuesUpdateCmd(), a.queuesInfoCmd(), a.queuesListCmd(), a.queuesDeleteCmd(), a.queuesHistoryCmd())
 	return a.addClientFlags(cmd)
 }
 
@@ -215,6 +215,49 @@ func maxAttempts(n int32) string {
 		return "unlimited"
 	}
 	return fmt.Sprint(n)
+}
+
+func (a *app) queuesHistoryCmd() *cobra.Command {
+	var all bool
+	cmd := &cobra.Command{
+		Use:   "history [NAME]",
+		Short: "Show a queue's last hour, a minute a row: produced, completed, dead-lettered, depth",
+		Long: `Show a queue's activity over the last hour, as the server keeps it in
+memory (empty after a restart): per minute, the items produced, completed and
+dead-lettered, and the queue's depth at the minute's last sample (- when
+none was taken). Without NAME, the sum over every queue. Minutes with
+nothing to show are left out unless --all. --json prints the server's reply.`,
+		Args: cobra.MaximumNArgs(1),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			req := &pb.QueuesHistoryRequest{}
+			if len(args) == 1 {
+				req.QueueName = args[0]
+			}
+			return a.withClient(cmd, func(c *styx.Client) error {
+				h, err := c.QueuesHistory(cmd.Context(), req)
+				if err != nil {
+					return err
+				}
+				if a.json {
+					return writeJSON(a.stdout, h)
+				}
+				t := newTable(a.stdout, "MINUTE", "PRODUCED", "COMPLETED", "DEAD-LETTERED", "DEPTH")
+				for _, p := range h.Points {
+					if !all && p.Produced == 0 && p.Completed == 0 && p.DeadLettered == 0 && p.Depth <= 0 {
+						continue
+					}
+					depth := "-"
+					if p.Depth >= 0 {
+						depth = fmt.Sprint(p.Depth)
+					}
+					t.row(p.At.AsTime().UTC().Format("2006-01-02T15:04Z"), fmt.Sprint(p.Produced), fmt.Sprint(p.Completed), fmt.Sprint(p.DeadLettered), depth)
+				}
+				return t.flush()
+			})
+		},
+	}
+	cmd.Flags().BoolVar(&all, "all", false, "show every minute of the hour, empty ones too")
+	return cmd
 }
 
 func (a *app) queuesListCmd() *cobra.Command {

@@ -38,7 +38,7 @@ const (
 	Produce Scope = "produce"
 	// Consume: queue.lease, queue.complete, queue.retry, queue.renew.
 	Consume Scope = "consume"
-	// Dead: dead.list, dead.delete, dead.redrive, dead.groups,
+	// Dead: dead.list, dead.delete, dead.edit, dead.redrive, dead.groups,
 	// redrives.list, redrives.get, redrives.cancel.
 	Dead Scope = "dead"
 	// Read: queue.stats, queues.info, queues.list, storage/items.list,
@@ -63,12 +63,14 @@ var calls = map[string]Scope{
 	"/v1/queue.renew":            Consume,
 	"/v1/dead.list":              Dead,
 	"/v1/dead.delete":            Dead,
+	"/v1/dead.edit":              Dead,
 	"/v1/dead.redrive":           Dead,
 	"/v1/dead.groups":            Dead,
 	"/v1/redrives.list":          Dead,
 	"/v1/redrives.get":           Dead,
 	"/v1/redrives.cancel":        Dead,
 	"/v1/queue.stats":            Read,
+	"/v1/queues.history":         Read,
 	"/v1/queues.info":            Read,
 	"/v1/queues.list":            Read,
 	"/v1/storage/items.list":     Read,

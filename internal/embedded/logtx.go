@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"time"
 
+	"github.com/styxq/styx/internal/apierr"
 	"github.com/styxq/styx/internal/engine"
 	"github.com/styxq/styx/internal/queue"
 	"github.com/styxq/styx/internal/store"
@@ -350,6 +351,49 @@ func (it *iteration) Handle(r *engine.Request) (any, bool, error) {
 		return nil, false, nil
 	case *groupsOp:
 		return l.listGroups(op), false, nil
+	case *engine.EditOp:
+		v, err := l.editItem(it, op)
+		return v, false, err
 	}
 	return nil, false, fmt.Errorf("queue '%s': unknown request %T", l.name, r.Op)
+}
+
+// editItem runs a dead.edit (engine.EditOp): it reads the item's body and
+// history (this iteration's, the body cache's, or storage's), lets op.Edit
+// change them, and writes both.
+func (l *Logical) editItem(it *iteration, op *engine.EditOp) (store.Item, error) {
+	p, err := l.partition(op.Ref.Partition)
+	if err != nil {
+		return store.Item{}, err
+	}
+	x, ok := p.items[op.Ref.ID]
+	if !ok {
+		return store.Item{}, apierr.New(apierr.NotFound, "no such item; '%s' is not in partition %d of queue '%s'",
+			queue.FormatID(op.Ref.ID), op.Ref.Partition, l.name)
+	}
+	if x.state == stateLeased {
+		return store.Item{}, apierr.New(apierr.Conflict, "item is leased; a consumer of queue '%s' holds '%s'", l.name, queue.FormatID(x.id))
+	}
+	bodies, errs, err := l.cfg.Store.ReadBodies(context.Background(), l.queueID, p.num, []uint64{x.bodyID})
+	if err != nil {
+		return store.Item{}, fmt.Errorf("read item %d: %w", x.id, err)
+	}
+	cur := store.Item{Partition: p.num, Meta: x.meta(), Body: bodies[0], Errors: errs[0]}
+	if b := it.fresh[x.bodyID]; b != nil {
+		cur.Body = *b
+	} else if b := l.bodies.get(x.bodyID); b != nil {
+		cur.Body = *b
+	}
+	if err := op.Edit(&cur); err != nil {
+		return store.Item{}, err
+	}
+	it.batch.SetBody(p.num, x.meta(), cur.Body)
+	it.batch.SetErrors(p.num, x.meta(), cur.Errors)
+	x.hasErrs = true
+	l.bodies.drop(x.bodyID)
+	if it.fresh[x.bodyID] != nil {
+		b := cur.Body
+		it.fresh[x.bodyID] = &b
+	}
+	return cur, nil
 }

@@ -171,6 +171,13 @@ type (
 	ClearOp struct{ P queue.ClearParams }
 	// RedriveOp inserts redriven items (Queue.TakeRedriven).
 	RedriveOp struct{ Items []queue.RedriveItem }
+	// EditOp changes a dead item at rest (Queue.EditDead): the backend
+	// reads the item in full, calls Edit on it, and stores its Body and
+	// Errors as Edit left them.
+	EditOp struct {
+		Ref  queue.ItemRef
+		Edit func(*store.Item) error
+	}
 )
 
 // Engine is the request side of a queue, the same on every backend: the
@@ -342,6 +349,18 @@ func (e *Engine) DeleteDead(ctx context.Context, refs []queue.ItemRef) (int, err
 		return 0, err
 	}
 	return answer[int](e.Loop.Call(ctx, &DeleteOp{Refs: refs, ExceptLeased: true}, false))
+}
+
+// EditDead changes the body and history of the item ref, which must be at
+// rest: edit gets the item in full and changes its Body and Errors (its
+// error is the call's answer, nothing changed). It returns the item as
+// stored. An unknown id is apierr.NotFound, a leased item apierr.Conflict
+// (a consumer of the dead-letter queue holds it).
+func (e *Engine) EditDead(ctx context.Context, ref queue.ItemRef, edit func(*store.Item) error) (store.Item, error) {
+	if err := e.admit(false); err != nil {
+		return store.Item{}, err
+	}
+	return answer[store.Item](e.Loop.Call(ctx, &EditOp{Ref: ref, Edit: edit}, false))
 }
 
 // TakeRedriven inserts redriven dead items (see RedriveItem) into one

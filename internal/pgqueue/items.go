@@ -2,12 +2,14 @@ package pgqueue
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"slices"
 	"strings"
 
 	"github.com/jackc/pgx/v5"
 
+	"github.com/styxq/styx/internal/apierr"
 	"github.com/styxq/styx/internal/engine"
 	"github.com/styxq/styx/internal/fingerprint"
 	"github.com/styxq/styx/internal/queue"
@@ -530,4 +532,28 @@ func readyCounts(ctx context.Context, tx pgx.Tx, queueID uint64, partitions int3
 		return nil, fmt.Errorf("count ready items: %w", err)
 	}
 	return ready, nil
+}
+
+// editItem runs a dead.edit (engine.EditOp): it reads the item (locking its
+// row), lets op.Edit change its body and history, and writes them.
+func editItem(ctx context.Context, tx pgx.Tx, queueID uint64, name string, op *engine.EditOp) (store.Item, error) {
+	cur, err := scanItem(tx.QueryRow(ctx, `SELECT `+itemColumns+` FROM styx_items WHERE queue_id=$1 AND id=$2 AND partition=$3 FOR UPDATE`,
+		int64(queueID), int64(op.Ref.ID), op.Ref.Partition))
+	if errors.Is(err, pgx.ErrNoRows) {
+		return store.Item{}, apierr.New(apierr.NotFound, "no such item; '%s' is not in partition %d of queue '%s'",
+			queue.FormatID(op.Ref.ID), op.Ref.Partition, name)
+	}
+	if err != nil {
+		return store.Item{}, err
+	}
+	if cur.Meta.Leased {
+		return store.Item{}, apierr.New(apierr.Conflict, "item is leased; a consumer of queue '%s' holds '%s'", name, queue.FormatID(op.Ref.ID))
+	}
+	if err := op.Edit(&cur); err != nil {
+		return store.Item{}, err
+	}
+	b := &cur.Body
+	_, err = tx.Exec(ctx, `UPDATE styx_items SET reference=$3, kind=$4, encoding=$5, payload=$6, errors=$7 WHERE queue_id=$1 AND id=$2`,
+		int64(queueID), int64(op.Ref.ID), b.Reference, b.Kind, b.Encoding, nonNil(b.Payload), encodeErrors(cur.Errors.Errors))
+	return cur, err
 }

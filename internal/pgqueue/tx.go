@@ -337,6 +337,12 @@ func (it *iteration) Handle(r *engine.Request) (any, bool, error) {
 		return int(n), false, err
 	case *engine.ClearOp:
 		return nil, false, clearItems(it.ctx, it.tx, it.q.id, op.P)
+	case *engine.EditOp:
+		if err := queue.CheckPartition(it.q.name, it.info.Partitions, op.Ref.Partition); err != nil {
+			return nil, false, err
+		}
+		v, err := editItem(it.ctx, it.tx, it.q.id, it.q.name, op)
+		return v, false, err
 	}
 	return nil, false, fmt.Errorf("queue '%s': unknown request %T", it.q.name, r.Op)
 }

@@ -47,6 +47,8 @@ type Queue interface {
 	List(ctx context.Context, partition int32, after uint64, limit int) ([]store.Item, error)
 	Scan(ctx context.Context, partitions int32, f *DeadFilter, p ScanParams) (items []store.Item, next uint64, err error)
 	TakeRedriven(ctx context.Context, items []RedriveItem) error
+	// EditDead changes a dead item at rest (see engine.Engine.EditDead).
+	EditDead(ctx context.Context, ref ItemRef, edit func(*store.Item) error) (store.Item, error)
 	// Groups returns the error groups of the dead items the queue holds
 	// (see Logical.Groups).
 	Groups(ctx context.Context, f GroupFilter, limit int) (Groups, error)

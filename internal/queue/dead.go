@@ -1,6 +1,7 @@
 package queue
 
 import (
+	"bytes"
 	"fmt"
 	"iter"
 	"slices"
@@ -32,6 +33,11 @@ type DeadFilter struct {
 	// one stored when it died (store.ItemMeta.Fingerprint), else the one
 	// of its last error (internal/fingerprint).
 	Fingerprint string `json:"fingerprint,omitempty"`
+	// Reference matches the item's reference exactly.
+	Reference string `json:"reference,omitempty"`
+	// PayloadContains matches a substring of the item's payload (bytes,
+	// case-sensitive).
+	PayloadContains string `json:"payload_contains,omitempty"`
 }
 
 // ItemFingerprint is the fingerprint of a dead item's last error: the one
@@ -46,7 +52,7 @@ func ItemFingerprint(it *store.Item) string {
 // IsZero reports whether the filter is empty: it matches every item.
 func (f *DeadFilter) IsZero() bool {
 	return len(f.IDs) == 0 && f.SourceQueue == "" && f.Reason == "" && f.Kind == "" && f.ErrorContains == "" &&
-		f.Fingerprint == "" && f.DeadAfter.IsZero() && f.DeadBefore.IsZero()
+		f.Fingerprint == "" && f.DeadAfter.IsZero() && f.DeadBefore.IsZero() && f.Reference == "" && f.PayloadContains == ""
 }
 
 // Match reports whether the item passes the filter.
@@ -60,6 +66,8 @@ func (f *DeadFilter) Match(it *store.Item) bool {
 	case !f.DeadAfter.IsZero() && it.Body.DeadAt.Before(f.DeadAfter):
 	case !f.DeadBefore.IsZero() && !it.Body.DeadAt.Before(f.DeadBefore):
 	case f.Fingerprint != "" && ItemFingerprint(it) != f.Fingerprint:
+	case f.Reference != "" && it.Body.Reference != f.Reference:
+	case f.PayloadContains != "" && !bytes.Contains(it.Body.Payload, []byte(f.PayloadContains)):
 	default:
 		return true
 	}

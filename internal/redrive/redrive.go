@@ -18,6 +18,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"maps"
 	"slices"
 	"strings"
 	"sync"
@@ -75,11 +76,44 @@ const (
 	maxRetryWait   = 2 * time.Second
 )
 
+// Why a redrive skips an item (it stays in the dead-letter queue): wire
+// RedriveTask.skip_reasons keys.
+const (
+	// SkipSourceGone: the destination queue does not exist (the source
+	// queue the item names was deleted, or it names none).
+	SkipSourceGone = "source_gone"
+	// SkipNotCovered: the API key that started the task may not reach the
+	// destination queue.
+	SkipNotCovered = "not_covered"
+	// SkipLoopCap: the item was already redriven MaxRedriveCount times.
+	SkipLoopCap = "loop_cap"
+	// SkipLeased: a consumer of the dead-letter queue holds the item.
+	SkipLeased = "leased"
+)
+
+// skipWords says each skip reason in words, for Task.Warning.
+var skipWords = map[string]string{
+	SkipSourceGone: "whose destination queue does not exist",
+	SkipNotCovered: "bound for a queue the API key may not reach",
+	SkipLoopCap:    "already redriven max_redrive_count times",
+	SkipLeased:     "leased by a consumer of the dead-letter queue",
+}
+
 // Counts are a task's per-destination results.
 type Counts struct {
 	Moved   int64 `json:"moved"`
 	Failed  int64 `json:"failed"`
 	Skipped int64 `json:"skipped"`
+	// SkipReasons counts the skipped items by reason (Skip*).
+	SkipReasons map[string]int64 `json:"skip_reasons,omitempty"`
+}
+
+// Plan is what a dry run says a redrive would do with the items bound for
+// one destination queue.
+type Plan struct {
+	WouldMove   int64            `json:"would_move"`
+	WouldSkip   int64            `json:"would_skip"`
+	SkipReasons map[string]int64 `json:"skip_reasons,omitempty"`
 }
 
 // Task is a redrive task. Values returned by the Runner are copies.
@@ -116,6 +150,21 @@ type Task struct {
 	StartedAt     time.Time          `json:"started_at"`
 	FinishedAt    time.Time          `json:"finished_at,omitzero"`
 	FailureReason string             `json:"failure_reason,omitempty"`
+	// SkipReasons counts the skipped items by reason (Skip*): for a dry
+	// run, the items a redrive would skip.
+	SkipReasons map[string]int64 `json:"skip_reasons,omitempty"`
+	// Warning, on a completed task that left items behind (skipped or
+	// failed), says how many and why.
+	Warning string `json:"warning,omitempty"`
+	// ErrorPattern is the pattern of the error group Filter.Fingerprint
+	// names, when the task started ("" without one).
+	ErrorPattern string `json:"error_pattern,omitempty"`
+	// WouldMove, WouldSkip and ByDestination are a dry run's plan: of
+	// the matched items, those a redrive started now would move and
+	// skip, in all and by destination queue.
+	WouldMove     int64            `json:"would_move,omitempty"`
+	WouldSkip     int64            `json:"would_skip,omitempty"`
+	ByDestination map[string]*Plan `json:"by_destination,omitempty"`
 	// Pivot is the id of the last dead item the task has processed: a
 	// resumed task continues after it.
 	Pivot uint64 `json:"pivot,omitempty"`
@@ -130,7 +179,17 @@ func (t *Task) clone() Task {
 	c.ByQueue = make(map[string]*Counts, len(t.ByQueue))
 	for k, v := range t.ByQueue {
 		cv := *v
+		cv.SkipReasons = maps.Clone(v.SkipReasons)
 		c.ByQueue[k] = &cv
+	}
+	c.SkipReasons = maps.Clone(t.SkipReasons)
+	if t.ByDestination != nil {
+		c.ByDestination = make(map[string]*Plan, len(t.ByDestination))
+		for k, v := range t.ByDestination {
+			pv := *v
+			pv.SkipReasons = maps.Clone(v.SkipReasons)
+			c.ByDestination[k] = &pv
+		}
 	}
 	return c
 }
@@ -358,6 +417,11 @@ func (r *Runner) Start(ctx context.Context, p StartParams) (Task, error) {
 		MaxRedriveCount: p.MaxRedriveCount, DryRun: p.DryRun, KeyName: p.KeyName, KeyQueues: p.KeyQueues, Status: StatusRunning,
 		ByQueue: map[string]*Counts{}, StartedAt: now,
 	}
+	if f := p.Filter.Fingerprint; f != "" {
+		if g, err := dlq.Groups(ctx, queue.GroupFilter{Fingerprint: f, SourceQueue: p.Filter.SourceQueue, Reason: p.Filter.Reason}, 1); err == nil && len(g.Groups) > 0 {
+			t.ErrorPattern = g.Groups[0].Pattern
+		}
+	}
 	release := func() {}
 	if !p.DryRun {
 		// One task runs per dead-letter queue: on a shared store the claim
@@ -382,7 +446,11 @@ func (r *Runner) Start(ctx context.Context, p StartParams) (Task, error) {
 	}
 	r.mu.Unlock()
 
-	matched, upTo, err := countMatching(ctx, r.cfg.Queues, dlq, &t.Filter)
+	var plan func(it *store.Item)
+	if p.DryRun {
+		plan = r.planner(t)
+	}
+	matched, upTo, err := countMatching(ctx, r.cfg.Queues, dlq, &t.Filter, plan)
 	if err == nil && !p.DryRun {
 		r.mu.Lock()
 		t.Matched, t.UpTo = matched, upTo
@@ -476,7 +544,8 @@ func (r *Runner) runningOn(q string) string {
 // countMatching counts the items of a queue that match f, and returns the
 // id of the last item it saw (0 for an empty queue): a task handles only the
 // items that were there when it started.
-func countMatching(ctx context.Context, m queue.Queues, l queue.Queue, f *queue.DeadFilter) (n int64, last uint64, err error) {
+// each, when not nil, is called with every matching item.
+func countMatching(ctx context.Context, m queue.Queues, l queue.Queue, f *queue.DeadFilter, each func(*store.Item)) (n int64, last uint64, err error) {
 	info, err := m.Info(ctx, l.Name())
 	if err != nil {
 		return 0, 0, err
@@ -490,6 +559,9 @@ func countMatching(ctx context.Context, m queue.Queues, l queue.Queue, f *queue.
 		for i := range items {
 			if f.Match(&items[i]) {
 				n++
+				if each != nil {
+					each(&items[i])
+				}
 			}
 			last = items[i].Meta.ID
 		}
@@ -497,6 +569,76 @@ func countMatching(ctx context.Context, m queue.Queues, l queue.Queue, f *queue.
 			return n, last, nil
 		}
 	}
+}
+
+// planner returns the function a dry run calls with each matching item:
+// it adds the item to t's plan (WouldMove, WouldSkip, ByDestination,
+// SkipReasons) with the checks step makes, in step's order: loop cap,
+// lease, key, destination queue.
+func (r *Runner) planner(t *Task) func(it *store.Item) {
+	t.ByDestination = map[string]*Plan{}
+	exists := map[string]bool{}
+	return func(it *store.Item) {
+		dest := t.Destination
+		if dest == "" {
+			dest = it.Body.SourceQueue
+		}
+		reason := ""
+		switch {
+		case t.MaxRedriveCount >= 0 && it.Body.RedriveCount >= t.MaxRedriveCount:
+			reason = SkipLoopCap
+		case it.Meta.Leased:
+			reason = SkipLeased
+		case !t.covers(dest):
+			reason = SkipNotCovered
+		default:
+			ok, seen := exists[dest]
+			if !seen {
+				_, err := r.cfg.Queues.Get(dest)
+				ok = dest != "" && err == nil
+				exists[dest] = ok
+			}
+			if !ok {
+				reason = SkipSourceGone
+			}
+		}
+		p := t.ByDestination[dest]
+		if p == nil {
+			p = &Plan{}
+			t.ByDestination[dest] = p
+		}
+		if reason == "" {
+			p.WouldMove++
+			t.WouldMove++
+			return
+		}
+		p.WouldSkip++
+		t.WouldSkip++
+		if p.SkipReasons == nil {
+			p.SkipReasons = map[string]int64{}
+		}
+		p.SkipReasons[reason]++
+		if t.SkipReasons == nil {
+			t.SkipReasons = map[string]int64{}
+		}
+		t.SkipReasons[reason]++
+	}
+}
+
+// warning says how many items a completed task left behind and why, or ""
+// when it left none.
+func warning(t *Task) string {
+	if t.Skipped+t.Failed == 0 {
+		return ""
+	}
+	var parts []string
+	for _, k := range slices.Sorted(maps.Keys(t.SkipReasons)) {
+		parts = append(parts, fmt.Sprintf("%d %s", t.SkipReasons[k], skipWords[k]))
+	}
+	if t.Failed > 0 {
+		parts = append(parts, fmt.Sprintf("%d failed to reach the destination", t.Failed))
+	}
+	return fmt.Sprintf("%d of %d items stay in the dead-letter queue: %s", t.Skipped+t.Failed, t.Matched, strings.Join(parts, "; "))
 }
 
 // sync refreshes, from a shared store, the tasks this runner does not run.
@@ -653,13 +795,16 @@ func (r *Runner) finish(t *Task, status, reason string, release func()) {
 	ended := t.clone()
 	r.mu.Unlock()
 	ended.Status, ended.FailureReason, ended.FinishedAt = status, reason, r.cfg.Clock.Now().UTC()
+	if status == StatusCompleted {
+		ended.Warning = warning(&ended)
+	}
 	if err := r.persist(&ended); err != nil {
 		r.cfg.Log.Error("redrive: persist finished task", "task", t.ID, "error", err)
 	}
 	release()
 
 	r.mu.Lock()
-	t.Status, t.FailureReason, t.FinishedAt = ended.Status, ended.FailureReason, ended.FinishedAt
+	t.Status, t.FailureReason, t.FinishedAt, t.Warning = ended.Status, ended.FailureReason, ended.FinishedAt, ended.Warning
 	delete(r.running, t.ID)
 	var done []*Task
 	for _, o := range r.tasks {
@@ -840,17 +985,18 @@ func (r *Runner) step(ctx context.Context, t *Task, dlq queue.Queue, items []sto
 	type counted struct {
 		dest                   string
 		moved, failed, skipped int64
+		why                    string // the reason of skipped
 	}
 	var counts []counted
-	count := func(dest string, moved, failed, skipped int64) {
-		counts = append(counts, counted{dest, moved, failed, skipped})
+	count := func(dest string, moved, failed, skipped int64, why string) {
+		counts = append(counts, counted{dest, moved, failed, skipped, why})
 	}
 	defer func() {
 		for _, c := range counts {
 			if err == nil {
-				r.count(t, c.dest, c.moved, c.failed, c.skipped)
+				r.count(t, c.dest, c.moved, c.failed, c.skipped, c.why)
 			} else if c.moved > 0 {
-				r.count(t, c.dest, c.moved, 0, 0)
+				r.count(t, c.dest, c.moved, 0, 0, "")
 			}
 		}
 	}()
@@ -871,13 +1017,13 @@ func (r *Runner) step(ctx context.Context, t *Task, dlq queue.Queue, items []sto
 		var send []store.Item
 		for _, it := range group {
 			if t.MaxRedriveCount >= 0 && it.Body.RedriveCount >= t.MaxRedriveCount {
-				count(dest, 0, 0, 1)
+				count(dest, 0, 0, 1, SkipLoopCap)
 				continue
 			}
 			if it.Meta.Leased {
 				// A consumer of the dead-letter queue holds it: a redrive
 				// never takes an item from under a lease.
-				count(dest, 0, 0, 1)
+				count(dest, 0, 0, 1, SkipLeased)
 				continue
 			}
 			send = append(send, it)
@@ -888,13 +1034,13 @@ func (r *Runner) step(ctx context.Context, t *Task, dlq queue.Queue, items []sto
 		if !t.covers(dest) {
 			r.cfg.Log.Warn("redrive: the task's key does not cover the destination; items stay in the dead-letter queue",
 				"task", t.ID, "key", t.KeyName, "queue", dest, "items", len(send))
-			count(dest, 0, 0, int64(len(send)))
+			count(dest, 0, 0, int64(len(send)), SkipNotCovered)
 			continue
 		}
 		target, err := r.cfg.Queues.Get(dest)
 		if dest == "" || err != nil {
 			// The source queue is gone: the items stay for manual review.
-			count(dest, 0, 0, int64(len(send)))
+			count(dest, 0, 0, int64(len(send)), SkipSourceGone)
 			continue
 		}
 		yield(target)
@@ -915,7 +1061,7 @@ func (r *Runner) step(ctx context.Context, t *Task, dlq queue.Queue, items []sto
 			}
 			r.cfg.Log.Warn("redrive: destination write failed; items stay in the dead-letter queue",
 				"task", t.ID, "queue", dest, "items", len(send), "error", err)
-			count(dest, 0, int64(len(send)), 0)
+			count(dest, 0, int64(len(send)), 0, "")
 			continue
 		}
 		n, err := dlq.DeleteDead(ctx, refs)
@@ -933,7 +1079,7 @@ func (r *Runner) step(ctx context.Context, t *Task, dlq queue.Queue, items []sto
 			r.cfg.Log.Warn("redrive: items leased from the dead-letter queue while being redriven; the destination has a copy",
 				"task", t.ID, "dead_queue", t.Queue, "queue", dest, "items", leased)
 		}
-		count(dest, int64(n), 0, int64(len(send)-n))
+		count(dest, int64(n), 0, int64(len(send)-n), SkipLeased)
 	}
 	return nil
 }
@@ -966,8 +1112,9 @@ func yield(l queue.Queue) {
 	}
 }
 
-// count adds results for one destination queue.
-func (r *Runner) count(t *Task, dest string, moved, failed, skipped int64) {
+// count adds results for one destination queue; why is the reason of the
+// skipped items (Skip*).
+func (r *Runner) count(t *Task, dest string, moved, failed, skipped int64, why string) {
 	r.mu.Lock()
 	if t.ByQueue == nil {
 		// A task loaded from the store before it counted anything: the
@@ -985,6 +1132,16 @@ func (r *Runner) count(t *Task, dest string, moved, failed, skipped int64) {
 	t.Moved += moved
 	t.Failed += failed
 	t.Skipped += skipped
+	if skipped > 0 && why != "" {
+		if c.SkipReasons == nil {
+			c.SkipReasons = map[string]int64{}
+		}
+		c.SkipReasons[why] += skipped
+		if t.SkipReasons == nil {
+			t.SkipReasons = map[string]int64{}
+		}
+		t.SkipReasons[why] += skipped
+	}
 	r.mu.Unlock()
 	for result, n := range map[string]int64{"moved": moved, "failed": failed, "skipped": skipped} {
 		if n > 0 {

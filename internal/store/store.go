@@ -203,6 +203,8 @@ const (
 	OpDelete
 	// OpSetErrors overwrites the ItemErrors under Meta.BodyID.
 	OpSetErrors
+	// OpSetBody overwrites the ItemBody under Meta.BodyID (dead.edit).
+	OpSetBody
 )
 
 // Op is one change in a Batch. Which fields are read depends on Kind.
@@ -256,6 +258,11 @@ func (b *Batch) Delete(partition int32, m ItemMeta) {
 // SetErrors overwrites an item's attempt history.
 func (b *Batch) SetErrors(partition int32, m ItemMeta, errs ItemErrors) {
 	b.Ops = append(b.Ops, Op{Kind: OpSetErrors, Partition: partition, Meta: m, Errors: &errs})
+}
+
+// SetBody overwrites an item's body (a dead item edited).
+func (b *Batch) SetBody(partition int32, m ItemMeta, body ItemBody) {
+	b.Ops = append(b.Ops, Op{Kind: OpSetBody, Partition: partition, Meta: m, Body: &body})
 }
 
 // Len is the number of ops.

@@ -83,7 +83,7 @@
     const dlg = document.getElementById('confirm-dialog');
     const ok = document.getElementById('confirm-ok');
     document.getElementById('confirm-title').textContent = title;
-    document.getElementById('confirm-body').replaceChildren(...body);
+    document.getElementById('confirm-body').replaceChildren(...body.filter(Boolean));
     ok.hidden = okLabel === null;
     ok.textContent = okLabel || 'OK';
     ok.className = danger ? 'danger' : 'primary';
@@ -126,7 +126,7 @@
   }
 
   function show(...nodes) {
-    main.replaceChildren(...nodes);
+    main.replaceChildren(...nodes.flat().filter((n) => n !== null && n !== undefined && n !== false));
   }
 
   function toast(msg) {
@@ -145,6 +145,83 @@
     return box;
   }
 
+  // ---------------------------------------------------------------- charts
+
+  // The SVG namespace: a name, never fetched (spelled in parts so that no
+  // URL of another origin appears in the UI's files; TestNoExternalURLs).
+  const SVG = ['http:', '', 'www.w3.org', '2000', 'svg'].join('/');
+  function svg(tag, attrs = {}, ...children) {
+    const el = document.createElementNS(SVG, tag);
+    for (const [k, v] of Object.entries(attrs)) if (v !== undefined && v !== null) el.setAttribute(k, String(v));
+    for (const c of children.flat(Infinity)) if (c !== null && c !== undefined) el.append(c instanceof Node ? c : String(c));
+    return el;
+  }
+
+  // lineChart draws series (each { label, values }, a value per minute,
+  // null where unknown) as lines over the last hour, in SVG drawn here (no
+  // library). The figure names each series' total (sum, or last value
+  // when last is set) in its legend and its aria-label.
+  function lineChart(title, series, { last = false, id } = {}) {
+    const W = 560, H = 150, L = 40, R = 8, T = 10, B = 22;
+    const n = Math.max(1, ...series.map((x) => x.values.length));
+    const top = Math.max(1, ...series.flatMap((x) => x.values.filter((v) => v !== null)));
+    const xOf = (i) => L + (n === 1 ? 0 : (i * (W - L - R)) / (n - 1));
+    const yOf = (v) => T + (H - T - B) * (1 - v / top);
+    const total = (x) => {
+      const known = x.values.filter((v) => v !== null);
+      if (last) return known.length ? known[known.length - 1] : null;
+      return known.reduce((a, b) => a + b, 0);
+    };
+    const words = series.map((x) => { const t = total(x); return `${x.label} ${t === null ? 'unknown' : fmt(t)}${last ? ' now' : ' in the last hour'}`; });
+    const lines = series.map((x, k) => {
+      // Unknown values break the line into runs.
+      const runs = [];
+      let run = [];
+      x.values.forEach((v, i) => {
+        if (v === null) { if (run.length) runs.push(run); run = []; return; }
+        run.push(`${xOf(i).toFixed(1)},${yOf(v).toFixed(1)}`);
+      });
+      if (run.length) runs.push(run);
+      return runs.map((r) => r.length === 1 ? svg('circle', { cx: r[0].split(',')[0], cy: r[0].split(',')[1], r: 2, class: 'dot s' + k })
+        : svg('polyline', { points: r.join(' '), class: 'line s' + k }));
+    });
+    const grid = [0, 0.5, 1].map((f) => svg('line', { x1: L, x2: W - R, y1: yOf(top * f), y2: yOf(top * f), class: 'grid' }));
+    const ticks = [[0, '−60m'], [Math.floor((n - 1) / 2), '−30m'], [n - 1, 'now']].map(([i, t]) =>
+      svg('text', { x: xOf(i), y: H - 6, class: 'tick', 'text-anchor': i === 0 ? 'start' : i === n - 1 ? 'end' : 'middle' }, t));
+    const yLabels = [svg('text', { x: L - 4, y: yOf(top) + 4, class: 'tick', 'text-anchor': 'end' }, fmt(top)),
+      svg('text', { x: L - 4, y: yOf(0) + 4, class: 'tick', 'text-anchor': 'end' }, '0')];
+    return h('figure', { class: 'chart', id },
+      h('figcaption', {}, title),
+      svg('svg', { viewBox: `0 0 ${W} ${H}`, role: 'img', 'aria-label': `${title}: ${words.join(', ')}` }, grid, yLabels, ticks, lines),
+      h('ul', { class: 'legend' }, series.map((x, k) => h('li', {}, h('span', { class: 'key s' + k }), words[k]))));
+  }
+
+  // historyCharts draws a queues.history reply: items per minute
+  // (produced, completed, dead-lettered) and depth.
+  function historyCharts(hist) {
+    const pts = hist.points || [];
+    if (pts.length === 0) return null;
+    return h('div', { class: 'charts' },
+      lineChart('Items per minute, last hour', [
+        { label: 'produced', values: pts.map((p) => num(p.produced)) },
+        { label: 'completed', values: pts.map((p) => num(p.completed)) },
+        { label: 'dead-lettered', values: pts.map((p) => num(p.dead_lettered)) }], { id: 'chart-rates' }),
+      lineChart('Depth (items), last hour', [{ label: 'depth', values: pts.map((p) => (num(p.depth) < 0 ? null : num(p.depth))) }], { last: true, id: 'chart-depth' }));
+  }
+
+  // groupChart draws a DLQ's arrivals per minute by error group: the five
+  // largest groups of the hour.
+  function groupChart(hist) {
+    const pts = hist.points || [];
+    const totals = {};
+    for (const p of pts) for (const [fp, v] of Object.entries(p.dead_by_group || {})) totals[fp] = (totals[fp] || 0) + num(v);
+    const top = Object.keys(totals).sort((a, b) => totals[b] - totals[a]).slice(0, 5);
+    if (top.length === 0) return h('p', { class: 'muted', id: 'chart-groups' }, 'No dead items arrived in the last hour (that this server saw).');
+    const patterns = hist.group_patterns || {};
+    return lineChart('Dead-lettered per minute by error group, last hour',
+      top.map((fp) => ({ label: patterns[fp] || fp, values: pts.map((p) => num((p.dead_by_group || {})[fp])) })), { id: 'chart-groups' });
+  }
+
   // ---------------------------------------------------------------- formats
 
   const num = (v) => Number(v || 0);
@@ -156,14 +233,37 @@
   // Querator's time fields that are not set.
   function unset(ts) { return !ts || ts.startsWith('0001-01-01T'); }
 
+  // ago says how long ago ts was ("7m26s ago"), or, for a time to come,
+  // how long until it ("in 13d23h").
   function ago(ts) {
     if (unset(ts)) return '–';
-    let s = Math.max(0, (Date.now() - Date.parse(ts)) / 1000);
-    const units = [['d', 86400], ['h', 3600], ['m', 60], ['s', 1]];
-    for (const [u, n] of units) {
-      if (s >= n || u === 's') return Math.floor(s / n) + u + ' ago';
-    }
-    return '–';
+    const t = Date.parse(ts);
+    if (Number.isNaN(t)) return '–';
+    const ms = Date.now() - t;
+    return ms < -999 ? 'in ' + dur(-ms) : dur(ms) + ' ago';
+  }
+
+  // goDur rounds a Go duration string ("7m26.123456s", "1h2m3.5s",
+  // "350.2ms") as dur does; anything else is returned as it is.
+  function goDur(s) {
+    if (!s) return '–';
+    const unit = { h: 36e5, m: 6e4, s: 1e3, ms: 1, us: 1e-3, 'µs': 1e-3, ns: 1e-6 };
+    const parts = [...String(s).matchAll(/(\d+(?:\.\d+)?)(h|ms|m|s|us|µs|ns)/g)];
+    if (parts.length === 0 || parts.map((p) => p[0]).join('') !== String(s)) return s;
+    const ms = parts.reduce((a, p) => a + Number(p[1]) * unit[p[2]], 0);
+    return ms < 1000 && ms > 0 ? '<1s' : dur(ms);
+  }
+
+  // dur formats a duration in ms rounded to its two largest units:
+  // "45s", "7m26s", "2h05m", "3d4h".
+  function dur(ms) {
+    let s = Math.max(0, Math.round(ms / 1000));
+    if (s < 60) return s + 's';
+    const d = Math.floor(s / 86400), hh = Math.floor((s % 86400) / 3600), mm = Math.floor((s % 3600) / 60);
+    s %= 60;
+    if (d > 0) return `${d}d${hh}h`;
+    if (hh > 0) return `${hh}h${String(mm).padStart(2, '0')}m`;
+    return `${mm}m${String(s).padStart(2, '0')}s`;
   }
 
   function when(ts) {
@@ -183,24 +283,54 @@
     return new Date(t).toISOString();
   }
 
-  function describeFilter(f) {
+  // describeFilter says a DeadFilter in words. pattern, when known, is the
+  // error pattern of f.fingerprint's group: people read it, not the
+  // fingerprint.
+  function describeFilter(f, pattern) {
     const parts = [];
     if (!f) return 'every item';
     if (f.ids && f.ids.length) parts.push('item ' + f.ids.join(', '));
-    if (f.fingerprint) parts.push('fingerprint ' + f.fingerprint);
+    if (f.fingerprint) parts.push(pattern ? `error "${pattern}"` : 'error group ' + f.fingerprint);
     if (f.source_queue) parts.push('source ' + f.source_queue);
     if (f.reason) parts.push('reason ' + f.reason);
     if (f.kind) parts.push('kind ' + f.kind);
     if (f.error_contains) parts.push(`error contains "${f.error_contains}"`);
+    if (f.reference) parts.push('reference ' + f.reference);
+    if (f.payload_contains) parts.push(`payload contains "${f.payload_contains}"`);
     if (f.dead_after) parts.push('dead since ' + f.dead_after);
     return parts.length ? parts.join(', ') : 'every item';
   }
 
+  // SHOW_BYTES is how much of a payload the item page shows before "Show
+  // all".
+  const SHOW_BYTES = 64 * 1024;
+  const shownAll = new Set(); // payloads (by file name) shown whole
+
   // payloadView renders a payload (base64 from the API): JSON pretty
-  // printed, text as is, anything else as a hex dump.
-  function payloadView(b64) {
+  // printed, text as is, anything else as a hex dump; past SHOW_BYTES only
+  // its start, with "Show all" and "Download" (name is the file's name),
+  // unless all.
+  function payloadView(b64, name = 'payload', all = false) {
     const bytes = Uint8Array.from(atob(b64 || ''), (c) => c.charCodeAt(0));
     if (bytes.length === 0) return [h('p', { class: 'muted' }, 'Empty payload.')];
+    if (bytes.length > SHOW_BYTES && !all && !shownAll.has(name)) {
+      // A large payload: its start, and the whole on demand (kept shown
+      // across live updates).
+      const box = h('div', { id: 'payload' });
+      const download = h('button', { type: 'button', onclick: () => {
+        const a = h('a', { download: name, href: URL.createObjectURL(new Blob([bytes])) });
+        a.click();
+        setTimeout(() => URL.revokeObjectURL(a.href), 10000);
+      } }, 'Download');
+      const head = bytes.slice(0, SHOW_BYTES);
+      let text = null;
+      try { text = new TextDecoder('utf-8', { fatal: false }).decode(head); } catch { text = null; }
+      box.append(h('p', { class: 'muted', id: 'payload-truncated' }, `${fmt(bytes.length)} bytes; the first ${fmt(SHOW_BYTES)} are shown.`),
+        h('div', { class: 'actions' },
+          h('button', { type: 'button', onclick: () => { shownAll.add(name); box.replaceChildren(...payloadView(b64, name, true)); } }, 'Show all'), download),
+        h('pre', { 'aria-label': 'Payload (start)' }, text !== null ? text : ''));
+      return [box];
+    }
     let text = null;
     try { text = new TextDecoder('utf-8', { fatal: true }).decode(bytes); } catch { text = null; }
     if (text !== null && !/[\u0000-\u0008\u000e-\u001f\u007f]/.test(text)) {
@@ -221,6 +351,22 @@
     return [h('p', { class: 'muted' }, `Binary, ${fmt(bytes.length)} bytes (hex)`), h('pre', { 'aria-label': 'Payload (hex)' }, lines.join('\n'))];
   }
 
+  // SKIP_WORDS says why a redrive leaves an item in the dead-letter queue
+  // (RedriveTask.skip_reasons keys).
+  const SKIP_WORDS = {
+    source_gone: 'destination queue does not exist',
+    not_covered: 'your API key may not reach the destination',
+    loop_cap: 'already redriven too many times',
+    leased: 'leased by a consumer',
+  };
+
+  // skipReasons says a skip_reasons map in words: "3 destination queue
+  // does not exist, 1 already redriven too many times".
+  function skipReasons(m) {
+    return Object.entries(m || {}).sort((a, b) => num(b[1]) - num(a[1]))
+      .map(([k, v]) => `${fmt(v)} ${SKIP_WORDS[k] || k}`).join(', ');
+  }
+
   // ---------------------------------------------------------------- actions
 
   // everything reports whether filter is empty: it selects every dead item,
@@ -228,23 +374,60 @@
   // after the user confirmed the count).
   const everything = (filter) => Object.keys(filter).length === 0;
 
+  // runningBanner shows a running redrive task: what it moves, its
+  // progress, a link to it.
+  function runningBanner(t) {
+    const matched = num(t.matched), done = num(t.moved) + num(t.failed) + num(t.skipped);
+    return h('div', { class: 'banner', role: 'status', id: 'running-redrive' },
+      h('strong', {}, t.status === 'cancelling' ? 'A redrive is being cancelled: ' : 'A redrive is running: '),
+      h('a', { href: '/ui/redrives/' + enc(t.task_id) }, t.task_id), ` (${describeFilter(t.filter, t.error_pattern)}) `,
+      h('progress', { max: String(Math.max(matched, 1)), value: String(matched ? done : 1), 'aria-label': `Progress of ${t.task_id}` }),
+      ` ${fmt(t.moved)} of ${fmt(matched)} moved`, num(t.skipped) ? ` · ${fmt(t.skipped)} skipped` : '',
+      '. One redrive runs per dead-letter queue at a time.');
+  }
+
   // redriveFlow counts the items filter selects (a dry run), says where
   // they will go, and on confirmation starts the redrive and opens its
-  // progress.
-  async function redriveFlow(queue, filter) {
+  // progress. A redrive already running on the queue is said first: only
+  // one runs per dead-letter queue.
+  async function redriveFlow(queue, filter, pattern) {
     let dry;
+    const tasks = await soft(api('redrives.list', { queue_name: queue }));
+    const running = (tasks.tasks || []).find(isLive);
+    if (running) {
+      await confirmAction('Redrive dead items', [h('p', { id: 'redrive-summary' },
+        `Redrive ${running.task_id} is already running on ${queue} (${fmt(running.moved)} of ${fmt(running.matched)} moved). `,
+        'Wait for it to end, or cancel it on ', h('a', { href: '/ui/redrives/' + enc(running.task_id) }, 'its page'), '.')], null);
+      return;
+    }
     try {
       dry = await api('dead.redrive', { queue_name: queue, filter, dry_run: true });
     } catch (e) { toast(e.message); return; }
     const n = num(dry.matched);
+    // The server's dry run says what will happen: would_move of the
+    // matched items move, would_skip stay (by destination, with reasons).
+    const move = dry.would_move === undefined && dry.would_skip === undefined ? n : num(dry.would_move);
+    const skip = num(dry.would_skip);
     const dest = dry.destination || 'their source queue';
     const rate = h('input', { id: 'redrive-rate', type: 'number', min: '0', max: '1000000', value: '0', inputmode: 'numeric' });
-    const body = n === 0
-      ? [h('p', {}, `No dead items match ${describeFilter(filter)}.`)]
-      : [h('p', { id: 'redrive-summary' }, `This will move ${fmt(n)} ${n === 1 ? 'item' : 'items'} to ${dest}.`),
-        h('p', { class: 'muted' }, 'Selected: ' + describeFilter(filter) + '.'),
+    const byDest = Object.entries(dry.by_destination || {}).sort((a, b) => (num(b[1].would_move) + num(b[1].would_skip)) - (num(a[1].would_move) + num(a[1].would_skip)));
+    const plan = byDest.length === 0 ? null : table('By destination queue', ['Destination', ['Will move', 'num'], ['Will stay', 'num'], 'Why they stay'],
+      byDest.map(([q, p]) => h('tr', {},
+        h('th', { scope: 'row' }, q || '(no source queue)'), h('td', { class: 'num' }, fmt(p.would_move)),
+        h('td', { class: 'num' }, fmt(p.would_skip)), h('td', {}, skipReasons(p.skip_reasons) || '–'))));
+    let body;
+    pattern = dry.error_pattern || pattern;
+    if (n === 0) body = [h('p', {}, `No dead items match ${describeFilter(filter, pattern)}.`)];
+    else if (move === 0) {
+      body = [h('p', { id: 'redrive-summary' }, `None of the ${plural(n, 'matching item', 'matching items')} can be redriven: ${skipReasons(dry.skip_reasons)}.`), plan];
+    } else {
+      const summary = skip === 0 ? `This will move ${fmt(move)} ${move === 1 ? 'item' : 'items'} to ${dest}.`
+        : `This will move ${fmt(move)} of ${fmt(n)} items to ${dest}; ${fmt(skip)} will stay in the dead-letter queue (${skipReasons(dry.skip_reasons)}).`;
+      body = [h('p', { id: 'redrive-summary', class: skip ? 'warn' : '' }, summary), plan,
+        h('p', { class: 'muted' }, 'Selected: ' + describeFilter(filter, pattern) + '.'),
         h('label', { for: 'redrive-rate' }, 'Rate limit (items per second, 0 for no limit)'), rate];
-    if (!await confirmAction('Redrive dead items', body, n === 0 ? null : `Redrive ${fmt(n)} ${n === 1 ? 'item' : 'items'}`)) return;
+    }
+    if (!await confirmAction('Redrive dead items', body, move === 0 ? null : `Redrive ${fmt(move)} ${move === 1 ? 'item' : 'items'}`)) return;
     try {
       const task = await api('dead.redrive', { queue_name: queue, filter, all: everything(filter), rate_limit: Number(rate.value) || 0 });
       navigate('/ui/redrives?task=' + enc(task.task_id));
@@ -253,7 +436,7 @@
 
   // deleteFlow deletes the items filter selects after confirmation. count
   // is known for a group; otherwise a dry run of a redrive counts them.
-  async function deleteFlow(queue, filter, count) {
+  async function deleteFlow(queue, filter, count, pattern) {
     let n = count;
     if (n === undefined) {
       try {
@@ -261,7 +444,7 @@
       } catch (e) { toast(e.message); return; }
     }
     const body = [h('p', { id: 'delete-summary' }, `This will delete ${fmt(n)} ${n === 1 ? 'item' : 'items'} of ${queue} for good.`),
-      h('p', { class: 'muted' }, 'Selected: ' + describeFilter(filter) + '.')];
+      h('p', { class: 'muted' }, 'Selected: ' + describeFilter(filter, pattern) + '.')];
     if (!await confirmAction('Delete dead items', body, n === 0 ? null : `Delete ${fmt(n)} ${n === 1 ? 'item' : 'items'}`, true)) return false;
     try {
       const res = await api('dead.delete', { queue_name: queue, filter, all: everything(filter) });
@@ -272,51 +455,23 @@
 
   // ---------------------------------------------------------------- pages
 
-  async function overview(my) {
-    document.title = 'Queues · Styx';
-    const [list, tasks] = await Promise.all([api('queues.list', { limit: 1000 }), api('redrives.list', {})]);
-    const queues = list.items || [];
-    const stats = await Promise.all(queues.map((q) => api('queue.stats', { queue_name: q.queue_name }).catch((e) => ({ error: e }))));
-    if (my !== page) return;
-    const running = {};
-    for (const t of tasks.tasks || []) {
-      if (t.status === 'running' || t.status === 'cancelling') running[t.queue_name] = (running[t.queue_name] || 0) + 1;
-    }
-    const rows = queues.map((q, i) => {
-      const s = stats[i];
-      let ready = 0, leased = 0, scheduled = 0;
-      for (const lq of s.logicalQueues || s.logical_queues || []) {
-        for (const p of lq.partitions || []) {
-          leased += num(p.total_leased);
-          scheduled += num(p.scheduled);
-          ready += num(p.total) - num(p.total_leased) - num(p.scheduled);
-        }
-      }
-      const dead = Object.values(s.dead_by_reason || {}).reduce((a, b) => a + num(b), 0);
-      const name = q.queue_name;
-      return h('tr', {},
-        h('th', { scope: 'row' }, h('a', { href: '/ui/queues/' + enc(name) }, name)),
-        h('td', { class: 'num' }, s.error ? '–' : fmt(ready)),
-        h('td', { class: 'num' }, s.error ? '–' : fmt(leased)),
-        h('td', { class: 'num' }, s.error ? '–' : fmt(scheduled)),
-        h('td', { class: 'num' }, dead ? h('a', { href: '/ui/queues/' + enc(name) + '/dead', 'aria-label': `${fmt(dead)} dead items in ${name}` }, fmt(dead)) : '0'),
-        h('td', {}, s.oldest_created_at ? ago(s.oldest_created_at).replace(' ago', '') : '–'),
-        h('td', {}, q.dead_queue ? h('a', { href: '/ui/queues/' + enc(q.dead_queue) + '/dead' }, q.dead_queue) : '–'),
-        h('td', { class: 'num' }, running[name] ? h('a', { href: '/ui/redrives' }, String(running[name])) : '0'));
-    });
-    show(h('h1', {}, 'Queues'),
-      queues.length === 0 ? h('p', { class: 'muted' }, 'No queues yet.')
-        : table(`${fmt(queues.length)} queues`, ['Queue', ['Ready', 'num'], ['Leased', 'num'], ['Scheduled', 'num'],
-          ['Dead', 'num'], 'Oldest item', 'Dead-letter queue', ['Redrives running', 'num']], rows));
+  // soft turns a failed call into { error }: the section it feeds shows a
+  // note (notShown) instead of the whole page failing, so that a key
+  // without some scope sees what it may. A 401 still fails the page (it
+  // asks for a key).
+  const soft = (p) => p.catch((e) => { if (e.status === 401) throw e; return { error: e }; });
+
+  // notShown is the note a section shows when its call failed.
+  function notShown(what, e) {
+    const why = e.status === 403 ? `your API key may not see them (${e.message})` : e.message;
+    return h('p', { class: 'note', role: 'note' }, `${what} not shown: ${why}.`);
   }
 
-  async function queuePage(my, name) {
-    document.title = name + ' · Styx';
-    const [info, s] = await Promise.all([api('queues.info', { queue_name: name }), api('queue.stats', { queue_name: name })]);
-    if (my !== page) return;
-    const parts = [];
+  // counts sums a queue.stats reply's partitions: ready, leased, scheduled.
+  function counts(s) {
     let ready = 0, leased = 0, scheduled = 0;
-    for (const lq of s.logical_queues || s.logicalQueues || []) {
+    const parts = [];
+    for (const lq of s.logicalQueues || s.logical_queues || []) {
       for (const p of lq.partitions || []) {
         parts.push(p);
         leased += num(p.total_leased);
@@ -324,30 +479,104 @@
         ready += num(p.total) - num(p.total_leased) - num(p.scheduled);
       }
     }
-    const dead = Object.values(s.dead_by_reason || {}).reduce((a, b) => a + num(b), 0);
+    return { ready, leased, scheduled, parts };
+  }
+
+  const sum = (m) => Object.values(m || {}).reduce((a, b) => a + num(b), 0);
+
+  // deadOf returns the dead items of queue q (those its dead-letter queue
+  // holds for it: dead_by_source of the DLQ's stats) as a cell: a link to
+  // the DLQ page filtered by source, 0, or – when unknown.
+  function deadOf(q, dlqStats) {
+    if (!q.dead_queue) return h('span', { title: 'no dead-letter queue' }, '–');
+    if (!dlqStats || dlqStats.error) return h('span', { title: `the stats of ${q.dead_queue} are not available` }, '?');
+    const n = num((dlqStats.dead_by_source || {})[q.queue_name]);
+    if (!n) return '0';
+    return h('a', { href: '/ui/queues/' + enc(q.dead_queue) + '/dead?' + new URLSearchParams({ source: q.queue_name }),
+      'aria-label': `${fmt(n)} dead items of ${q.queue_name} in ${q.dead_queue}` }, fmt(n));
+  }
+
+  async function overview(my) {
+    document.title = 'Queues · Styx';
+    const [list, tasks, hist] = await Promise.all([api('queues.list', { limit: 1000 }), soft(api('redrives.list', {})), soft(api('queues.history', {}))]);
+    const queues = list.items || [];
+    const stats = await Promise.all(queues.map((q) => soft(api('queue.stats', { queue_name: q.queue_name }))));
+    if (my !== page) return;
+    const byName = {};
+    queues.forEach((q, i) => { byName[q.queue_name] = stats[i]; });
+    const dlqs = new Set(queues.map((q) => q.dead_queue).filter(Boolean));
+    const running = {};
+    for (const t of tasks.tasks || []) {
+      if (t.status === 'running' || t.status === 'cancelling') running[t.queue_name] = (running[t.queue_name] || 0) + 1;
+    }
+    const rows = queues.map((q, i) => {
+      const s = stats[i];
+      const c = counts(s);
+      const held = sum(s.dead_by_reason);
+      const name = q.queue_name;
+      return h('tr', {},
+        h('th', { scope: 'row' }, h('a', { href: '/ui/queues/' + enc(name) }, name)),
+        h('td', { class: 'num' }, s.error ? '?' : fmt(c.ready)),
+        h('td', { class: 'num' }, s.error ? '?' : fmt(c.leased)),
+        h('td', { class: 'num' }, s.error ? '?' : fmt(c.scheduled)),
+        h('td', { class: 'num' }, deadOf(q, byName[q.dead_queue])),
+        h('td', { class: 'num' }, !dlqs.has(name) ? '–' : s.error ? '?'
+          : held ? h('a', { href: '/ui/queues/' + enc(name) + '/dead', 'aria-label': `${fmt(held)} dead items in ${name}` }, fmt(held)) : '0'),
+        h('td', {}, s.oldest_created_at ? ago(s.oldest_created_at).replace(' ago', '') : '–'),
+        h('td', {}, q.dead_queue ? h('a', { href: '/ui/queues/' + enc(q.dead_queue) + '/dead' }, q.dead_queue) : '–'),
+        h('td', { class: 'num' }, tasks.error ? '?' : running[name] ? h('a', { href: '/ui/redrives' }, String(running[name])) : '0'));
+    });
+    const failed = stats.filter((s) => s.error);
+    show(h('h1', {}, 'Queues'),
+      hist.error ? notShown('Charts', hist.error) : historyCharts(hist),
+      queues.length === 0 ? h('p', { class: 'muted' }, 'No queues yet.')
+        : table(`${fmt(queues.length)} queues`, ['Queue', ['Ready', 'num'], ['Leased', 'num'], ['Scheduled', 'num'],
+          ['Dead', 'num'], ['Dead held', 'num'], 'Oldest item', 'Dead-letter queue', ['Redrives running', 'num']], rows),
+      h('p', { class: 'muted' }, 'Dead: the queue\'s items in its dead-letter queue. Dead held: the dead items a dead-letter queue holds.'),
+      failed.length ? notShown(`Counts of ${plural(failed.length, 'queue', 'queues')} (?)`, failed[0].error) : null,
+      tasks.error ? notShown('Running redrives (?)', tasks.error) : null);
+  }
+
+  async function queuePage(my, name) {
+    document.title = name + ' · Styx';
+    const [info, s, list, hist] = await Promise.all([api('queues.info', { queue_name: name }), soft(api('queue.stats', { queue_name: name })),
+      soft(api('queues.list', { limit: 1000 })), soft(api('queues.history', { queue_name: name }))]);
+    const dlqStats = info.dead_queue ? await soft(api('queue.stats', { queue_name: info.dead_queue })) : null;
+    if (my !== page) return;
+    const { ready, leased, scheduled, parts } = counts(s);
+    const isDLQ = (list.items || []).some((q) => q.dead_queue === name);
+    const held = sum(s.dead_by_reason);
     const card = (label, v) => h('div', { class: 'card' }, h('div', { class: 'muted' }, label), h('div', { class: 'n' }, v));
     const prop = (k, v) => [h('dt', {}, k), h('dd', {}, v === undefined || v === '' ? '–' : v)];
+    const q = { queue_name: name, dead_queue: info.dead_queue };
     show(
       h('p', { class: 'crumbs' }, h('a', { href: '/ui/' }, 'Queues'), ' / ', name),
       h('h1', {}, name),
-      h('div', { class: 'cards' }, card('Ready', fmt(ready)), card('Leased', fmt(leased)), card('Scheduled', fmt(scheduled)),
-        card('Dead items held', fmt(dead)), card('Oldest item', s.oldest_created_at ? ago(s.oldest_created_at).replace(' ago', '') : '–')),
+      s.error ? notShown('Counts', s.error)
+        : h('div', { class: 'cards' }, card('Ready', fmt(ready)), card('Leased', fmt(leased)), card('Scheduled', fmt(scheduled)),
+          info.dead_queue ? card('Dead (in ' + info.dead_queue + ')', deadOf(q, dlqStats)) : null,
+          isDLQ ? card('Dead items held', fmt(held)) : null,
+          card('Oldest item', s.oldest_created_at ? ago(s.oldest_created_at).replace(' ago', '') : '–')),
+      hist.error ? notShown('Charts', hist.error) : historyCharts(hist),
       h('div', { class: 'actions' },
-        h('a', { class: 'button', href: '/ui/queues/' + enc(name) + '/dead' }, 'Dead items held by ' + name),
-        info.dead_queue ? h('a', { class: 'button', href: '/ui/queues/' + enc(info.dead_queue) + '/dead' }, 'Its dead-letter queue: ' + info.dead_queue) : null),
+        isDLQ ? h('a', { class: 'button', href: '/ui/queues/' + enc(name) + '/dead' }, 'Dead items held by ' + name) : null,
+        info.dead_queue ? h('a', { class: 'button', href: '/ui/queues/' + enc(info.dead_queue) + '/dead?' + new URLSearchParams({ source: name }) },
+          'Its dead items in ' + info.dead_queue) : null,
+        h('a', { class: 'button', href: '/ui/queues/' + enc(name) + '/items' }, 'Browse items')),
       h('h2', {}, 'Configuration'),
       h('dl', { class: 'props' },
-        prop('Namespace', info.namespace), prop('Dead-letter queue', info.dead_queue),
+        prop('Namespace', info.namespace), prop('Dead-letter queue', info.dead_queue ? h('a', { href: '/ui/queues/' + enc(info.dead_queue) }, info.dead_queue) : ''),
         prop('Lease timeout', info.lease_timeout), prop('Expire timeout', info.expire_timeout),
         prop('Max attempts', info.max_attempts ? String(info.max_attempts) : 'unlimited'),
         prop('Partitions', String(info.requested_partitions || parts.length)), prop('Reference', info.reference),
         prop('Created', when(info.created_at)), prop('Updated', when(info.updated_at))),
       h('h2', {}, 'Partitions'),
-      table('Items by partition', [['Partition', 'num'], ['Items', 'num'], ['Leased', 'num'], ['Scheduled', 'num'], ['Failures', 'num'], 'Average age', 'Average leased age'],
-        parts.map((p) => h('tr', {},
-          h('th', { scope: 'row', class: 'num' }, String(p.partition || 0)), h('td', { class: 'num' }, fmt(p.total)),
-          h('td', { class: 'num' }, fmt(p.total_leased)), h('td', { class: 'num' }, fmt(p.scheduled)),
-          h('td', { class: 'num' }, fmt(p.failures)), h('td', {}, p.average_age || '–'), h('td', {}, p.average_leased_age || '–')))));
+      s.error ? notShown('Partitions', s.error)
+        : table('Items by partition', [['Partition', 'num'], ['Items', 'num'], ['Leased', 'num'], ['Scheduled', 'num'], ['Failures', 'num'], 'Average age', 'Average leased age'],
+          parts.map((p) => h('tr', {},
+            h('th', { scope: 'row', class: 'num' }, String(p.partition || 0)), h('td', { class: 'num' }, fmt(p.total)),
+            h('td', { class: 'num' }, fmt(p.total_leased)), h('td', { class: 'num' }, fmt(p.scheduled)),
+            h('td', { class: 'num' }, fmt(p.failures)), h('td', {}, goDur(p.average_age)), h('td', {}, goDur(p.average_leased_age))))));
   }
 
   // filterFromURL reads the DLQ page's filters from the query string.
@@ -358,6 +587,8 @@
     if (params.get('kind')) f.kind = params.get('kind');
     if (params.get('error')) f.error_contains = params.get('error');
     if (params.get('fingerprint')) f.fingerprint = params.get('fingerprint');
+    if (params.get('reference')) f.reference = params.get('reference');
+    if (params.get('payload')) f.payload_contains = params.get('payload');
     if (params.get('since')) f.dead_after = sinceToTime(params.get('since'));
     return f;
   }
@@ -372,11 +603,15 @@
     const gFilter = {};
     for (const k of ['source_queue', 'reason', 'fingerprint']) if (filter[k]) gFilter[k] = filter[k];
     const pivot = params.get('pivot') || '';
-    const [groups, list] = await Promise.all([
-      api('dead.groups', { queue_name: name, filter: gFilter, limit: 50 }),
-      api('dead.list', { queue_name: name, filter, pivot, limit: PAGE_SIZE, without_payload: true }),
+    const [groups, list, tasks, hist] = await Promise.all([
+      soft(api('dead.groups', { queue_name: name, filter: gFilter, limit: 50 })),
+      soft(api('dead.list', { queue_name: name, filter, pivot, limit: PAGE_SIZE, without_payload: true })),
+      soft(api('redrives.list', { queue_name: name })),
+      soft(api('queues.history', { queue_name: name })),
     ]);
     if (my !== page) return;
+    const running = (tasks.tasks || []).find(isLive);
+    if (running) fastLive = true;
 
     const groupRows = (groups.groups || []).map((g) => {
       const gf = { fingerprint: g.fingerprint, source_queue: g.source_queue, reason: g.reason };
@@ -387,9 +622,9 @@
         h('td', {}, ago(g.last_dead_at)),
         h('td', {}, h('div', { class: 'actions' },
           h('a', { href: link, 'aria-label': `Items of group ${g.pattern}` }, 'Items'),
-          h('button', { type: 'button', onclick: () => redriveFlow(name, gf), 'aria-label': `Redrive group ${g.pattern}` }, 'Redrive…'),
+          h('button', { type: 'button', onclick: () => redriveFlow(name, gf, g.pattern), 'aria-label': `Redrive group ${g.pattern}` }, 'Redrive…'),
           h('button', { type: 'button', class: 'danger', 'aria-label': `Delete group ${g.pattern}`,
-            onclick: async () => { if (await deleteFlow(name, gf, num(g.count))) render(); } }, 'Delete…'))));
+            onclick: async () => { if (await deleteFlow(name, gf, num(g.count), g.pattern)) render(); } }, 'Delete…'))));
     });
 
     const field = (id, label, input) => h('label', { for: id }, label, input);
@@ -399,6 +634,8 @@
       field('f-source', 'Source queue', h('input', { id: 'f-source', name: 'source', value: params.get('source') || '' })),
       field('f-kind', 'Kind', h('input', { id: 'f-kind', name: 'kind', value: params.get('kind') || '' })),
       field('f-error', 'Error contains', h('input', { id: 'f-error', name: 'error', value: params.get('error') || '' })),
+      field('f-reference', 'Reference', h('input', { id: 'f-reference', name: 'reference', value: params.get('reference') || '' })),
+      field('f-payload', 'Payload contains', h('input', { id: 'f-payload', name: 'payload', value: params.get('payload') || '' })),
       field('f-since', 'Dead since (2h, or a time)', h('input', { id: 'f-since', name: 'since', value: params.get('since') || '', placeholder: '2h' })),
       field('f-fingerprint', 'Fingerprint', h('input', { id: 'f-fingerprint', name: 'fingerprint', value: params.get('fingerprint') || '', size: 18 })),
       h('button', { type: 'submit', class: 'primary' }, 'Apply'),
@@ -413,29 +650,103 @@
     const items = list.items || [];
     const itemRows = items.map((it) => h('tr', {},
       h('th', { scope: 'row' }, h('a', { href: base + '/' + enc(it.id) }, it.id)),
-      h('td', {}, it.source_queue || '–'), h('td', {}, it.dead_reason || '–'), h('td', {}, it.kind || '–'),
+      h('td', {}, it.source_queue || '–'), h('td', {}, it.reference || '–'), h('td', {}, it.dead_reason || '–'), h('td', {}, it.kind || '–'),
       h('td', { class: 'num' }, String(it.attempts || 0)), h('td', {}, ago(it.dead_at)),
       h('td', { class: 'error' }, it.last_error || '–')));
     const filtered = Object.keys(filter).length > 0;
+    const fpPattern = filter.fingerprint ? ((groups.groups || []).find((g) => g.fingerprint === filter.fingerprint) || {}).pattern : undefined;
+    // The pager: the items' positions (at, kept in the URL), their total
+    // when the counts the groups keep give it (a filter of source, reason
+    // and fingerprint only), and the way back (trail: the pivot and
+    // position of each page before this one).
+    const at = Number(params.get('at') || 0);
+    const trail = (params.get('trail') || '').split(',').filter(Boolean);
+    const countable = Object.keys(filter).every((k) => ['source_queue', 'reason', 'fingerprint'].includes(k)) && !groups.error;
+    const total = countable ? num(groups.total_items) : null;
+    const pageURL = (pv, pos, tr) => {
+      const q = new URLSearchParams(params);
+      for (const [k, v] of [['pivot', pv], ['at', pos ? String(pos) : ''], ['trail', tr.join(',')]]) { if (v) q.set(k, v); else q.delete(k); }
+      return base + (q.toString() ? '?' + q : '');
+    };
+    let prevURL = null;
+    if (trail.length) {
+      const [pv, pos] = trail[trail.length - 1].split(':');
+      prevURL = pageURL(pv === '-' ? '' : pv, Number(pos || 0), trail.slice(0, -1));
+    }
     const pager = h('nav', { class: 'pager', 'aria-label': 'Pages' },
-      pivot ? h('a', { href: base + '?' + withParam(params, 'pivot', '') }, '← First page') : null,
-      list.next_pivot ? h('a', { href: base + '?' + withParam(params, 'pivot', list.next_pivot), rel: 'next' }, 'Next page →') : null);
+      items.length ? h('span', { id: 'page-range' }, `Items ${fmt(at + 1)}–${fmt(at + items.length)}${total !== null ? ' of ' + fmt(total) : ''}`)
+        : total !== null && total > 0 ? h('span', { id: 'page-range' }, `${fmt(total)} in all`) : null,
+      prevURL ? h('a', { href: prevURL, rel: 'prev' }, '← Previous page') : null,
+      trail.length > 1 ? h('a', { href: pageURL('', 0, []) }, 'First page') : null,
+      list.next_pivot ? h('a', { href: pageURL(list.next_pivot, at + items.length, [...trail, `${pivot || '-'}:${at}`]), rel: 'next' }, 'Next page →') : null);
 
     show(crumbs, h('h1', {}, 'Dead items of ' + name),
+      running ? runningBanner(running) : null,
+      hist.error ? null : groupChart(hist),
       h('h2', { id: 'groups' }, 'Error groups'),
-      (groups.groups || []).length === 0 ? h('p', { class: 'muted' }, 'No dead items in groups.')
+      groups.error ? notShown('Error groups', groups.error) : (groups.groups || []).length === 0 ? h('p', { class: 'muted' }, 'No dead items in groups.')
         : table(`${plural(groups.total_items, 'dead item', 'dead items')} in ${plural(groups.total_groups, 'group', 'groups')}, by the shape of their last error`,
           [['Count', 'num'], 'Reason', 'Source', 'Error pattern', 'Last dead', 'Actions'], groupRows),
       h('h2', { id: 'items' }, 'Items'),
       form,
-      h('div', { class: 'actions' },
-        h('button', { type: 'button', onclick: () => redriveFlow(name, filter) }, filtered ? 'Redrive matching…' : 'Redrive all…'),
-        h('button', { type: 'button', class: 'danger', onclick: async () => { if (await deleteFlow(name, filter)) render(); } },
+      list.error ? notShown('Dead items', list.error) : h('div', { class: 'actions' },
+        h('button', { type: 'button', onclick: () => redriveFlow(name, filter, fpPattern) }, filtered ? 'Redrive matching…' : 'Redrive all…'),
+        h('button', { type: 'button', class: 'danger', onclick: async () => { if (await deleteFlow(name, filter, undefined, fpPattern)) render(); } },
           filtered ? 'Delete matching…' : 'Delete all…')),
-      items.length === 0 ? h('p', { class: 'muted', id: 'no-items' }, filtered ? 'No dead items match these filters on this page.' : 'No dead items.')
-        : table(`Dead items${filtered ? ' matching ' + describeFilter(filter) : ''}, oldest first`,
-          ['ID', 'Source', 'Reason', 'Kind', ['Attempts', 'num'], 'Dead', 'Last error'], itemRows),
+      list.error ? null : items.length === 0 ? h('p', { class: 'muted', id: 'no-items' }, filtered ? 'No dead items match these filters on this page.' : 'No dead items.')
+        : table(`Dead items${filtered ? ' matching ' + describeFilter(filter, fpPattern) : ''}, oldest first`,
+          ['ID', 'Source', 'Reference', 'Reason', 'Kind', ['Attempts', 'num'], 'Dead', 'Last error'], itemRows),
       pager);
+  }
+
+  // preview is the start of a payload (base64 from the API) as text, for a
+  // table cell: at most 80 characters, binary shown as its size.
+  function preview(b64) {
+    const bytes = Uint8Array.from(atob(b64 || ''), (c) => c.charCodeAt(0));
+    if (bytes.length === 0) return '–';
+    let text;
+    try { text = new TextDecoder('utf-8', { fatal: true }).decode(bytes); } catch { return `(${fmt(bytes.length)} bytes, binary)`; }
+    text = text.replace(/\s+/g, ' ');
+    return text.length > 80 ? text.slice(0, 79) + '…' : text;
+  }
+
+  // itemsPage lists a queue's items, read-only: one partition at a time
+  // (storage/items.list), with a tab per partition and pages of PAGE_SIZE.
+  async function itemsPage(my, name) {
+    document.title = 'Items of ' + name + ' · Styx';
+    const params = new URLSearchParams(location.search);
+    const base = '/ui/queues/' + enc(name) + '/items';
+    const part = Number(params.get('partition') || 0);
+    const pivot = params.get('pivot') || '';
+    const [s, res] = await Promise.all([soft(api('queue.stats', { queue_name: name })),
+      soft(api('storage/items.list', { queue_name: name, partition: part, pivot, limit: PAGE_SIZE + (pivot ? 1 : 0) }))]);
+    if (my !== page) return;
+    const { parts } = counts(s);
+    let items = res.items || [];
+    if (pivot && items.length && items[0].id === pivot) items = items.slice(1); // the pivot is inclusive
+    items = items.slice(0, PAGE_SIZE);
+    const more = (res.items || []).length > PAGE_SIZE || (!pivot && (res.items || []).length === PAGE_SIZE);
+    const total = parts.find((p) => num(p.partition) === part);
+    const tabs = h('nav', { class: 'tabs', 'aria-label': 'Partitions' }, parts.map((p) => {
+      const n = num(p.partition);
+      return h('a', { href: base + '?' + new URLSearchParams({ partition: n }), 'aria-current': n === part ? 'page' : null },
+        `Partition ${n} (${fmt(p.total)})`);
+    }));
+    const rows = items.map((it) => h('tr', {},
+      h('th', { scope: 'row' }, h('code', {}, it.id)), h('td', {}, it.reference || '–'), h('td', {}, it.kind || '–'),
+      h('td', { class: 'num' }, String(it.attempts || 0)), h('td', {}, it.is_leased ? 'leased' : 'ready'),
+      h('td', {}, ago(it.created_at)), h('td', { class: 'error' }, preview(it.payload))));
+    show(h('p', { class: 'crumbs' }, h('a', { href: '/ui/' }, 'Queues'), ' / ', h('a', { href: '/ui/queues/' + enc(name) }, name), ' / items'),
+      h('h1', {}, 'Items of ' + name),
+      h('p', { class: 'muted' }, 'Read-only: the items as they are stored, oldest first. Leasing, completing and deleting are for workers and the CLI.'),
+      s.error ? null : tabs,
+      res.error ? notShown('Items', res.error)
+        : items.length === 0 ? h('p', { class: 'muted', id: 'no-items' }, `No items in partition ${part}${pivot ? ' after this point' : ''}.`)
+          : table(`Items of partition ${part}${total ? ` (${plural(total.total, 'item', 'items')})` : ''}, oldest first`,
+            ['ID', 'Reference', 'Kind', ['Attempts', 'num'], 'State', 'Created', 'Payload'], rows),
+      h('nav', { class: 'pager', 'aria-label': 'Pages' },
+        pivot ? h('a', { href: base + '?' + withParam(params, 'pivot', '') }, '← First page') : null,
+        more && items.length ? h('a', { href: base + '?' + withParam(params, 'pivot', items[items.length - 1].id), rel: 'next' }, 'Next page →') : null));
   }
 
   function withParam(params, k, v) {
@@ -449,8 +760,12 @@
     const base = '/ui/queues/' + enc(name) + '/dead';
     const crumbs = h('p', { class: 'crumbs' }, h('a', { href: '/ui/' }, 'Queues'), ' / ', h('a', { href: '/ui/queues/' + enc(name) }, name),
       ' / ', h('a', { href: base }, 'dead items'), ' / ', id);
-    const res = await api('dead.list', { queue_name: name, filter: { ids: [id] }, limit: 1 });
+    const res = await soft(api('dead.list', { queue_name: name, filter: { ids: [id] }, limit: 1 }));
     if (my !== page) return;
+    if (res.error) {
+      show(crumbs, h('h1', {}, 'Dead item ' + id), notShown('The item', res.error));
+      return;
+    }
     const it = (res.items || [])[0];
     if (!it) {
       show(crumbs, h('h1', {}, id), h('p', {}, `No item ${id} in ${name}: it was redriven, deleted or consumed.`));
@@ -462,6 +777,8 @@
     show(crumbs, h('h1', {}, 'Dead item ' + it.id),
       h('div', { class: 'actions' },
         h('button', { type: 'button', onclick: () => redriveFlow(name, filter) }, 'Redrive this item…'),
+        decodeText(it.payload) === null ? h('span', { class: 'muted' }, 'Binary payload: edit it with styx dead edit --payload-file.')
+          : h('button', { type: 'button', id: 'edit-button', onclick: async () => { if (await editFlow(name, it)) render(true); } }, 'Edit…'),
         h('button', { type: 'button', class: 'danger', onclick: async () => { if (await deleteFlow(name, filter, 1)) navigate(base); } }, 'Delete this item…')),
       h('dl', { class: 'props' },
         prop('Source queue', it.source_queue ? h('a', { href: '/ui/queues/' + enc(it.source_queue) }, it.source_queue) : ''),
@@ -472,44 +789,161 @@
         prop('Encoding', it.encoding), prop('Redrive count', String(it.redrive_count || 0)),
         prop('Error group', it.fingerprint ? h('a', { href: base + '?' + new URLSearchParams({ fingerprint: it.fingerprint }) }, it.fingerprint) : ''),
         prop('Last error', it.last_error ? h('code', {}, it.last_error) : '')),
-      h('h2', {}, 'Payload'), ...payloadView(it.payload),
-      h('h2', {}, 'Attempt errors'),
+      h('h2', {}, 'Payload'), ...payloadView(it.payload, it.id + (/json/i.test(it.encoding || '') ? '.json' : '.bin')),
+      h('h2', {}, 'Attempt errors, redrives and edits'),
       errors.length === 0 ? h('p', { class: 'muted' }, 'No attempt errors were recorded.')
         : h('ol', { class: 'timeline', 'aria-label': 'Attempt errors, oldest first' }, errors.map((e) => h('li', {},
           h('div', { class: 'when' }, `Attempt ${e.attempt || '?'} · `, when(e.at)),
           h('code', {}, e.error || '')))));
   }
 
+  // decodeText returns a payload (base64 from the API) as text, or null
+  // when it is not UTF-8 text.
+  function decodeText(b64) {
+    const bytes = Uint8Array.from(atob(b64 || ''), (c) => c.charCodeAt(0));
+    try { return new TextDecoder('utf-8', { fatal: true }).decode(bytes); } catch { return null; }
+  }
+
+  // encodeText returns text as UTF-8 in base64 (the API's bytes).
+  function encodeText(text) {
+    const bytes = new TextEncoder().encode(text);
+    let bin = '';
+    for (let i = 0; i < bytes.length; i += 0x8000) bin += String.fromCharCode(...bytes.subarray(i, i + 0x8000));
+    return btoa(bin);
+  }
+
+  // editFlow opens the edit dialog on a dead item's payload (text), checks
+  // it as JSON while it is typed (when the JSON box is ticked), and saves
+  // it with dead.edit. It resolves true when the item was saved.
+  function editFlow(queue, it) {
+    const dlg = document.getElementById('edit-dialog');
+    const area = document.getElementById('edit-payload');
+    const json = document.getElementById('edit-json');
+    const check = document.getElementById('edit-check');
+    const save = document.getElementById('edit-save');
+    const kind = document.getElementById('edit-kind');
+    const ref = document.getElementById('edit-reference');
+    const text = decodeText(it.payload) || '';
+    let isJSON = false;
+    try { JSON.parse(text); isJSON = text.trim() !== ''; } catch { isJSON = false; }
+    area.value = isJSON ? JSON.stringify(JSON.parse(text), null, 2) : text;
+    json.checked = isJSON || /json/i.test(it.encoding || '');
+    kind.value = it.kind || '';
+    ref.value = it.reference || '';
+    const validate = () => {
+      if (!json.checked) { check.textContent = ''; check.className = ''; save.disabled = false; return true; }
+      try {
+        JSON.parse(area.value);
+        check.textContent = 'Valid JSON.'; check.className = 'good'; save.disabled = false;
+        return true;
+      } catch (e) {
+        check.textContent = 'Not valid JSON: ' + e.message; check.className = 'bad'; save.disabled = true;
+        return false;
+      }
+    };
+    area.oninput = validate;
+    json.onchange = validate;
+    validate();
+    return new Promise((resolve) => {
+      dlg.addEventListener('close', async () => {
+        if (dlg.returnValue !== 'save' || !validate()) { resolve(false); return; }
+        const body = { queue_name: queue, id: it.id, payload: encodeText(area.value) };
+        if (kind.value !== (it.kind || '')) body.kind = kind.value;
+        if (ref.value !== (it.reference || '')) body.reference = ref.value;
+        try {
+          await api('dead.edit', body);
+          toast(`Saved ${it.id}: its history records the old payload's size and hash.`);
+          resolve(true);
+        } catch (e) { toast(e.message); resolve(false); }
+      }, { once: true });
+      dlg.returnValue = '';
+      dlg.showModal();
+      area.focus();
+    });
+  }
+
   async function redrivesPage(my) {
     document.title = 'Redrives · Styx';
     const highlight = new URLSearchParams(location.search).get('task');
-    const res = await api('redrives.list', {});
+    const res = await soft(api('redrives.list', {}));
     if (my !== page) return;
+    if (res.error) {
+      show(h('h1', {}, 'Redrives'), notShown('Redrive tasks', res.error));
+      return;
+    }
     const tasks = res.tasks || [];
     const rows = tasks.map((t) => {
       const matched = num(t.matched), moved = num(t.moved), failed = num(t.failed), skipped = num(t.skipped);
       const done = moved + failed + skipped;
       const live = t.status === 'running' || t.status === 'cancelling';
       return h('tr', { id: 'task-' + t.task_id, class: t.task_id === highlight ? 'current' : '', 'aria-current': t.task_id === highlight ? 'true' : null },
-        h('th', { scope: 'row' }, h('code', {}, t.task_id)),
+        h('th', { scope: 'row' }, h('a', { href: '/ui/redrives/' + enc(t.task_id) }, h('code', {}, t.task_id))),
         h('td', {}, h('a', { href: '/ui/queues/' + enc(t.queue_name) + '/dead' }, t.queue_name)),
         h('td', {}, t.destination || 'source queues'),
-        h('td', {}, describeFilter(t.filter)),
-        h('td', {}, h('span', { class: 'badge ' + t.status }, t.status)),
+        h('td', {}, describeFilter(t.filter, t.error_pattern)),
+        h('td', {}, t.warning && t.status === 'completed' ? h('span', { class: 'badge warning', title: t.warning }, 'completed with warnings')
+          : h('span', { class: 'badge ' + t.status }, t.status)),
         h('td', {}, h('progress', { max: String(Math.max(matched, 1)), value: String(matched ? done : 1), 'aria-label': `Progress of ${t.task_id}` }),
           ' ', h('span', { class: 'progress-text' }, `${fmt(moved)} of ${fmt(matched)} moved`),
           failed ? ` · ${fmt(failed)} failed` : '', skipped ? ` · ${fmt(skipped)} skipped` : '',
           t.rate_limit ? h('span', { class: 'muted' }, ` · ${t.rate_limit}/s`) : ''),
-        h('td', {}, ago(t.started_at)),
+        h('td', {}, ago(t.started_at), (() => {
+          const { took, eta } = taskTimes(t);
+          return h('div', { class: 'muted' }, (live ? 'running ' : 'took ') + took + (eta ? ' · ETA ' + eta : ''));
+        })()),
         h('td', {}, live ? h('button', { type: 'button', class: 'danger', 'aria-label': `Cancel ${t.task_id}`, onclick: () => cancelTask(t) }, 'Cancel…')
-          : (t.failure_reason ? h('span', { class: 'muted' }, t.failure_reason) : '')));
+          : (t.failure_reason ? h('span', { class: 'muted' }, t.failure_reason)
+            : t.warning ? h('span', { class: 'warn' }, t.warning) : '')));
     });
     show(h('h1', {}, 'Redrives'),
       tasks.length === 0 ? h('p', { class: 'muted' }, 'No redrive tasks.')
         : table('Redrive tasks, newest first', ['Task', 'Dead-letter queue', 'Destination', 'Items', 'Status', 'Progress', 'Started', ''], rows));
-    if (tasks.some((t) => t.status === 'running' || t.status === 'cancelling')) {
-      setTimeout(() => { if (my === page && !document.querySelector('dialog[open]')) render(true); else if (my === page) setTimeout(() => render(true), 1000); }, 1000);
-    }
+    if (tasks.some(isLive)) fastLive = true;
+  }
+
+  // taskTimes returns a task's duration (so far, while it runs) and, while
+  // it runs and has made progress, its ETA at the rate so far, as text.
+  function taskTimes(t) {
+    const start = Date.parse(t.started_at);
+    const end = t.finished_at ? Date.parse(t.finished_at) : Date.now();
+    const took = Number.isNaN(start) ? '' : dur(end - start);
+    const matched = num(t.matched), done = num(t.moved) + num(t.failed) + num(t.skipped);
+    let eta = '';
+    if (isLive(t) && done > 0 && done < matched && end > start) eta = dur((matched - done) * (end - start) / done);
+    return { took, eta };
+  }
+
+  // redrivePage is one redrive task: what it moves, its progress, duration
+  // and ETA, its results by queue, and why items stayed.
+  async function redrivePage(my, id) {
+    document.title = id + ' · Redrives · Styx';
+    const crumbs = h('p', { class: 'crumbs' }, h('a', { href: '/ui/redrives' }, 'Redrives'), ' / ', id);
+    const t = await soft(api('redrives.get', { task_id: id }));
+    if (my !== page) return;
+    if (t.error) { show(crumbs, h('h1', {}, 'Redrive ' + id), notShown('The task', t.error)); return; }
+    if (isLive(t)) fastLive = true;
+    const matched = num(t.matched), done = num(t.moved) + num(t.failed) + num(t.skipped);
+    const { took, eta } = taskTimes(t);
+    const prop = (k, v) => [h('dt', {}, k), h('dd', {}, v === undefined || v === '' || v === null ? '–' : v)];
+    const byQueue = Object.entries(t.by_queue || {});
+    show(crumbs, h('h1', {}, 'Redrive ' + id),
+      h('div', { class: 'actions' }, isLive(t) ? h('button', { type: 'button', class: 'danger', onclick: () => cancelTask(t) }, 'Cancel…') : null),
+      t.warning ? h('p', { class: 'note', role: 'note' }, t.warning) : null,
+      h('dl', { class: 'props' },
+        prop('Status', h('span', { class: 'badge ' + (t.warning && t.status === 'completed' ? 'warning' : t.status) },
+          t.warning && t.status === 'completed' ? 'completed with warnings' : t.status)),
+        prop('Dead-letter queue', h('a', { href: '/ui/queues/' + enc(t.queue_name) + '/dead' }, t.queue_name)),
+        prop('Destination', t.destination || 'each item\'s source queue'), prop('Items', describeFilter(t.filter, t.error_pattern)),
+        prop('Progress', [h('progress', { max: String(Math.max(matched, 1)), value: String(matched ? done : 1), 'aria-label': `Progress of ${t.task_id}` }),
+          ` ${fmt(t.moved)} of ${fmt(matched)} moved`, num(t.failed) ? ` · ${fmt(t.failed)} failed` : '', num(t.skipped) ? ` · ${fmt(t.skipped)} skipped` : '']),
+        prop('Rate limit', t.rate_limit ? `${fmt(t.rate_limit)} items per second` : 'none'),
+        prop('Started', when(t.started_at)), prop('Finished', t.finished_at ? when(t.finished_at) : ''),
+        prop('Duration', took), prop('ETA', eta), prop('Failure', t.failure_reason), prop('Started by key', t.key_name)),
+      h('h2', {}, 'By queue'),
+      byQueue.length === 0 ? h('p', { class: 'muted' }, 'Nothing moved yet.')
+        : table('Results by destination queue', ['Queue', ['Moved', 'num'], ['Failed', 'num'], ['Skipped', 'num'], 'Why skipped'],
+          byQueue.map(([q, c]) => h('tr', {}, h('th', { scope: 'row' }, q || '(no source queue)'), h('td', { class: 'num' }, fmt(c.moved)),
+            h('td', { class: 'num' }, fmt(c.failed)), h('td', { class: 'num' }, fmt(c.skipped)), h('td', {}, skipReasons(c.skip_reasons) || '–')))));
   }
 
   async function cancelTask(t) {
@@ -529,35 +963,88 @@
     let m;
     if (p === '/ui') return [overview];
     if (p === '/ui/redrives') return [redrivesPage];
+    if ((m = /^\/ui\/redrives\/([^/]+)$/.exec(p))) return [redrivePage, decodeURIComponent(m[1])];
     if ((m = /^\/ui\/queues\/([^/]+)\/dead\/([^/]+)$/.exec(p))) return [itemPage, decodeURIComponent(m[1]), decodeURIComponent(m[2])];
     if ((m = /^\/ui\/queues\/([^/]+)\/dead$/.exec(p))) return [deadPage, decodeURIComponent(m[1])];
+    if ((m = /^\/ui\/queues\/([^/]+)\/items$/.exec(p))) return [itemsPage, decodeURIComponent(m[1])];
     if ((m = /^\/ui\/queues\/([^/]+)$/.exec(p))) return [queuePage, decodeURIComponent(m[1])];
     return [async () => show(h('h1', {}, 'Not found'), h('p', {}, 'No page at ' + path + '. '), h('a', { href: '/ui/' }, 'Back to the queues'))];
   }
 
   // render draws the page of the current URL. refresh keeps the focus
   // where it is (a live update); a navigation moves it to the page.
+  // ---------------------------------------------------------------- live updates
+
+  // Every page redraws itself every LIVE_MS (FAST_MS while it shows a
+  // running redrive: fastLive), from fresh calls, keeping the focus. A
+  // redraw waits while a dialog is open, the tab is hidden, the keyboard is
+  // in one of the page's form fields, or the user paused live updates (the
+  // header's button; kept for the tab).
+  const LIVE_MS = 2000, FAST_MS = 1000;
+  const LIVE_STORAGE = 'styx.live';
+  let liveTimer = null;
+  let fastLive = false;
+  const liveButton = document.getElementById('live-button');
+  const livePaused = () => sessionStorage.getItem(LIVE_STORAGE) === 'paused';
+  const isLive = (t) => t.status === 'running' || t.status === 'cancelling';
+
+  function showLive(note) {
+    const paused = livePaused();
+    liveButton.setAttribute('aria-pressed', String(!paused));
+    liveButton.textContent = paused ? 'Live updates: paused' : 'Live updates: on';
+    liveButton.title = note || (paused ? 'Click to update the page on its own again' : 'The page updates itself every few seconds; click to pause');
+    liveButton.classList.toggle('stale', Boolean(note));
+  }
+
+  function scheduleLive(my) {
+    clearTimeout(liveTimer);
+    liveTimer = setTimeout(() => {
+      if (my !== page) return;
+      const a = document.activeElement;
+      const typing = a && main.contains(a) && /^(INPUT|SELECT|TEXTAREA)$/.test(a.tagName);
+      if (livePaused() || document.querySelector('dialog[open]') || document.hidden || typing) { scheduleLive(my); return; }
+      render(true);
+    }, fastLive ? FAST_MS : LIVE_MS);
+  }
+
+  liveButton.addEventListener('click', () => {
+    sessionStorage.setItem(LIVE_STORAGE, livePaused() ? 'on' : 'paused');
+    showLive();
+  });
+  showLive();
+
   async function render(refresh = false) {
     const my = ++page;
+    fastLive = false;
     const [fn, ...args] = route(location.pathname);
     // A live update redraws the page: keep the keyboard focus on the same
     // control (found again by its label or id).
     const active = document.activeElement;
-    const focusKey = refresh && active && main.contains(active) ? (active.getAttribute('aria-label') || active.id) : '';
+    const focusKey = refresh && active && main.contains(active) ? (active.tagName === 'H1' ? 'h1' : active.getAttribute('aria-label') || active.id) : '';
     try {
       await fn(my, ...args);
+      if (my === page && refresh) showLive();
     } catch (e) {
-      if (my === page) show(h('h1', {}, 'Error'), errorBox(e));
+      // A live update that fails keeps the page as it was and says so.
+      if (my === page && refresh && e.status !== 401) showLive('Last update failed: ' + e.message);
+      else if (my === page) show(h('h1', {}, 'Error'), errorBox(e));
     }
     if (my === page && !refresh) {
       const h1 = main.querySelector('h1');
       if (h1) { h1.tabIndex = -1; h1.focus({ preventScroll: true }); }
     }
     if (my === page && focusKey) {
-      const again = [...main.querySelectorAll('[aria-label], [id]')].find((el) => (el.getAttribute('aria-label') || el.id) === focusKey);
-      if (again) again.focus({ preventScroll: true });
+      const again = focusKey === 'h1' ? main.querySelector('h1')
+        : [...main.querySelectorAll('[aria-label], [id]')].find((el) => (el.getAttribute('aria-label') || el.id) === focusKey);
+      if (again) {
+        if (focusKey === 'h1') again.tabIndex = -1;
+        again.focus({ preventScroll: true });
+      }
     }
-    if (my === page) main.dataset.ready = String(my);
+    if (my === page) {
+      main.dataset.ready = String(my);
+      scheduleLive(my);
+    }
   }
 
   function navigate(url) {

@@ -473,7 +473,7 @@ var coverageRows = []row{
 		dlq := e.create("dlq", func(i *store.QueueInfo) { i.ExpireTimeout = dlqExpire })
 		q1 := e.create("q1", func(i *store.QueueInfo) { i.DeadQueue, i.MaxAttempts = "dlq", 1 })
 		q2 := e.create("q2", func(i *store.QueueInfo) { i.DeadQueue, i.ExpireTimeout = "dlq", time.Hour })
-		require.NoError(e.t, q1.Produce(e.ctx, []queue.ProduceItem{{Kind: "ka", Payload: []byte("a")}, {Kind: "kb", Payload: []byte("b")}}))
+		require.NoError(e.t, q1.Produce(e.ctx, []queue.ProduceItem{{Kind: "ka", Payload: []byte("a")}, {Kind: "kb", Payload: []byte("b"), Reference: "ref-b"}}))
 		require.NoError(e.t, q2.Produce(e.ctx, []queue.ProduceItem{{Kind: "ka", Payload: []byte("c")}}))
 		e.deadLetter(q1, "a", "disk full")
 		e.clk.Advance(time.Minute)
@@ -498,6 +498,9 @@ var coverageRows = []row{
 			{"reason expired", queue.DeadFilter{Reason: queue.ReasonExpired}, []string{"c"}},
 			{"kind", queue.DeadFilter{Kind: "ka"}, []string{"a", "c"}},
 			{"error contains", queue.DeadFilter{ErrorContains: "db"}, []string{"b"}},
+			{"reference", queue.DeadFilter{Reference: "ref-b"}, []string{"b"}},
+			{"reference is exact", queue.DeadFilter{Reference: "ref-"}, nil},
+			{"payload contains", queue.DeadFilter{PayloadContains: "c"}, []string{"c"}},
 			{"dead after (inclusive)", queue.DeadFilter{DeadAfter: at(time.Minute)}, []string{"b", "c"}},
 			{"dead before (exclusive)", queue.DeadFilter{DeadBefore: at(time.Minute)}, []string{"a"}},
 			{"dead between", queue.DeadFilter{DeadAfter: at(time.Minute), DeadBefore: at(time.Hour)}, []string{"b"}},

@@ -823,6 +823,11 @@ func (s *Store) write(ctx context.Context, b *store.Batch, async bool) (wait fun
 			}
 		case store.OpSetErrors:
 			err = setErrors(pb, &kbuf, &vbuf, qid, op)
+		case store.OpSetBody:
+			if vbuf, err = appendBody(vbuf[:0], op.Body); err != nil {
+				break
+			}
+			err = pb.Set(itemKey(&kbuf, prefixBody, qid, op.Partition, op.Meta.BodyID), vbuf, nil)
 		default:
 			err = fmt.Errorf("unknown op kind %d", op.Kind)
 		}
