@@ -447,6 +447,15 @@ func TestSQSDeadLetterFlow(t *testing.T) {
 		dattrs, err := c.GetQueueAttributes(ctx, &awssqs.GetQueueAttributesInput{QueueUrl: dlq.QueueUrl, AttributeNames: []types.QueueAttributeName{"ApproximateNumberOfMessages"}})
 		require.NoError(t, err)
 		require.Equal(t, "1", dattrs.Attributes["ApproximateNumberOfMessages"])
+		// Received from the dead-letter queue, it names its source; made
+		// visible again, it stays for the move task.
+		got, err = c.ReceiveMessage(ctx, &awssqs.ReceiveMessageInput{QueueUrl: dlq.QueueUrl, WaitTimeSeconds: 5, MessageSystemAttributeNames: all})
+		require.NoError(t, err)
+		require.Len(t, got.Messages, 1)
+		require.Equal(t, aws.ToString(sent.MessageId), aws.ToString(got.Messages[0].MessageId))
+		require.Equal(t, "arn:aws:sqs:us-east-1:000000000000:orders", got.Messages[0].Attributes["DeadLetterQueueSourceArn"])
+		_, err = c.ChangeMessageVisibility(ctx, &awssqs.ChangeMessageVisibilityInput{QueueUrl: dlq.QueueUrl, ReceiptHandle: got.Messages[0].ReceiptHandle, VisibilityTimeout: 0})
+		require.NoError(t, err)
 
 		// A move task back to the source: a Styx redrive task.
 		task, err := c.StartMessageMoveTask(ctx, &awssqs.StartMessageMoveTaskInput{SourceArn: aws.String(dlqArn), MaxNumberOfMessagesPerSecond: aws.Int32(100)})
