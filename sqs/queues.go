@@ -246,7 +246,7 @@ func (h *Handler) differingAttribute(ctx context.Context, info store.QueueInfo, 
 		if !ok {
 			cur = defaultAttribute(name)
 		}
-		if strings.TrimSpace(v) != cur && !(name == "RedrivePolicy" && sameJSON(v, cur)) {
+		if strings.TrimSpace(v) != cur && !(name == "RedrivePolicy" && sameRedrivePolicy(v, cur)) {
 			return name
 		}
 	}
@@ -261,14 +261,26 @@ func defaultAttribute(name string) string {
 	return ""
 }
 
-func sameJSON(a, b string) bool {
-	var x, y any
-	if json.Unmarshal([]byte(a), &x) != nil || json.Unmarshal([]byte(b), &y) != nil {
-		return false
+// sameRedrivePolicy reports whether two RedrivePolicy values say the same:
+// maxReceiveCount may be a number or a string ("5" and 5 are equal, as SQS
+// takes both), and an empty policy is "{}".
+func sameRedrivePolicy(a, b string) bool {
+	norm := func(s string) (string, string, bool) {
+		if strings.TrimSpace(s) == "" {
+			return "", "", true
+		}
+		var p struct {
+			DeadLetterTargetArn string          `json:"deadLetterTargetArn"`
+			MaxReceiveCount     json.RawMessage `json:"maxReceiveCount"`
+		}
+		if json.Unmarshal([]byte(s), &p) != nil {
+			return "", "", false
+		}
+		return p.DeadLetterTargetArn, strings.Trim(string(p.MaxReceiveCount), `"`), true
 	}
-	xb, _ := json.Marshal(x)
-	yb, _ := json.Marshal(y)
-	return string(xb) == string(yb)
+	arnA, nA, okA := norm(a)
+	arnB, nB, okB := norm(b)
+	return okA && okB && arnA == arnB && nA == nB
 }
 
 type getQueueURLInput struct {
