@@ -511,6 +511,11 @@ func TestSQSDeadLetterFlow(t *testing.T) {
 		_, err = c.CreateQueue(ctx, &awssqs.CreateQueueInput{QueueName: aws.String("other"), Attributes: map[string]string{
 			"RedrivePolicy": `{"deadLetterTargetArn":"arn:aws:sqs:us-east-1:000000000000:picky-dlq","maxReceiveCount":3}`}})
 		requireSQSError(t, err, "InvalidAttributeValue", "RedriveAllowPolicy")
+		// And on the dead-letter queue's side: it cannot shut out a queue
+		// that sends to it.
+		_, err = c.SetQueueAttributes(ctx, &awssqs.SetQueueAttributesInput{QueueUrl: aws.String(s.d.Endpoint() + "/000000000000/picky-dlq"),
+			Attributes: map[string]string{"RedriveAllowPolicy": `{"redrivePermission":"denyAll"}`}})
+		requireSQSError(t, err, "InvalidAttributeValue", "orders names this queue")
 		_, err = c.SetQueueAttributes(ctx, &awssqs.SetQueueAttributesInput{QueueUrl: src.QueueUrl, Attributes: map[string]string{"RedrivePolicy": ""}})
 		require.NoError(t, err)
 		info, err = s.C.QueuesInfo(ctx, &pb.QueuesInfoRequest{QueueName: "orders"})

@@ -156,6 +156,18 @@ func (h *Handler) applyAttributes(ctx context.Context, info *store.QueueInfo, in
 			if err := checkRedriveAllowPolicy(h, v); err != nil {
 				return err
 			}
+			// Both sides: a queue that already sends its dead items here
+			// must stay allowed.
+			sources, err := h.sourceQueues(ctx, info.Name)
+			if err != nil {
+				return err
+			}
+			for _, src := range sources {
+				if !allowsSource(h, v, src) {
+					return invalidAttributeValue("Invalid value for the parameter RedriveAllowPolicy. Reason: queue %s names this queue in its RedrivePolicy; "+
+						"remove it there first, or allow it.", src)
+				}
+			}
 			a.RedriveAllowPolicy = v
 		case "Policy":
 			a.Policy = v
