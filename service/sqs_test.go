@@ -290,6 +290,25 @@ func TestSQSMessages(t *testing.T) {
 		require.Len(t, vis.Failed, 1)
 		require.WithinDuration(t, time.Now().Add(1200*time.Second), s.items("work")[0].LeaseDeadline.AsTime(), time.Minute)
 
+		// A delayed message is not visible until its delay passes (a
+		// scheduled item); the queue's DelaySeconds is the default.
+		_, err = c.SendMessage(ctx, &awssqs.SendMessageInput{QueueUrl: q.QueueUrl, MessageBody: aws.String("later"), DelaySeconds: 600})
+		require.NoError(t, err)
+		_, err = c.SetQueueAttributes(ctx, &awssqs.SetQueueAttributesInput{QueueUrl: q.QueueUrl, Attributes: map[string]string{"DelaySeconds": "900"}})
+		require.NoError(t, err)
+		_, err = c.SendMessage(ctx, &awssqs.SendMessageInput{QueueUrl: q.QueueUrl, MessageBody: aws.String("default delay")})
+		require.NoError(t, err)
+		counts, err := c.GetQueueAttributes(ctx, &awssqs.GetQueueAttributesInput{QueueUrl: q.QueueUrl, AttributeNames: []types.QueueAttributeName{"All"}})
+		require.NoError(t, err)
+		require.Equal(t, "2", counts.Attributes["ApproximateNumberOfMessagesDelayed"])
+		require.Equal(t, "1", counts.Attributes["ApproximateNumberOfMessagesNotVisible"])
+		require.Equal(t, "0", counts.Attributes["ApproximateNumberOfMessages"])
+		for _, it := range s.items("work") {
+			if string(it.Payload) != "v" {
+				require.True(t, it.EnqueueAt.AsTime().After(time.Now().Add(590*time.Second)), "scheduled by the delay")
+			}
+		}
+
 		_, err = c.PurgeQueue(ctx, &awssqs.PurgeQueueInput{QueueUrl: q.QueueUrl})
 		require.NoError(t, err)
 		require.Empty(t, s.items("work"), "purge deletes in-flight messages too")
