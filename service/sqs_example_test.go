@@ -1,12 +1,15 @@
 package service_test
 
 import (
+	"fmt"
 	"os"
 	"os/exec"
 	"path/filepath"
 	"testing"
 
 	"github.com/stretchr/testify/require"
+
+	"github.com/styxq/styx/internal/auth"
 )
 
 // boto3Pythons returns the Python interpreters that can import boto3:
@@ -35,7 +38,8 @@ func boto3Pythons(t *testing.T) []string {
 
 // TestSQSPythonExample runs examples/sqs-python/orders.py, an application
 // written for Amazon SQS with boto3 as-is, against the server: send,
-// receive, dead-lettering and (with a boto3 that has it) a move task back.
+// receive, dead-lettering and (with a boto3 that has it) a move task back;
+// without auth, and with --auth signed (SigV4, by botocore) with a Styx key.
 func TestSQSPythonExample(t *testing.T) {
 	pythons := boto3Pythons(t)
 	if len(pythons) == 0 {
@@ -46,16 +50,27 @@ func TestSQSPythonExample(t *testing.T) {
 	}
 	script, err := filepath.Abs("../examples/sqs-python/orders.py")
 	require.NoError(t, err)
-	forEachBackend(t, func(t *testing.T, b backend) {
-		s := start(t, b)
+	run := func(t *testing.T, s *server, id, secret string) {
 		for i, py := range pythons {
-			cmd := exec.Command(py, script, string(rune('a'+i))+"-")
-			cmd.Env = append(os.Environ(), "STYX_ENDPOINT="+s.d.Endpoint(), "AWS_ACCESS_KEY_ID=test", "AWS_SECRET_ACCESS_KEY=test",
+			cmd := exec.Command(py, script, fmt.Sprintf("p%d-", i))
+			cmd.Env = append(os.Environ(), "STYX_ENDPOINT="+s.d.Endpoint(), "AWS_ACCESS_KEY_ID="+id, "AWS_SECRET_ACCESS_KEY="+secret,
 				"AWS_DEFAULT_REGION=us-east-1", "AWS_CONFIG_FILE=/dev/null", "AWS_SHARED_CREDENTIALS_FILE=/dev/null")
 			out, err := cmd.CombinedOutput()
 			require.NoError(t, err, "%s:\n%s", py, out)
 			require.Contains(t, string(out), "dead-lettered", "%s:\n%s", py, out)
 			t.Logf("%s:\n%s", py, out)
 		}
+	}
+	forEachBackend(t, func(t *testing.T, b backend) {
+		run(t, start(t, b), "test", "test")
+	})
+	t.Run("auth", func(t *testing.T) {
+		forEachBackend(t, func(t *testing.T, b backend) {
+			s, _ := startSQSAuth(t, b)
+			key := s.newKey("app", []string{"admin"})
+			keyID, ok := auth.KeyID(key)
+			require.True(t, ok)
+			run(t, s, keyID, key)
+		})
 	})
 }

@@ -290,6 +290,25 @@ func TestSQSMessages(t *testing.T) {
 		require.Len(t, vis.Failed, 1)
 		require.WithinDuration(t, time.Now().Add(1200*time.Second), s.items("work")[0].LeaseDeadline.AsTime(), time.Minute)
 
+		// A delayed message is not visible until its delay passes (a
+		// scheduled item); the queue's DelaySeconds is the default.
+		_, err = c.SendMessage(ctx, &awssqs.SendMessageInput{QueueUrl: q.QueueUrl, MessageBody: aws.String("later"), DelaySeconds: 600})
+		require.NoError(t, err)
+		_, err = c.SetQueueAttributes(ctx, &awssqs.SetQueueAttributesInput{QueueUrl: q.QueueUrl, Attributes: map[string]string{"DelaySeconds": "900"}})
+		require.NoError(t, err)
+		_, err = c.SendMessage(ctx, &awssqs.SendMessageInput{QueueUrl: q.QueueUrl, MessageBody: aws.String("default delay")})
+		require.NoError(t, err)
+		counts, err := c.GetQueueAttributes(ctx, &awssqs.GetQueueAttributesInput{QueueUrl: q.QueueUrl, AttributeNames: []types.QueueAttributeName{"All"}})
+		require.NoError(t, err)
+		require.Equal(t, "2", counts.Attributes["ApproximateNumberOfMessagesDelayed"])
+		require.Equal(t, "1", counts.Attributes["ApproximateNumberOfMessagesNotVisible"])
+		require.Equal(t, "0", counts.Attributes["ApproximateNumberOfMessages"])
+		for _, it := range s.items("work") {
+			if string(it.Payload) != "v" {
+				require.True(t, it.EnqueueAt.AsTime().After(time.Now().Add(590*time.Second)), "scheduled by the delay")
+			}
+		}
+
 		_, err = c.PurgeQueue(ctx, &awssqs.PurgeQueueInput{QueueUrl: q.QueueUrl})
 		require.NoError(t, err)
 		require.Empty(t, s.items("work"), "purge deletes in-flight messages too")
@@ -447,6 +466,15 @@ func TestSQSDeadLetterFlow(t *testing.T) {
 		dattrs, err := c.GetQueueAttributes(ctx, &awssqs.GetQueueAttributesInput{QueueUrl: dlq.QueueUrl, AttributeNames: []types.QueueAttributeName{"ApproximateNumberOfMessages"}})
 		require.NoError(t, err)
 		require.Equal(t, "1", dattrs.Attributes["ApproximateNumberOfMessages"])
+		// Received from the dead-letter queue, it names its source; made
+		// visible again, it stays for the move task.
+		got, err = c.ReceiveMessage(ctx, &awssqs.ReceiveMessageInput{QueueUrl: dlq.QueueUrl, WaitTimeSeconds: 5, MessageSystemAttributeNames: all})
+		require.NoError(t, err)
+		require.Len(t, got.Messages, 1)
+		require.Equal(t, aws.ToString(sent.MessageId), aws.ToString(got.Messages[0].MessageId))
+		require.Equal(t, "arn:aws:sqs:us-east-1:000000000000:orders", got.Messages[0].Attributes["DeadLetterQueueSourceArn"])
+		_, err = c.ChangeMessageVisibility(ctx, &awssqs.ChangeMessageVisibilityInput{QueueUrl: dlq.QueueUrl, ReceiptHandle: got.Messages[0].ReceiptHandle, VisibilityTimeout: 0})
+		require.NoError(t, err)
 
 		// A move task back to the source: a Styx redrive task.
 		task, err := c.StartMessageMoveTask(ctx, &awssqs.StartMessageMoveTaskInput{SourceArn: aws.String(dlqArn), MaxNumberOfMessagesPerSecond: aws.Int32(100)})
@@ -502,6 +530,11 @@ func TestSQSDeadLetterFlow(t *testing.T) {
 		_, err = c.CreateQueue(ctx, &awssqs.CreateQueueInput{QueueName: aws.String("other"), Attributes: map[string]string{
 			"RedrivePolicy": `{"deadLetterTargetArn":"arn:aws:sqs:us-east-1:000000000000:picky-dlq","maxReceiveCount":3}`}})
 		requireSQSError(t, err, "InvalidAttributeValue", "RedriveAllowPolicy")
+		// And on the dead-letter queue's side: it cannot shut out a queue
+		// that sends to it.
+		_, err = c.SetQueueAttributes(ctx, &awssqs.SetQueueAttributesInput{QueueUrl: aws.String(s.d.Endpoint() + "/000000000000/picky-dlq"),
+			Attributes: map[string]string{"RedriveAllowPolicy": `{"redrivePermission":"denyAll"}`}})
+		requireSQSError(t, err, "InvalidAttributeValue", "orders names this queue")
 		_, err = c.SetQueueAttributes(ctx, &awssqs.SetQueueAttributesInput{QueueUrl: src.QueueUrl, Attributes: map[string]string{"RedrivePolicy": ""}})
 		require.NoError(t, err)
 		info, err = s.C.QueuesInfo(ctx, &pb.QueuesInfoRequest{QueueName: "orders"})

@@ -101,8 +101,9 @@ func toError(err error) (*Error, bool) {
 		}
 	}
 	if errors.Is(err, context.Canceled) || errors.Is(err, context.DeadlineExceeded) {
-		// The client went away (its answer is never read).
-		return &Error{Type: "RequestCanceled", Status: http.StatusBadRequest, Message: "the request was canceled: " + err.Error()}, false
+		// The client went away (its answer is never read): 499, counted
+		// as the transport counts a /v1 request whose client left.
+		return &Error{Type: "RequestCanceled", Status: 499, Message: "the request was canceled: " + err.Error()}, false
 	}
 	if errors.Is(err, store.ErrUnavailable) || errors.Is(err, store.ErrConflict) || errors.Is(err, store.ErrClosed) {
 		return &Error{Type: "ServiceUnavailable", Status: http.StatusServiceUnavailable, Message: err.Error()}, false

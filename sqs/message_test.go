@@ -60,3 +60,11 @@ func TestSelectAttributes(t *testing.T) {
 	require.Equal(t, []string{"other"}, keys(selectAttributes(attrs, []string{"other", "missing"})))
 	require.Nil(t, selectAttributes(attrs, nil))
 }
+
+func TestSameRedrivePolicy(t *testing.T) {
+	a := `{"deadLetterTargetArn":"arn:aws:sqs:us-east-1:000000000000:d","maxReceiveCount":"2"}`
+	require.True(t, sameRedrivePolicy(a, `{"maxReceiveCount":2,"deadLetterTargetArn":"arn:aws:sqs:us-east-1:000000000000:d"}`))
+	require.False(t, sameRedrivePolicy(a, `{"deadLetterTargetArn":"arn:aws:sqs:us-east-1:000000000000:d","maxReceiveCount":3}`))
+	require.False(t, sameRedrivePolicy(a, ""))
+	require.True(t, sameRedrivePolicy("", ""))
+}

@@ -242,7 +242,8 @@ type receiveMessageOutput struct {
 
 // systemAttributeNames are the message system attributes ReceiveMessage
 // can return.
-var systemAttributeNames = []string{"ApproximateFirstReceiveTimestamp", "ApproximateReceiveCount", "AWSTraceHeader", "SenderId", "SentTimestamp"}
+var systemAttributeNames = []string{"ApproximateFirstReceiveTimestamp", "ApproximateReceiveCount", "AWSTraceHeader",
+	"DeadLetterQueueSourceArn", "SenderId", "SentTimestamp"}
 
 func (h *Handler) receiveMessage(ctx context.Context, r *request) (any, error) {
 	var in receiveMessageInput
@@ -273,7 +274,7 @@ func (h *Handler) receiveMessage(ctx context.Context, r *request) (any, error) {
 	sysNames := append(slices.Clone(in.AttributeNames), in.MessageSystemAttributeNames...)
 	for _, s := range sysNames {
 		if s != "All" && !slices.Contains(systemAttributeNames, s) && s != "SequenceNumber" && s != "MessageDeduplicationId" &&
-			s != "MessageGroupId" && s != "DeadLetterQueueSourceArn" {
+			s != "MessageGroupId" {
 			return nil, invalidAttributeName("Unknown Attribute %s.", s)
 		}
 	}
@@ -356,6 +357,9 @@ func (h *Handler) toMessage(info store.QueueInfo, partition int32, it queue.Leas
 		}
 		if want("ApproximateFirstReceiveTimestamp") && it.Attempts == 1 {
 			m.Attributes["ApproximateFirstReceiveTimestamp"] = strconv.FormatInt(now.UnixMilli(), 10)
+		}
+		if want("DeadLetterQueueSourceArn") && it.SourceQueue != "" {
+			m.Attributes["DeadLetterQueueSourceArn"] = h.arn(it.SourceQueue)
 		}
 		if want("AWSTraceHeader") {
 			if t, ok := env.Sys["AWSTraceHeader"]; ok {

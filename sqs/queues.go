@@ -156,6 +156,18 @@ func (h *Handler) applyAttributes(ctx context.Context, info *store.QueueInfo, in
 			if err := checkRedriveAllowPolicy(h, v); err != nil {
 				return err
 			}
+			// Both sides: a queue that already sends its dead items here
+			// must stay allowed.
+			sources, err := h.sourceQueues(ctx, info.Name)
+			if err != nil {
+				return err
+			}
+			for _, src := range sources {
+				if !allowsSource(h, v, src) {
+					return invalidAttributeValue("Invalid value for the parameter RedriveAllowPolicy. Reason: queue %s names this queue in its RedrivePolicy; "+
+						"remove it there first, or allow it.", src)
+				}
+			}
 			a.RedriveAllowPolicy = v
 		case "Policy":
 			a.Policy = v
@@ -246,7 +258,7 @@ func (h *Handler) differingAttribute(ctx context.Context, info store.QueueInfo, 
 		if !ok {
 			cur = defaultAttribute(name)
 		}
-		if strings.TrimSpace(v) != cur && !(name == "RedrivePolicy" && sameJSON(v, cur)) {
+		if strings.TrimSpace(v) != cur && !(name == "RedrivePolicy" && sameRedrivePolicy(v, cur)) {
 			return name
 		}
 	}
@@ -261,14 +273,26 @@ func defaultAttribute(name string) string {
 	return ""
 }
 
-func sameJSON(a, b string) bool {
-	var x, y any
-	if json.Unmarshal([]byte(a), &x) != nil || json.Unmarshal([]byte(b), &y) != nil {
-		return false
+// sameRedrivePolicy reports whether two RedrivePolicy values say the same:
+// maxReceiveCount may be a number or a string ("5" and 5 are equal, as SQS
+// takes both), and an empty policy is "{}".
+func sameRedrivePolicy(a, b string) bool {
+	norm := func(s string) (string, string, bool) {
+		if strings.TrimSpace(s) == "" {
+			return "", "", true
+		}
+		var p struct {
+			DeadLetterTargetArn string          `json:"deadLetterTargetArn"`
+			MaxReceiveCount     json.RawMessage `json:"maxReceiveCount"`
+		}
+		if json.Unmarshal([]byte(s), &p) != nil {
+			return "", "", false
+		}
+		return p.DeadLetterTargetArn, strings.Trim(string(p.MaxReceiveCount), `"`), true
 	}
-	xb, _ := json.Marshal(x)
-	yb, _ := json.Marshal(y)
-	return string(xb) == string(yb)
+	arnA, nA, okA := norm(a)
+	arnB, nB, okB := norm(b)
+	return okA && okB && arnA == arnB && nA == nB
 }
 
 type getQueueURLInput struct {

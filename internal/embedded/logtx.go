@@ -194,7 +194,8 @@ func (it *iteration) Lease(n int32, want int, deadline int64) ([]queue.LeasedIte
 	for i, x := range items {
 		b := bodies[x.bodyID]
 		out[i] = queue.LeasedItem{ID: x.id, Attempts: x.attempts, LeaseDeadline: time.Unix(0, deadline).UTC(),
-			Encoding: b.Encoding, Kind: b.Kind, Reference: b.Reference, Payload: b.Payload, Attributes: b.Attributes}
+			Encoding: b.Encoding, Kind: b.Kind, Reference: b.Reference, Payload: b.Payload, Attributes: b.Attributes,
+			SourceQueue: b.SourceQueue}
 		newest = max(newest, x.id)
 	}
 	return out, newest <= l.pipe.durableID.Load(), nil

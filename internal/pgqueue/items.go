@@ -163,7 +163,7 @@ func lease(ctx context.Context, tx pgx.Tx, queueID uint64, partition int32, n in
 		SELECT id FROM styx_items WHERE queue_id=$1 AND partition=$2 AND state=0 AND (expire_deadline=0 OR expire_deadline > $5)
 		ORDER BY id LIMIT $3 FOR UPDATE SKIP LOCKED)
 		UPDATE styx_items t SET state=1, attempts=t.attempts+1, deadline=$4 FROM c WHERE t.queue_id=$1 AND t.id=c.id
-		RETURNING t.id, t.attempts, t.reference, t.kind, t.encoding, t.payload, t.attributes`,
+		RETURNING t.id, t.attempts, t.reference, t.kind, t.encoding, t.payload, t.attributes, t.source_queue`,
 		int64(queueID), partition, n, deadline, now)
 	if err != nil {
 		return nil, err
@@ -171,7 +171,7 @@ func lease(ctx context.Context, tx pgx.Tx, queueID uint64, partition int32, n in
 	items, err := pgx.CollectRows(rows, func(r pgx.CollectableRow) (queue.LeasedItem, error) {
 		var it queue.LeasedItem
 		var id int64
-		err := r.Scan(&id, &it.Attempts, &it.Reference, &it.Kind, &it.Encoding, &it.Payload, &it.Attributes)
+		err := r.Scan(&id, &it.Attempts, &it.Reference, &it.Kind, &it.Encoding, &it.Payload, &it.Attributes, &it.SourceQueue)
 		it.ID, it.LeaseDeadline = uint64(id), queue.FromNanos(deadline)
 		return it, err
 	})

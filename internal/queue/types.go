@@ -42,6 +42,10 @@ type LeasedItem struct {
 	Payload       []byte
 	// Attributes is the item's ProduceItem.Attributes, as stored.
 	Attributes []byte
+	// SourceQueue is the queue a dead item came from, when leased from a
+	// dead-letter queue (the SQS API's DeadLetterQueueSourceArn); empty
+	// otherwise.
+	SourceQueue string
 }
 
 // LeaseResult is the answer to a lease: items from one partition.
