@@ -392,7 +392,6 @@ func TestQueratorImportTenThousand(t *testing.T) {
 				code, msg = s.send(w, "/v1/storage/items.list", &pb.StorageItemsListRequest{QueueName: name, Pivot: gone[0], Limit: 3}, &page)
 				require.Equal(t, http.StatusOK, code, msg)
 				require.Equal(t, []string{seen[502].Id, seen[503].Id, seen[504].Id}, ids(page.Items))
-				require.NoError(t, s.C.QueueClear(ctx, &pb.QueueClearRequest{QueueName: name, Queue: true, Destructive: true}))
 			})
 		}
 		t.Run("OverTheLimit", func(t *testing.T) {
