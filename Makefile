@@ -1,4 +1,4 @@
-.PHONY: help test test-short lint proto build bench soak bench-postgres bench-go pg-start pg-stop cluster-stress faults
+.PHONY: help test test-short lint proto build bench bench-cpu soak bench-postgres bench-go pg-start pg-stop cluster-stress faults
 help: ## list targets
 	@grep -E '^[a-z-]+:.*##' $(MAKEFILE_LIST) | sed 's/:.*## /\t/'
 build: ## build the styx binary into ./bin
@@ -21,6 +21,8 @@ soak: ## mixed load with retries, dead letters and redrives on a pebble server; 
 	./bench/soak.sh
 bench-postgres: ## benchmark of styx on a throwaway PostgreSQL, one and two nodes; writes bench/postgres-report.md (BENCH_DURATION=10s)
 	./bench/postgres.sh
+bench-cpu: ## server CPU per 1,000 items beside items/s on Pebble, memory and PostgreSQL, BENCH_OLD_REV (default HEAD) against the working tree, interleaved; writes bench/cpu-report.md
+	./bench/cpu.sh
 bench-go: ## run the Go benchmarks
 	go test -run '^$$' -bench . -benchmem ./...
 pg-start: ## start a throwaway PostgreSQL in /tmp/styx-pgtest for the Postgres tests; prints the exports to paste
