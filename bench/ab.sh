@@ -33,6 +33,7 @@ MATRIX=${BENCH_MATRIX:-produce 4 1;cycle 4 1;cycle 16 1;produce 4 100;cycle 4 10
 REPORT=${BENCH_REPORT:-$ROOT/bench/ab-report.md}
 
 TMP=$(mktemp -d "${TMPDIR:-/tmp}/styx-ab.XXXXXX")
+chmod 755 "$TMP" # PostgreSQL runs as its own user and must reach $TMP/pg-*
 PIDS=()
 cleanup() {
 	# shellcheck source=bench/lib.sh
