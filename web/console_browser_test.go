@@ -320,14 +320,14 @@ func TestBrowserLive(t *testing.T) {
 	require.Equal(t, "yes", b.eval(`String(window.stillHere)`), "updated in place, not reloaded")
 	require.Equal(t, "Live updates: on", b.text("#live-button"))
 
-	// 40 dead items, redriven at 10 a second.
+	// 40 dead items, redriven at 4 a second (10 s: time to look at it).
 	kill(t, c, "live", 4, "boom", func(i int) string { return "x" })
 	kill(t, c, "live", 36, "boom", func(i int) string { return fmt.Sprint(i) })
 	waitDead(t, c, "live-dlq", 40)
 	b.open("/ui/queues/live-dlq/dead")
 	b.waitText("main table caption", "40 dead items")
 	require.Empty(t, b.eval(`document.getElementById('running-redrive') ? 'banner' : ''`))
-	task, err := c.DeadRedrive(ctx, &pb.DeadRedriveRequest{QueueName: "live-dlq", All: true, RateLimit: 10})
+	task, err := c.DeadRedrive(ctx, &pb.DeadRedriveRequest{QueueName: "live-dlq", All: true, RateLimit: 4})
 	require.NoError(t, err)
 	t.Cleanup(func() { _, _ = c.RedrivesCancel(ctx, &pb.RedriveTaskRequest{TaskId: task.TaskId}) })
 	b.waitText("#running-redrive", "A redrive is running: "+task.TaskId)
