@@ -1,4 +1,4 @@
-.PHONY: help test test-short lint proto build bench soak bench-postgres bench-go pg-start pg-stop cluster-stress faults
+.PHONY: help test test-short lint proto build bench bench-cpu soak bench-postgres bench-go pg-start pg-stop cluster-stress faults
 help: ## list targets
 	@grep -E '^[a-z-]+:.*##' $(MAKEFILE_LIST) | sed 's/:.*## /\t/'
 build: ## build the styx binary into ./bin
@@ -8,9 +8,11 @@ test: ## run every test with the race detector (the CI command)
 faults: ## the fault-injection suites over many seeds (STYX_FAULT_SEEDS=300; about 2 minutes): power loss, write and sync errors, a full disk, loop panics, PostgreSQL faults (with STYX_TEST_POSTGRES_URL); a failure names its seed
 	STYX_FAULT_SEEDS=$${STYX_FAULT_SEEDS:-300} go test -race -count=1 -timeout 60m -run 'TestCrashRecovery|TestWriteFaults|TestDiskFullStaysUpAndHeals|TestPanicNeverAcknowledged|TestPostgres' ./service/
 	go test -race -count=1 -run 'Fault|Watermark|Panic|Died' ./internal/store/pebble/ ./internal/engine/
-lint: ## gofmt and go vet
+lint: ## gofmt, go vet and staticcheck (installed at v0.8.2 when missing)
 	test -z "$$(gofmt -l $$(git ls-files '*.go' | grep -v '\.pb\.go$$'))"
 	go vet ./...
+	command -v staticcheck >/dev/null || test -x "$$(go env GOPATH)/bin/staticcheck" || go install honnef.co/go/tools/cmd/staticcheck@v0.8.2
+	"$$(command -v staticcheck || echo "$$(go env GOPATH)/bin/staticcheck")" ./...
 proto: ## regenerate styxpb from proto/ (needs protoc and protoc-gen-go)
 	protoc -I proto --go_out=. --go_opt=module=github.com/styxq/styx proto/styx/v1/styx.proto
 bench: ## end-to-end benchmark of a local server with styx-bench; writes bench/report.md (BENCH_DURATION=10s)
@@ -19,6 +21,8 @@ soak: ## mixed load with retries, dead letters and redrives on a pebble server; 
 	./bench/soak.sh
 bench-postgres: ## benchmark of styx on a throwaway PostgreSQL, one and two nodes; writes bench/postgres-report.md (BENCH_DURATION=10s)
 	./bench/postgres.sh
+bench-cpu: ## server CPU per 1,000 items beside items/s on Pebble, memory and PostgreSQL, BENCH_OLD_REV (default HEAD) against the working tree, interleaved; writes bench/cpu-report.md
+	./bench/cpu.sh
 bench-go: ## run the Go benchmarks
 	go test -run '^$$' -bench . -benchmem ./...
 pg-start: ## start a throwaway PostgreSQL in /tmp/styx-pgtest for the Postgres tests; prints the exports to paste

@@ -67,13 +67,23 @@ type ClientConfig struct {
 	// client certificate beyond those already in TLS.
 	CertFile string
 	KeyFile  string
+	// RequestTimeout is the request_timeout sent on QueueProduce,
+	// QueueLease and QueueComplete requests that leave theirs empty: the
+	// server requires one
+	// (as Querator does) and accepts 10ms to 15m. It is how long a lease
+	// long-polls for items. Defaults to DefaultRequestTimeout (1 minute).
+	RequestTimeout time.Duration
 }
+
+// DefaultRequestTimeout is ClientConfig.RequestTimeout when zero.
+const DefaultRequestTimeout = time.Minute
 
 // Client calls a Styx (or Querator) server. It is safe for concurrent use.
 type Client struct {
 	endpoint string
 	http     *http.Client
 	auth     string // the Authorization header value; empty for none
+	timeout  string // ClientConfig.RequestTimeout, as sent
 }
 
 // NewClient returns a client. It does not connect. It fails, without
@@ -106,7 +116,10 @@ func NewClient(cfg ClientConfig) (*Client, error) {
 	if cfg.APIKey != "" {
 		auth = "Bearer " + cfg.APIKey
 	}
-	return &Client{endpoint: strings.TrimRight(cfg.Endpoint, "/"), http: cfg.HTTPClient, auth: auth}, nil
+	if cfg.RequestTimeout == 0 {
+		cfg.RequestTimeout = DefaultRequestTimeout
+	}
+	return &Client{endpoint: strings.TrimRight(cfg.Endpoint, "/"), http: cfg.HTTPClient, auth: auth, timeout: cfg.RequestTimeout.String()}, nil
 }
 
 // clientTLS returns cfg.TLS (cloned, or nil when it is nil and no file is
@@ -280,20 +293,34 @@ func (c *Client) do(ctx context.Context, path string, in, out proto.Message) err
 }
 
 // QueueProduce adds up to 1000 items to a queue; it returns when they are
-// durable.
+// durable. An empty req.RequestTimeout is sent as ClientConfig's
+// RequestTimeout (req itself is not changed).
 func (c *Client) QueueProduce(ctx context.Context, req *pb.QueueProduceRequest) error {
+	if req.RequestTimeout == "" {
+		req = &pb.QueueProduceRequest{QueueName: req.QueueName, RequestTimeout: c.timeout, Items: req.Items}
+	}
 	return c.do(ctx, "/v1/queue.produce", req, &pb.QueueProduceResponse{})
 }
 
 // QueueLease long-polls up to req.RequestTimeout for up to req.BatchSize
-// items. With none, it returns an *Error with CodeRetry (see IsRetry).
+// items. With none, it returns an *Error with CodeRetry (see IsRetry). An
+// empty req.RequestTimeout is sent as ClientConfig's RequestTimeout (req
+// itself is not changed).
 func (c *Client) QueueLease(ctx context.Context, req *pb.QueueLeaseRequest) (*pb.QueueLeaseResponse, error) {
+	if req.RequestTimeout == "" {
+		req = &pb.QueueLeaseRequest{QueueName: req.QueueName, BatchSize: req.BatchSize, ClientId: req.ClientId, RequestTimeout: c.timeout}
+	}
 	out := &pb.QueueLeaseResponse{}
 	return out, c.do(ctx, "/v1/queue.lease", req, out)
 }
 
-// QueueComplete deletes leased items of one partition.
+// QueueComplete deletes leased items of one partition. An empty
+// req.RequestTimeout is sent as ClientConfig's RequestTimeout (req itself
+// is not changed).
 func (c *Client) QueueComplete(ctx context.Context, req *pb.QueueCompleteRequest) error {
+	if req.RequestTimeout == "" {
+		req = &pb.QueueCompleteRequest{QueueName: req.QueueName, Partition: req.Partition, RequestTimeout: c.timeout, Ids: req.Ids}
+	}
 	return c.do(ctx, "/v1/queue.complete", req, &pb.QueueCompleteResponse{})
 }
 

@@ -12,7 +12,9 @@
 #
 # Environment:
 #   BENCH_OLD_REV   git revision of the baseline (default main)
-#   BENCH_MODES     any of "sync nosync memory" (default all three)
+#   BENCH_MODES     any of "sync nosync memory postgres" (default "sync nosync
+#                   memory"; postgres starts a throwaway PostgreSQL per build
+#                   with scripts/pgtest.sh)
 #   BENCH_ROUNDS    rounds (default 3)
 #   BENCH_DURATION  measured time per run (default 5s)
 #   BENCH_WARMUP    warm-up per run (default 1s)
@@ -35,6 +37,9 @@ PIDS=()
 cleanup() {
 	# shellcheck source=bench/lib.sh
 	((${#PIDS[@]} == 0)) || stop_pids "${PIDS[@]}"
+	for pg in "$TMP"/pg-*; do
+		[[ -d $pg ]] && "$ROOT/scripts/pgtest.sh" stop "$pg" >/dev/null 2>&1
+	done
 	rm -rf "$TMP"
 }
 # shellcheck source=bench/lib.sh
@@ -55,9 +60,14 @@ for mode in $MODES; do
 	sync) args=(--storage pebble --sync=true) ;;
 	nosync) args=(--storage pebble --sync=false) ;;
 	memory) args=(--storage memory) ;;
+	postgres) args=(--storage postgres) ;;
 	*) echo "ab: unknown mode $mode" >&2; exit 2 ;;
 	esac
 	for which in old new; do
+		if [[ $mode == postgres ]]; then
+			# One database per build, so that neither sees the other's queues.
+			args=(--storage postgres --postgres-url "$("$ROOT/scripts/pgtest.sh" start "$TMP/pg-$which" | tail -n1)")
+		fi
 		port=$(free_port "${PORT[*]:-}")
 		mkdir -p "$TMP/data-$which-$mode"
 		"$TMP/styx-$which" server "${args[@]}" --data-dir "$TMP/data-$which-$mode" \

@@ -36,6 +36,7 @@ import (
 	"github.com/styxq/styx/internal/store/pebble"
 	"github.com/styxq/styx/metrics"
 	"github.com/styxq/styx/service"
+	"github.com/styxq/styx/sqs"
 	"github.com/styxq/styx/transport"
 	"github.com/styxq/styx/web"
 )
@@ -154,6 +155,23 @@ type Config struct {
 	// not close it. Tests use it to share a store across restarts and to
 	// inject faults.
 	Store store.Store
+	// SQSRegion and SQSAccountID are the region and account id of the
+	// Amazon SQS API's queue ARNs and URLs (package sqs). Empty:
+	// sqs.DefaultRegion ("us-east-1") and sqs.DefaultAccountID
+	// ("000000000000").
+	SQSRegion    string
+	SQSAccountID string
+	// SecretKeyFile names a file of 64 hex digits (32 random bytes; mode
+	// 600) under which each API key created from then on is sealed in its
+	// record, so that the SQS API can verify AWS SigV4 signatures made with
+	// it (ADR 0016). Every node of a PostgreSQL cluster needs the same file.
+	// Empty: keys are stored hashed only, and only the bootstrap admin key
+	// can sign SQS requests.
+	SecretKeyFile string
+	// DisableSQS turns the Amazon SQS API off: requests with an
+	// "X-Amz-Target: AmazonSQS.*" header are then answered as any unknown
+	// call. Defaults to false (served on the API's port).
+	DisableSQS bool
 }
 
 // SetDefaults fills the zero fields.
@@ -327,7 +345,21 @@ func (c *Config) keys(ks store.KeyStore) (*auth.Keys, error) {
 			return nil, fmt.Errorf("admin_key_file %s: %w", c.AdminKeyFile, err)
 		}
 	}
-	return auth.New(auth.Config{Store: ks, BootstrapKey: bootstrap, Clock: c.Clock, Log: c.Log})
+	var secret []byte
+	if c.SecretKeyFile != "" {
+		st, err := os.Stat(c.SecretKeyFile)
+		if err != nil {
+			return nil, fmt.Errorf("secret_key_file: %w", err)
+		}
+		if mode := st.Mode().Perm(); mode&0o077 != 0 {
+			return nil, fmt.Errorf("secret_key_file %s: mode %#o lets other users read or write it, and it unseals every API key; chmod 600 it",
+				c.SecretKeyFile, mode)
+		}
+		if secret, err = auth.ReadSecretKeyFile(c.SecretKeyFile); err != nil {
+			return nil, err
+		}
+	}
+	return auth.New(auth.Config{Store: ks, BootstrapKey: bootstrap, Clock: c.Clock, Log: c.Log, SecretKey: secret})
 }
 
 // redactedCmdline is pprof's cmdline page with secrets left out: the value of
@@ -509,7 +541,13 @@ func (d *Daemon) serve(ctx context.Context, m queue.Queues, tasks store.TaskStor
 	if ui == nil {
 		ui = web.Handler()
 	}
+	var sqsHandler *sqs.Handler
+	if !cfg.DisableSQS {
+		sqsHandler = sqs.New(sqs.Config{Queues: m, Redrives: d.redrives, Clock: cfg.Clock, Log: cfg.Log, Region: cfg.SQSRegion,
+			AccountID: cfg.SQSAccountID, MaxRequestBytes: cfg.MaxRequestBytes, Auth: cfg.Auth, Keys: keys})
+	}
 	h := transport.NewHandler(transport.Config{
+		SQS:     sqsHandler,
 		Service: d.service(m), Metrics: d.Metrics, Log: cfg.Log, MaxRequestBytes: cfg.MaxRequestBytes,
 		BodyReadTimeout: cfg.BodyReadTimeout, Keys: keys, Auth: cfg.Auth, UI: ui, AllowedHosts: cfg.AllowedHosts,
 		Health: func() string {

@@ -341,7 +341,7 @@ func TestAuthAnswers(t *testing.T) {
 		t.Run("QueratorHeaderFormat", func(t *testing.T) {
 			// Querator's Go client: protobuf body, no Accept, and
 			// "Authorization: Bearer <key>" from ClientConfig.APIKey.
-			in, err := proto.Marshal(&pb.QueueProduceRequest{QueueName: "orders-eu", Items: []*pb.QueueProduceItem{{Bytes: []byte("q")}}})
+			in, err := proto.Marshal(&pb.QueueProduceRequest{QueueName: "orders-eu", RequestTimeout: "1m", Items: []*pb.QueueProduceItem{{Bytes: []byte("q")}}})
 			require.NoError(t, err)
 			code, ct, got := s.raw(http.MethodPost, "/v1/queue.produce", "application/protobuf", "Bearer "+key, in)
 			require.Equal(t, http.StatusOK, code, string(got))

@@ -24,7 +24,7 @@ func TestBadInput(t *testing.T) {
 		s.createQueue(&pb.QueueInfo{QueueName: "bad", MaxAttempts: 3})
 		s.produce("bad", "keep-1", "keep-2")
 		leased := s.lease("bad", 1)
-		before := s.items("bad")
+		before := s.allItems("bad")
 
 		big := make([]*pb.QueueProduceItem, 1001)
 		for i := range big {
@@ -88,13 +88,13 @@ func TestBadInput(t *testing.T) {
 				return err
 			}, 400, []string{"client_id"}},
 			{"LeaseWaitTooShort", func() error {
-				_, err := s.C.QueueLease(ctx, &pb.QueueLeaseRequest{QueueName: "bad", BatchSize: 1, ClientId: "c", RequestTimeout: "10ms"})
+				_, err := s.C.QueueLease(ctx, &pb.QueueLeaseRequest{QueueName: "bad", BatchSize: 1, ClientId: "c", RequestTimeout: "9ms"})
 				return err
-			}, 400, []string{"request_timeout", "10ms"}},
+			}, 400, []string{"request timeout is invalid", "10ms"}},
 			{"LeaseWaitTooLong", func() error {
 				_, err := s.C.QueueLease(ctx, &pb.QueueLeaseRequest{QueueName: "bad", BatchSize: 1, ClientId: "c", RequestTimeout: "16m"})
 				return err
-			}, 400, []string{"request_timeout", "15m"}},
+			}, 400, []string{"request timeout is invalid", "15m"}},
 			{"CompleteEmpty", func() error {
 				return s.C.QueueComplete(ctx, &pb.QueueCompleteRequest{QueueName: "bad"})
 			}, 400, []string{"ids", "at least one"}},
@@ -234,7 +234,7 @@ func TestBadInput(t *testing.T) {
 			}
 		})
 		t.Run("NothingChanged", func(t *testing.T) {
-			after := s.items("bad")
+			after := s.allItems("bad")
 			require.Len(t, after, len(before))
 			for i := range before {
 				assert.True(t, proto.Equal(before[i], after[i]), "item %d changed:\n%v\n%v", i, before[i], after[i])

@@ -130,7 +130,7 @@ func TestQueratorCompatibility(t *testing.T) {
 		assert.Empty(t, first.GetUnknown())
 
 		// Complete the first; retry the second until it is dead.
-		call("/v1/queue.complete", msg("QueueCompleteRequest", `{"queue_name":"orders","partition":0,"ids":["`+field(first, "id").String()+`"]}`), "QueueCompleteResponse")
+		call("/v1/queue.complete", msg("QueueCompleteRequest", `{"queue_name":"orders","partition":0,"request_timeout":"1m","ids":["`+field(first, "id").String()+`"]}`), "QueueCompleteResponse")
 		retry := call("/v1/queue.retry", msg("QueueRetryRequest", `{"queue_name":"orders","partition":0,"items":[{"id":"`+field(second, "id").String()+`"}]}`), "QueueRetryResponse")
 		assert.Equal(t, int64(200), field(retry, "code").Int())
 		assert.Equal(t, "OK", field(retry, "codeText").String())
@@ -162,7 +162,7 @@ func TestQueratorCompatibility(t *testing.T) {
 		// A JSON request without Accept gets JSON, which parses strictly
 		// against Querator's messages.
 		js := `{"queue_name":"orders","batch_size":1,"client_id":"json-client","request_timeout":"20ms"}`
-		call("/v1/queue.produce", msg("QueueProduceRequest", `{"queue_name":"orders","items":[{"utf8":"j"}]}`), "QueueProduceResponse")
+		call("/v1/queue.produce", msg("QueueProduceRequest", `{"queue_name":"orders","request_timeout":"1m","items":[{"utf8":"j"}]}`), "QueueProduceResponse")
 		resp, err := http.Post(endpoint+"/v1/queue.lease", "application/json", bytes.NewReader([]byte(js)))
 		require.NoError(t, err)
 		jb, _ := io.ReadAll(resp.Body)
@@ -219,8 +219,13 @@ func TestJSONReplies(t *testing.T) {
 		for _, k := range []string{"created_at", "updated_at", "lease_deadline", "expire_deadline"} {
 			assert.Regexp(t, rfc3339UTC, stored[k], k)
 		}
+		// Querator's time fields are always sent, an unset one as Go's zero
+		// time (issue 25); Styx's extension fields are omitted when zero.
+		for _, k := range []string{"enqueue_at", "dead_deadline"} {
+			assert.Equal(t, "0001-01-01T00:00:00Z", stored[k], k)
+		}
 		assert.Equal(t, true, stored["is_leased"])
-		for _, k := range []string{"dead_reason", "dead_at", "source_queue", "last_error", "errors", "redrive_count", "enqueue_at"} {
+		for _, k := range []string{"dead_reason", "dead_at", "source_queue", "last_error", "errors", "redrive_count"} {
 			assert.NotContains(t, stored, k, "an item that never died or failed has no %s", k)
 		}
 	})

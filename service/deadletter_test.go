@@ -187,9 +187,9 @@ func TestDeadLetterMoveInterrupted(t *testing.T) {
 		s.leaseNone("cr") // the dead item is not handed out from the source
 
 		s.restart() // the fault is gone with the old server
-		dead := s.waitItems(dlq, 1)
+		s.waitItems(dlq, 1)
 		eventually(t, func() bool { return len(s.items("cr")) == 0 }, "the source deletes its copy after restart")
-		dead = s.items(dlq)
+		dead := s.items(dlq)
 		require.Len(t, dead, 1, "exactly one copy in the DLQ")
 		assert.Equal(t, it.Id, dead[0].SourceId)
 		assert.Equal(t, "explicit", dead[0].DeadReason)

@@ -66,8 +66,8 @@ func (s *server) requireGauges(step string, queues ...string) {
 	for _, q := range queues {
 		want, total, err := s.statsCounts(q)
 		require.NoError(s.t, err)
-		items := s.items(q)
-		require.Equal(s.t, total, len(items), "%s: queue.stats and storage.items.list of %s agree", step, q)
+		items := s.allItems(q)
+		require.Equal(s.t, total, len(items), "%s: queue.stats and storage's item lists of %s agree", step, q)
 		var oldest time.Time
 		for _, it := range items {
 			if t := it.CreatedAt.AsTime(); oldest.IsZero() || t.Before(oldest) {

@@ -260,8 +260,23 @@ func (s *server) complete(queue string, partition int32, ids ...string) {
 	require.NoError(s.t, s.C.QueueComplete(ctx, &pb.QueueCompleteRequest{QueueName: queue, Partition: partition, Ids: ids}))
 }
 
-// items lists every item of every partition of a queue.
+// items lists the items of every partition of a queue that
+// storage/items.list lists: every item but the scheduled ones.
 func (s *server) items(queue string) []*pb.StorageItem {
+	s.t.Helper()
+	return s.list(queue, s.C.StorageItemsList)
+}
+
+// allItems lists every item of every partition of a queue, scheduled ones
+// included (storage/items.list, then storage/scheduled.list).
+func (s *server) allItems(queue string) []*pb.StorageItem {
+	s.t.Helper()
+	return append(s.items(queue), s.list(queue, s.C.StorageScheduledList)...)
+}
+
+// list pages through one of the storage lists on every partition of a
+// queue.
+func (s *server) list(queue string, call func(context.Context, *pb.StorageItemsListRequest) (*pb.StorageItemsListResponse, error)) []*pb.StorageItem {
 	s.t.Helper()
 	info, err := s.C.QueuesInfo(ctx, &pb.QueuesInfoRequest{QueueName: queue})
 	require.NoError(s.t, err)
@@ -269,7 +284,7 @@ func (s *server) items(queue string) []*pb.StorageItem {
 	for p := range info.RequestedPartitions {
 		pivot := ""
 		for {
-			res, err := s.C.StorageItemsList(ctx, &pb.StorageItemsListRequest{QueueName: queue, Partition: p, Pivot: pivot, Limit: 1000})
+			res, err := call(ctx, &pb.StorageItemsListRequest{QueueName: queue, Partition: p, Pivot: pivot, Limit: 1000})
 			require.NoError(s.t, err)
 			page := res.Items
 			if pivot != "" && len(page) > 0 && page[0].Id == pivot {

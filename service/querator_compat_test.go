@@ -322,10 +322,10 @@ func TestQueratorEmptyRequests(t *testing.T) {
 			}, "invalid items"},
 			{"ProduceRequestTimeoutTooLong", func() error {
 				return s.C.QueueProduce(ctx, &pb.QueueProduceRequest{QueueName: "e", RequestTimeout: "16m", Items: []*pb.QueueProduceItem{{}}})
-			}, "invalid request_timeout"},
+			}, "request timeout is invalid"},
 			{"ProduceRequestTimeoutBeforeItems", func() error {
 				return s.C.QueueProduce(ctx, &pb.QueueProduceRequest{QueueName: "e", RequestTimeout: "foo"})
-			}, "invalid request_timeout"},
+			}, "request timeout is invalid"},
 			// queue.lease
 			{"LeaseEmptyRequest", func() error {
 				_, err := s.C.QueueLease(ctx, &pb.QueueLeaseRequest{})
@@ -346,7 +346,7 @@ func TestQueratorEmptyRequests(t *testing.T) {
 			{"LeaseMalformedRequestTimeoutFirst", func() error {
 				_, err := s.C.QueueLease(ctx, &pb.QueueLeaseRequest{QueueName: "e", RequestTimeout: "foo"})
 				return err
-			}, "invalid request_timeout"},
+			}, "request timeout is invalid"},
 			{"LeaseBatchSizeBeforeRequestTimeoutRange", func() error {
 				_, err := s.C.QueueLease(ctx, &pb.QueueLeaseRequest{QueueName: "e", ClientId: "c", RequestTimeout: "16m"})
 				return err
@@ -354,11 +354,11 @@ func TestQueratorEmptyRequests(t *testing.T) {
 			{"LeaseRequestTimeoutTooLong", func() error {
 				_, err := s.C.QueueLease(ctx, &pb.QueueLeaseRequest{QueueName: "e", ClientId: "c", BatchSize: 1000, RequestTimeout: "16m"})
 				return err
-			}, "invalid request_timeout"},
+			}, "request timeout is invalid"},
 			{"LeaseRequestTimeoutTooShort", func() error {
 				_, err := s.C.QueueLease(ctx, &pb.QueueLeaseRequest{QueueName: "e", ClientId: "c", BatchSize: 1000, RequestTimeout: "1ms"})
 				return err
-			}, "invalid request_timeout"},
+			}, "request timeout is invalid"},
 			// queue.complete
 			{"CompleteEmptyRequest", func() error { return s.C.QueueComplete(ctx, &pb.QueueCompleteRequest{}) }, "invalid queue_name"},
 			{"CompleteNoIDs", func() error {
@@ -369,7 +369,7 @@ func TestQueratorEmptyRequests(t *testing.T) {
 			}, "invalid partition"},
 			{"CompleteRequestTimeoutTooLong", func() error {
 				return s.C.QueueComplete(ctx, &pb.QueueCompleteRequest{QueueName: "e", RequestTimeout: "16m0s", Ids: []string{queue.FormatID(1)}})
-			}, "invalid request_timeout"},
+			}, "request timeout is invalid"},
 			{"CompleteInvalidIDs", func() error {
 				return s.C.QueueComplete(ctx, &pb.QueueCompleteRequest{QueueName: "e", RequestTimeout: "1m", Ids: []string{"invalid-id", "invalid-ids"}})
 			}, "'invalid-id'"},

@@ -215,6 +215,9 @@ func (s *Service) QueuesList(ctx context.Context, req *pb.QueuesListRequest) (*p
 	if err != nil {
 		return nil, err
 	}
+	if strings.Contains(req.Pivot, "~") { // no queue name holds one; Querator's message
+		return nil, apierr.Invalidf("pivot is invalid; '%s' cannot contain '~' character", req.Pivot)
+	}
 	ns := req.Namespace
 	if ns == "" {
 		ns = store.DefaultNamespace
@@ -266,7 +269,7 @@ func (s *Service) QueuesDelete(ctx context.Context, req *pb.QueuesDeleteRequest)
 
 func toQueueInfo(info store.QueueInfo) *pb.QueueInfo {
 	out := &pb.QueueInfo{
-		QueueName: info.Name, Namespace: info.Namespace, CreatedAt: timestamppb.New(info.CreatedAt), UpdatedAt: timestamppb.New(info.UpdatedAt),
+		QueueName: info.Name, Namespace: info.Namespace, CreatedAt: qts(info.CreatedAt), UpdatedAt: qts(info.UpdatedAt),
 		DeadQueue: info.DeadQueue, Reference: info.Reference, LeaseTimeout: info.LeaseTimeout.String(),
 		ExpireTimeout: info.ExpireTimeout.String(), MaxAttempts: info.MaxAttempts, RequestedPartitions: info.Partitions,
 	}
@@ -276,10 +279,19 @@ func toQueueInfo(info store.QueueInfo) *pb.QueueInfo {
 	return out
 }
 
+// ts converts a time of a Styx extension field: nil (omitted) when zero.
 func ts(t time.Time) *timestamppb.Timestamp {
 	if t.IsZero() {
 		return nil
 	}
+	return timestamppb.New(t)
+}
+
+// qts converts a time of one of Querator's fields, which Querator always
+// sends: a zero time goes as Go's zero time (0001-01-01T00:00:00Z), so that
+// a Querator client's AsTime().IsZero() holds (an omitted field decodes as
+// the Unix epoch).
+func qts(t time.Time) *timestamppb.Timestamp {
 	return timestamppb.New(t)
 }
 
@@ -290,9 +302,9 @@ func toStorageItems(items []store.Item, info store.QueueInfo) []*pb.StorageItem 
 	for i, it := range items {
 		m, b := it.Meta, it.Body
 		si := &pb.StorageItem{
-			Id: queue.FormatID(m.ID), SourceId: b.SourceID, IsLeased: m.Leased, LeaseDeadline: ts(m.LeaseDeadline),
-			ExpireDeadline: ts(m.ExpireDeadline), CreatedAt: ts(m.CreatedAt), UpdatedAt: ts(m.CreatedAt),
-			EnqueueAt: ts(m.EnqueueAt), Attempts: m.Attempts, MaxAttempts: info.MaxAttempts,
+			Id: queue.FormatID(m.ID), SourceId: b.SourceID, IsLeased: m.Leased, LeaseDeadline: qts(m.LeaseDeadline),
+			ExpireDeadline: qts(m.ExpireDeadline), DeadDeadline: qts(time.Time{}), CreatedAt: qts(m.CreatedAt), UpdatedAt: qts(m.CreatedAt),
+			EnqueueAt: qts(m.EnqueueAt), Attempts: m.Attempts, MaxAttempts: info.MaxAttempts,
 			Reference: b.Reference, Encoding: b.Encoding, Kind: b.Kind, Payload: b.Payload,
 			SourceQueue: b.SourceQueue, DeadReason: b.DeadReason, DeadAt: ts(b.DeadAt),
 			LastError: it.Errors.LastError, RedriveCount: b.RedriveCount,

@@ -42,15 +42,19 @@ func New(m queue.Queues, r *redrive.Runner, c clock.Clock) *Service {
 }
 
 // QueueProduce adds items to a queue; it returns when they are durable.
+// request_timeout is required (10ms..15m, as in Querator).
 func (s *Service) QueueProduce(ctx context.Context, req *pb.QueueProduceRequest) error {
 	l, err := s.queue(req.QueueName)
 	if err != nil {
 		return err
 	}
-	if req.RequestTimeout != "" {
-		if _, err := parseDuration("request_timeout", req.RequestTimeout, MinLeaseWait, MaxLeaseWait); err != nil {
-			return err
-		}
+	// Querator's order: request_timeout (required), then the items.
+	wait, err := parseRequestTimeout(req.RequestTimeout)
+	if err != nil {
+		return err
+	}
+	if err := checkRequestTimeout(wait, "was "); err != nil {
+		return err
 	}
 	if err := checkBatch("items", len(req.Items)); err != nil {
 		return err
@@ -79,19 +83,18 @@ func (s *Service) QueueProduce(ctx context.Context, req *pb.QueueProduceRequest)
 	return l.Produce(ctx, items)
 }
 
-// QueueLease long-polls for items; 454 when none came within request_timeout.
+// QueueLease long-polls for items; 454 when none came within
+// request_timeout, which is required (10ms..15m, as in Querator).
 func (s *Service) QueueLease(ctx context.Context, req *pb.QueueLeaseRequest) (*pb.QueueLeaseResponse, error) {
 	l, err := s.queue(req.QueueName)
 	if err != nil {
 		return nil, err
 	}
 	// Querator's order: a malformed request_timeout, client_id, batch_size,
-	// then request_timeout's range.
-	wait := DefaultLeaseWait
-	if req.RequestTimeout != "" {
-		if wait, err = parseDuration("request_timeout", req.RequestTimeout, 0, 1<<63-1); err != nil {
-			return nil, err
-		}
+	// then whether request_timeout is given and in range.
+	wait, err := parseRequestTimeout(req.RequestTimeout)
+	if err != nil {
+		return nil, err
 	}
 	if req.ClientId == "" {
 		return nil, invalid("client_id", "a client id is required")
@@ -102,8 +105,8 @@ func (s *Service) QueueLease(ctx context.Context, req *pb.QueueLeaseRequest) (*p
 	if req.BatchSize < 1 || req.BatchSize > MaxBatch {
 		return nil, invalid("batch_size", "%d is out of range 1..%d", req.BatchSize, MaxBatch)
 	}
-	if wait <= MinLeaseWait || wait > MaxLeaseWait {
-		return nil, invalid("request_timeout", "%s is out of range; it must be above %s and at most %s", wait, MinLeaseWait, MaxLeaseWait)
+	if err := checkRequestTimeout(wait, ""); err != nil {
+		return nil, err
 	}
 	res, err := l.Lease(ctx, queue.LeaseParams{BatchSize: int(req.BatchSize), ClientID: req.ClientId, Owner: auth.KeyName(ctx), Timeout: wait})
 	if err != nil {
@@ -119,16 +122,21 @@ func (s *Service) QueueLease(ctx context.Context, req *pb.QueueLeaseRequest) (*p
 	return out, nil
 }
 
-// QueueComplete deletes leased items.
+// QueueComplete deletes leased items. request_timeout is required
+// (10ms..15m, as in Querator).
 func (s *Service) QueueComplete(ctx context.Context, req *pb.QueueCompleteRequest) error {
 	l, err := s.queue(req.QueueName)
 	if err != nil {
 		return err
 	}
-	if req.RequestTimeout != "" {
-		if _, err := parseDuration("request_timeout", req.RequestTimeout, 0, MaxLeaseWait); err != nil {
-			return s.partitionFirst(ctx, req.QueueName, req.Partition, err)
-		}
+	// Querator's order: a malformed request_timeout, empty ids, a missing
+	// or out-of-range request_timeout, then the ids themselves.
+	wait, err := parseRequestTimeout(req.RequestTimeout)
+	if err == nil && len(req.Ids) > 0 {
+		err = checkRequestTimeout(wait, "")
+	}
+	if err != nil {
+		return s.partitionFirst(ctx, req.QueueName, req.Partition, err)
 	}
 	ids, err := parseIDs("ids", req.Ids)
 	if err != nil {
@@ -378,7 +386,7 @@ func (s *Service) StorageItemsImport(ctx context.Context, req *pb.StorageItemsIm
 	if err != nil {
 		return nil, err
 	}
-	if err := checkBatch("items", len(req.Items)); err != nil {
+	if err := checkCount("items", len(req.Items), MaxImportItems); err != nil {
 		return nil, s.partitionFirst(ctx, req.QueueName, req.Partition, err)
 	}
 	items := make([]store.Item, len(req.Items))

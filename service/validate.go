@@ -14,7 +14,7 @@ import (
 	"github.com/styxq/styx/internal/store"
 )
 
-// Limits of the wire contract (../shared/docs/wire-contract.md) and of Styx.
+// Limits of the wire contract (docs/wire-contract.md) and of Styx.
 const (
 	// MaxBatch is the most items (or ids) one produce, lease, complete,
 	// retry, import or delete may carry.
@@ -33,12 +33,17 @@ const (
 	// MaxAttemptErrors is the most attempt errors one imported item may
 	// carry.
 	MaxAttemptErrors = 10
-	// MinLeaseWait and MaxLeaseWait bound a lease's request_timeout
-	// (exclusive, inclusive).
-	MinLeaseWait = 10 * time.Millisecond
-	MaxLeaseWait = 15 * time.Minute
-	// DefaultLeaseWait is a lease's request_timeout when omitted.
-	DefaultLeaseWait = time.Minute
+	// MinRequestTimeout and MaxRequestTimeout bound the request_timeout
+	// of a produce or a lease (both inclusive), which is required, as in
+	// Querator: 10ms and 15m.
+	MinRequestTimeout = 10 * time.Millisecond
+	MaxRequestTimeout = 15 * time.Minute
+	// MaxImportItems is the most items one storage/items.import may carry
+	// (Querator has no count limit on import, only the request size; its
+	// storage tests import 10,000 at once). The request's byte limit
+	// (--max-request-bytes) applies too, and the count is checked before
+	// the body is decoded.
+	MaxImportItems = 100_000
 	// MaxAttempts is the largest max_attempts (0 is unlimited).
 	MaxAttempts = 65536
 	// MaxExpireTimeout is the longest expire_timeout (and lease_timeout):
@@ -132,18 +137,6 @@ func checkText(field, s string, limit int) error {
 	return nil
 }
 
-// parseDuration parses a Go duration string in field within [lo, hi].
-func parseDuration(field, s string, lo, hi time.Duration) (time.Duration, error) {
-	d, err := time.ParseDuration(s)
-	if err != nil {
-		return 0, invalid(field, "'%s' is not a duration such as '30s' or '1m30s'", s)
-	}
-	if d < lo || d > hi {
-		return 0, invalid(field, "%s is out of range %s..%s", d, lo, hi)
-	}
-	return d, nil
-}
-
 // parsePositiveDuration parses a Go duration string in field that must be
 // above 0 and at most hi.
 func parsePositiveDuration(field, s string, hi time.Duration) (time.Duration, error) {
@@ -157,8 +150,44 @@ func parsePositiveDuration(field, s string, hi time.Duration) (time.Duration, er
 	return d, nil
 }
 
-// timestamp converts the time a client sent in field: nil is the zero time
-// (unset); a malformed timestamp, or one outside the range storage keeps
+// msgRequestTimeoutRequired is Querator's answer to a produce or lease
+// without request_timeout (or with a zero one), word for word.
+const msgRequestTimeoutRequired = "request timeout is required; '5m' is recommended, 15m is the maximum"
+
+// parseRequestTimeout parses the request_timeout of a produce or a lease:
+// 0 for an empty one (checkRequestTimeout refuses it), and Querator's
+// message for one that does not parse.
+func parseRequestTimeout(s string) (time.Duration, error) {
+	if s == "" {
+		return 0, nil
+	}
+	d, err := time.ParseDuration(s)
+	if err != nil {
+		return 0, apierr.Invalidf("request timeout is invalid; %s - expected format: 900ms, 5m or 15m", err)
+	}
+	return d, nil
+}
+
+// checkRequestTimeout refuses a produce's or lease's request_timeout that
+// is missing (0), over MaxRequestTimeout or under MinRequestTimeout, with
+// Querator's messages word for word. Querator's lease message for a
+// timeout too long says "but '16m0s' requested" where its produce message
+// says "was requested": was is that word, "" for a lease.
+func checkRequestTimeout(d time.Duration, was string) error {
+	switch {
+	case d == 0:
+		return apierr.Invalidf(msgRequestTimeoutRequired)
+	case d > MaxRequestTimeout:
+		return apierr.Invalidf("request timeout is invalid; maximum timeout is '15m' but '%s' %srequested", d, was)
+	case d < MinRequestTimeout:
+		return apierr.Invalidf("request timeout is invalid; minimum timeout is '10ms' but '%s' was requested", d)
+	}
+	return nil
+}
+
+// timestamp converts the time a client sent in field: nil, and Go's zero
+// time (0001-01-01T00:00:00Z, which Querator's clients send for an unset
+// time), are the zero time (unset); a malformed timestamp, or one outside the range storage keeps
 // (queue.MinTime..queue.MaxTime, 1677-09-21..2262-04-11), is an
 // apierr.Invalid error naming field.
 func timestamp(field string, ts *timestamppb.Timestamp) (time.Time, error) {
@@ -169,16 +198,24 @@ func timestamp(field string, ts *timestamppb.Timestamp) (time.Time, error) {
 		return time.Time{}, invalid(field, "%v", err)
 	}
 	t := ts.AsTime()
+	if t.IsZero() {
+		return time.Time{}, nil
+	}
 	return t, queue.CheckTime(field, t)
 }
 
 // checkBatch validates a batch's size.
 func checkBatch(field string, n int) error {
+	return checkCount(field, n, MaxBatch)
+}
+
+// checkCount validates a list's length: 1..limit.
+func checkCount(field string, n, limit int) error {
 	if n == 0 {
 		return invalid(field, "at least one is required")
 	}
-	if n > MaxBatch {
-		return invalid(field, "%d given, the limit is %d", n, MaxBatch)
+	if n > limit {
+		return invalid(field, "%d given, the limit is %d", n, limit)
 	}
 	return nil
 }

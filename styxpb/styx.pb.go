@@ -1,5 +1,5 @@
 // Styx wire messages: Querator's v1 HTTP API (field numbers and JSON names
-// unchanged, see ../shared/docs/wire-contract.md) plus the Styx extensions,
+// unchanged, see docs/wire-contract.md) plus the Styx extensions,
 // whose field numbers start at 100.
 //
 // Only field numbers (protobuf) and JSON names (JSON) matter on the wire, so

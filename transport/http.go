@@ -1,5 +1,5 @@
 // Package transport serves the API over HTTP with DUH-RPC framing
-// (../shared/docs/wire-contract.md): POST /v1/<resource>.<verb> with JSON or
+// (docs/wire-contract.md): POST /v1/<resource>.<verb> with JSON or
 // protobuf bodies, errors as duh.v1.Reply with the HTTP status equal to the
 // code, plus GET /health and GET /metrics. It holds the one table that maps
 // errors onto status codes (status).
@@ -36,6 +36,7 @@ import (
 	"github.com/styxq/styx/internal/auth"
 	"github.com/styxq/styx/metrics"
 	"github.com/styxq/styx/service"
+	"github.com/styxq/styx/sqs"
 	pb "github.com/styxq/styx/styxpb"
 )
 
@@ -86,6 +87,15 @@ type Config struct {
 	// GET /health then answers {"status":"degraded: <why>"} (still 200:
 	// the server is up and serves reads). Nil: always "ok".
 	Health func() string
+	// SQS, when set, serves the Amazon SQS API: a POST carrying
+	// "X-Amz-Target: AmazonSQS.<Action>" (the JSON protocol), or a form POST
+	// or a GET with an Action parameter outside /v1/, /health, /metrics and
+	// /ui (the query protocol; sqs.Is), goes to it, after the
+	// Host check of a server without Auth and under the same body-read
+	// deadline; it authenticates its requests itself (SigV4). Requests are
+	// counted under the path "/sqs/<Action>". Nil: such requests are
+	// answered as any other path.
+	SQS *sqs.Handler
 }
 
 // Handler is the server's http.Handler.
@@ -112,9 +122,10 @@ const keyRecheck = time.Second
 
 // watchKey returns ctx ended with errKeyRevoked when the key named name is
 // deleted: at once by a keys.delete on this server (revoke), or within
-// keyRecheck when authorization no longer authenticates (deleted on another
-// server). stop ends the watch.
-func (h *Handler) watchKey(ctx context.Context, name, authorization string) (context.Context, func()) {
+// keyRecheck when check answers apierr.Unauthorized (the request's
+// credentials no longer authenticate: deleted on another server). stop
+// ends the watch. The SQS API's long polls use it too (sqs.KeyWatcher).
+func (h *Handler) watchKey(ctx context.Context, name string, check func(context.Context) error) (context.Context, func()) {
 	ctx, cancel := context.WithCancelCause(ctx)
 	h.watchMu.Lock()
 	if h.watching == nil {
@@ -136,7 +147,7 @@ func (h *Handler) watchKey(ctx context.Context, name, authorization string) (con
 			case <-ctx.Done():
 				return
 			case <-t.C:
-				if _, err := h.cfg.Keys.Authenticate(ctx, authorization); err != nil {
+				if err := check(ctx); err != nil {
 					if e, ok := apierr.As(err); ok && e.Code == apierr.Unauthorized {
 						cancel(errKeyRevoked)
 						return
@@ -228,8 +239,17 @@ func NewHandler(cfg Config) *Handler {
 			h.routes[path] = func(w http.ResponseWriter, r *http.Request) { h.fail(w, r, errKeysNeedAuth) }
 		}
 	}
+	if cfg.SQS != nil && cfg.Auth {
+		// A key deleted here ends its waiting SQS receives too (revoke).
+		cfg.SQS.WatchKeys(h.watchKey, errKeyRevoked)
+	}
 	if cfg.Metrics != nil {
 		cfg.Metrics.InitPaths(slices.Sorted(maps.Keys(h.routes)))
+		if cfg.SQS != nil {
+			for _, a := range cfg.SQS.Actions() {
+				cfg.Metrics.InitPaths([]string{"/sqs/" + a})
+			}
+		}
 	}
 	return h
 }
@@ -299,6 +319,10 @@ func (h *Handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 			h.fail(w, r, err)
 			return
 		}
+	}
+	if h.cfg.SQS != nil && sqs.Is(r) {
+		h.serveSQS(w, r)
+		return
 	}
 	switch r.URL.Path {
 	case "/health":
@@ -371,6 +395,21 @@ func (h *Handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	h.cfg.Metrics.RequestSeconds.WithLabelValues(r.URL.Path).Observe(time.Since(start).Seconds())
 }
 
+// serveSQS hands an SQS request to the SQS handler under the body-read
+// deadline (the handler lifts it once the body has arrived) and counts it.
+func (h *Handler) serveSQS(w http.ResponseWriter, r *http.Request) {
+	start := time.Now()
+	sw := &statusWriter{ResponseWriter: w, code: http.StatusOK}
+	_ = http.NewResponseController(sw).SetReadDeadline(start.Add(h.cfg.BodyReadTimeout))
+	action := h.cfg.SQS.Serve(sw, r)
+	path := "/sqs/" + action
+	if !h.cfg.SQS.Known(action) {
+		path = "/sqs/unknown"
+	}
+	h.cfg.Metrics.Requests.WithLabelValues(path, strconv.Itoa(sw.code)).Inc()
+	h.cfg.Metrics.RequestSeconds.WithLabelValues(path).Observe(time.Since(start).Seconds())
+}
+
 // rpc adapts a service call that answers a message.
 func rpc[Req proto.Message, Resp proto.Message](h *Handler, newReq func() Req, call func(context.Context, Req) (Resp, error)) http.HandlerFunc {
 	return func(w http.ResponseWriter, r *http.Request) {
@@ -387,7 +426,11 @@ func rpc[Req proto.Message, Resp proto.Message](h *Handler, newReq func() Req, c
 			}
 			if r.URL.Path == "/v1/queue.lease" {
 				var stop func()
-				ctx, stop = h.watchKey(ctx, p.Name, r.Header.Get("Authorization"))
+				authorization := r.Header.Get("Authorization")
+				ctx, stop = h.watchKey(ctx, p.Name, func(ctx context.Context) error {
+					_, err := h.cfg.Keys.Authenticate(ctx, authorization)
+					return err
+				})
 				defer stop()
 			}
 		}

@@ -28,11 +28,15 @@ import (
 const maxScanDepth = 16
 
 // listLimit returns the most elements the repeated (or map) field fd may
-// hold in one message: service.MaxBatch, or the tighter limit the service
-// checks for an import's attempt errors.
+// hold in one message: service.MaxBatch, or the limit the service checks
+// for an import's items (service.MaxImportItems) and for an imported
+// item's attempt errors.
 func listLimit(fd protoreflect.FieldDescriptor) int {
-	if fd.FullName() == "styx.v1.StorageItem.errors" {
+	switch fd.FullName() {
+	case "styx.v1.StorageItem.errors":
 		return service.MaxAttemptErrors
+	case "styx.v1.StorageItemsImportRequest.items":
+		return service.MaxImportItems
 	}
 	return service.MaxBatch
 }

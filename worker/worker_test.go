@@ -65,12 +65,14 @@ func produce(t *testing.T, c *styx.Client, q string, payloads ...string) {
 	require.NoError(t, c.QueueProduce(ctx, &pb.QueueProduceRequest{QueueName: q, Items: items}))
 }
 
-// items lists every item of partition 0 of q.
+// items lists every item of partition 0 of q, scheduled ones included.
 func items(t *testing.T, c *styx.Client, q string) []*pb.StorageItem {
 	t.Helper()
 	res, err := c.StorageItemsList(ctx, &pb.StorageItemsListRequest{QueueName: q, Limit: 1000})
 	require.NoError(t, err)
-	return res.Items
+	scheduled, err := c.StorageScheduledList(ctx, &pb.StorageItemsListRequest{QueueName: q, Limit: 1000})
+	require.NoError(t, err)
+	return append(res.Items, scheduled.Items...)
 }
 
 // run starts w and returns a function that stops it and returns Run's
@@ -278,6 +280,7 @@ func TestPanicIsRetriedThenDead(t *testing.T) {
 				calls.Add(1)
 				if string(it.Payload) == "boom" {
 					var m map[string]int
+					//lint:ignore SA5000 a handler's runtime panic, on purpose
 					m["x"] = 1 // assignment to entry in nil map
 				}
 				return nil

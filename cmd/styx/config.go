@@ -70,6 +70,10 @@ type serverSettings struct {
 	AllowedHosts []string
 	// AdminKeyFile names the bootstrap admin key's file.
 	AdminKeyFile string
+	// SecretKeyFile names the file that seals API keys for SigV4, and
+	// SQSRegion and SQSAccountID name the SQS API's region and account id
+	// (daemon.Config).
+	SecretKeyFile, SQSRegion, SQSAccountID string
 	// TLSCert, TLSKey and TLSClientCA are PEM files (daemon.Config).
 	TLSCert, TLSKey, TLSClientCA string
 }
@@ -113,6 +117,9 @@ func (s serverSettings) daemonConfig(log *slog.Logger) daemon.Config {
 		DebugAllowRemote:  s.DebugAllowRemote,
 		AllowedHosts:      s.AllowedHosts,
 		AdminKeyFile:      s.AdminKeyFile,
+		SecretKeyFile:     s.SecretKeyFile,
+		SQSRegion:         s.SQSRegion,
+		SQSAccountID:      s.SQSAccountID,
 		TLSCertFile:       s.TLSCert,
 		TLSKeyFile:        s.TLSKey,
 		TLSClientCAFile:   s.TLSClientCA,
@@ -151,6 +158,9 @@ type fileConfig struct {
 	Insecure         *bool          `yaml:"insecure"`
 	DebugAllowRemote *bool          `yaml:"debug_allow_remote"`
 	AdminKeyFile     *string        `yaml:"admin_key_file"`
+	SecretKeyFile    *string        `yaml:"secret_key_file"`
+	SQSRegion        *string        `yaml:"sqs_region"`
+	SQSAccountID     *string        `yaml:"sqs_account_id"`
 	TLSCert          *string        `yaml:"tls_cert"`
 	TLSKey           *string        `yaml:"tls_key"`
 	TLSClientCA      *string        `yaml:"tls_client_ca"`
@@ -174,6 +184,9 @@ func (fc *fileConfig) values() map[string]string {
 	put("log_format", fc.LogFormat)
 	put("debug_listen", fc.DebugListen)
 	put("admin_key_file", fc.AdminKeyFile)
+	put("secret_key_file", fc.SecretKeyFile)
+	put("sqs_region", fc.SQSRegion)
+	put("sqs_account_id", fc.SQSAccountID)
 	put("tls_cert", fc.TLSCert)
 	put("tls_key", fc.TLSKey)
 	put("tls_client_ca", fc.TLSClientCA)
@@ -377,6 +390,18 @@ func serverSettingTable() []serverSetting {
 			s.AdminKeyFile = v
 			return nil
 		}},
+		{"secret_key_file", "secret-key-file", "STYX_SECRET_KEY_FILE", func(s *serverSettings, v string) error {
+			s.SecretKeyFile = v
+			return nil
+		}},
+		{"sqs_region", "sqs-region", "STYX_SQS_REGION", func(s *serverSettings, v string) error {
+			s.SQSRegion = v
+			return nil
+		}},
+		{"sqs_account_id", "sqs-account-id", "STYX_SQS_ACCOUNT_ID", func(s *serverSettings, v string) error {
+			s.SQSAccountID = v
+			return nil
+		}},
 		{"tls_cert", "tls-cert", "STYX_TLS_CERT", func(s *serverSettings, v string) error {
 			s.TLSCert = v
 			return nil
@@ -443,6 +468,11 @@ func addServerFlags(fs *pflag.FlagSet) {
 	fs.Bool("insecure", false, "allow a non-loopback --listen without --auth: anyone who reaches the port can do anything (env STYX_INSECURE)")
 	fs.String("admin-key-file", "", "file whose content (32+ characters, e.g. from 'openssl rand -hex 32') is a bootstrap admin key; "+
 		"rotate by changing the file and restarting; needs --auth (env STYX_ADMIN_KEY_FILE)")
+	fs.String("secret-key-file", "", "file of 64 hex digits (e.g. from 'openssl rand -hex 32'; mode 600) under which API keys created "+
+		"from then on are sealed, so the Amazon SQS API can verify their SigV4 signatures; every PostgreSQL node needs the same file "+
+		"(env STYX_SECRET_KEY_FILE)")
+	fs.String("sqs-region", "", "region named in the Amazon SQS API's queue ARNs; empty is us-east-1 (env STYX_SQS_REGION)")
+	fs.String("sqs-account-id", "", "account id in the Amazon SQS API's queue URLs and ARNs; empty is 000000000000 (env STYX_SQS_ACCOUNT_ID)")
 	fs.String("tls-cert", "", "PEM certificate (chain) to serve HTTPS with; needs --tls-key (env STYX_TLS_CERT)")
 	fs.String("tls-key", "", "PEM private key of --tls-cert (env STYX_TLS_KEY)")
 	fs.String("tls-client-ca", "", "PEM CA certificates that client certificates must chain to; "+

@@ -36,7 +36,9 @@ func (a *app) itemsListCmd() *cobra.Command {
 		Use:   "list QUEUE",
 		Short: "List a partition's items, with their dead-letter metadata",
 		Long: `List a partition's items in id order, after --pivot (partition 0 unless
---partition; a queue of several partitions says so on standard error). Shows each item's id,
+--partition; a queue of several partitions says so on standard error): the items
+in the queue (ready or leased; with --scheduled, the scheduled ones instead, as
+Querator's storage lists split them). Shows each item's id,
 state (leased, scheduled or ready), attempts and age and, for items in a
 dead-letter queue, where they came from (source queue), why (dead reason),
 when they died, their last error and how often they were redriven.

@@ -75,9 +75,16 @@ func truncate(s string, n int) string {
 	return string(r[:n-1]) + "…"
 }
 
+// unset reports whether a wire time is unset: omitted, or Go's zero time
+// (0001-01-01T00:00:00Z), which Styx and Querator send for Querator's time
+// fields that are not set.
+func unset(ts *timestamppb.Timestamp) bool {
+	return ts == nil || ts.AsTime().IsZero()
+}
+
 // formatTime formats ts as RFC 3339 in UTC, or "-" if unset.
 func formatTime(ts *timestamppb.Timestamp) string {
-	if ts == nil {
+	if unset(ts) {
 		return "-"
 	}
 	return ts.AsTime().UTC().Format(time.RFC3339)
@@ -86,7 +93,7 @@ func formatTime(ts *timestamppb.Timestamp) string {
 // relative formats ts relative to now: "3m12s ago", "in 45s", or "-" if
 // unset.
 func relative(now time.Time, ts *timestamppb.Timestamp) string {
-	if ts == nil {
+	if unset(ts) {
 		return "-"
 	}
 	d := now.Sub(ts.AsTime())

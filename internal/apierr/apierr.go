@@ -14,7 +14,7 @@ import (
 // so the HTTP status) it is answered with.
 type Code int
 
-// The codes of ../shared/docs/wire-contract.md.
+// The codes of docs/wire-contract.md.
 const (
 	// Invalid: the request breaks a rule (400).
 	Invalid Code = 400

@@ -2,6 +2,7 @@ package auth
 
 import (
 	"context"
+	"crypto/cipher"
 	"errors"
 	"fmt"
 	"log/slog"
@@ -46,6 +47,11 @@ type Config struct {
 	// Log receives the audit lines of key changes. Defaults to
 	// slog.Default().
 	Log *slog.Logger
+	// SecretKey, when set (SecretKeyBytes long: the content of
+	// --secret-key-file), seals each new key string in its record so that
+	// the SQS API can verify SigV4 signatures made with it (SigV4Secret;
+	// ADR 0016). Nil: keys are stored hashed only and cannot sign SigV4.
+	SecretKey []byte
 }
 
 // Keys authenticates requests and serves /v1/keys.*. Its methods may be
@@ -54,8 +60,12 @@ type Config struct {
 type Keys struct {
 	store     store.KeyStore
 	bootstrap []byte // hash of Config.BootstrapKey; nil for none
-	clock     clock.Clock
-	log       *slog.Logger
+	// bootstrapKey is Config.BootstrapKey, the SigV4 secret of the
+	// bootstrap admin key (read from its file anyway).
+	bootstrapKey string
+	sealer       cipher.AEAD // nil without Config.SecretKey
+	clock        clock.Clock
+	log          *slog.Logger
 }
 
 // New returns Keys over cfg.Store.
@@ -75,6 +85,14 @@ func New(cfg Config) (*Keys, error) {
 			return nil, err
 		}
 		k.bootstrap = Hash(cfg.BootstrapKey)
+		k.bootstrapKey = cfg.BootstrapKey
+	}
+	if cfg.SecretKey != nil {
+		s, err := newSealer(cfg.SecretKey)
+		if err != nil {
+			return nil, err
+		}
+		k.sealer = s
 	}
 	return k, nil
 }
@@ -163,6 +181,11 @@ func (k *Keys) KeysCreate(ctx context.Context, req *pb.KeysCreateRequest) (*pb.K
 	rec := store.KeyRecord{
 		Name: req.Name, ID: id, Hash: hash, Scopes: slices.Clone(req.Scopes), Queues: slices.Clone(req.Queues),
 		CreatedAt: k.clock.Now().UTC(), CreatedBy: KeyName(ctx),
+	}
+	if k.sealer != nil {
+		if rec.Sealed, err = seal(k.sealer, id, key); err != nil {
+			return nil, err
+		}
 	}
 	if err := k.store.CreateKey(ctx, rec); errors.Is(err, store.ErrKeyExists) {
 		return nil, apierr.New(apierr.Conflict, "key already exists; a key named '%s' exists", req.Name)

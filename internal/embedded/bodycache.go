@@ -25,7 +25,7 @@ func newBodyCache(maxBytes int) *bodyCache {
 // put caches b under id, evicting the oldest bodies beyond the bound. A body
 // larger than the bound is not cached.
 func (c *bodyCache) put(id uint64, b *store.ItemBody) {
-	n := len(b.Payload)
+	n := len(b.Payload) + len(b.Attributes)
 	if n > c.max {
 		return
 	}
@@ -43,7 +43,7 @@ func (c *bodyCache) get(id uint64) *store.ItemBody { return c.m[id] }
 // drop forgets id.
 func (c *bodyCache) drop(id uint64) {
 	if b, ok := c.m[id]; ok {
-		c.size -= len(b.Payload)
+		c.size -= len(b.Payload) + len(b.Attributes)
 		delete(c.m, id)
 	}
 }

@@ -109,6 +109,7 @@ func (l *Logical) takeRedriven(it *iteration, p *partition, items []queue.Redriv
 		l.sourceKeys[ri.SourceKey] = x
 		body := store.ItemBody{
 			Reference: ri.Body.Reference, Kind: ri.Body.Kind, Encoding: ri.Body.Encoding, Payload: ri.Body.Payload,
+			Attributes:   ri.Body.Attributes,
 			RedriveCount: ri.Body.RedriveCount + 1,
 		}
 		it.batch.Insert(p.num, x.meta(), body, ri.Errors)

@@ -202,10 +202,27 @@ func (l *Logical) Scheduled(ctx context.Context, partition int32, after uint64, 
 }
 
 // List reads up to limit items of a partition with ids greater than after,
-// straight from storage (a committed snapshot; it does not wait for the loop).
+// scheduled items left out (queue.Queue.List), straight from storage (a
+// committed snapshot; it does not wait for the loop).
 func (l *Logical) List(ctx context.Context, partition int32, after uint64, limit int) ([]store.Item, error) {
-	items, err := l.cfg.Store.ListItems(ctx, l.queueID, partition, after, limit)
-	return items, readErr(l.name, err)
+	now := l.cfg.Clock.Now().UnixNano()
+	var out []store.Item
+	for len(out) < limit {
+		items, err := l.cfg.Store.ListItems(ctx, l.queueID, partition, after, limit)
+		if err != nil {
+			return nil, readErr(l.name, err)
+		}
+		for _, it := range items {
+			if !queue.IsScheduled(it.Meta, now) && len(out) < limit {
+				out = append(out, it)
+			}
+		}
+		if len(items) < limit {
+			break
+		}
+		after = items[len(items)-1].Meta.ID
+	}
+	return out, nil
 }
 
 // setConfig hands the loop a new configuration (queues.update).

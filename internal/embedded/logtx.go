@@ -162,7 +162,7 @@ func (it *iteration) Produce(n int32, items []queue.ProduceItem) error {
 			x.state, x.deadline = stateScheduled, at
 		}
 		p.add(x)
-		body := &store.ItemBody{Reference: pi.Reference, Kind: pi.Kind, Encoding: pi.Encoding, Payload: pi.Payload}
+		body := &store.ItemBody{Reference: pi.Reference, Kind: pi.Kind, Encoding: pi.Encoding, Payload: pi.Payload, Attributes: pi.Attributes}
 		it.batch.InsertBody(p.num, x.meta(), body)
 		l.addBody(it, x.bodyID, body)
 	}
@@ -194,7 +194,8 @@ func (it *iteration) Lease(n int32, want int, deadline int64) ([]queue.LeasedIte
 	for i, x := range items {
 		b := bodies[x.bodyID]
 		out[i] = queue.LeasedItem{ID: x.id, Attempts: x.attempts, LeaseDeadline: time.Unix(0, deadline).UTC(),
-			Encoding: b.Encoding, Kind: b.Kind, Reference: b.Reference, Payload: b.Payload}
+			Encoding: b.Encoding, Kind: b.Kind, Reference: b.Reference, Payload: b.Payload, Attributes: b.Attributes,
+			SourceQueue: b.SourceQueue}
 		newest = max(newest, x.id)
 	}
 	return out, newest <= l.pipe.durableID.Load(), nil

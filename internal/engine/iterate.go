@@ -468,6 +468,9 @@ func (e *Engine) handle(it *pass, r *Request) (any, ReplyMode, error) {
 			if !queue.TimeInRange(pi.EnqueueAt) {
 				return nil, 0, queue.CheckTime("items["+strconv.Itoa(i)+"].enqueue_at", pi.EnqueueAt)
 			}
+			if queue.EnqueueNow(pi.EnqueueAt, it.now) {
+				op.items[i].EnqueueAt = time.Time{} // ready now: not scheduled
+			}
 		}
 		n, err := e.produceTo(it)
 		if err != nil {
@@ -477,7 +480,7 @@ func (e *Engine) handle(it *pass, r *Request) (any, ReplyMode, error) {
 			return nil, 0, err
 		}
 		for _, pi := range op.items {
-			if queue.Nanos(pi.EnqueueAt) <= it.now {
+			if pi.EnqueueAt.IsZero() {
 				it.ready[n]++
 			}
 		}

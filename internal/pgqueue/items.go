@@ -29,7 +29,7 @@ import (
 
 // itemColumns are the columns of a full item, as scanItem reads them.
 const itemColumns = `id, partition, state, deadline, expire_deadline, attempts, created_at, coalesce(source_key, ''),
-	reference, kind, encoding, payload, source_queue, source_id, dead_reason, dead_at, redrive_count, last_error, errors, fingerprint`
+	reference, kind, encoding, payload, source_queue, source_id, dead_reason, dead_at, redrive_count, last_error, errors, fingerprint, attributes`
 
 func scanItem(row pgx.Row) (store.Item, error) {
 	var it store.Item
@@ -39,7 +39,7 @@ func scanItem(row pgx.Row) (store.Item, error) {
 	m, b := &it.Meta, &it.Body
 	err := row.Scan(&id, &it.Partition, &st, &deadline, &expire, &m.Attempts, &created, &m.SourceKey,
 		&b.Reference, &b.Kind, &b.Encoding, &b.Payload, &b.SourceQueue, &b.SourceID, &b.DeadReason, &deadAt, &b.RedriveCount,
-		&it.Errors.LastError, &errs, &m.Fingerprint)
+		&it.Errors.LastError, &errs, &m.Fingerprint, &b.Attributes)
 	if err != nil {
 		return it, err
 	}
@@ -163,7 +163,7 @@ func lease(ctx context.Context, tx pgx.Tx, queueID uint64, partition int32, n in
 		SELECT id FROM styx_items WHERE queue_id=$1 AND partition=$2 AND state=0 AND (expire_deadline=0 OR expire_deadline > $5)
 		ORDER BY id LIMIT $3 FOR UPDATE SKIP LOCKED)
 		UPDATE styx_items t SET state=1, attempts=t.attempts+1, deadline=$4 FROM c WHERE t.queue_id=$1 AND t.id=c.id
-		RETURNING t.id, t.attempts, t.reference, t.kind, t.encoding, t.payload`,
+		RETURNING t.id, t.attempts, t.reference, t.kind, t.encoding, t.payload, t.attributes, t.source_queue`,
 		int64(queueID), partition, n, deadline, now)
 	if err != nil {
 		return nil, err
@@ -171,7 +171,7 @@ func lease(ctx context.Context, tx pgx.Tx, queueID uint64, partition int32, n in
 	items, err := pgx.CollectRows(rows, func(r pgx.CollectableRow) (queue.LeasedItem, error) {
 		var it queue.LeasedItem
 		var id int64
-		err := r.Scan(&id, &it.Attempts, &it.Reference, &it.Kind, &it.Encoding, &it.Payload)
+		err := r.Scan(&id, &it.Attempts, &it.Reference, &it.Kind, &it.Encoding, &it.Payload, &it.Attributes, &it.SourceQueue)
 		it.ID, it.LeaseDeadline = uint64(id), queue.FromNanos(deadline)
 		return it, err
 	})
@@ -260,13 +260,14 @@ func insertStatement(queueID uint64, items []insert, ids []int64) (string, []any
 	part, state, deadline, expire, created, attempts := make([]int32, n), make([]int16, n), make([]int64, n), make([]int64, n), make([]int64, n), make([]int32, n)
 	key, ref, kind, enc, srcQ, srcID, reason, lastErr, errs := make([]*string, n), make([]string, n), make([]string, n), make([]string, n),
 		make([]string, n), make([]string, n), make([]string, n), make([]string, n), make([]*string, n)
-	fps := make([]string, n)
+	fps, attrs := make([]string, n), make([][]byte, n)
 	payload, deadAt, redrives := make([][]byte, n), make([]int64, n), make([]int32, n)
 	for i, it := range items {
 		part[i], state[i], deadline[i], expire[i], created[i], attempts[i] = it.partition, it.state, it.deadline, it.expire, it.created, it.attempts
 		key[i], ref[i], kind[i], enc[i] = it.sourceKey, it.body.Reference, it.body.Kind, it.body.Encoding
 		srcQ[i], srcID[i], reason[i], lastErr[i] = it.body.SourceQueue, it.body.SourceID, it.body.DeadReason, it.lastError
 		payload[i], deadAt[i], redrives[i] = nonNil(it.body.Payload), queue.Nanos(it.body.DeadAt), it.body.RedriveCount
+		attrs[i] = it.body.Attributes
 		if it.sourceKey != nil && queue.IsDeadCopyKey(*it.sourceKey) {
 			fps[i] = fingerprint.Of(it.lastError) // a dead item's error group (migration 5)
 		}
@@ -276,16 +277,16 @@ func insertStatement(queueID uint64, items []insert, ids []int64) (string, []any
 		}
 	}
 	args := []any{int64(queueID), part, state, deadline, expire, created, attempts, key, ref, kind, enc, payload, srcQ, srcID, reason, deadAt, redrives}
-	args = append(args, ids, lastErr, errs, fps)
+	args = append(args, ids, lastErr, errs, fps, attrs)
 	return `INSERT INTO styx_items (queue_id, id, partition, state, deadline, expire_deadline, created_at, attempts, source_key,
-		reference, kind, encoding, payload, source_queue, source_id, dead_reason, dead_at, redrive_count, last_error, errors, fingerprint)
+		reference, kind, encoding, payload, source_queue, source_id, dead_reason, dead_at, redrive_count, last_error, errors, fingerprint, attributes)
 		SELECT $1, coalesce(($18::bigint[])[u.ord], nextval('styx_item_ids')), u.part, u.state, u.deadline, u.expire, u.created, u.attempts, u.key,
-			u.ref, u.kind, u.enc, u.payload, u.src_q, u.src_id, u.reason, u.dead_at, u.redrives, u.last_error, u.errs::jsonb, u.fp
+			u.ref, u.kind, u.enc, u.payload, u.src_q, u.src_id, u.reason, u.dead_at, u.redrives, u.last_error, u.errs::jsonb, u.fp, u.attrs
 		FROM unnest($2::integer[], $3::smallint[], $4::bigint[], $5::bigint[], $6::bigint[], $7::integer[], $8::text[],
 			$9::text[], $10::text[], $11::text[], $12::bytea[], $13::text[], $14::text[], $15::text[], $16::bigint[], $17::integer[],
-			$19::text[], $20::text[], $21::text[])
+			$19::text[], $20::text[], $21::text[], $22::bytea[])
 			WITH ORDINALITY AS u(part, state, deadline, expire, created, attempts, key, ref, kind, enc, payload, src_q, src_id, reason,
-				dead_at, redrives, last_error, errs, fp, ord)
+				dead_at, redrives, last_error, errs, fp, attrs, ord)
 		ORDER BY u.ord
 		ON CONFLICT (queue_id, source_key) DO NOTHING`, args
 }
@@ -412,12 +413,12 @@ func moveDead(ctx context.Context, tx pgx.Tx, src uint64, srcName string, to dlq
 				AS d(id, key, reason, src_id, attempts, set, last_error, errs, part)),
 		moved AS (
 			DELETE FROM styx_items t USING d WHERE t.queue_id=$1 AND t.id=d.id
-			RETURNING t.created_at, t.reference, t.kind, t.encoding, t.payload, t.redrive_count, t.last_error AS old_last_error,
+			RETURNING t.created_at, t.reference, t.kind, t.encoding, t.payload, t.attributes, t.redrive_count, t.last_error AS old_last_error,
 				t.errors AS old_errors, d.*)
 		INSERT INTO styx_items (queue_id, id, partition, state, expire_deadline, attempts, created_at, source_key,
-			reference, kind, encoding, payload, source_queue, source_id, dead_reason, dead_at, redrive_count, last_error, errors)
+			reference, kind, encoding, payload, attributes, source_queue, source_id, dead_reason, dead_at, redrive_count, last_error, errors)
 		SELECT $10, nextval('styx_item_ids'), m.part, 0, $12, m.attempts, m.created_at, m.key,
-			m.reference, m.kind, m.encoding, m.payload, $13, m.src_id, m.reason, $14, m.redrive_count,
+			m.reference, m.kind, m.encoding, m.payload, m.attributes, $13, m.src_id, m.reason, $14, m.redrive_count,
 			CASE WHEN m.set THEN m.last_error ELSE m.old_last_error END,
 			CASE WHEN m.set THEN m.errs::jsonb ELSE m.old_errors END
 		FROM moved m ORDER BY m.id

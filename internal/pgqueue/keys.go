@@ -12,12 +12,12 @@ import (
 )
 
 // keyColumns are the styx_api_keys columns scanKey reads, in its order.
-const keyColumns = `name, key_id, hash, scopes, queues, created_at, created_by`
+const keyColumns = `name, key_id, hash, scopes, queues, created_at, created_by, sealed`
 
 func scanKey(row pgx.Row) (store.KeyRecord, error) {
 	var k store.KeyRecord
 	var created int64
-	if err := row.Scan(&k.Name, &k.ID, &k.Hash, &k.Scopes, &k.Queues, &created, &k.CreatedBy); err != nil {
+	if err := row.Scan(&k.Name, &k.ID, &k.Hash, &k.Scopes, &k.Queues, &created, &k.CreatedBy, &k.Sealed); err != nil {
 		return store.KeyRecord{}, err
 	}
 	k.CreatedAt = time.Unix(0, created)
@@ -33,8 +33,8 @@ func (s *Store) CreateKey(ctx context.Context, k store.KeyRecord) error {
 	if queues == nil {
 		queues = []string{}
 	}
-	_, err := s.pool.Exec(ctx, `INSERT INTO styx_api_keys (`+keyColumns+`) VALUES ($1, $2, $3, $4, $5, $6, $7)`,
-		k.Name, k.ID, nonNil(k.Hash), scopes, queues, k.CreatedAt.UnixNano(), k.CreatedBy)
+	_, err := s.pool.Exec(ctx, `INSERT INTO styx_api_keys (`+keyColumns+`) VALUES ($1, $2, $3, $4, $5, $6, $7, $8)`,
+		k.Name, k.ID, nonNil(k.Hash), scopes, queues, k.CreatedAt.UnixNano(), k.CreatedBy, k.Sealed)
 	var pgErr *pgconn.PgError
 	if errors.As(err, &pgErr) && pgErr.Code == "23505" { // unique_violation
 		return store.ErrKeyExists

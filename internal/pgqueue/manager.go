@@ -158,7 +158,6 @@ func (m *Manager) reload(ctx context.Context) error {
 		return wrap("load queues", err)
 	}
 	var stopped []*Queue
-	var started []*Queue
 	m.mu.Lock()
 	if m.closed {
 		m.mu.Unlock()
@@ -174,9 +173,7 @@ func (m *Manager) reload(ctx context.Context) error {
 		m.cfg.Metrics.InitQueue(l.info.Name, l.info.DeadQueue)
 		m.names[l.info.Name] = l.info.ID
 		if m.queues[l.info.ID] == nil {
-			q := newQueue(m, l.info)
-			m.queues[l.info.ID] = q
-			started = append(started, q)
+			m.queues[l.info.ID] = newQueue(m, l.info)
 		}
 	}
 	for id, info := range m.infos {

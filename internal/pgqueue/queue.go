@@ -51,11 +51,6 @@ type Queue struct {
 	// joined is the count of leases that had joined the waiters when the
 	// loop last looked: a new one makes the iteration serve.
 	joined uint64
-	// produceNext and leaseNext are the tie-break cursors of the partition
-	// choice (engine/distribution.go): the partition after the one chosen
-	// last by this node.
-	produceNext int
-	leaseNext   int
 	// deadNext is the tie-break cursor of this queue's dead-letter moves
 	// (deadPartitions): the dead-letter queue partition after the one the
 	// last dead item of this queue went to on this node. It is this
@@ -399,10 +394,10 @@ func (q *Queue) Stats(ctx context.Context) (queue.Stats, error) {
 }
 
 // List implements queue.Queue: a committed snapshot, straight from the
-// database.
+// database, scheduled items left out.
 func (q *Queue) List(ctx context.Context, partition int32, after uint64, limit int) ([]store.Item, error) {
 	items, err := collectItems(q.m.st.pool.Query(ctx, `SELECT `+itemColumns+` FROM styx_items
-		WHERE queue_id=$1 AND partition=$2 AND id>$3 ORDER BY id LIMIT $4`, int64(q.id), partition, int64(after), limit))
+		WHERE queue_id=$1 AND partition=$2 AND state<>2 AND id>$3 ORDER BY id LIMIT $4`, int64(q.id), partition, int64(after), limit))
 	return items, q.readErr(err)
 }
 

@@ -239,6 +239,14 @@ CREATE INDEX styx_items_dead_groups ON styx_items (queue_id, fingerprint, source
 -- Dead items still without a fingerprint (backfillFingerprints).
 CREATE INDEX styx_items_unfingerprinted ON styx_items (queue_id, id) WHERE dead_reason <> '' AND fingerprint = '';
 `,
+	// 6: an item's opaque attributes (store.ItemBody.Attributes, ADR 0016),
+	// carried by every move, NULL when the item has none (nullable without
+	// a default: adding it rewrites no row); a queue's opaque attributes
+	// (store.QueueInfo.Attributes); an API key's sealed key string for
+	// SigV4 (store.KeyRecord.Sealed), NULL for none.
+	`ALTER TABLE styx_items ADD COLUMN attributes bytea;
+ALTER TABLE styx_queues ADD COLUMN attributes text NOT NULL DEFAULT '';
+ALTER TABLE styx_api_keys ADD COLUMN sealed bytea;`,
 }
 
 // migrate brings the schema up to date. Nodes starting together serialize on

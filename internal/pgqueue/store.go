@@ -99,7 +99,7 @@ type querier interface {
 }
 
 // queueColumns are the styx_queues columns queueRow scans, in its order.
-const queueColumns = `id, name, dead_queue, reference, lease_timeout, expire_timeout, max_attempts, partitions, created_at, updated_at, namespace`
+const queueColumns = `id, name, dead_queue, reference, lease_timeout, expire_timeout, max_attempts, partitions, created_at, updated_at, namespace, attributes`
 
 // queueRow receives queueColumns from a row: scan into dest(), then read
 // info().
@@ -110,7 +110,7 @@ type queueRow struct {
 
 func (r *queueRow) dest() []any {
 	return []any{&r.id, &r.q.Name, &r.q.DeadQueue, &r.q.Reference, &r.lease, &r.expire, &r.q.MaxAttempts, &r.q.Partitions,
-		&r.created, &r.updated, &r.q.Namespace}
+		&r.created, &r.updated, &r.q.Namespace, &r.q.Attributes}
 }
 
 func (r *queueRow) info() store.QueueInfo {
@@ -133,10 +133,10 @@ func (s *Store) CreateQueue(ctx context.Context, info store.QueueInfo) (store.Qu
 
 func createQueue(ctx context.Context, q querier, info store.QueueInfo) (store.QueueInfo, error) {
 	var id int64
-	err := q.QueryRow(ctx, `INSERT INTO styx_queues (name, dead_queue, reference, lease_timeout, expire_timeout, max_attempts, partitions, created_at, updated_at, namespace)
-		VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10) ON CONFLICT (name) DO NOTHING RETURNING id`,
+	err := q.QueryRow(ctx, `INSERT INTO styx_queues (name, dead_queue, reference, lease_timeout, expire_timeout, max_attempts, partitions, created_at, updated_at, namespace, attributes)
+		VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11) ON CONFLICT (name) DO NOTHING RETURNING id`,
 		info.Name, info.DeadQueue, info.Reference, int64(info.LeaseTimeout), int64(info.ExpireTimeout), info.MaxAttempts,
-		info.Partitions, queue.Nanos(info.CreatedAt), queue.Nanos(info.UpdatedAt), info.Namespace).Scan(&id)
+		info.Partitions, queue.Nanos(info.CreatedAt), queue.Nanos(info.UpdatedAt), info.Namespace, info.Attributes).Scan(&id)
 	if errors.Is(err, pgx.ErrNoRows) {
 		return info, store.ErrQueueExists
 	}
@@ -154,9 +154,9 @@ func (s *Store) UpdateQueue(ctx context.Context, info store.QueueInfo) error {
 
 func updateQueue(ctx context.Context, q querier, info store.QueueInfo) error {
 	tag, err := q.Exec(ctx, `UPDATE styx_queues SET dead_queue=$3, reference=$4, lease_timeout=$5, expire_timeout=$6,
-		max_attempts=$7, partitions=$8, created_at=$9, updated_at=$10, namespace=$11 WHERE name=$1 AND id=$2`,
+		max_attempts=$7, partitions=$8, created_at=$9, updated_at=$10, namespace=$11, attributes=$12 WHERE name=$1 AND id=$2`,
 		info.Name, int64(info.ID), info.DeadQueue, info.Reference, int64(info.LeaseTimeout), int64(info.ExpireTimeout),
-		info.MaxAttempts, info.Partitions, queue.Nanos(info.CreatedAt), queue.Nanos(info.UpdatedAt), info.Namespace)
+		info.MaxAttempts, info.Partitions, queue.Nanos(info.CreatedAt), queue.Nanos(info.UpdatedAt), info.Namespace, info.Attributes)
 	if err != nil {
 		return wrap("update queue", err)
 	}

@@ -218,7 +218,8 @@ func (it *iteration) ReadyCounts() ([]int, error) {
 func (it *iteration) Produce(n int32, items []queue.ProduceItem) error {
 	for _, pi := range items {
 		in := insert{partition: n, state: stateReady, created: it.now,
-			body: store.ItemBody{Reference: pi.Reference, Kind: pi.Kind, Encoding: pi.Encoding, Payload: pi.Payload}}
+			body: store.ItemBody{Reference: pi.Reference, Kind: pi.Kind, Encoding: pi.Encoding, Payload: pi.Payload,
+				Attributes: pi.Attributes}}
 		it.q.place(it, &in, queue.Nanos(pi.EnqueueAt), 0)
 		it.inserts = append(it.inserts, in)
 	}
@@ -232,7 +233,7 @@ func (it *iteration) Redrive(n int32, items []queue.RedriveItem) error {
 		key := ri.SourceKey
 		in := insert{partition: n, state: stateReady, created: it.now, sourceKey: &key,
 			body: store.ItemBody{Reference: ri.Body.Reference, Kind: ri.Body.Kind, Encoding: ri.Body.Encoding,
-				Payload: ri.Body.Payload, RedriveCount: ri.Body.RedriveCount + 1}}
+				Payload: ri.Body.Payload, Attributes: ri.Body.Attributes, RedriveCount: ri.Body.RedriveCount + 1}}
 		if !ri.Errors.IsZero() {
 			in.lastError, in.errors = ri.Errors.LastError, encodeErrors(ri.Errors.Errors)
 		}

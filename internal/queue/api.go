@@ -38,7 +38,12 @@ type Queue interface {
 	Import(ctx context.Context, partition int32, items []store.Item) ([]store.Item, error)
 	Delete(ctx context.Context, refs []ItemRef) (int, error)
 	DeleteDead(ctx context.Context, refs []ItemRef) (int, error)
+	// Scheduled lists up to limit of a partition's scheduled items with ids
+	// above after, in id order (storage/scheduled.list).
 	Scheduled(ctx context.Context, partition int32, after uint64, limit int) ([]store.Item, error)
+	// List lists up to limit of a partition's other items (ready, leased,
+	// dead: every item IsScheduled leaves out) with ids above after, in id
+	// order (storage/items.list, as in Querator).
 	List(ctx context.Context, partition int32, after uint64, limit int) ([]store.Item, error)
 	Scan(ctx context.Context, partitions int32, f *DeadFilter, p ScanParams) (items []store.Item, next uint64, err error)
 	TakeRedriven(ctx context.Context, items []RedriveItem) error

@@ -134,3 +134,25 @@ func KillOutcome(info store.QueueInfo, reason string, attempts int32) RetryOutco
 func LeaseExpiredError(leaseTimeout time.Duration) string {
 	return "lease expired after " + leaseTimeout.String()
 }
+
+// ScheduleResolution is how far ahead an item's enqueue_at must be for a
+// produce to schedule it: an enqueue_at already reached, or less than
+// ScheduleResolution from now, puts the item straight into the queue with no
+// enqueue_at, as Querator does (its partitions enqueue at once what is due
+// within 100ms, so a client that fills every field with "now" pays nothing).
+const ScheduleResolution = 100 * time.Millisecond
+
+// EnqueueNow reports whether an item produced at now (Unix nanoseconds)
+// with enqueueAt goes straight into the queue rather than being scheduled:
+// enqueueAt is unset or within ScheduleResolution of now.
+func EnqueueNow(enqueueAt time.Time, now int64) bool {
+	return enqueueAt.IsZero() || Nanos(enqueueAt) < now+int64(ScheduleResolution)
+}
+
+// IsScheduled reports whether a stored item is scheduled at now (Unix
+// nanoseconds): not leased, not a dead item, with an enqueue_at still to
+// come. storage/items.list leaves such items out (storage/scheduled.list
+// lists them), as Querator does.
+func IsScheduled(m store.ItemMeta, now int64) bool {
+	return !m.Leased && m.DeadReason == "" && Nanos(m.EnqueueAt) > now
+}

@@ -10,6 +10,11 @@ type ProduceItem struct {
 	// EnqueueAt schedules the item when in the future; zero means now.
 	EnqueueAt time.Time
 	Payload   []byte
+	// Attributes is an opaque per-item blob the store keeps with the body
+	// and every move carries unchanged (requeue, dead-letter move, redrive):
+	// the SQS API keeps a message's MessageId, SentTimestamp and message
+	// attributes there (ADR 0016). Nil for items of the /v1 API.
+	Attributes []byte
 }
 
 // LeaseParams is a validated lease request.
@@ -35,6 +40,12 @@ type LeasedItem struct {
 	Kind          string
 	Reference     string
 	Payload       []byte
+	// Attributes is the item's ProduceItem.Attributes, as stored.
+	Attributes []byte
+	// SourceQueue is the queue a dead item came from, when leased from a
+	// dead-letter queue (the SQS API's DeadLetterQueueSourceArn); empty
+	// otherwise.
+	SourceQueue string
 }
 
 // LeaseResult is the answer to a lease: items from one partition.

@@ -93,6 +93,11 @@ type QueueInfo struct {
 	Partitions int32
 	CreatedAt  time.Time
 	UpdatedAt  time.Time
+	// Attributes is opaque text kept with the queue's definition for an API
+	// other than /v1: the SQS API keeps the queue attributes Styx has no
+	// field for there (DelaySeconds, ReceiveMessageWaitTimeSeconds, tags…;
+	// ADR 0016). Empty for none. Stores keep it as given.
+	Attributes string
 }
 
 // ItemMeta is the part of an item the logical queue keeps in memory. It is
@@ -145,6 +150,10 @@ type ItemBody struct {
 	Kind      string
 	Encoding  string
 	Payload   []byte
+	// Attributes is an opaque blob kept with the item and carried unchanged
+	// by every move (requeue, dead-letter move, redrive); see
+	// queue.ProduceItem.Attributes and ADR 0016. Nil when the item has none.
+	Attributes []byte
 	// Dead-letter metadata; zero outside a dead-letter queue.
 	SourceQueue  string
 	SourceID     string
@@ -420,9 +429,10 @@ type ClaimChecker interface {
 	ClaimHeld(ctx context.Context, key string) bool
 }
 
-// KeyRecord is a stored API key (internal/auth). It holds no secret: only
-// the SHA-256 hash of the key string, which the server compares in
-// constant time (docs/security.md).
+// KeyRecord is a stored API key (internal/auth). It holds no secret in
+// clear: the SHA-256 hash of the key string, which the server compares in
+// constant time (docs/security.md), and, when the server has a secret key
+// file, the key string sealed under it for SigV4 (Sealed; ADR 0016).
 type KeyRecord struct {
 	// Name is the key's unique, user-chosen name (1 to 128 bytes), shown in
 	// audit logs and redrive tasks.
@@ -441,6 +451,12 @@ type KeyRecord struct {
 	CreatedAt time.Time
 	// CreatedBy is the name of the key that created this one.
 	CreatedBy string
+	// Sealed is the key string encrypted (AES-256-GCM, the key id as
+	// additional data) under the server's secret key file, which SigV4
+	// verification of the SQS API needs (auth.Keys.SigV4Secret). Nil for a
+	// key created without a secret key file: it cannot sign SigV4
+	// requests. Opaque to stores.
+	Sealed []byte `json:",omitempty"`
 }
 
 // KeyStore stores API keys. Its methods may be called concurrently from any

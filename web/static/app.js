@@ -229,10 +229,14 @@
   const enc = encodeURIComponent;
   const plural = (n, one, many) => `${fmt(n)} ${num(n) === 1 ? one : many}`;
 
+  // unset: an omitted time, or Go's zero time, which the server sends for
+  // Querator's time fields that are not set.
+  function unset(ts) { return !ts || ts.startsWith('0001-01-01T'); }
+
   // ago says how long ago ts was ("7m26s ago"), or, for a time to come,
   // how long until it ("in 13d23h").
   function ago(ts) {
-    if (!ts) return '–';
+    if (unset(ts)) return '–';
     const t = Date.parse(ts);
     if (Number.isNaN(t)) return '–';
     const ms = Date.now() - t;
@@ -263,7 +267,7 @@
   }
 
   function when(ts) {
-    if (!ts) return '–';
+    if (unset(ts)) return '–';
     return h('time', { datetime: ts, title: ts }, new Date(ts).toISOString().replace('T', ' ').replace(/\.\d+Z$/, 'Z') + ' (' + ago(ts) + ')');
   }
 

@@ -695,6 +695,29 @@ var rows = []row{
 		_, x := e.leaseOne(q, "later")
 		require.Equal(e.t, int32(1), x.Attempts)
 	}},
+	{"EnqueueAtWithinResolutionIsReady", func(e *env) {
+		// queue.ScheduleResolution (100ms, Querator's): an enqueue_at less
+		// than that ahead enqueues at once, with no enqueue_at; List leaves
+		// out the scheduled item, which Scheduled lists.
+		q := e.create("q", nil)
+		require.NoError(e.t, q.Produce(e.ctx, []queue.ProduceItem{
+			{Payload: []byte("past"), EnqueueAt: Start.Add(-time.Hour)},
+			{Payload: []byte("soon"), EnqueueAt: Start.Add(queue.ScheduleResolution - time.Nanosecond)},
+			{Payload: []byte("later"), EnqueueAt: Start.Add(queue.ScheduleResolution)},
+		}))
+		c, _ := e.counts(q)
+		require.Equal(e.t, counts{total: 3, ready: 2, scheduled: 1}, c)
+		listed, err := q.List(e.ctx, 0, 0, 10)
+		require.NoError(e.t, err)
+		require.Len(e.t, listed, 2)
+		for _, it := range listed {
+			require.True(e.t, it.Meta.EnqueueAt.IsZero(), "%s: enqueue_at %v", it.Body.Payload, it.Meta.EnqueueAt)
+		}
+		sched, err := q.Scheduled(e.ctx, 0, 0, 10)
+		require.NoError(e.t, err)
+		require.Len(e.t, sched, 1)
+		require.Equal(e.t, "later", string(sched[0].Body.Payload))
+	}},
 	{"RenewExtendsLease", func(e *env) {
 		q := e.create("q", nil)
 		e.produce(q, "a")
@@ -824,6 +847,35 @@ var rows = []row{
 		require.NoError(e.t, err)
 		require.Equal(e.t, int64(2), g.TotalItems)
 		require.Equal(e.t, 2, g.TotalGroups)
+	}},
+	{"AttributesTravelWithTheItem", func(e *env) {
+		// ADR 0016: an item's opaque attributes survive a requeue with a new
+		// id, an expired lease, a dead-letter move by max_attempts and a
+		// redrive back.
+		attrs := []byte{0, 1, 2, 'x'}
+		q, dlq := e.withDLQ(func(i *store.QueueInfo) { i.MaxAttempts = 3 })
+		require.NoError(e.t, q.Produce(e.ctx, []queue.ProduceItem{{Payload: []byte("a"), Attributes: attrs}}))
+		part, x := e.leaseOne(q, "a")
+		require.Equal(e.t, attrs, x.Attributes)
+		_, err := q.Retry(e.ctx, part, []queue.RetryItem{{ID: x.ID}})
+		require.NoError(e.t, err)
+		part, x = e.leaseOne(q, "a")
+		require.Equal(e.t, attrs, x.Attributes, "after a requeue")
+		_, err = q.Retry(e.ctx, part, []queue.RetryItem{{ID: x.ID}})
+		require.NoError(e.t, err)
+		_, x = e.leaseOne(q, "a")
+		require.Equal(e.t, attrs, x.Attributes)
+		e.advance(time.Minute, q) // the third lease expires: max_attempts
+		d := e.eventuallyItems(dlq, 1)[0]
+		require.Equal(e.t, attrs, d.Body.Attributes, "in the dead-letter queue")
+		in := []queue.RedriveItem{{SourceKey: queue.RedriveKey("dlq", d.Meta.ID), Body: d.Body,
+			Errors: queue.RedrivenHistory(&d, "dlq", "task1", e.clk.Now())}}
+		require.NoError(e.t, q.TakeRedriven(e.ctx, in))
+		_, x = e.leaseOne(q, "a")
+		require.Equal(e.t, attrs, x.Attributes, "after a redrive")
+		e.produce(q, "b")
+		_, y := e.leaseOne(q, "b")
+		require.Nil(e.t, y.Attributes, "an item without attributes has none")
 	}},
 	{"RedriveKeepsHistory", func(e *env) {
 		q, dlq := e.withDLQ(nil)

@@ -10,7 +10,8 @@ import (
 )
 
 // Value encodings. Every value starts with a format byte (1 for all kinds,
-// except 2 for queue infos written since namespaces) so that a later layout
+// except 2 for queue infos written since namespaces and for bodies with
+// attributes) so that a later layout
 // can be told apart. Integers are varints
 // (signed ones zig-zag encoded, as encoding/binary does) unless noted,
 // strings and byte slices are a uvarint length followed by the bytes, and a
@@ -23,6 +24,13 @@ const formatV1 = 1
 // formatInfoV2 is the queue-info format that adds the namespace; queue
 // infos written as formatV1 are still read.
 const formatInfoV2 = 2
+
+// formatInfoV3 is the queue-info format that adds Attributes (ADR 0016).
+const formatInfoV3 = 3
+
+// formatBodyV2 is the body format that adds Attributes (ADR 0016); a body
+// without attributes is still written as formatV1, and both are read.
+const formatBodyV2 = 2
 
 // Meta flag bits.
 const (
@@ -208,12 +216,17 @@ func decodeMeta(v []byte, id uint64, m *store.ItemMeta) error {
 
 // appendBody appends:
 //
-//	format byte,
+//	format byte (formatV1, or formatBodyV2 when Attributes is not empty),
 //	strings Reference, Kind, Encoding, Payload, SourceQueue, SourceID,
 //	DeadReason (uvarint length + bytes each),
-//	time DeadAt, varint RedriveCount.
+//	time DeadAt, varint RedriveCount,
+//	formatBodyV2 only: bytes Attributes.
 func appendBody(b []byte, body *store.ItemBody) ([]byte, error) {
-	b = append(b, formatV1)
+	format := byte(formatV1)
+	if len(body.Attributes) > 0 {
+		format = formatBodyV2
+	}
+	b = append(b, format)
 	b = appendString(b, body.Reference)
 	b = appendString(b, body.Kind)
 	b = appendString(b, body.Encoding)
@@ -225,14 +238,19 @@ func appendBody(b []byte, body *store.ItemBody) ([]byte, error) {
 	if err != nil {
 		return b, err
 	}
-	return binary.AppendVarint(b, int64(body.RedriveCount)), nil
+	b = binary.AppendVarint(b, int64(body.RedriveCount))
+	if format == formatBodyV2 {
+		b = appendBytes(b, body.Attributes)
+	}
+	return b, nil
 }
 
 // decodeBody decodes a value written by appendBody. The payload is copied;
 // an empty one decodes as nil.
 func decodeBody(v []byte) (store.ItemBody, error) {
 	d := decoder{b: v}
-	if f := d.byte(); f != formatV1 && d.err == nil {
+	f := d.byte()
+	if f != formatV1 && f != formatBodyV2 && d.err == nil {
 		return store.ItemBody{}, fmt.Errorf("body: unknown format %d", f)
 	}
 	body := store.ItemBody{
@@ -245,6 +263,9 @@ func decodeBody(v []byte) (store.ItemBody, error) {
 		DeadReason:   d.string(),
 		DeadAt:       d.time(),
 		RedriveCount: d.int32(),
+	}
+	if f == formatBodyV2 {
+		body.Attributes = d.bytes()
 	}
 	if err := d.finish("body"); err != nil {
 		return store.ItemBody{}, err
@@ -302,12 +323,18 @@ func decodeErrors(v []byte) (store.ItemErrors, error) {
 //
 //	format byte (formatInfoV2), uvarint ID, strings DeadQueue, Reference,
 //	varints LeaseTimeout, ExpireTimeout (nanoseconds), MaxAttempts,
-//	Partitions, times CreatedAt, UpdatedAt, string Namespace.
+//	Partitions, times CreatedAt, UpdatedAt, string Namespace,
+//	formatInfoV3 only: string Attributes.
 //
 // Entries written before namespaces have format formatV1 and end after
-// UpdatedAt; they decode with store.DefaultNamespace.
+// UpdatedAt; they decode with store.DefaultNamespace. An entry without
+// Attributes is written as formatInfoV2.
 func appendQueueInfo(b []byte, q *store.QueueInfo) ([]byte, error) {
-	b = append(b, formatInfoV2)
+	format := byte(formatInfoV2)
+	if q.Attributes != "" {
+		format = formatInfoV3
+	}
+	b = append(b, format)
 	b = binary.AppendUvarint(b, q.ID)
 	b = appendString(b, q.DeadQueue)
 	b = appendString(b, q.Reference)
@@ -322,14 +349,18 @@ func appendQueueInfo(b []byte, q *store.QueueInfo) ([]byte, error) {
 	if b, err = appendTime(b, q.UpdatedAt); err != nil {
 		return b, err
 	}
-	return appendString(b, q.Namespace), nil
+	b = appendString(b, q.Namespace)
+	if format == formatInfoV3 {
+		b = appendString(b, q.Attributes)
+	}
+	return b, nil
 }
 
 // decodeQueueInfo decodes a value written by appendQueueInfo.
 func decodeQueueInfo(name string, v []byte) (store.QueueInfo, error) {
 	d := decoder{b: v}
 	f := d.byte()
-	if f != formatV1 && f != formatInfoV2 && d.err == nil {
+	if f != formatV1 && f != formatInfoV2 && f != formatInfoV3 && d.err == nil {
 		return store.QueueInfo{}, fmt.Errorf("queue info: unknown format %d", f)
 	}
 	q := store.QueueInfo{
@@ -345,8 +376,11 @@ func decodeQueueInfo(name string, v []byte) (store.QueueInfo, error) {
 		UpdatedAt:     d.time(),
 		Namespace:     store.DefaultNamespace,
 	}
-	if f == formatInfoV2 {
+	if f >= formatInfoV2 {
 		q.Namespace = d.string()
+	}
+	if f == formatInfoV3 {
+		q.Attributes = d.string()
 	}
 	if err := d.finish("queue info"); err != nil {
 		return store.QueueInfo{}, err

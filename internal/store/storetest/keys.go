@@ -30,6 +30,7 @@ func requireKey(t *testing.T, want, got store.KeyRecord) {
 	}
 	require.True(t, want.CreatedAt.Equal(got.CreatedAt), "created_at %v, want %v", got.CreatedAt, want.CreatedAt)
 	require.Equal(t, want.CreatedBy, got.CreatedBy)
+	require.Equal(t, want.Sealed, got.Sealed)
 }
 
 func testKeys(t *testing.T, newStore func(*testing.T) CatalogStore) {
@@ -42,6 +43,7 @@ func testKeys(t *testing.T, newStore func(*testing.T) CatalogStore) {
 
 		workers := keyRecord("workers", "id-w", []string{"produce", "consume"}, []string{"orders*", "billing"})
 		ops := keyRecord("ops", "id-o", []string{"admin"}, nil)
+		workers.Sealed = []byte{1, 0, 2, 0xff} // a key with a sealed secret (ADR 0016); ops has none
 		require.NoError(t, s.CreateKey(ctx, workers))
 		require.NoError(t, s.CreateKey(ctx, ops))
 

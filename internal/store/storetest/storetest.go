@@ -193,6 +193,7 @@ func testQueues(t *testing.T, newStore func(*testing.T) CatalogStore) {
 			CreatedAt:     base,
 			UpdatedAt:     base.Add(time.Nanosecond),
 			Namespace:     "team-a",
+			Attributes:    `{"DelaySeconds":"5"}`,
 		}
 		got, err := s.CreateQueue(t.Context(), in)
 		require.NoError(t, err)
@@ -1373,13 +1374,19 @@ func withBodyID(m store.ItemMeta, bodyID uint64) store.ItemMeta { m.BodyID = bod
 
 func withSourceKey(m store.ItemMeta, key string) store.ItemMeta { m.SourceKey = key; return m }
 
+// fullBody is a body with every field set; odd ids also carry Attributes
+// (ADR 0016), so bodies with and without them are both stored.
 func fullBody(id uint64) store.ItemBody {
-	return store.ItemBody{
+	b := store.ItemBody{
 		Reference: fmt.Sprint("ref-", id),
 		Kind:      "kind",
 		Encoding:  "application/octet-stream",
 		Payload:   []byte{byte(id), 0, 0xff, byte(id >> 8), 'p', 'a', 'y', 0x80},
 	}
+	if id%2 == 1 {
+		b.Attributes = []byte{'a', byte(id), 0}
+	}
+	return b
 }
 
 func bodyFor(queue string, id uint64) store.ItemBody {

@@ -1,0 +1,767 @@
+package service_test
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"encoding/xml"
+	"errors"
+	"fmt"
+	"io"
+	"net/http"
+	"net/url"
+	"os"
+	"path/filepath"
+	"slices"
+	"strconv"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/aws/aws-sdk-go-v2/aws"
+	awssqs "github.com/aws/aws-sdk-go-v2/service/sqs"
+	"github.com/aws/aws-sdk-go-v2/service/sqs/types"
+	"github.com/aws/smithy-go"
+	"github.com/stretchr/testify/require"
+
+	styx "github.com/styxq/styx"
+	"github.com/styxq/styx/daemon"
+	"github.com/styxq/styx/internal/auth"
+	pb "github.com/styxq/styx/styxpb"
+)
+
+// sqsClient is the real AWS SDK's SQS client pointed at s, with static
+// credentials (any signature is accepted without --auth) and no retries,
+// so each call is one request.
+func (s *server) sqsClient(keyID, secret string) *awssqs.Client {
+	return awssqs.New(awssqs.Options{
+		Region:       "us-east-1",
+		BaseEndpoint: aws.String(s.d.Endpoint()),
+		Credentials: aws.CredentialsProviderFunc(func(context.Context) (aws.Credentials, error) {
+			return aws.Credentials{AccessKeyID: keyID, SecretAccessKey: secret}, nil
+		}),
+		Retryer: aws.NopRetryer{},
+	})
+}
+
+// requireSQSError asserts err is the SQS error code (the SDK's ErrorCode,
+// which is the legacy code of x-amzn-query-error when it is sent) with a
+// message containing each of parts.
+func requireSQSError(t *testing.T, err error, code string, parts ...string) {
+	t.Helper()
+	require.Error(t, err)
+	var ae smithy.APIError
+	require.True(t, errors.As(err, &ae), "not an API error: %v", err)
+	require.Equal(t, code, ae.ErrorCode(), err.Error())
+	for _, p := range parts {
+		require.Contains(t, ae.ErrorMessage(), p)
+	}
+}
+
+func TestSQSQueues(t *testing.T) {
+	forEachBackend(t, func(t *testing.T, b backend) {
+		s := start(t, b)
+		c := s.sqsClient("test", "test")
+
+		created, err := c.CreateQueue(ctx, &awssqs.CreateQueueInput{QueueName: aws.String("orders"), Attributes: map[string]string{
+			"VisibilityTimeout": "45", "DelaySeconds": "2", "MessageRetentionPeriod": "3600",
+			"ReceiveMessageWaitTimeSeconds": "5", "MaximumMessageSize": "2048",
+		}})
+		require.NoError(t, err)
+		url := s.d.Endpoint() + "/000000000000/orders"
+		require.Equal(t, url, aws.ToString(created.QueueUrl))
+
+		got, err := c.GetQueueUrl(ctx, &awssqs.GetQueueUrlInput{QueueName: aws.String("orders")})
+		require.NoError(t, err)
+		require.Equal(t, url, aws.ToString(got.QueueUrl))
+
+		attrs, err := c.GetQueueAttributes(ctx, &awssqs.GetQueueAttributesInput{QueueUrl: created.QueueUrl, AttributeNames: []types.QueueAttributeName{"All"}})
+		require.NoError(t, err)
+		a := attrs.Attributes
+		require.Equal(t, "45", a["VisibilityTimeout"])
+		require.Equal(t, "2", a["DelaySeconds"])
+		require.Equal(t, "3600", a["MessageRetentionPeriod"])
+		require.Equal(t, "5", a["ReceiveMessageWaitTimeSeconds"])
+		require.Equal(t, "2048", a["MaximumMessageSize"])
+		require.Equal(t, "arn:aws:sqs:us-east-1:000000000000:orders", a["QueueArn"])
+		require.Equal(t, "0", a["ApproximateNumberOfMessages"])
+		require.NotEmpty(t, a["CreatedTimestamp"])
+
+		// The same queue is visible to /v1: the lease timeout is the
+		// visibility timeout, the expire timeout the retention period.
+		info, err := s.C.QueuesInfo(ctx, &pb.QueuesInfoRequest{QueueName: "orders"})
+		require.NoError(t, err)
+		require.Equal(t, "45s", info.LeaseTimeout)
+		require.Equal(t, "1h0m0s", info.ExpireTimeout)
+
+		// CreateQueue of an existing queue: its URL when the attributes
+		// match, QueueAlreadyExists when they differ.
+		again, err := c.CreateQueue(ctx, &awssqs.CreateQueueInput{QueueName: aws.String("orders"), Attributes: map[string]string{"VisibilityTimeout": "45"}})
+		require.NoError(t, err)
+		require.Equal(t, url, aws.ToString(again.QueueUrl))
+		_, err = c.CreateQueue(ctx, &awssqs.CreateQueueInput{QueueName: aws.String("orders"), Attributes: map[string]string{"VisibilityTimeout": "46"}})
+		requireSQSError(t, err, "QueueAlreadyExists", "VisibilityTimeout")
+		var exists *types.QueueNameExists
+		require.ErrorAs(t, err, &exists)
+
+		_, err = c.SetQueueAttributes(ctx, &awssqs.SetQueueAttributesInput{QueueUrl: created.QueueUrl, Attributes: map[string]string{"VisibilityTimeout": "60", "DelaySeconds": "0"}})
+		require.NoError(t, err)
+		attrs, err = c.GetQueueAttributes(ctx, &awssqs.GetQueueAttributesInput{QueueUrl: created.QueueUrl, AttributeNames: []types.QueueAttributeName{"VisibilityTimeout", "DelaySeconds"}})
+		require.NoError(t, err)
+		require.Equal(t, map[string]string{"VisibilityTimeout": "60", "DelaySeconds": "0"}, attrs.Attributes)
+
+		// Bad input: 400 with the SQS error, never a 500.
+		_, err = c.CreateQueue(ctx, &awssqs.CreateQueueInput{QueueName: aws.String("jobs.fifo")})
+		requireSQSError(t, err, "AWS.SimpleQueueService.UnsupportedOperation", "FIFO queues are not supported")
+		_, err = c.CreateQueue(ctx, &awssqs.CreateQueueInput{QueueName: aws.String("bad name")})
+		requireSQSError(t, err, "InvalidParameterValue", "alphanumeric")
+		_, err = c.CreateQueue(ctx, &awssqs.CreateQueueInput{QueueName: aws.String("q"), Attributes: map[string]string{"Colour": "blue"}})
+		requireSQSError(t, err, "InvalidAttributeName", "Colour")
+		_, err = c.CreateQueue(ctx, &awssqs.CreateQueueInput{QueueName: aws.String("q"), Attributes: map[string]string{"DelaySeconds": "901"}})
+		requireSQSError(t, err, "InvalidAttributeValue", "DelaySeconds", "0 to 900")
+		_, err = c.GetQueueUrl(ctx, &awssqs.GetQueueUrlInput{QueueName: aws.String("nope")})
+		requireSQSError(t, err, "AWS.SimpleQueueService.NonExistentQueue")
+		var missing *types.QueueDoesNotExist
+		require.ErrorAs(t, err, &missing)
+		_, err = c.AddPermission(ctx, &awssqs.AddPermissionInput{QueueUrl: created.QueueUrl, Label: aws.String("l"),
+			AWSAccountIds: []string{"1"}, Actions: []string{"SendMessage"}})
+		requireSQSError(t, err, "AWS.SimpleQueueService.UnsupportedOperation", "not supported")
+
+		// ListQueues: prefix and pagination.
+		for i := range 5 {
+			_, err := c.CreateQueue(ctx, &awssqs.CreateQueueInput{QueueName: aws.String(fmt.Sprintf("page-%d", i))})
+			require.NoError(t, err)
+		}
+		all, err := c.ListQueues(ctx, &awssqs.ListQueuesInput{})
+		require.NoError(t, err)
+		require.Len(t, all.QueueUrls, 6)
+		require.Nil(t, all.NextToken)
+		var pages [][]string
+		var token *string
+		for {
+			page, err := c.ListQueues(ctx, &awssqs.ListQueuesInput{QueueNamePrefix: aws.String("page-"), MaxResults: aws.Int32(2), NextToken: token})
+			require.NoError(t, err)
+			pages = append(pages, page.QueueUrls)
+			if token = page.NextToken; token == nil {
+				break
+			}
+		}
+		require.Equal(t, [][]string{
+			{s.d.Endpoint() + "/000000000000/page-0", s.d.Endpoint() + "/000000000000/page-1"},
+			{s.d.Endpoint() + "/000000000000/page-2", s.d.Endpoint() + "/000000000000/page-3"},
+			{s.d.Endpoint() + "/000000000000/page-4"},
+		}, pages)
+
+		_, err = c.DeleteQueue(ctx, &awssqs.DeleteQueueInput{QueueUrl: created.QueueUrl})
+		require.NoError(t, err)
+		_, err = c.GetQueueAttributes(ctx, &awssqs.GetQueueAttributesInput{QueueUrl: created.QueueUrl})
+		requireSQSError(t, err, "AWS.SimpleQueueService.NonExistentQueue")
+	})
+}
+
+func TestSQSMessages(t *testing.T) {
+	forEachBackend(t, func(t *testing.T, b backend) {
+		s := start(t, b)
+		c := s.sqsClient("test", "test")
+		q, err := c.CreateQueue(ctx, &awssqs.CreateQueueInput{QueueName: aws.String("work")})
+		require.NoError(t, err)
+
+		sent, err := c.SendMessage(ctx, &awssqs.SendMessageInput{QueueUrl: q.QueueUrl, MessageBody: aws.String("héllo"),
+			MessageAttributes: map[string]types.MessageAttributeValue{
+				"ordinal":  {DataType: aws.String("Number"), StringValue: aws.String("1")},
+				"category": {DataType: aws.String("String"), StringValue: aws.String("test")},
+				"blob":     {DataType: aws.String("Binary.gzip"), BinaryValue: []byte{0, 1, 2}},
+			},
+			MessageSystemAttributes: map[string]types.MessageSystemAttributeValue{
+				"AWSTraceHeader": {DataType: aws.String("String"), StringValue: aws.String("Root=1-abc")},
+			}})
+		require.NoError(t, err) // the SDK checked MD5OfMessageBody
+		require.NotEmpty(t, aws.ToString(sent.MessageId))
+		require.NotEmpty(t, aws.ToString(sent.MD5OfMessageAttributes))
+		require.NotEmpty(t, aws.ToString(sent.MD5OfMessageSystemAttributes))
+
+		got, err := c.ReceiveMessage(ctx, &awssqs.ReceiveMessageInput{QueueUrl: q.QueueUrl, MaxNumberOfMessages: 10,
+			MessageAttributeNames: []string{"All"}, MessageSystemAttributeNames: []types.MessageSystemAttributeName{"All"}})
+		require.NoError(t, err) // the SDK checked MD5OfBody
+		require.Len(t, got.Messages, 1)
+		m := got.Messages[0]
+		require.Equal(t, "héllo", aws.ToString(m.Body))
+		require.Equal(t, aws.ToString(sent.MessageId), aws.ToString(m.MessageId))
+		require.Equal(t, aws.ToString(sent.MD5OfMessageAttributes), aws.ToString(m.MD5OfMessageAttributes))
+		require.Len(t, m.MessageAttributes, 3)
+		require.Equal(t, []byte{0, 1, 2}, m.MessageAttributes["blob"].BinaryValue)
+		require.Equal(t, "Binary.gzip", aws.ToString(m.MessageAttributes["blob"].DataType))
+		require.Equal(t, "1", m.Attributes["ApproximateReceiveCount"])
+		require.Equal(t, "Root=1-abc", m.Attributes["AWSTraceHeader"])
+		sentAt, err := strconv.ParseInt(m.Attributes["SentTimestamp"], 10, 64)
+		require.NoError(t, err)
+		require.InDelta(t, time.Now().UnixMilli(), sentAt, float64(time.Minute.Milliseconds()))
+		require.NotEmpty(t, m.Attributes["ApproximateFirstReceiveTimestamp"])
+
+		// A subset of the attributes, by name: the digest covers what is
+		// returned.
+		_, err = c.ChangeMessageVisibility(ctx, &awssqs.ChangeMessageVisibilityInput{QueueUrl: q.QueueUrl, ReceiptHandle: m.ReceiptHandle, VisibilityTimeout: 0})
+		require.NoError(t, err)
+		got, err = c.ReceiveMessage(ctx, &awssqs.ReceiveMessageInput{QueueUrl: q.QueueUrl, MessageAttributeNames: []string{"category", "ordinal"},
+			MessageSystemAttributeNames: []types.MessageSystemAttributeName{"ApproximateReceiveCount"}, WaitTimeSeconds: 5})
+		require.NoError(t, err)
+		require.Len(t, got.Messages, 1)
+		m2 := got.Messages[0]
+		require.Equal(t, aws.ToString(sent.MessageId), aws.ToString(m2.MessageId), "the MessageId stays across receives")
+		require.NotEqual(t, aws.ToString(m.ReceiptHandle), aws.ToString(m2.ReceiptHandle), "a receipt handle names one receive")
+		require.Equal(t, map[string]string{"ApproximateReceiveCount": "2"}, m2.Attributes)
+		require.Len(t, m2.MessageAttributes, 2)
+		require.Equal(t, "d21ae90c49061e927f57df5f5d72be1f", aws.ToString(m2.MD5OfMessageAttributes))
+
+		// A stale handle: visibility change refused, delete "succeeds" and
+		// deletes nothing (SQS's documented behaviour); the newest handle
+		// deletes.
+		_, err = c.ChangeMessageVisibility(ctx, &awssqs.ChangeMessageVisibilityInput{QueueUrl: q.QueueUrl, ReceiptHandle: m.ReceiptHandle, VisibilityTimeout: 10})
+		requireSQSError(t, err, "InvalidParameterValue", "The receipt handle has expired")
+		_, err = c.DeleteMessage(ctx, &awssqs.DeleteMessageInput{QueueUrl: q.QueueUrl, ReceiptHandle: m.ReceiptHandle})
+		require.NoError(t, err)
+		require.Len(t, s.items("work"), 1, "a stale handle deletes nothing")
+		_, err = c.ChangeMessageVisibility(ctx, &awssqs.ChangeMessageVisibilityInput{QueueUrl: q.QueueUrl, ReceiptHandle: m2.ReceiptHandle, VisibilityTimeout: 600})
+		require.NoError(t, err)
+		_, err = c.DeleteMessage(ctx, &awssqs.DeleteMessageInput{QueueUrl: q.QueueUrl, ReceiptHandle: m2.ReceiptHandle})
+		require.NoError(t, err)
+		require.Empty(t, s.items("work"))
+		_, err = c.DeleteMessage(ctx, &awssqs.DeleteMessageInput{QueueUrl: q.QueueUrl, ReceiptHandle: aws.String("bm90IGEgaGFuZGxl")})
+		requireSQSError(t, err, "ReceiptHandleIsInvalid")
+
+		// Batches: partial failures, then receive 10 and delete them.
+		var entries []types.SendMessageBatchRequestEntry
+		for i := range 10 {
+			entries = append(entries, types.SendMessageBatchRequestEntry{Id: aws.String(fmt.Sprint("e", i)), MessageBody: aws.String(fmt.Sprint("m", i))})
+		}
+		entries[3].MessageBody = aws.String("")
+		entries[7].DelaySeconds = 901
+		batch, err := c.SendMessageBatch(ctx, &awssqs.SendMessageBatchInput{QueueUrl: q.QueueUrl, Entries: entries})
+		require.NoError(t, err)
+		require.Len(t, batch.Successful, 8)
+		require.Len(t, batch.Failed, 2)
+		require.Equal(t, "e3", aws.ToString(batch.Failed[0].Id))
+		require.Equal(t, "InvalidParameterValue", aws.ToString(batch.Failed[0].Code))
+		require.True(t, batch.Failed[0].SenderFault)
+		require.Equal(t, "e7", aws.ToString(batch.Failed[1].Id))
+		_, err = c.SendMessageBatch(ctx, &awssqs.SendMessageBatchInput{QueueUrl: q.QueueUrl, Entries: append(entries, entries[0])})
+		requireSQSError(t, err, "AWS.SimpleQueueService.TooManyEntriesInBatchRequest")
+		_, err = c.SendMessageBatch(ctx, &awssqs.SendMessageBatchInput{QueueUrl: q.QueueUrl, Entries: []types.SendMessageBatchRequestEntry{entries[0], entries[0]}})
+		requireSQSError(t, err, "AWS.SimpleQueueService.BatchEntryIdsNotDistinct")
+		_, err = c.SendMessageBatch(ctx, &awssqs.SendMessageBatchInput{QueueUrl: q.QueueUrl, Entries: []types.SendMessageBatchRequestEntry{}})
+		requireSQSError(t, err, "AWS.SimpleQueueService.EmptyBatchRequest")
+
+		var bodies []string
+		var handles []types.DeleteMessageBatchRequestEntry
+		for len(bodies) < 8 {
+			got, err := c.ReceiveMessage(ctx, &awssqs.ReceiveMessageInput{QueueUrl: q.QueueUrl, MaxNumberOfMessages: 10, WaitTimeSeconds: 5})
+			require.NoError(t, err)
+			for _, m := range got.Messages {
+				bodies = append(bodies, aws.ToString(m.Body))
+				handles = append(handles, types.DeleteMessageBatchRequestEntry{Id: aws.String(fmt.Sprint("d", len(handles))), ReceiptHandle: m.ReceiptHandle})
+			}
+		}
+		slices.Sort(bodies)
+		require.Equal(t, []string{"m0", "m1", "m2", "m4", "m5", "m6", "m8", "m9"}, bodies)
+		handles = append(handles, types.DeleteMessageBatchRequestEntry{Id: aws.String("bad"), ReceiptHandle: aws.String("eA")})
+		del, err := c.DeleteMessageBatch(ctx, &awssqs.DeleteMessageBatchInput{QueueUrl: q.QueueUrl, Entries: handles})
+		require.NoError(t, err)
+		require.Len(t, del.Successful, 8)
+		require.Len(t, del.Failed, 1)
+		require.Equal(t, "ReceiptHandleIsInvalid", aws.ToString(del.Failed[0].Code))
+		require.Empty(t, s.items("work"))
+
+		// Visibility batch and per-call VisibilityTimeout.
+		_, err = c.SendMessage(ctx, &awssqs.SendMessageInput{QueueUrl: q.QueueUrl, MessageBody: aws.String("v")})
+		require.NoError(t, err)
+		got, err = c.ReceiveMessage(ctx, &awssqs.ReceiveMessageInput{QueueUrl: q.QueueUrl, VisibilityTimeout: 600, WaitTimeSeconds: 5})
+		require.NoError(t, err)
+		require.Len(t, got.Messages, 1)
+		leased := s.items("work")[0]
+		require.WithinDuration(t, time.Now().Add(600*time.Second), leased.LeaseDeadline.AsTime(), time.Minute)
+		vis, err := c.ChangeMessageVisibilityBatch(ctx, &awssqs.ChangeMessageVisibilityBatchInput{QueueUrl: q.QueueUrl,
+			Entries: []types.ChangeMessageVisibilityBatchRequestEntry{
+				{Id: aws.String("a"), ReceiptHandle: got.Messages[0].ReceiptHandle, VisibilityTimeout: 1200},
+				{Id: aws.String("b"), ReceiptHandle: aws.String("eA"), VisibilityTimeout: 5},
+			}})
+		require.NoError(t, err)
+		require.Len(t, vis.Successful, 1)
+		require.Len(t, vis.Failed, 1)
+		require.WithinDuration(t, time.Now().Add(1200*time.Second), s.items("work")[0].LeaseDeadline.AsTime(), time.Minute)
+
+		// A delayed message is not visible until its delay passes (a
+		// scheduled item); the queue's DelaySeconds is the default.
+		_, err = c.SendMessage(ctx, &awssqs.SendMessageInput{QueueUrl: q.QueueUrl, MessageBody: aws.String("later"), DelaySeconds: 600})
+		require.NoError(t, err)
+		_, err = c.SetQueueAttributes(ctx, &awssqs.SetQueueAttributesInput{QueueUrl: q.QueueUrl, Attributes: map[string]string{"DelaySeconds": "900"}})
+		require.NoError(t, err)
+		_, err = c.SendMessage(ctx, &awssqs.SendMessageInput{QueueUrl: q.QueueUrl, MessageBody: aws.String("default delay")})
+		require.NoError(t, err)
+		counts, err := c.GetQueueAttributes(ctx, &awssqs.GetQueueAttributesInput{QueueUrl: q.QueueUrl, AttributeNames: []types.QueueAttributeName{"All"}})
+		require.NoError(t, err)
+		require.Equal(t, "2", counts.Attributes["ApproximateNumberOfMessagesDelayed"])
+		require.Equal(t, "1", counts.Attributes["ApproximateNumberOfMessagesNotVisible"])
+		require.Equal(t, "0", counts.Attributes["ApproximateNumberOfMessages"])
+		for _, it := range s.items("work") {
+			if string(it.Payload) != "v" {
+				require.True(t, it.EnqueueAt.AsTime().After(time.Now().Add(590*time.Second)), "scheduled by the delay")
+			}
+		}
+
+		_, err = c.PurgeQueue(ctx, &awssqs.PurgeQueueInput{QueueUrl: q.QueueUrl})
+		require.NoError(t, err)
+		require.Empty(t, s.items("work"), "purge deletes in-flight messages too")
+
+		// Bad input.
+		_, err = c.ReceiveMessage(ctx, &awssqs.ReceiveMessageInput{QueueUrl: q.QueueUrl, MaxNumberOfMessages: 11})
+		requireSQSError(t, err, "InvalidParameterValue", "MaxNumberOfMessages")
+		_, err = c.ReceiveMessage(ctx, &awssqs.ReceiveMessageInput{QueueUrl: q.QueueUrl, WaitTimeSeconds: 21})
+		requireSQSError(t, err, "InvalidParameterValue", "WaitTimeSeconds")
+		_, err = c.SendMessage(ctx, &awssqs.SendMessageInput{QueueUrl: q.QueueUrl, MessageBody: aws.String("x"),
+			MessageAttributes: map[string]types.MessageAttributeValue{"n": {DataType: aws.String("Number"), StringValue: aws.String("abc")}}})
+		requireSQSError(t, err, "InvalidParameterValue", "number")
+		_, err = c.SendMessage(ctx, &awssqs.SendMessageInput{QueueUrl: q.QueueUrl, MessageBody: aws.String("bell \x07")})
+		requireSQSError(t, err, "InvalidMessageContents")
+		_, err = c.SendMessage(ctx, &awssqs.SendMessageInput{QueueUrl: aws.String(s.d.Endpoint() + "/000000000000/nope"), MessageBody: aws.String("x")})
+		requireSQSError(t, err, "AWS.SimpleQueueService.NonExistentQueue")
+	})
+}
+
+// TestSQSLongPollWokenBySend: a ReceiveMessage waiting on an empty queue is
+// answered by the next send, long before its WaitTimeSeconds.
+func TestSQSLongPollWokenBySend(t *testing.T) {
+	forEachBackend(t, func(t *testing.T, b backend) {
+		s := start(t, b)
+		c := s.sqsClient("test", "test")
+		q, err := c.CreateQueue(ctx, &awssqs.CreateQueueInput{QueueName: aws.String("poll"), Attributes: map[string]string{"ReceiveMessageWaitTimeSeconds": "20"}})
+		require.NoError(t, err)
+		var wg sync.WaitGroup
+		var got *awssqs.ReceiveMessageOutput
+		var recvErr error
+		begin := time.Now()
+		wg.Go(func() {
+			// WaitTimeSeconds omitted: the queue's default (20 s) applies.
+			got, recvErr = c.ReceiveMessage(ctx, &awssqs.ReceiveMessageInput{QueueUrl: q.QueueUrl})
+		})
+		eventually(t, func() bool {
+			st, err := s.C.QueueStats(ctx, &pb.QueueStatsRequest{QueueName: "poll"})
+			return err == nil && st.LogicalQueues[0].LeaseWaiting == 1
+		}, "the receive should be waiting")
+		_, err = c.SendMessage(ctx, &awssqs.SendMessageInput{QueueUrl: q.QueueUrl, MessageBody: aws.String("wake")})
+		require.NoError(t, err)
+		wg.Wait()
+		require.NoError(t, recvErr)
+		require.Len(t, got.Messages, 1)
+		require.Equal(t, "wake", aws.ToString(got.Messages[0].Body))
+		require.Less(t, time.Since(begin), 15*time.Second)
+
+		// A short poll of an empty queue answers at once with nothing (the
+		// SDK omits a WaitTimeSeconds of 0, so the queue's default is 0).
+		short, err := c.CreateQueue(ctx, &awssqs.CreateQueueInput{QueueName: aws.String("short")})
+		require.NoError(t, err)
+		begin = time.Now()
+		empty, err := c.ReceiveMessage(ctx, &awssqs.ReceiveMessageInput{QueueUrl: short.QueueUrl})
+		require.NoError(t, err)
+		require.Empty(t, empty.Messages)
+		require.Less(t, time.Since(begin), 5*time.Second)
+	})
+}
+
+// TestSQSWireErrors checks the error shape on the wire: __type, message,
+// status and x-amzn-query-error; and that malformed bodies are 400s.
+func TestSQSWireErrors(t *testing.T) {
+	forEachBackend(t, func(t *testing.T, b backend) {
+		s := start(t, b)
+		call := func(target, body string) (int, http.Header, map[string]string) {
+			req, err := http.NewRequest(http.MethodPost, s.d.Endpoint()+"/", bytes.NewBufferString(body))
+			require.NoError(t, err)
+			req.Host = "127.0.0.1"
+			req.Header.Set("Content-Type", "application/x-amz-json-1.0")
+			req.Header.Set("X-Amz-Target", target)
+			res, err := http.DefaultClient.Do(req)
+			require.NoError(t, err)
+			defer res.Body.Close()
+			raw, err := io.ReadAll(res.Body)
+			require.NoError(t, err)
+			var out map[string]string
+			_ = json.Unmarshal(raw, &out)
+			return res.StatusCode, res.Header, out
+		}
+		code, h, out := call("AmazonSQS.GetQueueUrl", `{"QueueName":"nope"}`)
+		require.Equal(t, 400, code)
+		require.Equal(t, "com.amazonaws.sqs#QueueDoesNotExist", out["__type"])
+		require.Equal(t, "The specified queue does not exist.", out["message"])
+		require.Equal(t, "AWS.SimpleQueueService.NonExistentQueue;Sender", h.Get("x-amzn-query-error"))
+		for _, bad := range []struct{ target, body, typ string }{
+			{"AmazonSQS.CreateQueue", `{"QueueName":`, "SerializationException"},
+			{"AmazonSQS.CreateQueue", `{"QueueName":7}`, "SerializationException"},
+			{"AmazonSQS.CreateQueue", `{}`, "MissingParameter"},
+			{"AmazonSQS.SendMessage", `{"QueueUrl":"%%"}`, "InvalidAddress"},
+			{"AmazonSQS.Frobnicate", `{}`, "InvalidAction"},
+			{"AmazonSQS.ReceiveMessage", `{"QueueUrl":"x","MaxNumberOfMessages":"many"}`, "SerializationException"},
+		} {
+			code, _, out := call(bad.target, bad.body)
+			require.Less(t, code, 500, "%s %s", bad.target, bad.body)
+			require.GreaterOrEqual(t, code, 400)
+			require.Equal(t, "com.amazonaws.sqs#"+bad.typ, out["__type"], "%s %s", bad.target, bad.body)
+		}
+	})
+}
+
+// TestSQSDeadLetterFlow: RedrivePolicy is the queue's dead_queue and
+// max_attempts; a message received maxReceiveCount times (once by an
+// expired visibility timeout, once made visible with 0) goes to the
+// dead-letter queue, and a message move task brings it back with the same
+// MessageId, body, attributes and SentTimestamp.
+func TestSQSDeadLetterFlow(t *testing.T) {
+	forEachBackend(t, func(t *testing.T, b backend) {
+		s := start(t, b)
+		c := s.sqsClient("test", "test")
+		dlq, err := c.CreateQueue(ctx, &awssqs.CreateQueueInput{QueueName: aws.String("orders-dlq")})
+		require.NoError(t, err)
+		dlqArn := "arn:aws:sqs:us-east-1:000000000000:orders-dlq"
+		policy := `{"deadLetterTargetArn":"` + dlqArn + `","maxReceiveCount":"2"}`
+		src, err := c.CreateQueue(ctx, &awssqs.CreateQueueInput{QueueName: aws.String("orders"), Attributes: map[string]string{"RedrivePolicy": policy}})
+		require.NoError(t, err)
+		info, err := s.C.QueuesInfo(ctx, &pb.QueuesInfoRequest{QueueName: "orders"})
+		require.NoError(t, err)
+		require.Equal(t, "orders-dlq", info.DeadQueue)
+		require.Equal(t, int32(2), info.MaxAttempts)
+		attrs, err := c.GetQueueAttributes(ctx, &awssqs.GetQueueAttributesInput{QueueUrl: src.QueueUrl, AttributeNames: []types.QueueAttributeName{"RedrivePolicy"}})
+		require.NoError(t, err)
+		require.JSONEq(t, `{"deadLetterTargetArn":"`+dlqArn+`","maxReceiveCount":2}`, attrs.Attributes["RedrivePolicy"])
+
+		sources, err := c.ListDeadLetterSourceQueues(ctx, &awssqs.ListDeadLetterSourceQueuesInput{QueueUrl: dlq.QueueUrl})
+		require.NoError(t, err)
+		require.Equal(t, []string{aws.ToString(src.QueueUrl)}, sources.QueueUrls)
+
+		sent, err := c.SendMessage(ctx, &awssqs.SendMessageInput{QueueUrl: src.QueueUrl, MessageBody: aws.String("order 1"),
+			MessageAttributes: map[string]types.MessageAttributeValue{"tenant": {DataType: aws.String("String"), StringValue: aws.String("acme")}}})
+		require.NoError(t, err)
+		all := []types.MessageSystemAttributeName{"All"}
+		// Receive 1: the visibility timeout (1 s) passes; the message comes
+		// back.
+		got, err := c.ReceiveMessage(ctx, &awssqs.ReceiveMessageInput{QueueUrl: src.QueueUrl, VisibilityTimeout: 1, MessageSystemAttributeNames: all})
+		require.NoError(t, err)
+		require.Len(t, got.Messages, 1)
+		first := got.Messages[0]
+		got, err = c.ReceiveMessage(ctx, &awssqs.ReceiveMessageInput{QueueUrl: src.QueueUrl, WaitTimeSeconds: 10, MessageSystemAttributeNames: all})
+		require.NoError(t, err)
+		require.Len(t, got.Messages, 1)
+		second := got.Messages[0]
+		require.Equal(t, aws.ToString(sent.MessageId), aws.ToString(second.MessageId))
+		require.Equal(t, "2", second.Attributes["ApproximateReceiveCount"])
+		// The first receive's handle is stale: deleting with it deletes
+		// nothing.
+		_, err = c.DeleteMessage(ctx, &awssqs.DeleteMessageInput{QueueUrl: src.QueueUrl, ReceiptHandle: first.ReceiptHandle})
+		require.NoError(t, err)
+		// Receive 2 ends at once: maxReceiveCount reached, dead-lettered.
+		_, err = c.ChangeMessageVisibility(ctx, &awssqs.ChangeMessageVisibilityInput{QueueUrl: src.QueueUrl, ReceiptHandle: second.ReceiptHandle, VisibilityTimeout: 0})
+		require.NoError(t, err)
+		dead := s.waitItems("orders-dlq", 1)[0]
+		require.Equal(t, "order 1", string(dead.Payload))
+		require.Equal(t, aws.ToString(sent.MessageId), dead.Reference, "the MessageId is the item's reference on /v1")
+		require.Empty(t, s.items("orders"))
+		dattrs, err := c.GetQueueAttributes(ctx, &awssqs.GetQueueAttributesInput{QueueUrl: dlq.QueueUrl, AttributeNames: []types.QueueAttributeName{"ApproximateNumberOfMessages"}})
+		require.NoError(t, err)
+		require.Equal(t, "1", dattrs.Attributes["ApproximateNumberOfMessages"])
+		// Received from the dead-letter queue, it names its source; made
+		// visible again, it stays for the move task.
+		got, err = c.ReceiveMessage(ctx, &awssqs.ReceiveMessageInput{QueueUrl: dlq.QueueUrl, WaitTimeSeconds: 5, MessageSystemAttributeNames: all})
+		require.NoError(t, err)
+		require.Len(t, got.Messages, 1)
+		require.Equal(t, aws.ToString(sent.MessageId), aws.ToString(got.Messages[0].MessageId))
+		require.Equal(t, "arn:aws:sqs:us-east-1:000000000000:orders", got.Messages[0].Attributes["DeadLetterQueueSourceArn"])
+		_, err = c.ChangeMessageVisibility(ctx, &awssqs.ChangeMessageVisibilityInput{QueueUrl: dlq.QueueUrl, ReceiptHandle: got.Messages[0].ReceiptHandle, VisibilityTimeout: 0})
+		require.NoError(t, err)
+
+		// A move task back to the source: a Styx redrive task.
+		task, err := c.StartMessageMoveTask(ctx, &awssqs.StartMessageMoveTaskInput{SourceArn: aws.String(dlqArn), MaxNumberOfMessagesPerSecond: aws.Int32(100)})
+		require.NoError(t, err)
+		require.NotEmpty(t, aws.ToString(task.TaskHandle))
+		var tasks *awssqs.ListMessageMoveTasksOutput
+		eventually(t, func() bool {
+			tasks, err = c.ListMessageMoveTasks(ctx, &awssqs.ListMessageMoveTasksInput{SourceArn: aws.String(dlqArn), MaxResults: aws.Int32(10)})
+			return err == nil && len(tasks.Results) == 1 && aws.ToString(tasks.Results[0].Status) == "COMPLETED"
+		}, "the move task should complete")
+		res := tasks.Results[0]
+		require.Equal(t, int64(1), res.ApproximateNumberOfMessagesMoved)
+		require.Equal(t, int64(1), aws.ToInt64(res.ApproximateNumberOfMessagesToMove))
+		require.Equal(t, dlqArn, aws.ToString(res.SourceArn))
+		require.Equal(t, int32(100), aws.ToInt32(res.MaxNumberOfMessagesPerSecond))
+		redrives, err := s.C.RedrivesList(ctx, &pb.RedrivesListRequest{QueueName: "orders-dlq"})
+		require.NoError(t, err)
+		require.Len(t, redrives.Tasks, 1, "the move task is a redrive task")
+
+		got, err = c.ReceiveMessage(ctx, &awssqs.ReceiveMessageInput{QueueUrl: src.QueueUrl, WaitTimeSeconds: 10,
+			MessageSystemAttributeNames: all, MessageAttributeNames: []string{"All"}})
+		require.NoError(t, err)
+		require.Len(t, got.Messages, 1)
+		back := got.Messages[0]
+		require.Equal(t, aws.ToString(sent.MessageId), aws.ToString(back.MessageId), "the MessageId survives dead-lettering and redrive")
+		require.Equal(t, "order 1", aws.ToString(back.Body))
+		require.Equal(t, first.Attributes["SentTimestamp"], back.Attributes["SentTimestamp"])
+		require.Equal(t, "acme", aws.ToString(back.MessageAttributes["tenant"].StringValue))
+		require.Equal(t, aws.ToString(sent.MD5OfMessageAttributes), aws.ToString(back.MD5OfMessageAttributes))
+
+		// Cancel: a finished task cannot be cancelled; a bad handle is
+		// refused.
+		_, err = c.CancelMessageMoveTask(ctx, &awssqs.CancelMessageMoveTaskInput{TaskHandle: task.TaskHandle})
+		requireSQSError(t, err, "ResourceNotFoundException")
+		_, err = c.StartMessageMoveTask(ctx, &awssqs.StartMessageMoveTaskInput{SourceArn: aws.String("arn:aws:sqs:us-east-1:000000000000:orders")})
+		requireSQSError(t, err, "InvalidParameterValue", "Dead Letter Queue")
+
+		// RedriveAllowPolicy: a dead-letter queue that denies all sources
+		// cannot be named in a RedrivePolicy; byQueue allows the listed
+		// ones.
+		_, err = c.CreateQueue(ctx, &awssqs.CreateQueueInput{QueueName: aws.String("closed-dlq"), Attributes: map[string]string{
+			"RedriveAllowPolicy": `{"redrivePermission":"denyAll"}`}})
+		require.NoError(t, err)
+		_, err = c.SetQueueAttributes(ctx, &awssqs.SetQueueAttributesInput{QueueUrl: src.QueueUrl, Attributes: map[string]string{
+			"RedrivePolicy": `{"deadLetterTargetArn":"arn:aws:sqs:us-east-1:000000000000:closed-dlq","maxReceiveCount":3}`}})
+		requireSQSError(t, err, "InvalidAttributeValue", "RedriveAllowPolicy")
+		_, err = c.CreateQueue(ctx, &awssqs.CreateQueueInput{QueueName: aws.String("picky-dlq"), Attributes: map[string]string{
+			"RedriveAllowPolicy": `{"redrivePermission":"byQueue","sourceQueueArns":["arn:aws:sqs:us-east-1:000000000000:orders"]}`}})
+		require.NoError(t, err)
+		_, err = c.SetQueueAttributes(ctx, &awssqs.SetQueueAttributesInput{QueueUrl: src.QueueUrl, Attributes: map[string]string{
+			"RedrivePolicy": `{"deadLetterTargetArn":"arn:aws:sqs:us-east-1:000000000000:picky-dlq","maxReceiveCount":3}`}})
+		require.NoError(t, err)
+		_, err = c.CreateQueue(ctx, &awssqs.CreateQueueInput{QueueName: aws.String("other"), Attributes: map[string]string{
+			"RedrivePolicy": `{"deadLetterTargetArn":"arn:aws:sqs:us-east-1:000000000000:picky-dlq","maxReceiveCount":3}`}})
+		requireSQSError(t, err, "InvalidAttributeValue", "RedriveAllowPolicy")
+		// And on the dead-letter queue's side: it cannot shut out a queue
+		// that sends to it.
+		_, err = c.SetQueueAttributes(ctx, &awssqs.SetQueueAttributesInput{QueueUrl: aws.String(s.d.Endpoint() + "/000000000000/picky-dlq"),
+			Attributes: map[string]string{"RedriveAllowPolicy": `{"redrivePermission":"denyAll"}`}})
+		requireSQSError(t, err, "InvalidAttributeValue", "orders names this queue")
+		_, err = c.SetQueueAttributes(ctx, &awssqs.SetQueueAttributesInput{QueueUrl: src.QueueUrl, Attributes: map[string]string{"RedrivePolicy": ""}})
+		require.NoError(t, err)
+		info, err = s.C.QueuesInfo(ctx, &pb.QueuesInfoRequest{QueueName: "orders"})
+		require.NoError(t, err)
+		require.Empty(t, info.DeadQueue)
+	})
+}
+
+// startSQSAuth starts a server with --auth, an admin key file and a secret
+// key file (keys created then carry a sealed secret for SigV4); it returns
+// the bootstrap admin key.
+func startSQSAuth(t *testing.T, b backend) (*server, string) {
+	t.Helper()
+	admin := randomHex(t, 32)
+	dir := t.TempDir()
+	adminFile, secretFile := filepath.Join(dir, "admin.key"), filepath.Join(dir, "secret.key")
+	require.NoError(t, os.WriteFile(adminFile, []byte(admin+"\n"), 0o600))
+	require.NoError(t, os.WriteFile(secretFile, []byte(randomHex(t, 32)+"\n"), 0o600))
+	s := &server{t: t, b: b}
+	s.configure = func(cfg *daemon.Config) { cfg.Auth, cfg.AdminKeyFile, cfg.SecretKeyFile = true, adminFile, secretFile }
+	s.clientCfg = func(cc *styx.ClientConfig) { cc.APIKey = admin }
+	s.boot()
+	t.Cleanup(func() { s.stop() })
+	return s, admin
+}
+
+// TestSQSAuth: with --auth, SQS requests carry a SigV4 signature made with
+// a Styx key (access key id = the key's id, secret = the whole key); the
+// key's scopes and queue patterns apply per action as on /v1.
+func TestSQSAuth(t *testing.T) {
+	forEachBackend(t, func(t *testing.T, b backend) {
+		s, admin := startSQSAuth(t, b)
+		root := s.sqsClient("bootstrap-admin", admin)
+		for _, name := range []string{"orders", "billing"} {
+			_, err := root.CreateQueue(ctx, &awssqs.CreateQueueInput{QueueName: aws.String(name)})
+			require.NoError(t, err)
+		}
+		url := func(name string) *string { return aws.String(s.d.Endpoint() + "/000000000000/" + name) }
+		workerKey := s.newKey("worker", []string{"produce", "consume"}, "orders*")
+		workerID, ok := auth.KeyID(workerKey)
+		require.True(t, ok)
+		worker := s.sqsClient(workerID, workerKey)
+
+		// A good key within its scopes and queues.
+		_, err := worker.SendMessage(ctx, &awssqs.SendMessageInput{QueueUrl: url("orders"), MessageBody: aws.String("paid")})
+		require.NoError(t, err)
+		got, err := worker.ReceiveMessage(ctx, &awssqs.ReceiveMessageInput{QueueUrl: url("orders"), WaitTimeSeconds: 5,
+			MessageSystemAttributeNames: []types.MessageSystemAttributeName{"SenderId"}})
+		require.NoError(t, err)
+		require.Len(t, got.Messages, 1)
+		require.Equal(t, "worker", got.Messages[0].Attributes["SenderId"], "SenderId is the key's name")
+		_, err = worker.DeleteMessage(ctx, &awssqs.DeleteMessageInput{QueueUrl: url("orders"), ReceiptHandle: got.Messages[0].ReceiptHandle})
+		require.NoError(t, err)
+
+		// Out of its queues, or of its scopes: 403 AccessDenied, whether
+		// the queue exists or not.
+		_, err = worker.SendMessage(ctx, &awssqs.SendMessageInput{QueueUrl: url("billing"), MessageBody: aws.String("x")})
+		requireSQSError(t, err, "AccessDenied", "not for 'billing'")
+		_, err = worker.SendMessage(ctx, &awssqs.SendMessageInput{QueueUrl: url("nope"), MessageBody: aws.String("x")})
+		requireSQSError(t, err, "AccessDenied", "not for 'nope'")
+		_, err = worker.CreateQueue(ctx, &awssqs.CreateQueueInput{QueueName: aws.String("orders-2")})
+		requireSQSError(t, err, "AccessDenied", "lacks scope 'admin'")
+		_, err = worker.PurgeQueue(ctx, &awssqs.PurgeQueueInput{QueueUrl: url("orders")})
+		requireSQSError(t, err, "AccessDenied", "lacks scope 'admin'")
+
+		// A wrong secret, an unknown key, no signature.
+		_, err = s.sqsClient(workerID, workerKey+"x").SendMessage(ctx, &awssqs.SendMessageInput{QueueUrl: url("orders"), MessageBody: aws.String("x")})
+		requireSQSError(t, err, "SignatureDoesNotMatch")
+		_, err = s.sqsClient("0123456789abcdef", workerKey).SendMessage(ctx, &awssqs.SendMessageInput{QueueUrl: url("orders"), MessageBody: aws.String("x")})
+		requireSQSError(t, err, "InvalidClientTokenId", "unknown API key")
+		anon := awssqs.New(awssqs.Options{Region: "us-east-1", BaseEndpoint: aws.String(s.d.Endpoint()), Credentials: aws.AnonymousCredentials{}, Retryer: aws.NopRetryer{}})
+		_, err = anon.SendMessage(ctx, &awssqs.SendMessageInput{QueueUrl: url("orders"), MessageBody: aws.String("x")})
+		requireSQSError(t, err, "MissingAuthenticationToken")
+
+		// A deleted key stops working at once, and its waiting receive
+		// ends (as a /v1 lease): nothing sent afterwards reaches it.
+		var wg sync.WaitGroup
+		var recvErr error
+		wg.Go(func() {
+			_, recvErr = worker.ReceiveMessage(ctx, &awssqs.ReceiveMessageInput{QueueUrl: url("orders"), WaitTimeSeconds: 20})
+		})
+		eventually(t, func() bool {
+			st, err := s.C.QueueStats(ctx, &pb.QueueStatsRequest{QueueName: "orders"})
+			return err == nil && st.LogicalQueues[0].LeaseWaiting == 1
+		}, "the receive should be waiting")
+		require.NoError(t, s.C.KeysDelete(ctx, &pb.KeysDeleteRequest{Name: "worker"}))
+		wg.Wait()
+		requireSQSError(t, recvErr, "InvalidClientTokenId", "deleted")
+		_, err = root.SendMessage(ctx, &awssqs.SendMessageInput{QueueUrl: url("orders"), MessageBody: aws.String("after")})
+		require.NoError(t, err)
+		_, err = worker.SendMessage(ctx, &awssqs.SendMessageInput{QueueUrl: url("orders"), MessageBody: aws.String("x")})
+		requireSQSError(t, err, "InvalidClientTokenId")
+		items := s.items("orders")
+		require.Len(t, items, 1)
+		require.False(t, items[0].IsLeased, "the message sent after the delete was not handed to the deleted key")
+	})
+}
+
+func TestSQSTags(t *testing.T) {
+	forEachBackend(t, func(t *testing.T, b backend) {
+		s := start(t, b)
+		c := s.sqsClient("test", "test")
+		q, err := c.CreateQueue(ctx, &awssqs.CreateQueueInput{QueueName: aws.String("tagged"), Tags: map[string]string{"team": "payments"}})
+		require.NoError(t, err)
+		_, err = c.TagQueue(ctx, &awssqs.TagQueueInput{QueueUrl: q.QueueUrl, Tags: map[string]string{"env": "prod", "team": "billing"}})
+		require.NoError(t, err)
+		tags, err := c.ListQueueTags(ctx, &awssqs.ListQueueTagsInput{QueueUrl: q.QueueUrl})
+		require.NoError(t, err)
+		require.Equal(t, map[string]string{"env": "prod", "team": "billing"}, tags.Tags)
+		_, err = c.UntagQueue(ctx, &awssqs.UntagQueueInput{QueueUrl: q.QueueUrl, TagKeys: []string{"env"}})
+		require.NoError(t, err)
+		// A /v1 update keeps the SQS attributes and tags.
+		require.NoError(t, s.C.QueuesUpdate(ctx, &pb.QueueInfo{QueueName: "tagged", MaxAttempts: 5}))
+		tags, err = c.ListQueueTags(ctx, &awssqs.ListQueueTagsInput{QueueUrl: q.QueueUrl})
+		require.NoError(t, err)
+		require.Equal(t, map[string]string{"team": "billing"}, tags.Tags)
+		many := map[string]string{}
+		for i := range 51 {
+			many[fmt.Sprint("k", i)] = "v"
+		}
+		_, err = c.TagQueue(ctx, &awssqs.TagQueueInput{QueueUrl: q.QueueUrl, Tags: many})
+		requireSQSError(t, err, "InvalidParameterValue", "at most 50")
+	})
+}
+
+// TestSQSQueryProtocol drives the query protocol (form-encoded requests,
+// XML replies), which SDKs released before the JSON protocol send, over
+// the same handlers.
+func TestSQSQueryProtocol(t *testing.T) {
+	forEachBackend(t, func(t *testing.T, b backend) {
+		s := start(t, b)
+		call := func(path string, form url.Values) (int, string) {
+			req, err := http.NewRequest(http.MethodPost, s.d.Endpoint()+path, strings.NewReader(form.Encode()))
+			require.NoError(t, err)
+			req.Host = "127.0.0.1"
+			req.Header.Set("Content-Type", "application/x-www-form-urlencoded; charset=utf-8")
+			res, err := http.DefaultClient.Do(req)
+			require.NoError(t, err)
+			defer res.Body.Close()
+			raw, err := io.ReadAll(res.Body)
+			require.NoError(t, err)
+			return res.StatusCode, string(raw)
+		}
+		code, body := call("/", url.Values{"Action": {"CreateQueue"}, "Version": {"2012-11-05"}, "QueueName": {"legacy"},
+			"Attribute.1.Name": {"VisibilityTimeout"}, "Attribute.1.Value": {"40"}, "Tag.1.Key": {"team"}, "Tag.1.Value": {"ops"}})
+		require.Equal(t, 200, code, body)
+		var created struct {
+			QueueURL string `xml:"CreateQueueResult>QueueUrl"`
+		}
+		require.NoError(t, xml.Unmarshal([]byte(body), &created))
+		require.Equal(t, "http://127.0.0.1/000000000000/legacy", created.QueueURL)
+
+		code, body = call("/", url.Values{"Action": {"SendMessage"}, "QueueUrl": {created.QueueURL}, "MessageBody": {"line 1\r\nline 2 <&>"},
+			"MessageAttribute.1.Name": {"kind"}, "MessageAttribute.1.Value.DataType": {"String"}, "MessageAttribute.1.Value.StringValue": {"invoice"},
+			"MessageAttribute.2.Name": {"raw"}, "MessageAttribute.2.Value.DataType": {"Binary"}, "MessageAttribute.2.Value.BinaryValue": {"AAEC"}})
+		require.Equal(t, 200, code, body)
+		var sent struct {
+			MessageID string `xml:"SendMessageResult>MessageId"`
+			MD5Attrs  string `xml:"SendMessageResult>MD5OfMessageAttributes"`
+		}
+		require.NoError(t, xml.Unmarshal([]byte(body), &sent))
+		require.NotEmpty(t, sent.MessageID)
+
+		// To the queue URL's path, without QueueUrl, as some SDKs send it.
+		code, body = call("/000000000000/legacy", url.Values{"Action": {"ReceiveMessage"}, "AttributeName.1": {"All"},
+			"MessageAttributeName.1": {"All"}, "WaitTimeSeconds": {"5"}, "MaxNumberOfMessages": {"10"}})
+		require.Equal(t, 200, code, body)
+		var got struct {
+			Messages []struct {
+				MessageID     string `xml:"MessageId"`
+				ReceiptHandle string `xml:"ReceiptHandle"`
+				Body          string `xml:"Body"`
+				MD5OfBody     string `xml:"MD5OfBody"`
+				MD5Attrs      string `xml:"MD5OfMessageAttributes"`
+				Attributes    []struct {
+					Name  string `xml:"Name"`
+					Value string `xml:"Value"`
+				} `xml:"Attribute"`
+				MessageAttributes []struct {
+					Name  string `xml:"Name"`
+					Value struct {
+						DataType    string `xml:"DataType"`
+						StringValue string `xml:"StringValue"`
+						BinaryValue string `xml:"BinaryValue"`
+					} `xml:"Value"`
+				} `xml:"MessageAttribute"`
+			} `xml:"ReceiveMessageResult>Message"`
+		}
+		require.NoError(t, xml.Unmarshal([]byte(body), &got))
+		require.Len(t, got.Messages, 1, body)
+		m := got.Messages[0]
+		require.Equal(t, sent.MessageID, m.MessageID)
+		require.Equal(t, "line 1\r\nline 2 <&>", m.Body, "the body survives XML escaping exactly")
+		require.Equal(t, sent.MD5Attrs, m.MD5Attrs)
+		require.Len(t, m.MessageAttributes, 2)
+		require.Equal(t, "AAEC", m.MessageAttributes[1].Value.BinaryValue)
+		require.Contains(t, body, "<Name>ApproximateReceiveCount</Name><Value>1</Value>")
+
+		code, body = call("/", url.Values{"Action": {"DeleteMessageBatch"}, "QueueUrl": {created.QueueURL},
+			"DeleteMessageBatchRequestEntry.1.Id": {"a"}, "DeleteMessageBatchRequestEntry.1.ReceiptHandle": {m.ReceiptHandle},
+			"DeleteMessageBatchRequestEntry.2.Id": {"b"}, "DeleteMessageBatchRequestEntry.2.ReceiptHandle": {"eA"}})
+		require.Equal(t, 200, code, body)
+		require.Contains(t, body, "<DeleteMessageBatchResultEntry><Id>a</Id></DeleteMessageBatchResultEntry>")
+		require.Contains(t, body, "<BatchResultErrorEntry><Code>ReceiptHandleIsInvalid</Code>")
+		require.Empty(t, s.items("legacy"))
+
+		code, body = call("/", url.Values{"Action": {"GetQueueAttributes"}, "QueueUrl": {created.QueueURL}, "AttributeName.1": {"VisibilityTimeout"}})
+		require.Equal(t, 200, code, body)
+		require.Contains(t, body, "<GetQueueAttributesResult><Attribute><Name>VisibilityTimeout</Name><Value>40</Value></Attribute></GetQueueAttributesResult>")
+		code, body = call("/", url.Values{"Action": {"ListQueueTags"}, "QueueUrl": {created.QueueURL}})
+		require.Equal(t, 200, code, body)
+		require.Contains(t, body, "<Tag><Key>team</Key><Value>ops</Value></Tag>")
+		code, body = call("/", url.Values{"Action": {"ListQueues"}})
+		require.Equal(t, 200, code, body)
+		require.Contains(t, body, "<ListQueuesResult><QueueUrl>http://127.0.0.1/000000000000/legacy</QueueUrl></ListQueuesResult>")
+
+		// Errors as XML, with the legacy codes.
+		code, body = call("/", url.Values{"Action": {"GetQueueUrl"}, "QueueName": {"nope"}})
+		require.Equal(t, 400, code)
+		require.Contains(t, body, "<Error><Type>Sender</Type><Code>AWS.SimpleQueueService.NonExistentQueue</Code>")
+		code, body = call("/", url.Values{"Action": {"ReceiveMessage"}, "QueueUrl": {created.QueueURL}, "WaitTimeSeconds": {"soon"}})
+		require.Equal(t, 400, code)
+		require.Contains(t, body, "<Code>InvalidParameterValue</Code>")
+		code, body = call("/", url.Values{"Action": {"Frobnicate"}})
+		require.Equal(t, 400, code)
+		require.Contains(t, body, "<Code>InvalidAction</Code>")
+		code, body = call("/", url.Values{"Action": {"CreateQueue"}, "QueueName": {"x"}, "Attribute.x.Name": {"a"}})
+		require.Equal(t, 400, code, body)
+	})
+}

@@ -1,0 +1,133 @@
+package sqs
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"net/http"
+	"strings"
+
+	"github.com/styxq/styx/internal/apierr"
+	"github.com/styxq/styx/internal/store"
+)
+
+// Error is an SQS error as the JSON protocol answers it.
+type Error struct {
+	// Type is the error's shape name in the SQS model (QueueDoesNotExist,
+	// InvalidParameterValue…), sent as "com.amazonaws.sqs#<Type>".
+	Type string
+	// Query is the legacy (query protocol) code the SDKs read from the
+	// x-amzn-query-error header; empty means Type.
+	Query string
+	// Status is the HTTP status.
+	Status  int
+	Message string
+}
+
+func (e *Error) Error() string { return e.Type + ": " + e.Message }
+
+func (e *Error) queryCode() string {
+	if e.Query != "" {
+		return e.Query
+	}
+	return e.Type
+}
+
+// errNoQueue is SQS's answer for a queue that does not exist.
+var errNoQueue = &Error{Type: "QueueDoesNotExist", Query: "AWS.SimpleQueueService.NonExistentQueue", Status: http.StatusBadRequest,
+	Message: "The specified queue does not exist."}
+
+func invalidParameter(format string, args ...any) *Error {
+	return &Error{Type: "InvalidParameterValue", Status: http.StatusBadRequest, Message: fmt.Sprintf(format, args...)}
+}
+
+func missingParameter(name string) *Error {
+	return &Error{Type: "MissingParameter", Status: http.StatusBadRequest,
+		Message: fmt.Sprintf("The request must contain the parameter %s.", name)}
+}
+
+func invalidAddress(u string) *Error {
+	return &Error{Type: "InvalidAddress", Status: http.StatusNotFound, Message: fmt.Sprintf("The address %s is not valid for this endpoint.", u)}
+}
+
+func invalidAttributeName(format string, args ...any) *Error {
+	return &Error{Type: "InvalidAttributeName", Status: http.StatusBadRequest, Message: fmt.Sprintf(format, args...)}
+}
+
+func invalidAttributeValue(format string, args ...any) *Error {
+	return &Error{Type: "InvalidAttributeValue", Status: http.StatusBadRequest, Message: fmt.Sprintf(format, args...)}
+}
+
+func receiptHandleInvalid(handle string) *Error {
+	return &Error{Type: "ReceiptHandleIsInvalid", Status: http.StatusNotFound,
+		Message: fmt.Sprintf("The input receipt handle \"%s\" is not a valid receipt handle.", handle)}
+}
+
+// receiptHandleExpired is SQS's answer to a visibility change with the
+// handle of a receive that has ended.
+func receiptHandleExpired(handle string) *Error {
+	return invalidParameter("Value %s for parameter ReceiptHandle is invalid. Reason: The receipt handle has expired.", handle)
+}
+
+// batch errors (AWS.SimpleQueueService.<Type>).
+func batchError(typ, format string, args ...any) *Error {
+	return &Error{Type: typ, Query: "AWS.SimpleQueueService." + typ, Status: http.StatusBadRequest, Message: fmt.Sprintf(format, args...)}
+}
+
+// toError maps any error onto the SQS error answered for it: an *Error as
+// it is; a Styx client error (apierr) by its code; a storage failure as
+// ServiceUnavailable (503, which the SDKs retry); anything else as
+// InternalFailure (500, logged, no detail).
+func toError(err error) (*Error, bool) {
+	var e *Error
+	if errors.As(err, &e) {
+		return e, false
+	}
+	if ae, ok := apierr.As(err); ok {
+		switch {
+		case strings.HasPrefix(ae.Message, "queue does not exist"):
+			return errNoQueue, false
+		case ae.Code == apierr.Invalid || ae.Code == apierr.BadContent:
+			return invalidParameter("%s", ae.Message), false
+		case ae.Code == apierr.Retry || ae.Code == apierr.Unavailable:
+			return &Error{Type: "ServiceUnavailable", Status: http.StatusServiceUnavailable, Message: ae.Message}, false
+		case ae.Code == apierr.Forbidden || ae.Code == apierr.Unauthorized:
+			return &Error{Type: "AccessDenied", Status: http.StatusForbidden, Message: ae.Message}, false
+		case ae.Code == apierr.NotFound:
+			return &Error{Type: "ResourceNotFoundException", Status: http.StatusNotFound, Message: ae.Message}, false
+		case ae.Code == apierr.Conflict:
+			return invalidParameter("%s", ae.Message), false
+		}
+	}
+	if errors.Is(err, context.Canceled) || errors.Is(err, context.DeadlineExceeded) {
+		// The client went away (its answer is never read): 499, counted
+		// as the transport counts a /v1 request whose client left.
+		return &Error{Type: "RequestCanceled", Status: 499, Message: "the request was canceled: " + err.Error()}, false
+	}
+	if errors.Is(err, store.ErrUnavailable) || errors.Is(err, store.ErrConflict) || errors.Is(err, store.ErrClosed) {
+		return &Error{Type: "ServiceUnavailable", Status: http.StatusServiceUnavailable, Message: err.Error()}, false
+	}
+	return &Error{Type: "InternalFailure", Status: http.StatusInternalServerError,
+		Message: "The request processing has failed because of an unknown error."}, true
+}
+
+// fail answers err as SQS does.
+func (h *Handler) fail(w http.ResponseWriter, r *http.Request, err error) {
+	e, internal := toError(err)
+	if internal {
+		h.cfg.Log.Error("sqs: internal error", "target", r.Header.Get("X-Amz-Target"), "error", err)
+	}
+	w.Header().Set("Content-Type", "application/x-amz-json-1.0")
+	w.Header().Set("x-amzn-query-error", e.queryCode()+";"+fault(e.Status))
+	w.WriteHeader(e.Status)
+	b, _ := json.Marshal(map[string]string{"__type": "com.amazonaws.sqs#" + e.Type, "message": e.Message})
+	_, _ = w.Write(b)
+}
+
+func fault(status int) string {
+	if status >= 500 {
+		return "Receiver"
+	}
+	return "Sender"
+}

@@ -1,0 +1,607 @@
+package sqs
+
+import (
+	"context"
+	"crypto/rand"
+	"encoding/base64"
+	"encoding/hex"
+	"errors"
+	"fmt"
+	"maps"
+	"net/http"
+	"slices"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/styxq/styx/internal/apierr"
+	"github.com/styxq/styx/internal/auth"
+	"github.com/styxq/styx/internal/engine"
+	"github.com/styxq/styx/internal/queue"
+	"github.com/styxq/styx/internal/store"
+)
+
+// Batch limits, as SQS has them.
+const (
+	// MaxBatchEntries is the most entries of a batch action, and the most
+	// messages one ReceiveMessage returns.
+	MaxBatchEntries = 10
+	// maxBatchIDLength bounds a batch entry's Id.
+	maxBatchIDLength = 80
+	// shortPoll is how long a ReceiveMessage with WaitTimeSeconds 0 lets
+	// the queue's loop look for items: one iteration's worth.
+	shortPoll = 20 * time.Millisecond
+)
+
+// messageInput is SendMessage's input and a SendMessageBatch entry.
+type messageInput struct {
+	ID                      string                    `json:"Id"`
+	MessageBody             *string                   `json:"MessageBody"`
+	DelaySeconds            *int                      `json:"DelaySeconds"`
+	MessageAttributes       map[string]AttributeValue `json:"MessageAttributes"`
+	MessageSystemAttributes map[string]AttributeValue `json:"MessageSystemAttributes"`
+	MessageDeduplicationID  string                    `json:"MessageDeduplicationId"`
+	MessageGroupID          string                    `json:"MessageGroupId"`
+}
+
+type sendMessageInput struct {
+	QueueURL string `json:"QueueUrl"`
+	messageInput
+}
+
+// sendResult is SendMessage's output and a SendMessageBatch success entry.
+type sendResult struct {
+	ID                           string `json:"Id,omitempty"`
+	MessageID                    string `json:"MessageId"`
+	MD5OfMessageBody             string `json:"MD5OfMessageBody"`
+	MD5OfMessageAttributes       string `json:"MD5OfMessageAttributes,omitempty"`
+	MD5OfMessageSystemAttributes string `json:"MD5OfMessageSystemAttributes,omitempty"`
+}
+
+// prepare validates one message against its queue and returns the item to
+// produce and the answer for it.
+func (h *Handler) prepare(ctx context.Context, info store.QueueInfo, in *messageInput, now time.Time) (queue.ProduceItem, sendResult, error) {
+	if in.MessageBody == nil {
+		return queue.ProduceItem{}, sendResult{}, missingParameter("MessageBody")
+	}
+	body := *in.MessageBody
+	if body == "" {
+		return queue.ProduceItem{}, sendResult{}, invalidParameter("The request must contain a non-empty message body.")
+	}
+	if in.MessageGroupID != "" || in.MessageDeduplicationID != "" {
+		return queue.ProduceItem{}, sendResult{}, invalidParameter("The request includes a parameter that is not valid for this queue type: " +
+			"MessageGroupId and MessageDeduplicationId are for FIFO queues, which Styx does not support yet.")
+	}
+	if err := checkText(body); err != nil {
+		return queue.ProduceItem{}, sendResult{}, &Error{Type: "InvalidMessageContents", Status: http.StatusBadRequest,
+			Message: fmt.Sprintf("Invalid characters found in the message body: %v. Allowed: #x9 | #xA | #xD | #x20 to #xD7FF | #xE000 to #xFFFD | #x10000 to #x10FFFF.", err)}
+	}
+	size, err := checkAttributes("MessageAttributes", in.MessageAttributes, false)
+	if err != nil {
+		return queue.ProduceItem{}, sendResult{}, err
+	}
+	if _, err := checkAttributes("MessageSystemAttributes", in.MessageSystemAttributes, true); err != nil {
+		return queue.ProduceItem{}, sendResult{}, err
+	}
+	a := readQueueAttrs(info)
+	if limit := a.maxMessageSize(); len(body)+size > limit {
+		return queue.ProduceItem{}, sendResult{}, invalidParameter("One or more parameters are invalid. Reason: Message must be shorter than %d bytes; this one has %d (body and attributes).",
+			limit, len(body)+size)
+	}
+	delay := a.DelaySeconds
+	if in.DelaySeconds != nil {
+		delay = *in.DelaySeconds
+		if delay < 0 || delay > int(MaxDelay/time.Second) {
+			return queue.ProduceItem{}, sendResult{}, invalidParameter("Value %d for parameter DelaySeconds is invalid. Reason: must be between 0 and %d, if provided.",
+				delay, int(MaxDelay/time.Second))
+		}
+	}
+	env := envelope{V: 1, ID: newMessageID(), Sent: now.UnixMilli(), Sender: auth.KeyName(ctx), Attrs: in.MessageAttributes, Sys: in.MessageSystemAttributes}
+	item := queue.ProduceItem{Reference: env.ID, Payload: []byte(body), Attributes: env.encode()}
+	if delay > 0 {
+		item.EnqueueAt = now.Add(time.Duration(delay) * time.Second)
+	}
+	return item, sendResult{MessageID: env.ID, MD5OfMessageBody: md5Hex([]byte(body)),
+		MD5OfMessageAttributes: md5OfAttributes(in.MessageAttributes), MD5OfMessageSystemAttributes: md5OfAttributes(in.MessageSystemAttributes)}, nil
+}
+
+func (h *Handler) sendMessage(ctx context.Context, r *request) (any, error) {
+	var in sendMessageInput
+	if err := r.decode(&in); err != nil {
+		return nil, err
+	}
+	q, info, err := h.lookup(ctx, in.QueueURL)
+	if err != nil {
+		return nil, err
+	}
+	item, out, err := h.prepare(ctx, info, &in.messageInput, h.now())
+	if err != nil {
+		return nil, err
+	}
+	if err := q.Produce(ctx, []queue.ProduceItem{item}); err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
+type sendMessageBatchInput struct {
+	QueueURL string         `json:"QueueUrl"`
+	Entries  []messageInput `json:"Entries"`
+}
+
+// batchFailure is a failed entry of a batch action.
+type batchFailure struct {
+	ID          string `json:"Id"`
+	SenderFault bool   `json:"SenderFault"`
+	Code        string `json:"Code"`
+	Message     string `json:"Message,omitempty"`
+}
+
+func failure(id string, err error) batchFailure {
+	e, _ := toError(err)
+	return batchFailure{ID: id, SenderFault: e.Status < 500, Code: e.queryCode(), Message: e.Message}
+}
+
+type sendMessageBatchOutput struct {
+	Successful []sendResult   `json:"Successful"`
+	Failed     []batchFailure `json:"Failed"`
+}
+
+// checkBatchIDs applies SQS's rules to a batch's entry ids.
+func checkBatchIDs(ids []string) error {
+	switch {
+	case len(ids) == 0:
+		return batchError("EmptyBatchRequest", "There should be at least one entry in the request.")
+	case len(ids) > MaxBatchEntries:
+		return batchError("TooManyEntriesInBatchRequest", "Maximum number of entries per request are %d. You have sent %d.", MaxBatchEntries, len(ids))
+	}
+	seen := map[string]bool{}
+	for _, id := range ids {
+		if id == "" || len(id) > maxBatchIDLength || strings.IndexFunc(id, func(c rune) bool {
+			return !(c >= 'a' && c <= 'z' || c >= 'A' && c <= 'Z' || c >= '0' && c <= '9' || c == '_' || c == '-')
+		}) >= 0 {
+			return batchError("InvalidBatchEntryId", "A batch entry id can only contain alphanumeric characters, hyphens and underscores. It can be at most %d letters long; '%s' is not valid.",
+				maxBatchIDLength, id)
+		}
+		if seen[id] {
+			return batchError("BatchEntryIdsNotDistinct", "Id %s repeated.", id)
+		}
+		seen[id] = true
+	}
+	return nil
+}
+
+func (h *Handler) sendMessageBatch(ctx context.Context, r *request) (any, error) {
+	var in sendMessageBatchInput
+	if err := r.decode(&in); err != nil {
+		return nil, err
+	}
+	q, info, err := h.lookup(ctx, in.QueueURL)
+	if err != nil {
+		return nil, err
+	}
+	ids := make([]string, len(in.Entries))
+	for i, e := range in.Entries {
+		ids[i] = e.ID
+	}
+	if err := checkBatchIDs(ids); err != nil {
+		return nil, err
+	}
+	out := sendMessageBatchOutput{Successful: []sendResult{}, Failed: []batchFailure{}}
+	var items []queue.ProduceItem
+	var results []sendResult
+	now := h.now()
+	total := 0
+	for i := range in.Entries {
+		e := &in.Entries[i]
+		item, res, err := h.prepare(ctx, info, e, now)
+		if err != nil {
+			out.Failed = append(out.Failed, failure(e.ID, err))
+			continue
+		}
+		total += len(item.Payload)
+		res.ID = e.ID
+		items, results = append(items, item), append(results, res)
+	}
+	if limit := readQueueAttrs(info).maxMessageSize(); total > limit {
+		return nil, batchError("BatchRequestTooLong", "Batch requests cannot be longer than %d bytes. You have sent %d bytes.", limit, total)
+	}
+	if len(items) > 0 {
+		if err := q.Produce(ctx, items); err != nil {
+			return nil, err
+		}
+	}
+	out.Successful = append(out.Successful, results...)
+	return out, nil
+}
+
+type receiveMessageInput struct {
+	QueueURL                    string   `json:"QueueUrl"`
+	AttributeNames              []string `json:"AttributeNames"`
+	MessageSystemAttributeNames []string `json:"MessageSystemAttributeNames"`
+	MessageAttributeNames       []string `json:"MessageAttributeNames"`
+	MaxNumberOfMessages         *int     `json:"MaxNumberOfMessages"`
+	VisibilityTimeout           *int     `json:"VisibilityTimeout"`
+	WaitTimeSeconds             *int     `json:"WaitTimeSeconds"`
+	ReceiveRequestAttemptID     string   `json:"ReceiveRequestAttemptId"`
+}
+
+type message struct {
+	MessageID              string                    `json:"MessageId"`
+	ReceiptHandle          string                    `json:"ReceiptHandle"`
+	MD5OfBody              string                    `json:"MD5OfBody"`
+	Body                   string                    `json:"Body"`
+	Attributes             map[string]string         `json:"Attributes,omitempty"`
+	MD5OfMessageAttributes string                    `json:"MD5OfMessageAttributes,omitempty"`
+	MessageAttributes      map[string]AttributeValue `json:"MessageAttributes,omitempty"`
+}
+
+type receiveMessageOutput struct {
+	Messages []message `json:"Messages,omitempty"`
+}
+
+// systemAttributeNames are the message system attributes ReceiveMessage
+// can return.
+var systemAttributeNames = []string{"ApproximateFirstReceiveTimestamp", "ApproximateReceiveCount", "AWSTraceHeader",
+	"DeadLetterQueueSourceArn", "SenderId", "SentTimestamp"}
+
+func (h *Handler) receiveMessage(ctx context.Context, r *request) (any, error) {
+	var in receiveMessageInput
+	if err := r.decode(&in); err != nil {
+		return nil, err
+	}
+	q, info, err := h.lookup(ctx, in.QueueURL)
+	if err != nil {
+		return nil, err
+	}
+	n := 1
+	if in.MaxNumberOfMessages != nil {
+		n = *in.MaxNumberOfMessages
+		if n < 1 || n > MaxBatchEntries {
+			return nil, invalidParameter("Value %d for parameter MaxNumberOfMessages is invalid. Reason: Must be between 1 and %d, if provided.", n, MaxBatchEntries)
+		}
+	}
+	wait := time.Duration(readQueueAttrs(info).ReceiveMessageWaitTimeSeconds) * time.Second
+	if in.WaitTimeSeconds != nil {
+		if *in.WaitTimeSeconds < 0 || *in.WaitTimeSeconds > int(MaxWaitTime/time.Second) {
+			return nil, invalidParameter("Value %d for parameter WaitTimeSeconds is invalid. Reason: Must be >= 0 and <= %d, if provided.", *in.WaitTimeSeconds, int(MaxWaitTime/time.Second))
+		}
+		wait = time.Duration(*in.WaitTimeSeconds) * time.Second
+	}
+	if in.VisibilityTimeout != nil && (*in.VisibilityTimeout < 0 || *in.VisibilityTimeout > int(MaxVisibilityTimeout/time.Second)) {
+		return nil, invalidParameter("Value %d for parameter VisibilityTimeout is invalid. Reason: Must be >= 0 and <= %d, if provided.", *in.VisibilityTimeout, int(MaxVisibilityTimeout/time.Second))
+	}
+	sysNames := append(slices.Clone(in.AttributeNames), in.MessageSystemAttributeNames...)
+	for _, s := range sysNames {
+		if s != "All" && !slices.Contains(systemAttributeNames, s) && s != "SequenceNumber" && s != "MessageDeduplicationId" &&
+			s != "MessageGroupId" {
+			return nil, invalidAttributeName("Unknown Attribute %s.", s)
+		}
+	}
+	if wait == 0 {
+		wait = shortPoll
+	}
+	if p := auth.FromContext(ctx); p != nil && h.watch != nil {
+		keyID, _ := ctx.Value(keyIDKey{}).(string)
+		var stop func()
+		ctx, stop = h.watch(ctx, p.Name, func(ctx context.Context) error {
+			_, _, err := h.cfg.Keys.SigV4Secret(ctx, keyID)
+			return err
+		})
+		defer stop()
+	}
+	res, err := q.Lease(ctx, queue.LeaseParams{BatchSize: n, ClientID: "sqs-" + randomHex(8), Owner: auth.KeyName(ctx), Timeout: wait})
+	if errors.Is(err, engine.ErrNoItems) || err == engine.ErrNoItems {
+		return receiveMessageOutput{}, nil
+	}
+	if err != nil {
+		if h.revoked != nil && context.Cause(ctx) == h.revoked {
+			return nil, authError("InvalidClientTokenId", "The security token included in the request is invalid: %v", h.revoked)
+		}
+		return nil, err
+	}
+	now := h.now()
+	if in.VisibilityTimeout != nil && time.Duration(*in.VisibilityTimeout)*time.Second != info.LeaseTimeout && len(res.Items) > 0 {
+		ids := make([]uint64, len(res.Items))
+		for i, it := range res.Items {
+			ids[i] = it.ID
+		}
+		if *in.VisibilityTimeout == 0 {
+			retry := make([]queue.RetryItem, len(ids))
+			for i, id := range ids {
+				retry[i] = queue.RetryItem{ID: id}
+			}
+			if _, err := q.Retry(ctx, res.Partition, retry); err != nil {
+				return nil, err
+			}
+		} else if _, err := q.Renew(ctx, res.Partition, ids, time.Duration(*in.VisibilityTimeout)*time.Second); err != nil {
+			return nil, err
+		}
+	}
+	out := receiveMessageOutput{Messages: make([]message, len(res.Items))}
+	for i, it := range res.Items {
+		out.Messages[i] = h.toMessage(info, res.Partition, it, now, sysNames, in.MessageAttributeNames)
+	}
+	return out, nil
+}
+
+// toMessage is the SQS message of a leased item.
+func (h *Handler) toMessage(info store.QueueInfo, partition int32, it queue.LeasedItem, now time.Time, sysNames, attrNames []string) message {
+	body := strings.ToValidUTF8(string(it.Payload), "\uFFFD")
+	env, ok := decodeEnvelope(it.Attributes)
+	if !ok {
+		env = envelope{ID: derivedMessageID(info.ID, it.ID), Sent: 0}
+	}
+	m := message{
+		MessageID:     env.ID,
+		ReceiptHandle: encodeHandle(info.ID, partition, it.ID),
+		MD5OfBody:     md5Hex([]byte(body)),
+		Body:          body,
+	}
+	if len(sysNames) > 0 {
+		all := slices.Contains(sysNames, "All")
+		want := func(n string) bool { return all || slices.Contains(sysNames, n) }
+		m.Attributes = map[string]string{}
+		if want("SenderId") {
+			sender := env.Sender
+			if sender == "" {
+				sender = h.cfg.AccountID
+			}
+			m.Attributes["SenderId"] = sender
+		}
+		if want("SentTimestamp") && env.Sent > 0 {
+			m.Attributes["SentTimestamp"] = strconv.FormatInt(env.Sent, 10)
+		}
+		if want("ApproximateReceiveCount") {
+			m.Attributes["ApproximateReceiveCount"] = strconv.Itoa(int(it.Attempts))
+		}
+		if want("ApproximateFirstReceiveTimestamp") && it.Attempts == 1 {
+			m.Attributes["ApproximateFirstReceiveTimestamp"] = strconv.FormatInt(now.UnixMilli(), 10)
+		}
+		if want("DeadLetterQueueSourceArn") && it.SourceQueue != "" {
+			m.Attributes["DeadLetterQueueSourceArn"] = h.arn(it.SourceQueue)
+		}
+		if want("AWSTraceHeader") {
+			if t, ok := env.Sys["AWSTraceHeader"]; ok {
+				m.Attributes["AWSTraceHeader"] = derefString(t.StringValue)
+			}
+		}
+		if len(m.Attributes) == 0 {
+			m.Attributes = nil
+		}
+	}
+	if sel := selectAttributes(env.Attrs, attrNames); len(sel) > 0 {
+		m.MessageAttributes = sel
+		m.MD5OfMessageAttributes = md5OfAttributes(sel)
+	}
+	return m
+}
+
+func randomHex(n int) string {
+	b := make([]byte, n)
+	_, _ = rand.Read(b)
+	return hex.EncodeToString(b)
+}
+
+// encodeHandle makes the receipt handle of one receive: the queue's id (a
+// handle of another queue, or of a deleted queue re-created under the
+// same name, is invalid) and the lease identity, the item's partition and
+// its id for this lease (every lease of an item has a new id; ADR 0016).
+func encodeHandle(queueID uint64, partition int32, itemID uint64) string {
+	return base64.RawURLEncoding.EncodeToString(fmt.Appendf(nil, "1:%d:%d:%d", queueID, partition, itemID))
+}
+
+// handle is a decoded receipt handle.
+type handle struct {
+	queueID   uint64
+	partition int32
+	itemID    uint64
+}
+
+// decodeHandle reads a receipt handle of info's queue, or answers
+// ReceiptHandleIsInvalid.
+func decodeHandle(info store.QueueInfo, s string) (handle, error) {
+	if s == "" {
+		return handle{}, missingParameter("ReceiptHandle")
+	}
+	b, err := base64.RawURLEncoding.DecodeString(s)
+	if err != nil {
+		return handle{}, receiptHandleInvalid(s)
+	}
+	parts := strings.Split(string(b), ":")
+	if len(parts) != 4 || parts[0] != "1" {
+		return handle{}, receiptHandleInvalid(s)
+	}
+	qid, err1 := strconv.ParseUint(parts[1], 10, 64)
+	p, err2 := strconv.ParseInt(parts[2], 10, 32)
+	id, err3 := strconv.ParseUint(parts[3], 10, 64)
+	if err1 != nil || err2 != nil || err3 != nil || qid != info.ID || p < 0 || int32(p) >= info.Partitions {
+		return handle{}, receiptHandleInvalid(s)
+	}
+	return handle{queueID: qid, partition: int32(p), itemID: id}, nil
+}
+
+// isStale reports whether err is the queue's answer to an id that is not
+// leased: the receive the handle names has ended.
+func isStale(err error) bool {
+	ae, ok := apierr.As(err)
+	return ok && ae.Code == apierr.Invalid && strings.HasPrefix(ae.Message, "invalid ids")
+}
+
+type receiptInput struct {
+	QueueURL          string `json:"QueueUrl"`
+	ReceiptHandle     string `json:"ReceiptHandle"`
+	VisibilityTimeout *int   `json:"VisibilityTimeout"`
+}
+
+// deleteMessage completes the receive a handle names. A stale handle (the
+// message was received again since, or its visibility timeout passed)
+// succeeds and deletes nothing, as SQS documents.
+func (h *Handler) deleteMessage(ctx context.Context, r *request) (any, error) {
+	var in receiptInput
+	if err := r.decode(&in); err != nil {
+		return nil, err
+	}
+	q, info, err := h.lookup(ctx, in.QueueURL)
+	if err != nil {
+		return nil, err
+	}
+	hd, err := decodeHandle(info, in.ReceiptHandle)
+	if err != nil {
+		return nil, err
+	}
+	if err := q.Complete(ctx, hd.partition, []uint64{hd.itemID}); err != nil && !isStale(err) {
+		return nil, err
+	}
+	return nil, nil
+}
+
+type batchEntry struct {
+	ID                string `json:"Id"`
+	ReceiptHandle     string `json:"ReceiptHandle"`
+	VisibilityTimeout *int   `json:"VisibilityTimeout"`
+}
+
+type batchInput struct {
+	QueueURL string       `json:"QueueUrl"`
+	Entries  []batchEntry `json:"Entries"`
+}
+
+type batchSuccess struct {
+	ID string `json:"Id"`
+}
+
+type batchOutput struct {
+	Successful []batchSuccess `json:"Successful"`
+	Failed     []batchFailure `json:"Failed"`
+}
+
+// deleteMessageBatch completes each entry's receive: one complete per
+// partition, and one per entry when some entry's handle is stale.
+func (h *Handler) deleteMessageBatch(ctx context.Context, r *request) (any, error) {
+	var in batchInput
+	if err := r.decode(&in); err != nil {
+		return nil, err
+	}
+	q, info, err := h.lookup(ctx, in.QueueURL)
+	if err != nil {
+		return nil, err
+	}
+	ids := make([]string, len(in.Entries))
+	for i, e := range in.Entries {
+		ids[i] = e.ID
+	}
+	if err := checkBatchIDs(ids); err != nil {
+		return nil, err
+	}
+	out := batchOutput{Successful: []batchSuccess{}, Failed: []batchFailure{}}
+	byPart := map[int32][]int{}
+	handles := make([]handle, len(in.Entries))
+	for i, e := range in.Entries {
+		hd, err := decodeHandle(info, e.ReceiptHandle)
+		if err != nil {
+			out.Failed = append(out.Failed, failure(e.ID, err))
+			continue
+		}
+		handles[i] = hd
+		byPart[hd.partition] = append(byPart[hd.partition], i)
+	}
+	for _, p := range slices.Sorted(maps.Keys(byPart)) {
+		entries := byPart[p]
+		itemIDs := make([]uint64, len(entries))
+		for j, i := range entries {
+			itemIDs[j] = handles[i].itemID
+		}
+		err := q.Complete(ctx, p, itemIDs)
+		if err == nil {
+			for _, i := range entries {
+				out.Successful = append(out.Successful, batchSuccess{ID: in.Entries[i].ID})
+			}
+			continue
+		}
+		if !isStale(err) {
+			return nil, err
+		}
+		for _, i := range entries {
+			if err := q.Complete(ctx, p, []uint64{handles[i].itemID}); err != nil && !isStale(err) {
+				out.Failed = append(out.Failed, failure(in.Entries[i].ID, err))
+				continue
+			}
+			out.Successful = append(out.Successful, batchSuccess{ID: in.Entries[i].ID})
+		}
+	}
+	return out, nil
+}
+
+// changeVisibility sets a receive's visibility timeout: a renew (the
+// message stays invisible for timeout from now) or, with 0, a retry that
+// makes it visible at once, counting the receive.
+func (h *Handler) changeVisibility(ctx context.Context, q queue.Queue, info store.QueueInfo, rh string, timeout *int) error {
+	hd, err := decodeHandle(info, rh)
+	if err != nil {
+		return err
+	}
+	if timeout == nil {
+		return missingParameter("VisibilityTimeout")
+	}
+	if *timeout < 0 || *timeout > int(MaxVisibilityTimeout/time.Second) {
+		return invalidParameter("Value %d for parameter VisibilityTimeout is invalid. Reason: Must be >= 0 and <= %d.", *timeout, int(MaxVisibilityTimeout/time.Second))
+	}
+	if *timeout == 0 {
+		_, err = q.Retry(ctx, hd.partition, []queue.RetryItem{{ID: hd.itemID}})
+	} else {
+		_, err = q.Renew(ctx, hd.partition, []uint64{hd.itemID}, time.Duration(*timeout)*time.Second)
+	}
+	if isStale(err) {
+		return receiptHandleExpired(rh)
+	}
+	return err
+}
+
+func (h *Handler) changeMessageVisibility(ctx context.Context, r *request) (any, error) {
+	var in receiptInput
+	if err := r.decode(&in); err != nil {
+		return nil, err
+	}
+	q, info, err := h.lookup(ctx, in.QueueURL)
+	if err != nil {
+		return nil, err
+	}
+	return nil, h.changeVisibility(ctx, q, info, in.ReceiptHandle, in.VisibilityTimeout)
+}
+
+func (h *Handler) changeMessageVisibilityBatch(ctx context.Context, r *request) (any, error) {
+	var in batchInput
+	if err := r.decode(&in); err != nil {
+		return nil, err
+	}
+	q, info, err := h.lookup(ctx, in.QueueURL)
+	if err != nil {
+		return nil, err
+	}
+	ids := make([]string, len(in.Entries))
+	for i, e := range in.Entries {
+		ids[i] = e.ID
+	}
+	if err := checkBatchIDs(ids); err != nil {
+		return nil, err
+	}
+	out := batchOutput{Successful: []batchSuccess{}, Failed: []batchFailure{}}
+	for _, e := range in.Entries {
+		if err := h.changeVisibility(ctx, q, info, e.ReceiptHandle, e.VisibilityTimeout); err != nil {
+			if _, internal := toError(err); internal || isUnavailable(err) {
+				return nil, err
+			}
+			out.Failed = append(out.Failed, failure(e.ID, err))
+			continue
+		}
+		out.Successful = append(out.Successful, batchSuccess{ID: e.ID})
+	}
+	return out, nil
+}
+
+// isUnavailable reports a failure of the server, not of the entry.
+func isUnavailable(err error) bool {
+	e, _ := toError(err)
+	return e.Status >= 500
+}

@@ -1,0 +1,302 @@
+package sqs
+
+import (
+	"context"
+	"encoding/base64"
+	"net/http"
+	"slices"
+	"strings"
+
+	"github.com/styxq/styx/internal/auth"
+	"github.com/styxq/styx/internal/redrive"
+	"github.com/styxq/styx/internal/store"
+)
+
+// sourceQueues returns the names of the queues whose dead-letter queue is
+// name, in name order.
+func (h *Handler) sourceQueues(ctx context.Context, name string) ([]string, error) {
+	all, err := h.cfg.Queues.List(ctx, store.ListQueuesParams{})
+	if err != nil {
+		return nil, err
+	}
+	var out []string
+	for _, q := range all {
+		if q.DeadQueue == name {
+			out = append(out, q.Name)
+		}
+	}
+	return out, nil
+}
+
+type listDeadLetterSourceQueuesInput struct {
+	QueueURL   string `json:"QueueUrl"`
+	MaxResults *int   `json:"MaxResults"`
+	NextToken  string `json:"NextToken"`
+}
+
+type listDeadLetterSourceQueuesOutput struct {
+	QueueUrls []string `json:"queueUrls"`
+	NextToken string   `json:"NextToken,omitempty"`
+}
+
+func (h *Handler) listDeadLetterSourceQueues(ctx context.Context, r *request) (any, error) {
+	var in listDeadLetterSourceQueuesInput
+	if err := r.decode(&in); err != nil {
+		return nil, err
+	}
+	_, info, err := h.lookup(ctx, in.QueueURL)
+	if err != nil {
+		return nil, err
+	}
+	limit := maxListQueues
+	if in.MaxResults != nil {
+		if *in.MaxResults < 1 || *in.MaxResults > maxListQueues {
+			return nil, invalidParameter("Value %d for parameter MaxResults is invalid. Reason: it must be between 1 and %d.", *in.MaxResults, maxListQueues)
+		}
+		limit = *in.MaxResults
+	}
+	names, err := h.sourceQueues(ctx, info.Name)
+	if err != nil {
+		return nil, err
+	}
+	if in.NextToken != "" {
+		last, err := base64.RawURLEncoding.DecodeString(in.NextToken)
+		if err != nil {
+			return nil, invalidParameter("Invalid NextToken value '%s'.", in.NextToken)
+		}
+		for len(names) > 0 && names[0] <= string(last) {
+			names = names[1:]
+		}
+	}
+	names = slices.DeleteFunc(names, func(n string) bool { return !covers(ctx, n) })
+	out := listDeadLetterSourceQueuesOutput{QueueUrls: []string{}}
+	for i, n := range names {
+		if i == limit {
+			if in.MaxResults != nil {
+				out.NextToken = base64.RawURLEncoding.EncodeToString([]byte(names[i-1]))
+			}
+			break
+		}
+		out.QueueUrls = append(out.QueueUrls, h.queueURL(r.http, n))
+	}
+	return out, nil
+}
+
+// maxMoveRate is the largest MaxNumberOfMessagesPerSecond SQS accepts.
+const maxMoveRate = 500
+
+type startMessageMoveTaskInput struct {
+	SourceArn                    string `json:"SourceArn"`
+	DestinationArn               string `json:"DestinationArn"`
+	MaxNumberOfMessagesPerSecond *int   `json:"MaxNumberOfMessagesPerSecond"`
+}
+
+type taskHandleOutput struct {
+	TaskHandle string `json:"TaskHandle"`
+}
+
+// taskHandle is an SQS TaskHandle: the Styx redrive task's id, which
+// `styx redrives` and the UI show too.
+func taskHandle(id string) string {
+	return base64.RawURLEncoding.EncodeToString([]byte("styx-redrive:" + id))
+}
+
+func taskID(handle string) (string, bool) {
+	b, err := base64.RawURLEncoding.DecodeString(handle)
+	if err != nil {
+		return "", false
+	}
+	id, ok := strings.CutPrefix(string(b), "styx-redrive:")
+	return id, ok && id != ""
+}
+
+func (h *Handler) movesEnabled() error {
+	if h.cfg.Redrives == nil {
+		return &Error{Type: "UnsupportedOperation", Query: "AWS.SimpleQueueService.UnsupportedOperation", Status: http.StatusBadRequest,
+			Message: "message move tasks are not available on this server"}
+	}
+	return nil
+}
+
+// startMessageMoveTask starts a Styx redrive task of every dead item of a
+// dead-letter queue: back to each item's source queue, or to
+// DestinationArn; MaxNumberOfMessagesPerSecond is the task's rate.
+func (h *Handler) startMessageMoveTask(ctx context.Context, r *request) (any, error) {
+	if err := h.movesEnabled(); err != nil {
+		return nil, err
+	}
+	var in startMessageMoveTaskInput
+	if err := r.decode(&in); err != nil {
+		return nil, err
+	}
+	if in.SourceArn == "" {
+		return nil, missingParameter("SourceArn")
+	}
+	src, err := h.nameFromARN("SourceArn", in.SourceArn)
+	if err != nil {
+		return nil, err
+	}
+	if _, _, err := h.lookupName(ctx, src); err != nil {
+		return nil, &Error{Type: "ResourceNotFoundException", Status: http.StatusNotFound, Message: "The resource that you specified for the SourceArn parameter doesn't exist."}
+	}
+	sources, err := h.sourceQueues(ctx, src)
+	if err != nil {
+		return nil, err
+	}
+	if len(sources) == 0 {
+		return nil, invalidParameter("Source queue must be configured as a Dead Letter Queue.")
+	}
+	var dest string
+	if in.DestinationArn != "" {
+		if dest, err = h.nameFromARN("DestinationArn", in.DestinationArn); err != nil {
+			return nil, err
+		}
+		if dest == src {
+			return nil, invalidParameter("The DestinationArn must not be the SourceArn.")
+		}
+		if _, _, err := h.lookupName(ctx, dest); err != nil {
+			return nil, &Error{Type: "ResourceNotFoundException", Status: http.StatusNotFound, Message: "The resource that you specified for the DestinationArn parameter doesn't exist."}
+		}
+	}
+	rate := 0
+	if in.MaxNumberOfMessagesPerSecond != nil {
+		rate = *in.MaxNumberOfMessagesPerSecond
+		if rate < 1 || rate > maxMoveRate {
+			return nil, invalidParameter("Value %d for parameter MaxNumberOfMessagesPerSecond is invalid. Reason: must be between 1 and %d.", rate, maxMoveRate)
+		}
+	}
+	var keyQueues []string
+	if p := auth.FromContext(ctx); p != nil {
+		keyQueues = p.Queues
+	}
+	t, err := h.cfg.Redrives.Start(ctx, redrive.StartParams{Queue: src, Destination: dest, RateLimit: int32(rate),
+		MaxRedriveCount: -1, KeyName: auth.KeyName(ctx), KeyQueues: keyQueues})
+	if err != nil {
+		return nil, err
+	}
+	return taskHandleOutput{TaskHandle: taskHandle(t.ID)}, nil
+}
+
+type listMessageMoveTasksInput struct {
+	SourceArn  string `json:"SourceArn"`
+	MaxResults *int   `json:"MaxResults"`
+}
+
+type moveTaskResult struct {
+	TaskHandle                        string `json:"TaskHandle,omitempty"`
+	Status                            string `json:"Status"`
+	SourceArn                         string `json:"SourceArn"`
+	DestinationArn                    string `json:"DestinationArn,omitempty"`
+	MaxNumberOfMessagesPerSecond      *int32 `json:"MaxNumberOfMessagesPerSecond,omitempty"`
+	ApproximateNumberOfMessagesMoved  int64  `json:"ApproximateNumberOfMessagesMoved"`
+	ApproximateNumberOfMessagesToMove int64  `json:"ApproximateNumberOfMessagesToMove"`
+	FailureReason                     string `json:"FailureReason,omitempty"`
+	StartedTimestamp                  int64  `json:"StartedTimestamp"`
+}
+
+type listMessageMoveTasksOutput struct {
+	Results []moveTaskResult `json:"Results"`
+}
+
+// moveStatus maps a redrive task's status onto SQS's.
+var moveStatus = map[string]string{
+	redrive.StatusRunning: "RUNNING", redrive.StatusCompleted: "COMPLETED", redrive.StatusCancelling: "CANCELLING",
+	redrive.StatusCancelled: "CANCELLED", redrive.StatusFailed: "FAILED",
+}
+
+func (h *Handler) listMessageMoveTasks(ctx context.Context, r *request) (any, error) {
+	if err := h.movesEnabled(); err != nil {
+		return nil, err
+	}
+	var in listMessageMoveTasksInput
+	if err := r.decode(&in); err != nil {
+		return nil, err
+	}
+	if in.SourceArn == "" {
+		return nil, missingParameter("SourceArn")
+	}
+	src, err := h.nameFromARN("SourceArn", in.SourceArn)
+	if err != nil {
+		return nil, err
+	}
+	limit := 1
+	if in.MaxResults != nil {
+		if *in.MaxResults < 1 || *in.MaxResults > 10 {
+			return nil, invalidParameter("Value %d for parameter MaxResults is invalid. Reason: must be between 1 and 10.", *in.MaxResults)
+		}
+		limit = *in.MaxResults
+	}
+	if _, _, err := h.lookupName(ctx, src); err != nil {
+		return nil, &Error{Type: "ResourceNotFoundException", Status: http.StatusNotFound, Message: "The resource that you specified for the SourceArn parameter doesn't exist."}
+	}
+	tasks, err := h.cfg.Redrives.List(ctx, src)
+	if err != nil {
+		return nil, err
+	}
+	out := listMessageMoveTasksOutput{Results: []moveTaskResult{}}
+	for _, t := range tasks {
+		if len(out.Results) == limit {
+			break
+		}
+		if t.DryRun {
+			continue
+		}
+		res := moveTaskResult{Status: moveStatus[t.Status], SourceArn: h.arn(t.Queue), ApproximateNumberOfMessagesMoved: t.Moved,
+			ApproximateNumberOfMessagesToMove: t.Matched, FailureReason: t.FailureReason, StartedTimestamp: t.StartedAt.UnixMilli()}
+		if t.Status == redrive.StatusRunning {
+			res.TaskHandle = taskHandle(t.ID)
+		}
+		if t.Destination != "" {
+			res.DestinationArn = h.arn(t.Destination)
+		}
+		if t.RateLimit > 0 {
+			rate := t.RateLimit
+			res.MaxNumberOfMessagesPerSecond = &rate
+		}
+		out.Results = append(out.Results, res)
+	}
+	return out, nil
+}
+
+type cancelMessageMoveTaskInput struct {
+	TaskHandle string `json:"TaskHandle"`
+}
+
+type cancelMessageMoveTaskOutput struct {
+	ApproximateNumberOfMessagesMoved int64 `json:"ApproximateNumberOfMessagesMoved"`
+}
+
+func (h *Handler) cancelMessageMoveTask(ctx context.Context, r *request) (any, error) {
+	if err := h.movesEnabled(); err != nil {
+		return nil, err
+	}
+	var in cancelMessageMoveTaskInput
+	if err := r.decode(&in); err != nil {
+		return nil, err
+	}
+	if in.TaskHandle == "" {
+		return nil, missingParameter("TaskHandle")
+	}
+	id, ok := taskID(in.TaskHandle)
+	if !ok {
+		return nil, invalidParameter("Value %s for parameter TaskHandle is invalid.", in.TaskHandle)
+	}
+	t, err := h.cfg.Redrives.Get(ctx, id)
+	if err != nil {
+		return nil, &Error{Type: "ResourceNotFoundException", Status: http.StatusNotFound, Message: "The task handle does not name a message move task."}
+	}
+	if p := auth.FromContext(ctx); p != nil {
+		if err := p.Check("/v1/redrives.cancel", t.Queue); err != nil {
+			return nil, err
+		}
+	}
+	if t.Status != redrive.StatusRunning {
+		return nil, &Error{Type: "ResourceNotFoundException", Status: http.StatusNotFound,
+			Message: "Only active tasks can be cancelled; this one is " + moveStatus[t.Status] + "."}
+	}
+	t, err = h.cfg.Redrives.Cancel(ctx, id)
+	if err != nil {
+		return nil, err
+	}
+	return cancelMessageMoveTaskOutput{ApproximateNumberOfMessagesMoved: t.Moved}, nil
+}

@@ -1,0 +1,367 @@
+// Package sqs serves the Amazon SQS API over Styx's queues, on the same port
+// and the same queues as /v1: the AWS JSON 1.0 protocol (POST / with
+// "X-Amz-Target: AmazonSQS.<Action>" and an application/x-amz-json-1.0
+// body) and the older query protocol (form-encoded requests, XML replies;
+// query.go), over the same handlers. Every SQS action maps onto the queue
+// layer (queue.Queues): a receive is a lease, a delete a complete, a
+// visibility change a renew; a message's MessageId, SentTimestamp and
+// attributes live in the item's opaque attributes blob, which every move
+// carries (ADR 0016; docs/sqs.md has the whole mapping).
+//
+// Errors are answered as SQS answers them: a JSON body
+// {"__type":"com.amazonaws.sqs#<Name>","message":…}, the HTTP status SQS
+// uses, and the x-amzn-query-error header ("<legacy code>;Sender") from
+// which the SDKs take their error codes. A client mistake is a 400 (404 for
+// an invalid receipt handle, as SQS) and never a 500.
+package sqs
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"maps"
+	"net/http"
+	"net/url"
+	"slices"
+	"strings"
+	"time"
+
+	"github.com/styxq/styx/internal/auth"
+	"github.com/styxq/styx/internal/clock"
+	"github.com/styxq/styx/internal/queue"
+	"github.com/styxq/styx/internal/redrive"
+	"github.com/styxq/styx/internal/store"
+)
+
+// Defaults of Config.
+const (
+	// DefaultRegion is the region named in queue ARNs.
+	DefaultRegion = "us-east-1"
+	// DefaultAccountID is the account id in queue URLs and ARNs; the SQS
+	// emulators use the same one.
+	DefaultAccountID = "000000000000"
+)
+
+// TargetPrefix starts the X-Amz-Target header of every SQS JSON request.
+const TargetPrefix = "AmazonSQS."
+
+// Config configures a Handler.
+type Config struct {
+	// Queues are the server's queues (the same ones /v1 serves).
+	Queues queue.Queues
+	// Redrives runs message move tasks (StartMessageMoveTask); nil leaves
+	// the move-task actions answering UnsupportedOperation.
+	Redrives *redrive.Runner
+	// Clock is the time source; nil means clock.Real.
+	Clock clock.Clock
+	Log   *slog.Logger
+	// Region names the region in queue ARNs. Empty: DefaultRegion.
+	Region string
+	// AccountID is the account id in queue URLs and ARNs. Empty:
+	// DefaultAccountID.
+	AccountID string
+	// MaxRequestBytes bounds a request body, in bytes (the transport's
+	// limit); 0 means 64 MiB.
+	MaxRequestBytes int64
+	// Auth makes every request carry a valid AWS Signature Version 4 made
+	// with a Styx API key (access key id = the key's id); its scopes and
+	// queue patterns apply per action as on /v1. Requires Keys. False: any
+	// signature, or none, is accepted (as SQS emulators do).
+	Auth bool
+	Keys *auth.Keys
+}
+
+// Handler serves the SQS API. Its methods may be called concurrently; it
+// holds no mutable state once WatchKeys has been called (before serving).
+type Handler struct {
+	cfg     Config
+	actions map[string]action
+	// watch and revoked are set by WatchKeys; nil: receives are not
+	// watched.
+	watch   KeyWatcher
+	revoked error
+}
+
+// KeyWatcher returns ctx ended (with cause revoked, see WatchKeys) when the
+// key named name is deleted, at once on this server or, on another, when
+// check answers apierr.Unauthorized; stop ends the watch. The transport's
+// watcher of waiting /v1 leases is one.
+type KeyWatcher func(ctx context.Context, name string, check func(context.Context) error) (ctx2 context.Context, stop func())
+
+// WatchKeys makes a long-polling ReceiveMessage of an authenticated key end
+// when its key is deleted, as a /v1 lease does (issue 24): w watches the
+// key, and a receive whose context ends with cause revoked answers
+// InvalidClientTokenId. Call before serving.
+func (h *Handler) WatchKeys(w KeyWatcher, revoked error) { h.watch, h.revoked = w, revoked }
+
+// action runs one SQS action on a decoded request body and returns the
+// reply to encode as JSON (nil: "{}").
+type action func(ctx context.Context, r *request) (any, error)
+
+// request is one SQS call being served.
+type request struct {
+	http *http.Request
+	body []byte
+}
+
+// New returns a Handler.
+func New(cfg Config) *Handler {
+	if cfg.Clock == nil {
+		cfg.Clock = clock.Real{}
+	}
+	if cfg.Log == nil {
+		cfg.Log = slog.New(slog.NewTextHandler(io.Discard, nil))
+	}
+	if cfg.Region == "" {
+		cfg.Region = DefaultRegion
+	}
+	if cfg.AccountID == "" {
+		cfg.AccountID = DefaultAccountID
+	}
+	if cfg.MaxRequestBytes == 0 {
+		cfg.MaxRequestBytes = 64 << 20
+	}
+	h := &Handler{cfg: cfg}
+	h.actions = map[string]action{
+		"CreateQueue":                  h.createQueue,
+		"GetQueueUrl":                  h.getQueueURL,
+		"ListQueues":                   h.listQueues,
+		"DeleteQueue":                  h.deleteQueue,
+		"GetQueueAttributes":           h.getQueueAttributes,
+		"SetQueueAttributes":           h.setQueueAttributes,
+		"PurgeQueue":                   h.purgeQueue,
+		"SendMessage":                  h.sendMessage,
+		"SendMessageBatch":             h.sendMessageBatch,
+		"ReceiveMessage":               h.receiveMessage,
+		"DeleteMessage":                h.deleteMessage,
+		"DeleteMessageBatch":           h.deleteMessageBatch,
+		"ChangeMessageVisibility":      h.changeMessageVisibility,
+		"ChangeMessageVisibilityBatch": h.changeMessageVisibilityBatch,
+		"ListDeadLetterSourceQueues":   h.listDeadLetterSourceQueues,
+		"StartMessageMoveTask":         h.startMessageMoveTask,
+		"ListMessageMoveTasks":         h.listMessageMoveTasks,
+		"CancelMessageMoveTask":        h.cancelMessageMoveTask,
+		"TagQueue":                     h.tagQueue,
+		"UntagQueue":                   h.untagQueue,
+		"ListQueueTags":                h.listQueueTags,
+		"AddPermission":                notSupported("AddPermission", "Styx has no SQS permission policies; use Styx API keys with scopes and queue patterns (--auth)"),
+		"RemovePermission":             notSupported("RemovePermission", "Styx has no SQS permission policies; use Styx API keys with scopes and queue patterns (--auth)"),
+	}
+	return h
+}
+
+// Actions returns the names of the actions the handler serves, sorted.
+func (h *Handler) Actions() []string { return slices.Sorted(maps.Keys(h.actions)) }
+
+// Known reports whether the handler serves action.
+func (h *Handler) Known(action string) bool { _, ok := h.actions[action]; return ok }
+
+// Is reports whether r is an SQS request: a POST with an X-Amz-Target
+// header naming the AmazonSQS service (the JSON protocol), or a
+// query-protocol request (a form POST, or a GET with an Action parameter,
+// outside /v1/, /health, /metrics and /ui).
+func Is(r *http.Request) bool {
+	return r.Method == http.MethodPost && strings.HasPrefix(r.Header.Get("X-Amz-Target"), TargetPrefix) || isQuery(r)
+}
+
+// ServeHTTP serves one SQS request.
+func (h *Handler) ServeHTTP(w http.ResponseWriter, r *http.Request) { h.Serve(w, r) }
+
+// Serve serves one SQS request, in the JSON or the query protocol, and
+// returns the action it named ("" when it named none).
+func (h *Handler) Serve(w http.ResponseWriter, r *http.Request) string {
+	requestID := newMessageID()
+	w.Header().Set("x-amzn-RequestId", requestID)
+	query := !strings.HasPrefix(r.Header.Get("X-Amz-Target"), TargetPrefix)
+	fail := func(err error) {
+		if query {
+			e, internal := toError(err)
+			if internal {
+				h.cfg.Log.Error("sqs: internal error", "error", err)
+			}
+			failXML(w, e, requestID)
+			return
+		}
+		h.fail(w, r, err)
+	}
+	body, err := io.ReadAll(http.MaxBytesReader(w, r.Body, h.cfg.MaxRequestBytes))
+	if err != nil {
+		var tooBig *http.MaxBytesError
+		if errors.As(err, &tooBig) {
+			fail(invalidParameter("the request body is larger than the server's limit of %d bytes", h.cfg.MaxRequestBytes))
+			return ""
+		}
+		fail(invalidParameter("the request body could not be read: %v", err))
+		return ""
+	}
+	// The body has arrived: a long poll may now wait past the transport's
+	// body-read deadline.
+	_ = http.NewResponseController(w).SetReadDeadline(time.Time{})
+	name := strings.TrimPrefix(r.Header.Get("X-Amz-Target"), TargetPrefix)
+	var form url.Values
+	if query {
+		form = r.URL.Query()
+		if r.Method == http.MethodPost {
+			posted, err := url.ParseQuery(string(body))
+			if err != nil {
+				fail(invalidParameter("the request body is not a valid form: %v", err))
+				return ""
+			}
+			for k, v := range posted {
+				form[k] = v
+			}
+		}
+		name = form.Get("Action")
+	}
+	act, ok := h.actions[name]
+	if !ok {
+		fail(&Error{Type: "InvalidAction", Status: http.StatusBadRequest,
+			Message: fmt.Sprintf("The action %s is not valid for this endpoint.", name)})
+		return ""
+	}
+	ctx := context.WithValue(r.Context(), pathKey{}, actionPaths[name])
+	if h.cfg.Auth {
+		if h.cfg.Keys == nil {
+			fail(authError("InvalidClientTokenId", "this server runs with --auth but has no API keys"))
+			return name
+		}
+		p, err := h.authenticate(ctx, r, body)
+		if err != nil {
+			fail(err)
+			return name
+		}
+		ctx = auth.WithPrincipal(ctx, p)
+		ctx = context.WithValue(ctx, keyIDKey{}, accessKeyID(r))
+	}
+	in := body
+	if query {
+		// A query request sent to a queue URL names its queue by the path.
+		if form.Get("QueueUrl") == "" && strings.Count(strings.Trim(r.URL.Path, "/"), "/") == 1 {
+			form.Set("QueueUrl", h.queueURL(r, r.URL.Path[strings.LastIndexByte(r.URL.Path, '/')+1:]))
+		}
+		if in, err = formToJSON(name, form); err != nil {
+			fail(err)
+			return name
+		}
+	}
+	out, err := act(ctx, &request{http: r, body: in})
+	if err != nil {
+		fail(err)
+		return name
+	}
+	if out == nil {
+		out = struct{}{}
+	}
+	var b []byte
+	if query {
+		b, err = toXML(name, out, requestID)
+		w.Header().Set("Content-Type", "text/xml")
+	} else {
+		b, err = json.Marshal(out)
+		w.Header().Set("Content-Type", "application/x-amz-json-1.0")
+	}
+	if err != nil {
+		fail(err)
+		return name
+	}
+	_, _ = w.Write(b)
+	return name
+}
+
+// decode unmarshals the request body into v: an empty body is {}.
+func (r *request) decode(v any) error {
+	if len(strings.TrimSpace(string(r.body))) == 0 {
+		return nil
+	}
+	if err := json.Unmarshal(r.body, v); err != nil {
+		var te *json.UnmarshalTypeError
+		if errors.As(err, &te) {
+			return &Error{Type: "SerializationException", Status: http.StatusBadRequest,
+				Message: fmt.Sprintf("the field %s must be a %s, not a JSON %s", te.Field, te.Type, te.Value)}
+		}
+		return &Error{Type: "SerializationException", Status: http.StatusBadRequest,
+			Message: "the request body is not valid JSON: " + err.Error()}
+	}
+	return nil
+}
+
+// queueURL is the URL of queue name as a client of r reaches it:
+// <scheme>://<host>/<account id>/<name>.
+func (h *Handler) queueURL(r *http.Request, name string) string {
+	scheme := "http"
+	if r.TLS != nil {
+		scheme = "https"
+	}
+	return scheme + "://" + r.Host + "/" + h.cfg.AccountID + "/" + url.PathEscape(name)
+}
+
+// arn is the ARN of queue name.
+func (h *Handler) arn(name string) string {
+	return "arn:aws:sqs:" + h.cfg.Region + ":" + h.cfg.AccountID + ":" + name
+}
+
+// nameFromARN returns the queue name of an SQS queue ARN of this server.
+func (h *Handler) nameFromARN(field, arn string) (string, error) {
+	parts := strings.Split(arn, ":")
+	if len(parts) != 6 || parts[0] != "arn" || parts[2] != "sqs" || parts[5] == "" {
+		return "", invalidParameter("Value %s for parameter %s is invalid. Reason: it is not an SQS queue ARN (arn:aws:sqs:<region>:<account id>:<queue name>).", arn, field)
+	}
+	return parts[5], nil
+}
+
+// queueName returns the queue name a QueueUrl names: its last path segment
+// (any host and account id are accepted, as the SQS emulators do, so a URL
+// built for another endpoint still works).
+func queueName(queueURL string) (string, error) {
+	if queueURL == "" {
+		return "", missingParameter("QueueUrl")
+	}
+	u, err := url.Parse(queueURL)
+	if err != nil {
+		return "", invalidAddress(queueURL)
+	}
+	p := strings.TrimSuffix(u.EscapedPath(), "/")
+	i := strings.LastIndexByte(p, '/')
+	name, err := url.PathUnescape(p[i+1:])
+	if err != nil || name == "" {
+		return "", invalidAddress(queueURL)
+	}
+	return name, nil
+}
+
+// lookup returns the queue a QueueUrl names and its definition, or
+// QueueDoesNotExist.
+func (h *Handler) lookup(ctx context.Context, queueURL string) (queue.Queue, store.QueueInfo, error) {
+	name, err := queueName(queueURL)
+	if err != nil {
+		return nil, store.QueueInfo{}, err
+	}
+	return h.lookupName(ctx, name)
+}
+
+func (h *Handler) lookupName(ctx context.Context, name string) (queue.Queue, store.QueueInfo, error) {
+	if err := h.allow(ctx, name); err != nil {
+		return nil, store.QueueInfo{}, err
+	}
+	q, err := h.cfg.Queues.Get(name)
+	if err != nil {
+		return nil, store.QueueInfo{}, errNoQueue
+	}
+	info, err := h.cfg.Queues.Info(ctx, name)
+	if err != nil {
+		return nil, store.QueueInfo{}, err
+	}
+	return q, info, nil
+}
+
+func (h *Handler) now() time.Time { return h.cfg.Clock.Now() }
+
+func notSupported(action, why string) action {
+	return func(context.Context, *request) (any, error) {
+		return nil, &Error{Type: "UnsupportedOperation", Query: "AWS.SimpleQueueService.UnsupportedOperation", Status: http.StatusBadRequest,
+			Message: action + " is not supported by Styx: " + why + "."}
+	}
+}
