@@ -320,14 +320,14 @@ func TestBrowserLive(t *testing.T) {
 	require.Equal(t, "yes", b.eval(`String(window.stillHere)`), "updated in place, not reloaded")
 	require.Equal(t, "Live updates: on", b.text("#live-button"))
 
-	// 40 dead items, redriven at 4 a second (10 s: time to look at it).
+	// 40 dead items, redriven at 2 a second (20 s: time to look at it).
 	kill(t, c, "live", 4, "boom", func(i int) string { return "x" })
 	kill(t, c, "live", 36, "boom", func(i int) string { return fmt.Sprint(i) })
 	waitDead(t, c, "live-dlq", 40)
 	b.open("/ui/queues/live-dlq/dead")
 	b.waitText("main table caption", "40 dead items")
 	require.Empty(t, b.eval(`document.getElementById('running-redrive') ? 'banner' : ''`))
-	task, err := c.DeadRedrive(ctx, &pb.DeadRedriveRequest{QueueName: "live-dlq", All: true, RateLimit: 4})
+	task, err := c.DeadRedrive(ctx, &pb.DeadRedriveRequest{QueueName: "live-dlq", All: true, RateLimit: 2})
 	require.NoError(t, err)
 	t.Cleanup(func() { _, _ = c.RedrivesCancel(ctx, &pb.RedriveTaskRequest{TaskId: task.TaskId}) })
 	b.waitText("#running-redrive", "A redrive is running: "+task.TaskId)
@@ -337,7 +337,13 @@ func TestBrowserLive(t *testing.T) {
 	b.run(chromedp.Click(`//button[text()="Redrive all…"]`))
 	b.waitText("#confirm-dialog", "Redrive "+task.TaskId+" is already running on live-dlq")
 	require.Equal(t, "true", b.eval(`String(document.getElementById('confirm-ok').hidden)`), "no second redrive offered")
+	// No redraw while a dialog is open (the page redraws every second while
+	// a redrive runs); it goes on once the dialog is closed.
+	ready := b.eval(`document.getElementById('main').dataset.ready`)
+	b.run(chromedp.Sleep(2500 * time.Millisecond))
+	require.Equal(t, ready, b.eval(`document.getElementById('main').dataset.ready`), "the page waits while a dialog is open")
 	b.run(chromedp.Click(`#confirm-dialog button[value=cancel]`, chromedp.ByQuery))
+	b.run(chromedp.Poll(fmt.Sprintf(`document.getElementById('main').dataset.ready !== %q`, ready), nil, chromedp.WithPollingInterval(50*time.Millisecond)))
 
 	// The task's page: progress, duration, ETA while it runs.
 	b.open("/ui/redrives/" + task.TaskId)
