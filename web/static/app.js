@@ -502,6 +502,7 @@
     const queues = list.items || [];
     const stats = await Promise.all(queues.map((q) => soft(api('queue.stats', { queue_name: q.queue_name }))));
     if (my !== page) return;
+    slowLive = queues.length * 40; // 2 s up to 50 queues, 40 s for 1,000
     const byName = {};
     queues.forEach((q, i) => { byName[q.queue_name] = stats[i]; });
     const dlqs = new Set(queues.map((q) => q.dead_queue).filter(Boolean));
@@ -767,6 +768,7 @@
       return;
     }
     const it = (res.items || [])[0];
+    slowLive = 5000 + Math.min(55000, (it && it.payload ? it.payload.length : 0) / 20); // 5 s, a minute for a 1 MB payload
     if (!it) {
       show(crumbs, h('h1', {}, id), h('p', {}, `No item ${id} in ${name}: it was redriven, deleted or consumed.`));
       return;
@@ -984,6 +986,10 @@
   const LIVE_STORAGE = 'styx.live';
   let liveTimer = null;
   let fastLive = false;
+  // slowLive, when a page sets it, is a longer interval for a page whose
+  // update is costly (the overview calls queue.stats once per queue; an
+  // item page reads the item's payload).
+  let slowLive = 0;
   const liveButton = document.getElementById('live-button');
   const livePaused = () => sessionStorage.getItem(LIVE_STORAGE) === 'paused';
   const isLive = (t) => t.status === 'running' || t.status === 'cancelling';
@@ -1004,7 +1010,7 @@
       const typing = a && main.contains(a) && /^(INPUT|SELECT|TEXTAREA)$/.test(a.tagName);
       if (livePaused() || document.querySelector('dialog[open]') || document.hidden || typing) { scheduleLive(my); return; }
       render(true);
-    }, fastLive ? FAST_MS : LIVE_MS);
+    }, fastLive ? FAST_MS : Math.max(LIVE_MS, slowLive));
   }
 
   liveButton.addEventListener('click', () => {
@@ -1016,6 +1022,7 @@
   async function render(refresh = false) {
     const my = ++page;
     fastLive = false;
+    slowLive = 0;
     const [fn, ...args] = route(location.pathname);
     // A live update redraws the page: keep the keyboard focus on the same
     // control (found again by its label or id).
