@@ -150,6 +150,19 @@ func TestBrowserReadOnlyKey(t *testing.T) {
 	b.open("/ui/queues/ro")
 	b.waitText("main .cards", "Dead (in ro-dlq)")
 	require.Contains(t, b.text("main .cards"), "2")
+
+	// A key of the dead scope only: the overview says what it may not see.
+	dead, err := c.KeysCreate(context.Background(), &pb.KeysCreateRequest{Name: "dead-only", Scopes: []string{"dead"}})
+	require.NoError(t, err)
+	b.run(chromedp.Evaluate(`sessionStorage.setItem('styx.apiKey', `+fmt.Sprintf("%q", dead.Key)+`)`, nil))
+	b.open("/ui/")
+	b.waitText("main", "Queues not shown: your API key may not see them")
+	require.Contains(t, b.text("main"), "Charts not shown")
+	require.Empty(t, b.eval(`document.querySelector('main .error-box') ? 'error' : ''`))
+	b.open("/ui/queues/ro-dlq/dead")
+	b.waitText("main table caption", "2 dead items in 1 group")
+	b.open("/ui/queues/ro")
+	b.waitText("main", "Configuration not shown: your API key may not see them")
 }
 
 // TestBrowserDeadBySource (issue 28, 4): a source queue's row and page show

@@ -498,7 +498,7 @@
 
   async function overview(my) {
     document.title = 'Queues · Styx';
-    const [list, tasks, hist] = await Promise.all([api('queues.list', { limit: 1000 }), soft(api('redrives.list', {})), soft(api('queues.history', {}))]);
+    const [list, tasks, hist] = await Promise.all([soft(api('queues.list', { limit: 1000 })), soft(api('redrives.list', {})), soft(api('queues.history', {}))]);
     const queues = list.items || [];
     const stats = await Promise.all(queues.map((q) => soft(api('queue.stats', { queue_name: q.queue_name }))));
     if (my !== page) return;
@@ -530,7 +530,7 @@
     const failed = stats.filter((s) => s.error);
     show(h('h1', {}, 'Queues'),
       hist.error ? notShown('Charts', hist.error) : historyCharts(hist),
-      queues.length === 0 ? h('p', { class: 'muted' }, 'No queues yet.')
+      list.error ? notShown('Queues', list.error) : queues.length === 0 ? h('p', { class: 'muted' }, 'No queues yet.')
         : table(`${fmt(queues.length)} queues`, ['Queue', ['Ready', 'num'], ['Leased', 'num'], ['Scheduled', 'num'],
           ['Dead', 'num'], ['Dead held', 'num'], 'Oldest item', 'Dead-letter queue', ['Redrives running', 'num']], rows),
       h('p', { class: 'muted' }, 'Dead: the queue\'s items in its dead-letter queue. Dead held: the dead items a dead-letter queue holds.'),
@@ -540,8 +540,10 @@
 
   async function queuePage(my, name) {
     document.title = name + ' · Styx';
-    const [info, s, list, hist] = await Promise.all([api('queues.info', { queue_name: name }), soft(api('queue.stats', { queue_name: name })),
+    const [infoRes, s, list, hist] = await Promise.all([soft(api('queues.info', { queue_name: name })), soft(api('queue.stats', { queue_name: name })),
       soft(api('queues.list', { limit: 1000 })), soft(api('queues.history', { queue_name: name }))]);
+    if (infoRes.error && infoRes.error.status !== 403) throw infoRes.error; // no such queue
+    const info = infoRes.error ? {} : infoRes;
     const dlqStats = info.dead_queue ? await soft(api('queue.stats', { queue_name: info.dead_queue })) : null;
     if (my !== page) return;
     const { ready, leased, scheduled, parts } = counts(s);
@@ -565,7 +567,7 @@
           'Its dead items in ' + info.dead_queue) : null,
         h('a', { class: 'button', href: '/ui/queues/' + enc(name) + '/items' }, 'Browse items')),
       h('h2', {}, 'Configuration'),
-      h('dl', { class: 'props' },
+      infoRes.error ? notShown('Configuration', infoRes.error) : h('dl', { class: 'props' },
         prop('Namespace', info.namespace), prop('Dead-letter queue', info.dead_queue ? h('a', { href: '/ui/queues/' + enc(info.dead_queue) }, info.dead_queue) : ''),
         prop('Lease timeout', info.lease_timeout), prop('Expire timeout', info.expire_timeout),
         prop('Max attempts', info.max_attempts ? String(info.max_attempts) : 'unlimited'),
