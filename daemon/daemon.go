@@ -541,14 +541,17 @@ func (d *Daemon) serve(ctx context.Context, m queue.Queues, tasks store.TaskStor
 	if ui == nil {
 		ui = web.Handler()
 	}
+	// The queue history counts the produces and completes of both APIs.
+	hist := d.startHistory(m)
+	counted := history.Counting(m, hist)
 	var sqsHandler *sqs.Handler
 	if !cfg.DisableSQS {
-		sqsHandler = sqs.New(sqs.Config{Queues: m, Redrives: d.redrives, Clock: cfg.Clock, Log: cfg.Log, Region: cfg.SQSRegion,
+		sqsHandler = sqs.New(sqs.Config{Queues: counted, Redrives: d.redrives, Clock: cfg.Clock, Log: cfg.Log, Region: cfg.SQSRegion,
 			AccountID: cfg.SQSAccountID, MaxRequestBytes: cfg.MaxRequestBytes, Auth: cfg.Auth, Keys: keys})
 	}
 	h := transport.NewHandler(transport.Config{
 		SQS:     sqsHandler,
-		Service: d.service(m), Metrics: d.Metrics, Log: cfg.Log, MaxRequestBytes: cfg.MaxRequestBytes,
+		Service: service.New(counted, d.redrives, cfg.Clock).WithHistory(hist), Metrics: d.Metrics, Log: cfg.Log, MaxRequestBytes: cfg.MaxRequestBytes,
 		BodyReadTimeout: cfg.BodyReadTimeout, Keys: keys, Auth: cfg.Auth, UI: ui, AllowedHosts: cfg.AllowedHosts,
 		Health: func() string {
 			if guard == nil {
@@ -596,9 +599,9 @@ func (d *Daemon) serve(ctx context.Context, m queue.Queues, tasks store.TaskStor
 	return d, nil
 }
 
-// service returns the API over m, with the queue history of the UI and
-// queues.history (internal/history) sampled until Close.
-func (d *Daemon) service(m queue.Queues) *service.Service {
+// startHistory starts the queue history of m (internal/history: the UI's
+// charts and queues.history), sampled until Close (d.stopHistory).
+func (d *Daemon) startHistory(m queue.Queues) *history.Recorder {
 	h := history.New(m, d.cfg.Clock, d.Metrics)
 	ctx, stop := context.WithCancel(context.Background())
 	done := make(chan struct{})
@@ -607,7 +610,7 @@ func (d *Daemon) service(m queue.Queues) *service.Service {
 		h.Run(ctx)
 	}()
 	d.stopHistory = func() { stop(); <-done }
-	return service.New(history.Counting(m, h), d.redrives, d.cfg.Clock).WithHistory(h)
+	return h
 }
 
 // uiURL is the address of the web UI: the endpoint with /ui/, a wildcard

@@ -150,6 +150,19 @@ func TestBrowserReadOnlyKey(t *testing.T) {
 	b.open("/ui/queues/ro")
 	b.waitText("main .cards", "Dead (in ro-dlq)")
 	require.Contains(t, b.text("main .cards"), "2")
+
+	// A key of the dead scope only: the overview says what it may not see.
+	dead, err := c.KeysCreate(context.Background(), &pb.KeysCreateRequest{Name: "dead-only", Scopes: []string{"dead"}})
+	require.NoError(t, err)
+	b.run(chromedp.Evaluate(`sessionStorage.setItem('styx.apiKey', `+fmt.Sprintf("%q", dead.Key)+`)`, nil))
+	b.open("/ui/")
+	b.waitText("main", "Queues not shown: your API key may not see them")
+	require.Contains(t, b.text("main"), "Charts not shown")
+	require.Empty(t, b.eval(`document.querySelector('main .error-box') ? 'error' : ''`))
+	b.open("/ui/queues/ro-dlq/dead")
+	b.waitText("main table caption", "2 dead items in 1 group")
+	b.open("/ui/queues/ro")
+	b.waitText("main", "Configuration not shown: your API key may not see them")
 }
 
 // TestBrowserDeadBySource (issue 28, 4): a source queue's row and page show
@@ -320,14 +333,14 @@ func TestBrowserLive(t *testing.T) {
 	require.Equal(t, "yes", b.eval(`String(window.stillHere)`), "updated in place, not reloaded")
 	require.Equal(t, "Live updates: on", b.text("#live-button"))
 
-	// 40 dead items, redriven at 10 a second.
+	// 40 dead items, redriven at 2 a second (20 s: time to look at it).
 	kill(t, c, "live", 4, "boom", func(i int) string { return "x" })
 	kill(t, c, "live", 36, "boom", func(i int) string { return fmt.Sprint(i) })
 	waitDead(t, c, "live-dlq", 40)
 	b.open("/ui/queues/live-dlq/dead")
 	b.waitText("main table caption", "40 dead items")
 	require.Empty(t, b.eval(`document.getElementById('running-redrive') ? 'banner' : ''`))
-	task, err := c.DeadRedrive(ctx, &pb.DeadRedriveRequest{QueueName: "live-dlq", All: true, RateLimit: 10})
+	task, err := c.DeadRedrive(ctx, &pb.DeadRedriveRequest{QueueName: "live-dlq", All: true, RateLimit: 2})
 	require.NoError(t, err)
 	t.Cleanup(func() { _, _ = c.RedrivesCancel(ctx, &pb.RedriveTaskRequest{TaskId: task.TaskId}) })
 	b.waitText("#running-redrive", "A redrive is running: "+task.TaskId)
@@ -337,7 +350,13 @@ func TestBrowserLive(t *testing.T) {
 	b.run(chromedp.Click(`//button[text()="Redrive all…"]`))
 	b.waitText("#confirm-dialog", "Redrive "+task.TaskId+" is already running on live-dlq")
 	require.Equal(t, "true", b.eval(`String(document.getElementById('confirm-ok').hidden)`), "no second redrive offered")
+	// No redraw while a dialog is open (the page redraws every second while
+	// a redrive runs); it goes on once the dialog is closed.
+	ready := b.eval(`document.getElementById('main').dataset.ready`)
+	b.run(chromedp.Sleep(2500 * time.Millisecond))
+	require.Equal(t, ready, b.eval(`document.getElementById('main').dataset.ready`), "the page waits while a dialog is open")
 	b.run(chromedp.Click(`#confirm-dialog button[value=cancel]`, chromedp.ByQuery))
+	b.run(chromedp.Poll(fmt.Sprintf(`document.getElementById('main').dataset.ready !== %q`, ready), nil, chromedp.WithPollingInterval(50*time.Millisecond)))
 
 	// The task's page: progress, duration, ETA while it runs.
 	b.open("/ui/redrives/" + task.TaskId)

@@ -379,3 +379,31 @@ func TestProgressLine(t *testing.T) {
 	task.Skipped, task.Status = 3, "completed"
 	require.Equal(t, "119765/119762  100%  4512/s  completed  (failed 0, skipped 3)", p.line(task, false))
 }
+
+// TestRedriveWarningCLI (issue 28, 1): the dry run prints the server's plan
+// (what stays and why), and a redrive that left items behind prints its
+// warning.
+func TestRedriveWarningCLI(t *testing.T) {
+	d := startDaemon(t)
+	c := cli{t: t, endpoint: d.Endpoint()}
+	c.ok("queues", "create", "w-dlq")
+	c.ok("queues", "create", "w", "--dead-queue", "w-dlq")
+	c.ok("queues", "create", "w-old", "--dead-queue", "w-dlq")
+	c.ok("produce", "w", "one")
+	c.ok("produce", "w-old", "two")
+	for _, q := range []string{"w", "w-old"} {
+		it := c.leaseAll(q, 1)[0]
+		c.ok("retry", q, it.Id, "--dead", "--error", "boom")
+	}
+	c.waitDead("w-dlq", 2)
+	c.ok("queues", "delete", "w-old", "--yes")
+
+	out := c.ok("dead", "redrive", "w-dlq", "--dry-run")
+	require.Regexp(t, `^would redrive 1 of 2 matched items from w-dlq \(1 skipped\)\n\nQUEUE\s+ITEMS\s+SKIPPED\s+NOTE\n`, out)
+	require.Regexp(t, `(?m)^w-old\s+1\s+1\s+1 queue does not exist: items stay$`, out)
+	require.Regexp(t, `(?m)^w\s+1\s+0\s+-$`, out)
+
+	out = c.ok("dead", "redrive", "w-dlq", "--all")
+	require.Regexp(t, `(?m)^status\s+completed$`, out)
+	require.Regexp(t, `(?m)^warning\s+1 of 2 items stay in the dead-letter queue: 1 whose destination queue does not exist$`, out)
+}

@@ -163,6 +163,9 @@ func (a *app) printTask(t *pb.RedriveTask, full bool) error {
 		tw.row("queue", t.QueueName)
 		tw.row("destination", destination(t))
 		tw.row("filter", describeFilter(t.Filter))
+		if t.ErrorPattern != "" {
+			tw.row("error pattern", t.ErrorPattern)
+		}
 		rate := "unlimited"
 		if t.RateLimit > 0 {
 			rate = fmt.Sprintf("%d items/s", t.RateLimit)
@@ -189,6 +192,9 @@ func (a *app) printTask(t *pb.RedriveTask, full bool) error {
 	tw.row("duration", a.taskDuration(t))
 	if t.FailureReason != "" {
 		tw.row("failure reason", t.FailureReason)
+	}
+	if t.Warning != "" {
+		tw.row("warning", t.Warning)
 	}
 	if err := tw.flush(); err != nil {
 		return err

@@ -498,10 +498,11 @@
 
   async function overview(my) {
     document.title = 'Queues · Styx';
-    const [list, tasks, hist] = await Promise.all([api('queues.list', { limit: 1000 }), soft(api('redrives.list', {})), soft(api('queues.history', {}))]);
+    const [list, tasks, hist] = await Promise.all([soft(api('queues.list', { limit: 1000 })), soft(api('redrives.list', {})), soft(api('queues.history', {}))]);
     const queues = list.items || [];
     const stats = await Promise.all(queues.map((q) => soft(api('queue.stats', { queue_name: q.queue_name }))));
     if (my !== page) return;
+    slowLive = queues.length * 40; // 2 s up to 50 queues, 40 s for 1,000
     const byName = {};
     queues.forEach((q, i) => { byName[q.queue_name] = stats[i]; });
     const dlqs = new Set(queues.map((q) => q.dead_queue).filter(Boolean));
@@ -529,7 +530,7 @@
     const failed = stats.filter((s) => s.error);
     show(h('h1', {}, 'Queues'),
       hist.error ? notShown('Charts', hist.error) : historyCharts(hist),
-      queues.length === 0 ? h('p', { class: 'muted' }, 'No queues yet.')
+      list.error ? notShown('Queues', list.error) : queues.length === 0 ? h('p', { class: 'muted' }, 'No queues yet.')
         : table(`${fmt(queues.length)} queues`, ['Queue', ['Ready', 'num'], ['Leased', 'num'], ['Scheduled', 'num'],
           ['Dead', 'num'], ['Dead held', 'num'], 'Oldest item', 'Dead-letter queue', ['Redrives running', 'num']], rows),
       h('p', { class: 'muted' }, 'Dead: the queue\'s items in its dead-letter queue. Dead held: the dead items a dead-letter queue holds.'),
@@ -539,8 +540,10 @@
 
   async function queuePage(my, name) {
     document.title = name + ' · Styx';
-    const [info, s, list, hist] = await Promise.all([api('queues.info', { queue_name: name }), soft(api('queue.stats', { queue_name: name })),
+    const [infoRes, s, list, hist] = await Promise.all([soft(api('queues.info', { queue_name: name })), soft(api('queue.stats', { queue_name: name })),
       soft(api('queues.list', { limit: 1000 })), soft(api('queues.history', { queue_name: name }))]);
+    if (infoRes.error && infoRes.error.status !== 403) throw infoRes.error; // no such queue
+    const info = infoRes.error ? {} : infoRes;
     const dlqStats = info.dead_queue ? await soft(api('queue.stats', { queue_name: info.dead_queue })) : null;
     if (my !== page) return;
     const { ready, leased, scheduled, parts } = counts(s);
@@ -564,7 +567,7 @@
           'Its dead items in ' + info.dead_queue) : null,
         h('a', { class: 'button', href: '/ui/queues/' + enc(name) + '/items' }, 'Browse items')),
       h('h2', {}, 'Configuration'),
-      h('dl', { class: 'props' },
+      infoRes.error ? notShown('Configuration', infoRes.error) : h('dl', { class: 'props' },
         prop('Namespace', info.namespace), prop('Dead-letter queue', info.dead_queue ? h('a', { href: '/ui/queues/' + enc(info.dead_queue) }, info.dead_queue) : ''),
         prop('Lease timeout', info.lease_timeout), prop('Expire timeout', info.expire_timeout),
         prop('Max attempts', info.max_attempts ? String(info.max_attempts) : 'unlimited'),
@@ -767,6 +770,7 @@
       return;
     }
     const it = (res.items || [])[0];
+    slowLive = 5000 + Math.min(55000, (it && it.payload ? it.payload.length : 0) / 20); // 5 s, a minute for a 1 MB payload
     if (!it) {
       show(crumbs, h('h1', {}, id), h('p', {}, `No item ${id} in ${name}: it was redriven, deleted or consumed.`));
       return;
@@ -984,6 +988,10 @@
   const LIVE_STORAGE = 'styx.live';
   let liveTimer = null;
   let fastLive = false;
+  // slowLive, when a page sets it, is a longer interval for a page whose
+  // update is costly (the overview calls queue.stats once per queue; an
+  // item page reads the item's payload).
+  let slowLive = 0;
   const liveButton = document.getElementById('live-button');
   const livePaused = () => sessionStorage.getItem(LIVE_STORAGE) === 'paused';
   const isLive = (t) => t.status === 'running' || t.status === 'cancelling';
@@ -1004,7 +1012,7 @@
       const typing = a && main.contains(a) && /^(INPUT|SELECT|TEXTAREA)$/.test(a.tagName);
       if (livePaused() || document.querySelector('dialog[open]') || document.hidden || typing) { scheduleLive(my); return; }
       render(true);
-    }, fastLive ? FAST_MS : LIVE_MS);
+    }, fastLive ? FAST_MS : Math.max(LIVE_MS, slowLive));
   }
 
   liveButton.addEventListener('click', () => {
@@ -1016,6 +1024,7 @@
   async function render(refresh = false) {
     const my = ++page;
     fastLive = false;
+    slowLive = 0;
     const [fn, ...args] = route(location.pathname);
     // A live update redraws the page: keep the keyboard focus on the same
     // control (found again by its label or id).
