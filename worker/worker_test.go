@@ -65,6 +65,22 @@ func produce(t *testing.T, c *styx.Client, q string, payloads ...string) {
 	require.NoError(t, c.QueueProduce(ctx, &pb.QueueProduceRequest{QueueName: q, Items: items}))
 }
 
+// total is how many items q holds in every state, from queue.stats: one
+// consistent read, where items' two lists are two reads that an item moving
+// between them can slip through.
+func total(t *testing.T, c *styx.Client, q string) int {
+	t.Helper()
+	st, err := c.QueueStats(ctx, &pb.QueueStatsRequest{QueueName: q})
+	require.NoError(t, err)
+	n := 0
+	for _, l := range st.LogicalQueues {
+		for _, p := range l.Partitions {
+			n += int(p.Total)
+		}
+	}
+	return n
+}
+
 // items lists every item of partition 0 of q, scheduled ones included.
 func items(t *testing.T, c *styx.Client, q string) []*pb.StorageItem {
 	t.Helper()
@@ -158,7 +174,7 @@ func TestOutcomes(t *testing.T) {
 		produce(t, c, "orders", "ok", "flaky", "failing", "poison")
 		stop := run(t, w)
 		require.Eventually(t, func() bool {
-			return len(items(t, c, "orders")) == 0 && len(items(t, c, dead)) == 2
+			return total(t, c, "orders") == 0 && len(items(t, c, dead)) == 2
 		}, 20*time.Second, 20*time.Millisecond)
 		require.NoError(t, stop())
 
@@ -229,7 +245,7 @@ func TestBackoffIsHonoured(t *testing.T) {
 		})
 		produce(t, c, "slow", "x")
 		run(t, w)
-		require.Eventually(t, func() bool { return len(items(t, c, "slow")) == 0 }, 20*time.Second, 20*time.Millisecond)
+		require.Eventually(t, func() bool { return total(t, c, "slow") == 0 }, 20*time.Second, 20*time.Millisecond)
 		mu.Lock()
 		defer mu.Unlock()
 		require.Len(t, at, 3)
@@ -261,7 +277,7 @@ func TestRetryAfter(t *testing.T) {
 		})
 		produce(t, c, "limited", "x")
 		run(t, w)
-		require.Eventually(t, func() bool { return len(items(t, c, "limited")) == 0 }, 20*time.Second, 20*time.Millisecond)
+		require.Eventually(t, func() bool { return total(t, c, "limited") == 0 }, 20*time.Second, 20*time.Millisecond)
 		mu.Lock()
 		defer mu.Unlock()
 		require.Len(t, at, 2)
@@ -298,7 +314,7 @@ func TestPanicIsRetriedThenDead(t *testing.T) {
 
 		// The worker survived its handler's panics.
 		produce(t, c, "panicky", "fine")
-		require.Eventually(t, func() bool { return len(items(t, c, "panicky")) == 0 }, 20*time.Second, 20*time.Millisecond)
+		require.Eventually(t, func() bool { return total(t, c, "panicky") == 0 }, 20*time.Second, 20*time.Millisecond)
 		assert.Equal(t, int32(3), calls.Load())
 	})
 }
@@ -327,7 +343,7 @@ func TestLongHandlerKeepsItsLease(t *testing.T) {
 		})
 		produce(t, c, "long", "x")
 		stop := run(t, w)
-		require.Eventually(t, func() bool { return len(items(t, c, "long")) == 0 }, 20*time.Second, 20*time.Millisecond)
+		require.Eventually(t, func() bool { return total(t, c, "long") == 0 }, 20*time.Second, 20*time.Millisecond)
 		require.NoError(t, stop())
 		assert.Equal(t, int32(1), calls.Load(), "handled once: the lease never expired")
 		assert.Greater(t, deadlines[1].Sub(deadlines[0]), 2*time.Second, "renewals moved the deadline")
@@ -498,7 +514,7 @@ func TestExpiredLeaseCancelsHandler(t *testing.T) {
 			}
 			// The expired lease counted as an attempt; the item came back and was
 			// completed on the second.
-			require.Eventually(t, func() bool { return len(items(t, c, "expiring")) == 0 }, 10*time.Second, 10*time.Millisecond)
+			require.Eventually(t, func() bool { return total(t, c, "expiring") == 0 }, 10*time.Second, 10*time.Millisecond)
 			require.NoError(t, stop())
 			mu.Lock()
 			defer mu.Unlock()
