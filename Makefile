@@ -7,7 +7,7 @@ test: ## run every test with the race detector (the CI command)
 	go test -race -count=1 ./...
 faults: ## the fault-injection suites over many seeds (STYX_FAULT_SEEDS=300; about 2 minutes): power loss, write and sync errors, a full disk, loop panics, PostgreSQL faults (with STYX_TEST_POSTGRES_URL); a failure names its seed
 	STYX_FAULT_SEEDS=$${STYX_FAULT_SEEDS:-300} go test -race -count=1 -timeout 60m -run 'TestCrashRecovery|TestWriteFaults|TestDiskFullStaysUpAndHeals|TestPanicNeverAcknowledged|TestPostgres' ./service/
-	go test -race -count=1 -run 'Fault|Watermark|Panic|Died' ./internal/store/pebble/ ./internal/engine/
+	go test -race -count=1 -run 'Fault|Watermark|Panic|Died' ./internal/backend/embedded/pebble/ ./internal/engine/
 lint: ## gofmt, go vet and staticcheck (installed at v0.8.2 when missing)
 	test -z "$$(gofmt -l $$(git ls-files '*.go' | grep -v '\.pb\.go$$'))"
 	go vet ./...

@@ -26,14 +26,14 @@ import (
 	"golang.org/x/time/rate"
 
 	"github.com/styxq/styx/internal/auth"
+	"github.com/styxq/styx/internal/backend/embedded"
+	"github.com/styxq/styx/internal/backend/embedded/pebble"
+	"github.com/styxq/styx/internal/backend/postgres"
 	"github.com/styxq/styx/internal/clock"
-	"github.com/styxq/styx/internal/embedded"
 	"github.com/styxq/styx/internal/history"
-	"github.com/styxq/styx/internal/pgqueue"
 	"github.com/styxq/styx/internal/queue"
 	"github.com/styxq/styx/internal/redrive"
 	"github.com/styxq/styx/internal/store"
-	"github.com/styxq/styx/internal/store/pebble"
 	"github.com/styxq/styx/metrics"
 	"github.com/styxq/styx/service"
 	"github.com/styxq/styx/sqs"
@@ -494,10 +494,10 @@ func New(ctx context.Context, cfg Config) (*Daemon, error) {
 	return d.serve(ctx, m, d.store, d.store)
 }
 
-// startPostgres starts a node on the postgres backend: the pgqueue manager
+// startPostgres starts a node on the postgres backend: the postgres manager
 // owns the connection pool and is the redrive runner's task store.
 func (d *Daemon) startPostgres(ctx context.Context) (*Daemon, error) {
-	m, err := pgqueue.Open(ctx, pgqueue.Config{URL: d.cfg.PostgresURL, MaxConns: d.cfg.PostgresMaxConns,
+	m, err := postgres.Open(ctx, postgres.Config{URL: d.cfg.PostgresURL, MaxConns: d.cfg.PostgresMaxConns,
 		Clock: d.cfg.Clock, Log: d.cfg.Log, Metrics: d.Metrics})
 	if err != nil {
 		return nil, fmt.Errorf("open storage: %w", err)

@@ -29,7 +29,7 @@ func cluster(t *testing.T, n int) []*server {
 	for i := range nodes {
 		nodes[i] = start(t, b)
 	}
-	// Lock order (pgqueue): nodes never deadlock on each other's rows.
+	// Lock order (postgres): nodes never deadlock on each other's rows.
 	t.Cleanup(func() {
 		for i, n := range nodes {
 			if logs := n.Logs.String(); strings.Contains(logs, "deadlock") || strings.Contains(logs, "40P01") {

@@ -15,7 +15,6 @@ import (
 	"github.com/styxq/styx/internal/fingerprint"
 	"github.com/styxq/styx/internal/queue"
 	"github.com/styxq/styx/internal/redrive"
-	"github.com/styxq/styx/internal/store"
 	pb "github.com/styxq/styx/styxpb"
 )
 
@@ -97,12 +96,12 @@ func checkAll(f queue.DeadFilter, all, acts bool) error {
 // after checking that it is a dead-letter queue: some queue names it as
 // its dead_queue (the queue definitions decide, not the items it holds).
 // Another queue holds live work, which dead.* calls never touch: 400.
-func (s *Service) deadQueue(ctx context.Context, name string) (queue.Queue, store.QueueInfo, error) {
+func (s *Service) deadQueue(ctx context.Context, name string) (queue.Queue, queue.QueueInfo, error) {
 	l, info, err := s.queueInfo(ctx, name)
 	if err != nil {
 		return nil, info, err
 	}
-	all, err := s.m.List(ctx, store.ListQueuesParams{})
+	all, err := s.m.List(ctx, queue.ListQueuesParams{})
 	if err != nil {
 		return nil, info, err
 	}
@@ -427,7 +426,7 @@ func (s *Service) DeadEdit(ctx context.Context, req *pb.DeadEditRequest) (*pb.St
 		who = "key '" + k + "'"
 	}
 	now := s.clock.Now().UTC()
-	it, err := l.EditDead(ctx, queue.ItemRef{Partition: found[0].Partition, ID: id}, func(it *store.Item) error {
+	it, err := l.EditDead(ctx, queue.ItemRef{Partition: found[0].Partition, ID: id}, func(it *queue.Item) error {
 		old := it.Body.Payload
 		var changes []string
 		if req.Kind != nil && *req.Kind != it.Body.Kind {
@@ -439,7 +438,7 @@ func (s *Service) DeadEdit(ctx context.Context, req *pb.DeadEditRequest) (*pb.St
 			it.Body.Reference = *req.Reference
 		}
 		it.Body.Payload = slices.Clone(req.Payload)
-		it.Errors = queue.AppendHistory(it.Errors, store.AttemptError{
+		it.Errors = queue.AppendHistory(it.Errors, queue.AttemptError{
 			Attempt: it.Meta.Attempts, At: now,
 			Error: fmt.Sprintf("payload edited by %s: was %d bytes (sha256 %x), now %d bytes (sha256 %x)%s",
 				who, len(old), sha256.Sum256(old), len(req.Payload), sha256.Sum256(req.Payload), strings.Join(changes, "")),
@@ -449,5 +448,5 @@ func (s *Service) DeadEdit(ctx context.Context, req *pb.DeadEditRequest) (*pb.St
 	if err != nil {
 		return nil, err
 	}
-	return toStorageItems([]store.Item{it}, info)[0], nil
+	return toStorageItems([]queue.Item{it}, info)[0], nil
 }

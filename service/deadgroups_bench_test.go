@@ -11,11 +11,11 @@ import (
 
 	styx "github.com/styxq/styx"
 	"github.com/styxq/styx/daemon"
+	"github.com/styxq/styx/internal/backend/embedded/pebble"
 	"github.com/styxq/styx/internal/fingerprint"
 	"github.com/styxq/styx/internal/pgtest"
 	"github.com/styxq/styx/internal/queue"
 	"github.com/styxq/styx/internal/store"
-	"github.com/styxq/styx/internal/store/pebble"
 	pb "github.com/styxq/styx/styxpb"
 )
 
@@ -56,7 +56,7 @@ func seedDead(b *testing.B, name string, n int) *styx.Client {
 			}
 			b.Cleanup(func() { _ = st.Close() })
 		}
-		info, err := st.CreateQueue(ctx, store.QueueInfo{Name: "orders-dead", Namespace: store.DefaultNamespace,
+		info, err := st.CreateQueue(ctx, queue.QueueInfo{Name: "orders-dead", Namespace: queue.DefaultNamespace,
 			LeaseTimeout: time.Minute, ExpireTimeout: 336 * time.Hour, Partitions: 1})
 		if err != nil {
 			b.Fatal(err)
@@ -73,11 +73,11 @@ func seedDead(b *testing.B, name string, n int) *styx.Client {
 				src, reason := []string{"orders", "billing"}[j%2], []string{"max_attempts", "explicit"}[j/2%2]
 				shape := j / 4 % len(benchShapes)
 				deadAt := now.Add(time.Duration(j-n) * time.Millisecond)
-				batch.Insert(0, store.ItemMeta{ID: id, BodyID: id, Attempts: 3, CreatedAt: deadAt.Add(-time.Minute), DeadAt: deadAt,
+				batch.Insert(0, queue.ItemMeta{ID: id, BodyID: id, Attempts: 3, CreatedAt: deadAt.Add(-time.Minute), DeadAt: deadAt,
 					ExpireDeadline: deadAt.Add(336 * time.Hour), SourceKey: queue.SourceKey(reason, src, id), Fingerprint: fps[shape]},
-					store.ItemBody{Kind: "charge", Payload: []byte(`{"order_id":81234}`), SourceQueue: src, SourceID: queue.FormatID(id),
+					queue.ItemBody{Kind: "charge", Payload: []byte(`{"order_id":81234}`), SourceQueue: src, SourceID: queue.FormatID(id),
 						DeadReason: reason, DeadAt: deadAt},
-					store.ItemErrors{LastError: benchShapes[shape], Errors: []store.AttemptError{{Attempt: 3, Error: benchShapes[shape], At: deadAt}}})
+					queue.ItemErrors{LastError: benchShapes[shape], Errors: []queue.AttemptError{{Attempt: 3, Error: benchShapes[shape], At: deadAt}}})
 			}
 			batch.LastID = uint64(min(i+10_000, n))
 			if err := st.Write(ctx, batch); err != nil {

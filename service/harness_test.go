@@ -15,10 +15,10 @@ import (
 
 	styx "github.com/styxq/styx"
 	"github.com/styxq/styx/daemon"
+	"github.com/styxq/styx/internal/backend/embedded/pebble"
 	"github.com/styxq/styx/internal/pgtest"
 	"github.com/styxq/styx/internal/store"
 	"github.com/styxq/styx/internal/store/faulty"
-	"github.com/styxq/styx/internal/store/pebble"
 	pb "github.com/styxq/styx/styxpb"
 )
 

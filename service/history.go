@@ -6,7 +6,7 @@ import (
 	"github.com/styxq/styx/internal/apierr"
 	"github.com/styxq/styx/internal/auth"
 	"github.com/styxq/styx/internal/history"
-	"github.com/styxq/styx/internal/store"
+	"github.com/styxq/styx/internal/queue"
 	pb "github.com/styxq/styx/styxpb"
 )
 
@@ -27,7 +27,7 @@ func (s *Service) QueuesHistory(ctx context.Context, req *pb.QueuesHistoryReques
 	if s.h == nil {
 		return nil, &apierr.Error{Code: 501, Message: "not implemented; this server keeps no queue history"}
 	}
-	infos, err := s.m.List(ctx, store.ListQueuesParams{})
+	infos, err := s.m.List(ctx, queue.ListQueuesParams{})
 	if err != nil {
 		return nil, err
 	}

@@ -11,13 +11,12 @@ import (
 	"github.com/styxq/styx/internal/apierr"
 	"github.com/styxq/styx/internal/auth"
 	"github.com/styxq/styx/internal/queue"
-	"github.com/styxq/styx/internal/store"
 	pb "github.com/styxq/styx/styxpb"
 )
 
 // QueuesCreate creates a queue. Omitted fields take the defaults:
 // lease_timeout 1m, expire_timeout 336h, max_attempts 0 (unlimited),
-// requested_partitions 1, no dead_queue, namespace store.DefaultNamespace
+// requested_partitions 1, no dead_queue, namespace queue.DefaultNamespace
 // ("_system"). Queue names are unique across namespaces.
 func (s *Service) QueuesCreate(ctx context.Context, req *pb.QueueInfo) error {
 	if err := checkName("queue_name", req.QueueName); err != nil {
@@ -25,13 +24,13 @@ func (s *Service) QueuesCreate(ctx context.Context, req *pb.QueueInfo) error {
 	}
 	ns := req.Namespace
 	if ns == "" {
-		ns = store.DefaultNamespace
+		ns = queue.DefaultNamespace
 	}
 	if err := checkNamespace("namespace", ns); err != nil {
 		return err
 	}
 	now := s.clock.Now().UTC()
-	info := store.QueueInfo{
+	info := queue.QueueInfo{
 		Name: req.QueueName, Namespace: ns, LeaseTimeout: DefaultLeaseTimeout, ExpireTimeout: DefaultExpireTimeout,
 		Partitions: 1, CreatedAt: now, UpdatedAt: now,
 	}
@@ -67,7 +66,7 @@ func (s *Service) QueuesUpdate(ctx context.Context, req *pb.QueueInfo) error {
 		return err
 	}
 	now := s.clock.Now().UTC()
-	return s.m.Update(ctx, req.QueueName, func(info *store.QueueInfo) error {
+	return s.m.Update(ctx, req.QueueName, func(info *queue.QueueInfo) error {
 		if req.Namespace != "" && req.Namespace != info.Namespace {
 			return invalid("namespace", "queue '%s' is in namespace '%s' and cannot move to '%s'; "+
 				"a namespace is set when a queue is created", info.Name, info.Namespace, req.Namespace)
@@ -143,13 +142,13 @@ func updateFields(req *pb.QueueInfo) (map[string]bool, error) {
 
 // applyQueueInfo copies the set fields of req onto info and validates the
 // result (queues.create).
-func applyQueueInfo(info *store.QueueInfo, req *pb.QueueInfo) error {
+func applyQueueInfo(info *queue.QueueInfo, req *pb.QueueInfo) error {
 	return setQueueFields(info, req, setFields(req))
 }
 
 // setQueueFields sets the fields of info named in fields (JSON names) to
 // their values in req, zero included, and validates the result.
-func setQueueFields(info *store.QueueInfo, req *pb.QueueInfo, fields map[string]bool) error {
+func setQueueFields(info *queue.QueueInfo, req *pb.QueueInfo, fields map[string]bool) error {
 	var err error
 	if fields["lease_timeout"] {
 		if info.LeaseTimeout, err = parsePositiveDuration("lease_timeout", req.LeaseTimeout, MaxExpireTimeout); err != nil {
@@ -207,7 +206,7 @@ func (s *Service) QueuesInfo(ctx context.Context, req *pb.QueuesInfoRequest) (*p
 
 // QueuesList lists the queues of one namespace by name (bytewise) from
 // pivot (inclusive), up to limit of them (0 means 1000, at most 65536). An
-// omitted namespace means store.DefaultNamespace, as in Querator: there is
+// omitted namespace means queue.DefaultNamespace, as in Querator: there is
 // no call that lists every namespace at once. A namespace that holds no
 // queue lists nothing.
 func (s *Service) QueuesList(ctx context.Context, req *pb.QueuesListRequest) (*pb.QueuesListResponse, error) {
@@ -220,9 +219,9 @@ func (s *Service) QueuesList(ctx context.Context, req *pb.QueuesListRequest) (*p
 	}
 	ns := req.Namespace
 	if ns == "" {
-		ns = store.DefaultNamespace
+		ns = queue.DefaultNamespace
 	}
-	infos, err := s.listCovered(ctx, store.ListQueuesParams{Namespace: ns, Pivot: req.Pivot, Limit: limit})
+	infos, err := s.listCovered(ctx, queue.ListQueuesParams{Namespace: ns, Pivot: req.Pivot, Limit: limit})
 	if err != nil {
 		return nil, err
 	}
@@ -236,11 +235,11 @@ func (s *Service) QueuesList(ctx context.Context, req *pb.QueuesListRequest) (*p
 // listCovered lists queues as m.List does, leaving out those the request's
 // API key does not cover (internal/auth): a key limited to "orders*" lists
 // only those, still up to p.Limit of them.
-func (s *Service) listCovered(ctx context.Context, p store.ListQueuesParams) ([]store.QueueInfo, error) {
+func (s *Service) listCovered(ctx context.Context, p queue.ListQueuesParams) ([]queue.QueueInfo, error) {
 	if pr := auth.FromContext(ctx); pr == nil || len(pr.Queues) == 0 {
 		return s.m.List(ctx, p)
 	}
-	var out []store.QueueInfo
+	var out []queue.QueueInfo
 	for {
 		page, err := s.m.List(ctx, p)
 		if err != nil {
@@ -267,7 +266,7 @@ func (s *Service) QueuesDelete(ctx context.Context, req *pb.QueuesDeleteRequest)
 	return s.m.Delete(ctx, req.QueueName)
 }
 
-func toQueueInfo(info store.QueueInfo) *pb.QueueInfo {
+func toQueueInfo(info queue.QueueInfo) *pb.QueueInfo {
 	out := &pb.QueueInfo{
 		QueueName: info.Name, Namespace: info.Namespace, CreatedAt: qts(info.CreatedAt), UpdatedAt: qts(info.UpdatedAt),
 		DeadQueue: info.DeadQueue, Reference: info.Reference, LeaseTimeout: info.LeaseTimeout.String(),
@@ -297,7 +296,7 @@ func qts(t time.Time) *timestamppb.Timestamp {
 
 // toStorageItems converts stored items to the wire, with the queue's
 // max_attempts.
-func toStorageItems(items []store.Item, info store.QueueInfo) []*pb.StorageItem {
+func toStorageItems(items []queue.Item, info queue.QueueInfo) []*pb.StorageItem {
 	out := make([]*pb.StorageItem, len(items))
 	for i, it := range items {
 		m, b := it.Meta, it.Body
@@ -321,18 +320,18 @@ func toStorageItems(items []store.Item, info store.QueueInfo) []*pb.StorageItem 
 }
 
 // fromStorageItem converts an item to import.
-func fromStorageItem(i int, in *pb.StorageItem) (store.Item, error) {
+func fromStorageItem(i int, in *pb.StorageItem) (queue.Item, error) {
 	field := "items[" + strconv.Itoa(i) + "]"
 	if len(in.Payload) > MaxPayloadBytes {
-		return store.Item{}, apierr.Invalidf("invalid %s.payload; %d bytes, the limit is %d (5 MB)", field, len(in.Payload), MaxPayloadBytes)
+		return queue.Item{}, apierr.Invalidf("invalid %s.payload; %d bytes, the limit is %d (5 MB)", field, len(in.Payload), MaxPayloadBytes)
 	}
 	for _, f := range []struct{ name, v string }{{"kind", in.Kind}, {"encoding", in.Encoding}, {"reference", in.Reference}, {"last_error", in.LastError}, {"source_id", in.SourceId}} {
 		if err := checkText(field+"."+f.name, f.v, MaxFieldLength*4); err != nil {
-			return store.Item{}, err
+			return queue.Item{}, err
 		}
 	}
 	if in.Attempts < 0 {
-		return store.Item{}, apierr.Invalidf("invalid %s.attempts; %d is negative", field, in.Attempts)
+		return queue.Item{}, apierr.Invalidf("invalid %s.attempts; %d is negative", field, in.Attempts)
 	}
 	var times [5]time.Time
 	for j, t := range [...]struct {
@@ -341,17 +340,17 @@ func fromStorageItem(i int, in *pb.StorageItem) (store.Item, error) {
 	}{{"created_at", in.CreatedAt}, {"expire_deadline", in.ExpireDeadline}, {"enqueue_at", in.EnqueueAt}, {"dead_at", in.DeadAt}, {"lease_deadline", in.LeaseDeadline}} {
 		var err error
 		if times[j], err = timestamp(field+"."+t.name, t.ts); err != nil {
-			return store.Item{}, err
+			return queue.Item{}, err
 		}
 	}
-	it := store.Item{
-		Meta: store.ItemMeta{Attempts: in.Attempts, CreatedAt: times[0], ExpireDeadline: times[1], EnqueueAt: times[2]},
-		Body: store.ItemBody{
+	it := queue.Item{
+		Meta: queue.ItemMeta{Attempts: in.Attempts, CreatedAt: times[0], ExpireDeadline: times[1], EnqueueAt: times[2]},
+		Body: queue.ItemBody{
 			Reference: in.Reference, Kind: in.Kind, Encoding: in.Encoding, Payload: in.Payload,
 			SourceQueue: in.SourceQueue, SourceID: in.SourceId, DeadReason: in.DeadReason, DeadAt: times[3],
 			RedriveCount: in.RedriveCount,
 		},
-		Errors: store.ItemErrors{LastError: in.LastError},
+		Errors: queue.ItemErrors{LastError: in.LastError},
 	}
 	if in.IsLeased {
 		// lease_deadline counts only on a leased item: a lease that has no
@@ -359,14 +358,14 @@ func fromStorageItem(i int, in *pb.StorageItem) (store.Item, error) {
 		it.Meta.Leased, it.Meta.LeaseDeadline = true, times[4]
 	}
 	if len(in.Errors) > MaxAttemptErrors {
-		return store.Item{}, apierr.Invalidf("invalid %s.errors; %d given, the limit is %d", field, len(in.Errors), MaxAttemptErrors)
+		return queue.Item{}, apierr.Invalidf("invalid %s.errors; %d given, the limit is %d", field, len(in.Errors), MaxAttemptErrors)
 	}
 	for j, e := range in.Errors {
 		at, err := timestamp(field+".errors["+strconv.Itoa(j)+"].at", e.At)
 		if err != nil {
-			return store.Item{}, err
+			return queue.Item{}, err
 		}
-		it.Errors.Errors = append(it.Errors.Errors, store.AttemptError{Attempt: e.Attempt, Error: e.Error, At: at})
+		it.Errors.Errors = append(it.Errors.Errors, queue.AttemptError{Attempt: e.Attempt, Error: e.Error, At: at})
 	}
 	return it, nil
 }

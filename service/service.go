@@ -24,7 +24,6 @@ import (
 	"github.com/styxq/styx/internal/history"
 	"github.com/styxq/styx/internal/queue"
 	"github.com/styxq/styx/internal/redrive"
-	"github.com/styxq/styx/internal/store"
 	pb "github.com/styxq/styx/styxpb"
 )
 
@@ -295,10 +294,10 @@ func (s *Service) QueueReload(ctx context.Context, req *pb.QueueReloadRequest) e
 
 // queueInfo validates a queue name and returns its logical queue and its
 // stored configuration.
-func (s *Service) queueInfo(ctx context.Context, name string) (queue.Queue, store.QueueInfo, error) {
+func (s *Service) queueInfo(ctx context.Context, name string) (queue.Queue, queue.QueueInfo, error) {
 	l, err := s.queue(name)
 	if err != nil {
-		return nil, store.QueueInfo{}, err
+		return nil, queue.QueueInfo{}, err
 	}
 	info, err := s.m.Info(ctx, name)
 	return l, info, err
@@ -360,7 +359,7 @@ func (s *Service) StorageScheduledList(ctx context.Context, req *pb.StorageItems
 	return &pb.StorageItemsListResponse{Items: toStorageItems(items, info)}, nil
 }
 
-func (s *Service) listArgs(ctx context.Context, req *pb.StorageItemsListRequest) (queue.Queue, store.QueueInfo, uint64, int, error) {
+func (s *Service) listArgs(ctx context.Context, req *pb.StorageItemsListRequest) (queue.Queue, queue.QueueInfo, uint64, int, error) {
 	l, info, err := s.queueInfo(ctx, req.QueueName)
 	if err != nil {
 		return nil, info, 0, 0, err
@@ -389,7 +388,7 @@ func (s *Service) StorageItemsImport(ctx context.Context, req *pb.StorageItemsIm
 	if err := checkCount("items", len(req.Items), MaxImportItems); err != nil {
 		return nil, s.partitionFirst(ctx, req.QueueName, req.Partition, err)
 	}
-	items := make([]store.Item, len(req.Items))
+	items := make([]queue.Item, len(req.Items))
 	for i, in := range req.Items {
 		if items[i], err = fromStorageItem(i, in); err != nil {
 			return nil, s.partitionFirst(ctx, req.QueueName, req.Partition, err)

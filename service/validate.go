@@ -11,7 +11,6 @@ import (
 
 	"github.com/styxq/styx/internal/apierr"
 	"github.com/styxq/styx/internal/queue"
-	"github.com/styxq/styx/internal/store"
 )
 
 // Limits of the wire contract (docs/wire-contract.md) and of Styx.
@@ -103,7 +102,7 @@ func checkName(field, name string) error {
 
 // checkNamespace validates a queue's namespace in field (Querator's rules):
 // 1..MaxNamespaceLength bytes of valid UTF-8 without whitespace, control
-// characters, '~' or ':'. A leading '_' is reserved: store.DefaultNamespace
+// characters, '~' or ':'. A leading '_' is reserved: queue.DefaultNamespace
 // is the only such namespace a queue may name.
 func checkNamespace(field, ns string) error {
 	if ns == "" {
@@ -123,8 +122,8 @@ func checkNamespace(field, ns string) error {
 			return invalid(field, "'%s' contains '%c', which namespaces cannot", ns, r)
 		}
 	}
-	if strings.HasPrefix(ns, "_") && ns != store.DefaultNamespace {
-		return invalid(field, "'%s' starts with '_', which is reserved; the only such namespace is '%s'", ns, store.DefaultNamespace)
+	if strings.HasPrefix(ns, "_") && ns != queue.DefaultNamespace {
+		return invalid(field, "'%s' starts with '_', which is reserved; the only such namespace is '%s'", ns, queue.DefaultNamespace)
 	}
 	return nil
 }

@@ -29,7 +29,7 @@ type AttributeValue struct {
 }
 
 // envelope is what the SQS API stores in an item's opaque attributes blob
-// (store.ItemBody.Attributes, ADR 0016): the message's identity and
+// (queue.ItemBody.Attributes, ADR 0016): the message's identity and
 // attributes, carried unchanged by every move.
 type envelope struct {
 	// V is the format version, 1.

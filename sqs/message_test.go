@@ -6,8 +6,7 @@ import (
 	"testing"
 
 	"github.com/stretchr/testify/require"
-
-	"github.com/styxq/styx/internal/store"
+	"github.com/styxq/styx/internal/queue"
 )
 
 func str(s string) *string { return &s }
@@ -47,8 +46,8 @@ func TestReceiptHandle(t *testing.T) {
 	}
 }
 
-func infoWith(id uint64, partitions int32) store.QueueInfo {
-	return store.QueueInfo{ID: id, Partitions: partitions}
+func infoWith(id uint64, partitions int32) queue.QueueInfo {
+	return queue.QueueInfo{ID: id, Partitions: partitions}
 }
 
 func TestSelectAttributes(t *testing.T) {

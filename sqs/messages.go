@@ -18,7 +18,6 @@ import (
 	"github.com/styxq/styx/internal/auth"
 	"github.com/styxq/styx/internal/engine"
 	"github.com/styxq/styx/internal/queue"
-	"github.com/styxq/styx/internal/store"
 )
 
 // Batch limits, as SQS has them.
@@ -60,7 +59,7 @@ type sendResult struct {
 
 // prepare validates one message against its queue and returns the item to
 // produce and the answer for it.
-func (h *Handler) prepare(ctx context.Context, info store.QueueInfo, in *messageInput, now time.Time) (queue.ProduceItem, sendResult, error) {
+func (h *Handler) prepare(ctx context.Context, info queue.QueueInfo, in *messageInput, now time.Time) (queue.ProduceItem, sendResult, error) {
 	if in.MessageBody == nil {
 		return queue.ProduceItem{}, sendResult{}, missingParameter("MessageBody")
 	}
@@ -326,7 +325,7 @@ func (h *Handler) receiveMessage(ctx context.Context, r *request) (any, error) {
 }
 
 // toMessage is the SQS message of a leased item.
-func (h *Handler) toMessage(info store.QueueInfo, partition int32, it queue.LeasedItem, now time.Time, sysNames, attrNames []string) message {
+func (h *Handler) toMessage(info queue.QueueInfo, partition int32, it queue.LeasedItem, now time.Time, sysNames, attrNames []string) message {
 	body := strings.ToValidUTF8(string(it.Payload), "\uFFFD")
 	env, ok := decodeEnvelope(it.Attributes)
 	if !ok {
@@ -400,7 +399,7 @@ type handle struct {
 
 // decodeHandle reads a receipt handle of info's queue, or answers
 // ReceiptHandleIsInvalid.
-func decodeHandle(info store.QueueInfo, s string) (handle, error) {
+func decodeHandle(info queue.QueueInfo, s string) (handle, error) {
 	if s == "" {
 		return handle{}, missingParameter("ReceiptHandle")
 	}
@@ -536,7 +535,7 @@ func (h *Handler) deleteMessageBatch(ctx context.Context, r *request) (any, erro
 // changeVisibility sets a receive's visibility timeout: a renew (the
 // message stays invisible for timeout from now) or, with 0, a retry that
 // makes it visible at once, counting the receive.
-func (h *Handler) changeVisibility(ctx context.Context, q queue.Queue, info store.QueueInfo, rh string, timeout *int) error {
+func (h *Handler) changeVisibility(ctx context.Context, q queue.Queue, info queue.QueueInfo, rh string, timeout *int) error {
 	hd, err := decodeHandle(info, rh)
 	if err != nil {
 		return err

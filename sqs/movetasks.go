@@ -8,14 +8,14 @@ import (
 	"strings"
 
 	"github.com/styxq/styx/internal/auth"
+	"github.com/styxq/styx/internal/queue"
 	"github.com/styxq/styx/internal/redrive"
-	"github.com/styxq/styx/internal/store"
 )
 
 // sourceQueues returns the names of the queues whose dead-letter queue is
 // name, in name order.
 func (h *Handler) sourceQueues(ctx context.Context, name string) ([]string, error) {
-	all, err := h.cfg.Queues.List(ctx, store.ListQueuesParams{})
+	all, err := h.cfg.Queues.List(ctx, queue.ListQueuesParams{})
 	if err != nil {
 		return nil, err
 	}

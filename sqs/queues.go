@@ -13,7 +13,6 @@ import (
 	"time"
 
 	"github.com/styxq/styx/internal/queue"
-	"github.com/styxq/styx/internal/store"
 )
 
 // Queue attribute limits and defaults, as SQS has them.
@@ -33,7 +32,7 @@ const (
 )
 
 // queueAttrs are the SQS queue attributes Styx has no field for, kept in
-// store.QueueInfo.Attributes as {"sqs":{…}} (ADR 0016). Zero values mean
+// queue.QueueInfo.Attributes as {"sqs":{…}} (ADR 0016). Zero values mean
 // the SQS default.
 type queueAttrs struct {
 	DelaySeconds                  int               `json:"DelaySeconds,omitempty"`
@@ -54,7 +53,7 @@ func (a queueAttrs) maxMessageSize() int {
 
 // readQueueAttrs reads the SQS part of a queue's opaque attributes; a queue
 // made through /v1 has none (every SQS default).
-func readQueueAttrs(info store.QueueInfo) queueAttrs {
+func readQueueAttrs(info queue.QueueInfo) queueAttrs {
 	var all struct {
 		SQS queueAttrs `json:"sqs"`
 	}
@@ -66,7 +65,7 @@ func readQueueAttrs(info store.QueueInfo) queueAttrs {
 
 // writeQueueAttrs stores a in info's opaque attributes, keeping the keys of
 // other APIs.
-func writeQueueAttrs(info *store.QueueInfo, a queueAttrs) {
+func writeQueueAttrs(info *queue.QueueInfo, a queueAttrs) {
 	all := map[string]json.RawMessage{}
 	if info.Attributes != "" {
 		_ = json.Unmarshal([]byte(info.Attributes), &all)
@@ -109,7 +108,7 @@ func intAttr(name, v string, lo, hi int) (int, error) {
 
 // applyAttributes sets the SQS attributes in into info (and its opaque
 // SQS attributes); creating is true on CreateQueue.
-func (h *Handler) applyAttributes(ctx context.Context, info *store.QueueInfo, in map[string]string) error {
+func (h *Handler) applyAttributes(ctx context.Context, info *queue.QueueInfo, in map[string]string) error {
 	a := readQueueAttrs(*info)
 	for _, name := range slices.Sorted(maps.Keys(in)) {
 		v := in[name]
@@ -217,7 +216,7 @@ func (h *Handler) createQueue(ctx context.Context, r *request) (any, error) {
 		return nil, err
 	}
 	now := h.now().UTC()
-	info := store.QueueInfo{Name: in.QueueName, Namespace: store.DefaultNamespace, LeaseTimeout: DefaultVisibilityTimeout,
+	info := queue.QueueInfo{Name: in.QueueName, Namespace: queue.DefaultNamespace, LeaseTimeout: DefaultVisibilityTimeout,
 		ExpireTimeout: DefaultMessageRetentionPeriod, Partitions: 1, CreatedAt: now, UpdatedAt: now}
 	if err := h.applyAttributes(ctx, &info, in.Attributes); err != nil {
 		return nil, err
@@ -247,7 +246,7 @@ func (h *Handler) createQueue(ctx context.Context, r *request) (any, error) {
 
 // differingAttribute names an attribute of want whose value differs from
 // the queue's, or "".
-func (h *Handler) differingAttribute(ctx context.Context, info store.QueueInfo, want map[string]string) string {
+func (h *Handler) differingAttribute(ctx context.Context, info queue.QueueInfo, want map[string]string) string {
 	have, err := h.attributes(ctx, info, nil)
 	if err != nil {
 		return ""
@@ -356,7 +355,7 @@ func (h *Handler) listQueues(ctx context.Context, r *request) (any, error) {
 		}
 		pivot = string(last)
 	}
-	infos, err := h.cfg.Queues.List(ctx, store.ListQueuesParams{Pivot: pivot, Limit: limit + 2})
+	infos, err := h.cfg.Queues.List(ctx, queue.ListQueuesParams{Pivot: pivot, Limit: limit + 2})
 	if err != nil {
 		return nil, err
 	}
@@ -472,7 +471,7 @@ func (h *Handler) getQueueAttributes(ctx context.Context, r *request) (any, erro
 
 // attributes returns every attribute of a queue; the Approximate* counts
 // only when q is not nil (they read the queue's stats).
-func (h *Handler) attributes(ctx context.Context, info store.QueueInfo, q queue.Queue) (map[string]string, error) {
+func (h *Handler) attributes(ctx context.Context, info queue.QueueInfo, q queue.Queue) (map[string]string, error) {
 	a := readQueueAttrs(info)
 	itoa := strconv.Itoa
 	out := map[string]string{
@@ -544,7 +543,7 @@ func (h *Handler) setQueueAttributes(ctx context.Context, r *request) (any, erro
 		return nil, missingParameter("Attributes")
 	}
 	now := h.now().UTC()
-	return nil, h.cfg.Queues.Update(ctx, name, func(info *store.QueueInfo) error {
+	return nil, h.cfg.Queues.Update(ctx, name, func(info *queue.QueueInfo) error {
 		if err := h.applyAttributes(ctx, info, in.Attributes); err != nil {
 			return err
 		}

@@ -3,11 +3,10 @@ package sqs
 import (
 	"context"
 	"encoding/json"
+	"github.com/styxq/styx/internal/queue"
 	"slices"
 	"strconv"
 	"strings"
-
-	"github.com/styxq/styx/internal/store"
 )
 
 // maxReceiveCountLimit is the largest maxReceiveCount SQS accepts.
@@ -17,7 +16,7 @@ const maxReceiveCountLimit = 1000
 // RedrivePolicy ({"deadLetterTargetArn":…,"maxReceiveCount":…}); an empty
 // policy (or "{}") removes both. The dead-letter queue's RedriveAllowPolicy
 // must allow info's queue.
-func (h *Handler) applyRedrivePolicy(ctx context.Context, info *store.QueueInfo, v string) error {
+func (h *Handler) applyRedrivePolicy(ctx context.Context, info *queue.QueueInfo, v string) error {
 	if strings.TrimSpace(v) == "" || strings.TrimSpace(v) == "{}" {
 		info.DeadQueue, info.MaxAttempts = "", 0
 		return nil

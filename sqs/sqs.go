@@ -33,7 +33,6 @@ import (
 	"github.com/styxq/styx/internal/clock"
 	"github.com/styxq/styx/internal/queue"
 	"github.com/styxq/styx/internal/redrive"
-	"github.com/styxq/styx/internal/store"
 )
 
 // Defaults of Config.
@@ -334,25 +333,25 @@ func queueName(queueURL string) (string, error) {
 
 // lookup returns the queue a QueueUrl names and its definition, or
 // QueueDoesNotExist.
-func (h *Handler) lookup(ctx context.Context, queueURL string) (queue.Queue, store.QueueInfo, error) {
+func (h *Handler) lookup(ctx context.Context, queueURL string) (queue.Queue, queue.QueueInfo, error) {
 	name, err := queueName(queueURL)
 	if err != nil {
-		return nil, store.QueueInfo{}, err
+		return nil, queue.QueueInfo{}, err
 	}
 	return h.lookupName(ctx, name)
 }
 
-func (h *Handler) lookupName(ctx context.Context, name string) (queue.Queue, store.QueueInfo, error) {
+func (h *Handler) lookupName(ctx context.Context, name string) (queue.Queue, queue.QueueInfo, error) {
 	if err := h.allow(ctx, name); err != nil {
-		return nil, store.QueueInfo{}, err
+		return nil, queue.QueueInfo{}, err
 	}
 	q, err := h.cfg.Queues.Get(name)
 	if err != nil {
-		return nil, store.QueueInfo{}, errNoQueue
+		return nil, queue.QueueInfo{}, errNoQueue
 	}
 	info, err := h.cfg.Queues.Info(ctx, name)
 	if err != nil {
-		return nil, store.QueueInfo{}, err
+		return nil, queue.QueueInfo{}, err
 	}
 	return q, info, nil
 }

@@ -2,9 +2,8 @@ package sqs
 
 import (
 	"context"
+	"github.com/styxq/styx/internal/queue"
 	"maps"
-
-	"github.com/styxq/styx/internal/store"
 )
 
 type tagQueueInput struct {
@@ -30,7 +29,7 @@ func (h *Handler) changeTags(ctx context.Context, queueURL string, change func(m
 	if _, err := h.cfg.Queues.Get(name); err != nil {
 		return errNoQueue
 	}
-	return h.cfg.Queues.Update(ctx, name, func(info *store.QueueInfo) error {
+	return h.cfg.Queues.Update(ctx, name, func(info *queue.QueueInfo) error {
 		a := readQueueAttrs(*info)
 		tags := maps.Clone(a.Tags)
 		if tags == nil {

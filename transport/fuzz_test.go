@@ -11,11 +11,11 @@ import (
 	"testing"
 	"time"
 
+	"github.com/styxq/styx/internal/backend/embedded"
+	"github.com/styxq/styx/internal/backend/embedded/pebble"
 	"github.com/styxq/styx/internal/clock"
-	"github.com/styxq/styx/internal/embedded"
+	"github.com/styxq/styx/internal/queue"
 	"github.com/styxq/styx/internal/redrive"
-	"github.com/styxq/styx/internal/store"
-	"github.com/styxq/styx/internal/store/pebble"
 	"github.com/styxq/styx/metrics"
 	"github.com/styxq/styx/service"
 	"github.com/styxq/styx/transport"
@@ -45,7 +45,7 @@ func newHandler(t testing.TB) http.Handler {
 	if err != nil {
 		t.Fatal(err)
 	}
-	for _, info := range []store.QueueInfo{
+	for _, info := range []queue.QueueInfo{
 		{Name: "q-dead", LeaseTimeout: time.Minute, ExpireTimeout: time.Hour, Partitions: 1},
 		{Name: "q", DeadQueue: "q-dead", LeaseTimeout: time.Minute, ExpireTimeout: time.Hour, Partitions: 1},
 	} {

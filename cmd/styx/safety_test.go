@@ -16,8 +16,8 @@ import (
 
 	"github.com/styxq/styx"
 	"github.com/styxq/styx/daemon"
+	"github.com/styxq/styx/internal/backend/embedded/pebble"
 	"github.com/styxq/styx/internal/store/faulty"
-	"github.com/styxq/styx/internal/store/pebble"
 	pb "github.com/styxq/styx/styxpb"
 )
 

@@ -10,7 +10,7 @@ import (
 
 	"github.com/styxq/styx/internal/apierr"
 	"github.com/styxq/styx/internal/auth"
-	"github.com/styxq/styx/internal/store/pebble"
+	"github.com/styxq/styx/internal/backend/embedded/pebble"
 	pb "github.com/styxq/styx/styxpb"
 )
 

@@ -18,10 +18,10 @@ import (
 type Definitions interface {
 	// CreateQueue stores info, assigning its ID; store.ErrQueueExists if
 	// the name is taken.
-	CreateQueue(ctx context.Context, info store.QueueInfo) (store.QueueInfo, error)
+	CreateQueue(ctx context.Context, info queue.QueueInfo) (queue.QueueInfo, error)
 	// UpdateQueue overwrites the queue info.Name (of ID info.ID);
 	// store.ErrQueueNotFound if there is none.
-	UpdateQueue(ctx context.Context, info store.QueueInfo) error
+	UpdateQueue(ctx context.Context, info queue.QueueInfo) error
 	// DeleteQueue deletes the queue and its items; store.ErrQueueNotFound
 	// if there is none.
 	DeleteQueue(ctx context.Context, name string) error
@@ -33,14 +33,14 @@ type Definitions interface {
 // by name and the Definitions to change them. An error fn returns aborts
 // the step; Admin returns it (apierr errors as they are, storage failures
 // classified).
-type Admin func(ctx context.Context, fn func(d Definitions, all map[string]store.QueueInfo) error) error
+type Admin func(ctx context.Context, fn func(d Definitions, all map[string]queue.QueueInfo) error) error
 
 // CreateQueue checks info against the stored queues (queue.ValidateCreate:
 // the name is free, the dead_queue rules hold) and stores it, then runs
 // then (when not nil) in the same step. It returns the stored definition;
 // apierr.Invalid when a rule is broken or the queue exists.
-func CreateQueue(ctx context.Context, admin Admin, info store.QueueInfo, then func(store.QueueInfo) error) (store.QueueInfo, error) {
-	err := admin(ctx, func(d Definitions, all map[string]store.QueueInfo) error {
+func CreateQueue(ctx context.Context, admin Admin, info queue.QueueInfo, then func(queue.QueueInfo) error) (queue.QueueInfo, error) {
+	err := admin(ctx, func(d Definitions, all map[string]queue.QueueInfo) error {
 		if err := queue.ValidateCreate(all, info); err != nil {
 			return err
 		}
@@ -62,9 +62,9 @@ func CreateQueue(ctx context.Context, admin Admin, info store.QueueInfo, then fu
 // dead_queue rules hold) and stores it, then runs then (when not nil) in
 // the same step. It returns the new definition; the error of
 // queue.NotFound when there is no such queue.
-func UpdateQueue(ctx context.Context, admin Admin, name string, change func(*store.QueueInfo) error, then func(store.QueueInfo) error) (store.QueueInfo, error) {
-	var info store.QueueInfo
-	err := admin(ctx, func(d Definitions, all map[string]store.QueueInfo) error {
+func UpdateQueue(ctx context.Context, admin Admin, name string, change func(*queue.QueueInfo) error, then func(queue.QueueInfo) error) (queue.QueueInfo, error) {
+	var info queue.QueueInfo
+	err := admin(ctx, func(d Definitions, all map[string]queue.QueueInfo) error {
 		old, ok := all[name]
 		if !ok {
 			return queue.NotFound(name)
@@ -91,9 +91,9 @@ func UpdateQueue(ctx context.Context, admin Admin, name string, change func(*sto
 // exists and is no queue's dead_queue), runs first (when not nil) in the
 // same step, then deletes the queue with its items. It returns the deleted
 // definition.
-func DeleteQueue(ctx context.Context, admin Admin, name string, first func(store.QueueInfo) error) (store.QueueInfo, error) {
-	var info store.QueueInfo
-	err := admin(ctx, func(d Definitions, all map[string]store.QueueInfo) error {
+func DeleteQueue(ctx context.Context, admin Admin, name string, first func(queue.QueueInfo) error) (queue.QueueInfo, error) {
+	var info queue.QueueInfo
+	err := admin(ctx, func(d Definitions, all map[string]queue.QueueInfo) error {
 		if err := queue.ValidateDelete(all, name); err != nil {
 			return err
 		}
@@ -109,7 +109,7 @@ func DeleteQueue(ctx context.Context, admin Admin, name string, first func(store
 	return info, err
 }
 
-func runHook(f func(store.QueueInfo) error, info store.QueueInfo) error {
+func runHook(f func(queue.QueueInfo) error, info queue.QueueInfo) error {
 	if f == nil {
 		return nil
 	}

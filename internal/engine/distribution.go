@@ -10,7 +10,7 @@ package engine
 //   items.
 // - The items of a dead-letter move enter the dead-letter queue one at a
 //   time by the produce rule, each counting those placed before it
-//   (embedded.Logical.takeDead; pgqueue's Queue.deadPartitions).
+//   (embedded.Logical.takeDead; postgres's Queue.deadPartitions).
 // - A waiting lease is served from one partition: the one with the most
 //   ready items not yet promised to an older waiter of the same iteration.
 //   When every ready item is promised, the waiter shares the partition with

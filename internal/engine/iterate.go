@@ -8,7 +8,6 @@ import (
 	"github.com/styxq/styx/internal/apierr"
 	"github.com/styxq/styx/internal/clock"
 	"github.com/styxq/styx/internal/queue"
-	"github.com/styxq/styx/internal/store"
 	"github.com/styxq/styx/metrics"
 )
 
@@ -41,7 +40,7 @@ type Item struct {
 // them is a storage failure and fails the whole iteration (Commit gets it).
 type Tx interface {
 	// Info is the queue's configuration for this iteration.
-	Info() store.QueueInfo
+	Info() queue.QueueInfo
 	// Due ends what is due by now: scheduled items due become ready, and it
 	// returns the leased items whose lease deadline passed and the ready
 	// or scheduled items past their expire deadline, for the engine to end
@@ -52,18 +51,18 @@ type Tx interface {
 	// none.
 	Item(n int32, id uint64) (Item, bool)
 	// Histories returns the attempt histories of xs, in order.
-	Histories(xs []Item) ([]store.ItemErrors, error)
+	Histories(xs []Item) ([]queue.ItemErrors, error)
 	// Requeue puts x back after its lease ended, by e (Attempts; ready at
 	// once or scheduled for e.At), under a new id it writes to *newID
 	// (before Commit returns; newID may be nil). h, when not nil, is x's
 	// new attempt history.
-	Requeue(x Item, e queue.Ending, h *store.ItemErrors, newID *uint64) error
+	Requeue(x Item, e queue.Ending, h *queue.ItemErrors, newID *uint64) error
 	// Kill makes x dead for reason: it moves to the queue's dead-letter
 	// queue (or is dropped without one), h (when not nil) its new history.
 	// moving is true when the move is not done when the iteration commits
 	// (the embedded backends' ADR 0003 protocol): the answer to a retry
 	// then waits for it (Reply.Moving).
-	Kill(x Item, reason string, h *store.ItemErrors) (moving bool, err error)
+	Kill(x Item, reason string, h *queue.ItemErrors) (moving bool, err error)
 	// Complete deletes xs (a complete).
 	Complete(xs []Item) error
 	// Renew sets the lease deadline of xs (Unix ns).
@@ -84,13 +83,13 @@ type Tx interface {
 	// one was stored by a batch already durable (ADR 0013).
 	Lease(n int32, max int, deadline int64) (items []queue.LeasedItem, durable bool, err error)
 	// Held returns the items of partition n that hold the given source
-	// keys (store.ItemMeta.SourceKey), as stored, by key.
-	Held(n int32, keys []string) (map[string]store.Item, error)
+	// keys (queue.ItemMeta.SourceKey), as stored, by key.
+	Held(n int32, keys []string) (map[string]queue.Item, error)
 	// Import inserts items into partition n under new ids, as given (the
 	// engine decided their state, deadlines and source keys), and returns
 	// each as stored: the new item, or the one that holds its source key
 	// when another node's transaction stored one first.
-	Import(n int32, items []store.Item) ([]store.Item, error)
+	Import(n int32, items []queue.Item) ([]queue.Item, error)
 	// Handle runs a request of another kind (delete, clear,
 	// redrive, the backend's own); it returns the reply, or mine when the
 	// backend answers r itself. An apierr error is the client's: it changes
@@ -159,7 +158,7 @@ type (
 	// ImportOp imports items into a partition (Queue.Import).
 	ImportOp struct {
 		Partition int32
-		Items     []store.Item
+		Items     []queue.Item
 	}
 	// DeleteOp deletes items (Queue.Delete, Queue.DeleteDead).
 	DeleteOp struct {
@@ -176,7 +175,7 @@ type (
 	// Errors as Edit left them.
 	EditOp struct {
 		Ref  queue.ItemRef
-		Edit func(*store.Item) error
+		Edit func(*queue.Item) error
 	}
 )
 
@@ -321,11 +320,11 @@ func (e *Engine) Clear(ctx context.Context, p queue.ClearParams) error {
 // item (or that an earlier item of the same call holds) is skipped: the
 // first copy is kept. It returns, for each item in order, the item as
 // stored: the new one, or the one that holds its source_id.
-func (e *Engine) Import(ctx context.Context, partition int32, items []store.Item) ([]store.Item, error) {
+func (e *Engine) Import(ctx context.Context, partition int32, items []queue.Item) ([]queue.Item, error) {
 	if err := e.admit(true); err != nil {
 		return nil, err
 	}
-	return answer[[]store.Item](e.Loop.Call(ctx, &ImportOp{Partition: partition, Items: items}, false))
+	return answer[[]queue.Item](e.Loop.Call(ctx, &ImportOp{Partition: partition, Items: items}, false))
 }
 
 // Delete removes items, in any state, and returns how many it found.
@@ -356,11 +355,11 @@ func (e *Engine) DeleteDead(ctx context.Context, refs []queue.ItemRef) (int, err
 // error is the call's answer, nothing changed). It returns the item as
 // stored. An unknown id is apierr.NotFound, a leased item apierr.Conflict
 // (a consumer of the dead-letter queue holds it).
-func (e *Engine) EditDead(ctx context.Context, ref queue.ItemRef, edit func(*store.Item) error) (store.Item, error) {
+func (e *Engine) EditDead(ctx context.Context, ref queue.ItemRef, edit func(*queue.Item) error) (queue.Item, error) {
 	if err := e.admit(false); err != nil {
-		return store.Item{}, err
+		return queue.Item{}, err
 	}
-	return answer[store.Item](e.Loop.Call(ctx, &EditOp{Ref: ref, Edit: edit}, false))
+	return answer[queue.Item](e.Loop.Call(ctx, &EditOp{Ref: ref, Edit: edit}, false))
 }
 
 // TakeRedriven inserts redriven dead items (see RedriveItem) into one
@@ -377,7 +376,7 @@ func (e *Engine) TakeRedriven(ctx context.Context, items []queue.RedriveItem) er
 // pass is the engine's state of one iteration.
 type pass struct {
 	tx      Tx
-	info    store.QueueInfo
+	info    queue.QueueInfo
 	now     int64
 	ready   []int // the ready counts, nil until needed (and after a change the engine does not track)
 	replies []Reply
@@ -547,7 +546,7 @@ func (e *Engine) handle(it *pass, r *Request) (any, ReplyMode, error) {
 // lease deadline, or for lease_timeout from now), scheduled (enqueue_at in
 // the future) or ready, keeping their attempts, created_at and expire
 // deadline (or expiring after expire_timeout from now).
-func (e *Engine) importItems(it *pass, op *ImportOp) ([]store.Item, error) {
+func (e *Engine) importItems(it *pass, op *ImportOp) ([]queue.Item, error) {
 	n := op.Partition
 	if err := queue.CheckPartition(it.info.Name, it.info.Partitions, n); err != nil {
 		return nil, err
@@ -570,21 +569,21 @@ func (e *Engine) importItems(it *pass, op *ImportOp) ([]store.Item, error) {
 			wanted = append(wanted, keys[i])
 		}
 	}
-	held := map[string]store.Item{}
+	held := map[string]queue.Item{}
 	if len(wanted) > 0 {
 		var err error
 		if held, err = it.tx.Held(n, wanted); err != nil {
 			return nil, err
 		}
 	}
-	out := make([]store.Item, len(op.Items))
-	var news []store.Item
+	out := make([]queue.Item, len(op.Items))
+	var news []queue.Item
 	var pos []int // the call's index of each new item
 	for i, si := range op.Items {
 		if k := keys[i]; k != "" && (first[k] != i || held[k].Meta.ID != 0) {
 			continue
 		}
-		m := store.ItemMeta{Attempts: si.Meta.Attempts, SourceKey: keys[i],
+		m := queue.ItemMeta{Attempts: si.Meta.Attempts, SourceKey: keys[i],
 			CreatedAt: queue.FromNanos(queue.Nanos(si.Meta.CreatedAt)), ExpireDeadline: queue.FromNanos(queue.Nanos(si.Meta.ExpireDeadline))}
 		if m.CreatedAt.IsZero() {
 			m.CreatedAt = queue.FromNanos(it.now)
@@ -601,7 +600,7 @@ func (e *Engine) importItems(it *pass, op *ImportOp) ([]store.Item, error) {
 		case queue.Nanos(si.Meta.EnqueueAt) > it.now:
 			m.EnqueueAt = queue.FromNanos(queue.Nanos(si.Meta.EnqueueAt))
 		}
-		news = append(news, store.Item{Partition: n, Meta: m, Body: si.Body, Errors: si.Errors})
+		news = append(news, queue.Item{Partition: n, Meta: m, Body: si.Body, Errors: si.Errors})
 		pos = append(pos, i)
 	}
 	if len(news) > 0 {
@@ -693,7 +692,7 @@ func (e *Engine) retry(it *pass, r *Request, op *retryOp) error {
 	var moving []Item
 	for i, ri := range op.items {
 		x := xs[i]
-		var h *store.ItemErrors
+		var h *queue.ItemErrors
 		if ri.Error != "" {
 			hh := queue.RecordError(history[x.ID], x.Attempts, ri.Error, it.now)
 			h = &hh
@@ -724,14 +723,14 @@ func (e *Engine) retry(it *pass, r *Request, op *retryOp) error {
 
 // histories returns the stored attempt histories of those of xs that may
 // have one, by id.
-func (it *pass) histories(xs []Item) (map[uint64]store.ItemErrors, error) {
+func (it *pass) histories(xs []Item) (map[uint64]queue.ItemErrors, error) {
 	var read []Item
 	for _, x := range xs {
 		if x.HasHistory {
 			read = append(read, x)
 		}
 	}
-	out := make(map[uint64]store.ItemErrors, len(read))
+	out := make(map[uint64]queue.ItemErrors, len(read))
 	if len(read) == 0 {
 		return out, nil
 	}

@@ -10,8 +10,8 @@
 //   - Engine (iterate.go): the Queue calls that run in the loop and the
 //     iteration itself, deciding by the item rules of internal/queue
 //     (rules.go) over Tx, the decision-level storage contract a backend
-//     implements per iteration: internal/embedded (memory, Pebble: an
-//     in-memory index and one batch write) and internal/pgqueue (one
+//     implements per iteration: internal/backend/embedded (memory, Pebble: an
+//     in-memory index and one batch write) and internal/backend/postgres (one
 //     PostgreSQL transaction).
 //
 // See docs/ARCHITECTURE.md.

@@ -26,7 +26,6 @@ import (
 
 	"github.com/styxq/styx/internal/clock"
 	"github.com/styxq/styx/internal/queue"
-	"github.com/styxq/styx/internal/store"
 	"github.com/styxq/styx/metrics"
 )
 
@@ -167,7 +166,7 @@ func (r *Recorder) deadTotals() map[string]float64 {
 // Sample samples every queue: depth, dead letters, and the groups of
 // dead-letter queues. Run calls it every SampleEvery.
 func (r *Recorder) Sample(ctx context.Context) error {
-	infos, err := r.m.List(ctx, store.ListQueuesParams{})
+	infos, err := r.m.List(ctx, queue.ListQueuesParams{})
 	if err != nil {
 		return err
 	}
@@ -203,7 +202,7 @@ func (r *Recorder) Sample(ctx context.Context) error {
 
 // sampleQueue samples one queue; dead holds the dead-letter totals by
 // source queue (nil: read them).
-func (r *Recorder) sampleQueue(ctx context.Context, info store.QueueInfo, isDLQ bool, dead map[string]float64) {
+func (r *Recorder) sampleQueue(ctx context.Context, info queue.QueueInfo, isDLQ bool, dead map[string]float64) {
 	q := info.Name
 	l, err := r.m.Get(q)
 	if err != nil {
@@ -283,7 +282,7 @@ func (r *Recorder) Run(ctx context.Context) {
 func (r *Recorder) History(ctx context.Context, q string, isDLQ bool) ([]Point, map[string]string) {
 	info, err := r.m.Info(ctx, q)
 	if err != nil {
-		info = store.QueueInfo{Name: q}
+		info = queue.QueueInfo{Name: q}
 	}
 	r.sampleQueue(ctx, info, isDLQ, nil)
 	now := r.clock.Now()

@@ -10,12 +10,11 @@ import (
 
 	"github.com/stretchr/testify/require"
 
+	"github.com/styxq/styx/internal/backend/embedded"
+	"github.com/styxq/styx/internal/backend/embedded/pebble"
 	"github.com/styxq/styx/internal/clock"
-	"github.com/styxq/styx/internal/embedded"
 	"github.com/styxq/styx/internal/history"
 	"github.com/styxq/styx/internal/queue"
-	"github.com/styxq/styx/internal/store"
-	"github.com/styxq/styx/internal/store/pebble"
 	"github.com/styxq/styx/metrics"
 )
 
@@ -35,7 +34,7 @@ func manager(tb testing.TB, n int) (queue.Queues, *metrics.Metrics) {
 			if (i%10 == 9) != dlqs {
 				continue
 			}
-			info := store.QueueInfo{Name: fmt.Sprintf("q%05d", i), Partitions: 1, LeaseTimeout: time.Minute, ExpireTimeout: time.Hour}
+			info := queue.QueueInfo{Name: fmt.Sprintf("q%05d", i), Partitions: 1, LeaseTimeout: time.Minute, ExpireTimeout: time.Hour}
 			if !dlqs {
 				info.DeadQueue = fmt.Sprintf("q%05d", i/10*10+9)
 			}

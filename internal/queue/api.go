@@ -3,8 +3,8 @@
 // dead reasons and source keys, dead-item filters and error-group types,
 // queue definition rules (ValidateCreate, ValidateUpdate, ValidateDelete)
 // and the item rules the engine decides by (rules.go). It holds no engine
-// and no storage: internal/engine runs queues, internal/embedded and
-// internal/pgqueue store them, and each imports this package, not each
+// and no storage: internal/engine runs queues, internal/backend/embedded and
+// internal/backend/postgres store them, and each imports this package, not each
 // other (ADR 0014).
 package queue
 
@@ -14,7 +14,6 @@ import (
 	"time"
 
 	"github.com/styxq/styx/internal/apierr"
-	"github.com/styxq/styx/internal/store"
 	"github.com/styxq/styx/metrics"
 )
 
@@ -22,7 +21,7 @@ import (
 // it. Both backends implement it with the engine (engine.Engine runs every
 // call that goes through the loop; its method docs give the semantics):
 // embedded.Logical (one node owns the queue's state in memory; memory and
-// Pebble storage) and pgqueue.Queue (several nodes share the queue through
+// Pebble storage) and postgres.Queue (several nodes share the queue through
 // PostgreSQL; ADR 0006). Both pass the same conformance suite (queuetest)
 // and functional tests.
 type Queue interface {
@@ -35,20 +34,20 @@ type Queue interface {
 	Stats(ctx context.Context) (Stats, error)
 	Clear(ctx context.Context, p ClearParams) error
 	Reload(ctx context.Context) error
-	Import(ctx context.Context, partition int32, items []store.Item) ([]store.Item, error)
+	Import(ctx context.Context, partition int32, items []Item) ([]Item, error)
 	Delete(ctx context.Context, refs []ItemRef) (int, error)
 	DeleteDead(ctx context.Context, refs []ItemRef) (int, error)
 	// Scheduled lists up to limit of a partition's scheduled items with ids
 	// above after, in id order (storage/scheduled.list).
-	Scheduled(ctx context.Context, partition int32, after uint64, limit int) ([]store.Item, error)
+	Scheduled(ctx context.Context, partition int32, after uint64, limit int) ([]Item, error)
 	// List lists up to limit of a partition's other items (ready, leased,
 	// dead: every item IsScheduled leaves out) with ids above after, in id
 	// order (storage/items.list, as in Querator).
-	List(ctx context.Context, partition int32, after uint64, limit int) ([]store.Item, error)
-	Scan(ctx context.Context, partitions int32, f *DeadFilter, p ScanParams) (items []store.Item, next uint64, err error)
+	List(ctx context.Context, partition int32, after uint64, limit int) ([]Item, error)
+	Scan(ctx context.Context, partitions int32, f *DeadFilter, p ScanParams) (items []Item, next uint64, err error)
 	TakeRedriven(ctx context.Context, items []RedriveItem) error
 	// EditDead changes a dead item at rest (see engine.Engine.EditDead).
-	EditDead(ctx context.Context, ref ItemRef, edit func(*store.Item) error) (store.Item, error)
+	EditDead(ctx context.Context, ref ItemRef, edit func(*Item) error) (Item, error)
 	// Groups returns the error groups of the dead items the queue holds
 	// (see Logical.Groups).
 	Groups(ctx context.Context, f GroupFilter, limit int) (Groups, error)
@@ -57,18 +56,18 @@ type Queue interface {
 
 // Queues is a server's set of queues: administration (with the dead-letter
 // configuration rules of ValidateCreate, ValidateUpdate and ValidateDelete)
-// and access to each queue. Implemented by embedded.Manager and pgqueue.Manager.
+// and access to each queue. Implemented by embedded.Manager and postgres.Manager.
 type Queues interface {
 	// Get returns the queue of name, or the error of NotFound.
 	Get(name string) (Queue, error)
 	// Info returns a queue's stored configuration, or the error of NotFound.
-	Info(ctx context.Context, name string) (store.QueueInfo, error)
+	Info(ctx context.Context, name string) (QueueInfo, error)
 	// List returns the queues p selects: those of p.Namespace (every
 	// namespace when empty) with names >= p.Pivot, in bytewise name order,
 	// at most p.Limit (no limit when <= 0).
-	List(ctx context.Context, p store.ListQueuesParams) ([]store.QueueInfo, error)
-	Create(ctx context.Context, info store.QueueInfo) error
-	Update(ctx context.Context, name string, change func(*store.QueueInfo) error) error
+	List(ctx context.Context, p ListQueuesParams) ([]QueueInfo, error)
+	Create(ctx context.Context, info QueueInfo) error
+	Update(ctx context.Context, name string, change func(*QueueInfo) error) error
 	Delete(ctx context.Context, name string) error
 	// Close stops every queue, finishing the requests each has taken.
 	Close()

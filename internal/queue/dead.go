@@ -9,7 +9,6 @@ import (
 	"time"
 
 	"github.com/styxq/styx/internal/fingerprint"
-	"github.com/styxq/styx/internal/store"
 )
 
 // DeadFilter selects dead items. Every set field must match; the zero
@@ -30,7 +29,7 @@ type DeadFilter struct {
 	DeadAfter  time.Time `json:"dead_after,omitzero"`
 	DeadBefore time.Time `json:"dead_before,omitzero"`
 	// Fingerprint matches the fingerprint of the item's last error: the
-	// one stored when it died (store.ItemMeta.Fingerprint), else the one
+	// one stored when it died (ItemMeta.Fingerprint), else the one
 	// of its last error (internal/fingerprint).
 	Fingerprint string `json:"fingerprint,omitempty"`
 	// Reference matches the item's reference exactly.
@@ -42,7 +41,7 @@ type DeadFilter struct {
 
 // ItemFingerprint is the fingerprint of a dead item's last error: the one
 // stored with it, else derived from its stored last error.
-func ItemFingerprint(it *store.Item) string {
+func ItemFingerprint(it *Item) string {
 	if it.Meta.Fingerprint != "" {
 		return it.Meta.Fingerprint
 	}
@@ -56,7 +55,7 @@ func (f *DeadFilter) IsZero() bool {
 }
 
 // Match reports whether the item passes the filter.
-func (f *DeadFilter) Match(it *store.Item) bool {
+func (f *DeadFilter) Match(it *Item) bool {
 	switch {
 	case len(f.IDs) > 0 && !slices.Contains(f.IDs, it.Meta.ID):
 	case f.SourceQueue != "" && it.Body.SourceQueue != f.SourceQueue:
@@ -94,8 +93,8 @@ type ScanParams struct {
 // reads inOrder, which yields the queue's items after an id in id order,
 // and reads at most p.MaxScanned of them (matching or not; default 10,000).
 // A read error ends the scan with that error.
-func Scan(f *DeadFilter, p ScanParams, byID func(ids []uint64) iter.Seq2[store.Item, error],
-	inOrder func(after uint64) iter.Seq2[store.Item, error]) (items []store.Item, next uint64, err error) {
+func Scan(f *DeadFilter, p ScanParams, byID func(ids []uint64) iter.Seq2[Item, error],
+	inOrder func(after uint64) iter.Seq2[Item, error]) (items []Item, next uint64, err error) {
 	if p.MaxScanned <= 0 {
 		p.MaxScanned = 10_000
 	}
@@ -125,11 +124,11 @@ type RedriveItem struct {
 	// SourceKey identifies the dead item (see RedriveKey); the receiving
 	// queue ignores a second copy while the first exists.
 	SourceKey string
-	Body      store.ItemBody
+	Body      ItemBody
 	// Errors is the item's attempt history as the receiving queue stores
 	// it: the dead item's, with the redrive's own entry appended by the
 	// caller (RedrivenHistory).
-	Errors store.ItemErrors
+	Errors ItemErrors
 }
 
 // MaxAttemptErrors is how many entries an item's attempt history keeps:
@@ -138,8 +137,8 @@ const MaxAttemptErrors = 10
 
 // AppendHistory appends e to h, keeping the MaxAttemptErrors most recent
 // entries. LastError is left as it is (it names the last failed attempt).
-func AppendHistory(h store.ItemErrors, e store.AttemptError) store.ItemErrors {
-	out := store.ItemErrors{LastError: h.LastError, Errors: append(slices.Clone(h.Errors), e)}
+func AppendHistory(h ItemErrors, e AttemptError) ItemErrors {
+	out := ItemErrors{LastError: h.LastError, Errors: append(slices.Clone(h.Errors), e)}
 	if n := len(out.Errors); n > MaxAttemptErrors {
 		out.Errors = out.Errors[n-MaxAttemptErrors:]
 	}
@@ -149,8 +148,8 @@ func AppendHistory(h store.ItemErrors, e store.AttemptError) store.ItemErrors {
 // RedrivenHistory returns the history of a dead item being redriven: its
 // own, plus an entry (attempt: its attempts when it died) saying when, by
 // which task and from which dead-letter queue it was redriven.
-func RedrivenHistory(it *store.Item, deadQueue, taskID string, at time.Time) store.ItemErrors {
-	return AppendHistory(it.Errors, store.AttemptError{
+func RedrivenHistory(it *Item, deadQueue, taskID string, at time.Time) ItemErrors {
+	return AppendHistory(it.Errors, AttemptError{
 		Attempt: it.Meta.Attempts,
 		Error:   fmt.Sprintf("redriven from dead-letter queue '%s' by task %s", deadQueue, taskID),
 		At:      at.UTC(),

@@ -7,7 +7,6 @@ import (
 	"unicode"
 
 	"github.com/styxq/styx/internal/apierr"
-	"github.com/styxq/styx/internal/store"
 )
 
 // idAlphabet is lowercase base32hex: ids render as 13 of its characters,
@@ -116,7 +115,7 @@ func CheckTime(field string, t time.Time) error {
 // an import, that storage keeps: created_at, expire_deadline, enqueue_at,
 // lease_deadline, dead_at and each errors[j].at. The error names the field
 // as "items[i].enqueue_at".
-func CheckItemTimes(i int, it *store.Item) error {
+func CheckItemTimes(i int, it *Item) error {
 	for _, t := range [...]struct {
 		name string
 		t    time.Time

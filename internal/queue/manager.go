@@ -5,7 +5,6 @@ import (
 	"strings"
 
 	"github.com/styxq/styx/internal/apierr"
-	"github.com/styxq/styx/internal/store"
 )
 
 // Exists answers a create of a queue that exists: 400, as Querator answers
@@ -26,7 +25,7 @@ func NotFound(name string) error {
 // ValidateCreate checks a new queue against the stored ones (all, by name):
 // apierr.Invalid if the name is taken, apierr.Invalid if its dead_queue
 // breaks a rule (see checkDeadQueue).
-func ValidateCreate(all map[string]store.QueueInfo, info store.QueueInfo) error {
+func ValidateCreate(all map[string]QueueInfo, info QueueInfo) error {
 	if _, ok := all[info.Name]; ok {
 		return Exists(info.Name)
 	}
@@ -36,7 +35,7 @@ func ValidateCreate(all map[string]store.QueueInfo, info store.QueueInfo) error 
 // ValidateUpdate checks a queue's new configuration against its old one and
 // the other queues: partitions are never removed, a dead-letter queue gets
 // no dead_queue of its own, and the dead_queue rules hold.
-func ValidateUpdate(all map[string]store.QueueInfo, old, info store.QueueInfo) error {
+func ValidateUpdate(all map[string]QueueInfo, old, info QueueInfo) error {
 	if info.Partitions < old.Partitions {
 		return apierr.Invalidf("invalid requested_partitions; queue '%s' has %d partitions, which cannot be reduced to %d",
 			info.Name, old.Partitions, info.Partitions)
@@ -52,7 +51,7 @@ func ValidateUpdate(all map[string]store.QueueInfo, old, info store.QueueInfo) e
 
 // ValidateDelete checks that name exists (the error of NotFound) and is no
 // queue's dead_queue (apierr.Invalid).
-func ValidateDelete(all map[string]store.QueueInfo, name string) error {
+func ValidateDelete(all map[string]QueueInfo, name string) error {
 	if _, ok := all[name]; !ok {
 		return NotFound(name)
 	}
@@ -65,7 +64,7 @@ func ValidateDelete(all map[string]store.QueueInfo, name string) error {
 // checkDeadQueue enforces the dead-letter configuration rules on info: its
 // dead_queue exists, is not the queue itself, and has no dead_queue of its
 // own (no chains).
-func checkDeadQueue(all map[string]store.QueueInfo, info store.QueueInfo) error {
+func checkDeadQueue(all map[string]QueueInfo, info QueueInfo) error {
 	if info.DeadQueue == "" {
 		return nil
 	}
@@ -84,7 +83,7 @@ func checkDeadQueue(all map[string]store.QueueInfo, info store.QueueInfo) error 
 }
 
 // referrers returns the names of the queues whose dead_queue is name.
-func referrers(all map[string]store.QueueInfo, name string) []string {
+func referrers(all map[string]QueueInfo, name string) []string {
 	var refs []string
 	for _, i := range all {
 		if i.DeadQueue == name {

@@ -4,7 +4,6 @@ import (
 	"time"
 
 	"github.com/styxq/styx/internal/apierr"
-	"github.com/styxq/styx/internal/store"
 )
 
 // The item rules: what every backend decides the same way, written once.
@@ -44,7 +43,7 @@ func CheckLeased(queue string, n int32, ids []uint64, leased func(id uint64) boo
 // not under a live lease there is named by one NotLeased error. It returns
 // the new lease deadline (Unix ns): now + timeout, or the queue's
 // lease_timeout when timeout is 0.
-func CheckRenew(info store.QueueInfo, n int32, ids []uint64, timeout time.Duration, now int64, live func(id uint64) bool) (int64, error) {
+func CheckRenew(info QueueInfo, n int32, ids []uint64, timeout time.Duration, now int64, live func(id uint64) bool) (int64, error) {
 	var bad []uint64
 	seen := make(map[uint64]bool, len(ids))
 	for _, id := range ids {
@@ -67,8 +66,8 @@ func CheckRenew(info store.QueueInfo, n int32, ids []uint64, timeout time.Durati
 
 // RecordError returns h with a failed attempt's error appended (keeping the
 // MaxAttemptErrors most recent) and made the last error.
-func RecordError(h store.ItemErrors, attempt int32, msg string, now int64) store.ItemErrors {
-	h = AppendHistory(h, store.AttemptError{Attempt: attempt, Error: msg, At: time.Unix(0, now).UTC()})
+func RecordError(h ItemErrors, attempt int32, msg string, now int64) ItemErrors {
+	h = AppendHistory(h, AttemptError{Attempt: attempt, Error: msg, At: time.Unix(0, now).UTC()})
 	h.LastError = msg
 	return h
 }
@@ -92,7 +91,7 @@ type Ending struct {
 // expired lease with release false): the item is dead by max_attempts
 // (unless released: a released attempt does not count) or by its expire
 // deadline, else it goes back, ready or scheduled for retryAt.
-func EndLease(info store.QueueInfo, attempts int32, expire int64, release bool, retryAt time.Time, now int64) Ending {
+func EndLease(info QueueInfo, attempts int32, expire int64, release bool, retryAt time.Time, now int64) Ending {
 	if release && attempts > 0 {
 		attempts--
 	}
@@ -122,7 +121,7 @@ func (e Ending) Requeued(newID uint64) RetryOutcome {
 
 // KillOutcome is the RetryOutcome of an item that died for reason: moved to
 // the queue's dead-letter queue, or dropped when it has none.
-func KillOutcome(info store.QueueInfo, reason string, attempts int32) RetryOutcome {
+func KillOutcome(info QueueInfo, reason string, attempts int32) RetryOutcome {
 	if info.DeadQueue == "" {
 		return RetryOutcome{Outcome: OutcomeDropped, Reason: reason, Attempts: attempts}
 	}
@@ -153,6 +152,6 @@ func EnqueueNow(enqueueAt time.Time, now int64) bool {
 // nanoseconds): not leased, not a dead item, with an enqueue_at still to
 // come. storage/items.list leaves such items out (storage/scheduled.list
 // lists them), as Querator does.
-func IsScheduled(m store.ItemMeta, now int64) bool {
+func IsScheduled(m ItemMeta, now int64) bool {
 	return !m.Leased && m.DeadReason == "" && Nanos(m.EnqueueAt) > now
 }

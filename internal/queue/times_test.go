@@ -6,7 +6,6 @@ import (
 	"time"
 
 	"github.com/styxq/styx/internal/apierr"
-	"github.com/styxq/styx/internal/store"
 )
 
 func TestCheckTime(t *testing.T) {
@@ -44,13 +43,13 @@ func TestCheckTime(t *testing.T) {
 
 func TestCheckItemTimes(t *testing.T) {
 	bad := time.Date(2300, 1, 1, 0, 0, 0, 0, time.UTC)
-	it := store.Item{Errors: store.ItemErrors{Errors: []store.AttemptError{{At: time.Now()}, {At: bad}}}}
+	it := Item{Errors: ItemErrors{Errors: []AttemptError{{At: time.Now()}, {At: bad}}}}
 	err := CheckItemTimes(7, &it)
 	if err == nil || err.Error() != "invalid items[7].errors[1].at; 2300-01-01T00:00:00Z is out of range "+
 		"1677-09-21T00:12:43.145224192Z..2262-04-11T23:47:16.854775807Z, the times storage keeps" {
 		t.Fatalf("got %v", err)
 	}
-	it = store.Item{Meta: store.ItemMeta{LeaseDeadline: bad}}
+	it = Item{Meta: ItemMeta{LeaseDeadline: bad}}
 	if err := CheckItemTimes(0, &it); err == nil {
 		t.Fatal("lease_deadline of 2300 accepted")
 	}

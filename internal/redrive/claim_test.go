@@ -13,10 +13,11 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/styxq/styx/internal/apierr"
+	"github.com/styxq/styx/internal/backend/embedded"
+	"github.com/styxq/styx/internal/backend/embedded/pebble"
 	"github.com/styxq/styx/internal/clock"
-	"github.com/styxq/styx/internal/embedded"
+	"github.com/styxq/styx/internal/queue"
 	"github.com/styxq/styx/internal/store"
-	"github.com/styxq/styx/internal/store/pebble"
 	"github.com/styxq/styx/metrics"
 )
 
@@ -49,7 +50,7 @@ func newShared(t *testing.T, claim func(s *sharedStore, n int, key string) bool,
 	qm, err := embedded.NewManager(ctx, embedded.Config{Store: st, Clock: clock.Real{}, Log: log, Metrics: m})
 	require.NoError(t, err)
 	t.Cleanup(qm.Close)
-	require.NoError(t, qm.Create(ctx, store.QueueInfo{Name: "q-dead", LeaseTimeout: time.Minute, Partitions: 1}))
+	require.NoError(t, qm.Create(ctx, queue.QueueInfo{Name: "q-dead", LeaseTimeout: time.Minute, Partitions: 1}))
 	s := &sharedStore{Store: st, claim: claim}
 	for _, task := range tasks {
 		putTask(t, s, task)

@@ -11,10 +11,11 @@ import (
 
 	"github.com/stretchr/testify/require"
 
+	"github.com/styxq/styx/internal/backend/embedded"
+	"github.com/styxq/styx/internal/backend/embedded/pebble"
 	"github.com/styxq/styx/internal/clock"
-	"github.com/styxq/styx/internal/embedded"
+	"github.com/styxq/styx/internal/queue"
 	"github.com/styxq/styx/internal/store"
-	"github.com/styxq/styx/internal/store/pebble"
 	"github.com/styxq/styx/metrics"
 )
 
@@ -42,13 +43,13 @@ func TestLostClaimStopsTheTask(t *testing.T) {
 	require.NoError(t, err)
 	t.Cleanup(qm.Close)
 	for _, name := range []string{"q-dead", "q-dest"} {
-		require.NoError(t, qm.Create(ctx, store.QueueInfo{Name: name, LeaseTimeout: time.Minute, Partitions: 1}))
+		require.NoError(t, qm.Create(ctx, queue.QueueInfo{Name: name, LeaseTimeout: time.Minute, Partitions: 1}))
 	}
 	dlq, err := qm.Get("q-dead")
 	require.NoError(t, err)
-	stored, err := dlq.Import(ctx, 0, []store.Item{
-		{Body: store.ItemBody{Payload: []byte("a"), SourceQueue: "q-src", DeadReason: "explicit", DeadAt: time.Now()}},
-		{Body: store.ItemBody{Payload: []byte("b"), SourceQueue: "q-src", DeadReason: "explicit", DeadAt: time.Now()}},
+	stored, err := dlq.Import(ctx, 0, []queue.Item{
+		{Body: queue.ItemBody{Payload: []byte("a"), SourceQueue: "q-src", DeadReason: "explicit", DeadAt: time.Now()}},
+		{Body: queue.ItemBody{Payload: []byte("b"), SourceQueue: "q-src", DeadReason: "explicit", DeadAt: time.Now()}},
 	})
 	require.NoError(t, err)
 

@@ -446,7 +446,7 @@ func (r *Runner) Start(ctx context.Context, p StartParams) (Task, error) {
 	}
 	r.mu.Unlock()
 
-	var plan func(it *store.Item)
+	var plan func(it *queue.Item)
 	if p.DryRun {
 		plan = r.planner(t)
 	}
@@ -545,7 +545,7 @@ func (r *Runner) runningOn(q string) string {
 // id of the last item it saw (0 for an empty queue): a task handles only the
 // items that were there when it started.
 // each, when not nil, is called with every matching item.
-func countMatching(ctx context.Context, m queue.Queues, l queue.Queue, f *queue.DeadFilter, each func(*store.Item)) (n int64, last uint64, err error) {
+func countMatching(ctx context.Context, m queue.Queues, l queue.Queue, f *queue.DeadFilter, each func(*queue.Item)) (n int64, last uint64, err error) {
 	info, err := m.Info(ctx, l.Name())
 	if err != nil {
 		return 0, 0, err
@@ -575,10 +575,10 @@ func countMatching(ctx context.Context, m queue.Queues, l queue.Queue, f *queue.
 // it adds the item to t's plan (WouldMove, WouldSkip, ByDestination,
 // SkipReasons) with the checks step makes, in step's order: loop cap,
 // lease, key, destination queue.
-func (r *Runner) planner(t *Task) func(it *store.Item) {
+func (r *Runner) planner(t *Task) func(it *queue.Item) {
 	t.ByDestination = map[string]*Plan{}
 	exists := map[string]bool{}
-	return func(it *store.Item) {
+	return func(it *queue.Item) {
 		dest := t.Destination
 		if dest == "" {
 			dest = it.Body.SourceQueue
@@ -916,7 +916,7 @@ func (r *Runner) run(ctx context.Context, t *Task) (string, string) {
 			// Past the items that were there at the start: this is the
 			// last step.
 			next = 0
-			items = slices.DeleteFunc(items, func(it store.Item) bool { return it.Meta.ID > t.UpTo })
+			items = slices.DeleteFunc(items, func(it queue.Item) bool { return it.Meta.ID > t.UpTo })
 		}
 		if len(items) > 0 && limiter != nil {
 			if err := limiter.WaitN(ctx, len(items)); err != nil {
@@ -977,7 +977,7 @@ func (r *Runner) claimHeld(ctx context.Context, t *Task) bool {
 // runs again, while retryable; one that fails otherwise, or once the step
 // is no longer retryable, keeps its items in the dead-letter queue, counted
 // failed.
-func (r *Runner) step(ctx context.Context, t *Task, dlq queue.Queue, items []store.Item, retryable bool) (err error) {
+func (r *Runner) step(ctx context.Context, t *Task, dlq queue.Queue, items []queue.Item, retryable bool) (err error) {
 	// The counts are kept until the step ends: a step that fails runs
 	// again (see Runner.run) and meets the items it skipped or failed
 	// again, so only the moves of a failed step, whose items left the
@@ -1000,7 +1000,7 @@ func (r *Runner) step(ctx context.Context, t *Task, dlq queue.Queue, items []sto
 			}
 		}
 	}()
-	byDest := map[string][]store.Item{}
+	byDest := map[string][]queue.Item{}
 	var order []string
 	for _, it := range items {
 		dest := t.Destination
@@ -1014,7 +1014,7 @@ func (r *Runner) step(ctx context.Context, t *Task, dlq queue.Queue, items []sto
 	}
 	for _, dest := range order {
 		group := byDest[dest]
-		var send []store.Item
+		var send []queue.Item
 		for _, it := range group {
 			if t.MaxRedriveCount >= 0 && it.Body.RedriveCount >= t.MaxRedriveCount {
 				count(dest, 0, 0, 1, SkipLoopCap)

@@ -1,17 +1,20 @@
-// Package store is Styx's storage contract: the interface every backend
-// implements, its parameter types and its sentinel errors. Nothing here is
-// specific to a backend; each backend lives in a sub-package and passes the
+// Package store holds Styx's record-level storage contracts and their
+// sentinel errors: Store, the item log beneath the embedded backend
+// (internal/backend/embedded, on Pebble: internal/backend/embedded/pebble),
+// and the catalog, task, claim and key stores that both backends implement.
+// The records are the domain's types (queue.QueueInfo, queue.Item); nothing
+// here is specific to a backend, and every implementation passes the
 // conformance suite in storetest.
 //
 // Two contracts sit under the engine (ADR 0014). engine.Tx is the
 // decision-level one: what an iteration of the one queue engine
 // (internal/engine) asks of any backend. This package is the record-level
-// one beneath the embedded backend (internal/embedded): its logical queue
+// one beneath the embedded backend (internal/backend/embedded): its logical queue
 // keeps every partition's ready, leased and scheduled sets in memory, makes
 // the engine's decisions there, and uses a Store as the durable log of them:
 // it loads item metadata once at start-up, then writes one Batch per
 // iteration. A Store never decides anything about an item's life. The
-// PostgreSQL backend (internal/pgqueue) implements engine.Tx in SQL and,
+// PostgreSQL backend (internal/backend/postgres) implements engine.Tx in SQL and,
 // from this package, only the catalog, task, claim and key stores, which
 // every backend shares.
 //
@@ -28,6 +31,8 @@ import (
 	"context"
 	"errors"
 	"time"
+
+	"github.com/styxq/styx/internal/queue"
 )
 
 // Sentinel errors. Backends map their driver errors onto these; callers test
@@ -44,148 +49,6 @@ var (
 	// ErrKeyNotFound: no API key has the given name or ID.
 	ErrKeyNotFound = errors.New("api key not found")
 )
-
-// DefaultNamespace is the namespace of a queue created without one, and of
-// every queue stored before Styx had namespaces (Querator's reserved system
-// namespace).
-const DefaultNamespace = "_system"
-
-// ListQueuesParams selects the queues ListQueues returns.
-type ListQueuesParams struct {
-	// Namespace keeps only the queues of that namespace; empty keeps every
-	// namespace.
-	Namespace string
-	// Pivot is the first name to return (inclusive); names are compared
-	// bytewise.
-	Pivot string
-	// Limit is the most queues to return, counted after the Namespace
-	// filter; <= 0 means no limit.
-	Limit int
-}
-
-// QueueInfo is a queue's configuration as stored.
-type QueueInfo struct {
-	// ID is assigned by CreateQueue and never reused by the same store, so
-	// that a queue deleted and re-created under the same name starts empty.
-	// Items are keyed by ID, not by Name.
-	ID uint64
-	// Name is 1..512 characters without whitespace or '~' (validated by the
-	// service, not the store). Names are unique across namespaces.
-	Name string
-	// Namespace groups queues for listing (queues.list filters by it). The
-	// service sets DefaultNamespace when a queue is created without one and
-	// validates it; stores keep it as given. Queues stored before namespaces
-	// existed read back as DefaultNamespace.
-	Namespace string
-	// DeadQueue names the queue's dead-letter queue; empty for none.
-	DeadQueue string
-	// Reference is free text for the user.
-	Reference string
-	// LeaseTimeout is how long a lease lasts.
-	LeaseTimeout time.Duration
-	// ExpireTimeout is how long an item may live, counted from its creation
-	// (in a dead-letter queue: from its dead_at).
-	ExpireTimeout time.Duration
-	// MaxAttempts is the number of attempts before an item is dead; 0 means
-	// unlimited.
-	MaxAttempts int32
-	// Partitions is the number of partitions, at least 1.
-	Partitions int32
-	CreatedAt  time.Time
-	UpdatedAt  time.Time
-	// Attributes is opaque text kept with the queue's definition for an API
-	// other than /v1: the SQS API keeps the queue attributes Styx has no
-	// field for there (DelaySeconds, ReceiveMessageWaitTimeSeconds, tags…;
-	// ADR 0016). Empty for none. Stores keep it as given.
-	Attributes string
-}
-
-// ItemMeta is the part of an item the logical queue keeps in memory. It is
-// read at start-up by LoadItems and must stay small.
-type ItemMeta struct {
-	// ID is the item's current id within its queue: unique across the
-	// queue's partitions and never reused, increasing in FIFO order. It
-	// changes every time the item is requeued (ids are lease handles).
-	ID uint64
-	// BodyID keys the item's ItemBody and ItemErrors. Fixed while the item
-	// stays in one queue.
-	BodyID uint64
-	// Attempts counts leases of the item that were not released.
-	Attempts int32
-	// Leased reports a live or expired-but-unprocessed lease; LeaseDeadline
-	// is then set.
-	Leased        bool
-	LeaseDeadline time.Time
-	// EnqueueAt is when a scheduled item becomes ready; zero when the item
-	// was ready on arrival.
-	EnqueueAt time.Time
-	// ExpireDeadline is when the item expires (is dead with reason expired).
-	ExpireDeadline time.Time
-	CreatedAt      time.Time
-	// DeadReason is set when the logical queue has decided the item is dead
-	// ("max_attempts", "expired" or "explicit") but the dead-letter queue
-	// has not yet confirmed the move; DeadAt is when it was decided. On
-	// load such an item is moved again (the dead-letter queue ignores a
-	// copy it already holds). Empty on live items.
-	DeadReason string
-	DeadAt     time.Time
-	// SourceKey is set on items that came from elsewhere: dead items in a
-	// dead-letter queue ("<dead reason>:<source queue>~<id there>"),
-	// redriven items ("redrive:<dead-letter queue>~<id there>") and items
-	// imported with a source_id ("import:<partition>~<source_id>"). A queue
-	// holds at most one item per SourceKey; see ADR 0003. Opaque to stores.
-	SourceKey string
-	// Fingerprint is set on dead items in a dead-letter queue: the
-	// fingerprint of their last error when they died (internal/fingerprint),
-	// kept in memory for dead.groups. Empty on other items and on dead items
-	// stored before fingerprints existed (the logical queue derives theirs
-	// at load). Opaque to stores.
-	Fingerprint string
-}
-
-// ItemBody is the part of an item that is read only when the item is handed
-// out or listed.
-type ItemBody struct {
-	Reference string
-	Kind      string
-	Encoding  string
-	Payload   []byte
-	// Attributes is an opaque blob kept with the item and carried unchanged
-	// by every move (requeue, dead-letter move, redrive); see
-	// queue.ProduceItem.Attributes and ADR 0016. Nil when the item has none.
-	Attributes []byte
-	// Dead-letter metadata; zero outside a dead-letter queue.
-	SourceQueue  string
-	SourceID     string
-	DeadReason   string
-	DeadAt       time.Time
-	RedriveCount int32
-}
-
-// AttemptError is one failed attempt's error text.
-type AttemptError struct {
-	Attempt int32
-	Error   string
-	At      time.Time
-}
-
-// ItemErrors is an item's attempt history.
-type ItemErrors struct {
-	LastError string
-	// Errors holds at most the 10 most recent errors, oldest first.
-	Errors []AttemptError
-}
-
-// IsZero reports whether the history is empty.
-func (e ItemErrors) IsZero() bool { return e.LastError == "" && len(e.Errors) == 0 }
-
-// Item is an item in full, as listed.
-type Item struct {
-	Partition int32
-	Meta      ItemMeta
-	Body      ItemBody
-	Errors    ItemErrors
-}
 
 // OpKind says what an Op does.
 type OpKind uint8
@@ -211,10 +74,10 @@ const (
 type Op struct {
 	Kind      OpKind
 	Partition int32
-	Meta      ItemMeta
+	Meta      queue.ItemMeta
 	OldID     uint64
-	Body      *ItemBody
-	Errors    *ItemErrors
+	Body      *queue.ItemBody
+	Errors    *queue.ItemErrors
 }
 
 // Batch is a group of changes to one queue, applied atomically by Write.
@@ -229,39 +92,39 @@ type Batch struct {
 }
 
 // Insert adds a new item.
-func (b *Batch) Insert(partition int32, m ItemMeta, body ItemBody, errs ItemErrors) {
+func (b *Batch) Insert(partition int32, m queue.ItemMeta, body queue.ItemBody, errs queue.ItemErrors) {
 	b.Ops = append(b.Ops, Op{Kind: OpInsert, Partition: partition, Meta: m, Body: &body, Errors: &errs})
 }
 
 // InsertBody adds a new item with no attempt errors, taking body by
 // reference (the hot path of produce: no copy of the body struct). The
 // caller must not change *body afterwards.
-func (b *Batch) InsertBody(partition int32, m ItemMeta, body *ItemBody) {
+func (b *Batch) InsertBody(partition int32, m queue.ItemMeta, body *queue.ItemBody) {
 	b.Ops = append(b.Ops, Op{Kind: OpInsert, Partition: partition, Meta: m, Body: body})
 }
 
 // Update overwrites an item's metadata.
-func (b *Batch) Update(partition int32, m ItemMeta) {
+func (b *Batch) Update(partition int32, m queue.ItemMeta) {
 	b.Ops = append(b.Ops, Op{Kind: OpUpdate, Partition: partition, Meta: m})
 }
 
 // Requeue moves an item's metadata from oldID to m.ID.
-func (b *Batch) Requeue(partition int32, oldID uint64, m ItemMeta) {
+func (b *Batch) Requeue(partition int32, oldID uint64, m queue.ItemMeta) {
 	b.Ops = append(b.Ops, Op{Kind: OpRequeue, Partition: partition, Meta: m, OldID: oldID})
 }
 
 // Delete removes an item: metadata, body and errors.
-func (b *Batch) Delete(partition int32, m ItemMeta) {
+func (b *Batch) Delete(partition int32, m queue.ItemMeta) {
 	b.Ops = append(b.Ops, Op{Kind: OpDelete, Partition: partition, Meta: m})
 }
 
 // SetErrors overwrites an item's attempt history.
-func (b *Batch) SetErrors(partition int32, m ItemMeta, errs ItemErrors) {
+func (b *Batch) SetErrors(partition int32, m queue.ItemMeta, errs queue.ItemErrors) {
 	b.Ops = append(b.Ops, Op{Kind: OpSetErrors, Partition: partition, Meta: m, Errors: &errs})
 }
 
 // SetBody overwrites an item's body (a dead item edited).
-func (b *Batch) SetBody(partition int32, m ItemMeta, body ItemBody) {
+func (b *Batch) SetBody(partition int32, m queue.ItemMeta, body queue.ItemBody) {
 	b.Ops = append(b.Ops, Op{Kind: OpSetBody, Partition: partition, Meta: m, Body: &body})
 }
 
@@ -295,7 +158,7 @@ type Store interface {
 	// LoadItems calls fn with the metadata of every item in one partition of
 	// a queue, in ID order. It reads no payloads. An error from fn stops the
 	// scan and is returned.
-	LoadItems(ctx context.Context, queueID uint64, partition int32, fn func(ItemMeta) error) error
+	LoadItems(ctx context.Context, queueID uint64, partition int32, fn func(queue.ItemMeta) error) error
 	// LastID returns the highest id the queue has ever persisted through
 	// Batch.LastID or the Meta.ID of an inserted, requeued or updated item
 	// (0 for a new queue), so ids are never reused after a restart. It
@@ -309,10 +172,10 @@ type Store interface {
 	// ReadBodies returns the bodies and errors of the given items of one
 	// partition, in the order given. A missing body is returned as zero
 	// values (the caller owns consistency).
-	ReadBodies(ctx context.Context, queueID uint64, partition int32, bodyIDs []uint64) ([]ItemBody, []ItemErrors, error)
+	ReadBodies(ctx context.Context, queueID uint64, partition int32, bodyIDs []uint64) ([]queue.ItemBody, []queue.ItemErrors, error)
 	// ListItems returns up to limit items of one partition whose ID is >
 	// afterID, in ID order, with bodies and errors. limit must be > 0.
-	ListItems(ctx context.Context, queueID uint64, partition int32, afterID uint64, limit int) ([]Item, error)
+	ListItems(ctx context.Context, queueID uint64, partition int32, afterID uint64, limit int) ([]queue.Item, error)
 
 	// Close flushes and releases the store. Further calls return ErrClosed.
 	Close() error
@@ -358,22 +221,22 @@ type AsyncWriter interface {
 
 // Catalog stores queue definitions. Its methods may be called concurrently
 // from any goroutine; they return ErrClosed after the store is closed.
-// Implemented by every Store and by the PostgreSQL backend (pgqueue), which
+// Implemented by every Store and by the PostgreSQL backend (postgres), which
 // shares the conformance suite's catalog and task tests.
 type Catalog interface {
 	// CreateQueue stores a new queue, assigning info.ID, and returns it.
 	// Returns ErrQueueExists if the name is taken.
-	CreateQueue(ctx context.Context, info QueueInfo) (QueueInfo, error)
+	CreateQueue(ctx context.Context, info queue.QueueInfo) (queue.QueueInfo, error)
 	// UpdateQueue overwrites the queue named info.Name; info.ID must be the
 	// stored one. Returns ErrQueueNotFound if there is no such queue or its
 	// ID is not info.ID (it was deleted and re-created).
-	UpdateQueue(ctx context.Context, info QueueInfo) error
+	UpdateQueue(ctx context.Context, info queue.QueueInfo) error
 	// GetQueue returns ErrQueueNotFound if there is no such queue.
-	GetQueue(ctx context.Context, name string) (QueueInfo, error)
+	GetQueue(ctx context.Context, name string) (queue.QueueInfo, error)
 	// ListQueues returns the queues of p.Namespace (every namespace when
 	// empty) whose names are >= p.Pivot, in bytewise name order, at most
 	// p.Limit of them (no limit when <= 0).
-	ListQueues(ctx context.Context, p ListQueuesParams) ([]QueueInfo, error)
+	ListQueues(ctx context.Context, p queue.ListQueuesParams) ([]queue.QueueInfo, error)
 	// DeleteQueue removes the queue and every item it holds. Returns
 	// ErrQueueNotFound.
 	DeleteQueue(ctx context.Context, name string) error

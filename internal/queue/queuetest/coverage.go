@@ -11,7 +11,6 @@ import (
 
 	"github.com/styxq/styx/internal/apierr"
 	"github.com/styxq/styx/internal/queue"
-	"github.com/styxq/styx/internal/store"
 )
 
 // This file holds the rows that complete the suite's coverage of the wire
@@ -19,8 +18,8 @@ import (
 // contract and the row (or the wire-layer test) that checks it.
 
 // info is the QueueInfo create uses for name, after change edits it.
-func info(name string, change func(*store.QueueInfo)) store.QueueInfo {
-	i := store.QueueInfo{Name: name, LeaseTimeout: leaseTimeout, ExpireTimeout: expireTimeout, Partitions: 1}
+func info(name string, change func(*queue.QueueInfo)) queue.QueueInfo {
+	i := queue.QueueInfo{Name: name, LeaseTimeout: leaseTimeout, ExpireTimeout: expireTimeout, Partitions: 1}
 	if change != nil {
 		change(&i)
 	}
@@ -41,7 +40,7 @@ func requireInvalid(t *testing.T, err error, parts ...string) {
 }
 
 // queueNames returns the names of the queues p lists.
-func (e *env) queueNames(p store.ListQueuesParams) []string {
+func (e *env) queueNames(p queue.ListQueuesParams) []string {
 	e.t.Helper()
 	got, err := e.qs.List(e.ctx, p)
 	require.NoError(e.t, err)
@@ -75,7 +74,7 @@ func (e *env) scanPayloads(q queue.Queue, f queue.DeadFilter, limit int) []strin
 }
 
 // byPayload returns q's stored item whose payload is p.
-func (e *env) byPayload(q queue.Queue, p string) store.Item {
+func (e *env) byPayload(q queue.Queue, p string) queue.Item {
 	e.t.Helper()
 	for _, it := range e.items(q) {
 		if string(it.Body.Payload) == p {
@@ -83,7 +82,7 @@ func (e *env) byPayload(q queue.Queue, p string) store.Item {
 		}
 	}
 	require.FailNow(e.t, "no item", "queue '%s' holds no item %q", q.Name(), p)
-	return store.Item{}
+	return queue.Item{}
 }
 
 var coverageRows = []row{
@@ -93,20 +92,20 @@ var coverageRows = []row{
 		requireInvalid(e.t, err, msg)
 		_, err = e.qs.Info(e.ctx, "nope")
 		requireInvalid(e.t, err, msg)
-		requireInvalid(e.t, e.qs.Update(e.ctx, "nope", func(i *store.QueueInfo) error { i.MaxAttempts = 3; return nil }), msg)
+		requireInvalid(e.t, e.qs.Update(e.ctx, "nope", func(i *queue.QueueInfo) error { i.MaxAttempts = 3; return nil }), msg)
 		requireInvalid(e.t, e.qs.Delete(e.ctx, "nope"), msg)
-		require.Empty(e.t, e.queueNames(store.ListQueuesParams{}))
+		require.Empty(e.t, e.queueNames(queue.ListQueuesParams{}))
 	}},
 	{"CreateExistingIsInvalid", func(e *env) {
-		e.create("q", func(i *store.QueueInfo) { i.Reference = "first" })
-		requireInvalid(e.t, e.qs.Create(e.ctx, info("q", func(i *store.QueueInfo) { i.Reference = "second" })), "queue already exists; 'q'")
+		e.create("q", func(i *queue.QueueInfo) { i.Reference = "first" })
+		requireInvalid(e.t, e.qs.Create(e.ctx, info("q", func(i *queue.QueueInfo) { i.Reference = "second" })), "queue already exists; 'q'")
 		got, err := e.qs.Info(e.ctx, "q")
 		require.NoError(e.t, err)
 		require.Equal(e.t, "first", got.Reference, "the refused create changed nothing")
 	}},
 	{"InfoEchoesConfiguration", func(e *env) {
 		e.create("dlq", nil)
-		e.create("q", func(i *store.QueueInfo) {
+		e.create("q", func(i *queue.QueueInfo) {
 			i.DeadQueue, i.Reference, i.MaxAttempts, i.Partitions = "dlq", "ref", 7, 3
 			i.LeaseTimeout, i.ExpireTimeout, i.Namespace = 1500*time.Millisecond, time.Hour, "ns"
 			// The service stamps created_at and updated_at; the queue
@@ -135,31 +134,31 @@ var coverageRows = []row{
 	}},
 	{"DeadQueueRules", func(e *env) {
 		e.create("dlq", nil)
-		e.create("q", func(i *store.QueueInfo) { i.DeadQueue = "dlq" })
+		e.create("q", func(i *queue.QueueInfo) { i.DeadQueue = "dlq" })
 		// The dead_queue must exist and cannot be the queue itself.
-		requireInvalid(e.t, e.qs.Create(e.ctx, info("a", func(i *store.QueueInfo) { i.DeadQueue = "none" })), "dead_queue")
-		requireInvalid(e.t, e.qs.Create(e.ctx, info("b", func(i *store.QueueInfo) { i.DeadQueue = "b" })), "dead_queue")
+		requireInvalid(e.t, e.qs.Create(e.ctx, info("a", func(i *queue.QueueInfo) { i.DeadQueue = "none" })), "dead_queue")
+		requireInvalid(e.t, e.qs.Create(e.ctx, info("b", func(i *queue.QueueInfo) { i.DeadQueue = "b" })), "dead_queue")
 		// No chains: a queue with a dead_queue cannot be one, and a
 		// dead-letter queue cannot get one.
-		requireInvalid(e.t, e.qs.Create(e.ctx, info("c", func(i *store.QueueInfo) { i.DeadQueue = "q" })), "dead_queue")
+		requireInvalid(e.t, e.qs.Create(e.ctx, info("c", func(i *queue.QueueInfo) { i.DeadQueue = "q" })), "dead_queue")
 		e.create("other", nil)
-		requireInvalid(e.t, e.qs.Update(e.ctx, "dlq", func(i *store.QueueInfo) error { i.DeadQueue = "other"; return nil }), "dead_queue")
+		requireInvalid(e.t, e.qs.Update(e.ctx, "dlq", func(i *queue.QueueInfo) error { i.DeadQueue = "other"; return nil }), "dead_queue")
 		// A dead-letter queue cannot be deleted while referenced.
 		requireInvalid(e.t, e.qs.Delete(e.ctx, "dlq"), "dead_queue", "'q'")
-		require.Equal(e.t, []string{"dlq", "other", "q"}, e.queueNames(store.ListQueuesParams{}), "refused calls changed nothing")
+		require.Equal(e.t, []string{"dlq", "other", "q"}, e.queueNames(queue.ListQueuesParams{}), "refused calls changed nothing")
 		d, err := e.qs.Info(e.ctx, "dlq")
 		require.NoError(e.t, err)
 		require.Empty(e.t, d.DeadQueue)
 		// Once unreferenced it can be deleted.
-		require.NoError(e.t, e.qs.Update(e.ctx, "q", func(i *store.QueueInfo) error { i.DeadQueue = ""; return nil }))
+		require.NoError(e.t, e.qs.Update(e.ctx, "q", func(i *queue.QueueInfo) error { i.DeadQueue = ""; return nil }))
 		require.NoError(e.t, e.qs.Delete(e.ctx, "dlq"))
-		require.Equal(e.t, []string{"other", "q"}, e.queueNames(store.ListQueuesParams{}))
+		require.Equal(e.t, []string{"other", "q"}, e.queueNames(queue.ListQueuesParams{}))
 	}},
 	{"UpdateAppliesAndNeverReducesPartitions", func(e *env) {
-		q := e.create("q", func(i *store.QueueInfo) { i.Partitions = 2 })
-		requireInvalid(e.t, e.qs.Update(e.ctx, "q", func(i *store.QueueInfo) error { i.Partitions = 1; return nil }),
+		q := e.create("q", func(i *queue.QueueInfo) { i.Partitions = 2 })
+		requireInvalid(e.t, e.qs.Update(e.ctx, "q", func(i *queue.QueueInfo) error { i.Partitions = 1; return nil }),
 			"requested_partitions", "cannot be reduced")
-		require.NoError(e.t, e.qs.Update(e.ctx, "q", func(i *store.QueueInfo) error {
+		require.NoError(e.t, e.qs.Update(e.ctx, "q", func(i *queue.QueueInfo) error {
 			i.Partitions, i.MaxAttempts, i.LeaseTimeout = 3, 1, time.Minute
 			return nil
 		}))
@@ -188,7 +187,7 @@ var coverageRows = []row{
 		require.NoError(e.t, e.qs.Delete(e.ctx, "q"))
 		_, err := e.qs.Get("q")
 		requireInvalid(e.t, err, "no such queue named 'q'")
-		require.Empty(e.t, e.queueNames(store.ListQueuesParams{}))
+		require.Empty(e.t, e.queueNames(queue.ListQueuesParams{}))
 		// A queue re-created under the same name starts empty.
 		q = e.create("q", nil)
 		require.Empty(e.t, e.items(q))
@@ -200,13 +199,13 @@ var coverageRows = []row{
 		for _, n := range []string{"c", "a", "b", "B"} {
 			e.create(n, nil)
 		}
-		require.Equal(e.t, []string{"B", "a", "b", "c"}, e.queueNames(store.ListQueuesParams{}), "bytewise name order")
-		require.Equal(e.t, []string{"B", "a"}, e.queueNames(store.ListQueuesParams{Limit: 2}))
-		require.Equal(e.t, []string{"b"}, e.queueNames(store.ListQueuesParams{Pivot: "b", Limit: 1}), "the pivot is inclusive")
-		require.Equal(e.t, []string{"b", "c"}, e.queueNames(store.ListQueuesParams{Pivot: "az"}))
+		require.Equal(e.t, []string{"B", "a", "b", "c"}, e.queueNames(queue.ListQueuesParams{}), "bytewise name order")
+		require.Equal(e.t, []string{"B", "a"}, e.queueNames(queue.ListQueuesParams{Limit: 2}))
+		require.Equal(e.t, []string{"b"}, e.queueNames(queue.ListQueuesParams{Pivot: "b", Limit: 1}), "the pivot is inclusive")
+		require.Equal(e.t, []string{"b", "c"}, e.queueNames(queue.ListQueuesParams{Pivot: "az"}))
 	}},
 	{"IDsUniqueIncreasingNeverReused", func(e *env) {
-		q := e.create("q", func(i *store.QueueInfo) { i.Partitions = 2 })
+		q := e.create("q", func(i *queue.QueueInfo) { i.Partitions = 2 })
 		e.produce(q, "a")
 		part, a := e.leaseOne(q, "a")
 		require.NoError(e.t, q.Complete(e.ctx, part, []uint64{a.ID}))
@@ -235,7 +234,7 @@ var coverageRows = []row{
 		// places from its own view; ADR 0014), only that a
 		// request's items share one and a lease's items are that of the
 		// answer.
-		q := e.create("q", func(i *store.QueueInfo) { i.Partitions = 3 })
+		q := e.create("q", func(i *queue.QueueInfo) { i.Partitions = 3 })
 		for r := range 6 {
 			e.produce(q, fmt.Sprintf("r%d-0", r), fmt.Sprintf("r%d-1", r), fmt.Sprintf("r%d-2", r), fmt.Sprintf("r%d-3", r))
 		}
@@ -261,7 +260,7 @@ var coverageRows = []row{
 		e.leaseNone(q)
 	}},
 	{"CompleteRetryRenewInAnotherPartitionRefused", func(e *env) {
-		q := e.create("q", func(i *store.QueueInfo) { i.Partitions = 2 })
+		q := e.create("q", func(i *queue.QueueInfo) { i.Partitions = 2 })
 		e.produce(q, "a")
 		part, x := e.leaseOne(q, "a")
 		other := 1 - part
@@ -293,7 +292,7 @@ var coverageRows = []row{
 		requireInvalid(e.t, err, "partition")
 		_, err = q.Renew(e.ctx, 3, []uint64{x.ID}, 0)
 		requireInvalid(e.t, err, "partition")
-		_, err = q.Import(e.ctx, 3, []store.Item{{Body: store.ItemBody{Payload: []byte("i")}}})
+		_, err = q.Import(e.ctx, 3, []queue.Item{{Body: queue.ItemBody{Payload: []byte("i")}}})
 		requireInvalid(e.t, err, "partition")
 		_, err = q.Scheduled(e.ctx, 3, 0, 10)
 		requireInvalid(e.t, err, "partition")
@@ -388,7 +387,7 @@ var coverageRows = []row{
 		require.Equal(e.t, int32(2), again.Attempts)
 	}},
 	{"RenewPastExpireDeadlineThenDiesAtLeaseEnd", func(e *env) {
-		q, dlq := e.withDLQ(func(i *store.QueueInfo) { i.ExpireTimeout = time.Minute })
+		q, dlq := e.withDLQ(func(i *queue.QueueInfo) { i.ExpireTimeout = time.Minute })
 		e.produce(q, "a")
 		e.advance(time.Minute-time.Second, q)
 		part, x := e.leaseOne(q, "a")
@@ -405,7 +404,7 @@ var coverageRows = []row{
 		e.eventuallyItems(q, 0)
 	}},
 	{"ExpireKillsScheduledItem", func(e *env) {
-		q, dlq := e.withDLQ(func(i *store.QueueInfo) { i.ExpireTimeout = time.Minute })
+		q, dlq := e.withDLQ(func(i *queue.QueueInfo) { i.ExpireTimeout = time.Minute })
 		require.NoError(e.t, q.Produce(e.ctx, []queue.ProduceItem{{Payload: []byte("s"), EnqueueAt: Start.Add(time.Hour)}}))
 		e.advance(time.Minute-time.Millisecond, q)
 		require.Empty(e.t, e.items(dlq))
@@ -418,7 +417,7 @@ var coverageRows = []row{
 		e.leaseNone(q)
 	}},
 	{"ExpiryWithoutDeadQueueDrops", func(e *env) {
-		q := e.create("q", func(i *store.QueueInfo) { i.ExpireTimeout = time.Minute })
+		q := e.create("q", func(i *queue.QueueInfo) { i.ExpireTimeout = time.Minute })
 		e.produce(q, "a")
 		e.advance(time.Minute-time.Millisecond, q)
 		require.Len(e.t, e.items(q), 1)
@@ -427,8 +426,8 @@ var coverageRows = []row{
 		e.leaseNone(q)
 	}},
 	{"DeadItemKeepsItsFieldsUnderANewIDAndExpiresFromDeadAt", func(e *env) {
-		dlq := e.create("dlq", func(i *store.QueueInfo) { i.ExpireTimeout = time.Hour })
-		q := e.create("q", func(i *store.QueueInfo) { i.DeadQueue = "dlq" })
+		dlq := e.create("dlq", func(i *queue.QueueInfo) { i.ExpireTimeout = time.Hour })
+		q := e.create("q", func(i *queue.QueueInfo) { i.DeadQueue = "dlq" })
 		require.NoError(e.t, q.Produce(e.ctx, []queue.ProduceItem{{Kind: "kind1", Reference: "ref1", Encoding: "enc1", Payload: []byte("a")}}))
 		part, x := e.leaseOne(q, "a")
 		_, err := q.Retry(e.ctx, part, []queue.RetryItem{{ID: x.ID, Error: "e1"}})
@@ -470,9 +469,9 @@ var coverageRows = []row{
 		require.Empty(e.t, e.items(dlq))
 	}},
 	{"ScanDeadFilter", func(e *env) {
-		dlq := e.create("dlq", func(i *store.QueueInfo) { i.ExpireTimeout = dlqExpire })
-		q1 := e.create("q1", func(i *store.QueueInfo) { i.DeadQueue, i.MaxAttempts = "dlq", 1 })
-		q2 := e.create("q2", func(i *store.QueueInfo) { i.DeadQueue, i.ExpireTimeout = "dlq", time.Hour })
+		dlq := e.create("dlq", func(i *queue.QueueInfo) { i.ExpireTimeout = dlqExpire })
+		q1 := e.create("q1", func(i *queue.QueueInfo) { i.DeadQueue, i.MaxAttempts = "dlq", 1 })
+		q2 := e.create("q2", func(i *queue.QueueInfo) { i.DeadQueue, i.ExpireTimeout = "dlq", time.Hour })
 		require.NoError(e.t, q1.Produce(e.ctx, []queue.ProduceItem{{Kind: "ka", Payload: []byte("a")}, {Kind: "kb", Payload: []byte("b"), Reference: "ref-b"}}))
 		require.NoError(e.t, q2.Produce(e.ctx, []queue.ProduceItem{{Kind: "ka", Payload: []byte("c")}}))
 		e.deadLetter(q1, "a", "disk full")
@@ -515,7 +514,7 @@ var coverageRows = []row{
 		}
 	}},
 	{"ScanPagesEndWhereTheItemsEnd", func(e *env) {
-		q := e.create("q", func(i *store.QueueInfo) { i.Partitions = 2 })
+		q := e.create("q", func(i *queue.QueueInfo) { i.Partitions = 2 })
 		e.produce(q, "a", "b", "c", "d")
 		all := e.items(q)
 		require.Len(e.t, all, 4)
@@ -578,18 +577,18 @@ var coverageRows = []row{
 		require.Equal(e.t, "s1", string(left[0].Body.Payload))
 	}},
 	{"ImportStatesAndPerPartitionSourceID", func(e *env) {
-		q := e.create("q", func(i *store.QueueInfo) { i.Partitions = 2 })
+		q := e.create("q", func(i *queue.QueueInfo) { i.Partitions = 2 })
 		for p := range int32(2) {
-			got, err := q.Import(e.ctx, p, []store.Item{{Body: store.ItemBody{Payload: []byte(fmt.Sprint("p", p)), SourceID: "s1"}}})
+			got, err := q.Import(e.ctx, p, []queue.Item{{Body: queue.ItemBody{Payload: []byte(fmt.Sprint("p", p)), SourceID: "s1"}}})
 			require.NoError(e.t, err)
 			require.Equal(e.t, p, got[0].Partition)
 		}
 		require.Len(e.t, e.items(q), 2, "source_id is unique per partition, not per queue")
-		_, err := q.Import(e.ctx, 0, []store.Item{
-			{Meta: store.ItemMeta{Attempts: 2}, Body: store.ItemBody{Payload: []byte("ready")}},
-			{Meta: store.ItemMeta{EnqueueAt: Start.Add(time.Hour)}, Body: store.ItemBody{Payload: []byte("sched")}},
-			{Meta: store.ItemMeta{Leased: true}, Body: store.ItemBody{Payload: []byte("nodeadline")}},
-			{Meta: store.ItemMeta{Leased: true, Attempts: 1, LeaseDeadline: Start.Add(-time.Second)}, Body: store.ItemBody{Payload: []byte("past")}},
+		_, err := q.Import(e.ctx, 0, []queue.Item{
+			{Meta: queue.ItemMeta{Attempts: 2}, Body: queue.ItemBody{Payload: []byte("ready")}},
+			{Meta: queue.ItemMeta{EnqueueAt: Start.Add(time.Hour)}, Body: queue.ItemBody{Payload: []byte("sched")}},
+			{Meta: queue.ItemMeta{Leased: true}, Body: queue.ItemBody{Payload: []byte("nodeadline")}},
+			{Meta: queue.ItemMeta{Leased: true, Attempts: 1, LeaseDeadline: Start.Add(-time.Second)}, Body: queue.ItemBody{Payload: []byte("past")}},
 		})
 		require.NoError(e.t, err)
 		sched, err := q.Scheduled(e.ctx, 0, 0, 10)

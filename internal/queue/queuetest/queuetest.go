@@ -1,6 +1,6 @@
 // Package queuetest is the queue-semantics conformance suite: a table of
 // named behaviours that every backend (embedded.Manager on memory and
-// Pebble, pgqueue.Manager on PostgreSQL) must show through the
+// Pebble, postgres.Manager on PostgreSQL) must show through the
 // queue.Queues/queue.Queue API, without HTTP. The semantics of Querator's v1
 // API that Styx keeps (inclusive list pivots, namespaces, import idempotent
 // on source_id, queue.clear) and the rules of the item lifecycle (leases,
@@ -40,7 +40,6 @@ import (
 	"github.com/styxq/styx/internal/apierr"
 	"github.com/styxq/styx/internal/clock"
 	"github.com/styxq/styx/internal/queue"
-	"github.com/styxq/styx/internal/store"
 )
 
 // Open returns a fresh, empty set of queues reading time from clk, closed
@@ -114,9 +113,9 @@ const (
 
 // create creates a queue named name (1 partition, the lease and expire
 // timeouts above, no max_attempts) after change edits it, and returns it.
-func (e *env) create(name string, change func(*store.QueueInfo)) queue.Queue {
+func (e *env) create(name string, change func(*queue.QueueInfo)) queue.Queue {
 	e.t.Helper()
-	info := store.QueueInfo{Name: name, LeaseTimeout: leaseTimeout, ExpireTimeout: expireTimeout, Partitions: 1}
+	info := queue.QueueInfo{Name: name, LeaseTimeout: leaseTimeout, ExpireTimeout: expireTimeout, Partitions: 1}
 	if change != nil {
 		change(&info)
 	}
@@ -128,10 +127,10 @@ func (e *env) create(name string, change func(*store.QueueInfo)) queue.Queue {
 
 // withDLQ creates the dead-letter queue dlq and a queue q that sends its
 // dead items there.
-func (e *env) withDLQ(change func(*store.QueueInfo)) (q, dlq queue.Queue) {
+func (e *env) withDLQ(change func(*queue.QueueInfo)) (q, dlq queue.Queue) {
 	e.t.Helper()
-	dlq = e.create("dlq", func(i *store.QueueInfo) { i.ExpireTimeout = dlqExpire })
-	q = e.create("q", func(i *store.QueueInfo) {
+	dlq = e.create("dlq", func(i *queue.QueueInfo) { i.ExpireTimeout = dlqExpire })
+	q = e.create("q", func(i *queue.QueueInfo) {
 		i.DeadQueue = "dlq"
 		if change != nil {
 			change(i)
@@ -198,7 +197,7 @@ func (e *env) leasableAfter(q queue.Queue, d time.Duration) {
 
 // tick sends q's loop a request that changes nothing (a delete of an id
 // that does not exist), so that the lifecycle work the clock made due runs.
-// Stats does not do it on every engine: pgqueue reads Stats straight from
+// Stats does not do it on every engine: postgres reads Stats straight from
 // the database.
 func (e *env) tick(q queue.Queue) {
 	e.t.Helper()
@@ -217,7 +216,7 @@ func (e *env) advance(d time.Duration, qs ...queue.Queue) {
 }
 
 // items returns every item q holds, in id order, as stored.
-func (e *env) items(q queue.Queue) []store.Item {
+func (e *env) items(q queue.Queue) []queue.Item {
 	e.t.Helper()
 	info, err := e.qs.Info(e.ctx, q.Name())
 	require.NoError(e.t, err)
@@ -229,9 +228,9 @@ func (e *env) items(q queue.Queue) []store.Item {
 // eventuallyItems waits until q holds n items and returns them: moves to
 // a dead-letter queue that the lifecycle decides are asynchronous on the
 // embedded engine.
-func (e *env) eventuallyItems(q queue.Queue, n int) []store.Item {
+func (e *env) eventuallyItems(q queue.Queue, n int) []queue.Item {
 	e.t.Helper()
-	var items []store.Item
+	var items []queue.Item
 	require.Eventually(e.t, func() bool {
 		items = e.items(q)
 		return len(items) == n
@@ -305,7 +304,7 @@ func payloads(items []queue.LeasedItem) []string {
 	return out
 }
 
-func errorTexts(h store.ItemErrors) []string {
+func errorTexts(h queue.ItemErrors) []string {
 	out := make([]string, len(h.Errors))
 	for i, x := range h.Errors {
 		out[i] = fmt.Sprintf("%d:%s", x.Attempt, x.Error)
@@ -343,7 +342,7 @@ var rows = []row{
 		// Which partition an item goes to is not asserted (on PostgreSQL
 		// each node places from its own view; ADR 0014): only the order
 		// within each.
-		q := e.create("q", func(i *store.QueueInfo) { i.Partitions = 3 })
+		q := e.create("q", func(i *queue.QueueInfo) { i.Partitions = 3 })
 		for i := range 12 {
 			e.produce(q, fmt.Sprintf("%02d", i))
 		}
@@ -422,7 +421,7 @@ var rows = []row{
 		require.NotEqual(e.t, x.ID, again.ID, "a requeued item gets a new id")
 		// The old lease is gone.
 		requireNotLeased(e.t, q.Complete(e.ctx, part, []uint64{x.ID}), x.ID)
-		var a store.Item
+		var a queue.Item
 		for _, it := range e.items(q) {
 			if string(it.Body.Payload) == "a" {
 				a = it
@@ -498,7 +497,7 @@ var rows = []row{
 		require.Equal(e.t, int32(2), again.Attempts)
 	}},
 	{"RetryReleaseDoesNotCountAttempt", func(e *env) {
-		q := e.create("q", func(i *store.QueueInfo) { i.MaxAttempts = 1 })
+		q := e.create("q", func(i *queue.QueueInfo) { i.MaxAttempts = 1 })
 		e.produce(q, "a")
 		part, x := e.leaseOne(q, "a")
 		out, err := q.Retry(e.ctx, part, []queue.RetryItem{{ID: x.ID, Release: true}})
@@ -562,7 +561,7 @@ var rows = []row{
 		e.leaseNone(q)
 	}},
 	{"MaxAttemptsDeadLettersWithHistory", func(e *env) {
-		q, dlq := e.withDLQ(func(i *store.QueueInfo) { i.MaxAttempts = 2 })
+		q, dlq := e.withDLQ(func(i *queue.QueueInfo) { i.MaxAttempts = 2 })
 		e.produce(q, "a")
 		part, x := e.leaseOne(q, "a")
 		out, err := q.Retry(e.ctx, part, []queue.RetryItem{{ID: x.ID, Error: "e1"}})
@@ -597,12 +596,12 @@ var rows = []row{
 		// comes right after a choice of 3, so it is broken from partition 0
 		// and goes to 1: 3, 1, 3, 1, 3, whatever the ids and the cursor
 		// before the move.
-		dlq := e.create("dlq", func(i *store.QueueInfo) { i.ExpireTimeout = dlqExpire; i.Partitions = 4 })
-		q := e.create("q", func(i *store.QueueInfo) { i.DeadQueue = "dlq"; i.MaxAttempts = 1 })
+		dlq := e.create("dlq", func(i *queue.QueueInfo) { i.ExpireTimeout = dlqExpire; i.Partitions = 4 })
+		q := e.create("q", func(i *queue.QueueInfo) { i.DeadQueue = "dlq"; i.MaxAttempts = 1 })
 		for p, n := range []int{4, 1, 4, 0} {
-			var items []store.Item
+			var items []queue.Item
 			for i := range n {
-				items = append(items, store.Item{Body: store.ItemBody{Kind: "k", Payload: fmt.Appendf(nil, "old%d-%d", p, i)}})
+				items = append(items, queue.Item{Body: queue.ItemBody{Kind: "k", Payload: fmt.Appendf(nil, "old%d-%d", p, i)}})
 			}
 			if n > 0 {
 				_, err := dlq.Import(e.ctx, int32(p), items)
@@ -635,7 +634,7 @@ var rows = []row{
 		e.eventuallyItems(q, 0)
 	}},
 	{"MaxAttemptsByLeaseExpiry", func(e *env) {
-		q, dlq := e.withDLQ(func(i *store.QueueInfo) { i.MaxAttempts = 1 })
+		q, dlq := e.withDLQ(func(i *queue.QueueInfo) { i.MaxAttempts = 1 })
 		e.produce(q, "a")
 		e.leaseOne(q, "a")
 		e.advance(leaseTimeout, q)
@@ -648,7 +647,7 @@ var rows = []row{
 		e.leaseNone(q)
 	}},
 	{"ExpireDeadlineKills", func(e *env) {
-		q, dlq := e.withDLQ(func(i *store.QueueInfo) { i.ExpireTimeout = time.Minute })
+		q, dlq := e.withDLQ(func(i *queue.QueueInfo) { i.ExpireTimeout = time.Minute })
 		e.produce(q, "a")
 		e.advance(time.Minute-time.Millisecond, q)
 		require.Empty(e.t, e.items(dlq))
@@ -663,7 +662,7 @@ var rows = []row{
 		e.leaseNone(q)
 	}},
 	{"ExpiredLeasedItemDiesWhenLeaseEnds", func(e *env) {
-		q, dlq := e.withDLQ(func(i *store.QueueInfo) { i.ExpireTimeout = time.Minute })
+		q, dlq := e.withDLQ(func(i *queue.QueueInfo) { i.ExpireTimeout = time.Minute })
 		e.produce(q, "a")
 		e.advance(time.Minute-time.Second, q)
 		part, x := e.leaseOne(q, "a")
@@ -853,7 +852,7 @@ var rows = []row{
 		// id, an expired lease, a dead-letter move by max_attempts and a
 		// redrive back.
 		attrs := []byte{0, 1, 2, 'x'}
-		q, dlq := e.withDLQ(func(i *store.QueueInfo) { i.MaxAttempts = 3 })
+		q, dlq := e.withDLQ(func(i *queue.QueueInfo) { i.MaxAttempts = 3 })
 		require.NoError(e.t, q.Produce(e.ctx, []queue.ProduceItem{{Payload: []byte("a"), Attributes: attrs}}))
 		part, x := e.leaseOne(q, "a")
 		require.Equal(e.t, attrs, x.Attributes)
@@ -913,14 +912,14 @@ var rows = []row{
 	{"ImportIdempotentOnSourceID", func(e *env) {
 		q := e.create("q", nil)
 		deadline := Start.Add(time.Minute)
-		got, err := q.Import(e.ctx, 0, []store.Item{
-			{Meta: store.ItemMeta{Attempts: 3, Leased: true, LeaseDeadline: deadline}, Body: store.ItemBody{Payload: []byte("one"), SourceID: "s1"}},
-			{Body: store.ItemBody{Payload: []byte("dup"), SourceID: "s1"}},
+		got, err := q.Import(e.ctx, 0, []queue.Item{
+			{Meta: queue.ItemMeta{Attempts: 3, Leased: true, LeaseDeadline: deadline}, Body: queue.ItemBody{Payload: []byte("one"), SourceID: "s1"}},
+			{Body: queue.ItemBody{Payload: []byte("dup"), SourceID: "s1"}},
 		})
 		require.NoError(e.t, err)
 		require.Len(e.t, got, 2)
 		require.Equal(e.t, got[0].Meta.ID, got[1].Meta.ID, "the duplicate answers with the item that holds its source_id")
-		_, err = q.Import(e.ctx, 0, []store.Item{{Body: store.ItemBody{Payload: []byte("again"), SourceID: "s1"}}})
+		_, err = q.Import(e.ctx, 0, []queue.Item{{Body: queue.ItemBody{Payload: []byte("again"), SourceID: "s1"}}})
 		require.NoError(e.t, err)
 		items := e.items(q)
 		require.Len(e.t, items, 1)
@@ -948,10 +947,10 @@ var rows = []row{
 		require.Len(e.t, one, 1)
 	}},
 	{"ListQueuesByNamespace", func(e *env) {
-		e.create("b1", func(i *store.QueueInfo) { i.Namespace = "b" })
-		e.create("a1", func(i *store.QueueInfo) { i.Namespace = "a" })
-		e.create("a2", func(i *store.QueueInfo) { i.Namespace = "a" })
-		got, err := e.qs.List(e.ctx, store.ListQueuesParams{Namespace: "a"})
+		e.create("b1", func(i *queue.QueueInfo) { i.Namespace = "b" })
+		e.create("a1", func(i *queue.QueueInfo) { i.Namespace = "a" })
+		e.create("a2", func(i *queue.QueueInfo) { i.Namespace = "a" })
+		got, err := e.qs.List(e.ctx, queue.ListQueuesParams{Namespace: "a"})
 		require.NoError(e.t, err)
 		names := make([]string, len(got))
 		for i, x := range got {
@@ -959,7 +958,7 @@ var rows = []row{
 			require.Equal(e.t, "a", x.Namespace)
 		}
 		require.Equal(e.t, []string{"a1", "a2"}, names)
-		all, err := e.qs.List(e.ctx, store.ListQueuesParams{Pivot: "a2"})
+		all, err := e.qs.List(e.ctx, queue.ListQueuesParams{Pivot: "a2"})
 		require.NoError(e.t, err)
 		require.Len(e.t, all, 2, "pivot is inclusive, in name order")
 		require.Equal(e.t, "a2", all[0].Name)

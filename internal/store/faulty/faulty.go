@@ -10,6 +10,7 @@ import (
 	"fmt"
 	"sync"
 
+	"github.com/styxq/styx/internal/queue"
 	"github.com/styxq/styx/internal/store"
 )
 
@@ -133,15 +134,15 @@ func (s *Store) fail(call string) error {
 }
 
 // CreateQueue fails while the store is down, else calls the wrapped store.
-func (s *Store) CreateQueue(ctx context.Context, info store.QueueInfo) (store.QueueInfo, error) {
+func (s *Store) CreateQueue(ctx context.Context, info queue.QueueInfo) (queue.QueueInfo, error) {
 	if err := s.fail("create queue"); err != nil {
-		return store.QueueInfo{}, err
+		return queue.QueueInfo{}, err
 	}
 	return s.Store.CreateQueue(ctx, info)
 }
 
 // UpdateQueue fails while the store is down, else calls the wrapped store.
-func (s *Store) UpdateQueue(ctx context.Context, info store.QueueInfo) error {
+func (s *Store) UpdateQueue(ctx context.Context, info queue.QueueInfo) error {
 	if err := s.fail("update queue"); err != nil {
 		return err
 	}
@@ -149,15 +150,15 @@ func (s *Store) UpdateQueue(ctx context.Context, info store.QueueInfo) error {
 }
 
 // GetQueue fails while the store is down, else calls the wrapped store.
-func (s *Store) GetQueue(ctx context.Context, name string) (store.QueueInfo, error) {
+func (s *Store) GetQueue(ctx context.Context, name string) (queue.QueueInfo, error) {
 	if err := s.fail("get queue"); err != nil {
-		return store.QueueInfo{}, err
+		return queue.QueueInfo{}, err
 	}
 	return s.Store.GetQueue(ctx, name)
 }
 
 // ListQueues fails while the store is down, else calls the wrapped store.
-func (s *Store) ListQueues(ctx context.Context, p store.ListQueuesParams) ([]store.QueueInfo, error) {
+func (s *Store) ListQueues(ctx context.Context, p queue.ListQueuesParams) ([]queue.QueueInfo, error) {
 	if err := s.fail("list queues"); err != nil {
 		return nil, err
 	}
@@ -173,7 +174,7 @@ func (s *Store) DeleteQueue(ctx context.Context, name string) error {
 }
 
 // LoadItems fails while the store is down, else calls the wrapped store.
-func (s *Store) LoadItems(ctx context.Context, queueID uint64, partition int32, fn func(store.ItemMeta) error) error {
+func (s *Store) LoadItems(ctx context.Context, queueID uint64, partition int32, fn func(queue.ItemMeta) error) error {
 	if err := s.fail("load items"); err != nil {
 		return err
 	}
@@ -189,7 +190,7 @@ func (s *Store) LastID(ctx context.Context, queueID uint64) (uint64, error) {
 }
 
 // ReadBodies fails while the store is down, else calls the wrapped store.
-func (s *Store) ReadBodies(ctx context.Context, queueID uint64, partition int32, bodyIDs []uint64) ([]store.ItemBody, []store.ItemErrors, error) {
+func (s *Store) ReadBodies(ctx context.Context, queueID uint64, partition int32, bodyIDs []uint64) ([]queue.ItemBody, []queue.ItemErrors, error) {
 	if err := s.fail("read bodies"); err != nil {
 		return nil, nil, err
 	}
@@ -197,7 +198,7 @@ func (s *Store) ReadBodies(ctx context.Context, queueID uint64, partition int32,
 }
 
 // ListItems fails while the store is down, else calls the wrapped store.
-func (s *Store) ListItems(ctx context.Context, queueID uint64, partition int32, afterID uint64, limit int) ([]store.Item, error) {
+func (s *Store) ListItems(ctx context.Context, queueID uint64, partition int32, afterID uint64, limit int) ([]queue.Item, error) {
 	if err := s.fail("list items"); err != nil {
 		return nil, err
 	}

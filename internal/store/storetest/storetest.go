@@ -22,6 +22,7 @@ import (
 
 	"github.com/stretchr/testify/require"
 
+	"github.com/styxq/styx/internal/queue"
 	"github.com/styxq/styx/internal/store"
 )
 
@@ -107,7 +108,7 @@ func RunReopen(t *testing.T, open func(t *testing.T, dir string) store.Store) {
 
 	batch := &store.Batch{QueueID: a.ID, LastID: 500}
 	for id := uint64(1); id <= 6; id++ {
-		batch.Insert(int32(id%2), fullMeta(id), fullBody(id), store.ItemErrors{})
+		batch.Insert(int32(id%2), fullMeta(id), fullBody(id), queue.ItemErrors{})
 	}
 	batch.SetErrors(1, fullMeta(1), someErrors(1))
 	batch.Requeue(0, 2, withID(fullMeta(2), 7))
@@ -115,7 +116,7 @@ func RunReopen(t *testing.T, open func(t *testing.T, dir string) store.Store) {
 	batch.Update(0, dyingMeta(4))
 	write(t, s, batch)
 	batch = &store.Batch{QueueID: b.ID}
-	batch.Insert(0, plainMeta(1), store.ItemBody{}, store.ItemErrors{})
+	batch.Insert(0, plainMeta(1), queue.ItemBody{}, queue.ItemErrors{})
 	batch.Insert(0, plainMeta(2), fullBody(2), someErrors(2))
 	write(t, s, batch)
 	batch = &store.Batch{QueueID: dlq.ID, LastID: 9}
@@ -162,7 +163,7 @@ func RunReopen(t *testing.T, open func(t *testing.T, dir string) store.Store) {
 
 	// The store is fully usable after re-open, and those writes persist too.
 	batch = &store.Batch{QueueID: a.ID}
-	batch.Insert(0, fullMeta(501), fullBody(501), store.ItemErrors{})
+	batch.Insert(0, fullMeta(501), fullBody(501), queue.ItemErrors{})
 	batch.SetErrors(1, fullMeta(5), someErrors(5))
 	write(t, s, batch)
 	requireLastID(t, s, a.ID, 501)
@@ -182,7 +183,7 @@ func RunReopen(t *testing.T, open func(t *testing.T, dir string) store.Store) {
 func testQueues(t *testing.T, newStore func(*testing.T) CatalogStore) {
 	t.Run("CreateGet", func(t *testing.T) {
 		s := newStore(t)
-		in := store.QueueInfo{
+		in := queue.QueueInfo{
 			Name:          "orders",
 			DeadQueue:     "orders-dead",
 			Reference:     "ref 1",
@@ -206,11 +207,11 @@ func testQueues(t *testing.T, newStore func(*testing.T) CatalogStore) {
 		requireInfo(t, in, got)
 
 		// Zero values round-trip too.
-		zero, err := s.CreateQueue(t.Context(), store.QueueInfo{Name: "z", Partitions: 1})
+		zero, err := s.CreateQueue(t.Context(), queue.QueueInfo{Name: "z", Partitions: 1})
 		require.NoError(t, err)
 		got, err = s.GetQueue(t.Context(), "z")
 		require.NoError(t, err)
-		requireInfo(t, store.QueueInfo{ID: zero.ID, Name: "z", Partitions: 1}, got)
+		requireInfo(t, queue.QueueInfo{ID: zero.ID, Name: "z", Partitions: 1}, got)
 		require.True(t, got.CreatedAt.IsZero())
 		require.True(t, got.UpdatedAt.IsZero())
 	})
@@ -219,7 +220,7 @@ func testQueues(t *testing.T, newStore func(*testing.T) CatalogStore) {
 		s := newStore(t)
 		ctx := t.Context()
 		seen := map[uint64]string{}
-		add := func(q store.QueueInfo) {
+		add := func(q queue.QueueInfo) {
 			t.Helper()
 			require.NotZero(t, q.ID)
 			prev, dup := seen[q.ID]
@@ -239,7 +240,7 @@ func testQueues(t *testing.T, newStore func(*testing.T) CatalogStore) {
 	t.Run("Exists", func(t *testing.T) {
 		s := newStore(t)
 		first := createQueue(t, s, "q", 1)
-		_, err := s.CreateQueue(t.Context(), store.QueueInfo{Name: "q", Partitions: 4, Reference: "other"})
+		_, err := s.CreateQueue(t.Context(), queue.QueueInfo{Name: "q", Partitions: 4, Reference: "other"})
 		require.ErrorIs(t, err, store.ErrQueueExists)
 		got, err := s.GetQueue(t.Context(), "q")
 		require.NoError(t, err)
@@ -251,7 +252,7 @@ func testQueues(t *testing.T, newStore func(*testing.T) CatalogStore) {
 		ctx := t.Context()
 		_, err := s.GetQueue(ctx, "missing")
 		require.ErrorIs(t, err, store.ErrQueueNotFound)
-		err = s.UpdateQueue(ctx, store.QueueInfo{ID: 1, Name: "missing", Partitions: 1})
+		err = s.UpdateQueue(ctx, queue.QueueInfo{ID: 1, Name: "missing", Partitions: 1})
 		require.ErrorIs(t, err, store.ErrQueueNotFound)
 		err = s.DeleteQueue(ctx, "missing")
 		require.ErrorIs(t, err, store.ErrQueueNotFound)
@@ -262,7 +263,7 @@ func testQueues(t *testing.T, newStore func(*testing.T) CatalogStore) {
 		require.ErrorIs(t, err, store.ErrQueueNotFound)
 		require.ErrorIs(t, s.DeleteQueue(ctx, "q"), store.ErrQueueNotFound)
 		require.ErrorIs(t, s.UpdateQueue(ctx, q), store.ErrQueueNotFound)
-		_, err = s.ListQueues(ctx, store.ListQueuesParams{})
+		_, err = s.ListQueues(ctx, queue.ListQueuesParams{})
 		require.NoError(t, err)
 	})
 
@@ -304,7 +305,7 @@ func testQueues(t *testing.T, newStore func(*testing.T) CatalogStore) {
 	t.Run("List", func(t *testing.T) {
 		s := newStore(t)
 		ctx := t.Context()
-		all, err := s.ListQueues(ctx, store.ListQueuesParams{})
+		all, err := s.ListQueues(ctx, queue.ListQueuesParams{})
 		require.NoError(t, err)
 		require.Empty(t, all)
 
@@ -314,7 +315,7 @@ func testQueues(t *testing.T, newStore func(*testing.T) CatalogStore) {
 		}
 		names := func(pivot string, limit int) []string {
 			t.Helper()
-			qs, err := s.ListQueues(ctx, store.ListQueuesParams{Pivot: pivot, Limit: limit})
+			qs, err := s.ListQueues(ctx, queue.ListQueuesParams{Pivot: pivot, Limit: limit})
 			require.NoError(t, err)
 			var out []string
 			for _, q := range qs {
@@ -336,7 +337,7 @@ func testQueues(t *testing.T, newStore func(*testing.T) CatalogStore) {
 		require.NoError(t, s.DeleteQueue(ctx, "b"))
 		require.Equal(t, []string{"c", "d"}, names("b", 0))
 
-		qs, err := s.ListQueues(ctx, store.ListQueuesParams{Pivot: "d", Limit: 1})
+		qs, err := s.ListQueues(ctx, queue.ListQueuesParams{Pivot: "d", Limit: 1})
 		require.NoError(t, err)
 		require.Len(t, qs, 1)
 		got, err := s.GetQueue(ctx, "d")
@@ -349,9 +350,9 @@ func testQueues(t *testing.T, newStore func(*testing.T) CatalogStore) {
 		ctx := t.Context()
 		// Names interleave across namespaces; "" is stored as given.
 		for _, q := range []struct{ name, ns string }{
-			{"a1", "a"}, {"b1", "b"}, {"a2", "a"}, {"x", ""}, {"b2", "b"}, {"a3", "a"}, {"b3", "b"}, {"s1", store.DefaultNamespace},
+			{"a1", "a"}, {"b1", "b"}, {"a2", "a"}, {"x", ""}, {"b2", "b"}, {"a3", "a"}, {"b3", "b"}, {"s1", queue.DefaultNamespace},
 		} {
-			in := store.QueueInfo{Name: q.name, Namespace: q.ns, Partitions: 1}
+			in := queue.QueueInfo{Name: q.name, Namespace: q.ns, Partitions: 1}
 			created, err := s.CreateQueue(ctx, in)
 			require.NoError(t, err)
 			got, err := s.GetQueue(ctx, q.name)
@@ -359,7 +360,7 @@ func testQueues(t *testing.T, newStore func(*testing.T) CatalogStore) {
 			require.Equal(t, q.ns, got.Namespace, "namespace of %s", q.name)
 			require.Equal(t, q.ns, created.Namespace)
 		}
-		names := func(p store.ListQueuesParams) []string {
+		names := func(p queue.ListQueuesParams) []string {
 			t.Helper()
 			qs, err := s.ListQueues(ctx, p)
 			require.NoError(t, err)
@@ -372,27 +373,27 @@ func testQueues(t *testing.T, newStore func(*testing.T) CatalogStore) {
 			}
 			return out
 		}
-		require.Equal(t, []string{"a1", "a2", "a3", "b1", "b2", "b3", "s1", "x"}, names(store.ListQueuesParams{}), "empty namespace lists every one")
-		require.Equal(t, []string{"a1", "a2", "a3"}, names(store.ListQueuesParams{Namespace: "a"}))
-		require.Equal(t, []string{"b1", "b2", "b3"}, names(store.ListQueuesParams{Namespace: "b"}))
-		require.Equal(t, []string{"s1"}, names(store.ListQueuesParams{Namespace: store.DefaultNamespace}))
-		require.Empty(t, names(store.ListQueuesParams{Namespace: "none"}))
+		require.Equal(t, []string{"a1", "a2", "a3", "b1", "b2", "b3", "s1", "x"}, names(queue.ListQueuesParams{}), "empty namespace lists every one")
+		require.Equal(t, []string{"a1", "a2", "a3"}, names(queue.ListQueuesParams{Namespace: "a"}))
+		require.Equal(t, []string{"b1", "b2", "b3"}, names(queue.ListQueuesParams{Namespace: "b"}))
+		require.Equal(t, []string{"s1"}, names(queue.ListQueuesParams{Namespace: queue.DefaultNamespace}))
+		require.Empty(t, names(queue.ListQueuesParams{Namespace: "none"}))
 		// The limit counts queues of the namespace, from the pivot on.
-		require.Equal(t, []string{"b1", "b2"}, names(store.ListQueuesParams{Namespace: "b", Limit: 2}))
-		require.Equal(t, []string{"b2", "b3"}, names(store.ListQueuesParams{Namespace: "b", Pivot: "b2", Limit: 2}), "pivot is inclusive")
-		require.Equal(t, []string{"b1", "b2"}, names(store.ListQueuesParams{Namespace: "b", Pivot: "a2", Limit: 2}), "pivot in another namespace")
-		require.Equal(t, []string{"a3"}, names(store.ListQueuesParams{Namespace: "a", Pivot: "a3"}))
-		require.Empty(t, names(store.ListQueuesParams{Namespace: "a", Pivot: "a4"}))
+		require.Equal(t, []string{"b1", "b2"}, names(queue.ListQueuesParams{Namespace: "b", Limit: 2}))
+		require.Equal(t, []string{"b2", "b3"}, names(queue.ListQueuesParams{Namespace: "b", Pivot: "b2", Limit: 2}), "pivot is inclusive")
+		require.Equal(t, []string{"b1", "b2"}, names(queue.ListQueuesParams{Namespace: "b", Pivot: "a2", Limit: 2}), "pivot in another namespace")
+		require.Equal(t, []string{"a3"}, names(queue.ListQueuesParams{Namespace: "a", Pivot: "a3"}))
+		require.Empty(t, names(queue.ListQueuesParams{Namespace: "a", Pivot: "a4"}))
 
 		// A namespace change (the store allows it) moves the queue between lists.
 		q, err := s.GetQueue(ctx, "a2")
 		require.NoError(t, err)
 		q.Namespace = "b"
 		require.NoError(t, s.UpdateQueue(ctx, q))
-		require.Equal(t, []string{"a1", "a3"}, names(store.ListQueuesParams{Namespace: "a"}))
-		require.Equal(t, []string{"a2", "b1", "b2", "b3"}, names(store.ListQueuesParams{Namespace: "b"}))
+		require.Equal(t, []string{"a1", "a3"}, names(queue.ListQueuesParams{Namespace: "a"}))
+		require.Equal(t, []string{"a2", "b1", "b2", "b3"}, names(queue.ListQueuesParams{Namespace: "b"}))
 		require.NoError(t, s.DeleteQueue(ctx, "b1"))
-		require.Equal(t, []string{"a2", "b2"}, names(store.ListQueuesParams{Namespace: "b", Limit: 2}))
+		require.Equal(t, []string{"a2", "b2"}, names(queue.ListQueuesParams{Namespace: "b", Limit: 2}))
 	})
 }
 
@@ -400,7 +401,7 @@ func testItems(t *testing.T, newStore func(*testing.T) store.Store) {
 	t.Run("InsertLoad", func(t *testing.T) {
 		s := newStore(t)
 		q := createQueue(t, s, "q", 2)
-		metas := []store.ItemMeta{
+		metas := []queue.ItemMeta{
 			fullMeta(5),
 			plainMeta(1),
 			withSourceKey(fullMeta(3), "src~3"),
@@ -415,12 +416,12 @@ func testItems(t *testing.T, newStore func(*testing.T) store.Store) {
 		metas[0].LeaseDeadline = time.Time{}
 		b := &store.Batch{QueueID: q.ID}
 		for _, m := range metas {
-			b.Insert(0, m, fullBody(m.ID), store.ItemErrors{})
+			b.Insert(0, m, fullBody(m.ID), queue.ItemErrors{})
 		}
 		write(t, s, b)
 
 		want := slices.Clone(metas)
-		slices.SortFunc(want, func(a, b store.ItemMeta) int { return cmp.Compare(a.ID, b.ID) })
+		slices.SortFunc(want, func(a, b queue.ItemMeta) int { return cmp.Compare(a.ID, b.ID) })
 		got := loadItems(t, s, q.ID, 0)
 		requireMetas(t, want, got)
 		for _, m := range got {
@@ -440,18 +441,18 @@ func testItems(t *testing.T, newStore func(*testing.T) store.Store) {
 		q := createQueue(t, s, "q", 1)
 		b := &store.Batch{QueueID: q.ID}
 		b.Insert(0, fullMeta(1), fullBody(1), someErrors(1))
-		b.Insert(0, fullMeta(2), store.ItemBody{}, store.ItemErrors{})
-		b.Insert(0, fullMeta(3), deadBody(3), store.ItemErrors{LastError: "only last"})
+		b.Insert(0, fullMeta(2), queue.ItemBody{}, queue.ItemErrors{})
+		b.Insert(0, fullMeta(3), deadBody(3), queue.ItemErrors{LastError: "only last"})
 		b.Insert(0, withBodyID(fullMeta(4), 40), fullBody(40), someErrors(40))
 		write(t, s, b)
 
 		bodies, errs := readBodies(t, s, q.ID, 0, 3, 99, 1, 40, 2, 1)
-		requireBodies(t, []store.ItemBody{deadBody(3), {}, fullBody(1), fullBody(40), {}, fullBody(1)}, bodies)
-		requireErrors(t, []store.ItemErrors{{LastError: "only last"}, {}, someErrors(1), someErrors(40), {}, someErrors(1)}, errs)
+		requireBodies(t, []queue.ItemBody{deadBody(3), {}, fullBody(1), fullBody(40), {}, fullBody(1)}, bodies)
+		requireErrors(t, []queue.ItemErrors{{LastError: "only last"}, {}, someErrors(1), someErrors(40), {}, someErrors(1)}, errs)
 
 		// Bodies are keyed by BodyID, not ID.
 		bodies, _ = readBodies(t, s, q.ID, 0, 4)
-		requireBodies(t, []store.ItemBody{{}}, bodies)
+		requireBodies(t, []queue.ItemBody{{}}, bodies)
 
 		bodies, errs = readBodies(t, s, q.ID, 0)
 		require.Empty(t, bodies)
@@ -463,7 +464,7 @@ func testItems(t *testing.T, newStore func(*testing.T) store.Store) {
 		q := createQueue(t, s, "q", 1)
 		b := &store.Batch{QueueID: q.ID}
 		b.Insert(0, plainMeta(1), fullBody(1), someErrors(1))
-		b.Insert(0, plainMeta(2), fullBody(2), store.ItemErrors{})
+		b.Insert(0, plainMeta(2), fullBody(2), queue.ItemErrors{})
 		write(t, s, b)
 
 		leased := fullMeta(1)
@@ -471,21 +472,21 @@ func testItems(t *testing.T, newStore func(*testing.T) store.Store) {
 		b = &store.Batch{QueueID: q.ID}
 		b.Update(0, leased)
 		write(t, s, b)
-		requireMetas(t, []store.ItemMeta{leased, plainMeta(2)}, loadItems(t, s, q.ID, 0))
+		requireMetas(t, []queue.ItemMeta{leased, plainMeta(2)}, loadItems(t, s, q.ID, 0))
 
 		// Decided dead, then back to zero times, no lease, not dead.
 		b = &store.Batch{QueueID: q.ID}
 		b.Update(0, dyingMeta(1))
 		write(t, s, b)
-		requireMetas(t, []store.ItemMeta{dyingMeta(1), plainMeta(2)}, loadItems(t, s, q.ID, 0))
+		requireMetas(t, []queue.ItemMeta{dyingMeta(1), plainMeta(2)}, loadItems(t, s, q.ID, 0))
 		b = &store.Batch{QueueID: q.ID}
 		b.Update(0, zeroMeta(1))
 		write(t, s, b)
-		requireMetas(t, []store.ItemMeta{zeroMeta(1), plainMeta(2)}, loadItems(t, s, q.ID, 0))
+		requireMetas(t, []queue.ItemMeta{zeroMeta(1), plainMeta(2)}, loadItems(t, s, q.ID, 0))
 
 		bodies, errs := readBodies(t, s, q.ID, 0, 1)
-		requireBodies(t, []store.ItemBody{fullBody(1)}, bodies)
-		requireErrors(t, []store.ItemErrors{someErrors(1)}, errs)
+		requireBodies(t, []queue.ItemBody{fullBody(1)}, bodies)
+		requireErrors(t, []queue.ItemErrors{someErrors(1)}, errs)
 	})
 
 	t.Run("Requeue", func(t *testing.T) {
@@ -505,14 +506,14 @@ func testItems(t *testing.T, newStore func(*testing.T) store.Store) {
 		b.Requeue(0, 1, moved)
 		write(t, s, b)
 
-		requireMetas(t, []store.ItemMeta{fullMeta(2), fullMeta(3), moved}, loadItems(t, s, q.ID, 0))
+		requireMetas(t, []queue.ItemMeta{fullMeta(2), fullMeta(3), moved}, loadItems(t, s, q.ID, 0))
 		bodies, errs := readBodies(t, s, q.ID, 0, 1)
-		requireBodies(t, []store.ItemBody{fullBody(1)}, bodies)
-		requireErrors(t, []store.ItemErrors{someErrors(1)}, errs)
+		requireBodies(t, []queue.ItemBody{fullBody(1)}, bodies)
+		requireErrors(t, []queue.ItemErrors{someErrors(1)}, errs)
 
 		items := listItems(t, s, q.ID, 0, 3, 10)
 		require.Len(t, items, 1)
-		requireItem(t, store.Item{Partition: 0, Meta: moved, Body: fullBody(1), Errors: someErrors(1)}, items[0])
+		requireItem(t, queue.Item{Partition: 0, Meta: moved, Body: fullBody(1), Errors: someErrors(1)}, items[0])
 
 		// Requeue twice more within one batch.
 		again := withID(moved, 11)
@@ -521,7 +522,7 @@ func testItems(t *testing.T, newStore func(*testing.T) store.Store) {
 		b.Requeue(0, 10, again)
 		b.Requeue(0, 11, third)
 		write(t, s, b)
-		requireMetas(t, []store.ItemMeta{fullMeta(2), fullMeta(3), third}, loadItems(t, s, q.ID, 0))
+		requireMetas(t, []queue.ItemMeta{fullMeta(2), fullMeta(3), third}, loadItems(t, s, q.ID, 0))
 	})
 
 	t.Run("Delete", func(t *testing.T) {
@@ -539,23 +540,23 @@ func testItems(t *testing.T, newStore func(*testing.T) store.Store) {
 		b.Delete(0, fullMeta(2))
 		b.Delete(0, moved) // deletes meta 30 and body/errors 3
 		write(t, s, b)
-		requireMetas(t, []store.ItemMeta{fullMeta(1)}, loadItems(t, s, q.ID, 0))
+		requireMetas(t, []queue.ItemMeta{fullMeta(1)}, loadItems(t, s, q.ID, 0))
 		bodies, errs := readBodies(t, s, q.ID, 0, 1, 2, 3)
-		requireBodies(t, []store.ItemBody{fullBody(1), {}, {}}, bodies)
-		requireErrors(t, []store.ItemErrors{someErrors(1), {}, {}}, errs)
+		requireBodies(t, []queue.ItemBody{fullBody(1), {}, {}}, bodies)
+		requireErrors(t, []queue.ItemErrors{someErrors(1), {}, {}}, errs)
 
 		// Deleting what is not there is not an error.
 		b = &store.Batch{QueueID: q.ID}
 		b.Delete(0, fullMeta(2))
 		write(t, s, b)
-		requireMetas(t, []store.ItemMeta{fullMeta(1)}, loadItems(t, s, q.ID, 0))
+		requireMetas(t, []queue.ItemMeta{fullMeta(1)}, loadItems(t, s, q.ID, 0))
 	})
 
 	t.Run("SetErrors", func(t *testing.T) {
 		s := newStore(t)
 		q := createQueue(t, s, "q", 1)
 		b := &store.Batch{QueueID: q.ID}
-		b.Insert(0, fullMeta(1), fullBody(1), store.ItemErrors{})
+		b.Insert(0, fullMeta(1), fullBody(1), queue.ItemErrors{})
 		b.Insert(0, fullMeta(2), fullBody(2), someErrors(2))
 		write(t, s, b)
 
@@ -564,32 +565,32 @@ func testItems(t *testing.T, newStore func(*testing.T) store.Store) {
 
 		b = &store.Batch{QueueID: q.ID}
 		b.SetErrors(0, fullMeta(1), someErrors(11))
-		b.SetErrors(0, fullMeta(2), store.ItemErrors{}) // clears
+		b.SetErrors(0, fullMeta(2), queue.ItemErrors{}) // clears
 		write(t, s, b)
 		_, errs = readBodies(t, s, q.ID, 0, 1, 2)
-		requireErrors(t, []store.ItemErrors{someErrors(11), {}}, errs)
+		requireErrors(t, []queue.ItemErrors{someErrors(11), {}}, errs)
 
 		// One error.
-		one := store.ItemErrors{LastError: "e1", Errors: []store.AttemptError{{Attempt: 1, Error: "e1", At: base}}}
+		one := queue.ItemErrors{LastError: "e1", Errors: []queue.AttemptError{{Attempt: 1, Error: "e1", At: base}}}
 		b = &store.Batch{QueueID: q.ID}
 		b.SetErrors(0, fullMeta(2), one)
 		write(t, s, b)
 		_, errs = readBodies(t, s, q.ID, 0, 2)
-		requireErrors(t, []store.ItemErrors{one}, errs)
+		requireErrors(t, []queue.ItemErrors{one}, errs)
 
 		// Ten errors, the most the contract keeps.
-		ten := store.ItemErrors{LastError: "e10"}
+		ten := queue.ItemErrors{LastError: "e10"}
 		for i := int32(1); i <= 10; i++ {
-			ten.Errors = append(ten.Errors, store.AttemptError{Attempt: i, Error: fmt.Sprint("e", i), At: base.Add(time.Duration(i) * time.Second)})
+			ten.Errors = append(ten.Errors, queue.AttemptError{Attempt: i, Error: fmt.Sprint("e", i), At: base.Add(time.Duration(i) * time.Second)})
 		}
 		b = &store.Batch{QueueID: q.ID}
 		b.SetErrors(0, fullMeta(1), ten)
 		write(t, s, b)
 		_, errs = readBodies(t, s, q.ID, 0, 1)
-		requireErrors(t, []store.ItemErrors{ten}, errs)
+		requireErrors(t, []queue.ItemErrors{ten}, errs)
 
 		// Metadata was not touched by SetErrors.
-		requireMetas(t, []store.ItemMeta{fullMeta(1), fullMeta(2)}, loadItems(t, s, q.ID, 0))
+		requireMetas(t, []queue.ItemMeta{fullMeta(1), fullMeta(2)}, loadItems(t, s, q.ID, 0))
 	})
 
 	t.Run("OpsApplyInOrder", func(t *testing.T) {
@@ -598,44 +599,44 @@ func testItems(t *testing.T, newStore func(*testing.T) store.Store) {
 		updated := fullMeta(1)
 		updated.Attempts = 7
 		b := &store.Batch{QueueID: q.ID}
-		b.Insert(0, fullMeta(1), fullBody(1), store.ItemErrors{})
+		b.Insert(0, fullMeta(1), fullBody(1), queue.ItemErrors{})
 		b.Update(0, updated)
 		b.Insert(0, fullMeta(2), fullBody(2), someErrors(2))
 		b.Delete(0, fullMeta(2))
 		b.Insert(0, fullMeta(3), fullBody(3), someErrors(3))
-		b.SetErrors(0, fullMeta(3), store.ItemErrors{LastError: "x"})
+		b.SetErrors(0, fullMeta(3), queue.ItemErrors{LastError: "x"})
 		b.Requeue(0, 3, withID(fullMeta(3), 4))
 		b.Update(0, withID(zeroMeta(3), 4))
 		write(t, s, b)
 
-		requireMetas(t, []store.ItemMeta{updated, withBodyID(zeroMeta(4), 3)}, loadItems(t, s, q.ID, 0))
+		requireMetas(t, []queue.ItemMeta{updated, withBodyID(zeroMeta(4), 3)}, loadItems(t, s, q.ID, 0))
 		bodies, errs := readBodies(t, s, q.ID, 0, 1, 2, 3)
-		requireBodies(t, []store.ItemBody{fullBody(1), {}, fullBody(3)}, bodies)
-		requireErrors(t, []store.ItemErrors{{}, {}, {LastError: "x"}}, errs)
+		requireBodies(t, []queue.ItemBody{fullBody(1), {}, fullBody(3)}, bodies)
+		requireErrors(t, []queue.ItemErrors{{}, {}, {LastError: "x"}}, errs)
 	})
 
 	t.Run("ListItems", func(t *testing.T) {
 		s := newStore(t)
 		q := createQueue(t, s, "q", 2)
-		var want []store.Item
+		var want []queue.Item
 		b := &store.Batch{QueueID: q.ID}
 		for id := uint64(2); id <= 50; id += 2 {
-			it := store.Item{Partition: 1, Meta: fullMeta(id), Body: fullBody(id)}
+			it := queue.Item{Partition: 1, Meta: fullMeta(id), Body: fullBody(id)}
 			if id%3 == 0 {
 				it.Errors = someErrors(id)
 			}
 			if id%5 == 0 {
 				it.Meta = plainMeta(id)
-				it.Body = store.ItemBody{}
+				it.Body = queue.ItemBody{}
 			}
 			b.Insert(1, it.Meta, it.Body, it.Errors)
 			want = append(want, it)
 		}
-		b.Insert(0, fullMeta(1), fullBody(1), store.ItemErrors{}) // other partition
+		b.Insert(0, fullMeta(1), fullBody(1), queue.ItemErrors{}) // other partition
 		write(t, s, b)
 
 		// Page through with limit 10.
-		var got []store.Item
+		var got []queue.Item
 		after := uint64(0)
 		for page := 0; ; page++ {
 			require.Less(t, page, 10, "pagination does not end")
@@ -657,14 +658,14 @@ func testItems(t *testing.T, newStore func(*testing.T) store.Store) {
 		require.Empty(t, listItems(t, s, q.ID, 1, 1<<63, 10))
 
 		p0 := listItems(t, s, q.ID, 0, 0, 10)
-		requireItems(t, []store.Item{{Partition: 0, Meta: fullMeta(1), Body: fullBody(1)}}, p0)
+		requireItems(t, []queue.Item{{Partition: 0, Meta: fullMeta(1), Body: fullBody(1)}}, p0)
 
 		// Requeued items are listed at their new ID, with their body.
 		b = &store.Batch{QueueID: q.ID}
 		b.Requeue(1, 2, withID(fullMeta(2), 51))
 		write(t, s, b)
 		items := listItems(t, s, q.ID, 1, 48, 10)
-		requireItems(t, []store.Item{want[24], {Partition: 1, Meta: withID(fullMeta(2), 51), Body: fullBody(2)}}, items)
+		requireItems(t, []queue.Item{want[24], {Partition: 1, Meta: withID(fullMeta(2), 51), Body: fullBody(2)}}, items)
 	})
 
 	t.Run("Many", func(t *testing.T) {
@@ -672,11 +673,11 @@ func testItems(t *testing.T, newStore func(*testing.T) store.Store) {
 		s := newStore(t)
 		q := createQueue(t, s, "q", 1)
 		const n = 2500
-		var want []store.ItemMeta
+		var want []queue.ItemMeta
 		for start := uint64(1); start <= n; start += 500 {
 			b := &store.Batch{QueueID: q.ID, LastID: start + 499}
 			for id := start; id < start+500; id++ {
-				b.Insert(0, plainMeta(id), fullBody(id), store.ItemErrors{})
+				b.Insert(0, plainMeta(id), fullBody(id), queue.ItemErrors{})
 				want = append(want, plainMeta(id))
 			}
 			write(t, s, b)
@@ -690,7 +691,7 @@ func testItems(t *testing.T, newStore func(*testing.T) store.Store) {
 		want = slices.Delete(want, 999, 1100)
 		requireMetas(t, want, loadItems(t, s, q.ID, 0))
 
-		var listed []store.ItemMeta
+		var listed []queue.ItemMeta
 		for after := uint64(0); ; {
 			items := listItems(t, s, q.ID, 0, after, 700)
 			if len(items) == 0 {
@@ -709,12 +710,12 @@ func testItems(t *testing.T, newStore func(*testing.T) store.Store) {
 		q := createQueue(t, s, "q", 1)
 		b := &store.Batch{QueueID: q.ID}
 		for id := uint64(1); id <= 5; id++ {
-			b.Insert(0, fullMeta(id), fullBody(id), store.ItemErrors{})
+			b.Insert(0, fullMeta(id), fullBody(id), queue.ItemErrors{})
 		}
 		write(t, s, b)
 		stop := errors.New("stop")
 		calls := 0
-		err := s.LoadItems(t.Context(), q.ID, 0, func(m store.ItemMeta) error {
+		err := s.LoadItems(t.Context(), q.ID, 0, func(m queue.ItemMeta) error {
 			calls++
 			if calls == 2 {
 				return stop
@@ -732,8 +733,8 @@ func testItems(t *testing.T, newStore func(*testing.T) store.Store) {
 		require.Empty(t, loadItems(t, s, q.ID, 7))
 		require.Empty(t, listItems(t, s, q.ID, 0, 0, 10))
 		bodies, errs := readBodies(t, s, q.ID, 0, 1, 2)
-		requireBodies(t, []store.ItemBody{{}, {}}, bodies)
-		requireErrors(t, []store.ItemErrors{{}, {}}, errs)
+		requireBodies(t, []queue.ItemBody{{}, {}}, bodies)
+		requireErrors(t, []queue.ItemErrors{{}, {}}, errs)
 		write(t, s, &store.Batch{QueueID: q.ID}) // an empty batch is fine
 		requireLastID(t, s, q.ID, 0)
 	})
@@ -755,12 +756,12 @@ func testIsolation(t *testing.T, newStore func(*testing.T) store.Store) {
 		}
 		write(t, s, b)
 		for p := int32(0); p < 3; p++ {
-			var want []store.ItemMeta
-			var wantItems []store.Item
+			var want []queue.ItemMeta
+			var wantItems []queue.Item
 			for id := uint64(1); id <= 9; id++ {
 				if int32(id%3) == p {
 					want = append(want, fullMeta(id))
-					wantItems = append(wantItems, store.Item{Partition: p, Meta: fullMeta(id), Body: fullBody(id), Errors: someErrors(id)})
+					wantItems = append(wantItems, queue.Item{Partition: p, Meta: fullMeta(id), Body: fullBody(id), Errors: someErrors(id)})
 				}
 			}
 			requireMetas(t, want, loadItems(t, s, q.ID, p))
@@ -768,23 +769,23 @@ func testIsolation(t *testing.T, newStore func(*testing.T) store.Store) {
 		}
 		// A partition does not see another's bodies or errors.
 		bodies, errs := readBodies(t, s, q.ID, 0, 1, 2, 3)
-		requireBodies(t, []store.ItemBody{{}, {}, fullBody(3)}, bodies)
-		requireErrors(t, []store.ItemErrors{{}, {}, someErrors(3)}, errs)
+		requireBodies(t, []queue.ItemBody{{}, {}, fullBody(3)}, bodies)
+		requireErrors(t, []queue.ItemErrors{{}, {}, someErrors(3)}, errs)
 
 		// Deleting and updating in one partition leaves the others alone,
 		// even when the op names a BodyID another partition holds.
 		b = &store.Batch{QueueID: q.ID}
 		b.Delete(1, fullMeta(4))
 		b.Delete(1, withID(fullMeta(5), 100)) // body 5 lives in partition 2
-		b.SetErrors(1, fullMeta(6), store.ItemErrors{})
+		b.SetErrors(1, fullMeta(6), queue.ItemErrors{})
 		write(t, s, b)
-		requireMetas(t, []store.ItemMeta{fullMeta(1), fullMeta(7)}, loadItems(t, s, q.ID, 1))
-		requireMetas(t, []store.ItemMeta{fullMeta(2), fullMeta(5), fullMeta(8)}, loadItems(t, s, q.ID, 2))
+		requireMetas(t, []queue.ItemMeta{fullMeta(1), fullMeta(7)}, loadItems(t, s, q.ID, 1))
+		requireMetas(t, []queue.ItemMeta{fullMeta(2), fullMeta(5), fullMeta(8)}, loadItems(t, s, q.ID, 2))
 		bodies, errs = readBodies(t, s, q.ID, 2, 5)
-		requireBodies(t, []store.ItemBody{fullBody(5)}, bodies)
-		requireErrors(t, []store.ItemErrors{someErrors(5)}, errs)
+		requireBodies(t, []queue.ItemBody{fullBody(5)}, bodies)
+		requireErrors(t, []queue.ItemErrors{someErrors(5)}, errs)
 		_, errs = readBodies(t, s, q.ID, 0, 6)
-		requireErrors(t, []store.ItemErrors{someErrors(6)}, errs)
+		requireErrors(t, []queue.ItemErrors{someErrors(6)}, errs)
 	})
 
 	t.Run("Queues", func(t *testing.T) {
@@ -792,7 +793,7 @@ func testIsolation(t *testing.T, newStore func(*testing.T) store.Store) {
 		qa := createQueue(t, s, "a", 1)
 		qb := createQueue(t, s, "b", 1)
 		// The same ids in both queues, different contents.
-		for _, q := range []store.QueueInfo{qa, qb} {
+		for _, q := range []queue.QueueInfo{qa, qb} {
 			b := &store.Batch{QueueID: q.ID, LastID: q.ID * 100}
 			for id := uint64(1); id <= 3; id++ {
 				b.Insert(0, fullMeta(id), bodyFor(q.Name, id), someErrors(q.ID*10+id))
@@ -802,14 +803,14 @@ func testIsolation(t *testing.T, newStore func(*testing.T) store.Store) {
 		b := &store.Batch{QueueID: qa.ID}
 		b.Delete(0, fullMeta(1))
 		b.Update(0, zeroMeta(2))
-		b.SetErrors(0, fullMeta(3), store.ItemErrors{})
+		b.SetErrors(0, fullMeta(3), queue.ItemErrors{})
 		write(t, s, b)
 
-		requireMetas(t, []store.ItemMeta{zeroMeta(2), fullMeta(3)}, loadItems(t, s, qa.ID, 0))
-		requireMetas(t, []store.ItemMeta{fullMeta(1), fullMeta(2), fullMeta(3)}, loadItems(t, s, qb.ID, 0))
+		requireMetas(t, []queue.ItemMeta{zeroMeta(2), fullMeta(3)}, loadItems(t, s, qa.ID, 0))
+		requireMetas(t, []queue.ItemMeta{fullMeta(1), fullMeta(2), fullMeta(3)}, loadItems(t, s, qb.ID, 0))
 		bodies, errs := readBodies(t, s, qb.ID, 0, 1, 2, 3)
-		requireBodies(t, []store.ItemBody{bodyFor("b", 1), bodyFor("b", 2), bodyFor("b", 3)}, bodies)
-		requireErrors(t, []store.ItemErrors{someErrors(qb.ID*10 + 1), someErrors(qb.ID*10 + 2), someErrors(qb.ID*10 + 3)}, errs)
+		requireBodies(t, []queue.ItemBody{bodyFor("b", 1), bodyFor("b", 2), bodyFor("b", 3)}, bodies)
+		requireErrors(t, []queue.ItemErrors{someErrors(qb.ID*10 + 1), someErrors(qb.ID*10 + 2), someErrors(qb.ID*10 + 3)}, errs)
 		requireLastID(t, s, qa.ID, max(qa.ID*100, 3))
 		requireLastID(t, s, qb.ID, max(qb.ID*100, 3))
 	})
@@ -820,7 +821,7 @@ func testDeleteQueue(t *testing.T, newStore func(*testing.T) store.Store) {
 	ctx := t.Context()
 	q := createQueue(t, s, "q", 3)
 	keep := createQueue(t, s, "keep", 3)
-	for _, qi := range []store.QueueInfo{q, keep} {
+	for _, qi := range []queue.QueueInfo{q, keep} {
 		b := &store.Batch{QueueID: qi.ID, LastID: 1000}
 		for id := uint64(1); id <= 30; id++ {
 			b.Insert(int32(id%3), fullMeta(id), fullBody(id), someErrors(id))
@@ -841,8 +842,8 @@ func testDeleteQueue(t *testing.T, newStore func(*testing.T) store.Store) {
 		require.Empty(t, loadItems(t, s, again.ID, p))
 		require.Empty(t, listItems(t, s, again.ID, p, 0, 100))
 		bodies, errs := readBodies(t, s, again.ID, p, 1, 2, 3, 4)
-		requireBodies(t, make([]store.ItemBody, 4), bodies)
-		requireErrors(t, make([]store.ItemErrors, 4), errs)
+		requireBodies(t, make([]queue.ItemBody, 4), bodies)
+		requireErrors(t, make([]queue.ItemErrors, 4), errs)
 	}
 	require.Equal(t, keepBefore, dump(t, s)[0], "deleting a queue changed another")
 }
@@ -857,8 +858,8 @@ func testLastID(t *testing.T, newStore func(*testing.T) store.Store) {
 
 	// An inserted ID above the mark raises it, even without Batch.LastID.
 	b := &store.Batch{QueueID: q.ID}
-	b.Insert(1, fullMeta(70), fullBody(70), store.ItemErrors{})
-	b.Insert(0, fullMeta(60), fullBody(60), store.ItemErrors{})
+	b.Insert(1, fullMeta(70), fullBody(70), queue.ItemErrors{})
+	b.Insert(0, fullMeta(60), fullBody(60), queue.ItemErrors{})
 	write(t, s, b)
 	requireLastID(t, s, q.ID, 70)
 
@@ -866,7 +867,7 @@ func testLastID(t *testing.T, newStore func(*testing.T) store.Store) {
 	write(t, s, &store.Batch{QueueID: q.ID, LastID: 10})
 	requireLastID(t, s, q.ID, 70)
 	b = &store.Batch{QueueID: q.ID, LastID: 5}
-	b.Insert(0, fullMeta(3), fullBody(3), store.ItemErrors{})
+	b.Insert(0, fullMeta(3), fullBody(3), queue.ItemErrors{})
 	write(t, s, b)
 	requireLastID(t, s, q.ID, 70)
 
@@ -878,7 +879,7 @@ func testLastID(t *testing.T, newStore func(*testing.T) store.Store) {
 
 	// Batch.LastID above every op's ID wins.
 	b = &store.Batch{QueueID: q.ID, LastID: 200}
-	b.Insert(0, fullMeta(100), fullBody(100), store.ItemErrors{})
+	b.Insert(0, fullMeta(100), fullBody(100), queue.ItemErrors{})
 	write(t, s, b)
 	requireLastID(t, s, q.ID, 200)
 
@@ -899,7 +900,7 @@ func testAtomicity(t *testing.T, newStore func(*testing.T) store.Store) {
 	q := createQueue(t, s, "q", 2)
 	b := &store.Batch{QueueID: q.ID, LastID: 2}
 	b.Insert(0, fullMeta(1), fullBody(1), someErrors(1))
-	b.Insert(1, fullMeta(2), fullBody(2), store.ItemErrors{})
+	b.Insert(1, fullMeta(2), fullBody(2), queue.ItemErrors{})
 	write(t, s, b)
 	before := dump(t, s)
 
@@ -908,7 +909,7 @@ func testAtomicity(t *testing.T, newStore func(*testing.T) store.Store) {
 	b.Insert(0, fullMeta(3), fullBody(3), someErrors(3))
 	b.Update(0, zeroMeta(1))
 	b.Delete(1, fullMeta(2))
-	b.SetErrors(0, fullMeta(1), store.ItemErrors{})
+	b.SetErrors(0, fullMeta(1), queue.ItemErrors{})
 	b.Requeue(0, 3, withID(fullMeta(3), 4))
 	b.Ops = append(b.Ops, store.Op{Kind: store.OpKind(200), Partition: 0, Meta: fullMeta(99)})
 	require.Error(t, s.Write(ctx, b), "unknown op kind")
@@ -924,7 +925,7 @@ func testAtomicity(t *testing.T, newStore func(*testing.T) store.Store) {
 
 	// The same batch without the bad op applies whole.
 	write(t, s, b)
-	requireMetas(t, []store.ItemMeta{zeroMeta(1), withID(fullMeta(3), 4)}, loadItems(t, s, q.ID, 0))
+	requireMetas(t, []queue.ItemMeta{zeroMeta(1), withID(fullMeta(3), 4)}, loadItems(t, s, q.ID, 0))
 	require.Empty(t, loadItems(t, s, q.ID, 1))
 	requireLastID(t, s, q.ID, 100)
 }
@@ -936,7 +937,7 @@ func testAliasing(t *testing.T, newStore func(*testing.T) store.Store) {
 	errs := someErrors(1)
 	b := &store.Batch{QueueID: q.ID}
 	b.Insert(0, fullMeta(1), body, errs)
-	b.Insert(0, fullMeta(2), fullBody(2), store.ItemErrors{})
+	b.Insert(0, fullMeta(2), fullBody(2), queue.ItemErrors{})
 	setErrs := someErrors(2)
 	b.SetErrors(0, fullMeta(2), setErrs)
 	write(t, s, b)
@@ -950,10 +951,10 @@ func testAliasing(t *testing.T, newStore func(*testing.T) store.Store) {
 	check := func() {
 		t.Helper()
 		bodies, errs := readBodies(t, s, q.ID, 0, 1, 2)
-		requireBodies(t, []store.ItemBody{fullBody(1), fullBody(2)}, bodies)
-		requireErrors(t, []store.ItemErrors{someErrors(1), someErrors(2)}, errs)
+		requireBodies(t, []queue.ItemBody{fullBody(1), fullBody(2)}, bodies)
+		requireErrors(t, []queue.ItemErrors{someErrors(1), someErrors(2)}, errs)
 		items := listItems(t, s, q.ID, 0, 0, 10)
-		requireItems(t, []store.Item{
+		requireItems(t, []queue.Item{
 			{Meta: fullMeta(1), Body: fullBody(1), Errors: someErrors(1)},
 			{Meta: fullMeta(2), Body: fullBody(2), Errors: someErrors(2)},
 		}, items)
@@ -1055,7 +1056,7 @@ func testTasks(t *testing.T, newStore func(*testing.T) CatalogStore) {
 		items, hasItems := s.(store.Store)
 		if hasItems {
 			b := &store.Batch{QueueID: q.ID}
-			b.Insert(0, fullMeta(1), deadBody(1), store.ItemErrors{})
+			b.Insert(0, fullMeta(1), deadBody(1), queue.ItemErrors{})
 			write(t, items, b)
 		}
 		putTask(t, s, taskRecord("r1", "dlq", 1))
@@ -1071,7 +1072,7 @@ func testTasks(t *testing.T, newStore func(*testing.T) CatalogStore) {
 		requireTasks(t, want, listTasks(t, s), "after re-creating the queue")
 
 		// Tasks are not queues either.
-		qs, err := s.ListQueues(ctx, store.ListQueuesParams{})
+		qs, err := s.ListQueues(ctx, queue.ListQueuesParams{})
 		require.NoError(t, err)
 		require.Len(t, qs, 1)
 		_, err = s.GetQueue(ctx, "r1")
@@ -1092,7 +1093,7 @@ func testConcurrent(t *testing.T, newStore func(*testing.T) store.Store) {
 		batches = 40
 		perB    = 5
 	)
-	var qs []store.QueueInfo
+	var qs []queue.QueueInfo
 	for i := range queues {
 		qs = append(qs, createQueue(t, s, fmt.Sprint("q", i), 2))
 	}
@@ -1107,7 +1108,7 @@ func testConcurrent(t *testing.T, newStore func(*testing.T) store.Store) {
 				b := &store.Batch{QueueID: q.ID}
 				for range perB {
 					id++
-					b.Insert(int32(id%2), fullMeta(id), fullBody(id), store.ItemErrors{})
+					b.Insert(int32(id%2), fullMeta(id), fullBody(id), queue.ItemErrors{})
 				}
 				b.Delete(int32(id%2), fullMeta(id)) // the last of each batch
 				b.LastID = id
@@ -1166,11 +1167,11 @@ func testConcurrent(t *testing.T, newStore func(*testing.T) store.Store) {
 	wg.Go(func() {
 		for i := range 20 {
 			name := fmt.Sprint("tmp", i%3)
-			if _, err := s.CreateQueue(ctx, store.QueueInfo{Name: name, Partitions: 1}); err != nil && !errors.Is(err, store.ErrQueueExists) {
+			if _, err := s.CreateQueue(ctx, queue.QueueInfo{Name: name, Partitions: 1}); err != nil && !errors.Is(err, store.ErrQueueExists) {
 				errc <- err
 				return
 			}
-			if _, err := s.ListQueues(ctx, store.ListQueuesParams{}); err != nil {
+			if _, err := s.ListQueues(ctx, queue.ListQueuesParams{}); err != nil {
 				errc <- err
 				return
 			}
@@ -1208,20 +1209,20 @@ func testClosed(t *testing.T, newStore func(*testing.T) store.Store) {
 	ctx := t.Context()
 	q := createQueue(t, s, "q", 1)
 	b := &store.Batch{QueueID: q.ID}
-	b.Insert(0, fullMeta(1), fullBody(1), store.ItemErrors{})
+	b.Insert(0, fullMeta(1), fullBody(1), queue.ItemErrors{})
 	write(t, s, b)
 	putTask(t, s, taskRecord("t", "q", 1))
 	require.NoError(t, s.Close())
 
-	_, err := s.CreateQueue(ctx, store.QueueInfo{Name: "new", Partitions: 1})
+	_, err := s.CreateQueue(ctx, queue.QueueInfo{Name: "new", Partitions: 1})
 	require.ErrorIs(t, err, store.ErrClosed, "CreateQueue")
 	require.ErrorIs(t, s.UpdateQueue(ctx, q), store.ErrClosed, "UpdateQueue")
 	_, err = s.GetQueue(ctx, "q")
 	require.ErrorIs(t, err, store.ErrClosed, "GetQueue")
-	_, err = s.ListQueues(ctx, store.ListQueuesParams{})
+	_, err = s.ListQueues(ctx, queue.ListQueuesParams{})
 	require.ErrorIs(t, err, store.ErrClosed, "ListQueues")
 	require.ErrorIs(t, s.DeleteQueue(ctx, "q"), store.ErrClosed, "DeleteQueue")
-	err = s.LoadItems(ctx, q.ID, 0, func(store.ItemMeta) error { return nil })
+	err = s.LoadItems(ctx, q.ID, 0, func(queue.ItemMeta) error { return nil })
 	require.ErrorIs(t, err, store.ErrClosed, "LoadItems")
 	_, err = s.LastID(ctx, q.ID)
 	require.ErrorIs(t, err, store.ErrClosed, "LastID")
@@ -1242,12 +1243,12 @@ func testClosed(t *testing.T, newStore func(*testing.T) store.Store) {
 func requireItemMethodsNotFound(t *testing.T, s store.Store, queueID uint64) {
 	t.Helper()
 	ctx := t.Context()
-	err := s.LoadItems(ctx, queueID, 0, func(store.ItemMeta) error { return nil })
+	err := s.LoadItems(ctx, queueID, 0, func(queue.ItemMeta) error { return nil })
 	require.ErrorIs(t, err, store.ErrQueueNotFound, "LoadItems")
 	_, err = s.LastID(ctx, queueID)
 	require.ErrorIs(t, err, store.ErrQueueNotFound, "LastID")
 	b := &store.Batch{QueueID: queueID, LastID: 5}
-	b.Insert(0, fullMeta(1), fullBody(1), store.ItemErrors{})
+	b.Insert(0, fullMeta(1), fullBody(1), queue.ItemErrors{})
 	require.ErrorIs(t, s.Write(ctx, b), store.ErrQueueNotFound, "Write")
 	_, _, err = s.ReadBodies(ctx, queueID, 0, []uint64{1})
 	require.ErrorIs(t, err, store.ErrQueueNotFound, "ReadBodies")
@@ -1257,19 +1258,19 @@ func requireItemMethodsNotFound(t *testing.T, s store.Store, queueID uint64) {
 
 // queueDump is a store's observable state for one queue.
 type queueDump struct {
-	Info   store.QueueInfo
+	Info   queue.QueueInfo
 	LastID uint64
 	// Loaded and Listed hold, per partition, what LoadItems and ListItems
 	// return (normalised).
-	Loaded [][]store.ItemMeta
-	Listed [][]store.Item
+	Loaded [][]queue.ItemMeta
+	Listed [][]queue.Item
 }
 
 // dump reads every queue's observable state, in name order. Partitions
 // 0..Partitions-1 are read.
 func dump(t *testing.T, s store.Store) []queueDump {
 	t.Helper()
-	qs, err := s.ListQueues(t.Context(), store.ListQueuesParams{})
+	qs, err := s.ListQueues(t.Context(), queue.ListQueuesParams{})
 	require.NoError(t, err)
 	out := make([]queueDump, 0, len(qs))
 	for _, q := range qs {
@@ -1277,11 +1278,11 @@ func dump(t *testing.T, s store.Store) []queueDump {
 		d.LastID, err = s.LastID(t.Context(), q.ID)
 		require.NoError(t, err)
 		for p := range q.Partitions {
-			var metas []store.ItemMeta
+			var metas []queue.ItemMeta
 			for _, m := range loadItems(t, s, q.ID, p) {
 				metas = append(metas, normMeta(m))
 			}
-			var items []store.Item
+			var items []queue.Item
 			for _, it := range listItems(t, s, q.ID, p, 0, 1<<20) {
 				items = append(items, normItem(it))
 			}
@@ -1295,9 +1296,9 @@ func dump(t *testing.T, s store.Store) []queueDump {
 
 // Fixtures.
 
-func createQueue(t *testing.T, s store.Catalog, name string, partitions int32) store.QueueInfo {
+func createQueue(t *testing.T, s store.Catalog, name string, partitions int32) queue.QueueInfo {
 	t.Helper()
-	q, err := s.CreateQueue(t.Context(), store.QueueInfo{
+	q, err := s.CreateQueue(t.Context(), queue.QueueInfo{
 		Name:          name,
 		Reference:     "ref " + name,
 		LeaseTimeout:  time.Minute,
@@ -1314,9 +1315,9 @@ func createQueue(t *testing.T, s store.Catalog, name string, partitions int32) s
 
 // fullMeta sets every field but SourceKey and the dead-letter ones, with
 // times a few nanoseconds apart.
-func fullMeta(id uint64) store.ItemMeta {
+func fullMeta(id uint64) queue.ItemMeta {
 	created := base.Add(time.Duration(id) * time.Nanosecond)
-	return store.ItemMeta{
+	return queue.ItemMeta{
 		ID:             id,
 		BodyID:         id,
 		Attempts:       3,
@@ -1329,17 +1330,17 @@ func fullMeta(id uint64) store.ItemMeta {
 }
 
 // plainMeta is a fresh ready item: only CreatedAt and ExpireDeadline set.
-func plainMeta(id uint64) store.ItemMeta {
+func plainMeta(id uint64) queue.ItemMeta {
 	created := base.Add(time.Duration(id) * time.Millisecond)
-	return store.ItemMeta{ID: id, BodyID: id, CreatedAt: created, ExpireDeadline: created.Add(time.Hour)}
+	return queue.ItemMeta{ID: id, BodyID: id, CreatedAt: created, ExpireDeadline: created.Add(time.Hour)}
 }
 
 // zeroMeta has only its ids set.
-func zeroMeta(id uint64) store.ItemMeta { return store.ItemMeta{ID: id, BodyID: id} }
+func zeroMeta(id uint64) queue.ItemMeta { return queue.ItemMeta{ID: id, BodyID: id} }
 
 // oddTimesMeta has times in other locations, before 1970, far ahead, and
 // one with a monotonic clock reading.
-func oddTimesMeta(id uint64) store.ItemMeta {
+func oddTimesMeta(id uint64) queue.ItemMeta {
 	m := fullMeta(id)
 	m.CreatedAt = time.Date(1969, 7, 20, 20, 17, 40, 1, time.FixedZone("X", -5*3600))
 	m.LeaseDeadline = time.Now()
@@ -1356,28 +1357,28 @@ func oddTimesMeta(id uint64) store.ItemMeta {
 
 // dyingMeta is an item the logical queue has decided is dead, not yet
 // moved.
-func dyingMeta(id uint64) store.ItemMeta {
+func dyingMeta(id uint64) queue.ItemMeta {
 	m := fullMeta(id)
 	m.Leased = false
 	m.LeaseDeadline = time.Time{}
 	return withDead(m, "max_attempts", m.CreatedAt.Add(90*time.Second+7))
 }
 
-func withDead(m store.ItemMeta, reason string, at time.Time) store.ItemMeta {
+func withDead(m queue.ItemMeta, reason string, at time.Time) queue.ItemMeta {
 	m.DeadReason, m.DeadAt = reason, at
 	return m
 }
 
-func withID(m store.ItemMeta, id uint64) store.ItemMeta { m.ID = id; return m }
+func withID(m queue.ItemMeta, id uint64) queue.ItemMeta { m.ID = id; return m }
 
-func withBodyID(m store.ItemMeta, bodyID uint64) store.ItemMeta { m.BodyID = bodyID; return m }
+func withBodyID(m queue.ItemMeta, bodyID uint64) queue.ItemMeta { m.BodyID = bodyID; return m }
 
-func withSourceKey(m store.ItemMeta, key string) store.ItemMeta { m.SourceKey = key; return m }
+func withSourceKey(m queue.ItemMeta, key string) queue.ItemMeta { m.SourceKey = key; return m }
 
 // fullBody is a body with every field set; odd ids also carry Attributes
 // (ADR 0016), so bodies with and without them are both stored.
-func fullBody(id uint64) store.ItemBody {
-	b := store.ItemBody{
+func fullBody(id uint64) queue.ItemBody {
+	b := queue.ItemBody{
 		Reference: fmt.Sprint("ref-", id),
 		Kind:      "kind",
 		Encoding:  "application/octet-stream",
@@ -1389,7 +1390,7 @@ func fullBody(id uint64) store.ItemBody {
 	return b
 }
 
-func bodyFor(queue string, id uint64) store.ItemBody {
+func bodyFor(queue string, id uint64) queue.ItemBody {
 	b := fullBody(id)
 	b.Payload = append(b.Payload, queue...)
 	b.Kind = queue
@@ -1397,7 +1398,7 @@ func bodyFor(queue string, id uint64) store.ItemBody {
 }
 
 // deadBody sets every field, dead-letter ones included.
-func deadBody(id uint64) store.ItemBody {
+func deadBody(id uint64) queue.ItemBody {
 	b := fullBody(id)
 	b.SourceQueue = "source"
 	b.SourceID = fmt.Sprint(id * 7)
@@ -1411,10 +1412,10 @@ func deadBody(id uint64) store.ItemBody {
 	return b
 }
 
-func someErrors(seed uint64) store.ItemErrors {
-	return store.ItemErrors{
+func someErrors(seed uint64) queue.ItemErrors {
+	return queue.ItemErrors{
 		LastError: fmt.Sprint("boom ", seed, " again"),
-		Errors: []store.AttemptError{
+		Errors: []queue.AttemptError{
 			{Attempt: 1, Error: fmt.Sprint("boom ", seed), At: base.Add(time.Duration(seed) * time.Second)},
 			{Attempt: 2, Error: "", At: time.Time{}},
 			{Attempt: 3, Error: fmt.Sprint("boom ", seed, " again"), At: base.Add(time.Duration(seed)*time.Second + 1)},
@@ -1446,10 +1447,10 @@ func write(t *testing.T, s store.Store, b *store.Batch) {
 	require.NoError(t, s.Write(t.Context(), b))
 }
 
-func loadItems(t *testing.T, s store.Store, queueID uint64, partition int32) []store.ItemMeta {
+func loadItems(t *testing.T, s store.Store, queueID uint64, partition int32) []queue.ItemMeta {
 	t.Helper()
-	var out []store.ItemMeta
-	err := s.LoadItems(t.Context(), queueID, partition, func(m store.ItemMeta) error {
+	var out []queue.ItemMeta
+	err := s.LoadItems(t.Context(), queueID, partition, func(m queue.ItemMeta) error {
 		out = append(out, m)
 		return nil
 	})
@@ -1460,7 +1461,7 @@ func loadItems(t *testing.T, s store.Store, queueID uint64, partition int32) []s
 	return out
 }
 
-func listItems(t *testing.T, s store.Store, queueID uint64, partition int32, afterID uint64, limit int) []store.Item {
+func listItems(t *testing.T, s store.Store, queueID uint64, partition int32, afterID uint64, limit int) []queue.Item {
 	t.Helper()
 	items, err := s.ListItems(t.Context(), queueID, partition, afterID, limit)
 	require.NoError(t, err)
@@ -1475,7 +1476,7 @@ func listItems(t *testing.T, s store.Store, queueID uint64, partition int32, aft
 	return items
 }
 
-func readBodies(t *testing.T, s store.Store, queueID uint64, partition int32, bodyIDs ...uint64) ([]store.ItemBody, []store.ItemErrors) {
+func readBodies(t *testing.T, s store.Store, queueID uint64, partition int32, bodyIDs ...uint64) ([]queue.ItemBody, []queue.ItemErrors) {
 	t.Helper()
 	bodies, errs, err := s.ReadBodies(t.Context(), queueID, partition, bodyIDs)
 	require.NoError(t, err)
@@ -1495,22 +1496,22 @@ func requireLastID(t *testing.T, s store.Store, queueID, want uint64) {
 // reading, empty slices to nil) and compared with require.Equal for
 // readable diffs.
 
-func requireInfo(t *testing.T, want, got store.QueueInfo) {
+func requireInfo(t *testing.T, want, got queue.QueueInfo) {
 	t.Helper()
 	require.Equal(t, normInfo(want), normInfo(got))
 }
 
-func requireMetas(t *testing.T, want, got []store.ItemMeta) {
+func requireMetas(t *testing.T, want, got []queue.ItemMeta) {
 	t.Helper()
 	require.Equal(t, mapSlice(want, normMeta), mapSlice(got, normMeta))
 }
 
-func requireBodies(t *testing.T, want, got []store.ItemBody) {
+func requireBodies(t *testing.T, want, got []queue.ItemBody) {
 	t.Helper()
 	require.Equal(t, mapSlice(want, normBody), mapSlice(got, normBody))
 }
 
-func requireErrors(t *testing.T, want, got []store.ItemErrors) {
+func requireErrors(t *testing.T, want, got []queue.ItemErrors) {
 	t.Helper()
 	require.Equal(t, mapSlice(want, normErrors), mapSlice(got, normErrors))
 }
@@ -1520,12 +1521,12 @@ func requireTasks(t *testing.T, want, got []store.TaskRecord, msg ...any) {
 	require.Equal(t, mapSlice(want, normTask), mapSlice(got, normTask), msg...)
 }
 
-func requireItem(t *testing.T, want, got store.Item) {
+func requireItem(t *testing.T, want, got queue.Item) {
 	t.Helper()
 	require.Equal(t, normItem(want), normItem(got))
 }
 
-func requireItems(t *testing.T, want, got []store.Item, msg ...any) {
+func requireItems(t *testing.T, want, got []queue.Item, msg ...any) {
 	t.Helper()
 	require.Equal(t, mapSlice(want, normItem), mapSlice(got, normItem), msg...)
 }
@@ -1543,13 +1544,13 @@ func mapSlice[T any](in []T, f func(T) T) []T {
 
 func normTime(t time.Time) time.Time { return t.Round(0).UTC() }
 
-func normInfo(q store.QueueInfo) store.QueueInfo {
+func normInfo(q queue.QueueInfo) queue.QueueInfo {
 	q.CreatedAt = normTime(q.CreatedAt)
 	q.UpdatedAt = normTime(q.UpdatedAt)
 	return q
 }
 
-func normMeta(m store.ItemMeta) store.ItemMeta {
+func normMeta(m queue.ItemMeta) queue.ItemMeta {
 	m.LeaseDeadline = normTime(m.LeaseDeadline)
 	m.EnqueueAt = normTime(m.EnqueueAt)
 	m.ExpireDeadline = normTime(m.ExpireDeadline)
@@ -1558,7 +1559,7 @@ func normMeta(m store.ItemMeta) store.ItemMeta {
 	return m
 }
 
-func normBody(b store.ItemBody) store.ItemBody {
+func normBody(b queue.ItemBody) queue.ItemBody {
 	if len(b.Payload) == 0 {
 		b.Payload = nil
 	}
@@ -1566,8 +1567,8 @@ func normBody(b store.ItemBody) store.ItemBody {
 	return b
 }
 
-func normErrors(e store.ItemErrors) store.ItemErrors {
-	e.Errors = mapSlice(e.Errors, func(a store.AttemptError) store.AttemptError {
+func normErrors(e queue.ItemErrors) queue.ItemErrors {
+	e.Errors = mapSlice(e.Errors, func(a queue.AttemptError) queue.AttemptError {
 		a.At = normTime(a.At)
 		return a
 	})
@@ -1581,7 +1582,7 @@ func normTask(r store.TaskRecord) store.TaskRecord {
 	return r
 }
 
-func normItem(it store.Item) store.Item {
+func normItem(it queue.Item) queue.Item {
 	it.Meta = normMeta(it.Meta)
 	it.Body = normBody(it.Body)
 	it.Errors = normErrors(it.Errors)

@@ -1,0 +1,118 @@
+package embedded
+
+import (
+	"context"
+	"fmt"
+	"iter"
+
+	"github.com/styxq/styx/internal/queue"
+)
+
+// scanChunk is how many items Scan reads from each partition at a time:
+// 256, fewer when there are many partitions, so a scan holds at most about
+// 8192 items (and their payloads) in memory.
+func scanChunk(partitions int32) int {
+	return max(16, min(256, 8192/int(max(partitions, 1))))
+}
+
+// Scan implements queue.Queue (queue.Scan) straight from storage, holding
+// at most one chunk per partition in memory at a time.
+func (l *Logical) Scan(ctx context.Context, partitions int32, f *queue.DeadFilter, p queue.ScanParams) ([]queue.Item, uint64, error) {
+	return queue.Scan(f, p, func(ids []uint64) iter.Seq2[queue.Item, error] {
+		return l.byID(ctx, partitions, ids)
+	}, func(after uint64) iter.Seq2[queue.Item, error] {
+		return l.inOrder(ctx, partitions, after)
+	})
+}
+
+// inOrder yields the queue's items after an id in id order, merging its
+// partitions' item lists a chunk at a time.
+func (l *Logical) inOrder(ctx context.Context, partitions int32, after uint64) iter.Seq2[queue.Item, error] {
+	return func(yield func(queue.Item, error) bool) {
+		type cursor struct {
+			buf   []queue.Item
+			after uint64
+			done  bool
+		}
+		chunk := scanChunk(partitions)
+		cur := make([]cursor, partitions)
+		for i := range cur {
+			cur[i].after = after
+		}
+		for {
+			// Pick the partition whose next item has the smallest id.
+			best := -1
+			for i := range cur {
+				c := &cur[i]
+				if len(c.buf) == 0 && !c.done {
+					var err error
+					if c.buf, err = l.cfg.Store.ListItems(ctx, l.queueID, int32(i), c.after, chunk); err != nil {
+						yield(queue.Item{}, readErr(l.name, fmt.Errorf("scan partition %d: %w", i, err)))
+						return
+					}
+					c.done = len(c.buf) < chunk
+					if len(c.buf) > 0 {
+						c.after = c.buf[len(c.buf)-1].Meta.ID
+					}
+				}
+				if len(c.buf) > 0 && (best < 0 || c.buf[0].Meta.ID < cur[best].buf[0].Meta.ID) {
+					best = i
+				}
+			}
+			if best < 0 {
+				return // every partition is exhausted
+			}
+			it := cur[best].buf[0]
+			cur[best].buf = cur[best].buf[1:]
+			if !yield(it, nil) {
+				return
+			}
+		}
+	}
+}
+
+// byID yields the items of ids that exist, looking each up in every
+// partition.
+func (l *Logical) byID(ctx context.Context, partitions int32, ids []uint64) iter.Seq2[queue.Item, error] {
+	return func(yield func(queue.Item, error) bool) {
+		for _, id := range ids {
+			for part := range partitions {
+				got, err := l.cfg.Store.ListItems(ctx, l.queueID, part, id-1, 1)
+				if err != nil {
+					yield(queue.Item{}, readErr(l.name, fmt.Errorf("look up %s: %w", queue.FormatID(id), err)))
+					return
+				}
+				if len(got) == 1 && got[0].Meta.ID == id {
+					if !yield(got[0], nil) {
+						return
+					}
+					break
+				}
+			}
+		}
+	}
+}
+
+// takeRedriven inserts redriven items into partition p (Tx.Redrive).
+func (l *Logical) takeRedriven(it *iteration, p *partition, items []queue.RedriveItem) {
+	for _, ri := range items {
+		if _, dup := l.sourceKeys[ri.SourceKey]; dup {
+			continue
+		}
+		id := l.allocID(it)
+		x := &item{id: id, bodyID: id, created: it.now, state: stateReady, src: newSource(ri.SourceKey)}
+		if l.info.ExpireTimeout > 0 {
+			x.expire = it.now + int64(l.info.ExpireTimeout)
+		}
+		p.add(x)
+		l.sourceKeys[ri.SourceKey] = x
+		body := queue.ItemBody{
+			Reference: ri.Body.Reference, Kind: ri.Body.Kind, Encoding: ri.Body.Encoding, Payload: ri.Body.Payload,
+			Attributes:   ri.Body.Attributes,
+			RedriveCount: ri.Body.RedriveCount + 1,
+		}
+		it.batch.Insert(p.num, x.meta(), body, ri.Errors)
+		x.hasErrs = !ri.Errors.IsZero()
+		l.addBody(it, x.bodyID, &body)
+	}
+}

@@ -1,0 +1,189 @@
+package embedded
+
+import (
+	"context"
+
+	"github.com/styxq/styx/internal/fingerprint"
+	"github.com/styxq/styx/internal/queue"
+)
+
+// The dead-letter move, between the source queue's loop (S) and the
+// dead-letter queue's loop (D); see ADR 0003 and docs/ARCHITECTURE.md.
+//
+//  1. S decides an item is dead and records it (ItemMeta.DeadReason) in its
+//     iteration's batch: from then on the item is never handed out again,
+//     and a restart resumes the move.
+//  2. After that batch is durable, S reads the item's body and sends a
+//     deadLetterOp to D's request channel (non-blocking; a full channel or
+//     a missing D means retry later). S goes on serving its other requests.
+//  3. D inserts the items under new ids in its own iteration, ignoring any
+//     whose source key it already holds, writes, and sends the outcome to
+//     S's result channel (buffered for every move in flight, so D never
+//     blocks on S).
+//  4. S deletes the moved items in its next iteration. A crash between 3 and
+//     4 leaves the item in both queues until S restarts, sees the recorded
+//     decision and sends it again; D ignores the second copy.
+
+// isDeadCopy reports whether the item is a dead item resting in a
+// dead-letter queue.
+func (it *item) isDeadCopy() bool { return it.src != nil && queue.IsDeadCopyKey(it.src.key) }
+
+// dying is an item waiting to be sent to the dead-letter queue.
+type dying struct {
+	p *partition
+	x *item
+}
+
+// valid reports whether the entry still names a dying item not in flight.
+func (d dying) valid() bool {
+	return d.x.state == stateDying && !d.x.moving && d.p.items[d.x.id] == d.x
+}
+
+// sendDeadLetters starts moves of the dying items not yet in flight. Runs
+// after the iteration's batch is durable.
+func (l *Logical) sendDeadLetters(now int64) {
+	if l.info.DeadQueue == "" || now < l.moveAfter {
+		return
+	}
+	for l.inflight < maxMovesInFlight && len(l.toSend) > 0 {
+		// Take up to maxItemsPerMove valid entries, grouped by partition.
+		byPart := make(map[*partition][]*item)
+		n, taken := 0, 0
+		for _, d := range l.toSend {
+			taken++
+			if !d.valid() {
+				continue
+			}
+			byPart[d.p] = append(byPart[d.p], d.x)
+			if n++; n == maxItemsPerMove {
+				break
+			}
+		}
+		if n == 0 {
+			l.toSend = l.toSend[:0]
+			return
+		}
+		op := &deadLetterOp{source: l.name, result: l.results, wake: l.Loop.Wake}
+		for p, sel := range byPart {
+			// Read what the body cache and the error flags cannot supply.
+			var ids []uint64
+			for _, x := range sel {
+				if x.hasErrs || l.bodies.get(x.bodyID) == nil {
+					ids = append(ids, x.bodyID)
+				}
+			}
+			stored := make(map[uint64]int, len(ids))
+			var bodies []queue.ItemBody
+			var errs []queue.ItemErrors
+			if len(ids) > 0 {
+				var err error
+				bodies, errs, err = l.cfg.Store.ReadBodies(context.Background(), l.queueID, p.num, ids)
+				if err != nil {
+					l.cfg.Log.Error("dead-letter move: read bodies", "queue", l.name, "error", err)
+					l.cfg.Metrics.DeadLetterErrors.WithLabelValues(l.name).Inc()
+					l.moveAfter = now + int64(moveRetryDelay)
+					return
+				}
+				for i, id := range ids {
+					stored[id] = i
+				}
+			}
+			for _, x := range sel {
+				var b queue.ItemBody
+				var e queue.ItemErrors
+				if i, ok := stored[x.bodyID]; ok {
+					b, e = bodies[i], errs[i]
+				} else {
+					b = *l.bodies.get(x.bodyID) // a copy: the cached body stays as stored
+				}
+				b.SourceQueue = l.name
+				b.SourceID = queue.FormatID(x.id)
+				b.DeadReason = x.reason
+				b.DeadAt = queue.FromNanos(x.deadAt)
+				op.items = append(op.items, deadItem{
+					sourceKey: queue.SourceKey(x.reason, l.name, x.id), attempts: x.attempts, created: x.created,
+					body: b, errors: e, reason: x.reason, partition: p.num, id: x.id, item: x,
+				})
+			}
+		}
+		dlq := l.lookup(l.info.DeadQueue)
+		if dlq == nil || !dlq.offer(op) {
+			// The dead-letter queue is not running or is overloaded.
+			l.moveAfter = now + int64(moveRetryDelay)
+			return
+		}
+		for _, d := range op.items {
+			d.item.moving = true
+		}
+		l.toSend = l.toSend[taken:]
+		l.inflight++
+	}
+}
+
+// offer hands a move to this (dead-letter) queue's loop without blocking.
+func (l *Logical) offer(op *deadLetterOp) bool {
+	return l.Loop.Offer(op, nil)
+}
+
+// moved handles the dead-letter queue's answer to a move. Runs in the
+// source's loop.
+func (l *Logical) moved(res moveResult) {
+	l.inflight--
+	now := l.cfg.Clock.Now().UnixNano()
+	for i := range res.op.items {
+		d := &res.op.items[i]
+		if int(d.partition) >= len(l.parts) || l.parts[d.partition].items[d.id] != d.item {
+			continue // removed meanwhile (queue.clear, items.delete, reload)
+		}
+		d.item.moving = false
+		if res.err != nil {
+			l.toSend = append(l.toSend, dying{p: l.parts[d.partition], x: d.item})
+			continue
+		}
+		l.cfg.Metrics.DeadLettered.WithLabelValues(l.name, l.info.DeadQueue, d.reason).Inc()
+		l.cfg.Metrics.ItemAttempts.WithLabelValues("dead_lettered").Observe(float64(d.attempts))
+		l.confirmed = append(l.confirmed, d)
+	}
+	if res.err != nil {
+		l.cfg.Log.Error("dead-letter move failed; will retry", "queue", l.name,
+			"dead_queue", l.info.DeadQueue, "items", len(res.op.items), "error", res.err)
+		l.cfg.Metrics.DeadLetterErrors.WithLabelValues(l.name).Inc()
+		l.moveAfter = now + int64(moveRetryDelay)
+		// The decision is durable and the move will be retried: a retry
+		// request waiting on these items is answered now.
+		for i := range res.op.items {
+			if dr, ok := l.deferred[res.op.items[i].item]; ok {
+				delete(l.deferred, res.op.items[i].item)
+				l.settle(dr)
+			}
+		}
+	}
+}
+
+// takeDead inserts the items of a move into this (dead-letter) queue, each
+// into the partition with the fewest ready items counting those placed
+// before it (produceTo, item by item: the rule of every backend; see
+// engine/distribution.go). Runs in the dead-letter queue's loop.
+func (l *Logical) takeDead(it *iteration, op *deadLetterOp) {
+	for _, d := range op.items {
+		if _, dup := l.sourceKeys[d.sourceKey]; dup {
+			continue // a copy from an interrupted earlier move
+		}
+		p := l.deadTo()
+		id := l.allocID(it)
+		deadAt := queue.Nanos(d.body.DeadAt)
+		x := &item{id: id, bodyID: id, created: d.created, attempts: d.attempts, state: stateReady, src: newSource(d.sourceKey),
+			hasErrs: !d.errors.IsZero()}
+		if l.info.ExpireTimeout > 0 {
+			// A dead item's retention counts from its death.
+			x.expire = deadAt + int64(l.info.ExpireTimeout)
+		}
+		p.add(x)
+		l.sourceKeys[d.sourceKey] = x
+		l.addToGroup(x, p.num, fingerprint.Of(d.errors.LastError), deadAt, d.errors.LastError)
+		body := d.body
+		it.batch.Insert(p.num, x.meta(), body, d.errors)
+		l.addBody(it, x.bodyID, &body)
+	}
+	// Answered on op.result (pendingReply.send) once durable.
+}

@@ -1,0 +1,708 @@
+// Package embedded is the storage backend of the engine for the embedded
+// stores (Pebble on disk, and Pebble in memory for --storage memory): one
+// Logical per queue owns an in-memory index of its items (ready FIFO,
+// lease/schedule and expiry heaps, source keys, error groups) and uses
+// store.Store as its durable log, one batch per iteration, written with a
+// pipelined fsync (ADR 0012). It implements engine.Tx on that index
+// (logtx.go), the dead-letter move between two queues' loops (ADR 0003,
+// deadletter.go) and the Manager of one server's queues.
+package embedded
+
+import (
+	"context"
+	"fmt"
+	"log/slog"
+	"slices"
+	"time"
+
+	"github.com/styxq/styx/internal/apierr"
+	"github.com/styxq/styx/internal/clock"
+	"github.com/styxq/styx/internal/engine"
+	"github.com/styxq/styx/internal/queue"
+	"github.com/styxq/styx/internal/store"
+	"github.com/styxq/styx/metrics"
+)
+
+const (
+	// maxMovesInFlight bounds the dead-letter moves a queue has awaiting
+	// confirmation; it is also the capacity of its result channel, so a
+	// dead-letter queue never blocks answering.
+	maxMovesInFlight = 8
+	// maxItemsPerMove bounds the items of one dead-letter move.
+	maxItemsPerMove = 500
+	// moveRetryDelay is how long a failed or refused move waits.
+	moveRetryDelay = time.Second
+)
+
+// Config configures a logical queue or a Manager.
+type Config struct {
+	Store   store.Store
+	Clock   clock.Clock
+	Log     *slog.Logger
+	Metrics *metrics.Metrics
+	// ConsumeBeforeSync answers lease, complete, retry and renew once
+	// their batch is written, before its sync (ADR 0013); produce, every
+	// dead-letter decision and move, and the other calls still wait for
+	// it. A lease is answered early only when every item it hands out was
+	// stored by a batch already durable. Off by default; it changes
+	// nothing on a store that writes synchronously (memory, sync off).
+	ConsumeBeforeSync bool
+}
+
+// Logical is the logical queue: the engine.Backend of one queue on memory
+// and Pebble, owning the state of every partition in memory. Its requests
+// reach it through its engine.Loop; each iteration runs the item lifecycle
+// (lease expiry, scheduled items, expiry, dead-lettering), applies the
+// requests, serves waiting leases and writes everything as one storage
+// batch (one fsync) before answering. See docs/ARCHITECTURE.md.
+//
+// Methods may be called from any goroutine.
+type Logical struct {
+	name    string
+	cfg     Config
+	queueID uint64
+	lookup  func(name string) *Logical
+	results chan moveResult
+	// Engine runs the requests (the same on every backend); the logical
+	// queue gives each of its iterations a Tx (logtx.go).
+	engine.Engine
+
+	// Fields below are owned by the loop goroutine.
+	info    queue.QueueInfo
+	parts   []*partition
+	lastID  uint64
+	loadErr error
+	// deadNext is the tie-break cursor of the partition choice for dead
+	// items taken (takeDead).
+	deadNext int
+	inflight int
+	// moveAfter is the earliest time (nanos) to send the next move.
+	moveAfter int64
+	// sourceKeys maps the source key of every item that has one (a dead
+	// item in a dead-letter queue, a redriven item, an item imported with a
+	// source_id) to the item: a second copy is ignored.
+	sourceKeys map[string]*item
+	// groups are the error groups of the dead items the queue holds as a
+	// dead-letter queue (groups.go).
+	groups map[groupKey]*group
+	// toSend lists dying items to send to the dead-letter queue (entries
+	// may be stale; see dying.valid).
+	toSend []dying
+	// confirmed holds items the dead-letter queue has taken, to delete.
+	confirmed []*deadItem
+	// deferred holds retry requests answered once their dead items moved.
+	deferred map[*item]*deferredReply
+	// bodies caches recently stored bodies for leases.
+	bodies *bodyCache
+	// pipe releases the replies of written batches once durable.
+	pipe *pipeline
+	// guard is the store's, when it can refuse writes (store.Guard); gen
+	// is its Generation when the state was last loaded.
+	guard store.Guard
+	gen   uint64
+	// ops and fresh are the buffers of the last iteration's batch and
+	// fresh bodies, reused (emptied) by the next: a store does not keep a
+	// batch once written.
+	ops   []store.Op
+	fresh map[uint64]*queue.ItemBody
+}
+
+// deferredReply is a retry's answer (v, its outcomes) held until the n
+// dead items it waits on have moved.
+type deferredReply struct {
+	n int
+	r *engine.Request
+	v any
+}
+
+// answer answers a request with an error, through the channel its kind
+// uses: a move's on the source's result channel.
+func answer(r *engine.Request, err error) {
+	if op, ok := r.Op.(*deadLetterOp); ok {
+		if r.Claim() {
+			op.done(moveResult{op: op, err: err})
+		}
+		return
+	}
+	r.Send(nil, err)
+}
+
+type (
+	statsOp     struct{}
+	gaugeOp     struct{}
+	reloadOp    struct{}
+	configOp    struct{ info queue.QueueInfo }
+	scheduledOp struct {
+		partition int32
+		after     uint64
+		limit     int
+	}
+)
+
+// newLogical starts the logical queue of info. lookup finds other queues'
+// logical queues (for dead-lettering); it must not block.
+func newLogical(cfg Config, info queue.QueueInfo, lookup func(string) *Logical) *Logical {
+	l := &Logical{
+		name:       info.Name,
+		cfg:        cfg,
+		queueID:    info.ID,
+		lookup:     lookup,
+		info:       info,
+		results:    make(chan moveResult, maxMovesInFlight),
+		sourceKeys: make(map[string]*item),
+		groups:     make(map[groupKey]*group),
+		deferred:   make(map[*item]*deferredReply),
+	}
+	l.Engine = engine.NewEngine(info.Name, cfg.Clock, cfg.Metrics)
+	l.Loop.Log = cfg.Log
+	if g, ok := cfg.Store.(store.Guard); ok {
+		l.guard = g
+		l.gen = g.Generation()
+		l.Engine.Admit = func(inserts bool) error {
+			if inserts {
+				return g.InsertFault()
+			}
+			return g.WriteFault()
+		}
+	}
+	l.pipe = newPipeline(info.Name, l.Loop.Wake)
+	cfg.Metrics.InitQueue(info.Name, info.DeadQueue)
+	l.Loop.Start(l)
+	return l
+}
+
+// call sends op to the loop and waits for its answer (engine.Loop.Call).
+func (l *Logical) call(ctx context.Context, op any, abandonable bool) (any, error) {
+	return l.Loop.Call(ctx, op, abandonable)
+}
+
+// Stats describes the queue now.
+func (l *Logical) Stats(ctx context.Context) (queue.Stats, error) {
+	v, err := l.call(ctx, &statsOp{}, true)
+	if err != nil {
+		return queue.Stats{}, err
+	}
+	return v.(queue.Stats), nil
+}
+
+// Reload rebuilds the in-memory state from storage.
+func (l *Logical) Reload(ctx context.Context) error {
+	_, err := l.call(ctx, &reloadOp{}, false)
+	return err
+}
+
+// Scheduled lists up to limit scheduled items of a partition with ids
+// greater than after, in id order.
+func (l *Logical) Scheduled(ctx context.Context, partition int32, after uint64, limit int) ([]queue.Item, error) {
+	v, err := l.call(ctx, &scheduledOp{partition: partition, after: after, limit: limit}, false)
+	if err != nil {
+		return nil, err
+	}
+	return v.([]queue.Item), nil
+}
+
+// List reads up to limit items of a partition with ids greater than after,
+// scheduled items left out (queue.Queue.List), straight from storage (a
+// committed snapshot; it does not wait for the loop).
+func (l *Logical) List(ctx context.Context, partition int32, after uint64, limit int) ([]queue.Item, error) {
+	now := l.cfg.Clock.Now().UnixNano()
+	var out []queue.Item
+	for len(out) < limit {
+		items, err := l.cfg.Store.ListItems(ctx, l.queueID, partition, after, limit)
+		if err != nil {
+			return nil, readErr(l.name, err)
+		}
+		for _, it := range items {
+			if !queue.IsScheduled(it.Meta, now) && len(out) < limit {
+				out = append(out, it)
+			}
+		}
+		if len(items) < limit {
+			break
+		}
+		after = items[len(items)-1].Meta.ID
+	}
+	return out, nil
+}
+
+// setConfig hands the loop a new configuration (queues.update).
+func (l *Logical) setConfig(ctx context.Context, info queue.QueueInfo) error {
+	_, err := l.call(ctx, &configOp{info: info}, false)
+	return err
+}
+
+// Open loads the queue: the first work of its loop goroutine
+// (engine.Backend).
+func (l *Logical) Open() {
+	go l.pipe.run()
+	l.load()
+}
+
+// Iterate runs one loop iteration (engine.Backend): the answers of moves and
+// a failed sync first, then the requests.
+func (l *Logical) Iterate(now int64, reqs []*engine.Request, _ bool) {
+	select {
+	case <-l.pipe.failed:
+		l.syncFailed()
+	default:
+	}
+	lifecycle := true
+	if l.guard != nil {
+		if g := l.guard.Generation(); g != l.gen {
+			// The store was reopened: what it holds is what is durable.
+			l.gen = g
+			l.cfg.Log.Warn("storage reopened; reloading the queue", "queue", l.name)
+			l.load()
+		}
+		if err := l.guard.WriteFault(); err != nil {
+			// Read-only: the reads run, the writes and the lifecycle wait
+			// for the store to heal (ADR 0015).
+			reqs = readsOnly(reqs, err)
+			l.Loop.Waiters.Fail(err)
+			lifecycle = false
+		}
+	}
+	for {
+		select {
+		case res := <-l.results:
+			l.moved(res)
+			continue
+		default:
+		}
+		break
+	}
+	if l.loadErr != nil {
+		l.load()
+		if l.loadErr != nil {
+			for _, r := range reqs {
+				answer(r, l.loadErr)
+			}
+			l.Loop.Waiters.Fail(l.loadErr)
+			return
+		}
+	}
+	it := &iteration{
+		l:     l,
+		now:   now,
+		batch: store.Batch{QueueID: l.queueID, Ops: l.ops},
+		fresh: l.fresh,
+	}
+	if l.info.DeadQueue == "" && len(l.toSend) > 0 {
+		// The dead-letter queue was removed from the configuration while
+		// moves were pending: drop them.
+		for _, d := range l.toSend {
+			if d.valid() {
+				l.drop(it, d.p, d.x)
+			}
+		}
+		l.toSend = l.toSend[:0]
+	}
+	if lifecycle {
+		for _, d := range l.confirmed {
+			if p := l.parts[d.partition]; d.item.state == stateDying && p.items[d.id] == d.item {
+				l.removeItem(it, p, d.item)
+			}
+		}
+		l.confirmed = l.confirmed[:0]
+	}
+	l.Engine.Iterate(it, now, reqs, lifecycle)
+}
+
+// readsOnly answers err to the requests of reqs that would write and
+// returns the others (stats, listings, groups, reload, configuration).
+func readsOnly(reqs []*engine.Request, err error) []*engine.Request {
+	kept := reqs[:0:0]
+	for _, r := range reqs {
+		switch r.Op.(type) {
+		case *statsOp, *gaugeOp, *scheduledOp, *groupsOp, *reloadOp, *configOp:
+			kept = append(kept, r)
+		default:
+			answer(r, err)
+		}
+	}
+	return kept
+}
+
+// Stopped finishes the queue once its loop stopped (engine.Backend): every
+// reply of the requests taken leaves, and retries waiting on moves are
+// answered (their dead items are durably recorded and move on restart).
+func (l *Logical) Stopped() {
+	l.pipe.close()
+	for it, d := range l.deferred {
+		delete(l.deferred, it)
+		if d.n > 0 {
+			d.n = 0
+			d.r.Send(d.v, nil)
+		}
+	}
+}
+
+// Recover answers err to the requests of a panicked iteration not answered
+// yet and rebuilds the state from storage (engine.Backend). The syncer may
+// still hold replies of earlier, written batches: they are sent as usual.
+func (l *Logical) Recover(reqs []*engine.Request, err error) {
+	for _, r := range reqs {
+		answer(r, err)
+	}
+	l.Loop.Waiters.Fail(err)
+	// A panic inside commit may leave the iteration's buffers half-used.
+	l.ops, l.fresh = nil, nil
+	l.load()
+}
+
+// load rebuilds the in-memory state from storage. On failure every request
+// is answered with the error until a later load succeeds.
+func (l *Logical) load() {
+	ctx := context.Background()
+	now := l.cfg.Clock.Now().UnixNano()
+	parts := make([]*partition, l.info.Partitions)
+	keys := make(map[string]*item)
+	var dead []loadedDead
+	last, err := l.cfg.Store.LastID(ctx, l.queueID)
+	for i := range parts {
+		if err != nil {
+			break
+		}
+		p := newPartition(int32(i))
+		err = l.cfg.Store.LoadItems(ctx, l.queueID, int32(i), func(m queue.ItemMeta) error {
+			it := itemFromMeta(m, now)
+			p.add(it)
+			if it.src != nil {
+				keys[it.src.key] = it
+				if it.isDeadCopy() {
+					dead = append(dead, loadedDead{x: it, part: int32(i), fp: m.Fingerprint, deadAt: queue.Nanos(m.DeadAt)})
+				}
+			}
+			last = max(last, m.ID)
+			return nil
+		})
+		parts[i] = p
+	}
+	if err == nil {
+		err = l.loadGroups(ctx, dead)
+	}
+	if err != nil {
+		l.loadErr = unavailable(l.name, fmt.Errorf("load: %w", err))
+		l.cfg.Log.Error("load failed", "queue", l.name, "error", err)
+		return
+	}
+	l.loadErr = nil
+	l.parts, l.sourceKeys, l.lastID = parts, keys, last
+	// What storage holds counts as durable for early lease answers.
+	l.pipe.durableID.Store(last)
+	l.bodies = newBodyCache(defaultBodyCacheBytes)
+	// Moves in flight are answered later against the old items and
+	// ignored; dying items are sent again (the dead-letter queue ignores
+	// copies it holds). Retries waiting on old items were durable: answer.
+	l.toSend, l.confirmed, l.moveAfter = l.toSend[:0], l.confirmed[:0], 0
+	for _, p := range parts {
+		for _, x := range p.items {
+			if x.state == stateDying {
+				l.toSend = append(l.toSend, dying{p: p, x: x})
+			}
+		}
+	}
+	for x, d := range l.deferred {
+		delete(l.deferred, x)
+		l.settle(d)
+	}
+}
+
+// iteration collects the effects of one loop iteration: the logical
+// queue's Tx.
+type iteration struct {
+	l     *Logical
+	now   int64
+	batch store.Batch
+	// fresh holds bodies inserted in this iteration, not yet readable from
+	// storage, by body id.
+	fresh map[uint64]*queue.ItemBody
+	// replies are the answers to send once the batch is durable (or with
+	// the error of its write), in order.
+	replies []pendingReply
+	// early are answers sent once the batch is written, before its sync
+	// (Config.ConsumeBeforeSync).
+	early []pendingReply
+	// after runs in the loop once the batch is durable (err nil) or has
+	// failed; the loop waits for the batch before its next iteration.
+	after []func(err error)
+	// deferrals are retry replies to defer until their items moved.
+	deferrals []deferral
+	// wait makes the loop wait for the batch to be durable before its next
+	// iteration (it recorded a dead-letter decision, whose move may start
+	// only once durable).
+	wait bool
+	err  error
+}
+
+// addBody records the body of an item inserted in this iteration.
+func (l *Logical) addBody(it *iteration, id uint64, b *queue.ItemBody) {
+	if it.fresh == nil {
+		it.fresh = make(map[uint64]*queue.ItemBody)
+	}
+	it.fresh[id] = b
+	l.bodies.put(id, b)
+}
+
+type deferral struct {
+	r     *engine.Request
+	items []*item
+	v     any
+}
+
+// partition returns partition n or an Invalid error.
+func (l *Logical) partition(n int32) (*partition, error) {
+	if err := queue.CheckPartition(l.name, int32(len(l.parts)), n); err != nil {
+		return nil, err
+	}
+	return l.parts[n], nil
+}
+
+// allocID returns a new id and records it as the batch's high-water mark.
+func (l *Logical) allocID(it *iteration) uint64 {
+	l.lastID = queue.NextID(l.lastID, time.Unix(0, it.now))
+	it.batch.LastID = l.lastID
+	return l.lastID
+}
+
+// deadTo returns the partition the next dead item taken goes to: the one
+// with the fewest ready items (engine.FewestReady), and moves the cursor
+// past it.
+func (l *Logical) deadTo() *partition {
+	n := engine.FewestReady(l.readyCounts(), l.deadNext)
+	l.deadNext = n + 1
+	return l.parts[n]
+}
+
+// readyCounts returns each partition's number of ready items.
+func (l *Logical) readyCounts() []int {
+	ready := make([]int, len(l.parts))
+	for i, p := range l.parts {
+		ready[i] = p.nReady
+	}
+	return ready
+}
+
+// kill makes the item dead. With a dead-letter queue the decision is
+// recorded durably in this iteration's batch and the move starts after it
+// (sendDeadLetters); without one the item is dropped. It returns what it
+// did (without the item's id).
+func (l *Logical) kill(it *iteration, p *partition, x *item, reason string) queue.RetryOutcome {
+	x.reason, x.deadAt, x.deadline = reason, it.now, 0
+	p.setState(x, stateDying)
+	if l.info.DeadQueue == "" {
+		l.drop(it, p, x)
+	} else {
+		it.batch.Update(p.num, x.meta())
+		l.toSend = append(l.toSend, dying{p: p, x: x})
+		it.wait = true // the move starts once the decision is durable
+	}
+	return queue.KillOutcome(l.info, reason, x.attempts)
+}
+
+// drop deletes a dead item that has no dead-letter queue to go to: the
+// queue has no dead_queue, or the item is in a dead-letter queue and its
+// retention ended.
+func (l *Logical) drop(it *iteration, p *partition, x *item) {
+	msg := "dead item dropped: the queue has no dead_queue"
+	if x.isDeadCopy() {
+		msg = "dead item dropped: its retention in the dead-letter queue ended"
+	}
+	l.cfg.Log.Warn(msg, "queue", l.name, "id", queue.FormatID(x.id), "reason", x.reason, "attempts", x.attempts)
+	l.cfg.Metrics.ItemsDropped.WithLabelValues(l.name, x.reason).Inc()
+	l.cfg.Metrics.ItemAttempts.WithLabelValues("dropped").Observe(float64(x.attempts))
+	l.removeItem(it, p, x)
+}
+
+// removeItem deletes an item from memory and, in the batch, from storage.
+func (l *Logical) removeItem(it *iteration, p *partition, x *item) {
+	p.remove(x)
+	l.removeFromGroup(x)
+	l.bodies.drop(x.bodyID)
+	if x.src != nil && l.sourceKeys[x.src.key] == x {
+		delete(l.sourceKeys, x.src.key)
+	}
+	if d, ok := l.deferred[x]; ok {
+		// A retry waiting on this dead item is answered once the delete
+		// is written.
+		delete(l.deferred, x)
+		it.after = append(it.after, func(error) { l.settle(d) })
+	}
+	it.batch.Delete(p.num, x.meta())
+}
+
+// settle counts one item of a deferred retry reply as done.
+func (l *Logical) settle(d *deferredReply) {
+	d.n--
+	if d.n == 0 {
+		d.r.Send(d.v, nil)
+	}
+}
+
+// leasedBodies returns the bodies of items by body id: from this
+// iteration's inserts, the body cache, or else storage (one read).
+func (l *Logical) leasedBodies(it *iteration, p *partition, items []*item) (map[uint64]*queue.ItemBody, error) {
+	out := make(map[uint64]*queue.ItemBody, len(items))
+	var missing []uint64
+	for _, x := range items {
+		b := it.fresh[x.bodyID]
+		if b == nil {
+			b = l.bodies.get(x.bodyID)
+		}
+		if b == nil {
+			missing = append(missing, x.bodyID)
+			continue
+		}
+		out[x.bodyID] = b
+	}
+	if len(missing) == 0 {
+		return out, nil
+	}
+	bodies, _, err := l.cfg.Store.ReadBodies(context.Background(), l.queueID, p.num, missing)
+	if err != nil {
+		return nil, err
+	}
+	for i, id := range missing {
+		out[id] = &bodies[i]
+	}
+	return out, nil
+}
+
+// NextWake returns when lifecycle work is next due (engine.Backend).
+func (l *Logical) NextWake(int64) int64 {
+	var next int64
+	for _, p := range l.parts {
+		next = engine.Earliest(next, p.nextTimed(), p.nextExpiry())
+	}
+	if len(l.toSend) > 0 && l.inflight < maxMovesInFlight {
+		next = engine.Earliest(next, max(l.moveAfter, 1))
+	}
+	return next
+}
+
+// Gauges returns the queue's item counts and oldest item's age for the
+// queue gauges, from counts the loop keeps: O(partitions), never a scan.
+func (l *Logical) Gauges(ctx context.Context) (metrics.QueueSample, error) {
+	v, err := l.call(ctx, &gaugeOp{}, true)
+	if err != nil {
+		return metrics.QueueSample{}, err
+	}
+	return v.(metrics.QueueSample), nil
+}
+
+func (l *Logical) gauges(now int64) metrics.QueueSample {
+	s := metrics.QueueSample{Queue: l.name}
+	var oldest int64
+	for _, p := range l.parts {
+		s.Ready += p.nReady
+		s.Leased += p.nLeased
+		s.Scheduled += p.nScheduled
+		if o := p.oldest(); o != 0 && (oldest == 0 || o < oldest) {
+			oldest = o
+		}
+	}
+	if oldest != 0 {
+		s.OldestAge = time.Duration(now - oldest)
+	}
+	return s
+}
+
+func (l *Logical) stats(now int64) queue.Stats {
+	s := queue.Stats{LeaseWaiting: l.Loop.Waiters.Len(), MovesInFlight: l.inflight,
+		DeadByReason: map[string]int{}, DeadBySource: map[string]int{}}
+	for _, x := range l.sourceKeys {
+		if x.isDeadCopy() {
+			why, src := queue.ParseSourceKey(x.src.key)
+			s.DeadByReason[why]++
+			s.DeadBySource[src]++
+		}
+	}
+	for _, p := range l.parts {
+		ps := queue.PartitionStats{Partition: p.num, Total: p.total(), Leased: p.nLeased, Scheduled: p.nScheduled, Dying: p.nDying}
+		var age, leasedAge int64
+		for _, x := range p.items {
+			age += now - x.created
+			if s.Oldest.IsZero() || x.created < s.Oldest.UnixNano() {
+				s.Oldest = time.Unix(0, x.created)
+			}
+			if x.state == stateLeased {
+				leasedAge += now - (x.deadline - int64(l.info.LeaseTimeout))
+			} else if x.attempts > 0 && x.state != stateDying && !x.isDeadCopy() {
+				ps.Failures++
+			}
+		}
+		if ps.Total > 0 {
+			ps.AverageAge = time.Duration(age / int64(ps.Total))
+		}
+		if ps.Leased > 0 {
+			ps.AverageLeasedAge = time.Duration(leasedAge / int64(ps.Leased))
+		}
+		s.Partitions = append(s.Partitions, ps)
+	}
+	return s
+}
+
+func (l *Logical) clearItems(it *iteration, c queue.ClearParams) {
+	for _, p := range l.parts {
+		for _, x := range p.items {
+			if c.Destructive || (c.Queue && x.state == stateReady) || (c.Scheduled && x.state == stateScheduled) {
+				l.removeItem(it, p, x)
+			}
+		}
+	}
+}
+
+func (l *Logical) scheduledItems(it *iteration, op *scheduledOp) ([]queue.Item, error) {
+	p, err := l.partition(op.partition)
+	if err != nil {
+		return nil, err
+	}
+	var sel []*item
+	for _, x := range p.items {
+		if x.state == stateScheduled && x.id > op.after {
+			sel = append(sel, x)
+		}
+	}
+	slices.SortFunc(sel, func(a, b *item) int {
+		if a.id < b.id {
+			return -1
+		}
+		return 1
+	})
+	if len(sel) > op.limit {
+		sel = sel[:op.limit]
+	}
+	ids := make([]uint64, len(sel))
+	for i, x := range sel {
+		ids[i] = x.bodyID
+	}
+	bodies, errs, err := l.cfg.Store.ReadBodies(context.Background(), l.queueID, p.num, ids)
+	if err != nil {
+		return nil, fmt.Errorf("queue '%s': read bodies: %w", l.name, err)
+	}
+	out := make([]queue.Item, len(sel))
+	for i, x := range sel {
+		b := bodies[i]
+		if f := it.fresh[x.bodyID]; f != nil {
+			b = *f
+		}
+		out[i] = queue.Item{Partition: p.num, Meta: x.meta(), Body: b, Errors: errs[i]}
+	}
+	return out, nil
+}
+
+// unavailable is the answer to a request that storage failed (a write, a
+// sync, a read or the queue's load): the failure classified as
+// store.ErrUnavailable (453, transport's storage table) naming the queue and
+// the cause, the kind the PostgreSQL backend gives for a database that
+// fails, so the same outage is the same answer on every backend. A
+// client-facing apierr, or a failure already classified, is returned as is.
+// Nothing of the request is acknowledged; after a failed sync the queue
+// reloads what storage holds, so a retried produce may be stored twice
+// (at-least-once, as on PostgreSQL when a commit's answer is lost).
+func unavailable(name string, err error) error {
+	if _, ok := apierr.As(err); ok {
+		return err
+	}
+	return store.Unavailable("queue '"+name+"'", err)
+}

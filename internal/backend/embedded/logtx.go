@@ -1,0 +1,399 @@
+package embedded
+
+import (
+	"context"
+	"fmt"
+	"time"
+
+	"github.com/styxq/styx/internal/apierr"
+	"github.com/styxq/styx/internal/engine"
+	"github.com/styxq/styx/internal/queue"
+)
+
+// The logical queue's Tx (memory and Pebble): the engine's decisions are
+// applied to the in-memory index at once and collected in one store.Batch,
+// written by Commit. A failed write or sync makes the queue reload its
+// index from storage (storage is the truth).
+
+var _ engine.Tx = (*iteration)(nil)
+
+// Info implements Tx.
+func (it *iteration) Info() queue.QueueInfo { return it.l.info }
+
+// view is the engine's Item of x, in partition p.
+func view(p *partition, x *item) engine.Item {
+	v := engine.Item{Partition: p.num, ID: x.id, Attempts: x.attempts, Expire: x.expire, HasHistory: x.hasErrs, Ref: x}
+	if x.state == stateLeased {
+		v.Leased, v.LeaseDeadline = true, x.deadline
+	}
+	return v
+}
+
+// Due implements Tx from each partition's heaps.
+func (it *iteration) Due() (leases, expired []engine.Item, err error) {
+	for _, p := range it.l.parts {
+		for x := p.timed.popDue(it.now); x != nil; x = p.timed.popDue(it.now) {
+			if x.state == stateScheduled {
+				x.deadline = 0
+				p.setState(x, stateReady)
+				continue
+			}
+			leases = append(leases, view(p, x))
+		}
+		for x := p.expiries.popDue(it.now); x != nil; x = p.expiries.popDue(it.now) {
+			// A leased item dies of expiry when its lease ends.
+			if x.state == stateReady || x.state == stateScheduled {
+				expired = append(expired, view(p, x))
+			}
+		}
+	}
+	return leases, expired, nil
+}
+
+// Item implements Tx.
+func (it *iteration) Item(n int32, id uint64) (engine.Item, bool) {
+	if n < 0 || int(n) >= len(it.l.parts) {
+		return engine.Item{}, false
+	}
+	p := it.l.parts[n]
+	x, ok := p.items[id]
+	if !ok {
+		return engine.Item{}, false
+	}
+	return view(p, x), true
+}
+
+// Histories implements Tx: one read per partition.
+func (it *iteration) Histories(xs []engine.Item) ([]queue.ItemErrors, error) {
+	out := make([]queue.ItemErrors, len(xs))
+	byPart := map[int32][]int{}
+	for i, x := range xs {
+		byPart[x.Partition] = append(byPart[x.Partition], i)
+	}
+	for n, idx := range byPart {
+		ids := make([]uint64, len(idx))
+		for k, i := range idx {
+			ids[k] = xs[i].Ref.(*item).bodyID
+		}
+		_, errs, err := it.l.cfg.Store.ReadBodies(context.Background(), it.l.queueID, n, ids)
+		if err != nil {
+			return nil, fmt.Errorf("read errors: %w", err)
+		}
+		for k, i := range idx {
+			out[i] = errs[k]
+		}
+	}
+	return out, nil
+}
+
+// setHistory stores x's new history.
+func (it *iteration) setHistory(p *partition, x *item, h *queue.ItemErrors) {
+	if h != nil {
+		it.batch.SetErrors(p.num, x.meta(), *h)
+		x.hasErrs = true
+	}
+}
+
+// Requeue implements Tx: the item gets a new id at the tail of its
+// partition, or is scheduled.
+func (it *iteration) Requeue(v engine.Item, e queue.Ending, h *queue.ItemErrors, newID *uint64) error {
+	l, p, x := it.l, it.l.parts[v.Partition], v.Ref.(*item)
+	it.setHistory(p, x, h)
+	x.attempts = e.Attempts
+	old := x.id
+	p.rekey(x, l.allocID(it))
+	l.moveToGroupTail(x)
+	x.deadline = e.At
+	if e.At != 0 {
+		p.setState(x, stateScheduled)
+	} else {
+		p.setState(x, stateReady)
+	}
+	it.batch.Requeue(p.num, old, x.meta())
+	if newID != nil {
+		*newID = x.id
+	}
+	return nil
+}
+
+// Kill implements Tx: with a dead-letter queue the decision is recorded
+// in the batch and the move starts once it is durable (ADR 0003); without
+// one the item is dropped.
+func (it *iteration) Kill(v engine.Item, reason string, h *queue.ItemErrors) (bool, error) {
+	p, x := it.l.parts[v.Partition], v.Ref.(*item)
+	it.setHistory(p, x, h)
+	x.attempts = v.Attempts
+	it.l.kill(it, p, x, reason)
+	return x.state == stateDying && p.items[x.id] == x, nil
+}
+
+// Complete implements Tx.
+func (it *iteration) Complete(xs []engine.Item) error {
+	for _, v := range xs {
+		it.l.removeItem(it, it.l.parts[v.Partition], v.Ref.(*item))
+	}
+	return nil
+}
+
+// Renew implements Tx.
+func (it *iteration) Renew(xs []engine.Item, deadline int64) error {
+	for _, v := range xs {
+		p, x := it.l.parts[v.Partition], v.Ref.(*item)
+		p.setDeadline(x, deadline)
+		it.batch.Update(p.num, x.meta())
+	}
+	return nil
+}
+
+// ReadyCounts implements Tx.
+func (it *iteration) ReadyCounts() ([]int, error) { return it.l.readyCounts(), nil }
+
+// Produce implements Tx.
+func (it *iteration) Produce(n int32, items []queue.ProduceItem) error {
+	l, p := it.l, it.l.parts[n]
+	for _, pi := range items {
+		id := l.allocID(it)
+		x := &item{id: id, bodyID: id, created: it.now, state: stateReady}
+		if l.info.ExpireTimeout > 0 {
+			x.expire = it.now + int64(l.info.ExpireTimeout)
+		}
+		if at := queue.Nanos(pi.EnqueueAt); at > it.now {
+			x.state, x.deadline = stateScheduled, at
+		}
+		p.add(x)
+		body := &queue.ItemBody{Reference: pi.Reference, Kind: pi.Kind, Encoding: pi.Encoding, Payload: pi.Payload, Attributes: pi.Attributes}
+		it.batch.InsertBody(p.num, x.meta(), body)
+		l.addBody(it, x.bodyID, body)
+	}
+	return nil
+}
+
+// Lease implements Tx: the oldest ready items of the partition, with their
+// bodies (from this iteration's inserts, the body cache or one read).
+func (it *iteration) Lease(n int32, want int, deadline int64) ([]queue.LeasedItem, bool, error) {
+	l, p := it.l, it.l.parts[n]
+	var items []*item
+	for len(items) < want {
+		x := p.popReady()
+		if x == nil {
+			break
+		}
+		x.attempts++
+		x.deadline = deadline
+		p.setState(x, stateLeased)
+		it.batch.Update(p.num, x.meta())
+		items = append(items, x)
+	}
+	bodies, err := l.leasedBodies(it, p, items)
+	if err != nil {
+		return nil, false, fmt.Errorf("read bodies: %w", err)
+	}
+	out := make([]queue.LeasedItem, len(items))
+	var newest uint64
+	for i, x := range items {
+		b := bodies[x.bodyID]
+		out[i] = queue.LeasedItem{ID: x.id, Attempts: x.attempts, LeaseDeadline: time.Unix(0, deadline).UTC(),
+			Encoding: b.Encoding, Kind: b.Kind, Reference: b.Reference, Payload: b.Payload, Attributes: b.Attributes,
+			SourceQueue: b.SourceQueue}
+		newest = max(newest, x.id)
+	}
+	return out, newest <= l.pipe.durableID.Load(), nil
+}
+
+// Redrive implements Tx.
+func (it *iteration) Redrive(n int32, items []queue.RedriveItem) error {
+	it.l.takeRedriven(it, it.l.parts[n], items)
+	return nil
+}
+
+// Held implements engine.Tx from the source keys the queue holds (bodies
+// from this iteration's inserts, or one read).
+func (it *iteration) Held(n int32, keys []string) (map[string]queue.Item, error) {
+	l := it.l
+	var xs []*item
+	var read []uint64
+	for _, k := range keys {
+		if x := l.sourceKeys[k]; x != nil {
+			xs = append(xs, x)
+			if it.fresh[x.bodyID] == nil {
+				read = append(read, x.bodyID)
+			}
+		}
+	}
+	stored := make(map[uint64]queue.Item, len(read))
+	if len(read) > 0 {
+		bodies, errs, err := l.cfg.Store.ReadBodies(context.Background(), l.queueID, n, read)
+		if err != nil {
+			return nil, fmt.Errorf("read bodies: %w", err)
+		}
+		for i, id := range read {
+			stored[id] = queue.Item{Body: bodies[i], Errors: errs[i]}
+		}
+	}
+	out := make(map[string]queue.Item, len(xs))
+	for _, x := range xs {
+		h, ok := stored[x.bodyID]
+		if !ok { // inserted earlier in this iteration
+			h = queue.Item{Body: *it.fresh[x.bodyID]}
+		}
+		h.Partition, h.Meta = n, x.meta()
+		out[x.src.key] = h
+	}
+	return out, nil
+}
+
+// Import implements engine.Tx.
+func (it *iteration) Import(n int32, items []queue.Item) ([]queue.Item, error) {
+	l, p := it.l, it.l.parts[n]
+	out := make([]queue.Item, len(items))
+	for i, si := range items {
+		id := l.allocID(it)
+		m := si.Meta
+		x := &item{id: id, bodyID: id, created: queue.Nanos(m.CreatedAt), expire: queue.Nanos(m.ExpireDeadline),
+			attempts: m.Attempts, state: stateReady, hasErrs: !si.Errors.IsZero(), src: newSource(m.SourceKey)}
+		switch {
+		case m.Leased:
+			x.state, x.deadline = stateLeased, queue.Nanos(m.LeaseDeadline)
+		case !m.EnqueueAt.IsZero():
+			x.state, x.deadline = stateScheduled, queue.Nanos(m.EnqueueAt)
+		}
+		p.add(x)
+		if x.src != nil {
+			l.sourceKeys[m.SourceKey] = x
+		}
+		body := si.Body
+		it.batch.Insert(p.num, x.meta(), body, si.Errors)
+		l.addBody(it, x.bodyID, &body)
+		out[i] = queue.Item{Partition: p.num, Meta: x.meta(), Body: body, Errors: si.Errors}
+	}
+	return out, nil
+}
+
+// Commit implements Tx: the replies join the iteration's, and the batch is
+// written (commit).
+func (it *iteration) Commit(replies []engine.Reply, err error) {
+	early := it.l.cfg.ConsumeBeforeSync
+	for _, r := range replies {
+		switch {
+		case len(r.Moving) > 0:
+			xs := make([]*item, len(r.Moving))
+			for i, v := range r.Moving {
+				xs[i] = v.Ref.(*item)
+			}
+			it.deferrals = append(it.deferrals, deferral{r: r.R, items: xs, v: r.V})
+		case early && r.Err == nil && r.Mode != engine.Durable:
+			it.early = append(it.early, pendingReply{r: r.R, v: r.V})
+		default:
+			it.replies = append(it.replies, pendingReply{r: r.R, v: r.V, err: r.Err})
+		}
+	}
+	if err != nil && it.err == nil {
+		it.err = err
+	}
+	if it.err != nil {
+		it.l.Loop.Waiters.Fail(unavailable(it.l.name, it.err))
+	}
+	it.l.commit(it)
+}
+
+// Handle implements Tx: the calls only the logical queue runs in its loop.
+func (it *iteration) Handle(r *engine.Request) (any, bool, error) {
+	l := it.l
+	switch op := r.Op.(type) {
+	case *statsOp:
+		return l.stats(it.now), false, nil
+	case *gaugeOp:
+		return l.gauges(it.now), false, nil
+	case *engine.ClearOp:
+		l.clearItems(it, op.P)
+		return nil, false, nil
+	case *reloadOp:
+		// Pending writes of this iteration would be lost by a reload
+		// before the write, so the reload runs after it.
+		it.after = append(it.after, func(err error) {
+			if err == nil {
+				l.load()
+				err = l.loadErr
+			}
+			r.Send(nil, err)
+		})
+		return nil, true, nil
+	case *configOp:
+		if op.info.ID != l.queueID {
+			return nil, false, fmt.Errorf("queue '%s': config for queue id %d", l.name, op.info.ID)
+		}
+		l.info = op.info
+		l.cfg.Metrics.InitQueue(op.info.Name, op.info.DeadQueue)
+		for n := int32(len(l.parts)); n < op.info.Partitions; n++ {
+			l.parts = append(l.parts, newPartition(n))
+		}
+		return nil, false, nil
+	case *engine.DeleteOp:
+		for _, ref := range op.Refs {
+			if _, err := l.partition(ref.Partition); err != nil {
+				return nil, false, err
+			}
+		}
+		n := 0
+		for _, ref := range op.Refs {
+			p := l.parts[ref.Partition]
+			if x, ok := p.items[ref.ID]; ok && !(op.ExceptLeased && x.state == stateLeased) {
+				l.removeItem(it, p, x)
+				n++
+			}
+		}
+		return n, false, nil
+	case *scheduledOp:
+		items, err := l.scheduledItems(it, op)
+		return items, false, err
+	case *deadLetterOp:
+		l.takeDead(it, op)
+		return nil, false, nil
+	case *groupsOp:
+		return l.listGroups(op), false, nil
+	case *engine.EditOp:
+		v, err := l.editItem(it, op)
+		return v, false, err
+	}
+	return nil, false, fmt.Errorf("queue '%s': unknown request %T", l.name, r.Op)
+}
+
+// editItem runs a dead.edit (engine.EditOp): it reads the item's body and
+// history (this iteration's, the body cache's, or storage's), lets op.Edit
+// change them, and writes both.
+func (l *Logical) editItem(it *iteration, op *engine.EditOp) (queue.Item, error) {
+	p, err := l.partition(op.Ref.Partition)
+	if err != nil {
+		return queue.Item{}, err
+	}
+	x, ok := p.items[op.Ref.ID]
+	if !ok {
+		return queue.Item{}, apierr.New(apierr.NotFound, "no such item; '%s' is not in partition %d of queue '%s'",
+			queue.FormatID(op.Ref.ID), op.Ref.Partition, l.name)
+	}
+	if x.state == stateLeased {
+		return queue.Item{}, apierr.New(apierr.Conflict, "item is leased; a consumer of queue '%s' holds '%s'", l.name, queue.FormatID(x.id))
+	}
+	bodies, errs, err := l.cfg.Store.ReadBodies(context.Background(), l.queueID, p.num, []uint64{x.bodyID})
+	if err != nil {
+		return queue.Item{}, fmt.Errorf("read item %d: %w", x.id, err)
+	}
+	cur := queue.Item{Partition: p.num, Meta: x.meta(), Body: bodies[0], Errors: errs[0]}
+	if b := it.fresh[x.bodyID]; b != nil {
+		cur.Body = *b
+	} else if b := l.bodies.get(x.bodyID); b != nil {
+		cur.Body = *b
+	}
+	if err := op.Edit(&cur); err != nil {
+		return queue.Item{}, err
+	}
+	it.batch.SetBody(p.num, x.meta(), cur.Body)
+	it.batch.SetErrors(p.num, x.meta(), cur.Errors)
+	x.hasErrs = true
+	l.bodies.drop(x.bodyID)
+	if it.fresh[x.bodyID] != nil {
+		b := cur.Body
+		it.fresh[x.bodyID] = &b
+	}
+	return cur, nil
+}

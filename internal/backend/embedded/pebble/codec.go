@@ -1,0 +1,550 @@
+package pebble
+
+import (
+	"encoding/binary"
+	"errors"
+	"fmt"
+	"time"
+
+	"github.com/styxq/styx/internal/queue"
+	"github.com/styxq/styx/internal/store"
+)
+
+// Value encodings. Every value starts with a format byte (1 for all kinds,
+// except 2 for queue infos written since namespaces and for bodies with
+// attributes) so that a later layout
+// can be told apart. Integers are varints
+// (signed ones zig-zag encoded, as encoding/binary does) unless noted,
+// strings and byte slices are a uvarint length followed by the bytes, and a
+// time is its Unix nanoseconds, so times must lie between the years 1678
+// and 2262; encoders reject others rather than corrupt them. Each append
+// function documents its layout.
+
+const formatV1 = 1
+
+// formatInfoV2 is the queue-info format that adds the namespace; queue
+// infos written as formatV1 are still read.
+const formatInfoV2 = 2
+
+// formatInfoV3 is the queue-info format that adds Attributes (ADR 0016).
+const formatInfoV3 = 3
+
+// formatBodyV2 is the body format that adds Attributes (ADR 0016); a body
+// without attributes is still written as formatV1, and both are read.
+const formatBodyV2 = 2
+
+// Meta flag bits.
+const (
+	metaLeased         = 1 << iota // ItemMeta.Leased
+	metaLeaseDeadline              // LeaseDeadline is set
+	metaEnqueueAt                  // EnqueueAt is set
+	metaExpireDeadline             // ExpireDeadline is set
+	metaCreatedAt                  // CreatedAt is set
+	metaSourceKey                  // SourceKey is not empty
+	metaDead                       // DeadReason or DeadAt is set
+	metaFingerprint                // Fingerprint is not empty
+	metaAllFlags       = 1<<iota - 1
+)
+
+// Time tags, for the values other than metadata.
+const (
+	timeZero = 0 // a zero time.Time, nothing follows
+	timeSet  = 1 // a varint of Unix nanoseconds follows
+)
+
+var errTimeRange = errors.New("time outside the years 1678-2262 cannot be stored")
+
+// nanos returns t as Unix nanoseconds, or an error if that loses anything.
+func nanos(t time.Time) (int64, error) {
+	n := t.UnixNano()
+	if !time.Unix(0, n).Equal(t) {
+		return 0, fmt.Errorf("%w: %s", errTimeRange, t)
+	}
+	return n, nil
+}
+
+// appendMeta appends the encoding of m without its ID, which is in the key:
+//
+//	format byte, flags byte,
+//	varint ID-BodyID (two's complement difference, usually 0),
+//	varint Attempts,
+//	[8 bytes LE CreatedAt]             if flag metaCreatedAt,
+//	[varint LeaseDeadline-CreatedAt]   if flag metaLeaseDeadline,
+//	[varint EnqueueAt-CreatedAt]       if flag metaEnqueueAt,
+//	[varint ExpireDeadline-CreatedAt]  if flag metaExpireDeadline,
+//	[uvarint len, SourceKey]           if flag metaSourceKey,
+//	[uvarint len, DeadReason,
+//	 time tag, [varint DeadAt-CreatedAt]] if flag metaDead,
+//	[uvarint len, Fingerprint]         if flag metaFingerprint.
+//
+// Times are Unix nanoseconds. CreatedAt is fixed-width: a current time
+// needs 62 bits, 9 bytes as a zig-zag varint, and fixed-width decodes
+// faster. The later times are differences from CreatedAt (from 0 when
+// CreatedAt is zero), usually 5 to 7 bytes as varints.
+func appendMeta(b []byte, m *queue.ItemMeta) ([]byte, error) {
+	var flags byte
+	if m.Leased {
+		flags |= metaLeased
+	}
+	var created, lease, enqueue, expire, dead int64
+	var err error
+	if !m.CreatedAt.IsZero() {
+		flags |= metaCreatedAt
+		if created, err = nanos(m.CreatedAt); err != nil {
+			return b, err
+		}
+	}
+	if !m.LeaseDeadline.IsZero() {
+		flags |= metaLeaseDeadline
+		if lease, err = nanos(m.LeaseDeadline); err != nil {
+			return b, err
+		}
+	}
+	if !m.EnqueueAt.IsZero() {
+		flags |= metaEnqueueAt
+		if enqueue, err = nanos(m.EnqueueAt); err != nil {
+			return b, err
+		}
+	}
+	if !m.ExpireDeadline.IsZero() {
+		flags |= metaExpireDeadline
+		if expire, err = nanos(m.ExpireDeadline); err != nil {
+			return b, err
+		}
+	}
+	if m.SourceKey != "" {
+		flags |= metaSourceKey
+	}
+	if m.Fingerprint != "" {
+		flags |= metaFingerprint
+	}
+	if m.DeadReason != "" || !m.DeadAt.IsZero() {
+		flags |= metaDead
+		if !m.DeadAt.IsZero() {
+			if dead, err = nanos(m.DeadAt); err != nil {
+				return b, err
+			}
+		}
+	}
+	b = append(b, formatV1, flags)
+	b = binary.AppendVarint(b, int64(m.ID-m.BodyID))
+	b = binary.AppendVarint(b, int64(m.Attempts))
+	if flags&metaCreatedAt != 0 {
+		b = binary.LittleEndian.AppendUint64(b, uint64(created))
+	}
+	if flags&metaLeaseDeadline != 0 {
+		b = binary.AppendVarint(b, delta(lease, created))
+	}
+	if flags&metaEnqueueAt != 0 {
+		b = binary.AppendVarint(b, delta(enqueue, created))
+	}
+	if flags&metaExpireDeadline != 0 {
+		b = binary.AppendVarint(b, delta(expire, created))
+	}
+	if flags&metaSourceKey != 0 {
+		b = appendString(b, m.SourceKey)
+	}
+	if flags&metaDead != 0 {
+		b = appendString(b, m.DeadReason)
+		if m.DeadAt.IsZero() {
+			b = append(b, timeZero)
+		} else {
+			b = append(b, timeSet)
+			b = binary.AppendVarint(b, delta(dead, created))
+		}
+	}
+	if flags&metaFingerprint != 0 {
+		b = appendString(b, m.Fingerprint)
+	}
+	return b, nil
+}
+
+// delta returns t-base with wrap-around, so that undelta is exact for any
+// two int64s.
+func delta(t, base int64) int64 { return int64(uint64(t) - uint64(base)) }
+
+func undelta(d, base int64) int64 { return int64(uint64(base) + uint64(d)) }
+
+// decodeMeta decodes a value written by appendMeta into m, whose ID the
+// caller sets from the key.
+func decodeMeta(v []byte, id uint64, m *queue.ItemMeta) error {
+	d := decoder{b: v}
+	if f := d.byte(); f != formatV1 && d.err == nil {
+		return fmt.Errorf("meta: unknown format %d", f)
+	}
+	flags := d.byte()
+	if flags&^metaAllFlags != 0 && d.err == nil {
+		return fmt.Errorf("meta: unknown flags %#x", flags)
+	}
+	*m = queue.ItemMeta{
+		ID:       id,
+		BodyID:   id - uint64(d.varint()),
+		Attempts: d.int32(),
+		Leased:   flags&metaLeased != 0,
+	}
+	var created int64
+	if flags&metaCreatedAt != 0 {
+		created = int64(d.uint64())
+		m.CreatedAt = time.Unix(0, created)
+	}
+	if flags&metaLeaseDeadline != 0 {
+		m.LeaseDeadline = time.Unix(0, undelta(d.varint(), created))
+	}
+	if flags&metaEnqueueAt != 0 {
+		m.EnqueueAt = time.Unix(0, undelta(d.varint(), created))
+	}
+	if flags&metaExpireDeadline != 0 {
+		m.ExpireDeadline = time.Unix(0, undelta(d.varint(), created))
+	}
+	if flags&metaSourceKey != 0 {
+		m.SourceKey = d.string()
+	}
+	if flags&metaDead != 0 {
+		m.DeadReason = d.string()
+		switch d.byte() {
+		case timeZero:
+		case timeSet:
+			m.DeadAt = time.Unix(0, undelta(d.varint(), created))
+		default:
+			d.fail()
+		}
+	}
+	if flags&metaFingerprint != 0 {
+		m.Fingerprint = d.string()
+	}
+	return d.finish("meta")
+}
+
+// appendBody appends:
+//
+//	format byte (formatV1, or formatBodyV2 when Attributes is not empty),
+//	strings Reference, Kind, Encoding, Payload, SourceQueue, SourceID,
+//	DeadReason (uvarint length + bytes each),
+//	time DeadAt, varint RedriveCount,
+//	formatBodyV2 only: bytes Attributes.
+func appendBody(b []byte, body *queue.ItemBody) ([]byte, error) {
+	format := byte(formatV1)
+	if len(body.Attributes) > 0 {
+		format = formatBodyV2
+	}
+	b = append(b, format)
+	b = appendString(b, body.Reference)
+	b = appendString(b, body.Kind)
+	b = appendString(b, body.Encoding)
+	b = appendBytes(b, body.Payload)
+	b = appendString(b, body.SourceQueue)
+	b = appendString(b, body.SourceID)
+	b = appendString(b, body.DeadReason)
+	b, err := appendTime(b, body.DeadAt)
+	if err != nil {
+		return b, err
+	}
+	b = binary.AppendVarint(b, int64(body.RedriveCount))
+	if format == formatBodyV2 {
+		b = appendBytes(b, body.Attributes)
+	}
+	return b, nil
+}
+
+// decodeBody decodes a value written by appendBody. The payload is copied;
+// an empty one decodes as nil.
+func decodeBody(v []byte) (queue.ItemBody, error) {
+	d := decoder{b: v}
+	f := d.byte()
+	if f != formatV1 && f != formatBodyV2 && d.err == nil {
+		return queue.ItemBody{}, fmt.Errorf("body: unknown format %d", f)
+	}
+	body := queue.ItemBody{
+		Reference:    d.string(),
+		Kind:         d.string(),
+		Encoding:     d.string(),
+		Payload:      d.bytes(),
+		SourceQueue:  d.string(),
+		SourceID:     d.string(),
+		DeadReason:   d.string(),
+		DeadAt:       d.time(),
+		RedriveCount: d.int32(),
+	}
+	if f == formatBodyV2 {
+		body.Attributes = d.bytes()
+	}
+	if err := d.finish("body"); err != nil {
+		return queue.ItemBody{}, err
+	}
+	return body, nil
+}
+
+// appendErrors appends:
+//
+//	format byte, string LastError, uvarint count,
+//	count × (varint Attempt, string Error, time At).
+func appendErrors(b []byte, e *queue.ItemErrors) ([]byte, error) {
+	b = append(b, formatV1)
+	b = appendString(b, e.LastError)
+	b = binary.AppendUvarint(b, uint64(len(e.Errors)))
+	var err error
+	for i := range e.Errors {
+		a := &e.Errors[i]
+		b = binary.AppendVarint(b, int64(a.Attempt))
+		b = appendString(b, a.Error)
+		if b, err = appendTime(b, a.At); err != nil {
+			return b, err
+		}
+	}
+	return b, nil
+}
+
+// decodeErrors decodes a value written by appendErrors. No errors decode as
+// a nil slice.
+func decodeErrors(v []byte) (queue.ItemErrors, error) {
+	d := decoder{b: v}
+	if f := d.byte(); f != formatV1 && d.err == nil {
+		return queue.ItemErrors{}, fmt.Errorf("errors: unknown format %d", f)
+	}
+	e := queue.ItemErrors{LastError: d.string()}
+	n := d.uvarint()
+	// Each entry takes at least 3 bytes: a corrupt count cannot make us
+	// allocate more than the value's size.
+	if n > uint64(len(d.b))/3 {
+		d.fail()
+	}
+	if n > 0 && d.err == nil {
+		e.Errors = make([]queue.AttemptError, n)
+		for i := range e.Errors {
+			e.Errors[i] = queue.AttemptError{Attempt: d.int32(), Error: d.string(), At: d.time()}
+		}
+	}
+	if err := d.finish("errors"); err != nil {
+		return queue.ItemErrors{}, err
+	}
+	return e, nil
+}
+
+// appendQueueInfo appends the queue's catalog entry (its name is the key):
+//
+//	format byte (formatInfoV2), uvarint ID, strings DeadQueue, Reference,
+//	varints LeaseTimeout, ExpireTimeout (nanoseconds), MaxAttempts,
+//	Partitions, times CreatedAt, UpdatedAt, string Namespace,
+//	formatInfoV3 only: string Attributes.
+//
+// Entries written before namespaces have format formatV1 and end after
+// UpdatedAt; they decode with queue.DefaultNamespace. An entry without
+// Attributes is written as formatInfoV2.
+func appendQueueInfo(b []byte, q *queue.QueueInfo) ([]byte, error) {
+	format := byte(formatInfoV2)
+	if q.Attributes != "" {
+		format = formatInfoV3
+	}
+	b = append(b, format)
+	b = binary.AppendUvarint(b, q.ID)
+	b = appendString(b, q.DeadQueue)
+	b = appendString(b, q.Reference)
+	b = binary.AppendVarint(b, int64(q.LeaseTimeout))
+	b = binary.AppendVarint(b, int64(q.ExpireTimeout))
+	b = binary.AppendVarint(b, int64(q.MaxAttempts))
+	b = binary.AppendVarint(b, int64(q.Partitions))
+	b, err := appendTime(b, q.CreatedAt)
+	if err != nil {
+		return b, err
+	}
+	if b, err = appendTime(b, q.UpdatedAt); err != nil {
+		return b, err
+	}
+	b = appendString(b, q.Namespace)
+	if format == formatInfoV3 {
+		b = appendString(b, q.Attributes)
+	}
+	return b, nil
+}
+
+// decodeQueueInfo decodes a value written by appendQueueInfo.
+func decodeQueueInfo(name string, v []byte) (queue.QueueInfo, error) {
+	d := decoder{b: v}
+	f := d.byte()
+	if f != formatV1 && f != formatInfoV2 && f != formatInfoV3 && d.err == nil {
+		return queue.QueueInfo{}, fmt.Errorf("queue info: unknown format %d", f)
+	}
+	q := queue.QueueInfo{
+		ID:            d.uvarint(),
+		Name:          name,
+		DeadQueue:     d.string(),
+		Reference:     d.string(),
+		LeaseTimeout:  time.Duration(d.varint()),
+		ExpireTimeout: time.Duration(d.varint()),
+		MaxAttempts:   d.int32(),
+		Partitions:    d.int32(),
+		CreatedAt:     d.time(),
+		UpdatedAt:     d.time(),
+		Namespace:     queue.DefaultNamespace,
+	}
+	if f >= formatInfoV2 {
+		q.Namespace = d.string()
+	}
+	if f == formatInfoV3 {
+		q.Attributes = d.string()
+	}
+	if err := d.finish("queue info"); err != nil {
+		return queue.QueueInfo{}, err
+	}
+	return q, nil
+}
+
+// appendTask appends a task record (its ID is the key):
+//
+//	format byte, string Queue, bytes Data (uvarint length + bytes each).
+func appendTask(b []byte, t *store.TaskRecord) []byte {
+	b = append(b, formatV1)
+	b = appendString(b, t.Queue)
+	return appendBytes(b, t.Data)
+}
+
+// decodeTask decodes a value written by appendTask. Data is copied; empty
+// Data decodes as nil.
+func decodeTask(id string, v []byte) (store.TaskRecord, error) {
+	d := decoder{b: v}
+	if f := d.byte(); f != formatV1 && d.err == nil {
+		return store.TaskRecord{}, fmt.Errorf("task: unknown format %d", f)
+	}
+	t := store.TaskRecord{ID: id, Queue: d.string(), Data: d.bytes()}
+	if err := d.finish("task"); err != nil {
+		return store.TaskRecord{}, err
+	}
+	return t, nil
+}
+
+func appendString(b []byte, s string) []byte {
+	b = binary.AppendUvarint(b, uint64(len(s)))
+	return append(b, s...)
+}
+
+func appendBytes(b []byte, p []byte) []byte {
+	b = binary.AppendUvarint(b, uint64(len(p)))
+	return append(b, p...)
+}
+
+// appendTime appends a time tag, then the Unix nanoseconds for a non-zero
+// time.
+func appendTime(b []byte, t time.Time) ([]byte, error) {
+	if t.IsZero() {
+		return append(b, timeZero), nil
+	}
+	n, err := nanos(t)
+	if err != nil {
+		return b, err
+	}
+	b = append(b, timeSet)
+	return binary.AppendVarint(b, n), nil
+}
+
+// errCorrupt reports a value that does not decode.
+var errCorrupt = errors.New("corrupt value")
+
+// decoder reads an encoded value. The first failure sticks: later reads
+// return zero values, and finish reports it.
+type decoder struct {
+	b   []byte
+	err error
+}
+
+func (d *decoder) fail() {
+	if d.err == nil {
+		d.err = errCorrupt
+	}
+	d.b = nil
+}
+
+func (d *decoder) byte() byte {
+	if len(d.b) == 0 {
+		d.fail()
+		return 0
+	}
+	c := d.b[0]
+	d.b = d.b[1:]
+	return c
+}
+
+func (d *decoder) uvarint() uint64 {
+	v, n := binary.Uvarint(d.b)
+	if n <= 0 {
+		d.fail()
+		return 0
+	}
+	d.b = d.b[n:]
+	return v
+}
+
+func (d *decoder) varint() int64 {
+	v, n := binary.Varint(d.b)
+	if n <= 0 {
+		d.fail()
+		return 0
+	}
+	d.b = d.b[n:]
+	return v
+}
+
+// uint64 reads 8 bytes, little-endian.
+func (d *decoder) uint64() uint64 {
+	if len(d.b) < 8 {
+		d.fail()
+		return 0
+	}
+	v := binary.LittleEndian.Uint64(d.b)
+	d.b = d.b[8:]
+	return v
+}
+
+func (d *decoder) int32() int32 {
+	v := d.varint()
+	if int64(int32(v)) != v {
+		d.fail()
+		return 0
+	}
+	return int32(v)
+}
+
+// raw returns the next length-prefixed bytes, aliasing the input.
+func (d *decoder) raw() []byte {
+	n := d.uvarint()
+	if n > uint64(len(d.b)) {
+		d.fail()
+		return nil
+	}
+	p := d.b[:n]
+	d.b = d.b[n:]
+	return p
+}
+
+func (d *decoder) string() string { return string(d.raw()) }
+
+// bytes returns a copy of the next length-prefixed bytes; nil when empty.
+func (d *decoder) bytes() []byte {
+	p := d.raw()
+	if len(p) == 0 {
+		return nil
+	}
+	return append([]byte(nil), p...)
+}
+
+func (d *decoder) time() time.Time {
+	switch d.byte() {
+	case timeZero:
+		return time.Time{}
+	case timeSet:
+		return time.Unix(0, d.varint())
+	}
+	d.fail()
+	return time.Time{}
+}
+
+// finish reports a decoding failure or trailing bytes, naming what was
+// decoded.
+func (d *decoder) finish(what string) error {
+	if d.err != nil {
+		return fmt.Errorf("%s: %w", what, d.err)
+	}
+	if len(d.b) != 0 {
+		return fmt.Errorf("%s: %w: %d trailing bytes", what, errCorrupt, len(d.b))
+	}
+	return nil
+}

@@ -1,0 +1,256 @@
+package pebble
+
+import (
+	"encoding/binary"
+	"fmt"
+	"math"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/require"
+
+	"github.com/styxq/styx/internal/queue"
+	"github.com/styxq/styx/internal/store"
+)
+
+var t0 = time.Date(2026, 3, 4, 5, 6, 7, 123456789, time.UTC)
+
+func sampleMetas() []queue.ItemMeta {
+	return []queue.ItemMeta{
+		{},
+		{ID: 1, BodyID: 1, CreatedAt: t0, ExpireDeadline: t0.Add(24 * time.Hour)},
+		{ID: 9, BodyID: 2, Attempts: 3, Leased: true, LeaseDeadline: t0.Add(time.Minute), EnqueueAt: t0.Add(-time.Hour), ExpireDeadline: t0.Add(time.Hour), CreatedAt: t0, SourceKey: "src~1"},
+		{ID: 2, BodyID: math.MaxUint64, Attempts: math.MinInt32, LeaseDeadline: time.Unix(0, math.MaxInt64)},
+		{ID: math.MaxUint64, BodyID: 0, Attempts: math.MaxInt32, CreatedAt: time.Unix(0, math.MaxInt64), EnqueueAt: time.Unix(0, math.MinInt64), ExpireDeadline: time.Unix(0, 1)},
+		{ID: 5, BodyID: 5, LeaseDeadline: t0, Leased: true}, // no CreatedAt
+		{ID: 6, BodyID: 6, CreatedAt: t0, DeadReason: "expired", DeadAt: t0.Add(time.Hour)},
+		{ID: 7, BodyID: 7, DeadReason: "explicit"},
+		{ID: 8, BodyID: 8, CreatedAt: t0, DeadAt: time.Unix(0, math.MinInt64)},
+		{ID: 10, BodyID: 10, CreatedAt: t0, DeadAt: t0, SourceKey: "explicit:q~1", Fingerprint: "0123456789abcdef"},
+	}
+}
+
+func sameMeta(t *testing.T, want, got queue.ItemMeta) {
+	t.Helper()
+	for _, p := range []struct {
+		name string
+		w, g time.Time
+	}{
+		{"LeaseDeadline", want.LeaseDeadline, got.LeaseDeadline},
+		{"EnqueueAt", want.EnqueueAt, got.EnqueueAt},
+		{"ExpireDeadline", want.ExpireDeadline, got.ExpireDeadline},
+		{"CreatedAt", want.CreatedAt, got.CreatedAt},
+		{"DeadAt", want.DeadAt, got.DeadAt},
+	} {
+		require.True(t, p.w.Equal(p.g), "%s: want %v, got %v", p.name, p.w, p.g)
+		require.Equal(t, p.w.IsZero(), p.g.IsZero(), p.name)
+	}
+	for _, m := range []*queue.ItemMeta{&want, &got} {
+		m.LeaseDeadline, m.EnqueueAt, m.ExpireDeadline, m.CreatedAt, m.DeadAt = time.Time{}, time.Time{}, time.Time{}, time.Time{}, time.Time{}
+	}
+	require.Equal(t, want, got)
+}
+
+func TestMetaRoundTrip(t *testing.T) {
+	for _, m := range sampleMetas() {
+		v, err := appendMeta(nil, &m)
+		require.NoError(t, err)
+		var got queue.ItemMeta
+		require.NoError(t, decodeMeta(v, m.ID, &got))
+		sameMeta(t, m, got)
+	}
+}
+
+func TestMetaSize(t *testing.T) {
+	// A ready item as the logical queue writes it on insert.
+	m := queue.ItemMeta{ID: 1 << 40, BodyID: 1 << 40, CreatedAt: t0, ExpireDeadline: t0.Add(24 * time.Hour)}
+	v, err := appendMeta(nil, &m)
+	require.NoError(t, err)
+	require.LessOrEqual(t, len(v), 20)
+	// Leased, retried and requeued.
+	m.ID += 1000
+	m.Leased, m.Attempts, m.LeaseDeadline = true, 2, t0.Add(5*time.Minute)
+	v, err = appendMeta(nil, &m)
+	require.NoError(t, err)
+	require.LessOrEqual(t, len(v), 28)
+}
+
+func TestTimeOutOfRange(t *testing.T) {
+	for _, tm := range []time.Time{
+		time.Date(2263, 1, 1, 0, 0, 0, 0, time.UTC),
+		time.Date(1600, 1, 1, 0, 0, 0, 0, time.UTC),
+	} {
+		_, err := appendMeta(nil, &queue.ItemMeta{CreatedAt: tm})
+		require.ErrorIs(t, err, errTimeRange)
+		_, err = appendMeta(nil, &queue.ItemMeta{CreatedAt: t0, LeaseDeadline: tm})
+		require.ErrorIs(t, err, errTimeRange)
+		_, err = appendMeta(nil, &queue.ItemMeta{CreatedAt: t0, DeadAt: tm})
+		require.ErrorIs(t, err, errTimeRange)
+		_, err = appendBody(nil, &queue.ItemBody{DeadAt: tm})
+		require.ErrorIs(t, err, errTimeRange)
+		_, err = appendErrors(nil, &queue.ItemErrors{Errors: []queue.AttemptError{{At: tm}}})
+		require.ErrorIs(t, err, errTimeRange)
+		_, err = appendQueueInfo(nil, &queue.QueueInfo{UpdatedAt: tm})
+		require.ErrorIs(t, err, errTimeRange)
+	}
+}
+
+// encoded is a valid encoding and its decoder.
+type encoded struct {
+	name   string
+	v      []byte
+	decode func([]byte) error
+}
+
+// encodings returns valid encodings of every value kind.
+func encodings(t testing.TB) []encoded {
+	var out []encoded
+	for i, m := range sampleMetas() {
+		v, err := appendMeta(nil, &m)
+		require.NoError(t, err)
+		out = append(out, encoded{fmt.Sprint("meta ", i), v, func(v []byte) error {
+			var m queue.ItemMeta
+			return decodeMeta(v, 1, &m)
+		}})
+	}
+	for i, b := range []queue.ItemBody{
+		{Reference: "r", Kind: "k", Encoding: "e", Payload: []byte("payload"), SourceQueue: "q", SourceID: "1", DeadReason: "expired", DeadAt: t0, RedriveCount: 2},
+		{},
+	} {
+		v, err := appendBody(nil, &b)
+		require.NoError(t, err)
+		out = append(out, encoded{fmt.Sprint("body ", i), v, func(v []byte) error { _, err := decodeBody(v); return err }})
+	}
+	for i, e := range []queue.ItemErrors{
+		{LastError: "x", Errors: []queue.AttemptError{{Attempt: 1, Error: "x", At: t0}, {Attempt: 2}}},
+		{LastError: "x"},
+	} {
+		v, err := appendErrors(nil, &e)
+		require.NoError(t, err)
+		out = append(out, encoded{fmt.Sprint("errors ", i), v, func(v []byte) error { _, err := decodeErrors(v); return err }})
+	}
+	v, err := appendQueueInfo(nil, &queue.QueueInfo{ID: 7, DeadQueue: "d", Reference: "r", LeaseTimeout: time.Minute, ExpireTimeout: time.Hour, MaxAttempts: 3, Partitions: 4, CreatedAt: t0, UpdatedAt: t0, Namespace: "team-a"})
+	require.NoError(t, err)
+	out = append(out, encoded{"info", v, func(v []byte) error { _, err := decodeQueueInfo("q", v); return err }})
+	out = append(out, encoded{"info v1", queueInfoV1(t), func(v []byte) error { _, err := decodeQueueInfo("q", v); return err }})
+	for i, task := range []store.TaskRecord{
+		{ID: "t", Queue: "dlq", Data: []byte("redrive state")},
+		{ID: "t"},
+	} {
+		v := appendTask(nil, &task)
+		out = append(out, encoded{fmt.Sprint("task ", i), v, func(v []byte) error { _, err := decodeTask("t", v); return err }})
+	}
+	return out
+}
+
+// decodeAll runs every decoder on v, for panics.
+func decodeAll(v []byte) {
+	var m queue.ItemMeta
+	_ = decodeMeta(v, 1, &m)
+	_, _ = decodeBody(v)
+	_, _ = decodeErrors(v)
+	_, _ = decodeQueueInfo("q", v)
+	_, _ = decodeTask("t", v)
+}
+
+func TestDecodeCorrupt(t *testing.T) {
+	for _, e := range encodings(t) {
+		require.NoError(t, e.decode(e.v), e.name)
+		decodeAll(e.v)
+		for n := range len(e.v) {
+			require.ErrorIs(t, e.decode(e.v[:n]), errCorrupt, "%s truncated to %d bytes", e.name, n)
+			decodeAll(e.v[:n])
+		}
+		require.ErrorIs(t, e.decode(append(e.v[:len(e.v):len(e.v)], 0)), errCorrupt, "%s with a trailing byte", e.name)
+		require.Error(t, e.decode(append([]byte{9}, e.v[1:]...)), "%s with format 9", e.name)
+	}
+	var m queue.ItemMeta
+	require.Error(t, decodeMeta([]byte{formatV1, 0x80, 0, 0}, 1, &m), "unknown flag")
+	require.ErrorIs(t, decodeMeta([]byte{formatV1, metaDead, 0, 0, 0, 7}, 1, &m), errCorrupt, "bad DeadAt tag")
+	_, err := decodeErrors([]byte{formatV1, 0, 0xff, 0xff, 0xff, 0xff, 0x0f})
+	require.ErrorIs(t, err, errCorrupt, "huge count")
+}
+
+func FuzzDecode(f *testing.F) {
+	for _, e := range encodings(f) {
+		f.Add(e.v)
+	}
+	f.Fuzz(func(t *testing.T, v []byte) {
+		decodeAll(v)
+	})
+}
+
+// queueInfoV1 is a queue info as Styx wrote it before namespaces: format 1,
+// no namespace after UpdatedAt.
+func queueInfoV1(t testing.TB) []byte {
+	b := []byte{formatV1}
+	b = binary.AppendUvarint(b, 7)
+	b = appendString(b, "d")
+	b = appendString(b, "r")
+	b = binary.AppendVarint(b, int64(time.Minute))
+	b = binary.AppendVarint(b, int64(time.Hour))
+	b = binary.AppendVarint(b, 3)
+	b = binary.AppendVarint(b, 4)
+	b, err := appendTime(b, t0)
+	require.NoError(t, err)
+	b, err = appendTime(b, t0)
+	require.NoError(t, err)
+	return b
+}
+
+func TestQueueInfoRoundTrip(t *testing.T) {
+	in := queue.QueueInfo{ID: 7, Name: "q", DeadQueue: "d", Reference: "r", LeaseTimeout: time.Minute, ExpireTimeout: time.Hour,
+		MaxAttempts: 3, Partitions: 4, CreatedAt: t0, UpdatedAt: t0, Namespace: "team-a"}
+	v, err := appendQueueInfo(nil, &in)
+	require.NoError(t, err)
+	got, err := decodeQueueInfo("q", v)
+	require.NoError(t, err)
+	require.Equal(t, in.Namespace, got.Namespace)
+	require.True(t, got.CreatedAt.Equal(in.CreatedAt))
+	got.CreatedAt, got.UpdatedAt, in.CreatedAt, in.UpdatedAt = time.Time{}, time.Time{}, time.Time{}, time.Time{}
+	require.Equal(t, in, got)
+
+	// An entry written before namespaces reads as the default namespace.
+	old, err := decodeQueueInfo("q", queueInfoV1(t))
+	require.NoError(t, err)
+	require.Equal(t, queue.DefaultNamespace, old.Namespace)
+	require.Equal(t, uint64(7), old.ID)
+	require.Equal(t, int32(4), old.Partitions)
+	require.True(t, old.UpdatedAt.Equal(t0))
+}
+
+func TestTaskRoundTrip(t *testing.T) {
+	for _, task := range []store.TaskRecord{
+		{ID: "redrive-1", Queue: "orders-dead", Data: []byte{0, 1, 2, 0xff}},
+		{ID: "x", Data: make([]byte, 1000)},
+		{ID: "y"},
+	} {
+		v := appendTask(nil, &task)
+		require.LessOrEqual(t, len(v), 1+1+len(task.Queue)+2+len(task.Data))
+		got, err := decodeTask(task.ID, v)
+		require.NoError(t, err)
+		require.Equal(t, task, got)
+		v[len(v)-1] ^= 0xff // the decoded Data is a copy
+		require.Equal(t, task, got)
+	}
+}
+
+func TestPrefixEnd(t *testing.T) {
+	require.Equal(t, []byte{1, 3}, prefixEnd([]byte{1, 2}))
+	require.Equal(t, []byte{2}, prefixEnd([]byte{1, 0xff, 0xff}))
+	require.Nil(t, prefixEnd([]byte{0xff}))
+}
+
+func BenchmarkDecodeMeta(b *testing.B) {
+	m := queue.ItemMeta{ID: 1 << 30, BodyID: 1 << 30, Leased: true, Attempts: 2, CreatedAt: t0, LeaseDeadline: t0.Add(time.Minute), ExpireDeadline: t0.Add(24 * time.Hour)}
+	v, err := appendMeta(nil, &m)
+	if err != nil {
+		b.Fatal(err)
+	}
+	var got queue.ItemMeta
+	for b.Loop() {
+		if err := decodeMeta(v, m.ID, &got); err != nil {
+			b.Fatal(err)
+		}
+	}
+}

@@ -1,0 +1,42 @@
+package embedded
+
+import (
+	"github.com/styxq/styx/internal/queue"
+)
+
+// deadItem is an item on its way to a dead-letter queue.
+type deadItem struct {
+	sourceKey string
+	attempts  int32
+	created   int64
+	body      queue.ItemBody
+	errors    queue.ItemErrors
+	reason    string
+	// partition and id in the source queue
+	partition int32
+	id        uint64
+	item      *item
+}
+
+// deadLetterOp asks a dead-letter queue to take items. The dead-letter
+// queue sends the outcome to result, which the source owns, and wakes the
+// source's loop.
+type deadLetterOp struct {
+	source string
+	items  []deadItem
+	result chan<- moveResult
+	wake   func()
+}
+
+// done hands the dead-letter queue's answer to the source. It never blocks:
+// result has room for every move the source has in flight.
+func (op *deadLetterOp) done(res moveResult) {
+	op.result <- res
+	op.wake()
+}
+
+// moveResult is a dead-letter queue's answer to a deadLetterOp.
+type moveResult struct {
+	op  *deadLetterOp
+	err error
+}

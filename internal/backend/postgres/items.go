@@ -1,0 +1,558 @@
+package postgres
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"slices"
+	"strings"
+
+	"github.com/jackc/pgx/v5"
+
+	"github.com/styxq/styx/internal/apierr"
+	"github.com/styxq/styx/internal/engine"
+	"github.com/styxq/styx/internal/fingerprint"
+	"github.com/styxq/styx/internal/queue"
+)
+
+// The item statements. A locking subquery that picks rows is always a
+// MATERIALIZED CTE: as a plain subquery the planner may rescan it once per
+// joined row, and each rescan skips the rows the statement just changed and
+// picks more (an UPDATE ... LIMIT 1 that updates every row).
+// Every statement names its queue by id, so every
+// statement uses the primary key or one of the partial indexes of migration
+// 1. Rows that a decision depends on are locked (FOR UPDATE) and re-checked
+// by PostgreSQL under the lock, so two nodes never act on one item: leases
+// and lifecycle skip rows another transaction holds (SKIP LOCKED); complete
+// and retry wait for them.
+
+// itemColumns are the columns of a full item, as scanItem reads them.
+const itemColumns = `id, partition, state, deadline, expire_deadline, attempts, created_at, coalesce(source_key, ''),
+	reference, kind, encoding, payload, source_queue, source_id, dead_reason, dead_at, redrive_count, last_error, errors, fingerprint, attributes`
+
+func scanItem(row pgx.Row) (queue.Item, error) {
+	var it queue.Item
+	var id, deadline, expire, created, deadAt int64
+	var st int16
+	var errs []byte
+	m, b := &it.Meta, &it.Body
+	err := row.Scan(&id, &it.Partition, &st, &deadline, &expire, &m.Attempts, &created, &m.SourceKey,
+		&b.Reference, &b.Kind, &b.Encoding, &b.Payload, &b.SourceQueue, &b.SourceID, &b.DeadReason, &deadAt, &b.RedriveCount,
+		&it.Errors.LastError, &errs, &m.Fingerprint, &b.Attributes)
+	if err != nil {
+		return it, err
+	}
+	m.ID, m.BodyID = uint64(id), uint64(id)
+	m.ExpireDeadline, m.CreatedAt, b.DeadAt = queue.FromNanos(expire), queue.FromNanos(created), queue.FromNanos(deadAt)
+	switch st {
+	case stateLeased:
+		m.Leased, m.LeaseDeadline = true, queue.FromNanos(deadline)
+	case stateScheduled:
+		m.EnqueueAt = queue.FromNanos(deadline)
+	}
+	it.Errors.Errors, err = decodeErrors(errs)
+	return it, err
+}
+
+func collectItems(rows pgx.Rows, err error) ([]queue.Item, error) {
+	if err != nil {
+		return nil, err
+	}
+	return pgx.CollectRows(rows, func(r pgx.CollectableRow) (queue.Item, error) { return scanItem(r) })
+}
+
+// Item states (column state).
+const (
+	stateReady     = 0
+	stateLeased    = 1
+	stateScheduled = 2
+)
+
+// row is the part of a locked item a decision needs.
+type row struct {
+	id        int64
+	partition int32
+	state     int16
+	deadline  int64
+	expire    int64
+	attempts  int32
+	sourceKey string
+	lastError string
+	errors    []byte
+}
+
+const rowColumns = `id, partition, state, deadline, expire_deadline, attempts, coalesce(source_key, ''), last_error, errors`
+
+func collectRows(rows pgx.Rows, err error) ([]row, error) {
+	if err != nil {
+		return nil, err
+	}
+	return pgx.CollectRows(rows, func(r pgx.CollectableRow) (row, error) {
+		var x row
+		err := r.Scan(&x.id, &x.partition, &x.state, &x.deadline, &x.expire, &x.attempts, &x.sourceKey, &x.lastError, &x.errors)
+		return x, err
+	})
+}
+
+// lockRows locks, in id order, the items named by ids and, for a clear in
+// the iteration, the items it selects; it waits for other transactions. It
+// is the only statement of an iteration that waits for row locks (see
+// "Lock order" in queue.go), and it returns the rows of ids only.
+func lockRows(ctx context.Context, tx pgx.Tx, queueID uint64, ids []int64, c *queue.ClearParams) ([]row, error) {
+	var all, ready, sched bool
+	if c != nil {
+		all, ready, sched = c.Destructive, c.Queue, c.Scheduled
+	}
+	rows, err := collectRows(tx.Query(ctx, `SELECT `+rowColumns+` FROM styx_items
+		WHERE queue_id=$1 AND (id = ANY($2) OR $3 OR ($4 AND state=0) OR ($5 AND state=2)) ORDER BY id FOR UPDATE`,
+		int64(queueID), ids, all, ready, sched))
+	if err != nil || c == nil {
+		return rows, err
+	}
+	named := make(map[int64]bool, len(ids))
+	for _, id := range ids {
+		named[id] = true
+	}
+	return slices.DeleteFunc(rows, func(x row) bool { return !named[x.id] }), nil
+}
+
+// lifecycleBatch bounds the items of each lifecycle statement; a full batch
+// makes the loop run the lifecycle again at once.
+const lifecycleBatch = 500
+
+// expiredLeases locks leased items whose lease deadline has passed.
+func expiredLeases(ctx context.Context, tx pgx.Tx, queueID uint64, now int64) ([]row, error) {
+	return collectRows(tx.Query(ctx, `SELECT `+rowColumns+` FROM styx_items
+		WHERE queue_id=$1 AND state<>0 AND deadline <= $2 AND state=1 ORDER BY deadline LIMIT $3 FOR UPDATE SKIP LOCKED`,
+		int64(queueID), now, lifecycleBatch))
+}
+
+// expiredItems locks items that are not leased and whose expire deadline
+// has passed.
+func expiredItems(ctx context.Context, tx pgx.Tx, queueID uint64, now int64) ([]row, error) {
+	return collectRows(tx.Query(ctx, `SELECT `+rowColumns+` FROM styx_items
+		WHERE queue_id=$1 AND state<>1 AND expire_deadline<>0 AND expire_deadline <= $2 ORDER BY expire_deadline LIMIT $3 FOR UPDATE SKIP LOCKED`,
+		int64(queueID), now, lifecycleBatch))
+}
+
+// readyScheduled makes due scheduled items ready (keeping their ids) and
+// returns how many.
+func readyScheduled(ctx context.Context, tx pgx.Tx, queueID uint64, now int64) (int64, error) {
+	tag, err := tx.Exec(ctx, `WITH d AS MATERIALIZED (
+		SELECT id FROM styx_items WHERE queue_id=$1 AND state<>0 AND deadline <= $2 AND state=2 ORDER BY deadline LIMIT $3 FOR UPDATE SKIP LOCKED)
+		UPDATE styx_items t SET state=0, deadline=0 FROM d WHERE t.queue_id=$1 AND t.id=d.id`, int64(queueID), now, lifecycleBatch)
+	return tag.RowsAffected(), err
+}
+
+// nextDue returns the earliest lifecycle time of a queue's items (0: none).
+func nextDue(ctx context.Context, q querier, queueID uint64) (int64, error) {
+	var timed, expiry int64
+	err := q.QueryRow(ctx, `SELECT
+		coalesce((SELECT deadline FROM styx_items WHERE queue_id=$1 AND state<>0 ORDER BY deadline LIMIT 1), 0),
+		coalesce((SELECT expire_deadline FROM styx_items WHERE queue_id=$1 AND state<>1 AND expire_deadline<>0 ORDER BY expire_deadline LIMIT 1), 0)`,
+		int64(queueID)).Scan(&timed, &expiry)
+	return engine.Earliest(timed, expiry), err
+}
+
+// lease leases up to n ready items of one partition, oldest first, skipping
+// items another transaction holds and items past their expire deadline
+// (the lifecycle kills those).
+func lease(ctx context.Context, tx pgx.Tx, queueID uint64, partition int32, n int, deadline, now int64) ([]queue.LeasedItem, error) {
+	rows, err := tx.Query(ctx, `WITH c AS MATERIALIZED (
+		SELECT id FROM styx_items WHERE queue_id=$1 AND partition=$2 AND state=0 AND (expire_deadline=0 OR expire_deadline > $5)
+		ORDER BY id LIMIT $3 FOR UPDATE SKIP LOCKED)
+		UPDATE styx_items t SET state=1, attempts=t.attempts+1, deadline=$4 FROM c WHERE t.queue_id=$1 AND t.id=c.id
+		RETURNING t.id, t.attempts, t.reference, t.kind, t.encoding, t.payload, t.attributes, t.source_queue`,
+		int64(queueID), partition, n, deadline, now)
+	if err != nil {
+		return nil, err
+	}
+	items, err := pgx.CollectRows(rows, func(r pgx.CollectableRow) (queue.LeasedItem, error) {
+		var it queue.LeasedItem
+		var id int64
+		err := r.Scan(&id, &it.Attempts, &it.Reference, &it.Kind, &it.Encoding, &it.Payload, &it.Attributes, &it.SourceQueue)
+		it.ID, it.LeaseDeadline = uint64(id), queue.FromNanos(deadline)
+		return it, err
+	})
+	if err != nil {
+		return nil, err
+	}
+	// RETURNING has no order.
+	sortLeased(items)
+	return items, nil
+}
+
+func sortLeased(items []queue.LeasedItem) {
+	for i := 1; i < len(items); i++ {
+		for j := i; j > 0 && items[j].ID < items[j-1].ID; j-- {
+			items[j], items[j-1] = items[j-1], items[j]
+		}
+	}
+}
+
+// insert is a new item for insertItems.
+type insert struct {
+	partition int32
+	state     int16
+	deadline  int64
+	expire    int64
+	created   int64
+	attempts  int32
+	sourceKey *string
+	body      queue.ItemBody
+	lastError string
+	errors    []byte
+}
+
+// insertItems inserts items under new ids from the shared sequence, in the
+// order given (so ids follow it). With ids non-nil the ids are given
+// instead. Items whose source key the queue already holds are skipped
+// (ADR 0003).
+func insertItems(ctx context.Context, tx pgx.Tx, queueID uint64, items []insert, ids []int64) error {
+	sql, args := insertStatement(queueID, items, ids)
+	_, err := tx.Exec(ctx, sql, args...)
+	return err
+}
+
+// importInsert inserts items under the given ids, as insertItems, and
+// reports which ids it inserted. Items with a source key go in key order,
+// so that two transactions inserting the same keys wait for each other (on
+// the unique index) in one order, never in a cycle.
+func importInsert(ctx context.Context, tx pgx.Tx, queueID uint64, items []insert, ids []int64) (map[int64]bool, error) {
+	if len(items) == 0 {
+		return map[int64]bool{}, nil
+	}
+	order := make([]int, len(items))
+	for i := range order {
+		order[i] = i
+	}
+	key := func(i int) string {
+		if items[i].sourceKey == nil {
+			return ""
+		}
+		return *items[i].sourceKey
+	}
+	slices.SortStableFunc(order, func(a, b int) int { return strings.Compare(key(a), key(b)) })
+	sorted, sortedIDs := make([]insert, len(items)), make([]int64, len(items))
+	for j, i := range order {
+		sorted[j], sortedIDs[j] = items[i], ids[i]
+	}
+	sql, args := insertStatement(queueID, sorted, sortedIDs)
+	rows, err := tx.Query(ctx, sql+` RETURNING id`, args...)
+	if err != nil {
+		return nil, err
+	}
+	got, err := pgx.CollectRows(rows, pgx.RowTo[int64])
+	if err != nil {
+		return nil, err
+	}
+	inserted := make(map[int64]bool, len(got))
+	for _, id := range got {
+		inserted[id] = true
+	}
+	return inserted, nil
+}
+
+// insertStatement is the statement of insertItems and its arguments.
+func insertStatement(queueID uint64, items []insert, ids []int64) (string, []any) {
+	n := len(items)
+	part, state, deadline, expire, created, attempts := make([]int32, n), make([]int16, n), make([]int64, n), make([]int64, n), make([]int64, n), make([]int32, n)
+	key, ref, kind, enc, srcQ, srcID, reason, lastErr, errs := make([]*string, n), make([]string, n), make([]string, n), make([]string, n),
+		make([]string, n), make([]string, n), make([]string, n), make([]string, n), make([]*string, n)
+	fps, attrs := make([]string, n), make([][]byte, n)
+	payload, deadAt, redrives := make([][]byte, n), make([]int64, n), make([]int32, n)
+	for i, it := range items {
+		part[i], state[i], deadline[i], expire[i], created[i], attempts[i] = it.partition, it.state, it.deadline, it.expire, it.created, it.attempts
+		key[i], ref[i], kind[i], enc[i] = it.sourceKey, it.body.Reference, it.body.Kind, it.body.Encoding
+		srcQ[i], srcID[i], reason[i], lastErr[i] = it.body.SourceQueue, it.body.SourceID, it.body.DeadReason, it.lastError
+		payload[i], deadAt[i], redrives[i] = nonNil(it.body.Payload), queue.Nanos(it.body.DeadAt), it.body.RedriveCount
+		attrs[i] = it.body.Attributes
+		if it.sourceKey != nil && queue.IsDeadCopyKey(*it.sourceKey) {
+			fps[i] = fingerprint.Of(it.lastError) // a dead item's error group (migration 5)
+		}
+		if it.errors != nil {
+			s := string(it.errors)
+			errs[i] = &s
+		}
+	}
+	args := []any{int64(queueID), part, state, deadline, expire, created, attempts, key, ref, kind, enc, payload, srcQ, srcID, reason, deadAt, redrives}
+	args = append(args, ids, lastErr, errs, fps, attrs)
+	return `INSERT INTO styx_items (queue_id, id, partition, state, deadline, expire_deadline, created_at, attempts, source_key,
+		reference, kind, encoding, payload, source_queue, source_id, dead_reason, dead_at, redrive_count, last_error, errors, fingerprint, attributes)
+		SELECT $1, coalesce(($18::bigint[])[u.ord], nextval('styx_item_ids')), u.part, u.state, u.deadline, u.expire, u.created, u.attempts, u.key,
+			u.ref, u.kind, u.enc, u.payload, u.src_q, u.src_id, u.reason, u.dead_at, u.redrives, u.last_error, u.errs::jsonb, u.fp, u.attrs
+		FROM unnest($2::integer[], $3::smallint[], $4::bigint[], $5::bigint[], $6::bigint[], $7::integer[], $8::text[],
+			$9::text[], $10::text[], $11::text[], $12::bytea[], $13::text[], $14::text[], $15::text[], $16::bigint[], $17::integer[],
+			$19::text[], $20::text[], $21::text[], $22::bytea[])
+			WITH ORDINALITY AS u(part, state, deadline, expire, created, attempts, key, ref, kind, enc, payload, src_q, src_id, reason,
+				dead_at, redrives, last_error, errs, fp, attrs, ord)
+		ORDER BY u.ord
+		ON CONFLICT (queue_id, source_key) DO NOTHING`, args
+}
+
+// heldKeys returns the items of a queue that hold the given source keys, by
+// key. It reads without locking.
+func heldKeys(ctx context.Context, tx pgx.Tx, queueID uint64, keys []string) (map[string]queue.Item, error) {
+	held := map[string]queue.Item{}
+	if len(keys) == 0 {
+		return held, nil
+	}
+	items, err := collectItems(tx.Query(ctx, `SELECT `+itemColumns+` FROM styx_items WHERE queue_id=$1 AND source_key = ANY($2)`,
+		int64(queueID), keys))
+	if err != nil {
+		return nil, err
+	}
+	for i := range items {
+		held[items[i].Meta.SourceKey] = items[i]
+	}
+	return held, nil
+}
+
+// newIDs allocates n ids from the shared sequence.
+func newIDs(ctx context.Context, tx pgx.Tx, n int) ([]int64, error) {
+	rows, err := tx.Query(ctx, `SELECT nextval('styx_item_ids') FROM generate_series(1, $1)`, n)
+	if err != nil {
+		return nil, err
+	}
+	return pgx.CollectRows(rows, pgx.RowTo[int64])
+}
+
+// requeue is an item whose lease ended without completion, for requeueItems.
+type requeue struct {
+	id int64
+	// newID is the id it gets; 0 means the next of the sequence.
+	newID     int64
+	state     int16
+	deadline  int64
+	attempts  int32
+	setErrors bool
+	lastError string
+	errors    []byte
+}
+
+// requeueItems gives each item a new id (ids are lease handles) and its new
+// state.
+func requeueItems(ctx context.Context, tx pgx.Tx, queueID uint64, rs []requeue) error {
+	n := len(rs)
+	ids, newIDs, states, deadlines, attempts, set, lastErr, errs := make([]int64, n), make([]int64, n), make([]int16, n), make([]int64, n),
+		make([]int32, n), make([]bool, n), make([]string, n), make([]*string, n)
+	for i, r := range rs {
+		ids[i], newIDs[i], states[i], deadlines[i], attempts[i], set[i], lastErr[i] = r.id, r.newID, r.state, r.deadline, r.attempts, r.setErrors, r.lastError
+		if r.errors != nil {
+			s := string(r.errors)
+			errs[i] = &s
+		}
+	}
+	_, err := tx.Exec(ctx, `UPDATE styx_items t SET id = CASE WHEN u.new_id <> 0 THEN u.new_id ELSE nextval('styx_item_ids') END,
+		state=u.state, deadline=u.deadline, attempts=u.attempts,
+		last_error = CASE WHEN u.set THEN u.last_error ELSE t.last_error END,
+		errors = CASE WHEN u.set THEN u.errs::jsonb ELSE t.errors END
+		FROM unnest($2::bigint[], $3::smallint[], $4::bigint[], $5::integer[], $6::boolean[], $7::text[], $8::text[], $9::bigint[])
+			AS u(id, state, deadline, attempts, set, last_error, errs, new_id)
+		WHERE t.queue_id=$1 AND t.id=u.id`, int64(queueID), ids, states, deadlines, attempts, set, lastErr, errs, newIDs)
+	return err
+}
+
+// renewLeases sets the lease deadline of leased items whose rows the
+// transaction holds.
+func renewLeases(ctx context.Context, tx pgx.Tx, queueID uint64, ids []int64, deadline int64) error {
+	_, err := tx.Exec(ctx, `UPDATE styx_items SET deadline=$3 WHERE queue_id=$1 AND id = ANY($2) AND state=1`, int64(queueID), ids, deadline)
+	return err
+}
+
+// death is an item that dies in this iteration.
+type death struct {
+	id        int64
+	reason    string
+	attempts  int32
+	sourceKey string // the item's own (set on dead copies, redriven and imported items)
+	setErrors bool
+	lastError string
+	errors    []byte
+}
+
+// dlq is what a dead-letter move needs of the dead-letter queue.
+type dlq struct {
+	id     uint64
+	name   string
+	expire int64 // retention, counted from dead_at
+}
+
+// moveDead moves items to a dead-letter queue in one statement: deleted
+// from the source and inserted into the dead-letter queue under new ids with
+// their history, item ds[i] into partition parts[i] (see Queue.deadPartitions;
+// the new ids follow the source ids, so ds is expected in id order), unless
+// the dead-letter queue already holds their source key (a copy it took
+// before: ADR 0003's source_id rule, kept though the move is atomic here),
+// then sets the fingerprint of the last error of each item taken (their
+// error group; migration 5) on the rows it inserted. Returns how many the
+// dead-letter queue took.
+func moveDead(ctx context.Context, tx pgx.Tx, src uint64, srcName string, to dlq, ds []death, parts []int32, now int64) (int64, error) {
+	n := len(ds)
+	if len(parts) != n {
+		return 0, fmt.Errorf("dead-letter move: %d partitions for %d items", len(parts), n)
+	}
+	ids, keys, reasons, srcIDs, attempts, set, lastErr, errs := make([]int64, n), make([]string, n), make([]string, n), make([]string, n),
+		make([]int32, n), make([]bool, n), make([]string, n), make([]*string, n)
+	for i, d := range ds {
+		ids[i], reasons[i], attempts[i], set[i], lastErr[i] = d.id, d.reason, d.attempts, d.setErrors, d.lastError
+		keys[i] = queue.SourceKey(d.reason, srcName, uint64(d.id))
+		srcIDs[i] = queue.FormatID(uint64(d.id))
+		if d.errors != nil {
+			s := string(d.errors)
+			errs[i] = &s
+		}
+	}
+	expire := int64(0)
+	if to.expire > 0 {
+		expire = now + to.expire
+	}
+	rows, err := tx.Query(ctx, `WITH d AS (
+			SELECT * FROM unnest($2::bigint[], $3::text[], $4::text[], $5::text[], $6::integer[], $7::boolean[], $8::text[], $9::text[], $11::integer[])
+				AS d(id, key, reason, src_id, attempts, set, last_error, errs, part)),
+		moved AS (
+			DELETE FROM styx_items t USING d WHERE t.queue_id=$1 AND t.id=d.id
+			RETURNING t.created_at, t.reference, t.kind, t.encoding, t.payload, t.attributes, t.redrive_count, t.last_error AS old_last_error,
+				t.errors AS old_errors, d.*)
+		INSERT INTO styx_items (queue_id, id, partition, state, expire_deadline, attempts, created_at, source_key,
+			reference, kind, encoding, payload, attributes, source_queue, source_id, dead_reason, dead_at, redrive_count, last_error, errors)
+		SELECT $10, nextval('styx_item_ids'), m.part, 0, $12, m.attempts, m.created_at, m.key,
+			m.reference, m.kind, m.encoding, m.payload, m.attributes, $13, m.src_id, m.reason, $14, m.redrive_count,
+			CASE WHEN m.set THEN m.last_error ELSE m.old_last_error END,
+			CASE WHEN m.set THEN m.errs::jsonb ELSE m.old_errors END
+		FROM moved m ORDER BY m.id
+		ON CONFLICT (queue_id, source_key) DO NOTHING
+		RETURNING id, last_error`,
+		int64(src), ids, keys, reasons, srcIDs, attempts, set, lastErr, errs, int64(to.id), parts, expire, srcName, now)
+	if err != nil {
+		return 0, err
+	}
+	var taken []int64
+	var fps []string
+	var id int64
+	var last string
+	if _, err := pgx.ForEachRow(rows, []any{&id, &last}, func() error {
+		taken, fps = append(taken, id), append(fps, fingerprint.Of(last))
+		return nil
+	}); err != nil {
+		return 0, err
+	}
+	if len(taken) > 0 {
+		if err := setFingerprints(ctx, tx, to.id, taken, fps); err != nil {
+			return 0, err
+		}
+	}
+	return int64(len(taken)), nil
+}
+
+// setFingerprints sets the fingerprint of items whose rows the transaction
+// holds or created.
+func setFingerprints(ctx context.Context, tx pgx.Tx, queueID uint64, ids []int64, fps []string) error {
+	_, err := tx.Exec(ctx, `UPDATE styx_items t SET fingerprint = u.fp FROM unnest($2::bigint[], $3::text[]) AS u(id, fp)
+		WHERE t.queue_id=$1 AND t.id=u.id`, int64(queueID), ids, fps)
+	return err
+}
+
+// deleteIDs deletes items by id and returns how many it found.
+func deleteIDs(ctx context.Context, tx pgx.Tx, queueID uint64, ids []int64) (int64, error) {
+	tag, err := tx.Exec(ctx, `DELETE FROM styx_items WHERE queue_id=$1 AND id = ANY($2)`, int64(queueID), ids)
+	return tag.RowsAffected(), err
+}
+
+// deleteRefs deletes items by partition and id (with exceptLeased, only
+// those that are not leased) and returns how many it deleted.
+func deleteRefs(ctx context.Context, tx pgx.Tx, queueID uint64, refs []queue.ItemRef, exceptLeased bool) (int64, error) {
+	parts, ids := make([]int32, len(refs)), make([]int64, len(refs))
+	for i, r := range refs {
+		parts[i], ids[i] = r.Partition, int64(r.ID)
+	}
+	tag, err := tx.Exec(ctx, `DELETE FROM styx_items t USING unnest($2::integer[], $3::bigint[]) AS u(part, id)
+		WHERE t.queue_id=$1 AND t.id=u.id AND t.partition=u.part AND NOT ($4 AND t.state=1)`, int64(queueID), parts, ids, exceptLeased)
+	return tag.RowsAffected(), err
+}
+
+// clearItems deletes the items queue.clear selects. It never waits: the
+// rows it selected at the start of the transaction are locked already
+// (lockRows), and a row another transaction locked since is in the middle
+// of a change (a lease, a lifecycle move) that the clear did not see, so it
+// is skipped as if the clear had come first.
+func clearItems(ctx context.Context, tx pgx.Tx, queueID uint64, c queue.ClearParams) error {
+	_, err := tx.Exec(ctx, `WITH c AS MATERIALIZED (
+		SELECT id FROM styx_items WHERE queue_id=$1 AND ($2 OR ($3 AND state=0) OR ($4 AND state=2)) FOR UPDATE SKIP LOCKED)
+		DELETE FROM styx_items t USING c WHERE t.queue_id=$1 AND t.id=c.id`,
+		int64(queueID), c.Destructive, c.Queue, c.Scheduled)
+	return err
+}
+
+// notify wakes the nodes' loops of the given queues (delivered at commit).
+func notify(ctx context.Context, tx pgx.Tx, channel string, queueIDs []uint64) error {
+	payloads := make([]string, len(queueIDs))
+	for i, id := range queueIDs {
+		payloads[i] = fmt.Sprintf("i:%d", id)
+	}
+	_, err := tx.Exec(ctx, `SELECT pg_notify($1, p) FROM unnest($2::text[]) AS p`, channel, payloads)
+	return err
+}
+
+// readyCountCap bounds how many ready items of one partition readyCounts
+// counts, so that the count costs at most partitions × readyCountCap index
+// entries however long the queue: partitions holding at least this many
+// ready items count as equally loaded.
+const readyCountCap = 1000
+
+// readyCounts returns the number of ready items of each of a queue's
+// partitions, each at most readyCountCap, as this transaction sees them
+// (its own inserts included; rows other transactions hold locked are
+// counted). A plain read: it waits for no lock (see "Lock order").
+//
+// With one partition there is no choice to make, so nothing is counted: the
+// partition is taken to hold readyCountCap items (a lease that finds fewer
+// marks it empty, as with any partition).
+func readyCounts(ctx context.Context, tx pgx.Tx, queueID uint64, partitions int32) ([]int, error) {
+	if partitions == 1 {
+		return []int{readyCountCap}, nil
+	}
+	rows, err := tx.Query(ctx, `SELECT p, (SELECT count(*) FROM (SELECT 1 FROM styx_items
+			WHERE queue_id=$1 AND partition=p AND state=0 LIMIT $3) r)
+		FROM generate_series(0, $2::integer - 1) AS p`, int64(queueID), partitions, readyCountCap)
+	if err != nil {
+		return nil, fmt.Errorf("count ready items: %w", err)
+	}
+	ready := make([]int, partitions)
+	var p int32
+	var n int64
+	_, err = pgx.ForEachRow(rows, []any{&p, &n}, func() error {
+		if p >= 0 && p < partitions {
+			ready[p] = int(n)
+		}
+		return nil
+	})
+	if err != nil {
+		return nil, fmt.Errorf("count ready items: %w", err)
+	}
+	return ready, nil
+}
+
+// editItem runs a dead.edit (engine.EditOp): it reads the item (locking its
+// row), lets op.Edit change its body and history, and writes them.
+func editItem(ctx context.Context, tx pgx.Tx, queueID uint64, name string, op *engine.EditOp) (queue.Item, error) {
+	cur, err := scanItem(tx.QueryRow(ctx, `SELECT `+itemColumns+` FROM styx_items WHERE queue_id=$1 AND id=$2 AND partition=$3 FOR UPDATE`,
+		int64(queueID), int64(op.Ref.ID), op.Ref.Partition))
+	if errors.Is(err, pgx.ErrNoRows) {
+		return queue.Item{}, apierr.New(apierr.NotFound, "no such item; '%s' is not in partition %d of queue '%s'",
+			queue.FormatID(op.Ref.ID), op.Ref.Partition, name)
+	}
+	if err != nil {
+		return queue.Item{}, err
+	}
+	if cur.Meta.Leased {
+		return queue.Item{}, apierr.New(apierr.Conflict, "item is leased; a consumer of queue '%s' holds '%s'", name, queue.FormatID(op.Ref.ID))
+	}
+	if err := op.Edit(&cur); err != nil {
+		return queue.Item{}, err
+	}
+	b := &cur.Body
+	_, err = tx.Exec(ctx, `UPDATE styx_items SET reference=$3, kind=$4, encoding=$5, payload=$6, errors=$7 WHERE queue_id=$1 AND id=$2`,
+		int64(queueID), int64(op.Ref.ID), b.Reference, b.Kind, b.Encoding, nonNil(b.Payload), encodeErrors(cur.Errors.Errors))
+	return cur, err
+}

@@ -1,0 +1,450 @@
+package postgres
+
+import (
+	"context"
+	"errors"
+	"log/slog"
+	"strconv"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+
+	"github.com/styxq/styx/internal/clock"
+	"github.com/styxq/styx/internal/engine"
+	"github.com/styxq/styx/internal/queue"
+	"github.com/styxq/styx/internal/store"
+	"github.com/styxq/styx/metrics"
+)
+
+// Defaults of Config.
+const (
+	DefaultStatementTimeout = 5 * time.Second
+	DefaultRefreshInterval  = time.Second
+)
+
+// Config configures a Manager.
+type Config struct {
+	// URL is the database's connection string (pgx syntax). Required.
+	URL string
+	// MaxConns bounds the connection pool; 0 means pgx's default
+	// (max(4, number of CPUs)).
+	MaxConns int32
+	Clock    clock.Clock
+	Log      *slog.Logger
+	Metrics  *metrics.Metrics
+	// StatementTimeout bounds one loop transaction, so that a request
+	// never waits on a stalled database past it (453); default 5s.
+	StatementTimeout time.Duration
+	// RefreshInterval is how often the node re-reads the queue
+	// definitions and the earliest lifecycle time of every queue (the
+	// fallback when a notification is missed); default 1s.
+	RefreshInterval time.Duration
+}
+
+// Manager is this node's view of the queues in the database: it implements
+// queue.Queues, runs one Queue loop per queue, listens for notifications
+// (items ready, queue definitions changed) and re-reads the definitions
+// every RefreshInterval. Queue administration is serialized across nodes by
+// an advisory lock, so the dead-letter rules hold cluster-wide.
+//
+// Locks: mu guards the maps; it is never held while calling into a loop or
+// the database.
+type Manager struct {
+	cfg     Config
+	st      *Store
+	ctx     context.Context
+	cancel  context.CancelFunc
+	wg      sync.WaitGroup
+	refresh chan struct{}
+
+	mu     sync.RWMutex
+	infos  map[uint64]queue.QueueInfo
+	names  map[string]uint64
+	queues map[uint64]*Queue
+	// gen counts adopt calls; adopted holds the gen at which each queue
+	// was last adopted, so that a reload whose read began earlier neither
+	// forgets a queue created since nor reverts a newer definition.
+	gen     uint64
+	adopted map[uint64]uint64
+	closed  bool
+}
+
+var _ queue.Queues = (*Manager)(nil)
+
+// Open connects, migrates the schema and starts a loop for every queue.
+func Open(ctx context.Context, cfg Config) (*Manager, error) {
+	if cfg.StatementTimeout <= 0 {
+		cfg.StatementTimeout = DefaultStatementTimeout
+	}
+	if cfg.RefreshInterval <= 0 {
+		cfg.RefreshInterval = DefaultRefreshInterval
+	}
+	if cfg.Clock == nil {
+		cfg.Clock = clock.Real{}
+	}
+	st, err := OpenStore(ctx, cfg.URL, cfg.MaxConns)
+	if err != nil {
+		return nil, err
+	}
+	m := &Manager{cfg: cfg, st: st, refresh: make(chan struct{}, 1),
+		infos: map[uint64]queue.QueueInfo{}, names: map[string]uint64{}, queues: map[uint64]*Queue{}, adopted: map[uint64]uint64{}}
+	m.ctx, m.cancel = context.WithCancel(context.Background())
+	if err := m.reload(ctx); err != nil {
+		st.Close()
+		return nil, err
+	}
+	m.wg.Go(m.listen)
+	m.wg.Go(m.refresher)
+	return m, nil
+}
+
+// Store returns the catalog and task store (the redrive runner's TaskStore).
+func (m *Manager) Store() *Store { return m.st }
+
+func (m *Manager) now() int64 { return m.cfg.Clock.Now().UnixNano() }
+
+func (m *Manager) cachedInfo(id uint64) (queue.QueueInfo, bool) {
+	m.mu.RLock()
+	defer m.mu.RUnlock()
+	info, ok := m.infos[id]
+	return info, ok
+}
+
+func (m *Manager) cachedInfoByName(name string) (queue.QueueInfo, bool) {
+	m.mu.RLock()
+	defer m.mu.RUnlock()
+	id, ok := m.names[name]
+	return m.infos[id], ok
+}
+
+// signalQueue wakes the loop of queue id, if this node runs one.
+func (m *Manager) signalQueue(id uint64, ready bool, due int64) {
+	m.mu.RLock()
+	q := m.queues[id]
+	m.mu.RUnlock()
+	if q != nil {
+		q.signal(ready, due)
+	}
+}
+
+// reload re-reads every queue definition with the earliest lifecycle time
+// of its items, starts loops for new queues, stops those of deleted ones and
+// tells each loop when its lifecycle work is due.
+func (m *Manager) reload(ctx context.Context) error {
+	m.mu.RLock()
+	gen := m.gen
+	m.mu.RUnlock()
+	rows, err := m.st.pool.Query(ctx, `SELECT `+queueColumns+`,
+		coalesce((SELECT deadline FROM styx_items i WHERE i.queue_id=q.id AND i.state<>0 ORDER BY deadline LIMIT 1), 0),
+		coalesce((SELECT expire_deadline FROM styx_items i WHERE i.queue_id=q.id AND i.state<>1 AND i.expire_deadline<>0
+			ORDER BY expire_deadline LIMIT 1), 0)
+		FROM styx_queues q`)
+	if err != nil {
+		return wrap("load queues", err)
+	}
+	type loaded struct {
+		info queue.QueueInfo
+		due  int64
+	}
+	all, err := pgx.CollectRows(rows, func(r pgx.CollectableRow) (loaded, error) {
+		var q queueRow
+		var timed, expiry int64
+		err := r.Scan(append(q.dest(), &timed, &expiry)...)
+		return loaded{info: q.info(), due: engine.Earliest(timed, expiry)}, err
+	})
+	if err != nil {
+		return wrap("load queues", err)
+	}
+	var stopped []*Queue
+	m.mu.Lock()
+	if m.closed {
+		m.mu.Unlock()
+		return nil
+	}
+	seen := make(map[uint64]bool, len(all))
+	for _, l := range all {
+		seen[l.info.ID] = true
+		if m.adopted[l.info.ID] > gen {
+			continue // adopted since the read began: newer than l
+		}
+		m.infos[l.info.ID] = l.info
+		m.cfg.Metrics.InitQueue(l.info.Name, l.info.DeadQueue)
+		m.names[l.info.Name] = l.info.ID
+		if m.queues[l.info.ID] == nil {
+			m.queues[l.info.ID] = newQueue(m, l.info)
+		}
+	}
+	for id, info := range m.infos {
+		if !seen[id] && m.adopted[id] <= gen {
+			stopped = append(stopped, m.forget(id, info.Name)...)
+		}
+	}
+	queues := make(map[uint64]*Queue, len(m.queues))
+	for id, q := range m.queues {
+		queues[id] = q
+	}
+	m.mu.Unlock()
+	for _, q := range stopped {
+		go q.Loop.Stop(queue.NotFound(q.name)) // deleted on another node
+	}
+	for _, l := range all {
+		if q := queues[l.info.ID]; q != nil && l.due != 0 {
+			q.signal(false, l.due)
+		}
+	}
+	return nil
+}
+
+// forget removes a queue from the maps and returns its loop to stop. Needs
+// mu.
+func (m *Manager) forget(id uint64, name string) []*Queue {
+	m.cfg.Metrics.ForgetQueue(name)
+	delete(m.infos, id)
+	delete(m.adopted, id)
+	if m.names[name] == id {
+		delete(m.names, name)
+	}
+	q := m.queues[id]
+	delete(m.queues, id)
+	if q == nil {
+		return nil
+	}
+	return []*Queue{q}
+}
+
+// refresher re-reads the queue definitions every RefreshInterval, and at
+// once when told to, and folds the item counts every countsFoldInterval.
+func (m *Manager) refresher() {
+	t := time.NewTicker(m.cfg.RefreshInterval)
+	defer t.Stop()
+	fold := time.NewTicker(countsFoldInterval)
+	defer fold.Stop()
+	for {
+		select {
+		case <-m.ctx.Done():
+			return
+		case <-t.C:
+		case <-m.refresh:
+		case <-fold.C:
+			ctx, cancel := context.WithTimeout(m.ctx, m.cfg.StatementTimeout)
+			if _, err := m.foldCounts(ctx); err != nil && m.ctx.Err() == nil {
+				m.cfg.Log.Warn("postgres: folding the item counts failed", "error", err)
+			}
+			cancel()
+			continue
+		}
+		ctx, cancel := context.WithTimeout(m.ctx, m.cfg.StatementTimeout)
+		if err := m.reload(ctx); err != nil && m.ctx.Err() == nil {
+			m.cfg.Log.Warn("postgres: reloading the queue definitions failed", "error", err)
+		}
+		cancel()
+	}
+}
+
+func (m *Manager) requestRefresh() {
+	select {
+	case m.refresh <- struct{}{}:
+	default:
+	}
+}
+
+// listen holds one connection that LISTENs on the schema's channel and
+// dispatches notifications: "c" (queue definitions changed) and "i:<queue
+// id>" (items may be ready). It reconnects with a back-off; after each
+// (re)connection every loop looks for items, since notifications may have
+// been missed.
+func (m *Manager) listen() {
+	backoff := 100 * time.Millisecond
+	for m.ctx.Err() == nil {
+		err := m.listenOnce()
+		if m.ctx.Err() != nil {
+			return
+		}
+		m.cfg.Log.Warn("postgres: LISTEN connection lost; reconnecting", "error", err, "in", backoff)
+		select {
+		case <-m.ctx.Done():
+			return
+		case <-time.After(backoff):
+		}
+		backoff = min(backoff*2, 2*time.Second)
+	}
+}
+
+func (m *Manager) listenOnce() error {
+	conn, err := pgx.ConnectConfig(m.ctx, m.st.pool.Config().ConnConfig.Copy())
+	if err != nil {
+		return err
+	}
+	defer conn.Close(context.Background())
+	if _, err := conn.Exec(m.ctx, "LISTEN "+pgx.Identifier{m.st.channel}.Sanitize()); err != nil {
+		return err
+	}
+	m.requestRefresh()
+	m.mu.RLock()
+	for _, q := range m.queues {
+		q.signal(true, 0)
+	}
+	m.mu.RUnlock()
+	for {
+		n, err := conn.WaitForNotification(m.ctx)
+		if err != nil {
+			return err
+		}
+		switch {
+		case n.Payload == "c":
+			m.requestRefresh()
+		case strings.HasPrefix(n.Payload, "i:"):
+			if id, err := strconv.ParseUint(n.Payload[2:], 10, 64); err == nil {
+				m.signalQueue(id, true, 0)
+			}
+		}
+	}
+}
+
+// Get implements queue.Queues. A queue created on another node moments ago
+// is looked up in the database.
+func (m *Manager) Get(name string) (queue.Queue, error) {
+	m.mu.RLock()
+	q := m.queues[m.names[name]]
+	m.mu.RUnlock()
+	if q != nil {
+		return q, nil
+	}
+	ctx, cancel := context.WithTimeout(m.ctx, m.cfg.StatementTimeout)
+	defer cancel()
+	info, err := m.Info(ctx, name)
+	if err != nil {
+		return nil, err
+	}
+	return m.adopt(info)
+}
+
+// adopt records a queue definition and returns its loop, starting it if
+// needed.
+func (m *Manager) adopt(info queue.QueueInfo) (*Queue, error) {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	if m.closed {
+		return nil, engine.ErrShuttingDown
+	}
+	if old, ok := m.names[info.Name]; ok && old != info.ID {
+		// Deleted and re-created under the same name.
+		for _, q := range m.forget(old, info.Name) {
+			go q.Loop.Shutdown()
+		}
+	}
+	m.gen++
+	m.adopted[info.ID] = m.gen
+	m.infos[info.ID] = info
+	m.cfg.Metrics.InitQueue(info.Name, info.DeadQueue)
+	m.names[info.Name] = info.ID
+	q := m.queues[info.ID]
+	if q == nil {
+		q = newQueue(m, info)
+		m.queues[info.ID] = q
+	}
+	return q, nil
+}
+
+// Info implements queue.Queues, from the database.
+func (m *Manager) Info(ctx context.Context, name string) (queue.QueueInfo, error) {
+	info, err := m.st.GetQueue(ctx, name)
+	if errors.Is(err, store.ErrQueueNotFound) {
+		return info, queue.NotFound(name)
+	}
+	return info, err
+}
+
+// List implements queue.Queues, from the database.
+func (m *Manager) List(ctx context.Context, p queue.ListQueuesParams) ([]queue.QueueInfo, error) {
+	return m.st.ListQueues(ctx, p)
+}
+
+// admin is the manager's engine.Admin: a step is a transaction that holds
+// the schema's admin lock (so concurrent changes on several nodes are
+// checked one after the other), with every definition read under it, and
+// tells the other nodes at commit.
+func (m *Manager) admin(ctx context.Context, fn func(engine.Definitions, map[string]queue.QueueInfo) error) error {
+	err := pgx.BeginFunc(ctx, m.st.pool, func(tx pgx.Tx) error {
+		if _, err := tx.Exec(ctx, `SELECT pg_advisory_xact_lock(hashtext('styx-admin:' || current_schema()))`); err != nil {
+			return err
+		}
+		infos, err := listQueues(ctx, tx, queue.ListQueuesParams{})
+		if err != nil {
+			return err
+		}
+		all := make(map[string]queue.QueueInfo, len(infos))
+		for _, i := range infos {
+			all[i.Name] = i
+		}
+		if err := fn(txDefinitions{tx}, all); err != nil {
+			return err
+		}
+		_, err = tx.Exec(ctx, `SELECT pg_notify($1, 'c')`, m.st.channel)
+		return err
+	})
+	return wrap("queue admin", err)
+}
+
+// txDefinitions are the queue definitions of an admin transaction.
+type txDefinitions struct{ tx pgx.Tx }
+
+func (d txDefinitions) CreateQueue(ctx context.Context, info queue.QueueInfo) (queue.QueueInfo, error) {
+	return createQueue(ctx, d.tx, info)
+}
+
+func (d txDefinitions) UpdateQueue(ctx context.Context, info queue.QueueInfo) error {
+	return updateQueue(ctx, d.tx, info)
+}
+
+func (d txDefinitions) DeleteQueue(ctx context.Context, name string) error {
+	return deleteQueue(ctx, d.tx, name)
+}
+
+// Create implements queue.Queues (engine.CreateQueue); this node serves the
+// queue at once, the others once notified.
+func (m *Manager) Create(ctx context.Context, info queue.QueueInfo) error {
+	info, err := engine.CreateQueue(ctx, m.admin, info, nil)
+	if err != nil {
+		return err
+	}
+	_, err = m.adopt(info)
+	return err
+}
+
+// Update implements queue.Queues (engine.UpdateQueue).
+func (m *Manager) Update(ctx context.Context, name string, change func(*queue.QueueInfo) error) error {
+	info, err := engine.UpdateQueue(ctx, m.admin, name, change, nil)
+	if err != nil {
+		return err
+	}
+	_, err = m.adopt(info)
+	return err
+}
+
+// Delete implements queue.Queues (engine.DeleteQueue): the queue's items go
+// with it; this node stops its loop once the delete is committed.
+func (m *Manager) Delete(ctx context.Context, name string) error {
+	info, err := engine.DeleteQueue(ctx, m.admin, name, nil)
+	if err != nil {
+		return err
+	}
+	m.mu.Lock()
+	stopped := m.forget(info.ID, name)
+	m.mu.Unlock()
+	for _, q := range stopped {
+		q.Loop.Stop(queue.NotFound(name))
+	}
+	return nil
+}
+
+// Close stops the loops (finishing the requests they took), the listener
+// and the refresher, and closes the pool.
+func (m *Manager) Close() {
+	engine.CloseAll(&m.mu, &m.closed, m.queues)
+	m.cancel()
+	m.wg.Wait()
+	m.st.Close()
+}

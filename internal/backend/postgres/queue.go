@@ -1,0 +1,467 @@
+package postgres
+
+import (
+	"cmp"
+	"context"
+	"errors"
+	"iter"
+	"slices"
+	"sync/atomic"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+
+	"github.com/styxq/styx/internal/apierr"
+	"github.com/styxq/styx/internal/engine"
+	"github.com/styxq/styx/internal/queue"
+)
+
+const (
+	// pollInterval is how often a loop with waiting leases looks for items
+	// without being told of any: a safety net for notifications lost while
+	// a node's LISTEN connection reconnects, not the wake-up path.
+	pollInterval = time.Second
+	// busyBackoff is how long a loop waits before retrying lifecycle work
+	// that another node holds locked.
+	busyBackoff = 50 * time.Millisecond
+)
+
+// Queue is one queue as served by this node: the engine.Backend of its
+// engine.Loop, which runs the requests arriving together, with due
+// lifecycle work and the waiting leases it can serve, as one transaction. Other nodes
+// run their own loop for the same queue; PostgreSQL arbitrates. Methods may
+// be called from any goroutine; they implement queue.Queue with the
+// semantics documented on engine.Engine and queue.Queue, except that Reload has nothing to
+// reload and Stats counts the waiting leases of this node only.
+type Queue struct {
+	m    *Manager
+	name string
+	id   uint64
+	// Engine runs the requests (the same on every backend); the queue
+	// gives each of its iterations a transaction (tx.go).
+	engine.Engine
+
+	// The loop is woken (signal) when items may have become ready
+	// (readyHint) or lifecycle work may be due (dueHint).
+	readyHint atomic.Bool
+	dueHint   atomic.Int64
+
+	// Owned by the loop.
+	// joined is the count of leases that had joined the waiters when the
+	// loop last looked: a new one makes the iteration serve.
+	joined uint64
+	// deadNext is the tie-break cursor of this queue's dead-letter moves
+	// (deadPartitions): the dead-letter queue partition after the one the
+	// last dead item of this queue went to on this node. It is this
+	// queue's, not the dead-letter queue's (whose loop takes no part in a
+	// move here), so equals take turns per source queue and node.
+	deadNext int
+	// nextDue is the earliest known lifecycle time (Unix ns, 0: none).
+	nextDue  int64
+	lastPoll int64
+}
+
+func newQueue(m *Manager, info queue.QueueInfo) *Queue {
+	q := &Queue{m: m, name: info.Name, id: info.ID}
+	q.Engine = engine.NewEngine(info.Name, m.cfg.Clock, m.cfg.Metrics)
+	q.Loop.Log = m.cfg.Log
+	// Lifecycle work may be due from before this node started.
+	q.nextDue = 1
+	q.Loop.Start(q)
+	return q
+}
+
+// signal wakes the loop: ready says items may be ready, due (Unix ns, 0:
+// none) that lifecycle work is due then.
+func (q *Queue) signal(ready bool, due int64) {
+	if ready {
+		q.readyHint.Store(true)
+	}
+	if due != 0 {
+		for {
+			old := q.dueHint.Load()
+			if (old != 0 && old <= due) || q.dueHint.CompareAndSwap(old, due) {
+				break
+			}
+		}
+	}
+	q.Loop.Wake()
+}
+
+// Reload implements queue.Queue: the database is the state, so there is
+// nothing to rebuild; it checks that the queue still exists.
+func (q *Queue) Reload(ctx context.Context) error {
+	_, err := q.m.Info(ctx, q.name)
+	return err
+}
+
+// Open is a no-op: the database is the state (engine.Backend).
+func (q *Queue) Open() {}
+
+// Stopped is a no-op: every request is answered in its iteration
+// (engine.Backend).
+func (q *Queue) Stopped() {}
+
+// Recover answers err to the requests of a panicked iteration not answered
+// yet and to the waiting leases (engine.Backend). The database is the
+// state and the iteration's transaction was rolled back (Iterate), so
+// nothing is rebuilt: the lifecycle runs again at the next iteration.
+func (q *Queue) Recover(reqs []*engine.Request, err error) {
+	for _, r := range reqs {
+		r.Answer(nil, err)
+	}
+	q.Loop.Waiters.Fail(err)
+	q.nextDue = 1
+}
+
+// NextWake returns when the lifecycle is next due, and while leases wait,
+// when to look for items without a hint (engine.Backend).
+func (q *Queue) NextWake(int64) int64 {
+	next := q.nextDue
+	if q.Loop.Waiters.Len() > 0 {
+		next = engine.Earliest(next, q.lastPoll+int64(pollInterval))
+	}
+	return next
+}
+
+// Iterate runs one loop iteration (engine.Backend) as one transaction:
+// poll says the timer fired (look for items for the waiting leases even
+// without a hint). An iteration with no request, no lifecycle work due and
+// nothing new for the waiting leases runs no transaction.
+func (q *Queue) Iterate(now int64, work []*engine.Request, poll bool) {
+	info, ok := q.m.cachedInfo(q.id)
+	if !ok {
+		for _, r := range work {
+			r.Answer(nil, queue.NotFound(q.name))
+		}
+		q.Loop.Waiters.Fail(queue.NotFound(q.name))
+		return
+	}
+	serve := poll || q.readyHint.Swap(false)
+	if j := q.Loop.Waiters.Joined(); j != q.joined {
+		serve, q.joined = true, j
+	}
+	if due := q.dueHint.Swap(0); due != 0 {
+		q.nextDue = engine.Earliest(q.nextDue, due)
+	}
+	lifecycle := q.nextDue != 0 && q.nextDue <= now
+	if len(work) == 0 && !lifecycle && !(serve && q.Loop.Waiters.Len() > 0) {
+		return
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), q.m.cfg.StatementTimeout)
+	defer cancel()
+	tx, err := q.m.st.pool.Begin(ctx)
+	if err != nil {
+		err = wrap("queue '"+q.name+"'", err)
+		for _, r := range work {
+			r.Answer(nil, err)
+		}
+		q.Loop.Waiters.Fail(err)
+		return
+	}
+	defer func() {
+		// A panic in the iteration: end its transaction (nothing of it is
+		// committed, or all of it was) before the loop recovers.
+		if v := recover(); v != nil {
+			_ = tx.Rollback(context.Background())
+			panic(v)
+		}
+	}()
+	if q.Loop.Waiters.Len() > 0 {
+		q.lastPoll = now
+	}
+	it := &iteration{q: q, ctx: ctx, tx: tx, now: now, info: info, lifecycle: lifecycle, rows: map[int64]row{}}
+	q.Engine.Iterate(it, now, work, lifecycle)
+}
+
+// learnDue sets when the lifecycle is next due, once the iteration's
+// changes are written (so the statement sees them). An item that is due
+// already is held by another node's transaction: look again shortly.
+func (q *Queue) learnDue(ctx context.Context, tx pgx.Tx, it *iteration) error {
+	if it.more {
+		q.nextDue = it.now // more is due: run again at once
+		return nil
+	}
+	next, err := nextDue(ctx, tx, q.id)
+	if err != nil {
+		return err
+	}
+	if next != 0 && next <= it.now {
+		next = it.now + int64(busyBackoff)
+	}
+	q.nextDue = next
+	return nil
+}
+
+// Lock order. Two nodes run transactions on the same rows, so a
+// transaction must never wait for a row lock while it holds one that the
+// other may wait for. An iteration therefore waits in one statement only,
+// its first (Lock): it locks every row its requests name (complete, retry,
+// renew, delete) or select (clear), in id order, so two such statements never wait
+// for each other in a cycle. Everything after it either skips rows other
+// transactions hold (the lifecycle, leases, clear: SKIP LOCKED) or touches
+// rows it holds already or created itself. The one exception is an insert
+// whose source key another transaction has just inserted and not yet
+// committed (a dead-letter move, a redrive, an import with a source_id):
+// PostgreSQL makes it wait for that transaction on the unique index. Such
+// a wait holds no row lock the other may want; an import inserts in key
+// order, so two imports of the same keys wait in one order (two
+// iterations that insert the same keys in different statements could
+// still wait in a cycle, which PostgreSQL breaks by failing one with
+// 40P01; it needs concurrent imports that repeat source_ids). The lifecycle
+// runs after the lock: a lease that expired by the time its complete
+// arrives is refused (leased) and then ended by the lifecycle, in the same
+// transaction.
+// The item-count triggers (counts.go) that every item statement fires
+// write only the counts rows of the transaction's own backend, which no
+// other live transaction writes, so they never wait either.
+
+// deadPartitions returns the dead-letter queue partition of each of the n
+// items of a move, in the order they are placed: the produce rule item by
+// item (docs/ARCHITECTURE.md "Partitions"), the same as the embedded
+// engine's. Each item goes to the partition with the fewest ready items
+// (engine.FewestReady), counting the items placed before it in the same
+// move, ties to the first partition at or after deadNext, which moves past
+// each partition chosen. The counts are the dead-letter queue's as this
+// transaction sees them (readyCounts: capped at readyCountCap, a plain read
+// that takes no row lock, so the lock order holds); moves and produces of
+// other transactions in flight are not seen.
+func (q *Queue) deadPartitions(ctx context.Context, tx pgx.Tx, dlqID uint64, partitions int32, n int) ([]int32, error) {
+	ready, err := readyCounts(ctx, tx, dlqID, partitions)
+	if err != nil {
+		return nil, err
+	}
+	parts := make([]int32, n)
+	for i := range parts {
+		p := engine.FewestReady(ready, q.deadNext)
+		ready[p]++
+		q.deadNext = p + 1
+		parts[i] = int32(p)
+	}
+	return parts, nil
+}
+
+// place sets a new item's state and expiry: scheduled when enqueueAt is in
+// the future, expiring expireTimeout after creation (or at expire when set).
+func (q *Queue) place(it *iteration, in *insert, enqueueAt, expire int64) {
+	if enqueueAt > it.now {
+		in.state, in.deadline = stateScheduled, enqueueAt
+		q.nextDue = engine.Earliest(q.nextDue, enqueueAt)
+	} else {
+		it.wakeQueue(q.id)
+	}
+	in.expire = expire
+	if in.expire == 0 && it.info.ExpireTimeout > 0 {
+		in.expire = it.now + int64(it.info.ExpireTimeout)
+	}
+	q.nextDue = engine.Earliest(q.nextDue, in.expire)
+}
+
+// bury moves dead items to the dead-letter queue, or drops them when the
+// queue has none (or is itself a dead-letter queue whose retention ended).
+func (q *Queue) bury(ctx context.Context, tx pgx.Tx, it *iteration, ds []death) error {
+	reasons := map[string]int{}
+	var attempts []int32
+	for _, d := range ds {
+		reasons[d.reason]++
+		attempts = append(attempts, d.attempts)
+	}
+	if it.info.DeadQueue == "" {
+		ids := make([]int64, len(ds))
+		for i, d := range ds {
+			ids[i] = d.id
+		}
+		if _, err := deleteIDs(ctx, tx, q.id, ids); err != nil {
+			return err
+		}
+		dropped := slices.Clone(ds)
+		it.metrics = append(it.metrics, func() {
+			for _, d := range dropped {
+				msg := "dead item dropped: the queue has no dead_queue"
+				if queue.IsDeadCopyKey(d.sourceKey) {
+					msg = "dead item dropped: its retention in the dead-letter queue ended"
+				}
+				q.m.cfg.Log.Warn(msg, "queue", q.name, "id", queue.FormatID(uint64(d.id)), "reason", d.reason, "attempts", d.attempts)
+				q.m.cfg.Metrics.ItemsDropped.WithLabelValues(q.name, d.reason).Inc()
+				q.m.cfg.Metrics.ItemAttempts.WithLabelValues("dropped").Observe(float64(d.attempts))
+			}
+		})
+		return nil
+	}
+	to, ok := q.m.cachedInfoByName(it.info.DeadQueue)
+	if !ok {
+		// Created on another node and not yet heard of here: read it in
+		// this transaction (a plain read, no lock) and serve it from now on.
+		info, err := scanQueue(tx.QueryRow(ctx, `SELECT `+queueColumns+` FROM styx_queues WHERE name=$1`, it.info.DeadQueue))
+		if errors.Is(err, pgx.ErrNoRows) {
+			return apierr.New(apierr.Retry, "dead-letter queue '%s' of queue '%s' not found; retry", it.info.DeadQueue, q.name)
+		}
+		if err != nil {
+			return err
+		}
+		if _, err := q.m.adopt(info); err != nil {
+			return err
+		}
+		to = info
+	}
+	// Placed and numbered in id order, the order the dead-letter queue's new
+	// ids follow (moveDead).
+	ds = slices.Clone(ds)
+	slices.SortFunc(ds, func(a, b death) int { return cmp.Compare(a.id, b.id) })
+	parts, err := q.deadPartitions(ctx, tx, to.ID, max(to.Partitions, 1), len(ds))
+	if err != nil {
+		return err
+	}
+	if _, err := moveDead(ctx, tx, q.id, q.name, dlq{id: to.ID, name: to.Name, expire: int64(to.ExpireTimeout)}, ds, parts, it.now); err != nil {
+		return err
+	}
+	it.wakeQueue(to.ID)
+	it.metrics = append(it.metrics, func() {
+		for reason, n := range reasons {
+			q.m.cfg.Metrics.DeadLettered.WithLabelValues(q.name, to.Name, reason).Add(float64(n))
+		}
+		for _, a := range attempts {
+			q.m.cfg.Metrics.ItemAttempts.WithLabelValues("dead_lettered").Observe(float64(a))
+		}
+		if to.ExpireTimeout > 0 {
+			q.m.signalQueue(to.ID, false, it.now+int64(to.ExpireTimeout))
+		}
+	})
+	return nil
+}
+
+// Stats implements queue.Queue from the database; LeaseWaiting counts this
+// node's waiting leases only, and no item is ever dying (moves are atomic).
+func (q *Queue) Stats(ctx context.Context) (queue.Stats, error) {
+	info, err := q.m.Info(ctx, q.name)
+	if err != nil {
+		return queue.Stats{}, err
+	}
+	now := q.m.now()
+	s := queue.Stats{LeaseWaiting: q.Loop.Waiters.Len(), DeadByReason: map[string]int{}, DeadBySource: map[string]int{}}
+	s.Partitions = make([]queue.PartitionStats, info.Partitions)
+	for i := range s.Partitions {
+		s.Partitions[i].Partition = int32(i)
+	}
+	rows, err := q.m.st.pool.Query(ctx, `SELECT partition, count(*), count(*) FILTER (WHERE state=1), count(*) FILTER (WHERE state=2),
+		count(*) FILTER (WHERE attempts>0 AND state<>1 AND dead_reason=''),
+		coalesce(avg($2 - created_at), 0)::bigint,
+		coalesce(avg($2 - (deadline - $3)) FILTER (WHERE state=1), 0)::bigint,
+		min(created_at)
+		FROM styx_items WHERE queue_id=$1 GROUP BY partition`, int64(info.ID), now, int64(info.LeaseTimeout))
+	if err != nil {
+		return s, wrap("stats", err)
+	}
+	var oldest int64
+	for rows.Next() {
+		var p, total, leasedN, sched, failures int32
+		var age, leasedAge, minCreated int64
+		if err := rows.Scan(&p, &total, &leasedN, &sched, &failures, &age, &leasedAge, &minCreated); err != nil {
+			rows.Close()
+			return s, wrap("stats", err)
+		}
+		if p < 0 || p >= info.Partitions {
+			continue
+		}
+		s.Partitions[p] = queue.PartitionStats{Partition: p, Total: int(total), Leased: int(leasedN), Scheduled: int(sched),
+			Failures: int(failures), AverageAge: time.Duration(age), AverageLeasedAge: time.Duration(leasedAge)}
+		oldest = engine.Earliest(oldest, minCreated)
+	}
+	if err := rows.Err(); err != nil {
+		return s, wrap("stats", err)
+	}
+	s.Oldest = queue.FromNanos(oldest)
+	if !s.Oldest.IsZero() {
+		s.Oldest = s.Oldest.Local()
+	}
+	rows, err = q.m.st.pool.Query(ctx, `SELECT dead_reason, source_queue, count(*) FROM styx_items
+		WHERE queue_id=$1 AND dead_reason<>'' GROUP BY 1, 2`, int64(info.ID))
+	if err != nil {
+		return s, wrap("stats", err)
+	}
+	for rows.Next() {
+		var reason, src string
+		var n int
+		if err := rows.Scan(&reason, &src, &n); err != nil {
+			rows.Close()
+			return s, wrap("stats", err)
+		}
+		s.DeadByReason[reason] += n
+		s.DeadBySource[src] += n
+	}
+	return s, wrap("stats", rows.Err())
+}
+
+// List implements queue.Queue: a committed snapshot, straight from the
+// database, scheduled items left out.
+func (q *Queue) List(ctx context.Context, partition int32, after uint64, limit int) ([]queue.Item, error) {
+	items, err := collectItems(q.m.st.pool.Query(ctx, `SELECT `+itemColumns+` FROM styx_items
+		WHERE queue_id=$1 AND partition=$2 AND state<>2 AND id>$3 ORDER BY id LIMIT $4`, int64(q.id), partition, int64(after), limit))
+	return items, q.readErr(err)
+}
+
+// Scheduled implements queue.Queue.
+func (q *Queue) Scheduled(ctx context.Context, partition int32, after uint64, limit int) ([]queue.Item, error) {
+	info, err := q.m.Info(ctx, q.name)
+	if err != nil {
+		return nil, err
+	}
+	if err := queue.CheckPartition(q.name, info.Partitions, partition); err != nil {
+		return nil, err
+	}
+	items, err := collectItems(q.m.st.pool.Query(ctx, `SELECT `+itemColumns+` FROM styx_items
+		WHERE queue_id=$1 AND partition=$2 AND state=2 AND id>$3 ORDER BY id LIMIT $4`, int64(q.id), partition, int64(after), limit))
+	return items, q.readErr(err)
+}
+
+// scanChunk is how many items Scan reads per statement.
+const scanChunk = 500
+
+// Scan implements queue.Queue (queue.Scan) from the database: the queue's
+// items in id order across partitions, scanChunk rows per statement.
+func (q *Queue) Scan(ctx context.Context, _ int32, f *queue.DeadFilter, p queue.ScanParams) ([]queue.Item, uint64, error) {
+	return queue.Scan(f, p, func(ids []uint64) iter.Seq2[queue.Item, error] {
+		return func(yield func(queue.Item, error) bool) {
+			ids64 := make([]int64, len(ids))
+			for i, id := range ids {
+				ids64[i] = int64(id)
+			}
+			got, err := collectItems(q.m.st.pool.Query(ctx, `SELECT `+itemColumns+` FROM styx_items
+				WHERE queue_id=$1 AND id = ANY($2) ORDER BY id`, int64(q.id), ids64))
+			yieldAll(yield, got, q.readErr(err))
+		}
+	}, func(after uint64) iter.Seq2[queue.Item, error] {
+		return func(yield func(queue.Item, error) bool) {
+			for {
+				got, err := collectItems(q.m.st.pool.Query(ctx, `SELECT `+itemColumns+` FROM styx_items
+					WHERE queue_id=$1 AND id>$2 ORDER BY id LIMIT $3`, int64(q.id), int64(after), scanChunk))
+				if !yieldAll(yield, got, q.readErr(err)) || len(got) < scanChunk {
+					return
+				}
+				after = got[len(got)-1].Meta.ID
+			}
+		}
+	})
+}
+
+// yieldAll yields err alone, or else every item; it reports whether to go
+// on.
+func yieldAll(yield func(queue.Item, error) bool, items []queue.Item, err error) bool {
+	if err != nil {
+		yield(queue.Item{}, err)
+		return false
+	}
+	for _, it := range items {
+		if !yield(it, nil) {
+			return false
+		}
+	}
+	return true
+}
+
+func (q *Queue) readErr(err error) error {
+	if err == nil {
+		return nil
+	}
+	return wrap("queue '"+q.name+"'", err)
+}

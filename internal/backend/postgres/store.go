@@ -1,0 +1,424 @@
+// Package postgres is Styx on PostgreSQL: several nodes serve the same queues
+// from one database, which decides every lease (ADR 0006). Each node runs one
+// loop goroutine per queue, as the single-node logical queue does, but the
+// loop is a batching front end: the requests it gathers in one iteration
+// become one transaction, leases are taken with FOR UPDATE SKIP LOCKED, and
+// lifecycle work (lease expiry, scheduled items, expiry, dead-lettering) is
+// done by whichever node gets to a due item first, in the same kind of
+// statements, so no item is handled twice. A dead-letter move is one
+// transaction. LISTEN/NOTIFY wakes waiting leases on every node when items
+// become ready, and tells nodes of queue changes. See docs/storage/postgres.md.
+package postgres
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"hash/fnv"
+	"net"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgconn"
+	"github.com/jackc/pgx/v5/pgxpool"
+
+	"github.com/styxq/styx/internal/apierr"
+	"github.com/styxq/styx/internal/queue"
+	"github.com/styxq/styx/internal/store"
+)
+
+// Store holds the connection pool and implements the queue catalog and the
+// task store (store.Catalog and store.TaskStore) on PostgreSQL. The Manager
+// uses it; it is exported for the conformance suite.
+type Store struct {
+	pool *pgxpool.Pool
+	// channel is the NOTIFY channel of the schema the store uses.
+	channel string
+	// claims holds the connection of each task claim (ClaimTask) until
+	// its release; guarded by claimsMu.
+	claimsMu sync.Mutex
+	claims   map[string]*pgxpool.Conn
+}
+
+// DefaultConnectTimeout bounds a new connection when the URL sets none, so
+// that requests fail fast (453) while the database is down.
+const DefaultConnectTimeout = 2 * time.Second
+
+// OpenStore connects to url (a PostgreSQL URL or key=value DSN; pgx syntax,
+// e.g. "postgres://styx@db:5432/styx?sslmode=disable") and applies the
+// schema migrations. The schema is the connection's current schema
+// (search_path), so several Styx installations can share one database.
+func OpenStore(ctx context.Context, url string, maxConns int32) (*Store, error) {
+	cfg, err := pgxpool.ParseConfig(url)
+	if err != nil {
+		return nil, fmt.Errorf("postgres url: %w", err)
+	}
+	if cfg.ConnConfig.ConnectTimeout == 0 {
+		cfg.ConnConfig.ConnectTimeout = DefaultConnectTimeout
+	}
+	if maxConns > 0 {
+		cfg.MaxConns = maxConns
+	}
+	cfg.HealthCheckPeriod = 5 * time.Second
+	pool, err := pgxpool.NewWithConfig(ctx, cfg)
+	if err != nil {
+		return nil, fmt.Errorf("postgres: %w", err)
+	}
+	if err := migrate(ctx, pool); err != nil {
+		pool.Close()
+		return nil, fmt.Errorf("postgres: migrate: %w", err)
+	}
+	if _, err := backfillFingerprints(ctx, pool); err != nil {
+		pool.Close()
+		return nil, fmt.Errorf("postgres: %w", err)
+	}
+	var schema string
+	if err := pool.QueryRow(ctx, `SELECT current_schema()`).Scan(&schema); err != nil {
+		pool.Close()
+		return nil, fmt.Errorf("postgres: %w", err)
+	}
+	h := fnv.New32a()
+	h.Write([]byte(schema))
+	return &Store{pool: pool, channel: fmt.Sprintf("styx_%08x", h.Sum32())}, nil
+}
+
+// Close closes the pool.
+func (s *Store) Close() error {
+	s.pool.Close()
+	return nil
+}
+
+// querier is a pool or a transaction.
+type querier interface {
+	Exec(ctx context.Context, sql string, args ...any) (pgconn.CommandTag, error)
+	Query(ctx context.Context, sql string, args ...any) (pgx.Rows, error)
+	QueryRow(ctx context.Context, sql string, args ...any) pgx.Row
+}
+
+// queueColumns are the styx_queues columns queueRow scans, in its order.
+const queueColumns = `id, name, dead_queue, reference, lease_timeout, expire_timeout, max_attempts, partitions, created_at, updated_at, namespace, attributes`
+
+// queueRow receives queueColumns from a row: scan into dest(), then read
+// info().
+type queueRow struct {
+	q                                   queue.QueueInfo
+	id, lease, expire, created, updated int64
+}
+
+func (r *queueRow) dest() []any {
+	return []any{&r.id, &r.q.Name, &r.q.DeadQueue, &r.q.Reference, &r.lease, &r.expire, &r.q.MaxAttempts, &r.q.Partitions,
+		&r.created, &r.updated, &r.q.Namespace, &r.q.Attributes}
+}
+
+func (r *queueRow) info() queue.QueueInfo {
+	q := r.q
+	q.ID, q.LeaseTimeout, q.ExpireTimeout = uint64(r.id), time.Duration(r.lease), time.Duration(r.expire)
+	q.CreatedAt, q.UpdatedAt = queue.FromNanos(r.created), queue.FromNanos(r.updated)
+	return q
+}
+
+func scanQueue(row pgx.Row) (queue.QueueInfo, error) {
+	var r queueRow
+	err := row.Scan(r.dest()...)
+	return r.info(), err
+}
+
+// CreateQueue implements store.Catalog.
+func (s *Store) CreateQueue(ctx context.Context, info queue.QueueInfo) (queue.QueueInfo, error) {
+	return createQueue(ctx, s.pool, info)
+}
+
+func createQueue(ctx context.Context, q querier, info queue.QueueInfo) (queue.QueueInfo, error) {
+	var id int64
+	err := q.QueryRow(ctx, `INSERT INTO styx_queues (name, dead_queue, reference, lease_timeout, expire_timeout, max_attempts, partitions, created_at, updated_at, namespace, attributes)
+		VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11) ON CONFLICT (name) DO NOTHING RETURNING id`,
+		info.Name, info.DeadQueue, info.Reference, int64(info.LeaseTimeout), int64(info.ExpireTimeout), info.MaxAttempts,
+		info.Partitions, queue.Nanos(info.CreatedAt), queue.Nanos(info.UpdatedAt), info.Namespace, info.Attributes).Scan(&id)
+	if errors.Is(err, pgx.ErrNoRows) {
+		return info, store.ErrQueueExists
+	}
+	if err != nil {
+		return info, wrap("create queue", err)
+	}
+	info.ID = uint64(id)
+	return info, nil
+}
+
+// UpdateQueue implements store.Catalog.
+func (s *Store) UpdateQueue(ctx context.Context, info queue.QueueInfo) error {
+	return updateQueue(ctx, s.pool, info)
+}
+
+func updateQueue(ctx context.Context, q querier, info queue.QueueInfo) error {
+	tag, err := q.Exec(ctx, `UPDATE styx_queues SET dead_queue=$3, reference=$4, lease_timeout=$5, expire_timeout=$6,
+		max_attempts=$7, partitions=$8, created_at=$9, updated_at=$10, namespace=$11, attributes=$12 WHERE name=$1 AND id=$2`,
+		info.Name, int64(info.ID), info.DeadQueue, info.Reference, int64(info.LeaseTimeout), int64(info.ExpireTimeout),
+		info.MaxAttempts, info.Partitions, queue.Nanos(info.CreatedAt), queue.Nanos(info.UpdatedAt), info.Namespace, info.Attributes)
+	if err != nil {
+		return wrap("update queue", err)
+	}
+	if tag.RowsAffected() == 0 {
+		return store.ErrQueueNotFound
+	}
+	return nil
+}
+
+// GetQueue implements store.Catalog.
+func (s *Store) GetQueue(ctx context.Context, name string) (queue.QueueInfo, error) {
+	q, err := scanQueue(s.pool.QueryRow(ctx, `SELECT `+queueColumns+` FROM styx_queues WHERE name=$1`, name))
+	if errors.Is(err, pgx.ErrNoRows) {
+		return q, store.ErrQueueNotFound
+	}
+	return q, wrap("get queue", err)
+}
+
+// ListQueues implements store.Catalog.
+func (s *Store) ListQueues(ctx context.Context, p queue.ListQueuesParams) ([]queue.QueueInfo, error) {
+	return listQueues(ctx, s.pool, p)
+}
+
+func listQueues(ctx context.Context, q querier, p queue.ListQueuesParams) ([]queue.QueueInfo, error) {
+	lim := any(nil) // LIMIT NULL is no limit
+	if p.Limit > 0 {
+		lim = p.Limit
+	}
+	rows, err := q.Query(ctx, `SELECT `+queueColumns+` FROM styx_queues
+		WHERE name COLLATE "C" >= $1 AND ($3 = '' OR namespace = $3) ORDER BY name COLLATE "C" LIMIT $2`, p.Pivot, lim, p.Namespace)
+	if err != nil {
+		return nil, wrap("list queues", err)
+	}
+	out, err := pgx.CollectRows(rows, func(r pgx.CollectableRow) (queue.QueueInfo, error) { return scanQueue(r) })
+	return out, wrap("list queues", err)
+}
+
+// DeleteQueue implements store.Catalog; the queue's items go with it.
+func (s *Store) DeleteQueue(ctx context.Context, name string) error {
+	return deleteQueue(ctx, s.pool, name)
+}
+
+// deleteQueue deletes a queue, its items (ON DELETE CASCADE) and then its
+// item counts, which the cascade's trigger has just written to. Counts rows
+// locked by a concurrent foldCounts are skipped, not waited for (a wait
+// there could close a cycle with the fold's upsert of shard 0); the fold
+// deletes them instead, as it deletes any counts of a queue that is gone.
+func deleteQueue(ctx context.Context, q querier, name string) error {
+	var id int64
+	err := q.QueryRow(ctx, `DELETE FROM styx_queues WHERE name=$1 RETURNING id`, name).Scan(&id)
+	if errors.Is(err, pgx.ErrNoRows) {
+		return store.ErrQueueNotFound
+	}
+	if err != nil {
+		return wrap("delete queue", err)
+	}
+	_, err = q.Exec(ctx, `DELETE FROM styx_item_counts c USING (
+		SELECT shard FROM styx_item_counts WHERE queue_id=$1 FOR UPDATE SKIP LOCKED) s
+		WHERE c.queue_id=$1 AND c.shard=s.shard`, id)
+	if err != nil {
+		return wrap("delete queue", err)
+	}
+	_, err = q.Exec(ctx, `DELETE FROM styx_dead_groups c USING (
+		SELECT source_queue, reason, fingerprint, shard FROM styx_dead_groups WHERE queue_id=$1 FOR UPDATE SKIP LOCKED) s
+		WHERE c.queue_id=$1 AND c.source_queue=s.source_queue AND c.reason=s.reason AND c.fingerprint=s.fingerprint AND c.shard=s.shard`, id)
+	return wrap("delete queue", err)
+}
+
+// PutTask implements store.TaskStore.
+func (s *Store) PutTask(ctx context.Context, t store.TaskRecord) error {
+	_, err := s.pool.Exec(ctx, `INSERT INTO styx_tasks (id, queue, data) VALUES ($1, $2, $3)
+		ON CONFLICT (id) DO UPDATE SET queue = excluded.queue, data = excluded.data`, []byte(t.ID), t.Queue, nonNil(t.Data))
+	return wrap("put task", err)
+}
+
+// ListTasks implements store.TaskStore.
+func (s *Store) ListTasks(ctx context.Context) ([]store.TaskRecord, error) {
+	rows, err := s.pool.Query(ctx, `SELECT id, queue, data FROM styx_tasks ORDER BY id`)
+	if err != nil {
+		return nil, wrap("list tasks", err)
+	}
+	out, err := pgx.CollectRows(rows, func(r pgx.CollectableRow) (store.TaskRecord, error) {
+		var t store.TaskRecord
+		var id []byte
+		err := r.Scan(&id, &t.Queue, &t.Data)
+		t.ID = string(id)
+		return t, err
+	})
+	return out, wrap("list tasks", err)
+}
+
+// DeleteTask implements store.TaskStore.
+func (s *Store) DeleteTask(ctx context.Context, id string) error {
+	_, err := s.pool.Exec(ctx, `DELETE FROM styx_tasks WHERE id=$1`, []byte(id))
+	return wrap("delete task", err)
+}
+
+// ClaimTask implements store.TaskClaimer with a session-level advisory lock
+// held on a connection of its own until release: a node that dies loses its
+// session, and with it its claims.
+func (s *Store) ClaimTask(ctx context.Context, id string) (func(), bool, error) {
+	conn, err := s.pool.Acquire(ctx)
+	if err != nil {
+		return nil, false, wrap("claim task", err)
+	}
+	const key = `hashtextextended('styx-task:' || current_schema() || ':' || encode($1::bytea, 'hex'), 0)`
+	var ok bool
+	if err := conn.QueryRow(ctx, `SELECT pg_try_advisory_lock(`+key+`)`, []byte(id)).Scan(&ok); err != nil || !ok {
+		conn.Release()
+		return nil, false, wrap("claim task", err)
+	}
+	s.claimsMu.Lock()
+	if s.claims == nil {
+		s.claims = map[string]*pgxpool.Conn{}
+	}
+	s.claims[id] = conn
+	s.claimsMu.Unlock()
+	release := func() {
+		s.claimsMu.Lock()
+		delete(s.claims, id)
+		s.claimsMu.Unlock()
+		ctx, cancel := context.WithTimeout(context.Background(), DefaultConnectTimeout)
+		defer cancel()
+		if _, err := conn.Exec(ctx, `SELECT pg_advisory_unlock(`+key+`)`, []byte(id)); err != nil {
+			// The session is gone, and the lock with it; do not reuse it.
+			_ = conn.Conn().Close(ctx)
+		}
+		conn.Release()
+	}
+	return release, true, nil
+}
+
+// ClaimHeld implements store.ClaimChecker: the claim's session holds its
+// advisory lock as long as the session lives, so the claim is held when its
+// connection still answers. A connection that fails to answer (cut, or the
+// database away) is closed: its session, and the lock, are gone or going,
+// and the key may be claimed again (by this server too) once the database
+// is back.
+func (s *Store) ClaimHeld(ctx context.Context, id string) bool {
+	s.claimsMu.Lock()
+	conn := s.claims[id]
+	s.claimsMu.Unlock()
+	if conn == nil {
+		return false
+	}
+	ctx, cancel := context.WithTimeout(ctx, DefaultConnectTimeout)
+	defer cancel()
+	if _, err := conn.Exec(ctx, `SELECT 1`); err != nil {
+		_ = conn.Conn().Close(context.Background())
+		return false
+	}
+	return true
+}
+
+var (
+	_ store.Catalog      = (*Store)(nil)
+	_ store.TaskStore    = (*Store)(nil)
+	_ store.TaskClaimer  = (*Store)(nil)
+	_ store.ClaimChecker = (*Store)(nil)
+)
+
+// wrap classifies a driver error with the storage sentinels (the API code
+// of each is transport's storage table): the database being unreachable,
+// restarting or too slow is store.ErrUnavailable (453, naming the cause,
+// safe to retry); a deadlock or serialization failure is store.ErrConflict
+// (454); a foreign-key violation on an item means its queue was deleted
+// (store.ErrQueueNotFound). An error already classified (or a client-facing
+// apierr) is returned as is; anything else is an internal error.
+func wrap(op string, err error) error {
+	if err == nil {
+		return nil
+	}
+	if errors.Is(err, store.ErrQueueNotFound) || errors.Is(err, store.ErrQueueExists) ||
+		errors.Is(err, store.ErrUnavailable) || errors.Is(err, store.ErrConflict) {
+		return err
+	}
+	if _, ok := apierr.As(err); ok {
+		return err
+	}
+	where := "postgres: " + op
+	var pgErr *pgconn.PgError
+	if errors.As(err, &pgErr) {
+		switch {
+		case pgErr.Code == "23503": // foreign_key_violation
+			return fmt.Errorf("%s: %w", where, store.ErrQueueNotFound)
+		case pgErr.Code == "40001" || pgErr.Code == "40P01":
+			return store.Conflict(where, sqlState{pgErr, ", retry"})
+		case pgErr.Code[:2] == "08" || pgErr.Code[:2] == "57" || pgErr.Code[:2] == "53":
+			// connection exception, operator intervention (shutdown,
+			// starting up), insufficient resources
+			return store.Unavailable(where, sqlState{pgErr, ""})
+		}
+		return fmt.Errorf("%s: %w", where, err)
+	}
+	var netErr net.Error
+	var connErr *pgconn.ConnectError
+	if errors.As(err, &connErr) || errors.As(err, &netErr) || errors.Is(err, context.DeadlineExceeded) ||
+		pgconn.SafeToRetry(err) || pgconn.Timeout(err) || isClosedConn(err) {
+		return store.Unavailable(where, err)
+	}
+	return fmt.Errorf("%s: %w", where, err)
+}
+
+// sqlState is a PostgreSQL error as a storage error's cause: its message
+// reads "<message> (<SQLSTATE>)<suffix>".
+type sqlState struct {
+	*pgconn.PgError
+	suffix string
+}
+
+func (e sqlState) Error() string { return e.Message + " (" + e.Code + ")" + e.suffix }
+func (e sqlState) Unwrap() error { return e.PgError }
+
+// isClosedConn reports errors of a connection lost mid-statement, which pgx
+// reports without a net.Error in the chain.
+func isClosedConn(err error) bool {
+	msg := err.Error()
+	for _, s := range []string{"conn closed", "unexpected EOF", "connection reset", "broken pipe", "closed pool", "failed to deallocate", "conn busy"} {
+		if strings.Contains(msg, s) {
+			return true
+		}
+	}
+	return false
+}
+
+func nonNil(b []byte) []byte {
+	if b == nil {
+		return []byte{}
+	}
+	return b
+}
+
+// attemptError is the stored form of queue.AttemptError (column errors).
+type attemptError struct {
+	Attempt int32  `json:"attempt"`
+	Error   string `json:"error"`
+	At      int64  `json:"at"`
+}
+
+func encodeErrors(errs []queue.AttemptError) []byte {
+	if len(errs) == 0 {
+		return nil
+	}
+	out := make([]attemptError, len(errs))
+	for i, e := range errs {
+		out[i] = attemptError{Attempt: e.Attempt, Error: e.Error, At: queue.Nanos(e.At)}
+	}
+	b, _ := json.Marshal(out) // cannot fail: strings and numbers
+	return b
+}
+
+func decodeErrors(b []byte) ([]queue.AttemptError, error) {
+	if len(b) == 0 {
+		return nil, nil
+	}
+	var in []attemptError
+	if err := json.Unmarshal(b, &in); err != nil {
+		return nil, fmt.Errorf("decode errors: %w", err)
+	}
+	out := make([]queue.AttemptError, len(in))
+	for i, e := range in {
+		out[i] = queue.AttemptError{Attempt: e.Attempt, Error: e.Error, At: queue.FromNanos(e.At)}
+	}
+	return out, nil
+}

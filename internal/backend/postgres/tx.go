@@ -1,0 +1,436 @@
+package postgres
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"slices"
+
+	"github.com/jackc/pgx/v5"
+
+	"github.com/styxq/styx/internal/engine"
+	"github.com/styxq/styx/internal/queue"
+	"github.com/styxq/styx/internal/store"
+)
+
+// The PostgreSQL Tx: one transaction per loop iteration. Changes the
+// engine decides are gathered (inserts, completes, requeues, deaths) and
+// written in bulk statements before anything reads the queue again (flush),
+// and at Commit.
+
+// iteration is the work of one loop iteration, applied in one transaction:
+// the engine.Tx of PostgreSQL.
+type iteration struct {
+	q         *Queue
+	ctx       context.Context
+	tx        pgx.Tx
+	now       int64
+	info      queue.QueueInfo
+	lifecycle bool
+	// rows are the rows Lock locked, by id; an item ended earlier in the
+	// iteration leaves.
+	rows map[int64]row
+	// Changes gathered, written by flush.
+	inserts   []insert
+	completed []int64
+	requeues  []requeue
+	// newIDs are where to write the new ids of requeues that need them
+	// now (a retry's outcomes): requeues[i] for each index.
+	newIDs []newID
+	deaths []death
+	// notify lists the queues whose waiting leases should look again.
+	notify []uint64
+	// metrics run after commit (counts of dead-lettered and dropped
+	// items).
+	metrics []func()
+	// more says the lifecycle hit its batch size: run it again at once.
+	more bool
+}
+
+type newID struct {
+	requeue int
+	to      *uint64
+}
+
+var (
+	_ engine.Tx     = (*iteration)(nil)
+	_ engine.Locker = (*iteration)(nil)
+)
+
+func (it *iteration) wakeQueue(id uint64) {
+	if !slices.Contains(it.notify, id) {
+		it.notify = append(it.notify, id)
+	}
+}
+
+// Info implements engine.Tx.
+func (it *iteration) Info() queue.QueueInfo { return it.info }
+
+// Lock implements engine.Locker: the rows named, and those a clear selects, in
+// id order, in the iteration's first statement (see "Lock order").
+func (it *iteration) Lock(ids []uint64, c *queue.ClearParams) error {
+	locked, err := lockRows(it.ctx, it.tx, it.q.id, toInt64(ids), c)
+	for _, x := range locked {
+		it.rows[x.id] = x
+	}
+	return err
+}
+
+func toInt64(ids []uint64) []int64 {
+	out := make([]int64, len(ids))
+	for i, id := range ids {
+		out[i] = int64(id)
+	}
+	return out
+}
+
+// view is the engine's Item of a row.
+func view(x row) engine.Item {
+	v := engine.Item{Partition: x.partition, ID: uint64(x.id), Attempts: x.attempts, Expire: x.expire,
+		HasHistory: true, Ref: x}
+	if x.state == stateLeased {
+		v.Leased, v.LeaseDeadline = true, x.deadline
+	}
+	return v
+}
+
+func views(xs []row) []engine.Item {
+	out := make([]engine.Item, len(xs))
+	for i, x := range xs {
+		out[i] = view(x)
+	}
+	return out
+}
+
+// Due implements engine.Tx: at most lifecycleBatch of each (SKIP LOCKED:
+// rows another node holds wait for a later iteration).
+func (it *iteration) Due() (leases, expired []engine.Item, err error) {
+	ls, err := expiredLeases(it.ctx, it.tx, it.q.id, it.now)
+	if err != nil {
+		return nil, nil, err
+	}
+	xs, err := expiredItems(it.ctx, it.tx, it.q.id, it.now)
+	if err != nil {
+		return nil, nil, err
+	}
+	readied, err := readyScheduled(it.ctx, it.tx, it.q.id, it.now)
+	if err != nil {
+		return nil, nil, err
+	}
+	if readied > 0 {
+		it.wakeQueue(it.q.id)
+	}
+	it.more = len(ls) == lifecycleBatch || len(xs) == lifecycleBatch || readied == lifecycleBatch
+	return views(ls), views(xs), nil
+}
+
+// Item implements engine.Tx from the rows Lock locked.
+func (it *iteration) Item(n int32, id uint64) (engine.Item, bool) {
+	x, ok := it.rows[int64(id)]
+	if !ok || x.partition != n {
+		return engine.Item{}, false
+	}
+	return view(x), true
+}
+
+// Histories implements engine.Tx from the rows read.
+func (it *iteration) Histories(xs []engine.Item) ([]queue.ItemErrors, error) {
+	out := make([]queue.ItemErrors, len(xs))
+	for i, v := range xs {
+		x := v.Ref.(row)
+		errs, err := decodeErrors(x.errors)
+		if err != nil {
+			return nil, fmt.Errorf("queue '%s': %w", it.q.name, err)
+		}
+		out[i] = queue.ItemErrors{LastError: x.lastError, Errors: errs}
+	}
+	return out, nil
+}
+
+// Requeue implements engine.Tx: the row gets a new id when flushed.
+func (it *iteration) Requeue(v engine.Item, e queue.Ending, h *queue.ItemErrors, to *uint64) error {
+	x := v.Ref.(row)
+	delete(it.rows, x.id)
+	r := requeue{id: x.id, state: stateReady, attempts: e.Attempts}
+	if e.At != 0 {
+		r.state, r.deadline = stateScheduled, e.At
+		it.q.nextDue = engine.Earliest(it.q.nextDue, e.At)
+	} else {
+		it.wakeQueue(it.q.id)
+	}
+	if h != nil {
+		r.setErrors, r.lastError, r.errors = true, h.LastError, encodeErrors(h.Errors)
+	}
+	if to != nil {
+		it.newIDs = append(it.newIDs, newID{requeue: len(it.requeues), to: to})
+	}
+	it.requeues = append(it.requeues, r)
+	return nil
+}
+
+// Kill implements engine.Tx: the move to the dead-letter queue (or the drop)
+// is part of the transaction (bury).
+func (it *iteration) Kill(v engine.Item, reason string, h *queue.ItemErrors) (bool, error) {
+	x := v.Ref.(row)
+	delete(it.rows, x.id)
+	d := death{id: x.id, reason: reason, attempts: v.Attempts, sourceKey: x.sourceKey}
+	if h != nil {
+		d.setErrors, d.lastError, d.errors = true, h.LastError, encodeErrors(h.Errors)
+	}
+	it.deaths = append(it.deaths, d)
+	return false, nil
+}
+
+// Complete implements engine.Tx.
+func (it *iteration) Complete(xs []engine.Item) error {
+	for _, v := range xs {
+		delete(it.rows, int64(v.ID))
+		it.completed = append(it.completed, int64(v.ID))
+	}
+	return nil
+}
+
+// Renew implements engine.Tx: one statement, on rows the iteration holds.
+func (it *iteration) Renew(xs []engine.Item, deadline int64) error {
+	ids := make([]int64, len(xs))
+	for i, v := range xs {
+		ids[i] = int64(v.ID)
+		x := it.rows[ids[i]]
+		x.deadline = deadline
+		it.rows[ids[i]] = x
+	}
+	// A shorter lease than the one it replaces is due sooner.
+	it.q.nextDue = engine.Earliest(it.q.nextDue, deadline)
+	return renewLeases(it.ctx, it.tx, it.q.id, ids, deadline)
+}
+
+// ReadyCounts implements engine.Tx: counted in the transaction once the
+// changes gathered are written (so another node's commits since are seen,
+// not its transactions in flight), at most readyCountCap per partition.
+func (it *iteration) ReadyCounts() ([]int, error) {
+	if err := it.flush(); err != nil {
+		return nil, err
+	}
+	return readyCounts(it.ctx, it.tx, it.q.id, max(it.info.Partitions, 1))
+}
+
+// Produce implements engine.Tx.
+func (it *iteration) Produce(n int32, items []queue.ProduceItem) error {
+	for _, pi := range items {
+		in := insert{partition: n, state: stateReady, created: it.now,
+			body: queue.ItemBody{Reference: pi.Reference, Kind: pi.Kind, Encoding: pi.Encoding, Payload: pi.Payload,
+				Attributes: pi.Attributes}}
+		it.q.place(it, &in, queue.Nanos(pi.EnqueueAt), 0)
+		it.inserts = append(it.inserts, in)
+	}
+	return nil
+}
+
+// Redrive implements engine.Tx: the unique source-key index skips an item
+// the queue holds.
+func (it *iteration) Redrive(n int32, items []queue.RedriveItem) error {
+	for _, ri := range items {
+		key := ri.SourceKey
+		in := insert{partition: n, state: stateReady, created: it.now, sourceKey: &key,
+			body: queue.ItemBody{Reference: ri.Body.Reference, Kind: ri.Body.Kind, Encoding: ri.Body.Encoding,
+				Payload: ri.Body.Payload, Attributes: ri.Body.Attributes, RedriveCount: ri.Body.RedriveCount + 1}}
+		if !ri.Errors.IsZero() {
+			in.lastError, in.errors = ri.Errors.LastError, encodeErrors(ri.Errors.Errors)
+		}
+		it.q.place(it, &in, 0, 0)
+		it.inserts = append(it.inserts, in)
+	}
+	return nil
+}
+
+// Lease implements engine.Tx in one statement (SKIP LOCKED: rows another
+// node holds are passed over). Every item is durable: a commit is.
+func (it *iteration) Lease(n int32, want int, deadline int64) ([]queue.LeasedItem, bool, error) {
+	if err := it.flush(); err != nil {
+		return nil, false, err
+	}
+	items, err := lease(it.ctx, it.tx, it.q.id, n, want, deadline, it.now)
+	if len(items) > 0 {
+		it.q.nextDue = engine.Earliest(it.q.nextDue, deadline)
+	}
+	return items, true, err
+}
+
+// Held implements engine.Tx.
+func (it *iteration) Held(n int32, keys []string) (map[string]queue.Item, error) {
+	if err := it.flush(); err != nil {
+		return nil, err
+	}
+	return heldKeys(it.ctx, it.tx, it.q.id, keys)
+}
+
+// Import implements engine.Tx in one statement. The unique source-key index
+// keeps one imported item per source_id and partition even when two nodes
+// import at once: an insert that another transaction's copy beat
+// (committed since Held) is skipped, and answered with that copy.
+func (it *iteration) Import(n int32, items []queue.Item) ([]queue.Item, error) {
+	if err := it.flush(); err != nil {
+		return nil, err
+	}
+	ins := make([]insert, len(items))
+	for i, si := range items {
+		m := si.Meta
+		in := insert{partition: n, state: stateReady, created: queue.Nanos(m.CreatedAt), attempts: m.Attempts,
+			body: si.Body, lastError: si.Errors.LastError, errors: encodeErrors(si.Errors.Errors)}
+		if m.SourceKey != "" {
+			in.sourceKey = &m.SourceKey
+		}
+		if m.Leased {
+			it.q.place(it, &in, 0, queue.Nanos(m.ExpireDeadline))
+			in.state, in.deadline = stateLeased, queue.Nanos(m.LeaseDeadline)
+			it.q.nextDue = engine.Earliest(it.q.nextDue, in.deadline)
+		} else {
+			it.q.place(it, &in, queue.Nanos(m.EnqueueAt), queue.Nanos(m.ExpireDeadline))
+		}
+		ins[i] = in
+	}
+	ids, err := newIDs(it.ctx, it.tx, len(ins))
+	if err != nil {
+		return nil, err
+	}
+	inserted, err := importInsert(it.ctx, it.tx, it.q.id, ins, ids)
+	if err != nil {
+		return nil, err
+	}
+	out := make([]queue.Item, len(items))
+	var lost []string
+	for j, si := range items {
+		out[j] = si
+		out[j].Meta.ID, out[j].Meta.BodyID = uint64(ids[j]), uint64(ids[j])
+		if si.Meta.SourceKey != "" && !inserted[ids[j]] {
+			lost = append(lost, si.Meta.SourceKey)
+		}
+	}
+	if len(lost) > 0 {
+		won, err := heldKeys(it.ctx, it.tx, it.q.id, lost)
+		if err != nil {
+			return nil, err
+		}
+		for j, si := range items {
+			if h, ok := won[si.Meta.SourceKey]; ok && si.Meta.SourceKey != "" {
+				out[j] = h
+			}
+		}
+	}
+	return out, nil
+}
+
+// Handle implements engine.Tx: delete and clear, in request order
+// after the changes gathered so far.
+func (it *iteration) Handle(r *engine.Request) (any, bool, error) {
+	if err := it.flush(); err != nil {
+		return nil, false, err
+	}
+	switch op := r.Op.(type) {
+	case *engine.DeleteOp:
+		for _, ref := range op.Refs {
+			if err := queue.CheckPartition(it.q.name, it.info.Partitions, ref.Partition); err != nil {
+				return nil, false, err
+			}
+		}
+		n, err := deleteRefs(it.ctx, it.tx, it.q.id, op.Refs, op.ExceptLeased)
+		return int(n), false, err
+	case *engine.ClearOp:
+		return nil, false, clearItems(it.ctx, it.tx, it.q.id, op.P)
+	case *engine.EditOp:
+		if err := queue.CheckPartition(it.q.name, it.info.Partitions, op.Ref.Partition); err != nil {
+			return nil, false, err
+		}
+		v, err := editItem(it.ctx, it.tx, it.q.id, it.q.name, op)
+		return v, false, err
+	}
+	return nil, false, fmt.Errorf("queue '%s': unknown request %T", it.q.name, r.Op)
+}
+
+// flush writes the changes gathered so far.
+func (it *iteration) flush() error {
+	ctx, tx, q := it.ctx, it.tx, it.q
+	if len(it.inserts) > 0 {
+		if err := insertItems(ctx, tx, q.id, it.inserts, nil); err != nil {
+			return err
+		}
+		it.inserts = it.inserts[:0]
+	}
+	if len(it.completed) > 0 {
+		if _, err := deleteIDs(ctx, tx, q.id, it.completed); err != nil {
+			return err
+		}
+		it.completed = it.completed[:0]
+	}
+	if len(it.newIDs) > 0 {
+		ids, err := newIDs(ctx, tx, len(it.newIDs))
+		if err != nil {
+			return err
+		}
+		for k, n := range it.newIDs {
+			it.requeues[n.requeue].newID = ids[k]
+			*n.to = uint64(ids[k])
+		}
+		it.newIDs = it.newIDs[:0]
+	}
+	if len(it.requeues) > 0 {
+		if err := requeueItems(ctx, tx, q.id, it.requeues); err != nil {
+			return err
+		}
+		it.requeues = it.requeues[:0]
+	}
+	if len(it.deaths) > 0 {
+		if err := q.bury(ctx, tx, it, it.deaths); err != nil {
+			return err
+		}
+		it.deaths = it.deaths[:0]
+	}
+	return nil
+}
+
+// Commit implements engine.Tx: the changes are written, the lifecycle's next
+// due time learnt, other nodes' loops notified, and the transaction
+// committed; then every reply is sent. A failure rolls back and answers
+// every request and waiting lease with it (a database that is down answers
+// 453 at once, not at the request timeout).
+func (it *iteration) Commit(replies []engine.Reply, err error) {
+	q := it.q
+	if err == nil {
+		err = it.flush()
+	}
+	if err == nil && it.lifecycle {
+		err = q.learnDue(it.ctx, it.tx, it)
+	}
+	if err == nil && len(it.notify) > 0 {
+		err = notify(it.ctx, it.tx, q.m.st.channel, it.notify)
+	}
+	if err == nil {
+		err = it.tx.Commit(it.ctx)
+	}
+	if err != nil {
+		_ = it.tx.Rollback(context.Background())
+		err = wrap("queue '"+q.name+"'", err)
+		if errors.Is(err, store.ErrQueueNotFound) {
+			err = queue.NotFound(q.name)
+		}
+		q.m.cfg.Log.Warn("transaction failed", "queue", q.name, "error", err)
+		q.Loop.Waiters.Fail(err)
+		if it.lifecycle {
+			q.nextDue = it.now + int64(busyBackoff)
+		}
+	} else {
+		for _, f := range it.metrics {
+			f()
+		}
+	}
+	for _, r := range replies {
+		switch {
+		case r.Err != nil:
+			r.R.Answer(nil, r.Err)
+		case err != nil:
+			r.R.Answer(nil, err)
+		default:
+			r.R.Answer(r.V, nil)
+		}
+	}
+}

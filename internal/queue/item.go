@@ -1,0 +1,149 @@
+package queue
+
+import "time"
+
+// The domain's stored shapes: a queue's definition and an item in full, as
+// every layer passes them. The storage contracts (internal/store) and both
+// backends persist these; this package defines them and imports no storage.
+
+// DefaultNamespace is the namespace of a queue created without one, and of
+// every queue stored before Styx had namespaces (Querator's reserved system
+// namespace).
+const DefaultNamespace = "_system"
+
+// ListQueuesParams selects the queues ListQueues returns.
+type ListQueuesParams struct {
+	// Namespace keeps only the queues of that namespace; empty keeps every
+	// namespace.
+	Namespace string
+	// Pivot is the first name to return (inclusive); names are compared
+	// bytewise.
+	Pivot string
+	// Limit is the most queues to return, counted after the Namespace
+	// filter; <= 0 means no limit.
+	Limit int
+}
+
+// QueueInfo is a queue's configuration as stored.
+type QueueInfo struct {
+	// ID is assigned by CreateQueue and never reused by the same store, so
+	// that a queue deleted and re-created under the same name starts empty.
+	// Items are keyed by ID, not by Name.
+	ID uint64
+	// Name is 1..512 characters without whitespace or '~' (validated by the
+	// service, not the store). Names are unique across namespaces.
+	Name string
+	// Namespace groups queues for listing (queues.list filters by it). The
+	// service sets DefaultNamespace when a queue is created without one and
+	// validates it; stores keep it as given. Queues stored before namespaces
+	// existed read back as DefaultNamespace.
+	Namespace string
+	// DeadQueue names the queue's dead-letter queue; empty for none.
+	DeadQueue string
+	// Reference is free text for the user.
+	Reference string
+	// LeaseTimeout is how long a lease lasts.
+	LeaseTimeout time.Duration
+	// ExpireTimeout is how long an item may live, counted from its creation
+	// (in a dead-letter queue: from its dead_at).
+	ExpireTimeout time.Duration
+	// MaxAttempts is the number of attempts before an item is dead; 0 means
+	// unlimited.
+	MaxAttempts int32
+	// Partitions is the number of partitions, at least 1.
+	Partitions int32
+	CreatedAt  time.Time
+	UpdatedAt  time.Time
+	// Attributes is opaque text kept with the queue's definition for an API
+	// other than /v1: the SQS API keeps the queue attributes Styx has no
+	// field for there (DelaySeconds, ReceiveMessageWaitTimeSeconds, tags…;
+	// ADR 0016). Empty for none. Stores keep it as given.
+	Attributes string
+}
+
+// ItemMeta is the part of an item the logical queue keeps in memory. It is
+// read at start-up by LoadItems and must stay small.
+type ItemMeta struct {
+	// ID is the item's current id within its queue: unique across the
+	// queue's partitions and never reused, increasing in FIFO order. It
+	// changes every time the item is requeued (ids are lease handles).
+	ID uint64
+	// BodyID keys the item's ItemBody and ItemErrors. Fixed while the item
+	// stays in one queue.
+	BodyID uint64
+	// Attempts counts leases of the item that were not released.
+	Attempts int32
+	// Leased reports a live or expired-but-unprocessed lease; LeaseDeadline
+	// is then set.
+	Leased        bool
+	LeaseDeadline time.Time
+	// EnqueueAt is when a scheduled item becomes ready; zero when the item
+	// was ready on arrival.
+	EnqueueAt time.Time
+	// ExpireDeadline is when the item expires (is dead with reason expired).
+	ExpireDeadline time.Time
+	CreatedAt      time.Time
+	// DeadReason is set when the logical queue has decided the item is dead
+	// ("max_attempts", "expired" or "explicit") but the dead-letter queue
+	// has not yet confirmed the move; DeadAt is when it was decided. On
+	// load such an item is moved again (the dead-letter queue ignores a
+	// copy it already holds). Empty on live items.
+	DeadReason string
+	DeadAt     time.Time
+	// SourceKey is set on items that came from elsewhere: dead items in a
+	// dead-letter queue ("<dead reason>:<source queue>~<id there>"),
+	// redriven items ("redrive:<dead-letter queue>~<id there>") and items
+	// imported with a source_id ("import:<partition>~<source_id>"). A queue
+	// holds at most one item per SourceKey; see ADR 0003. Opaque to stores.
+	SourceKey string
+	// Fingerprint is set on dead items in a dead-letter queue: the
+	// fingerprint of their last error when they died (internal/fingerprint),
+	// kept in memory for dead.groups. Empty on other items and on dead items
+	// stored before fingerprints existed (the logical queue derives theirs
+	// at load). Opaque to stores.
+	Fingerprint string
+}
+
+// ItemBody is the part of an item that is read only when the item is handed
+// out or listed.
+type ItemBody struct {
+	Reference string
+	Kind      string
+	Encoding  string
+	Payload   []byte
+	// Attributes is an opaque blob kept with the item and carried unchanged
+	// by every move (requeue, dead-letter move, redrive); see
+	// queue.ProduceItem.Attributes and ADR 0016. Nil when the item has none.
+	Attributes []byte
+	// Dead-letter metadata; zero outside a dead-letter queue.
+	SourceQueue  string
+	SourceID     string
+	DeadReason   string
+	DeadAt       time.Time
+	RedriveCount int32
+}
+
+// AttemptError is one failed attempt's error text.
+type AttemptError struct {
+	Attempt int32
+	Error   string
+	At      time.Time
+}
+
+// ItemErrors is an item's attempt history.
+type ItemErrors struct {
+	LastError string
+	// Errors holds at most the 10 most recent errors, oldest first.
+	Errors []AttemptError
+}
+
+// IsZero reports whether the history is empty.
+func (e ItemErrors) IsZero() bool { return e.LastError == "" && len(e.Errors) == 0 }
+
+// Item is an item in full, as listed.
+type Item struct {
+	Partition int32
+	Meta      ItemMeta
+	Body      ItemBody
+	Errors    ItemErrors
+}
