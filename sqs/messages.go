@@ -475,22 +475,29 @@ type batchOutput struct {
 	Failed     []batchFailure `json:"Failed"`
 }
 
-// deleteMessageBatch completes each entry's receive: one complete per
-// partition, and one per entry when some entry's handle is stale.
-func (h *Handler) deleteMessageBatch(ctx context.Context, r *request) (any, error) {
+// openBatch decodes a DeleteMessageBatch or ChangeMessageVisibilityBatch
+// request, looks its queue up and checks its entries' ids.
+func (h *Handler) openBatch(ctx context.Context, r *request) (batchInput, queue.Queue, queue.QueueInfo, error) {
 	var in batchInput
 	if err := r.decode(&in); err != nil {
-		return nil, err
+		return in, nil, queue.QueueInfo{}, err
 	}
 	q, info, err := h.lookup(ctx, in.QueueURL)
 	if err != nil {
-		return nil, err
+		return in, nil, queue.QueueInfo{}, err
 	}
 	ids := make([]string, len(in.Entries))
 	for i, e := range in.Entries {
 		ids[i] = e.ID
 	}
-	if err := checkBatchIDs(ids); err != nil {
+	return in, q, info, checkBatchIDs(ids)
+}
+
+// deleteMessageBatch completes each entry's receive: one complete per
+// partition, and one per entry when some entry's handle is stale.
+func (h *Handler) deleteMessageBatch(ctx context.Context, r *request) (any, error) {
+	in, q, info, err := h.openBatch(ctx, r)
+	if err != nil {
 		return nil, err
 	}
 	out := batchOutput{Successful: []batchSuccess{}, Failed: []batchFailure{}}
@@ -570,19 +577,8 @@ func (h *Handler) changeMessageVisibility(ctx context.Context, r *request) (any,
 }
 
 func (h *Handler) changeMessageVisibilityBatch(ctx context.Context, r *request) (any, error) {
-	var in batchInput
-	if err := r.decode(&in); err != nil {
-		return nil, err
-	}
-	q, info, err := h.lookup(ctx, in.QueueURL)
+	in, q, info, err := h.openBatch(ctx, r)
 	if err != nil {
-		return nil, err
-	}
-	ids := make([]string, len(in.Entries))
-	for i, e := range in.Entries {
-		ids[i] = e.ID
-	}
-	if err := checkBatchIDs(ids); err != nil {
 		return nil, err
 	}
 	out := batchOutput{Successful: []batchSuccess{}, Failed: []batchFailure{}}

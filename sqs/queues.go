@@ -389,15 +389,9 @@ func (h *Handler) deleteQueue(ctx context.Context, r *request) (any, error) {
 	if err := r.decode(&in); err != nil {
 		return nil, err
 	}
-	name, err := queueName(in.QueueURL)
+	name, err := h.existing(ctx, in.QueueURL)
 	if err != nil {
 		return nil, err
-	}
-	if err := h.allow(ctx, name); err != nil {
-		return nil, err
-	}
-	if _, err := h.cfg.Queues.Get(name); err != nil {
-		return nil, errNoQueue
 	}
 	return nil, h.cfg.Queues.Delete(ctx, name)
 }
@@ -529,15 +523,9 @@ func (h *Handler) setQueueAttributes(ctx context.Context, r *request) (any, erro
 	if err := r.decode(&in); err != nil {
 		return nil, err
 	}
-	name, err := queueName(in.QueueURL)
+	name, err := h.existing(ctx, in.QueueURL)
 	if err != nil {
 		return nil, err
-	}
-	if err := h.allow(ctx, name); err != nil {
-		return nil, err
-	}
-	if _, err := h.cfg.Queues.Get(name); err != nil {
-		return nil, errNoQueue
 	}
 	if len(in.Attributes) == 0 {
 		return nil, missingParameter("Attributes")

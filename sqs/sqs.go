@@ -341,13 +341,37 @@ func (h *Handler) lookup(ctx context.Context, queueURL string) (queue.Queue, que
 	return h.lookupName(ctx, name)
 }
 
-func (h *Handler) lookupName(ctx context.Context, name string) (queue.Queue, queue.QueueInfo, error) {
+// existing returns the name a QueueUrl names once the request may act on
+// that queue and it exists (QueueDoesNotExist otherwise), without reading
+// its definition.
+func (h *Handler) existing(ctx context.Context, queueURL string) (string, error) {
+	name, err := queueName(queueURL)
+	if err != nil {
+		return "", err
+	}
+	_, err = h.get(ctx, name)
+	return name, err
+}
+
+// get returns the named queue once the request may act on it, or
+// QueueDoesNotExist.
+func (h *Handler) get(ctx context.Context, name string) (queue.Queue, error) {
 	if err := h.allow(ctx, name); err != nil {
-		return nil, queue.QueueInfo{}, err
+		return nil, err
 	}
 	q, err := h.cfg.Queues.Get(name)
 	if err != nil {
-		return nil, queue.QueueInfo{}, errNoQueue
+		return nil, errNoQueue
+	}
+	return q, nil
+}
+
+// lookupName returns the named queue and its definition once the request
+// may act on it, or QueueDoesNotExist.
+func (h *Handler) lookupName(ctx context.Context, name string) (queue.Queue, queue.QueueInfo, error) {
+	q, err := h.get(ctx, name)
+	if err != nil {
+		return nil, queue.QueueInfo{}, err
 	}
 	info, err := h.cfg.Queues.Info(ctx, name)
 	if err != nil {
