@@ -112,17 +112,11 @@ func (s *Service) QueueLease(ctx context.Context, req *pb.QueueLeaseRequest) (*p
 		return nil, err
 	}
 	out := &pb.QueueLeaseResponse{QueueName: req.QueueName, Partition: res.Partition, Items: make([]*pb.QueueLeaseItem, len(res.Items))}
-	// One allocation for the items and one for their deadlines, not two
-	// per item.
-	items := make([]pb.QueueLeaseItem, len(res.Items))
-	deadlines := make([]timestamppb.Timestamp, len(res.Items))
 	for i, it := range res.Items {
-		d := &deadlines[i]
-		d.Seconds, d.Nanos = it.LeaseDeadline.Unix(), int32(it.LeaseDeadline.Nanosecond())
-		x := &items[i]
-		x.Id, x.Attempts, x.LeaseDeadline = queue.FormatID(it.ID), it.Attempts, d
-		x.Encoding, x.Kind, x.Reference, x.Bytes = it.Encoding, it.Kind, it.Reference, it.Payload
-		out.Items[i] = x
+		out.Items[i] = &pb.QueueLeaseItem{
+			Id: queue.FormatID(it.ID), Attempts: it.Attempts, LeaseDeadline: timestamppb.New(it.LeaseDeadline),
+			Encoding: it.Encoding, Kind: it.Kind, Reference: it.Reference, Bytes: it.Payload,
+		}
 	}
 	return out, nil
 }

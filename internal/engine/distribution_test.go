@@ -80,17 +80,3 @@ func TestDeal(t *testing.T) {
 	assert.Equal(t, []int{0, 1}, Deal(2, []int{1, 1, 1}), "more waiters than items")
 	assert.Empty(t, Deal(0, []int{3}))
 }
-
-func TestDealSplitsItems(t *testing.T) {
-	items := []string{"a", "b", "c", "d", "e"}
-	// Several waiters: Deal's order, oldest first, each slice exactly sized.
-	got := deal(items, []int{2, 1, 5})
-	assert.Equal(t, [][]string{{"a", "d"}, {"b"}, {"c", "e"}}, got)
-	for _, xs := range got {
-		assert.Equal(t, len(xs), cap(xs))
-	}
-	// One waiter takes the items as they are, up to what it wants.
-	assert.Equal(t, [][]string{{"a", "b", "c"}}, deal(items, []int{3}))
-	// A waiter that gets nothing gets nil.
-	assert.Equal(t, [][]string{{"a"}, nil}, deal(items[:1], []int{1, 1}))
-}

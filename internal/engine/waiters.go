@@ -145,7 +145,10 @@ func Serve[T any](ws *Waiters, next *int, counts func() ([]int, error), lease fu
 			if len(items) < total {
 				empty[p] = true
 			}
-			got := deal(items, pw)
+			got := make([][]T, len(mine))
+			for k, j := range Deal(len(items), pw) {
+				got[j] = append(got[j], items[k])
+			}
 			for j, xs := range got {
 				if len(xs) == 0 {
 					// More waiters than items, or the count was stale.
@@ -184,29 +187,4 @@ func (ws *Waiters) dropServed(served map[*Request]bool) {
 	clear(ws.list[len(kept):])
 	ws.list = kept
 	ws.n.Store(int32(len(kept)))
-}
-
-// deal splits items among waiters that want wants[i] items each, as Deal
-// orders them: one waiter takes the slice as it is; several get one
-// allocation each, of their exact size.
-func deal[T any](items []T, wants []int) [][]T {
-	order := Deal(len(items), wants)
-	got := make([][]T, len(wants))
-	if len(wants) == 1 {
-		got[0] = items[:len(order)]
-		return got
-	}
-	counts := make([]int, len(wants))
-	for _, j := range order {
-		counts[j]++
-	}
-	for j, c := range counts {
-		if c > 0 {
-			got[j] = make([]T, 0, c)
-		}
-	}
-	for k, j := range order {
-		got[j] = append(got[j], items[k])
-	}
-	return got
 }
