@@ -3,8 +3,6 @@ package web_test
 import (
 	"context"
 	"fmt"
-	"io"
-	"log/slog"
 	"net/http"
 	"net/http/httptest"
 	"net/http/httputil"
@@ -22,7 +20,6 @@ import (
 	"github.com/stretchr/testify/require"
 
 	styx "github.com/styxq/styx"
-	"github.com/styxq/styx/daemon"
 	pb "github.com/styxq/styx/styxpb"
 	"github.com/styxq/styx/styxtest"
 )
@@ -387,18 +384,7 @@ func TestBrowserAPIKey(t *testing.T) {
 // calls include dead.groups, renders its groups and items; no call needs
 // admin.
 func TestBrowserScopedKey(t *testing.T) {
-	keyFile := filepath.Join(t.TempDir(), "admin.key")
-	admin := "styx_0123456789abcdef_" + strings.Repeat("ab", 32)
-	require.NoError(t, os.WriteFile(keyFile, []byte(admin+"\n"), 0o600))
-	d, err := daemon.New(context.Background(), daemon.Config{
-		Listen: "127.0.0.1:0", Storage: daemon.StorageMemory, Auth: true, AdminKeyFile: keyFile,
-		ShutdownTimeout: 2 * time.Second, Log: slog.New(slog.NewTextHandler(io.Discard, nil)),
-	})
-	require.NoError(t, err)
-	t.Cleanup(func() { _ = d.Close(context.Background()) })
-	c, err := styx.NewClient(styx.ClientConfig{Endpoint: d.Endpoint(), APIKey: admin})
-	require.NoError(t, err)
-	t.Cleanup(c.Close)
+	d, c := startAuth(t)
 
 	ctx := context.Background()
 	styxtest.CreateQueue(t, c, &pb.QueueInfo{QueueName: "pay-dlq"})
