@@ -2,6 +2,7 @@ package engine
 
 import (
 	"context"
+	"fmt"
 	"strconv"
 	"time"
 
@@ -18,7 +19,8 @@ import (
 // in-memory index and one batch write, PostgreSQL with statements in one
 // transaction). The rules themselves are in internal/queue/rules.go.
 
-// Item is what the engine reads of an item. Ref is the backend's own handle.
+// Item is what the engine reads of an item: plain values, no backend
+// handle (a backend finds its own record by Partition and ID).
 type Item struct {
 	Partition int32
 	ID        uint64
@@ -32,7 +34,6 @@ type Item struct {
 	// HasHistory is false when the item surely has no attempt history (so
 	// the engine need not read one).
 	HasHistory bool
-	Ref        any
 }
 
 // Tx is one iteration of a queue on its backend. Methods are called by the
@@ -67,17 +68,23 @@ type Tx interface {
 	Complete(xs []Item) error
 	// Renew sets the lease deadline of xs (Unix ns).
 	Renew(xs []Item, deadline int64) error
-	// ReadyCounts returns each partition's ready items (PostgreSQL counts
-	// at most 1,000 per partition).
+	// ReadyCounts returns each partition's ready items, for the engine's
+	// partition choice only: exact on the embedded backends; PostgreSQL
+	// counts at most 1,000 per partition, and a queue with one partition
+	// gets 1,000 without a count (there is nothing to choose).
 	ReadyCounts() ([]int, error)
-	// Produce inserts items into partition n under new ids: ready, or
-	// scheduled when EnqueueAt is after now, expiring after the queue's
-	// expire_timeout.
-	Produce(n int32, items []queue.ProduceItem) error
-	// Redrive inserts redriven items into partition n (ready, under new
-	// ids, their RedriveCount one more); one whose SourceKey the queue
-	// holds already is skipped.
-	Redrive(n int32, items []queue.RedriveItem) error
+	// Produce inserts items into partition n under new ids, created now,
+	// as the engine decided them: scheduled at EnqueueAt when it is set
+	// (the engine cleared the ones due now: queue.EnqueueNow), ready
+	// otherwise; expire is every item's expire deadline (Unix ns; 0 for
+	// none).
+	Produce(n int32, items []queue.ProduceItem, expire int64) error
+	// Redrive inserts redriven items into partition n, ready, under new
+	// ids, created now, with the bodies and histories as given (the engine
+	// built each body and counted the redrive in its RedriveCount) and
+	// expire as their expire deadline (Unix ns; 0 for none); one whose
+	// SourceKey the queue holds already is skipped.
+	Redrive(n int32, items []queue.RedriveItem, expire int64) error
 	// Lease leases up to max of partition n's oldest ready items until
 	// deadline (attempts + 1) and returns them; durable reports that every
 	// one was stored by a batch already durable (ADR 0013).
@@ -90,15 +97,21 @@ type Tx interface {
 	// each as stored: the new item, or the one that holds its source key
 	// when another node's transaction stored one first.
 	Import(n int32, items []queue.Item) ([]queue.Item, error)
-	// Handle runs a request of another kind (delete, clear,
-	// redrive, the backend's own); it returns the reply, or mine when the
-	// backend answers r itself. An apierr error is the client's: it changes
-	// nothing and is the request's answer.
-	Handle(r *Request) (v any, mine bool, err error)
+	// Delete removes the items of refs, in any state (or, exceptLeased,
+	// those not leased), and returns how many it removed; unknown ids are
+	// skipped. The engine checked the partitions.
+	Delete(refs []queue.ItemRef, exceptLeased bool) (int, error)
+	// Clear removes the items p selects.
+	Clear(p queue.ClearParams) error
+	// Edit reads the item ref in full, lets edit change its Body and
+	// Errors, stores them and returns the item as stored. The engine
+	// checked the partition. An unknown id is apierr.NotFound, a leased item
+	// apierr.Conflict; edit's error is returned as it is, nothing changed.
+	Edit(ref queue.ItemRef, edit func(*queue.Item) error) (queue.Item, error)
 	// Commit stores the iteration (err nil) or drops it (err: a storage
-	// failure; the backend rolls back or reloads) and sends replies, in
+	// failure; the backend rolls back or reloads) and answers replies, in
 	// order: each with its own error if it has one, else with err, else
-	// with its value once the iteration is durable (a Reply.Mode may allow
+	// with success once the iteration is durable (a Reply.Mode may allow
 	// earlier). When the iteration fails (err, or its own write), it also
 	// answers every waiting lease with the failure (Waiters.Fail), as the
 	// client-facing error it makes of it (453).
@@ -129,17 +142,41 @@ const (
 	DurableItems
 )
 
-// Reply is an answer of the iteration.
+// Reply is an answer of the iteration: its request's result is in its Op
+// (or LeaseWait) already; Err, when set, is the request's own error.
 type Reply struct {
 	R    *Request
-	V    any
 	Err  error
 	Mode ReplyMode
-	// Moving lists dead items whose move must end before the reply leaves.
+	// Moving lists dead items whose move must end before the reply leaves
+	// (Tx.Kill's moving).
 	Moving []Item
 }
 
-// The requests every backend runs the same way.
+// Op is what a request asks of its queue's loop: one of the engine's
+// operations, which the Engine's methods build and Iterate runs over the
+// Tx, or a backend's own (Local). The set is closed: a type outside this
+// package is an Op only by embedding LocalOp.
+type Op interface{ isOp() }
+
+// Local is a backend's own request (the embedded backend's statistics,
+// configuration, reload and dead-letter moves; a contract test's steps:
+// Engine.Do): Iterate runs it in arrival order with the others, on the
+// iteration's Tx, and knows nothing else of it. Its result goes into the
+// op itself. Run's apierr error is the client's (it answers the request,
+// nothing changed); another fails the iteration; answered says Run has
+// taken the answer on itself (it answers r later, once, via r.Answer).
+type Local interface {
+	Op
+	Run(tx Tx, now int64, r *Request) (answered bool, err error)
+}
+
+// LocalOp, embedded in a backend's request type, makes it an Op.
+type LocalOp struct{}
+
+func (LocalOp) isOp() {}
+
+// The requests every backend runs the same way; each carries its result.
 type (
 	produceOp  struct{ items []queue.ProduceItem }
 	completeOp struct {
@@ -149,35 +186,51 @@ type (
 	retryOp struct {
 		partition int32
 		items     []queue.RetryItem
+		out       []queue.RetryOutcome
 	}
 	renewOp struct {
 		partition int32
 		ids       []uint64
 		timeout   time.Duration
+		out       []time.Time
 	}
-	// ImportOp imports items into a partition (Queue.Import).
-	ImportOp struct {
-		Partition int32
-		Items     []queue.Item
+	importOp struct {
+		partition int32
+		items     []queue.Item
+		out       []queue.Item
 	}
-	// DeleteOp deletes items (Queue.Delete, Queue.DeleteDead).
-	DeleteOp struct {
-		Refs []queue.ItemRef
-		// ExceptLeased skips leased items (DeleteDead).
-		ExceptLeased bool
+	deleteOp struct {
+		refs         []queue.ItemRef
+		exceptLeased bool // DeleteDead: skip leased items
+		n            int
 	}
-	// ClearOp clears a queue (Queue.Clear).
-	ClearOp struct{ P queue.ClearParams }
-	// RedriveOp inserts redriven items (Queue.TakeRedriven).
-	RedriveOp struct{ Items []queue.RedriveItem }
-	// EditOp changes a dead item at rest (Queue.EditDead): the backend
-	// reads the item in full, calls Edit on it, and stores its Body and
-	// Errors as Edit left them.
-	EditOp struct {
-		Ref  queue.ItemRef
-		Edit func(*queue.Item) error
+	clearOp   struct{ p queue.ClearParams }
+	redriveOp struct{ items []queue.RedriveItem }
+	editOp    struct {
+		ref  queue.ItemRef
+		edit func(*queue.Item) error
+		out  queue.Item
+	}
+	// doOp runs f (Engine.Do).
+	doOp struct {
+		LocalOp
+		ids []uint64
+		f   func(tx Tx, now int64) error
 	}
 )
+
+func (*produceOp) isOp()  {}
+func (*completeOp) isOp() {}
+func (*retryOp) isOp()    {}
+func (*renewOp) isOp()    {}
+func (*importOp) isOp()   {}
+func (*deleteOp) isOp()   {}
+func (*clearOp) isOp()    {}
+func (*redriveOp) isOp()  {}
+func (*editOp) isOp()     {}
+
+// Run implements Local.
+func (op *doOp) Run(tx Tx, now int64, _ *Request) (bool, error) { return false, op.f(tx, now) }
 
 // Engine is the request side of a queue, the same on every backend: the
 // Queue methods that run in the loop, and the iteration (Iterate). A
@@ -212,16 +265,6 @@ func NewEngine(name string, clk clock.Clock, m *metrics.Metrics) Engine {
 	return e
 }
 
-// answer is a loop call's answer as T: its value, or T's zero value and the
-// error.
-func answer[T any](v any, err error) (T, error) {
-	if err != nil {
-		var zero T
-		return zero, err
-	}
-	return v.(T), nil
-}
-
 // Name returns the queue's name.
 func (e *Engine) Name() string { return e.Loop.Name() }
 
@@ -250,8 +293,7 @@ func (e *Engine) Produce(ctx context.Context, items []queue.ProduceItem) error {
 	if err := e.admit(true); err != nil {
 		return err
 	}
-	_, err := e.Loop.Call(ctx, &produceOp{items: items}, false)
-	return err
+	return e.Loop.Call(ctx, &produceOp{items: items}, false)
 }
 
 // Lease waits up to p.Timeout for ready items and leases up to p.BatchSize
@@ -263,7 +305,11 @@ func (e *Engine) Lease(ctx context.Context, p queue.LeaseParams) (queue.LeaseRes
 	if err := e.admit(false); err != nil {
 		return queue.LeaseResult{}, err
 	}
-	return answer[queue.LeaseResult](e.Loop.CallLease(ctx, nil, LeaseWait{ClientID: p.ClientID, Owner: p.Owner, BatchSize: p.BatchSize, Timeout: p.Timeout}))
+	w := &LeaseWait{ClientID: p.ClientID, Owner: p.Owner, BatchSize: p.BatchSize, Timeout: p.Timeout}
+	if err := e.Loop.CallLease(ctx, w); err != nil {
+		return queue.LeaseResult{}, err
+	}
+	return w.Result, nil
 }
 
 // Complete deletes leased items. Every id must be leased in the partition,
@@ -272,8 +318,7 @@ func (e *Engine) Complete(ctx context.Context, partition int32, ids []uint64) er
 	if err := e.admit(false); err != nil {
 		return err
 	}
-	_, err := e.Loop.Call(ctx, &completeOp{partition: partition, ids: ids}, false)
-	return err
+	return e.Loop.Call(ctx, &completeOp{partition: partition, ids: ids}, false)
 }
 
 // Retry ends leases without completion: each item is requeued with a new
@@ -286,7 +331,11 @@ func (e *Engine) Retry(ctx context.Context, partition int32, items []queue.Retry
 	if err := e.admit(false); err != nil {
 		return nil, err
 	}
-	return answer[[]queue.RetryOutcome](e.Loop.Call(ctx, &retryOp{partition: partition, items: items}, false))
+	op := &retryOp{partition: partition, items: items}
+	if err := e.Loop.Call(ctx, op, false); err != nil {
+		return nil, err
+	}
+	return op.out, nil
 }
 
 // Renew extends live leases: each item's lease deadline becomes now +
@@ -300,7 +349,11 @@ func (e *Engine) Renew(ctx context.Context, partition int32, ids []uint64, timeo
 	if err := e.admit(false); err != nil {
 		return nil, err
 	}
-	return answer[[]time.Time](e.Loop.Call(ctx, &renewOp{partition: partition, ids: ids, timeout: timeout}, false))
+	op := &renewOp{partition: partition, ids: ids, timeout: timeout}
+	if err := e.Loop.Call(ctx, op, false); err != nil {
+		return nil, err
+	}
+	return op.out, nil
 }
 
 // Clear removes the items selected by p.
@@ -308,8 +361,7 @@ func (e *Engine) Clear(ctx context.Context, p queue.ClearParams) error {
 	if err := e.admit(false); err != nil {
 		return err
 	}
-	_, err := e.Loop.Call(ctx, &ClearOp{P: p}, false)
-	return err
+	return e.Loop.Call(ctx, &clearOp{p: p}, false)
 }
 
 // Import adds items to a partition as given, under new ids: leased (Leased,
@@ -324,7 +376,11 @@ func (e *Engine) Import(ctx context.Context, partition int32, items []queue.Item
 	if err := e.admit(true); err != nil {
 		return nil, err
 	}
-	return answer[[]queue.Item](e.Loop.Call(ctx, &ImportOp{Partition: partition, Items: items}, false))
+	op := &importOp{partition: partition, items: items}
+	if err := e.Loop.Call(ctx, op, false); err != nil {
+		return nil, err
+	}
+	return op.out, nil
 }
 
 // Delete removes items, in any state, and returns how many it found.
@@ -334,7 +390,11 @@ func (e *Engine) Delete(ctx context.Context, refs []queue.ItemRef) (int, error) 
 	if err := e.admit(false); err != nil {
 		return 0, err
 	}
-	return answer[int](e.Loop.Call(ctx, &DeleteOp{Refs: refs}, false))
+	op := &deleteOp{refs: refs}
+	if err := e.Loop.Call(ctx, op, false); err != nil {
+		return 0, err
+	}
+	return op.n, nil
 }
 
 // DeleteDead removes the items of refs that are at rest: leased items (a
@@ -347,7 +407,11 @@ func (e *Engine) DeleteDead(ctx context.Context, refs []queue.ItemRef) (int, err
 	if err := e.admit(false); err != nil {
 		return 0, err
 	}
-	return answer[int](e.Loop.Call(ctx, &DeleteOp{Refs: refs, ExceptLeased: true}, false))
+	op := &deleteOp{refs: refs, exceptLeased: true}
+	if err := e.Loop.Call(ctx, op, false); err != nil {
+		return 0, err
+	}
+	return op.n, nil
 }
 
 // EditDead changes the body and history of the item ref, which must be at
@@ -359,7 +423,11 @@ func (e *Engine) EditDead(ctx context.Context, ref queue.ItemRef, edit func(*que
 	if err := e.admit(false); err != nil {
 		return queue.Item{}, err
 	}
-	return answer[queue.Item](e.Loop.Call(ctx, &EditOp{Ref: ref, Edit: edit}, false))
+	op := &editOp{ref: ref, edit: edit}
+	if err := e.Loop.Call(ctx, op, false); err != nil {
+		return queue.Item{}, err
+	}
+	return op.out, nil
 }
 
 // TakeRedriven inserts redriven dead items (see RedriveItem) into one
@@ -369,8 +437,18 @@ func (e *Engine) TakeRedriven(ctx context.Context, items []queue.RedriveItem) er
 	if err := e.admit(true); err != nil {
 		return err
 	}
-	_, err := e.Loop.Call(ctx, &RedriveOp{Items: items}, false)
-	return err
+	return e.Loop.Call(ctx, &redriveOp{items: items}, false)
+}
+
+// Do runs f inside one of the queue's iterations, in arrival order with
+// the other requests, on the iteration's Tx at the iteration's now (Unix
+// ns), and returns once the iteration is durable: the contract suite's way
+// in (internal/engine/enginetest). ids are the items f reads with Tx.Item,
+// prepared (Locker) as a complete's are. f's apierr error is the call's
+// answer and must change nothing; another error fails the iteration, whose
+// Commit drops it.
+func (e *Engine) Do(ctx context.Context, ids []uint64, f func(tx Tx, now int64) error) error {
+	return e.Loop.Call(ctx, &doOp{ids: ids, f: f}, false)
 }
 
 // pass is the engine's state of one iteration.
@@ -383,8 +461,8 @@ type pass struct {
 	handled int // how many of the iteration's requests have run (replied, or answered by the backend)
 }
 
-func (it *pass) reply(r *Request, v any, mode ReplyMode) {
-	it.replies = append(it.replies, Reply{R: r, V: v, Mode: mode})
+func (it *pass) reply(r *Request, mode ReplyMode) {
+	it.replies = append(it.replies, Reply{R: r, Mode: mode})
 }
 
 // Iterate runs one iteration at now over reqs (leases are among the loop's
@@ -420,11 +498,11 @@ func (e *Engine) iterate(it *pass, reqs []*Request, lifecycle bool) error {
 		}
 	}
 	for _, r := range reqs {
-		v, mode, err := e.handle(it, r)
+		mode, err := e.handle(it, r)
 		switch {
 		case err == nil:
 			if mode != noReply {
-				it.reply(r, v, mode)
+				it.reply(r, mode)
 			}
 		case isClient(err):
 			it.replies = append(it.replies, Reply{R: r, Err: err})
@@ -449,23 +527,25 @@ func (e *Engine) iterate(it *pass, reqs []*Request, lifecycle bool) error {
 			if durable {
 				mode = DurableItems
 			}
-			it.reply(w, queue.LeaseResult{Partition: n, Items: items}, mode)
+			w.Lease.Result = queue.LeaseResult{Partition: n, Items: items}
+			it.reply(w, mode)
 		})
 }
 
-// noReply marks a request the backend answers itself (Tx.Handle's mine) or
-// whose reply Retry already queued.
+// noReply marks a request the backend answers itself (Local.Run's
+// answered) or whose reply Retry already queued.
 const noReply ReplyMode = 255
 
-// handle runs one request and returns its reply.
-func (e *Engine) handle(it *pass, r *Request) (any, ReplyMode, error) {
+// handle runs one request: its result goes into its op, and the mode says
+// when its reply may leave.
+func (e *Engine) handle(it *pass, r *Request) (ReplyMode, error) {
 	switch op := r.Op.(type) {
 	case *produceOp:
 		// The service refuses these times; checked again here so that one
 		// request's bad time fails that request, not the iteration's commit.
 		for i, pi := range op.items {
 			if !queue.TimeInRange(pi.EnqueueAt) {
-				return nil, 0, queue.CheckTime("items["+strconv.Itoa(i)+"].enqueue_at", pi.EnqueueAt)
+				return 0, queue.CheckTime("items["+strconv.Itoa(i)+"].enqueue_at", pi.EnqueueAt)
 			}
 			if queue.EnqueueNow(pi.EnqueueAt, it.now) {
 				op.items[i].EnqueueAt = time.Time{} // ready now: not scheduled
@@ -473,71 +553,102 @@ func (e *Engine) handle(it *pass, r *Request) (any, ReplyMode, error) {
 		}
 		n, err := e.produceTo(it)
 		if err != nil {
-			return nil, 0, err
+			return 0, err
 		}
-		if err := it.tx.Produce(n, op.items); err != nil {
-			return nil, 0, err
+		if err := it.tx.Produce(n, op.items, queue.ExpireDeadline(it.info, it.now)); err != nil {
+			return 0, err
 		}
 		for _, pi := range op.items {
 			if pi.EnqueueAt.IsZero() {
 				it.ready[n]++
 			}
 		}
-		return nil, Durable, nil
+		return Durable, nil
 	case *completeOp:
 		xs, err := it.leased(op.partition, op.ids)
 		if err != nil {
-			return nil, 0, err
+			return 0, err
 		}
 		if err := it.tx.Complete(xs); err != nil {
-			return nil, 0, err
+			return 0, err
 		}
 		if e.completed != nil {
 			for _, x := range xs {
 				e.completed(x.Attempts)
 			}
 		}
-		return nil, Consume, nil
+		return Consume, nil
 	case *retryOp:
-		return nil, noReply, e.retry(it, r, op)
+		return noReply, e.retry(it, r, op)
 	case *renewOp:
 		if err := queue.CheckPartition(it.info.Name, it.info.Partitions, op.partition); err != nil {
-			return nil, 0, err
+			return 0, err
 		}
 		deadline, err := queue.CheckRenew(it.info, op.partition, op.ids, op.timeout, it.now, func(id uint64) bool {
 			_, ok := it.live(op.partition, id)
 			return ok
 		})
 		if err != nil {
-			return nil, 0, err
+			return 0, err
 		}
 		xs := make([]Item, len(op.ids))
-		out := make([]time.Time, len(op.ids))
+		op.out = make([]time.Time, len(op.ids))
 		for i, id := range op.ids {
 			xs[i], _ = it.tx.Item(op.partition, id)
-			out[i] = queue.FromNanos(deadline)
+			op.out[i] = queue.FromNanos(deadline)
 		}
-		return out, Consume, it.tx.Renew(xs, deadline)
-	case *ImportOp:
-		out, err := e.importItems(it, op)
+		return Consume, it.tx.Renew(xs, deadline)
+	case *importOp:
+		var err error
+		op.out, err = e.importItems(it, op)
 		it.ready = nil
-		return out, Durable, err
-	case *RedriveOp:
+		return Durable, err
+	case *redriveOp:
 		n, err := e.produceTo(it)
 		if err != nil {
-			return nil, 0, err
+			return 0, err
 		}
-		it.ready[n] += len(op.Items)
-		return nil, Durable, it.tx.Redrive(n, op.Items)
+		it.ready[n] += len(op.items)
+		// The redriven item's body: what its producer gave, the redrive
+		// counted; the dead item's history fields stay with the dead item.
+		items := make([]queue.RedriveItem, len(op.items))
+		for i, ri := range op.items {
+			b := ri.Body
+			items[i] = queue.RedriveItem{SourceKey: ri.SourceKey, Errors: ri.Errors, Body: queue.ItemBody{Reference: b.Reference,
+				Kind: b.Kind, Encoding: b.Encoding, Payload: b.Payload, Attributes: b.Attributes, RedriveCount: b.RedriveCount + 1}}
+		}
+		return Durable, it.tx.Redrive(n, items, queue.ExpireDeadline(it.info, it.now))
+	case *deleteOp:
+		for _, ref := range op.refs {
+			if err := queue.CheckPartition(it.info.Name, it.info.Partitions, ref.Partition); err != nil {
+				return 0, err
+			}
+		}
+		var err error
+		op.n, err = it.tx.Delete(op.refs, op.exceptLeased)
+		it.ready = nil
+		return Durable, err
+	case *clearOp:
+		it.ready = nil
+		return Durable, it.tx.Clear(op.p)
+	case *editOp:
+		if err := queue.CheckPartition(it.info.Name, it.info.Partitions, op.ref.Partition); err != nil {
+			return 0, err
+		}
+		var err error
+		op.out, err = it.tx.Edit(op.ref, op.edit)
+		return Durable, err
+	case Local:
+		answered, err := op.Run(it.tx, it.now, r)
+		// A backend's own request may change the ready counts in ways the
+		// engine does not follow.
+		it.ready = nil
+		if err != nil || !answered {
+			return Durable, err
+		}
+		return noReply, nil
 	}
-	v, mine, err := it.tx.Handle(r)
-	// Import, delete, clear, redrive and the backend's own calls may
-	// change the ready counts in ways the engine does not follow.
-	it.ready = nil
-	if err != nil || !mine {
-		return v, Durable, err
-	}
-	return nil, noReply, nil
+	return 0, fmt.Errorf("queue '%s': unknown request %T", it.info.Name, r.Op)
 }
 
 // importItems runs an import (see Engine.Import): the items whose source_id
@@ -546,20 +657,20 @@ func (e *Engine) handle(it *pass, r *Request) (any, ReplyMode, error) {
 // lease deadline, or for lease_timeout from now), scheduled (enqueue_at in
 // the future) or ready, keeping their attempts, created_at and expire
 // deadline (or expiring after expire_timeout from now).
-func (e *Engine) importItems(it *pass, op *ImportOp) ([]queue.Item, error) {
-	n := op.Partition
+func (e *Engine) importItems(it *pass, op *importOp) ([]queue.Item, error) {
+	n := op.partition
 	if err := queue.CheckPartition(it.info.Name, it.info.Partitions, n); err != nil {
 		return nil, err
 	}
-	for i := range op.Items { // as a produce's enqueue_at
-		if err := queue.CheckItemTimes(i, &op.Items[i]); err != nil {
+	for i := range op.items { // as a produce's enqueue_at
+		if err := queue.CheckItemTimes(i, &op.items[i]); err != nil {
 			return nil, err
 		}
 	}
-	keys := make([]string, len(op.Items))
+	keys := make([]string, len(op.items))
 	first := map[string]int{} // source key -> the first item of the call with it
 	var wanted []string
-	for i, si := range op.Items {
+	for i, si := range op.items {
 		if si.Body.SourceID == "" {
 			continue
 		}
@@ -576,10 +687,10 @@ func (e *Engine) importItems(it *pass, op *ImportOp) ([]queue.Item, error) {
 			return nil, err
 		}
 	}
-	out := make([]queue.Item, len(op.Items))
+	out := make([]queue.Item, len(op.items))
 	var news []queue.Item
 	var pos []int // the call's index of each new item
-	for i, si := range op.Items {
+	for i, si := range op.items {
 		if k := keys[i]; k != "" && (first[k] != i || held[k].Meta.ID != 0) {
 			continue
 		}
@@ -588,8 +699,8 @@ func (e *Engine) importItems(it *pass, op *ImportOp) ([]queue.Item, error) {
 		if m.CreatedAt.IsZero() {
 			m.CreatedAt = queue.FromNanos(it.now)
 		}
-		if m.ExpireDeadline.IsZero() && it.info.ExpireTimeout > 0 {
-			m.ExpireDeadline = queue.FromNanos(it.now + int64(it.info.ExpireTimeout))
+		if m.ExpireDeadline.IsZero() {
+			m.ExpireDeadline = queue.FromNanos(queue.ExpireDeadline(it.info, it.now))
 		}
 		switch {
 		case si.Meta.Leased:
@@ -717,7 +828,8 @@ func (e *Engine) retry(it *pass, r *Request, op *retryOp) error {
 		}
 		outcomes[i].ID = ri.ID
 	}
-	it.replies = append(it.replies, Reply{R: r, V: outcomes, Mode: Consume, Moving: moving})
+	op.out = outcomes
+	it.replies = append(it.replies, Reply{R: r, Mode: Consume, Moving: moving})
 	return nil
 }
 
@@ -786,7 +898,7 @@ func isClient(err error) bool {
 }
 
 // lockSet returns the ids the requests name (complete, retry, renew,
-// delete) and the union of their clears, for Tx.Lock.
+// delete, Do) and the union of their clears, for Tx.Lock.
 func lockSet(reqs []*Request) ([]uint64, *queue.ClearParams) {
 	var ids []uint64
 	var clr *queue.ClearParams
@@ -800,17 +912,19 @@ func lockSet(reqs []*Request) ([]uint64, *queue.ClearParams) {
 			}
 		case *renewOp:
 			ids = append(ids, op.ids...)
-		case *DeleteOp:
-			for _, ref := range op.Refs {
+		case *deleteOp:
+			for _, ref := range op.refs {
 				ids = append(ids, ref.ID)
 			}
-		case *ClearOp:
+		case *doOp:
+			ids = append(ids, op.ids...)
+		case *clearOp:
 			if clr == nil {
 				clr = &queue.ClearParams{}
 			}
-			clr.Destructive = clr.Destructive || op.P.Destructive
-			clr.Queue = clr.Queue || op.P.Queue
-			clr.Scheduled = clr.Scheduled || op.P.Scheduled
+			clr.Destructive = clr.Destructive || op.p.Destructive
+			clr.Queue = clr.Queue || op.p.Queue
+			clr.Scheduled = clr.Scheduled || op.p.Scheduled
 		}
 	}
 	return ids, clr

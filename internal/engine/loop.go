@@ -28,6 +28,7 @@ import (
 
 	"github.com/styxq/styx/internal/apierr"
 	"github.com/styxq/styx/internal/clock"
+	"github.com/styxq/styx/internal/queue"
 	"github.com/styxq/styx/internal/store"
 )
 
@@ -47,23 +48,27 @@ var ErrShuttingDown = apierr.New(apierr.Retry, "server shutting down; retry on a
 // ErrNoItems answers a waiting lease whose request timeout passed (454).
 var ErrNoItems = apierr.New(apierr.Retry, "request timeout; no items are in the queue, try again")
 
-// Request is one call into a loop. Op is the backend's; Lease is set on
-// lease requests, which wait among the loop's Waiters instead of reaching
-// the backend's Iterate.
+// Request is one call into a loop: an Op, or, for a lease, a LeaseWait
+// (the request waits among the loop's Waiters instead of reaching the
+// backend's Iterate). Its answer is an error; the value a call returns is
+// written into its Op (or LeaseWait.Result) by the loop goroutine before
+// the answer is sent, so the caller reads it after Call returns nil.
 type Request struct {
 	Ctx   context.Context
-	Op    any
+	Op    Op
 	Lease *LeaseWait
 	// Deadline is when a waiting lease's request timeout ends (Unix ns).
 	Deadline int64
-	done     chan Result
+	// done receives the answer; nil for a request Offered without one (the
+	// backend answers it through a channel of its own).
+	done chan error
 	// answered is set by the first answer (Claim): a request is answered
 	// at most once, whichever goroutine (the loop, a backend's syncer, a
 	// panic's recovery) gets there first.
 	answered atomic.Bool
 }
 
-// LeaseWait is what a lease request waits for.
+// LeaseWait is what a lease request waits for, and its result.
 type LeaseWait struct {
 	// ClientID names the consumer; one lease per client_id and Owner waits
 	// at a time.
@@ -74,12 +79,8 @@ type LeaseWait struct {
 	BatchSize int
 	// Timeout is how long it waits for items.
 	Timeout time.Duration
-}
-
-// Result is a request's answer: a value or an error.
-type Result struct {
-	V   any
-	Err error
+	// Result is the lease's items, set by the loop before it answers nil.
+	Result queue.LeaseResult
 }
 
 // Claim reports whether the caller is the first to answer r, and marks r
@@ -90,17 +91,13 @@ type Result struct {
 // Any goroutine.
 func (r *Request) Claim() bool { return r.answered.CompareAndSwap(false, true) }
 
-// Answer answers r unless it was answered already. Any goroutine (the loop,
-// a backend's syncer).
-func (r *Request) Answer(v any, err error) {
+// Answer answers r (nil: success, its result already in its Op) unless it
+// was answered already. Any goroutine (the loop, a backend's syncer).
+func (r *Request) Answer(err error) {
 	if r.Claim() {
-		r.done <- Result{V: v, Err: err}
+		r.done <- err
 	}
 }
-
-// Send is Answer: it answers r from any goroutine unless r was answered
-// already.
-func (r *Request) Send(v any, err error) { r.Answer(v, err) }
 
 // Backend runs a loop's iterations. Its methods are called by the loop
 // goroutine only.
@@ -206,55 +203,60 @@ func (l *Loop) Pending() int { return len(l.reqs) }
 // abandonable, Call returns ctx's error when ctx is done even if the loop
 // has not answered: only for leases and read-only calls, since nothing that
 // writes may be abandoned half-applied.
-func (l *Loop) Call(ctx context.Context, op any, abandonable bool) (any, error) {
-	return l.call(&Request{Ctx: ctx, Op: op, done: make(chan Result, 1)}, abandonable)
+func (l *Loop) Call(ctx context.Context, op Op, abandonable bool) error {
+	return l.call(&Request{Ctx: ctx, Op: op, done: make(chan error, 1)}, abandonable)
 }
 
 // CallLease sends a lease request (it waits among the Waiters) and waits for
-// its answer: the backend's lease result, ErrNoItems, or ctx's error once
-// the client went away.
-func (l *Loop) CallLease(ctx context.Context, op any, w LeaseWait) (any, error) {
-	return l.call(&Request{Ctx: ctx, Op: op, Lease: &w, done: make(chan Result, 1)}, true)
+// its answer: nil with w.Result set, ErrNoItems, or ctx's error once the
+// client went away.
+func (l *Loop) CallLease(ctx context.Context, w *LeaseWait) error {
+	return l.call(&Request{Ctx: ctx, Lease: w, done: make(chan error, 1)}, true)
 }
 
-func (l *Loop) call(r *Request, abandonable bool) (any, error) {
+func (l *Loop) call(r *Request, abandonable bool) error {
 	select {
 	case <-l.stop:
-		return nil, l.stopErr
+		return l.stopErr
 	case <-l.done:
-		return nil, l.endErr()
+		return l.endErr()
 	default:
 	}
 	select {
 	case l.reqs <- r:
 	default:
-		return nil, apierr.New(apierr.Retry, "queue overloaded; '%s' has %d requests waiting, retry", l.name, RequestQueueSize)
+		return apierr.New(apierr.Retry, "queue overloaded; '%s' has %d requests waiting, retry", l.name, RequestQueueSize)
 	}
 	var ctxDone <-chan struct{}
 	if abandonable {
 		ctxDone = r.Ctx.Done()
 	}
 	select {
-	case res := <-r.done:
-		return res.V, res.Err
+	case err := <-r.done:
+		return err
 	case <-l.done:
 		// The loop answers every request it took before it exits; one that
 		// raced with the exit was never taken.
 		select {
-		case res := <-r.done:
-			return res.V, res.Err
+		case err := <-r.done:
+			return err
 		default:
-			return nil, l.endErr()
+			return l.endErr()
 		}
 	case <-ctxDone:
-		return nil, r.Ctx.Err()
+		return r.Ctx.Err()
 	}
 }
 
-// Offer hands op to the loop without waiting for room or for an answer:
-// the answer goes to done (buffered by the caller). It reports false when
-// the channel is full or the loop stopped.
-func (l *Loop) Offer(op any, done chan Result) bool {
+// Offer hands op to the loop without waiting for room or for an answer: the
+// backend answers it through a channel of its own (Backend.Recover when
+// the loop fails it). It reports false when the channel is full or the
+// loop stopped.
+func (l *Loop) Offer(op Op) bool {
+	return l.offer(&Request{Ctx: context.Background(), Op: op})
+}
+
+func (l *Loop) offer(r *Request) bool {
 	select {
 	case <-l.stop:
 		return false
@@ -263,7 +265,7 @@ func (l *Loop) Offer(op any, done chan Result) bool {
 	default:
 	}
 	select {
-	case l.reqs <- &Request{Ctx: context.Background(), Op: op, done: done}:
+	case l.reqs <- r:
 		return true
 	default:
 		return false
@@ -400,7 +402,7 @@ func (l *Loop) iterate(batch []*Request, poll bool) {
 		if r.Lease == nil {
 			work = append(work, r)
 		} else if err := l.Waiters.add(r, now); err != nil {
-			r.Answer(nil, err)
+			r.Answer(err)
 		}
 	}
 	l.b.Iterate(now, work, poll)
@@ -444,18 +446,18 @@ func (l *Loop) died(v any) {
 		l.failTaken(r)
 	}
 	for _, w := range l.Waiters.list {
-		w.Answer(nil, l.exitErr)
+		w.Answer(l.exitErr)
 	}
 	l.Waiters.list = nil
 	l.Waiters.n.Store(0)
 }
 
 // failTaken answers r with exitErr: on its own channel, or, for a request
-// offered without one (Offer with nil done: the backend's own kind), through
-// the backend's recovery.
+// offered without one (Offer: the backend's own kind), through the
+// backend's recovery.
 func (l *Loop) failTaken(r *Request) {
 	if r.done != nil {
-		r.Answer(nil, l.exitErr)
+		r.Answer(l.exitErr)
 		return
 	}
 	func() {
@@ -476,7 +478,7 @@ func (l *Loop) drain() {
 		work := batch[:0]
 		for _, r := range batch {
 			if r.Lease != nil {
-				r.Answer(nil, l.stopErr)
+				r.Answer(l.stopErr)
 				continue
 			}
 			work = append(work, r)

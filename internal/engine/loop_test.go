@@ -26,7 +26,7 @@ func (b *heldBackend) Stopped()             {}
 func (b *heldBackend) NextWake(int64) int64 { return 0 }
 func (b *heldBackend) Recover(reqs []*Request, err error) {
 	for _, r := range reqs {
-		r.Answer(nil, err)
+		r.Answer(err)
 	}
 }
 func (b *heldBackend) Iterate(_ int64, reqs []*Request, _ bool) {
@@ -36,8 +36,42 @@ func (b *heldBackend) Iterate(_ int64, reqs []*Request, _ bool) {
 		<-b.release
 	}
 	for _, r := range reqs {
-		r.Answer("done", nil)
+		r.Op.(*testOp).out = "done"
+		r.Answer(nil)
 	}
+}
+
+// testOp is a request of the loop tests: name is what it asks, out what the
+// backend answered.
+type testOp struct {
+	LocalOp
+	name, out string
+}
+
+// Run implements Local (unused: the test backends answer it themselves).
+func (*testOp) Run(Tx, int64, *Request) (bool, error) { return false, nil }
+
+// offered is a request handed to the loop with its own answer channel.
+type offered struct {
+	op   *testOp
+	done chan error
+}
+
+// offer hands a request named name to l, its answer to a channel of its
+// own (or to done when given); false when the channel is full.
+func offer(l *Loop, name string, done chan error) (offered, bool) {
+	if done == nil {
+		done = make(chan error, 1)
+	}
+	o := offered{op: &testOp{name: name}, done: done}
+	return o, l.offer(&Request{Ctx: context.Background(), Op: o.op, done: done})
+}
+
+// call is Loop.Call with a testOp named name; it returns the backend's out.
+func call(l *Loop, name string) (string, error) {
+	op := &testOp{name: name}
+	err := l.Call(context.Background(), op, false)
+	return op.out, err
 }
 
 // TestLoopOverloaded: a call that finds the queue's request channel full is
@@ -50,31 +84,36 @@ func TestLoopOverloaded(t *testing.T) {
 	l.Start(b)
 	defer l.Shutdown()
 
-	held := make(chan Result, 1)
-	require.True(t, l.Offer("held", held))
+	held, ok := offer(l, "held", nil)
+	require.True(t, ok)
 	<-b.entered // the loop is inside its first iteration, which holds it
 
-	answers := make(chan Result, RequestQueueSize)
-	for range RequestQueueSize {
-		require.True(t, l.Offer("queued", answers))
+	answers := make(chan error, RequestQueueSize)
+	queued := make([]offered, RequestQueueSize)
+	for i := range queued {
+		queued[i], ok = offer(l, "queued", answers)
+		require.True(t, ok)
 	}
 	require.Equal(t, RequestQueueSize, l.Pending())
 
-	_, err := l.Call(context.Background(), "one too many", false)
+	_, err := call(l, "one too many")
 	e, ok := apierr.As(err)
 	require.True(t, ok, "%v", err)
 	require.Equal(t, apierr.Retry, e.Code)
 	require.Contains(t, e.Message, "queue overloaded; 'busy'")
-	require.False(t, l.Offer("one too many", answers))
+	_, ok = offer(l, "one too many", answers)
+	require.False(t, ok)
 
 	close(b.release)
-	require.Equal(t, "done", (<-held).V)
+	require.NoError(t, <-held.done)
+	require.Equal(t, "done", held.op.out)
 	for range RequestQueueSize {
-		res := <-answers
-		require.NoError(t, res.Err)
-		require.Equal(t, "done", res.V)
+		require.NoError(t, <-answers)
 	}
-	v, err := l.Call(context.Background(), "after", false)
+	for _, o := range queued {
+		require.Equal(t, "done", o.op.out)
+	}
+	v, err := call(l, "after")
 	require.NoError(t, err)
 	require.Equal(t, "done", v)
 }
@@ -93,10 +132,12 @@ func (b *panicky) Stopped()             {}
 func (b *panicky) NextWake(int64) int64 { return 0 }
 func (b *panicky) Iterate(_ int64, reqs []*Request, _ bool) {
 	for _, r := range reqs {
-		if r.Op == "boom" {
+		op := r.Op.(*testOp)
+		if op.name == "boom" {
 			panic("injected")
 		}
-		r.Answer(r.Op, nil)
+		op.out = op.name
+		r.Answer(nil)
 	}
 }
 func (b *panicky) Recover(reqs []*Request, err error) {
@@ -107,7 +148,7 @@ func (b *panicky) Recover(reqs []*Request, err error) {
 		panic("injected again")
 	}
 	for _, r := range reqs {
-		r.Answer(nil, err)
+		r.Answer(err)
 	}
 }
 
@@ -124,25 +165,24 @@ func TestLoopPanicFailsItsBatch(t *testing.T) {
 	l.Start(b)
 	defer l.Shutdown()
 
-	before, boom, after := make(chan Result, 1), make(chan Result, 1), make(chan Result, 1)
 	// Offered together, so that they are likely one batch; each is checked
 	// on its own either way.
-	require.True(t, l.Offer("before", before))
-	require.True(t, l.Offer("boom", boom))
-	require.True(t, l.Offer("after", after))
-	res := <-before
-	require.NoError(t, res.Err)
-	require.Equal(t, "before", res.V)
-	for _, ch := range []chan Result{boom, after} {
-		res := <-ch
-		if res.Err == nil {
-			require.Equal(t, "after", res.V, "only a request that ran may succeed")
+	before, ok1 := offer(l, "before", nil)
+	boom, ok2 := offer(l, "boom", nil)
+	after, ok3 := offer(l, "after", nil)
+	require.True(t, ok1 && ok2 && ok3)
+	require.NoError(t, <-before.done)
+	require.Equal(t, "before", before.op.out)
+	for _, o := range []offered{boom, after} {
+		err := <-o.done
+		if err == nil {
+			require.Equal(t, "after", o.op.out, "only a request that ran may succeed")
 			continue
 		}
-		require.ErrorIs(t, res.Err, store.ErrUnavailable)
-		require.Contains(t, res.Err.Error(), "panic: injected")
+		require.ErrorIs(t, err, store.ErrUnavailable)
+		require.Contains(t, err.Error(), "panic: injected")
 	}
-	v, err := l.Call(context.Background(), "later", false)
+	v, err := call(l, "later")
 	require.NoError(t, err)
 	require.Equal(t, "later", v)
 	b.mu.Lock()
@@ -159,12 +199,12 @@ func TestLoopDiedAnswersErrors(t *testing.T) {
 	l := NewLoop("dead", clock.Real{})
 	l.Start(b)
 	defer l.Shutdown()
-	_, err := l.Call(context.Background(), "boom", false)
+	_, err := call(l, "boom")
 	require.ErrorIs(t, err, store.ErrUnavailable)
 	require.Contains(t, err.Error(), "queue loop ended")
-	_, err = l.Call(context.Background(), "later", false)
+	_, err = call(l, "later")
 	require.ErrorIs(t, err, store.ErrUnavailable)
-	require.False(t, l.Offer("offered", make(chan Result, 1)))
-	_, err = l.CallLease(context.Background(), "lease", LeaseWait{ClientID: "c", BatchSize: 1})
+	require.False(t, l.Offer(&testOp{name: "offered"}))
+	err = l.CallLease(context.Background(), &LeaseWait{ClientID: "c", BatchSize: 1})
 	require.True(t, errors.Is(err, store.ErrUnavailable), "%v", err)
 }

@@ -51,9 +51,9 @@ func (ws *Waiters) expire(now int64) {
 		switch {
 		case w.answered.Load():
 		case w.Ctx.Err() != nil:
-			w.Answer(nil, w.Ctx.Err())
+			w.Answer(w.Ctx.Err())
 		case w.Deadline <= now:
-			w.Answer(nil, ErrNoItems)
+			w.Answer(ErrNoItems)
 		default:
 			kept = append(kept, w)
 		}
@@ -68,7 +68,7 @@ func (ws *Waiters) expire(now int64) {
 // or the loop stops.
 func (ws *Waiters) Fail(err error) {
 	for _, w := range ws.list {
-		w.Answer(nil, err)
+		w.Answer(err)
 	}
 	clear(ws.list)
 	ws.list = ws.list[:0]

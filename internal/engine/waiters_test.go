@@ -10,7 +10,7 @@ import (
 
 func waiter(t *testing.T, ws *Waiters, client string, batch int) *Request {
 	t.Helper()
-	r := &Request{Ctx: context.Background(), Lease: &LeaseWait{ClientID: client, BatchSize: batch, Timeout: 1e9}, done: make(chan Result, 1)}
+	r := &Request{Ctx: context.Background(), Lease: &LeaseWait{ClientID: client, BatchSize: batch, Timeout: 1e9}, done: make(chan error, 1)}
 	require.NoError(t, ws.add(r, 0))
 	return r
 }
@@ -44,7 +44,7 @@ func TestServeRecountsStaleCounts(t *testing.T) {
 func TestWaitersRefuseDuplicateClient(t *testing.T) {
 	ws := &Waiters{queue: "q"}
 	waiter(t, ws, "a", 1)
-	r := &Request{Ctx: context.Background(), Lease: &LeaseWait{ClientID: "a", BatchSize: 1}, done: make(chan Result, 1)}
+	r := &Request{Ctx: context.Background(), Lease: &LeaseWait{ClientID: "a", BatchSize: 1}, done: make(chan error, 1)}
 	assert.ErrorContains(t, ws.add(r, 0), "duplicate client id; a client cannot make multiple leased requests to the same queue")
 	ws.expire(2e9) // past the request timeout
 	assert.Zero(t, ws.Len())

@@ -155,3 +155,13 @@ func EnqueueNow(enqueueAt time.Time, now int64) bool {
 func IsScheduled(m ItemMeta, now int64) bool {
 	return !m.Leased && m.DeadReason == "" && Nanos(m.EnqueueAt) > now
 }
+
+// ExpireDeadline returns the expire deadline of an item that enters the
+// queue described by info at now, as produced or redriven (Unix ns): now
+// plus the queue's expire_timeout, or 0 (never) without one.
+func ExpireDeadline(info QueueInfo, now int64) int64 {
+	if info.ExpireTimeout <= 0 {
+		return 0
+	}
+	return now + int64(info.ExpireTimeout)
+}

@@ -9,6 +9,7 @@ import (
 	"github.com/styxq/styx/internal/backend/embedded"
 	"github.com/styxq/styx/internal/backend/embedded/pebble"
 	"github.com/styxq/styx/internal/clock"
+	"github.com/styxq/styx/internal/engine/enginetest"
 	"github.com/styxq/styx/internal/queue"
 	"github.com/styxq/styx/internal/queue/queuetest"
 	"github.com/styxq/styx/internal/store"
@@ -40,6 +41,25 @@ func TestConformanceMemory(t *testing.T) {
 // as in production).
 func TestConformancePebble(t *testing.T) {
 	queuetest.Run(t, func(t *testing.T, clk clock.Clock) queue.Queues {
+		s, err := pebble.Open(pebble.Config{Dir: t.TempDir(), Logger: slog.New(slog.DiscardHandler)})
+		require.NoError(t, err)
+		return openManager(t, s, clk)
+	})
+}
+
+// TestEngineContractMemory runs the engine.Tx contract suite on the memory
+// store.
+func TestEngineContractMemory(t *testing.T) {
+	enginetest.Run(t, func(t *testing.T, clk clock.Clock) queue.Queues {
+		s, err := pebble.OpenMemory()
+		require.NoError(t, err)
+		return openManager(t, s, clk)
+	})
+}
+
+// TestEngineContractPebble runs the engine.Tx contract suite on Pebble.
+func TestEngineContractPebble(t *testing.T) {
+	enginetest.Run(t, func(t *testing.T, clk clock.Clock) queue.Queues {
 		s, err := pebble.Open(pebble.Config{Dir: t.TempDir(), Logger: slog.New(slog.DiscardHandler)})
 		require.NoError(t, err)
 		return openManager(t, s, clk)

@@ -94,23 +94,16 @@ func (l *Logical) byID(ctx context.Context, partitions int32, ids []uint64) iter
 }
 
 // takeRedriven inserts redriven items into partition p (Tx.Redrive).
-func (l *Logical) takeRedriven(it *iteration, p *partition, items []queue.RedriveItem) {
+func (l *Logical) takeRedriven(it *iteration, p *partition, items []queue.RedriveItem, expire int64) {
 	for _, ri := range items {
 		if _, dup := l.sourceKeys[ri.SourceKey]; dup {
 			continue
 		}
 		id := l.allocID(it)
-		x := &item{id: id, bodyID: id, created: it.now, state: stateReady, src: newSource(ri.SourceKey)}
-		if l.info.ExpireTimeout > 0 {
-			x.expire = it.now + int64(l.info.ExpireTimeout)
-		}
+		x := &item{id: id, bodyID: id, created: it.now, expire: expire, state: stateReady, src: newSource(ri.SourceKey)}
 		p.add(x)
 		l.sourceKeys[ri.SourceKey] = x
-		body := queue.ItemBody{
-			Reference: ri.Body.Reference, Kind: ri.Body.Kind, Encoding: ri.Body.Encoding, Payload: ri.Body.Payload,
-			Attributes:   ri.Body.Attributes,
-			RedriveCount: ri.Body.RedriveCount + 1,
-		}
+		body := ri.Body
 		it.batch.Insert(p.num, x.meta(), body, ri.Errors)
 		x.hasErrs = !ri.Errors.IsZero()
 		l.addBody(it, x.bodyID, &body)

@@ -122,7 +122,7 @@ func (l *Logical) sendDeadLetters(now int64) {
 
 // offer hands a move to this (dead-letter) queue's loop without blocking.
 func (l *Logical) offer(op *deadLetterOp) bool {
-	return l.Loop.Offer(op, nil)
+	return l.Loop.Offer(op)
 }
 
 // moved handles the dead-letter queue's answer to a move. Runs in the

@@ -1,6 +1,7 @@
 package embedded
 
 import (
+	"github.com/styxq/styx/internal/engine"
 	"github.com/styxq/styx/internal/queue"
 )
 
@@ -22,6 +23,7 @@ type deadItem struct {
 // queue sends the outcome to result, which the source owns, and wakes the
 // source's loop.
 type deadLetterOp struct {
+	engine.LocalOp
 	source string
 	items  []deadItem
 	result chan<- moveResult

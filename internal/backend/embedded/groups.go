@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"slices"
 
+	"github.com/styxq/styx/internal/engine"
 	"github.com/styxq/styx/internal/fingerprint"
 	"github.com/styxq/styx/internal/queue"
 	"github.com/styxq/styx/internal/store"
@@ -159,8 +160,10 @@ func (l *Logical) loadGroups(ctx context.Context, dead []loadedDead) error {
 
 // groupsOp asks for the groups that match f, at most limit.
 type groupsOp struct {
+	engine.LocalOp
 	f     queue.GroupFilter
 	limit int
+	out   groupsResult
 }
 
 // groupSample is where to read a group's sample error.
@@ -207,11 +210,11 @@ func (l *Logical) listGroups(op *groupsOp) groupsResult {
 // loop's bookkeeping; the sample error of a group whose items all came
 // from storage at load is read from storage (one read per such group).
 func (l *Logical) Groups(ctx context.Context, f queue.GroupFilter, limit int) (queue.Groups, error) {
-	v, err := l.call(ctx, &groupsOp{f: f, limit: max(limit, 1)}, false)
-	if err != nil {
+	op := &groupsOp{f: f, limit: max(limit, 1)}
+	if err := l.call(ctx, op, false); err != nil {
 		return queue.Groups{}, err
 	}
-	res := v.(groupsResult)
+	res := op.out
 	byPart := map[int32][]int{}
 	for i, g := range res.Groups.Groups {
 		if g.SampleError == "" {

@@ -107,12 +107,11 @@ type Logical struct {
 	fresh map[uint64]*queue.ItemBody
 }
 
-// deferredReply is a retry's answer (v, its outcomes) held until the n
-// dead items it waits on have moved.
+// deferredReply is a retry's answer held until the n dead items it waits
+// on have moved.
 type deferredReply struct {
 	n int
 	r *engine.Request
-	v any
 }
 
 // answer answers a request with an error, through the channel its kind
@@ -124,18 +123,31 @@ func answer(r *engine.Request, err error) {
 		}
 		return
 	}
-	r.Send(nil, err)
+	r.Answer(err)
 }
 
+// The logical queue's own requests (engine.Local), run by the engine in
+// arrival order with the others; each carries its result.
 type (
-	statsOp     struct{}
-	gaugeOp     struct{}
-	reloadOp    struct{}
-	configOp    struct{ info queue.QueueInfo }
+	statsOp struct {
+		engine.LocalOp
+		out queue.Stats
+	}
+	gaugeOp struct {
+		engine.LocalOp
+		out metrics.QueueSample
+	}
+	reloadOp struct{ engine.LocalOp }
+	configOp struct {
+		engine.LocalOp
+		info queue.QueueInfo
+	}
 	scheduledOp struct {
+		engine.LocalOp
 		partition int32
 		after     uint64
 		limit     int
+		out       []queue.Item
 	}
 )
 
@@ -172,33 +184,32 @@ func newLogical(cfg Config, info queue.QueueInfo, lookup func(string) *Logical) 
 }
 
 // call sends op to the loop and waits for its answer (engine.Loop.Call).
-func (l *Logical) call(ctx context.Context, op any, abandonable bool) (any, error) {
+func (l *Logical) call(ctx context.Context, op engine.Op, abandonable bool) error {
 	return l.Loop.Call(ctx, op, abandonable)
 }
 
 // Stats describes the queue now.
 func (l *Logical) Stats(ctx context.Context) (queue.Stats, error) {
-	v, err := l.call(ctx, &statsOp{}, true)
-	if err != nil {
+	op := &statsOp{}
+	if err := l.call(ctx, op, true); err != nil {
 		return queue.Stats{}, err
 	}
-	return v.(queue.Stats), nil
+	return op.out, nil
 }
 
 // Reload rebuilds the in-memory state from storage.
 func (l *Logical) Reload(ctx context.Context) error {
-	_, err := l.call(ctx, &reloadOp{}, false)
-	return err
+	return l.call(ctx, &reloadOp{}, false)
 }
 
 // Scheduled lists up to limit scheduled items of a partition with ids
 // greater than after, in id order.
 func (l *Logical) Scheduled(ctx context.Context, partition int32, after uint64, limit int) ([]queue.Item, error) {
-	v, err := l.call(ctx, &scheduledOp{partition: partition, after: after, limit: limit}, false)
-	if err != nil {
+	op := &scheduledOp{partition: partition, after: after, limit: limit}
+	if err := l.call(ctx, op, false); err != nil {
 		return nil, err
 	}
-	return v.([]queue.Item), nil
+	return op.out, nil
 }
 
 // List reads up to limit items of a partition with ids greater than after,
@@ -227,8 +238,7 @@ func (l *Logical) List(ctx context.Context, partition int32, after uint64, limit
 
 // setConfig hands the loop a new configuration (queues.update).
 func (l *Logical) setConfig(ctx context.Context, info queue.QueueInfo) error {
-	_, err := l.call(ctx, &configOp{info: info}, false)
-	return err
+	return l.call(ctx, &configOp{info: info}, false)
 }
 
 // Open loads the queue: the first work of its loop goroutine
@@ -332,7 +342,7 @@ func (l *Logical) Stopped() {
 		delete(l.deferred, it)
 		if d.n > 0 {
 			d.n = 0
-			d.r.Send(d.v, nil)
+			d.r.Answer(nil)
 		}
 	}
 }
@@ -447,7 +457,6 @@ func (l *Logical) addBody(it *iteration, id uint64, b *queue.ItemBody) {
 type deferral struct {
 	r     *engine.Request
 	items []*item
-	v     any
 }
 
 // partition returns partition n or an Invalid error.
@@ -535,7 +544,7 @@ func (l *Logical) removeItem(it *iteration, p *partition, x *item) {
 func (l *Logical) settle(d *deferredReply) {
 	d.n--
 	if d.n == 0 {
-		d.r.Send(d.v, nil)
+		d.r.Answer(nil)
 	}
 }
 
@@ -583,11 +592,11 @@ func (l *Logical) NextWake(int64) int64 {
 // Gauges returns the queue's item counts and oldest item's age for the
 // queue gauges, from counts the loop keeps: O(partitions), never a scan.
 func (l *Logical) Gauges(ctx context.Context) (metrics.QueueSample, error) {
-	v, err := l.call(ctx, &gaugeOp{}, true)
-	if err != nil {
+	op := &gaugeOp{}
+	if err := l.call(ctx, op, true); err != nil {
 		return metrics.QueueSample{}, err
 	}
-	return v.(metrics.QueueSample), nil
+	return op.out, nil
 }
 
 func (l *Logical) gauges(now int64) metrics.QueueSample {

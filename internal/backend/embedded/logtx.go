@@ -22,7 +22,7 @@ func (it *iteration) Info() queue.QueueInfo { return it.l.info }
 
 // view is the engine's Item of x, in partition p.
 func view(p *partition, x *item) engine.Item {
-	v := engine.Item{Partition: p.num, ID: x.id, Attempts: x.attempts, Expire: x.expire, HasHistory: x.hasErrs, Ref: x}
+	v := engine.Item{Partition: p.num, ID: x.id, Attempts: x.attempts, Expire: x.expire, HasHistory: x.hasErrs}
 	if x.state == stateLeased {
 		v.Leased, v.LeaseDeadline = true, x.deadline
 	}
@@ -50,6 +50,19 @@ func (it *iteration) Due() (leases, expired []engine.Item, err error) {
 	return leases, expired, nil
 }
 
+// own returns the record of v, which the engine had from this iteration
+// (Due, Item): an error when it is gone (a contract violation, failing the
+// iteration).
+func (it *iteration) own(v engine.Item) (*partition, *item, error) {
+	if v.Partition >= 0 && int(v.Partition) < len(it.l.parts) {
+		p := it.l.parts[v.Partition]
+		if x, ok := p.items[v.ID]; ok {
+			return p, x, nil
+		}
+	}
+	return nil, nil, fmt.Errorf("queue '%s': item %d of partition %d is not in the index", it.l.name, v.ID, v.Partition)
+}
+
 // Item implements Tx.
 func (it *iteration) Item(n int32, id uint64) (engine.Item, bool) {
 	if n < 0 || int(n) >= len(it.l.parts) {
@@ -73,7 +86,11 @@ func (it *iteration) Histories(xs []engine.Item) ([]queue.ItemErrors, error) {
 	for n, idx := range byPart {
 		ids := make([]uint64, len(idx))
 		for k, i := range idx {
-			ids[k] = xs[i].Ref.(*item).bodyID
+			_, x, err := it.own(xs[i])
+			if err != nil {
+				return nil, err
+			}
+			ids[k] = x.bodyID
 		}
 		_, errs, err := it.l.cfg.Store.ReadBodies(context.Background(), it.l.queueID, n, ids)
 		if err != nil {
@@ -97,7 +114,11 @@ func (it *iteration) setHistory(p *partition, x *item, h *queue.ItemErrors) {
 // Requeue implements Tx: the item gets a new id at the tail of its
 // partition, or is scheduled.
 func (it *iteration) Requeue(v engine.Item, e queue.Ending, h *queue.ItemErrors, newID *uint64) error {
-	l, p, x := it.l, it.l.parts[v.Partition], v.Ref.(*item)
+	l := it.l
+	p, x, err := it.own(v)
+	if err != nil {
+		return err
+	}
 	it.setHistory(p, x, h)
 	x.attempts = e.Attempts
 	old := x.id
@@ -120,7 +141,10 @@ func (it *iteration) Requeue(v engine.Item, e queue.Ending, h *queue.ItemErrors,
 // in the batch and the move starts once it is durable (ADR 0003); without
 // one the item is dropped.
 func (it *iteration) Kill(v engine.Item, reason string, h *queue.ItemErrors) (bool, error) {
-	p, x := it.l.parts[v.Partition], v.Ref.(*item)
+	p, x, err := it.own(v)
+	if err != nil {
+		return false, err
+	}
 	it.setHistory(p, x, h)
 	x.attempts = v.Attempts
 	it.l.kill(it, p, x, reason)
@@ -130,7 +154,11 @@ func (it *iteration) Kill(v engine.Item, reason string, h *queue.ItemErrors) (bo
 // Complete implements Tx.
 func (it *iteration) Complete(xs []engine.Item) error {
 	for _, v := range xs {
-		it.l.removeItem(it, it.l.parts[v.Partition], v.Ref.(*item))
+		p, x, err := it.own(v)
+		if err != nil {
+			return err
+		}
+		it.l.removeItem(it, p, x)
 	}
 	return nil
 }
@@ -138,7 +166,10 @@ func (it *iteration) Complete(xs []engine.Item) error {
 // Renew implements Tx.
 func (it *iteration) Renew(xs []engine.Item, deadline int64) error {
 	for _, v := range xs {
-		p, x := it.l.parts[v.Partition], v.Ref.(*item)
+		p, x, err := it.own(v)
+		if err != nil {
+			return err
+		}
 		p.setDeadline(x, deadline)
 		it.batch.Update(p.num, x.meta())
 	}
@@ -149,16 +180,13 @@ func (it *iteration) Renew(xs []engine.Item, deadline int64) error {
 func (it *iteration) ReadyCounts() ([]int, error) { return it.l.readyCounts(), nil }
 
 // Produce implements Tx.
-func (it *iteration) Produce(n int32, items []queue.ProduceItem) error {
+func (it *iteration) Produce(n int32, items []queue.ProduceItem, expire int64) error {
 	l, p := it.l, it.l.parts[n]
 	for _, pi := range items {
 		id := l.allocID(it)
-		x := &item{id: id, bodyID: id, created: it.now, state: stateReady}
-		if l.info.ExpireTimeout > 0 {
-			x.expire = it.now + int64(l.info.ExpireTimeout)
-		}
-		if at := queue.Nanos(pi.EnqueueAt); at > it.now {
-			x.state, x.deadline = stateScheduled, at
+		x := &item{id: id, bodyID: id, created: it.now, expire: expire, state: stateReady}
+		if !pi.EnqueueAt.IsZero() {
+			x.state, x.deadline = stateScheduled, queue.Nanos(pi.EnqueueAt)
 		}
 		p.add(x)
 		body := &queue.ItemBody{Reference: pi.Reference, Kind: pi.Kind, Encoding: pi.Encoding, Payload: pi.Payload, Attributes: pi.Attributes}
@@ -201,8 +229,8 @@ func (it *iteration) Lease(n int32, want int, deadline int64) ([]queue.LeasedIte
 }
 
 // Redrive implements Tx.
-func (it *iteration) Redrive(n int32, items []queue.RedriveItem) error {
-	it.l.takeRedriven(it, it.l.parts[n], items)
+func (it *iteration) Redrive(n int32, items []queue.RedriveItem, expire int64) error {
+	it.l.takeRedriven(it, it.l.parts[n], items, expire)
 	return nil
 }
 
@@ -274,17 +302,20 @@ func (it *iteration) Import(n int32, items []queue.Item) ([]queue.Item, error) {
 func (it *iteration) Commit(replies []engine.Reply, err error) {
 	early := it.l.cfg.ConsumeBeforeSync
 	for _, r := range replies {
-		switch {
-		case len(r.Moving) > 0:
-			xs := make([]*item, len(r.Moving))
-			for i, v := range r.Moving {
-				xs[i] = v.Ref.(*item)
+		var moving []*item
+		for _, v := range r.Moving {
+			// A later request of the iteration may have deleted it.
+			if _, x, err := it.own(v); err == nil && x.state == stateDying {
+				moving = append(moving, x)
 			}
-			it.deferrals = append(it.deferrals, deferral{r: r.R, items: xs, v: r.V})
+		}
+		switch {
+		case len(moving) > 0 && r.Err == nil:
+			it.deferrals = append(it.deferrals, deferral{r: r.R, items: moving})
 		case early && r.Err == nil && r.Mode != engine.Durable:
-			it.early = append(it.early, pendingReply{r: r.R, v: r.V})
+			it.early = append(it.early, pendingReply{r: r.R})
 		default:
-			it.replies = append(it.replies, pendingReply{r: r.R, v: r.V, err: r.Err})
+			it.replies = append(it.replies, pendingReply{r: r.R, err: r.Err})
 		}
 	}
 	if err != nil && it.err == nil {
@@ -296,80 +327,108 @@ func (it *iteration) Commit(replies []engine.Reply, err error) {
 	it.l.commit(it)
 }
 
-// Handle implements Tx: the calls only the logical queue runs in its loop.
-func (it *iteration) Handle(r *engine.Request) (any, bool, error) {
-	l := it.l
-	switch op := r.Op.(type) {
-	case *statsOp:
-		return l.stats(it.now), false, nil
-	case *gaugeOp:
-		return l.gauges(it.now), false, nil
-	case *engine.ClearOp:
-		l.clearItems(it, op.P)
-		return nil, false, nil
-	case *reloadOp:
-		// Pending writes of this iteration would be lost by a reload
-		// before the write, so the reload runs after it.
-		it.after = append(it.after, func(err error) {
-			if err == nil {
-				l.load()
-				err = l.loadErr
-			}
-			r.Send(nil, err)
-		})
-		return nil, true, nil
-	case *configOp:
-		if op.info.ID != l.queueID {
-			return nil, false, fmt.Errorf("queue '%s': config for queue id %d", l.name, op.info.ID)
+// Delete implements Tx.
+func (it *iteration) Delete(refs []queue.ItemRef, exceptLeased bool) (int, error) {
+	n := 0
+	for _, ref := range refs {
+		p := it.l.parts[ref.Partition]
+		if x, ok := p.items[ref.ID]; ok && !(exceptLeased && x.state == stateLeased) {
+			it.l.removeItem(it, p, x)
+			n++
 		}
-		l.info = op.info
-		l.cfg.Metrics.InitQueue(op.info.Name, op.info.DeadQueue)
-		for n := int32(len(l.parts)); n < op.info.Partitions; n++ {
-			l.parts = append(l.parts, newPartition(n))
-		}
-		return nil, false, nil
-	case *engine.DeleteOp:
-		for _, ref := range op.Refs {
-			if _, err := l.partition(ref.Partition); err != nil {
-				return nil, false, err
-			}
-		}
-		n := 0
-		for _, ref := range op.Refs {
-			p := l.parts[ref.Partition]
-			if x, ok := p.items[ref.ID]; ok && !(op.ExceptLeased && x.state == stateLeased) {
-				l.removeItem(it, p, x)
-				n++
-			}
-		}
-		return n, false, nil
-	case *scheduledOp:
-		items, err := l.scheduledItems(it, op)
-		return items, false, err
-	case *deadLetterOp:
-		l.takeDead(it, op)
-		return nil, false, nil
-	case *groupsOp:
-		return l.listGroups(op), false, nil
-	case *engine.EditOp:
-		v, err := l.editItem(it, op)
-		return v, false, err
 	}
-	return nil, false, fmt.Errorf("queue '%s': unknown request %T", l.name, r.Op)
+	return n, nil
 }
 
-// editItem runs a dead.edit (engine.EditOp): it reads the item's body and
+// Clear implements Tx.
+func (it *iteration) Clear(c queue.ClearParams) error {
+	it.l.clearItems(it, c)
+	return nil
+}
+
+// Edit implements Tx.
+func (it *iteration) Edit(ref queue.ItemRef, edit func(*queue.Item) error) (queue.Item, error) {
+	return it.l.editItem(it, ref, edit)
+}
+
+// The logical queue's own requests (engine.Local): each runs on its own
+// backend's Tx, the iteration.
+
+// Run implements engine.Local.
+func (op *statsOp) Run(tx engine.Tx, now int64, _ *engine.Request) (bool, error) {
+	op.out = tx.(*iteration).l.stats(now)
+	return false, nil
+}
+
+// Run implements engine.Local.
+func (op *gaugeOp) Run(tx engine.Tx, now int64, _ *engine.Request) (bool, error) {
+	op.out = tx.(*iteration).l.gauges(now)
+	return false, nil
+}
+
+// Run implements engine.Local: pending writes of this iteration would be
+// lost by a reload before the write, so the reload runs after it, and
+// answers r.
+func (op *reloadOp) Run(tx engine.Tx, _ int64, r *engine.Request) (bool, error) {
+	it := tx.(*iteration)
+	l := it.l
+	it.after = append(it.after, func(err error) {
+		if err == nil {
+			l.load()
+			err = l.loadErr
+		}
+		r.Answer(err)
+	})
+	return true, nil
+}
+
+// Run implements engine.Local.
+func (op *configOp) Run(tx engine.Tx, _ int64, _ *engine.Request) (bool, error) {
+	l := tx.(*iteration).l
+	if op.info.ID != l.queueID {
+		return false, fmt.Errorf("queue '%s': config for queue id %d", l.name, op.info.ID)
+	}
+	l.info = op.info
+	l.cfg.Metrics.InitQueue(op.info.Name, op.info.DeadQueue)
+	for n := int32(len(l.parts)); n < op.info.Partitions; n++ {
+		l.parts = append(l.parts, newPartition(n))
+	}
+	return false, nil
+}
+
+// Run implements engine.Local.
+func (op *scheduledOp) Run(tx engine.Tx, _ int64, _ *engine.Request) (bool, error) {
+	it := tx.(*iteration)
+	var err error
+	op.out, err = it.l.scheduledItems(it, op)
+	return false, err
+}
+
+// Run implements engine.Local: this (dead-letter) queue takes the items.
+func (op *deadLetterOp) Run(tx engine.Tx, _ int64, _ *engine.Request) (bool, error) {
+	it := tx.(*iteration)
+	it.l.takeDead(it, op)
+	return false, nil
+}
+
+// Run implements engine.Local.
+func (op *groupsOp) Run(tx engine.Tx, _ int64, _ *engine.Request) (bool, error) {
+	op.out = tx.(*iteration).l.listGroups(op)
+	return false, nil
+}
+
+// editItem runs a dead.edit (Tx.Edit): it reads the item's body and
 // history (this iteration's, the body cache's, or storage's), lets op.Edit
 // change them, and writes both.
-func (l *Logical) editItem(it *iteration, op *engine.EditOp) (queue.Item, error) {
-	p, err := l.partition(op.Ref.Partition)
+func (l *Logical) editItem(it *iteration, ref queue.ItemRef, edit func(*queue.Item) error) (queue.Item, error) {
+	p, err := l.partition(ref.Partition)
 	if err != nil {
 		return queue.Item{}, err
 	}
-	x, ok := p.items[op.Ref.ID]
+	x, ok := p.items[ref.ID]
 	if !ok {
 		return queue.Item{}, apierr.New(apierr.NotFound, "no such item; '%s' is not in partition %d of queue '%s'",
-			queue.FormatID(op.Ref.ID), op.Ref.Partition, l.name)
+			queue.FormatID(ref.ID), ref.Partition, l.name)
 	}
 	if x.state == stateLeased {
 		return queue.Item{}, apierr.New(apierr.Conflict, "item is leased; a consumer of queue '%s' holds '%s'", l.name, queue.FormatID(x.id))
@@ -384,7 +443,7 @@ func (l *Logical) editItem(it *iteration, op *engine.EditOp) (queue.Item, error)
 	} else if b := l.bodies.get(x.bodyID); b != nil {
 		cur.Body = *b
 	}
-	if err := op.Edit(&cur); err != nil {
+	if err := edit(&cur); err != nil {
 		return queue.Item{}, err
 	}
 	it.batch.SetBody(p.num, x.meta(), cur.Body)

@@ -32,16 +32,16 @@ import (
 // loop blocks.
 const pipelineDepth = 64
 
-// pendingReply is one reply of a batch: its value, or an error answer (a
-// request that broke a rule and changed nothing).
+// pendingReply is one reply of a batch: success (its result is in its
+// request's op), or an error answer (a request that broke a rule and
+// changed nothing).
 type pendingReply struct {
 	r   *engine.Request
-	v   any
 	err error
 }
 
 // send answers the request: with its own error, else with werr (the batch's
-// write or sync failed), else with its value.
+// write or sync failed), else with success.
 func (p *pendingReply) send(werr error) {
 	err := p.err
 	if err == nil {
@@ -57,7 +57,7 @@ func (p *pendingReply) send(werr error) {
 		}
 		return
 	}
-	p.r.Send(p.v, nil)
+	p.r.Answer(nil)
 }
 
 // commit is one entry of the pipeline: a written batch's wait and replies,
@@ -233,12 +233,12 @@ func (l *Logical) finish(it *iteration, err error) {
 	}
 	if err != nil {
 		for _, d := range it.deferrals {
-			d.r.Send(nil, err)
+			d.r.Answer(err)
 		}
 		return
 	}
 	for _, d := range it.deferrals {
-		dr := &deferredReply{n: len(d.items), r: d.r, v: d.v}
+		dr := &deferredReply{n: len(d.items), r: d.r}
 		for _, x := range d.items {
 			l.deferred[x] = dr
 		}

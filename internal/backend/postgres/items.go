@@ -533,26 +533,28 @@ func readyCounts(ctx context.Context, tx pgx.Tx, queueID uint64, partitions int3
 	return ready, nil
 }
 
-// editItem runs a dead.edit (engine.EditOp): it reads the item (locking its
-// row), lets op.Edit change its body and history, and writes them.
-func editItem(ctx context.Context, tx pgx.Tx, queueID uint64, name string, op *engine.EditOp) (queue.Item, error) {
+// editItem runs a dead.edit (engine.Tx.Edit): it reads the item ref
+// (locking its row), lets edit change its body and history, and writes
+// them.
+func editItem(ctx context.Context, tx pgx.Tx, queueID uint64, name string, ref queue.ItemRef, edit func(*queue.Item) error) (queue.Item, error) {
 	cur, err := scanItem(tx.QueryRow(ctx, `SELECT `+itemColumns+` FROM styx_items WHERE queue_id=$1 AND id=$2 AND partition=$3 FOR UPDATE`,
-		int64(queueID), int64(op.Ref.ID), op.Ref.Partition))
+		int64(queueID), int64(ref.ID), ref.Partition))
 	if errors.Is(err, pgx.ErrNoRows) {
 		return queue.Item{}, apierr.New(apierr.NotFound, "no such item; '%s' is not in partition %d of queue '%s'",
-			queue.FormatID(op.Ref.ID), op.Ref.Partition, name)
+			queue.FormatID(ref.ID), ref.Partition, name)
 	}
 	if err != nil {
 		return queue.Item{}, err
 	}
 	if cur.Meta.Leased {
-		return queue.Item{}, apierr.New(apierr.Conflict, "item is leased; a consumer of queue '%s' holds '%s'", name, queue.FormatID(op.Ref.ID))
+		return queue.Item{}, apierr.New(apierr.Conflict, "item is leased; a consumer of queue '%s' holds '%s'", name, queue.FormatID(ref.ID))
 	}
-	if err := op.Edit(&cur); err != nil {
+	if err := edit(&cur); err != nil {
 		return queue.Item{}, err
 	}
 	b := &cur.Body
-	_, err = tx.Exec(ctx, `UPDATE styx_items SET reference=$3, kind=$4, encoding=$5, payload=$6, errors=$7 WHERE queue_id=$1 AND id=$2`,
-		int64(queueID), int64(op.Ref.ID), b.Reference, b.Kind, b.Encoding, nonNil(b.Payload), encodeErrors(cur.Errors.Errors))
+	_, err = tx.Exec(ctx, `UPDATE styx_items SET reference=$3, kind=$4, encoding=$5, payload=$6, errors=$7, last_error=$8
+		WHERE queue_id=$1 AND id=$2`,
+		int64(queueID), int64(ref.ID), b.Reference, b.Kind, b.Encoding, nonNil(b.Payload), encodeErrors(cur.Errors.Errors), cur.Errors.LastError)
 	return cur, err
 }

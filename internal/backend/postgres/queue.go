@@ -108,7 +108,7 @@ func (q *Queue) Stopped() {}
 // nothing is rebuilt: the lifecycle runs again at the next iteration.
 func (q *Queue) Recover(reqs []*engine.Request, err error) {
 	for _, r := range reqs {
-		r.Answer(nil, err)
+		r.Answer(err)
 	}
 	q.Loop.Waiters.Fail(err)
 	q.nextDue = 1
@@ -132,7 +132,7 @@ func (q *Queue) Iterate(now int64, work []*engine.Request, poll bool) {
 	info, ok := q.m.cachedInfo(q.id)
 	if !ok {
 		for _, r := range work {
-			r.Answer(nil, queue.NotFound(q.name))
+			r.Answer(queue.NotFound(q.name))
 		}
 		q.Loop.Waiters.Fail(queue.NotFound(q.name))
 		return
@@ -154,7 +154,7 @@ func (q *Queue) Iterate(now int64, work []*engine.Request, poll bool) {
 	if err != nil {
 		err = wrap("queue '"+q.name+"'", err)
 		for _, r := range work {
-			r.Answer(nil, err)
+			r.Answer(err)
 		}
 		q.Loop.Waiters.Fail(err)
 		return
@@ -241,19 +241,17 @@ func (q *Queue) deadPartitions(ctx context.Context, tx pgx.Tx, dlqID uint64, par
 	return parts, nil
 }
 
-// place sets a new item's state and expiry: scheduled when enqueueAt is in
-// the future, expiring expireTimeout after creation (or at expire when set).
+// place stores the engine's decision for a new item: scheduled at enqueueAt
+// when it is set (Unix ns), ready otherwise, expiring at expire (0: never);
+// and the lifecycle's next due time and the waiting leases learn of it.
 func (q *Queue) place(it *iteration, in *insert, enqueueAt, expire int64) {
-	if enqueueAt > it.now {
+	if enqueueAt != 0 {
 		in.state, in.deadline = stateScheduled, enqueueAt
 		q.nextDue = engine.Earliest(q.nextDue, enqueueAt)
 	} else {
 		it.wakeQueue(q.id)
 	}
 	in.expire = expire
-	if in.expire == 0 && it.info.ExpireTimeout > 0 {
-		in.expire = it.now + int64(it.info.ExpireTimeout)
-	}
 	q.nextDue = engine.Earliest(q.nextDue, in.expire)
 }
 

@@ -87,19 +87,33 @@ func toInt64(ids []uint64) []int64 {
 // view is the engine's Item of a row.
 func view(x row) engine.Item {
 	v := engine.Item{Partition: x.partition, ID: uint64(x.id), Attempts: x.attempts, Expire: x.expire,
-		HasHistory: true, Ref: x}
+		HasHistory: true}
 	if x.state == stateLeased {
 		v.Leased, v.LeaseDeadline = true, x.deadline
 	}
 	return v
 }
 
-func views(xs []row) []engine.Item {
+// hold keeps the rows read (locked) by the iteration, by id, and returns
+// their views.
+func (it *iteration) hold(xs []row) []engine.Item {
 	out := make([]engine.Item, len(xs))
 	for i, x := range xs {
+		it.rows[x.id] = x
 		out[i] = view(x)
 	}
 	return out
+}
+
+// own returns the row of v, which the engine had from this iteration (Due,
+// Item): an error when the iteration does not hold it (a contract
+// violation, failing the iteration).
+func (it *iteration) own(v engine.Item) (row, error) {
+	x, ok := it.rows[int64(v.ID)]
+	if !ok || x.partition != v.Partition {
+		return row{}, fmt.Errorf("queue '%s': item %d of partition %d is not held by the transaction", it.q.name, v.ID, v.Partition)
+	}
+	return x, nil
 }
 
 // Due implements engine.Tx: at most lifecycleBatch of each (SKIP LOCKED:
@@ -121,7 +135,7 @@ func (it *iteration) Due() (leases, expired []engine.Item, err error) {
 		it.wakeQueue(it.q.id)
 	}
 	it.more = len(ls) == lifecycleBatch || len(xs) == lifecycleBatch || readied == lifecycleBatch
-	return views(ls), views(xs), nil
+	return it.hold(ls), it.hold(xs), nil
 }
 
 // Item implements engine.Tx from the rows Lock locked.
@@ -137,7 +151,10 @@ func (it *iteration) Item(n int32, id uint64) (engine.Item, bool) {
 func (it *iteration) Histories(xs []engine.Item) ([]queue.ItemErrors, error) {
 	out := make([]queue.ItemErrors, len(xs))
 	for i, v := range xs {
-		x := v.Ref.(row)
+		x, err := it.own(v)
+		if err != nil {
+			return nil, err
+		}
 		errs, err := decodeErrors(x.errors)
 		if err != nil {
 			return nil, fmt.Errorf("queue '%s': %w", it.q.name, err)
@@ -149,7 +166,10 @@ func (it *iteration) Histories(xs []engine.Item) ([]queue.ItemErrors, error) {
 
 // Requeue implements engine.Tx: the row gets a new id when flushed.
 func (it *iteration) Requeue(v engine.Item, e queue.Ending, h *queue.ItemErrors, to *uint64) error {
-	x := v.Ref.(row)
+	x, err := it.own(v)
+	if err != nil {
+		return err
+	}
 	delete(it.rows, x.id)
 	r := requeue{id: x.id, state: stateReady, attempts: e.Attempts}
 	if e.At != 0 {
@@ -171,7 +191,10 @@ func (it *iteration) Requeue(v engine.Item, e queue.Ending, h *queue.ItemErrors,
 // Kill implements engine.Tx: the move to the dead-letter queue (or the drop)
 // is part of the transaction (bury).
 func (it *iteration) Kill(v engine.Item, reason string, h *queue.ItemErrors) (bool, error) {
-	x := v.Ref.(row)
+	x, err := it.own(v)
+	if err != nil {
+		return false, err
+	}
 	delete(it.rows, x.id)
 	d := death{id: x.id, reason: reason, attempts: v.Attempts, sourceKey: x.sourceKey}
 	if h != nil {
@@ -215,12 +238,12 @@ func (it *iteration) ReadyCounts() ([]int, error) {
 }
 
 // Produce implements engine.Tx.
-func (it *iteration) Produce(n int32, items []queue.ProduceItem) error {
+func (it *iteration) Produce(n int32, items []queue.ProduceItem, expire int64) error {
 	for _, pi := range items {
 		in := insert{partition: n, state: stateReady, created: it.now,
 			body: queue.ItemBody{Reference: pi.Reference, Kind: pi.Kind, Encoding: pi.Encoding, Payload: pi.Payload,
 				Attributes: pi.Attributes}}
-		it.q.place(it, &in, queue.Nanos(pi.EnqueueAt), 0)
+		it.q.place(it, &in, queue.Nanos(pi.EnqueueAt), expire)
 		it.inserts = append(it.inserts, in)
 	}
 	return nil
@@ -228,16 +251,14 @@ func (it *iteration) Produce(n int32, items []queue.ProduceItem) error {
 
 // Redrive implements engine.Tx: the unique source-key index skips an item
 // the queue holds.
-func (it *iteration) Redrive(n int32, items []queue.RedriveItem) error {
+func (it *iteration) Redrive(n int32, items []queue.RedriveItem, expire int64) error {
 	for _, ri := range items {
 		key := ri.SourceKey
-		in := insert{partition: n, state: stateReady, created: it.now, sourceKey: &key,
-			body: queue.ItemBody{Reference: ri.Body.Reference, Kind: ri.Body.Kind, Encoding: ri.Body.Encoding,
-				Payload: ri.Body.Payload, Attributes: ri.Body.Attributes, RedriveCount: ri.Body.RedriveCount + 1}}
+		in := insert{partition: n, state: stateReady, created: it.now, sourceKey: &key, body: ri.Body}
 		if !ri.Errors.IsZero() {
 			in.lastError, in.errors = ri.Errors.LastError, encodeErrors(ri.Errors.Errors)
 		}
-		it.q.place(it, &in, 0, 0)
+		it.q.place(it, &in, 0, expire)
 		it.inserts = append(it.inserts, in)
 	}
 	return nil
@@ -320,31 +341,32 @@ func (it *iteration) Import(n int32, items []queue.Item) ([]queue.Item, error) {
 	return out, nil
 }
 
-// Handle implements engine.Tx: delete and clear, in request order
-// after the changes gathered so far.
-func (it *iteration) Handle(r *engine.Request) (any, bool, error) {
+// Delete implements engine.Tx, in request order after the changes
+// gathered so far.
+func (it *iteration) Delete(refs []queue.ItemRef, exceptLeased bool) (int, error) {
 	if err := it.flush(); err != nil {
-		return nil, false, err
+		return 0, err
 	}
-	switch op := r.Op.(type) {
-	case *engine.DeleteOp:
-		for _, ref := range op.Refs {
-			if err := queue.CheckPartition(it.q.name, it.info.Partitions, ref.Partition); err != nil {
-				return nil, false, err
-			}
-		}
-		n, err := deleteRefs(it.ctx, it.tx, it.q.id, op.Refs, op.ExceptLeased)
-		return int(n), false, err
-	case *engine.ClearOp:
-		return nil, false, clearItems(it.ctx, it.tx, it.q.id, op.P)
-	case *engine.EditOp:
-		if err := queue.CheckPartition(it.q.name, it.info.Partitions, op.Ref.Partition); err != nil {
-			return nil, false, err
-		}
-		v, err := editItem(it.ctx, it.tx, it.q.id, it.q.name, op)
-		return v, false, err
+	n, err := deleteRefs(it.ctx, it.tx, it.q.id, refs, exceptLeased)
+	return int(n), err
+}
+
+// Clear implements engine.Tx, in request order after the changes gathered
+// so far.
+func (it *iteration) Clear(p queue.ClearParams) error {
+	if err := it.flush(); err != nil {
+		return err
 	}
-	return nil, false, fmt.Errorf("queue '%s': unknown request %T", it.q.name, r.Op)
+	return clearItems(it.ctx, it.tx, it.q.id, p)
+}
+
+// Edit implements engine.Tx, in request order after the changes gathered
+// so far.
+func (it *iteration) Edit(ref queue.ItemRef, edit func(*queue.Item) error) (queue.Item, error) {
+	if err := it.flush(); err != nil {
+		return queue.Item{}, err
+	}
+	return editItem(it.ctx, it.tx, it.q.id, it.q.name, ref, edit)
 }
 
 // flush writes the changes gathered so far.
@@ -426,11 +448,9 @@ func (it *iteration) Commit(replies []engine.Reply, err error) {
 	for _, r := range replies {
 		switch {
 		case r.Err != nil:
-			r.R.Answer(nil, r.Err)
-		case err != nil:
-			r.R.Answer(nil, err)
+			r.R.Answer(r.Err)
 		default:
-			r.R.Answer(r.V, nil)
+			r.R.Answer(err)
 		}
 	}
 }
