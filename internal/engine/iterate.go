@@ -254,10 +254,12 @@ type Engine struct {
 }
 
 // NewEngine returns the engine of the queue name, with its loop (not
-// started: the backend calls Loop.Start). m, when not nil, receives the
-// attempts of completed items.
-func NewEngine(name string, clk clock.Clock, m *metrics.Metrics) Engine {
-	e := Engine{Loop: NewLoop(name, clk)}
+// started: the backend calls Loop.Start), which runs the iterations the
+// backend begins. m, when not nil, receives the attempts of completed
+// items.
+func NewEngine(name string, clk clock.Clock, m *metrics.Metrics) *Engine {
+	e := &Engine{Loop: NewLoop(name, clk)}
+	e.Loop.engine = e
 	if m != nil {
 		e.completed = func(n int32) { m.ItemAttempts.WithLabelValues("completed").Observe(float64(n)) }
 		e.Loop.OnPanic = func(q string, _ any) { m.LoopPanics.WithLabelValues(q).Inc() }
@@ -465,10 +467,11 @@ func (it *pass) reply(r *Request, mode ReplyMode) {
 	it.replies = append(it.replies, Reply{R: r, Mode: mode})
 }
 
-// Iterate runs one iteration at now over reqs (leases are among the loop's
-// waiters) on tx: lifecycle (when lifecycle), the requests in arrival
-// order, the waiting leases, and the commit.
-func (e *Engine) Iterate(tx Tx, now int64, reqs []*Request, lifecycle bool) {
+// iteration runs one iteration at now over reqs (leases are among the
+// loop's waiters) on tx, which the backend began (Backend.Begin): Lock,
+// the lifecycle (when lifecycle), the requests in arrival order, the
+// waiting leases, and the commit.
+func (e *Engine) iteration(tx Tx, now int64, reqs []*Request, lifecycle bool) {
 	it := &pass{tx: tx, info: tx.Info(), now: now}
 	err := e.iterate(it, reqs, lifecycle)
 	if err != nil {

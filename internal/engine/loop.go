@@ -50,7 +50,7 @@ var ErrNoItems = apierr.New(apierr.Retry, "request timeout; no items are in the 
 
 // Request is one call into a loop: an Op, or, for a lease, a LeaseWait
 // (the request waits among the loop's Waiters instead of reaching the
-// backend's Iterate). Its answer is an error; the value a call returns is
+// iteration). Its answer is an error; the value a call returns is
 // written into its Op (or LeaseWait.Result) by the loop goroutine before
 // the answer is sent, so the caller reads it after Call returns nil.
 type Request struct {
@@ -105,12 +105,16 @@ type Backend interface {
 	// Open runs in the loop goroutine before its first iteration (a
 	// backend loads its state there).
 	Open()
-	// Iterate runs one iteration at now (Unix ns) over reqs, in arrival
-	// order (none are leases: those joined the Waiters), and serves the
-	// waiting leases (Serve). Every request of reqs is answered, now or
-	// once its changes are durable. poll says the loop woke by its timer
-	// alone.
-	Iterate(now int64, reqs []*Request, poll bool)
+	// Begin starts one iteration at now (Unix ns) over reqs, in arrival
+	// order (none are leases: those joined the Waiters): it returns the
+	// iteration's Tx, the requests the engine is to run (the backend may
+	// answer some itself: the writes while its storage refuses them) and
+	// whether the lifecycle is due; the engine's Iterate then runs them and
+	// the waiting leases, and commits. A nil Tx means there is nothing to
+	// run: the backend answered every request of reqs (a storage failure,
+	// a deleted queue) or had nothing to do. poll says the loop woke by its
+	// timer alone.
+	Begin(now int64, reqs []*Request, poll bool) (tx Tx, run []*Request, lifecycle bool)
 	// NextWake returns when the backend has work due next (Unix ns; 0 for
 	// none). The loop also wakes for requests, Wake and waiter deadlines.
 	NextWake(now int64) int64
@@ -121,7 +125,8 @@ type Backend interface {
 	// Recover runs after an iteration over reqs panicked (the panic is
 	// recovered, logged and counted by the loop): it answers err (453) to
 	// every request of reqs not answered yet, through the channel its kind
-	// uses, ends what the iteration left open (a transaction) and rebuilds
+	// uses, ends what the iteration left open (the transaction Begin
+	// started) and rebuilds
 	// the backend's state from storage, since the iteration may have
 	// changed it half-way. A request whose write was already durable may
 	// be failed too (the client retries; at-least-once), never the other
@@ -154,6 +159,10 @@ type Loop struct {
 	name  string
 	clock clock.Clock
 	b     Backend
+	// engine runs the iterations the backend begins; nil for a loop made
+	// without one (NewLoop: a backend that answers every request in
+	// Begin).
+	engine *Engine
 	reqs  chan *Request
 	wake  chan struct{}
 	stop  chan struct{}
@@ -405,8 +414,16 @@ func (l *Loop) iterate(batch []*Request, poll bool) {
 			r.Answer(err)
 		}
 	}
-	l.b.Iterate(now, work, poll)
+	l.step(now, work, poll)
 	l.Waiters.expire(now)
+}
+
+// step runs one iteration: the backend begins it, the engine runs it.
+func (l *Loop) step(now int64, reqs []*Request, poll bool) {
+	tx, run, lifecycle := l.b.Begin(now, reqs, poll)
+	if tx != nil && l.engine != nil {
+		l.engine.iteration(tx, now, run, lifecycle)
+	}
 }
 
 // sleep returns how long the loop may wait for requests.
@@ -483,7 +500,7 @@ func (l *Loop) drain() {
 			}
 			work = append(work, r)
 		}
-		l.b.Iterate(l.clock.Now().UnixNano(), work, false)
+		l.step(l.clock.Now().UnixNano(), work, false)
 	}
 	l.b.Stopped()
 	l.Waiters.Fail(l.stopErr)

@@ -13,8 +13,8 @@ import (
 	"github.com/styxq/styx/internal/store"
 )
 
-// heldBackend answers every request, but its first iteration waits for
-// release: it holds the loop the way a slow storage write would.
+// heldBackend answers every request itself (Begin runs no Tx), but its
+// first iteration waits for release: it holds the loop the way a slow storage write would.
 type heldBackend struct {
 	entered chan struct{} // closed when the first iteration starts
 	release chan struct{}
@@ -29,7 +29,7 @@ func (b *heldBackend) Recover(reqs []*Request, err error) {
 		r.Answer(err)
 	}
 }
-func (b *heldBackend) Iterate(_ int64, reqs []*Request, _ bool) {
+func (b *heldBackend) Begin(_ int64, reqs []*Request, _ bool) (Tx, []*Request, bool) {
 	if !b.first {
 		b.first = true
 		close(b.entered)
@@ -39,6 +39,7 @@ func (b *heldBackend) Iterate(_ int64, reqs []*Request, _ bool) {
 		r.Op.(*testOp).out = "done"
 		r.Answer(nil)
 	}
+	return nil, nil, false
 }
 
 // testOp is a request of the loop tests: name is what it asks, out what the
@@ -130,7 +131,7 @@ type panicky struct {
 func (b *panicky) Open()                {}
 func (b *panicky) Stopped()             {}
 func (b *panicky) NextWake(int64) int64 { return 0 }
-func (b *panicky) Iterate(_ int64, reqs []*Request, _ bool) {
+func (b *panicky) Begin(_ int64, reqs []*Request, _ bool) (Tx, []*Request, bool) {
 	for _, r := range reqs {
 		op := r.Op.(*testOp)
 		if op.name == "boom" {
@@ -139,6 +140,7 @@ func (b *panicky) Iterate(_ int64, reqs []*Request, _ bool) {
 		op.out = op.name
 		r.Answer(nil)
 	}
+	return nil, nil, false
 }
 func (b *panicky) Recover(reqs []*Request, err error) {
 	b.mu.Lock()

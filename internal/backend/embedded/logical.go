@@ -65,7 +65,7 @@ type Logical struct {
 	results chan moveResult
 	// Engine runs the requests (the same on every backend); the logical
 	// queue gives each of its iterations a Tx (logtx.go).
-	engine.Engine
+	*engine.Engine
 
 	// Fields below are owned by the loop goroutine.
 	info    queue.QueueInfo
@@ -248,9 +248,10 @@ func (l *Logical) Open() {
 	l.load()
 }
 
-// Iterate runs one loop iteration (engine.Backend): the answers of moves and
-// a failed sync first, then the requests.
-func (l *Logical) Iterate(now int64, reqs []*engine.Request, _ bool) {
+// Begin starts one loop iteration (engine.Backend): the answers of moves
+// and a failed sync first; while the store refuses writes only the reads
+// run (the others are answered the fault here) and the lifecycle waits.
+func (l *Logical) Begin(now int64, reqs []*engine.Request, _ bool) (engine.Tx, []*engine.Request, bool) {
 	select {
 	case <-l.pipe.failed:
 		l.syncFailed()
@@ -288,7 +289,7 @@ func (l *Logical) Iterate(now int64, reqs []*engine.Request, _ bool) {
 				answer(r, l.loadErr)
 			}
 			l.Loop.Waiters.Fail(l.loadErr)
-			return
+			return nil, nil, false
 		}
 	}
 	it := &iteration{
@@ -315,7 +316,7 @@ func (l *Logical) Iterate(now int64, reqs []*engine.Request, _ bool) {
 		}
 		l.confirmed = l.confirmed[:0]
 	}
-	l.Engine.Iterate(it, now, reqs, lifecycle)
+	return it, reqs, lifecycle
 }
 
 // readsOnly answers err to the requests of reqs that would write and

@@ -39,7 +39,7 @@ type Queue struct {
 	id   uint64
 	// Engine runs the requests (the same on every backend); the queue
 	// gives each of its iterations a transaction (tx.go).
-	engine.Engine
+	*engine.Engine
 
 	// The loop is woken (signal) when items may have become ready
 	// (readyHint) or lifecycle work may be due (dueHint).
@@ -59,6 +59,9 @@ type Queue struct {
 	// nextDue is the earliest known lifecycle time (Unix ns, 0: none).
 	nextDue  int64
 	lastPoll int64
+	// open is the iteration Begin started, until its Commit (Recover rolls
+	// it back after a panic).
+	open *iteration
 }
 
 func newQueue(m *Manager, info queue.QueueInfo) *Queue {
@@ -104,9 +107,15 @@ func (q *Queue) Stopped() {}
 
 // Recover answers err to the requests of a panicked iteration not answered
 // yet and to the waiting leases (engine.Backend). The database is the
-// state and the iteration's transaction was rolled back (Iterate), so
-// nothing is rebuilt: the lifecycle runs again at the next iteration.
+// state and the iteration's transaction is rolled back here, so nothing is
+// rebuilt: the lifecycle runs again at the next iteration.
 func (q *Queue) Recover(reqs []*engine.Request, err error) {
+	if it := q.open; it != nil {
+		// Nothing of the iteration is committed (or all of it was).
+		q.open = nil
+		_ = it.tx.Rollback(context.Background())
+		it.cancel()
+	}
 	for _, r := range reqs {
 		r.Answer(err)
 	}
@@ -124,18 +133,18 @@ func (q *Queue) NextWake(int64) int64 {
 	return next
 }
 
-// Iterate runs one loop iteration (engine.Backend) as one transaction:
-// poll says the timer fired (look for items for the waiting leases even
-// without a hint). An iteration with no request, no lifecycle work due and
-// nothing new for the waiting leases runs no transaction.
-func (q *Queue) Iterate(now int64, work []*engine.Request, poll bool) {
+// Begin starts one loop iteration (engine.Backend) as one transaction: poll
+// says the timer fired (look for items for the waiting leases even without
+// a hint). An iteration with no request, no lifecycle work due and nothing
+// new for the waiting leases runs no transaction (a nil Tx).
+func (q *Queue) Begin(now int64, work []*engine.Request, poll bool) (engine.Tx, []*engine.Request, bool) {
 	info, ok := q.m.cachedInfo(q.id)
 	if !ok {
 		for _, r := range work {
 			r.Answer(queue.NotFound(q.name))
 		}
 		q.Loop.Waiters.Fail(queue.NotFound(q.name))
-		return
+		return nil, nil, false
 	}
 	serve := poll || q.readyHint.Swap(false)
 	if j := q.Loop.Waiters.Joined(); j != q.joined {
@@ -146,32 +155,24 @@ func (q *Queue) Iterate(now int64, work []*engine.Request, poll bool) {
 	}
 	lifecycle := q.nextDue != 0 && q.nextDue <= now
 	if len(work) == 0 && !lifecycle && !(serve && q.Loop.Waiters.Len() > 0) {
-		return
+		return nil, nil, false
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), q.m.cfg.StatementTimeout)
-	defer cancel()
 	tx, err := q.m.st.pool.Begin(ctx)
 	if err != nil {
+		cancel()
 		err = wrap("queue '"+q.name+"'", err)
 		for _, r := range work {
 			r.Answer(err)
 		}
 		q.Loop.Waiters.Fail(err)
-		return
+		return nil, nil, false
 	}
-	defer func() {
-		// A panic in the iteration: end its transaction (nothing of it is
-		// committed, or all of it was) before the loop recovers.
-		if v := recover(); v != nil {
-			_ = tx.Rollback(context.Background())
-			panic(v)
-		}
-	}()
 	if q.Loop.Waiters.Len() > 0 {
 		q.lastPoll = now
 	}
-	it := &iteration{q: q, ctx: ctx, tx: tx, now: now, info: info, lifecycle: lifecycle, rows: map[int64]row{}}
-	q.Engine.Iterate(it, now, work, lifecycle)
+	q.open = &iteration{q: q, ctx: ctx, cancel: cancel, tx: tx, now: now, info: info, lifecycle: lifecycle, rows: map[int64]row{}}
+	return q.open, work, lifecycle
 }
 
 // learnDue sets when the lifecycle is next due, once the iteration's

@@ -21,8 +21,10 @@ import (
 // iteration is the work of one loop iteration, applied in one transaction:
 // the engine.Tx of PostgreSQL.
 type iteration struct {
-	q         *Queue
-	ctx       context.Context
+	q   *Queue
+	ctx context.Context
+	// cancel ends ctx (the statement timeout) once the iteration ends.
+	cancel    context.CancelFunc
 	tx        pgx.Tx
 	now       int64
 	info      queue.QueueInfo
@@ -416,6 +418,14 @@ func (it *iteration) flush() error {
 // every request and waiting lease with it (a database that is down answers
 // 453 at once, not at the request timeout).
 func (it *iteration) Commit(replies []engine.Reply, err error) {
+	it.commit(replies, err)
+	// Not deferred: after a panic in commit, Recover rolls the transaction
+	// back (a no-op once committed) and ends its context.
+	it.q.open = nil
+	it.cancel()
+}
+
+func (it *iteration) commit(replies []engine.Reply, err error) {
 	q := it.q
 	if err == nil {
 		err = it.flush()
