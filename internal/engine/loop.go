@@ -163,10 +163,10 @@ type Loop struct {
 	// without one (NewLoop: a backend that answers every request in
 	// Begin).
 	engine *Engine
-	reqs  chan *Request
-	wake  chan struct{}
-	stop  chan struct{}
-	done  chan struct{}
+	reqs   chan *Request
+	wake   chan struct{}
+	stop   chan struct{}
+	done   chan struct{}
 	// stopOnce closes stop; stopErr, set before, answers the calls and
 	// waiting leases the stopped loop refuses (read after stop is closed).
 	stopOnce sync.Once
