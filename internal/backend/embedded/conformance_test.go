@@ -28,40 +28,29 @@ func openManager(t *testing.T, s store.Store, clk clock.Clock) queue.Queues {
 	return m
 }
 
-// TestConformanceMemory runs the queue-semantics suite on the memory store.
-func TestConformanceMemory(t *testing.T) {
-	queuetest.Run(t, func(t *testing.T, clk clock.Clock) queue.Queues {
-		s, err := pebble.OpenMemory()
-		require.NoError(t, err)
-		return openManager(t, s, clk)
-	})
+// openMemory opens queues on the memory store.
+func openMemory(t *testing.T, clk clock.Clock) queue.Queues {
+	s, err := pebble.OpenMemory()
+	require.NoError(t, err)
+	return openManager(t, s, clk)
 }
 
-// TestConformancePebble runs the queue-semantics suite on Pebble (fsync on,
-// as in production).
-func TestConformancePebble(t *testing.T) {
-	queuetest.Run(t, func(t *testing.T, clk clock.Clock) queue.Queues {
-		s, err := pebble.Open(pebble.Config{Dir: t.TempDir(), Logger: slog.New(slog.DiscardHandler)})
-		require.NoError(t, err)
-		return openManager(t, s, clk)
-	})
+// openPebble opens queues on Pebble (fsync on, as in production).
+func openPebble(t *testing.T, clk clock.Clock) queue.Queues {
+	s, err := pebble.Open(pebble.Config{Dir: t.TempDir(), Logger: slog.New(slog.DiscardHandler)})
+	require.NoError(t, err)
+	return openManager(t, s, clk)
 }
+
+// TestConformanceMemory runs the queue-semantics suite on the memory store.
+func TestConformanceMemory(t *testing.T) { queuetest.Run(t, openMemory) }
+
+// TestConformancePebble runs the queue-semantics suite on Pebble.
+func TestConformancePebble(t *testing.T) { queuetest.Run(t, openPebble) }
 
 // TestEngineContractMemory runs the engine.Tx contract suite on the memory
 // store.
-func TestEngineContractMemory(t *testing.T) {
-	enginetest.Run(t, func(t *testing.T, clk clock.Clock) queue.Queues {
-		s, err := pebble.OpenMemory()
-		require.NoError(t, err)
-		return openManager(t, s, clk)
-	})
-}
+func TestEngineContractMemory(t *testing.T) { enginetest.Run(t, openMemory) }
 
 // TestEngineContractPebble runs the engine.Tx contract suite on Pebble.
-func TestEngineContractPebble(t *testing.T) {
-	enginetest.Run(t, func(t *testing.T, clk clock.Clock) queue.Queues {
-		s, err := pebble.Open(pebble.Config{Dir: t.TempDir(), Logger: slog.New(slog.DiscardHandler)})
-		require.NoError(t, err)
-		return openManager(t, s, clk)
-	})
-}
+func TestEngineContractPebble(t *testing.T) { enginetest.Run(t, openPebble) }

@@ -14,27 +14,22 @@ import (
 	"github.com/styxq/styx/metrics"
 )
 
-// TestConformance runs the queue-semantics suite on PostgreSQL, each row in
-// a schema of its own (skipped, or failed under STYX_TEST_REQUIRE_POSTGRES,
-// without a test database).
-func TestConformance(t *testing.T) {
+// openSchema opens queues in a PostgreSQL schema of their own (skipped, or
+// failed under STYX_TEST_REQUIRE_POSTGRES, without a test database).
+func openSchema(t *testing.T) queuetest.Open {
 	base := pgtest.BaseURL(t)
-	queuetest.Run(t, func(t *testing.T, clk clock.Clock) queue.Queues {
+	return func(t *testing.T, clk clock.Clock) queue.Queues {
 		m, err := postgres.Open(t.Context(), postgres.Config{URL: pgtest.SchemaURL(t, base), Clock: clk, Log: testLog(), Metrics: metrics.New()})
 		require.NoError(t, err)
 		t.Cleanup(m.Close)
 		return m
-	})
+	}
 }
+
+// TestConformance runs the queue-semantics suite on PostgreSQL, each row in
+// a schema of its own.
+func TestConformance(t *testing.T) { queuetest.Run(t, openSchema(t)) }
 
 // TestEngineContract runs the engine.Tx contract suite on PostgreSQL, each
 // row in a schema of its own.
-func TestEngineContract(t *testing.T) {
-	base := pgtest.BaseURL(t)
-	enginetest.Run(t, func(t *testing.T, clk clock.Clock) queue.Queues {
-		m, err := postgres.Open(t.Context(), postgres.Config{URL: pgtest.SchemaURL(t, base), Clock: clk, Log: testLog(), Metrics: metrics.New()})
-		require.NoError(t, err)
-		t.Cleanup(m.Close)
-		return m
-	})
-}
+func TestEngineContract(t *testing.T) { enginetest.Run(t, openSchema(t)) }

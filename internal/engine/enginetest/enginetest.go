@@ -130,6 +130,23 @@ func (e *env) item(q tq, id uint64) (engine.Item, bool) {
 	return x, ok
 }
 
+// history returns Tx.Histories of item id of partition 0.
+func (e *env) history(q tq, id uint64) queue.ItemErrors {
+	e.t.Helper()
+	var hs []queue.ItemErrors
+	e.do(q, []uint64{id}, func(tx engine.Tx, _ int64) error {
+		x, ok := tx.Item(0, id)
+		if !ok {
+			return errors.New("no such item")
+		}
+		var err error
+		hs, err = tx.Histories([]engine.Item{x})
+		return err
+	})
+	require.Len(e.t, hs, 1)
+	return hs[0]
+}
+
 // advance moves the clock by d and runs an iteration of q, so that its
 // lifecycle (Due) has run.
 func (e *env) advance(q tq, d time.Duration) {
@@ -281,15 +298,7 @@ var rows = []row{
 		require.False(e.t, x.Leased)
 		require.Equal(e.t, int32(1), x.Attempts)
 		require.True(e.t, x.HasHistory)
-		var hs []queue.ItemErrors
-		e.do(q, []uint64{newID}, func(tx engine.Tx, _ int64) error {
-			x, _ := tx.Item(0, newID)
-			var err error
-			hs, err = tx.Histories([]engine.Item{x})
-			return err
-		})
-		require.Len(e.t, hs, 1)
-		requireHistory(e.t, h, hs[0])
+		requireHistory(e.t, h, e.history(q, newID))
 		require.Equal(e.t, []int{1}, e.ready(q))
 	}},
 	{"RequeueAtSchedulesUntilDue", func(e *env) {
@@ -320,14 +329,7 @@ var rows = []row{
 		got := e.lease(q, 2)
 		require.Equal(e.t, []string{"expiring", "leased"}, payloads(got), "requeued at the tail")
 		require.Equal(e.t, int32(2), got[1].Attempts, "the expired lease was an attempt")
-		var hs []queue.ItemErrors
-		e.do(q, []uint64{got[1].ID}, func(tx engine.Tx, _ int64) error {
-			x, _ := tx.Item(0, got[1].ID)
-			var err error
-			hs, err = tx.Histories([]engine.Item{x})
-			return err
-		})
-		require.Equal(e.t, queue.LeaseExpiredError(leaseTimeout), hs[0].LastError)
+		require.Equal(e.t, queue.LeaseExpiredError(leaseTimeout), e.history(q, got[1].ID).LastError)
 		for _, x := range got {
 			e.do(q, []uint64{x.ID}, func(tx engine.Tx, _ int64) error {
 				v, _ := tx.Item(0, x.ID)
