@@ -551,7 +551,7 @@ func (d *Daemon) serve(ctx context.Context, m queue.Queues, tasks store.TaskStor
 	}
 	h := transport.NewHandler(transport.Config{
 		SQS:     sqsHandler,
-		Service: service.New(counted, d.redrives, cfg.Clock).WithHistory(hist), Metrics: d.Metrics, Log: cfg.Log, MaxRequestBytes: cfg.MaxRequestBytes,
+		Service: service.New(counted, d.redrives, cfg.Clock).WithHistory(hist).WithKeys(keys), Metrics: d.Metrics, Log: cfg.Log, MaxRequestBytes: cfg.MaxRequestBytes,
 		BodyReadTimeout: cfg.BodyReadTimeout, Keys: keys, Auth: cfg.Auth, UI: ui, AllowedHosts: cfg.AllowedHosts,
 		Health: func() string {
 			if guard == nil {
