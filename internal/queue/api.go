@@ -14,7 +14,6 @@ import (
 	"time"
 
 	"github.com/styxq/styx/internal/apierr"
-	"github.com/styxq/styx/metrics"
 )
 
 // Queue is the API of one queue, as the service and the redrive runner use
@@ -71,8 +70,6 @@ type Queues interface {
 	Delete(ctx context.Context, name string) error
 	// Close stops every queue, finishing the requests each has taken.
 	Close()
-	// Sample returns every queue's state for the queue gauges.
-	Sample() []metrics.QueueSample
 }
 
 // NotLeased is the apierr.Invalid error for ids that are not leased (or
