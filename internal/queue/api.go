@@ -1,7 +1,8 @@
 // Package queue is the domain every layer shares: the Queue and Queues
 // APIs (with their contract), the request and answer types, item ids,
 // dead reasons and source keys, dead-item filters and error-group types,
-// queue definition rules (ValidateCreate, ValidateUpdate, ValidateDelete)
+// queue definition rules (ValidateCreate, ValidateUpdate, ValidateDelete),
+// the dead-letter rule (IsDeadLetterQueue, SourceQueues, DeadLetterQueues)
 // and the item rules the engine decides by (rules.go). It holds no engine
 // and no storage: internal/engine runs queues, internal/backend/embedded and
 // internal/backend/postgres store them, and each imports this package, not each
