@@ -505,8 +505,18 @@ func (d *Daemon) startPostgres(ctx context.Context) (*Daemon, error) {
 	return d.serve(ctx, m, m.Store(), m.Store())
 }
 
+// backend is a backend's queue manager as serve needs it: the queues, and
+// the sampler of the queue gauges (metrics.RegisterQueueSampler), which
+// stays out of queue.Queues so that the domain imports no metrics.
+// Implemented by embedded.Manager and postgres.Manager.
+type backend interface {
+	queue.Queues
+	// Sample returns every queue's state for the queue gauges.
+	Sample() []metrics.QueueSample
+}
+
 // serve starts the redrive runner and the HTTP server over m.
-func (d *Daemon) serve(ctx context.Context, m queue.Queues, tasks store.TaskStore, ks store.KeyStore) (*Daemon, error) {
+func (d *Daemon) serve(ctx context.Context, m backend, tasks store.TaskStore, ks store.KeyStore) (*Daemon, error) {
 	cfg := d.cfg
 	d.manager = m
 	d.Metrics.RegisterQueueSampler(m.Sample)
@@ -551,7 +561,7 @@ func (d *Daemon) serve(ctx context.Context, m queue.Queues, tasks store.TaskStor
 	}
 	h := transport.NewHandler(transport.Config{
 		SQS:     sqsHandler,
-		Service: service.New(counted, d.redrives, cfg.Clock).WithHistory(hist), Metrics: d.Metrics, Log: cfg.Log, MaxRequestBytes: cfg.MaxRequestBytes,
+		Service: service.New(counted, d.redrives, cfg.Clock).WithHistory(hist).WithKeys(keys), Metrics: d.Metrics, Log: cfg.Log, MaxRequestBytes: cfg.MaxRequestBytes,
 		BodyReadTimeout: cfg.BodyReadTimeout, Keys: keys, Auth: cfg.Auth, UI: ui, AllowedHosts: cfg.AllowedHosts,
 		Health: func() string {
 			if guard == nil {

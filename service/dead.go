@@ -93,9 +93,9 @@ func checkAll(f queue.DeadFilter, all, acts bool) error {
 }
 
 // deadQueue returns the queue of a dead.* call and its configuration,
-// after checking that it is a dead-letter queue: some queue names it as
-// its dead_queue (the queue definitions decide, not the items it holds).
-// Another queue holds live work, which dead.* calls never touch: 400.
+// after checking that it is a dead-letter queue (queue.IsDeadLetterQueue:
+// some queue names it as its dead_queue). Another queue holds live work,
+// which dead.* calls never touch: 400.
 func (s *Service) deadQueue(ctx context.Context, name string) (queue.Queue, queue.QueueInfo, error) {
 	l, info, err := s.queueInfo(ctx, name)
 	if err != nil {
@@ -105,10 +105,8 @@ func (s *Service) deadQueue(ctx context.Context, name string) (queue.Queue, queu
 	if err != nil {
 		return nil, info, err
 	}
-	for _, q := range all {
-		if q.DeadQueue == name {
-			return l, info, nil
-		}
+	if queue.IsDeadLetterQueue(all, name) {
+		return l, info, nil
 	}
 	return nil, info, invalid("queue_name", "queue '%s' is not a dead-letter queue (no queue names it as its dead_queue); "+
 		"dead.* calls act only on the dead items of a dead-letter queue", name)

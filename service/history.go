@@ -31,12 +31,7 @@ func (s *Service) QueuesHistory(ctx context.Context, req *pb.QueuesHistoryReques
 	if err != nil {
 		return nil, err
 	}
-	dlqs := map[string]bool{}
-	for _, info := range infos {
-		if info.DeadQueue != "" {
-			dlqs[info.DeadQueue] = true
-		}
-	}
+	dlqs := queue.DeadLetterQueues(infos)
 	out := &pb.QueuesHistoryResponse{QueueName: req.QueueName, IntervalSeconds: int32(history.Interval.Seconds()), GroupPatterns: map[string]string{}}
 	if req.QueueName != "" {
 		if _, _, err := s.queueInfo(ctx, req.QueueName); err != nil {

@@ -1,6 +1,7 @@
 // Package service implements the API's semantics: it validates each wire
-// request, turns it into a call on the queue manager or a logical queue, and
-// turns the answer into the wire response. Transport calls it; functional
+// request, turns it into a call on the queue manager, a logical queue, the
+// redrive runner or the API keys (internal/auth), and turns the answer into
+// the wire response. Every /v1 call has its handler here. Transport calls it; functional
 // tests drive it through the Go client over HTTP.
 //
 // Every client mistake is answered with an apierr.Error (400 with a message
@@ -33,6 +34,7 @@ type Service struct {
 	r     *redrive.Runner
 	clock clock.Clock
 	h     *history.Recorder // nil: no queues.history (WithHistory)
+	keys  *auth.Keys        // nil: keys.* answer 500 (WithKeys)
 }
 
 // New returns the API over a queue manager and a redrive runner.

@@ -13,19 +13,13 @@ import (
 )
 
 // sourceQueues returns the names of the queues whose dead-letter queue is
-// name, in name order.
+// name, in name order (queue.SourceQueues).
 func (h *Handler) sourceQueues(ctx context.Context, name string) ([]string, error) {
 	all, err := h.cfg.Queues.List(ctx, queue.ListQueuesParams{})
 	if err != nil {
 		return nil, err
 	}
-	var out []string
-	for _, q := range all {
-		if q.DeadQueue == name {
-			out = append(out, q.Name)
-		}
-	}
-	return out, nil
+	return queue.SourceQueues(all, name), nil
 }
 
 type listDeadLetterSourceQueuesInput struct {

@@ -62,8 +62,9 @@ type Config struct {
 	// long-poll lease still waits its full request_timeout for its answer.
 	// 0 means DefaultBodyReadTimeout (30s).
 	BodyReadTimeout time.Duration
-	// Keys serves /v1/keys.* and, with Auth, authenticates requests. Nil
-	// leaves the keys calls out (501).
+	// Keys, with Auth, authenticates requests; with Keys and Auth, the
+	// /v1/keys.* calls are routed to Service, which must serve the same
+	// keys (service.Service.WithKeys). Nil leaves the keys calls out (501).
 	Keys *auth.Keys
 	// Auth makes every /v1 call and /metrics require an API key
 	// ("Authorization: Bearer <key>") holding the call's scope for the
@@ -217,12 +218,11 @@ func NewHandler(cfg Config) *Handler {
 	}
 	switch {
 	case cfg.Keys != nil && cfg.Auth:
-		k := cfg.Keys
-		h.routes["/v1/keys.create"] = rpc(h, func() *pb.KeysCreateRequest { return &pb.KeysCreateRequest{} }, k.KeysCreate)
-		h.routes["/v1/keys.list"] = rpc(h, func() *pb.KeysListRequest { return &pb.KeysListRequest{} }, k.KeysList)
+		h.routes["/v1/keys.create"] = rpc(h, func() *pb.KeysCreateRequest { return &pb.KeysCreateRequest{} }, s.KeysCreate)
+		h.routes["/v1/keys.list"] = rpc(h, func() *pb.KeysListRequest { return &pb.KeysListRequest{} }, s.KeysList)
 		h.routes["/v1/keys.delete"] = noReply(h, func() *pb.KeysDeleteRequest { return &pb.KeysDeleteRequest{} },
 			func(ctx context.Context, req *pb.KeysDeleteRequest) error {
-				if err := k.KeysDelete(ctx, req); err != nil {
+				if err := s.KeysDelete(ctx, req); err != nil {
 					return err
 				}
 				// The deleted key's waiting leases on this server end now,

@@ -11,7 +11,7 @@ import (
 	"github.com/styxq/styx/internal/apierr"
 	"github.com/styxq/styx/internal/auth"
 	"github.com/styxq/styx/internal/backend/embedded/pebble"
-	pb "github.com/styxq/styx/styxpb"
+	"github.com/styxq/styx/internal/store"
 )
 
 func TestMatch(t *testing.T) {
@@ -176,14 +176,41 @@ func TestBootstrapKey(t *testing.T) {
 	_, err = k.Authenticate(context.Background(), "Bearer "+boot+"k")
 	require.Error(t, err)
 	ctx := auth.WithPrincipal(context.Background(), p)
-	res, err := k.KeysCreate(ctx, &pb.KeysCreateRequest{Name: "a", Scopes: []string{"read"}})
+	key, _, err := k.Create(ctx, "a", []string{"read"}, nil)
 	require.NoError(t, err)
-	list, err := k.KeysList(ctx, &pb.KeysListRequest{})
+	list, err := k.List(ctx)
 	require.NoError(t, err)
-	require.Equal(t, auth.BootstrapName, list.Keys[0].CreatedBy)
-	p2, err := k.Authenticate(context.Background(), "Bearer "+res.Key)
+	require.Equal(t, auth.BootstrapName, list[0].CreatedBy)
+	p2, err := k.Authenticate(context.Background(), "Bearer "+key)
 	require.NoError(t, err)
 	require.Equal(t, "a", p2.Name)
+}
+
+// TestKeysStore: Create, List and Delete keep the keys and report the
+// store's sentinels, which the keys.* handlers answer 409 and 404.
+func TestKeysStore(t *testing.T) {
+	ctx := context.Background()
+	k, err := auth.New(auth.Config{Store: memStore(t)})
+	require.NoError(t, err)
+	key, rec, err := k.Create(ctx, "b", []string{"produce", "read"}, []string{"orders*"})
+	require.NoError(t, err)
+	require.Equal(t, "b", rec.Name)
+	require.Equal(t, auth.Hash(key), rec.Hash)
+	_, _, err = k.Create(ctx, "b", []string{"read"}, nil)
+	require.ErrorIs(t, err, store.ErrKeyExists)
+	list, err := k.List(ctx)
+	require.NoError(t, err)
+	require.Len(t, list, 1)
+	require.Equal(t, []string{"orders*"}, list[0].Queues)
+	p, err := k.Authenticate(ctx, "Bearer "+key)
+	require.NoError(t, err)
+	require.True(t, p.Has(auth.Produce))
+	require.NoError(t, k.Delete(ctx, "b"))
+	require.ErrorIs(t, k.Delete(ctx, "b"), store.ErrKeyNotFound)
+	_, err = k.Authenticate(ctx, "Bearer "+key)
+	ae, ok := apierr.As(err)
+	require.True(t, ok, "%v", err)
+	require.Equal(t, apierr.Unauthorized, ae.Code)
 }
 
 // memStore returns an empty store in memory, closed when the test ends.

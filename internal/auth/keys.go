@@ -7,16 +7,10 @@ import (
 	"fmt"
 	"log/slog"
 	"slices"
-	"strings"
-	"unicode"
-
-	"google.golang.org/protobuf/types/known/timestamppb"
 
 	"github.com/styxq/styx/internal/apierr"
 	"github.com/styxq/styx/internal/clock"
-	"github.com/styxq/styx/internal/queue"
 	"github.com/styxq/styx/internal/store"
-	pb "github.com/styxq/styx/styxpb"
 )
 
 // BootstrapName is the name of the admin key read from --admin-key-file.
@@ -26,13 +20,6 @@ const BootstrapName = "bootstrap-admin"
 // MinBootstrapKeyBytes is the shortest admin key file content accepted: 32
 // characters (e.g. `openssl rand -hex 32` gives 64).
 const MinBootstrapKeyBytes = 32
-
-// Limits of keys.create.
-const (
-	MaxNameBytes    = 128
-	MaxPatterns     = 64
-	MaxPatternBytes = 512
-)
 
 // Config configures Keys.
 type Config struct {
@@ -54,8 +41,9 @@ type Config struct {
 	SecretKey []byte
 }
 
-// Keys authenticates requests and serves /v1/keys.*. Its methods may be
-// called concurrently; it holds no mutable state (every lookup reads the
+// Keys authenticates requests (Authenticate, SigV4Secret) and keeps the
+// stored keys (Create, List, Delete: the domain of the keys.* calls, whose
+// handlers are in package service). Its methods may be called concurrently; it holds no mutable state (every lookup reads the
 // store).
 type Keys struct {
 	store     store.KeyStore
@@ -148,119 +136,49 @@ func unknownKey() error {
 	return apierr.New(apierr.Unauthorized, "unauthorized; unknown API key (never created, or deleted)")
 }
 
-// KeysCreate creates a key and returns its secret (shown only here).
-// Returns 400 naming the field for a bad name, scope or pattern, 409 for a
-// name in use.
-func (k *Keys) KeysCreate(ctx context.Context, req *pb.KeysCreateRequest) (*pb.KeysCreateResponse, error) {
-	if err := checkKeyName(req.Name); err != nil {
-		return nil, err
-	}
-	if len(req.Scopes) == 0 {
-		return nil, apierr.Invalidf("invalid scopes; at least one of %s is required", scopeList())
-	}
-	for i, s := range req.Scopes {
-		if !slices.Contains(Scopes, Scope(s)) {
-			return nil, apierr.Invalidf("invalid scopes[%d]; '%s' is not one of %s", i, clip(s), scopeList())
-		}
-		if slices.Contains(req.Scopes[:i], s) {
-			return nil, apierr.Invalidf("invalid scopes[%d]; '%s' is given twice", i, s)
-		}
-	}
-	if len(req.Queues) > MaxPatterns {
-		return nil, apierr.Invalidf("invalid queues; %d patterns, the limit is %d", len(req.Queues), MaxPatterns)
-	}
-	for i, q := range req.Queues {
-		if err := checkPattern(i, q); err != nil {
-			return nil, err
-		}
-	}
+// Create stores a new key named name with scopes and queue patterns,
+// created by the request's key (KeyName(ctx)) at the clock's now, and
+// returns its key string (in clear only here: the store keeps its hash and,
+// with Config.SecretKey, its sealed form) and its record. It checks none of
+// its inputs: the keys.create handler (service.KeysCreate) validates the
+// request first. Returns store.ErrKeyExists for a name in use; a store
+// failure as is. The change is logged as an audit line.
+func (k *Keys) Create(ctx context.Context, name string, scopes, queues []string) (string, store.KeyRecord, error) {
 	key, id, hash, err := Generate()
 	if err != nil {
-		return nil, err
+		return "", store.KeyRecord{}, err
 	}
 	rec := store.KeyRecord{
-		Name: req.Name, ID: id, Hash: hash, Scopes: slices.Clone(req.Scopes), Queues: slices.Clone(req.Queues),
+		Name: name, ID: id, Hash: hash, Scopes: slices.Clone(scopes), Queues: slices.Clone(queues),
 		CreatedAt: k.clock.Now().UTC(), CreatedBy: KeyName(ctx),
 	}
 	if k.sealer != nil {
 		if rec.Sealed, err = seal(k.sealer, id, key); err != nil {
-			return nil, err
+			return "", store.KeyRecord{}, err
 		}
 	}
-	if err := k.store.CreateKey(ctx, rec); errors.Is(err, store.ErrKeyExists) {
-		return nil, apierr.New(apierr.Conflict, "key already exists; a key named '%s' exists", req.Name)
-	} else if err != nil {
-		return nil, err
+	if err := k.store.CreateKey(ctx, rec); err != nil {
+		return "", store.KeyRecord{}, err
 	}
 	k.log.Info("audit: api key created", "key", KeyName(ctx), "name", rec.Name, "scopes", rec.Scopes, "queues", rec.Queues)
-	return &pb.KeysCreateResponse{Key: key, Name: rec.Name, Scopes: rec.Scopes, Queues: rec.Queues, CreatedAt: timestamppb.New(rec.CreatedAt)}, nil
+	return key, rec, nil
 }
 
-// KeysList lists every key without its secret, by name.
-func (k *Keys) KeysList(ctx context.Context, _ *pb.KeysListRequest) (*pb.KeysListResponse, error) {
-	recs, err := k.store.ListKeys(ctx)
-	if err != nil {
-		return nil, err
-	}
-	out := &pb.KeysListResponse{}
-	for _, r := range recs {
-		out.Keys = append(out.Keys, &pb.ApiKey{Name: r.Name, Scopes: r.Scopes, Queues: r.Queues,
-			CreatedAt: timestamppb.New(r.CreatedAt), CreatedBy: r.CreatedBy})
-	}
-	return out, nil
+// List returns every stored key's record, by name (the bootstrap admin key
+// is not stored, so not listed). A record holds the key's hash, never its
+// secret. Returns a store failure as is.
+func (k *Keys) List(ctx context.Context) ([]store.KeyRecord, error) {
+	return k.store.ListKeys(ctx)
 }
 
-// KeysDelete deletes a key; requests with it are refused (401) from the
-// moment this returns, on every node. Returns 404 for an unknown name.
-func (k *Keys) KeysDelete(ctx context.Context, req *pb.KeysDeleteRequest) error {
-	if err := checkKeyName(req.Name); err != nil {
+// Delete deletes the key named name; requests with it are refused (401)
+// from the moment this returns, on every node (Authenticate reads the
+// store). Returns store.ErrKeyNotFound for an unknown name; a store failure
+// as is. The change is logged as an audit line.
+func (k *Keys) Delete(ctx context.Context, name string) error {
+	if err := k.store.DeleteKey(ctx, name); err != nil {
 		return err
 	}
-	if err := k.store.DeleteKey(ctx, req.Name); errors.Is(err, store.ErrKeyNotFound) {
-		return apierr.New(apierr.NotFound, "key does not exist; no key named '%s'", req.Name)
-	} else if err != nil {
-		return err
-	}
-	k.log.Info("audit: api key deleted", "key", KeyName(ctx), "name", req.Name)
-	return nil
-}
-
-func scopeList() string {
-	names := make([]string, len(Scopes))
-	for i, s := range Scopes {
-		names[i] = string(s)
-	}
-	return strings.Join(names, ", ")
-}
-
-// checkKeyName checks a key name: 1..MaxNameBytes of [A-Za-z0-9._-], not
-// BootstrapName.
-func checkKeyName(name string) error {
-	if name == "" || len(name) > MaxNameBytes {
-		return apierr.Invalidf("invalid name; '%s' must be 1..%d characters", clip(name), MaxNameBytes)
-	}
-	for _, c := range name {
-		if !(c >= 'a' && c <= 'z' || c >= 'A' && c <= 'Z' || c >= '0' && c <= '9' || c == '.' || c == '_' || c == '-') {
-			return apierr.Invalidf("invalid name; '%s' may hold only letters, digits, '.', '_' and '-'", clip(name))
-		}
-	}
-	if name == BootstrapName {
-		return apierr.Invalidf("invalid name; '%s' is reserved for the --admin-key-file key", name)
-	}
-	return nil
-}
-
-// checkPattern checks queues[i]: 1..MaxPatternBytes characters without
-// whitespace or '~' (as queue names, plus '*').
-func checkPattern(i int, p string) error {
-	if p == "" || len(p) > MaxPatternBytes {
-		return apierr.Invalidf("invalid queues[%d]; '%s' must be 1..%d characters", i, clip(p), MaxPatternBytes)
-	}
-	if pos, r, ok := queue.HiddenRune(p); ok {
-		return apierr.Invalidf("invalid queues[%d]; %q holds %U at character %d; patterns may not hold control, bidi or zero-width characters", i, clip(p), r, pos)
-	}
-	if strings.ContainsFunc(p, func(r rune) bool { return unicode.IsSpace(r) || r == '~' }) {
-		return apierr.Invalidf("invalid queues[%d]; '%s' may not hold whitespace or '~'", i, clip(p))
-	}
+	k.log.Info("audit: api key deleted", "key", KeyName(ctx), "name", name)
 	return nil
 }

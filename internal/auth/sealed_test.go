@@ -10,7 +10,6 @@ import (
 
 	"github.com/styxq/styx/internal/apierr"
 	"github.com/styxq/styx/internal/auth"
-	pb "github.com/styxq/styx/styxpb"
 )
 
 // TestSigV4Secret: a key created with a secret key gives its key string
@@ -22,12 +21,14 @@ func TestSigV4Secret(t *testing.T) {
 	admin := "admin-key-of-at-least-32-characters"
 	k, err := auth.New(auth.Config{Store: st, SecretKey: secret, BootstrapKey: admin})
 	require.NoError(t, err)
-	res, err := k.KeysCreate(t.Context(), &pb.KeysCreateRequest{Name: "sealed", Scopes: []string{"produce"}, Queues: []string{"a*"}})
+	key, rec, err := k.Create(t.Context(), "sealed", []string{"produce"}, []string{"a*"})
 	require.NoError(t, err)
-	id, _ := auth.KeyID(res.Key)
+	require.NotEmpty(t, rec.Sealed)
+	id, _ := auth.KeyID(key)
+	require.Equal(t, id, rec.ID)
 	got, p, err := k.SigV4Secret(t.Context(), id)
 	require.NoError(t, err)
-	require.Equal(t, res.Key, got)
+	require.Equal(t, key, got)
 	require.Equal(t, "sealed", p.Name)
 	require.Equal(t, []string{"a*"}, p.Queues)
 
@@ -38,9 +39,10 @@ func TestSigV4Secret(t *testing.T) {
 
 	plain, err := auth.New(auth.Config{Store: st})
 	require.NoError(t, err)
-	res2, err := plain.KeysCreate(t.Context(), &pb.KeysCreateRequest{Name: "hashed-only", Scopes: []string{"read"}})
+	key2, rec2, err := plain.Create(t.Context(), "hashed-only", []string{"read"}, nil)
 	require.NoError(t, err)
-	id2, _ := auth.KeyID(res2.Key)
+	require.Empty(t, rec2.Sealed)
+	id2, _ := auth.KeyID(key2)
 	_, _, err = k.SigV4Secret(t.Context(), id2)
 	requireUnauthorized(t, err, "has no SigV4 secret")
 

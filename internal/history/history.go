@@ -170,12 +170,7 @@ func (r *Recorder) Sample(ctx context.Context) error {
 	if err != nil {
 		return err
 	}
-	dlqs := map[string]bool{}
-	for _, info := range infos {
-		if info.DeadQueue != "" {
-			dlqs[info.DeadQueue] = true
-		}
-	}
+	dlqs := queue.DeadLetterQueues(infos)
 	dead := r.deadTotals()
 	for _, info := range infos {
 		if ctx.Err() != nil {

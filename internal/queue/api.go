@@ -1,7 +1,8 @@
 // Package queue is the domain every layer shares: the Queue and Queues
 // APIs (with their contract), the request and answer types, item ids,
 // dead reasons and source keys, dead-item filters and error-group types,
-// queue definition rules (ValidateCreate, ValidateUpdate, ValidateDelete)
+// queue definition rules (ValidateCreate, ValidateUpdate, ValidateDelete),
+// the dead-letter rule (IsDeadLetterQueue, SourceQueues, DeadLetterQueues)
 // and the item rules the engine decides by (rules.go). It holds no engine
 // and no storage: internal/engine runs queues, internal/backend/embedded and
 // internal/backend/postgres store them, and each imports this package, not each
@@ -14,7 +15,6 @@ import (
 	"time"
 
 	"github.com/styxq/styx/internal/apierr"
-	"github.com/styxq/styx/metrics"
 )
 
 // Queue is the API of one queue, as the service and the redrive runner use
@@ -71,8 +71,6 @@ type Queues interface {
 	Delete(ctx context.Context, name string) error
 	// Close stops every queue, finishing the requests each has taken.
 	Close()
-	// Sample returns every queue's state for the queue gauges.
-	Sample() []metrics.QueueSample
 }
 
 // NotLeased is the apierr.Invalid error for ids that are not leased (or

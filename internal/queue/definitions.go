@@ -1,6 +1,7 @@
 package queue
 
 import (
+	"maps"
 	"slices"
 	"strings"
 
@@ -82,16 +83,55 @@ func checkDeadQueue(all map[string]QueueInfo, info QueueInfo) error {
 	return nil
 }
 
-// referrers returns the names of the queues whose dead_queue is name.
-func referrers(all map[string]QueueInfo, name string) []string {
-	var refs []string
-	for _, i := range all {
-		if i.DeadQueue == name {
-			refs = append(refs, i.Name)
+// IsDeadLetterQueue reports whether the queue named name is a dead-letter
+// queue among all (every queue of the server). The rule, which every layer
+// asks this package about (dead.* calls, the SQS API's
+// ListDeadLetterSourceQueues, the queue history): a queue is a dead-letter
+// queue when some queue names it as its dead_queue. The definitions
+// decide, not the items a queue holds: a queue that the last queue naming
+// it has dropped keeps the dead items it received and is no longer a
+// dead-letter queue. A dead-letter queue has no dead_queue of its own
+// (ValidateCreate, ValidateUpdate). False for an empty name.
+func IsDeadLetterQueue(all []QueueInfo, name string) bool {
+	return slices.ContainsFunc(all, func(q QueueInfo) bool { return feeds(q, name) })
+}
+
+// SourceQueues returns the names of the queues of all (every queue of the
+// server) whose dead_queue is dlq, the queues whose dead items dlq
+// receives, in bytewise name order; none when dlq is not a dead-letter
+// queue (IsDeadLetterQueue) or is empty.
+func SourceQueues(all []QueueInfo, dlq string) []string {
+	var out []string
+	for _, q := range all {
+		if feeds(q, dlq) {
+			out = append(out, q.Name)
 		}
 	}
-	slices.Sort(refs)
-	return refs
+	slices.Sort(out)
+	return out
+}
+
+// DeadLetterQueues returns the names of the dead-letter queues among all
+// (every queue of the server; the rule of IsDeadLetterQueue) as a set: each
+// name that some queue of all names as its dead_queue. Never nil.
+func DeadLetterQueues(all []QueueInfo) map[string]bool {
+	out := map[string]bool{}
+	for _, q := range all {
+		if feeds(q, q.DeadQueue) {
+			out[q.DeadQueue] = true
+		}
+	}
+	return out
+}
+
+// feeds reports whether src sends its dead items to the queue named dlq:
+// the dead-letter rule's one comparison.
+func feeds(src QueueInfo, dlq string) bool { return dlq != "" && src.DeadQueue == dlq }
+
+// referrers returns the names of the queues whose dead_queue is name, in
+// bytewise order (SourceQueues over a map).
+func referrers(all map[string]QueueInfo, name string) []string {
+	return SourceQueues(slices.Collect(maps.Values(all)), name)
 }
 
 func quoteList(names []string) string {

@@ -484,6 +484,13 @@
 
   const sum = (m) => Object.values(m || {}).reduce((a, b) => a + num(b), 0);
 
+  // deadLetterQueues returns the names of the dead-letter queues among
+  // queues (a queues.list answer's items) as a Set, by the server's rule
+  // (queue.IsDeadLetterQueue in internal/queue): a queue is a dead-letter
+  // queue when some queue names it as its dead_queue. The UI decides it
+  // here only; it sees the queues its key may read, up to 1000.
+  const deadLetterQueues = (queues) => new Set(queues.map((q) => q.dead_queue).filter(Boolean));
+
   // deadOf returns the dead items of queue q (those its dead-letter queue
   // holds for it: dead_by_source of the DLQ's stats) as a cell: a link to
   // the DLQ page filtered by source, 0, or – when unknown.
@@ -505,7 +512,7 @@
     slowLive = queues.length * 40; // 2 s up to 50 queues, 40 s for 1,000
     const byName = {};
     queues.forEach((q, i) => { byName[q.queue_name] = stats[i]; });
-    const dlqs = new Set(queues.map((q) => q.dead_queue).filter(Boolean));
+    const dlqs = deadLetterQueues(queues);
     const running = {};
     for (const t of tasks.tasks || []) {
       if (t.status === 'running' || t.status === 'cancelling') running[t.queue_name] = (running[t.queue_name] || 0) + 1;
@@ -547,7 +554,7 @@
     const dlqStats = info.dead_queue ? await soft(api('queue.stats', { queue_name: info.dead_queue })) : null;
     if (my !== page) return;
     const { ready, leased, scheduled, parts } = counts(s);
-    const isDLQ = (list.items || []).some((q) => q.dead_queue === name);
+    const isDLQ = deadLetterQueues(list.items || []).has(name);
     const held = sum(s.dead_by_reason);
     const card = (label, v) => h('div', { class: 'card' }, h('div', { class: 'muted' }, label), h('div', { class: 'n' }, v));
     const prop = (k, v) => [h('dt', {}, k), h('dd', {}, v === undefined || v === '' ? '–' : v)];

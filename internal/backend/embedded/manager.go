@@ -153,7 +153,8 @@ func (m *Manager) all(ctx context.Context) (map[string]queue.QueueInfo, error) {
 	return all, nil
 }
 
-// Sample returns every queue's state for the queue gauges, from the counts
+// Sample returns every queue's state for the queue gauges (the daemon
+// registers it with metrics.RegisterQueueSampler), from the counts
 // each logical queue keeps (Logical.Gauges): a scrape costs O(queues ×
 // partitions), not O(items). A queue that does not answer within a second
 // is left out of this sample.

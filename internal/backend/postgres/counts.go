@@ -23,7 +23,8 @@ import (
 // per live backend that wrote to it, not one per backend ever.
 const countsFoldInterval = time.Minute
 
-// Sample implements queue.Queues for the queue gauges in one statement,
+// Sample returns every queue's state for the queue gauges (the daemon
+// registers it with metrics.RegisterQueueSampler), in one statement,
 // whatever the number of items: per queue, the sums of its counts rows and
 // the created_at of its oldest item (one probe of styx_items_created). It
 // reports the queues this node knows, as the counters do. On error, or
