@@ -877,95 +877,11 @@ func (s *Store) write(ctx context.Context, b *store.Batch, async bool) (wait fun
 			_ = pb.Close()
 		}
 	}()
-	var (
-		kbuf [itemKeyLen]byte
-		vbuf []byte
-		last = max(qs.lastID, b.LastID)
-		qid  = b.QueueID
-	)
-	for i := range b.Ops {
-		op := &b.Ops[i]
-		var err error
-		switch op.Kind {
-		case store.OpInsert:
-			last = max(last, op.Meta.ID)
-			if err = setMeta(pb, &kbuf, &vbuf, prefixMeta, qid, op); err != nil {
-				break
-			}
-			body := op.Body
-			if body == nil {
-				body = &queue.ItemBody{}
-			}
-			if vbuf, err = appendBody(vbuf[:0], body); err != nil {
-				break
-			}
-			if err = pb.Set(itemKey(&kbuf, prefixBody, qid, op.Partition, op.Meta.BodyID), vbuf, nil); err != nil {
-				break
-			}
-			// A new item has no errors stored yet unless given.
-			if op.Errors != nil && !op.Errors.IsZero() {
-				err = setErrors(pb, &kbuf, &vbuf, qid, op)
-			}
-		case store.OpLease:
-			// The first change of this ID's meta: a new state record.
-			last = max(last, op.Meta.ID)
-			err = setMeta(pb, &kbuf, &vbuf, prefixState, qid, op)
-		case store.OpUpdate:
-			// A later change: the state record is deleted before it is
-			// set again, so that it stays deletable with SingleDelete.
-			last = max(last, op.Meta.ID)
-			if err = pb.Delete(itemKey(&kbuf, prefixState, qid, op.Partition, op.Meta.ID), nil); err != nil {
-				break
-			}
-			err = setMeta(pb, &kbuf, &vbuf, prefixState, qid, op)
-		case store.OpRequeue:
-			last = max(last, op.Meta.ID)
-			if err = del(pb, &kbuf, prefixMeta, qid, op.Partition, op.OldID, qs.legacy); err != nil {
-				break
-			}
-			// Requeued items were leased: their state record goes too.
-			if err = pb.SingleDelete(itemKey(&kbuf, prefixState, qid, op.Partition, op.OldID), nil); err != nil {
-				break
-			}
-			err = setMeta(pb, &kbuf, &vbuf, prefixMeta, qid, op)
-		case store.OpDelete:
-			m := &op.Meta
-			if err = del(pb, &kbuf, prefixMeta, qid, op.Partition, m.ID, qs.legacy); err != nil {
-				break
-			}
-			if err = del(pb, &kbuf, prefixBody, qid, op.Partition, m.BodyID, qs.legacy); err != nil {
-				break
-			}
-			// An item has a state record once leased or dead, and keeps
-			// what made it so until it is deleted or requeued.
-			if m.Leased || m.DeadReason != "" || m.Fingerprint != "" {
-				if err = pb.SingleDelete(itemKey(&kbuf, prefixState, qid, op.Partition, m.ID), nil); err != nil {
-					break
-				}
-			}
-			if !op.NoErrors {
-				err = pb.Delete(itemKey(&kbuf, prefixErrors, qid, op.Partition, m.BodyID), nil)
-			}
-		case store.OpSetErrors:
-			err = setErrors(pb, &kbuf, &vbuf, qid, op)
-		case store.OpSetBody:
-			// Deleted before it is set again, so that it stays deletable
-			// with SingleDelete.
-			key := itemKey(&kbuf, prefixBody, qid, op.Partition, op.Meta.BodyID)
-			if err = pb.Delete(key, nil); err != nil {
-				break
-			}
-			if vbuf, err = appendBody(vbuf[:0], op.Body); err != nil {
-				break
-			}
-			err = pb.Set(key, vbuf, nil)
-		default:
-			err = fmt.Errorf("unknown op kind %d", op.Kind)
-		}
-		if err != nil {
-			return nil, fmt.Errorf("op %d (item %d): %w", i, op.Meta.ID, err)
-		}
+	w := batchWriter{pb: pb, qid: b.QueueID, legacy: qs.legacy}
+	if err := w.write(b.Ops); err != nil {
+		return nil, err
 	}
+	last, qid := max(qs.lastID, b.LastID, w.last), b.QueueID
 	if last > qs.lastID {
 		if err := pb.Set(queueKey(prefixLastID, qid), binary.BigEndian.AppendUint64(nil, last), nil); err != nil {
 			return nil, err
@@ -1047,45 +963,6 @@ func (s *Store) commit(fn func() error) (err error) {
 		return err
 	}
 	return s.writable()
-}
-
-// setMeta adds op.Meta to pb under op.Meta.ID, in the meta (prefixMeta)
-// or state (prefixState) key space.
-func setMeta(pb *pebbledb.Batch, kbuf *[itemKeyLen]byte, vbuf *[]byte, prefix byte, qid uint64, op *store.Op) error {
-	v, err := appendMeta((*vbuf)[:0], &op.Meta)
-	*vbuf = v
-	if err != nil {
-		return err
-	}
-	return pb.Set(itemKey(kbuf, prefix, qid, op.Partition, op.Meta.ID), v, nil)
-}
-
-// del adds the deletion of a meta or body record to pb: a SingleDelete,
-// which vanishes with the record's one Set when both meet in a flush, for
-// records written since format 2 (id above legacy, the queue's last ID
-// written in format 1, which may have rewritten them in place), else a
-// Delete.
-func del(pb *pebbledb.Batch, kbuf *[itemKeyLen]byte, prefix byte, qid uint64, part int32, id, legacy uint64) error {
-	key := itemKey(kbuf, prefix, qid, part, id)
-	if id <= legacy {
-		return pb.Delete(key, nil)
-	}
-	return pb.SingleDelete(key, nil)
-}
-
-// setErrors adds op.Errors to pb under op.Meta.BodyID, or deletes the
-// stored errors when op.Errors is nil or empty.
-func setErrors(pb *pebbledb.Batch, kbuf *[itemKeyLen]byte, vbuf *[]byte, qid uint64, op *store.Op) error {
-	key := itemKey(kbuf, prefixErrors, qid, op.Partition, op.Meta.BodyID)
-	if op.Errors == nil || op.Errors.IsZero() {
-		return pb.Delete(key, nil)
-	}
-	v, err := appendErrors((*vbuf)[:0], op.Errors)
-	*vbuf = v
-	if err != nil {
-		return err
-	}
-	return pb.Set(key, v, nil)
 }
 
 // ReadBodies implements store.Store. All reads come from one snapshot.
