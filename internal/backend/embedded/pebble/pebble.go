@@ -773,13 +773,10 @@ func (s *Store) loadItems(ctx context.Context, queueID uint64, partition int32, 
 		if err != nil {
 			return nil, err
 		}
-		for states.Valid() && binary.BigEndian.Uint64(states.Key()[partitionKeyLen:]) < id {
-			states.Next()
-		}
-		if states.Valid() && binary.BigEndian.Uint64(states.Key()[partitionKeyLen:]) == id {
-			if v, err = states.ValueAndErr(); err != nil {
-				return nil, err
-			}
+		if sv, ok, err := stateOf(states, id); err != nil {
+			return nil, err
+		} else if ok {
+			v = sv
 		}
 		if err := decodeMeta(v, id, &m); err != nil {
 			return nil, fmt.Errorf("item %d: %w", id, err)
@@ -792,6 +789,21 @@ func (s *Store) loadItems(ctx context.Context, queueID uint64, partition int32, 
 		return nil, err
 	}
 	return nil, iter.Error()
+}
+
+// stateOf moves states, an iterator over one partition's state records
+// (0x13) used in ascending item order, to the record of item id and returns
+// its value, if there is one. Records of items with a lower id (none but
+// strays) are skipped.
+func stateOf(states *pebbledb.Iterator, id uint64) ([]byte, bool, error) {
+	for states.Valid() && binary.BigEndian.Uint64(states.Key()[partitionKeyLen:]) < id {
+		states.Next()
+	}
+	if !states.Valid() || binary.BigEndian.Uint64(states.Key()[partitionKeyLen:]) != id {
+		return nil, false, states.Error()
+	}
+	v, err := states.ValueAndErr()
+	return v, err == nil, err
 }
 
 // LastID implements store.Store. It is served from memory.
@@ -1024,6 +1036,16 @@ func (s *Store) listItems(ctx context.Context, queueID uint64, partition int32, 
 		return nil, err
 	}
 	defer iter.Close()
+	// The state records, in the same order: an item's supersedes its meta.
+	states, err := snap.NewIterWithContext(ctx, &pebbledb.IterOptions{
+		LowerBound: itemKey(&kbuf, prefixState, queueID, partition, afterID+1),
+		UpperBound: prefixEnd(partitionKey(prefixState, queueID, partition)),
+	})
+	if err != nil {
+		return nil, err
+	}
+	defer states.Close()
+	states.First()
 	r := bodyReader{snap: snap, queueID: queueID, partition: partition}
 	var items []queue.Item
 	for iter.First(); iter.Valid() && len(items) < limit; iter.Next() {
@@ -1039,8 +1061,12 @@ func (s *Store) listItems(ctx context.Context, queueID uint64, partition int32, 
 		if err := decodeMeta(v, id, &it.Meta); err != nil {
 			return nil, fmt.Errorf("item %d: %w", id, err)
 		}
-		if err := r.get(prefixState, id, func(v []byte) error { return decodeMeta(v, id, &it.Meta) }); err != nil {
-			return nil, fmt.Errorf("item %d: %w", id, err)
+		if v, ok, err := stateOf(states, id); err != nil {
+			return nil, err
+		} else if ok {
+			if err := decodeMeta(v, id, &it.Meta); err != nil {
+				return nil, fmt.Errorf("item %d: %w", id, err)
+			}
 		}
 		if it.Body, it.Errors, err = r.read(it.Meta.BodyID); err != nil {
 			return nil, err
