@@ -14,7 +14,7 @@ import (
 var spaces = [...]byte{prefixMeta, prefixBody, prefixErrors, prefixState}
 
 // batchWriter turns a store.Batch's ops into the records of a Pebble batch
-// (format 2, ADR 0019).
+// (format 2, ADR 0020).
 type batchWriter struct {
 	pb     *pebbledb.Batch
 	qid    uint64

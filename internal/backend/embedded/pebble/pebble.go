@@ -27,7 +27,7 @@
 // DeleteQueue removes a queue with one range deletion per item key space
 // plus three point deletions, all in one batch.
 //
-// # Records written once (format 2, ADR 0019)
+// # Records written once (format 2, ADR 0020)
 //
 // A meta (0x10) or body (0x11) record is set once and deleted with
 // SingleDelete, so that a flush that sees both drops both instead of
@@ -418,7 +418,7 @@ func (s *Store) load() error {
 // item's meta in place (a lease, a renewal) and a dead item's body (an
 // edit), so its records may have been set more than once and must be
 // deleted with Delete; format 2 writes each meta and body record once and
-// deletes it with SingleDelete (ADR 0019). The records themselves are the
+// deletes it with SingleDelete (ADR 0020). The records themselves are the
 // same: upgrading stores, for every queue, its last item ID (the records up
 // to it are format 1's) and the new marker, in one synced batch. A store
 // opened read-only stays format 1 on disk until a later read-write open;
@@ -940,7 +940,7 @@ func (s *Store) write(ctx context.Context, b *store.Batch, async bool) (wait fun
 // apiMisuse is told by Pebble's flushes and compactions of a SingleDelete
 // that met a key set more than once (NondeterministicSingleDelete: the
 // older value could come back; a bug, since format 2 sets each record it
-// single-deletes once, ADR 0019), or that deleted nothing
+// single-deletes once, ADR 0020), or that deleted nothing
 // (IneffectualSingleDelete: harmless, as when a requeue deletes a state
 // record that was never written).
 func (s *Store) apiMisuse(info pebbledb.PossibleAPIMisuseInfo) {

@@ -25,7 +25,7 @@ func compactAll(t *testing.T, s *Store) {
 // through (insert, lease, renewal, dead decision, requeue, a new history,
 // an edited body, delete) across several flushes, then compacts: nothing
 // of the items is left, and Pebble saw no SingleDelete meet a record set
-// twice, nor one that deleted nothing (ADR 0019).
+// twice, nor one that deleted nothing (ADR 0020).
 func TestRecordsWrittenOnceVanish(t *testing.T) {
 	s := openTest(t, t.TempDir())
 	ctx := t.Context()
