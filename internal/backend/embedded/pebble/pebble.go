@@ -157,6 +157,9 @@ type Store struct {
 	// misused and ineffectual count what Pebble's flushes and compactions
 	// report of SingleDelete (apiMisuse), for the tests.
 	misused, ineffectual atomic.Int64
+	// v1 is set while the marker on disk still says format 1 (the store
+	// was opened read-only): the first read-write reopen upgrades it.
+	v1 bool
 	// What reopen needs, set by Open.
 	fs          vfs.FS
 	dir         string
@@ -409,6 +412,7 @@ func (s *Store) load() error {
 		return err
 	}
 	if v1 {
+		s.v1 = true
 		return s.upgrade()
 	}
 	return nil
@@ -423,13 +427,16 @@ func (s *Store) load() error {
 // to it are format 1's) and the new marker, in one synced batch. A store
 // opened read-only stays format 1 on disk until a later read-write open;
 // meanwhile load has set every queue's legacy ID in memory, so nothing it
-// writes after healing is deleted wrongly.
+// writes is deleted wrongly, and reopen upgrades it once it is writable.
+// Called with no call in progress (load, or reopen holding the gate).
 func (s *Store) upgrade() error {
-	if s.writable() != nil {
+	if !s.v1 || s.writable() != nil {
 		return nil
 	}
 	b := s.db.NewBatch()
 	defer b.Close()
+	s.mu.Lock()
+	defer s.mu.Unlock()
 	for id, qs := range s.queues {
 		if qs.legacy == 0 {
 			continue
@@ -441,9 +448,10 @@ func (s *Store) upgrade() error {
 	if err := b.Set(formatKey, []byte(formatValue), nil); err != nil {
 		return err
 	}
-	if err := b.Commit(pebbledb.Sync); err != nil {
+	if err := s.commit(func() error { return b.Commit(pebbledb.Sync) }); err != nil {
 		return fmt.Errorf("upgrade to %s: %w", formatValue, err)
 	}
+	s.v1 = false
 	s.log.Info("storage upgraded", "format", formatValue)
 	return nil
 }

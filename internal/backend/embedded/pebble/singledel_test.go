@@ -7,6 +7,7 @@ import (
 	"time"
 
 	pebbledb "github.com/cockroachdb/pebble/v2"
+	"github.com/cockroachdb/pebble/v2/vfs"
 	"github.com/stretchr/testify/require"
 
 	"github.com/styxq/styx/internal/queue"
@@ -170,4 +171,40 @@ func TestUpgradeFromFormat1(t *testing.T) {
 	require.NoError(t, s.Close())
 	s = openTest(t, dir)
 	require.Equal(t, uint64(2), s.queues[1].legacy)
+}
+
+// TestUpgradeWaitsForWritable: a format 1 store opened read-only (below its
+// free-space watermark) keeps its marker, takes its queues' last IDs as
+// legacy in memory, and is upgraded once it heals to read-write.
+func TestUpgradeWaitsForWritable(t *testing.T) {
+	mem := vfs.NewMem()
+	s, err := Open(Config{Dir: "db", FS: mem, Logger: quiet})
+	require.NoError(t, err)
+	q, err := s.CreateQueue(t.Context(), queue.QueueInfo{Name: "q", Partitions: 1})
+	require.NoError(t, err)
+	require.NoError(t, insert(s, q.ID, 1, 3))
+	require.NoError(t, s.Close())
+	db, err := pebbledb.Open("db", &pebbledb.Options{FS: mem, FormatMajorVersion: pebbledb.FormatNewest})
+	require.NoError(t, err)
+	require.NoError(t, db.Set(formatKey, []byte(formatV1Value), pebbledb.Sync))
+	require.NoError(t, db.Close())
+
+	mem.TestingSetDiskUsage(vfs.DiskUsage{AvailBytes: 1 << 20, TotalBytes: 1 << 30})
+	s, err = Open(Config{Dir: "db", FS: mem, Logger: quiet, MinFreeBytes: 64 << 20, CheckInterval: 10 * time.Millisecond})
+	require.NoError(t, err)
+	defer s.Close()
+	require.Equal(t, uint64(3), s.queues[q.ID].legacy)
+	v, err := s.get(formatKey)
+	require.NoError(t, err)
+	require.Equal(t, formatV1Value, string(v))
+
+	mem.TestingSetDiskUsage(vfs.DiskUsage{AvailBytes: 1 << 29, TotalBytes: 1 << 30})
+	require.Eventually(t, func() bool { return s.InsertFault() == nil }, 10*time.Second, 10*time.Millisecond)
+	require.NoError(t, insert(s, q.ID, 10, 1))
+	v, err = s.get(formatKey)
+	require.NoError(t, err)
+	require.Equal(t, formatValue, string(v))
+	v, err = s.get(queueKey(prefixLegacy, q.ID))
+	require.NoError(t, err)
+	require.Equal(t, binary.BigEndian.AppendUint64(nil, 3), v)
 }
