@@ -30,11 +30,10 @@ func insertsPayload(b *store.Batch, p string) bool {
 	return false
 }
 
-// leasesAnItem reports whether b records a lease (a metadata update that
-// marks an item leased).
+// leasesAnItem reports whether b records a lease (store.OpLease).
 func leasesAnItem(b *store.Batch) bool {
 	for _, op := range b.Ops {
-		if op.Kind == store.OpUpdate && op.Meta.Leased {
+		if op.Kind == store.OpLease {
 			return true
 		}
 	}

@@ -153,6 +153,20 @@ func (c *cell) rssMiB() float64 {
 	})
 }
 
+func itemsPerSec(r Report) float64 { return r.ItemsPerSec }
+
+// cpuPerK is the server's CPU milliseconds per 1,000 items moved (0 when
+// unknown).
+func cpuPerK(r Report) float64 {
+	if r.Server == nil || r.Items == 0 {
+		return 0
+	}
+	return r.Server.CPUSeconds / float64(r.Items) * 1e6
+}
+
+// median returns the median of f over the cell's runs.
+func (c *cell) median(f func(Report) float64) float64 { return median(c.runs, f) }
+
 func median(rs []Report, f func(Report) float64) float64 {
 	if len(rs) == 0 {
 		return 0
@@ -287,35 +301,31 @@ func writeCompare(w io.Writer, reports []Report) error {
 		}
 	}
 	var b strings.Builder
-	b.WriteString("| workload | clients | batch | mode | old items/s (runs) | new items/s (runs) | old median | new median | new/old | CPU-s per 1k items old/new |\n")
-	b.WriteString("|---|--:|--:|---|---|---|--:|--:|--:|--:|\n")
+	b.WriteString("| workload | clients | batch | mode | old items/s (runs) | new items/s (runs) | old median | new median | new/old | CPU ms per 1k items, old (runs) | new (runs) | old median | new median | new/old |\n")
+	b.WriteString("|---|--:|--:|---|---|---|--:|--:|--:|---|---|--:|--:|--:|\n")
 	for _, k := range t.rows {
 		for _, m := range modes {
 			o, n := t.cells[k]["old "+m], t.cells[k]["new "+m]
 			if o == nil || n == nil {
 				continue
 			}
-			runs := func(c *cell) string {
+			runs := func(c *cell, f func(Report) float64, format string) string {
 				var s []string
 				for _, r := range c.runs {
-					s = append(s, fmt.Sprintf("%.0f", r.ItemsPerSec))
+					s = append(s, fmt.Sprintf(format, f(r)))
 				}
 				return strings.Join(s, ", ")
 			}
-			cpuPerK := func(c *cell) float64 {
-				return median(c.runs, func(r Report) float64 {
-					if r.Server == nil || r.Items == 0 {
-						return 0
-					}
-					return r.Server.CPUSeconds / float64(r.Items) * 1000
-				})
+			ratio := func(o, n float64) string {
+				if o <= 0 {
+					return "–"
+				}
+				return fmt.Sprintf("%.2f", n/o)
 			}
-			ratio := "–"
-			if o.items() > 0 {
-				ratio = fmt.Sprintf("%.2f", n.items()/o.items())
-			}
-			fmt.Fprintf(&b, "| %s | %s | %s | %s | %.0f | %.0f | %s | %.3f / %.3f |\n", k, m, runs(o), runs(n),
-				o.items(), n.items(), ratio, cpuPerK(o), cpuPerK(n))
+			fmt.Fprintf(&b, "| %s | %s | %s | %s | %.0f | %.0f | %s | %s | %s | %.1f | %.1f | %s |\n", k, m,
+				runs(o, itemsPerSec, "%.0f"), runs(n, itemsPerSec, "%.0f"), o.items(), n.items(), ratio(o.items(), n.items()),
+				runs(o, cpuPerK, "%.1f"), runs(n, cpuPerK, "%.1f"), o.median(cpuPerK), n.median(cpuPerK),
+				ratio(o.median(cpuPerK), n.median(cpuPerK)))
 		}
 	}
 	_, err := io.WriteString(w, b.String())

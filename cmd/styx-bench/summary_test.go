@@ -41,13 +41,15 @@ func TestSummaryAndCompare(t *testing.T) {
 	for i := range lines {
 		lines[i] = strings.Replace(lines[i], `"label":"pebble"`, `"label":"old sync"`, 1)
 	}
-	lines = append(lines, `{"label":"new sync","workload":"produce","clients":4,"batch":1,"seconds":10,"items":54000,"items_per_sec":5400,"requests":{}}`)
+	lines = append(lines, `{"label":"new sync","workload":"produce","clients":4,"batch":1,"seconds":10,"items":54000,"items_per_sec":5400,"requests":{},"server":{"pid":1,"cpu_seconds":0.54}}`)
 	require.NoError(t, os.WriteFile(path, []byte(strings.Join(lines, "\n")+"\n"), 0o600))
 	reports, err = readReports(path)
 	require.NoError(t, err)
 	b.Reset()
 	require.NoError(t, writeCompare(&b, reports))
 	assert.Contains(t, b.String(), "| produce | 4 | 1 | sync | 4500 | 5400 | 4500 | 5400 | 1.20 |")
+	// 0.54 CPU-s for 54,000 items: 10 ms per 1,000.
+	assert.Contains(t, b.String(), "| 10.0 | 0.0 | 10.0 | – |")
 }
 
 func TestFsyncProbe(t *testing.T) {

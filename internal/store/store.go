@@ -68,6 +68,12 @@ const (
 	OpSetErrors
 	// OpSetBody overwrites the ItemBody under Meta.BodyID (dead.edit).
 	OpSetBody
+	// OpLease records the lease of the item under Meta.ID (Meta is the
+	// item's meta once leased). An item is leased at most once under one ID
+	// (it gets a new ID when it is requeued), so a store may keep the lease
+	// as a record written once; later changes of the same ID's meta are
+	// OpUpdate.
+	OpLease
 )
 
 // Op is one change in a Batch. Which fields are read depends on Kind.
@@ -78,6 +84,10 @@ type Op struct {
 	OldID     uint64
 	Body      *queue.ItemBody
 	Errors    *queue.ItemErrors
+	// NoErrors, on OpDelete, says that no ItemErrors are stored under
+	// Meta.BodyID (none were ever written), so the store need not delete
+	// them. False means they may exist.
+	NoErrors bool
 }
 
 // Batch is a group of changes to one queue, applied atomically by Write.
@@ -113,9 +123,16 @@ func (b *Batch) Requeue(partition int32, oldID uint64, m queue.ItemMeta) {
 	b.Ops = append(b.Ops, Op{Kind: OpRequeue, Partition: partition, Meta: m, OldID: oldID})
 }
 
-// Delete removes an item: metadata, body and errors.
-func (b *Batch) Delete(partition int32, m queue.ItemMeta) {
-	b.Ops = append(b.Ops, Op{Kind: OpDelete, Partition: partition, Meta: m})
+// Lease records the lease of an item (m is its meta once leased): the
+// first change of m.ID's meta after its insert or requeue (OpLease).
+func (b *Batch) Lease(partition int32, m queue.ItemMeta) {
+	b.Ops = append(b.Ops, Op{Kind: OpLease, Partition: partition, Meta: m})
+}
+
+// Delete removes an item: metadata, body and errors. hasErrors false
+// promises that no errors were ever stored for it (Op.NoErrors).
+func (b *Batch) Delete(partition int32, m queue.ItemMeta, hasErrors bool) {
+	b.Ops = append(b.Ops, Op{Kind: OpDelete, Partition: partition, Meta: m, NoErrors: !hasErrors})
 }
 
 // SetErrors overwrites an item's attempt history.

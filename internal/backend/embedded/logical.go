@@ -538,7 +538,7 @@ func (l *Logical) removeItem(it *iteration, p *partition, x *item) {
 		delete(l.deferred, x)
 		it.after = append(it.after, func(error) { l.settle(d) })
 	}
-	it.batch.Delete(p.num, x.meta())
+	it.batch.Delete(p.num, x.meta(), x.hasErrs)
 }
 
 // settle counts one item of a deferred retry reply as done.

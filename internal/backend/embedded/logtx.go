@@ -209,7 +209,7 @@ func (it *iteration) Lease(n int32, want int, deadline int64) ([]queue.LeasedIte
 		x.attempts++
 		x.deadline = deadline
 		p.setState(x, stateLeased)
-		it.batch.Update(p.num, x.meta())
+		it.batch.Lease(p.num, x.meta())
 		items = append(items, x)
 	}
 	bodies, err := l.leasedBodies(it, p, items)

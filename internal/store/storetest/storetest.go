@@ -112,7 +112,7 @@ func RunReopen(t *testing.T, open func(t *testing.T, dir string) store.Store) {
 	}
 	batch.SetErrors(1, fullMeta(1), someErrors(1))
 	batch.Requeue(0, 2, withID(fullMeta(2), 7))
-	batch.Delete(1, fullMeta(3))
+	batch.Delete(1, fullMeta(3), true)
 	batch.Update(0, dyingMeta(4))
 	write(t, s, batch)
 	batch = &store.Batch{QueueID: b.ID}
@@ -489,6 +489,67 @@ func testItems(t *testing.T, newStore func(*testing.T) store.Store) {
 		requireErrors(t, []queue.ItemErrors{someErrors(1)}, errs)
 	})
 
+	t.Run("Lease", func(t *testing.T) {
+		// An item's life as the logical queue writes it: insert, lease,
+		// then a renewal, a dead decision, a requeue or a delete.
+		s := newStore(t)
+		q := createQueue(t, s, "q", 1)
+		leased := func(m queue.ItemMeta, d time.Duration) queue.ItemMeta {
+			m.Attempts++
+			m.Leased, m.LeaseDeadline = true, m.CreatedAt.Add(d)
+			return m
+		}
+		b := &store.Batch{QueueID: q.ID}
+		for id := uint64(1); id <= 5; id++ {
+			b.Insert(0, plainMeta(id), fullBody(id), queue.ItemErrors{})
+		}
+		write(t, s, b)
+		b = &store.Batch{QueueID: q.ID}
+		for id := uint64(1); id <= 4; id++ {
+			b.Lease(0, leased(plainMeta(id), time.Minute))
+		}
+		write(t, s, b)
+		want := []queue.ItemMeta{leased(plainMeta(1), time.Minute), leased(plainMeta(2), time.Minute),
+			leased(plainMeta(3), time.Minute), leased(plainMeta(4), time.Minute), plainMeta(5)}
+		requireMetas(t, want, loadItems(t, s, q.ID, 0))
+		requireMetas(t, want, mapSlice2(listItems(t, s, q.ID, 0, 0, 10), func(it queue.Item) queue.ItemMeta { return it.Meta }))
+
+		// 1 completed, 2 renewed twice, 3 decided dead, 4 requeued as 6.
+		renewed := leased(plainMeta(2), 2*time.Minute)
+		dying := withDead(plainMeta(3), "max_attempts", base.Add(time.Hour))
+		dying.Attempts = 1
+		requeued := withID(plainMeta(4), 6)
+		requeued.Attempts = 1
+		b = &store.Batch{QueueID: q.ID}
+		b.Delete(0, want[0], false)
+		b.Update(0, leased(plainMeta(2), 90*time.Second))
+		b.Update(0, dying)
+		b.Requeue(0, 4, requeued)
+		write(t, s, b)
+		b = &store.Batch{QueueID: q.ID}
+		b.Update(0, renewed)
+		write(t, s, b)
+		want = []queue.ItemMeta{renewed, dying, plainMeta(5), requeued}
+		requireMetas(t, want, loadItems(t, s, q.ID, 0))
+		requireMetas(t, want, mapSlice2(listItems(t, s, q.ID, 0, 0, 10), func(it queue.Item) queue.ItemMeta { return it.Meta }))
+		requireLastID(t, s, q.ID, 6)
+
+		// 6 leased under its new id, then everything deleted.
+		b = &store.Batch{QueueID: q.ID}
+		b.Lease(0, leased(requeued, time.Minute))
+		write(t, s, b)
+		b = &store.Batch{QueueID: q.ID}
+		b.Delete(0, renewed, false)
+		b.Delete(0, dying, false)
+		b.Delete(0, plainMeta(5), false)
+		b.Delete(0, leased(requeued, time.Minute), false)
+		write(t, s, b)
+		require.Empty(t, loadItems(t, s, q.ID, 0))
+		require.Empty(t, listItems(t, s, q.ID, 0, 0, 10))
+		bodies, _ := readBodies(t, s, q.ID, 0, 1, 2, 3, 4, 5)
+		requireBodies(t, make([]queue.ItemBody, 5), bodies)
+	})
+
 	t.Run("Requeue", func(t *testing.T) {
 		s := newStore(t)
 		q := createQueue(t, s, "q", 1)
@@ -537,8 +598,8 @@ func testItems(t *testing.T, newStore func(*testing.T) store.Store) {
 		write(t, s, b)
 
 		b = &store.Batch{QueueID: q.ID}
-		b.Delete(0, fullMeta(2))
-		b.Delete(0, moved) // deletes meta 30 and body/errors 3
+		b.Delete(0, fullMeta(2), true)
+		b.Delete(0, moved, true) // deletes meta 30 and body/errors 3
 		write(t, s, b)
 		requireMetas(t, []queue.ItemMeta{fullMeta(1)}, loadItems(t, s, q.ID, 0))
 		bodies, errs := readBodies(t, s, q.ID, 0, 1, 2, 3)
@@ -547,7 +608,7 @@ func testItems(t *testing.T, newStore func(*testing.T) store.Store) {
 
 		// Deleting what is not there is not an error.
 		b = &store.Batch{QueueID: q.ID}
-		b.Delete(0, fullMeta(2))
+		b.Delete(0, fullMeta(2), true)
 		write(t, s, b)
 		requireMetas(t, []queue.ItemMeta{fullMeta(1)}, loadItems(t, s, q.ID, 0))
 	})
@@ -602,7 +663,7 @@ func testItems(t *testing.T, newStore func(*testing.T) store.Store) {
 		b.Insert(0, fullMeta(1), fullBody(1), queue.ItemErrors{})
 		b.Update(0, updated)
 		b.Insert(0, fullMeta(2), fullBody(2), someErrors(2))
-		b.Delete(0, fullMeta(2))
+		b.Delete(0, fullMeta(2), true)
 		b.Insert(0, fullMeta(3), fullBody(3), someErrors(3))
 		b.SetErrors(0, fullMeta(3), queue.ItemErrors{LastError: "x"})
 		b.Requeue(0, 3, withID(fullMeta(3), 4))
@@ -685,7 +746,7 @@ func testItems(t *testing.T, newStore func(*testing.T) store.Store) {
 		// Leave gaps.
 		b := &store.Batch{QueueID: q.ID}
 		for id := uint64(1000); id <= 1100; id++ {
-			b.Delete(0, plainMeta(id))
+			b.Delete(0, plainMeta(id), true)
 		}
 		write(t, s, b)
 		want = slices.Delete(want, 999, 1100)
@@ -775,8 +836,8 @@ func testIsolation(t *testing.T, newStore func(*testing.T) store.Store) {
 		// Deleting and updating in one partition leaves the others alone,
 		// even when the op names a BodyID another partition holds.
 		b = &store.Batch{QueueID: q.ID}
-		b.Delete(1, fullMeta(4))
-		b.Delete(1, withID(fullMeta(5), 100)) // body 5 lives in partition 2
+		b.Delete(1, fullMeta(4), true)
+		b.Delete(1, withID(fullMeta(5), 100), true) // body 5 lives in partition 2
 		b.SetErrors(1, fullMeta(6), queue.ItemErrors{})
 		write(t, s, b)
 		requireMetas(t, []queue.ItemMeta{fullMeta(1), fullMeta(7)}, loadItems(t, s, q.ID, 1))
@@ -801,7 +862,7 @@ func testIsolation(t *testing.T, newStore func(*testing.T) store.Store) {
 			write(t, s, b)
 		}
 		b := &store.Batch{QueueID: qa.ID}
-		b.Delete(0, fullMeta(1))
+		b.Delete(0, fullMeta(1), true)
 		b.Update(0, zeroMeta(2))
 		b.SetErrors(0, fullMeta(3), queue.ItemErrors{})
 		write(t, s, b)
@@ -885,8 +946,8 @@ func testLastID(t *testing.T, newStore func(*testing.T) store.Store) {
 
 	// Deleting items does not lower it.
 	b = &store.Batch{QueueID: q.ID}
-	b.Delete(0, fullMeta(100))
-	b.Delete(1, withBodyID(fullMeta(90), 70))
+	b.Delete(0, fullMeta(100), true)
+	b.Delete(1, withBodyID(fullMeta(90), 70), true)
 	write(t, s, b)
 	requireLastID(t, s, q.ID, 200)
 
@@ -908,7 +969,7 @@ func testAtomicity(t *testing.T, newStore func(*testing.T) store.Store) {
 	b = &store.Batch{QueueID: q.ID, LastID: 100}
 	b.Insert(0, fullMeta(3), fullBody(3), someErrors(3))
 	b.Update(0, zeroMeta(1))
-	b.Delete(1, fullMeta(2))
+	b.Delete(1, fullMeta(2), true)
 	b.SetErrors(0, fullMeta(1), queue.ItemErrors{})
 	b.Requeue(0, 3, withID(fullMeta(3), 4))
 	b.Ops = append(b.Ops, store.Op{Kind: store.OpKind(200), Partition: 0, Meta: fullMeta(99)})
@@ -1110,7 +1171,7 @@ func testConcurrent(t *testing.T, newStore func(*testing.T) store.Store) {
 					id++
 					b.Insert(int32(id%2), fullMeta(id), fullBody(id), queue.ItemErrors{})
 				}
-				b.Delete(int32(id%2), fullMeta(id)) // the last of each batch
+				b.Delete(int32(id%2), fullMeta(id), true) // the last of each batch
 				b.LastID = id
 				if err := s.Write(ctx, b); err != nil {
 					errc <- err
@@ -1536,6 +1597,15 @@ func mapSlice[T any](in []T, f func(T) T) []T {
 		return nil
 	}
 	out := make([]T, len(in))
+	for i, v := range in {
+		out[i] = f(v)
+	}
+	return out
+}
+
+// mapSlice2 maps in through f into a new slice.
+func mapSlice2[T, U any](in []T, f func(T) U) []U {
+	out := make([]U, len(in))
 	for i, v := range in {
 		out[i] = f(v)
 	}

@@ -114,3 +114,54 @@ func BenchmarkWriteInsert100Sync(b *testing.B) {
 	}
 	b.ReportMetric(float64(id)/b.Elapsed().Seconds(), "items/s")
 }
+
+// BenchmarkCycle100 times the store's share of a batch-100 cycle: one
+// Write of 100 inserts (1 KiB payloads), one of their 100 leases and one of
+// their 100 deletes, in memory (no fsync: CPU only, memtable inserts,
+// flushes and compactions included). ns/op is per item.
+//
+//	go test -run '^$' -bench Cycle100 -benchtime 2000x ./internal/backend/embedded/pebble/
+func BenchmarkCycle100(b *testing.B) {
+	const batch = 100
+	ctx := b.Context()
+	s, err := pebble.Open(pebble.Config{InMemory: true, Logger: quiet})
+	if err != nil {
+		b.Fatal(err)
+	}
+	defer s.Close()
+	q, err := s.CreateQueue(ctx, queue.QueueInfo{Name: "bench", Partitions: 1})
+	if err != nil {
+		b.Fatal(err)
+	}
+	now := time.Now()
+	body := queue.ItemBody{Kind: "k", Payload: make([]byte, 1024)}
+	metas := make([]queue.ItemMeta, batch)
+	write := func(bt *store.Batch) {
+		if err := s.Write(ctx, bt); err != nil {
+			b.Fatal(err)
+		}
+	}
+	b.ResetTimer()
+	id := uint64(0)
+	for b.Loop() {
+		ins := &store.Batch{QueueID: q.ID}
+		for i := range metas {
+			id++
+			metas[i] = queue.ItemMeta{ID: id, BodyID: id, CreatedAt: now, ExpireDeadline: now.Add(time.Hour)}
+			ins.InsertBody(0, metas[i], &body)
+		}
+		write(ins)
+		lease := &store.Batch{QueueID: q.ID}
+		for i := range metas {
+			metas[i].Attempts, metas[i].Leased, metas[i].LeaseDeadline = 1, true, now.Add(time.Minute)
+			lease.Lease(0, metas[i])
+		}
+		write(lease)
+		del := &store.Batch{QueueID: q.ID}
+		for i := range metas {
+			del.Delete(0, metas[i], false)
+		}
+		write(del)
+	}
+	b.ReportMetric(float64(b.Elapsed().Nanoseconds())/float64(b.N*batch), "ns/item")
+}

@@ -14,13 +14,20 @@ const (
 	prefixTask     byte = 0x04 // 0x04 task ID → task record
 	prefixKey      byte = 0x05 // 0x05 API key name → key record
 	prefixKeyID    byte = 0x06 // 0x06 API key ID → API key name
+	prefixLegacy   byte = 0x07 // 0x07 qid → last item ID written in format 1 (8-byte BE)
 	prefixMeta     byte = 0x10 // 0x10 qid part id → item meta
 	prefixBody     byte = 0x11 // 0x11 qid part bodyID → item body
 	prefixErrors   byte = 0x12 // 0x12 qid part bodyID → item errors
+	prefixState    byte = 0x13 // 0x13 qid part id → item meta once changed
 )
 
-// formatValue is stored under formatKey; Open refuses any other.
-const formatValue = "styx-store-1"
+// formatValue is stored under formatKey; Open refuses any other but
+// formatV1Value, which it upgrades (see the package comment).
+const formatValue = "styx-store-2"
+
+// formatV1Value is the marker of stores written before item records were
+// written once (format 1: an item's meta was rewritten in place).
+const formatV1Value = "styx-store-1"
 
 // Key lengths.
 const (

@@ -10,20 +10,35 @@
 // queue's QueueInfo.ID (8 bytes), part the partition (int32 as 4 bytes),
 // id an item ID and bodyID an ItemMeta.BodyID (8 bytes each).
 //
-//	0x00                  → "styx-store-1"   format marker, checked by Open
+//	0x00                  → "styx-store-2"   format marker, checked by Open
 //	0x01 name             → queue info       catalog, in name order
 //	0x02                  → uint64 BE        last queue ID assigned
 //	0x03 qid              → uint64 BE        the queue's LastID
 //	0x04 id               → task record      background tasks, in ID order
 //	0x05 name             → API key record   (hash, scopes, queues; no secret)
 //	0x06 key id           → API key name     index for the lookup of a request's key
-//	0x10 qid part id      → item meta        (21-byte key)
+//	0x07 qid              → uint64 BE        last item ID written in format 1 (upgraded stores)
+//	0x10 qid part id      → item meta        (21-byte key), as inserted or requeued
 //	0x11 qid part bodyID  → item body
 //	0x12 qid part bodyID  → item errors      (absent when empty)
+//	0x13 qid part id      → item meta        the item's state once leased or changed
 //
-// LoadItems therefore scans one contiguous range holding only metadata, and
+// LoadItems therefore scans two contiguous ranges holding only metadata, and
 // DeleteQueue removes a queue with one range deletion per item key space
-// plus two point deletions, all in one batch.
+// plus three point deletions, all in one batch.
+//
+// # Records written once (format 2, ADR 0020)
+//
+// A meta (0x10) or body (0x11) record is set once and deleted with
+// SingleDelete, so that a flush that sees both drops both instead of
+// keeping a tombstone. A change to an item's meta after its insert goes to
+// its state record (0x13), which supersedes the meta: the lease sets it
+// (an item is leased at most once under one ID), later changes delete it
+// and set it again, and deletes of the item single-delete it. An edited
+// body is deleted before it is set again. Errors (0x12), rewritten by every
+// retry, keep Delete. Stores of format 1 (marker "styx-store-1") rewrote
+// metas in place; Open upgrades them by recording each queue's last item
+// ID (0x07): records up to it are deleted with Delete.
 //
 // Task records (store.TaskStore) are keyed by their string ID (1 to 128
 // bytes), so a scan of the 0x04 range lists them in ID order. They belong
@@ -139,6 +154,12 @@ type Store struct {
 	// written counts the bytes written since the free space was last read
 	// (InsertFault reads it again after minFree/8).
 	written atomic.Int64
+	// misused and ineffectual count what Pebble's flushes and compactions
+	// report of SingleDelete (apiMisuse), for the tests.
+	misused, ineffectual atomic.Int64
+	// v1 is set while the marker on disk still says format 1 (the store
+	// was opened read-only): the first read-write reopen upgrades it.
+	v1 bool
 	// What reopen needs, set by Open.
 	fs          vfs.FS
 	dir         string
@@ -172,6 +193,10 @@ type queueState struct {
 	mu      sync.Mutex
 	lastID  uint64 // the stored LastID
 	deleted bool
+	// legacy is the last item ID the queue had when its store was
+	// upgraded from format 1 (0 for a queue created since): records of
+	// items up to it are deleted with Delete, not SingleDelete.
+	legacy uint64
 }
 
 var _ store.Store = (*Store)(nil)
@@ -274,6 +299,7 @@ func Open(cfg Config) (*Store, error) {
 		// reaches an sstable, so it costs no flush and no compaction.
 		MemTableSize:                cfg.MemTableBytes,
 		MemTableStopWritesThreshold: 4,
+		EventListener:               &pebbledb.EventListener{PossibleAPIMisuse: s.apiMisuse},
 	}
 	// Below the watermark, open read-only: replaying the log read-write
 	// flushes it, which needs room (a full disk must not keep Styx from
@@ -309,10 +335,12 @@ func (s *Store) openDB(readOnly bool) (*pebbledb.DB, error) {
 	return pebbledb.Open(s.dir, &opts)
 }
 
-// load checks the format marker, writing it in a new database, and reads
-// the queue-ID counter, the catalog and every queue's LastID.
+// load checks the format marker, writing it in a new database, reads the
+// queue-ID counter, the catalog and every queue's LastID, and upgrades a
+// format 1 store (upgrade).
 func (s *Store) load() error {
 	v, err := s.get(formatKey)
+	v1 := false
 	switch {
 	case errors.Is(err, pebbledb.ErrNotFound):
 		if !s.empty() {
@@ -326,6 +354,8 @@ func (s *Store) load() error {
 		}
 	case err != nil:
 		return err
+	case string(v) == formatV1Value:
+		v1 = true
 	case string(v) != formatValue:
 		return fmt.Errorf("unknown store format %q", v)
 	}
@@ -364,11 +394,66 @@ func (s *Store) load() error {
 		} else if !errors.Is(err, pebbledb.ErrNotFound) {
 			return err
 		}
+		if v, err := s.get(queueKey(prefixLegacy, info.ID)); err == nil {
+			if qs.legacy, err = decodeUint64(v); err != nil {
+				return fmt.Errorf("queue %q: legacy id: %w", name, err)
+			}
+		} else if !errors.Is(err, pebbledb.ErrNotFound) {
+			return err
+		}
+		if v1 {
+			qs.legacy = qs.lastID
+		}
 		s.queues[info.ID] = qs
 		// Belt and braces: never hand out an ID a stored queue has.
 		s.lastQueueID = max(s.lastQueueID, info.ID)
 	}
-	return iter.Error()
+	if err := iter.Error(); err != nil {
+		return err
+	}
+	if v1 {
+		s.v1 = true
+		return s.upgrade()
+	}
+	return nil
+}
+
+// upgrade makes a format 1 store a format 2 one. Format 1 rewrote an
+// item's meta in place (a lease, a renewal) and a dead item's body (an
+// edit), so its records may have been set more than once and must be
+// deleted with Delete; format 2 writes each meta and body record once and
+// deletes it with SingleDelete (ADR 0020). The records themselves are the
+// same: upgrading stores, for every queue, its last item ID (the records up
+// to it are format 1's) and the new marker, in one synced batch. A store
+// opened read-only stays format 1 on disk until a later read-write open;
+// meanwhile load has set every queue's legacy ID in memory, so nothing it
+// writes is deleted wrongly, and reopen upgrades it once it is writable.
+// Called with no call in progress (load, or reopen holding the gate).
+func (s *Store) upgrade() error {
+	if !s.v1 || s.writable() != nil {
+		return nil
+	}
+	b := s.db.NewBatch()
+	defer b.Close()
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	for id, qs := range s.queues {
+		if qs.legacy == 0 {
+			continue
+		}
+		if err := b.Set(queueKey(prefixLegacy, id), binary.BigEndian.AppendUint64(nil, qs.legacy), nil); err != nil {
+			return err
+		}
+	}
+	if err := b.Set(formatKey, []byte(formatValue), nil); err != nil {
+		return err
+	}
+	if err := s.commit(func() error { return b.Commit(pebbledb.Sync) }); err != nil {
+		return fmt.Errorf("upgrade to %s: %w", formatValue, err)
+	}
+	s.v1 = false
+	s.log.Info("storage upgraded", "format", formatValue)
+	return nil
 }
 
 // empty reports whether the database holds no keys.
@@ -616,13 +701,16 @@ func (s *Store) deleteQueue(ctx context.Context, name string) error {
 
 	b := s.db.NewBatch()
 	defer b.Close()
-	for _, prefix := range []byte{prefixMeta, prefixBody, prefixErrors} {
+	for _, prefix := range []byte{prefixMeta, prefixBody, prefixErrors, prefixState} {
 		start := queueKey(prefix, info.ID)
 		if err := b.DeleteRange(start, prefixEnd(start), nil); err != nil {
 			return err
 		}
 	}
 	if err := b.Delete(queueKey(prefixLastID, info.ID), nil); err != nil {
+		return err
+	}
+	if err := b.Delete(queueKey(prefixLegacy, info.ID), nil); err != nil {
 		return err
 	}
 	if err := b.Delete(catalogKey(name), nil); err != nil {
@@ -666,6 +754,17 @@ func (s *Store) loadItems(ctx context.Context, queueID uint64, partition int32, 
 		return nil, err
 	}
 	defer iter.Close()
+	// The state records, in the same order: an item's supersedes its meta.
+	slower := partitionKey(prefixState, queueID, partition)
+	states, err := s.db.NewIterWithContext(ctx, &pebbledb.IterOptions{
+		LowerBound: slower,
+		UpperBound: prefixEnd(slower),
+	})
+	if err != nil {
+		return nil, err
+	}
+	defer states.Close()
+	states.First()
 	var m queue.ItemMeta
 	n := 0
 	for iter.First(); iter.Valid(); iter.Next() {
@@ -682,6 +781,11 @@ func (s *Store) loadItems(ctx context.Context, queueID uint64, partition int32, 
 		if err != nil {
 			return nil, err
 		}
+		if sv, ok, err := stateOf(states, id); err != nil {
+			return nil, err
+		} else if ok {
+			v = sv
+		}
 		if err := decodeMeta(v, id, &m); err != nil {
 			return nil, fmt.Errorf("item %d: %w", id, err)
 		}
@@ -689,7 +793,25 @@ func (s *Store) loadItems(ctx context.Context, queueID uint64, partition int32, 
 			return err, nil
 		}
 	}
+	if err := states.Error(); err != nil {
+		return nil, err
+	}
 	return nil, iter.Error()
+}
+
+// stateOf moves states, an iterator over one partition's state records
+// (0x13) used in ascending item order, to the record of item id and returns
+// its value, if there is one. Records of items with a lower id (none but
+// strays) are skipped.
+func stateOf(states *pebbledb.Iterator, id uint64) ([]byte, bool, error) {
+	for states.Valid() && binary.BigEndian.Uint64(states.Key()[partitionKeyLen:]) < id {
+		states.Next()
+	}
+	if !states.Valid() || binary.BigEndian.Uint64(states.Key()[partitionKeyLen:]) != id {
+		return nil, false, states.Error()
+	}
+	v, err := states.ValueAndErr()
+	return v, err == nil, err
 }
 
 // LastID implements store.Store. It is served from memory.
@@ -775,67 +897,11 @@ func (s *Store) write(ctx context.Context, b *store.Batch, async bool) (wait fun
 			_ = pb.Close()
 		}
 	}()
-	var (
-		kbuf [itemKeyLen]byte
-		vbuf []byte
-		last = max(qs.lastID, b.LastID)
-		qid  = b.QueueID
-	)
-	for i := range b.Ops {
-		op := &b.Ops[i]
-		var err error
-		switch op.Kind {
-		case store.OpInsert:
-			last = max(last, op.Meta.ID)
-			if err = setMeta(pb, &kbuf, &vbuf, qid, op); err != nil {
-				break
-			}
-			body := op.Body
-			if body == nil {
-				body = &queue.ItemBody{}
-			}
-			if vbuf, err = appendBody(vbuf[:0], body); err != nil {
-				break
-			}
-			if err = pb.Set(itemKey(&kbuf, prefixBody, qid, op.Partition, op.Meta.BodyID), vbuf, nil); err != nil {
-				break
-			}
-			// A new item has no errors stored yet unless given.
-			if op.Errors != nil && !op.Errors.IsZero() {
-				err = setErrors(pb, &kbuf, &vbuf, qid, op)
-			}
-		case store.OpUpdate:
-			last = max(last, op.Meta.ID)
-			err = setMeta(pb, &kbuf, &vbuf, qid, op)
-		case store.OpRequeue:
-			last = max(last, op.Meta.ID)
-			if err = pb.Delete(itemKey(&kbuf, prefixMeta, qid, op.Partition, op.OldID), nil); err != nil {
-				break
-			}
-			err = setMeta(pb, &kbuf, &vbuf, qid, op)
-		case store.OpDelete:
-			for _, k := range [...]struct {
-				prefix byte
-				id     uint64
-			}{{prefixMeta, op.Meta.ID}, {prefixBody, op.Meta.BodyID}, {prefixErrors, op.Meta.BodyID}} {
-				if err = pb.Delete(itemKey(&kbuf, k.prefix, qid, op.Partition, k.id), nil); err != nil {
-					break
-				}
-			}
-		case store.OpSetErrors:
-			err = setErrors(pb, &kbuf, &vbuf, qid, op)
-		case store.OpSetBody:
-			if vbuf, err = appendBody(vbuf[:0], op.Body); err != nil {
-				break
-			}
-			err = pb.Set(itemKey(&kbuf, prefixBody, qid, op.Partition, op.Meta.BodyID), vbuf, nil)
-		default:
-			err = fmt.Errorf("unknown op kind %d", op.Kind)
-		}
-		if err != nil {
-			return nil, fmt.Errorf("op %d (item %d): %w", i, op.Meta.ID, err)
-		}
+	w := batchWriter{pb: pb, qid: b.QueueID, legacy: qs.legacy}
+	if err := w.write(b.Ops); err != nil {
+		return nil, err
 	}
+	last, qid := max(qs.lastID, b.LastID, w.last), b.QueueID
 	if last > qs.lastID {
 		if err := pb.Set(queueKey(prefixLastID, qid), binary.BigEndian.AppendUint64(nil, last), nil); err != nil {
 			return nil, err
@@ -879,6 +945,24 @@ func (s *Store) write(ctx context.Context, b *store.Batch, async bool) (wait fun
 	}, nil
 }
 
+// apiMisuse is told by Pebble's flushes and compactions of a SingleDelete
+// that met a key set more than once (NondeterministicSingleDelete: the
+// older value could come back; a bug, since format 2 sets each record it
+// single-deletes once, ADR 0020), or that deleted nothing
+// (IneffectualSingleDelete: harmless, as when a requeue deletes a state
+// record that was never written).
+func (s *Store) apiMisuse(info pebbledb.PossibleAPIMisuseInfo) {
+	switch info.Kind {
+	case pebbledb.NondeterministicSingleDelete:
+		s.misused.Add(1)
+		s.log.Error("storage: a record deleted with SingleDelete was set more than once", "event", info.String())
+	case pebbledb.IneffectualSingleDelete:
+		s.ineffectual.Add(1)
+	default:
+		s.log.Warn("storage: pebble reports a possible misuse", "event", info.String())
+	}
+}
+
 // commit runs a Pebble commit, turning its failure, its panic (a commit
 // after the log failed panics inside Pebble) or a fault reported while it
 // ran into an error that also faults the store: nothing is acknowledged
@@ -899,31 +983,6 @@ func (s *Store) commit(fn func() error) (err error) {
 		return err
 	}
 	return s.writable()
-}
-
-// setMeta adds op.Meta to pb under op.Meta.ID.
-func setMeta(pb *pebbledb.Batch, kbuf *[itemKeyLen]byte, vbuf *[]byte, qid uint64, op *store.Op) error {
-	v, err := appendMeta((*vbuf)[:0], &op.Meta)
-	*vbuf = v
-	if err != nil {
-		return err
-	}
-	return pb.Set(itemKey(kbuf, prefixMeta, qid, op.Partition, op.Meta.ID), v, nil)
-}
-
-// setErrors adds op.Errors to pb under op.Meta.BodyID, or deletes the
-// stored errors when op.Errors is nil or empty.
-func setErrors(pb *pebbledb.Batch, kbuf *[itemKeyLen]byte, vbuf *[]byte, qid uint64, op *store.Op) error {
-	key := itemKey(kbuf, prefixErrors, qid, op.Partition, op.Meta.BodyID)
-	if op.Errors == nil || op.Errors.IsZero() {
-		return pb.Delete(key, nil)
-	}
-	v, err := appendErrors((*vbuf)[:0], op.Errors)
-	*vbuf = v
-	if err != nil {
-		return err
-	}
-	return pb.Set(key, v, nil)
 }
 
 // ReadBodies implements store.Store. All reads come from one snapshot.
@@ -985,6 +1044,16 @@ func (s *Store) listItems(ctx context.Context, queueID uint64, partition int32, 
 		return nil, err
 	}
 	defer iter.Close()
+	// The state records, in the same order: an item's supersedes its meta.
+	states, err := snap.NewIterWithContext(ctx, &pebbledb.IterOptions{
+		LowerBound: itemKey(&kbuf, prefixState, queueID, partition, afterID+1),
+		UpperBound: prefixEnd(partitionKey(prefixState, queueID, partition)),
+	})
+	if err != nil {
+		return nil, err
+	}
+	defer states.Close()
+	states.First()
 	r := bodyReader{snap: snap, queueID: queueID, partition: partition}
 	var items []queue.Item
 	for iter.First(); iter.Valid() && len(items) < limit; iter.Next() {
@@ -999,6 +1068,13 @@ func (s *Store) listItems(ctx context.Context, queueID uint64, partition int32, 
 		it := queue.Item{Partition: partition}
 		if err := decodeMeta(v, id, &it.Meta); err != nil {
 			return nil, fmt.Errorf("item %d: %w", id, err)
+		}
+		if v, ok, err := stateOf(states, id); err != nil {
+			return nil, err
+		} else if ok {
+			if err := decodeMeta(v, id, &it.Meta); err != nil {
+				return nil, fmt.Errorf("item %d: %w", id, err)
+			}
 		}
 		if it.Body, it.Errors, err = r.read(it.Meta.BodyID); err != nil {
 			return nil, err

@@ -43,7 +43,7 @@ func queueKeys(t *testing.T, s *Store, qid uint64, name string) []string {
 			if string(k[1:]) == name {
 				out = append(out, fmt.Sprintf("catalog %q", k[1:]))
 			}
-		case prefixLastID, prefixMeta, prefixBody, prefixErrors:
+		case prefixLastID, prefixLegacy, prefixMeta, prefixBody, prefixErrors, prefixState:
 			if binary.BigEndian.Uint64(k[1:9]) == qid {
 				out = append(out, fmt.Sprintf("%x", k))
 			}
