@@ -294,10 +294,10 @@ func (s *server) produce(queue string, payloads ...string) {
 }
 
 // lease leases up to n items, waiting up to 5s (of the server's time: on a
-// fake clock, 10s of real time bound the call instead).
+// fake clock, 30s of real time bound the call instead).
 func (s *server) lease(queue string, n int32) *pb.QueueLeaseResponse {
 	s.t.Helper()
-	ctx, cancel := context.WithTimeout(ctx, 10*time.Second)
+	ctx, cancel := context.WithTimeout(ctx, 30*time.Second)
 	defer cancel()
 	res, err := s.C.QueueLease(ctx, &pb.QueueLeaseRequest{QueueName: queue, BatchSize: n, ClientId: s.t.Name(), RequestTimeout: "5s"})
 	require.NoError(s.t, err)
