@@ -209,6 +209,7 @@ func TestQueueGauges(t *testing.T) {
 // when they stop, both nodes' gauges equal the true counts of the queue and
 // of its dead-letter queue.
 func TestClusterGauges(t *testing.T) {
+	t.Parallel()
 	nodes := cluster(t, 2)
 	dlq := nodes[0].withDLQ("busy", &pb.QueueInfo{LeaseTimeout: "1m", MaxAttempts: 3, RequestedPartitions: 3})
 	const producers, batches, batch = 4, 10, 25

@@ -305,16 +305,19 @@ func (s *server) lease(queue string, n int32) *pb.QueueLeaseResponse {
 }
 
 // leaseNone asserts that a short lease finds nothing: a request timeout of
-// 50ms ends it with the retry code; on a fake clock, whose request timeouts
-// never pass unless advanced, the client gives up after 50ms of real time.
+// 50ms ends it with the retry code. On a fake clock, whose request timeouts
+// never pass unless advanced, the client gives up after 50ms of real time,
+// and leaseNone waits until the server has dropped the abandoned lease: one
+// left waiting would take the next item that comes due.
 func (s *server) leaseNone(queue string) {
 	s.t.Helper()
 	if s.Clock != nil {
 		ctx, cancel := context.WithTimeout(ctx, 50*time.Millisecond)
-		defer cancel()
 		res, err := s.C.QueueLease(ctx, &pb.QueueLeaseRequest{QueueName: queue, BatchSize: 10, ClientId: s.t.Name(), RequestTimeout: "1m"})
+		cancel()
 		require.Error(s.t, err, "lease from queue %s got %v", queue, res)
 		require.ErrorIs(s.t, err, context.DeadlineExceeded)
+		waitStat(s.t, s, queue, func(st *pb.QueueLogicalStats) bool { return st.LeaseWaiting == 0 })
 		return
 	}
 	_, err := s.C.QueueLease(ctx, &pb.QueueLeaseRequest{QueueName: queue, BatchSize: 10, ClientId: s.t.Name(), RequestTimeout: "50ms"})
