@@ -17,16 +17,12 @@ import (
 // release, dead-letter or abandon items at random, restarts the server in
 // the middle, and checks that every item ends completed once or in the
 // dead-letter queue once, never both and never lost.
-//
-// The server runs on a fake clock that a goroutine moves three times faster
-// than real time while the consumers run, so abandoned leases (1s) expire
-// within about 330ms; time keeps moving, so every item ends.
 func TestNothingLostNothingDoubled(t *testing.T) {
 	if testing.Short() {
 		t.Skip("runs for several seconds")
 	}
 	forEachBackend(t, func(t *testing.T, b backend) {
-		s := startFake(t, b)
+		s := start(t, b)
 		dlq := s.withDLQ("inv", &pb.QueueInfo{MaxAttempts: 3, LeaseTimeout: "1s", RequestedPartitions: 2})
 		const n = 400
 		for i := 0; i < n; i += 50 {
@@ -44,24 +40,6 @@ func TestNothingLostNothingDoubled(t *testing.T) {
 			stop      = make(chan struct{})
 			wg        sync.WaitGroup
 		)
-		// The clock moves until the consumers have stopped: a lease of
-		// theirs waits for its 100ms of the fake clock's time.
-		moving := make(chan struct{})
-		var clockDone sync.WaitGroup
-		defer clockDone.Wait()
-		defer close(moving)
-		clockDone.Go(func() {
-			tick := time.NewTicker(10 * time.Millisecond)
-			defer tick.Stop()
-			for {
-				select {
-				case <-moving:
-					return
-				case <-tick.C:
-					s.Clock.Advance(30 * time.Millisecond)
-				}
-			}
-		})
 		for c := range 4 {
 			wg.Go(func() {
 				rng := rand.New(rand.NewPCG(uint64(c), 7))
