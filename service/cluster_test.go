@@ -23,6 +23,10 @@ import (
 // schema of its own.
 
 // cluster starts n nodes on one new postgres schema.
+//
+// The cluster tests wait on leases and rate limits more than they compute,
+// and each has a schema of its own, so they run in parallel (t.Parallel)
+// with one another.
 func cluster(t *testing.T, n int) []*server {
 	b := backend{name: "postgres", url: pgtest.URL(t)}
 	nodes := make([]*server, n)
@@ -45,6 +49,7 @@ func cluster(t *testing.T, n int) []*server {
 // leases are long, so an item is leased again only if two leases were live
 // at once) and that every complete succeeded.
 func TestClusterNoDoubleLease(t *testing.T) {
+	t.Parallel()
 	nodes := cluster(t, 2)
 	nodes[0].createQueue(&pb.QueueInfo{QueueName: "many", LeaseTimeout: "10m", RequestedPartitions: 3})
 	const n, batch = 20_000, 1000
@@ -163,6 +168,7 @@ func TestClusterQueueDefinitions(t *testing.T) {
 // late. Every item must end either completed (its complete acknowledged)
 // or in the dead-letter queue, never both, never twice, never lost.
 func TestClusterDeadLetterVsLease(t *testing.T) {
+	t.Parallel()
 	nodes := cluster(t, 2)
 	a := nodes[0]
 	dlq := a.withDLQ("race", &pb.QueueInfo{MaxAttempts: 1, LeaseTimeout: "1s", RequestedPartitions: 2})
@@ -230,6 +236,7 @@ func TestClusterDeadLetterVsLease(t *testing.T) {
 // b; a second task, whose node stops mid-way, is taken over by node b and
 // finishes with every item moved exactly once.
 func TestClusterRedrive(t *testing.T) {
+	t.Parallel()
 	nodes := cluster(t, 2)
 	a, b := nodes[0], nodes[1]
 	a.withExpiredDead("cr", 200)

@@ -28,9 +28,12 @@ func (s *server) withDLQ(q string, info *pb.QueueInfo) string {
 	return dlq
 }
 
+// TestDeadLetter checks the moves to a dead-letter queue over the wire. The
+// server runs on a fake clock: leases and expire deadlines end by
+// s.advance, not by sleeps.
 func TestDeadLetter(t *testing.T) {
 	forEachBackend(t, func(t *testing.T, b backend) {
-		s := start(t, b)
+		s := startFake(t, b)
 
 		t.Run("RetriesCountTowardMaxAttempts", func(t *testing.T) {
 			dlq := s.withDLQ("mr", &pb.QueueInfo{MaxAttempts: 3})
@@ -64,7 +67,7 @@ func TestDeadLetter(t *testing.T) {
 			require.Len(t, d.Errors, 3)
 			assert.Equal(t, "attempt 1 failed", d.Errors[0].Error)
 			require.NotNil(t, d.DeadAt)
-			assert.WithinDuration(t, time.Now(), d.DeadAt.AsTime(), 5*time.Second)
+			assert.WithinDuration(t, s.now(), d.DeadAt.AsTime(), time.Millisecond)
 			// Retention in the DLQ counts from dead_at with the DLQ's expire_timeout (336h).
 			assert.WithinDuration(t, d.DeadAt.AsTime().Add(336*time.Hour), d.ExpireDeadline.AsTime(), time.Second)
 			assert.Equal(t, 1.0, testutil.ToFloat64(s.d.Metrics.DeadLettered.WithLabelValues("mr", dlq, "max_attempts")))
@@ -76,10 +79,12 @@ func TestDeadLetter(t *testing.T) {
 		t.Run("LeaseExpiryCountsTowardMaxAttempts", func(t *testing.T) {
 			dlq := s.withDLQ("le", &pb.QueueInfo{MaxAttempts: 2, LeaseTimeout: "1s"})
 			s.produce("le", "x")
-			s.lease("le", 1)                // attempt 1 expires
-			it := s.lease("le", 1).Items[0] // attempt 2, after the expiry
+			s.lease("le", 1)
+			s.advance(1001*time.Millisecond, "le") // attempt 1 expires
+			it := s.lease("le", 1).Items[0]        // attempt 2, after the expiry
 			assert.Equal(t, int32(2), it.Attempts)
-			dead := s.waitItems(dlq, 1) // attempt 2 expires too: dead
+			s.advance(1001*time.Millisecond, "le") // attempt 2 expires too: dead
+			dead := s.waitItems(dlq, 1)
 			assert.Equal(t, "max_attempts", dead[0].DeadReason)
 			assert.Equal(t, int32(2), dead[0].Attempts)
 			eventually(t, func() bool { return len(s.items("le")) == 0 }, "no copy is left in the source")
@@ -88,6 +93,7 @@ func TestDeadLetter(t *testing.T) {
 		t.Run("ExpiredNeverLeasedMovedAndGone", func(t *testing.T) {
 			dlq := s.withDLQ("ex", &pb.QueueInfo{ExpireTimeout: "1s", LeaseTimeout: "1s"})
 			s.produce("ex", "a", "b")
+			s.advance(1001*time.Millisecond, "ex")
 			dead := s.waitItems(dlq, 2)
 			for _, d := range dead {
 				assert.Equal(t, "expired", d.DeadReason)
@@ -139,6 +145,7 @@ func TestDeadLetter(t *testing.T) {
 			require.Len(t, dead, 1)
 			assert.WithinDuration(t, dead[0].DeadAt.AsTime().Add(time.Second), dead[0].ExpireDeadline.AsTime(), time.Millisecond)
 			// At the end of its retention the dead item is dropped and counted.
+			s.advance(1001*time.Millisecond, "rt-dlq")
 			s.waitItems("rt-dlq", 0)
 			assert.Equal(t, 1.0, testutil.ToFloat64(s.d.Metrics.ItemsDropped.WithLabelValues("rt-dlq", "expired")))
 		})

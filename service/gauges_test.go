@@ -76,7 +76,7 @@ func (s *server) requireGauges(step string, queues ...string) {
 		}
 		age := time.Duration(0)
 		if !oldest.IsZero() {
-			age = time.Since(oldest)
+			age = s.now().Sub(oldest)
 		}
 		got, gotAge, ok := s.gauges(q)
 		require.True(s.t, ok, "%s: queue %s has its gauges", step, q)
@@ -104,12 +104,13 @@ func (s *server) eventuallyGauges(step, queue string, want itemCounts) {
 // styx_queue_oldest_item_age_seconds equal the queue's true counts (by
 // queue.stats and storage.items.list) after every way items change state
 // or queue: on PostgreSQL they are read from the kept counts, not
-// recounted.
+// recounted. The server runs on a fake clock: the lifecycle's deadlines
+// pass by s.advance.
 func TestQueueGauges(t *testing.T) {
 	forEachBackend(t, func(t *testing.T, b backend) {
-		s := start(t, b)
+		s := startFake(t, b)
 		dlq := s.withDLQ("g", &pb.QueueInfo{MaxAttempts: 3, LeaseTimeout: "1m", RequestedPartitions: 2})
-		later := at(time.Now().Add(time.Hour))
+		later := at(s.now().Add(time.Hour))
 
 		s.produce("g", "a", "b", "c", "d", "e")
 		require.NoError(t, s.C.QueueProduce(ctx, &pb.QueueProduceRequest{QueueName: "g", Items: []*pb.QueueProduceItem{
@@ -142,7 +143,9 @@ func TestQueueGauges(t *testing.T) {
 		s.produce("life", "x", "y")
 		s.lease("life", 1)
 		s.requireGauges("lease", "life")
+		s.advance(1001*time.Millisecond, "life")
 		s.eventuallyGauges("lease expiry", "life", itemCounts{Ready: 2})
+		s.advance(3*time.Second, "life")
 		s.eventuallyGauges("expiry: source", "life", itemCounts{})
 		s.eventuallyGauges("expiry: dead-letter queue", edlq, itemCounts{Ready: 2})
 		s.requireGauges("after the lifecycle", "life", edlq)
@@ -150,7 +153,7 @@ func TestQueueGauges(t *testing.T) {
 		// storage.items.import: ready and scheduled.
 		_, err := s.C.StorageItemsImport(ctx, &pb.StorageItemsImportRequest{QueueName: "g", Partition: 1, Items: []*pb.StorageItem{
 			{Payload: []byte("i1")}, {Payload: []byte("i2")}, {Payload: []byte("i3"), EnqueueAt: later},
-			{Payload: []byte("old"), CreatedAt: at(time.Now().Add(-time.Hour))},
+			{Payload: []byte("old"), CreatedAt: at(s.now().Add(-time.Hour))},
 		}})
 		require.NoError(t, err)
 		s.requireGauges("import", "g")
@@ -206,6 +209,7 @@ func TestQueueGauges(t *testing.T) {
 // when they stop, both nodes' gauges equal the true counts of the queue and
 // of its dead-letter queue.
 func TestClusterGauges(t *testing.T) {
+	t.Parallel()
 	nodes := cluster(t, 2)
 	dlq := nodes[0].withDLQ("busy", &pb.QueueInfo{LeaseTimeout: "1m", MaxAttempts: 3, RequestedPartitions: 3})
 	const producers, batches, batch = 4, 10, 25

@@ -16,7 +16,9 @@ import (
 	styx "github.com/styxq/styx"
 	"github.com/styxq/styx/daemon"
 	"github.com/styxq/styx/internal/backend/embedded/pebble"
+	"github.com/styxq/styx/internal/clock"
 	"github.com/styxq/styx/internal/pgtest"
+	"github.com/styxq/styx/internal/queue"
 	"github.com/styxq/styx/internal/store"
 	"github.com/styxq/styx/internal/store/faulty"
 	pb "github.com/styxq/styx/styxpb"
@@ -101,6 +103,9 @@ type server struct {
 	clientCfg func(cc *styx.ClientConfig)
 	// logInfo keeps INFO lines in Logs too (the audit lines).
 	logInfo bool
+	// Clock is the server's time when it runs on a fake clock
+	// (startFake), nil on the real one.
+	Clock *clock.Fake
 }
 
 func testLogger() *slog.Logger {
@@ -140,6 +145,65 @@ func startWith(t *testing.T, b backend, configure func(*daemon.Config)) *server 
 	s.boot()
 	t.Cleanup(func() { s.stop() })
 	return s
+}
+
+// startFake starts a server on b whose time is a clock.Fake set to the
+// current time, and stops it at the end of the test: time moves only by
+// s.advance (and stays the fake's across s.restart). Lease and expire
+// deadlines pass without a sleep; a request's own timeout (a waiting
+// lease's) is still real time, since the engines wait on real timers.
+func startFake(t *testing.T, b backend) *server {
+	return startFakeWith(t, b, nil)
+}
+
+// startFakeWith is startFake with a daemon Config that configure adjusts
+// (nil: none).
+func startFakeWith(t *testing.T, b backend, configure func(*daemon.Config)) *server {
+	clk := clock.NewFake(time.Now())
+	s := startWith(t, b, func(c *daemon.Config) {
+		c.Clock = clk
+		if configure != nil {
+			configure(c)
+		}
+	})
+	s.Clock = clk
+	return s
+}
+
+// now is the server's time: its fake clock's, or the real one.
+func (s *server) now() time.Time {
+	if s.Clock != nil {
+		return s.Clock.Now()
+	}
+	return time.Now()
+}
+
+// advance moves the server's fake clock by d and ticks each queue, so that
+// the lifecycle work d made due (expired leases, scheduled items, expire
+// deadlines) runs. Moves to a dead-letter queue that the lifecycle starts
+// are asynchronous on the embedded backends: wait for them with waitItems.
+func (s *server) advance(d time.Duration, queues ...string) {
+	s.t.Helper()
+	require.NotNil(s.t, s.Clock, "advance needs a server on a fake clock (startFake)")
+	s.Clock.Advance(d)
+	for _, q := range queues {
+		s.tick(q)
+	}
+}
+
+// tick sends every partition of queue name a request that changes nothing (a
+// storage.items.delete of an id that does not exist), so that the engine
+// runs an iteration and with it the lifecycle work that a fake clock made
+// due: the engines' timers are real, so moving a clock.Fake wakes nothing
+// (see internal/queue/queuetest).
+func (s *server) tick(name string) {
+	s.t.Helper()
+	info, err := s.C.QueuesInfo(ctx, &pb.QueuesInfoRequest{QueueName: name})
+	require.NoError(s.t, err)
+	for p := range info.RequestedPartitions {
+		require.NoError(s.t, s.C.StorageItemsDelete(ctx, &pb.StorageItemsDeleteRequest{QueueName: name, Partition: p,
+			Ids: []string{queue.FormatID(1 << 60)}}))
+	}
 }
 
 func (s *server) boot() {
@@ -229,16 +293,33 @@ func (s *server) produce(queue string, payloads ...string) {
 	require.NoError(s.t, s.C.QueueProduce(ctx, req))
 }
 
+// lease leases up to n items, waiting up to 5s (of the server's time: on a
+// fake clock, 30s of real time bound the call instead).
 func (s *server) lease(queue string, n int32) *pb.QueueLeaseResponse {
 	s.t.Helper()
+	ctx, cancel := context.WithTimeout(ctx, 30*time.Second)
+	defer cancel()
 	res, err := s.C.QueueLease(ctx, &pb.QueueLeaseRequest{QueueName: queue, BatchSize: n, ClientId: s.t.Name(), RequestTimeout: "5s"})
 	require.NoError(s.t, err)
 	return res
 }
 
-// leaseNone asserts that a short lease finds nothing.
+// leaseNone asserts that a short lease finds nothing: a request timeout of
+// 50ms ends it with the retry code. On a fake clock, whose request timeouts
+// never pass unless advanced, the client gives up after 50ms of real time,
+// and leaseNone waits until the server has dropped the abandoned lease: one
+// left waiting would take the next item that comes due.
 func (s *server) leaseNone(queue string) {
 	s.t.Helper()
+	if s.Clock != nil {
+		ctx, cancel := context.WithTimeout(ctx, 50*time.Millisecond)
+		res, err := s.C.QueueLease(ctx, &pb.QueueLeaseRequest{QueueName: queue, BatchSize: 10, ClientId: s.t.Name(), RequestTimeout: "1m"})
+		cancel()
+		require.Error(s.t, err, "lease from queue %s got %v", queue, res)
+		require.ErrorIs(s.t, err, context.DeadlineExceeded)
+		waitStat(s.t, s, queue, func(st *pb.QueueLogicalStats) bool { return st.LeaseWaiting == 0 })
+		return
+	}
 	_, err := s.C.QueueLease(ctx, &pb.QueueLeaseRequest{QueueName: queue, BatchSize: 10, ClientId: s.t.Name(), RequestTimeout: "50ms"})
 	require.Error(s.t, err)
 	require.Equal(s.t, styx.CodeRetry, styx.ErrorCode(err), err.Error())

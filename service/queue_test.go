@@ -166,9 +166,12 @@ func waitStat(t *testing.T, s *server, queue string, cond func(*pb.QueueLogicalS
 	}, "stats of %s", queue)
 }
 
+// TestRetry checks queue.retry, scheduling and lease expiry over the wire.
+// The server runs on a fake clock (TestRealTimersWakeWaitingLeases keeps
+// the real one).
 func TestRetry(t *testing.T) {
 	forEachBackend(t, func(t *testing.T, b backend) {
-		s := start(t, b)
+		s := startFake(t, b)
 		t.Run("RequeuedAtTailWithNewID", func(t *testing.T) {
 			s.createQueue(&pb.QueueInfo{QueueName: "rq"})
 			s.produce("rq", "a", "b")
@@ -214,37 +217,73 @@ func TestRetry(t *testing.T) {
 			s.createQueue(&pb.QueueInfo{QueueName: "ra"})
 			s.produce("ra", "a")
 			it := s.lease("ra", 1).Items[0]
-			s.retry("ra", 0, &pb.QueueRetryItem{Id: it.Id, RetryAt: at(time.Now().Add(700 * time.Millisecond))})
+			s.retry("ra", 0, &pb.QueueRetryItem{Id: it.Id, RetryAt: at(s.now().Add(700 * time.Millisecond))})
 			sched, err := s.C.StorageScheduledList(ctx, &pb.StorageItemsListRequest{QueueName: "ra"})
 			require.NoError(t, err)
 			require.Len(t, sched.Items, 1)
 			assert.NotNil(t, sched.Items[0].EnqueueAt)
 			s.leaseNone("ra")
-			res := s.lease("ra", 1) // waits until the item is due
+			s.advance(699*time.Millisecond, "ra")
+			s.leaseNone("ra")
+			s.advance(time.Millisecond, "ra")
+			res := s.lease("ra", 1) // due now
 			assert.Equal(t, "a", string(res.Items[0].Bytes))
 		})
 		t.Run("ProduceScheduled", func(t *testing.T) {
 			s.createQueue(&pb.QueueInfo{QueueName: "ps"})
 			require.NoError(t, s.C.QueueProduce(ctx, &pb.QueueProduceRequest{QueueName: "ps", Items: []*pb.QueueProduceItem{
-				{Utf8: "later", EnqueueAt: at(time.Now().Add(500 * time.Millisecond))},
+				{Utf8: "later", EnqueueAt: at(s.now().Add(500 * time.Millisecond))},
 			}}))
 			s.leaseNone("ps")
 			st, err := s.C.QueueStats(ctx, &pb.QueueStatsRequest{QueueName: "ps"})
 			require.NoError(t, err)
 			assert.Equal(t, int32(1), st.LogicalQueues[0].Partitions[0].Scheduled)
+			s.advance(500*time.Millisecond, "ps")
 			assert.Equal(t, "later", string(s.lease("ps", 1).Items[0].Bytes))
 		})
 		t.Run("LeaseExpiryRequeuesAndCounts", func(t *testing.T) {
 			s.createQueue(&pb.QueueInfo{QueueName: "lx", LeaseTimeout: "1s"})
 			s.produce("lx", "a")
 			first := s.lease("lx", 1).Items[0]
-			second := s.lease("lx", 1).Items[0] // waits for the lease to expire
+			s.advance(999*time.Millisecond, "lx")
+			s.leaseNone("lx")
+			s.advance(time.Millisecond, "lx")
+			second := s.lease("lx", 1).Items[0] // the lease has expired
 			assert.Equal(t, "a", string(second.Bytes))
 			assert.NotEqual(t, first.Id, second.Id)
 			assert.Equal(t, int32(2), second.Attempts)
 			err := s.C.QueueComplete(ctx, &pb.QueueCompleteRequest{QueueName: "lx", Ids: []string{first.Id}})
 			requireCode(t, err, styx.CodeBadRequest, first.Id)
 		})
+	})
+}
+
+// TestRealTimersWakeWaitingLeases checks, on the real clock, that the
+// engines wake on their own timers: a lease that waits is served by a
+// scheduled item when it becomes due and by an item whose lease expires,
+// with no request in between (every other lifecycle test moves a fake
+// clock and sends a request).
+func TestRealTimersWakeWaitingLeases(t *testing.T) {
+	forEachBackend(t, func(t *testing.T, b backend) {
+		s := start(t, b)
+		s.createQueue(&pb.QueueInfo{QueueName: "rt", LeaseTimeout: "1s"})
+		s.produce("rt", "leased")
+		first := s.lease("rt", 1).Items[0]
+		require.NoError(t, s.C.QueueProduce(ctx, &pb.QueueProduceRequest{QueueName: "rt", Items: []*pb.QueueProduceItem{
+			{Utf8: "later", EnqueueAt: at(time.Now().Add(500 * time.Millisecond))},
+		}}))
+		s.leaseNone("rt")
+		// The scheduled item is due first, but a loaded machine may serve
+		// the two in either order.
+		got := map[string]*pb.QueueLeaseItem{}
+		for range 2 {
+			it := s.lease("rt", 1).Items[0]
+			got[string(it.Bytes)] = it
+		}
+		require.Contains(t, got, "later", "the scheduled item, when due")
+		require.Contains(t, got, "leased", "the item whose lease expired")
+		assert.NotEqual(t, first.Id, got["leased"].Id)
+		assert.Equal(t, int32(2), got["leased"].Attempts)
 	})
 }
 

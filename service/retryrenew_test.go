@@ -8,7 +8,6 @@ import (
 	"github.com/stretchr/testify/require"
 	"google.golang.org/protobuf/proto"
 
-	styx "github.com/styxq/styx"
 	pb "github.com/styxq/styx/styxpb"
 )
 
@@ -140,31 +139,30 @@ func (s *server) renew(queue, leaseTimeout string, ids ...string) (*pb.QueueRene
 }
 
 // TestRenew checks queue.renew: it moves the lease deadline that the
-// lifecycle acts on, durably, and refuses anything but live leases.
+// lifecycle acts on, durably, and refuses anything but live leases. The
+// server runs on a fake clock: deadlines pass by s.advance, not by sleeps.
 func TestRenew(t *testing.T) {
 	forEachBackend(t, func(t *testing.T, b backend) {
-		s := start(t, b)
+		s := startFake(t, b)
 
 		t.Run("ExtendsLease", func(t *testing.T) {
 			s.createQueue(&pb.QueueInfo{QueueName: "r-ext", LeaseTimeout: "1s"})
 			s.produce("r-ext", "a")
 			it := s.lease("r-ext", 1).Items[0]
-			before := time.Now()
+			before := s.now()
 			res, err := s.renew("r-ext", "1m", it.Id)
 			require.NoError(t, err)
 			require.Len(t, res.Items, 1)
 			assert.Equal(t, it.Id, res.Items[0].Id)
 			got := res.Items[0].LeaseDeadline.AsTime()
-			assert.WithinDuration(t, before.Add(time.Minute), got, 5*time.Second)
+			assert.WithinDuration(t, before.Add(time.Minute), got, time.Millisecond)
 			stored := s.items("r-ext")[0]
 			assert.True(t, stored.IsLeased)
 			assert.True(t, got.Equal(stored.LeaseDeadline.AsTime()), "the new deadline is stored")
-			// A lease that waits past the original deadline finds nothing:
-			// the item was not handed out again.
-			require.True(t, time.Now().Before(it.LeaseDeadline.AsTime()), "renewed before the original deadline")
-			_, err = s.C.QueueLease(ctx, &pb.QueueLeaseRequest{QueueName: "r-ext", BatchSize: 1, ClientId: t.Name(), RequestTimeout: "2s"})
-			requireCode(t, err, styx.CodeRetry)
-			require.True(t, time.Now().After(it.LeaseDeadline.AsTime()))
+			// Past the original deadline the item is not handed out again.
+			s.advance(2*time.Second, "r-ext")
+			require.True(t, s.now().After(it.LeaseDeadline.AsTime()))
+			s.leaseNone("r-ext")
 			s.complete("r-ext", 0, it.Id)
 			assert.Empty(t, s.items("r-ext"))
 		})
@@ -173,13 +171,13 @@ func TestRenew(t *testing.T) {
 			s.createQueue(&pb.QueueInfo{QueueName: "r-def", LeaseTimeout: "10m"})
 			s.produce("r-def", "a", "b")
 			items := s.lease("r-def", 2).Items
-			before := time.Now()
+			before := s.now()
 			res, err := s.renew("r-def", "", items[1].Id, items[0].Id)
 			require.NoError(t, err)
 			require.Len(t, res.Items, 2)
 			assert.Equal(t, items[1].Id, res.Items[0].Id, "in request order")
 			assert.Equal(t, items[0].Id, res.Items[1].Id)
-			assert.WithinDuration(t, before.Add(10*time.Minute), res.Items[0].LeaseDeadline.AsTime(), 5*time.Second)
+			assert.WithinDuration(t, before.Add(10*time.Minute), res.Items[0].LeaseDeadline.AsTime(), time.Millisecond)
 		})
 
 		t.Run("ShortensLease", func(t *testing.T) {
@@ -189,6 +187,9 @@ func TestRenew(t *testing.T) {
 			it := s.lease("r-short", 1).Items[0]
 			_, err := s.renew("r-short", "1s", it.Id)
 			require.NoError(t, err)
+			s.advance(999*time.Millisecond, "r-short")
+			s.leaseNone("r-short")
+			s.advance(2*time.Millisecond, "r-short")
 			again := s.lease("r-short", 1).Items[0]
 			assert.Equal(t, int32(2), again.Attempts, "the renewed lease expired after 1s")
 		})
@@ -200,6 +201,7 @@ func TestRenew(t *testing.T) {
 			res, err := s.renew("r-restart", "1h", it.Id)
 			require.NoError(t, err)
 			s.restart()
+			s.advance(2*time.Second, "r-restart") // past the lease's first deadline
 			stored := s.items("r-restart")[0]
 			assert.True(t, stored.IsLeased)
 			assert.True(t, res.Items[0].LeaseDeadline.AsTime().Equal(stored.LeaseDeadline.AsTime()))
@@ -214,20 +216,14 @@ func TestRenew(t *testing.T) {
 			keep, done, expired := items[0], items[1], items[2]
 			s.produce("r-bad", "ready")
 			s.complete("r-bad", 0, done.Id)
-			// Renew keep (and nothing else) until expired's lease has
-			// ended and the lifecycle put it back under a new id.
-			eventually(t, func() bool {
-				_, err := s.renew("r-bad", "1m", keep.Id)
-				require.NoError(t, err)
-				for _, x := range s.items("r-bad") {
-					if x.Id == expired.Id {
-						return false
-					}
-				}
-				return true
-			}, "the lease of %s should expire", expired.Id)
+			// Renew keep (and nothing else), then let expired's lease end:
+			// the lifecycle puts it back under a new id.
+			_, err := s.renew("r-bad", "1m", keep.Id)
+			require.NoError(t, err)
+			s.advance(2*time.Second, "r-bad")
 			var ready string
 			for _, x := range s.items("r-bad") {
+				require.NotEqual(t, expired.Id, x.Id, "the lease of %s has expired", expired.Id)
 				if string(x.Payload) == "ready" {
 					ready = x.Id
 				}
@@ -236,7 +232,7 @@ func TestRenew(t *testing.T) {
 			unknown := "vvvvvvvvvvvvu" // the largest id
 			before := s.items("r-bad")
 
-			_, err := s.renew("r-bad", "1m", keep.Id, ready, done.Id, expired.Id, unknown)
+			_, err = s.renew("r-bad", "1m", keep.Id, ready, done.Id, expired.Id, unknown)
 			requireCode(t, err, 400, "invalid ids", "'"+ready+"'", "'"+done.Id+"'", "'"+expired.Id+"'", "'"+unknown+"'",
 				"are not leased in partition 0 of queue 'r-bad'")
 			assert.NotContains(t, err.Error(), keep.Id, "only the bad ids are named")

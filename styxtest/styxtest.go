@@ -31,6 +31,12 @@ type Options struct {
 	PostgresURL string
 	// Log receives the server's logs. Default: discarded.
 	Log *slog.Logger
+	// Clock is the server's time. Default the system clock; a test may
+	// pass a fake one (shared with a worker's Config.Clock) to move lease
+	// and schedule deadlines without sleeping. The server's own timers
+	// stay real: work that a moved clock makes due runs at the next
+	// request to the queue.
+	Clock interface{ Now() time.Time }
 }
 
 // Server is a running in-process server.
@@ -60,6 +66,9 @@ func Start(t testing.TB, opts Options) *Server {
 		PostgresURL:     opts.PostgresURL,
 		ShutdownTimeout: 2 * time.Second,
 		Log:             opts.Log,
+	}
+	if opts.Clock != nil {
+		cfg.Clock = opts.Clock
 	}
 	if cfg.Storage == "" {
 		cfg.Storage = daemon.StorageMemory

@@ -12,10 +12,8 @@ import (
 // half of its lease has passed (queue.renew, one call per partition for the
 // items due together) until ctx is cancelled.
 func (w *Worker) renewLoop(ctx context.Context) {
-	timer := time.NewTimer(time.Hour)
-	defer timer.Stop()
 	for {
-		due, next := w.dueRenewals(time.Now())
+		due, next := w.dueRenewals(w.cfg.Clock.Now())
 		for p, js := range byPartition(due) {
 			for len(js) > 0 {
 				batch := js[:min(len(js), maxBatch)]
@@ -28,14 +26,13 @@ func (w *Worker) renewLoop(ctx context.Context) {
 		}
 		wait := time.Hour
 		if !next.IsZero() {
-			wait = max(time.Until(next), time.Millisecond)
+			wait = max(next.Sub(w.cfg.Clock.Now()), time.Millisecond)
 		}
-		timer.Reset(wait)
 		select {
 		case <-ctx.Done():
 			return
 		case <-w.renewWake:
-		case <-timer.C:
+		case <-w.cfg.Clock.After(wait):
 		}
 	}
 }
@@ -68,12 +65,13 @@ func (w *Worker) renew(ctx context.Context, partition int32, js []*job) {
 		ids[i] = j.it.ID
 	}
 	deadline := earliestDeadline(js)
-	callCtx, cancel := context.WithDeadline(ctx, deadline)
+	// The deadline is the server's time, read on the worker's clock.
+	callCtx, cancel := context.WithTimeout(ctx, deadline.Sub(w.cfg.Clock.Now()))
 	res, err := w.c.QueueRenew(callCtx, &pb.QueueRenewRequest{
 		QueueName: w.cfg.Queue, Partition: partition, Ids: ids, LeaseTimeout: w.leaseTimeout(),
 	})
 	cancel()
-	now := time.Now()
+	now := w.cfg.Clock.Now()
 	switch {
 	case err == nil && len(res.Items) == len(js):
 		w.m.renewals.Add(float64(len(js)))

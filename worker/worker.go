@@ -114,7 +114,30 @@ type Config struct {
 	// docs/metrics.md, styx_worker_*), labelled with the queue. Several
 	// workers may share one registerer. Default nil: no metrics.
 	Metrics prometheus.Registerer
+	// Clock is the time the worker reads and waits on: renewals (half a
+	// lease after the server's lease deadline), Backoff and RetryAfter
+	// times, ShutdownTimeout, LeaseWait's long poll and the backoffs
+	// between failed calls. Default the system clock; tests pass a fake
+	// one, shared with a server on the same fake time, to move leases
+	// without sleeping.
+	Clock Clock
 }
+
+// Clock tells a Worker the time and wakes it when a duration has passed
+// (Config.Clock). Implementations are safe for concurrent use.
+type Clock interface {
+	// Now returns the current time.
+	Now() time.Time
+	// After returns a channel that receives the time once d has passed
+	// on this clock (at once when d <= 0).
+	After(d time.Duration) <-chan time.Time
+}
+
+// realClock is the system clock.
+type realClock struct{}
+
+func (realClock) Now() time.Time                         { return time.Now() }
+func (realClock) After(d time.Duration) <-chan time.Time { return time.After(d) }
 
 // Worker consumes one queue. Create it with New; Run it once.
 type Worker struct {
@@ -181,6 +204,9 @@ func New(c *styx.Client, cfg Config) (*Worker, error) {
 		return nil, fmt.Errorf("styx worker: LeaseWait is %s, it must be above 10ms and at most 15m", cfg.LeaseWait)
 	case cfg.LeaseTimeout < 0:
 		return nil, fmt.Errorf("styx worker: LeaseTimeout is %s, it must not be negative (0: the queue's)", cfg.LeaseTimeout)
+	}
+	if cfg.Clock == nil {
+		cfg.Clock = realClock{}
 	}
 	if cfg.Backoff == nil {
 		cfg.Backoff = DefaultBackoff
@@ -272,7 +298,7 @@ func (w *Worker) Run(ctx context.Context) error {
 	go func() { handlers.Wait(); close(finished) }()
 	select {
 	case <-finished:
-	case <-time.After(w.cfg.ShutdownTimeout):
+	case <-w.cfg.Clock.After(w.cfg.ShutdownTimeout):
 		w.log.Warn("shutdown timeout: cancelling running handlers", "timeout", w.cfg.ShutdownTimeout)
 		cancelHandlers(ErrShutdown)
 		<-finished
@@ -312,7 +338,7 @@ func (w *Worker) leaseLoop(ctx, base context.Context, tokens chan struct{}, jobs
 				break more
 			}
 		}
-		start := time.Now()
+		start := w.cfg.Clock.Now()
 		res, err := w.c.QueueLease(ctx, &pb.QueueLeaseRequest{
 			QueueName: w.cfg.Queue, BatchSize: int32(n), ClientId: w.cfg.ClientID, RequestTimeout: w.cfg.LeaseWait.String(),
 		})
@@ -330,7 +356,7 @@ func (w *Worker) leaseLoop(ctx, base context.Context, tokens chan struct{}, jobs
 		case err == nil || ctx.Err() != nil:
 			wait = 0
 			continue
-		case styx.IsRetry(err) && time.Since(start) >= w.cfg.LeaseWait/2:
+		case styx.IsRetry(err) && w.cfg.Clock.Now().Sub(start) >= w.cfg.LeaseWait/2:
 			// The long poll ended without items.
 			wait = 0
 			continue
@@ -340,7 +366,7 @@ func (w *Worker) leaseLoop(ctx, base context.Context, tokens chan struct{}, jobs
 		wait = min(max(2*wait, 50*time.Millisecond), 5*time.Second)
 		w.log.Warn("lease failed; retrying", "error", err, "retry_in", wait)
 		select {
-		case <-time.After(wait):
+		case <-w.cfg.Clock.After(wait):
 		case <-ctx.Done():
 			return
 		}
@@ -349,7 +375,7 @@ func (w *Worker) leaseLoop(ctx, base context.Context, tokens chan struct{}, jobs
 
 // hold registers a leased item with the renewer and returns its job.
 func (w *Worker) hold(base context.Context, partition int32, li *pb.QueueLeaseItem) *job {
-	now := time.Now()
+	now := w.cfg.Clock.Now()
 	deadline := li.LeaseDeadline.AsTime()
 	l := &lease{until: deadline, length: deadline.Sub(now)}
 	it := &Item{
@@ -404,9 +430,9 @@ func (w *Worker) runJob(runCtx context.Context, j *job, acks chan<- *job) {
 		w.forget(j)
 		return
 	}
-	start := time.Now()
+	start := w.cfg.Clock.Now()
 	err := w.call(j)
-	w.m.duration.Observe(time.Since(start).Seconds())
+	w.m.duration.Observe(w.cfg.Clock.Now().Sub(start).Seconds())
 	cause := context.Cause(j.ctx)
 	switch {
 	case errors.Is(cause, ErrLeaseLost):
@@ -488,11 +514,11 @@ func (w *Worker) retry(j *job, err error) {
 		ri.Dead = true
 	case errors.As(err, &after):
 		if after.d > 0 {
-			ri.RetryAt = timestamppb.New(time.Now().Add(after.d))
+			ri.RetryAt = timestamppb.New(w.cfg.Clock.Now().Add(after.d))
 		}
 	default:
 		if d := w.cfg.Backoff(j.it.Attempts); d > 0 {
-			ri.RetryAt = timestamppb.New(time.Now().Add(d))
+			ri.RetryAt = timestamppb.New(w.cfg.Clock.Now().Add(d))
 		}
 	}
 	res, ok := w.send(j.it.Deadline(), "retry", []*job{j}, func(ctx context.Context, ids []string) (*pb.QueueRetryResponse, error) {
@@ -605,7 +631,7 @@ func (w *Worker) send(deadline time.Time, what string, js []*job, call func(ctx 
 	}
 	wait := 50 * time.Millisecond
 	for {
-		ctx, cancel := context.WithTimeout(context.Background(), max(time.Until(deadline), time.Second))
+		ctx, cancel := context.WithTimeout(context.Background(), max(deadline.Sub(w.cfg.Clock.Now()), time.Second))
 		res, err := call(ctx, ids)
 		cancel()
 		switch {
@@ -623,13 +649,13 @@ func (w *Worker) send(deadline time.Time, what string, js []*job, call func(ctx 
 				"partition", js[0].it.Partition, "id", js[0].it.ID, "error", err)
 			w.m.items.WithLabelValues("lost").Inc()
 			return nil, false
-		case time.Now().Add(wait).After(deadline):
+		case w.cfg.Clock.Now().Add(wait).After(deadline):
 			w.log.Error(what+" failed; the items return to the queue when their leases expire",
 				"count", len(js), "error", err)
 			w.undelivered.Add(int64(len(js)))
 			return nil, false
 		}
-		time.Sleep(wait)
+		<-w.cfg.Clock.After(wait)
 		wait = min(2*wait, time.Second)
 	}
 }

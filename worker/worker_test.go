@@ -17,6 +17,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	styx "github.com/styxq/styx"
+	"github.com/styxq/styx/internal/clock"
 	"github.com/styxq/styx/internal/pgtest"
 	pb "github.com/styxq/styx/styxpb"
 	"github.com/styxq/styx/styxtest"
@@ -28,15 +29,32 @@ import (
 
 var ctx = context.Background()
 
-// eachBackend runs f on a fresh server of every backend.
+// eachBackend runs f on a fresh server of every backend, as parallel
+// subtests.
 func eachBackend(t *testing.T, f func(t *testing.T, c *styx.Client)) {
+	eachBackendClock(t, func(t *testing.T, c *styx.Client, _ *clock.Fake) { f(t, c) }, false)
+}
+
+// eachBackendFake is eachBackend with the server on a clock.Fake set to
+// the current time, which f gives its worker (Config.Clock) and moves.
+func eachBackendFake(t *testing.T, f func(t *testing.T, c *styx.Client, clk *clock.Fake)) {
+	eachBackendClock(t, f, true)
+}
+
+func eachBackendClock(t *testing.T, f func(t *testing.T, c *styx.Client, clk *clock.Fake), fake bool) {
 	for _, storage := range []string{"memory", "pebble", "postgres"} {
 		t.Run(storage, func(t *testing.T) {
+			t.Parallel()
 			opts := styxtest.Options{Storage: storage}
 			if storage == "postgres" {
 				opts.PostgresURL = pgtest.URL(t)
 			}
-			f(t, styxtest.Start(t, opts).Client)
+			var clk *clock.Fake
+			if fake {
+				clk = clock.NewFake(time.Now())
+				opts.Clock = clk
+			}
+			f(t, styxtest.Start(t, opts).Client, clk)
 		})
 	}
 }
@@ -319,23 +337,32 @@ func TestPanicIsRetriedThenDead(t *testing.T) {
 	})
 }
 
+// TestLongHandlerKeepsItsLease runs a handler three times as long as its
+// lease: the worker renews it, so it is handled once. The server and the
+// worker share a fake clock, which the handler moves.
 func TestLongHandlerKeepsItsLease(t *testing.T) {
-	eachBackend(t, func(t *testing.T, c *styx.Client) {
+	eachBackendFake(t, func(t *testing.T, c *styx.Client, clk *clock.Fake) {
 		queue(t, c, "long", &pb.QueueInfo{LeaseTimeout: "1s"})
 		var calls atomic.Int32
 		var deadlines [2]time.Time
 		w := newWorker(t, c, worker.Config{
 			Queue:       "long",
 			Concurrency: 2,
+			Clock:       clk,
 			Handler: worker.HandlerFunc(func(ctx context.Context, it *worker.Item) error {
 				calls.Add(1)
 				deadlines[0] = it.Deadline()
-				// A handler three times as long as the lease: the time is
-				// the point of the test, so it sleeps.
-				select {
-				case <-time.After(3 * time.Second):
-				case <-ctx.Done():
-					return context.Cause(ctx)
+				// Five steps of 600ms: after each, the lease is past half
+				// its length, so due for renewal, and still live; the
+				// handler waits until the worker has renewed it.
+				for range 5 {
+					clk.Advance(600 * time.Millisecond)
+					renewed := assert.Eventually(t, func() bool {
+						return ctx.Err() == nil && it.Deadline().Sub(clk.Now()) > 500*time.Millisecond
+					}, 10*time.Second, time.Millisecond, "the worker renews the lease")
+					if !renewed {
+						return errors.New("not renewed")
+					}
 				}
 				deadlines[1] = it.Deadline()
 				return nil
@@ -346,7 +373,7 @@ func TestLongHandlerKeepsItsLease(t *testing.T) {
 		require.Eventually(t, func() bool { return total(t, c, "long") == 0 }, 20*time.Second, 20*time.Millisecond)
 		require.NoError(t, stop())
 		assert.Equal(t, int32(1), calls.Load(), "handled once: the lease never expired")
-		assert.Greater(t, deadlines[1].Sub(deadlines[0]), 2*time.Second, "renewals moved the deadline")
+		assert.Equal(t, 3*time.Second, deadlines[1].Sub(deadlines[0]).Round(time.Millisecond), "renewals moved the deadline")
 	})
 }
 
@@ -475,6 +502,7 @@ func (b *blockRenewals) RoundTrip(r *http.Request) (*http.Response, error) {
 func TestExpiredLeaseCancelsHandler(t *testing.T) {
 	for _, storage := range []string{"memory", "pebble", "postgres"} {
 		t.Run(storage, func(t *testing.T) {
+			t.Parallel()
 			opts := styxtest.Options{Storage: storage}
 			if storage == "postgres" {
 				opts.PostgresURL = pgtest.URL(t)

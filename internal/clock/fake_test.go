@@ -33,3 +33,18 @@ func TestFake(t *testing.T) {
 	wg.Wait()
 	require.Equal(t, start.Add(800*time.Millisecond), f.Now())
 }
+
+func TestFakeAfter(t *testing.T) {
+	start := time.Date(2030, 1, 2, 3, 4, 5, 0, time.UTC)
+	f := clock.NewFake(start)
+	now := f.After(0)
+	require.Equal(t, start, <-now, "d <= 0 fires at once")
+	a, b := f.After(time.Second), f.After(2*time.Second)
+	f.Advance(999 * time.Millisecond)
+	require.Empty(t, a)
+	f.Advance(time.Millisecond)
+	require.Equal(t, start.Add(time.Second), <-a)
+	require.Empty(t, b)
+	f.Set(start.Add(time.Hour))
+	require.Equal(t, start.Add(time.Hour), <-b)
+}
