@@ -745,65 +745,103 @@ func (s *Store) loadItems(ctx context.Context, queueID uint64, partition int32, 
 		return nil, err
 	}
 	defer s.exit()
-	lower := partitionKey(prefixMeta, queueID, partition)
-	iter, err := s.db.NewIterWithContext(ctx, &pebbledb.IterOptions{
-		LowerBound: lower,
-		UpperBound: prefixEnd(lower),
-	})
+	items, err := newMetaIter(ctx, s.db, queueID, partition, 0)
 	if err != nil {
 		return nil, err
 	}
-	defer iter.Close()
-	// The state records, in the same order: an item's supersedes its meta.
-	slower := partitionKey(prefixState, queueID, partition)
-	states, err := s.db.NewIterWithContext(ctx, &pebbledb.IterOptions{
-		LowerBound: slower,
-		UpperBound: prefixEnd(slower),
-	})
-	if err != nil {
-		return nil, err
-	}
-	defer states.Close()
-	states.First()
+	defer items.close()
 	var m queue.ItemMeta
 	n := 0
-	for iter.First(); iter.Valid(); iter.Next() {
+	for items.first(); items.valid(); items.next() {
 		if n++; n%4096 == 0 {
 			if err := ctx.Err(); err != nil {
 				return nil, err
 			}
 		}
-		id, err := itemID(iter.Key())
-		if err != nil {
+		if err := items.meta(&m); err != nil {
 			return nil, err
-		}
-		v, err := iter.ValueAndErr()
-		if err != nil {
-			return nil, err
-		}
-		if sv, ok, err := stateOf(states, id); err != nil {
-			return nil, err
-		} else if ok {
-			v = sv
-		}
-		if err := decodeMeta(v, id, &m); err != nil {
-			return nil, fmt.Errorf("item %d: %w", id, err)
 		}
 		if err := fn(m); err != nil {
 			return err, nil
 		}
 	}
-	if err := states.Error(); err != nil {
-		return nil, err
-	}
-	return nil, iter.Error()
+	return nil, items.err()
 }
 
-// stateOf moves states, an iterator over one partition's state records
-// (0x13) used in ascending item order, to the record of item id and returns
-// its value, if there is one. Records of items with a lower id (none but
-// strays) are skipped.
-func stateOf(states *pebbledb.Iterator, id uint64) ([]byte, bool, error) {
+// metaIter walks one partition's items in id order: each item's meta record
+// (0x10), superseded by its state record (0x13) when it has one (store
+// format 2, ADR 0020). LoadItems and ListItems read through it.
+type metaIter struct {
+	metas, states *pebbledb.Iterator
+}
+
+// newMetaIter opens a metaIter on r (the database or a snapshot) over the
+// items of partition with ids from from on. Close it.
+func newMetaIter(ctx context.Context, r pebbledb.Reader, queueID uint64, partition int32, from uint64) (*metaIter, error) {
+	open := func(prefix byte) (*pebbledb.Iterator, error) {
+		var kbuf [itemKeyLen]byte
+		return r.NewIterWithContext(ctx, &pebbledb.IterOptions{
+			LowerBound: itemKey(&kbuf, prefix, queueID, partition, from),
+			UpperBound: prefixEnd(partitionKey(prefix, queueID, partition)),
+		})
+	}
+	metas, err := open(prefixMeta)
+	if err != nil {
+		return nil, err
+	}
+	states, err := open(prefixState)
+	if err != nil {
+		metas.Close()
+		return nil, err
+	}
+	states.First()
+	return &metaIter{metas: metas, states: states}, nil
+}
+
+func (it *metaIter) first()      { it.metas.First() }
+func (it *metaIter) valid() bool { return it.metas.Valid() }
+func (it *metaIter) next()       { it.metas.Next() }
+
+// err returns the first error either iterator met.
+func (it *metaIter) err() error {
+	if err := it.states.Error(); err != nil {
+		return err
+	}
+	return it.metas.Error()
+}
+
+func (it *metaIter) close() {
+	it.states.Close()
+	it.metas.Close()
+}
+
+// meta decodes the current item's meta into m: its state record when it has
+// one, else its meta record.
+func (it *metaIter) meta(m *queue.ItemMeta) error {
+	id, err := itemID(it.metas.Key())
+	if err != nil {
+		return err
+	}
+	v, err := it.metas.ValueAndErr()
+	if err != nil {
+		return err
+	}
+	if sv, ok, err := it.stateOf(id); err != nil {
+		return err
+	} else if ok {
+		v = sv
+	}
+	if err := decodeMeta(v, id, m); err != nil {
+		return fmt.Errorf("item %d: %w", id, err)
+	}
+	return nil
+}
+
+// stateOf moves the state iterator, used in ascending item order, to the
+// record of item id and returns its value, if there is one. Records of items
+// with a lower id (none but strays) are skipped.
+func (it *metaIter) stateOf(id uint64) ([]byte, bool, error) {
+	states := it.states
 	for states.Valid() && binary.BigEndian.Uint64(states.Key()[partitionKeyLen:]) < id {
 		states.Next()
 	}
@@ -1035,53 +1073,24 @@ func (s *Store) listItems(ctx context.Context, queueID uint64, partition int32, 
 	}
 	snap := s.db.NewSnapshot()
 	defer snap.Close()
-	var kbuf [itemKeyLen]byte
-	iter, err := snap.NewIterWithContext(ctx, &pebbledb.IterOptions{
-		LowerBound: itemKey(&kbuf, prefixMeta, queueID, partition, afterID+1),
-		UpperBound: prefixEnd(partitionKey(prefixMeta, queueID, partition)),
-	})
+	metas, err := newMetaIter(ctx, snap, queueID, partition, afterID+1)
 	if err != nil {
 		return nil, err
 	}
-	defer iter.Close()
-	// The state records, in the same order: an item's supersedes its meta.
-	states, err := snap.NewIterWithContext(ctx, &pebbledb.IterOptions{
-		LowerBound: itemKey(&kbuf, prefixState, queueID, partition, afterID+1),
-		UpperBound: prefixEnd(partitionKey(prefixState, queueID, partition)),
-	})
-	if err != nil {
-		return nil, err
-	}
-	defer states.Close()
-	states.First()
+	defer metas.close()
 	r := bodyReader{snap: snap, queueID: queueID, partition: partition}
 	var items []queue.Item
-	for iter.First(); iter.Valid() && len(items) < limit; iter.Next() {
-		id, err := itemID(iter.Key())
-		if err != nil {
-			return nil, err
-		}
-		v, err := iter.ValueAndErr()
-		if err != nil {
-			return nil, err
-		}
+	for metas.first(); metas.valid() && len(items) < limit; metas.next() {
 		it := queue.Item{Partition: partition}
-		if err := decodeMeta(v, id, &it.Meta); err != nil {
-			return nil, fmt.Errorf("item %d: %w", id, err)
-		}
-		if v, ok, err := stateOf(states, id); err != nil {
+		if err := metas.meta(&it.Meta); err != nil {
 			return nil, err
-		} else if ok {
-			if err := decodeMeta(v, id, &it.Meta); err != nil {
-				return nil, fmt.Errorf("item %d: %w", id, err)
-			}
 		}
 		if it.Body, it.Errors, err = r.read(it.Meta.BodyID); err != nil {
 			return nil, err
 		}
 		items = append(items, it)
 	}
-	return items, iter.Error()
+	return items, metas.err()
 }
 
 // bodyReader reads bodies and errors of one partition from a snapshot.
