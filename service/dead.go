@@ -392,8 +392,19 @@ func keyQueues(ctx context.Context) []string {
 // and reference), and adds an entry to its history saying who edited it,
 // when, and the old payload's size and SHA-256 (the old payload itself is
 // not kept). The item keeps its id, error group and dead-letter metadata.
+//
+// A redrive to the source queue delivers the edited bytes to the item's
+// source_queue, so the request's key must cover that queue as well as the
+// dead-letter queue (issue 36): a key limited to orders* may not rewrite
+// the payload of a dead item that came from billing, though it may list,
+// delete and redrive it (a redrive skips the items whose destination the
+// key that started it does not cover; list and delete send nothing to
+// another queue). The 403 does not name the source queue, which the key
+// may not see.
+//
 // Errors: 400 for a queue that is no queue's dead_queue, a bad id or an
-// over-long field; 404 for an item that is not there; 409 for a leased item.
+// over-long field; 403 for an item whose source queue the key does not
+// cover; 404 for an item that is not there; 409 for a leased item.
 func (s *Service) DeadEdit(ctx context.Context, req *pb.DeadEditRequest) (*pb.StorageItem, error) {
 	l, info, err := s.deadQueue(ctx, req.QueueName)
 	if err != nil {
@@ -418,6 +429,9 @@ func (s *Service) DeadEdit(ctx context.Context, req *pb.DeadEditRequest) (*pb.St
 	}
 	if len(found) == 0 {
 		return nil, apierr.New(apierr.NotFound, "no such item; '%s' is not in queue '%s'", req.Id, req.QueueName)
+	}
+	if err := checkSourceQueue(ctx, &found[0], req.Id); err != nil {
+		return nil, err
 	}
 	who := "an unauthenticated client (the server runs without --auth)"
 	if k := auth.KeyName(ctx); k != "" {
@@ -447,4 +461,18 @@ func (s *Service) DeadEdit(ctx context.Context, req *pb.DeadEditRequest) (*pb.St
 		return nil, err
 	}
 	return toStorageItems([]queue.Item{it}, info)[0], nil
+}
+
+// checkSourceQueue refuses (403) a dead.edit of an item whose source queue
+// (where a redrive to the source delivers it) the request's key does not
+// cover. The message names the item, not the queue: errors never name a
+// queue the key cannot see. An item without a source queue, or a server
+// without --auth, passes.
+func checkSourceQueue(ctx context.Context, it *queue.Item, id string) error {
+	p := auth.FromContext(ctx)
+	if p == nil || it.Body.SourceQueue == "" || p.Covers(it.Body.SourceQueue) {
+		return nil
+	}
+	return apierr.New(apierr.Forbidden, "forbidden; key '%s' does not cover the source queue of dead item '%s', "+
+		"where a redrive would deliver the edited payload; only a key that covers that queue may edit it", p.Name, id)
 }
