@@ -467,3 +467,69 @@ func TestBrowserSmallerTruths(t *testing.T) {
 	age := b.eval(`[...document.querySelectorAll('main table')].pop().tBodies[0].rows[0].cells[5].innerText`)
 	require.Regexp(t, `^(<1s|\d+s|\d+m\d\ds)$`, age)
 }
+
+// TestBrowserConfirmOneAction (issue 36, 9): each confirmation is bound to
+// the action that opened it. Redrive… on one error group and Delete… on
+// another, clicked in the same tick: the Redrive… button is busy (disabled,
+// aria-busy) while its dry run runs, the Delete… is refused instead of
+// joining the redrive's dialog, and that dialog's OK redrives its group and
+// deletes nothing. The next action afterwards confirms and runs as usual.
+func TestBrowserConfirmOneAction(t *testing.T) {
+	srv := styxtest.Start(t, styxtest.Options{})
+	c := srv.Client
+	ctx := context.Background()
+	styxtest.CreateQueue(t, c, &pb.QueueInfo{QueueName: "one-dlq"})
+	styxtest.CreateQueue(t, c, &pb.QueueInfo{QueueName: "one", DeadQueue: "one-dlq"})
+	kill(t, c, "one", 3, "smtp 550 mailbox full", func(i int) string { return fmt.Sprint(i) })
+	kill(t, c, "one", 2, "card declined", func(i int) string { return fmt.Sprint(i) })
+	waitDead(t, c, "one-dlq", 5)
+	// declined lists the ids of the dead items of the "card declined" group.
+	declined := func() []string {
+		t.Helper()
+		res, err := c.DeadList(ctx, &pb.DeadListRequest{QueueName: "one-dlq", Limit: 100})
+		require.NoError(t, err)
+		var ids []string
+		for _, it := range res.Items {
+			if it.LastError == "card declined" {
+				ids = append(ids, it.Id)
+			}
+		}
+		return ids
+	}
+	before := declined()
+	require.Len(t, before, 2)
+	b := newBrowser(t, srv.Endpoint)
+
+	b.open("/ui/queues/one-dlq/dead")
+	b.waitText("main table caption", "5 dead items in 2 groups")
+	// Both clicks in one tick; the redrive's button state is read between
+	// them, while its dry run is still on its way, and what the page says
+	// right after the second.
+	state := b.eval(`(() => {
+		const redrive = document.querySelector('button[aria-label="Redrive group smtp <n> mailbox full"]');
+		const del = document.querySelector('button[aria-label="Delete group card declined"]');
+		redrive.click();
+		const busy = redrive.disabled + ' ' + redrive.getAttribute('aria-busy');
+		del.click();
+		return [busy, document.getElementById('confirm-dialog').open, document.getElementById('status').textContent].join(' | ');
+	})()`)
+	b.waitText("#confirm-dialog", "This will move 3 items to their source queue.")
+	require.Equal(t, "Redrive 3 items", b.text("#confirm-ok"))
+	b.run(chromedp.Click(`#confirm-ok`, chromedp.ByQuery))
+	b.waitText("h1", "Redrives")
+	b.waitText(`tr[aria-current="true"]`, "completed")
+	require.Equal(t, before, declined(), "the other group's dead items are all still there: one OK, one action")
+	waitDead(t, c, "one-dlq", 2)
+	require.Empty(t, b.eval(`document.querySelector('dialog[open]') ? 'open' : ''`), "no second dialog")
+	require.Equal(t, "true true | false | Another action is in progress: finish or cancel it first.", state,
+		"the Redrive… button is busy (disabled, aria-busy) while its dry run runs; Delete… is refused, no dialog opened for it")
+
+	// The next action is not refused: Delete… confirms and deletes.
+	b.open("/ui/queues/one-dlq/dead")
+	b.waitText("main table caption", "2 dead items in 1 group")
+	b.run(chromedp.Click(`button[aria-label="Delete group card declined"]`, chromedp.ByQuery))
+	b.waitText("#confirm-dialog", "This will delete 2 items of one-dlq for good.")
+	b.run(chromedp.Click(`#confirm-ok`, chromedp.ByQuery))
+	b.waitText("#status", "Deleted 2 items.")
+	waitDead(t, c, "one-dlq", 0)
+}

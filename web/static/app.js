@@ -76,23 +76,88 @@
     });
   }
 
+  // BUSY_NOTE is what a click on an action says while another action is
+  // in progress (see action).
+  const BUSY_NOTE = 'Another action is in progress: finish or cancel it first.';
+
+  // confirmOwner is the call of confirmAction whose question the dialog
+  // shows (null while it is closed). Owned by confirmAction.
+  let confirmOwner = null;
+
   // confirmAction shows the confirmation dialog with body (nodes) and
   // resolves true on OK. okLabel names the action; with okLabel null only
-  // Cancel is offered.
+  // Cancel is offered. The dialog answers one call at a time: a call made
+  // while it is open for another is refused (resolves false at once and
+  // leaves the dialog as it is), and the dialog's OK confirms only the call
+  // that showed it (issue 36: it once confirmed every call that asked).
   function confirmAction(title, body, okLabel, danger = false) {
     const dlg = document.getElementById('confirm-dialog');
     const ok = document.getElementById('confirm-ok');
+    if (confirmOwner !== null || dlg.open) {
+      toast(BUSY_NOTE);
+      return Promise.resolve(false);
+    }
+    const me = {};
+    confirmOwner = me;
     document.getElementById('confirm-title').textContent = title;
     document.getElementById('confirm-body').replaceChildren(...body.filter(Boolean));
     ok.hidden = okLabel === null;
     ok.textContent = okLabel || 'OK';
     ok.className = danger ? 'danger' : 'primary';
     return new Promise((resolve) => {
-      dlg.addEventListener('close', () => resolve(dlg.returnValue === 'ok'), { once: true });
+      const closed = () => {
+        const mine = confirmOwner === me;
+        if (mine) confirmOwner = null;
+        resolve(mine && dlg.returnValue === 'ok');
+      };
+      dlg.addEventListener('close', closed, { once: true });
       dlg.returnValue = '';
-      dlg.showModal();
+      try {
+        dlg.showModal();
+      } catch (e) {
+        dlg.removeEventListener('close', closed);
+        if (confirmOwner === me) confirmOwner = null;
+        toast(e.message);
+        resolve(false);
+        return;
+      }
       (okLabel === null ? dlg.querySelector('button[value=cancel]') : ok).focus();
     });
+  }
+
+  // acting is the action in progress (see action), or null. Owned by
+  // action.
+  let acting = null;
+
+  // action makes fn (a flow that may ask for confirmation: a dry run, a
+  // dialog, then its call) a button's click handler. Actions run one at a
+  // time, from the click to the end of the flow: meanwhile the button is
+  // busy (disabled, aria-busy), a click on any other action is refused
+  // with a note instead of opening a dialog of its own or joining this
+  // one, and the page does not redraw itself under it.
+  function action(fn) {
+    return async (ev) => {
+      const button = ev && ev.currentTarget instanceof HTMLButtonElement ? ev.currentTarget : null;
+      if (acting !== null) { toast(BUSY_NOTE); return; }
+      const me = {};
+      acting = me;
+      if (button) { button.disabled = true; button.setAttribute('aria-busy', 'true'); }
+      try {
+        await fn();
+      } catch (e) {
+        toast(e.message);
+      } finally {
+        if (acting === me) acting = null;
+        if (button) {
+          button.disabled = false;
+          button.removeAttribute('aria-busy');
+          // A disabled button loses the focus; give it back if nothing
+          // else took it (the dialog returns it to where it was: nowhere).
+          const a = document.activeElement;
+          if (button.isConnected && (!a || a === document.body)) button.focus({ preventScroll: true });
+        }
+      }
+    };
   }
 
   // ---------------------------------------------------------------- DOM
@@ -392,7 +457,9 @@
   // one runs per dead-letter queue.
   async function redriveFlow(queue, filter, pattern) {
     let dry;
+    const my = page;
     const tasks = await soft(api('redrives.list', { queue_name: queue }));
+    if (my !== page) return; // the user left the page meanwhile
     const running = (tasks.tasks || []).find(isLive);
     if (running) {
       await confirmAction('Redrive dead items', [h('p', { id: 'redrive-summary' },
@@ -403,6 +470,7 @@
     try {
       dry = await api('dead.redrive', { queue_name: queue, filter, dry_run: true });
     } catch (e) { toast(e.message); return; }
+    if (my !== page) return;
     const n = num(dry.matched);
     // The server's dry run says what will happen: would_move of the
     // matched items move, would_skip stay (by destination, with reasons).
@@ -439,9 +507,11 @@
   async function deleteFlow(queue, filter, count, pattern) {
     let n = count;
     if (n === undefined) {
+      const my = page;
       try {
         n = num((await api('dead.redrive', { queue_name: queue, filter, dry_run: true })).matched);
-      } catch (e) { toast(e.message); return; }
+      } catch (e) { toast(e.message); return false; }
+      if (my !== page) return false; // the user left the page meanwhile
     }
     const body = [h('p', { id: 'delete-summary' }, `This will delete ${fmt(n)} ${n === 1 ? 'item' : 'items'} of ${queue} for good.`),
       h('p', { class: 'muted' }, 'Selected: ' + describeFilter(filter, pattern) + '.')];
@@ -632,9 +702,9 @@
         h('td', {}, ago(g.last_dead_at)),
         h('td', {}, h('div', { class: 'actions' },
           h('a', { href: link, 'aria-label': `Items of group ${g.pattern}` }, 'Items'),
-          h('button', { type: 'button', onclick: () => redriveFlow(name, gf, g.pattern), 'aria-label': `Redrive group ${g.pattern}` }, 'Redrive…'),
+          h('button', { type: 'button', onclick: action(() => redriveFlow(name, gf, g.pattern)), 'aria-label': `Redrive group ${g.pattern}` }, 'Redrive…'),
           h('button', { type: 'button', class: 'danger', 'aria-label': `Delete group ${g.pattern}`,
-            onclick: async () => { if (await deleteFlow(name, gf, num(g.count), g.pattern)) render(); } }, 'Delete…'))));
+            onclick: action(async () => { if (await deleteFlow(name, gf, num(g.count), g.pattern)) render(); }) }, 'Delete…'))));
     });
 
     const field = (id, label, input) => h('label', { for: id }, label, input);
@@ -700,8 +770,8 @@
       h('h2', { id: 'items' }, 'Items'),
       form,
       list.error ? notShown('Dead items', list.error) : h('div', { class: 'actions' },
-        h('button', { type: 'button', onclick: () => redriveFlow(name, filter, fpPattern) }, filtered ? 'Redrive matching…' : 'Redrive all…'),
-        h('button', { type: 'button', class: 'danger', onclick: async () => { if (await deleteFlow(name, filter, undefined, fpPattern)) render(); } },
+        h('button', { type: 'button', onclick: action(() => redriveFlow(name, filter, fpPattern)) }, filtered ? 'Redrive matching…' : 'Redrive all…'),
+        h('button', { type: 'button', class: 'danger', onclick: action(async () => { if (await deleteFlow(name, filter, undefined, fpPattern)) render(); }) },
           filtered ? 'Delete matching…' : 'Delete all…')),
       list.error ? null : items.length === 0 ? h('p', { class: 'muted', id: 'no-items' }, filtered ? 'No dead items match these filters on this page.' : 'No dead items.')
         : table(`Dead items${filtered ? ' matching ' + describeFilter(filter, fpPattern) : ''}, oldest first`,
@@ -787,10 +857,10 @@
     const filter = { ids: [it.id] };
     show(crumbs, h('h1', {}, 'Dead item ' + it.id),
       h('div', { class: 'actions' },
-        h('button', { type: 'button', onclick: () => redriveFlow(name, filter) }, 'Redrive this item…'),
+        h('button', { type: 'button', onclick: action(() => redriveFlow(name, filter)) }, 'Redrive this item…'),
         decodeText(it.payload) === null ? h('span', { class: 'muted' }, 'Binary payload: edit it with styx dead edit --payload-file.')
-          : h('button', { type: 'button', id: 'edit-button', onclick: async () => { if (await editFlow(name, it)) render(true); } }, 'Edit…'),
-        h('button', { type: 'button', class: 'danger', onclick: async () => { if (await deleteFlow(name, filter, 1)) navigate(base); } }, 'Delete this item…')),
+          : h('button', { type: 'button', id: 'edit-button', onclick: action(async () => { if (await editFlow(name, it)) render(true); }) }, 'Edit…'),
+        h('button', { type: 'button', class: 'danger', onclick: action(async () => { if (await deleteFlow(name, filter, 1)) navigate(base); }) }, 'Delete this item…')),
       h('dl', { class: 'props' },
         prop('Source queue', it.source_queue ? h('a', { href: '/ui/queues/' + enc(it.source_queue) }, it.source_queue) : ''),
         prop('Id in source', it.source_id), prop('Reason', it.dead_reason),
@@ -828,6 +898,7 @@
   // it with dead.edit. It resolves true when the item was saved.
   function editFlow(queue, it) {
     const dlg = document.getElementById('edit-dialog');
+    if (dlg.open) { toast(BUSY_NOTE); return Promise.resolve(false); }
     const area = document.getElementById('edit-payload');
     const json = document.getElementById('edit-json');
     const check = document.getElementById('edit-check');
@@ -902,7 +973,7 @@
           const { took, eta } = taskTimes(t);
           return h('div', { class: 'muted' }, (live ? 'running ' : 'took ') + took + (eta ? ' · ETA ' + eta : ''));
         })()),
-        h('td', {}, live ? h('button', { type: 'button', class: 'danger', 'aria-label': `Cancel ${t.task_id}`, onclick: () => cancelTask(t) }, 'Cancel…')
+        h('td', {}, live ? h('button', { type: 'button', class: 'danger', 'aria-label': `Cancel ${t.task_id}`, onclick: action(() => cancelTask(t)) }, 'Cancel…')
           : (t.failure_reason ? h('span', { class: 'muted' }, t.failure_reason)
             : t.warning ? h('span', { class: 'warn' }, t.warning) : '')));
     });
@@ -938,7 +1009,7 @@
     const prop = (k, v) => [h('dt', {}, k), h('dd', {}, v === undefined || v === '' || v === null ? '–' : v)];
     const byQueue = Object.entries(t.by_queue || {});
     show(crumbs, h('h1', {}, 'Redrive ' + id),
-      h('div', { class: 'actions' }, isLive(t) ? h('button', { type: 'button', class: 'danger', onclick: () => cancelTask(t) }, 'Cancel…') : null),
+      h('div', { class: 'actions' }, isLive(t) ? h('button', { type: 'button', class: 'danger', onclick: action(() => cancelTask(t)) }, 'Cancel…') : null),
       t.warning ? h('p', { class: 'note', role: 'note' }, t.warning) : null,
       h('dl', { class: 'props' },
         prop('Status', h('span', { class: 'badge ' + (t.warning && t.status === 'completed' ? 'warning' : t.status) },
@@ -988,9 +1059,10 @@
 
   // Every page redraws itself every LIVE_MS (FAST_MS while it shows a
   // running redrive: fastLive), from fresh calls, keeping the focus. A
-  // redraw waits while a dialog is open, the tab is hidden, the keyboard is
-  // in one of the page's form fields, or the user paused live updates (the
-  // header's button; kept for the tab).
+  // redraw waits while a dialog is open or an action is in progress (its
+  // dry run: see action), the tab is hidden, the keyboard is in one of the
+  // page's form fields, or the user paused live updates (the header's
+  // button; kept for the tab).
   const LIVE_MS = 2000, FAST_MS = 1000;
   const LIVE_STORAGE = 'styx.live';
   let liveTimer = null;
@@ -1017,7 +1089,7 @@
       if (my !== page) return;
       const a = document.activeElement;
       const typing = a && main.contains(a) && /^(INPUT|SELECT|TEXTAREA)$/.test(a.tagName);
-      if (livePaused() || document.querySelector('dialog[open]') || document.hidden || typing) { scheduleLive(my); return; }
+      if (livePaused() || acting !== null || document.querySelector('dialog[open]') || document.hidden || typing) { scheduleLive(my); return; }
       render(true);
     }, fastLive ? FAST_MS : Math.max(LIVE_MS, slowLive));
   }
