@@ -82,6 +82,13 @@ type Config struct {
 	// answered 400. Defaults to 64 MiB (transport.DefaultMaxRequestBytes);
 	// Validate allows 1 MiB to 1 GiB.
 	MaxRequestBytes int64
+	// MaxInflightBytes is the server-wide in-flight request byte budget,
+	// in bytes, shared by /v1 and SQS (transport.Config.MaxInflightBytes):
+	// each request holds twice its body until it is answered; one that
+	// does not fit now is answered 503 with Retry-After. Defaults to 256 MiB
+	// (transport.DefaultMaxInflightBytes); Validate allows twice
+	// MaxRequestBytes to 64 GiB.
+	MaxInflightBytes int64
 	// MinFreeBytes is the Pebble store's free-space watermark, in bytes
 	// (pebble.Config.MinFreeBytes, ADR 0015): below it, produces, imports
 	// and redrives into a queue are refused (453) so a flush and a restart
@@ -188,6 +195,9 @@ func (c *Config) SetDefaults() {
 	if c.MaxRequestBytes == 0 {
 		c.MaxRequestBytes = transport.DefaultMaxRequestBytes
 	}
+	if c.MaxInflightBytes == 0 {
+		c.MaxInflightBytes = max(transport.DefaultMaxInflightBytes, 2*c.MaxRequestBytes)
+	}
 	if c.BodyReadTimeout == 0 {
 		c.BodyReadTimeout = transport.DefaultBodyReadTimeout
 	}
@@ -221,6 +231,9 @@ func (c *Config) Validate() error {
 	}
 	if c.MaxRequestBytes < 1<<20 || c.MaxRequestBytes > 1<<30 {
 		return fmt.Errorf("max_request_bytes: %d is out of range 1048576 (1 MiB) to 1073741824 (1 GiB)", c.MaxRequestBytes)
+	}
+	if c.MaxInflightBytes < 2*c.MaxRequestBytes || c.MaxInflightBytes > 64<<30 {
+		return fmt.Errorf("max_inflight_bytes: %d is out of range %d (twice max_request_bytes) to 68719476736 (64 GiB)", c.MaxInflightBytes, 2*c.MaxRequestBytes)
 	}
 	if c.BodyReadTimeout < time.Millisecond || c.BodyReadTimeout > time.Hour {
 		return fmt.Errorf("body_read_timeout: %s is out of range 1ms to 1h", c.BodyReadTimeout)
@@ -557,12 +570,13 @@ func (d *Daemon) serve(ctx context.Context, m backend, tasks store.TaskStore, ks
 	var sqsHandler *sqs.Handler
 	if !cfg.DisableSQS {
 		sqsHandler = sqs.New(sqs.Config{Queues: counted, Redrives: d.redrives, Clock: cfg.Clock, Log: cfg.Log, Region: cfg.SQSRegion,
-			AccountID: cfg.SQSAccountID, MaxRequestBytes: cfg.MaxRequestBytes, Auth: cfg.Auth, Keys: keys})
+			AccountID: cfg.SQSAccountID, MaxRequestBytes: cfg.MaxRequestBytes})
 	}
 	h := transport.NewHandler(transport.Config{
 		SQS:     sqsHandler,
 		Service: service.New(counted, d.redrives, cfg.Clock).WithHistory(hist).WithKeys(keys), Metrics: d.Metrics, Log: cfg.Log, MaxRequestBytes: cfg.MaxRequestBytes,
-		BodyReadTimeout: cfg.BodyReadTimeout, Keys: keys, Auth: cfg.Auth, UI: ui, AllowedHosts: cfg.AllowedHosts,
+		MaxInflightBytes: cfg.MaxInflightBytes,
+		BodyReadTimeout:  cfg.BodyReadTimeout, Keys: keys, Auth: cfg.Auth, UI: ui, AllowedHosts: cfg.AllowedHosts,
 		Health: func() string {
 			if guard == nil {
 				return ""

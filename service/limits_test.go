@@ -41,8 +41,13 @@ func memoryBackend(t *testing.T) backend { return backends(t)[0] }
 // bytes and stalls is answered 408 once the body read timeout passes, and
 // its buffer grows with what arrived, not with what Content-Length claims.
 func TestBodyReadTimeout(t *testing.T) {
-	s := startWith(t, memoryBackend(t), func(cfg *daemon.Config) { cfg.BodyReadTimeout = 300 * time.Millisecond })
 	const conns = 4
+	s := startWith(t, memoryBackend(t), func(cfg *daemon.Config) {
+		cfg.BodyReadTimeout = 300 * time.Millisecond
+		// Room for every stalled body's charge: this test is about the
+		// read timeout, TestMemoryBudget about the budget.
+		cfg.MaxInflightBytes = conns * 2 * 64 << 20
+	})
 	alloc := allocated(func() {
 		var cs []net.Conn
 		for range conns {

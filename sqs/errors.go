@@ -9,6 +9,7 @@ import (
 	"strings"
 
 	"github.com/styxq/styx/internal/apierr"
+	"github.com/styxq/styx/internal/auth"
 	"github.com/styxq/styx/internal/store"
 )
 
@@ -84,16 +85,24 @@ func toError(err error) (*Error, bool) {
 	if errors.As(err, &e) {
 		return e, false
 	}
+	if se, ok := auth.IsSigV4Error(err); ok {
+		return &Error{Type: se.Code, Status: http.StatusForbidden, Message: se.Message}, false
+	}
 	if ae, ok := apierr.As(err); ok {
 		switch {
 		case strings.HasPrefix(ae.Message, "queue does not exist"):
 			return errNoQueue, false
 		case ae.Code == apierr.Invalid || ae.Code == apierr.BadContent:
 			return invalidParameter("%s", ae.Message), false
-		case ae.Code == apierr.Retry || ae.Code == apierr.Unavailable:
+		case ae.Code == apierr.Retry || ae.Code == apierr.Unavailable || ae.Code == apierr.Overloaded:
 			return &Error{Type: "ServiceUnavailable", Status: http.StatusServiceUnavailable, Message: ae.Message}, false
+		case ae == auth.ErrKeyRevoked:
+			return &Error{Type: "InvalidClientTokenId", Status: http.StatusForbidden,
+				Message: "The security token included in the request is invalid: " + ae.Message}, false
 		case ae.Code == apierr.Forbidden || ae.Code == apierr.Unauthorized:
 			return &Error{Type: "AccessDenied", Status: http.StatusForbidden, Message: ae.Message}, false
+		case ae.Code == apierr.RequestTimeout:
+			return &Error{Type: "RequestTimeout", Status: http.StatusRequestTimeout, Message: ae.Message}, false
 		case ae.Code == apierr.NotFound:
 			return &Error{Type: "ResourceNotFoundException", Status: http.StatusNotFound, Message: ae.Message}, false
 		case ae.Code == apierr.Conflict:
@@ -112,12 +121,8 @@ func toError(err error) (*Error, bool) {
 		Message: "The request processing has failed because of an unknown error."}, true
 }
 
-// fail answers err as SQS does.
-func (h *Handler) fail(w http.ResponseWriter, r *http.Request, err error) {
-	e, internal := toError(err)
-	if internal {
-		h.cfg.Log.Error("sqs: internal error", "target", r.Header.Get("X-Amz-Target"), "error", err)
-	}
+// writeJSONError answers e in the JSON protocol.
+func writeJSONError(w http.ResponseWriter, e *Error) {
 	w.Header().Set("Content-Type", "application/x-amz-json-1.0")
 	w.Header().Set("x-amzn-query-error", e.queryCode()+";"+fault(e.Status))
 	w.WriteHeader(e.Status)

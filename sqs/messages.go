@@ -280,22 +280,14 @@ func (h *Handler) receiveMessage(ctx context.Context, r *request) (any, error) {
 	if wait == 0 {
 		wait = shortPoll
 	}
-	if p := auth.FromContext(ctx); p != nil && h.watch != nil {
-		keyID, _ := ctx.Value(keyIDKey{}).(string)
-		var stop func()
-		ctx, stop = h.watch(ctx, p.Name, func(ctx context.Context) error {
-			_, _, err := h.cfg.Keys.SigV4Secret(ctx, keyID)
-			return err
-		})
-		defer stop()
-	}
 	res, err := q.Lease(ctx, queue.LeaseParams{BatchSize: n, ClientID: "sqs-" + randomHex(8), Owner: auth.KeyName(ctx), Timeout: wait})
 	if errors.Is(err, engine.ErrNoItems) || err == engine.ErrNoItems {
 		return receiveMessageOutput{}, nil
 	}
 	if err != nil {
-		if h.revoked != nil && context.Cause(ctx) == h.revoked {
-			return nil, authError("InvalidClientTokenId", "The security token included in the request is invalid: %v", h.revoked)
+		if cause := context.Cause(ctx); cause == auth.ErrKeyRevoked {
+			// The pipeline ended the receive: its key was deleted.
+			return nil, cause
 		}
 		return nil, err
 	}

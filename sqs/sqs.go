@@ -29,7 +29,7 @@ import (
 	"strings"
 	"time"
 
-	"github.com/styxq/styx/internal/auth"
+	"github.com/styxq/styx/internal/audit"
 	"github.com/styxq/styx/internal/clock"
 	"github.com/styxq/styx/internal/queue"
 	"github.com/styxq/styx/internal/redrive"
@@ -65,36 +65,17 @@ type Config struct {
 	// MaxRequestBytes bounds a request body, in bytes (the transport's
 	// limit); 0 means 64 MiB.
 	MaxRequestBytes int64
-	// Auth makes every request carry a valid AWS Signature Version 4 made
-	// with a Styx API key (access key id = the key's id); its scopes and
-	// queue patterns apply per action as on /v1. Requires Keys. False: any
-	// signature, or none, is accepted (as SQS emulators do).
-	Auth bool
-	Keys *auth.Keys
 }
 
-// Handler serves the SQS API. Its methods may be called concurrently; it
-// holds no mutable state once WatchKeys has been called (before serving).
+// Handler is the SQS door: it translates SQS requests onto Styx's queues
+// and answers as SQS does. Authentication (AWS SigV4 with a Styx key, with
+// --auth), the Host, Origin and cross-site checks, admission and audit are
+// the transport pipeline's, before Parse and Serve. Its methods may be
+// called concurrently; it holds no mutable state.
 type Handler struct {
 	cfg     Config
 	actions map[string]action
-	// watch and revoked are set by WatchKeys; nil: receives are not
-	// watched.
-	watch   KeyWatcher
-	revoked error
 }
-
-// KeyWatcher returns ctx ended (with cause revoked, see WatchKeys) when the
-// key named name is deleted, at once on this server or, on another, when
-// check answers apierr.Unauthorized; stop ends the watch. The transport's
-// watcher of waiting /v1 leases is one.
-type KeyWatcher func(ctx context.Context, name string, check func(context.Context) error) (ctx2 context.Context, stop func())
-
-// WatchKeys makes a long-polling ReceiveMessage of an authenticated key end
-// when its key is deleted, as a /v1 lease does (issue 24): w watches the
-// key, and a receive whose context ends with cause revoked answers
-// InvalidClientTokenId. Call before serving.
-func (h *Handler) WatchKeys(w KeyWatcher, revoked error) { h.watch, h.revoked = w, revoked }
 
 // action runs one SQS action on a decoded request body and returns the
 // reply to encode as JSON (nil: "{}").
@@ -166,108 +147,131 @@ func Is(r *http.Request) bool {
 	return r.Method == http.MethodPost && strings.HasPrefix(r.Header.Get("X-Amz-Target"), TargetPrefix) || isQuery(r)
 }
 
-// ServeHTTP serves one SQS request.
-func (h *Handler) ServeHTTP(w http.ResponseWriter, r *http.Request) { h.Serve(w, r) }
+// Path reports whether p is a path the SQS API is served at: / and the
+// path of a queue URL, /<account id>/<queue name> (the query protocol posts
+// to a queue's URL).
+func Path(p string) bool {
+	if p == "/" {
+		return true
+	}
+	return strings.Count(p, "/") == 2 && !strings.HasSuffix(p, "/") && !strings.HasPrefix(p, "//")
+}
 
-// Serve serves one SQS request, in the JSON or the query protocol, and
-// returns the action it named ("" when it named none).
-func (h *Handler) Serve(w http.ResponseWriter, r *http.Request) string {
-	requestID := newMessageID()
-	w.Header().Set("x-amzn-RequestId", requestID)
-	query := !strings.HasPrefix(r.Header.Get("X-Amz-Target"), TargetPrefix)
-	fail := func(err error) {
-		if query {
-			e, internal := toError(err)
-			if internal {
-				h.cfg.Log.Error("sqs: internal error", "error", err)
-			}
-			failXML(w, e, requestID)
-			return
-		}
-		h.fail(w, r, err)
-	}
-	body, err := io.ReadAll(http.MaxBytesReader(w, r.Body, h.cfg.MaxRequestBytes))
-	if err != nil {
-		var tooBig *http.MaxBytesError
-		if errors.As(err, &tooBig) {
-			fail(invalidParameter("the request body is larger than the server's limit of %d bytes", h.cfg.MaxRequestBytes))
-			return ""
-		}
-		fail(invalidParameter("the request body could not be read: %v", err))
-		return ""
-	}
-	// The body has arrived: a long poll may now wait past the transport's
-	// body-read deadline.
-	_ = http.NewResponseController(w).SetReadDeadline(time.Time{})
-	name := strings.TrimPrefix(r.Header.Get("X-Amz-Target"), TargetPrefix)
+// Region is the region the handler's ARNs name, and that an SQS request's
+// SigV4 credential scope must name.
+func (h *Handler) Region() string { return h.cfg.Region }
+
+// Call is one SQS request, parsed (Parse) but not yet served.
+type Call struct {
+	// Action is the SQS action ("SendMessage").
+	Action string
+	// Op is the /v1 call whose scope and queue rules the action follows
+	// (internal/auth; "/v1/queue.produce"), and under which it is audited.
+	Op string
+	// query: the request is in the query protocol (form in, XML out).
+	query bool
+	// in is the action's input as JSON.
+	in        []byte
+	requestID string
+}
+
+// Parse reads the action and input of an SQS request whose body (the
+// pipeline read it, within its limits) is body, in the JSON or the query
+// protocol. An unknown action, or a form that does not parse, is an *Error;
+// the returned Call is set whenever the action was read, for the audit and
+// refusal logs.
+func (h *Handler) Parse(r *http.Request, body []byte) (*Call, error) {
+	c := &Call{query: !strings.HasPrefix(r.Header.Get("X-Amz-Target"), TargetPrefix)}
+	c.Action = strings.TrimPrefix(r.Header.Get("X-Amz-Target"), TargetPrefix)
 	var form url.Values
-	if query {
+	if c.query {
 		form = r.URL.Query()
 		if r.Method == http.MethodPost {
 			posted, err := url.ParseQuery(string(body))
 			if err != nil {
-				fail(invalidParameter("the request body is not a valid form: %v", err))
-				return ""
+				return nil, invalidParameter("the request body is not a valid form: %v", err)
 			}
 			for k, v := range posted {
 				form[k] = v
 			}
 		}
-		name = form.Get("Action")
+		c.Action = form.Get("Action")
 	}
-	act, ok := h.actions[name]
-	if !ok {
-		fail(&Error{Type: "InvalidAction", Status: http.StatusBadRequest,
-			Message: fmt.Sprintf("The action %s is not valid for this endpoint.", name)})
-		return ""
+	if _, ok := h.actions[c.Action]; !ok {
+		return nil, &Error{Type: "InvalidAction", Status: http.StatusBadRequest,
+			Message: fmt.Sprintf("The action %s is not valid for this endpoint.", clip(c.Action))}
 	}
-	ctx := context.WithValue(r.Context(), pathKey{}, actionPaths[name])
-	if h.cfg.Auth {
-		if h.cfg.Keys == nil {
-			fail(authError("InvalidClientTokenId", "this server runs with --auth but has no API keys"))
-			return name
-		}
-		p, err := h.authenticate(ctx, r, body)
-		if err != nil {
-			fail(err)
-			return name
-		}
-		ctx = auth.WithPrincipal(ctx, p)
-		ctx = context.WithValue(ctx, keyIDKey{}, accessKeyID(r))
+	c.Op = actionPaths[c.Action]
+	if c.Op == "" {
+		c.Op = "/v1/queues.create" // an action without a mapping needs admin
 	}
-	in := body
-	if query {
+	c.in = body
+	if c.query {
 		// A query request sent to a queue URL names its queue by the path.
 		if form.Get("QueueUrl") == "" && strings.Count(strings.Trim(r.URL.Path, "/"), "/") == 1 {
 			form.Set("QueueUrl", h.queueURL(r, r.URL.Path[strings.LastIndexByte(r.URL.Path, '/')+1:]))
 		}
-		if in, err = formToJSON(name, form); err != nil {
-			fail(err)
-			return name
+		in, err := formToJSON(c.Action, form)
+		if err != nil {
+			return c, err
 		}
+		c.in = in
 	}
-	out, err := act(ctx, &request{http: r, body: in})
+	return c, nil
+}
+
+// Serve serves a parsed call: the pipeline has authenticated it (the
+// principal, if any, is in r's context) and checked its action's scope.
+func (h *Handler) Serve(w http.ResponseWriter, r *http.Request, c *Call) {
+	requestID := newMessageID()
+	w.Header().Set("x-amzn-RequestId", requestID)
+	ctx := context.WithValue(r.Context(), pathKey{}, c.Op)
+	out, err := h.actions[c.Action](ctx, &request{http: r, body: c.in})
 	if err != nil {
-		fail(err)
-		return name
+		h.failCall(w, r, c.query, requestID, err)
+		return
 	}
 	if out == nil {
 		out = struct{}{}
 	}
 	var b []byte
-	if query {
-		b, err = toXML(name, out, requestID)
+	if c.query {
+		b, err = toXML(c.Action, out, requestID)
 		w.Header().Set("Content-Type", "text/xml")
 	} else {
 		b, err = json.Marshal(out)
 		w.Header().Set("Content-Type", "application/x-amz-json-1.0")
 	}
 	if err != nil {
-		fail(err)
-		return name
+		h.failCall(w, r, c.query, requestID, err)
+		return
 	}
 	_, _ = w.Write(b)
-	return name
+}
+
+// Fail answers err for a request that did not reach Serve (refused by the
+// pipeline, or a bad body), in the request's protocol.
+func (h *Handler) Fail(w http.ResponseWriter, r *http.Request, err error) {
+	requestID := newMessageID()
+	w.Header().Set("x-amzn-RequestId", requestID)
+	h.failCall(w, r, !strings.HasPrefix(r.Header.Get("X-Amz-Target"), TargetPrefix), requestID, err)
+}
+
+// failCall answers err as SQS does, in the JSON or the query protocol, and
+// records a refusal's reason for the pipeline's refusal log.
+func (h *Handler) failCall(w http.ResponseWriter, r *http.Request, query bool, requestID string, err error) {
+	e, internal := toError(err)
+	if internal {
+		h.cfg.Log.Error("sqs: internal error", "target", r.Header.Get("X-Amz-Target"), "error", err)
+	}
+	if e.Status == http.StatusUnauthorized || e.Status == http.StatusForbidden {
+		audit.From(r.Context()).Refused(e.Type + ": " + e.Message)
+	}
+	if query {
+		failXML(w, e, requestID)
+		return
+	}
+	writeJSONError(w, e)
 }
 
 // decode unmarshals the request body into v: an empty body is {}.

@@ -7,7 +7,6 @@ package transport
 
 import (
 	"context"
-	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
@@ -16,7 +15,6 @@ import (
 	"mime"
 	"net"
 	"net/http"
-	"net/url"
 	"os"
 	"slices"
 	"strconv"
@@ -27,12 +25,12 @@ import (
 
 	duh "github.com/duh-rpc/duh-go"
 	v1 "github.com/duh-rpc/duh-go/proto/v1"
-	"github.com/prometheus/client_golang/prometheus/promhttp"
 	"golang.org/x/time/rate"
 	"google.golang.org/protobuf/encoding/protojson"
 	"google.golang.org/protobuf/proto"
 
 	"github.com/styxq/styx/internal/apierr"
+	"github.com/styxq/styx/internal/audit"
 	"github.com/styxq/styx/internal/auth"
 	"github.com/styxq/styx/metrics"
 	"github.com/styxq/styx/service"
@@ -54,8 +52,16 @@ type Config struct {
 	Metrics *metrics.Metrics
 	Log     *slog.Logger
 	// MaxRequestBytes bounds request bodies, in bytes; a larger body is
-	// answered 400. 0 means DefaultMaxRequestBytes (64 MiB).
+	// answered 400 (by its Content-Length before it is read). 0 means
+	// DefaultMaxRequestBytes (64 MiB).
 	MaxRequestBytes int64
+	// MaxInflightBytes is the server-wide in-flight request byte budget,
+	// in bytes, shared by every door: each request is charged twice its
+	// body (its Content-Length, or as a chunked body arrives) until it is
+	// answered, and one the budget cannot hold now is answered 503 with
+	// Retry-After before more of its body is read. Must be at least twice
+	// MaxRequestBytes. 0 means DefaultMaxInflightBytes (256 MiB).
+	MaxInflightBytes int64
 	// BodyReadTimeout bounds how long a /v1 request's body may take to
 	// arrive once its headers are read; a body still incomplete then is
 	// answered 408 and its connection closed. It covers only the body: a
@@ -111,11 +117,13 @@ type Handler struct {
 	// refusalsDropped counts those left out.
 	refusals        *rate.Limiter
 	refusalsDropped atomic.Int64
+	// budget is the in-flight request byte budget (MaxInflightBytes).
+	budget *budget
 }
 
 // errKeyRevoked ends the waiting requests of a key deleted while they wait
 // (401).
-var errKeyRevoked = apierr.New(apierr.Unauthorized, "unauthorized; the api key was deleted while the request waited")
+var errKeyRevoked = auth.ErrKeyRevoked
 
 // keyRecheck is how often a waiting lease checks that its key still
 // exists: a key deleted on another server (PostgreSQL) ends it within this.
@@ -186,7 +194,10 @@ func NewHandler(cfg Config) *Handler {
 	if cfg.BodyReadTimeout == 0 {
 		cfg.BodyReadTimeout = DefaultBodyReadTimeout
 	}
-	h := &Handler{refusals: rate.NewLimiter(rate.Every(time.Second), 10), cfg: cfg}
+	if cfg.MaxInflightBytes == 0 {
+		cfg.MaxInflightBytes = DefaultMaxInflightBytes
+	}
+	h := &Handler{refusals: rate.NewLimiter(rate.Every(time.Second), 10), cfg: cfg, budget: newBudget(cfg.MaxInflightBytes)}
 	s := cfg.Service
 	h.routes = map[string]http.HandlerFunc{
 		"/v1/queue.produce":          noReply(h, func() *pb.QueueProduceRequest { return &pb.QueueProduceRequest{} }, s.QueueProduce, func() proto.Message { return &pb.QueueProduceResponse{Code: duh.CodeOK, CodeText: okText} }),
@@ -239,10 +250,6 @@ func NewHandler(cfg Config) *Handler {
 			h.routes[path] = func(w http.ResponseWriter, r *http.Request) { h.fail(w, r, errKeysNeedAuth) }
 		}
 	}
-	if cfg.SQS != nil && cfg.Auth {
-		// A key deleted here ends its waiting SQS receives too (revoke).
-		cfg.SQS.WatchKeys(h.watchKey, errKeyRevoked)
-	}
 	if cfg.Metrics != nil {
 		cfg.Metrics.InitPaths(slices.Sorted(maps.Keys(h.routes)))
 		if cfg.SQS != nil {
@@ -255,27 +262,6 @@ func NewHandler(cfg Config) *Handler {
 }
 
 var okText = duh.CodeText(duh.CodeOK)
-
-// checkHost refuses a request of a server without auth whose Host, or
-// Origin when a browser sends one, is neither a loopback name nor one of
-// AllowedHosts: a web page the operator visits could otherwise drive the
-// API through a name that resolves to 127.0.0.1 (DNS rebinding), or post
-// to it from another origin.
-func (h *Handler) checkHost(r *http.Request) error {
-	if !h.allowedHost(r.Host) {
-		return apierr.New(apierr.Forbidden, "forbidden; Host '%s' is not a loopback name and the server runs without --auth "+
-			"(a defence against DNS rebinding): call it as localhost or 127.0.0.1, or allow the name with --allowed-host %s",
-			quote(r.Host), quote(hostOnly(r.Host)))
-	}
-	if origin := r.Header.Get("Origin"); origin != "" && origin != "null" {
-		u, err := url.Parse(origin)
-		if err != nil || (!strings.EqualFold(u.Host, r.Host) && !h.allowedHost(u.Host)) {
-			return apierr.New(apierr.Forbidden, "forbidden; a page from '%s' may not call this server, which runs without --auth; "+
-				"allow its host with --allowed-host", quote(origin))
-		}
-	}
-	return nil
-}
 
 // allowedHost reports whether hostport (a Host header, or an origin's
 // host) names a loopback host or one of AllowedHosts.
@@ -312,104 +298,6 @@ func okReply() proto.Message {
 	return &v1.Reply{Code: duh.CodeOK, CodeText: okText}
 }
 
-// ServeHTTP routes a request.
-func (h *Handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
-	if !h.cfg.Auth && r.URL.Path != "/health" {
-		if err := h.checkHost(r); err != nil {
-			h.fail(w, r, err)
-			return
-		}
-	}
-	if h.cfg.SQS != nil && sqs.Is(r) {
-		h.serveSQS(w, r)
-		return
-	}
-	switch r.URL.Path {
-	case "/health":
-		if r.Method != http.MethodGet {
-			h.fail(w, r, apierr.Invalidf("invalid method; %s %s, only GET is allowed", r.Method, r.URL.Path))
-			return
-		}
-		w.Header().Set("Content-Type", "application/json")
-		status := "ok"
-		if h.cfg.Health != nil {
-			if why := h.cfg.Health(); why != "" {
-				status = "degraded: " + why
-			}
-		}
-		b, _ := json.Marshal(map[string]string{"status": status})
-		_, _ = w.Write(append(b, '\n'))
-		return
-	case "/metrics":
-		if r.Method != http.MethodGet {
-			h.fail(w, r, apierr.Invalidf("invalid method; %s %s, only GET is allowed", r.Method, r.URL.Path))
-			return
-		}
-		if _, err := h.authenticate(r); err != nil {
-			h.fail(w, r, err)
-			return
-		}
-		promhttp.HandlerFor(h.cfg.Metrics.Registry, promhttp.HandlerOpts{}).ServeHTTP(w, r)
-		return
-	}
-	if h.cfg.UI != nil && r.URL.Path == "/" && (r.Method == http.MethodGet || r.Method == http.MethodHead) &&
-		strings.Contains(r.Header.Get("Accept"), "text/html") {
-		// A browser opening the server's address gets the UI; any other
-		// client gets the API's answer (an unknown method) as before.
-		http.Redirect(w, r, "/ui/", http.StatusFound)
-		return
-	}
-	if h.cfg.UI != nil && auth.Public(r.URL.Path) {
-		h.cfg.UI.ServeHTTP(w, r)
-		return
-	}
-	route, found := h.routes[r.URL.Path]
-	if !found {
-		h.fail(w, r, &apierr.Error{Code: duh.CodeNotImplemented, Message: fmt.Sprintf("no such method; %s", quote(r.URL.Path))})
-		return
-	}
-	if r.Method != http.MethodPost {
-		h.fail(w, r, apierr.Invalidf("invalid method; %s %s, only POST is allowed", r.Method, r.URL.Path))
-		return
-	}
-	start := time.Now()
-	sw := &statusWriter{ResponseWriter: w, code: http.StatusOK}
-	// The body must arrive within BodyReadTimeout; decode lifts the
-	// deadline once it has (net/http's background read would otherwise
-	// cancel a long-poll lease's context when it passes). A request
-	// answered before its body is read keeps the deadline, which bounds
-	// net/http's discarding of the unread body too.
-	_ = http.NewResponseController(sw).SetReadDeadline(start.Add(h.cfg.BodyReadTimeout))
-	// The key and its scope are checked before the body is read; the
-	// queues it names, once decoded and before the service looks them up
-	// (rpc), so neither answer tells whether a queue exists.
-	if p, err := h.authenticate(r); err != nil {
-		h.fail(sw, r, err)
-	} else {
-		if p != nil {
-			r = r.WithContext(auth.WithPrincipal(r.Context(), p))
-		}
-		route(sw, r)
-	}
-	h.cfg.Metrics.Requests.WithLabelValues(r.URL.Path, strconv.Itoa(sw.code)).Inc()
-	h.cfg.Metrics.RequestSeconds.WithLabelValues(r.URL.Path).Observe(time.Since(start).Seconds())
-}
-
-// serveSQS hands an SQS request to the SQS handler under the body-read
-// deadline (the handler lifts it once the body has arrived) and counts it.
-func (h *Handler) serveSQS(w http.ResponseWriter, r *http.Request) {
-	start := time.Now()
-	sw := &statusWriter{ResponseWriter: w, code: http.StatusOK}
-	_ = http.NewResponseController(sw).SetReadDeadline(start.Add(h.cfg.BodyReadTimeout))
-	action := h.cfg.SQS.Serve(sw, r)
-	path := "/sqs/" + action
-	if !h.cfg.SQS.Known(action) {
-		path = "/sqs/unknown"
-	}
-	h.cfg.Metrics.Requests.WithLabelValues(path, strconv.Itoa(sw.code)).Inc()
-	h.cfg.Metrics.RequestSeconds.WithLabelValues(path).Observe(time.Since(start).Seconds())
-}
-
 // rpc adapts a service call that answers a message.
 func rpc[Req proto.Message, Resp proto.Message](h *Handler, newReq func() Req, call func(context.Context, Req) (Resp, error)) http.HandlerFunc {
 	return func(w http.ResponseWriter, r *http.Request) {
@@ -424,15 +312,6 @@ func rpc[Req proto.Message, Resp proto.Message](h *Handler, newReq func() Req, c
 				h.fail(w, r, err)
 				return
 			}
-			if r.URL.Path == "/v1/queue.lease" {
-				var stop func()
-				authorization := r.Header.Get("Authorization")
-				ctx, stop = h.watchKey(ctx, p.Name, func(ctx context.Context) error {
-					_, err := h.cfg.Keys.Authenticate(ctx, authorization)
-					return err
-				})
-				defer stop()
-			}
 		}
 		resp, err := call(ctx, req)
 		if err != nil {
@@ -442,7 +321,7 @@ func rpc[Req proto.Message, Resp proto.Message](h *Handler, newReq func() Req, c
 			h.fail(w, r, err)
 			return
 		}
-		h.audit(r, req, resp)
+		auditAttrs(audit.From(ctx), req, resp)
 		h.reply(w, r, duh.CodeOK, resp)
 	}
 }
@@ -571,47 +450,9 @@ func (h *Handler) fail(w http.ResponseWriter, r *http.Request, err error) {
 		w.Header().Set("WWW-Authenticate", `Bearer realm="styx"`)
 	}
 	if code == http.StatusUnauthorized || code == http.StatusForbidden {
-		h.logRefused(r, code, msg)
+		audit.From(r.Context()).Refused(msg)
 	}
 	h.reply(w, r, code, &v1.Reply{Code: int32(code), CodeText: duh.CodeText(code), Message: msg})
-}
-
-// logRefused logs a request refused 401 or 403 at WARN, with the key's id
-// (never its secret) and the client's address: at most 10 lines at once and
-// one a second after, the lines left out counted in the next (anyone can
-// send refused requests).
-func (h *Handler) logRefused(r *http.Request, code int, msg string) {
-	if !h.refusals.Allow() {
-		h.refusalsDropped.Add(1)
-		return
-	}
-	attrs := []any{"path", r.URL.Path, "code", code, "remote", r.RemoteAddr, "reason", msg}
-	if token, err := auth.ParseAuthorization(r.Header.Get("Authorization")); err == nil {
-		if id, ok := auth.KeyID(token); ok {
-			attrs = append(attrs, "key_id", id)
-		}
-	}
-	if n := h.refusalsDropped.Swap(0); n > 0 {
-		attrs = append(attrs, "suppressed", n)
-	}
-	h.cfg.Log.Warn("request refused", attrs...)
-}
-
-// authenticate returns the request's principal, nil when auth is off, or an
-// apierr (401 without a valid key, 403 when the key lacks the scope of the
-// path).
-func (h *Handler) authenticate(r *http.Request) (*auth.Principal, error) {
-	if !h.cfg.Auth {
-		return nil, nil
-	}
-	p, err := h.cfg.Keys.Authenticate(r.Context(), r.Header.Get("Authorization"))
-	if err != nil {
-		return nil, err
-	}
-	if err := p.Check(r.URL.Path); err != nil {
-		return nil, err
-	}
-	return p, nil
 }
 
 // queuesOf returns the queues a request names: its queue, and the
@@ -637,37 +478,27 @@ func queuesOf(req proto.Message) []string {
 	return out
 }
 
-// audited are the calls logged at INFO with the key that made them (key
-// changes are logged by internal/auth).
-var audited = map[string]bool{
-	"/v1/queues.delete": true, "/v1/queue.clear": true, "/v1/dead.delete": true, "/v1/dead.redrive": true,
-	"/v1/redrives.cancel": true, "/v1/storage/items.delete": true, "/v1/dead.edit": true,
-	// Issue 24: the calls that make queues or set items as they please.
-	"/v1/storage/items.import": true, "/v1/queues.create": true, "/v1/queues.update": true, "/v1/queue.reload": true,
-}
-
-// audit logs a successful audited call: path, key name, queue, and what it
-// did where the reply says.
-func (h *Handler) audit(r *http.Request, req, resp proto.Message) {
-	if !audited[r.URL.Path] {
+// auditAttrs records in rec what a successful call did: its queue, and
+// what the reply says it did; the pipeline decides whether it is logged
+// (audit.Audited).
+func auditAttrs(rec *audit.Record, req, resp proto.Message) {
+	if rec == nil || !audit.Audited(rec.Op) {
 		return
 	}
-	attrs := []any{"path", r.URL.Path, "key", auth.KeyName(r.Context())}
 	if q := queuesOf(req); len(q) > 0 && q[0] != "" {
-		attrs = append(attrs, "queue", q[0])
+		rec.SetQueue(q[0])
 	}
 	if m, ok := req.(*pb.StorageItemsImportRequest); ok {
-		attrs = append(attrs, "items", len(m.Items))
+		rec.Add("items", len(m.Items))
 	}
 	switch m := resp.(type) {
 	case *pb.DeadDeleteResponse:
-		attrs = append(attrs, "deleted", m.Deleted)
+		rec.Add("deleted", m.Deleted)
 	case *pb.StorageItem:
-		attrs = append(attrs, "item", m.Id, "payload_bytes", len(m.Payload))
+		rec.Add("item", m.Id, "payload_bytes", len(m.Payload))
 	case *pb.RedriveTask:
-		attrs = append(attrs, "task", m.TaskId, "dry_run", m.DryRun)
+		rec.Add("task", m.TaskId, "dry_run", m.DryRun)
 	}
-	h.cfg.Log.Info("audit: "+strings.TrimPrefix(r.URL.Path, "/v1/"), attrs...)
 }
 
 // status maps an error onto its code and client message.

@@ -48,6 +48,9 @@ type serverSettings struct {
 	ShutdownTimeout time.Duration
 	// MaxRequestBytes bounds a request body, in bytes. Defaults to 64 MiB.
 	MaxRequestBytes int64
+	// MaxInflightBytes is the server-wide in-flight request byte budget
+	// (daemon.Config.MaxInflightBytes). Defaults to 256 MiB.
+	MaxInflightBytes int64
 	// BodyReadTimeout bounds how long a request body may take to arrive.
 	// Defaults to 30s.
 	BodyReadTimeout time.Duration
@@ -82,17 +85,18 @@ type serverSettings struct {
 // environment variable nor the config file sets them.
 func defaultServerSettings() serverSettings {
 	return serverSettings{
-		Listen:          "127.0.0.1:2319",
-		DataDir:         "./styx-data",
-		Storage:         daemon.StoragePebble,
-		Sync:            true,
-		SyncConsume:     true,
-		LogLevel:        slog.LevelInfo,
-		LogFormat:       "text",
-		ShutdownTimeout: 30 * time.Second,
-		MaxRequestBytes: transport.DefaultMaxRequestBytes,
-		BodyReadTimeout: transport.DefaultBodyReadTimeout,
-		MaxConnections:  daemon.DefaultMaxConnections,
+		Listen:           "127.0.0.1:2319",
+		DataDir:          "./styx-data",
+		Storage:          daemon.StoragePebble,
+		Sync:             true,
+		SyncConsume:      true,
+		LogLevel:         slog.LevelInfo,
+		LogFormat:        "text",
+		ShutdownTimeout:  30 * time.Second,
+		MaxRequestBytes:  transport.DefaultMaxRequestBytes,
+		MaxInflightBytes: transport.DefaultMaxInflightBytes,
+		BodyReadTimeout:  transport.DefaultBodyReadTimeout,
+		MaxConnections:   daemon.DefaultMaxConnections,
 	}
 }
 
@@ -108,6 +112,7 @@ func (s serverSettings) daemonConfig(log *slog.Logger) daemon.Config {
 		ConsumeBeforeSync: s.Sync && !s.SyncConsume,
 		ShutdownTimeout:   s.ShutdownTimeout,
 		MaxRequestBytes:   s.MaxRequestBytes,
+		MaxInflightBytes:  s.MaxInflightBytes,
 		BodyReadTimeout:   s.BodyReadTimeout,
 		MaxConnections:    s.MaxConnections,
 		MinFreeBytes:      s.MinFreeBytes,
@@ -150,6 +155,7 @@ type fileConfig struct {
 	LogFormat        *string        `yaml:"log_format"`
 	ShutdownTimeout  *time.Duration `yaml:"shutdown_timeout"`
 	MaxRequestBytes  *int64         `yaml:"max_request_bytes"`
+	MaxInflightBytes *int64         `yaml:"max_inflight_bytes"`
 	BodyReadTimeout  *time.Duration `yaml:"body_read_timeout"`
 	MaxConnections   *int           `yaml:"max_connections"`
 	MinFreeBytes     *int64         `yaml:"min_free_bytes"`
@@ -204,6 +210,9 @@ func (fc *fileConfig) values() map[string]string {
 	}
 	if fc.MaxRequestBytes != nil {
 		out["max_request_bytes"] = strconv.FormatInt(*fc.MaxRequestBytes, 10)
+	}
+	if fc.MaxInflightBytes != nil {
+		out["max_inflight_bytes"] = strconv.FormatInt(*fc.MaxInflightBytes, 10)
 	}
 	if fc.MaxConnections != nil {
 		out["max_connections"] = strconv.Itoa(*fc.MaxConnections)
@@ -346,6 +355,14 @@ func serverSettingTable() []serverSetting {
 			s.MaxRequestBytes = n
 			return nil
 		}},
+		{"max_inflight_bytes", "max-inflight-bytes", "STYX_MAX_INFLIGHT_BYTES", func(s *serverSettings, v string) error {
+			n, err := strconv.ParseInt(v, 10, 64)
+			if err != nil || n <= 0 {
+				return fmt.Errorf("%q is not a positive number of bytes such as 268435456", v)
+			}
+			s.MaxInflightBytes = n
+			return nil
+		}},
 		{"body_read_timeout", "body-read-timeout", "STYX_BODY_READ_TIMEOUT", func(s *serverSettings, v string) error {
 			d, err := time.ParseDuration(v)
 			if err != nil || d <= 0 {
@@ -449,6 +466,9 @@ func addServerFlags(fs *pflag.FlagSet) {
 	fs.Duration("shutdown-timeout", d.ShutdownTimeout, "how long a shutdown waits for in-flight requests (env STYX_SHUTDOWN_TIMEOUT)")
 	fs.Int64("max-request-bytes", d.MaxRequestBytes, "largest request body, in bytes (1 MiB to 1 GiB); "+
 		"a larger one is answered 400 (env STYX_MAX_REQUEST_BYTES)")
+	fs.Int64("max-inflight-bytes", d.MaxInflightBytes, "the server-wide budget of request bodies in flight, in bytes (at least twice "+
+		"--max-request-bytes): each request holds twice its body until answered; one that does not fit now is answered 503 "+
+		"with Retry-After before its body is read (docs/security.md) (env STYX_MAX_INFLIGHT_BYTES)")
 	fs.Duration("body-read-timeout", d.BodyReadTimeout, "how long a request body may take to arrive once its headers are read (1ms to 1h); "+
 		"a slower one is answered 408 and its connection closed; long-poll leases still wait their request_timeout (env STYX_BODY_READ_TIMEOUT)")
 	fs.Int("max-connections", d.MaxConnections, "most open connections to the API, idle keep-alive ones included (1 to 1000000); "+

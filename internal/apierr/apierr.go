@@ -37,6 +37,10 @@ const (
 	// Retry: nothing to hand out before the request timeout, or the queue is
 	// overloaded; the client should retry (454).
 	Retry Code = 454
+	// Overloaded: the server cannot admit the request now (its in-flight
+	// request byte budget is full); nothing was done, and the answer
+	// carries Retry-After (503, HTTP's code).
+	Overloaded Code = 503
 	// BadContent: the body could not be decoded (455).
 	BadContent Code = 455
 	// RequestTimeout: the request's body did not arrive within the

@@ -329,3 +329,7 @@ func Allowed(ctx context.Context, queue string) bool {
 	p := FromContext(ctx)
 	return p == nil || p.Covers(queue)
 }
+
+// ErrKeyRevoked ends the waiting requests (long-poll leases and receives)
+// of a key deleted while they wait (401), on every door.
+var ErrKeyRevoked = apierr.New(apierr.Unauthorized, "unauthorized; the api key was deleted while the request waited")

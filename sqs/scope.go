@@ -1,0 +1,74 @@
+package sqs
+
+import (
+	"context"
+	"net/http"
+
+	"github.com/styxq/styx/internal/auth"
+)
+
+// actionPaths maps each action onto the /v1 call whose scope and queue
+// rules it follows with --auth (internal/auth): sending is produce;
+// receiving, deleting and visibility changes are consume; reading a queue
+// is read; administering one is admin; move tasks are dead.
+var actionPaths = map[string]string{
+	"SendMessage":                  "/v1/queue.produce",
+	"SendMessageBatch":             "/v1/queue.produce",
+	"ReceiveMessage":               "/v1/queue.lease",
+	"DeleteMessage":                "/v1/queue.complete",
+	"DeleteMessageBatch":           "/v1/queue.complete",
+	"ChangeMessageVisibility":      "/v1/queue.renew",
+	"ChangeMessageVisibilityBatch": "/v1/queue.renew",
+	"GetQueueUrl":                  "/v1/queues.info",
+	"GetQueueAttributes":           "/v1/queues.info",
+	"ListQueues":                   "/v1/queues.list",
+	"ListDeadLetterSourceQueues":   "/v1/queues.info",
+	"ListQueueTags":                "/v1/queues.info",
+	"CreateQueue":                  "/v1/queues.create",
+	"DeleteQueue":                  "/v1/queues.delete",
+	"SetQueueAttributes":           "/v1/queues.update",
+	"TagQueue":                     "/v1/queues.update",
+	"UntagQueue":                   "/v1/queues.update",
+	"PurgeQueue":                   "/v1/queue.clear",
+	"StartMessageMoveTask":         "/v1/dead.redrive",
+	"ListMessageMoveTasks":         "/v1/redrives.list",
+	"CancelMessageMoveTask":        "/v1/redrives.cancel",
+}
+
+type pathKey struct{}
+
+// allow checks the request's key (none without --auth) against the scope
+// of the action's /v1 call and the queues named, before anything is looked
+// up (so the answer never tells whether a queue exists).
+func (h *Handler) allow(ctx context.Context, queues ...string) error {
+	p := auth.FromContext(ctx)
+	if p == nil {
+		return nil
+	}
+	path, _ := ctx.Value(pathKey{}).(string)
+	if path == "" {
+		path = "/v1/queues.create" // an action without a mapping needs admin
+	}
+	return p.Check(path, queues...)
+}
+
+// covers reports whether the request's key covers queue (always without
+// --auth): listings show only the queues a key covers, as queues.list.
+func covers(ctx context.Context, queue string) bool {
+	p := auth.FromContext(ctx)
+	return p == nil || p.Covers(queue)
+}
+
+func authError(typ, format string, args ...any) *Error {
+	e := invalidParameter(format, args...)
+	e.Type, e.Status = typ, http.StatusForbidden
+	return e
+}
+
+// clip shortens s for an error message.
+func clip(s string) string {
+	if len(s) > 64 {
+		return s[:64] + "…"
+	}
+	return s
+}

@@ -1,0 +1,470 @@
+package transport
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"net"
+	"net/http"
+	"net/url"
+	"os"
+	"strconv"
+	"strings"
+	"time"
+
+	duh "github.com/duh-rpc/duh-go"
+	"github.com/prometheus/client_golang/prometheus/promhttp"
+
+	"github.com/styxq/styx/internal/apierr"
+	"github.com/styxq/styx/internal/audit"
+	"github.com/styxq/styx/internal/auth"
+	"github.com/styxq/styx/sqs"
+)
+
+// door is the front door a request is routed to, by its path alone.
+type door int
+
+const (
+	doorUnknown door = iota
+	doorHealth
+	doorMetrics
+	doorV1
+	doorSQS
+	doorUI
+	doorHome // GET / from a browser: redirected to the UI
+)
+
+// route picks a request's door by its path first (never by a header alone:
+// an SQS header on /health is not SQS): /health, /metrics, /v1/…, /ui…,
+// and the SQS API at / and at queue-URL paths (/<account id>/<queue>) when
+// the request is an SQS one (sqs.Is).
+func (h *Handler) route(r *http.Request) door {
+	p := r.URL.Path
+	switch {
+	case p == "/health":
+		return doorHealth
+	case p == "/metrics":
+		return doorMetrics
+	case strings.HasPrefix(p, "/v1/"):
+		return doorV1
+	case h.cfg.UI != nil && auth.Public(p):
+		return doorUI
+	case h.cfg.SQS != nil && sqs.Path(p) && sqs.Is(r):
+		return doorSQS
+	case h.cfg.UI != nil && p == "/" && (r.Method == http.MethodGet || r.Method == http.MethodHead) &&
+		strings.Contains(r.Header.Get("Accept"), "text/html"):
+		return doorHome
+	}
+	return doorUnknown
+}
+
+// ServeHTTP is the one request pipeline of every route. In order, each in
+// one place: route by path; the Host and Origin checks and the cross-site
+// refusal of a server without auth (checkHost, checkCrossSite);
+// authentication, bearer key or SigV4, before the body is read; admission
+// of the body against the in-flight byte budget; the door (/v1, SQS, the
+// UI's assets, /health, /metrics); then the audit log, the refusal log and
+// the request metrics.
+func (h *Handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
+	start := time.Now()
+	d := h.route(r)
+	sw := &statusWriter{ResponseWriter: w, code: http.StatusOK}
+	name := d.String()
+	ctx, rec := audit.With(r.Context(), name)
+	r = r.WithContext(ctx)
+	fail := func(err error) { h.failAt(d, sw, r, err) }
+	// The body must arrive within BodyReadTimeout; a door lifts the
+	// deadline once it has (net/http's background read would otherwise
+	// cancel a long poll's context when it passes). A request answered
+	// before its body is read keeps the deadline, which bounds net/http's
+	// discarding of the unread body too.
+	_ = http.NewResponseController(sw).SetReadDeadline(start.Add(h.cfg.BodyReadTimeout))
+	metricPath := r.URL.Path
+	defer func() {
+		h.finish(r, rec, sw.code)
+		if d == doorSQS {
+			metricPath = "/sqs/unknown"
+			if h.cfg.SQS.Known(rec.Action) {
+				metricPath = "/sqs/" + rec.Action
+			}
+		}
+		if d == doorV1 || d == doorSQS {
+			if _, known := h.routes[metricPath]; known || d == doorSQS {
+				h.cfg.Metrics.Requests.WithLabelValues(metricPath, strconv.Itoa(sw.code)).Inc()
+				h.cfg.Metrics.RequestSeconds.WithLabelValues(metricPath).Observe(time.Since(start).Seconds())
+			}
+		}
+	}()
+	if !h.cfg.Auth {
+		if err := h.checkHost(r, d); err != nil {
+			fail(err)
+			return
+		}
+		if err := checkCrossSite(r, d); err != nil {
+			fail(err)
+			return
+		}
+	}
+	switch d {
+	case doorHealth:
+		h.serveHealth(sw, r)
+	case doorMetrics:
+		if r.Method != http.MethodGet {
+			fail(apierr.Invalidf("invalid method; %s %s, only GET is allowed", r.Method, r.URL.Path))
+			return
+		}
+		if _, err := h.authenticate(r, "/metrics"); err != nil {
+			fail(err)
+			return
+		}
+		promhttp.HandlerFor(h.cfg.Metrics.Registry, promhttp.HandlerOpts{}).ServeHTTP(sw, r)
+	case doorUI:
+		h.cfg.UI.ServeHTTP(sw, r)
+	case doorHome:
+		// A browser opening the server's address gets the UI.
+		http.Redirect(sw, r, "/ui/", http.StatusFound)
+	case doorV1:
+		h.serveV1(sw, r, rec, fail)
+	case doorSQS:
+		h.serveSQS(sw, r, rec, fail)
+	default:
+		fail(&apierr.Error{Code: duh.CodeNotImplemented, Message: fmt.Sprintf("no such method; %s", quote(r.URL.Path))})
+	}
+}
+
+func (d door) String() string {
+	switch d {
+	case doorV1:
+		return "v1"
+	case doorSQS:
+		return "sqs"
+	case doorHealth:
+		return "health"
+	case doorMetrics:
+		return "metrics"
+	case doorUI, doorHome:
+		return "ui"
+	}
+	return "unknown"
+}
+
+// serveV1 serves a /v1 call: the key and its scope for the path before the
+// body is read, the body admitted, then the call (rpc: decode, the queues'
+// scope, the service).
+func (h *Handler) serveV1(w http.ResponseWriter, r *http.Request, rec *audit.Record, fail func(error)) {
+	rec.Op = r.URL.Path
+	route, found := h.routes[r.URL.Path]
+	if !found {
+		fail(&apierr.Error{Code: duh.CodeNotImplemented, Message: fmt.Sprintf("no such method; %s", quote(r.URL.Path))})
+		return
+	}
+	if r.Method != http.MethodPost {
+		fail(apierr.Invalidf("invalid method; %s %s, only POST is allowed", r.Method, r.URL.Path))
+		return
+	}
+	p, err := h.authenticate(r, r.URL.Path)
+	if err != nil {
+		fail(err)
+		return
+	}
+	release, err := h.budget.admit(r, h.cfg.MaxRequestBytes)
+	if err != nil {
+		fail(err)
+		return
+	}
+	defer release()
+	ctx := r.Context()
+	if p != nil {
+		rec.Key = p.Name
+		ctx = auth.WithPrincipal(ctx, p)
+		if r.URL.Path == "/v1/queue.lease" {
+			authorization := r.Header.Get("Authorization")
+			var stop func()
+			ctx, stop = h.watchKey(ctx, p.Name, func(ctx context.Context) error {
+				_, err := h.cfg.Keys.Authenticate(ctx, authorization)
+				return err
+			})
+			defer stop()
+		}
+	}
+	route(w, r.WithContext(ctx))
+}
+
+// serveSQS serves an SQS call: with auth, the SigV4 header checked and its
+// key found before the body is read; the body admitted and read; the
+// signature verified over it; the action's scope; then the SQS door.
+func (h *Handler) serveSQS(w http.ResponseWriter, r *http.Request, rec *audit.Record, fail func(error)) {
+	var sig *auth.SigV4
+	if h.cfg.Auth {
+		var err error
+		sig, err = h.cfg.Keys.ParseSigV4(r.Context(), r, auth.SigV4Params{Region: h.cfg.SQS.Region(), Service: "sqs", Now: time.Now()})
+		if err != nil {
+			fail(err)
+			return
+		}
+	}
+	release, err := h.budget.admit(r, h.cfg.MaxRequestBytes)
+	if err != nil {
+		fail(err)
+		return
+	}
+	defer release()
+	body, err := h.readBody(w, r)
+	if err != nil {
+		fail(err)
+		return
+	}
+	call, err := h.cfg.SQS.Parse(r, body)
+	if call != nil {
+		rec.Action, rec.Op = call.Action, call.Op
+	}
+	if err != nil {
+		fail(err)
+		return
+	}
+	ctx := r.Context()
+	if sig != nil {
+		p, err := sig.Verify(body)
+		if err != nil {
+			fail(err)
+			return
+		}
+		if err := p.Check(call.Op); err != nil {
+			fail(err)
+			return
+		}
+		rec.Key = p.Name
+		ctx = auth.WithPrincipal(ctx, p)
+		if call.Op == "/v1/queue.lease" {
+			var stop func()
+			keyID := sig.KeyID()
+			ctx, stop = h.watchKey(ctx, p.Name, func(ctx context.Context) error {
+				_, _, err := h.cfg.Keys.SigV4Secret(ctx, keyID)
+				return err
+			})
+			defer stop()
+		}
+	}
+	h.cfg.SQS.Serve(w, r.WithContext(ctx), call)
+}
+
+// readBody reads an admitted body whole (the SQS door's bodies are small
+// JSON or forms) and lifts the body-read deadline.
+func (h *Handler) readBody(w http.ResponseWriter, r *http.Request) ([]byte, error) {
+	body, err := io.ReadAll(r.Body)
+	if errors.Is(err, errOverBudget) {
+		return nil, err
+	}
+	if e, ok := apierr.As(err); ok {
+		return nil, e
+	}
+	if errors.Is(err, os.ErrDeadlineExceeded) {
+		return nil, apierr.New(apierr.RequestTimeout, "request timeout; the body did not arrive within the body read timeout of %s", h.cfg.BodyReadTimeout)
+	}
+	if err != nil {
+		return nil, apierr.New(apierr.BadContent, "invalid request body; %v", err)
+	}
+	_ = http.NewResponseController(w).SetReadDeadline(time.Time{})
+	return body, nil
+}
+
+// failAt answers err in the wire format of the door d (SQS errors for the
+// SQS API, DUH-RPC replies for the rest), recording a refusal's reason.
+func (h *Handler) failAt(d door, w http.ResponseWriter, r *http.Request, err error) {
+	if errors.Is(err, errOverBudget) {
+		w.Header().Set("Retry-After", "1")
+	}
+	if d == doorSQS {
+		h.cfg.SQS.Fail(w, r, err)
+		return
+	}
+	h.fail(w, r, err)
+}
+
+// finish writes the audit line of a successful audited call and the
+// refusal line of a call refused 401 or 403, whichever door it came
+// through.
+func (h *Handler) finish(r *http.Request, rec *audit.Record, code int) {
+	switch {
+	case code == http.StatusUnauthorized || code == http.StatusForbidden:
+		h.logRefused(r, rec, code)
+	case code < 300 && audit.Audited(rec.Op):
+		attrs := []any{"path", rec.Op, "key", rec.Key}
+		if rec.Queue != "" {
+			attrs = append(attrs, "queue", rec.Queue)
+		}
+		attrs = append(attrs, rec.Attrs...)
+		attrs = append(attrs, "door", rec.Door)
+		if rec.Action != "" {
+			attrs = append(attrs, "action", rec.Action)
+		}
+		h.cfg.Log.Info("audit: "+strings.TrimPrefix(rec.Op, "/v1/"), attrs...)
+	}
+}
+
+// logRefused logs a request refused 401 or 403 at WARN, with the key's id
+// (never its secret) and the client's address: at most 10 lines at once and
+// one a second after, the lines left out counted in the next (anyone can
+// send refused requests).
+func (h *Handler) logRefused(r *http.Request, rec *audit.Record, code int) {
+	if !h.refusals.Allow() {
+		h.refusalsDropped.Add(1)
+		return
+	}
+	attrs := []any{"path", r.URL.Path, "code", code, "remote", r.RemoteAddr, "reason", rec.Reason, "door", rec.Door}
+	if rec.Action != "" {
+		attrs = append(attrs, "action", rec.Action)
+	}
+	if token, err := auth.ParseAuthorization(r.Header.Get("Authorization")); err == nil {
+		if id, ok := auth.KeyID(token); ok {
+			attrs = append(attrs, "key_id", id)
+		}
+	} else if auth.IsSigV4(r) {
+		_, rest, _ := strings.Cut(r.Header.Get("Authorization"), "Credential=")
+		id, _, _ := strings.Cut(rest, "/")
+		attrs = append(attrs, "key_id", quote(id))
+	}
+	if n := h.refusalsDropped.Swap(0); n > 0 {
+		attrs = append(attrs, "suppressed", n)
+	}
+	h.cfg.Log.Warn("request refused", attrs...)
+}
+
+// serveHealth answers GET /health: {"status":"ok"} or
+// {"status":"degraded: <why>"}.
+func (h *Handler) serveHealth(w http.ResponseWriter, r *http.Request) {
+	if r.Method != http.MethodGet && r.Method != http.MethodHead {
+		h.fail(w, r, apierr.Invalidf("invalid method; %s %s, only GET is allowed", r.Method, r.URL.Path))
+		return
+	}
+	w.Header().Set("Content-Type", "application/json")
+	status := "ok"
+	if h.cfg.Health != nil {
+		if why := h.cfg.Health(); why != "" {
+			status = "degraded: " + why
+		}
+	}
+	b, _ := json.Marshal(map[string]string{"status": status})
+	_, _ = w.Write(append(b, '\n'))
+}
+
+// checkHost refuses a request of a server without auth whose Host is
+// neither a loopback name nor one of AllowedHosts (DNS rebinding: a web
+// page the operator visits could otherwise drive the server through a name
+// that resolves to 127.0.0.1), or whose Origin, when sent, is not the
+// server's own origin (scheme, host and port) or an allowed host's. "null"
+// is a foreign origin. GET /health is the one exception to the Host rule
+// (a probe names the server by its address, and the answer holds nothing),
+// not to the Origin rule.
+func (h *Handler) checkHost(r *http.Request, d door) error {
+	if d != doorHealth && !h.allowedHost(r.Host) {
+		return apierr.New(apierr.Forbidden, "forbidden; Host '%s' is not a loopback name and the server runs without --auth "+
+			"(a defence against DNS rebinding): call it as localhost or 127.0.0.1, or allow the name with --allowed-host %s",
+			quote(r.Host), quote(hostOnly(r.Host)))
+	}
+	origin := r.Header.Get("Origin")
+	if origin == "" {
+		return nil
+	}
+	if !h.sameOrigin(r, origin) {
+		return apierr.New(apierr.Forbidden, "forbidden; a page from '%s' may not call this server, which runs without --auth "+
+			"(only its own origin, %s, may): allow its host with --allowed-host, or start the server with --auth",
+			quote(origin), ownOrigin(r))
+	}
+	return nil
+}
+
+// sameOrigin reports whether origin is r's own origin (scheme, host and
+// port), or an origin on one of AllowedHosts.
+func (h *Handler) sameOrigin(r *http.Request, origin string) bool {
+	if origin == "null" {
+		return false
+	}
+	u, err := url.Parse(origin)
+	if err != nil || u.Host == "" || u.Path != "" || u.User != nil {
+		return false
+	}
+	if strings.EqualFold(origin, ownOrigin(r)) || strings.EqualFold(u.Scheme+"://"+withPort(u.Host, u.Scheme), ownOrigin(r)) {
+		return true
+	}
+	host := hostOnly(u.Host)
+	for _, a := range h.cfg.AllowedHosts {
+		if strings.EqualFold(a, host) {
+			return true
+		}
+	}
+	return false
+}
+
+// ownOrigin is the origin a browser sends for a page served by this server
+// under r's Host: scheme://host[:port], the port left out when it is the
+// scheme's default.
+func ownOrigin(r *http.Request) string {
+	scheme := "http"
+	if r.TLS != nil {
+		scheme = "https"
+	}
+	return scheme + "://" + withPort(r.Host, scheme)
+}
+
+// withPort drops a scheme's default port from host[:port], as browsers do
+// in Origin.
+func withPort(hostport, scheme string) string {
+	host, port, err := net.SplitHostPort(hostport)
+	if err != nil {
+		return hostport
+	}
+	if scheme == "http" && port == "80" || scheme == "https" && port == "443" {
+		if strings.Contains(host, ":") {
+			return "[" + host + "]"
+		}
+		return host
+	}
+	return hostport
+}
+
+// checkCrossSite refuses, on a server without auth, a call that a browser
+// could send from another site without asking (a CORS "simple request":
+// no preflight, so no chance to refuse it before it acts): a browser that
+// says so (Sec-Fetch-Site other than same-origin or none), and, on the
+// SQS door, a query-protocol call (a GET or a form POST) that carries no
+// Authorization header, which a page cannot add. /v1 calls need a JSON or
+// protobuf body, which a browser sends only after a preflight this server
+// never grants. GET /health, /metrics and the UI's assets read nothing a
+// page could use (the Host check covers rebinding).
+func checkCrossSite(r *http.Request, d door) error {
+	if d == doorHealth || d == doorUI || d == doorHome || d == doorMetrics {
+		return nil
+	}
+	how := "call it from a program (AWS SDKs sign every request, which a web page cannot), or start the server with --auth"
+	switch site := r.Header.Get("Sec-Fetch-Site"); site {
+	case "", "same-origin", "none":
+	default:
+		return apierr.New(apierr.Forbidden, "forbidden; a browser call from another site (Sec-Fetch-Site: %s) to a server without --auth: %s",
+			quote(site), how)
+	}
+	if d == doorSQS && r.Header.Get("Authorization") == "" && !strings.HasPrefix(r.Header.Get("X-Amz-Target"), sqs.TargetPrefix) {
+		return apierr.New(apierr.Forbidden, "forbidden; an unsigned SQS query-protocol call (a GET or a form POST, which any web page can send "+
+			"to a server without --auth): sign it (AWS SigV4; any credentials do without --auth), %s", how)
+	}
+	return nil
+}
+
+// authenticate returns the principal of a bearer-key request, nil when
+// auth is off, or an apierr (401 without a valid key, 403 when the key
+// lacks the scope of op).
+func (h *Handler) authenticate(r *http.Request, op string) (*auth.Principal, error) {
+	if !h.cfg.Auth {
+		return nil, nil
+	}
+	p, err := h.cfg.Keys.Authenticate(r.Context(), r.Header.Get("Authorization"))
+	if err != nil {
+		return nil, err
+	}
+	if err := p.Check(op); err != nil {
+		return nil, err
+	}
+	return p, nil
+}
