@@ -480,10 +480,10 @@ func New(ctx context.Context, cfg Config) (*Daemon, error) {
 			}
 			d.store = s
 		default:
-			if st, err := os.Stat(cfg.DataDir); err == nil && st.Mode().Perm()&0o077 != 0 {
-				cfg.Log.Warn("the data directory is open to other users, who may read every item; chmod 700 it",
-					"dir", cfg.DataDir, "mode", fmt.Sprintf("%#o", st.Mode().Perm()))
-			}
+			// pebble.Open checks the data directory (issue 36): one that
+			// other users may access is tightened to 0700 when it is this
+			// user's store or empty, and refused otherwise, naming the
+			// chmod to run; its files are created 0600 whatever the umask.
 			s, err := pebble.Open(pebble.Config{Dir: cfg.DataDir, NoSync: cfg.NoSync, Logger: cfg.Log,
 				MinFreeBytes: cfg.MinFreeBytes, OnFault: d.Metrics.CountStorageFault})
 			// Pebble's lock file says another process (EAGAIN) or this one

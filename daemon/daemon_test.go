@@ -4,6 +4,8 @@ import (
 	"context"
 	"io"
 	"log/slog"
+	"os"
+	"path/filepath"
 	"testing"
 	"time"
 
@@ -58,6 +60,30 @@ func TestDataDirInUse(t *testing.T) {
 	_, err = daemon.New(context.Background(), daemon.Config{Listen: "127.0.0.1:0", DataDir: dir, Log: log})
 	require.Error(t, err)
 	require.Contains(t, err.Error(), "is in use by another")
+}
+
+// TestDataDirMadePrivate (issue 36): the server makes a data directory that
+// other users may read 0700 when it is its own to tighten (here: empty),
+// and refuses to start on one that holds something else, naming the
+// directory, its mode and the chmod to run.
+func TestDataDirMadePrivate(t *testing.T) {
+	log := slog.New(slog.NewTextHandler(io.Discard, nil))
+	dir := filepath.Join(t.TempDir(), "data")
+	require.NoError(t, os.Mkdir(dir, 0o700))
+	require.NoError(t, os.Chmod(dir, 0o755))
+	d, err := daemon.New(context.Background(), daemon.Config{Listen: "127.0.0.1:0", DataDir: dir, Log: log})
+	require.NoError(t, err)
+	require.NoError(t, d.Close(context.Background()))
+	st, err := os.Stat(dir)
+	require.NoError(t, err)
+	require.Equal(t, os.FileMode(0o700), st.Mode().Perm())
+
+	other := t.TempDir()
+	require.NoError(t, os.WriteFile(filepath.Join(other, "notes.txt"), []byte("x"), 0o600))
+	require.NoError(t, os.Chmod(other, 0o750))
+	_, err = daemon.New(context.Background(), daemon.Config{Listen: "127.0.0.1:0", DataDir: other, Log: log})
+	require.ErrorContains(t, err, "the data directory "+other+" is mode 0750")
+	require.ErrorContains(t, err, "run `chmod 700 "+other+"`")
 }
 
 // TestNonLoopbackNeedsAuth checks the safe default: a non-loopback listen

@@ -87,8 +87,11 @@ import (
 
 // Config configures Open.
 type Config struct {
-	// Dir is the data directory, created if missing. Required unless
-	// InMemory.
+	// Dir is the data directory, created 0700 if missing. Required unless
+	// InMemory. On the disk, an existing directory that group or others
+	// may access is tightened to 0700, or refused if it is not the
+	// server's user's or holds something other than a Pebble store; every
+	// file in it is 0600, whatever the umask (privateDir, privateFS).
 	Dir string
 	// InMemory keeps the database in memory (Pebble's vfs.NewMem), for
 	// tests and for running without durability (--storage memory): nothing
@@ -222,8 +225,9 @@ const (
 func OpenMemory() (*Store, error) { return Open(Config{InMemory: true}) }
 
 // Open opens (creating if needed) the store in cfg.Dir. It fails if the
-// directory holds a database that is not a Styx store of this format, or
-// is in use by another process.
+// directory holds a database that is not a Styx store of this format, is
+// in use by another process, or is open to other users and not the
+// server's to tighten (privateDir).
 func Open(cfg Config) (*Store, error) {
 	fs := cfg.FS
 	if cfg.InMemory {
@@ -240,13 +244,21 @@ func Open(cfg Config) (*Store, error) {
 	if cfg.Dir == "" {
 		return nil, errors.New("pebble: open: no directory")
 	}
-	// Only the server's user may read the items (issue 24).
-	if err := fs.MkdirAll(cfg.Dir, 0o700); err != nil {
-		return nil, fmt.Errorf("pebble: open %s: %w", cfg.Dir, err)
-	}
 	log := cfg.Logger
 	if log == nil {
 		log = slog.Default()
+	}
+	// Only the server's user may read the items (issues 24 and 36): on the
+	// disk, the directory is made 0700 or refused (privateDir), and every
+	// file and directory Pebble creates in it is 0600 or 0700 (privateFS).
+	pfs := newPrivateFS(fs)
+	if pfs.disk {
+		if err := privateDir(cfg.Dir, log); err != nil {
+			return nil, fmt.Errorf("pebble: open %s: %w", cfg.Dir, err)
+		}
+	}
+	if err := pfs.MkdirAll(cfg.Dir, privateDirMode); err != nil {
+		return nil, fmt.Errorf("pebble: open %s: %w", cfg.Dir, err)
 	}
 	if cfg.CacheBytes == 0 {
 		cfg.CacheBytes = DefaultCacheBytes
@@ -272,7 +284,7 @@ func Open(cfg Config) (*Store, error) {
 	}
 	s.gate.init()
 	s.fault.Store(&faultState{})
-	s.fs = faultFS{FS: fs, onErr: func(op string, err error) {
+	s.fs = faultFS{FS: pfs, onErr: func(op string, err error) {
 		s.errSeq.Add(1)
 		s.setFault(op, err)
 	}}
