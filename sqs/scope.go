@@ -4,6 +4,7 @@ import (
 	"context"
 	"net/http"
 
+	"github.com/styxq/styx/internal/audit"
 	"github.com/styxq/styx/internal/auth"
 )
 
@@ -41,6 +42,11 @@ type pathKey struct{}
 // of the action's /v1 call and the queues named, before anything is looked
 // up (so the answer never tells whether a queue exists).
 func (h *Handler) allow(ctx context.Context, queues ...string) error {
+	if len(queues) > 0 {
+		// The first queue an action names is the one it acts on, for the
+		// pipeline's audit line.
+		audit.From(ctx).SetQueue(queues[0])
+	}
 	p := auth.FromContext(ctx)
 	if p == nil {
 		return nil

@@ -1,0 +1,280 @@
+package service_test
+
+import (
+	"bufio"
+	"bytes"
+	"context"
+	"crypto/sha256"
+	"encoding/hex"
+	"fmt"
+	"io"
+	"net"
+	"net/http"
+	"net/url"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/aws/aws-sdk-go-v2/aws"
+	v4 "github.com/aws/aws-sdk-go-v2/aws/signer/v4"
+	awssqs "github.com/aws/aws-sdk-go-v2/service/sqs"
+	"github.com/stretchr/testify/require"
+
+	pb "github.com/styxq/styx/styxpb"
+)
+
+// One set of rules behind every door (issue 36): the request pipeline's
+// Host, Origin and cross-site checks, SigV4 binding, authentication before
+// the body, and the audit of SQS calls, through the public API.
+
+// rawSQS sends an SQS request to path as built by mod and returns the
+// status and body.
+func (s *server) rawSQS(method, path string, body string, mod func(*http.Request)) (int, string) {
+	s.t.Helper()
+	req, err := http.NewRequestWithContext(ctx, method, s.d.Endpoint()+path, strings.NewReader(body))
+	require.NoError(s.t, err)
+	req.Host = "127.0.0.1"
+	if mod != nil {
+		mod(req)
+	}
+	res, b := s.do(req)
+	return res.StatusCode, string(b)
+}
+
+// queueExists reports whether the queue exists, through /v1.
+func (s *server) queueExists(name string) bool {
+	s.t.Helper()
+	res, err := s.C.QueuesList(ctx, &pb.QueuesListRequest{})
+	require.NoError(s.t, err)
+	for _, q := range res.Items {
+		if q.QueueName == name {
+			return true
+		}
+	}
+	return false
+}
+
+// TestHealthIsNotSQS: finding 1, DNS rebinding through /health. An SQS
+// request on /health is not served as SQS (route by path first), and a
+// foreign Host is refused on every SQS path.
+func TestHealthIsNotSQS(t *testing.T) {
+	forEachBackend(t, func(t *testing.T, b backend) {
+		s := start(t, b)
+		require.NoError(t, s.C.QueuesCreate(ctx, &pb.QueueInfo{QueueName: "secret-orders"}))
+		json := func(target string, host string) func(*http.Request) {
+			return func(r *http.Request) {
+				r.Host = host
+				r.Header.Set("X-Amz-Target", "AmazonSQS."+target)
+				r.Header.Set("Content-Type", "application/x-amz-json-1.0")
+			}
+		}
+		for _, host := range []string{"evil.example", "evil.example:2319", "127.0.0.1"} {
+			code, body := s.rawSQS(http.MethodPost, "/health", `{}`, json("ListQueues", host))
+			require.NotEqual(t, 200, code, body)
+			require.NotContains(t, body, "secret-orders")
+			code, body = s.rawSQS(http.MethodPost, "/health", `{"QueueUrl":"http://127.0.0.1/000000000000/secret-orders"}`, json("DeleteQueue", host))
+			require.NotEqual(t, 200, code, body)
+		}
+		// The SQS API itself refuses a foreign Host.
+		code, body := s.rawSQS(http.MethodPost, "/", `{}`, json("ListQueues", "evil.example"))
+		require.Equal(t, 403, code, body)
+		require.NotContains(t, body, "secret-orders")
+		// An SQS header on any other path is not SQS either.
+		code, body = s.rawSQS(http.MethodPost, "/v1/queues.list", `{}`, json("ListQueues", "127.0.0.1"))
+		require.NotContains(t, body, "QueueUrls")
+		_ = code
+		require.True(t, s.queueExists("secret-orders"))
+		// /health still answers a probe, by any Host, with GET.
+		code, body = s.rawSQS(http.MethodGet, "/health", "", func(r *http.Request) { r.Host = "10.0.0.7:2319" })
+		require.Equal(t, 200, code, body)
+	})
+}
+
+// TestCrossSiteCallsRefused: finding 2. Without --auth, what a web page on
+// another origin can send without a preflight is refused: an <img>'s GET
+// of the query protocol, a form POST from a sandboxed iframe (Origin:
+// null), an Origin naming another loopback port, and any call a browser
+// marks cross-site. Nothing is done.
+func TestCrossSiteCallsRefused(t *testing.T) {
+	forEachBackend(t, func(t *testing.T, b backend) {
+		s := start(t, b)
+		require.NoError(t, s.C.QueuesCreate(ctx, &pb.QueueInfo{QueueName: "victim"}))
+		qurl := "http://127.0.0.1/000000000000/victim"
+
+		code, body := s.rawSQS(http.MethodGet, "/?Action=DeleteQueue&QueueUrl="+url.QueryEscape(qurl), "", nil)
+		require.Equal(t, 403, code, body)
+		require.Contains(t, body, "--auth")
+		require.True(t, s.queueExists("victim"))
+
+		form := url.Values{"Action": {"SendMessage"}, "QueueUrl": {qurl}, "MessageBody": {"forged"}}.Encode()
+		formPost := func(origin string) func(*http.Request) {
+			return func(r *http.Request) {
+				r.Header.Set("Content-Type", "application/x-www-form-urlencoded")
+				if origin != "" {
+					r.Header.Set("Origin", origin)
+				}
+			}
+		}
+		for _, origin := range []string{"null", "", "http://evil.example", "http://127.0.0.1:9999"} {
+			code, body = s.rawSQS(http.MethodPost, "/", form, formPost(origin))
+			require.Equal(t, 403, code, "origin %q: %s", origin, body)
+		}
+		// Signed (as every SDK signs), from no browser, it is served.
+		code, body = s.rawSQS(http.MethodPost, "/", form, func(r *http.Request) {
+			formPost("")(r)
+			r.Header.Set("Authorization", "AWS4-HMAC-SHA256 Credential=test/20261127/us-east-1/sqs/aws4_request, SignedHeaders=host;x-amz-date, Signature=0")
+		})
+		require.Equal(t, 200, code, body)
+		// But not when a browser says the call is cross-site.
+		code, body = s.rawSQS(http.MethodPost, "/", form, func(r *http.Request) {
+			formPost("")(r)
+			r.Header.Set("Authorization", "AWS4-HMAC-SHA256 Credential=test/20261127/us-east-1/sqs/aws4_request, SignedHeaders=host;x-amz-date, Signature=0")
+			r.Header.Set("Sec-Fetch-Site", "cross-site")
+		})
+		require.Equal(t, 403, code, body)
+
+		// /v1: an Origin naming another port of the loopback host, or null,
+		// is foreign; the server's own origin is not.
+		produce := `{"queue_name":"victim","request_timeout":"1m","items":[{"utf8":"x"}]}`
+		for _, origin := range []string{"http://127.0.0.1:9999", "null", "https://" + s.d.Addr(), "http://localhost.evil.example"} {
+			code, body = s.rawSQS(http.MethodPost, "/v1/queue.produce", produce, func(r *http.Request) {
+				r.Host = s.d.Addr()
+				r.Header.Set("Content-Type", "application/json")
+				r.Header.Set("Origin", origin)
+			})
+			require.Equal(t, 403, code, "origin %q: %s", origin, body)
+		}
+		code, body = s.rawSQS(http.MethodPost, "/v1/queue.produce", produce, func(r *http.Request) {
+			r.Host = s.d.Addr()
+			r.Header.Set("Content-Type", "application/json")
+			r.Header.Set("Sec-Fetch-Site", "cross-site")
+		})
+		require.Equal(t, 403, code, body)
+		stats, err := s.C.QueueStats(ctx, &pb.QueueStatsRequest{QueueName: "victim"})
+		require.NoError(t, err)
+		require.EqualValues(t, 1, stats.LogicalQueues[0].Partitions[0].Total, "only the signed SendMessage produced")
+		// The console's own origin works.
+		code, body = s.rawSQS(http.MethodPost, "/v1/queue.produce", produce, func(r *http.Request) {
+			r.Host = s.d.Addr()
+			r.Header.Set("Content-Type", "application/json")
+			r.Header.Set("Origin", "http://"+s.d.Addr())
+			r.Header.Set("Sec-Fetch-Site", "same-origin")
+		})
+		require.Equal(t, 200, code, body)
+	})
+}
+
+// TestSQSAuthenticatesBeforeTheBody: finding 3. With --auth, an SQS
+// request without a valid signature is refused as soon as its headers
+// arrive, before its (announced 60 MiB) body is sent.
+func TestSQSAuthenticatesBeforeTheBody(t *testing.T) {
+	s, _ := startSQSAuth(t, memoryBackend(t))
+	for _, authz := range []string{
+		"",
+		"AWS4-HMAC-SHA256 Credential=0123456789abcdef/20261127/us-east-1/sqs/aws4_request, SignedHeaders=host;x-amz-date, Signature=00",
+	} {
+		c, err := net.Dial("tcp", s.d.Addr())
+		require.NoError(t, err)
+		head := "POST / HTTP/1.1\r\nHost: 127.0.0.1\r\nContent-Type: application/x-www-form-urlencoded\r\n" +
+			"X-Amz-Date: " + time.Now().UTC().Format("20060102T150405Z") + "\r\nContent-Length: 62914560\r\n"
+		if authz != "" {
+			head += "Authorization: " + authz + "\r\n"
+		}
+		_, err = io.WriteString(c, head+"\r\nAction=SendMessage&")
+		require.NoError(t, err)
+		require.NoError(t, c.SetReadDeadline(time.Now().Add(10*time.Second)))
+		res, err := http.ReadResponse(bufio.NewReader(c), nil)
+		require.NoError(t, err, "no answer before the body was sent")
+		require.Equal(t, 403, res.StatusCode)
+		_ = res.Body.Close()
+		_ = c.Close()
+	}
+}
+
+// signedSQS returns an SQS JSON request for target and body signed with
+// key for service and region, with the X-Amz-Target header set before
+// signing when signTarget, after otherwise.
+func (s *server) signedSQS(t *testing.T, keyID, key, target, body, service, region string, signTarget bool) *http.Request {
+	req, err := http.NewRequestWithContext(ctx, http.MethodPost, s.d.Endpoint()+"/", strings.NewReader(body))
+	require.NoError(t, err)
+	req.Header.Set("Content-Type", "application/x-amz-json-1.0")
+	if signTarget {
+		req.Header.Set("X-Amz-Target", "AmazonSQS."+target)
+	}
+	sum := sha256.Sum256([]byte(body))
+	require.NoError(t, v4.NewSigner().SignHTTP(context.Background(), aws.Credentials{AccessKeyID: keyID, SecretAccessKey: key},
+		req, hex.EncodeToString(sum[:]), service, region, time.Now()))
+	if !signTarget {
+		req.Header.Set("X-Amz-Target", "AmazonSQS."+target)
+	}
+	return req
+}
+
+// TestSigV4BindsServiceRegionAndAction: finding 7. A signature scoped to
+// another service or region is refused, and one that leaves x-amz-target
+// unsigned cannot be replayed as another action.
+func TestSigV4BindsServiceRegionAndAction(t *testing.T) {
+	forEachBackend(t, func(t *testing.T, b backend) {
+		s, admin := startSQSAuth(t, b)
+		require.NoError(t, s.C.QueuesCreate(ctx, &pb.QueueInfo{QueueName: "held"}))
+		err := s.C.QueueProduce(ctx, &pb.QueueProduceRequest{QueueName: "held", Items: []*pb.QueueProduceItem{{Utf8: "keep me"}}})
+		require.NoError(t, err)
+		body := `{"QueueUrl":"http://127.0.0.1/000000000000/held"}`
+		try := func(req *http.Request) (int, string) {
+			res, b := s.do(req)
+			return res.StatusCode, string(b)
+		}
+		code, out := try(s.signedSQS(t, "bootstrap-admin", admin, "GetQueueAttributes", body, "sqs", "us-east-1", true))
+		require.Equal(t, 200, code, out)
+		code, out = try(s.signedSQS(t, "bootstrap-admin", admin, "GetQueueAttributes", body, "s3", "us-east-1", true))
+		require.Equal(t, 403, code, out)
+		require.Contains(t, out, "service")
+		code, out = try(s.signedSQS(t, "bootstrap-admin", admin, "GetQueueAttributes", body, "sqs", "eu-west-9", true))
+		require.Equal(t, 403, code, out)
+		require.Contains(t, out, "region")
+		code, out = try(s.signedSQS(t, "bootstrap-admin", admin, "PurgeQueue", body, "sqs", "us-east-1", false))
+		require.Equal(t, 403, code, out)
+		require.Contains(t, out, "x-amz-target")
+		stats, err := s.C.QueueStats(ctx, &pb.QueueStatsRequest{QueueName: "held"})
+		require.NoError(t, err)
+		require.EqualValues(t, 1, stats.LogicalQueues[0].Partitions[0].Total, "the replayed purge ran")
+	})
+}
+
+// TestSQSAudited: finding 6. SQS calls that make, change, purge or delete
+// queues write the same audit lines as /v1, with the key's name, and a
+// refused SQS call is logged as refused.
+func TestSQSAudited(t *testing.T) {
+	forEachBackend(t, func(t *testing.T, b backend) {
+		s, admin := startSQSAuth(t, b)
+		s.logInfo = true
+		s.restart() // now keeping the audit lines
+		c := s.sqsClient("bootstrap-admin", admin)
+		created, err := c.CreateQueue(ctx, &awssqs.CreateQueueInput{QueueName: aws.String("audited")})
+		require.NoError(t, err)
+		_, err = c.SetQueueAttributes(ctx, &awssqs.SetQueueAttributesInput{QueueUrl: created.QueueUrl, Attributes: map[string]string{"DelaySeconds": "1"}})
+		require.NoError(t, err)
+		_, err = c.PurgeQueue(ctx, &awssqs.PurgeQueueInput{QueueUrl: created.QueueUrl})
+		require.NoError(t, err)
+		_, err = c.DeleteQueue(ctx, &awssqs.DeleteQueueInput{QueueUrl: created.QueueUrl})
+		require.NoError(t, err)
+		_, err = s.sqsClient("bootstrap-admin", admin+"x").ListQueues(ctx, &awssqs.ListQueuesInput{})
+		require.Error(t, err)
+		logs := s.Logs.String()
+		for _, op := range []string{"queues.create", "queues.update", "queue.clear", "queues.delete"} {
+			require.Contains(t, logs, fmt.Sprintf("msg=\"audit: %s\" path=/v1/%s key=bootstrap-admin queue=audited", op, op))
+		}
+		require.Contains(t, logs, "door=sqs action=DeleteQueue")
+		require.Contains(t, logs, "msg=\"request refused\" path=/ code=403")
+		require.Contains(t, logs, "SignatureDoesNotMatch")
+	})
+}
+
+// zeros is an endless reader of zero bytes that allocates nothing.
+type zeros struct{}
+
+func (zeros) Read(p []byte) (int, error) {
+	clear(p)
+	return len(p), nil
+}
+
