@@ -11,6 +11,7 @@ import (
 
 	"github.com/styxq/styx/internal/apierr"
 	"github.com/styxq/styx/internal/queue"
+	"github.com/styxq/styx/internal/text"
 )
 
 // Limits of the wire contract (docs/wire-contract.md) and of Styx.
@@ -86,8 +87,8 @@ func checkName(field, name string) error {
 	if !utf8.ValidString(name) {
 		return invalid(field, "'%q' is not valid UTF-8", name)
 	}
-	if pos, r, ok := queue.HiddenRune(name); ok {
-		return invalid(field, "%q holds %U at character %d; names may not hold control, bidi or zero-width characters", name, r, pos)
+	if err := text.Check(name); err != nil {
+		return invalid(field, "'%s' holds %v; %s", quote(text.Escape(name)), err, text.Rule)
 	}
 	for _, r := range name {
 		if unicode.IsSpace(r) {
@@ -102,7 +103,8 @@ func checkName(field, name string) error {
 
 // checkNamespace validates a queue's namespace in field (Querator's rules):
 // 1..MaxNamespaceLength bytes of valid UTF-8 without whitespace, control
-// characters, '~' or ':'. A leading '_' is reserved: queue.DefaultNamespace
+// characters, '~' or ':', and without hidden characters (internal/text, as
+// queue names). A leading '_' is reserved: queue.DefaultNamespace
 // is the only such namespace a queue may name.
 func checkNamespace(field, ns string) error {
 	if ns == "" {
@@ -122,18 +124,62 @@ func checkNamespace(field, ns string) error {
 			return invalid(field, "'%s' contains '%c', which namespaces cannot", ns, r)
 		}
 	}
+	// After Querator's own checks, so that its messages stay word for word.
+	if err := text.Check(ns); err != nil {
+		return invalid(field, "'%s' holds %v; %s", quote(text.Escape(ns)), err, text.Rule)
+	}
 	if strings.HasPrefix(ns, "_") && ns != queue.DefaultNamespace {
 		return invalid(field, "'%s' starts with '_', which is reserved; the only such namespace is '%s'", ns, queue.DefaultNamespace)
 	}
 	return nil
 }
 
-// checkText validates a free-text field's length.
+// checkText validates a client string in field: at most limit bytes and,
+// unless field is free text (freeText), no hidden character (internal/text:
+// control, bidi and zero-width characters), which an operator would be
+// shown in the CLI, the console and the logs. Callers that know which a
+// field is call checkIdent or checkFreeText; checkText picks by the field's
+// name for the calls that predate the rule.
 func checkText(field, s string, limit int) error {
+	if freeText(field) {
+		return checkFreeText(field, s, limit)
+	}
+	return checkIdent(field, s, limit)
+}
+
+// checkIdent validates an identifier-like string in field (kind, encoding,
+// reference, client_id, source_id): at most limit bytes, no hidden
+// character. The answer names the field, the character and the rule.
+func checkIdent(field, s string, limit int) error {
+	if err := checkFreeText(field, s, limit); err != nil {
+		return err
+	}
+	if err := text.Check(s); err != nil {
+		return invalid(field, "'%s' holds %v; %s", quote(text.Escape(s)), err, text.Rule)
+	}
+	return nil
+}
+
+// checkFreeText validates free text in field (a retry's error, a filter's
+// search text): only its length. Free text may hold anything; whatever
+// shows it escapes it (text.Escape).
+func checkFreeText(field, s string, limit int) error {
 	if len(s) > limit {
 		return invalid(field, "%d bytes, the limit is %d", len(s), limit)
 	}
 	return nil
+}
+
+// freeText reports whether field, as checkText's callers name it, is free
+// text: an error ("items[3].error", "items[0].last_error") or a dead.list
+// filter ("filter.kind": search text, which is not stored and may have to
+// match what older servers stored).
+func freeText(field string) bool {
+	if strings.HasPrefix(field, "filter.") {
+		return true
+	}
+	last := field[strings.LastIndexByte(field, '.')+1:]
+	return last == "error" || last == "last_error"
 }
 
 // parsePositiveDuration parses a Go duration string in field that must be

@@ -11,6 +11,8 @@ import (
 	"slices"
 	"strings"
 	"unicode/utf8"
+
+	"github.com/styxq/styx/internal/text"
 )
 
 // AttributeValue is a message attribute or message system attribute, in
@@ -153,7 +155,7 @@ func checkAttributes(field string, attrs map[string]AttributeValue, system bool)
 	for name, a := range attrs {
 		if system {
 			if name != "AWSTraceHeader" {
-				return 0, invalidParameter("Message system attribute name '%s' is invalid; the only one is AWSTraceHeader.", name)
+				return 0, invalidParameter("Message system attribute name '%s' is invalid; the only one is AWSTraceHeader.", text.Escape(name))
 			}
 			if a.DataType != "String" {
 				return 0, invalidParameter("Message system attribute AWSTraceHeader must have the data type String.")
@@ -170,6 +172,9 @@ func checkAttributes(field string, attrs map[string]AttributeValue, system bool)
 		}
 		if utf8.RuneCountInString(a.DataType) > maxDataTypeLength {
 			return 0, invalidParameter("Message attribute '%s' has a data type longer than %d characters.", name, maxDataTypeLength)
+		}
+		if err := text.Check(a.DataType); err != nil {
+			return 0, invalidParameter("Message attribute '%s' has a data type '%s' that holds %v; %s.", name, text.Escape(a.DataType), err, text.Rule)
 		}
 		if strings.Contains(a.DataType, ".") && custom == "" {
 			return 0, invalidParameter("Message attribute '%s' has an invalid data type '%s'.", name, a.DataType)
@@ -207,10 +212,15 @@ func checkAttributes(field string, attrs map[string]AttributeValue, system bool)
 	return size, nil
 }
 
-// checkAttributeName applies SQS's rules for message attribute names.
+// checkAttributeName applies SQS's rules for message attribute names. A
+// hidden character (internal/text) is named as such, and the name is
+// escaped in every answer.
 func checkAttributeName(name string) error {
 	if name == "" || utf8.RuneCountInString(name) > maxAttributeNameLength {
-		return invalidParameter("Message attribute name '%s' must be 1 to %d characters long.", name, maxAttributeNameLength)
+		return invalidParameter("Message attribute name '%s' must be 1 to %d characters long.", text.Escape(name), maxAttributeNameLength)
+	}
+	if err := text.Check(name); err != nil {
+		return invalidParameter("Message attribute name '%s' holds %v; %s.", text.Escape(name), err, text.Rule)
 	}
 	for _, c := range name {
 		if !(c >= 'a' && c <= 'z' || c >= 'A' && c <= 'Z' || c >= '0' && c <= '9' || c == '_' || c == '-' || c == '.') {

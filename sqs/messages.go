@@ -18,6 +18,7 @@ import (
 	"github.com/styxq/styx/internal/auth"
 	"github.com/styxq/styx/internal/engine"
 	"github.com/styxq/styx/internal/queue"
+	"github.com/styxq/styx/internal/text"
 )
 
 // Batch limits, as SQS has them.
@@ -274,7 +275,7 @@ func (h *Handler) receiveMessage(ctx context.Context, r *request) (any, error) {
 	for _, s := range sysNames {
 		if s != "All" && !slices.Contains(systemAttributeNames, s) && s != "SequenceNumber" && s != "MessageDeduplicationId" &&
 			s != "MessageGroupId" {
-			return nil, invalidAttributeName("Unknown Attribute %s.", s)
+			return nil, invalidAttributeName("Unknown Attribute %s.", text.Escape(s))
 		}
 	}
 	if wait == 0 {

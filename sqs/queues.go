@@ -13,6 +13,7 @@ import (
 	"time"
 
 	"github.com/styxq/styx/internal/queue"
+	"github.com/styxq/styx/internal/text"
 )
 
 // Queue attribute limits and defaults, as SQS has them.
@@ -29,6 +30,15 @@ const (
 	MaxMaximumMessageSize         = 1048576
 	// MaxQueueNameLength is the longest SQS queue name.
 	MaxQueueNameLength = 80
+	// MaxPolicyBytes is the largest Policy attribute, in bytes: SQS's
+	// quota for a queue policy (8,192 bytes; "Amazon SQS policy quotas" in
+	// the SQS Developer Guide).
+	MaxPolicyBytes = 8192
+	// MaxTags is the most tags of a queue; a tag key has 1 to MaxTagKeyLength
+	// bytes and a value at most MaxTagValueLength.
+	MaxTags           = 50
+	MaxTagKeyLength   = 128
+	MaxTagValueLength = 256
 )
 
 // queueAttrs are the SQS queue attributes Styx has no field for, kept in
@@ -87,11 +97,12 @@ func checkQueueName(name string) error {
 			Message: fmt.Sprintf("FIFO queues are not supported by Styx yet: '%s' ends in .fifo; use a standard queue name.", name)}
 	}
 	if len(name) > MaxQueueNameLength {
-		return invalidParameter("Can only include alphanumeric characters, hyphens, or underscores. 1 to %d in length; '%s' has %d.", MaxQueueNameLength, name, len(name))
+		return invalidParameter("Can only include alphanumeric characters, hyphens, or underscores. 1 to %d in length; '%s' has %d.", MaxQueueNameLength, text.Escape(name), len(name))
 	}
 	for _, c := range name {
 		if !(c >= 'a' && c <= 'z' || c >= 'A' && c <= 'Z' || c >= '0' && c <= '9' || c == '_' || c == '-') {
-			return invalidParameter("Can only include alphanumeric characters, hyphens, or underscores. 1 to %d in length; '%s' has '%c'.", MaxQueueNameLength, name, c)
+			return invalidParameter("Can only include alphanumeric characters, hyphens, or underscores. 1 to %d in length; '%s' has '%s'.",
+				MaxQueueNameLength, text.Escape(name), text.Escape(string(c)))
 		}
 	}
 	return nil
@@ -169,6 +180,9 @@ func (h *Handler) applyAttributes(ctx context.Context, info *queue.QueueInfo, in
 			}
 			a.RedriveAllowPolicy = v
 		case "Policy":
+			if err := checkPolicy(v); err != nil {
+				return err
+			}
 			a.Policy = v
 		case "SqsManagedSseEnabled":
 			if v != "true" && v != "false" {
@@ -184,7 +198,7 @@ func (h *Handler) applyAttributes(ctx context.Context, info *queue.QueueInfo, in
 		case "KmsMasterKeyId", "KmsDataKeyReusePeriodSeconds":
 			return invalidAttributeName("Styx does not support the attribute %s: it has no KMS encryption (use disk encryption and TLS).", name)
 		default:
-			return invalidAttributeName("Unknown Attribute %s.", name)
+			return invalidAttributeName("Unknown Attribute %s.", text.Escape(name))
 		}
 	}
 	writeQueueAttrs(info, a)
@@ -540,15 +554,39 @@ func (h *Handler) setQueueAttributes(ctx context.Context, r *request) (any, erro
 	})
 }
 
-// checkTags applies SQS's tag limits: at most 50, keys 1 to 128 and values
-// at most 256 characters.
-func checkTags(tags map[string]string) error {
-	if len(tags) > 50 {
-		return invalidParameter("Too many tags: %d; a queue has at most 50.", len(tags))
+// checkPolicy applies SQS's limit to a Policy attribute (MaxPolicyBytes)
+// and refuses hidden characters (internal/text) other than the tabs and
+// line breaks of a formatted JSON document: GetQueueAttributes shows it
+// as it was set. Styx stores the policy and does not enforce it.
+func checkPolicy(v string) error {
+	if len(v) > MaxPolicyBytes {
+		return invalidAttributeValue("Invalid value for the parameter Policy. Reason: the policy is %d bytes; the limit is %d bytes.", len(v), MaxPolicyBytes)
 	}
-	for k, v := range tags {
-		if k == "" || len(k) > 128 || len(v) > 256 {
-			return invalidParameter("Tag '%s': keys are 1 to 128 characters and values at most 256.", k)
+	if err := text.Check(v, '\t', '\n', '\r'); err != nil {
+		return invalidAttributeValue("Invalid value for the parameter Policy. Reason: it holds %v; %s.", err, text.Rule)
+	}
+	return nil
+}
+
+// checkTags applies SQS's tag limits (at most MaxTags; keys 1 to
+// MaxTagKeyLength bytes, values at most MaxTagValueLength) and refuses
+// hidden characters (internal/text: control, bidi and zero-width
+// characters) in keys and values, which operators see in ListQueueTags.
+// Keys are checked in order, so the answer is the same for the same tags.
+func checkTags(tags map[string]string) error {
+	if len(tags) > MaxTags {
+		return invalidParameter("Too many tags: %d; a queue has at most %d.", len(tags), MaxTags)
+	}
+	for _, k := range slices.Sorted(maps.Keys(tags)) {
+		v := tags[k]
+		if k == "" || len(k) > MaxTagKeyLength || len(v) > MaxTagValueLength {
+			return invalidParameter("Tag '%s': keys are 1 to %d characters and values at most %d.", text.Escape(k), MaxTagKeyLength, MaxTagValueLength)
+		}
+		if err := text.Check(k); err != nil {
+			return invalidParameter("Tag key '%s' holds %v; %s.", text.Escape(k), err, text.Rule)
+		}
+		if err := text.Check(v); err != nil {
+			return invalidParameter("The value of tag '%s' holds %v; %s.", text.Escape(k), err, text.Rule)
 		}
 	}
 	return nil

@@ -77,12 +77,14 @@ func errorLine(err error) string {
 	var serr *styx.Error
 	if errors.As(err, &serr) {
 		code := fmt.Sprint(serr.Code)
-		if text, ok := codeTexts[serr.Code]; ok {
-			code += " " + text
+		if name, ok := codeTexts[serr.Code]; ok {
+			code += " " + name
 		}
 		// Keep any context err wraps serr in, such as "after 2 items were
 		// produced: ", and show serr as "<message> (code 404 not found)".
-		msg := strings.Replace(err.Error(), serr.Error(), fmt.Sprintf("%s (code %s)", serr.Message, code), 1)
+		// The message may quote what a client sent: its hidden characters
+		// are escaped (oneLine).
+		msg := strings.Replace(err.Error(), serr.Error(), fmt.Sprintf("%s (code %s)", oneLine(serr.Message), code), 1)
 		return "styx: " + strings.TrimPrefix(msg, "styx: ")
 	}
 	// The client's own errors already start with "styx: ".

@@ -13,6 +13,8 @@ import (
 	"google.golang.org/protobuf/encoding/protojson"
 	"google.golang.org/protobuf/proto"
 	"google.golang.org/protobuf/types/known/timestamppb"
+
+	"github.com/styxq/styx/internal/text"
 )
 
 // writeJSON writes m as protojson on one line.
@@ -36,8 +38,8 @@ func newTable(w io.Writer, header ...string) *table {
 	return t
 }
 
-// row adds a row; each cell is cleaned of tabs, newlines and other control
-// characters so that it cannot break the alignment.
+// row adds a row; each cell is made one line (oneLine) so that it cannot
+// break the alignment or hide what it holds.
 func (t *table) row(cells ...string) {
 	for i, c := range cells {
 		cells[i] = oneLine(c)
@@ -48,14 +50,22 @@ func (t *table) row(cells ...string) {
 // flush writes the table.
 func (t *table) flush() error { return t.tw.Flush() }
 
-// oneLine replaces control characters (newlines, tabs) in s with spaces.
+// oneLine returns s as one line for a terminal: tabs and line breaks
+// become spaces, and every other hidden character (control, bidi and
+// zero-width characters: internal/text) a visible escape such as \u202e or
+// \u001b, so that text a client sent (a reference, a kind, an error) can
+// neither reorder nor recolour what an operator reads. oneLine of its own
+// result is the same string.
 func oneLine(s string) string {
-	return strings.Map(func(r rune) rune {
-		if unicode.IsControl(r) {
-			return ' '
-		}
-		return r
-	}, s)
+	if strings.ContainsAny(s, "\t\n\r") {
+		s = strings.Map(func(r rune) rune {
+			if r == '\t' || r == '\n' || r == '\r' {
+				return ' '
+			}
+			return r
+		}, s)
+	}
+	return text.Escape(s)
 }
 
 // orDash returns s, or "-" if s is empty, so that empty cells stay visible.

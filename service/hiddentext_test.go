@@ -1,0 +1,215 @@
+package service_test
+
+import (
+	"strings"
+	"testing"
+
+	"github.com/aws/aws-sdk-go-v2/aws"
+	awssqs "github.com/aws/aws-sdk-go-v2/service/sqs"
+	"github.com/aws/aws-sdk-go-v2/service/sqs/types"
+	"github.com/stretchr/testify/require"
+
+	styx "github.com/styxq/styx"
+	pb "github.com/styxq/styx/styxpb"
+)
+
+// rlo is U+202E RIGHT-TO-LEFT OVERRIDE: "invoice\u202Efdp.exe" shows as
+// "invoiceexe.pdf".
+const rlo = "\u202e"
+
+// TestHiddenCharactersRefused (issue 36, 8): a /v1 string that is an
+// identifier an operator will see (a queue's reference and namespace, an
+// item's kind, reference and encoding on import and dead.edit, a lease's
+// client_id) is refused with 400 naming the field, the character and the
+// rule when it holds a control, bidi or zero-width character. Before, all
+// were stored as sent. Nothing is stored.
+func TestHiddenCharactersRefused(t *testing.T) {
+	forEachBackend(t, func(t *testing.T, b backend) {
+		s := start(t, b)
+		s.createQueue(&pb.QueueInfo{QueueName: "text-dlq"})
+		s.createQueue(&pb.QueueInfo{QueueName: "text", DeadQueue: "text-dlq", MaxAttempts: 1})
+		s.produce("text", "one")
+		leased := s.lease("text", 1)
+		s.retry("text", leased.Partition, &pb.QueueRetryItem{Id: leased.Items[0].Id, Dead: true, Error: "boom"})
+		dead := s.waitItems("text-dlq", 1)[0]
+		str := func(v string) *string { return &v }
+
+		cases := []struct {
+			name  string
+			call  func() error
+			parts []string
+		}{
+			{"QueueReferenceOnCreate", func() error {
+				return s.C.QueuesCreate(ctx, &pb.QueueInfo{QueueName: "q1", Reference: "invoice" + rlo + "fdp.exe"})
+			}, []string{"invalid reference", `invoice\u202efdp.exe`, "U+202E at character 7", "bidi"}},
+			{"QueueReferenceOnUpdate", func() error {
+				return s.C.QueuesUpdate(ctx, &pb.QueueInfo{QueueName: "text", Reference: "a\x1b[2Jb", UpdateMask: []string{"reference"}})
+			}, []string{"invalid reference", `a\u001b[2Jb`, "U+001B at character 1", "control"}},
+			{"Namespace", func() error {
+				return s.C.QueuesCreate(ctx, &pb.QueueInfo{QueueName: "q2", Namespace: "team" + rlo})
+			}, []string{"invalid namespace", "U+202E at character 4"}},
+			{"LeaseClientID", func() error {
+				_, err := s.C.QueueLease(ctx, &pb.QueueLeaseRequest{QueueName: "text", BatchSize: 1, ClientId: "worker\u200b1", RequestTimeout: "1s"})
+				return err
+			}, []string{"invalid client_id", "U+200B at character 6", "zero-width"}},
+			{"ImportKind", func() error {
+				_, err := s.C.StorageItemsImport(ctx, &pb.StorageItemsImportRequest{QueueName: "text", Items: []*pb.StorageItem{
+					{Payload: []byte("x"), Kind: "email" + rlo}}})
+				return err
+			}, []string{"invalid items[0].kind", "U+202E at character 5"}},
+			{"ImportReference", func() error {
+				_, err := s.C.StorageItemsImport(ctx, &pb.StorageItemsImportRequest{QueueName: "text", Items: []*pb.StorageItem{
+					{Payload: []byte("x")}, {Payload: []byte("y"), Reference: "\u2066ref"}}})
+				return err
+			}, []string{"invalid items[1].reference", "U+2066 at character 0"}},
+			{"ImportEncoding", func() error {
+				_, err := s.C.StorageItemsImport(ctx, &pb.StorageItemsImportRequest{QueueName: "text", Items: []*pb.StorageItem{
+					{Payload: []byte("x"), Encoding: "json\ufeff"}}})
+				return err
+			}, []string{"invalid items[0].encoding", "U+FEFF at character 4"}},
+			{"DeadEditKind", func() error {
+				_, err := s.C.DeadEdit(ctx, &pb.DeadEditRequest{QueueName: "text-dlq", Id: dead.Id, Payload: []byte("x"), Kind: str("k" + rlo)})
+				return err
+			}, []string{"invalid kind", "U+202E at character 1"}},
+			{"DeadEditReference", func() error {
+				_, err := s.C.DeadEdit(ctx, &pb.DeadEditRequest{QueueName: "text-dlq", Id: dead.Id, Payload: []byte("x"), Reference: str("r\u200fr")})
+				return err
+			}, []string{"invalid reference", "U+200F at character 1"}},
+			{"QueueName", func() error {
+				return s.C.QueuesCreate(ctx, &pb.QueueInfo{QueueName: "orders" + rlo + "gpj.exe"})
+			}, []string{"invalid queue_name", `orders\u202egpj.exe`, "U+202E at character 6"}},
+		}
+		for _, c := range cases {
+			t.Run(c.name, func(t *testing.T) {
+				err := c.call()
+				requireCode(t, err, styx.CodeBadRequest, c.parts...)
+				require.NotContains(t, err.Error(), rlo, "the answer escapes what it quotes")
+			})
+		}
+
+		// Nothing was stored.
+		list, err := s.C.QueuesList(ctx, &pb.QueuesListRequest{Limit: 10})
+		require.NoError(t, err)
+		require.Len(t, list.Items, 2)
+		for _, q := range list.Items {
+			require.Empty(t, q.Reference)
+		}
+		require.Empty(t, s.items("text"))
+		got := s.items("text-dlq")
+		require.Len(t, got, 1)
+		require.Equal(t, "test", got[0].Kind)
+		require.Equal(t, "ref-one", got[0].Reference)
+	})
+}
+
+// TestErrorTextKeptAsSent (issue 36, 8): a retry's error is free text: tabs,
+// newlines and even U+202E are accepted and kept byte for byte (the CLI and
+// the console escape them where they show them); only its length is
+// limited.
+func TestErrorTextKeptAsSent(t *testing.T) {
+	forEachBackend(t, func(t *testing.T, b backend) {
+		s := start(t, b)
+		s.createQueue(&pb.QueueInfo{QueueName: "errs-dlq"})
+		s.createQueue(&pb.QueueInfo{QueueName: "errs", DeadQueue: "errs-dlq", MaxAttempts: 1})
+		s.produce("errs", "one")
+		leased := s.lease("errs", 1)
+		const text = "panic: boom\n\tat main.go:12\r\n" + rlo + "fdp.exe"
+		s.retry("errs", leased.Partition, &pb.QueueRetryItem{Id: leased.Items[0].Id, Dead: true, Error: text})
+		got := s.waitItems("errs-dlq", 1)[0]
+		require.Equal(t, text, got.LastError)
+
+		s.produce("errs", "two")
+		leased = s.lease("errs", 1)
+		_, err := s.C.QueueRetry(ctx, &pb.QueueRetryRequest{QueueName: "errs", Partition: leased.Partition,
+			Items: []*pb.QueueRetryItem{{Id: leased.Items[0].Id, Error: strings.Repeat("x", 4097)}}})
+		requireCode(t, err, styx.CodeBadRequest, "items[0].error", "4097", "4096")
+	})
+}
+
+// TestSQSHiddenCharacters (issue 36, 8): through the AWS SDK, a tag key or
+// value, a message attribute name and a message attribute DataType holding
+// U+202E are refused with InvalidParameterValue naming the character, and
+// the answer escapes what it quotes. Before, the tag and the DataType were
+// stored, and the name was echoed with U+202E in it.
+func TestSQSHiddenCharacters(t *testing.T) {
+	forEachBackend(t, func(t *testing.T, b backend) {
+		s := start(t, b)
+		c := s.sqsClient("test", "test")
+		q, err := c.CreateQueue(ctx, &awssqs.CreateQueueInput{QueueName: aws.String("tagged")})
+		require.NoError(t, err)
+
+		requireEscaped := func(t *testing.T, err error, parts ...string) {
+			t.Helper()
+			requireSQSError(t, err, "InvalidParameterValue", append(parts, "U+202E", "bidi")...)
+			require.NotContains(t, err.Error(), rlo)
+		}
+		t.Run("TagKey", func(t *testing.T) {
+			_, err := c.TagQueue(ctx, &awssqs.TagQueueInput{QueueUrl: q.QueueUrl, Tags: map[string]string{"team" + rlo: "billing"}})
+			requireEscaped(t, err, `Tag key 'team\u202e'`)
+			_, err = c.CreateQueue(ctx, &awssqs.CreateQueueInput{QueueName: aws.String("tagged2"), Tags: map[string]string{"owner" + rlo: "x"}})
+			requireEscaped(t, err, `Tag key 'owner\u202e'`)
+		})
+		t.Run("TagValue", func(t *testing.T) {
+			_, err := c.TagQueue(ctx, &awssqs.TagQueueInput{QueueUrl: q.QueueUrl, Tags: map[string]string{"team": "bill" + rlo + "ing"}})
+			requireEscaped(t, err, "The value of tag 'team'", "at character 4")
+		})
+		send := func(attrs map[string]types.MessageAttributeValue) error {
+			_, err := c.SendMessage(ctx, &awssqs.SendMessageInput{QueueUrl: q.QueueUrl, MessageBody: aws.String("hi"), MessageAttributes: attrs})
+			return err
+		}
+		t.Run("AttributeName", func(t *testing.T) {
+			err := send(map[string]types.MessageAttributeValue{"trace" + rlo: {DataType: aws.String("String"), StringValue: aws.String("v")}})
+			requireEscaped(t, err, `Message attribute name 'trace\u202e'`, "at character 5")
+		})
+		t.Run("DataType", func(t *testing.T) {
+			err := send(map[string]types.MessageAttributeValue{"trace": {DataType: aws.String("String.fdp" + rlo + "exe"), StringValue: aws.String("v")}})
+			requireEscaped(t, err, `data type 'String.fdp\u202eexe'`, "at character 10")
+			err = send(map[string]types.MessageAttributeValue{"trace": {DataType: aws.String("Binary." + rlo), BinaryValue: []byte{1}}})
+			requireEscaped(t, err, "data type")
+		})
+
+		tags, err := c.ListQueueTags(ctx, &awssqs.ListQueueTagsInput{QueueUrl: q.QueueUrl})
+		require.NoError(t, err)
+		require.Empty(t, tags.Tags)
+		require.Empty(t, s.items("tagged"))
+		_, err = c.GetQueueUrl(ctx, &awssqs.GetQueueUrlInput{QueueName: aws.String("tagged2")})
+		requireSQSError(t, err, "AWS.SimpleQueueService.NonExistentQueue")
+
+		// Visible non-ASCII text stays allowed in tags.
+		_, err = c.TagQueue(ctx, &awssqs.TagQueueInput{QueueUrl: q.QueueUrl, Tags: map[string]string{"équipe": "facturation 請求"}})
+		require.NoError(t, err)
+	})
+}
+
+// TestSQSPolicyLimit (issue 36, 8): a queue Policy over SQS's quota of 8,192
+// bytes is refused with InvalidAttributeValue naming the limit, on
+// CreateQueue and SetQueueAttributes; one at the limit is stored. Before, a
+// 20 MB policy was stored.
+func TestSQSPolicyLimit(t *testing.T) {
+	forEachBackend(t, func(t *testing.T, b backend) {
+		s := start(t, b)
+		c := s.sqsClient("test", "test")
+		policy := func(n int) string {
+			const head, tail = `{"Version":"2012-10-17","Statement":[],"Pad":"`, `"}`
+			return head + strings.Repeat("x", n-len(head)-len(tail)) + tail
+		}
+		_, err := c.CreateQueue(ctx, &awssqs.CreateQueueInput{QueueName: aws.String("p"), Attributes: map[string]string{"Policy": policy(8193)}})
+		requireSQSError(t, err, "InvalidAttributeValue", "Policy", "8193 bytes", "the limit is 8192 bytes")
+		_, err = c.GetQueueUrl(ctx, &awssqs.GetQueueUrlInput{QueueName: aws.String("p")})
+		requireSQSError(t, err, "AWS.SimpleQueueService.NonExistentQueue")
+
+		q, err := c.CreateQueue(ctx, &awssqs.CreateQueueInput{QueueName: aws.String("p"), Attributes: map[string]string{"Policy": policy(8192)}})
+		require.NoError(t, err)
+		_, err = c.SetQueueAttributes(ctx, &awssqs.SetQueueAttributesInput{QueueUrl: q.QueueUrl, Attributes: map[string]string{"Policy": policy(1 << 20)}})
+		requireSQSError(t, err, "InvalidAttributeValue", "Policy", "the limit is 8192 bytes")
+		// A formatted policy may hold tabs and newlines, not U+202E.
+		_, err = c.SetQueueAttributes(ctx, &awssqs.SetQueueAttributesInput{QueueUrl: q.QueueUrl, Attributes: map[string]string{"Policy": "{\n\t\"Version\": \"2012-10-17\"\r\n}"}})
+		require.NoError(t, err)
+		_, err = c.SetQueueAttributes(ctx, &awssqs.SetQueueAttributesInput{QueueUrl: q.QueueUrl, Attributes: map[string]string{"Policy": `{"Sid":"` + rlo + `"}`}})
+		requireSQSError(t, err, "InvalidAttributeValue", "Policy", "U+202E at character 8")
+
+		attrs, err := c.GetQueueAttributes(ctx, &awssqs.GetQueueAttributesInput{QueueUrl: q.QueueUrl, AttributeNames: []types.QueueAttributeName{"Policy"}})
+		require.NoError(t, err)
+		require.Equal(t, "{\n\t\"Version\": \"2012-10-17\"\r\n}", attrs.Attributes["Policy"])
+	})
+}
