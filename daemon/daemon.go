@@ -84,10 +84,10 @@ type Config struct {
 	MaxRequestBytes int64
 	// MaxInflightBytes is the server-wide in-flight request byte budget,
 	// in bytes, shared by /v1 and SQS (transport.Config.MaxInflightBytes):
-	// each request holds twice its body until it is answered; one that
+	// each request holds three times its body until it is answered; one that
 	// does not fit now is answered 503 with Retry-After. Defaults to 256 MiB
-	// (transport.DefaultMaxInflightBytes); Validate allows twice
-	// MaxRequestBytes to 64 GiB.
+	// (transport.DefaultMaxInflightBytes); Validate allows three times
+	// MaxRequestBytes (transport.RequestCost) to 64 GiB.
 	MaxInflightBytes int64
 	// MinFreeBytes is the Pebble store's free-space watermark, in bytes
 	// (pebble.Config.MinFreeBytes, ADR 0015): below it, produces, imports
@@ -196,7 +196,7 @@ func (c *Config) SetDefaults() {
 		c.MaxRequestBytes = transport.DefaultMaxRequestBytes
 	}
 	if c.MaxInflightBytes == 0 {
-		c.MaxInflightBytes = max(transport.DefaultMaxInflightBytes, 2*c.MaxRequestBytes)
+		c.MaxInflightBytes = max(transport.DefaultMaxInflightBytes, transport.RequestCost*c.MaxRequestBytes)
 	}
 	if c.BodyReadTimeout == 0 {
 		c.BodyReadTimeout = transport.DefaultBodyReadTimeout
@@ -232,8 +232,9 @@ func (c *Config) Validate() error {
 	if c.MaxRequestBytes < 1<<20 || c.MaxRequestBytes > 1<<30 {
 		return fmt.Errorf("max_request_bytes: %d is out of range 1048576 (1 MiB) to 1073741824 (1 GiB)", c.MaxRequestBytes)
 	}
-	if c.MaxInflightBytes < 2*c.MaxRequestBytes || c.MaxInflightBytes > 64<<30 {
-		return fmt.Errorf("max_inflight_bytes: %d is out of range %d (twice max_request_bytes) to 68719476736 (64 GiB)", c.MaxInflightBytes, 2*c.MaxRequestBytes)
+	if c.MaxInflightBytes < transport.RequestCost*c.MaxRequestBytes || c.MaxInflightBytes > 64<<30 {
+		return fmt.Errorf("max_inflight_bytes: %d is out of range %d (%d times max_request_bytes) to 68719476736 (64 GiB)",
+			c.MaxInflightBytes, transport.RequestCost*c.MaxRequestBytes, transport.RequestCost)
 	}
 	if c.BodyReadTimeout < time.Millisecond || c.BodyReadTimeout > time.Hour {
 		return fmt.Errorf("body_read_timeout: %s is out of range 1ms to 1h", c.BodyReadTimeout)

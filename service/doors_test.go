@@ -11,14 +11,21 @@ import (
 	"net"
 	"net/http"
 	"net/url"
+	"os"
+	"runtime"
+	"runtime/debug"
 	"strings"
+	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
 	"github.com/aws/aws-sdk-go-v2/aws"
 	v4 "github.com/aws/aws-sdk-go-v2/aws/signer/v4"
 	awssqs "github.com/aws/aws-sdk-go-v2/service/sqs"
+	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
+	"google.golang.org/protobuf/encoding/protowire"
 
 	pb "github.com/styxq/styx/styxpb"
 )
@@ -278,3 +285,138 @@ func (zeros) Read(p []byte) (int, error) {
 	return len(p), nil
 }
 
+
+// produceBody streams a protobuf queue.produce request of n items of size
+// bytes each (zeros) into queue, allocating nothing for the payloads, and
+// returns it with its length.
+func produceBody(queue string, n, size int) (io.Reader, int64) {
+	item := protowire.AppendTag(nil, 5, protowire.BytesType)
+	item = protowire.AppendVarint(item, uint64(size))
+	itemLen := len(item) + size
+	head := protowire.AppendTag(nil, 1, protowire.BytesType)
+	head = protowire.AppendString(head, queue)
+	head = protowire.AppendTag(head, 2, protowire.BytesType)
+	head = protowire.AppendString(head, "1m")
+	readers := []io.Reader{bytes.NewReader(head)}
+	total := int64(len(head))
+	for range n {
+		h := protowire.AppendTag(nil, 3, protowire.BytesType)
+		h = protowire.AppendVarint(h, uint64(itemLen))
+		h = append(h, item...)
+		readers = append(readers, bytes.NewReader(h), io.LimitReader(zeros{}, int64(size)))
+		total += int64(len(h) + size)
+	}
+	return io.MultiReader(readers...), total
+}
+
+// rss returns the process's resident set size, in bytes.
+func rss(t *testing.T) int64 {
+	b, err := os.ReadFile("/proc/self/status")
+	require.NoError(t, err)
+	for _, line := range strings.Split(string(b), "\n") {
+		if v, ok := strings.CutPrefix(line, "VmRSS:"); ok {
+			var kb int64
+			_, err := fmt.Sscanf(strings.TrimSpace(v), "%d kB", &kb)
+			require.NoError(t, err)
+			return kb << 10
+		}
+	}
+	t.Fatal("no VmRSS in /proc/self/status")
+	return 0
+}
+
+// TestMemoryBudget: finding 4. Sixteen concurrent 48 MB produces and six
+// unauthenticated 48 MB SQS bodies keep the server's memory growth under
+// its in-flight byte budget plus a small constant: what the budget cannot
+// hold now is answered 503 with Retry-After, and the produces it admits
+// succeed. The server runs in this process, so its RSS is the process's;
+// the clients stream their bodies without holding them.
+func TestMemoryBudget(t *testing.T) {
+	if testing.Short() {
+		t.Skip("moves 1 GB through the server")
+	}
+	const budget = 256 << 20
+	const slack = 160 << 20 // the Go runtime's, Pebble's memtable, the server's buffers
+	s, admin := startSQSAuth(t, backends(t)[1]) // pebble: items on disk, not in RSS
+	require.NoError(t, s.C.QueuesCreate(ctx, &pb.QueueInfo{QueueName: "big"}))
+	runtime.GC()
+	debug.FreeOSMemory()
+	base := rss(t)
+	var peak atomic.Int64
+	done := make(chan struct{})
+	sampled := make(chan struct{})
+	go func() {
+		defer close(sampled)
+		for {
+			if r := rss(t); r > peak.Load() {
+				peak.Store(r)
+			}
+			select {
+			case <-done:
+				return
+			case <-time.After(5 * time.Millisecond):
+			}
+		}
+	}()
+	var wg sync.WaitGroup
+	codes := make(chan int, 22)
+	for range 16 {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			body, n := produceBody("big", 10, 4_800_000)
+			req, err := http.NewRequestWithContext(ctx, http.MethodPost, s.d.Endpoint()+"/v1/queue.produce", body)
+			if !assert.NoError(t, err) {
+				return
+			}
+			req.ContentLength = n
+			req.Header.Set("Content-Type", "application/protobuf")
+			req.Header.Set("Authorization", "Bearer "+admin)
+			res, err := http.DefaultClient.Do(req)
+			if err != nil {
+				codes <- 0 // the server answered before taking the whole body
+				return
+			}
+			if res.StatusCode == 503 {
+				assert.NotEmpty(t, res.Header.Get("Retry-After"))
+			}
+			_, _ = io.Copy(io.Discard, res.Body)
+			_ = res.Body.Close()
+			codes <- res.StatusCode
+		}()
+	}
+	for range 6 {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			req, err := http.NewRequestWithContext(ctx, http.MethodPost, s.d.Endpoint()+"/",
+				io.MultiReader(strings.NewReader("Action=SendMessage&MessageBody="), io.LimitReader(zeros{}, 48_000_000)))
+			if !assert.NoError(t, err) {
+				return
+			}
+			req.ContentLength = 48_000_000 + int64(len("Action=SendMessage&MessageBody="))
+			req.Header.Set("Content-Type", "application/x-www-form-urlencoded")
+			res, err := http.DefaultClient.Do(req)
+			if err == nil {
+				assert.Equal(t, 403, res.StatusCode)
+				_ = res.Body.Close()
+			}
+		}()
+	}
+	wg.Wait()
+	close(done)
+	<-sampled
+	close(codes)
+	ok := 0
+	for c := range codes {
+		if c == 200 {
+			ok++
+		} else {
+			require.Contains(t, []int{0, 503}, c)
+		}
+	}
+	require.Positive(t, ok, "no produce was admitted")
+	growth := peak.Load() - base
+	t.Logf("RSS grew by %d MiB (budget %d MiB); %d of 16 produces admitted", growth>>20, budget>>20, ok)
+	require.Less(t, growth, int64(budget+slack), "RSS grew past the budget")
+}

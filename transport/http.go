@@ -56,11 +56,11 @@ type Config struct {
 	// DefaultMaxRequestBytes (64 MiB).
 	MaxRequestBytes int64
 	// MaxInflightBytes is the server-wide in-flight request byte budget,
-	// in bytes, shared by every door: each request is charged twice its
-	// body (its Content-Length, or as a chunked body arrives) until it is
+	// in bytes, shared by every door: each request is charged three times
+	// its body (its Content-Length, or as a chunked body arrives) until it is
 	// answered, and one the budget cannot hold now is answered 503 with
-	// Retry-After before more of its body is read. Must be at least twice
-	// MaxRequestBytes. 0 means DefaultMaxInflightBytes (256 MiB).
+	// Retry-After before more of its body is read. Must be at least RequestCost
+	// times MaxRequestBytes. 0 means DefaultMaxInflightBytes (256 MiB).
 	MaxInflightBytes int64
 	// BodyReadTimeout bounds how long a /v1 request's body may take to
 	// arrive once its headers are read; a body still incomplete then is

@@ -49,7 +49,8 @@ type serverSettings struct {
 	// MaxRequestBytes bounds a request body, in bytes. Defaults to 64 MiB.
 	MaxRequestBytes int64
 	// MaxInflightBytes is the server-wide in-flight request byte budget
-	// (daemon.Config.MaxInflightBytes). Defaults to 256 MiB.
+	// (daemon.Config.MaxInflightBytes). 0 (the default) is 256 MiB or three
+	// times MaxRequestBytes, whichever is larger.
 	MaxInflightBytes int64
 	// BodyReadTimeout bounds how long a request body may take to arrive.
 	// Defaults to 30s.
@@ -85,18 +86,17 @@ type serverSettings struct {
 // environment variable nor the config file sets them.
 func defaultServerSettings() serverSettings {
 	return serverSettings{
-		Listen:           "127.0.0.1:2319",
-		DataDir:          "./styx-data",
-		Storage:          daemon.StoragePebble,
-		Sync:             true,
-		SyncConsume:      true,
-		LogLevel:         slog.LevelInfo,
-		LogFormat:        "text",
-		ShutdownTimeout:  30 * time.Second,
-		MaxRequestBytes:  transport.DefaultMaxRequestBytes,
-		MaxInflightBytes: transport.DefaultMaxInflightBytes,
-		BodyReadTimeout:  transport.DefaultBodyReadTimeout,
-		MaxConnections:   daemon.DefaultMaxConnections,
+		Listen:          "127.0.0.1:2319",
+		DataDir:         "./styx-data",
+		Storage:         daemon.StoragePebble,
+		Sync:            true,
+		SyncConsume:     true,
+		LogLevel:        slog.LevelInfo,
+		LogFormat:       "text",
+		ShutdownTimeout: 30 * time.Second,
+		MaxRequestBytes: transport.DefaultMaxRequestBytes,
+		BodyReadTimeout: transport.DefaultBodyReadTimeout,
+		MaxConnections:  daemon.DefaultMaxConnections,
 	}
 }
 
@@ -357,8 +357,8 @@ func serverSettingTable() []serverSetting {
 		}},
 		{"max_inflight_bytes", "max-inflight-bytes", "STYX_MAX_INFLIGHT_BYTES", func(s *serverSettings, v string) error {
 			n, err := strconv.ParseInt(v, 10, 64)
-			if err != nil || n <= 0 {
-				return fmt.Errorf("%q is not a positive number of bytes such as 268435456", v)
+			if err != nil || n < 0 {
+				return fmt.Errorf("%q is not a number of bytes such as 268435456 (0: the default)", v)
 			}
 			s.MaxInflightBytes = n
 			return nil
@@ -466,9 +466,10 @@ func addServerFlags(fs *pflag.FlagSet) {
 	fs.Duration("shutdown-timeout", d.ShutdownTimeout, "how long a shutdown waits for in-flight requests (env STYX_SHUTDOWN_TIMEOUT)")
 	fs.Int64("max-request-bytes", d.MaxRequestBytes, "largest request body, in bytes (1 MiB to 1 GiB); "+
 		"a larger one is answered 400 (env STYX_MAX_REQUEST_BYTES)")
-	fs.Int64("max-inflight-bytes", d.MaxInflightBytes, "the server-wide budget of request bodies in flight, in bytes (at least twice "+
-		"--max-request-bytes): each request holds twice its body until answered; one that does not fit now is answered 503 "+
-		"with Retry-After before its body is read (docs/security.md) (env STYX_MAX_INFLIGHT_BYTES)")
+	fs.Int64("max-inflight-bytes", d.MaxInflightBytes, "the server-wide budget of request bodies in flight, in bytes (at least three times "+
+		"--max-request-bytes): each request holds three times its body until answered; one that does not fit now is answered 503 "+
+		"with Retry-After before its body is read; 0 is 256 MiB or three times --max-request-bytes, whichever is larger "+
+		"(docs/security.md) (env STYX_MAX_INFLIGHT_BYTES)")
 	fs.Duration("body-read-timeout", d.BodyReadTimeout, "how long a request body may take to arrive once its headers are read (1ms to 1h); "+
 		"a slower one is answered 408 and its connection closed; long-poll leases still wait their request_timeout (env STYX_BODY_READ_TIMEOUT)")
 	fs.Int("max-connections", d.MaxConnections, "most open connections to the API, idle keep-alive ones included (1 to 1000000); "+
