@@ -51,7 +51,15 @@ func (it *Item) Deadline() time.Time {
 //   - RetryAfter(d, err): retried after d instead of the backoff;
 //   - Dead(err): dead-lettered now (reason "explicit"), err's text kept.
 //
-// A panic is recovered and treated as an error (see Config.PanicStackLines).
+// A panic is recovered and treated as an error (see Config.PanicStackLines),
+// whatever its value; so is a runtime.Goexit (t.FailNow in a handler), after
+// which a new goroutine takes the handler's place. An error's text is kept
+// as the server stores it: invalid UTF-8 replaced by U+FFFD, then cut on a
+// rune boundary to 4096 bytes. An error whose Error method panics (a nil
+// pointer of an error type) is recorded as such; Dead and RetryAfter are
+// found as errors.As would, up to 100 errors deep, and not behind an Unwrap
+// or As method that panics.
+//
 // ctx is cancelled when the lease is lost (ErrLeaseLost, see
 // context.Cause) or when a shutdown outlasts Config.ShutdownTimeout.
 type Handler interface {
@@ -87,7 +95,7 @@ func (e *deadError) Error() string {
 	if e.err == nil {
 		return "dead-lettered by the handler"
 	}
-	return e.err.Error()
+	return errorString(e.err)
 }
 func (e *deadError) Unwrap() error { return e.err }
 
@@ -108,7 +116,7 @@ func (e *retryAfterError) Error() string {
 	if e.err == nil {
 		return "retry requested by the handler"
 	}
-	return e.err.Error()
+	return errorString(e.err)
 }
 func (e *retryAfterError) Unwrap() error { return e.err }
 

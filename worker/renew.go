@@ -67,8 +67,10 @@ func (w *Worker) renew(ctx context.Context, partition int32, js []*job) {
 	deadline := earliestDeadline(js)
 	// The deadline is the server's time, read on the worker's clock.
 	callCtx, cancel := context.WithTimeout(ctx, deadline.Sub(w.cfg.Clock.Now()))
-	res, err := w.c.QueueRenew(callCtx, &pb.QueueRenewRequest{
-		QueueName: w.cfg.Queue, Partition: partition, Ids: ids, LeaseTimeout: w.leaseTimeout(),
+	res, err := protect("queue.renew", func() (*pb.QueueRenewResponse, error) {
+		return w.c.QueueRenew(callCtx, &pb.QueueRenewRequest{
+			QueueName: w.cfg.Queue, Partition: partition, Ids: ids, LeaseTimeout: w.leaseTimeout(),
+		})
 	})
 	cancel()
 	now := w.cfg.Clock.Now()

@@ -23,6 +23,11 @@
 // item when they run out. Delivery is at least once: a handler may see an
 // item again if its complete was lost (a crash between the handler and the
 // acknowledgement, or a lease that could not be renewed).
+//
+// The worker never takes its user's process down: a panic in a handler or
+// in any callback of Config is recovered (a handler's becomes a failed
+// attempt with the panic as its error), and any error a handler returns is
+// recorded, whatever its text or its methods do (see Handler).
 package worker
 
 import (
@@ -38,7 +43,6 @@ import (
 	"sync"
 	"sync/atomic"
 	"time"
-	"unicode/utf8"
 
 	"github.com/prometheus/client_golang/prometheus"
 	"google.golang.org/protobuf/types/known/timestamppb"
@@ -83,7 +87,8 @@ type Config struct {
 	// Backoff returns how long an item waits before its next attempt after
 	// its handler failed, given the attempts so far (1 after the first
 	// delivery). Default DefaultBackoff (exponential with jitter, 0.5s to 10
-	// minutes). RetryAfter overrides it per item.
+	// minutes). RetryAfter overrides it per item. If it panics, the panic
+	// is logged and DefaultBackoff used.
 	Backoff func(attempts int32) time.Duration
 	// ShutdownTimeout is how long Run waits for running handlers once its
 	// context is cancelled; then it cancels their contexts (cause
@@ -100,7 +105,8 @@ type Config struct {
 	// ClientID identifies the worker's lease requests to the server; unique
 	// per worker. Default "<hostname>-<pid>-<random>".
 	ClientID string
-	// Middleware wrap Handler, the first outermost.
+	// Middleware wrap Handler, the first outermost. New calls each once;
+	// one that panics or returns nil is an error from New.
 	Middleware []Middleware
 	// PanicStackLines is how many lines of the goroutine stack (below the
 	// panic) a recovered panic's error text keeps; it starts with "panic: "
@@ -108,18 +114,21 @@ type Config struct {
 	// The whole text is cut to 4096 bytes, the server's limit.
 	PanicStackLines int
 	// Logger receives the worker's logs, each with the queue's name.
-	// Default slog.Default().
+	// Default slog.Default(). A record whose handling panics (in the
+	// logger's slog.Handler) is dropped.
 	Logger *slog.Logger
 	// Metrics, when set, registers the worker's Prometheus metrics (see
 	// docs/metrics.md, styx_worker_*), labelled with the queue. Several
-	// workers may share one registerer. Default nil: no metrics.
+	// workers may share one registerer. Default nil: no metrics. A
+	// registration that fails or panics is an error from New.
 	Metrics prometheus.Registerer
 	// Clock is the time the worker reads and waits on: renewals (half a
 	// lease after the server's lease deadline), Backoff and RetryAfter
 	// times, ShutdownTimeout, LeaseWait's long poll and the backoffs
 	// between failed calls. Default the system clock; tests pass a fake
 	// one, shared with a server on the same fake time, to move leases
-	// without sleeping.
+	// without sleeping. A call that panics, or an After that returns a nil
+	// channel, is answered by the system clock (the first one logged).
 	Clock Clock
 }
 
@@ -174,6 +183,9 @@ type job struct {
 	// renewAt is when the renewer next renews the lease (guarded by
 	// Worker.mu).
 	renewAt time.Time
+	// handled is set once the handler returned (owned by the handler's
+	// goroutine).
+	handled bool
 }
 
 // New validates cfg and returns a worker for the queue cfg.Queue. It does
@@ -226,17 +238,27 @@ func New(c *styx.Client, cfg Config) (*Worker, error) {
 	if cfg.Logger == nil {
 		cfg.Logger = slog.Default()
 	}
-	m, err := newMetrics(cfg.Metrics, cfg.Queue)
+	log := slog.New(safeLogHandler{cfg.Logger.Handler()}).With("queue", cfg.Queue)
+	if _, system := cfg.Clock.(realClock); !system {
+		cfg.Clock = &safeClock{c: cfg.Clock, log: log}
+	}
+	m, err := protect("registering the metrics", func() (*workerMetrics, error) { return newMetrics(cfg.Metrics, cfg.Queue) })
 	if err != nil {
 		return nil, fmt.Errorf("styx worker: Metrics: %w", err)
 	}
 	h := cfg.Handler
 	for i := len(cfg.Middleware) - 1; i >= 0; i-- {
-		h = cfg.Middleware[i](h)
+		what := fmt.Sprintf("Middleware[%d]", i)
+		if h, err = protect(what, func() (Handler, error) { return cfg.Middleware[i](h), nil }); err != nil {
+			return nil, err
+		}
+		if h == nil {
+			return nil, fmt.Errorf("styx worker: %s returned a nil Handler", what)
+		}
 	}
 	return &Worker{
 		c: c, cfg: cfg, m: m, handler: h,
-		log:       cfg.Logger.With("queue", cfg.Queue),
+		log:       log,
 		held:      map[heldKey]*job{},
 		renewWake: make(chan struct{}, 1),
 	}, nil
@@ -277,12 +299,7 @@ func (w *Worker) Run(ctx context.Context) error {
 	go func() { defer close(acked); w.ackLoop(acks) }()
 	var handlers sync.WaitGroup
 	for range w.cfg.Concurrency {
-		handlers.Go(func() {
-			for j := range jobs {
-				w.runJob(ctx, j, acks)
-				<-tokens
-			}
-		})
+		handlers.Go(func() { w.handleJobs(ctx, jobs, tokens, acks, &handlers) })
 	}
 
 	w.leaseLoop(ctx, base, tokens, jobs)
@@ -339,8 +356,10 @@ func (w *Worker) leaseLoop(ctx, base context.Context, tokens chan struct{}, jobs
 			}
 		}
 		start := w.cfg.Clock.Now()
-		res, err := w.c.QueueLease(ctx, &pb.QueueLeaseRequest{
-			QueueName: w.cfg.Queue, BatchSize: int32(n), ClientId: w.cfg.ClientID, RequestTimeout: w.cfg.LeaseWait.String(),
+		res, err := protect("queue.lease", func() (*pb.QueueLeaseResponse, error) {
+			return w.c.QueueLease(ctx, &pb.QueueLeaseRequest{
+				QueueName: w.cfg.Queue, BatchSize: int32(n), ClientId: w.cfg.ClientID, RequestTimeout: w.cfg.LeaseWait.String(),
+			})
 		})
 		got := 0
 		if err == nil {
@@ -414,6 +433,39 @@ func (w *Worker) forget(j *job) {
 	j.cancel(nil)
 }
 
+// handleJobs runs the handler on each job until jobs is closed, freeing
+// the job's token (a slot) after each. If user code ends the goroutine with
+// runtime.Goexit (a handler calling t.FailNow), the item is retried with
+// errGoexit (or let go, if its handler had returned), its token freed, and
+// a new goroutine takes this one's place.
+func (w *Worker) handleJobs(ctx context.Context, jobs <-chan *job, tokens chan struct{}, acks chan<- *job, handlers *sync.WaitGroup) {
+	var current *job
+	defer func() {
+		if current == nil {
+			return // jobs was closed
+		}
+		j := current
+		w.log.Error("runtime.Goexit in the worker's handler goroutine; a new one takes its place",
+			"partition", j.it.Partition, "id", j.it.ID, "attempts", j.it.Attempts, "handler_returned", j.handled)
+		if j.handled {
+			// Goexit after the handler (in a Backoff, Clock or Logger):
+			// whether the item was acknowledged is unknown; if not, its
+			// lease expires and it comes back.
+			w.forget(j)
+		} else {
+			w.finish(j, errGoexit, acks)
+		}
+		<-tokens
+		handlers.Go(func() { w.handleJobs(ctx, jobs, tokens, acks, handlers) })
+	}()
+	for j := range jobs {
+		current = j
+		w.runJob(ctx, j, acks)
+		current = nil
+		<-tokens
+	}
+}
+
 // runJob runs the handler on one item and acknowledges the result:
 // completes go to the batching acknowledger (acks), retries are sent here.
 func (w *Worker) runJob(runCtx context.Context, j *job, acks chan<- *job) {
@@ -432,12 +484,23 @@ func (w *Worker) runJob(runCtx context.Context, j *job, acks chan<- *job) {
 	}
 	start := w.cfg.Clock.Now()
 	err := w.call(j)
+	j.handled = true
 	w.m.duration.Observe(w.cfg.Clock.Now().Sub(start).Seconds())
+	w.finish(j, err, acks)
+}
+
+// finish acknowledges what j's handler returned: a complete goes to the
+// batching acknowledger (acks), a retry or release is sent here.
+func (w *Worker) finish(j *job, err error, acks chan<- *job) {
 	cause := context.Cause(j.ctx)
 	switch {
 	case errors.Is(cause, ErrLeaseLost):
+		handlerError := ""
+		if err != nil {
+			handlerError = errorText(err)
+		}
 		w.log.Warn("lease lost while the handler ran; the item was neither completed nor retried",
-			"partition", j.it.Partition, "id", j.it.ID, "attempts", j.it.Attempts, "handler_error", err)
+			"partition", j.it.Partition, "id", j.it.ID, "attempts", j.it.Attempts, "handler_error", handlerError)
 		w.m.items.WithLabelValues("lost").Inc()
 		w.forget(j)
 	case err == nil:
@@ -449,15 +512,26 @@ func (w *Worker) runJob(runCtx context.Context, j *job, acks chan<- *job) {
 	}
 }
 
-// call runs the handler, turning a panic into an error.
+// call runs the handler, turning a panic into an error. (A runtime.Goexit
+// goes on to handleJobs.)
 func (w *Worker) call(j *job) (err error) {
+	returned := false
 	defer func() {
-		if r := recover(); r != nil {
+		r := recover()
+		switch {
+		case r != nil:
 			w.m.panics.Inc()
 			err = &panicError{text: panicText(r, w.cfg.PanicStackLines)}
+		case !returned:
+			// runtime.Goexit, which goes on past this function (to
+			// handleJobs); or panic(nil) under GODEBUG=panicnil=1, which
+			// returns this error.
+			err = &panicError{text: "panic: nil"}
 		}
 	}()
-	return w.handler.Handle(j.ctx, j.it)
+	err = w.handler.Handle(j.ctx, j.it)
+	returned = true
+	return err
 }
 
 // panicError is a recovered handler panic.
@@ -468,7 +542,7 @@ func (e *panicError) Error() string { return e.text }
 // panicText is "panic: <value>" and up to lines lines of the stack below
 // the panic.
 func panicText(r any, lines int) string {
-	text := fmt.Sprintf("panic: %v", r)
+	text := "panic: " + panicValue(r)
 	if lines < 0 {
 		return text
 	}
@@ -487,37 +561,21 @@ func panicText(r any, lines int) string {
 	return text + "\n" + strings.Join(stack, "\n")
 }
 
-// errorText is err's text cut to the server's limit on a rune boundary.
-func errorText(err error) string {
-	s := err.Error()
-	if s == "" {
-		s = fmt.Sprintf("%T with no text", err)
-	}
-	if len(s) <= maxErrorBytes {
-		return s
-	}
-	s = s[:maxErrorBytes]
-	for len(s) > 0 && !utf8.ValidString(s[len(s)-3:]) {
-		s = s[:len(s)-1]
-	}
-	return s
-}
-
 // retry sends the failed item back (with a backoff or RetryAfter's delay)
 // or to the dead-letter queue (Dead), and logs what the server did.
 func (w *Worker) retry(j *job, err error) {
-	ri := &pb.QueueRetryItem{Id: j.it.ID, Error: errorText(err)}
-	var dead *deadError
-	var after *retryAfterError
+	text := errorText(err)
+	ri := &pb.QueueRetryItem{Id: j.it.ID, Error: text}
+	dead, after := classify(err)
 	switch {
-	case errors.As(err, &dead):
+	case dead:
 		ri.Dead = true
-	case errors.As(err, &after):
-		if after.d > 0 {
-			ri.RetryAt = timestamppb.New(w.cfg.Clock.Now().Add(after.d))
+	case after != nil:
+		if *after > 0 {
+			ri.RetryAt = timestamppb.New(w.cfg.Clock.Now().Add(*after))
 		}
 	default:
-		if d := w.cfg.Backoff(j.it.Attempts); d > 0 {
+		if d := w.backoff(j.it.Attempts); d > 0 {
 			ri.RetryAt = timestamppb.New(w.cfg.Clock.Now().Add(d))
 		}
 	}
@@ -532,12 +590,13 @@ func (w *Worker) retry(j *job, err error) {
 	if len(res.GetOutcomes()) == 1 {
 		o = res.Outcomes[0]
 	}
-	w.logOutcome(j, o, err)
+	w.logOutcome(j, o, text)
 }
 
-// logOutcome logs and counts what became of a retried item.
-func (w *Worker) logOutcome(j *job, o *pb.QueueRetryOutcome, err error) {
-	attrs := []any{"partition", j.it.Partition, "id", j.it.ID, "attempts", j.it.Attempts, "error", errorText(err)}
+// logOutcome logs and counts what became of a retried item whose handler
+// failed with errText.
+func (w *Worker) logOutcome(j *job, o *pb.QueueRetryOutcome, errText string) {
+	attrs := []any{"partition", j.it.Partition, "id", j.it.ID, "attempts", j.it.Attempts, "error", errText}
 	switch o.GetOutcome() {
 	case "dead_lettered":
 		w.m.items.WithLabelValues("dead").Inc()
@@ -632,7 +691,7 @@ func (w *Worker) send(deadline time.Time, what string, js []*job, call func(ctx 
 	wait := 50 * time.Millisecond
 	for {
 		ctx, cancel := context.WithTimeout(context.Background(), max(deadline.Sub(w.cfg.Clock.Now()), time.Second))
-		res, err := call(ctx, ids)
+		res, err := protect(what, func() (*pb.QueueRetryResponse, error) { return call(ctx, ids) })
 		cancel()
 		switch {
 		case err == nil:
