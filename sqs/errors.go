@@ -6,10 +6,10 @@ import (
 	"errors"
 	"fmt"
 	"net/http"
-	"strings"
 
 	"github.com/styxq/styx/internal/apierr"
 	"github.com/styxq/styx/internal/auth"
+	"github.com/styxq/styx/internal/queue"
 	"github.com/styxq/styx/internal/store"
 )
 
@@ -77,7 +77,9 @@ func batchError(typ, format string, args ...any) *Error {
 }
 
 // toError maps any error onto the SQS error answered for it: an *Error as
-// it is; a Styx client error (apierr) by its code; a storage failure as
+// it is; a queue that does not exist (queue.ErrQueueNotFound, or the
+// storage's store.ErrQueueNotFound) as QueueDoesNotExist; a Styx client
+// error (apierr) by its code; a storage failure as
 // ServiceUnavailable (503, which the SDKs retry); anything else as
 // InternalFailure (500, logged, no detail).
 func toError(err error) (*Error, bool) {
@@ -88,10 +90,11 @@ func toError(err error) (*Error, bool) {
 	if se, ok := auth.IsSigV4Error(err); ok {
 		return &Error{Type: se.Code, Status: http.StatusForbidden, Message: se.Message}, false
 	}
+	if errors.Is(err, queue.ErrQueueNotFound) || errors.Is(err, store.ErrQueueNotFound) {
+		return errNoQueue, false
+	}
 	if ae, ok := apierr.As(err); ok {
 		switch {
-		case strings.HasPrefix(ae.Message, "queue does not exist"):
-			return errNoQueue, false
 		case ae.Code == apierr.Invalid || ae.Code == apierr.BadContent:
 			return invalidParameter("%s", ae.Message), false
 		case ae.Code == apierr.Retry || ae.Code == apierr.Unavailable || ae.Code == apierr.Overloaded:

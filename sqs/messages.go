@@ -14,9 +14,7 @@ import (
 	"strings"
 	"time"
 
-	"github.com/styxq/styx/internal/apierr"
 	"github.com/styxq/styx/internal/auth"
-	"github.com/styxq/styx/internal/engine"
 	"github.com/styxq/styx/internal/queue"
 	"github.com/styxq/styx/internal/text"
 )
@@ -282,7 +280,7 @@ func (h *Handler) receiveMessage(ctx context.Context, r *request) (any, error) {
 		wait = shortPoll
 	}
 	res, err := q.Lease(ctx, queue.LeaseParams{BatchSize: n, ClientID: "sqs-" + randomHex(8), Owner: auth.KeyName(ctx), Timeout: wait})
-	if errors.Is(err, engine.ErrNoItems) || err == engine.ErrNoItems {
+	if errors.Is(err, queue.ErrNoItems) {
 		return receiveMessageOutput{}, nil
 	}
 	if err != nil {
@@ -414,10 +412,11 @@ func decodeHandle(info queue.QueueInfo, s string) (handle, error) {
 }
 
 // isStale reports whether err is the queue's answer to an id that is not
-// leased: the receive the handle names has ended.
+// leased (queue.ErrNotLeased: the receive the handle names has ended) or
+// that a batch names twice (queue.ErrDuplicateID: the second is stale once
+// the first is done).
 func isStale(err error) bool {
-	ae, ok := apierr.As(err)
-	return ok && ae.Code == apierr.Invalid && strings.HasPrefix(ae.Message, "invalid ids")
+	return errors.Is(err, queue.ErrNotLeased) || errors.Is(err, queue.ErrDuplicateID)
 }
 
 type receiptInput struct {

@@ -54,14 +54,28 @@ const (
 type Error struct {
 	Code    Code
 	Message string
+	// Err is the sentinel the error is an instance of, such as
+	// queue.ErrQueueNotFound, or nil: errors.Is(e, Err) holds, so a door
+	// recognises an error by its sentinel and never by its message text.
+	// It is not shown to the client.
+	Err error
 }
 
 // Error returns the message.
 func (e *Error) Error() string { return e.Message }
 
+// Unwrap returns Err.
+func (e *Error) Unwrap() error { return e.Err }
+
 // New returns an Error with a formatted message.
 func New(code Code, format string, args ...any) *Error {
 	return &Error{Code: code, Message: fmt.Sprintf(format, args...)}
+}
+
+// Wrap returns an Error with a formatted message whose chain holds sentinel
+// (errors.Is(err, sentinel)).
+func Wrap(sentinel error, code Code, format string, args ...any) *Error {
+	return &Error{Code: code, Message: fmt.Sprintf(format, args...), Err: sentinel}
 }
 
 // Invalidf returns an Invalid (400) error.

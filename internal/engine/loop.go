@@ -45,8 +45,9 @@ const (
 // leases still waiting when it stops (454).
 var ErrShuttingDown = apierr.New(apierr.Retry, "server shutting down; retry on another node or after restart")
 
-// ErrNoItems answers a waiting lease whose request timeout passed (454).
-var ErrNoItems = apierr.New(apierr.Retry, "request timeout; no items are in the queue, try again")
+// ErrNoItems answers a waiting lease whose request timeout passed (454):
+// the domain's queue.ErrNoItems, which the doors check for.
+var ErrNoItems = queue.ErrNoItems
 
 // Request is one call into a loop: an Op, or, for a lease, a LeaseWait
 // (the request waits among the loop's Waiters instead of reaching the

@@ -27,6 +27,8 @@ import (
 type Queue interface {
 	Name() string
 	Produce(ctx context.Context, items []ProduceItem) error
+	// Lease leases up to p.BatchSize items, waiting up to p.Timeout for
+	// one; ErrNoItems when none came before then.
 	Lease(ctx context.Context, p LeaseParams) (LeaseResult, error)
 	Complete(ctx context.Context, partition int32, ids []uint64) error
 	Retry(ctx context.Context, partition int32, items []RetryItem) ([]RetryOutcome, error)
@@ -74,7 +76,8 @@ type Queues interface {
 }
 
 // NotLeased is the apierr.Invalid error for ids that are not leased (or
-// whose lease has expired) in partition n of queue: it names every one.
+// whose lease has expired) in partition n of queue: it names every one and
+// wraps ErrNotLeased.
 func NotLeased(ids []uint64, n int32, queue string) error {
 	quoted := make([]string, len(ids))
 	for i, id := range ids {
@@ -84,5 +87,5 @@ func NotLeased(ids []uint64, n int32, queue string) error {
 	if len(ids) > 1 {
 		verb = "are"
 	}
-	return apierr.Invalidf("invalid ids; %s %s not leased in partition %d of queue '%s'", strings.Join(quoted, ", "), verb, n, queue)
+	return apierr.Wrap(ErrNotLeased, apierr.Invalid, "invalid ids; %s %s not leased in partition %d of queue '%s'", strings.Join(quoted, ", "), verb, n, queue)
 }

@@ -18,9 +18,9 @@ func Exists(name string) error {
 // NotFound is the error for a queue that does not exist: apierr.Invalid
 // (400) with Querator's message "queue does not exist; no such queue named
 // '<name>'", on every path, not 404 (404 is for Styx's own resources, such
-// as a redrive task; docs/wire-contract.md).
+// as a redrive task; docs/wire-contract.md). It wraps ErrQueueNotFound.
 func NotFound(name string) error {
-	return apierr.Invalidf("queue does not exist; no such queue named '%s'", name)
+	return apierr.Wrap(ErrQueueNotFound, apierr.Invalid, "queue does not exist; no such queue named '%s'", name)
 }
 
 // ValidateCreate checks a new queue against the stored ones (all, by name):

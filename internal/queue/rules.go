@@ -22,16 +22,17 @@ func CheckPartition(queue string, partitions, n int32) error {
 }
 
 // CheckLeased returns an apierr.Invalid error naming the first of ids that
-// leased reports as not under a live lease in partition n, or that appears
-// twice; nil when every id is leased there, once. (complete, retry)
+// leased reports as not under a live lease in partition n (wrapping
+// ErrNotLeased), or that appears twice (wrapping ErrDuplicateID); nil when
+// every id is leased there, once. (complete, retry)
 func CheckLeased(queue string, n int32, ids []uint64, leased func(id uint64) bool) error {
 	seen := make(map[uint64]bool, len(ids))
 	for _, id := range ids {
 		if !leased(id) {
-			return apierr.Invalidf("invalid ids; '%s' is not leased in partition %d of queue '%s'", FormatID(id), n, queue)
+			return apierr.Wrap(ErrNotLeased, apierr.Invalid, "invalid ids; '%s' is not leased in partition %d of queue '%s'", FormatID(id), n, queue)
 		}
 		if seen[id] {
-			return apierr.Invalidf("invalid ids; '%s' appears more than once", FormatID(id))
+			return apierr.Wrap(ErrDuplicateID, apierr.Invalid, "invalid ids; '%s' appears more than once", FormatID(id))
 		}
 		seen[id] = true
 	}
@@ -39,7 +40,7 @@ func CheckLeased(queue string, n int32, ids []uint64, leased func(id uint64) boo
 }
 
 // CheckRenew checks a renew of ids in partition n: an id that appears twice
-// is an apierr.Invalid error naming it; else every id that live reports as
+// is an apierr.Invalid error naming it (ErrDuplicateID); else every id that live reports as
 // not under a live lease there is named by one NotLeased error. It returns
 // the new lease deadline (Unix ns): now + timeout, or the queue's
 // lease_timeout when timeout is 0.
@@ -48,7 +49,7 @@ func CheckRenew(info QueueInfo, n int32, ids []uint64, timeout time.Duration, no
 	seen := make(map[uint64]bool, len(ids))
 	for _, id := range ids {
 		if seen[id] {
-			return 0, apierr.Invalidf("invalid ids; '%s' appears more than once", FormatID(id))
+			return 0, apierr.Wrap(ErrDuplicateID, apierr.Invalid, "invalid ids; '%s' appears more than once", FormatID(id))
 		}
 		seen[id] = true
 		if !live(id) {

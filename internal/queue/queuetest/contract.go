@@ -94,6 +94,9 @@ var coverageRows = []row{
 		requireInvalid(e.t, err, msg)
 		requireInvalid(e.t, e.qs.Update(e.ctx, "nope", func(i *queue.QueueInfo) error { i.MaxAttempts = 3; return nil }), msg)
 		requireInvalid(e.t, e.qs.Delete(e.ctx, "nope"), msg)
+		for _, err := range []error{err, e.qs.Delete(e.ctx, "nope")} {
+			require.ErrorIs(e.t, err, queue.ErrQueueNotFound, "the doors recognise it by its sentinel")
+		}
 		require.Empty(e.t, e.queueNames(queue.ListQueuesParams{}))
 	}},
 	{"CreateExistingIsInvalid", func(e *env) {
@@ -271,6 +274,10 @@ var coverageRows = []row{
 		requireNotLeased(e.t, err, x.ID)
 		_, err = q.Renew(e.ctx, other, []uint64{x.ID}, 0)
 		requireNotLeased(e.t, err, x.ID)
+		// The same id twice in one call.
+		require.ErrorIs(e.t, q.Complete(e.ctx, part, []uint64{x.ID, x.ID}), queue.ErrDuplicateID)
+		_, err = q.Renew(e.ctx, part, []uint64{x.ID, x.ID}, 0)
+		require.ErrorIs(e.t, err, queue.ErrDuplicateID)
 		c, _ := e.counts(q)
 		require.Equal(e.t, counts{total: 1, leased: 1}, c)
 		require.NoError(e.t, q.Complete(e.ctx, part, []uint64{x.ID}))

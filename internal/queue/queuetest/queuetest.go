@@ -294,6 +294,7 @@ func requireNotLeased(t *testing.T, err error, id uint64) {
 	require.Equal(t, apierr.Invalid, ae.Code)
 	require.Contains(t, ae.Message, "'"+queue.FormatID(id)+"'")
 	require.Contains(t, ae.Message, "not leased")
+	require.ErrorIs(t, err, queue.ErrNotLeased, "the doors recognise it by its sentinel")
 }
 
 func payloads(items []queue.LeasedItem) []string {
@@ -393,6 +394,7 @@ var rows = []row{
 		require.True(e.t, ok, "%v", err)
 		require.Equal(e.t, apierr.Retry, ae.Code)
 		require.Equal(e.t, "request timeout; no items are in the queue, try again", ae.Message)
+		require.ErrorIs(e.t, err, queue.ErrNoItems, "the doors recognise it by its sentinel")
 		e.waitLeaseWaiting(q, 0)
 	}},
 	{"LeaseIsExclusive", func(e *env) {

@@ -1,0 +1,28 @@
+package queue
+
+import (
+	"errors"
+
+	"github.com/styxq/styx/internal/apierr"
+)
+
+// The domain's sentinels. The errors this package and the engine build for
+// these cases are apierr.Error values wrapping them (apierr.Wrap), so every
+// door recognises them with errors.Is and maps them onto its own codes
+// (/v1 through transport, SQS through sqs.toError), never by message text.
+var (
+	// ErrQueueNotFound: the named queue does not exist (NotFound).
+	ErrQueueNotFound = errors.New("queue does not exist")
+	// ErrNotLeased: an id of a complete, retry or renew is not under a
+	// live lease in its partition: never leased, its lease expired, or
+	// already completed (CheckLeased, NotLeased).
+	ErrNotLeased = errors.New("not leased")
+	// ErrDuplicateID: an id appears more than once in one complete,
+	// retry or renew (CheckLeased, CheckRenew).
+	ErrDuplicateID = errors.New("id appears more than once")
+)
+
+// ErrNoItems answers a lease that waited its whole request timeout with no
+// item to hand out: apierr.Retry (454), which the client retries. The
+// engine answers it (engine.ErrNoItems is this value).
+var ErrNoItems = apierr.New(apierr.Retry, "request timeout; no items are in the queue, try again")
