@@ -16,6 +16,7 @@ import (
 
 	styx "github.com/styxq/styx"
 	"github.com/styxq/styx/daemon"
+	"github.com/styxq/styx/transport"
 	pb "github.com/styxq/styx/styxpb"
 )
 
@@ -46,7 +47,7 @@ func TestBodyReadTimeout(t *testing.T) {
 		cfg.BodyReadTimeout = 300 * time.Millisecond
 		// Room for every stalled body's charge: this test is about the
 		// read timeout, TestMemoryBudget about the budget.
-		cfg.MaxInflightBytes = conns * 2 * 64 << 20
+		cfg.MaxInflightBytes = conns * transport.RequestCost * 64 << 20
 	})
 	alloc := allocated(func() {
 		var cs []net.Conn
