@@ -285,7 +285,6 @@ func (zeros) Read(p []byte) (int, error) {
 	return len(p), nil
 }
 
-
 // produceBody streams a protobuf queue.produce request of n items of size
 // bytes each (zeros) into queue, allocating nothing for the payloads, and
 // returns it with its length.
@@ -332,7 +331,7 @@ func TestMemoryBudget(t *testing.T) {
 		t.Skip("moves 1 GB through the server")
 	}
 	const budget = 256 << 20
-	const slack = 160 << 20 // the Go runtime's, Pebble's memtable, the server's buffers
+	const slack = 160 << 20                     // the Go runtime's, Pebble's memtable, the server's buffers
 	s, admin := startSQSAuth(t, backends(t)[1]) // pebble: items on disk, not in RSS
 	require.NoError(t, s.C.QueuesCreate(ctx, &pb.QueueInfo{QueueName: "big"}))
 	runtime.GC()

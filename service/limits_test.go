@@ -16,8 +16,8 @@ import (
 
 	styx "github.com/styxq/styx"
 	"github.com/styxq/styx/daemon"
-	"github.com/styxq/styx/transport"
 	pb "github.com/styxq/styx/styxpb"
+	"github.com/styxq/styx/transport"
 )
 
 // Resource limits per request (issue 23). These tests measure the
