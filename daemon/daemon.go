@@ -579,10 +579,13 @@ func (d *Daemon) serve(ctx context.Context, m backend, tasks store.TaskStore, ks
 		MaxInflightBytes: cfg.MaxInflightBytes,
 		BodyReadTimeout:  cfg.BodyReadTimeout, Keys: keys, Auth: cfg.Auth, UI: ui, AllowedHosts: cfg.AllowedHosts,
 		Health: func() string {
-			if guard == nil {
-				return ""
+			if guard != nil {
+				return guard.Health()
 			}
-			return guard.Health()
+			if h, ok := m.(interface{ Health() string }); ok {
+				return h.Health() // postgres: can the database take writes?
+			}
+			return ""
 		},
 	})
 	d.listener, err = net.Listen("tcp", cfg.Listen)

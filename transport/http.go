@@ -90,9 +90,10 @@ type Config struct {
 	// rebinding (issue 24). Ignored with Auth (a rebinding page holds no
 	// key). Empty: loopback names only.
 	AllowedHosts []string
-	// Health, when set, says why storage is degraded ("" when it is not):
-	// GET /health then answers {"status":"degraded: <why>"} (still 200:
-	// the server is up and serves reads). Nil: always "ok".
+	// Health, when set, says why the server cannot take writes ("" when it
+	// can): GET /health and /readyz then answer 503
+	// {"status":"degraded: <why>"}, GET /livez 200 with the same status
+	// (serveHealth). Nil: always "ok".
 	Health func() string
 	// SQS, when set, serves the Amazon SQS API: a POST carrying
 	// "X-Amz-Target: AmazonSQS.<Action>" (the JSON protocol), or a form POST

@@ -43,7 +43,7 @@ const (
 func (h *Handler) route(r *http.Request) door {
 	p := r.URL.Path
 	switch {
-	case p == "/health":
+	case p == "/health" || p == "/livez" || p == "/readyz":
 		return doorHealth
 	case p == "/metrics":
 		return doorMetrics
@@ -332,21 +332,31 @@ func (h *Handler) logRefused(r *http.Request, rec *audit.Record, code int) {
 	h.cfg.Log.Warn("request refused", attrs...)
 }
 
-// serveHealth answers GET /health: {"status":"ok"} or
-// {"status":"degraded: <why>"}.
+// serveHealth answers the probes, by status code and with the reason in
+// the body: GET /health and GET /readyz answer 200 {"status":"ok"} when the
+// server takes writes, and 503 {"status":"degraded: <why>"} when it refuses
+// them (storage read-only or full, PostgreSQL unreachable or read-only):
+// what a load balancer or a readiness probe should act on. GET /livez
+// answers 200 while the process serves requests, degraded or not (reads
+// are still served; a restart would not help), with the same status text.
 func (h *Handler) serveHealth(w http.ResponseWriter, r *http.Request) {
 	if r.Method != http.MethodGet && r.Method != http.MethodHead {
 		h.fail(w, r, apierr.Invalidf("invalid method; %s %s, only GET is allowed", r.Method, r.URL.Path))
 		return
 	}
 	w.Header().Set("Content-Type", "application/json")
-	status := "ok"
+	w.Header().Set("Cache-Control", "no-store")
+	status, code := "ok", http.StatusOK
 	if h.cfg.Health != nil {
 		if why := h.cfg.Health(); why != "" {
 			status = "degraded: " + why
+			if r.URL.Path != "/livez" {
+				code = http.StatusServiceUnavailable
+			}
 		}
 	}
 	b, _ := json.Marshal(map[string]string{"status": status})
+	w.WriteHeader(code)
 	_, _ = w.Write(append(b, '\n'))
 }
 
@@ -357,7 +367,7 @@ func (h *Handler) serveHealth(w http.ResponseWriter, r *http.Request) {
 // server's own origin (scheme, host and port) or an allowed host's. "null"
 // is a foreign origin. GET /health is the one exception to the Host rule
 // (a probe names the server by its address, and the answer holds nothing),
-// not to the Origin rule.
+// not to the Origin rule (and so are /livez and /readyz).
 func (h *Handler) checkHost(r *http.Request, d door) error {
 	if d != doorHealth && !h.allowedHost(r.Host) {
 		return apierr.New(apierr.Forbidden, "forbidden; Host '%s' is not a loopback name and the server runs without --auth "+

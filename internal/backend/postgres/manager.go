@@ -69,6 +69,8 @@ type Manager struct {
 	gen     uint64
 	adopted map[uint64]uint64
 	closed  bool
+	// health caches Health's answer; guarded by its own mutex.
+	health health
 }
 
 var _ queue.Queues = (*Manager)(nil)

@@ -287,8 +287,12 @@ func (s *Store) Generation() uint64 {
 	return 0
 }
 
-// Health forwards store.Guard (see WriteFault).
+// Health reports an outage (SetDown) as a store's health probe would see
+// it, else forwards store.Guard (see WriteFault).
 func (s *Store) Health() string {
+	if err := s.fail("health"); err != nil {
+		return "storage unavailable: " + err.Error()
+	}
 	if g, ok := s.Store.(store.Guard); ok {
 		return g.Health()
 	}
