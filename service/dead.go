@@ -125,7 +125,9 @@ func toFilter(f queue.DeadFilter) *pb.DeadFilter {
 // DeadList lists a queue's items that match the filter, oldest first, with
 // their dead-letter metadata (and payloads unless without_payload). next_pivot continues the listing; it is empty
 // at the end. A page may hold fewer than limit items while next_pivot is
-// set: each call reads a bounded number of items.
+// set: each call reads a bounded number of items, and a page holds at most
+// PageBytes of items (payloads counted even with without_payload, as they
+// are read), though always its first.
 func (s *Service) DeadList(ctx context.Context, req *pb.DeadListRequest) (*pb.DeadListResponse, error) {
 	l, info, err := s.deadQueue(ctx, req.QueueName)
 	if err != nil {
@@ -143,7 +145,7 @@ func (s *Service) DeadList(ctx context.Context, req *pb.DeadListRequest) (*pb.De
 	if err != nil {
 		return nil, err
 	}
-	items, next, err := l.Scan(ctx, info.Partitions, &f, queue.ScanParams{After: after, Limit: limit})
+	items, next, err := l.Scan(ctx, info.Partitions, &f, queue.ScanParams{After: after, Limit: limit, MaxBytes: maxPageBytes()})
 	if err != nil {
 		return nil, err
 	}
@@ -232,7 +234,9 @@ func (s *Service) DeadDelete(ctx context.Context, req *pb.DeadDeleteRequest) (*p
 	var deleted int64
 	var after uint64
 	for {
-		items, next, err := l.Scan(ctx, info.Partitions, &f, queue.ScanParams{After: after, Limit: MaxBatch})
+		// Bounded by PageBytes too: the items are read whole, though only
+		// their ids are needed.
+		items, next, err := l.Scan(ctx, info.Partitions, &f, queue.ScanParams{After: after, Limit: MaxBatch, MaxBytes: maxPageBytes()})
 		if err != nil {
 			return nil, err
 		}

@@ -14,6 +14,7 @@ package service
 import (
 	"context"
 	"strconv"
+	"sync/atomic"
 	"time"
 
 	duh "github.com/duh-rpc/duh-go"
@@ -332,31 +333,66 @@ func (s *Service) partitionFirst(ctx context.Context, name string, partition int
 	return err
 }
 
+// PageBytes bounds one page of storage/items.list, storage/scheduled.list
+// and dead.list: 16 MiB of items, counted as queue.ItemBytes (payloads,
+// attributes, text fields and attempt histories). A page stops before the
+// item that would take it over, so it may hold fewer than limit items while
+// more follow; it always holds its first item, and a page of the
+// storage/*.list calls whose pivot item came first holds the item after it
+// too, whatever their sizes. The backends read no more than the page and one
+// item past it (queue.Queue.ListPage, queue.ScanParams.MaxBytes), so a call
+// costs the server at most about PageBytes whatever its limit (issue 36:
+// a read-only key's limit of 65,536 over 1 MiB items built gigabytes).
+const PageBytes = 16 << 20
+
+// pageBytes, when > 0, replaces PageBytes: tests lower it (export_test.go).
+var pageBytes atomic.Int64
+
+// maxPageBytes is the page bound in force.
+func maxPageBytes() int {
+	if n := pageBytes.Load(); n > 0 {
+		return int(n)
+	}
+	return PageBytes
+}
+
 // StorageItemsList lists a partition's items in id order from pivot
 // (inclusive: the pivot's own item comes first when it exists, as in
-// Querator), with their dead-letter metadata. limit 0 means 1000.
+// Querator), with their dead-letter metadata. limit 0 means 1000. A page
+// holds at most PageBytes of items, so it can be short while more follow:
+// a client pages on from its last id until a page holds nothing new.
 func (s *Service) StorageItemsList(ctx context.Context, req *pb.StorageItemsListRequest) (*pb.StorageItemsListResponse, error) {
-	l, info, after, limit, err := s.listArgs(ctx, req)
-	if err != nil {
-		return nil, err
-	}
-	items, err := l.List(ctx, req.Partition, after, limit)
-	if err != nil {
-		return nil, err
-	}
-	return &pb.StorageItemsListResponse{Items: toStorageItems(items, info)}, nil
+	return s.listPage(ctx, req, false)
 }
 
 // StorageScheduledList lists a partition's scheduled items in id order from
 // pivot (inclusive), like StorageItemsList.
 func (s *Service) StorageScheduledList(ctx context.Context, req *pb.StorageItemsListRequest) (*pb.StorageItemsListResponse, error) {
+	return s.listPage(ctx, req, true)
+}
+
+// listPage lists a page of storage/items.list or, when scheduled,
+// storage/scheduled.list, bounded by PageBytes.
+func (s *Service) listPage(ctx context.Context, req *pb.StorageItemsListRequest, scheduled bool) (*pb.StorageItemsListResponse, error) {
 	l, info, after, limit, err := s.listArgs(ctx, req)
 	if err != nil {
 		return nil, err
 	}
-	items, err := l.Scheduled(ctx, req.Partition, after, limit)
+	p := queue.ListParams{Partition: req.Partition, After: after, Limit: limit, MaxBytes: maxPageBytes(), Scheduled: scheduled}
+	items, err := l.ListPage(ctx, p)
 	if err != nil {
 		return nil, err
+	}
+	if req.Pivot != "" && limit > 1 && len(items) == 1 && items[0].Meta.ID == after+1 {
+		// Only the pivot's own item fitted: a client paging from its last
+		// id would get this page again. The next item comes too, whatever
+		// its size (one read more at the end of the listing).
+		p.After, p.Limit, p.MaxBytes = items[0].Meta.ID, 1, 0
+		more, err := l.ListPage(ctx, p)
+		if err != nil {
+			return nil, err
+		}
+		items = append(items, more...)
 	}
 	return &pb.StorageItemsListResponse{Items: toStorageItems(items, info)}, nil
 }

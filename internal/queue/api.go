@@ -40,12 +40,23 @@ type Queue interface {
 	Delete(ctx context.Context, refs []ItemRef) (int, error)
 	DeleteDead(ctx context.Context, refs []ItemRef) (int, error)
 	// Scheduled lists up to limit of a partition's scheduled items with ids
-	// above after, in id order (storage/scheduled.list).
+	// above after, in id order: ListPage with no byte bound.
 	Scheduled(ctx context.Context, partition int32, after uint64, limit int) ([]Item, error)
 	// List lists up to limit of a partition's other items (ready, leased,
 	// dead: every item IsScheduled leaves out) with ids above after, in id
-	// order (storage/items.list, as in Querator).
+	// order: ListPage with no byte bound.
 	List(ctx context.Context, partition int32, after uint64, limit int) ([]Item, error)
+	// ListPage lists a page of a partition's items with ids above p.After,
+	// in id order: its scheduled items (storage/scheduled.list) when
+	// p.Scheduled, else the others (storage/items.list, as in Querator).
+	// The page holds at most p.Limit items and at most p.MaxBytes of them
+	// (Page: it stops before the item that would go over, and always holds
+	// the first one there is), so it may be short while more items follow:
+	// the next page starts after its last item. The backend reads no more
+	// than the page and one item past it, whatever p.Limit. A scheduled
+	// listing of a partition the queue does not have returns the error of
+	// CheckPartition.
+	ListPage(ctx context.Context, p ListParams) ([]Item, error)
 	Scan(ctx context.Context, partitions int32, f *DeadFilter, p ScanParams) (items []Item, next uint64, err error)
 	TakeRedriven(ctx context.Context, items []RedriveItem) error
 	// EditDead changes a dead item at rest (see engine.Engine.EditDead).

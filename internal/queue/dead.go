@@ -83,12 +83,18 @@ type ScanParams struct {
 	// selective filter over millions of items answers in bounded time;
 	// 0 means 10,000.
 	MaxScanned int
+	// MaxBytes bounds the size of the items returned (Page, ItemBytes):
+	// the scan stops before a matching item that would bring them over
+	// it, though it always returns the first, and next continues from
+	// that item. 0 means no bound.
+	MaxBytes int
 }
 
 // Scan is Queue.Scan written once over a backend's two reads: it returns
-// up to p.Limit items that match f, in id order, after p.After, and next,
-// the id to pass as After to continue (the last id read; 0 when nothing is
-// left). With f.IDs it reads byID, which yields the items of the ids given
+// up to p.Limit items that match f, in id order, after p.After, at most
+// p.MaxBytes of them (Page), and next, the id to pass as After to continue
+// (the last id read, or the one before the matching item the page could
+// not take; 0 when nothing is left). With f.IDs it reads byID, which yields the items of the ids given
 // (ascending, each after p.After) that exist, in that order; otherwise it
 // reads inOrder, which yields the queue's items after an id in id order,
 // and reads at most p.MaxScanned of them (matching or not; default 10,000).
@@ -104,6 +110,7 @@ func Scan(f *DeadFilter, p ScanParams, byID func(ids []uint64) iter.Seq2[Item, e
 		read, p.MaxScanned = byID(slices.Compact(ids)), len(ids)
 	}
 	scanned, last := 0, p.After
+	page := Page{MaxBytes: p.MaxBytes}
 	for it, err := range read {
 		if err != nil {
 			return nil, 0, err
@@ -111,10 +118,13 @@ func Scan(f *DeadFilter, p ScanParams, byID func(ids []uint64) iter.Seq2[Item, e
 		if len(items) == p.Limit || scanned == p.MaxScanned {
 			return items, last, nil
 		}
-		scanned, last = scanned+1, it.Meta.ID
 		if f.Match(&it) {
+			if !page.Take(&it) {
+				return items, last, nil
+			}
 			items = append(items, it)
 		}
+		scanned, last = scanned+1, it.Meta.ID
 	}
 	return items, 0, nil
 }

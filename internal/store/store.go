@@ -193,6 +193,18 @@ type Store interface {
 	// ListItems returns up to limit items of one partition whose ID is >
 	// afterID, in ID order, with bodies and errors. limit must be > 0.
 	ListItems(ctx context.Context, queueID uint64, partition int32, afterID uint64, limit int) ([]queue.Item, error)
+	// ListItemsWithin is ListItems bounded by size as well: it stops after
+	// the item that brings the total queue.ItemBytes of the items it
+	// returns to maxBytes or more, and reads no body past it (maxBytes <=
+	// 0: no bound). It returns at least one item when there is one; fewer
+	// than limit items totalling less than maxBytes means none is left.
+	ListItemsWithin(ctx context.Context, queueID uint64, partition int32, afterID uint64, limit, maxBytes int) ([]queue.Item, error)
+	// ReadBodiesWithin is ReadBodies bounded by size: it reads the bodies
+	// and errors of bodyIDs in order and stops after the one that brings
+	// their total size (queue.ItemBytes) to maxBytes or more (maxBytes <=
+	// 0: no bound), returning those of a prefix of bodyIDs, at least one
+	// when bodyIDs is not empty.
+	ReadBodiesWithin(ctx context.Context, queueID uint64, partition int32, bodyIDs []uint64, maxBytes int) ([]queue.ItemBody, []queue.ItemErrors, error)
 
 	// Close flushes and releases the store. Further calls return ErrClosed.
 	Close() error

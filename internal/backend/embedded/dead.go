@@ -10,9 +10,20 @@ import (
 
 // scanChunk is how many items Scan reads from each partition at a time:
 // 256, fewer when there are many partitions, so a scan holds at most about
-// 8192 items (and their payloads) in memory.
+// 8192 items in memory.
 func scanChunk(partitions int32) int {
 	return max(16, min(256, 8192/int(max(partitions, 1))))
+}
+
+// scanBytes bounds the items (queue.ItemBytes) Scan reads ahead from all
+// partitions together: 16 MiB, so it holds at most that much read ahead
+// plus one item per partition, whatever their payloads.
+const scanBytes = 16 << 20
+
+// scanChunkBytes is the bound of one partition's chunk: scanBytes shared
+// among the partitions.
+func scanChunkBytes(partitions int32) int {
+	return max(1, scanBytes/int(max(partitions, 1)))
 }
 
 // Scan implements queue.Queue (queue.Scan) straight from storage, holding
@@ -34,7 +45,7 @@ func (l *Logical) inOrder(ctx context.Context, partitions int32, after uint64) i
 			after uint64
 			done  bool
 		}
-		chunk := scanChunk(partitions)
+		chunk, chunkBytes := scanChunk(partitions), scanChunkBytes(partitions)
 		cur := make([]cursor, partitions)
 		for i := range cur {
 			cur[i].after = after
@@ -46,11 +57,11 @@ func (l *Logical) inOrder(ctx context.Context, partitions int32, after uint64) i
 				c := &cur[i]
 				if len(c.buf) == 0 && !c.done {
 					var err error
-					if c.buf, err = l.cfg.Store.ListItems(ctx, l.queueID, int32(i), c.after, chunk); err != nil {
+					if c.buf, err = l.cfg.Store.ListItemsWithin(ctx, l.queueID, int32(i), c.after, chunk, chunkBytes); err != nil {
 						yield(queue.Item{}, readErr(l.name, fmt.Errorf("scan partition %d: %w", i, err)))
 						return
 					}
-					c.done = len(c.buf) < chunk
+					c.done = len(c.buf) < chunk && itemsBytes(c.buf) < chunkBytes
 					if len(c.buf) > 0 {
 						c.after = c.buf[len(c.buf)-1].Meta.ID
 					}
@@ -69,6 +80,15 @@ func (l *Logical) inOrder(ctx context.Context, partitions int32, after uint64) i
 			}
 		}
 	}
+}
+
+// itemsBytes is the total queue.ItemBytes of items.
+func itemsBytes(items []queue.Item) int {
+	n := 0
+	for i := range items {
+		n += queue.ItemBytes(&items[i])
+	}
+	return n
 }
 
 // byID yields the items of ids that exist, looking each up in every

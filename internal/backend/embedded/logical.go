@@ -144,10 +144,8 @@ type (
 	}
 	scheduledOp struct {
 		engine.LocalOp
-		partition int32
-		after     uint64
-		limit     int
-		out       []queue.Item
+		p   queue.ListParams
+		out []queue.Item
 	}
 )
 
@@ -203,33 +201,53 @@ func (l *Logical) Reload(ctx context.Context) error {
 }
 
 // Scheduled lists up to limit scheduled items of a partition with ids
-// greater than after, in id order.
+// greater than after, in id order (ListPage with no byte bound).
 func (l *Logical) Scheduled(ctx context.Context, partition int32, after uint64, limit int) ([]queue.Item, error) {
-	op := &scheduledOp{partition: partition, after: after, limit: limit}
-	if err := l.call(ctx, op, false); err != nil {
-		return nil, err
-	}
-	return op.out, nil
+	return l.ListPage(ctx, queue.ListParams{Partition: partition, After: after, Limit: limit, Scheduled: true})
 }
 
 // List reads up to limit items of a partition with ids greater than after,
-// scheduled items left out (queue.Queue.List), straight from storage (a
-// committed snapshot; it does not wait for the loop).
+// scheduled items left out (ListPage with no byte bound).
 func (l *Logical) List(ctx context.Context, partition int32, after uint64, limit int) ([]queue.Item, error) {
+	return l.ListPage(ctx, queue.ListParams{Partition: partition, After: after, Limit: limit})
+}
+
+// ListPage implements queue.Queue. Scheduled items are listed by the loop,
+// whose state says which items are scheduled (scheduledItems); the others
+// are read straight from storage (a committed snapshot; it does not wait
+// for the loop). Either way the bodies read are bounded by the page's
+// bytes left (store.Store.ListItemsWithin, ReadBodiesWithin): at most one
+// item past the page is read.
+func (l *Logical) ListPage(ctx context.Context, p queue.ListParams) ([]queue.Item, error) {
+	if p.Scheduled {
+		op := &scheduledOp{p: p}
+		if err := l.call(ctx, op, false); err != nil {
+			return nil, err
+		}
+		return op.out, nil
+	}
 	now := l.cfg.Clock.Now().UnixNano()
+	page := queue.Page{MaxBytes: p.MaxBytes}
 	var out []queue.Item
-	for len(out) < limit {
-		items, err := l.cfg.Store.ListItems(ctx, l.queueID, partition, after, limit)
+	for after := p.After; len(out) < p.Limit; {
+		left := page.Left()
+		items, err := l.cfg.Store.ListItemsWithin(ctx, l.queueID, p.Partition, after, p.Limit, left)
 		if err != nil {
 			return nil, readErr(l.name, err)
 		}
-		for _, it := range items {
-			if !queue.IsScheduled(it.Meta, now) && len(out) < limit {
-				out = append(out, it)
+		read := 0
+		for i := range items {
+			read += queue.ItemBytes(&items[i])
+			if queue.IsScheduled(items[i].Meta, now) {
+				continue
 			}
+			if len(out) == p.Limit || !page.Take(&items[i]) {
+				return out, nil
+			}
+			out = append(out, items[i])
 		}
-		if len(items) < limit {
-			break
+		if len(items) < p.Limit && (left == 0 || read < left) {
+			break // the partition has no more items
 		}
 		after = items[len(items)-1].Meta.ID
 	}
@@ -662,14 +680,16 @@ func (l *Logical) clearItems(it *iteration, c queue.ClearParams) {
 	}
 }
 
+// scheduledItems lists a page of a partition's scheduled items (ListPage):
+// it reads the bodies of the page and at most one more.
 func (l *Logical) scheduledItems(it *iteration, op *scheduledOp) ([]queue.Item, error) {
-	p, err := l.partition(op.partition)
+	p, err := l.partition(op.p.Partition)
 	if err != nil {
 		return nil, err
 	}
 	var sel []*item
 	for _, x := range p.items {
-		if x.state == stateScheduled && x.id > op.after {
+		if x.state == stateScheduled && x.id > op.p.After {
 			sel = append(sel, x)
 		}
 	}
@@ -679,24 +699,29 @@ func (l *Logical) scheduledItems(it *iteration, op *scheduledOp) ([]queue.Item, 
 		}
 		return 1
 	})
-	if len(sel) > op.limit {
-		sel = sel[:op.limit]
+	if len(sel) > op.p.Limit {
+		sel = sel[:op.p.Limit]
 	}
 	ids := make([]uint64, len(sel))
 	for i, x := range sel {
 		ids[i] = x.bodyID
 	}
-	bodies, errs, err := l.cfg.Store.ReadBodies(context.Background(), l.queueID, p.num, ids)
+	bodies, errs, err := l.cfg.Store.ReadBodiesWithin(context.Background(), l.queueID, p.num, ids, op.p.MaxBytes)
 	if err != nil {
 		return nil, fmt.Errorf("queue '%s': read bodies: %w", l.name, err)
 	}
-	out := make([]queue.Item, len(sel))
-	for i, x := range sel {
-		b := bodies[i]
+	page := queue.Page{MaxBytes: op.p.MaxBytes}
+	out := make([]queue.Item, 0, len(bodies))
+	for i, b := range bodies {
+		x := sel[i]
 		if f := it.fresh[x.bodyID]; f != nil {
 			b = *f
 		}
-		out[i] = queue.Item{Partition: p.num, Meta: x.meta(), Body: b, Errors: errs[i]}
+		item := queue.Item{Partition: p.num, Meta: x.meta(), Body: b, Errors: errs[i]}
+		if !page.Take(&item) {
+			break
+		}
+		out = append(out, item)
 	}
 	return out, nil
 }

@@ -6,6 +6,8 @@ import (
 	"errors"
 	"iter"
 	"slices"
+	"sort"
+	"strconv"
 	"sync/atomic"
 	"time"
 
@@ -391,50 +393,133 @@ func (q *Queue) Stats(ctx context.Context) (queue.Stats, error) {
 	return s, wrap("stats", rows.Err())
 }
 
-// List implements queue.Queue: a committed snapshot, straight from the
-// database, scheduled items left out.
+// List implements queue.Queue (ListPage with no byte bound).
 func (q *Queue) List(ctx context.Context, partition int32, after uint64, limit int) ([]queue.Item, error) {
-	items, err := collectItems(q.m.st.pool.Query(ctx, `SELECT `+itemColumns+` FROM styx_items
-		WHERE queue_id=$1 AND partition=$2 AND state<>2 AND id>$3 ORDER BY id LIMIT $4`, int64(q.id), partition, int64(after), limit))
-	return items, q.readErr(err)
+	return q.ListPage(ctx, queue.ListParams{Partition: partition, After: after, Limit: limit})
 }
 
-// Scheduled implements queue.Queue.
+// Scheduled implements queue.Queue (ListPage with no byte bound).
 func (q *Queue) Scheduled(ctx context.Context, partition int32, after uint64, limit int) ([]queue.Item, error) {
-	info, err := q.m.Info(ctx, q.name)
+	return q.ListPage(ctx, queue.ListParams{Partition: partition, After: after, Limit: limit, Scheduled: true})
+}
+
+// ListPage implements queue.Queue: a committed snapshot, straight from the
+// database in one statement bounded by the page's bytes (readWithin).
+func (q *Queue) ListPage(ctx context.Context, p queue.ListParams) ([]queue.Item, error) {
+	state := `state<>2`
+	if p.Scheduled {
+		info, err := q.m.Info(ctx, q.name)
+		if err != nil {
+			return nil, err
+		}
+		if err := queue.CheckPartition(q.name, info.Partitions, p.Partition); err != nil {
+			return nil, err
+		}
+		state = `state=2`
+	}
+	items, err := q.readWithin(ctx, `queue_id=$1 AND partition=$2 AND `+state+` AND id>$3`,
+		[]any{int64(q.id), p.Partition, int64(p.After)}, p.Limit, p.MaxBytes)
+	if err != nil {
+		return nil, q.readErr(err)
+	}
+	page := queue.Page{MaxBytes: p.MaxBytes}
+	for i := range items {
+		if !page.Take(&items[i]) {
+			clear(items[i:]) // the item past the page: let it go
+			return items[:i], nil
+		}
+	}
+	return items, nil
+}
+
+// sizeSQL is an item's size as queue.ItemBytes counts it, less the error
+// texts of its attempt history (the jsonb column errors): never more than
+// ItemBytes, so a statement bounded by it keeps every row that a bound on
+// ItemBytes keeps.
+const sizeSQL = `(octet_length(payload) + coalesce(octet_length(attributes), 0) + octet_length(reference) +
+	octet_length(kind) + octet_length(encoding) + octet_length(source_queue) + octet_length(source_id) +
+	octet_length(last_error))`
+
+// readWithin reads, in id order, at most limit of the items that where
+// selects (its parameters are args), stopping after the one that brings
+// their total queue.ItemBytes to maxBytes or more (maxBytes <= 0: no
+// bound), as store.Store.ListItemsWithin does: at least one item when there
+// is one, and fewer than limit totalling less than maxBytes when none is
+// left. The statement leaves out the rows past the one that brings sizeSQL
+// to maxBytes, so the database sends no payload past it; the rows kept are
+// read one at a time and the reading stops at maxBytes of ItemBytes, which
+// counts the attempt histories too.
+func (q *Queue) readWithin(ctx context.Context, where string, args []any, limit, maxBytes int) ([]queue.Item, error) {
+	n := len(args)
+	sql := `SELECT ` + itemColumns + ` FROM styx_items WHERE ` + where + ` ORDER BY id LIMIT $` + strconv.Itoa(n+1)
+	args = append(args, limit)
+	if maxBytes > 0 {
+		sql = `SELECT ` + itemColumns + ` FROM (SELECT *, sum(` + sizeSQL + `) OVER (ORDER BY id ROWS UNBOUNDED PRECEDING) - ` +
+			sizeSQL + ` AS styx_before FROM styx_items WHERE ` + where + ` ORDER BY id LIMIT $` + strconv.Itoa(n+1) +
+			`) page WHERE styx_before < $` + strconv.Itoa(n+2) + ` ORDER BY id`
+		args = append(args, int64(maxBytes))
+	}
+	rows, err := q.m.st.pool.Query(ctx, sql, args...)
 	if err != nil {
 		return nil, err
 	}
-	if err := queue.CheckPartition(q.name, info.Partitions, partition); err != nil {
-		return nil, err
+	defer rows.Close()
+	var items []queue.Item
+	size := 0
+	for rows.Next() {
+		it, err := scanItem(rows)
+		if err != nil {
+			return nil, err
+		}
+		items = append(items, it)
+		if size += queue.ItemBytes(&it); maxBytes > 0 && size >= maxBytes {
+			break
+		}
 	}
-	items, err := collectItems(q.m.st.pool.Query(ctx, `SELECT `+itemColumns+` FROM styx_items
-		WHERE queue_id=$1 AND partition=$2 AND state=2 AND id>$3 ORDER BY id LIMIT $4`, int64(q.id), partition, int64(after), limit))
-	return items, q.readErr(err)
+	return items, rows.Err()
 }
 
-// scanChunk is how many items Scan reads per statement.
-const scanChunk = 500
+// itemsBytes is the total queue.ItemBytes of items.
+func itemsBytes(items []queue.Item) int {
+	n := 0
+	for i := range items {
+		n += queue.ItemBytes(&items[i])
+	}
+	return n
+}
+
+// Scan reads the queue's items scanChunk rows and at most scanBytes (plus
+// one item) per statement.
+const (
+	scanChunk = 500
+	scanBytes = 16 << 20
+)
 
 // Scan implements queue.Queue (queue.Scan) from the database: the queue's
-// items in id order across partitions, scanChunk rows per statement.
+// items in id order across partitions, each statement bounded by scanChunk
+// rows and scanBytes (readWithin), so a scan holds at most about scanBytes
+// of items read ahead, whatever their payloads.
 func (q *Queue) Scan(ctx context.Context, _ int32, f *queue.DeadFilter, p queue.ScanParams) ([]queue.Item, uint64, error) {
 	return queue.Scan(f, p, func(ids []uint64) iter.Seq2[queue.Item, error] {
 		return func(yield func(queue.Item, error) bool) {
-			ids64 := make([]int64, len(ids))
+			ids64 := make([]int64, len(ids)) // ascending (queue.Scan)
 			for i, id := range ids {
 				ids64[i] = int64(id)
 			}
-			got, err := collectItems(q.m.st.pool.Query(ctx, `SELECT `+itemColumns+` FROM styx_items
-				WHERE queue_id=$1 AND id = ANY($2) ORDER BY id`, int64(q.id), ids64))
-			yieldAll(yield, got, q.readErr(err))
+			for len(ids64) > 0 {
+				got, err := q.readWithin(ctx, `queue_id=$1 AND id = ANY($2)`, []any{int64(q.id), ids64}, len(ids64), scanBytes)
+				if !yieldAll(yield, got, q.readErr(err)) || len(got) == 0 || itemsBytes(got) < scanBytes {
+					return
+				}
+				last := int64(got[len(got)-1].Meta.ID)
+				ids64 = ids64[sort.Search(len(ids64), func(i int) bool { return ids64[i] > last }):]
+			}
 		}
 	}, func(after uint64) iter.Seq2[queue.Item, error] {
 		return func(yield func(queue.Item, error) bool) {
 			for {
-				got, err := collectItems(q.m.st.pool.Query(ctx, `SELECT `+itemColumns+` FROM styx_items
-					WHERE queue_id=$1 AND id>$2 ORDER BY id LIMIT $3`, int64(q.id), int64(after), scanChunk))
-				if !yieldAll(yield, got, q.readErr(err)) || len(got) < scanChunk {
+				got, err := q.readWithin(ctx, `queue_id=$1 AND id>$2`, []any{int64(q.id), int64(after)}, scanChunk, scanBytes)
+				if !yieldAll(yield, got, q.readErr(err)) || len(got) < scanChunk && itemsBytes(got) < scanBytes {
 					return
 				}
 				after = got[len(got)-1].Meta.ID

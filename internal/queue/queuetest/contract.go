@@ -583,6 +583,61 @@ var coverageRows = []row{
 		require.Len(e.t, left, 1)
 		require.Equal(e.t, "s1", string(left[0].Body.Payload))
 	}},
+	{"ListPagesBoundedByBytes", func(e *env) {
+		// Items of 100 bytes (queue.ItemBytes), ready and scheduled ones
+		// interleaved: a page of 250 bytes holds 2 of its kind, the other
+		// kind not counted; one of 1 byte holds 1; each listing pages on
+		// from its last id to every item once.
+		q := e.create("q", nil)
+		for i := range 6 {
+			it := queue.ProduceItem{Payload: []byte(fmt.Sprintf("r%d%s", i, strings.Repeat("x", 98)))}
+			require.NoError(e.t, q.Produce(e.ctx, []queue.ProduceItem{it}))
+			it = queue.ProduceItem{Payload: []byte(fmt.Sprintf("s%d%s", i, strings.Repeat("x", 98))), EnqueueAt: Start.Add(time.Hour)}
+			require.NoError(e.t, q.Produce(e.ctx, []queue.ProduceItem{it}))
+		}
+		for _, scheduled := range []bool{false, true} {
+			kind := map[bool]string{false: "r", true: "s"}[scheduled]
+			for _, c := range []struct{ maxBytes, perPage int }{{250, 2}, {200, 2}, {199, 1}, {1, 1}, {0, 6}} {
+				var got []string
+				var after uint64
+				for pages := 0; ; pages++ {
+					require.Less(e.t, pages, 10, "the listing ends")
+					page, err := q.ListPage(e.ctx, queue.ListParams{After: after, Limit: 100, MaxBytes: c.maxBytes, Scheduled: scheduled})
+					require.NoError(e.t, err)
+					if len(page) == 0 {
+						break
+					}
+					require.LessOrEqual(e.t, len(page), c.perPage, "scheduled %v, maxBytes %d", scheduled, c.maxBytes)
+					for _, it := range page {
+						require.Equal(e.t, 100, queue.ItemBytes(&it))
+						got = append(got, string(it.Body.Payload[:2]))
+					}
+					after = page[len(page)-1].Meta.ID
+				}
+				require.Equal(e.t, []string{kind + "0", kind + "1", kind + "2", kind + "3", kind + "4", kind + "5"}, got,
+					"scheduled %v, maxBytes %d", scheduled, c.maxBytes)
+			}
+		}
+		// Scan: next continues from the matching item the page left out.
+		items, next, err := q.Scan(e.ctx, 1, &queue.DeadFilter{}, queue.ScanParams{Limit: 100, MaxBytes: 250})
+		require.NoError(e.t, err)
+		require.Len(e.t, items, 2)
+		require.Equal(e.t, items[1].Meta.ID, next)
+		var got []string
+		for after := uint64(0); ; {
+			items, next, err := q.Scan(e.ctx, 1, &queue.DeadFilter{PayloadContains: "r"}, queue.ScanParams{After: after, Limit: 100, MaxBytes: 150})
+			require.NoError(e.t, err)
+			require.LessOrEqual(e.t, len(items), 1)
+			for _, it := range items {
+				got = append(got, string(it.Body.Payload[:2]))
+			}
+			if next == 0 {
+				break
+			}
+			after = next
+		}
+		require.Equal(e.t, []string{"r0", "r1", "r2", "r3", "r4", "r5"}, got)
+	}},
 	{"ImportStatesAndPerPartitionSourceID", func(e *env) {
 		q := e.create("q", func(i *queue.QueueInfo) { i.Partitions = 2 })
 		for p := range int32(2) {

@@ -205,6 +205,24 @@ func (s *Store) ListItems(ctx context.Context, queueID uint64, partition int32, 
 	return s.Store.ListItems(ctx, queueID, partition, afterID, limit)
 }
 
+// ListItemsWithin fails while the store is down, else calls the wrapped
+// store.
+func (s *Store) ListItemsWithin(ctx context.Context, queueID uint64, partition int32, afterID uint64, limit, maxBytes int) ([]queue.Item, error) {
+	if err := s.fail("list items"); err != nil {
+		return nil, err
+	}
+	return s.Store.ListItemsWithin(ctx, queueID, partition, afterID, limit, maxBytes)
+}
+
+// ReadBodiesWithin fails while the store is down, else calls the wrapped
+// store.
+func (s *Store) ReadBodiesWithin(ctx context.Context, queueID uint64, partition int32, bodyIDs []uint64, maxBytes int) ([]queue.ItemBody, []queue.ItemErrors, error) {
+	if err := s.fail("read bodies"); err != nil {
+		return nil, nil, err
+	}
+	return s.Store.ReadBodiesWithin(ctx, queueID, partition, bodyIDs, maxBytes)
+}
+
 // PutTask fails while the store is down, else calls the wrapped store.
 func (s *Store) PutTask(ctx context.Context, t store.TaskRecord) error {
 	if err := s.fail("put task"); err != nil {

@@ -729,6 +729,50 @@ func testItems(t *testing.T, newStore func(*testing.T) store.Store) {
 		requireItems(t, []queue.Item{want[24], {Partition: 1, Meta: withID(fullMeta(2), 51), Body: fullBody(2)}}, items)
 	})
 
+	t.Run("Within", func(t *testing.T) {
+		// ListItemsWithin and ReadBodiesWithin stop after the item that
+		// brings the total queue.ItemBytes to maxBytes, and always return
+		// the first item there is.
+		s := newStore(t)
+		q := createQueue(t, s, "q", 1)
+		b := &store.Batch{QueueID: q.ID}
+		var want []queue.Item
+		ids := make([]uint64, 10)
+		for i := range ids {
+			ids[i] = uint64(i + 1)
+			it := queue.Item{Meta: plainMeta(ids[i]), Body: queue.ItemBody{Payload: bytes.Repeat([]byte{'x'}, 100)}}
+			b.Insert(0, it.Meta, it.Body, it.Errors)
+			want = append(want, it)
+		}
+		write(t, s, b)
+		within := func(after uint64, limit, maxBytes int) []queue.Item {
+			t.Helper()
+			items, err := s.ListItemsWithin(t.Context(), q.ID, 0, after, limit, maxBytes)
+			require.NoError(t, err)
+			return items
+		}
+		requireItems(t, want[:3], within(0, 10, 250), "the third brings 300 bytes")
+		requireItems(t, want[:2], within(0, 10, 200), "the second reaches 200 bytes")
+		requireItems(t, want[:1], within(0, 10, 1), "at least one")
+		requireItems(t, want, within(0, 10, 0), "no bound")
+		requireItems(t, want[:4], within(0, 4, 10_000), "limit")
+		requireItems(t, want[8:], within(8, 10, 10_000), "the rest")
+		require.Empty(t, within(10, 10, 1))
+
+		for _, c := range []struct{ maxBytes, n int }{{250, 3}, {200, 2}, {1, 1}, {0, 10}, {10_000, 10}} {
+			bodies, errs, err := s.ReadBodiesWithin(t.Context(), q.ID, 0, ids, c.maxBytes)
+			require.NoError(t, err)
+			require.Len(t, bodies, c.n, "maxBytes %d", c.maxBytes)
+			require.Len(t, errs, c.n, "maxBytes %d", c.maxBytes)
+			for i := range bodies {
+				require.Equal(t, want[i].Body, bodies[i])
+			}
+		}
+		bodies, _, err := s.ReadBodiesWithin(t.Context(), q.ID, 0, nil, 1)
+		require.NoError(t, err)
+		require.Empty(t, bodies)
+	})
+
 	t.Run("Many", func(t *testing.T) {
 		// Enough items to cross any chunking a backend does.
 		s := newStore(t)
@@ -1292,6 +1336,10 @@ func testClosed(t *testing.T, newStore func(*testing.T) store.Store) {
 	require.ErrorIs(t, err, store.ErrClosed, "ReadBodies")
 	_, err = s.ListItems(ctx, q.ID, 0, 0, 10)
 	require.ErrorIs(t, err, store.ErrClosed, "ListItems")
+	_, _, err = s.ReadBodiesWithin(ctx, q.ID, 0, []uint64{1}, 1)
+	require.ErrorIs(t, err, store.ErrClosed, "ReadBodiesWithin")
+	_, err = s.ListItemsWithin(ctx, q.ID, 0, 0, 10, 1)
+	require.ErrorIs(t, err, store.ErrClosed, "ListItemsWithin")
 	require.ErrorIs(t, s.PutTask(ctx, taskRecord("t", "q", 2)), store.ErrClosed, "PutTask")
 	_, err = s.ListTasks(ctx)
 	require.ErrorIs(t, err, store.ErrClosed, "ListTasks")
@@ -1315,6 +1363,10 @@ func requireItemMethodsNotFound(t *testing.T, s store.Store, queueID uint64) {
 	require.ErrorIs(t, err, store.ErrQueueNotFound, "ReadBodies")
 	_, err = s.ListItems(ctx, queueID, 0, 0, 10)
 	require.ErrorIs(t, err, store.ErrQueueNotFound, "ListItems")
+	_, _, err = s.ReadBodiesWithin(ctx, queueID, 0, []uint64{1}, 1)
+	require.ErrorIs(t, err, store.ErrQueueNotFound, "ReadBodiesWithin")
+	_, err = s.ListItemsWithin(ctx, queueID, 0, 0, 10, 1)
+	require.ErrorIs(t, err, store.ErrQueueNotFound, "ListItemsWithin")
 }
 
 // queueDump is a store's observable state for one queue.

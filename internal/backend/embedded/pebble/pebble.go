@@ -1037,14 +1037,26 @@ func (s *Store) commit(fn func() error) (err error) {
 
 // ReadBodies implements store.Store. All reads come from one snapshot.
 func (s *Store) ReadBodies(ctx context.Context, queueID uint64, partition int32, bodyIDs []uint64) ([]queue.ItemBody, []queue.ItemErrors, error) {
-	bodies, errs, err := s.readBodies(ctx, queueID, partition, bodyIDs)
+	bodies, errs, err := s.readBodies(ctx, queueID, partition, bodyIDs, 0)
 	if err != nil {
 		return nil, nil, fmt.Errorf("pebble: read bodies of queue %d partition %d: %w", queueID, partition, err)
 	}
 	return bodies, errs, nil
 }
 
-func (s *Store) readBodies(ctx context.Context, queueID uint64, partition int32, bodyIDs []uint64) ([]queue.ItemBody, []queue.ItemErrors, error) {
+// ReadBodiesWithin implements store.Store. All reads come from one
+// snapshot.
+func (s *Store) ReadBodiesWithin(ctx context.Context, queueID uint64, partition int32, bodyIDs []uint64, maxBytes int) ([]queue.ItemBody, []queue.ItemErrors, error) {
+	bodies, errs, err := s.readBodies(ctx, queueID, partition, bodyIDs, maxBytes)
+	if err != nil {
+		return nil, nil, fmt.Errorf("pebble: read bodies of queue %d partition %d: %w", queueID, partition, err)
+	}
+	return bodies, errs, nil
+}
+
+// readBodies reads the bodies of bodyIDs, stopping after the one that
+// brings their size to maxBytes or more (maxBytes <= 0: no bound).
+func (s *Store) readBodies(ctx context.Context, queueID uint64, partition int32, bodyIDs []uint64, maxBytes int) ([]queue.ItemBody, []queue.ItemErrors, error) {
 	if _, err := s.queue(ctx, queueID); err != nil {
 		return nil, nil, err
 	}
@@ -1052,27 +1064,43 @@ func (s *Store) readBodies(ctx context.Context, queueID uint64, partition int32,
 	snap := s.db.NewSnapshot()
 	defer snap.Close()
 	r := bodyReader{snap: snap, queueID: queueID, partition: partition}
-	bodies := make([]queue.ItemBody, len(bodyIDs))
-	errs := make([]queue.ItemErrors, len(bodyIDs))
-	for i, id := range bodyIDs {
-		var err error
-		if bodies[i], errs[i], err = r.read(id); err != nil {
+	n := len(bodyIDs)
+	if maxBytes > 0 {
+		n = min(n, 256) // the bound, not len(bodyIDs), decides how many
+	}
+	bodies := make([]queue.ItemBody, 0, n)
+	errs := make([]queue.ItemErrors, 0, n)
+	size := 0
+	for _, id := range bodyIDs {
+		if maxBytes > 0 && size >= maxBytes {
+			break
+		}
+		b, e, err := r.read(id)
+		if err != nil {
 			return nil, nil, err
 		}
+		bodies, errs = append(bodies, b), append(errs, e)
+		size += queue.ItemBytes(&queue.Item{Body: b, Errors: e})
 	}
 	return bodies, errs, nil
 }
 
 // ListItems implements store.Store. All reads come from one snapshot.
 func (s *Store) ListItems(ctx context.Context, queueID uint64, partition int32, afterID uint64, limit int) ([]queue.Item, error) {
-	items, err := s.listItems(ctx, queueID, partition, afterID, limit)
+	return s.ListItemsWithin(ctx, queueID, partition, afterID, limit, 0)
+}
+
+// ListItemsWithin implements store.Store. All reads come from one
+// snapshot; it reads a body only for an item it returns.
+func (s *Store) ListItemsWithin(ctx context.Context, queueID uint64, partition int32, afterID uint64, limit, maxBytes int) ([]queue.Item, error) {
+	items, err := s.listItems(ctx, queueID, partition, afterID, limit, maxBytes)
 	if err != nil {
 		return nil, fmt.Errorf("pebble: list items of queue %d partition %d: %w", queueID, partition, err)
 	}
 	return items, nil
 }
 
-func (s *Store) listItems(ctx context.Context, queueID uint64, partition int32, afterID uint64, limit int) ([]queue.Item, error) {
+func (s *Store) listItems(ctx context.Context, queueID uint64, partition int32, afterID uint64, limit, maxBytes int) ([]queue.Item, error) {
 	if limit <= 0 {
 		return nil, fmt.Errorf("limit %d must be > 0", limit)
 	}
@@ -1092,7 +1120,8 @@ func (s *Store) listItems(ctx context.Context, queueID uint64, partition int32, 
 	defer metas.close()
 	r := bodyReader{snap: snap, queueID: queueID, partition: partition}
 	var items []queue.Item
-	for metas.first(); metas.valid() && len(items) < limit; metas.next() {
+	size := 0
+	for metas.first(); metas.valid() && len(items) < limit && (maxBytes <= 0 || size < maxBytes); metas.next() {
 		it := queue.Item{Partition: partition}
 		if err := metas.meta(&it.Meta); err != nil {
 			return nil, err
@@ -1101,6 +1130,7 @@ func (s *Store) listItems(ctx context.Context, queueID uint64, partition int32, 
 			return nil, err
 		}
 		items = append(items, it)
+		size += queue.ItemBytes(&it)
 	}
 	return items, metas.err()
 }
