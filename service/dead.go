@@ -93,23 +93,14 @@ func checkAll(f queue.DeadFilter, all, acts bool) error {
 }
 
 // deadQueue returns the queue of a dead.* call and its configuration,
-// after checking that it is a dead-letter queue (queue.IsDeadLetterQueue:
-// some queue names it as its dead_queue). Another queue holds live work,
-// which dead.* calls never touch: 400.
+// after checking its name and that it is a dead-letter queue
+// (queue.DeadLetterQueue: some queue names it as its dead_queue). Another
+// queue holds live work, which dead.* calls never touch: 400.
 func (s *Service) deadQueue(ctx context.Context, name string) (queue.Queue, queue.QueueInfo, error) {
-	l, info, err := s.queueInfo(ctx, name)
-	if err != nil {
-		return nil, info, err
+	if err := checkName("queue_name", name); err != nil {
+		return nil, queue.QueueInfo{}, err
 	}
-	all, err := s.m.List(ctx, queue.ListQueuesParams{})
-	if err != nil {
-		return nil, info, err
-	}
-	if queue.IsDeadLetterQueue(all, name) {
-		return l, info, nil
-	}
-	return nil, info, invalid("queue_name", "queue '%s' is not a dead-letter queue (no queue names it as its dead_queue); "+
-		"dead.* calls act only on the dead items of a dead-letter queue", name)
+	return queue.DeadLetterQueue(ctx, s.m, name)
 }
 
 func toFilter(f queue.DeadFilter) *pb.DeadFilter {
@@ -261,8 +252,12 @@ func (s *Service) DeadDelete(ctx context.Context, req *pb.DeadDeleteRequest) (*p
 }
 
 // DeadRedrive starts a redrive task (or, with dry_run, only counts the
-// matching items). An empty filter needs all unless dry_run; a queue that is
-// no queue's dead_queue is refused (400).
+// matching items). An empty filter needs all unless dry_run. The queue must
+// be a dead-letter queue, and is checked first, as for every dead.* call
+// (Querator names an unknown queue before any other mistake); the redrive
+// runner checks the rest, as for every door (redrive.Runner.Start): a
+// destination that is the queue or does not exist, rate_limit and
+// max_redrive_count out of range (400).
 func (s *Service) DeadRedrive(ctx context.Context, req *pb.DeadRedriveRequest) (*pb.RedriveTask, error) {
 	if _, _, err := s.deadQueue(ctx, req.QueueName); err != nil {
 		return nil, err
@@ -278,20 +273,11 @@ func (s *Service) DeadRedrive(ctx context.Context, req *pb.DeadRedriveRequest) (
 		if err := checkName("destination", req.Destination); err != nil {
 			return nil, err
 		}
-		if req.Destination == req.QueueName {
-			return nil, invalid("destination", "'%s' is the queue being redriven", req.Destination)
-		}
-	}
-	if req.RateLimit < 0 || req.RateLimit > 1_000_000 {
-		return nil, invalid("rate_limit", "%d is out of range 0..1000000 items per second", req.RateLimit)
-	}
-	if req.MaxRedriveCount < -1 || req.MaxRedriveCount > 1000 {
-		return nil, invalid("max_redrive_count", "%d is out of range -1..1000", req.MaxRedriveCount)
 	}
 	t, err := s.r.Start(ctx, redrive.StartParams{
 		Queue: req.QueueName, Filter: f, Destination: req.Destination, RateLimit: req.RateLimit,
 		DryRun: req.DryRun, MaxRedriveCount: req.MaxRedriveCount, KeyName: auth.KeyName(ctx),
-		KeyQueues: keyQueues(ctx),
+		KeyQueues: auth.KeyQueues(ctx),
 	})
 	if err != nil {
 		return nil, err
@@ -338,10 +324,7 @@ func (s *Service) RedrivesGet(ctx context.Context, req *pb.RedriveTaskRequest) (
 // checkTaskQueue refuses (403) a task whose dead-letter queue the request's
 // key does not cover.
 func checkTaskQueue(ctx context.Context, t redrive.Task) error {
-	if p := auth.FromContext(ctx); p != nil {
-		return p.Check("/v1/redrives.get", t.Queue)
-	}
-	return nil
+	return auth.CheckContext(ctx, "/v1/redrives.get", t.Queue)
 }
 
 // RedrivesCancel asks a running task to stop.
@@ -381,15 +364,6 @@ func toTask(t redrive.Task) *pb.RedriveTask {
 		}
 	}
 	return out
-}
-
-// keyQueues returns the queue patterns of the request's key (none without
-// --auth, or for a key of every queue).
-func keyQueues(ctx context.Context) []string {
-	if p := auth.FromContext(ctx); p != nil {
-		return p.Queues
-	}
-	return nil
 }
 
 // DeadEdit replaces the payload of a dead item (and, when given, its kind

@@ -164,8 +164,8 @@ func setQueueFields(info *queue.QueueInfo, req *pb.QueueInfo, fields map[string]
 		return invalid("lease_timeout", "%s is longer than expire_timeout %s", info.LeaseTimeout, info.ExpireTimeout)
 	}
 	if fields["max_attempts"] {
-		if req.MaxAttempts < 0 || req.MaxAttempts > MaxAttempts {
-			return invalid("max_attempts", "%d is out of range 0..%d", req.MaxAttempts, MaxAttempts)
+		if err := queue.CheckMaxAttempts(int64(req.MaxAttempts)); err != nil {
+			return err
 		}
 		info.MaxAttempts = req.MaxAttempts
 	}
@@ -221,7 +221,7 @@ func (s *Service) QueuesList(ctx context.Context, req *pb.QueuesListRequest) (*p
 	if ns == "" {
 		ns = queue.DefaultNamespace
 	}
-	infos, err := s.listCovered(ctx, queue.ListQueuesParams{Namespace: ns, Pivot: req.Pivot, Limit: limit})
+	infos, err := auth.ListCovered(ctx, s.m, queue.ListQueuesParams{Namespace: ns, Pivot: req.Pivot, Limit: limit})
 	if err != nil {
 		return nil, err
 	}
@@ -230,31 +230,6 @@ func (s *Service) QueuesList(ctx context.Context, req *pb.QueuesListRequest) (*p
 		out.Items[i] = toQueueInfo(info)
 	}
 	return out, nil
-}
-
-// listCovered lists queues as m.List does, leaving out those the request's
-// API key does not cover (internal/auth): a key limited to "orders*" lists
-// only those, still up to p.Limit of them.
-func (s *Service) listCovered(ctx context.Context, p queue.ListQueuesParams) ([]queue.QueueInfo, error) {
-	if pr := auth.FromContext(ctx); pr == nil || len(pr.Queues) == 0 {
-		return s.m.List(ctx, p)
-	}
-	var out []queue.QueueInfo
-	for {
-		page, err := s.m.List(ctx, p)
-		if err != nil {
-			return nil, err
-		}
-		for _, info := range page {
-			if auth.Allowed(ctx, info.Name) && len(out) < p.Limit {
-				out = append(out, info)
-			}
-		}
-		if len(out) == p.Limit || len(page) < p.Limit {
-			return out, nil
-		}
-		p.Pivot = page[len(page)-1].Name + "\x00" // the next name, bytewise
-	}
 }
 
 // QueuesDelete deletes a queue and its items. A queue that is another

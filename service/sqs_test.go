@@ -543,6 +543,71 @@ func TestSQSDeadLetterFlow(t *testing.T) {
 	})
 }
 
+// TestSQSSharesV1Rules: the SQS API and /v1 check a request against the
+// same rules, written once (issue 36): max_attempts and maxReceiveCount
+// (queue.CheckMaxAttempts), the dead-letter rules of the queue layer, and
+// a redrive's (redrive.Runner.Start); SQS answers them in its own words.
+func TestSQSSharesV1Rules(t *testing.T) {
+	forEachBackend(t, func(t *testing.T, b backend) {
+		s := start(t, b)
+		c := s.sqsClient("test", "test")
+		arn := func(name string) *string { return aws.String("arn:aws:sqs:us-east-1:000000000000:" + name) }
+		policy := func(target string, n any) map[string]string {
+			return map[string]string{"RedrivePolicy": fmt.Sprintf(`{"deadLetterTargetArn":%q,"maxReceiveCount":%v}`, *arn(target), n)}
+		}
+		_, err := c.CreateQueue(ctx, &awssqs.CreateQueueInput{QueueName: aws.String("rules-dlq")})
+		require.NoError(t, err)
+
+		// maxReceiveCount: 1 to /v1's largest max_attempts (AWS stops at 1,000).
+		src, err := c.CreateQueue(ctx, &awssqs.CreateQueueInput{QueueName: aws.String("rules"), Attributes: policy("rules-dlq", 65536)})
+		require.NoError(t, err)
+		info, err := s.C.QueuesInfo(ctx, &pb.QueuesInfoRequest{QueueName: "rules"})
+		require.NoError(t, err)
+		require.Equal(t, int32(65536), info.MaxAttempts)
+		for _, n := range []any{0, 65537, `"x"`} {
+			_, err = c.SetQueueAttributes(ctx, &awssqs.SetQueueAttributesInput{QueueUrl: src.QueueUrl, Attributes: policy("rules-dlq", n)})
+			requireSQSError(t, err, "InvalidAttributeValue", "valid values are from 1 to 65536")
+		}
+		err = s.C.QueuesCreate(ctx, &pb.QueueInfo{QueueName: "v1-rules", MaxAttempts: 65537})
+		requireCode(t, err, styx.CodeBadRequest, "invalid max_attempts; 65537 is out of range 0..65536")
+
+		// The target must exist: the queue layer's rule, in SQS's words.
+		_, err = c.CreateQueue(ctx, &awssqs.CreateQueueInput{QueueName: aws.String("rules-2"), Attributes: policy("ghost", 3)})
+		requireSQSError(t, err, "InvalidAttributeValue", "Dead letter target does not exist")
+		_, err = c.SetQueueAttributes(ctx, &awssqs.SetQueueAttributesInput{QueueUrl: src.QueueUrl, Attributes: policy("ghost", 3)})
+		requireSQSError(t, err, "InvalidAttributeValue", "Dead letter target does not exist")
+		_, err = c.SetQueueAttributes(ctx, &awssqs.SetQueueAttributesInput{QueueUrl: src.QueueUrl, Attributes: policy("rules", 3)})
+		requireSQSError(t, err, "InvalidParameterValue", "cannot be its own dead_queue")
+
+		// StartMessageMoveTask: the redrive runner's checks, SQS's answers.
+		start := func(source, dest string, rate int32) error {
+			in := &awssqs.StartMessageMoveTaskInput{SourceArn: arn(source)}
+			if dest != "" {
+				in.DestinationArn = arn(dest)
+			}
+			if rate != 0 {
+				in.MaxNumberOfMessagesPerSecond = aws.Int32(rate)
+			}
+			_, err := c.StartMessageMoveTask(ctx, in)
+			return err
+		}
+		requireSQSError(t, start("ghost", "", 0), "ResourceNotFoundException", "SourceArn")
+		requireSQSError(t, start("rules", "", 0), "InvalidParameterValue", "Source queue must be configured as a Dead Letter Queue")
+		requireSQSError(t, start("rules-dlq", "rules-dlq", 0), "InvalidParameterValue", "must not be the SourceArn")
+		requireSQSError(t, start("rules-dlq", "ghost", 0), "ResourceNotFoundException", "DestinationArn")
+		requireSQSError(t, start("rules-dlq", "", -1), "InvalidParameterValue", "must be between 1 and 1000000")
+		requireSQSError(t, start("rules-dlq", "", 1_000_001), "InvalidParameterValue", "must be between 1 and 1000000")
+		_, err = s.C.DeadRedrive(ctx, &pb.DeadRedriveRequest{QueueName: "rules-dlq", All: true, RateLimit: 1_000_001})
+		requireCode(t, err, styx.CodeBadRequest, "invalid rate_limit; 1000001 is out of range 0..1000000")
+		// Above AWS's 500: /v1's limit holds.
+		require.NoError(t, start("rules-dlq", "", 1000))
+		eventually(t, func() bool {
+			tasks, err := s.C.RedrivesList(ctx, &pb.RedrivesListRequest{QueueName: "rules-dlq"})
+			return err == nil && len(tasks.Tasks) == 1 && tasks.Tasks[0].RateLimit == 1000 && tasks.Tasks[0].Status == "completed"
+		}, "the move task should complete at rate 1000")
+	})
+}
+
 // startSQSAuth starts a server with --auth, an admin key file and a secret
 // key file (keys created then carry a sealed secret for SigV4); it returns
 // the bootstrap admin key.
@@ -599,6 +664,31 @@ func TestSQSAuth(t *testing.T) {
 		requireSQSError(t, err, "AccessDenied", "lacks scope 'admin'")
 		_, err = worker.PurgeQueue(ctx, &awssqs.PurgeQueueInput{QueueUrl: url("orders")})
 		requireSQSError(t, err, "AccessDenied", "lacks scope 'admin'")
+
+		// ListQueues lists the queues the key covers, as queues.list, page
+		// after page, however many it does not cover come first.
+		for _, name := range []string{"a-1", "a-2", "a-3", "a-4", "a-5", "orders-2", "orders-3", "p-1"} {
+			_, err := root.CreateQueue(ctx, &awssqs.CreateQueueInput{QueueName: aws.String(name)})
+			require.NoError(t, err)
+		}
+		readerKey := s.newKey("reader", []string{"read"}, "orders*")
+		readerID, _ := auth.KeyID(readerKey)
+		reader := s.sqsClient(readerID, readerKey)
+		var listed []string
+		var token *string
+		for {
+			page, err := reader.ListQueues(ctx, &awssqs.ListQueuesInput{MaxResults: aws.Int32(2), NextToken: token})
+			require.NoError(t, err)
+			listed = append(listed, page.QueueUrls...)
+			if token = page.NextToken; token == nil {
+				break
+			}
+		}
+		require.Equal(t, []string{*url("orders"), *url("orders-2"), *url("orders-3")}, listed)
+		v1, err := s.client(readerKey).QueuesList(ctx, &pb.QueuesListRequest{Limit: 2})
+		require.NoError(t, err)
+		require.Len(t, v1.Items, 2)
+		require.Equal(t, []string{"orders", "orders-2"}, []string{v1.Items[0].QueueName, v1.Items[1].QueueName})
 
 		// A wrong secret, an unknown key, no signature.
 		_, err = s.sqsClient(workerID, workerKey+"x").SendMessage(ctx, &awssqs.SendMessageInput{QueueUrl: url("orders"), MessageBody: aws.String("x")})

@@ -45,7 +45,7 @@ const (
 	// the body is decoded.
 	MaxImportItems = 100_000
 	// MaxAttempts is the largest max_attempts (0 is unlimited).
-	MaxAttempts = 65536
+	MaxAttempts = queue.MaxAttempts
 	// MaxExpireTimeout is the longest expire_timeout (and lease_timeout):
 	// one year. Both have no lower bound but must be above 0: sub-second
 	// leases are legal, as in Querator.

@@ -3,6 +3,8 @@ package sqs
 import (
 	"context"
 	"encoding/base64"
+	"errors"
+	"math"
 	"net/http"
 	"slices"
 	"strings"
@@ -62,7 +64,7 @@ func (h *Handler) listDeadLetterSourceQueues(ctx context.Context, r *request) (a
 			names = names[1:]
 		}
 	}
-	names = slices.DeleteFunc(names, func(n string) bool { return !covers(ctx, n) })
+	names = slices.DeleteFunc(names, func(n string) bool { return !auth.Allowed(ctx, n) })
 	out := listDeadLetterSourceQueuesOutput{QueueUrls: []string{}}
 	for i, n := range names {
 		if i == limit {
@@ -75,9 +77,6 @@ func (h *Handler) listDeadLetterSourceQueues(ctx context.Context, r *request) (a
 	}
 	return out, nil
 }
-
-// maxMoveRate is the largest MaxNumberOfMessagesPerSecond SQS accepts.
-const maxMoveRate = 500
 
 type startMessageMoveTaskInput struct {
 	SourceArn                    string `json:"SourceArn"`
@@ -114,7 +113,10 @@ func (h *Handler) movesEnabled() error {
 
 // startMessageMoveTask starts a Styx redrive task of every dead item of a
 // dead-letter queue: back to each item's source queue, or to
-// DestinationArn; MaxNumberOfMessagesPerSecond is the task's rate.
+// DestinationArn; MaxNumberOfMessagesPerSecond is the task's rate. The
+// redrive runner checks the request as it checks /v1's dead.redrive
+// (redrive.Runner.Start: the dead-letter rule, the destination, the rate
+// limit redrive.MaxRateLimit); this maps its errors onto SQS's answers.
 func (h *Handler) startMessageMoveTask(ctx context.Context, r *request) (any, error) {
 	if err := h.movesEnabled(); err != nil {
 		return nil, err
@@ -130,45 +132,46 @@ func (h *Handler) startMessageMoveTask(ctx context.Context, r *request) (any, er
 	if err != nil {
 		return nil, err
 	}
-	if _, _, err := h.lookupName(ctx, src); err != nil {
-		return nil, &Error{Type: "ResourceNotFoundException", Status: http.StatusNotFound, Message: "The resource that you specified for the SourceArn parameter doesn't exist."}
-	}
-	sources, err := h.sourceQueues(ctx, src)
-	if err != nil {
-		return nil, err
-	}
-	if len(sources) == 0 {
-		return nil, invalidParameter("Source queue must be configured as a Dead Letter Queue.")
-	}
 	var dest string
 	if in.DestinationArn != "" {
 		if dest, err = h.nameFromARN("DestinationArn", in.DestinationArn); err != nil {
 			return nil, err
 		}
-		if dest == src {
-			return nil, invalidParameter("The DestinationArn must not be the SourceArn.")
-		}
-		if _, _, err := h.lookupName(ctx, dest); err != nil {
-			return nil, &Error{Type: "ResourceNotFoundException", Status: http.StatusNotFound, Message: "The resource that you specified for the DestinationArn parameter doesn't exist."}
-		}
 	}
 	rate := 0
 	if in.MaxNumberOfMessagesPerSecond != nil {
-		rate = *in.MaxNumberOfMessagesPerSecond
-		if rate < 1 || rate > maxMoveRate {
-			return nil, invalidParameter("Value %d for parameter MaxNumberOfMessagesPerSecond is invalid. Reason: must be between 1 and %d.", rate, maxMoveRate)
+		// SQS has no unthrottled value: a rate given is at least 1. Start
+		// checks the upper limit.
+		if rate = *in.MaxNumberOfMessagesPerSecond; rate < 1 {
+			return nil, moveRateError(rate)
 		}
 	}
-	var keyQueues []string
-	if p := auth.FromContext(ctx); p != nil {
-		keyQueues = p.Queues
+	if err := h.allow(ctx, src, dest); err != nil {
+		return nil, err
 	}
-	t, err := h.cfg.Redrives.Start(ctx, redrive.StartParams{Queue: src, Destination: dest, RateLimit: int32(rate),
-		MaxRedriveCount: -1, KeyName: auth.KeyName(ctx), KeyQueues: keyQueues})
-	if err != nil {
+	t, err := h.cfg.Redrives.Start(ctx, redrive.StartParams{Queue: src, Destination: dest, RateLimit: int32(min(rate, math.MaxInt32)),
+		MaxRedriveCount: -1, KeyName: auth.KeyName(ctx), KeyQueues: auth.KeyQueues(ctx)})
+	switch {
+	case errors.Is(err, queue.ErrQueueNotFound):
+		return nil, &Error{Type: "ResourceNotFoundException", Status: http.StatusNotFound, Message: "The resource that you specified for the SourceArn parameter doesn't exist."}
+	case errors.Is(err, queue.ErrNotDeadLetterQueue):
+		return nil, invalidParameter("Source queue must be configured as a Dead Letter Queue.")
+	case errors.Is(err, redrive.ErrDestinationIsQueue):
+		return nil, invalidParameter("The DestinationArn must not be the SourceArn.")
+	case errors.Is(err, redrive.ErrDestinationNotFound):
+		return nil, &Error{Type: "ResourceNotFoundException", Status: http.StatusNotFound, Message: "The resource that you specified for the DestinationArn parameter doesn't exist."}
+	case errors.Is(err, redrive.ErrRateLimit):
+		return nil, moveRateError(rate)
+	case err != nil:
 		return nil, err
 	}
 	return taskHandleOutput{TaskHandle: taskHandle(t.ID)}, nil
+}
+
+// moveRateError is SQS's answer to a MaxNumberOfMessagesPerSecond out of
+// range, with Styx's limit (redrive.MaxRateLimit).
+func moveRateError(rate int) error {
+	return invalidParameter("Value %d for parameter MaxNumberOfMessagesPerSecond is invalid. Reason: must be between 1 and %d.", rate, redrive.MaxRateLimit)
 }
 
 type listMessageMoveTasksInput struct {
@@ -279,10 +282,8 @@ func (h *Handler) cancelMessageMoveTask(ctx context.Context, r *request) (any, e
 	if err != nil {
 		return nil, &Error{Type: "ResourceNotFoundException", Status: http.StatusNotFound, Message: "The task handle does not name a message move task."}
 	}
-	if p := auth.FromContext(ctx); p != nil {
-		if err := p.Check("/v1/redrives.cancel", t.Queue); err != nil {
-			return nil, err
-		}
+	if err := auth.CheckContext(ctx, "/v1/redrives.cancel", t.Queue); err != nil {
+		return nil, err
 	}
 	if t.Status != redrive.StatusRunning {
 		return nil, &Error{Type: "ResourceNotFoundException", Status: http.StatusNotFound,

@@ -12,6 +12,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/styxq/styx/internal/auth"
 	"github.com/styxq/styx/internal/queue"
 	"github.com/styxq/styx/internal/text"
 )
@@ -249,7 +250,7 @@ func (h *Handler) createQueue(ctx context.Context, r *request) (any, error) {
 	// match its own, and QueueAlreadyExists when they differ.
 	old, ierr := h.cfg.Queues.Info(ctx, in.QueueName)
 	if ierr != nil {
-		return nil, err
+		return nil, policyError(err, in.Attributes)
 	}
 	if differs := h.differingAttribute(ctx, old, in.Attributes); differs != "" {
 		return nil, &Error{Type: "QueueNameExists", Query: "QueueAlreadyExists", Status: http.StatusBadRequest,
@@ -369,27 +370,29 @@ func (h *Handler) listQueues(ctx context.Context, r *request) (any, error) {
 		}
 		pivot = string(last)
 	}
-	infos, err := h.cfg.Queues.List(ctx, queue.ListQueuesParams{Pivot: pivot, Limit: limit + 2})
+	// Every namespace (SQS has none), only the queues the key covers, as
+	// queues.list; one more than a page tells whether another follows, and
+	// one more again for the last queue of the previous page (a pivot is
+	// inclusive).
+	infos, err := auth.ListCovered(ctx, h.cfg.Queues, queue.ListQueuesParams{Pivot: pivot, Limit: limit + 2})
 	if err != nil {
 		return nil, err
 	}
-	var out listQueuesOutput
 	if in.NextToken != "" && len(infos) > 0 && infos[0].Name == pivot {
-		infos = infos[1:] // the last queue of the previous page
+		infos = infos[1:]
 	}
-	for _, info := range infos {
+	var out listQueuesOutput
+	for i, info := range infos {
 		if !strings.HasPrefix(info.Name, in.QueueNamePrefix) {
 			break
 		}
-		if len(out.QueueUrls) == limit {
+		if i == limit {
 			if in.MaxResults != nil {
-				out.NextToken = base64.RawURLEncoding.EncodeToString([]byte(infos[limit-1].Name))
+				out.NextToken = base64.RawURLEncoding.EncodeToString([]byte(infos[i-1].Name))
 			}
 			break
 		}
-		if covers(ctx, info.Name) {
-			out.QueueUrls = append(out.QueueUrls, h.queueURL(r.http, info.Name))
-		}
+		out.QueueUrls = append(out.QueueUrls, h.queueURL(r.http, info.Name))
 	}
 	return out, nil
 }
@@ -545,13 +548,13 @@ func (h *Handler) setQueueAttributes(ctx context.Context, r *request) (any, erro
 		return nil, missingParameter("Attributes")
 	}
 	now := h.now().UTC()
-	return nil, h.cfg.Queues.Update(ctx, name, func(info *queue.QueueInfo) error {
+	return nil, policyError(h.cfg.Queues.Update(ctx, name, func(info *queue.QueueInfo) error {
 		if err := h.applyAttributes(ctx, info, in.Attributes); err != nil {
 			return err
 		}
 		info.UpdatedAt = now
 		return nil
-	})
+	}), in.Attributes)
 }
 
 // checkPolicy applies SQS's limit to a Policy attribute (MaxPolicyBytes)

@@ -3,19 +3,21 @@ package sqs
 import (
 	"context"
 	"encoding/json"
-	"github.com/styxq/styx/internal/queue"
+	"errors"
 	"slices"
 	"strconv"
 	"strings"
-)
 
-// maxReceiveCountLimit is the largest maxReceiveCount SQS accepts.
-const maxReceiveCountLimit = 1000
+	"github.com/styxq/styx/internal/queue"
+)
 
 // applyRedrivePolicy sets info's dead queue and max_attempts from an SQS
 // RedrivePolicy ({"deadLetterTargetArn":…,"maxReceiveCount":…}); an empty
-// policy (or "{}") removes both. The dead-letter queue's RedriveAllowPolicy
-// must allow info's queue.
+// policy (or "{}") removes both. maxReceiveCount is 1 to queue.MaxAttempts
+// (queue.CheckMaxAttempts; AWS documents 1 to 1,000). The dead-letter
+// queue's RedriveAllowPolicy must allow info's queue. The dead-letter rules
+// of the queue layer decide the rest when the queue is stored: the target
+// exists (policyError), is not the queue, has no dead queue of its own.
 func (h *Handler) applyRedrivePolicy(ctx context.Context, info *queue.QueueInfo, v string) error {
 	if strings.TrimSpace(v) == "" || strings.TrimSpace(v) == "{}" {
 		info.DeadQueue, info.MaxAttempts = "", 0
@@ -32,10 +34,10 @@ func (h *Handler) applyRedrivePolicy(ctx context.Context, info *queue.QueueInfo,
 		return invalidAttributeValue("Value %s for parameter RedrivePolicy is invalid. Reason: Redrive policy does not contain mandatory attribute: %s.",
 			v, map[bool]string{true: "deadLetterTargetArn", false: "maxReceiveCount"}[p.DeadLetterTargetArn == ""])
 	}
-	n, err := strconv.Atoi(strings.Trim(string(p.MaxReceiveCount), `"`))
-	if err != nil || n < 1 || n > maxReceiveCountLimit {
+	n, err := strconv.ParseInt(strings.Trim(string(p.MaxReceiveCount), `"`), 10, 64)
+	if err != nil || n < 1 || queue.CheckMaxAttempts(n) != nil {
 		return invalidAttributeValue("Value %s for parameter RedrivePolicy is invalid. Reason: Invalid value for maxReceiveCount: %s, valid values are from 1 to %d both inclusive.",
-			v, string(p.MaxReceiveCount), maxReceiveCountLimit)
+			v, string(p.MaxReceiveCount), queue.MaxAttempts)
 	}
 	dlq, err := h.nameFromARN("RedrivePolicy", p.DeadLetterTargetArn)
 	if err != nil {
@@ -45,15 +47,25 @@ func (h *Handler) applyRedrivePolicy(ctx context.Context, info *queue.QueueInfo,
 		return err
 	}
 	dinfo, err := h.cfg.Queues.Info(ctx, dlq)
-	if err != nil {
-		return invalidAttributeValue("Value %s for parameter RedrivePolicy is invalid. Reason: Dead letter target does not exist.", v)
+	if err != nil && !errors.Is(err, queue.ErrQueueNotFound) {
+		return err
 	}
-	if !allowsSource(h, readQueueAttrs(dinfo).RedriveAllowPolicy, info.Name) {
+	if err == nil && !allowsSource(h, readQueueAttrs(dinfo).RedriveAllowPolicy, info.Name) {
 		return invalidAttributeValue("Value %s for parameter RedrivePolicy is invalid. Reason: the RedriveAllowPolicy of the dead-letter queue %s does not allow %s.",
 			v, dlq, info.Name)
 	}
 	info.DeadQueue, info.MaxAttempts = dlq, int32(n)
 	return nil
+}
+
+// policyError maps the queue layer's refusal of a RedrivePolicy's target
+// that does not exist (queue.ErrDeadQueueNotFound) onto SQS's answer; any
+// other error is returned as it is. attrs are the request's attributes.
+func policyError(err error, attrs map[string]string) error {
+	if errors.Is(err, queue.ErrDeadQueueNotFound) {
+		return invalidAttributeValue("Value %s for parameter RedrivePolicy is invalid. Reason: Dead letter target does not exist.", attrs["RedrivePolicy"])
+	}
+	return err
 }
 
 // redriveAllowPolicy is SQS's RedriveAllowPolicy.

@@ -47,22 +47,11 @@ func (h *Handler) allow(ctx context.Context, queues ...string) error {
 		// pipeline's audit line.
 		audit.From(ctx).SetQueue(queues[0])
 	}
-	p := auth.FromContext(ctx)
-	if p == nil {
-		return nil
-	}
 	path, _ := ctx.Value(pathKey{}).(string)
 	if path == "" {
 		path = "/v1/queues.create" // an action without a mapping needs admin
 	}
-	return p.Check(path, queues...)
-}
-
-// covers reports whether the request's key covers queue (always without
-// --auth): listings show only the queues a key covers, as queues.list.
-func covers(ctx context.Context, queue string) bool {
-	p := auth.FromContext(ctx)
-	return p == nil || p.Covers(queue)
+	return auth.CheckContext(ctx, path, queues...)
 }
 
 func authError(typ, format string, args ...any) *Error {

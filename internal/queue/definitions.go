@@ -1,6 +1,7 @@
 package queue
 
 import (
+	"context"
 	"maps"
 	"slices"
 	"strings"
@@ -23,20 +24,45 @@ func NotFound(name string) error {
 	return apierr.Wrap(ErrQueueNotFound, apierr.Invalid, "queue does not exist; no such queue named '%s'", name)
 }
 
+// MaxAttempts is the largest max_attempts of a queue, in attempts; 0 means
+// unlimited. It is the one limit of every door: /v1's max_attempts and the
+// SQS API's maxReceiveCount (AWS documents 1 to 1,000 for maxReceiveCount;
+// Styx takes 1 to MaxAttempts there, 0 having no meaning in SQS).
+const MaxAttempts = 65536
+
+// CheckMaxAttempts returns an apierr.Invalid error wrapping ErrMaxAttempts
+// unless n is a valid max_attempts: 0 (unlimited) to MaxAttempts.
+// ValidateCreate and ValidateUpdate apply it; the doors call it first to
+// answer in their own order and words.
+func CheckMaxAttempts(n int64) error {
+	if n < 0 || n > MaxAttempts {
+		return apierr.Wrap(ErrMaxAttempts, apierr.Invalid, "invalid max_attempts; %d is out of range 0..%d", n, MaxAttempts)
+	}
+	return nil
+}
+
 // ValidateCreate checks a new queue against the stored ones (all, by name):
-// apierr.Invalid if the name is taken, apierr.Invalid if its dead_queue
-// breaks a rule (see checkDeadQueue).
+// apierr.Invalid if the name is taken, if max_attempts is out of range
+// (CheckMaxAttempts), or if its dead_queue breaks a rule (see
+// checkDeadQueue).
 func ValidateCreate(all map[string]QueueInfo, info QueueInfo) error {
 	if _, ok := all[info.Name]; ok {
 		return Exists(info.Name)
+	}
+	if err := CheckMaxAttempts(int64(info.MaxAttempts)); err != nil {
+		return err
 	}
 	return checkDeadQueue(all, info)
 }
 
 // ValidateUpdate checks a queue's new configuration against its old one and
-// the other queues: partitions are never removed, a dead-letter queue gets
-// no dead_queue of its own, and the dead_queue rules hold.
+// the other queues: partitions are never removed, max_attempts is in range
+// (CheckMaxAttempts), a dead-letter queue gets no dead_queue of its own, and
+// the dead_queue rules hold.
 func ValidateUpdate(all map[string]QueueInfo, old, info QueueInfo) error {
+	if err := CheckMaxAttempts(int64(info.MaxAttempts)); err != nil {
+		return err
+	}
 	if info.Partitions < old.Partitions {
 		return apierr.Invalidf("invalid requested_partitions; queue '%s' has %d partitions, which cannot be reduced to %d",
 			info.Name, old.Partitions, info.Partitions)
@@ -63,8 +89,8 @@ func ValidateDelete(all map[string]QueueInfo, name string) error {
 }
 
 // checkDeadQueue enforces the dead-letter configuration rules on info: its
-// dead_queue exists, is not the queue itself, and has no dead_queue of its
-// own (no chains).
+// dead_queue exists (else an error wrapping ErrDeadQueueNotFound), is not
+// the queue itself, and has no dead_queue of its own (no chains).
 func checkDeadQueue(all map[string]QueueInfo, info QueueInfo) error {
 	if info.DeadQueue == "" {
 		return nil
@@ -74,7 +100,7 @@ func checkDeadQueue(all map[string]QueueInfo, info QueueInfo) error {
 	}
 	dlq, ok := all[info.DeadQueue]
 	if !ok {
-		return apierr.Invalidf("invalid dead_queue; queue '%s' does not exist", info.DeadQueue)
+		return apierr.Wrap(ErrDeadQueueNotFound, apierr.Invalid, "invalid dead_queue; queue '%s' does not exist", info.DeadQueue)
 	}
 	if dlq.DeadQueue != "" {
 		return apierr.Invalidf("invalid dead_queue; '%s' has a dead_queue of its own ('%s'), and dead-letter queues cannot be chained",
@@ -94,6 +120,35 @@ func checkDeadQueue(all map[string]QueueInfo, info QueueInfo) error {
 // (ValidateCreate, ValidateUpdate). False for an empty name.
 func IsDeadLetterQueue(all []QueueInfo, name string) bool {
 	return slices.ContainsFunc(all, func(q QueueInfo) bool { return feeds(q, name) })
+}
+
+// DeadLetterQueue returns the queue named name and its definition when it
+// is a dead-letter queue (IsDeadLetterQueue over every queue of qs): the
+// check of every call that acts on dead items, whatever the door (/v1's
+// dead.* calls, redrive tasks and so SQS's StartMessageMoveTask). It
+// returns the error of NotFound when there is no such queue, and an
+// apierr.Invalid wrapping ErrNotDeadLetterQueue when no queue names it as
+// its dead_queue: another queue holds live work, which those calls never
+// touch.
+func DeadLetterQueue(ctx context.Context, qs Queues, name string) (Queue, QueueInfo, error) {
+	q, err := qs.Get(name)
+	if err != nil {
+		return nil, QueueInfo{}, err
+	}
+	info, err := qs.Info(ctx, name)
+	if err != nil {
+		return nil, QueueInfo{}, err
+	}
+	all, err := qs.List(ctx, ListQueuesParams{})
+	if err != nil {
+		return nil, QueueInfo{}, err
+	}
+	if !IsDeadLetterQueue(all, name) {
+		return nil, info, apierr.Wrap(ErrNotDeadLetterQueue, apierr.Invalid,
+			"invalid queue_name; queue '%s' is not a dead-letter queue (no queue names it as its dead_queue); "+
+				"dead.* calls act only on the dead items of a dead-letter queue", name)
+	}
+	return q, info, nil
 }
 
 // SourceQueues returns the names of the queues of all (every queue of the

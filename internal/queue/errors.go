@@ -20,6 +20,14 @@ var (
 	// ErrDuplicateID: an id appears more than once in one complete,
 	// retry or renew (CheckLeased, CheckRenew).
 	ErrDuplicateID = errors.New("id appears more than once")
+	// ErrNotDeadLetterQueue: a call that acts on dead items names a queue
+	// that no queue names as its dead_queue (DeadLetterQueue).
+	ErrNotDeadLetterQueue = errors.New("not a dead-letter queue")
+	// ErrDeadQueueNotFound: a queue's dead_queue names a queue that does
+	// not exist (ValidateCreate, ValidateUpdate).
+	ErrDeadQueueNotFound = errors.New("dead_queue does not exist")
+	// ErrMaxAttempts: a max_attempts out of range (CheckMaxAttempts).
+	ErrMaxAttempts = errors.New("max_attempts out of range")
 )
 
 // ErrNoItems answers a lease that waited its whole request timeout with no

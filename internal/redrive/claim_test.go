@@ -38,7 +38,7 @@ func (s *sharedStore) ClaimTask(_ context.Context, key string) (func(), bool, er
 }
 
 // newShared returns a runner over a shared-claiming store holding the
-// dead-letter queue "q-dead", with the tasks given already stored.
+// dead-letter queue "q-dead" (of queue "q"), with the tasks given already stored.
 func newShared(t *testing.T, claim func(s *sharedStore, n int, key string) bool, tasks ...Task) (*Runner, *sharedStore) {
 	t.Helper()
 	ctx := context.Background()
@@ -51,6 +51,7 @@ func newShared(t *testing.T, claim func(s *sharedStore, n int, key string) bool,
 	require.NoError(t, err)
 	t.Cleanup(qm.Close)
 	require.NoError(t, qm.Create(ctx, queue.QueueInfo{Name: "q-dead", LeaseTimeout: time.Minute, Partitions: 1}))
+	require.NoError(t, qm.Create(ctx, queue.QueueInfo{Name: "q", LeaseTimeout: time.Minute, Partitions: 1, DeadQueue: "q-dead"}))
 	s := &sharedStore{Store: st, claim: claim}
 	for _, task := range tasks {
 		putTask(t, s, task)

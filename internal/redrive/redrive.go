@@ -43,10 +43,20 @@ const (
 	StatusFailed     = "failed"
 )
 
+// The limits of a redrive task: the one table every door checks a
+// request against (StartParams.Check, from Start).
 const (
 	// DefaultMaxRedriveCount is how many times an item may be redriven
 	// before a redrive skips it (redrive loops end).
 	DefaultMaxRedriveCount = 10
+	// MaxRedriveCountLimit is the largest StartParams.MaxRedriveCount; -1
+	// means no limit and 0 DefaultMaxRedriveCount.
+	MaxRedriveCountLimit = 1000
+	// MaxRateLimit is the largest StartParams.RateLimit, in items per
+	// second; 0 means unthrottled. /v1's rate_limit takes 0 to
+	// MaxRateLimit; the SQS API's MaxNumberOfMessagesPerSecond 1 to
+	// MaxRateLimit (AWS documents 1 to 500; SQS has no unthrottled value).
+	MaxRateLimit = 1_000_000
 	// keepFinished is how many finished tasks are kept per dead-letter
 	// queue.
 	keepFinished = 100
@@ -380,7 +390,25 @@ func (r *Runner) Close() {
 	r.wg.Wait()
 }
 
-// StartParams is a validated dead.redrive request.
+// Start's sentinels, which the doors map onto their own answers with
+// errors.Is; each is wrapped in an apierr.Invalid (400). Start also returns
+// queue.NotFound for an unknown queue and an error wrapping
+// queue.ErrNotDeadLetterQueue for a queue that is no dead-letter queue.
+var (
+	// ErrDestinationIsQueue: the destination is the dead-letter queue
+	// being redriven.
+	ErrDestinationIsQueue = errors.New("destination is the redriven queue")
+	// ErrDestinationNotFound: the destination does not exist.
+	ErrDestinationNotFound = errors.New("destination does not exist")
+	// ErrRateLimit: RateLimit is out of range 0..MaxRateLimit.
+	ErrRateLimit = errors.New("rate_limit out of range")
+	// ErrMaxRedriveCount: MaxRedriveCount is out of range
+	// -1..MaxRedriveCountLimit.
+	ErrMaxRedriveCount = errors.New("max_redrive_count out of range")
+)
+
+// StartParams is a dead.redrive request (or an SQS StartMessageMoveTask),
+// checked by Start.
 type StartParams struct {
 	Queue           string
 	Filter          queue.DeadFilter
@@ -395,17 +423,41 @@ type StartParams struct {
 	KeyQueues []string
 }
 
-// Start counts the matching items and, unless p.DryRun, starts a task.
-// Returns apierr.Invalid for an unknown queue or destination and
-// apierr.Conflict when a task is already running on the queue.
+// Check validates p's own fields against the limits, looking nothing up:
+// the destination is not the queue (ErrDestinationIsQueue), RateLimit is in
+// 0..MaxRateLimit (ErrRateLimit) and MaxRedriveCount in
+// -1..MaxRedriveCountLimit (ErrMaxRedriveCount), each an apierr.Invalid
+// naming the /v1 field. Names and filters are the doors' to parse.
+func (p StartParams) Check() error {
+	if p.Destination != "" && p.Destination == p.Queue {
+		return apierr.Wrap(ErrDestinationIsQueue, apierr.Invalid, "invalid destination; '%s' is the queue being redriven", p.Destination)
+	}
+	if p.RateLimit < 0 || p.RateLimit > MaxRateLimit {
+		return apierr.Wrap(ErrRateLimit, apierr.Invalid, "invalid rate_limit; %d is out of range 0..%d items per second", p.RateLimit, MaxRateLimit)
+	}
+	if p.MaxRedriveCount < -1 || p.MaxRedriveCount > MaxRedriveCountLimit {
+		return apierr.Wrap(ErrMaxRedriveCount, apierr.Invalid, "invalid max_redrive_count; %d is out of range -1..%d", p.MaxRedriveCount, MaxRedriveCountLimit)
+	}
+	return nil
+}
+
+// Start checks p and counts the matching items and, unless p.DryRun, starts
+// a task. The checks, in order, are every door's: p.Queue is a dead-letter
+// queue (queue.DeadLetterQueue: queue.NotFound, or an error wrapping
+// queue.ErrNotDeadLetterQueue), p.Check, and the destination exists
+// (ErrDestinationNotFound); all apierr.Invalid. Returns apierr.Conflict
+// when a task is already running on the queue.
 func (r *Runner) Start(ctx context.Context, p StartParams) (Task, error) {
-	dlq, err := r.cfg.Queues.Get(p.Queue)
+	dlq, _, err := queue.DeadLetterQueue(ctx, r.cfg.Queues, p.Queue)
 	if err != nil {
+		return Task{}, err
+	}
+	if err := p.Check(); err != nil {
 		return Task{}, err
 	}
 	if p.Destination != "" {
 		if _, err := r.cfg.Queues.Get(p.Destination); err != nil {
-			return Task{}, apierr.Invalidf("invalid destination; no such queue named '%s'", p.Destination)
+			return Task{}, apierr.Wrap(ErrDestinationNotFound, apierr.Invalid, "invalid destination; no such queue named '%s'", p.Destination)
 		}
 	}
 	if p.MaxRedriveCount == 0 {
