@@ -282,7 +282,7 @@ func (s *Service) DeadRedrive(ctx context.Context, req *pb.DeadRedriveRequest) (
 	if err != nil {
 		return nil, err
 	}
-	return toTask(t), nil
+	return toTask(ctx, t), nil
 }
 
 // RedrivesList lists redrive tasks of a queue (all queues when empty),
@@ -300,7 +300,7 @@ func (s *Service) RedrivesList(ctx context.Context, req *pb.RedrivesListRequest)
 	out := &pb.RedrivesListResponse{}
 	for _, t := range tasks {
 		if auth.Allowed(ctx, t.Queue) { // a key with queue patterns sees their tasks only
-			out.Tasks = append(out.Tasks, toTask(t))
+			out.Tasks = append(out.Tasks, toTask(ctx, t))
 		}
 	}
 	return out, nil
@@ -318,7 +318,7 @@ func (s *Service) RedrivesGet(ctx context.Context, req *pb.RedriveTaskRequest) (
 	if err := checkTaskQueue(ctx, t); err != nil {
 		return nil, err
 	}
-	return toTask(t), nil
+	return toTask(ctx, t), nil
 }
 
 // checkTaskQueue refuses (403) a task whose dead-letter queue the request's
@@ -343,27 +343,67 @@ func (s *Service) RedrivesCancel(ctx context.Context, req *pb.RedriveTaskRequest
 	if err != nil {
 		return nil, err
 	}
-	return toTask(t), nil
+	return toTask(ctx, t), nil
 }
 
-func toTask(t redrive.Task) *pb.RedriveTask {
+// HiddenQueues names, in a redrive task's by_queue and by_destination, the
+// queues the request's key does not cover, whose counts are summed under it:
+// a key limited to some queues learns how many items went elsewhere, never
+// where (issue 36).
+const HiddenQueues = "(queues this key does not cover)"
+
+// toTask is the wire form of t as the request's key may see it: the queues
+// it does not cover are summed under HiddenQueues.
+func toTask(ctx context.Context, t redrive.Task) *pb.RedriveTask {
+	name := func(q string) string {
+		if q == "" || auth.Allowed(ctx, q) {
+			return q
+		}
+		return HiddenQueues
+	}
 	out := &pb.RedriveTask{
-		TaskId: t.ID, QueueName: t.Queue, Destination: t.Destination, Filter: toFilter(t.Filter), RateLimit: t.RateLimit,
+		TaskId: t.ID, QueueName: t.Queue, Destination: name(t.Destination), Filter: toFilter(t.Filter), RateLimit: t.RateLimit,
 		Status: t.Status, Matched: t.Matched, Moved: t.Moved, Failed: t.Failed, Skipped: t.Skipped,
 		StartedAt: ts(t.StartedAt), FinishedAt: ts(t.FinishedAt), FailureReason: t.FailureReason, DryRun: t.DryRun,
 		MaxRedriveCount: t.MaxRedriveCount, KeyName: t.KeyName, ByQueue: map[string]*pb.RedriveCounts{},
 		WouldMove: t.WouldMove, WouldSkip: t.WouldSkip, SkipReasons: t.SkipReasons, Warning: t.Warning, ErrorPattern: t.ErrorPattern,
 	}
 	for q, c := range t.ByQueue {
-		out.ByQueue[q] = &pb.RedriveCounts{Moved: c.Moved, Failed: c.Failed, Skipped: c.Skipped, SkipReasons: c.SkipReasons}
+		sum := out.ByQueue[name(q)]
+		if sum == nil {
+			sum = &pb.RedriveCounts{}
+			out.ByQueue[name(q)] = sum
+		}
+		sum.Moved += c.Moved
+		sum.Failed += c.Failed
+		sum.Skipped += c.Skipped
+		sum.SkipReasons = addCounts(sum.SkipReasons, c.SkipReasons)
 	}
 	if t.DryRun {
 		out.ByDestination = map[string]*pb.RedrivePlan{}
 		for q, p := range t.ByDestination {
-			out.ByDestination[q] = &pb.RedrivePlan{WouldMove: p.WouldMove, WouldSkip: p.WouldSkip, SkipReasons: p.SkipReasons}
+			sum := out.ByDestination[name(q)]
+			if sum == nil {
+				sum = &pb.RedrivePlan{}
+				out.ByDestination[name(q)] = sum
+			}
+			sum.WouldMove += p.WouldMove
+			sum.WouldSkip += p.WouldSkip
+			sum.SkipReasons = addCounts(sum.SkipReasons, p.SkipReasons)
 		}
 	}
 	return out
+}
+
+// addCounts adds b's counts to a's (a may be nil) and returns a.
+func addCounts(a, b map[string]int64) map[string]int64 {
+	if len(b) > 0 && a == nil {
+		a = map[string]int64{}
+	}
+	for k, v := range b {
+		a[k] += v
+	}
+	return a
 }
 
 // DeadEdit replaces the payload of a dead item (and, when given, its kind
