@@ -2,15 +2,12 @@ package service_test
 
 import (
 	"encoding/json"
-	"errors"
 	"net/http"
-	"os"
 	"testing"
 	"time"
 
 	"github.com/stretchr/testify/require"
 
-	"github.com/styxq/styx/internal/pgtest"
 	pb "github.com/styxq/styx/styxpb"
 )
 
@@ -35,24 +32,10 @@ func TestHealthByStatusCode(t *testing.T) {
 	for _, b := range backends(t) {
 		t.Run(b.name, func(t *testing.T) {
 			t.Parallel()
-			var down, up func()
-			cause := "injected: outage"
-			if b.name == "postgres" {
-				if testing.Short() {
-					t.Skip("starts a PostgreSQL cluster")
-				}
-				if os.Getenv(pgtest.EnvURL) == "" && os.Getenv(pgtest.EnvRequire) == "" {
-					t.Skipf("%s is not set (see internal/pgtest)", pgtest.EnvURL)
-				}
-				pg := pgtest.StartServer(t)
-				b = backend{name: "postgres", url: pgtest.SchemaURL(t, pg.URL)}
-				down, up = func() { pg.Stop(t) }, func() { pg.Start(t) }
-				cause = "postgresql unreachable"
-			}
+			b, down, up, cause := outage(t, b)
 			s := start(t, b)
-			if !b.postgres() {
-				down = func() { s.Faults.SetDown(errors.New("injected: outage")) }
-				up = func() { s.Faults.SetDown(nil) }
+			if b.postgres() {
+				cause = "postgresql unreachable"
 			}
 			s.createQueue(&pb.QueueInfo{QueueName: "h"})
 			for _, path := range []string{"/health", "/readyz", "/livez"} {
@@ -60,7 +43,7 @@ func TestHealthByStatusCode(t *testing.T) {
 				require.Equal(t, 200, code, path)
 				require.Equal(t, "ok", status, path)
 			}
-			down()
+			down(s)
 			require.Eventually(t, func() bool { code, _ := s.probe("/health"); return code == 503 }, 15*time.Second, 20*time.Millisecond)
 			for _, path := range []string{"/health", "/readyz"} {
 				code, status := s.probe(path)
@@ -71,7 +54,7 @@ func TestHealthByStatusCode(t *testing.T) {
 			code, status := s.probe("/livez")
 			require.Equal(t, 200, code)
 			require.Contains(t, status, cause)
-			up()
+			up(s)
 			require.Eventually(t, func() bool { code, _ := s.probe("/health"); return code == 200 }, 30*time.Second, 20*time.Millisecond)
 			code, status = s.probe("/readyz")
 			require.Equal(t, 200, code, status)

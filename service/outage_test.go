@@ -13,6 +13,26 @@ import (
 	pb "github.com/styxq/styx/styxpb"
 )
 
+// outage returns the backend to run an outage test on (for postgres, a
+// cluster of the test's own, which it can stop; it skips without one), how
+// to take a server's storage down and bring it back (faulty.SetDown on
+// memory and Pebble, stopping the cluster on postgres), and the word every
+// failure names.
+func outage(t *testing.T, b backend) (_ backend, down, up func(*server), cause string) {
+	if b.name != "postgres" {
+		return b, func(s *server) { s.Faults.SetDown(errors.New("injected: outage")) },
+			func(s *server) { s.Faults.SetDown(nil) }, "injected: outage"
+	}
+	if testing.Short() {
+		t.Skip("starts a PostgreSQL cluster")
+	}
+	if os.Getenv(pgtest.EnvURL) == "" && os.Getenv(pgtest.EnvRequire) == "" {
+		t.Skipf("%s is not set (see internal/pgtest)", pgtest.EnvURL)
+	}
+	pg := pgtest.StartServer(t)
+	return backend{name: "postgres", url: pgtest.SchemaURL(t, pg.URL)}, func(*server) { pg.Stop(t) }, func(*server) { pg.Start(t) }, "postgres"
+}
+
 // TestStorageOutageSameCode: the same outage — every storage call failing,
 // injected with faulty.SetDown on memory and Pebble, a stopped PostgreSQL
 // cluster of the test's own — is answered with the same code and message
@@ -24,25 +44,9 @@ func TestStorageOutageSameCode(t *testing.T) {
 	for _, b := range backends(t) {
 		t.Run(b.name, func(t *testing.T) {
 			t.Parallel()
-			var down, up func()
-			cause := "injected: outage"
-			if b.name == "postgres" {
-				if testing.Short() {
-					t.Skip("starts a PostgreSQL cluster")
-				}
-				if os.Getenv(pgtest.EnvURL) == "" && os.Getenv(pgtest.EnvRequire) == "" {
-					t.Skipf("%s is not set (see internal/pgtest)", pgtest.EnvURL)
-				}
-				pg := pgtest.StartServer(t)
-				b = backend{name: "postgres", url: pgtest.SchemaURL(t, pg.URL)}
-				down, up = func() { pg.Stop(t) }, func() { pg.Start(t) }
-				cause = "postgres"
-			}
+			b, takeDown, bringUp, cause := outage(t, b)
 			s := start(t, b)
-			if !b.postgres() {
-				down = func() { s.Faults.SetDown(errors.New("injected: outage")) }
-				up = func() { s.Faults.SetDown(nil) }
-			}
+			down, up := func() { takeDown(s) }, func() { bringUp(s) }
 			s.createQueue(&pb.QueueInfo{QueueName: "out-dlq"})
 			s.createQueue(&pb.QueueInfo{QueueName: "out", DeadQueue: "out-dlq"})
 			s.produce("out", "before-1", "before-2")

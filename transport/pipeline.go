@@ -177,19 +177,30 @@ func (h *Handler) serveV1(w http.ResponseWriter, r *http.Request, rec *audit.Rec
 	defer release()
 	ctx := r.Context()
 	if p != nil {
-		rec.Key = p.Name
-		ctx = auth.WithPrincipal(ctx, p)
-		if r.URL.Path == "/v1/queue.lease" {
-			authorization := r.Header.Get("Authorization")
-			var stop func()
-			ctx, stop = h.watchKey(ctx, p.Name, func(ctx context.Context) error {
-				_, err := h.cfg.Keys.Authenticate(ctx, authorization)
-				return err
-			})
-			defer stop()
-		}
+		authorization := r.Header.Get("Authorization")
+		var stop func()
+		ctx, stop = h.admitted(ctx, rec, p, r.URL.Path, func(ctx context.Context) error {
+			_, err := h.cfg.Keys.Authenticate(ctx, authorization)
+			return err
+		})
+		defer stop()
 	}
 	route(w, r.WithContext(ctx))
+}
+
+// admitted returns ctx carrying the authenticated principal p of a call of
+// op, recorded for the audit log, and, for a long poll (queue.lease and
+// SQS's ReceiveMessage), watched so that it ends when its key is deleted
+// (watchKey; check re-authenticates the request's credentials). stop ends
+// the watch.
+func (h *Handler) admitted(ctx context.Context, rec *audit.Record, p *auth.Principal, op string,
+	check func(context.Context) error) (_ context.Context, stop func()) {
+	rec.Key = p.Name
+	ctx = auth.WithPrincipal(ctx, p)
+	if op != "/v1/queue.lease" {
+		return ctx, func() {}
+	}
+	return h.watchKey(ctx, p.Name, check)
 }
 
 // serveSQS serves an SQS call: with auth, the SigV4 header checked and its
@@ -235,17 +246,13 @@ func (h *Handler) serveSQS(w http.ResponseWriter, r *http.Request, rec *audit.Re
 			fail(err)
 			return
 		}
-		rec.Key = p.Name
-		ctx = auth.WithPrincipal(ctx, p)
-		if call.Op == "/v1/queue.lease" {
-			var stop func()
-			keyID := sig.KeyID()
-			ctx, stop = h.watchKey(ctx, p.Name, func(ctx context.Context) error {
-				_, _, err := h.cfg.Keys.SigV4Secret(ctx, keyID)
-				return err
-			})
-			defer stop()
-		}
+		keyID := sig.KeyID()
+		var stop func()
+		ctx, stop = h.admitted(ctx, rec, p, call.Op, func(ctx context.Context) error {
+			_, _, err := h.cfg.Keys.SigV4Secret(ctx, keyID)
+			return err
+		})
+		defer stop()
 	}
 	h.cfg.SQS.Serve(w, r.WithContext(ctx), call)
 }
