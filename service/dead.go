@@ -45,19 +45,19 @@ func parseFilter(in *pb.DeadFilter) (queue.DeadFilter, error) {
 	if in.Reason != "" && !deadReasons[in.Reason] {
 		return f, invalid("filter.reason", "'%s' is not one of max_attempts, expired, explicit", quote(in.Reason))
 	}
-	if err := checkText("filter.kind", in.Kind, MaxFieldLength); err != nil {
+	if err := checkFreeText("filter.kind", in.Kind, MaxFieldLength); err != nil {
 		return f, err
 	}
-	if err := checkText("filter.error_contains", in.ErrorContains, MaxErrorBytes); err != nil {
+	if err := checkFreeText("filter.error_contains", in.ErrorContains, MaxErrorBytes); err != nil {
 		return f, err
 	}
 	if in.Fingerprint != "" && !fingerprint.Valid(in.Fingerprint) {
 		return f, invalid("filter.fingerprint", "'%s' is not a fingerprint: 16 lowercase hex digits, as dead.groups reports", quote(in.Fingerprint))
 	}
-	if err := checkText("filter.reference", in.Reference, MaxFieldLength); err != nil {
+	if err := checkFreeText("filter.reference", in.Reference, MaxFieldLength); err != nil {
 		return f, err
 	}
-	if err := checkText("filter.payload_contains", in.PayloadContains, MaxFieldLength); err != nil {
+	if err := checkFreeText("filter.payload_contains", in.PayloadContains, MaxFieldLength); err != nil {
 		return f, err
 	}
 	f.SourceQueue, f.Reason, f.Kind, f.ErrorContains, f.Fingerprint = in.SourceQueue, in.Reason, in.Kind, in.ErrorContains, in.Fingerprint
@@ -435,10 +435,10 @@ func (s *Service) DeadEdit(ctx context.Context, req *pb.DeadEditRequest) (*pb.St
 	if len(req.Payload) > MaxPayloadBytes {
 		return nil, invalid("payload", "%d bytes, the limit is %d (5 MB)", len(req.Payload), MaxPayloadBytes)
 	}
-	if err := checkText("kind", req.GetKind(), MaxFieldLength); err != nil {
+	if err := checkIdent("kind", req.GetKind(), MaxFieldLength); err != nil {
 		return nil, err
 	}
-	if err := checkText("reference", req.GetReference(), MaxFieldLength); err != nil {
+	if err := checkIdent("reference", req.GetReference(), MaxFieldLength); err != nil {
 		return nil, err
 	}
 	found, _, err := l.Scan(ctx, info.Partitions, &queue.DeadFilter{IDs: []uint64{id}}, queue.ScanParams{Limit: 1})

@@ -19,7 +19,7 @@ const rlo = "\u202e"
 
 // TestHiddenCharactersRefused (issue 36, 8): a /v1 string that is an
 // identifier an operator will see (a queue's reference and namespace, an
-// item's kind, reference and encoding on import and dead.edit, a lease's
+// item's kind, reference and encoding on produce, import and dead.edit, a lease's
 // client_id) is refused with 400 naming the field, the character and the
 // rule when it holds a control, bidi or zero-width character. Before, all
 // were stored as sent. Nothing is stored.
@@ -52,6 +52,14 @@ func TestHiddenCharactersRefused(t *testing.T) {
 				_, err := s.C.QueueLease(ctx, &pb.QueueLeaseRequest{QueueName: "text", BatchSize: 1, ClientId: "worker\u200b1", RequestTimeout: "1s"})
 				return err
 			}, []string{"invalid client_id", "U+200B at character 6", "zero-width"}},
+			{"ProduceKind", func() error {
+				return s.C.QueueProduce(ctx, &pb.QueueProduceRequest{QueueName: "text", RequestTimeout: "1m",
+					Items: []*pb.QueueProduceItem{{Utf8: "x", Kind: "email" + rlo}}})
+			}, []string{"invalid items[0].kind", "U+202E at character 5"}},
+			{"ProduceReference", func() error {
+				return s.C.QueueProduce(ctx, &pb.QueueProduceRequest{QueueName: "text", RequestTimeout: "1m",
+					Items: []*pb.QueueProduceItem{{Utf8: "x"}, {Utf8: "y", Reference: "ord⁦1"}}})
+			}, []string{"invalid items[1].reference", "U+2066 at character 3"}},
 			{"ImportKind", func() error {
 				_, err := s.C.StorageItemsImport(ctx, &pb.StorageItemsImportRequest{QueueName: "text", Items: []*pb.StorageItem{
 					{Payload: []byte("x"), Kind: "email" + rlo}}})

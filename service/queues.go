@@ -184,7 +184,7 @@ func setQueueFields(info *queue.QueueInfo, req *pb.QueueInfo, fields map[string]
 		info.DeadQueue = req.DeadQueue
 	}
 	if fields["reference"] {
-		if err := checkText("reference", req.Reference, MaxFieldLength); err != nil {
+		if err := checkIdent("reference", req.Reference, MaxFieldLength); err != nil {
 			return err
 		}
 		info.Reference = req.Reference
@@ -300,10 +300,13 @@ func fromStorageItem(i int, in *pb.StorageItem) (queue.Item, error) {
 	if len(in.Payload) > MaxPayloadBytes {
 		return queue.Item{}, apierr.Invalidf("invalid %s.payload; %d bytes, the limit is %d (5 MB)", field, len(in.Payload), MaxPayloadBytes)
 	}
-	for _, f := range []struct{ name, v string }{{"kind", in.Kind}, {"encoding", in.Encoding}, {"reference", in.Reference}, {"last_error", in.LastError}, {"source_id", in.SourceId}} {
-		if err := checkText(field+"."+f.name, f.v, MaxFieldLength*4); err != nil {
+	for _, f := range []struct{ name, v string }{{"kind", in.Kind}, {"encoding", in.Encoding}, {"reference", in.Reference}, {"source_id", in.SourceId}} {
+		if err := checkIdent(field+"."+f.name, f.v, MaxFieldLength*4); err != nil {
 			return queue.Item{}, err
 		}
+	}
+	if err := checkFreeText(field+".last_error", in.LastError, MaxFieldLength*4); err != nil {
+		return queue.Item{}, err
 	}
 	if in.Attempts < 0 {
 		return queue.Item{}, apierr.Invalidf("invalid %s.attempts; %d is negative", field, in.Attempts)

@@ -25,6 +25,7 @@ import (
 	"github.com/styxq/styx/internal/clock"
 	"github.com/styxq/styx/internal/history"
 	"github.com/styxq/styx/internal/queue"
+	"github.com/styxq/styx/internal/text"
 	"github.com/styxq/styx/internal/redrive"
 	pb "github.com/styxq/styx/styxpb"
 )
@@ -71,8 +72,8 @@ func (s *Service) QueueProduce(ctx context.Context, req *pb.QueueProduceRequest)
 			return apierr.Invalidf("invalid items[%d].bytes; payload is %d bytes, the limit is %d (5 MB)", i, len(payload), MaxPayloadBytes)
 		}
 		for _, f := range [...]struct{ name, v string }{{"kind", in.Kind}, {"encoding", in.Encoding}, {"reference", in.Reference}} {
-			if len(f.v) > MaxFieldLength { // the field name is built only for the error
-				return checkText("items["+strconv.Itoa(i)+"]."+f.name, f.v, MaxFieldLength)
+			if _, _, hidden := text.Find(f.v); hidden || len(f.v) > MaxFieldLength { // the field name is built only for the error
+				return checkIdent("items["+strconv.Itoa(i)+"]."+f.name, f.v, MaxFieldLength)
 			}
 		}
 		items[i] = queue.ProduceItem{Encoding: in.Encoding, Kind: in.Kind, Reference: in.Reference, Payload: payload}
@@ -101,7 +102,7 @@ func (s *Service) QueueLease(ctx context.Context, req *pb.QueueLeaseRequest) (*p
 	if req.ClientId == "" {
 		return nil, invalid("client_id", "a client id is required")
 	}
-	if err := checkText("client_id", req.ClientId, MaxFieldLength); err != nil {
+	if err := checkIdent("client_id", req.ClientId, MaxFieldLength); err != nil {
 		return nil, err
 	}
 	if req.BatchSize < 1 || req.BatchSize > MaxBatch {
@@ -191,7 +192,7 @@ func (s *Service) retryItems(req *pb.QueueRetryRequest) ([]queue.RetryItem, erro
 		if in.Dead && in.Release {
 			return nil, apierr.Invalidf("invalid items[%d]; release and dead cannot be combined", i)
 		}
-		if err := checkText("items["+strconv.Itoa(i)+"].error", in.Error, MaxErrorBytes); err != nil {
+		if err := checkFreeText("items["+strconv.Itoa(i)+"].error", in.Error, MaxErrorBytes); err != nil {
 			return nil, err
 		}
 		items[i] = queue.RetryItem{ID: id, Dead: in.Dead, Release: in.Release, Error: in.Error}

@@ -134,19 +134,6 @@ func checkNamespace(field, ns string) error {
 	return nil
 }
 
-// checkText validates a client string in field: at most limit bytes and,
-// unless field is free text (freeText), no hidden character (internal/text:
-// control, bidi and zero-width characters), which an operator would be
-// shown in the CLI, the console and the logs. Callers that know which a
-// field is call checkIdent or checkFreeText; checkText picks by the field's
-// name for the calls that predate the rule.
-func checkText(field, s string, limit int) error {
-	if freeText(field) {
-		return checkFreeText(field, s, limit)
-	}
-	return checkIdent(field, s, limit)
-}
-
 // checkIdent validates an identifier-like string in field (kind, encoding,
 // reference, client_id, source_id): at most limit bytes, no hidden
 // character. The answer names the field, the character and the rule.
@@ -168,18 +155,6 @@ func checkFreeText(field, s string, limit int) error {
 		return invalid(field, "%d bytes, the limit is %d", len(s), limit)
 	}
 	return nil
-}
-
-// freeText reports whether field, as checkText's callers name it, is free
-// text: an error ("items[3].error", "items[0].last_error") or a dead.list
-// filter ("filter.kind": search text, which is not stored and may have to
-// match what older servers stored).
-func freeText(field string) bool {
-	if strings.HasPrefix(field, "filter.") {
-		return true
-	}
-	last := field[strings.LastIndexByte(field, '.')+1:]
-	return last == "error" || last == "last_error"
 }
 
 // parsePositiveDuration parses a Go duration string in field that must be
