@@ -91,8 +91,9 @@ func TestRedriveDryRunSaysWhatWillHappen(t *testing.T) {
 }
 
 // TestBrowserAtRoot (issue 28, 2): GET / from a browser (Accept: text/html)
-// is redirected to the UI; any other client gets the API's answer as
-// before; the start-up log line names the UI's address.
+// is redirected to the UI; any other client gets a short JSON pointer to
+// the console and the API (issue 39; it was a 501 "no such method"); the
+// start-up log line names the UI's address.
 func TestBrowserAtRoot(t *testing.T) {
 	forEachBackend(t, func(t *testing.T, b backend) {
 		s, admin := startAuth(t, b)
@@ -105,8 +106,11 @@ func TestBrowserAtRoot(t *testing.T) {
 		assert.Equal(t, http.StatusFound, resp.StatusCode)
 		assert.Equal(t, "/ui/", resp.Header.Get("Location"))
 
-		code, _, body := s.raw(http.MethodGet, "/", "", "Bearer "+admin, nil)
-		assert.Equal(t, 501, code, "an API client still gets the API's answer: %s", body)
+		code, ct, body := s.raw(http.MethodGet, "/", "", "Bearer "+admin, nil)
+		assert.Equal(t, 200, code, "%s", body)
+		assert.Equal(t, "application/json", ct)
+		assert.Contains(t, string(body), `"console":"/ui/"`)
+		assert.Contains(t, string(body), "/v1/")
 		assert.Contains(t, s.Logs.String(), `msg="styx serving"`)
 		assert.Contains(t, s.Logs.String(), "ui=http://"+s.d.Addr()+"/ui/")
 	})

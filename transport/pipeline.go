@@ -53,8 +53,7 @@ func (h *Handler) route(r *http.Request) door {
 		return doorUI
 	case h.cfg.SQS != nil && sqs.Path(p) && sqs.Is(r):
 		return doorSQS
-	case h.cfg.UI != nil && p == "/" && (r.Method == http.MethodGet || r.Method == http.MethodHead) &&
-		strings.Contains(r.Header.Get("Accept"), "text/html"):
+	case p == "/" && (r.Method == http.MethodGet || r.Method == http.MethodHead):
 		return doorHome
 	}
 	return doorUnknown
@@ -123,8 +122,7 @@ func (h *Handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	case doorUI:
 		h.cfg.UI.ServeHTTP(sw, r)
 	case doorHome:
-		// A browser opening the server's address gets the UI.
-		http.Redirect(sw, r, "/ui/", http.StatusFound)
+		h.serveHome(sw, r)
 	case doorV1:
 		h.serveV1(sw, r, rec, fail)
 	case doorSQS:
@@ -337,6 +335,27 @@ func (h *Handler) logRefused(r *http.Request, rec *audit.Record, code int) {
 		attrs = append(attrs, "suppressed", n)
 	}
 	h.cfg.Log.Warn("request refused", attrs...)
+}
+
+// serveHome answers GET /: a browser is redirected to the console (when
+// served); any other client gets a short JSON pointer to what is served
+// here, rather than an unknown method's 501 (issue 39).
+func (h *Handler) serveHome(w http.ResponseWriter, r *http.Request) {
+	if h.cfg.UI != nil && strings.Contains(r.Header.Get("Accept"), "text/html") {
+		http.Redirect(w, r, "/ui/", http.StatusFound)
+		return
+	}
+	home := map[string]string{"service": "styx", "api": "POST /v1/<resource>.<verb> (docs/wire-contract.md)",
+		"health": "GET /health, /readyz, /livez", "metrics": "GET /metrics"}
+	if h.cfg.UI != nil {
+		home["console"] = "/ui/"
+	}
+	if h.cfg.SQS != nil {
+		home["sqs"] = "the Amazon SQS API (JSON and query protocols) at /"
+	}
+	b, _ := json.Marshal(home)
+	w.Header().Set("Content-Type", "application/json")
+	_, _ = w.Write(append(b, '\n'))
 }
 
 // serveHealth answers the probes, by status code and with the reason in
