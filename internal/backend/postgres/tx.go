@@ -437,7 +437,7 @@ func (it *iteration) commit(replies []engine.Reply, err error) {
 		err = notify(it.ctx, it.tx, q.m.st.channel, it.notify)
 	}
 	if err == nil {
-		err = it.tx.Commit(it.ctx)
+		err = commitTx(it.ctx, it.tx, "queue '"+q.name+"'")
 	}
 	if err != nil {
 		_ = it.tx.Rollback(context.Background())
