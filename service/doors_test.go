@@ -11,6 +11,8 @@ import (
 	"net"
 	"net/http"
 	"net/url"
+	"os"
+	"path/filepath"
 	"runtime"
 	"runtime/debug"
 	"runtime/metrics"
@@ -27,12 +29,46 @@ import (
 	"github.com/stretchr/testify/require"
 	"google.golang.org/protobuf/encoding/protowire"
 
+	styx "github.com/styxq/styx"
+	"github.com/styxq/styx/daemon"
 	pb "github.com/styxq/styx/styxpb"
 )
 
 // One set of rules behind every door (issue 36): the request pipeline's
 // Host, Origin and cross-site checks, SigV4 binding, authentication before
 // the body, and the audit of SQS calls, through the public API.
+
+// sqsClient is the real AWS SDK's SQS client pointed at s, with static
+// credentials (any signature is accepted without --auth) and no retries,
+// so each call is one request.
+func (s *server) sqsClient(keyID, secret string) *awssqs.Client {
+	return awssqs.New(awssqs.Options{
+		Region:       "us-east-1",
+		BaseEndpoint: aws.String(s.d.Endpoint()),
+		Credentials: aws.CredentialsProviderFunc(func(context.Context) (aws.Credentials, error) {
+			return aws.Credentials{AccessKeyID: keyID, SecretAccessKey: secret}, nil
+		}),
+		Retryer: aws.NopRetryer{},
+	})
+}
+
+// startSQSAuth starts a server with --auth, an admin key file and a secret
+// key file (keys created then carry a sealed secret for SigV4); it returns
+// the bootstrap admin key.
+func startSQSAuth(t *testing.T, b backend) (*server, string) {
+	t.Helper()
+	admin := randomHex(t, 32)
+	dir := t.TempDir()
+	adminFile, secretFile := filepath.Join(dir, "admin.key"), filepath.Join(dir, "secret.key")
+	require.NoError(t, os.WriteFile(adminFile, []byte(admin+"\n"), 0o600))
+	require.NoError(t, os.WriteFile(secretFile, []byte(randomHex(t, 32)+"\n"), 0o600))
+	s := &server{t: t, b: b}
+	s.configure = func(cfg *daemon.Config) { cfg.Auth, cfg.AdminKeyFile, cfg.SecretKeyFile = true, adminFile, secretFile }
+	s.clientCfg = func(cc *styx.ClientConfig) { cc.APIKey = admin }
+	s.boot()
+	t.Cleanup(func() { s.stop() })
+	return s, admin
+}
 
 // rawSQS sends an SQS request to path as built by mod and returns the
 // status and body.

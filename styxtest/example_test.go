@@ -2,8 +2,12 @@ package styxtest_test
 
 import (
 	"context"
+	"os"
+	"path/filepath"
 	"testing"
 
+	styx "github.com/styxq/styx"
+	"github.com/styxq/styx/daemon"
 	pb "github.com/styxq/styx/styxpb"
 	"github.com/styxq/styx/styxtest"
 )
@@ -38,5 +42,29 @@ func TestNewServer(t *testing.T) {
 	info, err := c.QueuesInfo(context.Background(), &pb.QueuesInfoRequest{QueueName: "q"})
 	if err != nil || info.QueueName != "q" {
 		t.Fatalf("queues.info: %v, %v", info, err)
+	}
+}
+
+// TestStartConfigure: Configure turns --auth on with a bootstrap admin key
+// from a file, and Server.Client sends Options.APIKey; a client without a
+// key is refused.
+func TestStartConfigure(t *testing.T) {
+	const admin = "0123456789abcdef0123456789abcdef0123456789abcdef0123456789abcdef"
+	file := filepath.Join(t.TempDir(), "admin.key")
+	if err := os.WriteFile(file, []byte(admin+"\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	s := styxtest.Start(t, styxtest.Options{APIKey: admin, Configure: func(cfg *daemon.Config) {
+		cfg.Auth, cfg.AdminKeyFile = true, file
+	}})
+	styxtest.CreateQueue(t, s.Client, &pb.QueueInfo{QueueName: "q"})
+	anon, err := styx.NewClient(styx.ClientConfig{Endpoint: s.Endpoint})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer anon.Close()
+	_, err = anon.QueuesInfo(context.Background(), &pb.QueuesInfoRequest{QueueName: "q"})
+	if styx.ErrorCode(err) != styx.CodeUnauthorized {
+		t.Fatalf("queues.info without a key: %v, want 401", err)
 	}
 }

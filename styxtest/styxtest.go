@@ -37,6 +37,18 @@ type Options struct {
 	// stay real: work that a moved clock makes due runs at the next
 	// request to the queue.
 	Clock interface{ Now() time.Time }
+	// APIKey is the key Server.Client sends (none when empty): with
+	// Configure turning Auth on, the key of its AdminKeyFile, say.
+	APIKey string
+	// Configure, when set, changes the server's configuration after
+	// Start has filled it from the fields above (Listen a free loopback
+	// port, Storage, PostgresURL, DataDir a t.TempDir() for pebble, Log,
+	// Clock) and before the server starts, for what they do not cover:
+	// Auth with an AdminKeyFile and a SecretKeyFile (so that keys made
+	// through keys.create sign SQS requests), a DataDir of the test's
+	// own, request limits. Start fails the test if the result does not
+	// pass daemon.Config.Validate.
+	Configure func(cfg *daemon.Config)
 }
 
 // Server is a running in-process server.
@@ -79,11 +91,14 @@ func Start(t testing.TB, opts Options) *Server {
 	if cfg.Log == nil {
 		cfg.Log = slog.New(slog.NewTextHandler(io.Discard, nil))
 	}
+	if opts.Configure != nil {
+		opts.Configure(&cfg)
+	}
 	d, err := daemon.New(context.Background(), cfg)
 	if err != nil {
 		t.Fatalf("styxtest: start a %s server: %v", cfg.Storage, err)
 	}
-	c, err := styx.NewClient(styx.ClientConfig{Endpoint: d.Endpoint()})
+	c, err := styx.NewClient(styx.ClientConfig{Endpoint: d.Endpoint(), APIKey: opts.APIKey})
 	if err != nil {
 		_ = d.Close(context.Background())
 		t.Fatalf("styxtest: client: %v", err)

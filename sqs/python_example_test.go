@@ -1,4 +1,4 @@
-package service_test
+package sqs_test
 
 import (
 	"fmt"
@@ -10,6 +10,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/styxq/styx/internal/auth"
+	"github.com/styxq/styx/styxtest"
 )
 
 // boto3Pythons returns the Python interpreters that can import boto3:
@@ -53,7 +54,7 @@ func TestSQSPythonExample(t *testing.T) {
 	run := func(t *testing.T, s *server, id, secret string) {
 		for i, py := range pythons {
 			cmd := exec.Command(py, script, fmt.Sprintf("p%d-", i))
-			cmd.Env = append(os.Environ(), "STYX_ENDPOINT="+s.d.Endpoint(), "AWS_ACCESS_KEY_ID="+id, "AWS_SECRET_ACCESS_KEY="+secret,
+			cmd.Env = append(os.Environ(), "STYX_ENDPOINT="+s.Endpoint, "AWS_ACCESS_KEY_ID="+id, "AWS_SECRET_ACCESS_KEY="+secret,
 				"AWS_DEFAULT_REGION=us-east-1", "AWS_CONFIG_FILE=/dev/null", "AWS_SHARED_CREDENTIALS_FILE=/dev/null")
 			out, err := cmd.CombinedOutput()
 			require.NoError(t, err, "%s:\n%s", py, out)
@@ -61,11 +62,11 @@ func TestSQSPythonExample(t *testing.T) {
 			t.Logf("%s:\n%s", py, out)
 		}
 	}
-	forEachBackend(t, func(t *testing.T, b backend) {
+	forEachBackend(t, func(t *testing.T, b styxtest.Options) {
 		run(t, start(t, b), "test", "test")
 	})
 	t.Run("auth", func(t *testing.T) {
-		forEachBackend(t, func(t *testing.T, b backend) {
+		forEachBackend(t, func(t *testing.T, b styxtest.Options) {
 			s, _ := startSQSAuth(t, b)
 			key := s.newKey("app", []string{"admin"})
 			keyID, ok := auth.KeyID(key)

@@ -1,4 +1,4 @@
-package service_test
+package sqs_test
 
 import (
 	"context"
@@ -11,9 +11,9 @@ import (
 	awssqs "github.com/aws/aws-sdk-go-v2/service/sqs"
 	"github.com/aws/aws-sdk-go-v2/service/sqs/types"
 
-	styx "github.com/styxq/styx"
 	"github.com/styxq/styx/daemon"
 	pb "github.com/styxq/styx/styxpb"
+	"github.com/styxq/styx/styxtest"
 )
 
 // BenchmarkSQSvsNative drives send → receive → delete through the AWS
@@ -22,22 +22,13 @@ import (
 // bodies, 8 clients, at batch 1 and 10 (SQS's largest batch). One op is one
 // message. The difference is the SQS layer's overhead. Run with:
 //
-//	go test -run '^$' -bench SQSvsNative ./service/
+//	go test -run '^$' -bench SQSvsNative ./sqs/
 func BenchmarkSQSvsNative(b *testing.B) {
 	const clients = 8
-	d, err := daemon.New(context.Background(), daemon.Config{Listen: "127.0.0.1:0", DataDir: b.TempDir(), Log: testLogger()})
-	if err != nil {
-		b.Fatal(err)
-	}
-	defer func() { _ = d.Close(context.Background()) }()
-	ctx := context.Background()
+	s := styxtest.Start(b, styxtest.Options{Storage: daemon.StoragePebble})
 	body := strings.Repeat("x", 1024)
-	cl, err := styx.NewClient(styx.ClientConfig{Endpoint: d.Endpoint()})
-	if err != nil {
-		b.Fatal(err)
-	}
-	defer cl.Close()
-	c := awssqs.New(awssqs.Options{Region: "us-east-1", BaseEndpoint: aws.String(d.Endpoint()), Retryer: aws.NopRetryer{},
+	cl := s.Client
+	c := awssqs.New(awssqs.Options{Region: "us-east-1", BaseEndpoint: aws.String(s.Endpoint), Retryer: aws.NopRetryer{},
 		Credentials: aws.CredentialsProviderFunc(func(context.Context) (aws.Credentials, error) {
 			return aws.Credentials{AccessKeyID: "bench", SecretAccessKey: "bench"}, nil
 		})})
@@ -53,7 +44,7 @@ func BenchmarkSQSvsNative(b *testing.B) {
 			for range batch {
 				req.Items = append(req.Items, &pb.QueueProduceItem{Bytes: []byte(body)})
 			}
-			run(b, clients, batch, func(w int) error {
+			runRounds(b, clients, batch, func(w int) error {
 				if err := cl.QueueProduce(ctx, req); err != nil {
 					return err
 				}
@@ -79,7 +70,7 @@ func BenchmarkSQSvsNative(b *testing.B) {
 			for i := range batch {
 				entries = append(entries, types.SendMessageBatchRequestEntry{Id: aws.String(fmt.Sprint(i)), MessageBody: aws.String(body)})
 			}
-			run(b, clients, batch, func(int) error {
+			runRounds(b, clients, batch, func(int) error {
 				if batch == 1 {
 					if _, err := c.SendMessage(ctx, &awssqs.SendMessageInput{QueueUrl: q.QueueUrl, MessageBody: aws.String(body)}); err != nil {
 						return err
@@ -110,9 +101,9 @@ func BenchmarkSQSvsNative(b *testing.B) {
 	}
 }
 
-// run runs one round (send, receive, delete of batch messages) in each of
+// runRounds runs one round (send, receive, delete of batch messages) in each of
 // clients goroutines until b.N messages have gone through.
-func run(b *testing.B, clients, batch int, round func(w int) error) {
+func runRounds(b *testing.B, clients, batch int, round func(w int) error) {
 	rounds := b.N/(clients*batch) + 1
 	b.SetBytes(1024)
 	b.ResetTimer()

@@ -1,17 +1,13 @@
-package service_test
+package sqs_test
 
 import (
 	"bytes"
-	"context"
 	"encoding/json"
 	"encoding/xml"
-	"errors"
 	"fmt"
 	"io"
 	"net/http"
 	"net/url"
-	"os"
-	"path/filepath"
 	"slices"
 	"strconv"
 	"strings"
@@ -22,45 +18,16 @@ import (
 	"github.com/aws/aws-sdk-go-v2/aws"
 	awssqs "github.com/aws/aws-sdk-go-v2/service/sqs"
 	"github.com/aws/aws-sdk-go-v2/service/sqs/types"
-	"github.com/aws/smithy-go"
 	"github.com/stretchr/testify/require"
 
 	styx "github.com/styxq/styx"
-	"github.com/styxq/styx/daemon"
 	"github.com/styxq/styx/internal/auth"
 	pb "github.com/styxq/styx/styxpb"
+	"github.com/styxq/styx/styxtest"
 )
 
-// sqsClient is the real AWS SDK's SQS client pointed at s, with static
-// credentials (any signature is accepted without --auth) and no retries,
-// so each call is one request.
-func (s *server) sqsClient(keyID, secret string) *awssqs.Client {
-	return awssqs.New(awssqs.Options{
-		Region:       "us-east-1",
-		BaseEndpoint: aws.String(s.d.Endpoint()),
-		Credentials: aws.CredentialsProviderFunc(func(context.Context) (aws.Credentials, error) {
-			return aws.Credentials{AccessKeyID: keyID, SecretAccessKey: secret}, nil
-		}),
-		Retryer: aws.NopRetryer{},
-	})
-}
-
-// requireSQSError asserts err is the SQS error code (the SDK's ErrorCode,
-// which is the legacy code of x-amzn-query-error when it is sent) with a
-// message containing each of parts.
-func requireSQSError(t *testing.T, err error, code string, parts ...string) {
-	t.Helper()
-	require.Error(t, err)
-	var ae smithy.APIError
-	require.True(t, errors.As(err, &ae), "not an API error: %v", err)
-	require.Equal(t, code, ae.ErrorCode(), err.Error())
-	for _, p := range parts {
-		require.Contains(t, ae.ErrorMessage(), p)
-	}
-}
-
 func TestSQSQueues(t *testing.T) {
-	forEachBackend(t, func(t *testing.T, b backend) {
+	forEachBackend(t, func(t *testing.T, b styxtest.Options) {
 		s := start(t, b)
 		c := s.sqsClient("test", "test")
 
@@ -69,7 +36,7 @@ func TestSQSQueues(t *testing.T) {
 			"ReceiveMessageWaitTimeSeconds": "5", "MaximumMessageSize": "2048",
 		}})
 		require.NoError(t, err)
-		url := s.d.Endpoint() + "/000000000000/orders"
+		url := s.Endpoint + "/000000000000/orders"
 		require.Equal(t, url, aws.ToString(created.QueueUrl))
 
 		got, err := c.GetQueueUrl(ctx, &awssqs.GetQueueUrlInput{QueueName: aws.String("orders")})
@@ -148,9 +115,9 @@ func TestSQSQueues(t *testing.T) {
 			}
 		}
 		require.Equal(t, [][]string{
-			{s.d.Endpoint() + "/000000000000/page-0", s.d.Endpoint() + "/000000000000/page-1"},
-			{s.d.Endpoint() + "/000000000000/page-2", s.d.Endpoint() + "/000000000000/page-3"},
-			{s.d.Endpoint() + "/000000000000/page-4"},
+			{s.Endpoint + "/000000000000/page-0", s.Endpoint + "/000000000000/page-1"},
+			{s.Endpoint + "/000000000000/page-2", s.Endpoint + "/000000000000/page-3"},
+			{s.Endpoint + "/000000000000/page-4"},
 		}, pages)
 
 		_, err = c.DeleteQueue(ctx, &awssqs.DeleteQueueInput{QueueUrl: created.QueueUrl})
@@ -161,7 +128,7 @@ func TestSQSQueues(t *testing.T) {
 }
 
 func TestSQSMessages(t *testing.T) {
-	forEachBackend(t, func(t *testing.T, b backend) {
+	forEachBackend(t, func(t *testing.T, b styxtest.Options) {
 		s := start(t, b)
 		c := s.sqsClient("test", "test")
 		q, err := c.CreateQueue(ctx, &awssqs.CreateQueueInput{QueueName: aws.String("work")})
@@ -323,7 +290,7 @@ func TestSQSMessages(t *testing.T) {
 		requireSQSError(t, err, "InvalidParameterValue", "number")
 		_, err = c.SendMessage(ctx, &awssqs.SendMessageInput{QueueUrl: q.QueueUrl, MessageBody: aws.String("bell \x07")})
 		requireSQSError(t, err, "InvalidMessageContents")
-		_, err = c.SendMessage(ctx, &awssqs.SendMessageInput{QueueUrl: aws.String(s.d.Endpoint() + "/000000000000/nope"), MessageBody: aws.String("x")})
+		_, err = c.SendMessage(ctx, &awssqs.SendMessageInput{QueueUrl: aws.String(s.Endpoint + "/000000000000/nope"), MessageBody: aws.String("x")})
 		requireSQSError(t, err, "AWS.SimpleQueueService.NonExistentQueue")
 	})
 }
@@ -331,7 +298,7 @@ func TestSQSMessages(t *testing.T) {
 // TestSQSLongPollWokenBySend: a ReceiveMessage waiting on an empty queue is
 // answered by the next send, long before its WaitTimeSeconds.
 func TestSQSLongPollWokenBySend(t *testing.T) {
-	forEachBackend(t, func(t *testing.T, b backend) {
+	forEachBackend(t, func(t *testing.T, b styxtest.Options) {
 		s := start(t, b)
 		c := s.sqsClient("test", "test")
 		q, err := c.CreateQueue(ctx, &awssqs.CreateQueueInput{QueueName: aws.String("poll"), Attributes: map[string]string{"ReceiveMessageWaitTimeSeconds": "20"}})
@@ -371,10 +338,10 @@ func TestSQSLongPollWokenBySend(t *testing.T) {
 // TestSQSWireErrors checks the error shape on the wire: __type, message,
 // status and x-amzn-query-error; and that malformed bodies are 400s.
 func TestSQSWireErrors(t *testing.T) {
-	forEachBackend(t, func(t *testing.T, b backend) {
+	forEachBackend(t, func(t *testing.T, b styxtest.Options) {
 		s := start(t, b)
 		call := func(target, body string) (int, http.Header, map[string]string) {
-			req, err := http.NewRequest(http.MethodPost, s.d.Endpoint()+"/", bytes.NewBufferString(body))
+			req, err := http.NewRequest(http.MethodPost, s.Endpoint+"/", bytes.NewBufferString(body))
 			require.NoError(t, err)
 			req.Host = "127.0.0.1"
 			req.Header.Set("Content-Type", "application/x-amz-json-1.0")
@@ -415,7 +382,7 @@ func TestSQSWireErrors(t *testing.T) {
 // dead-letter queue, and a message move task brings it back with the same
 // MessageId, body, attributes and SentTimestamp.
 func TestSQSDeadLetterFlow(t *testing.T) {
-	forEachBackend(t, func(t *testing.T, b backend) {
+	forEachBackend(t, func(t *testing.T, b styxtest.Options) {
 		s := start(t, b)
 		c := s.sqsClient("test", "test")
 		dlq, err := c.CreateQueue(ctx, &awssqs.CreateQueueInput{QueueName: aws.String("orders-dlq")})
@@ -532,7 +499,7 @@ func TestSQSDeadLetterFlow(t *testing.T) {
 		requireSQSError(t, err, "InvalidAttributeValue", "RedriveAllowPolicy")
 		// And on the dead-letter queue's side: it cannot shut out a queue
 		// that sends to it.
-		_, err = c.SetQueueAttributes(ctx, &awssqs.SetQueueAttributesInput{QueueUrl: aws.String(s.d.Endpoint() + "/000000000000/picky-dlq"),
+		_, err = c.SetQueueAttributes(ctx, &awssqs.SetQueueAttributesInput{QueueUrl: aws.String(s.Endpoint + "/000000000000/picky-dlq"),
 			Attributes: map[string]string{"RedriveAllowPolicy": `{"redrivePermission":"denyAll"}`}})
 		requireSQSError(t, err, "InvalidAttributeValue", "orders names this queue")
 		_, err = c.SetQueueAttributes(ctx, &awssqs.SetQueueAttributesInput{QueueUrl: src.QueueUrl, Attributes: map[string]string{"RedrivePolicy": ""}})
@@ -548,7 +515,7 @@ func TestSQSDeadLetterFlow(t *testing.T) {
 // (queue.CheckMaxAttempts), the dead-letter rules of the queue layer, and
 // a redrive's (redrive.Runner.Start); SQS answers them in its own words.
 func TestSQSSharesV1Rules(t *testing.T) {
-	forEachBackend(t, func(t *testing.T, b backend) {
+	forEachBackend(t, func(t *testing.T, b styxtest.Options) {
 		s := start(t, b)
 		c := s.sqsClient("test", "test")
 		arn := func(name string) *string { return aws.String("arn:aws:sqs:us-east-1:000000000000:" + name) }
@@ -608,36 +575,18 @@ func TestSQSSharesV1Rules(t *testing.T) {
 	})
 }
 
-// startSQSAuth starts a server with --auth, an admin key file and a secret
-// key file (keys created then carry a sealed secret for SigV4); it returns
-// the bootstrap admin key.
-func startSQSAuth(t *testing.T, b backend) (*server, string) {
-	t.Helper()
-	admin := randomHex(t, 32)
-	dir := t.TempDir()
-	adminFile, secretFile := filepath.Join(dir, "admin.key"), filepath.Join(dir, "secret.key")
-	require.NoError(t, os.WriteFile(adminFile, []byte(admin+"\n"), 0o600))
-	require.NoError(t, os.WriteFile(secretFile, []byte(randomHex(t, 32)+"\n"), 0o600))
-	s := &server{t: t, b: b}
-	s.configure = func(cfg *daemon.Config) { cfg.Auth, cfg.AdminKeyFile, cfg.SecretKeyFile = true, adminFile, secretFile }
-	s.clientCfg = func(cc *styx.ClientConfig) { cc.APIKey = admin }
-	s.boot()
-	t.Cleanup(func() { s.stop() })
-	return s, admin
-}
-
 // TestSQSAuth: with --auth, SQS requests carry a SigV4 signature made with
 // a Styx key (access key id = the key's id, secret = the whole key); the
 // key's scopes and queue patterns apply per action as on /v1.
 func TestSQSAuth(t *testing.T) {
-	forEachBackend(t, func(t *testing.T, b backend) {
+	forEachBackend(t, func(t *testing.T, b styxtest.Options) {
 		s, admin := startSQSAuth(t, b)
 		root := s.sqsClient("bootstrap-admin", admin)
 		for _, name := range []string{"orders", "billing"} {
 			_, err := root.CreateQueue(ctx, &awssqs.CreateQueueInput{QueueName: aws.String(name)})
 			require.NoError(t, err)
 		}
-		url := func(name string) *string { return aws.String(s.d.Endpoint() + "/000000000000/" + name) }
+		url := func(name string) *string { return aws.String(s.Endpoint + "/000000000000/" + name) }
 		workerKey := s.newKey("worker", []string{"produce", "consume"}, "orders*")
 		workerID, ok := auth.KeyID(workerKey)
 		require.True(t, ok)
@@ -695,7 +644,7 @@ func TestSQSAuth(t *testing.T) {
 		requireSQSError(t, err, "SignatureDoesNotMatch")
 		_, err = s.sqsClient("0123456789abcdef", workerKey).SendMessage(ctx, &awssqs.SendMessageInput{QueueUrl: url("orders"), MessageBody: aws.String("x")})
 		requireSQSError(t, err, "InvalidClientTokenId", "unknown API key")
-		anon := awssqs.New(awssqs.Options{Region: "us-east-1", BaseEndpoint: aws.String(s.d.Endpoint()), Credentials: aws.AnonymousCredentials{}, Retryer: aws.NopRetryer{}})
+		anon := awssqs.New(awssqs.Options{Region: "us-east-1", BaseEndpoint: aws.String(s.Endpoint), Credentials: aws.AnonymousCredentials{}, Retryer: aws.NopRetryer{}})
 		_, err = anon.SendMessage(ctx, &awssqs.SendMessageInput{QueueUrl: url("orders"), MessageBody: aws.String("x")})
 		requireSQSError(t, err, "MissingAuthenticationToken")
 
@@ -724,7 +673,7 @@ func TestSQSAuth(t *testing.T) {
 }
 
 func TestSQSTags(t *testing.T) {
-	forEachBackend(t, func(t *testing.T, b backend) {
+	forEachBackend(t, func(t *testing.T, b styxtest.Options) {
 		s := start(t, b)
 		c := s.sqsClient("test", "test")
 		q, err := c.CreateQueue(ctx, &awssqs.CreateQueueInput{QueueName: aws.String("tagged"), Tags: map[string]string{"team": "payments"}})
@@ -754,10 +703,10 @@ func TestSQSTags(t *testing.T) {
 // XML replies), which SDKs released before the JSON protocol send, over
 // the same handlers.
 func TestSQSQueryProtocol(t *testing.T) {
-	forEachBackend(t, func(t *testing.T, b backend) {
+	forEachBackend(t, func(t *testing.T, b styxtest.Options) {
 		s := start(t, b)
 		call := func(path string, form url.Values) (int, string) {
-			req, err := http.NewRequest(http.MethodPost, s.d.Endpoint()+path, strings.NewReader(form.Encode()))
+			req, err := http.NewRequest(http.MethodPost, s.Endpoint+path, strings.NewReader(form.Encode()))
 			require.NoError(t, err)
 			req.Host = "127.0.0.1"
 			req.Header.Set("Content-Type", "application/x-www-form-urlencoded; charset=utf-8")
