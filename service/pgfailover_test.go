@@ -1,0 +1,214 @@
+package service_test
+
+import (
+	"context"
+	"fmt"
+	"net/url"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/require"
+
+	styx "github.com/styxq/styx"
+	"github.com/styxq/styx/internal/pgtest"
+	pb "github.com/styxq/styx/styxpb"
+)
+
+// multiHostURL returns the PostgreSQL URL u naming hosts (host:port, in
+// order) instead of its own, with target_session_attrs=read-write: a
+// connection goes to the first host that accepts writes.
+func multiHostURL(t *testing.T, u string, hosts ...string) string {
+	parsed, err := url.Parse(u)
+	require.NoError(t, err)
+	parsed.Host = strings.Join(hosts, ",")
+	q := parsed.Query()
+	q.Set("target_session_attrs", "read-write")
+	parsed.RawQuery = q.Encode()
+	return parsed.String()
+}
+
+// TestPostgresFailover runs produce, lease and complete on two nodes whose
+// URL names a primary and its synchronous streaming standby
+// (`postgres://…@primary,standby/…?target_session_attrs=read-write`,
+// synchronous_commit = on, the standby in synchronous_standby_names), then
+// SIGKILLs the primary's postmaster and promotes the standby. It checks
+// that while no primary is reachable requests fail with 453 and /health
+// answers 503 naming PostgreSQL on both nodes; that both nodes find the
+// new primary by themselves and produce and complete again (the time is
+// logged); that every produce answered 200 is present exactly once (in the
+// queue, or completed by a complete answered 200) and no complete answered
+// 200 is undone: nothing acknowledged is lost; and that no item is leased
+// to two consumers while the first lease is live.
+func TestPostgresFailover(t *testing.T) {
+	if testing.Short() {
+		t.Skip("starts two PostgreSQL clusters")
+	}
+	began := time.Now()
+	primary := pgtest.StartServer(t)
+	standby := primary.StartStandby(t, true)
+	schemaURL := pgtest.SchemaURL(t, primary.URL)
+	b := backend{name: "postgres", url: multiHostURL(t, schemaURL, primary.HostPort(), standby.HostPort())}
+	nodes := []*server{start(t, b), start(t, b)}
+	const leaseTimeout = 5 * time.Second
+	const callTimeout = 10 * time.Second
+	nodes[0].createQueue(&pb.QueueInfo{QueueName: "ha", LeaseTimeout: leaseTimeout.String(), RequestedPartitions: 2})
+	t.Logf("primary, synchronous standby and two nodes ready in %s", time.Since(began).Round(time.Millisecond))
+
+	l := &faultLedger{t: t, leaseTimeout: leaseTimeout, acked: map[string]bool{}, leases: map[string]leaseSeen{},
+		completed: map[string]bool{}, tried: map[string]bool{}}
+	var (
+		stop atomic.Bool
+		wg   sync.WaitGroup
+	)
+	for n, node := range nodes {
+		wg.Go(func() { // a producer
+			for k := 0; !stop.Load(); k++ {
+				var items []*pb.QueueProduceItem
+				var payloads []string
+				for j := range 5 {
+					p := fmt.Sprintf("p-%d-%d-%d", n, k, j)
+					payloads = append(payloads, p)
+					items = append(items, &pb.QueueProduceItem{Bytes: []byte(p)})
+				}
+				began := time.Now()
+				cctx, cancel := context.WithTimeout(ctx, callTimeout)
+				err := node.C.QueueProduce(cctx, &pb.QueueProduceRequest{QueueName: "ha", RequestTimeout: "5s", Items: items})
+				cancel()
+				if err != nil {
+					l.fail("produce", err, time.Since(began), styx.CodeRetry)
+					time.Sleep(10 * time.Millisecond) // a client backing off
+					continue
+				}
+				l.mu.Lock()
+				for _, p := range payloads {
+					l.acked[p] = true
+				}
+				l.perNode[n].produced += len(payloads)
+				l.mu.Unlock()
+			}
+		})
+		wg.Go(func() { // a consumer
+			consumer := fmt.Sprintf("consumer-%d", n)
+			for !stop.Load() {
+				began := time.Now()
+				cctx, cancel := context.WithTimeout(ctx, callTimeout)
+				res, err := node.C.QueueLease(cctx, &pb.QueueLeaseRequest{QueueName: "ha", BatchSize: 10, ClientId: consumer, RequestTimeout: "500ms"})
+				cancel()
+				if err != nil {
+					if !styx.IsRetry(err) {
+						l.fail("lease", err, time.Since(began))
+						time.Sleep(10 * time.Millisecond)
+					}
+					continue
+				}
+				var done, ids []string
+				for _, it := range res.Items {
+					l.leased(consumer, it)
+					done = append(done, string(it.Bytes))
+					ids = append(ids, it.Id)
+				}
+				began = time.Now()
+				cctx, cancel = context.WithTimeout(ctx, callTimeout)
+				err = node.C.QueueComplete(cctx, &pb.QueueCompleteRequest{QueueName: "ha", Partition: res.Partition, Ids: ids, RequestTimeout: "5s"})
+				cancel()
+				if err != nil {
+					// 400: a lease that ended while no primary was reachable.
+					l.fail("complete", err, time.Since(began), styx.CodeBadRequest, styx.CodeRetry)
+				}
+				l.ended(done, err == nil, true)
+				if err == nil {
+					l.mu.Lock()
+					l.perNode[n].completed += len(ids)
+					l.mu.Unlock()
+				}
+			}
+		})
+	}
+	t.Cleanup(func() { stop.Store(true); wg.Wait() })
+
+	// serving returns, per node, whether it produced and completed more
+	// than from says.
+	serving := func(from [2]struct{ produced, completed int }) [2]bool {
+		now := l.progress()
+		var out [2]bool
+		for i := range now {
+			out[i] = now[i].produced > from[i].produced && now[i].completed > from[i].completed
+		}
+		return out
+	}
+	require.Eventually(t, func() bool { s := serving([2]struct{ produced, completed int }{}); return s[0] && s[1] },
+		10*time.Second, 10*time.Millisecond, "both nodes produce and complete before the failover")
+	time.Sleep(300 * time.Millisecond)
+
+	killed := time.Now()
+	primary.Kill(t)
+	failedBefore := l.failed.Load()
+	for i, node := range nodes {
+		require.Eventually(t, func() bool {
+			code, status := node.probe("/health")
+			return code == 503 && strings.Contains(status, "postgresql")
+		}, 10*time.Second, 20*time.Millisecond, "node %d: /health answers 503 while no primary is reachable", i)
+		_, status := node.probe("/health")
+		t.Logf("node %d, no primary: /health 503 %q", i, status)
+	}
+	eventually(t, func() bool { return l.failed.Load() >= failedBefore+4 }, "requests fail with 453 while no primary is reachable")
+
+	standby.Promote(t)
+	promoted := time.Now()
+	from := l.progress()
+	var back [2]time.Duration
+	require.Eventually(t, func() bool {
+		s := serving(from)
+		for i := range s {
+			if s[i] && back[i] == 0 {
+				back[i] = time.Since(killed)
+			}
+		}
+		return back[0] != 0 && back[1] != 0
+	}, 30*time.Second, 5*time.Millisecond, "both nodes produce and complete on the promoted standby")
+	t.Logf("kill to promoted: %s; kill to both nodes writing: node 0 %s, node 1 %s (after the promotion: %s, %s)",
+		promoted.Sub(killed).Round(time.Millisecond), back[0].Round(time.Millisecond), back[1].Round(time.Millisecond),
+		(back[0] - promoted.Sub(killed)).Round(time.Millisecond), (back[1] - promoted.Sub(killed)).Round(time.Millisecond))
+	for i, node := range nodes {
+		require.Eventually(t, func() bool { code, _ := node.probe("/health"); return code == 200 },
+			5*time.Second, 20*time.Millisecond, "node %d: /health answers 200 again", i)
+	}
+	from = l.progress()
+	require.Eventually(t, func() bool {
+		now := l.progress()
+		return now[0].completed >= from[0].completed+50 && now[1].completed >= from[1].completed+50
+	}, 15*time.Second, 10*time.Millisecond, "the load goes on")
+	stop.Store(true)
+	wg.Wait()
+
+	// Every acknowledged produce is present exactly once, in the queue or
+	// completed; a completed item in the queue is a complete undone.
+	where := map[string][]string{}
+	for _, it := range nodes[0].items("ha") {
+		where[string(it.Payload)] = append(where[string(it.Payload)], "queue")
+	}
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	for p := range l.completed {
+		where[p] = append(where[p], "completed")
+	}
+	var lost, ambiguous int
+	for p := range l.acked {
+		switch w := where[p]; {
+		case len(w) == 1:
+		case len(w) == 0 && l.tried[p]:
+			ambiguous++ // completed by a call whose answer was lost: gone, as asked
+		default:
+			lost++
+			t.Errorf("acknowledged item %s is in %v, want exactly one place", p, w)
+		}
+	}
+	for p, w := range where {
+		require.LessOrEqual(t, len(w), 1, "item %s (acknowledged %v) is in %v", p, l.acked[p], w)
+	}
+	t.Logf("%d produces acknowledged, %d completed, %d lost, %d completes whose answer was lost, %d requests failed with 453; test took %s",
+		len(l.acked), len(l.completed), lost, ambiguous, l.failed.Load(), time.Since(began).Round(time.Millisecond))
+}
