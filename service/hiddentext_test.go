@@ -55,7 +55,7 @@ func TestHiddenCharactersRefused(t *testing.T) {
 			}, []string{"invalid items[0].kind", "U+202E at character 5"}},
 			{"ProduceReference", func() error {
 				return s.C.QueueProduce(ctx, &pb.QueueProduceRequest{QueueName: "text", RequestTimeout: "1m",
-					Items: []*pb.QueueProduceItem{{Utf8: "x"}, {Utf8: "y", Reference: "ord⁦1"}}})
+					Items: []*pb.QueueProduceItem{{Utf8: "x"}, {Utf8: "y", Reference: "ord\u20661"}}})
 			}, []string{"invalid items[1].reference", "U+2066 at character 3"}},
 			{"ImportKind", func() error {
 				_, err := s.C.StorageItemsImport(ctx, &pb.StorageItemsImportRequest{QueueName: "text", Items: []*pb.StorageItem{

@@ -25,8 +25,8 @@ import (
 	"github.com/styxq/styx/internal/clock"
 	"github.com/styxq/styx/internal/history"
 	"github.com/styxq/styx/internal/queue"
-	"github.com/styxq/styx/internal/text"
 	"github.com/styxq/styx/internal/redrive"
+	"github.com/styxq/styx/internal/text"
 	pb "github.com/styxq/styx/styxpb"
 )
 

@@ -2,7 +2,6 @@ package sqs
 
 import (
 	"context"
-	"net/http"
 
 	"github.com/styxq/styx/internal/audit"
 	"github.com/styxq/styx/internal/auth"
@@ -52,12 +51,6 @@ func (h *Handler) allow(ctx context.Context, queues ...string) error {
 		path = "/v1/queues.create" // an action without a mapping needs admin
 	}
 	return auth.CheckContext(ctx, path, queues...)
-}
-
-func authError(typ, format string, args ...any) *Error {
-	e := invalidParameter(format, args...)
-	e.Type, e.Status = typ, http.StatusForbidden
-	return e
 }
 
 // clip shortens s for an error message.

@@ -171,8 +171,7 @@ type Call struct {
 	// query: the request is in the query protocol (form in, XML out).
 	query bool
 	// in is the action's input as JSON.
-	in        []byte
-	requestID string
+	in []byte
 }
 
 // Parse reads the action and input of an SQS request whose body (the

@@ -1,7 +1,6 @@
 package transport
 
 import (
-	"errors"
 	"io"
 	"net/http"
 	"sync"
@@ -112,16 +111,4 @@ func (a *admittedBody) release() {
 			a.b.sem.Release(a.charged)
 		}
 	})
-}
-
-// refusal returns the admission error in err's chain, if reading the body
-// failed because of the budget or the size limit.
-func admissionError(err error) (error, bool) {
-	if errors.Is(err, errOverBudget) {
-		return errOverBudget, true
-	}
-	if e, ok := apierr.As(err); ok && e.Code == apierr.Invalid {
-		return e, true
-	}
-	return nil, false
 }
