@@ -33,7 +33,8 @@ func multiHostURL(t *testing.T, u string, hosts ...string) string {
 // TestPostgresFailover runs produce, lease and complete on two nodes whose
 // URL names a primary and its synchronous streaming standby
 // (`postgres://…@primary,standby/…?target_session_attrs=read-write`,
-// synchronous_commit = on, the standby in synchronous_standby_names), then
+// synchronous_commit = on, the standby in synchronous_standby_names, which
+// each node logs at start as the guarantee that holds), then
 // SIGKILLs the primary's postmaster and promotes the standby. It checks
 // that while no primary is reachable requests fail with 453 and /health
 // answers 503 naming PostgreSQL on both nodes; that both nodes find the
@@ -51,7 +52,15 @@ func TestPostgresFailover(t *testing.T) {
 	standby := primary.StartStandby(t, true)
 	schemaURL := pgtest.SchemaURL(t, primary.URL)
 	b := backend{name: "postgres", url: multiHostURL(t, schemaURL, primary.HostPort(), standby.HostPort())}
-	nodes := []*server{start(t, b), start(t, b)}
+	var nodes []*server
+	for range 2 {
+		s := &server{t: t, b: b, logInfo: true}
+		s.boot()
+		t.Cleanup(s.stop)
+		// Each node says at start what an acknowledgement is worth.
+		require.Contains(t, s.Logs.String(), "on a synchronous standby", "the node logs the guarantee")
+		nodes = append(nodes, s)
+	}
 	const leaseTimeout = 5 * time.Second
 	const callTimeout = 10 * time.Second
 	nodes[0].createQueue(&pb.QueueInfo{QueueName: "ha", LeaseTimeout: leaseTimeout.String(), RequestedPartitions: 2})

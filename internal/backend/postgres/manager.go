@@ -71,6 +71,9 @@ type Manager struct {
 	closed  bool
 	// health caches Health's answer; guarded by its own mutex.
 	health health
+	// durability is what an acknowledgement is worth, read at Open;
+	// never changed after.
+	durability Durability
 }
 
 var _ queue.Queues = (*Manager)(nil)
@@ -97,10 +100,15 @@ func Open(ctx context.Context, cfg Config) (*Manager, error) {
 		st.Close()
 		return nil, err
 	}
+	m.durability = logDurability(ctx, st.pool, cfg.Log)
 	m.wg.Go(m.listen)
 	m.wg.Go(m.refresher)
 	return m, nil
 }
+
+// Durability returns the durability settings read (and logged) at Open;
+// zero when they could not be read.
+func (m *Manager) Durability() Durability { return m.durability }
 
 // Store returns the catalog and task store (the redrive runner's TaskStore).
 func (m *Manager) Store() *Store { return m.st }
