@@ -2,6 +2,7 @@ package service_test
 
 import (
 	"encoding/json"
+	"errors"
 	"fmt"
 	"net/http"
 	"strings"
@@ -12,11 +13,13 @@ import (
 
 	"github.com/cockroachdb/pebble/v2/vfs"
 	"github.com/cockroachdb/pebble/v2/vfs/errorfs"
+	"github.com/jackc/pgx/v5"
 	"github.com/stretchr/testify/require"
 
 	styx "github.com/styxq/styx"
 	"github.com/styxq/styx/internal/backend/embedded/pebble"
 	"github.com/styxq/styx/internal/store"
+	"github.com/styxq/styx/internal/store/faulty"
 	pb "github.com/styxq/styx/styxpb"
 )
 
@@ -177,4 +180,183 @@ func TestStartOnFullDisk(t *testing.T) {
 	}, "produces work once space returns")
 	require.Equal(t, "ok", s.health())
 	require.Equal(t, []string{"a", "b", "c"}, payloads(s.items("sf")))
+}
+
+// TestInterruptedMoveShownOnce (issue 41, 5; ADR 0003): a dead-letter move
+// interrupted between the dead-letter queue's write and the source's delete
+// (the source's delete fails once) is finished by the source's reload
+// before it serves again, and a listing waits for that: right after the
+// retry that killed the item is answered, the source and its dead-letter
+// queue, listed one after the other, show the item once. Before, the
+// listings raced the resent move and showed it in both queues.
+func TestInterruptedMoveShownOnce(t *testing.T) {
+	forEachBackend(t, func(t *testing.T, b backend) {
+		requireItemLog(t, b)
+		s := start(t, b)
+		dlq := s.withDLQ("once", &pb.QueueInfo{})
+		const n = 20
+		for i := range n {
+			p := fmt.Sprintf("item-%d", i)
+			s.produce("once", p)
+			it := s.lease("once", 1).Items[0]
+			// The first write that deletes the dying item from the source
+			// fails; the write after the reload goes through.
+			var failed atomic.Bool
+			s.Faults.SetWriteHook(func(b *store.Batch) error {
+				for _, op := range b.Ops {
+					if op.Kind == store.OpDelete && op.Meta.DeadReason != "" && failed.CompareAndSwap(false, true) {
+						return errors.New("injected: the source's delete failed")
+					}
+				}
+				return nil
+			})
+			s.retry("once", 0, &pb.QueueRetryItem{Id: it.Id, Dead: true, Error: "bad"})
+			require.True(t, failed.Load(), "the fault fired")
+			require.Empty(t, payloads(s.items("once")), "%s: the source shows no item once the retry is answered", p)
+			require.Len(t, s.items(dlq), i+1, "%s: the dead-letter queue shows each item once", p)
+			s.Faults.SetWriteHook(nil)
+		}
+		s.restart()
+		require.Empty(t, s.items("once"))
+		require.Len(t, s.items(dlq), n)
+	})
+}
+
+// TestQueueAdminFailureLeavesNoHalfStep (issue 41, 6): a queues.create,
+// update or delete whose store call fails leaves the stored definition and
+// the running queue in agreement: both as before, or, when the store
+// applied the change but reported a failure (After), both as after it on
+// the embedded backends (PostgreSQL rolls the transaction back: before).
+// Observed through the public API: queues.info and queues.list (the store)
+// against a produce and the outcome of a retry (the running queue, whose
+// max_attempts decides it), before and after a restart. Before the fix, a
+// failed delete left the queue listed while every call said it did not
+// exist, and a failed update left the running queue on the old definition.
+// The fault is faulty.SetCallFault on the embedded backends and a trigger
+// on styx_queues raising an error on PostgreSQL.
+func TestQueueAdminFailureLeavesNoHalfStep(t *testing.T) {
+	forEachBackend(t, func(t *testing.T, b backend) {
+		s := start(t, b)
+		s.createQueue(&pb.QueueInfo{QueueName: "adm-dlq"})
+		inject, clear := s.catalogFault(t)
+		for _, call := range []string{"create", "update", "delete"} {
+			for _, after := range []bool{false, true} {
+				name := fmt.Sprintf("adm-%s-%v", call, after)
+				if call != "create" {
+					s.createQueue(&pb.QueueInfo{QueueName: name, DeadQueue: "adm-dlq"})
+					s.produce(name, "kept")
+				}
+				before := s.adminState(name)
+				inject(call, after)
+				var err error
+				switch call {
+				case "create":
+					err = s.C.QueuesCreate(ctx, &pb.QueueInfo{QueueName: name, DeadQueue: "adm-dlq", MaxAttempts: 1})
+				case "update":
+					err = s.C.QueuesUpdate(ctx, &pb.QueueInfo{QueueName: name, MaxAttempts: 1})
+				case "delete":
+					err = s.C.QueuesDelete(ctx, &pb.QueuesDeleteRequest{QueueName: name})
+				}
+				clear()
+				require.Error(t, err, "%s: the call fails", name)
+				got := s.adminState(name)
+				require.Equal(t, got.stored, got.running, "%s: the store and the running queue agree (%v)", name, err)
+				if !after || b.postgres() {
+					require.Equal(t, before, got, "%s: a failed step changes nothing", name)
+				} else {
+					require.NotEqual(t, before, got, "%s: the store applied the step: both are as after it", name)
+				}
+				s.restart()
+				require.Equal(t, got, s.adminState(name), "%s: a restart finds what the server showed", name)
+			}
+		}
+	})
+}
+
+// adminView is what a queue looks like, to the store or to its running
+// queue: whether it exists, and its max_attempts (0 unlimited, -1 when it
+// does not exist).
+type adminView struct {
+	exists      bool
+	maxAttempts int32
+}
+
+// adminState is a queue as its stored definition shows it and as its
+// running queue behaves.
+type adminState struct{ stored, running adminView }
+
+// adminState reads the queue name both ways: queues.info and queues.list;
+// a produce and, when it is accepted, a lease of one item and a retry of
+// it: "dead_lettered" at the first attempt means max_attempts 1, "requeued"
+// means unlimited (the queues of the test have no other).
+func (s *server) adminState(name string) adminState {
+	s.t.Helper()
+	var st adminState
+	info, err := s.C.QueuesInfo(ctx, &pb.QueuesInfoRequest{QueueName: name})
+	listed := false
+	list, lerr := s.C.QueuesList(ctx, &pb.QueuesListRequest{Limit: 1000})
+	require.NoError(s.t, lerr)
+	for _, q := range list.Items {
+		listed = listed || q.QueueName == name
+	}
+	if err == nil {
+		require.True(s.t, listed, "%s: queues.info and queues.list agree", name)
+		st.stored = adminView{exists: true, maxAttempts: info.MaxAttempts}
+	} else {
+		require.False(s.t, listed, "%s: queues.info and queues.list agree (%v)", name, err)
+		st.stored.maxAttempts = -1
+	}
+	err = s.C.QueueProduce(ctx, &pb.QueueProduceRequest{QueueName: name, RequestTimeout: "10s",
+		Items: []*pb.QueueProduceItem{{Bytes: []byte("probe")}}})
+	if err != nil {
+		require.Contains(s.t, err.Error(), "does not exist", "%s: produce", name)
+		st.running.maxAttempts = -1
+		return st
+	}
+	st.running.exists = true
+	lease := s.lease(name, 1)
+	out := s.retry(name, lease.Partition, &pb.QueueRetryItem{Id: lease.Items[0].Id, Error: "probe"})
+	switch out[0].Outcome {
+	case "dead_lettered":
+		st.running.maxAttempts = 1
+	case "requeued":
+	default:
+		s.t.Fatalf("%s: retry outcome %q", name, out[0].Outcome)
+	}
+	return st
+}
+
+// catalogFault returns how to make the store's next queue definition calls
+// of one kind fail, before or after they are applied, and how to stop: on
+// the embedded backends faulty.SetCallFault; on PostgreSQL a trigger on
+// styx_queues that raises an error, BEFORE or AFTER the row changes (the
+// transaction rolls back either way).
+func (s *server) catalogFault(t *testing.T) (inject func(call string, after bool), clear func()) {
+	cause := errors.New("injected: catalog write failed")
+	if !s.b.postgres() {
+		return func(call string, after bool) {
+				s.Faults.SetCallFault(&faulty.CallFault{Call: call + " queue", After: after, Err: cause})
+			}, func() {
+				s.Faults.SetCallFault(nil)
+			}
+	}
+	conn, err := pgx.Connect(ctx, s.b.url)
+	require.NoError(t, err)
+	t.Cleanup(func() { _ = conn.Close(ctx) })
+	_, err = conn.Exec(ctx, `CREATE FUNCTION styx_test_fail() RETURNS trigger LANGUAGE plpgsql AS $$
+		BEGIN RAISE EXCEPTION 'injected: catalog write failed'; END $$`)
+	require.NoError(t, err)
+	ops := map[string]string{"create": "INSERT", "update": "UPDATE", "delete": "DELETE"}
+	return func(call string, after bool) {
+			when := "BEFORE"
+			if after {
+				when = "AFTER"
+			}
+			_, err := conn.Exec(ctx, `CREATE TRIGGER styx_test_fault `+when+` `+ops[call]+
+				` ON styx_queues FOR EACH ROW EXECUTE FUNCTION styx_test_fail()`)
+			require.NoError(t, err)
+		}, func() {
+			_, err := conn.Exec(ctx, `DROP TRIGGER IF EXISTS styx_test_fault ON styx_queues`)
+			require.NoError(t, err)
+		}
 }

@@ -70,8 +70,7 @@ func (h *Handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	start := time.Now()
 	d := h.route(r)
 	sw := &statusWriter{ResponseWriter: w, code: http.StatusOK}
-	name := d.String()
-	ctx, rec := audit.With(r.Context(), name)
+	ctx, rec := audit.With(r.Context(), d.String())
 	r = r.WithContext(ctx)
 	fail := func(err error) { h.failAt(d, sw, r, err) }
 	// The body must arrive within BodyReadTimeout; a door lifts the
@@ -80,20 +79,11 @@ func (h *Handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	// before its body is read keeps the deadline, which bounds net/http's
 	// discarding of the unread body too.
 	_ = http.NewResponseController(sw).SetReadDeadline(start.Add(h.cfg.BodyReadTimeout))
-	metricPath := r.URL.Path
 	defer func() {
 		h.finish(r, rec, sw.code)
-		if d == doorSQS {
-			metricPath = "/sqs/unknown"
-			if h.cfg.SQS.Known(rec.Action) {
-				metricPath = "/sqs/" + rec.Action
-			}
-		}
-		if d == doorV1 || d == doorSQS {
-			if _, known := h.routes[metricPath]; known || d == doorSQS {
-				h.cfg.Metrics.Requests.WithLabelValues(metricPath, strconv.Itoa(sw.code)).Inc()
-				h.cfg.Metrics.RequestSeconds.WithLabelValues(metricPath).Observe(time.Since(start).Seconds())
-			}
+		if path, counted := h.metricPath(d, r, rec); counted {
+			h.cfg.Metrics.Requests.WithLabelValues(path, strconv.Itoa(sw.code)).Inc()
+			h.cfg.Metrics.RequestSeconds.WithLabelValues(path).Observe(time.Since(start).Seconds())
 		}
 	}()
 	if !h.cfg.Auth {
@@ -130,6 +120,24 @@ func (h *Handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	default:
 		fail(&apierr.Error{Code: duh.CodeNotImplemented, Message: fmt.Sprintf("no such method; %s", quote(r.URL.Path))})
 	}
+}
+
+// metricPath is the path a request is counted under in the request
+// metrics: a /v1 call's path, "/sqs/<Action>" ("/sqs/unknown" for an
+// unknown action); the rest (probes, metrics, the UI, unknown paths) are
+// not counted.
+func (h *Handler) metricPath(d door, r *http.Request, rec *audit.Record) (string, bool) {
+	switch d {
+	case doorV1:
+		_, known := h.routes[r.URL.Path]
+		return r.URL.Path, known
+	case doorSQS:
+		if h.cfg.SQS.Known(rec.Action) {
+			return "/sqs/" + rec.Action, true
+		}
+		return "/sqs/unknown", true
+	}
+	return "", false
 }
 
 func (d door) String() string {

@@ -32,7 +32,12 @@ type Definitions interface {
 // schema-wide advisory lock, so across nodes), with every stored definition
 // by name and the Definitions to change them. An error fn returns aborts
 // the step; Admin returns it (apierr errors as they are, storage failures
-// classified).
+// classified). Aborted means the stored definitions and the queues the
+// manager runs agree again: PostgreSQL rolls the transaction back (both as
+// before); the embedded manager, whose store calls are each durable on
+// their own, makes its running queue match what the store holds after the
+// failure (both as before, or both as after when the store applied a
+// change it reported failed; embedded.Manager.adminOf).
 type Admin func(ctx context.Context, fn func(d Definitions, all map[string]queue.QueueInfo) error) error
 
 // CreateQueue checks info against the stored queues (queue.ValidateCreate:

@@ -332,6 +332,10 @@ func CloseAll[K comparable, Q interface{ QueueLoop() *Loop }](mu sync.Locker, cl
 // Stopping is closed once Shutdown was called.
 func (l *Loop) Stopping() <-chan struct{} { return l.stop }
 
+// Done is closed once the loop has exited: after Stop, or when it ended by
+// a panic (it then answers every call 453).
+func (l *Loop) Done() <-chan struct{} { return l.done }
+
 // endErr is the error a call that finds the loop ended is answered with:
 // the Stop error, or, when the loop ended without Stop, exitErr. Read only
 // after done is closed.

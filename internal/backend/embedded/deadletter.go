@@ -2,6 +2,7 @@ package embedded
 
 import (
 	"context"
+	"time"
 
 	"github.com/styxq/styx/internal/fingerprint"
 	"github.com/styxq/styx/internal/queue"
@@ -22,7 +23,10 @@ import (
 //     blocks on S).
 //  4. S deletes the moved items in its next iteration. A crash between 3 and
 //     4 leaves the item in both queues until S restarts, sees the recorded
-//     decision and sends it again; D ignores the second copy.
+//     decision and sends it again; D ignores the second copy. After any
+//     load (a restart, a failed write, a reopened store), S finishes those
+//     moves before it serves (resumeMoves) and its listings wait for that
+//     (awaitResume): see ADR 0003's amendment.
 
 // isDeadCopy reports whether the item is a dead item resting in a
 // dead-letter queue.
@@ -120,6 +124,41 @@ func (l *Logical) sendDeadLetters(now int64) {
 	}
 }
 
+// resumeMoves finishes the moves of the dead decisions the last load found
+// before the queue serves anything (ADR 0003: a move interrupted by a
+// failed write, a reopened store, a panic or a restart is never left
+// visible half-done once the queue serves again): it sends them and waits
+// for the dead-letter queue's answers, so that Begin deletes the items it
+// took in the same iteration (whose write clears resuming: commit). It
+// waits at most resumeTimeout, and not past the loop's Stop; a move the
+// dead-letter queue refuses, fails or has not answered by then goes on as
+// usual (retried every moveRetryDelay).
+// Waiting cannot deadlock: a dead-letter queue has no dead_queue of its
+// own, so it never waits on another queue, and it answers on the buffered
+// result channel. Runs in the loop, in Begin, when the store takes writes.
+func (l *Logical) resumeMoves(now int64) {
+	l.moveAfter = 0 // the decisions loaded are durable: send them now
+	l.sendDeadLetters(now)
+	if l.inflight == 0 {
+		return
+	}
+	timer := time.NewTimer(resumeTimeout)
+	defer timer.Stop()
+	for l.inflight > 0 {
+		select {
+		case res := <-l.results:
+			l.moved(res)
+			l.sendDeadLetters(now)
+		case <-timer.C:
+			l.cfg.Log.Warn("dead-letter moves resumed after a load are not answered yet; the queue serves meanwhile",
+				"queue", l.name, "dead_queue", l.info.DeadQueue, "moves", l.inflight, "waited", resumeTimeout)
+			return
+		case <-l.Loop.Stopping():
+			return
+		}
+	}
+}
+
 // offer hands a move to this (dead-letter) queue's loop without blocking.
 func (l *Logical) offer(op *deadLetterOp) bool {
 	return l.Loop.Offer(op)
@@ -130,11 +169,13 @@ func (l *Logical) offer(op *deadLetterOp) bool {
 func (l *Logical) moved(res moveResult) {
 	l.inflight--
 	now := l.cfg.Clock.Now().UnixNano()
+	current := 0
 	for i := range res.op.items {
 		d := &res.op.items[i]
 		if int(d.partition) >= len(l.parts) || l.parts[d.partition].items[d.id] != d.item {
 			continue // removed meanwhile (queue.clear, items.delete, reload)
 		}
+		current++
 		d.item.moving = false
 		if res.err != nil {
 			l.toSend = append(l.toSend, dying{p: l.parts[d.partition], x: d.item})
@@ -148,7 +189,10 @@ func (l *Logical) moved(res moveResult) {
 		l.cfg.Log.Error("dead-letter move failed; will retry", "queue", l.name,
 			"dead_queue", l.info.DeadQueue, "items", len(res.op.items), "error", res.err)
 		l.cfg.Metrics.DeadLetterErrors.WithLabelValues(l.name).Inc()
-		l.moveAfter = now + int64(moveRetryDelay)
+		if current > 0 {
+			// (A move from before a reload delays none of the new ones.)
+			l.moveAfter = now + int64(moveRetryDelay)
+		}
 		// The decision is durable and the move will be retried: a retry
 		// request waiting on these items is answered now.
 		for i := range res.op.items {

@@ -13,6 +13,7 @@ import (
 	"fmt"
 	"log/slog"
 	"slices"
+	"sync/atomic"
 	"time"
 
 	"github.com/styxq/styx/internal/apierr"
@@ -32,6 +33,9 @@ const (
 	maxItemsPerMove = 500
 	// moveRetryDelay is how long a failed or refused move waits.
 	moveRetryDelay = time.Second
+	// resumeTimeout bounds how long a queue that loaded dead decisions
+	// waits for their moves before it serves (resumeMoves).
+	resumeTimeout = 5 * time.Second
 )
 
 // Config configures a logical queue or a Manager.
@@ -97,9 +101,18 @@ type Logical struct {
 	// pipe releases the replies of written batches once durable.
 	pipe *pipeline
 	// guard is the store's, when it can refuse writes (store.Guard); gen
-	// is its Generation when the state was last loaded.
+	// is its Generation when the state was last loaded (written by the
+	// loop, read by ListPage).
 	guard store.Guard
-	gen   uint64
+	gen   atomic.Uint64
+	// resuming is set while the state loaded from storage holds dead
+	// decisions whose moves the loop has not resumed yet: from the load
+	// until the write of the iteration that resumed them (resumeMoves,
+	// commit); written by the loop, read by ListPage.
+	resuming atomic.Bool
+	// config is a definition handed over by queues.update (setConfig),
+	// applied at the start of the loop's next iteration.
+	config atomic.Pointer[pendingConfig]
 	// ops and fresh are the buffers of the last iteration's batch and
 	// fresh bodies, reused (emptied) by the next: a store does not keep a
 	// batch once written.
@@ -138,10 +151,9 @@ type (
 		out metrics.QueueSample
 	}
 	reloadOp struct{ engine.LocalOp }
-	configOp struct {
-		engine.LocalOp
-		info queue.QueueInfo
-	}
+	// resumeOp changes nothing: it makes the loop run an iteration, whose
+	// Begin reloads a reopened store and resumes interrupted moves first.
+	resumeOp    struct{ engine.LocalOp }
 	scheduledOp struct {
 		engine.LocalOp
 		p   queue.ListParams
@@ -167,7 +179,7 @@ func newLogical(cfg Config, info queue.QueueInfo, lookup func(string) *Logical) 
 	l.Loop.Log = cfg.Log
 	if g, ok := cfg.Store.(store.Guard); ok {
 		l.guard = g
-		l.gen = g.Generation()
+		l.gen.Store(g.Generation())
 		l.Engine.Admit = func(inserts bool) error {
 			if inserts {
 				return g.InsertFault()
@@ -215,9 +227,10 @@ func (l *Logical) List(ctx context.Context, partition int32, after uint64, limit
 // ListPage implements queue.Queue. Scheduled items are listed by the loop,
 // whose state says which items are scheduled (scheduledItems); the others
 // are read straight from storage (a committed snapshot; it does not wait
-// for the loop). Either way the bodies read are bounded by the page's
-// bytes left (store.Store.ListItemsWithin, ReadBodiesWithin): at most one
-// item past the page is read.
+// for the loop, except after a load that found interrupted dead-letter
+// moves: see awaitResume). Either way the bodies read are bounded by the
+// page's bytes left (store.Store.ListItemsWithin, ReadBodiesWithin): at
+// most one item past the page is read.
 func (l *Logical) ListPage(ctx context.Context, p queue.ListParams) ([]queue.Item, error) {
 	if p.Scheduled {
 		op := &scheduledOp{p: p}
@@ -226,6 +239,7 @@ func (l *Logical) ListPage(ctx context.Context, p queue.ListParams) ([]queue.Ite
 		}
 		return op.out, nil
 	}
+	l.awaitResume(ctx)
 	now := l.cfg.Clock.Now().UnixNano()
 	page := queue.Page{MaxBytes: p.MaxBytes}
 	var out []queue.Item
@@ -254,9 +268,58 @@ func (l *Logical) ListPage(ctx context.Context, p queue.ListParams) ([]queue.Ite
 	return out, nil
 }
 
-// setConfig hands the loop a new configuration (queues.update).
-func (l *Logical) setConfig(ctx context.Context, info queue.QueueInfo) error {
-	return l.call(ctx, &configOp{info: info}, false)
+// awaitResume keeps a listing from showing a dead-letter move a load
+// interrupted half-done (ADR 0003): when the queue loaded dead decisions it
+// has not resumed yet, or the store was reopened since the queue last
+// loaded, it waits for one iteration of the loop, whose Begin reloads and
+// finishes those moves first. While the store refuses writes the moves
+// cannot finish, and the listing shows what storage holds. Best effort: a
+// loop that does not answer (overloaded, stopped) leaves the listing to
+// storage as it is.
+func (l *Logical) awaitResume(ctx context.Context) {
+	if l.resuming.Load() || (l.guard != nil && l.guard.Generation() != l.gen.Load()) {
+		_ = l.call(ctx, &resumeOp{}, true)
+	}
+}
+
+// pendingConfig is a definition on its way to the loop; applied receives
+// the outcome.
+type pendingConfig struct {
+	info    queue.QueueInfo
+	applied chan error
+}
+
+// setConfig hands the loop a new configuration (queues.update) and waits
+// until the loop has applied it, before any request of its next iteration.
+// It never refuses for load (no request channel is involved), so a stored
+// definition always reaches the running queue: a loop that has ended
+// (server shutting down, or a panic) serves nothing more, and loads the
+// stored definition at the next start, so setConfig returns nil then.
+// Only a definition of another queue id is an error.
+func (l *Logical) setConfig(info queue.QueueInfo) error {
+	c := &pendingConfig{info: info, applied: make(chan error, 1)}
+	l.config.Store(c)
+	l.Loop.Wake()
+	select {
+	case err := <-c.applied:
+		return err
+	case <-l.Loop.Done():
+		return nil
+	}
+}
+
+// applyConfig applies a definition handed over by setConfig. Runs in the
+// loop.
+func (l *Logical) applyConfig(info queue.QueueInfo) error {
+	if info.ID != l.queueID {
+		return fmt.Errorf("queue '%s': config for queue id %d", l.name, info.ID)
+	}
+	l.info = info
+	l.cfg.Metrics.InitQueue(info.Name, info.DeadQueue)
+	for n := int32(len(l.parts)); n < info.Partitions; n++ {
+		l.parts = append(l.parts, newPartition(n))
+	}
+	return nil
 }
 
 // Open loads the queue: the first work of its loop goroutine
@@ -266,10 +329,15 @@ func (l *Logical) Open() {
 	l.load()
 }
 
-// Begin starts one loop iteration (engine.Backend): the answers of moves
-// and a failed sync first; while the store refuses writes only the reads
-// run (the others are answered the fault here) and the lifecycle waits.
+// Begin starts one loop iteration (engine.Backend): a new configuration,
+// the answers of moves and a failed sync first; while the store refuses
+// writes only the reads run (the others are answered the fault here) and
+// the lifecycle waits. After a load that found dead decisions, their moves
+// are finished before anything else runs (resumeMoves).
 func (l *Logical) Begin(now int64, reqs []*engine.Request, _ bool) (engine.Tx, []*engine.Request, bool) {
+	if c := l.config.Swap(nil); c != nil {
+		c.applied <- l.applyConfig(c.info)
+	}
 	select {
 	case <-l.pipe.failed:
 		l.syncFailed()
@@ -277,11 +345,12 @@ func (l *Logical) Begin(now int64, reqs []*engine.Request, _ bool) (engine.Tx, [
 	}
 	lifecycle := true
 	if l.guard != nil {
-		if g := l.guard.Generation(); g != l.gen {
+		if g := l.guard.Generation(); g != l.gen.Load() {
 			// The store was reopened: what it holds is what is durable.
-			l.gen = g
+			// (gen changes after the load has set resuming: awaitResume.)
 			l.cfg.Log.Warn("storage reopened; reloading the queue", "queue", l.name)
 			l.load()
+			l.gen.Store(g)
 		}
 		if err := l.guard.WriteFault(); err != nil {
 			// Read-only: the reads run, the writes and the lifecycle wait
@@ -310,11 +379,16 @@ func (l *Logical) Begin(now int64, reqs []*engine.Request, _ bool) (engine.Tx, [
 			return nil, nil, false
 		}
 	}
+	resumed := lifecycle && l.resuming.Load()
+	if resumed {
+		l.resumeMoves(now)
+	}
 	it := &iteration{
-		l:     l,
-		now:   now,
-		batch: store.Batch{QueueID: l.queueID, Ops: l.ops},
-		fresh: l.fresh,
+		l:       l,
+		now:     now,
+		resumed: resumed,
+		batch:   store.Batch{QueueID: l.queueID, Ops: l.ops},
+		fresh:   l.fresh,
 	}
 	if l.info.DeadQueue == "" && len(l.toSend) > 0 {
 		// The dead-letter queue was removed from the configuration while
@@ -343,7 +417,7 @@ func readsOnly(reqs []*engine.Request, err error) []*engine.Request {
 	kept := reqs[:0:0]
 	for _, r := range reqs {
 		switch r.Op.(type) {
-		case *statsOp, *gaugeOp, *scheduledOp, *groupsOp, *reloadOp, *configOp:
+		case *statsOp, *gaugeOp, *scheduledOp, *groupsOp, *reloadOp, *resumeOp:
 			kept = append(kept, r)
 		default:
 			answer(r, err)
@@ -431,6 +505,9 @@ func (l *Logical) load() {
 			}
 		}
 	}
+	// Set before the retries below are answered: a listing that follows
+	// one waits for the moves (awaitResume).
+	l.resuming.Store(len(l.toSend) > 0 && l.info.DeadQueue != "")
 	for x, d := range l.deferred {
 		delete(l.deferred, x)
 		l.settle(d)
@@ -461,7 +538,10 @@ type iteration struct {
 	// iteration (it recorded a dead-letter decision, whose move may start
 	// only once durable).
 	wait bool
-	err  error
+	// resumed: Begin finished the moves a load found (resumeMoves); the
+	// batch deletes the items the dead-letter queue took.
+	resumed bool
+	err     error
 }
 
 // addBody records the body of an item inserted in this iteration.

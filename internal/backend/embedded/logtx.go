@@ -382,17 +382,8 @@ func (op *reloadOp) Run(tx engine.Tx, _ int64, r *engine.Request) (bool, error) 
 	return true, nil
 }
 
-// Run implements engine.Local.
-func (op *configOp) Run(tx engine.Tx, _ int64, _ *engine.Request) (bool, error) {
-	l := tx.(*iteration).l
-	if op.info.ID != l.queueID {
-		return false, fmt.Errorf("queue '%s': config for queue id %d", l.name, op.info.ID)
-	}
-	l.info = op.info
-	l.cfg.Metrics.InitQueue(op.info.Name, op.info.DeadQueue)
-	for n := int32(len(l.parts)); n < op.info.Partitions; n++ {
-		l.parts = append(l.parts, newPartition(n))
-	}
+// Run implements engine.Local: nothing; Begin did the work.
+func (op *resumeOp) Run(engine.Tx, int64, *engine.Request) (bool, error) {
 	return false, nil
 }
 

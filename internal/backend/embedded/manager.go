@@ -7,6 +7,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/styxq/styx/internal/apierr"
 	"github.com/styxq/styx/internal/engine"
 	"github.com/styxq/styx/internal/queue"
 	"github.com/styxq/styx/internal/store"
@@ -78,22 +79,83 @@ func (m *Manager) List(ctx context.Context, p queue.ListQueuesParams) ([]queue.Q
 	return infos, catalogErr(err)
 }
 
-// admin is the manager's engine.Admin: adminMu serializes the steps, the
-// definitions are the store's.
-func (m *Manager) admin(ctx context.Context, fn func(engine.Definitions, map[string]queue.QueueInfo) error) error {
-	m.adminMu.Lock()
-	defer m.adminMu.Unlock()
-	all, err := m.all(ctx)
-	if err != nil {
-		return err
+// adminOf is the manager's engine.Admin for a step that changes the queue
+// name: adminMu serializes the steps, the definitions are the store's.
+// Each store call is durable on its own (there is no transaction to roll
+// back), so a step that fails is aborted by making the running queue
+// match what the store holds (reconcile): both stay as before, or, when
+// the store applied a change although it reported a failure, both are as
+// after it.
+func (m *Manager) adminOf(name string) engine.Admin {
+	return func(ctx context.Context, fn func(engine.Definitions, map[string]queue.QueueInfo) error) error {
+		m.adminMu.Lock()
+		defer m.adminMu.Unlock()
+		all, err := m.all(ctx)
+		if err != nil {
+			return err
+		}
+		err = fn(m.cfg.Store, all)
+		if _, refused := apierr.As(err); err != nil && !refused {
+			// A rule that refused the step changed nothing; a failure of
+			// the store or of the running queue may have.
+			m.reconcile(ctx, name, all[name])
+		}
+		return catalogErr(err)
 	}
-	return catalogErr(fn(m.cfg.Store, all))
+}
+
+// reconcile makes the running queue of name match the store's definition
+// after a failed step: no logical queue when the store holds none, else
+// one running the stored definition (started again after a delete that
+// failed, handed the definition after an update). When the store cannot
+// be read, the step is taken to have changed nothing (store.Catalog: a
+// failed call applies nothing) and before, the definition read at its
+// start, is restored. Runs under adminMu.
+func (m *Manager) reconcile(ctx context.Context, name string, before queue.QueueInfo) {
+	stored, err := m.cfg.Store.GetQueue(ctx, name)
+	switch {
+	case errors.Is(err, store.ErrQueueNotFound):
+		m.stop(name)
+		m.cfg.Log.Warn("queue admin step failed; the store holds no such queue, and none runs", "queue", name)
+		return
+	case err != nil:
+		if before.Name == "" {
+			return // a create: no queue of the name ran before it, and none runs
+		}
+		stored = before
+	}
+	m.mu.Lock()
+	l := m.queues[name]
+	if l == nil && !m.closed {
+		m.queues[name] = newLogical(m.cfg, stored, m.lookup)
+	}
+	m.mu.Unlock()
+	if l != nil {
+		if err := l.setConfig(stored); err != nil {
+			m.cfg.Log.Error("queue admin step failed, and the running queue refused its stored definition", "queue", name, "error", err)
+			return
+		}
+	}
+	m.cfg.Log.Warn("queue admin step failed; the queue runs its stored definition", "queue", name)
+}
+
+// stop removes the logical queue of name and stops it (finishing the
+// requests it took; later ones learn the queue does not exist).
+func (m *Manager) stop(name string) {
+	m.mu.Lock()
+	l := m.queues[name]
+	delete(m.queues, name)
+	m.mu.Unlock()
+	if l != nil {
+		l.Loop.Stop(queue.NotFound(name))
+		m.cfg.Metrics.ForgetQueue(name)
+	}
 }
 
 // Create stores a new queue and starts its logical queue
 // (engine.CreateQueue).
 func (m *Manager) Create(ctx context.Context, info queue.QueueInfo) error {
-	_, err := engine.CreateQueue(ctx, m.admin, info, func(info queue.QueueInfo) error {
+	_, err := engine.CreateQueue(ctx, m.adminOf(info.Name), info, func(info queue.QueueInfo) error {
 		m.mu.Lock()
 		defer m.mu.Unlock()
 		if m.closed {
@@ -106,30 +168,25 @@ func (m *Manager) Create(ctx context.Context, info queue.QueueInfo) error {
 }
 
 // Update changes a queue's stored configuration (engine.UpdateQueue) and
-// hands it to the logical queue.
+// hands it to the logical queue, which applies it before its next
+// iteration (setConfig never refuses).
 func (m *Manager) Update(ctx context.Context, name string, change func(*queue.QueueInfo) error) error {
-	_, err := engine.UpdateQueue(ctx, m.admin, name, change, func(info queue.QueueInfo) error {
+	_, err := engine.UpdateQueue(ctx, m.adminOf(name), name, change, func(info queue.QueueInfo) error {
 		l := m.lookup(name)
 		if l == nil {
 			return queue.NotFound(name)
 		}
-		return l.setConfig(ctx, info)
+		return l.setConfig(info)
 	})
 	return err
 }
 
 // Delete stops a queue's logical queue (finishing the requests it took)
-// and deletes the queue with its items (engine.DeleteQueue).
+// and deletes the queue with its items (engine.DeleteQueue); when the
+// store's delete fails, the queue runs again (adminOf).
 func (m *Manager) Delete(ctx context.Context, name string) error {
-	_, err := engine.DeleteQueue(ctx, m.admin, name, func(queue.QueueInfo) error {
-		m.mu.Lock()
-		l := m.queues[name]
-		delete(m.queues, name)
-		m.mu.Unlock()
-		if l != nil {
-			l.Loop.Stop(queue.NotFound(name))
-		}
-		m.cfg.Metrics.ForgetQueue(name)
+	_, err := engine.DeleteQueue(ctx, m.adminOf(name), name, func(queue.QueueInfo) error {
+		m.stop(name)
 		return nil
 	})
 	return err

@@ -180,6 +180,11 @@ func (l *Logical) commit(it *iteration) {
 		clear(it.fresh)
 		l.fresh = it.fresh
 	}
+	if err == nil && it.resumed {
+		// The resumed moves' deletes are written (readable): listings need
+		// not wait for the loop any more (awaitResume).
+		l.resuming.Store(false)
+	}
 	if err == nil {
 		// Written: the answers that need not wait for the sync go now.
 		for i := range it.early {
@@ -188,12 +193,14 @@ func (l *Logical) commit(it *iteration) {
 		it.early = nil
 	}
 	if err != nil {
-		// Nothing of this batch was applied: fail its requests and rebuild
-		// the state its changes were made to. Earlier batches still syncing
-		// are answered by the syncer.
+		// Nothing of this batch was applied: rebuild the state its changes
+		// were made to, then fail its requests (a retry waiting on a move
+		// is answered once the reload has marked the moves to resume: see
+		// awaitResume). Earlier batches still syncing are answered by the
+		// syncer.
 		l.cfg.Log.Error("write failed; reloading the queue from storage", "queue", l.name, "error", err)
-		l.finish(it, unavailable(l.name, err))
 		l.load()
+		l.finish(it, unavailable(l.name, err))
 		return
 	}
 	if wait == nil && l.pipe.idle() {
@@ -213,10 +220,10 @@ func (l *Logical) commit(it *iteration) {
 	}
 	err = <-c.notify
 	it.replies = nil // sent by the syncer
-	l.finish(it, err)
 	if err != nil {
-		l.syncFailed()
+		l.syncFailed() // reload first, as above
 	}
+	l.finish(it, err)
 }
 
 // finish answers the iteration's requests and runs its after-durable work:

@@ -2,7 +2,9 @@
 // before every Write and may fail it, so tests can stop a move between the
 // dead-letter queue's write and the source's delete; a sync hook can hold
 // or fail the durability of a pipelined write (store.AsyncWriter); SetDown
-// fails every call, as a disk or database that is gone would.
+// fails every call, as a disk or database that is gone would; SetCallFault
+// fails one kind of queue definition call, before or after the store
+// applied it.
 package faulty
 
 import (
@@ -24,6 +26,47 @@ type Store struct {
 	hook     func(b *store.Batch) error
 	syncHook func(b *store.Batch) func() error
 	down     error
+	call     *CallFault
+}
+
+// CallFault fails the queue definition calls named Call: "create queue",
+// "update queue" or "delete queue". With After false the wrapped store
+// never sees the call; with After true the wrapped store applies it and
+// the call returns Err nonetheless, as a store does whose write was
+// applied before its sync failed or before the store was found faulted.
+type CallFault struct {
+	Call  string
+	After bool
+	Err   error
+}
+
+// SetCallFault installs f until SetCallFault(nil). Safe to call
+// concurrently with calls.
+func (s *Store) SetCallFault(f *CallFault) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.call = f
+}
+
+// faultCall runs do, the call named call, failing it as the CallFault
+// says (after the outage check, fail).
+func (s *Store) faultCall(call string, do func() error) error {
+	if err := s.fail(call); err != nil {
+		return err
+	}
+	s.mu.Lock()
+	f := s.call
+	s.mu.Unlock()
+	if f == nil || f.Call != call {
+		return do()
+	}
+	if !f.After {
+		return fmt.Errorf("faulty: %s: %w", call, f.Err)
+	}
+	if err := do(); err != nil {
+		return err
+	}
+	return fmt.Errorf("faulty: %s (applied): %w", call, f.Err)
 }
 
 var _ store.AsyncWriter = (*Store)(nil)
@@ -133,20 +176,24 @@ func (s *Store) fail(call string) error {
 	return fmt.Errorf("faulty: %s: %w", call, s.down)
 }
 
-// CreateQueue fails while the store is down, else calls the wrapped store.
+// CreateQueue fails while the store is down or as a CallFault says, else
+// calls the wrapped store.
 func (s *Store) CreateQueue(ctx context.Context, info queue.QueueInfo) (queue.QueueInfo, error) {
-	if err := s.fail("create queue"); err != nil {
+	var created queue.QueueInfo
+	err := s.faultCall("create queue", func() (err error) {
+		created, err = s.Store.CreateQueue(ctx, info)
+		return err
+	})
+	if err != nil {
 		return queue.QueueInfo{}, err
 	}
-	return s.Store.CreateQueue(ctx, info)
+	return created, nil
 }
 
-// UpdateQueue fails while the store is down, else calls the wrapped store.
+// UpdateQueue fails while the store is down or as a CallFault says, else
+// calls the wrapped store.
 func (s *Store) UpdateQueue(ctx context.Context, info queue.QueueInfo) error {
-	if err := s.fail("update queue"); err != nil {
-		return err
-	}
-	return s.Store.UpdateQueue(ctx, info)
+	return s.faultCall("update queue", func() error { return s.Store.UpdateQueue(ctx, info) })
 }
 
 // GetQueue fails while the store is down, else calls the wrapped store.
@@ -165,12 +212,10 @@ func (s *Store) ListQueues(ctx context.Context, p queue.ListQueuesParams) ([]que
 	return s.Store.ListQueues(ctx, p)
 }
 
-// DeleteQueue fails while the store is down, else calls the wrapped store.
+// DeleteQueue fails while the store is down or as a CallFault says, else
+// calls the wrapped store.
 func (s *Store) DeleteQueue(ctx context.Context, name string) error {
-	if err := s.fail("delete queue"); err != nil {
-		return err
-	}
-	return s.Store.DeleteQueue(ctx, name)
+	return s.faultCall("delete queue", func() error { return s.Store.DeleteQueue(ctx, name) })
 }
 
 // LoadItems fails while the store is down, else calls the wrapped store.
