@@ -1,8 +1,11 @@
-// Package transport serves the API over HTTP with DUH-RPC framing
-// (docs/wire-contract.md): POST /v1/<resource>.<verb> with JSON or
-// protobuf bodies, errors as duh.v1.Reply with the HTTP status equal to the
-// code, plus GET /health and GET /metrics. It holds the one table that maps
-// errors onto status codes (status).
+// Package transport is the server's one HTTP request pipeline
+// (pipeline.go: routing by path, Host/Origin and cross-site checks,
+// authentication, admission against the in-flight byte budget, audit and
+// the refusal log, for every door) and the /v1 door: DUH-RPC framing
+// (docs/wire-contract.md), POST /v1/<resource>.<verb> with JSON or protobuf
+// bodies, errors as duh.v1.Reply with the HTTP status equal to the code,
+// plus the probes (/health, /readyz, /livez) and GET /metrics. It holds the
+// one table that maps errors onto status codes (status).
 package transport
 
 import (
@@ -73,10 +76,10 @@ type Config struct {
 	// keys (service.Service.WithKeys). Nil leaves the keys calls out (501).
 	Keys *auth.Keys
 	// Auth makes every /v1 call and /metrics require an API key
-	// ("Authorization: Bearer <key>") holding the call's scope for the
-	// call's queues (internal/auth); /health, and anything served outside
-	// this handler (the web UI's static assets under /ui/), stay open.
-	// Requires Keys.
+	// ("Authorization: Bearer <key>"), and every SQS call an AWS SigV4
+	// signature made with one, holding the call's scope for the call's
+	// queues (internal/auth); the probes and the web UI's static assets
+	// under /ui/ stay open. Requires Keys.
 	Auth bool
 	// UI, when set, serves the web UI under /ui/ (static assets) without
 	// a key, whatever Auth says: the UI asks the user for a key and sends
@@ -85,22 +88,22 @@ type Config struct {
 	UI http.Handler
 	// AllowedHosts are the names (host, without port) a server without
 	// Auth answers besides the loopback ones (localhost, 127.0.0.1, ::1):
-	// a request whose Host header, or whose Origin header on a browser's
-	// call, names another host is refused 403, a defence against DNS
-	// rebinding (issue 24). Ignored with Auth (a rebinding page holds no
-	// key). Empty: loopback names only.
+	// a request whose Host header names another host is refused 403, a
+	// defence against DNS rebinding (issue 24), and so is a browser's call
+	// whose Origin is neither the server's own origin nor on one of these
+	// hosts (checkHost). Ignored with Auth (a rebinding page holds no key).
+	// Empty: loopback names only.
 	AllowedHosts []string
 	// Health, when set, says why the server cannot take writes ("" when it
 	// can): GET /health and /readyz then answer 503
 	// {"status":"degraded: <why>"}, GET /livez 200 with the same status
 	// (serveHealth). Nil: always "ok".
 	Health func() string
-	// SQS, when set, serves the Amazon SQS API: a POST carrying
-	// "X-Amz-Target: AmazonSQS.<Action>" (the JSON protocol), or a form POST
-	// or a GET with an Action parameter outside /v1/, /health, /metrics and
-	// /ui (the query protocol; sqs.Is), goes to it, after the
-	// Host check of a server without Auth and under the same body-read
-	// deadline; it authenticates its requests itself (SigV4). Requests are
+	// SQS, when set, serves the Amazon SQS API at / and at queue-URL paths
+	// (sqs.Path): a POST carrying "X-Amz-Target: AmazonSQS.<Action>" (the
+	// JSON protocol), or a form POST or a GET with an Action parameter (the
+	// query protocol; sqs.Is), goes to it through the same pipeline as /v1
+	// (the pipeline verifies its SigV4 signatures with Keys). Requests are
 	// counted under the path "/sqs/<Action>". Nil: such requests are
 	// answered as any other path.
 	SQS *sqs.Handler
