@@ -18,6 +18,7 @@ import (
 	"os"
 	"regexp"
 	"strings"
+	"sync"
 	"sync/atomic"
 	"syscall"
 	"time"
@@ -109,8 +110,10 @@ type Config struct {
 	// kernel's accept queue until another closes. Defaults to 4096
 	// (DefaultMaxConnections); Validate allows 1 to 1,000,000.
 	MaxConnections int
-	// ShutdownTimeout bounds how long Close waits for in-flight requests.
-	// Defaults to 30s.
+	// ShutdownTimeout bounds how long Close waits for in-flight requests,
+	// redrive tasks and the queues to finish, and, separately, for the
+	// storage to close (flush): Close returns within twice ShutdownTimeout
+	// whatever state the storage is in. Defaults to 30s.
 	ShutdownTimeout time.Duration
 	// Auth makes every /v1 call and /metrics require an API key
 	// (internal/auth, docs/security.md); /health stays open. Defaults to
@@ -454,6 +457,14 @@ type Daemon struct {
 	listener  net.Listener
 	served    chan error
 	debug     *http.Server
+	// debugListener is DebugListen's listener, bound by New before it
+	// opens storage (nil without DebugListen).
+	debugListener net.Listener
+	// closeOnce lets the first Close shut the daemon down; closed is closed
+	// once it has, closeErr (written before) its result.
+	closeOnce sync.Once
+	closed    chan struct{}
+	closeErr  error
 	// Metrics are the server's collectors.
 	Metrics *metrics.Metrics
 
@@ -461,14 +472,55 @@ type Daemon struct {
 	stopHistory func()
 }
 
-// New opens storage, starts every queue and serves HTTP on cfg.Listen. It
-// sets defaults and validates cfg itself.
+// New binds cfg.Listen (and cfg.DebugListen), then opens storage, starts
+// every queue and serves HTTP. It sets defaults and validates cfg itself.
+// The ports are bound first so that a busy one fails the start before
+// storage is opened, which would create the data directory (issue 41); a
+// failure after closes them again.
 func New(ctx context.Context, cfg Config) (*Daemon, error) {
 	cfg.SetDefaults()
 	if err := cfg.Validate(); err != nil {
 		return nil, err
 	}
-	d := &Daemon{cfg: cfg, store: cfg.Store, served: make(chan error, 1), Metrics: metrics.New()}
+	d := &Daemon{cfg: cfg, store: cfg.Store, served: make(chan error, 1), closed: make(chan struct{}), Metrics: metrics.New()}
+	if err := d.bind(); err != nil {
+		return nil, err
+	}
+	if _, err := d.start(ctx); err != nil {
+		d.unbind()
+		return nil, err
+	}
+	return d, nil
+}
+
+// bind listens on cfg.Listen and cfg.DebugListen.
+func (d *Daemon) bind() error {
+	l, err := net.Listen("tcp", d.cfg.Listen)
+	if err != nil {
+		return fmt.Errorf("listen on %s: %w", d.cfg.Listen, err)
+	}
+	d.listener = l
+	if d.cfg.DebugListen != "" {
+		if d.debugListener, err = net.Listen("tcp", d.cfg.DebugListen); err != nil {
+			_ = l.Close()
+			return fmt.Errorf("debug listen on %s: %w", d.cfg.DebugListen, err)
+		}
+	}
+	return nil
+}
+
+// unbind closes the listeners of a start that failed.
+func (d *Daemon) unbind() {
+	_ = d.listener.Close()
+	if d.debugListener != nil {
+		_ = d.debugListener.Close()
+	}
+}
+
+// start opens storage, starts every queue and serves on the bound
+// listeners.
+func (d *Daemon) start(ctx context.Context) (*Daemon, error) {
+	cfg := d.cfg
 	if cfg.Storage == StoragePostgres && cfg.Store == nil {
 		return d.startPostgres(ctx)
 	}
@@ -588,14 +640,6 @@ func (d *Daemon) serve(ctx context.Context, m backend, tasks store.TaskStore, ks
 			return ""
 		},
 	})
-	d.listener, err = net.Listen("tcp", cfg.Listen)
-	if err != nil {
-		d.stopHistory()
-		d.redrives.Close()
-		m.Close()
-		d.closeStore()
-		return nil, fmt.Errorf("listen on %s: %w", cfg.Listen, err)
-	}
 	// The limit counts TCP connections, TLS handshakes in progress included.
 	d.listener = netutil.LimitListener(d.listener, cfg.MaxConnections)
 	if tlsCfg != nil {
@@ -603,11 +647,8 @@ func (d *Daemon) serve(ctx context.Context, m backend, tasks store.TaskStore, ks
 	}
 	d.server = &http.Server{Handler: h, ReadHeaderTimeout: 10 * time.Second, IdleTimeout: 2 * time.Minute, ErrorLog: log.New(newServerLog(cfg.Log), "", 0)}
 	go func() { d.served <- d.server.Serve(d.listener) }()
-	if cfg.DebugListen != "" {
-		if err := d.serveDebug(cfg.DebugListen); err != nil {
-			_ = d.Close(ctx)
-			return nil, err
-		}
+	if d.debugListener != nil {
+		d.serveDebug(d.debugListener)
 	}
 	for _, w := range cfg.Warnings() {
 		cfg.Log.Warn(w, "listen", cfg.Listen)
@@ -670,12 +711,39 @@ func (d *Daemon) Endpoint() string {
 	return "http://" + d.Addr()
 }
 
-// Close shuts down gracefully: it stops accepting connections, lets the
-// logical queues finish the requests they took (waiting leases are answered
-// 454), waits for in-flight HTTP requests up to ShutdownTimeout, and closes
-// storage (which flushes it).
+// Close shuts down gracefully: it stops accepting connections, stops the
+// redrive tasks and the queue history, lets the logical queues finish the
+// requests they took (waiting leases are answered 454), waits for in-flight
+// HTTP requests, all of it within ShutdownTimeout (and ctx), then closes
+// storage (which flushes it) within ShutdownTimeout again. A step that does
+// not finish in time (a queue stuck in a storage call, a store that cannot
+// close after a fault) is left running and named in the error: Close
+// returns within twice ShutdownTimeout whatever state the storage is in.
+//
+// Close may be called more than once and from several goroutines: the
+// first shuts the daemon down, and every later call returns its result
+// (at once when it has returned; a call made meanwhile waits for it, or for
+// its own ctx).
 func (d *Daemon) Close(ctx context.Context) error {
-	ctx, cancel := context.WithTimeout(ctx, d.cfg.ShutdownTimeout)
+	first := false
+	d.closeOnce.Do(func() { first = true })
+	if !first {
+		select {
+		case <-d.closed:
+			return d.closeErr
+		case <-ctx.Done():
+			return fmt.Errorf("close: waiting for the shutdown under way: %w", ctx.Err())
+		}
+	}
+	d.closeErr = d.shutdown(ctx)
+	close(d.closed)
+	return d.closeErr
+}
+
+// shutdown is the first Close.
+func (d *Daemon) shutdown(parent context.Context) error {
+	timeout := d.cfg.ShutdownTimeout
+	ctx, cancel := context.WithTimeout(parent, timeout)
 	defer cancel()
 	if d.debug != nil {
 		_ = d.debug.Close()
@@ -684,19 +752,52 @@ func (d *Daemon) Close(ctx context.Context) error {
 	go func() { shut <- d.server.Shutdown(ctx) }()
 	// Redrive tasks stop first (they resume at the next start); then the
 	// logical queues finish what they took.
-	d.redrives.Close()
+	errs := []error{d.within(ctx, timeout, "stopping the redrive tasks", noError(d.redrives.Close))}
 	if d.stopHistory != nil {
-		d.stopHistory()
+		errs = append(errs, d.within(ctx, timeout, "stopping the queue history", noError(d.stopHistory)))
 	}
-	d.manager.Close()
-	err := <-shut
-	if errors.Is(err, context.DeadlineExceeded) {
+	errs = append(errs, d.within(ctx, timeout, "stopping the queues", noError(d.manager.Close)))
+	// Shutdown returns by ctx's end at the latest.
+	if err := <-shut; err != nil {
 		_ = d.server.Close()
+		errs = append(errs, fmt.Errorf("close: in-flight requests did not finish within %s: %w", timeout, err))
 	}
-	if serr := <-d.served; serr != nil && !errors.Is(serr, http.ErrServerClosed) {
-		err = errors.Join(err, serr)
+	// Serve returns as soon as Shutdown or Close has closed the listener.
+	select {
+	case err := <-d.served:
+		if err != nil && !errors.Is(err, http.ErrServerClosed) {
+			errs = append(errs, err)
+		}
+	case <-time.After(time.Second):
+		errs = append(errs, errors.New("close: the HTTP server did not stop serving within 1s"))
 	}
-	return errors.Join(err, d.closeStore())
+	// The store closes even when the steps above ran out of time (its
+	// calls still in progress then fail), within a budget of its own.
+	storeCtx, cancelStore := context.WithTimeout(parent, timeout)
+	defer cancelStore()
+	errs = append(errs, d.within(storeCtx, timeout, "closing the storage", d.closeStore))
+	return errors.Join(errs...)
+}
+
+// within runs step and waits for it until ctx ends (timeout is ctx's
+// budget, for the message): a step still running then goes on in the
+// background, and the error says so.
+func (d *Daemon) within(ctx context.Context, timeout time.Duration, what string, step func() error) error {
+	done := make(chan error, 1)
+	go func() { done <- step() }()
+	select {
+	case err := <-done:
+		return err
+	case <-ctx.Done():
+		err := fmt.Errorf("close: %s did not finish within %s (%w); left running", what, timeout, ctx.Err())
+		d.cfg.Log.Error("shutdown: "+what+" did not finish in time; going on without it", "timeout", timeout.String(), "error", ctx.Err())
+		return err
+	}
+}
+
+// noError adapts a step that reports nothing to within.
+func noError(step func()) func() error {
+	return func() error { step(); return nil }
 }
 
 func (d *Daemon) closeStore() error {
@@ -706,12 +807,8 @@ func (d *Daemon) closeStore() error {
 	return d.store.Close()
 }
 
-// serveDebug serves pprof on addr.
-func (d *Daemon) serveDebug(addr string) error {
-	l, err := net.Listen("tcp", addr)
-	if err != nil {
-		return fmt.Errorf("debug listen on %s: %w", addr, err)
-	}
+// serveDebug serves pprof on l.
+func (d *Daemon) serveDebug(l net.Listener) {
 	mux := http.NewServeMux()
 	mux.HandleFunc("/debug/pprof/", pprof.Index)
 	mux.HandleFunc("/debug/pprof/cmdline", redactedCmdline)
@@ -721,5 +818,4 @@ func (d *Daemon) serveDebug(addr string) error {
 	d.debug = &http.Server{Handler: mux, ReadHeaderTimeout: 10 * time.Second}
 	go func() { _ = d.debug.Serve(l) }()
 	d.cfg.Log.Info("pprof serving", "debug_listen", l.Addr().String())
-	return nil
 }

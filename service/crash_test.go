@@ -1,6 +1,7 @@
 package service_test
 
 import (
+	"errors"
 	"fmt"
 	"math/rand/v2"
 	"os"
@@ -342,7 +343,15 @@ func TestWriteFaults(t *testing.T) {
 			return err == nil || styx.ErrorCode(err) != styx.CodeUnavailable
 		}, "the store heals after the fault (k=%d, %v)", k, cause)
 		w.check("healed")
-		s.restart()
+		// The fault may fire in the restart's own close (the last sync of
+		// the log, seed 957): the store's Close reports it, and every
+		// acknowledged item must be there after the restart all the same.
+		firedBefore := fired.Load()
+		if err := s.shutdown(); err != nil {
+			require.True(t, !firedBefore && fired.Load() && errors.Is(err, cause), "restart: closing: %v", err)
+			t.Logf("the fault fired in the restart's close: %v", err)
+		}
+		s.boot()
 		w.check("after restart")
 		t.Logf("k=%d %v fired=%v: %d produces acknowledged, %d completes", k, cause, fired.Load(), len(w.acked), len(w.done))
 	})

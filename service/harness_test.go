@@ -2,6 +2,7 @@ package service_test
 
 import (
 	"context"
+	"errors"
 	"io"
 	"log/slog"
 	"os"
@@ -242,17 +243,26 @@ func (s *server) boot() {
 }
 
 func (s *server) stop() {
+	require.NoError(s.t, s.shutdown())
+}
+
+// shutdown stops the server gracefully and returns the errors of closing
+// the daemon and its store; the server is stopped either way (stop, at the
+// test's end, then does nothing more).
+func (s *server) shutdown() error {
 	if s.d == nil {
-		return
+		return nil
 	}
 	// A connection the client dialed but never used holds a graceful
 	// shutdown for 5s (net/http treats it as new, not idle).
 	s.C.Close()
-	require.NoError(s.t, s.d.Close(context.Background()))
-	if s.store != nil {
-		require.NoError(s.t, s.store.Close())
-	}
+	d := s.d
 	s.d = nil
+	err := d.Close(context.Background())
+	if s.store != nil {
+		err = errors.Join(err, s.store.Close())
+	}
+	return err
 }
 
 // restart stops the server gracefully and starts it again on the same

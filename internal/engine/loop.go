@@ -120,8 +120,11 @@ type Backend interface {
 	// none). The loop also wakes for requests, Wake and waiter deadlines.
 	NextWake(now int64) int64
 	// Stopped runs once the loop has stopped taking requests and has run
-	// those it took; every answer the backend still holds must be sent
-	// when it returns. The waiting leases are answered after it.
+	// those it took, or once it died (a panic outside an iteration's
+	// recovery: the requests it took were failed, and a panic in Stopped
+	// is then recovered and logged); every answer the backend still holds
+	// must be sent, and every goroutine it started must have ended, when
+	// it returns. The waiting leases are answered after it.
 	Stopped()
 	// Recover runs after an iteration over reqs panicked (the panic is
 	// recovered, logged and counted by the loop): it answers err (453) to
@@ -175,6 +178,10 @@ type Loop struct {
 	// exitErr, set by the loop goroutine before it closes done when it ends
 	// without Stop, answers the calls that find it gone.
 	exitErr error
+	// ctx is the loop's context (Context), cancelled by the loop goroutine
+	// as it exits, before it closes done.
+	ctx    context.Context
+	cancel context.CancelFunc
 	// OnPanic, set before Start, is told of every recovered panic.
 	OnPanic PanicHook
 	// Log receives the panics (with their stacks); nil means slog.Default.
@@ -185,7 +192,10 @@ type Loop struct {
 
 // NewLoop returns the loop of the queue name. Start runs it.
 func NewLoop(name string, clk clock.Clock) *Loop {
+	ctx, cancel := context.WithCancel(context.Background())
 	return &Loop{
+		ctx:     ctx,
+		cancel:  cancel,
 		name:    name,
 		clock:   clk,
 		reqs:    make(chan *Request, RequestQueueSize),
@@ -201,6 +211,16 @@ func (l *Loop) Start(b Backend) {
 	l.b = b
 	go l.run()
 }
+
+// Context returns the loop's context: it is done once the loop has exited
+// (after Stop's drain and Backend.Stopped, or when it died), never before.
+// A backend runs its storage calls under it, or under a context derived
+// from it with a deadline of its own (PostgreSQL: one transaction's
+// statement timeout), so that nothing the loop starts outlives it. It
+// bounds when a call may begin, not a commit under way: a backend must
+// not let a cancellation lose a write it acknowledged (a write whose
+// outcome is unknown is answered an error; the client retries).
+func (l *Loop) Context() context.Context { return l.ctx }
 
 // Name returns the queue's name.
 func (l *Loop) Name() string { return l.name }
@@ -350,6 +370,7 @@ func (l *Loop) endErr() error {
 
 func (l *Loop) run() {
 	defer close(l.done)
+	defer l.cancel()
 	defer func() {
 		if v := recover(); v != nil {
 			l.died(v)
@@ -460,18 +481,33 @@ func (l *Loop) report(v any, msg string) {
 // in Recover itself): every request taken or queued and every waiting lease
 // is failed with errLoopDied, and so are the calls that come later (call
 // sees done closed). Nothing is answered success: a request the loop took
-// and did not answer gets the error.
+// and did not answer gets the error. The backend is stopped as at a
+// Shutdown (Backend.Stopped), so that what it started (the embedded
+// backend's syncer goroutine) does not outlive the loop (issue 41).
 func (l *Loop) died(v any) {
 	l.report(v, "queue loop ended by a panic; the queue answers 453 until the server restarts")
 	l.exitErr = errLoopDied(l.name, v)
 	for _, r := range l.gather(nil) {
 		l.failTaken(r)
 	}
+	l.stopBackend()
 	for _, w := range l.Waiters.list {
 		w.Answer(l.exitErr)
 	}
 	l.Waiters.list = nil
 	l.Waiters.n.Store(0)
+}
+
+// stopBackend runs Backend.Stopped for a loop that died, recovering (and
+// logging) a panic in it: the backend's state may be what made the loop
+// die.
+func (l *Loop) stopBackend() {
+	defer func() {
+		if v := recover(); v != nil {
+			l.report(v, "queue loop's backend panicked while stopping after the loop died")
+		}
+	}()
+	l.b.Stopped()
 }
 
 // failTaken answers r with exitErr: on its own channel, or, for a request

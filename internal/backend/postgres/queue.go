@@ -115,7 +115,7 @@ func (q *Queue) Recover(reqs []*engine.Request, err error) {
 	if it := q.open; it != nil {
 		// Nothing of the iteration is committed (or all of it was).
 		q.open = nil
-		_ = it.tx.Rollback(context.Background())
+		q.rollback(it.tx)
 		it.cancel()
 	}
 	for _, r := range reqs {
@@ -159,7 +159,11 @@ func (q *Queue) Begin(now int64, work []*engine.Request, poll bool) (engine.Tx, 
 	if len(work) == 0 && !lifecycle && !(serve && q.Loop.Waiters.Len() > 0) {
 		return nil, nil, false
 	}
-	ctx, cancel := context.WithTimeout(context.Background(), q.m.cfg.StatementTimeout)
+	// The iteration's statements, its commit included, run under the
+	// statement timeout and end with the loop. A commit cut short by it is
+	// answered an error, never success: its outcome is unknown (the client
+	// retries; at-least-once), and nothing acknowledged is lost.
+	ctx, cancel := context.WithTimeout(q.Loop.Context(), q.m.cfg.StatementTimeout)
 	tx, err := q.m.st.pool.Begin(ctx)
 	if err != nil {
 		cancel()
@@ -175,6 +179,15 @@ func (q *Queue) Begin(now int64, work []*engine.Request, poll bool) (engine.Tx, 
 	}
 	q.open = &iteration{q: q, ctx: ctx, cancel: cancel, tx: tx, now: now, info: info, lifecycle: lifecycle, rows: map[int64]row{}}
 	return q.open, work, lifecycle
+}
+
+// rollback ends tx, waiting at most the statement timeout: it runs once the
+// iteration failed, perhaps because its own context ended, and must not hold
+// the loop on a connection that no longer answers (pgx then closes it).
+func (q *Queue) rollback(tx pgx.Tx) {
+	ctx, cancel := context.WithTimeout(context.Background(), q.m.cfg.StatementTimeout)
+	defer cancel()
+	_ = tx.Rollback(ctx)
 }
 
 // learnDue sets when the lifecycle is next due, once the iteration's

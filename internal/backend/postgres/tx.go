@@ -206,23 +206,33 @@ func (it *iteration) Kill(v engine.Item, reason string, h *queue.ItemErrors) (bo
 	return false, nil
 }
 
-// Complete implements engine.Tx.
+// Complete implements engine.Tx on rows the iteration holds: an item it
+// does not hold (not locked, or of another partition) fails the iteration,
+// as on the embedded backends (issue 41).
 func (it *iteration) Complete(xs []engine.Item) error {
 	for _, v := range xs {
-		delete(it.rows, int64(v.ID))
-		it.completed = append(it.completed, int64(v.ID))
+		x, err := it.own(v)
+		if err != nil {
+			return err
+		}
+		delete(it.rows, x.id)
+		it.completed = append(it.completed, x.id)
 	}
 	return nil
 }
 
-// Renew implements engine.Tx: one statement, on rows the iteration holds.
+// Renew implements engine.Tx: one statement, on rows the iteration holds
+// (any other fails the iteration, as Complete).
 func (it *iteration) Renew(xs []engine.Item, deadline int64) error {
 	ids := make([]int64, len(xs))
 	for i, v := range xs {
-		ids[i] = int64(v.ID)
-		x := it.rows[ids[i]]
+		x, err := it.own(v)
+		if err != nil {
+			return err
+		}
+		ids[i] = x.id
 		x.deadline = deadline
-		it.rows[ids[i]] = x
+		it.rows[x.id] = x
 	}
 	// A shorter lease than the one it replaces is due sooner.
 	it.q.nextDue = engine.Earliest(it.q.nextDue, deadline)
@@ -440,7 +450,7 @@ func (it *iteration) commit(replies []engine.Reply, err error) {
 		err = commitTx(it.ctx, it.tx, "queue '"+q.name+"'")
 	}
 	if err != nil {
-		_ = it.tx.Rollback(context.Background())
+		q.rollback(it.tx)
 		err = wrap("queue '"+q.name+"'", err)
 		if errors.Is(err, store.ErrQueueNotFound) {
 			err = queue.NotFound(q.name)

@@ -278,6 +278,39 @@ var rows = []row{
 		require.True(e.t, x.Leased)
 		require.Equal(e.t, deadline, x.LeaseDeadline)
 	}},
+	{"CompleteAndRenewRefuseAnItemNotHeld", func(e *env) {
+		// Issue 41: Complete and Renew act only on an item the iteration
+		// holds, in its partition (on PostgreSQL, a row it locked); any
+		// other fails the iteration and changes nothing, on every backend.
+		q := e.create("q", func(i *queue.QueueInfo) { i.Partitions = 2 })
+		e.produce(q, 0, "a")
+		id := e.lease(q, 1)[0].ID
+		held, ok := e.item(q, id)
+		require.True(e.t, ok)
+		unknown := engine.Item{Partition: 0, ID: 1 << 60, Leased: true, LeaseDeadline: held.LeaseDeadline}
+		otherPartition := held
+		otherPartition.Partition = 1
+		for _, v := range []engine.Item{unknown, otherPartition} {
+			calls := map[string]func(tx engine.Tx, now int64) error{
+				"Complete": func(tx engine.Tx, _ int64) error { return tx.Complete([]engine.Item{v}) },
+				"Renew":    func(tx engine.Tx, now int64) error { return tx.Renew([]engine.Item{v}, now+int64(time.Hour)) },
+			}
+			for name, call := range calls {
+				err := q.Do(e.ctx, []uint64{id, v.ID}, func(tx engine.Tx, now int64) error {
+					if _, ok := tx.Item(0, id); !ok {
+						return errors.New("the leased item is not seen")
+					}
+					return call(tx, now)
+				})
+				require.Error(e.t, err, "%s of item %d in partition %d, which the iteration does not hold", name, v.ID, v.Partition)
+				x, ok := e.item(q, id)
+				require.True(e.t, ok, "%s of item %d in partition %d deleted the item of partition 0", name, v.ID, v.Partition)
+				x.HasHistory = held.HasHistory // a hint, which a reload may change
+				require.Equal(e.t, held, x, "%s of item %d in partition %d changed the item of partition 0", name, v.ID, v.Partition)
+			}
+		}
+		require.Equal(e.t, 1, e.total(q))
+	}},
 	{"RequeueGivesANewIDAndKeepsTheHistory", func(e *env) {
 		q := e.create("q", nil)
 		e.produce(q, 0, "a")
