@@ -25,8 +25,8 @@ bench-cpu: ## server CPU per 1,000 items beside items/s on Pebble, memory and Po
 	./bench/cpu.sh
 bench-go: ## run the Go benchmarks
 	go test -run '^$$' -bench . -benchmem ./...
-pg-start: ## start a throwaway PostgreSQL in /tmp/styx-pgtest for the Postgres tests; prints the exports to paste
-	@scripts/pgtest.sh start /tmp/styx-pgtest >/dev/null
+pg-start: ## start a throwaway PostgreSQL in /tmp/styx-pgtest for the Postgres tests (PG_PORT=N: on port N, else the first free one from 55432); prints the exports to paste
+	@PGTEST_PORT='$(PG_PORT)' scripts/pgtest.sh start /tmp/styx-pgtest >/dev/null
 	@echo "export STYX_TEST_POSTGRES_URL='$$(cat /tmp/styx-pgtest/dsn)'"
 	@echo "export STYX_TEST_POSTGRES_ENV=/tmp/styx-pgtest/env"
 pg-stop: ## stop the PostgreSQL started by pg-start

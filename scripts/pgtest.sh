@@ -6,6 +6,9 @@
 #                                 styx_test, and prints its DSN as the last stdout line (also DIR/dsn)
 #   scripts/pgtest.sh stop DIR    stops that cluster (no error if it is not running)
 #
+# PGTEST_PORT=N (what `make pg-start PG_PORT=N` sets) starts on port N only, and fails saying so when
+# N is taken; unset, the first free port of 55432-55531 is used.
+#
 # DIR/env holds PGTEST_PGCTL, PGTEST_DATA, PGTEST_USER, PGTEST_OPTS and PGTEST_LOG, so a test can
 # restart the server: [runuser -u $PGTEST_USER --] $PGTEST_PGCTL -D $PGTEST_DATA -m fast -w stop,
 # then ... -D $PGTEST_DATA -w start -o "$PGTEST_OPTS" -l $PGTEST_LOG.
@@ -16,6 +19,9 @@ set -euo pipefail
 usage() { echo "usage: $0 start|stop DIR" >&2; exit 2; }
 [[ $# -eq 2 && -n $2 && ($1 == start || $1 == stop) ]] || usage
 cmd=$1
+if [[ $cmd == start && -n ${PGTEST_PORT:-} ]] && ! [[ $PGTEST_PORT =~ ^[0-9]+$ && $PGTEST_PORT -ge 1 && $PGTEST_PORT -le 65535 ]]; then
+	echo "pgtest: PGTEST_PORT=$PGTEST_PORT is not a TCP port (1-65535)" >&2; exit 2
+fi
 if [[ $cmd == stop && ! -d $2 ]]; then exit 0; fi
 mkdir -p "$2"
 DIR=$(cd "$2" && pwd)
@@ -81,7 +87,9 @@ flock 9
 # process may hold it as its local (ephemeral) port, which the probe does not
 # see. So a start that fails to bind moves on to the next port.
 port=
-for p in $(seq 55432 55531); do
+ports=$(seq 55432 55531)
+if [[ -n ${PGTEST_PORT:-} ]]; then ports=$PGTEST_PORT; fi
+for p in $ports; do
 	if (echo >"/dev/tcp/127.0.0.1/$p") 2>/dev/null; then continue; fi
 	opts="-c listen_addresses=127.0.0.1 -p $p -k $DIR -c fsync=on -c max_connections=200 -c shared_buffers=128MB"
 	cat >"$DIR/env" <<EOF
@@ -102,6 +110,10 @@ EOF
 	echo "pgtest: port $p is taken; trying the next" >&2
 	rm -f "$DIR/log"
 done
+if [[ -z $port && -n ${PGTEST_PORT:-} ]]; then
+	echo "pgtest: port $PGTEST_PORT is taken; choose another (PG_PORT=N, PGTEST_PORT=N) or leave it unset for a free one" >&2
+	exit 1
+fi
 [[ -n $port ]] || { echo "pgtest: no port in 55432-55531 to start on" >&2; exit 1; }
 flock -u 9
 

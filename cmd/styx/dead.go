@@ -11,8 +11,10 @@ import (
 	"fmt"
 	"io"
 	"maps"
+	"math"
 	"os"
 	"slices"
+	"strconv"
 	"strings"
 	"time"
 	"unicode"
@@ -23,6 +25,7 @@ import (
 
 	"github.com/styxq/styx"
 	"github.com/styxq/styx/internal/queue"
+	"github.com/styxq/styx/internal/redrive"
 	pb "github.com/styxq/styx/styxpb"
 )
 
@@ -619,7 +622,7 @@ func (a *app) deadRedriveCmd() *cobra.Command {
 	var (
 		ff                  deadFilterFlags
 		to                  string
-		rate                int32
+		rate                rateFlag
 		dryRun, detach, all bool
 		maxRedriveCount     int32
 	)
@@ -635,7 +638,12 @@ when, by which task and from which dead-letter queue they were redriven.
 Items already redriven --max-redrive-count times are skipped, and so are
 leased items and items whose source queue no longer exists.
 
---dry-run only counts the matching items, by destination queue.
+--dry-run only counts the matching items: by destination queue, how many
+would move and how many would stay (skipped), and why.
+
+--rate caps the moves at that many items a second. The server's rate is
+whole items a second: a decimal such as 2.5 is rounded (a note on stderr
+says so), and a rate between 0 and 1 is refused.
 
 The command follows the task until it ends: a progress bar on stderr when
 it is a terminal (otherwise a progress line every 5 seconds), then a
@@ -653,9 +661,13 @@ Exits 1 if the task failed.`,
 			if filter == nil && !all && !dryRun {
 				return fmt.Errorf("refusing to redrive every item of %s without --all (or select items with %s)", name, deadFilterFlagNames)
 			}
+			if rate.rounded() {
+				_, _ = fmt.Fprintf(a.stderr, "--rate %s rounded to %s a second: the server moves whole items a second\n",
+					rate.given, plural(int(rate.n), "item"))
+			}
 			return a.withClient(cmd, func(c *styx.Client) error {
 				task, err := c.DeadRedrive(cmd.Context(), &pb.DeadRedriveRequest{
-					QueueName: name, Filter: filter, Destination: to, RateLimit: rate,
+					QueueName: name, Filter: filter, Destination: to, RateLimit: rate.n,
 					DryRun: dryRun, MaxRedriveCount: maxRedriveCount, All: filter == nil,
 				})
 				if err != nil {
@@ -681,7 +693,7 @@ Exits 1 if the task failed.`,
 	f := cmd.Flags()
 	ff.add(f)
 	f.StringVar(&to, "to", "", "move every item to this queue instead of its source queue")
-	f.Int32Var(&rate, "rate", 0, "most items moved per second; 0 is no limit")
+	f.Var(&rate, "rate", "most items moved per second, 1 or more (a decimal is rounded to whole items); 0 is no limit")
 	f.BoolVar(&dryRun, "dry-run", false, "only count the items that would be redriven")
 	f.Int32Var(&maxRedriveCount, "max-redrive-count", 0,
 		"skip items already redriven this many times; 0 is the server's default (10), -1 is no limit")
@@ -715,13 +727,53 @@ func (a *app) printDryRun(_ context.Context, _ *styx.Client, task *pb.RedriveTas
 		task.WouldMove, plural(int(task.Matched), "matched item"), task.QueueName, task.WouldSkip); err != nil {
 		return err
 	}
-	t := newTable(a.stdout, "QUEUE", "ITEMS", "SKIPPED", "NOTE")
+	t := newTable(a.stdout, "QUEUE", "WOULD-MOVE", "WOULD-SKIP", "NOTE")
 	for _, q := range queues {
 		var notes []string
 		for _, r := range slices.Sorted(maps.Keys(by[q].SkipReasons)) {
 			notes = append(notes, fmt.Sprintf("%d %s", by[q].SkipReasons[r], cmp.Or(skipNotes[r], r)))
 		}
-		t.row(orDash(q), fmt.Sprint(total(q)), fmt.Sprint(by[q].WouldSkip), orDash(strings.Join(notes, "; ")))
+		t.row(orDash(q), fmt.Sprint(by[q].WouldMove), fmt.Sprint(by[q].WouldSkip), orDash(strings.Join(notes, "; ")))
 	}
 	return t.flush()
 }
+
+// rateFlag is --rate: items a second, as the server takes it (a whole
+// number, RedriveTask.rate_limit), given as a number that may have a
+// fraction: 0 is no limit, a fraction of 1 or more is rounded to the
+// nearest whole number, and a rate between 0 and 1, which the server
+// cannot run, is refused.
+type rateFlag struct {
+	// n is the rate sent; given is the flag's text.
+	n     int32
+	given string
+}
+
+func (r *rateFlag) String() string { return fmt.Sprint(r.n) }
+func (r *rateFlag) Type() string   { return "items/s" }
+
+func (r *rateFlag) Set(s string) error {
+	v, err := strconv.ParseFloat(strings.TrimSpace(s), 64)
+	switch {
+	case err != nil || math.IsNaN(v) || math.IsInf(v, 0):
+		return fmt.Errorf("%q is not a number of items a second", s)
+	case v < 0:
+		return fmt.Errorf("%s is below 0: give items a second, or 0 for no limit", s)
+	case v > 0 && v < 1:
+		return fmt.Errorf("%s is less than 1 item a second, which the server cannot run: it moves whole items a second (1 to %d), or 0 for no limit",
+			s, maxRate)
+	case math.Round(v) > maxRate:
+		return fmt.Errorf("%s is above the server's limit of %d items a second", s, maxRate)
+	}
+	r.n, r.given = int32(math.Round(v)), s
+	return nil
+}
+
+// rounded reports whether the rate given had a fraction, rounded away.
+func (r *rateFlag) rounded() bool {
+	v, err := strconv.ParseFloat(strings.TrimSpace(r.given), 64)
+	return err == nil && v != float64(r.n)
+}
+
+// maxRate is the highest redrive rate the server takes (items a second).
+const maxRate = redrive.MaxRateLimit

@@ -248,7 +248,7 @@ func TestDeadCLI(t *testing.T) {
 	t.Run("redrive", func(t *testing.T) {
 		c := cli{t: t, endpoint: c.endpoint}
 		out := c.ok("dead", "redrive", "orders-dlq", "--dry-run")
-		require.Regexp(t, `^would redrive 2 of 2 matched items from orders-dlq \(0 skipped\)\n\nQUEUE\s+ITEMS\s+SKIPPED\s+NOTE\norders\s+2\s+0\s+-\n`, out)
+		require.Regexp(t, `^would redrive 2 of 2 matched items from orders-dlq \(0 skipped\)\n\nQUEUE\s+WOULD-MOVE\s+WOULD-SKIP\s+NOTE\norders\s+2\s+0\s+-\n`, out)
 		out = c.ok("dead", "redrive", "orders-dlq", "--dry-run", "--max-redrive-count", "-1", "--json")
 		var dry pb.RedriveTask
 		require.NoError(t, protojson.Unmarshal([]byte(out), &dry))
@@ -399,8 +399,8 @@ func TestRedriveWarningCLI(t *testing.T) {
 	c.ok("queues", "delete", "w-old", "--yes")
 
 	out := c.ok("dead", "redrive", "w-dlq", "--dry-run")
-	require.Regexp(t, `^would redrive 1 of 2 matched items from w-dlq \(1 skipped\)\n\nQUEUE\s+ITEMS\s+SKIPPED\s+NOTE\n`, out)
-	require.Regexp(t, `(?m)^w-old\s+1\s+1\s+1 queue does not exist: items stay$`, out)
+	require.Regexp(t, `^would redrive 1 of 2 matched items from w-dlq \(1 skipped\)\n\nQUEUE\s+WOULD-MOVE\s+WOULD-SKIP\s+NOTE\n`, out)
+	require.Regexp(t, `(?m)^w-old\s+0\s+1\s+1 queue does not exist: items stay$`, out)
 	require.Regexp(t, `(?m)^w\s+1\s+0\s+-$`, out)
 
 	out = c.ok("dead", "redrive", "w-dlq", "--all")

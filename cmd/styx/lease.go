@@ -8,6 +8,7 @@ import (
 	"os"
 	"slices"
 	"strings"
+	"sync"
 	"time"
 
 	"github.com/spf13/cobra"
@@ -20,6 +21,11 @@ import (
 // leaseGrace is how much longer than its request timeout the CLI waits for
 // a lease's reply before giving up.
 const leaseGrace = 10 * time.Second
+
+// leaseNoteAfter is how long a lease waits for its reply before it says on
+// a terminal's stderr that it is waiting (a lease that finds an item at
+// once says nothing).
+const leaseNoteAfter = 500 * time.Millisecond
 
 func (a *app) leaseCmd() *cobra.Command {
 	var (
@@ -37,6 +43,8 @@ deadline, kind, reference and payload (printable UTF-8 as text, otherwise
 and id before the lease deadline, or they are handed out again.
 
 With no item before --timeout it prints "no items" on stderr and exits 0.
+When stderr is a terminal and nothing has come after half a second, it
+says on stderr that it is waiting, and for how long.
 Any other 454 (retry) answer, such as "server shutting down" or an
 overloaded queue, is an error: printed on stderr with exit status 75
 (EX_TEMPFAIL: try again later), so a consumer loop does not mistake a
@@ -49,9 +57,12 @@ server going away for a drained queue; so is a 453 (storage unavailable).`,
 				}
 				ctx, cancel := context.WithTimeout(cmd.Context(), timeout+leaseGrace)
 				defer cancel()
+				stopNote := a.waitingNote(leaseNoteAfter, "waiting up to %s for an item in %s (--timeout); Ctrl-C stops",
+					timeout, args[0])
 				res, err := c.QueueLease(ctx, &pb.QueueLeaseRequest{
 					QueueName: args[0], BatchSize: batch, ClientId: clientID, RequestTimeout: timeout.String(),
 				})
+				stopNote()
 				if isEmptyLease(err) {
 					_, _ = fmt.Fprintln(a.stderr, "no items")
 					return nil
@@ -76,6 +87,33 @@ server going away for a drained queue; so is a 453 (storage unavailable).`,
 	f.StringVar(&clientID, "client-id", "", "id of this consumer, shown in the server's logs (default hostname-pid)")
 	f.DurationVar(&timeout, "timeout", 10*time.Second, "how long to wait for items (up to 15m)")
 	return cmd
+}
+
+// waitingNote prints the line format, args on stderr after wait unless the
+// returned stop is called first, when stderr is a terminal (a script's
+// stderr gets no such line). After stop returns, the line is either
+// printed whole or never.
+func (a *app) waitingNote(wait time.Duration, format string, args ...any) (stop func()) {
+	if !a.terminal(a.stderr) {
+		return func() {}
+	}
+	var (
+		mu      sync.Mutex
+		stopped bool
+	)
+	t := time.AfterFunc(wait, func() {
+		mu.Lock()
+		defer mu.Unlock()
+		if !stopped {
+			_, _ = fmt.Fprintf(a.stderr, format+"\n", args...)
+		}
+	})
+	return func() {
+		t.Stop()
+		mu.Lock()
+		stopped = true
+		mu.Unlock()
+	}
 }
 
 // isEmptyLease reports whether err is the answer to a lease that found no

@@ -168,7 +168,7 @@ func (a *app) printTask(t *pb.RedriveTask, full bool) error {
 		}
 		rate := "unlimited"
 		if t.RateLimit > 0 {
-			rate = fmt.Sprintf("%d items/s", t.RateLimit)
+			rate = plural(int(t.RateLimit), "item") + "/s"
 		}
 		tw.row("rate limit", rate)
 		redrives := "unlimited"
@@ -243,10 +243,13 @@ func (a *app) followRedrive(ctx context.Context, c *styx.Client, task *pb.Redriv
 	signal.Notify(interrupts, os.Interrupt)
 	defer signal.Stop(interrupts)
 
-	tty := isTerminal(a.stderr)
+	tty := a.terminal(a.stderr)
 	to := "their source queues"
-	if task.Destination != "" {
+	switch {
+	case task.Destination != "":
 		to = task.Destination
+	case task.Matched == 1:
+		to = "its source queue"
 	}
 	_, _ = fmt.Fprintf(a.stderr, "redriving %s from %s to %s (task %s); Ctrl-C cancels\n",
 		plural(int(task.Matched), "item"), task.QueueName, to, task.TaskId)

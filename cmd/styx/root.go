@@ -35,6 +35,9 @@ type app struct {
 	lookupEnv func(string) (string, bool)
 	// now tells time, for ages such as "3m12s ago".
 	now func() time.Time
+	// isTerminal reports whether a writer is a terminal (see terminal);
+	// nil is the real check, isTerminal.
+	isTerminal func(io.Writer) bool
 
 	// endpoint is --endpoint; see client for STYX_ENDPOINT.
 	endpoint string
@@ -96,6 +99,15 @@ for a server run with --tls-client-ca, which requires a client certificate).`,
 		a.keysCmd(),
 	)
 	return root
+}
+
+// terminal reports whether w is a terminal: progress bars and waiting
+// notes go only to a person, never into a script's output.
+func (a *app) terminal(w io.Writer) bool {
+	if a.isTerminal != nil {
+		return a.isTerminal(w)
+	}
+	return isTerminal(w)
 }
 
 // addClientFlags adds the client flags (--endpoint, --api-key, --ca-file,

@@ -225,7 +225,11 @@
   // lineChart draws series (each { label, values }, a value per minute,
   // null where unknown) as lines over the last hour, in SVG drawn here (no
   // library). The figure names each series' total (sum, or last value
-  // when last is set) in its legend and its aria-label.
+  // when last is set) in its legend and its aria-label. A line that runs on
+  // an earlier one (they share a point above zero: produced and
+  // dead-lettered alike when every item dies) is drawn dashed on top of
+  // it, and the earlier one wider beneath, so both show; the legend's key
+  // is dashed too.
   function lineChart(title, series, { last = false, id } = {}) {
     const W = 560, H = 150, L = 40, R = 8, T = 10, B = 22;
     const n = Math.max(1, ...series.map((x) => x.values.length));
@@ -238,6 +242,19 @@
       return known.reduce((a, b) => a + b, 0);
     };
     const words = series.map((x) => { const t = total(x); return `${x.label} ${t === null ? 'unknown' : fmt(t)}${last ? ' now' : ' in the last hour'}`; });
+    // over: the series drawn dashed (they meet an earlier one), each with
+    // the label of the first it meets; under: the series drawn wider.
+    const over = new Map(), under = new Set();
+    series.forEach((x, k) => {
+      for (let j = 0; j < k; j++) {
+        if (x.values.some((v, i) => v !== null && v > 0 && v === series[j].values[i])) {
+          over.set(k, series[j].label);
+          under.add(j);
+          break;
+        }
+      }
+    });
+    const style = (k) => 's' + k + (over.has(k) ? ' over' : '') + (under.has(k) ? ' under' : '');
     const lines = series.map((x, k) => {
       // Unknown values break the line into runs.
       const runs = [];
@@ -247,8 +264,8 @@
         run.push(`${xOf(i).toFixed(1)},${yOf(v).toFixed(1)}`);
       });
       if (run.length) runs.push(run);
-      return runs.map((r) => r.length === 1 ? svg('circle', { cx: r[0].split(',')[0], cy: r[0].split(',')[1], r: 2, class: 'dot s' + k })
-        : svg('polyline', { points: r.join(' '), class: 'line s' + k }));
+      return runs.map((r) => r.length === 1 ? svg('circle', { cx: r[0].split(',')[0], cy: r[0].split(',')[1], r: under.has(k) ? 4 : 2, class: 'dot ' + style(k) })
+        : svg('polyline', { points: r.join(' '), class: 'line ' + style(k) }));
     });
     const grid = [0, 0.5, 1].map((f) => svg('line', { x1: L, x2: W - R, y1: yOf(top * f), y2: yOf(top * f), class: 'grid' }));
     const ticks = [[0, '−60m'], [Math.floor((n - 1) / 2), '−30m'], [n - 1, 'now']].map(([i, t]) =>
@@ -258,7 +275,8 @@
     return h('figure', { class: 'chart', id },
       h('figcaption', {}, title),
       svg('svg', { viewBox: `0 0 ${W} ${H}`, role: 'img', 'aria-label': `${title}: ${words.join(', ')}` }, grid, yLabels, ticks, lines),
-      h('ul', { class: 'legend' }, series.map((x, k) => h('li', {}, h('span', { class: 'key s' + k }), words[k]))));
+      h('ul', { class: 'legend' }, series.map((x, k) => h('li', { title: over.has(k) ? `dashed where it runs on the ${over.get(k)} line` : null },
+        h('span', { class: 'key ' + style(k) }), words[k]))));
   }
 
   // historyCharts draws a queues.history reply: items per minute
@@ -274,9 +292,32 @@
       lineChart('Depth (items), last hour', [{ label: 'depth', values: pts.map((p) => (num(p.depth) < 0 ? null : num(p.depth))) }], { last: true, id: 'chart-depth' }));
   }
 
+  // GROUP_LABELS keeps, for this browser tab (sessionStorage), the error
+  // pattern of each group fingerprint a chart has named: once a group's
+  // items are gone (redriven, deleted) the server no longer knows its
+  // pattern, and its line keeps its label instead of turning into a bare
+  // fingerprint.
+  const GROUP_LABELS = 'styx.groupPatterns';
+  function groupLabel(fp, pattern, present) {
+    let known = {};
+    try { known = JSON.parse(sessionStorage.getItem(GROUP_LABELS) || '{}'); } catch { known = {}; }
+    if (pattern) {
+      if (known[fp] !== pattern) {
+        known[fp] = pattern;
+        const keys = Object.keys(known);
+        if (keys.length > 500) delete known[keys[0]]; // bounded: the oldest goes
+        try { sessionStorage.setItem(GROUP_LABELS, JSON.stringify(known)); } catch { /* full: keep going */ }
+      }
+      return pattern;
+    }
+    if (present) return NO_ERROR; // a group of items that died without an error text
+    return known[fp] || `error group ${fp} (its items are gone)`;
+  }
+
   // groupChart draws a DLQ's arrivals per minute by error group: the five
-  // largest groups of the hour.
-  function groupChart(hist) {
+  // largest groups of the hour. groups is the dead.groups reply's groups
+  // (those that still hold items), when known.
+  function groupChart(hist, groups = []) {
     const pts = hist.points || [];
     const totals = {};
     for (const p of pts) for (const [fp, v] of Object.entries(p.dead_by_group || {})) totals[fp] = (totals[fp] || 0) + num(v);
@@ -284,7 +325,7 @@
     if (top.length === 0) return h('p', { class: 'muted', id: 'chart-groups' }, 'No dead items arrived in the last hour (that this server saw).');
     const patterns = hist.group_patterns || {};
     return lineChart('Dead-lettered per minute by error group, last hour',
-      top.map((fp) => ({ label: patterns[fp] || fp, values: pts.map((p) => num((p.dead_by_group || {})[fp])) })), { id: 'chart-groups' });
+      top.map((fp) => ({ label: groupLabel(fp, patterns[fp], groups.some((g) => g.fingerprint === fp)), values: pts.map((p) => num((p.dead_by_group || {})[fp])) })), { id: 'chart-groups' });
   }
 
   // ---------------------------------------------------------------- formats
@@ -476,8 +517,11 @@
     // matched items move, would_skip stay (by destination, with reasons).
     const move = dry.would_move === undefined && dry.would_skip === undefined ? n : num(dry.would_move);
     const skip = num(dry.would_skip);
-    const dest = dry.destination || 'their source queue';
-    const rate = h('input', { id: 'redrive-rate', type: 'number', min: '0', max: '1000000', value: '0', inputmode: 'numeric' });
+    // Where the items go: the destination, or each item's source queue
+    // ("its" for one item, "their" for several).
+    const dest = dry.destination || (move === 1 ? 'its source queue' : 'their source queue');
+    // The server's rate is whole items per second (RedriveTask.rate_limit).
+    const rate = h('input', { id: 'redrive-rate', type: 'number', min: '0', max: '1000000', step: '1', value: '0', inputmode: 'numeric' });
     const byDest = Object.entries(dry.by_destination || {}).sort((a, b) => (num(b[1].would_move) + num(b[1].would_skip)) - (num(a[1].would_move) + num(a[1].would_skip)));
     const plan = byDest.length === 0 ? null : table('By destination queue', ['Destination', ['Will move', 'num'], ['Will stay', 'num'], 'Why they stay'],
       byDest.map(([q, p]) => h('tr', {},
@@ -531,11 +575,18 @@
   // asks for a key).
   const soft = (p) => p.catch((e) => { if (e.status === 401) throw e; return { error: e }; });
 
-  // notShown is the note a section shows when its call failed.
-  function notShown(what, e) {
-    const why = e.status === 403 ? `your API key may not see them (${e.message})` : e.message;
-    return h('p', { class: 'note', role: 'note' }, `${what} not shown: ${why}.`);
+  // notShown is the note a section shows when its call failed, as a
+  // sentence: "<what> are not shown: <why>." (one: what is one thing,
+  // "… is not shown", and the key "may not see it").
+  function notShown(what, e, one = false) {
+    const why = e.status === 403 ? `your API key may not see ${one ? 'it' : 'them'} (${e.message})` : e.message;
+    return h('p', { class: 'note', role: 'note' }, `${what} ${one ? 'is' : 'are'} not shown: ${why}.`);
   }
+
+  // NO_ERROR is what the console says for a dead item that died without
+  // an error text (noError: as a muted note).
+  const NO_ERROR = 'no error recorded';
+  const noError = () => h('span', { class: 'muted no-error' }, NO_ERROR);
 
   // counts sums a queue.stats reply's partitions: ready, leased, scheduled.
   function counts(s) {
@@ -644,7 +695,7 @@
           'Its dead items in ' + info.dead_queue) : null,
         h('a', { class: 'button', href: '/ui/queues/' + enc(name) + '/items' }, 'Browse items')),
       h('h2', {}, 'Configuration'),
-      infoRes.error ? notShown('Configuration', infoRes.error) : h('dl', { class: 'props' },
+      infoRes.error ? notShown('The configuration', infoRes.error, true) : h('dl', { class: 'props' },
         prop('Namespace', info.namespace), prop('Dead-letter queue', info.dead_queue ? h('a', { href: '/ui/queues/' + enc(info.dead_queue) }, info.dead_queue) : ''),
         prop('Lease timeout', info.lease_timeout), prop('Expire timeout', info.expire_timeout),
         prop('Max attempts', info.max_attempts ? String(info.max_attempts) : 'unlimited'),
@@ -690,20 +741,28 @@
       soft(api('queues.history', { queue_name: name })),
     ]);
     if (my !== page) return;
+    if (groups.error && list.error && groups.error.message === list.error.message) {
+      // Both calls failed alike (a queue that is no dead-letter queue, a
+      // key without the dead scope): say it once.
+      show(crumbs, h('h1', {}, 'Dead items of ' + name), notShown('Dead items', list.error),
+        h('p', {}, h('a', { href: '/ui/queues/' + enc(name) }, 'Back to ' + name)));
+      return;
+    }
     const running = (tasks.tasks || []).find(isLive);
     if (running) fastLive = true;
 
     const groupRows = (groups.groups || []).map((g) => {
       const gf = { fingerprint: g.fingerprint, source_queue: g.source_queue, reason: g.reason };
       const link = base + '?' + new URLSearchParams({ fingerprint: g.fingerprint, source: g.source_queue, reason: g.reason });
+      const label = g.pattern || NO_ERROR;
       return h('tr', { 'data-fingerprint': g.fingerprint },
         h('td', { class: 'num' }, fmt(g.count)), h('td', {}, g.reason), h('td', {}, g.source_queue),
-        h('td', { class: 'pattern', title: g.sample_error || '' }, g.pattern || '(no error text)'),
+        h('td', { class: 'pattern', title: g.sample_error || '' }, g.pattern || noError()),
         h('td', {}, ago(g.last_dead_at)),
         h('td', {}, h('div', { class: 'actions' },
-          h('a', { href: link, 'aria-label': `Items of group ${g.pattern}` }, 'Items'),
-          h('button', { type: 'button', onclick: action(() => redriveFlow(name, gf, g.pattern)), 'aria-label': `Redrive group ${g.pattern}` }, 'Redrive…'),
-          h('button', { type: 'button', class: 'danger', 'aria-label': `Delete group ${g.pattern}`,
+          h('a', { href: link, 'aria-label': `Items of group ${label}` }, 'Items'),
+          h('button', { type: 'button', onclick: action(() => redriveFlow(name, gf, g.pattern)), 'aria-label': `Redrive group ${label}` }, 'Redrive…'),
+          h('button', { type: 'button', class: 'danger', 'aria-label': `Delete group ${label}`,
             onclick: action(async () => { if (await deleteFlow(name, gf, num(g.count), g.pattern)) render(); }) }, 'Delete…'))));
     });
 
@@ -732,7 +791,7 @@
       h('th', { scope: 'row' }, h('a', { href: base + '/' + enc(it.id) }, it.id)),
       h('td', {}, it.source_queue || '–'), h('td', {}, it.reference || '–'), h('td', {}, it.dead_reason || '–'), h('td', {}, it.kind || '–'),
       h('td', { class: 'num' }, String(it.attempts || 0)), h('td', {}, ago(it.dead_at)),
-      h('td', { class: 'error' }, it.last_error || '–')));
+      h('td', { class: 'error' }, it.last_error || noError())));
     const filtered = Object.keys(filter).length > 0;
     const fpPattern = filter.fingerprint ? ((groups.groups || []).find((g) => g.fingerprint === filter.fingerprint) || {}).pattern : undefined;
     // The pager: the items' positions (at, kept in the URL), their total
@@ -762,7 +821,7 @@
 
     show(crumbs, h('h1', {}, 'Dead items of ' + name),
       running ? runningBanner(running) : null,
-      hist.error ? null : groupChart(hist),
+      hist.error ? null : groupChart(hist, groups.groups || []),
       h('h2', { id: 'groups' }, 'Error groups'),
       groups.error ? notShown('Error groups', groups.error) : (groups.groups || []).length === 0 ? h('p', { class: 'muted' }, 'No dead items in groups.')
         : table(`${plural(groups.total_items, 'dead item', 'dead items')} in ${plural(groups.total_groups, 'group', 'groups')}, by the shape of their last error`,
@@ -843,7 +902,7 @@
     const res = await soft(api('dead.list', { queue_name: name, filter: { ids: [id] }, limit: 1 }));
     if (my !== page) return;
     if (res.error) {
-      show(crumbs, h('h1', {}, 'Dead item ' + id), notShown('The item', res.error));
+      show(crumbs, h('h1', {}, 'Dead item ' + id), notShown('The item', res.error, true));
       return;
     }
     const it = (res.items || [])[0];
@@ -868,8 +927,11 @@
         prop('Dead at', when(it.dead_at)), prop('Created at', when(it.created_at)),
         prop('Expires at', when(it.expire_deadline)), prop('Kind', it.kind), prop('Reference', it.reference),
         prop('Encoding', it.encoding), prop('Redrive count', String(it.redrive_count || 0)),
-        prop('Error group', it.fingerprint ? h('a', { href: base + '?' + new URLSearchParams({ fingerprint: it.fingerprint }) }, it.fingerprint) : ''),
-        prop('Last error', it.last_error ? h('code', {}, it.last_error) : '')),
+        // An item that died without an error text (an SQS message whose
+        // visibility was set to 0, a retry without --error) has no error
+        // to group by: no group link, and its last error says so.
+        prop('Error group', it.fingerprint && it.last_error ? h('a', { href: base + '?' + new URLSearchParams({ fingerprint: it.fingerprint }) }, it.fingerprint) : ''),
+        prop('Last error', it.last_error ? h('code', {}, it.last_error) : noError())),
       h('h2', {}, 'Payload'), ...payloadView(it.payload, it.id + (/json/i.test(it.encoding || '') ? '.json' : '.bin')),
       h('h2', {}, 'Attempt errors, redrives and edits'),
       errors.length === 0 ? h('p', { class: 'muted' }, 'No attempt errors were recorded.')
@@ -965,10 +1027,10 @@
         h('td', {}, describeFilter(t.filter, t.error_pattern)),
         h('td', {}, t.warning && t.status === 'completed' ? h('span', { class: 'badge warning', title: t.warning }, 'completed with warnings')
           : h('span', { class: 'badge ' + t.status }, t.status)),
-        h('td', {}, h('progress', { max: String(Math.max(matched, 1)), value: String(matched ? done : 1), 'aria-label': `Progress of ${t.task_id}` }),
-          ' ', h('span', { class: 'progress-text' }, `${fmt(moved)} of ${fmt(matched)} moved`),
-          failed ? ` · ${fmt(failed)} failed` : '', skipped ? ` · ${fmt(skipped)} skipped` : '',
-          t.rate_limit ? h('span', { class: 'muted' }, ` · ${t.rate_limit}/s`) : ''),
+        h('td', { class: 'progress' }, h('progress', { max: String(Math.max(matched, 1)), value: String(matched ? done : 1), 'aria-label': `Progress of ${t.task_id}` }),
+          ' ', h('span', { class: 'progress-text' }, `${fmt(moved)} of ${fmt(matched)} moved`,
+            failed ? ` · ${fmt(failed)} failed` : '', skipped ? ` · ${fmt(skipped)} skipped` : '',
+            t.rate_limit ? h('span', { class: 'muted' }, ` · ${fmt(t.rate_limit)}/s`) : '')),
         h('td', {}, ago(t.started_at), (() => {
           const { took, eta } = taskTimes(t);
           return h('div', { class: 'muted' }, (live ? 'running ' : 'took ') + took + (eta ? ' · ETA ' + eta : ''));
@@ -1002,7 +1064,7 @@
     const crumbs = h('p', { class: 'crumbs' }, h('a', { href: '/ui/redrives' }, 'Redrives'), ' / ', id);
     const t = await soft(api('redrives.get', { task_id: id }));
     if (my !== page) return;
-    if (t.error) { show(crumbs, h('h1', {}, 'Redrive ' + id), notShown('The task', t.error)); return; }
+    if (t.error) { show(crumbs, h('h1', {}, 'Redrive ' + id), notShown('The task', t.error, true)); return; }
     if (isLive(t)) fastLive = true;
     const matched = num(t.matched), done = num(t.moved) + num(t.failed) + num(t.skipped);
     const { took, eta } = taskTimes(t);
@@ -1018,7 +1080,7 @@
         prop('Destination', t.destination || 'each item\'s source queue'), prop('Items', describeFilter(t.filter, t.error_pattern)),
         prop('Progress', [h('progress', { max: String(Math.max(matched, 1)), value: String(matched ? done : 1), 'aria-label': `Progress of ${t.task_id}` }),
           ` ${fmt(t.moved)} of ${fmt(matched)} moved`, num(t.failed) ? ` · ${fmt(t.failed)} failed` : '', num(t.skipped) ? ` · ${fmt(t.skipped)} skipped` : '']),
-        prop('Rate limit', t.rate_limit ? `${fmt(t.rate_limit)} items per second` : 'none'),
+        prop('Rate limit', t.rate_limit ? plural(t.rate_limit, 'item per second', 'items per second') : 'none'),
         prop('Started', when(t.started_at)), prop('Finished', t.finished_at ? when(t.finished_at) : ''),
         prop('Duration', took), prop('ETA', eta), prop('Failure', t.failure_reason), prop('Started by key', t.key_name)),
       h('h2', {}, 'By queue'),
