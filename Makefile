@@ -5,9 +5,10 @@ build: ## build the styx binary into ./bin
 	go build -ldflags "-X main.version=$$(git describe --tags --always --dirty 2>/dev/null)" -o bin/styx ./cmd/styx
 test: ## run every test with the race detector (the CI command)
 	go test -race -count=1 ./...
-faults: ## the fault-injection suites over many seeds (STYX_FAULT_SEEDS=300; about 2 minutes): power loss, write and sync errors, a full disk, loop panics, PostgreSQL faults (with STYX_TEST_POSTGRES_URL); a failure names its seed
-	STYX_FAULT_SEEDS=$${STYX_FAULT_SEEDS:-300} go test -race -count=1 -timeout 60m -run 'TestCrashRecovery|TestWriteFaults|TestDiskFullStaysUpAndHeals|TestPanicNeverAcknowledged|TestPostgres' ./service/
+faults: ## the fault-injection suites over many seeds (STYX_FAULT_SEEDS=300; about 2 minutes): power loss, write and sync errors, a full disk, loop panics, PostgreSQL faults (with STYX_TEST_POSTGRES_URL); a failure names its seed. Then the real binary under strace, every store syscall failing with ENOSPC and EIO (STYX_SYSCALL_FAULTS=all, or case names; about 10 minutes; needs strace)
+	STYX_FAULT_SEEDS=$${STYX_FAULT_SEEDS:-300} go test -race -count=1 -timeout 60m -run 'TestCrashRecovery|TestWriteFaults|TestDiskFullStaysUpAndHeals|TestPanicNeverAcknowledged|TestWALRotationFaults|TestPostgres' ./service/
 	go test -race -count=1 -run 'Fault|Watermark|Panic|Died' ./internal/backend/embedded/pebble/ ./internal/engine/
+	STYX_SYSCALL_FAULTS=$${STYX_SYSCALL_FAULTS:-all} STYX_TEST_REQUIRE_STRACE=1 go test -race -count=1 -timeout 60m -v -run 'TestSyscallFaults' ./cmd/styx/
 lint: ## gofmt, go vet and staticcheck (installed at v0.8.2 when missing)
 	test -z "$$(gofmt -l $$(git ls-files '*.go' | grep -v '\.pb\.go$$'))"
 	go vet ./...

@@ -4,6 +4,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"os"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -16,26 +17,33 @@ import (
 	"github.com/styxq/styx/internal/store"
 )
 
-// Storage faults (ADR 0015). Pebble treats a failed write-ahead-log write
-// as fatal: the log writer keeps the error and the next commit panics
+// Storage faults (ADRs 0015 and 0022). Pebble cannot survive some failed
+// file calls: a failed write-ahead-log write makes the next commit panic
 // while holding the commit pipeline's lock, which leaves the database
-// unusable and unclosable. So the store never writes through a handle
-// after a failed write or sync:
+// unusable and unclosable; an error while it rotates its log, or a failed
+// directory sync while a marker moves, panics, the first with its mutex
+// released, which aborts the process. So Pebble never sees such an error,
+// and the store never writes through a handle after one:
 //
-//   - faultFS wraps the store's filesystem; the first error of a write, a
-//     sync or a file creation (the WAL, a flush's
-//     sstable, the MANIFEST) marks the store faulted before Pebble itself
-//     sees the error. A failed SyncWait and a recovered panic do the same.
+//   - Each database handle writes through its own faultFS; the first
+//     failing write, sync, creation, rename or close of a file (the log, a
+//     flush's sstable, the MANIFEST, the directory) marks the store faulted
+//     and freezes the handle's disk: the failed call and every later one
+//     report success to Pebble and leave the disk as a crash at that
+//     moment would have (files created from then on live in memory).
+//     A failed SyncWait and a recovered panic fault the store too.
 //   - A faulted store refuses every write (store.ErrUnavailable naming the
-//     cause) before calling Pebble; reads go on.
-//   - The monitor goroutine then reopens the database read-only (Pebble
-//     writes nothing more, so its flush retries stop) and, once the
-//     free space is at least the watermark again, read-write: writes
-//     resume without a restart. Generation counts the reopenings; each
-//     queue reloads its state from the store when it changes.
+//     cause) before calling Pebble, and reports failed any write that
+//     completes after the fault; reads go on.
+//   - The monitor goroutine then reopens the database read-only from the
+//     disk (Pebble's crash recovery) and, once the free space is at least
+//     the watermark again and the disk works, read-write: writes resume
+//     without a restart. Generation counts the reopenings; each queue
+//     reloads its state from the store when it changes.
 //   - The free-space watermark (Config.MinFreeBytes) refuses the calls that
 //     add items before the disk is full, so a flush and a restart always
-//     have room. A store opened on a disk below it opens read-only.
+//     have room. A store opened on a disk below it opens read-only, and so
+//     does one whose disk fails while it opens.
 
 // DefaultCheckInterval is how often the monitor reads the free space and
 // tries to heal a faulted store.
@@ -360,23 +368,24 @@ func (s *Store) reopen(readOnly bool) bool {
 		s.markBroken(err)
 		return false
 	}
-	seq := s.errSeq.Load()
-	db, err := s.openWithin(readOnly, openTimeout)
+	db, failure, err := s.openWithin(readOnly, openTimeout)
 	if errors.Is(err, errOpenStuck) {
 		s.db = nil
 		s.markBroken(err)
 		return false
 	}
-	if err == nil && !readOnly && s.errSeq.Load() != seq {
+	if failure != nil && !readOnly {
 		// A file failed while the database opened (its flush, say):
 		// this handle must not be written through either.
-		_ = closeDB(db)
-		err = errors.New("a file failed while reopening")
+		if err == nil {
+			_ = closeDB(db)
+		}
+		err = fmt.Errorf("the disk failed while reopening: %w", failure)
 	}
 	if err != nil && !readOnly {
 		// No room for the replay's flush yet, say: read-only again.
 		s.log.Warn("storage: reopening read-write failed; staying read-only", "error", err)
-		db, err = s.openWithin(true, openTimeout)
+		db, _, err = s.openWithin(true, openTimeout)
 		readOnly = true
 		if errors.Is(err, errOpenStuck) {
 			s.db = nil
@@ -421,26 +430,26 @@ var errOpenStuck = errors.New("reopening the database did not finish within 30s 
 
 // openWithin is openDB giving up after timeout (errOpenStuck); a handle the
 // abandoned Open returns later is closed.
-func (s *Store) openWithin(readOnly bool, timeout time.Duration) (*pebbledb.DB, error) {
+func (s *Store) openWithin(readOnly bool, timeout time.Duration) (*pebbledb.DB, error, error) {
 	type opened struct {
-		db  *pebbledb.DB
-		err error
+		db           *pebbledb.DB
+		failure, err error
 	}
 	done := make(chan opened, 1)
 	go func() {
-		db, err := s.openDB(readOnly)
-		done <- opened{db, err}
+		db, failure, err := s.openDB(readOnly)
+		done <- opened{db, failure, err}
 	}()
 	select {
 	case o := <-done:
-		return o.db, o.err
+		return o.db, o.failure, o.err
 	case <-time.After(timeout):
 		go func() {
 			if o := <-done; o.err == nil {
 				_ = closeDB(o.db)
 			}
 		}()
-		return nil, errOpenStuck
+		return nil, nil, errOpenStuck
 	}
 }
 
@@ -502,18 +511,112 @@ func closeDB(db *pebbledb.DB) error {
 	}
 }
 
-// faultFS is the store's filesystem: it reports the first failing write,
-// sync or creation of a file to onErr, before Pebble acts on
-// the error.
+// faultFS is the filesystem one database handle writes through (ADR 0022).
+// Pebble cannot survive some failed calls: an error while it rotates its
+// log (creating the next log, syncing the directory, the last sync of the
+// previous log) panics with its mutex released, which aborts the process
+// (`fatal error: sync: unlock of unlocked mutex`, beyond any recover); a
+// failed directory sync while a marker moves panics; a failed log write
+// makes the next commit panic holding the commit lock. So Pebble never
+// sees such an error: the first failing write, sync, creation, rename or
+// close of a file freezes the handle's disk (freeze.fail), which tells the
+// store (the fault, before Pebble goes on), and the failed call and every
+// later one report success to Pebble without touching the disk again:
+// writes and syncs are dropped, files created from then on live in memory
+// (so Pebble reads back what it wrote, a flush's sstable say), removals and
+// renames of files on the disk are skipped. What is on the disk stays what
+// a crash at the moment of the failure would have left, which Pebble's
+// recovery is built for; the monitor closes the handle and reopens the
+// database from the disk. The store refuses writes from the failure on and
+// acknowledges none that completes after it.
+//
+// Compactions are the exception: Pebble handles their failures itself (the
+// output is dropped and the compaction retried later) and nothing
+// acknowledged depends on them, so their errors reach Pebble, after
+// compactionRetryDelay, unless the handle is frozen already.
 type faultFS struct {
 	vfs.FS
+	z *freeze
+}
+
+// freeze is one database handle's hold on the disk: live until a file call
+// fails, frozen from then on (faultFS).
+type freeze struct {
+	// onErr is told of the failure that froze the handle, before the
+	// failed call returns: the store's fault (setFault).
 	onErr func(op string, err error)
+	// frozen is set, after onErr has returned, by the first failure.
+	frozen atomic.Bool
+	// mu guards mem and cause.
+	mu sync.Mutex
+	// mem holds the files created after the freeze; nil until then.
+	mem *vfs.MemFS
+	// cause is the first failure ("sync /data: input/output error").
+	cause error
+}
+
+func newFreeze(onErr func(op string, err error)) *freeze { return &freeze{onErr: onErr} }
+
+// fail freezes the handle's disk, telling the store first: a call that
+// sees the handle frozen (and drops its write) comes after the store's
+// fault, so nothing that depends on it is acknowledged.
+func (z *freeze) fail(op string, err error) {
+	z.mu.Lock()
+	if z.mem == nil {
+		z.mem = vfs.NewMem()
+		z.cause = err
+		if !strings.HasPrefix(err.Error(), op+" ") {
+			z.cause = fmt.Errorf("%s: %w", op, err)
+		}
+	}
+	z.mu.Unlock()
+	if !z.frozen.Load() {
+		z.onErr(op, err)
+	}
+	z.frozen.Store(true)
+}
+
+// isFrozen reports whether the handle's disk is frozen.
+func (z *freeze) isFrozen() bool { return z.frozen.Load() }
+
+// failure returns the failure that froze the handle, nil if none.
+func (z *freeze) failure() error {
+	if !z.isFrozen() {
+		return nil
+	}
+	z.mu.Lock()
+	defer z.mu.Unlock()
+	return z.cause
+}
+
+// memory returns the in-memory filesystem of a frozen handle.
+func (z *freeze) memory() *vfs.MemFS {
+	z.mu.Lock()
+	defer z.mu.Unlock()
+	return z.mem
+}
+
+// memHas reports whether name was created after the freeze.
+func (z *freeze) memHas(name string) bool {
+	if !z.isFrozen() {
+		return false
+	}
+	_, err := z.memory().Stat(name)
+	return err == nil
+}
+
+// create makes name in memory, for a frozen handle.
+func (fs faultFS) create(name string) (vfs.File, error) {
+	mem := fs.z.memory()
+	if err := mem.MkdirAll(fs.PathDir(name), privateDirMode); err != nil {
+		return nil, err
+	}
+	return mem.Create(name, vfs.WriteCategoryUnspecified)
 }
 
 // compactionCategories are the write categories of files whose failure
 // Pebble handles itself: a compaction's output is thrown away and the
-// compaction retried later, and nothing acknowledged depends on it. Every
-// other file's failure (the log, a flush, the MANIFEST) is a fault.
+// compaction retried later, and nothing acknowledged depends on it.
 var compactionCategories = map[vfs.DiskWriteCategory]bool{"pebble-compaction": true, "pebble-blob-file-rewrite": true}
 
 // compactionRetryDelay is how long a compaction's failed write waits
@@ -522,128 +625,239 @@ var compactionCategories = map[vfs.DiskWriteCategory]bool{"pebble-compaction": t
 // second in a 50 MB filesystem).
 const compactionRetryDelay = time.Second
 
-func (fs faultFS) wrap(op string, c vfs.DiskWriteCategory, f vfs.File, err error) (vfs.File, error) {
-	if compactionCategories[c] {
-		if err != nil {
+// opened finishes the creation or opening for writing of name.
+func (fs faultFS) opened(op, name string, c vfs.DiskWriteCategory, f vfs.File, err error) (vfs.File, error) {
+	compaction := compactionCategories[c]
+	if err != nil {
+		if compaction && !fs.z.isFrozen() {
 			time.Sleep(compactionRetryDelay)
 			return nil, err
 		}
-		return slowFailFile{File: f}, nil
+		fs.z.fail(op, err)
+		return fs.create(name)
 	}
-	if err != nil {
-		fs.onErr(op, err)
-		return nil, err
-	}
-	return faultFile{File: f, onErr: fs.onErr, slow: c == "pebble-memtable-flush"}, nil
+	return faultFile{File: f, z: fs.z, compaction: compaction}, nil
 }
 
 func (fs faultFS) Create(name string, c vfs.DiskWriteCategory) (vfs.File, error) {
+	if fs.z.isFrozen() {
+		return fs.create(name)
+	}
 	f, err := fs.FS.Create(name, c)
-	return fs.wrap("create", c, f, err)
+	return fs.opened("create", name, c, f, err)
 }
 
 func (fs faultFS) OpenReadWrite(name string, c vfs.DiskWriteCategory, opts ...vfs.OpenOption) (vfs.File, error) {
+	if fs.z.isFrozen() {
+		return fs.z.memory().OpenReadWrite(name, c, opts...)
+	}
 	f, err := fs.FS.OpenReadWrite(name, c, opts...)
-	return fs.wrap("open", c, f, err)
+	return fs.opened("open", name, c, f, err)
 }
 
 func (fs faultFS) ReuseForWrite(oldname, newname string, c vfs.DiskWriteCategory) (vfs.File, error) {
+	if fs.z.isFrozen() {
+		return fs.create(newname)
+	}
 	f, err := fs.FS.ReuseForWrite(oldname, newname, c)
-	return fs.wrap("create", c, f, err)
+	return fs.opened("create", newname, c, f, err)
 }
 
+// OpenDir opens a directory, whose Sync is checked like a file's. Pebble
+// opens directories only while it opens the database, where an error is
+// returned as it is (Open fails, cleanly).
 func (fs faultFS) OpenDir(name string) (vfs.File, error) {
+	if fs.z.isFrozen() {
+		mem := fs.z.memory()
+		if err := mem.MkdirAll(name, privateDirMode); err != nil {
+			return nil, err
+		}
+		return mem.OpenDir(name)
+	}
 	f, err := fs.FS.OpenDir(name)
 	if err != nil {
 		return nil, err
 	}
-	return faultFile{File: f, onErr: fs.onErr}, nil
+	return faultFile{File: f, z: fs.z}, nil
+}
+
+func (fs faultFS) Open(name string, opts ...vfs.OpenOption) (vfs.File, error) {
+	if fs.z.memHas(name) {
+		return fs.z.memory().Open(name, opts...)
+	}
+	return fs.FS.Open(name, opts...)
+}
+
+func (fs faultFS) Stat(name string) (vfs.FileInfo, error) {
+	if fs.z.memHas(name) {
+		return fs.z.memory().Stat(name)
+	}
+	return fs.FS.Stat(name)
+}
+
+// List lists dir on the disk and, once frozen, in memory.
+func (fs faultFS) List(dir string) ([]string, error) {
+	names, err := fs.FS.List(dir)
+	if !fs.z.isFrozen() {
+		return names, err
+	}
+	more, merr := fs.z.memory().List(dir)
+	if err != nil && merr != nil {
+		return nil, err
+	}
+	seen := make(map[string]bool, len(names))
+	for _, n := range names {
+		seen[n] = true
+	}
+	for _, n := range more {
+		if !seen[n] {
+			names = append(names, n)
+		}
+	}
+	return names, nil
+}
+
+// Remove removes a file; once frozen, only one created in memory (the
+// disk keeps what the MANIFEST on it may still name).
+func (fs faultFS) Remove(name string) error {
+	if fs.z.isFrozen() {
+		if fs.z.memHas(name) {
+			return fs.z.memory().Remove(name)
+		}
+		return nil
+	}
+	return fs.FS.Remove(name)
+}
+
+func (fs faultFS) RemoveAll(name string) error {
+	if fs.z.isFrozen() {
+		return nil
+	}
+	return fs.FS.RemoveAll(name)
 }
 
 func (fs faultFS) Rename(oldname, newname string) error {
-	err := fs.FS.Rename(oldname, newname)
-	if err != nil {
-		fs.onErr("rename", err)
+	if fs.z.isFrozen() {
+		if fs.z.memHas(oldname) {
+			return fs.z.memory().Rename(oldname, newname)
+		}
+		return nil
 	}
-	return err
+	if err := fs.FS.Rename(oldname, newname); err != nil {
+		fs.z.fail("rename", err)
+	}
+	return nil
 }
 
 func (fs faultFS) Link(oldname, newname string) error {
-	err := fs.FS.Link(oldname, newname)
-	if err != nil {
-		fs.onErr("link", err)
+	if fs.z.isFrozen() {
+		return nil
 	}
-	return err
+	if err := fs.FS.Link(oldname, newname); err != nil {
+		fs.z.fail("link", err)
+	}
+	return nil
+}
+
+func (fs faultFS) MkdirAll(dir string, perm os.FileMode) error {
+	if fs.z.isFrozen() {
+		return fs.z.memory().MkdirAll(dir, perm)
+	}
+	return fs.FS.MkdirAll(dir, perm)
 }
 
 // Unwrap returns the wrapped filesystem.
 func (fs faultFS) Unwrap() vfs.FS { return fs.FS }
 
-// faultFile reports its write-side failures to onErr; with slow (a
-// flush's output, which Pebble retries at once for as long as it fails),
-// the error waits compactionRetryDelay before Pebble sees it.
+// faultFile is a file on the disk opened through faultFS: its first
+// failing write, sync or close freezes the handle (a compaction's output
+// returns its error instead, after compactionRetryDelay), and once the
+// handle is frozen its writes and syncs are dropped and reported done.
 type faultFile struct {
 	vfs.File
-	onErr func(op string, err error)
-	slow  bool
+	z          *freeze
+	compaction bool
 }
 
+// check returns what Pebble is told of a call on the disk that returned
+// err: nil, unless it is a compaction's error on a live handle.
 func (f faultFile) check(op string, err error) error {
-	if err != nil {
-		f.onErr(op, err)
-		if f.slow {
-			time.Sleep(compactionRetryDelay)
-		}
+	if err == nil {
+		return nil
 	}
-	return err
+	if f.compaction && !f.z.isFrozen() {
+		time.Sleep(compactionRetryDelay)
+		return err
+	}
+	f.z.fail(op, err)
+	return nil
 }
 
 func (f faultFile) Write(p []byte) (int, error) {
+	if f.z.isFrozen() {
+		return len(p), nil
+	}
 	n, err := f.File.Write(p)
-	return n, f.check("write", err)
+	if err = f.check("write", err); err != nil {
+		return n, err
+	}
+	return len(p), nil
 }
 
 func (f faultFile) WriteAt(p []byte, off int64) (int, error) {
+	if f.z.isFrozen() {
+		return len(p), nil
+	}
 	n, err := f.File.WriteAt(p, off)
-	return n, f.check("write", err)
+	if err = f.check("write", err); err != nil {
+		return n, err
+	}
+	return len(p), nil
 }
 
-func (f faultFile) Sync() error { return f.check("sync", f.File.Sync()) }
+func (f faultFile) Sync() error {
+	if f.z.isFrozen() {
+		return nil
+	}
+	return f.check("sync", f.File.Sync())
+}
 
-func (f faultFile) SyncData() error { return f.check("sync", f.File.SyncData()) }
+func (f faultFile) SyncData() error {
+	if f.z.isFrozen() {
+		return nil
+	}
+	return f.check("sync", f.File.SyncData())
+}
 
 func (f faultFile) SyncTo(length int64) (bool, error) {
+	if f.z.isFrozen() {
+		return true, nil
+	}
 	full, err := f.File.SyncTo(length)
-	return full, f.check("sync", err)
+	if err = f.check("sync", err); err != nil {
+		return full, err
+	}
+	return full, nil
 }
 
-// Preallocate is not checked: Pebble ignores its failure (a filesystem
+// Preallocate's failure is not a fault (Pebble ignores it: a filesystem
 // without fallocate, or a log preallocated past a small disk's free space:
 // the writes themselves fail when the space is really gone).
+func (f faultFile) Preallocate(offset, length int64) error {
+	if f.z.isFrozen() {
+		return nil
+	}
+	return f.File.Preallocate(offset, length)
+}
+
+// Close closes the file; a failure (a write-back error reported late)
+// freezes the handle: Pebble panics on a failed close of its log.
+func (f faultFile) Close() error {
+	err := f.File.Close()
+	if f.z.isFrozen() {
+		return nil
+	}
+	return f.check("close", err)
+}
 
 var _ io.Closer = faultFile{}
-
-// slowFailFile is a compaction's output file: a failed write or sync waits
-// compactionRetryDelay before returning its error.
-type slowFailFile struct{ vfs.File }
-
-func slow(err error) error {
-	if err != nil {
-		time.Sleep(compactionRetryDelay)
-	}
-	return err
-}
-
-func (f slowFailFile) Write(p []byte) (int, error) {
-	n, err := f.File.Write(p)
-	return n, slow(err)
-}
-
-func (f slowFailFile) WriteAt(p []byte, off int64) (int, error) {
-	n, err := f.File.WriteAt(p, off)
-	return n, slow(err)
-}
-
-func (f slowFailFile) Sync() error { return slow(f.File.Sync()) }
-
-func (f slowFailFile) SyncData() error { return slow(f.File.SyncData()) }

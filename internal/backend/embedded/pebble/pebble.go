@@ -152,8 +152,6 @@ type Store struct {
 	fault atomic.Pointer[faultState]
 	// gen counts reopenings (Generation).
 	gen atomic.Uint64
-	// errSeq counts the file failures faultFS reported.
-	errSeq atomic.Uint64
 	// written counts the bytes written since the free space was last read
 	// (InsertFault reads it again after minFree/8).
 	written atomic.Int64
@@ -284,10 +282,7 @@ func Open(cfg Config) (*Store, error) {
 	}
 	s.gate.init()
 	s.fault.Store(&faultState{})
-	s.fs = faultFS{FS: pfs, onErr: func(op string, err error) {
-		s.errSeq.Add(1)
-		s.setFault(op, err)
-	}}
+	s.fs = pfs
 	s.minFree = cfg.MinFreeBytes
 	if s.minFree == 0 {
 		s.minFree = 2 * int64(cfg.MemTableBytes)
@@ -303,8 +298,6 @@ func Open(cfg Config) (*Store, error) {
 	cache := pebbledb.NewCache(cfg.CacheBytes)
 	s.opts = pebbledb.Options{
 		FormatMajorVersion: pebbledb.FormatNewest,
-		FS:                 s.fs,
-		Logger:             newLogger(s.log, s.setFault),
 		Cache:              cache,
 		// A queue's items mostly die young: with a large memtable, an item
 		// produced, leased and completed within one memtable's life never
@@ -318,16 +311,39 @@ func Open(cfg Config) (*Store, error) {
 	// starting: it starts, serves reads and says why it refuses writes).
 	_, space := s.space()
 	readOnly := space != nil || !s.roomToReopen()
-	db, err := s.openDB(readOnly)
+	db, failure, err := s.openDB(readOnly)
+	if failure != nil && !readOnly {
+		// The disk failed while the database opened (a directory sync, the
+		// new log: ADR 0022): this handle must not be written through.
+		// Open read-only what the disk holds; the monitor retries
+		// read-write.
+		if err == nil {
+			_ = closeDB(db)
+		}
+		s.log.Warn("storage: the disk failed while opening the database; opening it read-only", "error", failure)
+		readOnly = true
+		db, _, err = s.openDB(true)
+		switch {
+		case errors.Is(err, pebbledb.ErrDBDoesNotExist):
+			cache.Unref()
+			return nil, fmt.Errorf("pebble: open %s: the disk failed while creating the store: %w", cfg.Dir, failure)
+		case err != nil:
+			cache.Unref()
+			return nil, fmt.Errorf("pebble: open %s: the disk failed (%w), and opening the store read-only failed too: %v", cfg.Dir, failure, err)
+		}
+	}
 	if err != nil {
 		cache.Unref()
 		return nil, fmt.Errorf("pebble: open %s: %w", cfg.Dir, err)
 	}
 	s.db = db
-	s.fault.Store(&faultState{space: space, readOnly: readOnly})
+	nf := &faultState{space: space, readOnly: readOnly}
 	if readOnly {
-		s.fault.Store(&faultState{space: space, readOnly: true, err: s.readOnlyErr(nil)})
-		s.log.Warn("storage opened read-only: the disk has no room to replay and flush the log", "error", s.fault.Load().err)
+		nf.err = s.readOnlyErr(s.fault.Load().err)
+	}
+	s.fault.Store(nf)
+	if readOnly && failure == nil {
+		s.log.Warn("storage opened read-only: the disk has no room to replay and flush the log", "error", nf.err)
 	}
 	if err := s.load(); err != nil {
 		_ = db.Close()
@@ -338,13 +354,27 @@ func Open(cfg Config) (*Store, error) {
 	return s, nil
 }
 
-// openDB opens the database with the store's options, read-only or not.
-// Our filesystem reports failures as faults; a failure while opening is
-// returned instead, so it is forgotten here.
-func (s *Store) openDB(readOnly bool) (*pebbledb.DB, error) {
+// openDB opens the database with the store's options, read-only or not,
+// through a filesystem of its own (faultFS) that freezes at the first
+// failing write, sync or creation; failure is that failure, if one came
+// (the store is then faulted, and the handle must not be written
+// through). A panic inside Pebble's Open is returned as an error.
+func (s *Store) openDB(readOnly bool) (db *pebbledb.DB, failure, err error) {
+	z := newFreeze(s.setFault)
 	opts := s.opts
 	opts.ReadOnly = readOnly
-	return pebbledb.Open(s.dir, &opts)
+	opts.FS = faultFS{FS: s.fs, z: z}
+	// Pebble calls Fatalf when it cannot go on: nothing more is written
+	// through this handle either.
+	opts.Logger = newLogger(s.log, z.fail)
+	defer func() {
+		if v := recover(); v != nil {
+			db, err = nil, fmt.Errorf("panic in pebble while opening: %v", v)
+		}
+		failure = z.failure()
+	}()
+	db, err = pebbledb.Open(s.dir, &opts)
+	return db, nil, err
 }
 
 // load checks the format marker, writing it in a new database, reads the
@@ -361,8 +391,8 @@ func (s *Store) load() error {
 		if err := s.writable(); err != nil {
 			return fmt.Errorf("new store: %w", err)
 		}
-		if err := s.db.Set(formatKey, []byte(formatValue), pebbledb.Sync); err != nil {
-			return err
+		if err := s.commit(func() error { return s.db.Set(formatKey, []byte(formatValue), pebbledb.Sync) }); err != nil {
+			return fmt.Errorf("new store: %w", err)
 		}
 	case err != nil:
 		return err
