@@ -463,7 +463,7 @@ func addServerFlags(fs *pflag.FlagSet) {
 		"deliver a completed item again or not count a lease's attempt (docs/adr/0013) (env STYX_SYNC_CONSUME)")
 	fs.String("log-level", "info", "log level: debug, info, warn or error (env STYX_LOG_LEVEL)")
 	fs.String("log-format", d.LogFormat, "log format: text or json (env STYX_LOG_FORMAT)")
-	fs.Duration("shutdown-timeout", d.ShutdownTimeout, "how long a shutdown waits for in-flight requests (env STYX_SHUTDOWN_TIMEOUT)")
+	fs.Duration("shutdown-timeout", d.ShutdownTimeout, "how long a shutdown waits for in-flight requests, and each of its other steps; a shutdown ends within twice this (env STYX_SHUTDOWN_TIMEOUT)")
 	fs.Int64("max-request-bytes", d.MaxRequestBytes, "largest request body, in bytes (1 MiB to 1 GiB); "+
 		"a larger one is answered 400 (env STYX_MAX_REQUEST_BYTES)")
 	fs.Int64("max-inflight-bytes", d.MaxInflightBytes, "the server-wide budget of request bodies in flight, in bytes (at least three times "+
