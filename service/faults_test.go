@@ -18,6 +18,7 @@ import (
 
 	styx "github.com/styxq/styx"
 	"github.com/styxq/styx/internal/backend/embedded/pebble"
+	"github.com/styxq/styx/internal/queue"
 	"github.com/styxq/styx/internal/store"
 	"github.com/styxq/styx/internal/store/faulty"
 	pb "github.com/styxq/styx/styxpb"
@@ -359,4 +360,52 @@ func (s *server) catalogFault(t *testing.T) (inject func(call string, after bool
 			_, err := conn.Exec(ctx, `DROP TRIGGER IF EXISTS styx_test_fault ON styx_queues`)
 			require.NoError(t, err)
 		}
+}
+
+// TestRedriveStepRetryMovesOnce (issue 41): a redrive step whose delete
+// from the dead-letter queue fails after the destination took the items is
+// run again, and the destination's copy, completed meanwhile by a
+// consumer, is not sent again: the item is delivered once. Before, the
+// step sent the items again and the destination, no longer holding a copy
+// under their source keys, took a second one (TestWriteFaults found it
+// under injected write faults).
+func TestRedriveStepRetryMovesOnce(t *testing.T) {
+	forEachBackend(t, func(t *testing.T, b backend) {
+		requireItemLog(t, b)
+		s := start(t, b)
+		dlq := s.withDLQ("rr", &pb.QueueInfo{})
+		s.produce("rr", "x")
+		it := s.lease("rr", 1).Items[0]
+		s.retry("rr", 0, &pb.QueueRetryItem{Id: it.Id, Dead: true, Error: "bad"})
+		s.waitItems(dlq, 1)
+
+		// The dead-letter queue's first delete of a dead item waits until
+		// the test has consumed the destination's copy, then fails.
+		held, release := make(chan struct{}), make(chan struct{})
+		var failed atomic.Bool
+		s.Faults.SetWriteHook(func(b *store.Batch) error {
+			for _, op := range b.Ops {
+				if op.Kind == store.OpDelete && queue.IsDeadCopyKey(op.Meta.SourceKey) && failed.CompareAndSwap(false, true) {
+					close(held)
+					<-release
+					return errors.New("injected: the dead-letter queue's delete failed")
+				}
+			}
+			return nil
+		})
+		task, err := s.C.DeadRedrive(ctx, &pb.DeadRedriveRequest{QueueName: dlq, All: true})
+		require.NoError(t, err)
+		<-held
+		copyOf := s.lease("rr", 1).Items[0]
+		require.Equal(t, "x", string(copyOf.Bytes))
+		s.complete("rr", 0, copyOf.Id)
+		close(release)
+
+		done := s.waitTask(task.TaskId)
+		require.Equal(t, "completed", done.Status)
+		require.Equal(t, int64(1), done.Moved)
+		require.Empty(t, s.items(dlq), "the dead item left the dead-letter queue")
+		require.Empty(t, s.items("rr"), "the completed copy is the only one the destination got")
+		s.Faults.SetWriteHook(nil)
+	})
 }

@@ -132,7 +132,9 @@ func Scan(f *DeadFilter, p ScanParams, byID func(ids []uint64) iter.Seq2[Item, e
 // RedriveItem is a dead item sent back as fresh work.
 type RedriveItem struct {
 	// SourceKey identifies the dead item (see RedriveKey); the receiving
-	// queue ignores a second copy while the first exists.
+	// queue ignores a second copy while the first exists (and, on the
+	// embedded backends, for a while after it was removed: ADR 0003's
+	// amendment).
 	SourceKey string
 	Body      ItemBody
 	// Errors is the item's attempt history as the receiving queue stores

@@ -41,6 +41,12 @@ func IsDeadCopyKey(key string) bool {
 	return why != whyRedrive && why != whyImport
 }
 
+// IsImportKey reports whether a source key marks an item imported with a
+// source_id (ImportKey).
+func IsImportKey(key string) bool {
+	return strings.HasPrefix(key, whyImport+":")
+}
+
 // ParseSourceKey returns the parts of a source key.
 func ParseSourceKey(key string) (why, queue string) {
 	why, rest, _ := strings.Cut(key, ":")

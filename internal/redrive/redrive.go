@@ -916,6 +916,10 @@ func (r *Runner) run(ctx context.Context, t *Task) (string, string) {
 	nextLog := (t.Moved + t.Failed + t.Skipped) / progressEvery
 	var wait time.Duration // the back-off after a transient failure; 0 after a step that went through
 	tries := 0             // transient failures since the last step that went through
+	// taken holds the dead items of a step that failed after their
+	// destination acknowledged its copies: when the step runs again only
+	// their delete from the dead-letter queue is retried (see step).
+	taken := map[uint64]bool{}
 	// again decides what follows a failure: a transient one (see
 	// transient) is logged and the step runs again, from the same pivot,
 	// after a back-off, up to maxStepRetries times in a row; any other
@@ -975,7 +979,7 @@ func (r *Runner) run(ctx context.Context, t *Task) (string, string) {
 				return StatusCancelled, ""
 			}
 		}
-		if err := r.step(ctx, t, dlq, items, tries < maxStepRetries); err != nil {
+		if err := r.step(ctx, t, dlq, items, taken, tries < maxStepRetries); err != nil {
 			if retry, status, reason := again("move", err); !retry {
 				return status, reason
 			}
@@ -1003,6 +1007,7 @@ func (r *Runner) run(ctx context.Context, t *Task) (string, string) {
 			}
 		}
 		wait, tries = 0, 0
+		clear(taken)
 		if n := (t.Moved + t.Failed + t.Skipped) / progressEvery; n > nextLog {
 			nextLog = n
 			r.cfg.Log.Info("redrive: progress", "task", t.ID, "dead_queue", t.Queue, "matched", t.Matched,
@@ -1028,8 +1033,13 @@ func (r *Runner) claimHeld(ctx context.Context, t *Task) bool {
 // destination that fails transiently (see transient) fails the step, which
 // runs again, while retryable; one that fails otherwise, or once the step
 // is no longer retryable, keeps its items in the dead-letter queue, counted
-// failed.
-func (r *Runner) step(ctx context.Context, t *Task, dlq queue.Queue, items []queue.Item, retryable bool) (err error) {
+// failed. The items whose copies a destination acknowledged are recorded
+// in taken until their delete from the dead-letter queue goes through: a
+// step run again after that delete failed does not send them again, since
+// the destination's source-key check only holds while its copy exists and
+// a consumer may have completed it meanwhile (issue 41). taken is the
+// task goroutine's.
+func (r *Runner) step(ctx context.Context, t *Task, dlq queue.Queue, items []queue.Item, taken map[uint64]bool, retryable bool) (err error) {
 	// The counts are kept until the step ends: a step that fails runs
 	// again (see Runner.run) and meets the items it skipped or failed
 	// again, so only the moves of a failed step, whose items left the
@@ -1097,24 +1107,36 @@ func (r *Runner) step(ctx context.Context, t *Task, dlq queue.Queue, items []que
 		}
 		yield(target)
 		yield(dlq)
-		in := make([]queue.RedriveItem, len(send))
-		refs := make([]queue.ItemRef, len(send))
+		var in []queue.RedriveItem
 		now := r.cfg.Clock.Now()
-		for i, it := range send {
-			in[i] = queue.RedriveItem{SourceKey: queue.RedriveKey(t.Queue, it.Meta.ID), Body: it.Body,
-				Errors: queue.RedrivenHistory(&it, t.Queue, t.ID, now)}
-			refs[i] = queue.ItemRef{Partition: it.Partition, ID: it.Meta.ID}
-		}
-		if err := target.TakeRedriven(ctx, in); err != nil {
-			if ctx.Err() != nil || (retryable && transient(err)) {
-				// Run again: the destination skips the copies it took
-				// (their source keys), and the items are still dead here.
-				return fmt.Errorf("redrive to queue '%s': %w", dest, err)
+		for _, it := range send {
+			if !taken[it.Meta.ID] { // else the destination has its copy: only the delete is left
+				in = append(in, queue.RedriveItem{SourceKey: queue.RedriveKey(t.Queue, it.Meta.ID), Body: it.Body,
+					Errors: queue.RedrivenHistory(&it, t.Queue, t.ID, now)})
 			}
-			r.cfg.Log.Warn("redrive: destination write failed; items stay in the dead-letter queue",
-				"task", t.ID, "queue", dest, "items", len(send), "error", err)
-			count(dest, 0, int64(len(send)), 0, "")
-			continue
+		}
+		if len(in) > 0 {
+			if err := target.TakeRedriven(ctx, in); err != nil {
+				if ctx.Err() != nil || (retryable && transient(err)) {
+					// Run again: the destination skips the copies it took
+					// (their source keys), and the items are still dead here.
+					return fmt.Errorf("redrive to queue '%s': %w", dest, err)
+				}
+				r.cfg.Log.Warn("redrive: destination write failed; items stay in the dead-letter queue",
+					"task", t.ID, "queue", dest, "items", len(in), "error", err)
+				count(dest, 0, int64(len(in)), 0, "")
+				// Those the destination took in an earlier run of the step
+				// go on to their delete.
+				send = slices.DeleteFunc(send, func(it queue.Item) bool { return !taken[it.Meta.ID] })
+				if len(send) == 0 {
+					continue
+				}
+			}
+		}
+		refs := make([]queue.ItemRef, len(send))
+		for i, it := range send {
+			refs[i] = queue.ItemRef{Partition: it.Partition, ID: it.Meta.ID}
+			taken[it.Meta.ID] = true
 		}
 		n, err := dlq.DeleteDead(ctx, refs)
 		if err != nil {
@@ -1124,6 +1146,9 @@ func (r *Runner) step(ctx context.Context, t *Task, dlq queue.Queue, items []que
 				return err
 			}
 			return fmt.Errorf("delete from dead-letter queue '%s': %w", t.Queue, err)
+		}
+		for _, it := range send {
+			delete(taken, it.Meta.ID)
 		}
 		if leased := len(send) - n; leased > 0 {
 			// Leased between the scan and the delete: the consumer keeps

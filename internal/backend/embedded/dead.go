@@ -116,8 +116,8 @@ func (l *Logical) byID(ctx context.Context, partitions int32, ids []uint64) iter
 // takeRedriven inserts redriven items into partition p (Tx.Redrive).
 func (l *Logical) takeRedriven(it *iteration, p *partition, items []queue.RedriveItem, expire int64) {
 	for _, ri := range items {
-		if _, dup := l.sourceKeys[ri.SourceKey]; dup {
-			continue
+		if l.duplicate(ri.SourceKey, it.now) {
+			continue // a copy from an earlier run of the redrive's step
 		}
 		id := l.allocID(it)
 		x := &item{id: id, bodyID: id, created: it.now, expire: expire, state: stateReady, src: newSource(ri.SourceKey)}

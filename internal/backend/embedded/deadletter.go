@@ -28,6 +28,73 @@ import (
 //     moves before it serves (resumeMoves) and its listings wait for that
 //     (awaitResume): see ADR 0003's amendment.
 
+// removedKeyTTL is how long a queue remembers the source key of a dead
+// copy or a redriven item it removed (removedKeys); maxRemovedKeys bounds
+// how many it remembers.
+const (
+	removedKeyTTL  = 10 * time.Minute
+	maxRemovedKeys = 100_000
+)
+
+// removedKeys remembers the source keys of the dead copies and redriven
+// items a queue removed (completed, deleted, dead again, dropped), with
+// when (Unix ns), so that a copy sent again after an ambiguous failure is
+// ignored even once the first was consumed: a write that storage kept
+// although it was answered as failed (a failed sync) makes the sender (a
+// source queue's move, a redrive task's step) send the items again, and a
+// queue holds at most one item per source key only while that item is
+// there (ADR 0003, ADR 0004; issue 41). Such a key never comes back
+// otherwise: ids are never reused, so a dead item and a redriven copy each
+// have a key of their own; imported items are not remembered (importing a
+// source_id again after its item is gone adds it again). Kept
+// removedKeyTTL, at most maxRemovedKeys (oldest out first), in memory: a
+// restart forgets them. Owned by the loop.
+type removedKeys struct {
+	at    map[string]int64
+	order []removedKey // oldest first
+}
+
+type removedKey struct {
+	key string
+	at  int64
+}
+
+// add remembers key as removed at now.
+func (r *removedKeys) add(key string, now int64) {
+	if r.at == nil {
+		r.at = make(map[string]int64)
+	}
+	r.at[key] = now
+	r.order = append(r.order, removedKey{key: key, at: now})
+	for len(r.order) > 0 && (len(r.order) > maxRemovedKeys || now-r.order[0].at > int64(removedKeyTTL)) {
+		old := r.order[0]
+		r.order = r.order[1:]
+		if r.at[old.key] == old.at {
+			delete(r.at, old.key)
+		}
+	}
+}
+
+// has reports whether key was removed within removedKeyTTL of now.
+func (r *removedKeys) has(key string, now int64) bool {
+	at, ok := r.at[key]
+	return ok && now-at <= int64(removedKeyTTL)
+}
+
+// duplicate reports whether an item of source key key is a copy this
+// queue holds, or held and removed (removedKeys), and logs the latter.
+func (l *Logical) duplicate(key string, now int64) bool {
+	if _, held := l.sourceKeys[key]; held {
+		return true
+	}
+	if l.removed.has(key, now) {
+		l.cfg.Log.Warn("a second copy of an item this queue already removed was ignored (sent again after a failure)",
+			"queue", l.name, "source_key", key)
+		return true
+	}
+	return false
+}
+
 // isDeadCopy reports whether the item is a dead item resting in a
 // dead-letter queue.
 func (it *item) isDeadCopy() bool { return it.src != nil && queue.IsDeadCopyKey(it.src.key) }
@@ -210,7 +277,7 @@ func (l *Logical) moved(res moveResult) {
 // engine/distribution.go). Runs in the dead-letter queue's loop.
 func (l *Logical) takeDead(it *iteration, op *deadLetterOp) {
 	for _, d := range op.items {
-		if _, dup := l.sourceKeys[d.sourceKey]; dup {
+		if l.duplicate(d.sourceKey, it.now) {
 			continue // a copy from an interrupted earlier move
 		}
 		p := l.deadTo()

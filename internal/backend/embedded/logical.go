@@ -86,6 +86,9 @@ type Logical struct {
 	// item in a dead-letter queue, a redriven item, an item imported with a
 	// source_id) to the item: a second copy is ignored.
 	sourceKeys map[string]*item
+	// removed remembers the source keys of the items with one that the
+	// queue removed, for a while (removedKeys); kept across reloads.
+	removed removedKeys
 	// groups are the error groups of the dead items the queue holds as a
 	// dead-letter queue (groups.go).
 	groups map[groupKey]*group
@@ -629,6 +632,9 @@ func (l *Logical) removeItem(it *iteration, p *partition, x *item) {
 	l.bodies.drop(x.bodyID)
 	if x.src != nil && l.sourceKeys[x.src.key] == x {
 		delete(l.sourceKeys, x.src.key)
+		if !queue.IsImportKey(x.src.key) {
+			l.removed.add(x.src.key, it.now)
+		}
 	}
 	if d, ok := l.deferred[x]; ok {
 		// A retry waiting on this dead item is answered once the delete
