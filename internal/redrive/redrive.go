@@ -968,6 +968,18 @@ func (r *Runner) run(ctx context.Context, t *Task) (string, string) {
 			}
 			continue
 		}
+		if next == 0 {
+			// The scan reached the end. A dead-letter queue deleted since
+			// Info was read scans as empty on PostgreSQL: make sure it is
+			// still there, so that the task fails saying why instead of
+			// completing.
+			if _, err := r.cfg.Queues.Info(ctx, t.Queue); err != nil {
+				if retry, status, reason := again("read the dead-letter queue", err); !retry {
+					return status, reason
+				}
+				continue
+			}
+		}
 		if next > t.UpTo || next == 0 {
 			// Past the items that were there at the start: this is the
 			// last step.
