@@ -1,18 +1,13 @@
 package service_test
 
 import (
-	"context"
-	"fmt"
 	"net/url"
 	"strings"
-	"sync"
-	"sync/atomic"
 	"testing"
 	"time"
 
 	"github.com/stretchr/testify/require"
 
-	styx "github.com/styxq/styx"
 	"github.com/styxq/styx/internal/pgtest"
 	pb "github.com/styxq/styx/styxpb"
 )
@@ -62,81 +57,11 @@ func TestPostgresFailover(t *testing.T) {
 		nodes = append(nodes, s)
 	}
 	const leaseTimeout = 5 * time.Second
-	const callTimeout = 10 * time.Second
 	nodes[0].createQueue(&pb.QueueInfo{QueueName: "ha", LeaseTimeout: leaseTimeout.String(), RequestedPartitions: 2})
 	t.Logf("primary, synchronous standby and two nodes ready in %s", time.Since(began).Round(time.Millisecond))
 
-	l := &faultLedger{t: t, leaseTimeout: leaseTimeout, acked: map[string]bool{}, leases: map[string]leaseSeen{},
-		completed: map[string]bool{}, tried: map[string]bool{}}
-	var (
-		stop atomic.Bool
-		wg   sync.WaitGroup
-	)
-	for n, node := range nodes {
-		wg.Go(func() { // a producer
-			for k := 0; !stop.Load(); k++ {
-				var items []*pb.QueueProduceItem
-				var payloads []string
-				for j := range 5 {
-					p := fmt.Sprintf("p-%d-%d-%d", n, k, j)
-					payloads = append(payloads, p)
-					items = append(items, &pb.QueueProduceItem{Bytes: []byte(p)})
-				}
-				began := time.Now()
-				cctx, cancel := context.WithTimeout(ctx, callTimeout)
-				err := node.C.QueueProduce(cctx, &pb.QueueProduceRequest{QueueName: "ha", RequestTimeout: "5s", Items: items})
-				cancel()
-				if err != nil {
-					l.fail("produce", err, time.Since(began), styx.CodeRetry)
-					time.Sleep(10 * time.Millisecond) // a client backing off
-					continue
-				}
-				l.mu.Lock()
-				for _, p := range payloads {
-					l.acked[p] = true
-				}
-				l.perNode[n].produced += len(payloads)
-				l.mu.Unlock()
-			}
-		})
-		wg.Go(func() { // a consumer
-			consumer := fmt.Sprintf("consumer-%d", n)
-			for !stop.Load() {
-				began := time.Now()
-				cctx, cancel := context.WithTimeout(ctx, callTimeout)
-				res, err := node.C.QueueLease(cctx, &pb.QueueLeaseRequest{QueueName: "ha", BatchSize: 10, ClientId: consumer, RequestTimeout: "500ms"})
-				cancel()
-				if err != nil {
-					if !styx.IsRetry(err) {
-						l.fail("lease", err, time.Since(began))
-						time.Sleep(10 * time.Millisecond)
-					}
-					continue
-				}
-				var done, ids []string
-				for _, it := range res.Items {
-					l.leased(consumer, it)
-					done = append(done, string(it.Bytes))
-					ids = append(ids, it.Id)
-				}
-				began = time.Now()
-				cctx, cancel = context.WithTimeout(ctx, callTimeout)
-				err = node.C.QueueComplete(cctx, &pb.QueueCompleteRequest{QueueName: "ha", Partition: res.Partition, Ids: ids, RequestTimeout: "5s"})
-				cancel()
-				if err != nil {
-					// 400: a lease that ended while no primary was reachable.
-					l.fail("complete", err, time.Since(began), styx.CodeBadRequest, styx.CodeRetry)
-				}
-				l.ended(done, err == nil, true)
-				if err == nil {
-					l.mu.Lock()
-					l.perNode[n].completed += len(ids)
-					l.mu.Unlock()
-				}
-			}
-		})
-	}
-	t.Cleanup(func() { stop.Store(true); wg.Wait() })
+	l := newFaultLedger(t, leaseTimeout)
+	stopLoad := runFaultLoad(t, nodes, l, "ha", 0)
 
 	// serving returns, per node, whether it produced and completed more
 	// than from says.
@@ -190,8 +115,7 @@ func TestPostgresFailover(t *testing.T) {
 		now := l.progress()
 		return now[0].completed >= from[0].completed+50 && now[1].completed >= from[1].completed+50
 	}, 15*time.Second, 10*time.Millisecond, "the load goes on")
-	stop.Store(true)
-	wg.Wait()
+	stopLoad()
 
 	// Every acknowledged produce is present exactly once, in the queue or
 	// completed; a completed item in the queue is a complete undone.

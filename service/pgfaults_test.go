@@ -123,10 +123,6 @@ func TestPostgresFaults(t *testing.T) {
 	b := backend{name: "postgres", url: pgtest.SchemaURL(t, pg.URL)}
 	nodes := []*server{start(t, b), start(t, b)}
 	const leaseTimeout = 3 * time.Second
-	// callTimeout ends a client's call that the server does not answer: a
-	// request left unanswered (as a failed iteration once left its later
-	// requests) fails the test instead of hanging it.
-	const callTimeout = 10 * time.Second
 	nodes[0].createQueue(&pb.QueueInfo{QueueName: "pf-dlq"})
 	nodes[0].createQueue(&pb.QueueInfo{QueueName: "pf", DeadQueue: "pf-dlq", LeaseTimeout: leaseTimeout.String(), RequestedPartitions: 2})
 	nodes[0].createQueue(&pb.QueueInfo{QueueName: "rd-dlq"})
@@ -155,96 +151,8 @@ func TestPostgresFaults(t *testing.T) {
 	}
 	require.Len(t, nodes[1].items("rd-dlq"), redriven)
 
-	l := &faultLedger{t: t, leaseTimeout: leaseTimeout, acked: map[string]bool{}, leases: map[string]leaseSeen{},
-		completed: map[string]bool{}, tried: map[string]bool{}}
-	var (
-		stop atomic.Bool
-		wg   sync.WaitGroup
-	)
-	for n, node := range nodes {
-		wg.Go(func() { // a producer
-			for k := 0; !stop.Load(); k++ {
-				var items []*pb.QueueProduceItem
-				var payloads []string
-				for j := range 5 {
-					p := fmt.Sprintf("p-%d-%d-%d", n, k, j)
-					payloads = append(payloads, p)
-					items = append(items, &pb.QueueProduceItem{Bytes: []byte(p)})
-				}
-				began := time.Now()
-				cctx, cancel := context.WithTimeout(ctx, callTimeout)
-				err := node.C.QueueProduce(cctx, &pb.QueueProduceRequest{QueueName: "pf", RequestTimeout: "5s", Items: items})
-				cancel()
-				if err != nil {
-					l.fail("produce", err, time.Since(began), styx.CodeRetry)
-					time.Sleep(10 * time.Millisecond) // a client backing off
-					continue
-				}
-				l.mu.Lock()
-				for _, p := range payloads {
-					l.acked[p] = true
-				}
-				l.perNode[n].produced += len(payloads)
-				l.mu.Unlock()
-			}
-		})
-		wg.Go(func() { // a consumer: completes its items, dead-letters one in 7
-			consumer := fmt.Sprintf("consumer-%d", n)
-			for !stop.Load() {
-				began := time.Now()
-				cctx, cancel := context.WithTimeout(ctx, callTimeout)
-				res, err := node.C.QueueLease(cctx, &pb.QueueLeaseRequest{QueueName: "pf", BatchSize: 10, ClientId: consumer, RequestTimeout: "500ms"})
-				cancel()
-				if err != nil {
-					if !styx.IsRetry(err) {
-						l.fail("lease", err, time.Since(began))
-						time.Sleep(10 * time.Millisecond)
-					}
-					continue
-				}
-				var done, dead []string
-				var deadItems []*pb.QueueRetryItem
-				var ids []string
-				for _, it := range res.Items {
-					l.leased(consumer, it)
-					if h := fnv.New32a(); func() bool { h.Write(it.Bytes); return h.Sum32()%7 == 0 }() {
-						dead = append(dead, string(it.Bytes))
-						deadItems = append(deadItems, &pb.QueueRetryItem{Id: it.Id, Dead: true, Error: "poison"})
-					} else {
-						done = append(done, string(it.Bytes))
-						ids = append(ids, it.Id)
-					}
-				}
-				if len(ids) > 0 {
-					began := time.Now()
-					cctx, cancel := context.WithTimeout(ctx, callTimeout)
-					err := node.C.QueueComplete(cctx, &pb.QueueCompleteRequest{QueueName: "pf", Partition: res.Partition, Ids: ids, RequestTimeout: "5s"})
-					cancel()
-					if err != nil {
-						// 400: a lease that ended while the database was away.
-						l.fail("complete", err, time.Since(began), styx.CodeBadRequest, styx.CodeRetry)
-					}
-					l.ended(done, err == nil, true)
-					if err == nil {
-						l.mu.Lock()
-						l.perNode[n].completed += len(ids)
-						l.mu.Unlock()
-					}
-				}
-				if len(deadItems) > 0 {
-					began := time.Now()
-					cctx, cancel := context.WithTimeout(ctx, callTimeout)
-					_, err := node.C.QueueRetry(cctx, &pb.QueueRetryRequest{QueueName: "pf", Partition: res.Partition, Items: deadItems})
-					cancel()
-					if err != nil {
-						l.fail("retry", err, time.Since(began), styx.CodeBadRequest, styx.CodeRetry)
-					}
-					l.ended(dead, err == nil, false)
-				}
-			}
-		})
-	}
-	t.Cleanup(func() { stop.Store(true); wg.Wait() })
+	l := newFaultLedger(t, leaseTimeout)
+	stopLoad := runFaultLoad(t, nodes, l, "pf", 7)
 
 	// advance waits until each node has both produced and completed at
 	// least n more items than now.
@@ -307,8 +215,7 @@ func TestPostgresFaults(t *testing.T) {
 	require.Zero(t, task.Skipped, "redrive task: %+v", task)
 	require.LessOrEqual(t, task.Moved, int64(redriven), "redrive task: %+v", task)
 	t.Logf("redrive task: %d of %d moved", task.Moved, task.Matched)
-	stop.Store(true)
-	wg.Wait()
+	stopLoad()
 
 	rd := map[string]int{}
 	for _, it := range nodes[1].items("rd") {
@@ -348,4 +255,115 @@ func TestPostgresFaults(t *testing.T) {
 	t.Logf("%d produces acknowledged, %d completed, %d completes or retries whose answer was lost, %d requests failed with 453, slowest failure %s",
 		len(l.acked), len(l.completed), lostAmbiguous, l.failed.Load(), time.Duration(l.slowest.Load()))
 	require.Less(t, time.Duration(l.slowest.Load()), 5*time.Second, "no failing request waits past its timeout")
+}
+
+// faultCallTimeout ends a client's call that the server does not answer: a
+// request left unanswered (as a failed iteration once left its later
+// requests) fails the test instead of hanging it.
+const faultCallTimeout = 10 * time.Second
+
+// newFaultLedger returns an empty ledger of a load whose leases last
+// leaseTimeout.
+func newFaultLedger(t *testing.T, leaseTimeout time.Duration) *faultLedger {
+	return &faultLedger{t: t, leaseTimeout: leaseTimeout, acked: map[string]bool{}, leases: map[string]leaseSeen{},
+		completed: map[string]bool{}, tried: map[string]bool{}}
+}
+
+// runFaultLoad runs, on each node, a producer (batches of 5) and a consumer
+// (leases of 10, completed; with deadEvery > 0, one item in deadEvery,
+// picked by its payload's hash, is dead-lettered instead) on queue,
+// recording every answer in l, until the returned stop is called (at the
+// latest at the test's end); stop waits for them.
+func runFaultLoad(t *testing.T, nodes []*server, l *faultLedger, queue string, deadEvery uint32) (stop func()) {
+	var (
+		stopping atomic.Bool
+		wg       sync.WaitGroup
+	)
+	for n, node := range nodes {
+		wg.Go(func() { // a producer
+			for k := 0; !stopping.Load(); k++ {
+				var items []*pb.QueueProduceItem
+				var payloads []string
+				for j := range 5 {
+					p := fmt.Sprintf("p-%d-%d-%d", n, k, j)
+					payloads = append(payloads, p)
+					items = append(items, &pb.QueueProduceItem{Bytes: []byte(p)})
+				}
+				began := time.Now()
+				cctx, cancel := context.WithTimeout(ctx, faultCallTimeout)
+				err := node.C.QueueProduce(cctx, &pb.QueueProduceRequest{QueueName: queue, RequestTimeout: "5s", Items: items})
+				cancel()
+				if err != nil {
+					l.fail("produce", err, time.Since(began), styx.CodeRetry)
+					time.Sleep(10 * time.Millisecond) // a client backing off
+					continue
+				}
+				l.mu.Lock()
+				for _, p := range payloads {
+					l.acked[p] = true
+				}
+				l.perNode[n].produced += len(payloads)
+				l.mu.Unlock()
+			}
+		})
+		wg.Go(func() { // a consumer: completes its items, dead-letters one in deadEvery
+			consumer := fmt.Sprintf("consumer-%d", n)
+			for !stopping.Load() {
+				began := time.Now()
+				cctx, cancel := context.WithTimeout(ctx, faultCallTimeout)
+				res, err := node.C.QueueLease(cctx, &pb.QueueLeaseRequest{QueueName: queue, BatchSize: 10, ClientId: consumer, RequestTimeout: "500ms"})
+				cancel()
+				if err != nil {
+					if !styx.IsRetry(err) {
+						l.fail("lease", err, time.Since(began))
+						time.Sleep(10 * time.Millisecond)
+					}
+					continue
+				}
+				var done, dead []string
+				var deadItems []*pb.QueueRetryItem
+				var ids []string
+				for _, it := range res.Items {
+					l.leased(consumer, it)
+					if h := fnv.New32a(); func() bool { h.Write(it.Bytes); return deadEvery > 0 && h.Sum32()%deadEvery == 0 }() {
+						dead = append(dead, string(it.Bytes))
+						deadItems = append(deadItems, &pb.QueueRetryItem{Id: it.Id, Dead: true, Error: "poison"})
+					} else {
+						done = append(done, string(it.Bytes))
+						ids = append(ids, it.Id)
+					}
+				}
+				if len(ids) > 0 {
+					began := time.Now()
+					cctx, cancel := context.WithTimeout(ctx, faultCallTimeout)
+					err := node.C.QueueComplete(cctx, &pb.QueueCompleteRequest{QueueName: queue, Partition: res.Partition, Ids: ids, RequestTimeout: "5s"})
+					cancel()
+					if err != nil {
+						// 400: a lease that ended while the database was away.
+						l.fail("complete", err, time.Since(began), styx.CodeBadRequest, styx.CodeRetry)
+					}
+					l.ended(done, err == nil, true)
+					if err == nil {
+						l.mu.Lock()
+						l.perNode[n].completed += len(ids)
+						l.mu.Unlock()
+					}
+				}
+				if len(deadItems) > 0 {
+					began := time.Now()
+					cctx, cancel := context.WithTimeout(ctx, faultCallTimeout)
+					_, err := node.C.QueueRetry(cctx, &pb.QueueRetryRequest{QueueName: queue, Partition: res.Partition, Items: deadItems})
+					cancel()
+					if err != nil {
+						l.fail("retry", err, time.Since(began), styx.CodeBadRequest, styx.CodeRetry)
+					}
+					l.ended(dead, err == nil, false)
+				}
+			}
+		})
+	}
+	var once sync.Once
+	stop = func() { once.Do(func() { stopping.Store(true); wg.Wait() }) }
+	t.Cleanup(stop)
+	return stop
 }
