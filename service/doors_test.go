@@ -6,6 +6,7 @@ import (
 	"context"
 	"crypto/sha256"
 	"encoding/hex"
+	"errors"
 	"fmt"
 	"io"
 	"net"
@@ -450,4 +451,56 @@ func TestMemoryBudget(t *testing.T) {
 	growth := peak.Load() - base
 	t.Logf("memory grew by %d MiB (budget %d MiB); %d of 16 produces admitted", growth>>20, budget>>20, ok)
 	require.Less(t, growth, int64(budget+slack), "memory grew past the budget")
+}
+
+// TestChunkedBodiesAdmitted: a body sent without a Content-Length
+// (chunked) is held to the same limits as one that states its length: over
+// --max-request-bytes it is 400 naming the limit, and while the in-flight
+// budget is full it is 503 with Retry-After, not a 455 "invalid body".
+func TestChunkedBodiesAdmitted(t *testing.T) {
+	s := startWith(t, memoryBackend(t), func(cfg *daemon.Config) {
+		cfg.MaxRequestBytes = 1 << 20
+		cfg.MaxInflightBytes = 3 << 20 // one body of the largest size at a time
+		cfg.BodyReadTimeout = 20 * time.Second
+	})
+	chunked := func(n int64) (int, http.Header, string) {
+		body, _ := produceBody("nope", 1, int(n))
+		req, err := http.NewRequestWithContext(ctx, http.MethodPost, s.d.Endpoint()+"/v1/queue.produce", io.MultiReader(body))
+		require.NoError(t, err)
+		req.ContentLength = -1 // chunked
+		req.Header.Set("Content-Type", "application/protobuf")
+		res, err := http.DefaultClient.Do(req)
+		require.NoError(t, err)
+		defer res.Body.Close()
+		b, _ := io.ReadAll(res.Body)
+		return res.StatusCode, res.Header, string(b)
+	}
+	code, _, body := chunked(2 << 20)
+	require.Equal(t, 400, code, body)
+	require.Contains(t, body, "larger than the limit of 1048576 bytes")
+
+	// A body that states 1 MiB and stalls holds the whole budget, once the
+	// previous request's charge is given back (just after its answer): a
+	// stalled request answered at once was refused, and is sent again.
+	eventually(t, func() bool {
+		c, err := net.Dial("tcp", s.d.Addr())
+		require.NoError(t, err)
+		_, err = io.WriteString(c, "POST /v1/queue.produce HTTP/1.1\r\nHost: 127.0.0.1\r\nContent-Type: application/protobuf\r\n"+
+			"Content-Length: 1048576\r\n\r\n\x0a")
+		require.NoError(t, err)
+		require.NoError(t, c.SetReadDeadline(time.Now().Add(100*time.Millisecond)))
+		if _, err := c.Read(make([]byte, 1)); err != nil && errors.Is(err, os.ErrDeadlineExceeded) {
+			t.Cleanup(func() { _ = c.Close() })
+			return true // no answer: it holds the budget
+		}
+		_ = c.Close()
+		return false
+	}, "a stalled 1 MiB body is admitted")
+	var header http.Header
+	eventually(t, func() bool {
+		code, header, body = chunked(64 << 10)
+		return code == 503
+	}, "a chunked body is refused while the budget is full")
+	require.Equal(t, "1", header.Get("Retry-After"))
+	require.Contains(t, body, "in-flight request budget is full")
 }

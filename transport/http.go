@@ -12,7 +12,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"io"
 	"log/slog"
 	"maps"
 	"mime"
@@ -346,7 +345,9 @@ func noReply[Req proto.Message](h *Handler, newReq func() Req, call func(context
 // content type or a body that does not decode (unknown JSON fields
 // included), 400 for a body over the size limit or a list over its limit
 // (checked before decoding: checkListsProto, checkListsJSON), 408 for a
-// body that did not arrive within BodyReadTimeout.
+// body that did not arrive within BodyReadTimeout; the admission errors of
+// the body's reader (budget.admit: 503 over the in-flight budget, 400 over
+// MaxRequestBytes) as they are.
 func (h *Handler) decode(w http.ResponseWriter, r *http.Request, m proto.Message) error {
 	ct := contentType(r.Header.Get("Content-Type"))
 	if ct != duh.ContentTypeJSON && ct != duh.ContentTypeProtoBuf {
@@ -356,11 +357,16 @@ func (h *Handler) decode(w http.ResponseWriter, r *http.Request, m proto.Message
 	// The body is read into a pooled buffer that grows as bytes arrive
 	// (readBody): protobuf decoding copies what it keeps (bytes fields
 	// included), so the buffer is reused once m is decoded.
-	buf, err := readBody(io.LimitReader(r.Body, h.cfg.MaxRequestBytes+1), r.ContentLength)
+	// The pipeline admitted the body (budget.admit): its reader refuses
+	// more than MaxRequestBytes.
+	buf, err := readBody(r.Body, r.ContentLength)
 	defer putBuffer(buf)
 	if errors.Is(err, os.ErrDeadlineExceeded) {
 		return apierr.New(apierr.RequestTimeout, "request timeout; the body did not arrive within the body read timeout of %s "+
 			"(%d of %s bytes received)", h.cfg.BodyReadTimeout, buf.Len(), contentLength(r))
+	}
+	if e, ok := apierr.As(err); ok {
+		return e // refused by admission: too large, or over the in-flight budget
 	}
 	if err != nil {
 		return apierr.New(apierr.BadContent, "invalid request body; %v", err)
@@ -371,9 +377,6 @@ func (h *Handler) decode(w http.ResponseWriter, r *http.Request, m proto.Message
 		h.cfg.Log.Warn("lift the body read deadline", "path", r.URL.Path, "error", err)
 	}
 	body := buf.Bytes()
-	if int64(len(body)) > h.cfg.MaxRequestBytes {
-		return apierr.Invalidf("invalid request body; larger than the limit of %d bytes", h.cfg.MaxRequestBytes)
-	}
 	if ct == duh.ContentTypeJSON {
 		if err := checkListsJSON(body, m.ProtoReflect().Descriptor()); err != nil {
 			return err
@@ -452,6 +455,9 @@ func (h *Handler) fail(w http.ResponseWriter, r *http.Request, err error) {
 	msg = strings.ToValidUTF8(msg, "?")
 	if code == http.StatusUnauthorized {
 		w.Header().Set("WWW-Authenticate", `Bearer realm="styx"`)
+	}
+	if code == int(apierr.Overloaded) {
+		w.Header().Set("Retry-After", "1") // the in-flight budget frees as requests are answered
 	}
 	if code == http.StatusUnauthorized || code == http.StatusForbidden {
 		audit.From(r.Context()).Refused(msg)

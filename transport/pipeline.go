@@ -286,10 +286,10 @@ func (h *Handler) readBody(w http.ResponseWriter, r *http.Request) ([]byte, erro
 // failAt answers err in the wire format of the door d (SQS errors for the
 // SQS API, DUH-RPC replies for the rest), recording a refusal's reason.
 func (h *Handler) failAt(d door, w http.ResponseWriter, r *http.Request, err error) {
-	if errors.Is(err, errOverBudget) {
-		w.Header().Set("Retry-After", "1")
-	}
 	if d == doorSQS {
+		if errors.Is(err, errOverBudget) {
+			w.Header().Set("Retry-After", "1")
+		}
 		h.cfg.SQS.Fail(w, r, err)
 		return
 	}
