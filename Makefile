@@ -34,7 +34,7 @@ pg-stop: ## stop the PostgreSQL started by pg-start
 	scripts/pgtest.sh stop /tmp/styx-pgtest
 cluster-stress: ## run the two-node PostgreSQL cluster tests 30 times under CPU load (needs STYX_TEST_POSTGRES_URL)
 	scripts/cluster-stress.sh 30
-ha: ## PostgreSQL failover under load with the built binary: a primary and a synchronous standby, two nodes on a multi-host URL, SIGKILL the primary, promote the standby; prints the failover times, items lost (must be 0), doubled, leased twice (must be 0) per run (HA_RUNS=10)
+ha: ## PostgreSQL failover under load with the built binary: a primary and a synchronous standby, two nodes on a multi-host URL under produce/lease/complete/dead-letter/redrive load, SIGKILL the primary, promote the standby; prints the failover times, items lost (must be 0), doubled, leased twice (must be 0), redrive tasks resumed per run (HA_RUNS=10)
 	scripts/ha.sh $${HA_RUNS:-10}
 ha-short: ## one short run of `make ha` (the CI variant)
 	HA_WARMUP=1s HA_AFTER=1s scripts/ha.sh 1

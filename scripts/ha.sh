@@ -5,10 +5,12 @@
 #
 # Each run: a primary (scripts/pgtest.sh) and a synchronous streaming standby (pg_basebackup -R,
 # synchronous_standby_names, synchronous_commit = on), two styx nodes whose URL names both hosts with
-# target_session_attrs=read-write, and a produce/lease/complete load on both (scripts/haload); then the
+# target_session_attrs=read-write, and a produce/lease/complete/retry load on both with dead-lettering
+# (max_attempts 2) and throttled redrive tasks back from the dead-letter queue (scripts/haload); then the
 # primary's postmaster is SIGKILLed and the standby promoted (pg_ctl promote) while the load goes on.
 # Each run prints haload's JSON line: seconds from the kill to the promotion and until each node writes
-# again, items acknowledged, lost (must be 0), doubled, leased twice at once (must be 0), 453 answers.
+# again, items acknowledged, lost (must be 0), doubled, leased twice at once (must be 0), 453 answers,
+# redrive tasks by final status (all must complete) and how many were running at the kill and resumed.
 # HA_WARMUP and HA_AFTER (Go durations, default 2s and 3s) set the load before the kill and after both
 # nodes write again. Exits 1 when a run fails. Needs what scripts/pgtest.sh needs (root or a
 # PostgreSQL on PATH).

@@ -1,9 +1,13 @@
 // Command haload is the load and the checker of scripts/ha.sh (make ha): it
-// runs produce, lease and complete on every Styx node given, runs the kill
-// and promote commands, measures how long until every node writes again,
-// and then checks what the clients were answered against what the queue
-// holds. It prints one JSON line and exits 1 when an acknowledged item was
-// lost or an item was leased twice at once.
+// runs produce, lease, complete and retry on every Styx node given (one item
+// in ten fails its first two attempts and is dead-lettered, max_attempts 2),
+// starts redrive tasks from the dead-letter queue back to the queue every
+// half second, runs the kill and promote commands, measures how long until
+// every node writes again, waits for every redrive task to end, and then
+// checks what the clients were answered against what the queue and its
+// dead-letter queue hold. It prints one JSON line and exits 1 when an
+// acknowledged item was lost, an item was leased twice at once, or a
+// redrive task did not complete.
 package main
 
 import (
@@ -39,12 +43,18 @@ type ledger struct {
 	leases    map[string]lease
 	completed map[string]bool // complete answered 200
 	tried     map[string]bool // a complete was sent, whatever the answer
+	failures  map[string]int  // retries answered 200 (or with an unknown outcome), per item
+	tasks     []string        // redrive tasks started
 	produced  []int           // per node, items acknowledged
 	done      []int           // per node, items completed
 	twice     []string        // leased while another consumer's lease was live
 
-	unavailable, other atomic.Int64
+	unavailable, other, retried atomic.Int64
 }
+
+// poison reports whether payload p is one the consumers fail on its first
+// two attempts (one item in ten), so that it dies and is redriven.
+func poison(p string) bool { return strings.HasSuffix(p, "-0") && len(p)%2 == 0 }
 
 func (l *ledger) fail(err error, also ...int) {
 	code := styx.ErrorCode(err)
@@ -81,11 +91,16 @@ func main() {
 		nodes = append(nodes, c)
 	}
 	const leaseTimeout = 5 * time.Second
-	if err := nodes[0].QueuesCreate(ctx, &pb.QueueInfo{QueueName: *queueName, LeaseTimeout: leaseTimeout.String(), RequestedPartitions: 2}); err != nil {
+	dlq := *queueName + "-dlq"
+	if err := nodes[0].QueuesCreate(ctx, &pb.QueueInfo{QueueName: dlq, LeaseTimeout: leaseTimeout.String()}); err != nil {
+		fatal(err)
+	}
+	if err := nodes[0].QueuesCreate(ctx, &pb.QueueInfo{QueueName: *queueName, LeaseTimeout: leaseTimeout.String(), RequestedPartitions: 2,
+		DeadQueue: dlq, MaxAttempts: 2}); err != nil {
 		fatal(err)
 	}
 	l := &ledger{leaseTimeout: leaseTimeout, acked: map[string]bool{}, leases: map[string]lease{}, completed: map[string]bool{},
-		tried: map[string]bool{}, produced: make([]int, len(nodes)), done: make([]int, len(nodes))}
+		tried: map[string]bool{}, failures: map[string]int{}, produced: make([]int, len(nodes)), done: make([]int, len(nodes))}
 	var stop atomic.Bool
 	var wg sync.WaitGroup
 	for n, node := range nodes {
@@ -93,6 +108,7 @@ func main() {
 			wg.Go(func() { produce(l, &stop, node, *queueName, n, c) })
 			wg.Go(func() { consume(l, &stop, node, *queueName, n, c) })
 		}
+		wg.Go(func() { redrive(l, &stop, node, dlq) })
 	}
 	progress := func() ([]int, []int) {
 		l.mu.Lock()
@@ -102,6 +118,12 @@ func main() {
 	time.Sleep(*warmup)
 
 	out := map[string]any{}
+	// Kill while a redrive task runs (its resumption is part of the check),
+	// waiting up to 5 s for one.
+	runningAtKill := running(ctx, nodes[0], l)
+	for wait := time.Now(); len(runningAtKill) == 0 && time.Since(wait) < 5*time.Second; runningAtKill = running(ctx, nodes[0], l) {
+		time.Sleep(20 * time.Millisecond)
+	}
 	killed := time.Now()
 	run(*killCmd)
 	run(*promoteCmd)
@@ -131,11 +153,31 @@ func main() {
 	stop.Store(true)
 	wg.Wait()
 
-	// Where each item is: in the queue, or completed.
+	// Every redrive task ends; those running at the kill resumed on a node.
+	statuses, resumed := map[string]int{}, 0
+	for _, id := range l.tasks {
+		t := waitTask(ctx, nodes[len(nodes)-1], id)
+		statuses[t.Status]++
+		if runningAtKill[id] && t.Status == "completed" {
+			resumed++
+		}
+	}
+	out["redrives"] = statuses
+	out["redrives_running_at_kill"] = len(runningAtKill)
+	out["redrives_resumed"] = resumed
+	out["retried"] = l.retried.Load()
+
+	// Where each item is: in the queue, in its dead-letter queue, or completed.
 	where := map[string]int{}
-	for _, it := range list(ctx, nodes[len(nodes)-1], *queueName) {
+	for _, it := range list(ctx, nodes[len(nodes)-1], *queueName, 2) {
 		where[string(it.Payload)]++
 	}
+	dead := 0
+	for _, it := range list(ctx, nodes[len(nodes)-1], dlq, 1) {
+		where[string(it.Payload)]++
+		dead++
+	}
+	out["dead_at_end"] = dead
 	l.mu.Lock()
 	for p := range l.completed {
 		where[p]++
@@ -166,9 +208,10 @@ func main() {
 	out["unexpected_answers"] = l.other.Load()
 	l.mu.Unlock()
 	_ = nodes[0].QueuesDelete(ctx, &pb.QueuesDeleteRequest{QueueName: *queueName})
+	_ = nodes[0].QueuesDelete(ctx, &pb.QueuesDeleteRequest{QueueName: dlq})
 	b, _ := json.Marshal(out)
 	fmt.Println(string(b))
-	if lost > 0 || len(l.twice) > 0 || out["error"] != nil || l.other.Load() > 0 {
+	if lost > 0 || len(l.twice) > 0 || out["error"] != nil || l.other.Load() > 0 || statuses["completed"] != len(l.tasks) {
 		os.Exit(1)
 	}
 }
@@ -212,7 +255,7 @@ func consume(l *ledger, stop *atomic.Bool, node *styx.Client, q string, n, c int
 			}
 			continue
 		}
-		var ids, payloads []string
+		var ids, payloads, fail []string
 		l.mu.Lock()
 		for _, it := range res.Items {
 			p := string(it.Bytes)
@@ -222,9 +265,19 @@ func consume(l *ledger, stop *atomic.Bool, node *styx.Client, q string, n, c int
 				fmt.Fprintf(os.Stderr, "haload: item %s leased to %s while %s held it\n", p, consumer, prev.consumer)
 			}
 			l.leases[p] = lease{consumer: consumer, deadline: deadline}
+			if poison(p) && l.failures[p] < 2 {
+				fail = append(fail, it.Id, p)
+				continue
+			}
 			ids, payloads = append(ids, it.Id), append(payloads, p)
 		}
 		l.mu.Unlock()
+		if len(fail) > 0 {
+			retry(l, node, q, res.Partition, fail)
+		}
+		if len(ids) == 0 {
+			continue
+		}
 		ctx, cancel = context.WithTimeout(context.Background(), 10*time.Second)
 		err = node.QueueComplete(ctx, &pb.QueueCompleteRequest{QueueName: q, Partition: res.Partition, Ids: ids, RequestTimeout: "5s"})
 		cancel()
@@ -248,10 +301,94 @@ func consume(l *ledger, stop *atomic.Bool, node *styx.Client, q string, n, c int
 	}
 }
 
+// retry fails the leased items idPayloads (id, payload pairs) with an
+// error; an item's second failure dead-letters it. A retry whose outcome is
+// unknown (453) counts as done: the item may have been released.
+func retry(l *ledger, node *styx.Client, q string, partition int32, idPayloads []string) {
+	var items []*pb.QueueRetryItem
+	for i := 0; i < len(idPayloads); i += 2 {
+		items = append(items, &pb.QueueRetryItem{Id: idPayloads[i], Error: "haload: poison item"})
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	_, err := node.QueueRetry(ctx, &pb.QueueRetryRequest{QueueName: q, Partition: partition, Items: items})
+	cancel()
+	if err != nil {
+		l.fail(err, styx.CodeBadRequest, styx.CodeRetry)
+		if styx.ErrorCode(err) != styx.CodeUnavailable {
+			return
+		}
+	}
+	l.retried.Add(int64(len(items)))
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	for i := 1; i < len(idPayloads); i += 2 {
+		p := idPayloads[i]
+		l.failures[p]++
+		s := l.leases[p]
+		s.released = true
+		l.leases[p] = s
+	}
+}
+
+// redrive starts a redrive (50 items/s, so that one is usually running when
+// the primary dies) of every dead item of dlq back to its source
+// queue every half second; a start refused because one is running (409) is
+// not an error.
+func redrive(l *ledger, stop *atomic.Bool, node *styx.Client, dlq string) {
+	for !stop.Load() {
+		time.Sleep(500 * time.Millisecond)
+		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+		t, err := node.DeadRedrive(ctx, &pb.DeadRedriveRequest{QueueName: dlq, All: true, RateLimit: 50})
+		cancel()
+		if err != nil {
+			l.fail(err, styx.CodeConflict, styx.CodeRetry)
+			continue
+		}
+		l.mu.Lock()
+		l.tasks = append(l.tasks, t.TaskId)
+		l.mu.Unlock()
+	}
+}
+
+// running returns the redrive tasks started so far that are running now.
+func running(ctx context.Context, c *styx.Client, l *ledger) map[string]bool {
+	l.mu.Lock()
+	ids := append([]string(nil), l.tasks...)
+	l.mu.Unlock()
+	out := map[string]bool{}
+	for _, id := range ids {
+		t, err := c.RedrivesGet(ctx, &pb.RedriveTaskRequest{TaskId: id})
+		if err != nil {
+			fatal(err)
+		}
+		if t.Status == "running" {
+			out[id] = true
+		}
+	}
+	return out
+}
+
+// waitTask polls a redrive task until it ends (60 s at most) and returns
+// it as last seen.
+func waitTask(ctx context.Context, c *styx.Client, id string) *pb.RedriveTask {
+	for start := time.Now(); ; time.Sleep(20 * time.Millisecond) {
+		t, err := c.RedrivesGet(ctx, &pb.RedriveTaskRequest{TaskId: id})
+		if err != nil {
+			fatal(err)
+		}
+		if t.Status != "running" && t.Status != "cancelling" || time.Since(start) > 60*time.Second {
+			if t.Status != "completed" {
+				fmt.Fprintf(os.Stderr, "haload: redrive task %s ended %s: %s\n", id, t.Status, t.FailureReason)
+			}
+			return t
+		}
+	}
+}
+
 // list pages through every partition's items.
-func list(ctx context.Context, c *styx.Client, q string) []*pb.StorageItem {
+func list(ctx context.Context, c *styx.Client, q string, partitions int32) []*pb.StorageItem {
 	var all []*pb.StorageItem
-	for p := int32(0); p < 2; p++ {
+	for p := int32(0); p < partitions; p++ {
 		pivot := ""
 		for {
 			res, err := c.StorageItemsList(ctx, &pb.StorageItemsListRequest{QueueName: q, Partition: p, Pivot: pivot, Limit: 1000})
