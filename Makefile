@@ -1,4 +1,4 @@
-.PHONY: ha ha-short help test test-short lint proto build bench bench-cpu soak bench-postgres bench-go pg-start pg-stop cluster-stress faults
+.PHONY: ha ha-short help test test-short lint proto build bench bench-cpu soak bench-postgres bench-postgres-ceiling bench-go pg-start pg-stop cluster-stress faults
 help: ## list targets
 	@grep -E '^[a-z-]+:.*##' $(MAKEFILE_LIST) | sed 's/:.*## /\t/'
 build: ## build the styx binary into ./bin
@@ -22,6 +22,9 @@ soak: ## mixed load with retries, dead letters and redrives on a pebble server; 
 	./bench/soak.sh
 bench-postgres: ## benchmark of styx on a throwaway PostgreSQL, one and two nodes; writes bench/postgres-report.md (BENCH_DURATION=10s)
 	./bench/postgres.sh
+bench-postgres-ceiling: ## the ceiling of one PostgreSQL primary: cycle at batch 1 (32 clients) and 100 (16) with 1, 2 and 4 nodes, twice interleaved; writes bench/postgres-ceiling-report.md (about 5 minutes)
+	BENCH_NODES="$${BENCH_NODES:-1 2 4}" BENCH_ROUNDS=$${BENCH_ROUNDS:-2} BENCH_MATRIX="$${BENCH_MATRIX:-cycle 32 1; cycle 16 100}" \
+		BENCH_REPORT=$${BENCH_REPORT:-bench/postgres-ceiling-report.md} ./bench/postgres.sh
 bench-cpu: ## server CPU per 1,000 items beside items/s on Pebble, memory and PostgreSQL, BENCH_OLD_REV (default HEAD) against the working tree, interleaved; writes bench/cpu-report.md
 	./bench/cpu.sh
 bench-go: ## run the Go benchmarks

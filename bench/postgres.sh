@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # bench/postgres.sh — end-to-end benchmark of Styx on PostgreSQL, with one
-# and with two nodes sharing the database (`make bench-postgres`).
+# or more nodes sharing the database (`make bench-postgres`; the ceiling of
+# one primary, 1, 2 and 4 nodes: `make bench-postgres-ceiling`).
 #
 # Builds styx and styx-bench into a temporary directory, then for each node
 # count starts a fresh private PostgreSQL cluster (scripts/pgtest.sh, in the
@@ -10,8 +11,10 @@
 # (comma-separated --endpoint: client i uses node i mod n), stops the nodes
 # and the cluster, and finally writes bench/postgres-report.md (markdown
 # tables per node count) and prints it. Besides styx-bench's figures it
-# records the CPU used by the nodes, by PostgreSQL (postmaster and
-# backends) and by the whole machine over each styx-bench run. Servers,
+# records the CPU used by each node, by PostgreSQL (postmaster and
+# backends), by styx-bench and by the whole machine over each styx-bench
+# run, and the report opens with one table of every row (items/s, p50/p99,
+# those cores and what bounds the row: see limit_of). Servers,
 # PostgreSQL and temporary files are removed on exit, including on failure
 # or Ctrl-C; when a run fails, the tail of every node's log and of
 # PostgreSQL's log is printed (and kept in the report).
@@ -21,6 +24,13 @@
 #                   about 2 minutes)
 #   BENCH_WARMUP    unmeasured warm-up per run (default 2s)
 #   BENCH_NODES     node counts to run (default "1 2")
+#   BENCH_MATRIX    the rows, "workload clients batch" separated by ";"
+#                   (default "produce 4 1; produce 4 100; cycle 4 1;
+#                   cycle 4 100")
+#   BENCH_ROUNDS    how many times to run the node counts, interleaved
+#                   (default 1; 2 runs "1 2 4 1 2 4", each on a fresh
+#                   cluster), so that each row is measured that many times
+#                   at different moments of a noisy machine
 #   BENCH_REPORT    where to write the report (default bench/postgres-report.md)
 #   BENCH_OLD_REV   a git revision to compare with (A/B in one run, as
 #                   bench/ab.sh for the embedded backends): its styx is built
@@ -32,6 +42,7 @@ ROOT=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
 DURATION=${BENCH_DURATION:-10s}
 WARMUP=${BENCH_WARMUP:-2s}
 NODE_COUNTS=${BENCH_NODES:-1 2}
+ROUNDS=${BENCH_ROUNDS:-1}
 REPORT=${BENCH_REPORT:-$ROOT/bench/postgres-report.md}
 BASE=${BENCH_OLD_REV:-}
 if [[ -n $BASE ]]; then
@@ -39,14 +50,31 @@ if [[ -n $BASE ]]; then
 	for n in $NODE_COUNTS; do with_base+="$n@base $n "; done
 	NODE_COUNTS=$with_base
 fi
+if ! [[ $ROUNDS =~ ^[1-9][0-9]*$ ]]; then
+	echo "bench: BENCH_ROUNDS=$ROUNDS is not a positive number" >&2
+	exit 2
+fi
+# RUNS lists one key per cluster to start, in order: the node count (with
+# @base for BENCH_OLD_REV's build), then .rR for round R > 1.
+RUNS=()
+for r in $(seq "$ROUNDS"); do
+	for n in $NODE_COUNTS; do
+		RUNS+=("$n$( ((r == 1)) || echo ".r$r")")
+	done
+done
 
 # The matrix: workload, clients, batch.
-MATRIX=(
-	"produce 4 1"
-	"produce 4 100"
-	"cycle 4 1"
-	"cycle 4 100"
-)
+MATRIX=()
+IFS=';' read -r -a rows <<<"${BENCH_MATRIX:-produce 4 1; produce 4 100; cycle 4 1; cycle 4 100}"
+for entry in "${rows[@]}"; do
+	read -r workload clients batch extra <<<"$entry"
+	[[ -z $workload ]] && continue
+	if ! [[ $clients =~ ^[1-9][0-9]*$ && $batch =~ ^[1-9][0-9]*$ && -z ${extra:-} ]]; then
+		echo "bench: BENCH_MATRIX row \"$entry\" is not \"workload clients batch\"" >&2
+		exit 2
+	fi
+	MATRIX+=("$workload $clients $batch")
+done
 
 TMP=$(mktemp -d "${TMPDIR:-/tmp}/styx-bench-pg.XXXXXX")
 # As root, pgtest.sh runs PostgreSQL as another user, which must be able to
@@ -95,7 +123,7 @@ start_pg() {
 start_node() {
 	local log="$TMP/node-$1-$2.log" pid
 	local bin="$TMP/styx"
-	if [[ $1 == *@base ]]; then bin="$TMP/styx-base"; fi
+	if [[ $1 == *@base* ]]; then bin="$TMP/styx-base"; fi
 	(cd "$TMP" && exec "$bin" server --storage postgres --postgres-url "$DSN" \
 		--listen "127.0.0.1:$3" --log-level warn) 2>"$log" &
 	pid=$!
@@ -113,36 +141,56 @@ show_logs() {
 }
 
 # cpu_sample prints the wall clock (ns) and the CPU time (clock ticks) used
-# so far by PostgreSQL, by the nodes and by the whole machine. PostgreSQL's
-# is the postmaster's own and its exited children's (cutime, cstime) plus
-# its live children's (backends, background processes); the machine's is
+# so far by the whole machine, by PostgreSQL, by the nodes together and by
+# each node (in NODE_PIDS order). PostgreSQL's is the postmaster's own and
+# its exited children's (cutime, cstime) plus its live children's
+# (backends, background processes); the machine's is
 # user+nice+system+irq+softirq of /proc/stat.
 cpu_sample() {
 	local pm
 	pm=$(head -n1 "$PG_DIR/data/postmaster.pid")
 	echo "$(date +%s%N)" \
-		"$(cat /proc/[0-9]*/stat 2>/dev/null | awk -v pm="$pm" -v nodes=" ${NODE_PIDS[*]} " '
+		"$(awk '$1 == "cpu" { print $2 + $3 + $4 + $7 + $8 }' /proc/stat)" \
+		"$(cat /proc/[0-9]*/stat 2>/dev/null | awk -v pm="$pm" -v nodes="${NODE_PIDS[*]}" '
+			BEGIN { k = split(nodes, np, " "); for (i = 1; i <= k; i++) at[np[i]] = i }
 			{ s = $0; sub(/.*[)] /, "", s); split(s, f, " ") }
 			$1 == pm { pg += f[12] + f[13] + f[14] + f[15] }
 			f[2] == pm { pg += f[12] + f[13] }
-			index(nodes, " " $1 " ") { styx += f[12] + f[13] }
-			END { print pg + 0, styx + 0 }')" \
-		"$(awk '$1 == "cpu" { print $2 + $3 + $4 + $7 + $8 }' /proc/stat)"
+			$1 in at { n[at[$1]] = f[12] + f[13]; styx += f[12] + f[13] }
+			END { printf "%d %d", pg, styx; for (i = 1; i <= k; i++) printf " %d", n[i]; print "" }')"
 }
 
-# cpu_row WORKLOAD CLIENTS BATCH BEFORE AFTER TIMES prints a markdown row of
-# the cores used between two cpu_samples; TIMES is styx-bench's user and
-# system time as `times` prints it ("0m1.250s 0m0.310s").
-cpu_row() {
-	awk -v w="$1" -v c="$2" -v b="$3" -v hz="$TICKS" -v before="$4" -v after="$5" -v times="$6" '
+# cpu_cores BEFORE AFTER TIMES prints the cores used between two
+# cpu_samples, space-separated: seconds, nodes, PostgreSQL, styx-bench,
+# other, machine busy, then each node's joined by "+" (e.g. 0.41+0.39);
+# TIMES is styx-bench's user and system time as `times` prints it
+# ("0m1.250s 0m0.310s").
+cpu_cores() {
+	awk -v hz="$TICKS" -v before="$1" -v after="$2" -v times="$3" '
 		function sec(t) { sub(/s$/, "", t); split(t, p, "m"); return p[1] * 60 + p[2] }
 		BEGIN {
-			split(before, x, " "); split(after, y, " "); split(times, t, " ")
+			k = split(before, x, " "); split(after, y, " "); split(times, t, " ")
 			s = (y[1] - x[1]) / 1e9
-			pg = (y[2] - x[2]) / hz / s; styx = (y[3] - x[3]) / hz / s; busy = (y[4] - x[4]) / hz / s
+			busy = (y[2] - x[2]) / hz / s; pg = (y[3] - x[3]) / hz / s; styx = (y[4] - x[4]) / hz / s
 			gen = (sec(t[1]) + sec(t[2])) / s
-			printf "| %s | %d | %d | %.1f | %.2f | %.2f | %.2f | %.2f | %.2f |\n", w, c, b, s, styx, pg, gen, busy - styx - pg - gen, busy
+			each = ""
+			for (i = 5; i <= k; i++) each = each (i > 5 ? "+" : "") sprintf("%.2f", (y[i] - x[i]) / hz / s)
+			printf "%.1f %.2f %.2f %.2f %.2f %.2f %s\n", s, styx, pg, gen, busy - styx - pg - gen, busy, each
 		}'
+}
+
+# limit_of STYX PG OTHER BUSY prints what bounds a row, from its cores:
+# "CPU" when the machine was at least 90 % busy, naming the larger of
+# PostgreSQL's and the nodes' shares, and the cores other work took when
+# that was at least 0.2; otherwise "latency", the wait of each node's one
+# transaction at a time for its round trips and its commit's WAL flush.
+limit_of() {
+	awk -v styx="$1" -v pg="$2" -v other="$3" -v busy="$4" -v cpus="$(nproc)" 'BEGIN {
+		if (busy < 0.9 * cpus) { printf "latency (%.1f of %d cores busy)\n", busy, cpus; exit }
+		printf "CPU: %s first", (pg >= styx ? "PostgreSQL" : "styx")
+		if (other >= 0.2) printf ", other work %.1f", other
+		print ""
+	}'
 }
 
 echo "bench: building styx and styx-bench into $TMP" >&2
@@ -154,21 +202,70 @@ if [[ -n $BASE ]]; then
 	git -C "$ROOT" worktree remove --force "$TMP/base"
 fi
 
+# count_of KEY prints the node count of a run key ("4@base.r2": 4).
+count_of() { echo "${1%%[@.]*}"; }
+
+# round_of KEY prints the round of a run key ("4@base.r2": 2).
+round_of() { if [[ $1 == *.r* ]]; then echo "${1##*.r}"; else echo 1; fi; }
+
+# title_of KEY prints a run key as a heading ("4 nodes (styx at REV), round 2").
+title_of() {
+	local n
+	n=$(count_of "$1")
+	echo "$n node$([[ $n == 1 ]] || echo s)$([[ $1 == *@base* ]] && echo " (styx at $BASE)")$( ((ROUNDS == 1)) || echo ", round $(round_of "$1")")"
+}
+
+# summary_row KEY CORES OK prints the opening table's row of the matrix row
+# in $entry, run on KEY: sort keys first (workload, batch, clients, build,
+# node count, round), then "|" and the markdown row, from the last line of
+# $TMP/KEY.jsonl (when OK is "ok"; else the row says it failed) and
+# cpu_cores' line CORES.
+summary_row() {
+	local n r b w c batch s styx pg gen other busy each
+	n=$(count_of "$1")
+	r=$(round_of "$1")
+	b=$([[ $1 == *@base* ]] && echo base || echo new)
+	read -r w c batch <<<"$entry"
+	read -r s styx pg gen other busy each <<<"$2"
+	printf '%s %06d %06d %s %03d %03d|' "$w" "$batch" "$c" "$b" "$n" "$r"
+	printf '| %s | %d × %d | %d%s | %d | ' "$w" "$c" "$batch" "$n" "$([[ $b == base ]] && echo " (base)")" "$r"
+	if [[ $3 == ok ]]; then
+		tail -n1 "$TMP/$1.jsonl" | jq -r '
+			def lat(k): if .requests[k] then "\(.requests[k].p50_ms * 100 | round / 100) / \(.requests[k].p99_ms * 100 | round / 100)" else "–" end;
+			"\(.items_per_sec | round) | \(lat("produce")) | \(lat("lease")) | \(lat("complete")) | " ' | tr -d '\n'
+	else
+		printf 'failed | – | – | – | '
+	fi
+	printf '%s (%s) | %s | %s | %s | %s | %s |\n' "$styx" "$each" "$pg" "$gen" "$other" "$busy" "$(limit_of "$styx" "$pg" "$other" "$busy")"
+}
+
 failures=0
 stopped=0
-RAN=() # node counts run, in order
-for nodes in $NODE_COUNTS; do
+RAN=() # run keys run, in order
+: >"$TMP/summary"
+for nodes in "${RUNS[@]}"; do
 	build=""
-	if [[ $nodes == *@base ]]; then build=" (base)"; fi
-	label="postgres, ${nodes%@base} node$([[ ${nodes%@base} == 1 ]] || echo s)$build"
+	if [[ $nodes == *@base* ]]; then build=" (base)"; fi
+	count=$(count_of "$nodes")
+	label="postgres, $count node$([[ $count == 1 ]] || echo s)$build$( ((ROUNDS == 1)) || echo ", round $(round_of "$nodes")")"
 	echo "bench: $label: starting PostgreSQL" >&2
 	start_pg "$nodes"
 	echo "bench: $label: PostgreSQL at $DSN" >&2
 	endpoints=""
-	for i in $(seq "${nodes%@base}"); do
-		port=$(free_port)
-		echo "bench: $label: node $i on 127.0.0.1:$port" >&2
-		start_node "$nodes" "$i" "$port"
+	for i in $(seq "$count"); do
+		# Another process may take the free port before the node binds it
+		# (other jobs on the machine): then try another, up to 3 times.
+		for try in 1 2 3; do
+			port=$(free_port)
+			echo "bench: $label: node $i on 127.0.0.1:$port" >&2
+			if start_node "$nodes" "$i" "$port" 2>"$TMP/start.err"; then break; fi
+			unset 'NODE_PIDS[-1]'
+			if ((try == 3)) || ! grep -q 'address already in use' "$TMP/start.err"; then
+				cat "$TMP/start.err" >&2
+				exit 1
+			fi
+			echo "bench: $label: port $port was taken meanwhile; trying another" >&2
+		done
 		endpoints+="${endpoints:+,}http://127.0.0.1:$port"
 	done
 	pids=$(IFS=,; echo "${NODE_PIDS[*]}")
@@ -181,6 +278,7 @@ for nodes in $NODE_COUNTS; do
 		tag="[$nodes node(s) $workload c$clients b$batch]"
 		echo "bench: $label: $workload, $clients clients, batch $batch" >&2
 		before=$(cpu_sample)
+		lines=$(wc -l <"$TMP/$nodes.jsonl")
 		alive=1
 		# In a subshell whose `times` then reports styx-bench's CPU time.
 		if ! (
@@ -195,7 +293,10 @@ for nodes in $NODE_COUNTS; do
 			echo "run failed" >>"$TMP/run.stderr"
 			failures=$((failures + 1))
 		fi
-		cpu_row "$workload" "$clients" "$batch" "$before" "$(cpu_sample)" "$(tail -n1 "$TMP/run.times")" >>"$TMP/$nodes.cpu"
+		cores=$(cpu_cores "$before" "$(cpu_sample)" "$(tail -n1 "$TMP/run.times")")
+		read -r s styx pg gen other busy each <<<"$cores"
+		echo "| $workload | $clients | $batch | $s | $styx | $each | $pg | $gen | $other | $busy |" >>"$TMP/$nodes.cpu"
+		summary_row "$nodes" "$cores" "$( (($(wc -l <"$TMP/$nodes.jsonl") > lines)) && echo ok)" >>"$TMP/summary"
 		for pid in "${NODE_PIDS[@]}"; do
 			kill -0 "$pid" 2>/dev/null || { echo "node pid $pid has exited" >>"$TMP/run.stderr"; alive=0; }
 		done
@@ -228,9 +329,10 @@ for nodes in $NODE_COUNTS; do
 done
 
 {
-	echo "# Styx benchmark: PostgreSQL, one and two nodes"
+	echo "# Styx benchmark: PostgreSQL, $(echo "$NODE_COUNTS" | tr -s ' ' '\n' | grep -v @base | paste -sd, | sed 's/,/, /g') node(s)"
 	echo
-	echo "Generated $(date -u '+%Y-%m-%d %H:%M UTC') by \`make bench-postgres\` (bench/postgres.sh) at commit" \
+	echo "Generated $(date -u '+%Y-%m-%d %H:%M UTC') by bench/postgres.sh" \
+		"(BENCH_NODES=\"${BENCH_NODES:-1 2}\" BENCH_ROUNDS=$ROUNDS BENCH_MATRIX=\"$(IFS=';'; echo "${MATRIX[*]}" | sed 's/;/; /g')\") at commit" \
 		"$(git -C "$ROOT" rev-parse --short HEAD 2>/dev/null || echo unknown)$(git -C "$ROOT" diff --quiet 2>/dev/null || echo '+dirty')," \
 		"$(go version | cut -d' ' -f3), ${PG_VERSION:-PostgreSQL}, $(nproc) CPUs ($(grep -m1 'model name' /proc/cpuinfo 2>/dev/null | cut -d: -f2 | sed 's/^ *//' || echo unknown))."
 	echo
@@ -239,6 +341,9 @@ done
 	echo "its clients over the nodes (client i on node i mod n; the queue is created and deleted through the first)."
 	echo "PostgreSQL, the node(s) and styx-bench all share the machine's $(nproc) CPUs."
 	echo "Each run: ${WARMUP} warm-up, then ${DURATION} measured; 1 KiB random payloads; one queue with 1 partition."
+	if ((ROUNDS > 1)); then
+		echo "The node counts ran $ROUNDS times, interleaved (${RUNS[*]}), each time on a fresh cluster."
+	fi
 	echo "Latencies are per request (HDR histograms, milliseconds); items/s counts produced (produce) or completed"
 	echo "(cycle) items. Server CPU-s is the user+system CPU time of the node processes together over the measured"
 	echo "window, RSS their sum at its end. The CPU table covers each whole styx-bench run (queue setup, warm-up,"
@@ -246,16 +351,26 @@ done
 	echo "backends), styx-bench, the rest (the kernel's own threads, e.g. for disk flushes, and anything else"
 	echo "running), and the whole machine (user+nice+system+irq+softirq of /proc/stat). The kernel accounts these"
 	echo "counters differently, so \"other\" within ±0.1 of 0 means nothing else ran."
+	echo
+	echo "## Every row"
+	echo
+	echo "Sorted by workload, batch and node count. Latencies: p50 / p99 in ms. Cores as in the CPU tables below"
+	echo "(styx: the nodes together, then each node's). Limit: \"CPU\" when the machine was at least 90 % busy over"
+	echo "the run, naming the larger of PostgreSQL's and the nodes' shares (\"other\" is CPU that none of the benchmark's"
+	echo "processes used: other work on the machine takes cores from them); \"latency\" otherwise (each node runs a"
+	echo "queue's requests one transaction at a time and waits for its round trips and its commit)."
+	echo
+	echo "| workload | clients × batch | nodes | round | items/s | produce | lease | complete | styx cores (each) | PostgreSQL cores | styx-bench cores | other cores | busy cores (of $(nproc)) | limit |"
+	echo "|---|--:|--:|--:|--:|--:|--:|--:|--:|--:|--:|--:|--:|---|"
+	sort -k1,1 -k2,2 -k3,3 -k4,4r -k5,5 -k6,6 "$TMP/summary" | cut -d'|' -f2-
 	for nodes in "${RAN[@]}"; do
 		echo
-		build=""
-		if [[ $nodes == *@base ]]; then build=" (styx at $BASE)"; fi
-		echo "## ${nodes%@base} node$([[ ${nodes%@base} == 1 ]] || echo s)$build"
+		echo "## $(title_of "$nodes")"
 		echo
 		"$TMP/styx-bench" --markdown "$TMP/$nodes.jsonl"
 		echo
-		echo "| workload | clients | batch | run s | styx cores | PostgreSQL cores | styx-bench cores | other cores | machine busy cores |"
-		echo "|---|--:|--:|--:|--:|--:|--:|--:|--:|"
+		echo "| workload | clients | batch | run s | styx cores | each node | PostgreSQL cores | styx-bench cores | other cores | machine busy cores |"
+		echo "|---|--:|--:|--:|--:|--:|--:|--:|--:|--:|"
 		cat "$TMP/$nodes.cpu"
 	done
 	errors_section
