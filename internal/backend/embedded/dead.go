@@ -122,7 +122,7 @@ func (l *Logical) takeRedriven(it *iteration, p *partition, items []queue.Redriv
 		id := l.allocID(it)
 		x := &item{id: id, bodyID: id, created: it.now, expire: expire, state: stateReady, src: newSource(ri.SourceKey)}
 		p.add(x)
-		l.sourceKeys[ri.SourceKey] = x
+		l.setSourceKey(ri.SourceKey, x)
 		body := ri.Body
 		it.batch.Insert(p.num, x.meta(), body, ri.Errors)
 		x.hasErrs = !ri.Errors.IsZero()

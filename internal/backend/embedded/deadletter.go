@@ -169,11 +169,12 @@ func (l *Logical) sendDeadLetters(now int64) {
 				}
 				b.SourceQueue = l.name
 				b.SourceID = queue.FormatID(x.id)
-				b.DeadReason = x.reason
-				b.DeadAt = queue.FromNanos(x.deadAt)
+				reason := reasonName(x.reason)
+				b.DeadReason = reason
+				b.DeadAt = queue.FromNanos(x.deadline) // a dying item's time of death
 				op.items = append(op.items, deadItem{
-					sourceKey: queue.SourceKey(x.reason, l.name, x.id), attempts: x.attempts, created: x.created,
-					body: b, errors: e, reason: x.reason, partition: p.num, id: x.id, item: x,
+					sourceKey: queue.SourceKey(reason, l.name, x.id), attempts: x.attempts, created: x.created,
+					body: b, errors: e, reason: reason, partition: p.num, id: x.id, item: x,
 				})
 			}
 		}
@@ -290,7 +291,7 @@ func (l *Logical) takeDead(it *iteration, op *deadLetterOp) {
 			x.expire = deadAt + int64(l.info.ExpireTimeout)
 		}
 		p.add(x)
-		l.sourceKeys[d.sourceKey] = x
+		l.setSourceKey(d.sourceKey, x)
 		l.addToGroup(x, p.num, fingerprint.Of(d.errors.LastError), deadAt, d.errors.LastError)
 		body := d.body
 		it.batch.Insert(p.num, x.meta(), body, d.errors)

@@ -12,7 +12,7 @@ import (
 	"context"
 	"fmt"
 	"log/slog"
-	"slices"
+	"maps"
 	"sync/atomic"
 	"time"
 
@@ -86,6 +86,9 @@ type Logical struct {
 	// item in a dead-letter queue, a redriven item, an item imported with a
 	// source_id) to the item: a second copy is ignored.
 	sourceKeys map[string]*item
+	// dead counts the dead items of sourceKeys by reason and source
+	// (setSourceKey, dropSourceKey; rebuilt by load).
+	dead deadCounts
 	// removed remembers the source keys of the items with one that the
 	// queue removed, for a while (removedKeys); kept across reloads.
 	removed removedKeys
@@ -175,6 +178,7 @@ func newLogical(cfg Config, info queue.QueueInfo, lookup func(string) *Logical) 
 		info:       info,
 		results:    make(chan moveResult, maxMovesInFlight),
 		sourceKeys: make(map[string]*item),
+		dead:       newDeadCounts(),
 		groups:     make(map[groupKey]*group),
 		deferred:   make(map[*item]*deferredReply),
 	}
@@ -494,6 +498,10 @@ func (l *Logical) load() {
 	}
 	l.loadErr = nil
 	l.parts, l.sourceKeys, l.lastID = parts, keys, last
+	l.dead = newDeadCounts()
+	for k := range keys {
+		l.dead.count(k, 1)
+	}
 	// What storage holds counts as durable for early lease answers.
 	l.pipe.durableID.Store(last)
 	l.bodies = newBodyCache(defaultBodyCacheBytes)
@@ -599,8 +607,8 @@ func (l *Logical) readyCounts() []int {
 // (sendDeadLetters); without one the item is dropped. It returns what it
 // did (without the item's id).
 func (l *Logical) kill(it *iteration, p *partition, x *item, reason string) queue.RetryOutcome {
-	x.reason, x.deadAt, x.deadline = reason, it.now, 0
-	p.setState(x, stateDying)
+	x.reason = reasonCode(reason)
+	p.setStateAt(x, stateDying, it.now)
 	if l.info.DeadQueue == "" {
 		l.drop(it, p, x)
 	} else {
@@ -619,8 +627,9 @@ func (l *Logical) drop(it *iteration, p *partition, x *item) {
 	if x.isDeadCopy() {
 		msg = "dead item dropped: its retention in the dead-letter queue ended"
 	}
-	l.cfg.Log.Warn(msg, "queue", l.name, "id", queue.FormatID(x.id), "reason", x.reason, "attempts", x.attempts)
-	l.cfg.Metrics.ItemsDropped.WithLabelValues(l.name, x.reason).Inc()
+	reason := reasonName(x.reason)
+	l.cfg.Log.Warn(msg, "queue", l.name, "id", queue.FormatID(x.id), "reason", reason, "attempts", x.attempts)
+	l.cfg.Metrics.ItemsDropped.WithLabelValues(l.name, reason).Inc()
 	l.cfg.Metrics.ItemAttempts.WithLabelValues("dropped").Observe(float64(x.attempts))
 	l.removeItem(it, p, x)
 }
@@ -631,7 +640,7 @@ func (l *Logical) removeItem(it *iteration, p *partition, x *item) {
 	l.removeFromGroup(x)
 	l.bodies.drop(x.bodyID)
 	if x.src != nil && l.sourceKeys[x.src.key] == x {
-		delete(l.sourceKeys, x.src.key)
+		l.dropSourceKey(x.src.key)
 		if !queue.IsImportKey(x.src.key) {
 			l.removed.add(x.src.key, it.now)
 		}
@@ -643,6 +652,22 @@ func (l *Logical) removeItem(it *iteration, p *partition, x *item) {
 		it.after = append(it.after, func(error) { l.settle(d) })
 	}
 	it.batch.Delete(p.num, x.meta(), x.hasErrs)
+}
+
+// setSourceKey records x as the item of source key k.
+func (l *Logical) setSourceKey(k string, x *item) {
+	if _, held := l.sourceKeys[k]; !held {
+		l.dead.count(k, 1)
+	}
+	l.sourceKeys[k] = x
+}
+
+// dropSourceKey forgets source key k.
+func (l *Logical) dropSourceKey(k string) {
+	if _, held := l.sourceKeys[k]; held {
+		l.dead.count(k, -1)
+		delete(l.sourceKeys, k)
+	}
 }
 
 // settle counts one item of a deferred retry reply as done.
@@ -721,37 +746,31 @@ func (l *Logical) gauges(now int64) metrics.QueueSample {
 	return s
 }
 
+// stats describes the queue from the counts its partitions and dead
+// counts keep (counts.go, ADR 0024): O(partitions + dead reasons and
+// sources), never a scan of the items.
 func (l *Logical) stats(now int64) queue.Stats {
 	s := queue.Stats{LeaseWaiting: l.Loop.Waiters.Len(), MovesInFlight: l.inflight,
-		DeadByReason: map[string]int{}, DeadBySource: map[string]int{}}
-	for _, x := range l.sourceKeys {
-		if x.isDeadCopy() {
-			why, src := queue.ParseSourceKey(x.src.key)
-			s.DeadByReason[why]++
-			s.DeadBySource[src]++
-		}
-	}
+		DeadByReason: maps.Clone(l.dead.byReason), DeadBySource: maps.Clone(l.dead.bySource)}
+	var oldest int64
+	found := false
 	for _, p := range l.parts {
-		ps := queue.PartitionStats{Partition: p.num, Total: p.total(), Leased: p.nLeased, Scheduled: p.nScheduled, Dying: p.nDying}
-		var age, leasedAge int64
-		for _, x := range p.items {
-			age += now - x.created
-			if s.Oldest.IsZero() || x.created < s.Oldest.UnixNano() {
-				s.Oldest = time.Unix(0, x.created)
-			}
-			if x.state == stateLeased {
-				leasedAge += now - (x.deadline - int64(l.info.LeaseTimeout))
-			} else if x.attempts > 0 && x.state != stateDying && !x.isDeadCopy() {
-				ps.Failures++
-			}
-		}
+		ps := queue.PartitionStats{Partition: p.num, Total: p.total(), Leased: p.nLeased, Scheduled: p.nScheduled, Dying: p.nDying,
+			Failures: p.nFailures}
 		if ps.Total > 0 {
-			ps.AverageAge = time.Duration(age / int64(ps.Total))
+			ps.AverageAge = meanAge(p.sumCreated, ps.Total, now)
 		}
 		if ps.Leased > 0 {
-			ps.AverageLeasedAge = time.Duration(leasedAge / int64(ps.Leased))
+			// A lease began LeaseTimeout before its deadline.
+			ps.AverageLeasedAge = meanAge(p.sumLeased, ps.Leased, now+int64(l.info.LeaseTimeout))
+		}
+		if c, ok := p.oldestCreated(); ok && (!found || c < oldest) {
+			oldest, found = c, true
 		}
 		s.Partitions = append(s.Partitions, ps)
+	}
+	if found {
+		s.Oldest = time.Unix(0, oldest)
 	}
 	return s
 }
@@ -766,28 +785,22 @@ func (l *Logical) clearItems(it *iteration, c queue.ClearParams) {
 	}
 }
 
-// scheduledItems lists a page of a partition's scheduled items (ListPage):
-// it reads the bodies of the page and at most one more.
+// scheduledItems lists a page of a partition's scheduled items (ListPage)
+// from its index of scheduled ids (schedIndex): it reads the bodies of the
+// page and at most one more.
 func (l *Logical) scheduledItems(it *iteration, op *scheduledOp) ([]queue.Item, error) {
 	p, err := l.partition(op.p.Partition)
 	if err != nil {
 		return nil, err
 	}
 	var sel []*item
-	for _, x := range p.items {
-		if x.state == stateScheduled && x.id > op.p.After {
-			sel = append(sel, x)
+	p.scheduled.page(op.p.After, p.isScheduled, func(id uint64) bool {
+		if len(sel) == op.p.Limit {
+			return false
 		}
-	}
-	slices.SortFunc(sel, func(a, b *item) int {
-		if a.id < b.id {
-			return -1
-		}
-		return 1
+		sel = append(sel, p.items[id])
+		return true
 	})
-	if len(sel) > op.p.Limit {
-		sel = sel[:op.p.Limit]
-	}
 	ids := make([]uint64, len(sel))
 	for i, x := range sel {
 		ids[i] = x.bodyID

@@ -34,8 +34,7 @@ func (it *iteration) Due() (leases, expired []engine.Item, err error) {
 	for _, p := range it.l.parts {
 		for x := p.timed.popDue(it.now); x != nil; x = p.timed.popDue(it.now) {
 			if x.state == stateScheduled {
-				x.deadline = 0
-				p.setState(x, stateReady)
+				p.setStateAt(x, stateReady, 0)
 				continue
 			}
 			leases = append(leases, view(p, x))
@@ -124,11 +123,10 @@ func (it *iteration) Requeue(v engine.Item, e queue.Ending, h *queue.ItemErrors,
 	old := x.id
 	p.rekey(x, l.allocID(it))
 	l.moveToGroupTail(x)
-	x.deadline = e.At
 	if e.At != 0 {
-		p.setState(x, stateScheduled)
+		p.setStateAt(x, stateScheduled, e.At)
 	} else {
-		p.setState(x, stateReady)
+		p.setStateAt(x, stateReady, 0)
 	}
 	it.batch.Requeue(p.num, old, x.meta())
 	if newID != nil {
@@ -207,8 +205,7 @@ func (it *iteration) Lease(n int32, want int, deadline int64) ([]queue.LeasedIte
 			break
 		}
 		x.attempts++
-		x.deadline = deadline
-		p.setState(x, stateLeased)
+		p.setStateAt(x, stateLeased, deadline)
 		it.batch.Lease(p.num, x.meta())
 		items = append(items, x)
 	}
@@ -287,7 +284,7 @@ func (it *iteration) Import(n int32, items []queue.Item) ([]queue.Item, error) {
 		}
 		p.add(x)
 		if x.src != nil {
-			l.sourceKeys[m.SourceKey] = x
+			l.setSourceKey(m.SourceKey, x)
 		}
 		body := si.Body
 		it.batch.Insert(p.num, x.meta(), body, si.Errors)

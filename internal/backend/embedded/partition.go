@@ -2,7 +2,6 @@ package embedded
 
 import (
 	"container/heap"
-	"slices"
 	"time"
 
 	"github.com/styxq/styx/internal/queue"
@@ -18,25 +17,30 @@ const (
 	stateDying                      // dead, waiting for the dead-letter queue to confirm the move
 )
 
-// item is the in-memory state of one item: about 90 bytes, plus its map
-// entry and heap and FIFO entries. Times are Unix nanoseconds (0: unset).
-// Owned by the logical queue's goroutine.
+// item is the in-memory state of one item: 72 bytes (an 80-byte
+// allocation), plus its map entry and heap and FIFO entries. Times are Unix
+// nanoseconds (0: unset). Owned by the logical queue's goroutine.
 type item struct {
-	id       uint64
-	bodyID   uint64
-	created  int64
-	expire   int64 // expire deadline
-	deadline int64 // lease deadline (leased) or enqueue time (scheduled)
-	deadAt   int64 // set with deadReason
+	id      uint64
+	bodyID  uint64
+	created int64
+	expire  int64 // expire deadline
+	// deadline is the lease deadline (leased), the enqueue time
+	// (scheduled) or the time the item died (dying).
+	deadline int64
 	attempts int32
-	// timedIdx and expireIdx are the item's positions in its partition's
-	// heaps, -1 when absent.
+	// timedIdx, expireIdx and ageIdx are the item's positions in its
+	// partition's heaps, -1 when absent.
 	timedIdx  int32
 	expireIdx int32
+	ageIdx    int32
 	state     state
-	moving    bool   // a dead-letter move is in flight (dying only)
-	hasErrs   bool   // the item may have stored attempt errors (ItemErrors)
-	reason    string // dead reason (dying only)
+	moving    bool // a dead-letter move is in flight (dying only)
+	hasErrs   bool // the item may have stored attempt errors (ItemErrors)
+	// failed says the item is counted in its partition's failures (file).
+	failed bool
+	// reason is the dead reason (dying only), as a code (reasonCode).
+	reason uint8
 	// src is set on dead items in a dead-letter queue, redriven items and
 	// items imported with a source_id: their source key and error group.
 	// A pointer, so that the other items (most of them) pay 8 bytes for it.
@@ -86,8 +90,10 @@ func (it *item) meta() queue.ItemMeta {
 		ExpireDeadline: queue.FromNanos(it.expire),
 		CreatedAt:      queue.FromNanos(it.created),
 		SourceKey:      it.key(),
-		DeadReason:     it.reason,
-		DeadAt:         queue.FromNanos(it.deadAt),
+		DeadReason:     reasonName(it.reason),
+	}
+	if it.state == stateDying {
+		m.DeadAt = queue.FromNanos(it.deadline)
 	}
 	if d := it.deadEntry(); d != nil {
 		m.Fingerprint = d.g.key.fingerprint
@@ -112,15 +118,15 @@ func itemFromMeta(m queue.ItemMeta, now int64) *item {
 		bodyID:   m.BodyID,
 		created:  queue.Nanos(m.CreatedAt),
 		expire:   queue.Nanos(m.ExpireDeadline),
-		deadAt:   queue.Nanos(m.DeadAt),
 		attempts: m.Attempts,
-		reason:   m.DeadReason,
+		reason:   reasonCode(m.DeadReason),
 		src:      newSource(m.SourceKey),
 		hasErrs:  true, // unknown until read: assume so
 	}
 	switch {
 	case m.DeadReason != "":
 		it.state = stateDying
+		it.deadline = queue.Nanos(m.DeadAt)
 	case m.Leased:
 		// A lease survives a restart: the item stays leased until its
 		// deadline, even if that deadline has passed (the lifecycle then
@@ -149,11 +155,21 @@ type partition struct {
 	// indexed heaps: an item leaves them the moment it changes state.
 	timed    itemHeap
 	expiries itemHeap
-	// ages counts items by creation second, so the oldest is known without
-	// a scan (the styx_queue_oldest_item_age_seconds gauge).
-	ages ageIndex
+	// ages orders every item by creation time, so the oldest is known
+	// without a scan (queue.stats, the styx_queue_oldest_item_age_seconds
+	// gauge).
+	ages itemHeap
+	// scheduled lists the scheduled items by id (scheduled.list).
+	scheduled schedIndex
 	// counts by state
 	nReady, nLeased, nScheduled, nDying int
+	// nFailures counts the items waiting for another attempt after a
+	// failed one (item.failed); sumCreated sums every item's creation
+	// time and sumLeased the lease deadlines of the leased items, so that
+	// queue.stats' average ages need no scan (ADR 0024).
+	nFailures  int
+	sumCreated wideSum
+	sumLeased  wideSum
 }
 
 func newPartition(num int32) *partition {
@@ -162,7 +178,7 @@ func newPartition(num int32) *partition {
 		items:    make(map[uint64]*item),
 		timed:    itemHeap{key: func(it *item) int64 { return it.deadline }, idx: func(it *item) *int32 { return &it.timedIdx }},
 		expiries: itemHeap{key: func(it *item) int64 { return it.expire }, idx: func(it *item) *int32 { return &it.expireIdx }},
-		ages:     ageIndex{counts: map[int64]int32{}},
+		ages:     itemHeap{key: func(it *item) int64 { return it.created }, idx: func(it *item) *int32 { return &it.ageIdx }},
 	}
 }
 
@@ -172,15 +188,21 @@ func (p *partition) total() int { return len(p.items) }
 // add files a new or reloaded item by its state.
 func (p *partition) add(it *item) {
 	p.items[it.id] = it
-	it.timedIdx, it.expireIdx = -1, -1
-	p.ages.add(it.created)
+	it.timedIdx, it.expireIdx, it.ageIdx = -1, -1, -1
+	heap.Push(&p.ages, it)
+	p.sumCreated.add(it.created)
 	p.file(it)
 	if it.expire != 0 && it.state != stateDying {
 		heap.Push(&p.expiries, it)
 	}
 }
 
-// file enters the item in the structure of its state and counts it.
+// file enters the item in the structure of its state and counts it: by
+// state, as a failure (an item that had an attempt and waits for another:
+// neither leased, dying nor a dead item in a dead-letter queue), and in the
+// lease deadlines' sum. Every count file adds, unfile takes back, so a
+// field a count depends on (state, attempts, a leased item's deadline)
+// changes only between the two (setState, setDeadline).
 func (p *partition) file(it *item) {
 	switch it.state {
 	case stateReady:
@@ -189,26 +211,42 @@ func (p *partition) file(it *item) {
 	case stateLeased:
 		heap.Push(&p.timed, it)
 		p.nLeased++
+		p.sumLeased.add(it.deadline)
 	case stateScheduled:
 		heap.Push(&p.timed, it)
 		p.nScheduled++
+		p.scheduled.add(it.id)
 	case stateDying:
 		p.nDying++
 	}
+	it.failed = it.attempts > 0 && (it.state == stateReady || it.state == stateScheduled) && !it.isDeadCopy()
+	if it.failed {
+		p.nFailures++
+	}
 }
 
-// unfile takes the item out of its state's structure and count (a ready
-// item's FIFO entry goes stale and is skipped later).
+// unfile takes the item out of its state's structure and counts (a ready
+// item's FIFO entry and a scheduled item's entry in scheduled go stale and
+// are skipped later).
 func (p *partition) unfile(it *item) {
 	switch it.state {
 	case stateReady:
 		p.nReady--
 	case stateLeased:
 		p.nLeased--
+		p.sumLeased.add(-it.deadline)
 	case stateScheduled:
 		p.nScheduled--
+		p.scheduled.stale(p.nScheduled)
+		if p.scheduled.due() {
+			p.scheduled.compact(func(id uint64) bool { x := p.items[id]; return x != it && p.isScheduled(id) })
+		}
 	case stateDying:
 		p.nDying--
+	}
+	if it.failed {
+		p.nFailures--
+		it.failed = false
 	}
 	if it.timedIdx >= 0 {
 		heap.Remove(&p.timed, int(it.timedIdx))
@@ -218,8 +256,14 @@ func (p *partition) unfile(it *item) {
 // setState moves an item to another state. A dying item leaves the expiry
 // heap: it is already dead.
 func (p *partition) setState(it *item, s state) {
+	p.setStateAt(it, s, it.deadline)
+}
+
+// setStateAt moves an item to another state with a new deadline (the lease
+// deadline, the enqueue time or the time it died).
+func (p *partition) setStateAt(it *item, s state, deadline int64) {
 	p.unfile(it)
-	it.state = s
+	it.state, it.deadline = s, deadline
 	if s == stateDying && it.expireIdx >= 0 {
 		heap.Remove(&p.expiries, int(it.expireIdx))
 	}
@@ -232,13 +276,19 @@ func (p *partition) remove(it *item) {
 	if it.expireIdx >= 0 {
 		heap.Remove(&p.expiries, int(it.expireIdx))
 	}
-	p.ages.remove(it.created)
+	if it.ageIdx >= 0 {
+		heap.Remove(&p.ages, int(it.ageIdx))
+	}
+	p.sumCreated.add(-it.created)
 	delete(p.items, it.id)
 }
 
 // setDeadline changes a leased or scheduled item's deadline and its place
 // in the timed heap.
 func (p *partition) setDeadline(it *item, deadline int64) {
+	if it.state == stateLeased {
+		p.sumLeased.add(deadline - it.deadline)
+	}
 	it.deadline = deadline
 	if it.timedIdx >= 0 {
 		heap.Fix(&p.timed, int(it.timedIdx))
@@ -251,6 +301,12 @@ func (p *partition) rekey(it *item, id uint64) {
 	delete(p.items, it.id)
 	it.id = id
 	p.items[id] = it
+}
+
+// isScheduled reports whether the item of id is scheduled.
+func (p *partition) isScheduled(id uint64) bool {
+	x := p.items[id]
+	return x != nil && x.state == stateScheduled
 }
 
 // popReady returns the oldest ready item, or nil.
@@ -268,8 +324,23 @@ func (p *partition) popReady() *item {
 func (p *partition) nextTimed() int64 { return p.timed.peek() }
 
 // oldest returns the creation time of the partition's oldest item,
-// truncated to the second, or 0 when it is empty.
-func (p *partition) oldest() int64 { return p.ages.oldest() }
+// truncated to the second, or 0 when it is empty (the gauge).
+func (p *partition) oldest() int64 {
+	c, ok := p.oldestCreated()
+	if !ok || c == 0 {
+		return 0
+	}
+	return c / int64(time.Second) * int64(time.Second)
+}
+
+// oldestCreated returns the creation time of the partition's oldest item,
+// false when it is empty.
+func (p *partition) oldestCreated() (int64, bool) {
+	if len(p.ages.items) == 0 {
+		return 0, false
+	}
+	return p.ages.items[0].created, true
+}
 
 // nextExpiry returns the earliest expire deadline, or 0.
 func (p *partition) nextExpiry() int64 { return p.expiries.peek() }
@@ -342,64 +413,4 @@ func (f *fifo) pop() uint64 {
 		f.head = 0
 	}
 	return id
-}
-
-// ageIndex counts items by creation second: O(1) per item added or removed
-// (a map update; items mostly arrive in creation order, so the second is
-// appended), and the oldest second with items is the first of keys.
-type ageIndex struct {
-	// counts holds the items per creation second (Unix seconds); a second
-	// whose count fell to 0 stays until it reaches the front of keys.
-	counts map[int64]int32
-	// keys are the seconds of counts, ascending, from head.
-	keys []int64
-	head int
-}
-
-func (a *ageIndex) add(created int64) {
-	sec := created / int64(time.Second)
-	n, ok := a.counts[sec]
-	a.counts[sec] = n + 1
-	if ok {
-		return
-	}
-	keys := a.keys[a.head:]
-	if len(keys) == 0 || sec > keys[len(keys)-1] {
-		a.keys = append(a.keys, sec)
-		return
-	}
-	// An older item (imported, dead-lettered, loaded): insert in order.
-	i, _ := slices.BinarySearch(keys, sec)
-	a.keys = slices.Insert(a.keys, a.head+i, sec)
-}
-
-func (a *ageIndex) remove(created int64) {
-	sec := created / int64(time.Second)
-	if n := a.counts[sec]; n > 0 {
-		a.counts[sec] = n - 1
-	}
-	a.trim()
-}
-
-// trim drops the empty seconds at the front.
-func (a *ageIndex) trim() {
-	for a.head < len(a.keys) && a.counts[a.keys[a.head]] == 0 {
-		delete(a.counts, a.keys[a.head])
-		a.head++
-	}
-	if a.head >= 1024 && a.head*2 >= len(a.keys) {
-		n := copy(a.keys, a.keys[a.head:])
-		a.keys = a.keys[:n]
-		a.head = 0
-	}
-}
-
-// oldest returns the earliest second with items, in Unix nanoseconds, or
-// 0 when there are none.
-func (a *ageIndex) oldest() int64 {
-	a.trim()
-	if a.head == len(a.keys) {
-		return 0
-	}
-	return a.keys[a.head] * int64(time.Second)
 }
