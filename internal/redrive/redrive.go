@@ -175,6 +175,11 @@ type Task struct {
 	WouldMove     int64            `json:"would_move,omitempty"`
 	WouldSkip     int64            `json:"would_skip,omitempty"`
 	ByDestination map[string]*Plan `json:"by_destination,omitempty"`
+	// Estimated is set on a dry run over a dead-letter queue holding more
+	// than DryRunScan items: it read the first DryRunScan and scaled its
+	// counts (Matched, WouldMove, WouldSkip, ByDestination, SkipReasons) to
+	// the queue's size; Warning says so.
+	Estimated bool `json:"estimated,omitempty"`
 	// Pivot is the id of the last dead item the task has processed: a
 	// resumed task continues after it.
 	Pivot uint64 `json:"pivot,omitempty"`
@@ -499,10 +504,14 @@ func (r *Runner) Start(ctx context.Context, p StartParams) (Task, error) {
 	r.mu.Unlock()
 
 	var plan func(it *queue.Item)
+	limit := 0
 	if p.DryRun {
-		plan = r.planner(t)
+		plan, limit = r.planner(t), DryRunScan
 	}
-	matched, upTo, err := countMatching(ctx, r.cfg.Queues, dlq, &t.Filter, plan)
+	matched, upTo, scanned, err := countMatching(ctx, r.cfg.Queues, dlq, &t.Filter, plan, limit)
+	if err == nil && p.DryRun && scanned == limit {
+		matched, err = estimate(ctx, dlq, t, matched, scanned)
+	}
 	if err == nil && !p.DryRun {
 		r.mu.Lock()
 		t.Matched, t.UpTo = matched, upTo
@@ -593,20 +602,30 @@ func (r *Runner) runningOn(q string) string {
 	return ""
 }
 
+// DryRunScan bounds the items a dry run reads: over a dead-letter queue
+// holding more, its counts are an estimate (estimate). A variable so that
+// tests can lower it.
+var DryRunScan = 10_000
+
 // countMatching counts the items of a queue that match f, and returns the
 // id of the last item it saw (0 for an empty queue): a task handles only the
-// items that were there when it started.
-// each, when not nil, is called with every matching item.
-func countMatching(ctx context.Context, m queue.Queues, l queue.Queue, f *queue.DeadFilter, each func(*queue.Item)) (n int64, last uint64, err error) {
+// items that were there when it started. each, when not nil, is called with
+// every matching item. limit > 0 stops it once it has read that many items
+// (the queue may hold more); scanned is how many it read.
+func countMatching(ctx context.Context, m queue.Queues, l queue.Queue, f *queue.DeadFilter, each func(*queue.Item), limit int) (n int64, last uint64, scanned int, err error) {
 	info, err := m.Info(ctx, l.Name())
 	if err != nil {
-		return 0, 0, err
+		return 0, 0, 0, err
 	}
 	var all queue.DeadFilter // to see the last id, matching or not
 	for {
-		items, next, err := l.Scan(ctx, info.Partitions, &all, queue.ScanParams{After: last, Limit: 1000, MaxScanned: 1000})
+		page := 1000
+		if limit > 0 {
+			page = min(page, limit-scanned)
+		}
+		items, next, err := l.Scan(ctx, info.Partitions, &all, queue.ScanParams{After: last, Limit: page, MaxScanned: page})
 		if err != nil {
-			return 0, 0, err
+			return 0, 0, 0, err
 		}
 		for i := range items {
 			if f.Match(&items[i]) {
@@ -617,10 +636,44 @@ func countMatching(ctx context.Context, m queue.Queues, l queue.Queue, f *queue.
 			}
 			last = items[i].Meta.ID
 		}
-		if next == 0 {
-			return n, last, nil
+		scanned += len(items)
+		if next == 0 || (limit > 0 && scanned >= limit) {
+			return n, last, scanned, nil
 		}
 	}
+}
+
+// estimate scales the counts of a dry run that read only the first scanned
+// items of dead-letter queue dlq (in id order) to every item the queue
+// holds (queue.stats, which costs no scan: ADR 0024), marks t Estimated and
+// says so in its Warning; it returns the matched count scaled. The first
+// items stand for the others: an estimate, not a count.
+func estimate(ctx context.Context, dlq queue.Queue, t *Task, matched int64, scanned int) (int64, error) {
+	st, err := dlq.Stats(ctx)
+	if err != nil {
+		return 0, err
+	}
+	total := 0
+	for _, p := range st.Partitions {
+		total += p.Total
+	}
+	if total <= scanned {
+		return matched, nil // the queue holds no more than was read
+	}
+	scale := func(v int64) int64 { return int64(float64(v) * float64(total) / float64(scanned)) }
+	t.WouldMove, t.WouldSkip = scale(t.WouldMove), scale(t.WouldSkip)
+	for k, v := range t.SkipReasons {
+		t.SkipReasons[k] = scale(v)
+	}
+	for _, p := range t.ByDestination {
+		p.WouldMove, p.WouldSkip = scale(p.WouldMove), scale(p.WouldSkip)
+		for k, v := range p.SkipReasons {
+			p.SkipReasons[k] = scale(v)
+		}
+	}
+	t.Estimated = true
+	t.Warning = fmt.Sprintf("estimate: the dry run read the first %d of the %d items of the dead-letter queue and scaled its counts", scanned, total)
+	return scale(matched), nil
 }
 
 // planner returns the function a dry run calls with each matching item:
