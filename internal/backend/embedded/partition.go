@@ -202,7 +202,7 @@ func (p *partition) add(it *item) {
 // neither leased, dying nor a dead item in a dead-letter queue), and in the
 // lease deadlines' sum. Every count file adds, unfile takes back, so a
 // field a count depends on (state, attempts, a leased item's deadline)
-// changes only between the two (setState, setDeadline).
+// changes only between the two (setStateAt, setDeadline).
 func (p *partition) file(it *item) {
 	switch it.state {
 	case stateReady:
@@ -253,14 +253,9 @@ func (p *partition) unfile(it *item) {
 	}
 }
 
-// setState moves an item to another state. A dying item leaves the expiry
-// heap: it is already dead.
-func (p *partition) setState(it *item, s state) {
-	p.setStateAt(it, s, it.deadline)
-}
-
 // setStateAt moves an item to another state with a new deadline (the lease
-// deadline, the enqueue time or the time it died).
+// deadline, the enqueue time or the time it died). A dying item leaves the
+// expiry heap: it is already dead.
 func (p *partition) setStateAt(it *item, s state, deadline int64) {
 	p.unfile(it)
 	it.state, it.deadline = s, deadline
