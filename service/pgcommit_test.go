@@ -88,6 +88,22 @@ func TestPostgresCommitOutcomeUnknown(t *testing.T) {
 			require.Equal(t, want+1, n, "a retried produce is stored again: at-least-once")
 		})
 
+		t.Run("produce with a deduplication id/"+c.name, func(t *testing.T) {
+			// The retry of a produce whose items carry deduplication ids
+			// stores each once, whether the first COMMIT landed or not,
+			// and through either node.
+			p := fmt.Sprintf("produce-dedup-%v", c.forward)
+			req := &pb.QueueProduceRequest{QueueName: "cu", RequestTimeout: "10s",
+				Items: []*pb.QueueProduceItem{{Bytes: []byte(p), DeduplicationId: p}}}
+			cut := proxy.arm("INSERT INTO styx_items", c.forward)
+			requireCode(t, a.C.QueueProduce(ctx, req), styx.CodeUnavailable, "postgres", "commit outcome unknown")
+			require.Equal(t, c.committed, answered(t, cut))
+			require.NoError(t, a.C.QueueProduce(ctx, req), "node A serves again")
+			require.NoError(t, b.C.QueueProduce(ctx, req), "node B")
+			n, _ := count(p)
+			require.Equal(t, 1, n, "a retried produce with a deduplication id is stored once")
+		})
+
 		t.Run("complete/"+c.name, func(t *testing.T) {
 			p := fmt.Sprintf("complete-%v", c.forward)
 			b.produce("cu", p)

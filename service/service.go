@@ -45,7 +45,9 @@ func New(m queue.Queues, r *redrive.Runner, c clock.Clock) *Service {
 }
 
 // QueueProduce adds items to a queue; it returns when they are durable.
-// request_timeout is required (10ms..15m, as in Querator).
+// request_timeout is required (10ms..15m, as in Querator). An item whose
+// deduplication_id the queue accepted within queue.DeduplicationWindow is
+// acknowledged and not stored again.
 func (s *Service) QueueProduce(ctx context.Context, req *pb.QueueProduceRequest) error {
 	l, err := s.queue(req.QueueName)
 	if err != nil {
@@ -76,7 +78,13 @@ func (s *Service) QueueProduce(ctx context.Context, req *pb.QueueProduceRequest)
 				return checkIdent("items["+strconv.Itoa(i)+"]."+f.name, f.v, MaxFieldLength)
 			}
 		}
-		items[i] = queue.ProduceItem{Encoding: in.Encoding, Kind: in.Kind, Reference: in.Reference, Payload: payload}
+		if in.DeduplicationId != "" {
+			if err := queue.CheckDeduplicationID("items["+strconv.Itoa(i)+"].deduplication_id", in.DeduplicationId); err != nil {
+				return err
+			}
+		}
+		items[i] = queue.ProduceItem{Encoding: in.Encoding, Kind: in.Kind, Reference: in.Reference, Payload: payload,
+			DeduplicationID: in.DeduplicationId}
 		if in.EnqueueAt != nil {
 			if items[i].EnqueueAt, err = timestamp("items["+strconv.Itoa(i)+"].enqueue_at", in.EnqueueAt); err != nil {
 				return err

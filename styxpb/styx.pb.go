@@ -92,15 +92,24 @@ func (x *QueueProduceRequest) GetItems() []*QueueProduceItem {
 }
 
 type QueueProduceItem struct {
-	state         protoimpl.MessageState `protogen:"open.v1"`
-	Encoding      string                 `protobuf:"bytes,1,opt,name=encoding,proto3" json:"encoding,omitempty"`
-	Kind          string                 `protobuf:"bytes,2,opt,name=kind,proto3" json:"kind,omitempty"`
-	Reference     string                 `protobuf:"bytes,3,opt,name=reference,proto3" json:"reference,omitempty"`
-	EnqueueAt     *timestamppb.Timestamp `protobuf:"bytes,4,opt,name=enqueueAt,json=enqueue_at,proto3" json:"enqueueAt,omitempty"`
-	Bytes         []byte                 `protobuf:"bytes,5,opt,name=bytes,proto3" json:"bytes,omitempty"`
-	Utf8          string                 `protobuf:"bytes,6,opt,name=utf8,proto3" json:"utf8,omitempty"`
-	unknownFields protoimpl.UnknownFields
-	sizeCache     protoimpl.SizeCache
+	state     protoimpl.MessageState `protogen:"open.v1"`
+	Encoding  string                 `protobuf:"bytes,1,opt,name=encoding,proto3" json:"encoding,omitempty"`
+	Kind      string                 `protobuf:"bytes,2,opt,name=kind,proto3" json:"kind,omitempty"`
+	Reference string                 `protobuf:"bytes,3,opt,name=reference,proto3" json:"reference,omitempty"`
+	EnqueueAt *timestamppb.Timestamp `protobuf:"bytes,4,opt,name=enqueueAt,json=enqueue_at,proto3" json:"enqueueAt,omitempty"`
+	Bytes     []byte                 `protobuf:"bytes,5,opt,name=bytes,proto3" json:"bytes,omitempty"`
+	Utf8      string                 `protobuf:"bytes,6,opt,name=utf8,proto3" json:"utf8,omitempty"`
+	// Styx: the item's deduplication id, 1 to 128 characters from
+	// alphanumerics and ASCII punctuation (SQS's MessageDeduplicationId
+	// rule). A queue acknowledges an item whose deduplication id it accepted
+	// within the last 5 minutes (the deduplication window, counted from the
+	// first acceptance) without storing it again, on every node and across
+	// restarts: a produce retried after 453 or a lost answer stores its items
+	// once. Two items of one request with the same id are stored once. Empty:
+	// no deduplication.
+	DeduplicationId string `protobuf:"bytes,100,opt,name=deduplicationId,json=deduplication_id,proto3" json:"deduplicationId,omitempty"`
+	unknownFields   protoimpl.UnknownFields
+	sizeCache       protoimpl.SizeCache
 }
 
 func (x *QueueProduceItem) Reset() {
@@ -171,6 +180,13 @@ func (x *QueueProduceItem) GetBytes() []byte {
 func (x *QueueProduceItem) GetUtf8() string {
 	if x != nil {
 		return x.Utf8
+	}
+	return ""
+}
+
+func (x *QueueProduceItem) GetDeduplicationId() string {
+	if x != nil {
+		return x.DeduplicationId
 	}
 	return ""
 }
@@ -4327,7 +4343,7 @@ const file_styx_v1_styx_proto_rawDesc = "" +
 	"\tqueueName\x18\x01 \x01(\tR\n" +
 	"queue_name\x12'\n" +
 	"\x0erequestTimeout\x18\x02 \x01(\tR\x0frequest_timeout\x12/\n" +
-	"\x05items\x18\x03 \x03(\v2\x19.styx.v1.QueueProduceItemR\x05items\"\xc5\x01\n" +
+	"\x05items\x18\x03 \x03(\v2\x19.styx.v1.QueueProduceItemR\x05items\"\xf0\x01\n" +
 	"\x10QueueProduceItem\x12\x1a\n" +
 	"\bencoding\x18\x01 \x01(\tR\bencoding\x12\x12\n" +
 	"\x04kind\x18\x02 \x01(\tR\x04kind\x12\x1c\n" +
@@ -4335,7 +4351,8 @@ const file_styx_v1_styx_proto_rawDesc = "" +
 	"\tenqueueAt\x18\x04 \x01(\v2\x1a.google.protobuf.TimestampR\n" +
 	"enqueue_at\x12\x14\n" +
 	"\x05bytes\x18\x05 \x01(\fR\x05bytes\x12\x12\n" +
-	"\x04utf8\x18\x06 \x01(\tR\x04utf8\"a\n" +
+	"\x04utf8\x18\x06 \x01(\tR\x04utf8\x12)\n" +
+	"\x0fdeduplicationId\x18d \x01(\tR\x10deduplication_id\"a\n" +
 	"\x14QueueProduceResponse\x12\x12\n" +
 	"\x04code\x18\x01 \x01(\x05R\x04code\x12\x1b\n" +
 	"\bcodeText\x18\x02 \x01(\tR\tcode_text\x12\x18\n" +

@@ -3,6 +3,7 @@ package engine
 import (
 	"context"
 	"fmt"
+	"slices"
 	"strconv"
 	"time"
 
@@ -126,6 +127,18 @@ type Locker interface {
 	// Lock prepares the items ids name and those the clear c selects
 	// (when not nil).
 	Lock(ids []uint64, c *queue.ClearParams) error
+}
+
+// Deduplicator is implemented by a Tx that claims the deduplication ids of
+// an iteration's produces (queue.ProduceItem.DeduplicationID) in one step,
+// right after Lock and before anything else: PostgreSQL inserts them in
+// sorted order, its lock order for them, so that two nodes' transactions
+// never wait for each other. Its Produce then stores, of the items with an
+// id, the first of each id it claimed, and it releases at commit the claims
+// no item used (a produce refused by a rule after the claim).
+type Deduplicator interface {
+	// Claim claims ids (sorted, distinct, not empty) for this iteration.
+	Claim(ids []string) error
 }
 
 // ReplyMode says when a reply may leave.
@@ -491,6 +504,13 @@ func (e *Engine) iterate(it *pass, reqs []*Request, lifecycle bool) error {
 	if l, ok := it.tx.(Locker); ok {
 		if ids, clr := lockSet(reqs); len(ids) > 0 || clr != nil {
 			if err := l.Lock(ids, clr); err != nil {
+				return err
+			}
+		}
+	}
+	if d, ok := it.tx.(Deduplicator); ok {
+		if ids := dedupSet(reqs); len(ids) > 0 {
+			if err := d.Claim(ids); err != nil {
 				return err
 			}
 		}
@@ -901,7 +921,24 @@ func isClient(err error) bool {
 }
 
 // lockSet returns the ids the requests name (complete, retry, renew,
-// delete, Do) and the union of their clears, for Tx.Lock.
+// delete-received, delete, Do) and the union of their clears, for Tx.Lock.
+// dedupSet returns the deduplication ids of the produces among reqs,
+// sorted and distinct (Deduplicator).
+func dedupSet(reqs []*Request) []string {
+	var ids []string
+	for _, r := range reqs {
+		if op, ok := r.Op.(*produceOp); ok {
+			for _, pi := range op.items {
+				if pi.DeduplicationID != "" {
+					ids = append(ids, pi.DeduplicationID)
+				}
+			}
+		}
+	}
+	slices.Sort(ids)
+	return slices.Compact(ids)
+}
+
 func lockSet(reqs []*Request) ([]uint64, *queue.ClearParams) {
 	var ids []uint64
 	var clr *queue.ClearParams

@@ -15,6 +15,10 @@ type ProduceItem struct {
 	// the SQS API keeps a message's MessageId, SentTimestamp and message
 	// attributes there (ADR 0016). Nil for items of the /v1 API.
 	Attributes []byte
+	// DeduplicationID, when not empty, stores the item at most once per
+	// DeduplicationWindow in its queue (see Deduplicate); checked by
+	// CheckDeduplicationID.
+	DeduplicationID string
 }
 
 // LeaseParams is a validated lease request.

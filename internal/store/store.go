@@ -73,7 +73,13 @@ const (
 	// (it gets a new ID when it is requeued), so a store may keep the lease
 	// as a record written once; later changes of the same ID's meta are
 	// OpUpdate.
-	OpLease
+	OpLease // OpDedup records that the queue accepted deduplication id DedupID
+	// until DedupDeadline (Unix nanoseconds), replacing any record of the
+	// id (queue.Deduplicate). Partition and Meta are not read.
+	OpDedup
+	// OpDedupForget deletes the record of deduplication id DedupID (its
+	// window is over).
+	OpDedupForget
 )
 
 // Op is one change in a Batch. Which fields are read depends on Kind.
@@ -87,7 +93,9 @@ type Op struct {
 	// NoErrors, on OpDelete, says that no ItemErrors are stored under
 	// Meta.BodyID (none were ever written), so the store need not delete
 	// them. False means they may exist.
-	NoErrors bool
+	NoErrors      bool // DedupID and DedupDeadline are read by OpDedup and OpDedupForget.
+	DedupID       string
+	DedupDeadline int64
 }
 
 // Batch is a group of changes to one queue, applied atomically by Write.
@@ -111,6 +119,17 @@ func (b *Batch) Insert(partition int32, m queue.ItemMeta, body queue.ItemBody, e
 // caller must not change *body afterwards.
 func (b *Batch) InsertBody(partition int32, m queue.ItemMeta, body *queue.ItemBody) {
 	b.Ops = append(b.Ops, Op{Kind: OpInsert, Partition: partition, Meta: m, Body: body})
+}
+
+// Dedup records deduplication id id as accepted until deadline (Unix
+// nanoseconds).
+func (b *Batch) Dedup(id string, deadline int64) {
+	b.Ops = append(b.Ops, Op{Kind: OpDedup, DedupID: id, DedupDeadline: deadline})
+}
+
+// DedupForget deletes the record of deduplication id id.
+func (b *Batch) DedupForget(id string) {
+	b.Ops = append(b.Ops, Op{Kind: OpDedupForget, DedupID: id})
 }
 
 // Update overwrites an item's metadata.
@@ -176,6 +195,11 @@ type Store interface {
 	// a queue, in ID order. It reads no payloads. An error from fn stops the
 	// scan and is returned.
 	LoadItems(ctx context.Context, queueID uint64, partition int32, fn func(queue.ItemMeta) error) error
+	// LoadDedup calls fn with every deduplication id the queue has a
+	// record of (OpDedup, not yet OpDedupForget), with its deadline, in no
+	// particular order; expired ones included. An error from fn stops the
+	// scan and is returned.
+	LoadDedup(ctx context.Context, queueID uint64, fn func(id string, deadline int64) error) error
 	// LastID returns the highest id the queue has ever persisted through
 	// Batch.LastID or the Meta.ID of an inserted, requeued or updated item
 	// (0 for a new queue), so ids are never reused after a restart. It

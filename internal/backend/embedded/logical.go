@@ -92,6 +92,9 @@ type Logical struct {
 	// removed remembers the source keys of the items with one that the
 	// queue removed, for a while (removedKeys); kept across reloads.
 	removed removedKeys
+	// dedup is the record of the deduplication ids accepted within their
+	// window (dedup.go); rebuilt by load.
+	dedup dedupIDs
 	// groups are the error groups of the dead items the queue holds as a
 	// dead-letter queue (groups.go).
 	groups map[groupKey]*group
@@ -491,6 +494,10 @@ func (l *Logical) load() {
 	if err == nil {
 		err = l.loadGroups(ctx, dead)
 	}
+	var dedup dedupIDs
+	if err == nil {
+		dedup, err = l.loadDedup(ctx)
+	}
 	if err != nil {
 		l.loadErr = unavailable(l.name, fmt.Errorf("load: %w", err))
 		l.cfg.Log.Error("load failed", "queue", l.name, "error", err)
@@ -498,6 +505,7 @@ func (l *Logical) load() {
 	}
 	l.loadErr = nil
 	l.parts, l.sourceKeys, l.lastID = parts, keys, last
+	l.dedup = dedup
 	l.dead = newDeadCounts()
 	for k := range keys {
 		l.dead.count(k, 1)

@@ -177,10 +177,11 @@ func (it *iteration) Renew(xs []engine.Item, deadline int64) error {
 // ReadyCounts implements Tx.
 func (it *iteration) ReadyCounts() ([]int, error) { return it.l.readyCounts(), nil }
 
-// Produce implements Tx.
+// Produce implements Tx. Items whose deduplication id the queue accepted
+// within its window are acknowledged and not stored (dedup.go).
 func (it *iteration) Produce(n int32, items []queue.ProduceItem, expire int64) error {
 	l, p := it.l, it.l.parts[n]
-	for _, pi := range items {
+	for _, pi := range l.dedup.deduplicate(it, items) {
 		id := l.allocID(it)
 		x := &item{id: id, bodyID: id, created: it.now, expire: expire, state: stateReady}
 		if !pi.EnqueueAt.IsZero() {

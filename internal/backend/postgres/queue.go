@@ -58,6 +58,9 @@ type Queue struct {
 	// queue's, not the dead-letter queue's (whose loop takes no part in a
 	// move here), so equals take turns per source queue and node.
 	deadNext int
+	// dedupSwept is when this node last deleted the queue's ended
+	// deduplication windows (Unix ns; dedup.go).
+	dedupSwept int64
 	// nextDue is the earliest known lifecycle time (Unix ns, 0: none).
 	nextDue  int64
 	lastPoll int64

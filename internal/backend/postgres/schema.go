@@ -247,6 +247,15 @@ CREATE INDEX styx_items_unfingerprinted ON styx_items (queue_id, id) WHERE dead_
 	`ALTER TABLE styx_items ADD COLUMN attributes bytea;
 ALTER TABLE styx_queues ADD COLUMN attributes text NOT NULL DEFAULT '';
 ALTER TABLE styx_api_keys ADD COLUMN sealed bytea;`,
+	// 7: the deduplication ids each queue accepted, with the deadline of
+	// their window (queue.Deduplicate; dedup.go), gone with their queue.
+	`CREATE TABLE styx_dedup (
+	queue_id bigint NOT NULL REFERENCES styx_queues (id) ON DELETE CASCADE,
+	dedup_id text   NOT NULL,
+	deadline bigint NOT NULL,
+	PRIMARY KEY (queue_id, dedup_id)
+);
+CREATE INDEX styx_dedup_deadline ON styx_dedup (queue_id, deadline);`,
 }
 
 // migrate brings the schema up to date. Nodes starting together serialize on

@@ -47,6 +47,9 @@ type iteration struct {
 	metrics []func()
 	// more says the lifecycle hit its batch size: run it again at once.
 	more bool
+	// dedupAsked are the deduplication ids this iteration claimed, and
+	// dedupClaimed those it got and no item has used yet (dedup.go).
+	dedupAsked, dedupClaimed map[string]bool
 }
 
 type newID struct {
@@ -251,6 +254,10 @@ func (it *iteration) ReadyCounts() ([]int, error) {
 
 // Produce implements engine.Tx.
 func (it *iteration) Produce(n int32, items []queue.ProduceItem, expire int64) error {
+	items, err := it.deduplicate(items)
+	if err != nil {
+		return err
+	}
 	for _, pi := range items {
 		in := insert{partition: n, state: stateReady, created: it.now,
 			body: queue.ItemBody{Reference: pi.Reference, Kind: pi.Kind, Encoding: pi.Encoding, Payload: pi.Payload,
@@ -439,6 +446,9 @@ func (it *iteration) commit(replies []engine.Reply, err error) {
 	q := it.q
 	if err == nil {
 		err = it.flush()
+	}
+	if err == nil {
+		err = it.releaseClaims()
 	}
 	if err == nil && it.lifecycle {
 		err = q.learnDue(it.ctx, it.tx, it)

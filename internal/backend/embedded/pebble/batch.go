@@ -1,6 +1,7 @@
 package pebble
 
 import (
+	"encoding/binary"
 	"fmt"
 
 	pebbledb "github.com/cockroachdb/pebble/v2"
@@ -11,7 +12,7 @@ import (
 
 // spaces are the item key spaces in key order: write emits a batch's
 // records one space after the other.
-var spaces = [...]byte{prefixMeta, prefixBody, prefixErrors, prefixState}
+var spaces = [...]byte{prefixMeta, prefixBody, prefixErrors, prefixState, prefixDedup}
 
 // batchWriter turns a store.Batch's ops into the records of a Pebble batch
 // (format 2, ADR 0020).
@@ -122,6 +123,16 @@ func (w *batchWriter) op(op *store.Op, space byte) error {
 				return err
 			}
 			return w.setBody(part, m.BodyID, op.Body)
+		}
+	case store.OpDedup:
+		if space == prefixDedup {
+			v := binary.BigEndian.AppendUint64(w.vbuf[:0], uint64(op.DedupDeadline))
+			w.vbuf = v
+			return w.pb.Set(dedupKey(w.qid, op.DedupID), v, nil)
+		}
+	case store.OpDedupForget:
+		if space == prefixDedup {
+			return w.pb.Delete(dedupKey(w.qid, op.DedupID), nil)
 		}
 	default:
 		return fmt.Errorf("unknown op kind %d", op.Kind)

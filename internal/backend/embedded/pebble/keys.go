@@ -19,6 +19,7 @@ const (
 	prefixBody     byte = 0x11 // 0x11 qid part bodyID → item body
 	prefixErrors   byte = 0x12 // 0x12 qid part bodyID → item errors
 	prefixState    byte = 0x13 // 0x13 qid part id → item meta once changed
+	prefixDedup    byte = 0x14 // 0x14 qid deduplication id → its deadline (8-byte BE Unix nanoseconds)
 )
 
 // formatValue is stored under formatKey; Open refuses any other but
@@ -83,6 +84,11 @@ func itemKey(buf *[itemKeyLen]byte, prefix byte, queueID uint64, partition int32
 	binary.BigEndian.PutUint32(buf[queueKeyLen:], uint32(partition))
 	binary.BigEndian.PutUint64(buf[partitionKeyLen:], id)
 	return buf[:]
+}
+
+// dedupKey is the key of a queue's record of a deduplication id.
+func dedupKey(queueID uint64, id string) []byte {
+	return append(queueKey(prefixDedup, queueID), id...)
 }
 
 // itemID returns the id at the end of an item key.

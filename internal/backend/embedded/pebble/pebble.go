@@ -743,7 +743,7 @@ func (s *Store) deleteQueue(ctx context.Context, name string) error {
 
 	b := s.db.NewBatch()
 	defer b.Close()
-	for _, prefix := range []byte{prefixMeta, prefixBody, prefixErrors, prefixState} {
+	for _, prefix := range []byte{prefixMeta, prefixBody, prefixErrors, prefixState, prefixDedup} {
 		start := queueKey(prefix, info.ID)
 		if err := b.DeleteRange(start, prefixEnd(start), nil); err != nil {
 			return err
@@ -779,6 +779,45 @@ func (s *Store) LoadItems(ctx context.Context, queueID uint64, partition int32, 
 		return fmt.Errorf("pebble: load items of queue %d partition %d: %w", queueID, partition, err)
 	}
 	return nil
+}
+
+// LoadDedup implements store.Store: one scan of the queue's deduplication
+// records.
+func (s *Store) LoadDedup(ctx context.Context, queueID uint64, fn func(id string, deadline int64) error) error {
+	errFn, err := s.loadDedup(ctx, queueID, fn)
+	if errFn != nil {
+		return errFn
+	}
+	if err != nil {
+		return fmt.Errorf("pebble: load deduplication ids of queue %d: %w", queueID, err)
+	}
+	return nil
+}
+
+func (s *Store) loadDedup(ctx context.Context, queueID uint64, fn func(id string, deadline int64) error) (errFn, err error) {
+	if _, err := s.queue(ctx, queueID); err != nil {
+		return nil, err
+	}
+	defer s.exit()
+	start := queueKey(prefixDedup, queueID)
+	it, err := s.db.NewIterWithContext(ctx, &pebbledb.IterOptions{LowerBound: start, UpperBound: prefixEnd(start)})
+	if err != nil {
+		return nil, err
+	}
+	defer it.Close()
+	for it.First(); it.Valid(); it.Next() {
+		v, err := it.ValueAndErr()
+		if err != nil {
+			return nil, err
+		}
+		if len(v) != 8 {
+			return nil, fmt.Errorf("%w: deduplication record of %d bytes", errCorrupt, len(v))
+		}
+		if err := fn(string(it.Key()[queueKeyLen:]), int64(binary.BigEndian.Uint64(v))); err != nil {
+			return err, nil
+		}
+	}
+	return nil, it.Error()
 }
 
 // loadItems returns fn's error apart, so that it is passed on unwrapped.

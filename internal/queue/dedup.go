@@ -1,0 +1,69 @@
+package queue
+
+import (
+	"time"
+
+	"github.com/styxq/styx/internal/apierr"
+)
+
+// Deduplication (issues 37 and 40): an item produced with a deduplication
+// id is stored once per queue and deduplication window, however often its
+// produce is retried, on every node and across restarts. Every backend
+// keeps the ids it accepted, each with the deadline of its window, in the
+// same atomic write as the items (embedded: the batch; PostgreSQL: the
+// transaction and the styx_dedup table), so that an id is never recorded
+// without its item nor an item stored without its id.
+
+// DeduplicationWindow is how long a queue remembers a deduplication id it
+// accepted, from its acceptance: 5 minutes, SQS's (MessageDeduplicationId).
+// A produce within the window is not stored again; after it, the id is
+// accepted anew.
+const DeduplicationWindow = 5 * time.Minute
+
+// MaxDeduplicationID is the longest deduplication id, in bytes (SQS's).
+const MaxDeduplicationID = 128
+
+// CheckDeduplicationID returns an apierr.Invalid error naming field unless
+// id is empty (no deduplication) or 1 to 128 characters among ASCII
+// letters, digits and punctuation (SQS's rule for MessageDeduplicationId).
+func CheckDeduplicationID(field, id string) error {
+	if len(id) > MaxDeduplicationID {
+		return apierr.Invalidf("invalid %s; %d bytes, the limit is %d", field, len(id), MaxDeduplicationID)
+	}
+	for i := 0; i < len(id); i++ {
+		if c := id[i]; c <= ' ' || c > '~' {
+			return apierr.Invalidf("invalid %s; byte %d (0x%02x) is not an ASCII letter, digit or punctuation", field, i, c)
+		}
+	}
+	return nil
+}
+
+// Deduplicate returns items without those whose deduplication id seen
+// reports as accepted within the window, nor those whose id an earlier item
+// of items carries; seen is asked once per distinct id. The order of the
+// items kept is theirs. Items without an id are always kept. Backends call
+// it from their Tx.Produce, with seen reading their own record of ids.
+func Deduplicate(items []ProduceItem, seen func(id string) bool) []ProduceItem {
+	var out []ProduceItem
+	var taken map[string]bool
+	for i, it := range items {
+		drop := false
+		if it.DeduplicationID != "" {
+			if taken == nil {
+				taken = map[string]bool{}
+			}
+			drop = taken[it.DeduplicationID] || seen(it.DeduplicationID)
+			taken[it.DeduplicationID] = true
+		}
+		switch {
+		case drop && out == nil:
+			out = append(make([]ProduceItem, 0, len(items)-1), items[:i]...)
+		case !drop && out != nil:
+			out = append(out, it)
+		}
+	}
+	if out == nil {
+		return items
+	}
+	return out
+}

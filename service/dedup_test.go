@@ -1,0 +1,149 @@
+package service_test
+
+import (
+	"fmt"
+	"slices"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/require"
+
+	styx "github.com/styxq/styx"
+	"github.com/styxq/styx/internal/queue"
+	pb "github.com/styxq/styx/styxpb"
+)
+
+// produceDedup produces one item per payload, each with the deduplication
+// id given beside it ("" for none): payloads and ids alternate.
+func (s *server) produceDedup(queueName string, payloadsAndIDs ...string) {
+	s.t.Helper()
+	require.NoError(s.t, s.C.QueueProduce(ctx, dedupRequest(queueName, payloadsAndIDs...)))
+}
+
+func dedupRequest(queueName string, payloadsAndIDs ...string) *pb.QueueProduceRequest {
+	req := &pb.QueueProduceRequest{QueueName: queueName, RequestTimeout: "10s"}
+	for i := 0; i < len(payloadsAndIDs); i += 2 {
+		req.Items = append(req.Items, &pb.QueueProduceItem{Bytes: []byte(payloadsAndIDs[i]), DeduplicationId: payloadsAndIDs[i+1]})
+	}
+	return req
+}
+
+// payloads lists the payloads a queue holds, sorted.
+func (s *server) payloads(queueName string) []string {
+	var out []string
+	for _, it := range s.items(queueName) {
+		out = append(out, string(it.Payload))
+	}
+	slices.Sort(out)
+	return out
+}
+
+// TestDeduplication: an item whose deduplication_id the queue accepted
+// within the window (5 minutes from the acceptance) is acknowledged and not
+// stored again, whatever became of the first item, across a restart; the
+// window ends; ids are per queue; bad ids are refused naming the field.
+func TestDeduplication(t *testing.T) {
+	forEachBackend(t, func(t *testing.T, b backend) {
+		s := startFake(t, b)
+		s.createQueue(&pb.QueueInfo{QueueName: "dd", LeaseTimeout: "1m", RequestedPartitions: 2})
+		s.createQueue(&pb.QueueInfo{QueueName: "other", LeaseTimeout: "1m"})
+
+		s.produceDedup("dd", "a", "x", "a-again-in-the-request", "x", "b", "", "b-again", "")
+		require.Equal(t, []string{"a", "b", "b-again"}, s.payloads("dd"), "one item per id in a request; items without an id all stored")
+
+		s.produceDedup("dd", "a-retried", "x", "c", "y")
+		require.Equal(t, []string{"a", "b", "b-again", "c"}, s.payloads("dd"), "a retried id is acknowledged, not stored")
+
+		// The window counts from the acceptance, not the item's life.
+		for len(s.items("dd")) > 0 {
+			res := s.lease("dd", 10)
+			var ids []string
+			for _, it := range res.Items {
+				ids = append(ids, it.Id)
+			}
+			s.complete("dd", res.Partition, ids...)
+		}
+		s.produceDedup("dd", "a-after-complete", "x")
+		require.Empty(t, s.payloads("dd"), "an id is remembered after its item completed")
+
+		s.produceDedup("other", "a-elsewhere", "x")
+		require.Equal(t, []string{"a-elsewhere"}, s.payloads("other"), "ids are per queue")
+
+		s.restart()
+		s.produceDedup("dd", "a-after-restart", "x", "c-after-restart", "y")
+		require.Empty(t, s.payloads("dd"), "the window survives a restart")
+
+		s.advance(queue.DeduplicationWindow - time.Second)
+		s.produceDedup("dd", "a-late", "x")
+		require.Empty(t, s.payloads("dd"), "within the window")
+		s.advance(time.Second)
+		s.produceDedup("dd", "a-new-window", "x", "again", "x")
+		require.Equal(t, []string{"a-new-window"}, s.payloads("dd"), "after the window the id is accepted anew, once")
+		s.advance(queue.DeduplicationWindow - time.Second)
+		s.produceDedup("dd", "a-in-new-window", "x")
+		require.Equal(t, []string{"a-new-window"}, s.payloads("dd"), "the new window counts from the new acceptance")
+
+		// Ended windows are forgotten as produces go on, and the ids
+		// accepted meanwhile stay.
+		s.advance(2 * queue.DeduplicationWindow)
+		for i := range 50 {
+			s.produceDedup("dd", fmt.Sprint("n", i), fmt.Sprint("n", i))
+		}
+		s.restart()
+		s.produceDedup("dd", "n0-again", "n0", "x-again", "x")
+		require.Len(t, s.payloads("dd"), 52, "n0 remembered, x's window over")
+
+		for _, c := range []struct{ id, says string }{
+			{strings.Repeat("d", 129), "129 bytes, the limit is 128"},
+			{"with space", "byte 4 (0x20)"},
+			{"é", "byte 0 (0xc3)"},
+		} {
+			err := s.C.QueueProduce(ctx, dedupRequest("dd", "bad", c.id))
+			requireCode(t, err, styx.CodeBadRequest, "items[0].deduplication_id", c.says)
+		}
+		require.Len(t, s.payloads("dd"), 52, "a refused produce stores nothing")
+
+		// A deleted queue's ids go with it.
+		require.NoError(t, s.C.QueuesDelete(ctx, &pb.QueuesDeleteRequest{QueueName: "other"}))
+		s.createQueue(&pb.QueueInfo{QueueName: "other", LeaseTimeout: "1m"})
+		s.produceDedup("other", "a-in-new-queue", "x")
+		require.Equal(t, []string{"a-in-new-queue"}, s.payloads("other"))
+	})
+}
+
+// TestClusterDeduplication: two nodes on one PostgreSQL database producing
+// the same deduplication ids at once store each id's item once.
+func TestClusterDeduplication(t *testing.T) {
+	t.Parallel()
+	nodes := cluster(t, 2)
+	nodes[0].createQueue(&pb.QueueInfo{QueueName: "dd", LeaseTimeout: "1m", RequestedPartitions: 2})
+	const ids, rounds = 200, 4
+	var wg sync.WaitGroup
+	for n, node := range nodes {
+		for r := range rounds {
+			wg.Go(func() {
+				// Each producer sends every id, in its own order, ten per request.
+				var args []string
+				for k := range ids {
+					id := (k*(2*r+1) + n*7) % ids
+					args = append(args, fmt.Sprintf("node%d-round%d-id%d", n, r, id), fmt.Sprint("id", id))
+					if len(args) == 20 {
+						require.NoError(t, node.C.QueueProduce(ctx, dedupRequest("dd", args...)))
+						args = nil
+					}
+				}
+			})
+		}
+	}
+	wg.Wait()
+	stored := map[string]int{}
+	for _, p := range nodes[1].payloads("dd") {
+		stored[p[strings.LastIndex(p, "-id")+3:]]++
+	}
+	require.Len(t, stored, ids, "every id stored")
+	for id, n := range stored {
+		require.Equal(t, 1, n, "id%s stored once", id)
+	}
+}
