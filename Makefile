@@ -1,4 +1,4 @@
-.PHONY: ha ha-short help test test-short lint proto build bench bench-cpu soak bench-postgres bench-postgres-ceiling bench-go pg-start pg-stop cluster-stress faults
+.PHONY: ha ha-short ha-patroni help test test-short lint proto build bench bench-cpu soak bench-postgres bench-postgres-ceiling bench-go pg-start pg-stop cluster-stress faults
 help: ## list targets
 	@grep -E '^[a-z-]+:.*##' $(MAKEFILE_LIST) | sed 's/:.*## /\t/'
 build: ## build the styx binary into ./bin
@@ -41,3 +41,5 @@ ha: ## PostgreSQL failover under load with the built binary: a primary and a syn
 	scripts/ha.sh $${HA_RUNS:-10}
 ha-short: ## one short run of `make ha` (the CI variant)
 	HA_WARMUP=1s HA_AFTER=1s scripts/ha.sh 1
+ha-patroni: ## the load of `make ha` on two Patroni-managed PostgreSQL nodes and etcd (deploy/patroni, installed with apt as root): a `patronictl switchover` per run, or SIGKILL of the leader's postmaster and Patroni's own failover with HA_PATRONI_KILL=postmaster; prints the same figures per run (HA_RUNS=3)
+	scripts/ha-patroni.sh $${HA_RUNS:-3}
