@@ -67,6 +67,14 @@ type Tx interface {
 	Kill(x Item, reason string, h *queue.ItemErrors) (moving bool, err error)
 	// Complete deletes xs (a complete).
 	Complete(xs []Item) error
+	// Requeued returns the item of partition n that entered the queue
+	// under id first (queue.LeasedItem.FirstID) when it has been requeued
+	// since (its id is no longer first) and is ready or scheduled now, as
+	// this iteration sees it; false when there is none (it left the queue,
+	// is leased or dying, or was never requeued). PostgreSQL passes over a
+	// row another transaction holds (it is being leased or changed) and
+	// reports false. The engine may then Complete the item.
+	Requeued(n int32, first uint64) (Item, bool, error)
 	// Renew sets the lease deadline of xs (Unix ns).
 	Renew(xs []Item, deadline int64) error
 	// ReadyCounts returns each partition's ready items, for the engine's
@@ -212,6 +220,12 @@ type (
 		items     []queue.Item
 		out       []queue.Item
 	}
+	// receivedOp deletes the items of receipts (DeleteReceived).
+	receivedOp struct {
+		partition int32
+		rs        []queue.Receipt
+		deleted   []bool
+	}
 	deleteOp struct {
 		refs         []queue.ItemRef
 		exceptLeased bool // DeleteDead: skip leased items
@@ -238,6 +252,7 @@ func (*retryOp) isOp()    {}
 func (*renewOp) isOp()    {}
 func (*importOp) isOp()   {}
 func (*deleteOp) isOp()   {}
+func (*receivedOp) isOp() {}
 func (*clearOp) isOp()    {}
 func (*redriveOp) isOp()  {}
 func (*editOp) isOp()     {}
@@ -334,6 +349,32 @@ func (e *Engine) Complete(ctx context.Context, partition int32, ids []uint64) er
 		return err
 	}
 	return e.Loop.Call(ctx, &completeOp{partition: partition, ids: ids}, false)
+}
+
+// DeleteReceived deletes, for each receipt of rs, the item of the lease it
+// names (the SQS API's DeleteMessage, whose receipt handle outlives the
+// lease) unless the item has been leased again since: it deletes the item when it is still under
+// that lease (live, or expired and not yet ended), or when the lease ended
+// (it expired, or a retry ended it) and the item waits, ready or
+// scheduled, with the attempts it had under that lease. The check and the
+// delete are one step of the queue's loop (one transaction on
+// PostgreSQL), so an item leased in between is never deleted. It reports,
+// in rs order, whether it deleted each item: false when the item was
+// leased again, completed, dead-lettered or deleted since (or by an earlier
+// receipt of rs). A partition the
+// queue does not have is an apierr.Invalid error. A retry that released
+// the lease (RetryItem.Release) gives the attempt back, so a receipt of
+// the lease before it deletes the item after it is leased again and that
+// lease ends too (the SQS API never releases).
+func (e *Engine) DeleteReceived(ctx context.Context, partition int32, rs []queue.Receipt) ([]bool, error) {
+	if err := e.admit(false); err != nil {
+		return nil, err
+	}
+	op := &receivedOp{partition: partition, rs: rs}
+	if err := e.Loop.Call(ctx, op, false); err != nil {
+		return nil, err
+	}
+	return op.deleted, nil
 }
 
 // Retry ends leases without completion: each item is requeued with a new
@@ -641,6 +682,8 @@ func (e *Engine) handle(it *pass, r *Request) (ReplyMode, error) {
 				Kind: b.Kind, Encoding: b.Encoding, Payload: b.Payload, Attributes: b.Attributes, RedriveCount: b.RedriveCount + 1}}
 		}
 		return Durable, it.tx.Redrive(n, items, queue.ExpireDeadline(it.info, it.now))
+	case *receivedOp:
+		return Consume, e.deleteReceived(it, op)
 	case *deleteOp:
 		for _, ref := range op.refs {
 			if err := queue.CheckPartition(it.info.Name, it.info.Partitions, ref.Partition); err != nil {
@@ -773,6 +816,51 @@ func (e *Engine) produceTo(it *pass) (int32, error) {
 	n := FewestReady(it.ready, e.produceNext)
 	e.produceNext = n + 1
 	return int32(n), nil
+}
+
+// deleteReceived runs a DeleteReceived: for each receipt, the item under
+// its lease, or the one it became when that lease ended, if it has not
+// been leased since (same attempts, and ready or scheduled: Tx.Requeued).
+func (e *Engine) deleteReceived(it *pass, op *receivedOp) error {
+	if err := queue.CheckPartition(it.info.Name, it.info.Partitions, op.partition); err != nil {
+		return err
+	}
+	op.deleted = make([]bool, len(op.rs))
+	for i, r := range op.rs {
+		ok, err := e.deleteReceipt(it, op.partition, r)
+		if err != nil {
+			return err
+		}
+		op.deleted[i] = ok
+	}
+	return nil
+}
+
+// deleteReceipt deletes the item of one receipt (deleteReceived).
+func (e *Engine) deleteReceipt(it *pass, n int32, r queue.Receipt) (bool, error) {
+	x, ok := it.tx.Item(n, r.ID)
+	if ok {
+		// Ids change only at a requeue: an item leased under r.ID is
+		// under r's lease.
+		ok = x.Leased
+	} else if r.FirstID != 0 {
+		var err error
+		if x, ok, err = it.tx.Requeued(n, r.FirstID); err != nil {
+			return false, err
+		}
+		ok = ok && x.ID > r.ID && x.Attempts == r.Attempts
+	}
+	if !ok {
+		return false, nil
+	}
+	if err := it.tx.Complete([]Item{x}); err != nil {
+		return false, err
+	}
+	it.ready = nil
+	if e.completed != nil {
+		e.completed(x.Attempts)
+	}
+	return true, nil
 }
 
 // live returns item id of partition n when it is under a live lease.
@@ -952,6 +1040,10 @@ func lockSet(reqs []*Request) ([]uint64, *queue.ClearParams) {
 			}
 		case *renewOp:
 			ids = append(ids, op.ids...)
+		case *receivedOp:
+			for _, r := range op.rs {
+				ids = append(ids, r.ID)
+			}
 		case *deleteOp:
 			for _, ref := range op.refs {
 				ids = append(ids, ref.ID)

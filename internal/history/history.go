@@ -352,3 +352,21 @@ func (c countingQueue) Complete(ctx context.Context, partition int32, ids []uint
 	}
 	return err
 }
+
+func (c countingQueue) DeleteReceived(ctx context.Context, partition int32, rs []queue.Receipt) ([]bool, error) {
+	deleted, err := c.Queue.DeleteReceived(ctx, partition, rs)
+	if n := countTrue(deleted); n > 0 {
+		c.r.Completed(c.Name(), n)
+	}
+	return deleted, err
+}
+
+func countTrue(bs []bool) int {
+	n := 0
+	for _, b := range bs {
+		if b {
+			n++
+		}
+	}
+	return n
+}

@@ -31,6 +31,10 @@ type Queue interface {
 	// one; ErrNoItems when none came before then.
 	Lease(ctx context.Context, p LeaseParams) (LeaseResult, error)
 	Complete(ctx context.Context, partition int32, ids []uint64) error
+	// DeleteReceived deletes the item each receipt's lease was of, unless
+	// it has been leased again since (see engine.Engine.DeleteReceived); it
+	// reports, in order, whether it deleted each.
+	DeleteReceived(ctx context.Context, partition int32, rs []Receipt) ([]bool, error)
 	Retry(ctx context.Context, partition int32, items []RetryItem) ([]RetryOutcome, error)
 	Renew(ctx context.Context, partition int32, ids []uint64, timeout time.Duration) ([]time.Time, error)
 	Stats(ctx context.Context) (Stats, error)

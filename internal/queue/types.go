@@ -37,7 +37,12 @@ type LeaseParams struct {
 
 // LeasedItem is an item handed out by a lease.
 type LeasedItem struct {
-	ID            uint64
+	ID uint64
+	// FirstID is the id the item had when it entered the queue (produced,
+	// imported, redriven or dead-lettered into it). It stays the same while
+	// the item's id changes at every requeue, until the item leaves the
+	// queue; with ID and Attempts it names this lease in a Receipt.
+	FirstID       uint64
 	Attempts      int32
 	LeaseDeadline time.Time
 	Encoding      string
@@ -50,6 +55,15 @@ type LeasedItem struct {
 	// dead-letter queue (the SQS API's DeadLetterQueueSourceArn); empty
 	// otherwise.
 	SourceQueue string
+}
+
+// Receipt names one lease of an item after the lease has ended, as the
+// SQS API's receipt handle does (Queue.DeleteReceived): the item's
+// LeasedItem.ID, FirstID and Attempts as the lease handed them out.
+type Receipt struct {
+	ID       uint64
+	FirstID  uint64
+	Attempts int32
 }
 
 // LeaseResult is the answer to a lease: items from one partition.

@@ -161,6 +161,19 @@ func (it *iteration) Complete(xs []engine.Item) error {
 	return nil
 }
 
+// Requeued implements Tx from the partition's index of requeued items.
+func (it *iteration) Requeued(n int32, first uint64) (engine.Item, bool, error) {
+	if n < 0 || int(n) >= len(it.l.parts) {
+		return engine.Item{}, false, nil
+	}
+	p := it.l.parts[n]
+	x := p.requeuedItem(first)
+	if x == nil || x.state != stateReady && x.state != stateScheduled {
+		return engine.Item{}, false, nil
+	}
+	return view(p, x), true, nil
+}
+
 // Renew implements Tx.
 func (it *iteration) Renew(xs []engine.Item, deadline int64) error {
 	for _, v := range xs {
@@ -218,7 +231,7 @@ func (it *iteration) Lease(n int32, want int, deadline int64) ([]queue.LeasedIte
 	var newest uint64
 	for i, x := range items {
 		b := bodies[x.bodyID]
-		out[i] = queue.LeasedItem{ID: x.id, Attempts: x.attempts, LeaseDeadline: time.Unix(0, deadline).UTC(),
+		out[i] = queue.LeasedItem{ID: x.id, FirstID: x.bodyID, Attempts: x.attempts, LeaseDeadline: time.Unix(0, deadline).UTC(),
 			Encoding: b.Encoding, Kind: b.Kind, Reference: b.Reference, Payload: b.Payload, Attributes: b.Attributes,
 			SourceQueue: b.SourceQueue}
 		newest = max(newest, x.id)

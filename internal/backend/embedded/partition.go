@@ -161,6 +161,10 @@ type partition struct {
 	ages itemHeap
 	// scheduled lists the scheduled items by id (scheduled.list).
 	scheduled schedIndex
+	// requeued maps the id an item entered the partition under (its
+	// bodyID) to its id now, for items requeued since (requeued.go); nil
+	// until the first.
+	requeued map[uint64]uint64
 	// counts by state
 	nReady, nLeased, nScheduled, nDying int
 	// nFailures counts the items waiting for another attempt after a
@@ -188,6 +192,7 @@ func (p *partition) total() int { return len(p.items) }
 // add files a new or reloaded item by its state.
 func (p *partition) add(it *item) {
 	p.items[it.id] = it
+	p.link(it)
 	it.timedIdx, it.expireIdx, it.ageIdx = -1, -1, -1
 	heap.Push(&p.ages, it)
 	p.sumCreated.add(it.created)
@@ -296,6 +301,7 @@ func (p *partition) rekey(it *item, id uint64) {
 	delete(p.items, it.id)
 	it.id = id
 	p.items[id] = it
+	p.link(it)
 }
 
 // isScheduled reports whether the item of id is scheduled.

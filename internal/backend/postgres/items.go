@@ -162,16 +162,16 @@ func lease(ctx context.Context, tx pgx.Tx, queueID uint64, partition int32, n in
 		SELECT id FROM styx_items WHERE queue_id=$1 AND partition=$2 AND state=0 AND (expire_deadline=0 OR expire_deadline > $5)
 		ORDER BY id LIMIT $3 FOR UPDATE SKIP LOCKED)
 		UPDATE styx_items t SET state=1, attempts=t.attempts+1, deadline=$4 FROM c WHERE t.queue_id=$1 AND t.id=c.id
-		RETURNING t.id, t.attempts, t.reference, t.kind, t.encoding, t.payload, t.attributes, t.source_queue`,
+		RETURNING t.id, coalesce(t.first_id, t.id), t.attempts, t.reference, t.kind, t.encoding, t.payload, t.attributes, t.source_queue`,
 		int64(queueID), partition, n, deadline, now)
 	if err != nil {
 		return nil, err
 	}
 	items, err := pgx.CollectRows(rows, func(r pgx.CollectableRow) (queue.LeasedItem, error) {
 		var it queue.LeasedItem
-		var id int64
-		err := r.Scan(&id, &it.Attempts, &it.Reference, &it.Kind, &it.Encoding, &it.Payload, &it.Attributes, &it.SourceQueue)
-		it.ID, it.LeaseDeadline = uint64(id), queue.FromNanos(deadline)
+		var id, first int64
+		err := r.Scan(&id, &first, &it.Attempts, &it.Reference, &it.Kind, &it.Encoding, &it.Payload, &it.Attributes, &it.SourceQueue)
+		it.ID, it.FirstID, it.LeaseDeadline = uint64(id), uint64(first), queue.FromNanos(deadline)
 		return it, err
 	})
 	if err != nil {
@@ -331,7 +331,8 @@ type requeue struct {
 }
 
 // requeueItems gives each item a new id (ids are lease handles) and its new
-// state.
+// state; the first requeue keeps the id the item entered the queue under in
+// first_id.
 func requeueItems(ctx context.Context, tx pgx.Tx, queueID uint64, rs []requeue) error {
 	n := len(rs)
 	ids, newIDs, states, deadlines, attempts, set, lastErr, errs := make([]int64, n), make([]int64, n), make([]int16, n), make([]int64, n),
@@ -344,13 +345,27 @@ func requeueItems(ctx context.Context, tx pgx.Tx, queueID uint64, rs []requeue) 
 		}
 	}
 	_, err := tx.Exec(ctx, `UPDATE styx_items t SET id = CASE WHEN u.new_id <> 0 THEN u.new_id ELSE nextval('styx_item_ids') END,
-		state=u.state, deadline=u.deadline, attempts=u.attempts,
+		first_id = coalesce(t.first_id, t.id), state=u.state, deadline=u.deadline, attempts=u.attempts,
 		last_error = CASE WHEN u.set THEN u.last_error ELSE t.last_error END,
 		errors = CASE WHEN u.set THEN u.errs::jsonb ELSE t.errors END
 		FROM unnest($2::bigint[], $3::smallint[], $4::bigint[], $5::integer[], $6::boolean[], $7::text[], $8::text[], $9::bigint[])
 			AS u(id, state, deadline, attempts, set, last_error, errs, new_id)
 		WHERE t.queue_id=$1 AND t.id=u.id`, int64(queueID), ids, states, deadlines, attempts, set, lastErr, errs, newIDs)
 	return err
+}
+
+// requeuedRow locks the ready or scheduled item of a partition that
+// entered the queue under id first and has been requeued since, skipping
+// it when another transaction holds it (it is being leased or changed);
+// false when there is none.
+func requeuedRow(ctx context.Context, tx pgx.Tx, queueID uint64, partition int32, first int64) (row, bool, error) {
+	rows, err := collectRows(tx.Query(ctx, `SELECT `+rowColumns+` FROM styx_items
+		WHERE queue_id=$1 AND first_id=$2 AND partition=$3 AND state IN (0, 2) FOR UPDATE SKIP LOCKED`,
+		int64(queueID), first, partition))
+	if err != nil || len(rows) == 0 {
+		return row{}, false, err
+	}
+	return rows[0], true, nil
 }
 
 // renewLeases sets the lease deadline of leased items whose rows the

@@ -256,6 +256,13 @@ ALTER TABLE styx_api_keys ADD COLUMN sealed bytea;`,
 	PRIMARY KEY (queue_id, dedup_id)
 );
 CREATE INDEX styx_dedup_deadline ON styx_dedup (queue_id, deadline);`,
+	// 8: the id an item entered its queue under (queue.LeasedItem.FirstID),
+	// set by its first requeue (which changes id) and NULL before (the id
+	// then is the first one): a receipt of an ended lease finds the item
+	// by it (queue.Receipt). Nullable without a default: adding it
+	// rewrites no row; the index holds requeued items only.
+	`ALTER TABLE styx_items ADD COLUMN first_id bigint;
+CREATE INDEX styx_items_first ON styx_items (queue_id, first_id) WHERE first_id IS NOT NULL;`,
 }
 
 // migrate brings the schema up to date. Nodes starting together serialize on

@@ -224,6 +224,20 @@ func (it *iteration) Complete(xs []engine.Item) error {
 	return nil
 }
 
+// Requeued implements engine.Tx, after the changes gathered so far (a
+// requeue of this iteration has its first_id), in one statement that locks
+// the row it finds and passes over one another transaction holds.
+func (it *iteration) Requeued(n int32, first uint64) (engine.Item, bool, error) {
+	if err := it.flush(); err != nil {
+		return engine.Item{}, false, err
+	}
+	x, ok, err := requeuedRow(it.ctx, it.tx, it.q.id, n, int64(first))
+	if !ok || err != nil {
+		return engine.Item{}, false, err
+	}
+	return it.hold([]row{x})[0], true, nil
+}
+
 // Renew implements engine.Tx: one statement, on rows the iteration holds
 // (any other fails the iteration, as Complete).
 func (it *iteration) Renew(xs []engine.Item, deadline int64) error {

@@ -451,6 +451,83 @@ var rows = []row{
 		require.NoError(e.t, q.Complete(e.ctx, res.Partition, []uint64{res.Items[1].ID}))
 		require.Empty(e.t, e.items(q))
 	}},
+	{"DeleteReceivedUnlessLeasedSince", func(e *env) {
+		q, dlq := e.withDLQ(func(i *queue.QueueInfo) { i.MaxAttempts = 3 })
+		receipt := func(x queue.LeasedItem) queue.Receipt {
+			require.NotZero(e.t, x.FirstID)
+			return queue.Receipt{ID: x.ID, FirstID: x.FirstID, Attempts: x.Attempts}
+		}
+		deleted := func(part int32, r queue.Receipt, want bool) {
+			e.t.Helper()
+			ok, err := q.DeleteReceived(e.ctx, part, []queue.Receipt{r})
+			require.NoError(e.t, err)
+			require.Equal(e.t, []bool{want}, ok)
+		}
+		// Under its lease.
+		e.produce(q, "a")
+		part, a := e.leaseOne(q, "a")
+		require.Equal(e.t, a.ID, a.FirstID, "an item never requeued has its first id")
+		deleted(part, receipt(a), true)
+		require.Empty(e.t, e.items(q))
+		deleted(part, receipt(a), false)
+		// After its lease expired, nobody having leased it since: the
+		// lease ends in the same iteration as the delete.
+		e.produce(q, "b")
+		part, b := e.leaseOne(q, "b")
+		e.clk.Advance(leaseTimeout)
+		deleted(part, receipt(b), true)
+		require.Empty(e.t, e.items(q))
+		// After a retry ended the lease, and after a second requeue.
+		e.produce(q, "c")
+		part, c := e.leaseOne(q, "c")
+		out, err := q.Retry(e.ctx, part, []queue.RetryItem{{ID: c.ID}})
+		require.NoError(e.t, err)
+		require.NotEqual(e.t, c.ID, out[0].NewID)
+		deleted(part, receipt(c), true)
+		require.Empty(e.t, e.items(q))
+		// Leased again since: the old receipt deletes nothing, whether the
+		// new lease is live or has ended too; the new one deletes it.
+		e.produce(q, "d")
+		part, d1 := e.leaseOne(q, "d")
+		e.advance(leaseTimeout, q)
+		_, d2 := e.leaseOne(q, "d")
+		require.Equal(e.t, d1.FirstID, d2.FirstID, "the first id stays across requeues")
+		require.NotEqual(e.t, d1.ID, d2.ID)
+		deleted(part, receipt(d1), false)
+		e.advance(leaseTimeout, q)
+		deleted(part, receipt(d1), false)
+		c0, _ := e.counts(q)
+		require.Equal(e.t, counts{total: 1, ready: 1, failures: 1}, c0)
+		deleted(part, receipt(d2), true)
+		c0, _ = e.counts(q)
+		require.Equal(e.t, counts{}, c0)
+		// A dead-lettered item is not deleted from its dead-letter queue.
+		e.produce(q, "e")
+		var x queue.LeasedItem
+		for range 3 { // max_attempts 3: the third lease's end kills it
+			part, x = e.leaseOne(q, "e")
+			e.advance(leaseTimeout, q)
+		}
+		e.eventuallyItems(dlq, 1)
+		deleted(part, receipt(x), false)
+		require.Len(e.t, e.items(dlq), 1)
+		// Several receipts in one call, the same one twice among them:
+		// the second finds the item gone.
+		e.produce(q, "f", "g")
+		res := e.lease(q, 2)
+		require.Len(e.t, res.Items, 2)
+		f, g := receipt(res.Items[0]), receipt(res.Items[1])
+		e.advance(leaseTimeout, q)
+		ok, err := q.DeleteReceived(e.ctx, res.Partition, []queue.Receipt{f, g, f})
+		require.NoError(e.t, err)
+		require.Equal(e.t, []bool{true, true, false}, ok)
+		require.Empty(e.t, e.items(q))
+		// A partition the queue lacks is the client's error.
+		_, err = q.DeleteReceived(e.ctx, 3, []queue.Receipt{receipt(x)})
+		ae, isClient := apierr.As(err)
+		require.True(e.t, isClient, "want a client error, got %v", err)
+		require.Equal(e.t, apierr.Invalid, ae.Code)
+	}},
 	{"NotLeasedIsInvalid", func(e *env) {
 		q := e.create("q", nil)
 		e.produce(q, "a", "b")
