@@ -48,6 +48,11 @@ func missingParameter(name string) *Error {
 		Message: fmt.Sprintf("The request must contain the parameter %s.", name)}
 }
 
+// messageNotInflight is SQS's answer to a visibility change of a message
+// that is not in flight: the receive the handle names has ended.
+var messageNotInflight = &Error{Type: "MessageNotInflight", Query: "AWS.SimpleQueueService.MessageNotInflight", Status: http.StatusBadRequest,
+	Message: "The message referred to isn't in flight."}
+
 func invalidAddress(u string) *Error {
 	return &Error{Type: "InvalidAddress", Status: http.StatusNotFound, Message: fmt.Sprintf("The address %s is not valid for this endpoint.", u)}
 }
@@ -60,16 +65,10 @@ func invalidAttributeValue(format string, args ...any) *Error {
 	return &Error{Type: "InvalidAttributeValue", Status: http.StatusBadRequest, Message: fmt.Sprintf(format, args...)}
 }
 
-func receiptHandleInvalid(handle string) *Error {
-	return &Error{Type: "ReceiptHandleIsInvalid", Status: http.StatusNotFound,
-		Message: fmt.Sprintf("The input receipt handle \"%s\" is not a valid receipt handle.", handle)}
-}
-
-// receiptHandleExpired is SQS's answer to a visibility change with the
-// handle of a receive that has ended.
-func receiptHandleExpired(handle string) *Error {
-	return invalidParameter("Value %s for parameter ReceiptHandle is invalid. Reason: The receipt handle has expired.", handle)
-}
+// errReceiptHandleInvalid answers a receipt handle that is malformed or of
+// another queue, in SQS's words.
+var errReceiptHandleInvalid = &Error{Type: "ReceiptHandleIsInvalid", Status: http.StatusNotFound,
+	Message: "The input receipt handle is invalid."}
 
 // batch errors (AWS.SimpleQueueService.<Type>).
 func batchError(typ, format string, args ...any) *Error {

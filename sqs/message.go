@@ -277,7 +277,8 @@ func checkNumber(s string) error {
 }
 
 // selectAttributes returns the message attributes names asks for: "All" or
-// ".*" for all, "prefix.*" for those with the prefix, or exact names.
+// ".*" for all, "<prefix>.*" for those whose name starts with <prefix>
+// ("Custom.*" selects Custom1 and Custom.a), or exact names.
 func selectAttributes(attrs map[string]AttributeValue, names []string) map[string]AttributeValue {
 	if len(attrs) == 0 || len(names) == 0 {
 		return nil
@@ -286,7 +287,7 @@ func selectAttributes(attrs map[string]AttributeValue, names []string) map[strin
 	for n, a := range attrs {
 		for _, want := range names {
 			if want == "All" || want == ".*" || n == want ||
-				strings.HasSuffix(want, ".*") && strings.HasPrefix(n, strings.TrimSuffix(want, "*")) {
+				strings.HasSuffix(want, ".*") && strings.HasPrefix(n, strings.TrimSuffix(want, ".*")) {
 				out[n] = a
 				break
 			}

@@ -1,6 +1,7 @@
 package sqs
 
 import (
+	"encoding/base64"
 	"maps"
 	"slices"
 	"testing"
@@ -34,11 +35,17 @@ func TestCheckNumber(t *testing.T) {
 }
 
 func TestReceiptHandle(t *testing.T) {
-	h := encodeHandle(7, 2, 99)
+	it := queue.LeasedItem{ID: 99, FirstID: 42, Attempts: 3}
+	h := encodeHandle(7, 2, it)
 	got, err := decodeHandle(infoWith(7, 3), h)
 	require.NoError(t, err)
-	require.Equal(t, handle{queueID: 7, partition: 2, itemID: 99}, got)
-	for _, bad := range []string{"x", "!!", encodeHandle(8, 2, 99), encodeHandle(7, 3, 99)} {
+	require.Equal(t, handle{queueID: 7, partition: 2, receipt: queue.Receipt{ID: 99, FirstID: 42, Attempts: 3}}, got)
+	// A handle of format 1 (before first ids) is still read.
+	got, err = decodeHandle(infoWith(7, 3), base64.RawURLEncoding.EncodeToString([]byte("1:7:2:99")))
+	require.NoError(t, err)
+	require.Equal(t, handle{queueID: 7, partition: 2, receipt: queue.Receipt{ID: 99}}, got)
+	for _, bad := range []string{"x", "!!", encodeHandle(8, 2, it), encodeHandle(7, 3, it),
+		base64.RawURLEncoding.EncodeToString([]byte("2:7:2:99"))} {
 		_, err := decodeHandle(infoWith(7, 3), bad)
 		var e *Error
 		require.ErrorAs(t, err, &e, bad)
@@ -53,7 +60,9 @@ func infoWith(id uint64, partitions int32) queue.QueueInfo {
 func TestSelectAttributes(t *testing.T) {
 	attrs := map[string]AttributeValue{"ns.a": {}, "ns.b": {}, "nsx": {}, "other": {}}
 	keys := func(m map[string]AttributeValue) []string { return slices.Sorted(maps.Keys(m)) }
-	require.Equal(t, []string{"ns.a", "ns.b"}, keys(selectAttributes(attrs, []string{"ns.*"})))
+	// "<prefix>.*" selects the names that start with <prefix> (AWS's rule).
+	require.Equal(t, []string{"ns.a", "ns.b", "nsx"}, keys(selectAttributes(attrs, []string{"ns.*"})))
+	require.Equal(t, []string{"ns.a", "ns.b"}, keys(selectAttributes(attrs, []string{"ns..*"})))
 	require.Equal(t, []string{"ns.a", "ns.b", "nsx", "other"}, keys(selectAttributes(attrs, []string{"All"})))
 	require.Equal(t, []string{"ns.a", "ns.b", "nsx", "other"}, keys(selectAttributes(attrs, []string{".*"})))
 	require.Equal(t, []string{"other"}, keys(selectAttributes(attrs, []string{"other", "missing"})))

@@ -83,8 +83,8 @@ func (h *Handler) prepare(ctx context.Context, info queue.QueueInfo, in *message
 	}
 	a := readQueueAttrs(info)
 	if limit := a.maxMessageSize(); len(body)+size > limit {
-		return queue.ProduceItem{}, sendResult{}, invalidParameter("One or more parameters are invalid. Reason: Message must be shorter than %d bytes; this one has %d (body and attributes).",
-			limit, len(body)+size)
+		// SQS's words, naming the queue's MaximumMessageSize.
+		return queue.ProduceItem{}, sendResult{}, invalidParameter("One or more parameters are invalid. Reason: Message must be shorter than %d bytes.", limit)
 	}
 	delay := a.DelaySeconds
 	if in.DelaySeconds != nil {
@@ -145,11 +145,13 @@ type sendMessageBatchOutput struct {
 	Failed     []batchFailure `json:"Failed"`
 }
 
-// checkBatchIDs applies SQS's rules to a batch's entry ids.
-func checkBatchIDs(ids []string) error {
+// checkBatchIDs applies SQS's rules to a batch's entry ids; entry names the
+// action's entry type (SendMessageBatchRequestEntry…), as SQS's answer to
+// an empty batch does.
+func checkBatchIDs(entry string, ids []string) error {
 	switch {
 	case len(ids) == 0:
-		return batchError("EmptyBatchRequest", "There should be at least one entry in the request.")
+		return batchError("EmptyBatchRequest", "There should be at least one %s in the request.", entry)
 	case len(ids) > MaxBatchEntries:
 		return batchError("TooManyEntriesInBatchRequest", "Maximum number of entries per request are %d. You have sent %d.", MaxBatchEntries, len(ids))
 	}
@@ -182,7 +184,7 @@ func (h *Handler) sendMessageBatch(ctx context.Context, r *request) (any, error)
 	for i, e := range in.Entries {
 		ids[i] = e.ID
 	}
-	if err := checkBatchIDs(ids); err != nil {
+	if err := checkBatchIDs("SendMessageBatchRequestEntry", ids); err != nil {
 		return nil, err
 	}
 	out := sendMessageBatchOutput{Successful: []sendResult{}, Failed: []batchFailure{}}
@@ -324,7 +326,7 @@ func (h *Handler) toMessage(info queue.QueueInfo, partition int32, it queue.Leas
 	}
 	m := message{
 		MessageID:     env.ID,
-		ReceiptHandle: encodeHandle(info.ID, partition, it.ID),
+		ReceiptHandle: encodeHandle(info.ID, partition, it),
 		MD5OfBody:     md5Hex([]byte(body)),
 		Body:          body,
 	}
@@ -376,16 +378,22 @@ func randomHex(n int) string {
 // encodeHandle makes the receipt handle of one receive: the queue's id (a
 // handle of another queue, or of a deleted queue re-created under the
 // same name, is invalid) and the lease identity, the item's partition and
-// its id for this lease (every lease of an item has a new id; ADR 0016).
-func encodeHandle(queueID uint64, partition int32, itemID uint64) string {
-	return base64.RawURLEncoding.EncodeToString(fmt.Appendf(nil, "1:%d:%d:%d", queueID, partition, itemID))
+// its id for this lease (every lease of an item has a new id; ADR 0016),
+// with the item's first id and attempts, which find the item once the
+// lease has ended (queue.Receipt): "2:<queue id>:<partition>:<id>:<first
+// id>:<attempts>". Handles of format 1 (without the last two, made before)
+// are still read.
+func encodeHandle(queueID uint64, partition int32, it queue.LeasedItem) string {
+	return base64.RawURLEncoding.EncodeToString(fmt.Appendf(nil, "2:%d:%d:%d:%d:%d", queueID, partition, it.ID, it.FirstID, it.Attempts))
 }
 
 // handle is a decoded receipt handle.
 type handle struct {
 	queueID   uint64
 	partition int32
-	itemID    uint64
+	// receipt names the receive; FirstID and Attempts are 0 in a handle
+	// of format 1 (it then deletes only under its lease).
+	receipt queue.Receipt
 }
 
 // decodeHandle reads a receipt handle of info's queue, or answers
@@ -396,19 +404,28 @@ func decodeHandle(info queue.QueueInfo, s string) (handle, error) {
 	}
 	b, err := base64.RawURLEncoding.DecodeString(s)
 	if err != nil {
-		return handle{}, receiptHandleInvalid(s)
+		return handle{}, errReceiptHandleInvalid
 	}
 	parts := strings.Split(string(b), ":")
-	if len(parts) != 4 || parts[0] != "1" {
-		return handle{}, receiptHandleInvalid(s)
+	if !(len(parts) == 4 && parts[0] == "1" || len(parts) == 6 && parts[0] == "2") {
+		return handle{}, errReceiptHandleInvalid
 	}
 	qid, err1 := strconv.ParseUint(parts[1], 10, 64)
 	p, err2 := strconv.ParseInt(parts[2], 10, 32)
 	id, err3 := strconv.ParseUint(parts[3], 10, 64)
 	if err1 != nil || err2 != nil || err3 != nil || qid != info.ID || p < 0 || int32(p) >= info.Partitions {
-		return handle{}, receiptHandleInvalid(s)
+		return handle{}, errReceiptHandleInvalid
 	}
-	return handle{queueID: qid, partition: int32(p), itemID: id}, nil
+	hd := handle{queueID: qid, partition: int32(p), receipt: queue.Receipt{ID: id}}
+	if len(parts) == 6 {
+		first, err1 := strconv.ParseUint(parts[4], 10, 64)
+		attempts, err2 := strconv.ParseInt(parts[5], 10, 32)
+		if err1 != nil || err2 != nil {
+			return handle{}, errReceiptHandleInvalid
+		}
+		hd.receipt.FirstID, hd.receipt.Attempts = first, int32(attempts)
+	}
+	return hd, nil
 }
 
 // isStale reports whether err is the queue's answer to an id that is not
@@ -425,9 +442,12 @@ type receiptInput struct {
 	VisibilityTimeout *int   `json:"VisibilityTimeout"`
 }
 
-// deleteMessage completes the receive a handle names. A stale handle (the
-// message was received again since, or its visibility timeout passed)
-// succeeds and deletes nothing, as SQS documents.
+// deleteMessage deletes the message of the receive a handle names, as SQS
+// does: while the receive lasts, and after it ended (its visibility timeout
+// passed, or a visibility change to 0 made it visible) as long as nobody
+// has received the message since (queue.Queue.DeleteReceived, one step of
+// the queue's loop). A handle of an older receive succeeds and deletes
+// nothing, as SQS documents.
 func (h *Handler) deleteMessage(ctx context.Context, r *request) (any, error) {
 	var in receiptInput
 	if err := r.decode(&in); err != nil {
@@ -441,7 +461,7 @@ func (h *Handler) deleteMessage(ctx context.Context, r *request) (any, error) {
 	if err != nil {
 		return nil, err
 	}
-	if err := q.Complete(ctx, hd.partition, []uint64{hd.itemID}); err != nil && !isStale(err) {
+	if _, err := q.DeleteReceived(ctx, hd.partition, []queue.Receipt{hd.receipt}); err != nil {
 		return nil, err
 	}
 	return nil, nil
@@ -468,8 +488,9 @@ type batchOutput struct {
 }
 
 // openBatch decodes a DeleteMessageBatch or ChangeMessageVisibilityBatch
-// request, looks its queue up and checks its entries' ids.
-func (h *Handler) openBatch(ctx context.Context, r *request) (batchInput, queue.Queue, queue.QueueInfo, error) {
+// request, looks its queue up and checks its entries' ids; entry is the
+// action's entry type.
+func (h *Handler) openBatch(ctx context.Context, r *request, entry string) (batchInput, queue.Queue, queue.QueueInfo, error) {
 	var in batchInput
 	if err := r.decode(&in); err != nil {
 		return in, nil, queue.QueueInfo{}, err
@@ -482,13 +503,13 @@ func (h *Handler) openBatch(ctx context.Context, r *request) (batchInput, queue.
 	for i, e := range in.Entries {
 		ids[i] = e.ID
 	}
-	return in, q, info, checkBatchIDs(ids)
+	return in, q, info, checkBatchIDs(entry, ids)
 }
 
-// deleteMessageBatch completes each entry's receive: one complete per
-// partition, and one per entry when some entry's handle is stale.
+// deleteMessageBatch deletes each entry's message as DeleteMessage does:
+// one DeleteReceived per partition.
 func (h *Handler) deleteMessageBatch(ctx context.Context, r *request) (any, error) {
-	in, q, info, err := h.openBatch(ctx, r)
+	in, q, info, err := h.openBatch(ctx, r, "DeleteMessageBatchRequestEntry")
 	if err != nil {
 		return nil, err
 	}
@@ -506,25 +527,14 @@ func (h *Handler) deleteMessageBatch(ctx context.Context, r *request) (any, erro
 	}
 	for _, p := range slices.Sorted(maps.Keys(byPart)) {
 		entries := byPart[p]
-		itemIDs := make([]uint64, len(entries))
+		receipts := make([]queue.Receipt, len(entries))
 		for j, i := range entries {
-			itemIDs[j] = handles[i].itemID
+			receipts[j] = handles[i].receipt
 		}
-		err := q.Complete(ctx, p, itemIDs)
-		if err == nil {
-			for _, i := range entries {
-				out.Successful = append(out.Successful, batchSuccess{ID: in.Entries[i].ID})
-			}
-			continue
-		}
-		if !isStale(err) {
+		if _, err := q.DeleteReceived(ctx, p, receipts); err != nil {
 			return nil, err
 		}
 		for _, i := range entries {
-			if err := q.Complete(ctx, p, []uint64{handles[i].itemID}); err != nil && !isStale(err) {
-				out.Failed = append(out.Failed, failure(in.Entries[i].ID, err))
-				continue
-			}
 			out.Successful = append(out.Successful, batchSuccess{ID: in.Entries[i].ID})
 		}
 	}
@@ -546,12 +556,15 @@ func (h *Handler) changeVisibility(ctx context.Context, q queue.Queue, info queu
 		return invalidParameter("Value %d for parameter VisibilityTimeout is invalid. Reason: Must be >= 0 and <= %d.", *timeout, int(MaxVisibilityTimeout/time.Second))
 	}
 	if *timeout == 0 {
-		_, err = q.Retry(ctx, hd.partition, []queue.RetryItem{{ID: hd.itemID}})
+		_, err = q.Retry(ctx, hd.partition, []queue.RetryItem{{ID: hd.receipt.ID}})
 	} else {
-		_, err = q.Renew(ctx, hd.partition, []uint64{hd.itemID}, time.Duration(*timeout)*time.Second)
+		_, err = q.Renew(ctx, hd.partition, []uint64{hd.receipt.ID}, time.Duration(*timeout)*time.Second)
 	}
 	if isStale(err) {
-		return receiptHandleExpired(rh)
+		// The receive has ended: SQS answers that the message is not in
+		// flight (also when another receive holds it now: Styx does not
+		// look for it).
+		return messageNotInflight
 	}
 	return err
 }
@@ -569,7 +582,7 @@ func (h *Handler) changeMessageVisibility(ctx context.Context, r *request) (any,
 }
 
 func (h *Handler) changeMessageVisibilityBatch(ctx context.Context, r *request) (any, error) {
-	in, q, info, err := h.openBatch(ctx, r)
+	in, q, info, err := h.openBatch(ctx, r, "ChangeMessageVisibilityBatchRequestEntry")
 	if err != nil {
 		return nil, err
 	}

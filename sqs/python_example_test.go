@@ -10,6 +10,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/styxq/styx/internal/auth"
+	pb "github.com/styxq/styx/styxpb"
 	"github.com/styxq/styx/styxtest"
 )
 
@@ -64,6 +65,25 @@ func TestSQSPythonExample(t *testing.T) {
 	}
 	forEachBackend(t, func(t *testing.T, b styxtest.Options) {
 		run(t, start(t, b), "test", "test")
+	})
+	// After the README's tour (its orders and orders-dead queues), run
+	// twice without a prefix: each run picks a unique one.
+	t.Run("after-tour", func(t *testing.T) {
+		forEachBackend(t, func(t *testing.T, b styxtest.Options) {
+			s := start(t, b)
+			require.NoError(t, s.C.QueuesCreate(ctx, &pb.QueueInfo{QueueName: "orders-dead"}))
+			require.NoError(t, s.C.QueuesCreate(ctx, &pb.QueueInfo{QueueName: "orders", DeadQueue: "orders-dead", MaxAttempts: 3}))
+			for range 2 {
+				for _, py := range pythons {
+					cmd := exec.Command(py, script)
+					cmd.Env = append(os.Environ(), "STYX_ENDPOINT="+s.Endpoint, "AWS_ACCESS_KEY_ID=test", "AWS_SECRET_ACCESS_KEY=test",
+						"AWS_DEFAULT_REGION=us-east-1", "AWS_CONFIG_FILE=/dev/null", "AWS_SHARED_CREDENTIALS_FILE=/dev/null")
+					out, err := cmd.CombinedOutput()
+					require.NoError(t, err, "%s:\n%s", py, out)
+					require.Contains(t, string(out), "dead-lettered", "%s:\n%s", py, out)
+				}
+			}
+		})
 	})
 	t.Run("auth", func(t *testing.T) {
 		forEachBackend(t, func(t *testing.T, b styxtest.Options) {

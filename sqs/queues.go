@@ -26,9 +26,11 @@ const (
 	MaxMessageRetentionPeriod     = 14 * 24 * time.Hour
 	MaxDelay                      = 15 * time.Minute
 	MaxWaitTime                   = 20 * time.Second
-	DefaultMaximumMessageSize     = 262144
-	MinMaximumMessageSize         = 1024
-	MaxMaximumMessageSize         = 1048576
+	// DefaultMaximumMessageSize and MaxMaximumMessageSize are 1 MiB: AWS
+	// raised both from 256 KiB in 2025.
+	DefaultMaximumMessageSize = 1048576
+	MinMaximumMessageSize     = 1024
+	MaxMaximumMessageSize     = 1048576
 	// MaxQueueNameLength is the longest SQS queue name.
 	MaxQueueNameLength = 80
 	// MaxPolicyBytes is the largest Policy attribute, in bytes: SQS's
@@ -90,20 +92,18 @@ func writeQueueAttrs(info *queue.QueueInfo, a queueAttrs) {
 // checkQueueName applies SQS's rules: 1 to 80 characters, alphanumerics,
 // hyphens and underscores; a .fifo name is a FIFO queue, not supported.
 func checkQueueName(name string) error {
-	if name == "" {
-		return missingParameter("QueueName")
-	}
 	if strings.HasSuffix(name, ".fifo") {
 		return &Error{Type: "UnsupportedOperation", Query: "AWS.SimpleQueueService.UnsupportedOperation", Status: http.StatusBadRequest,
 			Message: fmt.Sprintf("FIFO queues are not supported by Styx yet: '%s' ends in .fifo; use a standard queue name.", name)}
 	}
-	if len(name) > MaxQueueNameLength {
-		return invalidParameter("Can only include alphanumeric characters, hyphens, or underscores. 1 to %d in length; '%s' has %d.", MaxQueueNameLength, text.Escape(name), len(name))
+	// SQS's words, which some clients match (an empty name too).
+	bad := invalidParameter("Can only include alphanumeric characters, hyphens, or underscores. 1 to %d in length", MaxQueueNameLength)
+	if name == "" || len(name) > MaxQueueNameLength {
+		return bad
 	}
 	for _, c := range name {
 		if !(c >= 'a' && c <= 'z' || c >= 'A' && c <= 'Z' || c >= '0' && c <= '9' || c == '_' || c == '-') {
-			return invalidParameter("Can only include alphanumeric characters, hyphens, or underscores. 1 to %d in length; '%s' has '%s'.",
-				MaxQueueNameLength, text.Escape(name), text.Escape(string(c)))
+			return bad
 		}
 	}
 	return nil
@@ -224,7 +224,7 @@ func (h *Handler) createQueue(ctx context.Context, r *request) (any, error) {
 	if err := checkQueueName(in.QueueName); err != nil {
 		return nil, err
 	}
-	if err := checkTags(in.Tags); err != nil {
+	if err := checkTags(in.QueueName, in.Tags); err != nil {
 		return nil, err
 	}
 	if err := h.allow(ctx, in.QueueName); err != nil {
@@ -575,15 +575,19 @@ func checkPolicy(v string) error {
 // MaxTagKeyLength bytes, values at most MaxTagValueLength) and refuses
 // hidden characters (internal/text: control, bidi and zero-width
 // characters) in keys and values, which operators see in ListQueueTags.
+// queueName is the queue's name, which SQS's answer to too many tags names.
 // Keys are checked in order, so the answer is the same for the same tags.
-func checkTags(tags map[string]string) error {
+func checkTags(queueName string, tags map[string]string) error {
 	if len(tags) > MaxTags {
-		return invalidParameter("Too many tags: %d; a queue has at most %d.", len(tags), MaxTags)
+		return invalidParameter("Too many tags added for queue %s.", queueName)
 	}
 	for _, k := range slices.Sorted(maps.Keys(tags)) {
 		v := tags[k]
-		if k == "" || len(k) > MaxTagKeyLength || len(v) > MaxTagValueLength {
-			return invalidParameter("Tag '%s': keys are 1 to %d characters and values at most %d.", text.Escape(k), MaxTagKeyLength, MaxTagValueLength)
+		if err := checkTagKey(k); err != nil {
+			return err
+		}
+		if len(v) > MaxTagValueLength {
+			return invalidParameter("Tag values may only be up to %d characters in length; the value of tag '%s' has %d.", MaxTagValueLength, text.Escape(k), len(v))
 		}
 		if err := text.Check(k); err != nil {
 			return invalidParameter("Tag key '%s' holds %v; %s.", text.Escape(k), err, text.Rule)
@@ -591,6 +595,14 @@ func checkTags(tags map[string]string) error {
 		if err := text.Check(v); err != nil {
 			return invalidParameter("The value of tag '%s' holds %v; %s.", text.Escape(k), err, text.Rule)
 		}
+	}
+	return nil
+}
+
+// checkTagKey applies SQS's length rule to a tag key, in SQS's words.
+func checkTagKey(k string) error {
+	if k == "" || len(k) > MaxTagKeyLength {
+		return invalidParameter("Tag keys must be between 1 and %d characters in length.", MaxTagKeyLength)
 	}
 	return nil
 }

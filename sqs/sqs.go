@@ -328,8 +328,13 @@ func queueName(queueURL string) (string, error) {
 	p := strings.TrimSuffix(u.EscapedPath(), "/")
 	i := strings.LastIndexByte(p, '/')
 	name, err := url.PathUnescape(p[i+1:])
-	if err != nil || name == "" {
+	if err != nil {
 		return "", invalidAddress(queueURL)
+	}
+	if name == "" {
+		// A URL without a queue path (the endpoint's): SQS answers that
+		// the queue does not exist.
+		return "", errNoQueue
 	}
 	return name, nil
 }

@@ -181,11 +181,11 @@ func TestSQSMessages(t *testing.T) {
 		require.Len(t, m2.MessageAttributes, 2)
 		require.Equal(t, "d21ae90c49061e927f57df5f5d72be1f", aws.ToString(m2.MD5OfMessageAttributes))
 
-		// A stale handle: visibility change refused, delete "succeeds" and
-		// deletes nothing (SQS's documented behaviour); the newest handle
-		// deletes.
+		// A stale handle: visibility change refused (its receive is not in
+		// flight), delete "succeeds" and deletes nothing (SQS's documented
+		// behaviour); the newest handle deletes.
 		_, err = c.ChangeMessageVisibility(ctx, &awssqs.ChangeMessageVisibilityInput{QueueUrl: q.QueueUrl, ReceiptHandle: m.ReceiptHandle, VisibilityTimeout: 10})
-		requireSQSError(t, err, "InvalidParameterValue", "The receipt handle has expired")
+		requireSQSError(t, err, "AWS.SimpleQueueService.MessageNotInflight")
 		_, err = c.DeleteMessage(ctx, &awssqs.DeleteMessageInput{QueueUrl: q.QueueUrl, ReceiptHandle: m.ReceiptHandle})
 		require.NoError(t, err)
 		require.Len(t, s.items("work"), 1, "a stale handle deletes nothing")
@@ -363,7 +363,7 @@ func TestSQSWireErrors(t *testing.T) {
 		for _, bad := range []struct{ target, body, typ string }{
 			{"AmazonSQS.CreateQueue", `{"QueueName":`, "SerializationException"},
 			{"AmazonSQS.CreateQueue", `{"QueueName":7}`, "SerializationException"},
-			{"AmazonSQS.CreateQueue", `{}`, "MissingParameter"},
+			{"AmazonSQS.CreateQueue", `{}`, "InvalidParameterValue"},
 			{"AmazonSQS.SendMessage", `{"QueueUrl":"%%"}`, "InvalidAddress"},
 			{"AmazonSQS.Frobnicate", `{}`, "InvalidAction"},
 			{"AmazonSQS.ReceiveMessage", `{"QueueUrl":"x","MaxNumberOfMessages":"many"}`, "SerializationException"},
@@ -695,7 +695,7 @@ func TestSQSTags(t *testing.T) {
 			many[fmt.Sprint("k", i)] = "v"
 		}
 		_, err = c.TagQueue(ctx, &awssqs.TagQueueInput{QueueUrl: q.QueueUrl, Tags: many})
-		requireSQSError(t, err, "InvalidParameterValue", "at most 50")
+		requireSQSError(t, err, "InvalidParameterValue", "Too many tags added for queue tagged.")
 	})
 }
 

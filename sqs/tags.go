@@ -36,7 +36,7 @@ func (h *Handler) changeTags(ctx context.Context, queueURL string, change func(m
 			tags = map[string]string{}
 		}
 		change(tags)
-		if err := checkTags(tags); err != nil {
+		if err := checkTags(name, tags); err != nil {
 			return err
 		}
 		a.Tags = tags
@@ -62,7 +62,12 @@ func (h *Handler) untagQueue(ctx context.Context, r *request) (any, error) {
 		return nil, err
 	}
 	if len(in.TagKeys) == 0 {
-		return nil, missingParameter("TagKeys")
+		return nil, checkTagKey("")
+	}
+	for _, k := range in.TagKeys {
+		if err := checkTagKey(k); err != nil {
+			return nil, err
+		}
 	}
 	return nil, h.changeTags(ctx, in.QueueURL, func(tags map[string]string) {
 		for _, k := range in.TagKeys {

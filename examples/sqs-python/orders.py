@@ -14,14 +14,20 @@ MessageId. boto3 releases without StartMessageMoveTask (before 1.28) stop
 after the dead-letter step and say how to move it back with the styx CLI.
 
 Usage: orders.py [queue-name-prefix]
+
+The queues are named <prefix>orders and <prefix>orders-dlq; the prefix is a
+unique one ("example-<8 hex digits>-") unless given, so the example never
+meets the queues of the README's tour (orders, orders-dead) or of an earlier
+run.
 """
 import os
 import sys
 import time
+import uuid
 
 import boto3
 
-prefix = sys.argv[1] if len(sys.argv) > 1 else ""
+prefix = sys.argv[1] if len(sys.argv) > 1 else "example-%s-" % uuid.uuid4().hex[:8]
 endpoint = os.environ.get("STYX_ENDPOINT", "http://localhost:2319")
 sqs = boto3.client(
     "sqs",
