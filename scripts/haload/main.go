@@ -1,13 +1,15 @@
 // Command haload is the load and the checker of scripts/ha.sh (make ha): it
-// runs produce, lease, complete and retry on every Styx node given (one item
+// runs produce (each item with a deduplication id; a failed produce is
+// retried until acknowledged), lease, complete and retry on every Styx
+// node given (one item
 // in ten fails its first two attempts and is dead-lettered, max_attempts 2),
 // starts redrive tasks from the dead-letter queue back to the queue every
 // half second, runs the kill and promote commands, measures how long until
 // every node writes again, waits for every redrive task to end, and then
 // checks what the clients were answered against what the queue and its
 // dead-letter queue hold. It prints one JSON line and exits 1 when an
-// acknowledged item was lost, an item was leased twice at once, or a
-// redrive task did not complete.
+// acknowledged item was lost or stored twice, an item was leased twice at
+// once, or a redrive task did not complete.
 package main
 
 import (
@@ -211,11 +213,15 @@ func main() {
 	_ = nodes[0].QueuesDelete(ctx, &pb.QueuesDeleteRequest{QueueName: dlq})
 	b, _ := json.Marshal(out)
 	fmt.Println(string(b))
-	if lost > 0 || len(l.twice) > 0 || out["error"] != nil || l.other.Load() > 0 || statuses["completed"] != len(l.tasks) {
+	if lost > 0 || doubled > 0 || len(l.twice) > 0 || out["error"] != nil || l.other.Load() > 0 || statuses["completed"] != len(l.tasks) {
 		os.Exit(1)
 	}
 }
 
+// produce sends batches of 5 items, each with its payload as its
+// deduplication id, and retries a batch that failed (453: the commit's
+// outcome may be unknown) until it is acknowledged: each item must then be
+// stored once (doubled counts the ones that were not).
 func produce(l *ledger, stop *atomic.Bool, node *styx.Client, q string, n, c int) {
 	for k := 0; !stop.Load(); k++ {
 		var items []*pb.QueueProduceItem
@@ -223,14 +229,20 @@ func produce(l *ledger, stop *atomic.Bool, node *styx.Client, q string, n, c int
 		for j := range 5 {
 			p := fmt.Sprintf("p-%d-%d-%d-%d", n, c, k, j)
 			payloads = append(payloads, p)
-			items = append(items, &pb.QueueProduceItem{Bytes: []byte(p)})
+			items = append(items, &pb.QueueProduceItem{Bytes: []byte(p), DeduplicationId: p})
 		}
-		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
-		err := node.QueueProduce(ctx, &pb.QueueProduceRequest{QueueName: q, RequestTimeout: "5s", Items: items})
-		cancel()
-		if err != nil {
+		var err error
+		for tries := 0; ; tries++ {
+			ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+			err = node.QueueProduce(ctx, &pb.QueueProduceRequest{QueueName: q, RequestTimeout: "5s", Items: items})
+			cancel()
+			if err == nil || stop.Load() {
+				break
+			}
 			l.fail(err, styx.CodeRetry)
 			time.Sleep(10 * time.Millisecond) // a client backing off
+		}
+		if err != nil {
 			continue
 		}
 		l.mu.Lock()

@@ -114,3 +114,59 @@ func (it *iteration) sweepDedup() {
 		q.m.cfg.Log.Warn("deleting ended deduplication windows failed", "queue", q.name, "error", err)
 	}
 }
+
+// Redriven items: a redrive step stores its items in the destination
+// (Redrive) and then deletes them from the dead-letter queue, two
+// transactions (ADR 0004). When the first's COMMIT gets no answer the task
+// retries it, and the destination's unique source key keeps one copy only
+// while the copy is there: a copy a consumer completed in between would
+// be stored again. So Redrive also records each item's source key in
+// styx_dedup, for sourceKeyWindow, and stores none whose key it finds
+// there: the durable counterpart of the embedded backends' removedKeys.
+
+// sourceKeyWindow is how long a redriven item's source key is remembered
+// (the embedded backends' removedKeyTTL).
+const sourceKeyWindow = 10 * time.Minute
+
+// sourceKeyPrefix marks a source key in styx_dedup; deduplication ids have
+// no spaces (queue.CheckDeduplicationID), so the two never meet.
+const sourceKeyPrefix = "source "
+
+// redriveOnce returns the items of a redrive whose source key was not
+// recorded within sourceKeyWindow, and records theirs. Only the task's own
+// retry meets the same keys, so the late claim waits on no one else.
+func (it *iteration) redriveOnce(items []queue.RedriveItem) ([]queue.RedriveItem, error) {
+	keys := make([]string, 0, len(items))
+	for _, ri := range items {
+		keys = append(keys, sourceKeyPrefix+ri.SourceKey)
+	}
+	slices.Sort(keys)
+	keys = slices.Compact(keys)
+	rows, err := it.tx.Query(it.ctx, `INSERT INTO styx_dedup AS d (queue_id, dedup_id, deadline)
+		SELECT $1, id, $3 FROM unnest($2::text[]) WITH ORDINALITY AS u(id, n) ORDER BY n
+		ON CONFLICT (queue_id, dedup_id) DO UPDATE SET deadline = EXCLUDED.deadline WHERE d.deadline <= $4
+		RETURNING dedup_id`, int64(it.q.id), keys, it.now+int64(sourceKeyWindow), it.now)
+	if err != nil {
+		return nil, wrap("redrive", err)
+	}
+	defer rows.Close()
+	claimed := make(map[string]bool, len(keys))
+	for rows.Next() {
+		var k string
+		if err := rows.Scan(&k); err != nil {
+			return nil, wrap("redrive", err)
+		}
+		claimed[k] = true
+	}
+	if err := rows.Err(); err != nil {
+		return nil, wrap("redrive", err)
+	}
+	kept := items[:0:0]
+	for _, ri := range items {
+		if k := sourceKeyPrefix + ri.SourceKey; claimed[k] {
+			delete(claimed, k)
+			kept = append(kept, ri)
+		}
+	}
+	return kept, nil
+}

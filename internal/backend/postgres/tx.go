@@ -283,8 +283,12 @@ func (it *iteration) Produce(n int32, items []queue.ProduceItem, expire int64) e
 }
 
 // Redrive implements engine.Tx: the unique source-key index skips an item
-// the queue holds.
+// the queue holds, and redriveOnce one it held within sourceKeyWindow.
 func (it *iteration) Redrive(n int32, items []queue.RedriveItem, expire int64) error {
+	items, err := it.redriveOnce(items)
+	if err != nil {
+		return err
+	}
 	for _, ri := range items {
 		key := ri.SourceKey
 		in := insert{partition: n, state: stateReady, created: it.now, sourceKey: &key, body: ri.Body}

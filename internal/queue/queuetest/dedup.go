@@ -37,6 +37,31 @@ var dedupRows = []row{
 		require.NoError(e.t, q.Produce(e.ctx, []queue.ProduceItem{{Payload: []byte("stored"), DeduplicationID: "x"}}))
 		require.Equal(e.t, []string{"stored"}, itemPayloads(e.items(q)))
 	}},
+	{"RedrivenCopyNotTakenAgain", func(e *env) {
+		// A redrive step sent again (its first write's answer was lost)
+		// after a consumer completed the first copy stores nothing: the
+		// queue remembers the source keys it held for a while (ADR 0003's
+		// amendment; PostgreSQL in styx_dedup). A new key is taken.
+		q := e.create("dst", nil)
+		consume := func() []string {
+			e.t.Helper()
+			res := e.lease(q, 10)
+			ids := make([]uint64, len(res.Items))
+			for i, it := range res.Items {
+				ids[i] = it.ID
+			}
+			require.NoError(e.t, q.Complete(e.ctx, res.Partition, ids))
+			return payloads(res.Items)
+		}
+		first := queue.RedriveItem{SourceKey: queue.RedriveKey("dlq", 7), Body: queue.ItemBody{Payload: []byte("first")}}
+		require.NoError(e.t, q.TakeRedriven(e.ctx, []queue.RedriveItem{first}))
+		require.NoError(e.t, q.TakeRedriven(e.ctx, []queue.RedriveItem{first}), "a copy the queue holds")
+		require.Equal(e.t, []string{"first"}, consume(), "one copy, completed")
+		second := queue.RedriveItem{SourceKey: queue.RedriveKey("dlq", 8), Body: queue.ItemBody{Payload: []byte("second")}}
+		require.NoError(e.t, q.TakeRedriven(e.ctx, []queue.RedriveItem{first, second}))
+		require.Equal(e.t, []string{"second"}, consume(), "the completed copy is not taken again; a new key is")
+		e.leaseNone(q)
+	}},
 }
 
 func itemPayloads(items []queue.Item) []string {
