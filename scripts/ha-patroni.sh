@@ -21,7 +21,8 @@
 # Each run prints haload's JSON line (seconds from the kill to the promotion and until each styx node writes
 # again, items acknowledged, lost (must be 0), doubled, leased twice at once (must be 0), 453 answers, redrive
 # tasks resumed), then a pass count. HA_WARMUP and HA_AFTER (Go durations, default 2s and 3s) set the load
-# before the kill and after both nodes write again. Exits 1 when a run fails.
+# before the kill and after both nodes write again. Exits 1 when a run fails; a failed run's logs are kept
+# in /tmp/styx-ha-patroni-failed.*.
 # Needs patroni, etcd and PostgreSQL's server binaries; as root on Debian it installs what is missing
 # (patroni etcd-server postgresql) and runs etcd and Patroni as the postgres (or styxpg) user.
 set -euo pipefail
@@ -239,6 +240,10 @@ for run in $(seq 1 "$runs"); do
 	else
 		echo "run $run/$runs ($mode $(cat "$work/last" 2>/dev/null)): FAILED $out"
 		failed=$((failed + 1))
+		kept=$(mktemp -d /tmp/styx-ha-patroni-failed.XXXXXX)
+		cp "$work"/styx*.log "$work"/etcd.log "$kept"/ 2>/dev/null || true
+		for n in node1 node2; do cp "$work/$n/patroni.log" "$kept/$n-patroni.log" 2>/dev/null || true; done
+		echo "ha-patroni: run $run's logs (styx nodes, Patroni, etcd) kept in $kept" >&2
 	fi
 done
 echo "ha-patroni: $((runs - failed)) of $runs runs passed ($mode)"
