@@ -248,7 +248,8 @@ func (s *Service) QueueRenew(ctx context.Context, req *pb.QueueRenewRequest) (*p
 	return out, nil
 }
 
-// QueueStats describes a queue's logical queue and partitions.
+// QueueStats describes a queue's logical queue and partitions, and its
+// consumers (queue.Queue.Consumers).
 func (s *Service) QueueStats(ctx context.Context, req *pb.QueueStatsRequest) (*pb.QueueStatsResponse, error) {
 	l, err := s.queue(req.QueueName)
 	if err != nil {
@@ -280,6 +281,14 @@ func (s *Service) QueueStats(ctx context.Context, req *pb.QueueStatsRequest) (*p
 		out.DeadBySource[q] = int64(n)
 	}
 	out.OldestCreatedAt = ts(st.Oldest)
+	cs, err := l.Consumers(ctx)
+	if err != nil {
+		return nil, err
+	}
+	for _, c := range cs {
+		out.Consumers = append(out.Consumers, &pb.QueueConsumer{ClientId: c.ClientID, KeyName: c.KeyName,
+			FirstSeenAt: ts(c.FirstSeenAt), LastSeenAt: ts(c.LastSeenAt), Leased: c.Leased, Held: int32(c.Held), HeldIds: c.HeldIDs})
+	}
 	return out, nil
 }
 

@@ -1491,8 +1491,13 @@ type QueueStatsResponse struct {
 	DeadBySource map[string]int64 `protobuf:"bytes,101,rep,name=dead_by_source,proto3" json:"dead_by_source,omitempty" protobuf_key:"bytes,1,opt,name=key" protobuf_val:"varint,2,opt,name=value"`
 	// Styx: the created_at of the queue's oldest item; unset when empty.
 	OldestCreatedAt *timestamppb.Timestamp `protobuf:"bytes,130,opt,name=oldest_created_at,proto3" json:"oldest_created_at,omitempty"`
-	unknownFields   protoimpl.UnknownFields
-	sizeCache       protoimpl.SizeCache
+	// Styx: who consumes the queue: each client_id (and API key) whose lease
+	// calls reached it in the last 5 minutes, or that holds leases now, most
+	// recently seen first; at most 100 per node (on PostgreSQL, every node's,
+	// each node's own within a second).
+	Consumers     []*QueueConsumer `protobuf:"bytes,102,rep,name=consumers,proto3" json:"consumers,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
 }
 
 func (x *QueueStatsResponse) Reset() {
@@ -1560,6 +1565,113 @@ func (x *QueueStatsResponse) GetOldestCreatedAt() *timestamppb.Timestamp {
 	return nil
 }
 
+func (x *QueueStatsResponse) GetConsumers() []*QueueConsumer {
+	if x != nil {
+		return x.Consumers
+	}
+	return nil
+}
+
+// QueueConsumer is one consumer of a queue (Styx, queue.stats).
+type QueueConsumer struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// The lease calls' client_id, and the name of their API key (empty
+	// without --auth): one client_id under two keys is two consumers.
+	ClientId string `protobuf:"bytes,1,opt,name=client_id,proto3" json:"client_id,omitempty"`
+	KeyName  string `protobuf:"bytes,2,opt,name=key_name,proto3" json:"key_name,omitempty"`
+	// Its first lease call since it was last listed, and its latest one
+	// (whether or not it got items).
+	FirstSeenAt *timestamppb.Timestamp `protobuf:"bytes,3,opt,name=first_seen_at,proto3" json:"first_seen_at,omitempty"`
+	LastSeenAt  *timestamppb.Timestamp `protobuf:"bytes,4,opt,name=last_seen_at,proto3" json:"last_seen_at,omitempty"`
+	// Items its lease calls took since first_seen_at.
+	Leased int64 `protobuf:"varint,5,opt,name=leased,proto3" json:"leased,omitempty"`
+	// Live leases it holds now (items leased, neither completed, retried,
+	// expired nor deleted); held_ids lists up to 100 of them, lowest first.
+	Held          int32    `protobuf:"varint,6,opt,name=held,proto3" json:"held,omitempty"`
+	HeldIds       []string `protobuf:"bytes,7,rep,name=held_ids,proto3" json:"held_ids,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *QueueConsumer) Reset() {
+	*x = QueueConsumer{}
+	mi := &file_styx_v1_styx_proto_msgTypes[22]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *QueueConsumer) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*QueueConsumer) ProtoMessage() {}
+
+func (x *QueueConsumer) ProtoReflect() protoreflect.Message {
+	mi := &file_styx_v1_styx_proto_msgTypes[22]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use QueueConsumer.ProtoReflect.Descriptor instead.
+func (*QueueConsumer) Descriptor() ([]byte, []int) {
+	return file_styx_v1_styx_proto_rawDescGZIP(), []int{22}
+}
+
+func (x *QueueConsumer) GetClientId() string {
+	if x != nil {
+		return x.ClientId
+	}
+	return ""
+}
+
+func (x *QueueConsumer) GetKeyName() string {
+	if x != nil {
+		return x.KeyName
+	}
+	return ""
+}
+
+func (x *QueueConsumer) GetFirstSeenAt() *timestamppb.Timestamp {
+	if x != nil {
+		return x.FirstSeenAt
+	}
+	return nil
+}
+
+func (x *QueueConsumer) GetLastSeenAt() *timestamppb.Timestamp {
+	if x != nil {
+		return x.LastSeenAt
+	}
+	return nil
+}
+
+func (x *QueueConsumer) GetLeased() int64 {
+	if x != nil {
+		return x.Leased
+	}
+	return 0
+}
+
+func (x *QueueConsumer) GetHeld() int32 {
+	if x != nil {
+		return x.Held
+	}
+	return 0
+}
+
+func (x *QueueConsumer) GetHeldIds() []string {
+	if x != nil {
+		return x.HeldIds
+	}
+	return nil
+}
+
 type QueueLogicalStats struct {
 	state           protoimpl.MessageState `protogen:"open.v1"`
 	ProduceWaiting  int32                  `protobuf:"varint,6,opt,name=produceWaiting,json=produce_waiting,proto3" json:"produceWaiting,omitempty"`
@@ -1573,7 +1685,7 @@ type QueueLogicalStats struct {
 
 func (x *QueueLogicalStats) Reset() {
 	*x = QueueLogicalStats{}
-	mi := &file_styx_v1_styx_proto_msgTypes[22]
+	mi := &file_styx_v1_styx_proto_msgTypes[23]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1585,7 +1697,7 @@ func (x *QueueLogicalStats) String() string {
 func (*QueueLogicalStats) ProtoMessage() {}
 
 func (x *QueueLogicalStats) ProtoReflect() protoreflect.Message {
-	mi := &file_styx_v1_styx_proto_msgTypes[22]
+	mi := &file_styx_v1_styx_proto_msgTypes[23]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1598,7 +1710,7 @@ func (x *QueueLogicalStats) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use QueueLogicalStats.ProtoReflect.Descriptor instead.
 func (*QueueLogicalStats) Descriptor() ([]byte, []int) {
-	return file_styx_v1_styx_proto_rawDescGZIP(), []int{22}
+	return file_styx_v1_styx_proto_rawDescGZIP(), []int{23}
 }
 
 func (x *QueueLogicalStats) GetProduceWaiting() int32 {
@@ -1651,7 +1763,7 @@ type QueuePartitionStats struct {
 
 func (x *QueuePartitionStats) Reset() {
 	*x = QueuePartitionStats{}
-	mi := &file_styx_v1_styx_proto_msgTypes[23]
+	mi := &file_styx_v1_styx_proto_msgTypes[24]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1663,7 +1775,7 @@ func (x *QueuePartitionStats) String() string {
 func (*QueuePartitionStats) ProtoMessage() {}
 
 func (x *QueuePartitionStats) ProtoReflect() protoreflect.Message {
-	mi := &file_styx_v1_styx_proto_msgTypes[23]
+	mi := &file_styx_v1_styx_proto_msgTypes[24]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1676,7 +1788,7 @@ func (x *QueuePartitionStats) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use QueuePartitionStats.ProtoReflect.Descriptor instead.
 func (*QueuePartitionStats) Descriptor() ([]byte, []int) {
-	return file_styx_v1_styx_proto_rawDescGZIP(), []int{23}
+	return file_styx_v1_styx_proto_rawDescGZIP(), []int{24}
 }
 
 func (x *QueuePartitionStats) GetPartition() int32 {
@@ -1740,7 +1852,7 @@ type QueuesHistoryRequest struct {
 
 func (x *QueuesHistoryRequest) Reset() {
 	*x = QueuesHistoryRequest{}
-	mi := &file_styx_v1_styx_proto_msgTypes[24]
+	mi := &file_styx_v1_styx_proto_msgTypes[25]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1752,7 +1864,7 @@ func (x *QueuesHistoryRequest) String() string {
 func (*QueuesHistoryRequest) ProtoMessage() {}
 
 func (x *QueuesHistoryRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_styx_v1_styx_proto_msgTypes[24]
+	mi := &file_styx_v1_styx_proto_msgTypes[25]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1765,7 +1877,7 @@ func (x *QueuesHistoryRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use QueuesHistoryRequest.ProtoReflect.Descriptor instead.
 func (*QueuesHistoryRequest) Descriptor() ([]byte, []int) {
-	return file_styx_v1_styx_proto_rawDescGZIP(), []int{24}
+	return file_styx_v1_styx_proto_rawDescGZIP(), []int{25}
 }
 
 func (x *QueuesHistoryRequest) GetQueueName() string {
@@ -1793,7 +1905,7 @@ type QueuesHistoryResponse struct {
 
 func (x *QueuesHistoryResponse) Reset() {
 	*x = QueuesHistoryResponse{}
-	mi := &file_styx_v1_styx_proto_msgTypes[25]
+	mi := &file_styx_v1_styx_proto_msgTypes[26]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1805,7 +1917,7 @@ func (x *QueuesHistoryResponse) String() string {
 func (*QueuesHistoryResponse) ProtoMessage() {}
 
 func (x *QueuesHistoryResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_styx_v1_styx_proto_msgTypes[25]
+	mi := &file_styx_v1_styx_proto_msgTypes[26]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1818,7 +1930,7 @@ func (x *QueuesHistoryResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use QueuesHistoryResponse.ProtoReflect.Descriptor instead.
 func (*QueuesHistoryResponse) Descriptor() ([]byte, []int) {
-	return file_styx_v1_styx_proto_rawDescGZIP(), []int{25}
+	return file_styx_v1_styx_proto_rawDescGZIP(), []int{26}
 }
 
 func (x *QueuesHistoryResponse) GetQueueName() string {
@@ -1871,7 +1983,7 @@ type HistoryPoint struct {
 
 func (x *HistoryPoint) Reset() {
 	*x = HistoryPoint{}
-	mi := &file_styx_v1_styx_proto_msgTypes[26]
+	mi := &file_styx_v1_styx_proto_msgTypes[27]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1883,7 +1995,7 @@ func (x *HistoryPoint) String() string {
 func (*HistoryPoint) ProtoMessage() {}
 
 func (x *HistoryPoint) ProtoReflect() protoreflect.Message {
-	mi := &file_styx_v1_styx_proto_msgTypes[26]
+	mi := &file_styx_v1_styx_proto_msgTypes[27]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1896,7 +2008,7 @@ func (x *HistoryPoint) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use HistoryPoint.ProtoReflect.Descriptor instead.
 func (*HistoryPoint) Descriptor() ([]byte, []int) {
-	return file_styx_v1_styx_proto_rawDescGZIP(), []int{26}
+	return file_styx_v1_styx_proto_rawDescGZIP(), []int{27}
 }
 
 func (x *HistoryPoint) GetAt() *timestamppb.Timestamp {
@@ -1950,7 +2062,7 @@ type QueuesInfoRequest struct {
 
 func (x *QueuesInfoRequest) Reset() {
 	*x = QueuesInfoRequest{}
-	mi := &file_styx_v1_styx_proto_msgTypes[27]
+	mi := &file_styx_v1_styx_proto_msgTypes[28]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1962,7 +2074,7 @@ func (x *QueuesInfoRequest) String() string {
 func (*QueuesInfoRequest) ProtoMessage() {}
 
 func (x *QueuesInfoRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_styx_v1_styx_proto_msgTypes[27]
+	mi := &file_styx_v1_styx_proto_msgTypes[28]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1975,7 +2087,7 @@ func (x *QueuesInfoRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use QueuesInfoRequest.ProtoReflect.Descriptor instead.
 func (*QueuesInfoRequest) Descriptor() ([]byte, []int) {
-	return file_styx_v1_styx_proto_rawDescGZIP(), []int{27}
+	return file_styx_v1_styx_proto_rawDescGZIP(), []int{28}
 }
 
 func (x *QueuesInfoRequest) GetQueueName() string {
@@ -1996,7 +2108,7 @@ type QueuesListRequest struct {
 
 func (x *QueuesListRequest) Reset() {
 	*x = QueuesListRequest{}
-	mi := &file_styx_v1_styx_proto_msgTypes[28]
+	mi := &file_styx_v1_styx_proto_msgTypes[29]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2008,7 +2120,7 @@ func (x *QueuesListRequest) String() string {
 func (*QueuesListRequest) ProtoMessage() {}
 
 func (x *QueuesListRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_styx_v1_styx_proto_msgTypes[28]
+	mi := &file_styx_v1_styx_proto_msgTypes[29]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2021,7 +2133,7 @@ func (x *QueuesListRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use QueuesListRequest.ProtoReflect.Descriptor instead.
 func (*QueuesListRequest) Descriptor() ([]byte, []int) {
-	return file_styx_v1_styx_proto_rawDescGZIP(), []int{28}
+	return file_styx_v1_styx_proto_rawDescGZIP(), []int{29}
 }
 
 func (x *QueuesListRequest) GetPivot() string {
@@ -2054,7 +2166,7 @@ type QueuesListResponse struct {
 
 func (x *QueuesListResponse) Reset() {
 	*x = QueuesListResponse{}
-	mi := &file_styx_v1_styx_proto_msgTypes[29]
+	mi := &file_styx_v1_styx_proto_msgTypes[30]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2066,7 +2178,7 @@ func (x *QueuesListResponse) String() string {
 func (*QueuesListResponse) ProtoMessage() {}
 
 func (x *QueuesListResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_styx_v1_styx_proto_msgTypes[29]
+	mi := &file_styx_v1_styx_proto_msgTypes[30]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2079,7 +2191,7 @@ func (x *QueuesListResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use QueuesListResponse.ProtoReflect.Descriptor instead.
 func (*QueuesListResponse) Descriptor() ([]byte, []int) {
-	return file_styx_v1_styx_proto_rawDescGZIP(), []int{29}
+	return file_styx_v1_styx_proto_rawDescGZIP(), []int{30}
 }
 
 func (x *QueuesListResponse) GetItems() []*QueueInfo {
@@ -2099,7 +2211,7 @@ type QueuesDeleteRequest struct {
 
 func (x *QueuesDeleteRequest) Reset() {
 	*x = QueuesDeleteRequest{}
-	mi := &file_styx_v1_styx_proto_msgTypes[30]
+	mi := &file_styx_v1_styx_proto_msgTypes[31]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2111,7 +2223,7 @@ func (x *QueuesDeleteRequest) String() string {
 func (*QueuesDeleteRequest) ProtoMessage() {}
 
 func (x *QueuesDeleteRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_styx_v1_styx_proto_msgTypes[30]
+	mi := &file_styx_v1_styx_proto_msgTypes[31]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2124,7 +2236,7 @@ func (x *QueuesDeleteRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use QueuesDeleteRequest.ProtoReflect.Descriptor instead.
 func (*QueuesDeleteRequest) Descriptor() ([]byte, []int) {
-	return file_styx_v1_styx_proto_rawDescGZIP(), []int{30}
+	return file_styx_v1_styx_proto_rawDescGZIP(), []int{31}
 }
 
 func (x *QueuesDeleteRequest) GetQueueName() string {
@@ -2153,7 +2265,7 @@ type StorageItemsListRequest struct {
 
 func (x *StorageItemsListRequest) Reset() {
 	*x = StorageItemsListRequest{}
-	mi := &file_styx_v1_styx_proto_msgTypes[31]
+	mi := &file_styx_v1_styx_proto_msgTypes[32]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2165,7 +2277,7 @@ func (x *StorageItemsListRequest) String() string {
 func (*StorageItemsListRequest) ProtoMessage() {}
 
 func (x *StorageItemsListRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_styx_v1_styx_proto_msgTypes[31]
+	mi := &file_styx_v1_styx_proto_msgTypes[32]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2178,7 +2290,7 @@ func (x *StorageItemsListRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use StorageItemsListRequest.ProtoReflect.Descriptor instead.
 func (*StorageItemsListRequest) Descriptor() ([]byte, []int) {
-	return file_styx_v1_styx_proto_rawDescGZIP(), []int{31}
+	return file_styx_v1_styx_proto_rawDescGZIP(), []int{32}
 }
 
 func (x *StorageItemsListRequest) GetQueueName() string {
@@ -2218,7 +2330,7 @@ type StorageItemsListResponse struct {
 
 func (x *StorageItemsListResponse) Reset() {
 	*x = StorageItemsListResponse{}
-	mi := &file_styx_v1_styx_proto_msgTypes[32]
+	mi := &file_styx_v1_styx_proto_msgTypes[33]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2230,7 +2342,7 @@ func (x *StorageItemsListResponse) String() string {
 func (*StorageItemsListResponse) ProtoMessage() {}
 
 func (x *StorageItemsListResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_styx_v1_styx_proto_msgTypes[32]
+	mi := &file_styx_v1_styx_proto_msgTypes[33]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2243,7 +2355,7 @@ func (x *StorageItemsListResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use StorageItemsListResponse.ProtoReflect.Descriptor instead.
 func (*StorageItemsListResponse) Descriptor() ([]byte, []int) {
-	return file_styx_v1_styx_proto_rawDescGZIP(), []int{32}
+	return file_styx_v1_styx_proto_rawDescGZIP(), []int{33}
 }
 
 func (x *StorageItemsListResponse) GetItems() []*StorageItem {
@@ -2264,7 +2376,7 @@ type StorageItemsImportRequest struct {
 
 func (x *StorageItemsImportRequest) Reset() {
 	*x = StorageItemsImportRequest{}
-	mi := &file_styx_v1_styx_proto_msgTypes[33]
+	mi := &file_styx_v1_styx_proto_msgTypes[34]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2276,7 +2388,7 @@ func (x *StorageItemsImportRequest) String() string {
 func (*StorageItemsImportRequest) ProtoMessage() {}
 
 func (x *StorageItemsImportRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_styx_v1_styx_proto_msgTypes[33]
+	mi := &file_styx_v1_styx_proto_msgTypes[34]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2289,7 +2401,7 @@ func (x *StorageItemsImportRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use StorageItemsImportRequest.ProtoReflect.Descriptor instead.
 func (*StorageItemsImportRequest) Descriptor() ([]byte, []int) {
-	return file_styx_v1_styx_proto_rawDescGZIP(), []int{33}
+	return file_styx_v1_styx_proto_rawDescGZIP(), []int{34}
 }
 
 func (x *StorageItemsImportRequest) GetQueueName() string {
@@ -2322,7 +2434,7 @@ type StorageItemsImportResponse struct {
 
 func (x *StorageItemsImportResponse) Reset() {
 	*x = StorageItemsImportResponse{}
-	mi := &file_styx_v1_styx_proto_msgTypes[34]
+	mi := &file_styx_v1_styx_proto_msgTypes[35]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2334,7 +2446,7 @@ func (x *StorageItemsImportResponse) String() string {
 func (*StorageItemsImportResponse) ProtoMessage() {}
 
 func (x *StorageItemsImportResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_styx_v1_styx_proto_msgTypes[34]
+	mi := &file_styx_v1_styx_proto_msgTypes[35]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2347,7 +2459,7 @@ func (x *StorageItemsImportResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use StorageItemsImportResponse.ProtoReflect.Descriptor instead.
 func (*StorageItemsImportResponse) Descriptor() ([]byte, []int) {
-	return file_styx_v1_styx_proto_rawDescGZIP(), []int{34}
+	return file_styx_v1_styx_proto_rawDescGZIP(), []int{35}
 }
 
 func (x *StorageItemsImportResponse) GetItems() []*StorageItem {
@@ -2368,7 +2480,7 @@ type StorageItemsDeleteRequest struct {
 
 func (x *StorageItemsDeleteRequest) Reset() {
 	*x = StorageItemsDeleteRequest{}
-	mi := &file_styx_v1_styx_proto_msgTypes[35]
+	mi := &file_styx_v1_styx_proto_msgTypes[36]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2380,7 +2492,7 @@ func (x *StorageItemsDeleteRequest) String() string {
 func (*StorageItemsDeleteRequest) ProtoMessage() {}
 
 func (x *StorageItemsDeleteRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_styx_v1_styx_proto_msgTypes[35]
+	mi := &file_styx_v1_styx_proto_msgTypes[36]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2393,7 +2505,7 @@ func (x *StorageItemsDeleteRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use StorageItemsDeleteRequest.ProtoReflect.Descriptor instead.
 func (*StorageItemsDeleteRequest) Descriptor() ([]byte, []int) {
-	return file_styx_v1_styx_proto_rawDescGZIP(), []int{35}
+	return file_styx_v1_styx_proto_rawDescGZIP(), []int{36}
 }
 
 func (x *StorageItemsDeleteRequest) GetQueueName() string {
@@ -2452,7 +2564,7 @@ type StorageItem struct {
 
 func (x *StorageItem) Reset() {
 	*x = StorageItem{}
-	mi := &file_styx_v1_styx_proto_msgTypes[36]
+	mi := &file_styx_v1_styx_proto_msgTypes[37]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2464,7 +2576,7 @@ func (x *StorageItem) String() string {
 func (*StorageItem) ProtoMessage() {}
 
 func (x *StorageItem) ProtoReflect() protoreflect.Message {
-	mi := &file_styx_v1_styx_proto_msgTypes[36]
+	mi := &file_styx_v1_styx_proto_msgTypes[37]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2477,7 +2589,7 @@ func (x *StorageItem) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use StorageItem.ProtoReflect.Descriptor instead.
 func (*StorageItem) Descriptor() ([]byte, []int) {
-	return file_styx_v1_styx_proto_rawDescGZIP(), []int{36}
+	return file_styx_v1_styx_proto_rawDescGZIP(), []int{37}
 }
 
 func (x *StorageItem) GetId() string {
@@ -2646,7 +2758,7 @@ type AttemptError struct {
 
 func (x *AttemptError) Reset() {
 	*x = AttemptError{}
-	mi := &file_styx_v1_styx_proto_msgTypes[37]
+	mi := &file_styx_v1_styx_proto_msgTypes[38]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2658,7 +2770,7 @@ func (x *AttemptError) String() string {
 func (*AttemptError) ProtoMessage() {}
 
 func (x *AttemptError) ProtoReflect() protoreflect.Message {
-	mi := &file_styx_v1_styx_proto_msgTypes[37]
+	mi := &file_styx_v1_styx_proto_msgTypes[38]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2671,7 +2783,7 @@ func (x *AttemptError) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use AttemptError.ProtoReflect.Descriptor instead.
 func (*AttemptError) Descriptor() ([]byte, []int) {
-	return file_styx_v1_styx_proto_rawDescGZIP(), []int{37}
+	return file_styx_v1_styx_proto_rawDescGZIP(), []int{38}
 }
 
 func (x *AttemptError) GetAttempt() int32 {
@@ -2724,7 +2836,7 @@ type DeadFilter struct {
 
 func (x *DeadFilter) Reset() {
 	*x = DeadFilter{}
-	mi := &file_styx_v1_styx_proto_msgTypes[38]
+	mi := &file_styx_v1_styx_proto_msgTypes[39]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2736,7 +2848,7 @@ func (x *DeadFilter) String() string {
 func (*DeadFilter) ProtoMessage() {}
 
 func (x *DeadFilter) ProtoReflect() protoreflect.Message {
-	mi := &file_styx_v1_styx_proto_msgTypes[38]
+	mi := &file_styx_v1_styx_proto_msgTypes[39]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2749,7 +2861,7 @@ func (x *DeadFilter) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use DeadFilter.ProtoReflect.Descriptor instead.
 func (*DeadFilter) Descriptor() ([]byte, []int) {
-	return file_styx_v1_styx_proto_rawDescGZIP(), []int{38}
+	return file_styx_v1_styx_proto_rawDescGZIP(), []int{39}
 }
 
 func (x *DeadFilter) GetIds() []string {
@@ -2837,7 +2949,7 @@ type DeadGroupsRequest struct {
 
 func (x *DeadGroupsRequest) Reset() {
 	*x = DeadGroupsRequest{}
-	mi := &file_styx_v1_styx_proto_msgTypes[39]
+	mi := &file_styx_v1_styx_proto_msgTypes[40]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2849,7 +2961,7 @@ func (x *DeadGroupsRequest) String() string {
 func (*DeadGroupsRequest) ProtoMessage() {}
 
 func (x *DeadGroupsRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_styx_v1_styx_proto_msgTypes[39]
+	mi := &file_styx_v1_styx_proto_msgTypes[40]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2862,7 +2974,7 @@ func (x *DeadGroupsRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use DeadGroupsRequest.ProtoReflect.Descriptor instead.
 func (*DeadGroupsRequest) Descriptor() ([]byte, []int) {
-	return file_styx_v1_styx_proto_rawDescGZIP(), []int{39}
+	return file_styx_v1_styx_proto_rawDescGZIP(), []int{40}
 }
 
 func (x *DeadGroupsRequest) GetQueueName() string {
@@ -2911,7 +3023,7 @@ type DeadGroup struct {
 
 func (x *DeadGroup) Reset() {
 	*x = DeadGroup{}
-	mi := &file_styx_v1_styx_proto_msgTypes[40]
+	mi := &file_styx_v1_styx_proto_msgTypes[41]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2923,7 +3035,7 @@ func (x *DeadGroup) String() string {
 func (*DeadGroup) ProtoMessage() {}
 
 func (x *DeadGroup) ProtoReflect() protoreflect.Message {
-	mi := &file_styx_v1_styx_proto_msgTypes[40]
+	mi := &file_styx_v1_styx_proto_msgTypes[41]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2936,7 +3048,7 @@ func (x *DeadGroup) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use DeadGroup.ProtoReflect.Descriptor instead.
 func (*DeadGroup) Descriptor() ([]byte, []int) {
-	return file_styx_v1_styx_proto_rawDescGZIP(), []int{40}
+	return file_styx_v1_styx_proto_rawDescGZIP(), []int{41}
 }
 
 func (x *DeadGroup) GetFingerprint() string {
@@ -3017,7 +3129,7 @@ type DeadGroupsResponse struct {
 
 func (x *DeadGroupsResponse) Reset() {
 	*x = DeadGroupsResponse{}
-	mi := &file_styx_v1_styx_proto_msgTypes[41]
+	mi := &file_styx_v1_styx_proto_msgTypes[42]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3029,7 +3141,7 @@ func (x *DeadGroupsResponse) String() string {
 func (*DeadGroupsResponse) ProtoMessage() {}
 
 func (x *DeadGroupsResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_styx_v1_styx_proto_msgTypes[41]
+	mi := &file_styx_v1_styx_proto_msgTypes[42]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3042,7 +3154,7 @@ func (x *DeadGroupsResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use DeadGroupsResponse.ProtoReflect.Descriptor instead.
 func (*DeadGroupsResponse) Descriptor() ([]byte, []int) {
-	return file_styx_v1_styx_proto_rawDescGZIP(), []int{41}
+	return file_styx_v1_styx_proto_rawDescGZIP(), []int{42}
 }
 
 func (x *DeadGroupsResponse) GetGroups() []*DeadGroup {
@@ -3080,7 +3192,7 @@ type DeadListRequest struct {
 
 func (x *DeadListRequest) Reset() {
 	*x = DeadListRequest{}
-	mi := &file_styx_v1_styx_proto_msgTypes[42]
+	mi := &file_styx_v1_styx_proto_msgTypes[43]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3092,7 +3204,7 @@ func (x *DeadListRequest) String() string {
 func (*DeadListRequest) ProtoMessage() {}
 
 func (x *DeadListRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_styx_v1_styx_proto_msgTypes[42]
+	mi := &file_styx_v1_styx_proto_msgTypes[43]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3105,7 +3217,7 @@ func (x *DeadListRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use DeadListRequest.ProtoReflect.Descriptor instead.
 func (*DeadListRequest) Descriptor() ([]byte, []int) {
-	return file_styx_v1_styx_proto_rawDescGZIP(), []int{42}
+	return file_styx_v1_styx_proto_rawDescGZIP(), []int{43}
 }
 
 func (x *DeadListRequest) GetQueueName() string {
@@ -3153,7 +3265,7 @@ type DeadListResponse struct {
 
 func (x *DeadListResponse) Reset() {
 	*x = DeadListResponse{}
-	mi := &file_styx_v1_styx_proto_msgTypes[43]
+	mi := &file_styx_v1_styx_proto_msgTypes[44]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3165,7 +3277,7 @@ func (x *DeadListResponse) String() string {
 func (*DeadListResponse) ProtoMessage() {}
 
 func (x *DeadListResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_styx_v1_styx_proto_msgTypes[43]
+	mi := &file_styx_v1_styx_proto_msgTypes[44]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3178,7 +3290,7 @@ func (x *DeadListResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use DeadListResponse.ProtoReflect.Descriptor instead.
 func (*DeadListResponse) Descriptor() ([]byte, []int) {
-	return file_styx_v1_styx_proto_rawDescGZIP(), []int{43}
+	return file_styx_v1_styx_proto_rawDescGZIP(), []int{44}
 }
 
 func (x *DeadListResponse) GetItems() []*StorageItem {
@@ -3209,7 +3321,7 @@ type DeadDeleteRequest struct {
 
 func (x *DeadDeleteRequest) Reset() {
 	*x = DeadDeleteRequest{}
-	mi := &file_styx_v1_styx_proto_msgTypes[44]
+	mi := &file_styx_v1_styx_proto_msgTypes[45]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3221,7 +3333,7 @@ func (x *DeadDeleteRequest) String() string {
 func (*DeadDeleteRequest) ProtoMessage() {}
 
 func (x *DeadDeleteRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_styx_v1_styx_proto_msgTypes[44]
+	mi := &file_styx_v1_styx_proto_msgTypes[45]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3234,7 +3346,7 @@ func (x *DeadDeleteRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use DeadDeleteRequest.ProtoReflect.Descriptor instead.
 func (*DeadDeleteRequest) Descriptor() ([]byte, []int) {
-	return file_styx_v1_styx_proto_rawDescGZIP(), []int{44}
+	return file_styx_v1_styx_proto_rawDescGZIP(), []int{45}
 }
 
 func (x *DeadDeleteRequest) GetQueueName() string {
@@ -3267,7 +3379,7 @@ type DeadDeleteResponse struct {
 
 func (x *DeadDeleteResponse) Reset() {
 	*x = DeadDeleteResponse{}
-	mi := &file_styx_v1_styx_proto_msgTypes[45]
+	mi := &file_styx_v1_styx_proto_msgTypes[46]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3279,7 +3391,7 @@ func (x *DeadDeleteResponse) String() string {
 func (*DeadDeleteResponse) ProtoMessage() {}
 
 func (x *DeadDeleteResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_styx_v1_styx_proto_msgTypes[45]
+	mi := &file_styx_v1_styx_proto_msgTypes[46]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3292,7 +3404,7 @@ func (x *DeadDeleteResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use DeadDeleteResponse.ProtoReflect.Descriptor instead.
 func (*DeadDeleteResponse) Descriptor() ([]byte, []int) {
-	return file_styx_v1_styx_proto_rawDescGZIP(), []int{45}
+	return file_styx_v1_styx_proto_rawDescGZIP(), []int{46}
 }
 
 func (x *DeadDeleteResponse) GetDeleted() int64 {
@@ -3322,7 +3434,7 @@ type DeadRedriveRequest struct {
 
 func (x *DeadRedriveRequest) Reset() {
 	*x = DeadRedriveRequest{}
-	mi := &file_styx_v1_styx_proto_msgTypes[46]
+	mi := &file_styx_v1_styx_proto_msgTypes[47]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3334,7 +3446,7 @@ func (x *DeadRedriveRequest) String() string {
 func (*DeadRedriveRequest) ProtoMessage() {}
 
 func (x *DeadRedriveRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_styx_v1_styx_proto_msgTypes[46]
+	mi := &file_styx_v1_styx_proto_msgTypes[47]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3347,7 +3459,7 @@ func (x *DeadRedriveRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use DeadRedriveRequest.ProtoReflect.Descriptor instead.
 func (*DeadRedriveRequest) Descriptor() ([]byte, []int) {
-	return file_styx_v1_styx_proto_rawDescGZIP(), []int{46}
+	return file_styx_v1_styx_proto_rawDescGZIP(), []int{47}
 }
 
 func (x *DeadRedriveRequest) GetQueueName() string {
@@ -3422,7 +3534,7 @@ type DeadEditRequest struct {
 
 func (x *DeadEditRequest) Reset() {
 	*x = DeadEditRequest{}
-	mi := &file_styx_v1_styx_proto_msgTypes[47]
+	mi := &file_styx_v1_styx_proto_msgTypes[48]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3434,7 +3546,7 @@ func (x *DeadEditRequest) String() string {
 func (*DeadEditRequest) ProtoMessage() {}
 
 func (x *DeadEditRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_styx_v1_styx_proto_msgTypes[47]
+	mi := &file_styx_v1_styx_proto_msgTypes[48]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3447,7 +3559,7 @@ func (x *DeadEditRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use DeadEditRequest.ProtoReflect.Descriptor instead.
 func (*DeadEditRequest) Descriptor() ([]byte, []int) {
-	return file_styx_v1_styx_proto_rawDescGZIP(), []int{47}
+	return file_styx_v1_styx_proto_rawDescGZIP(), []int{48}
 }
 
 func (x *DeadEditRequest) GetQueueName() string {
@@ -3494,7 +3606,7 @@ type RedrivesListRequest struct {
 
 func (x *RedrivesListRequest) Reset() {
 	*x = RedrivesListRequest{}
-	mi := &file_styx_v1_styx_proto_msgTypes[48]
+	mi := &file_styx_v1_styx_proto_msgTypes[49]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3506,7 +3618,7 @@ func (x *RedrivesListRequest) String() string {
 func (*RedrivesListRequest) ProtoMessage() {}
 
 func (x *RedrivesListRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_styx_v1_styx_proto_msgTypes[48]
+	mi := &file_styx_v1_styx_proto_msgTypes[49]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3519,7 +3631,7 @@ func (x *RedrivesListRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RedrivesListRequest.ProtoReflect.Descriptor instead.
 func (*RedrivesListRequest) Descriptor() ([]byte, []int) {
-	return file_styx_v1_styx_proto_rawDescGZIP(), []int{48}
+	return file_styx_v1_styx_proto_rawDescGZIP(), []int{49}
 }
 
 func (x *RedrivesListRequest) GetQueueName() string {
@@ -3538,7 +3650,7 @@ type RedrivesListResponse struct {
 
 func (x *RedrivesListResponse) Reset() {
 	*x = RedrivesListResponse{}
-	mi := &file_styx_v1_styx_proto_msgTypes[49]
+	mi := &file_styx_v1_styx_proto_msgTypes[50]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3550,7 +3662,7 @@ func (x *RedrivesListResponse) String() string {
 func (*RedrivesListResponse) ProtoMessage() {}
 
 func (x *RedrivesListResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_styx_v1_styx_proto_msgTypes[49]
+	mi := &file_styx_v1_styx_proto_msgTypes[50]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3563,7 +3675,7 @@ func (x *RedrivesListResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RedrivesListResponse.ProtoReflect.Descriptor instead.
 func (*RedrivesListResponse) Descriptor() ([]byte, []int) {
-	return file_styx_v1_styx_proto_rawDescGZIP(), []int{49}
+	return file_styx_v1_styx_proto_rawDescGZIP(), []int{50}
 }
 
 func (x *RedrivesListResponse) GetTasks() []*RedriveTask {
@@ -3582,7 +3694,7 @@ type RedriveTaskRequest struct {
 
 func (x *RedriveTaskRequest) Reset() {
 	*x = RedriveTaskRequest{}
-	mi := &file_styx_v1_styx_proto_msgTypes[50]
+	mi := &file_styx_v1_styx_proto_msgTypes[51]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3594,7 +3706,7 @@ func (x *RedriveTaskRequest) String() string {
 func (*RedriveTaskRequest) ProtoMessage() {}
 
 func (x *RedriveTaskRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_styx_v1_styx_proto_msgTypes[50]
+	mi := &file_styx_v1_styx_proto_msgTypes[51]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3607,7 +3719,7 @@ func (x *RedriveTaskRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RedriveTaskRequest.ProtoReflect.Descriptor instead.
 func (*RedriveTaskRequest) Descriptor() ([]byte, []int) {
-	return file_styx_v1_styx_proto_rawDescGZIP(), []int{50}
+	return file_styx_v1_styx_proto_rawDescGZIP(), []int{51}
 }
 
 func (x *RedriveTaskRequest) GetTaskId() string {
@@ -3630,7 +3742,7 @@ type RedriveCounts struct {
 
 func (x *RedriveCounts) Reset() {
 	*x = RedriveCounts{}
-	mi := &file_styx_v1_styx_proto_msgTypes[51]
+	mi := &file_styx_v1_styx_proto_msgTypes[52]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3642,7 +3754,7 @@ func (x *RedriveCounts) String() string {
 func (*RedriveCounts) ProtoMessage() {}
 
 func (x *RedriveCounts) ProtoReflect() protoreflect.Message {
-	mi := &file_styx_v1_styx_proto_msgTypes[51]
+	mi := &file_styx_v1_styx_proto_msgTypes[52]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3655,7 +3767,7 @@ func (x *RedriveCounts) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RedriveCounts.ProtoReflect.Descriptor instead.
 func (*RedriveCounts) Descriptor() ([]byte, []int) {
-	return file_styx_v1_styx_proto_rawDescGZIP(), []int{51}
+	return file_styx_v1_styx_proto_rawDescGZIP(), []int{52}
 }
 
 func (x *RedriveCounts) GetMoved() int64 {
@@ -3702,7 +3814,7 @@ type RedrivePlan struct {
 
 func (x *RedrivePlan) Reset() {
 	*x = RedrivePlan{}
-	mi := &file_styx_v1_styx_proto_msgTypes[52]
+	mi := &file_styx_v1_styx_proto_msgTypes[53]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3714,7 +3826,7 @@ func (x *RedrivePlan) String() string {
 func (*RedrivePlan) ProtoMessage() {}
 
 func (x *RedrivePlan) ProtoReflect() protoreflect.Message {
-	mi := &file_styx_v1_styx_proto_msgTypes[52]
+	mi := &file_styx_v1_styx_proto_msgTypes[53]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3727,7 +3839,7 @@ func (x *RedrivePlan) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RedrivePlan.ProtoReflect.Descriptor instead.
 func (*RedrivePlan) Descriptor() ([]byte, []int) {
-	return file_styx_v1_styx_proto_rawDescGZIP(), []int{52}
+	return file_styx_v1_styx_proto_rawDescGZIP(), []int{53}
 }
 
 func (x *RedrivePlan) GetWouldMove() int64 {
@@ -3800,7 +3912,7 @@ type RedriveTask struct {
 
 func (x *RedriveTask) Reset() {
 	*x = RedriveTask{}
-	mi := &file_styx_v1_styx_proto_msgTypes[53]
+	mi := &file_styx_v1_styx_proto_msgTypes[54]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3812,7 +3924,7 @@ func (x *RedriveTask) String() string {
 func (*RedriveTask) ProtoMessage() {}
 
 func (x *RedriveTask) ProtoReflect() protoreflect.Message {
-	mi := &file_styx_v1_styx_proto_msgTypes[53]
+	mi := &file_styx_v1_styx_proto_msgTypes[54]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3825,7 +3937,7 @@ func (x *RedriveTask) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RedriveTask.ProtoReflect.Descriptor instead.
 func (*RedriveTask) Descriptor() ([]byte, []int) {
-	return file_styx_v1_styx_proto_rawDescGZIP(), []int{53}
+	return file_styx_v1_styx_proto_rawDescGZIP(), []int{54}
 }
 
 func (x *RedriveTask) GetTaskId() string {
@@ -4005,7 +4117,7 @@ type KeysCreateRequest struct {
 
 func (x *KeysCreateRequest) Reset() {
 	*x = KeysCreateRequest{}
-	mi := &file_styx_v1_styx_proto_msgTypes[54]
+	mi := &file_styx_v1_styx_proto_msgTypes[55]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4017,7 +4129,7 @@ func (x *KeysCreateRequest) String() string {
 func (*KeysCreateRequest) ProtoMessage() {}
 
 func (x *KeysCreateRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_styx_v1_styx_proto_msgTypes[54]
+	mi := &file_styx_v1_styx_proto_msgTypes[55]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4030,7 +4142,7 @@ func (x *KeysCreateRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use KeysCreateRequest.ProtoReflect.Descriptor instead.
 func (*KeysCreateRequest) Descriptor() ([]byte, []int) {
-	return file_styx_v1_styx_proto_rawDescGZIP(), []int{54}
+	return file_styx_v1_styx_proto_rawDescGZIP(), []int{55}
 }
 
 func (x *KeysCreateRequest) GetName() string {
@@ -4069,7 +4181,7 @@ type ApiKey struct {
 
 func (x *ApiKey) Reset() {
 	*x = ApiKey{}
-	mi := &file_styx_v1_styx_proto_msgTypes[55]
+	mi := &file_styx_v1_styx_proto_msgTypes[56]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4081,7 +4193,7 @@ func (x *ApiKey) String() string {
 func (*ApiKey) ProtoMessage() {}
 
 func (x *ApiKey) ProtoReflect() protoreflect.Message {
-	mi := &file_styx_v1_styx_proto_msgTypes[55]
+	mi := &file_styx_v1_styx_proto_msgTypes[56]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4094,7 +4206,7 @@ func (x *ApiKey) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ApiKey.ProtoReflect.Descriptor instead.
 func (*ApiKey) Descriptor() ([]byte, []int) {
-	return file_styx_v1_styx_proto_rawDescGZIP(), []int{55}
+	return file_styx_v1_styx_proto_rawDescGZIP(), []int{56}
 }
 
 func (x *ApiKey) GetName() string {
@@ -4147,7 +4259,7 @@ type KeysCreateResponse struct {
 
 func (x *KeysCreateResponse) Reset() {
 	*x = KeysCreateResponse{}
-	mi := &file_styx_v1_styx_proto_msgTypes[56]
+	mi := &file_styx_v1_styx_proto_msgTypes[57]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4159,7 +4271,7 @@ func (x *KeysCreateResponse) String() string {
 func (*KeysCreateResponse) ProtoMessage() {}
 
 func (x *KeysCreateResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_styx_v1_styx_proto_msgTypes[56]
+	mi := &file_styx_v1_styx_proto_msgTypes[57]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4172,7 +4284,7 @@ func (x *KeysCreateResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use KeysCreateResponse.ProtoReflect.Descriptor instead.
 func (*KeysCreateResponse) Descriptor() ([]byte, []int) {
-	return file_styx_v1_styx_proto_rawDescGZIP(), []int{56}
+	return file_styx_v1_styx_proto_rawDescGZIP(), []int{57}
 }
 
 func (x *KeysCreateResponse) GetKey() string {
@@ -4218,7 +4330,7 @@ type KeysListRequest struct {
 
 func (x *KeysListRequest) Reset() {
 	*x = KeysListRequest{}
-	mi := &file_styx_v1_styx_proto_msgTypes[57]
+	mi := &file_styx_v1_styx_proto_msgTypes[58]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4230,7 +4342,7 @@ func (x *KeysListRequest) String() string {
 func (*KeysListRequest) ProtoMessage() {}
 
 func (x *KeysListRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_styx_v1_styx_proto_msgTypes[57]
+	mi := &file_styx_v1_styx_proto_msgTypes[58]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4243,7 +4355,7 @@ func (x *KeysListRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use KeysListRequest.ProtoReflect.Descriptor instead.
 func (*KeysListRequest) Descriptor() ([]byte, []int) {
-	return file_styx_v1_styx_proto_rawDescGZIP(), []int{57}
+	return file_styx_v1_styx_proto_rawDescGZIP(), []int{58}
 }
 
 type KeysListResponse struct {
@@ -4255,7 +4367,7 @@ type KeysListResponse struct {
 
 func (x *KeysListResponse) Reset() {
 	*x = KeysListResponse{}
-	mi := &file_styx_v1_styx_proto_msgTypes[58]
+	mi := &file_styx_v1_styx_proto_msgTypes[59]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4267,7 +4379,7 @@ func (x *KeysListResponse) String() string {
 func (*KeysListResponse) ProtoMessage() {}
 
 func (x *KeysListResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_styx_v1_styx_proto_msgTypes[58]
+	mi := &file_styx_v1_styx_proto_msgTypes[59]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4280,7 +4392,7 @@ func (x *KeysListResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use KeysListResponse.ProtoReflect.Descriptor instead.
 func (*KeysListResponse) Descriptor() ([]byte, []int) {
-	return file_styx_v1_styx_proto_rawDescGZIP(), []int{58}
+	return file_styx_v1_styx_proto_rawDescGZIP(), []int{59}
 }
 
 func (x *KeysListResponse) GetKeys() []*ApiKey {
@@ -4299,7 +4411,7 @@ type KeysDeleteRequest struct {
 
 func (x *KeysDeleteRequest) Reset() {
 	*x = KeysDeleteRequest{}
-	mi := &file_styx_v1_styx_proto_msgTypes[59]
+	mi := &file_styx_v1_styx_proto_msgTypes[60]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4311,7 +4423,7 @@ func (x *KeysDeleteRequest) String() string {
 func (*KeysDeleteRequest) ProtoMessage() {}
 
 func (x *KeysDeleteRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_styx_v1_styx_proto_msgTypes[59]
+	mi := &file_styx_v1_styx_proto_msgTypes[60]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4324,7 +4436,7 @@ func (x *KeysDeleteRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use KeysDeleteRequest.ProtoReflect.Descriptor instead.
 func (*KeysDeleteRequest) Descriptor() ([]byte, []int) {
-	return file_styx_v1_styx_proto_rawDescGZIP(), []int{59}
+	return file_styx_v1_styx_proto_rawDescGZIP(), []int{60}
 }
 
 func (x *KeysDeleteRequest) GetName() string {
@@ -4460,20 +4572,29 @@ const file_styx_v1_styx_proto_rawDesc = "" +
 	"\amessage\x18\x03 \x01(\tR\amessage\"2\n" +
 	"\x11QueueStatsRequest\x12\x1d\n" +
 	"\tqueueName\x18\x01 \x01(\tR\n" +
-	"queue_name\"\xf0\x03\n" +
+	"queue_name\"\xa6\x04\n" +
 	"\x12QueueStatsResponse\x12\x1d\n" +
 	"\tqueueName\x18\x01 \x01(\tR\n" +
 	"queue_name\x12@\n" +
 	"\rlogicalQueues\x18\x02 \x03(\v2\x1a.styx.v1.QueueLogicalStatsR\rlogicalQueues\x12U\n" +
 	"\x0edead_by_reason\x18d \x03(\v2-.styx.v1.QueueStatsResponse.DeadByReasonEntryR\x0edead_by_reason\x12U\n" +
 	"\x0edead_by_source\x18e \x03(\v2-.styx.v1.QueueStatsResponse.DeadBySourceEntryR\x0edead_by_source\x12I\n" +
-	"\x11oldest_created_at\x18\x82\x01 \x01(\v2\x1a.google.protobuf.TimestampR\x11oldest_created_at\x1a?\n" +
+	"\x11oldest_created_at\x18\x82\x01 \x01(\v2\x1a.google.protobuf.TimestampR\x11oldest_created_at\x124\n" +
+	"\tconsumers\x18f \x03(\v2\x16.styx.v1.QueueConsumerR\tconsumers\x1a?\n" +
 	"\x11DeadByReasonEntry\x12\x10\n" +
 	"\x03key\x18\x01 \x01(\tR\x03key\x12\x14\n" +
 	"\x05value\x18\x02 \x01(\x03R\x05value:\x028\x01\x1a?\n" +
 	"\x11DeadBySourceEntry\x12\x10\n" +
 	"\x03key\x18\x01 \x01(\tR\x03key\x12\x14\n" +
-	"\x05value\x18\x02 \x01(\x03R\x05value:\x028\x01\"\xe7\x01\n" +
+	"\x05value\x18\x02 \x01(\x03R\x05value:\x028\x01\"\x93\x02\n" +
+	"\rQueueConsumer\x12\x1c\n" +
+	"\tclient_id\x18\x01 \x01(\tR\tclient_id\x12\x1a\n" +
+	"\bkey_name\x18\x02 \x01(\tR\bkey_name\x12@\n" +
+	"\rfirst_seen_at\x18\x03 \x01(\v2\x1a.google.protobuf.TimestampR\rfirst_seen_at\x12>\n" +
+	"\flast_seen_at\x18\x04 \x01(\v2\x1a.google.protobuf.TimestampR\flast_seen_at\x12\x16\n" +
+	"\x06leased\x18\x05 \x01(\x03R\x06leased\x12\x12\n" +
+	"\x04held\x18\x06 \x01(\x05R\x04held\x12\x1a\n" +
+	"\bheld_ids\x18\a \x03(\tR\bheld_ids\"\xe7\x01\n" +
 	"\x11QueueLogicalStats\x12'\n" +
 	"\x0eproduceWaiting\x18\x06 \x01(\x05R\x0fproduce_waiting\x12#\n" +
 	"\fleaseWaiting\x18\a \x01(\x05R\rlease_waiting\x12)\n" +
@@ -4771,7 +4892,7 @@ func file_styx_v1_styx_proto_rawDescGZIP() []byte {
 	return file_styx_v1_styx_proto_rawDescData
 }
 
-var file_styx_v1_styx_proto_msgTypes = make([]protoimpl.MessageInfo, 69)
+var file_styx_v1_styx_proto_msgTypes = make([]protoimpl.MessageInfo, 70)
 var file_styx_v1_styx_proto_goTypes = []any{
 	(*QueueProduceRequest)(nil),        // 0: styx.v1.QueueProduceRequest
 	(*QueueProduceItem)(nil),           // 1: styx.v1.QueueProduceItem
@@ -4795,120 +4916,124 @@ var file_styx_v1_styx_proto_goTypes = []any{
 	(*QueueReloadResponse)(nil),        // 19: styx.v1.QueueReloadResponse
 	(*QueueStatsRequest)(nil),          // 20: styx.v1.QueueStatsRequest
 	(*QueueStatsResponse)(nil),         // 21: styx.v1.QueueStatsResponse
-	(*QueueLogicalStats)(nil),          // 22: styx.v1.QueueLogicalStats
-	(*QueuePartitionStats)(nil),        // 23: styx.v1.QueuePartitionStats
-	(*QueuesHistoryRequest)(nil),       // 24: styx.v1.QueuesHistoryRequest
-	(*QueuesHistoryResponse)(nil),      // 25: styx.v1.QueuesHistoryResponse
-	(*HistoryPoint)(nil),               // 26: styx.v1.HistoryPoint
-	(*QueuesInfoRequest)(nil),          // 27: styx.v1.QueuesInfoRequest
-	(*QueuesListRequest)(nil),          // 28: styx.v1.QueuesListRequest
-	(*QueuesListResponse)(nil),         // 29: styx.v1.QueuesListResponse
-	(*QueuesDeleteRequest)(nil),        // 30: styx.v1.QueuesDeleteRequest
-	(*StorageItemsListRequest)(nil),    // 31: styx.v1.StorageItemsListRequest
-	(*StorageItemsListResponse)(nil),   // 32: styx.v1.StorageItemsListResponse
-	(*StorageItemsImportRequest)(nil),  // 33: styx.v1.StorageItemsImportRequest
-	(*StorageItemsImportResponse)(nil), // 34: styx.v1.StorageItemsImportResponse
-	(*StorageItemsDeleteRequest)(nil),  // 35: styx.v1.StorageItemsDeleteRequest
-	(*StorageItem)(nil),                // 36: styx.v1.StorageItem
-	(*AttemptError)(nil),               // 37: styx.v1.AttemptError
-	(*DeadFilter)(nil),                 // 38: styx.v1.DeadFilter
-	(*DeadGroupsRequest)(nil),          // 39: styx.v1.DeadGroupsRequest
-	(*DeadGroup)(nil),                  // 40: styx.v1.DeadGroup
-	(*DeadGroupsResponse)(nil),         // 41: styx.v1.DeadGroupsResponse
-	(*DeadListRequest)(nil),            // 42: styx.v1.DeadListRequest
-	(*DeadListResponse)(nil),           // 43: styx.v1.DeadListResponse
-	(*DeadDeleteRequest)(nil),          // 44: styx.v1.DeadDeleteRequest
-	(*DeadDeleteResponse)(nil),         // 45: styx.v1.DeadDeleteResponse
-	(*DeadRedriveRequest)(nil),         // 46: styx.v1.DeadRedriveRequest
-	(*DeadEditRequest)(nil),            // 47: styx.v1.DeadEditRequest
-	(*RedrivesListRequest)(nil),        // 48: styx.v1.RedrivesListRequest
-	(*RedrivesListResponse)(nil),       // 49: styx.v1.RedrivesListResponse
-	(*RedriveTaskRequest)(nil),         // 50: styx.v1.RedriveTaskRequest
-	(*RedriveCounts)(nil),              // 51: styx.v1.RedriveCounts
-	(*RedrivePlan)(nil),                // 52: styx.v1.RedrivePlan
-	(*RedriveTask)(nil),                // 53: styx.v1.RedriveTask
-	(*KeysCreateRequest)(nil),          // 54: styx.v1.KeysCreateRequest
-	(*ApiKey)(nil),                     // 55: styx.v1.ApiKey
-	(*KeysCreateResponse)(nil),         // 56: styx.v1.KeysCreateResponse
-	(*KeysListRequest)(nil),            // 57: styx.v1.KeysListRequest
-	(*KeysListResponse)(nil),           // 58: styx.v1.KeysListResponse
-	(*KeysDeleteRequest)(nil),          // 59: styx.v1.KeysDeleteRequest
-	nil,                                // 60: styx.v1.QueueStatsResponse.DeadByReasonEntry
-	nil,                                // 61: styx.v1.QueueStatsResponse.DeadBySourceEntry
-	nil,                                // 62: styx.v1.QueuesHistoryResponse.GroupPatternsEntry
-	nil,                                // 63: styx.v1.HistoryPoint.DeadByGroupEntry
-	nil,                                // 64: styx.v1.RedriveCounts.SkipReasonsEntry
-	nil,                                // 65: styx.v1.RedrivePlan.SkipReasonsEntry
-	nil,                                // 66: styx.v1.RedriveTask.ByQueueEntry
-	nil,                                // 67: styx.v1.RedriveTask.ByDestinationEntry
-	nil,                                // 68: styx.v1.RedriveTask.SkipReasonsEntry
-	(*timestamppb.Timestamp)(nil),      // 69: google.protobuf.Timestamp
+	(*QueueConsumer)(nil),              // 22: styx.v1.QueueConsumer
+	(*QueueLogicalStats)(nil),          // 23: styx.v1.QueueLogicalStats
+	(*QueuePartitionStats)(nil),        // 24: styx.v1.QueuePartitionStats
+	(*QueuesHistoryRequest)(nil),       // 25: styx.v1.QueuesHistoryRequest
+	(*QueuesHistoryResponse)(nil),      // 26: styx.v1.QueuesHistoryResponse
+	(*HistoryPoint)(nil),               // 27: styx.v1.HistoryPoint
+	(*QueuesInfoRequest)(nil),          // 28: styx.v1.QueuesInfoRequest
+	(*QueuesListRequest)(nil),          // 29: styx.v1.QueuesListRequest
+	(*QueuesListResponse)(nil),         // 30: styx.v1.QueuesListResponse
+	(*QueuesDeleteRequest)(nil),        // 31: styx.v1.QueuesDeleteRequest
+	(*StorageItemsListRequest)(nil),    // 32: styx.v1.StorageItemsListRequest
+	(*StorageItemsListResponse)(nil),   // 33: styx.v1.StorageItemsListResponse
+	(*StorageItemsImportRequest)(nil),  // 34: styx.v1.StorageItemsImportRequest
+	(*StorageItemsImportResponse)(nil), // 35: styx.v1.StorageItemsImportResponse
+	(*StorageItemsDeleteRequest)(nil),  // 36: styx.v1.StorageItemsDeleteRequest
+	(*StorageItem)(nil),                // 37: styx.v1.StorageItem
+	(*AttemptError)(nil),               // 38: styx.v1.AttemptError
+	(*DeadFilter)(nil),                 // 39: styx.v1.DeadFilter
+	(*DeadGroupsRequest)(nil),          // 40: styx.v1.DeadGroupsRequest
+	(*DeadGroup)(nil),                  // 41: styx.v1.DeadGroup
+	(*DeadGroupsResponse)(nil),         // 42: styx.v1.DeadGroupsResponse
+	(*DeadListRequest)(nil),            // 43: styx.v1.DeadListRequest
+	(*DeadListResponse)(nil),           // 44: styx.v1.DeadListResponse
+	(*DeadDeleteRequest)(nil),          // 45: styx.v1.DeadDeleteRequest
+	(*DeadDeleteResponse)(nil),         // 46: styx.v1.DeadDeleteResponse
+	(*DeadRedriveRequest)(nil),         // 47: styx.v1.DeadRedriveRequest
+	(*DeadEditRequest)(nil),            // 48: styx.v1.DeadEditRequest
+	(*RedrivesListRequest)(nil),        // 49: styx.v1.RedrivesListRequest
+	(*RedrivesListResponse)(nil),       // 50: styx.v1.RedrivesListResponse
+	(*RedriveTaskRequest)(nil),         // 51: styx.v1.RedriveTaskRequest
+	(*RedriveCounts)(nil),              // 52: styx.v1.RedriveCounts
+	(*RedrivePlan)(nil),                // 53: styx.v1.RedrivePlan
+	(*RedriveTask)(nil),                // 54: styx.v1.RedriveTask
+	(*KeysCreateRequest)(nil),          // 55: styx.v1.KeysCreateRequest
+	(*ApiKey)(nil),                     // 56: styx.v1.ApiKey
+	(*KeysCreateResponse)(nil),         // 57: styx.v1.KeysCreateResponse
+	(*KeysListRequest)(nil),            // 58: styx.v1.KeysListRequest
+	(*KeysListResponse)(nil),           // 59: styx.v1.KeysListResponse
+	(*KeysDeleteRequest)(nil),          // 60: styx.v1.KeysDeleteRequest
+	nil,                                // 61: styx.v1.QueueStatsResponse.DeadByReasonEntry
+	nil,                                // 62: styx.v1.QueueStatsResponse.DeadBySourceEntry
+	nil,                                // 63: styx.v1.QueuesHistoryResponse.GroupPatternsEntry
+	nil,                                // 64: styx.v1.HistoryPoint.DeadByGroupEntry
+	nil,                                // 65: styx.v1.RedriveCounts.SkipReasonsEntry
+	nil,                                // 66: styx.v1.RedrivePlan.SkipReasonsEntry
+	nil,                                // 67: styx.v1.RedriveTask.ByQueueEntry
+	nil,                                // 68: styx.v1.RedriveTask.ByDestinationEntry
+	nil,                                // 69: styx.v1.RedriveTask.SkipReasonsEntry
+	(*timestamppb.Timestamp)(nil),      // 70: google.protobuf.Timestamp
 }
 var file_styx_v1_styx_proto_depIdxs = []int32{
 	1,  // 0: styx.v1.QueueProduceRequest.items:type_name -> styx.v1.QueueProduceItem
-	69, // 1: styx.v1.QueueProduceItem.enqueueAt:type_name -> google.protobuf.Timestamp
-	69, // 2: styx.v1.QueueLeaseItem.leaseDeadline:type_name -> google.protobuf.Timestamp
+	70, // 1: styx.v1.QueueProduceItem.enqueueAt:type_name -> google.protobuf.Timestamp
+	70, // 2: styx.v1.QueueLeaseItem.leaseDeadline:type_name -> google.protobuf.Timestamp
 	4,  // 3: styx.v1.QueueLeaseResponse.items:type_name -> styx.v1.QueueLeaseItem
 	9,  // 4: styx.v1.QueueRetryRequest.items:type_name -> styx.v1.QueueRetryItem
-	69, // 5: styx.v1.QueueRetryItem.retryAt:type_name -> google.protobuf.Timestamp
+	70, // 5: styx.v1.QueueRetryItem.retryAt:type_name -> google.protobuf.Timestamp
 	11, // 6: styx.v1.QueueRetryResponse.outcomes:type_name -> styx.v1.QueueRetryOutcome
-	69, // 7: styx.v1.QueueRetryOutcome.retryAt:type_name -> google.protobuf.Timestamp
+	70, // 7: styx.v1.QueueRetryOutcome.retryAt:type_name -> google.protobuf.Timestamp
 	14, // 8: styx.v1.QueueRenewResponse.items:type_name -> styx.v1.QueueRenewItem
-	69, // 9: styx.v1.QueueRenewItem.leaseDeadline:type_name -> google.protobuf.Timestamp
-	69, // 10: styx.v1.QueueInfo.createdAt:type_name -> google.protobuf.Timestamp
-	69, // 11: styx.v1.QueueInfo.updatedAt:type_name -> google.protobuf.Timestamp
+	70, // 9: styx.v1.QueueRenewItem.leaseDeadline:type_name -> google.protobuf.Timestamp
+	70, // 10: styx.v1.QueueInfo.createdAt:type_name -> google.protobuf.Timestamp
+	70, // 11: styx.v1.QueueInfo.updatedAt:type_name -> google.protobuf.Timestamp
 	16, // 12: styx.v1.QueueInfo.partitions:type_name -> styx.v1.PartitionInfo
-	22, // 13: styx.v1.QueueStatsResponse.logicalQueues:type_name -> styx.v1.QueueLogicalStats
-	60, // 14: styx.v1.QueueStatsResponse.dead_by_reason:type_name -> styx.v1.QueueStatsResponse.DeadByReasonEntry
-	61, // 15: styx.v1.QueueStatsResponse.dead_by_source:type_name -> styx.v1.QueueStatsResponse.DeadBySourceEntry
-	69, // 16: styx.v1.QueueStatsResponse.oldest_created_at:type_name -> google.protobuf.Timestamp
-	23, // 17: styx.v1.QueueLogicalStats.partitions:type_name -> styx.v1.QueuePartitionStats
-	26, // 18: styx.v1.QueuesHistoryResponse.points:type_name -> styx.v1.HistoryPoint
-	62, // 19: styx.v1.QueuesHistoryResponse.group_patterns:type_name -> styx.v1.QueuesHistoryResponse.GroupPatternsEntry
-	69, // 20: styx.v1.HistoryPoint.at:type_name -> google.protobuf.Timestamp
-	63, // 21: styx.v1.HistoryPoint.dead_by_group:type_name -> styx.v1.HistoryPoint.DeadByGroupEntry
-	15, // 22: styx.v1.QueuesListResponse.items:type_name -> styx.v1.QueueInfo
-	36, // 23: styx.v1.StorageItemsListResponse.items:type_name -> styx.v1.StorageItem
-	36, // 24: styx.v1.StorageItemsImportRequest.items:type_name -> styx.v1.StorageItem
-	36, // 25: styx.v1.StorageItemsImportResponse.items:type_name -> styx.v1.StorageItem
-	69, // 26: styx.v1.StorageItem.leaseDeadline:type_name -> google.protobuf.Timestamp
-	69, // 27: styx.v1.StorageItem.expireDeadline:type_name -> google.protobuf.Timestamp
-	69, // 28: styx.v1.StorageItem.deadDeadline:type_name -> google.protobuf.Timestamp
-	69, // 29: styx.v1.StorageItem.createdAt:type_name -> google.protobuf.Timestamp
-	69, // 30: styx.v1.StorageItem.updatedAt:type_name -> google.protobuf.Timestamp
-	69, // 31: styx.v1.StorageItem.enqueueAt:type_name -> google.protobuf.Timestamp
-	69, // 32: styx.v1.StorageItem.dead_at:type_name -> google.protobuf.Timestamp
-	37, // 33: styx.v1.StorageItem.errors:type_name -> styx.v1.AttemptError
-	69, // 34: styx.v1.AttemptError.at:type_name -> google.protobuf.Timestamp
-	69, // 35: styx.v1.DeadFilter.dead_after:type_name -> google.protobuf.Timestamp
-	69, // 36: styx.v1.DeadFilter.dead_before:type_name -> google.protobuf.Timestamp
-	38, // 37: styx.v1.DeadGroupsRequest.filter:type_name -> styx.v1.DeadFilter
-	69, // 38: styx.v1.DeadGroup.first_dead_at:type_name -> google.protobuf.Timestamp
-	69, // 39: styx.v1.DeadGroup.last_dead_at:type_name -> google.protobuf.Timestamp
-	40, // 40: styx.v1.DeadGroupsResponse.groups:type_name -> styx.v1.DeadGroup
-	38, // 41: styx.v1.DeadListRequest.filter:type_name -> styx.v1.DeadFilter
-	36, // 42: styx.v1.DeadListResponse.items:type_name -> styx.v1.StorageItem
-	38, // 43: styx.v1.DeadDeleteRequest.filter:type_name -> styx.v1.DeadFilter
-	38, // 44: styx.v1.DeadRedriveRequest.filter:type_name -> styx.v1.DeadFilter
-	53, // 45: styx.v1.RedrivesListResponse.tasks:type_name -> styx.v1.RedriveTask
-	64, // 46: styx.v1.RedriveCounts.skip_reasons:type_name -> styx.v1.RedriveCounts.SkipReasonsEntry
-	65, // 47: styx.v1.RedrivePlan.skip_reasons:type_name -> styx.v1.RedrivePlan.SkipReasonsEntry
-	38, // 48: styx.v1.RedriveTask.filter:type_name -> styx.v1.DeadFilter
-	69, // 49: styx.v1.RedriveTask.started_at:type_name -> google.protobuf.Timestamp
-	69, // 50: styx.v1.RedriveTask.finished_at:type_name -> google.protobuf.Timestamp
-	66, // 51: styx.v1.RedriveTask.by_queue:type_name -> styx.v1.RedriveTask.ByQueueEntry
-	67, // 52: styx.v1.RedriveTask.by_destination:type_name -> styx.v1.RedriveTask.ByDestinationEntry
-	68, // 53: styx.v1.RedriveTask.skip_reasons:type_name -> styx.v1.RedriveTask.SkipReasonsEntry
-	69, // 54: styx.v1.ApiKey.created_at:type_name -> google.protobuf.Timestamp
-	69, // 55: styx.v1.KeysCreateResponse.created_at:type_name -> google.protobuf.Timestamp
-	55, // 56: styx.v1.KeysListResponse.keys:type_name -> styx.v1.ApiKey
-	51, // 57: styx.v1.RedriveTask.ByQueueEntry.value:type_name -> styx.v1.RedriveCounts
-	52, // 58: styx.v1.RedriveTask.ByDestinationEntry.value:type_name -> styx.v1.RedrivePlan
-	59, // [59:59] is the sub-list for method output_type
-	59, // [59:59] is the sub-list for method input_type
-	59, // [59:59] is the sub-list for extension type_name
-	59, // [59:59] is the sub-list for extension extendee
-	0,  // [0:59] is the sub-list for field type_name
+	23, // 13: styx.v1.QueueStatsResponse.logicalQueues:type_name -> styx.v1.QueueLogicalStats
+	61, // 14: styx.v1.QueueStatsResponse.dead_by_reason:type_name -> styx.v1.QueueStatsResponse.DeadByReasonEntry
+	62, // 15: styx.v1.QueueStatsResponse.dead_by_source:type_name -> styx.v1.QueueStatsResponse.DeadBySourceEntry
+	70, // 16: styx.v1.QueueStatsResponse.oldest_created_at:type_name -> google.protobuf.Timestamp
+	22, // 17: styx.v1.QueueStatsResponse.consumers:type_name -> styx.v1.QueueConsumer
+	70, // 18: styx.v1.QueueConsumer.first_seen_at:type_name -> google.protobuf.Timestamp
+	70, // 19: styx.v1.QueueConsumer.last_seen_at:type_name -> google.protobuf.Timestamp
+	24, // 20: styx.v1.QueueLogicalStats.partitions:type_name -> styx.v1.QueuePartitionStats
+	27, // 21: styx.v1.QueuesHistoryResponse.points:type_name -> styx.v1.HistoryPoint
+	63, // 22: styx.v1.QueuesHistoryResponse.group_patterns:type_name -> styx.v1.QueuesHistoryResponse.GroupPatternsEntry
+	70, // 23: styx.v1.HistoryPoint.at:type_name -> google.protobuf.Timestamp
+	64, // 24: styx.v1.HistoryPoint.dead_by_group:type_name -> styx.v1.HistoryPoint.DeadByGroupEntry
+	15, // 25: styx.v1.QueuesListResponse.items:type_name -> styx.v1.QueueInfo
+	37, // 26: styx.v1.StorageItemsListResponse.items:type_name -> styx.v1.StorageItem
+	37, // 27: styx.v1.StorageItemsImportRequest.items:type_name -> styx.v1.StorageItem
+	37, // 28: styx.v1.StorageItemsImportResponse.items:type_name -> styx.v1.StorageItem
+	70, // 29: styx.v1.StorageItem.leaseDeadline:type_name -> google.protobuf.Timestamp
+	70, // 30: styx.v1.StorageItem.expireDeadline:type_name -> google.protobuf.Timestamp
+	70, // 31: styx.v1.StorageItem.deadDeadline:type_name -> google.protobuf.Timestamp
+	70, // 32: styx.v1.StorageItem.createdAt:type_name -> google.protobuf.Timestamp
+	70, // 33: styx.v1.StorageItem.updatedAt:type_name -> google.protobuf.Timestamp
+	70, // 34: styx.v1.StorageItem.enqueueAt:type_name -> google.protobuf.Timestamp
+	70, // 35: styx.v1.StorageItem.dead_at:type_name -> google.protobuf.Timestamp
+	38, // 36: styx.v1.StorageItem.errors:type_name -> styx.v1.AttemptError
+	70, // 37: styx.v1.AttemptError.at:type_name -> google.protobuf.Timestamp
+	70, // 38: styx.v1.DeadFilter.dead_after:type_name -> google.protobuf.Timestamp
+	70, // 39: styx.v1.DeadFilter.dead_before:type_name -> google.protobuf.Timestamp
+	39, // 40: styx.v1.DeadGroupsRequest.filter:type_name -> styx.v1.DeadFilter
+	70, // 41: styx.v1.DeadGroup.first_dead_at:type_name -> google.protobuf.Timestamp
+	70, // 42: styx.v1.DeadGroup.last_dead_at:type_name -> google.protobuf.Timestamp
+	41, // 43: styx.v1.DeadGroupsResponse.groups:type_name -> styx.v1.DeadGroup
+	39, // 44: styx.v1.DeadListRequest.filter:type_name -> styx.v1.DeadFilter
+	37, // 45: styx.v1.DeadListResponse.items:type_name -> styx.v1.StorageItem
+	39, // 46: styx.v1.DeadDeleteRequest.filter:type_name -> styx.v1.DeadFilter
+	39, // 47: styx.v1.DeadRedriveRequest.filter:type_name -> styx.v1.DeadFilter
+	54, // 48: styx.v1.RedrivesListResponse.tasks:type_name -> styx.v1.RedriveTask
+	65, // 49: styx.v1.RedriveCounts.skip_reasons:type_name -> styx.v1.RedriveCounts.SkipReasonsEntry
+	66, // 50: styx.v1.RedrivePlan.skip_reasons:type_name -> styx.v1.RedrivePlan.SkipReasonsEntry
+	39, // 51: styx.v1.RedriveTask.filter:type_name -> styx.v1.DeadFilter
+	70, // 52: styx.v1.RedriveTask.started_at:type_name -> google.protobuf.Timestamp
+	70, // 53: styx.v1.RedriveTask.finished_at:type_name -> google.protobuf.Timestamp
+	67, // 54: styx.v1.RedriveTask.by_queue:type_name -> styx.v1.RedriveTask.ByQueueEntry
+	68, // 55: styx.v1.RedriveTask.by_destination:type_name -> styx.v1.RedriveTask.ByDestinationEntry
+	69, // 56: styx.v1.RedriveTask.skip_reasons:type_name -> styx.v1.RedriveTask.SkipReasonsEntry
+	70, // 57: styx.v1.ApiKey.created_at:type_name -> google.protobuf.Timestamp
+	70, // 58: styx.v1.KeysCreateResponse.created_at:type_name -> google.protobuf.Timestamp
+	56, // 59: styx.v1.KeysListResponse.keys:type_name -> styx.v1.ApiKey
+	52, // 60: styx.v1.RedriveTask.ByQueueEntry.value:type_name -> styx.v1.RedriveCounts
+	53, // 61: styx.v1.RedriveTask.ByDestinationEntry.value:type_name -> styx.v1.RedrivePlan
+	62, // [62:62] is the sub-list for method output_type
+	62, // [62:62] is the sub-list for method input_type
+	62, // [62:62] is the sub-list for extension type_name
+	62, // [62:62] is the sub-list for extension extendee
+	0,  // [0:62] is the sub-list for field type_name
 }
 
 func init() { file_styx_v1_styx_proto_init() }
@@ -4916,14 +5041,14 @@ func file_styx_v1_styx_proto_init() {
 	if File_styx_v1_styx_proto != nil {
 		return
 	}
-	file_styx_v1_styx_proto_msgTypes[47].OneofWrappers = []any{}
+	file_styx_v1_styx_proto_msgTypes[48].OneofWrappers = []any{}
 	type x struct{}
 	out := protoimpl.TypeBuilder{
 		File: protoimpl.DescBuilder{
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_styx_v1_styx_proto_rawDesc), len(file_styx_v1_styx_proto_rawDesc)),
 			NumEnums:      0,
-			NumMessages:   69,
+			NumMessages:   70,
 			NumExtensions: 0,
 			NumServices:   0,
 		},

@@ -592,6 +592,7 @@ func (e *Engine) iterate(it *pass, reqs []*Request, lifecycle bool) error {
 				mode = DurableItems
 			}
 			w.Lease.Result = queue.LeaseResult{Partition: n, Items: items}
+			e.Loop.Consumers.leased(w.Lease.ClientID, w.Lease.Owner, n, items, it.now, deadline)
 			it.reply(w, mode)
 		})
 }
@@ -636,6 +637,7 @@ func (e *Engine) handle(it *pass, r *Request) (ReplyMode, error) {
 		if err := it.tx.Complete(xs); err != nil {
 			return 0, err
 		}
+		e.Loop.Consumers.ended(op.partition, op.ids...)
 		if e.completed != nil {
 			for _, x := range xs {
 				e.completed(x.Attempts)
@@ -661,6 +663,7 @@ func (e *Engine) handle(it *pass, r *Request) (ReplyMode, error) {
 			xs[i], _ = it.tx.Item(op.partition, id)
 			op.out[i] = queue.FromNanos(deadline)
 		}
+		e.Loop.Consumers.renewed(op.partition, op.ids, deadline)
 		return Consume, it.tx.Renew(xs, deadline)
 	case *importOp:
 		var err error
@@ -690,12 +693,20 @@ func (e *Engine) handle(it *pass, r *Request) (ReplyMode, error) {
 				return 0, err
 			}
 		}
+		if !op.exceptLeased {
+			for _, ref := range op.refs {
+				e.Loop.Consumers.ended(ref.Partition, ref.ID)
+			}
+		}
 		var err error
 		op.n, err = it.tx.Delete(op.refs, op.exceptLeased)
 		it.ready = nil
 		return Durable, err
 	case *clearOp:
 		it.ready = nil
+		if op.p.Destructive {
+			e.Loop.Consumers.endedAll()
+		}
 		return Durable, it.tx.Clear(op.p)
 	case *editOp:
 		if err := queue.CheckPartition(it.info.Name, it.info.Partitions, op.ref.Partition); err != nil {
@@ -856,6 +867,7 @@ func (e *Engine) deleteReceipt(it *pass, n int32, r queue.Receipt) (bool, error)
 	if err := it.tx.Complete([]Item{x}); err != nil {
 		return false, err
 	}
+	e.Loop.Consumers.ended(n, x.ID)
 	it.ready = nil
 	if e.completed != nil {
 		e.completed(x.Attempts)
@@ -940,6 +952,7 @@ func (e *Engine) retry(it *pass, r *Request, op *retryOp) error {
 		outcomes[i].ID = ri.ID
 	}
 	op.out = outcomes
+	e.Loop.Consumers.ended(op.partition, ids...)
 	it.replies = append(it.replies, Reply{R: r, Mode: Consume, Moving: moving})
 	return nil
 }
@@ -981,6 +994,7 @@ func (e *Engine) lifecycle(it *pass) error {
 		}
 		msg := queue.LeaseExpiredError(it.info.LeaseTimeout)
 		for _, x := range leases {
+			e.Loop.Consumers.ended(x.Partition, x.ID)
 			h := queue.RecordError(history[x.ID], x.Attempts, msg, it.now)
 			e := queue.EndLease(it.info, x.Attempts, x.Expire, false, time.Time{}, it.now)
 			if e.Reason == "" {

@@ -188,6 +188,9 @@ type Loop struct {
 	Log *slog.Logger
 	// Waiters are the leases waiting for items, oldest first.
 	Waiters Waiters
+	// Consumers records the queue's consumers (consumers.go): written by
+	// the loop goroutine, read by any.
+	Consumers Consumers
 }
 
 // NewLoop returns the loop of the queue name. Start runs it.
@@ -438,6 +441,8 @@ func (l *Loop) iterate(batch []*Request, poll bool) {
 			work = append(work, r)
 		} else if err := l.Waiters.add(r, now); err != nil {
 			r.Answer(err)
+		} else {
+			l.Consumers.seen(r.Lease.ClientID, r.Lease.Owner, now)
 		}
 	}
 	l.step(now, work, poll)

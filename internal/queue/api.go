@@ -38,6 +38,10 @@ type Queue interface {
 	Retry(ctx context.Context, partition int32, items []RetryItem) ([]RetryOutcome, error)
 	Renew(ctx context.Context, partition int32, ids []uint64, timeout time.Duration) ([]time.Time, error)
 	Stats(ctx context.Context) (Stats, error)
+	// Consumers returns the queue's consumers (Consumer), by client_id and
+	// key name, most recently seen first: on PostgreSQL those of every node
+	// serving the queue, each node's own within a second.
+	Consumers(ctx context.Context) ([]Consumer, error)
 	Clear(ctx context.Context, p ClearParams) error
 	Reload(ctx context.Context) error
 	Import(ctx context.Context, partition int32, items []Item) ([]Item, error)

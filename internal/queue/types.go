@@ -167,6 +167,38 @@ type Stats struct {
 	Oldest time.Time
 }
 
+// Consumer is one consumer of a queue as the queue saw it: a client_id
+// (and the API key) whose lease calls reached the queue in the last
+// ConsumerWindow, or that holds leases now (Queue.Consumers).
+type Consumer struct {
+	// ClientID is the lease calls' client_id.
+	ClientID string
+	// KeyName is the name of the API key the calls were made with (""
+	// without --auth): one client_id under two keys is two consumers.
+	KeyName string
+	// FirstSeenAt is the consumer's first lease call since it was last
+	// listed (it is forgotten ConsumerWindow after its last call, once it
+	// holds no lease); LastSeenAt its latest lease call, whether or not it
+	// got items.
+	FirstSeenAt, LastSeenAt time.Time
+	// Leased counts the items its lease calls took since FirstSeenAt.
+	Leased int64
+	// Held counts the live leases it holds now: items it leased whose
+	// lease has neither ended (complete, retry, expiry, delete) nor passed
+	// its deadline.
+	Held int
+	// HeldIDs are the ids of up to MaxHeldIDs of those items, lowest
+	// first (formatted as on the wire).
+	HeldIDs []string
+}
+
+// ConsumerWindow is how long a consumer stays listed after its last lease
+// call once it holds no lease: 5 minutes.
+const ConsumerWindow = 5 * time.Minute
+
+// MaxHeldIDs bounds Consumer.HeldIDs: 100.
+const MaxHeldIDs = 100
+
 // Dead reasons, as on the wire (StorageItem.dead_reason).
 const (
 	ReasonMaxAttempts = "max_attempts"

@@ -74,6 +74,9 @@ type Manager struct {
 	// durability is what an acknowledgement is worth, read at Open;
 	// never changed after.
 	durability Durability
+	// node names this node's rows of styx_consumers (consumers.go): random,
+	// set at Open.
+	node string
 }
 
 var _ queue.Queues = (*Manager)(nil)
@@ -94,7 +97,8 @@ func Open(ctx context.Context, cfg Config) (*Manager, error) {
 		return nil, err
 	}
 	m := &Manager{cfg: cfg, st: st, refresh: make(chan struct{}, 1),
-		infos: map[uint64]queue.QueueInfo{}, names: map[string]uint64{}, queues: map[uint64]*Queue{}, adopted: map[uint64]uint64{}}
+		infos: map[uint64]queue.QueueInfo{}, names: map[string]uint64{}, queues: map[uint64]*Queue{}, adopted: map[uint64]uint64{},
+		node: newNodeID()}
 	m.ctx, m.cancel = context.WithCancel(context.Background())
 	if err := m.reload(ctx); err != nil {
 		st.Close()
@@ -103,6 +107,7 @@ func Open(ctx context.Context, cfg Config) (*Manager, error) {
 	m.durability = logDurability(ctx, st.pool, cfg.Log)
 	m.wg.Go(m.listen)
 	m.wg.Go(m.refresher)
+	m.wg.Go(m.shareConsumers)
 	return m, nil
 }
 

@@ -263,6 +263,9 @@ CREATE INDEX styx_dedup_deadline ON styx_dedup (queue_id, deadline);`,
 	// rewrites no row; the index holds requeued items only.
 	`ALTER TABLE styx_items ADD COLUMN first_id bigint;
 CREATE INDEX styx_items_first ON styx_items (queue_id, first_id) WHERE first_id IS NOT NULL;`,
+	// 9: the consumers each node's loops recorded (consumers.go; issue
+	// 39), rewritten by the node every refresh interval, merged on read.
+	consumersMigration,
 }
 
 // migrate brings the schema up to date. Nodes starting together serialize on
