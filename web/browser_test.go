@@ -166,6 +166,10 @@ func fixture(t *testing.T, c *styx.Client) {
 	// Some live work in orders, for the overview.
 	require.NoError(t, c.QueueProduce(ctx, &pb.QueueProduceRequest{QueueName: "orders", RequestTimeout: "10s",
 		Items: []*pb.QueueProduceItem{{Bytes: []byte("a")}, {Bytes: []byte("b")}, {Bytes: []byte("c")}}}))
+	// A consumer holding one of them, for the queue page.
+	res, err := c.QueueLease(ctx, &pb.QueueLeaseRequest{QueueName: "orders", BatchSize: 1, ClientId: "worker-1", RequestTimeout: "5s"})
+	require.NoError(t, err)
+	require.Len(t, res.Items, 1)
 	require.Eventually(t, func() bool {
 		g, err := c.DeadGroups(ctx, &pb.DeadGroupsRequest{QueueName: "orders-dlq"})
 		return err == nil && g.TotalItems == 6
@@ -185,11 +189,11 @@ func TestBrowser(t *testing.T) {
 		b.t = t
 		b.open("/ui/")
 		b.waitText("main table", "orders-dlq")
-		require.Regexp(t, `^orders \| 3 \| 0 \| 0 \| 5 \| – \| \d+s \| orders-dlq \| 0$`, b.rowText("orders"),
-			"ready 3, 5 dead items in its dead-letter queue orders-dlq")
-		require.Regexp(t, `^billing \| 0 \| 0 \| 0 \| 1 \| – \| – \| orders-dlq \| 0$`, b.rowText("billing"))
-		require.Regexp(t, `^orders-dlq \| 6 \| 0 \| 0 \| – \| 6 \| \d+s \| – \| 0$`, b.rowText("orders-dlq"),
-			"6 dead items held (ready to lease from the dead-letter queue)")
+		require.Regexp(t, `^orders \| 2 \| 1 \| 0 \| 5 \| – \| \d+s \| orders-dlq \| 0 \| 8 \| 0 \| 5$`, b.rowText("orders"),
+			"ready 2, leased 1, 5 dead items in its dead-letter queue orders-dlq; 8 produced and 5 dead-lettered in 5 minutes")
+		require.Regexp(t, `^billing \| 0 \| 0 \| 0 \| 1 \| – \| – \| orders-dlq \| 0 \| 1 \| 0 \| 1$`, b.rowText("billing"))
+		require.Regexp(t, `^orders-dlq \| – \| 0 \| 0 \| – \| 6 \| \d+s \| – \| 0 \| 0 \| 0 \| 0$`, b.rowText("orders-dlq"),
+			"6 dead items held, not counted as ready")
 		b.screenshot("overview")
 	})
 
@@ -200,6 +204,7 @@ func TestBrowser(t *testing.T) {
 		b.waitText("h1", "orders")
 		b.waitText("main", "Partitions")
 		require.Contains(t, b.text("dl.props"), "orders-dlq")
+		b.waitText("h2#consumers + table", "worker-1")
 		b.screenshot("queue")
 	})
 

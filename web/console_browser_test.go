@@ -138,7 +138,7 @@ func TestBrowserReadOnlyKey(t *testing.T) {
 	b := newBrowser(t, d.Endpoint())
 	b.useKey("/ui/", viewer.Key)
 	b.waitText("main table", "ro-dlq")
-	require.Equal(t, "ro | 0 | 0 | 0 | 2 | – | – | ro-dlq | ?", b.rowText("ro"), "counts shown, redrives unknown")
+	require.Regexp(t, `^ro \| 0 \| 0 \| 0 \| 2 \| – \| – \| ro-dlq \| \? \| `, b.rowText("ro"), "counts shown, redrives unknown")
 	b.waitText("main", "Running redrives (?) are not shown: your API key may not see them")
 	require.Empty(t, b.eval(`document.querySelector('main .error-box') ? 'error' : ''`))
 
@@ -183,7 +183,7 @@ func TestBrowserDeadBySource(t *testing.T) {
 	b.waitText("main table", "mail-dlq")
 	require.Regexp(t, `^mail \| 0 \| 0 \| 0 \| 4 \| – \|`, b.rowText("mail"))
 	require.Regexp(t, `^sms \| 0 \| 0 \| 0 \| 1 \| – \|`, b.rowText("sms"))
-	require.Regexp(t, `^mail-dlq \| 5 \| 0 \| 0 \| – \| 5 \|`, b.rowText("mail-dlq"))
+	require.Regexp(t, `^mail-dlq \| – \| 0 \| 0 \| – \| 5 \|`, b.rowText("mail-dlq"))
 	b.run(chromedp.Click(`a[aria-label="4 dead items of mail in mail-dlq"]`, chromedp.ByQuery))
 	b.waitText("h1", "Dead items of mail-dlq")
 	b.waitText("main", "Dead items matching source mail")
@@ -393,7 +393,7 @@ func TestBrowserCharts(t *testing.T) {
 	require.NoError(t, c.QueueProduce(ctx, &pb.QueueProduceRequest{QueueName: "ch", RequestTimeout: "10s",
 		Items: []*pb.QueueProduceItem{{Utf8: "a"}, {Utf8: "b"}}}))
 	b.waitText("#chart-rates", "produced 7 in the last hour") // live
-	b.waitText("#chart-depth", "depth 7 now")                 // 2 in ch, 5 in ch-dlq
+	b.waitText("#chart-depth", "depth 2 now")                 // 2 in ch; not the 5 dead items ch-dlq holds
 
 	b.open("/ui/queues/ch")
 	b.waitText("#chart-rates", "produced 7 in the last hour")

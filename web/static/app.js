@@ -280,8 +280,9 @@
   }
 
   // historyCharts draws a queues.history reply: items per minute
-  // (produced, completed, dead-lettered) and depth.
-  function historyCharts(hist) {
+  // (produced, completed, dead-lettered) and depth (depthTitle names it;
+  // the overview's counts live queues only: liveDepth).
+  function historyCharts(hist, depthTitle = 'Depth (items), last hour') {
     const pts = hist.points || [];
     if (pts.length === 0) return null;
     return h('div', { class: 'charts' },
@@ -289,7 +290,7 @@
         { label: 'produced', values: pts.map((p) => num(p.produced)) },
         { label: 'completed', values: pts.map((p) => num(p.completed)) },
         { label: 'dead-lettered', values: pts.map((p) => num(p.dead_lettered)) }], { id: 'chart-rates' }),
-      lineChart('Depth (items), last hour', [{ label: 'depth', values: pts.map((p) => (num(p.depth) < 0 ? null : num(p.depth))) }], { last: true, id: 'chart-depth' }));
+      lineChart(depthTitle, [{ label: 'depth', values: pts.map((p) => (num(p.depth) < 0 ? null : num(p.depth))) }], { last: true, id: 'chart-depth' }));
   }
 
   // GROUP_LABELS keeps, for this browser tab (sessionStorage), the error
@@ -322,7 +323,7 @@
     const totals = {};
     for (const p of pts) for (const [fp, v] of Object.entries(p.dead_by_group || {})) totals[fp] = (totals[fp] || 0) + num(v);
     const top = Object.keys(totals).sort((a, b) => totals[b] - totals[a]).slice(0, 5);
-    if (top.length === 0) return h('p', { class: 'muted', id: 'chart-groups' }, 'No dead items arrived in the last hour.');
+    if (top.length === 0) return h('p', { class: 'muted', id: 'chart-groups' }, 'No dead items arrived in the last hour (that this server saw).');
     const patterns = hist.group_patterns || {};
     return lineChart('Dead-lettered per minute by error group, last hour',
       top.map((fp) => ({ label: groupLabel(fp, patterns[fp], groups.some((g) => g.fingerprint === fp)), values: pts.map((p) => num((p.dead_by_group || {})[fp])) })), { id: 'chart-groups' });
@@ -624,11 +625,43 @@
       'aria-label': `${fmt(n)} dead items of ${q.queue_name} in ${q.dead_queue}` }, fmt(n));
   }
 
+  // RATE_POINTS is how many minutes of queues.history the overview's
+  // per-queue counts add up (the current minute among them).
+  const RATE_POINTS = 5;
+
+  // rates sums the last RATE_POINTS minutes of a queue's history:
+  // produced, completed and dead-lettered items; null when unknown.
+  function rates(hist) {
+    if (!hist || hist.error) return null;
+    const pts = (hist.points || []).slice(-RATE_POINTS);
+    const add = (k) => pts.reduce((a, p) => a + num(p[k]), 0);
+    return { produced: add('produced'), completed: add('completed'), dead: add('dead_lettered') };
+  }
+
+  // liveDepth returns the summed history hist with each minute's depth the
+  // sum over the live queues' histories (hists, by queue), leaving out the
+  // dead-letter queues (dlqs): their items are dead items held, not work
+  // waiting. A minute no live queue sampled has no depth (-1).
+  function liveDepth(hist, queues, hists, dlqs) {
+    const depth = new Map();
+    queues.forEach((q, i) => {
+      const qh = hists[i];
+      if (dlqs.has(q.queue_name) || !qh || qh.error) return;
+      for (const p of qh.points || []) {
+        if (num(p.depth) < 0) continue;
+        depth.set(p.at, (depth.get(p.at) || 0) + num(p.depth));
+      }
+    });
+    return { ...hist, points: (hist.points || []).map((p) => ({ ...p, depth: depth.has(p.at) ? depth.get(p.at) : -1 })) };
+  }
+
   async function overview(my) {
     document.title = 'Queues · Styx';
     const [list, tasks, hist] = await Promise.all([soft(api('queues.list', { limit: 1000 })), soft(api('redrives.list', {})), soft(api('queues.history', {}))]);
     const queues = list.items || [];
-    const stats = await Promise.all(queues.map((q) => soft(api('queue.stats', { queue_name: q.queue_name }))));
+    const [stats, hists] = await Promise.all([
+      Promise.all(queues.map((q) => soft(api('queue.stats', { queue_name: q.queue_name })))),
+      Promise.all(queues.map((q) => soft(api('queues.history', { queue_name: q.queue_name }))))]);
     if (my !== page) return;
     slowLive = queues.length * 40; // 2 s up to 50 queues, 40 s for 1,000
     const byName = {};
@@ -643,9 +676,13 @@
       const c = counts(s);
       const held = sum(s.dead_by_reason);
       const name = q.queue_name;
+      const r = rates(hists[i]);
+      const rate = (k) => h('td', { class: 'num' }, r ? fmt(r[k]) : '?');
       return h('tr', {},
         h('th', { scope: 'row' }, h('a', { href: '/ui/queues/' + enc(name) }, name)),
-        h('td', { class: 'num' }, s.error ? '?' : fmt(c.ready)),
+        // A dead-letter queue's items are dead items held (their column),
+        // not items ready for its consumers' work.
+        h('td', { class: 'num' }, dlqs.has(name) ? h('span', { title: 'dead items held: see Dead held' }, '–') : s.error ? '?' : fmt(c.ready)),
         h('td', { class: 'num' }, s.error ? '?' : fmt(c.leased)),
         h('td', { class: 'num' }, s.error ? '?' : fmt(c.scheduled)),
         h('td', { class: 'num' }, deadOf(q, byName[q.dead_queue])),
@@ -653,15 +690,18 @@
           : held ? h('a', { href: '/ui/queues/' + enc(name) + '/dead', 'aria-label': `${fmt(held)} dead items in ${name}` }, fmt(held)) : '0'),
         h('td', {}, s.oldest_created_at ? ago(s.oldest_created_at).replace(' ago', '') : '–'),
         h('td', {}, q.dead_queue ? h('a', { href: '/ui/queues/' + enc(q.dead_queue) + '/dead' }, q.dead_queue) : '–'),
-        h('td', { class: 'num' }, tasks.error ? '?' : running[name] ? h('a', { href: '/ui/redrives' }, String(running[name])) : '0'));
+        h('td', { class: 'num' }, tasks.error ? '?' : running[name] ? h('a', { href: '/ui/redrives' }, String(running[name])) : '0'),
+        rate('produced'), rate('completed'), rate('dead'));
     });
     const failed = stats.filter((s) => s.error);
     show(h('h1', {}, 'Queues'),
-      hist.error ? notShown('Charts', hist.error) : historyCharts(hist),
+      hist.error ? notShown('Charts', hist.error) : historyCharts(liveDepth(hist, queues, hists, dlqs), 'Depth (items in live queues), last hour'),
       list.error ? notShown('Queues', list.error) : queues.length === 0 ? h('p', { class: 'muted' }, 'No queues yet.')
         : table(`${fmt(queues.length)} queues`, ['Queue', ['Ready', 'num'], ['Leased', 'num'], ['Scheduled', 'num'],
-          ['Dead', 'num'], ['Dead held', 'num'], 'Oldest item', 'Dead-letter queue', ['Redrives running', 'num']], rows),
-      h('p', { class: 'muted' }, 'Dead: the queue\'s items in its dead-letter queue. Dead held: the dead items a dead-letter queue holds.'),
+          ['Dead', 'num'], ['Dead held', 'num'], 'Oldest item', 'Dead-letter queue', ['Redrives running', 'num'],
+          ['Produced, 5 min', 'num'], ['Completed, 5 min', 'num'], ['Dead-lettered, 5 min', 'num']], rows),
+      h('p', { class: 'muted' }, 'Dead: the queue\'s items in its dead-letter queue. Dead held: the dead items a dead-letter queue holds ' +
+        '(not counted as ready, nor in the depth chart). Produced, completed and dead-lettered: items in the last 5 minutes, this one included.'),
       failed.length ? notShown(`Counts of ${plural(failed.length, 'queue', 'queues')} (?)`, failed[0].error) : null,
       tasks.error ? notShown('Running redrives (?)', tasks.error) : null);
   }
@@ -689,6 +729,8 @@
           isDLQ ? card('Dead items held', fmt(held)) : null,
           card('Oldest item', s.oldest_created_at ? ago(s.oldest_created_at).replace(' ago', '') : '–')),
       hist.error ? notShown('Charts', hist.error) : historyCharts(hist),
+      h('h2', { id: 'consumers' }, 'Consumers'),
+      s.error ? notShown('Consumers', s.error) : consumersTable(name, s.consumers || []),
       h('div', { class: 'actions' },
         isDLQ ? h('a', { class: 'button', href: '/ui/queues/' + enc(name) + '/dead' }, 'Dead items held by ' + name) : null,
         info.dead_queue ? h('a', { class: 'button', href: '/ui/queues/' + enc(info.dead_queue) + '/dead?' + new URLSearchParams({ source: name }) },
@@ -708,6 +750,26 @@
             h('th', { scope: 'row', class: 'num' }, String(p.partition || 0)), h('td', { class: 'num' }, fmt(p.total)),
             h('td', { class: 'num' }, fmt(p.total_leased)), h('td', { class: 'num' }, fmt(p.scheduled)),
             h('td', { class: 'num' }, fmt(p.failures)), h('td', {}, goDur(p.average_age)), h('td', {}, goDur(p.average_leased_age))))));
+  }
+
+  // consumersTable lists a queue's consumers (queue.stats' consumers): who
+  // leased in the last 5 minutes or holds leases now, with the leases held
+  // (each a link to its item) and when each was last seen.
+  function consumersTable(name, cs) {
+    if (cs.length === 0) return h('p', { class: 'muted', id: 'no-consumers' }, 'No consumer leased from this queue in the last 5 minutes.');
+    const items = (c) => {
+      const ids = c.held_ids || [];
+      if (ids.length === 0) return '–';
+      const links = ids.slice(0, 5).flatMap((id, k) => [k ? ', ' : '', h('a', { href: '/ui/queues/' + enc(name) + '/items/' + enc(id) }, h('code', {}, id))]);
+      return h('span', {}, ...links, num(c.held) > 5 ? ` and ${fmt(num(c.held) - 5)} more` : '');
+    };
+    return table(`${plural(cs.length, 'consumer', 'consumers')}: client ids that leased in the last 5 minutes or hold leases, most recently seen first`,
+      ['Client id', 'API key', ['Leases held', 'num'], ['Items leased', 'num'], 'Last seen', 'First seen', 'Held items'],
+      cs.map((c) => h('tr', {},
+        h('th', { scope: 'row' }, c.client_id || '–'), h('td', {}, c.key_name || '–'),
+        h('td', { class: 'num' }, fmt(c.held)), h('td', { class: 'num' }, fmt(c.leased)),
+        h('td', { title: c.last_seen_at || '' }, ago(c.last_seen_at)), h('td', { title: c.first_seen_at || '' }, ago(c.first_seen_at)),
+        h('td', {}, items(c)))));
   }
 
   // filterFromURL reads the DLQ page's filters from the query string.
@@ -872,7 +934,8 @@
         `Partition ${n} (${fmt(p.total)})`);
     }));
     const rows = items.map((it) => h('tr', {},
-      h('th', { scope: 'row' }, h('code', {}, it.id)), h('td', {}, it.reference || '–'), h('td', {}, it.kind || '–'),
+      h('th', { scope: 'row' }, h('a', { href: base + '/' + enc(it.id) + '?' + new URLSearchParams({ partition: part }) }, h('code', {}, it.id))),
+      h('td', {}, it.reference || '–'), h('td', {}, it.kind || '–'),
       h('td', { class: 'num' }, String(it.attempts || 0)), h('td', {}, it.is_leased ? 'leased' : 'ready'),
       h('td', {}, ago(it.created_at)), h('td', { class: 'error' }, preview(it.payload))));
     show(h('p', { class: 'crumbs' }, h('a', { href: '/ui/' }, 'Queues'), ' / ', h('a', { href: '/ui/queues/' + enc(name) }, name), ' / items'),
@@ -934,6 +997,75 @@
         prop('Last error', it.last_error ? h('code', {}, it.last_error) : noError())),
       h('h2', {}, 'Payload'), ...payloadView(it.payload, it.id + (/json/i.test(it.encoding || '') ? '.json' : '.bin')),
       h('h2', {}, 'Attempt errors, redrives and edits'),
+      errors.length === 0 ? h('p', { class: 'muted' }, 'No attempt errors were recorded.')
+        : h('ol', { class: 'timeline', 'aria-label': 'Attempt errors, oldest first' }, errors.map((e) => h('li', {},
+          h('div', { class: 'when' }, `Attempt ${e.attempt || '?'} · `, when(e.at)),
+          h('code', {}, e.error || '')))));
+  }
+
+  // findLiveItem returns the item id of queue name as storage lists it,
+  // with scheduled true when it is scheduled: in partition part when given
+  // (a number), else in each of the queue's parts; null when no partition
+  // holds it. The lists' pivots are inclusive: a page of one from the id
+  // starts with the item when it is there.
+  async function findLiveItem(name, id, part, parts) {
+    const look = parts.length && part === null ? parts.map((p) => num(p.partition)) : [part === null ? 0 : part];
+    for (const n of look) {
+      for (const [call, scheduled] of [['storage/items.list', false], ['storage/scheduled.list', true]]) {
+        const res = await api(call, { queue_name: name, partition: n, pivot: id, limit: 1 });
+        const it = (res.items || [])[0];
+        if (it && it.id === id) return { it, scheduled, partition: n };
+      }
+    }
+    return null;
+  }
+
+  // liveItemPage shows one item of a queue, read-only: its state (ready,
+  // leased until its lease deadline and by which consumer when the queue
+  // knows, scheduled), attempts, kind, reference and payload. Nothing on it
+  // changes the item: leasing, completing and deleting are for workers and
+  // the CLI; a dead item has its own page, with its actions.
+  async function liveItemPage(my, name, id) {
+    document.title = id + ' · ' + name + ' · Styx';
+    const params = new URLSearchParams(location.search);
+    const part = params.get('partition') === null ? null : Number(params.get('partition'));
+    const crumbs = h('p', { class: 'crumbs' }, h('a', { href: '/ui/' }, 'Queues'), ' / ', h('a', { href: '/ui/queues/' + enc(name) }, name),
+      ' / ', h('a', { href: '/ui/queues/' + enc(name) + '/items' + (part === null ? '' : '?' + new URLSearchParams({ partition: part })) }, 'items'), ' / ', id);
+    const s = await soft(api('queue.stats', { queue_name: name }));
+    let found;
+    try { found = await findLiveItem(name, id, part, counts(s).parts); } catch (e) {
+      if (e.status === 401) throw e;
+      if (my !== page) return;
+      show(crumbs, h('h1', {}, 'Item ' + id), notShown('The item', e, true));
+      return;
+    }
+    if (my !== page) return;
+    if (!found) {
+      show(crumbs, h('h1', {}, 'Item ' + id), h('p', { id: 'item-gone' }, `No item ${id} in ${name}: it was completed, retried under a new id, dead-lettered or deleted.`));
+      return;
+    }
+    const { it, scheduled, partition } = found;
+    slowLive = 5000 + Math.min(55000, (it.payload ? it.payload.length : 0) / 20);
+    const holder = (s.consumers || []).find((c) => (c.held_ids || []).includes(it.id));
+    const state = it.is_leased
+      ? h('span', {}, h('span', { class: 'badge running' }, 'leased'), ' until ', when(it.lease_deadline),
+        holder ? [' by consumer ', h('code', {}, holder.client_id), holder.key_name ? ` (key ${holder.key_name})` : ''] : ' (consumer not known)')
+      : scheduled ? h('span', {}, h('span', { class: 'badge' }, 'scheduled'), ' for ', when(it.enqueue_at))
+        : h('span', {}, h('span', { class: 'badge' }, it.dead_reason ? 'dead' : 'ready'));
+    const prop = (k, v) => [h('dt', {}, k), h('dd', {}, v === undefined || v === '' || v === null ? '–' : v)];
+    const errors = it.errors || [];
+    show(crumbs, h('h1', {}, 'Item ' + it.id),
+      h('p', { class: 'muted', id: 'read-only' }, 'Read-only: the item as it is stored now. Leasing, completing and deleting are for workers and the CLI.'),
+      it.dead_reason ? h('p', {}, h('a', { href: '/ui/queues/' + enc(name) + '/dead/' + enc(it.id) }, 'Open it as a dead item')) : null,
+      h('dl', { class: 'props', id: 'item-props' },
+        prop('State', state), prop('Partition', String(partition)),
+        prop('Attempts', String(it.attempts || 0) + (it.max_attempts ? ' of ' + it.max_attempts : '')),
+        prop('Kind', it.kind), prop('Reference', it.reference), prop('Encoding', it.encoding),
+        prop('Created at', when(it.created_at)), prop('Expires at', when(it.expire_deadline)),
+        prop('Redrive count', String(it.redrive_count || 0)),
+        prop('Last error', it.last_error ? h('code', {}, it.last_error) : '')),
+      h('h2', {}, 'Payload'), ...payloadView(it.payload, it.id + (/json/i.test(it.encoding || '') ? '.json' : '.bin')),
+      h('h2', {}, 'Attempt errors'),
       errors.length === 0 ? h('p', { class: 'muted' }, 'No attempt errors were recorded.')
         : h('ol', { class: 'timeline', 'aria-label': 'Attempt errors, oldest first' }, errors.map((e) => h('li', {},
           h('div', { class: 'when' }, `Attempt ${e.attempt || '?'} · `, when(e.at)),
@@ -1111,6 +1243,7 @@
     if ((m = /^\/ui\/queues\/([^/]+)\/dead\/([^/]+)$/.exec(p))) return [itemPage, decodeURIComponent(m[1]), decodeURIComponent(m[2])];
     if ((m = /^\/ui\/queues\/([^/]+)\/dead$/.exec(p))) return [deadPage, decodeURIComponent(m[1])];
     if ((m = /^\/ui\/queues\/([^/]+)\/items$/.exec(p))) return [itemsPage, decodeURIComponent(m[1])];
+    if ((m = /^\/ui\/queues\/([^/]+)\/items\/([^/]+)$/.exec(p))) return [liveItemPage, decodeURIComponent(m[1]), decodeURIComponent(m[2])];
     if ((m = /^\/ui\/queues\/([^/]+)$/.exec(p))) return [queuePage, decodeURIComponent(m[1])];
     return [async () => show(h('h1', {}, 'Not found'), h('p', {}, 'No page at ' + path + '. '), h('a', { href: '/ui/' }, 'Back to the queues'))];
   }
