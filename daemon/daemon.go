@@ -557,7 +557,7 @@ func (d *Daemon) start(ctx context.Context) (*Daemon, error) {
 		d.closeStore()
 		return nil, err
 	}
-	return d.serve(ctx, m, d.store, d.store)
+	return d.serve(ctx, m, d.store, d.store, d.store)
 }
 
 // startPostgres starts a node on the postgres backend: the postgres manager
@@ -568,7 +568,7 @@ func (d *Daemon) startPostgres(ctx context.Context) (*Daemon, error) {
 	if err != nil {
 		return nil, fmt.Errorf("open storage: %w", err)
 	}
-	return d.serve(ctx, m, m.Store(), m.Store())
+	return d.serve(ctx, m, m.Store(), m.Store(), m.Store())
 }
 
 // backend is a backend's queue manager as serve needs it: the queues, and
@@ -582,7 +582,7 @@ type backend interface {
 }
 
 // serve starts the redrive runner and the HTTP server over m.
-func (d *Daemon) serve(ctx context.Context, m backend, tasks store.TaskStore, ks store.KeyStore) (*Daemon, error) {
+func (d *Daemon) serve(ctx context.Context, m backend, tasks store.TaskStore, ks store.KeyStore, hs store.HistoryStore) (*Daemon, error) {
 	cfg := d.cfg
 	d.manager = m
 	d.Metrics.RegisterQueueSampler(m.Sample)
@@ -617,8 +617,9 @@ func (d *Daemon) serve(ctx context.Context, m backend, tasks store.TaskStore, ks
 	if ui == nil {
 		ui = web.Handler()
 	}
-	// The queue history counts the produces and completes of both APIs.
-	hist := d.startHistory(m)
+	// The queue history counts the produces and completes of both APIs,
+	// and keeps its minutes in the store (ADR 0025).
+	hist := d.startHistory(m, hs)
 	counted := history.Counting(m, hist)
 	var sqsHandler *sqs.Handler
 	if !cfg.DisableSQS {
@@ -669,9 +670,10 @@ func (d *Daemon) serve(ctx context.Context, m backend, tasks store.TaskStore, ks
 }
 
 // startHistory starts the queue history of m (internal/history: the UI's
-// charts and queues.history), sampled until Close (d.stopHistory).
-func (d *Daemon) startHistory(m queue.Queues) *history.Recorder {
-	h := history.New(m, d.cfg.Clock, d.Metrics)
+// charts and queues.history), kept in hs and sampled until Close
+// (d.stopHistory, which writes the minutes not yet written).
+func (d *Daemon) startHistory(m queue.Queues, hs store.HistoryStore) *history.Recorder {
+	h := history.New(m, d.cfg.Clock, d.Metrics).WithStore(hs, d.cfg.Log)
 	ctx, stop := context.WithCancel(context.Background())
 	done := make(chan struct{})
 	go func() {

@@ -41,8 +41,50 @@ free_port() {
 	done
 }
 
-# one_run runs one failover and prints haload's JSON line.
+# start_node starts styx node $1 on URL $2 on a free port, appending its pid to pids and its URL to
+# endpoints (one_run's); a port another process took meanwhile is tried again elsewhere, five times.
+start_node() {
+	local i=$1 url=$2 try port pid
+	for try in 1 2 3 4 5; do
+		port=$(free_port)
+		"$work/styx" server --storage postgres --postgres-url "$url" --listen "127.0.0.1:$port" >"$work/node$i.log" 2>&1 &
+		pid=$!
+		until curl -fsS "http://127.0.0.1:$port/health" >/dev/null 2>&1; do
+			if ! kill -0 "$pid" 2>/dev/null; then
+				wait "$pid" 2>/dev/null || true
+				grep -q "address already in use" "$work/node$i.log" && continue 2
+				echo "ha: node $i did not start:" >&2; cat "$work/node$i.log" >&2
+				return 1
+			fi
+			sleep 0.05
+		done
+		pids+=("$pid")
+		endpoints+=("http://127.0.0.1:$port")
+		return 0
+	done
+	echo "ha: node $i found no free port in 5 tries" >&2
+	return 1
+}
+
+# end_run stops what a run started, however it ended.
+end_run() {
+	for p in "${pids[@]}"; do kill "$p" 2>/dev/null || true; done
+	wait 2>/dev/null || true
+	pids=()
+	scripts/pgtest.sh stop "$work/standby" >/dev/null 2>&1 || true
+	scripts/pgtest.sh stop "$work/primary" >/dev/null 2>&1 || true
+	rm -rf "$work/standby" "$work/primary"
+}
+
+# one_run runs one failover and prints haload's JSON line (in a subshell: end_run tears it down).
 one_run() {
+	local status=0
+	run_once || status=$?
+	end_run
+	return $status
+}
+
+run_once() {
 	local dsn pport sport user bin sopts url i logs
 	dsn=$(scripts/pgtest.sh start "$work/primary" 2>"$work/pgtest.log" | tail -n1)
 	source "$work/primary/env"
@@ -73,14 +115,7 @@ ENV
 	local endpoints=()
 	pids=()
 	for i in 0 1; do
-		local port; port=$(free_port)
-		"$work/styx" server --storage postgres --postgres-url "$url" --listen "127.0.0.1:$port" >"$work/node$i.log" 2>&1 &
-		pids+=($!)
-		endpoints+=("http://127.0.0.1:$port")
-		until curl -fsS "http://127.0.0.1:$port/health" >/dev/null 2>&1; do
-			kill -0 "${pids[-1]}" 2>/dev/null || { echo "ha: node $i did not start:" >&2; cat "$work/node$i.log" >&2; return 1; }
-			sleep 0.05
-		done
+		start_node "$i" "$url" || return 1
 	done
 	# A node listens before it opens storage: wait for its start-up line.
 	for i in 0 1; do
@@ -100,9 +135,6 @@ ENV
 	wait 2>/dev/null || true
 	pids=()
 	if grep -qi "deadlock\|panic" "$work"/node*.log; then echo "ha: a node logged a deadlock or a panic" >&2; status=1; fi
-	scripts/pgtest.sh stop "$work/standby" >/dev/null 2>&1 || true
-	scripts/pgtest.sh stop "$work/primary" >/dev/null 2>&1 || true
-	rm -rf "$work/standby" "$work/primary"
 	return $status
 }
 

@@ -2,8 +2,12 @@
 // the UI and the CLI can draw rates without Prometheus: per minute, the
 // items produced, completed and dead-lettered, the queue's depth at the
 // minute's last sample and, for a dead-letter queue, the items that arrived
-// by error group; for the last hour (Points minutes), in a ring buffer per
-// queue. Nothing is stored: a restart starts an empty history.
+// by error group. A Recorder keeps the last hour (Points minutes) in a ring
+// buffer per queue and, given a store (WithStore; ADR 0025), writes each
+// finished minute there once, so that the history survives restarts and,
+// on PostgreSQL, every server reads the same one. The store keeps
+// Retention (24 hours); minutes older are pruned, and a queue's history is
+// deleted with it.
 //
 // The counts come from what the server does anyway: produce and complete
 // calls through the queues Counting wraps, the styx_dead_lettered_total
@@ -11,13 +15,30 @@
 // dead-letter queue's error groups (their counts' growth between samples;
 // a redrive or delete in the same minute hides as many arrivals). Samples
 // are taken every SampleEvery (real time) by Run, and for one queue when
-// its history is read. On PostgreSQL with several servers, each server
-// counts the calls it served and the deaths its loops caused; depth and
-// groups are the shared queue's.
+// its history is read.
+//
+// Each server (process) writes records of its own, under a node id that
+// orders servers by start time (store.HistoryMinute.Node); a record is
+// replaced, never added to, when written again. A read merges the stored
+// records of the other servers with this one's ring: produced, completed
+// and dead-lettered add up (each server counts the calls it served and the
+// deaths its loops caused), while depth and arrivals by group, which every
+// server observes of the same shared queue, are taken from one server per
+// minute, the earliest started that sampled it, so they are not doubled.
+// A restart therefore continues the chart (the minute of the restart
+// loses the group arrivals the new process saw before its first sample),
+// and a crash loses at most the minute in progress and the finished one
+// not yet written (Run writes within SampleEvery of a minute's end, and
+// at once when a count or sample starts a new minute). A failed write is
+// logged and retried at the next flush while the minute is in the ring; it
+// never fails a request.
 package history
 
 import (
 	"context"
+	"fmt"
+	"log/slog"
+	"math/rand/v2"
 	"sync"
 	"time"
 
@@ -26,6 +47,7 @@ import (
 
 	"github.com/styxq/styx/internal/clock"
 	"github.com/styxq/styx/internal/queue"
+	"github.com/styxq/styx/internal/store"
 	"github.com/styxq/styx/metrics"
 )
 
@@ -37,9 +59,22 @@ const (
 	// SampleEvery is how often Run samples every queue's depth, dead
 	// letters and groups.
 	SampleEvery = 10 * time.Second
+	// Retention is how long the store keeps a queue's minutes (WithStore):
+	// older ones are pruned.
+	Retention = 24 * time.Hour
 	// maxGroups bounds the error groups followed per dead-letter queue
 	// (the largest).
 	maxGroups = 100
+	// pruneEvery is how often Run prunes the store.
+	pruneEvery = time.Hour
+	// writeTimeout bounds one write (or prune) of the store by Run.
+	writeTimeout = 10 * time.Second
+	// finalSampleTimeout and finalWriteTimeout bound the sample and the
+	// write Run makes as it ends (a shutdown waits for them).
+	finalSampleTimeout = 500 * time.Millisecond
+	finalWriteTimeout  = time.Second
+	// writeChunk is the most minutes one PutHistory call carries.
+	writeChunk = 1000
 )
 
 // Point is one minute of a queue's history.
@@ -59,12 +94,14 @@ type Point struct {
 }
 
 // bucket is a ring slot: minute is the slot's minute (Unix minutes), 0 when
-// unused.
+// unused. changes counts its changes and written the value changes had
+// when the store last took it (equal: nothing to write).
 type bucket struct {
 	minute                    int64
 	produced, completed, dead int64
 	depth                     int64
 	byGroup                   map[string]int64
+	changes, written          uint32
 }
 
 // ring is one queue's history and what its sampling remembers.
@@ -87,15 +124,46 @@ type Recorder struct {
 	clock clock.Clock
 	dead  *prometheus.CounterVec
 	start time.Time // when the recorder began: queues created since are watched from birth
-	mu    sync.Mutex
-	rings map[string]*ring
+	// node is this recorder's id in the store: its start (Unix
+	// nanoseconds, 16 hex digits, so that ids sort by start) and 8 random
+	// hex digits.
+	node string
+	// st and log are set by WithStore before Run (st nil: nothing is
+	// stored).
+	st  store.HistoryStore
+	log *slog.Logger
+	// kick wakes Run to write the minutes just finished.
+	kick chan struct{}
+	// failing, lastPrune and readFailing are Run's (failing,
+	// lastPrune) and History's (readFailing, atomic through mu): whether
+	// the last write failed (a failure is logged once until one
+	// succeeds), and when Run last pruned the store.
+	failing     bool
+	lastPrune   time.Time
+	readFailing bool
+	mu          sync.Mutex
+	rings       map[string]*ring
 }
 
 // New returns a Recorder over the queues of m, reading time from c and
-// dead letters from met's counter.
+// dead letters from met's counter. It keeps its history in memory only
+// until WithStore gives it a store.
 func New(m queue.Queues, c clock.Clock, met *metrics.Metrics) *Recorder {
-	return &Recorder{m: m, clock: c, dead: met.DeadLettered, start: c.Now(), rings: map[string]*ring{}}
+	start := c.Now()
+	return &Recorder{m: m, clock: c, dead: met.DeadLettered, start: start, rings: map[string]*ring{},
+		node: fmt.Sprintf("%016x-%08x", uint64(start.UnixNano()), rand.Uint32()), kick: make(chan struct{}, 1)}
 }
+
+// WithStore makes r keep its minutes in st as well (see the package
+// comment): Run writes them, History reads them. Failures are logged to
+// log. Call it before Run and History.
+func (r *Recorder) WithStore(st store.HistoryStore, log *slog.Logger) *Recorder {
+	r.st, r.log = st, log
+	return r
+}
+
+// Node returns the id r writes its minutes under.
+func (r *Recorder) Node() string { return r.node }
 
 // ringOf returns the ring of q, made on first use. Needs mu.
 func (r *Recorder) ringOf(q string) *ring {
@@ -114,7 +182,14 @@ func (r *Recorder) at(q string, t time.Time) *bucket {
 	b := &r.ringOf(q).b[minute%Points]
 	if b.minute != minute {
 		*b = bucket{minute: minute, depth: -1}
+		if r.st != nil {
+			select { // a minute has ended: Run writes it
+			case r.kick <- struct{}{}:
+			default:
+			}
+		}
 	}
+	b.changes++ // the callers change it
 	return b
 }
 
@@ -256,53 +331,262 @@ func (r *Recorder) sampleQueue(ctx context.Context, info queue.QueueInfo, isDLQ 
 	}
 }
 
-// Run samples every queue every SampleEvery until ctx ends.
+// Run samples every queue every SampleEvery until ctx ends. With a store
+// (WithStore) it writes the finished minutes after each sample and when a
+// minute ends, prunes the store every hour, and as it ends writes every
+// minute not yet written, the current one included, after a last sample
+// (within 1.5 s).
 func (r *Recorder) Run(ctx context.Context) {
 	t := time.NewTicker(SampleEvery)
 	defer t.Stop()
+	sample := true
 	for {
-		_ = r.Sample(ctx)
+		if sample {
+			_ = r.Sample(ctx)
+		}
+		r.write(ctx, false)
 		select {
 		case <-ctx.Done():
+			if r.st != nil { // the last sample (deaths since the one before), then the last write
+				final, cancel := context.WithTimeout(context.Background(), finalSampleTimeout)
+				_ = r.Sample(final)
+				cancel()
+				final, cancel = context.WithTimeout(context.Background(), finalWriteTimeout)
+				r.write(final, true)
+				cancel()
+			}
 			return
 		case <-t.C:
+			sample = true
+		case <-r.kick:
+			sample = false
 		}
 	}
+}
+
+// written names a bucket handed to the store, and its changes then.
+type written struct {
+	queue   string
+	minute  int64
+	changes uint32
+}
+
+// write hands the store every bucket changed since it last took it, of a
+// finished minute (all: of the current one too), and prunes the store once
+// an hour. Errors are logged (once until a write succeeds) and the buckets
+// are written again next time. Only Run calls it.
+func (r *Recorder) write(ctx context.Context, all bool) {
+	if r.st == nil {
+		return
+	}
+	now := r.clock.Now()
+	cur := now.Unix() / int64(Interval/time.Second)
+	var out []store.HistoryMinute
+	var refs []written
+	r.mu.Lock()
+	for q, g := range r.rings {
+		for i := range g.b {
+			b := &g.b[i]
+			if b.minute == 0 || b.changes == b.written || (!all && b.minute >= cur) {
+				continue
+			}
+			m := store.HistoryMinute{Queue: q, At: minuteTime(b.minute), Node: r.node, Produced: b.produced,
+				Completed: b.completed, DeadLettered: b.dead, Depth: b.depth}
+			if len(b.byGroup) > 0 {
+				m.DeadByGroup = make(map[string]int64, len(b.byGroup))
+				for fp, n := range b.byGroup {
+					m.DeadByGroup[fp] = n
+				}
+			}
+			out = append(out, m)
+			refs = append(refs, written{queue: q, minute: b.minute, changes: b.changes})
+		}
+	}
+	r.mu.Unlock()
+	for len(out) > 0 {
+		n := min(len(out), writeChunk)
+		wctx, cancel := context.WithTimeout(ctx, writeTimeout)
+		err := r.st.PutHistory(wctx, out[:n])
+		cancel()
+		if err != nil {
+			if !r.failing && r.log != nil {
+				r.log.Warn("queue history: writing minutes failed; retrying at the next flush", "minutes", len(out), "error", err)
+			}
+			r.failing = true
+			return
+		}
+		r.mu.Lock()
+		for _, w := range refs[:n] {
+			if g := r.rings[w.queue]; g != nil {
+				if b := &g.b[w.minute%Points]; b.minute == w.minute {
+					b.written = w.changes
+				}
+			}
+		}
+		r.mu.Unlock()
+		out, refs = out[n:], refs[n:]
+	}
+	if r.failing && r.log != nil {
+		r.log.Info("queue history: writing minutes works again")
+	}
+	r.failing = false
+	if !all && now.Sub(r.lastPrune) >= pruneEvery {
+		pctx, cancel := context.WithTimeout(ctx, writeTimeout)
+		if err := r.st.PruneHistory(pctx, now.Add(-Retention)); err != nil {
+			if r.log != nil {
+				r.log.Warn("queue history: pruning minutes older than the retention failed", "retention", Retention.String(), "error", err)
+			}
+		} else {
+			r.lastPrune = now
+		}
+		cancel()
+	}
+}
+
+// minuteTime is the start of a minute given in Unix minutes.
+func minuteTime(minute int64) time.Time {
+	return time.Unix(minute*int64(Interval/time.Second), 0).UTC()
 }
 
 // History samples q and returns its last Points minutes, oldest first (the
 // current minute last), and the error patterns of the groups its points
 // name. isDLQ says whether q is a dead-letter queue (its groups are
-// followed).
+// followed). With a store, the minutes of other servers and of earlier
+// processes are merged in (see the package comment); when the store cannot
+// be read, the answer is this server's ring alone (logged).
 func (r *Recorder) History(ctx context.Context, q string, isDLQ bool) ([]Point, map[string]string) {
 	info, err := r.m.Info(ctx, q)
 	if err != nil {
 		info = queue.QueueInfo{Name: q}
 	}
 	r.sampleQueue(ctx, info, isDLQ, nil)
-	now := r.clock.Now()
-	cur := now.Unix() / int64(Interval/time.Second)
+	cur := r.clock.Now().Unix() / int64(Interval/time.Second)
+	stored := r.read(ctx, []string{q}, cur)
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	g := r.ringOf(q)
-	out := make([]Point, Points)
+	out := r.merge(g, stored[q], cur, true)
 	patterns := map[string]string{}
-	for i := range out {
-		minute := cur - int64(Points-1-i)
-		p := Point{At: time.Unix(minute*int64(Interval/time.Second), 0).UTC(), Depth: -1}
-		if b := &g.b[minute%Points]; b.minute == minute {
-			p.Produced, p.Completed, p.DeadLettered, p.Depth = b.produced, b.completed, b.dead, b.depth
-			if len(b.byGroup) > 0 {
-				p.DeadByGroup = make(map[string]int64, len(b.byGroup))
-				for fp, n := range b.byGroup {
-					p.DeadByGroup[fp] = n
-					patterns[fp] = g.patterns[fp]
-				}
-			}
+	for _, p := range out {
+		for fp := range p.DeadByGroup {
+			patterns[fp] = g.patterns[fp]
 		}
-		out[i] = p
 	}
 	return out, patterns
+}
+
+// Sum samples the given queues and returns the sum of their last Points
+// minutes, oldest first: counts and depth (of the queues that have a depth
+// in the minute; -1 when none has), no groups. One read of the store
+// serves every queue.
+func (r *Recorder) Sum(ctx context.Context, queues []queue.QueueInfo) []Point {
+	dead := r.deadTotals()
+	names := make([]string, len(queues))
+	for i, info := range queues {
+		r.sampleQueue(ctx, info, false, dead)
+		names[i] = info.Name
+	}
+	cur := r.clock.Now().Unix() / int64(Interval/time.Second)
+	stored := r.read(ctx, names, cur)
+	out := make([]Point, Points)
+	for i := range out {
+		out[i] = Point{At: minuteTime(cur - int64(Points-1-i)), Depth: -1}
+	}
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	for _, q := range names {
+		for i, p := range r.merge(r.ringOf(q), stored[q], cur, false) {
+			o := &out[i]
+			o.Produced += p.Produced
+			o.Completed += p.Completed
+			o.DeadLettered += p.DeadLettered
+			if p.Depth >= 0 {
+				o.Depth = max(o.Depth, 0) + p.Depth
+			}
+		}
+	}
+	return out
+}
+
+// read returns the stored minutes of queues in the window ending with
+// minute cur, by queue, leaving out this recorder's own (its ring has
+// them). Nil without a store or when the read fails (logged once until a
+// read succeeds).
+func (r *Recorder) read(ctx context.Context, queues []string, cur int64) map[string][]store.HistoryMinute {
+	if r.st == nil || len(queues) == 0 {
+		return nil
+	}
+	ms, err := r.st.ReadHistory(ctx, queues, minuteTime(cur-Points+1), minuteTime(cur))
+	r.mu.Lock()
+	failing := r.readFailing
+	r.readFailing = err != nil
+	r.mu.Unlock()
+	if err != nil {
+		if !failing && r.log != nil && ctx.Err() == nil {
+			r.log.Warn("queue history: reading stored minutes failed; answering with this server's own", "error", err)
+		}
+		return nil
+	}
+	out := map[string][]store.HistoryMinute{}
+	for _, m := range ms {
+		if m.Node != r.node {
+			out[m.Queue] = append(out[m.Queue], m)
+		}
+	}
+	return out
+}
+
+// merge returns the Points minutes ending with minute cur of ring g and
+// the stored records of other servers (sorted by minute, then node):
+// counts added, depth and groups (when groups) from the earliest started
+// server that sampled the minute (the smallest node id with a depth), or
+// else the earliest of all. Needs mu.
+func (r *Recorder) merge(g *ring, stored []store.HistoryMinute, cur int64, groups bool) []Point {
+	out := make([]Point, Points)
+	first := cur - Points + 1
+	type obs struct {
+		node    string
+		depth   int64
+		byGroup map[string]int64
+	}
+	chosen := make([]*obs, Points)
+	pick := func(i int, o obs) {
+		c := chosen[i]
+		if c == nil || (o.depth >= 0 && c.depth < 0) || ((o.depth >= 0) == (c.depth >= 0) && o.node < c.node) {
+			chosen[i] = &o
+		}
+	}
+	for i := range out {
+		minute := first + int64(i)
+		out[i] = Point{At: minuteTime(minute), Depth: -1}
+		if b := &g.b[minute%Points]; b.minute == minute {
+			out[i].Produced, out[i].Completed, out[i].DeadLettered = b.produced, b.completed, b.dead
+			pick(i, obs{node: r.node, depth: b.depth, byGroup: b.byGroup})
+		}
+	}
+	for _, m := range stored {
+		i := m.At.Unix()/int64(Interval/time.Second) - first
+		if i < 0 || i >= Points {
+			continue
+		}
+		out[i].Produced += m.Produced
+		out[i].Completed += m.Completed
+		out[i].DeadLettered += m.DeadLettered
+		pick(int(i), obs{node: m.Node, depth: m.Depth, byGroup: m.DeadByGroup})
+	}
+	for i, c := range chosen {
+		if c == nil {
+			continue
+		}
+		out[i].Depth = c.depth
+		if groups && len(c.byGroup) > 0 {
+			out[i].DeadByGroup = make(map[string]int64, len(c.byGroup))
+			for fp, n := range c.byGroup {
+				out[i].DeadByGroup[fp] = n
+			}
+		}
+	}
+	return out
 }
 
 // Counting returns m with the produce and complete calls of its queues

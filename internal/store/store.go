@@ -1,7 +1,8 @@
 // Package store holds Styx's record-level storage contracts and their
 // sentinel errors: Store, the item log beneath the embedded backend
 // (internal/backend/embedded, on Pebble: internal/backend/embedded/pebble),
-// and the catalog, task, claim and key stores that both backends implement.
+// and the catalog, task, claim, key and history stores that both backends
+// implement.
 // The records are the domain's types (queue.QueueInfo, queue.Item); nothing
 // here is specific to a backend, and every implementation passes the
 // conformance suite in storetest.
@@ -15,8 +16,8 @@
 // it loads item metadata once at start-up, then writes one Batch per
 // iteration. A Store never decides anything about an item's life. The
 // PostgreSQL backend (internal/backend/postgres) implements engine.Tx in SQL and,
-// from this package, only the catalog, task, claim and key stores, which
-// every backend shares.
+// from this package, only the catalog, task, claim, key and history stores,
+// which every backend shares.
 //
 // Items are stored in three parts, so that start-up reads no payloads:
 //   - ItemMeta: the small, fixed state the logical queue keeps in memory,
@@ -190,6 +191,10 @@ type Store interface {
 
 	// KeyStore stores the API keys (internal/auth).
 	KeyStore
+
+	// HistoryStore keeps the queues' per-minute history
+	// (internal/history); DeleteQueue deletes the queue's.
+	HistoryStore
 
 	// LoadItems calls fn with the metadata of every item in one partition of
 	// a queue, in ID order. It reads no payloads. An error from fn stops the
@@ -390,4 +395,53 @@ type KeyStore interface {
 	// DeleteKey removes the key with the given name. Returns
 	// ErrKeyNotFound.
 	DeleteKey(ctx context.Context, name string) error
+}
+
+// HistoryMinute is one minute of one queue's history as one server counted
+// it (internal/history). Several servers on one store (PostgreSQL) each
+// write a record of their own for the minute; a reader merges them
+// (ADR 0025): the counts add up, depth and arrivals by group are one
+// server's observation of the shared queue.
+type HistoryMinute struct {
+	// Queue is the queue's name.
+	Queue string
+	// At is the start of the minute (whole minutes; stores keep Unix
+	// seconds, UTC).
+	At time.Time
+	// Node identifies the server process that counted the minute (1 to 64
+	// bytes, e.g. history.Recorder's node id).
+	Node string
+	// Produced, Completed and DeadLettered count the items the node
+	// produced to the queue, completed from it and moved from it to its
+	// dead-letter queue in the minute (>= 0).
+	Produced, Completed, DeadLettered int64
+	// Depth is the queue's items (ready, leased, scheduled) at the node's
+	// last sample of the minute; -1 when it took none.
+	Depth int64
+	// DeadByGroup, on a dead-letter queue, counts the items the node saw
+	// arrive in the minute by error group fingerprint; nil when none.
+	DeadByGroup map[string]int64
+}
+
+// HistoryStore keeps the queues' per-minute history (internal/history), so
+// that it survives restarts and, on a shared store, every server reads the
+// same. Records are small and written once a minute per queue and server,
+// off the queues' loops; a lost write costs a minute of a chart, never an
+// item, so implementations need not sync them. Its methods may be called
+// concurrently from any goroutine; they return ErrClosed after the store
+// is closed, and backend errors wrapped with the operation.
+type HistoryStore interface {
+	// PutHistory stores each minute, replacing any record of the same
+	// queue, minute and node (so a write retried after a lost answer
+	// counts nothing twice). Minutes of a queue that does not exist are
+	// dropped without an error. Not atomic across minutes: after an error
+	// some may be stored.
+	PutHistory(ctx context.Context, minutes []HistoryMinute) error
+	// ReadHistory returns the stored minutes of the named queues (every
+	// node's record) whose At is in [from, to], ordered by queue, minute
+	// and node. Unknown queues have none.
+	ReadHistory(ctx context.Context, queues []string, from, to time.Time) ([]HistoryMinute, error)
+	// PruneHistory deletes every queue's minutes whose At is before
+	// before.
+	PruneHistory(ctx context.Context, before time.Time) error
 }

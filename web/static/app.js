@@ -323,7 +323,7 @@
     const totals = {};
     for (const p of pts) for (const [fp, v] of Object.entries(p.dead_by_group || {})) totals[fp] = (totals[fp] || 0) + num(v);
     const top = Object.keys(totals).sort((a, b) => totals[b] - totals[a]).slice(0, 5);
-    if (top.length === 0) return h('p', { class: 'muted', id: 'chart-groups' }, 'No dead items arrived in the last hour (that this server saw).');
+    if (top.length === 0) return h('p', { class: 'muted', id: 'chart-groups' }, 'No dead items arrived in the last hour.');
     const patterns = hist.group_patterns || {};
     return lineChart('Dead-lettered per minute by error group, last hour',
       top.map((fp) => ({ label: groupLabel(fp, patterns[fp], groups.some((g) => g.fingerprint === fp)), values: pts.map((p) => num((p.dead_by_group || {})[fp])) })), { id: 'chart-groups' });

@@ -266,6 +266,11 @@ CREATE INDEX styx_items_first ON styx_items (queue_id, first_id) WHERE first_id 
 	// 9: the consumers each node's loops recorded (consumers.go; issue
 	// 39), rewritten by the node every refresh interval, merged on read.
 	consumersMigration,
+	// 10: the queues' per-minute history (store.HistoryStore, history.go;
+	// ADR 0025): a row per queue, minute (at, Unix nanoseconds of its
+	// start) and node, each node writing only its own rows, summed on
+	// read; gone with the queue; pruned by age (the index on at).
+	historyMigration,
 }
 
 // migrate brings the schema up to date. Nodes starting together serialize on

@@ -51,6 +51,7 @@ func Run(t *testing.T, open func(t *testing.T) store.Store) {
 	t.Run("Aliasing", func(t *testing.T) { testAliasing(t, newStore) })
 	t.Run("Tasks", func(t *testing.T) { testTasks(t, asCatalog) })
 	t.Run("Keys", func(t *testing.T) { testKeys(t, asCatalog) })
+	t.Run("History", func(t *testing.T) { testHistory(t, asCatalog) })
 	t.Run("Concurrent", func(t *testing.T) { testConcurrent(t, newStore) })
 	t.Run("Closed", func(t *testing.T) { testClosed(t, newStore) })
 }
@@ -62,6 +63,7 @@ type CatalogStore interface {
 	store.Catalog
 	store.TaskStore
 	store.KeyStore
+	store.HistoryStore
 	Close() error
 }
 
@@ -79,6 +81,7 @@ func RunCatalog(t *testing.T, open func(t *testing.T) CatalogStore) {
 	t.Run("Queues", func(t *testing.T) { testQueues(t, newStore) })
 	t.Run("Tasks", func(t *testing.T) { testTasks(t, newStore) })
 	t.Run("Keys", func(t *testing.T) { testKeys(t, newStore) })
+	t.Run("History", func(t *testing.T) { testHistory(t, newStore) })
 }
 
 // RunReopen checks that a persistent backend keeps everything across Close

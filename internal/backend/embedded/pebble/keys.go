@@ -20,6 +20,7 @@ const (
 	prefixErrors   byte = 0x12 // 0x12 qid part bodyID → item errors
 	prefixState    byte = 0x13 // 0x13 qid part id → item meta once changed
 	prefixDedup    byte = 0x14 // 0x14 qid deduplication id → its deadline (8-byte BE Unix nanoseconds)
+	prefixHistory  byte = 0x15 // 0x15 qid minute node → a minute of the queue's history (history.go)
 )
 
 // formatValue is stored under formatKey; Open refuses any other but

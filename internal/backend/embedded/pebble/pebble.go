@@ -22,6 +22,8 @@
 //	0x11 qid part bodyID  → item body
 //	0x12 qid part bodyID  → item errors      (absent when empty)
 //	0x13 qid part id      → item meta        the item's state once leased or changed
+//	0x15 qid minute node  → history minute   a server's counts of a minute (store.HistoryStore;
+//	                                         minute: Unix seconds, 8-byte BE; node: its id)
 //
 // LoadItems therefore scans two contiguous ranges holding only metadata, and
 // DeleteQueue removes a queue with one range deletion per item key space
@@ -39,6 +41,10 @@
 // retry, keep Delete. Stores of format 1 (marker "styx-store-1") rewrote
 // metas in place; Open upgrades them by recording each queue's last item
 // ID (0x07): records up to it are deleted with Delete.
+//
+// History records (0x15) are written once a minute per queue without a
+// sync, deleted with their queue, and pruned after 24 hours by one range
+// deletion per queue ID (internal/history; ADR 0025).
 //
 // Task records (store.TaskStore) are keyed by their string ID (1 to 128
 // bytes), so a scan of the 0x04 range lists them in ID order. They belong
@@ -743,7 +749,7 @@ func (s *Store) deleteQueue(ctx context.Context, name string) error {
 
 	b := s.db.NewBatch()
 	defer b.Close()
-	for _, prefix := range []byte{prefixMeta, prefixBody, prefixErrors, prefixState, prefixDedup} {
+	for _, prefix := range []byte{prefixMeta, prefixBody, prefixErrors, prefixState, prefixDedup, prefixHistory} {
 		start := queueKey(prefix, info.ID)
 		if err := b.DeleteRange(start, prefixEnd(start), nil); err != nil {
 			return err
