@@ -140,7 +140,7 @@ func (s *Service) DeadList(ctx context.Context, req *pb.DeadListRequest) (*pb.De
 	if err != nil {
 		return nil, err
 	}
-	out := &pb.DeadListResponse{Items: toStorageItems(items, info)}
+	out := &pb.DeadListResponse{Items: toStorageItems(items, info, s.describe)}
 	if req.WithoutPayload {
 		for _, it := range out.Items {
 			it.Payload = nil
@@ -478,7 +478,7 @@ func (s *Service) DeadEdit(ctx context.Context, req *pb.DeadEditRequest) (*pb.St
 	if err != nil {
 		return nil, err
 	}
-	return toStorageItems([]queue.Item{it}, info)[0], nil
+	return toStorageItems([]queue.Item{it}, info, s.describe)[0], nil
 }
 
 // checkSourceQueue refuses (403) a dead.edit of an item whose source queue

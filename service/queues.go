@@ -270,8 +270,8 @@ func qts(t time.Time) *timestamppb.Timestamp {
 }
 
 // toStorageItems converts stored items to the wire, with the queue's
-// max_attempts.
-func toStorageItems(items []queue.Item, info queue.QueueInfo) []*pb.StorageItem {
+// max_attempts and their attributes as describe describes them (nil: none).
+func toStorageItems(items []queue.Item, info queue.QueueInfo, describe queue.AttributeDescriber) []*pb.StorageItem {
 	out := make([]*pb.StorageItem, len(items))
 	for i, it := range items {
 		m, b := it.Meta, it.Body
@@ -288,6 +288,15 @@ func toStorageItems(items []queue.Item, info queue.QueueInfo) []*pb.StorageItem 
 		}
 		for _, e := range it.Errors.Errors {
 			si.Errors = append(si.Errors, &pb.AttemptError{Attempt: e.Attempt, Error: e.Error, At: ts(e.At)})
+		}
+		si.DeadLetterAttempts = it.Errors.DeadLetterAttempts()
+		for _, e := range it.Errors.DeadLetter {
+			si.DeadLetterErrors = append(si.DeadLetterErrors, &pb.AttemptError{Attempt: e.Attempt, Error: e.Error, At: ts(e.At)})
+		}
+		if describe != nil && len(b.Attributes) > 0 {
+			for _, a := range describe(b.Attributes) {
+				si.Attributes = append(si.Attributes, &pb.ItemAttribute{Group: a.Group, Name: a.Name, DataType: a.DataType, Value: a.Value})
+			}
 		}
 		out[i] = si
 	}

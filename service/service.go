@@ -37,11 +37,23 @@ type Service struct {
 	clock clock.Clock
 	h     *history.Recorder // nil: no queues.history (WithHistory)
 	keys  *auth.Keys        // nil: keys.* answer 500 (WithKeys)
+	// describe describes items' attributes blobs (WithAttributes); nil:
+	// StorageItem.attributes stays empty.
+	describe queue.AttributeDescriber
 }
 
 // New returns the API over a queue manager and a redrive runner.
 func New(m queue.Queues, r *redrive.Runner, c clock.Clock) *Service {
 	return &Service{m: m, r: r, clock: c}
+}
+
+// WithAttributes sets how StorageItem.attributes is made from an item's
+// attributes blob: by the describer of the API that writes such blobs (the
+// SQS API's sqs.DescribeAttributes), so that the service shows them without
+// knowing their format. d must be safe for concurrent use. Returns s.
+func (s *Service) WithAttributes(d queue.AttributeDescriber) *Service {
+	s.describe = d
+	return s
 }
 
 // QueueProduce adds items to a queue; it returns when they are durable.
@@ -412,7 +424,7 @@ func (s *Service) listPage(ctx context.Context, req *pb.StorageItemsListRequest,
 		}
 		items = append(items, more...)
 	}
-	return &pb.StorageItemsListResponse{Items: toStorageItems(items, info)}, nil
+	return &pb.StorageItemsListResponse{Items: toStorageItems(items, info, s.describe)}, nil
 }
 
 func (s *Service) listArgs(ctx context.Context, req *pb.StorageItemsListRequest) (queue.Queue, queue.QueueInfo, uint64, int, error) {
@@ -454,7 +466,7 @@ func (s *Service) StorageItemsImport(ctx context.Context, req *pb.StorageItemsIm
 	if err != nil {
 		return nil, err
 	}
-	return &pb.StorageItemsImportResponse{Items: toStorageItems(out, info)}, nil
+	return &pb.StorageItemsImportResponse{Items: toStorageItems(out, info, s.describe)}, nil
 }
 
 // StorageItemsDelete removes items by id, in any state; unknown ids are

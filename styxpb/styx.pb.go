@@ -2557,7 +2557,24 @@ type StorageItem struct {
 	RedriveCount int32           `protobuf:"varint,105,opt,name=redrive_count,proto3" json:"redrive_count,omitempty"`
 	// Styx: the fingerprint of the dead item's last error (its error group;
 	// see dead.groups). Empty on items that are not dead items.
-	Fingerprint   string `protobuf:"bytes,130,opt,name=fingerprint,proto3" json:"fingerprint,omitempty"`
+	Fingerprint string `protobuf:"bytes,130,opt,name=fingerprint,proto3" json:"fingerprint,omitempty"`
+	// Styx: how many DLQ attempts a dead item in a dead-letter queue has had:
+	// its leases there that ended without a complete (a retry, or a lease
+	// that expired; a release is none). Counted apart from the dead record:
+	// last_error, errors, fingerprint, dead_reason and dead_at never change
+	// in the dead-letter queue. attempts counts these leases too. 0 on other
+	// items.
+	DeadLetterAttempts int32 `protobuf:"varint,131,opt,name=dead_letter_attempts,proto3" json:"dead_letter_attempts,omitempty"`
+	// Styx: the most recent 10 DLQ attempts, oldest first, each numbered by
+	// its DLQ attempt (attempt 1: the first lease in the dead-letter queue),
+	// with the retry's error text (empty for a retry without one) or
+	// "lease expired after <lease_timeout>". Not carried by a redrive.
+	DeadLetterErrors []*AttemptError `protobuf:"bytes,132,rep,name=dead_letter_errors,proto3" json:"dead_letter_errors,omitempty"`
+	// Styx: the item's attributes as the API that produced it describes them
+	// (the SQS API: MessageId, SentTimestamp, SenderId, message attributes and
+	// message system attributes). Empty for an item produced through /v1.
+	// For display: read-only, ignored by storage/items.import.
+	Attributes    []*ItemAttribute `protobuf:"bytes,133,rep,name=attributes,proto3" json:"attributes,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -2746,6 +2763,27 @@ func (x *StorageItem) GetFingerprint() string {
 	return ""
 }
 
+func (x *StorageItem) GetDeadLetterAttempts() int32 {
+	if x != nil {
+		return x.DeadLetterAttempts
+	}
+	return 0
+}
+
+func (x *StorageItem) GetDeadLetterErrors() []*AttemptError {
+	if x != nil {
+		return x.DeadLetterErrors
+	}
+	return nil
+}
+
+func (x *StorageItem) GetAttributes() []*ItemAttribute {
+	if x != nil {
+		return x.Attributes
+	}
+	return nil
+}
+
 // AttemptError is one failed attempt's error text, as given to queue.retry.
 type AttemptError struct {
 	state         protoimpl.MessageState `protogen:"open.v1"`
@@ -2807,6 +2845,83 @@ func (x *AttemptError) GetAt() *timestamppb.Timestamp {
 	return nil
 }
 
+// ItemAttribute is one entry of an item's attributes (StorageItem.attributes),
+// described by the API that produced the item.
+type ItemAttribute struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// group names the API and the set the entry belongs to, for display:
+	// "SQS message" (MessageId, SentTimestamp, SenderId), "SQS message
+	// attribute" or "SQS message system attribute".
+	Group string `protobuf:"bytes,1,opt,name=group,proto3" json:"group,omitempty"`
+	Name  string `protobuf:"bytes,2,opt,name=name,proto3" json:"name,omitempty"`
+	// data_type is the attribute's data type ("String", "Number", "Binary",
+	// with an optional ".<custom type>"); empty for the message's own fields.
+	DataType string `protobuf:"bytes,3,opt,name=data_type,proto3" json:"data_type,omitempty"`
+	// value is the attribute's value as text: Binary values in base64,
+	// SentTimestamp in Unix milliseconds.
+	Value         string `protobuf:"bytes,4,opt,name=value,proto3" json:"value,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *ItemAttribute) Reset() {
+	*x = ItemAttribute{}
+	mi := &file_styx_v1_styx_proto_msgTypes[39]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ItemAttribute) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ItemAttribute) ProtoMessage() {}
+
+func (x *ItemAttribute) ProtoReflect() protoreflect.Message {
+	mi := &file_styx_v1_styx_proto_msgTypes[39]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ItemAttribute.ProtoReflect.Descriptor instead.
+func (*ItemAttribute) Descriptor() ([]byte, []int) {
+	return file_styx_v1_styx_proto_rawDescGZIP(), []int{39}
+}
+
+func (x *ItemAttribute) GetGroup() string {
+	if x != nil {
+		return x.Group
+	}
+	return ""
+}
+
+func (x *ItemAttribute) GetName() string {
+	if x != nil {
+		return x.Name
+	}
+	return ""
+}
+
+func (x *ItemAttribute) GetDataType() string {
+	if x != nil {
+		return x.DataType
+	}
+	return ""
+}
+
+func (x *ItemAttribute) GetValue() string {
+	if x != nil {
+		return x.Value
+	}
+	return ""
+}
+
 // DeadFilter selects dead items. Every set field must match; an empty filter
 // matches every dead item of the queue, which dead.delete and dead.redrive
 // take only with their all field.
@@ -2836,7 +2951,7 @@ type DeadFilter struct {
 
 func (x *DeadFilter) Reset() {
 	*x = DeadFilter{}
-	mi := &file_styx_v1_styx_proto_msgTypes[39]
+	mi := &file_styx_v1_styx_proto_msgTypes[40]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2848,7 +2963,7 @@ func (x *DeadFilter) String() string {
 func (*DeadFilter) ProtoMessage() {}
 
 func (x *DeadFilter) ProtoReflect() protoreflect.Message {
-	mi := &file_styx_v1_styx_proto_msgTypes[39]
+	mi := &file_styx_v1_styx_proto_msgTypes[40]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2861,7 +2976,7 @@ func (x *DeadFilter) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use DeadFilter.ProtoReflect.Descriptor instead.
 func (*DeadFilter) Descriptor() ([]byte, []int) {
-	return file_styx_v1_styx_proto_rawDescGZIP(), []int{39}
+	return file_styx_v1_styx_proto_rawDescGZIP(), []int{40}
 }
 
 func (x *DeadFilter) GetIds() []string {
@@ -2949,7 +3064,7 @@ type DeadGroupsRequest struct {
 
 func (x *DeadGroupsRequest) Reset() {
 	*x = DeadGroupsRequest{}
-	mi := &file_styx_v1_styx_proto_msgTypes[40]
+	mi := &file_styx_v1_styx_proto_msgTypes[41]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2961,7 +3076,7 @@ func (x *DeadGroupsRequest) String() string {
 func (*DeadGroupsRequest) ProtoMessage() {}
 
 func (x *DeadGroupsRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_styx_v1_styx_proto_msgTypes[40]
+	mi := &file_styx_v1_styx_proto_msgTypes[41]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2974,7 +3089,7 @@ func (x *DeadGroupsRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use DeadGroupsRequest.ProtoReflect.Descriptor instead.
 func (*DeadGroupsRequest) Descriptor() ([]byte, []int) {
-	return file_styx_v1_styx_proto_rawDescGZIP(), []int{40}
+	return file_styx_v1_styx_proto_rawDescGZIP(), []int{41}
 }
 
 func (x *DeadGroupsRequest) GetQueueName() string {
@@ -3023,7 +3138,7 @@ type DeadGroup struct {
 
 func (x *DeadGroup) Reset() {
 	*x = DeadGroup{}
-	mi := &file_styx_v1_styx_proto_msgTypes[41]
+	mi := &file_styx_v1_styx_proto_msgTypes[42]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3035,7 +3150,7 @@ func (x *DeadGroup) String() string {
 func (*DeadGroup) ProtoMessage() {}
 
 func (x *DeadGroup) ProtoReflect() protoreflect.Message {
-	mi := &file_styx_v1_styx_proto_msgTypes[41]
+	mi := &file_styx_v1_styx_proto_msgTypes[42]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3048,7 +3163,7 @@ func (x *DeadGroup) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use DeadGroup.ProtoReflect.Descriptor instead.
 func (*DeadGroup) Descriptor() ([]byte, []int) {
-	return file_styx_v1_styx_proto_rawDescGZIP(), []int{41}
+	return file_styx_v1_styx_proto_rawDescGZIP(), []int{42}
 }
 
 func (x *DeadGroup) GetFingerprint() string {
@@ -3129,7 +3244,7 @@ type DeadGroupsResponse struct {
 
 func (x *DeadGroupsResponse) Reset() {
 	*x = DeadGroupsResponse{}
-	mi := &file_styx_v1_styx_proto_msgTypes[42]
+	mi := &file_styx_v1_styx_proto_msgTypes[43]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3141,7 +3256,7 @@ func (x *DeadGroupsResponse) String() string {
 func (*DeadGroupsResponse) ProtoMessage() {}
 
 func (x *DeadGroupsResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_styx_v1_styx_proto_msgTypes[42]
+	mi := &file_styx_v1_styx_proto_msgTypes[43]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3154,7 +3269,7 @@ func (x *DeadGroupsResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use DeadGroupsResponse.ProtoReflect.Descriptor instead.
 func (*DeadGroupsResponse) Descriptor() ([]byte, []int) {
-	return file_styx_v1_styx_proto_rawDescGZIP(), []int{42}
+	return file_styx_v1_styx_proto_rawDescGZIP(), []int{43}
 }
 
 func (x *DeadGroupsResponse) GetGroups() []*DeadGroup {
@@ -3192,7 +3307,7 @@ type DeadListRequest struct {
 
 func (x *DeadListRequest) Reset() {
 	*x = DeadListRequest{}
-	mi := &file_styx_v1_styx_proto_msgTypes[43]
+	mi := &file_styx_v1_styx_proto_msgTypes[44]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3204,7 +3319,7 @@ func (x *DeadListRequest) String() string {
 func (*DeadListRequest) ProtoMessage() {}
 
 func (x *DeadListRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_styx_v1_styx_proto_msgTypes[43]
+	mi := &file_styx_v1_styx_proto_msgTypes[44]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3217,7 +3332,7 @@ func (x *DeadListRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use DeadListRequest.ProtoReflect.Descriptor instead.
 func (*DeadListRequest) Descriptor() ([]byte, []int) {
-	return file_styx_v1_styx_proto_rawDescGZIP(), []int{43}
+	return file_styx_v1_styx_proto_rawDescGZIP(), []int{44}
 }
 
 func (x *DeadListRequest) GetQueueName() string {
@@ -3265,7 +3380,7 @@ type DeadListResponse struct {
 
 func (x *DeadListResponse) Reset() {
 	*x = DeadListResponse{}
-	mi := &file_styx_v1_styx_proto_msgTypes[44]
+	mi := &file_styx_v1_styx_proto_msgTypes[45]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3277,7 +3392,7 @@ func (x *DeadListResponse) String() string {
 func (*DeadListResponse) ProtoMessage() {}
 
 func (x *DeadListResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_styx_v1_styx_proto_msgTypes[44]
+	mi := &file_styx_v1_styx_proto_msgTypes[45]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3290,7 +3405,7 @@ func (x *DeadListResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use DeadListResponse.ProtoReflect.Descriptor instead.
 func (*DeadListResponse) Descriptor() ([]byte, []int) {
-	return file_styx_v1_styx_proto_rawDescGZIP(), []int{44}
+	return file_styx_v1_styx_proto_rawDescGZIP(), []int{45}
 }
 
 func (x *DeadListResponse) GetItems() []*StorageItem {
@@ -3321,7 +3436,7 @@ type DeadDeleteRequest struct {
 
 func (x *DeadDeleteRequest) Reset() {
 	*x = DeadDeleteRequest{}
-	mi := &file_styx_v1_styx_proto_msgTypes[45]
+	mi := &file_styx_v1_styx_proto_msgTypes[46]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3333,7 +3448,7 @@ func (x *DeadDeleteRequest) String() string {
 func (*DeadDeleteRequest) ProtoMessage() {}
 
 func (x *DeadDeleteRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_styx_v1_styx_proto_msgTypes[45]
+	mi := &file_styx_v1_styx_proto_msgTypes[46]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3346,7 +3461,7 @@ func (x *DeadDeleteRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use DeadDeleteRequest.ProtoReflect.Descriptor instead.
 func (*DeadDeleteRequest) Descriptor() ([]byte, []int) {
-	return file_styx_v1_styx_proto_rawDescGZIP(), []int{45}
+	return file_styx_v1_styx_proto_rawDescGZIP(), []int{46}
 }
 
 func (x *DeadDeleteRequest) GetQueueName() string {
@@ -3379,7 +3494,7 @@ type DeadDeleteResponse struct {
 
 func (x *DeadDeleteResponse) Reset() {
 	*x = DeadDeleteResponse{}
-	mi := &file_styx_v1_styx_proto_msgTypes[46]
+	mi := &file_styx_v1_styx_proto_msgTypes[47]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3391,7 +3506,7 @@ func (x *DeadDeleteResponse) String() string {
 func (*DeadDeleteResponse) ProtoMessage() {}
 
 func (x *DeadDeleteResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_styx_v1_styx_proto_msgTypes[46]
+	mi := &file_styx_v1_styx_proto_msgTypes[47]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3404,7 +3519,7 @@ func (x *DeadDeleteResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use DeadDeleteResponse.ProtoReflect.Descriptor instead.
 func (*DeadDeleteResponse) Descriptor() ([]byte, []int) {
-	return file_styx_v1_styx_proto_rawDescGZIP(), []int{46}
+	return file_styx_v1_styx_proto_rawDescGZIP(), []int{47}
 }
 
 func (x *DeadDeleteResponse) GetDeleted() int64 {
@@ -3434,7 +3549,7 @@ type DeadRedriveRequest struct {
 
 func (x *DeadRedriveRequest) Reset() {
 	*x = DeadRedriveRequest{}
-	mi := &file_styx_v1_styx_proto_msgTypes[47]
+	mi := &file_styx_v1_styx_proto_msgTypes[48]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3446,7 +3561,7 @@ func (x *DeadRedriveRequest) String() string {
 func (*DeadRedriveRequest) ProtoMessage() {}
 
 func (x *DeadRedriveRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_styx_v1_styx_proto_msgTypes[47]
+	mi := &file_styx_v1_styx_proto_msgTypes[48]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3459,7 +3574,7 @@ func (x *DeadRedriveRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use DeadRedriveRequest.ProtoReflect.Descriptor instead.
 func (*DeadRedriveRequest) Descriptor() ([]byte, []int) {
-	return file_styx_v1_styx_proto_rawDescGZIP(), []int{47}
+	return file_styx_v1_styx_proto_rawDescGZIP(), []int{48}
 }
 
 func (x *DeadRedriveRequest) GetQueueName() string {
@@ -3534,7 +3649,7 @@ type DeadEditRequest struct {
 
 func (x *DeadEditRequest) Reset() {
 	*x = DeadEditRequest{}
-	mi := &file_styx_v1_styx_proto_msgTypes[48]
+	mi := &file_styx_v1_styx_proto_msgTypes[49]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3546,7 +3661,7 @@ func (x *DeadEditRequest) String() string {
 func (*DeadEditRequest) ProtoMessage() {}
 
 func (x *DeadEditRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_styx_v1_styx_proto_msgTypes[48]
+	mi := &file_styx_v1_styx_proto_msgTypes[49]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3559,7 +3674,7 @@ func (x *DeadEditRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use DeadEditRequest.ProtoReflect.Descriptor instead.
 func (*DeadEditRequest) Descriptor() ([]byte, []int) {
-	return file_styx_v1_styx_proto_rawDescGZIP(), []int{48}
+	return file_styx_v1_styx_proto_rawDescGZIP(), []int{49}
 }
 
 func (x *DeadEditRequest) GetQueueName() string {
@@ -3606,7 +3721,7 @@ type RedrivesListRequest struct {
 
 func (x *RedrivesListRequest) Reset() {
 	*x = RedrivesListRequest{}
-	mi := &file_styx_v1_styx_proto_msgTypes[49]
+	mi := &file_styx_v1_styx_proto_msgTypes[50]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3618,7 +3733,7 @@ func (x *RedrivesListRequest) String() string {
 func (*RedrivesListRequest) ProtoMessage() {}
 
 func (x *RedrivesListRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_styx_v1_styx_proto_msgTypes[49]
+	mi := &file_styx_v1_styx_proto_msgTypes[50]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3631,7 +3746,7 @@ func (x *RedrivesListRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RedrivesListRequest.ProtoReflect.Descriptor instead.
 func (*RedrivesListRequest) Descriptor() ([]byte, []int) {
-	return file_styx_v1_styx_proto_rawDescGZIP(), []int{49}
+	return file_styx_v1_styx_proto_rawDescGZIP(), []int{50}
 }
 
 func (x *RedrivesListRequest) GetQueueName() string {
@@ -3650,7 +3765,7 @@ type RedrivesListResponse struct {
 
 func (x *RedrivesListResponse) Reset() {
 	*x = RedrivesListResponse{}
-	mi := &file_styx_v1_styx_proto_msgTypes[50]
+	mi := &file_styx_v1_styx_proto_msgTypes[51]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3662,7 +3777,7 @@ func (x *RedrivesListResponse) String() string {
 func (*RedrivesListResponse) ProtoMessage() {}
 
 func (x *RedrivesListResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_styx_v1_styx_proto_msgTypes[50]
+	mi := &file_styx_v1_styx_proto_msgTypes[51]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3675,7 +3790,7 @@ func (x *RedrivesListResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RedrivesListResponse.ProtoReflect.Descriptor instead.
 func (*RedrivesListResponse) Descriptor() ([]byte, []int) {
-	return file_styx_v1_styx_proto_rawDescGZIP(), []int{50}
+	return file_styx_v1_styx_proto_rawDescGZIP(), []int{51}
 }
 
 func (x *RedrivesListResponse) GetTasks() []*RedriveTask {
@@ -3694,7 +3809,7 @@ type RedriveTaskRequest struct {
 
 func (x *RedriveTaskRequest) Reset() {
 	*x = RedriveTaskRequest{}
-	mi := &file_styx_v1_styx_proto_msgTypes[51]
+	mi := &file_styx_v1_styx_proto_msgTypes[52]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3706,7 +3821,7 @@ func (x *RedriveTaskRequest) String() string {
 func (*RedriveTaskRequest) ProtoMessage() {}
 
 func (x *RedriveTaskRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_styx_v1_styx_proto_msgTypes[51]
+	mi := &file_styx_v1_styx_proto_msgTypes[52]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3719,7 +3834,7 @@ func (x *RedriveTaskRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RedriveTaskRequest.ProtoReflect.Descriptor instead.
 func (*RedriveTaskRequest) Descriptor() ([]byte, []int) {
-	return file_styx_v1_styx_proto_rawDescGZIP(), []int{51}
+	return file_styx_v1_styx_proto_rawDescGZIP(), []int{52}
 }
 
 func (x *RedriveTaskRequest) GetTaskId() string {
@@ -3742,7 +3857,7 @@ type RedriveCounts struct {
 
 func (x *RedriveCounts) Reset() {
 	*x = RedriveCounts{}
-	mi := &file_styx_v1_styx_proto_msgTypes[52]
+	mi := &file_styx_v1_styx_proto_msgTypes[53]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3754,7 +3869,7 @@ func (x *RedriveCounts) String() string {
 func (*RedriveCounts) ProtoMessage() {}
 
 func (x *RedriveCounts) ProtoReflect() protoreflect.Message {
-	mi := &file_styx_v1_styx_proto_msgTypes[52]
+	mi := &file_styx_v1_styx_proto_msgTypes[53]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3767,7 +3882,7 @@ func (x *RedriveCounts) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RedriveCounts.ProtoReflect.Descriptor instead.
 func (*RedriveCounts) Descriptor() ([]byte, []int) {
-	return file_styx_v1_styx_proto_rawDescGZIP(), []int{52}
+	return file_styx_v1_styx_proto_rawDescGZIP(), []int{53}
 }
 
 func (x *RedriveCounts) GetMoved() int64 {
@@ -3814,7 +3929,7 @@ type RedrivePlan struct {
 
 func (x *RedrivePlan) Reset() {
 	*x = RedrivePlan{}
-	mi := &file_styx_v1_styx_proto_msgTypes[53]
+	mi := &file_styx_v1_styx_proto_msgTypes[54]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3826,7 +3941,7 @@ func (x *RedrivePlan) String() string {
 func (*RedrivePlan) ProtoMessage() {}
 
 func (x *RedrivePlan) ProtoReflect() protoreflect.Message {
-	mi := &file_styx_v1_styx_proto_msgTypes[53]
+	mi := &file_styx_v1_styx_proto_msgTypes[54]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3839,7 +3954,7 @@ func (x *RedrivePlan) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RedrivePlan.ProtoReflect.Descriptor instead.
 func (*RedrivePlan) Descriptor() ([]byte, []int) {
-	return file_styx_v1_styx_proto_rawDescGZIP(), []int{53}
+	return file_styx_v1_styx_proto_rawDescGZIP(), []int{54}
 }
 
 func (x *RedrivePlan) GetWouldMove() int64 {
@@ -3912,7 +4027,7 @@ type RedriveTask struct {
 
 func (x *RedriveTask) Reset() {
 	*x = RedriveTask{}
-	mi := &file_styx_v1_styx_proto_msgTypes[54]
+	mi := &file_styx_v1_styx_proto_msgTypes[55]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3924,7 +4039,7 @@ func (x *RedriveTask) String() string {
 func (*RedriveTask) ProtoMessage() {}
 
 func (x *RedriveTask) ProtoReflect() protoreflect.Message {
-	mi := &file_styx_v1_styx_proto_msgTypes[54]
+	mi := &file_styx_v1_styx_proto_msgTypes[55]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3937,7 +4052,7 @@ func (x *RedriveTask) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RedriveTask.ProtoReflect.Descriptor instead.
 func (*RedriveTask) Descriptor() ([]byte, []int) {
-	return file_styx_v1_styx_proto_rawDescGZIP(), []int{54}
+	return file_styx_v1_styx_proto_rawDescGZIP(), []int{55}
 }
 
 func (x *RedriveTask) GetTaskId() string {
@@ -4117,7 +4232,7 @@ type KeysCreateRequest struct {
 
 func (x *KeysCreateRequest) Reset() {
 	*x = KeysCreateRequest{}
-	mi := &file_styx_v1_styx_proto_msgTypes[55]
+	mi := &file_styx_v1_styx_proto_msgTypes[56]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4129,7 +4244,7 @@ func (x *KeysCreateRequest) String() string {
 func (*KeysCreateRequest) ProtoMessage() {}
 
 func (x *KeysCreateRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_styx_v1_styx_proto_msgTypes[55]
+	mi := &file_styx_v1_styx_proto_msgTypes[56]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4142,7 +4257,7 @@ func (x *KeysCreateRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use KeysCreateRequest.ProtoReflect.Descriptor instead.
 func (*KeysCreateRequest) Descriptor() ([]byte, []int) {
-	return file_styx_v1_styx_proto_rawDescGZIP(), []int{55}
+	return file_styx_v1_styx_proto_rawDescGZIP(), []int{56}
 }
 
 func (x *KeysCreateRequest) GetName() string {
@@ -4181,7 +4296,7 @@ type ApiKey struct {
 
 func (x *ApiKey) Reset() {
 	*x = ApiKey{}
-	mi := &file_styx_v1_styx_proto_msgTypes[56]
+	mi := &file_styx_v1_styx_proto_msgTypes[57]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4193,7 +4308,7 @@ func (x *ApiKey) String() string {
 func (*ApiKey) ProtoMessage() {}
 
 func (x *ApiKey) ProtoReflect() protoreflect.Message {
-	mi := &file_styx_v1_styx_proto_msgTypes[56]
+	mi := &file_styx_v1_styx_proto_msgTypes[57]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4206,7 +4321,7 @@ func (x *ApiKey) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ApiKey.ProtoReflect.Descriptor instead.
 func (*ApiKey) Descriptor() ([]byte, []int) {
-	return file_styx_v1_styx_proto_rawDescGZIP(), []int{56}
+	return file_styx_v1_styx_proto_rawDescGZIP(), []int{57}
 }
 
 func (x *ApiKey) GetName() string {
@@ -4259,7 +4374,7 @@ type KeysCreateResponse struct {
 
 func (x *KeysCreateResponse) Reset() {
 	*x = KeysCreateResponse{}
-	mi := &file_styx_v1_styx_proto_msgTypes[57]
+	mi := &file_styx_v1_styx_proto_msgTypes[58]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4271,7 +4386,7 @@ func (x *KeysCreateResponse) String() string {
 func (*KeysCreateResponse) ProtoMessage() {}
 
 func (x *KeysCreateResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_styx_v1_styx_proto_msgTypes[57]
+	mi := &file_styx_v1_styx_proto_msgTypes[58]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4284,7 +4399,7 @@ func (x *KeysCreateResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use KeysCreateResponse.ProtoReflect.Descriptor instead.
 func (*KeysCreateResponse) Descriptor() ([]byte, []int) {
-	return file_styx_v1_styx_proto_rawDescGZIP(), []int{57}
+	return file_styx_v1_styx_proto_rawDescGZIP(), []int{58}
 }
 
 func (x *KeysCreateResponse) GetKey() string {
@@ -4330,7 +4445,7 @@ type KeysListRequest struct {
 
 func (x *KeysListRequest) Reset() {
 	*x = KeysListRequest{}
-	mi := &file_styx_v1_styx_proto_msgTypes[58]
+	mi := &file_styx_v1_styx_proto_msgTypes[59]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4342,7 +4457,7 @@ func (x *KeysListRequest) String() string {
 func (*KeysListRequest) ProtoMessage() {}
 
 func (x *KeysListRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_styx_v1_styx_proto_msgTypes[58]
+	mi := &file_styx_v1_styx_proto_msgTypes[59]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4355,7 +4470,7 @@ func (x *KeysListRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use KeysListRequest.ProtoReflect.Descriptor instead.
 func (*KeysListRequest) Descriptor() ([]byte, []int) {
-	return file_styx_v1_styx_proto_rawDescGZIP(), []int{58}
+	return file_styx_v1_styx_proto_rawDescGZIP(), []int{59}
 }
 
 type KeysListResponse struct {
@@ -4367,7 +4482,7 @@ type KeysListResponse struct {
 
 func (x *KeysListResponse) Reset() {
 	*x = KeysListResponse{}
-	mi := &file_styx_v1_styx_proto_msgTypes[59]
+	mi := &file_styx_v1_styx_proto_msgTypes[60]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4379,7 +4494,7 @@ func (x *KeysListResponse) String() string {
 func (*KeysListResponse) ProtoMessage() {}
 
 func (x *KeysListResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_styx_v1_styx_proto_msgTypes[59]
+	mi := &file_styx_v1_styx_proto_msgTypes[60]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4392,7 +4507,7 @@ func (x *KeysListResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use KeysListResponse.ProtoReflect.Descriptor instead.
 func (*KeysListResponse) Descriptor() ([]byte, []int) {
-	return file_styx_v1_styx_proto_rawDescGZIP(), []int{59}
+	return file_styx_v1_styx_proto_rawDescGZIP(), []int{60}
 }
 
 func (x *KeysListResponse) GetKeys() []*ApiKey {
@@ -4411,7 +4526,7 @@ type KeysDeleteRequest struct {
 
 func (x *KeysDeleteRequest) Reset() {
 	*x = KeysDeleteRequest{}
-	mi := &file_styx_v1_styx_proto_msgTypes[60]
+	mi := &file_styx_v1_styx_proto_msgTypes[61]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4423,7 +4538,7 @@ func (x *KeysDeleteRequest) String() string {
 func (*KeysDeleteRequest) ProtoMessage() {}
 
 func (x *KeysDeleteRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_styx_v1_styx_proto_msgTypes[60]
+	mi := &file_styx_v1_styx_proto_msgTypes[61]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4436,7 +4551,7 @@ func (x *KeysDeleteRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use KeysDeleteRequest.ProtoReflect.Descriptor instead.
 func (*KeysDeleteRequest) Descriptor() ([]byte, []int) {
-	return file_styx_v1_styx_proto_rawDescGZIP(), []int{60}
+	return file_styx_v1_styx_proto_rawDescGZIP(), []int{61}
 }
 
 func (x *KeysDeleteRequest) GetName() string {
@@ -4669,7 +4784,7 @@ const file_styx_v1_styx_proto_rawDesc = "" +
 	"\tqueueName\x18\x01 \x01(\tR\n" +
 	"queue_name\x12\x1c\n" +
 	"\tpartition\x18\x02 \x01(\x05R\tpartition\x12\x10\n" +
-	"\x03ids\x18\x03 \x03(\tR\x03ids\"\x8d\a\n" +
+	"\x03ids\x18\x03 \x03(\tR\x03ids\"\xc3\b\n" +
 	"\vStorageItem\x12\x0e\n" +
 	"\x02id\x18\x01 \x01(\tR\x02id\x12\x1c\n" +
 	"\tsource_id\x18\x02 \x01(\tR\tsource_id\x12\x1b\n" +
@@ -4698,11 +4813,21 @@ const file_styx_v1_styx_proto_rawDesc = "" +
 	"last_error\x12-\n" +
 	"\x06errors\x18h \x03(\v2\x15.styx.v1.AttemptErrorR\x06errors\x12$\n" +
 	"\rredrive_count\x18i \x01(\x05R\rredrive_count\x12!\n" +
-	"\vfingerprint\x18\x82\x01 \x01(\tR\vfingerprint\"j\n" +
+	"\vfingerprint\x18\x82\x01 \x01(\tR\vfingerprint\x123\n" +
+	"\x14dead_letter_attempts\x18\x83\x01 \x01(\x05R\x14dead_letter_attempts\x12F\n" +
+	"\x12dead_letter_errors\x18\x84\x01 \x03(\v2\x15.styx.v1.AttemptErrorR\x12dead_letter_errors\x127\n" +
+	"\n" +
+	"attributes\x18\x85\x01 \x03(\v2\x16.styx.v1.ItemAttributeR\n" +
+	"attributes\"j\n" +
 	"\fAttemptError\x12\x18\n" +
 	"\aattempt\x18\x01 \x01(\x05R\aattempt\x12\x14\n" +
 	"\x05error\x18\x02 \x01(\tR\x05error\x12*\n" +
-	"\x02at\x18\x03 \x01(\v2\x1a.google.protobuf.TimestampR\x02at\"\xff\x02\n" +
+	"\x02at\x18\x03 \x01(\v2\x1a.google.protobuf.TimestampR\x02at\"m\n" +
+	"\rItemAttribute\x12\x14\n" +
+	"\x05group\x18\x01 \x01(\tR\x05group\x12\x12\n" +
+	"\x04name\x18\x02 \x01(\tR\x04name\x12\x1c\n" +
+	"\tdata_type\x18\x03 \x01(\tR\tdata_type\x12\x14\n" +
+	"\x05value\x18\x04 \x01(\tR\x05value\"\xff\x02\n" +
 	"\n" +
 	"DeadFilter\x12\x10\n" +
 	"\x03ids\x18\x01 \x03(\tR\x03ids\x12\"\n" +
@@ -4892,7 +5017,7 @@ func file_styx_v1_styx_proto_rawDescGZIP() []byte {
 	return file_styx_v1_styx_proto_rawDescData
 }
 
-var file_styx_v1_styx_proto_msgTypes = make([]protoimpl.MessageInfo, 70)
+var file_styx_v1_styx_proto_msgTypes = make([]protoimpl.MessageInfo, 71)
 var file_styx_v1_styx_proto_goTypes = []any{
 	(*QueueProduceRequest)(nil),        // 0: styx.v1.QueueProduceRequest
 	(*QueueProduceItem)(nil),           // 1: styx.v1.QueueProduceItem
@@ -4933,107 +5058,110 @@ var file_styx_v1_styx_proto_goTypes = []any{
 	(*StorageItemsDeleteRequest)(nil),  // 36: styx.v1.StorageItemsDeleteRequest
 	(*StorageItem)(nil),                // 37: styx.v1.StorageItem
 	(*AttemptError)(nil),               // 38: styx.v1.AttemptError
-	(*DeadFilter)(nil),                 // 39: styx.v1.DeadFilter
-	(*DeadGroupsRequest)(nil),          // 40: styx.v1.DeadGroupsRequest
-	(*DeadGroup)(nil),                  // 41: styx.v1.DeadGroup
-	(*DeadGroupsResponse)(nil),         // 42: styx.v1.DeadGroupsResponse
-	(*DeadListRequest)(nil),            // 43: styx.v1.DeadListRequest
-	(*DeadListResponse)(nil),           // 44: styx.v1.DeadListResponse
-	(*DeadDeleteRequest)(nil),          // 45: styx.v1.DeadDeleteRequest
-	(*DeadDeleteResponse)(nil),         // 46: styx.v1.DeadDeleteResponse
-	(*DeadRedriveRequest)(nil),         // 47: styx.v1.DeadRedriveRequest
-	(*DeadEditRequest)(nil),            // 48: styx.v1.DeadEditRequest
-	(*RedrivesListRequest)(nil),        // 49: styx.v1.RedrivesListRequest
-	(*RedrivesListResponse)(nil),       // 50: styx.v1.RedrivesListResponse
-	(*RedriveTaskRequest)(nil),         // 51: styx.v1.RedriveTaskRequest
-	(*RedriveCounts)(nil),              // 52: styx.v1.RedriveCounts
-	(*RedrivePlan)(nil),                // 53: styx.v1.RedrivePlan
-	(*RedriveTask)(nil),                // 54: styx.v1.RedriveTask
-	(*KeysCreateRequest)(nil),          // 55: styx.v1.KeysCreateRequest
-	(*ApiKey)(nil),                     // 56: styx.v1.ApiKey
-	(*KeysCreateResponse)(nil),         // 57: styx.v1.KeysCreateResponse
-	(*KeysListRequest)(nil),            // 58: styx.v1.KeysListRequest
-	(*KeysListResponse)(nil),           // 59: styx.v1.KeysListResponse
-	(*KeysDeleteRequest)(nil),          // 60: styx.v1.KeysDeleteRequest
-	nil,                                // 61: styx.v1.QueueStatsResponse.DeadByReasonEntry
-	nil,                                // 62: styx.v1.QueueStatsResponse.DeadBySourceEntry
-	nil,                                // 63: styx.v1.QueuesHistoryResponse.GroupPatternsEntry
-	nil,                                // 64: styx.v1.HistoryPoint.DeadByGroupEntry
-	nil,                                // 65: styx.v1.RedriveCounts.SkipReasonsEntry
-	nil,                                // 66: styx.v1.RedrivePlan.SkipReasonsEntry
-	nil,                                // 67: styx.v1.RedriveTask.ByQueueEntry
-	nil,                                // 68: styx.v1.RedriveTask.ByDestinationEntry
-	nil,                                // 69: styx.v1.RedriveTask.SkipReasonsEntry
-	(*timestamppb.Timestamp)(nil),      // 70: google.protobuf.Timestamp
+	(*ItemAttribute)(nil),              // 39: styx.v1.ItemAttribute
+	(*DeadFilter)(nil),                 // 40: styx.v1.DeadFilter
+	(*DeadGroupsRequest)(nil),          // 41: styx.v1.DeadGroupsRequest
+	(*DeadGroup)(nil),                  // 42: styx.v1.DeadGroup
+	(*DeadGroupsResponse)(nil),         // 43: styx.v1.DeadGroupsResponse
+	(*DeadListRequest)(nil),            // 44: styx.v1.DeadListRequest
+	(*DeadListResponse)(nil),           // 45: styx.v1.DeadListResponse
+	(*DeadDeleteRequest)(nil),          // 46: styx.v1.DeadDeleteRequest
+	(*DeadDeleteResponse)(nil),         // 47: styx.v1.DeadDeleteResponse
+	(*DeadRedriveRequest)(nil),         // 48: styx.v1.DeadRedriveRequest
+	(*DeadEditRequest)(nil),            // 49: styx.v1.DeadEditRequest
+	(*RedrivesListRequest)(nil),        // 50: styx.v1.RedrivesListRequest
+	(*RedrivesListResponse)(nil),       // 51: styx.v1.RedrivesListResponse
+	(*RedriveTaskRequest)(nil),         // 52: styx.v1.RedriveTaskRequest
+	(*RedriveCounts)(nil),              // 53: styx.v1.RedriveCounts
+	(*RedrivePlan)(nil),                // 54: styx.v1.RedrivePlan
+	(*RedriveTask)(nil),                // 55: styx.v1.RedriveTask
+	(*KeysCreateRequest)(nil),          // 56: styx.v1.KeysCreateRequest
+	(*ApiKey)(nil),                     // 57: styx.v1.ApiKey
+	(*KeysCreateResponse)(nil),         // 58: styx.v1.KeysCreateResponse
+	(*KeysListRequest)(nil),            // 59: styx.v1.KeysListRequest
+	(*KeysListResponse)(nil),           // 60: styx.v1.KeysListResponse
+	(*KeysDeleteRequest)(nil),          // 61: styx.v1.KeysDeleteRequest
+	nil,                                // 62: styx.v1.QueueStatsResponse.DeadByReasonEntry
+	nil,                                // 63: styx.v1.QueueStatsResponse.DeadBySourceEntry
+	nil,                                // 64: styx.v1.QueuesHistoryResponse.GroupPatternsEntry
+	nil,                                // 65: styx.v1.HistoryPoint.DeadByGroupEntry
+	nil,                                // 66: styx.v1.RedriveCounts.SkipReasonsEntry
+	nil,                                // 67: styx.v1.RedrivePlan.SkipReasonsEntry
+	nil,                                // 68: styx.v1.RedriveTask.ByQueueEntry
+	nil,                                // 69: styx.v1.RedriveTask.ByDestinationEntry
+	nil,                                // 70: styx.v1.RedriveTask.SkipReasonsEntry
+	(*timestamppb.Timestamp)(nil),      // 71: google.protobuf.Timestamp
 }
 var file_styx_v1_styx_proto_depIdxs = []int32{
 	1,  // 0: styx.v1.QueueProduceRequest.items:type_name -> styx.v1.QueueProduceItem
-	70, // 1: styx.v1.QueueProduceItem.enqueueAt:type_name -> google.protobuf.Timestamp
-	70, // 2: styx.v1.QueueLeaseItem.leaseDeadline:type_name -> google.protobuf.Timestamp
+	71, // 1: styx.v1.QueueProduceItem.enqueueAt:type_name -> google.protobuf.Timestamp
+	71, // 2: styx.v1.QueueLeaseItem.leaseDeadline:type_name -> google.protobuf.Timestamp
 	4,  // 3: styx.v1.QueueLeaseResponse.items:type_name -> styx.v1.QueueLeaseItem
 	9,  // 4: styx.v1.QueueRetryRequest.items:type_name -> styx.v1.QueueRetryItem
-	70, // 5: styx.v1.QueueRetryItem.retryAt:type_name -> google.protobuf.Timestamp
+	71, // 5: styx.v1.QueueRetryItem.retryAt:type_name -> google.protobuf.Timestamp
 	11, // 6: styx.v1.QueueRetryResponse.outcomes:type_name -> styx.v1.QueueRetryOutcome
-	70, // 7: styx.v1.QueueRetryOutcome.retryAt:type_name -> google.protobuf.Timestamp
+	71, // 7: styx.v1.QueueRetryOutcome.retryAt:type_name -> google.protobuf.Timestamp
 	14, // 8: styx.v1.QueueRenewResponse.items:type_name -> styx.v1.QueueRenewItem
-	70, // 9: styx.v1.QueueRenewItem.leaseDeadline:type_name -> google.protobuf.Timestamp
-	70, // 10: styx.v1.QueueInfo.createdAt:type_name -> google.protobuf.Timestamp
-	70, // 11: styx.v1.QueueInfo.updatedAt:type_name -> google.protobuf.Timestamp
+	71, // 9: styx.v1.QueueRenewItem.leaseDeadline:type_name -> google.protobuf.Timestamp
+	71, // 10: styx.v1.QueueInfo.createdAt:type_name -> google.protobuf.Timestamp
+	71, // 11: styx.v1.QueueInfo.updatedAt:type_name -> google.protobuf.Timestamp
 	16, // 12: styx.v1.QueueInfo.partitions:type_name -> styx.v1.PartitionInfo
 	23, // 13: styx.v1.QueueStatsResponse.logicalQueues:type_name -> styx.v1.QueueLogicalStats
-	61, // 14: styx.v1.QueueStatsResponse.dead_by_reason:type_name -> styx.v1.QueueStatsResponse.DeadByReasonEntry
-	62, // 15: styx.v1.QueueStatsResponse.dead_by_source:type_name -> styx.v1.QueueStatsResponse.DeadBySourceEntry
-	70, // 16: styx.v1.QueueStatsResponse.oldest_created_at:type_name -> google.protobuf.Timestamp
+	62, // 14: styx.v1.QueueStatsResponse.dead_by_reason:type_name -> styx.v1.QueueStatsResponse.DeadByReasonEntry
+	63, // 15: styx.v1.QueueStatsResponse.dead_by_source:type_name -> styx.v1.QueueStatsResponse.DeadBySourceEntry
+	71, // 16: styx.v1.QueueStatsResponse.oldest_created_at:type_name -> google.protobuf.Timestamp
 	22, // 17: styx.v1.QueueStatsResponse.consumers:type_name -> styx.v1.QueueConsumer
-	70, // 18: styx.v1.QueueConsumer.first_seen_at:type_name -> google.protobuf.Timestamp
-	70, // 19: styx.v1.QueueConsumer.last_seen_at:type_name -> google.protobuf.Timestamp
+	71, // 18: styx.v1.QueueConsumer.first_seen_at:type_name -> google.protobuf.Timestamp
+	71, // 19: styx.v1.QueueConsumer.last_seen_at:type_name -> google.protobuf.Timestamp
 	24, // 20: styx.v1.QueueLogicalStats.partitions:type_name -> styx.v1.QueuePartitionStats
 	27, // 21: styx.v1.QueuesHistoryResponse.points:type_name -> styx.v1.HistoryPoint
-	63, // 22: styx.v1.QueuesHistoryResponse.group_patterns:type_name -> styx.v1.QueuesHistoryResponse.GroupPatternsEntry
-	70, // 23: styx.v1.HistoryPoint.at:type_name -> google.protobuf.Timestamp
-	64, // 24: styx.v1.HistoryPoint.dead_by_group:type_name -> styx.v1.HistoryPoint.DeadByGroupEntry
+	64, // 22: styx.v1.QueuesHistoryResponse.group_patterns:type_name -> styx.v1.QueuesHistoryResponse.GroupPatternsEntry
+	71, // 23: styx.v1.HistoryPoint.at:type_name -> google.protobuf.Timestamp
+	65, // 24: styx.v1.HistoryPoint.dead_by_group:type_name -> styx.v1.HistoryPoint.DeadByGroupEntry
 	15, // 25: styx.v1.QueuesListResponse.items:type_name -> styx.v1.QueueInfo
 	37, // 26: styx.v1.StorageItemsListResponse.items:type_name -> styx.v1.StorageItem
 	37, // 27: styx.v1.StorageItemsImportRequest.items:type_name -> styx.v1.StorageItem
 	37, // 28: styx.v1.StorageItemsImportResponse.items:type_name -> styx.v1.StorageItem
-	70, // 29: styx.v1.StorageItem.leaseDeadline:type_name -> google.protobuf.Timestamp
-	70, // 30: styx.v1.StorageItem.expireDeadline:type_name -> google.protobuf.Timestamp
-	70, // 31: styx.v1.StorageItem.deadDeadline:type_name -> google.protobuf.Timestamp
-	70, // 32: styx.v1.StorageItem.createdAt:type_name -> google.protobuf.Timestamp
-	70, // 33: styx.v1.StorageItem.updatedAt:type_name -> google.protobuf.Timestamp
-	70, // 34: styx.v1.StorageItem.enqueueAt:type_name -> google.protobuf.Timestamp
-	70, // 35: styx.v1.StorageItem.dead_at:type_name -> google.protobuf.Timestamp
+	71, // 29: styx.v1.StorageItem.leaseDeadline:type_name -> google.protobuf.Timestamp
+	71, // 30: styx.v1.StorageItem.expireDeadline:type_name -> google.protobuf.Timestamp
+	71, // 31: styx.v1.StorageItem.deadDeadline:type_name -> google.protobuf.Timestamp
+	71, // 32: styx.v1.StorageItem.createdAt:type_name -> google.protobuf.Timestamp
+	71, // 33: styx.v1.StorageItem.updatedAt:type_name -> google.protobuf.Timestamp
+	71, // 34: styx.v1.StorageItem.enqueueAt:type_name -> google.protobuf.Timestamp
+	71, // 35: styx.v1.StorageItem.dead_at:type_name -> google.protobuf.Timestamp
 	38, // 36: styx.v1.StorageItem.errors:type_name -> styx.v1.AttemptError
-	70, // 37: styx.v1.AttemptError.at:type_name -> google.protobuf.Timestamp
-	70, // 38: styx.v1.DeadFilter.dead_after:type_name -> google.protobuf.Timestamp
-	70, // 39: styx.v1.DeadFilter.dead_before:type_name -> google.protobuf.Timestamp
-	39, // 40: styx.v1.DeadGroupsRequest.filter:type_name -> styx.v1.DeadFilter
-	70, // 41: styx.v1.DeadGroup.first_dead_at:type_name -> google.protobuf.Timestamp
-	70, // 42: styx.v1.DeadGroup.last_dead_at:type_name -> google.protobuf.Timestamp
-	41, // 43: styx.v1.DeadGroupsResponse.groups:type_name -> styx.v1.DeadGroup
-	39, // 44: styx.v1.DeadListRequest.filter:type_name -> styx.v1.DeadFilter
-	37, // 45: styx.v1.DeadListResponse.items:type_name -> styx.v1.StorageItem
-	39, // 46: styx.v1.DeadDeleteRequest.filter:type_name -> styx.v1.DeadFilter
-	39, // 47: styx.v1.DeadRedriveRequest.filter:type_name -> styx.v1.DeadFilter
-	54, // 48: styx.v1.RedrivesListResponse.tasks:type_name -> styx.v1.RedriveTask
-	65, // 49: styx.v1.RedriveCounts.skip_reasons:type_name -> styx.v1.RedriveCounts.SkipReasonsEntry
-	66, // 50: styx.v1.RedrivePlan.skip_reasons:type_name -> styx.v1.RedrivePlan.SkipReasonsEntry
-	39, // 51: styx.v1.RedriveTask.filter:type_name -> styx.v1.DeadFilter
-	70, // 52: styx.v1.RedriveTask.started_at:type_name -> google.protobuf.Timestamp
-	70, // 53: styx.v1.RedriveTask.finished_at:type_name -> google.protobuf.Timestamp
-	67, // 54: styx.v1.RedriveTask.by_queue:type_name -> styx.v1.RedriveTask.ByQueueEntry
-	68, // 55: styx.v1.RedriveTask.by_destination:type_name -> styx.v1.RedriveTask.ByDestinationEntry
-	69, // 56: styx.v1.RedriveTask.skip_reasons:type_name -> styx.v1.RedriveTask.SkipReasonsEntry
-	70, // 57: styx.v1.ApiKey.created_at:type_name -> google.protobuf.Timestamp
-	70, // 58: styx.v1.KeysCreateResponse.created_at:type_name -> google.protobuf.Timestamp
-	56, // 59: styx.v1.KeysListResponse.keys:type_name -> styx.v1.ApiKey
-	52, // 60: styx.v1.RedriveTask.ByQueueEntry.value:type_name -> styx.v1.RedriveCounts
-	53, // 61: styx.v1.RedriveTask.ByDestinationEntry.value:type_name -> styx.v1.RedrivePlan
-	62, // [62:62] is the sub-list for method output_type
-	62, // [62:62] is the sub-list for method input_type
-	62, // [62:62] is the sub-list for extension type_name
-	62, // [62:62] is the sub-list for extension extendee
-	0,  // [0:62] is the sub-list for field type_name
+	38, // 37: styx.v1.StorageItem.dead_letter_errors:type_name -> styx.v1.AttemptError
+	39, // 38: styx.v1.StorageItem.attributes:type_name -> styx.v1.ItemAttribute
+	71, // 39: styx.v1.AttemptError.at:type_name -> google.protobuf.Timestamp
+	71, // 40: styx.v1.DeadFilter.dead_after:type_name -> google.protobuf.Timestamp
+	71, // 41: styx.v1.DeadFilter.dead_before:type_name -> google.protobuf.Timestamp
+	40, // 42: styx.v1.DeadGroupsRequest.filter:type_name -> styx.v1.DeadFilter
+	71, // 43: styx.v1.DeadGroup.first_dead_at:type_name -> google.protobuf.Timestamp
+	71, // 44: styx.v1.DeadGroup.last_dead_at:type_name -> google.protobuf.Timestamp
+	42, // 45: styx.v1.DeadGroupsResponse.groups:type_name -> styx.v1.DeadGroup
+	40, // 46: styx.v1.DeadListRequest.filter:type_name -> styx.v1.DeadFilter
+	37, // 47: styx.v1.DeadListResponse.items:type_name -> styx.v1.StorageItem
+	40, // 48: styx.v1.DeadDeleteRequest.filter:type_name -> styx.v1.DeadFilter
+	40, // 49: styx.v1.DeadRedriveRequest.filter:type_name -> styx.v1.DeadFilter
+	55, // 50: styx.v1.RedrivesListResponse.tasks:type_name -> styx.v1.RedriveTask
+	66, // 51: styx.v1.RedriveCounts.skip_reasons:type_name -> styx.v1.RedriveCounts.SkipReasonsEntry
+	67, // 52: styx.v1.RedrivePlan.skip_reasons:type_name -> styx.v1.RedrivePlan.SkipReasonsEntry
+	40, // 53: styx.v1.RedriveTask.filter:type_name -> styx.v1.DeadFilter
+	71, // 54: styx.v1.RedriveTask.started_at:type_name -> google.protobuf.Timestamp
+	71, // 55: styx.v1.RedriveTask.finished_at:type_name -> google.protobuf.Timestamp
+	68, // 56: styx.v1.RedriveTask.by_queue:type_name -> styx.v1.RedriveTask.ByQueueEntry
+	69, // 57: styx.v1.RedriveTask.by_destination:type_name -> styx.v1.RedriveTask.ByDestinationEntry
+	70, // 58: styx.v1.RedriveTask.skip_reasons:type_name -> styx.v1.RedriveTask.SkipReasonsEntry
+	71, // 59: styx.v1.ApiKey.created_at:type_name -> google.protobuf.Timestamp
+	71, // 60: styx.v1.KeysCreateResponse.created_at:type_name -> google.protobuf.Timestamp
+	57, // 61: styx.v1.KeysListResponse.keys:type_name -> styx.v1.ApiKey
+	53, // 62: styx.v1.RedriveTask.ByQueueEntry.value:type_name -> styx.v1.RedriveCounts
+	54, // 63: styx.v1.RedriveTask.ByDestinationEntry.value:type_name -> styx.v1.RedrivePlan
+	64, // [64:64] is the sub-list for method output_type
+	64, // [64:64] is the sub-list for method input_type
+	64, // [64:64] is the sub-list for extension type_name
+	64, // [64:64] is the sub-list for extension extendee
+	0,  // [0:64] is the sub-list for field type_name
 }
 
 func init() { file_styx_v1_styx_proto_init() }
@@ -5041,14 +5169,14 @@ func file_styx_v1_styx_proto_init() {
 	if File_styx_v1_styx_proto != nil {
 		return
 	}
-	file_styx_v1_styx_proto_msgTypes[48].OneofWrappers = []any{}
+	file_styx_v1_styx_proto_msgTypes[49].OneofWrappers = []any{}
 	type x struct{}
 	out := protoimpl.TypeBuilder{
 		File: protoimpl.DescBuilder{
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_styx_v1_styx_proto_rawDesc), len(file_styx_v1_styx_proto_rawDesc)),
 			NumEnums:      0,
-			NumMessages:   70,
+			NumMessages:   71,
 			NumExtensions: 0,
 			NumServices:   0,
 		},

@@ -439,6 +439,7 @@ func (a *app) printDeadItem(it *pb.StorageItem, b64 bool) error {
 	t.row("reference", orDash(it.Reference))
 	t.row("encoding", orDash(it.Encoding))
 	t.row("last error", orDash(it.LastError))
+	t.row("dlq attempts", fmt.Sprint(it.DeadLetterAttempts))
 	if err := t.flush(); err != nil {
 		return err
 	}
@@ -455,6 +456,29 @@ func (a *app) printDeadItem(it *pb.StorageItem, b64 bool) error {
 		t := newTable(w, "ATTEMPT", "TIME", "ERROR")
 		for _, e := range history {
 			t.row(fmt.Sprint(e.Attempt), formatTime(e.At), orDash(e.Error))
+		}
+		if err := t.flush(); err != nil {
+			return err
+		}
+	}
+	// The DLQ attempts (leases in the dead-letter queue that ended without
+	// a complete) are shown apart: they never change the dead record above.
+	if len(it.DeadLetterErrors) > 0 {
+		_, _ = fmt.Fprintf(w, "\ndlq attempts (%d in all, %d recorded, oldest first; the dead record above stays as it was):\n",
+			it.DeadLetterAttempts, len(it.DeadLetterErrors))
+		t := newTable(w, "DLQ-ATTEMPT", "TIME", "ERROR")
+		for _, e := range it.DeadLetterErrors {
+			t.row(fmt.Sprint(e.Attempt), formatTime(e.At), cmp.Or(e.Error, "no error recorded"))
+		}
+		if err := t.flush(); err != nil {
+			return err
+		}
+	}
+	if len(it.Attributes) > 0 {
+		_, _ = fmt.Fprintln(w, "\nattributes:")
+		t := newTable(w, "SET", "NAME", "TYPE", "VALUE")
+		for _, a := range it.Attributes {
+			t.row(a.Group, a.Name, orDash(a.DataType), a.Value)
 		}
 		if err := t.flush(); err != nil {
 			return err

@@ -35,6 +35,11 @@ type Item struct {
 	// HasHistory is false when the item surely has no attempt history (so
 	// the engine need not read one).
 	HasHistory bool
+	// DeadCopy reports a dead item resting in a dead-letter queue (its
+	// source key is a dead copy's: queue.IsDeadCopyKey). Its leases that
+	// end without a complete are DLQ attempts: recorded apart
+	// (queue.RecordDeadLetterAttempt), never as its last error.
+	DeadCopy bool
 }
 
 // Tx is one iteration of a queue on its backend. Methods are called by the
@@ -911,10 +916,11 @@ func (e *Engine) retry(it *pass, r *Request, op *retryOp) error {
 		return err
 	}
 	// Attempt history: the stored histories of the items that record an
-	// error.
+	// error, and of the dead items of a dead-letter queue whose attempt
+	// counts (a DLQ attempt, recorded with or without an error).
 	var errs []Item
 	for i, ri := range op.items {
-		if ri.Error != "" {
+		if ri.Error != "" || dlqAttempt(xs[i], ri.Release) {
 			errs = append(errs, xs[i])
 		}
 	}
@@ -927,7 +933,11 @@ func (e *Engine) retry(it *pass, r *Request, op *retryOp) error {
 	for i, ri := range op.items {
 		x := xs[i]
 		var h *queue.ItemErrors
-		if ri.Error != "" {
+		switch {
+		case dlqAttempt(x, ri.Release):
+			hh := queue.RecordDeadLetterAttempt(history[x.ID], ri.Error, it.now)
+			h = &hh
+		case ri.Error != "" && !x.DeadCopy:
 			hh := queue.RecordError(history[x.ID], x.Attempts, ri.Error, it.now)
 			h = &hh
 		}
@@ -957,6 +967,11 @@ func (e *Engine) retry(it *pass, r *Request, op *retryOp) error {
 	return nil
 }
 
+// dlqAttempt reports whether the end of x's lease is a DLQ attempt to
+// record: x is a dead item in a dead-letter queue and the lease was not
+// released (a released lease is no attempt).
+func dlqAttempt(x Item, release bool) bool { return x.DeadCopy && !release }
+
 // histories returns the stored attempt histories of those of xs that may
 // have one, by id.
 func (it *pass) histories(xs []Item) (map[uint64]queue.ItemErrors, error) {
@@ -980,7 +995,8 @@ func (it *pass) histories(xs []Item) (map[uint64]queue.ItemErrors, error) {
 }
 
 // lifecycle ends the leases that expired (a failed attempt, recorded in the
-// item's history) and kills the items past their expire deadline that are
+// item's history, or in its DLQ attempt history for a dead item in a
+// dead-letter queue) and kills the items past their expire deadline that are
 // not leased (a leased one dies when its lease ends).
 func (e *Engine) lifecycle(it *pass) error {
 	leases, expired, err := it.tx.Due()
@@ -995,7 +1011,12 @@ func (e *Engine) lifecycle(it *pass) error {
 		msg := queue.LeaseExpiredError(it.info.LeaseTimeout)
 		for _, x := range leases {
 			e.Loop.Consumers.ended(x.Partition, x.ID)
-			h := queue.RecordError(history[x.ID], x.Attempts, msg, it.now)
+			var h queue.ItemErrors
+			if x.DeadCopy {
+				h = queue.RecordDeadLetterAttempt(history[x.ID], msg, it.now)
+			} else {
+				h = queue.RecordError(history[x.ID], x.Attempts, msg, it.now)
+			}
 			e := queue.EndLease(it.info, x.Attempts, x.Expire, false, time.Time{}, it.now)
 			if e.Reason == "" {
 				err = it.tx.Requeue(x, e, &h, nil)

@@ -148,24 +148,41 @@ type RedriveItem struct {
 const MaxAttemptErrors = 10
 
 // AppendHistory appends e to h, keeping the MaxAttemptErrors most recent
-// entries. LastError is left as it is (it names the last failed attempt).
+// entries. LastError is left as it is (it names the last failed attempt),
+// and so is the DLQ attempt history (DeadLetter).
 func AppendHistory(h ItemErrors, e AttemptError) ItemErrors {
-	out := ItemErrors{LastError: h.LastError, Errors: append(slices.Clone(h.Errors), e)}
-	if n := len(out.Errors); n > MaxAttemptErrors {
-		out.Errors = out.Errors[n-MaxAttemptErrors:]
+	out := ItemErrors{LastError: h.LastError, Errors: appendRecent(h.Errors, e), DeadLetter: slices.Clone(h.DeadLetter)}
+	return out
+}
+
+// appendRecent returns a copy of es with e appended, keeping the
+// MaxAttemptErrors most recent entries.
+func appendRecent(es []AttemptError, e AttemptError) []AttemptError {
+	out := append(slices.Clone(es), e)
+	if n := len(out); n > MaxAttemptErrors {
+		out = out[n-MaxAttemptErrors:]
 	}
 	return out
 }
 
 // RedrivenHistory returns the history of a dead item being redriven: its
-// own, plus an entry (attempt: its attempts when it died) saying when, by
-// which task and from which dead-letter queue it was redriven.
+// source attempt history, plus an entry (attempt: its attempts when it
+// died, less its DLQ attempts) saying when, by which task and from which
+// dead-letter queue it was redriven. Its DLQ attempts are not carried: they
+// belong to the dead record the redrive ends (ADR 0003, amendment of issue
+// 39).
 func RedrivenHistory(it *Item, deadQueue, taskID string, at time.Time) ItemErrors {
-	return AppendHistory(it.Errors, AttemptError{
-		Attempt: it.Meta.Attempts,
+	attempts := it.Meta.Attempts - it.Errors.DeadLetterAttempts()
+	if attempts < 0 {
+		attempts = 0
+	}
+	h := AppendHistory(it.Errors, AttemptError{
+		Attempt: attempts,
 		Error:   fmt.Sprintf("redriven from dead-letter queue '%s' by task %s", deadQueue, taskID),
 		At:      at.UTC(),
 	})
+	h.DeadLetter = nil
+	return h
 }
 
 // RedriveKey is the source key of dead item id of deadQueue once redriven.

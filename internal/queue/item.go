@@ -132,13 +132,36 @@ type AttemptError struct {
 
 // ItemErrors is an item's attempt history.
 type ItemErrors struct {
+	// LastError is the error of the item's last failed attempt in a live
+	// queue. On a dead item in a dead-letter queue it is the last error of
+	// its source queue and never changes there (DeadLetter records what
+	// happens in the DLQ).
 	LastError string
 	// Errors holds at most the 10 most recent errors, oldest first.
 	Errors []AttemptError
+	// DeadLetter is the DLQ attempt history of a dead item in a
+	// dead-letter queue: its leases there that ended without a complete
+	// (a retry, or a lease that expired), the MaxAttemptErrors most
+	// recent, oldest first, each numbered by its DLQ attempt (1 for the
+	// first lease in the DLQ). Its Error is the retry's error text ("" for
+	// a retry without one) or LeaseExpiredError. Empty on other items; a
+	// redrive does not carry it (ADR 0003, amendment of issue 39).
+	DeadLetter []AttemptError
 }
 
 // IsZero reports whether the history is empty.
-func (e ItemErrors) IsZero() bool { return e.LastError == "" && len(e.Errors) == 0 }
+func (e ItemErrors) IsZero() bool {
+	return e.LastError == "" && len(e.Errors) == 0 && len(e.DeadLetter) == 0
+}
+
+// DeadLetterAttempts is how many DLQ attempts the item has had: the number
+// of the last one recorded in DeadLetter, 0 for none.
+func (e ItemErrors) DeadLetterAttempts() int32 {
+	if n := len(e.DeadLetter); n > 0 {
+		return e.DeadLetter[n-1].Attempt
+	}
+	return 0
+}
 
 // Item is an item in full, as listed.
 type Item struct {
@@ -147,3 +170,24 @@ type Item struct {
 	Body      ItemBody
 	Errors    ItemErrors
 }
+
+// ItemAttribute is one entry of an item's attributes blob
+// (ItemBody.Attributes) as the API that wrote the blob describes it, for
+// display (StorageItem.attributes): the blob's format belongs to that API
+// (the SQS API's envelope, ADR 0016), so only it decodes the blob.
+type ItemAttribute struct {
+	// Group names the API and the set the entry belongs to, such as "SQS
+	// message attribute".
+	Group string
+	Name  string
+	// DataType is the entry's data type ("String", "Number", "Binary",
+	// …); empty when it has none.
+	DataType string
+	// Value is the entry's value as text (binary values in base64).
+	Value string
+}
+
+// AttributeDescriber returns the entries of an attributes blob, in display
+// order; nil when it does not know the blob's format (another API's, or
+// none). It must be safe for concurrent use.
+type AttributeDescriber func(blob []byte) []ItemAttribute

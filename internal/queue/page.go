@@ -18,7 +18,8 @@ type ListParams struct {
 }
 
 // ItemBytes is an item's size as a page counts it (Page): its payload,
-// attributes, text fields and the error texts of its attempt history, in
+// attributes, text fields and the error texts of its attempt history (DLQ
+// attempts included), in
 // bytes. It leaves out the fixed-size fields, so it is close to the
 // memory the item's variable parts take, and to their size on the wire.
 func ItemBytes(it *Item) int {
@@ -26,6 +27,9 @@ func ItemBytes(it *Item) int {
 	n := len(b.Payload) + len(b.Attributes) + len(b.Reference) + len(b.Kind) + len(b.Encoding) +
 		len(b.SourceQueue) + len(b.SourceID) + len(it.Errors.LastError)
 	for _, e := range it.Errors.Errors {
+		n += len(e.Error)
+	}
+	for _, e := range it.Errors.DeadLetter {
 		n += len(e.Error)
 	}
 	return n

@@ -1,6 +1,7 @@
 package queue
 
 import (
+	"slices"
 	"time"
 
 	"github.com/styxq/styx/internal/apierr"
@@ -71,6 +72,17 @@ func RecordError(h ItemErrors, attempt int32, msg string, now int64) ItemErrors 
 	h = AppendHistory(h, AttemptError{Attempt: attempt, Error: msg, At: time.Unix(0, now).UTC()})
 	h.LastError = msg
 	return h
+}
+
+// RecordDeadLetterAttempt returns h with a DLQ attempt of a dead item in a
+// dead-letter queue appended to its DLQ attempt history (h.DeadLetter,
+// keeping the MaxAttemptErrors most recent), numbered one past the last:
+// msg is the retry's error text ("" for none) or LeaseExpiredError. The dead
+// record (LastError, Errors) is left as it is: why an item died survives
+// whatever is done to it in the dead-letter queue.
+func RecordDeadLetterAttempt(h ItemErrors, msg string, now int64) ItemErrors {
+	e := AttemptError{Attempt: h.DeadLetterAttempts() + 1, Error: msg, At: time.Unix(0, now).UTC()}
+	return ItemErrors{LastError: h.LastError, Errors: slices.Clone(h.Errors), DeadLetter: appendRecent(h.DeadLetter, e)}
 }
 
 // Ending is what becomes of an item whose lease ends without a complete.

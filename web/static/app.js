@@ -976,6 +976,7 @@
     }
     const prop = (k, v) => [h('dt', {}, k), h('dd', {}, v === undefined || v === '' || v === null ? '–' : v)];
     const errors = it.errors || [];
+    const dlqErrors = it.dead_letter_errors || [];
     const filter = { ids: [it.id] };
     show(crumbs, h('h1', {}, 'Dead item ' + it.id),
       h('div', { class: 'actions' },
@@ -986,7 +987,8 @@
       h('dl', { class: 'props' },
         prop('Source queue', it.source_queue ? h('a', { href: '/ui/queues/' + enc(it.source_queue) }, it.source_queue) : ''),
         prop('Id in source', it.source_id), prop('Reason', it.dead_reason),
-        prop('Attempts', String(it.attempts || 0) + (it.max_attempts ? ' of ' + it.max_attempts : '')),
+        prop('Attempts', String(it.attempts || 0) + (it.max_attempts ? ' of ' + it.max_attempts : '') +
+          (it.dead_letter_attempts ? ` (${it.dead_letter_attempts} in this dead-letter queue)` : '')),
         prop('Dead at', when(it.dead_at)), prop('Created at', when(it.created_at)),
         prop('Expires at', when(it.expire_deadline)), prop('Kind', it.kind), prop('Reference', it.reference),
         prop('Encoding', it.encoding), prop('Redrive count', String(it.redrive_count || 0)),
@@ -994,13 +996,35 @@
         // visibility was set to 0, a retry without --error) has no error
         // to group by: no group link, and its last error says so.
         prop('Error group', it.fingerprint && it.last_error ? h('a', { href: base + '?' + new URLSearchParams({ fingerprint: it.fingerprint }) }, it.fingerprint) : ''),
-        prop('Last error', it.last_error ? h('code', {}, it.last_error) : noError())),
+        prop('Last error', it.last_error ? h('code', {}, it.last_error) : noError()),
+        prop('DLQ attempts', String(it.dead_letter_attempts || 0))),
       h('h2', {}, 'Payload'), ...payloadView(it.payload, it.id + (/json/i.test(it.encoding || '') ? '.json' : '.bin')),
+      ...attributesView(it.attributes || []),
       h('h2', {}, 'Attempt errors, redrives and edits'),
       errors.length === 0 ? h('p', { class: 'muted' }, 'No attempt errors were recorded.')
         : h('ol', { class: 'timeline', 'aria-label': 'Attempt errors, oldest first' }, errors.map((e) => h('li', {},
           h('div', { class: 'when' }, `Attempt ${e.attempt || '?'} · `, when(e.at)),
-          h('code', {}, e.error || '')))));
+          h('code', {}, e.error || '')))),
+      // Leases in this dead-letter queue (styx lease, an SQS receive) are
+      // DLQ attempts: kept apart, they never change why the item died.
+      h('h2', { id: 'dlq-attempts' }, 'Attempts in this dead-letter queue'),
+      dlqErrors.length === 0 ? h('p', { class: 'muted' }, 'None: no lease of this item ended here without a complete.')
+        : h('ol', { class: 'timeline', 'aria-label': 'DLQ attempts, oldest first' }, dlqErrors.map((e) => h('li', {},
+          h('div', { class: 'when' }, `DLQ attempt ${e.attempt || '?'} · `, when(e.at)),
+          e.error ? h('code', {}, e.error) : noError()))));
+  }
+
+  // attributesView shows an item's attributes as the API that produced it
+  // describes them (the server decodes them: an SQS message's MessageId,
+  // SentTimestamp and message attributes), one row each; nothing when the
+  // item has none. Values are user data: text nodes, never markup.
+  function attributesView(attrs) {
+    if (attrs.length === 0) return [];
+    return [h('h2', { id: 'attributes' }, 'Attributes'),
+      table(plural(attrs.length, 'attribute', 'attributes') + ', as the API that produced the item keeps them',
+        ['Set', 'Name', 'Type', 'Value'], attrs.map((a) => h('tr', {},
+          h('td', {}, a.group || ''), h('th', { scope: 'row' }, a.name || ''), h('td', {}, a.data_type || '–'),
+          h('td', {}, h('code', {}, a.value || '')))))];
   }
 
   // findLiveItem returns the item id of queue name as storage lists it,

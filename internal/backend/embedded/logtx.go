@@ -22,7 +22,8 @@ func (it *iteration) Info() queue.QueueInfo { return it.l.info }
 
 // view is the engine's Item of x, in partition p.
 func view(p *partition, x *item) engine.Item {
-	v := engine.Item{Partition: p.num, ID: x.id, Attempts: x.attempts, Expire: x.expire, HasHistory: x.hasErrs}
+	v := engine.Item{Partition: p.num, ID: x.id, Attempts: x.attempts, Expire: x.expire, HasHistory: x.hasErrs,
+		DeadCopy: x.isDeadCopy()}
 	if x.state == stateLeased {
 		v.Leased, v.LeaseDeadline = true, x.deadline
 	}

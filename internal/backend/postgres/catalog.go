@@ -390,35 +390,50 @@ func nonNil(b []byte) []byte {
 }
 
 // attemptError is the stored form of queue.AttemptError (column errors).
+// DLQ marks an entry of the DLQ attempt history (queue.ItemErrors.DeadLetter);
+// rows written before it existed have none.
 type attemptError struct {
 	Attempt int32  `json:"attempt"`
 	Error   string `json:"error"`
 	At      int64  `json:"at"`
+	DLQ     bool   `json:"dlq,omitempty"`
 }
 
-func encodeErrors(errs []queue.AttemptError) []byte {
-	if len(errs) == 0 {
+// encodeErrors is the column errors of h: its attempt history, then its DLQ
+// attempt history marked "dlq" (h.LastError has a column of its own).
+func encodeErrors(h queue.ItemErrors) []byte {
+	if len(h.Errors) == 0 && len(h.DeadLetter) == 0 {
 		return nil
 	}
-	out := make([]attemptError, len(errs))
-	for i, e := range errs {
-		out[i] = attemptError{Attempt: e.Attempt, Error: e.Error, At: queue.Nanos(e.At)}
+	out := make([]attemptError, 0, len(h.Errors)+len(h.DeadLetter))
+	for _, e := range h.Errors {
+		out = append(out, attemptError{Attempt: e.Attempt, Error: e.Error, At: queue.Nanos(e.At)})
+	}
+	for _, e := range h.DeadLetter {
+		out = append(out, attemptError{Attempt: e.Attempt, Error: e.Error, At: queue.Nanos(e.At), DLQ: true})
 	}
 	b, _ := json.Marshal(out) // cannot fail: strings and numbers
 	return b
 }
 
-func decodeErrors(b []byte) ([]queue.AttemptError, error) {
+// decodeErrors is the history of an item whose columns last_error and
+// errors hold lastError and b (encodeErrors).
+func decodeErrors(lastError string, b []byte) (queue.ItemErrors, error) {
+	h := queue.ItemErrors{LastError: lastError}
 	if len(b) == 0 {
-		return nil, nil
+		return h, nil
 	}
 	var in []attemptError
 	if err := json.Unmarshal(b, &in); err != nil {
-		return nil, fmt.Errorf("decode errors: %w", err)
+		return h, fmt.Errorf("decode errors: %w", err)
 	}
-	out := make([]queue.AttemptError, len(in))
-	for i, e := range in {
-		out[i] = queue.AttemptError{Attempt: e.Attempt, Error: e.Error, At: queue.FromNanos(e.At)}
+	for _, e := range in {
+		a := queue.AttemptError{Attempt: e.Attempt, Error: e.Error, At: queue.FromNanos(e.At)}
+		if e.DLQ {
+			h.DeadLetter = append(h.DeadLetter, a)
+		} else {
+			h.Errors = append(h.Errors, a)
+		}
 	}
-	return out, nil
+	return h, nil
 }

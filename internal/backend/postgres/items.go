@@ -50,7 +50,7 @@ func scanItem(row pgx.Row) (queue.Item, error) {
 	case stateScheduled:
 		m.EnqueueAt = queue.FromNanos(deadline)
 	}
-	it.Errors.Errors, err = decodeErrors(errs)
+	it.Errors, err = decodeErrors(it.Errors.LastError, errs)
 	return it, err
 }
 
@@ -570,6 +570,6 @@ func editItem(ctx context.Context, tx pgx.Tx, queueID uint64, name string, ref q
 	b := &cur.Body
 	_, err = tx.Exec(ctx, `UPDATE styx_items SET reference=$3, kind=$4, encoding=$5, payload=$6, errors=$7, last_error=$8
 		WHERE queue_id=$1 AND id=$2`,
-		int64(queueID), int64(ref.ID), b.Reference, b.Kind, b.Encoding, nonNil(b.Payload), encodeErrors(cur.Errors.Errors), cur.Errors.LastError)
+		int64(queueID), int64(ref.ID), b.Reference, b.Kind, b.Encoding, nonNil(b.Payload), encodeErrors(cur.Errors), cur.Errors.LastError)
 	return cur, err
 }

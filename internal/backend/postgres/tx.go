@@ -92,7 +92,7 @@ func toInt64(ids []uint64) []int64 {
 // view is the engine's Item of a row.
 func view(x row) engine.Item {
 	v := engine.Item{Partition: x.partition, ID: uint64(x.id), Attempts: x.attempts, Expire: x.expire,
-		HasHistory: true}
+		HasHistory: true, DeadCopy: queue.IsDeadCopyKey(x.sourceKey)}
 	if x.state == stateLeased {
 		v.Leased, v.LeaseDeadline = true, x.deadline
 	}
@@ -160,11 +160,11 @@ func (it *iteration) Histories(xs []engine.Item) ([]queue.ItemErrors, error) {
 		if err != nil {
 			return nil, err
 		}
-		errs, err := decodeErrors(x.errors)
+		h, err := decodeErrors(x.lastError, x.errors)
 		if err != nil {
 			return nil, fmt.Errorf("queue '%s': %w", it.q.name, err)
 		}
-		out[i] = queue.ItemErrors{LastError: x.lastError, Errors: errs}
+		out[i] = h
 	}
 	return out, nil
 }
@@ -184,7 +184,7 @@ func (it *iteration) Requeue(v engine.Item, e queue.Ending, h *queue.ItemErrors,
 		it.wakeQueue(it.q.id)
 	}
 	if h != nil {
-		r.setErrors, r.lastError, r.errors = true, h.LastError, encodeErrors(h.Errors)
+		r.setErrors, r.lastError, r.errors = true, h.LastError, encodeErrors(*h)
 	}
 	if to != nil {
 		it.newIDs = append(it.newIDs, newID{requeue: len(it.requeues), to: to})
@@ -203,7 +203,7 @@ func (it *iteration) Kill(v engine.Item, reason string, h *queue.ItemErrors) (bo
 	delete(it.rows, x.id)
 	d := death{id: x.id, reason: reason, attempts: v.Attempts, sourceKey: x.sourceKey}
 	if h != nil {
-		d.setErrors, d.lastError, d.errors = true, h.LastError, encodeErrors(h.Errors)
+		d.setErrors, d.lastError, d.errors = true, h.LastError, encodeErrors(*h)
 	}
 	it.deaths = append(it.deaths, d)
 	return false, nil
@@ -293,7 +293,7 @@ func (it *iteration) Redrive(n int32, items []queue.RedriveItem, expire int64) e
 		key := ri.SourceKey
 		in := insert{partition: n, state: stateReady, created: it.now, sourceKey: &key, body: ri.Body}
 		if !ri.Errors.IsZero() {
-			in.lastError, in.errors = ri.Errors.LastError, encodeErrors(ri.Errors.Errors)
+			in.lastError, in.errors = ri.Errors.LastError, encodeErrors(ri.Errors)
 		}
 		it.q.place(it, &in, 0, expire)
 		it.inserts = append(it.inserts, in)
@@ -334,7 +334,7 @@ func (it *iteration) Import(n int32, items []queue.Item) ([]queue.Item, error) {
 	for i, si := range items {
 		m := si.Meta
 		in := insert{partition: n, state: stateReady, created: queue.Nanos(m.CreatedAt), attempts: m.Attempts,
-			body: si.Body, lastError: si.Errors.LastError, errors: encodeErrors(si.Errors.Errors)}
+			body: si.Body, lastError: si.Errors.LastError, errors: encodeErrors(si.Errors)}
 		if m.SourceKey != "" {
 			in.sourceKey = &m.SourceKey
 		}

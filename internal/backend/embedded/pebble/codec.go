@@ -33,6 +33,11 @@ const formatInfoV3 = 3
 // without attributes is still written as formatV1, and both are read.
 const formatBodyV2 = 2
 
+// formatErrorsV2 is the attempt-history format that adds the DLQ attempt
+// history (queue.ItemErrors.DeadLetter); a history without DLQ attempts is
+// still written as formatV1, and both are read.
+const formatErrorsV2 = 2
+
 // Meta flag bits.
 const (
 	metaLeased         = 1 << iota // ItemMeta.Leased
@@ -276,15 +281,31 @@ func decodeBody(v []byte) (queue.ItemBody, error) {
 
 // appendErrors appends:
 //
-//	format byte, string LastError, uvarint count,
-//	count × (varint Attempt, string Error, time At).
+//	format byte (formatV1, or formatErrorsV2 when DeadLetter is not empty),
+//	string LastError, uvarint count, count × (varint Attempt, string Error,
+//	time At); with formatErrorsV2 the DeadLetter entries follow the same
+//	way (uvarint count, count × entry).
 func appendErrors(b []byte, e *queue.ItemErrors) ([]byte, error) {
-	b = append(b, formatV1)
+	format := byte(formatV1)
+	if len(e.DeadLetter) > 0 {
+		format = formatErrorsV2
+	}
+	b = append(b, format)
 	b = appendString(b, e.LastError)
-	b = binary.AppendUvarint(b, uint64(len(e.Errors)))
+	b, err := appendAttemptErrors(b, e.Errors)
+	if err != nil || format == formatV1 {
+		return b, err
+	}
+	return appendAttemptErrors(b, e.DeadLetter)
+}
+
+// appendAttemptErrors appends uvarint len(es), then each entry as varint
+// Attempt, string Error, time At.
+func appendAttemptErrors(b []byte, es []queue.AttemptError) ([]byte, error) {
+	b = binary.AppendUvarint(b, uint64(len(es)))
 	var err error
-	for i := range e.Errors {
-		a := &e.Errors[i]
+	for i := range es {
+		a := &es[i]
 		b = binary.AppendVarint(b, int64(a.Attempt))
 		b = appendString(b, a.Error)
 		if b, err = appendTime(b, a.At); err != nil {
@@ -298,26 +319,37 @@ func appendErrors(b []byte, e *queue.ItemErrors) ([]byte, error) {
 // a nil slice.
 func decodeErrors(v []byte) (queue.ItemErrors, error) {
 	d := decoder{b: v}
-	if f := d.byte(); f != formatV1 && d.err == nil {
+	f := d.byte()
+	if f != formatV1 && f != formatErrorsV2 && d.err == nil {
 		return queue.ItemErrors{}, fmt.Errorf("errors: unknown format %d", f)
 	}
 	e := queue.ItemErrors{LastError: d.string()}
+	e.Errors = d.attemptErrors()
+	if f == formatErrorsV2 {
+		e.DeadLetter = d.attemptErrors()
+	}
+	if err := d.finish("errors"); err != nil {
+		return queue.ItemErrors{}, err
+	}
+	return e, nil
+}
+
+// attemptErrors decodes what appendAttemptErrors wrote: nil for none.
+func (d *decoder) attemptErrors() []queue.AttemptError {
 	n := d.uvarint()
 	// Each entry takes at least 3 bytes: a corrupt count cannot make us
 	// allocate more than the value's size.
 	if n > uint64(len(d.b))/3 {
 		d.fail()
 	}
-	if n > 0 && d.err == nil {
-		e.Errors = make([]queue.AttemptError, n)
-		for i := range e.Errors {
-			e.Errors[i] = queue.AttemptError{Attempt: d.int32(), Error: d.string(), At: d.time()}
-		}
+	if n == 0 || d.err != nil {
+		return nil
 	}
-	if err := d.finish("errors"); err != nil {
-		return queue.ItemErrors{}, err
+	out := make([]queue.AttemptError, n)
+	for i := range out {
+		out[i] = queue.AttemptError{Attempt: d.int32(), Error: d.string(), At: d.time()}
 	}
-	return e, nil
+	return out
 }
 
 // appendQueueInfo appends the queue's catalog entry (its name is the key):

@@ -124,6 +124,8 @@ func encodings(t testing.TB) []encoded {
 	for i, e := range []queue.ItemErrors{
 		{LastError: "x", Errors: []queue.AttemptError{{Attempt: 1, Error: "x", At: t0}, {Attempt: 2}}},
 		{LastError: "x"},
+		{LastError: "x", Errors: []queue.AttemptError{{Attempt: 1, Error: "x", At: t0}},
+			DeadLetter: []queue.AttemptError{{Attempt: 1, Error: "lease expired after 1m0s", At: t0}, {Attempt: 2}}},
 	} {
 		v, err := appendErrors(nil, &e)
 		require.NoError(t, err)
@@ -151,6 +153,31 @@ func decodeAll(v []byte) {
 	_, _ = decodeErrors(v)
 	_, _ = decodeQueueInfo("q", v)
 	_, _ = decodeTask("t", v)
+}
+
+// TestErrorsDeadLetter: a history with DLQ attempts is written as
+// formatErrorsV2 and read back whole; one without stays formatV1.
+func TestErrorsDeadLetter(t *testing.T) {
+	h := queue.ItemErrors{LastError: "card declined", Errors: []queue.AttemptError{{Attempt: 2, Error: "card declined", At: t0}},
+		DeadLetter: []queue.AttemptError{{Attempt: 1, Error: "lease expired after 1m0s", At: t0}, {Attempt: 2, At: t0}}}
+	v, err := appendErrors(nil, &h)
+	require.NoError(t, err)
+	require.Equal(t, byte(formatErrorsV2), v[0])
+	got, err := decodeErrors(v)
+	require.NoError(t, err)
+	require.Equal(t, h.LastError, got.LastError)
+	texts := func(es []queue.AttemptError) (out []string) {
+		for _, e := range es {
+			out = append(out, fmt.Sprint(e.Attempt, " ", e.Error, " ", e.At.UnixNano()))
+		}
+		return out
+	}
+	require.Equal(t, texts(h.Errors), texts(got.Errors))
+	require.Equal(t, texts(h.DeadLetter), texts(got.DeadLetter))
+	h.DeadLetter = nil
+	v, err = appendErrors(nil, &h)
+	require.NoError(t, err)
+	require.Equal(t, byte(formatV1), v[0])
 }
 
 func TestDecodeCorrupt(t *testing.T) {
