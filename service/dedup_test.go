@@ -113,6 +113,56 @@ func TestDeduplication(t *testing.T) {
 	})
 }
 
+// TestDeduplicationWindow: a queue's deduplication_window (1s..24h,
+// default 5m) sets how long its ids are remembered; queues.info gives the
+// window a queue sets (nothing at the default); queues.update changes it for the ids accepted from then
+// on (an id keeps the window it was accepted with); a bad window is
+// refused naming the field and the range.
+func TestDeduplicationWindow(t *testing.T) {
+	forEachBackend(t, func(t *testing.T, b backend) {
+		s := startFake(t, b)
+		s.createQueue(&pb.QueueInfo{QueueName: "short", LeaseTimeout: "1m", DeduplicationWindow: "1m"})
+		s.createQueue(&pb.QueueInfo{QueueName: "default", LeaseTimeout: "1m"})
+		window := func(q string) string {
+			info, err := s.C.QueuesInfo(ctx, &pb.QueuesInfoRequest{QueueName: q})
+			require.NoError(t, err)
+			return info.DeduplicationWindow
+		}
+		require.Equal(t, "1m0s", window("short"))
+		require.Empty(t, window("default"), "the default (5m) is not given")
+
+		s.produceDedup("short", "a", "x")
+		s.produceDedup("default", "a", "x")
+		s.advance(time.Minute)
+		s.produceDedup("short", "a-after-1m", "x")
+		s.produceDedup("default", "a-after-1m", "x")
+		require.Equal(t, []string{"a", "a-after-1m"}, s.payloads("short"), "a 1m window is over after 1m")
+		require.Equal(t, []string{"a"}, s.payloads("default"), "the default window is not")
+
+		require.NoError(t, s.C.QueuesUpdate(ctx, &pb.QueueInfo{QueueName: "short", DeduplicationWindow: "2h"}))
+		s.restart()
+		require.Equal(t, "2h0m0s", window("short"), "kept across a restart")
+		s.advance(time.Hour)
+		s.produceDedup("short", "a-after-1h", "x")
+		require.Equal(t, []string{"a", "a-after-1h", "a-after-1m"}, s.payloads("short"),
+			"an id keeps the window it was accepted with (1m)")
+		s.advance(time.Hour)
+		s.produceDedup("short", "a-after-2h", "x")
+		require.Equal(t, []string{"a", "a-after-1h", "a-after-1m"}, s.payloads("short"), "one accepted since has the new window (2h)")
+		require.NoError(t, s.C.QueuesUpdate(ctx, &pb.QueueInfo{QueueName: "short", UpdateMask: []string{"deduplication_window"}}))
+		require.Empty(t, window("short"), "an empty window in the mask restores the default")
+
+		for _, c := range []struct{ window, says string }{
+			{"0s", "0s is out of range 1s..24h0m0s"},
+			{"25h", "25h0m0s is out of range 1s..24h0m0s"},
+			{"soon", "'soon' is not a duration"},
+		} {
+			err := s.C.QueuesCreate(ctx, &pb.QueueInfo{QueueName: "bad", LeaseTimeout: "1m", DeduplicationWindow: c.window})
+			requireCode(t, err, styx.CodeBadRequest, "deduplication_window", c.says)
+		}
+	})
+}
+
 // TestClusterDeduplication: two nodes on one PostgreSQL database producing
 // the same deduplication ids at once store each id's item once.
 func TestClusterDeduplication(t *testing.T) {

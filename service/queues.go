@@ -81,6 +81,7 @@ func (s *Service) QueuesUpdate(ctx context.Context, req *pb.QueueInfo) error {
 var updatableFields = []struct{ json, proto string }{
 	{"lease_timeout", "leaseTimeout"}, {"expire_timeout", "expireTimeout"}, {"max_attempts", "maxAttempts"},
 	{"requested_partitions", "requestedPartitions"}, {"dead_queue", "deadQueue"}, {"reference", "reference"},
+	{"deduplication_window", "deduplicationWindow"},
 }
 
 // updatableNames lists updatableFields for messages.
@@ -99,6 +100,7 @@ func setFields(req *pb.QueueInfo) map[string]bool {
 	for name, v := range map[string]bool{
 		"lease_timeout": req.LeaseTimeout != "", "expire_timeout": req.ExpireTimeout != "", "max_attempts": req.MaxAttempts != 0,
 		"requested_partitions": req.RequestedPartitions != 0, "dead_queue": req.DeadQueue != "", "reference": req.Reference != "",
+		"deduplication_window": req.DeduplicationWindow != "",
 	} {
 		if v {
 			set[name] = true
@@ -189,6 +191,19 @@ func setQueueFields(info *queue.QueueInfo, req *pb.QueueInfo, fields map[string]
 		}
 		info.Reference = req.Reference
 	}
+	if fields["deduplication_window"] {
+		info.DeduplicationWindow = 0 // "": the default
+		if req.DeduplicationWindow != "" {
+			d, err := time.ParseDuration(req.DeduplicationWindow)
+			if err != nil {
+				return invalid("deduplication_window", "'%s' is not a duration such as '5m' or '1h'", quote(req.DeduplicationWindow))
+			}
+			if d < queue.MinDeduplicationWindow || d > queue.MaxDeduplicationWindow {
+				return invalid("deduplication_window", "%s is out of range %s..%s", d, queue.MinDeduplicationWindow, queue.MaxDeduplicationWindow)
+			}
+			info.DeduplicationWindow = d
+		}
+	}
 	return nil
 }
 
@@ -246,6 +261,9 @@ func toQueueInfo(info queue.QueueInfo) *pb.QueueInfo {
 		QueueName: info.Name, Namespace: info.Namespace, CreatedAt: qts(info.CreatedAt), UpdatedAt: qts(info.UpdatedAt),
 		DeadQueue: info.DeadQueue, Reference: info.Reference, LeaseTimeout: info.LeaseTimeout.String(),
 		ExpireTimeout: info.ExpireTimeout.String(), MaxAttempts: info.MaxAttempts, RequestedPartitions: info.Partitions,
+	}
+	if info.DeduplicationWindow != 0 { // omitted at the default: Querator's clients see only their fields
+		out.DeduplicationWindow = info.DeduplicationWindow.String()
 	}
 	for p := range info.Partitions {
 		out.Partitions = append(out.Partitions, &pb.PartitionInfo{Partition: p})

@@ -1097,14 +1097,23 @@ type QueueInfo struct {
 	Namespace           string                 `protobuf:"bytes,11,opt,name=namespace,proto3" json:"namespace,omitempty"`
 	// Styx, queues.update only: the fields to set, by JSON name
 	// ("lease_timeout", "expire_timeout", "max_attempts",
-	// "requested_partitions", "dead_queue", "reference"). A field in the mask
+	// "requested_partitions", "dead_queue", "reference",
+	// "deduplication_window"). A field in the mask
 	// is set to the value given, zero included: "dead_queue" with an empty
 	// dead_queue removes it, "max_attempts" with 0 makes attempts unlimited.
 	// Empty (Querator's clients): every non-zero field is set and the others
 	// are kept. A field that is set but not in a non-empty mask is refused.
-	UpdateMask    []string `protobuf:"bytes,110,rep,name=update_mask,proto3" json:"update_mask,omitempty"`
-	unknownFields protoimpl.UnknownFields
-	sizeCache     protoimpl.SizeCache
+	UpdateMask []string `protobuf:"bytes,110,rep,name=update_mask,proto3" json:"update_mask,omitempty"`
+	// Styx: how long the queue remembers a deduplication id it accepted
+	// (QueueProduceItem.deduplication_id), a Go duration from "1s" to "24h";
+	// "" means the default, "5m" (SQS's), and queues.info omits it then (a
+	// Querator client sees only Querator's fields). An id keeps
+	// the window it was accepted with: a change applies to ids accepted from
+	// then on. On memory and Pebble each remembered id costs about 100 bytes
+	// of memory.
+	DeduplicationWindow string `protobuf:"bytes,111,opt,name=deduplicationWindow,json=deduplication_window,proto3" json:"deduplicationWindow,omitempty"`
+	unknownFields       protoimpl.UnknownFields
+	sizeCache           protoimpl.SizeCache
 }
 
 func (x *QueueInfo) Reset() {
@@ -1219,6 +1228,13 @@ func (x *QueueInfo) GetUpdateMask() []string {
 		return x.UpdateMask
 	}
 	return nil
+}
+
+func (x *QueueInfo) GetDeduplicationWindow() string {
+	if x != nil {
+		return x.DeduplicationWindow
+	}
+	return ""
 }
 
 type PartitionInfo struct {
@@ -4649,7 +4665,7 @@ const file_styx_v1_styx_proto_rawDesc = "" +
 	"\x05items\x18\x01 \x03(\v2\x17.styx.v1.QueueRenewItemR\x05items\"c\n" +
 	"\x0eQueueRenewItem\x12\x0e\n" +
 	"\x02id\x18\x01 \x01(\tR\x02id\x12A\n" +
-	"\rleaseDeadline\x18\x02 \x01(\v2\x1a.google.protobuf.TimestampR\x0elease_deadline\"\xf7\x03\n" +
+	"\rleaseDeadline\x18\x02 \x01(\v2\x1a.google.protobuf.TimestampR\x0elease_deadline\"\xaa\x04\n" +
 	"\tQueueInfo\x12\x1d\n" +
 	"\tqueueName\x18\x01 \x01(\tR\n" +
 	"queue_name\x129\n" +
@@ -4669,7 +4685,8 @@ const file_styx_v1_styx_proto_rawDesc = "" +
 	" \x03(\v2\x16.styx.v1.PartitionInfoR\n" +
 	"partitions\x12\x1c\n" +
 	"\tnamespace\x18\v \x01(\tR\tnamespace\x12 \n" +
-	"\vupdate_mask\x18n \x03(\tR\vupdate_mask\"-\n" +
+	"\vupdate_mask\x18n \x03(\tR\vupdate_mask\x121\n" +
+	"\x13deduplicationWindow\x18o \x01(\tR\x14deduplication_window\"-\n" +
 	"\rPartitionInfo\x12\x1c\n" +
 	"\tpartition\x18\x01 \x01(\x05R\tpartition\"\x88\x01\n" +
 	"\x11QueueClearRequest\x12\x1d\n" +

@@ -15,10 +15,17 @@ import (
 // without its item nor an item stored without its id.
 
 // DeduplicationWindow is how long a queue remembers a deduplication id it
-// accepted, from its acceptance: 5 minutes, SQS's (MessageDeduplicationId).
+// accepted, from its acceptance, unless it sets its own
+// (QueueInfo.DeduplicationWindow): 5 minutes, SQS's (MessageDeduplicationId).
 // A produce within the window is not stored again; after it, the id is
 // accepted anew.
 const DeduplicationWindow = 5 * time.Minute
+
+// The range of QueueInfo.DeduplicationWindow: 1 second to 24 hours.
+const (
+	MinDeduplicationWindow = time.Second
+	MaxDeduplicationWindow = 24 * time.Hour
+)
 
 // MaxDeduplicationID is the longest deduplication id, in bytes (SQS's).
 const MaxDeduplicationID = 128

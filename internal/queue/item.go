@@ -59,6 +59,20 @@ type QueueInfo struct {
 	// field for there (DelaySeconds, ReceiveMessageWaitTimeSeconds, tags…;
 	// ADR 0016). Empty for none. Stores keep it as given.
 	Attributes string
+	// DeduplicationWindow is how long the queue remembers a deduplication
+	// id it accepted (Deduplicate), MinDeduplicationWindow to
+	// MaxDeduplicationWindow; 0 means DeduplicationWindow (5 minutes).
+	// Read it through Window.
+	DeduplicationWindow time.Duration
+}
+
+// Window returns the queue's deduplication window: DeduplicationWindow
+// unless the queue sets its own.
+func (q QueueInfo) Window() time.Duration {
+	if q.DeduplicationWindow > 0 {
+		return q.DeduplicationWindow
+	}
+	return DeduplicationWindow
 }
 
 // ItemMeta is the part of an item the logical queue keeps in memory. It is

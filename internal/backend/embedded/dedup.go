@@ -54,7 +54,7 @@ func (d *dedupIDs) deduplicate(it *iteration, items []queue.ProduceItem) []queue
 		if pi.DeduplicationID == "" {
 			continue
 		}
-		deadline := it.now + int64(queue.DeduplicationWindow)
+		deadline := it.now + int64(it.l.info.Window())
 		if d.deadline == nil {
 			d.deadline = map[string]int64{}
 		}

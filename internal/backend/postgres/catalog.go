@@ -99,24 +99,25 @@ type querier interface {
 }
 
 // queueColumns are the styx_queues columns queueRow scans, in its order.
-const queueColumns = `id, name, dead_queue, reference, lease_timeout, expire_timeout, max_attempts, partitions, created_at, updated_at, namespace, attributes`
+const queueColumns = `id, name, dead_queue, reference, lease_timeout, expire_timeout, max_attempts, partitions, created_at, updated_at, namespace, attributes, dedup_window`
 
 // queueRow receives queueColumns from a row: scan into dest(), then read
 // info().
 type queueRow struct {
-	q                                   queue.QueueInfo
-	id, lease, expire, created, updated int64
+	q                                          queue.QueueInfo
+	id, lease, expire, created, updated, dedup int64
 }
 
 func (r *queueRow) dest() []any {
 	return []any{&r.id, &r.q.Name, &r.q.DeadQueue, &r.q.Reference, &r.lease, &r.expire, &r.q.MaxAttempts, &r.q.Partitions,
-		&r.created, &r.updated, &r.q.Namespace, &r.q.Attributes}
+		&r.created, &r.updated, &r.q.Namespace, &r.q.Attributes, &r.dedup}
 }
 
 func (r *queueRow) info() queue.QueueInfo {
 	q := r.q
 	q.ID, q.LeaseTimeout, q.ExpireTimeout = uint64(r.id), time.Duration(r.lease), time.Duration(r.expire)
 	q.CreatedAt, q.UpdatedAt = queue.FromNanos(r.created), queue.FromNanos(r.updated)
+	q.DeduplicationWindow = time.Duration(r.dedup)
 	return q
 }
 
@@ -133,10 +134,11 @@ func (s *Store) CreateQueue(ctx context.Context, info queue.QueueInfo) (queue.Qu
 
 func createQueue(ctx context.Context, q querier, info queue.QueueInfo) (queue.QueueInfo, error) {
 	var id int64
-	err := q.QueryRow(ctx, `INSERT INTO styx_queues (name, dead_queue, reference, lease_timeout, expire_timeout, max_attempts, partitions, created_at, updated_at, namespace, attributes)
-		VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11) ON CONFLICT (name) DO NOTHING RETURNING id`,
+	err := q.QueryRow(ctx, `INSERT INTO styx_queues (name, dead_queue, reference, lease_timeout, expire_timeout, max_attempts, partitions, created_at, updated_at, namespace, attributes, dedup_window)
+		VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12) ON CONFLICT (name) DO NOTHING RETURNING id`,
 		info.Name, info.DeadQueue, info.Reference, int64(info.LeaseTimeout), int64(info.ExpireTimeout), info.MaxAttempts,
-		info.Partitions, queue.Nanos(info.CreatedAt), queue.Nanos(info.UpdatedAt), info.Namespace, info.Attributes).Scan(&id)
+		info.Partitions, queue.Nanos(info.CreatedAt), queue.Nanos(info.UpdatedAt), info.Namespace, info.Attributes,
+		int64(info.DeduplicationWindow)).Scan(&id)
 	if errors.Is(err, pgx.ErrNoRows) {
 		return info, store.ErrQueueExists
 	}
@@ -154,9 +156,10 @@ func (s *Store) UpdateQueue(ctx context.Context, info queue.QueueInfo) error {
 
 func updateQueue(ctx context.Context, q querier, info queue.QueueInfo) error {
 	tag, err := q.Exec(ctx, `UPDATE styx_queues SET dead_queue=$3, reference=$4, lease_timeout=$5, expire_timeout=$6,
-		max_attempts=$7, partitions=$8, created_at=$9, updated_at=$10, namespace=$11, attributes=$12 WHERE name=$1 AND id=$2`,
+		max_attempts=$7, partitions=$8, created_at=$9, updated_at=$10, namespace=$11, attributes=$12, dedup_window=$13 WHERE name=$1 AND id=$2`,
 		info.Name, int64(info.ID), info.DeadQueue, info.Reference, int64(info.LeaseTimeout), int64(info.ExpireTimeout),
-		info.MaxAttempts, info.Partitions, queue.Nanos(info.CreatedAt), queue.Nanos(info.UpdatedAt), info.Namespace, info.Attributes)
+		info.MaxAttempts, info.Partitions, queue.Nanos(info.CreatedAt), queue.Nanos(info.UpdatedAt), info.Namespace, info.Attributes,
+		int64(info.DeduplicationWindow))
 	if err != nil {
 		return wrap("update queue", err)
 	}

@@ -41,7 +41,7 @@ func (it *iteration) claim(ids []string) error {
 	rows, err := it.tx.Query(it.ctx, `INSERT INTO styx_dedup AS d (queue_id, dedup_id, deadline)
 		SELECT $1, id, $3 FROM unnest($2::text[]) WITH ORDINALITY AS u(id, n) ORDER BY n
 		ON CONFLICT (queue_id, dedup_id) DO UPDATE SET deadline = EXCLUDED.deadline WHERE d.deadline <= $4
-		RETURNING dedup_id`, int64(it.q.id), ids, it.now+int64(queue.DeduplicationWindow), it.now)
+		RETURNING dedup_id`, int64(it.q.id), ids, it.now+int64(it.info.Window()), it.now)
 	if err != nil {
 		return wrap("deduplicate", err)
 	}

@@ -271,6 +271,9 @@ CREATE INDEX styx_items_first ON styx_items (queue_id, first_id) WHERE first_id 
 	// start) and node, each node writing only its own rows, summed on
 	// read; gone with the queue; pruned by age (the index on at).
 	historyMigration,
+	// 11: a queue's deduplication window (queue.QueueInfo.DeduplicationWindow,
+	// nanoseconds; 0: the default).
+	`ALTER TABLE styx_queues ADD COLUMN dedup_window bigint NOT NULL DEFAULT 0;`,
 }
 
 // migrate brings the schema up to date. Nodes starting together serialize on

@@ -29,6 +29,9 @@ const formatInfoV2 = 2
 // formatInfoV3 is the queue-info format that adds Attributes (ADR 0016).
 const formatInfoV3 = 3
 
+// formatInfoV4 is the queue-info format that adds DeduplicationWindow.
+const formatInfoV4 = 4
+
 // formatBodyV2 is the body format that adds Attributes (ADR 0016); a body
 // without attributes is still written as formatV1, and both are read.
 const formatBodyV2 = 2
@@ -357,14 +360,19 @@ func (d *decoder) attemptErrors() []queue.AttemptError {
 //	format byte (formatInfoV2), uvarint ID, strings DeadQueue, Reference,
 //	varints LeaseTimeout, ExpireTimeout (nanoseconds), MaxAttempts,
 //	Partitions, times CreatedAt, UpdatedAt, string Namespace,
-//	formatInfoV3 only: string Attributes.
+//	formatInfoV3 and V4: string Attributes,
+//	formatInfoV4 only: varint DeduplicationWindow (nanoseconds).
 //
 // Entries written before namespaces have format formatV1 and end after
-// UpdatedAt; they decode with queue.DefaultNamespace. An entry without
-// Attributes is written as formatInfoV2.
+// UpdatedAt; they decode with queue.DefaultNamespace. An entry is written
+// in the oldest format that holds it: formatInfoV2 without Attributes and
+// DeduplicationWindow, formatInfoV3 with Attributes only.
 func appendQueueInfo(b []byte, q *queue.QueueInfo) ([]byte, error) {
 	format := byte(formatInfoV2)
-	if q.Attributes != "" {
+	switch {
+	case q.DeduplicationWindow != 0:
+		format = formatInfoV4
+	case q.Attributes != "":
 		format = formatInfoV3
 	}
 	b = append(b, format)
@@ -383,8 +391,11 @@ func appendQueueInfo(b []byte, q *queue.QueueInfo) ([]byte, error) {
 		return b, err
 	}
 	b = appendString(b, q.Namespace)
-	if format == formatInfoV3 {
+	if format >= formatInfoV3 {
 		b = appendString(b, q.Attributes)
+	}
+	if format == formatInfoV4 {
+		b = binary.AppendVarint(b, int64(q.DeduplicationWindow))
 	}
 	return b, nil
 }
@@ -393,7 +404,7 @@ func appendQueueInfo(b []byte, q *queue.QueueInfo) ([]byte, error) {
 func decodeQueueInfo(name string, v []byte) (queue.QueueInfo, error) {
 	d := decoder{b: v}
 	f := d.byte()
-	if f != formatV1 && f != formatInfoV2 && f != formatInfoV3 && d.err == nil {
+	if f != formatV1 && f != formatInfoV2 && f != formatInfoV3 && f != formatInfoV4 && d.err == nil {
 		return queue.QueueInfo{}, fmt.Errorf("queue info: unknown format %d", f)
 	}
 	q := queue.QueueInfo{
@@ -412,8 +423,11 @@ func decodeQueueInfo(name string, v []byte) (queue.QueueInfo, error) {
 	if f >= formatInfoV2 {
 		q.Namespace = d.string()
 	}
-	if f == formatInfoV3 {
+	if f >= formatInfoV3 {
 		q.Attributes = d.string()
+	}
+	if f == formatInfoV4 {
+		q.DeduplicationWindow = time.Duration(d.varint())
 	}
 	if err := d.finish("queue info"); err != nil {
 		return queue.QueueInfo{}, err
