@@ -396,7 +396,7 @@
   function describeFilter(f, pattern) {
     const parts = [];
     if (!f) return 'every item';
-    if (f.ids && f.ids.length) parts.push('item ' + f.ids.join(', '));
+    if (f.ids && f.ids.length) parts.push(f.ids.length > 5 ? `${fmt(f.ids.length)} items (${f.ids.slice(0, 3).join(', ')} …)` : 'item ' + f.ids.join(', '));
     if (f.fingerprint) parts.push(pattern ? `error "${pattern}"` : 'error group ' + f.fingerprint);
     if (f.source_queue) parts.push('source ' + f.source_queue);
     if (f.reason) parts.push('reason ' + f.reason);
@@ -496,7 +496,7 @@
   // redriveFlow counts the items filter selects (a dry run), says where
   // they will go, and on confirmation starts the redrive and opens its
   // progress. A redrive already running on the queue is said first: only
-  // one runs per dead-letter queue.
+  // one runs per dead-letter queue. It resolves true when the redrive started.
   async function redriveFlow(queue, filter, pattern) {
     let dry;
     const my = page;
@@ -544,6 +544,7 @@
     try {
       const task = await api('dead.redrive', { queue_name: queue, filter, all: everything(filter), rate_limit: Number(rate.value) || 0 });
       navigate('/ui/redrives?task=' + enc(task.task_id));
+      return true;
     } catch (e) { toast(e.message); }
   }
 
@@ -566,6 +567,170 @@
       toast(`Deleted ${fmt(res.deleted)} ${num(res.deleted) === 1 ? 'item' : 'items'}.`);
       return true;
     } catch (e) { toast(e.message); return false; }
+  }
+
+  // ---------------------------------------------------------------- bulk selection
+
+  // BULK_MAX_IDS is the most ids one dead.delete or dead.redrive takes in
+  // filter.ids (service.MaxBatch, 1,000): a larger selection is acted on
+  // only as "all matching this filter", which sends the filter itself.
+  const BULK_MAX_IDS = 1000;
+
+  // bulk is the dead-letter queue page's selection: the ticked items (ids)
+  // of one queue and filter (key), or every item matching the filter (all).
+  // It is kept here, not in the page, so it survives the page's live
+  // updates and its pages; it is cleared when the queue or the filter
+  // changes and after an action on it completes, and items that vanished
+  // (redriven, deleted, consumed, no longer matching) leave it at the next
+  // update. count is the filter's count (N of "all N matching") when known,
+  // with estimated when a dry run estimated it. view is what the page drawn
+  // last needs to redraw the bar. Owned by the bulk* functions.
+  const bulk = { key: '', ids: new Set(), all: false, count: null, estimated: false, counting: false, view: null };
+
+  function bulkClear() {
+    bulk.ids = new Set();
+    bulk.all = false;
+    bulk.count = null;
+    bulk.estimated = false;
+  }
+
+  // bulkSync starts a drawing of the dead-letter queue page (call my) of
+  // queue name, filter and the page's items: a new queue or filter clears
+  // the selection, and selected items neither on the page nor listed again
+  // by dead.list (ids and filter) are dropped. total is the filter's count
+  // when the page knows it (null otherwise).
+  async function bulkSync(my, name, filter, items, total) {
+    const key = name + '\n' + JSON.stringify(filter);
+    if (key !== bulk.key) {
+      bulk.key = key;
+      bulkClear();
+      bulk.counting = false;
+    }
+    if (total !== null) { bulk.count = total; bulk.estimated = false; }
+    const shown = new Set(items.map((it) => it.id));
+    const elsewhere = [...bulk.ids].filter((id) => !shown.has(id));
+    const kept = new Set();
+    for (let i = 0; i < elsewhere.length; i += BULK_MAX_IDS) {
+      const ids = elsewhere.slice(i, i + BULK_MAX_IDS);
+      let pivot = '';
+      do { // a page may stop short (dead.list reads a bounded number of bytes)
+        const res = await soft(api('dead.list', { queue_name: name, filter: { ...filter, ids }, pivot, limit: ids.length, without_payload: true }));
+        if (res.error) return; // keep the selection as it is; the page says what failed
+        for (const it of res.items || []) kept.add(it.id);
+        pivot = res.next_pivot || '';
+      } while (pivot);
+    }
+    if (my !== page || key !== bulk.key) return;
+    for (const id of elsewhere) if (!kept.has(id)) bulk.ids.delete(id);
+  }
+
+  // bulkFilter is the filter an action on the selection sends: the
+  // page's filter for "all matching", else the ticked ids.
+  const bulkFilter = () => (bulk.all ? bulk.view.filter : { ids: [...bulk.ids] });
+
+  // bulkBox is the checkbox that selects item it (a real input, named by
+  // its label for assistive technology).
+  function bulkBox(it) {
+    return h('input', { type: 'checkbox', class: 'select', id: 'sel-' + it.id, 'data-id': it.id, 'aria-label': 'Select dead item ' + it.id,
+      checked: bulk.all || bulk.ids.has(it.id), onchange: (ev) => {
+        if (bulk.all) { // unticking one of "all matching": the page's items but it
+          bulk.all = false;
+          bulk.ids = new Set(bulk.view.items.map((x) => x.id));
+        }
+        if (ev.currentTarget.checked) bulk.ids.add(it.id); else bulk.ids.delete(it.id);
+        bulkUpdate();
+      } });
+  }
+
+  // bulkHead is the header checkbox of the page's items: it selects (or
+  // unselects) every one; mixed while some are.
+  function bulkHead(items) {
+    const onPage = items.filter((it) => bulk.ids.has(it.id)).length;
+    return h('input', { type: 'checkbox', class: 'select', id: 'sel-page', 'aria-label': 'Select every dead item on this page',
+      checked: items.length > 0 && (bulk.all || onPage === items.length), indeterminate: !bulk.all && onPage > 0 && onPage < items.length, onchange: (ev) => {
+      const on = ev.currentTarget.checked;
+      if (bulk.all) { bulk.all = false; bulk.ids = new Set(); }
+      for (const it of bulk.view.items) { if (on) bulk.ids.add(it.id); else bulk.ids.delete(it.id); }
+      bulkUpdate();
+    } });
+  }
+
+  // bulkBar is the bar over the items that says what is selected and acts
+  // on it: "Redrive selected…" and "Delete selected…" (the dry run and the
+  // confirmation of the group actions: redriveFlow, deleteFlow), "Select all
+  // N matching this filter", "Clear selection". view: { name, filter,
+  // pattern (of filter.fingerprint), items (the page's) }.
+  function bulkBar(view) {
+    bulk.view = view;
+    const bar = h('div', { class: 'bulk', id: 'bulk', role: 'group', 'aria-label': 'Selected dead items' });
+    bulkDraw(bar);
+    return bar;
+  }
+
+  // bulkUpdate redraws the bar and the checkboxes after a change of the
+  // selection (no call to the server).
+  function bulkUpdate() {
+    const bar = document.getElementById('bulk');
+    if (!bar || !bulk.view) return;
+    for (const box of main.querySelectorAll('input.select[data-id]')) box.checked = bulk.all || bulk.ids.has(box.dataset.id);
+    bulkDraw(bar);
+  }
+
+  function bulkDraw(bar) {
+    const { name, filter, pattern, items } = bulk.view;
+    const head = document.getElementById('sel-page');
+    const onPage = items.filter((it) => bulk.ids.has(it.id)).length;
+    if (head) {
+      head.checked = items.length > 0 && (bulk.all || onPage === items.length);
+      head.indeterminate = !bulk.all && onPage > 0 && onPage < items.length;
+    }
+    const n = bulk.all ? bulk.count : bulk.ids.size;
+    const filtered = !everything(filter);
+    const about = bulk.estimated ? 'about ' : '';
+    const over = !bulk.all && bulk.ids.size > BULK_MAX_IDS;
+    let words;
+    if (bulk.all) words = n === null ? (filtered ? 'All dead items matching this filter selected.' : 'All dead items selected.') : `All ${about}${plural(n, filtered ? 'item matching this filter' : 'dead item', filtered ? 'items matching this filter' : 'dead items')} selected.`;
+    else if (bulk.ids.size === 0) words = 'No items selected: tick items to redrive or delete several at once.';
+    else words = `${plural(bulk.ids.size, 'item', 'items')} selected${bulk.ids.size > onPage ? ` (${fmt(bulk.ids.size - onPage)} on other pages)` : ''}.`;
+    const none = !bulk.all && bulk.ids.size === 0;
+    // "All N matching": N from the filter's count; counted by a dry run when
+    // the page does not know it.
+    if (!bulk.all && !none && bulk.count === null && !bulk.counting) bulkCount(name, filter);
+    const allLabel = bulk.count === null ? (filtered ? 'Select all matching this filter (counting…)' : 'Select all dead items (counting…)')
+      : filtered ? `Select all ${about}${fmt(bulk.count)} matching this filter` : `Select all ${about}${fmt(bulk.count)} dead items`;
+    // The count is a live region, kept across redraws of the bar so that
+    // a change is announced.
+    const count = bar.querySelector('#bulk-count') || bar.appendChild(h('span', { id: 'bulk-count', role: 'status' }));
+    count.textContent = words;
+    const rest = bar.querySelector('.bulk-actions') || bar.appendChild(h('span', { class: 'bulk-actions' }));
+    rest.replaceChildren(...[
+      over ? h('span', { class: 'warn', id: 'bulk-over' }, ` That is over the limit of ${fmt(BULK_MAX_IDS)} items an action takes by id: untick some, or select all matching this filter.`) : null,
+      !bulk.all && !none ? h('button', { type: 'button', id: 'bulk-all', class: 'link', onclick: () => { bulk.all = true; bulkUpdate(); } }, allLabel) : null,
+      h('button', { type: 'button', id: 'bulk-redrive', disabled: none || over,
+        onclick: action(async () => { if (await redriveFlow(name, bulkFilter(), bulk.all ? pattern : undefined)) bulkClear(); }) }, 'Redrive selected…'),
+      h('button', { type: 'button', id: 'bulk-delete', class: 'danger', disabled: none || over,
+        onclick: action(async () => { if (await deleteFlow(name, bulkFilter(), undefined, bulk.all ? pattern : undefined)) { bulkClear(); render(); } }) }, 'Delete selected…'),
+      none ? null : h('button', { type: 'button', id: 'bulk-clear', class: 'link', onclick: () => { bulkClear(); bulkUpdate(); } }, 'Clear selection'),
+    ].filter(Boolean));
+  }
+
+  // bulkCount counts the items filter matches (a dry run, as the group
+  // actions count) when the page does not know it, for "all N matching".
+  async function bulkCount(name, filter) {
+    const key = bulk.key;
+    bulk.counting = true;
+    try {
+      const dry = await api('dead.redrive', { queue_name: name, filter, dry_run: true });
+      if (key !== bulk.key) return;
+      bulk.count = num(dry.matched);
+      bulk.estimated = /^estimate\b/.test(dry.warning || ''); // the dry run read part of a large queue
+    } catch (e) {
+      if (key === bulk.key) toast(e.message);
+      return;
+    } finally {
+      if (key === bulk.key) bulk.counting = false;
+    }
+    bulkUpdate();
   }
 
   // ---------------------------------------------------------------- pages
@@ -850,7 +1015,7 @@
 
     const items = list.items || [];
     const itemRows = items.map((it) => h('tr', {},
-      h('th', { scope: 'row' }, h('a', { href: base + '/' + enc(it.id) }, it.id)),
+      h('th', { scope: 'row' }, bulkBox(it), h('a', { href: base + '/' + enc(it.id) }, it.id)),
       h('td', {}, it.source_queue || '–'), h('td', {}, it.reference || '–'), h('td', {}, it.dead_reason || '–'), h('td', {}, it.kind || '–'),
       h('td', { class: 'num' }, String(it.attempts || 0)), h('td', {}, ago(it.dead_at)),
       h('td', { class: 'error' }, it.last_error || noError())));
@@ -881,6 +1046,8 @@
       trail.length > 1 ? h('a', { href: pageURL('', 0, []) }, 'First page') : null,
       list.next_pivot ? h('a', { href: pageURL(list.next_pivot, at + items.length, [...trail, `${pivot || '-'}:${at}`]), rel: 'next' }, 'Next page →') : null);
 
+    await bulkSync(my, name, filter, items, total !== null ? total : !list.next_pivot && at === 0 && !list.error ? items.length : null);
+    if (my !== page) return;
     show(crumbs, h('h1', {}, 'Dead items of ' + name),
       running ? runningBanner(running) : null,
       hist.error ? null : groupChart(hist, groups.groups || []),
@@ -894,9 +1061,10 @@
         h('button', { type: 'button', onclick: action(() => redriveFlow(name, filter, fpPattern)) }, filtered ? 'Redrive matching…' : 'Redrive all…'),
         h('button', { type: 'button', class: 'danger', onclick: action(async () => { if (await deleteFlow(name, filter, undefined, fpPattern)) render(); }) },
           filtered ? 'Delete matching…' : 'Delete all…')),
+      list.error || (items.length === 0 && bulk.ids.size === 0 && !bulk.all) ? null : bulkBar({ name, filter, pattern: fpPattern, items }),
       list.error ? null : items.length === 0 ? h('p', { class: 'muted', id: 'no-items' }, filtered ? 'No dead items match these filters on this page.' : 'No dead items.')
         : table(`Dead items${filtered ? ' matching ' + describeFilter(filter, fpPattern) : ''}, oldest first`,
-          ['ID', 'Source', 'Reference', 'Reason', 'Kind', ['Attempts', 'num'], 'Dead', 'Last error'], itemRows),
+          [h('span', { class: 'select-head' }, bulkHead(items), 'ID'), 'Source', 'Reference', 'Reason', 'Kind', ['Attempts', 'num'], 'Dead', 'Last error'], itemRows),
       pager);
   }
 
@@ -1307,7 +1475,7 @@
     liveTimer = setTimeout(() => {
       if (my !== page) return;
       const a = document.activeElement;
-      const typing = a && main.contains(a) && /^(INPUT|SELECT|TEXTAREA)$/.test(a.tagName);
+      const typing = a && main.contains(a) && /^(INPUT|SELECT|TEXTAREA)$/.test(a.tagName) && a.type !== 'checkbox';
       if (livePaused() || acting !== null || document.querySelector('dialog[open]') || document.hidden || typing) { scheduleLive(my); return; }
       render(true);
     }, fastLive ? FAST_MS : Math.max(LIVE_MS, slowLive));
