@@ -478,8 +478,11 @@ func (c *Client) DeadEdit(ctx context.Context, req *pb.DeadEditRequest) (*pb.Sto
 // source queue (or req.Destination). With DryRun it only counts them. An
 // empty filter must be confirmed with req.All (not with DryRun); leased
 // items are skipped; a queue that is no queue's dead_queue is refused with
-// CodeBadRequest. A second task on the same queue while one runs is refused
-// with CodeConflict.
+// CodeBadRequest. Several tasks may run on one queue when their items are
+// disjoint: a task that would take items an unfinished task of the queue
+// still holds is refused with CodeConflict naming that task, unless its
+// filter names its items by id (each such item then goes to whichever task
+// reaches it first).
 func (c *Client) DeadRedrive(ctx context.Context, req *pb.DeadRedriveRequest) (*pb.RedriveTask, error) {
 	out := &pb.RedriveTask{}
 	return out, c.do(ctx, "/v1/dead.redrive", req, out)
@@ -503,6 +506,32 @@ func (c *Client) RedrivesGet(ctx context.Context, req *pb.RedriveTaskRequest) (*
 func (c *Client) RedrivesCancel(ctx context.Context, req *pb.RedriveTaskRequest) (*pb.RedriveTask, error) {
 	out := &pb.RedriveTask{}
 	return out, c.do(ctx, "/v1/redrives.cancel", req, out)
+}
+
+// RedrivesPause asks a running redrive task to stop after its current
+// step; it returns the task (status pausing, then paused). A paused task
+// moves nothing until RedrivesResume, across server restarts and
+// failovers. A task that has ended or is cancelling is CodeConflict.
+func (c *Client) RedrivesPause(ctx context.Context, req *pb.RedriveTaskRequest) (*pb.RedriveTask, error) {
+	out := &pb.RedriveTask{}
+	return out, c.do(ctx, "/v1/redrives.pause", req, out)
+}
+
+// RedrivesResume runs a paused redrive task again from where it stopped;
+// it returns the task (status running). A task that has ended or is
+// cancelling is CodeConflict.
+func (c *Client) RedrivesResume(ctx context.Context, req *pb.RedriveTaskRequest) (*pb.RedriveTask, error) {
+	out := &pb.RedriveTask{}
+	return out, c.do(ctx, "/v1/redrives.resume", req, out)
+}
+
+// RedrivesUpdate sets the rate limit of a running or paused redrive task
+// (req.RateLimit items per second, 0 to 1,000,000; 0 for none), from its
+// next step. Out of range is CodeBadRequest; a task that has ended or is
+// cancelling is CodeConflict.
+func (c *Client) RedrivesUpdate(ctx context.Context, req *pb.RedrivesUpdateRequest) (*pb.RedriveTask, error) {
+	out := &pb.RedriveTask{}
+	return out, c.do(ctx, "/v1/redrives.update", req, out)
 }
 
 // KeysCreate creates an API key (admin scope on a key without queue

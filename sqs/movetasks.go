@@ -199,6 +199,9 @@ type listMessageMoveTasksOutput struct {
 var moveStatus = map[string]string{
 	redrive.StatusRunning: "RUNNING", redrive.StatusCompleted: "COMPLETED", redrive.StatusCancelling: "CANCELLING",
 	redrive.StatusCancelled: "CANCELLED", redrive.StatusFailed: "FAILED",
+	// SQS has no paused task: a paused redrive (redrives.pause) is still
+	// active, and CancelMessageMoveTask cancels it.
+	redrive.StatusPausing: "RUNNING", redrive.StatusPaused: "RUNNING",
 }
 
 func (h *Handler) listMessageMoveTasks(ctx context.Context, r *request) (any, error) {
@@ -285,7 +288,7 @@ func (h *Handler) cancelMessageMoveTask(ctx context.Context, r *request) (any, e
 	if err := auth.CheckContext(ctx, "/v1/redrives.cancel", t.Queue); err != nil {
 		return nil, err
 	}
-	if t.Status != redrive.StatusRunning {
+	if moveStatus[t.Status] != "RUNNING" {
 		return nil, &Error{Type: "ResourceNotFoundException", Status: http.StatusNotFound,
 			Message: "Only active tasks can be cancelled; this one is " + moveStatus[t.Status] + "."}
 	}

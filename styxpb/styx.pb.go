@@ -3860,6 +3860,62 @@ func (x *RedriveTaskRequest) GetTaskId() string {
 	return ""
 }
 
+// RedrivesUpdateRequest changes a running or paused redrive task (Styx,
+// redrives.update; the dead scope): its rate limit, from the task's next
+// step.
+type RedrivesUpdateRequest struct {
+	state  protoimpl.MessageState `protogen:"open.v1"`
+	TaskId string                 `protobuf:"bytes,1,opt,name=task_id,proto3" json:"task_id,omitempty"`
+	// Items per second, 0 to 1,000,000; 0 means no limit.
+	RateLimit     int32 `protobuf:"varint,2,opt,name=rate_limit,proto3" json:"rate_limit,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *RedrivesUpdateRequest) Reset() {
+	*x = RedrivesUpdateRequest{}
+	mi := &file_styx_v1_styx_proto_msgTypes[53]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *RedrivesUpdateRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*RedrivesUpdateRequest) ProtoMessage() {}
+
+func (x *RedrivesUpdateRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_styx_v1_styx_proto_msgTypes[53]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use RedrivesUpdateRequest.ProtoReflect.Descriptor instead.
+func (*RedrivesUpdateRequest) Descriptor() ([]byte, []int) {
+	return file_styx_v1_styx_proto_rawDescGZIP(), []int{53}
+}
+
+func (x *RedrivesUpdateRequest) GetTaskId() string {
+	if x != nil {
+		return x.TaskId
+	}
+	return ""
+}
+
+func (x *RedrivesUpdateRequest) GetRateLimit() int32 {
+	if x != nil {
+		return x.RateLimit
+	}
+	return 0
+}
+
 type RedriveCounts struct {
 	state   protoimpl.MessageState `protogen:"open.v1"`
 	Moved   int64                  `protobuf:"varint,1,opt,name=moved,proto3" json:"moved,omitempty"`
@@ -3873,7 +3929,7 @@ type RedriveCounts struct {
 
 func (x *RedriveCounts) Reset() {
 	*x = RedriveCounts{}
-	mi := &file_styx_v1_styx_proto_msgTypes[53]
+	mi := &file_styx_v1_styx_proto_msgTypes[54]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3885,7 +3941,7 @@ func (x *RedriveCounts) String() string {
 func (*RedriveCounts) ProtoMessage() {}
 
 func (x *RedriveCounts) ProtoReflect() protoreflect.Message {
-	mi := &file_styx_v1_styx_proto_msgTypes[53]
+	mi := &file_styx_v1_styx_proto_msgTypes[54]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3898,7 +3954,7 @@ func (x *RedriveCounts) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RedriveCounts.ProtoReflect.Descriptor instead.
 func (*RedriveCounts) Descriptor() ([]byte, []int) {
-	return file_styx_v1_styx_proto_rawDescGZIP(), []int{53}
+	return file_styx_v1_styx_proto_rawDescGZIP(), []int{54}
 }
 
 func (x *RedriveCounts) GetMoved() int64 {
@@ -3945,7 +4001,7 @@ type RedrivePlan struct {
 
 func (x *RedrivePlan) Reset() {
 	*x = RedrivePlan{}
-	mi := &file_styx_v1_styx_proto_msgTypes[54]
+	mi := &file_styx_v1_styx_proto_msgTypes[55]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3957,7 +4013,7 @@ func (x *RedrivePlan) String() string {
 func (*RedrivePlan) ProtoMessage() {}
 
 func (x *RedrivePlan) ProtoReflect() protoreflect.Message {
-	mi := &file_styx_v1_styx_proto_msgTypes[54]
+	mi := &file_styx_v1_styx_proto_msgTypes[55]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3970,7 +4026,7 @@ func (x *RedrivePlan) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RedrivePlan.ProtoReflect.Descriptor instead.
 func (*RedrivePlan) Descriptor() ([]byte, []int) {
-	return file_styx_v1_styx_proto_rawDescGZIP(), []int{54}
+	return file_styx_v1_styx_proto_rawDescGZIP(), []int{55}
 }
 
 func (x *RedrivePlan) GetWouldMove() int64 {
@@ -3995,12 +4051,15 @@ func (x *RedrivePlan) GetSkipReasons() map[string]int64 {
 }
 
 type RedriveTask struct {
-	state         protoimpl.MessageState    `protogen:"open.v1"`
-	TaskId        string                    `protobuf:"bytes,1,opt,name=task_id,proto3" json:"task_id,omitempty"`
-	QueueName     string                    `protobuf:"bytes,2,opt,name=queue_name,proto3" json:"queue_name,omitempty"`
-	Destination   string                    `protobuf:"bytes,3,opt,name=destination,proto3" json:"destination,omitempty"`
-	Filter        *DeadFilter               `protobuf:"bytes,4,opt,name=filter,proto3" json:"filter,omitempty"`
-	RateLimit     int32                     `protobuf:"varint,5,opt,name=rate_limit,proto3" json:"rate_limit,omitempty"`
+	state       protoimpl.MessageState `protogen:"open.v1"`
+	TaskId      string                 `protobuf:"bytes,1,opt,name=task_id,proto3" json:"task_id,omitempty"`
+	QueueName   string                 `protobuf:"bytes,2,opt,name=queue_name,proto3" json:"queue_name,omitempty"`
+	Destination string                 `protobuf:"bytes,3,opt,name=destination,proto3" json:"destination,omitempty"`
+	Filter      *DeadFilter            `protobuf:"bytes,4,opt,name=filter,proto3" json:"filter,omitempty"`
+	RateLimit   int32                  `protobuf:"varint,5,opt,name=rate_limit,proto3" json:"rate_limit,omitempty"`
+	// running, completed, cancelling, cancelled, failed; Styx adds pausing
+	// (redrives.pause was asked: the task stops after its current step) and
+	// paused (it moves nothing until redrives.resume, across restarts).
 	Status        string                    `protobuf:"bytes,6,opt,name=status,proto3" json:"status,omitempty"`
 	Matched       int64                     `protobuf:"varint,7,opt,name=matched,proto3" json:"matched,omitempty"`
 	Moved         int64                     `protobuf:"varint,8,opt,name=moved,proto3" json:"moved,omitempty"`
@@ -4028,7 +4087,9 @@ type RedriveTask struct {
 	// for a task what was: "source_gone" (the destination queue does not
 	// exist), "not_covered" (the API key that started the task may not reach
 	// the destination), "loop_cap" (already redriven max_redrive_count
-	// times), "leased" (a consumer of the dead-letter queue holds it).
+	// times), "leased" (a consumer of the dead-letter queue holds it),
+	// "other_task" (another redrive task of the queue moved it: one naming
+	// items by id may overlap a running one).
 	SkipReasons map[string]int64 `protobuf:"bytes,104,rep,name=skip_reasons,proto3" json:"skip_reasons,omitempty" protobuf_key:"bytes,1,opt,name=key" protobuf_val:"varint,2,opt,name=value"`
 	// Styx: set when a task completed but left items behind (skipped or
 	// failed): one sentence saying how many and why. The UI shows such a
@@ -4043,7 +4104,7 @@ type RedriveTask struct {
 
 func (x *RedriveTask) Reset() {
 	*x = RedriveTask{}
-	mi := &file_styx_v1_styx_proto_msgTypes[55]
+	mi := &file_styx_v1_styx_proto_msgTypes[56]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4055,7 +4116,7 @@ func (x *RedriveTask) String() string {
 func (*RedriveTask) ProtoMessage() {}
 
 func (x *RedriveTask) ProtoReflect() protoreflect.Message {
-	mi := &file_styx_v1_styx_proto_msgTypes[55]
+	mi := &file_styx_v1_styx_proto_msgTypes[56]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4068,7 +4129,7 @@ func (x *RedriveTask) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RedriveTask.ProtoReflect.Descriptor instead.
 func (*RedriveTask) Descriptor() ([]byte, []int) {
-	return file_styx_v1_styx_proto_rawDescGZIP(), []int{55}
+	return file_styx_v1_styx_proto_rawDescGZIP(), []int{56}
 }
 
 func (x *RedriveTask) GetTaskId() string {
@@ -4248,7 +4309,7 @@ type KeysCreateRequest struct {
 
 func (x *KeysCreateRequest) Reset() {
 	*x = KeysCreateRequest{}
-	mi := &file_styx_v1_styx_proto_msgTypes[56]
+	mi := &file_styx_v1_styx_proto_msgTypes[57]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4260,7 +4321,7 @@ func (x *KeysCreateRequest) String() string {
 func (*KeysCreateRequest) ProtoMessage() {}
 
 func (x *KeysCreateRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_styx_v1_styx_proto_msgTypes[56]
+	mi := &file_styx_v1_styx_proto_msgTypes[57]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4273,7 +4334,7 @@ func (x *KeysCreateRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use KeysCreateRequest.ProtoReflect.Descriptor instead.
 func (*KeysCreateRequest) Descriptor() ([]byte, []int) {
-	return file_styx_v1_styx_proto_rawDescGZIP(), []int{56}
+	return file_styx_v1_styx_proto_rawDescGZIP(), []int{57}
 }
 
 func (x *KeysCreateRequest) GetName() string {
@@ -4312,7 +4373,7 @@ type ApiKey struct {
 
 func (x *ApiKey) Reset() {
 	*x = ApiKey{}
-	mi := &file_styx_v1_styx_proto_msgTypes[57]
+	mi := &file_styx_v1_styx_proto_msgTypes[58]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4324,7 +4385,7 @@ func (x *ApiKey) String() string {
 func (*ApiKey) ProtoMessage() {}
 
 func (x *ApiKey) ProtoReflect() protoreflect.Message {
-	mi := &file_styx_v1_styx_proto_msgTypes[57]
+	mi := &file_styx_v1_styx_proto_msgTypes[58]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4337,7 +4398,7 @@ func (x *ApiKey) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ApiKey.ProtoReflect.Descriptor instead.
 func (*ApiKey) Descriptor() ([]byte, []int) {
-	return file_styx_v1_styx_proto_rawDescGZIP(), []int{57}
+	return file_styx_v1_styx_proto_rawDescGZIP(), []int{58}
 }
 
 func (x *ApiKey) GetName() string {
@@ -4390,7 +4451,7 @@ type KeysCreateResponse struct {
 
 func (x *KeysCreateResponse) Reset() {
 	*x = KeysCreateResponse{}
-	mi := &file_styx_v1_styx_proto_msgTypes[58]
+	mi := &file_styx_v1_styx_proto_msgTypes[59]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4402,7 +4463,7 @@ func (x *KeysCreateResponse) String() string {
 func (*KeysCreateResponse) ProtoMessage() {}
 
 func (x *KeysCreateResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_styx_v1_styx_proto_msgTypes[58]
+	mi := &file_styx_v1_styx_proto_msgTypes[59]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4415,7 +4476,7 @@ func (x *KeysCreateResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use KeysCreateResponse.ProtoReflect.Descriptor instead.
 func (*KeysCreateResponse) Descriptor() ([]byte, []int) {
-	return file_styx_v1_styx_proto_rawDescGZIP(), []int{58}
+	return file_styx_v1_styx_proto_rawDescGZIP(), []int{59}
 }
 
 func (x *KeysCreateResponse) GetKey() string {
@@ -4461,7 +4522,7 @@ type KeysListRequest struct {
 
 func (x *KeysListRequest) Reset() {
 	*x = KeysListRequest{}
-	mi := &file_styx_v1_styx_proto_msgTypes[59]
+	mi := &file_styx_v1_styx_proto_msgTypes[60]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4473,7 +4534,7 @@ func (x *KeysListRequest) String() string {
 func (*KeysListRequest) ProtoMessage() {}
 
 func (x *KeysListRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_styx_v1_styx_proto_msgTypes[59]
+	mi := &file_styx_v1_styx_proto_msgTypes[60]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4486,7 +4547,7 @@ func (x *KeysListRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use KeysListRequest.ProtoReflect.Descriptor instead.
 func (*KeysListRequest) Descriptor() ([]byte, []int) {
-	return file_styx_v1_styx_proto_rawDescGZIP(), []int{59}
+	return file_styx_v1_styx_proto_rawDescGZIP(), []int{60}
 }
 
 type KeysListResponse struct {
@@ -4498,7 +4559,7 @@ type KeysListResponse struct {
 
 func (x *KeysListResponse) Reset() {
 	*x = KeysListResponse{}
-	mi := &file_styx_v1_styx_proto_msgTypes[60]
+	mi := &file_styx_v1_styx_proto_msgTypes[61]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4510,7 +4571,7 @@ func (x *KeysListResponse) String() string {
 func (*KeysListResponse) ProtoMessage() {}
 
 func (x *KeysListResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_styx_v1_styx_proto_msgTypes[60]
+	mi := &file_styx_v1_styx_proto_msgTypes[61]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4523,7 +4584,7 @@ func (x *KeysListResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use KeysListResponse.ProtoReflect.Descriptor instead.
 func (*KeysListResponse) Descriptor() ([]byte, []int) {
-	return file_styx_v1_styx_proto_rawDescGZIP(), []int{60}
+	return file_styx_v1_styx_proto_rawDescGZIP(), []int{61}
 }
 
 func (x *KeysListResponse) GetKeys() []*ApiKey {
@@ -4542,7 +4603,7 @@ type KeysDeleteRequest struct {
 
 func (x *KeysDeleteRequest) Reset() {
 	*x = KeysDeleteRequest{}
-	mi := &file_styx_v1_styx_proto_msgTypes[61]
+	mi := &file_styx_v1_styx_proto_msgTypes[62]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4554,7 +4615,7 @@ func (x *KeysDeleteRequest) String() string {
 func (*KeysDeleteRequest) ProtoMessage() {}
 
 func (x *KeysDeleteRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_styx_v1_styx_proto_msgTypes[61]
+	mi := &file_styx_v1_styx_proto_msgTypes[62]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4567,7 +4628,7 @@ func (x *KeysDeleteRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use KeysDeleteRequest.ProtoReflect.Descriptor instead.
 func (*KeysDeleteRequest) Descriptor() ([]byte, []int) {
-	return file_styx_v1_styx_proto_rawDescGZIP(), []int{61}
+	return file_styx_v1_styx_proto_rawDescGZIP(), []int{62}
 }
 
 func (x *KeysDeleteRequest) GetName() string {
@@ -4930,7 +4991,12 @@ const file_styx_v1_styx_proto_rawDesc = "" +
 	"\x14RedrivesListResponse\x12*\n" +
 	"\x05tasks\x18\x01 \x03(\v2\x14.styx.v1.RedriveTaskR\x05tasks\".\n" +
 	"\x12RedriveTaskRequest\x12\x18\n" +
-	"\atask_id\x18\x01 \x01(\tR\atask_id\"\xe4\x01\n" +
+	"\atask_id\x18\x01 \x01(\tR\atask_id\"Q\n" +
+	"\x15RedrivesUpdateRequest\x12\x18\n" +
+	"\atask_id\x18\x01 \x01(\tR\atask_id\x12\x1e\n" +
+	"\n" +
+	"rate_limit\x18\x02 \x01(\x05R\n" +
+	"rate_limit\"\xe4\x01\n" +
 	"\rRedriveCounts\x12\x14\n" +
 	"\x05moved\x18\x01 \x01(\x03R\x05moved\x12\x16\n" +
 	"\x06failed\x18\x02 \x01(\x03R\x06failed\x12\x18\n" +
@@ -5034,7 +5100,7 @@ func file_styx_v1_styx_proto_rawDescGZIP() []byte {
 	return file_styx_v1_styx_proto_rawDescData
 }
 
-var file_styx_v1_styx_proto_msgTypes = make([]protoimpl.MessageInfo, 71)
+var file_styx_v1_styx_proto_msgTypes = make([]protoimpl.MessageInfo, 72)
 var file_styx_v1_styx_proto_goTypes = []any{
 	(*QueueProduceRequest)(nil),        // 0: styx.v1.QueueProduceRequest
 	(*QueueProduceItem)(nil),           // 1: styx.v1.QueueProduceItem
@@ -5089,91 +5155,92 @@ var file_styx_v1_styx_proto_goTypes = []any{
 	(*RedrivesListRequest)(nil),        // 50: styx.v1.RedrivesListRequest
 	(*RedrivesListResponse)(nil),       // 51: styx.v1.RedrivesListResponse
 	(*RedriveTaskRequest)(nil),         // 52: styx.v1.RedriveTaskRequest
-	(*RedriveCounts)(nil),              // 53: styx.v1.RedriveCounts
-	(*RedrivePlan)(nil),                // 54: styx.v1.RedrivePlan
-	(*RedriveTask)(nil),                // 55: styx.v1.RedriveTask
-	(*KeysCreateRequest)(nil),          // 56: styx.v1.KeysCreateRequest
-	(*ApiKey)(nil),                     // 57: styx.v1.ApiKey
-	(*KeysCreateResponse)(nil),         // 58: styx.v1.KeysCreateResponse
-	(*KeysListRequest)(nil),            // 59: styx.v1.KeysListRequest
-	(*KeysListResponse)(nil),           // 60: styx.v1.KeysListResponse
-	(*KeysDeleteRequest)(nil),          // 61: styx.v1.KeysDeleteRequest
-	nil,                                // 62: styx.v1.QueueStatsResponse.DeadByReasonEntry
-	nil,                                // 63: styx.v1.QueueStatsResponse.DeadBySourceEntry
-	nil,                                // 64: styx.v1.QueuesHistoryResponse.GroupPatternsEntry
-	nil,                                // 65: styx.v1.HistoryPoint.DeadByGroupEntry
-	nil,                                // 66: styx.v1.RedriveCounts.SkipReasonsEntry
-	nil,                                // 67: styx.v1.RedrivePlan.SkipReasonsEntry
-	nil,                                // 68: styx.v1.RedriveTask.ByQueueEntry
-	nil,                                // 69: styx.v1.RedriveTask.ByDestinationEntry
-	nil,                                // 70: styx.v1.RedriveTask.SkipReasonsEntry
-	(*timestamppb.Timestamp)(nil),      // 71: google.protobuf.Timestamp
+	(*RedrivesUpdateRequest)(nil),      // 53: styx.v1.RedrivesUpdateRequest
+	(*RedriveCounts)(nil),              // 54: styx.v1.RedriveCounts
+	(*RedrivePlan)(nil),                // 55: styx.v1.RedrivePlan
+	(*RedriveTask)(nil),                // 56: styx.v1.RedriveTask
+	(*KeysCreateRequest)(nil),          // 57: styx.v1.KeysCreateRequest
+	(*ApiKey)(nil),                     // 58: styx.v1.ApiKey
+	(*KeysCreateResponse)(nil),         // 59: styx.v1.KeysCreateResponse
+	(*KeysListRequest)(nil),            // 60: styx.v1.KeysListRequest
+	(*KeysListResponse)(nil),           // 61: styx.v1.KeysListResponse
+	(*KeysDeleteRequest)(nil),          // 62: styx.v1.KeysDeleteRequest
+	nil,                                // 63: styx.v1.QueueStatsResponse.DeadByReasonEntry
+	nil,                                // 64: styx.v1.QueueStatsResponse.DeadBySourceEntry
+	nil,                                // 65: styx.v1.QueuesHistoryResponse.GroupPatternsEntry
+	nil,                                // 66: styx.v1.HistoryPoint.DeadByGroupEntry
+	nil,                                // 67: styx.v1.RedriveCounts.SkipReasonsEntry
+	nil,                                // 68: styx.v1.RedrivePlan.SkipReasonsEntry
+	nil,                                // 69: styx.v1.RedriveTask.ByQueueEntry
+	nil,                                // 70: styx.v1.RedriveTask.ByDestinationEntry
+	nil,                                // 71: styx.v1.RedriveTask.SkipReasonsEntry
+	(*timestamppb.Timestamp)(nil),      // 72: google.protobuf.Timestamp
 }
 var file_styx_v1_styx_proto_depIdxs = []int32{
 	1,  // 0: styx.v1.QueueProduceRequest.items:type_name -> styx.v1.QueueProduceItem
-	71, // 1: styx.v1.QueueProduceItem.enqueueAt:type_name -> google.protobuf.Timestamp
-	71, // 2: styx.v1.QueueLeaseItem.leaseDeadline:type_name -> google.protobuf.Timestamp
+	72, // 1: styx.v1.QueueProduceItem.enqueueAt:type_name -> google.protobuf.Timestamp
+	72, // 2: styx.v1.QueueLeaseItem.leaseDeadline:type_name -> google.protobuf.Timestamp
 	4,  // 3: styx.v1.QueueLeaseResponse.items:type_name -> styx.v1.QueueLeaseItem
 	9,  // 4: styx.v1.QueueRetryRequest.items:type_name -> styx.v1.QueueRetryItem
-	71, // 5: styx.v1.QueueRetryItem.retryAt:type_name -> google.protobuf.Timestamp
+	72, // 5: styx.v1.QueueRetryItem.retryAt:type_name -> google.protobuf.Timestamp
 	11, // 6: styx.v1.QueueRetryResponse.outcomes:type_name -> styx.v1.QueueRetryOutcome
-	71, // 7: styx.v1.QueueRetryOutcome.retryAt:type_name -> google.protobuf.Timestamp
+	72, // 7: styx.v1.QueueRetryOutcome.retryAt:type_name -> google.protobuf.Timestamp
 	14, // 8: styx.v1.QueueRenewResponse.items:type_name -> styx.v1.QueueRenewItem
-	71, // 9: styx.v1.QueueRenewItem.leaseDeadline:type_name -> google.protobuf.Timestamp
-	71, // 10: styx.v1.QueueInfo.createdAt:type_name -> google.protobuf.Timestamp
-	71, // 11: styx.v1.QueueInfo.updatedAt:type_name -> google.protobuf.Timestamp
+	72, // 9: styx.v1.QueueRenewItem.leaseDeadline:type_name -> google.protobuf.Timestamp
+	72, // 10: styx.v1.QueueInfo.createdAt:type_name -> google.protobuf.Timestamp
+	72, // 11: styx.v1.QueueInfo.updatedAt:type_name -> google.protobuf.Timestamp
 	16, // 12: styx.v1.QueueInfo.partitions:type_name -> styx.v1.PartitionInfo
 	23, // 13: styx.v1.QueueStatsResponse.logicalQueues:type_name -> styx.v1.QueueLogicalStats
-	62, // 14: styx.v1.QueueStatsResponse.dead_by_reason:type_name -> styx.v1.QueueStatsResponse.DeadByReasonEntry
-	63, // 15: styx.v1.QueueStatsResponse.dead_by_source:type_name -> styx.v1.QueueStatsResponse.DeadBySourceEntry
-	71, // 16: styx.v1.QueueStatsResponse.oldest_created_at:type_name -> google.protobuf.Timestamp
+	63, // 14: styx.v1.QueueStatsResponse.dead_by_reason:type_name -> styx.v1.QueueStatsResponse.DeadByReasonEntry
+	64, // 15: styx.v1.QueueStatsResponse.dead_by_source:type_name -> styx.v1.QueueStatsResponse.DeadBySourceEntry
+	72, // 16: styx.v1.QueueStatsResponse.oldest_created_at:type_name -> google.protobuf.Timestamp
 	22, // 17: styx.v1.QueueStatsResponse.consumers:type_name -> styx.v1.QueueConsumer
-	71, // 18: styx.v1.QueueConsumer.first_seen_at:type_name -> google.protobuf.Timestamp
-	71, // 19: styx.v1.QueueConsumer.last_seen_at:type_name -> google.protobuf.Timestamp
+	72, // 18: styx.v1.QueueConsumer.first_seen_at:type_name -> google.protobuf.Timestamp
+	72, // 19: styx.v1.QueueConsumer.last_seen_at:type_name -> google.protobuf.Timestamp
 	24, // 20: styx.v1.QueueLogicalStats.partitions:type_name -> styx.v1.QueuePartitionStats
 	27, // 21: styx.v1.QueuesHistoryResponse.points:type_name -> styx.v1.HistoryPoint
-	64, // 22: styx.v1.QueuesHistoryResponse.group_patterns:type_name -> styx.v1.QueuesHistoryResponse.GroupPatternsEntry
-	71, // 23: styx.v1.HistoryPoint.at:type_name -> google.protobuf.Timestamp
-	65, // 24: styx.v1.HistoryPoint.dead_by_group:type_name -> styx.v1.HistoryPoint.DeadByGroupEntry
+	65, // 22: styx.v1.QueuesHistoryResponse.group_patterns:type_name -> styx.v1.QueuesHistoryResponse.GroupPatternsEntry
+	72, // 23: styx.v1.HistoryPoint.at:type_name -> google.protobuf.Timestamp
+	66, // 24: styx.v1.HistoryPoint.dead_by_group:type_name -> styx.v1.HistoryPoint.DeadByGroupEntry
 	15, // 25: styx.v1.QueuesListResponse.items:type_name -> styx.v1.QueueInfo
 	37, // 26: styx.v1.StorageItemsListResponse.items:type_name -> styx.v1.StorageItem
 	37, // 27: styx.v1.StorageItemsImportRequest.items:type_name -> styx.v1.StorageItem
 	37, // 28: styx.v1.StorageItemsImportResponse.items:type_name -> styx.v1.StorageItem
-	71, // 29: styx.v1.StorageItem.leaseDeadline:type_name -> google.protobuf.Timestamp
-	71, // 30: styx.v1.StorageItem.expireDeadline:type_name -> google.protobuf.Timestamp
-	71, // 31: styx.v1.StorageItem.deadDeadline:type_name -> google.protobuf.Timestamp
-	71, // 32: styx.v1.StorageItem.createdAt:type_name -> google.protobuf.Timestamp
-	71, // 33: styx.v1.StorageItem.updatedAt:type_name -> google.protobuf.Timestamp
-	71, // 34: styx.v1.StorageItem.enqueueAt:type_name -> google.protobuf.Timestamp
-	71, // 35: styx.v1.StorageItem.dead_at:type_name -> google.protobuf.Timestamp
+	72, // 29: styx.v1.StorageItem.leaseDeadline:type_name -> google.protobuf.Timestamp
+	72, // 30: styx.v1.StorageItem.expireDeadline:type_name -> google.protobuf.Timestamp
+	72, // 31: styx.v1.StorageItem.deadDeadline:type_name -> google.protobuf.Timestamp
+	72, // 32: styx.v1.StorageItem.createdAt:type_name -> google.protobuf.Timestamp
+	72, // 33: styx.v1.StorageItem.updatedAt:type_name -> google.protobuf.Timestamp
+	72, // 34: styx.v1.StorageItem.enqueueAt:type_name -> google.protobuf.Timestamp
+	72, // 35: styx.v1.StorageItem.dead_at:type_name -> google.protobuf.Timestamp
 	38, // 36: styx.v1.StorageItem.errors:type_name -> styx.v1.AttemptError
 	38, // 37: styx.v1.StorageItem.dead_letter_errors:type_name -> styx.v1.AttemptError
 	39, // 38: styx.v1.StorageItem.attributes:type_name -> styx.v1.ItemAttribute
-	71, // 39: styx.v1.AttemptError.at:type_name -> google.protobuf.Timestamp
-	71, // 40: styx.v1.DeadFilter.dead_after:type_name -> google.protobuf.Timestamp
-	71, // 41: styx.v1.DeadFilter.dead_before:type_name -> google.protobuf.Timestamp
+	72, // 39: styx.v1.AttemptError.at:type_name -> google.protobuf.Timestamp
+	72, // 40: styx.v1.DeadFilter.dead_after:type_name -> google.protobuf.Timestamp
+	72, // 41: styx.v1.DeadFilter.dead_before:type_name -> google.protobuf.Timestamp
 	40, // 42: styx.v1.DeadGroupsRequest.filter:type_name -> styx.v1.DeadFilter
-	71, // 43: styx.v1.DeadGroup.first_dead_at:type_name -> google.protobuf.Timestamp
-	71, // 44: styx.v1.DeadGroup.last_dead_at:type_name -> google.protobuf.Timestamp
+	72, // 43: styx.v1.DeadGroup.first_dead_at:type_name -> google.protobuf.Timestamp
+	72, // 44: styx.v1.DeadGroup.last_dead_at:type_name -> google.protobuf.Timestamp
 	42, // 45: styx.v1.DeadGroupsResponse.groups:type_name -> styx.v1.DeadGroup
 	40, // 46: styx.v1.DeadListRequest.filter:type_name -> styx.v1.DeadFilter
 	37, // 47: styx.v1.DeadListResponse.items:type_name -> styx.v1.StorageItem
 	40, // 48: styx.v1.DeadDeleteRequest.filter:type_name -> styx.v1.DeadFilter
 	40, // 49: styx.v1.DeadRedriveRequest.filter:type_name -> styx.v1.DeadFilter
-	55, // 50: styx.v1.RedrivesListResponse.tasks:type_name -> styx.v1.RedriveTask
-	66, // 51: styx.v1.RedriveCounts.skip_reasons:type_name -> styx.v1.RedriveCounts.SkipReasonsEntry
-	67, // 52: styx.v1.RedrivePlan.skip_reasons:type_name -> styx.v1.RedrivePlan.SkipReasonsEntry
+	56, // 50: styx.v1.RedrivesListResponse.tasks:type_name -> styx.v1.RedriveTask
+	67, // 51: styx.v1.RedriveCounts.skip_reasons:type_name -> styx.v1.RedriveCounts.SkipReasonsEntry
+	68, // 52: styx.v1.RedrivePlan.skip_reasons:type_name -> styx.v1.RedrivePlan.SkipReasonsEntry
 	40, // 53: styx.v1.RedriveTask.filter:type_name -> styx.v1.DeadFilter
-	71, // 54: styx.v1.RedriveTask.started_at:type_name -> google.protobuf.Timestamp
-	71, // 55: styx.v1.RedriveTask.finished_at:type_name -> google.protobuf.Timestamp
-	68, // 56: styx.v1.RedriveTask.by_queue:type_name -> styx.v1.RedriveTask.ByQueueEntry
-	69, // 57: styx.v1.RedriveTask.by_destination:type_name -> styx.v1.RedriveTask.ByDestinationEntry
-	70, // 58: styx.v1.RedriveTask.skip_reasons:type_name -> styx.v1.RedriveTask.SkipReasonsEntry
-	71, // 59: styx.v1.ApiKey.created_at:type_name -> google.protobuf.Timestamp
-	71, // 60: styx.v1.KeysCreateResponse.created_at:type_name -> google.protobuf.Timestamp
-	57, // 61: styx.v1.KeysListResponse.keys:type_name -> styx.v1.ApiKey
-	53, // 62: styx.v1.RedriveTask.ByQueueEntry.value:type_name -> styx.v1.RedriveCounts
-	54, // 63: styx.v1.RedriveTask.ByDestinationEntry.value:type_name -> styx.v1.RedrivePlan
+	72, // 54: styx.v1.RedriveTask.started_at:type_name -> google.protobuf.Timestamp
+	72, // 55: styx.v1.RedriveTask.finished_at:type_name -> google.protobuf.Timestamp
+	69, // 56: styx.v1.RedriveTask.by_queue:type_name -> styx.v1.RedriveTask.ByQueueEntry
+	70, // 57: styx.v1.RedriveTask.by_destination:type_name -> styx.v1.RedriveTask.ByDestinationEntry
+	71, // 58: styx.v1.RedriveTask.skip_reasons:type_name -> styx.v1.RedriveTask.SkipReasonsEntry
+	72, // 59: styx.v1.ApiKey.created_at:type_name -> google.protobuf.Timestamp
+	72, // 60: styx.v1.KeysCreateResponse.created_at:type_name -> google.protobuf.Timestamp
+	58, // 61: styx.v1.KeysListResponse.keys:type_name -> styx.v1.ApiKey
+	54, // 62: styx.v1.RedriveTask.ByQueueEntry.value:type_name -> styx.v1.RedriveCounts
+	55, // 63: styx.v1.RedriveTask.ByDestinationEntry.value:type_name -> styx.v1.RedrivePlan
 	64, // [64:64] is the sub-list for method output_type
 	64, // [64:64] is the sub-list for method input_type
 	64, // [64:64] is the sub-list for extension type_name
@@ -5193,7 +5260,7 @@ func file_styx_v1_styx_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_styx_v1_styx_proto_rawDesc), len(file_styx_v1_styx_proto_rawDesc)),
 			NumEnums:      0,
-			NumMessages:   71,
+			NumMessages:   72,
 			NumExtensions: 0,
 			NumServices:   0,
 		},

@@ -228,6 +228,9 @@ func NewHandler(cfg Config) *Handler {
 		"/v1/redrives.list":          rpc(h, func() *pb.RedrivesListRequest { return &pb.RedrivesListRequest{} }, s.RedrivesList),
 		"/v1/redrives.get":           rpc(h, func() *pb.RedriveTaskRequest { return &pb.RedriveTaskRequest{} }, s.RedrivesGet),
 		"/v1/redrives.cancel":        rpc(h, func() *pb.RedriveTaskRequest { return &pb.RedriveTaskRequest{} }, s.RedrivesCancel),
+		"/v1/redrives.pause":         rpc(h, func() *pb.RedriveTaskRequest { return &pb.RedriveTaskRequest{} }, s.RedrivesPause),
+		"/v1/redrives.resume":        rpc(h, func() *pb.RedriveTaskRequest { return &pb.RedriveTaskRequest{} }, s.RedrivesResume),
+		"/v1/redrives.update":        rpc(h, func() *pb.RedrivesUpdateRequest { return &pb.RedrivesUpdateRequest{} }, s.RedrivesUpdate),
 		"/v1/storage/items.delete":   noReply(h, func() *pb.StorageItemsDeleteRequest { return &pb.StorageItemsDeleteRequest{} }, s.StorageItemsDelete, okReply),
 	}
 	switch {

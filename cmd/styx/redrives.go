@@ -32,20 +32,27 @@ const (
 	statusRunning    = "running"
 	statusCancelling = "cancelling"
 	statusFailed     = "failed"
+	statusPausing    = "pausing"
+	statusPaused     = "paused"
 )
 
 // taskFinished reports whether a task has ended (completed, cancelled or
-// failed).
+// failed): not running, cancelling, pausing or paused.
 func taskFinished(t *pb.RedriveTask) bool {
-	return t.Status != statusRunning && t.Status != statusCancelling
+	switch t.Status {
+	case statusRunning, statusCancelling, statusPausing, statusPaused:
+		return false
+	}
+	return true
 }
 
 func (a *app) redrivesCmd() *cobra.Command {
 	cmd := &cobra.Command{
 		Use:   "redrives",
-		Short: "List, show and cancel redrive tasks (see 'styx dead redrive')",
+		Short: "List, show, pause, resume, re-rate and cancel redrive tasks (see 'styx dead redrive')",
 	}
-	cmd.AddCommand(a.redrivesListCmd(), a.redrivesShowCmd(), a.redrivesCancelCmd())
+	cmd.AddCommand(a.redrivesListCmd(), a.redrivesShowCmd(), a.redrivesCancelCmd(),
+		a.redrivesPauseCmd(), a.redrivesResumeCmd(), a.redrivesUpdateCmd())
 	return a.addClientFlags(cmd)
 }
 
@@ -130,6 +137,98 @@ finished task is left as it is.`,
 			})
 		},
 	}
+}
+
+func (a *app) redrivesPauseCmd() *cobra.Command {
+	return &cobra.Command{
+		Use:   "pause TASK_ID",
+		Short: "Pause a running redrive task after its current batch",
+		Long: `Pause a running redrive task: it stops after its current batch (status
+pausing, then paused) and moves nothing until 'styx redrives resume'. The
+pause is stored: the task stays paused across server restarts and, with
+several servers on PostgreSQL, when its server fails. A paused task can be
+re-rated ('styx redrives update') or cancelled. A paused task is left as it
+is; an ended one is refused.`,
+		Args: exactArgs(1, "a TASK_ID"),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			return a.withClient(cmd, func(c *styx.Client) error {
+				t, err := c.RedrivesPause(cmd.Context(), &pb.RedriveTaskRequest{TaskId: args[0]})
+				if err != nil {
+					return err
+				}
+				if a.json {
+					return writeJSON(a.stdout, t)
+				}
+				return a.done("%s redrive task %s on %s after %s of %d moved; 'styx redrives resume %s' goes on",
+					t.Status, t.TaskId, t.QueueName, plural(int(t.Moved), "item"), t.Matched, t.TaskId)
+			})
+		},
+	}
+}
+
+func (a *app) redrivesResumeCmd() *cobra.Command {
+	return &cobra.Command{
+		Use:   "resume TASK_ID",
+		Short: "Resume a paused redrive task where it stopped",
+		Long: `Resume a paused redrive task: it goes on from where it stopped, at its
+rate limit (change it first with 'styx redrives update' if needed). A
+running task is left as it is; an ended one is refused.`,
+		Args: exactArgs(1, "a TASK_ID"),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			return a.withClient(cmd, func(c *styx.Client) error {
+				t, err := c.RedrivesResume(cmd.Context(), &pb.RedriveTaskRequest{TaskId: args[0]})
+				if err != nil {
+					return err
+				}
+				if a.json {
+					return writeJSON(a.stdout, t)
+				}
+				return a.done("%s redrive task %s on %s: %s of %d moved so far, %s", t.Status, t.TaskId, t.QueueName,
+					plural(int(t.Moved), "item"), t.Matched, rateText(t.RateLimit))
+			})
+		},
+	}
+}
+
+func (a *app) redrivesUpdateCmd() *cobra.Command {
+	var rate rateFlag
+	cmd := &cobra.Command{
+		Use:   "update TASK_ID --rate N",
+		Short: "Change the rate limit of a running or paused redrive task",
+		Long: `Change the rate limit of a running or paused redrive task: --rate items a
+second (a decimal is rounded to whole items; 0 is no limit). A running task
+moves at the new rate from its next batch. An ended task is refused.`,
+		Args: exactArgs(1, "a TASK_ID"),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			if !cmd.Flags().Changed("rate") {
+				return fmt.Errorf("give the new rate with --rate N (items a second; 0 for no limit)")
+			}
+			if rate.rounded() {
+				_, _ = fmt.Fprintf(a.stderr, "--rate %s rounded to %s a second: the server moves whole items a second\n",
+					rate.given, plural(int(rate.n), "item"))
+			}
+			return a.withClient(cmd, func(c *styx.Client) error {
+				t, err := c.RedrivesUpdate(cmd.Context(), &pb.RedrivesUpdateRequest{TaskId: args[0], RateLimit: rate.n})
+				if err != nil {
+					return err
+				}
+				if a.json {
+					return writeJSON(a.stdout, t)
+				}
+				return a.done("%s redrive task %s on %s: now %s", t.Status, t.TaskId, t.QueueName, rateText(t.RateLimit))
+			})
+		},
+	}
+	cmd.Flags().Var(&rate, "rate", "most items moved per second, 1 or more (a decimal is rounded to whole items); 0 is no limit")
+	return cmd
+}
+
+// rateText says a task's rate limit in words.
+func rateText(rate int32) string {
+	if rate <= 0 {
+		return "no rate limit"
+	}
+	return plural(int(rate), "item") + " a second"
 }
 
 // destination returns a task's destination, or "(source)" when each item

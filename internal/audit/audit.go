@@ -69,7 +69,7 @@ func (r *Record) Refused(reason string) {
 // that make or change queues.
 var audited = map[string]bool{
 	"/v1/queues.delete": true, "/v1/queue.clear": true, "/v1/dead.delete": true, "/v1/dead.redrive": true,
-	"/v1/redrives.cancel": true, "/v1/storage/items.delete": true, "/v1/dead.edit": true,
+	"/v1/redrives.cancel": true, "/v1/redrives.pause": true, "/v1/redrives.resume": true, "/v1/redrives.update": true, "/v1/storage/items.delete": true, "/v1/dead.edit": true,
 	"/v1/storage/items.import": true, "/v1/queues.create": true, "/v1/queues.update": true, "/v1/queue.reload": true,
 }
 

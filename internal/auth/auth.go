@@ -39,7 +39,8 @@ const (
 	// Consume: queue.lease, queue.complete, queue.retry, queue.renew.
 	Consume Scope = "consume"
 	// Dead: dead.list, dead.delete, dead.edit, dead.redrive, dead.groups,
-	// redrives.list, redrives.get, redrives.cancel.
+	// redrives.list, redrives.get, redrives.cancel, redrives.pause,
+	// redrives.resume, redrives.update.
 	Dead Scope = "dead"
 	// Read: queue.stats, queues.info, queues.list, storage/items.list,
 	// storage/scheduled.list, and /metrics (with no queue patterns).
@@ -69,6 +70,9 @@ var calls = map[string]Scope{
 	"/v1/redrives.list":          Dead,
 	"/v1/redrives.get":           Dead,
 	"/v1/redrives.cancel":        Dead,
+	"/v1/redrives.pause":         Dead,
+	"/v1/redrives.resume":        Dead,
+	"/v1/redrives.update":        Dead,
 	"/v1/queue.stats":            Read,
 	"/v1/queues.history":         Read,
 	"/v1/queues.info":            Read,

@@ -77,8 +77,8 @@ func requireConflict(t *testing.T, err error, contains string) {
 	require.Contains(t, e.Message, contains)
 }
 
-// A claim held elsewhere while no unfinished task shows is a task starting
-// or ending on another server: Start waits for it rather than refusing.
+// A start claim held elsewhere is a task starting on another server: Start
+// waits for it rather than refusing, then claims its own task.
 func TestStartWaitsForAClaimWithoutTask(t *testing.T) {
 	r, s := newShared(t, func(_ *sharedStore, n int, _ string) bool { return n > 2 })
 	task, err := r.Start(context.Background(), StartParams{Queue: "q-dead"})
@@ -86,7 +86,7 @@ func TestStartWaitsForAClaimWithoutTask(t *testing.T) {
 	require.NotEmpty(t, task.ID)
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	require.Equal(t, 3, s.claims)
+	require.Equal(t, 4, s.claims, "three start claims, then the task's")
 }
 
 // A claim that stays held with no task to show is refused after claimWait
@@ -96,16 +96,22 @@ func TestStartRefusesAClaimHeldTooLong(t *testing.T) {
 	claimWait = 50 * time.Millisecond
 	r, _ := newShared(t, func(*sharedStore, int, string) bool { return false })
 	_, err := r.Start(context.Background(), StartParams{Queue: "q-dead"})
-	requireConflict(t, err, "starting or ending on queue 'q-dead' on another server")
+	requireConflict(t, err, "starting on queue 'q-dead' on another server")
 	require.NotContains(t, err.Error(), "task ''")
 }
 
-// A task running on another server is named in the conflict at once.
+// A task running on another server that holds some of the items a new
+// task would match is named in the conflict at once; its claim is not
+// needed for that.
 func TestStartNamesTheTaskRunningElsewhere(t *testing.T) {
-	running := Task{ID: "rd-other", Queue: "q-dead", Status: StatusRunning, StartedAt: time.Now()}
-	r, _ := newShared(t, func(*sharedStore, int, string) bool { return false }, running)
-	_, err := r.Start(context.Background(), StartParams{Queue: "q-dead"})
-	requireConflict(t, err, "task 'rd-other' is running on queue 'q-dead'")
+	running := Task{ID: "rd-other", Queue: "q-dead", Status: StatusRunning, StartedAt: time.Now(), UpTo: 1 << 62}
+	r, _ := newShared(t, func(_ *sharedStore, _ int, key string) bool { return key != taskKey("rd-other") }, running)
+	dlq, err := r.cfg.Queues.Get("q-dead")
+	require.NoError(t, err)
+	_, err = dlq.Import(context.Background(), 0, []queue.Item{{Body: queue.ItemBody{Payload: []byte("a"), SourceQueue: "q", DeadReason: "explicit", DeadAt: time.Now()}}})
+	require.NoError(t, err)
+	_, err = r.Start(context.Background(), StartParams{Queue: "q-dead"})
+	requireConflict(t, err, "task 'rd-other' is running on queue 'q-dead' and holds 1 of the 1 matched items")
 }
 
 // A server stores a task's end before releasing its claim, so a runner
@@ -117,7 +123,7 @@ func TestAdoptLeavesATaskThatEndedBeforeTheClaim(t *testing.T) {
 	ended := stale
 	ended.Status, ended.Moved, ended.FinishedAt = StatusCompleted, 5, time.Now()
 	r, s := newShared(t, func(s *sharedStore, n int, key string) bool {
-		if n == 1 && key == "q-dead" {
+		if n == 1 && key == taskKey("rd-1") {
 			putTask(t, s.Store, ended) // the other server ends the task, then releases
 		}
 		return true

@@ -41,6 +41,13 @@ const (
 	StatusCancelling = "cancelling"
 	StatusCancelled  = "cancelled"
 	StatusFailed     = "failed"
+	// StatusPausing: Pause was asked; the task stops after its current
+	// step and shows StatusPaused.
+	StatusPausing = "pausing"
+	// StatusPaused: the task moves nothing until Resume; it stays paused
+	// across restarts and, on a shared store, failovers (ADR 0004,
+	// amendment for issue 39).
+	StatusPaused = "paused"
 )
 
 // The limits of a redrive task: the one table every door checks a
@@ -70,6 +77,17 @@ const (
 	// cancelPrefix marks a cancel request for a task running on another
 	// server of a shared task store: a record "cancel/<task id>".
 	cancelPrefix = "cancel/"
+	// pausePrefix and ratePrefix mark a pause or a re-rate request for a
+	// task running on another server of a shared task store ("pause/<task
+	// id>", "rate/<task id>" holding a rateRequest).
+	pausePrefix = "pause/"
+	ratePrefix  = "rate/"
+	// taskClaimPrefix and startClaimPrefix name the claims of a shared
+	// store: a task runs under the claim "redrive-task:<id>", and a task
+	// starts on a dead-letter queue under "redrive-start:<queue>", so that
+	// two starts on one queue check their item sets one after the other.
+	taskClaimPrefix  = "redrive-task:"
+	startClaimPrefix = "redrive-start:"
 	// yieldWait and maxYields bound how long a task step waits for a queue
 	// with requests waiting (live traffic goes first).
 	yieldWait = time.Millisecond
@@ -99,6 +117,10 @@ const (
 	SkipLoopCap = "loop_cap"
 	// SkipLeased: a consumer of the dead-letter queue holds the item.
 	SkipLeased = "leased"
+	// SkipOtherTask: another redrive task of the dead-letter queue was
+	// moving the item at the same time (a redrive naming items by id may
+	// overlap a running one: the item goes to whichever reaches it first).
+	SkipOtherTask = "other_task"
 )
 
 // skipWords says each skip reason in words, for Task.Warning.
@@ -107,6 +129,7 @@ var skipWords = map[string]string{
 	SkipNotCovered: "bound for a queue the API key may not reach",
 	SkipLoopCap:    "already redriven max_redrive_count times",
 	SkipLeased:     "leased by a consumer of the dead-letter queue",
+	SkipOtherTask:  "moved by another redrive task",
 }
 
 // Counts are a task's per-destination results.
@@ -135,8 +158,12 @@ type Task struct {
 	// to its source queue.
 	Destination string           `json:"destination,omitempty"`
 	Filter      queue.DeadFilter `json:"filter"`
-	// RateLimit is items per second; 0 means no limit.
+	// RateLimit is items per second; 0 means no limit. Update changes it
+	// while the task runs (from its next step).
 	RateLimit int32 `json:"rate_limit,omitempty"`
+	// RateSetAt is when Update last set RateLimit (zero: never): a re-rate
+	// request stored for another server applies when newer.
+	RateSetAt time.Time `json:"rate_set_at,omitzero"`
 	// MaxRedriveCount: items redriven this many times are skipped; -1 means
 	// no limit.
 	MaxRedriveCount int32 `json:"max_redrive_count"`
@@ -213,6 +240,44 @@ func (t *Task) finished() bool {
 	return t.Status == StatusCompleted || t.Status == StatusCancelled || t.Status == StatusFailed
 }
 
+// holds reports whether the dead item it is still part of t's matched set:
+// it died before t started (id up to UpTo), t has not reached it (id past
+// Pivot) and it matches t's filter. t is unfinished.
+func (t *Task) holds(it *queue.Item) bool {
+	return it.Meta.ID > t.Pivot && it.Meta.ID <= t.UpTo && t.Filter.Match(it)
+}
+
+// taskKey is the claim a task runs under on a shared store.
+func taskKey(id string) string { return taskClaimPrefix + id }
+
+// requests are what other servers of a shared store asked of a task
+// (records cancel/, pause/ and rate/ beside it).
+type requests struct {
+	cancel, pause bool
+	rate          *rateRequest
+}
+
+// rateRequest is a re-rate request stored for the server running a task.
+type rateRequest struct {
+	RateLimit int32     `json:"rate_limit"`
+	At        time.Time `json:"at"`
+}
+
+// apply shows on t (a copy loaded from the store) what was asked of it.
+func (q requests) apply(t *Task) {
+	switch {
+	case t.finished():
+		return
+	case q.cancel && (t.Status == StatusRunning || t.Status == StatusPausing):
+		t.Status = StatusCancelling
+	case q.pause && t.Status == StatusRunning:
+		t.Status = StatusPausing
+	}
+	if q.rate != nil && q.rate.At.After(t.RateSetAt) {
+		t.RateLimit, t.RateSetAt = q.rate.RateLimit, q.rate.At
+	}
+}
+
 // Config configures a Runner.
 type Config struct {
 	Queues  queue.Queues
@@ -242,14 +307,25 @@ type Runner struct {
 	mu      sync.Mutex
 	tasks   map[string]*Task
 	running map[string]context.CancelFunc // by task id
-	lastID  uint64
+	// pokes wakes a running task's goroutine from its wait (Pause,
+	// Update): by task id, buffered 1.
+	pokes map[string]chan struct{}
+	// inflight holds the dead items being moved by a step, by
+	// "<queue>~<id>", with the task moving them: a second task of the
+	// queue that meets one skips it (SkipOtherTask).
+	inflight map[string]string
+	// starting serializes Starts on one dead-letter queue (by name), so
+	// that each checks its items against the tasks started before it.
+	starting map[string]*sync.Mutex
+	lastID   uint64
 }
 
 // New loads the persisted tasks and resumes the running ones (on a shared
 // store: those it can claim).
 func New(ctx context.Context, cfg Config) (*Runner, error) {
 	rctx, stop := context.WithCancel(context.Background())
-	r := &Runner{cfg: cfg, ctx: rctx, stop: stop, tasks: map[string]*Task{}, running: map[string]context.CancelFunc{}}
+	r := &Runner{cfg: cfg, ctx: rctx, stop: stop, tasks: map[string]*Task{}, running: map[string]context.CancelFunc{},
+		pokes: map[string]chan struct{}{}, inflight: map[string]string{}, starting: map[string]*sync.Mutex{}}
 	r.claimer, _ = cfg.Store.(store.TaskClaimer)
 	if r.claimer != nil {
 		r.checker, _ = cfg.Store.(store.ClaimChecker)
@@ -277,18 +353,35 @@ func New(ctx context.Context, cfg Config) (*Runner, error) {
 	return r, nil
 }
 
-// load reads the persisted tasks and the ids of the tasks with a cancel
-// request.
-func (r *Runner) load(ctx context.Context) ([]*Task, map[string]bool, error) {
+// load reads the persisted tasks and the requests stored for them by
+// other servers, by task id.
+func (r *Runner) load(ctx context.Context) ([]*Task, map[string]requests, error) {
 	recs, err := r.cfg.Store.ListTasks(ctx)
 	if err != nil {
 		return nil, nil, fmt.Errorf("redrive: list tasks: %w", err)
 	}
 	var tasks []*Task
-	cancels := map[string]bool{}
+	reqs := map[string]requests{}
 	for _, rec := range recs {
 		if id, ok := strings.CutPrefix(rec.ID, cancelPrefix); ok {
-			cancels[id] = true
+			q := reqs[id]
+			q.cancel = true
+			reqs[id] = q
+			continue
+		}
+		if id, ok := strings.CutPrefix(rec.ID, pausePrefix); ok {
+			q := reqs[id]
+			q.pause = true
+			reqs[id] = q
+			continue
+		}
+		if id, ok := strings.CutPrefix(rec.ID, ratePrefix); ok {
+			var rr rateRequest
+			if err := json.Unmarshal(rec.Data, &rr); err == nil {
+				q := reqs[id]
+				q.rate = &rr
+				reqs[id] = q
+			}
 			continue
 		}
 		var t Task
@@ -298,14 +391,14 @@ func (r *Runner) load(ctx context.Context) ([]*Task, map[string]bool, error) {
 		}
 		tasks = append(tasks, &t)
 	}
-	return tasks, cancels, nil
+	return tasks, reqs, nil
 }
 
 // reload reads task t from the store again and puts it in the runner's
-// list in place of t (a cancel request stored since shows as
-// StatusCancelling). live is false when the task is gone or finished.
+// list in place of t (a request stored since shows: see requests.apply).
+// live is false when the task is gone or finished.
 func (r *Runner) reload(ctx context.Context, t *Task) (*Task, bool, error) {
-	tasks, cancels, err := r.load(ctx)
+	tasks, reqs, err := r.load(ctx)
 	if err != nil {
 		return nil, false, err
 	}
@@ -313,9 +406,7 @@ func (r *Runner) reload(ctx context.Context, t *Task) (*Task, bool, error) {
 		if cur.ID != t.ID {
 			continue
 		}
-		if cancels[cur.ID] && cur.Status == StatusRunning {
-			cur.Status = StatusCancelling
-		}
+		reqs[cur.ID].apply(cur)
 		r.mu.Lock()
 		r.tasks[cur.ID] = cur
 		r.mu.Unlock()
@@ -327,22 +418,26 @@ func (r *Runner) reload(ctx context.Context, t *Task) (*Task, bool, error) {
 // adopt loads the persisted tasks and resumes the unfinished ones that no
 // runner runs: at start, every one; on a shared store, those whose claim it
 // gets (their server died). The others are kept as the store shows them.
+//
+// A paused task is left as it is: it runs again only on Resume. One whose
+// pause was asked (stored pausing, or a pause request) is stored paused.
 func (r *Runner) adopt(ctx context.Context) error {
-	tasks, cancels, err := r.load(ctx)
+	tasks, reqs, err := r.load(ctx)
 	if err != nil {
 		return err
 	}
 	for _, t := range tasks {
+		reqs[t.ID].apply(t)
 		r.mu.Lock()
 		_, mine := r.running[t.ID]
 		if !mine {
 			r.tasks[t.ID] = t
 		}
 		r.mu.Unlock()
-		if mine || t.finished() {
+		if mine || t.finished() || t.Status == StatusPaused {
 			continue
 		}
-		release, ok, err := r.claim(ctx, t.Queue)
+		release, ok, err := r.claim(ctx, taskKey(t.ID))
 		if err != nil {
 			return err
 		}
@@ -362,8 +457,20 @@ func (r *Runner) adopt(ctx context.Context) error {
 				continue
 			}
 		}
-		if t.Status == StatusCancelling || cancels[t.ID] {
+		if t.Status == StatusCancelling {
 			r.finish(t, StatusCancelled, "", release)
+			continue
+		}
+		if t.Status == StatusPaused {
+			release() // paused on its server since the load
+			continue
+		}
+		if t.Status == StatusPausing {
+			r.mu.Lock()
+			r.running[t.ID] = func() {}
+			t.Status = StatusPaused
+			r.mu.Unlock()
+			r.settlePause(t, release)
 			continue
 		}
 		r.cfg.Log.Info("redrive: resuming task", "task", t.ID, "dead_queue", t.Queue, "moved", t.Moved, "matched", t.Matched)
@@ -374,15 +481,15 @@ func (r *Runner) adopt(ctx context.Context) error {
 	return nil
 }
 
-// claim claims the running task of a dead-letter queue on a shared store;
-// on a store of its own a runner holds every claim.
-func (r *Runner) claim(ctx context.Context, deadQueue string) (func(), bool, error) {
+// claim takes a claim of a shared store (taskKey, or a start claim); on a
+// store of its own a runner holds every claim.
+func (r *Runner) claim(ctx context.Context, key string) (func(), bool, error) {
 	if r.claimer == nil {
 		return func() {}, true, nil
 	}
-	release, ok, err := r.claimer.ClaimTask(ctx, deadQueue)
+	release, ok, err := r.claimer.ClaimTask(ctx, key)
 	if err != nil {
-		return nil, false, fmt.Errorf("redrive: claim the task of queue '%s': %w", deadQueue, err)
+		return nil, false, fmt.Errorf("redrive: claim '%s': %w", key, err)
 	}
 	return release, ok, nil
 }
@@ -450,8 +557,17 @@ func (p StartParams) Check() error {
 // a task. The checks, in order, are every door's: p.Queue is a dead-letter
 // queue (queue.DeadLetterQueue: queue.NotFound, or an error wrapping
 // queue.ErrNotDeadLetterQueue), p.Check, and the destination exists
-// (ErrDestinationNotFound); all apierr.Invalid. Returns apierr.Conflict
-// when a task is already running on the queue.
+// (ErrDestinationNotFound); all apierr.Invalid.
+//
+// Several tasks may run on one dead-letter queue when their items are
+// disjoint. A task's matched set is fixed when it starts: the items that
+// match its filter then (ids up to UpTo); items that die later are not
+// part of it. Start returns apierr.Conflict, naming the task, when an
+// unfinished task (running, pausing or paused) still holds some of the
+// matched items (not yet reached, see Task.holds) — unless p.Filter names
+// its items by id (a redrive of single items): such a task may overlap, and
+// each overlapping item goes to whichever task reaches it first, never to
+// both (see step).
 func (r *Runner) Start(ctx context.Context, p StartParams) (Task, error) {
 	dlq, _, err := queue.DeadLetterQueue(ctx, r.cfg.Queues, p.Queue)
 	if err != nil {
@@ -479,63 +595,109 @@ func (r *Runner) Start(ctx context.Context, p StartParams) (Task, error) {
 			t.ErrorPattern = g.Groups[0].Pattern
 		}
 	}
-	release := func() {}
-	if !p.DryRun {
-		// One task runs per dead-letter queue: on a shared store the claim
-		// of the queue says so across servers.
-		if release, err = r.claimNew(ctx, p.Queue); err != nil {
+	if p.DryRun {
+		plan := r.planner(t)
+		matched, _, scanned, err := countMatching(ctx, r.cfg.Queues, dlq, &t.Filter, plan, DryRunScan)
+		if err == nil && scanned == DryRunScan {
+			matched, err = estimate(ctx, dlq, t, matched, scanned)
+		}
+		if err != nil {
 			return Task{}, err
 		}
+		r.mu.Lock()
+		r.lastID = max(r.lastID+1, uint64(now.UnixNano()))
+		t.ID = "rd-" + queue.FormatID(r.lastID)
+		r.mu.Unlock()
+		t.Matched, t.Status, t.FinishedAt = matched, StatusCompleted, now
+		return t.clone(), nil
+	}
+
+	// Starts on one dead-letter queue go one at a time (on a shared store,
+	// across servers), each checking its items against the unfinished
+	// tasks stored before it.
+	unlock, err := r.lockStart(ctx, p.Queue)
+	if err != nil {
+		return Task{}, err
+	}
+	defer unlock()
+	if err := r.sync(ctx); err != nil {
+		return Task{}, err
 	}
 	r.mu.Lock()
-	if id := r.runningOn(p.Queue); id != "" && !p.DryRun {
-		r.mu.Unlock()
-		release()
-		return Task{}, runningConflict(id, p.Queue)
+	var others []Task
+	for _, o := range r.tasks {
+		if o.Queue == p.Queue && !o.finished() {
+			others = append(others, o.clone())
+		}
 	}
+	slices.SortFunc(others, func(a, b Task) int { return cmpString(a.ID, b.ID) })
 	r.lastID = max(r.lastID+1, uint64(now.UnixNano()))
 	t.ID = "rd-" + queue.FormatID(r.lastID)
-	if !p.DryRun {
-		// Reserves the queue while matching runs; adopt and sync leave a
-		// task in running alone.
-		r.tasks[t.ID] = t
-		r.running[t.ID] = func() {}
-	}
+	// Reserves the task while matching runs (Cancel and Pause see it);
+	// adopt and sync leave a task in running alone.
+	r.tasks[t.ID] = t
+	r.running[t.ID] = func() {}
 	r.mu.Unlock()
+	drop := func() {
+		r.mu.Lock()
+		delete(r.tasks, t.ID)
+		delete(r.running, t.ID)
+		r.mu.Unlock()
+	}
+	release, ok, err := r.claim(ctx, taskKey(t.ID))
+	if err == nil && !ok {
+		err = apierr.New(apierr.Conflict, "redrive task '%s' is claimed on another server; retry", t.ID)
+	}
+	if err != nil {
+		drop()
+		return Task{}, err
+	}
 
-	var plan func(it *queue.Item)
-	limit := 0
-	if p.DryRun {
-		plan, limit = r.planner(t), DryRunScan
+	// The matched set is fixed here: the items that match now (ids up to
+	// UpTo); of them, those an unfinished task still holds overlap it.
+	overlap, overlapN := "", int64(0)
+	each := func(it *queue.Item) {
+		for i := range others {
+			if others[i].holds(it) {
+				if overlap == "" {
+					overlap = others[i].ID
+				}
+				overlapN++
+				return
+			}
+		}
 	}
-	matched, upTo, scanned, err := countMatching(ctx, r.cfg.Queues, dlq, &t.Filter, plan, limit)
-	if err == nil && p.DryRun && scanned == limit {
-		matched, err = estimate(ctx, dlq, t, matched, scanned)
+	matched, upTo, _, err := countMatching(ctx, r.cfg.Queues, dlq, &t.Filter, each, 0)
+	if err == nil && overlapN > 0 && len(p.Filter.IDs) == 0 {
+		// A task naming its items by id may overlap: each such item goes
+		// to whichever task reaches it first. Two filters may not.
+		err = apierr.New(apierr.Conflict,
+			"redrive already running on these items; task '%s' is running on queue '%s' and holds %d of the %d matched items; wait for it to end, cancel it, or narrow the filter",
+			overlap, p.Queue, overlapN, matched)
 	}
-	if err == nil && !p.DryRun {
+	if err == nil {
 		r.mu.Lock()
 		t.Matched, t.UpTo = matched, upTo
 		r.mu.Unlock()
 		err = r.persist(t)
 	}
 	if err != nil {
-		r.mu.Lock()
-		delete(r.tasks, t.ID)
-		delete(r.running, t.ID)
-		r.mu.Unlock()
+		drop()
 		release()
 		return Task{}, err
 	}
-	if p.DryRun {
-		t.Matched, t.Status, t.FinishedAt = matched, StatusCompleted, now
-		return t.clone(), nil
-	}
 	r.cfg.Log.Info("redrive: task started", "task", t.ID, "dead_queue", t.Queue, "destination", t.Destination,
-		"matched", matched, "rate_limit", t.RateLimit)
+		"matched", matched, "rate_limit", t.RateLimit, "overlapping", overlapN)
 	r.mu.Lock()
-	if t.Status == StatusCancelling { // cancelled while it counted
+	switch t.Status {
+	case StatusCancelling: // cancelled while it counted
 		r.mu.Unlock()
 		r.finish(t, StatusCancelled, "", release)
+		return r.Get(ctx, t.ID)
+	case StatusPausing: // paused while it counted
+		t.Status = StatusPaused
+		r.mu.Unlock()
+		r.settlePause(t, release)
 		return r.Get(ctx, t.ID)
 	}
 	r.launch(t, release)
@@ -544,62 +706,49 @@ func (r *Runner) Start(ctx context.Context, p StartParams) (Task, error) {
 	return c, nil
 }
 
-// claimWait bounds how long Start waits for a claim that another server
-// holds while no unfinished task shows for it (claimNew). A variable so that
-// tests can shorten it.
+// claimWait bounds how long Start waits for the start claim of a
+// dead-letter queue that another server holds (lockStart). A variable so
+// that tests can shorten it.
 var claimWait = 2 * time.Second
 
-// claimNew claims deadQueue for a new task. A claim held elsewhere while the
-// store shows no unfinished task on the queue is a task that another server
-// is starting (it counts the matching items before it stores the task) or
-// ending (it stores the end before it releases the claim): claimNew looks
-// again, every 10 ms at first and every 200 ms at most, for up to claimWait
-// (real time: the wait is for another server, not for this one's clock).
-// It returns apierr.Conflict naming the task running on the queue as soon
-// as one shows, or, at claimWait, saying that a task is starting or ending
-// on another server.
-func (r *Runner) claimNew(ctx context.Context, deadQueue string) (func(), error) {
+// lockStart makes Start the only one on deadQueue: on this server, and on a
+// shared store across servers (the claim "redrive-start:<queue>", held while
+// another server counts a new task's items and stores it). A claim held
+// elsewhere is looked at again, every 10 ms at first and every 200 ms at
+// most, for up to claimWait (real time: the wait is for another server),
+// then refused with apierr.Conflict. unlock ends it.
+func (r *Runner) lockStart(ctx context.Context, deadQueue string) (unlock func(), err error) {
+	r.mu.Lock()
+	mu := r.starting[deadQueue]
+	if mu == nil {
+		mu = &sync.Mutex{}
+		r.starting[deadQueue] = mu
+	}
+	r.mu.Unlock()
+	mu.Lock()
 	start, wait := time.Now(), 10*time.Millisecond
 	for {
-		release, ok, err := r.claim(ctx, deadQueue)
-		if err != nil || ok {
-			return release, err
+		release, ok, err := r.claim(ctx, startClaimPrefix+deadQueue)
+		if err != nil {
+			mu.Unlock()
+			return nil, err
 		}
-		if err := r.sync(ctx); err != nil {
-			return nil, apierr.New(apierr.Conflict, "redrive already running; a task holds queue '%s' on another server", deadQueue)
-		}
-		r.mu.Lock()
-		id := r.runningOn(deadQueue)
-		r.mu.Unlock()
-		if id != "" {
-			return nil, runningConflict(id, deadQueue)
+		if ok {
+			return func() { release(); mu.Unlock() }, nil
 		}
 		if time.Since(start) >= claimWait {
+			mu.Unlock()
 			return nil, apierr.New(apierr.Conflict,
-				"redrive already running; a task is starting or ending on queue '%s' on another server; retry", deadQueue)
+				"redrive already running; a task is starting on queue '%s' on another server; retry", deadQueue)
 		}
 		select {
 		case <-ctx.Done():
+			mu.Unlock()
 			return nil, ctx.Err()
 		case <-time.After(wait):
 		}
 		wait = min(2*wait, 200*time.Millisecond)
 	}
-}
-
-// runningConflict is Start's apierr.Conflict for task id running on queue q.
-func runningConflict(id, q string) error {
-	return apierr.New(apierr.Conflict, "redrive already running; task '%s' is running on queue '%s'", id, q)
-}
-
-// runningOn returns the id of the unfinished task on queue, or "". Needs mu.
-func (r *Runner) runningOn(q string) string {
-	for _, t := range r.tasks {
-		if t.Queue == q && !t.finished() {
-			return t.ID
-		}
-	}
-	return ""
 }
 
 // DryRunScan bounds the items a dry run reads: over a dead-letter queue
@@ -751,7 +900,7 @@ func (r *Runner) sync(ctx context.Context) error {
 	if r.claimer == nil {
 		return nil
 	}
-	tasks, cancels, err := r.load(ctx)
+	tasks, reqs, err := r.load(ctx)
 	if err != nil {
 		return err
 	}
@@ -761,9 +910,7 @@ func (r *Runner) sync(ctx context.Context) error {
 		if _, mine := r.running[t.ID]; mine {
 			continue
 		}
-		if cancels[t.ID] && t.Status == StatusRunning {
-			t.Status = StatusCancelling
-		}
+		reqs[t.ID].apply(t)
 		r.tasks[t.ID] = t
 	}
 	return nil
@@ -812,9 +959,10 @@ func (r *Runner) Get(ctx context.Context, id string) (Task, error) {
 }
 
 // Cancel asks a running task to stop after its current batch and returns
-// it (status cancelling). A finished task is returned unchanged. A task
-// running on another server gets a cancel request in the shared store,
-// which its runner reads before its next batch.
+// it (status cancelling); a paused one ends cancelled at once. A finished
+// task is returned unchanged. A task running on another server gets a
+// cancel request in the shared store, which its runner reads before its
+// next batch.
 func (r *Runner) Cancel(ctx context.Context, id string) (Task, error) {
 	if err := r.sync(ctx); err != nil {
 		return Task{}, err
@@ -825,8 +973,15 @@ func (r *Runner) Cancel(ctx context.Context, id string) (Task, error) {
 		r.mu.Unlock()
 		return Task{}, apierr.New(apierr.NotFound, "redrive task does not exist; '%s'", id)
 	}
+	if t.Status == StatusPaused {
+		r.mu.Unlock()
+		return r.whilePaused(ctx, id, func(t *Task, release func()) (bool, error) {
+			r.finish(t, StatusCancelled, "", release)
+			return true, nil
+		})
+	}
 	cancel, mine := r.running[id]
-	if t.Status == StatusRunning {
+	if t.Status == StatusRunning || t.Status == StatusPausing {
 		t.Status = StatusCancelling
 		if mine {
 			cancel()
@@ -838,9 +993,8 @@ func (r *Runner) Cancel(ctx context.Context, id string) (Task, error) {
 		return c, nil
 	}
 	if !mine && r.claimer != nil {
-		rec := store.TaskRecord{ID: cancelPrefix + id, Queue: t.Queue, Data: []byte("{}")}
-		if err := r.cfg.Store.PutTask(ctx, rec); err != nil {
-			return Task{}, store.Unavailable("", fmt.Errorf("redrive: request cancel of task %s: %w", id, err))
+		if err := r.request(ctx, cancelPrefix, t, []byte("{}")); err != nil {
+			return Task{}, err
 		}
 		return c, nil
 	}
@@ -850,13 +1004,291 @@ func (r *Runner) Cancel(ctx context.Context, id string) (Task, error) {
 	return c, nil
 }
 
-// cancelRequested reports whether another server asked to cancel the task.
-func (r *Runner) cancelRequested(ctx context.Context, id string) bool {
-	if r.claimer == nil {
-		return false
+// request stores a request (cancel/, pause/ or rate/) for task t, running on
+// another server of a shared store.
+func (r *Runner) request(ctx context.Context, prefix string, t *Task, data []byte) error {
+	rec := store.TaskRecord{ID: prefix + t.ID, Queue: t.Queue, Data: data}
+	if err := r.cfg.Store.PutTask(ctx, rec); err != nil {
+		return store.Unavailable("", fmt.Errorf("redrive: store request %s%s: %w", prefix, t.ID, err))
 	}
-	_, cancels, err := r.load(ctx)
-	return err == nil && cancels[id]
+	return nil
+}
+
+// requests returns what other servers asked of task id (none on a store of
+// this server's own).
+func (r *Runner) requests(ctx context.Context, id string) requests {
+	if r.claimer == nil {
+		return requests{}
+	}
+	_, reqs, err := r.load(ctx)
+	if err != nil {
+		return requests{}
+	}
+	return reqs[id]
+}
+
+// ErrTaskEnded: Pause, Resume or Update of a task that has ended (or is
+// cancelling); wrapped in an apierr.Conflict (409) naming the task and its
+// status.
+var ErrTaskEnded = errors.New("redrive task has ended")
+
+// endedConflict is the answer to Pause, Resume or Update of task t that
+// has ended or is ending.
+func endedConflict(t *Task, what string) error {
+	return apierr.Wrap(ErrTaskEnded, apierr.Conflict, "cannot %s redrive task '%s'; it is %s", what, t.ID, t.Status)
+}
+
+// Pause asks a running task to stop after its current step (status pausing,
+// then paused) and returns it; a paused or pausing task is returned
+// unchanged. A paused task moves nothing until Resume: its pause is stored,
+// so it stays paused across restarts and, on a shared store, when its
+// server fails (another server does not take it over). A task running on
+// another server gets a pause request in the shared store, which its runner
+// reads before its next step. apierr.Conflict (ErrTaskEnded) for a task
+// that has ended or is cancelling; apierr.NotFound for an unknown one.
+func (r *Runner) Pause(ctx context.Context, id string) (Task, error) {
+	if err := r.sync(ctx); err != nil {
+		return Task{}, err
+	}
+	r.mu.Lock()
+	t, ok := r.tasks[id]
+	if !ok {
+		r.mu.Unlock()
+		return Task{}, apierr.New(apierr.NotFound, "redrive task does not exist; '%s'", id)
+	}
+	_, mine := r.running[id]
+	switch t.Status {
+	case StatusPaused, StatusPausing:
+		c := t.clone()
+		r.mu.Unlock()
+		return c, nil
+	case StatusRunning:
+	default:
+		err := endedConflict(t, "pause")
+		r.mu.Unlock()
+		return Task{}, err
+	}
+	t.Status = StatusPausing
+	r.poke(id)
+	c := t.clone()
+	r.mu.Unlock()
+	if !mine && r.claimer != nil {
+		return c, r.request(ctx, pausePrefix, t, []byte("{}"))
+	}
+	// Stored now, so that a restart before the step ends keeps the pause.
+	return c, r.persist(t)
+}
+
+// Resume runs a paused task again from where it stopped (status running),
+// on this server; a pausing task goes on running; a running one is returned
+// unchanged. apierr.Conflict (ErrTaskEnded) for a task that has ended or is
+// cancelling; apierr.NotFound for an unknown one.
+func (r *Runner) Resume(ctx context.Context, id string) (Task, error) {
+	if err := r.sync(ctx); err != nil {
+		return Task{}, err
+	}
+	r.mu.Lock()
+	t, ok := r.tasks[id]
+	if !ok {
+		r.mu.Unlock()
+		return Task{}, apierr.New(apierr.NotFound, "redrive task does not exist; '%s'", id)
+	}
+	_, mine := r.running[id]
+	switch {
+	case t.Status == StatusRunning:
+		c := t.clone()
+		r.mu.Unlock()
+		return c, nil
+	case t.Status == StatusPausing && mine:
+		t.Status = StatusRunning
+		c := t.clone()
+		r.mu.Unlock()
+		return c, r.persist(t)
+	case t.Status == StatusPausing:
+		// Asked of the server running it: withdraw the request. Had it
+		// paused already, the task shows paused: resume it again.
+		r.mu.Unlock()
+		if err := r.cfg.Store.DeleteTask(ctx, pausePrefix+id); err != nil {
+			return Task{}, store.Unavailable("", fmt.Errorf("redrive: withdraw pause of task %s: %w", id, err))
+		}
+		return r.Get(ctx, id)
+	case t.Status != StatusPaused:
+		err := endedConflict(t, "resume")
+		r.mu.Unlock()
+		return Task{}, err
+	}
+	r.mu.Unlock()
+	return r.whilePaused(ctx, id, func(t *Task, release func()) (bool, error) {
+		r.mu.Lock()
+		t.Status = StatusRunning
+		r.mu.Unlock()
+		if err := r.persist(t); err != nil {
+			r.mu.Lock()
+			t.Status = StatusPaused
+			r.mu.Unlock()
+			return false, err
+		}
+		if r.claimer != nil {
+			_ = r.cfg.Store.DeleteTask(ctx, pausePrefix+id)
+		}
+		r.cfg.Log.Info("redrive: task resumed", "task", t.ID, "dead_queue", t.Queue, "moved", t.Moved, "matched", t.Matched)
+		r.mu.Lock()
+		r.launch(t, release)
+		r.mu.Unlock()
+		return true, nil
+	})
+}
+
+// Update sets the rate limit of an unfinished task (items per second, 0
+// for none; ErrRateLimit when out of range 0..MaxRateLimit): a running task
+// paces its next step by it; a paused one when resumed. A task running on
+// another server gets a re-rate request in the shared store, which its
+// runner reads before its next step. apierr.Conflict (ErrTaskEnded) for a
+// task that has ended or is cancelling; apierr.NotFound for an unknown one.
+func (r *Runner) Update(ctx context.Context, id string, rateLimit int32) (Task, error) {
+	if rateLimit < 0 || rateLimit > MaxRateLimit {
+		return Task{}, apierr.Wrap(ErrRateLimit, apierr.Invalid, "invalid rate_limit; %d is out of range 0..%d items per second", rateLimit, MaxRateLimit)
+	}
+	if err := r.sync(ctx); err != nil {
+		return Task{}, err
+	}
+	now := r.cfg.Clock.Now().UTC()
+	r.mu.Lock()
+	t, ok := r.tasks[id]
+	if !ok {
+		r.mu.Unlock()
+		return Task{}, apierr.New(apierr.NotFound, "redrive task does not exist; '%s'", id)
+	}
+	_, mine := r.running[id]
+	switch {
+	case t.Status == StatusPaused:
+		r.mu.Unlock()
+		return r.whilePaused(ctx, id, func(t *Task, release func()) (bool, error) {
+			defer release()
+			r.mu.Lock()
+			t.RateLimit, t.RateSetAt = rateLimit, now
+			r.mu.Unlock()
+			return false, r.persist(t)
+		})
+	case t.Status != StatusRunning && t.Status != StatusPausing:
+		err := endedConflict(t, "update")
+		r.mu.Unlock()
+		return Task{}, err
+	}
+	t.RateLimit, t.RateSetAt = rateLimit, now
+	r.poke(id)
+	c := t.clone()
+	r.mu.Unlock()
+	if !mine && r.claimer != nil {
+		data, err := json.Marshal(rateRequest{RateLimit: rateLimit, At: now})
+		if err != nil {
+			return Task{}, err
+		}
+		return c, r.request(ctx, ratePrefix, t, data)
+	}
+	r.cfg.Log.Info("redrive: task re-rated", "task", t.ID, "dead_queue", t.Queue, "rate_limit", rateLimit)
+	return c, nil
+}
+
+// whilePaused calls fn with paused task id, holding it: on this server (no
+// other call acts on it meanwhile; a task that is still stopping is waited
+// for, up to claimWait) and on a shared store by its claim, after reading
+// it again. fn owns release (the claim): it calls it, or hands it on with
+// the task (launch, finish) and returns true; whilePaused then returns the
+// task as it is. A task that is no longer paused is returned as it is;
+// apierr.Conflict when it stays held elsewhere.
+func (r *Runner) whilePaused(ctx context.Context, id string, fn func(t *Task, release func()) (bool, error)) (Task, error) {
+	start := time.Now()
+	for {
+		r.mu.Lock()
+		if _, busy := r.running[id]; !busy {
+			r.running[id] = func() {}
+			r.mu.Unlock()
+			break
+		}
+		r.mu.Unlock()
+		if time.Since(start) >= claimWait {
+			return Task{}, apierr.New(apierr.Conflict, "redrive task '%s' is being paused, resumed or changed; retry", id)
+		}
+		select {
+		case <-ctx.Done():
+			return Task{}, ctx.Err()
+		case <-time.After(5 * time.Millisecond):
+		}
+	}
+	handed := false
+	defer func() {
+		if !handed {
+			r.mu.Lock()
+			delete(r.running, id)
+			r.mu.Unlock()
+		}
+	}()
+	release, ok, err := r.claim(ctx, taskKey(id))
+	if err != nil {
+		return Task{}, err
+	}
+	if !ok {
+		return Task{}, apierr.New(apierr.Conflict, "redrive task '%s' is being paused, resumed or changed on another server; retry", id)
+	}
+	r.mu.Lock()
+	t := r.tasks[id]
+	r.mu.Unlock()
+	if r.claimer != nil {
+		cur, _, err := r.reload(ctx, &Task{ID: id})
+		if err != nil || cur == nil {
+			release()
+			if err == nil {
+				err = apierr.New(apierr.NotFound, "redrive task does not exist; '%s'", id)
+			}
+			return Task{}, err
+		}
+		t = cur
+	}
+	if t.Status != StatusPaused {
+		release()
+		r.mu.Lock()
+		c := t.clone()
+		r.mu.Unlock()
+		return c, nil
+	}
+	if handed, err = fn(t, release); err != nil {
+		return Task{}, err
+	}
+	r.mu.Lock()
+	c := t.clone()
+	r.mu.Unlock()
+	return c, nil
+}
+
+// poke wakes task id's goroutine from its wait, if it runs here. Needs mu.
+func (r *Runner) poke(id string) {
+	if ch := r.pokes[id]; ch != nil {
+		select {
+		case ch <- struct{}{}:
+		default:
+		}
+	}
+}
+
+// settlePause stores task t paused (its goroutine has stopped, or never
+// ran), withdraws a pause request stored for it, and releases its claim:
+// the task runs nowhere until Resume. t is in running (mine).
+func (r *Runner) settlePause(t *Task, release func()) {
+	if err := r.persist(t); err != nil {
+		r.cfg.Log.Error("redrive: persist paused task", "task", t.ID, "error", err)
+	}
+	if r.claimer != nil {
+		if err := r.cfg.Store.DeleteTask(context.Background(), pausePrefix+t.ID); err != nil {
+			r.cfg.Log.Error("redrive: delete pause request", "task", t.ID, "error", err)
+		}
+	}
+	release()
+	r.mu.Lock()
+	delete(r.running, t.ID)
+	delete(r.pokes, t.ID)
+	r.mu.Unlock()
+	r.cfg.Log.Info("redrive: task paused", "task", t.ID, "dead_queue", t.Queue, "moved", t.Moved, "matched", t.Matched)
 }
 
 // launch starts the task's goroutine, which calls release (its claim) when
@@ -864,12 +1296,18 @@ func (r *Runner) cancelRequested(ctx context.Context, id string) bool {
 func (r *Runner) launch(t *Task, release func()) {
 	ctx, cancel := context.WithCancel(r.ctx)
 	r.running[t.ID] = cancel
+	poke := make(chan struct{}, 1)
+	r.pokes[t.ID] = poke
 	running := r.cfg.Metrics.RedriveRunning.WithLabelValues(t.Queue)
 	running.Inc()
 	r.wg.Go(func() {
 		defer cancel()
 		defer running.Dec()
-		status, reason := r.run(ctx, t)
+		status, reason := r.run(ctx, t, poke)
+		if status == StatusPaused {
+			r.settlePause(t, release)
+			return
+		}
 		if r.ctx.Err() != nil && status != StatusCompleted {
 			release()
 			return // server shutting down: the task resumes at restart
@@ -881,6 +1319,7 @@ func (r *Runner) launch(t *Task, release func()) {
 			release()
 			r.mu.Lock()
 			delete(r.running, t.ID)
+			delete(r.pokes, t.ID)
 			r.mu.Unlock()
 			r.cfg.Log.Warn("redrive: the task's claim was lost (its database session ended); it stops here and resumes on the server that claims it next",
 				"task", t.ID, "dead_queue", t.Queue)
@@ -911,6 +1350,7 @@ func (r *Runner) finish(t *Task, status, reason string, release func()) {
 	r.mu.Lock()
 	t.Status, t.FailureReason, t.FinishedAt, t.Warning = ended.Status, ended.FailureReason, ended.FinishedAt, ended.Warning
 	delete(r.running, t.ID)
+	delete(r.pokes, t.ID)
 	var done []*Task
 	for _, o := range r.tasks {
 		if o.Queue == t.Queue && o.finished() {
@@ -926,7 +1366,7 @@ func (r *Runner) finish(t *Task, status, reason string, release func()) {
 	}
 	r.mu.Unlock()
 	if r.claimer != nil {
-		prune = append(prune, cancelPrefix+t.ID)
+		prune = append(prune, cancelPrefix+t.ID, pausePrefix+t.ID, ratePrefix+t.ID)
 	}
 	for _, id := range prune {
 		if err := r.cfg.Store.DeleteTask(context.Background(), id); err != nil {
@@ -953,19 +1393,18 @@ func (r *Runner) persist(t *Task) error {
 	return nil
 }
 
-// run moves the task's items until done, canceled or failed. It returns
-// the final status and, for failed, the reason; or statusClaimLost when
-// the task's claim was lost (checked before each step and each save of its
-// progress). A step that fails transiently (see transient) runs again after
-// a back-off (maxStepRetries) before it fails the task.
-func (r *Runner) run(ctx context.Context, t *Task) (string, string) {
+// run moves the task's items until done, canceled, paused or failed. It
+// returns the final status and, for failed, the reason; StatusPaused when
+// the task was paused (it has stored nothing of that yet); or
+// statusClaimLost when the task's claim was lost (checked before each step
+// and each save of its progress). A step that fails transiently (see
+// transient) runs again after a back-off (maxStepRetries) before it fails
+// the task. poke wakes it from the rate limiter's wait (Pause, Update):
+// before each step it reads the task's status and rate limit again, and
+// other servers' requests.
+func (r *Runner) run(ctx context.Context, t *Task, poke <-chan struct{}) (string, string) {
 	var limiter *rate.Limiter
-	batch := maxBatch
-	if t.RateLimit > 0 {
-		// Small bursts keep the rate even: a tenth of a second's worth.
-		batch = max(1, min(maxBatch, int(t.RateLimit)/10))
-		limiter = rate.NewLimiter(rate.Limit(t.RateLimit), batch)
-	}
+	batch, paced := maxBatch, int32(-1) // the rate the limiter was made for
 	nextLog := (t.Moved + t.Failed + t.Skipped) / progressEvery
 	var wait time.Duration // the back-off after a transient failure; 0 after a step that went through
 	tries := 0             // transient failures since the last step that went through
@@ -997,8 +1436,36 @@ func (r *Runner) run(ctx context.Context, t *Task) (string, string) {
 		}
 	}
 	for {
-		if ctx.Err() != nil || r.cancelRequested(ctx, t.ID) {
+		if ctx.Err() != nil {
 			return StatusCancelled, ""
+		}
+		asked := r.requests(ctx, t.ID)
+		if asked.cancel {
+			return StatusCancelled, ""
+		}
+		r.mu.Lock()
+		if asked.pause && t.Status == StatusRunning {
+			t.Status = StatusPausing
+		}
+		if asked.rate != nil && asked.rate.At.After(t.RateSetAt) {
+			t.RateLimit, t.RateSetAt = asked.rate.RateLimit, asked.rate.At
+		}
+		if t.Status == StatusPausing {
+			t.Status = StatusPaused
+			r.mu.Unlock()
+			return StatusPaused, ""
+		}
+		rateLimit := t.RateLimit
+		r.mu.Unlock()
+		if rateLimit != paced {
+			// Small bursts keep the rate even: a tenth of a second's
+			// worth. A new rate takes effect from this step.
+			paced, batch, limiter = rateLimit, maxBatch, nil
+			if rateLimit > 0 {
+				batch = max(1, min(maxBatch, int(rateLimit)/10))
+				limiter = rate.NewLimiter(rate.Limit(rateLimit), batch)
+				limiter.SetLimitAt(r.cfg.Clock.Now(), rate.Limit(rateLimit)) // paced on the runner's clock
+			}
 		}
 		if !r.claimHeld(ctx, t) {
 			return statusClaimLost, ""
@@ -1040,8 +1507,17 @@ func (r *Runner) run(ctx context.Context, t *Task) (string, string) {
 			items = slices.DeleteFunc(items, func(it queue.Item) bool { return it.Meta.ID > t.UpTo })
 		}
 		if len(items) > 0 && limiter != nil {
-			if err := limiter.WaitN(ctx, len(items)); err != nil {
-				return StatusCancelled, ""
+			now := r.cfg.Clock.Now()
+			res := limiter.ReserveN(now, len(items)) // len(items) <= batch, the burst
+			if d := res.DelayFrom(now); res.OK() && d > 0 {
+				switch r.waitUntil(ctx, now.Add(d), poke) {
+				case waitCanceled:
+					return StatusCancelled, ""
+				case waitPoked:
+					// Paused or re-rated: look again before moving.
+					res.CancelAt(r.cfg.Clock.Now())
+					continue
+				}
 			}
 		}
 		if err := r.step(ctx, t, dlq, items, taken, tries < maxStepRetries); err != nil {
@@ -1084,14 +1560,55 @@ func (r *Runner) run(ctx context.Context, t *Task) (string, string) {
 	}
 }
 
+// What waitUntil saw.
+const (
+	waitDone = iota
+	waitCanceled
+	waitPoked
+)
+
+// waitUntil waits until the runner's clock reads deadline, ctx is canceled
+// or poke receives. A clock that can wait (clock.Fake's After) is waited
+// on, so that tests pace a task by moving the clock; it is read again every
+// 10 ms of real time, in case it moved before the wait began.
+func (r *Runner) waitUntil(ctx context.Context, deadline time.Time, poke <-chan struct{}) int {
+	w, fake := r.cfg.Clock.(interface {
+		After(time.Duration) <-chan time.Time
+	})
+	for {
+		d := deadline.Sub(r.cfg.Clock.Now())
+		if d <= 0 {
+			return waitDone
+		}
+		var fired <-chan time.Time
+		var recheck <-chan time.Time
+		if fake {
+			fired, recheck = w.After(d), time.After(10*time.Millisecond)
+		} else {
+			timer := time.NewTimer(d)
+			defer timer.Stop()
+			fired = timer.C
+		}
+		select {
+		case <-ctx.Done():
+			return waitCanceled
+		case <-poke:
+			return waitPoked
+		case <-fired:
+			return waitDone
+		case <-recheck:
+		}
+	}
+}
+
 // statusClaimLost is what run returns when the task's claim was lost: not
 // a status a task is stored with.
 const statusClaimLost = "claim lost"
 
-// claimHeld reports whether this server still holds the claim of t's
-// dead-letter queue (always, unless the store's claims can be lost).
+// claimHeld reports whether this server still holds t's claim (always,
+// unless the store's claims can be lost).
 func (r *Runner) claimHeld(ctx context.Context, t *Task) bool {
-	return r.checker == nil || r.checker.ClaimHeld(ctx, t.Queue)
+	return r.checker == nil || r.checker.ClaimHeld(ctx, taskKey(t.ID))
 }
 
 // step moves one batch: destination first, dead-letter queue second. A
@@ -1126,6 +1643,32 @@ func (r *Runner) step(ctx context.Context, t *Task, dlq queue.Queue, items []que
 				r.count(t, c.dest, c.moved, 0, 0, "")
 			}
 		}
+	}()
+	// An item another task of the queue is moving now (one naming items
+	// by id overlaps a running one) is that task's: skipped here.
+	r.mu.Lock()
+	var mine []string
+	items = slices.DeleteFunc(slices.Clone(items), func(it queue.Item) bool {
+		key := queue.RedriveKey(t.Queue, it.Meta.ID)
+		if other, ok := r.inflight[key]; ok && other != t.ID {
+			dest := t.Destination
+			if dest == "" {
+				dest = it.Body.SourceQueue
+			}
+			count(dest, 0, 0, 1, SkipOtherTask)
+			return true
+		}
+		r.inflight[key] = t.ID
+		mine = append(mine, key)
+		return false
+	})
+	r.mu.Unlock()
+	defer func() {
+		r.mu.Lock()
+		for _, key := range mine {
+			delete(r.inflight, key)
+		}
+		r.mu.Unlock()
 	}()
 	byDest := map[string][]queue.Item{}
 	var order []string

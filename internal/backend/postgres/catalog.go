@@ -18,7 +18,6 @@ import (
 	"hash/fnv"
 	"net"
 	"strings"
-	"sync"
 	"time"
 
 	"github.com/jackc/pgx/v5"
@@ -37,10 +36,8 @@ type Store struct {
 	pool *pgxpool.Pool
 	// channel is the NOTIFY channel of the schema the store uses.
 	channel string
-	// claims holds the connection of each task claim (ClaimTask) until
-	// its release; guarded by claimsMu.
-	claimsMu sync.Mutex
-	claims   map[string]*pgxpool.Conn
+	// claims is the session holding the task claims (ClaimTask).
+	claims claimSession
 }
 
 // DefaultConnectTimeout bounds a new connection when the URL sets none, so
@@ -87,6 +84,7 @@ func OpenStore(ctx context.Context, url string, maxConns int32) (*Store, error) 
 
 // Close closes the pool.
 func (s *Store) Close() error {
+	s.claims.close()
 	s.pool.Close()
 	return nil
 }
@@ -255,63 +253,6 @@ func (s *Store) ListTasks(ctx context.Context) ([]store.TaskRecord, error) {
 func (s *Store) DeleteTask(ctx context.Context, id string) error {
 	_, err := s.pool.Exec(ctx, `DELETE FROM styx_tasks WHERE id=$1`, []byte(id))
 	return wrap("delete task", err)
-}
-
-// ClaimTask implements store.TaskClaimer with a session-level advisory lock
-// held on a connection of its own until release: a node that dies loses its
-// session, and with it its claims.
-func (s *Store) ClaimTask(ctx context.Context, id string) (func(), bool, error) {
-	conn, err := s.pool.Acquire(ctx)
-	if err != nil {
-		return nil, false, wrap("claim task", err)
-	}
-	const key = `hashtextextended('styx-task:' || current_schema() || ':' || encode($1::bytea, 'hex'), 0)`
-	var ok bool
-	if err := conn.QueryRow(ctx, `SELECT pg_try_advisory_lock(`+key+`)`, []byte(id)).Scan(&ok); err != nil || !ok {
-		conn.Release()
-		return nil, false, wrap("claim task", err)
-	}
-	s.claimsMu.Lock()
-	if s.claims == nil {
-		s.claims = map[string]*pgxpool.Conn{}
-	}
-	s.claims[id] = conn
-	s.claimsMu.Unlock()
-	release := func() {
-		s.claimsMu.Lock()
-		delete(s.claims, id)
-		s.claimsMu.Unlock()
-		ctx, cancel := context.WithTimeout(context.Background(), DefaultConnectTimeout)
-		defer cancel()
-		if _, err := conn.Exec(ctx, `SELECT pg_advisory_unlock(`+key+`)`, []byte(id)); err != nil {
-			// The session is gone, and the lock with it; do not reuse it.
-			_ = conn.Conn().Close(ctx)
-		}
-		conn.Release()
-	}
-	return release, true, nil
-}
-
-// ClaimHeld implements store.ClaimChecker: the claim's session holds its
-// advisory lock as long as the session lives, so the claim is held when its
-// connection still answers. A connection that fails to answer (cut, or the
-// database away) is closed: its session, and the lock, are gone or going,
-// and the key may be claimed again (by this server too) once the database
-// is back.
-func (s *Store) ClaimHeld(ctx context.Context, id string) bool {
-	s.claimsMu.Lock()
-	conn := s.claims[id]
-	s.claimsMu.Unlock()
-	if conn == nil {
-		return false
-	}
-	ctx, cancel := context.WithTimeout(ctx, DefaultConnectTimeout)
-	defer cancel()
-	if _, err := conn.Exec(ctx, `SELECT 1`); err != nil {
-		_ = conn.Conn().Close(context.Background())
-		return false
-	}
-	return true
 }
 
 var (

@@ -1,0 +1,269 @@
+package service_test
+
+import (
+	"fmt"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+
+	styx "github.com/styxq/styx"
+	pb "github.com/styxq/styx/styxpb"
+)
+
+// Redrives that fit an incident (issue 39, point 2): several tasks on one
+// dead-letter queue when their items are disjoint, single-item redrives
+// while a group redrive runs, and pause, resume and re-rate of a running
+// task.
+
+// withTwoSources creates the dead-letter queue <name>-dlq of the queues
+// <name>-a and <name>-b, holding n dead items of each (payloads a0.., b0..).
+func (s *server) withTwoSources(name string, n int) string {
+	s.t.Helper()
+	dlq := name + "-dlq"
+	s.createQueue(&pb.QueueInfo{QueueName: dlq})
+	var items []deadItem
+	for _, src := range []string{"a", "b"} {
+		s.createQueue(&pb.QueueInfo{QueueName: name + "-" + src, DeadQueue: dlq})
+		for i := range n {
+			items = append(items, deadItem{payload: fmt.Sprintf("%s%02d", src, i), source: name + "-" + src, reason: "expired"})
+		}
+	}
+	s.importDead(dlq, items...)
+	return dlq
+}
+
+// getTask returns a task through the client.
+func (s *server) getTask(id string) *pb.RedriveTask {
+	s.t.Helper()
+	got, err := s.C.RedrivesGet(ctx, &pb.RedriveTaskRequest{TaskId: id})
+	require.NoError(s.t, err)
+	return got
+}
+
+// requireOnce asserts queue holds exactly the payloads want, each once.
+func (s *server) requireOnce(queue string, want []string) {
+	s.t.Helper()
+	seen := map[string]int{}
+	for _, it := range s.items(queue) {
+		seen[string(it.Payload)]++
+	}
+	for p, k := range seen {
+		require.Equal(s.t, 1, k, "item %s is in %s %d times", p, queue, k)
+	}
+	require.Equal(s.t, sorted(want), sorted(payloads(s.items(queue))))
+}
+
+func names(prefix string, n int) []string {
+	out := make([]string, n)
+	for i := range out {
+		out[i] = fmt.Sprintf("%s%02d", prefix, i)
+	}
+	return out
+}
+
+// TestRedriveDisjointTasks: two redrives of one dead-letter queue whose
+// items are disjoint run together, and each moves exactly its items; one
+// that would take items a running task still holds is refused (409 naming
+// it); an item that dies after a task started is not the task's.
+func TestRedriveDisjointTasks(t *testing.T) {
+	forEachBackend(t, func(t *testing.T, b backend) {
+		s := start(t, b)
+		dlq := s.withTwoSources("dj", 30)
+		ta, err := s.C.DeadRedrive(ctx, &pb.DeadRedriveRequest{QueueName: dlq, RateLimit: 20, Filter: &pb.DeadFilter{SourceQueue: "dj-a"}})
+		require.NoError(t, err)
+		tb, err := s.C.DeadRedrive(ctx, &pb.DeadRedriveRequest{QueueName: dlq, RateLimit: 20, Filter: &pb.DeadFilter{SourceQueue: "dj-b"}})
+		require.NoError(t, err, "a second redrive of disjoint items starts while the first runs")
+		assert.Equal(t, int64(30), ta.Matched)
+		assert.Equal(t, int64(30), tb.Matched)
+		eventually(t, func() bool {
+			a, b := s.getTask(ta.TaskId), s.getTask(tb.TaskId)
+			return a.Status == "running" && b.Status == "running" && a.Moved > 0 && b.Moved > 0
+		}, "both tasks run at once")
+
+		_, err = s.C.DeadRedrive(ctx, &pb.DeadRedriveRequest{QueueName: dlq, All: true})
+		requireCode(t, err, styx.CodeConflict, ta.TaskId, "holds")
+
+		// An item that dies now is no running task's: it stays.
+		s.importDead(dlq, deadItem{payload: "a-late", source: "dj-a", reason: "expired"})
+
+		da, db := s.waitTask(ta.TaskId), s.waitTask(tb.TaskId)
+		assert.Equal(t, "completed", da.Status)
+		assert.Equal(t, "completed", db.Status)
+		assert.Equal(t, int64(30), da.Moved)
+		assert.Equal(t, int64(30), db.Moved)
+		s.requireOnce("dj-a", names("a", 30))
+		s.requireOnce("dj-b", names("b", 30))
+		assert.Equal(t, []string{"a-late"}, payloads(s.items(dlq)), "the item that died after the start stays")
+	})
+}
+
+// TestRedriveSingleItemWhileGroupRuns: while a throttled group redrive
+// runs, a redrive of one item (named by id) starts, whether the item is
+// outside the group or one the group has not reached yet; every item is
+// moved exactly once.
+func TestRedriveSingleItemWhileGroupRuns(t *testing.T) {
+	forEachBackend(t, func(t *testing.T, b backend) {
+		s := start(t, b)
+		dlq := s.withTwoSources("si", 20)
+		group, err := s.C.DeadRedrive(ctx, &pb.DeadRedriveRequest{QueueName: dlq, RateLimit: 10, Filter: &pb.DeadFilter{SourceQueue: "si-a"}})
+		require.NoError(t, err)
+		ids := map[string]string{}
+		for _, it := range s.deadList(dlq, nil, 100) {
+			ids[string(it.Payload)] = it.Id
+		}
+		// One outside the group, one the group holds but has not reached.
+		for _, p := range []string{"b07", "a19"} {
+			one, err := s.C.DeadRedrive(ctx, &pb.DeadRedriveRequest{QueueName: dlq, Filter: &pb.DeadFilter{Ids: []string{ids[p]}}})
+			require.NoError(t, err, "redrive of %s while the group runs", p)
+			done := s.waitTask(one.TaskId)
+			assert.Equal(t, int64(1), done.Moved, p)
+		}
+		assert.Equal(t, "running", s.getTask(group.TaskId).Status, "the group redrive still runs")
+		done := s.waitTask(group.TaskId)
+		assert.Equal(t, "completed", done.Status)
+		assert.Equal(t, int64(19), done.Moved+done.Skipped, "the group's items but the one moved by id")
+		s.requireOnce("si-a", names("a", 20))
+		s.requireOnce("si-b", []string{"b07"})
+	})
+}
+
+// TestRedriveOverlapNeverTwice: redrives by id of items a running group
+// redrive holds, started while it runs, never move an item twice nor lose
+// one.
+func TestRedriveOverlapNeverTwice(t *testing.T) {
+	forEachBackend(t, func(t *testing.T, b backend) {
+		s := start(t, b)
+		dlq := s.withExpiredDead("ov", 60)
+		group, err := s.C.DeadRedrive(ctx, &pb.DeadRedriveRequest{QueueName: dlq, RateLimit: 100, All: true})
+		require.NoError(t, err)
+		dead := s.deadList(dlq, nil, 100)
+		var wg sync.WaitGroup
+		var mu sync.Mutex
+		var started []string
+		for i := len(dead) - 1; i >= 0; i -= 3 {
+			wg.Go(func() {
+				one, err := s.C.DeadRedrive(ctx, &pb.DeadRedriveRequest{QueueName: dlq, Filter: &pb.DeadFilter{Ids: []string{dead[i].Id}}})
+				if assert.NoError(t, err) {
+					mu.Lock()
+					started = append(started, one.TaskId)
+					mu.Unlock()
+				}
+			})
+		}
+		wg.Wait()
+		var moved int64
+		for _, id := range append(started, group.TaskId) {
+			done := s.waitTask(id)
+			assert.Equal(t, "completed", done.Status)
+			moved += done.Moved
+		}
+		assert.Equal(t, int64(60), moved, "every item counted moved once")
+		seen := map[string]int{}
+		for _, it := range s.items("ov") {
+			seen[string(it.Payload)]++
+		}
+		require.Len(t, seen, 60, "no item lost")
+		for p, k := range seen {
+			require.Equal(t, 1, k, "item %s moved %d times", p, k)
+		}
+		assert.Empty(t, s.items(dlq))
+	})
+}
+
+// TestRedrivePauseResume: a paused task moves nothing, stays paused across
+// a restart, and once resumed moves the rest, each item once. The task is
+// paced by the server's fake clock (1 item per second): only moving the
+// clock lets it go on.
+func TestRedrivePauseResume(t *testing.T) {
+	forEachBackend(t, func(t *testing.T, b backend) {
+		s := startFake(t, b)
+		dlq := s.withExpiredDead("pr", 6)
+		task, err := s.C.DeadRedrive(ctx, &pb.DeadRedriveRequest{QueueName: dlq, RateLimit: 1, All: true})
+		require.NoError(t, err)
+		eventually(t, func() bool { return s.getTask(task.TaskId).Moved == 1 }, "the first item moves at once")
+
+		p, err := s.C.RedrivesPause(ctx, &pb.RedriveTaskRequest{TaskId: task.TaskId})
+		require.NoError(t, err)
+		assert.Contains(t, []string{"pausing", "paused"}, p.Status)
+		eventually(t, func() bool { return s.getTask(task.TaskId).Status == "paused" }, "the task pauses")
+		s.advance(time.Hour)
+		got := s.getTask(task.TaskId)
+		assert.Equal(t, "paused", got.Status)
+		assert.Equal(t, int64(1), got.Moved, "a paused task moves nothing")
+		assert.Len(t, s.items(dlq), 5)
+		// Pausing again changes nothing.
+		p, err = s.C.RedrivesPause(ctx, &pb.RedriveTaskRequest{TaskId: task.TaskId})
+		require.NoError(t, err)
+		assert.Equal(t, "paused", p.Status)
+
+		s.restart()
+		s.advance(time.Hour)
+		got = s.getTask(task.TaskId)
+		assert.Equal(t, "paused", got.Status, "the pause survives a restart")
+		assert.Equal(t, int64(1), got.Moved)
+		assert.Len(t, s.items(dlq), 5)
+
+		r, err := s.C.RedrivesResume(ctx, &pb.RedriveTaskRequest{TaskId: task.TaskId})
+		require.NoError(t, err)
+		assert.Equal(t, "running", r.Status)
+		for moved := int64(2); moved <= 6; moved++ {
+			eventually(t, func() bool { return s.getTask(task.TaskId).Moved >= moved-1 }, "moved %d", moved-1)
+			s.advance(time.Second)
+			eventually(t, func() bool { return s.getTask(task.TaskId).Moved >= moved }, "one more item each second: %d", moved)
+		}
+		done := s.waitTask(task.TaskId)
+		assert.Equal(t, "completed", done.Status)
+		assert.Equal(t, int64(6), done.Moved)
+		assert.Len(t, s.items("pr"), 6)
+		assert.Empty(t, s.items(dlq))
+
+		_, err = s.C.RedrivesPause(ctx, &pb.RedriveTaskRequest{TaskId: task.TaskId})
+		requireCode(t, err, styx.CodeConflict, task.TaskId, "completed")
+		_, err = s.C.RedrivesResume(ctx, &pb.RedriveTaskRequest{TaskId: "rd-nope"})
+		requireCode(t, err, styx.CodeNotFound, "rd-nope")
+		_, err = s.C.RedrivesPause(ctx, &pb.RedriveTaskRequest{})
+		requireCode(t, err, styx.CodeBadRequest, "task_id")
+	})
+}
+
+// TestRedriveReRate: a running task's rate changes from its next step:
+// at 1 item per second of the fake clock a tenth of a second moves
+// nothing; at 10 each tenth moves one.
+func TestRedriveReRate(t *testing.T) {
+	forEachBackend(t, func(t *testing.T, b backend) {
+		s := startFake(t, b)
+		dlq := s.withExpiredDead("rr8", 20)
+		task, err := s.C.DeadRedrive(ctx, &pb.DeadRedriveRequest{QueueName: dlq, RateLimit: 1, All: true})
+		require.NoError(t, err)
+		eventually(t, func() bool { return s.getTask(task.TaskId).Moved == 1 }, "the first item moves at once")
+		s.advance(time.Second)
+		eventually(t, func() bool { return s.getTask(task.TaskId).Moved == 2 }, "one item a second")
+
+		_, err = s.C.RedrivesUpdate(ctx, &pb.RedrivesUpdateRequest{TaskId: task.TaskId, RateLimit: -1})
+		requireCode(t, err, styx.CodeBadRequest, "rate_limit", "0..1000000")
+		u, err := s.C.RedrivesUpdate(ctx, &pb.RedrivesUpdateRequest{TaskId: task.TaskId, RateLimit: 10})
+		require.NoError(t, err)
+		assert.Equal(t, int32(10), u.RateLimit)
+		// The new rate starts with a full burst of one item.
+		eventually(t, func() bool { return s.getTask(task.TaskId).Moved == 3 }, "the new rate applies at once")
+		for want := int64(4); want <= 8; want++ {
+			s.advance(100 * time.Millisecond)
+			eventually(t, func() bool { return s.getTask(task.TaskId).Moved == want }, "one item each tenth of a second: %d", want)
+		}
+		got := s.getTask(task.TaskId)
+		assert.Equal(t, int32(10), got.RateLimit)
+		assert.Equal(t, "running", got.Status)
+
+		// Unthrottled, the rest go without the clock moving.
+		_, err = s.C.RedrivesUpdate(ctx, &pb.RedrivesUpdateRequest{TaskId: task.TaskId, RateLimit: 0})
+		require.NoError(t, err)
+		done := s.waitTask(task.TaskId)
+		assert.Equal(t, int64(20), done.Moved)
+		assert.Len(t, s.items("rr8"), 20)
+		_, err = s.C.RedrivesUpdate(ctx, &pb.RedrivesUpdateRequest{TaskId: task.TaskId, RateLimit: 5})
+		requireCode(t, err, styx.CodeConflict, "completed")
+	})
+}
