@@ -201,7 +201,8 @@ func (s *Store) DeleteQueue(ctx context.Context, name string) error {
 }
 
 // deleteQueue deletes a queue, its items (ON DELETE CASCADE) and then its
-// item counts, which the cascade's trigger has just written to. Counts rows
+// counts rows (item counts, error groups, stats counts), which the
+// cascade's triggers have just written to. Counts rows
 // locked by a concurrent foldCounts are skipped, not waited for (a wait
 // there could close a cycle with the fold's upsert of shard 0); the fold
 // deletes them instead, as it deletes any counts of a queue that is gone.
@@ -223,6 +224,18 @@ func deleteQueue(ctx context.Context, q querier, name string) error {
 	_, err = q.Exec(ctx, `DELETE FROM styx_dead_groups c USING (
 		SELECT source_queue, reason, fingerprint, shard FROM styx_dead_groups WHERE queue_id=$1 FOR UPDATE SKIP LOCKED) s
 		WHERE c.queue_id=$1 AND c.source_queue=s.source_queue AND c.reason=s.reason AND c.fingerprint=s.fingerprint AND c.shard=s.shard`, id)
+	if err != nil {
+		return wrap("delete queue", err)
+	}
+	_, err = q.Exec(ctx, `DELETE FROM styx_partition_counts c USING (
+		SELECT partition, shard FROM styx_partition_counts WHERE queue_id=$1 FOR UPDATE SKIP LOCKED) s
+		WHERE c.queue_id=$1 AND c.partition=s.partition AND c.shard=s.shard`, id)
+	if err != nil {
+		return wrap("delete queue", err)
+	}
+	_, err = q.Exec(ctx, `DELETE FROM styx_dead_counts c USING (
+		SELECT reason, source_queue, shard FROM styx_dead_counts WHERE queue_id=$1 FOR UPDATE SKIP LOCKED) s
+		WHERE c.queue_id=$1 AND c.reason=s.reason AND c.source_queue=s.source_queue AND c.shard=s.shard`, id)
 	return wrap("delete queue", err)
 }
 

@@ -17,6 +17,12 @@ import (
 // never waits for another transaction: no other live backend writes that
 // row (see "Lock order" in queue.go). Shard 0 is the base: the counts the
 // migration found, plus the rows of backends that ended, folded into it.
+// Migration 12 adds, kept by the same trigger in the same statement
+// (countItemsSQL) and sharded, folded and deleted the same way, the counts
+// queue.stats reads (Queue.Stats): styx_partition_counts (per queue and
+// partition: items, leased, scheduled, failures, the sums of created_at
+// and of the leased items' deadlines) and styx_dead_counts (dead items per
+// queue, reason and source queue).
 
 // countsFoldInterval is how often a node folds the counts rows of ended
 // backends into shard 0 (foldCounts), so that a queue has about one row
@@ -83,7 +89,8 @@ func (m *Manager) Sample() []metrics.QueueSample {
 // pg_stat_activity was read), and item transactions never write shard 0.
 // Its one wait, the upsert of shard 0, can only be for deleteQueue, which
 // waits for nothing after. It folds the error-group counts
-// (styx_dead_groups) the same way, first.
+// (styx_dead_groups) and the stats counts (styx_partition_counts,
+// styx_dead_counts) the same way, first.
 func (m *Manager) foldCounts(ctx context.Context) (int64, error) {
 	var n int64
 	err := pgx.BeginFunc(ctx, m.st.pool, func(tx pgx.Tx) error {
@@ -92,6 +99,9 @@ func (m *Manager) foldCounts(ctx context.Context) (int64, error) {
 			return err
 		}
 		if err := foldGroups(ctx, tx); err != nil {
+			return err
+		}
+		if err := foldStatsCounts(ctx, tx); err != nil {
 			return err
 		}
 		return tx.QueryRow(ctx, `WITH gone AS MATERIALIZED (
@@ -112,4 +122,46 @@ func (m *Manager) foldCounts(ctx context.Context) (int64, error) {
 			SELECT count(*) FROM folded`).Scan(&n)
 	})
 	return n, wrap("fold item counts", err)
+}
+
+// foldStatsCounts is foldCounts for styx_partition_counts and
+// styx_dead_counts (migration 12), in its transaction.
+func foldStatsCounts(ctx context.Context, tx pgx.Tx) error {
+	_, err := tx.Exec(ctx, `WITH gone AS MATERIALIZED (
+			SELECT queue_id, partition, shard FROM styx_partition_counts c
+			WHERE (c.shard <> 0 AND NOT EXISTS (SELECT 1 FROM pg_stat_activity a WHERE a.pid = c.shard))
+				OR NOT EXISTS (SELECT 1 FROM styx_queues q WHERE q.id = c.queue_id)
+			FOR UPDATE SKIP LOCKED),
+		folded AS (
+			DELETE FROM styx_partition_counts c USING gone g
+			WHERE c.queue_id = g.queue_id AND c.partition = g.partition AND c.shard = g.shard
+			RETURNING c.*)
+		INSERT INTO styx_partition_counts AS c (queue_id, partition, shard, total, leased, scheduled, failures, created_sum, deadline_sum)
+		SELECT f.queue_id, f.partition, 0, sum(f.total), sum(f.leased), sum(f.scheduled), sum(f.failures), sum(f.created_sum),
+			sum(f.deadline_sum)
+		FROM folded f
+		WHERE EXISTS (SELECT 1 FROM styx_queues q WHERE q.id = f.queue_id)
+		GROUP BY 1, 2
+		ON CONFLICT (queue_id, partition, shard) DO UPDATE
+			SET total = c.total + excluded.total, leased = c.leased + excluded.leased, scheduled = c.scheduled + excluded.scheduled,
+				failures = c.failures + excluded.failures, created_sum = c.created_sum + excluded.created_sum,
+				deadline_sum = c.deadline_sum + excluded.deadline_sum`)
+	if err != nil {
+		return err
+	}
+	_, err = tx.Exec(ctx, `WITH gone AS MATERIALIZED (
+			SELECT queue_id, reason, source_queue, shard FROM styx_dead_counts c
+			WHERE (c.shard <> 0 AND NOT EXISTS (SELECT 1 FROM pg_stat_activity a WHERE a.pid = c.shard))
+				OR NOT EXISTS (SELECT 1 FROM styx_queues q WHERE q.id = c.queue_id)
+			FOR UPDATE SKIP LOCKED),
+		folded AS (
+			DELETE FROM styx_dead_counts c USING gone g
+			WHERE c.queue_id = g.queue_id AND c.reason = g.reason AND c.source_queue = g.source_queue AND c.shard = g.shard
+			RETURNING c.queue_id, c.reason, c.source_queue, c.count)
+		INSERT INTO styx_dead_counts AS c (queue_id, reason, source_queue, shard, count)
+		SELECT f.queue_id, f.reason, f.source_queue, 0, sum(f.count) FROM folded f
+		WHERE EXISTS (SELECT 1 FROM styx_queues q WHERE q.id = f.queue_id)
+		GROUP BY 1, 2, 3
+		ON CONFLICT (queue_id, reason, source_queue, shard) DO UPDATE SET count = c.count + excluded.count`)
+	return err
 }

@@ -53,6 +53,27 @@ func countRows(t *testing.T, m *Manager, queueID uint64) map[int32][3]int64 {
 	return out
 }
 
+// statsCounts returns, per partition, the sums over shards of a queue's
+// stats counts (styx_partition_counts) as text, and how many rows of shard
+// 0 it has.
+func statsCounts(t *testing.T, m *Manager, queueID uint64) (map[int32]string, int) {
+	t.Helper()
+	rows, err := m.st.pool.Query(context.Background(), `SELECT partition, concat_ws(' ', sum(total), sum(leased), sum(scheduled),
+		sum(failures), sum(created_sum), sum(deadline_sum)), count(*) FILTER (WHERE shard = 0)
+		FROM styx_partition_counts WHERE queue_id=$1 GROUP BY partition`, int64(queueID))
+	require.NoError(t, err)
+	out, base := map[int32]string{}, 0
+	for rows.Next() {
+		var p int32
+		var sums string
+		var n int
+		require.NoError(t, rows.Scan(&p, &sums, &n))
+		out[p], base = sums, base+n
+	}
+	require.NoError(t, rows.Err())
+	return out, base
+}
+
 // TestCountsMigrationCountsExistingItems upgrades a database that holds
 // items under schema version 1: the migration counts them into shard 0.
 func TestCountsMigrationCountsExistingItems(t *testing.T) {
@@ -81,6 +102,19 @@ func TestCountsMigrationCountsExistingItems(t *testing.T) {
 	s := sampleOf(t, m, "old")
 	require.Equal(t, [3]int{3, 4, 3}, [3]int{s.Ready, s.Leased, s.Scheduled})
 	require.InDelta(t, time.Hour.Seconds(), s.OldestAge.Seconds(), 60)
+	// Migration 12 counted them for queue.stats (items g = 1..10: partition
+	// g % 2, state g % 3).
+	q, err := m.Get("old")
+	require.NoError(t, err)
+	st, err := q.Stats(ctx)
+	require.NoError(t, err)
+	require.Len(t, st.Partitions, 2)
+	for p, want := range [][3]int{{5, 2, 2}, {5, 2, 1}} {
+		got := st.Partitions[p]
+		require.Equal(t, want, [3]int{got.Total, got.Leased, got.Scheduled}, "partition %d", p)
+		require.InDelta(t, time.Hour.Seconds(), got.AverageAge.Seconds(), 60)
+	}
+	require.Equal(t, time.Unix(0, old+1), st.Oldest)
 }
 
 // TestCountsFold folds the counts rows of backends that ended into shard
@@ -113,6 +147,8 @@ func TestCountsFold(t *testing.T) {
 	before := countRows(t, m, info.ID)
 	require.GreaterOrEqual(t, len(before), 2)
 	require.NotContains(t, before, int32(0))
+	statsBefore, base := statsCounts(t, m, info.ID)
+	require.Zero(t, base)
 
 	// A row of a queue that does not exist (as a fold racing a queue
 	// delete may leave).
@@ -142,6 +178,9 @@ func TestCountsFold(t *testing.T) {
 	require.Equal(t, want.Ready, got.Ready)
 	require.Equal(t, want.Leased, got.Leased)
 	require.Equal(t, want.Scheduled, got.Scheduled)
+	statsAfter, base := statsCounts(t, m, info.ID)
+	require.Equal(t, statsBefore, statsAfter, "the stats counts are the same after the fold")
+	require.Positive(t, base, "the stats counts of ended backends are folded into shard 0")
 	t.Logf("rows before %v, after %v (%d folded or deleted)", before, after, folded)
 }
 
@@ -160,6 +199,8 @@ func TestCountsQueueDelete(t *testing.T) {
 	require.NotEmpty(t, countRows(t, m, info.ID))
 	require.NoError(t, m.Delete(ctx, "q"))
 	require.Empty(t, countRows(t, m, info.ID))
+	stats, _ := statsCounts(t, m, info.ID)
+	require.Empty(t, stats)
 	require.NoError(t, m.Create(ctx, queue.QueueInfo{Name: "q", LeaseTimeout: time.Minute, Partitions: 1}))
 	s := sampleOf(t, m, "q")
 	require.Equal(t, metrics.QueueSample{Queue: "q"}, s)

@@ -349,6 +349,12 @@ func (q *Queue) bury(ctx context.Context, tx pgx.Tx, it *iteration, ds []death) 
 
 // Stats implements queue.Queue from the database; LeaseWaiting counts this
 // node's waiting leases only, and no item is ever dying (moves are atomic).
+// It reads no item but the oldest (one probe of styx_items_created): the
+// counts and sums are those the counts trigger keeps (migration 12,
+// counts.go), summed over their shards, so a call costs O(partitions ×
+// shards + dead reasons × source queues). The averages are computed as
+// PostgreSQL's avg over the items did before (a numeric division rounded to
+// the nanosecond), so the answer is the same.
 func (q *Queue) Stats(ctx context.Context) (queue.Stats, error) {
 	info, err := q.m.Info(ctx, q.name)
 	if err != nil {
@@ -360,20 +366,21 @@ func (q *Queue) Stats(ctx context.Context) (queue.Stats, error) {
 	for i := range s.Partitions {
 		s.Partitions[i].Partition = int32(i)
 	}
-	rows, err := q.m.st.pool.Query(ctx, `SELECT partition, count(*), count(*) FILTER (WHERE state=1), count(*) FILTER (WHERE state=2),
-		count(*) FILTER (WHERE attempts>0 AND state<>1 AND dead_reason=''),
-		coalesce(avg($2 - created_at), 0)::bigint,
-		coalesce(avg($2 - (deadline - $3)) FILTER (WHERE state=1), 0)::bigint,
-		min(created_at)
-		FROM styx_items WHERE queue_id=$1 GROUP BY partition`, int64(info.ID), now, int64(info.LeaseTimeout))
+	rows, err := q.m.st.pool.Query(ctx, `SELECT partition, total::bigint, leased::bigint, scheduled::bigint, failures::bigint,
+		CASE WHEN total > 0 THEN ((total * $2::numeric - created_sum) / total)::bigint ELSE 0 END,
+		CASE WHEN leased > 0 THEN ((leased * ($2::numeric + $3) - deadline_sum) / leased)::bigint ELSE 0 END,
+		coalesce((SELECT min(created_at) FROM styx_items WHERE queue_id=$1), 0)
+		FROM (SELECT partition, sum(total) AS total, sum(leased) AS leased, sum(scheduled) AS scheduled, sum(failures) AS failures,
+			sum(created_sum) AS created_sum, sum(deadline_sum) AS deadline_sum
+			FROM styx_partition_counts WHERE queue_id=$1 GROUP BY partition) c`, int64(info.ID), now, int64(info.LeaseTimeout))
 	if err != nil {
 		return s, wrap("stats", err)
 	}
 	var oldest int64
 	for rows.Next() {
-		var p, total, leasedN, sched, failures int32
-		var age, leasedAge, minCreated int64
-		if err := rows.Scan(&p, &total, &leasedN, &sched, &failures, &age, &leasedAge, &minCreated); err != nil {
+		var p int32
+		var total, leasedN, sched, failures, age, leasedAge int64
+		if err := rows.Scan(&p, &total, &leasedN, &sched, &failures, &age, &leasedAge, &oldest); err != nil {
 			rows.Close()
 			return s, wrap("stats", err)
 		}
@@ -382,7 +389,6 @@ func (q *Queue) Stats(ctx context.Context) (queue.Stats, error) {
 		}
 		s.Partitions[p] = queue.PartitionStats{Partition: p, Total: int(total), Leased: int(leasedN), Scheduled: int(sched),
 			Failures: int(failures), AverageAge: time.Duration(age), AverageLeasedAge: time.Duration(leasedAge)}
-		oldest = engine.Earliest(oldest, minCreated)
 	}
 	if err := rows.Err(); err != nil {
 		return s, wrap("stats", err)
@@ -391,20 +397,20 @@ func (q *Queue) Stats(ctx context.Context) (queue.Stats, error) {
 	if !s.Oldest.IsZero() {
 		s.Oldest = s.Oldest.Local()
 	}
-	rows, err = q.m.st.pool.Query(ctx, `SELECT dead_reason, source_queue, count(*) FROM styx_items
-		WHERE queue_id=$1 AND dead_reason<>'' GROUP BY 1, 2`, int64(info.ID))
+	rows, err = q.m.st.pool.Query(ctx, `SELECT reason, source_queue, sum(count)::bigint FROM styx_dead_counts
+		WHERE queue_id=$1 GROUP BY 1, 2 HAVING sum(count) <> 0`, int64(info.ID))
 	if err != nil {
 		return s, wrap("stats", err)
 	}
 	for rows.Next() {
 		var reason, src string
-		var n int
+		var n int64
 		if err := rows.Scan(&reason, &src, &n); err != nil {
 			rows.Close()
 			return s, wrap("stats", err)
 		}
-		s.DeadByReason[reason] += n
-		s.DeadBySource[src] += n
+		s.DeadByReason[reason] += int(n)
+		s.DeadBySource[src] += int(n)
 	}
 	return s, wrap("stats", rows.Err())
 }

@@ -274,6 +274,113 @@ CREATE INDEX styx_items_first ON styx_items (queue_id, first_id) WHERE first_id 
 	// 11: a queue's deduplication window (queue.QueueInfo.DeduplicationWindow,
 	// nanoseconds; 0: the default).
 	`ALTER TABLE styx_queues ADD COLUMN dedup_window bigint NOT NULL DEFAULT 0;`,
+	// 12: queue.stats without a scan (ADR 0024): per queue and partition,
+	// the items, leased items, scheduled items, failures (attempts > 0,
+	// not leased, not dead), the sum of created_at and the sum of the
+	// leased items' deadlines (numeric: a million Unix-nanosecond times
+	// overflow a bigint); per queue, the dead items (dead_reason set) by
+	// reason and source queue. Sharded by backend and kept by the item-count
+	// triggers of migration 3, exactly as styx_item_counts (counts.go):
+	// styx_count_items is replaced by one statement that writes the three
+	// tables, so an item statement still runs one counts trigger. The rows
+	// are initialised under the lock, as in migration 3. And the scheduled
+	// items of a partition in id order (scheduled.list).
+	`
+LOCK TABLE styx_items IN SHARE ROW EXCLUSIVE MODE;
+
+CREATE TABLE styx_partition_counts (
+	queue_id     bigint  NOT NULL,
+	partition    integer NOT NULL,
+	shard        integer NOT NULL,
+	total        bigint  NOT NULL DEFAULT 0,
+	leased       bigint  NOT NULL DEFAULT 0,
+	scheduled    bigint  NOT NULL DEFAULT 0,
+	failures     bigint  NOT NULL DEFAULT 0,
+	created_sum  numeric NOT NULL DEFAULT 0,
+	deadline_sum numeric NOT NULL DEFAULT 0,
+	PRIMARY KEY (queue_id, partition, shard)
+);
+
+CREATE TABLE styx_dead_counts (
+	queue_id     bigint  NOT NULL,
+	reason       text    NOT NULL,
+	source_queue text    NOT NULL,
+	shard        integer NOT NULL,
+	count        bigint  NOT NULL DEFAULT 0,
+	PRIMARY KEY (queue_id, reason, source_queue, shard)
+);
+
+DO $do$ BEGIN EXECUTE format($q$
+	CREATE OR REPLACE FUNCTION styx_count_items() RETURNS trigger LANGUAGE plpgsql AS $f$
+	BEGIN
+		IF TG_OP = 'INSERT' THEN
+			` + countItemsSQL(`SELECT `+countedColumns+`, 1 AS n FROM styx_items_inserted`) + `;
+		ELSIF TG_OP = 'DELETE' THEN
+			` + countItemsSQL(`SELECT `+countedColumns+`, -1 AS n FROM styx_items_deleted`) + `;
+		ELSE
+			` + countItemsSQL(`SELECT `+countedColumns+`, 1 AS n FROM styx_items_new UNION ALL SELECT `+countedColumns+`, -1 FROM styx_items_old`) + `;
+		END IF;
+		RETURN NULL;
+	END
+	$f$
+$q$, current_schema());
+END $do$;
+
+INSERT INTO styx_partition_counts (queue_id, partition, shard, total, leased, scheduled, failures, created_sum, deadline_sum)
+SELECT queue_id, partition, 0, count(*), count(*) FILTER (WHERE state = 1), count(*) FILTER (WHERE state = 2),
+	count(*) FILTER (WHERE attempts > 0 AND state <> 1 AND dead_reason = ''), sum(created_at),
+	coalesce(sum(deadline) FILTER (WHERE state = 1), 0)
+FROM styx_items GROUP BY queue_id, partition;
+
+INSERT INTO styx_dead_counts (queue_id, reason, source_queue, shard, count)
+SELECT queue_id, dead_reason, source_queue, 0, count(*) FROM styx_items WHERE dead_reason <> '' GROUP BY 1, 2, 3;
+
+CREATE INDEX styx_items_scheduled ON styx_items (queue_id, partition, id) WHERE state = 2;
+`,
+}
+
+// countedColumns are the columns of styx_items that the counts trigger
+// reads (migration 12).
+const countedColumns = `queue_id, partition, state, attempts, dead_reason, source_queue, created_at, deadline`
+
+// countItemsSQL is the statement of styx_count_items (migration 12), %1$I
+// standing for the schema. rows selects the statement's items
+// (countedColumns), each with n = 1 when it came (inserted, or an updated
+// row as it is now) and n = -1 when it went (deleted, or as it was). It
+// adds the differences per queue and partition to styx_partition_counts,
+// per queue to styx_item_counts (ready is total less leased and
+// scheduled) and per dead reason and source queue to styx_dead_counts, in
+// the rows of the statement's backend; a row whose differences are all
+// zero is not written (a renew writes only the sum of deadlines, a
+// fingerprint set nothing). Part of a released migration: append a new
+// migration rather than change it.
+func countItemsSQL(rows string) string {
+	return `WITH s AS NOT MATERIALIZED (` + rows + `),
+			d AS (
+				SELECT queue_id, partition, sum(n) AS total, coalesce(sum(n) FILTER (WHERE state = 1), 0) AS leased,
+					coalesce(sum(n) FILTER (WHERE state = 2), 0) AS scheduled,
+					coalesce(sum(n) FILTER (WHERE attempts > 0 AND state <> 1 AND dead_reason = ''), 0) AS failures,
+					sum(n * created_at) AS created_sum, coalesce(sum(n * deadline) FILTER (WHERE state = 1), 0) AS deadline_sum
+				FROM s GROUP BY queue_id, partition),
+			p AS (
+				INSERT INTO %1$I.styx_partition_counts AS c
+					(queue_id, partition, shard, total, leased, scheduled, failures, created_sum, deadline_sum)
+				SELECT queue_id, partition, pg_backend_pid(), total, leased, scheduled, failures, created_sum, deadline_sum FROM d
+				WHERE total <> 0 OR leased <> 0 OR scheduled <> 0 OR failures <> 0 OR created_sum <> 0 OR deadline_sum <> 0
+				ON CONFLICT (queue_id, partition, shard) DO UPDATE
+					SET total = c.total + excluded.total, leased = c.leased + excluded.leased, scheduled = c.scheduled + excluded.scheduled,
+						failures = c.failures + excluded.failures, created_sum = c.created_sum + excluded.created_sum,
+						deadline_sum = c.deadline_sum + excluded.deadline_sum),
+			x AS (
+				INSERT INTO %1$I.styx_dead_counts AS c (queue_id, reason, source_queue, shard, count)
+				SELECT queue_id, dead_reason, source_queue, pg_backend_pid(), sum(n) FROM s WHERE dead_reason <> ''
+				GROUP BY queue_id, dead_reason, source_queue HAVING sum(n) <> 0
+				ON CONFLICT (queue_id, reason, source_queue, shard) DO UPDATE SET count = c.count + excluded.count)
+			INSERT INTO %1$I.styx_item_counts AS c (queue_id, shard, ready, leased, scheduled)
+			SELECT queue_id, pg_backend_pid(), sum(total - leased - scheduled), sum(leased), sum(scheduled) FROM d GROUP BY queue_id
+			HAVING sum(total - leased - scheduled) <> 0 OR sum(leased) <> 0 OR sum(scheduled) <> 0
+			ON CONFLICT (queue_id, shard) DO UPDATE
+				SET ready = c.ready + excluded.ready, leased = c.leased + excluded.leased, scheduled = c.scheduled + excluded.scheduled`
 }
 
 // migrate brings the schema up to date. Nodes starting together serialize on
