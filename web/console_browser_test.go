@@ -313,7 +313,8 @@ func TestBrowserEditDeadItem(t *testing.T) {
 // TestBrowserLive (issue 28, 5): pages update on their own: the overview's
 // counts change without a reload; the DLQ page shows a running redrive
 // (banner, progress, link) and its dead items going, and the redrive
-// dialog says a redrive runs already instead of offering a second.
+// dialog says a redrive runs already (a second one may run on items it
+// does not hold: issue 39).
 func TestBrowserLive(t *testing.T) {
 	srv := styxtest.Start(t, styxtest.Options{})
 	c := srv.Client
@@ -348,8 +349,7 @@ func TestBrowserLive(t *testing.T) {
 	b.screenshot("dead-live")
 	b.waitGone("main table caption", "40 dead items") // items leave as the redrive moves them
 	b.run(chromedp.Click(`//button[text()="Redrive all…"]`))
-	b.waitText("#confirm-dialog", "Redrive "+task.TaskId+" is already running on live-dlq")
-	require.Equal(t, "true", b.eval(`String(document.getElementById('confirm-ok').hidden)`), "no second redrive offered")
+	b.waitText("#redrive-running", "Redrive "+task.TaskId+" is running on live-dlq")
 	// No redraw while a dialog is open (the page redraws every second while
 	// a redrive runs); it goes on once the dialog is closed.
 	ready := b.eval(`document.getElementById('main').dataset.ready`)

@@ -502,13 +502,13 @@
     const my = page;
     const tasks = await soft(api('redrives.list', { queue_name: queue }));
     if (my !== page) return; // the user left the page meanwhile
+    // Several redrives of a queue may run when their items are disjoint
+    // (the server refuses one that overlaps a running task, except a
+    // redrive of items by id): a running one is said, not in the way.
     const running = (tasks.tasks || []).find(isLive);
-    if (running) {
-      await confirmAction('Redrive dead items', [h('p', { id: 'redrive-summary' },
-        `Redrive ${running.task_id} is already running on ${queue} (${fmt(running.moved)} of ${fmt(running.matched)} moved). `,
-        'Wait for it to end, or cancel it on ', h('a', { href: '/ui/redrives/' + enc(running.task_id) }, 'its page'), '.')], null);
-      return;
-    }
+    const runningNote = running ? h('p', { class: 'note', id: 'redrive-running' },
+      `Redrive ${running.task_id} is ${running.status} on ${queue} (${fmt(running.moved)} of ${fmt(running.matched)} moved): `,
+      'a redrive of items it has not reached yet is refused, except of single items. See ', h('a', { href: '/ui/redrives/' + enc(running.task_id) }, 'its page'), '.') : null;
     try {
       dry = await api('dead.redrive', { queue_name: queue, filter, dry_run: true });
     } catch (e) { toast(e.message); return; }
@@ -540,7 +540,7 @@
         h('p', { class: 'muted' }, 'Selected: ' + describeFilter(filter, pattern) + '.'),
         h('label', { for: 'redrive-rate' }, 'Rate limit (items per second, 0 for no limit)'), rate];
     }
-    if (!await confirmAction('Redrive dead items', body, move === 0 ? null : `Redrive ${fmt(move)} ${move === 1 ? 'item' : 'items'}`)) return;
+    if (!await confirmAction('Redrive dead items', [runningNote, ...body], move === 0 ? null : `Redrive ${fmt(move)} ${move === 1 ? 'item' : 'items'}`)) return;
     try {
       const task = await api('dead.redrive', { queue_name: queue, filter, all: everything(filter), rate_limit: Number(rate.value) || 0 });
       navigate('/ui/redrives?task=' + enc(task.task_id));
@@ -1343,7 +1343,7 @@
     const rows = tasks.map((t) => {
       const matched = num(t.matched), moved = num(t.moved), failed = num(t.failed), skipped = num(t.skipped);
       const done = moved + failed + skipped;
-      const live = t.status === 'running' || t.status === 'cancelling';
+      const live = isLive(t);
       return h('tr', { id: 'task-' + t.task_id, class: t.task_id === highlight ? 'current' : '', 'aria-current': t.task_id === highlight ? 'true' : null },
         h('th', { scope: 'row' }, h('a', { href: '/ui/redrives/' + enc(t.task_id) }, h('code', {}, t.task_id))),
         h('td', {}, h('a', { href: '/ui/queues/' + enc(t.queue_name) + '/dead' }, t.queue_name)),
@@ -1357,9 +1357,9 @@
             t.rate_limit ? h('span', { class: 'muted' }, ` · ${fmt(t.rate_limit)}/s`) : '')),
         h('td', {}, ago(t.started_at), (() => {
           const { took, eta } = taskTimes(t);
-          return h('div', { class: 'muted' }, (live ? 'running ' : 'took ') + took + (eta ? ' · ETA ' + eta : ''));
+          return h('div', { class: 'muted' }, (live ? t.status + ' ' : 'took ') + took + (eta ? ' · ETA ' + eta : ''));
         })()),
-        h('td', {}, live ? h('button', { type: 'button', class: 'danger', 'aria-label': `Cancel ${t.task_id}`, onclick: action(() => cancelTask(t)) }, 'Cancel…')
+        h('td', {}, live ? taskButtons(t)
           : (t.failure_reason ? h('span', { class: 'muted' }, t.failure_reason)
             : t.warning ? h('span', { class: 'warn' }, t.warning) : '')));
     });
@@ -1395,7 +1395,7 @@
     const prop = (k, v) => [h('dt', {}, k), h('dd', {}, v === undefined || v === '' || v === null ? '–' : v)];
     const byQueue = Object.entries(t.by_queue || {});
     show(crumbs, h('h1', {}, 'Redrive ' + id),
-      h('div', { class: 'actions' }, isLive(t) ? h('button', { type: 'button', class: 'danger', onclick: action(() => cancelTask(t)) }, 'Cancel…') : null),
+      isLive(t) ? taskButtons(t) : null,
       t.warning ? h('p', { class: 'note', role: 'note' }, t.warning) : null,
       h('dl', { class: 'props' },
         prop('Status', h('span', { class: 'badge ' + (t.warning && t.status === 'completed' ? 'warning' : t.status) },
@@ -1412,6 +1412,39 @@
         : table('Results by destination queue', ['Queue', ['Moved', 'num'], ['Failed', 'num'], ['Skipped', 'num'], 'Why skipped'],
           byQueue.map(([q, c]) => h('tr', {}, h('th', { scope: 'row' }, q || '(no source queue)'), h('td', { class: 'num' }, fmt(c.moved)),
             h('td', { class: 'num' }, fmt(c.failed)), h('td', { class: 'num' }, fmt(c.skipped)), h('td', {}, skipReasons(c.skip_reasons) || '–')))));
+  }
+
+  // taskButtons are the actions on an unfinished task: pause or resume,
+  // change its rate, cancel.
+  function taskButtons(t) {
+    const changing = t.status === 'running' || t.status === 'pausing' || t.status === 'paused';
+    const id = t.task_id;
+    return h('div', { class: 'actions task-actions' },
+      t.status === 'running' ? h('button', { type: 'button', 'aria-label': `Pause ${id}`, onclick: action(() => changeTask(t, 'redrives.pause', `Pausing ${id}.`)) }, 'Pause') : null,
+      t.status === 'paused' || t.status === 'pausing' ? h('button', { type: 'button', class: 'primary', 'aria-label': `Resume ${id}`, onclick: action(() => changeTask(t, 'redrives.resume', `Resumed ${id}.`)) }, 'Resume') : null,
+      changing ? h('button', { type: 'button', 'aria-label': `Change the rate of ${id}`, onclick: action(() => rateTask(t)) }, 'Rate…') : null,
+      t.status !== 'cancelling' ? h('button', { type: 'button', class: 'danger', 'aria-label': `Cancel ${id}`, onclick: action(() => cancelTask(t)) }, 'Cancel…') : null);
+  }
+
+  async function changeTask(t, call, note) {
+    try {
+      await api(call, { task_id: t.task_id });
+      toast(note);
+    } catch (e) { toast(e.message); }
+    render(true);
+  }
+
+  // rateTask asks for a task's new rate limit and sets it: the task moves
+  // at it from its next step.
+  async function rateTask(t) {
+    const rate = h('input', { id: 'task-rate', type: 'number', min: '0', max: '1000000', step: '1', value: String(num(t.rate_limit)), inputmode: 'numeric' });
+    if (!await confirmAction('Change the rate', [h('p', {}, `Redrive ${t.task_id} of ${t.queue_name} moves ${t.rate_limit ? plural(t.rate_limit, 'item per second', 'items per second') : 'with no rate limit'} now; the new rate applies from its next step.`),
+      h('label', { for: 'task-rate' }, 'Rate limit (items per second, 0 for no limit)'), rate], 'Set rate')) return;
+    try {
+      const u = await api('redrives.update', { task_id: t.task_id, rate_limit: Number(rate.value) || 0 });
+      toast(`${t.task_id} now moves ${u.rate_limit ? plural(u.rate_limit, 'item per second', 'items per second') : 'with no rate limit'}.`);
+    } catch (e) { toast(e.message); }
+    render(true);
   }
 
   async function cancelTask(t) {
@@ -1460,7 +1493,7 @@
   let slowLive = 0;
   const liveButton = document.getElementById('live-button');
   const livePaused = () => sessionStorage.getItem(LIVE_STORAGE) === 'paused';
-  const isLive = (t) => t.status === 'running' || t.status === 'cancelling';
+  const isLive = (t) => t.status === 'running' || t.status === 'cancelling' || t.status === 'pausing' || t.status === 'paused';
 
   function showLive(note) {
     const paused = livePaused();
