@@ -251,6 +251,8 @@ func TestCLI(t *testing.T) {
 		out = c.ok("stats", "batch")
 		require.Regexp(t, `(?m)^PARTITION\s+TOTAL\s+LEASED\s+SCHEDULED`, out)
 		require.Regexp(t, `(?m)^0\s+5\s+4\s+1\s`, out)
+		require.Regexp(t, `(?m)^CONSUMER\s+KEY\s+LEASES-HELD\s+LEASED\s+LAST-SEEN$`, out)
+		require.Regexp(t, `(?m)^\S+\s+-\s+4\s+4\s+\d{4}-\d\d-\d\dT\S+Z \(\S+ ago\)$`, out, "the CLI's lease: 4 held, 4 given")
 
 		out = c.ok("stats", "batch", "--json")
 		var stats pb.QueueStatsResponse

@@ -18,8 +18,10 @@ func (a *app) statsCmd() *cobra.Command {
 		Long: `Show a queue's per-partition totals: items stored (TOTAL, which includes
 leased and scheduled items), leased, scheduled, failures, and the average
 age of all and of leased items. Below the table: consumers waiting for a
-lease and items in flight. For a dead-letter queue, the dead items it holds
-by dead reason and by source queue.`,
+lease and items in flight; the consumers (client ids) that leased in the
+last 5 minutes or hold leases, with their API key, the leases they hold,
+the items they were given and when they last asked; for a dead-letter
+queue, the dead items it holds by dead reason and by source queue.`,
 		Args: exactArgs(1, "a QUEUE"),
 		RunE: func(cmd *cobra.Command, args []string) error {
 			return a.withClient(cmd, func(c *styx.Client) error {
@@ -45,6 +47,16 @@ by dead reason and by source queue.`,
 				}
 				if _, err = fmt.Fprintf(a.stdout, "\nlease waiting: %d  in flight: %d\n", leaseWaiting, inFlight); err != nil {
 					return err
+				}
+				if len(res.Consumers) > 0 {
+					_, _ = fmt.Fprintln(a.stdout)
+					t := newTable(a.stdout, "CONSUMER", "KEY", "LEASES-HELD", "LEASED", "LAST-SEEN")
+					for _, c := range res.Consumers {
+						t.row(c.ClientId, orDash(c.KeyName), fmt.Sprint(c.Held), fmt.Sprint(c.Leased), a.when(c.LastSeenAt))
+					}
+					if err := t.flush(); err != nil {
+						return err
+					}
 				}
 				for _, g := range []struct {
 					title string
