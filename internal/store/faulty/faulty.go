@@ -4,7 +4,8 @@
 // or fail the durability of a pipelined write (store.AsyncWriter); SetDown
 // fails every call, as a disk or database that is gone would; SetCallFault
 // fails one kind of queue definition call, before or after the store
-// applied it.
+// applied it; a history hook may fail the queue history's writes
+// (store.HistoryStore.PutHistory) alone.
 package faulty
 
 import (
@@ -27,6 +28,7 @@ type Store struct {
 	syncHook func(b *store.Batch) func() error
 	down     error
 	call     *CallFault
+	history  func(ms []store.HistoryMinute) error
 }
 
 // CallFault fails the queue definition calls named Call: "create queue",
@@ -81,6 +83,29 @@ func (s *Store) SetWriteHook(fn func(b *store.Batch) error) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	s.hook = fn
+}
+
+// SetHistoryHook installs fn, called before each PutHistory with the
+// minutes to write; a non-nil error fails that PutHistory without writing
+// any of them. nil removes the hook. Safe to call concurrently with
+// writes.
+func (s *Store) SetHistoryHook(fn func(ms []store.HistoryMinute) error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.history = fn
+}
+
+// PutHistory runs the history hook, then the wrapped PutHistory.
+func (s *Store) PutHistory(ctx context.Context, ms []store.HistoryMinute) error {
+	s.mu.Lock()
+	hook := s.history
+	s.mu.Unlock()
+	if hook != nil {
+		if err := hook(ms); err != nil {
+			return err
+		}
+	}
+	return s.Store.PutHistory(ctx, ms)
 }
 
 // SetSyncHook installs fn, called by each WriteAsync with the batch once
