@@ -14,6 +14,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	styx "github.com/styxq/styx"
+	"github.com/styxq/styx/daemon"
 	"github.com/styxq/styx/internal/pgtest"
 	pb "github.com/styxq/styx/styxpb"
 )
@@ -28,10 +29,16 @@ import (
 // and each has a schema of its own, so they run in parallel (t.Parallel)
 // with one another.
 func cluster(t *testing.T, n int) []*server {
+	return clusterWith(t, n, nil)
+}
+
+// clusterWith is cluster with a daemon Config that configure adjusts on
+// every node (nil: none).
+func clusterWith(t *testing.T, n int, configure func(*daemon.Config)) []*server {
 	b := backend{name: "postgres", url: pgtest.URL(t)}
 	nodes := make([]*server, n)
 	for i := range nodes {
-		nodes[i] = start(t, b)
+		nodes[i] = startWith(t, b, configure)
 	}
 	// Lock order (postgres): nodes never deadlock on each other's rows.
 	t.Cleanup(func() {
