@@ -422,6 +422,15 @@ func (r *Runner) reload(ctx context.Context, t *Task) (*Task, bool, error) {
 // A paused task is left as it is: it runs again only on Resume. One whose
 // pause was asked (stored pausing, or a pause request) is stored paused.
 func (r *Runner) adopt(ctx context.Context) error {
+	// A task that runs here when the load starts may end (pause, finish)
+	// while the load is read: its loaded copy is then older than what this
+	// runner knows, so it is left alone until the next adopt.
+	r.mu.Lock()
+	ranAtLoad := make(map[string]bool, len(r.running))
+	for id := range r.running {
+		ranAtLoad[id] = true
+	}
+	r.mu.Unlock()
 	tasks, reqs, err := r.load(ctx)
 	if err != nil {
 		return err
@@ -430,6 +439,7 @@ func (r *Runner) adopt(ctx context.Context) error {
 		reqs[t.ID].apply(t)
 		r.mu.Lock()
 		_, mine := r.running[t.ID]
+		mine = mine || ranAtLoad[t.ID]
 		if !mine {
 			r.tasks[t.ID] = t
 		}
