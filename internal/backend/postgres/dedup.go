@@ -38,22 +38,30 @@ func (it *iteration) claim(ids []string) error {
 	for _, id := range ids {
 		it.dedupAsked[id] = true
 	}
+	return wrap("deduplicate", it.claimKeys(ids, it.now+int64(it.info.Window()), it.dedupClaimed))
+}
+
+// claimKeys inserts keys (sorted, distinct) into styx_dedup until deadline
+// (Unix ns), taking over a record whose window ended, and sets got[k] for
+// each key it claimed; a key recorded within its window is not claimed.
+// The keys are inserted in their order (the lock order of their rows).
+func (it *iteration) claimKeys(keys []string, deadline int64, got map[string]bool) error {
 	rows, err := it.tx.Query(it.ctx, `INSERT INTO styx_dedup AS d (queue_id, dedup_id, deadline)
 		SELECT $1, id, $3 FROM unnest($2::text[]) WITH ORDINALITY AS u(id, n) ORDER BY n
 		ON CONFLICT (queue_id, dedup_id) DO UPDATE SET deadline = EXCLUDED.deadline WHERE d.deadline <= $4
-		RETURNING dedup_id`, int64(it.q.id), ids, it.now+int64(it.info.Window()), it.now)
+		RETURNING dedup_id`, int64(it.q.id), keys, deadline, it.now)
 	if err != nil {
-		return wrap("deduplicate", err)
+		return err
 	}
 	defer rows.Close()
 	for rows.Next() {
-		var id string
-		if err := rows.Scan(&id); err != nil {
-			return wrap("deduplicate", err)
+		var k string
+		if err := rows.Scan(&k); err != nil {
+			return err
 		}
-		it.dedupClaimed[id] = true
+		got[k] = true
 	}
-	return wrap("deduplicate", rows.Err())
+	return rows.Err()
 }
 
 // deduplicate returns the items of a produce to store: those without an
@@ -142,23 +150,8 @@ func (it *iteration) redriveOnce(items []queue.RedriveItem) ([]queue.RedriveItem
 	}
 	slices.Sort(keys)
 	keys = slices.Compact(keys)
-	rows, err := it.tx.Query(it.ctx, `INSERT INTO styx_dedup AS d (queue_id, dedup_id, deadline)
-		SELECT $1, id, $3 FROM unnest($2::text[]) WITH ORDINALITY AS u(id, n) ORDER BY n
-		ON CONFLICT (queue_id, dedup_id) DO UPDATE SET deadline = EXCLUDED.deadline WHERE d.deadline <= $4
-		RETURNING dedup_id`, int64(it.q.id), keys, it.now+int64(sourceKeyWindow), it.now)
-	if err != nil {
-		return nil, wrap("redrive", err)
-	}
-	defer rows.Close()
 	claimed := make(map[string]bool, len(keys))
-	for rows.Next() {
-		var k string
-		if err := rows.Scan(&k); err != nil {
-			return nil, wrap("redrive", err)
-		}
-		claimed[k] = true
-	}
-	if err := rows.Err(); err != nil {
+	if err := it.claimKeys(keys, it.now+int64(sourceKeyWindow), claimed); err != nil {
 		return nil, wrap("redrive", err)
 	}
 	kept := items[:0:0]
