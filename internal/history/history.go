@@ -115,6 +115,9 @@ type ring struct {
 	// (nil before the first), and patterns their error patterns.
 	groups   map[string]int64
 	patterns map[string]string
+	// made is the Recorder's made count when the ring was made: Sample
+	// drops only rings made before its list of queues was read.
+	made uint64
 }
 
 // Recorder keeps the history of every queue of a server. Its methods are
@@ -143,6 +146,7 @@ type Recorder struct {
 	readFailing bool
 	mu          sync.Mutex
 	rings       map[string]*ring
+	made        uint64 // rings made so far
 }
 
 // New returns a Recorder over the queues of m, reading time from c and
@@ -169,7 +173,8 @@ func (r *Recorder) Node() string { return r.node }
 func (r *Recorder) ringOf(q string) *ring {
 	g := r.rings[q]
 	if g == nil {
-		g = &ring{}
+		r.made++
+		g = &ring{made: r.made}
 		r.rings[q] = g
 	}
 	return g
@@ -241,6 +246,9 @@ func (r *Recorder) deadTotals() map[string]float64 {
 // Sample samples every queue: depth, dead letters, and the groups of
 // dead-letter queues. Run calls it every SampleEvery.
 func (r *Recorder) Sample(ctx context.Context) error {
+	r.mu.Lock()
+	listed := r.made // a ring made after this may be of a queue created after the list
+	r.mu.Unlock()
 	infos, err := r.m.List(ctx, queue.ListQueuesParams{})
 	if err != nil {
 		return err
@@ -253,16 +261,13 @@ func (r *Recorder) Sample(ctx context.Context) error {
 		}
 		r.sampleQueue(ctx, info, dlqs[info.Name], dead)
 	}
+	live := make(map[string]bool, len(infos))
+	for _, info := range infos {
+		live[info.Name] = true
+	}
 	r.mu.Lock()
-	for q := range r.rings { // deleted queues
-		found := false
-		for _, info := range infos {
-			if info.Name == q {
-				found = true
-				break
-			}
-		}
-		if !found {
+	for q, g := range r.rings { // deleted queues
+		if g.made <= listed && !live[q] {
 			delete(r.rings, q)
 		}
 	}
