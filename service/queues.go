@@ -34,6 +34,7 @@ func (s *Service) QueuesCreate(ctx context.Context, req *pb.QueueInfo) error {
 		Name: req.QueueName, Namespace: ns, LeaseTimeout: DefaultLeaseTimeout, ExpireTimeout: DefaultExpireTimeout,
 		Partitions: 1, CreatedAt: now, UpdatedAt: now,
 	}
+	info.Ordered = req.Ordered
 	if err := applyQueueInfo(&info, req); err != nil {
 		return err
 	}
@@ -71,6 +72,9 @@ func (s *Service) QueuesUpdate(ctx context.Context, req *pb.QueueInfo) error {
 			return invalid("namespace", "queue '%s' is in namespace '%s' and cannot move to '%s'; "+
 				"a namespace is set when a queue is created", info.Name, info.Namespace, req.Namespace)
 		}
+		if req.Ordered && !info.Ordered {
+			return invalid("ordered", "queue '%s' is not ordered; ordered is set when a queue is created", info.Name)
+		}
 		info.UpdatedAt = now
 		return setQueueFields(info, req, fields)
 	})
@@ -81,7 +85,7 @@ func (s *Service) QueuesUpdate(ctx context.Context, req *pb.QueueInfo) error {
 var updatableFields = []struct{ json, proto string }{
 	{"lease_timeout", "leaseTimeout"}, {"expire_timeout", "expireTimeout"}, {"max_attempts", "maxAttempts"},
 	{"requested_partitions", "requestedPartitions"}, {"dead_queue", "deadQueue"}, {"reference", "reference"},
-	{"deduplication_window", "deduplicationWindow"},
+	{"deduplication_window", "deduplicationWindow"}, {"group_dead_policy", "group_dead_policy"},
 }
 
 // updatableNames lists updatableFields for messages.
@@ -100,7 +104,7 @@ func setFields(req *pb.QueueInfo) map[string]bool {
 	for name, v := range map[string]bool{
 		"lease_timeout": req.LeaseTimeout != "", "expire_timeout": req.ExpireTimeout != "", "max_attempts": req.MaxAttempts != 0,
 		"requested_partitions": req.RequestedPartitions != 0, "dead_queue": req.DeadQueue != "", "reference": req.Reference != "",
-		"deduplication_window": req.DeduplicationWindow != "",
+		"deduplication_window": req.DeduplicationWindow != "", "group_dead_policy": req.GroupDeadPolicy != "",
 	} {
 		if v {
 			set[name] = true
@@ -204,6 +208,12 @@ func setQueueFields(info *queue.QueueInfo, req *pb.QueueInfo, fields map[string]
 			info.DeduplicationWindow = d
 		}
 	}
+	if fields["group_dead_policy"] {
+		if err := queue.CheckGroupDeadPolicy("group_dead_policy", req.GroupDeadPolicy, info.Ordered); err != nil {
+			return err
+		}
+		info.GroupDeadPolicy = req.GroupDeadPolicy
+	}
 	return nil
 }
 
@@ -265,6 +275,7 @@ func toQueueInfo(info queue.QueueInfo) *pb.QueueInfo {
 	if info.DeduplicationWindow != 0 { // omitted at the default: Querator's clients see only their fields
 		out.DeduplicationWindow = info.DeduplicationWindow.String()
 	}
+	out.Ordered, out.GroupDeadPolicy = info.Ordered, info.GroupDeadPolicy
 	for p := range info.Partitions {
 		out.Partitions = append(out.Partitions, &pb.PartitionInfo{Partition: p})
 	}
@@ -299,7 +310,7 @@ func toStorageItems(items []queue.Item, info queue.QueueInfo, describe queue.Att
 			EnqueueAt: qts(m.EnqueueAt), Attempts: m.Attempts, MaxAttempts: info.MaxAttempts,
 			Reference: b.Reference, Encoding: b.Encoding, Kind: b.Kind, Payload: b.Payload,
 			SourceQueue: b.SourceQueue, DeadReason: b.DeadReason, DeadAt: ts(b.DeadAt),
-			LastError: it.Errors.LastError, RedriveCount: b.RedriveCount,
+			LastError: it.Errors.LastError, RedriveCount: b.RedriveCount, Group: m.Group,
 		}
 		if b.DeadReason != "" {
 			si.Fingerprint = queue.ItemFingerprint(&it)
@@ -349,7 +360,7 @@ func fromStorageItem(i int, in *pb.StorageItem) (queue.Item, error) {
 		}
 	}
 	it := queue.Item{
-		Meta: queue.ItemMeta{Attempts: in.Attempts, CreatedAt: times[0], ExpireDeadline: times[1], EnqueueAt: times[2]},
+		Meta: queue.ItemMeta{Attempts: in.Attempts, CreatedAt: times[0], ExpireDeadline: times[1], EnqueueAt: times[2], Group: in.Group},
 		Body: queue.ItemBody{
 			Reference: in.Reference, Kind: in.Kind, Encoding: in.Encoding, Payload: in.Payload,
 			SourceQueue: in.SourceQueue, SourceID: in.SourceId, DeadReason: in.DeadReason, DeadAt: times[3],

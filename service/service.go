@@ -95,8 +95,13 @@ func (s *Service) QueueProduce(ctx context.Context, req *pb.QueueProduceRequest)
 				return err
 			}
 		}
+		if in.Group != "" {
+			if err := queue.CheckGroup("items["+strconv.Itoa(i)+"].group", in.Group); err != nil {
+				return err
+			}
+		}
 		items[i] = queue.ProduceItem{Encoding: in.Encoding, Kind: in.Kind, Reference: in.Reference, Payload: payload,
-			DeduplicationID: in.DeduplicationId}
+			DeduplicationID: in.DeduplicationId, Group: in.Group}
 		if in.EnqueueAt != nil {
 			if items[i].EnqueueAt, err = timestamp("items["+strconv.Itoa(i)+"].enqueue_at", in.EnqueueAt); err != nil {
 				return err
@@ -139,7 +144,7 @@ func (s *Service) QueueLease(ctx context.Context, req *pb.QueueLeaseRequest) (*p
 	for i, it := range res.Items {
 		out.Items[i] = &pb.QueueLeaseItem{
 			Id: queue.FormatID(it.ID), Attempts: it.Attempts, LeaseDeadline: timestamppb.New(it.LeaseDeadline),
-			Encoding: it.Encoding, Kind: it.Kind, Reference: it.Reference, Bytes: it.Payload,
+			Encoding: it.Encoding, Kind: it.Kind, Reference: it.Reference, Bytes: it.Payload, Group: it.Group,
 		}
 	}
 	return out, nil
@@ -293,6 +298,11 @@ func (s *Service) QueueStats(ctx context.Context, req *pb.QueueStatsRequest) (*p
 		out.DeadBySource[q] = int64(n)
 	}
 	out.OldestCreatedAt = ts(st.Oldest)
+	out.HeldGroupsTotal = int64(st.HeldTotal)
+	for _, g := range st.HeldGroups {
+		out.HeldGroups = append(out.HeldGroups, &pb.QueueHeldGroup{Group: g.Group, Partition: g.Partition, DeadKey: g.DeadKey,
+			HeldAt: ts(queue.FromNanos(g.HeldAt))})
+	}
 	cs, err := l.Consumers(ctx)
 	if err != nil {
 		return nil, err

@@ -108,8 +108,15 @@ type QueueProduceItem struct {
 	// once. Two items of one request with the same id are stored once. Empty:
 	// no deduplication.
 	DeduplicationId string `protobuf:"bytes,100,opt,name=deduplicationId,json=deduplication_id,proto3" json:"deduplicationId,omitempty"`
-	unknownFields   protoimpl.UnknownFields
-	sizeCache       protoimpl.SizeCache
+	// Styx: the item's group, 1 to 128 characters from alphanumerics and
+	// ASCII punctuation (SQS's MessageGroupId rule); empty: none. Every item
+	// of a group goes to one partition. On an ordered queue
+	// (QueueInfo.ordered) a group's items are leased in produce order and
+	// never two leases at once; on other queues items are leased round-robin
+	// across groups (fairness). See docs/groups.md.
+	Group         string `protobuf:"bytes,101,opt,name=group,proto3" json:"group,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
 }
 
 func (x *QueueProduceItem) Reset() {
@@ -187,6 +194,13 @@ func (x *QueueProduceItem) GetUtf8() string {
 func (x *QueueProduceItem) GetDeduplicationId() string {
 	if x != nil {
 		return x.DeduplicationId
+	}
+	return ""
+}
+
+func (x *QueueProduceItem) GetGroup() string {
+	if x != nil {
+		return x.Group
 	}
 	return ""
 }
@@ -328,6 +342,9 @@ type QueueLeaseItem struct {
 	Attempts      int32                  `protobuf:"varint,5,opt,name=attempts,proto3" json:"attempts,omitempty"`
 	LeaseDeadline *timestamppb.Timestamp `protobuf:"bytes,6,opt,name=leaseDeadline,json=lease_deadline,proto3" json:"leaseDeadline,omitempty"`
 	Bytes         []byte                 `protobuf:"bytes,7,opt,name=bytes,proto3" json:"bytes,omitempty"`
+	// Styx: the item's group (QueueProduceItem.group); empty for none. The
+	// items of one group in one lease are in produce order.
+	Group         string `protobuf:"bytes,100,opt,name=group,proto3" json:"group,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -409,6 +426,13 @@ func (x *QueueLeaseItem) GetBytes() []byte {
 		return x.Bytes
 	}
 	return nil
+}
+
+func (x *QueueLeaseItem) GetGroup() string {
+	if x != nil {
+		return x.Group
+	}
+	return ""
 }
 
 type QueueLeaseResponse struct {
@@ -1098,7 +1122,7 @@ type QueueInfo struct {
 	// Styx, queues.update only: the fields to set, by JSON name
 	// ("lease_timeout", "expire_timeout", "max_attempts",
 	// "requested_partitions", "dead_queue", "reference",
-	// "deduplication_window"). A field in the mask
+	// "deduplication_window", "group_dead_policy"). A field in the mask
 	// is set to the value given, zero included: "dead_queue" with an empty
 	// dead_queue removes it, "max_attempts" with 0 makes attempts unlimited.
 	// Empty (Querator's clients): every non-zero field is set and the others
@@ -1112,8 +1136,19 @@ type QueueInfo struct {
 	// then on. On memory and Pebble each remembered id costs about 100 bytes
 	// of memory.
 	DeduplicationWindow string `protobuf:"bytes,111,opt,name=deduplicationWindow,json=deduplication_window,proto3" json:"deduplicationWindow,omitempty"`
-	unknownFields       protoimpl.UnknownFields
-	sizeCache           protoimpl.SizeCache
+	// Styx: whether the queue's item groups are ordered (SQS FIFO
+	// semantics): a group's items are leased in produce order, and no item
+	// of a group is leased while an earlier one of it is leased. False
+	// (default, omitted): groups serve fairness only. Set at creation; not
+	// changed by queues.update.
+	Ordered bool `protobuf:"varint,112,opt,name=ordered,proto3" json:"ordered,omitempty"`
+	// Styx: on an ordered queue, what a dead item does to its group:
+	// "continue" (default, ""; SQS's behaviour: the group goes on) or "hold"
+	// (the group leases nothing until its dead item leaves the dead-letter
+	// queue: redriven, it is the group's head again, or deleted).
+	GroupDeadPolicy string `protobuf:"bytes,113,opt,name=group_dead_policy,proto3" json:"group_dead_policy,omitempty"`
+	unknownFields   protoimpl.UnknownFields
+	sizeCache       protoimpl.SizeCache
 }
 
 func (x *QueueInfo) Reset() {
@@ -1233,6 +1268,20 @@ func (x *QueueInfo) GetUpdateMask() []string {
 func (x *QueueInfo) GetDeduplicationWindow() string {
 	if x != nil {
 		return x.DeduplicationWindow
+	}
+	return ""
+}
+
+func (x *QueueInfo) GetOrdered() bool {
+	if x != nil {
+		return x.Ordered
+	}
+	return false
+}
+
+func (x *QueueInfo) GetGroupDeadPolicy() string {
+	if x != nil {
+		return x.GroupDeadPolicy
 	}
 	return ""
 }
@@ -1511,9 +1560,14 @@ type QueueStatsResponse struct {
 	// calls reached it in the last 5 minutes, or that holds leases now, most
 	// recently seen first; at most 100 per node (on PostgreSQL, every node's,
 	// each node's own within a second).
-	Consumers     []*QueueConsumer `protobuf:"bytes,102,rep,name=consumers,proto3" json:"consumers,omitempty"`
-	unknownFields protoimpl.UnknownFields
-	sizeCache     protoimpl.SizeCache
+	Consumers []*QueueConsumer `protobuf:"bytes,102,rep,name=consumers,proto3" json:"consumers,omitempty"`
+	// Styx: the groups held by their dead item (an ordered queue with
+	// group_dead_policy "hold"), oldest first, at most 100; held_groups_total
+	// counts them all.
+	HeldGroups      []*QueueHeldGroup `protobuf:"bytes,103,rep,name=held_groups,proto3" json:"held_groups,omitempty"`
+	HeldGroupsTotal int64             `protobuf:"varint,104,opt,name=held_groups_total,proto3" json:"held_groups_total,omitempty"`
+	unknownFields   protoimpl.UnknownFields
+	sizeCache       protoimpl.SizeCache
 }
 
 func (x *QueueStatsResponse) Reset() {
@@ -1588,6 +1642,92 @@ func (x *QueueStatsResponse) GetConsumers() []*QueueConsumer {
 	return nil
 }
 
+func (x *QueueStatsResponse) GetHeldGroups() []*QueueHeldGroup {
+	if x != nil {
+		return x.HeldGroups
+	}
+	return nil
+}
+
+func (x *QueueStatsResponse) GetHeldGroupsTotal() int64 {
+	if x != nil {
+		return x.HeldGroupsTotal
+	}
+	return 0
+}
+
+// QueueHeldGroup is one group waiting for its dead item (Styx,
+// queue.stats).
+type QueueHeldGroup struct {
+	state     protoimpl.MessageState `protogen:"open.v1"`
+	Group     string                 `protobuf:"bytes,1,opt,name=group,proto3" json:"group,omitempty"`
+	Partition int32                  `protobuf:"varint,2,opt,name=partition,proto3" json:"partition,omitempty"`
+	// The dead item's source key in the dead-letter queue, and when the
+	// group was held.
+	DeadKey       string                 `protobuf:"bytes,3,opt,name=dead_key,proto3" json:"dead_key,omitempty"`
+	HeldAt        *timestamppb.Timestamp `protobuf:"bytes,4,opt,name=held_at,proto3" json:"held_at,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *QueueHeldGroup) Reset() {
+	*x = QueueHeldGroup{}
+	mi := &file_styx_v1_styx_proto_msgTypes[22]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *QueueHeldGroup) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*QueueHeldGroup) ProtoMessage() {}
+
+func (x *QueueHeldGroup) ProtoReflect() protoreflect.Message {
+	mi := &file_styx_v1_styx_proto_msgTypes[22]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use QueueHeldGroup.ProtoReflect.Descriptor instead.
+func (*QueueHeldGroup) Descriptor() ([]byte, []int) {
+	return file_styx_v1_styx_proto_rawDescGZIP(), []int{22}
+}
+
+func (x *QueueHeldGroup) GetGroup() string {
+	if x != nil {
+		return x.Group
+	}
+	return ""
+}
+
+func (x *QueueHeldGroup) GetPartition() int32 {
+	if x != nil {
+		return x.Partition
+	}
+	return 0
+}
+
+func (x *QueueHeldGroup) GetDeadKey() string {
+	if x != nil {
+		return x.DeadKey
+	}
+	return ""
+}
+
+func (x *QueueHeldGroup) GetHeldAt() *timestamppb.Timestamp {
+	if x != nil {
+		return x.HeldAt
+	}
+	return nil
+}
+
 // QueueConsumer is one consumer of a queue (Styx, queue.stats).
 type QueueConsumer struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
@@ -1611,7 +1751,7 @@ type QueueConsumer struct {
 
 func (x *QueueConsumer) Reset() {
 	*x = QueueConsumer{}
-	mi := &file_styx_v1_styx_proto_msgTypes[22]
+	mi := &file_styx_v1_styx_proto_msgTypes[23]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1623,7 +1763,7 @@ func (x *QueueConsumer) String() string {
 func (*QueueConsumer) ProtoMessage() {}
 
 func (x *QueueConsumer) ProtoReflect() protoreflect.Message {
-	mi := &file_styx_v1_styx_proto_msgTypes[22]
+	mi := &file_styx_v1_styx_proto_msgTypes[23]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1636,7 +1776,7 @@ func (x *QueueConsumer) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use QueueConsumer.ProtoReflect.Descriptor instead.
 func (*QueueConsumer) Descriptor() ([]byte, []int) {
-	return file_styx_v1_styx_proto_rawDescGZIP(), []int{22}
+	return file_styx_v1_styx_proto_rawDescGZIP(), []int{23}
 }
 
 func (x *QueueConsumer) GetClientId() string {
@@ -1701,7 +1841,7 @@ type QueueLogicalStats struct {
 
 func (x *QueueLogicalStats) Reset() {
 	*x = QueueLogicalStats{}
-	mi := &file_styx_v1_styx_proto_msgTypes[23]
+	mi := &file_styx_v1_styx_proto_msgTypes[24]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1713,7 +1853,7 @@ func (x *QueueLogicalStats) String() string {
 func (*QueueLogicalStats) ProtoMessage() {}
 
 func (x *QueueLogicalStats) ProtoReflect() protoreflect.Message {
-	mi := &file_styx_v1_styx_proto_msgTypes[23]
+	mi := &file_styx_v1_styx_proto_msgTypes[24]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1726,7 +1866,7 @@ func (x *QueueLogicalStats) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use QueueLogicalStats.ProtoReflect.Descriptor instead.
 func (*QueueLogicalStats) Descriptor() ([]byte, []int) {
-	return file_styx_v1_styx_proto_rawDescGZIP(), []int{23}
+	return file_styx_v1_styx_proto_rawDescGZIP(), []int{24}
 }
 
 func (x *QueueLogicalStats) GetProduceWaiting() int32 {
@@ -1779,7 +1919,7 @@ type QueuePartitionStats struct {
 
 func (x *QueuePartitionStats) Reset() {
 	*x = QueuePartitionStats{}
-	mi := &file_styx_v1_styx_proto_msgTypes[24]
+	mi := &file_styx_v1_styx_proto_msgTypes[25]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1791,7 +1931,7 @@ func (x *QueuePartitionStats) String() string {
 func (*QueuePartitionStats) ProtoMessage() {}
 
 func (x *QueuePartitionStats) ProtoReflect() protoreflect.Message {
-	mi := &file_styx_v1_styx_proto_msgTypes[24]
+	mi := &file_styx_v1_styx_proto_msgTypes[25]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1804,7 +1944,7 @@ func (x *QueuePartitionStats) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use QueuePartitionStats.ProtoReflect.Descriptor instead.
 func (*QueuePartitionStats) Descriptor() ([]byte, []int) {
-	return file_styx_v1_styx_proto_rawDescGZIP(), []int{24}
+	return file_styx_v1_styx_proto_rawDescGZIP(), []int{25}
 }
 
 func (x *QueuePartitionStats) GetPartition() int32 {
@@ -1868,7 +2008,7 @@ type QueuesHistoryRequest struct {
 
 func (x *QueuesHistoryRequest) Reset() {
 	*x = QueuesHistoryRequest{}
-	mi := &file_styx_v1_styx_proto_msgTypes[25]
+	mi := &file_styx_v1_styx_proto_msgTypes[26]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1880,7 +2020,7 @@ func (x *QueuesHistoryRequest) String() string {
 func (*QueuesHistoryRequest) ProtoMessage() {}
 
 func (x *QueuesHistoryRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_styx_v1_styx_proto_msgTypes[25]
+	mi := &file_styx_v1_styx_proto_msgTypes[26]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1893,7 +2033,7 @@ func (x *QueuesHistoryRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use QueuesHistoryRequest.ProtoReflect.Descriptor instead.
 func (*QueuesHistoryRequest) Descriptor() ([]byte, []int) {
-	return file_styx_v1_styx_proto_rawDescGZIP(), []int{25}
+	return file_styx_v1_styx_proto_rawDescGZIP(), []int{26}
 }
 
 func (x *QueuesHistoryRequest) GetQueueName() string {
@@ -1921,7 +2061,7 @@ type QueuesHistoryResponse struct {
 
 func (x *QueuesHistoryResponse) Reset() {
 	*x = QueuesHistoryResponse{}
-	mi := &file_styx_v1_styx_proto_msgTypes[26]
+	mi := &file_styx_v1_styx_proto_msgTypes[27]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1933,7 +2073,7 @@ func (x *QueuesHistoryResponse) String() string {
 func (*QueuesHistoryResponse) ProtoMessage() {}
 
 func (x *QueuesHistoryResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_styx_v1_styx_proto_msgTypes[26]
+	mi := &file_styx_v1_styx_proto_msgTypes[27]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1946,7 +2086,7 @@ func (x *QueuesHistoryResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use QueuesHistoryResponse.ProtoReflect.Descriptor instead.
 func (*QueuesHistoryResponse) Descriptor() ([]byte, []int) {
-	return file_styx_v1_styx_proto_rawDescGZIP(), []int{26}
+	return file_styx_v1_styx_proto_rawDescGZIP(), []int{27}
 }
 
 func (x *QueuesHistoryResponse) GetQueueName() string {
@@ -1999,7 +2139,7 @@ type HistoryPoint struct {
 
 func (x *HistoryPoint) Reset() {
 	*x = HistoryPoint{}
-	mi := &file_styx_v1_styx_proto_msgTypes[27]
+	mi := &file_styx_v1_styx_proto_msgTypes[28]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2011,7 +2151,7 @@ func (x *HistoryPoint) String() string {
 func (*HistoryPoint) ProtoMessage() {}
 
 func (x *HistoryPoint) ProtoReflect() protoreflect.Message {
-	mi := &file_styx_v1_styx_proto_msgTypes[27]
+	mi := &file_styx_v1_styx_proto_msgTypes[28]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2024,7 +2164,7 @@ func (x *HistoryPoint) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use HistoryPoint.ProtoReflect.Descriptor instead.
 func (*HistoryPoint) Descriptor() ([]byte, []int) {
-	return file_styx_v1_styx_proto_rawDescGZIP(), []int{27}
+	return file_styx_v1_styx_proto_rawDescGZIP(), []int{28}
 }
 
 func (x *HistoryPoint) GetAt() *timestamppb.Timestamp {
@@ -2078,7 +2218,7 @@ type QueuesInfoRequest struct {
 
 func (x *QueuesInfoRequest) Reset() {
 	*x = QueuesInfoRequest{}
-	mi := &file_styx_v1_styx_proto_msgTypes[28]
+	mi := &file_styx_v1_styx_proto_msgTypes[29]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2090,7 +2230,7 @@ func (x *QueuesInfoRequest) String() string {
 func (*QueuesInfoRequest) ProtoMessage() {}
 
 func (x *QueuesInfoRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_styx_v1_styx_proto_msgTypes[28]
+	mi := &file_styx_v1_styx_proto_msgTypes[29]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2103,7 +2243,7 @@ func (x *QueuesInfoRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use QueuesInfoRequest.ProtoReflect.Descriptor instead.
 func (*QueuesInfoRequest) Descriptor() ([]byte, []int) {
-	return file_styx_v1_styx_proto_rawDescGZIP(), []int{28}
+	return file_styx_v1_styx_proto_rawDescGZIP(), []int{29}
 }
 
 func (x *QueuesInfoRequest) GetQueueName() string {
@@ -2124,7 +2264,7 @@ type QueuesListRequest struct {
 
 func (x *QueuesListRequest) Reset() {
 	*x = QueuesListRequest{}
-	mi := &file_styx_v1_styx_proto_msgTypes[29]
+	mi := &file_styx_v1_styx_proto_msgTypes[30]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2136,7 +2276,7 @@ func (x *QueuesListRequest) String() string {
 func (*QueuesListRequest) ProtoMessage() {}
 
 func (x *QueuesListRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_styx_v1_styx_proto_msgTypes[29]
+	mi := &file_styx_v1_styx_proto_msgTypes[30]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2149,7 +2289,7 @@ func (x *QueuesListRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use QueuesListRequest.ProtoReflect.Descriptor instead.
 func (*QueuesListRequest) Descriptor() ([]byte, []int) {
-	return file_styx_v1_styx_proto_rawDescGZIP(), []int{29}
+	return file_styx_v1_styx_proto_rawDescGZIP(), []int{30}
 }
 
 func (x *QueuesListRequest) GetPivot() string {
@@ -2182,7 +2322,7 @@ type QueuesListResponse struct {
 
 func (x *QueuesListResponse) Reset() {
 	*x = QueuesListResponse{}
-	mi := &file_styx_v1_styx_proto_msgTypes[30]
+	mi := &file_styx_v1_styx_proto_msgTypes[31]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2194,7 +2334,7 @@ func (x *QueuesListResponse) String() string {
 func (*QueuesListResponse) ProtoMessage() {}
 
 func (x *QueuesListResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_styx_v1_styx_proto_msgTypes[30]
+	mi := &file_styx_v1_styx_proto_msgTypes[31]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2207,7 +2347,7 @@ func (x *QueuesListResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use QueuesListResponse.ProtoReflect.Descriptor instead.
 func (*QueuesListResponse) Descriptor() ([]byte, []int) {
-	return file_styx_v1_styx_proto_rawDescGZIP(), []int{30}
+	return file_styx_v1_styx_proto_rawDescGZIP(), []int{31}
 }
 
 func (x *QueuesListResponse) GetItems() []*QueueInfo {
@@ -2227,7 +2367,7 @@ type QueuesDeleteRequest struct {
 
 func (x *QueuesDeleteRequest) Reset() {
 	*x = QueuesDeleteRequest{}
-	mi := &file_styx_v1_styx_proto_msgTypes[31]
+	mi := &file_styx_v1_styx_proto_msgTypes[32]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2239,7 +2379,7 @@ func (x *QueuesDeleteRequest) String() string {
 func (*QueuesDeleteRequest) ProtoMessage() {}
 
 func (x *QueuesDeleteRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_styx_v1_styx_proto_msgTypes[31]
+	mi := &file_styx_v1_styx_proto_msgTypes[32]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2252,7 +2392,7 @@ func (x *QueuesDeleteRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use QueuesDeleteRequest.ProtoReflect.Descriptor instead.
 func (*QueuesDeleteRequest) Descriptor() ([]byte, []int) {
-	return file_styx_v1_styx_proto_rawDescGZIP(), []int{31}
+	return file_styx_v1_styx_proto_rawDescGZIP(), []int{32}
 }
 
 func (x *QueuesDeleteRequest) GetQueueName() string {
@@ -2281,7 +2421,7 @@ type StorageItemsListRequest struct {
 
 func (x *StorageItemsListRequest) Reset() {
 	*x = StorageItemsListRequest{}
-	mi := &file_styx_v1_styx_proto_msgTypes[32]
+	mi := &file_styx_v1_styx_proto_msgTypes[33]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2293,7 +2433,7 @@ func (x *StorageItemsListRequest) String() string {
 func (*StorageItemsListRequest) ProtoMessage() {}
 
 func (x *StorageItemsListRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_styx_v1_styx_proto_msgTypes[32]
+	mi := &file_styx_v1_styx_proto_msgTypes[33]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2306,7 +2446,7 @@ func (x *StorageItemsListRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use StorageItemsListRequest.ProtoReflect.Descriptor instead.
 func (*StorageItemsListRequest) Descriptor() ([]byte, []int) {
-	return file_styx_v1_styx_proto_rawDescGZIP(), []int{32}
+	return file_styx_v1_styx_proto_rawDescGZIP(), []int{33}
 }
 
 func (x *StorageItemsListRequest) GetQueueName() string {
@@ -2346,7 +2486,7 @@ type StorageItemsListResponse struct {
 
 func (x *StorageItemsListResponse) Reset() {
 	*x = StorageItemsListResponse{}
-	mi := &file_styx_v1_styx_proto_msgTypes[33]
+	mi := &file_styx_v1_styx_proto_msgTypes[34]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2358,7 +2498,7 @@ func (x *StorageItemsListResponse) String() string {
 func (*StorageItemsListResponse) ProtoMessage() {}
 
 func (x *StorageItemsListResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_styx_v1_styx_proto_msgTypes[33]
+	mi := &file_styx_v1_styx_proto_msgTypes[34]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2371,7 +2511,7 @@ func (x *StorageItemsListResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use StorageItemsListResponse.ProtoReflect.Descriptor instead.
 func (*StorageItemsListResponse) Descriptor() ([]byte, []int) {
-	return file_styx_v1_styx_proto_rawDescGZIP(), []int{33}
+	return file_styx_v1_styx_proto_rawDescGZIP(), []int{34}
 }
 
 func (x *StorageItemsListResponse) GetItems() []*StorageItem {
@@ -2392,7 +2532,7 @@ type StorageItemsImportRequest struct {
 
 func (x *StorageItemsImportRequest) Reset() {
 	*x = StorageItemsImportRequest{}
-	mi := &file_styx_v1_styx_proto_msgTypes[34]
+	mi := &file_styx_v1_styx_proto_msgTypes[35]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2404,7 +2544,7 @@ func (x *StorageItemsImportRequest) String() string {
 func (*StorageItemsImportRequest) ProtoMessage() {}
 
 func (x *StorageItemsImportRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_styx_v1_styx_proto_msgTypes[34]
+	mi := &file_styx_v1_styx_proto_msgTypes[35]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2417,7 +2557,7 @@ func (x *StorageItemsImportRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use StorageItemsImportRequest.ProtoReflect.Descriptor instead.
 func (*StorageItemsImportRequest) Descriptor() ([]byte, []int) {
-	return file_styx_v1_styx_proto_rawDescGZIP(), []int{34}
+	return file_styx_v1_styx_proto_rawDescGZIP(), []int{35}
 }
 
 func (x *StorageItemsImportRequest) GetQueueName() string {
@@ -2450,7 +2590,7 @@ type StorageItemsImportResponse struct {
 
 func (x *StorageItemsImportResponse) Reset() {
 	*x = StorageItemsImportResponse{}
-	mi := &file_styx_v1_styx_proto_msgTypes[35]
+	mi := &file_styx_v1_styx_proto_msgTypes[36]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2462,7 +2602,7 @@ func (x *StorageItemsImportResponse) String() string {
 func (*StorageItemsImportResponse) ProtoMessage() {}
 
 func (x *StorageItemsImportResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_styx_v1_styx_proto_msgTypes[35]
+	mi := &file_styx_v1_styx_proto_msgTypes[36]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2475,7 +2615,7 @@ func (x *StorageItemsImportResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use StorageItemsImportResponse.ProtoReflect.Descriptor instead.
 func (*StorageItemsImportResponse) Descriptor() ([]byte, []int) {
-	return file_styx_v1_styx_proto_rawDescGZIP(), []int{35}
+	return file_styx_v1_styx_proto_rawDescGZIP(), []int{36}
 }
 
 func (x *StorageItemsImportResponse) GetItems() []*StorageItem {
@@ -2496,7 +2636,7 @@ type StorageItemsDeleteRequest struct {
 
 func (x *StorageItemsDeleteRequest) Reset() {
 	*x = StorageItemsDeleteRequest{}
-	mi := &file_styx_v1_styx_proto_msgTypes[36]
+	mi := &file_styx_v1_styx_proto_msgTypes[37]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2508,7 +2648,7 @@ func (x *StorageItemsDeleteRequest) String() string {
 func (*StorageItemsDeleteRequest) ProtoMessage() {}
 
 func (x *StorageItemsDeleteRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_styx_v1_styx_proto_msgTypes[36]
+	mi := &file_styx_v1_styx_proto_msgTypes[37]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2521,7 +2661,7 @@ func (x *StorageItemsDeleteRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use StorageItemsDeleteRequest.ProtoReflect.Descriptor instead.
 func (*StorageItemsDeleteRequest) Descriptor() ([]byte, []int) {
-	return file_styx_v1_styx_proto_rawDescGZIP(), []int{36}
+	return file_styx_v1_styx_proto_rawDescGZIP(), []int{37}
 }
 
 func (x *StorageItemsDeleteRequest) GetQueueName() string {
@@ -2590,14 +2730,17 @@ type StorageItem struct {
 	// (the SQS API: MessageId, SentTimestamp, SenderId, message attributes and
 	// message system attributes). Empty for an item produced through /v1.
 	// For display: read-only, ignored by storage/items.import.
-	Attributes    []*ItemAttribute `protobuf:"bytes,133,rep,name=attributes,proto3" json:"attributes,omitempty"`
+	Attributes []*ItemAttribute `protobuf:"bytes,133,rep,name=attributes,proto3" json:"attributes,omitempty"`
+	// Styx: the item's group (QueueProduceItem.group); empty for none. Kept by
+	// the dead-letter move and a redrive; storage/items.import sets it.
+	Group         string `protobuf:"bytes,134,opt,name=group,proto3" json:"group,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
 
 func (x *StorageItem) Reset() {
 	*x = StorageItem{}
-	mi := &file_styx_v1_styx_proto_msgTypes[37]
+	mi := &file_styx_v1_styx_proto_msgTypes[38]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2609,7 +2752,7 @@ func (x *StorageItem) String() string {
 func (*StorageItem) ProtoMessage() {}
 
 func (x *StorageItem) ProtoReflect() protoreflect.Message {
-	mi := &file_styx_v1_styx_proto_msgTypes[37]
+	mi := &file_styx_v1_styx_proto_msgTypes[38]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2622,7 +2765,7 @@ func (x *StorageItem) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use StorageItem.ProtoReflect.Descriptor instead.
 func (*StorageItem) Descriptor() ([]byte, []int) {
-	return file_styx_v1_styx_proto_rawDescGZIP(), []int{37}
+	return file_styx_v1_styx_proto_rawDescGZIP(), []int{38}
 }
 
 func (x *StorageItem) GetId() string {
@@ -2800,6 +2943,13 @@ func (x *StorageItem) GetAttributes() []*ItemAttribute {
 	return nil
 }
 
+func (x *StorageItem) GetGroup() string {
+	if x != nil {
+		return x.Group
+	}
+	return ""
+}
+
 // AttemptError is one failed attempt's error text, as given to queue.retry.
 type AttemptError struct {
 	state         protoimpl.MessageState `protogen:"open.v1"`
@@ -2812,7 +2962,7 @@ type AttemptError struct {
 
 func (x *AttemptError) Reset() {
 	*x = AttemptError{}
-	mi := &file_styx_v1_styx_proto_msgTypes[38]
+	mi := &file_styx_v1_styx_proto_msgTypes[39]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2824,7 +2974,7 @@ func (x *AttemptError) String() string {
 func (*AttemptError) ProtoMessage() {}
 
 func (x *AttemptError) ProtoReflect() protoreflect.Message {
-	mi := &file_styx_v1_styx_proto_msgTypes[38]
+	mi := &file_styx_v1_styx_proto_msgTypes[39]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2837,7 +2987,7 @@ func (x *AttemptError) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use AttemptError.ProtoReflect.Descriptor instead.
 func (*AttemptError) Descriptor() ([]byte, []int) {
-	return file_styx_v1_styx_proto_rawDescGZIP(), []int{38}
+	return file_styx_v1_styx_proto_rawDescGZIP(), []int{39}
 }
 
 func (x *AttemptError) GetAttempt() int32 {
@@ -2882,7 +3032,7 @@ type ItemAttribute struct {
 
 func (x *ItemAttribute) Reset() {
 	*x = ItemAttribute{}
-	mi := &file_styx_v1_styx_proto_msgTypes[39]
+	mi := &file_styx_v1_styx_proto_msgTypes[40]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2894,7 +3044,7 @@ func (x *ItemAttribute) String() string {
 func (*ItemAttribute) ProtoMessage() {}
 
 func (x *ItemAttribute) ProtoReflect() protoreflect.Message {
-	mi := &file_styx_v1_styx_proto_msgTypes[39]
+	mi := &file_styx_v1_styx_proto_msgTypes[40]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2907,7 +3057,7 @@ func (x *ItemAttribute) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ItemAttribute.ProtoReflect.Descriptor instead.
 func (*ItemAttribute) Descriptor() ([]byte, []int) {
-	return file_styx_v1_styx_proto_rawDescGZIP(), []int{39}
+	return file_styx_v1_styx_proto_rawDescGZIP(), []int{40}
 }
 
 func (x *ItemAttribute) GetGroup() string {
@@ -2967,7 +3117,7 @@ type DeadFilter struct {
 
 func (x *DeadFilter) Reset() {
 	*x = DeadFilter{}
-	mi := &file_styx_v1_styx_proto_msgTypes[40]
+	mi := &file_styx_v1_styx_proto_msgTypes[41]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2979,7 +3129,7 @@ func (x *DeadFilter) String() string {
 func (*DeadFilter) ProtoMessage() {}
 
 func (x *DeadFilter) ProtoReflect() protoreflect.Message {
-	mi := &file_styx_v1_styx_proto_msgTypes[40]
+	mi := &file_styx_v1_styx_proto_msgTypes[41]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2992,7 +3142,7 @@ func (x *DeadFilter) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use DeadFilter.ProtoReflect.Descriptor instead.
 func (*DeadFilter) Descriptor() ([]byte, []int) {
-	return file_styx_v1_styx_proto_rawDescGZIP(), []int{40}
+	return file_styx_v1_styx_proto_rawDescGZIP(), []int{41}
 }
 
 func (x *DeadFilter) GetIds() []string {
@@ -3080,7 +3230,7 @@ type DeadGroupsRequest struct {
 
 func (x *DeadGroupsRequest) Reset() {
 	*x = DeadGroupsRequest{}
-	mi := &file_styx_v1_styx_proto_msgTypes[41]
+	mi := &file_styx_v1_styx_proto_msgTypes[42]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3092,7 +3242,7 @@ func (x *DeadGroupsRequest) String() string {
 func (*DeadGroupsRequest) ProtoMessage() {}
 
 func (x *DeadGroupsRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_styx_v1_styx_proto_msgTypes[41]
+	mi := &file_styx_v1_styx_proto_msgTypes[42]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3105,7 +3255,7 @@ func (x *DeadGroupsRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use DeadGroupsRequest.ProtoReflect.Descriptor instead.
 func (*DeadGroupsRequest) Descriptor() ([]byte, []int) {
-	return file_styx_v1_styx_proto_rawDescGZIP(), []int{41}
+	return file_styx_v1_styx_proto_rawDescGZIP(), []int{42}
 }
 
 func (x *DeadGroupsRequest) GetQueueName() string {
@@ -3154,7 +3304,7 @@ type DeadGroup struct {
 
 func (x *DeadGroup) Reset() {
 	*x = DeadGroup{}
-	mi := &file_styx_v1_styx_proto_msgTypes[42]
+	mi := &file_styx_v1_styx_proto_msgTypes[43]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3166,7 +3316,7 @@ func (x *DeadGroup) String() string {
 func (*DeadGroup) ProtoMessage() {}
 
 func (x *DeadGroup) ProtoReflect() protoreflect.Message {
-	mi := &file_styx_v1_styx_proto_msgTypes[42]
+	mi := &file_styx_v1_styx_proto_msgTypes[43]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3179,7 +3329,7 @@ func (x *DeadGroup) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use DeadGroup.ProtoReflect.Descriptor instead.
 func (*DeadGroup) Descriptor() ([]byte, []int) {
-	return file_styx_v1_styx_proto_rawDescGZIP(), []int{42}
+	return file_styx_v1_styx_proto_rawDescGZIP(), []int{43}
 }
 
 func (x *DeadGroup) GetFingerprint() string {
@@ -3260,7 +3410,7 @@ type DeadGroupsResponse struct {
 
 func (x *DeadGroupsResponse) Reset() {
 	*x = DeadGroupsResponse{}
-	mi := &file_styx_v1_styx_proto_msgTypes[43]
+	mi := &file_styx_v1_styx_proto_msgTypes[44]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3272,7 +3422,7 @@ func (x *DeadGroupsResponse) String() string {
 func (*DeadGroupsResponse) ProtoMessage() {}
 
 func (x *DeadGroupsResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_styx_v1_styx_proto_msgTypes[43]
+	mi := &file_styx_v1_styx_proto_msgTypes[44]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3285,7 +3435,7 @@ func (x *DeadGroupsResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use DeadGroupsResponse.ProtoReflect.Descriptor instead.
 func (*DeadGroupsResponse) Descriptor() ([]byte, []int) {
-	return file_styx_v1_styx_proto_rawDescGZIP(), []int{43}
+	return file_styx_v1_styx_proto_rawDescGZIP(), []int{44}
 }
 
 func (x *DeadGroupsResponse) GetGroups() []*DeadGroup {
@@ -3323,7 +3473,7 @@ type DeadListRequest struct {
 
 func (x *DeadListRequest) Reset() {
 	*x = DeadListRequest{}
-	mi := &file_styx_v1_styx_proto_msgTypes[44]
+	mi := &file_styx_v1_styx_proto_msgTypes[45]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3335,7 +3485,7 @@ func (x *DeadListRequest) String() string {
 func (*DeadListRequest) ProtoMessage() {}
 
 func (x *DeadListRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_styx_v1_styx_proto_msgTypes[44]
+	mi := &file_styx_v1_styx_proto_msgTypes[45]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3348,7 +3498,7 @@ func (x *DeadListRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use DeadListRequest.ProtoReflect.Descriptor instead.
 func (*DeadListRequest) Descriptor() ([]byte, []int) {
-	return file_styx_v1_styx_proto_rawDescGZIP(), []int{44}
+	return file_styx_v1_styx_proto_rawDescGZIP(), []int{45}
 }
 
 func (x *DeadListRequest) GetQueueName() string {
@@ -3396,7 +3546,7 @@ type DeadListResponse struct {
 
 func (x *DeadListResponse) Reset() {
 	*x = DeadListResponse{}
-	mi := &file_styx_v1_styx_proto_msgTypes[45]
+	mi := &file_styx_v1_styx_proto_msgTypes[46]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3408,7 +3558,7 @@ func (x *DeadListResponse) String() string {
 func (*DeadListResponse) ProtoMessage() {}
 
 func (x *DeadListResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_styx_v1_styx_proto_msgTypes[45]
+	mi := &file_styx_v1_styx_proto_msgTypes[46]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3421,7 +3571,7 @@ func (x *DeadListResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use DeadListResponse.ProtoReflect.Descriptor instead.
 func (*DeadListResponse) Descriptor() ([]byte, []int) {
-	return file_styx_v1_styx_proto_rawDescGZIP(), []int{45}
+	return file_styx_v1_styx_proto_rawDescGZIP(), []int{46}
 }
 
 func (x *DeadListResponse) GetItems() []*StorageItem {
@@ -3452,7 +3602,7 @@ type DeadDeleteRequest struct {
 
 func (x *DeadDeleteRequest) Reset() {
 	*x = DeadDeleteRequest{}
-	mi := &file_styx_v1_styx_proto_msgTypes[46]
+	mi := &file_styx_v1_styx_proto_msgTypes[47]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3464,7 +3614,7 @@ func (x *DeadDeleteRequest) String() string {
 func (*DeadDeleteRequest) ProtoMessage() {}
 
 func (x *DeadDeleteRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_styx_v1_styx_proto_msgTypes[46]
+	mi := &file_styx_v1_styx_proto_msgTypes[47]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3477,7 +3627,7 @@ func (x *DeadDeleteRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use DeadDeleteRequest.ProtoReflect.Descriptor instead.
 func (*DeadDeleteRequest) Descriptor() ([]byte, []int) {
-	return file_styx_v1_styx_proto_rawDescGZIP(), []int{46}
+	return file_styx_v1_styx_proto_rawDescGZIP(), []int{47}
 }
 
 func (x *DeadDeleteRequest) GetQueueName() string {
@@ -3510,7 +3660,7 @@ type DeadDeleteResponse struct {
 
 func (x *DeadDeleteResponse) Reset() {
 	*x = DeadDeleteResponse{}
-	mi := &file_styx_v1_styx_proto_msgTypes[47]
+	mi := &file_styx_v1_styx_proto_msgTypes[48]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3522,7 +3672,7 @@ func (x *DeadDeleteResponse) String() string {
 func (*DeadDeleteResponse) ProtoMessage() {}
 
 func (x *DeadDeleteResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_styx_v1_styx_proto_msgTypes[47]
+	mi := &file_styx_v1_styx_proto_msgTypes[48]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3535,7 +3685,7 @@ func (x *DeadDeleteResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use DeadDeleteResponse.ProtoReflect.Descriptor instead.
 func (*DeadDeleteResponse) Descriptor() ([]byte, []int) {
-	return file_styx_v1_styx_proto_rawDescGZIP(), []int{47}
+	return file_styx_v1_styx_proto_rawDescGZIP(), []int{48}
 }
 
 func (x *DeadDeleteResponse) GetDeleted() int64 {
@@ -3565,7 +3715,7 @@ type DeadRedriveRequest struct {
 
 func (x *DeadRedriveRequest) Reset() {
 	*x = DeadRedriveRequest{}
-	mi := &file_styx_v1_styx_proto_msgTypes[48]
+	mi := &file_styx_v1_styx_proto_msgTypes[49]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3577,7 +3727,7 @@ func (x *DeadRedriveRequest) String() string {
 func (*DeadRedriveRequest) ProtoMessage() {}
 
 func (x *DeadRedriveRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_styx_v1_styx_proto_msgTypes[48]
+	mi := &file_styx_v1_styx_proto_msgTypes[49]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3590,7 +3740,7 @@ func (x *DeadRedriveRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use DeadRedriveRequest.ProtoReflect.Descriptor instead.
 func (*DeadRedriveRequest) Descriptor() ([]byte, []int) {
-	return file_styx_v1_styx_proto_rawDescGZIP(), []int{48}
+	return file_styx_v1_styx_proto_rawDescGZIP(), []int{49}
 }
 
 func (x *DeadRedriveRequest) GetQueueName() string {
@@ -3665,7 +3815,7 @@ type DeadEditRequest struct {
 
 func (x *DeadEditRequest) Reset() {
 	*x = DeadEditRequest{}
-	mi := &file_styx_v1_styx_proto_msgTypes[49]
+	mi := &file_styx_v1_styx_proto_msgTypes[50]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3677,7 +3827,7 @@ func (x *DeadEditRequest) String() string {
 func (*DeadEditRequest) ProtoMessage() {}
 
 func (x *DeadEditRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_styx_v1_styx_proto_msgTypes[49]
+	mi := &file_styx_v1_styx_proto_msgTypes[50]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3690,7 +3840,7 @@ func (x *DeadEditRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use DeadEditRequest.ProtoReflect.Descriptor instead.
 func (*DeadEditRequest) Descriptor() ([]byte, []int) {
-	return file_styx_v1_styx_proto_rawDescGZIP(), []int{49}
+	return file_styx_v1_styx_proto_rawDescGZIP(), []int{50}
 }
 
 func (x *DeadEditRequest) GetQueueName() string {
@@ -3737,7 +3887,7 @@ type RedrivesListRequest struct {
 
 func (x *RedrivesListRequest) Reset() {
 	*x = RedrivesListRequest{}
-	mi := &file_styx_v1_styx_proto_msgTypes[50]
+	mi := &file_styx_v1_styx_proto_msgTypes[51]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3749,7 +3899,7 @@ func (x *RedrivesListRequest) String() string {
 func (*RedrivesListRequest) ProtoMessage() {}
 
 func (x *RedrivesListRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_styx_v1_styx_proto_msgTypes[50]
+	mi := &file_styx_v1_styx_proto_msgTypes[51]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3762,7 +3912,7 @@ func (x *RedrivesListRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RedrivesListRequest.ProtoReflect.Descriptor instead.
 func (*RedrivesListRequest) Descriptor() ([]byte, []int) {
-	return file_styx_v1_styx_proto_rawDescGZIP(), []int{50}
+	return file_styx_v1_styx_proto_rawDescGZIP(), []int{51}
 }
 
 func (x *RedrivesListRequest) GetQueueName() string {
@@ -3781,7 +3931,7 @@ type RedrivesListResponse struct {
 
 func (x *RedrivesListResponse) Reset() {
 	*x = RedrivesListResponse{}
-	mi := &file_styx_v1_styx_proto_msgTypes[51]
+	mi := &file_styx_v1_styx_proto_msgTypes[52]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3793,7 +3943,7 @@ func (x *RedrivesListResponse) String() string {
 func (*RedrivesListResponse) ProtoMessage() {}
 
 func (x *RedrivesListResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_styx_v1_styx_proto_msgTypes[51]
+	mi := &file_styx_v1_styx_proto_msgTypes[52]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3806,7 +3956,7 @@ func (x *RedrivesListResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RedrivesListResponse.ProtoReflect.Descriptor instead.
 func (*RedrivesListResponse) Descriptor() ([]byte, []int) {
-	return file_styx_v1_styx_proto_rawDescGZIP(), []int{51}
+	return file_styx_v1_styx_proto_rawDescGZIP(), []int{52}
 }
 
 func (x *RedrivesListResponse) GetTasks() []*RedriveTask {
@@ -3825,7 +3975,7 @@ type RedriveTaskRequest struct {
 
 func (x *RedriveTaskRequest) Reset() {
 	*x = RedriveTaskRequest{}
-	mi := &file_styx_v1_styx_proto_msgTypes[52]
+	mi := &file_styx_v1_styx_proto_msgTypes[53]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3837,7 +3987,7 @@ func (x *RedriveTaskRequest) String() string {
 func (*RedriveTaskRequest) ProtoMessage() {}
 
 func (x *RedriveTaskRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_styx_v1_styx_proto_msgTypes[52]
+	mi := &file_styx_v1_styx_proto_msgTypes[53]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3850,7 +4000,7 @@ func (x *RedriveTaskRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RedriveTaskRequest.ProtoReflect.Descriptor instead.
 func (*RedriveTaskRequest) Descriptor() ([]byte, []int) {
-	return file_styx_v1_styx_proto_rawDescGZIP(), []int{52}
+	return file_styx_v1_styx_proto_rawDescGZIP(), []int{53}
 }
 
 func (x *RedriveTaskRequest) GetTaskId() string {
@@ -3874,7 +4024,7 @@ type RedrivesUpdateRequest struct {
 
 func (x *RedrivesUpdateRequest) Reset() {
 	*x = RedrivesUpdateRequest{}
-	mi := &file_styx_v1_styx_proto_msgTypes[53]
+	mi := &file_styx_v1_styx_proto_msgTypes[54]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3886,7 +4036,7 @@ func (x *RedrivesUpdateRequest) String() string {
 func (*RedrivesUpdateRequest) ProtoMessage() {}
 
 func (x *RedrivesUpdateRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_styx_v1_styx_proto_msgTypes[53]
+	mi := &file_styx_v1_styx_proto_msgTypes[54]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3899,7 +4049,7 @@ func (x *RedrivesUpdateRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RedrivesUpdateRequest.ProtoReflect.Descriptor instead.
 func (*RedrivesUpdateRequest) Descriptor() ([]byte, []int) {
-	return file_styx_v1_styx_proto_rawDescGZIP(), []int{53}
+	return file_styx_v1_styx_proto_rawDescGZIP(), []int{54}
 }
 
 func (x *RedrivesUpdateRequest) GetTaskId() string {
@@ -3929,7 +4079,7 @@ type RedriveCounts struct {
 
 func (x *RedriveCounts) Reset() {
 	*x = RedriveCounts{}
-	mi := &file_styx_v1_styx_proto_msgTypes[54]
+	mi := &file_styx_v1_styx_proto_msgTypes[55]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3941,7 +4091,7 @@ func (x *RedriveCounts) String() string {
 func (*RedriveCounts) ProtoMessage() {}
 
 func (x *RedriveCounts) ProtoReflect() protoreflect.Message {
-	mi := &file_styx_v1_styx_proto_msgTypes[54]
+	mi := &file_styx_v1_styx_proto_msgTypes[55]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3954,7 +4104,7 @@ func (x *RedriveCounts) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RedriveCounts.ProtoReflect.Descriptor instead.
 func (*RedriveCounts) Descriptor() ([]byte, []int) {
-	return file_styx_v1_styx_proto_rawDescGZIP(), []int{54}
+	return file_styx_v1_styx_proto_rawDescGZIP(), []int{55}
 }
 
 func (x *RedriveCounts) GetMoved() int64 {
@@ -4001,7 +4151,7 @@ type RedrivePlan struct {
 
 func (x *RedrivePlan) Reset() {
 	*x = RedrivePlan{}
-	mi := &file_styx_v1_styx_proto_msgTypes[55]
+	mi := &file_styx_v1_styx_proto_msgTypes[56]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4013,7 +4163,7 @@ func (x *RedrivePlan) String() string {
 func (*RedrivePlan) ProtoMessage() {}
 
 func (x *RedrivePlan) ProtoReflect() protoreflect.Message {
-	mi := &file_styx_v1_styx_proto_msgTypes[55]
+	mi := &file_styx_v1_styx_proto_msgTypes[56]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4026,7 +4176,7 @@ func (x *RedrivePlan) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RedrivePlan.ProtoReflect.Descriptor instead.
 func (*RedrivePlan) Descriptor() ([]byte, []int) {
-	return file_styx_v1_styx_proto_rawDescGZIP(), []int{55}
+	return file_styx_v1_styx_proto_rawDescGZIP(), []int{56}
 }
 
 func (x *RedrivePlan) GetWouldMove() int64 {
@@ -4104,7 +4254,7 @@ type RedriveTask struct {
 
 func (x *RedriveTask) Reset() {
 	*x = RedriveTask{}
-	mi := &file_styx_v1_styx_proto_msgTypes[56]
+	mi := &file_styx_v1_styx_proto_msgTypes[57]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4116,7 +4266,7 @@ func (x *RedriveTask) String() string {
 func (*RedriveTask) ProtoMessage() {}
 
 func (x *RedriveTask) ProtoReflect() protoreflect.Message {
-	mi := &file_styx_v1_styx_proto_msgTypes[56]
+	mi := &file_styx_v1_styx_proto_msgTypes[57]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4129,7 +4279,7 @@ func (x *RedriveTask) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RedriveTask.ProtoReflect.Descriptor instead.
 func (*RedriveTask) Descriptor() ([]byte, []int) {
-	return file_styx_v1_styx_proto_rawDescGZIP(), []int{56}
+	return file_styx_v1_styx_proto_rawDescGZIP(), []int{57}
 }
 
 func (x *RedriveTask) GetTaskId() string {
@@ -4309,7 +4459,7 @@ type KeysCreateRequest struct {
 
 func (x *KeysCreateRequest) Reset() {
 	*x = KeysCreateRequest{}
-	mi := &file_styx_v1_styx_proto_msgTypes[57]
+	mi := &file_styx_v1_styx_proto_msgTypes[58]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4321,7 +4471,7 @@ func (x *KeysCreateRequest) String() string {
 func (*KeysCreateRequest) ProtoMessage() {}
 
 func (x *KeysCreateRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_styx_v1_styx_proto_msgTypes[57]
+	mi := &file_styx_v1_styx_proto_msgTypes[58]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4334,7 +4484,7 @@ func (x *KeysCreateRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use KeysCreateRequest.ProtoReflect.Descriptor instead.
 func (*KeysCreateRequest) Descriptor() ([]byte, []int) {
-	return file_styx_v1_styx_proto_rawDescGZIP(), []int{57}
+	return file_styx_v1_styx_proto_rawDescGZIP(), []int{58}
 }
 
 func (x *KeysCreateRequest) GetName() string {
@@ -4373,7 +4523,7 @@ type ApiKey struct {
 
 func (x *ApiKey) Reset() {
 	*x = ApiKey{}
-	mi := &file_styx_v1_styx_proto_msgTypes[58]
+	mi := &file_styx_v1_styx_proto_msgTypes[59]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4385,7 +4535,7 @@ func (x *ApiKey) String() string {
 func (*ApiKey) ProtoMessage() {}
 
 func (x *ApiKey) ProtoReflect() protoreflect.Message {
-	mi := &file_styx_v1_styx_proto_msgTypes[58]
+	mi := &file_styx_v1_styx_proto_msgTypes[59]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4398,7 +4548,7 @@ func (x *ApiKey) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ApiKey.ProtoReflect.Descriptor instead.
 func (*ApiKey) Descriptor() ([]byte, []int) {
-	return file_styx_v1_styx_proto_rawDescGZIP(), []int{58}
+	return file_styx_v1_styx_proto_rawDescGZIP(), []int{59}
 }
 
 func (x *ApiKey) GetName() string {
@@ -4451,7 +4601,7 @@ type KeysCreateResponse struct {
 
 func (x *KeysCreateResponse) Reset() {
 	*x = KeysCreateResponse{}
-	mi := &file_styx_v1_styx_proto_msgTypes[59]
+	mi := &file_styx_v1_styx_proto_msgTypes[60]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4463,7 +4613,7 @@ func (x *KeysCreateResponse) String() string {
 func (*KeysCreateResponse) ProtoMessage() {}
 
 func (x *KeysCreateResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_styx_v1_styx_proto_msgTypes[59]
+	mi := &file_styx_v1_styx_proto_msgTypes[60]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4476,7 +4626,7 @@ func (x *KeysCreateResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use KeysCreateResponse.ProtoReflect.Descriptor instead.
 func (*KeysCreateResponse) Descriptor() ([]byte, []int) {
-	return file_styx_v1_styx_proto_rawDescGZIP(), []int{59}
+	return file_styx_v1_styx_proto_rawDescGZIP(), []int{60}
 }
 
 func (x *KeysCreateResponse) GetKey() string {
@@ -4522,7 +4672,7 @@ type KeysListRequest struct {
 
 func (x *KeysListRequest) Reset() {
 	*x = KeysListRequest{}
-	mi := &file_styx_v1_styx_proto_msgTypes[60]
+	mi := &file_styx_v1_styx_proto_msgTypes[61]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4534,7 +4684,7 @@ func (x *KeysListRequest) String() string {
 func (*KeysListRequest) ProtoMessage() {}
 
 func (x *KeysListRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_styx_v1_styx_proto_msgTypes[60]
+	mi := &file_styx_v1_styx_proto_msgTypes[61]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4547,7 +4697,7 @@ func (x *KeysListRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use KeysListRequest.ProtoReflect.Descriptor instead.
 func (*KeysListRequest) Descriptor() ([]byte, []int) {
-	return file_styx_v1_styx_proto_rawDescGZIP(), []int{60}
+	return file_styx_v1_styx_proto_rawDescGZIP(), []int{61}
 }
 
 type KeysListResponse struct {
@@ -4559,7 +4709,7 @@ type KeysListResponse struct {
 
 func (x *KeysListResponse) Reset() {
 	*x = KeysListResponse{}
-	mi := &file_styx_v1_styx_proto_msgTypes[61]
+	mi := &file_styx_v1_styx_proto_msgTypes[62]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4571,7 +4721,7 @@ func (x *KeysListResponse) String() string {
 func (*KeysListResponse) ProtoMessage() {}
 
 func (x *KeysListResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_styx_v1_styx_proto_msgTypes[61]
+	mi := &file_styx_v1_styx_proto_msgTypes[62]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4584,7 +4734,7 @@ func (x *KeysListResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use KeysListResponse.ProtoReflect.Descriptor instead.
 func (*KeysListResponse) Descriptor() ([]byte, []int) {
-	return file_styx_v1_styx_proto_rawDescGZIP(), []int{61}
+	return file_styx_v1_styx_proto_rawDescGZIP(), []int{62}
 }
 
 func (x *KeysListResponse) GetKeys() []*ApiKey {
@@ -4603,7 +4753,7 @@ type KeysDeleteRequest struct {
 
 func (x *KeysDeleteRequest) Reset() {
 	*x = KeysDeleteRequest{}
-	mi := &file_styx_v1_styx_proto_msgTypes[62]
+	mi := &file_styx_v1_styx_proto_msgTypes[63]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4615,7 +4765,7 @@ func (x *KeysDeleteRequest) String() string {
 func (*KeysDeleteRequest) ProtoMessage() {}
 
 func (x *KeysDeleteRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_styx_v1_styx_proto_msgTypes[62]
+	mi := &file_styx_v1_styx_proto_msgTypes[63]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4628,7 +4778,7 @@ func (x *KeysDeleteRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use KeysDeleteRequest.ProtoReflect.Descriptor instead.
 func (*KeysDeleteRequest) Descriptor() ([]byte, []int) {
-	return file_styx_v1_styx_proto_rawDescGZIP(), []int{62}
+	return file_styx_v1_styx_proto_rawDescGZIP(), []int{63}
 }
 
 func (x *KeysDeleteRequest) GetName() string {
@@ -4647,7 +4797,7 @@ const file_styx_v1_styx_proto_rawDesc = "" +
 	"\tqueueName\x18\x01 \x01(\tR\n" +
 	"queue_name\x12'\n" +
 	"\x0erequestTimeout\x18\x02 \x01(\tR\x0frequest_timeout\x12/\n" +
-	"\x05items\x18\x03 \x03(\v2\x19.styx.v1.QueueProduceItemR\x05items\"\xf0\x01\n" +
+	"\x05items\x18\x03 \x03(\v2\x19.styx.v1.QueueProduceItemR\x05items\"\x86\x02\n" +
 	"\x10QueueProduceItem\x12\x1a\n" +
 	"\bencoding\x18\x01 \x01(\tR\bencoding\x12\x12\n" +
 	"\x04kind\x18\x02 \x01(\tR\x04kind\x12\x1c\n" +
@@ -4656,7 +4806,8 @@ const file_styx_v1_styx_proto_rawDesc = "" +
 	"enqueue_at\x12\x14\n" +
 	"\x05bytes\x18\x05 \x01(\fR\x05bytes\x12\x12\n" +
 	"\x04utf8\x18\x06 \x01(\tR\x04utf8\x12)\n" +
-	"\x0fdeduplicationId\x18d \x01(\tR\x10deduplication_id\"a\n" +
+	"\x0fdeduplicationId\x18d \x01(\tR\x10deduplication_id\x12\x14\n" +
+	"\x05group\x18e \x01(\tR\x05group\"a\n" +
 	"\x14QueueProduceResponse\x12\x12\n" +
 	"\x04code\x18\x01 \x01(\x05R\x04code\x12\x1b\n" +
 	"\bcodeText\x18\x02 \x01(\tR\tcode_text\x12\x18\n" +
@@ -4667,7 +4818,7 @@ const file_styx_v1_styx_proto_rawDesc = "" +
 	"\tbatchSize\x18\x02 \x01(\x05R\n" +
 	"batch_size\x12\x1b\n" +
 	"\bclientId\x18\x03 \x01(\tR\tclient_id\x12'\n" +
-	"\x0erequestTimeout\x18\x04 \x01(\tR\x0frequest_timeout\"\xe3\x01\n" +
+	"\x0erequestTimeout\x18\x04 \x01(\tR\x0frequest_timeout\"\xf9\x01\n" +
 	"\x0eQueueLeaseItem\x12\x1a\n" +
 	"\bencoding\x18\x01 \x01(\tR\bencoding\x12\x12\n" +
 	"\x04kind\x18\x02 \x01(\tR\x04kind\x12\x1c\n" +
@@ -4675,7 +4826,8 @@ const file_styx_v1_styx_proto_rawDesc = "" +
 	"\x02id\x18\x04 \x01(\tR\x02id\x12\x1a\n" +
 	"\battempts\x18\x05 \x01(\x05R\battempts\x12A\n" +
 	"\rleaseDeadline\x18\x06 \x01(\v2\x1a.google.protobuf.TimestampR\x0elease_deadline\x12\x14\n" +
-	"\x05bytes\x18\a \x01(\fR\x05bytes\"\x80\x01\n" +
+	"\x05bytes\x18\a \x01(\fR\x05bytes\x12\x14\n" +
+	"\x05group\x18d \x01(\tR\x05group\"\x80\x01\n" +
 	"\x12QueueLeaseResponse\x12\x1d\n" +
 	"\tqueueName\x18\x01 \x01(\tR\n" +
 	"queue_name\x12\x1c\n" +
@@ -4726,7 +4878,7 @@ const file_styx_v1_styx_proto_rawDesc = "" +
 	"\x05items\x18\x01 \x03(\v2\x17.styx.v1.QueueRenewItemR\x05items\"c\n" +
 	"\x0eQueueRenewItem\x12\x0e\n" +
 	"\x02id\x18\x01 \x01(\tR\x02id\x12A\n" +
-	"\rleaseDeadline\x18\x02 \x01(\v2\x1a.google.protobuf.TimestampR\x0elease_deadline\"\xaa\x04\n" +
+	"\rleaseDeadline\x18\x02 \x01(\v2\x1a.google.protobuf.TimestampR\x0elease_deadline\"\xf2\x04\n" +
 	"\tQueueInfo\x12\x1d\n" +
 	"\tqueueName\x18\x01 \x01(\tR\n" +
 	"queue_name\x129\n" +
@@ -4747,7 +4899,9 @@ const file_styx_v1_styx_proto_rawDesc = "" +
 	"partitions\x12\x1c\n" +
 	"\tnamespace\x18\v \x01(\tR\tnamespace\x12 \n" +
 	"\vupdate_mask\x18n \x03(\tR\vupdate_mask\x121\n" +
-	"\x13deduplicationWindow\x18o \x01(\tR\x14deduplication_window\"-\n" +
+	"\x13deduplicationWindow\x18o \x01(\tR\x14deduplication_window\x12\x18\n" +
+	"\aordered\x18p \x01(\bR\aordered\x12,\n" +
+	"\x11group_dead_policy\x18q \x01(\tR\x11group_dead_policy\"-\n" +
 	"\rPartitionInfo\x12\x1c\n" +
 	"\tpartition\x18\x01 \x01(\x05R\tpartition\"\x88\x01\n" +
 	"\x11QueueClearRequest\x12\x1d\n" +
@@ -4765,7 +4919,7 @@ const file_styx_v1_styx_proto_rawDesc = "" +
 	"\amessage\x18\x03 \x01(\tR\amessage\"2\n" +
 	"\x11QueueStatsRequest\x12\x1d\n" +
 	"\tqueueName\x18\x01 \x01(\tR\n" +
-	"queue_name\"\xa6\x04\n" +
+	"queue_name\"\x8f\x05\n" +
 	"\x12QueueStatsResponse\x12\x1d\n" +
 	"\tqueueName\x18\x01 \x01(\tR\n" +
 	"queue_name\x12@\n" +
@@ -4773,13 +4927,20 @@ const file_styx_v1_styx_proto_rawDesc = "" +
 	"\x0edead_by_reason\x18d \x03(\v2-.styx.v1.QueueStatsResponse.DeadByReasonEntryR\x0edead_by_reason\x12U\n" +
 	"\x0edead_by_source\x18e \x03(\v2-.styx.v1.QueueStatsResponse.DeadBySourceEntryR\x0edead_by_source\x12I\n" +
 	"\x11oldest_created_at\x18\x82\x01 \x01(\v2\x1a.google.protobuf.TimestampR\x11oldest_created_at\x124\n" +
-	"\tconsumers\x18f \x03(\v2\x16.styx.v1.QueueConsumerR\tconsumers\x1a?\n" +
+	"\tconsumers\x18f \x03(\v2\x16.styx.v1.QueueConsumerR\tconsumers\x129\n" +
+	"\vheld_groups\x18g \x03(\v2\x17.styx.v1.QueueHeldGroupR\vheld_groups\x12,\n" +
+	"\x11held_groups_total\x18h \x01(\x03R\x11held_groups_total\x1a?\n" +
 	"\x11DeadByReasonEntry\x12\x10\n" +
 	"\x03key\x18\x01 \x01(\tR\x03key\x12\x14\n" +
 	"\x05value\x18\x02 \x01(\x03R\x05value:\x028\x01\x1a?\n" +
 	"\x11DeadBySourceEntry\x12\x10\n" +
 	"\x03key\x18\x01 \x01(\tR\x03key\x12\x14\n" +
-	"\x05value\x18\x02 \x01(\x03R\x05value:\x028\x01\"\x93\x02\n" +
+	"\x05value\x18\x02 \x01(\x03R\x05value:\x028\x01\"\x96\x01\n" +
+	"\x0eQueueHeldGroup\x12\x14\n" +
+	"\x05group\x18\x01 \x01(\tR\x05group\x12\x1c\n" +
+	"\tpartition\x18\x02 \x01(\x05R\tpartition\x12\x1a\n" +
+	"\bdead_key\x18\x03 \x01(\tR\bdead_key\x124\n" +
+	"\aheld_at\x18\x04 \x01(\v2\x1a.google.protobuf.TimestampR\aheld_at\"\x93\x02\n" +
 	"\rQueueConsumer\x12\x1c\n" +
 	"\tclient_id\x18\x01 \x01(\tR\tclient_id\x12\x1a\n" +
 	"\bkey_name\x18\x02 \x01(\tR\bkey_name\x12@\n" +
@@ -4862,7 +5023,7 @@ const file_styx_v1_styx_proto_rawDesc = "" +
 	"\tqueueName\x18\x01 \x01(\tR\n" +
 	"queue_name\x12\x1c\n" +
 	"\tpartition\x18\x02 \x01(\x05R\tpartition\x12\x10\n" +
-	"\x03ids\x18\x03 \x03(\tR\x03ids\"\xc3\b\n" +
+	"\x03ids\x18\x03 \x03(\tR\x03ids\"\xda\b\n" +
 	"\vStorageItem\x12\x0e\n" +
 	"\x02id\x18\x01 \x01(\tR\x02id\x12\x1c\n" +
 	"\tsource_id\x18\x02 \x01(\tR\tsource_id\x12\x1b\n" +
@@ -4896,7 +5057,8 @@ const file_styx_v1_styx_proto_rawDesc = "" +
 	"\x12dead_letter_errors\x18\x84\x01 \x03(\v2\x15.styx.v1.AttemptErrorR\x12dead_letter_errors\x127\n" +
 	"\n" +
 	"attributes\x18\x85\x01 \x03(\v2\x16.styx.v1.ItemAttributeR\n" +
-	"attributes\"j\n" +
+	"attributes\x12\x15\n" +
+	"\x05group\x18\x86\x01 \x01(\tR\x05group\"j\n" +
 	"\fAttemptError\x12\x18\n" +
 	"\aattempt\x18\x01 \x01(\x05R\aattempt\x12\x14\n" +
 	"\x05error\x18\x02 \x01(\tR\x05error\x12*\n" +
@@ -5100,7 +5262,7 @@ func file_styx_v1_styx_proto_rawDescGZIP() []byte {
 	return file_styx_v1_styx_proto_rawDescData
 }
 
-var file_styx_v1_styx_proto_msgTypes = make([]protoimpl.MessageInfo, 72)
+var file_styx_v1_styx_proto_msgTypes = make([]protoimpl.MessageInfo, 73)
 var file_styx_v1_styx_proto_goTypes = []any{
 	(*QueueProduceRequest)(nil),        // 0: styx.v1.QueueProduceRequest
 	(*QueueProduceItem)(nil),           // 1: styx.v1.QueueProduceItem
@@ -5124,128 +5286,131 @@ var file_styx_v1_styx_proto_goTypes = []any{
 	(*QueueReloadResponse)(nil),        // 19: styx.v1.QueueReloadResponse
 	(*QueueStatsRequest)(nil),          // 20: styx.v1.QueueStatsRequest
 	(*QueueStatsResponse)(nil),         // 21: styx.v1.QueueStatsResponse
-	(*QueueConsumer)(nil),              // 22: styx.v1.QueueConsumer
-	(*QueueLogicalStats)(nil),          // 23: styx.v1.QueueLogicalStats
-	(*QueuePartitionStats)(nil),        // 24: styx.v1.QueuePartitionStats
-	(*QueuesHistoryRequest)(nil),       // 25: styx.v1.QueuesHistoryRequest
-	(*QueuesHistoryResponse)(nil),      // 26: styx.v1.QueuesHistoryResponse
-	(*HistoryPoint)(nil),               // 27: styx.v1.HistoryPoint
-	(*QueuesInfoRequest)(nil),          // 28: styx.v1.QueuesInfoRequest
-	(*QueuesListRequest)(nil),          // 29: styx.v1.QueuesListRequest
-	(*QueuesListResponse)(nil),         // 30: styx.v1.QueuesListResponse
-	(*QueuesDeleteRequest)(nil),        // 31: styx.v1.QueuesDeleteRequest
-	(*StorageItemsListRequest)(nil),    // 32: styx.v1.StorageItemsListRequest
-	(*StorageItemsListResponse)(nil),   // 33: styx.v1.StorageItemsListResponse
-	(*StorageItemsImportRequest)(nil),  // 34: styx.v1.StorageItemsImportRequest
-	(*StorageItemsImportResponse)(nil), // 35: styx.v1.StorageItemsImportResponse
-	(*StorageItemsDeleteRequest)(nil),  // 36: styx.v1.StorageItemsDeleteRequest
-	(*StorageItem)(nil),                // 37: styx.v1.StorageItem
-	(*AttemptError)(nil),               // 38: styx.v1.AttemptError
-	(*ItemAttribute)(nil),              // 39: styx.v1.ItemAttribute
-	(*DeadFilter)(nil),                 // 40: styx.v1.DeadFilter
-	(*DeadGroupsRequest)(nil),          // 41: styx.v1.DeadGroupsRequest
-	(*DeadGroup)(nil),                  // 42: styx.v1.DeadGroup
-	(*DeadGroupsResponse)(nil),         // 43: styx.v1.DeadGroupsResponse
-	(*DeadListRequest)(nil),            // 44: styx.v1.DeadListRequest
-	(*DeadListResponse)(nil),           // 45: styx.v1.DeadListResponse
-	(*DeadDeleteRequest)(nil),          // 46: styx.v1.DeadDeleteRequest
-	(*DeadDeleteResponse)(nil),         // 47: styx.v1.DeadDeleteResponse
-	(*DeadRedriveRequest)(nil),         // 48: styx.v1.DeadRedriveRequest
-	(*DeadEditRequest)(nil),            // 49: styx.v1.DeadEditRequest
-	(*RedrivesListRequest)(nil),        // 50: styx.v1.RedrivesListRequest
-	(*RedrivesListResponse)(nil),       // 51: styx.v1.RedrivesListResponse
-	(*RedriveTaskRequest)(nil),         // 52: styx.v1.RedriveTaskRequest
-	(*RedrivesUpdateRequest)(nil),      // 53: styx.v1.RedrivesUpdateRequest
-	(*RedriveCounts)(nil),              // 54: styx.v1.RedriveCounts
-	(*RedrivePlan)(nil),                // 55: styx.v1.RedrivePlan
-	(*RedriveTask)(nil),                // 56: styx.v1.RedriveTask
-	(*KeysCreateRequest)(nil),          // 57: styx.v1.KeysCreateRequest
-	(*ApiKey)(nil),                     // 58: styx.v1.ApiKey
-	(*KeysCreateResponse)(nil),         // 59: styx.v1.KeysCreateResponse
-	(*KeysListRequest)(nil),            // 60: styx.v1.KeysListRequest
-	(*KeysListResponse)(nil),           // 61: styx.v1.KeysListResponse
-	(*KeysDeleteRequest)(nil),          // 62: styx.v1.KeysDeleteRequest
-	nil,                                // 63: styx.v1.QueueStatsResponse.DeadByReasonEntry
-	nil,                                // 64: styx.v1.QueueStatsResponse.DeadBySourceEntry
-	nil,                                // 65: styx.v1.QueuesHistoryResponse.GroupPatternsEntry
-	nil,                                // 66: styx.v1.HistoryPoint.DeadByGroupEntry
-	nil,                                // 67: styx.v1.RedriveCounts.SkipReasonsEntry
-	nil,                                // 68: styx.v1.RedrivePlan.SkipReasonsEntry
-	nil,                                // 69: styx.v1.RedriveTask.ByQueueEntry
-	nil,                                // 70: styx.v1.RedriveTask.ByDestinationEntry
-	nil,                                // 71: styx.v1.RedriveTask.SkipReasonsEntry
-	(*timestamppb.Timestamp)(nil),      // 72: google.protobuf.Timestamp
+	(*QueueHeldGroup)(nil),             // 22: styx.v1.QueueHeldGroup
+	(*QueueConsumer)(nil),              // 23: styx.v1.QueueConsumer
+	(*QueueLogicalStats)(nil),          // 24: styx.v1.QueueLogicalStats
+	(*QueuePartitionStats)(nil),        // 25: styx.v1.QueuePartitionStats
+	(*QueuesHistoryRequest)(nil),       // 26: styx.v1.QueuesHistoryRequest
+	(*QueuesHistoryResponse)(nil),      // 27: styx.v1.QueuesHistoryResponse
+	(*HistoryPoint)(nil),               // 28: styx.v1.HistoryPoint
+	(*QueuesInfoRequest)(nil),          // 29: styx.v1.QueuesInfoRequest
+	(*QueuesListRequest)(nil),          // 30: styx.v1.QueuesListRequest
+	(*QueuesListResponse)(nil),         // 31: styx.v1.QueuesListResponse
+	(*QueuesDeleteRequest)(nil),        // 32: styx.v1.QueuesDeleteRequest
+	(*StorageItemsListRequest)(nil),    // 33: styx.v1.StorageItemsListRequest
+	(*StorageItemsListResponse)(nil),   // 34: styx.v1.StorageItemsListResponse
+	(*StorageItemsImportRequest)(nil),  // 35: styx.v1.StorageItemsImportRequest
+	(*StorageItemsImportResponse)(nil), // 36: styx.v1.StorageItemsImportResponse
+	(*StorageItemsDeleteRequest)(nil),  // 37: styx.v1.StorageItemsDeleteRequest
+	(*StorageItem)(nil),                // 38: styx.v1.StorageItem
+	(*AttemptError)(nil),               // 39: styx.v1.AttemptError
+	(*ItemAttribute)(nil),              // 40: styx.v1.ItemAttribute
+	(*DeadFilter)(nil),                 // 41: styx.v1.DeadFilter
+	(*DeadGroupsRequest)(nil),          // 42: styx.v1.DeadGroupsRequest
+	(*DeadGroup)(nil),                  // 43: styx.v1.DeadGroup
+	(*DeadGroupsResponse)(nil),         // 44: styx.v1.DeadGroupsResponse
+	(*DeadListRequest)(nil),            // 45: styx.v1.DeadListRequest
+	(*DeadListResponse)(nil),           // 46: styx.v1.DeadListResponse
+	(*DeadDeleteRequest)(nil),          // 47: styx.v1.DeadDeleteRequest
+	(*DeadDeleteResponse)(nil),         // 48: styx.v1.DeadDeleteResponse
+	(*DeadRedriveRequest)(nil),         // 49: styx.v1.DeadRedriveRequest
+	(*DeadEditRequest)(nil),            // 50: styx.v1.DeadEditRequest
+	(*RedrivesListRequest)(nil),        // 51: styx.v1.RedrivesListRequest
+	(*RedrivesListResponse)(nil),       // 52: styx.v1.RedrivesListResponse
+	(*RedriveTaskRequest)(nil),         // 53: styx.v1.RedriveTaskRequest
+	(*RedrivesUpdateRequest)(nil),      // 54: styx.v1.RedrivesUpdateRequest
+	(*RedriveCounts)(nil),              // 55: styx.v1.RedriveCounts
+	(*RedrivePlan)(nil),                // 56: styx.v1.RedrivePlan
+	(*RedriveTask)(nil),                // 57: styx.v1.RedriveTask
+	(*KeysCreateRequest)(nil),          // 58: styx.v1.KeysCreateRequest
+	(*ApiKey)(nil),                     // 59: styx.v1.ApiKey
+	(*KeysCreateResponse)(nil),         // 60: styx.v1.KeysCreateResponse
+	(*KeysListRequest)(nil),            // 61: styx.v1.KeysListRequest
+	(*KeysListResponse)(nil),           // 62: styx.v1.KeysListResponse
+	(*KeysDeleteRequest)(nil),          // 63: styx.v1.KeysDeleteRequest
+	nil,                                // 64: styx.v1.QueueStatsResponse.DeadByReasonEntry
+	nil,                                // 65: styx.v1.QueueStatsResponse.DeadBySourceEntry
+	nil,                                // 66: styx.v1.QueuesHistoryResponse.GroupPatternsEntry
+	nil,                                // 67: styx.v1.HistoryPoint.DeadByGroupEntry
+	nil,                                // 68: styx.v1.RedriveCounts.SkipReasonsEntry
+	nil,                                // 69: styx.v1.RedrivePlan.SkipReasonsEntry
+	nil,                                // 70: styx.v1.RedriveTask.ByQueueEntry
+	nil,                                // 71: styx.v1.RedriveTask.ByDestinationEntry
+	nil,                                // 72: styx.v1.RedriveTask.SkipReasonsEntry
+	(*timestamppb.Timestamp)(nil),      // 73: google.protobuf.Timestamp
 }
 var file_styx_v1_styx_proto_depIdxs = []int32{
 	1,  // 0: styx.v1.QueueProduceRequest.items:type_name -> styx.v1.QueueProduceItem
-	72, // 1: styx.v1.QueueProduceItem.enqueueAt:type_name -> google.protobuf.Timestamp
-	72, // 2: styx.v1.QueueLeaseItem.leaseDeadline:type_name -> google.protobuf.Timestamp
+	73, // 1: styx.v1.QueueProduceItem.enqueueAt:type_name -> google.protobuf.Timestamp
+	73, // 2: styx.v1.QueueLeaseItem.leaseDeadline:type_name -> google.protobuf.Timestamp
 	4,  // 3: styx.v1.QueueLeaseResponse.items:type_name -> styx.v1.QueueLeaseItem
 	9,  // 4: styx.v1.QueueRetryRequest.items:type_name -> styx.v1.QueueRetryItem
-	72, // 5: styx.v1.QueueRetryItem.retryAt:type_name -> google.protobuf.Timestamp
+	73, // 5: styx.v1.QueueRetryItem.retryAt:type_name -> google.protobuf.Timestamp
 	11, // 6: styx.v1.QueueRetryResponse.outcomes:type_name -> styx.v1.QueueRetryOutcome
-	72, // 7: styx.v1.QueueRetryOutcome.retryAt:type_name -> google.protobuf.Timestamp
+	73, // 7: styx.v1.QueueRetryOutcome.retryAt:type_name -> google.protobuf.Timestamp
 	14, // 8: styx.v1.QueueRenewResponse.items:type_name -> styx.v1.QueueRenewItem
-	72, // 9: styx.v1.QueueRenewItem.leaseDeadline:type_name -> google.protobuf.Timestamp
-	72, // 10: styx.v1.QueueInfo.createdAt:type_name -> google.protobuf.Timestamp
-	72, // 11: styx.v1.QueueInfo.updatedAt:type_name -> google.protobuf.Timestamp
+	73, // 9: styx.v1.QueueRenewItem.leaseDeadline:type_name -> google.protobuf.Timestamp
+	73, // 10: styx.v1.QueueInfo.createdAt:type_name -> google.protobuf.Timestamp
+	73, // 11: styx.v1.QueueInfo.updatedAt:type_name -> google.protobuf.Timestamp
 	16, // 12: styx.v1.QueueInfo.partitions:type_name -> styx.v1.PartitionInfo
-	23, // 13: styx.v1.QueueStatsResponse.logicalQueues:type_name -> styx.v1.QueueLogicalStats
-	63, // 14: styx.v1.QueueStatsResponse.dead_by_reason:type_name -> styx.v1.QueueStatsResponse.DeadByReasonEntry
-	64, // 15: styx.v1.QueueStatsResponse.dead_by_source:type_name -> styx.v1.QueueStatsResponse.DeadBySourceEntry
-	72, // 16: styx.v1.QueueStatsResponse.oldest_created_at:type_name -> google.protobuf.Timestamp
-	22, // 17: styx.v1.QueueStatsResponse.consumers:type_name -> styx.v1.QueueConsumer
-	72, // 18: styx.v1.QueueConsumer.first_seen_at:type_name -> google.protobuf.Timestamp
-	72, // 19: styx.v1.QueueConsumer.last_seen_at:type_name -> google.protobuf.Timestamp
-	24, // 20: styx.v1.QueueLogicalStats.partitions:type_name -> styx.v1.QueuePartitionStats
-	27, // 21: styx.v1.QueuesHistoryResponse.points:type_name -> styx.v1.HistoryPoint
-	65, // 22: styx.v1.QueuesHistoryResponse.group_patterns:type_name -> styx.v1.QueuesHistoryResponse.GroupPatternsEntry
-	72, // 23: styx.v1.HistoryPoint.at:type_name -> google.protobuf.Timestamp
-	66, // 24: styx.v1.HistoryPoint.dead_by_group:type_name -> styx.v1.HistoryPoint.DeadByGroupEntry
-	15, // 25: styx.v1.QueuesListResponse.items:type_name -> styx.v1.QueueInfo
-	37, // 26: styx.v1.StorageItemsListResponse.items:type_name -> styx.v1.StorageItem
-	37, // 27: styx.v1.StorageItemsImportRequest.items:type_name -> styx.v1.StorageItem
-	37, // 28: styx.v1.StorageItemsImportResponse.items:type_name -> styx.v1.StorageItem
-	72, // 29: styx.v1.StorageItem.leaseDeadline:type_name -> google.protobuf.Timestamp
-	72, // 30: styx.v1.StorageItem.expireDeadline:type_name -> google.protobuf.Timestamp
-	72, // 31: styx.v1.StorageItem.deadDeadline:type_name -> google.protobuf.Timestamp
-	72, // 32: styx.v1.StorageItem.createdAt:type_name -> google.protobuf.Timestamp
-	72, // 33: styx.v1.StorageItem.updatedAt:type_name -> google.protobuf.Timestamp
-	72, // 34: styx.v1.StorageItem.enqueueAt:type_name -> google.protobuf.Timestamp
-	72, // 35: styx.v1.StorageItem.dead_at:type_name -> google.protobuf.Timestamp
-	38, // 36: styx.v1.StorageItem.errors:type_name -> styx.v1.AttemptError
-	38, // 37: styx.v1.StorageItem.dead_letter_errors:type_name -> styx.v1.AttemptError
-	39, // 38: styx.v1.StorageItem.attributes:type_name -> styx.v1.ItemAttribute
-	72, // 39: styx.v1.AttemptError.at:type_name -> google.protobuf.Timestamp
-	72, // 40: styx.v1.DeadFilter.dead_after:type_name -> google.protobuf.Timestamp
-	72, // 41: styx.v1.DeadFilter.dead_before:type_name -> google.protobuf.Timestamp
-	40, // 42: styx.v1.DeadGroupsRequest.filter:type_name -> styx.v1.DeadFilter
-	72, // 43: styx.v1.DeadGroup.first_dead_at:type_name -> google.protobuf.Timestamp
-	72, // 44: styx.v1.DeadGroup.last_dead_at:type_name -> google.protobuf.Timestamp
-	42, // 45: styx.v1.DeadGroupsResponse.groups:type_name -> styx.v1.DeadGroup
-	40, // 46: styx.v1.DeadListRequest.filter:type_name -> styx.v1.DeadFilter
-	37, // 47: styx.v1.DeadListResponse.items:type_name -> styx.v1.StorageItem
-	40, // 48: styx.v1.DeadDeleteRequest.filter:type_name -> styx.v1.DeadFilter
-	40, // 49: styx.v1.DeadRedriveRequest.filter:type_name -> styx.v1.DeadFilter
-	56, // 50: styx.v1.RedrivesListResponse.tasks:type_name -> styx.v1.RedriveTask
-	67, // 51: styx.v1.RedriveCounts.skip_reasons:type_name -> styx.v1.RedriveCounts.SkipReasonsEntry
-	68, // 52: styx.v1.RedrivePlan.skip_reasons:type_name -> styx.v1.RedrivePlan.SkipReasonsEntry
-	40, // 53: styx.v1.RedriveTask.filter:type_name -> styx.v1.DeadFilter
-	72, // 54: styx.v1.RedriveTask.started_at:type_name -> google.protobuf.Timestamp
-	72, // 55: styx.v1.RedriveTask.finished_at:type_name -> google.protobuf.Timestamp
-	69, // 56: styx.v1.RedriveTask.by_queue:type_name -> styx.v1.RedriveTask.ByQueueEntry
-	70, // 57: styx.v1.RedriveTask.by_destination:type_name -> styx.v1.RedriveTask.ByDestinationEntry
-	71, // 58: styx.v1.RedriveTask.skip_reasons:type_name -> styx.v1.RedriveTask.SkipReasonsEntry
-	72, // 59: styx.v1.ApiKey.created_at:type_name -> google.protobuf.Timestamp
-	72, // 60: styx.v1.KeysCreateResponse.created_at:type_name -> google.protobuf.Timestamp
-	58, // 61: styx.v1.KeysListResponse.keys:type_name -> styx.v1.ApiKey
-	54, // 62: styx.v1.RedriveTask.ByQueueEntry.value:type_name -> styx.v1.RedriveCounts
-	55, // 63: styx.v1.RedriveTask.ByDestinationEntry.value:type_name -> styx.v1.RedrivePlan
-	64, // [64:64] is the sub-list for method output_type
-	64, // [64:64] is the sub-list for method input_type
-	64, // [64:64] is the sub-list for extension type_name
-	64, // [64:64] is the sub-list for extension extendee
-	0,  // [0:64] is the sub-list for field type_name
+	24, // 13: styx.v1.QueueStatsResponse.logicalQueues:type_name -> styx.v1.QueueLogicalStats
+	64, // 14: styx.v1.QueueStatsResponse.dead_by_reason:type_name -> styx.v1.QueueStatsResponse.DeadByReasonEntry
+	65, // 15: styx.v1.QueueStatsResponse.dead_by_source:type_name -> styx.v1.QueueStatsResponse.DeadBySourceEntry
+	73, // 16: styx.v1.QueueStatsResponse.oldest_created_at:type_name -> google.protobuf.Timestamp
+	23, // 17: styx.v1.QueueStatsResponse.consumers:type_name -> styx.v1.QueueConsumer
+	22, // 18: styx.v1.QueueStatsResponse.held_groups:type_name -> styx.v1.QueueHeldGroup
+	73, // 19: styx.v1.QueueHeldGroup.held_at:type_name -> google.protobuf.Timestamp
+	73, // 20: styx.v1.QueueConsumer.first_seen_at:type_name -> google.protobuf.Timestamp
+	73, // 21: styx.v1.QueueConsumer.last_seen_at:type_name -> google.protobuf.Timestamp
+	25, // 22: styx.v1.QueueLogicalStats.partitions:type_name -> styx.v1.QueuePartitionStats
+	28, // 23: styx.v1.QueuesHistoryResponse.points:type_name -> styx.v1.HistoryPoint
+	66, // 24: styx.v1.QueuesHistoryResponse.group_patterns:type_name -> styx.v1.QueuesHistoryResponse.GroupPatternsEntry
+	73, // 25: styx.v1.HistoryPoint.at:type_name -> google.protobuf.Timestamp
+	67, // 26: styx.v1.HistoryPoint.dead_by_group:type_name -> styx.v1.HistoryPoint.DeadByGroupEntry
+	15, // 27: styx.v1.QueuesListResponse.items:type_name -> styx.v1.QueueInfo
+	38, // 28: styx.v1.StorageItemsListResponse.items:type_name -> styx.v1.StorageItem
+	38, // 29: styx.v1.StorageItemsImportRequest.items:type_name -> styx.v1.StorageItem
+	38, // 30: styx.v1.StorageItemsImportResponse.items:type_name -> styx.v1.StorageItem
+	73, // 31: styx.v1.StorageItem.leaseDeadline:type_name -> google.protobuf.Timestamp
+	73, // 32: styx.v1.StorageItem.expireDeadline:type_name -> google.protobuf.Timestamp
+	73, // 33: styx.v1.StorageItem.deadDeadline:type_name -> google.protobuf.Timestamp
+	73, // 34: styx.v1.StorageItem.createdAt:type_name -> google.protobuf.Timestamp
+	73, // 35: styx.v1.StorageItem.updatedAt:type_name -> google.protobuf.Timestamp
+	73, // 36: styx.v1.StorageItem.enqueueAt:type_name -> google.protobuf.Timestamp
+	73, // 37: styx.v1.StorageItem.dead_at:type_name -> google.protobuf.Timestamp
+	39, // 38: styx.v1.StorageItem.errors:type_name -> styx.v1.AttemptError
+	39, // 39: styx.v1.StorageItem.dead_letter_errors:type_name -> styx.v1.AttemptError
+	40, // 40: styx.v1.StorageItem.attributes:type_name -> styx.v1.ItemAttribute
+	73, // 41: styx.v1.AttemptError.at:type_name -> google.protobuf.Timestamp
+	73, // 42: styx.v1.DeadFilter.dead_after:type_name -> google.protobuf.Timestamp
+	73, // 43: styx.v1.DeadFilter.dead_before:type_name -> google.protobuf.Timestamp
+	41, // 44: styx.v1.DeadGroupsRequest.filter:type_name -> styx.v1.DeadFilter
+	73, // 45: styx.v1.DeadGroup.first_dead_at:type_name -> google.protobuf.Timestamp
+	73, // 46: styx.v1.DeadGroup.last_dead_at:type_name -> google.protobuf.Timestamp
+	43, // 47: styx.v1.DeadGroupsResponse.groups:type_name -> styx.v1.DeadGroup
+	41, // 48: styx.v1.DeadListRequest.filter:type_name -> styx.v1.DeadFilter
+	38, // 49: styx.v1.DeadListResponse.items:type_name -> styx.v1.StorageItem
+	41, // 50: styx.v1.DeadDeleteRequest.filter:type_name -> styx.v1.DeadFilter
+	41, // 51: styx.v1.DeadRedriveRequest.filter:type_name -> styx.v1.DeadFilter
+	57, // 52: styx.v1.RedrivesListResponse.tasks:type_name -> styx.v1.RedriveTask
+	68, // 53: styx.v1.RedriveCounts.skip_reasons:type_name -> styx.v1.RedriveCounts.SkipReasonsEntry
+	69, // 54: styx.v1.RedrivePlan.skip_reasons:type_name -> styx.v1.RedrivePlan.SkipReasonsEntry
+	41, // 55: styx.v1.RedriveTask.filter:type_name -> styx.v1.DeadFilter
+	73, // 56: styx.v1.RedriveTask.started_at:type_name -> google.protobuf.Timestamp
+	73, // 57: styx.v1.RedriveTask.finished_at:type_name -> google.protobuf.Timestamp
+	70, // 58: styx.v1.RedriveTask.by_queue:type_name -> styx.v1.RedriveTask.ByQueueEntry
+	71, // 59: styx.v1.RedriveTask.by_destination:type_name -> styx.v1.RedriveTask.ByDestinationEntry
+	72, // 60: styx.v1.RedriveTask.skip_reasons:type_name -> styx.v1.RedriveTask.SkipReasonsEntry
+	73, // 61: styx.v1.ApiKey.created_at:type_name -> google.protobuf.Timestamp
+	73, // 62: styx.v1.KeysCreateResponse.created_at:type_name -> google.protobuf.Timestamp
+	59, // 63: styx.v1.KeysListResponse.keys:type_name -> styx.v1.ApiKey
+	55, // 64: styx.v1.RedriveTask.ByQueueEntry.value:type_name -> styx.v1.RedriveCounts
+	56, // 65: styx.v1.RedriveTask.ByDestinationEntry.value:type_name -> styx.v1.RedrivePlan
+	66, // [66:66] is the sub-list for method output_type
+	66, // [66:66] is the sub-list for method input_type
+	66, // [66:66] is the sub-list for extension type_name
+	66, // [66:66] is the sub-list for extension extendee
+	0,  // [0:66] is the sub-list for field type_name
 }
 
 func init() { file_styx_v1_styx_proto_init() }
@@ -5253,14 +5418,14 @@ func file_styx_v1_styx_proto_init() {
 	if File_styx_v1_styx_proto != nil {
 		return
 	}
-	file_styx_v1_styx_proto_msgTypes[49].OneofWrappers = []any{}
+	file_styx_v1_styx_proto_msgTypes[50].OneofWrappers = []any{}
 	type x struct{}
 	out := protoimpl.TypeBuilder{
 		File: protoimpl.DescBuilder{
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_styx_v1_styx_proto_rawDesc), len(file_styx_v1_styx_proto_rawDesc)),
 			NumEnums:      0,
-			NumMessages:   72,
+			NumMessages:   73,
 			NumExtensions: 0,
 			NumServices:   0,
 		},

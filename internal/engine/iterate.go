@@ -625,12 +625,15 @@ func (e *Engine) handle(it *pass, r *Request) (ReplyMode, error) {
 		if err != nil {
 			return 0, err
 		}
-		if err := it.tx.Produce(n, op.items, queue.ExpireDeadline(it.info, it.now)); err != nil {
-			return 0, err
-		}
-		for _, pi := range op.items {
-			if pi.EnqueueAt.IsZero() {
-				it.ready[n]++
+		expire := queue.ExpireDeadline(it.info, it.now)
+		for _, part := range splitByGroup(op.items, func(pi *queue.ProduceItem) string { return pi.Group }, n, it.info.Partitions) {
+			if err := it.tx.Produce(part.n, part.items, expire); err != nil {
+				return 0, err
+			}
+			for _, pi := range part.items {
+				if pi.EnqueueAt.IsZero() {
+					it.ready[part.n]++
+				}
 			}
 		}
 		return Durable, nil
@@ -680,16 +683,22 @@ func (e *Engine) handle(it *pass, r *Request) (ReplyMode, error) {
 		if err != nil {
 			return 0, err
 		}
-		it.ready[n] += len(op.items)
 		// The redriven item's body: what its producer gave, the redrive
 		// counted; the dead item's history fields stay with the dead item.
 		items := make([]queue.RedriveItem, len(op.items))
 		for i, ri := range op.items {
 			b := ri.Body
-			items[i] = queue.RedriveItem{SourceKey: ri.SourceKey, Errors: ri.Errors, Body: queue.ItemBody{Reference: b.Reference,
+			items[i] = queue.RedriveItem{SourceKey: ri.SourceKey, Errors: ri.Errors, Group: ri.Group, Body: queue.ItemBody{Reference: b.Reference,
 				Kind: b.Kind, Encoding: b.Encoding, Payload: b.Payload, Attributes: b.Attributes, RedriveCount: b.RedriveCount + 1}}
 		}
-		return Durable, it.tx.Redrive(n, items, queue.ExpireDeadline(it.info, it.now))
+		expire := queue.ExpireDeadline(it.info, it.now)
+		for _, part := range splitByGroup(items, func(ri *queue.RedriveItem) string { return ri.Group }, n, it.info.Partitions) {
+			if err := it.tx.Redrive(part.n, part.items, expire); err != nil {
+				return 0, err
+			}
+			it.ready[part.n] += len(part.items)
+		}
+		return Durable, nil
 	case *receivedOp:
 		return Consume, e.deleteReceived(it, op)
 	case *deleteOp:
@@ -821,6 +830,45 @@ func (e *Engine) importItems(it *pass, op *importOp) ([]queue.Item, error) {
 // the one with the fewest ready items (FewestReady), and moves the
 // cursor past it. The counts are read once per iteration and kept up to
 // date with the iteration's produces.
+// partItems are the items of a produce or redrive that go to partition n.
+type partItems[T any] struct {
+	n     int32
+	items []T
+}
+
+// splitByGroup returns items by partition, each part in request order:
+// those with a group (group returns it) go to their group's partition
+// (queue.GroupPartition), the others to n. The common cases (no group, one
+// partition) return items as they are, in one part.
+func splitByGroup[T any](items []T, group func(*T) string, n, partitions int32) []partItems[T] {
+	grouped := false
+	for i := range items {
+		if group(&items[i]) != "" {
+			grouped = true
+			break
+		}
+	}
+	if partitions <= 1 || !grouped {
+		return []partItems[T]{{n, items}}
+	}
+	var parts []partItems[T]
+	at := map[int32]int{}
+	for i := range items {
+		p := n
+		if g := group(&items[i]); g != "" {
+			p = queue.GroupPartition(g, partitions)
+		}
+		j, ok := at[p]
+		if !ok {
+			j = len(parts)
+			at[p] = j
+			parts = append(parts, partItems[T]{n: p})
+		}
+		parts[j].items = append(parts[j].items, items[i])
+	}
+	return parts
+}
+
 func (e *Engine) produceTo(it *pass) (int32, error) {
 	if it.ready == nil {
 		ready, err := it.tx.ReadyCounts()

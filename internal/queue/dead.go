@@ -141,6 +141,8 @@ type RedriveItem struct {
 	// it: the dead item's, with the redrive's own entry appended by the
 	// caller (RedrivenHistory).
 	Errors ItemErrors
+	// Group is the dead item's group ("" for none): the redriven item's.
+	Group string
 }
 
 // MaxAttemptErrors is how many entries an item's attempt history keeps:

@@ -64,6 +64,14 @@ type QueueInfo struct {
 	// MaxDeduplicationWindow; 0 means DeduplicationWindow (5 minutes).
 	// Read it through Window.
 	DeduplicationWindow time.Duration
+	// Ordered makes the queue's item groups ordered (itemgroups.go; SQS
+	// FIFO queues): a group's items are leased in produce order, one lease
+	// at a time. False: groups serve fairness only. Default false.
+	Ordered bool
+	// GroupDeadPolicy is what a dead item does to its group on an ordered
+	// queue: GroupContinue ("" means it) or GroupHold
+	// (CheckGroupDeadPolicy).
+	GroupDeadPolicy string
 }
 
 // Window returns the queue's deduplication window: DeduplicationWindow
@@ -116,6 +124,15 @@ type ItemMeta struct {
 	// stored before fingerprints existed (the logical queue derives theirs
 	// at load). Opaque to stores.
 	Fingerprint string
+	// Group is the item's group ("" for none; itemgroups.go), kept by
+	// every move (requeue, dead-letter move, redrive).
+	Group string
+	// GroupSeq orders the items of a group within their partition: the
+	// item's first id when it entered the queue (produced, imported,
+	// redriven, dead-lettered into it), kept through requeues; a redriven
+	// item that releases a held group takes the dead item's (HeldGroup.Seq).
+	// 0 on items without a group.
+	GroupSeq uint64
 }
 
 // ItemBody is the part of an item that is read only when the item is handed

@@ -19,6 +19,9 @@ type ProduceItem struct {
 	// DeduplicationWindow in its queue (see Deduplicate); checked by
 	// CheckDeduplicationID.
 	DeduplicationID string
+	// Group is the item's group ("" for none): checked by CheckGroup; the
+	// engine sends it to GroupPartition's partition (itemgroups.go).
+	Group string
 }
 
 // LeaseParams is a validated lease request.
@@ -55,6 +58,8 @@ type LeasedItem struct {
 	// dead-letter queue (the SQS API's DeadLetterQueueSourceArn); empty
 	// otherwise.
 	SourceQueue string
+	// Group is the item's group, "" for none.
+	Group string
 }
 
 // Receipt names one lease of an item after the lease has ended, as the
@@ -165,7 +170,15 @@ type Stats struct {
 	DeadBySource map[string]int
 	// Oldest is the creation time of the oldest item; zero when empty.
 	Oldest time.Time
+	// HeldGroups lists the groups held by a dead item (an ordered queue
+	// with GroupHold), at most MaxHeldGroupsListed, oldest first; HeldTotal
+	// counts them all.
+	HeldGroups []HeldGroup
+	HeldTotal  int
 }
+
+// MaxHeldGroupsListed is how many held groups Stats lists.
+const MaxHeldGroupsListed = 100
 
 // Consumer is one consumer of a queue as the queue saw it: a client_id
 // (and the API key) whose lease calls reached the queue in the last

@@ -1729,7 +1729,7 @@ func (r *Runner) step(ctx context.Context, t *Task, dlq queue.Queue, items []que
 		now := r.cfg.Clock.Now()
 		for _, it := range send {
 			if !taken[it.Meta.ID] { // else the destination has its copy: only the delete is left
-				in = append(in, queue.RedriveItem{SourceKey: queue.RedriveKey(t.Queue, it.Meta.ID), Body: it.Body,
+				in = append(in, queue.RedriveItem{SourceKey: queue.RedriveKey(t.Queue, it.Meta.ID), Body: it.Body, Group: it.Meta.Group,
 					Errors: queue.RedrivenHistory(&it, t.Queue, t.ID, now)})
 			}
 		}
