@@ -28,7 +28,9 @@ func openSchema(t *testing.T) queuetest.Open {
 
 // TestConformance runs the queue-semantics suite on PostgreSQL, each row in
 // a schema of its own.
-func TestConformance(t *testing.T) { queuetest.Run(t, openSchema(t)) }
+func TestConformance(t *testing.T) {
+	queuetest.Run(t, openSchema(t), queuetest.GroupsPending("issue 37: item groups on PostgreSQL are being built")...)
+}
 
 // TestEngineContract runs the engine.Tx contract suite on PostgreSQL, each
 // row in a schema of its own.

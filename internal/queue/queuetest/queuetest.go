@@ -65,7 +65,7 @@ func Run(t *testing.T, open Open, skips ...Skip) {
 	for _, s := range skips {
 		reasons[s.Row] = s.Reason
 	}
-	for _, r := range slices.Concat(rows, coverageRows, dedupRows) {
+	for _, r := range slices.Concat(rows, coverageRows, dedupRows, groupRows) {
 		why, skip := reasons[r.name]
 		t.Run(r.name, func(t *testing.T) {
 			if skip {
