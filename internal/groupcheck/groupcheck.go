@@ -1,0 +1,146 @@
+// Package groupcheck checks a recorded history of leases against the rules
+// of ordered item groups (queue/itemgroups.go, issue 37): within a group,
+// never two leases at once, and items leased in produce order, each from
+// the first one not yet completed. It is the tests' and benchmarks'
+// checker, in the spirit of the porcupine checks of leases: clients record
+// what they saw, with their own clock, and the checker accepts only
+// histories that some server-side order of events explains.
+//
+// Soundness: a client records a lease when its answer arrived (after the
+// server granted it) and its end when it sent the complete or retry
+// (before the server ended it), or at the lease deadline when the lease
+// was left to expire or its end failed (the server ends it at or after the
+// deadline). The recorded interval lies within the server's, so two
+// recorded intervals of one group that overlap prove two leases at once.
+package groupcheck
+
+import (
+	"fmt"
+	"slices"
+	"sync"
+	"time"
+)
+
+// Lease is what one lease answer gave of one group: its items, in the
+// order the answer listed them, each named by its index in the group's
+// produce order (0 first).
+type Lease struct {
+	Group string
+	Items []int
+	// Got is when the answer arrived; End when the last of these items'
+	// leases ended as the client saw it: the send of its complete or retry,
+	// or its lease deadline when left to expire or its end failed.
+	Got, End time.Time
+	// Completed lists the items of Items the client completed (acknowledged).
+	Completed []int
+	// Node names the server that answered (for messages).
+	Node string
+}
+
+// History collects leases from concurrent consumers.
+type History struct {
+	mu     sync.Mutex
+	leases []Lease
+	// produced counts the items produced per group (acknowledged).
+	produced map[string]int
+}
+
+// New returns an empty history.
+func New() *History { return &History{produced: map[string]int{}} }
+
+// Produced records that n more items of group g were acknowledged, after
+// those recorded before (their indexes follow).
+func (h *History) Produced(g string, n int) {
+	h.mu.Lock()
+	h.produced[g] += n
+	h.mu.Unlock()
+}
+
+// Add records one lease of a group.
+func (h *History) Add(l Lease) {
+	h.mu.Lock()
+	h.leases = append(h.leases, l)
+	h.mu.Unlock()
+}
+
+// Len returns how many leases were recorded.
+func (h *History) Len() int {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	return len(h.leases)
+}
+
+// Check returns the violations found (at most max, 0 for all): two leases
+// of a group at once, an item leased out of order (not the first item not
+// completed, or a batch not consecutive), and, when complete is true, a
+// group whose produced items were not all completed. Nil when the history
+// keeps the rules.
+func (h *History) Check(complete bool, max int) []string {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	byGroup := map[string][]Lease{}
+	for _, l := range h.leases {
+		byGroup[l.Group] = append(byGroup[l.Group], l)
+	}
+	var out []string
+	add := func(format string, args ...any) bool {
+		out = append(out, fmt.Sprintf(format, args...))
+		return max > 0 && len(out) >= max
+	}
+	groups := make([]string, 0, len(byGroup))
+	for g := range byGroup {
+		groups = append(groups, g)
+	}
+	slices.Sort(groups)
+	for _, g := range groups {
+		ls := byGroup[g]
+		slices.SortFunc(ls, func(a, b Lease) int { return a.Got.Compare(b.Got) })
+		next := 0 // the first item not completed
+		for i, l := range ls {
+			if i > 0 && ls[i-1].End.After(l.Got) {
+				if add("group %s: leased at %s (%s, items %v) while its lease of %s (%s, items %v) lasted until %s",
+					g, l.Got.Format(time.StampMicro), l.Node, l.Items, ls[i-1].Got.Format(time.StampMicro), ls[i-1].Node, ls[i-1].Items,
+					ls[i-1].End.Format(time.StampMicro)) {
+					return out
+				}
+			}
+			for j, x := range l.Items {
+				if x != next+j {
+					if add("group %s: lease at %s (%s) gave items %v; the first not completed was %d", g,
+						l.Got.Format(time.StampMicro), l.Node, l.Items, next) {
+						return out
+					}
+					break
+				}
+			}
+			// The items completed must be a prefix of the lease's: a later
+			// one completed while an earlier one goes back breaks the order.
+			for k, x := range l.Completed {
+				if k >= len(l.Items) || l.Items[k] != x {
+					if add("group %s: lease of items %v completed %v: not in order", g, l.Items, l.Completed) {
+						return out
+					}
+					break
+				}
+			}
+			if len(l.Completed) > 0 && len(l.Items) > 0 && l.Items[0] == next {
+				next += len(l.Completed)
+			}
+		}
+		if complete && next != h.produced[g] {
+			if add("group %s: %d of %d produced items completed", g, next, h.produced[g]) {
+				return out
+			}
+		}
+	}
+	if complete {
+		for g, n := range h.produced {
+			if _, ok := byGroup[g]; !ok && n > 0 {
+				if add("group %s: %d items produced, none leased", g, n) {
+					return out
+				}
+			}
+		}
+	}
+	return out
+}

@@ -1,0 +1,49 @@
+package groupcheck
+
+import (
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/require"
+)
+
+// TestCheck: the checker accepts a history that keeps the rules and finds
+// each kind of violation.
+func TestCheck(t *testing.T) {
+	t0 := time.Unix(1000, 0)
+	at := func(ms int) time.Time { return t0.Add(time.Duration(ms) * time.Millisecond) }
+	good := func() *History {
+		h := New()
+		h.Produced("a", 3)
+		h.Add(Lease{Group: "a", Items: []int{0, 1}, Got: at(0), End: at(10), Completed: []int{0}}) // 1 retried
+		h.Add(Lease{Group: "a", Items: []int{1}, Got: at(11), End: at(20)})                       // expired
+		h.Add(Lease{Group: "a", Items: []int{1, 2}, Got: at(21), End: at(30), Completed: []int{1, 2}})
+		return h
+	}
+	require.Empty(t, good().Check(true, 0))
+
+	h := good()
+	h.Add(Lease{Group: "a", Items: []int{2}, Got: at(25), End: at(26)})
+	require.NotEmpty(t, h.Check(false, 0), "two leases at once")
+
+	h = New()
+	h.Produced("a", 2)
+	h.Add(Lease{Group: "a", Items: []int{1}, Got: at(0), End: at(1), Completed: []int{1}})
+	require.NotEmpty(t, h.Check(false, 0), "out of order")
+
+	h = New()
+	h.Produced("a", 3)
+	h.Add(Lease{Group: "a", Items: []int{0, 2}, Got: at(0), End: at(1)})
+	require.NotEmpty(t, h.Check(false, 0), "a batch that skips an item")
+
+	h = New()
+	h.Produced("a", 2)
+	h.Add(Lease{Group: "a", Items: []int{0, 1}, Got: at(0), End: at(1), Completed: []int{1}})
+	require.NotEmpty(t, h.Check(false, 0), "a later item completed while an earlier one goes back")
+
+	h = New()
+	h.Produced("a", 2)
+	h.Add(Lease{Group: "a", Items: []int{0}, Got: at(0), End: at(1), Completed: []int{0}})
+	require.NotEmpty(t, h.Check(true, 0), "an item never completed")
+	require.Empty(t, h.Check(false, 0))
+}
