@@ -7,11 +7,14 @@
 // histories that some server-side order of events explains.
 //
 // Soundness: a client records a lease when its answer arrived (after the
-// server granted it) and its end when it sent the complete or retry
-// (before the server ended it), or at the lease deadline when the lease
-// was left to expire or its end failed (the server ends it at or after the
-// deadline). The recorded interval lies within the server's, so two
-// recorded intervals of one group that overlap prove two leases at once.
+// server granted it) and its end as the earlier of the lease deadline and
+// the send of its complete or retry (the server ends a lease at or after
+// both: by the request, or by expiry at the deadline), or the deadline when
+// it sent nothing. The recorded interval lies within the server's, so two
+// recorded intervals of one group that overlap prove two leases at once. A
+// complete whose answer never came (the server died) may or may not have
+// happened: the client records its items as Unknown, and the checker
+// accepts either.
 package groupcheck
 
 import (
@@ -28,11 +31,14 @@ type Lease struct {
 	Group string
 	Items []int
 	// Got is when the answer arrived; End when the last of these items'
-	// leases ended as the client saw it: the send of its complete or retry,
-	// or its lease deadline when left to expire or its end failed.
+	// leases ended as the client saw it: the earlier of the lease deadline
+	// and the send of its last complete or retry (EndAt), or the deadline
+	// when the client sent none.
 	Got, End time.Time
-	// Completed lists the items of Items the client completed (acknowledged).
-	Completed []int
+	// Completed lists the items of Items the client completed (acknowledged):
+	// a prefix of Items. Unknown lists the items after them whose complete
+	// got no answer.
+	Completed, Unknown []int
 	// Node names the server that answered (for messages).
 	Node string
 }
@@ -61,6 +67,15 @@ func (h *History) Add(l Lease) {
 	h.mu.Lock()
 	h.leases = append(h.leases, l)
 	h.mu.Unlock()
+}
+
+// EndAt returns a lease's End for an end sent at sent: the earlier of sent
+// and the lease deadline.
+func EndAt(sent, deadline time.Time) time.Time {
+	if sent.Before(deadline) {
+		return sent
+	}
+	return deadline
 }
 
 // Len returns how many leases were recorded.
@@ -95,7 +110,8 @@ func (h *History) Check(complete bool, max int) []string {
 	for _, g := range groups {
 		ls := byGroup[g]
 		slices.SortFunc(ls, func(a, b Lease) int { return a.Got.Compare(b.Got) })
-		next := 0 // the first item not completed
+		next := 0  // the first item not surely completed
+		maybe := 0 // how many after it may be (a complete without an answer)
 		for i, l := range ls {
 			if i > 0 && ls[i-1].End.After(l.Got) {
 				if add("group %s: leased at %s (%s, items %v) while its lease of %s (%s, items %v) lasted until %s",
@@ -104,31 +120,41 @@ func (h *History) Check(complete bool, max int) []string {
 					return out
 				}
 			}
+			if len(l.Items) == 0 {
+				continue
+			}
+			if first := l.Items[0]; first < next || first > next+maybe {
+				if add("group %s: lease at %s (%s) gave items %v; the first not completed was %d", g,
+					l.Got.Format(time.StampMicro), l.Node, l.Items, next) {
+					return out
+				}
+			}
+			next, maybe = l.Items[0], 0
 			for j, x := range l.Items {
 				if x != next+j {
-					if add("group %s: lease at %s (%s) gave items %v; the first not completed was %d", g,
-						l.Got.Format(time.StampMicro), l.Node, l.Items, next) {
+					if add("group %s: lease at %s (%s) gave items %v: not consecutive", g, l.Got.Format(time.StampMicro), l.Node, l.Items) {
 						return out
 					}
 					break
 				}
 			}
-			// The items completed must be a prefix of the lease's: a later
-			// one completed while an earlier one goes back breaks the order.
-			for k, x := range l.Completed {
+			// The items completed must be a prefix of the lease's, and those
+			// of unknown outcome follow them: a later one completed while an
+			// earlier one goes back breaks the order.
+			ends := append(append([]int(nil), l.Completed...), l.Unknown...)
+			for k, x := range ends {
 				if k >= len(l.Items) || l.Items[k] != x {
-					if add("group %s: lease of items %v completed %v: not in order", g, l.Items, l.Completed) {
+					if add("group %s: lease of items %v completed %v (unknown %v): not in order", g, l.Items, l.Completed, l.Unknown) {
 						return out
 					}
 					break
 				}
 			}
-			if len(l.Completed) > 0 && len(l.Items) > 0 && l.Items[0] == next {
-				next += len(l.Completed)
-			}
+			next += len(l.Completed)
+			maybe = len(l.Unknown)
 		}
-		if complete && next != h.produced[g] {
-			if add("group %s: %d of %d produced items completed", g, next, h.produced[g]) {
+		if n := h.produced[g]; complete && n != next && n != next+maybe {
+			if add("group %s: %d of %d produced items completed", g, next, n) {
 				return out
 			}
 		}

@@ -46,4 +46,19 @@ func TestCheck(t *testing.T) {
 	h.Add(Lease{Group: "a", Items: []int{0}, Got: at(0), End: at(1), Completed: []int{0}})
 	require.NotEmpty(t, h.Check(true, 0), "an item never completed")
 	require.Empty(t, h.Check(false, 0))
+
+	// A complete without an answer: done or not, either next lease is in
+	// order; anything else is not.
+	for _, c := range []struct {
+		next int
+		ok   bool
+	}{{1, true}, {2, true}, {0, false}, {3, false}} {
+		h = New()
+		h.Produced("a", 4)
+		h.Add(Lease{Group: "a", Items: []int{0, 1}, Got: at(0), End: at(1), Completed: []int{0}, Unknown: []int{1}})
+		h.Add(Lease{Group: "a", Items: []int{c.next}, Got: at(2), End: at(3)})
+		require.Equal(t, c.ok, len(h.Check(false, 0)) == 0, "next lease gives item %d", c.next)
+	}
+	require.Equal(t, at(1), EndAt(at(1), at(2)))
+	require.Equal(t, at(2), EndAt(at(3), at(2)))
 }
