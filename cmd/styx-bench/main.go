@@ -48,6 +48,19 @@
 //	         flat after the warm-up, and exits 1 when they did not (see
 //	         soak.go)
 //
+//	fair     a hot group's backlog of --hot items is produced, then 100
+//	         small groups of 10 items each; clients lease and complete until
+//	         the queue is empty; the report gives when each group's last
+//	         item completed (the hot group's, and the small groups' p50, p99
+//	         and max), from the first lease: on a queue that is not ordered,
+//	         groups are leased round-robin, so the small groups finish early.
+//	         --fair-groups=false produces the same items without groups
+//	         (the FIFO baseline: the small groups wait behind the hot one)
+//
+// --groups N gives every produced item one of N groups in turn, and
+// --ordered creates the queue ordered (issue 37): e.g. cycle with --groups
+// 1000 --ordered against cycle without, at the same batch.
+//
 // --count N makes the produce workload stop after exactly N items (for
 // filling a queue to a known depth). --interval D also reports the items
 // per second of every D of the measured window (printed on stderr as it
@@ -95,6 +108,7 @@ const (
 	workloadLatency = "latency"
 	workloadWorker  = "worker"
 	workloadSoak    = "soak"
+	workloadFair    = "fair"
 )
 
 // config is the command line.
@@ -125,6 +139,14 @@ type config struct {
 	FsyncMS    float64 // --fsync-ms: t_fsync for --summary's limit
 	Compare    string  // --compare FILE: old and new binaries side by side
 	FsyncProbe string  // --fsync-probe DIR: measure t_fsync and exit
+	// Groups gives produced items one of this many groups, in turn (0:
+	// none); Ordered creates the queue ordered (issue 37, docs/groups.md).
+	Groups  int
+	Ordered bool
+	// Hot is the fair workload's backlog of its hot group; FairGroups says
+	// whether its items carry their group (false: the FIFO baseline).
+	Hot        int
+	FairGroups bool
 
 	// The soak workload's (soak.go).
 	RedriveEvery       time.Duration // --redrive-every (0: no redrives)
@@ -209,7 +231,7 @@ func parseFlags(args []string, stderr io.Writer) (config, error) {
 	fs.SetOutput(stderr)
 	fs.StringVar(&c.Endpoint, "endpoint", styx.DefaultEndpoint, "server base URL, or a comma-separated list of them: client i uses URL i mod n, queue setup and deletion the first")
 	fs.StringVar(&c.APIKey, "api-key", os.Getenv("STYX_API_KEY"), "API key for a server run with --auth: an admin key, since the run creates and deletes its queue (env STYX_API_KEY)")
-	fs.StringVar(&c.Workload, "workload", workloadCycle, "produce, cycle, drain, dead, latency, worker or soak")
+	fs.StringVar(&c.Workload, "workload", workloadCycle, "produce, cycle, drain, dead, latency, worker, soak or fair")
 	fs.IntVar(&c.Clients, "clients", 4, "closed-loop client goroutines, all on the one queue (worker: the worker's Concurrency)")
 	fs.StringVar(&c.Queue, "queue", "", "queue name (default bench-<workload>-<random>; created and deleted by the run)")
 	fs.IntVar(&c.Partitions, "partitions", 1, "partitions of the created queue")
@@ -238,6 +260,10 @@ func parseFlags(args []string, stderr io.Writer) (config, error) {
 	fs.Float64Var(&c.GoroutineTolerance, "goroutine-tolerance", 0.10, fmt.Sprintf("soak: largest relative change of the server's goroutines after the warm-up that counts as flat (a change of at most %d always does)", soakGoroutineSlack))
 	fs.StringVar(&c.MetricsURL, "metrics-url", "", "soak: where to read the server's goroutines: Prometheus text with go_goroutines, or a pprof /debug/pprof/goroutine?debug=1 (default <endpoint>/metrics)")
 	fs.StringVar(&c.SoakReport, "soak-report", "", "soak: write the Markdown report to `FILE`, rewritten after every interval")
+	fs.IntVar(&c.Groups, "groups", 0, "give produced items one of N groups (g0..gN-1), in turn (0: no groups)")
+	fs.BoolVar(&c.Ordered, "ordered", false, "create the queue ordered: a group's items are leased in order, one lease of a group at a time")
+	fs.IntVar(&c.Hot, "hot", 20000, "fair workload: the hot group's backlog, produced before the 100 small groups' 10 items each")
+	fs.BoolVar(&c.FairGroups, "fair-groups", true, "fair workload: the items carry their group (false: the same items without groups, the FIFO baseline)")
 	fs.StringVar(&c.SoakCSV, "soak-csv", "", "soak: write the rows as CSV to `FILE`, rewritten after every interval")
 	fs.Usage = func() {
 		_, _ = fmt.Fprintf(stderr, "usage: styx-bench [flags]\n\nWorkloads: produce, cycle, drain, dead, latency, worker, soak (see `go doc ./cmd/styx-bench`).\n\n%s", fs.FlagUsages())
@@ -276,7 +302,7 @@ func validate(c *config) error {
 		return fmt.Errorf("%w: "+format, append([]any{errUsage}, a...)...)
 	}
 	switch c.Workload {
-	case workloadProduce, workloadCycle, workloadDrain, workloadDead, workloadLatency, workloadWorker, workloadSoak:
+	case workloadProduce, workloadCycle, workloadDrain, workloadDead, workloadLatency, workloadWorker, workloadSoak, workloadFair:
 	default:
 		return bad("--workload %q is not one of produce, cycle, drain, dead, latency, worker, soak", c.Workload)
 	}

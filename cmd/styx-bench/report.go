@@ -65,6 +65,11 @@ type Report struct {
 	Server *ServerUsage `json:"server,omitempty"`
 	// Intervals splits the window into --interval pieces, in order.
 	Intervals []Interval `json:"intervals,omitempty"`
+	// Groups and Ordered are --groups and --ordered.
+	Groups  int  `json:"groups,omitempty"`
+	Ordered bool `json:"ordered,omitempty"`
+	// Fairness is the fair workload's outcome.
+	Fairness *Fairness `json:"fairness,omitempty"`
 }
 
 // Interval is the throughput of one --interval of the measured window.
@@ -170,7 +175,15 @@ func writeTable(w io.Writer, r Report) error {
 	case r.Prefill > 0:
 		fmt.Fprintf(&b, "prefilled %d items\n", r.Prefill)
 	}
-	fmt.Fprintf(&b, "%d items in %.2fs: %.1f items/s\n\n", r.Items, r.Seconds, r.ItemsPerSec)
+	if r.Groups > 0 || r.Ordered {
+		fmt.Fprintf(&b, "groups %d, ordered %v\n", r.Groups, r.Ordered)
+	}
+	fmt.Fprintf(&b, "%d items in %.2fs: %.1f items/s\n", r.Items, r.Seconds, r.ItemsPerSec)
+	if f := r.Fairness; f != nil {
+		fmt.Fprintf(&b, "fairness (groups on the items: %v): the hot group done at %.2fs; the %d small groups done at p50 %.2fs, p99 %.2fs, max %.2fs\n",
+			f.Grouped, f.HotDone, f.Small, f.SmallP50, f.SmallP99, f.SmallMax)
+	}
+	b.WriteString("\n")
 	if !r.recordsRequests() {
 		fmt.Fprintf(&b, "request latencies and empty leases: not recorded (the worker library sends its own requests)\nerrors: %d\n", r.Errors)
 		writeServer(&b, r.Server)

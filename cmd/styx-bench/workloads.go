@@ -73,6 +73,9 @@ type bench struct {
 	// left is how many items the produce workload may still produce under
 	// --count.
 	left atomic.Int64
+	// groupDone is when the fair workload last completed an item of each
+	// group (under mu).
+	groupDone map[string]time.Time
 }
 
 // recorder collects the measurements of one goroutine, which sends its
@@ -245,6 +248,27 @@ func batchOf(n, size int) []*pb.QueueProduceItem {
 	return items
 }
 
+// grouper returns what gives client i's produced items their groups
+// (--groups): one of the groups in turn, starting at a place of the
+// client's own; a no-op without --groups.
+func (b *bench) grouper(i int) func([]*pb.QueueProduceItem) {
+	n := b.cfg.Groups
+	if n <= 0 {
+		return func([]*pb.QueueProduceItem) {}
+	}
+	names := make([]string, n)
+	for k := range names {
+		names[k] = fmt.Sprint("g", k)
+	}
+	next := i * 7919 % n
+	return func(items []*pb.QueueProduceItem) {
+		for _, it := range items {
+			it.Group = names[next]
+			next = (next + 1) % n
+		}
+	}
+}
+
 // sleep waits d or until ctx ends.
 func sleep(ctx context.Context, d time.Duration) {
 	t := time.NewTimer(d)
@@ -260,7 +284,9 @@ func sleep(ctx context.Context, d time.Duration) {
 func (b *bench) runProducer(ctx context.Context, i int, count bool) {
 	r := b.newRecorder(i)
 	items := batchOf(b.cfg.Batch, b.cfg.Payload)
+	group := b.grouper(i)
 	for b.running(ctx) {
+		group(items)
 		n := b.claim(len(items))
 		if n == 0 {
 			return
@@ -305,7 +331,9 @@ func (b *bench) unclaim(n int) {
 func (b *bench) runCycle(ctx context.Context, i int, clientID string) {
 	r := b.newRecorder(i)
 	items := batchOf(b.cfg.Batch, b.cfg.Payload)
+	group := b.grouper(i)
 	for b.running(ctx) {
+		group(items)
 		if _, err := r.produce(ctx, items); err != nil {
 			continue
 		}
@@ -333,7 +361,11 @@ func (b *bench) runDrainer(ctx context.Context, i int, clientID string) {
 		}
 		if in, err := r.complete(ctx, resp); err == nil && in {
 			r.count(len(resp.Items))
-			b.noteFinish(time.Now())
+			now := time.Now()
+			b.noteFinish(now)
+			if b.cfg.Workload == workloadFair {
+				b.noteGroupsDone(resp, now)
+			}
 		}
 	}
 }
@@ -452,7 +484,7 @@ func (b *bench) setup(ctx context.Context) error {
 			return err
 		}
 	}
-	info := &pb.QueueInfo{QueueName: b.queue, RequestedPartitions: int32(b.cfg.Partitions)}
+	info := &pb.QueueInfo{QueueName: b.queue, RequestedPartitions: int32(b.cfg.Partitions), Ordered: b.cfg.Ordered}
 	if b.dlq != "" {
 		info.DeadQueue, info.MaxAttempts = b.dlq, 1
 	}
@@ -483,16 +515,17 @@ func (b *bench) prefill(ctx context.Context) error {
 	var wg sync.WaitGroup
 	var once sync.Once
 	var firstErr error
-	for range b.cfg.Clients {
+	for i := range b.cfg.Clients {
+		group := b.grouper(i)
 		wg.Go(func() {
 			for ctx.Err() == nil {
 				n := min(int64(prefillBatch), left.Add(-prefillBatch)+prefillBatch)
 				if n <= 0 {
 					return
 				}
-				err := b.c.QueueProduce(ctx, &pb.QueueProduceRequest{
-					QueueName: b.queue, RequestTimeout: "10s", Items: batchOf(int(n), b.cfg.Payload),
-				})
+				items := batchOf(int(n), b.cfg.Payload)
+				group(items)
+				err := b.c.QueueProduce(ctx, &pb.QueueProduceRequest{QueueName: b.queue, RequestTimeout: "10s", Items: items})
 				if err != nil {
 					once.Do(func() { firstErr = fmt.Errorf("prefill: %w", err) })
 					return
@@ -542,7 +575,7 @@ func (b *bench) startWorkers(ctx context.Context, wg *sync.WaitGroup) {
 		for i := range b.cfg.Clients {
 			wg.Go(func() { b.runCycle(ctx, i, id(i)) })
 		}
-	case workloadDrain:
+	case workloadDrain, workloadFair:
 		for i := range b.cfg.Clients {
 			wg.Go(func() { b.runDrainer(ctx, i, id(i)) })
 		}
@@ -582,12 +615,19 @@ func runBench(ctx context.Context, cfg config, stderr io.Writer) (rep Report, er
 	pids := serverPIDs("/proc", cfg, stderr)
 
 	warmup := cfg.Warmup
-	if cfg.Workload == workloadDrain || cfg.Workload == workloadWorker {
+	switch cfg.Workload {
+	case workloadDrain, workloadWorker:
 		_, _ = fmt.Fprintf(stderr, "styx-bench: prefilling %s with %d items\n", b.queue, cfg.Prefill)
 		if err := b.prefill(ctx); err != nil {
 			return Report{}, err
 		}
 		warmup = 0 // measured from the first lease (the worker's start)
+	case workloadFair:
+		_, _ = fmt.Fprintf(stderr, "styx-bench: prefilling %s with a hot group of %d items, then %d groups of %d\n", b.queue, cfg.Hot, fairSmall, fairSmallItems)
+		if err := b.prefillFair(ctx); err != nil {
+			return Report{}, err
+		}
+		warmup = 0
 	}
 	b.start = time.Now().Add(warmup)
 	b.end = b.start.Add(cfg.Duration)
@@ -641,14 +681,20 @@ func runBench(ctx context.Context, cfg config, stderr io.Writer) (rep Report, er
 	rep = b.report(measured)
 	rep.Intervals = ivs
 	switch cfg.Workload {
-	case workloadDrain, workloadWorker:
+	case workloadDrain, workloadWorker, workloadFair:
+		if cfg.Workload == workloadFair {
+			rep.Fairness = b.fairness()
+			rep.Prefill = cfg.Hot + fairSmall*fairSmallItems
+		}
 		if cfg.Workload == workloadWorker {
 			rep.Items = b.finished.Load() // the worker has no recorders
 		}
 		if last := b.lastFinish.Load(); last > 0 {
 			rep.Seconds = time.Unix(0, last).Sub(b.start).Seconds()
 		}
-		rep.Prefill = cfg.Prefill
+		if cfg.Workload != workloadFair {
+			rep.Prefill = cfg.Prefill
+		}
 		if rep.Seconds > 0 {
 			rep.ItemsPerSec = float64(rep.Items) / rep.Seconds
 		}
@@ -744,6 +790,7 @@ func (b *bench) report(measured time.Duration) Report {
 		Label: b.cfg.Label, Workload: b.cfg.Workload, Endpoint: b.cfg.Endpoint, Queue: b.queue,
 		Clients: b.cfg.Clients, Batch: b.cfg.Batch, Payload: b.cfg.Payload, Partitions: b.cfg.Partitions,
 		Seconds: measured.Seconds(), Requests: map[string]Latency{}, Errors: b.errors.Load(),
+		Groups: b.cfg.Groups, Ordered: b.cfg.Ordered,
 	}
 	b.mu.Lock()
 	for _, r := range b.recorders {

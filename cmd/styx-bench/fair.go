@@ -1,0 +1,105 @@
+package main
+
+// The fair workload (issue 37): a hot group's backlog, then many small
+// groups; how long each group waits for its last item to complete shows
+// whether the queue leases groups round-robin (fair) or oldest first.
+
+import (
+	"context"
+	"fmt"
+	"slices"
+	"strings"
+	"time"
+
+	pb "github.com/styxq/styx/styxpb"
+)
+
+const (
+	// fairSmall small groups of fairSmallItems items each follow the hot
+	// group's backlog.
+	fairSmall      = 100
+	fairSmallItems = 10
+)
+
+// Fairness is when each group of the fair workload finished: the time of
+// its last item's complete, in seconds from the first lease.
+type Fairness struct {
+	// Grouped says whether the items carried their group (--fair-groups).
+	Grouped bool `json:"grouped"`
+	// HotDone is the hot group's; Small counts the small groups, and
+	// SmallP50, SmallP99 and SmallMax are their finishing times.
+	HotDone  float64 `json:"hot_done_s"`
+	Small    int     `json:"small_groups"`
+	SmallP50 float64 `json:"small_done_p50_s"`
+	SmallP99 float64 `json:"small_done_p99_s"`
+	SmallMax float64 `json:"small_done_max_s"`
+}
+
+// fairItems returns n items of group g, each payload starting "g:" so that
+// the drain knows its group whether or not the item carries it.
+func (b *bench) fairItems(g string, n int) []*pb.QueueProduceItem {
+	items := batchOf(n, b.cfg.Payload)
+	for _, it := range items {
+		it.Bytes = append([]byte(g+":"), it.Bytes...)
+		if b.cfg.FairGroups {
+			it.Group = g
+		}
+	}
+	return items
+}
+
+// prefillFair produces the hot group's backlog, then the small groups'
+// items, in batches of prefillBatch.
+func (b *bench) prefillFair(ctx context.Context) error {
+	var items []*pb.QueueProduceItem
+	items = append(items, b.fairItems("hot", b.cfg.Hot)...)
+	for k := range fairSmall {
+		items = append(items, b.fairItems(fmt.Sprint("s", k), fairSmallItems)...)
+	}
+	for len(items) > 0 {
+		n := min(len(items), prefillBatch)
+		if err := b.c.QueueProduce(ctx, &pb.QueueProduceRequest{QueueName: b.queue, RequestTimeout: "10s", Items: items[:n]}); err != nil {
+			return fmt.Errorf("prefill: %w", err)
+		}
+		items = items[n:]
+	}
+	b.groupDone = map[string]time.Time{}
+	return nil
+}
+
+// noteGroupsDone records, for the groups of resp's items, that one more
+// of their items completed at t (the last one recorded is when the group
+// finished).
+func (b *bench) noteGroupsDone(resp *pb.QueueLeaseResponse, t time.Time) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	for _, it := range resp.Items {
+		g, _, _ := strings.Cut(string(it.Bytes), ":")
+		if t.After(b.groupDone[g]) {
+			b.groupDone[g] = t
+		}
+	}
+}
+
+// fairness summarises groupDone, from b.start.
+func (b *bench) fairness() *Fairness {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	f := &Fairness{Grouped: b.cfg.FairGroups}
+	var small []float64
+	for g, t := range b.groupDone {
+		s := t.Sub(b.start).Seconds()
+		if g == "hot" {
+			f.HotDone = s
+		} else {
+			small = append(small, s)
+		}
+	}
+	slices.Sort(small)
+	f.Small = len(small)
+	if n := len(small); n > 0 {
+		at := func(q float64) float64 { return small[min(n-1, int(q*float64(n)))] }
+		f.SmallP50, f.SmallP99, f.SmallMax = at(0.5), at(0.99), small[n-1]
+	}
+	return f
+}
