@@ -38,6 +38,10 @@ MATRIX=(
 	"cycle 4 1"
 	"cycle 4 100"
 	"cycle 16 1"
+	"cycle 4 10"
+	"cycle 4 10 --groups 1000 --ordered"
+	"fair 4 10 --fair-groups=false"
+	"fair 4 10"
 	"dead 4 100"
 	"latency 4 1 --rate 1000"
 )
@@ -131,7 +135,10 @@ sleep 0.2 # let the stderr tees finish
 	echo "given rate and reports produce→lease latency from the send time stamped in each payload. Server CPU-s is"
 	echo "the server's user+system CPU time over the measured window; RSS is at its end. A lease's latency includes"
 	echo "its long-poll wait when the queue is momentarily empty (notably in \`latency\`); leases that found nothing"
-	echo "within 1s (454) are counted as empty leases, not errors."
+	echo "within 1s (454) are counted as empty leases, not errors. \`cycle 1000 groups ordered\` gives every item one of"
+	echo "1,000 groups on an ordered queue (issue 37's goal: within 20 % of \`cycle\` at the same batch); \`fair\` drains a"
+	echo "hot group's backlog of 20,000 items produced before 100 small groups of 10, and gives when the groups finished"
+	echo "(\`no groups\`: the same items without their group, the FIFO baseline)."
 	echo
 	echo "## Sync on, sync off and memory side by side"
 	echo

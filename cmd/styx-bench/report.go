@@ -72,6 +72,22 @@ type Report struct {
 	Fairness *Fairness `json:"fairness,omitempty"`
 }
 
+// variant names the flags that make a run of a workload another row:
+// groups, ordered, and the fair workload's baseline.
+func (r Report) variant() string {
+	var v string
+	if r.Groups > 0 {
+		v += fmt.Sprintf(" %d groups", r.Groups)
+	}
+	if r.Ordered {
+		v += " ordered"
+	}
+	if r.Fairness != nil && !r.Fairness.Grouped {
+		v += " no groups"
+	}
+	return v
+}
+
 // Interval is the throughput of one --interval of the measured window.
 type Interval struct {
 	// Start is the interval's start in seconds from the window's start.
@@ -267,7 +283,10 @@ func markdownRow(r Report) string {
 	if l, ok := r.Requests[kindRetry]; ok && l.Count > 0 {
 		finish = pair(l, ok)
 	}
-	workload := r.Workload
+	workload := r.Workload + r.variant()
+	if f := r.Fairness; f != nil {
+		workload += fmt.Sprintf(" (hot group done %.2fs; small groups p50 %.2fs, max %.2fs)", f.HotDone, f.SmallP50, f.SmallMax)
+	}
 	if r.Rate > 0 {
 		workload = fmt.Sprintf("%s @%d/s", r.Workload, r.Rate)
 	}

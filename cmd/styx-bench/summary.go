@@ -103,10 +103,12 @@ type rowKey struct {
 	Clients  int
 	Batch    int
 	Rate     int
+	// Variant tells apart rows of one workload with other flags (groups).
+	Variant string
 }
 
 func (k rowKey) String() string {
-	w := k.Workload
+	w := k.Workload + k.Variant
 	if k.Rate > 0 {
 		w = fmt.Sprintf("%s @%d/s", w, k.Rate)
 	}
@@ -191,7 +193,7 @@ type table struct {
 func group(reports []Report) *table {
 	t := &table{cells: map[rowKey]map[string]*cell{}}
 	for _, r := range reports {
-		k := rowKey{r.Workload, r.Clients, r.Batch, r.Rate}
+		k := rowKey{r.Workload, r.Clients, r.Batch, r.Rate, r.variant()}
 		if t.cells[k] == nil {
 			t.cells[k] = map[string]*cell{}
 			t.rows = append(t.rows, k)
