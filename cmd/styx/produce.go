@@ -30,6 +30,7 @@ func (a *app) produceCmd() *cobra.Command {
 		kind, reference, encoding string
 		enqueueAt                 string
 		file                      string
+		group                     string
 	)
 	cmd := &cobra.Command{
 		Use:   "produce QUEUE [PAYLOAD...]",
@@ -44,7 +45,7 @@ durable. If a batch fails, the batches before it stay produced.`,
 			if len(payloads) == 0 && file == "" {
 				return errors.New("nothing to produce: give PAYLOAD arguments or --file")
 			}
-			tmpl := &pb.QueueProduceItem{Kind: kind, Reference: reference, Encoding: encoding}
+			tmpl := &pb.QueueProduceItem{Kind: kind, Reference: reference, Encoding: encoding, Group: group}
 			if enqueueAt != "" {
 				at, err := time.Parse(time.RFC3339, enqueueAt)
 				if err != nil {
@@ -77,6 +78,7 @@ durable. If a batch fails, the batches before it stay produced.`,
 	f.StringVar(&encoding, "encoding", "", "encoding of every payload, such as application/json")
 	f.StringVar(&enqueueAt, "enqueue-at", "", "schedule the items for this RFC 3339 time instead of now")
 	f.StringVar(&file, "file", "", "read payloads from this file, one per line ('-' is stdin; empty lines are skipped)")
+	f.StringVar(&group, "group", "", "group of every item (on an ordered queue, a group's items are leased in order; see docs/groups.md)")
 	return cmd
 }
 
@@ -132,7 +134,7 @@ func (p *producer) add(payload []byte) error {
 		}
 	}
 	it := &pb.QueueProduceItem{
-		Kind: p.tmpl.Kind, Reference: p.tmpl.Reference, Encoding: p.tmpl.Encoding, EnqueueAt: p.tmpl.EnqueueAt,
+		Kind: p.tmpl.Kind, Reference: p.tmpl.Reference, Encoding: p.tmpl.Encoding, EnqueueAt: p.tmpl.EnqueueAt, Group: p.tmpl.Group,
 		Bytes: bytes.Clone(payload),
 	}
 	p.batch = append(p.batch, it)

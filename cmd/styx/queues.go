@@ -30,10 +30,12 @@ type queueFlags struct {
 	partitions    int32
 	deadQueue     string
 	reference     string
+	// groupDeadPolicy is an ordered queue's group_dead_policy.
+	groupDeadPolicy string
 }
 
 // queueFlagNames lists the flags of queueFlags, for messages.
-const queueFlagNames = "--lease-timeout, --expire-timeout, --max-attempts, --partitions, --dead-queue, --reference"
+const queueFlagNames = "--lease-timeout, --expire-timeout, --max-attempts, --partitions, --dead-queue, --reference, --group-dead-policy"
 
 // add defines the flags on fs: with create's defaults, or, for an update
 // (create false), with none shown, since a flag not given keeps the queue's
@@ -49,6 +51,7 @@ func (q *queueFlags) add(fs *pflag.FlagSet, create bool) {
 	fs.Int32Var(&q.partitions, "partitions", partitions, "number of partitions (can grow, not shrink)"+unset)
 	fs.StringVar(&q.deadQueue, "dead-queue", "", "queue that receives dead items (must exist)"+unset)
 	fs.StringVar(&q.reference, "reference", "", "free text kept with the queue"+unset)
+	fs.StringVar(&q.groupDeadPolicy, "group-dead-policy", "", "an ordered queue's dead items: 'continue' (the group goes on; the default) or 'hold' (the group waits until its dead item is redriven or deleted)"+unset)
 }
 
 // info returns a QueueInfo for queue name with only the flags set in fs,
@@ -76,6 +79,9 @@ func (q *queueFlags) info(name string, fs *pflag.FlagSet) (*pb.QueueInfo, []stri
 	if fs.Changed("reference") {
 		info.Reference, mask = q.reference, append(mask, "reference")
 	}
+	if fs.Changed("group-dead-policy") {
+		info.GroupDeadPolicy, mask = q.groupDeadPolicy, append(mask, "group_dead_policy")
+	}
 	return info, mask
 }
 
@@ -90,12 +96,21 @@ func queueChanges(before, after *pb.QueueInfo) []string {
 		{"partitions", fmt.Sprint(before.RequestedPartitions), fmt.Sprint(after.RequestedPartitions)},
 		{"dead_queue", orNone(before.DeadQueue), orNone(after.DeadQueue)},
 		{"reference", orNone(before.Reference), orNone(after.Reference)},
+		{"group_dead_policy", orDefault(before.GroupDeadPolicy, "continue"), orDefault(after.GroupDeadPolicy, "continue")},
 	} {
 		if f.old != f.new {
 			out = append(out, fmt.Sprintf("%s %s → %s", f.name, f.old, f.new))
 		}
 	}
 	return out
+}
+
+// orDefault returns s, or def when empty.
+func orDefault(s, def string) string {
+	if s == "" {
+		return def
+	}
+	return s
 }
 
 // orNone returns s, or "(none)" when empty.
@@ -110,6 +125,7 @@ func (a *app) queuesCreateCmd() *cobra.Command {
 	var (
 		q         queueFlags
 		namespace string
+		ordered   bool
 	)
 	cmd := &cobra.Command{
 		Use:   "create NAME",
@@ -118,7 +134,7 @@ func (a *app) queuesCreateCmd() *cobra.Command {
 		RunE: func(cmd *cobra.Command, args []string) error {
 			return a.withClient(cmd, func(c *styx.Client) error {
 				info, _ := q.info(args[0], cmd.Flags())
-				info.Namespace = namespace
+				info.Namespace, info.Ordered = namespace, ordered
 				if err := c.QueuesCreate(cmd.Context(), info); err != nil {
 					return err
 				}
@@ -128,6 +144,7 @@ func (a *app) queuesCreateCmd() *cobra.Command {
 	}
 	q.add(cmd.Flags(), true)
 	cmd.Flags().StringVar(&namespace, "namespace", "", "namespace of the queue (fixed once created); the server's default is _system")
+	cmd.Flags().BoolVar(&ordered, "ordered", false, "order the items of each group (produce --group): leased in produce order, one lease of a group at a time (fixed once created; see docs/groups.md)")
 	return cmd
 }
 

@@ -58,6 +58,17 @@ queue, the dead items it holds by dead reason and by source queue.`,
 						return err
 					}
 				}
+				if res.HeldGroupsTotal > 0 {
+					_, _ = fmt.Fprintf(a.stdout, "\n%s waiting for a dead item (group_dead_policy hold); redrive or delete it to release the group:\n",
+						plural(int(res.HeldGroupsTotal), "group"))
+					t := newTable(a.stdout, "HELD-GROUP", "PARTITION", "DEAD-ITEM", "SINCE")
+					for _, g := range res.HeldGroups {
+						t.row(g.Group, fmt.Sprint(g.Partition), g.DeadKey, a.when(g.HeldAt))
+					}
+					if err := t.flush(); err != nil {
+						return err
+					}
+				}
 				for _, g := range []struct {
 					title string
 					m     map[string]int64
