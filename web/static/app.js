@@ -896,6 +896,7 @@
       hist.error ? notShown('Charts', hist.error) : historyCharts(hist),
       h('h2', { id: 'consumers' }, 'Consumers'),
       s.error ? notShown('Consumers', s.error) : consumersTable(name, s.consumers || []),
+      s.error || !num(s.held_groups_total) ? null : heldGroupsTable(name, info.dead_queue, s),
       h('div', { class: 'actions' },
         isDLQ ? h('a', { class: 'button', href: '/ui/queues/' + enc(name) + '/dead' }, 'Dead items held by ' + name) : null,
         info.dead_queue ? h('a', { class: 'button', href: '/ui/queues/' + enc(info.dead_queue) + '/dead?' + new URLSearchParams({ source: name }) },
@@ -907,6 +908,8 @@
         prop('Lease timeout', info.lease_timeout), prop('Expire timeout', info.expire_timeout),
         prop('Max attempts', info.max_attempts ? String(info.max_attempts) : 'unlimited'),
         prop('Partitions', String(info.requested_partitions || parts.length)), prop('Reference', info.reference),
+        prop('Ordered groups', info.ordered ? 'yes: a group\'s items are leased in order, one lease at a time' : 'no'),
+        info.ordered ? prop('A dead item in a group', info.group_dead_policy === 'hold' ? 'holds its group until redriven or deleted' : 'leaves; the group goes on') : null,
         prop('Created', when(info.created_at)), prop('Updated', when(info.updated_at))),
       h('h2', {}, 'Partitions'),
       s.error ? notShown('Partitions', s.error)
@@ -915,6 +918,22 @@
             h('th', { scope: 'row', class: 'num' }, String(p.partition || 0)), h('td', { class: 'num' }, fmt(p.total)),
             h('td', { class: 'num' }, fmt(p.total_leased)), h('td', { class: 'num' }, fmt(p.scheduled)),
             h('td', { class: 'num' }, fmt(p.failures)), h('td', {}, goDur(p.average_age)), h('td', {}, goDur(p.average_leased_age))))));
+  }
+
+  // heldGroupsTable lists the groups of an ordered queue that wait for
+  // their dead item (group_dead_policy hold; queue.stats' held_groups).
+  function heldGroupsTable(name, dlq, s) {
+    const total = num(s.held_groups_total);
+    const gs = s.held_groups || [];
+    return h('section', { id: 'held-groups' },
+      h('h2', {}, 'Held groups'),
+      h('p', {}, `${plural(total, 'group waits', 'groups wait')} for a dead item: nothing more of ${total === 1 ? 'it' : 'them'} is leased until the dead item is redriven (it goes first) or deleted from ${dlq || 'the dead-letter queue'}.`,
+        gs.length < total ? ` The ${fmt(gs.length)} held longest:` : ''),
+      table(`${plural(total, 'held group', 'held groups')}, longest held first`, ['Group', ['Partition', 'num'], 'Dead item', 'Held since'],
+        gs.map((g) => h('tr', {},
+          h('th', { scope: 'row' }, h('code', {}, g.group)), h('td', { class: 'num' }, String(g.partition || 0)),
+          h('td', {}, dlq ? h('a', { href: '/ui/queues/' + enc(dlq) + '/dead?' + new URLSearchParams({ source: name }) }, h('code', {}, g.dead_key)) : h('code', {}, g.dead_key)),
+          h('td', { title: g.held_at || '' }, ago(g.held_at))))));
   }
 
   // consumersTable lists a queue's consumers (queue.stats' consumers): who
@@ -1158,7 +1177,7 @@
         prop('Attempts', String(it.attempts || 0) + (it.max_attempts ? ' of ' + it.max_attempts : '') +
           (it.dead_letter_attempts ? ` (${it.dead_letter_attempts} in this dead-letter queue)` : '')),
         prop('Dead at', when(it.dead_at)), prop('Created at', when(it.created_at)),
-        prop('Expires at', when(it.expire_deadline)), prop('Kind', it.kind), prop('Reference', it.reference),
+        prop('Expires at', when(it.expire_deadline)), prop('Kind', it.kind), prop('Reference', it.reference), prop('Group', it.group),
         prop('Encoding', it.encoding), prop('Redrive count', String(it.redrive_count || 0)),
         // An item that died without an error text (an SQS message whose
         // visibility was set to 0, a retry without --error) has no error
@@ -1252,7 +1271,7 @@
       h('dl', { class: 'props', id: 'item-props' },
         prop('State', state), prop('Partition', String(partition)),
         prop('Attempts', String(it.attempts || 0) + (it.max_attempts ? ' of ' + it.max_attempts : '')),
-        prop('Kind', it.kind), prop('Reference', it.reference), prop('Encoding', it.encoding),
+        prop('Kind', it.kind), prop('Reference', it.reference), prop('Group', it.group), prop('Encoding', it.encoding),
         prop('Created at', when(it.created_at)), prop('Expires at', when(it.expire_deadline)),
         prop('Redrive count', String(it.redrive_count || 0)),
         prop('Last error', it.last_error ? h('code', {}, it.last_error) : '')),
