@@ -785,7 +785,7 @@ func (e *Engine) importItems(it *pass, op *importOp) ([]queue.Item, error) {
 		if k := keys[i]; k != "" && (first[k] != i || held[k].Meta.ID != 0) {
 			continue
 		}
-		m := queue.ItemMeta{Attempts: si.Meta.Attempts, SourceKey: keys[i],
+		m := queue.ItemMeta{Attempts: si.Meta.Attempts, SourceKey: keys[i], Group: si.Meta.Group,
 			CreatedAt: queue.FromNanos(queue.Nanos(si.Meta.CreatedAt)), ExpireDeadline: queue.FromNanos(queue.Nanos(si.Meta.ExpireDeadline))}
 		if m.CreatedAt.IsZero() {
 			m.CreatedAt = queue.FromNanos(it.now)
