@@ -21,10 +21,11 @@ const (
 // for the console and StorageItem.attributes. The envelope's format is the
 // SQS API's alone, so its decoding lives here, and the daemon hands this
 // function to the service (which does not import this package). It returns
-// the MessageId, SentTimestamp (Unix milliseconds) and SenderId (when set),
-// then the message attributes and the message system attributes, each set
-// sorted by name, Binary values in base64; nil for a blob that is not an
-// SQS envelope.
+// the MessageId, SentTimestamp (Unix milliseconds), SenderId (when set) and,
+// for a message sent to a FIFO queue, its SequenceNumber and
+// MessageDeduplicationId, then the message attributes and the message
+// system attributes, each set sorted by name, Binary values in base64; nil
+// for a blob that is not an SQS envelope.
 func DescribeAttributes(blob []byte) []queue.ItemAttribute {
 	e, ok := decodeEnvelope(blob)
 	if !ok {
@@ -36,6 +37,12 @@ func DescribeAttributes(blob []byte) []queue.ItemAttribute {
 	}
 	if e.Sender != "" {
 		out = append(out, queue.ItemAttribute{Group: groupMessage, Name: "SenderId", Value: e.Sender})
+	}
+	if e.Seq != 0 {
+		out = append(out, queue.ItemAttribute{Group: groupMessage, Name: "SequenceNumber", Value: strconv.FormatUint(e.Seq, 10)})
+	}
+	if e.Dedup != "" {
+		out = append(out, queue.ItemAttribute{Group: groupMessage, Name: "MessageDeduplicationId", Value: e.Dedup})
 	}
 	for _, set := range []struct {
 		group string

@@ -44,6 +44,13 @@ type envelope struct {
 	Sender string                    `json:"sender,omitempty"`
 	Attrs  map[string]AttributeValue `json:"attrs,omitempty"`
 	Sys    map[string]AttributeValue `json:"sys,omitempty"`
+	// Seq is the SequenceNumber of a message sent to a FIFO queue (the
+	// sending node's, Handler.sequence); 0 otherwise.
+	Seq uint64 `json:"seq,omitempty"`
+	// Dedup is the MessageDeduplicationId of a message sent to a FIFO
+	// queue: the one given, or the SHA-256 of the body (hex) with
+	// ContentBasedDeduplication.
+	Dedup string `json:"dedup,omitempty"`
 }
 
 func (e *envelope) encode() []byte {
@@ -62,12 +69,15 @@ func decodeEnvelope(b []byte) (envelope, bool) {
 }
 
 // newMessageID returns a random (version 4) UUID.
-func newMessageID() string {
+func newMessageID() string { return uuidString(newUUID()) }
+
+// newUUID returns the bytes of a random (version 4) UUID.
+func newUUID() [16]byte {
 	var u [16]byte
 	_, _ = rand.Read(u[:])
 	u[6] = u[6]&0x0f | 0x40
 	u[8] = u[8]&0x3f | 0x80
-	return uuidString(u)
+	return u
 }
 
 func uuidString(u [16]byte) string {

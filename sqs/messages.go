@@ -54,10 +54,18 @@ type sendResult struct {
 	MD5OfMessageBody             string `json:"MD5OfMessageBody"`
 	MD5OfMessageAttributes       string `json:"MD5OfMessageAttributes,omitempty"`
 	MD5OfMessageSystemAttributes string `json:"MD5OfMessageSystemAttributes,omitempty"`
+	// SequenceNumber is a FIFO queue's (envelope.Seq), in decimal.
+	SequenceNumber string `json:"SequenceNumber,omitempty"`
 }
 
 // prepare validates one message against its queue and returns the item to
-// produce and the answer for it.
+// produce and the answer for it. On a FIFO queue a message needs a
+// MessageGroupId (the item's group) and a MessageDeduplicationId unless the
+// queue has ContentBasedDeduplication, and takes no DelaySeconds of its own
+// (the queue's applies); its MessageId and SequenceNumber are those of the
+// first send of its deduplication id when this node remembers it
+// (sentCache). On a standard queue a MessageGroupId is the item's group
+// (SQS's fair queues) and a MessageDeduplicationId is refused.
 func (h *Handler) prepare(ctx context.Context, info queue.QueueInfo, in *messageInput, now time.Time) (queue.ProduceItem, sendResult, error) {
 	if in.MessageBody == nil {
 		return queue.ProduceItem{}, sendResult{}, missingParameter("MessageBody")
@@ -66,9 +74,25 @@ func (h *Handler) prepare(ctx context.Context, info queue.QueueInfo, in *message
 	if body == "" {
 		return queue.ProduceItem{}, sendResult{}, invalidParameter("The request must contain a non-empty message body.")
 	}
-	if in.MessageGroupID != "" || in.MessageDeduplicationID != "" {
-		return queue.ProduceItem{}, sendResult{}, invalidParameter("The request includes a parameter that is not valid for this queue type: " +
-			"MessageGroupId and MessageDeduplicationId are for FIFO queues, which Styx does not support yet.")
+	fifo := isFIFO(info)
+	switch {
+	case fifo && in.MessageGroupID == "":
+		return queue.ProduceItem{}, sendResult{}, missingParameter("MessageGroupId")
+	case !fifo && in.MessageDeduplicationID != "":
+		return queue.ProduceItem{}, sendResult{}, notForQueueType("MessageDeduplicationId", in.MessageDeduplicationID)
+	case fifo && in.DelaySeconds != nil && *in.DelaySeconds != 0:
+		// SQS takes 0, and refuses any other delay of a FIFO message.
+		return queue.ProduceItem{}, sendResult{}, notForQueueType("DelaySeconds", strconv.Itoa(*in.DelaySeconds))
+	}
+	if in.MessageGroupID != "" {
+		if err := checkFIFOID("MessageGroupId", in.MessageGroupID); err != nil {
+			return queue.ProduceItem{}, sendResult{}, err
+		}
+	}
+	if in.MessageDeduplicationID != "" {
+		if err := checkFIFOID("MessageDeduplicationId", in.MessageDeduplicationID); err != nil {
+			return queue.ProduceItem{}, sendResult{}, err
+		}
 	}
 	if err := checkText(body); err != nil {
 		return queue.ProduceItem{}, sendResult{}, &Error{Type: "InvalidMessageContents", Status: http.StatusBadRequest,
@@ -87,20 +111,35 @@ func (h *Handler) prepare(ctx context.Context, info queue.QueueInfo, in *message
 		return queue.ProduceItem{}, sendResult{}, invalidParameter("One or more parameters are invalid. Reason: Message must be shorter than %d bytes.", limit)
 	}
 	delay := a.DelaySeconds
-	if in.DelaySeconds != nil {
+	if in.DelaySeconds != nil && !fifo { // a FIFO message has the queue's delay
 		delay = *in.DelaySeconds
 		if delay < 0 || delay > int(MaxDelay/time.Second) {
 			return queue.ProduceItem{}, sendResult{}, invalidParameter("Value %d for parameter DelaySeconds is invalid. Reason: must be between 0 and %d, if provided.",
 				delay, int(MaxDelay/time.Second))
 		}
 	}
-	env := envelope{V: 1, ID: newMessageID(), Sent: now.UnixMilli(), Sender: auth.KeyName(ctx), Attrs: in.MessageAttributes, Sys: in.MessageSystemAttributes}
-	item := queue.ProduceItem{Reference: env.ID, Payload: []byte(body), Attributes: env.encode()}
+	env := envelope{V: 1, Sent: now.UnixMilli(), Sender: auth.KeyName(ctx), Attrs: in.MessageAttributes, Sys: in.MessageSystemAttributes}
+	item := queue.ProduceItem{Payload: []byte(body), Group: in.MessageGroupID}
+	id := newUUID()
+	if fifo {
+		shown, key, err := deduplication(a, in.MessageGroupID, in.MessageDeduplicationID, body)
+		if err != nil {
+			return queue.ProduceItem{}, sendResult{}, err
+		}
+		env.Dedup, item.DeduplicationID = shown, key
+		id, env.Seq = h.sent.claim(info.ID, key, now, info.Window(), id, h.sequence(now))
+	}
+	env.ID = uuidString(id)
+	item.Reference, item.Attributes = env.ID, env.encode()
 	if delay > 0 {
 		item.EnqueueAt = now.Add(time.Duration(delay) * time.Second)
 	}
-	return item, sendResult{MessageID: env.ID, MD5OfMessageBody: md5Hex([]byte(body)),
-		MD5OfMessageAttributes: md5OfAttributes(in.MessageAttributes), MD5OfMessageSystemAttributes: md5OfAttributes(in.MessageSystemAttributes)}, nil
+	out := sendResult{MessageID: env.ID, MD5OfMessageBody: md5Hex([]byte(body)),
+		MD5OfMessageAttributes: md5OfAttributes(in.MessageAttributes), MD5OfMessageSystemAttributes: md5OfAttributes(in.MessageSystemAttributes)}
+	if env.Seq != 0 {
+		out.SequenceNumber = strconv.FormatUint(env.Seq, 10)
+	}
+	return item, out, nil
 }
 
 func (h *Handler) sendMessage(ctx context.Context, r *request) (any, error) {
@@ -241,9 +280,10 @@ type receiveMessageOutput struct {
 }
 
 // systemAttributeNames are the message system attributes ReceiveMessage
-// can return.
+// can return (MessageGroupId for a message that has one; the last two for
+// a message sent to a FIFO queue).
 var systemAttributeNames = []string{"ApproximateFirstReceiveTimestamp", "ApproximateReceiveCount", "AWSTraceHeader",
-	"DeadLetterQueueSourceArn", "SenderId", "SentTimestamp"}
+	"DeadLetterQueueSourceArn", "SenderId", "SentTimestamp", "MessageGroupId", "MessageDeduplicationId", "SequenceNumber"}
 
 func (h *Handler) receiveMessage(ctx context.Context, r *request) (any, error) {
 	var in receiveMessageInput
@@ -273,48 +313,138 @@ func (h *Handler) receiveMessage(ctx context.Context, r *request) (any, error) {
 	}
 	sysNames := append(slices.Clone(in.AttributeNames), in.MessageSystemAttributeNames...)
 	for _, s := range sysNames {
-		if s != "All" && !slices.Contains(systemAttributeNames, s) && s != "SequenceNumber" && s != "MessageDeduplicationId" &&
-			s != "MessageGroupId" {
+		if s != "All" && !slices.Contains(systemAttributeNames, s) {
 			return nil, invalidAttributeName("Unknown Attribute %s.", text.Escape(s))
 		}
 	}
 	if wait == 0 {
 		wait = shortPoll
 	}
+	// The visibility timeout the receive sets: the queue's, or the call's.
+	visibility := info.LeaseTimeout
+	if in.VisibilityTimeout != nil {
+		visibility = time.Duration(*in.VisibilityTimeout) * time.Second
+	}
+	render := func(partition int32, items []queue.LeasedItem, at time.Time) receiveMessageOutput {
+		out := receiveMessageOutput{Messages: make([]message, len(items))}
+		for i, it := range items {
+			out.Messages[i] = h.toMessage(info, partition, it, at, sysNames, in.MessageAttributeNames)
+		}
+		return out
+	}
+	// SQS reads ReceiveRequestAttemptId on FIFO queues alone.
+	if in.ReceiveRequestAttemptID == "" || !isFIFO(info) {
+		partition, items, err := h.receive(ctx, q, info, n, wait, visibility)
+		if err != nil {
+			return nil, err
+		}
+		return render(partition, items, h.now()), nil
+	}
+	if err := checkFIFOID("ReceiveRequestAttemptId", in.ReceiveRequestAttemptID); err != nil {
+		return nil, err
+	}
+	k := attemptKey{queueID: info.ID, key: auth.KeyName(ctx), id: in.ReceiveRequestAttemptID}
+	var replace *attempt
+	for {
+		a, fresh, err := h.attempts.begin(ctx, k, h.now(), replace)
+		if err != nil {
+			return nil, err
+		}
+		if fresh {
+			partition, items, err := h.receive(ctx, q, info, n, wait, visibility)
+			if err != nil {
+				h.attempts.drop(a)
+				return nil, err
+			}
+			now := h.now()
+			h.attempts.finish(a, partition, items, now, now.Add(visibility))
+			return render(partition, items, now), nil
+		}
+		// A retry: the first receive's messages and receipt handles, their
+		// visibility timeout reset, while their receives last and none of
+		// them was deleted or had its visibility changed.
+		modified, deadline := h.attempts.state(a)
+		notRetryable := invalidParameter("Value %s for parameter ReceiveRequestAttemptId is invalid. Reason: The receiveRequestAttemptId is not valid anymore since the receive call is not retryable.",
+			clip(in.ReceiveRequestAttemptID))
+		if modified {
+			return nil, notRetryable
+		}
+		ids := make([]uint64, len(a.items))
+		for i, it := range a.items {
+			ids[i] = it.ID
+		}
+		renew := visibility
+		if renew == 0 {
+			renew = info.LeaseTimeout // checks the receives last; the retry below ends them
+		}
+		_, err = q.Renew(ctx, a.partition, ids, renew)
+		now := h.now()
+		switch {
+		case isStale(err) && now.Before(deadline):
+			// A receive ended before its visibility timeout: its message
+			// was deleted or made visible (through another node).
+			return nil, notRetryable
+		case isStale(err):
+			// Their visibility timeout has passed: a new receive.
+			replace = a
+			continue
+		case err != nil:
+			return nil, err
+		}
+		if visibility == 0 {
+			if err := h.makeVisible(ctx, q, a.partition, ids); err != nil {
+				return nil, err
+			}
+			h.attempts.drop(a)
+		} else {
+			h.attempts.renewed(a, now.Add(visibility))
+		}
+		return render(a.partition, a.items, a.receivedAt), nil
+	}
+}
+
+// receive leases up to n items of q (waiting up to wait for one) and sets
+// their visibility timeout to visibility when it is not the queue's: a
+// renew, or with 0 a retry that makes them visible at once. It returns the
+// partition and the items; none when none came.
+func (h *Handler) receive(ctx context.Context, q queue.Queue, info queue.QueueInfo, n int, wait, visibility time.Duration) (int32, []queue.LeasedItem, error) {
 	res, err := q.Lease(ctx, queue.LeaseParams{BatchSize: n, ClientID: "sqs-" + randomHex(8), Owner: auth.KeyName(ctx), Timeout: wait})
 	if errors.Is(err, queue.ErrNoItems) {
-		return receiveMessageOutput{}, nil
+		return 0, nil, nil
 	}
 	if err != nil {
 		if cause := context.Cause(ctx); cause == auth.ErrKeyRevoked {
 			// The pipeline ended the receive: its key was deleted.
-			return nil, cause
+			return 0, nil, cause
 		}
-		return nil, err
+		return 0, nil, err
 	}
-	now := h.now()
-	if in.VisibilityTimeout != nil && time.Duration(*in.VisibilityTimeout)*time.Second != info.LeaseTimeout && len(res.Items) > 0 {
+	if visibility != info.LeaseTimeout && len(res.Items) > 0 {
 		ids := make([]uint64, len(res.Items))
 		for i, it := range res.Items {
 			ids[i] = it.ID
 		}
-		if *in.VisibilityTimeout == 0 {
-			retry := make([]queue.RetryItem, len(ids))
-			for i, id := range ids {
-				retry[i] = queue.RetryItem{ID: id}
-			}
-			if _, err := q.Retry(ctx, res.Partition, retry); err != nil {
-				return nil, err
-			}
-		} else if _, err := q.Renew(ctx, res.Partition, ids, time.Duration(*in.VisibilityTimeout)*time.Second); err != nil {
-			return nil, err
+		if visibility == 0 {
+			err = h.makeVisible(ctx, q, res.Partition, ids)
+		} else {
+			_, err = q.Renew(ctx, res.Partition, ids, visibility)
+		}
+		if err != nil {
+			return 0, nil, err
 		}
 	}
-	out := receiveMessageOutput{Messages: make([]message, len(res.Items))}
-	for i, it := range res.Items {
-		out.Messages[i] = h.toMessage(info, res.Partition, it, now, sysNames, in.MessageAttributeNames)
+	return res.Partition, res.Items, nil
+}
+
+// makeVisible ends the receives of leased items at once: a retry, which
+// counts the receive, as SQS does.
+func (h *Handler) makeVisible(ctx context.Context, q queue.Queue, partition int32, ids []uint64) error {
+	retry := make([]queue.RetryItem, len(ids))
+	for i, id := range ids {
+		retry[i] = queue.RetryItem{ID: id}
 	}
-	return out, nil
+	_, err := q.Retry(ctx, partition, retry)
+	return err
 }
 
 // toMessage is the SQS message of a leased item.
@@ -358,6 +488,15 @@ func (h *Handler) toMessage(info queue.QueueInfo, partition int32, it queue.Leas
 				m.Attributes["AWSTraceHeader"] = derefString(t.StringValue)
 			}
 		}
+		if want("MessageGroupId") && it.Group != "" {
+			m.Attributes["MessageGroupId"] = it.Group
+		}
+		if want("MessageDeduplicationId") && env.Dedup != "" {
+			m.Attributes["MessageDeduplicationId"] = env.Dedup
+		}
+		if want("SequenceNumber") && env.Seq != 0 {
+			m.Attributes["SequenceNumber"] = strconv.FormatUint(env.Seq, 10)
+		}
 		if len(m.Attributes) == 0 {
 			m.Attributes = nil
 		}
@@ -394,6 +533,11 @@ type handle struct {
 	// receipt names the receive; FirstID and Attempts are 0 in a handle
 	// of format 1 (it then deletes only under its lease).
 	receipt queue.Receipt
+}
+
+// key names the receive of hd in info's queue, for attemptCache.touch.
+func (hd handle) key(info queue.QueueInfo) handleKey {
+	return handleKey{queueID: info.ID, partition: hd.partition, id: hd.receipt.ID}
 }
 
 // decodeHandle reads a receipt handle of info's queue, or answers
@@ -461,6 +605,7 @@ func (h *Handler) deleteMessage(ctx context.Context, r *request) (any, error) {
 	if err != nil {
 		return nil, err
 	}
+	h.attempts.touch(hd.key(info))
 	if _, err := q.DeleteReceived(ctx, hd.partition, []queue.Receipt{hd.receipt}); err != nil {
 		return nil, err
 	}
@@ -524,6 +669,7 @@ func (h *Handler) deleteMessageBatch(ctx context.Context, r *request) (any, erro
 		}
 		handles[i] = hd
 		byPart[hd.partition] = append(byPart[hd.partition], i)
+		h.attempts.touch(hd.key(info))
 	}
 	for _, p := range slices.Sorted(maps.Keys(byPart)) {
 		entries := byPart[p]
@@ -555,6 +701,7 @@ func (h *Handler) changeVisibility(ctx context.Context, q queue.Queue, info queu
 	if *timeout < 0 || *timeout > int(MaxVisibilityTimeout/time.Second) {
 		return invalidParameter("Value %d for parameter VisibilityTimeout is invalid. Reason: Must be >= 0 and <= %d.", *timeout, int(MaxVisibilityTimeout/time.Second))
 	}
+	h.attempts.touch(hd.key(info))
 	if *timeout == 0 {
 		_, err = q.Retry(ctx, hd.partition, []queue.RetryItem{{ID: hd.receipt.ID}})
 	} else {

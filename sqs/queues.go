@@ -55,6 +55,10 @@ type queueAttrs struct {
 	Policy                        string            `json:"Policy,omitempty"`
 	SqsManagedSseEnabled          string            `json:"SqsManagedSseEnabled,omitempty"`
 	Tags                          map[string]string `json:"Tags,omitempty"`
+	// The attributes of a FIFO queue (fifo.go); "" means the default.
+	ContentBasedDeduplication bool   `json:"ContentBasedDeduplication,omitempty"`
+	DeduplicationScope        string `json:"DeduplicationScope,omitempty"`
+	FifoThroughputLimit       string `json:"FifoThroughputLimit,omitempty"`
 }
 
 func (a queueAttrs) maxMessageSize() int {
@@ -89,26 +93,6 @@ func writeQueueAttrs(info *queue.QueueInfo, a queueAttrs) {
 	info.Attributes = string(out)
 }
 
-// checkQueueName applies SQS's rules: 1 to 80 characters, alphanumerics,
-// hyphens and underscores; a .fifo name is a FIFO queue, not supported.
-func checkQueueName(name string) error {
-	if strings.HasSuffix(name, ".fifo") {
-		return &Error{Type: "UnsupportedOperation", Query: "AWS.SimpleQueueService.UnsupportedOperation", Status: http.StatusBadRequest,
-			Message: fmt.Sprintf("FIFO queues are not supported by Styx yet: '%s' ends in .fifo; use a standard queue name.", name)}
-	}
-	// SQS's words, which some clients match (an empty name too).
-	bad := invalidParameter("Can only include alphanumeric characters, hyphens, or underscores. 1 to %d in length", MaxQueueNameLength)
-	if name == "" || len(name) > MaxQueueNameLength {
-		return bad
-	}
-	for _, c := range name {
-		if !(c >= 'a' && c <= 'z' || c >= 'A' && c <= 'Z' || c >= '0' && c <= '9' || c == '_' || c == '-') {
-			return bad
-		}
-	}
-	return nil
-}
-
 // intAttr parses an integer queue attribute within lo..hi.
 func intAttr(name, v string, lo, hi int) (int, error) {
 	n, err := strconv.Atoi(strings.TrimSpace(v))
@@ -119,8 +103,10 @@ func intAttr(name, v string, lo, hi int) (int, error) {
 }
 
 // applyAttributes sets the SQS attributes in into info (and its opaque
-// SQS attributes); creating is true on CreateQueue.
-func (h *Handler) applyAttributes(ctx context.Context, info *queue.QueueInfo, in map[string]string) error {
+// SQS attributes). info.Ordered says whether the queue is a FIFO queue,
+// which alone takes the FIFO attributes; FifoQueue is CreateQueue's
+// (checkQueueName), and creating says whether this is it.
+func (h *Handler) applyAttributes(ctx context.Context, info *queue.QueueInfo, in map[string]string, creating bool) error {
 	a := readQueueAttrs(*info)
 	for _, name := range slices.Sorted(maps.Keys(in)) {
 		v := in[name]
@@ -190,16 +176,28 @@ func (h *Handler) applyAttributes(ctx context.Context, info *queue.QueueInfo, in
 				return invalidAttributeValue("Invalid value for the parameter SqsManagedSseEnabled: '%s'; it must be true or false.", v)
 			}
 			a.SqsManagedSseEnabled = v
-		case "FifoQueue", "ContentBasedDeduplication", "DeduplicationScope", "FifoThroughputLimit":
-			if name == "FifoQueue" && v == "false" {
-				continue
+		case "FifoQueue":
+			// The queue's type: given at creation (checkQueueName), never
+			// changed; SQS knows no such attribute otherwise.
+			if !creating {
+				return unknownAttribute(name)
 			}
-			return &Error{Type: "UnsupportedOperation", Query: "AWS.SimpleQueueService.UnsupportedOperation", Status: http.StatusBadRequest,
-				Message: fmt.Sprintf("FIFO queues are not supported by Styx yet (attribute %s).", name)}
+		case "ContentBasedDeduplication", "DeduplicationScope", "FifoThroughputLimit":
+			if !isFIFO(*info) {
+				return unknownAttribute(name)
+			}
+			if err := applyFIFOAttribute(&a, name, v); err != nil {
+				return err
+			}
 		case "KmsMasterKeyId", "KmsDataKeyReusePeriodSeconds":
 			return invalidAttributeName("Styx does not support the attribute %s: it has no KMS encryption (use disk encryption and TLS).", name)
 		default:
 			return invalidAttributeName("Unknown Attribute %s.", text.Escape(name))
+		}
+	}
+	if isFIFO(*info) {
+		if err := checkFIFOAttributes(a); err != nil {
+			return err
 		}
 	}
 	writeQueueAttrs(info, a)
@@ -221,7 +219,8 @@ func (h *Handler) createQueue(ctx context.Context, r *request) (any, error) {
 	if err := r.decode(&in); err != nil {
 		return nil, err
 	}
-	if err := checkQueueName(in.QueueName); err != nil {
+	fifo, err := checkQueueName(in.QueueName, in.Attributes)
+	if err != nil {
 		return nil, err
 	}
 	if err := checkTags(in.QueueName, in.Tags); err != nil {
@@ -231,9 +230,10 @@ func (h *Handler) createQueue(ctx context.Context, r *request) (any, error) {
 		return nil, err
 	}
 	now := h.now().UTC()
+	// A FIFO queue is an ordered queue (fifo.go).
 	info := queue.QueueInfo{Name: in.QueueName, Namespace: queue.DefaultNamespace, LeaseTimeout: DefaultVisibilityTimeout,
-		ExpireTimeout: DefaultMessageRetentionPeriod, Partitions: 1, CreatedAt: now, UpdatedAt: now}
-	if err := h.applyAttributes(ctx, &info, in.Attributes); err != nil {
+		ExpireTimeout: DefaultMessageRetentionPeriod, Partitions: 1, CreatedAt: now, UpdatedAt: now, Ordered: fifo}
+	if err := h.applyAttributes(ctx, &info, in.Attributes, true); err != nil {
 		return nil, err
 	}
 	if len(in.Tags) > 0 {
@@ -242,7 +242,7 @@ func (h *Handler) createQueue(ctx context.Context, r *request) (any, error) {
 		writeQueueAttrs(&info, a)
 	}
 	out := queueURLOutput{QueueURL: h.queueURL(r.http, in.QueueName)}
-	err := h.cfg.Queues.Create(ctx, info)
+	err = h.cfg.Queues.Create(ctx, info)
 	if err == nil {
 		return out, nil
 	}
@@ -457,6 +457,9 @@ func (h *Handler) getQueueAttributes(ctx context.Context, r *request) (any, erro
 	for _, n := range names {
 		if n == "All" {
 			names = queueAttributeNames
+			if isFIFO(info) {
+				names = slices.Concat(names, fifoAttributeNames)
+			}
 			break
 		}
 		if !slices.Contains(queueAttributeNames, n) && !slices.Contains([]string{"FifoQueue", "ContentBasedDeduplication",
@@ -505,6 +508,12 @@ func (h *Handler) attributes(ctx context.Context, info queue.QueueInfo, q queue.
 	if a.RedriveAllowPolicy != "" {
 		out["RedriveAllowPolicy"] = a.RedriveAllowPolicy
 	}
+	if isFIFO(info) {
+		out["FifoQueue"] = "true"
+		out["ContentBasedDeduplication"] = strconv.FormatBool(a.ContentBasedDeduplication)
+		out["DeduplicationScope"] = a.deduplicationScope()
+		out["FifoThroughputLimit"] = a.fifoThroughputLimit()
+	}
 	if info.DeadQueue != "" {
 		b, _ := json.Marshal(struct {
 			DeadLetterTargetArn string `json:"deadLetterTargetArn"`
@@ -549,7 +558,7 @@ func (h *Handler) setQueueAttributes(ctx context.Context, r *request) (any, erro
 	}
 	now := h.now().UTC()
 	return nil, policyError(h.cfg.Queues.Update(ctx, name, func(info *queue.QueueInfo) error {
-		if err := h.applyAttributes(ctx, info, in.Attributes); err != nil {
+		if err := h.applyAttributes(ctx, info, in.Attributes, false); err != nil {
 			return err
 		}
 		info.UpdatedAt = now

@@ -17,7 +17,9 @@ import (
 // (queue.CheckMaxAttempts; AWS documents 1 to 1,000). The dead-letter
 // queue's RedriveAllowPolicy must allow info's queue. The dead-letter rules
 // of the queue layer decide the rest when the queue is stored: the target
-// exists (policyError), is not the queue, has no dead queue of its own.
+// exists (policyError), is not the queue, has no dead queue of its own. A
+// FIFO queue's dead-letter queue must be a FIFO queue, and a standard
+// queue's a standard queue (SQS's rule).
 func (h *Handler) applyRedrivePolicy(ctx context.Context, info *queue.QueueInfo, v string) error {
 	if strings.TrimSpace(v) == "" || strings.TrimSpace(v) == "{}" {
 		info.DeadQueue, info.MaxAttempts = "", 0
@@ -49,6 +51,11 @@ func (h *Handler) applyRedrivePolicy(ctx context.Context, info *queue.QueueInfo,
 	dinfo, err := h.cfg.Queues.Info(ctx, dlq)
 	if err != nil && !errors.Is(err, queue.ErrQueueNotFound) {
 		return err
+	}
+	if err == nil && isFIFO(dinfo) != isFIFO(*info) {
+		// SQS's words: a FIFO queue's dead-letter queue is a FIFO queue,
+		// a standard queue's a standard queue.
+		return invalidParameter("Value %s for parameter RedrivePolicy is invalid. Reason: Dead-letter queue must be same type of queue as the source..", v)
 	}
 	if err == nil && !allowsSource(h, readQueueAttrs(dinfo).RedriveAllowPolicy, info.Name) {
 		return invalidAttributeValue("Value %s for parameter RedrivePolicy is invalid. Reason: the RedriveAllowPolicy of the dead-letter queue %s does not allow %s.",

@@ -27,6 +27,7 @@ import (
 	"net/url"
 	"slices"
 	"strings"
+	"sync/atomic"
 	"time"
 
 	"github.com/styxq/styx/internal/audit"
@@ -71,10 +72,16 @@ type Config struct {
 // and answers as SQS does. Authentication (AWS SigV4 with a Styx key, with
 // --auth), the Host, Origin and cross-site checks, admission and audit are
 // the transport pipeline's, before Parse and Serve. Its methods may be
-// called concurrently; it holds no mutable state.
+// called concurrently. Its only state is what SQS answers that the queues
+// do not keep, each a cache of its own with a leaf mutex: the MessageIds of
+// recent FIFO sends (sent) and the recent receive attempts (attempts).
 type Handler struct {
 	cfg     Config
 	actions map[string]action
+	// seq is the last SequenceNumber given (sequence).
+	seq      atomic.Uint64
+	sent     sentCache
+	attempts attemptCache
 }
 
 // action runs one SQS action on a decoded request body and returns the

@@ -80,7 +80,7 @@ func TestSQSQueues(t *testing.T) {
 
 		// Bad input: 400 with the SQS error, never a 500.
 		_, err = c.CreateQueue(ctx, &awssqs.CreateQueueInput{QueueName: aws.String("jobs.fifo")})
-		requireSQSError(t, err, "AWS.SimpleQueueService.UnsupportedOperation", "FIFO queues are not supported")
+		requireSQSError(t, err, "InvalidParameterValue", "Can only include alphanumeric characters")
 		_, err = c.CreateQueue(ctx, &awssqs.CreateQueueInput{QueueName: aws.String("bad name")})
 		requireSQSError(t, err, "InvalidParameterValue", "alphanumeric")
 		_, err = c.CreateQueue(ctx, &awssqs.CreateQueueInput{QueueName: aws.String("q"), Attributes: map[string]string{"Colour": "blue"}})

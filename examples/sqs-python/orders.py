@@ -9,17 +9,20 @@ AWS_SECRET_ACCESS_KEY = the whole key.
 
 The flow: a queue with a dead-letter queue (RedrivePolicy, maxReceiveCount 2),
 a message with attributes, a consumer that fails it twice, the message in the
-dead-letter queue, and a message move task that brings it back with the same
-MessageId. boto3 releases without StartMessageMoveTask (before 1.28) stop
-after the dead-letter step and say how to move it back with the styx CLI.
+dead-letter queue; a FIFO queue (<prefix>payments.fifo) with a customer's
+messages received in order and a resend deduplicated by its body; then a
+message move task that brings the dead message back with the same MessageId.
+boto3 releases without StartMessageMoveTask (before 1.28) stop before the move
+and say how to do it with the styx CLI.
 
 Usage: orders.py [queue-name-prefix]
 
-The queues are named <prefix>orders and <prefix>orders-dlq; the prefix is a
-unique one ("example-<8 hex digits>-") unless given, so the example never
-meets the queues of the README's tour (orders, orders-dead) or of an earlier
-run.
+The queues are named <prefix>orders, <prefix>orders-dlq and
+<prefix>payments.fifo; the prefix is a unique one ("example-<8 hex digits>-")
+unless given, so the example never meets the queues of the README's tour
+(orders, orders-dead) or of an earlier run.
 """
+import json
 import os
 import sys
 import time
@@ -82,6 +85,28 @@ wait("the dead-letter queue", lambda: sqs.get_queue_attributes(
     QueueUrl=dlq_url, AttributeNames=["ApproximateNumberOfMessages"])["Attributes"]["ApproximateNumberOfMessages"] == "1")
 sources = sqs.list_dead_letter_source_queues(QueueUrl=dlq_url)["queueUrls"]
 print("dead-lettered; the dead-letter queue's sources:", sources)
+
+# A FIFO queue: a customer's messages in order (MessageGroupId), and a send
+# retried with the same body stored once (ContentBasedDeduplication), its
+# answer naming the first send's message.
+fifo_url = sqs.create_queue(
+    QueueName=prefix + "payments.fifo",
+    Attributes={"FifoQueue": "true", "ContentBasedDeduplication": "true"},
+)["QueueUrl"]
+paid = sqs.send_message(QueueUrl=fifo_url, MessageBody='{"order": 1042, "step": "paid"}', MessageGroupId="customer-7")
+resent = sqs.send_message(QueueUrl=fifo_url, MessageBody='{"order": 1042, "step": "paid"}', MessageGroupId="customer-7")
+assert resent["MessageId"] == paid["MessageId"], (resent, paid)
+sqs.send_message(QueueUrl=fifo_url, MessageBody='{"order": 1042, "step": "shipped"}', MessageGroupId="customer-7")
+steps = []
+deadline = time.time() + 15
+while len(steps) < 2 and time.time() < deadline:
+    for m in sqs.receive_message(QueueUrl=fifo_url, MaxNumberOfMessages=10, WaitTimeSeconds=2,
+                                 AttributeNames=["MessageGroupId", "SequenceNumber"]).get("Messages", []):
+        assert m["Attributes"]["MessageGroupId"] == "customer-7", m
+        steps.append(json.loads(m["Body"])["step"])
+        sqs.delete_message(QueueUrl=fifo_url, ReceiptHandle=m["ReceiptHandle"])
+assert steps == ["paid", "shipped"], steps
+print("FIFO queue: the resend deduplicated, customer-7's messages in order:", steps)
 
 if not hasattr(sqs, "start_message_move_task"):
     print("this boto3 (%s) has no StartMessageMoveTask; move the message back with: styx dead redrive %s --all"

@@ -1,0 +1,283 @@
+package sqs
+
+import (
+	"crypto/sha256"
+	"encoding/binary"
+	"encoding/hex"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/styxq/styx/internal/queue"
+)
+
+// FIFO queues (issue 37): an SQS FIFO queue is an ordered Styx queue
+// (queue.QueueInfo.Ordered; internal/queue/itemgroups.go): a message's
+// MessageGroupId is its item's group, so the engine leases a group's items
+// in send order, one receive at a time, on every backend. Its
+// MessageDeduplicationId (or, with ContentBasedDeduplication, the SHA-256 of
+// its body) becomes the item's deduplication id (queue.ProduceItem.
+// DeduplicationID), which the queue keeps for its deduplication window (5
+// minutes, SQS's interval) on every node and across restarts. What SQS
+// answers that the queue does not keep (the MessageId a deduplicated send
+// answers, the messages a retried receive returns) each node remembers for
+// a while: sentCache and attemptCache.
+
+// The values of the FIFO queue attributes.
+const (
+	// DeduplicationScopeQueue deduplicates across the queue (the default);
+	// DeduplicationScopeMessageGroup within each message group.
+	DeduplicationScopeQueue        = "queue"
+	DeduplicationScopeMessageGroup = "messageGroup"
+	// FifoThroughputLimitPerQueue (the default) and
+	// FifoThroughputLimitPerMessageGroupID are stored and returned; Styx
+	// applies no throughput quota either way.
+	FifoThroughputLimitPerQueue          = "perQueue"
+	FifoThroughputLimitPerMessageGroupID = "perMessageGroupId"
+)
+
+// fifoSuffix ends the name of every FIFO queue, and only theirs.
+const fifoSuffix = ".fifo"
+
+// fifoAttributeNames are the queue attributes of FIFO queues only.
+var fifoAttributeNames = []string{"ContentBasedDeduplication", "DeduplicationScope", "FifoQueue", "FifoThroughputLimit"}
+
+// isFIFO reports whether info's queue is an SQS FIFO queue: an ordered
+// queue.
+func isFIFO(info queue.QueueInfo) bool { return info.Ordered }
+
+// badQueueName is SQS's answer to a standard queue name it does not accept
+// (an empty one too, and a .fifo name without FifoQueue).
+func badQueueName() *Error {
+	return invalidParameter("Can only include alphanumeric characters, hyphens, or underscores. 1 to %d in length", MaxQueueNameLength)
+}
+
+// badFIFOQueueName is SQS's answer to a FIFO queue name it does not accept.
+func badFIFOQueueName() *Error {
+	return invalidParameter("The name of a FIFO queue can only include alphanumeric characters, hyphens, or underscores, must end with .fifo suffix and be 1 to %d in length.",
+		MaxQueueNameLength)
+}
+
+// unknownAttribute is SQS's answer to an attribute the queue's type does
+// not have (a FIFO attribute on a standard queue, FifoQueue on
+// SetQueueAttributes).
+func unknownAttribute(name string) *Error {
+	return invalidAttributeName("Unknown Attribute %s.", name)
+}
+
+// checkQueueName applies SQS's rules to a new queue's name and its
+// FifoQueue attribute (attrs may be nil) and reports whether the queue is
+// a FIFO queue: a name of 1 to 80 characters among alphanumerics, hyphens
+// and underscores is a standard queue, which takes no FifoQueue attribute
+// (not even "false": InvalidAttributeName, as SQS); a FIFO queue has
+// FifoQueue "true" and a name of that kind ending in ".fifo" (the suffix
+// counts toward the 80).
+func checkQueueName(name string, attrs map[string]string) (bool, error) {
+	v, has := attrs["FifoQueue"]
+	if has && v != "true" && v != "false" {
+		return false, invalidAttributeValue("Invalid value for the parameter FifoQueue: '%s'; it must be true or false.", v)
+	}
+	fifo := has && v == "true"
+	base, suffixed := strings.CutSuffix(name, fifoSuffix)
+	switch {
+	case suffixed && !fifo:
+		return false, badQueueName()
+	case fifo && (!suffixed || !validQueueName(base) || len(name) > MaxQueueNameLength):
+		return false, badFIFOQueueName()
+	case !fifo && !validQueueName(name):
+		return false, badQueueName()
+	case has && !fifo:
+		return false, unknownAttribute("FifoQueue")
+	}
+	return fifo, nil
+}
+
+// validQueueName reports whether name has 1 to MaxQueueNameLength
+// characters, each an ASCII letter, digit, hyphen or underscore.
+func validQueueName(name string) bool {
+	if name == "" || len(name) > MaxQueueNameLength {
+		return false
+	}
+	for _, c := range name {
+		if !(c >= 'a' && c <= 'z' || c >= 'A' && c <= 'Z' || c >= '0' && c <= '9' || c == '_' || c == '-') {
+			return false
+		}
+	}
+	return true
+}
+
+// applyFIFOAttribute sets one of a FIFO queue's attributes in a;
+// FifoQueue itself is the queue's type, set by CreateQueue alone.
+func applyFIFOAttribute(a *queueAttrs, name, v string) error {
+	switch name {
+	case "ContentBasedDeduplication":
+		if v != "true" && v != "false" {
+			return invalidAttributeValue("Invalid value for the parameter ContentBasedDeduplication: '%s'; it must be true or false.", v)
+		}
+		a.ContentBasedDeduplication = v == "true"
+	case "DeduplicationScope":
+		if v != DeduplicationScopeQueue && v != DeduplicationScopeMessageGroup {
+			return invalidAttributeValue("Invalid value for the parameter DeduplicationScope: '%s'; it must be %s or %s.", v,
+				DeduplicationScopeQueue, DeduplicationScopeMessageGroup)
+		}
+		a.DeduplicationScope = v
+	case "FifoThroughputLimit":
+		if v != FifoThroughputLimitPerQueue && v != FifoThroughputLimitPerMessageGroupID {
+			return invalidAttributeValue("Invalid value for the parameter FifoThroughputLimit: '%s'; it must be %s or %s.", v,
+				FifoThroughputLimitPerQueue, FifoThroughputLimitPerMessageGroupID)
+		}
+		a.FifoThroughputLimit = v
+	}
+	return nil
+}
+
+// checkFIFOAttributes applies the rule between a FIFO queue's attributes
+// once they are all set: FifoThroughputLimit perMessageGroupId needs
+// DeduplicationScope messageGroup (SQS's rule).
+func checkFIFOAttributes(a queueAttrs) error {
+	if a.FifoThroughputLimit == FifoThroughputLimitPerMessageGroupID && a.deduplicationScope() != DeduplicationScopeMessageGroup {
+		return invalidAttributeValue("Invalid value for the parameter FifoThroughputLimit: %s is allowed only when DeduplicationScope is %s.",
+			FifoThroughputLimitPerMessageGroupID, DeduplicationScopeMessageGroup)
+	}
+	return nil
+}
+
+func (a queueAttrs) deduplicationScope() string {
+	if a.DeduplicationScope == "" {
+		return DeduplicationScopeQueue
+	}
+	return a.DeduplicationScope
+}
+
+func (a queueAttrs) fifoThroughputLimit() string {
+	if a.FifoThroughputLimit == "" {
+		return FifoThroughputLimitPerQueue
+	}
+	return a.FifoThroughputLimit
+}
+
+// checkFIFOID applies SQS's rule for a MessageGroupId,
+// MessageDeduplicationId or ReceiveRequestAttemptId (param): 1 to 128
+// characters among ASCII letters, digits and punctuation.
+func checkFIFOID(param, v string) error {
+	if v == "" || queue.CheckGroup(param, v) != nil {
+		return invalidParameter("Value %s for parameter %s is invalid. Reason: %s can only include alphanumeric and punctuation characters. 1 to %d in length.",
+			clip(v), param, param, queue.MaxGroup)
+	}
+	return nil
+}
+
+// notForQueueType is SQS's answer to a send parameter the queue's type
+// does not take (MessageDeduplicationId on a standard queue, a message's
+// own DelaySeconds on a FIFO queue).
+func notForQueueType(param, v string) *Error {
+	return invalidParameter("Value %s for parameter %s is invalid. Reason: The request include parameter that is not valid for this queue type.", clip(v), param)
+}
+
+// errNoDeduplicationID is SQS's answer to a FIFO send without a
+// MessageDeduplicationId to a queue without ContentBasedDeduplication.
+var errNoDeduplicationID = invalidParameter("The queue should either have ContentBasedDeduplication enabled or MessageDeduplicationId provided explicitly")
+
+// deduplication returns the MessageDeduplicationId of a FIFO send (the
+// given one, or the hex SHA-256 of the body with ContentBasedDeduplication)
+// and the item's deduplication id: the same within the queue's
+// DeduplicationScope queue; with messageGroup, the hex SHA-256 of the group
+// and that id (each length-prefixed), so that each group has its own ids.
+func deduplication(a queueAttrs, group, given, body string) (shown, key string, err error) {
+	shown = given
+	if shown == "" {
+		if !a.ContentBasedDeduplication {
+			return "", "", errNoDeduplicationID
+		}
+		sum := sha256.Sum256([]byte(body))
+		shown = hex.EncodeToString(sum[:])
+	}
+	if a.deduplicationScope() != DeduplicationScopeMessageGroup {
+		return shown, shown, nil
+	}
+	h := sha256.New()
+	for _, s := range []string{group, shown} {
+		_ = binary.Write(h, binary.BigEndian, uint32(len(s)))
+		h.Write([]byte(s))
+	}
+	return shown, "sqs-group:" + hex.EncodeToString(h.Sum(nil)), nil
+}
+
+// sequence returns the next SequenceNumber of this node: the clock in
+// nanoseconds, or one more than the last one when the clock is not ahead,
+// so that the numbers a node gives only increase.
+func (h *Handler) sequence(now time.Time) uint64 {
+	n := uint64(now.UnixNano())
+	for {
+		last := h.seq.Load()
+		next := max(n, last+1)
+		if h.seq.CompareAndSwap(last, next) {
+			return next
+		}
+	}
+}
+
+// maxSentRemembered bounds sentCache: the FIFO sends a node remembers.
+const maxSentRemembered = 100_000
+
+// sentCache remembers, per queue and deduplication id, the MessageId and
+// SequenceNumber this node gave the first send of that id, until the
+// queue's deduplication window (counted from that send) ends, so that a
+// deduplicated send answers the original message's MessageId and
+// SequenceNumber, as SQS does. It holds the last maxSentRemembered sends at
+// most; a send it does not know (evicted, sent through another node or
+// before a restart) answers a new MessageId that names no message. Safe for
+// concurrent use; its mutex is a leaf.
+type sentCache struct {
+	mu    sync.Mutex
+	byKey map[[32]byte]sentMessage
+	// order holds the keys in the order they were remembered, with the
+	// deadline each got then (a key remembered anew appears twice: its
+	// older place deletes nothing).
+	order []sentKey
+}
+
+type sentMessage struct {
+	id       [16]byte // the MessageId's UUID
+	seq      uint64
+	deadline int64 // Unix ns: the end of the deduplication window
+}
+
+type sentKey struct {
+	key      [32]byte
+	deadline int64
+}
+
+// claim returns the MessageId and SequenceNumber of the send of the
+// deduplication id key into the queue of id queueID: the ones remembered
+// within its window, or id and seq, remembered until now + window.
+func (c *sentCache) claim(queueID uint64, key string, now time.Time, window time.Duration, id [16]byte, seq uint64) ([16]byte, uint64) {
+	h := sha256.New()
+	_ = binary.Write(h, binary.BigEndian, queueID)
+	h.Write([]byte(key))
+	var k [32]byte
+	h.Sum(k[:0])
+	ns := now.UnixNano()
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if c.byKey == nil {
+		c.byKey = map[[32]byte]sentMessage{}
+	}
+	if m, ok := c.byKey[k]; ok && ns < m.deadline {
+		return m.id, m.seq
+	}
+	m := sentMessage{id: id, seq: seq, deadline: ns + int64(window)}
+	c.byKey[k] = m
+	c.order = append(c.order, sentKey{k, m.deadline})
+	for len(c.order) > 0 && (len(c.byKey) > maxSentRemembered || c.order[0].deadline <= ns) {
+		old := c.order[0]
+		c.order = c.order[1:]
+		if cur, ok := c.byKey[old.key]; ok && cur.deadline == old.deadline {
+			delete(c.byKey, old.key)
+		}
+	}
+	if cap(c.order) > 2*maxSentRemembered && len(c.order) < cap(c.order)/4 {
+		c.order = append([]sentKey(nil), c.order...)
+	}
+	return id, seq
+}
