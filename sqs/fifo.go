@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/styxq/styx/internal/queue"
+	"github.com/styxq/styx/internal/text"
 )
 
 // FIFO queues (issue 37): an SQS FIFO queue is an ordered Styx queue
@@ -162,7 +163,7 @@ func (a queueAttrs) fifoThroughputLimit() string {
 func checkFIFOID(param, v string) error {
 	if v == "" || queue.CheckGroup(param, v) != nil {
 		return invalidParameter("Value %s for parameter %s is invalid. Reason: %s can only include alphanumeric and punctuation characters. 1 to %d in length.",
-			clip(v), param, param, queue.MaxGroup)
+			text.Escape(clip(v)), param, param, queue.MaxGroup)
 	}
 	return nil
 }
@@ -171,7 +172,7 @@ func checkFIFOID(param, v string) error {
 // does not take (MessageDeduplicationId on a standard queue, a message's
 // own DelaySeconds on a FIFO queue).
 func notForQueueType(param, v string) *Error {
-	return invalidParameter("Value %s for parameter %s is invalid. Reason: The request include parameter that is not valid for this queue type.", clip(v), param)
+	return invalidParameter("Value %s for parameter %s is invalid. Reason: The request include parameter that is not valid for this queue type.", text.Escape(clip(v)), param)
 }
 
 // errNoDeduplicationID is SQS's answer to a FIFO send without a

@@ -365,7 +365,7 @@ func (h *Handler) receiveMessage(ctx context.Context, r *request) (any, error) {
 		// them was deleted or had its visibility changed.
 		modified, deadline := h.attempts.state(a)
 		notRetryable := invalidParameter("Value %s for parameter ReceiveRequestAttemptId is invalid. Reason: The receiveRequestAttemptId is not valid anymore since the receive call is not retryable.",
-			clip(in.ReceiveRequestAttemptID))
+			text.Escape(clip(in.ReceiveRequestAttemptID)))
 		if modified {
 			return nil, notRetryable
 		}
