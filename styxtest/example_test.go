@@ -1,10 +1,19 @@
 package styxtest_test
 
 import (
+	"bytes"
 	"context"
+	"fmt"
+	"io"
+	"net/http"
 	"os"
 	"path/filepath"
+	"slices"
+	"strings"
+	"sync"
 	"testing"
+
+	"google.golang.org/protobuf/proto"
 
 	styx "github.com/styxq/styx"
 	"github.com/styxq/styx/daemon"
@@ -66,5 +75,109 @@ func TestStartConfigure(t *testing.T) {
 	_, err = anon.QueuesInfo(context.Background(), &pb.QueuesInfoRequest{QueueName: "q"})
 	if styx.ErrorCode(err) != styx.CodeUnauthorized {
 		t.Fatalf("queues.info without a key: %v, want 401", err)
+	}
+}
+
+// A test of a worker on an ordered queue: each customer's orders are
+// handled one at a time, in the order they were produced.
+func ExampleGrouped() {
+	testOrders := func(t *testing.T) {
+		c := styxtest.NewServer(t)
+		styxtest.CreateQueue(t, c, &pb.QueueInfo{QueueName: "orders", Ordered: true})
+		styxtest.Produce(t, c, "orders", append(
+			styxtest.Grouped("customer-1", `{"order":1}`, `{"order":2}`),
+			styxtest.Grouped("customer-2", `{"order":3}`)...)...)
+		// Run the worker under test on "orders" and assert what it did.
+	}
+	_ = testOrders // in a _test.go file: func TestOrders(t *testing.T) { ... }
+}
+
+// recordProduces is an http.RoundTripper that keeps the produce requests
+// it sends.
+type recordProduces struct {
+	mu   sync.Mutex
+	reqs []*pb.QueueProduceRequest
+}
+
+func (r *recordProduces) RoundTrip(req *http.Request) (*http.Response, error) {
+	if strings.HasSuffix(req.URL.Path, "/queue.produce") {
+		body, err := io.ReadAll(req.Body)
+		if err != nil {
+			return nil, err
+		}
+		var pr pb.QueueProduceRequest
+		if err := proto.Unmarshal(body, &pr); err != nil {
+			return nil, err
+		}
+		r.mu.Lock()
+		r.reqs = append(r.reqs, &pr)
+		r.mu.Unlock()
+		req.Body = io.NopCloser(bytes.NewReader(body))
+	}
+	return http.DefaultTransport.RoundTrip(req)
+}
+
+// TestProduceGrouped: Produce sends 1,500 items of Grouped in order, in
+// requests of 1,000 and 500, each item with its group, and the queue holds
+// them in that order.
+func TestProduceGrouped(t *testing.T) {
+	s := styxtest.Start(t, styxtest.Options{})
+	rec := &recordProduces{}
+	c, err := styx.NewClient(styx.ClientConfig{Endpoint: s.Endpoint, HTTPClient: &http.Client{Transport: rec}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	styxtest.CreateQueue(t, c, &pb.QueueInfo{QueueName: "orders", Ordered: true})
+	var want []string
+	var items []*pb.QueueProduceItem
+	for g := range 3 {
+		var payloads []string
+		for i := range 500 {
+			payloads = append(payloads, fmt.Sprintf("g%d/%d", g, i))
+		}
+		want = append(want, payloads...)
+		items = append(items, styxtest.Grouped(fmt.Sprintf("g%d", g), payloads...)...)
+	}
+	styxtest.Produce(t, c, "orders", items...)
+
+	rec.mu.Lock()
+	var sizes []int
+	var sent []string
+	for _, r := range rec.reqs {
+		sizes = append(sizes, len(r.Items))
+		for _, it := range r.Items {
+			if g, _, _ := strings.Cut(string(it.Bytes), "/"); it.Group != g {
+				t.Errorf("item %s sent with group %q", it.Bytes, it.Group)
+			}
+			sent = append(sent, string(it.Bytes))
+		}
+	}
+	rec.mu.Unlock()
+	if !slices.Equal(sizes, []int{1000, 500}) {
+		t.Errorf("requests of %v items, want [1000 500]", sizes)
+	}
+	if !slices.Equal(sent, want) {
+		t.Errorf("items sent out of order")
+	}
+	var stored []string
+	pivot := ""
+	for {
+		res, err := c.StorageItemsList(context.Background(), &pb.StorageItemsListRequest{QueueName: "orders", Pivot: pivot, Limit: 1000})
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, it := range res.Items {
+			if it.Id != pivot {
+				stored = append(stored, string(it.Payload))
+			}
+		}
+		if len(res.Items) < 1000 {
+			break
+		}
+		pivot = res.Items[len(res.Items)-1].Id
+	}
+	if !slices.Equal(stored, want) {
+		t.Errorf("the queue holds %d items, not the %d produced in order", len(stored), len(want))
 	}
 }

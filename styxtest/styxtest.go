@@ -117,10 +117,45 @@ func Start(t testing.TB, opts Options) *Server {
 }
 
 // CreateQueue creates a queue with the given configuration (info.QueueName
-// set), failing the test on error. A convenience for test setup.
+// set), failing the test on error. A convenience for test setup. An ordered
+// queue, whose item groups are leased in produce order (see Grouped), is
+// info.Ordered true.
 func CreateQueue(t testing.TB, c *styx.Client, info *pb.QueueInfo) {
 	t.Helper()
 	if err := c.QueuesCreate(context.Background(), info); err != nil {
 		t.Fatalf("styxtest: create queue %q: %v", info.QueueName, err)
 	}
+}
+
+// maxProduce is the most items one queue.produce takes.
+const maxProduce = 1000
+
+// Produce produces items to queue, in order, failing the test on error. It
+// sends them in requests of up to 1000 items (the server's limit), one
+// after another; any number may be given.
+func Produce(t testing.TB, c *styx.Client, queue string, items ...*pb.QueueProduceItem) {
+	t.Helper()
+	for len(items) > 0 {
+		batch := items[:min(len(items), maxProduce)]
+		items = items[len(batch):]
+		if err := c.QueueProduce(context.Background(), &pb.QueueProduceRequest{QueueName: queue, Items: batch}); err != nil {
+			t.Fatalf("styxtest: produce %d items to %q: %v", len(batch), queue, err)
+		}
+	}
+}
+
+// Grouped returns one item per payload, in order, each in group group (1
+// to 128 ASCII letters, digits or punctuation; see
+// QueueProduceItem.group): what a producer sends for one customer or
+// order. Produced to an ordered queue, a group's items are leased in that
+// order, one lease at a time; a worker runs them one at a time. Mix groups
+// with append:
+//
+//	styxtest.Produce(t, c, "orders", append(styxtest.Grouped("ada", "a1", "a2"), styxtest.Grouped("bob", "b1")...)...)
+func Grouped(group string, payloads ...string) []*pb.QueueProduceItem {
+	items := make([]*pb.QueueProduceItem, len(payloads))
+	for i, p := range payloads {
+		items[i] = &pb.QueueProduceItem{Bytes: []byte(p), Group: group}
+	}
+	return items
 }
