@@ -18,8 +18,13 @@ type Item struct {
 	// goes back to the queue.
 	ID string
 	// Attempts counts the deliveries so far, this one included: 1 on the
-	// first delivery.
+	// first delivery. An item released because an earlier item of its group
+	// failed was not delivered: its attempt is not counted.
 	Attempts int32
+	// Group is the item's group as produced (QueueProduceItem.group), empty
+	// for none. The worker runs the items of one group one at a time, in
+	// lease order (see "Item groups" in the package comment).
+	Group string
 	// Kind, Reference and Encoding are as produced.
 	Kind, Reference, Encoding string
 	// Payload is the item's body.

@@ -28,6 +28,54 @@
 // in any callback of Config is recovered (a handler's becomes a failed
 // attempt with the panic as its error), and any error a handler returns is
 // recorded, whatever its text or its methods do (see Handler).
+//
+// # Item groups
+//
+// An item may belong to a group (Item.Group, set by its producer:
+// QueueProduceItem.group, say a customer or an order id). The worker runs
+// the items of one group one at a time, in the order it leased them, and
+// other groups (and items without a group, which run as ever) in parallel
+// up to Concurrency. On an ordered queue (QueueInfo.ordered) the server
+// leases a group's items in produce order and none while an earlier one is
+// leased, so a group's items are processed in produce order, one at a time
+// across every worker of the queue.
+//
+// One lease may hold several items of a group (an ordered queue gives the
+// group's first ready item and the ready ones after it): the first takes a
+// handler slot and the others wait behind it without taking one, then run
+// in the same slot one after another, each once the previous handler
+// returned nil. So that a group with many items does not keep free slots
+// from other groups, the worker holds up to Concurrency + Prefetch such
+// waiting items besides its slots: it asks for fewer items per lease as
+// they near that many, and none while they are more (one lease may bring
+// one too many on a queue that is not ordered, where a lease can give
+// items of a group the worker runs already).
+//
+// When an item of a group does not complete (its handler failed, returned
+// Dead or RetryAfter, or panicked; its lease was lost; a shutdown), the
+// items of its group waiting behind it do not run: the worker first sends
+// the item's retry (or dead-letter), then releases them (queue.retry with
+// release: the attempt is not counted, they did not fail). On an ordered
+// queue a released item keeps its place in its group, so the server gives
+// them again only after the failed item, which is its group's first item
+// again when its backoff is over: nothing of a group runs before its failed
+// item's next attempt, and a retry does not use up the attempts of the
+// items behind it. After Dead they come back at once as the group's next
+// items under group_dead_policy "continue", and wait for the dead item
+// under "hold".
+//
+// The completion of an item is sent in the background (batched, see
+// Config); the next item of its group starts when the handler returns, not
+// when the server acknowledged the completion. If that completion is lost
+// (a crash, a lease that expired), the item comes back after later items of
+// its group ran: delivery stays at least once.
+//
+// On a queue that is not ordered, groups serve fairness on the server, and
+// the worker still runs each group's items one at a time in lease order;
+// but the server holds nothing back: another worker may run later items of
+// a group at the same time, and the items released after a failure may
+// come back before the failed item (after it only if its retry is requeued
+// at once: a Backoff of 0, since the retry is sent first).
 package worker
 
 import (
@@ -54,7 +102,9 @@ import (
 // Limits of Config.
 const (
 	// MaxConcurrency bounds Concurrency + Prefetch: the items a worker holds
-	// at once (the server's batch limit).
+	// at once (the server's batch limit), not counting the items of a group
+	// that wait behind an earlier one of it (see "Item groups" in the
+	// package comment).
 	MaxConcurrency = 1000
 	// DefaultShutdownTimeout is Config.ShutdownTimeout when zero.
 	DefaultShutdownTimeout = 30 * time.Second
@@ -76,13 +126,18 @@ type Config struct {
 	// Handler processes each item. Required.
 	Handler Handler
 	// Concurrency is how many handlers run at once. Default 1; at most
-	// MaxConcurrency together with Prefetch.
+	// MaxConcurrency together with Prefetch. The items of one group run one
+	// at a time, so a group takes one handler slot however many of its
+	// items the worker holds (see "Item groups" in the package comment).
 	Concurrency int
 	// Prefetch is how many items the worker leases beyond its free handler
 	// slots, so the next item is at hand when a handler finishes. Prefetched
 	// items are leased (their leases renewed) but not started; a shutdown
 	// releases them without counting an attempt. Default 0: lease only for
-	// free slots.
+	// free slots. An item that waits behind an earlier item of its group
+	// takes no slot; the worker holds up to Concurrency + Prefetch (+1)
+	// such items besides its slots (see "Item groups" in the package
+	// comment).
 	Prefetch int
 	// Backoff returns how long an item waits before its next attempt after
 	// its handler failed, given the attempts so far (1 after the first
@@ -168,6 +223,22 @@ type Worker struct {
 	// undelivered counts acknowledgements (complete, retry, release) that
 	// failed for reasons other than a lost lease.
 	undelivered atomic.Int64
+	// groups holds, by group, the groups that have an item in a slot
+	// (waiting for a handler or running) and the items held behind it;
+	// parked counts those items (guarded by mu). parkLimit is the most
+	// parked items a lease may add to (Concurrency + Prefetch).
+	groups    map[string]*groupRun
+	parked    int
+	parkLimit int
+	// parkWake tells the lease loop that parked went down.
+	parkWake chan struct{}
+}
+
+// groupRun is one group's items in the worker: the item in a slot (not
+// listed) and those that wait behind it, in lease order (guarded by
+// Worker.mu). The slot's handler goroutine runs them one after another.
+type groupRun struct {
+	waiting []*job
 }
 
 type heldKey struct {
@@ -186,6 +257,17 @@ type job struct {
 	// handled is set once the handler returned (owned by the handler's
 	// goroutine).
 	handled bool
+	// settled is set once the job's outcome was sent: completed, retried,
+	// released, let go (lease lost) or left for the shutdown's release
+	// (owned by the handler's goroutine).
+	settled bool
+	// run is the job's group in the worker; nil without a group. Set before
+	// the job reaches a handler.
+	run *groupRun
+	// behind holds the items of the group that waited behind this one
+	// when the group was detached from the worker, until they are
+	// released (owned by the goroutine that runs the job).
+	behind []*job
 }
 
 // New validates cfg and returns a worker for the queue cfg.Queue. It does
@@ -261,6 +343,9 @@ func New(c *styx.Client, cfg Config) (*Worker, error) {
 		log:       log,
 		held:      map[heldKey]*job{},
 		renewWake: make(chan struct{}, 1),
+		groups:    map[string]*groupRun{},
+		parkLimit: cfg.Concurrency + cfg.Prefetch,
+		parkWake:  make(chan struct{}, 1),
 	}, nil
 }
 
@@ -304,11 +389,13 @@ func (w *Worker) Run(ctx context.Context) error {
 
 	w.leaseLoop(ctx, base, tokens, jobs)
 
-	// Shutdown. Items no handler took go back at once.
+	// Shutdown. Items no handler took go back at once, with the items of
+	// their groups held behind them.
 	close(jobs)
 	var unstarted []*job
 	for j := range jobs {
-		unstarted = append(unstarted, j)
+		w.detach(j)
+		unstarted = append(append(unstarted, j), j.behind...)
 	}
 	w.release(unstarted)
 	finished := make(chan struct{})
@@ -336,7 +423,10 @@ func (w *Worker) Run(ctx context.Context) error {
 }
 
 // leaseLoop leases items for free slots until ctx is cancelled. A token in
-// tokens stands for an item the worker holds (leased, not yet finished).
+// tokens stands for a slot the worker holds: an item without a group, or a
+// group (its items held in the worker, see park). A lease asks for at most
+// one item more than the parked items' room, so that items of groups held
+// behind others never exceed parkLimit by more than one.
 func (w *Worker) leaseLoop(ctx, base context.Context, tokens chan struct{}, jobs chan<- *job) {
 	wait := time.Duration(0)
 	for {
@@ -345,9 +435,13 @@ func (w *Worker) leaseLoop(ctx, base context.Context, tokens chan struct{}, jobs
 		case <-ctx.Done():
 			return
 		}
+		room, ok := w.parkRoom(ctx)
+		if !ok {
+			return
+		}
 		n := 1
 	more:
-		for n < maxBatch {
+		for n < min(maxBatch, room+1) {
 			select {
 			case tokens <- struct{}{}:
 				n++
@@ -361,14 +455,18 @@ func (w *Worker) leaseLoop(ctx, base context.Context, tokens chan struct{}, jobs
 				QueueName: w.cfg.Queue, BatchSize: int32(n), ClientId: w.cfg.ClientID, RequestTimeout: w.cfg.LeaseWait.String(),
 			})
 		})
-		got := 0
+		slots := 0
 		if err == nil {
-			got = len(res.Items)
-			for _, li := range res.Items {
-				jobs <- w.hold(base, res.Partition, li)
+			js := make([]*job, len(res.Items))
+			for i, li := range res.Items {
+				js[i] = w.hold(base, res.Partition, li)
+			}
+			for _, j := range w.park(js) {
+				slots++
+				jobs <- j
 			}
 		}
-		for range n - got {
+		for range n - slots {
 			<-tokens
 		}
 		switch {
@@ -392,13 +490,134 @@ func (w *Worker) leaseLoop(ctx, base context.Context, tokens chan struct{}, jobs
 	}
 }
 
+// parkRoom waits until the parked items are at most parkLimit and returns
+// how many more may be parked; false when ctx ended first.
+func (w *Worker) parkRoom(ctx context.Context) (int, bool) {
+	for {
+		w.mu.Lock()
+		room := w.parkLimit - w.parked
+		w.mu.Unlock()
+		if room >= 0 {
+			return room, true
+		}
+		select {
+		case <-w.parkWake:
+		case <-ctx.Done():
+			return 0, false
+		}
+	}
+}
+
+// park files the items of one lease answer with their groups, all under
+// one lock, before any of them reaches a handler (else a handler could
+// finish a group's first item before the items after it were filed, and
+// run them as a group of their own, out of reach of its failure). It
+// returns the items that need a slot: those without a group and the first
+// of each group the worker does not run already. The others wait behind
+// an item of their group (they take no slot: the group's handler goroutine
+// runs them in their turn).
+func (w *Worker) park(js []*job) (slots []*job) {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	for _, j := range js {
+		g := j.it.Group
+		if g == "" {
+			slots = append(slots, j)
+			continue
+		}
+		if run := w.groups[g]; run != nil {
+			run.waiting = append(run.waiting, j)
+			w.parked++
+			j.run = run
+			continue
+		}
+		j.run = &groupRun{}
+		w.groups[g] = j.run
+		slots = append(slots, j)
+	}
+	return slots
+}
+
+// nextInGroup returns the item to run after j, an item of a slot that its
+// handler completed: the next item waiting in j's group, unless a shutdown
+// began (then they go back with the other unstarted items); nil when none
+// waits, and the group leaves the worker.
+func (w *Worker) nextInGroup(runCtx context.Context, j *job) *job {
+	if j.run == nil {
+		return nil
+	}
+	if runCtx.Err() == nil {
+		w.mu.Lock()
+		if len(j.run.waiting) > 0 {
+			next := j.run.waiting[0]
+			j.run.waiting = j.run.waiting[1:]
+			w.parked--
+			w.mu.Unlock()
+			w.wakeParked()
+			return next
+		}
+		w.mu.Unlock()
+	}
+	w.releaseBehind(runCtx, j)
+	return nil
+}
+
+// releaseBehind detaches j's group and releases the items that waited
+// behind j, which did not complete (attempt not counted; at shutdown, with
+// the other unstarted items), so that they do not run before j's next
+// attempt.
+func (w *Worker) releaseBehind(runCtx context.Context, j *job) {
+	w.detach(j)
+	rest := j.behind
+	j.behind = nil
+	if len(rest) == 0 {
+		return
+	}
+	if runCtx.Err() != nil {
+		w.mu.Lock()
+		w.unstarted = append(w.unstarted, rest...)
+		w.mu.Unlock()
+		return
+	}
+	w.log.Info("releasing the items held behind an item of their group that did not complete",
+		"group", j.it.Group, "partition", j.it.Partition, "id", j.it.ID, "count", len(rest))
+	w.release(rest)
+}
+
+// detach ends j's group in the worker (if j.run is still its run): the
+// items that waited behind j move to j.behind, in lease order.
+func (w *Worker) detach(j *job) {
+	if j.run == nil {
+		return
+	}
+	w.mu.Lock()
+	rest := j.run.waiting
+	j.run.waiting = nil
+	w.parked -= len(rest)
+	if w.groups[j.it.Group] == j.run {
+		delete(w.groups, j.it.Group)
+	}
+	w.mu.Unlock()
+	if len(rest) > 0 {
+		j.behind = append(j.behind, rest...)
+		w.wakeParked()
+	}
+}
+
+func (w *Worker) wakeParked() {
+	select {
+	case w.parkWake <- struct{}{}:
+	default:
+	}
+}
+
 // hold registers a leased item with the renewer and returns its job.
 func (w *Worker) hold(base context.Context, partition int32, li *pb.QueueLeaseItem) *job {
 	now := w.cfg.Clock.Now()
 	deadline := li.LeaseDeadline.AsTime()
 	l := &lease{until: deadline, length: deadline.Sub(now)}
 	it := &Item{
-		Queue: w.cfg.Queue, Partition: partition, ID: li.Id, Attempts: li.Attempts,
+		Queue: w.cfg.Queue, Partition: partition, ID: li.Id, Attempts: li.Attempts, Group: li.Group,
 		Kind: li.Kind, Reference: li.Reference, Encoding: li.Encoding, Payload: li.Bytes,
 		LeaseDeadline: deadline, lease: l,
 	}
@@ -433,11 +652,13 @@ func (w *Worker) forget(j *job) {
 	j.cancel(nil)
 }
 
-// handleJobs runs the handler on each job until jobs is closed, freeing
-// the job's token (a slot) after each. If user code ends the goroutine with
-// runtime.Goexit (a handler calling t.FailNow), the item is retried with
-// errGoexit (or let go, if its handler had returned), its token freed, and
-// a new goroutine takes this one's place.
+// handleJobs runs each job of jobs (a slot) until jobs is closed, freeing
+// the job's token after each: an item without a group, or the first item
+// of a group and then, one after another, the items of the group held
+// behind it. If user code ends the goroutine with runtime.Goexit (a handler
+// calling t.FailNow), the item is retried with errGoexit (or let go, if its
+// handler had returned), the items of its group held behind it are
+// released, its token freed, and a new goroutine takes this one's place.
 func (w *Worker) handleJobs(ctx context.Context, jobs <-chan *job, tokens chan struct{}, acks chan<- *job, handlers *sync.WaitGroup) {
 	var current *job
 	defer func() {
@@ -447,20 +668,30 @@ func (w *Worker) handleJobs(ctx context.Context, jobs <-chan *job, tokens chan s
 		j := current
 		w.log.Error("runtime.Goexit in the worker's handler goroutine; a new one takes its place",
 			"partition", j.it.Partition, "id", j.it.ID, "attempts", j.it.Attempts, "handler_returned", j.handled)
-		if j.handled {
+		w.detach(j)
+		switch {
+		case j.settled:
+			// Goexit after the item's outcome was sent (in a release's
+			// http.RoundTripper).
+		case j.handled:
 			// Goexit after the handler (in a Backoff, Clock or Logger):
 			// whether the item was acknowledged is unknown; if not, its
 			// lease expires and it comes back.
 			w.forget(j)
-		} else {
+		default:
 			w.finish(j, errGoexit, acks)
 		}
+		rest := j.behind
+		j.behind = nil
+		w.release(rest)
 		<-tokens
 		handlers.Go(func() { w.handleJobs(ctx, jobs, tokens, acks, handlers) })
 	}()
 	for j := range jobs {
-		current = j
-		w.runJob(ctx, j, acks)
+		for j != nil {
+			current = j
+			j = w.runJob(ctx, j, acks)
+		}
 		current = nil
 		<-tokens
 	}
@@ -468,30 +699,51 @@ func (w *Worker) handleJobs(ctx context.Context, jobs <-chan *job, tokens chan s
 
 // runJob runs the handler on one item and acknowledges the result:
 // completes go to the batching acknowledger (acks), retries are sent here.
-func (w *Worker) runJob(runCtx context.Context, j *job, acks chan<- *job) {
+// It returns the item of j's group to run next (nextInGroup) when j was
+// completed. When j was not (its handler failed, its lease was lost, a
+// shutdown), the items of its group waiting behind it leave the group
+// before j's retry is sent, so that j, back in the queue and leased again
+// at once, does not queue up behind them; then they are released.
+func (w *Worker) runJob(runCtx context.Context, j *job, acks chan<- *job) *job {
 	if runCtx.Err() != nil {
 		// Shutdown began while the item waited: not started.
+		w.detach(j)
 		w.mu.Lock()
-		w.unstarted = append(w.unstarted, j)
+		w.unstarted = append(append(w.unstarted, j), j.behind...)
+		j.behind = nil
 		w.mu.Unlock()
-		return
+		j.settled = true
+		return nil
 	}
 	if errors.Is(context.Cause(j.ctx), ErrLeaseLost) {
 		// Prefetched, and its lease was lost before a handler was free.
+		w.detach(j)
 		w.m.items.WithLabelValues("lost").Inc()
 		w.forget(j)
-		return
+		j.settled = true
+		w.releaseBehind(runCtx, j)
+		return nil
 	}
 	start := w.cfg.Clock.Now()
 	err := w.call(j)
 	j.handled = true
 	w.m.duration.Observe(w.cfg.Clock.Now().Sub(start).Seconds())
-	w.finish(j, err, acks)
+	if err != nil || errors.Is(context.Cause(j.ctx), ErrLeaseLost) {
+		w.detach(j)
+	}
+	completed := w.finish(j, err, acks)
+	j.settled = true
+	if completed {
+		return w.nextInGroup(runCtx, j)
+	}
+	w.releaseBehind(runCtx, j)
+	return nil
 }
 
 // finish acknowledges what j's handler returned: a complete goes to the
-// batching acknowledger (acks), a retry or release is sent here.
-func (w *Worker) finish(j *job, err error, acks chan<- *job) {
+// batching acknowledger (acks), a retry or release is sent here. It
+// reports whether j was completed.
+func (w *Worker) finish(j *job, err error, acks chan<- *job) bool {
 	cause := context.Cause(j.ctx)
 	switch {
 	case errors.Is(cause, ErrLeaseLost):
@@ -505,11 +757,13 @@ func (w *Worker) finish(j *job, err error, acks chan<- *job) {
 		w.forget(j)
 	case err == nil:
 		acks <- j
+		return true
 	case errors.Is(cause, ErrShutdown):
 		w.release([]*job{j})
 	default:
 		w.retry(j, err)
 	}
+	return false
 }
 
 // call runs the handler, turning a panic into an error. (A runtime.Goexit
