@@ -55,6 +55,27 @@ var groupRows = []row{
 		e.advance(leaseTimeout, q)
 		require.Equal(e.t, []string{"a1", "a4"}, payloads(e.lease(q, 10).Items))
 	}},
+	{"GroupReleasedItemsStayBehindTheirHead", func(e *env) {
+		// A consumer that leased a batch of a group and failed its first
+		// item releases the others (the worker does): they keep their
+		// place, behind the retried head, and count no attempt.
+		q := e.create("q", ordered)
+		e.produceGrouped(q, "a1:a", "a2:a", "a3:a")
+		res := e.lease(q, 3)
+		require.Equal(e.t, []string{"a1", "a2", "a3"}, payloads(res.Items))
+		_, err := q.Retry(e.ctx, res.Partition, []queue.RetryItem{{ID: res.Items[0].ID, RetryAt: e.clk.Now().Add(time.Minute), Error: "boom"}})
+		require.NoError(e.t, err)
+		out, err := q.Retry(e.ctx, res.Partition, []queue.RetryItem{{ID: res.Items[1].ID, Release: true}, {ID: res.Items[2].ID, Release: true}})
+		require.NoError(e.t, err)
+		require.Equal(e.t, queue.OutcomeReleased, out[1].Outcome)
+		e.produceGrouped(q, "b1:b")
+		e.leaseOne(q, "b1") // another group is not held back
+		e.complete(q, "b1")
+		e.leasableAfter(q, time.Minute)
+		res = e.lease(q, 10)
+		require.Equal(e.t, []string{"a1", "a2", "a3"}, payloads(res.Items), "the released items after the retried head")
+		require.Equal(e.t, []int32{2, 1, 1}, []int32{res.Items[0].Attempts, res.Items[1].Attempts, res.Items[2].Attempts})
+	}},
 	{"GroupScheduledHeadWaits", func(e *env) {
 		// A head retried for later holds its group until it is due: a2 is
 		// not leased before a1.
