@@ -294,7 +294,10 @@ func (c *Client) do(ctx context.Context, path string, in, out proto.Message) err
 
 // QueueProduce adds up to 1000 items to a queue; it returns when they are
 // durable. An empty req.RequestTimeout is sent as ClientConfig's
-// RequestTimeout (req itself is not changed).
+// RequestTimeout (req itself is not changed). An item's Group (a Styx
+// extension, empty for none) puts it in a group: on an ordered queue a
+// group's items are leased in the order produced, within a request and
+// across requests that follow one another (see docs/groups.md).
 func (c *Client) QueueProduce(ctx context.Context, req *pb.QueueProduceRequest) error {
 	if req.RequestTimeout == "" {
 		req = &pb.QueueProduceRequest{QueueName: req.QueueName, RequestTimeout: c.timeout, Items: req.Items}
