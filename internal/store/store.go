@@ -81,6 +81,14 @@ const (
 	// OpDedupForget deletes the record of deduplication id DedupID (its
 	// window is over).
 	OpDedupForget
+	// OpHoldGroup records that group Held.Group of partition Partition is
+	// held by a dead item (queue.HeldGroup, GroupHold), replacing any
+	// record of the group. Meta is not read.
+	OpHoldGroup
+	// OpReleaseGroup deletes the record of held group Held.Group of
+	// partition Partition (released, or dropped with its queue's items);
+	// deleting a record the store does not hold is not an error.
+	OpReleaseGroup
 )
 
 // Op is one change in a Batch. Which fields are read depends on Kind.
@@ -97,6 +105,9 @@ type Op struct {
 	NoErrors      bool // DedupID and DedupDeadline are read by OpDedup and OpDedupForget.
 	DedupID       string
 	DedupDeadline int64
+	// Held is read by OpHoldGroup (the whole record) and OpReleaseGroup
+	// (its Group).
+	Held *queue.HeldGroup
 }
 
 // Batch is a group of changes to one queue, applied atomically by Write.
@@ -131,6 +142,17 @@ func (b *Batch) Dedup(id string, deadline int64) {
 // DedupForget deletes the record of deduplication id id.
 func (b *Batch) DedupForget(id string) {
 	b.Ops = append(b.Ops, Op{Kind: OpDedupForget, DedupID: id})
+}
+
+// HoldGroup records held group h (OpHoldGroup) in partition h.Partition.
+func (b *Batch) HoldGroup(h queue.HeldGroup) {
+	b.Ops = append(b.Ops, Op{Kind: OpHoldGroup, Partition: h.Partition, Held: &h})
+}
+
+// ReleaseGroup deletes the record of held group g of partition partition
+// (OpReleaseGroup).
+func (b *Batch) ReleaseGroup(partition int32, g string) {
+	b.Ops = append(b.Ops, Op{Kind: OpReleaseGroup, Partition: partition, Held: &queue.HeldGroup{Partition: partition, Group: g}})
 }
 
 // Update overwrites an item's metadata.
@@ -205,6 +227,10 @@ type Store interface {
 	// particular order; expired ones included. An error from fn stops the
 	// scan and is returned.
 	LoadDedup(ctx context.Context, queueID uint64, fn func(id string, deadline int64) error) error
+	// LoadHeldGroups calls fn with every held group the queue has a record
+	// of (OpHoldGroup, not yet OpReleaseGroup), in no particular order. An
+	// error from fn stops the scan and is returned.
+	LoadHeldGroups(ctx context.Context, queueID uint64, fn func(queue.HeldGroup) error) error
 	// LastID returns the highest id the queue has ever persisted through
 	// Batch.LastID or the Meta.ID of an inserted, requeued or updated item
 	// (0 for a new queue), so ids are never reused after a restart. It

@@ -44,6 +44,7 @@ func Run(t *testing.T, open func(t *testing.T) store.Store) {
 	asCatalog := func(t *testing.T) CatalogStore { return newStore(t) }
 	t.Run("Queues", func(t *testing.T) { testQueues(t, asCatalog) })
 	t.Run("Items", func(t *testing.T) { testItems(t, newStore) })
+	t.Run("Groups", func(t *testing.T) { testGroups(t, newStore) })
 	t.Run("Isolation", func(t *testing.T) { testIsolation(t, newStore) })
 	t.Run("DeleteQueue", func(t *testing.T) { testDeleteQueue(t, newStore) })
 	t.Run("LastID", func(t *testing.T) { testLastID(t, newStore) })
@@ -128,6 +129,12 @@ func RunReopen(t *testing.T, open func(t *testing.T, dir string) store.Store) {
 	batch = &store.Batch{QueueID: gone.ID, LastID: 77}
 	batch.Insert(0, fullMeta(1), fullBody(1), someErrors(1))
 	write(t, s, batch)
+	// Item groups: a grouped item leased (its state record), a held group.
+	batch = &store.Batch{QueueID: b.ID}
+	batch.Insert(0, withGroup(plainMeta(3), "g", 1), queue.ItemBody{}, queue.ItemErrors{})
+	batch.Lease(0, withGroup(fullMeta(3), "g", 1))
+	batch.HoldGroup(queue.HeldGroup{Group: "g", DeadKey: "explicit:b~x", Seq: 1, HeldAt: 42})
+	write(t, s, batch)
 	// Tasks: one overwritten, one deleted, one of the deleted queue.
 	putTask(t, s, taskRecord("t2", "dlq", 2))
 	putTask(t, s, taskRecord("t1", "dlq", 1))
@@ -141,11 +148,14 @@ func RunReopen(t *testing.T, open func(t *testing.T, dir string) store.Store) {
 	require.Len(t, want, 3)
 	wantTasks := []store.TaskRecord{taskRecord("t0", "gone", 0), taskRecord("t1", "dlq", 11), taskRecord("t2", "dlq", 2)}
 	requireTasks(t, wantTasks, listTasks(t, s))
+	wantHeld := loadHeld(t, s, b.ID)
+	require.Len(t, wantHeld, 1)
 	require.NoError(t, s.Close())
 
 	s = reopen(t)
 	got := dump(t, s)
 	require.Equal(t, want, got, "state after re-open")
+	require.Equal(t, wantHeld, loadHeld(t, s, b.ID), "held groups after re-open")
 	require.Equal(t, "team-a", got[2].Info.Namespace, "namespace after re-open")
 	requireTasks(t, wantTasks, listTasks(t, s), "tasks after re-open")
 	lastID, err := s.LastID(ctx, a.ID)
@@ -924,6 +934,74 @@ func testIsolation(t *testing.T, newStore func(*testing.T) store.Store) {
 	})
 }
 
+// testGroups checks item groups in the item log: an item's Group and
+// GroupSeq kept by every record of its meta, and the held groups
+// (OpHoldGroup, OpReleaseGroup, LoadHeldGroups) per queue and partition.
+func testGroups(t *testing.T, newStore func(*testing.T) store.Store) {
+	t.Run("ItemGroup", func(t *testing.T) {
+		s := newStore(t)
+		q := createQueue(t, s, "q", 1)
+		b := &store.Batch{QueueID: q.ID}
+		b.Insert(0, withGroup(plainMeta(1), "order-1", 1), fullBody(1), queue.ItemErrors{})
+		b.Insert(0, withGroup(plainMeta(2), "order-1", 2), fullBody(2), queue.ItemErrors{})
+		b.Insert(0, plainMeta(3), fullBody(3), queue.ItemErrors{})
+		// A redriven item that took a held group's GroupSeq (before its id).
+		b.Insert(0, withGroup(plainMeta(4), "order-2", 1), fullBody(4), queue.ItemErrors{})
+		write(t, s, b)
+		// Item 1 leased, then requeued as 5: its group and GroupSeq stay.
+		b = &store.Batch{QueueID: q.ID}
+		b.Lease(0, withGroup(fullMeta(1), "order-1", 1))
+		write(t, s, b)
+		requireMetas(t, []queue.ItemMeta{withGroup(fullMeta(1), "order-1", 1), withGroup(plainMeta(2), "order-1", 2), plainMeta(3),
+			withGroup(plainMeta(4), "order-2", 1)}, loadItems(t, s, q.ID, 0))
+		b = &store.Batch{QueueID: q.ID}
+		b.Requeue(0, 1, withID(withGroup(plainMeta(1), "order-1", 1), 5))
+		write(t, s, b)
+		got := loadItems(t, s, q.ID, 0)
+		require.Len(t, got, 4)
+		require.Equal(t, uint64(5), got[3].ID)
+		require.Equal(t, "order-1", got[3].Group)
+		require.Equal(t, uint64(1), got[3].GroupSeq)
+		require.Empty(t, got[1].Group)
+		require.Zero(t, got[1].GroupSeq)
+		items := listItems(t, s, q.ID, 0, 0, 10)
+		require.Equal(t, []string{"order-1", "", "order-2", "order-1"},
+			[]string{items[0].Meta.Group, items[1].Meta.Group, items[2].Meta.Group, items[3].Meta.Group})
+	})
+	t.Run("Held", func(t *testing.T) {
+		s := newStore(t)
+		q := createQueue(t, s, "q", 2)
+		other := createQueue(t, s, "other", 1)
+		require.Empty(t, loadHeld(t, s, q.ID))
+		h := func(part int32, g, key string, seq uint64) queue.HeldGroup {
+			return queue.HeldGroup{Partition: part, Group: g, DeadKey: key, Seq: seq, HeldAt: base.UnixNano() + int64(seq)}
+		}
+		b := &store.Batch{QueueID: q.ID}
+		b.HoldGroup(h(0, "a", "explicit:q~1", 1))
+		b.HoldGroup(h(1, "a", "expired:q~2", 2))
+		b.HoldGroup(h(0, "b", "max_attempts:q~3", 3))
+		b.ReleaseGroup(1, "nothing-held")
+		write(t, s, b)
+		b = &store.Batch{QueueID: other.ID}
+		b.HoldGroup(h(0, "a", "explicit:other~9", 9))
+		write(t, s, b)
+		require.Equal(t, []queue.HeldGroup{h(0, "a", "explicit:q~1", 1), h(0, "b", "max_attempts:q~3", 3), h(1, "a", "expired:q~2", 2)},
+			loadHeld(t, s, q.ID))
+		// Released, and held again by another dead item.
+		b = &store.Batch{QueueID: q.ID}
+		b.ReleaseGroup(0, "a")
+		b.HoldGroup(h(0, "b", "explicit:q~4", 4))
+		write(t, s, b)
+		require.Equal(t, []queue.HeldGroup{h(0, "b", "explicit:q~4", 4), h(1, "a", "expired:q~2", 2)}, loadHeld(t, s, q.ID))
+		require.Equal(t, []queue.HeldGroup{h(0, "a", "explicit:other~9", 9)}, loadHeld(t, s, other.ID))
+		// Deleted with the queue.
+		require.NoError(t, s.DeleteQueue(t.Context(), "q"))
+		again := createQueue(t, s, "q", 2)
+		require.Empty(t, loadHeld(t, s, again.ID))
+		require.Len(t, loadHeld(t, s, other.ID), 1)
+	})
+}
+
 func testDeleteQueue(t *testing.T, newStore func(*testing.T) store.Store) {
 	s := newStore(t)
 	ctx := t.Context()
@@ -1370,6 +1448,8 @@ func requireItemMethodsNotFound(t *testing.T, s store.Store, queueID uint64) {
 	require.ErrorIs(t, err, store.ErrQueueNotFound, "ReadBodiesWithin")
 	_, err = s.ListItemsWithin(ctx, queueID, 0, 0, 10, 1)
 	require.ErrorIs(t, err, store.ErrQueueNotFound, "ListItemsWithin")
+	err = s.LoadHeldGroups(ctx, queueID, func(queue.HeldGroup) error { return nil })
+	require.ErrorIs(t, err, store.ErrQueueNotFound, "LoadHeldGroups")
 }
 
 // queueDump is a store's observable state for one queue.
@@ -1443,6 +1523,12 @@ func fullMeta(id uint64) queue.ItemMeta {
 		ExpireDeadline: created.Add(24*time.Hour + 3),
 		CreatedAt:      created,
 	}
+}
+
+// withGroup returns m in group g at GroupSeq seq.
+func withGroup(m queue.ItemMeta, g string, seq uint64) queue.ItemMeta {
+	m.Group, m.GroupSeq = g, seq
+	return m
 }
 
 // plainMeta is a fresh ready item: only CreatedAt and ExpireDeadline set.
@@ -1561,6 +1647,20 @@ func listTasks(t *testing.T, s store.TaskStore) []store.TaskRecord {
 func write(t *testing.T, s store.Store, b *store.Batch) {
 	t.Helper()
 	require.NoError(t, s.Write(t.Context(), b))
+}
+
+// loadHeld returns the queue's held groups by partition and group.
+func loadHeld(t *testing.T, s store.Store, queueID uint64) []queue.HeldGroup {
+	t.Helper()
+	var out []queue.HeldGroup
+	require.NoError(t, s.LoadHeldGroups(t.Context(), queueID, func(h queue.HeldGroup) error {
+		out = append(out, h)
+		return nil
+	}))
+	slices.SortFunc(out, func(a, b queue.HeldGroup) int {
+		return cmp.Or(cmp.Compare(a.Partition, b.Partition), cmp.Compare(a.Group, b.Group))
+	})
+	return out
 }
 
 func loadItems(t *testing.T, s store.Store, queueID uint64, partition int32) []queue.ItemMeta {

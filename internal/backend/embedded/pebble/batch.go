@@ -12,7 +12,7 @@ import (
 
 // spaces are the item key spaces in key order: write emits a batch's
 // records one space after the other.
-var spaces = [...]byte{prefixMeta, prefixBody, prefixErrors, prefixState, prefixDedup}
+var spaces = [...]byte{prefixMeta, prefixBody, prefixErrors, prefixState, prefixDedup, prefixHeld}
 
 // batchWriter turns a store.Batch's ops into the records of a Pebble batch
 // (format 2, ADR 0020).
@@ -133,6 +133,15 @@ func (w *batchWriter) op(op *store.Op, space byte) error {
 	case store.OpDedupForget:
 		if space == prefixDedup {
 			return w.pb.Delete(dedupKey(w.qid, op.DedupID), nil)
+		}
+	case store.OpHoldGroup:
+		if space == prefixHeld {
+			w.vbuf = appendHeld(w.vbuf[:0], op.Held)
+			return w.pb.Set(heldKey(w.qid, part, op.Held.Group), w.vbuf, nil)
+		}
+	case store.OpReleaseGroup:
+		if space == prefixHeld {
+			return w.pb.Delete(heldKey(w.qid, part, op.Held.Group), nil)
 		}
 	default:
 		return fmt.Errorf("unknown op kind %d", op.Kind)

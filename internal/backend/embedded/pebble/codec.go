@@ -32,6 +32,15 @@ const formatInfoV3 = 3
 // formatInfoV4 is the queue-info format that adds DeduplicationWindow.
 const formatInfoV4 = 4
 
+// formatInfoV5 is the queue-info format that adds Ordered and
+// GroupDeadPolicy (item groups, issue 37).
+const formatInfoV5 = 5
+
+// formatMetaV2 is the meta format that adds Group and GroupSeq (item
+// groups, issue 37); an item without a group is still written as formatV1,
+// and both are read.
+const formatMetaV2 = 2
+
 // formatBodyV2 is the body format that adds Attributes (ADR 0016); a body
 // without attributes is still written as formatV1, and both are read.
 const formatBodyV2 = 2
@@ -83,9 +92,13 @@ func nanos(t time.Time) (int64, error) {
 //	[uvarint len, SourceKey]           if flag metaSourceKey,
 //	[uvarint len, DeadReason,
 //	 time tag, [varint DeadAt-CreatedAt]] if flag metaDead,
-//	[uvarint len, Fingerprint]         if flag metaFingerprint.
+//	[uvarint len, Fingerprint]         if flag metaFingerprint,
+//	formatMetaV2 only: uvarint len, Group, varint BodyID-GroupSeq (two's
+//	complement difference, usually 0).
 //
-// Times are Unix nanoseconds. CreatedAt is fixed-width: a current time
+// The format byte is formatMetaV2 when Group is not empty, else formatV1
+// (an item without a group is stored as before groups existed; GroupSeq is
+// not stored then). Times are Unix nanoseconds. CreatedAt is fixed-width: a current time
 // needs 62 bits, 9 bytes as a zig-zag varint, and fixed-width decodes
 // faster. The later times are differences from CreatedAt (from 0 when
 // CreatedAt is zero), usually 5 to 7 bytes as varints.
@@ -134,7 +147,11 @@ func appendMeta(b []byte, m *queue.ItemMeta) ([]byte, error) {
 			}
 		}
 	}
-	b = append(b, formatV1, flags)
+	format := byte(formatV1)
+	if m.Group != "" {
+		format = formatMetaV2
+	}
+	b = append(b, format, flags)
 	b = binary.AppendVarint(b, int64(m.ID-m.BodyID))
 	b = binary.AppendVarint(b, int64(m.Attempts))
 	if flags&metaCreatedAt != 0 {
@@ -164,6 +181,10 @@ func appendMeta(b []byte, m *queue.ItemMeta) ([]byte, error) {
 	if flags&metaFingerprint != 0 {
 		b = appendString(b, m.Fingerprint)
 	}
+	if format == formatMetaV2 {
+		b = appendString(b, m.Group)
+		b = binary.AppendVarint(b, int64(m.BodyID-m.GroupSeq))
+	}
 	return b, nil
 }
 
@@ -177,7 +198,8 @@ func undelta(d, base int64) int64 { return int64(uint64(base) + uint64(d)) }
 // caller sets from the key.
 func decodeMeta(v []byte, id uint64, m *queue.ItemMeta) error {
 	d := decoder{b: v}
-	if f := d.byte(); f != formatV1 && d.err == nil {
+	f := d.byte()
+	if f != formatV1 && f != formatMetaV2 && d.err == nil {
 		return fmt.Errorf("meta: unknown format %d", f)
 	}
 	flags := d.byte()
@@ -219,6 +241,10 @@ func decodeMeta(v []byte, id uint64, m *queue.ItemMeta) error {
 	}
 	if flags&metaFingerprint != 0 {
 		m.Fingerprint = d.string()
+	}
+	if f == formatMetaV2 {
+		m.Group = d.string()
+		m.GroupSeq = m.BodyID - uint64(d.varint())
 	}
 	return d.finish("meta")
 }
@@ -360,16 +386,20 @@ func (d *decoder) attemptErrors() []queue.AttemptError {
 //	format byte (formatInfoV2), uvarint ID, strings DeadQueue, Reference,
 //	varints LeaseTimeout, ExpireTimeout (nanoseconds), MaxAttempts,
 //	Partitions, times CreatedAt, UpdatedAt, string Namespace,
-//	formatInfoV3 and V4: string Attributes,
-//	formatInfoV4 only: varint DeduplicationWindow (nanoseconds).
+//	formatInfoV3 to V5: string Attributes,
+//	formatInfoV4 and V5: varint DeduplicationWindow (nanoseconds),
+//	formatInfoV5 only: byte Ordered (0 or 1), string GroupDeadPolicy.
 //
 // Entries written before namespaces have format formatV1 and end after
 // UpdatedAt; they decode with queue.DefaultNamespace. An entry is written
-// in the oldest format that holds it: formatInfoV2 without Attributes and
-// DeduplicationWindow, formatInfoV3 with Attributes only.
+// in the oldest format that holds it: formatInfoV2 without Attributes,
+// DeduplicationWindow, Ordered and GroupDeadPolicy, formatInfoV3 with
+// Attributes only, formatInfoV4 without Ordered and GroupDeadPolicy.
 func appendQueueInfo(b []byte, q *queue.QueueInfo) ([]byte, error) {
 	format := byte(formatInfoV2)
 	switch {
+	case q.Ordered || q.GroupDeadPolicy != "":
+		format = formatInfoV5
 	case q.DeduplicationWindow != 0:
 		format = formatInfoV4
 	case q.Attributes != "":
@@ -394,8 +424,16 @@ func appendQueueInfo(b []byte, q *queue.QueueInfo) ([]byte, error) {
 	if format >= formatInfoV3 {
 		b = appendString(b, q.Attributes)
 	}
-	if format == formatInfoV4 {
+	if format >= formatInfoV4 {
 		b = binary.AppendVarint(b, int64(q.DeduplicationWindow))
+	}
+	if format == formatInfoV5 {
+		ordered := byte(0)
+		if q.Ordered {
+			ordered = 1
+		}
+		b = append(b, ordered)
+		b = appendString(b, q.GroupDeadPolicy)
 	}
 	return b, nil
 }
@@ -404,7 +442,7 @@ func appendQueueInfo(b []byte, q *queue.QueueInfo) ([]byte, error) {
 func decodeQueueInfo(name string, v []byte) (queue.QueueInfo, error) {
 	d := decoder{b: v}
 	f := d.byte()
-	if f != formatV1 && f != formatInfoV2 && f != formatInfoV3 && f != formatInfoV4 && d.err == nil {
+	if (f < formatV1 || f > formatInfoV5) && d.err == nil {
 		return queue.QueueInfo{}, fmt.Errorf("queue info: unknown format %d", f)
 	}
 	q := queue.QueueInfo{
@@ -426,13 +464,49 @@ func decodeQueueInfo(name string, v []byte) (queue.QueueInfo, error) {
 	if f >= formatInfoV3 {
 		q.Attributes = d.string()
 	}
-	if f == formatInfoV4 {
+	if f >= formatInfoV4 {
 		q.DeduplicationWindow = time.Duration(d.varint())
+	}
+	if f == formatInfoV5 {
+		switch d.byte() {
+		case 0:
+		case 1:
+			q.Ordered = true
+		default:
+			d.fail()
+		}
+		q.GroupDeadPolicy = d.string()
 	}
 	if err := d.finish("queue info"); err != nil {
 		return queue.QueueInfo{}, err
 	}
 	return q, nil
+}
+
+// appendHeld appends a held group's record (its partition and group are
+// in the key):
+//
+//	format byte (formatV1), string DeadKey, uvarint Seq, varint HeldAt
+//	(Unix nanoseconds).
+func appendHeld(b []byte, h *queue.HeldGroup) []byte {
+	b = append(b, formatV1)
+	b = appendString(b, h.DeadKey)
+	b = binary.AppendUvarint(b, h.Seq)
+	return binary.AppendVarint(b, h.HeldAt)
+}
+
+// decodeHeld decodes a value written by appendHeld into a HeldGroup of
+// partition and group.
+func decodeHeld(partition int32, group string, v []byte) (queue.HeldGroup, error) {
+	d := decoder{b: v}
+	if f := d.byte(); f != formatV1 && d.err == nil {
+		return queue.HeldGroup{}, fmt.Errorf("held group: unknown format %d", f)
+	}
+	h := queue.HeldGroup{Partition: partition, Group: group, DeadKey: d.string(), Seq: d.uvarint(), HeldAt: d.varint()}
+	if err := d.finish("held group"); err != nil {
+		return queue.HeldGroup{}, err
+	}
+	return h, nil
 }
 
 // appendTask appends a task record (its ID is the key):

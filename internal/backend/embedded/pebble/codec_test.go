@@ -4,6 +4,7 @@ import (
 	"encoding/binary"
 	"fmt"
 	"math"
+	"strings"
 	"testing"
 	"time"
 
@@ -27,6 +28,9 @@ func sampleMetas() []queue.ItemMeta {
 		{ID: 7, BodyID: 7, DeadReason: "explicit"},
 		{ID: 8, BodyID: 8, CreatedAt: t0, DeadAt: time.Unix(0, math.MinInt64)},
 		{ID: 10, BodyID: 10, CreatedAt: t0, DeadAt: t0, SourceKey: "explicit:q~1", Fingerprint: "0123456789abcdef"},
+		{ID: 11, BodyID: 11, CreatedAt: t0, Group: "order-7", GroupSeq: 11},
+		{ID: 30, BodyID: 12, Leased: true, LeaseDeadline: t0, CreatedAt: t0, SourceKey: "redrive:dlq~1", Group: "g", GroupSeq: 3},
+		{ID: 13, BodyID: 13, Group: strings.Repeat("x", queue.MaxGroup), GroupSeq: math.MaxUint64},
 	}
 }
 
@@ -73,6 +77,43 @@ func TestMetaSize(t *testing.T) {
 	v, err = appendMeta(nil, &m)
 	require.NoError(t, err)
 	require.LessOrEqual(t, len(v), 28)
+}
+
+// TestMetaGroup: an item with a group is written in formatMetaV2; one
+// without stays formatV1, byte for byte as before groups existed, and a
+// grouped item's meta costs its group and one byte more.
+func TestMetaGroup(t *testing.T) {
+	m := queue.ItemMeta{ID: 1 << 40, BodyID: 1 << 40, CreatedAt: t0, ExpireDeadline: t0.Add(24 * time.Hour)}
+	plain, err := appendMeta(nil, &m)
+	require.NoError(t, err)
+	require.Equal(t, byte(formatV1), plain[0])
+	m.Group, m.GroupSeq = "customer-42", m.BodyID
+	grouped, err := appendMeta(nil, &m)
+	require.NoError(t, err)
+	require.Equal(t, byte(formatMetaV2), grouped[0])
+	require.Equal(t, plain[1:], grouped[1:len(plain)], "the V1 layout, then the group")
+	require.Len(t, grouped, len(plain)+1+len(m.Group)+1)
+	var got queue.ItemMeta
+	require.NoError(t, decodeMeta(grouped, m.ID, &got))
+	require.Equal(t, m.Group, got.Group)
+	require.Equal(t, m.GroupSeq, got.GroupSeq)
+	require.NoError(t, decodeMeta(plain, m.ID, &got))
+	require.Empty(t, got.Group)
+	require.Zero(t, got.GroupSeq)
+}
+
+// TestHeldRoundTrip: a held group's record.
+func TestHeldRoundTrip(t *testing.T) {
+	for _, h := range []queue.HeldGroup{
+		{Partition: 3, Group: "g", DeadKey: "explicit:orders~0123456789abc", Seq: 1 << 50, HeldAt: t0.UnixNano()},
+		{Group: "x"},
+	} {
+		got, err := decodeHeld(h.Partition, h.Group, appendHeld(nil, &h))
+		require.NoError(t, err)
+		require.Equal(t, h, got)
+	}
+	k := heldKey(7, 3, "g")
+	require.Equal(t, append(append([]byte{prefixHeld}, 0, 0, 0, 0, 0, 0, 0, 7, 0, 0, 0, 3), 'g'), k)
 }
 
 func TestTimeOutOfRange(t *testing.T) {
@@ -135,6 +176,11 @@ func encodings(t testing.TB) []encoded {
 	require.NoError(t, err)
 	out = append(out, encoded{"info", v, func(v []byte) error { _, err := decodeQueueInfo("q", v); return err }})
 	out = append(out, encoded{"info v1", queueInfoV1(t), func(v []byte) error { _, err := decodeQueueInfo("q", v); return err }})
+	v, err = appendQueueInfo(nil, &queue.QueueInfo{ID: 7, Partitions: 1, CreatedAt: t0, UpdatedAt: t0, Ordered: true, GroupDeadPolicy: queue.GroupHold})
+	require.NoError(t, err)
+	out = append(out, encoded{"info v5", v, func(v []byte) error { _, err := decodeQueueInfo("q", v); return err }})
+	h := queue.HeldGroup{DeadKey: "explicit:q~1", Seq: 5, HeldAt: t0.UnixNano()}
+	out = append(out, encoded{"held", appendHeld(nil, &h), func(v []byte) error { _, err := decodeHeld(0, "g", v); return err }})
 	for i, task := range []store.TaskRecord{
 		{ID: "t", Queue: "dlq", Data: []byte("redrive state")},
 		{ID: "t"},
@@ -153,6 +199,7 @@ func decodeAll(v []byte) {
 	_, _ = decodeErrors(v)
 	_, _ = decodeQueueInfo("q", v)
 	_, _ = decodeTask("t", v)
+	_, _ = decodeHeld(0, "g", v)
 }
 
 // TestErrorsDeadLetter: a history with DLQ attempts is written as
@@ -236,6 +283,22 @@ func TestQueueInfoRoundTrip(t *testing.T) {
 	require.True(t, got.CreatedAt.Equal(in.CreatedAt))
 	got.CreatedAt, got.UpdatedAt, in.CreatedAt, in.UpdatedAt = time.Time{}, time.Time{}, time.Time{}, time.Time{}
 	require.Equal(t, in, got)
+
+	// Ordered and GroupDeadPolicy: format 5; without them the older
+	// formats, as before.
+	require.Equal(t, byte(formatInfoV2), v[0])
+	in.Ordered, in.GroupDeadPolicy, in.DeduplicationWindow, in.Attributes = true, queue.GroupHold, time.Hour, "{}"
+	v, err = appendQueueInfo(nil, &in)
+	require.NoError(t, err)
+	require.Equal(t, byte(formatInfoV5), v[0])
+	got, err = decodeQueueInfo("q", v)
+	require.NoError(t, err)
+	got.CreatedAt, got.UpdatedAt = time.Time{}, time.Time{}
+	require.Equal(t, in, got)
+	in.Ordered, in.GroupDeadPolicy = false, ""
+	v, err = appendQueueInfo(nil, &in)
+	require.NoError(t, err)
+	require.Equal(t, byte(formatInfoV4), v[0])
 
 	// An entry written before namespaces reads as the default namespace.
 	old, err := decodeQueueInfo("q", queueInfoV1(t))

@@ -21,6 +21,7 @@ const (
 	prefixState    byte = 0x13 // 0x13 qid part id → item meta once changed
 	prefixDedup    byte = 0x14 // 0x14 qid deduplication id → its deadline (8-byte BE Unix nanoseconds)
 	prefixHistory  byte = 0x15 // 0x15 qid minute node → a minute of the queue's history (history.go)
+	prefixHeld     byte = 0x16 // 0x16 qid part group → a held group (queue.HeldGroup)
 )
 
 // formatValue is stored under formatKey; Open refuses any other but
@@ -90,6 +91,16 @@ func itemKey(buf *[itemKeyLen]byte, prefix byte, queueID uint64, partition int32
 // dedupKey is the key of a queue's record of a deduplication id.
 func dedupKey(queueID uint64, id string) []byte {
 	return append(queueKey(prefixDedup, queueID), id...)
+}
+
+// heldKey is the key of a queue's record of held group g of partition
+// part.
+func heldKey(queueID uint64, part int32, g string) []byte {
+	k := make([]byte, partitionKeyLen, partitionKeyLen+len(g))
+	k[0] = prefixHeld
+	binary.BigEndian.PutUint64(k[1:], queueID)
+	binary.BigEndian.PutUint32(k[queueKeyLen:], uint32(part))
+	return append(k, g...)
 }
 
 // itemID returns the id at the end of an item key.

@@ -22,8 +22,12 @@
 //	0x11 qid part bodyID  → item body
 //	0x12 qid part bodyID  → item errors      (absent when empty)
 //	0x13 qid part id      → item meta        the item's state once leased or changed
+//	0x14 qid dedup id     → uint64 BE        a deduplication id's deadline (Unix ns)
 //	0x15 qid minute node  → history minute   a server's counts of a minute (store.HistoryStore;
 //	                                         minute: Unix seconds, 8-byte BE; node: its id)
+//	0x16 qid part group   → held group       a group held by a dead item (queue.HeldGroup: dead
+//	                                         key, seq, held at), written in the batch that holds
+//	                                         or releases it
 //
 // LoadItems therefore scans two contiguous ranges holding only metadata, and
 // DeleteQueue removes a queue with one range deletion per item key space
@@ -749,7 +753,7 @@ func (s *Store) deleteQueue(ctx context.Context, name string) error {
 
 	b := s.db.NewBatch()
 	defer b.Close()
-	for _, prefix := range []byte{prefixMeta, prefixBody, prefixErrors, prefixState, prefixDedup, prefixHistory} {
+	for _, prefix := range []byte{prefixMeta, prefixBody, prefixErrors, prefixState, prefixDedup, prefixHistory, prefixHeld} {
 		start := queueKey(prefix, info.ID)
 		if err := b.DeleteRange(start, prefixEnd(start), nil); err != nil {
 			return err
@@ -820,6 +824,50 @@ func (s *Store) loadDedup(ctx context.Context, queueID uint64, fn func(id string
 			return nil, fmt.Errorf("%w: deduplication record of %d bytes", errCorrupt, len(v))
 		}
 		if err := fn(string(it.Key()[queueKeyLen:]), int64(binary.BigEndian.Uint64(v))); err != nil {
+			return err, nil
+		}
+	}
+	return nil, it.Error()
+}
+
+// LoadHeldGroups implements store.Store: one scan of the queue's held
+// groups.
+func (s *Store) LoadHeldGroups(ctx context.Context, queueID uint64, fn func(queue.HeldGroup) error) error {
+	errFn, err := s.loadHeldGroups(ctx, queueID, fn)
+	if errFn != nil {
+		return errFn
+	}
+	if err != nil {
+		return fmt.Errorf("pebble: load held groups of queue %d: %w", queueID, err)
+	}
+	return nil
+}
+
+func (s *Store) loadHeldGroups(ctx context.Context, queueID uint64, fn func(queue.HeldGroup) error) (errFn, err error) {
+	if _, err := s.queue(ctx, queueID); err != nil {
+		return nil, err
+	}
+	defer s.exit()
+	start := queueKey(prefixHeld, queueID)
+	it, err := s.db.NewIterWithContext(ctx, &pebbledb.IterOptions{LowerBound: start, UpperBound: prefixEnd(start)})
+	if err != nil {
+		return nil, err
+	}
+	defer it.Close()
+	for it.First(); it.Valid(); it.Next() {
+		k := it.Key()
+		if len(k) < partitionKeyLen {
+			return nil, fmt.Errorf("%w: held group key of %d bytes", errCorrupt, len(k))
+		}
+		v, err := it.ValueAndErr()
+		if err != nil {
+			return nil, err
+		}
+		h, err := decodeHeld(int32(binary.BigEndian.Uint32(k[queueKeyLen:])), string(k[partitionKeyLen:]), v)
+		if err != nil {
+			return nil, err
+		}
+		if err := fn(h); err != nil {
 			return err, nil
 		}
 	}

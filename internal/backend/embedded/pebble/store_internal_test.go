@@ -43,7 +43,7 @@ func queueKeys(t *testing.T, s *Store, qid uint64, name string) []string {
 			if string(k[1:]) == name {
 				out = append(out, fmt.Sprintf("catalog %q", k[1:]))
 			}
-		case prefixLastID, prefixLegacy, prefixMeta, prefixBody, prefixErrors, prefixState:
+		case prefixLastID, prefixLegacy, prefixMeta, prefixBody, prefixErrors, prefixState, prefixDedup, prefixHeld:
 			if binary.BigEndian.Uint64(k[1:9]) == qid {
 				out = append(out, fmt.Sprintf("%x", k))
 			}
@@ -72,12 +72,18 @@ func TestDeleteQueueLeavesNoKeys(t *testing.T) {
 	require.NoError(t, err)
 	fill(t, s, a.ID, 30)
 	fill(t, s, b.ID, 30)
-	// 30 metas, bodies and errors, the LastID and the catalog entry.
-	require.Len(t, queueKeys(t, s, a.ID, "a"), 30*3+2)
+	for _, q := range []uint64{a.ID, b.ID} {
+		hb := &store.Batch{QueueID: q}
+		hb.HoldGroup(queue.HeldGroup{Partition: 1, Group: "g", DeadKey: "explicit:a~1", Seq: 1})
+		require.NoError(t, s.Write(ctx, hb))
+	}
+	// 30 metas, bodies and errors, a held group, the LastID and the
+	// catalog entry.
+	require.Len(t, queueKeys(t, s, a.ID, "a"), 30*3+3)
 
 	require.NoError(t, s.DeleteQueue(ctx, "a"))
 	require.Empty(t, queueKeys(t, s, a.ID, "a"))
-	require.Len(t, queueKeys(t, s, b.ID, "b"), 30*3+2)
+	require.Len(t, queueKeys(t, s, b.ID, "b"), 30*3+3)
 }
 
 // TestWriteRacingDeleteQueue checks that a Write concurrent with
