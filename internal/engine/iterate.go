@@ -599,7 +599,7 @@ func (e *Engine) iterate(it *pass, reqs []*Request, lifecycle bool) error {
 			w.Lease.Result = queue.LeaseResult{Partition: n, Items: items}
 			e.Loop.Consumers.leased(w.Lease.ClientID, w.Lease.Owner, n, items, it.now, deadline)
 			it.reply(w, mode)
-		})
+		}, it.info.Ordered)
 }
 
 // noReply marks a request the backend answers itself (Local.Run's

@@ -90,7 +90,15 @@ func (ws *Waiters) Fail(err error) {
 // partition. With exact counts (memory, Pebble) there is one round. Served
 // waiters leave the list. An error from counts or lease stops the call and
 // is returned; the waiters not yet served stay.
-func Serve[T any](ws *Waiters, next *int, counts func() ([]int, error), lease func(p int32, n int) ([]T, error), give func(r *Request, p int32, items []T)) error {
+//
+// With apart (an ordered queue: queue/itemgroups.go), the waiters of a
+// partition are not dealt one lease's items: each gets a lease of its own,
+// in waiter order, so that the items of a group that one lease takes
+// together (a group's run) go to one consumer; once a lease finds fewer
+// than its waiter wants, the partition's later waiters get nothing from it
+// in that round.
+func Serve[T any](ws *Waiters, next *int, counts func() ([]int, error), lease func(p int32, n int) ([]T, error), give func(r *Request, p int32, items []T),
+	apart bool) error {
 	var live []*Request
 	for _, w := range ws.list {
 		if !w.answered.Load() && w.Ctx.Err() == nil {
@@ -136,6 +144,30 @@ func Serve[T any](ws *Waiters, next *int, counts func() ([]int, error), lease fu
 				}
 			}
 			if len(mine) == 0 {
+				continue
+			}
+			if apart && len(mine) > 1 {
+				given := 0
+				for j, i := range mine {
+					items, err := lease(int32(p), pw[j])
+					if err != nil {
+						return err
+					}
+					if len(items) > 0 {
+						give(live[i], int32(p), items)
+						served[live[i]] = true
+						given += len(items)
+					}
+					if len(items) < pw[j] {
+						empty[p] = true
+						if j < len(mine)-1 || len(items) == 0 {
+							// Waiters are left without items: the count was
+							// stale when it promised more.
+							again = again || given < ready[p]
+						}
+						break
+					}
+				}
 				continue
 			}
 			items, err := lease(int32(p), total)

@@ -33,11 +33,40 @@ func TestServeRecountsStaleCounts(t *testing.T) {
 			stock[p] -= k
 			return make([]int, k), nil
 		},
-		func(r *Request, p int32, items []int) { got[r] = p })
+		func(r *Request, p int32, items []int) { got[r] = p }, false)
 	require.NoError(t, err)
 	assert.Equal(t, 2, rounds)
 	assert.Equal(t, map[*Request]int32{a: 0, b: 1}, got)
 	assert.Zero(t, ws.Len(), "served waiters leave")
+}
+
+// TestServeApart: with apart (an ordered queue), the waiters of a
+// partition each get a lease of their own, in waiter order, not the dealt
+// items of one lease (which would split a group's run between two
+// consumers); once a lease comes short, the later waiters get nothing.
+func TestServeApart(t *testing.T) {
+	ws := &Waiters{queue: "q"}
+	a, b := waiter(t, ws, "a", 3), waiter(t, ws, "b", 2)
+	waiter(t, ws, "c", 2)
+	next, stock := 0, 4
+	var calls []int
+	got := map[*Request][]int{}
+	err := Serve(ws, &next,
+		func() ([]int, error) { return []int{10}, nil },
+		func(p int32, n int) ([]int, error) {
+			calls = append(calls, n)
+			var items []int
+			for range min(n, stock) {
+				items = append(items, 5-stock) // 1, 2, 3, 4 in lease order
+				stock--
+			}
+			return items, nil
+		},
+		func(r *Request, p int32, items []int) { got[r] = items }, true)
+	require.NoError(t, err)
+	assert.Equal(t, []int{3, 2}, calls, "a lease per waiter, until one comes short")
+	assert.Equal(t, map[*Request][]int{a: {1, 2, 3}, b: {4}}, got, "each waiter its lease's items, in order")
+	assert.Equal(t, 1, ws.Len(), "c waits on")
 }
 
 // TestWaitersRefuseDuplicateClient: one waiting lease per client_id.
