@@ -97,7 +97,8 @@ type querier interface {
 }
 
 // queueColumns are the styx_queues columns queueRow scans, in its order.
-const queueColumns = `id, name, dead_queue, reference, lease_timeout, expire_timeout, max_attempts, partitions, created_at, updated_at, namespace, attributes, dedup_window`
+const queueColumns = `id, name, dead_queue, reference, lease_timeout, expire_timeout, max_attempts, partitions, created_at, updated_at, namespace, attributes, dedup_window,
+	ordered, group_dead_policy`
 
 // queueRow receives queueColumns from a row: scan into dest(), then read
 // info().
@@ -108,7 +109,7 @@ type queueRow struct {
 
 func (r *queueRow) dest() []any {
 	return []any{&r.id, &r.q.Name, &r.q.DeadQueue, &r.q.Reference, &r.lease, &r.expire, &r.q.MaxAttempts, &r.q.Partitions,
-		&r.created, &r.updated, &r.q.Namespace, &r.q.Attributes, &r.dedup}
+		&r.created, &r.updated, &r.q.Namespace, &r.q.Attributes, &r.dedup, &r.q.Ordered, &r.q.GroupDeadPolicy}
 }
 
 func (r *queueRow) info() queue.QueueInfo {
@@ -132,11 +133,12 @@ func (s *Store) CreateQueue(ctx context.Context, info queue.QueueInfo) (queue.Qu
 
 func createQueue(ctx context.Context, q querier, info queue.QueueInfo) (queue.QueueInfo, error) {
 	var id int64
-	err := q.QueryRow(ctx, `INSERT INTO styx_queues (name, dead_queue, reference, lease_timeout, expire_timeout, max_attempts, partitions, created_at, updated_at, namespace, attributes, dedup_window)
-		VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12) ON CONFLICT (name) DO NOTHING RETURNING id`,
+	err := q.QueryRow(ctx, `INSERT INTO styx_queues (name, dead_queue, reference, lease_timeout, expire_timeout, max_attempts, partitions,
+			created_at, updated_at, namespace, attributes, dedup_window, ordered, group_dead_policy)
+		VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13, $14) ON CONFLICT (name) DO NOTHING RETURNING id`,
 		info.Name, info.DeadQueue, info.Reference, int64(info.LeaseTimeout), int64(info.ExpireTimeout), info.MaxAttempts,
 		info.Partitions, queue.Nanos(info.CreatedAt), queue.Nanos(info.UpdatedAt), info.Namespace, info.Attributes,
-		int64(info.DeduplicationWindow)).Scan(&id)
+		int64(info.DeduplicationWindow), info.Ordered, info.GroupDeadPolicy).Scan(&id)
 	if errors.Is(err, pgx.ErrNoRows) {
 		return info, store.ErrQueueExists
 	}
@@ -154,10 +156,11 @@ func (s *Store) UpdateQueue(ctx context.Context, info queue.QueueInfo) error {
 
 func updateQueue(ctx context.Context, q querier, info queue.QueueInfo) error {
 	tag, err := q.Exec(ctx, `UPDATE styx_queues SET dead_queue=$3, reference=$4, lease_timeout=$5, expire_timeout=$6,
-		max_attempts=$7, partitions=$8, created_at=$9, updated_at=$10, namespace=$11, attributes=$12, dedup_window=$13 WHERE name=$1 AND id=$2`,
+		max_attempts=$7, partitions=$8, created_at=$9, updated_at=$10, namespace=$11, attributes=$12, dedup_window=$13,
+		ordered=$14, group_dead_policy=$15 WHERE name=$1 AND id=$2`,
 		info.Name, int64(info.ID), info.DeadQueue, info.Reference, int64(info.LeaseTimeout), int64(info.ExpireTimeout),
 		info.MaxAttempts, info.Partitions, queue.Nanos(info.CreatedAt), queue.Nanos(info.UpdatedAt), info.Namespace, info.Attributes,
-		int64(info.DeduplicationWindow))
+		int64(info.DeduplicationWindow), info.Ordered, info.GroupDeadPolicy)
 	if err != nil {
 		return wrap("update queue", err)
 	}

@@ -28,21 +28,22 @@ import (
 
 // itemColumns are the columns of a full item, as scanItem reads them.
 const itemColumns = `id, partition, state, deadline, expire_deadline, attempts, created_at, coalesce(source_key, ''),
-	reference, kind, encoding, payload, source_queue, source_id, dead_reason, dead_at, redrive_count, last_error, errors, fingerprint, attributes`
+	reference, kind, encoding, payload, source_queue, source_id, dead_reason, dead_at, redrive_count, last_error, errors, fingerprint, attributes,
+	coalesce(grp, ''), CASE WHEN grp IS NULL THEN 0 ELSE ` + groupSeqSQL + ` END`
 
 func scanItem(row pgx.Row) (queue.Item, error) {
 	var it queue.Item
-	var id, deadline, expire, created, deadAt int64
+	var id, deadline, expire, created, deadAt, seq int64
 	var st int16
 	var errs []byte
 	m, b := &it.Meta, &it.Body
 	err := row.Scan(&id, &it.Partition, &st, &deadline, &expire, &m.Attempts, &created, &m.SourceKey,
 		&b.Reference, &b.Kind, &b.Encoding, &b.Payload, &b.SourceQueue, &b.SourceID, &b.DeadReason, &deadAt, &b.RedriveCount,
-		&it.Errors.LastError, &errs, &m.Fingerprint, &b.Attributes)
+		&it.Errors.LastError, &errs, &m.Fingerprint, &b.Attributes, &m.Group, &seq)
 	if err != nil {
 		return it, err
 	}
-	m.ID, m.BodyID = uint64(id), uint64(id)
+	m.ID, m.BodyID, m.GroupSeq = uint64(id), uint64(id), uint64(seq)
 	m.ExpireDeadline, m.CreatedAt, b.DeadAt = queue.FromNanos(expire), queue.FromNanos(created), queue.FromNanos(deadAt)
 	switch st {
 	case stateLeased:
@@ -79,9 +80,13 @@ type row struct {
 	sourceKey string
 	lastError string
 	errors    []byte
+	// group is the item's group ("" for none), seq its GroupSeq.
+	group string
+	seq   int64
 }
 
-const rowColumns = `id, partition, state, deadline, expire_deadline, attempts, coalesce(source_key, ''), last_error, errors`
+const rowColumns = `id, partition, state, deadline, expire_deadline, attempts, coalesce(source_key, ''), last_error, errors,
+	coalesce(grp, ''), ` + groupSeqSQL
 
 func collectRows(rows pgx.Rows, err error) ([]row, error) {
 	if err != nil {
@@ -89,7 +94,7 @@ func collectRows(rows pgx.Rows, err error) ([]row, error) {
 	}
 	return pgx.CollectRows(rows, func(r pgx.CollectableRow) (row, error) {
 		var x row
-		err := r.Scan(&x.id, &x.partition, &x.state, &x.deadline, &x.expire, &x.attempts, &x.sourceKey, &x.lastError, &x.errors)
+		err := r.Scan(&x.id, &x.partition, &x.state, &x.deadline, &x.expire, &x.attempts, &x.sourceKey, &x.lastError, &x.errors, &x.group, &x.seq)
 		return x, err
 	})
 }
@@ -154,32 +159,81 @@ func nextDue(ctx context.Context, q querier, queueID uint64) (int64, error) {
 	return engine.Earliest(timed, expiry), err
 }
 
-// lease leases up to n ready items of one partition, oldest first, skipping
-// items another transaction holds and items past their expire deadline
-// (the lifecycle kills those).
-func lease(ctx context.Context, tx pgx.Tx, queueID uint64, partition int32, n int, deadline, now int64) ([]queue.LeasedItem, error) {
+// lease leases up to n ready items without a group of one partition,
+// oldest first, skipping items another transaction holds and items past
+// their expire deadline (the lifecycle kills those). grouped reports, when
+// it found fewer than n, that the partition has ready items with a group
+// (one probe of styx_items_group_ready; leaseGroups leases those).
+func lease(ctx context.Context, tx pgx.Tx, queueID uint64, partition int32, n int, deadline, now int64) (items []queue.LeasedItem, grouped bool, err error) {
 	rows, err := tx.Query(ctx, `WITH c AS MATERIALIZED (
-		SELECT id FROM styx_items WHERE queue_id=$1 AND partition=$2 AND state=0 AND (expire_deadline=0 OR expire_deadline > $5)
-		ORDER BY id LIMIT $3 FOR UPDATE SKIP LOCKED)
-		UPDATE styx_items t SET state=1, attempts=t.attempts+1, deadline=$4 FROM c WHERE t.queue_id=$1 AND t.id=c.id
-		RETURNING t.id, coalesce(t.first_id, t.id), t.attempts, t.reference, t.kind, t.encoding, t.payload, t.attributes, t.source_queue`,
+		SELECT id FROM styx_items WHERE queue_id=$1 AND partition=$2 AND state=0 AND grp IS NULL AND (expire_deadline=0 OR expire_deadline > $5)
+		ORDER BY id LIMIT $3 FOR UPDATE SKIP LOCKED),
+		u AS (UPDATE styx_items t SET state=1, attempts=t.attempts+1, deadline=$4 FROM c WHERE t.queue_id=$1 AND t.id=c.id
+		RETURNING t.id, coalesce(t.first_id, t.id) AS first, t.attempts, t.reference, t.kind, t.encoding, t.payload, t.attributes, t.source_queue)
+		SELECT id, first, attempts, reference, kind, encoding, payload, attributes, source_queue, '' FROM u
+		UNION ALL
+		SELECT 0, 0, 0, '', '', '', NULL, NULL, '', NULL WHERE (SELECT count(*) FROM u) < $3
+			AND EXISTS (SELECT 1 FROM styx_items WHERE queue_id=$1 AND partition=$2 AND state=0 AND grp IS NOT NULL)`,
 		int64(queueID), partition, n, deadline, now)
+	items, err = scanLeased(rows, err)
+	for i := 0; i < len(items); i++ {
+		if items[i].ID == 0 { // the marker row
+			grouped = true
+			items = append(items[:i], items[i+1:]...)
+			break
+		}
+	}
+	for i := range items {
+		items[i].LeaseDeadline = queue.FromNanos(deadline)
+	}
+	return items, grouped, err
+}
+
+// scanLeased reads the items of the plain lease statement, by id
+// (RETURNING has no order). A row whose group is NULL is a marker (lease),
+// returned with id 0. Leased items' LeaseDeadline is the caller's.
+func scanLeased(rows pgx.Rows, err error) ([]queue.LeasedItem, error) {
+	items, _, err := scanLeasedRows(rows, err, false)
 	if err != nil {
 		return nil, err
 	}
-	items, err := pgx.CollectRows(rows, func(r pgx.CollectableRow) (queue.LeasedItem, error) {
-		var it queue.LeasedItem
-		var id, first int64
-		err := r.Scan(&id, &first, &it.Attempts, &it.Reference, &it.Kind, &it.Encoding, &it.Payload, &it.Attributes, &it.SourceQueue)
-		it.ID, it.FirstID, it.LeaseDeadline = uint64(id), uint64(first), queue.FromNanos(deadline)
-		return it, err
-	})
-	if err != nil {
-		return nil, err
-	}
-	// RETURNING has no order.
 	sortLeased(items)
 	return items, nil
+}
+
+// scanLeasedKeys reads the items of a group lease statement (leaseUpdate)
+// and each one's order key, as they come.
+func scanLeasedKeys(rows pgx.Rows, err error) ([]queue.LeasedItem, []int64, error) {
+	return scanLeasedRows(rows, err, true)
+}
+
+func scanLeasedRows(rows pgx.Rows, err error, withKey bool) ([]queue.LeasedItem, []int64, error) {
+	if err != nil {
+		return nil, nil, err
+	}
+	defer rows.Close()
+	var items []queue.LeasedItem
+	var keys []int64
+	for rows.Next() {
+		var it queue.LeasedItem
+		var id, first, key int64
+		var group *string
+		dest := []any{&id, &first, &it.Attempts, &it.Reference, &it.Kind, &it.Encoding, &it.Payload, &it.Attributes, &it.SourceQueue, &group}
+		if withKey {
+			dest = append(dest, &key)
+		}
+		if err := rows.Scan(dest...); err != nil {
+			return nil, nil, err
+		}
+		it.ID, it.FirstID = uint64(id), uint64(first)
+		if group == nil {
+			it.ID = 0
+		} else {
+			it.Group = *group
+		}
+		items, keys = append(items, it), append(keys, key)
+	}
+	return items, keys, rows.Err()
 }
 
 func sortLeased(items []queue.LeasedItem) {
@@ -202,6 +256,10 @@ type insert struct {
 	body      queue.ItemBody
 	lastError string
 	errors    []byte
+	// group is the item's group ("" for none); seq, when not 0, its
+	// GroupSeq (a redriven item that releases a held group), else its id.
+	group string
+	seq   int64
 }
 
 // insertItems inserts items under new ids from the shared sequence, in the
@@ -261,7 +319,23 @@ func insertStatement(queueID uint64, items []insert, ids []int64) (string, []any
 		make([]string, n), make([]string, n), make([]string, n), make([]string, n), make([]*string, n)
 	fps, attrs := make([]string, n), make([][]byte, n)
 	payload, deadAt, redrives := make([][]byte, n), make([]int64, n), make([]int32, n)
+	// Groups and their seqs go as NULL arrays when no item has one (unnest
+	// pads them with NULLs), so that a produce without groups sends nothing
+	// more than before.
+	var groups []*string
+	var seqs []*int64
 	for i, it := range items {
+		if it.group != "" && groups == nil {
+			groups, seqs = make([]*string, n), make([]*int64, n)
+		}
+		if it.group != "" {
+			g := it.group
+			groups[i] = &g
+			if it.seq != 0 {
+				seq := it.seq
+				seqs[i] = &seq
+			}
+		}
 		part[i], state[i], deadline[i], expire[i], created[i], attempts[i] = it.partition, it.state, it.deadline, it.expire, it.created, it.attempts
 		key[i], ref[i], kind[i], enc[i] = it.sourceKey, it.body.Reference, it.body.Kind, it.body.Encoding
 		srcQ[i], srcID[i], reason[i], lastErr[i] = it.body.SourceQueue, it.body.SourceID, it.body.DeadReason, it.lastError
@@ -276,16 +350,18 @@ func insertStatement(queueID uint64, items []insert, ids []int64) (string, []any
 		}
 	}
 	args := []any{int64(queueID), part, state, deadline, expire, created, attempts, key, ref, kind, enc, payload, srcQ, srcID, reason, deadAt, redrives}
-	args = append(args, ids, lastErr, errs, fps, attrs)
+	args = append(args, ids, lastErr, errs, fps, attrs, groups, seqs)
 	return `INSERT INTO styx_items (queue_id, id, partition, state, deadline, expire_deadline, created_at, attempts, source_key,
-		reference, kind, encoding, payload, source_queue, source_id, dead_reason, dead_at, redrive_count, last_error, errors, fingerprint, attributes)
+		reference, kind, encoding, payload, source_queue, source_id, dead_reason, dead_at, redrive_count, last_error, errors, fingerprint, attributes,
+		grp, group_seq)
 		SELECT $1, coalesce(($18::bigint[])[u.ord], nextval('styx_item_ids')), u.part, u.state, u.deadline, u.expire, u.created, u.attempts, u.key,
-			u.ref, u.kind, u.enc, u.payload, u.src_q, u.src_id, u.reason, u.dead_at, u.redrives, u.last_error, u.errs::jsonb, u.fp, u.attrs
+			u.ref, u.kind, u.enc, u.payload, u.src_q, u.src_id, u.reason, u.dead_at, u.redrives, u.last_error, u.errs::jsonb, u.fp, u.attrs,
+			u.grp, u.seq
 		FROM unnest($2::integer[], $3::smallint[], $4::bigint[], $5::bigint[], $6::bigint[], $7::integer[], $8::text[],
 			$9::text[], $10::text[], $11::text[], $12::bytea[], $13::text[], $14::text[], $15::text[], $16::bigint[], $17::integer[],
-			$19::text[], $20::text[], $21::text[], $22::bytea[])
+			$19::text[], $20::text[], $21::text[], $22::bytea[], $23::text[], $24::bigint[])
 			WITH ORDINALITY AS u(part, state, deadline, expire, created, attempts, key, ref, kind, enc, payload, src_q, src_id, reason,
-				dead_at, redrives, last_error, errs, fp, attrs, ord)
+				dead_at, redrives, last_error, errs, fp, attrs, grp, seq, ord)
 		ORDER BY u.ord
 		ON CONFLICT (queue_id, source_key) DO NOTHING`, args
 }
@@ -384,6 +460,10 @@ type death struct {
 	setErrors bool
 	lastError string
 	errors    []byte
+	// partition, group and seq are the item's (a held group's record).
+	partition int32
+	group     string
+	seq       int64
 }
 
 // dlq is what a dead-letter move needs of the dead-letter queue.
@@ -428,13 +508,13 @@ func moveDead(ctx context.Context, tx pgx.Tx, src uint64, srcName string, to dlq
 		moved AS (
 			DELETE FROM styx_items t USING d WHERE t.queue_id=$1 AND t.id=d.id
 			RETURNING t.created_at, t.reference, t.kind, t.encoding, t.payload, t.attributes, t.redrive_count, t.last_error AS old_last_error,
-				t.errors AS old_errors, d.*)
+				t.errors AS old_errors, t.grp AS grp, d.*)
 		INSERT INTO styx_items (queue_id, id, partition, state, expire_deadline, attempts, created_at, source_key,
-			reference, kind, encoding, payload, attributes, source_queue, source_id, dead_reason, dead_at, redrive_count, last_error, errors)
+			reference, kind, encoding, payload, attributes, source_queue, source_id, dead_reason, dead_at, redrive_count, last_error, errors, grp)
 		SELECT $10, nextval('styx_item_ids'), m.part, 0, $12, m.attempts, m.created_at, m.key,
 			m.reference, m.kind, m.encoding, m.payload, m.attributes, $13, m.src_id, m.reason, $14, m.redrive_count,
 			CASE WHEN m.set THEN m.last_error ELSE m.old_last_error END,
-			CASE WHEN m.set THEN m.errs::jsonb ELSE m.old_errors END
+			CASE WHEN m.set THEN m.errs::jsonb ELSE m.old_errors END, m.grp
 		FROM moved m ORDER BY m.id
 		ON CONFLICT (queue_id, source_key) DO NOTHING
 		RETURNING id, last_error`,
@@ -486,7 +566,8 @@ func deleteRefs(ctx context.Context, tx pgx.Tx, queueID uint64, refs []queue.Ite
 	return tag.RowsAffected(), err
 }
 
-// clearItems deletes the items queue.clear selects. It never waits: the
+// clearItems deletes the items queue.clear selects, and with them (a clear
+// of ready or of all items) the queue's held groups. It never waits: the
 // rows it selected at the start of the transaction are locked already
 // (lockRows), and a row another transaction locked since is in the middle
 // of a change (a lease, a lifecycle move) that the clear did not see, so it
@@ -496,6 +577,14 @@ func clearItems(ctx context.Context, tx pgx.Tx, queueID uint64, c queue.ClearPar
 		SELECT id FROM styx_items WHERE queue_id=$1 AND ($2 OR ($3 AND state=0) OR ($4 AND state=2)) FOR UPDATE SKIP LOCKED)
 		DELETE FROM styx_items t USING c WHERE t.queue_id=$1 AND t.id=c.id`,
 		int64(queueID), c.Destructive, c.Queue, c.Scheduled)
+	if err != nil || !(c.Destructive || c.Queue) {
+		return err
+	}
+	// A clear of the queue's items drops its held groups (rule 5): the
+	// items that waited are gone. A record another transaction holds is
+	// being released (or deleted) by it: passed over, never waited for.
+	_, err = tx.Exec(ctx, `WITH h AS MATERIALIZED (SELECT partition, grp FROM styx_held_groups WHERE queue_id=$1 FOR UPDATE SKIP LOCKED)
+		DELETE FROM styx_held_groups t USING h WHERE t.queue_id=$1 AND t.partition=h.partition AND t.grp=h.grp`, int64(queueID))
 	return err
 }
 
@@ -518,18 +607,33 @@ const readyCountCap = 1000
 // readyCounts returns the number of ready items of each of a queue's
 // partitions, each at most readyCountCap, as this transaction sees them
 // (its own inserts included; rows other transactions hold locked are
-// counted). A plain read: it waits for no lock (see "Lock order").
+// counted). A plain read: it waits for no lock (see "Lock order"). With
+// ordered (leasable counts of an ordered queue, now the transaction's
+// time), a partition's grouped items count as its leasable groups
+// (leasableGroupsSQL, at most groupCountCap): a group whose head is
+// leased, scheduled or held counts nothing, however many ready items it
+// holds, so that waiting leases are sent where items are leasable.
 //
 // With one partition there is no choice to make, so nothing is counted: the
 // partition is taken to hold readyCountCap items (a lease that finds fewer
 // marks it empty, as with any partition).
-func readyCounts(ctx context.Context, tx pgx.Tx, queueID uint64, partitions int32) ([]int, error) {
+func readyCounts(ctx context.Context, tx pgx.Tx, queueID uint64, partitions int32, ordered bool, now int64) ([]int, error) {
 	if partitions == 1 {
 		return []int{readyCountCap}, nil
 	}
-	rows, err := tx.Query(ctx, `SELECT p, (SELECT count(*) FROM (SELECT 1 FROM styx_items
-			WHERE queue_id=$1 AND partition=p AND state=0 LIMIT $3) r)
-		FROM generate_series(0, $2::integer - 1) AS p`, int64(queueID), partitions, readyCountCap)
+	var rows pgx.Rows
+	var err error
+	if ordered {
+		rows, err = tx.Query(ctx, leasableGroupsSQL+`, c AS (SELECT p, max(n) AS n FROM g GROUP BY p)
+			SELECT p, least($5, (SELECT count(*) FROM (SELECT 1 FROM styx_items
+					WHERE queue_id=$1 AND partition=p AND state=0 AND grp IS NULL LIMIT $5) r) + coalesce((SELECT n FROM c WHERE c.p=s.p), 0))
+			FROM generate_series(0, $2::integer - 1) AS s(p)`, int64(queueID), partitions, groupCountCap, now, readyCountCap)
+	} else {
+		rows, err = tx.Query(ctx, `SELECT p, least($3, (SELECT count(*) FROM (SELECT 1 FROM styx_items
+				WHERE queue_id=$1 AND partition=p AND state=0 AND grp IS NULL LIMIT $3) r) + (SELECT count(*) FROM (SELECT 1 FROM styx_items
+				WHERE queue_id=$1 AND partition=p AND state=0 AND grp IS NOT NULL LIMIT $3) r))
+			FROM generate_series(0, $2::integer - 1) AS p`, int64(queueID), partitions, readyCountCap)
+	}
 	if err != nil {
 		return nil, fmt.Errorf("count ready items: %w", err)
 	}

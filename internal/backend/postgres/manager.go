@@ -154,7 +154,8 @@ func (m *Manager) reload(ctx context.Context) error {
 	rows, err := m.st.pool.Query(ctx, `SELECT `+queueColumns+`,
 		coalesce((SELECT deadline FROM styx_items i WHERE i.queue_id=q.id AND i.state<>0 ORDER BY deadline LIMIT 1), 0),
 		coalesce((SELECT expire_deadline FROM styx_items i WHERE i.queue_id=q.id AND i.state<>1 AND i.expire_deadline<>0
-			ORDER BY expire_deadline LIMIT 1), 0)
+			ORDER BY expire_deadline LIMIT 1), 0),
+		EXISTS (SELECT 1 FROM styx_held_groups h WHERE h.queue_id=q.id)
 		FROM styx_queues q`)
 	if err != nil {
 		return wrap("load queues", err)
@@ -162,12 +163,15 @@ func (m *Manager) reload(ctx context.Context) error {
 	type loaded struct {
 		info queue.QueueInfo
 		due  int64
+		// held says the queue holds groups (rule 5): its loop checks them.
+		held bool
 	}
 	all, err := pgx.CollectRows(rows, func(r pgx.CollectableRow) (loaded, error) {
 		var q queueRow
 		var timed, expiry int64
-		err := r.Scan(append(q.dest(), &timed, &expiry)...)
-		return loaded{info: q.info(), due: engine.Earliest(timed, expiry)}, err
+		var held bool
+		err := r.Scan(append(q.dest(), &timed, &expiry, &held)...)
+		return loaded{info: q.info(), due: engine.Earliest(timed, expiry), held: held}, err
 	})
 	if err != nil {
 		return wrap("load queues", err)
@@ -205,7 +209,11 @@ func (m *Manager) reload(ctx context.Context) error {
 		go q.Loop.Stop(queue.NotFound(q.name)) // deleted on another node
 	}
 	for _, l := range all {
-		if q := queues[l.info.ID]; q != nil && l.due != 0 {
+		q := queues[l.info.ID]
+		if q != nil && l.held {
+			q.heldHint.Store(true)
+		}
+		if q != nil && (l.due != 0 || l.held) {
 			q.signal(false, l.due)
 		}
 	}

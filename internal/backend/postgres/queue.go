@@ -64,13 +64,25 @@ type Queue struct {
 	// nextDue is the earliest known lifecycle time (Unix ns, 0: none).
 	nextDue  int64
 	lastPoll int64
+	// Item groups (itemgroups.go). grouped marks the partitions leased by
+	// the group rules on a queue that is not ordered (it holds grouped
+	// items, as far as this node knows); groupCursor is, per partition,
+	// the group the last lease took from (the rotation's cursor).
+	grouped     map[int32]bool
+	groupCursor map[int32]string
+	// heldNext is when to check next whether the queue's held groups'
+	// dead items are still in the dead-letter queue (Unix ns, 0: none
+	// known), heldChecked when it was last done; heldHint says another
+	// node may have held groups (the manager's reload saw some).
+	heldNext, heldChecked int64
+	heldHint              atomic.Bool
 	// open is the iteration Begin started, until its Commit (Recover rolls
 	// it back after a panic).
 	open *iteration
 }
 
 func newQueue(m *Manager, info queue.QueueInfo) *Queue {
-	q := &Queue{m: m, name: info.Name, id: info.ID}
+	q := &Queue{m: m, name: info.Name, id: info.ID, grouped: map[int32]bool{}, groupCursor: map[int32]string{}}
 	q.Engine = engine.NewEngine(info.Name, m.cfg.Clock, m.cfg.Metrics)
 	q.Loop.Log = m.cfg.Log
 	// Lifecycle work may be due from before this node started.
@@ -158,6 +170,10 @@ func (q *Queue) Begin(now int64, work []*engine.Request, poll bool) (engine.Tx, 
 	if due := q.dueHint.Swap(0); due != 0 {
 		q.nextDue = engine.Earliest(q.nextDue, due)
 	}
+	if q.heldHint.Swap(false) && q.heldNext == 0 {
+		q.heldNext = max(now, q.heldChecked+int64(heldCheckEvery))
+		q.nextDue = engine.Earliest(q.nextDue, q.heldNext)
+	}
 	lifecycle := q.nextDue != 0 && q.nextDue <= now
 	if len(work) == 0 && !lifecycle && !(serve && q.Loop.Waiters.Len() > 0) {
 		return nil, nil, false
@@ -208,7 +224,7 @@ func (q *Queue) learnDue(ctx context.Context, tx pgx.Tx, it *iteration) error {
 	if next != 0 && next <= it.now {
 		next = it.now + int64(busyBackoff)
 	}
-	q.nextDue = next
+	q.nextDue = engine.Earliest(next, q.heldNext)
 	return nil
 }
 
@@ -246,7 +262,7 @@ func (q *Queue) learnDue(ctx context.Context, tx pgx.Tx, it *iteration) error {
 // that takes no row lock, so the lock order holds); moves and produces of
 // other transactions in flight are not seen.
 func (q *Queue) deadPartitions(ctx context.Context, tx pgx.Tx, dlqID uint64, partitions int32, n int) ([]int32, error) {
-	ready, err := readyCounts(ctx, tx, dlqID, partitions)
+	ready, err := readyCounts(ctx, tx, dlqID, partitions, false, 0)
 	if err != nil {
 		return nil, err
 	}
@@ -332,6 +348,9 @@ func (q *Queue) bury(ctx context.Context, tx pgx.Tx, it *iteration, ds []death) 
 	if _, err := moveDead(ctx, tx, q.id, q.name, dlq{id: to.ID, name: to.Name, expire: int64(to.ExpireTimeout)}, ds, parts, it.now); err != nil {
 		return err
 	}
+	if err := q.holdGroups(ctx, tx, it, to.ID, ds); err != nil {
+		return err
+	}
 	it.wakeQueue(to.ID)
 	it.metrics = append(it.metrics, func() {
 		for reason, n := range reasons {
@@ -344,6 +363,32 @@ func (q *Queue) bury(ctx context.Context, tx pgx.Tx, it *iteration, ds []death) 
 			q.m.signalQueue(to.ID, false, it.now+int64(to.ExpireTimeout))
 		}
 	})
+	return nil
+}
+
+// holdGroups holds the groups of dead items ds that went to dead-letter
+// queue dlqID, when the queue is ordered with GroupHold (rule 5), and has
+// the lifecycle check them within a second.
+func (q *Queue) holdGroups(ctx context.Context, tx pgx.Tx, it *iteration, dlqID uint64, ds []death) error {
+	if !it.info.Ordered || it.info.GroupDeadPolicy != queue.GroupHold {
+		return nil
+	}
+	var hs []heldGroup
+	for _, d := range ds {
+		if d.group != "" {
+			hs = append(hs, heldGroup{partition: d.partition, group: d.group, deadKey: queue.SourceKey(d.reason, q.name, uint64(d.id)), seq: d.seq})
+		}
+	}
+	if len(hs) == 0 {
+		return nil
+	}
+	if err := holdGroups(ctx, tx, q.id, dlqID, hs, it.now); err != nil {
+		return wrapGroups("hold groups", err)
+	}
+	if q.heldNext == 0 {
+		q.heldNext = it.now + int64(heldCheckEvery)
+		q.nextDue = engine.Earliest(q.nextDue, q.heldNext)
+	}
 	return nil
 }
 
@@ -412,7 +457,11 @@ func (q *Queue) Stats(ctx context.Context) (queue.Stats, error) {
 		s.DeadByReason[reason] += int(n)
 		s.DeadBySource[src] += int(n)
 	}
-	return s, wrap("stats", rows.Err())
+	if err := rows.Err(); err != nil {
+		return s, wrap("stats", err)
+	}
+	s.HeldGroups, s.HeldTotal, err = heldStats(ctx, q.m.st.pool, info.ID)
+	return s, wrap("stats", err)
 }
 
 // List implements queue.Queue (ListPage with no byte bound).

@@ -337,6 +337,11 @@ SELECT queue_id, dead_reason, source_queue, 0, count(*) FROM styx_items WHERE de
 
 CREATE INDEX styx_items_scheduled ON styx_items (queue_id, partition, id) WHERE state = 2;
 `,
+	// 13: item groups (issue 37; itemgroups.go): an item's group and
+	// GroupSeq, a queue's ordered and group_dead_policy, the held groups,
+	// and the indexes that lease by group; styx_items_ready is re-created
+	// for the items without a group.
+	groupsMigration,
 }
 
 // countedColumns are the columns of styx_items that the counts trigger

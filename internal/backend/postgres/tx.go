@@ -139,8 +139,33 @@ func (it *iteration) Due() (leases, expired []engine.Item, err error) {
 	if readied > 0 {
 		it.wakeQueue(it.q.id)
 	}
+	if err := it.checkHeld(); err != nil {
+		return nil, nil, err
+	}
 	it.more = len(ls) == lifecycleBatch || len(xs) == lifecycleBatch || readied == lifecycleBatch
 	return it.hold(ls), it.hold(xs), nil
+}
+
+// checkHeld releases, when due (Queue.heldNext), the held groups whose
+// dead item left the dead-letter queue (rule 5(b); releaseGone), and
+// schedules the next check a second later while groups are held.
+func (it *iteration) checkHeld() error {
+	q := it.q
+	if q.heldNext == 0 || q.heldNext > it.now {
+		return nil
+	}
+	released, left, err := releaseGone(it.ctx, it.tx, q.id)
+	if err != nil {
+		return wrapGroups("release held groups", err)
+	}
+	q.heldChecked, q.heldNext = it.now, 0
+	if released > 0 {
+		it.wakeQueue(q.id)
+	}
+	if left > 0 {
+		q.heldNext = it.now + int64(heldCheckEvery)
+	}
+	return nil
 }
 
 // Item implements engine.Tx from the rows Lock locked.
@@ -201,7 +226,8 @@ func (it *iteration) Kill(v engine.Item, reason string, h *queue.ItemErrors) (bo
 		return false, err
 	}
 	delete(it.rows, x.id)
-	d := death{id: x.id, reason: reason, attempts: v.Attempts, sourceKey: x.sourceKey}
+	d := death{id: x.id, reason: reason, attempts: v.Attempts, sourceKey: x.sourceKey, partition: x.partition, group: x.group, seq: x.seq}
+	it.groupChanged(x.group)
 	if h != nil {
 		d.setErrors, d.lastError, d.errors = true, h.LastError, encodeErrors(*h)
 	}
@@ -220,8 +246,18 @@ func (it *iteration) Complete(xs []engine.Item) error {
 		}
 		delete(it.rows, x.id)
 		it.completed = append(it.completed, x.id)
+		it.groupChanged(x.group)
 	}
 	return nil
+}
+
+// groupChanged notes that an item of group g left its queue (completed,
+// dead, deleted): on an ordered queue the group's next item may be its
+// head now, so the waiting leases of every node look again.
+func (it *iteration) groupChanged(g string) {
+	if g != "" && it.info.Ordered {
+		it.wakeQueue(it.q.id)
+	}
 }
 
 // Requeued implements engine.Tx, after the changes gathered so far (a
@@ -263,7 +299,7 @@ func (it *iteration) ReadyCounts() ([]int, error) {
 	if err := it.flush(); err != nil {
 		return nil, err
 	}
-	return readyCounts(it.ctx, it.tx, it.q.id, max(it.info.Partitions, 1))
+	return readyCounts(it.ctx, it.tx, it.q.id, max(it.info.Partitions, 1), it.info.Ordered, it.now)
 }
 
 // Produce implements engine.Tx.
@@ -273,9 +309,12 @@ func (it *iteration) Produce(n int32, items []queue.ProduceItem, expire int64) e
 		return err
 	}
 	for _, pi := range items {
-		in := insert{partition: n, state: stateReady, created: it.now,
+		in := insert{partition: n, state: stateReady, created: it.now, group: pi.Group,
 			body: queue.ItemBody{Reference: pi.Reference, Kind: pi.Kind, Encoding: pi.Encoding, Payload: pi.Payload,
 				Attributes: pi.Attributes}}
+		if pi.Group != "" {
+			it.q.grouped[n] = true
+		}
 		it.q.place(it, &in, queue.Nanos(pi.EnqueueAt), expire)
 		it.inserts = append(it.inserts, in)
 	}
@@ -289,9 +328,28 @@ func (it *iteration) Redrive(n int32, items []queue.RedriveItem, expire int64) e
 	if err != nil {
 		return err
 	}
+	// A redriven item of a held group releases it and takes its seq, so
+	// that it is the group's head (rule 5(a)): the first of the group here.
+	var groups []string
+	for _, ri := range items {
+		if ri.Group != "" && !slices.Contains(groups, ri.Group) {
+			groups = append(groups, ri.Group)
+		}
+	}
+	var released map[string]int64
+	if len(groups) > 0 {
+		if released, err = releaseHeld(it.ctx, it.tx, it.q.id, n, groups); err != nil {
+			return wrapGroups("release held groups", err)
+		}
+		it.q.grouped[n] = true
+	}
 	for _, ri := range items {
 		key := ri.SourceKey
-		in := insert{partition: n, state: stateReady, created: it.now, sourceKey: &key, body: ri.Body}
+		in := insert{partition: n, state: stateReady, created: it.now, sourceKey: &key, body: ri.Body, group: ri.Group}
+		if seq, ok := released[ri.Group]; ok {
+			in.seq = seq
+			delete(released, ri.Group)
+		}
 		if !ri.Errors.IsZero() {
 			in.lastError, in.errors = ri.Errors.LastError, encodeErrors(ri.Errors)
 		}
@@ -303,15 +361,50 @@ func (it *iteration) Redrive(n int32, items []queue.RedriveItem, expire int64) e
 
 // Lease implements engine.Tx in one statement (SKIP LOCKED: rows another
 // node holds are passed over). Every item is durable: a commit is.
+//
+// An ordered queue's partition is leased by the group rules
+// (leaseGroups); so is a fair queue's once the node knows it holds grouped
+// items (grouped: it produced some, or a plain lease reported some). A
+// plain lease, the statement of a queue without groups, takes the items
+// without a group and reports grouped ready items when it found fewer than
+// wanted: the rest of the batch is then leased by the group rules, and the
+// partition from then on (until a group lease finds no grouped item).
 func (it *iteration) Lease(n int32, want int, deadline int64) ([]queue.LeasedItem, bool, error) {
 	if err := it.flush(); err != nil {
 		return nil, false, err
 	}
-	items, err := lease(it.ctx, it.tx, it.q.id, n, want, deadline, it.now)
-	if len(items) > 0 {
-		it.q.nextDue = engine.Earliest(it.q.nextDue, deadline)
+	q := it.q
+	var items []queue.LeasedItem
+	if !it.info.Ordered && !q.grouped[n] {
+		got, grouped, err := lease(it.ctx, it.tx, q.id, n, want, deadline, it.now)
+		if err != nil {
+			return nil, false, err
+		}
+		if len(got) > 0 {
+			q.nextDue = engine.Earliest(q.nextDue, deadline)
+		}
+		if !grouped {
+			return got, true, nil
+		}
+		q.grouped[n] = true
+		items, want = got, want-len(got)
 	}
-	return items, true, err
+	cursor := q.groupCursor[n]
+	got, err := leaseGroups(it.ctx, it.tx, q.id, n, want, deadline, it.now, it.info.Ordered, cursor)
+	if err != nil {
+		return nil, false, err
+	}
+	if len(got) > 0 {
+		q.nextDue = engine.Earliest(q.nextDue, deadline)
+		q.groupCursor[n] = nextCursor(cursor, got)
+	}
+	if !it.info.Ordered && len(got) < want && !slices.ContainsFunc(got, func(x queue.LeasedItem) bool { return x.Group != "" }) {
+		delete(q.grouped, n) // no grouped item was ready: the plain lease again
+	}
+	for i := range got {
+		got[i].LeaseDeadline = queue.FromNanos(deadline)
+	}
+	return append(items, got...), true, nil
 }
 
 // Held implements engine.Tx.
@@ -334,7 +427,10 @@ func (it *iteration) Import(n int32, items []queue.Item) ([]queue.Item, error) {
 	for i, si := range items {
 		m := si.Meta
 		in := insert{partition: n, state: stateReady, created: queue.Nanos(m.CreatedAt), attempts: m.Attempts,
-			body: si.Body, lastError: si.Errors.LastError, errors: encodeErrors(si.Errors)}
+			body: si.Body, lastError: si.Errors.LastError, errors: encodeErrors(si.Errors), group: m.Group}
+		if m.Group != "" {
+			it.q.grouped[n] = true
+		}
 		if m.SourceKey != "" {
 			in.sourceKey = &m.SourceKey
 		}
@@ -360,6 +456,9 @@ func (it *iteration) Import(n int32, items []queue.Item) ([]queue.Item, error) {
 	for j, si := range items {
 		out[j] = si
 		out[j].Meta.ID, out[j].Meta.BodyID = uint64(ids[j]), uint64(ids[j])
+		if si.Meta.Group != "" {
+			out[j].Meta.GroupSeq = uint64(ids[j])
+		}
 		if si.Meta.SourceKey != "" && !inserted[ids[j]] {
 			lost = append(lost, si.Meta.SourceKey)
 		}
@@ -385,6 +484,9 @@ func (it *iteration) Delete(refs []queue.ItemRef, exceptLeased bool) (int, error
 		return 0, err
 	}
 	n, err := deleteRefs(it.ctx, it.tx, it.q.id, refs, exceptLeased)
+	if n > 0 && it.info.Ordered {
+		it.wakeQueue(it.q.id) // a group's head may have gone
+	}
 	return int(n), err
 }
 
