@@ -29,13 +29,7 @@ func openSchema(t *testing.T) queuetest.Open {
 // TestConformance runs the queue-semantics suite on PostgreSQL, each row in
 // a schema of its own.
 func TestConformance(t *testing.T) {
-	queuetest.Run(t, openSchema(t),
-		queuetest.Skip{Row: "GroupsAreIndependent", Reason: "the row expects the oldest leasable group first (h0 before b1); " +
-			"PostgreSQL leases an ordered queue's groups round-robin in group order from a cursor (itemgroups.go), which " +
-			"queue/itemgroups.go allows; TestGroupsIndependentRoundRobin checks the rule itself"},
-		queuetest.Skip{Row: "GroupScheduledHeadWaits", Reason: "the row leases b1 and never completes it: its 10 s lease " +
-			"ends within the minute the row then waits, and b1 is leasable again on any backend; " +
-			"TestGroupScheduledHeadWaits is the row with b1 completed"})
+	queuetest.Run(t, openSchema(t))
 }
 
 // TestEngineContract runs the engine.Tx contract suite on PostgreSQL, each
