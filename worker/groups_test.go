@@ -30,8 +30,6 @@ import (
 // gate) are not built yet (issue 37): TestOrderedGroups skips them. Remove
 // a backend once it keeps groups.
 var groupsPending = map[string]string{
-	"memory":   "issue 37: item groups on the embedded backend are being built",
-	"pebble":   "issue 37: item groups on the embedded backend are being built",
 	"postgres": "issue 37: item groups on PostgreSQL are being built",
 }
 

@@ -43,14 +43,10 @@ func openPebble(t *testing.T, clk clock.Clock) queue.Queues {
 }
 
 // TestConformanceMemory runs the queue-semantics suite on the memory store.
-func TestConformanceMemory(t *testing.T) {
-	queuetest.Run(t, openMemory, queuetest.GroupsPending("issue 37: item groups on the embedded backend are being built")...)
-}
+func TestConformanceMemory(t *testing.T) { queuetest.Run(t, openMemory) }
 
 // TestConformancePebble runs the queue-semantics suite on Pebble.
-func TestConformancePebble(t *testing.T) {
-	queuetest.Run(t, openPebble, queuetest.GroupsPending("issue 37: item groups on the embedded backend are being built")...)
-}
+func TestConformancePebble(t *testing.T) { queuetest.Run(t, openPebble) }
 
 // TestEngineContractMemory runs the engine.Tx contract suite on the memory
 // store.

@@ -113,7 +113,10 @@ func (l *Logical) byID(ctx context.Context, partitions int32, ids []uint64) iter
 	}
 }
 
-// takeRedriven inserts redriven items into partition p (Tx.Redrive).
+// takeRedriven inserts redriven items into partition p (Tx.Redrive). An
+// item of a group the partition holds (GroupHold) takes the dead item's
+// GroupSeq, so that it is its group's head, and releases the group in the
+// same batch.
 func (l *Logical) takeRedriven(it *iteration, p *partition, items []queue.RedriveItem, expire int64) {
 	for _, ri := range items {
 		if l.duplicate(ri.SourceKey, it.now) {
@@ -121,10 +124,18 @@ func (l *Logical) takeRedriven(it *iteration, p *partition, items []queue.Redriv
 		}
 		id := l.allocID(it)
 		x := &item{id: id, bodyID: id, created: it.now, expire: expire, state: stateReady, src: newSource(ri.SourceKey)}
-		p.add(x)
+		seq := id
+		h := l.held[heldKey{p.num, ri.Group}]
+		if ri.Group != "" && h != nil {
+			seq = h.Seq
+		}
+		p.addGrouped(x, ri.Group, seq)
+		if ri.Group != "" && h != nil {
+			l.release(it, h)
+		}
 		l.setSourceKey(ri.SourceKey, x)
 		body := ri.Body
-		it.batch.Insert(p.num, x.meta(), body, ri.Errors)
+		it.batch.Insert(p.num, p.meta(x), body, ri.Errors)
 		x.hasErrs = !ri.Errors.IsZero()
 		l.addBody(it, x.bodyID, &body)
 	}

@@ -174,7 +174,7 @@ func (l *Logical) sendDeadLetters(now int64) {
 				b.DeadAt = queue.FromNanos(x.deadline) // a dying item's time of death
 				op.items = append(op.items, deadItem{
 					sourceKey: queue.SourceKey(reason, l.name, x.id), attempts: x.attempts, created: x.created,
-					body: b, errors: e, reason: reason, partition: p.num, id: x.id, item: x,
+					body: b, errors: e, reason: reason, group: p.groupOf(x), partition: p.num, id: x.id, item: x,
 				})
 			}
 		}
@@ -275,13 +275,20 @@ func (l *Logical) moved(res moveResult) {
 // takeDead inserts the items of a move into this (dead-letter) queue, each
 // into the partition with the fewest ready items counting those placed
 // before it (produceTo, item by item: the rule of every backend; see
-// engine/distribution.go). Runs in the dead-letter queue's loop.
+// engine/distribution.go), or, with a group, its group's partition
+// (queue.GroupPartition, as a produce), where its GroupSeq is its new id.
+// Runs in the dead-letter queue's loop.
 func (l *Logical) takeDead(it *iteration, op *deadLetterOp) {
 	for _, d := range op.items {
 		if l.duplicate(d.sourceKey, it.now) {
 			continue // a copy from an interrupted earlier move
 		}
-		p := l.deadTo()
+		var p *partition
+		if d.group != "" {
+			p = l.parts[queue.GroupPartition(d.group, l.info.Partitions)]
+		} else {
+			p = l.deadTo()
+		}
 		id := l.allocID(it)
 		deadAt := queue.Nanos(d.body.DeadAt)
 		x := &item{id: id, bodyID: id, created: d.created, attempts: d.attempts, state: stateReady, src: newSource(d.sourceKey),
@@ -290,11 +297,11 @@ func (l *Logical) takeDead(it *iteration, op *deadLetterOp) {
 			// A dead item's retention counts from its death.
 			x.expire = deadAt + int64(l.info.ExpireTimeout)
 		}
-		p.add(x)
+		p.addGrouped(x, d.group, id)
 		l.setSourceKey(d.sourceKey, x)
 		l.addToGroup(x, p.num, fingerprint.Of(d.errors.LastError), deadAt, d.errors.LastError)
 		body := d.body
-		it.batch.Insert(p.num, x.meta(), body, d.errors)
+		it.batch.Insert(p.num, p.meta(x), body, d.errors)
 		l.addBody(it, x.bodyID, &body)
 	}
 	// Answered on op.result (pendingReply.send) once durable.

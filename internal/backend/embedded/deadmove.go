@@ -13,6 +13,8 @@ type deadItem struct {
 	body      queue.ItemBody
 	errors    queue.ItemErrors
 	reason    string
+	// group is the item's group, "" for none: the dead copy keeps it.
+	group string
 	// partition and id in the source queue
 	partition int32
 	id        uint64

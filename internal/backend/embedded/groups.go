@@ -102,10 +102,11 @@ func (l *Logical) moveToGroupTail(x *item) {
 	}
 }
 
-// loadedDead is a dead item found by load, with what its metadata says.
+// loadedDead is a dead item found by load, in partition p, with what its
+// metadata says.
 type loadedDead struct {
 	x      *item
-	part   int32
+	p      *partition
 	fp     string
 	deadAt int64
 }
@@ -118,7 +119,7 @@ func (l *Logical) loadGroups(ctx context.Context, dead []loadedDead) error {
 	missing := map[int32][]int{}
 	for i, d := range dead {
 		if d.fp == "" {
-			missing[d.part] = append(missing[d.part], i)
+			missing[d.p.num] = append(missing[d.p.num], i)
 		}
 	}
 	for part, idx := range missing {
@@ -138,7 +139,7 @@ func (l *Logical) loadGroups(ctx context.Context, dead []loadedDead) error {
 				if d.deadAt == 0 {
 					d.deadAt = queue.Nanos(bodies[j].DeadAt)
 				}
-				m := d.x.meta()
+				m := d.p.meta(d.x)
 				m.Fingerprint = d.fp
 				if m.DeadAt.IsZero() {
 					m.DeadAt = queue.FromNanos(d.deadAt)
@@ -153,7 +154,7 @@ func (l *Logical) loadGroups(ctx context.Context, dead []loadedDead) error {
 	slices.SortFunc(dead, func(a, b loadedDead) int { return cmp.Compare(a.x.id, b.x.id) })
 	l.groups = make(map[groupKey]*group)
 	for _, d := range dead {
-		l.addToGroup(d.x, d.part, d.fp, d.deadAt, "")
+		l.addToGroup(d.x, d.p.num, d.fp, d.deadAt, "")
 	}
 	return nil
 }

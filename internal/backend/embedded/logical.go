@@ -98,6 +98,10 @@ type Logical struct {
 	// groups are the error groups of the dead items the queue holds as a
 	// dead-letter queue (groups.go).
 	groups map[groupKey]*group
+	// held are the item groups a dead item holds (heldgroups.go); nHeld
+	// is their number, read by the Manager's checker.
+	held  map[heldKey]*heldGroup
+	nHeld atomic.Int64
 	// toSend lists dying items to send to the dead-letter queue (entries
 	// may be stale; see dying.valid).
 	toSend []dying
@@ -183,6 +187,7 @@ func newLogical(cfg Config, info queue.QueueInfo, lookup func(string) *Logical) 
 		sourceKeys: make(map[string]*item),
 		dead:       newDeadCounts(),
 		groups:     make(map[groupKey]*group),
+		held:       make(map[heldKey]*heldGroup),
 		deferred:   make(map[*item]*deferredReply),
 	}
 	l.Engine = engine.NewEngine(info.Name, cfg.Clock, cfg.Metrics)
@@ -324,10 +329,16 @@ func (l *Logical) applyConfig(info queue.QueueInfo) error {
 	if info.ID != l.queueID {
 		return fmt.Errorf("queue '%s': config for queue id %d", l.name, info.ID)
 	}
+	regroup := info.Ordered != l.info.Ordered
 	l.info = info
 	l.cfg.Metrics.InitQueue(info.Name, info.DeadQueue)
 	for n := int32(len(l.parts)); n < info.Partitions; n++ {
-		l.parts = append(l.parts, newPartition(n))
+		l.parts = append(l.parts, newPartition(n, info.Ordered))
+	}
+	if regroup {
+		for _, p := range l.parts {
+			p.regroup(info.Ordered)
+		}
 	}
 	return nil
 }
@@ -427,7 +438,7 @@ func readsOnly(reqs []*engine.Request, err error) []*engine.Request {
 	kept := reqs[:0:0]
 	for _, r := range reqs {
 		switch r.Op.(type) {
-		case *statsOp, *gaugeOp, *scheduledOp, *groupsOp, *reloadOp, *resumeOp:
+		case *statsOp, *gaugeOp, *scheduledOp, *groupsOp, *reloadOp, *resumeOp, *heldListOp, *holdsKeysOp:
 			kept = append(kept, r)
 		default:
 			answer(r, err)
@@ -476,20 +487,30 @@ func (l *Logical) load() {
 		if err != nil {
 			break
 		}
-		p := newPartition(int32(i))
+		p := newPartition(int32(i), l.info.Ordered)
 		err = l.cfg.Store.LoadItems(ctx, l.queueID, int32(i), func(m queue.ItemMeta) error {
 			it := itemFromMeta(m, now)
-			p.add(it)
+			if m.Group != "" {
+				p.index().loading = true
+			}
+			p.addGrouped(it, m.Group, m.GroupSeq)
 			if it.src != nil {
 				keys[it.src.key] = it
 				if it.isDeadCopy() {
-					dead = append(dead, loadedDead{x: it, part: int32(i), fp: m.Fingerprint, deadAt: queue.Nanos(m.DeadAt)})
+					dead = append(dead, loadedDead{x: it, p: p, fp: m.Fingerprint, deadAt: queue.Nanos(m.DeadAt)})
 				}
 			}
 			last = max(last, m.ID)
 			return nil
 		})
+		if p.groups != nil {
+			p.groups.endLoad()
+		}
 		parts[i] = p
+	}
+	var held map[heldKey]*heldGroup
+	if err == nil {
+		held, err = l.loadHeld(ctx, parts)
 	}
 	if err == nil {
 		err = l.loadGroups(ctx, dead)
@@ -505,6 +526,7 @@ func (l *Logical) load() {
 	}
 	l.loadErr = nil
 	l.parts, l.sourceKeys, l.lastID = parts, keys, last
+	l.setHeld(held)
 	l.dedup = dedup
 	l.dead = newDeadCounts()
 	for k := range keys {
@@ -601,11 +623,12 @@ func (l *Logical) deadTo() *partition {
 	return l.parts[n]
 }
 
-// readyCounts returns each partition's number of ready items.
+// readyCounts returns each partition's number of items a lease may take
+// (partition.leasable: its ready items, unless groups hold some back).
 func (l *Logical) readyCounts() []int {
 	ready := make([]int, len(l.parts))
 	for i, p := range l.parts {
-		ready[i] = p.nReady
+		ready[i] = p.leasable()
 	}
 	return ready
 }
@@ -620,7 +643,7 @@ func (l *Logical) kill(it *iteration, p *partition, x *item, reason string) queu
 	if l.info.DeadQueue == "" {
 		l.drop(it, p, x)
 	} else {
-		it.batch.Update(p.num, x.meta())
+		it.batch.Update(p.num, p.meta(x))
 		l.toSend = append(l.toSend, dying{p: p, x: x})
 		it.wait = true // the move starts once the decision is durable
 	}
@@ -644,6 +667,7 @@ func (l *Logical) drop(it *iteration, p *partition, x *item) {
 
 // removeItem deletes an item from memory and, in the batch, from storage.
 func (l *Logical) removeItem(it *iteration, p *partition, x *item) {
+	m := p.meta(x) // before remove: it takes x's group entry
 	p.remove(x)
 	l.removeFromGroup(x)
 	l.bodies.drop(x.bodyID)
@@ -659,7 +683,7 @@ func (l *Logical) removeItem(it *iteration, p *partition, x *item) {
 		delete(l.deferred, x)
 		it.after = append(it.after, func(error) { l.settle(d) })
 	}
-	it.batch.Delete(p.num, x.meta(), x.hasErrs)
+	it.batch.Delete(p.num, m, x.hasErrs)
 }
 
 // setSourceKey records x as the item of source key k.
@@ -780,15 +804,23 @@ func (l *Logical) stats(now int64) queue.Stats {
 	if found {
 		s.Oldest = time.Unix(0, oldest)
 	}
+	s.HeldGroups, s.HeldTotal = l.heldList(), len(l.held)
 	return s
 }
 
+// clearItems removes the items c selects; a clear of the ready items or of
+// every item releases the held groups too.
 func (l *Logical) clearItems(it *iteration, c queue.ClearParams) {
 	for _, p := range l.parts {
 		for _, x := range p.items {
 			if c.Destructive || (c.Queue && x.state == stateReady) || (c.Scheduled && x.state == stateScheduled) {
 				l.removeItem(it, p, x)
 			}
+		}
+	}
+	if c.Destructive || c.Queue {
+		for _, h := range l.held {
+			l.release(it, h)
 		}
 	}
 }
@@ -824,7 +856,7 @@ func (l *Logical) scheduledItems(it *iteration, op *scheduledOp) ([]queue.Item, 
 		if f := it.fresh[x.bodyID]; f != nil {
 			b = *f
 		}
-		item := queue.Item{Partition: p.num, Meta: x.meta(), Body: b, Errors: errs[i]}
+		item := queue.Item{Partition: p.num, Meta: p.meta(x), Body: b, Errors: errs[i]}
 		if !page.Take(&item) {
 			break
 		}

@@ -106,7 +106,7 @@ func (it *iteration) Histories(xs []engine.Item) ([]queue.ItemErrors, error) {
 // setHistory stores x's new history.
 func (it *iteration) setHistory(p *partition, x *item, h *queue.ItemErrors) {
 	if h != nil {
-		it.batch.SetErrors(p.num, x.meta(), *h)
+		it.batch.SetErrors(p.num, p.meta(x), *h)
 		x.hasErrs = true
 	}
 }
@@ -129,7 +129,7 @@ func (it *iteration) Requeue(v engine.Item, e queue.Ending, h *queue.ItemErrors,
 	} else {
 		p.setStateAt(x, stateReady, 0)
 	}
-	it.batch.Requeue(p.num, old, x.meta())
+	it.batch.Requeue(p.num, old, p.meta(x))
 	if newID != nil {
 		*newID = x.id
 	}
@@ -147,7 +147,11 @@ func (it *iteration) Kill(v engine.Item, reason string, h *queue.ItemErrors) (bo
 	it.setHistory(p, x, h)
 	x.attempts = v.Attempts
 	it.l.kill(it, p, x, reason)
-	return x.state == stateDying && p.items[x.id] == x, nil
+	dying := x.state == stateDying && p.items[x.id] == x
+	if dying && x.grouped {
+		it.l.holdGroup(it, p, x, reason)
+	}
+	return dying, nil
 }
 
 // Complete implements Tx.
@@ -183,7 +187,7 @@ func (it *iteration) Renew(xs []engine.Item, deadline int64) error {
 			return err
 		}
 		p.setDeadline(x, deadline)
-		it.batch.Update(p.num, x.meta())
+		it.batch.Update(p.num, p.meta(x))
 	}
 	return nil
 }
@@ -201,28 +205,39 @@ func (it *iteration) Produce(n int32, items []queue.ProduceItem, expire int64) e
 		if !pi.EnqueueAt.IsZero() {
 			x.state, x.deadline = stateScheduled, queue.Nanos(pi.EnqueueAt)
 		}
-		p.add(x)
+		p.addGrouped(x, pi.Group, id)
 		body := &queue.ItemBody{Reference: pi.Reference, Kind: pi.Kind, Encoding: pi.Encoding, Payload: pi.Payload, Attributes: pi.Attributes}
-		it.batch.InsertBody(p.num, x.meta(), body)
+		it.batch.InsertBody(p.num, p.meta(x), body)
 		l.addBody(it, x.bodyID, body)
 	}
 	return nil
 }
 
-// Lease implements Tx: the oldest ready items of the partition, with their
-// bodies (from this iteration's inserts, the body cache or one read).
+// Lease implements Tx: the oldest ready items of the partition (by the
+// rules of their groups when the partition holds grouped items:
+// itemgroups.go), with their bodies (from this iteration's inserts, the
+// body cache or one read).
 func (it *iteration) Lease(n int32, want int, deadline int64) ([]queue.LeasedItem, bool, error) {
 	l, p := it.l, it.l.parts[n]
 	var items []*item
-	for len(items) < want {
-		x := p.popReady()
-		if x == nil {
-			break
+	if p.groups == nil {
+		for len(items) < want {
+			x := p.popReady()
+			if x == nil {
+				break
+			}
+			x.attempts++
+			p.setStateAt(x, stateLeased, deadline)
+			it.batch.Lease(p.num, x.baseMeta())
+			items = append(items, x)
 		}
-		x.attempts++
-		p.setStateAt(x, stateLeased, deadline)
-		it.batch.Lease(p.num, x.meta())
-		items = append(items, x)
+	} else {
+		p.groups.leaseItems(p, want, func(x *item) {
+			x.attempts++
+			p.setStateAt(x, stateLeased, deadline)
+			it.batch.Lease(p.num, p.meta(x))
+			items = append(items, x)
+		})
 	}
 	bodies, err := l.leasedBodies(it, p, items)
 	if err != nil {
@@ -234,7 +249,7 @@ func (it *iteration) Lease(n int32, want int, deadline int64) ([]queue.LeasedIte
 		b := bodies[x.bodyID]
 		out[i] = queue.LeasedItem{ID: x.id, FirstID: x.bodyID, Attempts: x.attempts, LeaseDeadline: time.Unix(0, deadline).UTC(),
 			Encoding: b.Encoding, Kind: b.Kind, Reference: b.Reference, Payload: b.Payload, Attributes: b.Attributes,
-			SourceQueue: b.SourceQueue}
+			SourceQueue: b.SourceQueue, Group: p.groupOf(x)}
 		newest = max(newest, x.id)
 	}
 	return out, newest <= l.pipe.durableID.Load(), nil
@@ -276,7 +291,7 @@ func (it *iteration) Held(n int32, keys []string) (map[string]queue.Item, error)
 		if !ok { // inserted earlier in this iteration
 			h = queue.Item{Body: *it.fresh[x.bodyID]}
 		}
-		h.Partition, h.Meta = n, x.meta()
+		h.Partition, h.Meta = n, l.partOf(x, n).meta(x)
 		out[x.src.key] = h
 	}
 	return out, nil
@@ -297,14 +312,15 @@ func (it *iteration) Import(n int32, items []queue.Item) ([]queue.Item, error) {
 		case !m.EnqueueAt.IsZero():
 			x.state, x.deadline = stateScheduled, queue.Nanos(m.EnqueueAt)
 		}
-		p.add(x)
+		p.addGrouped(x, m.Group, id)
 		if x.src != nil {
 			l.setSourceKey(m.SourceKey, x)
 		}
 		body := si.Body
-		it.batch.Insert(p.num, x.meta(), body, si.Errors)
+		meta := p.meta(x)
+		it.batch.Insert(p.num, meta, body, si.Errors)
 		l.addBody(it, x.bodyID, &body)
-		out[i] = queue.Item{Partition: p.num, Meta: x.meta(), Body: body, Errors: si.Errors}
+		out[i] = queue.Item{Partition: p.num, Meta: meta, Body: body, Errors: si.Errors}
 	}
 	return out, nil
 }
@@ -440,7 +456,7 @@ func (l *Logical) editItem(it *iteration, ref queue.ItemRef, edit func(*queue.It
 	if err != nil {
 		return queue.Item{}, fmt.Errorf("read item %d: %w", x.id, err)
 	}
-	cur := queue.Item{Partition: p.num, Meta: x.meta(), Body: bodies[0], Errors: errs[0]}
+	cur := queue.Item{Partition: p.num, Meta: p.meta(x), Body: bodies[0], Errors: errs[0]}
 	if b := it.fresh[x.bodyID]; b != nil {
 		cur.Body = *b
 	} else if b := l.bodies.get(x.bodyID); b != nil {
@@ -449,8 +465,8 @@ func (l *Logical) editItem(it *iteration, ref queue.ItemRef, edit func(*queue.It
 	if err := edit(&cur); err != nil {
 		return queue.Item{}, err
 	}
-	it.batch.SetBody(p.num, x.meta(), cur.Body)
-	it.batch.SetErrors(p.num, x.meta(), cur.Errors)
+	it.batch.SetBody(p.num, p.meta(x), cur.Body)
+	it.batch.SetErrors(p.num, p.meta(x), cur.Errors)
 	x.hasErrs = true
 	l.bodies.drop(x.bodyID)
 	if it.fresh[x.bodyID] != nil {

@@ -27,12 +27,15 @@ type Manager struct {
 	mu      sync.RWMutex
 	queues  map[string]*Logical
 	closed  bool
+	// checker releases held groups (heldgroups.go).
+	checker heldChecker
 }
 
 // NewManager starts a logical queue for every stored queue. Each loads its
 // items in its own goroutine; requests wait for the load.
 func NewManager(ctx context.Context, cfg Config) (*Manager, error) {
-	m := &Manager{cfg: cfg, queues: make(map[string]*Logical)}
+	m := &Manager{cfg: cfg, queues: make(map[string]*Logical),
+		checker: heldChecker{stop: make(chan struct{}), done: make(chan struct{})}}
 	infos, err := cfg.Store.ListQueues(ctx, queue.ListQueuesParams{})
 	if err != nil {
 		return nil, fmt.Errorf("list queues: %w", err)
@@ -44,6 +47,7 @@ func NewManager(ctx context.Context, cfg Config) (*Manager, error) {
 	for _, info := range infos {
 		m.queues[info.Name] = newLogical(cfg, info, m.lookup)
 	}
+	go m.runHeldChecks()
 	return m, nil
 }
 
@@ -192,8 +196,10 @@ func (m *Manager) Delete(ctx context.Context, name string) error {
 	return err
 }
 
-// Close stops every logical queue, finishing the requests each has taken.
+// Close stops the held-group checker and every logical queue, finishing
+// the requests each has taken.
 func (m *Manager) Close() {
+	m.stopHeldChecks()
 	engine.CloseAll(&m.mu, &m.closed, m.queues)
 }
 

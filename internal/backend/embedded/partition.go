@@ -41,6 +41,10 @@ type item struct {
 	failed bool
 	// reason is the dead reason (dying only), as a code (reasonCode).
 	reason uint8
+	// grouped says the item has a group: its entry is in its partition's
+	// groupIndex (itemgroups.go). A flag in the struct's padding, so that
+	// the items without a group pay nothing for groups.
+	grouped bool
 	// src is set on dead items in a dead-letter queue, redriven items and
 	// items imported with a source_id: their source key and error group.
 	// A pointer, so that the other items (most of them) pay 8 bytes for it.
@@ -81,8 +85,9 @@ func (it *item) deadEntry() *deadEntry {
 	return it.src.dead
 }
 
-// meta returns the item's stored form.
-func (it *item) meta() queue.ItemMeta {
+// baseMeta returns the item's stored form without its group: use
+// partition.meta, which adds it.
+func (it *item) baseMeta() queue.ItemMeta {
 	m := queue.ItemMeta{
 		ID:             it.id,
 		BodyID:         it.bodyID,
@@ -142,14 +147,30 @@ func itemFromMeta(m queue.ItemMeta, now int64) *item {
 	return it
 }
 
+// meta returns x's stored form, with its group.
+func (p *partition) meta(x *item) queue.ItemMeta {
+	m := x.baseMeta()
+	if x.grouped {
+		e := p.groups.entries[x]
+		m.Group, m.GroupSeq = e.g.name, e.seq
+	}
+	return m
+}
+
 // partition is one partition's in-memory state. Owned by the logical
 // queue's goroutine.
 type partition struct {
 	num   int32
 	items map[uint64]*item
-	// ready is the FIFO of ready item ids. Entries whose item has left the
-	// ready state are skipped when popped (lazy deletion).
+	// ready is the FIFO of ready item ids without a group (those with one
+	// are in groups). Entries whose item has left the ready state are
+	// skipped when popped (lazy deletion).
 	ready fifo
+	// ordered is the queue's QueueInfo.Ordered: how groups lease.
+	ordered bool
+	// groups indexes the items with a group and the held groups
+	// (itemgroups.go); nil until the partition holds one.
+	groups *groupIndex
 	// timed orders leased items by lease deadline and scheduled items by
 	// enqueue time; expiries orders every item by expire deadline. Both are
 	// indexed heaps: an item leaves them the moment it changes state.
@@ -176,9 +197,10 @@ type partition struct {
 	sumLeased  wideSum
 }
 
-func newPartition(num int32) *partition {
+func newPartition(num int32, ordered bool) *partition {
 	return &partition{
 		num:      num,
+		ordered:  ordered,
 		items:    make(map[uint64]*item),
 		timed:    itemHeap{key: func(it *item) int64 { return it.deadline }, idx: func(it *item) *int32 { return &it.timedIdx }},
 		expiries: itemHeap{key: func(it *item) int64 { return it.expire }, idx: func(it *item) *int32 { return &it.expireIdx }},
@@ -211,7 +233,9 @@ func (p *partition) add(it *item) {
 func (p *partition) file(it *item) {
 	switch it.state {
 	case stateReady:
-		p.ready.push(it.id)
+		if !it.grouped {
+			p.ready.push(it.id)
+		}
 		p.nReady++
 	case stateLeased:
 		heap.Push(&p.timed, it)
@@ -227,6 +251,9 @@ func (p *partition) file(it *item) {
 	it.failed = it.attempts > 0 && (it.state == stateReady || it.state == stateScheduled) && !it.isDeadCopy()
 	if it.failed {
 		p.nFailures++
+	}
+	if it.grouped {
+		p.groups.filed(p, it)
 	}
 }
 
@@ -256,6 +283,9 @@ func (p *partition) unfile(it *item) {
 	if it.timedIdx >= 0 {
 		heap.Remove(&p.timed, int(it.timedIdx))
 	}
+	if it.grouped {
+		p.groups.unfiled(it)
+	}
 }
 
 // setStateAt moves an item to another state with a new deadline (the lease
@@ -281,6 +311,9 @@ func (p *partition) remove(it *item) {
 	}
 	p.sumCreated.add(-it.created)
 	delete(p.items, it.id)
+	if it.grouped {
+		p.groups.removed(it)
+	}
 }
 
 // setDeadline changes a leased or scheduled item's deadline and its place
@@ -302,6 +335,9 @@ func (p *partition) rekey(it *item, id uint64) {
 	it.id = id
 	p.items[id] = it
 	p.link(it)
+	if it.grouped {
+		p.groups.rekeyed(it)
+	}
 }
 
 // isScheduled reports whether the item of id is scheduled.
@@ -310,7 +346,7 @@ func (p *partition) isScheduled(id uint64) bool {
 	return x != nil && x.state == stateScheduled
 }
 
-// popReady returns the oldest ready item, or nil.
+// popReady returns the oldest ready item without a group, or nil.
 func (p *partition) popReady() *item {
 	for p.ready.len() > 0 {
 		id := p.ready.pop()
@@ -319,6 +355,29 @@ func (p *partition) popReady() *item {
 		}
 	}
 	return nil
+}
+
+// peekReady returns the oldest ready item without a group, or nil, and
+// leaves it first in the FIFO.
+func (p *partition) peekReady() *item {
+	for p.ready.len() > 0 {
+		if it, ok := p.items[p.ready.ids[p.ready.head]]; ok && it.state == stateReady {
+			return it
+		}
+		p.ready.pop()
+	}
+	return nil
+}
+
+// leasable returns how many of the partition's items a lease may take now
+// (Tx.ReadyCounts): its ready items, but on an ordered queue a group whose
+// head is leasable counts once and the other ready items of groups not at
+// all (they wait for their group).
+func (p *partition) leasable() int {
+	if g := p.groups; g != nil && g.ordered {
+		return p.nReady - g.nReady + len(g.leasable)
+	}
+	return p.nReady
 }
 
 // nextTimed returns the earliest lease deadline or enqueue time, or 0.

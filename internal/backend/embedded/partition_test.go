@@ -8,7 +8,7 @@ import (
 )
 
 func TestPartitionOldest(t *testing.T) {
-	p := newPartition(0)
+	p := newPartition(0, false)
 	sec := func(s int64) int64 { return s * int64(time.Second) }
 	if got := p.oldest(); got != 0 {
 		t.Fatalf("empty: oldest %d, want 0", got)
@@ -44,7 +44,7 @@ func TestPartitionOldest(t *testing.T) {
 // TestPartitionCounts changes items through every state and checks the
 // partition's counts against a recount after each change.
 func TestPartitionCounts(t *testing.T) {
-	p := newPartition(0)
+	p := newPartition(0, false)
 	check := func(step string) {
 		t.Helper()
 		var failures, leased, sched int
