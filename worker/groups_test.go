@@ -417,3 +417,54 @@ func TestOrderedGroups(t *testing.T) {
 		}
 	})
 }
+
+// TestGroupShutdownReleasesItemsBehind: at shutdown, the items waiting
+// behind a running item of their group are released (attempt not counted)
+// while it runs, and none of them starts.
+func TestGroupShutdownReleasesItemsBehind(t *testing.T) {
+	eachServer(t, func(t *testing.T, _ string, srv *styxtest.Server) {
+		c, _ := groupClient(t, srv)
+		queue(t, c, "drain", &pb.QueueInfo{})
+		started := make(chan string, 4)
+		proceed := make(chan struct{})
+		w := newWorker(t, c, worker.Config{
+			Queue:    "drain",
+			Prefetch: 3,
+			Handler: worker.HandlerFunc(func(ctx context.Context, it *worker.Item) error {
+				started <- string(it.Payload)
+				<-proceed
+				return nil
+			}),
+		})
+		produce(t, c, "drain", grouped("g", 0, 4)...)
+		stop := run(t, w)
+		require.Equal(t, "g/0", <-started)
+		leased := func(want bool) int {
+			n := 0
+			for _, it := range items(t, c, "drain") {
+				if it.IsLeased == want && (want || it.Attempts == 0) {
+					n++
+				}
+			}
+			return n
+		}
+		require.Eventually(t, func() bool { return leased(true) == 4 }, 10*time.Second, 10*time.Millisecond)
+		stopped := make(chan error, 1)
+		go func() { stopped <- stop() }()
+		if !assert.Eventually(t, func() bool { return leased(false) == 3 }, 10*time.Second, 10*time.Millisecond,
+			"the three items behind g/0 released while it runs") {
+			for _, it := range items(t, c, "drain") {
+				t.Logf("%s: leased %t, attempts %d", it.Payload, it.IsLeased, it.Attempts)
+			}
+		}
+		close(proceed)
+		require.NoError(t, <-stopped)
+		left := items(t, c, "drain")
+		require.Len(t, left, 3, "g/0 completed")
+		for _, it := range left {
+			assert.False(t, it.IsLeased)
+			assert.Equal(t, int32(0), it.Attempts)
+		}
+		assert.Empty(t, started, "no item behind g/0 started")
+	})
+}

@@ -116,6 +116,9 @@ const (
 	maxErrorBytes = 4096
 	// maxBatch is the server's limit on ids per call.
 	maxBatch = 1000
+	// shutdownLeaseGrace is how long a shutdown that released items waits
+	// for the lease in flight to answer before it cancels it (Run).
+	shutdownLeaseGrace = time.Second
 )
 
 // Config configures a Worker. Queue and Handler are required; every other
@@ -358,7 +361,10 @@ func defaultClientID() string {
 
 // Run consumes the queue until ctx is cancelled, then shuts down
 // gracefully: it stops leasing, releases (attempt not counted) every leased
-// item no handler started, waits up to ShutdownTimeout for running handlers
+// item no handler started (then gives the lease in flight up to a second to
+// answer, so that the released items it may take are released again rather
+// than left leased to a request that is gone, and cancels it), waits up to
+// ShutdownTimeout for running handlers
 // (then cancels their contexts and waits for them to return), and
 // acknowledges what they returned. It returns nil after a clean shutdown,
 // with nothing left leased; an error if some acknowledgements could not be
@@ -387,17 +393,33 @@ func (w *Worker) Run(ctx context.Context) error {
 		handlers.Go(func() { w.handleJobs(ctx, jobs, tokens, acks, &handlers) })
 	}
 
-	w.leaseLoop(ctx, base, tokens, jobs)
+	// The lease in flight when ctx ends is not cancelled at once: the
+	// server would go on holding it until it noticed that the request was
+	// gone, and could hand it the items released meanwhile, or answer it
+	// with them just as it is cancelled: leased to no one until their lease
+	// expired, an attempt counted. So it is cancelled after the unstarted
+	// items are released, once it has answered or shutdownLeaseGrace has
+	// passed; the items it brings are released too.
+	leaseCtx, cancelLease := context.WithCancel(context.WithoutCancel(ctx))
+	defer cancelLease()
+	leased := make(chan struct{})
+	go func() { defer close(leased); w.leaseLoop(ctx, leaseCtx, base, tokens, jobs) }()
+	<-ctx.Done()
 
 	// Shutdown. Items no handler took go back at once, with the items of
-	// their groups held behind them.
-	close(jobs)
-	var unstarted []*job
-	for j := range jobs {
-		w.detach(j)
-		unstarted = append(append(unstarted, j), j.behind...)
+	// their groups held behind them, and so do the items waiting behind a
+	// running item of their group (its handler goroutine finds none left).
+	if unstarted := w.takeUnstarted(jobs, false); len(unstarted) > 0 {
+		w.release(unstarted)
+		select {
+		case <-leased:
+		case <-w.cfg.Clock.After(shutdownLeaseGrace):
+		}
 	}
-	w.release(unstarted)
+	cancelLease()
+	<-leased
+	close(jobs)
+	w.release(w.takeUnstarted(jobs, true))
 	finished := make(chan struct{})
 	go func() { handlers.Wait(); close(finished) }()
 	select {
@@ -422,14 +444,54 @@ func (w *Worker) Run(ctx context.Context) error {
 	return nil
 }
 
+// takeUnstarted takes the jobs no handler took from jobs (until it is
+// closed when closed, else those there now) with the items of their groups
+// waiting behind them, and the items waiting behind a running item of
+// their group.
+func (w *Worker) takeUnstarted(jobs chan *job, closed bool) []*job {
+	var out []*job
+	for {
+		var j *job
+		if closed {
+			var ok bool
+			if j, ok = <-jobs; !ok {
+				break
+			}
+		} else {
+			select {
+			case j = <-jobs:
+			default:
+			}
+			if j == nil {
+				break
+			}
+		}
+		w.detach(j)
+		out = append(append(out, j), j.behind...)
+	}
+	w.mu.Lock()
+	for _, run := range w.groups {
+		out = append(out, run.waiting...)
+		w.parked -= len(run.waiting)
+		run.waiting = nil
+	}
+	w.mu.Unlock()
+	return out
+}
+
 // leaseLoop leases items for free slots until ctx is cancelled. A token in
 // tokens stands for a slot the worker holds: an item without a group, or a
 // group (its items held in the worker, see park). A lease asks for at most
 // one item more than the parked items' room, so that items of groups held
-// behind others never exceed parkLimit by more than one.
-func (w *Worker) leaseLoop(ctx, base context.Context, tokens chan struct{}, jobs chan<- *job) {
+// behind others never exceed parkLimit by more than one. The lease calls
+// run under leaseCtx, which Run cancels at shutdown once it has released
+// the unstarted items; no call starts once ctx is cancelled.
+func (w *Worker) leaseLoop(ctx, leaseCtx, base context.Context, tokens chan struct{}, jobs chan<- *job) {
 	wait := time.Duration(0)
 	for {
+		if ctx.Err() != nil {
+			return
+		}
 		select {
 		case tokens <- struct{}{}:
 		case <-ctx.Done():
@@ -451,7 +513,7 @@ func (w *Worker) leaseLoop(ctx, base context.Context, tokens chan struct{}, jobs
 		}
 		start := w.cfg.Clock.Now()
 		res, err := protect("queue.lease", func() (*pb.QueueLeaseResponse, error) {
-			return w.c.QueueLease(ctx, &pb.QueueLeaseRequest{
+			return w.c.QueueLease(leaseCtx, &pb.QueueLeaseRequest{
 				QueueName: w.cfg.Queue, BatchSize: int32(n), ClientId: w.cfg.ClientID, RequestTimeout: w.cfg.LeaseWait.String(),
 			})
 		})
