@@ -26,13 +26,6 @@ import (
 	"github.com/styxq/styx/worker"
 )
 
-// groupsPending names the backends whose item groups (the ordered queue's
-// gate) are not built yet (issue 37): TestOrderedGroups skips them. Remove
-// a backend once it keeps groups.
-var groupsPending = map[string]string{
-	"postgres": "issue 37: item groups on PostgreSQL are being built",
-}
-
 // eachServer runs f on a fresh server of every backend, as parallel
 // subtests.
 func eachServer(t *testing.T, f func(t *testing.T, storage string, srv *styxtest.Server)) {
@@ -355,10 +348,7 @@ func TestGroupFailureReleasesItemsBehind(t *testing.T) {
 // one at a time, in produce order, each completed once; eight groups run
 // at once (the first item of each waits until eight do).
 func TestOrderedGroups(t *testing.T) {
-	eachServer(t, func(t *testing.T, storage string, srv *styxtest.Server) {
-		if reason, ok := groupsPending[storage]; ok {
-			t.Skip(reason)
-		}
+	eachServer(t, func(t *testing.T, _ string, srv *styxtest.Server) {
 		c := srv.Client
 		styxtest.CreateQueue(t, c, &pb.QueueInfo{QueueName: "orders", Ordered: true, RequestedPartitions: 2})
 		const nGroups, perGroup, concurrency = 20, 50, 8
