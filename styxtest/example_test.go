@@ -119,7 +119,7 @@ func (r *recordProduces) RoundTrip(req *http.Request) (*http.Response, error) {
 
 // TestProduceGrouped: Produce sends 1,500 items of Grouped in order, in
 // requests of 1,000 and 500, each item with its group, and the queue holds
-// them in that order.
+// them in that order, each with its group.
 func TestProduceGrouped(t *testing.T) {
 	s := styxtest.Start(t, styxtest.Options{})
 	rec := &recordProduces{}
@@ -168,8 +168,12 @@ func TestProduceGrouped(t *testing.T) {
 			t.Fatal(err)
 		}
 		for _, it := range res.Items {
-			if it.Id != pivot {
-				stored = append(stored, string(it.Payload))
+			if it.Id == pivot {
+				continue
+			}
+			stored = append(stored, string(it.Payload))
+			if g, _, _ := strings.Cut(string(it.Payload), "/"); it.Group != g {
+				t.Errorf("item %s stored with group %q", it.Payload, it.Group)
 			}
 		}
 		if len(res.Items) < 1000 {
