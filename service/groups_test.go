@@ -1,0 +1,216 @@
+package service_test
+
+import (
+	"fmt"
+	"math/rand/v2"
+	"strconv"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+
+	styx "github.com/styxq/styx"
+	"github.com/styxq/styx/internal/groupcheck"
+	pb "github.com/styxq/styx/styxpb"
+)
+
+// Ordered item groups through the /v1 API (issue 37, docs/groups.md): the
+// rules are the conformance rows' (internal/queue/queuetest/groups.go);
+// these tests load them from concurrent consumers over HTTP and check the
+// recorded history with internal/groupcheck.
+
+// groupLoad is a concurrent load on one ordered queue: groups x perGroup
+// items produced in rounds while consumers lease (batches of 1 to 5),
+// complete, retry (10%: the item and the rest of its group's run in the
+// batch) and abandon (3%: left to expire, with the rest of the run).
+type groupLoad struct {
+	queue              string
+	groups, perGroup   int
+	consumers          int
+	leaseTimeout       string
+	nodes              []*server
+	history            *groupcheck.History
+	completed, retried atomic.Int64
+	abandoned, leases  atomic.Int64
+}
+
+// groupItem names item i of group g in its payload.
+func groupItem(g, i int) string { return fmt.Sprintf("g%d-%d", g, i) }
+
+// parseGroupItem returns the item index of a payload made by groupItem.
+func parseGroupItem(t *testing.T, p []byte) int {
+	_, idx, ok := strings.Cut(string(p), "-")
+	require.True(t, ok, "payload %q", p)
+	i, err := strconv.Atoi(idx)
+	require.NoError(t, err)
+	return i
+}
+
+func (l *groupLoad) run(t *testing.T) {
+	l.history = groupcheck.New()
+	l.nodes[0].createQueue(&pb.QueueInfo{QueueName: l.queue, LeaseTimeout: l.leaseTimeout, RequestedPartitions: 3, Ordered: true})
+	total := int64(l.groups * l.perGroup)
+	var wg sync.WaitGroup
+	wg.Go(func() { // the producer: one item of every group per request, groups shuffled
+		for i := range l.perGroup {
+			req := &pb.QueueProduceRequest{QueueName: l.queue, RequestTimeout: "1m"}
+			for _, g := range rand.Perm(l.groups) {
+				req.Items = append(req.Items, &pb.QueueProduceItem{Bytes: []byte(groupItem(g, i)), Group: fmt.Sprint("g", g)})
+			}
+			if !assert.NoError(t, l.nodes[i%len(l.nodes)].C.QueueProduce(ctx, req)) {
+				return
+			}
+			for g := range l.groups {
+				l.history.Produced(fmt.Sprint("g", g), 1)
+			}
+		}
+	})
+	deadline := time.Now().Add(2 * time.Minute)
+	for c := range l.consumers {
+		node := l.nodes[c%len(l.nodes)]
+		wg.Go(func() {
+			for l.completed.Load() < total && time.Now().Before(deadline) {
+				res, err := node.C.QueueLease(ctx, &pb.QueueLeaseRequest{QueueName: l.queue, BatchSize: int32(1 + rand.IntN(5)),
+					ClientId: fmt.Sprint("c", c), RequestTimeout: "300ms"})
+				got := time.Now()
+				if styx.ErrorCode(err) == styx.CodeRetry {
+					continue
+				}
+				if !assert.NoError(t, err) {
+					return
+				}
+				l.leases.Add(1)
+				l.consume(t, node, fmt.Sprint("node", c%len(l.nodes)), res, got)
+			}
+		})
+	}
+	wg.Wait()
+	require.Equal(t, total, l.completed.Load(), "every item completed in time")
+	t.Logf("%d items in %d groups, %d consumers on %d nodes: %d leases, %d retried, %d abandoned to expire",
+		total, l.groups, l.consumers, len(l.nodes), l.leases.Load(), l.retried.Load(), l.abandoned.Load())
+	require.Empty(t, l.history.Check(true, 10))
+}
+
+// consume handles one lease answer: each group's run of items in order.
+func (l *groupLoad) consume(t *testing.T, node *server, name string, res *pb.QueueLeaseResponse, got time.Time) {
+	type run struct {
+		ids   []string
+		items []int
+	}
+	runs := map[string]*run{}
+	var order []string
+	for _, it := range res.Items {
+		if !assert.NotEmpty(t, it.Group, "item %s has its group", it.Bytes) {
+			return
+		}
+		r := runs[it.Group]
+		if r == nil {
+			r = &run{}
+			runs[it.Group] = r
+			order = append(order, it.Group)
+		}
+		r.ids = append(r.ids, it.Id)
+		r.items = append(r.items, parseGroupItem(t, it.Bytes))
+	}
+	deadline := res.Items[0].LeaseDeadline.AsTime()
+	for _, g := range order {
+		r := runs[g]
+		lease := groupcheck.Lease{Group: g, Items: r.items, Got: got, Node: name}
+		// Complete a prefix, then retry or abandon the rest (or none).
+		cut := len(r.ids)
+		action := rand.IntN(100)
+		if action < 13 {
+			cut = rand.IntN(len(r.ids))
+		}
+		if cut > 0 {
+			lease.End = groupcheck.EndAt(time.Now(), deadline)
+			err := node.C.QueueComplete(ctx, &pb.QueueCompleteRequest{QueueName: l.queue, Partition: res.Partition, Ids: r.ids[:cut]})
+			if err != nil { // the lease expired first (a slow machine): it ended at its deadline
+				assert.Contains(t, err.Error(), "not leased")
+				lease.End = deadline
+				l.history.Add(lease)
+				continue
+			}
+			lease.Completed = r.items[:cut]
+			l.completed.Add(int64(cut))
+		}
+		switch {
+		case cut == len(r.ids):
+		case action < 10:
+			retry := &pb.QueueRetryRequest{QueueName: l.queue, Partition: res.Partition}
+			for _, id := range r.ids[cut:] {
+				retry.Items = append(retry.Items, &pb.QueueRetryItem{Id: id, Error: "failed on purpose"})
+			}
+			lease.End = groupcheck.EndAt(time.Now(), deadline)
+			if _, err := node.C.QueueRetry(ctx, retry); err != nil {
+				assert.Contains(t, err.Error(), "not leased")
+				lease.End = deadline
+			}
+			l.retried.Add(1)
+		default:
+			lease.End = deadline
+			l.abandoned.Add(1)
+		}
+		l.history.Add(lease)
+	}
+}
+
+// TestGroupsOrderedUnderLoad: 8 consumers on one ordered queue with
+// retries and lease expiries never hold two leases of a group at once and
+// get each group's items in produce order, on every backend.
+func TestGroupsOrderedUnderLoad(t *testing.T) {
+	forEachBackend(t, func(t *testing.T, b backend) {
+		l := &groupLoad{queue: "ordered", groups: 16, perGroup: 25, consumers: 8, leaseTimeout: "2s", nodes: []*server{start(t, b)}}
+		l.run(t)
+	})
+}
+
+// TestClusterGroupsOrderedUnderLoad is TestGroupsOrderedUnderLoad with the
+// consumers and the producer spread over two nodes on one PostgreSQL
+// database: across nodes, no group ever has two leases at once.
+func TestClusterGroupsOrderedUnderLoad(t *testing.T) {
+	t.Parallel()
+	l := &groupLoad{queue: "ordered", groups: 16, perGroup: 25, consumers: 8, leaseTimeout: "2s", nodes: cluster(t, 2)}
+	l.run(t)
+}
+
+// TestGroupsValidation: bad groups and group policies are refused naming
+// the field; ordered is set at creation only; queues.info shows both.
+func TestGroupsValidation(t *testing.T) {
+	forEachBackend(t, func(t *testing.T, b backend) {
+		s := start(t, b)
+		s.createQueue(&pb.QueueInfo{QueueName: "plain"})
+		s.createQueue(&pb.QueueInfo{QueueName: "fifo", Ordered: true, GroupDeadPolicy: "hold"})
+		info, err := s.C.QueuesInfo(ctx, &pb.QueuesInfoRequest{QueueName: "fifo"})
+		require.NoError(t, err)
+		require.True(t, info.Ordered)
+		require.Equal(t, "hold", info.GroupDeadPolicy)
+
+		for _, c := range []struct {
+			group, want string
+		}{
+			{strings.Repeat("g", 129), "items[0].group; 129 bytes, the limit is 128"},
+			{"has space", "items[0].group; byte 3 (0x20)"},
+			{"é", "items[0].group; byte 0 (0xc3)"},
+		} {
+			err := s.C.QueueProduce(ctx, &pb.QueueProduceRequest{QueueName: "fifo", RequestTimeout: "5s",
+				Items: []*pb.QueueProduceItem{{Bytes: []byte("x"), Group: c.group}}})
+			requireCode(t, err, 400, c.want)
+		}
+		requireCode(t, s.C.QueuesCreate(ctx, &pb.QueueInfo{QueueName: "bad", GroupDeadPolicy: "hold"}), 400,
+			"invalid group_dead_policy; 'hold' needs an ordered queue")
+		requireCode(t, s.C.QueuesCreate(ctx, &pb.QueueInfo{QueueName: "bad", Ordered: true, GroupDeadPolicy: "wait"}), 400,
+			"invalid group_dead_policy; 'wait' is not 'continue' or 'hold'")
+		requireCode(t, s.C.QueuesUpdate(ctx, &pb.QueueInfo{QueueName: "plain", Ordered: true, Reference: "r"}), 400,
+			"ordered is set when a queue is created")
+		require.NoError(t, s.C.QueuesUpdate(ctx, &pb.QueueInfo{QueueName: "fifo", GroupDeadPolicy: "continue"}))
+		info, err = s.C.QueuesInfo(ctx, &pb.QueuesInfoRequest{QueueName: "fifo"})
+		require.NoError(t, err)
+		require.Equal(t, "continue", info.GroupDeadPolicy)
+		require.Empty(t, s.items("fifo"), "nothing stored by a refused produce")
+	})
+}
