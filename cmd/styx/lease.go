@@ -73,10 +73,20 @@ server going away for a drained queue; so is a 453 (storage unavailable).`,
 				if a.json {
 					return writeJSON(a.stdout, res)
 				}
-				t := newTable(a.stdout, "PARTITION", "ID", "ATTEMPTS", "LEASE-DEADLINE", "KIND", "REFERENCE", "PAYLOAD")
+				// A GROUP column when an item has a group (issue 37).
+				grouped := slices.ContainsFunc(res.Items, func(it *pb.QueueLeaseItem) bool { return it.Group != "" })
+				header := []string{"PARTITION", "ID", "ATTEMPTS", "LEASE-DEADLINE", "KIND", "REFERENCE"}
+				if grouped {
+					header = append(header, "GROUP")
+				}
+				t := newTable(a.stdout, append(header, "PAYLOAD")...)
 				for _, it := range res.Items {
-					t.row(fmt.Sprint(res.Partition), it.Id, fmt.Sprint(it.Attempts), formatTime(it.LeaseDeadline),
-						orDash(it.Kind), orDash(it.Reference), payloadText(it.Bytes))
+					cells := []string{fmt.Sprint(res.Partition), it.Id, fmt.Sprint(it.Attempts), formatTime(it.LeaseDeadline),
+						orDash(it.Kind), orDash(it.Reference)}
+					if grouped {
+						cells = append(cells, orDash(it.Group))
+					}
+					t.row(append(cells, payloadText(it.Bytes))...)
 				}
 				return t.flush()
 			})
