@@ -232,12 +232,7 @@ func (it *iteration) Lease(n int32, want int, deadline int64) ([]queue.LeasedIte
 			items = append(items, x)
 		}
 	} else {
-		p.groups.leaseItems(p, want, func(x *item) {
-			x.attempts++
-			p.setStateAt(x, stateLeased, deadline)
-			it.batch.Lease(p.num, p.meta(x))
-			items = append(items, x)
-		})
+		items = it.leaseGrouped(p, want, deadline)
 	}
 	bodies, err := l.leasedBodies(it, p, items)
 	if err != nil {
@@ -253,6 +248,20 @@ func (it *iteration) Lease(n int32, want int, deadline int64) ([]queue.LeasedIte
 		newest = max(newest, x.id)
 	}
 	return out, newest <= l.pipe.durableID.Load(), nil
+}
+
+// leaseGrouped leases up to want items of partition p, which holds grouped
+// items, by the rules of their groups (Lease). Apart from Lease so that
+// the closure's captures cost the leases of other partitions nothing.
+func (it *iteration) leaseGrouped(p *partition, want int, deadline int64) []*item {
+	var items []*item
+	p.groups.leaseItems(p, want, func(x *item) {
+		x.attempts++
+		p.setStateAt(x, stateLeased, deadline)
+		it.batch.Lease(p.num, p.meta(x))
+		items = append(items, x)
+	})
+	return items
 }
 
 // Redrive implements Tx.
