@@ -120,14 +120,14 @@ func (c *attemptCache) begin(ctx context.Context, k attemptKey, now time.Time, r
 }
 
 // finish records the result of a's receive: the items leased from
-// partition at receivedAt, invisible until deadline. A receive that leased
-// nothing, or whose messages are visible at once, is forgotten: a retry is
-// a new receive.
+// partition at receivedAt, invisible until deadline (zero: visible at
+// once). A receive that leased nothing, or whose messages are visible at
+// once, is forgotten: a retry is a new receive.
 func (c *attemptCache) finish(a *attempt, partition int32, items []queue.LeasedItem, receivedAt, deadline time.Time) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	defer close(a.done)
-	if c.byKey[a.key] != a || len(items) == 0 || !deadline.After(receivedAt) {
+	if c.byKey[a.key] != a || len(items) == 0 || deadline.IsZero() {
 		// Evicted while it received, or nothing to remember.
 		c.remove(a)
 		return

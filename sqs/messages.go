@@ -334,7 +334,7 @@ func (h *Handler) receiveMessage(ctx context.Context, r *request) (any, error) {
 	}
 	// SQS reads ReceiveRequestAttemptId on FIFO queues alone.
 	if in.ReceiveRequestAttemptID == "" || !isFIFO(info) {
-		partition, items, err := h.receive(ctx, q, info, n, wait, visibility)
+		partition, items, _, err := h.receive(ctx, q, info, n, wait, visibility)
 		if err != nil {
 			return nil, err
 		}
@@ -351,13 +351,13 @@ func (h *Handler) receiveMessage(ctx context.Context, r *request) (any, error) {
 			return nil, err
 		}
 		if fresh {
-			partition, items, err := h.receive(ctx, q, info, n, wait, visibility)
+			partition, items, deadline, err := h.receive(ctx, q, info, n, wait, visibility)
 			if err != nil {
 				h.attempts.drop(a)
 				return nil, err
 			}
 			now := h.now()
-			h.attempts.finish(a, partition, items, now, now.Add(visibility))
+			h.attempts.finish(a, partition, items, now, deadline)
 			return render(partition, items, now), nil
 		}
 		// A retry: the first receive's messages and receipt handles, their
@@ -377,10 +377,9 @@ func (h *Handler) receiveMessage(ctx context.Context, r *request) (any, error) {
 		if renew == 0 {
 			renew = info.LeaseTimeout // checks the receives last; the retry below ends them
 		}
-		_, err = q.Renew(ctx, a.partition, ids, renew)
-		now := h.now()
+		renewed, err := q.Renew(ctx, a.partition, ids, renew)
 		switch {
-		case isStale(err) && now.Before(deadline):
+		case isStale(err) && h.now().Add(expiryGrace).Before(deadline):
 			// A receive ended before its visibility timeout: its message
 			// was deleted or made visible (through another node).
 			return nil, notRetryable
@@ -397,43 +396,58 @@ func (h *Handler) receiveMessage(ctx context.Context, r *request) (any, error) {
 			}
 			h.attempts.drop(a)
 		} else {
-			h.attempts.renewed(a, now.Add(visibility))
+			h.attempts.renewed(a, renewed[0])
 		}
 		return render(a.partition, a.items, a.receivedAt), nil
 	}
 }
 
+// expiryGrace is how close to the end of a receive's visibility timeout
+// its end counts as the timeout's (a retried receive is then a new one, not
+// refused): the queue's loop, on PostgreSQL another node's with its own
+// clock, ends an expired receive at its deadline or a little after.
+const expiryGrace = time.Second
+
 // receive leases up to n items of q (waiting up to wait for one) and sets
 // their visibility timeout to visibility when it is not the queue's: a
 // renew, or with 0 a retry that makes them visible at once. It returns the
-// partition and the items; none when none came.
-func (h *Handler) receive(ctx context.Context, q queue.Queue, info queue.QueueInfo, n int, wait, visibility time.Duration) (int32, []queue.LeasedItem, error) {
+// partition, the items (none when none came) and the end of their
+// visibility timeout (zero when they are visible).
+func (h *Handler) receive(ctx context.Context, q queue.Queue, info queue.QueueInfo, n int, wait, visibility time.Duration) (int32, []queue.LeasedItem, time.Time, error) {
 	res, err := q.Lease(ctx, queue.LeaseParams{BatchSize: n, ClientID: "sqs-" + randomHex(8), Owner: auth.KeyName(ctx), Timeout: wait})
 	if errors.Is(err, queue.ErrNoItems) {
-		return 0, nil, nil
+		return 0, nil, time.Time{}, nil
 	}
 	if err != nil {
 		if cause := context.Cause(ctx); cause == auth.ErrKeyRevoked {
 			// The pipeline ended the receive: its key was deleted.
-			return 0, nil, cause
+			return 0, nil, time.Time{}, cause
 		}
-		return 0, nil, err
+		return 0, nil, time.Time{}, err
 	}
-	if visibility != info.LeaseTimeout && len(res.Items) > 0 {
+	if len(res.Items) == 0 {
+		return res.Partition, nil, time.Time{}, nil
+	}
+	deadline := res.Items[0].LeaseDeadline
+	if visibility != info.LeaseTimeout {
 		ids := make([]uint64, len(res.Items))
 		for i, it := range res.Items {
 			ids[i] = it.ID
 		}
 		if visibility == 0 {
 			err = h.makeVisible(ctx, q, res.Partition, ids)
+			deadline = time.Time{}
 		} else {
-			_, err = q.Renew(ctx, res.Partition, ids, visibility)
+			var deadlines []time.Time
+			if deadlines, err = q.Renew(ctx, res.Partition, ids, visibility); err == nil {
+				deadline = deadlines[0]
+			}
 		}
 		if err != nil {
-			return 0, nil, err
+			return 0, nil, time.Time{}, err
 		}
 	}
-	return res.Partition, res.Items, nil
+	return res.Partition, res.Items, deadline, nil
 }
 
 // makeVisible ends the receives of leased items at once: a retry, which
