@@ -15,6 +15,7 @@ import (
 	"maps"
 	"math/rand/v2"
 	"net/http"
+	"os"
 	"slices"
 	"strconv"
 	"strings"
@@ -27,6 +28,8 @@ import (
 	"github.com/aws/aws-sdk-go-v2/service/sqs/types"
 	"github.com/stretchr/testify/require"
 
+	"github.com/styxq/styx/daemon"
+	"github.com/styxq/styx/internal/pgtest"
 	pb "github.com/styxq/styx/styxpb"
 	"github.com/styxq/styx/styxtest"
 )
@@ -696,4 +699,43 @@ func TestSQSFairQueue(t *testing.T) {
 		require.Equal(t, []string{"tenant-0", "tenant-1", "tenant-2", "tenant-3", "tenant-4"}, tenants,
 			"a receive of 10 takes every small group, not 10 of the busy one")
 	})
+}
+
+// TestSQSFIFOTwoNodes: on two PostgreSQL nodes, a FIFO send deduplicated
+// through the other node stores nothing (the queue's record of ids is
+// shared) but answers a MessageId of its own (the node does not know the
+// first); a ReceiveRequestAttemptId is the node's: retried through the
+// other node it is a new receive, which finds the group still held by the
+// first one; retried through the same node it returns the same messages.
+func TestSQSFIFOTwoNodes(t *testing.T) {
+	if os.Getenv(pgtest.EnvURL) == "" && os.Getenv(pgtest.EnvRequire) == "" {
+		t.Skipf("postgres backend skipped: %s is not set (see internal/pgtest)", pgtest.EnvURL)
+	}
+	t.Parallel()
+	b := styxtest.Options{Storage: daemon.StoragePostgres, PostgresURL: pgtest.URL(t)}
+	a, other := start(t, b), start(t, b)
+	ca, cb := a.sqsClient("test", "test"), other.sqsClient("test", "test")
+	q, err := ca.CreateQueue(ctx, &awssqs.CreateQueueInput{QueueName: aws.String("shared.fifo"), Attributes: fifoAttrs()})
+	require.NoError(t, err)
+	urlB := aws.String(other.Endpoint + "/000000000000/shared.fifo")
+	first, err := ca.SendMessage(ctx, &awssqs.SendMessageInput{QueueUrl: q.QueueUrl, MessageBody: aws.String("once"),
+		MessageGroupId: aws.String("g"), MessageDeduplicationId: aws.String("d")})
+	require.NoError(t, err)
+	again, err := cb.SendMessage(ctx, &awssqs.SendMessageInput{QueueUrl: urlB, MessageBody: aws.String("once"),
+		MessageGroupId: aws.String("g"), MessageDeduplicationId: aws.String("d")})
+	require.NoError(t, err)
+	require.NotEqual(t, aws.ToString(first.MessageId), aws.ToString(again.MessageId), "the other node does not know the first send")
+	require.Len(t, a.waitItems("shared.fifo", 1), 1, "deduplicated across nodes")
+
+	got, err := cb.ReceiveMessage(ctx, &awssqs.ReceiveMessageInput{QueueUrl: urlB, WaitTimeSeconds: 5, ReceiveRequestAttemptId: aws.String("r")})
+	require.NoError(t, err)
+	require.Len(t, got.Messages, 1)
+	require.Equal(t, aws.ToString(first.MessageId), aws.ToString(got.Messages[0].MessageId))
+	elsewhere, err := ca.ReceiveMessage(ctx, &awssqs.ReceiveMessageInput{QueueUrl: q.QueueUrl, WaitTimeSeconds: 1, ReceiveRequestAttemptId: aws.String("r")})
+	require.NoError(t, err)
+	require.Empty(t, elsewhere.Messages, "a new receive on the other node: the group is held by the first")
+	retried, err := cb.ReceiveMessage(ctx, &awssqs.ReceiveMessageInput{QueueUrl: urlB, WaitTimeSeconds: 5, ReceiveRequestAttemptId: aws.String("r")})
+	require.NoError(t, err)
+	require.Len(t, retried.Messages, 1)
+	require.Equal(t, aws.ToString(got.Messages[0].ReceiptHandle), aws.ToString(retried.Messages[0].ReceiptHandle))
 }
