@@ -374,3 +374,36 @@ func TestGroupScheduledHeadWaits(t *testing.T) {
 	tick(time.Millisecond)
 	require.Equal(t, []string{"a1", "a2"}, payloadsOf(leaseWithin(t, q, 10, 5*time.Second)))
 }
+
+// TestGroupsFairOtherNode: a node that never produced to a queue that is
+// not ordered learns that it holds grouped items (its plain lease comes
+// short and it looks) and leases them round-robin: a hot group of 100 and
+// 9 small groups, produced through the other node, give a lease of 10 one
+// item of each group.
+func TestGroupsFairOtherNode(t *testing.T) {
+	url := pgtest.URL(t)
+	ctx := t.Context()
+	a, b := open(t, url), open(t, url)
+	require.NoError(t, a.Create(ctx, queue.QueueInfo{Name: "q", LeaseTimeout: time.Minute, ExpireTimeout: time.Hour, Partitions: 1}))
+	qa, err := a.Get("q")
+	require.NoError(t, err)
+	var items []queue.ProduceItem
+	for i := range 100 {
+		items = append(items, queue.ProduceItem{Payload: fmt.Appendf(nil, "h%d", i), Group: "hot"})
+	}
+	for i := range 9 {
+		items = append(items, queue.ProduceItem{Payload: fmt.Appendf(nil, "s%d", i), Group: fmt.Sprintf("s%d", i)})
+	}
+	require.NoError(t, qa.Produce(ctx, items))
+	qb, err := b.Get("q")
+	require.NoError(t, err)
+	got := payloadsOf(leaseWithin(t, qb, 10, 5*time.Second))
+	hot := 0
+	for _, p := range got {
+		if strings.HasPrefix(p, "h") {
+			hot++
+		}
+	}
+	require.Len(t, got, 10)
+	require.Equal(t, 1, hot, "the hot group takes one turn of ten: %v", got)
+}

@@ -85,14 +85,17 @@ import (
 // without groups (docs/benchmarks.md).
 //
 // Queues without groups. A queue that is not ordered runs the lease
-// statement it always ran (lease, on styx_items_ready), which also reports,
-// when it found fewer items than wanted, whether the partition holds ready
-// items with a group; from then on (and once the node produced grouped
-// items there) the partition is leased by fairLeaseSQL, until a lease of it
-// finds no grouped item. ReadyCounts counts, per partition, the ready items
-// without a group plus, on an ordered queue, the groups a lease could take
-// (leasableGroupsSQL, up to groupCountCap), else the ready grouped items:
-// a partition whose groups are all blocked counts nothing for them.
+// statement it always ran (lease, on styx_items_ready) until the node
+// knows it holds grouped items: it produced some there, or it looked (a
+// lease that came short probes the partition, the counts count grouped
+// items, each at most once every groupLookEvery); the partition is then
+// leased by fairLeaseSQL, until a lease of it finds no grouped item. So a
+// queue without groups runs the statements it ran, plus one probe a second
+// at most when its leases come short. ReadyCounts counts, per partition,
+// the ready items without a group plus, on an ordered queue, the groups a
+// lease could take (leasableGroupsSQL, up to groupCountCap), else the ready
+// grouped items: a partition whose groups are all blocked counts nothing
+// for them.
 //
 // The engine gives each waiting lease of an ordered queue a lease of its
 // own (engine.Serve's apart): a group's run goes to one consumer.
@@ -159,6 +162,10 @@ const groupSeqSQL = `coalesce(group_seq, first_id, id)`
 // groupCountCap bounds how many leasable groups of an ordered queue's
 // partition readyCounts counts (each costs a few index probes).
 const groupCountCap = 100
+
+// groupLookEvery is how often at most a node looks for grouped items it
+// does not know of in a queue that is not ordered (Lease, ReadyCounts).
+const groupLookEvery = time.Second
 
 // heldCheckEvery is how often a node checks, per queue holding groups,
 // whether their dead items are still in the dead-letter queue (rule 5(b)).
@@ -446,7 +453,7 @@ func heldStats(ctx context.Context, q querier, queueID uint64) ([]queue.HeldGrou
 // leasableGroupsSQL is the WITH RECURSIVE part of readyCounts on an
 // ordered queue: g(p, grp, n) walks, per partition p of $2, the groups
 // with ready items (a loose index scan) and counts in n those whose head a
-// lease may take (now $4), stopping at $3; a partition's count is its
+// lease may take (now $4), stopping at $5; a partition's count is its
 // largest n.
 const leasableGroupsSQL = `WITH RECURSIVE g(p, grp, n) AS (
 		SELECT p, (SELECT grp FROM styx_items WHERE queue_id=$1 AND partition=p AND state=0 AND grp > '' ORDER BY grp LIMIT 1), 0
@@ -458,7 +465,7 @@ const leasableGroupsSQL = `WITH RECURSIVE g(p, grp, n) AS (
 				AND NOT EXISTS (SELECT 1 FROM styx_items l WHERE l.queue_id=$1 AND l.partition=g.p AND l.grp=g.grp AND l.state=1)
 				AND NOT EXISTS (SELECT 1 FROM styx_held_groups x WHERE x.queue_id=$1 AND x.partition=g.p AND x.grp=g.grp)
 				THEN 1 ELSE 0 END
-		FROM g WHERE g.grp IS NOT NULL AND g.n < $3)`
+		FROM g WHERE g.grp IS NOT NULL AND g.n < $5)`
 
 // wrapGroups names the group statements' errors.
 func wrapGroups(op string, err error) error {

@@ -161,44 +161,34 @@ func nextDue(ctx context.Context, q querier, queueID uint64) (int64, error) {
 
 // lease leases up to n ready items without a group of one partition,
 // oldest first, skipping items another transaction holds and items past
-// their expire deadline (the lifecycle kills those). grouped reports, when
-// it found fewer than n, that the partition has ready items with a group
-// (one probe of styx_items_group_ready; leaseGroups leases those).
-func lease(ctx context.Context, tx pgx.Tx, queueID uint64, partition int32, n int, deadline, now int64) (items []queue.LeasedItem, grouped bool, err error) {
+// their expire deadline (the lifecycle kills those): the statement of a
+// queue without groups (leaseGroups leases the others).
+func lease(ctx context.Context, tx pgx.Tx, queueID uint64, partition int32, n int, deadline, now int64) ([]queue.LeasedItem, error) {
 	rows, err := tx.Query(ctx, `WITH c AS MATERIALIZED (
 		SELECT id FROM styx_items WHERE queue_id=$1 AND partition=$2 AND state=0 AND grp IS NULL AND (expire_deadline=0 OR expire_deadline > $5)
-		ORDER BY id LIMIT $3 FOR UPDATE SKIP LOCKED),
-		u AS (UPDATE styx_items t SET state=1, attempts=t.attempts+1, deadline=$4 FROM c WHERE t.queue_id=$1 AND t.id=c.id
-		RETURNING t.id, coalesce(t.first_id, t.id) AS first, t.attempts, t.reference, t.kind, t.encoding, t.payload, t.attributes, t.source_queue)
-		SELECT id, first, attempts, reference, kind, encoding, payload, attributes, source_queue, '' FROM u
-		UNION ALL
-		SELECT 0, 0, 0, '', '', '', NULL, NULL, '', NULL WHERE (SELECT count(*) FROM u) < $3
-			AND EXISTS (SELECT 1 FROM styx_items WHERE queue_id=$1 AND partition=$2 AND state=0 AND grp IS NOT NULL)`,
+		ORDER BY id LIMIT $3 FOR UPDATE SKIP LOCKED)
+		UPDATE styx_items t SET state=1, attempts=t.attempts+1, deadline=$4 FROM c WHERE t.queue_id=$1 AND t.id=c.id
+		RETURNING t.id, coalesce(t.first_id, t.id), t.attempts, t.reference, t.kind, t.encoding, t.payload, t.attributes, t.source_queue, ''`,
 		int64(queueID), partition, n, deadline, now)
-	items, err = scanLeased(rows, err)
-	for i := 0; i < len(items); i++ {
-		if items[i].ID == 0 { // the marker row
-			grouped = true
-			items = append(items[:i], items[i+1:]...)
-			break
-		}
-	}
-	for i := range items {
-		items[i].LeaseDeadline = queue.FromNanos(deadline)
-	}
-	return items, grouped, err
-}
-
-// scanLeased reads the items of the plain lease statement, by id
-// (RETURNING has no order). A row whose group is NULL is a marker (lease),
-// returned with id 0. Leased items' LeaseDeadline is the caller's.
-func scanLeased(rows pgx.Rows, err error) ([]queue.LeasedItem, error) {
 	items, _, err := scanLeasedRows(rows, err, false)
 	if err != nil {
 		return nil, err
 	}
+	// RETURNING has no order.
 	sortLeased(items)
+	for i := range items {
+		items[i].LeaseDeadline = queue.FromNanos(deadline)
+	}
 	return items, nil
+}
+
+// groupedReady reports whether a partition holds ready items with a group
+// (one probe of styx_items_group_ready).
+func groupedReady(ctx context.Context, tx pgx.Tx, queueID uint64, partition int32) (bool, error) {
+	var ok bool
+	err := tx.QueryRow(ctx, `SELECT EXISTS (SELECT 1 FROM styx_items WHERE queue_id=$1 AND partition=$2 AND state=0 AND grp IS NOT NULL)`,
+		int64(queueID), partition).Scan(&ok)
+	return ok, err
 }
 
 // scanLeasedKeys reads the items of a group lease statement (leaseUpdate)
@@ -207,6 +197,8 @@ func scanLeasedKeys(rows pgx.Rows, err error) ([]queue.LeasedItem, []int64, erro
 	return scanLeasedRows(rows, err, true)
 }
 
+// scanLeasedRows reads the rows of a lease statement: the item's columns,
+// its group ("" for none) and, withKey, an order key.
 func scanLeasedRows(rows pgx.Rows, err error, withKey bool) ([]queue.LeasedItem, []int64, error) {
 	if err != nil {
 		return nil, nil, err
@@ -217,8 +209,7 @@ func scanLeasedRows(rows pgx.Rows, err error, withKey bool) ([]queue.LeasedItem,
 	for rows.Next() {
 		var it queue.LeasedItem
 		var id, first, key int64
-		var group *string
-		dest := []any{&id, &first, &it.Attempts, &it.Reference, &it.Kind, &it.Encoding, &it.Payload, &it.Attributes, &it.SourceQueue, &group}
+		dest := []any{&id, &first, &it.Attempts, &it.Reference, &it.Kind, &it.Encoding, &it.Payload, &it.Attributes, &it.SourceQueue, &it.Group}
 		if withKey {
 			dest = append(dest, &key)
 		}
@@ -226,11 +217,6 @@ func scanLeasedRows(rows pgx.Rows, err error, withKey bool) ([]queue.LeasedItem,
 			return nil, nil, err
 		}
 		it.ID, it.FirstID = uint64(id), uint64(first)
-		if group == nil {
-			it.ID = 0
-		} else {
-			it.Group = *group
-		}
 		items, keys = append(items, it), append(keys, key)
 	}
 	return items, keys, rows.Err()
@@ -604,52 +590,69 @@ func notify(ctx context.Context, tx pgx.Tx, channel string, queueIDs []uint64) e
 // ready items count as equally loaded.
 const readyCountCap = 1000
 
+// What readyCounts counts of a partition's grouped items.
+const (
+	// countUngrouped counts the ready items without a group only (a queue
+	// this node knows no grouped item of).
+	countUngrouped = iota
+	// countAll counts every ready item, with a group or not.
+	countAll
+	// countLeasable counts, of an ordered queue's grouped items, the groups
+	// a lease could take (leasableGroupsSQL, at most groupCountCap): a
+	// group whose head is leased, scheduled or held counts nothing,
+	// however many ready items it holds.
+	countLeasable
+)
+
 // readyCounts returns the number of ready items of each of a queue's
 // partitions, each at most readyCountCap, as this transaction sees them
 // (its own inserts included; rows other transactions hold locked are
-// counted). A plain read: it waits for no lock (see "Lock order"). With
-// ordered (leasable counts of an ordered queue, now the transaction's
-// time), a partition's grouped items count as its leasable groups
-// (leasableGroupsSQL, at most groupCountCap): a group whose head is
-// leased, scheduled or held counts nothing, however many ready items it
-// holds, so that waiting leases are sent where items are leasable.
+// counted), the grouped ones as mode says (now is the transaction's time,
+// for countLeasable), and which partitions hold ready grouped items
+// (countAll only). A plain read: it waits for no lock (see "Lock order").
 //
 // With one partition there is no choice to make, so nothing is counted: the
 // partition is taken to hold readyCountCap items (a lease that finds fewer
 // marks it empty, as with any partition).
-func readyCounts(ctx context.Context, tx pgx.Tx, queueID uint64, partitions int32, ordered bool, now int64) ([]int, error) {
+func readyCounts(ctx context.Context, tx pgx.Tx, queueID uint64, partitions int32, mode int, now int64) (ready []int, grouped []bool, err error) {
 	if partitions == 1 {
-		return []int{readyCountCap}, nil
+		return []int{readyCountCap}, nil, nil
 	}
+	const ungroupedSQL = `(SELECT count(*) FROM (SELECT 1 FROM styx_items WHERE queue_id=$1 AND partition=p AND state=0 AND grp IS NULL LIMIT $3) r)`
 	var rows pgx.Rows
-	var err error
-	if ordered {
+	switch mode {
+	case countLeasable:
 		rows, err = tx.Query(ctx, leasableGroupsSQL+`, c AS (SELECT p, max(n) AS n FROM g GROUP BY p)
-			SELECT p, least($5, (SELECT count(*) FROM (SELECT 1 FROM styx_items
-					WHERE queue_id=$1 AND partition=p AND state=0 AND grp IS NULL LIMIT $5) r) + coalesce((SELECT n FROM c WHERE c.p=s.p), 0))
-			FROM generate_series(0, $2::integer - 1) AS s(p)`, int64(queueID), partitions, groupCountCap, now, readyCountCap)
-	} else {
-		rows, err = tx.Query(ctx, `SELECT p, least($3, (SELECT count(*) FROM (SELECT 1 FROM styx_items
-				WHERE queue_id=$1 AND partition=p AND state=0 AND grp IS NULL LIMIT $3) r) + (SELECT count(*) FROM (SELECT 1 FROM styx_items
-				WHERE queue_id=$1 AND partition=p AND state=0 AND grp IS NOT NULL LIMIT $3) r))
-			FROM generate_series(0, $2::integer - 1) AS p`, int64(queueID), partitions, readyCountCap)
+			SELECT p, least($3, `+ungroupedSQL+` + coalesce((SELECT n FROM c WHERE c.p=s.p), 0)), 0
+			FROM generate_series(0, $2::integer - 1) AS s(p)`, int64(queueID), partitions, readyCountCap, now, groupCountCap)
+	case countAll:
+		rows, err = tx.Query(ctx, `SELECT p, least($3, `+ungroupedSQL+` + g), g FROM (SELECT p, (SELECT count(*) FROM (SELECT 1 FROM styx_items
+				WHERE queue_id=$1 AND partition=p AND state=0 AND grp IS NOT NULL LIMIT $3) r) AS g
+			FROM generate_series(0, $2::integer - 1) AS p) s`, int64(queueID), partitions, readyCountCap)
+		grouped = make([]bool, partitions)
+	default:
+		rows, err = tx.Query(ctx, `SELECT p, `+ungroupedSQL+`, 0 FROM generate_series(0, $2::integer - 1) AS p`,
+			int64(queueID), partitions, readyCountCap)
 	}
 	if err != nil {
-		return nil, fmt.Errorf("count ready items: %w", err)
+		return nil, nil, fmt.Errorf("count ready items: %w", err)
 	}
-	ready := make([]int, partitions)
+	ready = make([]int, partitions)
 	var p int32
-	var n int64
-	_, err = pgx.ForEachRow(rows, []any{&p, &n}, func() error {
+	var n, g int64
+	_, err = pgx.ForEachRow(rows, []any{&p, &n, &g}, func() error {
 		if p >= 0 && p < partitions {
 			ready[p] = int(n)
+			if grouped != nil {
+				grouped[p] = g > 0
+			}
 		}
 		return nil
 	})
 	if err != nil {
-		return nil, fmt.Errorf("count ready items: %w", err)
+		return nil, nil, fmt.Errorf("count ready items: %w", err)
 	}
-	return ready, nil
+	return ready, grouped, nil
 }
 
 // editItem runs a dead.edit (engine.Tx.Edit): it reads the item ref

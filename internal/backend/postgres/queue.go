@@ -66,9 +66,12 @@ type Queue struct {
 	lastPoll int64
 	// Item groups (itemgroups.go). grouped marks the partitions leased by
 	// the group rules on a queue that is not ordered (it holds grouped
-	// items, as far as this node knows); groupCursor is, per partition,
-	// the group the last lease took from (the rotation's cursor).
+	// items, as far as this node knows); groupLook is when this node last
+	// looked for grouped items it did not know of, per partition (-1: the
+	// counts of every partition); groupCursor is, per partition, the group
+	// the last lease took from (the rotation's cursor).
 	grouped     map[int32]bool
+	groupLook   map[int32]int64
 	groupCursor map[int32]string
 	// heldNext is when to check next whether the queue's held groups'
 	// dead items are still in the dead-letter queue (Unix ns, 0: none
@@ -82,7 +85,7 @@ type Queue struct {
 }
 
 func newQueue(m *Manager, info queue.QueueInfo) *Queue {
-	q := &Queue{m: m, name: info.Name, id: info.ID, grouped: map[int32]bool{}, groupCursor: map[int32]string{}}
+	q := &Queue{m: m, name: info.Name, id: info.ID, grouped: map[int32]bool{}, groupLook: map[int32]int64{}, groupCursor: map[int32]string{}}
 	q.Engine = engine.NewEngine(info.Name, m.cfg.Clock, m.cfg.Metrics)
 	q.Loop.Log = m.cfg.Log
 	// Lifecycle work may be due from before this node started.
@@ -262,7 +265,7 @@ func (q *Queue) learnDue(ctx context.Context, tx pgx.Tx, it *iteration) error {
 // that takes no row lock, so the lock order holds); moves and produces of
 // other transactions in flight are not seen.
 func (q *Queue) deadPartitions(ctx context.Context, tx pgx.Tx, dlqID uint64, partitions int32, n int) ([]int32, error) {
-	ready, err := readyCounts(ctx, tx, dlqID, partitions, false, 0)
+	ready, _, err := readyCounts(ctx, tx, dlqID, partitions, countAll, 0)
 	if err != nil {
 		return nil, err
 	}

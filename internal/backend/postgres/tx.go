@@ -295,11 +295,35 @@ func (it *iteration) Renew(xs []engine.Item, deadline int64) error {
 // ReadyCounts implements engine.Tx: counted in the transaction once the
 // changes gathered are written (so another node's commits since are seen,
 // not its transactions in flight), at most readyCountCap per partition.
+// Grouped items are counted as leasable groups on an ordered queue; on
+// another queue they are counted while this node knows the queue holds
+// some, and otherwise at most once every groupLookEvery (to learn of those
+// another node produced).
 func (it *iteration) ReadyCounts() ([]int, error) {
 	if err := it.flush(); err != nil {
 		return nil, err
 	}
-	return readyCounts(it.ctx, it.tx, it.q.id, max(it.info.Partitions, 1), it.info.Ordered, it.now)
+	q := it.q
+	mode := countUngrouped
+	switch {
+	case it.info.Ordered:
+		mode = countLeasable
+	case len(q.grouped) > 0 || it.now-q.groupLook[-1] >= int64(groupLookEvery):
+		mode = countAll
+	}
+	ready, grouped, err := readyCounts(it.ctx, it.tx, q.id, max(it.info.Partitions, 1), mode, it.now)
+	if err != nil || grouped == nil {
+		return ready, err
+	}
+	q.groupLook[-1] = it.now
+	for p, g := range grouped {
+		if g {
+			q.grouped[int32(p)] = true
+		} else {
+			delete(q.grouped, int32(p))
+		}
+	}
+	return ready, nil
 }
 
 // Produce implements engine.Tx.
@@ -364,11 +388,13 @@ func (it *iteration) Redrive(n int32, items []queue.RedriveItem, expire int64) e
 //
 // An ordered queue's partition is leased by the group rules
 // (leaseGroups); so is a fair queue's once the node knows it holds grouped
-// items (grouped: it produced some, or a plain lease reported some). A
+// items (grouped: it produced some there, or looked and found some). A
 // plain lease, the statement of a queue without groups, takes the items
-// without a group and reports grouped ready items when it found fewer than
-// wanted: the rest of the batch is then leased by the group rules, and the
-// partition from then on (until a group lease finds no grouped item).
+// without a group; when it finds fewer than wanted, the node looks for
+// ready grouped items in the partition (at most once every groupLookEvery
+// per partition): the rest of the batch is then leased by the group rules,
+// and the partition from then on (until a group lease finds no grouped
+// item).
 func (it *iteration) Lease(n int32, want int, deadline int64) ([]queue.LeasedItem, bool, error) {
 	if err := it.flush(); err != nil {
 		return nil, false, err
@@ -376,15 +402,20 @@ func (it *iteration) Lease(n int32, want int, deadline int64) ([]queue.LeasedIte
 	q := it.q
 	var items []queue.LeasedItem
 	if !it.info.Ordered && !q.grouped[n] {
-		got, grouped, err := lease(it.ctx, it.tx, q.id, n, want, deadline, it.now)
+		got, err := lease(it.ctx, it.tx, q.id, n, want, deadline, it.now)
 		if err != nil {
 			return nil, false, err
 		}
 		if len(got) > 0 {
 			q.nextDue = engine.Earliest(q.nextDue, deadline)
 		}
-		if !grouped {
+		if len(got) == want || it.now-q.groupLook[n] < int64(groupLookEvery) {
 			return got, true, nil
+		}
+		q.groupLook[n] = it.now
+		grouped, err := groupedReady(it.ctx, it.tx, q.id, n)
+		if err != nil || !grouped {
+			return got, true, err
 		}
 		q.grouped[n] = true
 		items, want = got, want-len(got)
