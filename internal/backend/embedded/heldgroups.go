@@ -83,6 +83,7 @@ func (l *Logical) release(it *iteration, h *heldGroup) {
 			g.held = nil
 			p.groups.fix(g)
 			p.groups.drop(g)
+			p.dropIndex()
 		}
 	}
 	it.batch.ReleaseGroup(h.Partition, h.Group)

@@ -100,6 +100,15 @@ func (p *partition) index() *groupIndex {
 	return p.groups
 }
 
+// dropIndex forgets the partition's group index once it indexes nothing
+// (no grouped item, no held group): the partition leases as one that never
+// held a group.
+func (p *partition) dropIndex() {
+	if gi := p.groups; gi != nil && len(gi.byName) == 0 && !gi.loading {
+		p.groups = nil
+	}
+}
+
 // addGrouped adds x (as partition.add) in group g ("" for none) at seq.
 func (p *partition) addGrouped(x *item, g string, seq uint64) {
 	if g != "" {

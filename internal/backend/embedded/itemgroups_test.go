@@ -240,6 +240,7 @@ func TestGroupIndexModel(t *testing.T) {
 						}
 						gi.fix(g)
 						gi.drop(g)
+						m.p.dropIndex()
 						m.check(fmt.Sprint("hold after step ", i))
 					}
 				}
@@ -293,4 +294,18 @@ func TestGroupLoadOrder(t *testing.T) {
 		p.setStateAt(x, stateLeased, 1)
 	})
 	require.Equal(t, []uint64{1, 2, 5, 7, 9}, got)
+}
+
+// TestGroupIndexDropped: once a partition holds no grouped item and no held
+// group, it forgets its group index and leases as before groups.
+func TestGroupIndexDropped(t *testing.T) {
+	p := newPartition(0, true)
+	x := &item{id: 1, bodyID: 1, state: stateReady}
+	y := &item{id: 2, bodyID: 2, state: stateReady}
+	p.addGrouped(x, "g", 1)
+	p.addGrouped(y, "", 2)
+	require.NotNil(t, p.groups)
+	p.remove(x)
+	require.Nil(t, p.groups)
+	require.Same(t, y, p.popReady())
 }

@@ -313,6 +313,7 @@ func (p *partition) remove(it *item) {
 	delete(p.items, it.id)
 	if it.grouped {
 		p.groups.removed(it)
+		p.dropIndex()
 	}
 }
 
