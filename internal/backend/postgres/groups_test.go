@@ -19,7 +19,6 @@ import (
 	"github.com/styxq/styx/internal/clock"
 	"github.com/styxq/styx/internal/pgtest"
 	"github.com/styxq/styx/internal/queue"
-	"github.com/styxq/styx/internal/queue/queuetest"
 	"github.com/styxq/styx/metrics"
 )
 
@@ -342,37 +341,6 @@ func TestGroupsIndependentRoundRobin(t *testing.T) {
 	}
 	require.Equal(t, []string{"b1", "c1", "h0"}, got, "one turn each, in group order")
 	require.Empty(t, leaseWithin(t, q, 1000, 200*time.Millisecond), "every group's head is leased")
-}
-
-// TestGroupScheduledHeadWaits is the conformance row GroupScheduledHeadWaits
-// with b1 completed: a head retried for later holds its group until it is
-// due; a2 is not leased before a1.
-func TestGroupScheduledHeadWaits(t *testing.T) {
-	clk := clock.NewFake(queuetest.Start)
-	m := openClock(t, pgtest.URL(t), clk)
-	ctx := t.Context()
-	require.NoError(t, m.Create(ctx, queue.QueueInfo{Name: "q", LeaseTimeout: 10 * time.Second, ExpireTimeout: time.Hour, Partitions: 1, Ordered: true}))
-	q, err := m.Get("q")
-	require.NoError(t, err)
-	require.NoError(t, q.Produce(ctx, []queue.ProduceItem{{Payload: []byte("a1"), Group: "a"}, {Payload: []byte("a2"), Group: "a"},
-		{Payload: []byte("b1"), Group: "b"}}))
-	a1 := leaseWithin(t, q, 1, 5*time.Second)
-	require.Equal(t, []string{"a1"}, payloadsOf(a1))
-	_, err = q.Retry(ctx, 0, []queue.RetryItem{{ID: a1[0].ID, RetryAt: clk.Now().Add(time.Minute)}})
-	require.NoError(t, err)
-	b1 := leaseWithin(t, q, 1, 5*time.Second)
-	require.Equal(t, []string{"b1"}, payloadsOf(b1))
-	require.NoError(t, q.Complete(ctx, 0, []uint64{b1[0].ID}))
-	tick := func(d time.Duration) {
-		clk.Advance(d)
-		_, err := q.Delete(ctx, []queue.ItemRef{{Partition: 0, ID: 1 << 60}}) // an iteration: the lifecycle runs
-		require.NoError(t, err)
-	}
-	require.Empty(t, leaseWithin(t, q, 1000, 100*time.Millisecond))
-	tick(time.Minute - time.Millisecond)
-	require.Empty(t, leaseWithin(t, q, 1000, 100*time.Millisecond), "a2 waits for its scheduled head")
-	tick(time.Millisecond)
-	require.Equal(t, []string{"a1", "a2"}, payloadsOf(leaseWithin(t, q, 10, 5*time.Second)))
 }
 
 // TestGroupsFairOtherNode: a node that never produced to a queue that is

@@ -254,23 +254,31 @@ func (q *Queue) learnDue(ctx context.Context, tx pgx.Tx, it *iteration) error {
 // write only the counts rows of the transaction's own backend, which no
 // other live transaction writes, so they never wait either.
 
-// deadPartitions returns the dead-letter queue partition of each of the n
-// items of a move, in the order they are placed: the produce rule item by
-// item (docs/ARCHITECTURE.md "Partitions"), the same as the embedded
-// engine's. Each item goes to the partition with the fewest ready items
+// deadPartitions returns the dead-letter queue partition of each item of a
+// move (ds), in the order they are placed: the produce rule item by item
+// (docs/ARCHITECTURE.md "Partitions"), the same as the embedded engine's.
+// An item with a group goes to its group's partition
+// (queue.GroupPartition), so that an ordered dead-letter queue keeps the
+// group's order; each other item goes to the partition with the fewest ready items
 // (engine.FewestReady), counting the items placed before it in the same
 // move, ties to the first partition at or after deadNext, which moves past
 // each partition chosen. The counts are the dead-letter queue's as this
 // transaction sees them (readyCounts: capped at readyCountCap, a plain read
 // that takes no row lock, so the lock order holds); moves and produces of
 // other transactions in flight are not seen.
-func (q *Queue) deadPartitions(ctx context.Context, tx pgx.Tx, dlqID uint64, partitions int32, n int) ([]int32, error) {
+func (q *Queue) deadPartitions(ctx context.Context, tx pgx.Tx, dlqID uint64, partitions int32, ds []death) ([]int32, error) {
 	ready, _, err := readyCounts(ctx, tx, dlqID, partitions, countAll, 0)
 	if err != nil {
 		return nil, err
 	}
-	parts := make([]int32, n)
+	parts := make([]int32, len(ds))
 	for i := range parts {
+		if g := ds[i].group; g != "" {
+			p := queue.GroupPartition(g, partitions)
+			ready[p]++
+			parts[i] = p
+			continue
+		}
 		p := engine.FewestReady(ready, q.deadNext)
 		ready[p]++
 		q.deadNext = p + 1
@@ -344,7 +352,7 @@ func (q *Queue) bury(ctx context.Context, tx pgx.Tx, it *iteration, ds []death) 
 	// ids follow (moveDead).
 	ds = slices.Clone(ds)
 	slices.SortFunc(ds, func(a, b death) int { return cmp.Compare(a.id, b.id) })
-	parts, err := q.deadPartitions(ctx, tx, to.ID, max(to.Partitions, 1), len(ds))
+	parts, err := q.deadPartitions(ctx, tx, to.ID, max(to.Partitions, 1), ds)
 	if err != nil {
 		return err
 	}

@@ -137,6 +137,21 @@ var groupRows = []row{
 		_, st := e.counts(q)
 		require.Empty(e.t, st.HeldGroups)
 	}},
+	{"GroupDeadItemsInTheirGroupPartition", func(e *env) {
+		// A dead item with a group enters its group's partition of the
+		// dead-letter queue, so that an ordered DLQ (an SQS FIFO queue's)
+		// keeps the group's order.
+		dlq := e.create("dlq", func(i *queue.QueueInfo) { i.Ordered, i.Partitions, i.ExpireTimeout = true, 4, dlqExpire })
+		q := e.create("q", func(i *queue.QueueInfo) { i.Ordered, i.DeadQueue = true, "dlq" })
+		for _, spec := range []string{"a1:a", "a2:a", "z1:z"} {
+			e.produceGrouped(q, spec)
+			e.deadLetter(q, spec[:2], "bad")
+		}
+		for _, d := range e.eventuallyItems(dlq, 3) {
+			require.Equal(e.t, queue.GroupPartition(d.Meta.Group, 4), d.Partition, "dead item %s of group %s", d.Body.Payload, d.Meta.Group)
+		}
+		require.Equal(e.t, []string{"a1", "a2"}, payloads(e.leaseGroupRun(dlq, "a")))
+	}},
 	{"GroupDeadHoldRedriven", func(e *env) {
 		q, dlq := e.withDLQ(func(i *queue.QueueInfo) { i.Ordered, i.GroupDeadPolicy = true, queue.GroupHold })
 		e.produceGrouped(q, "a1:a", "a2:a", "b1:b")
@@ -316,5 +331,28 @@ func (e *env) leaseGroup(q queue.Queue, g string) (int32, queue.LeasedItem) {
 			return res.Partition, x
 		}
 		require.NoError(e.t, q.Complete(e.ctx, res.Partition, []uint64{x.ID}))
+	}
+}
+
+// leaseGroupRun leases from q until it gets items of group g, completing
+// the others, and returns g's items of that lease.
+func (e *env) leaseGroupRun(q queue.Queue, g string) []queue.LeasedItem {
+	e.t.Helper()
+	for {
+		res := e.lease(q, 10)
+		var run []queue.LeasedItem
+		for _, x := range res.Items {
+			if x.Group == g {
+				run = append(run, x)
+			}
+		}
+		if len(run) > 0 {
+			return run
+		}
+		ids := make([]uint64, len(res.Items))
+		for i, x := range res.Items {
+			ids[i] = x.ID
+		}
+		require.NoError(e.t, q.Complete(e.ctx, res.Partition, ids))
 	}
 }
