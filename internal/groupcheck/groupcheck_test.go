@@ -16,7 +16,7 @@ func TestCheck(t *testing.T) {
 		h := New()
 		h.Produced("a", 3)
 		h.Add(Lease{Group: "a", Items: []int{0, 1}, Got: at(0), End: at(10), Completed: []int{0}}) // 1 retried
-		h.Add(Lease{Group: "a", Items: []int{1}, Got: at(11), End: at(20)})                       // expired
+		h.Add(Lease{Group: "a", Items: []int{1}, Got: at(11), End: at(20)})                        // expired
 		h.Add(Lease{Group: "a", Items: []int{1, 2}, Got: at(21), End: at(30), Completed: []int{1, 2}})
 		return h
 	}
