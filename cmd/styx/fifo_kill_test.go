@@ -162,7 +162,7 @@ func TestHardStopOrderedGroups(t *testing.T) {
 	require.NoError(t, p.cmd.Process.Signal(syscall.SIGKILL))
 	_ = p.cmd.Wait()
 	killedAt := acked.Load()
-	p = startServerProcess(t, dir, addr)
+	startServerProcess(t, dir, addr) // stopped at the test's end
 	down.Store(false)
 	wg.Wait()
 

@@ -16,10 +16,8 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/styxq/styx/internal/backend/postgres"
-	"github.com/styxq/styx/internal/clock"
 	"github.com/styxq/styx/internal/pgtest"
 	"github.com/styxq/styx/internal/queue"
-	"github.com/styxq/styx/metrics"
 )
 
 // Item groups with several PostgreSQL nodes (issue 37; itemgroups.go):
@@ -292,14 +290,6 @@ func payloadsOf(items []queue.LeasedItem) []string {
 		out[i] = string(x.Payload)
 	}
 	return out
-}
-
-// openClock opens a manager on url with clk.
-func openClock(t *testing.T, url string, clk clock.Clock) *postgres.Manager {
-	m, err := postgres.Open(t.Context(), postgres.Config{URL: url, Clock: clk, Log: testLog(), Metrics: metrics.New()})
-	require.NoError(t, err)
-	t.Cleanup(m.Close)
-	return m
 }
 
 // leaseWithin leases up to n items of q, waiting at most d; none is nil.

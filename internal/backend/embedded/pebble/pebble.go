@@ -794,84 +794,63 @@ func (s *Store) LoadItems(ctx context.Context, queueID uint64, partition int32, 
 // LoadDedup implements store.Store: one scan of the queue's deduplication
 // records.
 func (s *Store) LoadDedup(ctx context.Context, queueID uint64, fn func(id string, deadline int64) error) error {
-	errFn, err := s.loadDedup(ctx, queueID, fn)
-	if errFn != nil {
-		return errFn
-	}
-	if err != nil {
-		return fmt.Errorf("pebble: load deduplication ids of queue %d: %w", queueID, err)
-	}
-	return nil
-}
-
-func (s *Store) loadDedup(ctx context.Context, queueID uint64, fn func(id string, deadline int64) error) (errFn, err error) {
-	if _, err := s.queue(ctx, queueID); err != nil {
-		return nil, err
-	}
-	defer s.exit()
-	start := queueKey(prefixDedup, queueID)
-	it, err := s.db.NewIterWithContext(ctx, &pebbledb.IterOptions{LowerBound: start, UpperBound: prefixEnd(start)})
-	if err != nil {
-		return nil, err
-	}
-	defer it.Close()
-	for it.First(); it.Valid(); it.Next() {
-		v, err := it.ValueAndErr()
-		if err != nil {
-			return nil, err
-		}
+	return s.loadRange(ctx, queueID, prefixDedup, "deduplication ids", func(k, v []byte) (error, error) {
 		if len(v) != 8 {
 			return nil, fmt.Errorf("%w: deduplication record of %d bytes", errCorrupt, len(v))
 		}
-		if err := fn(string(it.Key()[queueKeyLen:]), int64(binary.BigEndian.Uint64(v))); err != nil {
-			return err, nil
-		}
-	}
-	return nil, it.Error()
+		return fn(string(k[queueKeyLen:]), int64(binary.BigEndian.Uint64(v))), nil
+	})
 }
 
 // LoadHeldGroups implements store.Store: one scan of the queue's held
 // groups.
 func (s *Store) LoadHeldGroups(ctx context.Context, queueID uint64, fn func(queue.HeldGroup) error) error {
-	errFn, err := s.loadHeldGroups(ctx, queueID, fn)
-	if errFn != nil {
-		return errFn
-	}
-	if err != nil {
-		return fmt.Errorf("pebble: load held groups of queue %d: %w", queueID, err)
-	}
-	return nil
-}
-
-func (s *Store) loadHeldGroups(ctx context.Context, queueID uint64, fn func(queue.HeldGroup) error) (errFn, err error) {
-	if _, err := s.queue(ctx, queueID); err != nil {
-		return nil, err
-	}
-	defer s.exit()
-	start := queueKey(prefixHeld, queueID)
-	it, err := s.db.NewIterWithContext(ctx, &pebbledb.IterOptions{LowerBound: start, UpperBound: prefixEnd(start)})
-	if err != nil {
-		return nil, err
-	}
-	defer it.Close()
-	for it.First(); it.Valid(); it.Next() {
-		k := it.Key()
+	return s.loadRange(ctx, queueID, prefixHeld, "held groups", func(k, v []byte) (error, error) {
 		if len(k) < partitionKeyLen {
 			return nil, fmt.Errorf("%w: held group key of %d bytes", errCorrupt, len(k))
-		}
-		v, err := it.ValueAndErr()
-		if err != nil {
-			return nil, err
 		}
 		h, err := decodeHeld(int32(binary.BigEndian.Uint32(k[queueKeyLen:])), string(k[partitionKeyLen:]), v)
 		if err != nil {
 			return nil, err
 		}
-		if err := fn(h); err != nil {
-			return err, nil
+		return fn(h), nil
+	})
+}
+
+// loadRange scans the records of queue queueID under prefix (a key space
+// of queue-scoped records), calling record with each key and value:
+// record returns its caller's error apart (errFn, passed on unwrapped) from
+// a store error (corruption), which is wrapped naming what ("held groups").
+func (s *Store) loadRange(ctx context.Context, queueID uint64, prefix byte, what string, record func(k, v []byte) (errFn, err error)) error {
+	errFn, err := func() (error, error) {
+		if _, err := s.queue(ctx, queueID); err != nil {
+			return nil, err
 		}
+		defer s.exit()
+		start := queueKey(prefix, queueID)
+		it, err := s.db.NewIterWithContext(ctx, &pebbledb.IterOptions{LowerBound: start, UpperBound: prefixEnd(start)})
+		if err != nil {
+			return nil, err
+		}
+		defer it.Close()
+		for it.First(); it.Valid(); it.Next() {
+			v, err := it.ValueAndErr()
+			if err != nil {
+				return nil, err
+			}
+			if errFn, err := record(it.Key(), v); errFn != nil || err != nil {
+				return errFn, err
+			}
+		}
+		return nil, it.Error()
+	}()
+	if errFn != nil {
+		return errFn
 	}
-	return nil, it.Error()
+	if err != nil {
+		return fmt.Errorf("pebble: load %s of queue %d: %w", what, queueID, err)
+	}
+	return nil
 }
 
 // loadItems returns fn's error apart, so that it is passed on unwrapped.
