@@ -24,7 +24,8 @@
 #                   about 2 minutes)
 #   BENCH_WARMUP    unmeasured warm-up per run (default 2s)
 #   BENCH_NODES     node counts to run (default "1 2")
-#   BENCH_MATRIX    the rows, "workload clients batch" separated by ";"
+#   BENCH_MATRIX    the rows, "workload clients batch [styx-bench flags]"
+#                   separated by ";"
 #                   (default "produce 4 1; produce 4 100; cycle 4 1;
 #                   cycle 4 100")
 #   BENCH_ROUNDS    how many times to run the node counts, interleaved
@@ -69,11 +70,11 @@ IFS=';' read -r -a rows <<<"${BENCH_MATRIX:-produce 4 1; produce 4 100; cycle 4 
 for entry in "${rows[@]}"; do
 	read -r workload clients batch extra <<<"$entry"
 	[[ -z $workload ]] && continue
-	if ! [[ $clients =~ ^[1-9][0-9]*$ && $batch =~ ^[1-9][0-9]*$ && -z ${extra:-} ]]; then
-		echo "bench: BENCH_MATRIX row \"$entry\" is not \"workload clients batch\"" >&2
+	if ! [[ $clients =~ ^[1-9][0-9]*$ && $batch =~ ^[1-9][0-9]*$ ]]; then
+		echo "bench: BENCH_MATRIX row \"$entry\" is not \"workload clients batch [flags]\"" >&2
 		exit 2
 	fi
-	MATRIX+=("$workload $clients $batch")
+	MATRIX+=("$workload $clients $batch${extra:+ $extra}")
 done
 
 TMP=$(mktemp -d "${TMPDIR:-/tmp}/styx-bench-pg.XXXXXX")
@@ -274,17 +275,18 @@ for nodes in "${RUNS[@]}"; do
 	: >"$TMP/$nodes.err"
 	: >"$TMP/$nodes.cpu"
 	for entry in "${MATRIX[@]}"; do
-		read -r workload clients batch <<<"$entry"
-		tag="[$nodes node(s) $workload c$clients b$batch]"
-		echo "bench: $label: $workload, $clients clients, batch $batch" >&2
+		read -r workload clients batch extra <<<"$entry"
+		tag="[$nodes node(s) $workload c$clients b$batch${extra:+ $extra}]"
+		echo "bench: $label: $workload, $clients clients, batch $batch ${extra:-}" >&2
 		before=$(cpu_sample)
 		lines=$(wc -l <"$TMP/$nodes.jsonl")
 		alive=1
 		# In a subshell whose `times` then reports styx-bench's CPU time.
 		if ! (
 			rc=0
+			# shellcheck disable=SC2086 # $extra holds separate flags
 			"$TMP/styx-bench" --endpoint "$endpoints" --server-pid "$pids" \
-				--workload "$workload" --clients "$clients" --batch "$batch" \
+				--workload "$workload" --clients "$clients" --batch "$batch" ${extra:-} \
 				--duration "$DURATION" --warmup "$WARMUP" --label "$label" --json \
 				>>"$TMP/$nodes.jsonl" 2>"$TMP/run.stderr" || rc=$?
 			times >"$TMP/run.times" # its own, then its children's: styx-bench's
@@ -295,7 +297,7 @@ for nodes in "${RUNS[@]}"; do
 		fi
 		cores=$(cpu_cores "$before" "$(cpu_sample)" "$(tail -n1 "$TMP/run.times")")
 		read -r s styx pg gen other busy each <<<"$cores"
-		echo "| $workload | $clients | $batch | $s | $styx | $each | $pg | $gen | $other | $busy |" >>"$TMP/$nodes.cpu"
+		echo "| $workload${extra:+ $extra} | $clients | $batch | $s | $styx | $each | $pg | $gen | $other | $busy |" >>"$TMP/$nodes.cpu"
 		summary_row "$nodes" "$cores" "$( (($(wc -l <"$TMP/$nodes.jsonl") > lines)) && echo ok)" >>"$TMP/summary"
 		for pid in "${NODE_PIDS[@]}"; do
 			kill -0 "$pid" 2>/dev/null || { echo "node pid $pid has exited" >>"$TMP/run.stderr"; alive=0; }

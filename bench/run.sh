@@ -22,6 +22,8 @@
 #   BENCH_ROUNDS    runs of each row on each backend (default 1; the
 #                   side-by-side table shows medians)
 #   BENCH_REPORT    where to write the report (default bench/report.md)
+#   BENCH_MATRIX    rows to run instead of the matrix below, "workload clients
+#                   batch [styx-bench flags]" separated by ";"
 set -euo pipefail
 
 ROOT=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
@@ -45,6 +47,10 @@ MATRIX=(
 	"dead 4 100"
 	"latency 4 1 --rate 1000"
 )
+
+if [[ -n ${BENCH_MATRIX:-} ]]; then
+	IFS=';' read -r -a MATRIX <<<"$BENCH_MATRIX"
+fi
 
 TMP=$(mktemp -d "${TMPDIR:-/tmp}/styx-bench.XXXXXX")
 PIDS=()
@@ -97,6 +103,7 @@ for backend in $BACKENDS; do
 done
 for entry in "${MATRIX[@]}"; do
 	read -r workload clients batch extra <<<"$entry"
+	[[ -z $workload ]] && continue
 	for round in $(seq "$ROUNDS"); do
 		for backend in $BACKENDS; do
 			echo "bench: $backend: $workload, $clients clients, batch $batch ${extra:-} (round $round)" >&2
