@@ -222,13 +222,14 @@ title_of() {
 # $TMP/KEY.jsonl (when OK is "ok"; else the row says it failed) and
 # cpu_cores' line CORES.
 summary_row() {
-	local n r b w c batch s styx pg gen other busy each
+	local n r b w c batch flags s styx pg gen other busy each
 	n=$(count_of "$1")
 	r=$(round_of "$1")
 	b=$([[ $1 == *@base* ]] && echo base || echo new)
-	read -r w c batch <<<"$entry"
+	read -r w c batch flags <<<"$entry"
+	w+=${flags:+ $flags}
 	read -r s styx pg gen other busy each <<<"$2"
-	printf '%s %06d %06d %s %03d %03d|' "$w" "$batch" "$c" "$b" "$n" "$r"
+	printf '%s %06d %06d %s %03d %03d|' "${w// /_}" "$batch" "$c" "$b" "$n" "$r"
 	printf '| %s | %d × %d | %d%s | %d | ' "$w" "$c" "$batch" "$n" "$([[ $b == base ]] && echo " (base)")" "$r"
 	if [[ $3 == ok ]]; then
 		tail -n1 "$TMP/$1.jsonl" | jq -r '

@@ -26,13 +26,16 @@ const (
 type Fairness struct {
 	// Grouped says whether the items carried their group (--fair-groups).
 	Grouped bool `json:"grouped"`
-	// HotDone is the hot group's; Small counts the small groups, and
-	// SmallP50, SmallP99 and SmallMax are their finishing times.
-	HotDone  float64 `json:"hot_done_s"`
-	Small    int     `json:"small_groups"`
-	SmallP50 float64 `json:"small_done_p50_s"`
-	SmallP99 float64 `json:"small_done_p99_s"`
-	SmallMax float64 `json:"small_done_max_s"`
+	// HotDone is the hot group's (-1: not finished when the window
+	// closed); Small counts the small groups that finished, Unfinished
+	// those that did not, and SmallP50, SmallP99 and SmallMax are the
+	// finished ones' times.
+	HotDone    float64 `json:"hot_done_s"`
+	Small      int     `json:"small_groups"`
+	Unfinished int     `json:"small_groups_unfinished,omitempty"`
+	SmallP50   float64 `json:"small_done_p50_s"`
+	SmallP99   float64 `json:"small_done_p99_s"`
+	SmallMax   float64 `json:"small_done_max_s"`
 }
 
 // fairItems returns n items of group g, each payload starting "g:" so that
@@ -64,18 +67,22 @@ func (b *bench) prefillFair(ctx context.Context) error {
 		items = items[n:]
 	}
 	b.groupDone = map[string]time.Time{}
+	b.groupLeft = map[string]int{"hot": b.cfg.Hot}
+	for k := range fairSmall {
+		b.groupLeft[fmt.Sprint("s", k)] = fairSmallItems
+	}
 	return nil
 }
 
 // noteGroupsDone records, for the groups of resp's items, that one more
-// of their items completed at t (the last one recorded is when the group
-// finished).
+// of their items completed at t: a group finished when its last item did.
 func (b *bench) noteGroupsDone(resp *pb.QueueLeaseResponse, t time.Time) {
 	b.mu.Lock()
 	defer b.mu.Unlock()
 	for _, it := range resp.Items {
 		g, _, _ := strings.Cut(string(it.Bytes), ":")
-		if t.After(b.groupDone[g]) {
+		b.groupLeft[g]--
+		if b.groupLeft[g] == 0 {
 			b.groupDone[g] = t
 		}
 	}
@@ -85,7 +92,7 @@ func (b *bench) noteGroupsDone(resp *pb.QueueLeaseResponse, t time.Time) {
 func (b *bench) fairness() *Fairness {
 	b.mu.Lock()
 	defer b.mu.Unlock()
-	f := &Fairness{Grouped: b.cfg.FairGroups}
+	f := &Fairness{Grouped: b.cfg.FairGroups, HotDone: -1}
 	var small []float64
 	for g, t := range b.groupDone {
 		s := t.Sub(b.start).Seconds()
@@ -96,10 +103,27 @@ func (b *bench) fairness() *Fairness {
 		}
 	}
 	slices.Sort(small)
-	f.Small = len(small)
+	f.Small, f.Unfinished = len(small), fairSmall-len(small)
 	if n := len(small); n > 0 {
 		at := func(q float64) float64 { return small[min(n-1, int(q*float64(n)))] }
 		f.SmallP50, f.SmallP99, f.SmallMax = at(0.5), at(0.99), small[n-1]
 	}
 	return f
+}
+
+// String says when the groups finished, from the first lease: the hot
+// group, then the small ones.
+func (f *Fairness) String() string {
+	hot := "the hot group not finished"
+	if f.HotDone >= 0 {
+		hot = fmt.Sprintf("the hot group done at %.2fs", f.HotDone)
+	}
+	small := fmt.Sprintf("%d small groups done at p50 %.2fs, p99 %.2fs, max %.2fs", f.Small, f.SmallP50, f.SmallP99, f.SmallMax)
+	if f.Small == 0 {
+		small = "no small group done"
+	}
+	if f.Unfinished > 0 {
+		small += fmt.Sprintf(", %d not finished when the window closed", f.Unfinished)
+	}
+	return hot + "; " + small
 }

@@ -196,8 +196,7 @@ func writeTable(w io.Writer, r Report) error {
 	}
 	fmt.Fprintf(&b, "%d items in %.2fs: %.1f items/s\n", r.Items, r.Seconds, r.ItemsPerSec)
 	if f := r.Fairness; f != nil {
-		fmt.Fprintf(&b, "fairness (groups on the items: %v): the hot group done at %.2fs; the %d small groups done at p50 %.2fs, p99 %.2fs, max %.2fs\n",
-			f.Grouped, f.HotDone, f.Small, f.SmallP50, f.SmallP99, f.SmallMax)
+		fmt.Fprintf(&b, "fairness (groups on the items: %v): %s\n", f.Grouped, f)
 	}
 	b.WriteString("\n")
 	if !r.recordsRequests() {
@@ -285,7 +284,7 @@ func markdownRow(r Report) string {
 	}
 	workload := r.Workload + r.variant()
 	if f := r.Fairness; f != nil {
-		workload += fmt.Sprintf(" (hot group done %.2fs; small groups p50 %.2fs, max %.2fs)", f.HotDone, f.SmallP50, f.SmallMax)
+		workload += " (" + f.String() + ")"
 	}
 	if r.Rate > 0 {
 		workload = fmt.Sprintf("%s @%d/s", r.Workload, r.Rate)

@@ -73,9 +73,10 @@ type bench struct {
 	// left is how many items the produce workload may still produce under
 	// --count.
 	left atomic.Int64
-	// groupDone is when the fair workload last completed an item of each
-	// group (under mu).
+	// groupDone is when each group of the fair workload finished, and
+	// groupLeft how many of its items are not completed yet (under mu).
 	groupDone map[string]time.Time
+	groupLeft map[string]int
 }
 
 // recorder collects the measurements of one goroutine, which sends its
