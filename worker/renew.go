@@ -28,11 +28,18 @@ func (w *Worker) renewLoop(ctx context.Context) {
 		if !next.IsZero() {
 			wait = max(next.Sub(w.cfg.Clock.Now()), time.Millisecond)
 		}
+		timer := w.cfg.Clock.After(wait)
+		if !next.IsZero() && !w.cfg.Clock.Now().Before(next) {
+			// The clock passed next while the timer was set (a Clock
+			// moved by a test): the timer, set from the later now,
+			// would fire after it.
+			continue
+		}
 		select {
 		case <-ctx.Done():
 			return
 		case <-w.renewWake:
-		case <-w.cfg.Clock.After(wait):
+		case <-timer:
 		}
 	}
 }
