@@ -276,17 +276,6 @@ var groupRows = []row{
 	}},
 }
 
-// GroupsPending returns a Skip of every group row, for a backend whose
-// item groups are not built yet (reason says so). Temporary: removed once
-// every backend passes them.
-func GroupsPending(reason string) []Skip {
-	out := make([]Skip, len(groupRows))
-	for i, r := range groupRows {
-		out[i] = Skip{Row: r.name, Reason: reason}
-	}
-	return out
-}
-
 // ordered makes a queue ordered (create's change).
 func ordered(i *queue.QueueInfo) { i.Ordered = true }
 
