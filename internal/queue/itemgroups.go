@@ -97,6 +97,10 @@ type HeldGroup struct {
 	// DeadKey is the dead item's source key in the dead-letter queue
 	// (DeadCopyKey: the group waits while the dead-letter queue holds it).
 	DeadKey string
+	// DeadQueue is the dead-letter queue the dead item went to: the one
+	// asked whether it still holds DeadKey, whatever the queue's dead_queue
+	// is by then (a deleted one holds nothing).
+	DeadQueue string
 	// Seq is the dead item's GroupSeq: its redriven copy takes it, so that
 	// it is the group's head again.
 	Seq    uint64

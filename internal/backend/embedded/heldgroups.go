@@ -23,8 +23,10 @@ import (
 //   - by a redriven item of the group arriving in the partition
 //     (takeRedriven): it takes the dead item's GroupSeq, and the release is
 //     in the batch that inserts it;
-//   - once the dead-letter queue no longer holds the dead item (deleted,
-//     expired, or redriven elsewhere): the Manager's held-group checker
+//   - once the dead-letter queue the dead item went to (HeldGroup.DeadQueue,
+//     not the queue's dead_queue of the moment) no longer holds it (deleted,
+//     expired, redriven elsewhere, or the queue deleted): the Manager's
+//     held-group checker
 //     (checkHeld), a goroutine of its own, asks each queue holding groups
 //     for the holds whose dead item has left it (its move is done), asks
 //     the dead-letter queue's loop which of their dead keys it still
@@ -62,7 +64,7 @@ func (l *Logical) holdGroup(it *iteration, p *partition, x *item, reason string)
 		return
 	}
 	h := &heldGroup{HeldGroup: queue.HeldGroup{Partition: p.num, Group: e.g.name, DeadKey: queue.SourceKey(reason, l.name, x.id),
-		Seq: e.seq, HeldAt: it.now}, deadID: x.id}
+		DeadQueue: l.info.DeadQueue, Seq: e.seq, HeldAt: it.now}, deadID: x.id}
 	l.held[heldKey{p.num, e.g.name}] = h
 	l.nHeld.Store(int64(len(l.held)))
 	e.g.held = h
@@ -196,11 +198,9 @@ func (p *partition) regroup(ordered bool) {
 
 // The held-group requests the Manager's checker sends (engine.Local).
 type (
-	// heldListOp asks for the holds whose dead item has left the queue,
-	// and the queue's dead-letter queue.
+	// heldListOp asks for the holds whose dead item has left the queue.
 	heldListOp struct {
 		engine.LocalOp
-		dlq string
 		out []queue.HeldGroup
 	}
 	// holdsKeysOp asks a dead-letter queue which of keys it holds.
@@ -220,7 +220,6 @@ type (
 // Run implements engine.Local.
 func (op *heldListOp) Run(tx engine.Tx, _ int64, _ *engine.Request) (bool, error) {
 	l := tx.(*iteration).l
-	op.dlq = l.info.DeadQueue
 	for _, h := range l.held {
 		if h.deadID != 0 && l.parts[h.Partition].items[h.deadID] != nil {
 			continue // its move to the dead-letter queue is not done
@@ -313,20 +312,28 @@ func (m *Manager) checkQueue(l *Logical) error {
 	if len(list.out) == 0 {
 		return nil
 	}
-	gone := list.out
-	if d := m.lookup(list.dlq); list.dlq != "" && d != nil {
-		keys := make([]string, len(list.out))
-		for i, h := range list.out {
+	byDLQ := map[string][]queue.HeldGroup{}
+	for _, h := range list.out {
+		byDLQ[h.DeadQueue] = append(byDLQ[h.DeadQueue], h)
+	}
+	var gone []queue.HeldGroup
+	for name, hs := range byDLQ {
+		d := m.lookup(name)
+		if d == nil { // deleted: it holds nothing
+			gone = append(gone, hs...)
+			continue
+		}
+		keys := make([]string, len(hs))
+		for i, h := range hs {
 			keys[i] = h.DeadKey
 		}
 		q := &holdsKeysOp{keys: keys}
 		if err := d.call(ctx, q, true); err != nil {
 			return err
 		}
-		gone = nil
 		for i, held := range q.out {
 			if !held {
-				gone = append(gone, list.out[i])
+				gone = append(gone, hs[i])
 			}
 		}
 	}

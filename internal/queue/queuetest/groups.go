@@ -198,6 +198,41 @@ var groupRows = []row{
 		}, waitTimeout, 10*time.Millisecond, "the group is released")
 		e.leaseOne(q, "a2")
 	}},
+	{"GroupDeadHoldFollowsItsDeadLetterQueue", func(e *env) {
+		// A hold waits on the dead-letter queue its dead item went to, not
+		// on the queue's dead_queue of the moment: after dead_queue
+		// changes, deleting b1 from the old one releases b, and a stays
+		// held while a1 is still there.
+		q, dlq := e.withDLQ(func(i *queue.QueueInfo) { i.Ordered, i.GroupDeadPolicy = true, queue.GroupHold })
+		e.create("dlq2", func(i *queue.QueueInfo) { i.ExpireTimeout = dlqExpire })
+		e.produceGrouped(q, "a1:a", "b1:b", "a2:a", "b2:b")
+		for range 2 { // a1 and b1, the groups' heads
+			x := e.lease(q, 1)
+			_, err := q.Retry(e.ctx, x.Partition, []queue.RetryItem{{ID: x.Items[0].ID, Dead: true}})
+			require.NoError(e.t, err)
+		}
+		dead := e.eventuallyItems(dlq, 2)
+		require.NoError(e.t, e.qs.Update(e.ctx, "q", func(i *queue.QueueInfo) error { i.DeadQueue = "dlq2"; return nil }))
+		var b1 queue.Item
+		for _, d := range dead {
+			if d.Meta.Group == "b" {
+				b1 = d
+			}
+		}
+		n, err := dlq.DeleteDead(e.ctx, []queue.ItemRef{{Partition: b1.Partition, ID: b1.Meta.ID}})
+		require.NoError(e.t, err)
+		require.Equal(e.t, 1, n)
+		var st queue.Stats
+		require.Eventually(e.t, func() bool {
+			e.advance(time.Second, q)
+			_, st = e.counts(q)
+			return st.HeldTotal < 2
+		}, waitTimeout, 10*time.Millisecond, "b is released")
+		require.Equal(e.t, 1, st.HeldTotal, "a is still held: a1 is in dlq")
+		require.Equal(e.t, "a", st.HeldGroups[0].Group)
+		e.leaseOne(q, "b2")
+		e.leaseNone(q)
+	}},
 	{"GroupDeadHoldByLeaseExpiry", func(e *env) {
 		// Dead by max_attempts (an expired lease) holds the group too;
 		// without a dead-letter queue nothing is held.

@@ -486,11 +486,12 @@ func decodeQueueInfo(name string, v []byte) (queue.QueueInfo, error) {
 // appendHeld appends a held group's record (its partition and group are
 // in the key):
 //
-//	format byte (formatV1), string DeadKey, uvarint Seq, varint HeldAt
+//	format byte (formatV1), string DeadKey, string DeadQueue, uvarint Seq, varint HeldAt
 //	(Unix nanoseconds).
 func appendHeld(b []byte, h *queue.HeldGroup) []byte {
 	b = append(b, formatV1)
 	b = appendString(b, h.DeadKey)
+	b = appendString(b, h.DeadQueue)
 	b = binary.AppendUvarint(b, h.Seq)
 	return binary.AppendVarint(b, h.HeldAt)
 }
@@ -502,7 +503,7 @@ func decodeHeld(partition int32, group string, v []byte) (queue.HeldGroup, error
 	if f := d.byte(); f != formatV1 && d.err == nil {
 		return queue.HeldGroup{}, fmt.Errorf("held group: unknown format %d", f)
 	}
-	h := queue.HeldGroup{Partition: partition, Group: group, DeadKey: d.string(), Seq: d.uvarint(), HeldAt: d.varint()}
+	h := queue.HeldGroup{Partition: partition, Group: group, DeadKey: d.string(), DeadQueue: d.string(), Seq: d.uvarint(), HeldAt: d.varint()}
 	if err := d.finish("held group"); err != nil {
 		return queue.HeldGroup{}, err
 	}

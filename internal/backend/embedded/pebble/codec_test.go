@@ -105,7 +105,7 @@ func TestMetaGroup(t *testing.T) {
 // TestHeldRoundTrip: a held group's record.
 func TestHeldRoundTrip(t *testing.T) {
 	for _, h := range []queue.HeldGroup{
-		{Partition: 3, Group: "g", DeadKey: "explicit:orders~0123456789abc", Seq: 1 << 50, HeldAt: t0.UnixNano()},
+		{Partition: 3, Group: "g", DeadKey: "explicit:orders~0123456789abc", DeadQueue: "orders-dlq", Seq: 1 << 50, HeldAt: t0.UnixNano()},
 		{Group: "x"},
 	} {
 		got, err := decodeHeld(h.Partition, h.Group, appendHeld(nil, &h))
