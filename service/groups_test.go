@@ -15,6 +15,7 @@ import (
 
 	styx "github.com/styxq/styx"
 	"github.com/styxq/styx/internal/groupcheck"
+	"github.com/styxq/styx/internal/queue"
 	pb "github.com/styxq/styx/styxpb"
 )
 
@@ -212,5 +213,20 @@ func TestGroupsValidation(t *testing.T) {
 		require.NoError(t, err)
 		require.Equal(t, "continue", info.GroupDeadPolicy)
 		require.Empty(t, s.items("fifo"), "nothing stored by a refused produce")
+
+		// An import keeps a group in its partition and checks it.
+		s.createQueue(&pb.QueueInfo{QueueName: "parts", Ordered: true, RequestedPartitions: 4})
+		home := queue.GroupPartition("g", 4)
+		imp := func(p int32, group string) error {
+			_, err := s.C.StorageItemsImport(ctx, &pb.StorageItemsImportRequest{QueueName: "parts", Partition: p,
+				Items: []*pb.StorageItem{{Payload: []byte("x"), Group: group}}})
+			return err
+		}
+		requireCode(t, imp((home+1)%4, "g"), 400, fmt.Sprintf("invalid items[0].group; the items of group 'g' go to partition %d of queue 'parts', not %d", home, (home+1)%4))
+		requireCode(t, imp(home, strings.Repeat("g", 129)), 400, "invalid items[0].group; 129 bytes, the limit is 128")
+		require.NoError(t, imp(home, "g"))
+		items := s.items("parts")
+		require.Len(t, items, 1)
+		require.Equal(t, "g", items[0].Group)
 	})
 }

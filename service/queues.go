@@ -346,6 +346,11 @@ func fromStorageItem(i int, in *pb.StorageItem) (queue.Item, error) {
 	if err := checkFreeText(field+".last_error", in.LastError, MaxFieldLength*4); err != nil {
 		return queue.Item{}, err
 	}
+	if in.Group != "" {
+		if err := queue.CheckGroup(field+".group", in.Group); err != nil {
+			return queue.Item{}, err
+		}
+	}
 	if in.Attempts < 0 {
 		return queue.Item{}, apierr.Invalidf("invalid %s.attempts; %d is negative", field, in.Attempts)
 	}

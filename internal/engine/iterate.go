@@ -747,7 +747,9 @@ func (e *Engine) handle(it *pass, r *Request) (ReplyMode, error) {
 // answered with that copy; the others are inserted, leased (until their
 // lease deadline, or for lease_timeout from now), scheduled (enqueue_at in
 // the future) or ready, keeping their attempts, created_at and expire
-// deadline (or expiring after expire_timeout from now).
+// deadline (or expiring after expire_timeout from now). An item with a
+// group must be imported into its group's partition (queue.GroupPartition;
+// else apierr.Invalid, nothing imported).
 func (e *Engine) importItems(it *pass, op *importOp) ([]queue.Item, error) {
 	n := op.partition
 	if err := queue.CheckPartition(it.info.Name, it.info.Partitions, n); err != nil {
@@ -756,6 +758,14 @@ func (e *Engine) importItems(it *pass, op *importOp) ([]queue.Item, error) {
 	for i := range op.items { // as a produce's enqueue_at
 		if err := queue.CheckItemTimes(i, &op.items[i]); err != nil {
 			return nil, err
+		}
+		// A group lives in one partition (itemgroups.go): an item imported
+		// elsewhere would be a second place of its group.
+		if g := op.items[i].Meta.Group; g != "" {
+			if p := queue.GroupPartition(g, it.info.Partitions); p != n {
+				return nil, apierr.Invalidf("invalid items[%d].group; the items of group '%s' go to partition %d of queue '%s', not %d: import them there",
+					i, g, p, it.info.Name, n)
+			}
 		}
 	}
 	keys := make([]string, len(op.items))
@@ -826,10 +836,6 @@ func (e *Engine) importItems(it *pass, op *importOp) ([]queue.Item, error) {
 	return out, nil
 }
 
-// produceTo returns the partition a produce (or redrive) request goes to:
-// the one with the fewest ready items (FewestReady), and moves the
-// cursor past it. The counts are read once per iteration and kept up to
-// date with the iteration's produces.
 // partItems are the items of a produce or redrive that go to partition n.
 type partItems[T any] struct {
 	n     int32
@@ -869,6 +875,10 @@ func splitByGroup[T any](items []T, group func(*T) string, n, partitions int32) 
 	return parts
 }
 
+// produceTo returns the partition a produce (or redrive) request goes to:
+// the one with the fewest ready items (FewestReady), and moves the
+// cursor past it. The counts are read once per iteration and kept up to
+// date with the iteration's produces.
 func (e *Engine) produceTo(it *pass) (int32, error) {
 	if it.ready == nil {
 		ready, err := it.tx.ReadyCounts()
