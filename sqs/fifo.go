@@ -270,7 +270,9 @@ func (c *sentCache) claim(queueID uint64, key string, now time.Time, window time
 	m := sentMessage{id: id, seq: seq, deadline: ns + int64(window)}
 	c.byKey[k] = m
 	c.order = append(c.order, sentKey{k, m.deadline})
-	for len(c.order) > 0 && (len(c.byKey) > maxSentRemembered || c.order[0].deadline <= ns) {
+	// Oldest first: past their window, or over the bound (byKey's, and
+	// order's own: a key claimed again leaves its old entry behind).
+	for len(c.order) > 0 && (len(c.byKey) > maxSentRemembered || len(c.order) > 2*maxSentRemembered || c.order[0].deadline <= ns) {
 		old := c.order[0]
 		c.order = c.order[1:]
 		if cur, ok := c.byKey[old.key]; ok && cur.deadline == old.deadline {

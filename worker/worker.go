@@ -618,6 +618,12 @@ func (w *Worker) nextInGroup(runCtx context.Context, j *job) *job {
 			w.wakeParked()
 			return next
 		}
+		// Nothing waits: the group is done, in this critical section, so
+		// that an item leased now starts it anew instead of parking
+		// behind j and being released as if j had failed.
+		if w.groups[j.it.Group] == j.run {
+			delete(w.groups, j.it.Group)
+		}
 		w.mu.Unlock()
 	}
 	w.releaseBehind(runCtx, j)

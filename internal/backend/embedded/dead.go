@@ -124,13 +124,16 @@ func (l *Logical) takeRedriven(it *iteration, p *partition, items []queue.Redriv
 		}
 		id := l.allocID(it)
 		x := &item{id: id, bodyID: id, created: it.now, expire: expire, state: stateReady, src: newSource(ri.SourceKey)}
+		var h *heldGroup // the group's hold, which the redriven item releases
+		if ri.Group != "" {
+			h = l.held[heldKey{p.num, ri.Group}]
+		}
 		seq := id
-		h := l.held[heldKey{p.num, ri.Group}]
-		if ri.Group != "" && h != nil {
-			seq = h.Seq
+		if h != nil {
+			seq = h.Seq // its group's head again
 		}
 		p.addGrouped(x, ri.Group, seq)
-		if ri.Group != "" && h != nil {
+		if h != nil {
 			l.release(it, h)
 		}
 		l.setSourceKey(ri.SourceKey, x)

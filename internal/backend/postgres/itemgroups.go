@@ -125,9 +125,11 @@ import (
 // (ON DELETE CASCADE). A dead-letter move of an ordered queue with
 // GroupHold inserts them (holdGroups) in the move's transaction; a redriven
 // item of the group releases it in its insert's transaction, taking its
-// seq (Redrive); and the lifecycle deletes, at most once a second per node
-// while the queue holds groups, in one statement, those whose dead item's
-// source key the dead-letter queue no longer holds (releaseGone).
+// seq (Redrive); and the lifecycle deletes, in one statement at most once a
+// second, those whose dead item's source key the dead-letter queue no
+// longer holds (releaseGone), on each node that knows the queue holds
+// groups: the node that held one, or one whose reload (every second) saw a
+// held row.
 
 // groupsMigration adds item groups (a migration of schema.go).
 const groupsMigration = `
