@@ -130,31 +130,40 @@ func TestFailedSyncFailsLaterBatchesAndReloads(t *testing.T) {
 		s.createQueue(&pb.QueueInfo{QueueName: "sf"})
 
 		// The sync of the batch producing "doomed" fails once "also",
-		// produced in a later batch while it syncs, is applied.
+		// produced in a later batch while it syncs, is applied; "also"'s
+		// batch goes on only once that failure has been answered, so that
+		// the pipeline is idle again when the loop decides how to answer
+		// it (a batch already durable, as on the memory store, used to be
+		// answered success then, 1 CI run in 3).
 		fail := newGate(t)
 		doomed, also := make(chan struct{}, 1), make(chan struct{}, 1)
+		firstAnswered := make(chan struct{})
 		s.Faults.SetSyncHook(func(b *store.Batch) func() error {
 			switch {
 			case insertsPayload(b, "doomed"):
 				doomed <- struct{}{}
 				return func() error { <-fail.ch; return errors.New("injected: fsync failed") }
 			case insertsPayload(b, "also"):
+				fail.open()
+				<-firstAnswered
 				also <- struct{}{}
 			}
 			return nil
 		})
-		produce := func(p string) <-chan error {
+		produce := func(p string, answered chan struct{}) <-chan error {
 			ch := make(chan error, 1)
 			go func() {
 				ch <- s.C.QueueProduce(ctx, &pb.QueueProduceRequest{QueueName: "sf", Items: []*pb.QueueProduceItem{{Bytes: []byte(p)}}})
+				if answered != nil {
+					close(answered)
+				}
 			}()
 			return ch
 		}
-		first := produce("doomed")
+		first := produce("doomed", firstAnswered)
 		<-doomed
-		second := produce("also")
+		second := produce("also", nil)
 		<-also
-		fail.open()
 
 		// Neither is acknowledged: the first failed its sync, and the
 		// second was built on the state the first left in memory.

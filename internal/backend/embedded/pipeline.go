@@ -82,8 +82,11 @@ type pipeline struct {
 	name    string
 	entries chan *commit
 	// pending counts entries sent and not yet handled; when it is 0 every
-	// earlier reply has been sent, so the loop may answer inline.
+	// earlier reply has been sent, so the loop may answer inline, unless
+	// failing: a sync failed and the loop has not reset the failure yet
+	// (its state may hold the failed batches' changes).
 	pending atomic.Int64
+	failing atomic.Bool
 	// failed receives a notice when a sync fails (buffered 1); wake then
 	// wakes the loop.
 	failed chan struct{}
@@ -103,8 +106,9 @@ func newPipeline(name string, wake func()) *pipeline {
 	return p
 }
 
-// idle reports whether every entry sent has been handled.
-func (p *pipeline) idle() bool { return p.pending.Load() == 0 }
+// idle reports whether every entry sent has been handled and no sync
+// failure awaits its reset: a batch may then be answered inline.
+func (p *pipeline) idle() bool { return p.pending.Load() == 0 && !p.failing.Load() }
 
 // push hands an entry to the syncer, blocking while pipelineDepth entries
 // wait.
@@ -126,6 +130,7 @@ func (p *pipeline) run() {
 	for c := range p.entries {
 		if c.reset {
 			ferr = nil
+			p.failing.Store(false)
 			p.pending.Add(-1)
 			continue
 		}
@@ -135,6 +140,7 @@ func (p *pipeline) run() {
 		}
 		if err != nil && ferr == nil {
 			ferr = unavailable(p.name, fmt.Errorf("sync: %w", err))
+			p.failing.Store(true) // before pending drops: idle never hides it
 			select {
 			case p.failed <- struct{}{}:
 			default:
