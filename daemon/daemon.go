@@ -538,7 +538,7 @@ func (d *Daemon) start(ctx context.Context) (*Daemon, error) {
 			// user's store or empty, and refused otherwise, naming the
 			// chmod to run; its files are created 0600 whatever the umask.
 			s, err := pebble.Open(pebble.Config{Dir: cfg.DataDir, NoSync: cfg.NoSync, Logger: cfg.Log,
-				MinFreeBytes: cfg.MinFreeBytes, OnFault: d.Metrics.CountStorageFault})
+				MinFreeBytes: cfg.MinFreeBytes, OnFault: d.Metrics.CountStorageFault, OnSync: d.Metrics.ObserveStorageSync})
 			// Pebble's lock file says another process (EAGAIN) or this one
 			// holds the directory.
 			if err != nil && (errors.Is(err, syscall.EAGAIN) || strings.Contains(err.Error(), "lock held")) {

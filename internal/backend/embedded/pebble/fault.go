@@ -537,7 +537,14 @@ func closeDB(db *pebbledb.DB) error {
 type faultFS struct {
 	vfs.FS
 	z *freeze
+	// onSync is Config.OnSync, handed to the write-ahead log's files
+	// (walCategory); nil when unset.
+	onSync func(time.Duration)
 }
+
+// walCategory is the write category Pebble creates its write-ahead log
+// files in (wal.StandaloneManager): the files whose syncs onSync reports.
+const walCategory vfs.DiskWriteCategory = "pebble-wal"
 
 // freeze is one database handle's hold on the disk: live until a file call
 // fails, frozen from then on (faultFS).
@@ -636,7 +643,11 @@ func (fs faultFS) opened(op, name string, c vfs.DiskWriteCategory, f vfs.File, e
 		fs.z.fail(op, err)
 		return fs.create(name)
 	}
-	return faultFile{File: f, z: fs.z, compaction: compaction}, nil
+	ff := faultFile{File: f, z: fs.z, compaction: compaction}
+	if c == walCategory {
+		ff.onSync = fs.onSync
+	}
+	return ff, nil
 }
 
 func (fs faultFS) Create(name string, c vfs.DiskWriteCategory) (vfs.File, error) {
@@ -777,6 +788,26 @@ type faultFile struct {
 	vfs.File
 	z          *freeze
 	compaction bool
+	// onSync is told of each successful sync and its duration; set on
+	// the write-ahead log's files only (faultFS.onSync), else nil.
+	onSync func(time.Duration)
+}
+
+// syncStart is when a sync starts, for synced: the zero time when onSync
+// is unset (no clock read for the files other than the log's).
+func (f faultFile) syncStart() time.Time {
+	if f.onSync == nil {
+		return time.Time{}
+	}
+	return time.Now()
+}
+
+// synced reports to onSync, when set, a sync started at start that made
+// the file durable (durable: it succeeded, and was not a partial SyncTo).
+func (f faultFile) synced(start time.Time, durable bool) {
+	if f.onSync != nil && durable {
+		f.onSync(time.Since(start))
+	}
 }
 
 // check returns what Pebble is told of a call on the disk that returned
@@ -819,21 +850,30 @@ func (f faultFile) Sync() error {
 	if f.z.isFrozen() {
 		return nil
 	}
-	return f.check("sync", f.File.Sync())
+	start := f.syncStart()
+	err := f.File.Sync()
+	f.synced(start, err == nil)
+	return f.check("sync", err)
 }
 
 func (f faultFile) SyncData() error {
 	if f.z.isFrozen() {
 		return nil
 	}
-	return f.check("sync", f.File.SyncData())
+	start := f.syncStart()
+	err := f.File.SyncData()
+	f.synced(start, err == nil)
+	return f.check("sync", err)
 }
 
 func (f faultFile) SyncTo(length int64) (bool, error) {
 	if f.z.isFrozen() {
 		return true, nil
 	}
+	start := f.syncStart()
 	full, err := f.File.SyncTo(length)
+	// A partial SyncTo (sync_file_range) is not an fsync.
+	f.synced(start, full && err == nil)
 	if err = f.check("sync", err); err != nil {
 		return full, err
 	}

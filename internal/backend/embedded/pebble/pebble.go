@@ -147,6 +147,20 @@ type Config struct {
 	// writes or inserts, by cause ("write", "sync", "panic", "space"...):
 	// the metric styx_storage_faults_total.
 	OnFault func(cause string)
+	// OnSync, when set, is told of each successful fsync of the
+	// write-ahead log, with how long it took: the metrics
+	// styx_storage_syncs_total and styx_storage_sync_seconds. It counts
+	// at the filesystem (faultFile), the Sync, SyncData and full SyncTo
+	// calls on the files Pebble creates in the write category
+	// "pebble-wal", so it sees every WAL fsync of every database handle
+	// (Pebble's own Metrics().LogWriter.FsyncLatency restarts with each
+	// handle a reopen replaces, and Options has no hook for it). Syncs of
+	// sstables, the MANIFEST and the directory are not reported, nor a
+	// failed sync or one a frozen handle drops. Called on Pebble's
+	// log-writer goroutine, once per fsync (a group commit syncs many
+	// batches at once): it must be quick. Ignored with InMemory, whose
+	// syncs write nothing.
+	OnSync func(time.Duration)
 }
 
 // Store is the Pebble store.Store. Create it with Open. It is safe for
@@ -178,6 +192,7 @@ type Store struct {
 	minFree     int64
 	log         *slog.Logger
 	onFault     func(string)
+	onSync      func(time.Duration)
 	poke        chan struct{}
 	stopMonitor chan struct{}
 	monitorDone chan struct{}
@@ -242,7 +257,7 @@ func Open(cfg Config) (*Store, error) {
 		if fs == nil {
 			fs = vfs.NewMem()
 		}
-		cfg.Dir, cfg.NoSync = "memory", true
+		cfg.Dir, cfg.NoSync, cfg.OnSync = "memory", true, nil
 		cfg.CacheBytes = cmp.Or(cfg.CacheBytes, InMemoryCacheBytes)
 		cfg.MemTableBytes = cmp.Or(cfg.MemTableBytes, InMemoryMemTableBytes)
 	}
@@ -286,6 +301,7 @@ func Open(cfg Config) (*Store, error) {
 		dir:         cfg.Dir,
 		log:         log.With("component", "pebble", "dir", cfg.Dir),
 		onFault:     cfg.OnFault,
+		onSync:      cfg.OnSync,
 		poke:        make(chan struct{}, 1),
 		stopMonitor: make(chan struct{}),
 		monitorDone: make(chan struct{}),
@@ -373,7 +389,7 @@ func (s *Store) openDB(readOnly bool) (db *pebbledb.DB, failure, err error) {
 	z := newFreeze(s.setFault)
 	opts := s.opts
 	opts.ReadOnly = readOnly
-	opts.FS = faultFS{FS: s.fs, z: z}
+	opts.FS = faultFS{FS: s.fs, z: z, onSync: s.onSync}
 	// Pebble calls Fatalf when it cannot go on: nothing more is written
 	// through this handle either.
 	opts.Logger = newLogger(s.log, z.fail)
