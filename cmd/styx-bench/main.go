@@ -4,8 +4,11 @@
 // workload adds an open-loop producer; the worker workload runs the worker
 // library instead) for a warm-up and then a measured --duration, and
 // reports items per second, per-request latency percentiles (HDR
-// histograms), errors, and the server's CPU time and RSS when its process
-// can be read from /proc.
+// histograms), errors, the server's CPU time (also per 1,000 items) and RSS
+// when its process can be read from /proc, and the fsyncs of the server's
+// write-ahead log in the window, with the items each carried, when its
+// /metrics has styx_storage_syncs_total (Styx on Pebble; 0 on memory and
+// PostgreSQL).
 //
 // --endpoint may list several base URLs, comma-separated, to load several
 // nodes sharing one database (--storage postgres): client i (and sender i

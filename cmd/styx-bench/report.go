@@ -63,6 +63,18 @@ type Report struct {
 	EndToEnd *Latency `json:"end_to_end,omitempty"`
 	// Server is the server process's resource usage over the window.
 	Server *ServerUsage `json:"server,omitempty"`
+	// Syncs is how many fsyncs of the server's write-ahead log completed
+	// in the measured window: the increase of styx_storage_syncs_total on
+	// the endpoints' /metrics (summed over them). Nil when no endpoint
+	// exposes it (a server that is not Styx, or /metrics not readable); 0
+	// on the memory and PostgreSQL backends, and about 0 with --sync=false.
+	Syncs *int64 `json:"syncs,omitempty"`
+	// ItemsPerSync is Items / Syncs: how many of the workload's items one
+	// fsync carried (group commit syncs the writes of several requests at
+	// once). An item of cycle is written three times (produce, lease,
+	// complete), so there it is a third of the writes per fsync. 0 when
+	// Syncs is nil or 0.
+	ItemsPerSync float64 `json:"items_per_sync,omitempty"`
 	// Intervals splits the window into --interval pieces, in order.
 	Intervals []Interval `json:"intervals,omitempty"`
 	// Groups and Ordered are --groups and --ordered.
@@ -201,7 +213,8 @@ func writeTable(w io.Writer, r Report) error {
 	b.WriteString("\n")
 	if !r.recordsRequests() {
 		fmt.Fprintf(&b, "request latencies and empty leases: not recorded (the worker library sends its own requests)\nerrors: %d\n", r.Errors)
-		writeServer(&b, r.Server)
+		writeServer(&b, r)
+		writeSyncs(&b, r)
 		_, err := io.WriteString(w, b.String())
 		return err
 	}
@@ -221,7 +234,8 @@ func writeTable(w io.Writer, r Report) error {
 		row("produce→lease", *r.EndToEnd)
 	}
 	fmt.Fprintf(&b, "\nempty leases (454): %d   errors: %d\n", r.LeaseEmpty, r.Errors)
-	writeServer(&b, r.Server)
+	writeServer(&b, r)
+	writeSyncs(&b, r)
 	_, err := io.WriteString(w, b.String())
 	return err
 }
@@ -230,8 +244,10 @@ func writeTable(w io.Writer, r Report) error {
 // every workload but worker, whose requests the worker library sends.
 func (r Report) recordsRequests() bool { return r.Workload != workloadWorker }
 
-// writeServer prints the server usage line of writeTable, if s is set.
-func writeServer(b *strings.Builder, s *ServerUsage) {
+// writeServer prints the server usage line of writeTable, if r.Server is
+// set, with its CPU per 1,000 of the run's items when there were any.
+func writeServer(b *strings.Builder, r Report) {
+	s := r.Server
 	if s == nil {
 		return
 	}
@@ -239,8 +255,32 @@ func writeServer(b *strings.Builder, s *ServerUsage) {
 	if len(s.PIDs) > 1 {
 		who = pidList(s.PIDs) + " summed"
 	}
-	fmt.Fprintf(b, "server %s: %.2f CPU-s (%.2f cores), RSS %s → %s (peak %s)\n",
-		who, s.CPUSeconds, s.CPUCores, mib(s.RSSBeforeKB), mib(s.RSSAfterKB), mib(s.PeakRSSKB))
+	perK := ""
+	if r.Items > 0 {
+		perK = fmt.Sprintf(", %.1f CPU-ms per 1,000 items", cpuPerK(r))
+	}
+	fmt.Fprintf(b, "server %s: %.2f CPU-s (%.2f cores%s), RSS %s → %s (peak %s)\n",
+		who, s.CPUSeconds, s.CPUCores, perK, mib(s.RSSBeforeKB), mib(s.RSSAfterKB), mib(s.PeakRSSKB))
+}
+
+// writeSyncs prints the fsyncs line of writeTable, if r.Syncs is known.
+func writeSyncs(b *strings.Builder, r Report) {
+	if r.Syncs == nil {
+		return
+	}
+	fmt.Fprintf(b, "fsyncs of the server's log (styx_storage_syncs_total): %d", *r.Syncs)
+	if r.ItemsPerSync > 0 {
+		fmt.Fprintf(b, ", %s items per fsync", perSync(r.ItemsPerSync))
+	}
+	b.WriteString("\n")
+}
+
+// perSync formats items per fsync: one decimal below 100.
+func perSync(v float64) string {
+	if v < 100 {
+		return fmt.Sprintf("%.1f", v)
+	}
+	return fmt.Sprintf("%.0f", v)
 }
 
 // mib formats a size in KiB as MiB.
@@ -250,8 +290,8 @@ func mib(kb int64) string { return fmt.Sprintf("%.1f MiB", float64(kb)/1024) }
 // a markdown table, one row per report, in input order. Blank lines are
 // skipped.
 func writeMarkdown(w io.Writer, r io.Reader) error {
-	fmt.Fprintln(w, "| workload | clients | batch | items/s | produce p50/p99 ms | lease p50/p99 ms | complete/retry p50/p99 ms | produce→lease p50/p99 ms | empty leases | errors | server CPU-s | server RSS MiB |")
-	fmt.Fprintln(w, "|---|--:|--:|--:|--:|--:|--:|--:|--:|--:|--:|--:|")
+	fmt.Fprintln(w, "| workload | clients | batch | items/s | items/fsync | produce p50/p99 ms | lease p50/p99 ms | complete/retry p50/p99 ms | produce→lease p50/p99 ms | empty leases | errors | server CPU-s | server CPU ms/1k items | server RSS MiB |")
+	fmt.Fprintln(w, "|---|--:|--:|--:|--:|--:|--:|--:|--:|--:|--:|--:|--:|--:|")
 	sc := bufio.NewScanner(r)
 	sc.Buffer(make([]byte, 0, 64*1024), 1<<20)
 	for sc.Scan() {
@@ -293,18 +333,25 @@ func markdownRow(r Report) string {
 	if r.EndToEnd != nil {
 		e2e = pair(*r.EndToEnd, true)
 	}
-	cpu, rss := "–", "–"
+	cpu, perK, rss := "–", "–", "–"
 	if r.Server != nil {
 		cpu = fmt.Sprintf("%.2f", r.Server.CPUSeconds)
 		rss = fmt.Sprintf("%.0f", float64(r.Server.RSSAfterKB)/1024)
+		if r.Items > 0 {
+			perK = fmt.Sprintf("%.1f", cpuPerK(r))
+		}
+	}
+	perSyncCol := "–"
+	if r.ItemsPerSync > 0 {
+		perSyncCol = perSync(r.ItemsPerSync)
 	}
 	batch, empty := fmt.Sprint(r.Batch), fmt.Sprint(r.LeaseEmpty)
 	if !r.recordsRequests() {
 		batch, empty = "–", "–" // the worker sizes its own leases and sends its own requests
 	}
-	return fmt.Sprintf("| %s | %d | %s | %.0f | %s | %s | %s | %s | %s | %d | %s | %s |",
-		workload, r.Clients, batch, r.ItemsPerSec, get(kindProduce), get(kindLease), finish, e2e,
-		empty, r.Errors, cpu, rss)
+	return fmt.Sprintf("| %s | %d | %s | %.0f | %s | %s | %s | %s | %s | %s | %d | %s | %s | %s |",
+		workload, r.Clients, batch, r.ItemsPerSec, perSyncCol, get(kindProduce), get(kindLease), finish, e2e,
+		empty, r.Errors, cpu, perK, rss)
 }
 
 // renderMarkdownFile prints the JSON reports in path as a markdown table.

@@ -20,8 +20,11 @@ func sampleReport() Report {
 		},
 		LeaseEmpty: 3, Errors: 1,
 		Server: &ServerUsage{PID: 42, CPUSeconds: 7.5, CPUCores: 0.75, RSSBeforeKB: 10240, RSSAfterKB: 20480, PeakRSSKB: 30720},
+		Syncs:  ptr(int64(41152)), ItemsPerSync: 123456.0 / 41152,
 	}
 }
+
+func ptr[T any](v T) *T { return &v }
 
 func TestWriteTable(t *testing.T) {
 	var b bytes.Buffer
@@ -35,7 +38,8 @@ func TestWriteTable(t *testing.T) {
 		"produce             1000     1.500     4.250     9.000    12.000",
 		"complete             999     0.750     2.000     5.000     6.000",
 		"empty leases (454): 3   errors: 1",
-		"server pid 42: 7.50 CPU-s (0.75 cores), RSS 10.0 MiB → 20.0 MiB (peak 30.0 MiB)",
+		"server pid 42: 7.50 CPU-s (0.75 cores, 60.8 CPU-ms per 1,000 items), RSS 10.0 MiB → 20.0 MiB (peak 30.0 MiB)",
+		"fsyncs of the server's log (styx_storage_syncs_total): 41152, 3.0 items per fsync",
 	} {
 		if !strings.Contains(out, want) {
 			t.Errorf("table lacks %q:\n%s", want, out)
@@ -60,19 +64,32 @@ func TestWriteTable(t *testing.T) {
 	}
 	out = b.String()
 	for _, want := range []string{"workload worker: one worker, concurrency 16,", "prefilled 20000 items",
-		"20000 items in 2.00s: 10000.0 items/s", "latencies and empty leases: not recorded", "errors: 0"} {
+		"20000 items in 2.00s: 10000.0 items/s", "latencies and empty leases: not recorded", "errors: 0",
+		"fsyncs of the server's log (styx_storage_syncs_total): 0\n"} {
 		if !strings.Contains(out, want) {
 			t.Errorf("worker table lacks %q:\n%s", want, out)
 		}
 	}
-	if strings.Contains(out, "p50") || strings.Contains(out, "batch") {
-		t.Errorf("worker table shows latencies or a batch size:\n%s", out)
+	if strings.Contains(out, "p50") || strings.Contains(out, "batch") || strings.Contains(out, "per fsync") {
+		t.Errorf("worker table shows latencies, a batch size or items per fsync:\n%s", out)
+	}
+
+	r = sampleReport()
+	r.Syncs, r.ItemsPerSync = nil, 0
+	b.Reset()
+	if err := writeTable(&b, r); err != nil {
+		t.Fatal(err)
+	}
+	if strings.Contains(b.String(), "fsync") {
+		t.Errorf("table shows fsyncs the server does not expose:\n%s", b.String())
 	}
 }
 
+// workerReport is a run on a server that exposes no fsyncs of its own
+// (memory, PostgreSQL): Syncs is 0.
 func workerReport() Report {
 	return Report{Workload: "worker", Clients: 16, Batch: 1, Payload: 1024, Partitions: 1, Prefill: 20000,
-		Seconds: 2, Items: 20000, ItemsPerSec: 10000, Requests: map[string]Latency{}}
+		Seconds: 2, Items: 20000, ItemsPerSec: 10000, Requests: map[string]Latency{}, Syncs: ptr(int64(0))}
 }
 
 func TestJSONAndMarkdown(t *testing.T) {
@@ -85,7 +102,8 @@ func TestJSONAndMarkdown(t *testing.T) {
 	if err := json.Unmarshal(lines.Bytes(), &back); err != nil {
 		t.Fatal(err)
 	}
-	if back["items_per_sec"] != 12345.6 || back["requests"].(map[string]any)["lease"].(map[string]any)["p99_ms"] != 3.5 {
+	if back["items_per_sec"] != 12345.6 || back["requests"].(map[string]any)["lease"].(map[string]any)["p99_ms"] != 3.5 ||
+		back["syncs"] != 41152.0 || back["items_per_sync"] != 3.0 {
 		t.Errorf("unexpected JSON: %s", lines.String())
 	}
 
@@ -98,6 +116,9 @@ func TestJSONAndMarkdown(t *testing.T) {
 	if err := writeJSON(&lines, workerReport()); err != nil {
 		t.Fatal(err)
 	}
+	if l := lines.String(); strings.Count(l, `"syncs"`) != 2 || !strings.Contains(l, `"syncs":0`) || strings.Count(l, `"items_per_sync"`) != 1 {
+		t.Errorf("syncs: unknown is left out, 0 is kept; items_per_sync only when there were fsyncs:\n%s", l)
+	}
 	lines.WriteString("\n") // blank lines are skipped
 	var md bytes.Buffer
 	if err := writeMarkdown(&md, &lines); err != nil {
@@ -107,13 +128,16 @@ func TestJSONAndMarkdown(t *testing.T) {
 	if len(rows) != 5 {
 		t.Fatalf("want header, separator and 3 rows, got:\n%s", md.String())
 	}
-	if want := "| cycle | 4 | 100 | 12346 | 1.50 / 4.25 | 1.25 / 3.50 | 0.75 / 2.00 | – | 3 | 1 | 7.50 | 20 |"; rows[2] != want {
+	if want := "| workload | clients | batch | items/s | items/fsync | produce p50/p99 ms | lease p50/p99 ms | complete/retry p50/p99 ms | produce→lease p50/p99 ms | empty leases | errors | server CPU-s | server CPU ms/1k items | server RSS MiB |"; rows[0] != want {
+		t.Errorf("header\n got %s\nwant %s", rows[0], want)
+	}
+	if want := "| cycle | 4 | 100 | 12346 | 3.0 | 1.50 / 4.25 | 1.25 / 3.50 | 0.75 / 2.00 | – | 3 | 1 | 7.50 | 60.8 | 20 |"; rows[2] != want {
 		t.Errorf("row\n got %s\nwant %s", rows[2], want)
 	}
-	if want := "| latency @1000/s | 4 | 1 | 1000 | 0.50 / 1.00 | – | – | 2.00 / 4.50 | 0 | 0 | – | – |"; rows[3] != want {
+	if want := "| latency @1000/s | 4 | 1 | 1000 | – | 0.50 / 1.00 | – | – | 2.00 / 4.50 | 0 | 0 | – | – | – |"; rows[3] != want {
 		t.Errorf("row\n got %s\nwant %s", rows[3], want)
 	}
-	if want := "| worker | 16 | – | 10000 | – | – | – | – | – | 0 | – | – |"; rows[4] != want {
+	if want := "| worker | 16 | – | 10000 | – | – | – | – | – | – | 0 | – | – | – |"; rows[4] != want {
 		t.Errorf("row\n got %s\nwant %s", rows[4], want)
 	}
 }

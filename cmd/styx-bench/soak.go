@@ -26,7 +26,6 @@ package main
 // intervals (see judge).
 
 import (
-	"bufio"
 	"context"
 	"encoding/csv"
 	"errors"
@@ -299,25 +298,14 @@ func okText(ok bool) string {
 // in text form (/debug/pprof/goroutine?debug=1: "goroutine profile: total
 // N").
 func parseGoroutines(r io.Reader) (int64, error) {
-	sc := bufio.NewScanner(r)
-	sc.Buffer(make([]byte, 64*1024), 1024*1024)
-	for sc.Scan() {
-		line := sc.Text()
-		if rest, ok := strings.CutPrefix(line, "goroutine profile: total "); ok {
-			return strconv.ParseInt(strings.TrimSpace(rest), 10, 64)
-		}
-		if rest, ok := strings.CutPrefix(line, "go_goroutines "); ok {
-			v, err := strconv.ParseFloat(strings.TrimSpace(rest), 64)
-			if err != nil {
-				return 0, fmt.Errorf("go_goroutines: %w", err)
-			}
-			return int64(v), nil
-		}
-	}
-	if err := sc.Err(); err != nil {
+	v, found, err := parseSample(r, "goroutine profile: total ", "go_goroutines ")
+	switch {
+	case err != nil:
 		return 0, err
+	case !found:
+		return 0, errors.New("no go_goroutines sample and no goroutine profile total")
 	}
-	return 0, errors.New("no go_goroutines sample and no goroutine profile total")
+	return int64(v), nil
 }
 
 // countFDs returns how many file descriptors process pid has open: the
@@ -622,23 +610,12 @@ func (s *soak) measure(ctx context.Context) soakRow {
 }
 
 // goroutines fetches --metrics-url and returns the server's goroutines.
-func (s *soak) goroutines(ctx context.Context) (int64, error) {
-	req, err := http.NewRequestWithContext(ctx, http.MethodGet, s.b.cfg.MetricsURL, nil)
-	if err != nil {
-		return 0, err
-	}
-	if s.b.cfg.APIKey != "" {
-		req.Header.Set("Authorization", "Bearer "+s.b.cfg.APIKey)
-	}
-	resp, err := s.metrics.Do(req)
-	if err != nil {
-		return 0, err
-	}
-	defer func() { _ = resp.Body.Close() }()
-	if resp.StatusCode != http.StatusOK {
-		return 0, fmt.Errorf("GET %s: %s", s.b.cfg.MetricsURL, resp.Status)
-	}
-	return parseGoroutines(resp.Body)
+func (s *soak) goroutines(ctx context.Context) (n int64, err error) {
+	err = fetchMetrics(ctx, s.metrics, s.b.cfg.MetricsURL, s.b.cfg.APIKey, func(r io.Reader) error {
+		n, err = parseGoroutines(r)
+		return err
+	})
+	return n, err
 }
 
 // writeFiles rewrites --soak-report and --soak-csv with the rows so far

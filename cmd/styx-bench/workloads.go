@@ -50,6 +50,8 @@ type bench struct {
 	// up, inspects and deletes the queues.
 	clients []*styx.Client
 	c       *styx.Client
+	// metrics reads the endpoints' /metrics (storageSyncs).
+	metrics *http.Client
 	stderr  io.Writer
 	// queue is the queue under load; dlq its dead-letter queue (dead only).
 	queue, dlq string
@@ -98,7 +100,7 @@ func newBench(cfg config, stderr io.Writer) (*bench, error) {
 		MaxIdleConnsPerHost: 4*cfg.Clients + latencySenders + 16,
 		IdleConnTimeout:     90 * time.Second,
 	}}
-	b := &bench{cfg: cfg, stderr: stderr, queue: cfg.Queue}
+	b := &bench{cfg: cfg, stderr: stderr, queue: cfg.Queue, metrics: &http.Client{Transport: hc.Transport, Timeout: requestTimeout}}
 	for _, e := range cfg.Endpoints {
 		c, err := styx.NewClient(styx.ClientConfig{Endpoint: e, HTTPClient: hc, APIKey: cfg.APIKey})
 		if err != nil {
@@ -645,12 +647,15 @@ func runBench(ctx context.Context, cfg config, stderr io.Writer) (rep Report, er
 		}
 	}
 
-	// Samples at the window's edges: server usage, dead-letter count.
+	// Samples at the window's edges: server usage, dead-letter count,
+	// fsyncs of the server's log.
 	var procStart, procEnd procSample
 	var procErr error
 	var deadStart, deadEnd int64
 	var deadErr error
-	sampleAt := func(ps *procSample, dead *int64) {
+	var syncsStart, syncsEnd int64
+	syncsKnown := true
+	sampleAt := func(ps *procSample, dead, syncs *int64) {
 		if len(pids) > 0 && procErr == nil {
 			*ps, procErr = readProcs("/proc", pids)
 		}
@@ -659,9 +664,18 @@ func runBench(ctx context.Context, cfg config, stderr io.Writer) (rep Report, er
 			*dead, deadErr = b.deadCount(sctx)
 			cancel()
 		}
+		if syncsKnown {
+			sctx, cancel := context.WithTimeout(ctx, requestTimeout)
+			var err error
+			*syncs, syncsKnown, err = b.storageSyncs(sctx)
+			cancel()
+			if err != nil && ctx.Err() == nil {
+				_, _ = fmt.Fprintf(stderr, "styx-bench: fsyncs not measured: %v\n", err)
+			}
+		}
 	}
 	waitUntil(b.start)
-	sampleAt(&procStart, &deadStart)
+	sampleAt(&procStart, &deadStart, &syncsStart)
 	var intervals chan []Interval
 	if cfg.Interval > 0 {
 		intervals = make(chan []Interval, 1)
@@ -669,7 +683,7 @@ func runBench(ctx context.Context, cfg config, stderr io.Writer) (rep Report, er
 	}
 	waitUntil(b.end)
 	measured := max(0, time.Since(b.start))
-	sampleAt(&procEnd, &deadEnd)
+	sampleAt(&procEnd, &deadEnd, &syncsEnd)
 	<-done
 	var ivs []Interval
 	if intervals != nil {
@@ -707,6 +721,13 @@ func runBench(ctx context.Context, cfg config, stderr io.Writer) (rep Report, er
 		rep.ItemsPerSec = float64(rep.Items) / rep.Seconds
 	case workloadLatency:
 		rep.Rate = cfg.Rate
+	}
+	if syncsKnown {
+		n := syncsEnd - syncsStart
+		rep.Syncs = &n
+		if n > 0 {
+			rep.ItemsPerSync = float64(rep.Items) / float64(n)
+		}
 	}
 	if len(pids) > 0 {
 		if procErr != nil {
