@@ -10,8 +10,11 @@
 # machine load), stops the servers, and finally writes bench/report.md and
 # prints it: first sync on,
 # sync off and memory side by side with issue 13's ratios (on/off, the limit
-# C / (t_nosync + t_fsync), on/limit, the goal of each row and whether it is
-# met; styx-bench --summary), then a markdown table per backend. Servers and
+# C / (t_nosync + t_fsync) with the t_nosync and t_fsync beside it, on/limit,
+# the items per fsync of the log with sync on, the goal of each row and
+# whether it is met, the server's CPU per 1,000 items; styx-bench --summary),
+# then a markdown table per backend (with items/fsync, read from the server's
+# styx_storage_syncs_total, and server CPU ms per 1,000 items). Servers and
 # temporary files are removed on exit, including on failure or Ctrl-C.
 #
 # Environment:
@@ -140,7 +143,9 @@ sleep 0.2 # let the stderr tees finish
 	echo "produced (produce), completed (cycle, latency) or arrived in the dead-letter queue (dead: half the"
 	echo "clients produce, half lease and fail every item; max_attempts 1). \`latency\` produces open-loop at the"
 	echo "given rate and reports produce→lease latency from the send time stamped in each payload. Server CPU-s is"
-	echo "the server's user+system CPU time over the measured window; RSS is at its end. A lease's latency includes"
+	echo "the server's user+system CPU time over the measured window (CPU ms/1k items: per 1,000 items); RSS is at its"
+	echo "end. items/fsync is items per fsync of the server's write-ahead log (styx_storage_syncs_total): – on memory,"
+	echo "which never syncs; with --sync=false only the log's rotations sync it, hence the large figures. A lease's latency includes"
 	echo "its long-poll wait when the queue is momentarily empty (notably in \`latency\`); leases that found nothing"
 	echo "within 1s (454) are counted as empty leases, not errors. \`cycle 1000 groups ordered\` gives every item one of"
 	echo "1,000 groups on an ordered queue (issue 37's goal: within 20 % of \`cycle\` at the same batch); \`fair\` drains a"

@@ -137,13 +137,16 @@ func (c *cell) requests() float64 {
 	})
 }
 
-func (c *cell) cpu() float64 {
-	return median(c.runs, func(r Report) float64 {
-		if r.Server == nil {
-			return 0
+// itemsPerSync returns the median items per fsync of the server's log
+// over the runs that measured it (Report.ItemsPerSync), 0 when none did.
+func (c *cell) itemsPerSync() float64 {
+	var rs []Report
+	for _, r := range c.runs {
+		if r.ItemsPerSync > 0 {
+			rs = append(rs, r)
 		}
-		return r.Server.CPUSeconds
-	})
+	}
+	return median(rs, func(r Report) float64 { return r.ItemsPerSync })
 }
 
 func (c *cell) rssMiB() float64 {
@@ -208,15 +211,26 @@ func group(reports []Report) *table {
 	return t
 }
 
-// syncLimit is issue 13's limit for a closed-loop row, in items/s: each of
-// C clients can go no faster than one request per (t_nosync + t_fsync),
-// with t_nosync = C / (requests/s with sync off); items/s scale with the
-// row's items per request as measured with sync off.
-func syncLimit(clients int, offItems, offRequests, fsyncMS float64) float64 {
-	if offRequests <= 0 || fsyncMS <= 0 {
+// tNoSync is issue 13's t_nosync of a closed-loop row, in seconds: the
+// time one of its C clients takes per request with sync off (the HTTP
+// round trip and the server's work), C / (requests/s with sync off); 0
+// when unknown.
+func tNoSync(clients int, offRequests float64) float64 {
+	if offRequests <= 0 {
 		return 0
 	}
-	tNoSync := float64(clients) / offRequests // seconds per request
+	return float64(clients) / offRequests
+}
+
+// syncLimit is issue 13's limit for a closed-loop row, in items/s: each of
+// C clients can go no faster than one request per (t_nosync + t_fsync),
+// tNoSync in seconds (see tNoSync), fsyncMS in milliseconds; items/s scale
+// with the row's items per request as measured with sync off
+// (offItems / offRequests, both per second). 0 when an input is unknown.
+func syncLimit(clients int, tNoSync, offItems, offRequests, fsyncMS float64) float64 {
+	if tNoSync <= 0 || offRequests <= 0 || fsyncMS <= 0 {
+		return 0
+	}
 	limitReq := float64(clients) / (tNoSync + fsyncMS/1000)
 	return limitReq * offItems / offRequests
 }
@@ -238,14 +252,17 @@ func goal(k rowKey) (string, float64) {
 }
 
 // writeSummary renders sync on, sync off and memory side by side with the
-// ratios of issue 13.
+// ratios of issue 13: beside each row's limit, the t_nosync and t_fsync it
+// comes from; the items each fsync of the log carried with sync on (group
+// commit); the server's CPU per 1,000 items and RSS.
 func writeSummary(w io.Writer, reports []Report, fsyncMS float64) error {
 	t := group(reports)
 	var b strings.Builder
-	fmt.Fprintf(&b, "limit = C / (t_nosync + t_fsync) in items/s, with t_fsync = %.3f ms and t_nosync = C / (requests/s with sync off).\n", fsyncMS)
-	b.WriteString("Medians over the runs of each cell; CPU-s and RSS are the server's.\n\n")
-	b.WriteString("| workload | clients | batch | sync on items/s | sync off items/s | memory items/s | on/off | limit | on/limit | goal | met | CPU-s on/off/mem | RSS MiB on/off/mem |\n")
-	b.WriteString("|---|--:|--:|--:|--:|--:|--:|--:|--:|---|---|--:|--:|\n")
+	fmt.Fprintf(&b, "limit = C / (t_nosync + t_fsync) in items/s, with t_fsync = %.3f ms (the probe's) and t_nosync = C / (requests/s with sync off), the time a request takes without its fsync.\n", fsyncMS)
+	b.WriteString("items/fsync: items per fsync of the server's write-ahead log with sync on (styx_storage_syncs_total; group commit syncs several requests' writes at once).\n")
+	b.WriteString("Medians over the runs of each cell; CPU (milliseconds per 1,000 items) and RSS are the server's.\n\n")
+	b.WriteString("| workload | clients | batch | sync on items/s | sync off items/s | memory items/s | on/off | t_nosync + t_fsync ms | limit | on/limit | items/fsync on | goal | met | CPU ms/1k items on/off/mem | RSS MiB on/off/mem |\n")
+	b.WriteString("|---|--:|--:|--:|--:|--:|--:|--:|--:|--:|--:|---|---|--:|--:|\n")
 	for _, k := range t.rows {
 		on, off, mem := t.cells[k][labelSyncOn], t.cells[k][labelSyncOff], t.cells[k][labelMemory]
 		val := func(c *cell, f func(*cell) float64, format string) string {
@@ -254,16 +271,26 @@ func writeSummary(w io.Writer, reports []Report, fsyncMS float64) error {
 			}
 			return fmt.Sprintf(format, f(c))
 		}
-		ratio, limit, onLimit := "–", "–", "–"
+		cpu := func(c *cell) float64 { return c.median(cpuPerK) }
+		ratio, times, limit, onLimit := "–", "–", "–", "–"
 		var rOnOff, rOnLimit float64
 		if on != nil && off != nil && off.items() > 0 {
 			rOnOff = on.items() / off.items()
 			ratio = fmt.Sprintf("%.2f", rOnOff)
 			if k.Rate == 0 && k.Workload != workloadDead {
-				if l := syncLimit(k.Clients, off.items(), off.requests(), fsyncMS); l > 0 {
+				offReq := off.requests()
+				tn := tNoSync(k.Clients, offReq)
+				if l := syncLimit(k.Clients, tn, off.items(), offReq, fsyncMS); l > 0 {
 					rOnLimit = on.items() / l
+					times = fmt.Sprintf("%.2f + %.2f", tn*1000, fsyncMS)
 					limit, onLimit = fmt.Sprintf("%.0f", l), fmt.Sprintf("%.2f", rOnLimit)
 				}
+			}
+		}
+		perSyncOn := "–"
+		if on != nil {
+			if v := on.itemsPerSync(); v > 0 {
+				perSyncOn = perSync(v)
 			}
 		}
 		g, min := goal(k)
@@ -281,10 +308,10 @@ func writeSummary(w io.Writer, reports []Report, fsyncMS float64) error {
 				}
 			}
 		}
-		fmt.Fprintf(&b, "| %s | %s | %s | %s | %s | %s | %s | %s | %s | %s/%s/%s | %s/%s/%s |\n", k,
+		fmt.Fprintf(&b, "| %s | %s | %s | %s | %s | %s | %s | %s | %s | %s | %s | %s/%s/%s | %s/%s/%s |\n", k,
 			val(on, (*cell).items, "%.0f"), val(off, (*cell).items, "%.0f"), val(mem, (*cell).items, "%.0f"),
-			ratio, limit, onLimit, gs, met,
-			val(on, (*cell).cpu, "%.1f"), val(off, (*cell).cpu, "%.1f"), val(mem, (*cell).cpu, "%.1f"),
+			ratio, times, limit, onLimit, perSyncOn, gs, met,
+			val(on, cpu, "%.1f"), val(off, cpu, "%.1f"), val(mem, cpu, "%.1f"),
 			val(on, (*cell).rssMiB, "%.0f"), val(off, (*cell).rssMiB, "%.0f"), val(mem, (*cell).rssMiB, "%.0f"))
 	}
 	_, err := io.WriteString(w, b.String())
