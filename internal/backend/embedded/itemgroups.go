@@ -196,10 +196,13 @@ func (gi *groupIndex) unfiled(x *item) {
 	}
 }
 
-// removed follows partition.remove: x left the partition.
+// removed follows partition.remove: x left the partition, and its entry
+// goes with it. x.grouped is cleared: the index (or the partition's next
+// one) no longer has an entry for it to find.
 func (gi *groupIndex) removed(x *item) {
 	e := gi.entries[x]
 	delete(gi.entries, x)
+	x.grouped = false
 	g := e.g
 	gi.unlink(e)
 	g.n--

@@ -25,6 +25,8 @@ type groupModel struct {
 	nextID uint64
 	seqs   map[*item]uint64
 	groups map[*item]string
+	// gone lists the items removed from the partition.
+	gone []*item
 }
 
 func newGroupModel(t *testing.T, ordered bool, seed uint64) *groupModel {
@@ -93,12 +95,18 @@ func (m *groupModel) remove(x *item) {
 	m.p.remove(x)
 	delete(m.seqs, x)
 	delete(m.groups, x)
+	m.gone = append(m.gone, x)
 }
 
 // check recounts the index.
 func (m *groupModel) check(step string) {
 	t, p := m.t, m.p
 	t.Helper()
+	// An item that left the partition keeps no mark of its group: its
+	// entry went with it, and the index may be gone too.
+	for _, x := range m.gone {
+		require.False(t, x.grouped, "%s: item %d removed but still marked grouped", step, x.id)
+	}
 	gi := p.groups
 	if gi == nil {
 		return
