@@ -235,8 +235,9 @@ func syncLimit(clients int, tNoSync, offItems, offRequests, fsyncMS float64) flo
 	return limitReq * offItems / offRequests
 }
 
-// goal returns issue 13's goal for a row, as the ratio's name and its
-// minimum, or "" when the row has none.
+// goal returns a row's goal, as the ratio's name and its minimum, or ""
+// when the row has none: issue 13's, except at batch 1 with 4 clients,
+// where issue 38 asks for 0.85 of the limit.
 func goal(k rowKey) (string, float64) {
 	switch {
 	case k.Rate > 0 || k.Workload == workloadDead:
@@ -246,7 +247,7 @@ func goal(k rowKey) (string, float64) {
 	case k.Batch == 1 && k.Clients >= 16 && k.Workload == workloadCycle:
 		return "on/off", 0.8
 	case k.Batch == 1 && k.Clients == 4 && (k.Workload == workloadCycle || k.Workload == workloadProduce):
-		return "on/limit", 0.9
+		return "on/limit", 0.85
 	}
 	return "", 0
 }
@@ -296,7 +297,7 @@ func writeSummary(w io.Writer, reports []Report, fsyncMS float64) error {
 		g, min := goal(k)
 		gs, met := "–", "–"
 		if g != "" {
-			gs = fmt.Sprintf("%s ≥ %.1f", g, min)
+			gs = fmt.Sprintf("%s ≥ %g", g, min)
 			got := rOnOff
 			if g == "on/limit" {
 				got = rOnLimit
