@@ -37,23 +37,12 @@ func TestSQSDeleteAfterVisibilityTimeout(t *testing.T) {
 			require.Len(t, got.Messages, 1)
 			return got.Messages[0]
 		}
-		// visibleAgain waits until the message's visibility timeout has
-		// passed and the queue shows it ready.
-		visibleAgain := func() {
-			t.Helper()
-			eventually(t, func() bool {
-				a, err := c.GetQueueAttributes(ctx, &awssqs.GetQueueAttributesInput{QueueUrl: q.QueueUrl,
-					AttributeNames: []types.QueueAttributeName{"ApproximateNumberOfMessages"}})
-				require.NoError(t, err)
-				return a.Attributes["ApproximateNumberOfMessages"] == "1"
-			}, "the message should be visible again")
-		}
 
 		// A handler that overran its visibility timeout deletes its message.
 		_, err = c.SendMessage(ctx, &awssqs.SendMessageInput{QueueUrl: q.QueueUrl, MessageBody: aws.String("slow")})
 		require.NoError(t, err)
 		m := receive()
-		visibleAgain()
+		visibleAgain(t, c, q.QueueUrl)
 		_, err = c.DeleteMessage(ctx, &awssqs.DeleteMessageInput{QueueUrl: q.QueueUrl, ReceiptHandle: m.ReceiptHandle})
 		require.NoError(t, err)
 		require.Empty(t, s.items("overrun"), "the latest handle deletes after the visibility timeout")
@@ -63,12 +52,12 @@ func TestSQSDeleteAfterVisibilityTimeout(t *testing.T) {
 		_, err = c.SendMessage(ctx, &awssqs.SendMessageInput{QueueUrl: q.QueueUrl, MessageBody: aws.String("twice")})
 		require.NoError(t, err)
 		m1 := receive()
-		visibleAgain()
+		visibleAgain(t, c, q.QueueUrl)
 		m2 := receive()
 		_, err = c.DeleteMessage(ctx, &awssqs.DeleteMessageInput{QueueUrl: q.QueueUrl, ReceiptHandle: m1.ReceiptHandle})
 		require.NoError(t, err)
 		require.Len(t, s.items("overrun"), 1, "an older handle deletes nothing while another receive holds the message")
-		visibleAgain()
+		visibleAgain(t, c, q.QueueUrl)
 		_, err = c.DeleteMessage(ctx, &awssqs.DeleteMessageInput{QueueUrl: q.QueueUrl, ReceiptHandle: m1.ReceiptHandle})
 		require.NoError(t, err)
 		require.Len(t, s.items("overrun"), 1, "an older handle deletes nothing after the newer receive ended")
@@ -91,6 +80,20 @@ func TestSQSDeleteAfterVisibilityTimeout(t *testing.T) {
 		require.NoError(t, err)
 		require.Empty(t, s.items("overrun"))
 	})
+}
+
+// visibleAgain waits until the one message of queue url, received with a
+// visibility timeout, is visible again: its timeout has passed and
+// ApproximateNumberOfMessages shows it (1). Polls every 10 ms for up to
+// 10 s (eventually).
+func visibleAgain(t *testing.T, c *awssqs.Client, url *string) {
+	t.Helper()
+	eventually(t, func() bool {
+		a, err := c.GetQueueAttributes(ctx, &awssqs.GetQueueAttributesInput{QueueUrl: url,
+			AttributeNames: []types.QueueAttributeName{"ApproximateNumberOfMessages"}})
+		require.NoError(t, err)
+		return a.Attributes["ApproximateNumberOfMessages"] == "1"
+	}, "the message should be visible again")
 }
 
 // TestSQSChangeVisibilityNotInflight: a visibility change of a message

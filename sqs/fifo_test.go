@@ -555,12 +555,7 @@ func TestSQSReceiveRequestAttemptID(t *testing.T) {
 		r4, err := receive("try-3", 1, 1)
 		require.NoError(t, err)
 		require.Len(t, r4.Messages, 1)
-		eventually(t, func() bool {
-			a, err := c.GetQueueAttributes(ctx, &awssqs.GetQueueAttributesInput{QueueUrl: q.QueueUrl,
-				AttributeNames: []types.QueueAttributeName{"ApproximateNumberOfMessages"}})
-			require.NoError(t, err)
-			return a.Attributes["ApproximateNumberOfMessages"] == "1"
-		}, "the message should be visible again")
+		visibleAgain(t, c, q.QueueUrl)
 		r5, err := receive("try-3", 1, 30)
 		require.NoError(t, err)
 		require.Len(t, r5.Messages, 1)
