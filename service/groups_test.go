@@ -98,52 +98,43 @@ func (l *groupLoad) run(t *testing.T) {
 
 // consume handles one lease answer: each group's run of items in order.
 func (l *groupLoad) consume(t *testing.T, node *server, name string, res *pb.QueueLeaseResponse, got time.Time) {
-	type run struct {
-		ids   []string
-		items []int
-	}
-	runs := map[string]*run{}
-	var order []string
-	for _, it := range res.Items {
+	items := make([]groupcheck.Item, len(res.Items))
+	for k, it := range res.Items {
 		if !assert.NotEmpty(t, it.Group, "item %s has its group", it.Bytes) {
 			return
 		}
-		r := runs[it.Group]
-		if r == nil {
-			r = &run{}
-			runs[it.Group] = r
-			order = append(order, it.Group)
-		}
-		r.ids = append(r.ids, it.Id)
-		r.items = append(r.items, parseGroupItem(t, it.Bytes))
+		items[k] = groupcheck.Item{Group: it.Group, Index: parseGroupItem(t, it.Bytes)}
 	}
 	deadline := res.Items[0].LeaseDeadline.AsTime()
-	for _, g := range order {
-		r := runs[g]
-		lease := groupcheck.Lease{Group: g, Items: r.items, Got: got, Node: name}
+	for _, r := range groupcheck.Runs(items, got, deadline, name) {
+		lease := r.Lease
+		ids := make([]string, len(r.At))
+		for j, k := range r.At {
+			ids[j] = res.Items[k].Id
+		}
 		// Complete a prefix, then retry or abandon the rest (or none).
-		cut := len(r.ids)
+		cut := len(ids)
 		action := rand.IntN(100)
 		if action < 13 {
-			cut = rand.IntN(len(r.ids))
+			cut = rand.IntN(len(ids))
 		}
 		if cut > 0 {
 			lease.End = groupcheck.EndAt(time.Now(), deadline)
-			err := node.C.QueueComplete(ctx, &pb.QueueCompleteRequest{QueueName: l.queue, Partition: res.Partition, Ids: r.ids[:cut]})
+			err := node.C.QueueComplete(ctx, &pb.QueueCompleteRequest{QueueName: l.queue, Partition: res.Partition, Ids: ids[:cut]})
 			if err != nil { // the lease expired first (a slow machine): it ended at its deadline
 				assert.Contains(t, err.Error(), "not leased")
 				lease.End = deadline
 				l.history.Add(lease)
 				continue
 			}
-			lease.Completed = r.items[:cut]
+			lease.Completed = lease.Items[:cut]
 			l.completed.Add(int64(cut))
 		}
 		switch {
-		case cut == len(r.ids):
+		case cut == len(ids):
 		case action < 10:
 			retry := &pb.QueueRetryRequest{QueueName: l.queue, Partition: res.Partition}
-			for _, id := range r.ids[cut:] {
+			for _, id := range ids[cut:] {
 				retry.Items = append(retry.Items, &pb.QueueRetryItem{Id: id, Error: "failed on purpose"})
 			}
 			lease.End = groupcheck.EndAt(time.Now(), deadline)

@@ -82,36 +82,28 @@ func fifoLoad(t *testing.T, nodes []*server) {
 				// The lease's deadline is at least the request's send plus
 				// the visibility timeout.
 				visibleAt := sent.Add(time.Duration(vt) * time.Second)
-				runs := map[string]*groupcheck.Lease{}
-				handles := map[string][]*string{}
-				var order []string
-				for _, m := range out.Messages {
+				items := make([]groupcheck.Item, len(out.Messages))
+				for k, m := range out.Messages {
 					var g, i int
 					_, err := fmt.Sscanf(aws.ToString(m.Body), "%d:%d", &g, &i)
 					require.NoError(t, err)
 					group := fmt.Sprint("g", g)
 					require.Equal(t, group, m.Attributes["MessageGroupId"])
-					l := runs[group]
-					if l == nil {
-						l = &groupcheck.Lease{Group: group, Got: got, End: visibleAt, Node: node}
-						runs[group] = l
-						order = append(order, group)
-					}
-					l.Items = append(l.Items, i)
-					handles[group] = append(handles[group], m.ReceiptHandle)
+					items[k] = groupcheck.Item{Group: group, Index: i}
 				}
-				for _, group := range order {
-					l, hs := runs[group], handles[group]
+				for _, r := range groupcheck.Runs(items, got, visibleAt, node) {
+					l := &r.Lease
 					if abandon {
 						abandoned.Add(1)
 						h.Add(*l)
 						continue
 					}
-					cut := len(hs) // delete a prefix, retry the rest
+					cut := len(r.At) // delete a prefix, retry the rest
 					if rand.IntN(10) == 0 {
-						cut = rand.IntN(len(hs))
+						cut = rand.IntN(len(r.At))
 					}
-					for j, rh := range hs {
+					for j, k := range r.At {
+						rh := out.Messages[k].ReceiptHandle
 						if j < cut {
 							l.End = groupcheck.EndAt(time.Now(), visibleAt)
 							_, err := c.DeleteMessage(ctx, &awssqs.DeleteMessageInput{QueueUrl: url, ReceiptHandle: rh})

@@ -103,27 +103,22 @@ func TestHardStopOrderedGroups(t *testing.T) {
 					continue
 				}
 				deadline := res.Items[0].LeaseDeadline.AsTime()
-				runs := map[string]*groupcheck.Lease{}
-				ids := map[string][]string{}
-				var order []string
-				for _, it := range res.Items {
-					l := runs[it.Group]
-					if l == nil {
-						l = &groupcheck.Lease{Group: it.Group, Got: got, End: deadline}
-						runs[it.Group] = l
-						order = append(order, it.Group)
-					}
+				items := make([]groupcheck.Item, len(res.Items))
+				for k, it := range res.Items {
 					_, idx, _ := strings.Cut(string(it.Bytes), "-")
 					x, err := strconv.Atoi(idx)
 					require.NoError(t, err)
-					l.Items = append(l.Items, x)
-					ids[it.Group] = append(ids[it.Group], it.Id)
+					items[k] = groupcheck.Item{Group: it.Group, Index: x}
 				}
-				for _, g := range order {
-					l := runs[g]
+				for _, r := range groupcheck.Runs(items, got, deadline, "") {
+					l, g := &r.Lease, r.Lease.Group
+					ids := make([]string, len(r.At))
+					for j, k := range r.At {
+						ids[j] = res.Items[k].Id
+					}
 					if n%10 == 0 { // retry the run: it comes back first in its group
 						retryReq := &pb.QueueRetryRequest{QueueName: "fifo", Partition: res.Partition}
-						for _, id := range ids[g] {
+						for _, id := range ids {
 							retryReq.Items = append(retryReq.Items, &pb.QueueRetryItem{Id: id})
 						}
 						l.End = groupcheck.EndAt(time.Now(), deadline)
@@ -132,7 +127,7 @@ func TestHardStopOrderedGroups(t *testing.T) {
 						continue
 					}
 					l.End = groupcheck.EndAt(time.Now(), deadline)
-					err := c.QueueComplete(ctx, &pb.QueueCompleteRequest{QueueName: "fifo", Partition: res.Partition, Ids: ids[g]})
+					err := c.QueueComplete(ctx, &pb.QueueCompleteRequest{QueueName: "fifo", Partition: res.Partition, Ids: ids})
 					switch {
 					case err == nil:
 						l.Completed = l.Items

@@ -43,6 +43,51 @@ type Lease struct {
 	Node string
 }
 
+// Item is one item of a lease answer as the checker names it: its Group
+// and its Index in the group's produce order (0 first), the numbers
+// Lease.Items holds.
+type Item struct {
+	Group string
+	Index int
+}
+
+// Run is one group's share of a lease answer.
+type Run struct {
+	// Lease is the group's record: Group, Items (the indexes, in answer
+	// order), Got, End and Node set by Runs; Completed and Unknown are
+	// the caller's to fill.
+	Lease Lease
+	// At holds, for each of Lease.Items, its position in the answer (an
+	// index into the items given to Runs), for the caller to find the
+	// item's id or receipt handle: len(At) == len(Lease.Items).
+	At []int
+}
+
+// Runs splits one lease answer into its groups' runs. items lists the
+// answer's items in the order it gave them. It returns one Run per group,
+// in the order the groups first appear in items, with Got set to got (when
+// the answer arrived, by the client's clock) and End to deadline (the
+// lease deadline: the end of a lease the client lets expire; the caller
+// moves it earlier with EndAt when it sends a complete or retry). node
+// names the server that answered, for messages ("" for none). Nil when
+// items is empty.
+func Runs(items []Item, got, deadline time.Time, node string) []Run {
+	var runs []Run
+	at := map[string]int{} // group -> its run in runs
+	for k, it := range items {
+		i, ok := at[it.Group]
+		if !ok {
+			i = len(runs)
+			at[it.Group] = i
+			runs = append(runs, Run{Lease: Lease{Group: it.Group, Got: got, End: deadline, Node: node}})
+		}
+		r := &runs[i]
+		r.Lease.Items = append(r.Lease.Items, it.Index)
+		r.At = append(r.At, k)
+	}
+	return runs
+}
+
 // History collects leases from concurrent consumers.
 type History struct {
 	mu     sync.Mutex

@@ -62,3 +62,31 @@ func TestCheck(t *testing.T) {
 	require.Equal(t, at(1), EndAt(at(1), at(2)))
 	require.Equal(t, at(2), EndAt(at(3), at(2)))
 }
+
+// TestRuns: an answer's items split into one lease per group, in the order
+// the groups first appear, each with its indexes and their positions in
+// the answer in answer order, and the answer's times and node.
+func TestRuns(t *testing.T) {
+	got, deadline := time.Unix(1000, 0), time.Unix(1030, 0)
+	require.Nil(t, Runs(nil, got, deadline, "n0"))
+	runs := Runs([]Item{{"b", 0}, {"a", 0}, {"b", 1}, {"c", 0}, {"a", 1}, {"b", 2}}, got, deadline, "n0")
+	lease := func(g string, items ...int) Lease {
+		return Lease{Group: g, Items: items, Got: got, End: deadline, Node: "n0"}
+	}
+	require.Equal(t, []Run{
+		{Lease: lease("b", 0, 1, 2), At: []int{0, 2, 5}},
+		{Lease: lease("a", 0, 1), At: []int{1, 4}},
+		{Lease: lease("c", 0), At: []int{3}},
+	}, runs)
+
+	// The records, completed, are a history the checker accepts.
+	h := New()
+	h.Produced("a", 2)
+	h.Produced("b", 3)
+	h.Produced("c", 1)
+	for _, r := range runs {
+		r.Lease.Completed = r.Lease.Items
+		h.Add(r.Lease)
+	}
+	require.Empty(t, h.Check(true, 0))
+}
