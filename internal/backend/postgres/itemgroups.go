@@ -212,12 +212,14 @@ const orderedRun = `SELECT h.grp, r.id, r.seq FROM
 			AND (SELECT true FROM styx_items l WHERE l.queue_id=$1 AND l.partition=$2 AND l.grp=v.grp AND l.state=1 LIMIT 1) IS NULL
 			AND (SELECT true FROM styx_held_groups g WHERE g.queue_id=$1 AND g.partition=$2 AND g.grp=v.grp) IS NULL`
 
-// leaseUpdate leases the items of the CTE take (their ids), and returns
-// each (scanLeased) with its order key: its GroupSeq, or its id when it
-// has no group. The ids go as an array, so that even a generic plan (which
-// cannot know how few they are) reads them by the primary key.
+// leaseUpdate leases the items of the CTE take (the ctids of the rows it
+// locked), and returns each (scanLeased) with its order key: its GroupSeq,
+// or its id when it has no group. It finds the rows by ctid, as lease does
+// and for the same reason: by (queue_id, id), a generic plan made while
+// the queue's statistics said it was nearly empty read them through
+// another index of the queue, every entry of it.
 const leaseUpdate = `UPDATE styx_items t SET state=1, attempts=t.attempts+1, deadline=$4
-	WHERE t.queue_id=$1 AND t.id = ANY(ARRAY(SELECT id FROM take))
+	FROM take WHERE t.ctid = take.ctid
 	RETURNING t.id, coalesce(t.first_id, t.id), t.attempts, t.reference, t.kind, t.encoding, t.payload, t.attributes,
 		t.source_queue, coalesce(t.grp, ''), CASE WHEN t.grp IS NULL THEN t.id ELSE ` + groupSeqSQL + ` END`
 
@@ -237,11 +239,11 @@ const orderedLeaseSQL = `WITH RECURSIVE ` + groupsVisit + `,
 		(SELECT 3, f.grp, f.id, f.seq FROM gb v CROSS JOIN LATERAL (` + orderedRun + `) f WHERE v.grp IS NOT NULL)
 		LIMIT $3),
 	locked AS MATERIALIZED (
-		SELECT id FROM styx_items WHERE queue_id=$1 AND id = ANY(ARRAY(SELECT id FROM pick)) AND state=0 AND ` + notExpired + `
+		SELECT id, ctid FROM styx_items WHERE queue_id=$1 AND id = ANY(ARRAY(SELECT id FROM pick)) AND state=0 AND ` + notExpired + `
 		FOR UPDATE SKIP LOCKED),
 	take AS (
-		SELECT id FROM (
-			SELECT p.id, p.grp, l.id IS NOT NULL AS got,
+		SELECT ctid FROM (
+			SELECT p.id, p.grp, l.ctid, l.id IS NOT NULL AS got,
 				bool_and(l.id IS NOT NULL) OVER (PARTITION BY p.pass, p.grp ORDER BY p.seq, p.id ROWS UNBOUNDED PRECEDING) AS run
 			FROM pick p LEFT JOIN locked l ON l.id = p.id) x
 		WHERE x.run OR (x.grp IS NULL AND x.got))
@@ -269,7 +271,7 @@ const fairLeaseSQL = `WITH RECURSIVE ` + groupsVisit + `,
 				ORDER BY id LIMIT $3 - (SELECT count(*) FROM keys) + 1)) c),
 	pick AS MATERIALIZED (SELECT id FROM cand ORDER BY rank, pass, grp LIMIT $3),
 	take AS MATERIALIZED (
-		SELECT id FROM styx_items WHERE queue_id=$1 AND id = ANY(ARRAY(SELECT id FROM pick)) AND state=0 AND ` + notExpired + `
+		SELECT ctid FROM styx_items WHERE queue_id=$1 AND id = ANY(ARRAY(SELECT id FROM pick)) AND state=0 AND ` + notExpired + `
 		FOR UPDATE SKIP LOCKED)
 	` + leaseUpdate
 

@@ -31,12 +31,16 @@ func TestLockedRowsUpdatedByTID(t *testing.T) {
 	require.NoError(t, err)
 	require.NoError(t, q.Produce(ctx, []queue.ProduceItem{{Payload: []byte("a")}, {Payload: []byte("b")}}))
 
+	// The group leases' arguments: as lease's, then the cursor.
+	groupArgs := []any{int64(info.ID), int32(0), 10, time.Now().Add(time.Minute).UnixNano(), time.Now().UnixNano(), "''"}
 	for name, c := range map[string]struct {
 		sql  string
 		args []any
 	}{
 		"lease":           {leaseSQL, []any{int64(info.ID), int32(0), 10, time.Now().Add(time.Minute).UnixNano(), time.Now().UnixNano()}},
 		"ready scheduled": {readyScheduledSQL, []any{int64(info.ID), time.Now().UnixNano(), lifecycleBatch}},
+		"ordered lease":   {orderedLeaseSQL, groupArgs},
+		"fair lease":      {fairLeaseSQL, groupArgs},
 	} {
 		t.Run(name, func(t *testing.T) {
 			err := pgx.BeginFunc(ctx, m.st.pool, func(tx pgx.Tx) error {
