@@ -193,6 +193,22 @@ const groupsVisit = `ga(grp) AS (
 		SELECT (SELECT i.grp FROM styx_items i WHERE i.queue_id=$1 AND i.partition=$2 AND i.state=0 AND i.grp > gb.grp AND i.grp <= $6
 			ORDER BY i.grp LIMIT 1) FROM gb WHERE gb.grp IS NOT NULL)`
 
+// headReadySQL is the condition that a group's head h (its first item in
+// GroupSeq order) may be leased: ready and not past its expire deadline
+// ($5 is now).
+const headReadySQL = `h.state=0 AND (h.expire_deadline=0 OR h.expire_deadline > $5)`
+
+// groupFreeSQL is the condition that group grp of partition part has no
+// leased item and is not held: two scalar subqueries, one index probe each
+// (never EXISTS, which a generic plan may turn into a hash of every leased
+// item of the queue). With headReadySQL it is what makes a group leasable,
+// for the ordered lease (orderedRun) and for the count of leasable groups
+// (leasableGroupsSQL) alike.
+func groupFreeSQL(part, grp string) string {
+	return `(SELECT true FROM styx_items l WHERE l.queue_id=$1 AND l.partition=` + part + ` AND l.grp=` + grp + ` AND l.state=1 LIMIT 1) IS NULL
+			AND (SELECT true FROM styx_held_groups x WHERE x.queue_id=$1 AND x.partition=` + part + ` AND x.grp=` + grp + `) IS NULL`
+}
+
 // orderedRun is the items an ordered lease takes of the visited group v:
 // none unless its head is ready, it has no leased item and it is not held;
 // else the head, locked (SKIP LOCKED on its id: a head another transaction
@@ -200,7 +216,7 @@ const groupsVisit = `ga(grp) AS (
 // while they are ready, at most $3. The checks are scalar subqueries (one
 // index probe per group), never EXISTS, which a generic plan may turn into
 // a hash of every leased item of the queue.
-const orderedRun = `SELECT h.grp, r.id, r.seq FROM
+var orderedRun = `SELECT h.grp, r.id, r.seq FROM
 		(SELECT id, grp, state, expire_deadline, ` + groupSeqSQL + ` AS seq FROM styx_items
 			WHERE queue_id=$1 AND partition=$2 AND grp=v.grp ORDER BY ` + groupSeqSQL + ` LIMIT 1) h
 		CROSS JOIN LATERAL (SELECT 1 FROM styx_items k WHERE k.queue_id=$1 AND k.id=h.id AND k.state=0 FOR UPDATE SKIP LOCKED) lk
@@ -208,9 +224,7 @@ const orderedRun = `SELECT h.grp, r.id, r.seq FROM
 			SELECT id, ` + groupSeqSQL + ` AS seq, bool_and(state=0 AND ` + notExpired + `) OVER (ORDER BY ` + groupSeqSQL + ` ROWS UNBOUNDED PRECEDING) AS run
 			FROM styx_items WHERE queue_id=$1 AND partition=$2 AND grp=v.grp AND ` + groupSeqSQL + ` >= h.seq
 			ORDER BY ` + groupSeqSQL + ` LIMIT $3) w WHERE w.run) r
-		WHERE h.state=0 AND (h.expire_deadline=0 OR h.expire_deadline > $5)
-			AND (SELECT true FROM styx_items l WHERE l.queue_id=$1 AND l.partition=$2 AND l.grp=v.grp AND l.state=1 LIMIT 1) IS NULL
-			AND (SELECT true FROM styx_held_groups g WHERE g.queue_id=$1 AND g.partition=$2 AND g.grp=v.grp) IS NULL`
+		WHERE ` + headReadySQL + ` AND ` + groupFreeSQL("$2", "v.grp")
 
 // leaseUpdate leases the items of the CTE take (the ctids of the rows it
 // locked), and returns each (scanLeased) with its order key: its GroupSeq,
@@ -229,7 +243,7 @@ const leaseUpdate = `UPDATE styx_items t SET state=1, attempts=t.attempts+1, dea
 // (FIFO, locked SKIP LOCKED as the plain lease does), then every item of
 // the pick locked SKIP LOCKED and a group's run cut at the first item not
 // locked.
-const orderedLeaseSQL = `WITH RECURSIVE ` + groupsVisit + `,
+var orderedLeaseSQL = `WITH RECURSIVE ` + groupsVisit + `,
 	pick AS MATERIALIZED (
 		(SELECT 1 AS pass, f.grp, f.id, f.seq FROM ga v CROSS JOIN LATERAL (` + orderedRun + `) f WHERE v.grp IS NOT NULL)
 		UNION ALL
@@ -456,20 +470,19 @@ func heldStats(ctx context.Context, q querier, queueID uint64) ([]queue.HeldGrou
 
 // leasableGroupsSQL is the WITH RECURSIVE part of readyCounts on an
 // ordered queue: g(p, grp, n) walks, per partition p of $2, the groups
-// with ready items (a loose index scan) and counts in n those whose head a
-// lease may take (now $4), stopping at $5; a partition's count is its
-// largest n.
-const leasableGroupsSQL = `WITH RECURSIVE g(p, grp, n) AS (
+// with ready items (a loose index scan) and counts in n those a lease may
+// take (headReadySQL and groupFreeSQL, now $5), stopping at $4; a
+// partition's count is its largest n.
+var leasableGroupsSQL = `WITH RECURSIVE g(p, grp, n) AS (
 		SELECT p, (SELECT grp FROM styx_items WHERE queue_id=$1 AND partition=p AND state=0 AND grp > '' ORDER BY grp LIMIT 1), 0
 		FROM generate_series(0, $2::integer - 1) AS p
 		UNION ALL
 		SELECT g.p, (SELECT i.grp FROM styx_items i WHERE i.queue_id=$1 AND i.partition=g.p AND i.state=0 AND i.grp > g.grp ORDER BY i.grp LIMIT 1),
 			g.n + CASE WHEN EXISTS (SELECT 1 FROM (SELECT state, expire_deadline FROM styx_items WHERE queue_id=$1 AND partition=g.p AND grp=g.grp
-					ORDER BY ` + groupSeqSQL + ` LIMIT 1) h WHERE h.state=0 AND (h.expire_deadline=0 OR h.expire_deadline > $4))
-				AND NOT EXISTS (SELECT 1 FROM styx_items l WHERE l.queue_id=$1 AND l.partition=g.p AND l.grp=g.grp AND l.state=1)
-				AND NOT EXISTS (SELECT 1 FROM styx_held_groups x WHERE x.queue_id=$1 AND x.partition=g.p AND x.grp=g.grp)
+					ORDER BY ` + groupSeqSQL + ` LIMIT 1) h WHERE ` + headReadySQL + `)
+				AND ` + groupFreeSQL("g.p", "g.grp") + `
 				THEN 1 ELSE 0 END
-		FROM g WHERE g.grp IS NOT NULL AND g.n < $5)`
+		FROM g WHERE g.grp IS NOT NULL AND g.n < $4)`
 
 // wrapGroups names the group statements' errors.
 func wrapGroups(op string, err error) error {

@@ -641,7 +641,7 @@ func readyCounts(ctx context.Context, tx pgx.Tx, queueID uint64, partitions int3
 	case countLeasable:
 		rows, err = tx.Query(ctx, leasableGroupsSQL+`, c AS (SELECT p, max(n) AS n FROM g GROUP BY p)
 			SELECT p, least($3, `+ungroupedSQL+` + coalesce((SELECT n FROM c WHERE c.p=s.p), 0)), 0
-			FROM generate_series(0, $2::integer - 1) AS s(p)`, int64(queueID), partitions, readyCountCap, now, groupCountCap)
+			FROM generate_series(0, $2::integer - 1) AS s(p)`, int64(queueID), partitions, readyCountCap, groupCountCap, now)
 	case countAll:
 		rows, err = tx.Query(ctx, `SELECT p, least($3, `+ungroupedSQL+` + g), g FROM (SELECT p, (SELECT count(*) FROM (SELECT 1 FROM styx_items
 				WHERE queue_id=$1 AND partition=p AND state=0 AND grp IS NOT NULL LIMIT $3) r) AS g
