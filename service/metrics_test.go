@@ -17,11 +17,18 @@ import (
 // scrape returns the /metrics text.
 func (s *server) scrape() string {
 	s.t.Helper()
-	resp, err := http.Get(s.d.Endpoint() + "/metrics")
-	require.NoError(s.t, err)
+	return scrapeEndpoint(s.t, s.d.Endpoint())
+}
+
+// scrapeEndpoint returns the /metrics text of the server at endpoint.
+func scrapeEndpoint(t *testing.T, endpoint string) string {
+	t.Helper()
+	resp, err := http.Get(endpoint + "/metrics")
+	require.NoError(t, err)
 	defer resp.Body.Close()
+	require.Equal(t, http.StatusOK, resp.StatusCode)
 	b, err := io.ReadAll(resp.Body)
-	require.NoError(s.t, err)
+	require.NoError(t, err)
 	return string(b)
 }
 

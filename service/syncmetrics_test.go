@@ -3,8 +3,6 @@ package service_test
 import (
 	"context"
 	"fmt"
-	"io"
-	"net/http"
 	"strconv"
 	"strings"
 	"sync"
@@ -18,18 +16,6 @@ import (
 	"github.com/styxq/styx/daemon"
 	pb "github.com/styxq/styx/styxpb"
 )
-
-// scrapeEndpoint returns the /metrics text of the server at endpoint.
-func scrapeEndpoint(t *testing.T, endpoint string) string {
-	t.Helper()
-	resp, err := http.Get(endpoint + "/metrics")
-	require.NoError(t, err)
-	defer resp.Body.Close()
-	require.Equal(t, http.StatusOK, resp.StatusCode)
-	b, err := io.ReadAll(resp.Body)
-	require.NoError(t, err)
-	return string(b)
-}
 
 // metricValue returns the value of the series with the given name and
 // labels in a /metrics text, failing the test if it is missing.

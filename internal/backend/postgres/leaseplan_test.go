@@ -3,6 +3,7 @@ package postgres
 import (
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"strings"
 	"testing"
@@ -78,11 +79,7 @@ func TestLockedRowsUpdatedByTID(t *testing.T) {
 }
 
 // errRollback ends a transaction that must change nothing.
-var errRollback = errorString("rollback")
-
-type errorString string
-
-func (e errorString) Error() string { return string(e) }
+var errRollback = errors.New("rollback")
 
 // planNode is a node of EXPLAIN (FORMAT JSON)'s plan tree.
 type planNode struct {
