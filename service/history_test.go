@@ -112,6 +112,12 @@ func TestClusterHistory(t *testing.T) {
 	}
 
 	clk.Advance(time.Minute) // the minute has ended: each node writes it once it sees the next
+	for _, n := range nodes {
+		// Each node sees the next minute (a sample of it) and writes the
+		// last one now, not at its next periodic sample (every 10 s of real
+		// time, which the wait below could outlast).
+		n.queueHistory("ch")
+	}
 	for i, n := range nodes {
 		eventually(t, func() bool {
 			p := n.queueHistory("ch").Points[58]
