@@ -21,6 +21,13 @@
 #   BENCH_MATRIX    workloads, ";"-separated "workload clients batch"
 #                   (default "produce 4 1;cycle 4 1;cycle 16 1;produce 4 100;cycle 4 100")
 #   BENCH_REPORT    where to write the table (default bench/ab-report.md)
+#   BENCH_PROFILE   when set (to a number of seconds, e.g. 6), a last pass runs
+#                   every workload once more per mode and build while taking a
+#                   CPU profile of that many seconds from the server's
+#                   --debug-listen port, and appends each profile's cumulative
+#                   CPU per item and its top 10 functions by own CPU to the
+#                   report; the profiles stay in BENCH_PROFILE_DIR (default
+#                   bench/profiles) as MODE-WORKLOAD-cCLIENTS-bBATCH-WHICH.pprof
 set -euo pipefail
 
 ROOT=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
@@ -31,6 +38,8 @@ DURATION=${BENCH_DURATION:-5s}
 WARMUP=${BENCH_WARMUP:-1s}
 MATRIX=${BENCH_MATRIX:-produce 4 1;cycle 4 1;cycle 16 1;produce 4 100;cycle 4 100}
 REPORT=${BENCH_REPORT:-$ROOT/bench/ab-report.md}
+PROFILE=${BENCH_PROFILE:-}
+PROFILE_DIR=${BENCH_PROFILE_DIR:-$ROOT/bench/profiles}
 
 TMP=$(mktemp -d "${TMPDIR:-/tmp}/styx-ab.XXXXXX")
 chmod 755 "$TMP" # PostgreSQL runs as its own user and must reach $TMP/pg-*
@@ -55,7 +64,7 @@ git -C "$ROOT" archive "$OLD_REV" | tar -x -C "$TMP/old-src"
 (cd "$TMP/old-src" && go build -o "$TMP/styx-old" ./cmd/styx)
 (cd "$ROOT" && go build -o "$TMP/styx-new" ./cmd/styx && go build -o "$TMP/styx-bench" ./cmd/styx-bench)
 
-declare -A PORT PID
+declare -A PORT PID DEBUG
 for mode in $MODES; do
 	case $mode in
 	sync) args=(--storage pebble --sync=true) ;;
@@ -69,9 +78,14 @@ for mode in $MODES; do
 			# One database per build, so that neither sees the other's queues.
 			args=(--storage postgres --postgres-url "$("$ROOT/scripts/pgtest.sh" start "$TMP/pg-$which" | tail -n1)")
 		fi
-		port=$(free_port "${PORT[*]:-}")
+		port=$(free_port "${PORT[*]:-} ${DEBUG[*]:-}")
+		debug=()
+		if [[ -n $PROFILE ]]; then
+			DEBUG[$which-$mode]=$(free_port "${PORT[*]:-} ${DEBUG[*]:-} $port")
+			debug=(--debug-listen "127.0.0.1:${DEBUG[$which-$mode]}")
+		fi
 		mkdir -p "$TMP/data-$which-$mode"
-		"$TMP/styx-$which" server "${args[@]}" --data-dir "$TMP/data-$which-$mode" \
+		"$TMP/styx-$which" server "${args[@]}" "${debug[@]}" --data-dir "$TMP/data-$which-$mode" \
 			--listen "127.0.0.1:$port" --log-level warn 2>"$TMP/server-$which-$mode.log" &
 		pid=$!
 		PIDS+=("$pid")
@@ -100,11 +114,46 @@ for round in $(seq "$ROUNDS"); do
 	done
 done
 
+# The profile pass: each run lasts the warm-up, the profile and a second
+# more; the profile starts after the warm-up, so it sees the measured load
+# only. Its runs are not in the table above.
+if [[ -n $PROFILE ]]; then
+	mkdir -p "$PROFILE_DIR"
+	: >"$TMP/profiles.md"
+	for row in "${rows[@]}"; do
+		read -r workload clients batch <<<"$row"
+		for mode in $MODES; do
+			for which in old new; do
+				name="$mode-$workload-c$clients-b$batch-$which"
+				echo "ab: profile: $which $mode $workload c$clients b$batch" >&2
+				"$TMP/styx-bench" --endpoint "http://127.0.0.1:${PORT[$which-$mode]}" --server-pid "${PID[$which-$mode]}" \
+					--workload "$workload" --clients "$clients" --batch "$batch" \
+					--duration "$((PROFILE + 1))s" --warmup "$WARMUP" --label "$which $mode" --json >"$TMP/$name.json" &
+				bench=$!
+				sleep "${WARMUP%s}"
+				curl -fsS --max-time $((PROFILE + 30)) -o "$PROFILE_DIR/$name.pprof" \
+					"http://127.0.0.1:${DEBUG[$which-$mode]}/debug/pprof/profile?seconds=$PROFILE" ||
+					echo "ab: profile of $name failed" >&2
+				wait "$bench" || echo "ab: run failed" >&2
+				"$TMP/styx-bench" --profile-summary "$PROFILE_DIR/$name.pprof" --profile-run "$TMP/$name.json" \
+					--label "$which $mode $workload c$clients b$batch" >>"$TMP/profiles.md" ||
+					echo "ab: summary of $name failed" >&2
+			done
+		done
+	done
+fi
+
 {
 	echo "# Styx A/B: $OLD_REV ($(git -C "$ROOT" rev-parse --short "$OLD_REV")) vs working tree ($(git -C "$ROOT" rev-parse --short HEAD)$(git -C "$ROOT" diff --quiet 2>/dev/null || echo '+dirty'))"
 	echo
 	echo "$(date -u '+%Y-%m-%d %H:%M UTC'), $ROUNDS rounds interleaved, $WARMUP warm-up + $DURATION per run, $(nproc) CPUs, load average at the end: $(cut -d' ' -f1-3 /proc/loadavg)."
 	echo
 	"$TMP/styx-bench" --compare "$TMP/runs.jsonl"
+	if [[ -n $PROFILE ]]; then
+		echo
+		echo "## CPU profiles ($PROFILE s per run, after the warm-up; files in ${PROFILE_DIR#"$ROOT"/})"
+		echo
+		cat "$TMP/profiles.md"
+	fi
 } >"$REPORT"
 cat "$REPORT"

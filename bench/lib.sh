@@ -1,11 +1,12 @@
 # Shared helpers of the bench scripts; sourced, not run.
 
-# free_port prints a loopback TCP port nothing listens on, other than $1.
+# free_port prints a loopback TCP port nothing listens on, other than the
+# ports in $1 (space-separated).
 free_port() {
 	local p
 	for _ in $(seq 100); do
 		p=$((20000 + RANDOM % 20000))
-		[[ $p == "${1:-}" ]] && continue
+		[[ " ${1:-} " == *" $p "* ]] && continue
 		if ! (exec 3<>"/dev/tcp/127.0.0.1/$p") 2>/dev/null; then
 			echo "$p"
 			return 0

@@ -142,6 +142,10 @@ type config struct {
 	FsyncMS    float64 // --fsync-ms: t_fsync for --summary's limit
 	Compare    string  // --compare FILE: old and new binaries side by side
 	FsyncProbe string  // --fsync-probe DIR: measure t_fsync and exit
+	// ProfileSummary is --profile-summary FILE: summarize a server CPU
+	// profile and exit; ProfileRun, --profile-run, the JSON report of the
+	// run it was taken in (for the CPU per item).
+	ProfileSummary, ProfileRun string
 	// Groups gives produced items one of this many groups, in turn (0:
 	// none); Ordered creates the queue ordered (issue 37, docs/groups.md).
 	Groups  int
@@ -182,7 +186,7 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 		_, _ = fmt.Fprintf(stderr, "styx-bench: %v\n", err)
 		return 2
 	}
-	if cfg.Summary != "" || cfg.Compare != "" || cfg.FsyncProbe != "" {
+	if cfg.Summary != "" || cfg.Compare != "" || cfg.FsyncProbe != "" || cfg.ProfileSummary != "" {
 		if err := runOffline(cfg, stdout); err != nil {
 			_, _ = fmt.Fprintf(stderr, "styx-bench: %v\n", err)
 			return 1
@@ -254,6 +258,8 @@ func parseFlags(args []string, stderr io.Writer) (config, error) {
 	fs.StringVar(&c.Markdown, "markdown", "", "only render the JSON-lines report file `FILE` as a markdown table and exit")
 	fs.StringVar(&c.Summary, "summary", "", "only render the JSON-lines file `FILE` of runs labelled pebble, pebble-nosync and memory side by side, with the sync on/off ratios and the fsync limit, and exit")
 	fs.Float64Var(&c.FsyncMS, "fsync-ms", 0, "t_fsync in milliseconds for --summary's limit (see --fsync-probe)")
+	fs.StringVar(&c.ProfileSummary, "profile-summary", "", "only print the CPU profile `FILE` (pprof format) as Markdown under --label: its cumulative shares of the server's parts and its top 10 functions by own CPU, and exit")
+	fs.StringVar(&c.ProfileRun, "profile-run", "", "with --profile-summary: the JSON report `FILE` of the run the profile was taken in, for the sampled CPU per item")
 	fs.StringVar(&c.Compare, "compare", "", "only render the JSON-lines file `FILE` of runs labelled \"old MODE\" and \"new MODE\" as an A/B table, and exit")
 	fs.StringVar(&c.FsyncProbe, "fsync-probe", "", "only measure t_fsync: 500 writes of 4 KiB, each followed by fdatasync, to a file in directory `DIR`; print JSON and exit")
 	fs.DurationVar(&c.RedriveEvery, "redrive-every", 2*time.Minute, "soak: redrive the dead-letter queue this often (0: never)")
@@ -277,7 +283,7 @@ func parseFlags(args []string, stderr io.Writer) (config, error) {
 	if fs.NArg() > 0 {
 		return c, fmt.Errorf("%w: unexpected arguments %q", errUsage, fs.Args())
 	}
-	if c.Markdown != "" || c.Summary != "" || c.Compare != "" || c.FsyncProbe != "" {
+	if c.Markdown != "" || c.Summary != "" || c.Compare != "" || c.FsyncProbe != "" || c.ProfileSummary != "" {
 		return c, nil
 	}
 	if c.Workload == workloadSoak {
@@ -404,10 +410,26 @@ func parseEndpoints(list string) ([]string, error) {
 	return out, nil
 }
 
-// runOffline runs the modes that load no server: --fsync-probe, --summary
-// and --compare.
+// runOffline runs the modes that load no server: --fsync-probe, --summary,
+// --profile-summary and --compare.
 func runOffline(cfg config, stdout io.Writer) error {
 	switch {
+	case cfg.ProfileSummary != "":
+		s, err := summarizeProfile(cfg.ProfileSummary, 10)
+		if err != nil {
+			return err
+		}
+		var rate float64
+		if cfg.ProfileRun != "" {
+			reports, err := readReports(cfg.ProfileRun)
+			if err != nil {
+				return err
+			}
+			if len(reports) > 0 {
+				rate = reports[0].ItemsPerSec
+			}
+		}
+		return writeProfileSummary(stdout, cfg.Label, s, rate)
 	case cfg.FsyncProbe != "":
 		p, err := probeFsync(cfg.FsyncProbe, 500)
 		if err != nil {
