@@ -78,8 +78,8 @@ func TestShortFunc(t *testing.T) {
 	for in, want := range map[string]string{
 		"runtime.mallocgc": "runtime.mallocgc",
 		"github.com/cockroachdb/pebble/v2/internal/arenaskl.(*Skiplist).findSplice": "arenaskl.(*Skiplist).findSplice",
-		"net/http.(*conn).serve.func1":                  "http.(*conn).serve.func1",
-		"slices.SortFunc[go.shape.[]*github.com/x/y.T]": "slices.SortFunc[go.shape.[]*github.com/x/y.T]",
+		"net/http.(*conn).serve.func1":                                              "http.(*conn).serve.func1",
+		"slices.SortFunc[go.shape.[]*github.com/x/y.T]":                             "slices.SortFunc[go.shape.[]*github.com/x/y.T]",
 	} {
 		require.Equal(t, want, shortFunc(in), in)
 	}
