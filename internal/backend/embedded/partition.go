@@ -1,7 +1,6 @@
 package embedded
 
 import (
-	"container/heap"
 	"time"
 
 	"github.com/styxq/styx/internal/queue"
@@ -29,8 +28,9 @@ type item struct {
 	// (scheduled) or the time the item died (dying).
 	deadline int64
 	attempts int32
-	// timedIdx, expireIdx and ageIdx are the item's positions in its
-	// partition's heaps, -1 when absent.
+	// timedIdx, expireIdx and ageIdx are the item's places in its
+	// partition's key indexes (keyIndex): inRun, a heap index, or -1 when
+	// absent.
 	timedIdx  int32
 	expireIdx int32
 	ageIdx    int32
@@ -172,14 +172,14 @@ type partition struct {
 	// (itemgroups.go); nil until the partition holds one.
 	groups *groupIndex
 	// timed orders leased items by lease deadline and scheduled items by
-	// enqueue time; expiries orders every item by expire deadline. Both are
-	// indexed heaps: an item leaves them the moment it changes state.
-	timed    itemHeap
-	expiries itemHeap
+	// enqueue time; expiries orders every item by expire deadline. An item
+	// leaves them the moment it changes state.
+	timed    keyIndex
+	expiries keyIndex
 	// ages orders every item by creation time, so the oldest is known
 	// without a scan (queue.stats, the styx_queue_oldest_item_age_seconds
 	// gauge).
-	ages itemHeap
+	ages keyIndex
 	// scheduled lists the scheduled items by id (scheduled.list).
 	scheduled schedIndex
 	// requeued maps the id an item entered the partition under (its
@@ -202,9 +202,9 @@ func newPartition(num int32, ordered bool) *partition {
 		num:      num,
 		ordered:  ordered,
 		items:    make(map[uint64]*item),
-		timed:    itemHeap{key: func(it *item) int64 { return it.deadline }, idx: func(it *item) *int32 { return &it.timedIdx }},
-		expiries: itemHeap{key: func(it *item) int64 { return it.expire }, idx: func(it *item) *int32 { return &it.expireIdx }},
-		ages:     itemHeap{key: func(it *item) int64 { return it.created }, idx: func(it *item) *int32 { return &it.ageIdx }},
+		timed:    newKeyIndex(func(it *item) int64 { return it.deadline }, func(it *item) *int32 { return &it.timedIdx }),
+		expiries: newKeyIndex(func(it *item) int64 { return it.expire }, func(it *item) *int32 { return &it.expireIdx }),
+		ages:     newKeyIndex(func(it *item) int64 { return it.created }, func(it *item) *int32 { return &it.ageIdx }),
 	}
 }
 
@@ -216,11 +216,11 @@ func (p *partition) add(it *item) {
 	p.items[it.id] = it
 	p.link(it)
 	it.timedIdx, it.expireIdx, it.ageIdx = -1, -1, -1
-	heap.Push(&p.ages, it)
+	p.ages.push(it)
 	p.sumCreated.add(it.created)
 	p.file(it)
 	if it.expire != 0 && it.state != stateDying {
-		heap.Push(&p.expiries, it)
+		p.expiries.push(it)
 	}
 }
 
@@ -238,11 +238,11 @@ func (p *partition) file(it *item) {
 		}
 		p.nReady++
 	case stateLeased:
-		heap.Push(&p.timed, it)
+		p.timed.push(it)
 		p.nLeased++
 		p.sumLeased.add(it.deadline)
 	case stateScheduled:
-		heap.Push(&p.timed, it)
+		p.timed.push(it)
 		p.nScheduled++
 		p.scheduled.add(it.id)
 	case stateDying:
@@ -280,9 +280,7 @@ func (p *partition) unfile(it *item) {
 		p.nFailures--
 		it.failed = false
 	}
-	if it.timedIdx >= 0 {
-		heap.Remove(&p.timed, int(it.timedIdx))
-	}
+	p.timed.remove(it)
 	if it.grouped {
 		p.groups.unfiled(it)
 	}
@@ -294,8 +292,8 @@ func (p *partition) unfile(it *item) {
 func (p *partition) setStateAt(it *item, s state, deadline int64) {
 	p.unfile(it)
 	it.state, it.deadline = s, deadline
-	if s == stateDying && it.expireIdx >= 0 {
-		heap.Remove(&p.expiries, int(it.expireIdx))
+	if s == stateDying {
+		p.expiries.remove(it)
 	}
 	p.file(it)
 }
@@ -303,12 +301,8 @@ func (p *partition) setStateAt(it *item, s state, deadline int64) {
 // remove deletes the item from the partition.
 func (p *partition) remove(it *item) {
 	p.unfile(it)
-	if it.expireIdx >= 0 {
-		heap.Remove(&p.expiries, int(it.expireIdx))
-	}
-	if it.ageIdx >= 0 {
-		heap.Remove(&p.ages, int(it.ageIdx))
-	}
+	p.expiries.remove(it)
+	p.ages.remove(it)
 	p.sumCreated.add(-it.created)
 	delete(p.items, it.id)
 	if it.grouped {
@@ -324,8 +318,8 @@ func (p *partition) setDeadline(it *item, deadline int64) {
 		p.sumLeased.add(deadline - it.deadline)
 	}
 	it.deadline = deadline
-	if it.timedIdx >= 0 {
-		heap.Fix(&p.timed, int(it.timedIdx))
+	if it.timedIdx != -1 {
+		p.timed.fix(it)
 	}
 }
 
@@ -397,17 +391,19 @@ func (p *partition) oldest() int64 {
 // oldestCreated returns the creation time of the partition's oldest item,
 // false when it is empty.
 func (p *partition) oldestCreated() (int64, bool) {
-	if len(p.ages.items) == 0 {
+	x := p.ages.min()
+	if x == nil {
 		return 0, false
 	}
-	return p.ages.items[0].created, true
+	return x.created, true
 }
 
 // nextExpiry returns the earliest expire deadline, or 0.
 func (p *partition) nextExpiry() int64 { return p.expiries.peek() }
 
 // itemHeap is a min-heap of items by key, which records each item's index
-// (through idx) so that an item can be removed from the middle.
+// (through idx) so that an item can be removed from the middle: a
+// keyIndex's items that came out of order.
 type itemHeap struct {
 	items []*item
 	key   func(*item) int64
@@ -439,22 +435,6 @@ func (h *itemHeap) Pop() any {
 	h.items = h.items[:n]
 	*h.idx(it) = -1
 	return it
-}
-
-// peek returns the smallest key, or 0 when empty.
-func (h *itemHeap) peek() int64 {
-	if len(h.items) == 0 {
-		return 0
-	}
-	return h.key(h.items[0])
-}
-
-// popDue removes and returns the top item if its key is at or before now.
-func (h *itemHeap) popDue(now int64) *item {
-	if len(h.items) == 0 || h.key(h.items[0]) > now {
-		return nil
-	}
-	return heap.Pop(h).(*item)
 }
 
 // fifo is a queue of ids on a slice that is compacted as it drains.

@@ -106,6 +106,42 @@ func BenchmarkLoopCycle(b *testing.B) {
 	}
 }
 
+// BenchmarkLoopProduce measures the logical queue loop without HTTP on a
+// growing queue: 4 clients each produce batches of 100 items of 1 KiB. One
+// op is one item. Run with:
+//
+//	go test -run '^$' -bench LoopProduce -benchtime 1000000x ./internal/backend/embedded/
+func BenchmarkLoopProduce(b *testing.B) {
+	for name, open := range benchStores(b) {
+		b.Run(name, func(b *testing.B) {
+			s := open()
+			m, l := benchQueue(b, s)
+			defer func() { m.Close(); _ = s.Close() }()
+			ctx := context.Background()
+			items := make([]queue.ProduceItem, 100)
+			for i := range items {
+				items[i] = queue.ProduceItem{Payload: make([]byte, 1024)}
+			}
+			const clients = 4
+			rounds := b.N/(clients*len(items)) + 1
+			b.SetBytes(1024)
+			b.ResetTimer()
+			var wg sync.WaitGroup
+			for range clients {
+				wg.Go(func() {
+					for range rounds {
+						if err := l.Produce(ctx, items); err != nil {
+							b.Error(err)
+							return
+						}
+					}
+				})
+			}
+			wg.Wait()
+		})
+	}
+}
+
 func itoa(n int) string {
 	if n < 10 {
 		return string(rune('0' + n))
