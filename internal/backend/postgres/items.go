@@ -99,19 +99,33 @@ func collectRows(rows pgx.Rows, err error) ([]row, error) {
 	})
 }
 
+// lockByIDSQL locks the items of the ids $2 (sorted: the lock order), one
+// lookup of the primary key per id. It is a LATERAL subquery with a LIMIT
+// so that PostgreSQL cannot turn it into a join: "queue_id=$1 AND id =
+// ANY($2)", and every join of the ids with the table, ran on generic plans
+// made while a queue's statistics said it held a few rows, and those scanned
+// every index entry of the queue, dead ones included, filtering by id
+// (TestLockByIDPlan).
+const lockByIDSQL = `SELECT t.* FROM unnest($2::bigint[]) AS u(id),
+	LATERAL (SELECT ` + rowColumns + ` FROM styx_items WHERE queue_id=$1 AND id=u.id LIMIT 1 FOR UPDATE) t`
+
 // lockRows locks, in id order, the items named by ids and, for a clear in
 // the iteration, the items it selects; it waits for other transactions. It
 // is the only statement of an iteration that waits for row locks (see
 // "Lock order" in queue.go), and it returns the rows of ids only.
 func lockRows(ctx context.Context, tx pgx.Tx, queueID uint64, ids []int64, c *queue.ClearParams) ([]row, error) {
-	var all, ready, sched bool
-	if c != nil {
-		all, ready, sched = c.Destructive, c.Queue, c.Scheduled
+	if c == nil {
+		if len(ids) == 0 {
+			return nil, nil
+		}
+		sorted := slices.Clone(ids)
+		slices.Sort(sorted)
+		return collectRows(tx.Query(ctx, lockByIDSQL, int64(queueID), slices.Compact(sorted)))
 	}
 	rows, err := collectRows(tx.Query(ctx, `SELECT `+rowColumns+` FROM styx_items
 		WHERE queue_id=$1 AND (id = ANY($2) OR $3 OR ($4 AND state=0) OR ($5 AND state=2)) ORDER BY id FOR UPDATE`,
-		int64(queueID), ids, all, ready, sched))
-	if err != nil || c == nil {
+		int64(queueID), ids, c.Destructive, c.Queue, c.Scheduled))
+	if err != nil {
 		return rows, err
 	}
 	named := make(map[int64]bool, len(ids))

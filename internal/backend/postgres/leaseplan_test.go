@@ -44,38 +44,78 @@ func TestLockedRowsUpdatedByTID(t *testing.T) {
 		"fair lease":      {fairLeaseSQL, groupArgs},
 	} {
 		t.Run(name, func(t *testing.T) {
-			err := pgx.BeginFunc(ctx, m.st.pool, func(tx pgx.Tx) error {
-				// The generic plan is the one a pooled connection keeps.
-				if _, err := tx.Exec(ctx, `SET LOCAL plan_cache_mode = force_generic_plan`); err != nil {
-					return err
-				}
-				if _, err := tx.Exec(ctx, `PREPARE styx_plan_check AS `+c.sql); err != nil {
-					return err
-				}
-				defer func() { _, _ = tx.Exec(ctx, `DEALLOCATE styx_plan_check`) }()
-				// EXECUTE takes literals: force_generic_plan makes them
-				// parameters of the generic plan all the same.
-				lits := make([]string, len(c.args))
-				for i, a := range c.args {
-					lits[i] = fmt.Sprint(a)
-				}
-				var out []byte
-				if err := tx.QueryRow(ctx, `EXPLAIN (FORMAT JSON) EXECUTE styx_plan_check(`+strings.Join(lits, ", ")+`)`).Scan(&out); err != nil {
-					return err
-				}
-				var plans []struct{ Plan planNode }
-				if err := json.Unmarshal(out, &plans); err != nil {
-					return err
-				}
-				require.Len(t, plans, 1)
-				target := plans[0].Plan.find("t")
-				require.NotNil(t, target, "no scan of the update's target in %s", out)
-				require.Equal(t, "Tid Scan", target.NodeType, "plan: %s", out)
-				return errRollback
-			})
-			require.ErrorIs(t, err, errRollback)
+			plan := genericPlan(t, m, c.sql, c.args)
+			target := plan.find("t")
+			require.NotNil(t, target, "no scan of the update's target in %+v", plan)
+			require.Equal(t, "Tid Scan", target.NodeType, "plan: %+v", plan)
 		})
 	}
+}
+
+// TestLockByIDPlan checks that the row lock of an iteration finds each
+// item by its primary key, with the id in the index condition, even when
+// the generic plan is made while the statistics say the queue holds two
+// rows and it holds 2,000: "id = ANY($2)" and the joins of the ids with
+// the table scanned every index entry of the queue there, filtering by id.
+func TestLockByIDPlan(t *testing.T) {
+	ctx := context.Background()
+	m := openManager(t, pgtest.URL(t))
+	require.NoError(t, m.Create(ctx, queue.QueueInfo{Name: "q", LeaseTimeout: time.Minute, Partitions: 1}))
+	info, err := m.Info(ctx, "q")
+	require.NoError(t, err)
+	q, err := m.Get("q")
+	require.NoError(t, err)
+	require.NoError(t, q.Produce(ctx, []queue.ProduceItem{{Payload: []byte("a")}, {Payload: []byte("b")}}))
+	_, err = m.st.pool.Exec(ctx, `ANALYZE styx_items`)
+	require.NoError(t, err)
+	items := make([]queue.ProduceItem, 1000)
+	for i := range items {
+		items[i] = queue.ProduceItem{Payload: []byte("c")}
+	}
+	for range 2 {
+		require.NoError(t, q.Produce(ctx, items))
+	}
+	plan := genericPlan(t, m, lockByIDSQL, []any{int64(info.ID), "'{1,2,3}'"})
+	scan := plan.findRelation("styx_items")
+	require.NotNil(t, scan, "no scan of styx_items in %+v", plan)
+	require.Equal(t, "styx_items_pkey", scan.IndexName, "plan: %+v", plan)
+	require.Contains(t, scan.IndexCond, "id = u.id", "plan: %+v", plan)
+}
+
+// genericPlan returns the generic plan of sql (the one a pooled connection
+// keeps) for the literal arguments args, in a transaction rolled back.
+func genericPlan(t *testing.T, m *Manager, sql string, args []any) planNode {
+	t.Helper()
+	ctx := context.Background()
+	var plan planNode
+	err := pgx.BeginFunc(ctx, m.st.pool, func(tx pgx.Tx) error {
+		if _, err := tx.Exec(ctx, `SET LOCAL plan_cache_mode = force_generic_plan`); err != nil {
+			return err
+		}
+		if _, err := tx.Exec(ctx, `PREPARE styx_plan_check AS `+sql); err != nil {
+			return err
+		}
+		defer func() { _, _ = tx.Exec(ctx, `DEALLOCATE styx_plan_check`) }()
+		// EXECUTE takes literals: force_generic_plan makes them
+		// parameters of the generic plan all the same.
+		lits := make([]string, len(args))
+		for i, a := range args {
+			lits[i] = fmt.Sprint(a)
+		}
+		var out []byte
+		if err := tx.QueryRow(ctx, `EXPLAIN (FORMAT JSON) EXECUTE styx_plan_check(`+strings.Join(lits, ", ")+`)`).Scan(&out); err != nil {
+			return err
+		}
+		var plans []struct{ Plan planNode }
+		if err := json.Unmarshal(out, &plans); err != nil {
+			return err
+		}
+		require.Len(t, plans, 1)
+		plan = plans[0].Plan
+		return errRollback
+	})
+	require.ErrorIs(t, err, errRollback)
+	return plan
 }
 
 // errRollback ends a transaction that must change nothing.
@@ -83,9 +123,12 @@ var errRollback = errors.New("rollback")
 
 // planNode is a node of EXPLAIN (FORMAT JSON)'s plan tree.
 type planNode struct {
-	NodeType string     `json:"Node Type"`
-	Alias    string     `json:"Alias"`
-	Plans    []planNode `json:"Plans"`
+	NodeType  string     `json:"Node Type"`
+	Alias     string     `json:"Alias"`
+	Relation  string     `json:"Relation Name"`
+	IndexName string     `json:"Index Name"`
+	IndexCond string     `json:"Index Cond"`
+	Plans     []planNode `json:"Plans"`
 }
 
 // find returns the scan node of the relation aliased alias (not the
@@ -96,6 +139,20 @@ func (n *planNode) find(alias string) *planNode {
 	}
 	for i := range n.Plans {
 		if f := n.Plans[i].find(alias); f != nil {
+			return f
+		}
+	}
+	return nil
+}
+
+// findRelation returns the first scan node of the table named relation, or
+// nil.
+func (n *planNode) findRelation(relation string) *planNode {
+	if n.Relation == relation && n.NodeType != "ModifyTable" {
+		return n
+	}
+	for i := range n.Plans {
+		if f := n.Plans[i].findRelation(relation); f != nil {
 			return f
 		}
 	}
