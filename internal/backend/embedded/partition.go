@@ -29,8 +29,8 @@ type item struct {
 	deadline int64
 	attempts int32
 	// timedIdx, expireIdx and ageIdx are the item's places in its
-	// partition's key indexes (keyIndex): inRun, a heap index, or -1 when
-	// absent.
+	// partition's key indexes (keyIndex): a slot of the run (-3 and
+	// below), a heap index, or -1 when absent.
 	timedIdx  int32
 	expireIdx int32
 	ageIdx    int32
