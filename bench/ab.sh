@@ -130,7 +130,10 @@ if [[ -n $PROFILE ]]; then
 					--workload "$workload" --clients "$clients" --batch "$batch" \
 					--duration "$((PROFILE + 1))s" --warmup "$WARMUP" --label "$which $mode" --json >"$TMP/$name.json" &
 				bench=$!
-				sleep "${WARMUP%s}"
+				case $WARMUP in # a Go duration of ms or s
+				*ms) sleep "$(awk "BEGIN { print ${WARMUP%ms} / 1000 }")" ;;
+				*) sleep "${WARMUP%s}" ;;
+				esac
 				curl -fsS --max-time $((PROFILE + 30)) -o "$PROFILE_DIR/$name.pprof" \
 					"http://127.0.0.1:${DEBUG[$which-$mode]}/debug/pprof/profile?seconds=$PROFILE" ||
 					echo "ab: profile of $name failed" >&2
