@@ -95,6 +95,14 @@ for mode in $MODES; do
 	done
 done
 
+# bench_run WHICH MODE DURATION runs the row in $workload, $clients and
+# $batch against server WHICH of MODE and prints its JSON report.
+bench_run() {
+	"$TMP/styx-bench" --endpoint "http://127.0.0.1:${PORT[$1-$2]}" --server-pid "${PID[$1-$2]}" \
+		--workload "$workload" --clients "$clients" --batch "$batch" \
+		--duration "$3" --warmup "$WARMUP" --label "$1 $2" --json
+}
+
 : >"$TMP/runs.jsonl"
 IFS=';' read -r -a rows <<<"$MATRIX"
 for round in $(seq "$ROUNDS"); do
@@ -105,10 +113,7 @@ for round in $(seq "$ROUNDS"); do
 		for mode in $MODES; do
 			for which in $order; do
 				echo "ab: round $round: $which $mode $workload c$clients b$batch" >&2
-				"$TMP/styx-bench" --endpoint "http://127.0.0.1:${PORT[$which-$mode]}" --server-pid "${PID[$which-$mode]}" \
-					--workload "$workload" --clients "$clients" --batch "$batch" \
-					--duration "$DURATION" --warmup "$WARMUP" --label "$which $mode" --json >>"$TMP/runs.jsonl" ||
-					echo "ab: run failed" >&2
+				bench_run "$which" "$mode" "$DURATION" >>"$TMP/runs.jsonl" || echo "ab: run failed" >&2
 			done
 		done
 	done
@@ -126,9 +131,7 @@ if [[ -n $PROFILE ]]; then
 			for which in old new; do
 				name="$mode-$workload-c$clients-b$batch-$which"
 				echo "ab: profile: $which $mode $workload c$clients b$batch" >&2
-				"$TMP/styx-bench" --endpoint "http://127.0.0.1:${PORT[$which-$mode]}" --server-pid "${PID[$which-$mode]}" \
-					--workload "$workload" --clients "$clients" --batch "$batch" \
-					--duration "$((PROFILE + 1))s" --warmup "$WARMUP" --label "$which $mode" --json >"$TMP/$name.json" &
+				bench_run "$which" "$mode" "$((PROFILE + 1))s" >"$TMP/$name.json" &
 				bench=$!
 				case $WARMUP in # a Go duration of ms or s
 				*ms) sleep "$(awk "BEGIN { print ${WARMUP%ms} / 1000 }")" ;;

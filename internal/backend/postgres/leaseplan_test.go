@@ -134,25 +134,23 @@ type planNode struct {
 // find returns the scan node of the relation aliased alias (not the
 // ModifyTable node, which names it too), or nil.
 func (n *planNode) find(alias string) *planNode {
-	if n.Alias == alias && n.NodeType != "ModifyTable" {
-		return n
-	}
-	for i := range n.Plans {
-		if f := n.Plans[i].find(alias); f != nil {
-			return f
-		}
-	}
-	return nil
+	return n.first(func(x *planNode) bool { return x.Alias == alias && x.NodeType != "ModifyTable" })
 }
 
 // findRelation returns the first scan node of the table named relation, or
 // nil.
 func (n *planNode) findRelation(relation string) *planNode {
-	if n.Relation == relation && n.NodeType != "ModifyTable" {
+	return n.first(func(x *planNode) bool { return x.Relation == relation && x.NodeType != "ModifyTable" })
+}
+
+// first returns the first node of the tree, depth first, that match
+// accepts, or nil.
+func (n *planNode) first(match func(*planNode) bool) *planNode {
+	if match(n) {
 		return n
 	}
 	for i := range n.Plans {
-		if f := n.Plans[i].findRelation(relation); f != nil {
+		if f := n.Plans[i].first(match); f != nil {
 			return f
 		}
 	}
