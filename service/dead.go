@@ -92,6 +92,32 @@ func checkAll(f queue.DeadFilter, all, acts bool) error {
 	return nil
 }
 
+// parseGuard parses the guard of a dead.delete or dead.redrive on the items
+// a client counted (issue 48): up_to, an item id, into f.UpTo (the items
+// with later ids, which died after the count, do not match), and
+// expect_matched, the count the client confirmed, which it returns (-1
+// when not given; the caller checks it with queue.CheckMatched). Call it
+// after checkAll: up_to is no filter and may go with all.
+func parseGuard(f *queue.DeadFilter, upTo string, expect *int64) (int64, error) {
+	if upTo != "" {
+		id, err := queue.ParseID("up_to", upTo)
+		if err != nil {
+			return 0, err
+		}
+		if id == 0 {
+			return 0, invalid("up_to", "'%s' is no item's id; give the up_to of a dry run", upTo)
+		}
+		f.UpTo = id
+	}
+	if expect == nil {
+		return -1, nil
+	}
+	if *expect < 0 {
+		return 0, invalid("expect_matched", "%d is negative; give the matched count of a dry run", *expect)
+	}
+	return *expect, nil
+}
+
 // deadQueue returns the queue of a dead.* call and its configuration,
 // after checking its name and that it is a dead-letter queue
 // (queue.DeadLetterQueue: some queue names it as its dead_queue). Another
@@ -210,6 +236,11 @@ func (s *Service) DeadGroups(ctx context.Context, req *pb.DeadGroupsRequest) (*p
 // filter and returns how many it deleted. An empty filter (every item)
 // needs all; leased items (a consumer of the dead-letter queue holds them)
 // are never deleted. A queue that is no queue's dead_queue is refused (400).
+//
+// up_to leaves out the items with later ids. With expect_matched it first
+// counts the matching items and, when they are not as many, deletes none
+// (409, queue.CheckMatched); then it deletes the items it counted (ids up
+// to the last of them), not those that died since.
 func (s *Service) DeadDelete(ctx context.Context, req *pb.DeadDeleteRequest) (*pb.DeadDeleteResponse, error) {
 	l, info, err := s.deadQueue(ctx, req.QueueName)
 	if err != nil {
@@ -221,6 +252,23 @@ func (s *Service) DeadDelete(ctx context.Context, req *pb.DeadDeleteRequest) (*p
 	}
 	if err := checkAll(f, req.All, true); err != nil {
 		return nil, err
+	}
+	expect, err := parseGuard(&f, req.UpTo, req.ExpectMatched)
+	if err != nil {
+		return nil, err
+	}
+	if expect >= 0 {
+		n, last, err := countDead(ctx, l, info.Partitions, &f)
+		if err != nil {
+			return nil, err
+		}
+		if err := queue.CheckMatched(n, expect, "deleted"); err != nil {
+			return nil, err
+		}
+		if n == 0 {
+			return &pb.DeadDeleteResponse{}, nil
+		}
+		f.UpTo = last
 	}
 	var deleted int64
 	var after uint64
@@ -251,13 +299,35 @@ func (s *Service) DeadDelete(ctx context.Context, req *pb.DeadDeleteRequest) (*p
 	}
 }
 
+// countDead counts the items of l that match f and returns the id of the
+// last of them (0 when none does), reading the queue a page at a time.
+func countDead(ctx context.Context, l queue.Queue, partitions int32, f *queue.DeadFilter) (n int64, last uint64, err error) {
+	var after uint64
+	for {
+		items, next, err := l.Scan(ctx, partitions, f, queue.ScanParams{After: after, Limit: MaxBatch, MaxBytes: maxPageBytes()})
+		if err != nil {
+			return 0, 0, err
+		}
+		n += int64(len(items))
+		if len(items) > 0 {
+			last = items[len(items)-1].Meta.ID
+		}
+		if next == 0 {
+			return n, last, nil
+		}
+		after = next
+	}
+}
+
 // DeadRedrive starts a redrive task (or, with dry_run, only counts the
 // matching items). An empty filter needs all unless dry_run. The queue must
 // be a dead-letter queue, and is checked first, as for every dead.* call
 // (Querator names an unknown queue before any other mistake); the redrive
 // runner checks the rest, as for every door (redrive.Runner.Start): a
 // destination that is the queue or does not exist, rate_limit and
-// max_redrive_count out of range (400).
+// max_redrive_count out of range (400). up_to leaves out the items with
+// later ids; expect_matched refuses the start (409, queue.CheckMatched)
+// when the matching items are not as many, and a dry run ignores it.
 func (s *Service) DeadRedrive(ctx context.Context, req *pb.DeadRedriveRequest) (*pb.RedriveTask, error) {
 	if _, _, err := s.deadQueue(ctx, req.QueueName); err != nil {
 		return nil, err
@@ -269,6 +339,14 @@ func (s *Service) DeadRedrive(ctx context.Context, req *pb.DeadRedriveRequest) (
 	if err := checkAll(f, req.All, !req.DryRun); err != nil {
 		return nil, err
 	}
+	expect, err := parseGuard(&f, req.UpTo, req.ExpectMatched)
+	if err != nil {
+		return nil, err
+	}
+	var expectMatched *int64
+	if expect >= 0 && !req.DryRun {
+		expectMatched = &expect
+	}
 	if req.Destination != "" {
 		if err := checkName("destination", req.Destination); err != nil {
 			return nil, err
@@ -277,7 +355,7 @@ func (s *Service) DeadRedrive(ctx context.Context, req *pb.DeadRedriveRequest) (
 	t, err := s.r.Start(ctx, redrive.StartParams{
 		Queue: req.QueueName, Filter: f, Destination: req.Destination, RateLimit: req.RateLimit,
 		DryRun: req.DryRun, MaxRedriveCount: req.MaxRedriveCount, KeyName: auth.KeyName(ctx),
-		KeyQueues: auth.KeyQueues(ctx),
+		KeyQueues: auth.KeyQueues(ctx), ExpectMatched: expectMatched,
 	})
 	if err != nil {
 		return nil, err
@@ -367,6 +445,9 @@ func toTask(ctx context.Context, t redrive.Task) *pb.RedriveTask {
 		StartedAt: ts(t.StartedAt), FinishedAt: ts(t.FinishedAt), FailureReason: t.FailureReason, DryRun: t.DryRun,
 		MaxRedriveCount: t.MaxRedriveCount, KeyName: t.KeyName, ByQueue: map[string]*pb.RedriveCounts{},
 		WouldMove: t.WouldMove, WouldSkip: t.WouldSkip, SkipReasons: t.SkipReasons, Warning: t.Warning, ErrorPattern: t.ErrorPattern,
+	}
+	if t.UpTo != 0 {
+		out.UpTo = queue.FormatID(t.UpTo)
 	}
 	for q, c := range t.ByQueue {
 		sum := out.ByQueue[name(q)]

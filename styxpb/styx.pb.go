@@ -3595,7 +3595,17 @@ type DeadDeleteRequest struct {
 	// Styx: confirms an empty filter, which matches every dead item of the
 	// queue. An empty filter without all is refused (400), and so is all
 	// with a filter.
-	All           bool `protobuf:"varint,110,opt,name=all,proto3" json:"all,omitempty"`
+	All bool `protobuf:"varint,110,opt,name=all,proto3" json:"all,omitempty"`
+	// Styx: guards an action on the items a client counted (the console's
+	// confirmation; issue 48). up_to, an item id (a dry run's
+	// RedriveTask.up_to), leaves out the items with a later id: those that
+	// died after the count. expect_matched, when set, is the count the client
+	// showed (a dry run's matched): the server counts the items that match
+	// now (the filter, up to up_to) and refuses with 409, acting on none, when
+	// they are not as many; it then acts on the items it counted, not on
+	// those that die meanwhile. Both may go with all.
+	ExpectMatched *int64 `protobuf:"varint,101,opt,name=expect_matched,proto3,oneof" json:"expect_matched,omitempty"`
+	UpTo          string `protobuf:"bytes,102,opt,name=up_to,proto3" json:"up_to,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -3649,6 +3659,20 @@ func (x *DeadDeleteRequest) GetAll() bool {
 		return x.All
 	}
 	return false
+}
+
+func (x *DeadDeleteRequest) GetExpectMatched() int64 {
+	if x != nil && x.ExpectMatched != nil {
+		return *x.ExpectMatched
+	}
+	return 0
+}
+
+func (x *DeadDeleteRequest) GetUpTo() string {
+	if x != nil {
+		return x.UpTo
+	}
+	return ""
 }
 
 type DeadDeleteResponse struct {
@@ -3708,7 +3732,18 @@ type DeadRedriveRequest struct {
 	// Styx: confirms an empty filter, which matches every dead item of the
 	// queue (not needed with dry_run). An empty filter without all is
 	// refused (400), and so is all with a filter.
-	All           bool `protobuf:"varint,110,opt,name=all,proto3" json:"all,omitempty"`
+	All bool `protobuf:"varint,110,opt,name=all,proto3" json:"all,omitempty"`
+	// Styx: guards an action on the items a client counted (the console's
+	// confirmation; issue 48). up_to, an item id (a dry run's
+	// RedriveTask.up_to), leaves out the items with a later id: those that
+	// died after the count. expect_matched, when set, is the count the client
+	// showed (a dry run's matched): the server counts the items that match
+	// now (the filter, up to up_to) and refuses with 409, acting on none, when
+	// they are not as many; it then acts on the items it counted, not on
+	// those that die meanwhile. Both may go with all. A dry run
+	// honours up_to and ignores expect_matched.
+	ExpectMatched *int64 `protobuf:"varint,101,opt,name=expect_matched,proto3,oneof" json:"expect_matched,omitempty"`
+	UpTo          string `protobuf:"bytes,102,opt,name=up_to,proto3" json:"up_to,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -3790,6 +3825,20 @@ func (x *DeadRedriveRequest) GetAll() bool {
 		return x.All
 	}
 	return false
+}
+
+func (x *DeadRedriveRequest) GetExpectMatched() int64 {
+	if x != nil && x.ExpectMatched != nil {
+		return *x.ExpectMatched
+	}
+	return 0
+}
+
+func (x *DeadRedriveRequest) GetUpTo() string {
+	if x != nil {
+		return x.UpTo
+	}
+	return ""
 }
 
 // DeadEditRequest replaces the payload of a dead item (Styx, dead.edit; the
@@ -4247,7 +4296,13 @@ type RedriveTask struct {
 	Warning string `protobuf:"bytes,105,opt,name=warning,proto3" json:"warning,omitempty"`
 	// Styx: when filter.fingerprint is set, that error group's pattern (as
 	// dead.groups gives it) when the task started, for people to read.
-	ErrorPattern  string `protobuf:"bytes,106,opt,name=error_pattern,proto3" json:"error_pattern,omitempty"`
+	ErrorPattern string `protobuf:"bytes,106,opt,name=error_pattern,proto3" json:"error_pattern,omitempty"`
+	// Styx: the id of the newest item of the dead-letter queue the task
+	// counted (its matched set is the items up to it that match its filter);
+	// for a dry run, what to send back as DeadDeleteRequest.up_to or
+	// DeadRedriveRequest.up_to. Empty for an estimated dry run (it read only
+	// part of the queue) and for an empty queue.
+	UpTo          string `protobuf:"bytes,107,opt,name=up_to,proto3" json:"up_to,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -4439,6 +4494,13 @@ func (x *RedriveTask) GetWarning() string {
 func (x *RedriveTask) GetErrorPattern() string {
 	if x != nil {
 		return x.ErrorPattern
+	}
+	return ""
+}
+
+func (x *RedriveTask) GetUpTo() string {
+	if x != nil {
+		return x.UpTo
 	}
 	return ""
 }
@@ -5114,15 +5176,18 @@ const file_styx_v1_styx_proto_rawDesc = "" +
 	"\x05items\x18\x01 \x03(\v2\x14.styx.v1.StorageItemR\x05items\x12\x1e\n" +
 	"\n" +
 	"next_pivot\x18\x02 \x01(\tR\n" +
-	"next_pivot\"r\n" +
+	"next_pivot\"\xc8\x01\n" +
 	"\x11DeadDeleteRequest\x12\x1e\n" +
 	"\n" +
 	"queue_name\x18\x01 \x01(\tR\n" +
 	"queue_name\x12+\n" +
 	"\x06filter\x18\x02 \x01(\v2\x13.styx.v1.DeadFilterR\x06filter\x12\x10\n" +
-	"\x03all\x18n \x01(\bR\x03all\".\n" +
+	"\x03all\x18n \x01(\bR\x03all\x12+\n" +
+	"\x0eexpect_matched\x18e \x01(\x03H\x00R\x0eexpect_matched\x88\x01\x01\x12\x14\n" +
+	"\x05up_to\x18f \x01(\tR\x05up_toB\x11\n" +
+	"\x0f_expect_matched\".\n" +
 	"\x12DeadDeleteResponse\x12\x18\n" +
-	"\adeleted\x18\x01 \x01(\x03R\adeleted\"\xfd\x01\n" +
+	"\adeleted\x18\x01 \x01(\x03R\adeleted\"\xd3\x02\n" +
 	"\x12DeadRedriveRequest\x12\x1e\n" +
 	"\n" +
 	"queue_name\x18\x01 \x01(\tR\n" +
@@ -5134,7 +5199,10 @@ const file_styx_v1_styx_proto_rawDesc = "" +
 	"rate_limit\x12\x18\n" +
 	"\adry_run\x18\x05 \x01(\bR\adry_run\x12,\n" +
 	"\x11max_redrive_count\x18d \x01(\x05R\x11max_redrive_count\x12\x10\n" +
-	"\x03all\x18n \x01(\bR\x03all\"\xae\x01\n" +
+	"\x03all\x18n \x01(\bR\x03all\x12+\n" +
+	"\x0eexpect_matched\x18e \x01(\x03H\x00R\x0eexpect_matched\x88\x01\x01\x12\x14\n" +
+	"\x05up_to\x18f \x01(\tR\x05up_toB\x11\n" +
+	"\x0f_expect_matched\"\xae\x01\n" +
 	"\x0fDeadEditRequest\x12\x1e\n" +
 	"\n" +
 	"queue_name\x18\x01 \x01(\tR\n" +
@@ -5177,7 +5245,7 @@ const file_styx_v1_styx_proto_rawDesc = "" +
 	"\fskip_reasons\x18\x03 \x03(\v2%.styx.v1.RedrivePlan.SkipReasonsEntryR\fskip_reasons\x1a>\n" +
 	"\x10SkipReasonsEntry\x12\x10\n" +
 	"\x03key\x18\x01 \x01(\tR\x03key\x12\x14\n" +
-	"\x05value\x18\x02 \x01(\x03R\x05value:\x028\x01\"\xfd\b\n" +
+	"\x05value\x18\x02 \x01(\x03R\x05value:\x028\x01\"\x93\t\n" +
 	"\vRedriveTask\x12\x18\n" +
 	"\atask_id\x18\x01 \x01(\tR\atask_id\x12\x1e\n" +
 	"\n" +
@@ -5212,7 +5280,8 @@ const file_styx_v1_styx_proto_rawDesc = "" +
 	"\x0eby_destination\x18g \x03(\v2'.styx.v1.RedriveTask.ByDestinationEntryR\x0eby_destination\x12I\n" +
 	"\fskip_reasons\x18h \x03(\v2%.styx.v1.RedriveTask.SkipReasonsEntryR\fskip_reasons\x12\x18\n" +
 	"\awarning\x18i \x01(\tR\awarning\x12$\n" +
-	"\rerror_pattern\x18j \x01(\tR\rerror_pattern\x1aR\n" +
+	"\rerror_pattern\x18j \x01(\tR\rerror_pattern\x12\x14\n" +
+	"\x05up_to\x18k \x01(\tR\x05up_to\x1aR\n" +
 	"\fByQueueEntry\x12\x10\n" +
 	"\x03key\x18\x01 \x01(\tR\x03key\x12,\n" +
 	"\x05value\x18\x02 \x01(\v2\x16.styx.v1.RedriveCountsR\x05value:\x028\x01\x1aV\n" +
@@ -5418,6 +5487,8 @@ func file_styx_v1_styx_proto_init() {
 	if File_styx_v1_styx_proto != nil {
 		return
 	}
+	file_styx_v1_styx_proto_msgTypes[47].OneofWrappers = []any{}
+	file_styx_v1_styx_proto_msgTypes[49].OneofWrappers = []any{}
 	file_styx_v1_styx_proto_msgTypes[50].OneofWrappers = []any{}
 	type x struct{}
 	out := protoimpl.TypeBuilder{

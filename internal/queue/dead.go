@@ -8,6 +8,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/styxq/styx/internal/apierr"
 	"github.com/styxq/styx/internal/fingerprint"
 )
 
@@ -37,6 +38,10 @@ type DeadFilter struct {
 	// PayloadContains matches a substring of the item's payload (bytes,
 	// case-sensitive).
 	PayloadContains string `json:"payload_contains,omitempty"`
+	// UpTo, when not 0, is the newest id that matches: the items that died
+	// after a client counted them (they have later ids) do not. Set from
+	// dead.delete's and dead.redrive's up_to, not from the wire filter.
+	UpTo uint64 `json:"up_to,omitempty"`
 }
 
 // ItemFingerprint is the fingerprint of a dead item's last error: the one
@@ -51,12 +56,14 @@ func ItemFingerprint(it *Item) string {
 // IsZero reports whether the filter is empty: it matches every item.
 func (f *DeadFilter) IsZero() bool {
 	return len(f.IDs) == 0 && f.SourceQueue == "" && f.Reason == "" && f.Kind == "" && f.ErrorContains == "" &&
-		f.Fingerprint == "" && f.DeadAfter.IsZero() && f.DeadBefore.IsZero() && f.Reference == "" && f.PayloadContains == ""
+		f.Fingerprint == "" && f.DeadAfter.IsZero() && f.DeadBefore.IsZero() && f.Reference == "" && f.PayloadContains == "" &&
+		f.UpTo == 0
 }
 
 // Match reports whether the item passes the filter.
 func (f *DeadFilter) Match(it *Item) bool {
 	switch {
+	case f.UpTo != 0 && it.Meta.ID > f.UpTo:
 	case len(f.IDs) > 0 && !slices.Contains(f.IDs, it.Meta.ID):
 	case f.SourceQueue != "" && it.Body.SourceQueue != f.SourceQueue:
 	case f.Reason != "" && it.Body.DeadReason != f.Reason:
@@ -115,6 +122,9 @@ func Scan(f *DeadFilter, p ScanParams, byID func(ids []uint64) iter.Seq2[Item, e
 		if err != nil {
 			return nil, 0, err
 		}
+		if f.UpTo != 0 && it.Meta.ID > f.UpTo {
+			return items, 0, nil // ids only grow from here: nothing more matches
+		}
 		if len(items) == p.Limit || scanned == p.MaxScanned {
 			return items, last, nil
 		}
@@ -127,6 +137,31 @@ func Scan(f *DeadFilter, p ScanParams, byID func(ids []uint64) iter.Seq2[Item, e
 		scanned, last = scanned+1, it.Meta.ID
 	}
 	return items, 0, nil
+}
+
+// CheckMatched is the rule of a confirmed action on dead items (the
+// expect_matched of dead.delete and dead.redrive, issue 48): matched, how
+// many items the action's filter matches now, must be expected, the count
+// the client showed and its user confirmed. Otherwise the set changed since
+// (items died, or went: deleted, redriven, consumed) and the action does
+// nothing: an apierr.Conflict wrapping ErrMatchedChanged that names both
+// counts and says nothing was done (done: "deleted", "redriven"). A
+// negative expected means none was given: nil.
+func CheckMatched(matched, expected int64, done string) error {
+	if expected < 0 || matched == expected {
+		return nil
+	}
+	now := fmt.Sprintf("%d items match now", matched)
+	if matched == 1 {
+		now = "1 item matches now"
+	}
+	were := "were"
+	if expected == 1 {
+		were = "was"
+	}
+	return apierr.Wrap(ErrMatchedChanged, apierr.Conflict,
+		"matched items changed; %s, %d %s confirmed; nothing was %s: count them again (a dry run) and confirm that count",
+		now, expected, were, done)
 }
 
 // RedriveItem is a dead item sent back as fresh work.

@@ -28,6 +28,10 @@ var (
 	ErrDeadQueueNotFound = errors.New("dead_queue does not exist")
 	// ErrMaxAttempts: a max_attempts out of range (CheckMaxAttempts).
 	ErrMaxAttempts = errors.New("max_attempts out of range")
+	// ErrMatchedChanged: the dead items a confirmed dead.delete or
+	// dead.redrive matches are not as many as the client counted
+	// (CheckMatched).
+	ErrMatchedChanged = errors.New("matched dead items changed since they were counted")
 )
 
 // ErrNoItems answers a lease that waited its whole request timeout with no

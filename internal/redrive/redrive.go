@@ -211,7 +211,8 @@ type Task struct {
 	// resumed task continues after it.
 	Pivot uint64 `json:"pivot,omitempty"`
 	// UpTo is the id of the newest item the queue held when the task
-	// started: items that die later are not part of the task.
+	// started, or Filter.UpTo when lower: items that die later are not
+	// part of the task. A dry run sets it too, unless Estimated (0).
 	UpTo uint64 `json:"up_to,omitempty"`
 }
 
@@ -543,6 +544,12 @@ type StartParams struct {
 	// KeyQueues are that key's queue patterns (Task.KeyQueues); empty
 	// means every queue.
 	KeyQueues []string
+	// ExpectMatched, when not nil, is the count of matching items the
+	// client confirmed (dead.redrive's expect_matched): Start refuses,
+	// starting nothing, when as many do not match (queue.CheckMatched).
+	// Ignored by a dry run. Filter.UpTo leaves out the items that died
+	// after the client counted.
+	ExpectMatched *int64
 }
 
 // Check validates p's own fields against the limits, looking nothing up:
@@ -572,12 +579,14 @@ func (p StartParams) Check() error {
 // Several tasks may run on one dead-letter queue when their items are
 // disjoint. A task's matched set is fixed when it starts: the items that
 // match its filter then (ids up to UpTo); items that die later are not
-// part of it. Start returns apierr.Conflict, naming the task, when an
-// unfinished task (running, pausing or paused) still holds some of the
-// matched items (not yet reached, see Task.holds) — unless p.Filter names
-// its items by id (a redrive of single items): such a task may overlap, and
-// each overlapping item goes to whichever task reaches it first, never to
-// both (see step).
+// part of it. With p.ExpectMatched, Start returns the apierr.Conflict of
+// queue.CheckMatched (wrapping queue.ErrMatchedChanged) when that set is not
+// as many items as the client confirmed. Start returns apierr.Conflict,
+// naming the task, when an unfinished task (running, pausing or paused)
+// still holds some of the matched items (not yet reached, see Task.holds) —
+// unless p.Filter names its items by id (a redrive of single items): such a
+// task may overlap, and each overlapping item goes to whichever task
+// reaches it first, never to both (see step).
 func (r *Runner) Start(ctx context.Context, p StartParams) (Task, error) {
 	dlq, _, err := queue.DeadLetterQueue(ctx, r.cfg.Queues, p.Queue)
 	if err != nil {
@@ -607,12 +616,15 @@ func (r *Runner) Start(ctx context.Context, p StartParams) (Task, error) {
 	}
 	if p.DryRun {
 		plan := r.planner(t)
-		matched, _, scanned, err := countMatching(ctx, r.cfg.Queues, dlq, &t.Filter, plan, DryRunScan)
+		matched, last, scanned, err := countMatching(ctx, r.cfg.Queues, dlq, &t.Filter, plan, DryRunScan)
 		if err == nil && scanned == DryRunScan {
 			matched, err = estimate(ctx, dlq, t, matched, scanned)
 		}
 		if err != nil {
 			return Task{}, err
+		}
+		if !t.Estimated { // the newest item counted: what a client confirms (up_to)
+			t.UpTo = upToOf(&t.Filter, last)
 		}
 		r.mu.Lock()
 		r.lastID = max(r.lastID+1, uint64(now.UnixNano()))
@@ -678,6 +690,10 @@ func (r *Runner) Start(ctx context.Context, p StartParams) (Task, error) {
 		}
 	}
 	matched, upTo, _, err := countMatching(ctx, r.cfg.Queues, dlq, &t.Filter, each, 0)
+	upTo = upToOf(&t.Filter, upTo)
+	if err == nil && p.ExpectMatched != nil {
+		err = queue.CheckMatched(matched, *p.ExpectMatched, "redriven")
+	}
 	if err == nil && overlapN > 0 && len(p.Filter.IDs) == 0 {
 		// A task naming its items by id may overlap: each such item goes
 		// to whichever task reaches it first. Two filters may not.
@@ -759,6 +775,15 @@ func (r *Runner) lockStart(ctx context.Context, deadQueue string) (unlock func()
 		}
 		wait = min(2*wait, 200*time.Millisecond)
 	}
+}
+
+// upToOf is the newest id of a task's matched set: last, the newest item
+// its count saw, or f.UpTo when f leaves out the items after it.
+func upToOf(f *queue.DeadFilter, last uint64) uint64 {
+	if f.UpTo != 0 && f.UpTo < last {
+		return f.UpTo
+	}
+	return last
 }
 
 // DryRunScan bounds the items a dry run reads: over a dead-letter queue

@@ -481,6 +481,33 @@
   // after the user confirmed the count).
   const everything = (filter) => Object.keys(filter).length === 0;
 
+  // countGuard is what a dead.delete or dead.redrive sends with the count
+  // the user confirmed, from the dry run that counted (issue 48): up_to,
+  // the newest item it saw (the items that die while the dialog is open
+  // have later ids and are left out), and expect_matched, the count (the
+  // server refuses with 409, acting on none, when the items up to up_to are
+  // no longer as many). An estimated dry run (a large queue) gives no up_to
+  // and so no guard, unless the count is known otherwise (count: an error
+  // group's, which the server checks against all the items matching).
+  function countGuard(dry, count) {
+    if (dry.up_to) return { up_to: dry.up_to, expect_matched: num(dry.matched) };
+    return count === undefined ? {} : { expect_matched: count };
+  }
+
+  // changedNote is the note of a dialog asked again because the set its
+  // first asking counted changed before OK (again.was: the guard sent).
+  const changedNote = (again, done) => again ? h('p', { class: 'warn', id: 'changed-note' },
+    `Nothing was ${done}: the items changed while the dialog was open (${fmt(again.was.expect_matched)} confirmed). The count below is as it is now.`) : null;
+
+  // sameGuard reports whether two guards name the same set.
+  const sameGuard = (a, b) => a.up_to === b.up_to && a.expect_matched === b.expect_matched;
+
+  // refusedGuard reports whether an action that sent guard was refused
+  // (409) maybe because the set changed: the flow asks again with a new
+  // count, and says the refusal when that count is the same (another
+  // conflict, such as a running redrive holding the items).
+  const refusedGuard = (e, guard) => e.status === 409 && guard.expect_matched !== undefined;
+
   // runningBanner shows a running redrive task: what it moves, its
   // progress, a link to it.
   function runningBanner(t) {
@@ -494,10 +521,12 @@
   }
 
   // redriveFlow counts the items filter selects (a dry run), says where
-  // they will go, and on confirmation starts the redrive and opens its
-  // progress. A redrive already running on the queue is said first: only
-  // one runs per dead-letter queue. It resolves true when the redrive started.
-  async function redriveFlow(queue, filter, pattern) {
+  // they will go, and on confirmation starts the redrive of those items
+  // (countGuard) and opens its progress. A redrive already running on the
+  // queue is said first. When the items changed before OK, the server
+  // refuses and the flow asks again (again: what was refused) with the new
+  // count. It resolves true when the redrive started.
+  async function redriveFlow(queue, filter, pattern, again) {
     let dry;
     const my = page;
     const tasks = await soft(api('redrives.list', { queue_name: queue }));
@@ -513,6 +542,8 @@
       dry = await api('dead.redrive', { queue_name: queue, filter, dry_run: true });
     } catch (e) { toast(e.message); return; }
     if (my !== page) return;
+    const guard = countGuard(dry);
+    if (again && sameGuard(again.was, guard)) { toast(again.error.message); return; } // refused for another reason
     const n = num(dry.matched);
     // The server's dry run says what will happen: would_move of the
     // matched items move, would_skip stay (by destination, with reasons).
@@ -540,33 +571,46 @@
         h('p', { class: 'muted' }, 'Selected: ' + describeFilter(filter, pattern) + '.'),
         h('label', { for: 'redrive-rate' }, 'Rate limit (items per second, 0 for no limit)'), rate];
     }
-    if (!await confirmAction('Redrive dead items', [runningNote, ...body], move === 0 ? null : `Redrive ${fmt(move)} ${move === 1 ? 'item' : 'items'}`)) return;
+    if (!await confirmAction('Redrive dead items', [changedNote(again, 'redriven'), runningNote, ...body], move === 0 ? null : `Redrive ${fmt(move)} ${move === 1 ? 'item' : 'items'}`)) return;
     try {
-      const task = await api('dead.redrive', { queue_name: queue, filter, all: everything(filter), rate_limit: Number(rate.value) || 0 });
+      const task = await api('dead.redrive', { queue_name: queue, filter, all: everything(filter), rate_limit: Number(rate.value) || 0, ...guard });
       navigate('/ui/redrives?task=' + enc(task.task_id));
       return true;
-    } catch (e) { toast(e.message); }
+    } catch (e) {
+      if (refusedGuard(e, guard)) return redriveFlow(queue, filter, pattern, { was: guard, error: e });
+      toast(e.message);
+    }
   }
 
-  // deleteFlow deletes the items filter selects after confirmation. count
-  // is known for a group; otherwise a dry run of a redrive counts them.
-  async function deleteFlow(queue, filter, count, pattern) {
-    let n = count;
-    if (n === undefined) {
-      const my = page;
-      try {
-        n = num((await api('dead.redrive', { queue_name: queue, filter, dry_run: true })).matched);
-      } catch (e) { toast(e.message); return false; }
-      if (my !== page) return false; // the user left the page meanwhile
-    }
-    const body = [h('p', { id: 'delete-summary' }, `This will delete ${fmt(n)} ${n === 1 ? 'item' : 'items'} of ${queue} for good.`),
+  // deleteFlow deletes the items filter selects after confirmation: those
+  // a dry run of a redrive counted (countGuard). count, when known (a
+  // group's, from the counts the queue keeps), is the count when the dry
+  // run could only estimate it. When the items changed before OK, the
+  // server refuses and the flow asks again (again: what was refused) with
+  // the new count. It resolves true when items were deleted.
+  async function deleteFlow(queue, filter, count, pattern, again) {
+    const my = page;
+    let dry;
+    try {
+      dry = await api('dead.redrive', { queue_name: queue, filter, dry_run: true });
+    } catch (e) { toast(e.message); return false; }
+    if (my !== page) return false; // the user left the page meanwhile
+    const guard = countGuard(dry, count);
+    if (again && sameGuard(again.was, guard)) { toast(again.error.message); return false; } // refused for another reason
+    const n = dry.up_to || count === undefined ? num(dry.matched) : count;
+    const body = [changedNote(again, 'deleted'), h('p', { id: 'delete-summary' }, `This will delete ${fmt(n)} ${n === 1 ? 'item' : 'items'} of ${queue} for good.`),
       h('p', { class: 'muted' }, 'Selected: ' + describeFilter(filter, pattern) + '.')];
     if (!await confirmAction('Delete dead items', body, n === 0 ? null : `Delete ${fmt(n)} ${n === 1 ? 'item' : 'items'}`, true)) return false;
     try {
-      const res = await api('dead.delete', { queue_name: queue, filter, all: everything(filter) });
+      const res = await api('dead.delete', { queue_name: queue, filter, all: everything(filter), ...guard });
       toast(`Deleted ${fmt(res.deleted)} ${num(res.deleted) === 1 ? 'item' : 'items'}.`);
       return true;
-    } catch (e) { toast(e.message); return false; }
+    } catch (e) {
+      // Asked again without count: a group's count is as old as the page.
+      if (refusedGuard(e, guard)) return deleteFlow(queue, filter, undefined, pattern, { was: guard, error: e });
+      toast(e.message);
+      return false;
+    }
   }
 
   // ---------------------------------------------------------------- bulk selection
