@@ -628,7 +628,7 @@ func (d *Daemon) serve(ctx context.Context, m backend, tasks store.TaskStore, ks
 	}
 	h := transport.NewHandler(transport.Config{
 		SQS:     sqsHandler,
-		Service: service.New(counted, d.redrives, cfg.Clock).WithHistory(hist).WithKeys(keys).WithAttributes(sqs.DescribeAttributes), Metrics: d.Metrics, Log: cfg.Log, MaxRequestBytes: cfg.MaxRequestBytes,
+		Service: service.New(counted, d.redrives, cfg.Clock).WithMaxLeaseBytes(cfg.MaxRequestBytes).WithHistory(hist).WithKeys(keys).WithAttributes(sqs.DescribeAttributes), Metrics: d.Metrics, Log: cfg.Log, MaxRequestBytes: cfg.MaxRequestBytes,
 		MaxInflightBytes: cfg.MaxInflightBytes,
 		BodyReadTimeout:  cfg.BodyReadTimeout, Keys: keys, Auth: cfg.Auth, UI: ui, AllowedHosts: cfg.AllowedHosts,
 		Health: func() string {

@@ -40,11 +40,33 @@ type Service struct {
 	// describe describes items' attributes blobs (WithAttributes); nil:
 	// StorageItem.attributes stays empty.
 	describe queue.AttributeDescriber
+	// maxLeaseBytes bounds a queue.lease's items (WithMaxLeaseBytes).
+	maxLeaseBytes int64
 }
+
+// DefaultMaxLeaseBytes is the default bound of a queue.lease's items'
+// payload and attributes: 64 MiB, the default largest request
+// (transport.DefaultMaxRequestBytes), so that a lease answers no more than
+// a produce may bring.
+const DefaultMaxLeaseBytes = 64 << 20
 
 // New returns the API over a queue manager and a redrive runner.
 func New(m queue.Queues, r *redrive.Runner, c clock.Clock) *Service {
-	return &Service{m: m, r: r, clock: c}
+	return &Service{m: m, r: r, clock: c, maxLeaseBytes: DefaultMaxLeaseBytes}
+}
+
+// WithMaxLeaseBytes bounds a queue.lease's items' payload and attributes
+// to n bytes (queue.LeaseParams.MaxBytes): a lease takes the oldest ready
+// items up to batch_size while they fit, and always one, whatever its
+// size; the others stay ready for the next lease (no attempt counted).
+// Items of a partition leased by the rules of its item groups are not
+// bounded. n <= 0 keeps DefaultMaxLeaseBytes. The daemon passes its
+// max_request_bytes. Returns s.
+func (s *Service) WithMaxLeaseBytes(n int64) *Service {
+	if n > 0 {
+		s.maxLeaseBytes = n
+	}
+	return s
 }
 
 // WithAttributes sets how StorageItem.attributes is made from an item's
@@ -136,7 +158,8 @@ func (s *Service) QueueLease(ctx context.Context, req *pb.QueueLeaseRequest) (*p
 	if err := checkRequestTimeout(wait, ""); err != nil {
 		return nil, err
 	}
-	res, err := l.Lease(ctx, queue.LeaseParams{BatchSize: int(req.BatchSize), ClientID: req.ClientId, Owner: auth.KeyName(ctx), Timeout: wait})
+	res, err := l.Lease(ctx, queue.LeaseParams{BatchSize: int(req.BatchSize), ClientID: req.ClientId, Owner: auth.KeyName(ctx), Timeout: wait,
+		MaxBytes: s.maxLeaseBytes})
 	if err != nil {
 		return nil, err
 	}

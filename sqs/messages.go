@@ -12,6 +12,8 @@ import (
 	"slices"
 	"strconv"
 	"strings"
+	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/styxq/styx/internal/auth"
@@ -413,8 +415,16 @@ const expiryGrace = time.Second
 // renew, or with 0 a retry that makes them visible at once. It returns the
 // partition, the items (none when none came) and the end of their
 // visibility timeout (zero when they are visible).
+//
+// The lease is bounded by bytes: the items' payloads and attributes take at
+// most ten times the queue's MaximumMessageSize (the first item whatever its
+// size; queue.LeaseParams.MaxBytes). An item larger than MaximumMessageSize
+// (produced through /v1, or sent before the attribute was lowered) is not
+// answered: refuseOversize ends its receive.
 func (h *Handler) receive(ctx context.Context, q queue.Queue, info queue.QueueInfo, n int, wait, visibility time.Duration) (int32, []queue.LeasedItem, time.Time, error) {
-	res, err := q.Lease(ctx, queue.LeaseParams{BatchSize: n, ClientID: "sqs-" + randomHex(8), Owner: auth.KeyName(ctx), Timeout: wait})
+	limit := readQueueAttrs(info).maxMessageSize()
+	res, err := q.Lease(ctx, queue.LeaseParams{BatchSize: n, ClientID: "sqs-" + randomHex(8), Owner: auth.KeyName(ctx), Timeout: wait,
+		MaxBytes: int64(MaxBatchEntries) * int64(limit)})
 	if errors.Is(err, queue.ErrNoItems) {
 		return 0, nil, time.Time{}, nil
 	}
@@ -423,6 +433,9 @@ func (h *Handler) receive(ctx context.Context, q queue.Queue, info queue.QueueIn
 			// The pipeline ended the receive: its key was deleted.
 			return 0, nil, time.Time{}, cause
 		}
+		return 0, nil, time.Time{}, err
+	}
+	if res.Items, err = h.refuseOversize(ctx, q, info, res.Partition, res.Items, limit); err != nil {
 		return 0, nil, time.Time{}, err
 	}
 	if len(res.Items) == 0 {
@@ -448,6 +461,77 @@ func (h *Handler) receive(ctx context.Context, q queue.Queue, info queue.QueueIn
 		}
 	}
 	return res.Partition, res.Items, deadline, nil
+}
+
+// refuseOversize returns the items of a receive that SQS can answer, those
+// whose body and message attributes take at most limit bytes (the queue's
+// MaximumMessageSize), and ends the others' receives by a retry that
+// counts the attempt, records why in their attempt history, and schedules
+// them for the queue's visibility timeout: an SQS consumer cannot take
+// them, as it could not process them, so they follow the queue's rules for
+// a message that keeps failing (its maxReceiveCount moves them to the
+// dead-letter queue; MessageRetentionPeriod expires them); meanwhile /v1
+// consumers can lease them. Logged at WARN at most once a minute per queue
+// (oversizeLog).
+func (h *Handler) refuseOversize(ctx context.Context, q queue.Queue, info queue.QueueInfo, partition int32, items []queue.LeasedItem,
+	limit int) ([]queue.LeasedItem, error) {
+	var refused []queue.RetryItem
+	kept := items[:0:0]
+	for _, it := range items {
+		size := sqsSize(it, limit)
+		if size <= limit {
+			kept = append(kept, it)
+			continue
+		}
+		refused = append(refused, queue.RetryItem{ID: it.ID, RetryAt: h.now().Add(info.LeaseTimeout),
+			Error: fmt.Sprintf("SQS ReceiveMessage refused the item: its %d bytes exceed the queue's MaximumMessageSize (%d bytes)", size, limit)})
+	}
+	if len(refused) == 0 {
+		return items, nil
+	}
+	if _, err := q.Retry(ctx, partition, refused); err != nil {
+		return nil, err
+	}
+	if h.oversizeLog.due(info.ID, h.now()) {
+		h.cfg.Log.Warn("sqs: ReceiveMessage refused items larger than the queue's MaximumMessageSize; they are retried after the visibility timeout",
+			"queue", info.Name, "items", len(refused), "maximum_message_size", limit)
+	}
+	return kept, nil
+}
+
+// sqsSize returns the size SQS gives the message of it: its body and its
+// message attributes; more than limit as soon as its payload is.
+func sqsSize(it queue.LeasedItem, limit int) int {
+	n := len(it.Payload)
+	if n > limit {
+		return n
+	}
+	if env, ok := decodeEnvelope(it.Attributes); ok {
+		if size, err := checkAttributes("MessageAttributes", env.Attrs, false); err == nil {
+			n += size
+		}
+	}
+	return n
+}
+
+// logEvery is at most once per interval per key: the WARN of refused
+// oversize messages (refuseOversize). Any goroutine; last holds each key's
+// last time (Unix ns, *atomic.Int64).
+type logEvery struct {
+	interval time.Duration
+	last     sync.Map
+}
+
+// due reports whether a line for key may be written at now, and if so
+// records now.
+func (l *logEvery) due(key uint64, now time.Time) bool {
+	v, _ := l.last.LoadOrStore(key, new(atomic.Int64))
+	last := v.(*atomic.Int64)
+	prev := last.Load()
+	if prev != 0 && now.UnixNano()-prev < int64(l.interval) {
+		return false
+	}
+	return last.CompareAndSwap(prev, now.UnixNano())
 }
 
 // makeVisible ends the receives of leased items at once: a retry, which

@@ -12,6 +12,7 @@ import (
 	"sort"
 	"strconv"
 	"strings"
+	"unicode/utf8"
 )
 
 // The query protocol: what SDKs released before the AWS JSON protocol (and
@@ -237,7 +238,7 @@ func toXML(action string, out any, requestID string) ([]byte, error) {
 	var b bytes.Buffer
 	b.WriteString(xml.Header)
 	fmt.Fprintf(&b, `<%sResponse xmlns="%s">`, action, queryNamespace)
-	raw, err := json.Marshal(out)
+	raw, err := marshalJSON(out)
 	if err != nil {
 		return nil, err
 	}
@@ -311,7 +312,44 @@ func writeElement(b *bytes.Buffer, name string, v any, successful string) {
 	fmt.Fprintf(b, "</%s>", name)
 }
 
-func escape(b *bytes.Buffer, s string) { _ = xml.EscapeText(b, []byte(s)) }
+// escape writes s as XML character data, escaping only what XML requires
+// there (&, <, and > for "]]>") and \r (which a parser would turn into \n);
+// quotes, tabs and newlines stay one byte each, not five (&#34;) as
+// xml.EscapeText writes them. A character XML does not allow becomes
+// U+FFFD, as xml.EscapeText does.
+func escape(b *bytes.Buffer, s string) {
+	last := 0
+	for i, r := range s {
+		var esc string
+		switch {
+		case r == '&':
+			esc = "&amp;"
+		case r == '<':
+			esc = "&lt;"
+		case r == '>':
+			esc = "&gt;"
+		case r == '\r':
+			esc = "&#xD;"
+		case r == '\t' || r == '\n' || r >= 0x20 && r <= 0xD7FF || r >= 0xE000 && r <= 0xFFFD && (r != utf8.RuneError || isRune(s[i:])) ||
+			r >= 0x10000 && r <= 0x10FFFF:
+			continue
+		default:
+			esc = "\uFFFD"
+		}
+		b.WriteString(s[last:i])
+		b.WriteString(esc)
+		_, w := utf8.DecodeRuneInString(s[i:])
+		last = i + w
+	}
+	b.WriteString(s[last:])
+}
+
+// isRune reports whether s starts with a valid encoding (a U+FFFD written
+// out, not an invalid byte).
+func isRune(s string) bool {
+	_, w := utf8.DecodeRuneInString(s)
+	return w == 3
+}
 
 // failXML answers an error in the query protocol.
 func failXML(w http.ResponseWriter, e *Error, requestID string) {

@@ -16,6 +16,7 @@
 package sqs
 
 import (
+	"bytes"
 	"context"
 	"encoding/json"
 	"errors"
@@ -82,6 +83,9 @@ type Handler struct {
 	seq      atomic.Uint64
 	sent     sentCache
 	attempts attemptCache
+	// oversizeLog limits the WARN of refused oversize messages to one a
+	// minute per queue (refuseOversize).
+	oversizeLog logEvery
 }
 
 // action runs one SQS action on a decoded request body and returns the
@@ -111,7 +115,7 @@ func New(cfg Config) *Handler {
 	if cfg.MaxRequestBytes == 0 {
 		cfg.MaxRequestBytes = 64 << 20
 	}
-	h := &Handler{cfg: cfg}
+	h := &Handler{cfg: cfg, oversizeLog: logEvery{interval: time.Minute}}
 	h.actions = map[string]action{
 		"CreateQueue":                  h.createQueue,
 		"GetQueueUrl":                  h.getQueueURL,
@@ -245,7 +249,7 @@ func (h *Handler) Serve(w http.ResponseWriter, r *http.Request, c *Call) {
 		b, err = toXML(c.Action, out, requestID)
 		w.Header().Set("Content-Type", "text/xml")
 	} else {
-		b, err = json.Marshal(out)
+		b, err = marshalJSON(out)
 		w.Header().Set("Content-Type", "application/x-amz-json-1.0")
 	}
 	if err != nil {
@@ -253,6 +257,19 @@ func (h *Handler) Serve(w http.ResponseWriter, r *http.Request, c *Call) {
 		return
 	}
 	_, _ = w.Write(b)
+}
+
+// marshalJSON encodes v as json.Marshal does but without its HTML
+// escaping: <, > and & stay one byte each, not six (\u003c), as SQS writes
+// them (issue 48).
+func marshalJSON(v any) ([]byte, error) {
+	var b bytes.Buffer
+	enc := json.NewEncoder(&b)
+	enc.SetEscapeHTML(false)
+	if err := enc.Encode(v); err != nil {
+		return nil, err
+	}
+	return bytes.TrimSuffix(b.Bytes(), []byte("\n")), nil
 }
 
 // Fail answers err for a request that did not reach Serve (refused by the

@@ -101,8 +101,14 @@ type Tx interface {
 	Redrive(n int32, items []queue.RedriveItem, expire int64) error
 	// Lease leases up to max of partition n's oldest ready items until
 	// deadline (attempts + 1) and returns them; durable reports that every
-	// one was stored by a batch already durable (ADR 0013).
-	Lease(n int32, max int, deadline int64) (items []queue.LeasedItem, durable bool, err error)
+	// one was stored by a batch already durable (ADR 0013). maxBytes, when
+	// not 0, bounds the items' payload and attributes together: it stops
+	// before the first item that would take them over it (the first item
+	// is leased whatever its size) and reports more, that ready items were
+	// left for that reason alone; those are not leased (no attempt). A
+	// partition leased by the rules of its item groups is not bounded
+	// (more is false).
+	Lease(n int32, max int, maxBytes, deadline int64) (items []queue.LeasedItem, durable, more bool, err error)
 	// Held returns the items of partition n that hold the given source
 	// keys (queue.ItemMeta.SourceKey), as stored, by key.
 	Held(n int32, keys []string) (map[string]queue.Item, error)
@@ -340,7 +346,7 @@ func (e *Engine) Lease(ctx context.Context, p queue.LeaseParams) (queue.LeaseRes
 	if err := e.admit(false); err != nil {
 		return queue.LeaseResult{}, err
 	}
-	w := &LeaseWait{ClientID: p.ClientID, Owner: p.Owner, BatchSize: p.BatchSize, Timeout: p.Timeout}
+	w := &LeaseWait{ClientID: p.ClientID, Owner: p.Owner, BatchSize: p.BatchSize, Timeout: p.Timeout, MaxBytes: p.MaxBytes}
 	if err := e.Loop.CallLease(ctx, w); err != nil {
 		return queue.LeaseResult{}, err
 	}
@@ -587,9 +593,9 @@ func (e *Engine) iterate(it *pass, reqs []*Request, lifecycle bool) error {
 	var durable bool // of the partition last leased from: Serve gives its items next
 	return Serve(&e.Loop.Waiters, &e.leaseNext,
 		func() ([]int, error) { return it.tx.ReadyCounts() },
-		func(n int32, want int) (items []queue.LeasedItem, err error) {
-			items, durable, err = it.tx.Lease(n, want, deadline)
-			return items, err
+		func(n int32, want int, maxBytes int64) (items []queue.LeasedItem, more bool, err error) {
+			items, durable, more, err = it.tx.Lease(n, want, maxBytes, deadline)
+			return items, more, err
 		},
 		func(w *Request, n int32, items []queue.LeasedItem) {
 			mode := Durable

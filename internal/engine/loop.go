@@ -80,6 +80,9 @@ type LeaseWait struct {
 	BatchSize int
 	// Timeout is how long it waits for items.
 	Timeout time.Duration
+	// MaxBytes bounds the items' payload and attributes, in bytes
+	// (queue.LeaseParams.MaxBytes; 0: no bound).
+	MaxBytes int64
 	// Result is the lease's items, set by the loop before it answers nil.
 	Result queue.LeaseResult
 }

@@ -97,8 +97,16 @@ func (ws *Waiters) Fail(err error) {
 // together (a group's run) go to one consumer; once a lease finds fewer
 // than its waiter wants, the partition's later waiters get nothing from it
 // in that round.
-func Serve[T any](ws *Waiters, next *int, counts func() ([]int, error), lease func(p int32, n int) ([]T, error), give func(r *Request, p int32, items []T),
-	apart bool) error {
+//
+// A waiter's MaxBytes bounds its items' bytes (LeaseWait.MaxBytes): a
+// partition's lease for its waiters is bounded by the smallest MaxBytes
+// among them (so that however its items are dealt, none gets more), and
+// lease reports more when it stopped at that bound with items left. The
+// partition then does not count as empty, and its waiters left without
+// items are served in another round (each such round serves at least one
+// waiter: a lease takes at least one item).
+func Serve[T any](ws *Waiters, next *int, counts func() ([]int, error), lease func(p int32, n int, maxBytes int64) (items []T, more bool, err error),
+	give func(r *Request, p int32, items []T), apart bool) error {
 	var live []*Request
 	for _, w := range ws.list {
 		if !w.answered.Load() && w.Ctx.Err() == nil {
@@ -111,8 +119,9 @@ func Serve[T any](ws *Waiters, next *int, counts func() ([]int, error), lease fu
 	served := make(map[*Request]bool, len(live))
 	defer ws.dropServed(served)
 	var empty []bool
+	cut := 0 // rounds repeated because a lease stopped at its bytes
 	for round := 0; len(live) > 0; round++ {
-		if empty != nil && round > len(empty) {
+		if empty != nil && round > len(empty)+cut {
 			return nil
 		}
 		ready, err := counts()
@@ -133,14 +142,18 @@ func Serve[T any](ws *Waiters, next *int, counts func() ([]int, error), lease fu
 		}
 		assign, cursor := AssignLeases(ready, wants, *next)
 		*next = cursor
-		again := false
+		again, bounded := false, false
 		for p := range ready {
 			var mine, pw []int // the partition's waiters (indexes into live) and their wants
 			total := 0
+			var maxBytes int64 // the smallest bound among them (0: none)
 			for i, a := range assign {
 				if a == p {
 					mine, pw = append(mine, i), append(pw, wants[i])
 					total += wants[i]
+					if b := live[i].Lease.MaxBytes; b > 0 && (maxBytes == 0 || b < maxBytes) {
+						maxBytes = b
+					}
 				}
 			}
 			if len(mine) == 0 {
@@ -149,7 +162,7 @@ func Serve[T any](ws *Waiters, next *int, counts func() ([]int, error), lease fu
 			if apart && len(mine) > 1 {
 				given := 0
 				for j, i := range mine {
-					items, err := lease(int32(p), pw[j])
+					items, more, err := lease(int32(p), pw[j], live[i].Lease.MaxBytes)
 					if err != nil {
 						return err
 					}
@@ -157,6 +170,9 @@ func Serve[T any](ws *Waiters, next *int, counts func() ([]int, error), lease fu
 						give(live[i], int32(p), items)
 						served[live[i]] = true
 						given += len(items)
+					}
+					if more {
+						continue // the next waiter leases what this one left
 					}
 					if len(items) < pw[j] {
 						empty[p] = true
@@ -170,11 +186,11 @@ func Serve[T any](ws *Waiters, next *int, counts func() ([]int, error), lease fu
 				}
 				continue
 			}
-			items, err := lease(int32(p), total)
+			items, more, err := lease(int32(p), total, maxBytes)
 			if err != nil {
 				return err
 			}
-			if len(items) < total {
+			if len(items) < total && !more {
 				empty[p] = true
 			}
 			got := make([][]T, len(mine))
@@ -183,8 +199,10 @@ func Serve[T any](ws *Waiters, next *int, counts func() ([]int, error), lease fu
 			}
 			for j, xs := range got {
 				if len(xs) == 0 {
-					// More waiters than items, or the count was stale.
-					again = again || len(items) < ready[p]
+					// More waiters than items, the count was stale, or the
+					// lease stopped at its bytes (more).
+					again = again || more || len(items) < ready[p]
+					bounded = bounded || more
 					continue
 				}
 				give(live[mine[j]], int32(p), xs)
@@ -193,6 +211,9 @@ func Serve[T any](ws *Waiters, next *int, counts func() ([]int, error), lease fu
 		}
 		if !again {
 			return nil
+		}
+		if bounded {
+			cut++
 		}
 		rest := live[:0]
 		for _, w := range live {

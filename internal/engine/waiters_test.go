@@ -28,10 +28,10 @@ func TestServeRecountsStaleCounts(t *testing.T) {
 	next := 0
 	err := Serve(ws, &next,
 		func() ([]int, error) { c := counts[rounds]; rounds++; return c, nil },
-		func(p int32, n int) ([]int, error) {
+		func(p int32, n int, _ int64) ([]int, bool, error) {
 			k := min(n, stock[p])
 			stock[p] -= k
-			return make([]int, k), nil
+			return make([]int, k), false, nil
 		},
 		func(r *Request, p int32, items []int) { got[r] = p }, false)
 	require.NoError(t, err)
@@ -53,14 +53,14 @@ func TestServeApart(t *testing.T) {
 	got := map[*Request][]int{}
 	err := Serve(ws, &next,
 		func() ([]int, error) { return []int{10}, nil },
-		func(p int32, n int) ([]int, error) {
+		func(p int32, n int, _ int64) ([]int, bool, error) {
 			calls = append(calls, n)
 			var items []int
 			for range min(n, stock) {
 				items = append(items, 5-stock) // 1, 2, 3, 4 in lease order
 				stock--
 			}
-			return items, nil
+			return items, false, nil
 		},
 		func(r *Request, p int32, items []int) { got[r] = items }, true)
 	require.NoError(t, err)
@@ -76,5 +76,32 @@ func TestWaitersRefuseDuplicateClient(t *testing.T) {
 	r := &Request{Ctx: context.Background(), Lease: &LeaseWait{ClientID: "a", BatchSize: 1}, done: make(chan error, 1)}
 	assert.ErrorContains(t, ws.add(r, 0), "duplicate client id; a client cannot make multiple leased requests to the same queue")
 	ws.expire(2e9) // past the request timeout
+	assert.Zero(t, ws.Len())
+}
+
+// TestServeBytesBound: a partition's lease is bounded by the smallest
+// MaxBytes of its waiters; when it stops at the bound (more), the waiters
+// left without items are served in another round, from the same
+// partition.
+func TestServeBytesBound(t *testing.T) {
+	ws := &Waiters{queue: "q"}
+	a, b, c := waiter(t, ws, "a", 10), waiter(t, ws, "b", 10), waiter(t, ws, "c", 10)
+	a.Lease.MaxBytes, b.Lease.MaxBytes, c.Lease.MaxBytes = 3, 2, 5
+	stock := 10 // items of 1 byte
+	var bounds []int64
+	got := map[*Request]int{}
+	next := 0
+	err := Serve(ws, &next,
+		func() ([]int, error) { return []int{stock}, nil },
+		func(p int32, n int, maxBytes int64) ([]int, bool, error) {
+			bounds = append(bounds, maxBytes)
+			k := min(n, stock, int(maxBytes))
+			stock -= k
+			return make([]int, k), k < n && stock > 0, nil
+		},
+		func(r *Request, p int32, items []int) { got[r] = len(items) }, false)
+	require.NoError(t, err)
+	assert.Equal(t, []int64{2, 5}, bounds, "the smallest bound of the waiters, then c's alone")
+	assert.Equal(t, map[*Request]int{a: 1, b: 1, c: 5}, got)
 	assert.Zero(t, ws.Len())
 }

@@ -36,6 +36,13 @@ type LeaseParams struct {
 	Owner string
 	// Timeout is how long to wait for items (the request_timeout).
 	Timeout time.Duration
+	// MaxBytes bounds the lease by the items' payload and attributes, in
+	// bytes: the items are taken oldest first while their sum stays within
+	// it, the first one whatever its size, and those beyond are not leased
+	// (no attempt counted; the next lease takes them). 0: no bound. Not
+	// applied to the items of a partition leased by the rules of its item
+	// groups (queue/itemgroups.go).
+	MaxBytes int64
 }
 
 // LeasedItem is an item handed out by a lease.

@@ -216,27 +216,41 @@ func (it *iteration) Produce(n int32, items []queue.ProduceItem, expire int64) e
 // Lease implements Tx: the oldest ready items of the partition (by the
 // rules of their groups when the partition holds grouped items:
 // itemgroups.go), with their bodies (from this iteration's inserts, the
-// body cache or one read).
-func (it *iteration) Lease(n int32, want int, deadline int64) ([]queue.LeasedItem, bool, error) {
+// body cache or one read). With maxBytes, the items without a group are
+// taken from the ready FIFO first, their bodies found, and only those
+// within the bound leased; the others go back to the FIFO's head, as they
+// were (leaseBytes).
+func (it *iteration) Lease(n int32, want int, maxBytes, deadline int64) ([]queue.LeasedItem, bool, bool, error) {
 	l, p := it.l, it.l.parts[n]
 	var items []*item
+	var bodies map[uint64]*queue.ItemBody
+	more := false
 	if p.groups == nil {
 		for len(items) < want {
 			x := p.popReady()
 			if x == nil {
 				break
 			}
+			items = append(items, x)
+		}
+		var err error
+		if bodies, err = l.leasedBodies(it, p, items); err != nil {
+			return nil, false, false, fmt.Errorf("read bodies: %w", err)
+		}
+		if maxBytes > 0 {
+			items, more = leaseBytes(p, items, bodies, maxBytes)
+		}
+		for _, x := range items {
 			x.attempts++
 			p.setStateAt(x, stateLeased, deadline)
 			it.batch.Lease(p.num, x.baseMeta())
-			items = append(items, x)
 		}
 	} else {
 		items = it.leaseGrouped(p, want, deadline)
-	}
-	bodies, err := l.leasedBodies(it, p, items)
-	if err != nil {
-		return nil, false, fmt.Errorf("read bodies: %w", err)
+		var err error
+		if bodies, err = l.leasedBodies(it, p, items); err != nil {
+			return nil, false, false, fmt.Errorf("read bodies: %w", err)
+		}
 	}
 	out := make([]queue.LeasedItem, len(items))
 	var newest uint64
@@ -247,7 +261,28 @@ func (it *iteration) Lease(n int32, want int, deadline int64) ([]queue.LeasedIte
 			SourceQueue: b.SourceQueue, Group: p.groupOf(x)}
 		newest = max(newest, x.id)
 	}
-	return out, newest <= l.pipe.durableID.Load(), nil
+	return out, newest <= l.pipe.durableID.Load(), more, nil
+}
+
+// leaseBytes returns the first of items (popped from p's ready FIFO, still
+// ready) whose payloads and attributes sum to at most maxBytes, the first
+// whatever its size, and puts the others back at the FIFO's head in their
+// order; more reports that some went back.
+func leaseBytes(p *partition, items []*item, bodies map[uint64]*queue.ItemBody, maxBytes int64) ([]*item, bool) {
+	var sum int64
+	for i, x := range items {
+		b := bodies[x.bodyID]
+		sum += int64(len(b.Payload) + len(b.Attributes))
+		if i > 0 && sum > maxBytes {
+			back := make([]uint64, len(items)-i)
+			for j, y := range items[i:] {
+				back[j] = y.id
+			}
+			p.ready.unpop(back)
+			return items[:i], true
+		}
+	}
+	return items, false
 }
 
 // leaseGrouped leases up to want items of partition p, which holds grouped

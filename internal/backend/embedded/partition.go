@@ -1,6 +1,7 @@
 package embedded
 
 import (
+	"slices"
 	"time"
 
 	"github.com/styxq/styx/internal/queue"
@@ -445,6 +446,19 @@ type fifo struct {
 
 func (f *fifo) len() int       { return len(f.ids) - f.head }
 func (f *fifo) push(id uint64) { f.ids = append(f.ids, id) }
+
+// unpop puts ids back at the head, in their order: the ids last popped,
+// none pushed since.
+func (f *fifo) unpop(ids []uint64) {
+	if f.head >= len(ids) {
+		f.head -= len(ids)
+		copy(f.ids[f.head:], ids)
+		return
+	}
+	f.ids = slices.Insert(f.ids[f.head:], 0, ids...)
+	f.head = 0
+}
+
 func (f *fifo) pop() uint64 {
 	id := f.ids[f.head]
 	f.head++

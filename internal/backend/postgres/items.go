@@ -191,18 +191,26 @@ func nextDue(ctx context.Context, q querier, queueID uint64) (int64, error) {
 // entry of the queue, dead ones included, once per item leased: 16,000
 // buffers per lease of 20 items, cycle ×10 at about 900 items/s instead of
 // 3,500 (docs/benchmarks.md, "PostgreSQL's plain lease").
-func lease(ctx context.Context, tx pgx.Tx, queueID uint64, partition int32, n int, deadline, now int64) ([]queue.LeasedItem, error) {
-	rows, err := tx.Query(ctx, leaseSQL, int64(queueID), partition, n, deadline, now)
-	items, _, err := scanLeasedRows(rows, err, false)
+func lease(ctx context.Context, tx pgx.Tx, queueID uint64, partition int32, n int, maxBytes, deadline, now int64) ([]queue.LeasedItem, bool, error) {
+	var rows pgx.Rows
+	var err error
+	if maxBytes > 0 {
+		rows, err = tx.Query(ctx, leaseBytesSQL, int64(queueID), partition, n, deadline, now, maxBytes)
+	} else {
+		rows, err = tx.Query(ctx, leaseSQL, int64(queueID), partition, n, deadline, now)
+	}
+	// leaseBytesSQL's last column (read as the order key) is how many
+	// items it found before the bound.
+	items, found, err := scanLeasedRows(rows, err, maxBytes > 0)
 	if err != nil {
-		return nil, err
+		return nil, false, err
 	}
 	// RETURNING has no order.
 	sortLeased(items)
 	for i := range items {
 		items[i].LeaseDeadline = queue.FromNanos(deadline)
 	}
-	return items, nil
+	return items, len(found) > 0 && found[0] > int64(len(items)), nil
 }
 
 // leaseSQL is lease's statement: $1 queue id, $2 partition, $3 items at
@@ -212,6 +220,22 @@ const leaseSQL = `WITH c AS MATERIALIZED (
 		ORDER BY id LIMIT $3 FOR UPDATE SKIP LOCKED)
 		UPDATE styx_items t SET state=1, attempts=t.attempts+1, deadline=$4 FROM c WHERE t.ctid=c.ctid
 		RETURNING t.id, coalesce(t.first_id, t.id), t.attempts, t.reference, t.kind, t.encoding, t.payload, t.attributes, t.source_queue, ''`
+
+// leaseBytesSQL is leaseSQL bounded by bytes ($6): of the items it locks,
+// it leases those, in id order, whose payloads and attributes sum to at
+// most $6, the first whatever its size, and returns with each how many it
+// locked. The sizes come from the rows' TOAST pointers (octet_length does
+// not read a value stored apart); the rows locked and not leased stay
+// locked until the iteration commits (another node's lease passes them).
+const leaseBytesSQL = `WITH c AS MATERIALIZED (
+		SELECT ctid, id, octet_length(payload) + coalesce(octet_length(attributes), 0) AS size FROM styx_items
+		WHERE queue_id=$1 AND partition=$2 AND state=0 AND grp IS NULL AND (expire_deadline=0 OR expire_deadline > $5)
+		ORDER BY id LIMIT $3 FOR UPDATE SKIP LOCKED),
+	k AS (SELECT ctid FROM (SELECT ctid, id, sum(size) OVER (ORDER BY id) AS upto FROM c) w
+		WHERE upto <= $6 OR id = (SELECT min(id) FROM c))
+		UPDATE styx_items t SET state=1, attempts=t.attempts+1, deadline=$4 FROM k WHERE t.ctid=k.ctid
+		RETURNING t.id, coalesce(t.first_id, t.id), t.attempts, t.reference, t.kind, t.encoding, t.payload, t.attributes, t.source_queue, '',
+			(SELECT count(*) FROM c)`
 
 // groupedReady reports whether a partition holds ready items with a group
 // (one probe of styx_items_group_ready).

@@ -395,27 +395,27 @@ func (it *iteration) Redrive(n int32, items []queue.RedriveItem, expire int64) e
 // per partition): the rest of the batch is then leased by the group rules,
 // and the partition from then on (until a group lease finds no grouped
 // item).
-func (it *iteration) Lease(n int32, want int, deadline int64) ([]queue.LeasedItem, bool, error) {
+func (it *iteration) Lease(n int32, want int, maxBytes, deadline int64) ([]queue.LeasedItem, bool, bool, error) {
 	if err := it.flush(); err != nil {
-		return nil, false, err
+		return nil, false, false, err
 	}
 	q := it.q
 	var items []queue.LeasedItem
 	if !it.info.Ordered && !q.grouped[n] {
-		got, err := lease(it.ctx, it.tx, q.id, n, want, deadline, it.now)
+		got, more, err := lease(it.ctx, it.tx, q.id, n, want, maxBytes, deadline, it.now)
 		if err != nil {
-			return nil, false, err
+			return nil, false, false, err
 		}
 		if len(got) > 0 {
 			q.nextDue = engine.Earliest(q.nextDue, deadline)
 		}
-		if len(got) == want || it.now-q.groupLook[n] < int64(groupLookEvery) {
-			return got, true, nil
+		if more || len(got) == want || it.now-q.groupLook[n] < int64(groupLookEvery) {
+			return got, true, more, nil
 		}
 		q.groupLook[n] = it.now
 		grouped, err := groupedReady(it.ctx, it.tx, q.id, n)
 		if err != nil || !grouped {
-			return got, true, err
+			return got, true, false, err
 		}
 		q.grouped[n] = true
 		items, want = got, want-len(got)
@@ -423,7 +423,7 @@ func (it *iteration) Lease(n int32, want int, deadline int64) ([]queue.LeasedIte
 	cursor := q.groupCursor[n]
 	got, err := leaseGroups(it.ctx, it.tx, q.id, n, want, deadline, it.now, it.info.Ordered, cursor)
 	if err != nil {
-		return nil, false, err
+		return nil, false, false, err
 	}
 	if len(got) > 0 {
 		q.nextDue = engine.Earliest(q.nextDue, deadline)
@@ -435,7 +435,7 @@ func (it *iteration) Lease(n int32, want int, deadline int64) ([]queue.LeasedIte
 	for i := range got {
 		got[i].LeaseDeadline = queue.FromNanos(deadline)
 	}
-	return append(items, got...), true, nil
+	return append(items, got...), true, false, nil
 }
 
 // Held implements engine.Tx.

@@ -112,7 +112,7 @@ func (e *env) lease(q tq, n int) []queue.LeasedItem {
 	var out []queue.LeasedItem
 	e.do(q, nil, func(tx engine.Tx, now int64) error {
 		var err error
-		out, _, err = tx.Lease(0, n, now+int64(leaseTimeout))
+		out, _, _, err = tx.Lease(0, n, 0, now+int64(leaseTimeout))
 		return err
 	})
 	return out
@@ -225,7 +225,7 @@ var rows = []row{
 		e.do(q, nil, func(tx engine.Tx, now int64) error {
 			deadline = now + int64(leaseTimeout)
 			var err error
-			got, _, err = tx.Lease(0, 2, deadline)
+			got, _, _, err = tx.Lease(0, 2, 0, deadline)
 			return err
 		})
 		require.Equal(e.t, []string{"a", "b"}, payloads(got))
@@ -242,6 +242,37 @@ var rows = []row{
 			Expire: expire, HasHistory: x.HasHistory}, x)
 		require.Equal(e.t, []string{"c"}, payloads(e.lease(q, 5)), "fewer than asked when fewer are ready")
 		require.Empty(e.t, e.lease(q, 5))
+	}},
+	{"LeaseStopsAtMaxBytes", func(e *env) {
+		q := e.create("q", nil)
+		e.produce(q, 0, "aaaa", "bbbb", "cccc", "dd", "eeeeeeee", "f")
+		lease := func(n int, maxBytes int64) ([]string, bool) {
+			var got []queue.LeasedItem
+			var more bool
+			e.do(q, nil, func(tx engine.Tx, now int64) error {
+				var err error
+				got, _, more, err = tx.Lease(0, n, maxBytes, now+int64(leaseTimeout))
+				return err
+			})
+			for _, x := range got {
+				require.Equal(e.t, int32(1), x.Attempts, "an item left by the bound had no attempt")
+			}
+			return payloads(got), more
+		}
+		got, more := lease(10, 9)
+		require.Equal(e.t, []string{"aaaa", "bbbb"}, got, "stops before the item that would pass the bound")
+		require.True(e.t, more)
+		require.Equal(e.t, []int{4}, e.ready(q), "the items left are ready")
+		got, more = lease(2, 6)
+		require.Equal(e.t, []string{"cccc", "dd"}, got, "the bound reached exactly")
+		require.False(e.t, more, "stopped by the count")
+		got, more = lease(10, 3)
+		require.Equal(e.t, []string{"eeeeeeee"}, got, "the first item whatever its size")
+		require.True(e.t, more)
+		got, more = lease(10, 3)
+		require.Equal(e.t, []string{"f"}, got)
+		require.False(e.t, more, "none left")
+		require.Equal(e.t, []int{0}, e.ready(q))
 	}},
 	{"ItemUnknownIsFalse", func(e *env) {
 		q := e.create("q", nil)
