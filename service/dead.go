@@ -166,7 +166,7 @@ func (s *Service) DeadList(ctx context.Context, req *pb.DeadListRequest) (*pb.De
 	if err != nil {
 		return nil, err
 	}
-	out := &pb.DeadListResponse{Items: toStorageItems(items, info, s.describe)}
+	out := &pb.DeadListResponse{Items: toStorageItems(ctx, items, info, s.describe)}
 	if req.WithoutPayload {
 		for _, it := range out.Items {
 			it.Payload = nil
@@ -224,7 +224,7 @@ func (s *Service) DeadGroups(ctx context.Context, req *pb.DeadGroupsRequest) (*p
 	out := &pb.DeadGroupsResponse{TotalGroups: int64(g.TotalGroups), TotalItems: g.TotalItems}
 	for _, x := range g.Groups {
 		out.Groups = append(out.Groups, &pb.DeadGroup{
-			Fingerprint: x.Fingerprint, Pattern: x.Pattern, SampleError: x.SampleError, SourceQueue: x.SourceQueue,
+			Fingerprint: x.Fingerprint, Pattern: x.Pattern, SampleError: x.SampleError, SourceQueue: auth.ShownQueue(ctx, x.SourceQueue),
 			Reason: x.Reason, Count: x.Count, FirstDeadAt: ts(x.FirstDeadAt), LastDeadAt: ts(x.LastDeadAt),
 			SampleId: queue.FormatID(x.SampleID),
 		})
@@ -559,7 +559,7 @@ func (s *Service) DeadEdit(ctx context.Context, req *pb.DeadEditRequest) (*pb.St
 	if err != nil {
 		return nil, err
 	}
-	return toStorageItems([]queue.Item{it}, info, s.describe)[0], nil
+	return toStorageItems(ctx, []queue.Item{it}, info, s.describe)[0], nil
 }
 
 // checkSourceQueue refuses (403) a dead.edit of an item whose source queue
@@ -568,10 +568,9 @@ func (s *Service) DeadEdit(ctx context.Context, req *pb.DeadEditRequest) (*pb.St
 // queue the key cannot see. An item without a source queue, or a server
 // without --auth, passes.
 func checkSourceQueue(ctx context.Context, it *queue.Item, id string) error {
-	p := auth.FromContext(ctx)
-	if p == nil || it.Body.SourceQueue == "" || p.Covers(it.Body.SourceQueue) {
+	if it.Body.SourceQueue == "" || auth.Allowed(ctx, it.Body.SourceQueue) {
 		return nil
 	}
 	return apierr.New(apierr.Forbidden, "forbidden; key '%s' does not cover the source queue of dead item '%s', "+
-		"where a redrive would deliver the edited payload; only a key that covers that queue may edit it", p.Name, id)
+		"where a redrive would deliver the edited payload; only a key that covers that queue may edit it", auth.KeyName(ctx), id)
 }

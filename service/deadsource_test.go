@@ -1,11 +1,14 @@
 package service_test
 
 import (
+	"maps"
+	"slices"
 	"testing"
 
 	"github.com/stretchr/testify/require"
 
 	styx "github.com/styxq/styx"
+	"github.com/styxq/styx/internal/auth"
 	pb "github.com/styxq/styx/styxpb"
 )
 
@@ -35,11 +38,13 @@ func TestDeadEditChecksSourceQueue(t *testing.T) {
 		list, err := limited.DeadList(ctx, &pb.DeadListRequest{QueueName: "orders-dead"})
 		require.NoError(t, err)
 		require.Len(t, list.Items, 2)
-		ids := map[string]string{} // source queue → id
+		ids := map[string]string{} // source queue, as the key sees it → id
 		for _, it := range list.Items {
 			ids[it.SourceQueue] = it.Id
 		}
-		require.Len(t, ids, 2)
+		// billing, which the key does not cover, is not named (issue 48).
+		require.Equal(t, []string{"orders", auth.HiddenQueue}, slices.Sorted(maps.Keys(ids)))
+		ids["billing"] = ids[auth.HiddenQueue]
 
 		_, err = limited.DeadEdit(ctx, &pb.DeadEditRequest{QueueName: "orders-dead", Id: ids["billing"], Payload: []byte("pay 10000 to mallory")})
 		requireCode(t, err, styx.CodeForbidden, "key 'orders-dead-editor' does not cover the source queue of dead item '"+ids["billing"]+"'")

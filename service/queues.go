@@ -38,7 +38,7 @@ func (s *Service) QueuesCreate(ctx context.Context, req *pb.QueueInfo) error {
 	if err := applyQueueInfo(&info, req); err != nil {
 		return err
 	}
-	return s.m.Create(ctx, info)
+	return auth.HideQueues(ctx, s.m.Create(ctx, info))
 }
 
 // QueuesUpdate changes a queue's configuration. Without update_mask (a
@@ -67,7 +67,7 @@ func (s *Service) QueuesUpdate(ctx context.Context, req *pb.QueueInfo) error {
 		return err
 	}
 	now := s.clock.Now().UTC()
-	return s.m.Update(ctx, req.QueueName, func(info *queue.QueueInfo) error {
+	return auth.HideQueues(ctx, s.m.Update(ctx, req.QueueName, func(info *queue.QueueInfo) error {
 		if req.Namespace != "" && req.Namespace != info.Namespace {
 			return invalid("namespace", "queue '%s' is in namespace '%s' and cannot move to '%s'; "+
 				"a namespace is set when a queue is created", info.Name, info.Namespace, req.Namespace)
@@ -77,7 +77,7 @@ func (s *Service) QueuesUpdate(ctx context.Context, req *pb.QueueInfo) error {
 		}
 		info.UpdatedAt = now
 		return setQueueFields(info, req, fields)
-	})
+	}))
 }
 
 // updatableFields are the fields queues.update can set, by their JSON
@@ -258,12 +258,13 @@ func (s *Service) QueuesList(ctx context.Context, req *pb.QueuesListRequest) (*p
 }
 
 // QueuesDelete deletes a queue and its items. A queue that is another
-// queue's dead_queue cannot be deleted (force does not override this).
+// queue's dead_queue cannot be deleted (force does not override this); the
+// refusal names those queues the request's key covers (auth.HideQueues).
 func (s *Service) QueuesDelete(ctx context.Context, req *pb.QueuesDeleteRequest) error {
 	if err := checkName("queue_name", req.QueueName); err != nil {
 		return err
 	}
-	return s.m.Delete(ctx, req.QueueName)
+	return auth.HideQueues(ctx, s.m.Delete(ctx, req.QueueName))
 }
 
 func toQueueInfo(info queue.QueueInfo) *pb.QueueInfo {
@@ -300,7 +301,8 @@ func qts(t time.Time) *timestamppb.Timestamp {
 
 // toStorageItems converts stored items to the wire, with the queue's
 // max_attempts and their attributes as describe describes them (nil: none).
-func toStorageItems(items []queue.Item, info queue.QueueInfo, describe queue.AttributeDescriber) []*pb.StorageItem {
+// A source_queue the request's key does not cover reads auth.HiddenQueue.
+func toStorageItems(ctx context.Context, items []queue.Item, info queue.QueueInfo, describe queue.AttributeDescriber) []*pb.StorageItem {
 	out := make([]*pb.StorageItem, len(items))
 	for i, it := range items {
 		m, b := it.Meta, it.Body
@@ -309,7 +311,7 @@ func toStorageItems(items []queue.Item, info queue.QueueInfo, describe queue.Att
 			ExpireDeadline: qts(m.ExpireDeadline), DeadDeadline: qts(time.Time{}), CreatedAt: qts(m.CreatedAt), UpdatedAt: qts(m.CreatedAt),
 			EnqueueAt: qts(m.EnqueueAt), Attempts: m.Attempts, MaxAttempts: info.MaxAttempts,
 			Reference: b.Reference, Encoding: b.Encoding, Kind: b.Kind, Payload: b.Payload,
-			SourceQueue: b.SourceQueue, DeadReason: b.DeadReason, DeadAt: ts(b.DeadAt),
+			SourceQueue: auth.ShownQueue(ctx, b.SourceQueue), DeadReason: b.DeadReason, DeadAt: ts(b.DeadAt),
 			LastError: it.Errors.LastError, RedriveCount: b.RedriveCount, Group: m.Group,
 		}
 		if b.DeadReason != "" {

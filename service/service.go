@@ -314,7 +314,9 @@ func (s *Service) QueueStats(ctx context.Context, req *pb.QueueStatsRequest) (*p
 		}
 		out.DeadByReason[r] = int64(n)
 	}
-	for q, n := range st.DeadBySource {
+	// Sources the request's key does not cover are counted together, under
+	// auth.HiddenQueue.
+	for q, n := range auth.ShownCounts(ctx, st.DeadBySource) {
 		if out.DeadBySource == nil {
 			out.DeadBySource = map[string]int64{}
 		}
@@ -457,7 +459,7 @@ func (s *Service) listPage(ctx context.Context, req *pb.StorageItemsListRequest,
 		}
 		items = append(items, more...)
 	}
-	return &pb.StorageItemsListResponse{Items: toStorageItems(items, info, s.describe)}, nil
+	return &pb.StorageItemsListResponse{Items: toStorageItems(ctx, items, info, s.describe)}, nil
 }
 
 func (s *Service) listArgs(ctx context.Context, req *pb.StorageItemsListRequest) (queue.Queue, queue.QueueInfo, uint64, int, error) {
@@ -499,7 +501,7 @@ func (s *Service) StorageItemsImport(ctx context.Context, req *pb.StorageItemsIm
 	if err != nil {
 		return nil, err
 	}
-	return &pb.StorageItemsImportResponse{Items: toStorageItems(out, info, s.describe)}, nil
+	return &pb.StorageItemsImportResponse{Items: toStorageItems(ctx, out, info, s.describe)}, nil
 }
 
 // StorageItemsDelete removes items by id, in any state; unknown ids are

@@ -330,7 +330,7 @@ func (h *Handler) receiveMessage(ctx context.Context, r *request) (any, error) {
 	render := func(partition int32, items []queue.LeasedItem, at time.Time) receiveMessageOutput {
 		out := receiveMessageOutput{Messages: make([]message, len(items))}
 		for i, it := range items {
-			out.Messages[i] = h.toMessage(info, partition, it, at, sysNames, in.MessageAttributeNames)
+			out.Messages[i] = h.toMessage(ctx, info, partition, it, at, sysNames, in.MessageAttributeNames)
 		}
 		return out
 	}
@@ -546,7 +546,7 @@ func (h *Handler) makeVisible(ctx context.Context, q queue.Queue, partition int3
 }
 
 // toMessage is the SQS message of a leased item.
-func (h *Handler) toMessage(info queue.QueueInfo, partition int32, it queue.LeasedItem, now time.Time, sysNames, attrNames []string) message {
+func (h *Handler) toMessage(ctx context.Context, info queue.QueueInfo, partition int32, it queue.LeasedItem, now time.Time, sysNames, attrNames []string) message {
 	body := strings.ToValidUTF8(string(it.Payload), "\uFFFD")
 	env, ok := decodeEnvelope(it.Attributes)
 	if !ok {
@@ -578,7 +578,9 @@ func (h *Handler) toMessage(info queue.QueueInfo, partition int32, it queue.Leas
 		if want("ApproximateFirstReceiveTimestamp") && it.Attempts == 1 {
 			m.Attributes["ApproximateFirstReceiveTimestamp"] = strconv.FormatInt(now.UnixMilli(), 10)
 		}
-		if want("DeadLetterQueueSourceArn") && it.SourceQueue != "" {
+		// Left out when the request's key does not cover the source queue:
+		// no answer names a queue the key cannot see.
+		if want("DeadLetterQueueSourceArn") && it.SourceQueue != "" && auth.Allowed(ctx, it.SourceQueue) {
 			m.Attributes["DeadLetterQueueSourceArn"] = h.arn(it.SourceQueue)
 		}
 		if want("AWSTraceHeader") {

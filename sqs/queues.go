@@ -161,8 +161,12 @@ func (h *Handler) applyAttributes(ctx context.Context, info *queue.QueueInfo, in
 			}
 			for _, src := range sources {
 				if !allowsSource(h, v, src) {
-					return invalidAttributeValue("Invalid value for the parameter RedriveAllowPolicy. Reason: queue %s names this queue in its RedrivePolicy; "+
-						"remove it there first, or allow it.", src)
+					what := "queue " + src
+					if !auth.Allowed(ctx, src) {
+						what = "a queue the key does not cover"
+					}
+					return invalidAttributeValue("Invalid value for the parameter RedriveAllowPolicy. Reason: %s names this queue in its RedrivePolicy; "+
+						"remove it there first, or allow it.", what)
 				}
 			}
 			a.RedriveAllowPolicy = v
@@ -250,7 +254,7 @@ func (h *Handler) createQueue(ctx context.Context, r *request) (any, error) {
 	// match its own, and QueueAlreadyExists when they differ.
 	old, ierr := h.cfg.Queues.Info(ctx, in.QueueName)
 	if ierr != nil {
-		return nil, policyError(err, in.Attributes)
+		return nil, policyError(ctx, err, in.Attributes)
 	}
 	if differs := h.differingAttribute(ctx, old, in.Attributes); differs != "" {
 		return nil, &Error{Type: "QueueNameExists", Query: "QueueAlreadyExists", Status: http.StatusBadRequest,
@@ -410,7 +414,7 @@ func (h *Handler) deleteQueue(ctx context.Context, r *request) (any, error) {
 	if err != nil {
 		return nil, err
 	}
-	return nil, h.cfg.Queues.Delete(ctx, name)
+	return nil, auth.HideQueues(ctx, h.cfg.Queues.Delete(ctx, name))
 }
 
 func (h *Handler) purgeQueue(ctx context.Context, r *request) (any, error) {
@@ -557,7 +561,7 @@ func (h *Handler) setQueueAttributes(ctx context.Context, r *request) (any, erro
 		return nil, missingParameter("Attributes")
 	}
 	now := h.now().UTC()
-	return nil, policyError(h.cfg.Queues.Update(ctx, name, func(info *queue.QueueInfo) error {
+	return nil, policyError(ctx, h.cfg.Queues.Update(ctx, name, func(info *queue.QueueInfo) error {
 		if err := h.applyAttributes(ctx, info, in.Attributes, false); err != nil {
 			return err
 		}

@@ -8,6 +8,7 @@ import (
 	"strconv"
 	"strings"
 
+	"github.com/styxq/styx/internal/auth"
 	"github.com/styxq/styx/internal/queue"
 )
 
@@ -67,12 +68,14 @@ func (h *Handler) applyRedrivePolicy(ctx context.Context, info *queue.QueueInfo,
 
 // policyError maps the queue layer's refusal of a RedrivePolicy's target
 // that does not exist (queue.ErrDeadQueueNotFound) onto SQS's answer; any
-// other error is returned as it is. attrs are the request's attributes.
-func policyError(err error, attrs map[string]string) error {
+// other error is returned as auth.HideQueues shows it to the request's key
+// (a refusal of the dead-letter rules names only the queues it covers).
+// attrs are the request's attributes.
+func policyError(ctx context.Context, err error, attrs map[string]string) error {
 	if errors.Is(err, queue.ErrDeadQueueNotFound) {
 		return invalidAttributeValue("Value %s for parameter RedrivePolicy is invalid. Reason: Dead letter target does not exist.", attrs["RedrivePolicy"])
 	}
-	return err
+	return auth.HideQueues(ctx, err)
 }
 
 // redriveAllowPolicy is SQS's RedriveAllowPolicy.

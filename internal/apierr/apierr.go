@@ -55,9 +55,10 @@ type Error struct {
 	Code    Code
 	Message string
 	// Err is the sentinel the error is an instance of, such as
-	// queue.ErrQueueNotFound, or nil: errors.Is(e, Err) holds, so a door
-	// recognises an error by its sentinel and never by its message text.
-	// It is not shown to the client.
+	// queue.ErrQueueNotFound, a typed detail such as
+	// *queue.OtherQueuesError, or nil: errors.Is(e, Err) (errors.As for a
+	// type) holds, so a door recognises an error by its sentinel and never
+	// by its message text. It is not shown to the client.
 	Err error
 }
 

@@ -2,6 +2,7 @@ package queue
 
 import (
 	"context"
+	"fmt"
 	"maps"
 	"slices"
 	"strings"
@@ -69,21 +70,22 @@ func ValidateUpdate(all map[string]QueueInfo, old, info QueueInfo) error {
 	}
 	if info.DeadQueue != "" && info.DeadQueue != old.DeadQueue {
 		if refs := referrers(all, info.Name); len(refs) > 0 {
-			return apierr.Invalidf("invalid dead_queue; queue '%s' is the dead_queue of %s, and a dead-letter queue cannot have one of its own",
-				info.Name, quoteList(refs))
+			return otherQueues("invalid dead_queue; queue '"+info.Name+"' is the dead_queue of ", refs,
+				", and a dead-letter queue cannot have one of its own")
 		}
 	}
 	return checkDeadQueue(all, info)
 }
 
 // ValidateDelete checks that name exists (the error of NotFound) and is no
-// queue's dead_queue (apierr.Invalid).
+// queue's dead_queue (apierr.Invalid, naming those queues in an
+// OtherQueuesError).
 func ValidateDelete(all map[string]QueueInfo, name string) error {
 	if _, ok := all[name]; !ok {
 		return NotFound(name)
 	}
 	if refs := referrers(all, name); len(refs) > 0 {
-		return apierr.Invalidf("queue '%s' cannot be deleted; it is the dead_queue of %s", name, quoteList(refs))
+		return otherQueues("queue '"+name+"' cannot be deleted; it is the dead_queue of ", refs, "")
 	}
 	return nil
 }
@@ -103,8 +105,8 @@ func checkDeadQueue(all map[string]QueueInfo, info QueueInfo) error {
 		return apierr.Wrap(ErrDeadQueueNotFound, apierr.Invalid, "invalid dead_queue; queue '%s' does not exist", info.DeadQueue)
 	}
 	if dlq.DeadQueue != "" {
-		return apierr.Invalidf("invalid dead_queue; '%s' has a dead_queue of its own ('%s'), and dead-letter queues cannot be chained",
-			info.DeadQueue, dlq.DeadQueue)
+		return otherQueues("invalid dead_queue; '"+info.DeadQueue+"' has a dead_queue of its own (", []string{dlq.DeadQueue},
+			"), and dead-letter queues cannot be chained")
 	}
 	return nil
 }
@@ -195,4 +197,57 @@ func quoteList(names []string) string {
 		q[i] = "'" + n + "'"
 	}
 	return strings.Join(q, ", ")
+}
+
+// OtherQueuesError is the detail of a refusal by the dead-letter rules
+// (ValidateUpdate, ValidateDelete, checkDeadQueue) that names queues other
+// than those of the request: the queues whose dead_queue is the queue
+// acted on, or the dead_queue of the dead_queue given. A request's key may
+// not cover them, and no answer names a queue its key does not cover
+// (docs/security.md): the doors answer Message with the names the key may
+// see (auth.HideQueues), the apierr.Error that carries it answers every
+// name. errors.As finds it in the chain of that apierr.Error (its Err).
+type OtherQueuesError struct {
+	// Queues are the other queues the refusal names, in bytewise order.
+	Queues []string
+	// before and after surround the list of Queues in the message.
+	before, after string
+}
+
+// otherQueues returns the apierr.Invalid refusal before + the list of
+// queues + after, whose detail is an OtherQueuesError.
+func otherQueues(before string, queues []string, after string) error {
+	e := &OtherQueuesError{Queues: queues, before: before, after: after}
+	return apierr.Wrap(e, apierr.Invalid, "%s", e.Error())
+}
+
+// Error returns the message naming every queue of e.
+func (e *OtherQueuesError) Error() string { return e.Message(nil) }
+
+// Message returns the refusal's message, naming the queues of e for which
+// shown is true (every one when shown is nil) and counting the others
+// ("'orders' and 2 queues the key does not cover").
+func (e *OtherQueuesError) Message(shown func(name string) bool) string {
+	var named []string
+	hidden := 0
+	for _, q := range e.Queues {
+		if shown == nil || shown(q) {
+			named = append(named, q)
+		} else {
+			hidden++
+		}
+	}
+	list := quoteList(named)
+	switch {
+	case hidden == 0:
+	case len(named) > 0 && hidden == 1:
+		list += " and a queue the key does not cover"
+	case len(named) > 0:
+		list += fmt.Sprintf(" and %d queues the key does not cover", hidden)
+	case hidden == 1:
+		list = "a queue the key does not cover"
+	default:
+		list = fmt.Sprintf("%d queues the key does not cover", hidden)
+	}
+	return e.before + list + e.after
 }
