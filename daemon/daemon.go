@@ -23,7 +23,7 @@ import (
 	"syscall"
 	"time"
 
-	"golang.org/x/net/netutil"
+	"github.com/prometheus/client_golang/prometheus"
 	"golang.org/x/time/rate"
 
 	"github.com/styxq/styx/internal/auth"
@@ -90,6 +90,14 @@ type Config struct {
 	// (transport.DefaultMaxInflightBytes); Validate allows three times
 	// MaxRequestBytes (transport.RequestCost) to 64 GiB.
 	MaxInflightBytes int64
+	// MaxInflightBytesPerKey is the most of MaxInflightBytes one API key
+	// may hold at once (one client address, without Auth), its requests'
+	// bodies and answers together (transport.Config.MaxInflightBytesPerKey):
+	// a key over it is answered 503 while others are served. Defaults to a
+	// quarter of MaxInflightBytes, and at least three times MaxRequestBytes
+	// (transport.DefaultMaxInflightBytesPerKey); Validate allows three times
+	// MaxRequestBytes to MaxInflightBytes.
+	MaxInflightBytesPerKey int64
 	// MinFreeBytes is the Pebble store's free-space watermark, in bytes
 	// (pebble.Config.MinFreeBytes, ADR 0015): below it, produces, imports
 	// and redrives into a queue are refused (453) so a flush and a restart
@@ -106,17 +114,17 @@ type Config struct {
 	// Validate allows 1ms to 1h.
 	BodyReadTimeout time.Duration
 	// MaxConnections bounds the API listener's open connections (idle
-	// keep-alive ones included); a connection over it waits in the
-	// kernel's accept queue until another closes. Defaults to 4096
-	// (DefaultMaxConnections); Validate allows 1 to 1,000,000.
+	// keep-alive ones included). At the bound, the connection idle the
+	// longest is closed to make room for a new one; when none is idle, the
+	// new one is answered 503 and closed (transport.ConnLimiter). Defaults
+	// to 4096 (DefaultMaxConnections); Validate allows 1 to 1,000,000.
 	MaxConnections int
-	// MaxDeduplicationIDs bounds the deduplication ids a queue holds within
-	// their window on the memory and Pebble backends, which keep them in
-	// memory (embedded.Config.MaxDeduplicationIDs): a produce that would
-	// hold more is refused (454) and stores nothing. 0 means the default,
-	// 100,000 (embedded.DefaultMaxDeduplicationIDs); -1 disables the limit.
-	// PostgreSQL keeps its ids in its table, not in memory, and ignores it.
-	MaxDeduplicationIDs int
+	// MaxConnectionsPerAddress bounds the connections of one client
+	// address the same way (its own idle ones make room first). Defaults to
+	// a quarter of MaxConnections (transport.DefaultMaxConnectionsPerAddress);
+	// raise it behind a proxy, through which every client shares one
+	// address. Validate allows 1 to MaxConnections.
+	MaxConnectionsPerAddress int
 	// ShutdownTimeout bounds how long Close waits for in-flight requests,
 	// redrive tasks and the queues to finish, and, separately, for the
 	// storage to close (flush): Close returns within twice ShutdownTimeout
@@ -214,6 +222,12 @@ func (c *Config) SetDefaults() {
 	if c.MaxConnections == 0 {
 		c.MaxConnections = DefaultMaxConnections
 	}
+	if c.MaxConnectionsPerAddress == 0 {
+		c.MaxConnectionsPerAddress = transport.DefaultMaxConnectionsPerAddress(c.MaxConnections)
+	}
+	if c.MaxInflightBytesPerKey == 0 {
+		c.MaxInflightBytesPerKey = min(c.MaxInflightBytes, transport.DefaultMaxInflightBytesPerKey(c.MaxInflightBytes, c.MaxRequestBytes))
+	}
 	if c.ShutdownTimeout == 0 {
 		c.ShutdownTimeout = 30 * time.Second
 	}
@@ -249,11 +263,15 @@ func (c *Config) Validate() error {
 	if c.BodyReadTimeout < time.Millisecond || c.BodyReadTimeout > time.Hour {
 		return fmt.Errorf("body_read_timeout: %s is out of range 1ms to 1h", c.BodyReadTimeout)
 	}
+	if c.MaxInflightBytesPerKey < transport.RequestCost*c.MaxRequestBytes || c.MaxInflightBytesPerKey > c.MaxInflightBytes {
+		return fmt.Errorf("max_inflight_bytes_per_key: %d is out of range %d (%d times max_request_bytes) to %d (max_inflight_bytes)",
+			c.MaxInflightBytesPerKey, transport.RequestCost*c.MaxRequestBytes, transport.RequestCost, c.MaxInflightBytes)
+	}
 	if c.MaxConnections < 1 || c.MaxConnections > 1_000_000 {
 		return fmt.Errorf("max_connections: %d is out of range 1 to 1000000", c.MaxConnections)
 	}
-	if c.MaxDeduplicationIDs < -1 {
-		return fmt.Errorf("max_deduplication_ids: %d; want a number of ids, 0 for the default (100000) or -1 for no limit", c.MaxDeduplicationIDs)
+	if c.MaxConnectionsPerAddress < 1 || c.MaxConnectionsPerAddress > c.MaxConnections {
+		return fmt.Errorf("max_connections_per_address: %d is out of range 1 to %d (max_connections)", c.MaxConnectionsPerAddress, c.MaxConnections)
 	}
 	if c.ShutdownTimeout < 0 {
 		return fmt.Errorf("shutdown_timeout: %s is negative", c.ShutdownTimeout)
@@ -562,7 +580,7 @@ func (d *Daemon) start(ctx context.Context) (*Daemon, error) {
 		d.ownsStore = true
 	}
 	m, err := embedded.NewManager(ctx, embedded.Config{Store: d.store, Clock: cfg.Clock, Log: cfg.Log, Metrics: d.Metrics,
-		ConsumeBeforeSync: cfg.ConsumeBeforeSync, MaxDeduplicationIDs: cfg.MaxDeduplicationIDs})
+		ConsumeBeforeSync: cfg.ConsumeBeforeSync})
 	if err != nil {
 		d.closeStore()
 		return nil, err
@@ -639,8 +657,8 @@ func (d *Daemon) serve(ctx context.Context, m backend, tasks store.TaskStore, ks
 	h := transport.NewHandler(transport.Config{
 		SQS:     sqsHandler,
 		Service: service.New(counted, d.redrives, cfg.Clock).WithMaxLeaseBytes(cfg.MaxRequestBytes).WithHistory(hist).WithKeys(keys).WithAttributes(sqs.DescribeAttributes), Metrics: d.Metrics, Log: cfg.Log, MaxRequestBytes: cfg.MaxRequestBytes,
-		MaxInflightBytes: cfg.MaxInflightBytes,
-		BodyReadTimeout:  cfg.BodyReadTimeout, Keys: keys, Auth: cfg.Auth, UI: ui, AllowedHosts: cfg.AllowedHosts,
+		MaxInflightBytes: cfg.MaxInflightBytes, MaxInflightBytesPerKey: cfg.MaxInflightBytesPerKey,
+		BodyReadTimeout: cfg.BodyReadTimeout, Keys: keys, Auth: cfg.Auth, UI: ui, AllowedHosts: cfg.AllowedHosts,
 		Health: func() string {
 			if guard != nil {
 				return guard.Health()
@@ -651,12 +669,17 @@ func (d *Daemon) serve(ctx context.Context, m backend, tasks store.TaskStore, ks
 			return ""
 		},
 	})
-	// The limit counts TCP connections, TLS handshakes in progress included.
-	d.listener = netutil.LimitListener(d.listener, cfg.MaxConnections)
+	// The limits count TCP connections, TLS handshakes in progress
+	// included; idle ones make room for new ones (transport.ConnLimiter).
+	var refused prometheus.Counter
+	conns := transport.NewConnLimiter(cfg.MaxConnections, cfg.MaxConnectionsPerAddress, tlsCfg == nil, func() { refused.Inc() })
+	refused = d.Metrics.RegisterAdmission(h.Inflight, conns.Open)
+	d.listener = conns.Listen(d.listener)
 	if tlsCfg != nil {
 		d.listener = tls.NewListener(d.listener, tlsCfg)
 	}
-	d.server = &http.Server{Handler: h, ReadHeaderTimeout: 10 * time.Second, IdleTimeout: 2 * time.Minute, ErrorLog: log.New(newServerLog(cfg.Log), "", 0)}
+	d.server = &http.Server{Handler: h, ReadHeaderTimeout: 10 * time.Second, IdleTimeout: 2 * time.Minute, ConnState: conns.ConnState,
+		ErrorLog: log.New(newServerLog(cfg.Log), "", 0)}
 	go func() { d.served <- d.server.Serve(d.listener) }()
 	if d.debugListener != nil {
 		d.serveDebug(d.debugListener)

@@ -70,13 +70,6 @@ type QueueSample struct {
 	Scheduled int
 	// OldestAge is the age of the queue's oldest item; 0 when empty.
 	OldestAge time.Duration
-	// DeduplicationIDs is the number of deduplication ids the queue holds
-	// in memory (ended windows not yet forgotten included), exported as
-	// styx_queue_deduplication_ids when InMemoryDeduplication is set: on
-	// the memory and Pebble backends, not on PostgreSQL, which keeps its
-	// ids in its table.
-	DeduplicationIDs      int
-	InMemoryDeduplication bool
 }
 
 var (
@@ -85,9 +78,6 @@ var (
 		[]string{"queue", "state"}, nil)
 	oldestAgeDesc = prometheus.NewDesc("styx_queue_oldest_item_age_seconds",
 		"Age of the oldest item in a queue, in seconds; 0 when the queue is empty.",
-		[]string{"queue"}, nil)
-	dedupIDsDesc = prometheus.NewDesc("styx_queue_deduplication_ids",
-		"Deduplication ids a queue holds in memory, within their window or ended and not yet forgotten (memory and Pebble backends; bounded per queue, by default to 100,000).",
 		[]string{"queue"}, nil)
 )
 
@@ -99,7 +89,6 @@ type queueCollector struct {
 func (c queueCollector) Describe(ch chan<- *prometheus.Desc) {
 	ch <- queueItemsDesc
 	ch <- oldestAgeDesc
-	ch <- dedupIDsDesc
 }
 
 func (c queueCollector) Collect(ch chan<- prometheus.Metric) {
@@ -108,9 +97,6 @@ func (c queueCollector) Collect(ch chan<- prometheus.Metric) {
 		ch <- prometheus.MustNewConstMetric(queueItemsDesc, prometheus.GaugeValue, float64(s.Leased), s.Queue, "leased")
 		ch <- prometheus.MustNewConstMetric(queueItemsDesc, prometheus.GaugeValue, float64(s.Scheduled), s.Queue, "scheduled")
 		ch <- prometheus.MustNewConstMetric(oldestAgeDesc, prometheus.GaugeValue, s.OldestAge.Seconds(), s.Queue)
-		if s.InMemoryDeduplication {
-			ch <- prometheus.MustNewConstMetric(dedupIDsDesc, prometheus.GaugeValue, float64(s.DeduplicationIDs), s.Queue)
-		}
 	}
 }
 
@@ -179,9 +165,33 @@ func (m *Metrics) RegisterStorageHealth(health func() (readOnly, lowSpace bool))
 	)
 }
 
-// RegisterQueueSampler registers the gauges styx_queue_items,
-// styx_queue_oldest_item_age_seconds and styx_queue_deduplication_ids,
-// read from sample at each scrape.
+// RegisterAdmission registers the gauges of the request pipeline's
+// admission (issue 48), read at each scrape: styx_http_inflight_bytes (the
+// in-flight budget charged now: request bodies and answers being written),
+// styx_http_inflight_holders (the keys, or client addresses, holding a
+// charge) and styx_http_connections_open; and returns the counter
+// styx_http_connections_refused_total to count connections refused because
+// every connection in the way was busy. Call it once.
+func (m *Metrics) RegisterAdmission(inflight func() (bytes int64, holders int), open func() int) prometheus.Counter {
+	refused := prometheus.NewCounter(prometheus.CounterOpts{Name: "styx_http_connections_refused_total",
+		Help: "Connections answered 503 and closed at once: the connection limits were reached and no connection was idle."})
+	m.Registry.MustRegister(
+		prometheus.NewGaugeFunc(prometheus.GaugeOpts{Name: "styx_http_inflight_bytes",
+			Help: "Bytes of the in-flight budget charged now: request bodies and answers being written (--max-inflight-bytes)."},
+			func() float64 { b, _ := inflight(); return float64(b) }),
+		prometheus.NewGaugeFunc(prometheus.GaugeOpts{Name: "styx_http_inflight_holders",
+			Help: "API keys (client addresses without --auth) holding a charge of the in-flight budget now."},
+			func() float64 { _, h := inflight(); return float64(h) }),
+		prometheus.NewGaugeFunc(prometheus.GaugeOpts{Name: "styx_http_connections_open",
+			Help: "Open connections to the API listener, idle ones included (--max-connections)."},
+			func() float64 { return float64(open()) }),
+		refused,
+	)
+	return refused
+}
+
+// RegisterQueueSampler registers the gauges styx_queue_items and
+// styx_queue_oldest_item_age_seconds, read from sample at each scrape.
 // Call it once.
 func (m *Metrics) RegisterQueueSampler(sample func() []QueueSample) {
 	m.Registry.MustRegister(queueCollector{sample: sample})

@@ -48,6 +48,7 @@ func TestBodyReadTimeout(t *testing.T) {
 		// Room for every stalled body's charge: this test is about the
 		// read timeout, TestMemoryBudget about the budget.
 		cfg.MaxInflightBytes = conns * transport.RequestCost * 64 << 20
+		cfg.MaxInflightBytesPerKey = cfg.MaxInflightBytes // one client address sends them all
 	})
 	alloc := allocated(func() {
 		var cs []net.Conn

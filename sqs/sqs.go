@@ -69,6 +69,15 @@ type Config struct {
 	MaxRequestBytes int64
 }
 
+// MaxBodyBytes is the largest SQS request body the door reads: 6 MiB and
+// 64 KiB. The largest request SQS accepts carries 1 MiB of messages (one
+// message, or a batch's total: MaxMaximumMessageSize) and attributes; its
+// JSON encoding writes a character in at most 6 bytes (\u00XX) and its
+// form encoding in 3 (%XX), and the rest (action, queue URL, entry ids and
+// parameters) fits in 64 KiB. A larger body is refused (400) before it is
+// read or charged to the in-flight budget (issue 48).
+const MaxBodyBytes = 6<<20 + 64<<10
+
 // Handler is the SQS door: it translates SQS requests onto Styx's queues
 // and answers as SQS does. Authentication (AWS SigV4 with a Styx key, with
 // --auth), the Host, Origin and cross-site checks, admission and audit are

@@ -64,6 +64,16 @@ type Config struct {
 	// Retry-After before more of its body is read. Must be at least RequestCost
 	// times MaxRequestBytes. 0 means DefaultMaxInflightBytes (256 MiB).
 	MaxInflightBytes int64
+	// MaxInflightBytesPerKey is the most of MaxInflightBytes one holder
+	// may hold at once: an API key (with Auth), or a client address
+	// (without). 0 means DefaultMaxInflightBytesPerKey: a quarter of the
+	// budget, and at least RequestCost times MaxRequestBytes.
+	MaxInflightBytesPerKey int64
+	// PreAuthBodyReadTimeout bounds how long the body of a request whose
+	// signature can be verified only over its body (SQS's SigV4 without a
+	// signed X-Amz-Content-Sha256) may take to arrive. 0 means
+	// DefaultPreAuthBodyReadTimeout (10s); BodyReadTimeout when shorter.
+	PreAuthBodyReadTimeout time.Duration
 	// BodyReadTimeout bounds how long a /v1 request's body may take to
 	// arrive once its headers are read; a body still incomplete then is
 	// answered 408 and its connection closed. It covers only the body: a
@@ -123,6 +133,12 @@ type Handler struct {
 	// budget is the in-flight request byte budget (MaxInflightBytes).
 	budget *budget
 }
+
+// Inflight returns the bytes of the in-flight budget charged now (request
+// bodies and answers being written) and how many holders (keys, or client
+// addresses) hold them: the gauges styx_http_inflight_bytes and
+// styx_http_inflight_holders.
+func (h *Handler) Inflight() (bytes int64, holders int) { return h.budget.inUse() }
 
 // errKeyRevoked ends the waiting requests of a key deleted while they wait
 // (401).
@@ -200,7 +216,15 @@ func NewHandler(cfg Config) *Handler {
 	if cfg.MaxInflightBytes == 0 {
 		cfg.MaxInflightBytes = DefaultMaxInflightBytes
 	}
-	h := &Handler{refusals: rate.NewLimiter(rate.Every(time.Second), 10), cfg: cfg, budget: newBudget(cfg.MaxInflightBytes)}
+	if cfg.MaxInflightBytesPerKey == 0 {
+		cfg.MaxInflightBytesPerKey = DefaultMaxInflightBytesPerKey(cfg.MaxInflightBytes, cfg.MaxRequestBytes)
+	}
+	if cfg.PreAuthBodyReadTimeout == 0 {
+		cfg.PreAuthBodyReadTimeout = DefaultPreAuthBodyReadTimeout
+	}
+	h := &Handler{refusals: rate.NewLimiter(rate.Every(time.Second), 10), cfg: cfg,
+		budget: newBudget(cfg.MaxInflightBytes, min(cfg.MaxInflightBytesPerKey, cfg.MaxInflightBytes),
+			min(RequestCost*min(cfg.MaxRequestBytes, sqs.MaxBodyBytes), cfg.MaxInflightBytes))}
 	s := cfg.Service
 	h.routes = map[string]http.HandlerFunc{
 		"/v1/queue.produce":          noReply(h, func() *pb.QueueProduceRequest { return &pb.QueueProduceRequest{} }, s.QueueProduce, func() proto.Message { return &pb.QueueProduceResponse{Code: duh.CodeOK, CodeText: okText} }),
@@ -394,8 +418,24 @@ func (h *Handler) decode(w http.ResponseWriter, r *http.Request, m proto.Message
 	if err != nil {
 		return apierr.New(apierr.BadContent, "invalid request body; %s", strings.ReplaceAll(err.Error(), "\u00a0", " "))
 	}
+	settleDecoded(r, m)
 	return nil
 }
+
+// settleDecoded lowers the budget charge of r's body, once decoded into m,
+// to what m holds until the call is answered (its copy, and the store's
+// batch of it: twice its encoded size): a long poll's or a padded body's
+// charge falls to a few bytes. Bodies under minSettle keep theirs.
+func settleDecoded(r *http.Request, m proto.Message) {
+	a, ok := r.Body.(*admittedBody)
+	if !ok || a.read < minSettle {
+		return
+	}
+	a.settle((RequestCost - 1) * int64(proto.Size(m)))
+}
+
+// minSettle is the smallest body whose charge is settled once decoded.
+const minSettle = 64 << 10
 
 // contentLength is the request's Content-Length for a message, "unknown"
 // when it sent none.
@@ -546,10 +586,32 @@ func quote(s string) string {
 	return strings.ToValidUTF8(s, "?")
 }
 
-// statusWriter records the status code for metrics.
+// statusWriter records the status code for metrics, and counts the
+// answer's bytes against its holder's share of the in-flight budget while
+// they are written (an answer to a slow reader holds its buffer until the
+// client takes it). They are counted whatever the limits say, as they are
+// held already: while big answers are being written, new bodies are
+// refused rather than the server's memory growing.
 type statusWriter struct {
 	http.ResponseWriter
 	code int
+	// budget and holder: whom the answer's bytes are charged to (the
+	// request's key once authenticated, else its client's address). Owned
+	// by the request's goroutine.
+	budget *budget
+	holder string
+}
+
+// Write writes p, charged to the budget while it is written when it is
+// at least minChargedWrite bytes.
+func (s *statusWriter) Write(p []byte) (int, error) {
+	if s.budget == nil || len(p) < minChargedWrite {
+		return s.ResponseWriter.Write(p)
+	}
+	n := int64(len(p))
+	_ = s.budget.charge(s.holder, n, false, true)
+	defer s.budget.uncharge(s.holder, n, false)
+	return s.ResponseWriter.Write(p)
 }
 
 func (s *statusWriter) WriteHeader(code int) {

@@ -69,7 +69,7 @@ func (h *Handler) route(r *http.Request) door {
 func (h *Handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	start := time.Now()
 	d := h.route(r)
-	sw := &statusWriter{ResponseWriter: w, code: http.StatusOK}
+	sw := &statusWriter{ResponseWriter: w, code: http.StatusOK, budget: h.budget, holder: clientAddress(r)}
 	ctx, rec := audit.With(r.Context(), d.String())
 	r = r.WithContext(ctx)
 	fail := func(err error) { h.failAt(d, sw, r, err) }
@@ -159,7 +159,7 @@ func (d door) String() string {
 // serveV1 serves a /v1 call: the key and its scope for the path before the
 // body is read, the body admitted, then the call (rpc: decode, the queues'
 // scope, the service).
-func (h *Handler) serveV1(w http.ResponseWriter, r *http.Request, rec *audit.Record, fail func(error)) {
+func (h *Handler) serveV1(w *statusWriter, r *http.Request, rec *audit.Record, fail func(error)) {
 	rec.Op = r.URL.Path
 	route, found := h.routes[r.URL.Path]
 	if !found {
@@ -175,12 +175,15 @@ func (h *Handler) serveV1(w http.ResponseWriter, r *http.Request, rec *audit.Rec
 		fail(err)
 		return
 	}
-	release, err := h.budget.admit(r, h.cfg.MaxRequestBytes)
+	if p != nil {
+		w.holder = keyHolder(p)
+	}
+	body, err := h.budget.admit(r, w.holder, false, h.cfg.MaxRequestBytes)
 	if err != nil {
 		fail(err)
 		return
 	}
-	defer release()
+	defer body.release()
 	ctx := r.Context()
 	if p != nil {
 		authorization := r.Header.Get("Authorization")
@@ -212,8 +215,10 @@ func (h *Handler) admitted(ctx context.Context, rec *audit.Record, p *auth.Princ
 // serveSQS serves an SQS call: with auth, the SigV4 header checked and its
 // key found before the body is read; the body admitted and read; the
 // signature verified over it; the action's scope; then the SQS door.
-func (h *Handler) serveSQS(w http.ResponseWriter, r *http.Request, rec *audit.Record, fail func(error)) {
+func (h *Handler) serveSQS(w *statusWriter, r *http.Request, rec *audit.Record, fail func(error)) {
+	sw := w
 	var sig *auth.SigV4
+	var p *auth.Principal // the key, once its signature is verified
 	if h.cfg.Auth {
 		var err error
 		sig, err = h.cfg.Keys.ParseSigV4(r.Context(), r, auth.SigV4Params{Region: h.cfg.SQS.Region(), Service: "sqs", Now: time.Now()})
@@ -221,13 +226,28 @@ func (h *Handler) serveSQS(w http.ResponseWriter, r *http.Request, rec *audit.Re
 			fail(err)
 			return
 		}
+		var signed bool
+		if p, signed, err = sig.VerifyHeaders(); err != nil {
+			fail(err)
+			return
+		} else if signed {
+			sw.holder = keyHolder(p)
+		}
 	}
-	release, err := h.budget.admit(r, h.cfg.MaxRequestBytes)
+	// A body whose signature can be checked only over it is charged to
+	// its client's address, within the small share of a request not yet
+	// authenticated, and must arrive sooner.
+	pre := sig != nil && p == nil
+	if pre {
+		sw.holder = preAuthHolder(sw.holder)
+		_ = http.NewResponseController(sw).SetReadDeadline(time.Now().Add(min(h.cfg.PreAuthBodyReadTimeout, h.cfg.BodyReadTimeout)))
+	}
+	admitted, err := h.budget.admit(r, sw.holder, pre, min(h.cfg.MaxRequestBytes, sqs.MaxBodyBytes))
 	if err != nil {
 		fail(err)
 		return
 	}
-	defer release()
+	defer admitted.release()
 	body, err := h.readBody(w, r)
 	if err != nil {
 		fail(err)
@@ -248,6 +268,11 @@ func (h *Handler) serveSQS(w http.ResponseWriter, r *http.Request, rec *audit.Re
 			fail(err)
 			return
 		}
+		sw.holder = keyHolder(p)
+		if err := admitted.authenticated(sw.holder); err != nil {
+			fail(err)
+			return
+		}
 		if err := p.Check(call.Op); err != nil {
 			fail(err)
 			return
@@ -260,14 +285,22 @@ func (h *Handler) serveSQS(w http.ResponseWriter, r *http.Request, rec *audit.Re
 		})
 		defer stop()
 	}
+	if call.Action == "ReceiveMessage" {
+		// A long poll holds its body (a few bytes of parameters), not
+		// what its Content-Length said, while it waits.
+		admitted.settle(int64(len(body)))
+	}
 	h.cfg.SQS.Serve(w, r.WithContext(ctx), call)
 }
+
+// keyHolder is the holder of the budget charges of the requests of key p.
+func keyHolder(p *auth.Principal) string { return "key " + p.Name }
 
 // readBody reads an admitted body whole (the SQS door's bodies are small
 // JSON or forms) and lifts the body-read deadline.
 func (h *Handler) readBody(w http.ResponseWriter, r *http.Request) ([]byte, error) {
 	body, err := io.ReadAll(r.Body)
-	if errors.Is(err, errOverBudget) {
+	if isOverBudget(err) {
 		return nil, err
 	}
 	if e, ok := apierr.As(err); ok {
@@ -287,7 +320,7 @@ func (h *Handler) readBody(w http.ResponseWriter, r *http.Request) ([]byte, erro
 // SQS API, DUH-RPC replies for the rest), recording a refusal's reason.
 func (h *Handler) failAt(d door, w http.ResponseWriter, r *http.Request, err error) {
 	if d == doorSQS {
-		if errors.Is(err, errOverBudget) {
+		if isOverBudget(err) {
 			w.Header().Set("Retry-After", "1")
 		}
 		h.cfg.SQS.Fail(w, r, err)

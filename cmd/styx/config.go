@@ -52,12 +52,20 @@ type serverSettings struct {
 	// (daemon.Config.MaxInflightBytes). 0 (the default) is 256 MiB or three
 	// times MaxRequestBytes, whichever is larger.
 	MaxInflightBytes int64
+	// MaxInflightBytesPerKey is the most of it one key may hold
+	// (daemon.Config.MaxInflightBytesPerKey); 0 (the default) is a quarter
+	// of the budget, and at least three times MaxRequestBytes.
+	MaxInflightBytesPerKey int64
 	// BodyReadTimeout bounds how long a request body may take to arrive.
 	// Defaults to 30s.
 	BodyReadTimeout time.Duration
 	// MaxConnections bounds the API listener's open connections. Defaults
 	// to 4096.
 	MaxConnections int
+	// MaxConnectionsPerAddress bounds one client address's connections
+	// (daemon.Config.MaxConnectionsPerAddress); 0 (the default) is a quarter
+	// of MaxConnections.
+	MaxConnectionsPerAddress int
 	// MinFreeBytes is the Pebble store's free-space watermark in bytes
 	// (daemon.Config.MinFreeBytes); 0 is the default, -1 disables it.
 	MinFreeBytes int64
@@ -109,26 +117,28 @@ func (s serverSettings) daemonConfig(log *slog.Logger) daemon.Config {
 		DataDir:     s.DataDir,
 		NoSync:      !s.Sync,
 		// Only meaningful with sync on: with it off nothing waits.
-		ConsumeBeforeSync: s.Sync && !s.SyncConsume,
-		ShutdownTimeout:   s.ShutdownTimeout,
-		MaxRequestBytes:   s.MaxRequestBytes,
-		MaxInflightBytes:  s.MaxInflightBytes,
-		BodyReadTimeout:   s.BodyReadTimeout,
-		MaxConnections:    s.MaxConnections,
-		MinFreeBytes:      s.MinFreeBytes,
-		DebugListen:       s.DebugListen,
-		Auth:              s.Auth,
-		Insecure:          s.Insecure,
-		DebugAllowRemote:  s.DebugAllowRemote,
-		AllowedHosts:      s.AllowedHosts,
-		AdminKeyFile:      s.AdminKeyFile,
-		SecretKeyFile:     s.SecretKeyFile,
-		SQSRegion:         s.SQSRegion,
-		SQSAccountID:      s.SQSAccountID,
-		TLSCertFile:       s.TLSCert,
-		TLSKeyFile:        s.TLSKey,
-		TLSClientCAFile:   s.TLSClientCA,
-		Log:               log,
+		ConsumeBeforeSync:        s.Sync && !s.SyncConsume,
+		ShutdownTimeout:          s.ShutdownTimeout,
+		MaxRequestBytes:          s.MaxRequestBytes,
+		MaxInflightBytes:         s.MaxInflightBytes,
+		MaxInflightBytesPerKey:   s.MaxInflightBytesPerKey,
+		MaxConnectionsPerAddress: s.MaxConnectionsPerAddress,
+		BodyReadTimeout:          s.BodyReadTimeout,
+		MaxConnections:           s.MaxConnections,
+		MinFreeBytes:             s.MinFreeBytes,
+		DebugListen:              s.DebugListen,
+		Auth:                     s.Auth,
+		Insecure:                 s.Insecure,
+		DebugAllowRemote:         s.DebugAllowRemote,
+		AllowedHosts:             s.AllowedHosts,
+		AdminKeyFile:             s.AdminKeyFile,
+		SecretKeyFile:            s.SecretKeyFile,
+		SQSRegion:                s.SQSRegion,
+		SQSAccountID:             s.SQSAccountID,
+		TLSCertFile:              s.TLSCert,
+		TLSKeyFile:               s.TLSKey,
+		TLSClientCAFile:          s.TLSClientCA,
+		Log:                      log,
 	}
 }
 
@@ -145,32 +155,34 @@ func (s serverSettings) newLogger(w io.Writer) *slog.Logger {
 // from daemon.Config: the file is a user-facing format with its own key
 // names, the Config is the server's runtime input. A nil field is unset.
 type fileConfig struct {
-	Listen           *string        `yaml:"listen"`
-	DataDir          *string        `yaml:"data_dir"`
-	Storage          *string        `yaml:"storage"`
-	PostgresURL      *string        `yaml:"postgres_url"`
-	Sync             *bool          `yaml:"sync"`
-	SyncConsume      *bool          `yaml:"sync_consume"`
-	LogLevel         *string        `yaml:"log_level"`
-	LogFormat        *string        `yaml:"log_format"`
-	ShutdownTimeout  *time.Duration `yaml:"shutdown_timeout"`
-	MaxRequestBytes  *int64         `yaml:"max_request_bytes"`
-	MaxInflightBytes *int64         `yaml:"max_inflight_bytes"`
-	BodyReadTimeout  *time.Duration `yaml:"body_read_timeout"`
-	MaxConnections   *int           `yaml:"max_connections"`
-	MinFreeBytes     *int64         `yaml:"min_free_bytes"`
-	DebugListen      *string        `yaml:"debug_listen"`
-	Auth             *bool          `yaml:"auth"`
-	Insecure         *bool          `yaml:"insecure"`
-	DebugAllowRemote *bool          `yaml:"debug_allow_remote"`
-	AdminKeyFile     *string        `yaml:"admin_key_file"`
-	SecretKeyFile    *string        `yaml:"secret_key_file"`
-	SQSRegion        *string        `yaml:"sqs_region"`
-	SQSAccountID     *string        `yaml:"sqs_account_id"`
-	TLSCert          *string        `yaml:"tls_cert"`
-	TLSKey           *string        `yaml:"tls_key"`
-	TLSClientCA      *string        `yaml:"tls_client_ca"`
-	AllowedHost      *string        `yaml:"allowed_host"`
+	Listen                   *string        `yaml:"listen"`
+	DataDir                  *string        `yaml:"data_dir"`
+	Storage                  *string        `yaml:"storage"`
+	PostgresURL              *string        `yaml:"postgres_url"`
+	Sync                     *bool          `yaml:"sync"`
+	SyncConsume              *bool          `yaml:"sync_consume"`
+	LogLevel                 *string        `yaml:"log_level"`
+	LogFormat                *string        `yaml:"log_format"`
+	ShutdownTimeout          *time.Duration `yaml:"shutdown_timeout"`
+	MaxRequestBytes          *int64         `yaml:"max_request_bytes"`
+	MaxInflightBytes         *int64         `yaml:"max_inflight_bytes"`
+	MaxInflightBytesPerKey   *int64         `yaml:"max_inflight_bytes_per_key"`
+	MaxConnectionsPerAddress *int           `yaml:"max_connections_per_address"`
+	BodyReadTimeout          *time.Duration `yaml:"body_read_timeout"`
+	MaxConnections           *int           `yaml:"max_connections"`
+	MinFreeBytes             *int64         `yaml:"min_free_bytes"`
+	DebugListen              *string        `yaml:"debug_listen"`
+	Auth                     *bool          `yaml:"auth"`
+	Insecure                 *bool          `yaml:"insecure"`
+	DebugAllowRemote         *bool          `yaml:"debug_allow_remote"`
+	AdminKeyFile             *string        `yaml:"admin_key_file"`
+	SecretKeyFile            *string        `yaml:"secret_key_file"`
+	SQSRegion                *string        `yaml:"sqs_region"`
+	SQSAccountID             *string        `yaml:"sqs_account_id"`
+	TLSCert                  *string        `yaml:"tls_cert"`
+	TLSKey                   *string        `yaml:"tls_key"`
+	TLSClientCA              *string        `yaml:"tls_client_ca"`
+	AllowedHost              *string        `yaml:"allowed_host"`
 }
 
 // values returns the set fields of fc by YAML key, formatted as a flag or
@@ -216,6 +228,12 @@ func (fc *fileConfig) values() map[string]string {
 	}
 	if fc.MaxConnections != nil {
 		out["max_connections"] = strconv.Itoa(*fc.MaxConnections)
+	}
+	if fc.MaxInflightBytesPerKey != nil {
+		out["max_inflight_bytes_per_key"] = strconv.FormatInt(*fc.MaxInflightBytesPerKey, 10)
+	}
+	if fc.MaxConnectionsPerAddress != nil {
+		out["max_connections_per_address"] = strconv.Itoa(*fc.MaxConnectionsPerAddress)
 	}
 	if fc.MinFreeBytes != nil {
 		out["min_free_bytes"] = strconv.FormatInt(*fc.MinFreeBytes, 10)
@@ -363,6 +381,14 @@ func serverSettingTable() []serverSetting {
 			s.MaxInflightBytes = n
 			return nil
 		}},
+		{"max_inflight_bytes_per_key", "max-inflight-bytes-per-key", "STYX_MAX_INFLIGHT_BYTES_PER_KEY", func(s *serverSettings, v string) error {
+			n, err := strconv.ParseInt(v, 10, 64)
+			if err != nil || n < 0 {
+				return fmt.Errorf("%q is not a number of bytes such as 201326592 (0: the default)", v)
+			}
+			s.MaxInflightBytesPerKey = n
+			return nil
+		}},
 		{"body_read_timeout", "body-read-timeout", "STYX_BODY_READ_TIMEOUT", func(s *serverSettings, v string) error {
 			d, err := time.ParseDuration(v)
 			if err != nil || d <= 0 {
@@ -377,6 +403,14 @@ func serverSettingTable() []serverSetting {
 				return fmt.Errorf("%q is not a positive number such as 4096", v)
 			}
 			s.MaxConnections = n
+			return nil
+		}},
+		{"max_connections_per_address", "max-connections-per-address", "STYX_MAX_CONNECTIONS_PER_ADDRESS", func(s *serverSettings, v string) error {
+			n, err := strconv.Atoi(v)
+			if err != nil || n < 0 {
+				return fmt.Errorf("%q is not a number such as 1024 (0: the default)", v)
+			}
+			s.MaxConnectionsPerAddress = n
 			return nil
 		}},
 		{"min_free_bytes", "min-free-bytes", "STYX_MIN_FREE_BYTES", func(s *serverSettings, v string) error {
@@ -470,10 +504,16 @@ func addServerFlags(fs *pflag.FlagSet) {
 		"--max-request-bytes): each request holds three times its body until answered; one that does not fit now is answered 503 "+
 		"with Retry-After before its body is read; 0 is 256 MiB or three times --max-request-bytes, whichever is larger "+
 		"(docs/security.md) (env STYX_MAX_INFLIGHT_BYTES)")
+	fs.Int64("max-inflight-bytes-per-key", d.MaxInflightBytesPerKey, "the most of --max-inflight-bytes one API key (one client address "+
+		"without --auth) may hold at once, bodies and answers together; over it that key is answered 503 while others are served; "+
+		"0 is a quarter of the budget, and at least three times --max-request-bytes (docs/security.md) (env STYX_MAX_INFLIGHT_BYTES_PER_KEY)")
 	fs.Duration("body-read-timeout", d.BodyReadTimeout, "how long a request body may take to arrive once its headers are read (1ms to 1h); "+
 		"a slower one is answered 408 and its connection closed; long-poll leases still wait their request_timeout (env STYX_BODY_READ_TIMEOUT)")
 	fs.Int("max-connections", d.MaxConnections, "most open connections to the API, idle keep-alive ones included (1 to 1000000); "+
-		"more wait to be accepted until one closes (env STYX_MAX_CONNECTIONS)")
+		"at the limit the connection idle the longest is closed to make room, and when none is idle a new one is answered 503 "+
+		"(env STYX_MAX_CONNECTIONS)")
+	fs.Int("max-connections-per-address", d.MaxConnectionsPerAddress, "most open connections from one client address, its idle ones "+
+		"closed first to make room; 0 is a quarter of --max-connections; raise it behind a proxy (env STYX_MAX_CONNECTIONS_PER_ADDRESS)")
 	fs.Int64("min-free-bytes", 0, "free-space watermark of the data directory, in bytes: below it produces, imports and redrives "+
 		"are refused (453 'disk full') so the store can always flush and restart, and a server started below it starts read-only; "+
 		"0 is twice the memtable size (128 MiB) but at most a quarter of the disk, -1 disables it; Pebble only (env STYX_MIN_FREE_BYTES)")

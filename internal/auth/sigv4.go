@@ -155,12 +155,37 @@ func (s *SigV4) KeyID() string { return s.keyID }
 // Verify checks the signature over the request and its body and returns
 // the key's principal, or a *SigV4Error (SignatureDoesNotMatch).
 func (s *SigV4) Verify(body []byte) (*Principal, error) {
-	r := s.r
 	sum := sha256.Sum256(body)
 	payloadHash := hex.EncodeToString(sum[:])
-	if claimed := r.Header.Get("X-Amz-Content-Sha256"); claimed != "" && claimed != payloadHash {
+	if claimed := s.r.Header.Get("X-Amz-Content-Sha256"); claimed != "" && claimed != payloadHash {
 		return nil, sigErr("SignatureDoesNotMatch", "X-Amz-Content-Sha256 does not match the request body")
 	}
+	return s.verify(payloadHash)
+}
+
+// VerifyHeaders checks the signature before the body is read, when the
+// request signs the hash of its body (a signed X-Amz-Content-Sha256 header
+// of 64 hex digits, as AWS's SigV4 allows for every service): ok is false
+// when it does not (only Verify, over the body, can check it then). With
+// ok, a nil error means the signature is the key's; Verify must still
+// check the body against the signed hash once it has arrived. Issue 48:
+// a forged request is then refused before its body costs anything.
+func (s *SigV4) VerifyHeaders() (p *Principal, ok bool, err error) {
+	claimed := s.r.Header.Get("X-Amz-Content-Sha256")
+	if len(claimed) != sha256.Size*2 || !slices.Contains(s.names, "x-amz-content-sha256") {
+		return nil, false, nil
+	}
+	if _, err := hex.DecodeString(claimed); err != nil {
+		return nil, false, nil
+	}
+	p, err = s.verify(strings.ToLower(claimed))
+	return p, true, err
+}
+
+// verify checks the signature over the request with payloadHash as its
+// body's hash.
+func (s *SigV4) verify(payloadHash string) (*Principal, error) {
+	r := s.r
 	var canonHeaders strings.Builder
 	for _, n := range s.names {
 		v := strings.Join(r.Header.Values(n), ",")

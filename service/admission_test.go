@@ -1,0 +1,314 @@
+package service_test
+
+import (
+	"bufio"
+	"context"
+	"fmt"
+	"io"
+	"net"
+	"net/http"
+	"strconv"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/require"
+
+	styx "github.com/styxq/styx"
+	"github.com/styxq/styx/daemon"
+	pb "github.com/styxq/styx/styxpb"
+)
+
+// Admission no one can hold (issue 48): forged, slow, padded and greedy
+// requests, and idle connections, never keep a valid key's produce out.
+// Admission happens before storage, so one backend is enough.
+
+// stall opens a connection to addr, sends head (a request's line and
+// headers, with a Content-Length) and the first byte of its body, and
+// leaves it open until the test ends.
+func stall(t *testing.T, addr, head string) net.Conn {
+	t.Helper()
+	c, err := net.Dial("tcp", addr)
+	require.NoError(t, err)
+	t.Cleanup(func() { _ = c.Close() })
+	_, err = io.WriteString(c, head+"{")
+	require.NoError(t, err)
+	return c
+}
+
+// statusWithin returns the status of the answer read on c within d, or 0
+// when none came.
+func statusWithin(t *testing.T, c net.Conn, d time.Duration) int {
+	t.Helper()
+	require.NoError(t, c.SetReadDeadline(time.Now().Add(d)))
+	res, err := http.ReadResponse(bufio.NewReader(c), nil)
+	if err != nil {
+		return 0
+	}
+	_ = res.Body.Close()
+	return res.StatusCode
+}
+
+// requireProducesServed produces n items through c one after the other,
+// each of which must be answered 200 (not 503), and logs the slowest.
+func requireProducesServed(t *testing.T, c *styx.Client, queue string, n int) {
+	t.Helper()
+	var slowest time.Duration
+	for i := range n {
+		start := time.Now()
+		pctx, cancel := context.WithTimeout(ctx, 30*time.Second)
+		err := c.QueueProduce(pctx, &pb.QueueProduceRequest{QueueName: queue, RequestTimeout: "10s",
+			Items: []*pb.QueueProduceItem{{Utf8: fmt.Sprint("valid ", i)}}})
+		cancel()
+		require.NoError(t, err, "produce %d of a valid key while the attack holds", i)
+		slowest = max(slowest, time.Since(start))
+	}
+	t.Logf("%d produces answered 200, the slowest in %s", n, slowest)
+}
+
+// scrapeWith returns the /metrics text of s, scraped with key.
+func scrapeWith(t *testing.T, s *server, key string) string {
+	t.Helper()
+	req, err := http.NewRequestWithContext(ctx, http.MethodGet, s.d.Endpoint()+"/metrics", nil)
+	require.NoError(t, err)
+	req.Header.Set("Authorization", "Bearer "+key)
+	res, b := s.do(req)
+	require.Equal(t, http.StatusOK, res.StatusCode, string(b))
+	return string(b)
+}
+
+// The finding's sizes: a body of the largest size (64 MiB), 16 MiB and
+// 5.3 MB, and one more whose charges (three times each) fill the default
+// 256 MiB budget to the byte.
+var attackSizes = []int64{64 << 20, 16 << 20, 5_300_000, (256<<20)/3 - (64<<20 + 16<<20 + 5_300_000)}
+
+// TestForgedSignaturesCannotHoldTheBudget: issue 48, point 1. SQS requests
+// whose Authorization names a real key id (bootstrap-admin) with a made-up
+// signature, large Content-Lengths and one byte sent: the bodies larger than
+// any SQS request are refused at once, the others hold only their address's
+// small share, and a valid key's produces are answered 200 throughout.
+func TestForgedSignaturesCannotHoldTheBudget(t *testing.T) {
+	s, _ := startSQSAuth(t, memoryBackend(t))
+	require.NoError(t, s.C.QueuesCreate(ctx, &pb.QueueInfo{QueueName: "orders"}))
+	producer := s.client(s.newKey("producer", []string{"produce"}))
+	now := time.Now().UTC()
+	forged := func(n int64) string {
+		return "POST / HTTP/1.1\r\nHost: 127.0.0.1\r\nContent-Type: application/x-amz-json-1.0\r\n" +
+			"X-Amz-Target: AmazonSQS.SendMessage\r\nX-Amz-Date: " + now.Format("20060102T150405Z") + "\r\n" +
+			"Authorization: AWS4-HMAC-SHA256 Credential=bootstrap-admin/" + now.Format("20060102") + "/us-east-1/sqs/aws4_request, " +
+			"SignedHeaders=host;x-amz-date;x-amz-target, Signature=" + strings.Repeat("0", 64) + "\r\n" +
+			"Content-Length: " + strconv.FormatInt(n, 10) + "\r\n\r\n"
+	}
+	var held []net.Conn
+	for _, n := range append(attackSizes, 5_300_000) {
+		held = append(held, stall(t, s.d.Addr(), forged(n)))
+	}
+	requireProducesServed(t, producer, "orders", 20)
+	for i, c := range held[:2] {
+		require.Equal(t, http.StatusBadRequest, statusWithin(t, c, 20*time.Second),
+			"a %d-byte body, larger than any SQS request, is refused before it is read", attackSizes[i])
+	}
+	// Reopened as the previous ones time out, they still cost only the
+	// address's share.
+	for range 3 {
+		stall(t, s.d.Addr(), forged(5_300_000))
+	}
+	requireProducesServed(t, producer, "orders", 5)
+}
+
+// paddedBody is a JSON request padded with spaces to n bytes; done is
+// called once when it has been read whole.
+type paddedBody struct {
+	json string
+	n, i int64
+	done func()
+}
+
+func (p *paddedBody) Read(b []byte) (int, error) {
+	if p.i >= p.n {
+		p.done()
+		return 0, io.EOF
+	}
+	if p.i < int64(len(p.json)) {
+		k := copy(b, p.json[p.i:])
+		p.i += int64(k)
+		return k, nil
+	}
+	k := copy(b[:min(int64(len(b)), p.n-p.i)], spaces)
+	p.i += int64(k)
+	return k, nil
+}
+
+var spaces = []byte(strings.Repeat(" ", 64<<10))
+
+// TestGreedyKeyCannotHoldTheBudget: issue 48, point 2. A consume-only key's
+// long polls padded to the finding's sizes, and a read-only key's slow
+// bodies of those sizes, do not keep a valid key's produces out: a long
+// poll holds nothing of its body while it waits, and no key holds more
+// than its share of the budget.
+func TestGreedyKeyCannotHoldTheBudget(t *testing.T) {
+	s, admin := startAuth(t, memoryBackend(t))
+	require.NoError(t, s.C.QueuesCreate(ctx, &pb.QueueInfo{QueueName: "orders"}))
+	require.NoError(t, s.C.QueuesCreate(ctx, &pb.QueueInfo{QueueName: "idle"}))
+	worker := s.newKey("worker", []string{"consume"})
+	reader := s.newKey("reader", []string{"read"})
+	producer := s.client(s.newKey("producer", []string{"produce"}))
+
+	t.Run("PaddedLongPolls", func(t *testing.T) {
+		lctx, cancel := context.WithCancel(ctx)
+		var sent, answered sync.WaitGroup
+		var refused atomic.Int32
+		for i, n := range attackSizes {
+			sent.Add(1)
+			answered.Add(1)
+			go func() {
+				defer answered.Done()
+				var once sync.Once
+				done := func() { once.Do(sent.Done) }
+				defer done()
+				body := &paddedBody{n: n, done: done,
+					json: fmt.Sprintf(`{"queue_name":"idle","batch_size":1,"request_timeout":"1m","client_id":"greedy-%d"}`, i)}
+				req, err := http.NewRequestWithContext(lctx, http.MethodPost, s.d.Endpoint()+"/v1/queue.lease", body)
+				if err != nil {
+					return
+				}
+				req.ContentLength = n
+				req.Header.Set("Content-Type", "application/json")
+				req.Header.Set("Authorization", "Bearer "+worker)
+				res, err := http.DefaultClient.Do(req)
+				if err != nil {
+					if lctx.Err() == nil {
+						refused.Add(1) // the server answered and closed before the body was sent
+					}
+					return
+				}
+				_ = res.Body.Close()
+				if res.StatusCode == http.StatusServiceUnavailable {
+					refused.Add(1)
+				}
+			}()
+		}
+		t.Cleanup(func() { cancel(); answered.Wait() })
+		sent.Wait()
+		requireProducesServed(t, producer, "orders", 20)
+		// Once every lease is either answered (refused over the key's
+		// share) or waiting, what they hold is their decoded requests. The
+		// wait bounds work (decoding 85 MiB of JSON under -race), not time.
+		require.Eventually(t, func() bool {
+			st, err := s.C.QueueStats(ctx, &pb.QueueStatsRequest{QueueName: "idle"})
+			require.NoError(t, err)
+			waiting := 0
+			for _, l := range st.LogicalQueues {
+				waiting += int(l.LeaseWaiting)
+			}
+			return int(refused.Load())+waiting == len(attackSizes)
+		}, 3*time.Minute, 10*time.Millisecond, "every padded lease is refused or waiting")
+		require.Less(t, metricValue(t, scrapeWith(t, s, admin), "styx_http_inflight_bytes"), float64(1<<20),
+			"the waiting long polls hold nothing of their padded bodies")
+	})
+
+	t.Run("SlowBodies", func(t *testing.T) {
+		for _, n := range attackSizes {
+			stall(t, s.d.Addr(), "POST /v1/queue.stats HTTP/1.1\r\nHost: 127.0.0.1\r\nContent-Type: application/json\r\n"+
+				"Authorization: Bearer "+reader+"\r\nContent-Length: "+strconv.FormatInt(n, 10)+"\r\n\r\n")
+		}
+		requireProducesServed(t, producer, "orders", 20)
+		share := metricValue(t, scrapeWith(t, s, admin), "styx_http_inflight_bytes")
+		require.LessOrEqual(t, share, float64(daemonDefaultShare()), "one key holds at most its share")
+	})
+}
+
+// daemonDefaultShare is the default share of one key: a quarter of the
+// default budget, and at least three times the default request limit.
+func daemonDefaultShare() int64 {
+	cfg := daemon.Config{Storage: daemon.StorageMemory}
+	cfg.SetDefaults()
+	return cfg.MaxInflightBytesPerKey
+}
+
+// TestIdleConnectionsCannotLockOut: issue 48, point 7. Idle keep-alive
+// connections at --max-connections do not keep a new client out (the one
+// idle the longest is closed to make room); when every connection is
+// busy, a new one is answered 503 at once instead of waiting unanswered;
+// and one address cannot take more than --max-connections-per-address.
+func TestIdleConnectionsCannotLockOut(t *testing.T) {
+	s := startWith(t, memoryBackend(t), func(cfg *daemon.Config) {
+		cfg.MaxConnections = 20
+		cfg.MaxConnectionsPerAddress = 15
+	})
+	fresh := &http.Client{Timeout: 20 * time.Second, Transport: &http.Transport{DisableKeepAlives: true}}
+	health := func() (int, string) {
+		res, err := fresh.Get(s.d.Endpoint() + "/health")
+		require.NoError(t, err, "a new client is answered")
+		defer res.Body.Close()
+		b, _ := io.ReadAll(res.Body)
+		return res.StatusCode, string(b)
+	}
+	dial := func(local string) net.Conn {
+		d := net.Dialer{LocalAddr: &net.TCPAddr{IP: net.ParseIP(local)}}
+		c, err := d.DialContext(ctx, "tcp", s.d.Addr())
+		require.NoError(t, err)
+		t.Cleanup(func() { _ = c.Close() })
+		return c
+	}
+
+	t.Run("Idle", func(t *testing.T) {
+		var idle []net.Conn
+		for i := range 20 {
+			// From two addresses: neither reaches its own limit.
+			c := dial([]string{"127.0.0.1", "127.0.0.2"}[i%2])
+			_, err := io.WriteString(c, "GET /health HTTP/1.1\r\nHost: 127.0.0.1\r\n\r\n")
+			require.NoError(t, err)
+			require.Equal(t, http.StatusOK, statusWithin(t, c, 20*time.Second))
+			idle = append(idle, c)
+		}
+		code, body := health()
+		require.Equal(t, http.StatusOK, code, body)
+		for _, c := range idle {
+			_ = c.Close()
+		}
+	})
+
+	busy := func(local string) net.Conn {
+		c := dial(local)
+		_, err := io.WriteString(c, "POST /v1/queue.stats HTTP/1.1\r\nHost: 127.0.0.1\r\nContent-Type: application/json\r\n"+
+			"Content-Length: 100\r\n\r\n{")
+		require.NoError(t, err)
+		return c
+	}
+
+	t.Run("PerAddress", func(t *testing.T) {
+		var mine []net.Conn
+		for range 15 {
+			mine = append(mine, busy("127.0.0.2"))
+		}
+		eventually(t, func() bool {
+			c := dial("127.0.0.2")
+			_, _ = io.WriteString(c, "GET /health HTTP/1.1\r\nHost: 127.0.0.1\r\n\r\n")
+			return statusWithin(t, c, 20*time.Second) == http.StatusServiceUnavailable
+		}, "a 16th connection from one address is refused while its 15 are busy")
+		code, body := health() // from 127.0.0.1
+		require.Equal(t, http.StatusOK, code, "another address is served: %s", body)
+		for _, c := range mine {
+			_ = c.Close()
+		}
+	})
+
+	t.Run("AllBusy", func(t *testing.T) {
+		var all []net.Conn
+		for i := range 20 {
+			all = append(all, busy([]string{"127.0.0.1", "127.0.0.2"}[i%2]))
+		}
+		var body string
+		eventually(t, func() bool {
+			var code int
+			code, body = health()
+			return code == http.StatusServiceUnavailable
+		}, "a new connection is refused 503 while every connection is busy")
+		require.Contains(t, body, "--max-connections")
+		_ = all[0].Close()
+		eventually(t, func() bool { code, _ := health(); return code == http.StatusOK }, "a connection closed makes room")
+	})
+}
