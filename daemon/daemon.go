@@ -125,6 +125,13 @@ type Config struct {
 	// raise it behind a proxy, through which every client shares one
 	// address. Validate allows 1 to MaxConnections.
 	MaxConnectionsPerAddress int
+	// MaxDeduplicationIDs bounds the deduplication ids a queue holds within
+	// their window on the memory and Pebble backends, which keep them in
+	// memory (embedded.Config.MaxDeduplicationIDs): a produce that would
+	// hold more is refused (454) and stores nothing. 0 means the default,
+	// 100,000 (embedded.DefaultMaxDeduplicationIDs); -1 disables the limit.
+	// PostgreSQL keeps its ids in its table, not in memory, and ignores it.
+	MaxDeduplicationIDs int
 	// ShutdownTimeout bounds how long Close waits for in-flight requests,
 	// redrive tasks and the queues to finish, and, separately, for the
 	// storage to close (flush): Close returns within twice ShutdownTimeout
@@ -272,6 +279,9 @@ func (c *Config) Validate() error {
 	}
 	if c.MaxConnectionsPerAddress < 1 || c.MaxConnectionsPerAddress > c.MaxConnections {
 		return fmt.Errorf("max_connections_per_address: %d is out of range 1 to %d (max_connections)", c.MaxConnectionsPerAddress, c.MaxConnections)
+	}
+	if c.MaxDeduplicationIDs < -1 {
+		return fmt.Errorf("max_deduplication_ids: %d; want a number of ids, 0 for the default (100000) or -1 for no limit", c.MaxDeduplicationIDs)
 	}
 	if c.ShutdownTimeout < 0 {
 		return fmt.Errorf("shutdown_timeout: %s is negative", c.ShutdownTimeout)
@@ -580,7 +590,7 @@ func (d *Daemon) start(ctx context.Context) (*Daemon, error) {
 		d.ownsStore = true
 	}
 	m, err := embedded.NewManager(ctx, embedded.Config{Store: d.store, Clock: cfg.Clock, Log: cfg.Log, Metrics: d.Metrics,
-		ConsumeBeforeSync: cfg.ConsumeBeforeSync})
+		ConsumeBeforeSync: cfg.ConsumeBeforeSync, MaxDeduplicationIDs: cfg.MaxDeduplicationIDs})
 	if err != nil {
 		d.closeStore()
 		return nil, err

@@ -70,6 +70,13 @@ type QueueSample struct {
 	Scheduled int
 	// OldestAge is the age of the queue's oldest item; 0 when empty.
 	OldestAge time.Duration
+	// DeduplicationIDs is the number of deduplication ids the queue holds
+	// in memory (ended windows not yet forgotten included), exported as
+	// styx_queue_deduplication_ids when InMemoryDeduplication is set: on
+	// the memory and Pebble backends, not on PostgreSQL, which keeps its
+	// ids in its table.
+	DeduplicationIDs      int
+	InMemoryDeduplication bool
 }
 
 var (
@@ -78,6 +85,9 @@ var (
 		[]string{"queue", "state"}, nil)
 	oldestAgeDesc = prometheus.NewDesc("styx_queue_oldest_item_age_seconds",
 		"Age of the oldest item in a queue, in seconds; 0 when the queue is empty.",
+		[]string{"queue"}, nil)
+	dedupIDsDesc = prometheus.NewDesc("styx_queue_deduplication_ids",
+		"Deduplication ids a queue holds in memory, within their window or ended and not yet forgotten (memory and Pebble backends; bounded per queue, by default to 100,000).",
 		[]string{"queue"}, nil)
 )
 
@@ -89,6 +99,7 @@ type queueCollector struct {
 func (c queueCollector) Describe(ch chan<- *prometheus.Desc) {
 	ch <- queueItemsDesc
 	ch <- oldestAgeDesc
+	ch <- dedupIDsDesc
 }
 
 func (c queueCollector) Collect(ch chan<- prometheus.Metric) {
@@ -97,6 +108,9 @@ func (c queueCollector) Collect(ch chan<- prometheus.Metric) {
 		ch <- prometheus.MustNewConstMetric(queueItemsDesc, prometheus.GaugeValue, float64(s.Leased), s.Queue, "leased")
 		ch <- prometheus.MustNewConstMetric(queueItemsDesc, prometheus.GaugeValue, float64(s.Scheduled), s.Queue, "scheduled")
 		ch <- prometheus.MustNewConstMetric(oldestAgeDesc, prometheus.GaugeValue, s.OldestAge.Seconds(), s.Queue)
+		if s.InMemoryDeduplication {
+			ch <- prometheus.MustNewConstMetric(dedupIDsDesc, prometheus.GaugeValue, float64(s.DeduplicationIDs), s.Queue)
+		}
 	}
 }
 
@@ -190,8 +204,9 @@ func (m *Metrics) RegisterAdmission(inflight func() (bytes int64, holders int), 
 	return refused
 }
 
-// RegisterQueueSampler registers the gauges styx_queue_items and
-// styx_queue_oldest_item_age_seconds, read from sample at each scrape.
+// RegisterQueueSampler registers the gauges styx_queue_items,
+// styx_queue_oldest_item_age_seconds and styx_queue_deduplication_ids,
+// read from sample at each scrape.
 // Call it once.
 func (m *Metrics) RegisterQueueSampler(sample func() []QueueSample) {
 	m.Registry.MustRegister(queueCollector{sample: sample})

@@ -2,6 +2,7 @@ package service_test
 
 import (
 	"fmt"
+	"net/http"
 	"slices"
 	"strings"
 	"sync"
@@ -11,6 +12,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	styx "github.com/styxq/styx"
+	"github.com/styxq/styx/daemon"
 	"github.com/styxq/styx/internal/queue"
 	pb "github.com/styxq/styx/styxpb"
 )
@@ -196,4 +198,73 @@ func TestClusterDeduplication(t *testing.T) {
 	for id, n := range stored {
 		require.Equal(t, 1, n, "id%s stored once", id)
 	}
+}
+
+// TestDeduplicationLimit: on the embedded backends (memory, Pebble) a queue
+// holds at most daemon.Config.MaxDeduplicationIDs deduplication ids within
+// their window; a produce that would hold more is refused whole (454, naming
+// the queue, the limit and when the oldest window ends) and stores nothing,
+// across partitions; ids held still deduplicate, items without an id and
+// other queues are not limited, a restart keeps the count, and ended windows
+// make room; styx_queue_deduplication_ids gives the ids held. PostgreSQL
+// keeps its ids in its table, not in memory, and has no limit nor gauge.
+func TestDeduplicationLimit(t *testing.T) {
+	forEachBackend(t, func(t *testing.T, b backend) {
+		s := startFakeWith(t, b, func(c *daemon.Config) { c.MaxDeduplicationIDs = 3 })
+		s.createQueue(&pb.QueueInfo{QueueName: "dd", LeaseTimeout: "1m", RequestedPartitions: 2, DeduplicationWindow: "1m"})
+		s.createQueue(&pb.QueueInfo{QueueName: "other", LeaseTimeout: "1m"})
+		firstEnds := s.now().Add(time.Minute)
+
+		s.produceDedup("dd", "a", "a", "b", "b")
+		s.advance(time.Second)
+		// Two new ids where one fits, in items of groups spread over both
+		// partitions: nothing of the request is stored.
+		req := dedupRequest("dd", "a-again", "a", "c", "c", "d", "d", "no-id", "")
+		for i, it := range req.Items {
+			it.Group = fmt.Sprint("g", i)
+		}
+		err := s.C.QueueProduce(ctx, req)
+		if b.postgres() {
+			require.NoError(t, err, "postgres keeps its ids in its table: no limit")
+			require.Equal(t, []string{"a", "b", "c", "d", "no-id"}, s.payloads("dd"))
+			_, _, body := s.raw(http.MethodGet, "/metrics", "", "", nil)
+			require.NotContains(t, string(body), "styx_queue_deduplication_ids{", "not in memory: no gauge")
+			return
+		}
+		requireCode(t, err, styx.CodeRetry, "queue 'dd'", "3 deduplication ids", "the server's limit",
+			"the oldest window ends by "+ceilSecond(firstEnds))
+		require.Equal(t, []string{"a", "b"}, s.payloads("dd"), "a refused produce stores nothing")
+
+		s.produceDedup("dd", "c", "c", "no-id", "")
+		require.Equal(t, []string{"a", "b", "c", "no-id"}, s.payloads("dd"), "up to the limit")
+		s.produceDedup("dd", "a-again", "a", "c-again", "c", "no-id-2", "")
+		require.Equal(t, []string{"a", "b", "c", "no-id", "no-id-2"}, s.payloads("dd"),
+			"at the limit, ids held still deduplicate and items without an id are stored")
+		s.produceDedup("other", "x", "x")
+		require.Equal(t, []string{"x"}, s.payloads("other"), "the limit is per queue")
+		code, _, body := s.raw(http.MethodGet, "/metrics", "", "", nil)
+		require.Equal(t, http.StatusOK, code)
+		require.Contains(t, string(body), `styx_queue_deduplication_ids{queue="dd"} 3`)
+		require.Contains(t, string(body), `styx_queue_deduplication_ids{queue="other"} 1`)
+
+		s.restart()
+		requireCode(t, s.C.QueueProduce(ctx, dedupRequest("dd", "e", "e")), styx.CodeRetry, "the server's limit")
+		s.produceDedup("dd", "b-again", "b")
+		require.Equal(t, []string{"a", "b", "c", "no-id", "no-id-2"}, s.payloads("dd"), "the ids held survive a restart")
+
+		s.advance(time.Minute - time.Second) // a's and b's windows end; c's ends in a second
+		s.produceDedup("dd", "e", "e", "f", "f")
+		requireCode(t, s.C.QueueProduce(ctx, dedupRequest("dd", "a-new-window", "a")), styx.CodeRetry,
+			"the oldest window ends by "+ceilSecond(firstEnds.Add(time.Second)))
+		s.advance(time.Second)
+		s.produceDedup("dd", "a-new-window", "a")
+		require.Equal(t, []string{"a", "a-new-window", "b", "c", "e", "f", "no-id", "no-id-2"}, s.payloads("dd"),
+			"ended windows make room")
+	})
+}
+
+// ceilSecond formats t rounded up to the second, as the deduplication
+// limit's message does.
+func ceilSecond(t time.Time) string {
+	return t.Add(time.Second - 1).Truncate(time.Second).UTC().Format(time.RFC3339)
 }

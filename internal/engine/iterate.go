@@ -160,6 +160,17 @@ type Deduplicator interface {
 	Claim(ids []string) error
 }
 
+// DeduplicationLimiter is implemented by a Tx that bounds the deduplication
+// ids a queue holds (the embedded backends, which keep them in memory). The
+// engine calls AdmitDeduplication once per produce, with all its items,
+// before any of them is stored (Produce), so that a produce it refuses
+// stores nothing. It returns the apierr error of queue.DeduplicationLimitError
+// when the produce's new ids do not fit; it may forget ids whose window
+// ended to make room.
+type DeduplicationLimiter interface {
+	AdmitDeduplication(items []queue.ProduceItem) error
+}
+
 // ReplyMode says when a reply may leave.
 type ReplyMode uint8
 
@@ -630,6 +641,11 @@ func (e *Engine) handle(it *pass, r *Request) (ReplyMode, error) {
 		n, err := e.produceTo(it)
 		if err != nil {
 			return 0, err
+		}
+		if d, ok := it.tx.(DeduplicationLimiter); ok {
+			if err := d.AdmitDeduplication(op.items); err != nil {
+				return 0, err
+			}
 		}
 		expire := queue.ExpireDeadline(it.info, it.now)
 		for _, part := range splitByGroup(op.items, func(pi *queue.ProduceItem) string { return pi.Group }, n, it.info.Partitions) {

@@ -1,6 +1,7 @@
 package queue
 
 import (
+	"errors"
 	"time"
 
 	"github.com/styxq/styx/internal/apierr"
@@ -26,6 +27,25 @@ const (
 	MinDeduplicationWindow = time.Second
 	MaxDeduplicationWindow = 24 * time.Hour
 )
+
+// ErrDeduplicationLimit is the sentinel of a produce refused because its
+// queue holds as many deduplication ids within their window as the server
+// allows (DeduplicationLimitError).
+var ErrDeduplicationLimit = errors.New("deduplication id limit")
+
+// DeduplicationLimitError returns the apierr.Retry error (454) of a produce
+// refused because queue name holds limit deduplication ids within their
+// window (the embedded backends' limit, daemon.Config.MaxDeduplicationIDs)
+// and the produce carries ids it does not hold: nothing of it was stored.
+// soonest (Unix ns) is when the oldest window ends, making room; the
+// message gives it rounded up to the second.
+func DeduplicationLimitError(name string, limit int, soonest int64) error {
+	return apierr.Wrap(ErrDeduplicationLimit, apierr.Retry,
+		"too many deduplication ids; queue '%s' holds %d deduplication ids within their window, the server's limit: "+
+			"the produce's new ids are refused and nothing of it is stored; "+
+			"the oldest window ends by %s, retry then", name, limit,
+		time.Unix(0, soonest).Add(time.Second-1).Truncate(time.Second).UTC().Format(time.RFC3339))
+}
 
 // MaxDeduplicationID is the longest deduplication id, in bytes (SQS's).
 const MaxDeduplicationID = 128

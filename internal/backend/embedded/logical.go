@@ -51,6 +51,12 @@ type Config struct {
 	// stored by a batch already durable. Off by default; it changes
 	// nothing on a store that writes synchronously (memory, sync off).
 	ConsumeBeforeSync bool
+	// MaxDeduplicationIDs bounds the deduplication ids each queue holds in
+	// memory within their window: a produce whose new ids would take them
+	// over it is refused (queue.DeduplicationLimitError, 454) and stores
+	// nothing (dedup.go). 0 means DefaultMaxDeduplicationIDs (100,000); -1
+	// means no limit.
+	MaxDeduplicationIDs int
 }
 
 // Logical is the logical queue: the engine.Backend of one queue on memory
@@ -762,7 +768,7 @@ func (l *Logical) Gauges(ctx context.Context) (metrics.QueueSample, error) {
 }
 
 func (l *Logical) gauges(now int64) metrics.QueueSample {
-	s := metrics.QueueSample{Queue: l.name}
+	s := metrics.QueueSample{Queue: l.name, DeduplicationIDs: l.dedup.held(), InMemoryDeduplication: true}
 	var oldest int64
 	for _, p := range l.parts {
 		s.Ready += p.nReady
