@@ -191,7 +191,9 @@ type Task struct {
 	// run, the items a redrive would skip.
 	SkipReasons map[string]int64 `json:"skip_reasons,omitempty"`
 	// Warning, on a completed task that left items behind (skipped or
-	// failed), says how many and why.
+	// failed), says how many and why; on a task whose end could not be
+	// stored yet (see Runner.finish), that it shows its former status until
+	// it is.
 	Warning string `json:"warning,omitempty"`
 	// ErrorPattern is the pattern of the error group Filter.Fingerprint
 	// names, when the task started ("" without one).
@@ -318,7 +320,12 @@ type Runner struct {
 	// starting serializes Starts on one dead-letter queue (by name), so
 	// that each checks its items against the tasks started before it.
 	starting map[string]*sync.Mutex
-	lastID   uint64
+	// ending holds the tasks whose end is being stored (finish), by task
+	// id: they show their status until it is stored, and Pause, Resume
+	// and Update refuse them (a change stored now could land after the
+	// end).
+	ending map[string]bool
+	lastID uint64
 }
 
 // New loads the persisted tasks and resumes the running ones (on a shared
@@ -326,7 +333,8 @@ type Runner struct {
 func New(ctx context.Context, cfg Config) (*Runner, error) {
 	rctx, stop := context.WithCancel(context.Background())
 	r := &Runner{cfg: cfg, ctx: rctx, stop: stop, tasks: map[string]*Task{}, running: map[string]context.CancelFunc{},
-		pokes: map[string]chan struct{}{}, inflight: map[string]string{}, starting: map[string]*sync.Mutex{}}
+		pokes: map[string]chan struct{}{}, inflight: map[string]string{}, starting: map[string]*sync.Mutex{},
+		ending: map[string]bool{}}
 	r.claimer, _ = cfg.Store.(store.TaskClaimer)
 	if r.claimer != nil {
 		r.checker, _ = cfg.Store.(store.ClaimChecker)
@@ -469,7 +477,10 @@ func (r *Runner) adopt(ctx context.Context) error {
 			}
 		}
 		if t.Status == StatusCancelling {
-			r.finish(t, StatusCancelled, "", release)
+			r.mu.Lock()
+			r.running[t.ID] = func() {}
+			r.mu.Unlock()
+			r.finishSoon(t, StatusCancelled, "", release)
 			continue
 		}
 		if t.Status == StatusPaused {
@@ -718,7 +729,7 @@ func (r *Runner) Start(ctx context.Context, p StartParams) (Task, error) {
 	switch t.Status {
 	case StatusCancelling: // cancelled while it counted
 		r.mu.Unlock()
-		r.finish(t, StatusCancelled, "", release)
+		r.finishSoon(t, StatusCancelled, "", release)
 		return r.Get(ctx, t.ID)
 	case StatusPausing: // paused while it counted
 		t.Status = StatusPaused
@@ -1011,11 +1022,20 @@ func (r *Runner) Cancel(ctx context.Context, id string) (Task, error) {
 	if t.Status == StatusPaused {
 		r.mu.Unlock()
 		return r.whilePaused(ctx, id, func(t *Task, release func()) (bool, error) {
-			r.finish(t, StatusCancelled, "", release)
+			if err := r.end(t, StatusCancelled, "", release); err != nil {
+				release() // the task stays paused, as it is stored
+				return false, err
+			}
 			return true, nil
 		})
 	}
 	cancel, mine := r.running[id]
+	if r.ending[id] {
+		// Its end is being stored: it ends as it is.
+		c := t.clone()
+		r.mu.Unlock()
+		return c, nil
+	}
 	if t.Status == StatusRunning || t.Status == StatusPausing {
 		t.Status = StatusCancelling
 		if mine {
@@ -1067,6 +1087,12 @@ func (r *Runner) requests(ctx context.Context, id string) requests {
 // status.
 var ErrTaskEnded = errors.New("redrive task has ended")
 
+// endingConflict is the answer to Pause, Resume or Update of task id
+// whose end is being stored (see finish).
+func endingConflict(id, what string) error {
+	return apierr.Wrap(ErrTaskEnded, apierr.Conflict, "cannot %s redrive task '%s'; it is ending (its end is being stored); retry", what, id)
+}
+
 // endedConflict is the answer to Pause, Resume or Update of task t that
 // has ended or is ending.
 func endedConflict(t *Task, what string) error {
@@ -1092,6 +1118,10 @@ func (r *Runner) Pause(ctx context.Context, id string) (Task, error) {
 		return Task{}, apierr.New(apierr.NotFound, "redrive task does not exist; '%s'", id)
 	}
 	_, mine := r.running[id]
+	if r.ending[id] {
+		r.mu.Unlock()
+		return Task{}, endingConflict(id, "pause")
+	}
 	switch t.Status {
 	case StatusPaused, StatusPausing:
 		c := t.clone()
@@ -1129,6 +1159,10 @@ func (r *Runner) Resume(ctx context.Context, id string) (Task, error) {
 		return Task{}, apierr.New(apierr.NotFound, "redrive task does not exist; '%s'", id)
 	}
 	_, mine := r.running[id]
+	if r.ending[id] {
+		r.mu.Unlock()
+		return Task{}, endingConflict(id, "resume")
+	}
 	switch {
 	case t.Status == StatusRunning:
 		c := t.clone()
@@ -1195,6 +1229,10 @@ func (r *Runner) Update(ctx context.Context, id string, rateLimit int32) (Task, 
 		return Task{}, apierr.New(apierr.NotFound, "redrive task does not exist; '%s'", id)
 	}
 	_, mine := r.running[id]
+	if r.ending[id] {
+		r.mu.Unlock()
+		return Task{}, endingConflict(id, "update")
+	}
 	switch {
 	case t.Status == StatusPaused:
 		r.mu.Unlock()
@@ -1364,21 +1402,95 @@ func (r *Runner) launch(t *Task, release func()) {
 	})
 }
 
-// finish records the end of a task, releases its claim and prunes old
-// finished tasks. The order matters: the end is stored before the claim is
-// released (a server that claims the queue next must not resume the task),
-// and shown here only after (whoever sees the task ended may start the next
-// one on its queue at once, and must not be refused by a claim still held).
+// finish records the end of task t (end), running as its goroutine. The
+// end is stored before it is shown, so the task is never shown ended while
+// its stored record says it runs (issue 48: a task shown failed whose
+// record stayed running was resumed at the next start, beside a new
+// redrive of the same items). While the store refuses the end (a full
+// disk, a database that is away), finish tries again after a back-off
+// doubling from minRetryWait up to maxRetryWait, for as long as it takes;
+// meanwhile the task shows the status it had (running, or cancelling) with
+// Warning saying why, keeps its claim, and Start refuses a task over its
+// items (apierr.Conflict, naming it). finish gives up, storing nothing,
+// when the runner closes (the task resumes at the next start, as it is
+// stored and shown) or, on a shared store, when the task's claim is lost
+// (whoever claims it next resumes it from its stored progress).
 func (r *Runner) finish(t *Task, status, reason string, release func()) {
+	r.mu.Lock()
+	r.ending[t.ID] = true
+	r.mu.Unlock()
+	defer func() {
+		r.mu.Lock()
+		delete(r.ending, t.ID)
+		r.mu.Unlock()
+	}()
+	var wait time.Duration
+	for tries := 1; ; tries++ {
+		err := r.end(t, status, reason, release)
+		if err == nil {
+			if tries > 1 {
+				r.cfg.Log.Info("redrive: the task's end is stored", "task", t.ID, "status", status, "tries", tries)
+			}
+			return
+		}
+		if tries == 1 {
+			r.cfg.Log.Error("redrive: persist finished task; it shows its status until its end is stored, tried again",
+				"task", t.ID, "status", status, "error", err)
+		}
+		r.mu.Lock()
+		t.Warning = fmt.Sprintf("the task ended %s, but its end could not be stored yet (%v); it is tried again", status, err)
+		r.mu.Unlock()
+		wait = min(max(2*wait, minRetryWait), maxRetryWait)
+		timer := time.NewTimer(wait)
+		select {
+		case <-r.ctx.Done():
+			timer.Stop()
+			release() // resumes at the next start, as stored and shown
+			return
+		case <-timer.C:
+		}
+		if !r.claimHeld(context.Background(), t) {
+			release()
+			r.mu.Lock()
+			t.Warning = ""
+			delete(r.running, t.ID)
+			delete(r.pokes, t.ID)
+			r.mu.Unlock()
+			r.cfg.Log.Warn("redrive: the task's claim was lost while its end was stored; it resumes on the server that claims it next",
+				"task", t.ID, "dead_queue", t.Queue)
+			return
+		}
+	}
+}
+
+// finishSoon ends task t (in running, not yet run or stopped) now if its
+// end can be stored, else hands it to a goroutine that keeps trying
+// (finish).
+func (r *Runner) finishSoon(t *Task, status, reason string, release func()) {
+	if r.end(t, status, reason, release) == nil {
+		return
+	}
+	r.wg.Go(func() { r.finish(t, status, reason, release) })
+}
+
+// end stores the end of task t, releases its claim, shows the end and
+// prunes old finished tasks. The order matters: the end is stored before
+// the claim is released (a server that claims the queue next must not
+// resume the task), and shown here only after (whoever sees the task ended
+// may start the next one on its queue at once, and must not be refused by
+// a claim still held). When the end cannot be stored, end returns the
+// store's error (store.Unavailable) and changes nothing: t is shown, and
+// its claim held, as before.
+func (r *Runner) end(t *Task, status, reason string, release func()) error {
 	r.mu.Lock()
 	ended := t.clone()
 	r.mu.Unlock()
-	ended.Status, ended.FailureReason, ended.FinishedAt = status, reason, r.cfg.Clock.Now().UTC()
+	ended.Status, ended.FailureReason, ended.FinishedAt, ended.Warning = status, reason, r.cfg.Clock.Now().UTC(), ""
 	if status == StatusCompleted {
 		ended.Warning = warning(&ended)
 	}
 	if err := r.persist(&ended); err != nil {
-		r.cfg.Log.Error("redrive: persist finished task", "task", t.ID, "error", err)
+		return err
 	}
 	release()
 
@@ -1410,6 +1522,7 @@ func (r *Runner) finish(t *Task, status, reason string, release func()) {
 	}
 	r.cfg.Log.Info("redrive: task finished", "task", t.ID, "dead_queue", t.Queue, "status", status,
 		"matched", t.Matched, "moved", t.Moved, "failed", t.Failed, "skipped", t.Skipped, "reason", reason)
+	return nil
 }
 
 // persist writes the task.

@@ -37,8 +37,9 @@ import (
 //     completes after the fault; reads go on.
 //   - The monitor goroutine then reopens the database read-only from the
 //     disk (Pebble's crash recovery) and, once the free space is at least
-//     the watermark again and the disk works, read-write: writes resume
-//     without a restart. Generation counts the reopenings; each queue
+//     the watermark again and the disk works (a synced write of the format
+//     marker through the new handle proves it: see openDB), read-write:
+//     writes resume without a restart. Generation counts the reopenings; each queue
 //     reloads its state from the store when it changes.
 //   - The free-space watermark (Config.MinFreeBytes) refuses the calls that
 //     add items before the disk is full, so a flush and a restart always
@@ -428,8 +429,8 @@ const openTimeout = 30 * time.Second
 // errOpenStuck: Open did not return within openTimeout.
 var errOpenStuck = errors.New("reopening the database did not finish within 30s (its flush keeps failing); restart the server once there is room")
 
-// openWithin is openDB giving up after timeout (errOpenStuck); a handle the
-// abandoned Open returns later is closed.
+// openWithin is openDB (a read-write open probed) giving up after timeout
+// (errOpenStuck); a handle the abandoned Open returns later is closed.
 func (s *Store) openWithin(readOnly bool, timeout time.Duration) (*pebbledb.DB, error, error) {
 	type opened struct {
 		db           *pebbledb.DB
@@ -437,7 +438,7 @@ func (s *Store) openWithin(readOnly bool, timeout time.Duration) (*pebbledb.DB, 
 	}
 	done := make(chan opened, 1)
 	go func() {
-		db, failure, err := s.openDB(readOnly)
+		db, failure, err := s.openDB(readOnly, !readOnly)
 		done <- opened{db, failure, err}
 	}()
 	select {

@@ -337,7 +337,7 @@ func Open(cfg Config) (*Store, error) {
 	// starting: it starts, serves reads and says why it refuses writes).
 	_, space := s.space()
 	readOnly := space != nil || !s.roomToReopen()
-	db, failure, err := s.openDB(readOnly)
+	db, failure, err := s.openDB(readOnly, false)
 	if failure != nil && !readOnly {
 		// The disk failed while the database opened (a directory sync, the
 		// new log: ADR 0022): this handle must not be written through.
@@ -348,7 +348,7 @@ func Open(cfg Config) (*Store, error) {
 		}
 		s.log.Warn("storage: the disk failed while opening the database; opening it read-only", "error", failure)
 		readOnly = true
-		db, _, err = s.openDB(true)
+		db, _, err = s.openDB(true, false)
 		switch {
 		case errors.Is(err, pebbledb.ErrDBDoesNotExist):
 			cache.Unref()
@@ -385,7 +385,14 @@ func Open(cfg Config) (*Store, error) {
 // failing write, sync or creation; failure is that failure, if one came
 // (the store is then faulted, and the handle must not be written
 // through). A panic inside Pebble's Open is returned as an error.
-func (s *Store) openDB(readOnly bool) (db *pebbledb.DB, failure, err error) {
+//
+// With probe, a read-write open then rewrites the format marker with its
+// own value, synced: Pebble's Open may write and sync no log at all, so a
+// disk whose log syncs fail (and go on failing) opens without a failure,
+// and only the probe's sync shows it (issue 48: a reopen that cleared an
+// ongoing fault made /health answer 200 until the next write failed). A
+// store without a marker (a new one, before load writes it) is not probed.
+func (s *Store) openDB(readOnly, probe bool) (db *pebbledb.DB, failure, err error) {
 	z := newFreeze(s.setFault)
 	opts := s.opts
 	opts.ReadOnly = readOnly
@@ -397,10 +404,24 @@ func (s *Store) openDB(readOnly bool) (db *pebbledb.DB, failure, err error) {
 		if v := recover(); v != nil {
 			db, err = nil, fmt.Errorf("panic in pebble while opening: %v", v)
 		}
-		failure = z.failure()
+		if f := z.failure(); f != nil {
+			failure = f
+		}
 	}()
 	db, err = pebbledb.Open(s.dir, &opts)
-	return db, nil, err
+	if err != nil || readOnly || !probe || z.isFrozen() {
+		return db, nil, err
+	}
+	v, closer, gerr := db.Get(formatKey)
+	if gerr != nil {
+		return db, nil, nil // no marker, or it cannot be read: nothing to rewrite
+	}
+	v = append([]byte(nil), v...)
+	_ = closer.Close()
+	if serr := db.Set(formatKey, v, pebbledb.Sync); serr != nil {
+		return db, fmt.Errorf("probe write: %w", serr), nil
+	}
+	return db, nil, nil
 }
 
 // load checks the format marker, writing it in a new database, reads the
