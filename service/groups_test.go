@@ -39,6 +39,34 @@ type groupLoad struct {
 	abandoned, leases  atomic.Int64
 }
 
+// groupStall is how long a group load goes with no item leased or
+// completed before its consumers give up (a deadlock, a group held for
+// ever): no healthy run, however loaded the machine, goes a minute without
+// a lease.
+const groupStall = time.Minute
+
+// progressWatch tells a loop that has made no progress for a while: the
+// stall it measures ends whenever the progress count it is given changes.
+// Safe for concurrent use.
+type progressWatch struct {
+	mu   sync.Mutex
+	last int64
+	at   time.Time
+}
+
+// stalled reports whether moved (a count that grows with progress) has not
+// changed for stall.
+func (p *progressWatch) stalled(moved int64, stall time.Duration) bool {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	now := time.Now()
+	if p.at.IsZero() || moved != p.last {
+		p.last, p.at = moved, now
+		return false
+	}
+	return now.Sub(p.at) >= stall
+}
+
 // groupItem names item i of group g in its payload.
 func groupItem(g, i int) string { return fmt.Sprintf("g%d-%d", g, i) }
 
@@ -70,11 +98,14 @@ func (l *groupLoad) run(t *testing.T) {
 			}
 		}
 	})
-	deadline := time.Now().Add(2 * time.Minute)
+	// Bounded by progress, not by the clock (issue 48): the consumers stop
+	// when no item was leased or completed for groupStall; a loaded
+	// machine only makes the run longer.
+	var watch progressWatch
 	for c := range l.consumers {
 		node := l.nodes[c%len(l.nodes)]
 		wg.Go(func() {
-			for l.completed.Load() < total && time.Now().Before(deadline) {
+			for l.completed.Load() < total && !watch.stalled(l.completed.Load()+l.leases.Load(), groupStall) {
 				res, err := node.C.QueueLease(ctx, &pb.QueueLeaseRequest{QueueName: l.queue, BatchSize: int32(1 + rand.IntN(5)),
 					ClientId: fmt.Sprint("c", c), RequestTimeout: "300ms"})
 				got := time.Now()
@@ -90,7 +121,7 @@ func (l *groupLoad) run(t *testing.T) {
 		})
 	}
 	wg.Wait()
-	require.Equal(t, total, l.completed.Load(), "every item completed in time")
+	require.Equal(t, total, l.completed.Load(), "every item completed before the run stalled (%s with no lease or complete)", groupStall)
 	t.Logf("%d items in %d groups, %d consumers on %d nodes: %d leases, %d retried, %d abandoned to expire",
 		total, l.groups, l.consumers, len(l.nodes), l.leases.Load(), l.retried.Load(), l.abandoned.Load())
 	require.Empty(t, l.history.Check(true, 10))

@@ -97,9 +97,16 @@ func TestGroupsTwoNodesOrdered(t *testing.T) {
 	}
 }
 
+// groupStall is how long runGroupRace waits with no item leased or
+// completed before it fails the run as stalled (a deadlock, a group held
+// for ever). The run is bounded by its progress, not by the clock: on a
+// loaded machine (a CI runner, make test beside other packages) a round
+// takes minutes, but no healthy one goes a minute without a lease.
+const groupStall = time.Minute
+
 func runGroupRace(t *testing.T, nodes []*postgres.Manager, name string, groups, perGroup int) {
-	ctx, cancel := context.WithTimeout(t.Context(), 2*time.Minute)
-	defer cancel()
+	ctx, cancel := context.WithCancelCause(t.Context())
+	defer cancel(nil)
 	require.NoError(t, nodes[0].Create(ctx, queue.QueueInfo{Name: name, LeaseTimeout: 5 * time.Minute, ExpireTimeout: time.Hour,
 		Partitions: 2, Ordered: true}))
 	qs := make([]queue.Queue, len(nodes))
@@ -133,10 +140,13 @@ func runGroupRace(t *testing.T, nodes []*postgres.Manager, name string, groups, 
 				who := fmt.Sprintf("n%d-c%d", n, c)
 				rng := rand.New(rand.NewPCG(uint64(n), uint64(c)))
 				for l.done.Load() < total && ctx.Err() == nil {
-					lctx, lcancel := context.WithTimeout(ctx, 300*time.Millisecond)
-					res, err := qs[n].Lease(lctx, queue.LeaseParams{BatchSize: 1 + rng.IntN(6), ClientID: who, Timeout: time.Minute})
-					lcancel()
-					if errors.Is(err, context.DeadlineExceeded) {
+					// The wait is the lease's own request timeout, which the
+					// queue's loop ends (ErrNoItems), never the client's
+					// context: a lease abandoned by its context after the loop
+					// leased items leaves them leased to nobody until their
+					// lease_timeout (5 minutes here), which stalled loaded runs.
+					res, err := qs[n].Lease(ctx, queue.LeaseParams{BatchSize: 1 + rng.IntN(6), ClientID: who, Timeout: 300 * time.Millisecond})
+					if errors.Is(err, queue.ErrNoItems) {
 						continue
 					}
 					if err != nil {
@@ -181,7 +191,38 @@ func runGroupRace(t *testing.T, nodes []*postgres.Manager, name string, groups, 
 			})
 		}
 	}
+	// The watchdog: cancels the run when no item moved for groupStall.
+	watched := make(chan struct{})
+	stop := make(chan struct{})
+	go func() {
+		defer close(watched)
+		tick := time.NewTicker(time.Second)
+		defer tick.Stop()
+		last, at := int64(-1), time.Now()
+		for {
+			select {
+			case <-stop:
+				return
+			case <-ctx.Done():
+				return
+			case now := <-tick.C:
+				moved := l.done.Load() + l.leases.Load()
+				if moved != last {
+					last, at = moved, now
+					continue
+				}
+				if now.Sub(at) >= groupStall {
+					cancel(fmt.Errorf("stalled: no item leased or completed for %s (%d of %d completed, %d leases)",
+						groupStall, l.done.Load(), total, l.leases.Load()))
+					return
+				}
+			}
+		}
+	}()
 	wg.Wait()
+	close(stop)
+	<-watched
+	require.NoError(t, context.Cause(ctx))
 	require.Empty(t, l.broken)
 	require.Equal(t, total, l.done.Load(), "every item completed")
 	for g := range groups {
