@@ -66,6 +66,10 @@ type serverSettings struct {
 	// (daemon.Config.MaxConnectionsPerAddress); 0 (the default) is a quarter
 	// of MaxConnections.
 	MaxConnectionsPerAddress int
+	// MaxDeduplicationIDs bounds the deduplication ids a queue holds on the
+	// memory and Pebble backends (daemon.Config.MaxDeduplicationIDs); 0
+	// (the default) is 100,000, -1 no limit.
+	MaxDeduplicationIDs int
 	// MinFreeBytes is the Pebble store's free-space watermark in bytes
 	// (daemon.Config.MinFreeBytes); 0 is the default, -1 disables it.
 	MinFreeBytes int64
@@ -123,6 +127,7 @@ func (s serverSettings) daemonConfig(log *slog.Logger) daemon.Config {
 		MaxInflightBytes:         s.MaxInflightBytes,
 		MaxInflightBytesPerKey:   s.MaxInflightBytesPerKey,
 		MaxConnectionsPerAddress: s.MaxConnectionsPerAddress,
+		MaxDeduplicationIDs:      s.MaxDeduplicationIDs,
 		BodyReadTimeout:          s.BodyReadTimeout,
 		MaxConnections:           s.MaxConnections,
 		MinFreeBytes:             s.MinFreeBytes,
@@ -168,6 +173,7 @@ type fileConfig struct {
 	MaxInflightBytes         *int64         `yaml:"max_inflight_bytes"`
 	MaxInflightBytesPerKey   *int64         `yaml:"max_inflight_bytes_per_key"`
 	MaxConnectionsPerAddress *int           `yaml:"max_connections_per_address"`
+	MaxDeduplicationIDs      *int           `yaml:"max_deduplication_ids"`
 	BodyReadTimeout          *time.Duration `yaml:"body_read_timeout"`
 	MaxConnections           *int           `yaml:"max_connections"`
 	MinFreeBytes             *int64         `yaml:"min_free_bytes"`
@@ -234,6 +240,9 @@ func (fc *fileConfig) values() map[string]string {
 	}
 	if fc.MaxConnectionsPerAddress != nil {
 		out["max_connections_per_address"] = strconv.Itoa(*fc.MaxConnectionsPerAddress)
+	}
+	if fc.MaxDeduplicationIDs != nil {
+		out["max_deduplication_ids"] = strconv.Itoa(*fc.MaxDeduplicationIDs)
 	}
 	if fc.MinFreeBytes != nil {
 		out["min_free_bytes"] = strconv.FormatInt(*fc.MinFreeBytes, 10)
@@ -413,6 +422,14 @@ func serverSettingTable() []serverSetting {
 			s.MaxConnectionsPerAddress = n
 			return nil
 		}},
+		{"max_deduplication_ids", "max-deduplication-ids", "STYX_MAX_DEDUPLICATION_IDS", func(s *serverSettings, v string) error {
+			n, err := strconv.Atoi(v)
+			if err != nil || n < -1 {
+				return fmt.Errorf("%q is not a number of ids such as 100000 (0: the default, -1: no limit)", v)
+			}
+			s.MaxDeduplicationIDs = n
+			return nil
+		}},
 		{"min_free_bytes", "min-free-bytes", "STYX_MIN_FREE_BYTES", func(s *serverSettings, v string) error {
 			n, err := strconv.ParseInt(v, 10, 64)
 			if err != nil || n < -1 {
@@ -514,6 +531,9 @@ func addServerFlags(fs *pflag.FlagSet) {
 		"(env STYX_MAX_CONNECTIONS)")
 	fs.Int("max-connections-per-address", d.MaxConnectionsPerAddress, "most open connections from one client address, its idle ones "+
 		"closed first to make room; 0 is a quarter of --max-connections; raise it behind a proxy (env STYX_MAX_CONNECTIONS_PER_ADDRESS)")
+	fs.Int("max-deduplication-ids", d.MaxDeduplicationIDs, "most deduplication ids one queue holds within their window on the memory "+
+		"and Pebble backends (which keep them in memory); a produce of a new id past it is answered 454 and stores nothing; 0 is "+
+		"100000, -1 no limit; PostgreSQL keeps them in its table and ignores it (env STYX_MAX_DEDUPLICATION_IDS)")
 	fs.Int64("min-free-bytes", 0, "free-space watermark of the data directory, in bytes: below it produces, imports and redrives "+
 		"are refused (453 'disk full') so the store can always flush and restart, and a server started below it starts read-only; "+
 		"0 is twice the memtable size (128 MiB) but at most a quarter of the disk, -1 disables it; Pebble only (env STYX_MIN_FREE_BYTES)")
