@@ -2,11 +2,14 @@ package service_test
 
 import (
 	"bufio"
+	"bytes"
 	"context"
 	"fmt"
 	"io"
 	"net"
 	"net/http"
+	"runtime"
+	"runtime/debug"
 	"strconv"
 	"strings"
 	"sync"
@@ -14,6 +17,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
 	styx "github.com/styxq/styx"
@@ -311,4 +315,86 @@ func TestIdleConnectionsCannotLockOut(t *testing.T) {
 		_ = all[0].Close()
 		eventually(t, func() bool { code, _ := health(); return code == http.StatusOK }, "a connection closed makes room")
 	})
+}
+
+// TestReceiveAnswersBounded: issue 48, point 3. Eight concurrent SQS
+// ReceiveMessage calls with VisibilityTimeout=0 on a queue holding ten
+// 5 MB items produced through /v1 (larger than the queue's
+// MaximumMessageSize: never returned) and ten 1,000,000-byte ones, all of
+// '<' (which JSON used to escape as six bytes): every answer is at most ten
+// times MaximumMessageSize, JSON-encoded, and the server's memory grows by
+// less than its in-flight budget plus a small constant. Before, one answer
+// was 300 MB and eight of them grew RSS by 0.8 GB. The clients stream the
+// answers without holding them.
+func TestReceiveAnswersBounded(t *testing.T) {
+	if testing.Short() {
+		t.Skip("moves hundreds of MB through the server")
+	}
+	const budget = 256 << 20
+	const slack = 160 << 20                // as TestMemoryBudget's: the runtime's, Pebble's memtable, the server's buffers
+	s := startWith(t, backends(t)[1], nil) // pebble: items on disk, not in RSS
+	require.NoError(t, s.C.QueuesCreate(ctx, &pb.QueueInfo{QueueName: "big"}))
+	produce := func(n, size int) {
+		req := &pb.QueueProduceRequest{QueueName: "big", RequestTimeout: "1m"}
+		for range n {
+			req.Items = append(req.Items, &pb.QueueProduceItem{Bytes: bytes.Repeat([]byte("<"), size)})
+		}
+		require.NoError(t, s.C.QueueProduce(ctx, req))
+	}
+	produce(10, 5_000_000)
+	produce(10, 1_000_000)
+	runtime.GC()
+	debug.FreeOSMemory()
+	base := heldMemory()
+	var peak atomic.Int64
+	done, sampled := make(chan struct{}), make(chan struct{})
+	go func() {
+		defer close(sampled)
+		for {
+			if r := heldMemory(); r > peak.Load() {
+				peak.Store(r)
+			}
+			select {
+			case <-done:
+				return
+			case <-time.After(5 * time.Millisecond):
+			}
+		}
+	}()
+	var wg sync.WaitGroup
+	var largest, total atomic.Int64
+	for range 8 {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for range 2 {
+				req, err := http.NewRequestWithContext(ctx, http.MethodPost, s.d.Endpoint()+"/",
+					strings.NewReader(`{"QueueUrl":"http://127.0.0.1/000000000000/big","MaxNumberOfMessages":10,"VisibilityTimeout":0}`))
+				if !assert.NoError(t, err) {
+					return
+				}
+				req.Header.Set("Content-Type", "application/x-amz-json-1.0")
+				req.Header.Set("X-Amz-Target", "AmazonSQS.ReceiveMessage")
+				res, err := http.DefaultClient.Do(req)
+				if !assert.NoError(t, err) {
+					return
+				}
+				n, _ := io.Copy(io.Discard, res.Body)
+				_ = res.Body.Close()
+				assert.Equal(t, http.StatusOK, res.StatusCode)
+				total.Add(n)
+				for m := largest.Load(); n > m && !largest.CompareAndSwap(m, n); m = largest.Load() {
+				}
+			}
+		}()
+	}
+	wg.Wait()
+	close(done)
+	<-sampled
+	growth := peak.Load() - base
+	t.Logf("16 receives answered %d MB in all, the largest %d bytes; memory grew by %d MiB (budget %d MiB)",
+		total.Load()/1e6, largest.Load(), growth>>20, budget>>20)
+	require.Positive(t, total.Load())
+	require.LessOrEqual(t, largest.Load(), int64(10<<20+64<<10), "an answer holds at most 10 x MaximumMessageSize (1 MiB) of messages")
+	require.Less(t, growth, int64(budget+slack), "memory grew past the budget")
 }
