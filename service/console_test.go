@@ -13,8 +13,8 @@ import (
 
 	styx "github.com/styxq/styx"
 	"github.com/styxq/styx/daemon"
+	"github.com/styxq/styx/internal/auth"
 	"github.com/styxq/styx/internal/clock"
-	"github.com/styxq/styx/service"
 	pb "github.com/styxq/styx/styxpb"
 )
 
@@ -57,7 +57,7 @@ func TestRedriveDryRunSaysWhatWillHappen(t *testing.T) {
 		assert.Equal(t, map[string]int64{"source_gone": 3}, dry.ByDestination["pd-deleted"].SkipReasons)
 		// The key does not cover "other": its items are counted, its name
 		// is not shown (issue 36).
-		assert.Equal(t, map[string]int64{"not_covered": 1}, dry.ByDestination[service.HiddenQueues].SkipReasons)
+		assert.Equal(t, map[string]int64{"not_covered": 1}, dry.ByDestination[auth.HiddenQueue].SkipReasons)
 		assert.NotContains(t, dry.ByDestination, "other")
 		require.Len(t, s.items("pd-dlq"), 9, "a dry run moves nothing")
 

@@ -4,6 +4,7 @@ import (
 	"context"
 	"crypto/sha256"
 	"fmt"
+	"maps"
 	"slices"
 	"strings"
 	"time"
@@ -217,19 +218,42 @@ func (s *Service) DeadGroups(ctx context.Context, req *pb.DeadGroupsRequest) (*p
 	case limit < 0 || limit > MaxGroups:
 		return nil, invalid("limit", "%d is out of range 0..%d", req.Limit, MaxGroups)
 	}
-	g, err := l.Groups(ctx, queue.GroupFilter{SourceQueue: f.SourceQueue, Reason: f.Reason, Fingerprint: f.Fingerprint}, limit)
+	g, err := shownGroups(ctx, l, queue.GroupFilter{SourceQueue: f.SourceQueue, Reason: f.Reason, Fingerprint: f.Fingerprint}, limit)
 	if err != nil {
 		return nil, err
 	}
 	out := &pb.DeadGroupsResponse{TotalGroups: int64(g.TotalGroups), TotalItems: g.TotalItems}
 	for _, x := range g.Groups {
 		out.Groups = append(out.Groups, &pb.DeadGroup{
-			Fingerprint: x.Fingerprint, Pattern: x.Pattern, SampleError: x.SampleError, SourceQueue: auth.ShownQueue(ctx, x.SourceQueue),
+			Fingerprint: x.Fingerprint, Pattern: x.Pattern, SampleError: x.SampleError, SourceQueue: x.SourceQueue,
 			Reason: x.Reason, Count: x.Count, FirstDeadAt: ts(x.FirstDeadAt), LastDeadAt: ts(x.LastDeadAt),
 			SampleId: queue.FormatID(x.SampleID),
 		})
 	}
 	return out, nil
+}
+
+// shownGroups returns the groups of l that match f, at most limit, as the
+// request's key may see them (auth.ShownGroups): the groups of the source
+// queues it does not cover are one group per reason and fingerprint, and
+// TotalGroups counts them so. For a key limited to some queues it reads
+// every group that matches f (their samples too) when there are more than
+// limit: a group beyond the limit may merge with one within it.
+func shownGroups(ctx context.Context, l queue.Queue, f queue.GroupFilter, limit int) (queue.Groups, error) {
+	g, err := l.Groups(ctx, f, limit)
+	if err != nil || !auth.Hides(ctx) {
+		return g, err
+	}
+	// The groups may change between the reads: read until one holds them all.
+	for tries := 0; g.TotalGroups > len(g.Groups) && tries < 3; tries++ {
+		if g, err = l.Groups(ctx, f, g.TotalGroups+16); err != nil {
+			return g, err
+		}
+	}
+	g.Groups = auth.ShownGroups(ctx, g.Groups)
+	g.TotalGroups = len(g.Groups)
+	g.Groups = g.Groups[:min(len(g.Groups), limit)]
+	return g, nil
 }
 
 // DeadDelete deletes the items of a dead-letter queue that match the
@@ -424,25 +448,19 @@ func (s *Service) RedrivesCancel(ctx context.Context, req *pb.RedriveTaskRequest
 	return toTask(ctx, t), nil
 }
 
-// HiddenQueues names, in a redrive task's by_queue and by_destination, the
-// queues the request's key does not cover, whose counts are summed under it:
-// a key limited to some queues learns how many items went elsewhere, never
-// where (issue 36).
-const HiddenQueues = "(queues this key does not cover)"
-
 // toTask is the wire form of t as the request's key may see it: the queues
-// it does not cover are summed under HiddenQueues.
+// it does not cover read auth.HiddenQueue (auth.ShownQueue), their counts
+// in by_queue and by_destination summed under it: a key limited to some
+// queues learns how many items went elsewhere, never where (issue 36).
 func toTask(ctx context.Context, t redrive.Task) *pb.RedriveTask {
-	name := func(q string) string {
-		if q == "" || auth.Allowed(ctx, q) {
-			return q
-		}
-		return HiddenQueues
-	}
+	name := func(q string) string { return auth.ShownQueue(ctx, q) }
+	filter := toFilter(t.Filter)
+	filter.SourceQueue = name(filter.SourceQueue)
+	reason := auth.ShownText(ctx, t.FailureReason, append(slices.Collect(maps.Keys(t.ByQueue)), t.Destination, t.Filter.SourceQueue)...)
 	out := &pb.RedriveTask{
-		TaskId: t.ID, QueueName: t.Queue, Destination: name(t.Destination), Filter: toFilter(t.Filter), RateLimit: t.RateLimit,
+		TaskId: t.ID, QueueName: t.Queue, Destination: name(t.Destination), Filter: filter, RateLimit: t.RateLimit,
 		Status: t.Status, Matched: t.Matched, Moved: t.Moved, Failed: t.Failed, Skipped: t.Skipped,
-		StartedAt: ts(t.StartedAt), FinishedAt: ts(t.FinishedAt), FailureReason: t.FailureReason, DryRun: t.DryRun,
+		StartedAt: ts(t.StartedAt), FinishedAt: ts(t.FinishedAt), FailureReason: reason, DryRun: t.DryRun,
 		MaxRedriveCount: t.MaxRedriveCount, KeyName: t.KeyName, ByQueue: map[string]*pb.RedriveCounts{},
 		WouldMove: t.WouldMove, WouldSkip: t.WouldSkip, SkipReasons: t.SkipReasons, Warning: t.Warning, ErrorPattern: t.ErrorPattern,
 	}

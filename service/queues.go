@@ -226,7 +226,7 @@ func (s *Service) QueuesInfo(ctx context.Context, req *pb.QueuesInfoRequest) (*p
 	if err != nil {
 		return nil, err
 	}
-	return toQueueInfo(info), nil
+	return toQueueInfo(ctx, info), nil
 }
 
 // QueuesList lists the queues of one namespace by name (bytewise) from
@@ -252,7 +252,7 @@ func (s *Service) QueuesList(ctx context.Context, req *pb.QueuesListRequest) (*p
 	}
 	out := &pb.QueuesListResponse{Items: make([]*pb.QueueInfo, len(infos))}
 	for i, info := range infos {
-		out.Items[i] = toQueueInfo(info)
+		out.Items[i] = toQueueInfo(ctx, info)
 	}
 	return out, nil
 }
@@ -267,10 +267,12 @@ func (s *Service) QueuesDelete(ctx context.Context, req *pb.QueuesDeleteRequest)
 	return auth.HideQueues(ctx, s.m.Delete(ctx, req.QueueName))
 }
 
-func toQueueInfo(info queue.QueueInfo) *pb.QueueInfo {
+// toQueueInfo is the wire form of info as the request's key may see it: a
+// dead_queue it does not cover reads auth.HiddenQueue.
+func toQueueInfo(ctx context.Context, info queue.QueueInfo) *pb.QueueInfo {
 	out := &pb.QueueInfo{
 		QueueName: info.Name, Namespace: info.Namespace, CreatedAt: qts(info.CreatedAt), UpdatedAt: qts(info.UpdatedAt),
-		DeadQueue: info.DeadQueue, Reference: info.Reference, LeaseTimeout: info.LeaseTimeout.String(),
+		DeadQueue: auth.ShownQueue(ctx, info.DeadQueue), Reference: info.Reference, LeaseTimeout: info.LeaseTimeout.String(),
 		ExpireTimeout: info.ExpireTimeout.String(), MaxAttempts: info.MaxAttempts, RequestedPartitions: info.Partitions,
 	}
 	if info.DeduplicationWindow != 0 { // omitted at the default: Querator's clients see only their fields

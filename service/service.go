@@ -213,7 +213,7 @@ func (s *Service) QueueRetry(ctx context.Context, req *pb.QueueRetryRequest) (*p
 	}
 	out := &pb.QueueRetryResponse{Code: duh.CodeOK, CodeText: duh.CodeText(duh.CodeOK), Outcomes: make([]*pb.QueueRetryOutcome, len(outcomes))}
 	for i, o := range outcomes {
-		po := &pb.QueueRetryOutcome{Id: queue.FormatID(o.ID), Outcome: o.Outcome, Reason: o.Reason, DeadQueue: o.DeadQueue, Attempts: o.Attempts}
+		po := &pb.QueueRetryOutcome{Id: queue.FormatID(o.ID), Outcome: o.Outcome, Reason: o.Reason, DeadQueue: auth.ShownQueue(ctx, o.DeadQueue), Attempts: o.Attempts}
 		if o.NewID != 0 {
 			po.NewId = queue.FormatID(o.NewID)
 		}

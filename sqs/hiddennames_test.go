@@ -15,9 +15,13 @@ import (
 // TestSQSUncoveredQueuesHidden (issue 48, 6): a key limited to "orders*"
 // and "shared-*" never reads the name of "payroll-secret", which sends its
 // dead items to the same dead-letter queue: a message received from that
-// queue carries no DeadLetterQueueSourceArn, and the refusals of
-// DeleteQueue and SetQueueAttributes count the queues they would name
-// instead of naming them. The admin key sees the source's ARN.
+// queue carries no DeadLetterQueueSourceArn; the refusals of DeleteQueue
+// and SetQueueAttributes say "one or more queues the key does not cover"
+// instead of naming them; GetQueueAttributes shows the ARN of
+// auth.HiddenQueue for a RedrivePolicy's dead-letter queue and a
+// RedriveAllowPolicy's sources the key does not cover, and
+// ListMessageMoveTasks for a task's destination. The admin key sees the
+// real ARNs.
 func TestSQSUncoveredQueuesHidden(t *testing.T) {
 	forEachBackend(t, func(t *testing.T, b styxtest.Options) {
 		s, admin := startSQSAuth(t, b)
@@ -80,14 +84,14 @@ func TestSQSUncoveredQueuesHidden(t *testing.T) {
 		})
 		t.Run("DeleteQueue", func(t *testing.T) {
 			_, err := c.DeleteQueue(ctx, &awssqs.DeleteQueueInput{QueueUrl: url("shared-dead")})
-			requireSQSError(t, err, "InvalidParameterValue", "it is the dead_queue of 'orders' and a queue the key does not cover")
+			requireSQSError(t, err, "InvalidParameterValue", "it is the dead_queue of 'orders' and one or more queues the key does not cover")
 			require.NotContains(t, err.Error(), "payroll")
 		})
 		t.Run("SetQueueAttributesRedrivePolicyOfADeadLetterQueue", func(t *testing.T) {
 			_, err := c.SetQueueAttributes(ctx, &awssqs.SetQueueAttributesInput{QueueUrl: url("shared-dead"),
 				Attributes: map[string]string{"RedrivePolicy": `{"deadLetterTargetArn":"` + arn("shared-other") + `","maxReceiveCount":"1"}`}})
 			require.Error(t, err)
-			require.Contains(t, err.Error(), "a queue the key does not cover")
+			require.Contains(t, err.Error(), "is the dead_queue of 'orders' and one or more queues the key does not cover")
 			require.NotContains(t, err.Error(), "payroll")
 		})
 		t.Run("SetQueueAttributesRedrivePolicyChained", func(t *testing.T) {
@@ -102,6 +106,58 @@ func TestSQSUncoveredQueuesHidden(t *testing.T) {
 				Attributes: map[string]string{"RedriveAllowPolicy": `{"redrivePermission":"byQueue","sourceQueueArns":["` + arn("orders") + `"]}`}})
 			requireSQSError(t, err, "InvalidAttributeValue", "a queue the key does not cover names this queue in its RedrivePolicy")
 			require.NotContains(t, err.Error(), "payroll")
+		})
+		// The dead-letter queue of a queue the key covers, when the key
+		// does not cover it: the ARN of auth.HiddenQueue, as /v1's
+		// dead_queue.
+		t.Run("GetQueueAttributesRedrivePolicy", func(t *testing.T) {
+			got, err := c.GetQueueAttributes(ctx, &awssqs.GetQueueAttributesInput{QueueUrl: url("shared-mid"),
+				AttributeNames: []types.QueueAttributeName{"All"}})
+			require.NoError(t, err)
+			require.Equal(t, `{"deadLetterTargetArn":"`+arn(auth.HiddenQueue)+`","maxReceiveCount":1}`, got.Attributes["RedrivePolicy"])
+			for _, v := range got.Attributes {
+				require.NotContains(t, v, "payroll")
+			}
+			got, err = c.GetQueueAttributes(ctx, &awssqs.GetQueueAttributesInput{QueueUrl: url("orders"),
+				AttributeNames: []types.QueueAttributeName{"RedrivePolicy"}})
+			require.NoError(t, err)
+			require.Contains(t, got.Attributes["RedrivePolicy"], arn("shared-dead"), "a covered dead-letter queue is named")
+			got, err = root.GetQueueAttributes(ctx, &awssqs.GetQueueAttributesInput{QueueUrl: url("shared-mid"),
+				AttributeNames: []types.QueueAttributeName{"RedrivePolicy"}})
+			require.NoError(t, err)
+			require.Contains(t, got.Attributes["RedrivePolicy"], arn("payroll-dlq"))
+		})
+		// A RedriveAllowPolicy naming sources the key does not cover: one
+		// ARN of auth.HiddenQueue for them all.
+		t.Run("GetQueueAttributesRedriveAllowPolicy", func(t *testing.T) {
+			policy := `{"redrivePermission":"byQueue","sourceQueueArns":["` + arn("orders") + `","` + arn("payroll-secret") +
+				`","` + arn("payroll-more") + `"]}`
+			_, err := root.SetQueueAttributes(ctx, &awssqs.SetQueueAttributesInput{QueueUrl: url("shared-dead"),
+				Attributes: map[string]string{"RedriveAllowPolicy": policy}})
+			require.NoError(t, err)
+			got, err := c.GetQueueAttributes(ctx, &awssqs.GetQueueAttributesInput{QueueUrl: url("shared-dead"),
+				AttributeNames: []types.QueueAttributeName{"RedriveAllowPolicy"}})
+			require.NoError(t, err)
+			require.JSONEq(t, `{"redrivePermission":"byQueue","sourceQueueArns":["`+arn("orders")+`","`+arn(auth.HiddenQueue)+`"]}`,
+				got.Attributes["RedriveAllowPolicy"])
+			got, err = root.GetQueueAttributes(ctx, &awssqs.GetQueueAttributesInput{QueueUrl: url("shared-dead"),
+				AttributeNames: []types.QueueAttributeName{"RedriveAllowPolicy"}})
+			require.NoError(t, err)
+			require.Equal(t, policy, got.Attributes["RedriveAllowPolicy"])
+		})
+		// A move task an admin started to a queue the key does not cover.
+		t.Run("ListMessageMoveTasksDestinationArn", func(t *testing.T) {
+			_, err := root.StartMessageMoveTask(ctx, &awssqs.StartMessageMoveTaskInput{SourceArn: aws.String(arn("shared-dead")),
+				DestinationArn: aws.String(arn("payroll-dlq"))})
+			require.NoError(t, err)
+			got, err := c.ListMessageMoveTasks(ctx, &awssqs.ListMessageMoveTasksInput{SourceArn: aws.String(arn("shared-dead"))})
+			require.NoError(t, err)
+			require.Len(t, got.Results, 1)
+			require.Equal(t, arn(auth.HiddenQueue), aws.ToString(got.Results[0].DestinationArn))
+			require.NotContains(t, aws.ToString(got.Results[0].FailureReason), "payroll")
+			all, err := root.ListMessageMoveTasks(ctx, &awssqs.ListMessageMoveTasksInput{SourceArn: aws.String(arn("shared-dead"))})
+			require.NoError(t, err)
+			require.Equal(t, arn("payroll-dlq"), aws.ToString(all.Results[0].DestinationArn))
 		})
 	})
 }

@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/base64"
 	"errors"
+	"maps"
 	"math"
 	"net/http"
 	"slices"
@@ -242,12 +243,13 @@ func (h *Handler) listMessageMoveTasks(ctx context.Context, r *request) (any, er
 			continue
 		}
 		res := moveTaskResult{Status: moveStatus[t.Status], SourceArn: h.arn(t.Queue), ApproximateNumberOfMessagesMoved: t.Moved,
-			ApproximateNumberOfMessagesToMove: t.Matched, FailureReason: t.FailureReason, StartedTimestamp: t.StartedAt.UnixMilli()}
+			ApproximateNumberOfMessagesToMove: t.Matched,
+			FailureReason:                     auth.ShownText(ctx, t.FailureReason, append(slices.Collect(maps.Keys(t.ByQueue)), t.Destination)...), StartedTimestamp: t.StartedAt.UnixMilli()}
 		if t.Status == redrive.StatusRunning {
 			res.TaskHandle = taskHandle(t.ID)
 		}
 		if t.Destination != "" {
-			res.DestinationArn = h.arn(t.Destination)
+			res.DestinationArn = h.arn(auth.ShownQueue(ctx, t.Destination))
 		}
 		if t.RateLimit > 0 {
 			rate := t.RateLimit

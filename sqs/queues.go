@@ -510,7 +510,7 @@ func (h *Handler) attributes(ctx context.Context, info queue.QueueInfo, q queue.
 		out["Policy"] = a.Policy
 	}
 	if a.RedriveAllowPolicy != "" {
-		out["RedriveAllowPolicy"] = a.RedriveAllowPolicy
+		out["RedriveAllowPolicy"] = shownRedriveAllowPolicy(ctx, h, a.RedriveAllowPolicy)
 	}
 	if isFIFO(info) {
 		out["FifoQueue"] = "true"
@@ -519,10 +519,12 @@ func (h *Handler) attributes(ctx context.Context, info queue.QueueInfo, q queue.
 		out["FifoThroughputLimit"] = a.fifoThroughputLimit()
 	}
 	if info.DeadQueue != "" {
+		// A dead-letter queue the key does not cover: the ARN of
+		// auth.HiddenQueue, as /v1 shows dead_queue.
 		b, _ := json.Marshal(struct {
 			DeadLetterTargetArn string `json:"deadLetterTargetArn"`
 			MaxReceiveCount     int32  `json:"maxReceiveCount"`
-		}{h.arn(info.DeadQueue), info.MaxAttempts})
+		}{h.arn(auth.ShownQueue(ctx, info.DeadQueue)), info.MaxAttempts})
 		out["RedrivePolicy"] = string(b)
 	}
 	if q != nil {

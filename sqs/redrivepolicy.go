@@ -113,6 +113,36 @@ func checkRedriveAllowPolicy(h *Handler, v string) error {
 	return nil
 }
 
+// shownRedriveAllowPolicy returns a dead-letter queue's RedriveAllowPolicy
+// as GetQueueAttributes shows it to the request's key: the sourceQueueArns
+// of queues it does not cover are one ARN of auth.HiddenQueue (how many
+// they are is not shown either). The policy is returned as stored when it
+// names none, or when it cannot be read.
+func shownRedriveAllowPolicy(ctx context.Context, h *Handler, policy string) string {
+	if !auth.Hides(ctx) {
+		return policy
+	}
+	var p redriveAllowPolicy
+	if json.Unmarshal([]byte(policy), &p) != nil {
+		return policy
+	}
+	hidden, shown := h.arn(auth.HiddenQueue), make([]string, 0, len(p.SourceQueueArns))
+	for _, a := range p.SourceQueueArns {
+		if name := a[strings.LastIndexByte(a, ':')+1:]; auth.ShownQueue(ctx, name) != name {
+			a = hidden
+		}
+		if a != hidden || !slices.Contains(shown, hidden) {
+			shown = append(shown, a)
+		}
+	}
+	if slices.Equal(shown, p.SourceQueueArns) {
+		return policy
+	}
+	p.SourceQueueArns = shown
+	b, _ := json.Marshal(p)
+	return string(b)
+}
+
 // allowsSource reports whether a dead-letter queue's RedriveAllowPolicy
 // lets source send its dead items there ("" allows all, as SQS).
 func allowsSource(h *Handler, policy, source string) bool {

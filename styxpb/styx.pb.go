@@ -845,7 +845,9 @@ type QueueRetryOutcome struct {
 	// For dead_lettered and dropped: why the item died, "max_attempts",
 	// "expired" or "explicit".
 	Reason string `protobuf:"bytes,3,opt,name=reason,proto3" json:"reason,omitempty"`
-	// For dead_lettered: the dead-letter queue that holds the item now.
+	// For dead_lettered: the dead-letter queue that holds the item now;
+	// "~hidden" when the request's API key does not cover it (with --auth, no
+	// answer names a queue the key does not cover).
 	DeadQueue string `protobuf:"bytes,4,opt,name=deadQueue,json=dead_queue,proto3" json:"deadQueue,omitempty"`
 	// The item's attempts so far (a released attempt is not counted).
 	Attempts int32 `protobuf:"varint,5,opt,name=attempts,proto3" json:"attempts,omitempty"`
@@ -1107,18 +1109,21 @@ func (x *QueueRenewItem) GetLeaseDeadline() *timestamppb.Timestamp {
 }
 
 type QueueInfo struct {
-	state               protoimpl.MessageState `protogen:"open.v1"`
-	QueueName           string                 `protobuf:"bytes,1,opt,name=queueName,json=queue_name,proto3" json:"queueName,omitempty"`
-	CreatedAt           *timestamppb.Timestamp `protobuf:"bytes,2,opt,name=createdAt,json=created_at,proto3" json:"createdAt,omitempty"`
-	UpdatedAt           *timestamppb.Timestamp `protobuf:"bytes,3,opt,name=updatedAt,json=updated_at,proto3" json:"updatedAt,omitempty"`
-	DeadQueue           string                 `protobuf:"bytes,4,opt,name=deadQueue,json=dead_queue,proto3" json:"deadQueue,omitempty"`
-	Reference           string                 `protobuf:"bytes,5,opt,name=reference,proto3" json:"reference,omitempty"`
-	LeaseTimeout        string                 `protobuf:"bytes,6,opt,name=leaseTimeout,json=lease_timeout,proto3" json:"leaseTimeout,omitempty"`
-	ExpireTimeout       string                 `protobuf:"bytes,7,opt,name=expireTimeout,json=expire_timeout,proto3" json:"expireTimeout,omitempty"`
-	MaxAttempts         int32                  `protobuf:"varint,8,opt,name=maxAttempts,json=max_attempts,proto3" json:"maxAttempts,omitempty"`
-	RequestedPartitions int32                  `protobuf:"varint,9,opt,name=requestedPartitions,json=requested_partitions,proto3" json:"requestedPartitions,omitempty"`
-	Partitions          []*PartitionInfo       `protobuf:"bytes,10,rep,name=partitions,proto3" json:"partitions,omitempty"`
-	Namespace           string                 `protobuf:"bytes,11,opt,name=namespace,proto3" json:"namespace,omitempty"`
+	state     protoimpl.MessageState `protogen:"open.v1"`
+	QueueName string                 `protobuf:"bytes,1,opt,name=queueName,json=queue_name,proto3" json:"queueName,omitempty"`
+	CreatedAt *timestamppb.Timestamp `protobuf:"bytes,2,opt,name=createdAt,json=created_at,proto3" json:"createdAt,omitempty"`
+	UpdatedAt *timestamppb.Timestamp `protobuf:"bytes,3,opt,name=updatedAt,json=updated_at,proto3" json:"updatedAt,omitempty"`
+	// The queue that takes this queue's dead items. In queues.info and
+	// queues.list, "~hidden" when the request's API key does not cover it
+	// (with --auth, no answer names a queue the key does not cover).
+	DeadQueue           string           `protobuf:"bytes,4,opt,name=deadQueue,json=dead_queue,proto3" json:"deadQueue,omitempty"`
+	Reference           string           `protobuf:"bytes,5,opt,name=reference,proto3" json:"reference,omitempty"`
+	LeaseTimeout        string           `protobuf:"bytes,6,opt,name=leaseTimeout,json=lease_timeout,proto3" json:"leaseTimeout,omitempty"`
+	ExpireTimeout       string           `protobuf:"bytes,7,opt,name=expireTimeout,json=expire_timeout,proto3" json:"expireTimeout,omitempty"`
+	MaxAttempts         int32            `protobuf:"varint,8,opt,name=maxAttempts,json=max_attempts,proto3" json:"maxAttempts,omitempty"`
+	RequestedPartitions int32            `protobuf:"varint,9,opt,name=requestedPartitions,json=requested_partitions,proto3" json:"requestedPartitions,omitempty"`
+	Partitions          []*PartitionInfo `protobuf:"bytes,10,rep,name=partitions,proto3" json:"partitions,omitempty"`
+	Namespace           string           `protobuf:"bytes,11,opt,name=namespace,proto3" json:"namespace,omitempty"`
 	// Styx, queues.update only: the fields to set, by JSON name
 	// ("lease_timeout", "expire_timeout", "max_attempts",
 	// "requested_partitions", "dead_queue", "reference",
@@ -1553,6 +1558,9 @@ type QueueStatsResponse struct {
 	// Styx: dead items the queue holds (when it serves as a dead-letter
 	// queue), by dead reason and by source queue.
 	DeadByReason map[string]int64 `protobuf:"bytes,100,rep,name=dead_by_reason,proto3" json:"dead_by_reason,omitempty" protobuf_key:"bytes,1,opt,name=key" protobuf_val:"varint,2,opt,name=value"`
+	// With --auth, the source queues the request's API key does not cover
+	// are counted together under "~hidden" (the counts still sum to the dead
+	// items).
 	DeadBySource map[string]int64 `protobuf:"bytes,101,rep,name=dead_by_source,proto3" json:"dead_by_source,omitempty" protobuf_key:"bytes,1,opt,name=key" protobuf_val:"varint,2,opt,name=value"`
 	// Styx: the created_at of the queue's oldest item; unset when empty.
 	OldestCreatedAt *timestamppb.Timestamp `protobuf:"bytes,130,opt,name=oldest_created_at,proto3" json:"oldest_created_at,omitempty"`
@@ -2703,6 +2711,9 @@ type StorageItem struct {
 	Kind           string                 `protobuf:"bytes,14,opt,name=kind,proto3" json:"kind,omitempty"`
 	Payload        []byte                 `protobuf:"bytes,15,opt,name=payload,proto3" json:"payload,omitempty"`
 	// Styx dead-letter metadata, set on items in a dead-letter queue.
+	// source_queue is the queue the item died in; "~hidden" when the
+	// request's API key does not cover it (with --auth, no answer names a
+	// queue the key does not cover).
 	SourceQueue string `protobuf:"bytes,100,opt,name=source_queue,proto3" json:"source_queue,omitempty"`
 	// One of "max_attempts", "expired", "explicit".
 	DeadReason string                 `protobuf:"bytes,101,opt,name=dead_reason,proto3" json:"dead_reason,omitempty"`
@@ -3092,8 +3103,14 @@ func (x *ItemAttribute) GetValue() string {
 // matches every dead item of the queue, which dead.delete and dead.redrive
 // take only with their all field.
 type DeadFilter struct {
-	state         protoimpl.MessageState `protogen:"open.v1"`
-	Ids           []string               `protobuf:"bytes,1,rep,name=ids,proto3" json:"ids,omitempty"`
+	state protoimpl.MessageState `protogen:"open.v1"`
+	Ids   []string               `protobuf:"bytes,1,rep,name=ids,proto3" json:"ids,omitempty"`
+	// Matches the items that died in this queue. With --auth the request's
+	// API key must cover it, as every queue a request names (403 otherwise,
+	// whether the queue exists or not); the items of queues it does not
+	// cover, which answers show as "~hidden", cannot be selected by source.
+	// A redrive task shows a source_queue the key does not cover as
+	// "~hidden".
 	SourceQueue   string                 `protobuf:"bytes,2,opt,name=source_queue,proto3" json:"source_queue,omitempty"`
 	Reason        string                 `protobuf:"bytes,3,opt,name=reason,proto3" json:"reason,omitempty"`
 	Kind          string                 `protobuf:"bytes,4,opt,name=kind,proto3" json:"kind,omitempty"`
@@ -3291,6 +3308,9 @@ type DeadGroup struct {
 	Pattern string `protobuf:"bytes,2,opt,name=pattern,proto3" json:"pattern,omitempty"`
 	// The last error of one item of the group (sample_id), as given.
 	SampleError string `protobuf:"bytes,3,opt,name=sample_error,proto3" json:"sample_error,omitempty"`
+	// "~hidden" for the source queues the request's API key does not cover
+	// (with --auth): their groups of one reason and fingerprint are one
+	// group, counted once in total_groups.
 	SourceQueue string `protobuf:"bytes,4,opt,name=source_queue,proto3" json:"source_queue,omitempty"`
 	Reason      string `protobuf:"bytes,5,opt,name=reason,proto3" json:"reason,omitempty"`
 	Count       int64  `protobuf:"varint,6,opt,name=count,proto3" json:"count,omitempty"`
@@ -4250,12 +4270,15 @@ func (x *RedrivePlan) GetSkipReasons() map[string]int64 {
 }
 
 type RedriveTask struct {
-	state       protoimpl.MessageState `protogen:"open.v1"`
-	TaskId      string                 `protobuf:"bytes,1,opt,name=task_id,proto3" json:"task_id,omitempty"`
-	QueueName   string                 `protobuf:"bytes,2,opt,name=queue_name,proto3" json:"queue_name,omitempty"`
-	Destination string                 `protobuf:"bytes,3,opt,name=destination,proto3" json:"destination,omitempty"`
-	Filter      *DeadFilter            `protobuf:"bytes,4,opt,name=filter,proto3" json:"filter,omitempty"`
-	RateLimit   int32                  `protobuf:"varint,5,opt,name=rate_limit,proto3" json:"rate_limit,omitempty"`
+	state     protoimpl.MessageState `protogen:"open.v1"`
+	TaskId    string                 `protobuf:"bytes,1,opt,name=task_id,proto3" json:"task_id,omitempty"`
+	QueueName string                 `protobuf:"bytes,2,opt,name=queue_name,proto3" json:"queue_name,omitempty"`
+	// "~hidden" when the request's API key does not cover it (with --auth),
+	// as are the keys of by_queue and by_destination (their counts summed)
+	// and filter.source_queue.
+	Destination string      `protobuf:"bytes,3,opt,name=destination,proto3" json:"destination,omitempty"`
+	Filter      *DeadFilter `protobuf:"bytes,4,opt,name=filter,proto3" json:"filter,omitempty"`
+	RateLimit   int32       `protobuf:"varint,5,opt,name=rate_limit,proto3" json:"rate_limit,omitempty"`
 	// running, completed, cancelling, cancelled, failed; Styx adds pausing
 	// (redrives.pause was asked: the task stops after its current step) and
 	// paused (it moves nothing until redrives.resume, across restarts).

@@ -508,8 +508,11 @@ func (h *Handler) fail(w http.ResponseWriter, r *http.Request, err error) {
 	h.reply(w, r, code, &v1.Reply{Code: int32(code), CodeText: duh.CodeText(code), Message: msg})
 }
 
-// queuesOf returns the queues a request names: its queue, and the
-// dead-letter queue or redrive destination it would send items to.
+// queuesOf returns the queues a request names: its queue, the dead-letter
+// queue or redrive destination it would send items to, and the source
+// queue its dead filter selects by (dead.list, dead.groups, dead.delete,
+// dead.redrive: the counts would tell whether a queue the key does not
+// cover sends dead items there; internal/auth/hidden.go).
 func queuesOf(req proto.Message) []string {
 	var out []string
 	if m, ok := req.(interface{ GetQueueName() string }); ok {
@@ -520,6 +523,9 @@ func queuesOf(req proto.Message) []string {
 	}
 	if m, ok := req.(interface{ GetDestination() string }); ok {
 		out = append(out, m.GetDestination())
+	}
+	if m, ok := req.(interface{ GetFilter() *pb.DeadFilter }); ok {
+		out = append(out, m.GetFilter().GetSourceQueue())
 	}
 	if m, ok := req.(*pb.StorageItemsImportRequest); ok {
 		// A dead item names its source queue, where a redrive sends it: a

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"testing"
+	"time"
 
 	"github.com/stretchr/testify/require"
 
@@ -41,7 +42,7 @@ func TestHiddenQueueNames(t *testing.T) {
 	require.EqualError(t, auth.HideQueues(every, err), full)
 	require.EqualError(t, auth.HideQueues(open, err), full)
 	hidden := auth.HideQueues(limited, err)
-	require.EqualError(t, hidden, "queue 'dlq' cannot be deleted; it is the dead_queue of 'orders' and 2 queues the key does not cover")
+	require.EqualError(t, hidden, "queue 'dlq' cannot be deleted; it is the dead_queue of 'orders' and one or more queues the key does not cover")
 	e, ok := apierr.As(hidden)
 	require.True(t, ok)
 	require.Equal(t, apierr.Invalid, e.Code)
@@ -49,8 +50,44 @@ func TestHiddenQueueNames(t *testing.T) {
 	require.True(t, errors.As(hidden, &oq), "the detail stays in the chain")
 
 	other := auth.WithPrincipal(context.Background(), &auth.Principal{Name: "k", Scopes: []auth.Scope{auth.Admin}, Queues: []string{"dlq"}})
-	require.EqualError(t, auth.HideQueues(other, err), "queue 'dlq' cannot be deleted; it is the dead_queue of 3 queues the key does not cover")
+	require.EqualError(t, auth.HideQueues(other, err), "queue 'dlq' cannot be deleted; it is the dead_queue of one or more queues the key does not cover")
 	require.NoError(t, auth.HideQueues(limited, nil))
 	plain := errors.New("disk on fire")
 	require.Same(t, plain, auth.HideQueues(limited, plain))
+
+	// A delete refused for a single hidden queue says the same as for
+	// three: the count is hidden too.
+	one := map[string]queue.QueueInfo{"dlq": {Name: "dlq"}, "payroll": {Name: "payroll", DeadQueue: "dlq"}}
+	require.EqualError(t, auth.HideQueues(limited, queue.ValidateDelete(one, "dlq")),
+		"queue 'dlq' cannot be deleted; it is the dead_queue of one or more queues the key does not cover")
+}
+
+// TestHiddenText: a stored message names the queues a key does not cover
+// as auth.HiddenQueue.
+func TestHiddenText(t *testing.T) {
+	limited := auth.WithPrincipal(context.Background(), &auth.Principal{Name: "k", Scopes: []auth.Scope{auth.Admin}, Queues: []string{"orders*"}})
+	msg := "redrive to queue 'payroll': disk full; 'orders' is fine"
+	require.Equal(t, "redrive to queue '~hidden': disk full; 'orders' is fine", auth.ShownText(limited, msg, "payroll", "orders", ""))
+	require.Equal(t, msg, auth.ShownText(context.Background(), msg, "payroll"))
+}
+
+// TestHiddenGroups: the error groups of sources a key does not cover are
+// one group per reason and fingerprint.
+func TestHiddenGroups(t *testing.T) {
+	limited := auth.WithPrincipal(context.Background(), &auth.Principal{Name: "k", Scopes: []auth.Scope{auth.Admin}, Queues: []string{"orders*"}})
+	t0 := time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC)
+	groups := []queue.DeadGroup{
+		{SourceQueue: "orders", Reason: "explicit", Fingerprint: "a", Count: 3, SampleID: 5, SampleError: "o", FirstDeadAt: t0, LastDeadAt: t0.Add(3)},
+		{SourceQueue: "hr", Reason: "explicit", Fingerprint: "a", Count: 2, SampleID: 9, SampleError: "h", FirstDeadAt: t0.Add(1), LastDeadAt: t0.Add(9)},
+		{SourceQueue: "payroll", Reason: "explicit", Fingerprint: "a", Count: 2, SampleID: 7, SampleError: "p", FirstDeadAt: t0.Add(2), LastDeadAt: t0.Add(4)},
+		{SourceQueue: "payroll", Reason: "expired", Fingerprint: "a", Count: 1, SampleID: 8, SampleError: "e", FirstDeadAt: t0, LastDeadAt: t0},
+	}
+	require.Equal(t, []queue.DeadGroup{
+		{SourceQueue: auth.HiddenQueue, Reason: "explicit", Fingerprint: "a", Count: 4, SampleID: 7, SampleError: "p", FirstDeadAt: t0.Add(1), LastDeadAt: t0.Add(9)},
+		{SourceQueue: "orders", Reason: "explicit", Fingerprint: "a", Count: 3, SampleID: 5, SampleError: "o", FirstDeadAt: t0, LastDeadAt: t0.Add(3)},
+		{SourceQueue: auth.HiddenQueue, Reason: "expired", Fingerprint: "a", Count: 1, SampleID: 8, SampleError: "e", FirstDeadAt: t0, LastDeadAt: t0},
+	}, auth.ShownGroups(limited, groups))
+	require.Equal(t, "hr", groups[1].SourceQueue, "the input is not changed")
+	open := context.Background()
+	require.Equal(t, groups, auth.ShownGroups(open, groups))
 }

@@ -2,7 +2,6 @@ package queue
 
 import (
 	"context"
-	"fmt"
 	"maps"
 	"slices"
 	"strings"
@@ -71,7 +70,7 @@ func ValidateUpdate(all map[string]QueueInfo, old, info QueueInfo) error {
 	if info.DeadQueue != "" && info.DeadQueue != old.DeadQueue {
 		if refs := referrers(all, info.Name); len(refs) > 0 {
 			return otherQueues("invalid dead_queue; queue '"+info.Name+"' is the dead_queue of ", refs,
-				", and a dead-letter queue cannot have one of its own")
+				", and a dead-letter queue cannot have one of its own", false)
 		}
 	}
 	return checkDeadQueue(all, info)
@@ -85,7 +84,7 @@ func ValidateDelete(all map[string]QueueInfo, name string) error {
 		return NotFound(name)
 	}
 	if refs := referrers(all, name); len(refs) > 0 {
-		return otherQueues("queue '"+name+"' cannot be deleted; it is the dead_queue of ", refs, "")
+		return otherQueues("queue '"+name+"' cannot be deleted; it is the dead_queue of ", refs, "", false)
 	}
 	return nil
 }
@@ -106,7 +105,7 @@ func checkDeadQueue(all map[string]QueueInfo, info QueueInfo) error {
 	}
 	if dlq.DeadQueue != "" {
 		return otherQueues("invalid dead_queue; '"+info.DeadQueue+"' has a dead_queue of its own (", []string{dlq.DeadQueue},
-			"), and dead-letter queues cannot be chained")
+			"), and dead-letter queues cannot be chained", true)
 	}
 	return nil
 }
@@ -212,12 +211,15 @@ type OtherQueuesError struct {
 	Queues []string
 	// before and after surround the list of Queues in the message.
 	before, after string
+	// one is set when Queues is one queue by the rules (a queue's
+	// dead_queue), whose number is no secret.
+	one bool
 }
 
 // otherQueues returns the apierr.Invalid refusal before + the list of
-// queues + after, whose detail is an OtherQueuesError.
-func otherQueues(before string, queues []string, after string) error {
-	e := &OtherQueuesError{Queues: queues, before: before, after: after}
+// queues + after, whose detail is an OtherQueuesError (one: see its field).
+func otherQueues(before string, queues []string, after string, one bool) error {
+	e := &OtherQueuesError{Queues: queues, before: before, after: after, one: one}
 	return apierr.Wrap(e, apierr.Invalid, "%s", e.Error())
 }
 
@@ -225,29 +227,30 @@ func otherQueues(before string, queues []string, after string) error {
 func (e *OtherQueuesError) Error() string { return e.Message(nil) }
 
 // Message returns the refusal's message, naming the queues of e for which
-// shown is true (every one when shown is nil) and counting the others
-// ("'orders' and 2 queues the key does not cover").
+// shown is true (every one when shown is nil) and not the others, nor how
+// many they are: "'orders' and one or more queues the key does not cover"
+// (a dead_queue's dead_queue, one by the rules: "a queue the key does not
+// cover").
 func (e *OtherQueuesError) Message(shown func(name string) bool) string {
 	var named []string
-	hidden := 0
+	hidden := false
 	for _, q := range e.Queues {
 		if shown == nil || shown(q) {
 			named = append(named, q)
 		} else {
-			hidden++
+			hidden = true
 		}
 	}
 	list := quoteList(named)
-	switch {
-	case hidden == 0:
-	case len(named) > 0 && hidden == 1:
-		list += " and a queue the key does not cover"
-	case len(named) > 0:
-		list += fmt.Sprintf(" and %d queues the key does not cover", hidden)
-	case hidden == 1:
-		list = "a queue the key does not cover"
-	default:
-		list = fmt.Sprintf("%d queues the key does not cover", hidden)
+	if hidden {
+		others := "one or more queues the key does not cover"
+		if e.one {
+			others = "a queue the key does not cover"
+		}
+		if len(named) > 0 {
+			others = " and " + others
+		}
+		list += others
 	}
 	return e.before + list + e.after
 }
