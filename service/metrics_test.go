@@ -98,6 +98,9 @@ func TestMetricsOfAFreshServer(t *testing.T) {
 		check := func(when string) {
 			text := s.scrape()
 			for _, name := range documentedFamilies(t) {
+				if name == "styx_queue_deduplication_ids" && b.postgres() {
+					continue // PostgreSQL keeps its ids in its table, not in memory: not exported
+				}
 				assert.Contains(t, text, "\n# TYPE "+name+" ", "%s: family %s is missing", when, name)
 			}
 			for _, series := range []string{

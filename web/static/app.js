@@ -10,6 +10,10 @@
   const KEY_STORAGE = 'styx.apiKey';
   const REASONS = ['max_attempts', 'expired', 'explicit'];
   const PAGE_SIZE = 50;
+  // HIDDEN_QUEUE stands for a queue the key does not cover in every answer
+  // (internal/auth/hidden.go); no request may name it.
+  const HIDDEN_QUEUE = '~hidden';
+  const HIDDEN_TEXT = 'a queue this key cannot see';
   const main = document.getElementById('main');
   let page = 0; // bumped on each navigation; stale async work checks it
 
@@ -1042,11 +1046,15 @@
     if (running) fastLive = true;
 
     const groupRows = (groups.groups || []).map((g) => {
-      const gf = { fingerprint: g.fingerprint, source_queue: g.source_queue, reason: g.reason };
-      const link = base + '?' + new URLSearchParams({ fingerprint: g.fingerprint, source: g.source_queue, reason: g.reason });
+      // A source the key does not cover reads HIDDEN_QUEUE, which no request
+      // may name: the group's items are found by reason and pattern alone.
+      const hidden = g.source_queue === HIDDEN_QUEUE;
+      const gf = hidden ? { fingerprint: g.fingerprint, reason: g.reason } : { fingerprint: g.fingerprint, source_queue: g.source_queue, reason: g.reason };
+      const link = base + '?' + new URLSearchParams(hidden ? { fingerprint: g.fingerprint, reason: g.reason }
+        : { fingerprint: g.fingerprint, source: g.source_queue, reason: g.reason });
       const label = g.pattern || NO_ERROR;
       return h('tr', { 'data-fingerprint': g.fingerprint },
-        h('td', { class: 'num' }, fmt(g.count)), h('td', {}, g.reason), h('td', {}, g.source_queue),
+        h('td', { class: 'num' }, fmt(g.count)), h('td', {}, g.reason), h('td', {}, hidden ? HIDDEN_TEXT : g.source_queue),
         h('td', { class: 'pattern', title: g.sample_error || '' }, g.pattern || noError()),
         h('td', {}, ago(g.last_dead_at)),
         h('td', {}, h('div', { class: 'actions' },
@@ -1079,7 +1087,7 @@
     const items = list.items || [];
     const itemRows = items.map((it) => h('tr', {},
       h('th', { scope: 'row' }, bulkBox(it), h('a', { href: base + '/' + enc(it.id) }, it.id)),
-      h('td', {}, it.source_queue || '–'), h('td', {}, it.reference || '–'), h('td', {}, it.dead_reason || '–'), h('td', {}, it.kind || '–'),
+      h('td', {}, it.source_queue === HIDDEN_QUEUE ? HIDDEN_TEXT : it.source_queue || '–'), h('td', {}, it.reference || '–'), h('td', {}, it.dead_reason || '–'), h('td', {}, it.kind || '–'),
       h('td', { class: 'num' }, String(it.attempts || 0)), h('td', {}, ago(it.dead_at)),
       h('td', { class: 'error' }, it.last_error || noError())));
     const filtered = Object.keys(filter).length > 0;
@@ -1216,7 +1224,8 @@
           : h('button', { type: 'button', id: 'edit-button', onclick: action(async () => { if (await editFlow(name, it)) render(true); }) }, 'Edit…'),
         h('button', { type: 'button', class: 'danger', onclick: action(async () => { if (await deleteFlow(name, filter, 1)) navigate(base); }) }, 'Delete this item…')),
       h('dl', { class: 'props' },
-        prop('Source queue', it.source_queue ? h('a', { href: '/ui/queues/' + enc(it.source_queue) }, it.source_queue) : ''),
+        prop('Source queue', it.source_queue === HIDDEN_QUEUE ? HIDDEN_TEXT
+          : it.source_queue ? h('a', { href: '/ui/queues/' + enc(it.source_queue) }, it.source_queue) : ''),
         prop('Id in source', it.source_id), prop('Reason', it.dead_reason),
         prop('Attempts', String(it.attempts || 0) + (it.max_attempts ? ' of ' + it.max_attempts : '') +
           (it.dead_letter_attempts ? ` (${it.dead_letter_attempts} in this dead-letter queue)` : '')),
