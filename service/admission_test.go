@@ -8,8 +8,6 @@ import (
 	"io"
 	"net"
 	"net/http"
-	"runtime"
-	"runtime/debug"
 	"strconv"
 	"strings"
 	"sync"
@@ -343,24 +341,7 @@ func TestReceiveAnswersBounded(t *testing.T) {
 	}
 	produce(10, 5_000_000)
 	produce(10, 1_000_000)
-	runtime.GC()
-	debug.FreeOSMemory()
-	base := heldMemory()
-	var peak atomic.Int64
-	done, sampled := make(chan struct{}), make(chan struct{})
-	go func() {
-		defer close(sampled)
-		for {
-			if r := heldMemory(); r > peak.Load() {
-				peak.Store(r)
-			}
-			select {
-			case <-done:
-				return
-			case <-time.After(5 * time.Millisecond):
-			}
-		}
-	}()
+	growth := memoryGrowth()
 	var wg sync.WaitGroup
 	var largest, total atomic.Int64
 	for range 8 {
@@ -389,12 +370,10 @@ func TestReceiveAnswersBounded(t *testing.T) {
 		}()
 	}
 	wg.Wait()
-	close(done)
-	<-sampled
-	growth := peak.Load() - base
+	grew := growth()
 	t.Logf("16 receives answered %d MB in all, the largest %d bytes; memory grew by %d MiB (budget %d MiB)",
-		total.Load()/1e6, largest.Load(), growth>>20, budget>>20)
+		total.Load()/1e6, largest.Load(), grew>>20, budget>>20)
 	require.Positive(t, total.Load())
 	require.LessOrEqual(t, largest.Load(), int64(10<<20+64<<10), "an answer holds at most 10 x MaximumMessageSize (1 MiB) of messages")
-	require.Less(t, growth, int64(budget+slack), "memory grew past the budget")
+	require.Less(t, grew, int64(budget+slack), "memory grew past the budget")
 }
