@@ -59,8 +59,9 @@ func New(m queue.Queues, r *redrive.Runner, c clock.Clock) *Service {
 // to n bytes (queue.LeaseParams.MaxBytes): a lease takes the oldest ready
 // items up to batch_size while they fit, and always one, whatever its
 // size; the others stay ready for the next lease (no attempt counted).
-// Items of a partition leased by the rules of its item groups are not
-// bounded. n <= 0 keeps DefaultMaxLeaseBytes. The daemon passes its
+// Items leased by the rules of their groups are bounded the same way, in
+// their lease order (an ordered queue's group run is cut at the bound).
+// n <= 0 keeps DefaultMaxLeaseBytes. The daemon passes its
 // max_request_bytes. Returns s.
 func (s *Service) WithMaxLeaseBytes(n int64) *Service {
 	if n > 0 {

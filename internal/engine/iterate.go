@@ -106,8 +106,11 @@ type Tx interface {
 	// before the first item that would take them over it (the first item
 	// is leased whatever its size) and reports more, that ready items were
 	// left for that reason alone; those are not leased (no attempt). A
-	// partition leased by the rules of its item groups is not bounded
-	// (more is false).
+	// partition leased by the rules of its item groups is bounded the same
+	// way, in the order the lease hands its items out: a group's run may
+	// be cut (its items left wait for the group, as after a full batch),
+	// and more may then report items that no lease can take until the
+	// group's run is done (Serve counts again).
 	Lease(n int32, max int, maxBytes, deadline int64) (items []queue.LeasedItem, durable, more bool, err error)
 	// Held returns the items of partition n that hold the given source
 	// keys (queue.ItemMeta.SourceKey), as stored, by key.

@@ -39,9 +39,10 @@ type LeaseParams struct {
 	// MaxBytes bounds the lease by the items' payload and attributes, in
 	// bytes: the items are taken oldest first while their sum stays within
 	// it, the first one whatever its size, and those beyond are not leased
-	// (no attempt counted; the next lease takes them). 0: no bound. Not
-	// applied to the items of a partition leased by the rules of its item
-	// groups (queue/itemgroups.go).
+	// (no attempt counted; the next lease takes them). 0: no bound. Items
+	// leased by the rules of their groups (itemgroups.go) are taken in
+	// their lease order while they fit: an ordered queue's group run is
+	// cut at the bound, its items left waiting for it.
 	MaxBytes int64
 }
 

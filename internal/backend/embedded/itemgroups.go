@@ -350,8 +350,13 @@ func (g *itemGroup) popReady(p *partition) *item {
 
 // leaseItems calls take (which leases the item) on up to want ready items
 // of the partition by the rules of its groups, in the order a lease hands
-// them out.
-func (gi *groupIndex) leaseItems(p *partition, want int, take func(*item)) {
+// them out. fits, when not nil, is asked before each item is taken: at its
+// first false the lease stops there, the item left as it was (ready, at
+// its place: first in its FIFO, its group still leasable or its run cut,
+// the turn it would have taken first in the next lease), and leaseItems
+// reports more. A run cut so is a group's run all the same: the group has
+// an item leased, and its items left wait for it.
+func (gi *groupIndex) leaseItems(p *partition, want int, fits func(*item) bool, take func(*item)) (more bool) {
 	n := 0
 	if !gi.ordered {
 		// Round-robin: one item per turn, the items without a group
@@ -361,21 +366,27 @@ func (gi *groupIndex) leaseItems(p *partition, want int, take func(*item)) {
 			g := gi.cursor
 			gi.cursor = g.next
 			var x *item
+			var from *fifo
 			switch {
 			case g != gi.none:
-				x = g.popReady(p)
+				x, from = g.popReady(p), &g.ready
 			case p.nReady > gi.nReady:
-				x = p.popReady()
+				x, from = p.popReady(), &p.ready
 			}
 			if x == nil {
 				misses++
 				continue
 			}
+			if fits != nil && !fits(x) {
+				from.unpop([]uint64{x.id})
+				gi.cursor = g
+				return true
+			}
 			misses = 0
 			take(x)
 			n++
 		}
-		return
+		return false
 	}
 	for n < want {
 		u := p.peekReady()
@@ -385,8 +396,11 @@ func (gi *groupIndex) leaseItems(p *partition, want int, take func(*item)) {
 		}
 		switch {
 		case u == nil && g == nil:
-			return
+			return false
 		case g == nil || u != nil && u.id < g.headID:
+			if fits != nil && !fits(u) {
+				return true
+			}
 			p.ready.pop()
 			take(u)
 			n++
@@ -394,16 +408,20 @@ func (gi *groupIndex) leaseItems(p *partition, want int, take func(*item)) {
 			// The head, then the ready items after it: taking the head
 			// takes g out of the heap.
 			for e := g.head; e != nil && n < want && e.x.state == stateReady; {
+				if fits != nil && !fits(e.x) {
+					return true
+				}
 				next := e.next
 				take(e.x)
 				n++
 				e = next
 			}
 			if g.heapIdx >= 0 {
-				return // a broken index: never loop on it
+				return false // a broken index: never loop on it
 			}
 		}
 	}
+	return false
 }
 
 // groupHeap is a min-heap of groups by headID.

@@ -207,7 +207,7 @@ func (m *groupModel) lease(want int) []*item {
 		}
 	}
 	var got []*item
-	p.index().leaseItems(p, want, func(x *item) {
+	p.index().leaseItems(p, want, nil, func(x *item) {
 		require.Equal(t, stateReady, x.state)
 		if g := m.groups[x]; g != "" && p.ordered {
 			require.False(t, before[g], "group %s has a leased item", g)
@@ -297,7 +297,7 @@ func TestGroupLoadOrder(t *testing.T) {
 	}
 	p.groups.endLoad()
 	var got []uint64
-	p.groups.leaseItems(p, 10, func(x *item) {
+	p.groups.leaseItems(p, 10, nil, func(x *item) {
 		got = append(got, p.meta(x).GroupSeq)
 		p.setStateAt(x, stateLeased, 1)
 	})

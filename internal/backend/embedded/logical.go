@@ -745,6 +745,22 @@ func (l *Logical) leasedBodies(it *iteration, p *partition, items []*item) (map[
 	return out, nil
 }
 
+// bodyOf returns the body of x, an item of partition p, as leasedBodies
+// finds it: from this iteration's inserts, the body cache, or one read.
+func (l *Logical) bodyOf(it *iteration, p *partition, x *item) (*queue.ItemBody, error) {
+	if b := it.fresh[x.bodyID]; b != nil {
+		return b, nil
+	}
+	if b := l.bodies.get(x.bodyID); b != nil {
+		return b, nil
+	}
+	bodies, _, err := l.cfg.Store.ReadBodies(context.Background(), l.queueID, p.num, []uint64{x.bodyID})
+	if err != nil {
+		return nil, err
+	}
+	return &bodies[0], nil
+}
+
 // NextWake returns when lifecycle work is next due (engine.Backend).
 func (l *Logical) NextWake(int64) int64 {
 	var next int64

@@ -219,7 +219,9 @@ func (it *iteration) Produce(n int32, items []queue.ProduceItem, expire int64) e
 // body cache or one read). With maxBytes, the items without a group are
 // taken from the ready FIFO first, their bodies found, and only those
 // within the bound leased; the others go back to the FIFO's head, as they
-// were (leaseBytes).
+// were (leaseBytes). A grouped lease finds each item's body before it
+// takes the item, and stops at the first that would pass the bound
+// (leaseGrouped).
 func (it *iteration) Lease(n int32, want int, maxBytes, deadline int64) ([]queue.LeasedItem, bool, bool, error) {
 	l, p := it.l, it.l.parts[n]
 	var items []*item
@@ -246,9 +248,8 @@ func (it *iteration) Lease(n int32, want int, maxBytes, deadline int64) ([]queue
 			it.batch.Lease(p.num, x.baseMeta())
 		}
 	} else {
-		items = it.leaseGrouped(p, want, deadline)
 		var err error
-		if bodies, err = l.leasedBodies(it, p, items); err != nil {
+		if items, bodies, more, err = it.leaseGrouped(p, want, maxBytes, deadline); err != nil {
 			return nil, false, false, fmt.Errorf("read bodies: %w", err)
 		}
 	}
@@ -286,17 +287,49 @@ func leaseBytes(p *partition, items []*item, bodies map[uint64]*queue.ItemBody, 
 }
 
 // leaseGrouped leases up to want items of partition p, which holds grouped
-// items, by the rules of their groups (Lease). Apart from Lease so that
-// the closure's captures cost the leases of other partitions nothing.
-func (it *iteration) leaseGrouped(p *partition, want int, deadline int64) []*item {
+// items, by the rules of their groups (Lease), and returns them with their
+// bodies. With maxBytes (0: none) each item's body is found before the
+// item is taken, and the lease stops before the first item that would take
+// the items' payloads and attributes over maxBytes (the first is taken
+// whatever its size; leaseItems leaves it as it was): more reports that it
+// stopped so. Apart from Lease so that the closures' captures cost the
+// leases of other partitions nothing.
+func (it *iteration) leaseGrouped(p *partition, want int, maxBytes, deadline int64) ([]*item, map[uint64]*queue.ItemBody, bool, error) {
 	var items []*item
-	p.groups.leaseItems(p, want, func(x *item) {
+	var fits func(*item) bool
+	var sized map[uint64]*queue.ItemBody // the bodies fits found
+	var sum int64
+	var err error
+	if maxBytes > 0 {
+		sized = make(map[uint64]*queue.ItemBody, min(want, 64))
+		fits = func(x *item) bool {
+			var b *queue.ItemBody
+			if b, err = it.l.bodyOf(it, p, x); err != nil {
+				return false
+			}
+			size := int64(len(b.Payload) + len(b.Attributes))
+			if len(items) > 0 && sum+size > maxBytes {
+				return false
+			}
+			sized[x.bodyID] = b
+			sum += size
+			return true
+		}
+	}
+	more := p.groups.leaseItems(p, want, fits, func(x *item) {
 		x.attempts++
 		p.setStateAt(x, stateLeased, deadline)
 		it.batch.Lease(p.num, p.meta(x))
 		items = append(items, x)
 	})
-	return items
+	if err != nil {
+		return nil, nil, false, err
+	}
+	if fits != nil {
+		return items, sized, more, nil
+	}
+	bodies, err := it.l.leasedBodies(it, p, items)
+	return items, bodies, false, err
 }
 
 // Redrive implements Tx.

@@ -227,22 +227,47 @@ var orderedRun = `SELECT h.grp, r.id, r.seq FROM
 		WHERE ` + headReadySQL + ` AND ` + groupFreeSQL("$2", "v.grp")
 
 // leaseUpdate leases the items of the CTE take (the ctids of the rows it
-// locked), and returns each (scanLeased) with its order key: its GroupSeq,
-// or its id when it has no group. It finds the rows by ctid, as lease does
-// and for the same reason: by (queue_id, id), a generic plan made while
-// the queue's statistics said it was nearly empty read them through
-// another index of the queue, every entry of it.
+// locked), and returns each (scanLeasedKeys) with its order key: its
+// GroupSeq, or its id when it has no group; and, last, how many items the
+// CTE found held before the byte bound (more when take leased fewer). It
+// finds the rows by ctid, as lease does and for the same reason: by
+// (queue_id, id), a generic plan made while the queue's statistics said it
+// was nearly empty read them through another index of the queue, every
+// entry of it.
 const leaseUpdate = `UPDATE styx_items t SET state=1, attempts=t.attempts+1, deadline=$4
 	FROM take WHERE t.ctid = take.ctid
 	RETURNING t.id, coalesce(t.first_id, t.id), t.attempts, t.reference, t.kind, t.encoding, t.payload, t.attributes,
-		t.source_queue, coalesce(t.grp, ''), CASE WHEN t.grp IS NULL THEN t.id ELSE ` + groupSeqSQL + ` END`
+		t.source_queue, coalesce(t.grp, ''), CASE WHEN t.grp IS NULL THEN t.id ELSE ` + groupSeqSQL + ` END, (SELECT count(*) FROM found)`
+
+// itemSizeSQL is an item's bytes for the byte bound of a lease: its
+// payload and attributes, from the row's TOAST pointers (octet_length does
+// not read a value stored apart).
+const itemSizeSQL = `octet_length(payload) + coalesce(octet_length(attributes), 0)`
+
+// boundedTake is the CTE take of a group lease: of the CTE found (the
+// items the lease locked and would lease: ctid, size, and the columns of
+// order, the order in which the lease hands them out), those whose sizes
+// sum, in that order, to at most $7 bytes (NULL: no bound), the first
+// whatever its size when $8 (no item was leased before it in the
+// iteration's lease). Every prefix of that order keeps the group rules: a
+// group's run cut is a prefix of it (the group has an item leased, its
+// items left wait), and the groups after the cut are not leased at all.
+// The rows found and not taken stay locked until the iteration commits
+// (another node's lease passes them, or their group).
+func boundedTake(order string) string {
+	return `SELECT ctid FROM (SELECT ctid, sum(size) OVER w AS upto, row_number() OVER w AS n FROM found
+			WINDOW w AS (ORDER BY ` + order + ` ROWS UNBOUNDED PRECEDING)) b
+		WHERE $7::bigint IS NULL OR b.upto <= $7::bigint OR ($8::boolean AND b.n = 1)`
+}
 
 // orderedLeaseSQL leases, on an ordered queue, up to $3 items of partition
-// $2 until $4 (now $5, cursor $6): group by group from the cursor
-// (orderedRun), the items without a group taking their turn at the wrap
-// (FIFO, locked SKIP LOCKED as the plain lease does), then every item of
-// the pick locked SKIP LOCKED and a group's run cut at the first item not
-// locked.
+// $2 until $4 (now $5, cursor $6, byte bound $7 and $8: boundedTake):
+// group by group from the cursor (orderedRun), the items without a group
+// taking their turn at the wrap (FIFO, locked SKIP LOCKED as the plain
+// lease does), then every item of the pick locked SKIP LOCKED, a group's
+// run cut at the first item not locked, and the whole cut at the byte
+// bound in the order orderLeased hands the items out (visiting pass,
+// group, GroupSeq).
 var orderedLeaseSQL = `WITH RECURSIVE ` + groupsVisit + `,
 	pick AS MATERIALIZED (
 		(SELECT 1 AS pass, f.grp, f.id, f.seq FROM ga v CROSS JOIN LATERAL (` + orderedRun + `) f WHERE v.grp IS NOT NULL)
@@ -253,22 +278,26 @@ var orderedLeaseSQL = `WITH RECURSIVE ` + groupsVisit + `,
 		(SELECT 3, f.grp, f.id, f.seq FROM gb v CROSS JOIN LATERAL (` + orderedRun + `) f WHERE v.grp IS NOT NULL)
 		LIMIT $3),
 	locked AS MATERIALIZED (
-		SELECT id, ctid FROM styx_items WHERE queue_id=$1 AND id = ANY(ARRAY(SELECT id FROM pick)) AND state=0 AND ` + notExpired + `
+		SELECT id, ctid, ` + itemSizeSQL + ` AS size FROM styx_items
+		WHERE queue_id=$1 AND id = ANY(ARRAY(SELECT id FROM pick)) AND state=0 AND ` + notExpired + `
 		FOR UPDATE SKIP LOCKED),
-	take AS (
-		SELECT ctid FROM (
-			SELECT p.id, p.grp, l.ctid, l.id IS NOT NULL AS got,
+	found AS MATERIALIZED (
+		SELECT ctid, size, pass, grp, seq, id FROM (
+			SELECT p.id, p.grp, p.pass, p.seq, l.ctid, l.size, l.id IS NOT NULL AS got,
 				bool_and(l.id IS NOT NULL) OVER (PARTITION BY p.pass, p.grp ORDER BY p.seq, p.id ROWS UNBOUNDED PRECEDING) AS run
 			FROM pick p LEFT JOIN locked l ON l.id = p.id) x
-		WHERE x.run OR (x.grp IS NULL AND x.got))
+		WHERE x.run OR (x.grp IS NULL AND x.got)),
+	take AS (` + boundedTake("pass, grp, seq, id") + `)
 	` + leaseUpdate
 
 // fairLeaseSQL leases, on a queue that is not ordered, up to $3 items of
-// partition $2 until $4 (now $5, cursor $6): the first $3 groups visited
-// from the cursor (the items without a group one of them, at the wrap),
-// each read up to $3 - groups + 1 oldest ready items, dealt round-robin
-// (rank in the group, then visiting order), locked SKIP LOCKED.
-const fairLeaseSQL = `WITH RECURSIVE ` + groupsVisit + `,
+// partition $2 until $4 (now $5, cursor $6, byte bound $7 and $8:
+// boundedTake): the first $3 groups visited from the cursor (the items
+// without a group one of them, at the wrap), each read up to $3 - groups +
+// 1 oldest ready items, dealt round-robin (rank in the group, then
+// visiting order), locked SKIP LOCKED, and cut at the byte bound in that
+// order.
+var fairLeaseSQL = `WITH RECURSIVE ` + groupsVisit + `,
 	keys AS MATERIALIZED (
 		(SELECT 1 AS pass, grp FROM ga WHERE grp IS NOT NULL)
 		UNION ALL
@@ -283,20 +312,34 @@ const fairLeaseSQL = `WITH RECURSIVE ` + groupsVisit + `,
 			UNION ALL
 			(SELECT id FROM styx_items WHERE k.grp IS NULL AND queue_id=$1 AND partition=$2 AND state=0 AND grp IS NULL AND ` + notExpired + `
 				ORDER BY id LIMIT $3 - (SELECT count(*) FROM keys) + 1)) c),
-	pick AS MATERIALIZED (SELECT id FROM cand ORDER BY rank, pass, grp LIMIT $3),
-	take AS MATERIALIZED (
-		SELECT ctid FROM styx_items WHERE queue_id=$1 AND id = ANY(ARRAY(SELECT id FROM pick)) AND state=0 AND ` + notExpired + `
-		FOR UPDATE SKIP LOCKED)
+	pick AS MATERIALIZED (SELECT id, rank, pass, grp FROM cand ORDER BY rank, pass, grp LIMIT $3),
+	locked AS MATERIALIZED (
+		SELECT ctid, id, ` + itemSizeSQL + ` AS size FROM styx_items
+		WHERE queue_id=$1 AND id = ANY(ARRAY(SELECT id FROM pick)) AND state=0 AND ` + notExpired + `
+		FOR UPDATE SKIP LOCKED),
+	found AS MATERIALIZED (SELECT l.ctid, l.size, p.rank, p.pass, p.grp, p.id FROM locked l JOIN pick p ON p.id = l.id),
+	take AS (` + boundedTake("rank, pass, grp, id") + `)
 	` + leaseUpdate
 
 // leaseGroups leases up to n items of partition with the group rules:
 // orderedLeaseSQL when ordered, else fairLeaseSQL, from the group after
 // cursor (in the rotation). The items come in lease order (orderLeased).
+// With maxBytes (0: none), the items' payloads and attributes take at most
+// maxBytes - usedBytes (usedBytes: those of the items the same Tx.Lease
+// took before, by the plain lease), and the first item whatever its size
+// when first (none was taken before); more reports that the bound left
+// items the lease would have taken. When the bound leaves all of them (not
+// first), no row comes back to count them, and more is false: the next
+// lease takes them.
 func leaseGroups(ctx context.Context, tx pgx.Tx, queueID uint64, partition int32, n int, deadline, now int64, ordered bool,
-	cursor string) ([]queue.LeasedItem, error) {
+	cursor string, maxBytes, usedBytes int64, first bool) (items []queue.LeasedItem, more bool, err error) {
 	sql := fairLeaseSQL
 	if ordered {
 		sql = orderedLeaseSQL
+	}
+	var left *int64 // NULL: no bound
+	if maxBytes > 0 {
+		left = new(maxBytes - usedBytes)
 	}
 	// The statement runs on its generic plan, kept by the connection's
 	// prepared statement: planned anew for each call (PostgreSQL's choice
@@ -305,25 +348,25 @@ func leaseGroups(ctx context.Context, tx pgx.Tx, queueID uint64, partition int32
 	// round trip: the setting, the lease and the setting back, in a batch.
 	b := &pgx.Batch{}
 	b.Queue(`SET LOCAL plan_cache_mode = force_generic_plan`)
-	b.Queue(sql, int64(queueID), partition, n, deadline, now, cursor)
+	b.Queue(sql, int64(queueID), partition, n, deadline, now, cursor, left, first)
 	b.Queue(`SET LOCAL plan_cache_mode TO DEFAULT`)
 	br := tx.SendBatch(ctx, b)
 	if _, err := br.Exec(); err != nil {
 		_ = br.Close()
-		return nil, err
+		return nil, false, err
 	}
 	rows, err := br.Query()
-	items, keys, err := scanLeasedKeys(rows, err)
+	items, keys, found, err := scanLeasedKeys(rows, err)
 	if err != nil {
 		_ = br.Close()
-		return nil, err
+		return nil, false, err
 	}
 	if _, err := br.Exec(); err != nil {
 		_ = br.Close()
-		return nil, err
+		return nil, false, err
 	}
 	orderLeased(items, keys, cursor, ordered)
-	return items, br.Close()
+	return items, found > int64(len(items)), br.Close()
 }
 
 // orderLeased sorts the items of a group lease (keys: each one's GroupSeq,

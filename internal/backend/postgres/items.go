@@ -247,14 +247,19 @@ func groupedReady(ctx context.Context, tx pgx.Tx, queueID uint64, partition int3
 }
 
 // scanLeasedKeys reads the items of a group lease statement (leaseUpdate)
-// and each one's order key, as they come.
-func scanLeasedKeys(rows pgx.Rows, err error) ([]queue.LeasedItem, []int64, error) {
-	return scanLeasedRows(rows, err, true)
+// and each one's order key, as they come, and how many items the
+// statement found before its bound (its last column, the same on every
+// row; 0 when no row came).
+func scanLeasedKeys(rows pgx.Rows, err error) ([]queue.LeasedItem, []int64, int64, error) {
+	var found int64
+	items, keys, err := scanLeasedRows(rows, err, true, &found)
+	return items, keys, found, err
 }
 
 // scanLeasedRows reads the rows of a lease statement: the item's columns,
-// its group ("" for none) and, withKey, an order key.
-func scanLeasedRows(rows pgx.Rows, err error, withKey bool) ([]queue.LeasedItem, []int64, error) {
+// its group ("" for none), withKey an order key, and with extra one more
+// column into *extra.
+func scanLeasedRows(rows pgx.Rows, err error, withKey bool, extra ...*int64) ([]queue.LeasedItem, []int64, error) {
 	if err != nil {
 		return nil, nil, err
 	}
@@ -267,6 +272,9 @@ func scanLeasedRows(rows pgx.Rows, err error, withKey bool) ([]queue.LeasedItem,
 		dest := []any{&id, &first, &it.Attempts, &it.Reference, &it.Kind, &it.Encoding, &it.Payload, &it.Attributes, &it.SourceQueue, &it.Group}
 		if withKey {
 			dest = append(dest, &key)
+		}
+		for _, x := range extra {
+			dest = append(dest, x)
 		}
 		if err := rows.Scan(dest...); err != nil {
 			return nil, nil, err

@@ -394,7 +394,8 @@ func (it *iteration) Redrive(n int32, items []queue.RedriveItem, expire int64) e
 // ready grouped items in the partition (at most once every groupLookEvery
 // per partition): the rest of the batch is then leased by the group rules,
 // and the partition from then on (until a group lease finds no grouped
-// item).
+// item). maxBytes bounds both leases together (the group lease takes what
+// the plain one left of it; leaseGroups).
 func (it *iteration) Lease(n int32, want int, maxBytes, deadline int64) ([]queue.LeasedItem, bool, bool, error) {
 	if err := it.flush(); err != nil {
 		return nil, false, false, err
@@ -420,8 +421,15 @@ func (it *iteration) Lease(n int32, want int, maxBytes, deadline int64) ([]queue
 		q.grouped[n] = true
 		items, want = got, want-len(got)
 	}
+	var used int64 // the bytes of the plain lease's items, which the bound counts
+	for _, x := range items {
+		used += int64(len(x.Payload) + len(x.Attributes))
+	}
+	if maxBytes > 0 && len(items) > 0 && used >= maxBytes {
+		return items, true, true, nil // grouped items are ready: they wait for the next lease
+	}
 	cursor := q.groupCursor[n]
-	got, err := leaseGroups(it.ctx, it.tx, q.id, n, want, deadline, it.now, it.info.Ordered, cursor)
+	got, more, err := leaseGroups(it.ctx, it.tx, q.id, n, want, deadline, it.now, it.info.Ordered, cursor, maxBytes, used, len(items) == 0)
 	if err != nil {
 		return nil, false, false, err
 	}
@@ -429,13 +437,13 @@ func (it *iteration) Lease(n int32, want int, maxBytes, deadline int64) ([]queue
 		q.nextDue = engine.Earliest(q.nextDue, deadline)
 		q.groupCursor[n] = nextCursor(cursor, got)
 	}
-	if !it.info.Ordered && len(got) < want && !slices.ContainsFunc(got, func(x queue.LeasedItem) bool { return x.Group != "" }) {
+	if !it.info.Ordered && !more && len(got) < want && !slices.ContainsFunc(got, func(x queue.LeasedItem) bool { return x.Group != "" }) {
 		delete(q.grouped, n) // no grouped item was ready: the plain lease again
 	}
 	for i := range got {
 		got[i].LeaseDeadline = queue.FromNanos(deadline)
 	}
-	return append(items, got...), true, false, nil
+	return append(items, got...), true, more, nil
 }
 
 // Held implements engine.Tx.

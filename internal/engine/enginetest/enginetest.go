@@ -15,6 +15,9 @@ package enginetest
 import (
 	"context"
 	"errors"
+	"fmt"
+	"slices"
+	"strings"
 	"testing"
 	"time"
 
@@ -56,6 +59,8 @@ type env struct {
 	ctx context.Context
 	clk *clock.Fake
 	qs  queue.Queues
+	// leased is every item leaseBytes leased.
+	leased []queue.LeasedItem
 }
 
 const (
@@ -116,6 +121,62 @@ func (e *env) lease(q tq, n int) []queue.LeasedItem {
 		return err
 	})
 	return out
+}
+
+// produceGrouped stores items given as "group:payload" (ready) in partition
+// 0 in one iteration.
+func (e *env) produceGrouped(q tq, items ...string) {
+	e.t.Helper()
+	pis := make([]queue.ProduceItem, len(items))
+	for i, s := range items {
+		g, p, ok := strings.Cut(s, ":")
+		require.True(e.t, ok, "%q is not group:payload", s)
+		pis[i] = queue.ProduceItem{Payload: []byte(p), Kind: "k", Reference: "ref-" + p, Group: g}
+	}
+	e.do(q, nil, func(tx engine.Tx, _ int64) error { return tx.Produce(0, pis, 0) })
+}
+
+// leaseBytes leases up to n items of partition 0 bounded by maxBytes, and
+// returns them and Tx.Lease's more. Every item leased must be on its first
+// attempt (the rows that call it lease each item once): an item a bound
+// left had no attempt counted.
+func (e *env) leaseBytes(q tq, n int, maxBytes int64) ([]queue.LeasedItem, bool) {
+	e.t.Helper()
+	var got []queue.LeasedItem
+	var more bool
+	e.do(q, nil, func(tx engine.Tx, now int64) error {
+		var err error
+		got, _, more, err = tx.Lease(0, n, maxBytes, now+int64(leaseTimeout))
+		return err
+	})
+	for _, x := range got {
+		require.Equal(e.t, int32(1), x.Attempts, "item %q: an item left by the bound had no attempt", x.Payload)
+	}
+	e.leased = append(e.leased, got...)
+	return got, more
+}
+
+// complete completes the items of partition 0 that leaseBytes leased with
+// the given payloads.
+func (e *env) complete(q tq, payloads ...string) {
+	e.t.Helper()
+	var ids []uint64
+	for _, p := range payloads {
+		i := slices.IndexFunc(e.leased, func(x queue.LeasedItem) bool { return string(x.Payload) == p })
+		require.GreaterOrEqual(e.t, i, 0, "%q was not leased", p)
+		ids = append(ids, e.leased[i].ID)
+	}
+	e.do(q, ids, func(tx engine.Tx, _ int64) error {
+		xs := make([]engine.Item, len(ids))
+		for i, id := range ids {
+			x, ok := tx.Item(0, id)
+			if !ok {
+				return fmt.Errorf("item %d is gone", id)
+			}
+			xs[i] = x
+		}
+		return tx.Complete(xs)
+	})
 }
 
 // item returns Tx.Item of id in partition 0, and whether it exists.
@@ -273,6 +334,43 @@ var rows = []row{
 		require.Equal(e.t, []string{"f"}, got)
 		require.False(e.t, more, "none left")
 		require.Equal(e.t, []int{0}, e.ready(q))
+	}},
+	{"GroupedLeaseStopsAtMaxBytes", func(e *env) {
+		// An ordered queue: a group's run is cut at the bound, its items
+		// left stay ready and wait for the group (one lease at a time);
+		// the first item is leased whatever its size.
+		q := e.create("ordered", func(i *queue.QueueInfo) { i.Ordered = true })
+		e.produceGrouped(q, "a:aaaa", "a:aa", "a:aaa", "b:bbbb", "b:bb")
+		got, more := e.leaseBytes(q, 10, 3)
+		require.Equal(e.t, []string{"aaaa"}, payloads(got), "the group's head whatever its size, and no more")
+		require.True(e.t, more)
+		got, more = e.leaseBytes(q, 10, 5)
+		require.Equal(e.t, []string{"bbbb"}, payloads(got), "group a waits for its head; b's run cut at the bound")
+		require.True(e.t, more)
+		got, more = e.leaseBytes(q, 10, 100)
+		require.Empty(e.t, got, "both groups have an item leased")
+		require.False(e.t, more)
+		require.Equal(e.t, []int{3}, e.ready(q), "the items left are ready")
+		e.complete(q, "aaaa", "bbbb")
+		got, more = e.leaseBytes(q, 10, 6)
+		require.Equal(e.t, []string{"aa", "aaa"}, payloads(got), "group a's run, then b's head would pass the bound")
+		require.True(e.t, more)
+		got, more = e.leaseBytes(q, 10, 6)
+		require.Equal(e.t, []string{"bb"}, payloads(got))
+		require.False(e.t, more, "none left")
+
+		// A fair queue: round-robin across groups, cut at the bound; the
+		// next lease takes the items left.
+		f := e.create("fair", nil)
+		e.produceGrouped(f, "a:aaaa", "a:aa", "b:bbbb", "b:bb")
+		got, more = e.leaseBytes(f, 10, 9)
+		require.Equal(e.t, []string{"aaaa", "bbbb"}, payloads(got), "a's second turn would pass the bound")
+		require.True(e.t, more)
+		require.Equal(e.t, []int{2}, e.ready(f))
+		got, more = e.leaseBytes(f, 10, 9)
+		require.Equal(e.t, []string{"aa", "bb"}, payloads(got))
+		require.False(e.t, more)
+		require.Equal(e.t, []int{0}, e.ready(f))
 	}},
 	{"ItemUnknownIsFalse", func(e *env) {
 		q := e.create("q", nil)
