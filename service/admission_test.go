@@ -4,6 +4,8 @@ import (
 	"bufio"
 	"bytes"
 	"context"
+	"crypto/sha256"
+	"encoding/hex"
 	"fmt"
 	"io"
 	"net"
@@ -15,6 +17,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/aws/aws-sdk-go-v2/aws"
+	v4 "github.com/aws/aws-sdk-go-v2/aws/signer/v4"
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
@@ -376,4 +380,47 @@ func TestReceiveAnswersBounded(t *testing.T) {
 	require.Positive(t, total.Load())
 	require.LessOrEqual(t, largest.Load(), int64(10<<20+64<<10), "an answer holds at most 10 x MaximumMessageSize (1 MiB) of messages")
 	require.Less(t, grew, int64(budget+slack), "memory grew past the budget")
+}
+
+// TestSignedPayloadHashVerifiedFirst: issue 48, point 1 ("verify before
+// reading where a signed payload hash allows"). An SQS request that signs
+// its body's hash (X-Amz-Content-Sha256, a signed header) has its signature
+// checked before its body is read: a forged one is refused 403 while its
+// body is still unsent, and a genuine one is served and charged to its key.
+func TestSignedPayloadHashVerifiedFirst(t *testing.T) {
+	s, admin := startSQSAuth(t, memoryBackend(t))
+	require.NoError(t, s.C.QueuesCreate(ctx, &pb.QueueInfo{QueueName: "orders"}))
+	body := `{"QueueUrl":"http://127.0.0.1/000000000000/orders","MessageBody":"signed first"}`
+	sum := sha256.Sum256([]byte(body))
+	hash := hex.EncodeToString(sum[:])
+	sign := func(secret string) *http.Request {
+		req, err := http.NewRequestWithContext(ctx, http.MethodPost, s.d.Endpoint()+"/", strings.NewReader(body))
+		require.NoError(t, err)
+		req.Header.Set("Content-Type", "application/x-amz-json-1.0")
+		req.Header.Set("X-Amz-Target", "AmazonSQS.SendMessage")
+		req.Header.Set("X-Amz-Content-Sha256", hash)
+		require.NoError(t, v4.NewSigner().SignHTTP(context.Background(), aws.Credentials{AccessKeyID: "bootstrap-admin", SecretAccessKey: secret},
+			req, hash, "sqs", "us-east-1", time.Now()))
+		return req
+	}
+
+	t.Run("Forged", func(t *testing.T) {
+		req := sign(strings.Repeat("f", 64)) // the right key id, a wrong secret
+		var head strings.Builder
+		require.NoError(t, req.Header.Write(&head))
+		c := stall(t, s.d.Addr(), "POST / HTTP/1.1\r\nHost: "+req.Host+"\r\n"+head.String()+"Content-Length: 5000000\r\n\r\n")
+		require.Equal(t, http.StatusForbidden, statusWithin(t, c, 20*time.Second), "refused before the body arrives")
+	})
+	t.Run("Genuine", func(t *testing.T) {
+		res, b := s.do(sign(admin))
+		require.Equal(t, http.StatusOK, res.StatusCode, string(b))
+		require.Contains(t, string(b), "MessageId")
+	})
+	t.Run("BodyNotTheSignedOne", func(t *testing.T) {
+		req := sign(admin)
+		req.Body = io.NopCloser(strings.NewReader(strings.Replace(body, "signed first", "swapped body", 1)))
+		res, b := s.do(req)
+		require.Equal(t, http.StatusForbidden, res.StatusCode, string(b))
+		require.Contains(t, string(b), "X-Amz-Content-Sha256 does not match the request body")
+	})
 }
