@@ -215,7 +215,8 @@ func checkAttributes(field string, attrs map[string]AttributeValue, system bool)
 			}
 			size += len(a.BinaryValue)
 		default:
-			return 0, invalidParameter("The type of message (user) attribute '%s' is invalid. You must use only the following supported type prefixes: Binary, Number, String.", name)
+			// AWS's words (moto's and LocalStack's too).
+			return 0, invalidParameter("The message attribute '%s' has an invalid message attribute type, the set of supported type prefixes is Binary, Number, and String.", name)
 		}
 		size += len(name) + len(a.DataType)
 	}
@@ -234,7 +235,8 @@ func checkAttributeName(name string) error {
 	}
 	for _, c := range name {
 		if !(c >= 'a' && c <= 'z' || c >= 'A' && c <= 'Z' || c >= '0' && c <= '9' || c == '_' || c == '-' || c == '.') {
-			return invalidParameter("Message attribute name '%s' has an invalid character '%c'; allowed are A-Z, a-z, 0-9, underscore, hyphen and period.", name, c)
+			// AWS's words (moto's and LocalStack's too).
+			return invalidParameter("The message attribute name '%s' is invalid. Attribute name can contain A-Z, a-z, 0-9, underscore (_), hyphen (-), and period (.) characters.", name)
 		}
 	}
 	lower := strings.ToLower(name)

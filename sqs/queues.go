@@ -458,17 +458,17 @@ func (h *Handler) getQueueAttributes(ctx context.Context, r *request) (any, erro
 		return nil, err
 	}
 	names := in.AttributeNames
-	for _, n := range names {
-		if n == "All" {
-			names = queueAttributeNames
-			if isFIFO(info) {
-				names = slices.Concat(names, fifoAttributeNames)
-			}
-			break
-		}
-		if !slices.Contains(queueAttributeNames, n) && !slices.Contains([]string{"FifoQueue", "ContentBasedDeduplication",
+	// Every name is checked, also after All (which selects every one).
+	for _, n := range in.AttributeNames {
+		if n != "All" && !slices.Contains(queueAttributeNames, n) && !slices.Contains([]string{"FifoQueue", "ContentBasedDeduplication",
 			"KmsMasterKeyId", "KmsDataKeyReusePeriodSeconds", "DeduplicationScope", "FifoThroughputLimit"}, n) {
-			return nil, invalidAttributeName("Unknown Attribute %s.", n)
+			return nil, invalidAttributeName("Unknown Attribute %s.", text.Escape(n))
+		}
+	}
+	if slices.Contains(names, "All") {
+		names = queueAttributeNames
+		if isFIFO(info) {
+			names = slices.Concat(names, fifoAttributeNames)
 		}
 	}
 	if len(names) == 0 {
