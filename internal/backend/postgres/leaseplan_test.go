@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"strings"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -32,13 +33,17 @@ func TestLockedRowsUpdatedByTID(t *testing.T) {
 	require.NoError(t, err)
 	require.NoError(t, q.Produce(ctx, []queue.ProduceItem{{Payload: []byte("a")}, {Payload: []byte("b")}}))
 
-	// The group leases' arguments: as lease's, then the cursor.
-	groupArgs := []any{int64(info.ID), int32(0), 10, time.Now().Add(time.Minute).UnixNano(), time.Now().UnixNano(), "''"}
+	// The leases' arguments: queue, partition, count, deadline, now; the
+	// group leases' then the cursor and the byte bound (boundedTake: a
+	// bound, and whether the first item goes whatever its size).
+	leaseArgs := []any{int64(info.ID), int32(0), 10, time.Now().Add(time.Minute).UnixNano(), time.Now().UnixNano()}
+	groupArgs := append(append([]any{}, leaseArgs...), "''", 64<<20, true)
 	for name, c := range map[string]struct {
 		sql  string
 		args []any
 	}{
-		"lease":           {leaseSQL, []any{int64(info.ID), int32(0), 10, time.Now().Add(time.Minute).UnixNano(), time.Now().UnixNano()}},
+		"lease":           {leaseSQL, leaseArgs},
+		"lease bytes":     {leaseBytesSQL, append(append([]any{}, leaseArgs...), 64<<20)},
 		"ready scheduled": {readyScheduledSQL, []any{int64(info.ID), time.Now().UnixNano(), lifecycleBatch}},
 		"ordered lease":   {orderedLeaseSQL, groupArgs},
 		"fair lease":      {fairLeaseSQL, groupArgs},
@@ -88,14 +93,17 @@ func genericPlan(t *testing.T, m *Manager, sql string, args []any) planNode {
 	t.Helper()
 	ctx := context.Background()
 	var plan planNode
+	// A prepared statement outlives a failed transaction on its pooled
+	// connection: each plan gets a name of its own.
+	name := fmt.Sprintf("styx_plan_check_%d", planChecks.Add(1))
 	err := pgx.BeginFunc(ctx, m.st.pool, func(tx pgx.Tx) error {
 		if _, err := tx.Exec(ctx, `SET LOCAL plan_cache_mode = force_generic_plan`); err != nil {
 			return err
 		}
-		if _, err := tx.Exec(ctx, `PREPARE styx_plan_check AS `+sql); err != nil {
+		if _, err := tx.Exec(ctx, `PREPARE `+name+` AS `+sql); err != nil {
 			return err
 		}
-		defer func() { _, _ = tx.Exec(ctx, `DEALLOCATE styx_plan_check`) }()
+		defer func() { _, _ = tx.Exec(ctx, `DEALLOCATE `+name) }()
 		// EXECUTE takes literals: force_generic_plan makes them
 		// parameters of the generic plan all the same.
 		lits := make([]string, len(args))
@@ -103,7 +111,7 @@ func genericPlan(t *testing.T, m *Manager, sql string, args []any) planNode {
 			lits[i] = fmt.Sprint(a)
 		}
 		var out []byte
-		if err := tx.QueryRow(ctx, `EXPLAIN (FORMAT JSON) EXECUTE styx_plan_check(`+strings.Join(lits, ", ")+`)`).Scan(&out); err != nil {
+		if err := tx.QueryRow(ctx, `EXPLAIN (FORMAT JSON) EXECUTE `+name+`(`+strings.Join(lits, ", ")+`)`).Scan(&out); err != nil {
 			return err
 		}
 		var plans []struct{ Plan planNode }
@@ -117,6 +125,9 @@ func genericPlan(t *testing.T, m *Manager, sql string, args []any) planNode {
 	require.ErrorIs(t, err, errRollback)
 	return plan
 }
+
+// planChecks numbers the statements genericPlan prepares.
+var planChecks atomic.Int64
 
 // errRollback ends a transaction that must change nothing.
 var errRollback = errors.New("rollback")
