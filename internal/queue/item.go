@@ -95,6 +95,11 @@ type ItemMeta struct {
 	BodyID uint64
 	// Attempts counts leases of the item that were not released.
 	Attempts int32
+	// FirstLeasedAt is when the item was first leased in its queue
+	// (LeasedItem.FirstLeasedAt), kept through requeues and carried into a
+	// dead-letter queue; zero before its first lease, on a redriven item
+	// until its first lease there, and on items stored before it existed.
+	FirstLeasedAt time.Time
 	// Leased reports a live or expired-but-unprocessed lease; LeaseDeadline
 	// is then set.
 	Leased        bool

@@ -56,6 +56,14 @@ type LeasedItem struct {
 	FirstID       uint64
 	Attempts      int32
 	LeaseDeadline time.Time
+	// FirstLeasedAt is when the item was first leased: the first lease of
+	// its life in the queue (this one when Attempts is 1), kept through
+	// requeues (expired leases, retries, releases) and carried by a
+	// dead-letter move into the dead-letter queue; a redriven item starts
+	// without one. The SQS API's ApproximateFirstReceiveTimestamp. Zero
+	// for an item leased before Styx stored it (its reader then takes
+	// the time of this lease).
+	FirstLeasedAt time.Time
 	Encoding      string
 	Kind          string
 	Reference     string

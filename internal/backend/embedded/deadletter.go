@@ -173,7 +173,7 @@ func (l *Logical) sendDeadLetters(now int64) {
 				b.DeadReason = reason
 				b.DeadAt = queue.FromNanos(x.deadline) // a dying item's time of death
 				op.items = append(op.items, deadItem{
-					sourceKey: queue.SourceKey(reason, l.name, x.id), attempts: x.attempts, created: x.created,
+					sourceKey: queue.SourceKey(reason, l.name, x.id), attempts: x.attempts, created: x.created, firstLeased: x.firstLeased,
 					body: b, errors: e, reason: reason, group: p.groupOf(x), partition: p.num, id: x.id, item: x,
 				})
 			}
@@ -291,8 +291,8 @@ func (l *Logical) takeDead(it *iteration, op *deadLetterOp) {
 		}
 		id := l.allocID(it)
 		deadAt := queue.Nanos(d.body.DeadAt)
-		x := &item{id: id, bodyID: id, created: d.created, attempts: d.attempts, state: stateReady, src: newSource(d.sourceKey),
-			hasErrs: !d.errors.IsZero()}
+		x := &item{id: id, bodyID: id, created: d.created, attempts: d.attempts, firstLeased: d.firstLeased, state: stateReady,
+			src: newSource(d.sourceKey), hasErrs: !d.errors.IsZero()}
 		if l.info.ExpireTimeout > 0 {
 			// A dead item's retention counts from its death.
 			x.expire = deadAt + int64(l.info.ExpireTimeout)

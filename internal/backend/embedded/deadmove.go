@@ -10,9 +10,12 @@ type deadItem struct {
 	sourceKey string
 	attempts  int32
 	created   int64
-	body      queue.ItemBody
-	errors    queue.ItemErrors
-	reason    string
+	// firstLeased is the item's first lease in the source queue (Unix
+	// ns): a dead item keeps its first receive, as it keeps its attempts.
+	firstLeased int64
+	body        queue.ItemBody
+	errors      queue.ItemErrors
+	reason      string
 	// group is the item's group, "" for none: the dead copy keeps it.
 	group string
 	// partition and id in the source queue

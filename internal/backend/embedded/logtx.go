@@ -244,6 +244,9 @@ func (it *iteration) Lease(n int32, want int, maxBytes, deadline int64) ([]queue
 		}
 		for _, x := range items {
 			x.attempts++
+			if x.firstLeased == 0 {
+				x.firstLeased = it.now
+			}
 			p.setStateAt(x, stateLeased, deadline)
 			it.batch.Lease(p.num, x.baseMeta())
 		}
@@ -259,7 +262,7 @@ func (it *iteration) Lease(n int32, want int, maxBytes, deadline int64) ([]queue
 		b := bodies[x.bodyID]
 		out[i] = queue.LeasedItem{ID: x.id, FirstID: x.bodyID, Attempts: x.attempts, LeaseDeadline: time.Unix(0, deadline).UTC(),
 			Encoding: b.Encoding, Kind: b.Kind, Reference: b.Reference, Payload: b.Payload, Attributes: b.Attributes,
-			SourceQueue: b.SourceQueue, Group: p.groupOf(x)}
+			SourceQueue: b.SourceQueue, Group: p.groupOf(x), FirstLeasedAt: queue.FromNanos(x.firstLeased)}
 		newest = max(newest, x.id)
 	}
 	return out, newest <= l.pipe.durableID.Load(), more, nil
@@ -318,6 +321,9 @@ func (it *iteration) leaseGrouped(p *partition, want int, maxBytes, deadline int
 	}
 	more := p.groups.leaseItems(p, want, fits, func(x *item) {
 		x.attempts++
+		if x.firstLeased == 0 {
+			x.firstLeased = it.now
+		}
 		p.setStateAt(x, stateLeased, deadline)
 		it.batch.Lease(p.num, p.meta(x))
 		items = append(items, x)

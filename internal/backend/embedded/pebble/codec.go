@@ -41,6 +41,11 @@ const formatInfoV5 = 5
 // and both are read.
 const formatMetaV2 = 2
 
+// formatMetaV3 is the meta format that adds FirstLeasedAt (issue 51); an
+// item never leased is still written as formatV1 or formatMetaV2, and all
+// three are read (an item without it reads as never leased).
+const formatMetaV3 = 3
+
 // formatBodyV2 is the body format that adds Attributes (ADR 0016); a body
 // without attributes is still written as formatV1, and both are read.
 const formatBodyV2 = 2
@@ -94,11 +99,14 @@ func nanos(t time.Time) (int64, error) {
 //	 time tag, [varint DeadAt-CreatedAt]] if flag metaDead,
 //	[uvarint len, Fingerprint]         if flag metaFingerprint,
 //	formatMetaV2 only: uvarint len, Group, varint BodyID-GroupSeq (two's
-//	complement difference, usually 0).
+//	complement difference, usually 0),
+//	formatMetaV3 only: uvarint len, Group, [varint BodyID-GroupSeq if
+//	Group is not empty], varint FirstLeasedAt-CreatedAt.
 //
-// The format byte is formatMetaV2 when Group is not empty, else formatV1
-// (an item without a group is stored as before groups existed; GroupSeq is
-// not stored then). Times are Unix nanoseconds. CreatedAt is fixed-width: a current time
+// The format byte is formatMetaV3 when FirstLeasedAt is set, else
+// formatMetaV2 when Group is not empty, else formatV1 (an item never
+// leased and without a group is stored as before groups existed; GroupSeq
+// is not stored for an item without a group). Times are Unix nanoseconds. CreatedAt is fixed-width: a current time
 // needs 62 bits, 9 bytes as a zig-zag varint, and fixed-width decodes
 // faster. The later times are differences from CreatedAt (from 0 when
 // CreatedAt is zero), usually 5 to 7 bytes as varints.
@@ -147,8 +155,15 @@ func appendMeta(b []byte, m *queue.ItemMeta) ([]byte, error) {
 			}
 		}
 	}
+	var first int64
 	format := byte(formatV1)
-	if m.Group != "" {
+	switch {
+	case !m.FirstLeasedAt.IsZero():
+		format = formatMetaV3
+		if first, err = nanos(m.FirstLeasedAt); err != nil {
+			return b, err
+		}
+	case m.Group != "":
 		format = formatMetaV2
 	}
 	b = append(b, format, flags)
@@ -181,9 +196,16 @@ func appendMeta(b []byte, m *queue.ItemMeta) ([]byte, error) {
 	if flags&metaFingerprint != 0 {
 		b = appendString(b, m.Fingerprint)
 	}
-	if format == formatMetaV2 {
+	switch format {
+	case formatMetaV2:
 		b = appendString(b, m.Group)
 		b = binary.AppendVarint(b, int64(m.BodyID-m.GroupSeq))
+	case formatMetaV3:
+		b = appendString(b, m.Group)
+		if m.Group != "" {
+			b = binary.AppendVarint(b, int64(m.BodyID-m.GroupSeq))
+		}
+		b = binary.AppendVarint(b, delta(first, created))
 	}
 	return b, nil
 }
@@ -199,7 +221,7 @@ func undelta(d, base int64) int64 { return int64(uint64(base) + uint64(d)) }
 func decodeMeta(v []byte, id uint64, m *queue.ItemMeta) error {
 	d := decoder{b: v}
 	f := d.byte()
-	if f != formatV1 && f != formatMetaV2 && d.err == nil {
+	if f != formatV1 && f != formatMetaV2 && f != formatMetaV3 && d.err == nil {
 		return fmt.Errorf("meta: unknown format %d", f)
 	}
 	flags := d.byte()
@@ -242,9 +264,15 @@ func decodeMeta(v []byte, id uint64, m *queue.ItemMeta) error {
 	if flags&metaFingerprint != 0 {
 		m.Fingerprint = d.string()
 	}
-	if f == formatMetaV2 {
+	switch f {
+	case formatMetaV2:
 		m.Group = d.string()
 		m.GroupSeq = m.BodyID - uint64(d.varint())
+	case formatMetaV3:
+		if m.Group = d.string(); m.Group != "" {
+			m.GroupSeq = m.BodyID - uint64(d.varint())
+		}
+		m.FirstLeasedAt = time.Unix(0, undelta(d.varint(), created))
 	}
 	return d.finish("meta")
 }

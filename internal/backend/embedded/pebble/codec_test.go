@@ -31,6 +31,10 @@ func sampleMetas() []queue.ItemMeta {
 		{ID: 11, BodyID: 11, CreatedAt: t0, Group: "order-7", GroupSeq: 11},
 		{ID: 30, BodyID: 12, Leased: true, LeaseDeadline: t0, CreatedAt: t0, SourceKey: "redrive:dlq~1", Group: "g", GroupSeq: 3},
 		{ID: 13, BodyID: 13, Group: strings.Repeat("x", queue.MaxGroup), GroupSeq: math.MaxUint64},
+		{ID: 40, BodyID: 14, Attempts: 2, Leased: true, LeaseDeadline: t0.Add(time.Hour), CreatedAt: t0, FirstLeasedAt: t0.Add(time.Second)},
+		{ID: 41, BodyID: 15, Attempts: 1, CreatedAt: t0, FirstLeasedAt: t0.Add(time.Minute), Group: "g", GroupSeq: 2},
+		{ID: 16, BodyID: 16, FirstLeasedAt: time.Unix(0, math.MinInt64)}, // no CreatedAt
+		{ID: 17, BodyID: 17, CreatedAt: time.Unix(0, math.MaxInt64), FirstLeasedAt: time.Unix(0, math.MinInt64), SourceKey: "max_attempts:q~3"},
 	}
 }
 
@@ -45,12 +49,14 @@ func sameMeta(t *testing.T, want, got queue.ItemMeta) {
 		{"ExpireDeadline", want.ExpireDeadline, got.ExpireDeadline},
 		{"CreatedAt", want.CreatedAt, got.CreatedAt},
 		{"DeadAt", want.DeadAt, got.DeadAt},
+		{"FirstLeasedAt", want.FirstLeasedAt, got.FirstLeasedAt},
 	} {
 		require.True(t, p.w.Equal(p.g), "%s: want %v, got %v", p.name, p.w, p.g)
 		require.Equal(t, p.w.IsZero(), p.g.IsZero(), p.name)
 	}
 	for _, m := range []*queue.ItemMeta{&want, &got} {
 		m.LeaseDeadline, m.EnqueueAt, m.ExpireDeadline, m.CreatedAt, m.DeadAt = time.Time{}, time.Time{}, time.Time{}, time.Time{}, time.Time{}
+		m.FirstLeasedAt = time.Time{}
 	}
 	require.Equal(t, want, got)
 }
@@ -71,12 +77,49 @@ func TestMetaSize(t *testing.T) {
 	v, err := appendMeta(nil, &m)
 	require.NoError(t, err)
 	require.LessOrEqual(t, len(v), 20)
-	// Leased, retried and requeued.
+	// Leased, retried and requeued; first leased a second after it came.
 	m.ID += 1000
 	m.Leased, m.Attempts, m.LeaseDeadline = true, 2, t0.Add(5*time.Minute)
+	m.FirstLeasedAt = t0.Add(time.Second)
 	v, err = appendMeta(nil, &m)
 	require.NoError(t, err)
-	require.LessOrEqual(t, len(v), 28)
+	require.LessOrEqual(t, len(v), 34)
+}
+
+// TestMetaFirstLeased: an item leased once is written in formatMetaV3,
+// its FirstLeasedAt (with or without a group) as a difference from
+// CreatedAt; an item never leased is written byte for byte as before
+// (formatV1, or formatMetaV2 with a group), and such a record, as every
+// record written before FirstLeasedAt existed, reads as never leased.
+func TestMetaFirstLeased(t *testing.T) {
+	for _, group := range []string{"", "customer-42"} {
+		m := queue.ItemMeta{ID: 1 << 40, BodyID: 1 << 40, Attempts: 1, Leased: true, CreatedAt: t0,
+			LeaseDeadline: t0.Add(time.Minute), ExpireDeadline: t0.Add(24 * time.Hour), Group: group}
+		if group != "" {
+			m.GroupSeq = m.BodyID
+		}
+		old, err := appendMeta(nil, &m)
+		require.NoError(t, err)
+		wantOld := byte(formatV1)
+		if group != "" {
+			wantOld = formatMetaV2
+		}
+		require.Equal(t, wantOld, old[0], "a record without FirstLeasedAt keeps its former format")
+		var got queue.ItemMeta
+		require.NoError(t, decodeMeta(old, m.ID, &got))
+		require.True(t, got.FirstLeasedAt.IsZero(), "a former record reads as never leased")
+		sameMeta(t, m, got)
+
+		m.FirstLeasedAt = t0.Add(1500 * time.Millisecond)
+		v, err := appendMeta(nil, &m)
+		require.NoError(t, err)
+		require.Equal(t, byte(formatMetaV3), v[0])
+		require.Equal(t, old[1:], v[1:len(old)], "the former layout, then FirstLeasedAt")
+		require.LessOrEqual(t, len(v), len(old)+6, "FirstLeasedAt costs its difference from CreatedAt (and an empty group's byte)")
+		require.NoError(t, decodeMeta(v, m.ID, &got))
+		require.True(t, m.FirstLeasedAt.Equal(got.FirstLeasedAt), "want %v, got %v", m.FirstLeasedAt, got.FirstLeasedAt)
+		sameMeta(t, m, got)
+	}
 }
 
 // TestMetaGroup: an item with a group is written in formatMetaV2; one
@@ -126,6 +169,8 @@ func TestTimeOutOfRange(t *testing.T) {
 		_, err = appendMeta(nil, &queue.ItemMeta{CreatedAt: t0, LeaseDeadline: tm})
 		require.ErrorIs(t, err, errTimeRange)
 		_, err = appendMeta(nil, &queue.ItemMeta{CreatedAt: t0, DeadAt: tm})
+		require.ErrorIs(t, err, errTimeRange)
+		_, err = appendMeta(nil, &queue.ItemMeta{CreatedAt: t0, FirstLeasedAt: tm})
 		require.ErrorIs(t, err, errTimeRange)
 		_, err = appendBody(nil, &queue.ItemBody{DeadAt: tm})
 		require.ErrorIs(t, err, errTimeRange)
