@@ -85,6 +85,13 @@ type LeaseWait struct {
 	MaxBytes int64
 	// Result is the lease's items, set by the loop before it answers nil.
 	Result queue.LeaseResult
+	// Abandoned, when set, is called (on a goroutine of its own) with the
+	// items the loop leased to this request after its caller went away
+	// (ctx done) and before it learned so: nobody will ever see them, so
+	// the caller gives them back (Engine.Lease releases them, no attempt
+	// counted) instead of leaving them leased to nobody until their lease
+	// deadline.
+	Abandoned func(queue.LeaseResult)
 }
 
 // Claim reports whether the caller is the first to answer r, and marks r
@@ -280,6 +287,20 @@ func (l *Loop) call(r *Request, abandonable bool) error {
 			return l.endErr()
 		}
 	case <-ctxDone:
+		if r.Lease != nil && r.Lease.Abandoned != nil {
+			// The loop may have served the lease just before it learned
+			// the client went away: its answer is still to come (every
+			// request taken is answered: served, expired, or failed).
+			go func() {
+				select {
+				case err := <-r.done:
+					if err == nil && len(r.Lease.Result.Items) > 0 {
+						r.Lease.Abandoned(r.Lease.Result)
+					}
+				case <-l.done:
+				}
+			}()
+		}
 		return r.Ctx.Err()
 	}
 }
