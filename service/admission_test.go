@@ -25,6 +25,7 @@ import (
 	styx "github.com/styxq/styx"
 	"github.com/styxq/styx/daemon"
 	pb "github.com/styxq/styx/styxpb"
+	"github.com/styxq/styx/transport"
 )
 
 // Admission no one can hold (issue 48): forged, slow, padded and greedy
@@ -239,44 +240,43 @@ func daemonDefaultShare() int64 {
 // idle the longest is closed to make room); when every connection is
 // busy, a new one is answered 503 at once instead of waiting unanswered;
 // and one address cannot take more than --max-connections-per-address.
+// The test's own connections come from addresses of their own (127.0.0.x:
+// all of 127/8 is loopback), apart from the harness client's.
 func TestIdleConnectionsCannotLockOut(t *testing.T) {
 	s := startWith(t, memoryBackend(t), func(cfg *daemon.Config) {
 		cfg.MaxConnections = 20
 		cfg.MaxConnectionsPerAddress = 15
 	})
-	fresh := &http.Client{Timeout: 20 * time.Second, Transport: &http.Transport{DisableKeepAlives: true}}
-	health := func() (int, string) {
-		res, err := fresh.Get(s.d.Endpoint() + "/health")
-		require.NoError(t, err, "a new client is answered")
+	dialer := func(local string) *net.Dialer { return &net.Dialer{LocalAddr: &net.TCPAddr{IP: net.ParseIP(local)}} }
+	// get asks path on a new connection from local and returns the status
+	// and body, or an error when the connection was closed unanswered.
+	get := func(local, path string) (int, string, error) {
+		c := &http.Client{Timeout: 20 * time.Second, Transport: &http.Transport{DisableKeepAlives: true, DialContext: dialer(local).DialContext}}
+		res, err := c.Get(s.d.Endpoint() + path)
+		if err != nil {
+			return 0, "", err
+		}
 		defer res.Body.Close()
 		b, _ := io.ReadAll(res.Body)
-		return res.StatusCode, string(b)
+		return res.StatusCode, string(b), nil
+	}
+	// inflight reads styx_http_inflight_bytes, false when the scrape is
+	// refused (the connections may be full).
+	inflight := func() (float64, bool) {
+		code, body, err := get("127.0.0.9", "/metrics")
+		if err != nil || code != http.StatusOK {
+			return 0, false
+		}
+		return metricValue(t, body, "styx_http_inflight_bytes"), true
 	}
 	dial := func(local string) net.Conn {
-		d := net.Dialer{LocalAddr: &net.TCPAddr{IP: net.ParseIP(local)}}
-		c, err := d.DialContext(ctx, "tcp", s.d.Addr())
+		c, err := dialer(local).DialContext(ctx, "tcp", s.d.Addr())
 		require.NoError(t, err)
 		t.Cleanup(func() { _ = c.Close() })
 		return c
 	}
-
-	t.Run("Idle", func(t *testing.T) {
-		var idle []net.Conn
-		for i := range 20 {
-			// From two addresses: neither reaches its own limit.
-			c := dial([]string{"127.0.0.1", "127.0.0.2"}[i%2])
-			_, err := io.WriteString(c, "GET /health HTTP/1.1\r\nHost: 127.0.0.1\r\n\r\n")
-			require.NoError(t, err)
-			require.Equal(t, http.StatusOK, statusWithin(t, c, 20*time.Second))
-			idle = append(idle, c)
-		}
-		code, body := health()
-		require.Equal(t, http.StatusOK, code, body)
-		for _, c := range idle {
-			_ = c.Close()
-		}
-	})
-
+	// busy opens a connection whose request waits for the rest of its
+	// body (the in-flight budget charges it 300 bytes once it is read).
 	busy := func(local string) net.Conn {
 		c := dial(local)
 		_, err := io.WriteString(c, "POST /v1/queue.stats HTTP/1.1\r\nHost: 127.0.0.1\r\nContent-Type: application/json\r\n"+
@@ -284,38 +284,70 @@ func TestIdleConnectionsCannotLockOut(t *testing.T) {
 		require.NoError(t, err)
 		return c
 	}
+	// waitBusy waits until the server reads n busy requests (and nothing
+	// else is charged).
+	waitBusy := func(n int) {
+		require.Eventually(t, func() bool { v, ok := inflight(); return ok && v == float64(n*transport.RequestCost*100) },
+			time.Minute, 10*time.Millisecond, "the server reads the %d busy requests", n)
+	}
+
+	t.Run("Idle", func(t *testing.T) {
+		var idle []net.Conn
+		for i := range 20 {
+			// From two addresses: neither reaches its own limit.
+			c := dial([]string{"127.0.0.3", "127.0.0.4"}[i%2])
+			_, err := io.WriteString(c, "GET /health HTTP/1.1\r\nHost: 127.0.0.1\r\n\r\n")
+			require.NoError(t, err)
+			require.Equal(t, http.StatusOK, statusWithin(t, c, 20*time.Second))
+			idle = append(idle, c)
+		}
+		code, body, err := get("127.0.0.5", "/health")
+		require.NoError(t, err, "a new client is answered")
+		require.Equal(t, http.StatusOK, code, body)
+		for _, c := range idle {
+			_ = c.Close()
+		}
+	})
 
 	t.Run("PerAddress", func(t *testing.T) {
 		var mine []net.Conn
 		for range 15 {
 			mine = append(mine, busy("127.0.0.2"))
 		}
+		waitBusy(15)
 		eventually(t, func() bool {
-			c := dial("127.0.0.2")
-			_, _ = io.WriteString(c, "GET /health HTTP/1.1\r\nHost: 127.0.0.1\r\n\r\n")
-			return statusWithin(t, c, 20*time.Second) == http.StatusServiceUnavailable
+			code, _, err := get("127.0.0.2", "/health")
+			return err == nil && code == http.StatusServiceUnavailable
 		}, "a 16th connection from one address is refused while its 15 are busy")
-		code, body := health() // from 127.0.0.1
+		code, body, err := get("127.0.0.5", "/health")
+		require.NoError(t, err)
 		require.Equal(t, http.StatusOK, code, "another address is served: %s", body)
 		for _, c := range mine {
 			_ = c.Close()
 		}
+		waitBusy(0)
 	})
 
 	t.Run("AllBusy", func(t *testing.T) {
 		var all []net.Conn
-		for i := range 20 {
-			all = append(all, busy([]string{"127.0.0.1", "127.0.0.2"}[i%2]))
+		for i := range 19 {
+			all = append(all, busy([]string{"127.0.0.3", "127.0.0.4"}[i%2]))
 		}
+		waitBusy(19) // the scrape needs the twentieth connection
+		all = append(all, busy("127.0.0.3"))
 		var body string
 		eventually(t, func() bool {
 			var code int
-			code, body = health()
-			return code == http.StatusServiceUnavailable
+			var err error
+			code, body, err = get("127.0.0.5", "/health")
+			return err == nil && code == http.StatusServiceUnavailable
 		}, "a new connection is refused 503 while every connection is busy")
 		require.Contains(t, body, "--max-connections")
 		_ = all[0].Close()
-		eventually(t, func() bool { code, _ := health(); return code == http.StatusOK }, "a connection closed makes room")
+		eventually(t, func() bool {
+			code, _, err := get("127.0.0.5", "/health")
+			return err == nil && code == http.StatusOK
+		}, "a connection closed makes room")
 	})
 }
 

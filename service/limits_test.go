@@ -141,12 +141,15 @@ func TestListLimitsBeforeDecoding(t *testing.T) {
 	})
 }
 
-// TestMaxConnections: with the limit at 2 and two keep-alive connections
-// idle, a third is served at once: the connection idle the longest (the
-// first) is closed to make room (issue 48: idle connections must not keep
-// new clients out; TestIdleConnectionsCannotLockOut has the busy case).
+// TestMaxConnections: with one address's limit at 2 and two keep-alive
+// connections of it idle, a third is served at once: the connection idle
+// the longest (the first) is closed to make room (issue 48: idle
+// connections must not keep new clients out; TestIdleConnectionsCannotLockOut
+// has the busy case and the server-wide limit). The connections come from
+// an address of their own (127.0.0.3), apart from the harness client's.
 func TestMaxConnections(t *testing.T) {
-	s := startWith(t, memoryBackend(t), func(cfg *daemon.Config) { cfg.MaxConnections, cfg.MaxConnectionsPerAddress = 2, 2 })
+	s := startWith(t, memoryBackend(t), func(cfg *daemon.Config) { cfg.MaxConnections, cfg.MaxConnectionsPerAddress = 100, 2 })
+	dialer := net.Dialer{LocalAddr: &net.TCPAddr{IP: net.ParseIP("127.0.0.3")}}
 	health := func(c net.Conn, r *bufio.Reader) {
 		_, err := io.WriteString(c, "GET /health HTTP/1.1\r\nHost: styx\r\n\r\n")
 		require.NoError(t, err)
@@ -159,7 +162,7 @@ func TestMaxConnections(t *testing.T) {
 	var conns []net.Conn
 	var readers []*bufio.Reader
 	for i := range 3 {
-		c, err := net.Dial("tcp", s.d.Addr())
+		c, err := dialer.DialContext(ctx, "tcp", s.d.Addr())
 		require.NoError(t, err)
 		t.Cleanup(func() { _ = c.Close() })
 		conns, readers = append(conns, c), append(readers, bufio.NewReader(c))
