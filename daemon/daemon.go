@@ -31,6 +31,7 @@ import (
 	"github.com/styxq/styx/internal/backend/embedded/pebble"
 	"github.com/styxq/styx/internal/backend/postgres"
 	"github.com/styxq/styx/internal/clock"
+	"github.com/styxq/styx/internal/fifo"
 	"github.com/styxq/styx/internal/history"
 	"github.com/styxq/styx/internal/queue"
 	"github.com/styxq/styx/internal/redrive"
@@ -661,8 +662,11 @@ func (d *Daemon) serve(ctx context.Context, m backend, tasks store.TaskStore, ks
 	counted := history.Counting(m, hist)
 	var sqsHandler *sqs.Handler
 	if !cfg.DisableSQS {
+		// A shared store (PostgreSQL) keeps the FIFO answers of every node;
+		// the embedded backends' SQS door keeps its own (one node).
+		fs, _ := hs.(fifo.Store)
 		sqsHandler = sqs.New(sqs.Config{Queues: counted, Redrives: d.redrives, Clock: cfg.Clock, Log: cfg.Log, Region: cfg.SQSRegion,
-			AccountID: cfg.SQSAccountID, MaxRequestBytes: cfg.MaxRequestBytes})
+			AccountID: cfg.SQSAccountID, MaxRequestBytes: cfg.MaxRequestBytes, FIFO: fs})
 	}
 	h := transport.NewHandler(transport.Config{
 		SQS:     sqsHandler,

@@ -2,215 +2,119 @@ package sqs
 
 import (
 	"context"
-	"sync"
-	"sync/atomic"
+	"encoding/json"
+	"fmt"
 	"time"
 
+	"github.com/styxq/styx/internal/auth"
+	"github.com/styxq/styx/internal/fifo"
 	"github.com/styxq/styx/internal/queue"
+	"github.com/styxq/styx/internal/text"
 )
 
 // Receive request attempts (ReceiveRequestAttemptId, FIFO queues only): a
-// ReceiveMessage retried with the same attempt id within AttemptWindow
-// returns the messages and receipt handles of the first, and resets their
-// visibility timeout, as long as their receives last and none of them was
-// deleted or had its visibility changed; a retry after that is refused
-// (InvalidParameterValue), as SQS refuses it, and a retry after their
-// visibility timeout has passed is a new receive. The record of attempts is
-// the node's (attemptCache): on PostgreSQL a retry that reaches another
-// node is a new receive (the messages of the first stay invisible, their
-// groups waiting, until their visibility timeout passes).
+// ReceiveMessage retried with the same attempt id within fifo.AttemptWindow
+// (5 minutes) returns the messages and receipt handles of the first, and
+// resets their visibility timeout, as long as their receives last and none
+// of them was deleted or had its visibility changed; a retry after that is
+// refused (InvalidParameterValue), as SQS refuses it, and a retry after
+// their visibility timeout has passed is a new receive. The attempts are
+// the fifo.Store's (Config.FIFO): on PostgreSQL every node's, so a retry
+// that reaches another node returns the same messages.
 
-// AttemptWindow is how long a ReceiveRequestAttemptId names its receive
-// (SQS's 5 minutes).
-const AttemptWindow = 5 * time.Minute
-
-// The bounds of attemptCache: the receives a node remembers, and the bytes
-// of their messages' bodies and attributes.
-const (
-	maxAttemptsRemembered = 10_000
-	maxAttemptBytes       = 32 << 20
-)
-
-// attemptKey names one receive attempt: the queue (its id, so a re-created
-// queue starts anew), the API key that made it (with --auth) and its id.
-type attemptKey struct {
-	queueID uint64
-	key     string
-	id      string
-}
-
-// handleKey names one receive of a message: a receipt handle's queue,
-// partition and lease id.
-type handleKey struct {
-	queueID   uint64
-	partition int32
-	id        uint64
-}
-
-// attempt is one remembered receive.
-type attempt struct {
-	key attemptKey
-	// done is closed once the receive that made the attempt has its
-	// result; a retry meanwhile waits for it. The fields below are set
-	// before, and read only after.
-	done      chan struct{}
-	partition int32
-	items     []queue.LeasedItem
-	// receivedAt is the time of the receive; deadline the end of the
-	// visibility timeout it set; until the end of AttemptWindow.
-	receivedAt, deadline, until time.Time
-	bytes                       int
-	// modified is set (under attemptCache.mu) when one of its messages is
-	// deleted or has its visibility changed through this node.
-	modified bool
-}
-
-// attemptCache is a node's record of receive attempts: at most
-// maxAttemptsRemembered, holding at most maxAttemptBytes of message bodies
-// and attributes, each for AttemptWindow at most (the oldest go first).
-// Safe for concurrent use; its mutex is a leaf. n counts the attempts, so
-// that deletes and visibility changes of queues without any take no lock.
-type attemptCache struct {
-	mu       sync.Mutex
-	byKey    map[attemptKey]*attempt
-	byHandle map[handleKey]*attempt
-	order    []*attempt
-	bytes    int
-	n        atomic.Int64
-}
-
-// begin returns the attempt k names within its window, once the receive
-// that made it has its result (waiting for it up to ctx), with fresh
-// false; or a new attempt for the caller's receive, with fresh true: the
-// caller then calls finish (or drop) with its result. A retry may call
-// begin(k, now, old) to replace a finished attempt old by a new receive.
-func (c *attemptCache) begin(ctx context.Context, k attemptKey, now time.Time, replace *attempt) (*attempt, bool, error) {
+// receiveAttempt serves a FIFO ReceiveMessage with ReceiveRequestAttemptId
+// id (checked): the receive (n, wait, visibility as receiveMessage
+// decided), or the retry of the one id names.
+func (h *Handler) receiveAttempt(ctx context.Context, q queue.Queue, info queue.QueueInfo, id string, n int, wait, visibility time.Duration,
+	render func(int32, []queue.LeasedItem, time.Time) receiveMessageOutput) (any, error) {
+	k := fifo.AttemptKey{Queue: info.ID, Owner: auth.KeyName(ctx), ID: id}
+	replace := ""
 	for {
-		c.mu.Lock()
-		if c.byKey == nil {
-			c.byKey, c.byHandle = map[attemptKey]*attempt{}, map[handleKey]*attempt{}
+		a, fresh, err := h.state.BeginAttempt(ctx, k, h.now(), replace)
+		if err != nil {
+			return nil, err
 		}
-		c.evict(now)
-		a, ok := c.byKey[k]
-		if ok && a != replace && now.Before(a.until) {
-			c.mu.Unlock()
-			select {
-			case <-a.done:
-			case <-ctx.Done():
-				return nil, false, ctx.Err()
+		if fresh {
+			partition, items, deadline, err := h.receive(ctx, q, info, n, wait, visibility)
+			if err != nil {
+				h.dropAttempt(ctx, a)
+				return nil, err
 			}
-			c.mu.Lock()
-			current := c.byKey[k] == a
-			c.mu.Unlock()
-			if !current { // its receive got nothing, or failed: start anew
-				continue
+			now := h.now()
+			a.Partition, a.ReceivedAt, a.Deadline = partition, now, deadline
+			a.IDs = make([]uint64, len(items))
+			for i, it := range items {
+				a.IDs[i] = it.ID
 			}
-			return a, false, nil
+			if a.Data, err = json.Marshal(items); err == nil {
+				err = h.state.FinishAttempt(context.WithoutCancel(ctx), a)
+			}
+			if err != nil {
+				// The messages are received: answer them; a retry is a
+				// new receive.
+				h.cfg.Log.Warn("sqs: recording a receive attempt failed", "queue", info.Name, "error", err)
+				h.dropAttempt(ctx, a)
+			}
+			return render(partition, items, now), nil
 		}
-		if ok {
-			c.remove(a)
+		// A retry: the first receive's messages and receipt handles, their
+		// visibility timeout reset, while their receives last and none of
+		// them was deleted or had its visibility changed.
+		notRetryable := invalidParameter("Value %s for parameter ReceiveRequestAttemptId is invalid. Reason: The receiveRequestAttemptId is not valid anymore since the receive call is not retryable.",
+			text.Escape(clip(id)))
+		if a.Modified {
+			return nil, notRetryable
 		}
-		a = &attempt{key: k, done: make(chan struct{}), until: now.Add(AttemptWindow)}
-		c.byKey[k] = a
-		c.order = append(c.order, a)
-		c.n.Add(1)
-		c.mu.Unlock()
-		return a, true, nil
+		var items []queue.LeasedItem
+		if err := json.Unmarshal(a.Data, &items); err != nil || len(items) != len(a.IDs) {
+			return nil, fmt.Errorf("sqs: the record of receive attempt %q is unreadable: %v", id, err)
+		}
+		renew := visibility
+		if renew == 0 {
+			renew = info.LeaseTimeout // checks the receives last; the retry below ends them
+		}
+		renewed, err := q.Renew(ctx, a.Partition, a.IDs, renew)
+		switch {
+		case isStale(err) && h.now().Add(expiryGrace).Before(a.Deadline):
+			// A receive ended before its visibility timeout: its message
+			// was deleted or made visible.
+			return nil, notRetryable
+		case isStale(err):
+			// Their visibility timeout has passed: a new receive.
+			replace = a.Token
+			continue
+		case err != nil:
+			return nil, err
+		}
+		if visibility == 0 {
+			if err := h.makeVisible(ctx, q, a.Partition, a.IDs); err != nil {
+				return nil, err
+			}
+			h.dropAttempt(ctx, a)
+		} else if err := h.state.RenewAttempt(context.WithoutCancel(ctx), k, a.Token, renewed[0]); err != nil && err != fifo.ErrGone {
+			h.cfg.Log.Warn("sqs: recording a receive attempt failed", "queue", info.Name, "error", err)
+		}
+		return render(a.Partition, items, a.ReceivedAt), nil
 	}
 }
 
-// finish records the result of a's receive: the items leased from
-// partition at receivedAt, invisible until deadline (zero: visible at
-// once). A receive that leased nothing, or whose messages are visible at
-// once, is forgotten: a retry is a new receive.
-func (c *attemptCache) finish(a *attempt, partition int32, items []queue.LeasedItem, receivedAt, deadline time.Time) {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	defer close(a.done)
-	if c.byKey[a.key] != a || len(items) == 0 || deadline.IsZero() {
-		// Evicted while it received, or nothing to remember.
-		c.remove(a)
+// dropAttempt forgets a, logging a failure (the attempt then ends with
+// its window, or a minute after its start while it has no result).
+func (h *Handler) dropAttempt(ctx context.Context, a fifo.Attempt) {
+	if err := h.state.DropAttempt(context.WithoutCancel(ctx), a.Key, a.Token); err != nil {
+		h.cfg.Log.Warn("sqs: dropping a receive attempt failed", "attempt", a.Key.ID, "error", err)
+	}
+}
+
+// touchAttempts records that the receives of lease ids of info's partition
+// were deleted or had their visibility changed: the attempts that hold them
+// can no longer be retried. Only FIFO queues have attempts; a failure is
+// logged (a retry then still finds a deleted message gone: its renew).
+func (h *Handler) touchAttempts(ctx context.Context, info queue.QueueInfo, partition int32, ids ...uint64) {
+	if !isFIFO(info) {
 		return
 	}
-	a.partition, a.items, a.receivedAt, a.deadline = partition, items, receivedAt, deadline
-	for _, it := range items {
-		a.bytes += len(it.Payload) + len(it.Attributes)
-		c.byHandle[handleKey{a.key.queueID, partition, it.ID}] = a
+	if err := h.state.Touch(context.WithoutCancel(ctx), info.ID, partition, ids); err != nil {
+		h.cfg.Log.Warn("sqs: marking receive attempts failed", "queue", info.Name, "error", err)
 	}
-	c.bytes += a.bytes
-	c.evict(receivedAt)
-}
-
-// drop forgets a: its receive failed, or its messages are gone.
-func (c *attemptCache) drop(a *attempt) {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	c.remove(a)
-	select {
-	case <-a.done:
-	default:
-		close(a.done)
-	}
-}
-
-// renewed records that a's messages are invisible until deadline.
-func (c *attemptCache) renewed(a *attempt, deadline time.Time) {
-	c.mu.Lock()
-	a.deadline = deadline
-	c.mu.Unlock()
-}
-
-// state returns whether one of a's messages was deleted or had its
-// visibility changed through this node, and the end of their visibility
-// timeout as this node set it.
-func (c *attemptCache) state(a *attempt) (modified bool, deadline time.Time) {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	return a.modified, a.deadline
-}
-
-// touch records that the receive h names was deleted or had its
-// visibility changed: the attempt it belongs to, if any, can no longer be
-// retried.
-func (c *attemptCache) touch(h handleKey) {
-	if c.n.Load() == 0 {
-		return
-	}
-	c.mu.Lock()
-	if a, ok := c.byHandle[h]; ok {
-		a.modified = true
-	}
-	c.mu.Unlock()
-}
-
-// evict forgets the attempts whose window has ended and the oldest beyond
-// the bounds. Called with c.mu held.
-func (c *attemptCache) evict(now time.Time) {
-	for len(c.order) > 0 {
-		a := c.order[0]
-		if c.byKey[a.key] == a && now.Before(a.until) && len(c.byKey) <= maxAttemptsRemembered && c.bytes <= maxAttemptBytes {
-			return
-		}
-		c.order = c.order[1:]
-		c.remove(a)
-	}
-	if cap(c.order) > 2*maxAttemptsRemembered && len(c.order) < cap(c.order)/4 {
-		c.order = append([]*attempt(nil), c.order...)
-	}
-}
-
-// remove forgets a (its place in order stays until evict reaches it).
-// Called with c.mu held.
-func (c *attemptCache) remove(a *attempt) {
-	if c.byKey[a.key] != a {
-		return
-	}
-	delete(c.byKey, a.key)
-	c.n.Add(-1)
-	for _, it := range a.items {
-		if hk := (handleKey{a.key.queueID, a.partition, it.ID}); c.byHandle[hk] == a {
-			delete(c.byHandle, hk)
-		}
-	}
-	c.bytes -= a.bytes
 }

@@ -5,8 +5,6 @@ import (
 	"encoding/binary"
 	"encoding/hex"
 	"strings"
-	"sync"
-	"time"
 
 	"github.com/styxq/styx/internal/queue"
 	"github.com/styxq/styx/internal/text"
@@ -20,9 +18,9 @@ import (
 // its body) becomes the item's deduplication id (queue.ProduceItem.
 // DeduplicationID), which the queue keeps for its deduplication window (5
 // minutes, SQS's interval) on every node and across restarts. What SQS
-// answers that the queue does not keep (the MessageId a deduplicated send
-// answers, the messages a retried receive returns) each node remembers for
-// a while: sentCache and attemptCache.
+// answers that the queue does not keep (the MessageId and SequenceNumber of
+// a send, the messages a retried receive returns) is the fifo.Store's
+// (Config.FIFO): on PostgreSQL every node's.
 
 // The values of the FIFO queue attributes.
 const (
@@ -32,7 +30,9 @@ const (
 	DeduplicationScopeMessageGroup = "messageGroup"
 	// FifoThroughputLimitPerQueue (the default) and
 	// FifoThroughputLimitPerMessageGroupID are stored and returned; Styx
-	// applies no throughput quota either way.
+	// applies no throughput quota either way (SQS's quotas are its
+	// partitions'; a Styx queue's throughput is its backend's, the same for
+	// both values: docs/sqs.md).
 	FifoThroughputLimitPerQueue          = "perQueue"
 	FifoThroughputLimitPerMessageGroupID = "perMessageGroupId"
 )
@@ -202,85 +202,4 @@ func deduplication(a queueAttrs, group, given, body string) (shown, key string, 
 		h.Write([]byte(s))
 	}
 	return shown, "sqs-group:" + hex.EncodeToString(h.Sum(nil)), nil
-}
-
-// sequence returns the next SequenceNumber of this node: the clock in
-// nanoseconds, or one more than the last one when the clock is not ahead,
-// so that the numbers a node gives only increase.
-func (h *Handler) sequence(now time.Time) uint64 {
-	n := uint64(now.UnixNano())
-	for {
-		last := h.seq.Load()
-		next := max(n, last+1)
-		if h.seq.CompareAndSwap(last, next) {
-			return next
-		}
-	}
-}
-
-// maxSentRemembered bounds sentCache: the FIFO sends a node remembers.
-const maxSentRemembered = 100_000
-
-// sentCache remembers, per queue and deduplication id, the MessageId and
-// SequenceNumber this node gave the first send of that id, until the
-// queue's deduplication window (counted from that send) ends, so that a
-// deduplicated send answers the original message's MessageId and
-// SequenceNumber, as SQS does. It holds the last maxSentRemembered sends at
-// most; a send it does not know (evicted, sent through another node or
-// before a restart) answers a new MessageId that names no message. Safe for
-// concurrent use; its mutex is a leaf.
-type sentCache struct {
-	mu    sync.Mutex
-	byKey map[[32]byte]sentMessage
-	// order holds the keys in the order they were remembered, with the
-	// deadline each got then (a key remembered anew appears twice: its
-	// older place deletes nothing).
-	order []sentKey
-}
-
-type sentMessage struct {
-	id       [16]byte // the MessageId's UUID
-	seq      uint64
-	deadline int64 // Unix ns: the end of the deduplication window
-}
-
-type sentKey struct {
-	key      [32]byte
-	deadline int64
-}
-
-// claim returns the MessageId and SequenceNumber of the send of the
-// deduplication id key into the queue of id queueID: the ones remembered
-// within its window, or id and seq, remembered until now + window.
-func (c *sentCache) claim(queueID uint64, key string, now time.Time, window time.Duration, id [16]byte, seq uint64) ([16]byte, uint64) {
-	h := sha256.New()
-	_ = binary.Write(h, binary.BigEndian, queueID)
-	h.Write([]byte(key))
-	var k [32]byte
-	h.Sum(k[:0])
-	ns := now.UnixNano()
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	if c.byKey == nil {
-		c.byKey = map[[32]byte]sentMessage{}
-	}
-	if m, ok := c.byKey[k]; ok && ns < m.deadline {
-		return m.id, m.seq
-	}
-	m := sentMessage{id: id, seq: seq, deadline: ns + int64(window)}
-	c.byKey[k] = m
-	c.order = append(c.order, sentKey{k, m.deadline})
-	// Oldest first: past their window, or over the bound (byKey's, and
-	// order's own: a key claimed again leaves its old entry behind).
-	for len(c.order) > 0 && (len(c.byKey) > maxSentRemembered || len(c.order) > 2*maxSentRemembered || c.order[0].deadline <= ns) {
-		old := c.order[0]
-		c.order = c.order[1:]
-		if cur, ok := c.byKey[old.key]; ok && cur.deadline == old.deadline {
-			delete(c.byKey, old.key)
-		}
-	}
-	if cap(c.order) > 2*maxSentRemembered && len(c.order) < cap(c.order)/4 {
-		c.order = append([]sentKey(nil), c.order...)
-	}
-	return id, seq
 }

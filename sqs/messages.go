@@ -65,8 +65,8 @@ type sendResult struct {
 // MessageGroupId (the item's group) and a MessageDeduplicationId unless the
 // queue has ContentBasedDeduplication, and takes no DelaySeconds of its own
 // (the queue's applies); its MessageId and SequenceNumber are those of the
-// first send of its deduplication id when this node remembers it
-// (sentCache). On a standard queue a MessageGroupId is the item's group
+// first send of its deduplication id within the queue's window
+// (fifo.Store.Send, shared by every node on PostgreSQL). On a standard queue a MessageGroupId is the item's group
 // (SQS's fair queues) and a MessageDeduplicationId is refused.
 func (h *Handler) prepare(ctx context.Context, info queue.QueueInfo, in *messageInput, now time.Time) (queue.ProduceItem, sendResult, error) {
 	if in.MessageBody == nil {
@@ -129,7 +129,11 @@ func (h *Handler) prepare(ctx context.Context, info queue.QueueInfo, in *message
 			return queue.ProduceItem{}, sendResult{}, err
 		}
 		env.Dedup, item.DeduplicationID = shown, key
-		id, env.Seq = h.sent.claim(info.ID, key, now, info.Window(), id, h.sequence(now))
+		sent, err := h.state.Send(ctx, info.ID, key, id, now, info.Window())
+		if err != nil {
+			return queue.ProduceItem{}, sendResult{}, err
+		}
+		id, env.Seq = sent.MessageID, sent.Seq
 	}
 	env.ID = uuidString(id)
 	item.Reference, item.Attributes = env.ID, env.encode()
@@ -201,13 +205,31 @@ func checkBatchIDs(entry string, ids []string) error {
 		if id == "" || len(id) > maxBatchIDLength || strings.IndexFunc(id, func(c rune) bool {
 			return !(c >= 'a' && c <= 'z' || c >= 'A' && c <= 'Z' || c >= '0' && c <= '9' || c == '_' || c == '-')
 		}) >= 0 {
-			return batchError("InvalidBatchEntryId", "A batch entry id can only contain alphanumeric characters, hyphens and underscores. It can be at most %d letters long; '%s' is not valid.",
-				maxBatchIDLength, id)
+			// AWS's words, which do not name the id.
+			return batchError("InvalidBatchEntryId", "A batch entry id can only contain alphanumeric characters, hyphens and underscores. It can be at most %d letters long.",
+				maxBatchIDLength)
 		}
 		if seen[id] {
 			return batchError("BatchEntryIdsNotDistinct", "Id %s repeated.", id)
 		}
 		seen[id] = true
+	}
+	return nil
+}
+
+// checkFIFOBatch fails a FIFO SendMessageBatch as a whole, as AWS does,
+// when an entry has no MessageGroupId, or no MessageDeduplicationId on a
+// queue without ContentBasedDeduplication: InvalidParameterValue for both
+// (LocalStack's AWS-validated snapshots; a SendMessage without
+// MessageGroupId is MissingParameter). Other invalid entries fail alone.
+func checkFIFOBatch(a queueAttrs, entries []messageInput) error {
+	for _, e := range entries {
+		switch {
+		case e.MessageGroupID == "":
+			return invalidParameter("The request must contain the parameter MessageGroupId.")
+		case e.MessageDeduplicationID == "" && !a.ContentBasedDeduplication:
+			return errNoDeduplicationID
+		}
 	}
 	return nil
 }
@@ -227,6 +249,11 @@ func (h *Handler) sendMessageBatch(ctx context.Context, r *request) (any, error)
 	}
 	if err := checkBatchIDs("SendMessageBatchRequestEntry", ids); err != nil {
 		return nil, err
+	}
+	if isFIFO(info) {
+		if err := checkFIFOBatch(readQueueAttrs(info), in.Entries); err != nil {
+			return nil, err
+		}
 	}
 	out := sendMessageBatchOutput{Successful: []sendResult{}, Failed: []batchFailure{}}
 	var items []queue.ProduceItem
@@ -345,63 +372,7 @@ func (h *Handler) receiveMessage(ctx context.Context, r *request) (any, error) {
 	if err := checkFIFOID("ReceiveRequestAttemptId", in.ReceiveRequestAttemptID); err != nil {
 		return nil, err
 	}
-	k := attemptKey{queueID: info.ID, key: auth.KeyName(ctx), id: in.ReceiveRequestAttemptID}
-	var replace *attempt
-	for {
-		a, fresh, err := h.attempts.begin(ctx, k, h.now(), replace)
-		if err != nil {
-			return nil, err
-		}
-		if fresh {
-			partition, items, deadline, err := h.receive(ctx, q, info, n, wait, visibility)
-			if err != nil {
-				h.attempts.drop(a)
-				return nil, err
-			}
-			now := h.now()
-			h.attempts.finish(a, partition, items, now, deadline)
-			return render(partition, items, now), nil
-		}
-		// A retry: the first receive's messages and receipt handles, their
-		// visibility timeout reset, while their receives last and none of
-		// them was deleted or had its visibility changed.
-		modified, deadline := h.attempts.state(a)
-		notRetryable := invalidParameter("Value %s for parameter ReceiveRequestAttemptId is invalid. Reason: The receiveRequestAttemptId is not valid anymore since the receive call is not retryable.",
-			text.Escape(clip(in.ReceiveRequestAttemptID)))
-		if modified {
-			return nil, notRetryable
-		}
-		ids := make([]uint64, len(a.items))
-		for i, it := range a.items {
-			ids[i] = it.ID
-		}
-		renew := visibility
-		if renew == 0 {
-			renew = info.LeaseTimeout // checks the receives last; the retry below ends them
-		}
-		renewed, err := q.Renew(ctx, a.partition, ids, renew)
-		switch {
-		case isStale(err) && h.now().Add(expiryGrace).Before(deadline):
-			// A receive ended before its visibility timeout: its message
-			// was deleted or made visible (through another node).
-			return nil, notRetryable
-		case isStale(err):
-			// Their visibility timeout has passed: a new receive.
-			replace = a
-			continue
-		case err != nil:
-			return nil, err
-		}
-		if visibility == 0 {
-			if err := h.makeVisible(ctx, q, a.partition, ids); err != nil {
-				return nil, err
-			}
-			h.attempts.drop(a)
-		} else {
-			h.attempts.renewed(a, renewed[0])
-		}
-		return render(a.partition, a.items, a.receivedAt), nil
-	}
+	return h.receiveAttempt(ctx, q, info, in.ReceiveRequestAttemptID, n, wait, visibility, render)
 }
 
 // expiryGrace is how close to the end of a receive's visibility timeout
@@ -575,8 +546,14 @@ func (h *Handler) toMessage(ctx context.Context, info queue.QueueInfo, partition
 		if want("ApproximateReceiveCount") {
 			m.Attributes["ApproximateReceiveCount"] = strconv.Itoa(int(it.Attempts))
 		}
-		if want("ApproximateFirstReceiveTimestamp") && it.Attempts == 1 {
-			m.Attributes["ApproximateFirstReceiveTimestamp"] = strconv.FormatInt(now.UnixMilli(), 10)
+		if want("ApproximateFirstReceiveTimestamp") {
+			// The item's first lease (zero only for an item whose store
+			// did not record it yet: this receive's time).
+			first := it.FirstLeasedAt
+			if first.IsZero() {
+				first = now
+			}
+			m.Attributes["ApproximateFirstReceiveTimestamp"] = strconv.FormatInt(first.UnixMilli(), 10)
 		}
 		// Left out when the request's key does not cover the source queue:
 		// no answer names a queue the key cannot see.
@@ -593,6 +570,12 @@ func (h *Handler) toMessage(ctx context.Context, info queue.QueueInfo, partition
 		}
 		if want("MessageDeduplicationId") && env.Dedup != "" {
 			m.Attributes["MessageDeduplicationId"] = env.Dedup
+			if it.SourceQueue != "" && isFIFO(info) {
+				// A dead item of a FIFO dead-letter queue: its original
+				// MessageId, as AWS replaces the deduplication id of a
+				// message moved into a FIFO DLQ.
+				m.Attributes["MessageDeduplicationId"] = env.ID
+			}
 		}
 		if want("SequenceNumber") && env.Seq != 0 {
 			m.Attributes["SequenceNumber"] = strconv.FormatUint(env.Seq, 10)
@@ -633,11 +616,6 @@ type handle struct {
 	// receipt names the receive; FirstID and Attempts are 0 in a handle
 	// of format 1 (it then deletes only under its lease).
 	receipt queue.Receipt
-}
-
-// key names the receive of hd in info's queue, for attemptCache.touch.
-func (hd handle) key(info queue.QueueInfo) handleKey {
-	return handleKey{queueID: info.ID, partition: hd.partition, id: hd.receipt.ID}
 }
 
 // decodeHandle reads a receipt handle of info's queue, or answers
@@ -705,7 +683,7 @@ func (h *Handler) deleteMessage(ctx context.Context, r *request) (any, error) {
 	if err != nil {
 		return nil, err
 	}
-	h.attempts.touch(hd.key(info))
+	h.touchAttempts(ctx, info, hd.partition, hd.receipt.ID)
 	if _, err := q.DeleteReceived(ctx, hd.partition, []queue.Receipt{hd.receipt}); err != nil {
 		return nil, err
 	}
@@ -763,13 +741,19 @@ func (h *Handler) deleteMessageBatch(ctx context.Context, r *request) (any, erro
 	handles := make([]handle, len(in.Entries))
 	for i, e := range in.Entries {
 		hd, err := decodeHandle(info, e.ReceiptHandle)
+		if err == errReceiptHandleInvalid {
+			// A batch entry's answer quotes the handle (moto's wording, and
+			// the AWS Developer Guide's troubleshooting page).
+			err = &Error{Type: errReceiptHandleInvalid.Type, Status: errReceiptHandleInvalid.Status,
+				Message: fmt.Sprintf(`The input receipt handle "%s" is not a valid receipt handle.`, text.Escape(e.ReceiptHandle))}
+		}
 		if err != nil {
 			out.Failed = append(out.Failed, failure(e.ID, err))
 			continue
 		}
 		handles[i] = hd
 		byPart[hd.partition] = append(byPart[hd.partition], i)
-		h.attempts.touch(hd.key(info))
+		h.touchAttempts(ctx, info, hd.partition, hd.receipt.ID)
 	}
 	for _, p := range slices.Sorted(maps.Keys(byPart)) {
 		entries := byPart[p]
@@ -801,7 +785,7 @@ func (h *Handler) changeVisibility(ctx context.Context, q queue.Queue, info queu
 	if *timeout < 0 || *timeout > int(MaxVisibilityTimeout/time.Second) {
 		return invalidParameter("Value %d for parameter VisibilityTimeout is invalid. Reason: Must be >= 0 and <= %d.", *timeout, int(MaxVisibilityTimeout/time.Second))
 	}
-	h.attempts.touch(hd.key(info))
+	h.touchAttempts(ctx, info, hd.partition, hd.receipt.ID)
 	if *timeout == 0 {
 		_, err = q.Retry(ctx, hd.partition, []queue.RetryItem{{ID: hd.receipt.ID}})
 	} else {

@@ -21,6 +21,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"github.com/styxq/styx/internal/fifo"
 	"io"
 	"log/slog"
 	"maps"
@@ -28,7 +29,6 @@ import (
 	"net/url"
 	"slices"
 	"strings"
-	"sync/atomic"
 	"time"
 
 	"github.com/styxq/styx/internal/audit"
@@ -67,6 +67,11 @@ type Config struct {
 	// MaxRequestBytes bounds a request body, in bytes (the transport's
 	// limit); 0 means 64 MiB.
 	MaxRequestBytes int64
+	// FIFO keeps the FIFO queues' send answers, SequenceNumbers and receive
+	// attempts (internal/fifo): the PostgreSQL store, so that every node
+	// answers the same; nil means a fifo.Memory of this Handler's (one
+	// node: the memory and Pebble backends).
+	FIFO fifo.Store
 }
 
 // MaxBodyBytes is the largest SQS request body the door reads: 6 MiB and
@@ -83,15 +88,14 @@ const MaxBodyBytes = 6<<20 + 64<<10
 // --auth), the Host, Origin and cross-site checks, admission and audit are
 // the transport pipeline's, before Parse and Serve. Its methods may be
 // called concurrently. Its only state is what SQS answers that the queues
-// do not keep, each a cache of its own with a leaf mutex: the MessageIds of
-// recent FIFO sends (sent) and the recent receive attempts (attempts).
+// do not keep: the FIFO sends' MessageIds and SequenceNumbers and the
+// receive attempts, in its fifo.Store (Config.FIFO).
 type Handler struct {
 	cfg     Config
 	actions map[string]action
-	// seq is the last SequenceNumber given (sequence).
-	seq      atomic.Uint64
-	sent     sentCache
-	attempts attemptCache
+	// state keeps what FIFO queues answer that their items do not hold
+	// (cfg.FIFO, or a fifo.Memory of the Handler's own).
+	state fifo.Store
 	// oversizeLog limits the WARN of refused oversize messages to one a
 	// minute per queue (refuseOversize).
 	oversizeLog logEvery
@@ -124,7 +128,10 @@ func New(cfg Config) *Handler {
 	if cfg.MaxRequestBytes == 0 {
 		cfg.MaxRequestBytes = 64 << 20
 	}
-	h := &Handler{cfg: cfg, oversizeLog: logEvery{interval: time.Minute}}
+	if cfg.FIFO == nil {
+		cfg.FIFO = fifo.NewMemory()
+	}
+	h := &Handler{cfg: cfg, state: cfg.FIFO, oversizeLog: logEvery{interval: time.Minute}}
 	h.actions = map[string]action{
 		"CreateQueue":                  h.createQueue,
 		"GetQueueUrl":                  h.getQueueURL,

@@ -355,12 +355,14 @@ func (e *Engine) Produce(ctx context.Context, items []queue.ProduceItem) error {
 // of them from one partition: the one with the most ready items, shared
 // item by item with the other leases waiting on it when there are not
 // enough for all (Serve). Returns an apierr.Retry error when none
-// came.
+// came. A lease whose ctx ends after the loop served it but before the
+// answer reached it gives its items back, attempts not counted (giveBack).
 func (e *Engine) Lease(ctx context.Context, p queue.LeaseParams) (queue.LeaseResult, error) {
 	if err := e.admit(false); err != nil {
 		return queue.LeaseResult{}, err
 	}
-	w := &LeaseWait{ClientID: p.ClientID, Owner: p.Owner, BatchSize: p.BatchSize, Timeout: p.Timeout, MaxBytes: p.MaxBytes}
+	w := &LeaseWait{ClientID: p.ClientID, Owner: p.Owner, BatchSize: p.BatchSize, Timeout: p.Timeout, MaxBytes: p.MaxBytes,
+		Abandoned: e.giveBack}
 	if err := e.Loop.CallLease(ctx, w); err != nil {
 		return queue.LeaseResult{}, err
 	}
@@ -713,7 +715,7 @@ func (e *Engine) handle(it *pass, r *Request) (ReplyMode, error) {
 		items := make([]queue.RedriveItem, len(op.items))
 		for i, ri := range op.items {
 			b := ri.Body
-			items[i] = queue.RedriveItem{SourceKey: ri.SourceKey, Errors: ri.Errors, Group: ri.Group, Body: queue.ItemBody{Reference: b.Reference,
+			items[i] = queue.RedriveItem{SourceKey: ri.SourceKey, Errors: ri.Errors, Group: ri.Group, DeadKey: ri.DeadKey, Body: queue.ItemBody{Reference: b.Reference,
 				Kind: b.Kind, Encoding: b.Encoding, Payload: b.Payload, Attributes: b.Attributes, RedriveCount: b.RedriveCount + 1}}
 		}
 		expire := queue.ExpireDeadline(it.info, it.now)

@@ -178,6 +178,13 @@ type RedriveItem struct {
 	Errors ItemErrors
 	// Group is the dead item's group ("" for none): the redriven item's.
 	Group string
+	// DeadKey is the dead item's own source key in the dead-letter queue
+	// (its ItemMeta.SourceKey; "" for an item that has none). A group its
+	// ordered queue holds (GroupHold) is released by the redriven item
+	// whose DeadKey is the hold's (HeldGroup.DeadKey), which then is the
+	// group's head; any other redriven item of the group joins its end and
+	// the group stays held.
+	DeadKey string
 }
 
 // MaxAttemptErrors is how many entries an item's attempt history keeps:

@@ -325,7 +325,12 @@ type Runner struct {
 	// and Update refuse them (a change stored now could land after the
 	// end).
 	ending map[string]bool
-	lastID uint64
+	// persisting serializes the stores of each task (persist), by task id:
+	// two stores of one task (a Pause and the step that pauses it, say)
+	// land in the order their records were taken, so the last one stored
+	// is the newest. Taken before mu, never under it.
+	persisting map[string]*sync.Mutex
+	lastID     uint64
 }
 
 // New loads the persisted tasks and resumes the running ones (on a shared
@@ -334,7 +339,7 @@ func New(ctx context.Context, cfg Config) (*Runner, error) {
 	rctx, stop := context.WithCancel(context.Background())
 	r := &Runner{cfg: cfg, ctx: rctx, stop: stop, tasks: map[string]*Task{}, running: map[string]context.CancelFunc{},
 		pokes: map[string]chan struct{}{}, inflight: map[string]string{}, starting: map[string]*sync.Mutex{},
-		ending: map[string]bool{}}
+		ending: map[string]bool{}, persisting: map[string]*sync.Mutex{}}
 	r.claimer, _ = cfg.Store.(store.TaskClaimer)
 	if r.claimer != nil {
 		r.checker, _ = cfg.Store.(store.ClaimChecker)
@@ -1528,6 +1533,15 @@ func (r *Runner) end(t *Task, status, reason string, release func()) error {
 // persist writes the task.
 func (r *Runner) persist(t *Task) error {
 	r.mu.Lock()
+	order := r.persisting[t.ID]
+	if order == nil {
+		order = &sync.Mutex{}
+		r.persisting[t.ID] = order
+	}
+	r.mu.Unlock()
+	order.Lock()
+	defer order.Unlock()
+	r.mu.Lock()
 	data, err := json.Marshal(t)
 	r.mu.Unlock()
 	if err != nil {
@@ -1867,7 +1881,7 @@ func (r *Runner) step(ctx context.Context, t *Task, dlq queue.Queue, items []que
 		now := r.cfg.Clock.Now()
 		for _, it := range send {
 			if !taken[it.Meta.ID] { // else the destination has its copy: only the delete is left
-				in = append(in, queue.RedriveItem{SourceKey: queue.RedriveKey(t.Queue, it.Meta.ID), Body: it.Body, Group: it.Meta.Group,
+				in = append(in, queue.RedriveItem{SourceKey: queue.RedriveKey(t.Queue, it.Meta.ID), Body: it.Body, Group: it.Meta.Group, DeadKey: it.Meta.SourceKey,
 					Errors: queue.RedrivenHistory(&it, t.Queue, t.ID, now)})
 			}
 		}

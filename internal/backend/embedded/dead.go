@@ -113,10 +113,11 @@ func (l *Logical) byID(ctx context.Context, partitions int32, ids []uint64) iter
 	}
 }
 
-// takeRedriven inserts redriven items into partition p (Tx.Redrive). An
-// item of a group the partition holds (GroupHold) takes the dead item's
-// GroupSeq, so that it is its group's head, and releases the group in the
-// same batch.
+// takeRedriven inserts redriven items into partition p (Tx.Redrive). The
+// copy of the dead item that holds its group (GroupHold; RedriveItem.DeadKey
+// is the hold's DeadKey) takes the dead item's GroupSeq, so that it is its
+// group's head, and releases the group in the same batch; another redriven
+// item of a held group joins its end.
 func (l *Logical) takeRedriven(it *iteration, p *partition, items []queue.RedriveItem, expire int64) {
 	for _, ri := range items {
 		if l.duplicate(ri.SourceKey, it.now) {
@@ -126,7 +127,9 @@ func (l *Logical) takeRedriven(it *iteration, p *partition, items []queue.Redriv
 		x := &item{id: id, bodyID: id, created: it.now, expire: expire, state: stateReady, src: newSource(ri.SourceKey)}
 		var h *heldGroup // the group's hold, which the redriven item releases
 		if ri.Group != "" {
-			h = l.held[heldKey{p.num, ri.Group}]
+			if h = l.held[heldKey{p.num, ri.Group}]; h != nil && h.DeadKey != ri.DeadKey {
+				h = nil // not the dead item that holds the group
+			}
 		}
 		seq := id
 		if h != nil {

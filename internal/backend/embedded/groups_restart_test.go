@@ -189,7 +189,8 @@ func TestHeldGroupsSurviveRestart(t *testing.T) {
 		if d.Meta.Group == "a" {
 			// Redriven: the copy is a's head again, and a is released in
 			// the same write.
-			require.NoError(t, q.TakeRedriven(ctx, []queue.RedriveItem{{SourceKey: queue.RedriveKey("dlq", d.Meta.ID), Body: d.Body, Group: "a"}}))
+			require.NoError(t, q.TakeRedriven(ctx, []queue.RedriveItem{{SourceKey: queue.RedriveKey("dlq", d.Meta.ID), Body: d.Body, Group: "a",
+				DeadKey: d.Meta.SourceKey}}))
 		}
 		n, err := dlq.DeleteDead(ctx, []queue.ItemRef{{Partition: d.Partition, ID: d.Meta.ID}})
 		require.NoError(t, err)

@@ -18,6 +18,7 @@ import (
 	"hash/fnv"
 	"net"
 	"strings"
+	"sync/atomic"
 	"time"
 
 	"github.com/jackc/pgx/v5"
@@ -38,6 +39,9 @@ type Store struct {
 	channel string
 	// claims is the session holding the task claims (ClaimTask).
 	claims claimSession
+	// fifoSwept is when this node last deleted ended SQS FIFO records
+	// (sweepFIFO; Unix ns).
+	fifoSwept atomic.Int64
 }
 
 // DefaultConnectTimeout bounds a new connection when the URL sets none, so

@@ -304,7 +304,7 @@ func TestGroupsHeldSharedAndRestart(t *testing.T) {
 	qb, err := b.Get("q")
 	require.NoError(t, err)
 	require.NoError(t, qb.TakeRedriven(ctx, []queue.RedriveItem{{SourceKey: queue.RedriveKey("dlq", d.Meta.ID), Body: d.Body, Group: "x",
-		Errors: queue.RedrivenHistory(&d, "dlq", "task", time.Now())}}))
+		DeadKey: d.Meta.SourceKey, Errors: queue.RedrivenHistory(&d, "dlq", "task", time.Now())}}))
 	_, err = dlq.DeleteDead(ctx, []queue.ItemRef{{Partition: d.Partition, ID: d.Meta.ID}})
 	require.NoError(t, err)
 	require.ElementsMatch(t, []string{"y"}, heldOn(a))

@@ -227,16 +227,17 @@ var orderedRun = `SELECT h.grp, r.id, r.seq FROM
 		WHERE ` + headReadySQL + ` AND ` + groupFreeSQL("$2", "v.grp")
 
 // leaseUpdate leases the items of the CTE take (the ctids of the rows it
-// locked), and returns each (scanLeasedKeys) with its order key: its
+// locked; an item leased for the first time takes $5, now, as its
+// first_leased_at), and returns each (scanLeasedKeys) with its order key: its
 // GroupSeq, or its id when it has no group; and, last, how many items the
 // CTE found held before the byte bound (more when take leased fewer). It
 // finds the rows by ctid, as lease does and for the same reason: by
 // (queue_id, id), a generic plan made while the queue's statistics said it
 // was nearly empty read them through another index of the queue, every
 // entry of it.
-const leaseUpdate = `UPDATE styx_items t SET state=1, attempts=t.attempts+1, deadline=$4
+const leaseUpdate = `UPDATE styx_items t SET state=1, attempts=t.attempts+1, deadline=$4, first_leased_at=coalesce(t.first_leased_at, $5)
 	FROM take WHERE t.ctid = take.ctid
-	RETURNING t.id, coalesce(t.first_id, t.id), t.attempts, t.reference, t.kind, t.encoding, t.payload, t.attributes,
+	RETURNING t.id, coalesce(t.first_id, t.id), t.attempts, t.first_leased_at, t.reference, t.kind, t.encoding, t.payload, t.attributes,
 		t.source_queue, coalesce(t.grp, ''), CASE WHEN t.grp IS NULL THEN t.id ELSE ` + groupSeqSQL + ` END, (SELECT count(*) FROM found)`
 
 // itemSizeSQL is an item's bytes for the byte bound of a lease: its
@@ -453,19 +454,25 @@ func holdGroups(ctx context.Context, tx pgx.Tx, queueID, dlqID uint64, hs []held
 	return err
 }
 
-// releaseHeld deletes the held records of the given groups of a partition
-// (a redriven item of each arrived) and returns each released group's seq.
-func releaseHeld(ctx context.Context, tx pgx.Tx, queueID uint64, partition int32, groups []string) (map[string]int64, error) {
-	rows, err := tx.Query(ctx, `DELETE FROM styx_held_groups WHERE queue_id=$1 AND partition=$2 AND grp = ANY($3) RETURNING grp, seq`,
-		int64(queueID), partition, groups)
+// heldRelease names a held group and the dead key that releases it.
+type heldRelease struct{ group, deadKey string }
+
+// releaseHeld deletes the held records of a partition's groups that are
+// held by the given dead keys (groups[i] by deadKeys[i]: the redriven copy
+// of that dead item arrived) and returns each released group's seq; a
+// group held by another dead item stays held.
+func releaseHeld(ctx context.Context, tx pgx.Tx, queueID uint64, partition int32, groups, deadKeys []string) (map[heldRelease]int64, error) {
+	rows, err := tx.Query(ctx, `DELETE FROM styx_held_groups h USING unnest($3::text[], $4::text[]) AS u(grp, dead_key)
+		WHERE h.queue_id=$1 AND h.partition=$2 AND h.grp = u.grp AND h.dead_key = u.dead_key RETURNING h.grp, h.dead_key, h.seq`,
+		int64(queueID), partition, groups, deadKeys)
 	if err != nil {
 		return nil, err
 	}
-	out := map[string]int64{}
-	var g string
+	out := map[heldRelease]int64{}
+	var g, k string
 	var seq int64
-	_, err = pgx.ForEachRow(rows, []any{&g, &seq}, func() error {
-		out[g] = seq
+	_, err = pgx.ForEachRow(rows, []any{&g, &k, &seq}, func() error {
+		out[heldRelease{g, k}] = seq
 		return nil
 	})
 	return out, err

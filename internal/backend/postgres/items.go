@@ -214,12 +214,13 @@ func lease(ctx context.Context, tx pgx.Tx, queueID uint64, partition int32, n in
 }
 
 // leaseSQL is lease's statement: $1 queue id, $2 partition, $3 items at
-// most, $4 lease deadline, $5 now (Unix nanoseconds).
+// most, $4 lease deadline, $5 now (Unix nanoseconds), which becomes the
+// first_leased_at of an item leased for the first time (migration 14).
 const leaseSQL = `WITH c AS MATERIALIZED (
 		SELECT ctid FROM styx_items WHERE queue_id=$1 AND partition=$2 AND state=0 AND grp IS NULL AND (expire_deadline=0 OR expire_deadline > $5)
 		ORDER BY id LIMIT $3 FOR UPDATE SKIP LOCKED)
-		UPDATE styx_items t SET state=1, attempts=t.attempts+1, deadline=$4 FROM c WHERE t.ctid=c.ctid
-		RETURNING t.id, coalesce(t.first_id, t.id), t.attempts, t.reference, t.kind, t.encoding, t.payload, t.attributes, t.source_queue, ''`
+		UPDATE styx_items t SET state=1, attempts=t.attempts+1, deadline=$4, first_leased_at=coalesce(t.first_leased_at, $5) FROM c WHERE t.ctid=c.ctid
+		RETURNING t.id, coalesce(t.first_id, t.id), t.attempts, t.first_leased_at, t.reference, t.kind, t.encoding, t.payload, t.attributes, t.source_queue, ''`
 
 // leaseBytesSQL is leaseSQL bounded by bytes ($6): of the items it locks,
 // it leases those, in id order, whose payloads and attributes sum to at
@@ -233,8 +234,8 @@ const leaseBytesSQL = `WITH c AS MATERIALIZED (
 		ORDER BY id LIMIT $3 FOR UPDATE SKIP LOCKED),
 	k AS (SELECT ctid FROM (SELECT ctid, id, sum(size) OVER (ORDER BY id) AS upto FROM c) w
 		WHERE upto <= $6 OR id = (SELECT min(id) FROM c))
-		UPDATE styx_items t SET state=1, attempts=t.attempts+1, deadline=$4 FROM k WHERE t.ctid=k.ctid
-		RETURNING t.id, coalesce(t.first_id, t.id), t.attempts, t.reference, t.kind, t.encoding, t.payload, t.attributes, t.source_queue, '',
+		UPDATE styx_items t SET state=1, attempts=t.attempts+1, deadline=$4, first_leased_at=coalesce(t.first_leased_at, $5) FROM k WHERE t.ctid=k.ctid
+		RETURNING t.id, coalesce(t.first_id, t.id), t.attempts, t.first_leased_at, t.reference, t.kind, t.encoding, t.payload, t.attributes, t.source_queue, '',
 			(SELECT count(*) FROM c)`
 
 // groupedReady reports whether a partition holds ready items with a group
@@ -268,8 +269,8 @@ func scanLeasedRows(rows pgx.Rows, err error, withKey bool, extra ...*int64) ([]
 	var keys []int64
 	for rows.Next() {
 		var it queue.LeasedItem
-		var id, first, key int64
-		dest := []any{&id, &first, &it.Attempts, &it.Reference, &it.Kind, &it.Encoding, &it.Payload, &it.Attributes, &it.SourceQueue, &it.Group}
+		var id, first, firstLeased, key int64
+		dest := []any{&id, &first, &it.Attempts, &firstLeased, &it.Reference, &it.Kind, &it.Encoding, &it.Payload, &it.Attributes, &it.SourceQueue, &it.Group}
 		if withKey {
 			dest = append(dest, &key)
 		}
@@ -279,7 +280,7 @@ func scanLeasedRows(rows pgx.Rows, err error, withKey bool, extra ...*int64) ([]
 		if err := rows.Scan(dest...); err != nil {
 			return nil, nil, err
 		}
-		it.ID, it.FirstID = uint64(id), uint64(first)
+		it.ID, it.FirstID, it.FirstLeasedAt = uint64(id), uint64(first), queue.FromNanos(firstLeased)
 		items, keys = append(items, it), append(keys, key)
 	}
 	return items, keys, rows.Err()
@@ -529,8 +530,9 @@ type dlq struct {
 // the dead-letter queue already holds their source key (a copy it took
 // before: ADR 0003's source_id rule, kept though the move is atomic here),
 // then sets the fingerprint of the last error of each item taken (their
-// error group; migration 5) on the rows it inserted. Returns how many the
-// dead-letter queue took.
+// error group; migration 5) on the rows it inserted. A dead item keeps its
+// attempts and first_leased_at. Returns how many the dead-letter queue
+// took.
 func moveDead(ctx context.Context, tx pgx.Tx, src uint64, srcName string, to dlq, ds []death, parts []int32, now int64) (int64, error) {
 	n := len(ds)
 	if len(parts) != n {
@@ -557,10 +559,10 @@ func moveDead(ctx context.Context, tx pgx.Tx, src uint64, srcName string, to dlq
 		moved AS (
 			DELETE FROM styx_items t USING d WHERE t.queue_id=$1 AND t.id=d.id
 			RETURNING t.created_at, t.reference, t.kind, t.encoding, t.payload, t.attributes, t.redrive_count, t.last_error AS old_last_error,
-				t.errors AS old_errors, t.grp AS grp, d.*)
-		INSERT INTO styx_items (queue_id, id, partition, state, expire_deadline, attempts, created_at, source_key,
+				t.errors AS old_errors, t.grp AS grp, t.first_leased_at, d.*)
+		INSERT INTO styx_items (queue_id, id, partition, state, expire_deadline, attempts, first_leased_at, created_at, source_key,
 			reference, kind, encoding, payload, attributes, source_queue, source_id, dead_reason, dead_at, redrive_count, last_error, errors, grp)
-		SELECT $10, nextval('styx_item_ids'), m.part, 0, $12, m.attempts, m.created_at, m.key,
+		SELECT $10, nextval('styx_item_ids'), m.part, 0, $12, m.attempts, m.first_leased_at, m.created_at, m.key,
 			m.reference, m.kind, m.encoding, m.payload, m.attributes, $13, m.src_id, m.reason, $14, m.redrive_count,
 			CASE WHEN m.set THEN m.last_error ELSE m.old_last_error END,
 			CASE WHEN m.set THEN m.errs::jsonb ELSE m.old_errors END, m.grp

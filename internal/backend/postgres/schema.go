@@ -342,6 +342,18 @@ CREATE INDEX styx_items_scheduled ON styx_items (queue_id, partition, id) WHERE 
 	// and the indexes that lease by group; styx_items_ready is re-created
 	// for the items without a group.
 	groupsMigration,
+	// 14: what SQS FIFO queues answer that their items do not hold
+	// (fifo.go; issue 51): each queue's last SequenceNumber, the first
+	// send of each deduplication id within its window, the receive
+	// attempts; gone with their queue.
+	fifoMigration,
+	// 15: when an item was first leased in its queue (Unix nanoseconds;
+	// queue.LeasedItem.FirstLeasedAt, the SQS API's
+	// ApproximateFirstReceiveTimestamp; issue 51), set by the lease that
+	// finds it NULL, kept by requeues, carried by a dead-letter move.
+	// Nullable without a default: adding it rewrites no row, and an item
+	// leased before reads as never leased until its next lease.
+	`ALTER TABLE styx_items ADD COLUMN first_leased_at bigint;`,
 }
 
 // countedColumns are the columns of styx_items that the counts trigger

@@ -352,27 +352,32 @@ func (it *iteration) Redrive(n int32, items []queue.RedriveItem, expire int64) e
 	if err != nil {
 		return err
 	}
-	// A redriven item of a held group releases it and takes its seq, so
-	// that it is the group's head (rule 5(a)): the first of the group here.
-	var groups []string
+	// The copy of the dead item that holds its group releases it and takes
+	// its seq, so that it is the group's head (rule 5(a)); another redriven
+	// item of the group does not (releaseHeld matches the dead key).
+	var groups, deadKeys []string
 	for _, ri := range items {
-		if ri.Group != "" && !slices.Contains(groups, ri.Group) {
-			groups = append(groups, ri.Group)
+		if ri.Group != "" {
+			it.q.grouped[n] = true
+			if ri.DeadKey != "" {
+				groups, deadKeys = append(groups, ri.Group), append(deadKeys, ri.DeadKey)
+			}
 		}
 	}
-	var released map[string]int64
+	var released map[heldRelease]int64
 	if len(groups) > 0 {
-		if released, err = releaseHeld(it.ctx, it.tx, it.q.id, n, groups); err != nil {
+		if released, err = releaseHeld(it.ctx, it.tx, it.q.id, n, groups, deadKeys); err != nil {
 			return wrapGroups("release held groups", err)
 		}
-		it.q.grouped[n] = true
 	}
 	for _, ri := range items {
 		key := ri.SourceKey
 		in := insert{partition: n, state: stateReady, created: it.now, sourceKey: &key, body: ri.Body, group: ri.Group}
-		if seq, ok := released[ri.Group]; ok {
-			in.seq = seq
-			delete(released, ri.Group)
+		if k := (heldRelease{ri.Group, ri.DeadKey}); ri.Group != "" {
+			if seq, ok := released[k]; ok {
+				in.seq = seq
+				delete(released, k)
+			}
 		}
 		if !ri.Errors.IsZero() {
 			in.lastError, in.errors = ri.Errors.LastError, encodeErrors(ri.Errors)

@@ -477,6 +477,60 @@ var rows = []row{
 		require.Equal(e.t, []int{1}, e.ready(q), "Due made it ready")
 		require.Equal(e.t, []string{"a"}, payloads(e.lease(q, 1)))
 	}},
+	{"LeaseKeepsTheFirstLeaseTime", func(e *env) {
+		// Tx.Lease answers when the item was first leased in its queue:
+		// this lease's time at the first, the first's through a requeue
+		// and an expired lease, carried by a dead-letter move; a redriven
+		// item is leased anew.
+		dlq := e.create("dlq", nil)
+		q := e.create("q", func(i *queue.QueueInfo) { i.DeadQueue = "dlq" })
+		e.produce(q, 0, "a")
+		first := e.clk.Now()
+		got := e.lease(q, 1)
+		require.True(e.t, first.Equal(got[0].FirstLeasedAt), "the first lease: now, got %v", got[0].FirstLeasedAt)
+		e.clk.Advance(time.Second)
+		id := got[0].ID
+		e.do(q, []uint64{id}, func(tx engine.Tx, _ int64) error {
+			x, _ := tx.Item(0, id)
+			return tx.Requeue(x, queue.Ending{Attempts: x.Attempts}, nil, nil)
+		})
+		got = e.lease(q, 1)
+		require.Equal(e.t, int32(2), got[0].Attempts)
+		require.True(e.t, first.Equal(got[0].FirstLeasedAt), "kept by a requeue, got %v", got[0].FirstLeasedAt)
+		e.advance(q, leaseTimeout) // the lease expires: requeued by Due
+		got = e.lease(q, 1)
+		require.Equal(e.t, int32(3), got[0].Attempts)
+		require.True(e.t, first.Equal(got[0].FirstLeasedAt), "kept through an expired lease, got %v", got[0].FirstLeasedAt)
+
+		id = got[0].ID
+		e.do(q, []uint64{id}, func(tx engine.Tx, _ int64) error {
+			x, _ := tx.Item(0, id)
+			_, err := tx.Kill(x, queue.ReasonExplicit, nil)
+			return err
+		})
+		require.Eventually(e.t, func() bool { return e.total(dlq) == 1 && e.total(q) == 0 }, waitTimeout, time.Millisecond)
+		e.clk.Advance(time.Second)
+		got = e.lease(dlq, 1)
+		require.Equal(e.t, int32(4), got[0].Attempts, "a dead item keeps its attempts")
+		require.True(e.t, first.Equal(got[0].FirstLeasedAt), "and its first lease, got %v", got[0].FirstLeasedAt)
+
+		ri := []queue.RedriveItem{{SourceKey: queue.RedriveKey("dlq", got[0].ID), Body: queue.ItemBody{Payload: []byte("a"), RedriveCount: 1}}}
+		e.do(q, nil, func(tx engine.Tx, now int64) error { return tx.Redrive(0, ri, now+int64(time.Hour)) })
+		e.clk.Advance(time.Second)
+		again := e.clk.Now()
+		got = e.lease(q, 1)
+		require.Equal(e.t, int32(1), got[0].Attempts)
+		require.True(e.t, again.Equal(got[0].FirstLeasedAt), "a redriven item is leased anew, got %v", got[0].FirstLeasedAt)
+
+		// A grouped lease (the group index; PostgreSQL's group statements)
+		// sets it too.
+		e.produceGrouped(q, "g:b")
+		e.clk.Advance(time.Second)
+		again = e.clk.Now()
+		got = e.lease(q, 1)
+		require.Equal(e.t, []string{"b"}, payloads(got))
+		require.True(e.t, again.Equal(got[0].FirstLeasedAt), "got %v", got[0].FirstLeasedAt)
+	}},
 	{"DueEndsExpiredLeasesAndItems", func(e *env) {
 		q := e.create("q", nil)
 		start := queue.Nanos(queuetest.Start)

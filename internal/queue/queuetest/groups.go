@@ -166,7 +166,7 @@ var groupRows = []row{
 		require.NotEmpty(e.t, st.HeldGroups[0].DeadKey)
 		// Redriven (the copy in, then the dead item out, as a redrive
 		// task does): a1 is the group's head again, before a2.
-		in := []queue.RedriveItem{{SourceKey: queue.RedriveKey("dlq", d.Meta.ID), Body: d.Body, Group: d.Meta.Group,
+		in := []queue.RedriveItem{{SourceKey: queue.RedriveKey("dlq", d.Meta.ID), Body: d.Body, Group: d.Meta.Group, DeadKey: d.Meta.SourceKey,
 			Errors: queue.RedrivenHistory(&d, "dlq", "task1", e.clk.Now())}}
 		require.NoError(e.t, q.TakeRedriven(e.ctx, in))
 		n, err := dlq.DeleteDead(e.ctx, []queue.ItemRef{{Partition: d.Partition, ID: d.Meta.ID}})
@@ -179,6 +179,32 @@ var groupRows = []row{
 		require.Zero(e.t, st.HeldTotal)
 		e.complete(q, "a1")
 		e.leaseOne(q, "a2")
+	}},
+	{"GroupDeadHoldOtherRedriven", func(e *env) {
+		// Only the copy of the dead item that holds the group releases it
+		// (RedriveItem.DeadKey = HeldGroup.DeadKey): another redriven item
+		// of the group joins it at its end and the group stays held.
+		q, dlq := e.withDLQ(func(i *queue.QueueInfo) { i.Ordered, i.GroupDeadPolicy = true, queue.GroupHold })
+		e.produceGrouped(q, "a1:a", "a2:a")
+		e.deadLetter(q, "a1", "bad")
+		d := e.eventuallyItems(dlq, 1)[0]
+		e.produceGrouped(dlq, "x:a") // another item of the group in the dead-letter queue
+		var other queue.Item
+		for _, it := range e.eventuallyItems(dlq, 2) {
+			if string(it.Body.Payload) == "x" {
+				other = it
+			}
+		}
+		require.NoError(e.t, q.TakeRedriven(e.ctx, []queue.RedriveItem{{SourceKey: queue.RedriveKey("dlq", other.Meta.ID), Body: other.Body,
+			Group: "a", DeadKey: other.Meta.SourceKey}}))
+		e.leaseNone(q)
+		_, st := e.counts(q)
+		require.Equal(e.t, 1, st.HeldTotal, "another redriven item of the group does not release it")
+		require.NoError(e.t, q.TakeRedriven(e.ctx, []queue.RedriveItem{{SourceKey: queue.RedriveKey("dlq", d.Meta.ID), Body: d.Body,
+			Group: "a", DeadKey: d.Meta.SourceKey}}))
+		_, st = e.counts(q)
+		require.Zero(e.t, st.HeldTotal, "the dead item's copy releases it")
+		require.Equal(e.t, []string{"a1", "a2", "x"}, payloads(e.leaseGroupRun(q, "a")))
 	}},
 	{"GroupDeadHoldDeleted", func(e *env) {
 		// The dead item deleted from the dead-letter queue releases its
