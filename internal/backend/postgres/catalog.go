@@ -64,6 +64,9 @@ func OpenStore(ctx context.Context, url string, maxConns int32) (*Store, error) 
 		cfg.MaxConns = maxConns
 	}
 	cfg.HealthCheckPeriod = 5 * time.Second
+	// A COMMIT that stopped waiting for the synchronous standby is not a
+	// success (commitTx).
+	cfg.ConnConfig.OnNotice = onNotice
 	pool, err := pgxpool.NewWithConfig(ctx, cfg)
 	if err != nil {
 		return nil, fmt.Errorf("postgres: %w", err)

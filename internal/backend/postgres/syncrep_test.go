@@ -1,0 +1,92 @@
+package postgres_test
+
+import (
+	"context"
+	"errors"
+	"testing"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/stretchr/testify/require"
+
+	"github.com/styxq/styx/internal/backend/postgres"
+	"github.com/styxq/styx/internal/pgtest"
+	"github.com/styxq/styx/internal/queue"
+	"github.com/styxq/styx/internal/store"
+	"github.com/styxq/styx/metrics"
+)
+
+// TestSyncRepWaitCancelled: a produce whose COMMIT waits for the synchronous
+// standby (stopped, so the wait never ends: wait event SyncRep) and is then
+// cancelled (pg_cancel_backend, as an operator clears "stuck" sessions) or
+// terminated (pg_terminate_backend) is answered 453 "commit outcome unknown"
+// naming the synchronous standby, never success: PostgreSQL answers the
+// cancelled COMMIT as done, with only a WARNING that the transaction
+// committed locally and may not have reached the standby, so a failover
+// may lose the item. The test checks that the item did commit on the
+// primary (what a success answer would have claimed is safe). The node's
+// transaction timeout is a minute, so that the 453 is the cancel's, not
+// the timeout's.
+func TestSyncRepWaitCancelled(t *testing.T) {
+	if testing.Short() {
+		t.Skip("starts two PostgreSQL clusters")
+	}
+	primary := pgtest.StartServer(t)
+	standby := primary.StartStandby(t, true)
+	url := pgtest.SchemaURL(t, primary.URL)
+	m, err := postgres.Open(t.Context(), postgres.Config{URL: url, Log: testLog(), Metrics: metrics.New(),
+		StatementTimeout: time.Minute})
+	require.NoError(t, err)
+	t.Cleanup(m.Close)
+	ctx := context.Background()
+	require.NoError(t, m.Create(ctx, queue.QueueInfo{Name: "q", LeaseTimeout: time.Minute, Partitions: 1}))
+	q, err := m.Get("q")
+	require.NoError(t, err)
+	require.NoError(t, q.Produce(ctx, []queue.ProduceItem{{Payload: []byte("replicated")}}), "the standby acknowledges")
+
+	admin, err := pgx.Connect(ctx, url)
+	require.NoError(t, err)
+	standby.Stop(t) // every COMMIT now waits in SyncRep
+	t.Cleanup(func() {
+		// Release the waiters, so that the node closes at once.
+		for _, s := range []string{`ALTER SYSTEM RESET synchronous_standby_names`, `SELECT pg_reload_conf()`} {
+			if _, err := admin.Exec(context.Background(), s); err != nil {
+				t.Logf("%s: %v", s, err)
+			}
+		}
+		admin.Close(context.Background())
+	})
+
+	for _, c := range []struct{ name, fn string }{
+		{"cancel", "pg_cancel_backend"},
+		{"terminate", "pg_terminate_backend"},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			payload := "waited-" + c.name
+			answer := make(chan error, 1)
+			go func() { answer <- q.Produce(ctx, []queue.ProduceItem{{Payload: []byte(payload)}}) }()
+			// Every session waiting for the standby is cancelled, again
+			// and again, until the produce is answered: the node's
+			// other transactions (its counts, its consumers) wait too.
+			var err error
+			for answered := false; !answered; {
+				_, cerr := admin.Exec(ctx, `SELECT `+c.fn+`(pid) FROM pg_stat_activity WHERE wait_event = 'SyncRep' AND pid <> pg_backend_pid()`)
+				require.NoError(t, cerr)
+				select {
+				case err = <-answer:
+					answered = true
+				case <-time.After(20 * time.Millisecond):
+				}
+			}
+			require.Error(t, err, "a produce whose wait for the synchronous standby was cancelled is not a success")
+			require.True(t, errors.Is(err, store.ErrUnavailable), "453: %v", err)
+			require.ErrorContains(t, err, "commit outcome unknown")
+			if c.name == "cancel" {
+				require.ErrorContains(t, err, "synchronous standby")
+			}
+			var n int
+			require.NoError(t, admin.QueryRow(ctx, `SELECT count(*) FROM styx_items WHERE payload = $1`, []byte(payload)).Scan(&n))
+			require.Equal(t, 1, n, "the item committed on the primary only")
+		})
+	}
+}
