@@ -26,7 +26,6 @@ import (
 	"github.com/styxq/styx/internal/history"
 	"github.com/styxq/styx/internal/queue"
 	"github.com/styxq/styx/internal/redrive"
-	"github.com/styxq/styx/internal/text"
 	pb "github.com/styxq/styx/styxpb"
 )
 
@@ -105,26 +104,13 @@ func (s *Service) QueueProduce(ctx context.Context, req *pb.QueueProduceRequest)
 		if len(payload) == 0 && in.Utf8 != "" {
 			payload = []byte(in.Utf8)
 		}
-		if len(payload) > MaxPayloadBytes {
-			return apierr.Invalidf("invalid items[%d].bytes; payload is %d bytes, the limit is %d (5 MB)", i, len(payload), MaxPayloadBytes)
-		}
-		for _, f := range [...]struct{ name, v string }{{"kind", in.Kind}, {"encoding", in.Encoding}, {"reference", in.Reference}} {
-			if _, _, hidden := text.Find(f.v); hidden || len(f.v) > MaxFieldLength { // the field name is built only for the error
-				return checkIdent("items["+strconv.Itoa(i)+"]."+f.name, f.v, MaxFieldLength)
-			}
-		}
-		if in.DeduplicationId != "" {
-			if err := queue.CheckDeduplicationID("items["+strconv.Itoa(i)+"].deduplication_id", in.DeduplicationId); err != nil {
-				return err
-			}
-		}
-		if in.Group != "" {
-			if err := queue.CheckGroup("items["+strconv.Itoa(i)+"].group", in.Group); err != nil {
-				return err
-			}
-		}
 		items[i] = queue.ProduceItem{Encoding: in.Encoding, Kind: in.Kind, Reference: in.Reference, Payload: payload,
 			DeduplicationID: in.DeduplicationId, Group: in.Group}
+		// The item rules, one source for every door (queue.CheckProduceItem);
+		// enqueue_at is converted after them, as before.
+		if err := queue.CheckProduceItem(i, &items[i]); err != nil {
+			return err
+		}
 		if in.EnqueueAt != nil {
 			if items[i].EnqueueAt, err = timestamp("items["+strconv.Itoa(i)+"].enqueue_at", in.EnqueueAt); err != nil {
 				return err

@@ -18,16 +18,16 @@ import (
 const (
 	// MaxBatch is the most items (or ids) one produce, lease, complete,
 	// retry, import or delete may carry.
-	MaxBatch = 1000
+	MaxBatch = queue.MaxBatch
 	// MaxNameLength is the longest queue name, in characters.
 	MaxNameLength = 512
 	// MaxNamespaceLength is the longest namespace, in bytes (Querator's
 	// limit, which it counts in bytes too).
 	MaxNamespaceLength = 256
 	// MaxPayloadBytes is the largest item payload: 5 MB.
-	MaxPayloadBytes = 5 << 20
+	MaxPayloadBytes = queue.MaxPayloadBytes
 	// MaxFieldLength bounds kind, encoding, reference and client_id, in bytes.
-	MaxFieldLength = 1024
+	MaxFieldLength = queue.MaxFieldLength
 	// MaxErrorBytes bounds a retry's error text.
 	MaxErrorBytes = 4096
 	// MaxAttemptErrors is the most attempt errors one imported item may
