@@ -639,16 +639,6 @@ func clearItems(ctx context.Context, tx pgx.Tx, queueID uint64, c queue.ClearPar
 	return err
 }
 
-// notify wakes the nodes' loops of the given queues (delivered at commit).
-func notify(ctx context.Context, tx pgx.Tx, channel string, queueIDs []uint64) error {
-	payloads := make([]string, len(queueIDs))
-	for i, id := range queueIDs {
-		payloads[i] = fmt.Sprintf("i:%d", id)
-	}
-	_, err := tx.Exec(ctx, `SELECT pg_notify($1, p) FROM unnest($2::text[]) AS p`, channel, payloads)
-	return err
-}
-
 // readyCountCap bounds how many ready items of one partition readyCounts
 // counts, so that the count costs at most partitions × readyCountCap index
 // entries however long the queue: partitions holding at least this many

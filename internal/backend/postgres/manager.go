@@ -77,6 +77,8 @@ type Manager struct {
 	// node names this node's rows of styx_consumers (consumers.go): random,
 	// set at Open.
 	node string
+	// notifier sends this node's wake-ups to the other nodes (wakeup.go).
+	notifier *notifier
 }
 
 var _ queue.Queues = (*Manager)(nil)
@@ -99,6 +101,7 @@ func Open(ctx context.Context, cfg Config) (*Manager, error) {
 	m := &Manager{cfg: cfg, st: st, refresh: make(chan struct{}, 1),
 		infos: map[uint64]queue.QueueInfo{}, names: map[string]uint64{}, queues: map[uint64]*Queue{}, adopted: map[uint64]uint64{},
 		node: newNodeID()}
+	m.notifier = newNotifier(m)
 	m.ctx, m.cancel = context.WithCancel(context.Background())
 	if err := m.reload(ctx); err != nil {
 		st.Close()
@@ -106,6 +109,7 @@ func Open(ctx context.Context, cfg Config) (*Manager, error) {
 	}
 	m.durability = logDurability(ctx, st.pool, cfg.Log)
 	m.wg.Go(m.listen)
+	m.wg.Go(m.notifier.run)
 	m.wg.Go(m.refresher)
 	m.wg.Go(m.shareConsumers)
 	return m, nil
@@ -274,8 +278,8 @@ func (m *Manager) requestRefresh() {
 }
 
 // listen holds one connection that LISTENs on the schema's channel and
-// dispatches notifications: "c" (queue definitions changed) and "i:<queue
-// id>" (items may be ready). It reconnects with a back-off; after each
+// dispatches notifications: "c" (queue definitions changed), "i:<queue
+// id>" (items may be ready) and "n:<node>" (a node's hello, wakeup.go). It reconnects with a back-off; after each
 // (re)connection every loop looks for items, since notifications may have
 // been missed.
 func (m *Manager) listen() {
@@ -305,6 +309,7 @@ func (m *Manager) listenOnce() error {
 		return err
 	}
 	m.requestRefresh()
+	m.notifier.sayHello()
 	m.mu.RLock()
 	for _, q := range m.queues {
 		q.signal(true, 0)
@@ -318,7 +323,12 @@ func (m *Manager) listenOnce() error {
 		switch {
 		case n.Payload == "c":
 			m.requestRefresh()
+		case strings.HasPrefix(n.Payload, "n:"):
+			m.notifier.heard(n.Payload[2:])
 		case strings.HasPrefix(n.Payload, "i:"):
+			if n.PID == m.notifier.pid.Load() {
+				continue // this node's own: its loops had it directly (wake)
+			}
 			if id, err := strconv.ParseUint(n.Payload[2:], 10, 64); err == nil {
 				m.signalQueue(id, true, 0)
 			}

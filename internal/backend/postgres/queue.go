@@ -8,6 +8,7 @@ import (
 	"slices"
 	"sort"
 	"strconv"
+	"sync"
 	"sync/atomic"
 	"time"
 
@@ -82,10 +83,24 @@ type Queue struct {
 	// open is the iteration Begin started, until its Commit (Recover rolls
 	// it back after a panic).
 	open *iteration
+
+	// Commits under way (Commit, finish): inFlight holds a token per
+	// commit (at most maxCommitsInFlight), commits counts them for
+	// Stopped, and lastFailure is the failure of the last one that failed,
+	// until the loop's next Begin answers it to the waiting leases.
+	inFlight    chan struct{}
+	commits     sync.WaitGroup
+	lastFailure atomic.Pointer[error]
 }
 
+// maxCommitsInFlight bounds the iterations of one queue whose COMMIT is
+// under way while the loop runs the next (Commit): each holds a pooled
+// connection until PostgreSQL answers.
+const maxCommitsInFlight = 2
+
 func newQueue(m *Manager, info queue.QueueInfo) *Queue {
-	q := &Queue{m: m, name: info.Name, id: info.ID, grouped: map[int32]bool{}, groupLook: map[int32]int64{}, groupCursor: map[int32]string{}}
+	q := &Queue{m: m, name: info.Name, id: info.ID, grouped: map[int32]bool{}, groupLook: map[int32]int64{}, groupCursor: map[int32]string{},
+		inFlight: make(chan struct{}, maxCommitsInFlight)}
 	q.Engine = engine.NewEngine(info.Name, m.cfg.Clock, m.cfg.Metrics)
 	q.Loop.Log = m.cfg.Log
 	// Lifecycle work may be due from before this node started.
@@ -121,9 +136,9 @@ func (q *Queue) Reload(ctx context.Context) error {
 // Open is a no-op: the database is the state (engine.Backend).
 func (q *Queue) Open() {}
 
-// Stopped is a no-op: every request is answered in its iteration
+// Stopped waits for the commits under way, which answer their requests
 // (engine.Backend).
-func (q *Queue) Stopped() {}
+func (q *Queue) Stopped() { q.commits.Wait() }
 
 // Recover answers err to the requests of a panicked iteration not answered
 // yet and to the waiting leases (engine.Backend). The database is the
@@ -165,6 +180,9 @@ func (q *Queue) Begin(now int64, work []*engine.Request, poll bool) (engine.Tx, 
 		}
 		q.Loop.Waiters.Fail(queue.NotFound(q.name))
 		return nil, nil, false
+	}
+	if err := q.lastFailure.Swap(nil); err != nil {
+		q.Loop.Waiters.Fail(*err)
 	}
 	serve := poll || q.readyHint.Swap(false)
 	if j := q.Loop.Waiters.Joined(); j != q.joined {

@@ -593,20 +593,22 @@ func (it *iteration) flush() error {
 	return nil
 }
 
-// Commit implements engine.Tx: the changes are written, the lifecycle's next
-// due time learnt, other nodes' loops notified, and the transaction
-// committed; then every reply is sent. A failure rolls back and answers
-// every request and waiting lease with it (a database that is down answers
-// 453 at once, not at the request timeout).
+// Commit implements engine.Tx. The changes are written and the
+// lifecycle's next due time learnt in the loop; then the COMMIT runs on a
+// goroutine of its own (finish) while the loop goes on with its next
+// iteration, at most maxCommitsInFlight of the queue's at a time. Every
+// reply is sent once its commit is known. A failure rolls back and answers
+// every request with it, and the waiting leases too (a database that is
+// down answers 453 at once, not at the request timeout).
+//
+// Iterations in flight together are as safe as two nodes' iterations: each
+// is a transaction of its own, which sees none of the other's changes
+// until it commits, and they meet only on row locks, in the lock order
+// (queue.go, "Lock order"); a lock one waits for is held by a commit under
+// way, which needs nothing of the loop. A request whose answer depends on
+// an earlier iteration (a complete of an item leased) arrives after that
+// iteration's commit, since its client waited for that answer.
 func (it *iteration) Commit(replies []engine.Reply, err error) {
-	it.commit(replies, err)
-	// Not deferred: after a panic in commit, Recover rolls the transaction
-	// back (a no-op once committed) and ends its context.
-	it.q.open = nil
-	it.cancel()
-}
-
-func (it *iteration) commit(replies []engine.Reply, err error) {
 	q := it.q
 	if err == nil {
 		err = it.flush()
@@ -617,34 +619,73 @@ func (it *iteration) commit(replies []engine.Reply, err error) {
 	if err == nil && it.lifecycle {
 		err = q.learnDue(it.ctx, it.tx, it)
 	}
-	if err == nil && len(it.notify) > 0 {
-		err = notify(it.ctx, it.tx, q.m.st.channel, it.notify)
-	}
-	if err == nil {
-		err = commitTx(it.ctx, it.tx, "queue '"+q.name+"'")
-	}
+	// Not before: after a panic in the statements above, Recover rolls the
+	// transaction back and ends its context.
+	q.open = nil
 	if err != nil {
-		q.rollback(it.tx)
-		err = wrap("queue '"+q.name+"'", err)
-		if errors.Is(err, store.ErrQueueNotFound) {
-			err = queue.NotFound(q.name)
-		}
-		q.m.cfg.Log.Warn("transaction failed", "queue", q.name, "error", err)
-		q.Loop.Waiters.Fail(err)
+		q.Loop.Waiters.Fail(q.failed(it, err, replies))
 		if it.lifecycle {
 			q.nextDue = it.now + int64(busyBackoff)
 		}
-	} else {
-		for _, f := range it.metrics {
-			f()
-		}
+		return
 	}
+	q.inFlight <- struct{}{}
+	q.commits.Add(1)
+	go func() {
+		defer q.commits.Done()
+		defer func() { <-q.inFlight }()
+		it.finish(replies)
+	}()
+}
+
+// finish commits the iteration and sends its replies, off the loop: a
+// success wakes the loops of the queues it made items ready in (Manager.wake);
+// a failure is answered, and the loop learns of it at its next Begin
+// (the waiting leases are answered the failure there).
+func (it *iteration) finish(replies []engine.Reply) {
+	q := it.q
+	if err := commitTx(it.ctx, it.tx, "queue '"+q.name+"'"); err != nil {
+		err = q.failed(it, err, replies)
+		q.lastFailure.Store(&err)
+		if it.lifecycle {
+			q.signal(false, it.now+int64(busyBackoff))
+		}
+		q.Loop.Wake()
+		return
+	}
+	it.cancel()
+	for _, f := range it.metrics {
+		f()
+	}
+	q.m.wake(it.notify)
 	for _, r := range replies {
-		switch {
-		case r.Err != nil:
+		r.R.Answer(r.Err)
+	}
+}
+
+// commitError is the client-facing error of an iteration that failed.
+func (q *Queue) commitError(it *iteration, err error) error {
+	err = wrap("queue '"+q.name+"'", err)
+	if errors.Is(err, store.ErrQueueNotFound) {
+		err = queue.NotFound(q.name)
+	}
+	return err
+}
+
+// failed rolls back an iteration that failed with err, logs it, answers
+// every reply (its own error, or the failure) and returns the failure as
+// answered. The caller tells the waiting leases.
+func (q *Queue) failed(it *iteration, err error, replies []engine.Reply) error {
+	q.rollback(it.tx)
+	it.cancel()
+	err = q.commitError(it, err)
+	q.m.cfg.Log.Warn("transaction failed", "queue", q.name, "error", err)
+	for _, r := range replies {
+		if r.Err != nil {
 			r.R.Answer(r.Err)
-		default:
+		} else {
 			r.R.Answer(err)
 		}
 	}
+	return err
 }
