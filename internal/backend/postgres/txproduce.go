@@ -47,8 +47,10 @@ import (
 //     call's first new id modulo the partitions; items with a group go to
 //     their group's partition (styx_group_partition, queue.GroupPartition
 //     in SQL).
-//   - Ids from styx_item_ids, in item order; the counts triggers count the
-//     insert in the caller's backend's shard, as any statement.
+//   - Ids from styx_item_ids, in item order, after styx_check_item_ids
+//     (ids.go; called when it exists) has moved the sequence past a lost
+//     primary's ids; the counts triggers count the insert in the caller's
+//     backend's shard, as any statement.
 //   - Wake-up: pg_notify on the schema's channel with "i:<queue id>", the
 //     payload Manager.listen reads, delivered by PostgreSQL at the
 //     caller's COMMIT and never after a rollback; a scheduled item is
@@ -269,7 +271,12 @@ BEGIN
 	END IF;
 
 	-- The items stored: those without an id, and the first of each id
-	-- claimed; each gets the next id of the sequence, in item order.
+	-- claimed; each gets the next id of the sequence, in item order,
+	-- once the sequence is past the ids of a lost primary (ids.go: the
+	-- application's connection may be the first to meet a new epoch).
+	IF to_regprocedure('styx_check_item_ids()') IS NOT NULL THEN
+		PERFORM styx_check_item_ids();
+	END IF;
 	FOR i IN 1 .. v_n LOOP
 		v_keep := v_keep || (v_dedups[i] IS NULL OR (v_dedups[i] = ANY(v_claimed) AND NOT v_firsts ? v_dedups[i]));
 		IF v_keep[i] THEN
