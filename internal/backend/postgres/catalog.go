@@ -16,6 +16,7 @@ import (
 	"errors"
 	"fmt"
 	"hash/fnv"
+	"log/slog"
 	"net"
 	"strings"
 	"sync/atomic"
@@ -42,6 +43,12 @@ type Store struct {
 	// fifoSwept is when this node last deleted ended SQS FIFO records
 	// (sweepFIFO; Unix ns).
 	fifoSwept atomic.Int64
+	// migrated is set once OpenStore has migrated the schema: new
+	// connections then check the item ids' epoch (afterConnect).
+	migrated atomic.Bool
+	// log is where afterConnect logs a move of the item ids; nil means
+	// slog.Default().
+	log atomic.Pointer[slog.Logger]
 }
 
 // DefaultConnectTimeout bounds a new connection when the URL sets none, so
@@ -67,6 +74,11 @@ func OpenStore(ctx context.Context, url string, maxConns int32) (*Store, error) 
 	// A COMMIT that stopped waiting for the synchronous standby is not a
 	// success (commitTx).
 	cfg.ConnConfig.OnNotice = onNotice
+	st := &Store{}
+	// Every new connection checks the item ids' epoch (ids.go) once the
+	// schema has the function: after a failover or a restore, the first
+	// one moves the ids past those the lost primary handed out.
+	cfg.AfterConnect = st.afterConnect
 	pool, err := pgxpool.NewWithConfig(ctx, cfg)
 	if err != nil {
 		return nil, fmt.Errorf("postgres: %w", err)
@@ -74,6 +86,11 @@ func OpenStore(ctx context.Context, url string, maxConns int32) (*Store, error) 
 	if err := migrate(ctx, pool); err != nil {
 		pool.Close()
 		return nil, fmt.Errorf("postgres: migrate: %w", err)
+	}
+	st.migrated.Store(true)
+	if _, err := checkItemIDs(ctx, pool); err != nil {
+		pool.Close()
+		return nil, err
 	}
 	if _, err := backfillFingerprints(ctx, pool); err != nil {
 		pool.Close()
@@ -86,7 +103,31 @@ func OpenStore(ctx context.Context, url string, maxConns int32) (*Store, error) 
 	}
 	h := fnv.New32a()
 	h.Write([]byte(schema))
-	return &Store{pool: pool, channel: fmt.Sprintf("styx_%08x", h.Sum32())}, nil
+	st.pool, st.channel = pool, fmt.Sprintf("styx_%08x", h.Sum32())
+	return st, nil
+}
+
+// afterConnect is the pool's AfterConnect: once the schema is migrated, a
+// new connection checks the item ids' epoch (checkItemIDs) before it
+// serves, and logs a move at WARN. An error fails the connection (the
+// request that wanted it answers 453).
+func (s *Store) afterConnect(ctx context.Context, conn *pgx.Conn) error {
+	if !s.migrated.Load() {
+		return nil // the migration creates the function; OpenStore checks after it
+	}
+	moved, err := checkItemIDs(ctx, conn)
+	if err != nil {
+		return err
+	}
+	if moved != 0 {
+		log := s.log.Load()
+		if log == nil {
+			log = slog.Default()
+		}
+		log.Warn("postgres: a new timeline or cluster (a failover or a restore): item ids now start past those the old primary may have handed out",
+			"next_id", moved+1)
+	}
+	return nil
 }
 
 // Close closes the pool.

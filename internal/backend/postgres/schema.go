@@ -354,6 +354,18 @@ CREATE INDEX styx_items_scheduled ON styx_items (queue_id, partition, id) WHERE 
 	// Nullable without a default: adding it rewrites no row, and an item
 	// leased before reads as never leased until its next lease.
 	`ALTER TABLE styx_items ADD COLUMN first_leased_at bigint;`,
+	// 16: transactional enqueue (txproduce.go; issue 53, ADR 0028): the
+	// styx_produce function an application calls in its own transaction,
+	// the settings table it reads the produce rules from (written at
+	// every start by writeProduceRules), and the id of the item that used
+	// a deduplication id (item_id, valid while item_deadline is the
+	// record's deadline; NULL when a /v1 produce took the window).
+	txProduceMigration,
+	// 17: the epochs of the item ids (ids.go; issue 53): each database
+	// incarnation (system identifier, timeline) a node found, and
+	// styx_check_item_ids, which moves styx_item_ids past the ids a lost
+	// primary handed out when a connection finds a new one.
+	itemIDsMigration,
 }
 
 // countedColumns are the columns of styx_items that the counts trigger
@@ -425,6 +437,9 @@ func migrate(ctx context.Context, pool *pgxpool.Pool) error {
 			if _, err := tx.Exec(ctx, `INSERT INTO styx_schema_migrations (version) VALUES ($1)`, v); err != nil {
 				return fmt.Errorf("record migration %d: %w", v, err)
 			}
+		}
+		if err := writeProduceRules(ctx, tx); err != nil {
+			return fmt.Errorf("write the produce rules: %w", err)
 		}
 		return nil
 	})
