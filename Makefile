@@ -1,4 +1,4 @@
-.PHONY: ha ha-short ha-patroni help test test-short lint proto build bench bench-cpu soak bench-postgres bench-postgres-ceiling bench-go pg-start pg-stop cluster-stress faults
+.PHONY: ha ha-short ha-patroni help test test-short lint proto build bench bench-peers bench-cpu soak bench-postgres bench-postgres-ceiling bench-go pg-start pg-stop cluster-stress faults
 help: ## list targets
 	@grep -E '^[a-z-]+:.*##' $(MAKEFILE_LIST) | sed 's/:.*## /\t/'
 build: ## build the styx binary into ./bin
@@ -18,8 +18,10 @@ lint: ## gofmt, go vet and staticcheck (installed at v0.8.2 when missing)
 	"$$(command -v staticcheck || echo "$$(go env GOPATH)/bin/staticcheck")" ./...
 proto: ## regenerate styxpb from proto/ (needs protoc and protoc-gen-go)
 	protoc -I proto --go_out=. --go_opt=module=github.com/styxq/styx proto/styx/v1/styx.proto
-bench: ## end-to-end benchmark of a local server with styx-bench; writes bench/report.md (BENCH_DURATION=10s)
+bench: ## end-to-end benchmark of a local server with styx-bench; writes bench/report.md (BENCH_DURATION=10s), then Styx beside its peers (bench/peers.sh; BENCH_PEERS=0 skips them)
 	./bench/run.sh
+bench-peers: ## Styx beside River (on one throwaway PostgreSQL), RabbitMQ quorum queues and NATS JetStream (beside Styx on Pebble), 2 interleaved rounds; installs what is missing; writes bench/peers-report.md (about 7 minutes)
+	./bench/peers.sh
 soak: ## mixed load with retries, dead letters and redrives on a pebble server; RSS, goroutines, open files and p99 every minute into bench/soak-report.md and bench/soak.csv; fails unless flat (SOAK_DURATION=30m SOAK_INTERVAL=1m)
 	./bench/soak.sh
 bench-postgres: ## benchmark of styx on a throwaway PostgreSQL, one and two nodes; writes bench/postgres-report.md (BENCH_DURATION=10s)

@@ -27,6 +27,9 @@
 #   BENCH_REPORT    where to write the report (default bench/report.md)
 #   BENCH_MATRIX    rows to run instead of the matrix below, "workload clients
 #                   batch [styx-bench flags]" separated by ";"
+#   BENCH_PEERS     0 skips bench/peers.sh (Styx beside River, RabbitMQ and
+#                   NATS; bench/peers-report.md), which runs last otherwise
+#                   (its own variables: see bench/peers.sh)
 set -euo pipefail
 
 ROOT=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
@@ -169,5 +172,15 @@ sleep 0.2 # let the stderr tees finish
 	done
 	errors_section
 } >"$REPORT"
+
+# Then Styx beside its peers (River, RabbitMQ, NATS), unless BENCH_PEERS=0;
+# it prints and writes its own report.
+if [[ ${BENCH_PEERS:-1} != 0 ]]; then
+	echo "bench: Styx beside its peers (bench/peers.sh; BENCH_PEERS=0 skips this)" >&2
+	if ! "$ROOT/bench/peers.sh"; then
+		echo "bench: bench/peers.sh failed" >&2
+		failures=$((failures + 1))
+	fi
+fi
 
 report_done "$failures" "$REPORT"
