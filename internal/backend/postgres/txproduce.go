@@ -128,6 +128,10 @@ DECLARE
 	v_ready boolean := false;
 	v_expire bigint := 0;
 	v_cap integer;
+	v_i integer;
+	v_unknown boolean;
+	v_max_payload integer;
+	v_resolution bigint;
 BEGIN
 	v_rules := (SELECT value FROM styx_settings WHERE name = 'produce');
 	IF v_rules IS NULL THEN
@@ -152,43 +156,51 @@ BEGIN
 	v_now := (extract(epoch FROM clock_timestamp()) * 1000000)::bigint * 1000;
 	v_hidden := v_rules->>'hidden';
 	v_max_field := (v_rules->>'max_field_bytes')::integer;
+	v_max_payload := (v_rules->>'max_payload_bytes')::integer;
+	v_resolution := (v_rules->>'schedule_resolution')::bigint;
 
-	-- Every item is checked before anything is written.
+	-- Every item is checked before anything is written: first the shape
+	-- of every item (two statements for the whole call), then each.
+	SELECT o - 1 INTO v_i FROM jsonb_array_elements(items) WITH ORDINALITY AS a(x, o) WHERE jsonb_typeof(x) <> 'object' ORDER BY o LIMIT 1;
+	IF v_i IS NOT NULL THEN
+		PERFORM styx_produce_refuse(format('items[%s]', v_i), 'a JSON object is required');
+	END IF;
+	SELECT o - 1, key, key NOT IN ('bytes', 'utf8', 'kind', 'encoding', 'reference', 'enqueue_at', 'deduplication_id', 'group')
+		INTO v_i, v_k, v_unknown
+		FROM jsonb_array_elements(items) WITH ORDINALITY AS a(x, o), jsonb_each(x)
+		WHERE key NOT IN ('bytes', 'utf8', 'kind', 'encoding', 'reference', 'enqueue_at', 'deduplication_id', 'group')
+			OR jsonb_typeof(value) NOT IN ('string', 'null')
+		ORDER BY o, key LIMIT 1;
+	IF v_unknown THEN
+		PERFORM styx_produce_refuse(format('items[%s]', v_i), format('unknown field ''%s''; the fields are bytes (base64), utf8, '
+			'kind, encoding, reference, enqueue_at, deduplication_id and group', v_k));
+	ELSIF v_k IS NOT NULL THEN
+		PERFORM styx_produce_refuse(format('items[%s].%s', v_i, v_k), 'a JSON string (or null) is required');
+	END IF;
+
 	FOR i IN 0 .. v_n - 1 LOOP
 		v_x := items->i;
-		v_field := format('items[%s]', i);
-		IF jsonb_typeof(v_x) <> 'object' THEN
-			PERFORM styx_produce_refuse(v_field, 'a JSON object is required');
-		END IF;
-		SELECT key INTO v_k FROM jsonb_object_keys(v_x) AS key
-			WHERE key NOT IN ('bytes', 'utf8', 'kind', 'encoding', 'reference', 'enqueue_at', 'deduplication_id', 'group') ORDER BY key LIMIT 1;
-		IF v_k IS NOT NULL THEN
-			PERFORM styx_produce_refuse(v_field, format('unknown field ''%s''; the fields are bytes (base64), utf8, kind, encoding, '
-				'reference, enqueue_at, deduplication_id and group', v_k));
-		END IF;
-		SELECT key INTO v_k FROM jsonb_each(v_x) WHERE jsonb_typeof(value) NOT IN ('string', 'null') ORDER BY key LIMIT 1;
-		IF v_k IS NOT NULL THEN
-			PERFORM styx_produce_refuse(v_field || '.' || v_k, 'a JSON string (or null) is required');
-		END IF;
+		v_field := 'items[' || i || ']';
 
 		-- The payload: bytes (base64) when not empty, else utf8.
-		v_s := coalesce(v_x->>'bytes', '');
-		IF v_s <> '' THEN
-			IF v_s !~ '^([A-Za-z0-9+/]{4})*([A-Za-z0-9+/]{2}==|[A-Za-z0-9+/]{3}=)?$' THEN
+		v_s := v_x->>'bytes';
+		IF v_s IS NOT NULL AND v_s <> '' THEN
+			IF octet_length(v_s) % 4 <> 0 OR v_s !~ '^[A-Za-z0-9+/]*={0,2}$' THEN
 				PERFORM styx_produce_refuse(v_field || '.bytes', 'not base64 (RFC 4648, standard alphabet, padded)');
 			END IF;
 			v_payloads := v_payloads || decode(v_s, 'base64');
 		ELSE
 			v_payloads := v_payloads || convert_to(coalesce(v_x->>'utf8', ''), 'UTF8');
 		END IF;
-		IF length(v_payloads[i + 1]) > (v_rules->>'max_payload_bytes')::integer THEN
+		IF length(v_payloads[i + 1]) > v_max_payload THEN
 			PERFORM styx_produce_refuse(v_field || '.bytes', format('payload is %s bytes, the limit is %s (5 MB)',
-				length(v_payloads[i + 1]), v_rules->>'max_payload_bytes'));
+				length(v_payloads[i + 1]), v_max_payload));
 		END IF;
 
 		-- kind, encoding, reference: length, then hidden characters.
 		FOREACH v_k IN ARRAY ARRAY['kind', 'encoding', 'reference'] LOOP
 			v_s := coalesce(v_x->>v_k, '');
+			CONTINUE WHEN v_s = '';
 			IF octet_length(v_s) > v_max_field THEN
 				PERFORM styx_produce_refuse(v_field || '.' || v_k, format('%s bytes, the limit is %s', octet_length(v_s), v_max_field));
 			END IF;
@@ -206,6 +218,7 @@ BEGIN
 		-- punctuation, or empty (none).
 		FOREACH v_k IN ARRAY ARRAY['deduplication_id', 'group'] LOOP
 			v_s := coalesce(v_x->>v_k, '');
+			CONTINUE WHEN v_s = '';
 			IF octet_length(v_s) > (v_rules->>('max_' || v_k || '_bytes'))::integer THEN
 				PERFORM styx_produce_refuse(v_field || '.' || v_k, format('%s bytes, the limit is %s', octet_length(v_s),
 					v_rules->>('max_' || v_k || '_bytes')));
@@ -245,7 +258,7 @@ BEGIN
 			END IF;
 			v_at_ns := (extract(epoch FROM v_at) * 1000000)::bigint * 1000;
 		END IF;
-		IF v_at_ns IS NULL OR v_at_ns < v_now + (v_rules->>'schedule_resolution')::bigint THEN
+		IF v_at_ns IS NULL OR v_at_ns < v_now + v_resolution THEN
 			v_states := v_states || 0::smallint;
 			v_deadlines := v_deadlines || 0::bigint;
 		ELSE
