@@ -216,6 +216,18 @@ type Task struct {
 	// started, or Filter.UpTo when lower: items that die later are not
 	// part of the task. A dry run sets it too, unless Estimated (0).
 	UpTo uint64 `json:"up_to,omitempty"`
+	// Taken holds, by destination queue, the dead items whose copies the
+	// destination acknowledged and whose delete from the dead-letter queue
+	// is not known to have happened yet, and which the counts do not hold:
+	// a step stores them before it deletes, and counts and removes them
+	// once the delete answers. After a delete whose answer was lost (a
+	// commit outcome unknown, a failover), the task, here or resumed on
+	// another server, looks each one up (settleTaken): gone from the
+	// dead-letter queue, it was moved and is counted so; still there, only
+	// its delete is left (its copy is not sent again: a consumer may have
+	// completed it meanwhile, issue 41). So every item moved is counted,
+	// once (issue 53).
+	Taken map[string][]uint64 `json:"taken,omitempty"`
 }
 
 func (t *Task) clone() Task {
@@ -228,6 +240,12 @@ func (t *Task) clone() Task {
 		c.ByQueue[k] = &cv
 	}
 	c.SkipReasons = maps.Clone(t.SkipReasons)
+	if t.Taken != nil {
+		c.Taken = make(map[string][]uint64, len(t.Taken))
+		for k, v := range t.Taken {
+			c.Taken[k] = slices.Clone(v)
+		}
+	}
 	if t.ByDestination != nil {
 		c.ByDestination = make(map[string]*Plan, len(t.ByDestination))
 		for k, v := range t.ByDestination {
@@ -1570,10 +1588,6 @@ func (r *Runner) run(ctx context.Context, t *Task, poke <-chan struct{}) (string
 	nextLog := (t.Moved + t.Failed + t.Skipped) / progressEvery
 	var wait time.Duration // the back-off after a transient failure; 0 after a step that went through
 	tries := 0             // transient failures since the last step that went through
-	// taken holds the dead items of a step that failed after their
-	// destination acknowledged its copies: when the step runs again only
-	// their delete from the dead-letter queue is retried (see step).
-	taken := map[uint64]bool{}
 	// again decides what follows a failure: a transient one (see
 	// transient) is logged and the step runs again, from the same pivot,
 	// after a back-off, up to maxStepRetries times in a row; any other
@@ -1643,6 +1657,12 @@ func (r *Runner) run(ctx context.Context, t *Task, poke <-chan struct{}) (string
 			}
 			continue
 		}
+		if err := r.settleTaken(ctx, t, dlq, info.Partitions); err != nil {
+			if retry, status, reason := again("look up the items being deleted", err); !retry {
+				return status, reason
+			}
+			continue
+		}
 		items, next, err := dlq.Scan(ctx, info.Partitions, &t.Filter, queue.ScanParams{After: t.Pivot, Limit: batch})
 		if err != nil {
 			if retry, status, reason := again("scan", err); !retry {
@@ -1682,7 +1702,10 @@ func (r *Runner) run(ctx context.Context, t *Task, poke <-chan struct{}) (string
 				}
 			}
 		}
-		if err := r.step(ctx, t, dlq, items, taken, tries < maxStepRetries); err != nil {
+		if err := r.step(ctx, t, dlq, items, tries < maxStepRetries); err != nil {
+			if errors.Is(err, errClaimLost) {
+				return statusClaimLost, ""
+			}
 			if retry, status, reason := again("move", err); !retry {
 				return status, reason
 			}
@@ -1710,7 +1733,6 @@ func (r *Runner) run(ctx context.Context, t *Task, poke <-chan struct{}) (string
 			}
 		}
 		wait, tries = 0, 0
-		clear(taken)
 		if n := (t.Moved + t.Failed + t.Skipped) / progressEvery; n > nextLog {
 			nextLog = n
 			r.cfg.Log.Info("redrive: progress", "task", t.ID, "dead_queue", t.Queue, "matched", t.Matched,
@@ -1767,6 +1789,10 @@ func (r *Runner) waitUntil(ctx context.Context, deadline time.Time, poke <-chan 
 // a status a task is stored with.
 const statusClaimLost = "claim lost"
 
+// errClaimLost is step's error when the task's claim was lost before it
+// could store the items it is about to delete (Task.Taken).
+var errClaimLost = errors.New("redrive: the task's claim was lost")
+
 // claimHeld reports whether this server still holds t's claim (always,
 // unless the store's claims can be lost).
 func (r *Runner) claimHeld(ctx context.Context, t *Task) bool {
@@ -1778,34 +1804,59 @@ func (r *Runner) claimHeld(ctx context.Context, t *Task) bool {
 // runs again, while retryable; one that fails otherwise, or once the step
 // is no longer retryable, keeps its items in the dead-letter queue, counted
 // failed. The items whose copies a destination acknowledged are recorded
-// in taken until their delete from the dead-letter queue goes through: a
-// step run again after that delete failed does not send them again, since
-// the destination's source-key check only holds while its copy exists and
-// a consumer may have completed it meanwhile (issue 41). taken is the
-// task goroutine's.
-func (r *Runner) step(ctx context.Context, t *Task, dlq queue.Queue, items []queue.Item, taken map[uint64]bool, retryable bool) (err error) {
+// in t.Taken, and stored, before their delete from the dead-letter queue,
+// and stay there until the delete answers: a step run again after that
+// delete failed, here or on another server, does not send them again,
+// since the destination's source-key check only holds while its copy
+// exists and a consumer may have completed it meanwhile (issue 41), and
+// counts those the delete did take (settleTaken). It returns errClaimLost
+// when the claim was lost before that store.
+func (r *Runner) step(ctx context.Context, t *Task, dlq queue.Queue, items []queue.Item, retryable bool) (err error) {
 	// The counts are kept until the step ends: a step that fails runs
 	// again (see Runner.run) and meets the items it skipped or failed
 	// again, so only the moves of a failed step, whose items left the
-	// dead-letter queue, count.
+	// dead-letter queue, count (with the deletes that answered).
 	type counted struct {
 		dest                   string
 		moved, failed, skipped int64
-		why                    string // the reason of skipped
+		why                    string   // the reason of skipped
+		settled                []uint64 // the items of t.Taken the counts settle
+		deleted                bool     // the results of a delete from the dead-letter queue
 	}
 	var counts []counted
 	count := func(dest string, moved, failed, skipped int64, why string) {
-		counts = append(counts, counted{dest, moved, failed, skipped, why})
+		counts = append(counts, counted{dest: dest, moved: moved, failed: failed, skipped: skipped, why: why})
 	}
 	defer func() {
 		for _, c := range counts {
 			if err == nil {
-				r.count(t, c.dest, c.moved, c.failed, c.skipped, c.why)
-			} else if c.moved > 0 {
-				r.count(t, c.dest, c.moved, 0, 0, "")
+				r.count(t, c.dest, c.moved, c.failed, c.skipped, c.why, c.settled...)
+			} else if c.deleted {
+				// The delete answered: its moves count, and its items
+				// leave t.Taken (those it left, leased, are met again).
+				r.count(t, c.dest, c.moved, 0, 0, "", c.settled...)
 			}
 		}
 	}()
+	r.mu.Lock()
+	taken := make(map[uint64]bool)
+	for _, ids := range t.Taken {
+		for _, id := range ids {
+			taken[id] = true
+		}
+	}
+	r.mu.Unlock()
+	// skip counts items skipped for why; those of t.Taken (the destination
+	// has their copies, and they stay here) leave it, counted.
+	skip := func(dest string, items []queue.Item, why string) {
+		c := counted{dest: dest, skipped: int64(len(items)), why: why}
+		for _, it := range items {
+			if taken[it.Meta.ID] {
+				c.settled = append(c.settled, it.Meta.ID)
+			}
+		}
+		counts = append(counts, c)
+	}
 	// An item another task of the queue is moving now (one naming items
 	// by id overlaps a running one) is that task's: skipped here.
 	r.mu.Lock()
@@ -1849,13 +1900,13 @@ func (r *Runner) step(ctx context.Context, t *Task, dlq queue.Queue, items []que
 		var send []queue.Item
 		for _, it := range group {
 			if t.MaxRedriveCount >= 0 && it.Body.RedriveCount >= t.MaxRedriveCount {
-				count(dest, 0, 0, 1, SkipLoopCap)
+				skip(dest, []queue.Item{it}, SkipLoopCap)
 				continue
 			}
 			if it.Meta.Leased {
 				// A consumer of the dead-letter queue holds it: a redrive
 				// never takes an item from under a lease.
-				count(dest, 0, 0, 1, SkipLeased)
+				skip(dest, []queue.Item{it}, SkipLeased)
 				continue
 			}
 			send = append(send, it)
@@ -1866,13 +1917,13 @@ func (r *Runner) step(ctx context.Context, t *Task, dlq queue.Queue, items []que
 		if !t.covers(dest) {
 			r.cfg.Log.Warn("redrive: the task's key does not cover the destination; items stay in the dead-letter queue",
 				"task", t.ID, "key", t.KeyName, "queue", dest, "items", len(send))
-			count(dest, 0, 0, int64(len(send)), SkipNotCovered)
+			skip(dest, send, SkipNotCovered)
 			continue
 		}
 		target, err := r.cfg.Queues.Get(dest)
 		if dest == "" || err != nil {
 			// The source queue is gone: the items stay for manual review.
-			count(dest, 0, 0, int64(len(send)), SkipSourceGone)
+			skip(dest, send, SkipSourceGone)
 			continue
 		}
 		yield(target)
@@ -1904,21 +1955,43 @@ func (r *Runner) step(ctx context.Context, t *Task, dlq queue.Queue, items []que
 			}
 		}
 		refs := make([]queue.ItemRef, len(send))
+		ids := make([]uint64, len(send))
+		var added []uint64
 		for i, it := range send {
 			refs[i] = queue.ItemRef{Partition: it.Partition, ID: it.Meta.ID}
-			taken[it.Meta.ID] = true
+			ids[i] = it.Meta.ID
+			if !taken[it.Meta.ID] {
+				added = append(added, it.Meta.ID)
+				taken[it.Meta.ID] = true
+			}
+		}
+		if len(added) > 0 {
+			// Stored before the delete: whatever becomes of the delete's
+			// answer, the task (here or resumed elsewhere) counts them.
+			r.mu.Lock()
+			if t.Taken == nil {
+				t.Taken = map[string][]uint64{}
+			}
+			t.Taken[dest] = append(t.Taken[dest], added...)
+			r.mu.Unlock()
+			if !r.claimHeld(ctx, t) {
+				return errClaimLost
+			}
+			if err := r.persist(t); err != nil {
+				return err
+			}
 		}
 		n, err := dlq.DeleteDead(ctx, refs)
 		if err != nil {
-			// The items are in both queues; a later redrive finds the
-			// destination's copies and does not add them twice.
+			// The items are in both queues, or only in the destination
+			// (the delete's answer was lost): settleTaken tells which.
 			if ctx.Err() != nil {
 				return err
 			}
 			return fmt.Errorf("delete from dead-letter queue '%s': %w", t.Queue, err)
 		}
-		for _, it := range send {
-			delete(taken, it.Meta.ID)
+		for _, id := range ids {
+			delete(taken, id)
 		}
 		if leased := len(send) - n; leased > 0 {
 			// Leased between the scan and the delete: the consumer keeps
@@ -1926,7 +1999,46 @@ func (r *Runner) step(ctx context.Context, t *Task, dlq queue.Queue, items []que
 			r.cfg.Log.Warn("redrive: items leased from the dead-letter queue while being redriven; the destination has a copy",
 				"task", t.ID, "dead_queue", t.Queue, "queue", dest, "items", leased)
 		}
-		count(dest, int64(n), 0, int64(len(send)-n), SkipLeased)
+		counts = append(counts, counted{dest: dest, moved: int64(n), skipped: int64(len(send) - n), why: SkipLeased, settled: ids, deleted: true})
+	}
+	return nil
+}
+
+// settleTaken counts the items of t.Taken (see there) that have left the
+// dead-letter queue as moved, and keeps those still in it, whose delete is
+// left to do. On the task goroutine.
+func (r *Runner) settleTaken(ctx context.Context, t *Task, dlq queue.Queue, partitions int32) error {
+	r.mu.Lock()
+	var ids []uint64
+	for _, v := range t.Taken {
+		ids = append(ids, v...)
+	}
+	r.mu.Unlock()
+	if len(ids) == 0 {
+		return nil
+	}
+	still, _, err := dlq.Scan(ctx, partitions, &queue.DeadFilter{IDs: ids}, queue.ScanParams{Limit: len(ids)})
+	if err != nil {
+		return err
+	}
+	there := make(map[uint64]bool, len(still))
+	for _, it := range still {
+		there[it.Meta.ID] = true
+	}
+	r.mu.Lock()
+	gone := map[string][]uint64{}
+	for dest, v := range t.Taken {
+		for _, id := range v {
+			if !there[id] {
+				gone[dest] = append(gone[dest], id)
+			}
+		}
+	}
+	r.mu.Unlock()
+	for dest, v := range gone {
+		r.cfg.Log.Info("redrive: items whose delete's answer was lost have left the dead-letter queue: counted moved",
+			"task", t.ID, "dead_queue", t.Queue, "queue", dest, "items", len(v))
+		r.count(t, dest, int64(len(v)), 0, 0, "", v...)
 	}
 	return nil
 }
@@ -1960,9 +2072,22 @@ func yield(l queue.Queue) {
 }
 
 // count adds results for one destination queue; why is the reason of the
-// skipped items (Skip*).
-func (r *Runner) count(t *Task, dest string, moved, failed, skipped int64, why string) {
+// skipped items (Skip*). settled are items of t.Taken whose delete the
+// results account for: they leave t.Taken under the same lock, so a
+// stored record holds each item in its counts or in Taken, never both,
+// never neither.
+func (r *Runner) count(t *Task, dest string, moved, failed, skipped int64, why string, settled ...uint64) {
 	r.mu.Lock()
+	if len(settled) > 0 && t.Taken != nil {
+		for d, v := range t.Taken {
+			v = slices.DeleteFunc(v, func(id uint64) bool { return slices.Contains(settled, id) })
+			if len(v) == 0 {
+				delete(t.Taken, d)
+			} else {
+				t.Taken[d] = v
+			}
+		}
+	}
 	if t.ByQueue == nil {
 		// A task loaded from the store before it counted anything: the
 		// empty map is not stored (omitempty).
