@@ -46,8 +46,8 @@ type Store struct {
 	// migrated is set once OpenStore has migrated the schema: new
 	// connections then check the item ids' epoch (afterConnect).
 	migrated atomic.Bool
-	// log is where afterConnect logs a move of the item ids; nil means
-	// slog.Default().
+	// log is where afterConnect logs a move of the item ids (SetLog); nil
+	// means slog.Default().
 	log atomic.Pointer[slog.Logger]
 }
 
@@ -88,10 +88,12 @@ func OpenStore(ctx context.Context, url string, maxConns int32) (*Store, error) 
 		return nil, fmt.Errorf("postgres: migrate: %w", err)
 	}
 	st.migrated.Store(true)
-	if _, err := checkItemIDs(ctx, pool); err != nil {
+	moved, err := checkItemIDs(ctx, pool)
+	if err != nil {
 		pool.Close()
 		return nil, err
 	}
+	st.logMoved(moved)
 	if _, err := backfillFingerprints(ctx, pool); err != nil {
 		pool.Close()
 		return nil, fmt.Errorf("postgres: %w", err)
@@ -119,15 +121,26 @@ func (s *Store) afterConnect(ctx context.Context, conn *pgx.Conn) error {
 	if err != nil {
 		return err
 	}
-	if moved != 0 {
-		log := s.log.Load()
-		if log == nil {
-			log = slog.Default()
-		}
-		log.Warn("postgres: a new timeline or cluster (a failover or a restore): item ids now start past those the old primary may have handed out",
-			"next_id", moved+1)
-	}
+	s.logMoved(moved)
 	return nil
+}
+
+// SetLog sets the logger the store logs a move of the item ids with (see
+// afterConnect); until it is set, and with nil, slog.Default().
+func (s *Store) SetLog(log *slog.Logger) { s.log.Store(log) }
+
+// logMoved logs at WARN that checkItemIDs moved the item ids (moved is
+// the value it set the sequence to; 0: nothing to log).
+func (s *Store) logMoved(moved int64) {
+	if moved == 0 {
+		return
+	}
+	log := s.log.Load()
+	if log == nil {
+		log = slog.Default()
+	}
+	log.Warn("postgres: a new timeline or cluster (a failover or a restore): item ids now start past those the old primary may have handed out",
+		"next_id", moved+1)
 }
 
 // Close closes the pool.
