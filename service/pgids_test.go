@@ -19,7 +19,7 @@ import (
 // after a failover to an asynchronous standby that was behind. A node on
 // the multi-host URL of a primary and its asynchronous standby produces
 // and completes items, the standby replays it all, and then its
-// replication is cut (primary_conninfo = ”), so the 100 items produced
+// replication is cut (primary_conninfo set empty), so the 100 items produced
 // and leased next live on the primary only: their ids are the stale
 // clients' lease handles. The primary is SIGKILLed and the standby
 // promoted; the node finds it, produces 100 new items and leases them.
