@@ -51,6 +51,9 @@ import (
 	"github.com/spf13/pflag"
 )
 
+// opTimeout bounds the wait for the acknowledgements of one batch.
+const opTimeout = 10 * time.Second
+
 // config is the command line.
 type config struct {
 	System   string // river, rabbitmq or nats

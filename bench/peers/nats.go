@@ -141,11 +141,12 @@ func (n *natsJS) client(ctx context.Context, w *window, stream, subject string) 
 		var acked sync.WaitGroup
 		var failed error
 		var mu sync.Mutex
+		actx, cancel := context.WithTimeout(ctx, opTimeout)
 		for _, m := range msgs {
 			acked.Add(1)
 			go func() {
 				defer acked.Done()
-				if err := m.DoubleAck(ctx); err != nil {
+				if err := m.DoubleAck(actx); err != nil {
 					mu.Lock()
 					failed = err
 					mu.Unlock()
@@ -153,6 +154,7 @@ func (n *natsJS) client(ctx context.Context, w *window, stream, subject string) 
 			}()
 		}
 		acked.Wait()
+		cancel()
 		if failed != nil {
 			w.fail(ctx, "ack", failed)
 			continue
@@ -172,6 +174,8 @@ func publishAll(ctx context.Context, js jetstream.JetStream, subject string, bod
 		}
 		futures[i] = f
 	}
+	ctx, cancel := context.WithTimeout(ctx, opTimeout)
+	defer cancel()
 	for _, f := range futures[:len(bodies)] {
 		select {
 		case <-f.Ok():

@@ -154,6 +154,8 @@ func (r *rabbit) publish(ctx context.Context, ch *amqp.Channel, queue string, bo
 		}
 		confirms[i] = dc
 	}
+	ctx, cancel := context.WithTimeout(ctx, opTimeout)
+	defer cancel()
 	for _, dc := range confirms[:len(bodies)] {
 		ok, err := dc.WaitContext(ctx)
 		if err != nil {

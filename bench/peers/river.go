@@ -172,11 +172,13 @@ func (r *river) run(ctx context.Context, w *window) (string, error) {
 					}
 				}
 				var err error
+				ictx, cancel := context.WithTimeout(ctx, opTimeout)
 				if r.cfg.Batch == 1 {
-					_, err = client.Insert(ctx, many[0].Args, nil)
+					_, err = client.Insert(ictx, many[0].Args, nil)
 				} else {
-					_, err = client.InsertMany(ctx, many)
+					_, err = client.InsertMany(ictx, many)
 				}
+				cancel()
 				if err != nil {
 					if r.cfg.Workload == "cycle" {
 						mu.Lock()
