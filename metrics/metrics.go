@@ -60,6 +60,10 @@ type Metrics struct {
 	// on the memory and PostgreSQL backends, which never sync a log of
 	// Styx's.
 	StorageSyncSeconds prometheus.Histogram
+
+	// postgres exports the PostgreSQL primary's replication state and
+	// commit waits (postgres.go: ObservePostgres).
+	postgres *postgresCollector
 }
 
 // QueueSample is one queue's state at one moment, for the gauges.
@@ -322,6 +326,7 @@ func New() *Metrics {
 	m.StorageSyncSeconds = prometheus.NewHistogram(prometheus.HistogramOpts{
 		Name: "styx_storage_sync_seconds", Help: "unused: see storageSyncSecondsDesc", Buckets: syncBuckets,
 	})
+	m.postgres = &postgresCollector{waitSeconds: map[string]float64{}}
 	for _, o := range attemptOutcomes {
 		m.ItemAttempts.WithLabelValues(o)
 	}
@@ -331,6 +336,7 @@ func New() *Metrics {
 	reg.MustRegister(
 		m.Requests, m.RequestSeconds, m.DeadLettered, m.ItemsDropped, m.DeadLetterErrors, m.RedriveItems, m.RedriveRunning, m.ItemAttempts, m.LoopPanics, m.StorageFaults,
 		syncCollector{m.StorageSyncSeconds},
+		m.postgres,
 		collectors.NewGoCollector(),
 		collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}),
 	)

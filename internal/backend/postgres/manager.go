@@ -112,6 +112,7 @@ func Open(ctx context.Context, cfg Config) (*Manager, error) {
 	m.wg.Go(m.notifier.run)
 	m.wg.Go(m.refresher)
 	m.wg.Go(m.shareConsumers)
+	m.wg.Go(m.watchReplication) // replication.go: the styx_postgres_* metrics
 	return m, nil
 }
 
