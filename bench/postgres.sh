@@ -33,6 +33,11 @@
 #                   cluster), so that each row is measured that many times
 #                   at different moments of a noisy machine
 #   BENCH_REPORT    where to write the report (default bench/postgres-report.md)
+#   BENCH_STANDBY   "sync": each cluster gets a streaming standby
+#                   (pg_basebackup -R) that every commit waits for
+#                   (synchronous_standby_names), as a primary that must
+#                   survive its loss runs; "async": a standby no commit
+#                   waits for; empty (the default): none
 #   BENCH_OLD_REV   a git revision to compare with (A/B in one run, as
 #                   bench/ab.sh for the embedded backends): its styx is built
 #                   too, and each node count N also runs as "N@base" (on a
@@ -46,6 +51,11 @@ NODE_COUNTS=${BENCH_NODES:-1 2}
 ROUNDS=${BENCH_ROUNDS:-1}
 REPORT=${BENCH_REPORT:-$ROOT/bench/postgres-report.md}
 BASE=${BENCH_OLD_REV:-}
+BENCH_STANDBY=${BENCH_STANDBY:-}
+if [[ -n $BENCH_STANDBY && $BENCH_STANDBY != sync && $BENCH_STANDBY != async ]]; then
+	echo "bench: BENCH_STANDBY=$BENCH_STANDBY is not sync, async or empty" >&2
+	exit 2
+fi
 if [[ -n $BASE ]]; then
 	with_base=""
 	for n in $NODE_COUNTS; do with_base+="$n@base $n "; done
@@ -106,6 +116,40 @@ trap 'exit 143' TERM
 
 # shellcheck source=bench/lib.sh
 source "$(dirname "${BASH_SOURCE[0]}")/lib.sh"
+
+# start_standby NODES gives the cluster of NODES a streaming standby
+# (BENCH_STANDBY) on a free port, in $TMP/pg-NODES-standby (stopped with the
+# clusters), and with "sync" waits until the primary waits for it.
+start_standby() {
+	local sdir="$TMP/pg-$1-standby" pport sport state
+	mkdir -p "$sdir"
+	PG_DIRS+=("$sdir")
+	pport=$(sed -E 's|.*@[^:]+:([0-9]+)/.*|\1|' <<<"$DSN")
+	sport=$(free_port)
+	(
+		# shellcheck source=/dev/null
+		source "$PG_DIR/env"
+		as() { if [[ -n $PGTEST_USER ]]; then runuser -u "$PGTEST_USER" -- "$@"; else "$@"; fi; }
+		[[ -z $PGTEST_USER ]] || chown "$PGTEST_USER" "$sdir"
+		bin=$(dirname "$PGTEST_PGCTL")
+		opts="-c listen_addresses=127.0.0.1 -p $sport -k $sdir -c fsync=on -c max_connections=200 -c shared_buffers=128MB -c cluster_name=bench_standby"
+		printf 'PGTEST_PGCTL=%s\nPGTEST_DATA=%s\nPGTEST_USER=%s\nPGTEST_OPTS="%s"\nPGTEST_LOG=%s\n' \
+			"$PGTEST_PGCTL" "$sdir/data" "$PGTEST_USER" "$opts" "$sdir/log" >"$sdir/env"
+		cd /
+		as "$bin/pg_basebackup" -h 127.0.0.1 -p "$pport" -U styx -D "$sdir/data" -R -X stream -c fast -C -S bench_standby
+		as "$PGTEST_PGCTL" -D "$sdir/data" -w -t 60 -o "$opts" -l "$sdir/log" start >/dev/null
+	) >"$TMP/standby-$1.log" 2>&1 || { echo "bench: the standby did not start:" >&2; cat "$TMP/standby-$1.log" >&2; return 1; }
+	if [[ $BENCH_STANDBY == sync ]]; then
+		psql -q "$DSN" -c "ALTER SYSTEM SET synchronous_standby_names = 'bench_standby'" -c "SELECT pg_reload_conf()" >/dev/null
+	fi
+	for _ in $(seq 300); do
+		state=$(psql -qtA "$DSN" -c "SELECT sync_state FROM pg_stat_replication WHERE application_name = 'bench_standby' AND state = 'streaming'")
+		if [[ $state == "$BENCH_STANDBY" ]]; then return 0; fi
+		sleep 0.1
+	done
+	echo "bench: the standby is not $BENCH_STANDBY (pg_stat_replication: '$state')" >&2
+	return 1
+}
 
 # start_pg NODES starts a fresh PostgreSQL cluster in $TMP/pg-NODES and sets
 # PG_DIR and DSN.
@@ -252,7 +296,8 @@ for nodes in "${RUNS[@]}"; do
 	label="postgres, $count node$([[ $count == 1 ]] || echo s)$build$( ((ROUNDS == 1)) || echo ", round $(round_of "$nodes")")"
 	echo "bench: $label: starting PostgreSQL" >&2
 	start_pg "$nodes"
-	echo "bench: $label: PostgreSQL at $DSN" >&2
+	if [[ -n $BENCH_STANDBY ]]; then start_standby "$nodes"; fi
+	echo "bench: $label: PostgreSQL at $DSN${BENCH_STANDBY:+ with a $BENCH_STANDBY standby}" >&2
 	endpoints=""
 	for i in $(seq "$count"); do
 		# Another process may take the free port before the node binds it
@@ -328,6 +373,7 @@ for nodes in "${RUNS[@]}"; do
 	# shellcheck source=/dev/null
 	PG_VERSION=$(source "$PG_DIR/env" && "$(dirname "$PGTEST_PGCTL")/postgres" --version)
 	"$ROOT/scripts/pgtest.sh" stop "$PG_DIR" 2>/dev/null
+	[[ -z $BENCH_STANDBY ]] || "$ROOT/scripts/pgtest.sh" stop "$PG_DIR-standby" 2>/dev/null
 	((stopped == 0)) || break
 done
 

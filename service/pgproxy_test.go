@@ -18,8 +18,10 @@ import (
 // connection at a transaction's COMMIT: it reads the frontend protocol
 // (simple Query, Parse and Bind messages) to know which statements each
 // connection's transaction ran, and when one that ran a statement
-// containing the armed text sends COMMIT, it either forwards the COMMIT and
-// drops the connection once the server has answered, without relaying the
+// containing the armed text sends COMMIT (a simple query, or a bound
+// statement of a pipelined batch, which is then forwarded to its Sync), it
+// either forwards the COMMIT and drops the connection once the server has
+// answered, without relaying the
 // answer (the commit happened; Styx cannot know), or drops the connection
 // without forwarding it (the commit never happened; Styx cannot know
 // either).
@@ -114,7 +116,14 @@ func (p *pgProxy) session(c, s net.Conn) {
 			n, err := s.Read(buf)
 			select {
 			case <-victim:
-				p.report(commandTag(buf[:n]))
+				// The answer to the batch that ends with the COMMIT, up to
+				// its ReadyForQuery: the COMMIT's is its last tag.
+				answer := append([]byte(nil), buf[:n]...)
+				for err == nil && !hasMessage(answer, 'Z') {
+					n, err = s.Read(buf)
+					answer = append(answer, buf[:n]...)
+				}
+				p.report(lastCommandTag(answer))
 				return
 			default:
 			}
@@ -155,9 +164,18 @@ func (p *pgProxy) session(c, s net.Conn) {
 			return
 		}
 		body := msg[5:]
+		var text string // the statement msg runs, if any
 		switch h[0] {
 		case 'Q':
-			text := cstring(body)
+			text = cstring(body)
+		case 'P':
+			name := cstring(body)
+			prepared[name] = cstring(body[len(name)+1:])
+		case 'B':
+			portal := cstring(body)
+			text = prepared[cstring(body[len(portal)+1:])]
+		}
+		if text != "" {
 			q := strings.ToLower(strings.TrimSpace(text))
 			switch {
 			case q == "begin" || strings.HasPrefix(q, "begin "):
@@ -169,7 +187,23 @@ func (p *pgProxy) session(c, s net.Conn) {
 						return
 					}
 					close(victim)
-					_, _ = s.Write(msg)
+					if _, err := s.Write(msg); err != nil {
+						return
+					}
+					// The rest of an extended-protocol batch, to its Sync.
+					for h[0] != 'Q' && h[0] != 'S' {
+						if _, err := io.ReadFull(c, h[:]); err != nil {
+							break
+						}
+						msg = make([]byte, 1+binary.BigEndian.Uint32(h[1:]))
+						copy(msg, h[:])
+						if _, err := io.ReadFull(c, msg[5:]); err != nil {
+							break
+						}
+						if _, err := s.Write(msg); err != nil {
+							break
+						}
+					}
 					<-done // the reader reports the answer and closes both
 					return
 				}
@@ -177,13 +211,6 @@ func (p *pgProxy) session(c, s net.Conn) {
 			default:
 				ran = append(ran, text)
 			}
-		case 'P':
-			name := cstring(body)
-			prepared[name] = cstring(body[len(name)+1:])
-		case 'B':
-			portal := cstring(body)
-			stmt := cstring(body[len(portal)+1:])
-			ran = append(ran, prepared[stmt])
 		}
 		if _, err := s.Write(msg); err != nil {
 			return
@@ -215,20 +242,36 @@ func (p *pgProxy) report(tag string) {
 	cut <- tag
 }
 
-// commandTag returns the tag of the first CommandComplete message in b
+// lastCommandTag returns the tag of the last CommandComplete message in b
 // ("COMMIT", "ROLLBACK"), or "" when there is none.
-func commandTag(b []byte) string {
+func lastCommandTag(b []byte) string {
+	tag := ""
 	for len(b) >= 5 {
 		n := int(binary.BigEndian.Uint32(b[1:5]))
-		if b[0] == 'C' && len(b) >= 1+n {
-			return cstring(b[5 : 1+n])
-		}
 		if len(b) < 1+n {
 			break
 		}
+		if b[0] == 'C' {
+			tag = cstring(b[5 : 1+n])
+		}
 		b = b[1+n:]
 	}
-	return ""
+	return tag
+}
+
+// hasMessage reports whether b holds a whole message of type typ.
+func hasMessage(b []byte, typ byte) bool {
+	for len(b) >= 5 {
+		n := int(binary.BigEndian.Uint32(b[1:5]))
+		if len(b) < 1+n {
+			return false
+		}
+		if b[0] == typ {
+			return true
+		}
+		b = b[1+n:]
+	}
+	return false
 }
 
 // cstring returns the NUL-terminated string at the start of b.

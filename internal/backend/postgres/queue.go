@@ -204,7 +204,7 @@ func (q *Queue) Begin(now int64, work []*engine.Request, poll bool) (engine.Tx, 
 	// answered an error, never success: its outcome is unknown (the client
 	// retries; at-least-once), and nothing acknowledged is lost.
 	ctx, cancel := context.WithTimeout(q.Loop.Context(), q.m.cfg.StatementTimeout)
-	tx, err := q.m.st.pool.Begin(ctx)
+	tx, err := beginPipelined(ctx, q.m.st.pool)
 	if err != nil {
 		cancel()
 		err = wrap("queue '"+q.name+"'", err)
@@ -217,7 +217,7 @@ func (q *Queue) Begin(now int64, work []*engine.Request, poll bool) (engine.Tx, 
 	if q.Loop.Waiters.Len() > 0 {
 		q.lastPoll = now
 	}
-	q.open = &iteration{q: q, ctx: ctx, cancel: cancel, tx: tx, now: now, info: info, lifecycle: lifecycle, rows: map[int64]row{}}
+	q.open = &iteration{q: q, ctx: ctx, cancel: cancel, tx: tx, ptx: tx, now: now, info: info, lifecycle: lifecycle, rows: map[int64]row{}}
 	return q.open, work, lifecycle
 }
 

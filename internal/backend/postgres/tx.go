@@ -24,8 +24,10 @@ type iteration struct {
 	q   *Queue
 	ctx context.Context
 	// cancel ends ctx (the statement timeout) once the iteration ends.
-	cancel    context.CancelFunc
-	tx        pgx.Tx
+	cancel context.CancelFunc
+	tx     pgx.Tx
+	// ptx is tx, whose writes Commit defers to its COMMIT.
+	ptx       *pipelinedTx
 	now       int64
 	info      queue.QueueInfo
 	lifecycle bool
@@ -593,9 +595,9 @@ func (it *iteration) flush() error {
 	return nil
 }
 
-// Commit implements engine.Tx. The changes are written and the
-// lifecycle's next due time learnt in the loop; then the COMMIT runs on a
-// goroutine of its own (finish) while the loop goes on with its next
+// Commit implements engine.Tx. The changes are written (the writes are
+// sent with the COMMIT, pipelinedTx) and the lifecycle's next due time
+// learnt in the loop; then the COMMIT runs on a goroutine of its own (finish) while the loop goes on with its next
 // iteration, at most maxCommitsInFlight of the queue's at a time. Every
 // reply is sent once its commit is known. A failure rolls back and answers
 // every request with it, and the waiting leases too (a database that is
@@ -610,6 +612,9 @@ func (it *iteration) flush() error {
 // iteration's commit, since its client waited for that answer.
 func (it *iteration) Commit(replies []engine.Reply, err error) {
 	q := it.q
+	// The writes left go with the COMMIT (or with the statement that reads
+	// after them), in its round trip: no one reads their tags.
+	it.ptx.deferWrites = true
 	if err == nil {
 		err = it.flush()
 	}

@@ -1,0 +1,289 @@
+package postgres
+
+import (
+	"context"
+	"errors"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgconn"
+	"github.com/jackc/pgx/v5/pgxpool"
+)
+
+// pipelinedTx is the transaction of one loop iteration: a pgx.Tx on a
+// pooled connection whose BEGIN goes with its first statement, and whose
+// deferred writes (deferWrites) go with its COMMIT, each in one round trip
+// (a pgx batch, pipelined). A produce iteration thus costs one round trip,
+// and every iteration one less than with BEGIN on its own (issue 53: a
+// queue's throughput on PostgreSQL is bounded by the round trips of its
+// iterations). Statements run in the order they were called: a statement
+// that is not deferred sends the deferred ones before it, in its batch.
+// Not safe for concurrent use (like pgx.Tx); Commit may run on another
+// goroutine than the statements, after them.
+type pipelinedTx struct {
+	conn *pgxpool.Conn
+	// begun says BEGIN was sent (or is in deferred).
+	begun bool
+	// deferWrites makes Exec queue its statement in deferred, to be sent
+	// with the next statement or the COMMIT; its CommandTag is then empty,
+	// so only statements whose tag no one reads may be deferred.
+	deferWrites bool
+	deferred    pgx.Batch
+	closed      bool
+}
+
+var _ pgx.Tx = (*pipelinedTx)(nil)
+
+// beginPipelined acquires a connection for a transaction; nothing is sent.
+func beginPipelined(ctx context.Context, pool *pgxpool.Pool) (*pipelinedTx, error) {
+	conn, err := pool.Acquire(ctx)
+	if err != nil {
+		return nil, err
+	}
+	return &pipelinedTx{conn: conn}, nil
+}
+
+// batch returns the statements to send before the next one (BEGIN when not
+// sent, then the deferred writes), and forgets them.
+func (t *pipelinedTx) batch() *pgx.Batch {
+	b := &pgx.Batch{}
+	if !t.begun {
+		b.Queue("BEGIN")
+		t.begun = true
+	}
+	for _, q := range t.deferred.QueuedQueries {
+		b.Queue(q.SQL, q.Arguments...)
+	}
+	t.deferred = pgx.Batch{}
+	return b
+}
+
+// Exec implements pgx.Tx.
+func (t *pipelinedTx) Exec(ctx context.Context, sql string, args ...any) (pgconn.CommandTag, error) {
+	if t.closed {
+		return pgconn.CommandTag{}, pgx.ErrTxClosed
+	}
+	if t.deferWrites {
+		if !t.begun {
+			t.deferred.Queue("BEGIN")
+			t.begun = true
+		}
+		t.deferred.Queue(sql, args...)
+		return pgconn.CommandTag{}, nil
+	}
+	b := t.batch()
+	if b.Len() == 0 {
+		return t.conn.Exec(ctx, sql, args...)
+	}
+	b.Queue(sql, args...)
+	br := t.conn.SendBatch(ctx, b)
+	var tag pgconn.CommandTag
+	var err error
+	for range b.Len() {
+		var e error
+		if tag, e = br.Exec(); e != nil && err == nil {
+			err = e
+		}
+	}
+	if e := br.Close(); e != nil && err == nil {
+		err = e
+	}
+	return tag, err
+}
+
+// Query implements pgx.Tx.
+func (t *pipelinedTx) Query(ctx context.Context, sql string, args ...any) (pgx.Rows, error) {
+	if t.closed {
+		return nil, pgx.ErrTxClosed
+	}
+	b := t.batch()
+	if b.Len() == 0 {
+		return t.conn.Query(ctx, sql, args...)
+	}
+	pre := b.Len()
+	b.Queue(sql, args...)
+	br := t.conn.SendBatch(ctx, b)
+	for range pre {
+		if _, err := br.Exec(); err != nil {
+			_ = br.Close()
+			return nil, err
+		}
+	}
+	rows, err := br.Query()
+	if err != nil {
+		_ = br.Close()
+		return nil, err
+	}
+	return &batchRows{Rows: rows, br: br}, nil
+}
+
+// QueryRow implements pgx.Tx.
+func (t *pipelinedTx) QueryRow(ctx context.Context, sql string, args ...any) pgx.Row {
+	rows, err := t.Query(ctx, sql, args...)
+	return &pipelinedRow{rows: rows, err: err}
+}
+
+// SendBatch implements pgx.Tx: what must go before b goes in its round
+// trip.
+func (t *pipelinedTx) SendBatch(ctx context.Context, b *pgx.Batch) pgx.BatchResults {
+	if t.closed {
+		return &failedBatch{err: pgx.ErrTxClosed}
+	}
+	pre := t.batch()
+	if pre.Len() == 0 {
+		return t.conn.SendBatch(ctx, b)
+	}
+	n := pre.Len()
+	merged := &pgx.Batch{QueuedQueries: append(pre.QueuedQueries, b.QueuedQueries...)}
+	br := t.conn.SendBatch(ctx, merged)
+	for range n {
+		if _, err := br.Exec(); err != nil {
+			return &failedBatch{BatchResults: br, err: err}
+		}
+	}
+	return br
+}
+
+// Commit implements pgx.Tx: the deferred writes and COMMIT in one round
+// trip. A failure of either leaves nothing committed when PostgreSQL
+// answered it (a *pgconn.PgError, or pgx.ErrTxCommitRollback); without an
+// answer the outcome is unknown (commitTx tells them apart).
+func (t *pipelinedTx) Commit(ctx context.Context) error {
+	if t.closed {
+		return pgx.ErrTxClosed
+	}
+	t.closed = true
+	defer t.conn.Release()
+	if !t.begun {
+		return nil // nothing was sent: nothing to commit
+	}
+	b := &pgx.Batch{}
+	for _, q := range t.deferred.QueuedQueries {
+		b.Queue(q.SQL, q.Arguments...)
+	}
+	b.Queue("COMMIT")
+	br := t.conn.SendBatch(ctx, b)
+	var err error
+	var tag pgconn.CommandTag
+	for range b.Len() {
+		var e error
+		if tag, e = br.Exec(); e != nil && err == nil {
+			err = e
+		}
+	}
+	if e := br.Close(); e != nil && err == nil {
+		err = e
+	}
+	if err == nil && tag.String() == "ROLLBACK" {
+		err = pgx.ErrTxCommitRollback
+	}
+	if err != nil && t.conn.Conn().PgConn().TxStatus() != 'I' {
+		// Still in the transaction (a statement failed, COMMIT was
+		// skipped): the connection goes, and the transaction with it.
+		_ = t.conn.Conn().Close(ctx)
+	}
+	return err
+}
+
+// Rollback implements pgx.Tx; after Commit or Rollback it returns
+// pgx.ErrTxClosed.
+func (t *pipelinedTx) Rollback(ctx context.Context) error {
+	if t.closed {
+		return pgx.ErrTxClosed
+	}
+	t.closed = true
+	defer t.conn.Release()
+	if q := t.deferred.QueuedQueries; !t.begun || (len(q) > 0 && q[0].SQL == "BEGIN") {
+		return nil // BEGIN was never sent
+	}
+	_, err := t.conn.Exec(ctx, "ROLLBACK")
+	if err != nil || t.conn.Conn().PgConn().TxStatus() != 'I' {
+		_ = t.conn.Conn().Close(ctx)
+	}
+	return err
+}
+
+// Begin implements pgx.Tx; iterations use no savepoints.
+func (t *pipelinedTx) Begin(context.Context) (pgx.Tx, error) {
+	return nil, errors.New("postgres: savepoints are not supported in a loop iteration")
+}
+
+// CopyFrom implements pgx.Tx; iterations do not use it.
+func (t *pipelinedTx) CopyFrom(context.Context, pgx.Identifier, []string, pgx.CopyFromSource) (int64, error) {
+	return 0, errors.New("postgres: COPY is not supported in a loop iteration")
+}
+
+// LargeObjects implements pgx.Tx; iterations do not use them.
+func (t *pipelinedTx) LargeObjects() pgx.LargeObjects { return pgx.LargeObjects{} }
+
+// Prepare implements pgx.Tx.
+func (t *pipelinedTx) Prepare(ctx context.Context, name, sql string) (*pgconn.StatementDescription, error) {
+	return t.conn.Conn().Prepare(ctx, name, sql)
+}
+
+// Conn implements pgx.Tx.
+func (t *pipelinedTx) Conn() *pgx.Conn { return t.conn.Conn() }
+
+// batchRows are the rows of a query sent in a batch: closing them ends the
+// batch.
+type batchRows struct {
+	pgx.Rows
+	br  pgx.BatchResults
+	err error
+}
+
+func (r *batchRows) Close() {
+	r.Rows.Close()
+	if r.br != nil {
+		r.err = r.br.Close()
+		r.br = nil
+	}
+}
+
+func (r *batchRows) Err() error {
+	if err := r.Rows.Err(); err != nil {
+		return err
+	}
+	return r.err
+}
+
+// pipelinedRow is QueryRow's pgx.Row.
+type pipelinedRow struct {
+	rows pgx.Rows
+	err  error
+}
+
+func (r *pipelinedRow) Scan(dest ...any) error {
+	if r.err != nil {
+		return r.err
+	}
+	defer r.rows.Close()
+	if !r.rows.Next() {
+		r.rows.Close()
+		if err := r.rows.Err(); err != nil {
+			return err
+		}
+		return pgx.ErrNoRows
+	}
+	if err := r.rows.Scan(dest...); err != nil {
+		return err
+	}
+	r.rows.Close()
+	return r.rows.Err()
+}
+
+// failedBatch is the pgx.BatchResults of a batch whose statements sent
+// before it failed (err): every result is err.
+type failedBatch struct {
+	pgx.BatchResults // nil when nothing was sent
+	err              error
+}
+
+func (b *failedBatch) Exec() (pgconn.CommandTag, error) { return pgconn.CommandTag{}, b.err }
+func (b *failedBatch) Query() (pgx.Rows, error)         { return nil, b.err }
+func (b *failedBatch) QueryRow() pgx.Row                { return &pipelinedRow{err: b.err} }
+func (b *failedBatch) Close() error {
+	if b.BatchResults != nil {
+		_ = b.BatchResults.Close()
+	}
+	return b.err
+}
