@@ -98,6 +98,7 @@ func Open(ctx context.Context, cfg Config) (*Manager, error) {
 	if err != nil {
 		return nil, err
 	}
+	st.SetLog(cfg.Log) // a move of the item ids after a failover (ids.go)
 	m := &Manager{cfg: cfg, st: st, refresh: make(chan struct{}, 1),
 		infos: map[uint64]queue.QueueInfo{}, names: map[string]uint64{}, queues: map[uint64]*Queue{}, adopted: map[uint64]uint64{},
 		node: newNodeID()}
