@@ -118,6 +118,7 @@ func TestPostgresIDsAfterAsyncFailover(t *testing.T) {
 		requireCode(t, err, styx.CodeBadRequest, "not leased")
 	}
 	require.Zero(t, reused, "of %d new items, %d got an id the old primary handed out", len(fresh), reused)
+	require.Contains(t, s.Logs.String(), "item ids now start past those the old primary may have handed out", "the node logs the move")
 	require.Zero(t, completed, "of %d stale lease handles, %d completed an item", len(stale), completed)
 	n := 0
 	for _, it := range s.items("ids") {
