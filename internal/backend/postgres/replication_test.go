@@ -71,7 +71,7 @@ func TestLiveGuarantee(t *testing.T) {
 		`listed standby is promoted (the highest pg_last_wal_receive_lsn(), checked on each); another may lack acknowledged items"`)
 	require.Contains(t, logs.String(), "standby_method=ANY standbys_required=1 standbys=1")
 
-	eventually(t, reg, map[string]float64{
+	eventuallyMetrics(t, reg, map[string]float64{
 		"styx_postgres_synchronous_standbys_required": 1,
 		"styx_postgres_synchronous_standbys":          1,
 		"styx_postgres_standbys":                      1,
@@ -80,7 +80,7 @@ func TestLiveGuarantee(t *testing.T) {
 	for _, name := range []string{`styx_postgres_standby_lag_bytes{standby="styx_standby"}`, `styx_postgres_standby_lag_seconds{standby="styx_standby"}`,
 		`styx_postgres_backends_waiting{wait="sync_rep"}`, `styx_postgres_backends_waiting{wait="commit_lock"}`,
 		`styx_postgres_wait_seconds_total{wait="sync_rep"}`, `styx_postgres_wait_seconds_total{wait="commit_lock"}`} {
-		_, ok := value(t, reg, name)
+		_, ok := metricValue(t, reg, name)
 		require.True(t, ok, name)
 	}
 
@@ -96,15 +96,15 @@ func TestLiveGuarantee(t *testing.T) {
 		Log: slog.New(slog.NewTextHandler(&plainLogs, nil))})
 	require.NoError(t, err)
 	t.Cleanup(plain.Close)
-	eventually(t, plainReg, map[string]float64{
+	eventuallyMetrics(t, plainReg, map[string]float64{
 		"styx_postgres_synchronous_standbys_required": 1,
 		"styx_postgres_standbys":                      1,
 		"styx_postgres_replication_stats_readable":    0,
 	})
-	_, ok := value(t, plainReg, "styx_postgres_synchronous_standbys")
+	_, ok := metricValue(t, plainReg, "styx_postgres_synchronous_standbys")
 	require.False(t, ok, "not exported without pg_read_all_stats")
 	exec(`GRANT pg_monitor TO styx_plain`)
-	eventually(t, plainReg, map[string]float64{"styx_postgres_replication_stats_readable": 1, "styx_postgres_synchronous_standbys": 1})
+	eventuallyMetrics(t, plainReg, map[string]float64{"styx_postgres_replication_stats_readable": 1, "styx_postgres_synchronous_standbys": 1})
 	require.Equal(t, 1, strings.Count(plainLogs.String(), "the role cannot read pg_stat_replication's details (GRANT pg_monitor TO the role)"),
 		plainLogs.String())
 
@@ -117,7 +117,7 @@ func TestLiveGuarantee(t *testing.T) {
 
 	// The standby gone: 0 synchronous standbys of the 1 required.
 	standby.Stop(t)
-	eventually(t, reg, map[string]float64{
+	eventuallyMetrics(t, reg, map[string]float64{
 		"styx_postgres_synchronous_standbys_required": 1,
 		"styx_postgres_synchronous_standbys":          0,
 		"styx_postgres_standbys":                      0,
@@ -138,7 +138,7 @@ func TestLiveGuarantee(t *testing.T) {
 	require.Eventually(t, func() bool {
 		for _, name := range []string{`styx_postgres_backends_waiting{wait="sync_rep"}`, `styx_postgres_backends_waiting{wait="commit_lock"}`,
 			`styx_postgres_wait_seconds_total{wait="sync_rep"}`, `styx_postgres_wait_seconds_total{wait="commit_lock"}`} {
-			if v, _ := value(t, reg, name); v < 1 {
+			if v, _ := metricValue(t, reg, name); v < 1 {
 				return false
 			}
 		}
@@ -146,15 +146,15 @@ func TestLiveGuarantee(t *testing.T) {
 	}, 30*time.Second, 20*time.Millisecond, "the waiting commits are seen and counted")
 	setNames("") // the commits stop waiting
 	wg.Wait()
-	eventually(t, reg, map[string]float64{"styx_postgres_synchronous_standbys_required": 0})
+	eventuallyMetrics(t, reg, map[string]float64{"styx_postgres_synchronous_standbys_required": 0})
 }
 
-// eventually polls reg until every series of want has its value.
-func eventually(t *testing.T, reg *metrics.Metrics, want map[string]float64) {
+// eventuallyMetrics polls reg until every series of want has its value.
+func eventuallyMetrics(t *testing.T, reg *metrics.Metrics, want map[string]float64) {
 	t.Helper()
 	require.Eventually(t, func() bool {
 		for name, v := range want {
-			if got, ok := value(t, reg, name); !ok || got != v {
+			if got, ok := metricValue(t, reg, name); !ok || got != v {
 				return false
 			}
 		}
@@ -162,10 +162,10 @@ func eventually(t *testing.T, reg *metrics.Metrics, want map[string]float64) {
 	}, 30*time.Second, 20*time.Millisecond, "want %v", want)
 }
 
-// value returns the value of the series name (`metric` or
+// metricValue returns the value of the series name (`metric` or
 // `metric{label="value"}`, one label at most) in reg, and whether it is
 // exported.
-func value(t *testing.T, reg *metrics.Metrics, name string) (float64, bool) {
+func metricValue(t *testing.T, reg *metrics.Metrics, name string) (float64, bool) {
 	t.Helper()
 	families, err := reg.Registry.Gather()
 	require.NoError(t, err)
