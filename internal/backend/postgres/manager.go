@@ -402,25 +402,31 @@ func (m *Manager) List(ctx context.Context, p queue.ListQueuesParams) ([]queue.Q
 // checked one after the other), with every definition read under it, and
 // tells the other nodes at commit.
 func (m *Manager) admin(ctx context.Context, fn func(engine.Definitions, map[string]queue.QueueInfo) error) error {
-	err := pgx.BeginFunc(ctx, m.st.pool, func(tx pgx.Tx) error {
-		if _, err := tx.Exec(ctx, `SELECT pg_advisory_xact_lock(hashtext('styx-admin:' || current_schema()))`); err != nil {
-			return err
-		}
-		infos, err := listQueues(ctx, tx, queue.ListQueuesParams{})
-		if err != nil {
-			return err
-		}
-		all := make(map[string]queue.QueueInfo, len(infos))
-		for _, i := range infos {
-			all[i.Name] = i
-		}
-		if err := fn(txDefinitions{tx}, all); err != nil {
-			return err
-		}
-		_, err = tx.Exec(ctx, `SELECT pg_notify($1, 'c')`, m.st.channel)
-		return err
-	})
-	return wrap("queue admin", err)
+	tx, err := m.st.pool.Begin(ctx)
+	if err != nil {
+		return wrap("queue admin", err)
+	}
+	defer func() { _ = tx.Rollback(context.Background()) }() // after the commit: does nothing
+	if _, err := tx.Exec(ctx, `SELECT pg_advisory_xact_lock(hashtext('styx-admin:' || current_schema()))`); err != nil {
+		return wrap("queue admin", err)
+	}
+	infos, err := listQueues(ctx, tx, queue.ListQueuesParams{})
+	if err != nil {
+		return wrap("queue admin", err)
+	}
+	all := make(map[string]queue.QueueInfo, len(infos))
+	for _, i := range infos {
+		all[i.Name] = i
+	}
+	if err := fn(txDefinitions{tx}, all); err != nil {
+		return wrap("queue admin", err)
+	}
+	if _, err := tx.Exec(ctx, `SELECT pg_notify($1, 'c')`, m.st.channel); err != nil {
+		return wrap("queue admin", err)
+	}
+	// commitTx: a change whose COMMIT's outcome is unknown (its wait for
+	// the synchronous standby cancelled, say) is 453, never success.
+	return wrap("queue admin", commitTx(ctx, tx, "queue admin"))
 }
 
 // txDefinitions are the queue definitions of an admin transaction.

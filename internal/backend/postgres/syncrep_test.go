@@ -3,6 +3,7 @@ package postgres_test
 import (
 	"context"
 	"errors"
+	"strings"
 	"testing"
 	"time"
 
@@ -19,11 +20,12 @@ import (
 // TestSyncRepWaitCancelled: a produce whose COMMIT waits for the synchronous
 // standby (stopped, so the wait never ends: wait event SyncRep) and is then
 // cancelled (pg_cancel_backend, as an operator clears "stuck" sessions) or
-// terminated (pg_terminate_backend) is answered 453 "commit outcome unknown"
-// naming the synchronous standby, never success: PostgreSQL answers the
+// terminated (pg_terminate_backend), and a queue create whose COMMIT is
+// cancelled so, are answered 453 "commit outcome unknown" (naming the
+// synchronous standby when cancelled), never success: PostgreSQL answers the
 // cancelled COMMIT as done, with only a WARNING that the transaction
 // committed locally and may not have reached the standby, so a failover
-// may lose the item. The test checks that the item did commit on the
+// may lose the change. The test checks that each change did commit on the
 // primary (what a success answer would have claimed is safe). The node's
 // transaction timeout is a minute, so that the 453 is the cancel's, not
 // the timeout's.
@@ -46,6 +48,10 @@ func TestSyncRepWaitCancelled(t *testing.T) {
 
 	admin, err := pgx.Connect(ctx, url)
 	require.NoError(t, err)
+	produce := func(payload string) error { return q.Produce(ctx, []queue.ProduceItem{{Payload: []byte(payload)}}) }
+	create := func(name string) error {
+		return m.Create(ctx, queue.QueueInfo{Name: name, LeaseTimeout: time.Minute, Partitions: 1})
+	}
 	standby.Stop(t) // every COMMIT now waits in SyncRep
 	t.Cleanup(func() {
 		// Release the waiters, so that the node closes at once.
@@ -57,16 +63,21 @@ func TestSyncRepWaitCancelled(t *testing.T) {
 		admin.Close(context.Background())
 	})
 
-	for _, c := range []struct{ name, fn string }{
-		{"cancel", "pg_cancel_backend"},
-		{"terminate", "pg_terminate_backend"},
+	for _, c := range []struct {
+		name, fn string
+		act      func(name string) error
+		count    string // counts what act committed, named name
+	}{
+		{"cancel", "pg_cancel_backend", produce, `SELECT count(*) FROM styx_items WHERE payload = $1::text::bytea`},
+		{"terminate", "pg_terminate_backend", produce, `SELECT count(*) FROM styx_items WHERE payload = $1::text::bytea`},
+		{"queue create/cancel", "pg_cancel_backend", create, `SELECT count(*) FROM styx_queues WHERE name = $1`},
 	} {
 		t.Run(c.name, func(t *testing.T) {
-			payload := "waited-" + c.name
+			name := "waited-" + strings.ReplaceAll(c.name, "/", "-")
 			answer := make(chan error, 1)
-			go func() { answer <- q.Produce(ctx, []queue.ProduceItem{{Payload: []byte(payload)}}) }()
+			go func() { answer <- c.act(name) }()
 			// Every session waiting for the standby is cancelled, again
-			// and again, until the produce is answered: the node's
+			// and again, until the request is answered: the node's
 			// other transactions (its counts, its consumers) wait too.
 			var err error
 			for answered := false; !answered; {
@@ -78,15 +89,15 @@ func TestSyncRepWaitCancelled(t *testing.T) {
 				case <-time.After(20 * time.Millisecond):
 				}
 			}
-			require.Error(t, err, "a produce whose wait for the synchronous standby was cancelled is not a success")
+			require.Error(t, err, "a request whose wait for the synchronous standby was cancelled is not a success")
 			require.True(t, errors.Is(err, store.ErrUnavailable), "453: %v", err)
 			require.ErrorContains(t, err, "commit outcome unknown")
-			if c.name == "cancel" {
+			if c.fn == "pg_cancel_backend" {
 				require.ErrorContains(t, err, "synchronous standby")
 			}
 			var n int
-			require.NoError(t, admin.QueryRow(ctx, `SELECT count(*) FROM styx_items WHERE payload = $1`, []byte(payload)).Scan(&n))
-			require.Equal(t, 1, n, "the item committed on the primary only")
+			require.NoError(t, admin.QueryRow(ctx, c.count, name).Scan(&n))
+			require.Equal(t, 1, n, "committed on the primary only")
 		})
 	}
 }
