@@ -59,32 +59,33 @@ func commitTx(ctx context.Context, tx pgx.Tx, op string) error {
 // pgconn.PgConn.CustomData.
 const commitWatchKey = "styx.commitWatch"
 
-// commitWatch is a connection's record of the notices that make a COMMIT's
-// outcome unknown. commitTx arms it for the COMMIT it runs and reads it
-// after; onNotice, which pgconn calls while it reads that COMMIT's answer,
-// fills it. One per connection (pgconn.PgConn.CustomData), created by the
-// first commitTx on it: a connection runs one COMMIT at a time, held by
-// the goroutine that runs it, so the fields are atomics only to be safe
-// should a notice ever come from elsewhere.
+// commitWatch records the notice that makes one COMMIT's outcome unknown.
+// commitTx makes one per COMMIT and puts it in the connection's
+// pgconn.PgConn.CustomData before the COMMIT; onNotice, which pgconn calls
+// on the goroutine reading that COMMIT's answer, fills it; commitTx reads
+// its own after the COMMIT. The connection may be back in the pool by then
+// (pgxpool's Tx.Commit and pipelinedTx.Commit release it) and serving
+// another transaction, whose commitTx puts a watch of its own in
+// CustomData: each reads only its own, so neither misses nor takes the
+// other's notice. The pool's acquire and release order the CustomData
+// writes; the fields are atomics because a notice of the connection's
+// next user may still reach a watch not yet ended (a false alarm, the safe
+// way: 453).
 type commitWatch struct {
 	armed  atomic.Bool
 	notice atomic.Pointer[pgconn.Notice]
 }
 
-// watchCommit arms the watch of tx's connection; nil when tx has none.
+// watchCommit makes the watch of the COMMIT about to run on tx's
+// connection; nil when tx has none.
 func watchCommit(tx pgx.Tx) *commitWatch {
 	conn := tx.Conn()
 	if conn == nil || conn.PgConn() == nil {
 		return nil
 	}
-	data := conn.PgConn().CustomData()
-	w, _ := data[commitWatchKey].(*commitWatch)
-	if w == nil {
-		w = &commitWatch{}
-		data[commitWatchKey] = w
-	}
-	w.notice.Store(nil)
+	w := &commitWatch{}
 	w.armed.Store(true)
+	conn.PgConn().CustomData()[commitWatchKey] = w
 	return w
 }
 
