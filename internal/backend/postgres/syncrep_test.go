@@ -3,6 +3,7 @@ package postgres_test
 import (
 	"context"
 	"errors"
+	"fmt"
 	"strings"
 	"testing"
 	"time"
@@ -20,8 +21,8 @@ import (
 // TestSyncRepWaitCancelled: a produce whose COMMIT waits for the synchronous
 // standby (stopped, so the wait never ends: wait event SyncRep) and is then
 // cancelled (pg_cancel_backend, as an operator clears "stuck" sessions) or
-// terminated (pg_terminate_backend), and a queue create whose COMMIT is
-// cancelled so, are answered 453 "commit outcome unknown" (naming the
+// terminated (pg_terminate_backend), a queue create whose COMMIT is
+// cancelled so, and produces to 8 queues cancelled together, are answered 453 "commit outcome unknown" (naming the
 // synchronous standby when cancelled), never success: PostgreSQL answers the
 // cancelled COMMIT as done, with only a WARNING that the transaction
 // committed locally and may not have reached the standby, so a failover
@@ -100,4 +101,49 @@ func TestSyncRepWaitCancelled(t *testing.T) {
 			require.Equal(t, 1, n, "committed on the primary only")
 		})
 	}
+
+	// Produces to 8 queues at once, each its queue's COMMIT on a
+	// connection of its own, all waiting and cancelled together: each is
+	// told 453, none another's success.
+	t.Run("concurrent", func(t *testing.T) {
+		const k = 8
+		qs := make([]queue.Queue, k)
+		for i := range qs {
+			name := fmt.Sprintf("c%d", i)
+			// Created while the standby is away: the create is cancelled
+			// too (453) but committed on the primary.
+			created := make(chan error, 1)
+			go func() { created <- create(name) }()
+			for done := false; !done; {
+				_, err := admin.Exec(ctx, `SELECT pg_cancel_backend(pid) FROM pg_stat_activity WHERE wait_event = 'SyncRep' AND pid <> pg_backend_pid()`)
+				require.NoError(t, err)
+				select {
+				case <-created:
+					done = true
+				case <-time.After(20 * time.Millisecond):
+				}
+			}
+			var err error
+			qs[i], err = m.Get(name)
+			require.NoError(t, err)
+		}
+		answers := make(chan error, k)
+		for i, q := range qs {
+			go func() {
+				answers <- q.Produce(ctx, []queue.ProduceItem{{Payload: fmt.Appendf(nil, "concurrent-%d", i)}})
+			}()
+		}
+		for got := 0; got < k; {
+			_, err := admin.Exec(ctx, `SELECT pg_cancel_backend(pid) FROM pg_stat_activity WHERE wait_event = 'SyncRep' AND pid <> pg_backend_pid()`)
+			require.NoError(t, err)
+			select {
+			case err := <-answers:
+				got++
+				require.Error(t, err, "a cancelled wait is not a success")
+				require.True(t, errors.Is(err, store.ErrUnavailable), "453: %v", err)
+				require.ErrorContains(t, err, "synchronous standby")
+			case <-time.After(20 * time.Millisecond):
+			}
+		}
+	})
 }
