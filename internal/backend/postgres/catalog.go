@@ -305,7 +305,7 @@ func deleteQueue(ctx context.Context, q querier, name string) error {
 
 // PutTask implements store.TaskStore.
 func (s *Store) PutTask(ctx context.Context, t store.TaskRecord) error {
-	_, err := s.pool.Exec(ctx, `INSERT INTO styx_tasks (id, queue, data) VALUES ($1, $2, $3)
+	_, err := execCommitted(ctx, s.pool, "put task", `INSERT INTO styx_tasks (id, queue, data) VALUES ($1, $2, $3)
 		ON CONFLICT (id) DO UPDATE SET queue = excluded.queue, data = excluded.data`, []byte(t.ID), t.Queue, nonNil(t.Data))
 	return wrap("put task", err)
 }
@@ -328,7 +328,7 @@ func (s *Store) ListTasks(ctx context.Context) ([]store.TaskRecord, error) {
 
 // DeleteTask implements store.TaskStore.
 func (s *Store) DeleteTask(ctx context.Context, id string) error {
-	_, err := s.pool.Exec(ctx, `DELETE FROM styx_tasks WHERE id=$1`, []byte(id))
+	_, err := execCommitted(ctx, s.pool, "delete task", `DELETE FROM styx_tasks WHERE id=$1`, []byte(id))
 	return wrap("delete task", err)
 }
 

@@ -8,6 +8,7 @@ import (
 
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgconn"
+	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/styxq/styx/internal/store"
 )
@@ -53,6 +54,29 @@ func commitTx(ctx context.Context, tx pgx.Tx, op string) error {
 		return err
 	}
 	return store.Unavailable("postgres: "+op, fmt.Errorf("%w: %w", errCommitUnknown, err))
+}
+
+// execCommitted runs sql as a transaction of its own (autocommit) on one of
+// pool's connections and classifies a COMMIT that stopped waiting for the
+// synchronous standby as commitTx does: store.ErrUnavailable, "commit
+// outcome unknown", whatever the statement answered. Any other error is
+// the statement's, for the caller to classify (wrap). For the writes a
+// request is answered on that are no loop iteration's (redrive task
+// records, API keys).
+func execCommitted(ctx context.Context, pool *pgxpool.Pool, op, sql string, args ...any) (pgconn.CommandTag, error) {
+	conn, err := pool.Acquire(ctx)
+	if err != nil {
+		return pgconn.CommandTag{}, err
+	}
+	defer conn.Release()
+	w := &commitWatch{}
+	w.armed.Store(true)
+	conn.Conn().PgConn().CustomData()[commitWatchKey] = w
+	tag, err := conn.Exec(ctx, sql, args...)
+	if n := w.end(); n != nil {
+		return tag, store.Unavailable("postgres: "+op, fmt.Errorf("%w: %s (%s)", errCommitLocalOnly, n.Message, n.Code))
+	}
+	return tag, err
 }
 
 // commitWatchKey is the key of a connection's *commitWatch in its

@@ -33,7 +33,7 @@ func (s *Store) CreateKey(ctx context.Context, k store.KeyRecord) error {
 	if queues == nil {
 		queues = []string{}
 	}
-	_, err := s.pool.Exec(ctx, `INSERT INTO styx_api_keys (`+keyColumns+`) VALUES ($1, $2, $3, $4, $5, $6, $7, $8)`,
+	_, err := execCommitted(ctx, s.pool, "create key", `INSERT INTO styx_api_keys (`+keyColumns+`) VALUES ($1, $2, $3, $4, $5, $6, $7, $8)`,
 		k.Name, k.ID, nonNil(k.Hash), scopes, queues, k.CreatedAt.UnixNano(), k.CreatedBy, k.Sealed)
 	var pgErr *pgconn.PgError
 	if errors.As(err, &pgErr) && pgErr.Code == "23505" { // unique_violation
@@ -68,7 +68,7 @@ func (s *Store) ListKeys(ctx context.Context) ([]store.KeyRecord, error) {
 
 // DeleteKey implements store.KeyStore.
 func (s *Store) DeleteKey(ctx context.Context, name string) error {
-	tag, err := s.pool.Exec(ctx, `DELETE FROM styx_api_keys WHERE name=$1`, name)
+	tag, err := execCommitted(ctx, s.pool, "delete key", `DELETE FROM styx_api_keys WHERE name=$1`, name)
 	if err != nil {
 		return wrap("delete key", err)
 	}

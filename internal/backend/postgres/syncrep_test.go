@@ -21,8 +21,9 @@ import (
 // TestSyncRepWaitCancelled: a produce whose COMMIT waits for the synchronous
 // standby (stopped, so the wait never ends: wait event SyncRep) and is then
 // cancelled (pg_cancel_backend, as an operator clears "stuck" sessions) or
-// terminated (pg_terminate_backend), a queue create whose COMMIT is
-// cancelled so, and produces to 8 queues cancelled together, are answered 453 "commit outcome unknown" (naming the
+// terminated (pg_terminate_backend), a queue create, a redrive task record
+// and an API key whose COMMIT is cancelled so, and produces to 8 queues
+// cancelled together, are answered 453 "commit outcome unknown" (naming the
 // synchronous standby when cancelled), never success: PostgreSQL answers the
 // cancelled COMMIT as done, with only a WARNING that the transaction
 // committed locally and may not have reached the standby, so a failover
@@ -53,6 +54,13 @@ func TestSyncRepWaitCancelled(t *testing.T) {
 	create := func(name string) error {
 		return m.Create(ctx, queue.QueueInfo{Name: name, LeaseTimeout: time.Minute, Partitions: 1})
 	}
+	putTask := func(id string) error {
+		return m.Store().PutTask(ctx, store.TaskRecord{ID: id, Queue: "q", Data: []byte("{}")})
+	}
+	createKey := func(name string) error {
+		return m.Store().CreateKey(ctx, store.KeyRecord{Name: name, ID: name, Hash: make([]byte, 32), Scopes: []string{"admin"},
+			CreatedAt: time.Now()})
+	}
 	standby.Stop(t) // every COMMIT now waits in SyncRep
 	t.Cleanup(func() {
 		// Release the waiters, so that the node closes at once.
@@ -72,6 +80,8 @@ func TestSyncRepWaitCancelled(t *testing.T) {
 		{"cancel", "pg_cancel_backend", produce, `SELECT count(*) FROM styx_items WHERE payload = $1::text::bytea`},
 		{"terminate", "pg_terminate_backend", produce, `SELECT count(*) FROM styx_items WHERE payload = $1::text::bytea`},
 		{"queue create/cancel", "pg_cancel_backend", create, `SELECT count(*) FROM styx_queues WHERE name = $1`},
+		{"task record/cancel", "pg_cancel_backend", putTask, `SELECT count(*) FROM styx_tasks WHERE id = $1::text::bytea`},
+		{"api key/cancel", "pg_cancel_backend", createKey, `SELECT count(*) FROM styx_api_keys WHERE name = $1`},
 	} {
 		t.Run(c.name, func(t *testing.T) {
 			name := "waited-" + strings.ReplaceAll(c.name, "/", "-")
