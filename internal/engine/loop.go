@@ -7,10 +7,10 @@
 //     drain at shutdown;
 //   - Waiters and Serve (waiters.go): the waiting leases, served by the
 //     partition rule (distribution.go);
-//   - Engine (iterate.go): the Queue calls that run in the loop and the
-//     iteration itself, deciding by the item rules of internal/queue
-//     (rules.go) over Tx, the decision-level storage contract a backend
-//     implements per iteration: internal/backend/embedded (memory, Pebble: an
+//   - Engine: the Queue calls that run in the loop (ops.go) and the
+//     iteration itself (iterate.go, one method per op), deciding by the
+//     item rules of internal/queue (rules.go) over Tx (contract.go), the
+//     decision-level storage contract a backend implements per iteration: internal/backend/embedded (memory, Pebble: an
 //     in-memory index and one batch write) and internal/backend/postgres (one
 //     PostgreSQL transaction).
 //
