@@ -80,7 +80,7 @@ func TestLockByIDPlan(t *testing.T) {
 	for range 2 {
 		require.NoError(t, q.Produce(ctx, items))
 	}
-	plan := genericPlan(t, m, lockByIDSQL, []any{int64(info.ID), "'{1,2,3}'"})
+	plan := genericPlan(t, m, lockByIDSQL, []any{int64(info.ID), "'{1,2,3}'", 3})
 	scan := plan.findRelation("styx_items")
 	require.NotNil(t, scan, "no scan of styx_items in %+v", plan)
 	require.Equal(t, "styx_items_pkey", scan.IndexName, "plan: %+v", plan)
