@@ -554,9 +554,15 @@ func (it *iteration) Edit(ref queue.ItemRef, edit func(*queue.Item) error) (queu
 	return editItem(it.ctx, it.tx, it.q.id, it.q.name, ref, edit)
 }
 
-// flush writes the changes gathered so far.
+// flush writes the changes gathered so far: they are sent with the next
+// statement that reads, or with the COMMIT.
 func (it *iteration) flush() error {
 	ctx, tx, q := it.ctx, it.tx, it.q
+	// The writes go with the statement that reads after them, or with the
+	// COMMIT (pipelinedTx): no one reads their tags.
+	deferred := it.ptx.deferWrites
+	it.ptx.deferWrites = true
+	defer func() { it.ptx.deferWrites = deferred }()
 	if len(it.inserts) > 0 {
 		if err := insertItems(ctx, tx, q.id, it.inserts, nil); err != nil {
 			return err
