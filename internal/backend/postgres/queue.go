@@ -8,7 +8,6 @@ import (
 	"slices"
 	"sort"
 	"strconv"
-	"sync"
 	"sync/atomic"
 	"time"
 
@@ -83,28 +82,10 @@ type Queue struct {
 	// open is the iteration Begin started, until its Commit (Recover rolls
 	// it back after a panic).
 	open *iteration
-
-	// Commits under way (Commit, finish): inFlight holds a token per
-	// commit (at most maxCommitsInFlight), commits counts them for
-	// Stopped, and lastFailure is the failure of the last one that failed,
-	// until the loop's next Begin answers it to the waiting leases.
-	inFlight    chan struct{}
-	commits     sync.WaitGroup
-	lastFailure atomic.Pointer[error]
 }
 
-// maxCommitsInFlight bounds the iterations of one queue whose COMMIT is
-// under way while the loop runs the next (Commit): each holds a pooled
-// connection until PostgreSQL answers. One: the loop runs an iteration's
-// statements while the last one commits, and the requests that arrive
-// meanwhile make one transaction, not one each (measured A/B against 2 in
-// one run, bench/postgres.sh, 4 clients: the cycle at batch 1 and 100 and
-// produce at batch 1 as fast or faster with 1, on a loaded machine).
-const maxCommitsInFlight = 1
-
 func newQueue(m *Manager, info queue.QueueInfo) *Queue {
-	q := &Queue{m: m, name: info.Name, id: info.ID, grouped: map[int32]bool{}, groupLook: map[int32]int64{}, groupCursor: map[int32]string{},
-		inFlight: make(chan struct{}, maxCommitsInFlight)}
+	q := &Queue{m: m, name: info.Name, id: info.ID, grouped: map[int32]bool{}, groupLook: map[int32]int64{}, groupCursor: map[int32]string{}}
 	q.Engine = engine.NewEngine(info.Name, m.cfg.Clock, m.cfg.Metrics)
 	q.Loop.Log = m.cfg.Log
 	// Lifecycle work may be due from before this node started.
@@ -140,9 +121,9 @@ func (q *Queue) Reload(ctx context.Context) error {
 // Open is a no-op: the database is the state (engine.Backend).
 func (q *Queue) Open() {}
 
-// Stopped waits for the commits under way, which answer their requests
+// Stopped is a no-op: every request is answered in its iteration
 // (engine.Backend).
-func (q *Queue) Stopped() { q.commits.Wait() }
+func (q *Queue) Stopped() {}
 
 // Recover answers err to the requests of a panicked iteration not answered
 // yet and to the waiting leases (engine.Backend). The database is the
@@ -184,9 +165,6 @@ func (q *Queue) Begin(now int64, work []*engine.Request, poll bool) (engine.Tx, 
 		}
 		q.Loop.Waiters.Fail(queue.NotFound(q.name))
 		return nil, nil, false
-	}
-	if err := q.lastFailure.Swap(nil); err != nil {
-		q.Loop.Waiters.Fail(*err)
 	}
 	serve := poll || q.readyHint.Swap(false)
 	if j := q.Loop.Waiters.Joined(); j != q.joined {
