@@ -17,8 +17,7 @@ import (
 // queue's throughput on PostgreSQL is bounded by the round trips of its
 // iterations). Statements run in the order they were called: a statement
 // that is not deferred sends the deferred ones before it, in its batch.
-// Not safe for concurrent use (like pgx.Tx); Commit may run on another
-// goroutine than the statements, after them.
+// Not safe for concurrent use (like pgx.Tx).
 type pipelinedTx struct {
 	conn *pgxpool.Conn
 	// begun says BEGIN was sent (or is in deferred).
@@ -75,6 +74,12 @@ func (t *pipelinedTx) Exec(ctx context.Context, sql string, args ...any) (pgconn
 		return t.conn.Exec(ctx, sql, args...)
 	}
 	b.Queue(sql, args...)
+	return t.execBatch(ctx, b)
+}
+
+// execBatch sends b and returns the tag of its last statement and the first
+// error of any.
+func (t *pipelinedTx) execBatch(ctx context.Context, b *pgx.Batch) (pgconn.CommandTag, error) {
 	br := t.conn.SendBatch(ctx, b)
 	var tag pgconn.CommandTag
 	var err error
@@ -161,18 +166,7 @@ func (t *pipelinedTx) Commit(ctx context.Context) error {
 		b.Queue(q.SQL, q.Arguments...)
 	}
 	b.Queue("COMMIT")
-	br := t.conn.SendBatch(ctx, b)
-	var err error
-	var tag pgconn.CommandTag
-	for range b.Len() {
-		var e error
-		if tag, e = br.Exec(); e != nil && err == nil {
-			err = e
-		}
-	}
-	if e := br.Close(); e != nil && err == nil {
-		err = e
-	}
+	tag, err := t.execBatch(ctx, b)
 	if err == nil && tag.String() == "ROLLBACK" {
 		err = pgx.ErrTxCommitRollback
 	}
