@@ -410,42 +410,16 @@ func (s *Service) RedrivesList(ctx context.Context, req *pb.RedrivesListRequest)
 
 // RedrivesGet returns a task.
 func (s *Service) RedrivesGet(ctx context.Context, req *pb.RedriveTaskRequest) (*pb.RedriveTask, error) {
-	if req.TaskId == "" {
-		return nil, invalid("task_id", "a task id is required")
-	}
-	t, err := s.r.Get(ctx, req.TaskId)
+	t, err := s.task(ctx, req.TaskId, "/v1/redrives.get")
 	if err != nil {
 		return nil, err
 	}
-	if err := checkTaskQueue(ctx, t); err != nil {
-		return nil, err
-	}
 	return toTask(ctx, t), nil
-}
-
-// checkTaskQueue refuses (403) a task whose dead-letter queue the request's
-// key does not cover.
-func checkTaskQueue(ctx context.Context, t redrive.Task) error {
-	return auth.CheckContext(ctx, "/v1/redrives.get", t.Queue)
 }
 
 // RedrivesCancel asks a running task to stop.
 func (s *Service) RedrivesCancel(ctx context.Context, req *pb.RedriveTaskRequest) (*pb.RedriveTask, error) {
-	if req.TaskId == "" {
-		return nil, invalid("task_id", "a task id is required")
-	}
-	t, err := s.r.Get(ctx, req.TaskId)
-	if err != nil {
-		return nil, err
-	}
-	if err := checkTaskQueue(ctx, t); err != nil {
-		return nil, err
-	}
-	t, err = s.r.Cancel(ctx, req.TaskId)
-	if err != nil {
-		return nil, err
-	}
-	return toTask(ctx, t), nil
+	return s.changeTask(ctx, req.TaskId, "/v1/redrives.cancel", func(id string) (redrive.Task, error) { return s.r.Cancel(ctx, id) })
 }
 
 // toTask is the wire form of t as the request's key may see it: the queues

@@ -8,9 +8,10 @@ import (
 	pb "github.com/styxq/styx/styxpb"
 )
 
-// The calls that change a running redrive task (issue 39): pause, resume,
-// and re-rate. Each needs the dead scope on a key that covers the task's
-// dead-letter queue (403 otherwise), as redrives.cancel.
+// The calls on one redrive task: get and cancel (dead.go), and those that
+// change a running task (issue 39): pause, resume and re-rate. Each needs
+// the dead scope on a key that covers the task's dead-letter queue (403
+// otherwise, naming the call), checked in one place (task).
 
 // RedrivesPause asks a running task to stop after its current step: it
 // answers the task pausing (then paused; a paused task is answered as it
@@ -39,20 +40,31 @@ func (s *Service) RedrivesUpdate(ctx context.Context, req *pb.RedrivesUpdateRequ
 	})
 }
 
-// changeTask checks the task id and the key's reach over the task's
-// dead-letter queue, then calls change.
-func (s *Service) changeTask(ctx context.Context, id, path string, change func(id string) (redrive.Task, error)) (*pb.RedriveTask, error) {
+// task returns task id once the request's key may call path on it: 400
+// without an id, 404 for an unknown task, 403 when the key does not cover
+// the task's dead-letter queue (a 403 names path, the call made). Every
+// call on one task goes through it.
+func (s *Service) task(ctx context.Context, id, path string) (redrive.Task, error) {
 	if id == "" {
-		return nil, invalid("task_id", "a task id is required")
+		return redrive.Task{}, invalid("task_id", "a task id is required")
 	}
 	t, err := s.r.Get(ctx, id)
 	if err != nil {
-		return nil, err
+		return redrive.Task{}, err
 	}
 	if err := auth.CheckContext(ctx, path, t.Queue); err != nil {
+		return redrive.Task{}, err
+	}
+	return t, nil
+}
+
+// changeTask checks the call as task does, then calls change.
+func (s *Service) changeTask(ctx context.Context, id, path string, change func(id string) (redrive.Task, error)) (*pb.RedriveTask, error) {
+	if _, err := s.task(ctx, id, path); err != nil {
 		return nil, err
 	}
-	if t, err = change(id); err != nil {
+	t, err := change(id)
+	if err != nil {
 		return nil, err
 	}
 	return toTask(ctx, t), nil
