@@ -146,11 +146,15 @@ func (e *Engine) handle(it *pass, r *Request) (ReplyMode, error) {
 func (e *Engine) handleProduce(it *pass, op *produceOp) (ReplyMode, error) {
 	// The service refuses these times; checked again here so that one
 	// request's bad time fails that request, not the iteration's commit.
+	copied := false
 	for i, pi := range op.items {
 		if !queue.TimeInRange(pi.EnqueueAt) {
 			return 0, queue.CheckTime("items["+strconv.Itoa(i)+"].enqueue_at", pi.EnqueueAt)
 		}
-		if queue.EnqueueNow(pi.EnqueueAt, it.now) {
+		if queue.EnqueueNow(pi.EnqueueAt, it.now) && !pi.EnqueueAt.IsZero() {
+			if !copied { // the caller's slice stays as it gave it
+				op.items, copied = slices.Clone(op.items), true
+			}
 			op.items[i].EnqueueAt = time.Time{} // ready now: not scheduled
 		}
 	}

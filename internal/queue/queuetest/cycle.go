@@ -470,11 +470,14 @@ var cycleRows = []row{
 		// than that ahead enqueues at once, with no enqueue_at; List leaves
 		// out the scheduled item, which Scheduled lists.
 		q := e.create("q", nil)
-		require.NoError(e.t, q.Produce(e.ctx, []queue.ProduceItem{
+		items := []queue.ProduceItem{
 			{Payload: []byte("past"), EnqueueAt: Start.Add(-time.Hour)},
 			{Payload: []byte("soon"), EnqueueAt: Start.Add(queue.ScheduleResolution - time.Nanosecond)},
 			{Payload: []byte("later"), EnqueueAt: Start.Add(queue.ScheduleResolution)},
-		}))
+		}
+		require.NoError(e.t, q.Produce(e.ctx, items))
+		require.True(e.t, items[0].EnqueueAt.Equal(Start.Add(-time.Hour)) && items[1].EnqueueAt.Equal(Start.Add(queue.ScheduleResolution-time.Nanosecond)),
+			"Produce leaves the caller's items as they were: %v, %v", items[0].EnqueueAt, items[1].EnqueueAt)
 		c, _ := e.counts(q)
 		require.Equal(e.t, counts{total: 3, ready: 2, scheduled: 1}, c)
 		listed, err := q.List(e.ctx, 0, 0, 10)
