@@ -28,9 +28,9 @@ import (
 //
 // A node notifies only while another node is there to hear it: each node
 // says hello ("n:<node>") when its LISTEN connects and every peerHello,
-// and answers the hello of a node it had not heard from; a node that heard
-// no other within peerTTL sends no wake-ups (one node alone pays nothing
-// for them).
+// and answers the hello of a node it had not heard from within peerTTL (a
+// new one, or one restarted under a new name); a node that heard no other
+// within peerTTL sends no wake-ups (one node alone pays nothing for them).
 
 // notifyPayload is the payload of the notification "items of queue id may
 // be ready", which listen dispatches. The transactional-enqueue function
@@ -58,6 +58,9 @@ type notifier struct {
 	pending map[uint64]struct{}
 	// hello says to send this node's hello with the next statement.
 	hello bool
+	// peers holds when each other node's hello was last heard (Unix ns),
+	// guarded by mu, for peerTTL.
+	peers map[string]int64
 	// peerSeen is when another node's hello was last heard (Unix ns; 0:
 	// never).
 	peerSeen atomic.Int64
@@ -69,7 +72,7 @@ type notifier struct {
 }
 
 func newNotifier(m *Manager) *notifier {
-	return &notifier{m: m, kick: make(chan struct{}, 1), pending: map[uint64]struct{}{}}
+	return &notifier{m: m, kick: make(chan struct{}, 1), pending: map[uint64]struct{}{}, peers: map[string]int64{}}
 }
 
 // wake wakes the loops of queues ids, on this node at once and on the other
@@ -109,14 +112,25 @@ func (n *notifier) sayHello() {
 }
 
 // heard records a hello: from another node, it keeps the wake-ups on, and
-// one that had not been heard from (or not for peerTTL) is answered with
-// this node's hello.
+// a node not heard from within peerTTL (a new one, or one restarted under a
+// new name) is answered with this node's hello, so that it notifies this
+// node from then on.
 func (n *notifier) heard(node string) {
 	if node == n.m.node {
 		return
 	}
 	now := time.Now().UnixNano()
-	if old := n.peerSeen.Swap(now); now-old > int64(peerHello) {
+	n.peerSeen.Store(now)
+	n.mu.Lock()
+	last, known := n.peers[node]
+	n.peers[node] = now
+	for p, at := range n.peers {
+		if now-at > int64(peerTTL) {
+			delete(n.peers, p)
+		}
+	}
+	n.mu.Unlock()
+	if !known || now-last > int64(peerTTL) {
 		n.sayHello()
 	}
 }
