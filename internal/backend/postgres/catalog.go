@@ -103,9 +103,7 @@ func OpenStore(ctx context.Context, url string, maxConns int32) (*Store, error) 
 		pool.Close()
 		return nil, fmt.Errorf("postgres: %w", err)
 	}
-	h := fnv.New32a()
-	h.Write([]byte(schema))
-	st.pool, st.channel = pool, fmt.Sprintf("styx_%08x", h.Sum32())
+	st.pool, st.channel = pool, schemaChannel(schema)
 	return st, nil
 }
 
@@ -457,4 +455,12 @@ func decodeErrors(lastError string, b []byte) (queue.ItemErrors, error) {
 		}
 	}
 	return h, nil
+}
+
+// schemaChannel is the NOTIFY channel of a schema: Store.channel, and the
+// one the transactional-enqueue function notifies (produceRules).
+func schemaChannel(schema string) string {
+	h := fnv.New32a()
+	h.Write([]byte(schema))
+	return fmt.Sprintf("styx_%08x", h.Sum32())
 }

@@ -41,10 +41,13 @@ var errCommitLocalOnly = errors.New("commit outcome unknown: PostgreSQL committe
 // commitTx may run on any goroutine, for any number of transactions at
 // once: what it watches is the transaction's own connection (commitWatch).
 func commitTx(ctx context.Context, tx pgx.Tx, op string) error {
-	w := watchCommit(tx)
+	var w *commitWatch
+	if conn := tx.Conn(); conn != nil && conn.PgConn() != nil {
+		w = watchCommit(conn.PgConn())
+	}
 	err := tx.Commit(ctx)
-	if n := w.end(); n != nil {
-		return store.Unavailable("postgres: "+op, fmt.Errorf("%w: %s (%s)", errCommitLocalOnly, n.Message, n.Code))
+	if err := w.end(op); err != nil {
+		return err
 	}
 	if err == nil || errors.Is(err, pgx.ErrTxCommitRollback) {
 		return err
@@ -69,12 +72,10 @@ func execCommitted(ctx context.Context, pool *pgxpool.Pool, op, sql string, args
 		return pgconn.CommandTag{}, err
 	}
 	defer conn.Release()
-	w := &commitWatch{}
-	w.armed.Store(true)
-	conn.Conn().PgConn().CustomData()[commitWatchKey] = w
+	w := watchCommit(conn.Conn().PgConn())
 	tag, err := conn.Exec(ctx, sql, args...)
-	if n := w.end(); n != nil {
-		return tag, store.Unavailable("postgres: "+op, fmt.Errorf("%w: %s (%s)", errCommitLocalOnly, n.Message, n.Code))
+	if err := w.end(op); err != nil {
+		return tag, err
 	}
 	return tag, err
 }
@@ -100,27 +101,26 @@ type commitWatch struct {
 	notice atomic.Pointer[pgconn.Notice]
 }
 
-// watchCommit makes the watch of the COMMIT about to run on tx's
-// connection; nil when tx has none.
-func watchCommit(tx pgx.Tx) *commitWatch {
-	conn := tx.Conn()
-	if conn == nil || conn.PgConn() == nil {
-		return nil
-	}
+// watchCommit makes the watch of the COMMIT about to run on pc.
+func watchCommit(pc *pgconn.PgConn) *commitWatch {
 	w := &commitWatch{}
 	w.armed.Store(true)
-	conn.PgConn().CustomData()[commitWatchKey] = w
+	pc.CustomData()[commitWatchKey] = w
 	return w
 }
 
-// end disarms w and returns the notice that made the COMMIT's outcome
-// unknown, nil when none came (or w is nil).
-func (w *commitWatch) end() *pgconn.Notice {
+// end disarms w and returns the error of op's COMMIT when a notice made its
+// outcome unknown (store.ErrUnavailable, errCommitLocalOnly); nil when none
+// came (or w is nil).
+func (w *commitWatch) end(op string) error {
 	if w == nil {
 		return nil
 	}
 	w.armed.Store(false)
-	return w.notice.Swap(nil)
+	if n := w.notice.Swap(nil); n != nil {
+		return store.Unavailable("postgres: "+op, fmt.Errorf("%w: %s (%s)", errCommitLocalOnly, n.Message, n.Code))
+	}
+	return nil
 }
 
 // onNotice is the pool's pgconn.Config.OnNotice: while a COMMIT is watched

@@ -161,10 +161,7 @@ func (t *pipelinedTx) Commit(ctx context.Context) error {
 	if !t.begun {
 		return nil // nothing was sent: nothing to commit
 	}
-	b := &pgx.Batch{}
-	for _, q := range t.deferred.QueuedQueries {
-		b.Queue(q.SQL, q.Arguments...)
-	}
+	b := t.batch() // the deferred writes (BEGIN was sent or is among them)
 	b.Queue("COMMIT")
 	tag, err := t.execBatch(ctx, b)
 	if err == nil && tag.String() == "ROLLBACK" {

@@ -4,7 +4,6 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
-	"hash/fnv"
 	"strings"
 	"sync"
 	"unicode/utf8"
@@ -419,14 +418,6 @@ func writeProduceRules(ctx context.Context, tx pgx.Tx) error {
 	_, err = tx.Exec(ctx, `INSERT INTO styx_settings AS s (name, value) VALUES ('produce', $1::jsonb)
 		ON CONFLICT (name) DO UPDATE SET value = EXCLUDED.value WHERE s.value IS DISTINCT FROM EXCLUDED.value`, string(b))
 	return err
-}
-
-// schemaChannel is the NOTIFY channel of a schema: the one OpenStore sets
-// as Store.channel (TestProduceRulesChannel checks they agree).
-func schemaChannel(schema string) string {
-	h := fnv.New32a()
-	h.Write([]byte(schema))
-	return fmt.Sprintf("styx_%08x", h.Sum32())
 }
 
 // hiddenClass returns a bracket expression of PostgreSQL's regular
