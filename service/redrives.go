@@ -52,7 +52,7 @@ func (s *Service) task(ctx context.Context, id, path string) (redrive.Task, erro
 	if err != nil {
 		return redrive.Task{}, err
 	}
-	if err := auth.CheckContext(ctx, path, t.Queue); err != nil {
+	if err := auth.Authorize(ctx, auth.Access{Op: path, Queues: []string{t.Queue}}); err != nil {
 		return redrive.Task{}, err
 	}
 	return t, nil

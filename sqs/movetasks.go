@@ -287,7 +287,9 @@ func (h *Handler) cancelMessageMoveTask(ctx context.Context, r *request) (any, e
 	if err != nil {
 		return nil, &Error{Type: "ResourceNotFoundException", Status: http.StatusNotFound, Message: "The task handle does not name a message move task."}
 	}
-	if err := auth.CheckContext(ctx, "/v1/redrives.cancel", t.Queue); err != nil {
+	// The task's dead-letter queue, known once the task is found, by the
+	// same rule (CancelMessageMoveTask follows /v1/redrives.cancel).
+	if err := h.allow(ctx, t.Queue); err != nil {
 		return nil, err
 	}
 	if moveStatus[t.Status] != "RUNNING" {

@@ -35,22 +35,32 @@ var actionPaths = map[string]string{
 	"CancelMessageMoveTask":        "/v1/redrives.cancel",
 }
 
-type pathKey struct{}
+// accessKey is the context key of the Access of the call being served
+// (Serve puts Call.Access there).
+type accessKey struct{}
 
-// allow checks the request's key (none without --auth) against the scope
-// of the action's /v1 call and the queues named, before anything is looked
-// up (so the answer never tells whether a queue exists).
+// Access returns the call as the access rule of internal/auth sees it: the
+// /v1 call whose scope and queue rules it follows, named by its action in
+// a refusal (a 403 says "which SendMessage needs"). The pipeline checks it
+// before Serve (the scope); each action adds the queues its input names
+// (allow).
+func (c *Call) Access() auth.Access { return auth.Access{Op: c.Op, Call: c.Action} }
+
+// allow checks the request's key (none without --auth) by the access rule
+// (auth.Authorize) on the queues the action names, before anything is
+// looked up (so the answer never tells whether a queue exists). The action
+// only translates: which queues; the rule is internal/auth's.
 func (h *Handler) allow(ctx context.Context, queues ...string) error {
 	if len(queues) > 0 {
 		// The first queue an action names is the one it acts on, for the
 		// pipeline's audit line.
 		audit.From(ctx).SetQueue(queues[0])
 	}
-	path, _ := ctx.Value(pathKey{}).(string)
-	if path == "" {
-		path = "/v1/queues.create" // an action without a mapping needs admin
+	a, ok := ctx.Value(accessKey{}).(auth.Access)
+	if !ok {
+		a = auth.Access{Op: "/v1/queues.create"} // an action without a mapping needs admin
 	}
-	return auth.CheckContext(ctx, path, queues...)
+	return auth.Authorize(ctx, a.On(queues...))
 }
 
 // clip shortens s for an error message.

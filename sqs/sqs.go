@@ -251,7 +251,7 @@ func (h *Handler) Parse(r *http.Request, body []byte) (*Call, error) {
 func (h *Handler) Serve(w http.ResponseWriter, r *http.Request, c *Call) {
 	requestID := newMessageID()
 	w.Header().Set("x-amzn-RequestId", requestID)
-	ctx := context.WithValue(r.Context(), pathKey{}, c.Op)
+	ctx := context.WithValue(r.Context(), accessKey{}, c.Access())
 	out, err := h.actions[c.Action](ctx, &request{http: r, body: c.in})
 	if err != nil {
 		h.failCall(w, r, c.query, requestID, err)

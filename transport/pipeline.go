@@ -273,7 +273,7 @@ func (h *Handler) serveSQS(w *statusWriter, r *http.Request, rec *audit.Record, 
 			fail(err)
 			return
 		}
-		if err := p.Check(call.Op); err != nil {
+		if err := p.Authorize(call.Access()); err != nil {
 			fail(err)
 			return
 		}
@@ -540,7 +540,7 @@ func (h *Handler) authenticate(r *http.Request, op string) (*auth.Principal, err
 	if err != nil {
 		return nil, err
 	}
-	if err := p.Check(op); err != nil {
+	if err := p.Authorize(auth.Access{Op: op}); err != nil {
 		return nil, err
 	}
 	return p, nil

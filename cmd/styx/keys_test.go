@@ -103,7 +103,7 @@ func TestKeysCommands(t *testing.T) {
 
 	_, _, err = c.run("produce", "billing", "x", "--api-key", worker)
 	require.Error(t, err)
-	require.Contains(t, errorLine(err), "forbidden; key 'orders-worker' has scope 'produce' only for queues 'orders*', not for 'billing' (code 403 forbidden)")
+	require.Contains(t, errorLine(err), "forbidden; key 'orders-worker' has scope 'produce' only for queues 'orders*', not for 'billing', which /v1/queue.produce needs (code 403 forbidden)")
 
 	// A redrive records the key that started it; redrives list and show
 	// name it.

@@ -1,8 +1,7 @@
 // Package auth is Styx's access control: API keys (generation, hashing,
 // storage through store.KeyStore), the parsing of the Authorization header,
-// scopes, queue-name patterns, and the check transport runs on every /v1
-// call and on /metrics before it decodes the request's queue into anything
-// (docs/security.md).
+// scopes, queue-name patterns, and the one access rule every door calls
+// (Authorize, access.go) before it looks anything up (docs/security.md).
 //
 // A key string is "styx_<id>_<secret>": id is 16 hex digits (64 random bits,
 // public, the lookup index), secret 64 hex digits (256 random bits). The
@@ -240,31 +239,6 @@ func (p *Principal) Covers(queue string) bool {
 		}
 	}
 	return false
-}
-
-// Check returns nil when p may make the call at path on queues, or an
-// apierr.Forbidden naming the scope that is missing. It looks nothing up,
-// so its answer never depends on whether a queue exists. Empty names in
-// queues are skipped (the service rejects them as 400 afterwards).
-func (p *Principal) Check(path string, queues ...string) error {
-	s, ok := ScopeOf(path)
-	if !ok {
-		s = Admin
-	}
-	if !p.Has(s) {
-		return apierr.New(apierr.Forbidden, "forbidden; key '%s' lacks scope '%s', which %s needs", p.Name, s, path)
-	}
-	if wholeServer[path] && len(p.Queues) > 0 {
-		return apierr.New(apierr.Forbidden, "forbidden; key '%s' has scope '%s' only for queues '%s'; %s needs it for every queue",
-			p.Name, s, strings.Join(p.Queues, ","), path)
-	}
-	for _, q := range queues {
-		if q != "" && !p.Covers(q) {
-			return apierr.New(apierr.Forbidden, "forbidden; key '%s' has scope '%s' only for queues '%s', not for '%s'",
-				p.Name, s, strings.Join(p.Queues, ","), clip(q))
-		}
-	}
-	return nil
 }
 
 // Match reports whether name matches pattern, in which '*' matches any run

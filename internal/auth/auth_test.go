@@ -140,22 +140,23 @@ func FuzzParseAuthorization(f *testing.F) {
 	})
 }
 
-func TestCheck(t *testing.T) {
+func TestAuthorize(t *testing.T) {
 	p := &auth.Principal{Name: "w", Scopes: []auth.Scope{auth.Produce, auth.Read}, Queues: []string{"orders*"}}
-	require.NoError(t, p.Check("/v1/queue.produce", "orders-eu"))
-	require.NoError(t, p.Check("/v1/queue.stats", "orders"))
-	require.NoError(t, p.Check("/v1/queue.produce", ""), "an empty name is the service's 400")
-	err := p.Check("/v1/queue.lease", "orders")
+	on := func(op string, queues ...string) auth.Access { return auth.Access{Op: op, Queues: queues} }
+	require.NoError(t, p.Authorize(on("/v1/queue.produce", "orders-eu")))
+	require.NoError(t, p.Authorize(on("/v1/queue.stats", "orders")))
+	require.NoError(t, p.Authorize(on("/v1/queue.produce", "")), "an empty name is the service's 400")
+	err := p.Authorize(on("/v1/queue.lease", "orders"))
 	require.EqualError(t, err, "forbidden; key 'w' lacks scope 'consume', which /v1/queue.lease needs")
-	err = p.Check("/v1/queue.produce", "billing")
-	require.EqualError(t, err, "forbidden; key 'w' has scope 'produce' only for queues 'orders*', not for 'billing'")
-	require.Error(t, p.Check(auth.PathMetrics), "metrics cover every queue")
-	require.NoError(t, (&auth.Principal{Name: "r", Scopes: []auth.Scope{auth.Read}}).Check(auth.PathMetrics))
+	err = p.Authorize(on("/v1/queue.produce", "billing"))
+	require.EqualError(t, err, "forbidden; key 'w' has scope 'produce' only for queues 'orders*', not for 'billing', which /v1/queue.produce needs")
+	require.Error(t, p.Authorize(on(auth.PathMetrics)), "metrics cover every queue")
+	require.NoError(t, (&auth.Principal{Name: "r", Scopes: []auth.Scope{auth.Read}}).Authorize(on(auth.PathMetrics)))
 	admin := &auth.Principal{Name: "a", Scopes: []auth.Scope{auth.Admin}}
 	for _, s := range auth.Scopes {
 		require.True(t, admin.Has(s))
 	}
-	require.NoError(t, admin.Check("/v1/keys.create"))
+	require.NoError(t, admin.Authorize(on("/v1/keys.create")))
 	require.True(t, auth.Public("/health"))
 	require.True(t, auth.Public("/ui/app.js"))
 	require.False(t, auth.Public("/v1/queues.list"))

@@ -10,17 +10,6 @@ import (
 // The request's key and the queues it covers: what every door asks of the
 // principal in a request's context (FromContext), written once.
 
-// CheckContext returns nil without --auth (no principal in ctx), and else
-// the principal's Check of the call at path on queues: apierr.Forbidden
-// naming the missing scope or the first queue the key does not cover. It
-// looks nothing up, so its answer never depends on whether a queue exists.
-func CheckContext(ctx context.Context, path string, queues ...string) error {
-	if p := FromContext(ctx); p != nil {
-		return p.Check(path, queues...)
-	}
-	return nil
-}
-
 // KeyQueues returns the queue patterns of the request's key: none without
 // --auth or for a key of every queue. A redrive task records them
 // (redrive.StartParams.KeyQueues), so that it moves items only into queues
