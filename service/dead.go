@@ -218,7 +218,7 @@ func (s *Service) DeadGroups(ctx context.Context, req *pb.DeadGroupsRequest) (*p
 	case limit < 0 || limit > MaxGroups:
 		return nil, invalid("limit", "%d is out of range 0..%d", req.Limit, MaxGroups)
 	}
-	g, err := shownGroups(ctx, l, queue.GroupFilter{SourceQueue: f.SourceQueue, Reason: f.Reason, Fingerprint: f.Fingerprint}, limit)
+	g, err := shownGroups(ctx, l, queue.ErrorGroupFilter{SourceQueue: f.SourceQueue, Reason: f.Reason, Fingerprint: f.Fingerprint}, limit)
 	if err != nil {
 		return nil, err
 	}
@@ -239,14 +239,14 @@ func (s *Service) DeadGroups(ctx context.Context, req *pb.DeadGroupsRequest) (*p
 // TotalGroups counts them so. For a key limited to some queues it reads
 // every group that matches f (their samples too) when there are more than
 // limit: a group beyond the limit may merge with one within it.
-func shownGroups(ctx context.Context, l queue.Queue, f queue.GroupFilter, limit int) (queue.Groups, error) {
-	g, err := l.Groups(ctx, f, limit)
+func shownGroups(ctx context.Context, l queue.Queue, f queue.ErrorGroupFilter, limit int) (queue.ErrorGroups, error) {
+	g, err := l.ErrorGroups(ctx, f, limit)
 	if err != nil || !auth.Hides(ctx) {
 		return g, err
 	}
 	// The groups may change between the reads: read until one holds them all.
 	for tries := 0; g.TotalGroups > len(g.Groups) && tries < 3; tries++ {
-		if g, err = l.Groups(ctx, f, g.TotalGroups+16); err != nil {
+		if g, err = l.ErrorGroups(ctx, f, g.TotalGroups+16); err != nil {
 			return g, err
 		}
 	}

@@ -97,17 +97,17 @@ func Hides(ctx context.Context) bool {
 // and fingerprint merged into one (so the key cannot tell how many queues
 // it does not cover send such items): counts summed, the earliest
 // first_dead_at and the latest last_dead_at, the sample of the group with
-// the lowest sample id. The result is ordered as queue.Groups: largest
+// the lowest sample id. The result is ordered as queue.ErrorGroups: largest
 // first, ties by source queue, reason, fingerprint. It returns groups
 // itself when Hides is false, a new slice otherwise. A caller that merges
 // part of a queue's groups merges part of them: to count the groups an
 // answer shows (dead.groups' total_groups), pass them all.
-func ShownGroups(ctx context.Context, groups []queue.DeadGroup) []queue.DeadGroup {
+func ShownGroups(ctx context.Context, groups []queue.ErrorGroup) []queue.ErrorGroup {
 	if !Hides(ctx) {
 		return groups
 	}
 	type key struct{ source, reason, fingerprint string }
-	var out []queue.DeadGroup
+	var out []queue.ErrorGroup
 	at := make(map[key]int, len(groups))
 	for _, g := range groups {
 		g.SourceQueue = ShownQueue(ctx, g.SourceQueue)
@@ -130,7 +130,7 @@ func ShownGroups(ctx context.Context, groups []queue.DeadGroup) []queue.DeadGrou
 			m.SampleID, m.SampleError, m.Pattern = g.SampleID, g.SampleError, g.Pattern
 		}
 	}
-	slices.SortStableFunc(out, func(a, b queue.DeadGroup) int {
+	slices.SortStableFunc(out, func(a, b queue.ErrorGroup) int {
 		return cmp.Or(cmp.Compare(b.Count, a.Count), cmp.Compare(a.SourceQueue, b.SourceQueue),
 			cmp.Compare(a.Reason, b.Reason), cmp.Compare(a.Fingerprint, b.Fingerprint))
 	})

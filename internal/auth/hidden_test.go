@@ -76,13 +76,13 @@ func TestHiddenText(t *testing.T) {
 func TestHiddenGroups(t *testing.T) {
 	limited := auth.WithPrincipal(context.Background(), &auth.Principal{Name: "k", Scopes: []auth.Scope{auth.Admin}, Queues: []string{"orders*"}})
 	t0 := time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC)
-	groups := []queue.DeadGroup{
+	groups := []queue.ErrorGroup{
 		{SourceQueue: "orders", Reason: "explicit", Fingerprint: "a", Count: 3, SampleID: 5, SampleError: "o", FirstDeadAt: t0, LastDeadAt: t0.Add(3)},
 		{SourceQueue: "hr", Reason: "explicit", Fingerprint: "a", Count: 2, SampleID: 9, SampleError: "h", FirstDeadAt: t0.Add(1), LastDeadAt: t0.Add(9)},
 		{SourceQueue: "payroll", Reason: "explicit", Fingerprint: "a", Count: 2, SampleID: 7, SampleError: "p", FirstDeadAt: t0.Add(2), LastDeadAt: t0.Add(4)},
 		{SourceQueue: "payroll", Reason: "expired", Fingerprint: "a", Count: 1, SampleID: 8, SampleError: "e", FirstDeadAt: t0, LastDeadAt: t0},
 	}
-	require.Equal(t, []queue.DeadGroup{
+	require.Equal(t, []queue.ErrorGroup{
 		{SourceQueue: auth.HiddenQueue, Reason: "explicit", Fingerprint: "a", Count: 4, SampleID: 7, SampleError: "p", FirstDeadAt: t0.Add(1), LastDeadAt: t0.Add(9)},
 		{SourceQueue: "orders", Reason: "explicit", Fingerprint: "a", Count: 3, SampleID: 5, SampleError: "o", FirstDeadAt: t0, LastDeadAt: t0.Add(3)},
 		{SourceQueue: auth.HiddenQueue, Reason: "expired", Fingerprint: "a", Count: 1, SampleID: 8, SampleError: "e", FirstDeadAt: t0, LastDeadAt: t0},

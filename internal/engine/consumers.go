@@ -2,7 +2,6 @@ package engine
 
 import (
 	"cmp"
-	"context"
 	"slices"
 	"sync"
 	"time"
@@ -257,11 +256,4 @@ func (cs *Consumers) Verify(checked []ItemKey, live map[ItemKey]int64) {
 			delete(cs.links, k)
 		}
 	}
-}
-
-// Consumers returns the queue's consumers as this loop recorded them
-// (Consumers.Snapshot at the loop clock's now): every consumer of the
-// queue on the embedded backends, this node's on PostgreSQL.
-func (e *Engine) Consumers(context.Context) ([]queue.Consumer, error) {
-	return e.Loop.Consumers.Snapshot(e.Loop.clock.Now()), nil
 }

@@ -1,9 +1,15 @@
 package engine
 
-import "github.com/styxq/styx/internal/queue"
+import (
+	"context"
+
+	"github.com/styxq/styx/internal/queue"
+)
 
 // The engine's contract: what a backend implements so that the engine can
-// run a queue on it (ADR 0014). The backend gives each iteration a Tx, the
+// run a queue on it (ADR 0014, ADR 0019). It has two halves: the write
+// half, Tx, which runs in the loop, and the read half, Reads, which does
+// not. The backend gives each iteration a Tx, the
 // decision-level storage contract: it reads the items the rules need and
 // stores what the engine decided (the embedded backends from their
 // in-memory index and one batch write, PostgreSQL with statements in one
@@ -123,6 +129,26 @@ type Tx interface {
 	// checked the partition. An unknown id is apierr.NotFound, a leased item
 	// apierr.Conflict; edit's error is returned as it is, nothing changed.
 	Edit(ref queue.ItemRef, edit func(*queue.Item) error) (queue.Item, error)
+	// Stats describes the queue as this iteration sees it (queue.Stats;
+	// the engine sets LeaseWaiting): the embedded backends from the loop's
+	// bookkeeping, PostgreSQL from its count tables in the iteration's
+	// transaction.
+	Stats() (queue.Stats, error)
+	// Scheduled lists a page of partition p.Partition's scheduled items
+	// (queue.Queue.ListPage with p.Scheduled): which items are scheduled
+	// is the loop's state on the embedded backends. The engine checked the
+	// partition.
+	Scheduled(p queue.ListParams) ([]queue.Item, error)
+	// ErrorGroups returns the error groups of the queue's dead items that
+	// f selects, largest first, at most limit (>= 1), with their sample
+	// errors and patterns (queue.Queue.ErrorGroups).
+	ErrorGroups(f queue.ErrorGroupFilter, limit int) (queue.ErrorGroups, error)
+	// Reload rebuilds the backend's state from storage once this iteration
+	// is stored (its pending writes would be lost by a reload before), and
+	// then calls done, in the loop, with the reload's outcome: nil, or the
+	// storage failure, or the error of apierr NotFound when the queue is
+	// gone. PostgreSQL holds no state to rebuild: it checks the queue.
+	Reload(done func(error))
 	// Commit stores the iteration (err nil) or drops it (err: a storage
 	// failure; the backend rolls back or reloads) and answers replies, in
 	// order: each with its own error if it has one, else with err, else
@@ -131,6 +157,26 @@ type Tx interface {
 	// answers every waiting lease with the failure (Waiters.Fail), as the
 	// client-facing error it makes of it (453).
 	Commit(replies []Reply, err error)
+}
+
+// Reads is a backend's read half (ADR 0019): reads of committed state
+// made on the caller's goroutine, never in the loop, so a long page or a
+// slow scan does not hold up the queue's requests. What they return is a
+// snapshot of storage: an iteration in progress is not in it. The reads
+// that need the loop's state are Tx's (Stats, Scheduled, ErrorGroups).
+type Reads interface {
+	// Page lists a page of partition p.Partition's items that are not
+	// scheduled (ready, leased, dead), with ids above p.After, in id
+	// order, bounded by p.Limit and p.MaxBytes (queue.Queue.ListPage with
+	// p.Scheduled false). A partition the queue does not have lists none.
+	Page(ctx context.Context, p queue.ListParams) ([]queue.Item, error)
+	// Scan reads the queue's items that f selects in id order across its
+	// partitions (queue.Scan; queue.Queue.Scan).
+	Scan(ctx context.Context, partitions int32, f *queue.DeadFilter, p queue.ScanParams) ([]queue.Item, uint64, error)
+	// Consumers returns the queue's consumers given own, those this node's
+	// loop recorded (Consumers.Snapshot): own on the embedded backends;
+	// PostgreSQL merges those the other live nodes wrote.
+	Consumers(ctx context.Context, own []queue.Consumer) ([]queue.Consumer, error)
 }
 
 // Locker is implemented by a Tx that must prepare the items an iteration's
@@ -193,23 +239,25 @@ type Reply struct {
 
 // Op is what a request asks of its queue's loop: one of the engine's
 // operations, which the Engine's methods build and Iterate runs over the
-// Tx, or a backend's own (Local). The set is closed: a type outside this
-// package is an Op only by embedding LocalOp.
+// Tx, or a backend's housekeeping (Housekeeping). The set is closed: a
+// type outside this package is an Op only by embedding HousekeepingOp.
 type Op interface{ isOp() }
 
-// Local is a backend's own request (the embedded backend's statistics,
-// configuration, reload and dead-letter moves; a contract test's steps:
-// Engine.Do): Iterate runs it in arrival order with the others, on the
-// iteration's Tx, and knows nothing else of it. Its result goes into the
-// op itself. Run's apierr error is the client's (it answers the request,
-// nothing changed); another fails the iteration; answered says Run has
-// taken the answer on itself (it answers r later, once, via r.Answer).
-type Local interface {
+// Housekeeping is a backend's own work in its loop, never an API call: the
+// embedded backends' dead-letter moves (ADR 0003), the held-group checker
+// and the metrics gauges. Iterate runs it in arrival order with the other
+// requests, in the iteration the backend began (the backend reaches its
+// own state directly: the op runs on the loop goroutine), and knows
+// nothing else of it. Its result goes into the op itself. Run's apierr
+// error is the requester's (nothing changed); another fails the
+// iteration; answered says Run has taken the answer on itself (it answers
+// r later, once, via r.Answer).
+type Housekeeping interface {
 	Op
-	Run(tx Tx, now int64, r *Request) (answered bool, err error)
+	Run(now int64, r *Request) (answered bool, err error)
 }
 
-// LocalOp, embedded in a backend's request type, makes it an Op.
-type LocalOp struct{}
+// HousekeepingOp, embedded in a backend's request type, makes it an Op.
+type HousekeepingOp struct{}
 
-func (LocalOp) isOp() {}
+func (HousekeepingOp) isOp() {}

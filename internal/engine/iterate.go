@@ -106,8 +106,8 @@ func (e *Engine) iterate(it *pass, reqs []*Request, lifecycle bool) error {
 		}, it.info.Ordered)
 }
 
-// noReply marks a request the backend answers itself (Local.Run's
-// answered) or whose reply Retry already queued.
+// noReply marks a request the backend answers itself (Housekeeping.Run's
+// answered, Tx.Reload's done) or whose reply Retry already queued.
 const noReply ReplyMode = 255
 
 // handle runs one request: its result goes into its op, and the mode says
@@ -135,8 +135,18 @@ func (e *Engine) handle(it *pass, r *Request) (ReplyMode, error) {
 		return e.handleClear(it, op)
 	case *editOp:
 		return e.handleEdit(it, op)
-	case Local:
-		return e.handleLocal(it, r, op)
+	case *statsOp:
+		return e.handleStats(it, op)
+	case *scheduledOp:
+		return e.handleScheduled(it, op)
+	case *errorGroupsOp:
+		return e.handleErrorGroups(it, op)
+	case *reloadOp:
+		return e.handleReload(it, r)
+	case *doOp:
+		return Durable, op.f(it.tx, it.now)
+	case Housekeeping:
+		return e.handleHousekeeping(it, r, op)
 	}
 	return 0, fmt.Errorf("queue '%s': unknown request %T", it.info.Name, r.Op)
 }
@@ -290,10 +300,10 @@ func (e *Engine) handleEdit(it *pass, op *editOp) (ReplyMode, error) {
 	return Durable, err
 }
 
-// handleLocal runs a backend's own request (Local): noReply when Run
-// answered r itself.
-func (e *Engine) handleLocal(it *pass, r *Request, op Local) (ReplyMode, error) {
-	answered, err := op.Run(it.tx, it.now, r)
+// handleHousekeeping runs a backend's own work (Housekeeping): noReply
+// when Run answered r itself.
+func (e *Engine) handleHousekeeping(it *pass, r *Request, op Housekeeping) (ReplyMode, error) {
+	answered, err := op.Run(it.now, r)
 	// A backend's own request may change the ready counts in ways the
 	// engine does not follow.
 	it.ready = nil

@@ -45,12 +45,12 @@ func (b *heldBackend) Begin(_ int64, reqs []*Request, _ bool) (Tx, []*Request, b
 // testOp is a request of the loop tests: name is what it asks, out what the
 // backend answered.
 type testOp struct {
-	LocalOp
+	HousekeepingOp
 	name, out string
 }
 
-// Run implements Local (unused: the test backends answer it themselves).
-func (*testOp) Run(Tx, int64, *Request) (bool, error) { return false, nil }
+// Run implements Housekeeping (unused: the test backends answer it themselves).
+func (*testOp) Run(int64, *Request) (bool, error) { return false, nil }
 
 // offered is a request handed to the loop with its own answer channel.
 type offered struct {

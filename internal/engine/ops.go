@@ -52,7 +52,6 @@ type (
 	}
 	// doOp runs f (Engine.Do).
 	doOp struct {
-		LocalOp
 		ids []uint64
 		f   func(tx Tx, now int64) error
 	}
@@ -68,15 +67,16 @@ func (*receivedOp) isOp() {}
 func (*clearOp) isOp()    {}
 func (*redriveOp) isOp()  {}
 func (*editOp) isOp()     {}
-
-// Run implements Local.
-func (op *doOp) Run(tx Tx, now int64, _ *Request) (bool, error) { return false, op.f(tx, now) }
+func (*doOp) isOp()       {}
 
 // Engine is the request side of a queue, the same on every backend: the
 // Queue methods that run in the loop, and the iteration (Iterate). A
 // backend embeds it and gives each iteration a Tx.
 type Engine struct {
 	Loop *Loop
+	// Reads is the backend's read half (contract.go), set by the backend
+	// before the first call.
+	Reads Reads
 	// Admit, when set (by a backend whose store can refuse writes:
 	// store.Guard), is asked before each call that writes, with inserts
 	// true for the calls that add items (produce, import, a redrive into

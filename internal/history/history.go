@@ -296,7 +296,7 @@ func (r *Recorder) sampleQueue(ctx context.Context, info queue.QueueInfo, isDLQ 
 	var groups map[string]int64
 	var patterns map[string]string
 	if isDLQ {
-		if g, err := l.Groups(ctx, queue.GroupFilter{}, maxGroups); err == nil {
+		if g, err := l.ErrorGroups(ctx, queue.ErrorGroupFilter{}, maxGroups); err == nil {
 			groups, patterns = map[string]int64{}, map[string]string{}
 			for _, x := range g.Groups {
 				groups[x.Fingerprint] += x.Count

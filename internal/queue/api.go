@@ -69,9 +69,9 @@ type Queue interface {
 	TakeRedriven(ctx context.Context, items []RedriveItem) error
 	// EditDead changes a dead item at rest (see engine.Engine.EditDead).
 	EditDead(ctx context.Context, ref ItemRef, edit func(*Item) error) (Item, error)
-	// Groups returns the error groups of the dead items the queue holds
-	// (see Logical.Groups).
-	Groups(ctx context.Context, f GroupFilter, limit int) (Groups, error)
+	// ErrorGroups returns the error groups of the dead items the queue
+	// holds (see engine.Engine.ErrorGroups).
+	ErrorGroups(ctx context.Context, f ErrorGroupFilter, limit int) (ErrorGroups, error)
 	Pending() int
 }
 

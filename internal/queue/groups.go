@@ -2,16 +2,17 @@ package queue
 
 import "time"
 
-// GroupFilter selects error groups: every set field must match.
-type GroupFilter struct {
+// ErrorGroupFilter selects error groups: every set field must match.
+type ErrorGroupFilter struct {
 	SourceQueue string
 	Reason      string
 	Fingerprint string
 }
 
-// DeadGroup is the dead items of one source queue, dead reason and error
-// fingerprint. (Wire: DeadGroup.)
-type DeadGroup struct {
+// ErrorGroup is an error group: the dead items of one source queue, dead
+// reason and error fingerprint (not an item group: see docs/CONTEXT.md).
+// (Wire: DeadGroup.)
+type ErrorGroup struct {
 	SourceQueue string
 	Reason      string
 	// Fingerprint is the fingerprint of the items' last error
@@ -30,11 +31,11 @@ type DeadGroup struct {
 	SampleID uint64
 }
 
-// Groups is the answer to a Groups call.
-type Groups struct {
+// ErrorGroups is the answer to an ErrorGroups call.
+type ErrorGroups struct {
 	// Groups are the largest groups first (ties by source queue, reason,
 	// fingerprint), at most the limit asked for.
-	Groups []DeadGroup
+	Groups []ErrorGroup
 	// TotalGroups and TotalItems count every group that matches the filter
 	// and their items.
 	TotalGroups int

@@ -109,7 +109,7 @@ func (r *Runner) Start(ctx context.Context, p StartParams) (Task, error) {
 		ByQueue: map[string]*Counts{}, StartedAt: now,
 	}
 	if f := p.Filter.Fingerprint; f != "" {
-		if g, err := dlq.Groups(ctx, queue.GroupFilter{Fingerprint: f, SourceQueue: p.Filter.SourceQueue, Reason: p.Filter.Reason}, 1); err == nil && len(g.Groups) > 0 {
+		if g, err := dlq.ErrorGroups(ctx, queue.ErrorGroupFilter{Fingerprint: f, SourceQueue: p.Filter.SourceQueue, Reason: p.Filter.Reason}, 1); err == nil && len(g.Groups) > 0 {
 			t.ErrorPattern = g.Groups[0].Pattern
 		}
 	}

@@ -26,9 +26,10 @@ func scanChunkBytes(partitions int32) int {
 	return max(1, scanBytes/int(max(partitions, 1)))
 }
 
-// Scan implements queue.Queue (queue.Scan) straight from storage, holding
+// Scan implements engine.Reads (queue.Scan) straight from storage, holding
 // at most one chunk per partition in memory at a time.
-func (l *Logical) Scan(ctx context.Context, partitions int32, f *queue.DeadFilter, p queue.ScanParams) ([]queue.Item, uint64, error) {
+func (r reads) Scan(ctx context.Context, partitions int32, f *queue.DeadFilter, p queue.ScanParams) ([]queue.Item, uint64, error) {
+	l := r.l
 	return queue.Scan(f, p, func(ids []uint64) iter.Seq2[queue.Item, error] {
 		return l.byID(ctx, partitions, ids)
 	}, func(after uint64) iter.Seq2[queue.Item, error] {

@@ -229,6 +229,7 @@ func (l *Logical) resumeMoves(now int64) {
 
 // offer hands a move to this (dead-letter) queue's loop without blocking.
 func (l *Logical) offer(op *deadLetterOp) bool {
+	op.to = l
 	return l.Loop.Offer(op)
 }
 

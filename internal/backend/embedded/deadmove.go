@@ -28,7 +28,9 @@ type deadItem struct {
 // queue sends the outcome to result, which the source owns, and wakes the
 // source's loop.
 type deadLetterOp struct {
-	engine.LocalOp
+	engine.HousekeepingOp
+	// to is the dead-letter queue (offer sets it).
+	to     *Logical
 	source string
 	items  []deadItem
 	result chan<- moveResult

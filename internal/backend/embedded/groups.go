@@ -6,7 +6,6 @@ import (
 	"fmt"
 	"slices"
 
-	"github.com/styxq/styx/internal/engine"
 	"github.com/styxq/styx/internal/fingerprint"
 	"github.com/styxq/styx/internal/queue"
 	"github.com/styxq/styx/internal/store"
@@ -159,14 +158,6 @@ func (l *Logical) loadGroups(ctx context.Context, dead []loadedDead) error {
 	return nil
 }
 
-// groupsOp asks for the groups that match f, at most limit.
-type groupsOp struct {
-	engine.LocalOp
-	f     queue.GroupFilter
-	limit int
-	out   groupsResult
-}
-
 // groupSample is where to read a group's sample error.
 type groupSample struct {
 	partition int32
@@ -174,17 +165,19 @@ type groupSample struct {
 }
 
 type groupsResult struct {
-	queue.Groups
+	queue.ErrorGroups
 	samples []groupSample
 }
 
-func (l *Logical) listGroups(op *groupsOp) groupsResult {
+// listGroups selects the groups that match f, largest first, at most
+// limit, from the loop's bookkeeping.
+func (l *Logical) listGroups(f queue.ErrorGroupFilter, limit int) groupsResult {
 	var sel []*group
 	var res groupsResult
 	for _, g := range l.groups {
 		k := g.key
-		if (op.f.SourceQueue != "" && k.source != op.f.SourceQueue) || (op.f.Reason != "" && k.reason != op.f.Reason) ||
-			(op.f.Fingerprint != "" && k.fingerprint != op.f.Fingerprint) {
+		if (f.SourceQueue != "" && k.source != f.SourceQueue) || (f.Reason != "" && k.reason != f.Reason) ||
+			(f.Fingerprint != "" && k.fingerprint != f.Fingerprint) {
 			continue
 		}
 		sel = append(sel, g)
@@ -195,8 +188,8 @@ func (l *Logical) listGroups(op *groupsOp) groupsResult {
 		return cmp.Or(cmp.Compare(b.count, a.count), cmp.Compare(a.key.source, b.key.source),
 			cmp.Compare(a.key.reason, b.key.reason), cmp.Compare(a.key.fingerprint, b.key.fingerprint))
 	})
-	for _, g := range sel[:min(len(sel), op.limit)] {
-		res.Groups.Groups = append(res.Groups.Groups, queue.DeadGroup{
+	for _, g := range sel[:min(len(sel), limit)] {
+		res.ErrorGroups.Groups = append(res.ErrorGroups.Groups, queue.ErrorGroup{
 			SourceQueue: g.key.source, Reason: g.key.reason, Fingerprint: g.key.fingerprint, SampleError: g.sample,
 			Count: int64(g.count), FirstDeadAt: queue.FromNanos(g.head.src.dead.deadAt), LastDeadAt: queue.FromNanos(g.tail.src.dead.deadAt),
 			SampleID: g.head.id,
@@ -206,18 +199,14 @@ func (l *Logical) listGroups(op *groupsOp) groupsResult {
 	return res
 }
 
-// Groups returns the error groups of this (dead-letter) queue that match
-// f, largest first, at most limit (at least 1). The counts come from the
-// loop's bookkeeping; the sample error of a group whose items all came
-// from storage at load is read from storage (one read per such group).
-func (l *Logical) Groups(ctx context.Context, f queue.GroupFilter, limit int) (queue.Groups, error) {
-	op := &groupsOp{f: f, limit: max(limit, 1)}
-	if err := l.call(ctx, op, false); err != nil {
-		return queue.Groups{}, err
-	}
-	res := op.out
+// ErrorGroups implements Tx: the counts come from the loop's bookkeeping;
+// the sample error of a group whose items all came from storage at load
+// is read from storage (one read per partition of such groups).
+func (it *iteration) ErrorGroups(f queue.ErrorGroupFilter, limit int) (queue.ErrorGroups, error) {
+	l := it.l
+	res := l.listGroups(f, limit)
 	byPart := map[int32][]int{}
-	for i, g := range res.Groups.Groups {
+	for i, g := range res.ErrorGroups.Groups {
 		if g.SampleError == "" {
 			byPart[res.samples[i].partition] = append(byPart[res.samples[i].partition], i)
 		}
@@ -227,17 +216,13 @@ func (l *Logical) Groups(ctx context.Context, f queue.GroupFilter, limit int) (q
 		for j, i := range idx {
 			ids[j] = res.samples[i].bodyID
 		}
-		_, errs, err := l.cfg.Store.ReadBodies(ctx, l.queueID, part, ids)
+		_, errs, err := l.cfg.Store.ReadBodies(context.Background(), l.queueID, part, ids)
 		if err != nil {
-			return queue.Groups{}, readErr(l.name, fmt.Errorf("read sample errors: %w", err))
+			return queue.ErrorGroups{}, readErr(l.name, fmt.Errorf("read sample errors: %w", err))
 		}
 		for j, i := range idx {
-			res.Groups.Groups[i].SampleError = errs[j].LastError
+			res.ErrorGroups.Groups[i].SampleError = errs[j].LastError
 		}
 	}
-	for i := range res.Groups.Groups {
-		g := &res.Groups.Groups[i]
-		g.Pattern = fingerprint.Pattern(g.SampleError)
-	}
-	return res.Groups, nil
+	return res.ErrorGroups, nil
 }

@@ -196,30 +196,33 @@ func (p *partition) regroup(ordered bool) {
 	gi.endLoad()
 }
 
-// The held-group requests the Manager's checker sends (engine.Local).
+// The held-group requests the Manager's checker sends (engine.Housekeeping).
 type (
 	// heldListOp asks for the holds whose dead item has left the queue.
 	heldListOp struct {
-		engine.LocalOp
+		engine.HousekeepingOp
+		l   *Logical
 		out []queue.HeldGroup
 	}
 	// holdsKeysOp asks a dead-letter queue which of keys it holds.
 	holdsKeysOp struct {
-		engine.LocalOp
+		engine.HousekeepingOp
+		l    *Logical
 		keys []string
 		out  []bool
 	}
 	// releaseOp releases the held groups of holds whose dead key is still
 	// the one given.
 	releaseOp struct {
-		engine.LocalOp
+		engine.HousekeepingOp
+		l     *Logical
 		holds []queue.HeldGroup
 	}
 )
 
-// Run implements engine.Local.
-func (op *heldListOp) Run(tx engine.Tx, _ int64, _ *engine.Request) (bool, error) {
-	l := tx.(*iteration).l
+// Run implements engine.Housekeeping.
+func (op *heldListOp) Run(int64, *engine.Request) (bool, error) {
+	l := op.l
 	for _, h := range l.held {
 		if h.deadID != 0 && l.parts[h.Partition].items[h.deadID] != nil {
 			continue // its move to the dead-letter queue is not done
@@ -229,9 +232,9 @@ func (op *heldListOp) Run(tx engine.Tx, _ int64, _ *engine.Request) (bool, error
 	return false, nil
 }
 
-// Run implements engine.Local.
-func (op *holdsKeysOp) Run(tx engine.Tx, _ int64, _ *engine.Request) (bool, error) {
-	l := tx.(*iteration).l
+// Run implements engine.Housekeeping.
+func (op *holdsKeysOp) Run(int64, *engine.Request) (bool, error) {
+	l := op.l
 	op.out = make([]bool, len(op.keys))
 	for i, k := range op.keys {
 		_, op.out[i] = l.sourceKeys[k]
@@ -239,10 +242,10 @@ func (op *holdsKeysOp) Run(tx engine.Tx, _ int64, _ *engine.Request) (bool, erro
 	return false, nil
 }
 
-// Run implements engine.Local.
-func (op *releaseOp) Run(tx engine.Tx, _ int64, _ *engine.Request) (bool, error) {
-	it := tx.(*iteration)
-	l := it.l
+// Run implements engine.Housekeeping.
+func (op *releaseOp) Run(int64, *engine.Request) (bool, error) {
+	l := op.l
+	it := l.cur
 	for _, hg := range op.holds {
 		if h := l.held[heldKey{hg.Partition, hg.Group}]; h != nil && h.DeadKey == hg.DeadKey {
 			l.release(it, h)
@@ -305,7 +308,7 @@ func (m *Manager) checkHeld() {
 func (m *Manager) checkQueue(l *Logical) error {
 	ctx, cancel := context.WithTimeout(context.Background(), time.Second)
 	defer cancel()
-	list := &heldListOp{}
+	list := &heldListOp{l: l}
 	if err := l.call(ctx, list, true); err != nil {
 		return err
 	}
@@ -327,7 +330,7 @@ func (m *Manager) checkQueue(l *Logical) error {
 		for i, h := range hs {
 			keys[i] = h.DeadKey
 		}
-		q := &holdsKeysOp{keys: keys}
+		q := &holdsKeysOp{l: d, keys: keys}
 		if err := d.call(ctx, q, true); err != nil {
 			return err
 		}
@@ -340,5 +343,5 @@ func (m *Manager) checkQueue(l *Logical) error {
 	if len(gone) == 0 {
 		return nil
 	}
-	return l.call(ctx, &releaseOp{holds: gone}, false)
+	return l.call(ctx, &releaseOp{l: l, holds: gone}, false)
 }

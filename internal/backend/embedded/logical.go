@@ -78,6 +78,10 @@ type Logical struct {
 	*engine.Engine
 
 	// Fields below are owned by the loop goroutine.
+
+	// cur is the iteration Begin began last: the one a housekeeping op
+	// (engine.Housekeeping) runs in.
+	cur     *iteration
 	info    queue.QueueInfo
 	parts   []*partition
 	lastID  uint64
@@ -158,26 +162,19 @@ func answer(r *engine.Request, err error) {
 	r.Answer(err)
 }
 
-// The logical queue's own requests (engine.Local), run by the engine in
-// arrival order with the others; each carries its result.
+// The logical queue's housekeeping (engine.Housekeeping), run by the
+// engine in arrival order with the other requests; each carries its
+// result. The dead-letter moves (deadmove.go) and the held-group checker's
+// requests (heldgroups.go) are the others.
 type (
-	statsOp struct {
-		engine.LocalOp
-		out queue.Stats
-	}
 	gaugeOp struct {
-		engine.LocalOp
+		engine.HousekeepingOp
+		l   *Logical
 		out metrics.QueueSample
 	}
-	reloadOp struct{ engine.LocalOp }
 	// resumeOp changes nothing: it makes the loop run an iteration, whose
 	// Begin reloads a reopened store and resumes interrupted moves first.
-	resumeOp    struct{ engine.LocalOp }
-	scheduledOp struct {
-		engine.LocalOp
-		p   queue.ListParams
-		out []queue.Item
-	}
+	resumeOp struct{ engine.HousekeepingOp }
 )
 
 // newLogical starts the logical queue of info. lookup finds other queues'
@@ -198,6 +195,7 @@ func newLogical(cfg Config, info queue.QueueInfo, lookup func(string) *Logical) 
 	}
 	l.Engine = engine.NewEngine(info.Name, cfg.Clock, cfg.Metrics)
 	l.Loop.Log = cfg.Log
+	l.Reads = reads{l}
 	if g, ok := cfg.Store.(store.Guard); ok {
 		l.guard = g
 		l.gen.Store(g.Generation())
@@ -219,47 +217,24 @@ func (l *Logical) call(ctx context.Context, op engine.Op, abandonable bool) erro
 	return l.Loop.Call(ctx, op, abandonable)
 }
 
-// Stats describes the queue now.
-func (l *Logical) Stats(ctx context.Context) (queue.Stats, error) {
-	op := &statsOp{}
-	if err := l.call(ctx, op, true); err != nil {
-		return queue.Stats{}, err
-	}
-	return op.out, nil
+// reads is the logical queue's read half (engine.Reads): straight from
+// storage, a committed snapshot.
+type reads struct{ l *Logical }
+
+// Consumers implements engine.Reads: the loop's record is every consumer
+// of the queue.
+func (reads) Consumers(_ context.Context, own []queue.Consumer) ([]queue.Consumer, error) {
+	return own, nil
 }
 
-// Reload rebuilds the in-memory state from storage.
-func (l *Logical) Reload(ctx context.Context) error {
-	return l.call(ctx, &reloadOp{}, false)
-}
-
-// Scheduled lists up to limit scheduled items of a partition with ids
-// greater than after, in id order (ListPage with no byte bound).
-func (l *Logical) Scheduled(ctx context.Context, partition int32, after uint64, limit int) ([]queue.Item, error) {
-	return l.ListPage(ctx, queue.ListParams{Partition: partition, After: after, Limit: limit, Scheduled: true})
-}
-
-// List reads up to limit items of a partition with ids greater than after,
-// scheduled items left out (ListPage with no byte bound).
-func (l *Logical) List(ctx context.Context, partition int32, after uint64, limit int) ([]queue.Item, error) {
-	return l.ListPage(ctx, queue.ListParams{Partition: partition, After: after, Limit: limit})
-}
-
-// ListPage implements queue.Queue. Scheduled items are listed by the loop,
-// whose state says which items are scheduled (scheduledItems); the others
-// are read straight from storage (a committed snapshot; it does not wait
-// for the loop, except after a load that found interrupted dead-letter
-// moves: see awaitResume). Either way the bodies read are bounded by the
-// page's bytes left (store.Store.ListItemsWithin, ReadBodiesWithin): at
-// most one item past the page is read.
-func (l *Logical) ListPage(ctx context.Context, p queue.ListParams) ([]queue.Item, error) {
-	if p.Scheduled {
-		op := &scheduledOp{p: p}
-		if err := l.call(ctx, op, false); err != nil {
-			return nil, err
-		}
-		return op.out, nil
-	}
+// Page implements engine.Reads: the items are read straight from storage
+// (a committed snapshot; it does not wait for the loop, except after a
+// load that found interrupted dead-letter moves: see awaitResume), and
+// the scheduled ones left out by their enqueue_at. The bodies read are
+// bounded by the page's bytes left (store.Store.ListItemsWithin): at most
+// one item past the page is read.
+func (r reads) Page(ctx context.Context, p queue.ListParams) ([]queue.Item, error) {
+	l := r.l
 	l.awaitResume(ctx)
 	now := l.cfg.Clock.Now().UnixNano()
 	page := queue.Page{MaxBytes: p.MaxBytes}
@@ -435,6 +410,7 @@ func (l *Logical) Begin(now int64, reqs []*engine.Request, _ bool) (engine.Tx, [
 		}
 		l.confirmed = l.confirmed[:0]
 	}
+	l.cur = it
 	return it, reqs, lifecycle
 }
 
@@ -444,9 +420,13 @@ func readsOnly(reqs []*engine.Request, err error) []*engine.Request {
 	kept := reqs[:0:0]
 	for _, r := range reqs {
 		switch r.Op.(type) {
-		case *statsOp, *gaugeOp, *scheduledOp, *groupsOp, *reloadOp, *resumeOp, *heldListOp, *holdsKeysOp:
+		case *gaugeOp, *resumeOp, *heldListOp, *holdsKeysOp:
 			kept = append(kept, r)
 		default:
+			if engine.ReadOnly(r.Op) {
+				kept = append(kept, r)
+				continue
+			}
 			answer(r, err)
 		}
 	}
@@ -776,7 +756,7 @@ func (l *Logical) NextWake(int64) int64 {
 // Gauges returns the queue's item counts and oldest item's age for the
 // queue gauges, from counts the loop keeps: O(partitions), never a scan.
 func (l *Logical) Gauges(ctx context.Context) (metrics.QueueSample, error) {
-	op := &gaugeOp{}
+	op := &gaugeOp{l: l}
 	if err := l.call(ctx, op, true); err != nil {
 		return metrics.QueueSample{}, err
 	}
@@ -850,14 +830,14 @@ func (l *Logical) clearItems(it *iteration, c queue.ClearParams) {
 // scheduledItems lists a page of a partition's scheduled items (ListPage)
 // from its index of scheduled ids (schedIndex): it reads the bodies of the
 // page and at most one more.
-func (l *Logical) scheduledItems(it *iteration, op *scheduledOp) ([]queue.Item, error) {
-	p, err := l.partition(op.p.Partition)
+func (l *Logical) scheduledItems(it *iteration, lp queue.ListParams) ([]queue.Item, error) {
+	p, err := l.partition(lp.Partition)
 	if err != nil {
 		return nil, err
 	}
 	var sel []*item
-	p.scheduled.page(op.p.After, p.isScheduled, func(id uint64) bool {
-		if len(sel) == op.p.Limit {
+	p.scheduled.page(lp.After, p.isScheduled, func(id uint64) bool {
+		if len(sel) == lp.Limit {
 			return false
 		}
 		sel = append(sel, p.items[id])
@@ -867,11 +847,11 @@ func (l *Logical) scheduledItems(it *iteration, op *scheduledOp) ([]queue.Item, 
 	for i, x := range sel {
 		ids[i] = x.bodyID
 	}
-	bodies, errs, err := l.cfg.Store.ReadBodiesWithin(context.Background(), l.queueID, p.num, ids, op.p.MaxBytes)
+	bodies, errs, err := l.cfg.Store.ReadBodiesWithin(context.Background(), l.queueID, p.num, ids, lp.MaxBytes)
 	if err != nil {
 		return nil, fmt.Errorf("queue '%s': read bodies: %w", l.name, err)
 	}
-	page := queue.Page{MaxBytes: op.p.MaxBytes}
+	page := queue.Page{MaxBytes: lp.MaxBytes}
 	out := make([]queue.Item, 0, len(bodies))
 	for i, b := range bodies {
 		x := sel[i]

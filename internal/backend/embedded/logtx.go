@@ -462,60 +462,46 @@ func (it *iteration) Edit(ref queue.ItemRef, edit func(*queue.Item) error) (queu
 	return it.l.editItem(it, ref, edit)
 }
 
-// The logical queue's own requests (engine.Local): each runs on its own
-// backend's Tx, the iteration.
+// Stats implements Tx from the counts the loop keeps (stats).
+func (it *iteration) Stats() (queue.Stats, error) { return it.l.stats(it.now), nil }
 
-// Run implements engine.Local.
-func (op *statsOp) Run(tx engine.Tx, now int64, _ *engine.Request) (bool, error) {
-	op.out = tx.(*iteration).l.stats(now)
-	return false, nil
+// Scheduled implements Tx from the partition's index of scheduled ids
+// (scheduledItems).
+func (it *iteration) Scheduled(p queue.ListParams) ([]queue.Item, error) {
+	return it.l.scheduledItems(it, p)
 }
 
-// Run implements engine.Local.
-func (op *gaugeOp) Run(tx engine.Tx, now int64, _ *engine.Request) (bool, error) {
-	op.out = tx.(*iteration).l.gauges(now)
-	return false, nil
-}
-
-// Run implements engine.Local: pending writes of this iteration would be
-// lost by a reload before the write, so the reload runs after it, and
-// answers r.
-func (op *reloadOp) Run(tx engine.Tx, _ int64, r *engine.Request) (bool, error) {
-	it := tx.(*iteration)
+// Reload implements Tx: the load runs after the iteration's batch (its
+// pending writes would be lost by a load before it).
+func (it *iteration) Reload(done func(error)) {
 	l := it.l
 	it.after = append(it.after, func(err error) {
 		if err == nil {
 			l.load()
 			err = l.loadErr
 		}
-		r.Answer(err)
+		done(err)
 	})
-	return true, nil
 }
 
-// Run implements engine.Local: nothing; Begin did the work.
-func (op *resumeOp) Run(engine.Tx, int64, *engine.Request) (bool, error) {
+// The logical queue's housekeeping (engine.Housekeeping): each runs in the
+// iteration Begin began (Logical.cur).
+
+// Run implements engine.Housekeeping.
+func (op *gaugeOp) Run(now int64, _ *engine.Request) (bool, error) {
+	op.out = op.l.gauges(now)
 	return false, nil
 }
 
-// Run implements engine.Local.
-func (op *scheduledOp) Run(tx engine.Tx, _ int64, _ *engine.Request) (bool, error) {
-	it := tx.(*iteration)
-	var err error
-	op.out, err = it.l.scheduledItems(it, op)
-	return false, err
-}
-
-// Run implements engine.Local: this (dead-letter) queue takes the items.
-func (op *deadLetterOp) Run(tx engine.Tx, _ int64, _ *engine.Request) (bool, error) {
-	it := tx.(*iteration)
-	it.l.takeDead(it, op)
+// Run implements engine.Housekeeping: nothing; Begin did the work.
+func (op *resumeOp) Run(int64, *engine.Request) (bool, error) {
 	return false, nil
 }
 
-// Run implements engine.Local.
-func (op *groupsOp) Run(tx engine.Tx, _ int64, _ *engine.Request) (bool, error) {
-	op.out = tx.(*iteration).l.listGroups(op)
+// Run implements engine.Housekeeping: this (dead-letter) queue takes the
+// items.
+func (op *deadLetterOp) Run(int64, *engine.Request) (bool, error) {
+	op.to.takeDead(op.to.cur, op)
 	return false, nil
 }
 

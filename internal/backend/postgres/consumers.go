@@ -149,11 +149,12 @@ func (q *Queue) verifyLeases(ctx context.Context, now time.Time) error {
 	return nil
 }
 
-// Consumers implements queue.Queue: this node's records merged with those
-// the other live nodes wrote (their own within a RefreshInterval).
-func (q *Queue) Consumers(ctx context.Context) ([]queue.Consumer, error) {
+// Consumers implements engine.Reads: this node's records (own) merged
+// with those the other live nodes wrote (their own within a
+// RefreshInterval).
+func (r reads) Consumers(ctx context.Context, own []queue.Consumer) ([]queue.Consumer, error) {
+	q := r.q
 	now := q.m.cfg.Clock.Now()
-	own := q.Loop.Consumers.Snapshot(now)
 	rows, err := q.m.st.pool.Query(ctx, `SELECT client_id, key_name, first_seen_at, last_seen_at, leased, held, held_ids
 		FROM styx_consumers WHERE queue_id = $1 AND node <> $2 AND written_at > now() - $3::interval
 			AND (held > 0 OR last_seen_at > $4)`,

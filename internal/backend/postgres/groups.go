@@ -17,9 +17,11 @@ import (
 // reads the sums and, per group returned, its first and last item through
 // styx_items_dead_groups (two index probes), whatever the number of items.
 
-// Groups implements queue.Queue: one statement, a consistent snapshot.
-func (q *Queue) Groups(ctx context.Context, f queue.GroupFilter, limit int) (queue.Groups, error) {
-	rows, err := q.m.st.pool.Query(ctx, `WITH g AS (
+// ErrorGroups implements engine.Tx: one statement in the iteration's
+// transaction.
+func (it *iteration) ErrorGroups(f queue.ErrorGroupFilter, limit int) (queue.ErrorGroups, error) {
+	q, ctx := it.q, it.ctx
+	rows, err := it.tx.Query(ctx, `WITH g AS (
 			SELECT source_queue, reason, fingerprint, sum(count) AS n FROM styx_dead_groups
 			WHERE queue_id=$1 AND ($2 = '' OR source_queue=$2) AND ($3 = '' OR reason=$3) AND ($4 = '' OR fingerprint=$4)
 			GROUP BY 1, 2, 3 HAVING sum(count) > 0),
@@ -36,21 +38,20 @@ func (q *Queue) Groups(ctx context.Context, f queue.GroupFilter, limit int) (que
 		ORDER BY top.n DESC, top.source_queue, top.reason, top.fingerprint`,
 		int64(q.id), f.SourceQueue, f.Reason, f.Fingerprint, max(limit, 1))
 	if err != nil {
-		return queue.Groups{}, q.readErr(err)
+		return queue.ErrorGroups{}, q.readErr(err)
 	}
-	var out queue.Groups
-	var g queue.DeadGroup
+	var out queue.ErrorGroups
+	var g queue.ErrorGroup
 	var sample, first, last, groups, items int64
 	_, err = pgx.ForEachRow(rows, []any{&g.SourceQueue, &g.Reason, &g.Fingerprint, &g.Count, &groups, &items, &sample, &first, &g.SampleError, &last},
 		func() error {
 			g.SampleID, g.FirstDeadAt, g.LastDeadAt = uint64(sample), queue.FromNanos(first), queue.FromNanos(last)
-			g.Pattern = fingerprint.Pattern(g.SampleError)
 			out.Groups = append(out.Groups, g)
 			out.TotalGroups, out.TotalItems = int(groups), items
 			return nil
 		})
 	if err != nil {
-		return queue.Groups{}, q.readErr(err)
+		return queue.ErrorGroups{}, q.readErr(err)
 	}
 	return out, nil
 }

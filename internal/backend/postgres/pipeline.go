@@ -222,6 +222,17 @@ type batchRows struct {
 	err error
 }
 
+// Next implements pgx.Rows: the last row read ends the batch, as the last
+// row of a plain query closes its rows, so that the connection is free for
+// the next statement whether or not the caller closes the rows.
+func (r *batchRows) Next() bool {
+	if r.Rows.Next() {
+		return true
+	}
+	r.Close()
+	return false
+}
+
 func (r *batchRows) Close() {
 	r.Rows.Close()
 	if r.br != nil {

@@ -87,6 +87,7 @@ type Queue struct {
 func newQueue(m *Manager, info queue.QueueInfo) *Queue {
 	q := &Queue{m: m, name: info.Name, id: info.ID, grouped: map[int32]bool{}, groupLook: map[int32]int64{}, groupCursor: map[int32]string{}}
 	q.Engine = engine.NewEngine(info.Name, m.cfg.Clock, m.cfg.Metrics)
+	q.Reads = reads{q}
 	q.Loop.Log = m.cfg.Log
 	// Lifecycle work may be due from before this node started.
 	q.nextDue = 1
@@ -111,11 +112,11 @@ func (q *Queue) signal(ready bool, due int64) {
 	q.Loop.Wake()
 }
 
-// Reload implements queue.Queue: the database is the state, so there is
+// Reload implements engine.Tx: the database is the state, so there is
 // nothing to rebuild; it checks that the queue still exists.
-func (q *Queue) Reload(ctx context.Context) error {
-	_, err := q.m.Info(ctx, q.name)
-	return err
+func (it *iteration) Reload(done func(error)) {
+	_, err := it.q.m.Info(it.ctx, it.q.name)
+	done(err)
 }
 
 // Open is a no-op: the database is the state (engine.Backend).
@@ -403,26 +404,28 @@ func (q *Queue) holdGroups(ctx context.Context, tx pgx.Tx, it *iteration, dlqID 
 	return nil
 }
 
-// Stats implements queue.Queue from the database; LeaseWaiting counts this
-// node's waiting leases only, and no item is ever dying (moves are atomic).
+// Stats implements engine.Tx from the database, in the iteration's
+// transaction (stats).
+func (it *iteration) Stats() (queue.Stats, error) {
+	return it.q.stats(it.ctx, it.tx, it.info, it.now)
+}
+
+// stats describes the queue of info from db at now (Unix ns); the engine
+// adds LeaseWaiting (this node's waiting leases only), and no item is ever
+// dying (moves are atomic).
 // It reads no item but the oldest (one probe of styx_items_created): the
 // counts and sums are those the counts trigger keeps (migration 12,
 // counts.go), summed over their shards, so a call costs O(partitions ×
 // shards + dead reasons × source queues). The averages are computed as
 // PostgreSQL's avg over the items did before (a numeric division rounded to
 // the nanosecond), so the answer is the same.
-func (q *Queue) Stats(ctx context.Context) (queue.Stats, error) {
-	info, err := q.m.Info(ctx, q.name)
-	if err != nil {
-		return queue.Stats{}, err
-	}
-	now := q.m.now()
-	s := queue.Stats{LeaseWaiting: q.Loop.Waiters.Len(), DeadByReason: map[string]int{}, DeadBySource: map[string]int{}}
+func (q *Queue) stats(ctx context.Context, db querier, info queue.QueueInfo, now int64) (queue.Stats, error) {
+	s := queue.Stats{DeadByReason: map[string]int{}, DeadBySource: map[string]int{}}
 	s.Partitions = make([]queue.PartitionStats, info.Partitions)
 	for i := range s.Partitions {
 		s.Partitions[i].Partition = int32(i)
 	}
-	rows, err := q.m.st.pool.Query(ctx, `SELECT partition, total::bigint, leased::bigint, scheduled::bigint, failures::bigint,
+	rows, err := db.Query(ctx, `SELECT partition, total::bigint, leased::bigint, scheduled::bigint, failures::bigint,
 		CASE WHEN total > 0 THEN ((total * $2::numeric - created_sum) / total)::bigint ELSE 0 END,
 		CASE WHEN leased > 0 THEN ((leased * ($2::numeric + $3) - deadline_sum) / leased)::bigint ELSE 0 END,
 		coalesce((SELECT min(created_at) FROM styx_items WHERE queue_id=$1), 0)
@@ -453,7 +456,7 @@ func (q *Queue) Stats(ctx context.Context) (queue.Stats, error) {
 	if !s.Oldest.IsZero() {
 		s.Oldest = s.Oldest.Local()
 	}
-	rows, err = q.m.st.pool.Query(ctx, `SELECT reason, source_queue, sum(count)::bigint FROM styx_dead_counts
+	rows, err = db.Query(ctx, `SELECT reason, source_queue, sum(count)::bigint FROM styx_dead_counts
 		WHERE queue_id=$1 GROUP BY 1, 2 HAVING sum(count) <> 0`, int64(info.ID))
 	if err != nil {
 		return s, wrap("stats", err)
@@ -471,35 +474,30 @@ func (q *Queue) Stats(ctx context.Context) (queue.Stats, error) {
 	if err := rows.Err(); err != nil {
 		return s, wrap("stats", err)
 	}
-	s.HeldGroups, s.HeldTotal, err = heldStats(ctx, q.m.st.pool, info.ID)
+	s.HeldGroups, s.HeldTotal, err = heldStats(ctx, db, info.ID)
 	return s, wrap("stats", err)
 }
 
-// List implements queue.Queue (ListPage with no byte bound).
-func (q *Queue) List(ctx context.Context, partition int32, after uint64, limit int) ([]queue.Item, error) {
-	return q.ListPage(ctx, queue.ListParams{Partition: partition, After: after, Limit: limit})
+// Scheduled implements engine.Tx: a page of the partition's scheduled
+// items, in the iteration's transaction (page).
+func (it *iteration) Scheduled(p queue.ListParams) ([]queue.Item, error) {
+	return it.q.page(it.ctx, it.tx, p, `state=2`)
 }
 
-// Scheduled implements queue.Queue (ListPage with no byte bound).
-func (q *Queue) Scheduled(ctx context.Context, partition int32, after uint64, limit int) ([]queue.Item, error) {
-	return q.ListPage(ctx, queue.ListParams{Partition: partition, After: after, Limit: limit, Scheduled: true})
+// reads is the queue's read half (engine.Reads): straight from the
+// database, each call a committed snapshot.
+type reads struct{ q *Queue }
+
+// Page implements engine.Reads (page).
+func (r reads) Page(ctx context.Context, p queue.ListParams) ([]queue.Item, error) {
+	return r.q.page(ctx, r.q.m.st.pool, p, `state<>2`)
 }
 
-// ListPage implements queue.Queue: a committed snapshot, straight from the
-// database in one statement bounded by the page's bytes (readWithin).
-func (q *Queue) ListPage(ctx context.Context, p queue.ListParams) ([]queue.Item, error) {
-	state := `state<>2`
-	if p.Scheduled {
-		info, err := q.m.Info(ctx, q.name)
-		if err != nil {
-			return nil, err
-		}
-		if err := queue.CheckPartition(q.name, info.Partitions, p.Partition); err != nil {
-			return nil, err
-		}
-		state = `state=2`
-	}
-	items, err := q.readWithin(ctx, `queue_id=$1 AND partition=$2 AND `+state+` AND id>$3`,
+// page reads from db a page of partition p.Partition's items in state
+// (an SQL condition) in one statement bounded by the page's bytes
+// (readWithin).
+func (q *Queue) page(ctx context.Context, db querier, p queue.ListParams, state string) ([]queue.Item, error) {
+	items, err := q.readWithin(ctx, db, `queue_id=$1 AND partition=$2 AND `+state+` AND id>$3`,
 		[]any{int64(q.id), p.Partition, int64(p.After)}, p.Limit, p.MaxBytes)
 	if err != nil {
 		return nil, q.readErr(err)
@@ -531,7 +529,7 @@ const sizeSQL = `(octet_length(payload) + coalesce(octet_length(attributes), 0) 
 // to maxBytes, so the database sends no payload past it; the rows kept are
 // read one at a time and the reading stops at maxBytes of ItemBytes, which
 // counts the attempt histories too.
-func (q *Queue) readWithin(ctx context.Context, where string, args []any, limit, maxBytes int) ([]queue.Item, error) {
+func (q *Queue) readWithin(ctx context.Context, db querier, where string, args []any, limit, maxBytes int) ([]queue.Item, error) {
 	n := len(args)
 	sql := `SELECT ` + itemColumns + ` FROM styx_items WHERE ` + where + ` ORDER BY id LIMIT $` + strconv.Itoa(n+1)
 	args = append(args, limit)
@@ -541,7 +539,7 @@ func (q *Queue) readWithin(ctx context.Context, where string, args []any, limit,
 			`) page WHERE styx_before < $` + strconv.Itoa(n+2) + ` ORDER BY id`
 		args = append(args, int64(maxBytes))
 	}
-	rows, err := q.m.st.pool.Query(ctx, sql, args...)
+	rows, err := db.Query(ctx, sql, args...)
 	if err != nil {
 		return nil, err
 	}
@@ -577,11 +575,12 @@ const (
 	scanBytes = 16 << 20
 )
 
-// Scan implements queue.Queue (queue.Scan) from the database: the queue's
+// Scan implements engine.Reads (queue.Scan) from the database: the queue's
 // items in id order across partitions, each statement bounded by scanChunk
 // rows and scanBytes (readWithin), so a scan holds at most about scanBytes
 // of items read ahead, whatever their payloads.
-func (q *Queue) Scan(ctx context.Context, _ int32, f *queue.DeadFilter, p queue.ScanParams) ([]queue.Item, uint64, error) {
+func (r reads) Scan(ctx context.Context, _ int32, f *queue.DeadFilter, p queue.ScanParams) ([]queue.Item, uint64, error) {
+	q := r.q
 	return queue.Scan(f, p, func(ids []uint64) iter.Seq2[queue.Item, error] {
 		return func(yield func(queue.Item, error) bool) {
 			ids64 := make([]int64, len(ids)) // ascending (queue.Scan)
@@ -589,7 +588,7 @@ func (q *Queue) Scan(ctx context.Context, _ int32, f *queue.DeadFilter, p queue.
 				ids64[i] = int64(id)
 			}
 			for len(ids64) > 0 {
-				got, err := q.readWithin(ctx, `queue_id=$1 AND id = ANY($2)`, []any{int64(q.id), ids64}, len(ids64), scanBytes)
+				got, err := q.readWithin(ctx, q.m.st.pool, `queue_id=$1 AND id = ANY($2)`, []any{int64(q.id), ids64}, len(ids64), scanBytes)
 				if !yieldAll(yield, got, q.readErr(err)) || len(got) == 0 || itemsBytes(got) < scanBytes {
 					return
 				}
@@ -600,7 +599,7 @@ func (q *Queue) Scan(ctx context.Context, _ int32, f *queue.DeadFilter, p queue.
 	}, func(after uint64) iter.Seq2[queue.Item, error] {
 		return func(yield func(queue.Item, error) bool) {
 			for {
-				got, err := q.readWithin(ctx, `queue_id=$1 AND id>$2`, []any{int64(q.id), int64(after)}, scanChunk, scanBytes)
+				got, err := q.readWithin(ctx, q.m.st.pool, `queue_id=$1 AND id>$2`, []any{int64(q.id), int64(after)}, scanChunk, scanBytes)
 				if !yieldAll(yield, got, q.readErr(err)) || len(got) < scanChunk && itemsBytes(got) < scanBytes {
 					return
 				}

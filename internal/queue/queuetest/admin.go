@@ -1,6 +1,7 @@
 package queuetest
 
 import (
+	"context"
 	"strings"
 	"time"
 
@@ -11,7 +12,7 @@ import (
 )
 
 // adminRows check the calls around the cycle: deletes of dead items,
-// clear, statistics, dead-item groups, attributes, redrive, import, item
+// clear, statistics, error groups, consumers, attributes, redrive, import, item
 // and queue lists, and unknown queues.
 var adminRows = []row{
 	{"DeleteDeadSkipsLeased", func(e *env) {
@@ -67,13 +68,13 @@ var adminRows = []row{
 		require.Equal(e.t, map[string]int{"q": 1}, dst.DeadBySource)
 		require.Empty(e.t, st.DeadByReason)
 	}},
-	{"DeadGroupsByFingerprint", func(e *env) {
+	{"ErrorGroupsByFingerprint", func(e *env) {
 		q, dlq := e.withDLQ(nil)
 		e.produce(q, "a", "b", "c")
 		e.deadLetter(q, "a", "dial tcp 10.0.0.1:5432: connection refused")
 		e.deadLetter(q, "b", "dial tcp 10.0.0.2:5432: connection refused")
 		e.deadLetter(q, "c", "disk full")
-		g, err := dlq.Groups(e.ctx, queue.GroupFilter{}, 10)
+		g, err := dlq.ErrorGroups(e.ctx, queue.ErrorGroupFilter{}, 10)
 		require.NoError(e.t, err)
 		require.Equal(e.t, 2, g.TotalGroups)
 		require.Equal(e.t, int64(3), g.TotalItems)
@@ -86,7 +87,7 @@ var adminRows = []row{
 		require.Equal(e.t, int64(1), small.Count)
 		require.Equal(e.t, "disk full", small.SampleError)
 		require.NotEqual(e.t, big.Fingerprint, small.Fingerprint)
-		only, err := dlq.Groups(e.ctx, queue.GroupFilter{Fingerprint: small.Fingerprint}, 10)
+		only, err := dlq.ErrorGroups(e.ctx, queue.ErrorGroupFilter{Fingerprint: small.Fingerprint}, 10)
 		require.NoError(e.t, err)
 		require.Equal(e.t, 1, only.TotalGroups)
 		require.Equal(e.t, int64(1), only.TotalItems)
@@ -95,7 +96,7 @@ var adminRows = []row{
 		n, err := dlq.DeleteDead(e.ctx, []queue.ItemRef{{Partition: dead[0].Partition, ID: dead[0].Meta.ID}})
 		require.NoError(e.t, err)
 		require.Equal(e.t, 1, n)
-		g, err = dlq.Groups(e.ctx, queue.GroupFilter{}, 10)
+		g, err = dlq.ErrorGroups(e.ctx, queue.ErrorGroupFilter{}, 10)
 		require.NoError(e.t, err)
 		require.Equal(e.t, int64(2), g.TotalItems)
 		require.Equal(e.t, 2, g.TotalGroups)
@@ -215,6 +216,31 @@ var adminRows = []row{
 		require.NoError(e.t, err)
 		require.Len(e.t, all, 2, "pivot is inclusive, in name order")
 		require.Equal(e.t, "a2", all[0].Name)
+	}},
+	{"ConsumersRecordedByLeases", func(e *env) {
+		// Every read of queue.Queue has a row here; this one is the
+		// consumers': a lease records its client, a complete ends what it
+		// holds, on every backend (on PostgreSQL through its read half).
+		q := e.create("q", nil)
+		e.produce(q, "a", "b", "c")
+		ctx, cancel := context.WithTimeout(e.ctx, waitTimeout)
+		defer cancel()
+		res, err := q.Lease(ctx, queue.LeaseParams{BatchSize: 2, ClientID: "worker-1", Timeout: time.Minute})
+		require.NoError(e.t, err)
+		require.Len(e.t, res.Items, 2)
+		cs, err := q.Consumers(e.ctx)
+		require.NoError(e.t, err)
+		require.Len(e.t, cs, 1)
+		require.Equal(e.t, "worker-1", cs[0].ClientID)
+		require.EqualValues(e.t, 2, cs[0].Leased)
+		require.Equal(e.t, 2, cs[0].Held)
+		require.Equal(e.t, []string{queue.FormatID(res.Items[0].ID), queue.FormatID(res.Items[1].ID)}, cs[0].HeldIDs)
+		require.NoError(e.t, q.Complete(e.ctx, res.Partition, []uint64{res.Items[0].ID}))
+		cs, err = q.Consumers(e.ctx)
+		require.NoError(e.t, err)
+		require.Len(e.t, cs, 1)
+		require.Equal(e.t, 1, cs[0].Held, "the complete ended one lease")
+		require.EqualValues(e.t, 2, cs[0].Leased)
 	}},
 	{"NotFound", func(e *env) {
 		_, err := e.qs.Get("nope")
