@@ -381,11 +381,12 @@ func (h *Handler) receiveMessage(ctx context.Context, r *request) (any, error) {
 // clock, ends an expired receive at its deadline or a little after.
 const expiryGrace = time.Second
 
-// receive leases up to n items of q (waiting up to wait for one) and sets
-// their visibility timeout to visibility when it is not the queue's: a
-// renew, or with 0 a retry that makes them visible at once. It returns the
-// partition, the items (none when none came) and the end of their
-// visibility timeout (zero when they are visible).
+// receive leases up to n items of q (waiting up to wait for one) for
+// visibility (queue.LeaseParams.LeaseTimeout: one call to the queue's
+// loop), or, when visibility is 0, leases them and makes them visible at
+// once by a retry. It returns the partition, the items (none when none
+// came) and the end of their visibility timeout (zero when they are
+// visible).
 //
 // The lease is bounded by bytes: the items' payloads and attributes take at
 // most ten times the queue's MaximumMessageSize (the first item whatever its
@@ -395,7 +396,7 @@ const expiryGrace = time.Second
 func (h *Handler) receive(ctx context.Context, q queue.Queue, info queue.QueueInfo, n int, wait, visibility time.Duration) (int32, []queue.LeasedItem, time.Time, error) {
 	limit := readQueueAttrs(info).maxMessageSize()
 	res, err := q.Lease(ctx, queue.LeaseParams{BatchSize: n, ClientID: "sqs-" + randomHex(8), Owner: auth.KeyName(ctx), Timeout: wait,
-		MaxBytes: int64(MaxBatchEntries) * int64(limit)})
+		MaxBytes: int64(MaxBatchEntries) * int64(limit), LeaseTimeout: visibility})
 	if errors.Is(err, queue.ErrNoItems) {
 		return 0, nil, time.Time{}, nil
 	}
@@ -412,26 +413,17 @@ func (h *Handler) receive(ctx context.Context, q queue.Queue, info queue.QueueIn
 	if len(res.Items) == 0 {
 		return res.Partition, nil, time.Time{}, nil
 	}
-	deadline := res.Items[0].LeaseDeadline
-	if visibility != info.LeaseTimeout {
+	if visibility == 0 {
 		ids := make([]uint64, len(res.Items))
 		for i, it := range res.Items {
 			ids[i] = it.ID
 		}
-		if visibility == 0 {
-			err = h.makeVisible(ctx, q, res.Partition, ids)
-			deadline = time.Time{}
-		} else {
-			var deadlines []time.Time
-			if deadlines, err = q.Renew(ctx, res.Partition, ids, visibility); err == nil {
-				deadline = deadlines[0]
-			}
-		}
-		if err != nil {
+		if err := h.makeVisible(ctx, q, res.Partition, ids); err != nil {
 			return 0, nil, time.Time{}, err
 		}
+		return res.Partition, res.Items, time.Time{}, nil
 	}
-	return res.Partition, res.Items, deadline, nil
+	return res.Partition, res.Items, res.Items[0].LeaseDeadline, nil
 }
 
 // refuseOversize returns the items of a receive that SQS can answer, those

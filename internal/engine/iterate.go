@@ -87,12 +87,18 @@ func (e *Engine) iterate(it *pass, reqs []*Request, lifecycle bool) error {
 	if e.Loop.Waiters.Len() == 0 {
 		return nil
 	}
-	deadline := it.now + int64(it.info.LeaseTimeout)
+	// A lease's deadline: now plus its own lease timeout, or the queue's.
+	deadline := func(timeout time.Duration) int64 {
+		if timeout <= 0 {
+			timeout = it.info.LeaseTimeout
+		}
+		return it.now + int64(timeout)
+	}
 	var durable bool // of the partition last leased from: Serve gives its items next
 	return Serve(&e.Loop.Waiters, &e.leaseNext,
 		func() ([]int, error) { return it.tx.ReadyCounts() },
-		func(n int32, want int, maxBytes int64) (items []queue.LeasedItem, more bool, err error) {
-			items, durable, more, err = it.tx.Lease(n, want, maxBytes, deadline)
+		func(n int32, want int, maxBytes int64, timeout time.Duration) (items []queue.LeasedItem, more bool, err error) {
+			items, durable, more, err = it.tx.Lease(n, want, maxBytes, deadline(timeout))
 			return items, more, err
 		},
 		func(w *Request, n int32, items []queue.LeasedItem) {
@@ -101,7 +107,7 @@ func (e *Engine) iterate(it *pass, reqs []*Request, lifecycle bool) error {
 				mode = DurableItems
 			}
 			w.Lease.Result = queue.LeaseResult{Partition: n, Items: items}
-			e.Loop.Consumers.leased(w.Lease.ClientID, w.Lease.Owner, n, items, it.now, deadline)
+			e.Loop.Consumers.leased(w.Lease.ClientID, w.Lease.Owner, n, items, it.now, deadline(w.Lease.LeaseTimeout))
 			it.reply(w, mode)
 		}, it.info.Ordered)
 }

@@ -83,6 +83,9 @@ type LeaseWait struct {
 	// MaxBytes bounds the items' payload and attributes, in bytes
 	// (queue.LeaseParams.MaxBytes; 0: no bound).
 	MaxBytes int64
+	// LeaseTimeout is how long the lease lasts (queue.LeaseParams.
+	// LeaseTimeout; 0: the queue's lease_timeout).
+	LeaseTimeout time.Duration
 	// Result is the lease's items, set by the loop before it answers nil.
 	Result queue.LeaseResult
 	// Abandoned, when set, is called (on a goroutine of its own) with the

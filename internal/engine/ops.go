@@ -149,7 +149,7 @@ func (e *Engine) Lease(ctx context.Context, p queue.LeaseParams) (queue.LeaseRes
 		return queue.LeaseResult{}, err
 	}
 	w := &LeaseWait{ClientID: p.ClientID, Owner: p.Owner, BatchSize: p.BatchSize, Timeout: p.Timeout, MaxBytes: p.MaxBytes,
-		Abandoned: e.giveBack}
+		LeaseTimeout: p.LeaseTimeout, Abandoned: e.giveBack}
 	if err := e.Loop.CallLease(ctx, w); err != nil {
 		return queue.LeaseResult{}, err
 	}

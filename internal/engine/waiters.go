@@ -2,6 +2,7 @@ package engine
 
 import (
 	"sync/atomic"
+	"time"
 
 	"github.com/styxq/styx/internal/apierr"
 )
@@ -105,7 +106,11 @@ func (ws *Waiters) Fail(err error) {
 // partition then does not count as empty, and its waiters left without
 // items are served in another round (each such round serves at least one
 // waiter: a lease takes at least one item).
-func Serve[T any](ws *Waiters, next *int, counts func() ([]int, error), lease func(p int32, n int, maxBytes int64) (items []T, more bool, err error),
+//
+// lease gets the waiters' lease timeout (LeaseWait.LeaseTimeout; 0: the
+// queue's): one lease gives its items one deadline, so a partition whose
+// waiters' timeouts differ leases for each apart, as with apart.
+func Serve[T any](ws *Waiters, next *int, counts func() ([]int, error), lease func(p int32, n int, maxBytes int64, timeout time.Duration) (items []T, more bool, err error),
 	give func(r *Request, p int32, items []T), apart bool) error {
 	var live []*Request
 	for _, w := range ws.list {
@@ -147,6 +152,9 @@ func Serve[T any](ws *Waiters, next *int, counts func() ([]int, error), lease fu
 			var mine, pw []int // the partition's waiters (indexes into live) and their wants
 			total := 0
 			var maxBytes int64 // the smallest bound among them (0: none)
+			// Waiters whose leases last differently lease apart: one lease
+			// gives its items one deadline.
+			separate := apart
 			for i, a := range assign {
 				if a == p {
 					mine, pw = append(mine, i), append(pw, wants[i])
@@ -154,15 +162,16 @@ func Serve[T any](ws *Waiters, next *int, counts func() ([]int, error), lease fu
 					if b := live[i].Lease.MaxBytes; b > 0 && (maxBytes == 0 || b < maxBytes) {
 						maxBytes = b
 					}
+					separate = separate || live[i].Lease.LeaseTimeout != live[mine[0]].Lease.LeaseTimeout
 				}
 			}
 			if len(mine) == 0 {
 				continue
 			}
-			if apart && len(mine) > 1 {
+			if separate && len(mine) > 1 {
 				given := 0
 				for j, i := range mine {
-					items, more, err := lease(int32(p), pw[j], live[i].Lease.MaxBytes)
+					items, more, err := lease(int32(p), pw[j], live[i].Lease.MaxBytes, live[i].Lease.LeaseTimeout)
 					if err != nil {
 						return err
 					}
@@ -186,7 +195,7 @@ func Serve[T any](ws *Waiters, next *int, counts func() ([]int, error), lease fu
 				}
 				continue
 			}
-			items, more, err := lease(int32(p), total, maxBytes)
+			items, more, err := lease(int32(p), total, maxBytes, live[mine[0]].Lease.LeaseTimeout)
 			if err != nil {
 				return err
 			}

@@ -44,6 +44,12 @@ type LeaseParams struct {
 	// their lease order while they fit: an ordered queue's group run is
 	// cut at the bound, its items left waiting for it.
 	MaxBytes int64
+	// LeaseTimeout is how long the lease lasts (its items' lease deadline
+	// is the time they are leased plus it): 0 for the queue's
+	// lease_timeout. The SQS door sets it from ReceiveMessage's
+	// VisibilityTimeout, so a receive is one call to the loop. The caller
+	// bounds it (SQS: 1 s to 12 h).
+	LeaseTimeout time.Duration
 }
 
 // LeasedItem is an item handed out by a lease.

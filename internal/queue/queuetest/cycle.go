@@ -515,6 +515,32 @@ var cycleRows = []row{
 		_, again := e.leaseOne(q, "a")
 		require.Equal(e.t, int32(2), again.Attempts)
 	}},
+	{"LeaseTimeoutOfTheLease", func(e *env) {
+		// A lease may last other than the queue's lease_timeout
+		// (LeaseParams.LeaseTimeout: SQS's VisibilityTimeout), in one call;
+		// two waiting leases of different timeouts get their own deadlines.
+		q := e.create("q", nil)
+		short := e.leaseAsync(q, queue.LeaseParams{BatchSize: 1, ClientID: "short", Timeout: time.Minute, LeaseTimeout: 3 * time.Second})
+		long := e.leaseAsync(q, queue.LeaseParams{BatchSize: 1, ClientID: "long", Timeout: time.Minute, LeaseTimeout: 3 * leaseTimeout})
+		e.waitLeaseWaiting(q, 2)
+		e.produce(q, "a", "b")
+		for _, w := range []struct {
+			res     func() (queue.LeaseResult, error)
+			timeout time.Duration
+		}{{short, 3 * time.Second}, {long, 3 * leaseTimeout}} {
+			res, err := w.res()
+			require.NoError(e.t, err)
+			require.Len(e.t, res.Items, 1)
+			require.True(e.t, res.Items[0].LeaseDeadline.Equal(Start.Add(w.timeout)), "deadline %v, want now + %v", res.Items[0].LeaseDeadline, w.timeout)
+		}
+		// The short lease ends first: its item alone is ready again.
+		e.advance(3*time.Second-time.Millisecond, q)
+		c, _ := e.counts(q)
+		require.Equal(e.t, counts{total: 2, leased: 2}, c)
+		e.advance(time.Millisecond, q)
+		c, _ = e.counts(q)
+		require.Equal(e.t, counts{total: 2, ready: 1, leased: 1, failures: 1}, c)
+	}},
 	{"HistoryKeepsTenMostRecent", func(e *env) {
 		q := e.create("q", nil)
 		e.produce(q, "a")

@@ -196,8 +196,9 @@ func (e *env) leasableAfter(q queue.Queue, d time.Duration) {
 
 // tick sends q's loop a request that changes nothing (a delete of an id
 // that does not exist), so that the lifecycle work the clock made due runs.
-// Stats does not do it on every engine: postgres reads Stats straight from
-// the database.
+// Stats does not do it on every engine: it runs in the loop, but
+// PostgreSQL's iterations run the lifecycle only when it is due by its own
+// reckoning (nextDue).
 func (e *env) tick(q queue.Queue) {
 	e.t.Helper()
 	n, err := q.Delete(e.ctx, []queue.ItemRef{{Partition: 0, ID: 1 << 60}})
@@ -243,6 +244,14 @@ func (e *env) eventuallyItems(q queue.Queue, n int) []queue.Item {
 // and returns a function that waits for its answer.
 func (e *env) leaseWaiting(q queue.Queue, batch int) func() (queue.LeaseResult, error) {
 	e.t.Helper()
+	wait := e.leaseAsync(q, queue.LeaseParams{BatchSize: batch, ClientID: "w", Timeout: time.Minute})
+	e.waitLeaseWaiting(q, 1)
+	return wait
+}
+
+// leaseAsync starts the lease p on q in the background and returns a
+// function that waits for its answer.
+func (e *env) leaseAsync(q queue.Queue, p queue.LeaseParams) func() (queue.LeaseResult, error) {
 	type answer struct {
 		res queue.LeaseResult
 		err error
@@ -251,10 +260,9 @@ func (e *env) leaseWaiting(q queue.Queue, batch int) func() (queue.LeaseResult, 
 	ctx, cancel := context.WithTimeout(e.ctx, waitTimeout)
 	e.t.Cleanup(cancel)
 	go func() {
-		res, err := q.Lease(ctx, queue.LeaseParams{BatchSize: batch, ClientID: "w", Timeout: time.Minute})
+		res, err := q.Lease(ctx, p)
 		done <- answer{res, err}
 	}()
-	e.waitLeaseWaiting(q, 1)
 	return func() (queue.LeaseResult, error) { a := <-done; return a.res, a.err }
 }
 
