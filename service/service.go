@@ -79,8 +79,10 @@ func (s *Service) WithAttributes(d queue.AttributeDescriber) *Service {
 }
 
 // QueueProduce adds items to a queue; it returns when they are durable.
-// request_timeout is required (10ms..15m, as in Querator). An item whose
-// deduplication_id the queue accepted within queue.DeduplicationWindow is
+// request_timeout is required (10ms..15m, as in Querator) and bounds how
+// long the produce waits for its queue, never below MinProduceWait
+// (produceWithin): past it the answer is 453 (errProduceTimeout), the items
+// stored or not. An item whose deduplication_id the queue accepted within queue.DeduplicationWindow is
 // acknowledged and not stored again.
 func (s *Service) QueueProduce(ctx context.Context, req *pb.QueueProduceRequest) error {
 	l, err := s.queue(req.QueueName)
@@ -117,7 +119,49 @@ func (s *Service) QueueProduce(ctx context.Context, req *pb.QueueProduceRequest)
 			}
 		}
 	}
-	return l.Produce(ctx, items)
+	return produceWithin(ctx, wait, func(ctx context.Context) error { return l.Produce(ctx, items) })
+}
+
+// MinProduceWait is the least a produce waits for its queue, whatever its
+// request_timeout: 1 second. A write needs some time however short the
+// client's timeout (Querator likewise gives a produce's write at least its
+// store's write timeout), and a produce answered 453 leaves its outcome
+// unknown, so a 10ms request_timeout must not make a healthy write a 453.
+const MinProduceWait = time.Second
+
+// produceWithin runs produce and waits for its answer at most wait (a
+// produce's request_timeout, Querator's bound on a produce: its logical
+// queue answers a produce not written by then "request timeout"), or
+// MinProduceWait when wait is shorter. Past that it answers
+// errProduceTimeout and leaves produce to finish on its own goroutine: a
+// produce the queue has taken is written whatever the caller does
+// (engine.Loop.Call never abandons a write), so the answer cannot say it
+// was not. The engine is not told (the bound is the service's, as the
+// request_timeout is /v1's).
+func produceWithin(ctx context.Context, wait time.Duration, produce func(context.Context) error) error {
+	done := make(chan error, 1)
+	go func() { done <- produce(ctx) }()
+	t := time.NewTimer(max(wait, MinProduceWait))
+	defer t.Stop()
+	select {
+	case err := <-done:
+		return err
+	case <-t.C:
+		return errProduceTimeout(wait)
+	}
+}
+
+// errProduceTimeout answers a produce whose request_timeout (at least
+// MinProduceWait) passed before its queue answered: 453
+// (apierr.Unavailable: the outcome unknown, as docs/wire-contract.md has it
+// for 453), its message starting as a lease's request timeout does
+// ("request timeout; …"). Not 454 as a lease's: the queue may have taken
+// the produce, and a retry without deduplication ids may then store its
+// items twice.
+func errProduceTimeout(wait time.Duration) error {
+	wait = max(wait, MinProduceWait)
+	return apierr.New(apierr.Unavailable, "request timeout; the produce was not done within %s (its request_timeout, at least %s): "+
+		"its items may or may not be stored (a retry with the same deduplication_id values stores them once)", wait, MinProduceWait)
 }
 
 // QueueLease long-polls for items; 454 when none came within
