@@ -42,10 +42,10 @@ type Fairness struct {
 // the drain knows its group whether or not the item carries it.
 func (b *bench) fairItems(g string, n int) []*pb.QueueProduceItem {
 	items := batchOf(n, b.cfg.Payload)
-	for _, it := range items {
-		it.Bytes = append([]byte(g+":"), it.Bytes...)
+	for _, item := range items {
+		item.Bytes = append([]byte(g+":"), item.Bytes...)
 		if b.cfg.FairGroups {
-			it.Group = g
+			item.Group = g
 		}
 	}
 	return items
@@ -79,8 +79,8 @@ func (b *bench) prefillFair(ctx context.Context) error {
 func (b *bench) noteGroupsDone(resp *pb.QueueLeaseResponse, t time.Time) {
 	b.mu.Lock()
 	defer b.mu.Unlock()
-	for _, it := range resp.Items {
-		g, _, _ := strings.Cut(string(it.Bytes), ":")
+	for _, item := range resp.Items {
+		g, _, _ := strings.Cut(string(item.Bytes), ":")
 		b.groupLeft[g]--
 		if b.groupLeft[g] == 0 {
 			b.groupDone[g] = t

@@ -444,14 +444,14 @@ func (s *soak) runConsumer(ctx context.Context, clientID string) {
 		}
 		var done []string
 		var failed []*pb.QueueRetryItem
-		for _, it := range resp.Items {
+		for _, item := range resp.Items {
 			switch p := rand.Float64(); {
 			case p < soakDeadFraction:
-				failed = append(failed, &pb.QueueRetryItem{Id: it.Id, Dead: true, Error: "styx-bench soak: induced dead letter"})
+				failed = append(failed, &pb.QueueRetryItem{Id: item.Id, Dead: true, Error: "styx-bench soak: induced dead letter"})
 			case p < soakDeadFraction+soakRetryFraction:
-				failed = append(failed, &pb.QueueRetryItem{Id: it.Id, Error: "styx-bench soak: induced failure"})
+				failed = append(failed, &pb.QueueRetryItem{Id: item.Id, Error: "styx-bench soak: induced failure"})
 			default:
-				done = append(done, it.Id)
+				done = append(done, item.Id)
 			}
 		}
 		if len(done) > 0 {

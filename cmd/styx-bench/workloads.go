@@ -208,8 +208,8 @@ func (r *recorder) lease(ctx context.Context, clientID string) (*pb.QueueLeaseRe
 // complete completes the leased items of resp.
 func (r *recorder) complete(ctx context.Context, resp *pb.QueueLeaseResponse) (bool, error) {
 	ids := make([]string, len(resp.Items))
-	for i, it := range resp.Items {
-		ids[i] = it.Id
+	for i, item := range resp.Items {
+		ids[i] = item.Id
 	}
 	return r.call(ctx, kindComplete, func(ctx context.Context) error {
 		return r.c.QueueComplete(ctx, &pb.QueueCompleteRequest{
@@ -222,8 +222,8 @@ func (r *recorder) complete(ctx context.Context, resp *pb.QueueLeaseResponse) (b
 // attempt: with max_attempts 1 they are dead-lettered).
 func (r *recorder) retry(ctx context.Context, resp *pb.QueueLeaseResponse) (bool, error) {
 	items := make([]*pb.QueueRetryItem, len(resp.Items))
-	for i, it := range resp.Items {
-		items[i] = &pb.QueueRetryItem{Id: it.Id, Error: "styx-bench: induced failure"}
+	for i, item := range resp.Items {
+		items[i] = &pb.QueueRetryItem{Id: item.Id, Error: "styx-bench: induced failure"}
 	}
 	return r.call(ctx, kindRetry, func(ctx context.Context) error {
 		_, err := r.c.QueueRetry(ctx, &pb.QueueRetryRequest{
@@ -265,8 +265,8 @@ func (b *bench) grouper(i int) func([]*pb.QueueProduceItem) {
 	}
 	next := i * 7919 % n
 	return func(items []*pb.QueueProduceItem) {
-		for _, it := range items {
-			it.Group = names[next]
+		for _, item := range items {
+			item.Group = names[next]
 			next = (next + 1) % n
 		}
 	}
@@ -409,9 +409,9 @@ func (b *bench) runLatencyConsumer(ctx context.Context, i int, clientID string) 
 		}
 		now := time.Now()
 		if b.inWindow(now) {
-			for _, it := range resp.Items {
-				if len(it.Bytes) >= 8 {
-					sent := int64(binary.LittleEndian.Uint64(it.Bytes))
+			for _, item := range resp.Items {
+				if len(item.Bytes) >= 8 {
+					sent := int64(binary.LittleEndian.Uint64(item.Bytes))
 					recordDuration(r.e2e, now.Sub(time.Unix(0, sent)))
 				}
 			}

@@ -21,8 +21,8 @@ const giveBackTimeout = 30 * time.Second
 // A failure is logged and leaves the items to their lease deadline.
 func (e *Engine) giveBack(res queue.LeaseResult) {
 	items := make([]queue.RetryItem, len(res.Items))
-	for i, it := range res.Items {
-		items[i] = queue.RetryItem{ID: it.ID, Release: true}
+	for i, item := range res.Items {
+		items[i] = queue.RetryItem{ID: item.ID, Release: true}
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), giveBackTimeout)
 	defer cancel()

@@ -74,15 +74,15 @@ type Run struct {
 func Runs(items []Item, got, deadline time.Time, node string) []Run {
 	var runs []Run
 	at := map[string]int{} // group -> its run in runs
-	for k, it := range items {
-		i, ok := at[it.Group]
+	for k, item := range items {
+		i, ok := at[item.Group]
 		if !ok {
 			i = len(runs)
-			at[it.Group] = i
-			runs = append(runs, Run{Lease: Lease{Group: it.Group, Got: got, End: deadline, Node: node}})
+			at[item.Group] = i
+			runs = append(runs, Run{Lease: Lease{Group: item.Group, Got: got, End: deadline, Node: node}})
 		}
 		r := &runs[i]
-		r.Lease.Items = append(r.Lease.Items, it.Index)
+		r.Lease.Items = append(r.Lease.Items, item.Index)
 		r.At = append(r.At, k)
 	}
 	return runs

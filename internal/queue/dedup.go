@@ -73,20 +73,20 @@ func CheckDeduplicationID(field, id string) error {
 func Deduplicate(items []ProduceItem, seen func(id string) bool) []ProduceItem {
 	var out []ProduceItem
 	var taken map[string]bool
-	for i, it := range items {
+	for i, item := range items {
 		drop := false
-		if it.DeduplicationID != "" {
+		if item.DeduplicationID != "" {
 			if taken == nil {
 				taken = map[string]bool{}
 			}
-			drop = taken[it.DeduplicationID] || seen(it.DeduplicationID)
-			taken[it.DeduplicationID] = true
+			drop = taken[item.DeduplicationID] || seen(item.DeduplicationID)
+			taken[item.DeduplicationID] = true
 		}
 		switch {
 		case drop && out == nil:
 			out = append(make([]ProduceItem, 0, len(items)-1), items[:i]...)
 		case !drop && out != nil:
-			out = append(out, it)
+			out = append(out, item)
 		}
 	}
 	if out == nil {

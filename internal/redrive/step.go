@@ -65,9 +65,9 @@ func (r *Runner) step(ctx context.Context, t *Task, dlq queue.Queue, items []que
 	// has their copies, and they stay here) leave it, counted.
 	skip := func(dest string, items []queue.Item, why string) {
 		c := counted{dest: dest, skipped: int64(len(items)), why: why}
-		for _, it := range items {
-			if taken[it.Meta.ID] {
-				c.settled = append(c.settled, it.Meta.ID)
+		for _, item := range items {
+			if taken[item.Meta.ID] {
+				c.settled = append(c.settled, item.Meta.ID)
 			}
 		}
 		counts = append(counts, c)
@@ -100,31 +100,31 @@ func (r *Runner) step(ctx context.Context, t *Task, dlq queue.Queue, items []que
 	}()
 	byDest := map[string][]queue.Item{}
 	var order []string
-	for _, it := range items {
+	for _, item := range items {
 		dest := t.Destination
 		if dest == "" {
-			dest = it.Body.SourceQueue
+			dest = item.Body.SourceQueue
 		}
 		if _, ok := byDest[dest]; !ok {
 			order = append(order, dest)
 		}
-		byDest[dest] = append(byDest[dest], it)
+		byDest[dest] = append(byDest[dest], item)
 	}
 	for _, dest := range order {
 		group := byDest[dest]
 		var send []queue.Item
-		for _, it := range group {
-			if t.MaxRedriveCount >= 0 && it.Body.RedriveCount >= t.MaxRedriveCount {
-				skip(dest, []queue.Item{it}, SkipLoopCap)
+		for _, item := range group {
+			if t.MaxRedriveCount >= 0 && item.Body.RedriveCount >= t.MaxRedriveCount {
+				skip(dest, []queue.Item{item}, SkipLoopCap)
 				continue
 			}
-			if it.Meta.Leased {
+			if item.Meta.Leased {
 				// A consumer of the dead-letter queue holds it: a redrive
 				// never takes an item from under a lease.
-				skip(dest, []queue.Item{it}, SkipLeased)
+				skip(dest, []queue.Item{item}, SkipLeased)
 				continue
 			}
-			send = append(send, it)
+			send = append(send, item)
 		}
 		if len(send) == 0 {
 			continue
@@ -145,10 +145,10 @@ func (r *Runner) step(ctx context.Context, t *Task, dlq queue.Queue, items []que
 		yield(dlq)
 		var in []queue.RedriveItem
 		now := r.cfg.Clock.Now()
-		for _, it := range send {
-			if !taken[it.Meta.ID] { // else the destination has its copy: only the delete is left
-				in = append(in, queue.RedriveItem{SourceKey: queue.RedriveKey(t.Queue, it.Meta.ID), Body: it.Body, Group: it.Meta.Group, DeadKey: it.Meta.SourceKey,
-					Errors: queue.RedrivenHistory(&it, t.Queue, t.ID, now)})
+		for _, item := range send {
+			if !taken[item.Meta.ID] { // else the destination has its copy: only the delete is left
+				in = append(in, queue.RedriveItem{SourceKey: queue.RedriveKey(t.Queue, item.Meta.ID), Body: item.Body, Group: item.Meta.Group, DeadKey: item.Meta.SourceKey,
+					Errors: queue.RedrivenHistory(&item, t.Queue, t.ID, now)})
 			}
 		}
 		if len(in) > 0 {
@@ -172,12 +172,12 @@ func (r *Runner) step(ctx context.Context, t *Task, dlq queue.Queue, items []que
 		refs := make([]queue.ItemRef, len(send))
 		ids := make([]uint64, len(send))
 		var added []uint64
-		for i, it := range send {
-			refs[i] = queue.ItemRef{Partition: it.Partition, ID: it.Meta.ID}
-			ids[i] = it.Meta.ID
-			if !taken[it.Meta.ID] {
-				added = append(added, it.Meta.ID)
-				taken[it.Meta.ID] = true
+		for i, item := range send {
+			refs[i] = queue.ItemRef{Partition: item.Partition, ID: item.Meta.ID}
+			ids[i] = item.Meta.ID
+			if !taken[item.Meta.ID] {
+				added = append(added, item.Meta.ID)
+				taken[item.Meta.ID] = true
 			}
 		}
 		if len(added) > 0 {
@@ -237,8 +237,8 @@ func (r *Runner) settleTaken(ctx context.Context, t *Task, dlq queue.Queue, part
 		return err
 	}
 	there := make(map[uint64]bool, len(still))
-	for _, it := range still {
-		there[it.Meta.ID] = true
+	for _, item := range still {
+		there[item.Meta.ID] = true
 	}
 	r.mu.Lock()
 	gone := map[string][]uint64{}

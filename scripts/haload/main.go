@@ -171,12 +171,12 @@ func main() {
 
 	// Where each item is: in the queue, in its dead-letter queue, or completed.
 	where := map[string]int{}
-	for _, it := range list(ctx, nodes[len(nodes)-1], *queueName, 2) {
-		where[string(it.Payload)]++
+	for _, item := range list(ctx, nodes[len(nodes)-1], *queueName, 2) {
+		where[string(item.Payload)]++
 	}
 	dead := 0
-	for _, it := range list(ctx, nodes[len(nodes)-1], dlq, 1) {
-		where[string(it.Payload)]++
+	for _, item := range list(ctx, nodes[len(nodes)-1], dlq, 1) {
+		where[string(item.Payload)]++
 		dead++
 	}
 	out["dead_at_end"] = dead
@@ -269,19 +269,19 @@ func consume(l *ledger, stop *atomic.Bool, node *styx.Client, q string, n, c int
 		}
 		var ids, payloads, fail []string
 		l.mu.Lock()
-		for _, it := range res.Items {
-			p := string(it.Bytes)
-			deadline := it.LeaseDeadline.AsTime()
+		for _, item := range res.Items {
+			p := string(item.Bytes)
+			deadline := item.LeaseDeadline.AsTime()
 			if prev, ok := l.leases[p]; ok && !prev.released && deadline.Add(-l.leaseTimeout).Before(prev.deadline) {
 				l.twice = append(l.twice, p)
 				fmt.Fprintf(os.Stderr, "haload: item %s leased to %s while %s held it\n", p, consumer, prev.consumer)
 			}
 			l.leases[p] = lease{consumer: consumer, deadline: deadline}
 			if poison(p) && l.failures[p] < 2 {
-				fail = append(fail, it.Id, p)
+				fail = append(fail, item.Id, p)
 				continue
 			}
-			ids, payloads = append(ids, it.Id), append(payloads, p)
+			ids, payloads = append(ids, item.Id), append(payloads, p)
 		}
 		l.mu.Unlock()
 		if len(fail) > 0 {

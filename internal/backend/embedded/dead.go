@@ -74,9 +74,9 @@ func (l *Logical) inOrder(ctx context.Context, partitions int32, after uint64) i
 			if best < 0 {
 				return // every partition is exhausted
 			}
-			it := cur[best].buf[0]
+			next := cur[best].buf[0]
 			cur[best].buf = cur[best].buf[1:]
-			if !yield(it, nil) {
+			if !yield(next, nil) {
 				return
 			}
 		}

@@ -131,9 +131,9 @@ func (x *keyIndex) trim() {
 // would otherwise pile up behind a long-lived head.
 func (x *keyIndex) compact() {
 	kept := x.run[x.head:x.head]
-	for _, it := range x.run[x.head:] {
-		if it != nil {
-			kept = append(kept, it)
+	for _, e := range x.run[x.head:] {
+		if e != nil {
+			kept = append(kept, e)
 		}
 	}
 	x.moveDown(kept)
@@ -145,9 +145,9 @@ func (x *keyIndex) moveDown(items []*item) {
 	n := copy(x.run, items)
 	clear(x.run[n:])
 	x.run, x.head, x.live = x.run[:n], 0, 0
-	for i, it := range x.run {
-		if it != nil {
-			*x.idx(it) = slot(i)
+	for i, e := range x.run {
+		if e != nil {
+			*x.idx(e) = slot(i)
 			x.live++
 		}
 	}

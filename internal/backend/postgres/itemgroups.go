@@ -382,10 +382,10 @@ func orderLeased(items []queue.LeasedItem, keys []int64, cursor string, ordered 
 		key, rank int64
 	}
 	xs := make([]leased, len(items))
-	for i, it := range items {
-		xs[i] = leased{it: it, pos: visitPos(cursor, it.Group), key: keys[i]}
+	for i, item := range items {
+		xs[i] = leased{it: item, pos: visitPos(cursor, item.Group), key: keys[i]}
 		if !ordered {
-			xs[i].key = int64(it.ID)
+			xs[i].key = int64(item.ID)
 		}
 	}
 	byGroup := func(a, b leased) int {
@@ -423,9 +423,9 @@ func visitPos(cursor, g string) int {
 // visiting order among those it took from.
 func nextCursor(cursor string, items []queue.LeasedItem) string {
 	best, bp := cursor, -1
-	for _, it := range items {
-		if p := visitPos(cursor, it.Group); p > bp || p == bp && it.Group > best {
-			best, bp = it.Group, p
+	for _, item := range items {
+		if p := visitPos(cursor, item.Group); p > bp || p == bp && item.Group > best {
+			best, bp = item.Group, p
 		}
 	}
 	return best

@@ -385,28 +385,28 @@ func insertStatement(queueID uint64, items []insert, ids []int64) (string, []any
 	// more than before.
 	var groups []*string
 	var seqs []*int64
-	for i, it := range items {
-		if it.group != "" && groups == nil {
+	for i, item := range items {
+		if item.group != "" && groups == nil {
 			groups, seqs = make([]*string, n), make([]*int64, n)
 		}
-		if it.group != "" {
-			g := it.group
+		if item.group != "" {
+			g := item.group
 			groups[i] = &g
-			if it.seq != 0 {
-				seq := it.seq
+			if item.seq != 0 {
+				seq := item.seq
 				seqs[i] = &seq
 			}
 		}
-		part[i], state[i], deadline[i], expire[i], created[i], attempts[i] = it.partition, it.state, it.deadline, it.expire, it.created, it.attempts
-		key[i], ref[i], kind[i], enc[i] = it.sourceKey, it.body.Reference, it.body.Kind, it.body.Encoding
-		srcQ[i], srcID[i], reason[i], lastErr[i] = it.body.SourceQueue, it.body.SourceID, it.body.DeadReason, it.lastError
-		payload[i], deadAt[i], redrives[i] = nonNil(it.body.Payload), queue.Nanos(it.body.DeadAt), it.body.RedriveCount
-		attrs[i] = it.body.Attributes
-		if it.sourceKey != nil && queue.IsDeadCopyKey(*it.sourceKey) {
-			fps[i] = fingerprint.Of(it.lastError) // a dead item's error group (migration 5)
+		part[i], state[i], deadline[i], expire[i], created[i], attempts[i] = item.partition, item.state, item.deadline, item.expire, item.created, item.attempts
+		key[i], ref[i], kind[i], enc[i] = item.sourceKey, item.body.Reference, item.body.Kind, item.body.Encoding
+		srcQ[i], srcID[i], reason[i], lastErr[i] = item.body.SourceQueue, item.body.SourceID, item.body.DeadReason, item.lastError
+		payload[i], deadAt[i], redrives[i] = nonNil(item.body.Payload), queue.Nanos(item.body.DeadAt), item.body.RedriveCount
+		attrs[i] = item.body.Attributes
+		if item.sourceKey != nil && queue.IsDeadCopyKey(*item.sourceKey) {
+			fps[i] = fingerprint.Of(item.lastError) // a dead item's error group (migration 5)
 		}
-		if it.errors != nil {
-			s := string(it.errors)
+		if item.errors != nil {
+			s := string(item.errors)
 			errs[i] = &s
 		}
 	}

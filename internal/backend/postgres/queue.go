@@ -547,12 +547,12 @@ func (q *Queue) readWithin(ctx context.Context, db querier, where string, args [
 	var items []queue.Item
 	size := 0
 	for rows.Next() {
-		it, err := scanItem(rows)
+		item, err := scanItem(rows)
 		if err != nil {
 			return nil, err
 		}
-		items = append(items, it)
-		if size += queue.ItemBytes(&it); maxBytes > 0 && size >= maxBytes {
+		items = append(items, item)
+		if size += queue.ItemBytes(&item); maxBytes > 0 && size >= maxBytes {
 			break
 		}
 	}
@@ -616,8 +616,8 @@ func yieldAll(yield func(queue.Item, error) bool, items []queue.Item, err error)
 		yield(queue.Item{}, err)
 		return false
 	}
-	for _, it := range items {
-		if !yield(it, nil) {
+	for _, item := range items {
+		if !yield(item, nil) {
 			return false
 		}
 	}

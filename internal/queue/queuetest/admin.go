@@ -177,13 +177,13 @@ var adminRows = []row{
 		require.NoError(e.t, err)
 		items := e.items(q)
 		require.Len(e.t, items, 1)
-		it := items[0]
-		require.Equal(e.t, "one", string(it.Body.Payload))
-		require.Equal(e.t, int32(3), it.Meta.Attempts)
-		require.True(e.t, it.Meta.Leased)
-		require.True(e.t, it.Meta.LeaseDeadline.Equal(deadline), "lease deadline %v", it.Meta.LeaseDeadline)
+		item := items[0]
+		require.Equal(e.t, "one", string(item.Body.Payload))
+		require.Equal(e.t, int32(3), item.Meta.Attempts)
+		require.True(e.t, item.Meta.Leased)
+		require.True(e.t, item.Meta.LeaseDeadline.Equal(deadline), "lease deadline %v", item.Meta.LeaseDeadline)
 		e.leaseNone(q)
-		require.NoError(e.t, q.Complete(e.ctx, 0, []uint64{it.Meta.ID}))
+		require.NoError(e.t, q.Complete(e.ctx, 0, []uint64{item.Meta.ID}))
 	}},
 	{"ListAfterIsExclusive", func(e *env) {
 		q := e.create("q", nil)

@@ -61,8 +61,8 @@ func (e *env) scanPayloads(q queue.Queue, f queue.DeadFilter, limit int) []strin
 		items, next, err := q.Scan(e.ctx, 1, &f, queue.ScanParams{After: after, Limit: limit})
 		require.NoError(e.t, err)
 		require.LessOrEqual(e.t, len(items), limit)
-		for _, it := range items {
-			out = append(out, string(it.Body.Payload))
+		for _, item := range items {
+			out = append(out, string(item.Body.Payload))
 		}
 		if next == 0 || len(items) == 0 {
 			return out
@@ -76,9 +76,9 @@ func (e *env) scanPayloads(q queue.Queue, f queue.DeadFilter, limit int) []strin
 // byPayload returns q's stored item whose payload is p.
 func (e *env) byPayload(q queue.Queue, p string) queue.Item {
 	e.t.Helper()
-	for _, it := range e.items(q) {
-		if string(it.Body.Payload) == p {
-			return it
+	for _, item := range e.items(q) {
+		if string(item.Body.Payload) == p {
+			return item
 		}
 	}
 	require.FailNow(e.t, "no item", "queue '%s' holds no item %q", q.Name(), p)
@@ -226,9 +226,9 @@ var coverageRows = []row{
 			e.produce(q, fmt.Sprint(i))
 		}
 		seen := map[uint64]bool{}
-		for _, it := range e.items(q) {
-			require.False(e.t, seen[it.Meta.ID], "id %d twice", it.Meta.ID)
-			seen[it.Meta.ID] = true
+		for _, item := range e.items(q) {
+			require.False(e.t, seen[item.Meta.ID], "id %d twice", item.Meta.ID)
+			seen[item.Meta.ID] = true
 		}
 		require.Len(e.t, seen, 7)
 	}},
@@ -245,13 +245,13 @@ var coverageRows = []row{
 		require.Len(e.t, stored, 24)
 		partOf := map[uint64]int32{}
 		reqPart := map[string]int32{}
-		for _, it := range stored {
-			partOf[it.Meta.ID] = it.Partition
-			r := strings.Split(string(it.Body.Payload), "-")[0]
+		for _, item := range stored {
+			partOf[item.Meta.ID] = item.Partition
+			r := strings.Split(string(item.Body.Payload), "-")[0]
 			if p, ok := reqPart[r]; ok {
-				require.Equal(e.t, p, it.Partition, "request %s split across partitions", r)
+				require.Equal(e.t, p, item.Partition, "request %s split across partitions", r)
 			}
-			reqPart[r] = it.Partition
+			reqPart[r] = item.Partition
 		}
 		for n := 0; n < 24; {
 			res := e.lease(q, 5)
@@ -312,8 +312,8 @@ var coverageRows = []row{
 		require.NoError(e.t, q.Produce(e.ctx, []queue.ProduceItem{{Payload: []byte("sched"), EnqueueAt: Start.Add(time.Hour)}}))
 		part, x := e.leaseOne(q, "leased")
 		var refs []queue.ItemRef
-		for _, it := range e.items(q) {
-			refs = append(refs, queue.ItemRef{Partition: it.Partition, ID: it.Meta.ID})
+		for _, item := range e.items(q) {
+			refs = append(refs, queue.ItemRef{Partition: item.Partition, ID: item.Meta.ID})
 		}
 		require.Len(e.t, refs, 3)
 		n, err := q.Delete(e.ctx, append(refs, queue.ItemRef{Partition: 0, ID: x.ID + 1000}))
@@ -530,8 +530,8 @@ var coverageRows = []row{
 			items, next, err := q.Scan(e.ctx, 2, &f, p)
 			require.NoError(e.t, err)
 			var out []string
-			for _, it := range items {
-				out = append(out, string(it.Body.Payload))
+			for _, item := range items {
+				out = append(out, string(item.Body.Payload))
 			}
 			return out, next
 		}
@@ -564,8 +564,8 @@ var coverageRows = []row{
 		all, err := q.Scheduled(e.ctx, 0, 0, 10)
 		require.NoError(e.t, err)
 		got := make([]string, len(all))
-		for i, it := range all {
-			got[i] = string(it.Body.Payload)
+		for i, item := range all {
+			got[i] = string(item.Body.Payload)
 		}
 		require.Equal(e.t, []string{"s0", "s1", "s2"}, got, "id order, ready items left out")
 		rest, err := q.Scheduled(e.ctx, 0, all[0].Meta.ID, 10)
@@ -608,9 +608,9 @@ var coverageRows = []row{
 						break
 					}
 					require.LessOrEqual(e.t, len(page), c.perPage, "scheduled %v, maxBytes %d", scheduled, c.maxBytes)
-					for _, it := range page {
-						require.Equal(e.t, 100, queue.ItemBytes(&it))
-						got = append(got, string(it.Body.Payload[:2]))
+					for _, item := range page {
+						require.Equal(e.t, 100, queue.ItemBytes(&item))
+						got = append(got, string(item.Body.Payload[:2]))
 					}
 					after = page[len(page)-1].Meta.ID
 				}
@@ -628,8 +628,8 @@ var coverageRows = []row{
 			items, next, err := q.Scan(e.ctx, 1, &queue.DeadFilter{PayloadContains: "r"}, queue.ScanParams{After: after, Limit: 100, MaxBytes: 150})
 			require.NoError(e.t, err)
 			require.LessOrEqual(e.t, len(items), 1)
-			for _, it := range items {
-				got = append(got, string(it.Body.Payload[:2]))
+			for _, item := range items {
+				got = append(got, string(item.Body.Payload[:2]))
 			}
 			if next == 0 {
 				break

@@ -116,9 +116,9 @@ var cycleRows = []row{
 		// The old lease is gone.
 		requireNotLeased(e.t, q.Complete(e.ctx, part, []uint64{x.ID}), x.ID)
 		var a queue.Item
-		for _, it := range e.items(q) {
-			if string(it.Body.Payload) == "a" {
-				a = it
+		for _, item := range e.items(q) {
+			if string(item.Body.Payload) == "a" {
+				a = item
 			}
 		}
 		want := queue.LeaseExpiredError(leaseTimeout)
@@ -227,9 +227,9 @@ var cycleRows = []row{
 		ready := e.items(q)
 		require.Len(e.t, ready, 2)
 		var readyID uint64
-		for _, it := range ready {
-			if !it.Meta.Leased {
-				readyID = it.Meta.ID
+		for _, item := range ready {
+			if !item.Meta.Leased {
+				readyID = item.Meta.ID
 			}
 		}
 		require.NotZero(e.t, readyID)
@@ -394,10 +394,10 @@ var cycleRows = []row{
 		}
 		byPart := map[int32]int{}
 		var placed []int32
-		for _, it := range e.items(dlq) { // in id order: the order they were placed in
-			byPart[it.Partition]++
-			if it.Body.SourceQueue == "q" {
-				placed = append(placed, it.Partition)
+		for _, item := range e.items(dlq) { // in id order: the order they were placed in
+			byPart[item.Partition]++
+			if item.Body.SourceQueue == "q" {
+				placed = append(placed, item.Partition)
 			}
 		}
 		require.Equal(e.t, []int32{3, 1, 3, 1, 3}, placed)
@@ -483,8 +483,8 @@ var cycleRows = []row{
 		listed, err := q.List(e.ctx, 0, 0, 10)
 		require.NoError(e.t, err)
 		require.Len(e.t, listed, 2)
-		for _, it := range listed {
-			require.True(e.t, it.Meta.EnqueueAt.IsZero(), "%s: enqueue_at %v", it.Body.Payload, it.Meta.EnqueueAt)
+		for _, item := range listed {
+			require.True(e.t, item.Meta.EnqueueAt.IsZero(), "%s: enqueue_at %v", item.Body.Payload, item.Meta.EnqueueAt)
 		}
 		sched, err := q.Scheduled(e.ctx, 0, 0, 10)
 		require.NoError(e.t, err)

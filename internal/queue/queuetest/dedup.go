@@ -47,8 +47,8 @@ var dedupRows = []row{
 			e.t.Helper()
 			res := e.lease(q, 10)
 			ids := make([]uint64, len(res.Items))
-			for i, it := range res.Items {
-				ids[i] = it.ID
+			for i, item := range res.Items {
+				ids[i] = item.ID
 			}
 			require.NoError(e.t, q.Complete(e.ctx, res.Partition, ids))
 			return payloads(res.Items)
@@ -66,8 +66,8 @@ var dedupRows = []row{
 
 func itemPayloads(items []queue.Item) []string {
 	out := make([]string, len(items))
-	for i, it := range items {
-		out[i] = string(it.Body.Payload)
+	for i, item := range items {
+		out[i] = string(item.Body.Payload)
 	}
 	return out
 }

@@ -112,12 +112,12 @@ var groupRows = []row{
 			e.produceGrouped(q, fmt.Sprintf("g%d:g", i), fmt.Sprintf("x%d", i), fmt.Sprintf("h%d:h", i))
 		}
 		parts := map[string]map[int32]bool{}
-		for _, it := range e.items(q) {
-			g := it.Meta.Group
+		for _, item := range e.items(q) {
+			g := item.Meta.Group
 			if parts[g] == nil {
 				parts[g] = map[int32]bool{}
 			}
-			parts[g][it.Partition] = true
+			parts[g][item.Partition] = true
 		}
 		require.Equal(e.t, map[int32]bool{queue.GroupPartition("g", 4): true}, parts["g"], "every item of group g in its partition")
 		require.Equal(e.t, map[int32]bool{queue.GroupPartition("h", 4): true}, parts["h"])
@@ -190,9 +190,9 @@ var groupRows = []row{
 		d := e.eventuallyItems(dlq, 1)[0]
 		e.produceGrouped(dlq, "x:a") // another item of the group in the dead-letter queue
 		var other queue.Item
-		for _, it := range e.eventuallyItems(dlq, 2) {
-			if string(it.Body.Payload) == "x" {
-				other = it
+		for _, item := range e.eventuallyItems(dlq, 2) {
+			if string(item.Body.Payload) == "x" {
+				other = item
 			}
 		}
 		require.NoError(e.t, q.TakeRedriven(e.ctx, []queue.RedriveItem{{SourceKey: queue.RedriveKey("dlq", other.Meta.ID), Body: other.Body,
@@ -325,8 +325,8 @@ var groupRows = []row{
 		q, dlq := e.withDLQ(ordered)
 		e.produceGrouped(q, "a1:a", "n")
 		byPayload := map[string]string{}
-		for _, it := range e.items(q) {
-			byPayload[string(it.Body.Payload)] = it.Meta.Group
+		for _, item := range e.items(q) {
+			byPayload[string(item.Body.Payload)] = item.Meta.Group
 		}
 		require.Equal(e.t, map[string]string{"a1": "a", "n": ""}, byPayload)
 		e.deadLetter(q, "a1", "bad")
@@ -357,9 +357,9 @@ func (e *env) complete(q queue.Queue, want ...string) {
 	e.t.Helper()
 	byPart := map[int32][]uint64{}
 	found := 0
-	for _, it := range e.items(q) {
-		if it.Meta.Leased && slices.Contains(want, string(it.Body.Payload)) {
-			byPart[it.Partition] = append(byPart[it.Partition], it.Meta.ID)
+	for _, item := range e.items(q) {
+		if item.Meta.Leased && slices.Contains(want, string(item.Body.Payload)) {
+			byPart[item.Partition] = append(byPart[item.Partition], item.Meta.ID)
 			found++
 		}
 	}

@@ -169,11 +169,11 @@ func listItems(t *testing.T, s store.Store, queueID uint64, partition int32, aft
 	items, err := s.ListItems(t.Context(), queueID, partition, afterID, limit)
 	require.NoError(t, err)
 	require.LessOrEqual(t, len(items), limit)
-	for i, it := range items {
-		require.Equal(t, partition, it.Partition, "Item.Partition")
-		require.Greater(t, it.Meta.ID, afterID)
+	for i, item := range items {
+		require.Equal(t, partition, item.Partition, "Item.Partition")
+		require.Greater(t, item.Meta.ID, afterID)
 		if i > 0 {
-			require.Less(t, items[i-1].Meta.ID, it.Meta.ID, "ListItems not in ID order")
+			require.Less(t, items[i-1].Meta.ID, item.Meta.ID, "ListItems not in ID order")
 		}
 	}
 	return items

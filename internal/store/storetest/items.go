@@ -420,8 +420,8 @@ func testItems(t *testing.T, newStore func(*testing.T) store.Store) {
 			if len(items) == 0 {
 				break
 			}
-			for _, it := range items {
-				listed = append(listed, it.Meta)
+			for _, item := range items {
+				listed = append(listed, item.Meta)
 			}
 			after = items[len(items)-1].Meta.ID
 		}

@@ -145,8 +145,8 @@ func dump(t *testing.T, s store.Store) []queueDump {
 				metas = append(metas, normMeta(m))
 			}
 			var items []queue.Item
-			for _, it := range listItems(t, s, q.ID, p, 0, 1<<20) {
-				items = append(items, normItem(it))
+			for _, item := range listItems(t, s, q.ID, p, 0, 1<<20) {
+				items = append(items, normItem(item))
 			}
 			d.Loaded = append(d.Loaded, metas)
 			d.Listed = append(d.Listed, items)
