@@ -82,22 +82,22 @@ func (x *keyIndex) fix(it *item) {
 
 // peek returns the smallest key, or 0 when the index is empty.
 func (x *keyIndex) peek() int64 {
-	it := x.min()
-	if it == nil {
+	e := x.min()
+	if e == nil {
 		return 0
 	}
-	return x.key(it)
+	return x.key(e)
 }
 
 // popDue removes and returns the item of smallest key if that key is at or
 // before now, else nil.
 func (x *keyIndex) popDue(now int64) *item {
-	it := x.min()
-	if it == nil || x.key(it) > now {
+	e := x.min()
+	if e == nil || x.key(e) > now {
 		return nil
 	}
-	x.remove(it)
-	return it
+	x.remove(e)
+	return e
 }
 
 // min returns the item of smallest key (of equal keys, the run's first),

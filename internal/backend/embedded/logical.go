@@ -475,15 +475,15 @@ func (l *Logical) load() {
 		}
 		p := newPartition(int32(i), l.info.Ordered)
 		err = l.cfg.Store.LoadItems(ctx, l.queueID, int32(i), func(m queue.ItemMeta) error {
-			it := itemFromMeta(m, now)
+			x := itemFromMeta(m, now)
 			if m.Group != "" {
 				p.index().loading = true
 			}
-			p.addGrouped(it, m.Group, m.GroupSeq)
-			if it.src != nil {
-				keys[it.src.key] = it
-				if it.isDeadCopy() {
-					dead = append(dead, loadedDead{x: it, p: p, fp: m.Fingerprint, deadAt: queue.Nanos(m.DeadAt)})
+			p.addGrouped(x, m.Group, m.GroupSeq)
+			if x.src != nil {
+				keys[x.src.key] = x
+				if x.isDeadCopy() {
+					dead = append(dead, loadedDead{x: x, p: p, fp: m.Fingerprint, deadAt: queue.Nanos(m.DeadAt)})
 				}
 			}
 			last = max(last, m.ID)

@@ -124,7 +124,7 @@ func (it *item) baseMeta() queue.ItemMeta {
 
 // itemFromMeta rebuilds an item loaded from storage at time now (nanos).
 func itemFromMeta(m queue.ItemMeta, now int64) *item {
-	it := &item{
+	x := &item{
 		id:          m.ID,
 		bodyID:      m.BodyID,
 		created:     queue.Nanos(m.CreatedAt),
@@ -137,21 +137,21 @@ func itemFromMeta(m queue.ItemMeta, now int64) *item {
 	}
 	switch {
 	case m.DeadReason != "":
-		it.state = stateDying
-		it.deadline = queue.Nanos(m.DeadAt)
+		x.state = stateDying
+		x.deadline = queue.Nanos(m.DeadAt)
 	case m.Leased:
 		// A lease survives a restart: the item stays leased until its
 		// deadline, even if that deadline has passed (the lifecycle then
 		// ends it as an expired lease, counting the attempt).
-		it.state = stateLeased
-		it.deadline = queue.Nanos(m.LeaseDeadline)
+		x.state = stateLeased
+		x.deadline = queue.Nanos(m.LeaseDeadline)
 	case !m.EnqueueAt.IsZero() && queue.Nanos(m.EnqueueAt) > now:
-		it.state = stateScheduled
-		it.deadline = queue.Nanos(m.EnqueueAt)
+		x.state = stateScheduled
+		x.deadline = queue.Nanos(m.EnqueueAt)
 	default:
-		it.state = stateReady
+		x.state = stateReady
 	}
-	return it
+	return x
 }
 
 // meta returns x's stored form, with its group.
@@ -431,17 +431,17 @@ func (h *itemHeap) Swap(i, j int) {
 	*h.idx(h.items[j]) = int32(j)
 }
 func (h *itemHeap) Push(x any) {
-	it := x.(*item)
-	*h.idx(it) = int32(len(h.items))
-	h.items = append(h.items, it)
+	e := x.(*item)
+	*h.idx(e) = int32(len(h.items))
+	h.items = append(h.items, e)
 }
 func (h *itemHeap) Pop() any {
 	n := len(h.items) - 1
-	it := h.items[n]
+	x := h.items[n]
 	h.items[n] = nil
 	h.items = h.items[:n]
-	*h.idx(it) = -1
-	return it
+	*h.idx(x) = -1
+	return x
 }
 
 // fifo is a queue of ids on a slice that is compacted as it drains.

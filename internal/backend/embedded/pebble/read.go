@@ -289,15 +289,15 @@ func (s *Store) listItems(ctx context.Context, queueID uint64, partition int32, 
 	var items []queue.Item
 	size := 0
 	for metas.first(); metas.valid() && len(items) < limit && (maxBytes <= 0 || size < maxBytes); metas.next() {
-		it := queue.Item{Partition: partition}
-		if err := metas.meta(&it.Meta); err != nil {
+		x := queue.Item{Partition: partition}
+		if err := metas.meta(&x.Meta); err != nil {
 			return nil, err
 		}
-		if it.Body, it.Errors, err = r.read(it.Meta.BodyID); err != nil {
+		if x.Body, x.Errors, err = r.read(x.Meta.BodyID); err != nil {
 			return nil, err
 		}
-		items = append(items, it)
-		size += queue.ItemBytes(&it)
+		items = append(items, x)
+		size += queue.ItemBytes(&x)
 	}
 	return items, metas.err()
 }
