@@ -18,8 +18,11 @@ import (
 // styx_items_dead_groups (two index probes), whatever the number of items.
 
 // ErrorGroups implements engine.Tx: one statement in the iteration's
-// transaction.
+// transaction, after its writes so far.
 func (it *iteration) ErrorGroups(f queue.ErrorGroupFilter, limit int) (queue.ErrorGroups, error) {
+	if err := it.flush(); err != nil {
+		return queue.ErrorGroups{}, err
+	}
 	q, ctx := it.q, it.ctx
 	rows, err := it.tx.Query(ctx, `WITH g AS (
 			SELECT source_queue, reason, fingerprint, sum(count) AS n FROM styx_dead_groups

@@ -405,8 +405,11 @@ func (q *Queue) holdGroups(ctx context.Context, tx pgx.Tx, it *iteration, dlqID 
 }
 
 // Stats implements engine.Tx from the database, in the iteration's
-// transaction (stats).
+// transaction after its writes so far (stats).
 func (it *iteration) Stats() (queue.Stats, error) {
+	if err := it.flush(); err != nil {
+		return queue.Stats{}, err
+	}
 	return it.q.stats(it.ctx, it.tx, it.info, it.now)
 }
 
@@ -479,8 +482,11 @@ func (q *Queue) stats(ctx context.Context, db querier, info queue.QueueInfo, now
 }
 
 // Scheduled implements engine.Tx: a page of the partition's scheduled
-// items, in the iteration's transaction (page).
+// items, in the iteration's transaction after its writes so far (page).
 func (it *iteration) Scheduled(p queue.ListParams) ([]queue.Item, error) {
+	if err := it.flush(); err != nil {
+		return nil, err
+	}
 	return it.q.page(it.ctx, it.tx, p, `state=2`)
 }
 

@@ -714,6 +714,65 @@ var rows = []row{
 		require.NoError(e.t, err)
 		require.Equal(e.t, "edited", string(items[1].Body.Payload), "edit's error changes nothing")
 	}},
+	{"ReadsSeeTheIterationsOwnWrites", func(e *env) {
+		// Tx.Stats, Tx.Scheduled and Tx.ErrorGroups read the queue as the
+		// iteration sees it: its own produces and deaths count.
+		dlq := e.create("dlq", nil)
+		q := e.create("q", func(i *queue.QueueInfo) { i.DeadQueue = "dlq" })
+		e.produce(q, 0, "a")
+		var st queue.Stats
+		var sched []queue.Item
+		e.do(q, nil, func(tx engine.Tx, now int64) error {
+			items := []queue.ProduceItem{{Payload: []byte("b")}, {Payload: []byte("later"), EnqueueAt: queue.FromNanos(now + int64(time.Minute))}}
+			if err := tx.Produce(0, items, 0); err != nil {
+				return err
+			}
+			var err error
+			if st, err = tx.Stats(); err != nil {
+				return err
+			}
+			sched, err = tx.Scheduled(queue.ListParams{Partition: 0, Limit: 10})
+			return err
+		})
+		require.Len(e.t, st.Partitions, 1)
+		require.Equal(e.t, 3, st.Partitions[0].Total, "the iteration's own produces count")
+		require.Equal(e.t, 1, st.Partitions[0].Scheduled)
+		require.Equal(e.t, []string{"later"}, func() (out []string) {
+			for _, x := range sched {
+				out = append(out, string(x.Body.Payload))
+			}
+			return out
+		}())
+		id := e.lease(q, 1)[0].ID
+		e.do(q, []uint64{id}, func(tx engine.Tx, now int64) error {
+			x, _ := tx.Item(0, id)
+			h := queue.RecordError(queue.ItemErrors{}, x.Attempts, "boom 42", now)
+			_, err := tx.Kill(x, queue.ReasonExplicit, &h)
+			return err
+		})
+		require.Eventually(e.t, func() bool { return e.total(dlq) == 1 }, waitTimeout, time.Millisecond)
+		var g queue.ErrorGroups
+		e.do(dlq, nil, func(tx engine.Tx, _ int64) error {
+			var err error
+			g, err = tx.ErrorGroups(queue.ErrorGroupFilter{}, 10)
+			return err
+		})
+		require.Len(e.t, g.Groups, 1)
+		require.Equal(e.t, "q", g.Groups[0].SourceQueue)
+		require.Equal(e.t, queue.ReasonExplicit, g.Groups[0].Reason)
+		require.Equal(e.t, "boom 42", g.Groups[0].SampleError)
+		require.EqualValues(e.t, 1, g.Groups[0].Count)
+		require.Equal(e.t, 1, g.TotalGroups)
+	}},
+	{"ReloadAnswersOnceDone", func(e *env) {
+		q := e.create("q", nil)
+		e.produce(q, 0, "a")
+		require.NoError(e.t, q.Reload(e.ctx))
+		require.Equal(e.t, 1, e.total(q), "a reload keeps what is stored")
+		require.NoError(e.t, e.qs.Delete(e.ctx, "q"))
+		err := q.Reload(e.ctx)
+		require.Error(e.t, err, "the reload of a deleted queue fails")
+	}},
 	{"FailedIterationIsDropped", func(e *env) {
 		q := e.create("q", nil)
 		e.produce(q, 0, "kept")
