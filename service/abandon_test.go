@@ -7,6 +7,7 @@ import (
 
 	"github.com/stretchr/testify/require"
 
+	"github.com/styxq/styx/internal/servertest"
 	"github.com/styxq/styx/internal/store"
 	pb "github.com/styxq/styx/styxpb"
 )
@@ -20,9 +21,9 @@ import (
 // item log lets the test hold the write; PostgreSQL runs the same engine
 // code.
 func TestAbandonedLeaseGivesItsItemsBack(t *testing.T) {
-	forEachBackend(t, func(t *testing.T, b backend) {
-		requireItemLog(t, b)
-		s := start(t, b)
+	servertest.ForEachBackend(t, func(t *testing.T, b servertest.Backend) {
+		servertest.RequireItemLog(t, b)
+		s := servertest.Start(t, b)
 		require.NoError(t, s.C.QueuesCreate(ctx, &pb.QueueInfo{QueueName: "q", LeaseTimeout: "10m", RequestedPartitions: 1}))
 		require.NoError(t, s.C.QueueProduce(ctx, &pb.QueueProduceRequest{QueueName: "q", RequestTimeout: "1m",
 			Items: []*pb.QueueProduceItem{{Utf8: "only one"}}}))
@@ -45,8 +46,8 @@ func TestAbandonedLeaseGivesItsItemsBack(t *testing.T) {
 		require.Error(t, <-leased)
 		// The server's call returns once it sees the client gone: it
 		// answers 499, counted when the handler ends.
-		eventually(t, func() bool {
-			return metricLine(s.scrape(), `styx_http_requests_total{code="499",path="/v1/queue.lease"}`) != ""
+		servertest.Eventually(t, func() bool {
+			return metricLine(scrape(s), `styx_http_requests_total{code="499",path="/v1/queue.lease"}`) != ""
 		}, "the server's lease call ended")
 		s.Faults.SetWriteHook(nil)
 		close(release)

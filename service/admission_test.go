@@ -24,6 +24,7 @@ import (
 
 	styx "github.com/styxq/styx"
 	"github.com/styxq/styx/daemon"
+	"github.com/styxq/styx/internal/servertest"
 	pb "github.com/styxq/styx/styxpb"
 	"github.com/styxq/styx/transport"
 )
@@ -76,12 +77,12 @@ func requireProducesServed(t *testing.T, c *styx.Client, queue string, n int) {
 }
 
 // scrapeWith returns the /metrics text of s, scraped with key.
-func scrapeWith(t *testing.T, s *server, key string) string {
+func scrapeWith(t *testing.T, s *servertest.Server, key string) string {
 	t.Helper()
-	req, err := http.NewRequestWithContext(ctx, http.MethodGet, s.d.Endpoint()+"/metrics", nil)
+	req, err := http.NewRequestWithContext(ctx, http.MethodGet, s.D.Endpoint()+"/metrics", nil)
 	require.NoError(t, err)
 	req.Header.Set("Authorization", "Bearer "+key)
-	res, b := s.do(req)
+	res, b := do(s, req)
 	require.Equal(t, http.StatusOK, res.StatusCode, string(b))
 	return string(b)
 }
@@ -97,9 +98,9 @@ var attackSizes = []int64{64 << 20, 16 << 20, 5_300_000, (256<<20)/3 - (64<<20 +
 // any SQS request are refused at once, the others hold only their address's
 // small share, and a valid key's produces are answered 200 throughout.
 func TestForgedSignaturesCannotHoldTheBudget(t *testing.T) {
-	s, _ := startSQSAuth(t, memoryBackend(t))
+	s, _ := servertest.StartSQSAuth(t, memoryBackend(t))
 	require.NoError(t, s.C.QueuesCreate(ctx, &pb.QueueInfo{QueueName: "orders"}))
-	producer := s.client(s.newKey("producer", []string{"produce"}))
+	producer := s.Client(s.NewKey("producer", []string{"produce"}))
 	now := time.Now().UTC()
 	forged := func(n int64) string {
 		return "POST / HTTP/1.1\r\nHost: 127.0.0.1\r\nContent-Type: application/x-amz-json-1.0\r\n" +
@@ -110,7 +111,7 @@ func TestForgedSignaturesCannotHoldTheBudget(t *testing.T) {
 	}
 	var held []net.Conn
 	for _, n := range append(attackSizes, 5_300_000) {
-		held = append(held, stall(t, s.d.Addr(), forged(n)))
+		held = append(held, stall(t, s.D.Addr(), forged(n)))
 	}
 	requireProducesServed(t, producer, "orders", 20)
 	for i, c := range held[:2] {
@@ -120,7 +121,7 @@ func TestForgedSignaturesCannotHoldTheBudget(t *testing.T) {
 	// Reopened as the previous ones time out, they still cost only the
 	// address's share.
 	for range 3 {
-		stall(t, s.d.Addr(), forged(5_300_000))
+		stall(t, s.D.Addr(), forged(5_300_000))
 	}
 	requireProducesServed(t, producer, "orders", 5)
 }
@@ -156,12 +157,12 @@ var spaces = []byte(strings.Repeat(" ", 64<<10))
 // poll holds nothing of its body while it waits, and no key holds more
 // than its share of the budget.
 func TestGreedyKeyCannotHoldTheBudget(t *testing.T) {
-	s, admin := startAuth(t, memoryBackend(t))
+	s, admin := servertest.StartAuth(t, memoryBackend(t))
 	require.NoError(t, s.C.QueuesCreate(ctx, &pb.QueueInfo{QueueName: "orders"}))
 	require.NoError(t, s.C.QueuesCreate(ctx, &pb.QueueInfo{QueueName: "idle"}))
-	worker := s.newKey("worker", []string{"consume"})
-	reader := s.newKey("reader", []string{"read"})
-	producer := s.client(s.newKey("producer", []string{"produce"}))
+	worker := s.NewKey("worker", []string{"consume"})
+	reader := s.NewKey("reader", []string{"read"})
+	producer := s.Client(s.NewKey("producer", []string{"produce"}))
 
 	t.Run("PaddedLongPolls", func(t *testing.T) {
 		lctx, cancel := context.WithCancel(ctx)
@@ -177,7 +178,7 @@ func TestGreedyKeyCannotHoldTheBudget(t *testing.T) {
 				defer done()
 				body := &paddedBody{n: n, done: done,
 					json: fmt.Sprintf(`{"queue_name":"idle","batch_size":1,"request_timeout":"1m","client_id":"greedy-%d"}`, i)}
-				req, err := http.NewRequestWithContext(lctx, http.MethodPost, s.d.Endpoint()+"/v1/queue.lease", body)
+				req, err := http.NewRequestWithContext(lctx, http.MethodPost, s.D.Endpoint()+"/v1/queue.lease", body)
 				if err != nil {
 					return
 				}
@@ -218,7 +219,7 @@ func TestGreedyKeyCannotHoldTheBudget(t *testing.T) {
 
 	t.Run("SlowBodies", func(t *testing.T) {
 		for _, n := range attackSizes {
-			stall(t, s.d.Addr(), "POST /v1/queue.stats HTTP/1.1\r\nHost: 127.0.0.1\r\nContent-Type: application/json\r\n"+
+			stall(t, s.D.Addr(), "POST /v1/queue.stats HTTP/1.1\r\nHost: 127.0.0.1\r\nContent-Type: application/json\r\n"+
 				"Authorization: Bearer "+reader+"\r\nContent-Length: "+strconv.FormatInt(n, 10)+"\r\n\r\n")
 		}
 		requireProducesServed(t, producer, "orders", 20)
@@ -243,7 +244,7 @@ func daemonDefaultShare() int64 {
 // The test's own connections come from addresses of their own (127.0.0.x:
 // all of 127/8 is loopback), apart from the harness client's.
 func TestIdleConnectionsCannotLockOut(t *testing.T) {
-	s := startWith(t, memoryBackend(t), func(cfg *daemon.Config) {
+	s := servertest.StartWith(t, memoryBackend(t), func(cfg *daemon.Config) {
 		cfg.MaxConnections = 20
 		cfg.MaxConnectionsPerAddress = 15
 	})
@@ -252,7 +253,7 @@ func TestIdleConnectionsCannotLockOut(t *testing.T) {
 	// and body, or an error when the connection was closed unanswered.
 	get := func(local, path string) (int, string, error) {
 		c := &http.Client{Timeout: 20 * time.Second, Transport: &http.Transport{DisableKeepAlives: true, DialContext: dialer(local).DialContext}}
-		res, err := c.Get(s.d.Endpoint() + path)
+		res, err := c.Get(s.D.Endpoint() + path)
 		if err != nil {
 			return 0, "", err
 		}
@@ -270,7 +271,7 @@ func TestIdleConnectionsCannotLockOut(t *testing.T) {
 		return metricValue(t, body, "styx_http_inflight_bytes"), true
 	}
 	dial := func(local string) net.Conn {
-		c, err := dialer(local).DialContext(ctx, "tcp", s.d.Addr())
+		c, err := dialer(local).DialContext(ctx, "tcp", s.D.Addr())
 		require.NoError(t, err)
 		t.Cleanup(func() { _ = c.Close() })
 		return c
@@ -303,7 +304,7 @@ func TestIdleConnectionsCannotLockOut(t *testing.T) {
 		}
 		// Served once an idle connection makes room (an answer can reach
 		// a client just before the server notes its connection idle).
-		eventually(t, func() bool {
+		servertest.Eventually(t, func() bool {
 			code, _, err := get("127.0.0.5", "/health")
 			return err == nil && code == http.StatusOK
 		}, "a new client is served while 20 idle connections are open")
@@ -318,7 +319,7 @@ func TestIdleConnectionsCannotLockOut(t *testing.T) {
 			mine = append(mine, busy("127.0.0.2"))
 		}
 		waitBusy(15)
-		eventually(t, func() bool {
+		servertest.Eventually(t, func() bool {
 			code, _, err := get("127.0.0.2", "/health")
 			return err == nil && code == http.StatusServiceUnavailable
 		}, "a 16th connection from one address is refused while its 15 are busy")
@@ -339,7 +340,7 @@ func TestIdleConnectionsCannotLockOut(t *testing.T) {
 		waitBusy(19) // the scrape needs the twentieth connection
 		all = append(all, busy("127.0.0.3"))
 		var body string
-		eventually(t, func() bool {
+		servertest.Eventually(t, func() bool {
 			var code int
 			var err error
 			code, body, err = get("127.0.0.5", "/health")
@@ -352,7 +353,7 @@ func TestIdleConnectionsCannotLockOut(t *testing.T) {
 		}, "a new connection is refused 503 while every connection is busy")
 		require.Contains(t, body, "--max-connections")
 		_ = all[0].Close()
-		eventually(t, func() bool {
+		servertest.Eventually(t, func() bool {
 			code, _, err := get("127.0.0.5", "/health")
 			return err == nil && code == http.StatusOK
 		}, "a connection closed makes room")
@@ -373,8 +374,8 @@ func TestReceiveAnswersBounded(t *testing.T) {
 		t.Skip("moves hundreds of MB through the server")
 	}
 	const budget = 256 << 20
-	const slack = 160 << 20                // as TestMemoryBudget's: the runtime's, Pebble's memtable, the server's buffers
-	s := startWith(t, backends(t)[1], nil) // pebble: items on disk, not in RSS
+	const slack = 160 << 20                                      // as TestMemoryBudget's: the runtime's, Pebble's memtable, the server's buffers
+	s := servertest.StartWith(t, servertest.Backends(t)[1], nil) // pebble: items on disk, not in RSS
 	require.NoError(t, s.C.QueuesCreate(ctx, &pb.QueueInfo{QueueName: "big"}))
 	produce := func(n, size int) {
 		req := &pb.QueueProduceRequest{QueueName: "big", RequestTimeout: "1m"}
@@ -393,7 +394,7 @@ func TestReceiveAnswersBounded(t *testing.T) {
 		go func() {
 			defer wg.Done()
 			for range 2 {
-				req, err := http.NewRequestWithContext(ctx, http.MethodPost, s.d.Endpoint()+"/",
+				req, err := http.NewRequestWithContext(ctx, http.MethodPost, s.D.Endpoint()+"/",
 					strings.NewReader(`{"QueueUrl":"http://127.0.0.1/000000000000/big","MaxNumberOfMessages":10,"VisibilityTimeout":0}`))
 				if !assert.NoError(t, err) {
 					return
@@ -428,13 +429,13 @@ func TestReceiveAnswersBounded(t *testing.T) {
 // checked before its body is read: a forged one is refused 403 while its
 // body is still unsent, and a genuine one is served and charged to its key.
 func TestSignedPayloadHashVerifiedFirst(t *testing.T) {
-	s, admin := startSQSAuth(t, memoryBackend(t))
+	s, admin := servertest.StartSQSAuth(t, memoryBackend(t))
 	require.NoError(t, s.C.QueuesCreate(ctx, &pb.QueueInfo{QueueName: "orders"}))
 	body := `{"QueueUrl":"http://127.0.0.1/000000000000/orders","MessageBody":"signed first"}`
 	sum := sha256.Sum256([]byte(body))
 	hash := hex.EncodeToString(sum[:])
 	sign := func(secret string) *http.Request {
-		req, err := http.NewRequestWithContext(ctx, http.MethodPost, s.d.Endpoint()+"/", strings.NewReader(body))
+		req, err := http.NewRequestWithContext(ctx, http.MethodPost, s.D.Endpoint()+"/", strings.NewReader(body))
 		require.NoError(t, err)
 		req.Header.Set("Content-Type", "application/x-amz-json-1.0")
 		req.Header.Set("X-Amz-Target", "AmazonSQS.SendMessage")
@@ -448,18 +449,18 @@ func TestSignedPayloadHashVerifiedFirst(t *testing.T) {
 		req := sign(strings.Repeat("f", 64)) // the right key id, a wrong secret
 		var head strings.Builder
 		require.NoError(t, req.Header.Write(&head))
-		c := stall(t, s.d.Addr(), "POST / HTTP/1.1\r\nHost: "+req.Host+"\r\n"+head.String()+"Content-Length: 5000000\r\n\r\n")
+		c := stall(t, s.D.Addr(), "POST / HTTP/1.1\r\nHost: "+req.Host+"\r\n"+head.String()+"Content-Length: 5000000\r\n\r\n")
 		require.Equal(t, http.StatusForbidden, statusWithin(t, c, 20*time.Second), "refused before the body arrives")
 	})
 	t.Run("Genuine", func(t *testing.T) {
-		res, b := s.do(sign(admin))
+		res, b := do(s, sign(admin))
 		require.Equal(t, http.StatusOK, res.StatusCode, string(b))
 		require.Contains(t, string(b), "MessageId")
 	})
 	t.Run("BodyNotTheSignedOne", func(t *testing.T) {
 		req := sign(admin)
 		req.Body = io.NopCloser(strings.NewReader(strings.Replace(body, "signed first", "swapped body", 1)))
-		res, b := s.do(req)
+		res, b := do(s, req)
 		require.Equal(t, http.StatusForbidden, res.StatusCode, string(b))
 		require.Contains(t, string(b), "X-Amz-Content-Sha256 does not match the request body")
 	})

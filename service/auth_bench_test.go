@@ -11,6 +11,7 @@ import (
 	styx "github.com/styxq/styx"
 	"github.com/styxq/styx/daemon"
 	"github.com/styxq/styx/internal/pgtest"
+	"github.com/styxq/styx/internal/servertest"
 	pb "github.com/styxq/styx/styxpb"
 )
 
@@ -48,7 +49,7 @@ func BenchmarkAuthOverhead(b *testing.B) {
 func benchAuth(b *testing.B, cfg daemon.Config, on bool, call string) {
 	ctx := context.Background()
 	admin := "bench-admin-key-0123456789abcdef0123456789"
-	cfg.Listen, cfg.Log = "127.0.0.1:0", testLogger()
+	cfg.Listen, cfg.Log = "127.0.0.1:0", servertest.TestLogger()
 	if on {
 		file := filepath.Join(b.TempDir(), "admin.key")
 		if err := os.WriteFile(file, []byte(admin), 0o600); err != nil {

@@ -22,6 +22,7 @@ import (
 	styx "github.com/styxq/styx"
 	"github.com/styxq/styx/daemon"
 	"github.com/styxq/styx/internal/pgtest"
+	"github.com/styxq/styx/internal/servertest"
 	pb "github.com/styxq/styx/styxpb"
 )
 
@@ -32,53 +33,53 @@ func TestAuthKeyDeletionOtherNode(t *testing.T) {
 	if os.Getenv(pgtest.EnvURL) == "" && os.Getenv(pgtest.EnvRequire) == "" {
 		t.Skipf("postgres: %s is not set", pgtest.EnvURL)
 	}
-	b := backend{name: "postgres", url: pgtest.URL(t)}
-	a, admin := startAuth(t, b)
-	a.createQueue(&pb.QueueInfo{QueueName: "q"})
-	bNode := &server{t: t, b: b}
+	b := servertest.Backend{Name: "postgres", URL: pgtest.URL(t)}
+	a, admin := servertest.StartAuth(t, b)
+	a.CreateQueue(&pb.QueueInfo{QueueName: "q"})
+	bNode := &servertest.Server{T: t, B: b}
 	file := filepath.Join(t.TempDir(), "admin.key")
 	require.NoError(t, os.WriteFile(file, []byte(admin), 0o600))
-	bNode.configure = func(cfg *daemon.Config) { cfg.Auth, cfg.AdminKeyFile = true, file }
-	bNode.boot()
-	t.Cleanup(bNode.stop)
+	bNode.Configure = func(cfg *daemon.Config) { cfg.Auth, cfg.AdminKeyFile = true, file }
+	bNode.Boot()
+	t.Cleanup(bNode.Stop)
 
 	for i := range 5 { // repeated: each round must hold with no delay
-		key := a.newKey("k"+string(rune('0'+i)), []string{"produce"})
-		onB := bNode.client(key)
+		key := a.NewKey("k"+string(rune('0'+i)), []string{"produce"})
+		onB := bNode.Client(key)
 		require.NoError(t, onB.QueueProduce(ctx, &pb.QueueProduceRequest{QueueName: "q", Items: []*pb.QueueProduceItem{{Bytes: []byte("x")}}}))
 		require.NoError(t, a.C.KeysDelete(ctx, &pb.KeysDeleteRequest{Name: "k" + string(rune('0'+i))}))
 		err := onB.QueueProduce(ctx, &pb.QueueProduceRequest{QueueName: "q", Items: []*pb.QueueProduceItem{{Bytes: []byte("y")}}})
-		requireCode(t, err, styx.CodeUnauthorized, "unknown API key")
+		servertest.RequireCode(t, err, styx.CodeUnauthorized, "unknown API key")
 	}
-	require.Len(t, a.items("q"), 5)
+	require.Len(t, a.Items("q"), 5)
 }
 
 // TestAuthRedriveAudit checks that a redrive task records the key that
 // started it, across a restart, and that dead-item deletes, queue deletes
 // and redrives are logged with the key name.
 func TestAuthRedriveAudit(t *testing.T) {
-	forEachBackend(t, func(t *testing.T, b backend) {
-		s, _ := startAuth(t, b)
-		s.createQueue(&pb.QueueInfo{QueueName: "src-dead"})
-		s.createQueue(&pb.QueueInfo{QueueName: "src", DeadQueue: "src-dead"})
-		s.produce("src", "a", "b")
+	servertest.ForEachBackend(t, func(t *testing.T, b servertest.Backend) {
+		s, _ := servertest.StartAuth(t, b)
+		s.CreateQueue(&pb.QueueInfo{QueueName: "src-dead"})
+		s.CreateQueue(&pb.QueueInfo{QueueName: "src", DeadQueue: "src-dead"})
+		s.Produce("src", "a", "b")
 		for range 2 {
-			it := s.lease("src", 1)
-			s.retry("src", it.Partition, &pb.QueueRetryItem{Id: it.Items[0].Id, Dead: true})
+			it := s.Lease("src", 1)
+			s.Retry("src", it.Partition, &pb.QueueRetryItem{Id: it.Items[0].Id, Dead: true})
 		}
-		ops := s.client(s.newKey("oncall-alice", []string{"dead"}))
+		ops := s.Client(s.NewKey("oncall-alice", []string{"dead"}))
 		task, err := ops.DeadRedrive(ctx, &pb.DeadRedriveRequest{QueueName: "src-dead", Filter: &pb.DeadFilter{Kind: "test"}, RateLimit: 1})
 		require.NoError(t, err)
 		require.Equal(t, "oncall-alice", task.KeyName)
 		_, err = ops.RedrivesCancel(ctx, &pb.RedriveTaskRequest{TaskId: task.TaskId})
 		require.NoError(t, err)
-		eventually(t, func() bool {
+		servertest.Eventually(t, func() bool {
 			got, err := s.C.RedrivesGet(ctx, &pb.RedriveTaskRequest{TaskId: task.TaskId})
 			return err == nil && got.Status == "cancelled"
 		}, "the task ends")
 		del, err := ops.DeadDelete(ctx, &pb.DeadDeleteRequest{QueueName: "src-dead", All: true})
 		require.NoError(t, err)
-		s.restart()
+		s.Restart()
 		got, err := s.C.RedrivesGet(ctx, &pb.RedriveTaskRequest{TaskId: task.TaskId})
 		require.NoError(t, err)
 		require.Equal(t, "oncall-alice", got.KeyName, "recorded with the task")
@@ -185,28 +186,28 @@ func newLeaf(t *testing.T, ca *x509.Certificate, caKey *ecdsa.PrivateKey, name s
 // a client trusting the CA (CAFile) works, a client that does not is
 // refused, and plain HTTP gets no API answer.
 func TestAuthTLS(t *testing.T) {
-	forEachBackend(t, func(t *testing.T, b backend) {
+	servertest.ForEachBackend(t, func(t *testing.T, b servertest.Backend) {
 		pki := newTestPKI(t)
-		s, admin := startAuthWith(t, b, func(cfg *daemon.Config) {
+		s, admin := servertest.StartAuthWith(t, b, func(cfg *daemon.Config) {
 			cfg.TLSCertFile, cfg.TLSKeyFile = pki.serverCert, pki.serverKey
 		}, func(cc *styx.ClientConfig) { cc.CAFile = pki.caFile })
-		require.True(t, strings.HasPrefix(s.d.Endpoint(), "https://"))
-		s.createQueue(&pb.QueueInfo{QueueName: "tls"})
-		s.produce("tls", "over-tls")
-		require.Len(t, s.items("tls"), 1)
+		require.True(t, strings.HasPrefix(s.D.Endpoint(), "https://"))
+		s.CreateQueue(&pb.QueueInfo{QueueName: "tls"})
+		s.Produce("tls", "over-tls")
+		require.Len(t, s.Items("tls"), 1)
 
-		untrusting, err := styx.NewClient(styx.ClientConfig{Endpoint: s.d.Endpoint(), APIKey: admin})
+		untrusting, err := styx.NewClient(styx.ClientConfig{Endpoint: s.D.Endpoint(), APIKey: admin})
 		require.NoError(t, err)
 		_, err = untrusting.QueuesList(ctx, &pb.QueuesListRequest{})
 		require.Error(t, err)
 		require.Contains(t, err.Error(), "certificate signed by unknown authority")
 
-		wrongCA, err := styx.NewClient(styx.ClientConfig{Endpoint: s.d.Endpoint(), APIKey: admin, CAFile: pki.otherCAFile})
+		wrongCA, err := styx.NewClient(styx.ClientConfig{Endpoint: s.D.Endpoint(), APIKey: admin, CAFile: pki.otherCAFile})
 		require.NoError(t, err)
 		_, err = wrongCA.QueuesList(ctx, &pb.QueuesListRequest{})
 		require.Error(t, err)
 
-		plain, err := styx.NewClient(styx.ClientConfig{Endpoint: "http://" + s.d.Addr(), APIKey: admin})
+		plain, err := styx.NewClient(styx.ClientConfig{Endpoint: "http://" + s.D.Addr(), APIKey: admin})
 		require.NoError(t, err)
 		_, err = plain.QueuesList(ctx, &pb.QueuesListRequest{})
 		require.Error(t, err, "plain HTTP to a TLS port")
@@ -218,28 +219,28 @@ func TestAuthTLS(t *testing.T) {
 // with one from another CA, fails the handshake; one with a certificate of
 // the configured CA works (and still needs its API key).
 func TestAuthMutualTLS(t *testing.T) {
-	forEachBackend(t, func(t *testing.T, b backend) {
+	servertest.ForEachBackend(t, func(t *testing.T, b servertest.Backend) {
 		pki := newTestPKI(t)
-		s, admin := startAuthWith(t, b, func(cfg *daemon.Config) {
+		s, admin := servertest.StartAuthWith(t, b, func(cfg *daemon.Config) {
 			cfg.TLSCertFile, cfg.TLSKeyFile, cfg.TLSClientCAFile = pki.serverCert, pki.serverKey, pki.caFile
 		}, func(cc *styx.ClientConfig) {
 			cc.CAFile = pki.caFile
 			cc.TLS = &tls.Config{Certificates: []tls.Certificate{pki.clientCert}}
 		})
-		s.createQueue(&pb.QueueInfo{QueueName: "mtls"})
+		s.CreateQueue(&pb.QueueInfo{QueueName: "mtls"})
 		_, err := s.C.QueuesInfo(ctx, &pb.QueuesInfoRequest{QueueName: "mtls"})
 		require.NoError(t, err)
 
 		t.Run("CertificateFromFiles", func(t *testing.T) {
 			// ClientConfig.CertFile and KeyFile (the CLI's --cert-file and
 			// --key-file) with CAFile: the files alone do.
-			c, err := styx.NewClient(styx.ClientConfig{Endpoint: s.d.Endpoint(), APIKey: admin, CAFile: pki.caFile,
+			c, err := styx.NewClient(styx.ClientConfig{Endpoint: s.D.Endpoint(), APIKey: admin, CAFile: pki.caFile,
 				CertFile: pki.clientCertFile, KeyFile: pki.clientKeyFile})
 			require.NoError(t, err)
 			defer c.Close()
 			require.NoError(t, c.QueueProduce(ctx, &pb.QueueProduceRequest{QueueName: "mtls", RequestTimeout: "10s",
 				Items: []*pb.QueueProduceItem{{Utf8: "over-mutual-tls"}}}))
-			require.Len(t, s.items("mtls"), 1)
+			require.Len(t, s.Items("mtls"), 1)
 		})
 		for name, cc := range map[string]styx.ClientConfig{
 			"NoCertificate":           {},
@@ -247,7 +248,7 @@ func TestAuthMutualTLS(t *testing.T) {
 			"CertificateFilesOfOther": {CertFile: pki.otherCertFile, KeyFile: pki.otherKeyFile},
 		} {
 			t.Run(name, func(t *testing.T) {
-				cc.Endpoint, cc.APIKey, cc.CAFile = s.d.Endpoint(), admin, pki.caFile
+				cc.Endpoint, cc.APIKey, cc.CAFile = s.D.Endpoint(), admin, pki.caFile
 				c, err := styx.NewClient(cc)
 				require.NoError(t, err)
 				defer c.Close()
@@ -258,32 +259,12 @@ func TestAuthMutualTLS(t *testing.T) {
 			})
 		}
 		t.Run("CertificateButNoKey", func(t *testing.T) {
-			c, err := styx.NewClient(styx.ClientConfig{Endpoint: s.d.Endpoint(), CAFile: pki.caFile,
+			c, err := styx.NewClient(styx.ClientConfig{Endpoint: s.D.Endpoint(), CAFile: pki.caFile,
 				TLS: &tls.Config{Certificates: []tls.Certificate{pki.clientCert}}})
 			require.NoError(t, err)
 			defer c.Close()
 			_, err = c.QueuesInfo(ctx, &pb.QueuesInfoRequest{QueueName: "mtls"})
-			requireCode(t, err, styx.CodeUnauthorized)
+			servertest.RequireCode(t, err, styx.CodeUnauthorized)
 		})
 	})
-}
-
-// startAuthWith is startAuth with changes to the server and client configs.
-func startAuthWith(t *testing.T, b backend, serverCfg func(*daemon.Config), client func(*styx.ClientConfig)) (*server, string) {
-	t.Helper()
-	admin := randomHex(t, 32)
-	file := filepath.Join(t.TempDir(), "admin.key")
-	require.NoError(t, os.WriteFile(file, []byte(admin), 0o600))
-	s := &server{t: t, b: b}
-	s.configure = func(cfg *daemon.Config) {
-		cfg.Auth, cfg.AdminKeyFile = true, file
-		serverCfg(cfg)
-	}
-	s.clientCfg = func(cc *styx.ClientConfig) {
-		cc.APIKey = admin
-		client(cc)
-	}
-	s.boot()
-	t.Cleanup(s.stop)
-	return s, admin
 }

@@ -13,18 +13,19 @@ import (
 	"google.golang.org/protobuf/proto"
 
 	styx "github.com/styxq/styx"
+	"github.com/styxq/styx/internal/servertest"
 	pb "github.com/styxq/styx/styxpb"
 )
 
 // TestBadInput checks that each kind of bad input is refused with a 400 or
 // 455 naming the field and the limit, and that storage is unchanged.
 func TestBadInput(t *testing.T) {
-	forEachBackend(t, func(t *testing.T, b backend) {
-		s := start(t, b)
-		s.createQueue(&pb.QueueInfo{QueueName: "bad", MaxAttempts: 3})
-		s.produce("bad", "keep-1", "keep-2")
-		leased := s.lease("bad", 1)
-		before := s.allItems("bad")
+	servertest.ForEachBackend(t, func(t *testing.T, b servertest.Backend) {
+		s := servertest.Start(t, b)
+		s.CreateQueue(&pb.QueueInfo{QueueName: "bad", MaxAttempts: 3})
+		s.Produce("bad", "keep-1", "keep-2")
+		leased := s.Lease("bad", 1)
+		before := s.AllItems("bad")
 
 		big := make([]*pb.QueueProduceItem, 1001)
 		for i := range big {
@@ -112,16 +113,16 @@ func TestBadInput(t *testing.T) {
 				return err
 			}, 400, []string{"partition", "3"}},
 			{"RetryReleaseWithDead", func() error {
-				return retryErr(s.C.QueueRetry(ctx, &pb.QueueRetryRequest{QueueName: "bad", Items: []*pb.QueueRetryItem{{Id: leased.Items[0].Id, Dead: true, Release: true}}}))
+				return servertest.RetryErr(s.C.QueueRetry(ctx, &pb.QueueRetryRequest{QueueName: "bad", Items: []*pb.QueueRetryItem{{Id: leased.Items[0].Id, Dead: true, Release: true}}}))
 			}, 400, []string{"release and dead"}},
 			{"RetryAtFarInThePast", func() error {
-				return retryErr(s.C.QueueRetry(ctx, &pb.QueueRetryRequest{QueueName: "bad", Items: []*pb.QueueRetryItem{{Id: leased.Items[0].Id, RetryAt: at(time.Now().Add(-48 * time.Hour))}}}))
+				return servertest.RetryErr(s.C.QueueRetry(ctx, &pb.QueueRetryRequest{QueueName: "bad", Items: []*pb.QueueRetryItem{{Id: leased.Items[0].Id, RetryAt: servertest.At(time.Now().Add(-48 * time.Hour))}}}))
 			}, 400, []string{"retry_at", "in the past"}},
 			{"RetryErrorTooLong", func() error {
-				return retryErr(s.C.QueueRetry(ctx, &pb.QueueRetryRequest{QueueName: "bad", Items: []*pb.QueueRetryItem{{Id: leased.Items[0].Id, Error: strings.Repeat("e", 4097)}}}))
+				return servertest.RetryErr(s.C.QueueRetry(ctx, &pb.QueueRetryRequest{QueueName: "bad", Items: []*pb.QueueRetryItem{{Id: leased.Items[0].Id, Error: strings.Repeat("e", 4097)}}}))
 			}, 400, []string{"error", "4097", "4096"}},
 			{"RetryNotLeased", func() error {
-				return retryErr(s.C.QueueRetry(ctx, &pb.QueueRetryRequest{QueueName: "bad", Items: []*pb.QueueRetryItem{{Id: leased.Items[0].Id}, {Id: before[1].Id}}}))
+				return servertest.RetryErr(s.C.QueueRetry(ctx, &pb.QueueRetryRequest{QueueName: "bad", Items: []*pb.QueueRetryItem{{Id: leased.Items[0].Id}, {Id: before[1].Id}}}))
 			}, 400, []string{before[1].Id, "not leased"}},
 			{"RenewEmpty", func() error {
 				return renewErr(s.C.QueueRenew(ctx, &pb.QueueRenewRequest{QueueName: "bad"}))
@@ -149,17 +150,17 @@ func TestBadInput(t *testing.T) {
 				return err
 			}, 400, []string{"limit", "65536"}},
 			{"ReducePartitions", func() error {
-				s.createQueue(&pb.QueueInfo{QueueName: "three", RequestedPartitions: 3})
+				s.CreateQueue(&pb.QueueInfo{QueueName: "three", RequestedPartitions: 3})
 				return s.C.QueuesUpdate(ctx, &pb.QueueInfo{QueueName: "three", RequestedPartitions: 2})
 			}, 400, []string{"requested_partitions", "cannot be reduced"}},
 		}
 		for _, c := range cases {
 			t.Run(c.name, func(t *testing.T) {
-				requireCode(t, c.call(), c.code, c.parts...)
+				servertest.RequireCode(t, c.call(), c.code, c.parts...)
 			})
 		}
 
-		endpoint := s.d.Endpoint()
+		endpoint := s.D.Endpoint()
 		post := func(path, contentType string, body []byte) (int, string) {
 			req, err := http.NewRequest(http.MethodPost, endpoint+path, bytes.NewReader(body))
 			require.NoError(t, err)
@@ -222,7 +223,7 @@ func TestBadInput(t *testing.T) {
 		t.Run("GarbageNeverPanics", func(t *testing.T) {
 			// Every path with assorted garbage: never a 500. (Some of it is
 			// valid, so it goes to a queue of its own.)
-			s.createQueue(&pb.QueueInfo{QueueName: "trash"})
+			s.CreateQueue(&pb.QueueInfo{QueueName: "trash"})
 			garbage := [][]byte{nil, []byte("{}"), []byte("null"), []byte(`{"items":[null]}`), []byte{0xff, 0x00, 0x12}, []byte(`{"queue_name":"trash","items":[{}]}`)}
 			for path := range paths() {
 				for _, g := range garbage {
@@ -234,7 +235,7 @@ func TestBadInput(t *testing.T) {
 			}
 		})
 		t.Run("NothingChanged", func(t *testing.T) {
-			after := s.allItems("bad")
+			after := s.AllItems("bad")
 			require.Len(t, after, len(before))
 			for i := range before {
 				assert.True(t, proto.Equal(before[i], after[i]), "item %d changed:\n%v\n%v", i, before[i], after[i])

@@ -16,6 +16,7 @@ import (
 	styx "github.com/styxq/styx"
 	"github.com/styxq/styx/daemon"
 	"github.com/styxq/styx/internal/pgtest"
+	"github.com/styxq/styx/internal/servertest"
 	pb "github.com/styxq/styx/styxpb"
 )
 
@@ -28,17 +29,17 @@ import (
 // The cluster tests wait on leases and rate limits more than they compute,
 // and each has a schema of its own, so they run in parallel (t.Parallel)
 // with one another.
-func cluster(t *testing.T, n int) []*server {
+func cluster(t *testing.T, n int) []*servertest.Server {
 	return clusterWith(t, n, nil)
 }
 
 // clusterWith is cluster with a daemon Config that configure adjusts on
 // every node (nil: none).
-func clusterWith(t *testing.T, n int, configure func(*daemon.Config)) []*server {
-	b := backend{name: "postgres", url: pgtest.URL(t)}
-	nodes := make([]*server, n)
+func clusterWith(t *testing.T, n int, configure func(*daemon.Config)) []*servertest.Server {
+	b := servertest.Backend{Name: "postgres", URL: pgtest.URL(t)}
+	nodes := make([]*servertest.Server, n)
 	for i := range nodes {
-		nodes[i] = startWith(t, b, configure)
+		nodes[i] = servertest.StartWith(t, b, configure)
 	}
 	// Lock order (postgres): nodes never deadlock on each other's rows.
 	t.Cleanup(func() {
@@ -58,7 +59,7 @@ func clusterWith(t *testing.T, n int, configure func(*daemon.Config)) []*server 
 func TestClusterNoDoubleLease(t *testing.T) {
 	t.Parallel()
 	nodes := cluster(t, 2)
-	nodes[0].createQueue(&pb.QueueInfo{QueueName: "many", LeaseTimeout: "10m", RequestedPartitions: 3})
+	nodes[0].CreateQueue(&pb.QueueInfo{QueueName: "many", LeaseTimeout: "10m", RequestedPartitions: 3})
 	const n, batch = 20_000, 1000
 	var wg sync.WaitGroup
 	for i := 0; i < n; i += batch {
@@ -110,7 +111,7 @@ func TestClusterNoDoubleLease(t *testing.T) {
 		require.Equal(t, 1, k, "item %s leased %d times", p, k)
 	}
 	require.Equal(t, int64(n), completed.Load())
-	require.Empty(t, nodes[1].items("many"))
+	require.Empty(t, nodes[1].Items("many"))
 }
 
 // TestClusterCrossNodeWake parks a lease on one node and produces on the
@@ -119,7 +120,7 @@ func TestClusterNoDoubleLease(t *testing.T) {
 func TestClusterCrossNodeWake(t *testing.T) {
 	nodes := cluster(t, 2)
 	a, b := nodes[0], nodes[1]
-	a.createQueue(&pb.QueueInfo{QueueName: "wake"})
+	a.CreateQueue(&pb.QueueInfo{QueueName: "wake"})
 	var waits []time.Duration
 	for round := range 5 {
 		got := make(chan time.Time, 1)
@@ -131,9 +132,9 @@ func TestClusterCrossNodeWake(t *testing.T) {
 			}
 			got <- time.Now()
 		}()
-		waitStat(t, b, "wake", func(st *pb.QueueLogicalStats) bool { return st.LeaseWaiting == 1 })
+		servertest.WaitStat(t, b, "wake", func(st *pb.QueueLogicalStats) bool { return st.LeaseWaiting == 1 })
 		produced := time.Now()
-		a.produce("wake", fmt.Sprint("x", round))
+		a.Produce("wake", fmt.Sprint("x", round))
 		woke := <-got
 		t.Logf("round %d: leased on node b %s after the produce on node a returned", round, woke.Sub(produced))
 		waits = append(waits, woke.Sub(produced))
@@ -148,15 +149,15 @@ func TestClusterCrossNodeWake(t *testing.T) {
 func TestClusterQueueDefinitions(t *testing.T) {
 	nodes := cluster(t, 2)
 	a, b := nodes[0], nodes[1]
-	a.createQueue(&pb.QueueInfo{QueueName: "defs", LeaseTimeout: "1m"})
-	b.produce("defs", "first") // node b knows the queue at once
+	a.CreateQueue(&pb.QueueInfo{QueueName: "defs", LeaseTimeout: "1m"})
+	b.Produce("defs", "first") // node b knows the queue at once
 
 	require.NoError(t, a.C.QueuesUpdate(ctx, &pb.QueueInfo{QueueName: "defs", LeaseTimeout: "20m"}))
 	changed := time.Now()
-	eventually(t, func() bool {
-		b.produce("defs", "probe")
-		res := b.lease("defs", 1)
-		b.complete("defs", res.Partition, res.Items[0].Id)
+	servertest.Eventually(t, func() bool {
+		b.Produce("defs", "probe")
+		res := b.Lease("defs", 1)
+		b.Complete("defs", res.Partition, res.Items[0].Id)
 		return time.Until(res.Items[0].LeaseDeadline.AsTime()) > 10*time.Minute
 	}, "node b uses the new lease_timeout")
 	t.Logf("node b leased with the new lease_timeout %s after the update on node a", time.Since(changed))
@@ -164,9 +165,9 @@ func TestClusterQueueDefinitions(t *testing.T) {
 
 	require.NoError(t, a.C.QueuesDelete(ctx, &pb.QueuesDeleteRequest{QueueName: "defs"}))
 	err := b.C.QueueProduce(ctx, &pb.QueueProduceRequest{QueueName: "defs", Items: []*pb.QueueProduceItem{{Bytes: []byte("late")}}})
-	requireCode(t, err, styx.CodeBadRequest, "queue does not exist; no such queue named 'defs'")
+	servertest.RequireCode(t, err, styx.CodeBadRequest, "queue does not exist; no such queue named 'defs'")
 	_, err = b.C.QueuesInfo(ctx, &pb.QueuesInfoRequest{QueueName: "defs"})
-	requireCode(t, err, styx.CodeBadRequest, "queue does not exist")
+	servertest.RequireCode(t, err, styx.CodeBadRequest, "queue does not exist")
 }
 
 // TestClusterDeadLetterVsLease races dead-letter moves against leases on
@@ -178,14 +179,14 @@ func TestClusterDeadLetterVsLease(t *testing.T) {
 	t.Parallel()
 	nodes := cluster(t, 2)
 	a := nodes[0]
-	dlq := a.withDLQ("race", &pb.QueueInfo{MaxAttempts: 1, LeaseTimeout: "1s", RequestedPartitions: 2})
+	dlq := withDLQ(a, "race", &pb.QueueInfo{MaxAttempts: 1, LeaseTimeout: "1s", RequestedPartitions: 2})
 	const n = 300
 	for i := 0; i < n; i += 100 {
 		var batch []string
 		for j := i; j < i+100; j++ {
 			batch = append(batch, fmt.Sprint(j))
 		}
-		nodes[(i/100)%2].produce("race", batch...)
+		nodes[(i/100)%2].Produce("race", batch...)
 	}
 	var (
 		mu        sync.Mutex
@@ -221,12 +222,12 @@ func TestClusterDeadLetterVsLease(t *testing.T) {
 		})
 	}
 	// Slow consumers hold each lease up to its deadline: about 5s in all.
-	require.Eventually(t, func() bool { return len(a.items("race")) == 0 }, time.Minute, 50*time.Millisecond, "every item completed or dead")
+	require.Eventually(t, func() bool { return len(a.Items("race")) == 0 }, time.Minute, 50*time.Millisecond, "every item completed or dead")
 	done.Store(true)
 	wg.Wait()
 
 	dead := map[string]int{}
-	for _, it := range nodes[1].items(dlq) {
+	for _, it := range nodes[1].Items(dlq) {
 		dead[string(it.Payload)]++
 		require.Equal(t, "race", it.SourceQueue)
 	}
@@ -246,43 +247,43 @@ func TestClusterRedrive(t *testing.T) {
 	t.Parallel()
 	nodes := cluster(t, 2)
 	a, b := nodes[0], nodes[1]
-	a.withExpiredDead("cr", 200)
+	withExpiredDead(a, "cr", 200)
 
 	task, err := a.C.DeadRedrive(ctx, &pb.DeadRedriveRequest{QueueName: "cr-dlq", RateLimit: 40, All: true})
 	require.NoError(t, err)
 	_, err = b.C.DeadRedrive(ctx, &pb.DeadRedriveRequest{QueueName: "cr-dlq", All: true})
-	requireCode(t, err, styx.CodeConflict, task.TaskId)
+	servertest.RequireCode(t, err, styx.CodeConflict, task.TaskId)
 	list, err := b.C.RedrivesList(ctx, &pb.RedrivesListRequest{QueueName: "cr-dlq"})
 	require.NoError(t, err)
 	require.Len(t, list.Tasks, 1)
-	eventually(t, func() bool {
+	servertest.Eventually(t, func() bool {
 		got, err := b.C.RedrivesGet(ctx, &pb.RedriveTaskRequest{TaskId: task.TaskId})
 		return err == nil && got.Moved >= 10
 	}, "node b sees the progress of node a's task")
 	c, err := b.C.RedrivesCancel(ctx, &pb.RedriveTaskRequest{TaskId: task.TaskId})
 	require.NoError(t, err)
 	require.Equal(t, "cancelling", c.Status)
-	done := a.waitTask(task.TaskId)
+	done := waitTask(a, task.TaskId)
 	require.Equal(t, "cancelled", done.Status)
 	require.Less(t, done.Moved, int64(200))
-	require.Equal(t, 200, len(a.items("cr"))+len(a.items("cr-dlq")), "nothing lost or doubled by the cancel")
+	require.Equal(t, 200, len(a.Items("cr"))+len(a.Items("cr-dlq")), "nothing lost or doubled by the cancel")
 
 	// Node a stops while its second task runs; node b takes it over.
 	task, err = a.C.DeadRedrive(ctx, &pb.DeadRedriveRequest{QueueName: "cr-dlq", RateLimit: 40, All: true})
 	require.NoError(t, err)
-	eventually(t, func() bool {
+	servertest.Eventually(t, func() bool {
 		got, err := b.C.RedrivesGet(ctx, &pb.RedriveTaskRequest{TaskId: task.TaskId})
 		return err == nil && got.Moved >= 10
 	}, "the second task moves items")
-	a.stop()
+	a.Stop()
 	require.Eventually(t, func() bool {
 		got, err := b.C.RedrivesGet(ctx, &pb.RedriveTaskRequest{TaskId: task.TaskId})
 		require.NoError(t, err)
 		return got.Status == "completed"
 	}, 30*time.Second, 50*time.Millisecond, "node b finishes the task of the stopped node")
-	require.Empty(t, b.items("cr-dlq"))
+	require.Empty(t, b.Items("cr-dlq"))
 	seen := map[string]int{}
-	for _, it := range b.items("cr") {
+	for _, it := range b.Items("cr") {
 		seen[string(it.Payload)]++
 	}
 	require.Len(t, seen, 200)

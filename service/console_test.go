@@ -15,6 +15,7 @@ import (
 	"github.com/styxq/styx/daemon"
 	"github.com/styxq/styx/internal/auth"
 	"github.com/styxq/styx/internal/clock"
+	"github.com/styxq/styx/internal/servertest"
 	pb "github.com/styxq/styx/styxpb"
 )
 
@@ -24,11 +25,11 @@ import (
 // the task started after it does what it said and ends with a warning
 // naming the reasons.
 func TestRedriveDryRunSaysWhatWillHappen(t *testing.T) {
-	forEachBackend(t, func(t *testing.T, b backend) {
-		s, _ := startAuth(t, b)
-		s.createQueue(&pb.QueueInfo{QueueName: "pd-dlq"})
-		s.createQueue(&pb.QueueInfo{QueueName: "pd", DeadQueue: "pd-dlq"})
-		s.createQueue(&pb.QueueInfo{QueueName: "other", DeadQueue: "pd-dlq"})
+	servertest.ForEachBackend(t, func(t *testing.T, b servertest.Backend) {
+		s, _ := servertest.StartAuth(t, b)
+		s.CreateQueue(&pb.QueueInfo{QueueName: "pd-dlq"})
+		s.CreateQueue(&pb.QueueInfo{QueueName: "pd", DeadQueue: "pd-dlq"})
+		s.CreateQueue(&pb.QueueInfo{QueueName: "other", DeadQueue: "pd-dlq"})
 		var items []deadItem
 		for i := range 4 {
 			items = append(items, deadItem{payload: "ok", source: "pd", reason: "expired", redrives: int32(i)})
@@ -39,10 +40,10 @@ func TestRedriveDryRunSaysWhatWillHappen(t *testing.T) {
 			deadItem{payload: "gone2", source: "pd-deleted", reason: "expired"},
 			deadItem{payload: "gone3", source: "pd-deleted", reason: "expired"},
 			deadItem{payload: "elsewhere", source: "other", reason: "expired"})
-		s.importDead("pd-dlq", items...)
+		importDead(s, "pd-dlq", items...)
 
 		// A key limited to pd*: "other" is not its to reach.
-		c := s.client(s.newKey("pd-oncall", []string{"dead", "read"}, "pd*"))
+		c := s.Client(s.NewKey("pd-oncall", []string{"dead", "read"}, "pd*"))
 		dry, err := c.DeadRedrive(ctx, &pb.DeadRedriveRequest{QueueName: "pd-dlq", DryRun: true})
 		require.NoError(t, err)
 		assert.Equal(t, int64(9), dry.Matched)
@@ -59,11 +60,11 @@ func TestRedriveDryRunSaysWhatWillHappen(t *testing.T) {
 		// is not shown (issue 36).
 		assert.Equal(t, map[string]int64{"not_covered": 1}, dry.ByDestination[auth.HiddenQueue].SkipReasons)
 		assert.NotContains(t, dry.ByDestination, "other")
-		require.Len(t, s.items("pd-dlq"), 9, "a dry run moves nothing")
+		require.Len(t, s.Items("pd-dlq"), 9, "a dry run moves nothing")
 
 		task, err := c.DeadRedrive(ctx, &pb.DeadRedriveRequest{QueueName: "pd-dlq", All: true})
 		require.NoError(t, err)
-		task = s.waitTask(task.TaskId)
+		task = waitTask(s, task.TaskId)
 		assert.Equal(t, "completed", task.Status)
 		assert.Equal(t, dry.WouldMove, task.Moved, "the task does what the dry run said")
 		assert.Equal(t, dry.WouldSkip, task.Skipped)
@@ -78,10 +79,10 @@ func TestRedriveDryRunSaysWhatWillHappen(t *testing.T) {
 		assert.Equal(t, task.Warning, list.Tasks[0].Warning)
 
 		// A task that moved everything has no warning.
-		s.importDead("pd-dlq", deadItem{payload: "fine", source: "pd", reason: "explicit"})
+		importDead(s, "pd-dlq", deadItem{payload: "fine", source: "pd", reason: "explicit"})
 		task, err = s.C.DeadRedrive(ctx, &pb.DeadRedriveRequest{QueueName: "pd-dlq", Filter: &pb.DeadFilter{Reason: "explicit"}})
 		require.NoError(t, err)
-		task = s.waitTask(task.TaskId)
+		task = waitTask(s, task.TaskId)
 		assert.Equal(t, int64(1), task.Moved)
 		assert.Empty(t, task.Warning)
 		assert.Empty(t, task.SkipReasons)
@@ -93,9 +94,9 @@ func TestRedriveDryRunSaysWhatWillHappen(t *testing.T) {
 // the console and the API (issue 39; it was a 501 "no such method"); the
 // start-up log line names the UI's address.
 func TestBrowserAtRoot(t *testing.T) {
-	forEachBackend(t, func(t *testing.T, b backend) {
-		s, admin := startAuth(t, b)
-		req, err := http.NewRequestWithContext(ctx, http.MethodGet, s.d.Endpoint()+"/", nil)
+	servertest.ForEachBackend(t, func(t *testing.T, b servertest.Backend) {
+		s, admin := servertest.StartAuth(t, b)
+		req, err := http.NewRequestWithContext(ctx, http.MethodGet, s.D.Endpoint()+"/", nil)
 		require.NoError(t, err)
 		req.Header.Set("Accept", "text/html,application/xhtml+xml,application/xml;q=0.9,*/*;q=0.8")
 		resp, err := (&http.Client{CheckRedirect: func(*http.Request, []*http.Request) error { return http.ErrUseLastResponse }}).Do(req)
@@ -104,13 +105,13 @@ func TestBrowserAtRoot(t *testing.T) {
 		assert.Equal(t, http.StatusFound, resp.StatusCode)
 		assert.Equal(t, "/ui/", resp.Header.Get("Location"))
 
-		code, ct, body := s.raw(http.MethodGet, "/", "", "Bearer "+admin, nil)
+		code, ct, body := raw(s, http.MethodGet, "/", "", "Bearer "+admin, nil)
 		assert.Equal(t, 200, code, "%s", body)
 		assert.Equal(t, "application/json", ct)
 		assert.Contains(t, string(body), `"console":"/ui/"`)
 		assert.Contains(t, string(body), "/v1/")
 		assert.Contains(t, s.Logs.String(), `msg="styx serving"`)
-		assert.Contains(t, s.Logs.String(), "ui=http://"+s.d.Addr()+"/ui/")
+		assert.Contains(t, s.Logs.String(), "ui=http://"+s.D.Addr()+"/ui/")
 	})
 }
 
@@ -119,27 +120,27 @@ func TestBrowserAtRoot(t *testing.T) {
 // in dead.list, dead.delete and dead.redrive; dead.groups, which reads
 // counts, refuses them; an over-long value is a 400 naming the field.
 func TestDeadFilterReferenceAndPayload(t *testing.T) {
-	forEachBackend(t, func(t *testing.T, b backend) {
-		s := start(t, b)
-		s.createQueue(&pb.QueueInfo{QueueName: "fr-dlq", RequestedPartitions: 2})
-		s.createQueue(&pb.QueueInfo{QueueName: "fr", DeadQueue: "fr-dlq"})
+	servertest.ForEachBackend(t, func(t *testing.T, b servertest.Backend) {
+		s := servertest.Start(t, b)
+		s.CreateQueue(&pb.QueueInfo{QueueName: "fr-dlq", RequestedPartitions: 2})
+		s.CreateQueue(&pb.QueueInfo{QueueName: "fr", DeadQueue: "fr-dlq"})
 		imp := &pb.StorageItemsImportRequest{QueueName: "fr-dlq"}
 		for i, p := range []string{`{"order":"A-17","note":"gift"}`, `{"order":"B-2"}`, `{"order":"A-170"}`, `{"order":"C-9","note":"gift wrap"}`} {
 			imp.Items = append(imp.Items, &pb.StorageItem{Payload: []byte(p), Reference: fmt.Sprintf("ord-%d", i),
-				SourceQueue: "fr", DeadReason: "explicit", DeadAt: at(time.Now()), LastError: "bad"})
+				SourceQueue: "fr", DeadReason: "explicit", DeadAt: servertest.At(time.Now()), LastError: "bad"})
 		}
 		_, err := s.C.StorageItemsImport(ctx, imp)
 		require.NoError(t, err)
 
-		got := s.deadList("fr-dlq", &pb.DeadFilter{Reference: "ord-1"}, 10)
+		got := deadList(s, "fr-dlq", &pb.DeadFilter{Reference: "ord-1"}, 10)
 		require.Len(t, got, 1)
 		assert.Equal(t, `{"order":"B-2"}`, string(got[0].Payload))
 		assert.Equal(t, "ord-1", got[0].Reference)
-		assert.Empty(t, s.deadList("fr-dlq", &pb.DeadFilter{Reference: "ord"}, 10), "reference matches exactly")
+		assert.Empty(t, deadList(s, "fr-dlq", &pb.DeadFilter{Reference: "ord"}, 10), "reference matches exactly")
 		assert.Equal(t, []string{`{"order":"A-17","note":"gift"}`, `{"order":"A-170"}`},
-			payloads(s.deadList("fr-dlq", &pb.DeadFilter{PayloadContains: `"A-17`}, 1)))
+			payloads(deadList(s, "fr-dlq", &pb.DeadFilter{PayloadContains: `"A-17`}, 1)))
 		assert.Equal(t, []string{`{"order":"C-9","note":"gift wrap"}`},
-			payloads(s.deadList("fr-dlq", &pb.DeadFilter{PayloadContains: "gift", Reference: "ord-3"}, 10)), "every set field must match")
+			payloads(deadList(s, "fr-dlq", &pb.DeadFilter{PayloadContains: "gift", Reference: "ord-3"}, 10)), "every set field must match")
 
 		dry, err := s.C.DeadRedrive(ctx, &pb.DeadRedriveRequest{QueueName: "fr-dlq", Filter: &pb.DeadFilter{PayloadContains: "gift"}, DryRun: true})
 		require.NoError(t, err)
@@ -147,23 +148,23 @@ func TestDeadFilterReferenceAndPayload(t *testing.T) {
 		task, err := s.C.DeadRedrive(ctx, &pb.DeadRedriveRequest{QueueName: "fr-dlq", Filter: &pb.DeadFilter{Reference: "ord-0"}})
 		require.NoError(t, err)
 		assert.Equal(t, "ord-0", task.Filter.Reference, "the task keeps its filter")
-		task = s.waitTask(task.TaskId)
+		task = waitTask(s, task.TaskId)
 		assert.Equal(t, int64(1), task.Moved)
-		back := s.items("fr")
+		back := s.Items("fr")
 		require.Len(t, back, 1)
 		assert.Equal(t, "ord-0", back[0].Reference)
 
 		del, err := s.C.DeadDelete(ctx, &pb.DeadDeleteRequest{QueueName: "fr-dlq", Filter: &pb.DeadFilter{PayloadContains: "A-170"}})
 		require.NoError(t, err)
 		assert.Equal(t, int64(1), del.Deleted)
-		assert.Equal(t, []string{`{"order":"B-2"}`, `{"order":"C-9","note":"gift wrap"}`}, payloads(s.deadList("fr-dlq", nil, 10)))
+		assert.Equal(t, []string{`{"order":"B-2"}`, `{"order":"C-9","note":"gift wrap"}`}, payloads(deadList(s, "fr-dlq", nil, 10)))
 
 		_, err = s.C.DeadGroups(ctx, &pb.DeadGroupsRequest{QueueName: "fr-dlq", Filter: &pb.DeadFilter{Reference: "ord-1"}})
-		requireCode(t, err, styx.CodeBadRequest, "filter.reference")
+		servertest.RequireCode(t, err, styx.CodeBadRequest, "filter.reference")
 		_, err = s.C.DeadList(ctx, &pb.DeadListRequest{QueueName: "fr-dlq", Filter: &pb.DeadFilter{PayloadContains: strings.Repeat("x", 1025)}})
-		requireCode(t, err, styx.CodeBadRequest, "filter.payload_contains", "1025 bytes, the limit is 1024")
+		servertest.RequireCode(t, err, styx.CodeBadRequest, "filter.payload_contains", "1025 bytes, the limit is 1024")
 		_, err = s.C.DeadDelete(ctx, &pb.DeadDeleteRequest{QueueName: "fr-dlq", Filter: &pb.DeadFilter{Reference: strings.Repeat("r", 1025)}})
-		requireCode(t, err, styx.CodeBadRequest, "filter.reference", "the limit is 1024")
+		servertest.RequireCode(t, err, styx.CodeBadRequest, "filter.reference", "the limit is 1024")
 	})
 }
 
@@ -173,16 +174,16 @@ func TestDeadFilterReferenceAndPayload(t *testing.T) {
 // needs the dead scope, refuses a leased item; the edited item redrives with
 // its new payload.
 func TestDeadEdit(t *testing.T) {
-	forEachBackend(t, func(t *testing.T, b backend) {
-		s, _ := startAuth(t, b)
-		s.createQueue(&pb.QueueInfo{QueueName: "ed-dlq"})
-		s.createQueue(&pb.QueueInfo{QueueName: "ed", DeadQueue: "ed-dlq", RequestedPartitions: 2})
-		s.produce("ed", `{"amount":"12,50"}`, `{"amount":"3"}`)
+	servertest.ForEachBackend(t, func(t *testing.T, b servertest.Backend) {
+		s, _ := servertest.StartAuth(t, b)
+		s.CreateQueue(&pb.QueueInfo{QueueName: "ed-dlq"})
+		s.CreateQueue(&pb.QueueInfo{QueueName: "ed", DeadQueue: "ed-dlq", RequestedPartitions: 2})
+		s.Produce("ed", `{"amount":"12,50"}`, `{"amount":"3"}`)
 		for range 2 {
-			res := s.lease("ed", 1)
-			s.retry("ed", res.Partition, &pb.QueueRetryItem{Id: res.Items[0].Id, Dead: true, Error: "parse amount: invalid syntax"})
+			res := s.Lease("ed", 1)
+			s.Retry("ed", res.Partition, &pb.QueueRetryItem{Id: res.Items[0].Id, Dead: true, Error: "parse amount: invalid syntax"})
 		}
-		dead := s.waitDeadList("ed-dlq", 2)
+		dead := waitDeadList(s, "ed-dlq", 2)
 		// A consumer of the dead-letter queue holds one item; the other is
 		// edited.
 		lease, err := s.C.QueueLease(ctx, &pb.QueueLeaseRequest{QueueName: "ed-dlq", BatchSize: 1, ClientId: "dlq-consumer", RequestTimeout: "5s"})
@@ -196,7 +197,7 @@ func TestDeadEdit(t *testing.T) {
 		groups, err := s.C.DeadGroups(ctx, &pb.DeadGroupsRequest{QueueName: "ed-dlq"})
 		require.NoError(t, err)
 
-		fixer := s.client(s.newKey("fixer", []string{"dead"}))
+		fixer := s.Client(s.NewKey("fixer", []string{"dead"}))
 		kind := "payment.v2"
 		got, err := fixer.DeadEdit(ctx, &pb.DeadEditRequest{QueueName: "ed-dlq", Id: target.Id, Payload: []byte(`{"amount":"12.50"}`), Kind: &kind})
 		require.NoError(t, err)
@@ -205,7 +206,7 @@ func TestDeadEdit(t *testing.T) {
 		assert.Equal(t, "payment.v2", got.Kind)
 		assert.Equal(t, target.Reference, got.Reference, "reference unset: unchanged")
 
-		again := s.deadList("ed-dlq", &pb.DeadFilter{Ids: []string{target.Id}}, 10)
+		again := deadList(s, "ed-dlq", &pb.DeadFilter{Ids: []string{target.Id}}, 10)
 		require.Len(t, again, 1)
 		it := again[0]
 		assert.Equal(t, `{"amount":"12.50"}`, string(it.Payload), "stored")
@@ -220,7 +221,7 @@ func TestDeadEdit(t *testing.T) {
 		require.NoError(t, err)
 		assert.Equal(t, groups.TotalItems, after.TotalItems)
 		assert.Equal(t, groups.TotalGroups, after.TotalGroups)
-		eventually(t, func() bool { return strings.Contains(s.Logs.String(), "audit: dead.edit") }, "dead.edit is audited")
+		servertest.Eventually(t, func() bool { return strings.Contains(s.Logs.String(), "audit: dead.edit") }, "dead.edit is audited")
 		assert.Contains(t, s.Logs.String(), "key=fixer")
 
 		// Clearing the reference with "" and a payload edited again.
@@ -231,30 +232,30 @@ func TestDeadEdit(t *testing.T) {
 
 		// Needs the dead scope; refused for unknown items, bad ids, leased
 		// items, ordinary queues and over-long fields.
-		_, err = s.client(s.newKey("reader", []string{"read"})).DeadEdit(ctx, &pb.DeadEditRequest{QueueName: "ed-dlq", Id: target.Id, Payload: []byte("x")})
-		requireCode(t, err, styx.CodeForbidden)
+		_, err = s.Client(s.NewKey("reader", []string{"read"})).DeadEdit(ctx, &pb.DeadEditRequest{QueueName: "ed-dlq", Id: target.Id, Payload: []byte("x")})
+		servertest.RequireCode(t, err, styx.CodeForbidden)
 		_, err = fixer.DeadEdit(ctx, &pb.DeadEditRequest{QueueName: "ed-dlq", Id: "zz", Payload: []byte("x")})
-		requireCode(t, err, styx.CodeBadRequest, "id")
+		servertest.RequireCode(t, err, styx.CodeBadRequest, "id")
 		_, err = s.C.DeadEdit(ctx, &pb.DeadEditRequest{QueueName: "ed", Id: target.Id, Payload: []byte("x")})
-		requireCode(t, err, styx.CodeBadRequest, "not a dead-letter queue")
+		servertest.RequireCode(t, err, styx.CodeBadRequest, "not a dead-letter queue")
 		_, err = s.C.DeadEdit(ctx, &pb.DeadEditRequest{QueueName: "ed-dlq", Id: target.Id, Payload: []byte("x"), Kind: ptr(strings.Repeat("k", 1025))})
-		requireCode(t, err, styx.CodeBadRequest, "kind", "the limit is 1024")
+		servertest.RequireCode(t, err, styx.CodeBadRequest, "kind", "the limit is 1024")
 		_, err = s.C.DeadEdit(ctx, &pb.DeadEditRequest{QueueName: "ed-dlq", Id: leased, Payload: []byte("x")})
-		requireCode(t, err, styx.CodeConflict, "leased")
+		servertest.RequireCode(t, err, styx.CodeConflict, "leased")
 		require.NoError(t, s.C.QueueComplete(ctx, &pb.QueueCompleteRequest{QueueName: "ed-dlq", Partition: lease.Partition, Ids: []string{leased}}))
 		_, err = s.C.DeadEdit(ctx, &pb.DeadEditRequest{QueueName: "ed-dlq", Id: leased, Payload: []byte("x")})
-		requireCode(t, err, styx.CodeNotFound)
+		servertest.RequireCode(t, err, styx.CodeNotFound)
 
 		// Survives a restart, and redrives with the new payload.
 		{
-			s.restart()
-			again = s.deadList("ed-dlq", &pb.DeadFilter{Ids: []string{target.Id}}, 10)
+			s.Restart()
+			again = deadList(s, "ed-dlq", &pb.DeadFilter{Ids: []string{target.Id}}, 10)
 			require.Len(t, again, 1)
 			assert.Equal(t, `{"amount":"12.5"}`, string(again[0].Payload))
 			task, err := s.C.DeadRedrive(ctx, &pb.DeadRedriveRequest{QueueName: "ed-dlq", Filter: &pb.DeadFilter{Ids: []string{target.Id}}})
 			require.NoError(t, err)
-			require.Equal(t, int64(1), s.waitTask(task.TaskId).Moved)
-			back := s.items("ed")
+			require.Equal(t, int64(1), waitTask(s, task.TaskId).Moved)
+			back := s.Items("ed")
 			require.Len(t, back, 1)
 			assert.Equal(t, `{"amount":"12.5"}`, string(back[0].Payload))
 			assert.Equal(t, "payment.v2", back[0].Kind)
@@ -265,10 +266,10 @@ func TestDeadEdit(t *testing.T) {
 func ptr[T any](v T) *T { return &v }
 
 // waitDeadList polls until queue lists n dead items and returns them.
-func (s *server) waitDeadList(queue string, n int) []*pb.StorageItem {
-	s.t.Helper()
+func waitDeadList(s *servertest.Server, queue string, n int) []*pb.StorageItem {
+	s.T.Helper()
 	var got []*pb.StorageItem
-	eventually(s.t, func() bool { got = s.deadList(queue, nil, 100); return len(got) == n }, "dead-letter queue %s should hold %d items", queue, n)
+	servertest.Eventually(s.T, func() bool { got = deadList(s, queue, nil, 100); return len(got) == n }, "dead-letter queue %s should hold %d items", queue, n)
 	return got
 }
 
@@ -277,11 +278,11 @@ func (s *server) waitDeadList(queue string, n int) []*pb.StorageItem {
 // and on a dead-letter queue the arrivals by error group; an empty
 // queue_name sums every queue. Time is the fake clock's.
 func TestQueuesHistory(t *testing.T) {
-	forEachBackend(t, func(t *testing.T, b backend) {
+	servertest.ForEachBackend(t, func(t *testing.T, b servertest.Backend) {
 		clk := clock.NewFake(time.Now().Truncate(time.Minute).Add(10 * time.Second))
-		s := startWith(t, b, func(cfg *daemon.Config) { cfg.Clock = clk })
-		s.createQueue(&pb.QueueInfo{QueueName: "hi-dlq"})
-		s.createQueue(&pb.QueueInfo{QueueName: "hi", DeadQueue: "hi-dlq"})
+		s := servertest.StartWith(t, b, func(cfg *daemon.Config) { cfg.Clock = clk })
+		s.CreateQueue(&pb.QueueInfo{QueueName: "hi-dlq"})
+		s.CreateQueue(&pb.QueueInfo{QueueName: "hi", DeadQueue: "hi-dlq"})
 		history := func(q string) *pb.QueuesHistoryResponse {
 			t.Helper()
 			h, err := s.C.QueuesHistory(ctx, &pb.QueuesHistoryRequest{QueueName: q})
@@ -292,14 +293,14 @@ func TestQueuesHistory(t *testing.T) {
 		}
 		history("hi-dlq") // the groups' starting point
 
-		s.produce("hi", "1", "2", "3", "4", "5")
+		s.Produce("hi", "1", "2", "3", "4", "5")
 		clk.Advance(time.Minute)
-		s.produce("hi", "6", "7", "8")
-		res := s.lease("hi", 3)
+		s.Produce("hi", "6", "7", "8")
+		res := s.Lease("hi", 3)
 		require.Len(t, res.Items, 3)
-		s.complete("hi", res.Partition, res.Items[0].Id, res.Items[1].Id)
-		s.retry("hi", res.Partition, &pb.QueueRetryItem{Id: res.Items[2].Id, Dead: true, Error: "upstream 503 for order 17"})
-		s.waitDeadList("hi-dlq", 1)
+		s.Complete("hi", res.Partition, res.Items[0].Id, res.Items[1].Id)
+		s.Retry("hi", res.Partition, &pb.QueueRetryItem{Id: res.Items[2].Id, Dead: true, Error: "upstream 503 for order 17"})
+		waitDeadList(s, "hi-dlq", 1)
 
 		h := history("hi")
 		now, before := h.Points[59], h.Points[58]
@@ -331,7 +332,7 @@ func TestQueuesHistory(t *testing.T) {
 			assert.Zero(t, p.Produced)
 		}
 		_, err := s.C.QueuesHistory(ctx, &pb.QueuesHistoryRequest{QueueName: "nope"})
-		requireCode(t, err, styx.CodeBadRequest, "nope")
+		servertest.RequireCode(t, err, styx.CodeBadRequest, "nope")
 	})
 }
 
@@ -339,18 +340,18 @@ func TestQueuesHistory(t *testing.T) {
 // of an error group carries the group's pattern, so that people read the
 // error's shape, not its fingerprint; it keeps it once the group is gone.
 func TestRedriveTaskNamesItsErrorPattern(t *testing.T) {
-	forEachBackend(t, func(t *testing.T, b backend) {
-		s := start(t, b)
-		s.createQueue(&pb.QueueInfo{QueueName: "pt-dlq"})
-		s.createQueue(&pb.QueueInfo{QueueName: "pt", DeadQueue: "pt-dlq"})
-		s.produce("pt", "a", "b")
-		res := s.lease("pt", 2)
+	servertest.ForEachBackend(t, func(t *testing.T, b servertest.Backend) {
+		s := servertest.Start(t, b)
+		s.CreateQueue(&pb.QueueInfo{QueueName: "pt-dlq"})
+		s.CreateQueue(&pb.QueueInfo{QueueName: "pt", DeadQueue: "pt-dlq"})
+		s.Produce("pt", "a", "b")
+		res := s.Lease("pt", 2)
 		var retry []*pb.QueueRetryItem
 		for i, it := range res.Items {
 			retry = append(retry, &pb.QueueRetryItem{Id: it.Id, Dead: true, Error: fmt.Sprintf("order %d not found", 1000+i)})
 		}
-		s.retry("pt", res.Partition, retry...)
-		s.waitDeadList("pt-dlq", 2)
+		s.Retry("pt", res.Partition, retry...)
+		waitDeadList(s, "pt-dlq", 2)
 		g, err := s.C.DeadGroups(ctx, &pb.DeadGroupsRequest{QueueName: "pt-dlq"})
 		require.NoError(t, err)
 		require.Len(t, g.Groups, 1)
@@ -360,10 +361,10 @@ func TestRedriveTaskNamesItsErrorPattern(t *testing.T) {
 		assert.Equal(t, "order <n> not found", dry.ErrorPattern)
 		task, err := s.C.DeadRedrive(ctx, &pb.DeadRedriveRequest{QueueName: "pt-dlq", Filter: f})
 		require.NoError(t, err)
-		task = s.waitTask(task.TaskId)
+		task = waitTask(s, task.TaskId)
 		assert.Equal(t, int64(2), task.Moved)
 		assert.Equal(t, "order <n> not found", task.ErrorPattern, "kept after the group emptied")
-		s.restart()
+		s.Restart()
 		task, err = s.C.RedrivesGet(ctx, &pb.RedriveTaskRequest{TaskId: task.TaskId})
 		require.NoError(t, err)
 		assert.Equal(t, "order <n> not found", task.ErrorPattern, "stored with the task")

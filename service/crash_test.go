@@ -18,6 +18,7 @@ import (
 
 	styx "github.com/styxq/styx"
 	"github.com/styxq/styx/internal/backend/embedded/pebble"
+	"github.com/styxq/styx/internal/servertest"
 	"github.com/styxq/styx/internal/store"
 	pb "github.com/styxq/styx/styxpb"
 )
@@ -79,9 +80,9 @@ func forEachSeed(t *testing.T, fn func(t *testing.T, seed uint64)) {
 
 // pebbleOn is a Pebble backend over the filesystem fs returns (at each
 // boot), with the store settings of cfg (Dir and FS are set here).
-func pebbleOn(fs func() vfs.FS, cfg pebble.Config) backend {
-	return backend{name: "pebble", open: func(t *testing.T) store.Store {
-		cfg.Dir, cfg.FS, cfg.Logger = "db", fs(), testLogger()
+func pebbleOn(fs func() vfs.FS, cfg pebble.Config) servertest.Backend {
+	return servertest.Backend{Name: "pebble", Open: func(t *testing.T) store.Store {
+		cfg.Dir, cfg.FS, cfg.Logger = "db", fs(), servertest.TestLogger()
 		s, err := pebble.Open(cfg)
 		require.NoError(t, err)
 		return s
@@ -98,7 +99,7 @@ type held struct {
 // workload drives a server and keeps the model of what was acknowledged.
 type workload struct {
 	t   *testing.T
-	s   *server
+	s   *servertest.Server
 	rnd *rand.Rand
 	n   int
 	// mu guards the maps (the background producer writes acked too).
@@ -110,11 +111,11 @@ type workload struct {
 	tasks              []string
 }
 
-func newWorkload(t *testing.T, s *server, seed uint64) *workload {
+func newWorkload(t *testing.T, s *servertest.Server, seed uint64) *workload {
 	w := &workload{t: t, s: s, rnd: rand.New(rand.NewPCG(seed, 23)),
 		acked: map[string]bool{}, tried: map[string]bool{}, done: map[string]bool{}}
-	s.createQueue(&pb.QueueInfo{QueueName: "w-dead"})
-	s.createQueue(&pb.QueueInfo{QueueName: "w", DeadQueue: "w-dead", MaxAttempts: 3, LeaseTimeout: "5m", RequestedPartitions: 2})
+	s.CreateQueue(&pb.QueueInfo{QueueName: "w-dead"})
+	s.CreateQueue(&pb.QueueInfo{QueueName: "w", DeadQueue: "w-dead", MaxAttempts: 3, LeaseTimeout: "5m", RequestedPartitions: 2})
 	return w
 }
 
@@ -195,14 +196,14 @@ func (w *workload) check(when string) {
 	t := w.t
 	t.Helper()
 	for _, id := range w.tasks {
-		eventually(t, func() bool {
+		servertest.Eventually(t, func() bool {
 			task, err := w.s.C.RedrivesGet(ctx, &pb.RedriveTaskRequest{TaskId: id})
 			return err == nil && task.Status != "running"
 		}, "%s: redrive task %s ends", when, id)
 	}
 	count := map[string]int{}
 	for _, q := range []string{"w", "w-dead"} {
-		for _, p := range payloads(w.s.items(q)) {
+		for _, p := range payloads(w.s.Items(q)) {
 			count[p]++
 		}
 	}
@@ -246,7 +247,7 @@ func (c *crashFS) crash(rnd *rand.Rand, keep int) {
 func TestCrashRecovery(t *testing.T) {
 	forEachSeed(t, func(t *testing.T, seed uint64) {
 		fs := &crashFS{cur: vfs.NewCrashableMem()}
-		s := start(t, pebbleOn(func() vfs.FS { return fs.get() }, pebble.Config{MinFreeBytes: -1}))
+		s := servertest.Start(t, pebbleOn(func() vfs.FS { return fs.get() }, pebble.Config{MinFreeBytes: -1}))
 		w := newWorkload(t, s, seed)
 		for round := range 2 {
 			for range 20 + w.rnd.IntN(40) {
@@ -288,8 +289,8 @@ func TestCrashRecovery(t *testing.T) {
 			w.mu.Unlock()
 			// The bg items acknowledged after the clone may be lost:
 			// they are not in acked, and check allows them at most once.
-			s.stop()
-			s.boot()
+			s.Stop()
+			s.Boot()
 			w.check(fmt.Sprintf("after crash %d", round+1))
 			t.Logf("crash %d: %d produces acknowledged (%d by the second client before the crash), %d completes, %d redrives",
 				round+1, len(w.acked), len(before), len(w.done), len(w.tasks))
@@ -326,7 +327,7 @@ func TestWriteFaults(t *testing.T) {
 			})
 		)
 		fs := errorfs.Wrap(mem, inject)
-		s := start(t, pebbleOn(func() vfs.FS { return fs }, pebble.Config{MinFreeBytes: -1, CheckInterval: 10 * time.Millisecond}))
+		s := servertest.Start(t, pebbleOn(func() vfs.FS { return fs }, pebble.Config{MinFreeBytes: -1, CheckInterval: 10 * time.Millisecond}))
 		w := newWorkload(t, s, seed)
 		armed.Store(true)
 		for range 80 {
@@ -338,7 +339,7 @@ func TestWriteFaults(t *testing.T) {
 			}
 		}
 		// The store heals by itself: a produce goes through again.
-		eventually(t, func() bool {
+		servertest.Eventually(t, func() bool {
 			err := w.produce(fmt.Sprintf("heal-%d", seed))
 			return err == nil || styx.ErrorCode(err) != styx.CodeUnavailable
 		}, "the store heals after the fault (k=%d, %v)", k, cause)
@@ -347,11 +348,11 @@ func TestWriteFaults(t *testing.T) {
 		// the log, seed 957): the store's Close reports it, and every
 		// acknowledged item must be there after the restart all the same.
 		firedBefore := fired.Load()
-		if err := s.shutdown(); err != nil {
+		if err := s.Shutdown(); err != nil {
 			require.True(t, !firedBefore && fired.Load() && errors.Is(err, cause), "restart: closing: %v", err)
 			t.Logf("the fault fired in the restart's close: %v", err)
 		}
-		s.boot()
+		s.Boot()
 		w.check("after restart")
 		t.Logf("k=%d %v fired=%v: %d produces acknowledged, %d completes", k, cause, fired.Load(), len(w.acked), len(w.done))
 	})

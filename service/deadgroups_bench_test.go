@@ -15,6 +15,7 @@ import (
 	"github.com/styxq/styx/internal/fingerprint"
 	"github.com/styxq/styx/internal/pgtest"
 	"github.com/styxq/styx/internal/queue"
+	"github.com/styxq/styx/internal/servertest"
 	"github.com/styxq/styx/internal/store"
 	pb "github.com/styxq/styx/styxpb"
 )
@@ -38,7 +39,7 @@ var benchShapes = func() []string {
 func seedDead(b *testing.B, name string, n int) *styx.Client {
 	b.Helper()
 	ctx := context.Background()
-	cfg := daemon.Config{Listen: "127.0.0.1:0", Log: testLogger()}
+	cfg := daemon.Config{Listen: "127.0.0.1:0", Log: servertest.TestLogger()}
 	var pgURL string
 	switch name {
 	case "memory", "pebble":
@@ -50,7 +51,7 @@ func seedDead(b *testing.B, name string, n int) *styx.Client {
 			}
 		} else {
 			var err error
-			st, err = pebble.Open(pebble.Config{Dir: b.TempDir(), Logger: testLogger()})
+			st, err = pebble.Open(pebble.Config{Dir: b.TempDir(), Logger: servertest.TestLogger()})
 			if err != nil {
 				b.Fatal(err)
 			}

@@ -9,6 +9,7 @@ import (
 	"github.com/stretchr/testify/require"
 	"google.golang.org/protobuf/proto"
 
+	"github.com/styxq/styx/internal/servertest"
 	pb "github.com/styxq/styx/styxpb"
 )
 
@@ -19,17 +20,17 @@ import (
 // stay as they were. A redrive carries the source history, not the DLQ
 // attempts (ADR 0003, amendment of issue 39).
 func TestDeadRecordImmutable(t *testing.T) {
-	forEachBackend(t, func(t *testing.T, b backend) {
-		s := startFake(t, b)
-		s.createQueue(&pb.QueueInfo{QueueName: "pay-dead", LeaseTimeout: "1m"})
-		s.createQueue(&pb.QueueInfo{QueueName: "pay", DeadQueue: "pay-dead", MaxAttempts: 2})
-		s.produce("pay", "a")
+	servertest.ForEachBackend(t, func(t *testing.T, b servertest.Backend) {
+		s := servertest.StartFake(t, b)
+		s.CreateQueue(&pb.QueueInfo{QueueName: "pay-dead", LeaseTimeout: "1m"})
+		s.CreateQueue(&pb.QueueInfo{QueueName: "pay", DeadQueue: "pay-dead", MaxAttempts: 2})
+		s.Produce("pay", "a")
 		for _, msg := range []string{"gateway timeout", "card declined: order 1234"} {
-			it := s.lease("pay", 1).Items[0]
-			s.retry("pay", 0, &pb.QueueRetryItem{Id: it.Id, Error: msg})
+			it := s.Lease("pay", 1).Items[0]
+			s.Retry("pay", 0, &pb.QueueRetryItem{Id: it.Id, Error: msg})
 		}
-		s.waitItems("pay-dead", 1)
-		before := s.deadList("pay-dead", nil, 10)[0]
+		s.WaitItems("pay-dead", 1)
+		before := deadList(s, "pay-dead", nil, 10)[0]
 		require.Equal(t, "card declined: order 1234", before.LastError)
 		require.Zero(t, before.DeadLetterAttempts)
 		require.Empty(t, before.DeadLetterErrors)
@@ -46,19 +47,19 @@ func TestDeadRecordImmutable(t *testing.T) {
 
 		// DLQ attempt 1: an operator leases the dead item to look at it,
 		// and the lease runs out.
-		require.Len(t, s.lease("pay-dead", 1).Items, 1)
-		s.advance(61*time.Second, "pay-dead")
-		eventually(t, func() bool { got := s.items("pay-dead"); return len(got) == 1 && !got[0].IsLeased }, "the DLQ lease expires")
+		require.Len(t, s.Lease("pay-dead", 1).Items, 1)
+		s.Advance(61*time.Second, "pay-dead")
+		servertest.Eventually(t, func() bool { got := s.Items("pay-dead"); return len(got) == 1 && !got[0].IsLeased }, "the DLQ lease expires")
 		// DLQ attempt 2: retried with an error; attempt 3: retried without.
-		leased := s.lease("pay-dead", 1).Items[0]
-		s.retry("pay-dead", 0, &pb.QueueRetryItem{Id: leased.Id, Error: "looked at by on-call"})
-		leased = s.lease("pay-dead", 1).Items[0]
-		s.retry("pay-dead", 0, &pb.QueueRetryItem{Id: leased.Id})
+		leased := s.Lease("pay-dead", 1).Items[0]
+		s.Retry("pay-dead", 0, &pb.QueueRetryItem{Id: leased.Id, Error: "looked at by on-call"})
+		leased = s.Lease("pay-dead", 1).Items[0]
+		s.Retry("pay-dead", 0, &pb.QueueRetryItem{Id: leased.Id})
 		// A released lease is no attempt.
-		leased = s.lease("pay-dead", 1).Items[0]
-		s.retry("pay-dead", 0, &pb.QueueRetryItem{Id: leased.Id, Release: true})
+		leased = s.Lease("pay-dead", 1).Items[0]
+		s.Retry("pay-dead", 0, &pb.QueueRetryItem{Id: leased.Id, Release: true})
 
-		after := s.deadList("pay-dead", nil, 10)[0]
+		after := deadList(s, "pay-dead", nil, 10)[0]
 		assert.Equal(t, before.LastError, after.LastError, "the last source error")
 		assert.Equal(t, before.Fingerprint, after.Fingerprint)
 		assert.Equal(t, before.DeadReason, after.DeadReason)
@@ -70,7 +71,7 @@ func TestDeadRecordImmutable(t *testing.T) {
 		gotGroups := groups()
 		require.Len(t, gotGroups, 1)
 		assert.True(t, proto.Equal(groupsBefore[0], gotGroups[0]), "the error group: %v, then %v", groupsBefore[0], gotGroups[0])
-		inGroup := s.deadList("pay-dead", &pb.DeadFilter{Fingerprint: before.Fingerprint, ErrorContains: "card declined"}, 10)
+		inGroup := deadList(s, "pay-dead", &pb.DeadFilter{Fingerprint: before.Fingerprint, ErrorContains: "card declined"}, 10)
 		assert.Len(t, inGroup, 1, "the item is still found by its group and its error")
 
 		assert.Equal(t, int32(3), after.DeadLetterAttempts)
@@ -87,8 +88,8 @@ func TestDeadRecordImmutable(t *testing.T) {
 		// attempts stay behind with the dead record.
 		task, err := s.C.DeadRedrive(ctx, &pb.DeadRedriveRequest{QueueName: "pay-dead", All: true})
 		require.NoError(t, err)
-		require.Equal(t, int64(1), s.waitTask(task.TaskId).Moved)
-		back := s.waitItems("pay", 1)[0]
+		require.Equal(t, int64(1), waitTask(s, task.TaskId).Moved)
+		back := s.WaitItems("pay", 1)[0]
 		assert.Equal(t, "card declined: order 1234", back.LastError)
 		assert.Zero(t, back.DeadLetterAttempts)
 		assert.Empty(t, back.DeadLetterErrors)

@@ -9,6 +9,7 @@ import (
 
 	styx "github.com/styxq/styx"
 	"github.com/styxq/styx/internal/auth"
+	"github.com/styxq/styx/internal/servertest"
 	pb "github.com/styxq/styx/styxpb"
 )
 
@@ -22,19 +23,19 @@ import (
 // billing. The same key still edits orders' own dead items. Before, the
 // edit succeeded and the redrive delivered the key's bytes into billing.
 func TestDeadEditChecksSourceQueue(t *testing.T) {
-	forEachBackend(t, func(t *testing.T, b backend) {
-		s, _ := startAuth(t, b)
-		s.createQueue(&pb.QueueInfo{QueueName: "orders-dead"})
-		s.createQueue(&pb.QueueInfo{QueueName: "orders", DeadQueue: "orders-dead", MaxAttempts: 1})
-		s.createQueue(&pb.QueueInfo{QueueName: "billing", DeadQueue: "orders-dead", MaxAttempts: 1})
+	servertest.ForEachBackend(t, func(t *testing.T, b servertest.Backend) {
+		s, _ := servertest.StartAuth(t, b)
+		s.CreateQueue(&pb.QueueInfo{QueueName: "orders-dead"})
+		s.CreateQueue(&pb.QueueInfo{QueueName: "orders", DeadQueue: "orders-dead", MaxAttempts: 1})
+		s.CreateQueue(&pb.QueueInfo{QueueName: "billing", DeadQueue: "orders-dead", MaxAttempts: 1})
 		for q, payload := range map[string]string{"orders": "order 1", "billing": "pay 10 to alice"} {
-			s.produce(q, payload)
-			it := s.lease(q, 1)
-			s.retry(q, it.Partition, &pb.QueueRetryItem{Id: it.Items[0].Id, Dead: true})
+			s.Produce(q, payload)
+			it := s.Lease(q, 1)
+			s.Retry(q, it.Partition, &pb.QueueRetryItem{Id: it.Items[0].Id, Dead: true})
 		}
-		s.waitItems("orders-dead", 2)
+		s.WaitItems("orders-dead", 2)
 
-		limited := s.client(s.newKey("orders-dead-editor", []string{"dead"}, "orders*"))
+		limited := s.Client(s.NewKey("orders-dead-editor", []string{"dead"}, "orders*"))
 		list, err := limited.DeadList(ctx, &pb.DeadListRequest{QueueName: "orders-dead"})
 		require.NoError(t, err)
 		require.Len(t, list.Items, 2)
@@ -47,7 +48,7 @@ func TestDeadEditChecksSourceQueue(t *testing.T) {
 		ids["billing"] = ids[auth.HiddenQueue]
 
 		_, err = limited.DeadEdit(ctx, &pb.DeadEditRequest{QueueName: "orders-dead", Id: ids["billing"], Payload: []byte("pay 10000 to mallory")})
-		requireCode(t, err, styx.CodeForbidden, "key 'orders-dead-editor' does not cover the source queue of dead item '"+ids["billing"]+"'")
+		servertest.RequireCode(t, err, styx.CodeForbidden, "key 'orders-dead-editor' does not cover the source queue of dead item '"+ids["billing"]+"'")
 		require.NotContains(t, err.Error(), "billing", "the error names no queue the key cannot see")
 
 		edited, err := limited.DeadEdit(ctx, &pb.DeadEditRequest{QueueName: "orders-dead", Id: ids["orders"], Payload: []byte("order 1, fixed")})
@@ -58,12 +59,12 @@ func TestDeadEditChecksSourceQueue(t *testing.T) {
 		// tests. An admin's routine redrive: each item to its source.
 		task, err := s.C.DeadRedrive(ctx, &pb.DeadRedriveRequest{QueueName: "orders-dead", All: true})
 		require.NoError(t, err)
-		eventually(t, func() bool {
+		servertest.Eventually(t, func() bool {
 			task, err = s.C.RedrivesGet(ctx, &pb.RedriveTaskRequest{TaskId: task.TaskId})
 			return err == nil && task.Status != "running"
 		}, "the redrive ends")
 		require.Equal(t, int64(2), task.Moved, "%v", task)
-		require.Equal(t, []string{"pay 10 to alice"}, payloads(s.items("billing")), "billing gets the bytes its item died with")
-		require.Equal(t, []string{"order 1, fixed"}, payloads(s.items("orders")))
+		require.Equal(t, []string{"pay 10 to alice"}, payloads(s.Items("billing")), "billing gets the bytes its item died with")
+		require.Equal(t, []string{"order 1, fixed"}, payloads(s.Items("orders")))
 	})
 }

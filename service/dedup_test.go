@@ -14,14 +14,15 @@ import (
 	styx "github.com/styxq/styx"
 	"github.com/styxq/styx/daemon"
 	"github.com/styxq/styx/internal/queue"
+	"github.com/styxq/styx/internal/servertest"
 	pb "github.com/styxq/styx/styxpb"
 )
 
 // produceDedup produces one item per payload, each with the deduplication
 // id given beside it ("" for none): payloads and ids alternate.
-func (s *server) produceDedup(queueName string, payloadsAndIDs ...string) {
-	s.t.Helper()
-	require.NoError(s.t, s.C.QueueProduce(ctx, dedupRequest(queueName, payloadsAndIDs...)))
+func produceDedup(s *servertest.Server, queueName string, payloadsAndIDs ...string) {
+	s.T.Helper()
+	require.NoError(s.T, s.C.QueueProduce(ctx, dedupRequest(queueName, payloadsAndIDs...)))
 }
 
 func dedupRequest(queueName string, payloadsAndIDs ...string) *pb.QueueProduceRequest {
@@ -32,10 +33,10 @@ func dedupRequest(queueName string, payloadsAndIDs ...string) *pb.QueueProduceRe
 	return req
 }
 
-// payloads lists the payloads a queue holds, sorted.
-func (s *server) payloads(queueName string) []string {
+// queuePayloads lists the payloads a queue holds, sorted.
+func queuePayloads(s *servertest.Server, queueName string) []string {
 	var out []string
-	for _, it := range s.items(queueName) {
+	for _, it := range s.Items(queueName) {
 		out = append(out, string(it.Payload))
 	}
 	slices.Sort(out)
@@ -47,55 +48,55 @@ func (s *server) payloads(queueName string) []string {
 // stored again, whatever became of the first item, across a restart; the
 // window ends; ids are per queue; bad ids are refused naming the field.
 func TestDeduplication(t *testing.T) {
-	forEachBackend(t, func(t *testing.T, b backend) {
-		s := startFake(t, b)
-		s.createQueue(&pb.QueueInfo{QueueName: "dd", LeaseTimeout: "1m", RequestedPartitions: 2})
-		s.createQueue(&pb.QueueInfo{QueueName: "other", LeaseTimeout: "1m"})
+	servertest.ForEachBackend(t, func(t *testing.T, b servertest.Backend) {
+		s := servertest.StartFake(t, b)
+		s.CreateQueue(&pb.QueueInfo{QueueName: "dd", LeaseTimeout: "1m", RequestedPartitions: 2})
+		s.CreateQueue(&pb.QueueInfo{QueueName: "other", LeaseTimeout: "1m"})
 
-		s.produceDedup("dd", "a", "x", "a-again-in-the-request", "x", "b", "", "b-again", "")
-		require.Equal(t, []string{"a", "b", "b-again"}, s.payloads("dd"), "one item per id in a request; items without an id all stored")
+		produceDedup(s, "dd", "a", "x", "a-again-in-the-request", "x", "b", "", "b-again", "")
+		require.Equal(t, []string{"a", "b", "b-again"}, queuePayloads(s, "dd"), "one item per id in a request; items without an id all stored")
 
-		s.produceDedup("dd", "a-retried", "x", "c", "y")
-		require.Equal(t, []string{"a", "b", "b-again", "c"}, s.payloads("dd"), "a retried id is acknowledged, not stored")
+		produceDedup(s, "dd", "a-retried", "x", "c", "y")
+		require.Equal(t, []string{"a", "b", "b-again", "c"}, queuePayloads(s, "dd"), "a retried id is acknowledged, not stored")
 
 		// The window counts from the acceptance, not the item's life.
-		for len(s.items("dd")) > 0 {
-			res := s.lease("dd", 10)
+		for len(s.Items("dd")) > 0 {
+			res := s.Lease("dd", 10)
 			var ids []string
 			for _, it := range res.Items {
 				ids = append(ids, it.Id)
 			}
-			s.complete("dd", res.Partition, ids...)
+			s.Complete("dd", res.Partition, ids...)
 		}
-		s.produceDedup("dd", "a-after-complete", "x")
-		require.Empty(t, s.payloads("dd"), "an id is remembered after its item completed")
+		produceDedup(s, "dd", "a-after-complete", "x")
+		require.Empty(t, queuePayloads(s, "dd"), "an id is remembered after its item completed")
 
-		s.produceDedup("other", "a-elsewhere", "x")
-		require.Equal(t, []string{"a-elsewhere"}, s.payloads("other"), "ids are per queue")
+		produceDedup(s, "other", "a-elsewhere", "x")
+		require.Equal(t, []string{"a-elsewhere"}, queuePayloads(s, "other"), "ids are per queue")
 
-		s.restart()
-		s.produceDedup("dd", "a-after-restart", "x", "c-after-restart", "y")
-		require.Empty(t, s.payloads("dd"), "the window survives a restart")
+		s.Restart()
+		produceDedup(s, "dd", "a-after-restart", "x", "c-after-restart", "y")
+		require.Empty(t, queuePayloads(s, "dd"), "the window survives a restart")
 
-		s.advance(queue.DeduplicationWindow - time.Second)
-		s.produceDedup("dd", "a-late", "x")
-		require.Empty(t, s.payloads("dd"), "within the window")
-		s.advance(time.Second)
-		s.produceDedup("dd", "a-new-window", "x", "again", "x")
-		require.Equal(t, []string{"a-new-window"}, s.payloads("dd"), "after the window the id is accepted anew, once")
-		s.advance(queue.DeduplicationWindow - time.Second)
-		s.produceDedup("dd", "a-in-new-window", "x")
-		require.Equal(t, []string{"a-new-window"}, s.payloads("dd"), "the new window counts from the new acceptance")
+		s.Advance(queue.DeduplicationWindow - time.Second)
+		produceDedup(s, "dd", "a-late", "x")
+		require.Empty(t, queuePayloads(s, "dd"), "within the window")
+		s.Advance(time.Second)
+		produceDedup(s, "dd", "a-new-window", "x", "again", "x")
+		require.Equal(t, []string{"a-new-window"}, queuePayloads(s, "dd"), "after the window the id is accepted anew, once")
+		s.Advance(queue.DeduplicationWindow - time.Second)
+		produceDedup(s, "dd", "a-in-new-window", "x")
+		require.Equal(t, []string{"a-new-window"}, queuePayloads(s, "dd"), "the new window counts from the new acceptance")
 
 		// Ended windows are forgotten as produces go on, and the ids
 		// accepted meanwhile stay.
-		s.advance(2 * queue.DeduplicationWindow)
+		s.Advance(2 * queue.DeduplicationWindow)
 		for i := range 50 {
-			s.produceDedup("dd", fmt.Sprint("n", i), fmt.Sprint("n", i))
+			produceDedup(s, "dd", fmt.Sprint("n", i), fmt.Sprint("n", i))
 		}
-		s.restart()
-		s.produceDedup("dd", "n0-again", "n0", "x-again", "x")
-		require.Len(t, s.payloads("dd"), 52, "n0 remembered, x's window over")
+		s.Restart()
+		produceDedup(s, "dd", "n0-again", "n0", "x-again", "x")
+		require.Len(t, queuePayloads(s, "dd"), 52, "n0 remembered, x's window over")
 
 		for _, c := range []struct{ id, says string }{
 			{strings.Repeat("d", 129), "129 bytes, the limit is 128"},
@@ -103,15 +104,15 @@ func TestDeduplication(t *testing.T) {
 			{"é", "byte 0 (0xc3)"},
 		} {
 			err := s.C.QueueProduce(ctx, dedupRequest("dd", "bad", c.id))
-			requireCode(t, err, styx.CodeBadRequest, "items[0].deduplication_id", c.says)
+			servertest.RequireCode(t, err, styx.CodeBadRequest, "items[0].deduplication_id", c.says)
 		}
-		require.Len(t, s.payloads("dd"), 52, "a refused produce stores nothing")
+		require.Len(t, queuePayloads(s, "dd"), 52, "a refused produce stores nothing")
 
 		// A deleted queue's ids go with it.
 		require.NoError(t, s.C.QueuesDelete(ctx, &pb.QueuesDeleteRequest{QueueName: "other"}))
-		s.createQueue(&pb.QueueInfo{QueueName: "other", LeaseTimeout: "1m"})
-		s.produceDedup("other", "a-in-new-queue", "x")
-		require.Equal(t, []string{"a-in-new-queue"}, s.payloads("other"))
+		s.CreateQueue(&pb.QueueInfo{QueueName: "other", LeaseTimeout: "1m"})
+		produceDedup(s, "other", "a-in-new-queue", "x")
+		require.Equal(t, []string{"a-in-new-queue"}, queuePayloads(s, "other"))
 	})
 }
 
@@ -121,10 +122,10 @@ func TestDeduplication(t *testing.T) {
 // on (an id keeps the window it was accepted with); a bad window is
 // refused naming the field and the range.
 func TestDeduplicationWindow(t *testing.T) {
-	forEachBackend(t, func(t *testing.T, b backend) {
-		s := startFake(t, b)
-		s.createQueue(&pb.QueueInfo{QueueName: "short", LeaseTimeout: "1m", DeduplicationWindow: "1m"})
-		s.createQueue(&pb.QueueInfo{QueueName: "default", LeaseTimeout: "1m"})
+	servertest.ForEachBackend(t, func(t *testing.T, b servertest.Backend) {
+		s := servertest.StartFake(t, b)
+		s.CreateQueue(&pb.QueueInfo{QueueName: "short", LeaseTimeout: "1m", DeduplicationWindow: "1m"})
+		s.CreateQueue(&pb.QueueInfo{QueueName: "default", LeaseTimeout: "1m"})
 		window := func(q string) string {
 			info, err := s.C.QueuesInfo(ctx, &pb.QueuesInfoRequest{QueueName: q})
 			require.NoError(t, err)
@@ -133,24 +134,24 @@ func TestDeduplicationWindow(t *testing.T) {
 		require.Equal(t, "1m0s", window("short"))
 		require.Empty(t, window("default"), "the default (5m) is not given")
 
-		s.produceDedup("short", "a", "x")
-		s.produceDedup("default", "a", "x")
-		s.advance(time.Minute)
-		s.produceDedup("short", "a-after-1m", "x")
-		s.produceDedup("default", "a-after-1m", "x")
-		require.Equal(t, []string{"a", "a-after-1m"}, s.payloads("short"), "a 1m window is over after 1m")
-		require.Equal(t, []string{"a"}, s.payloads("default"), "the default window is not")
+		produceDedup(s, "short", "a", "x")
+		produceDedup(s, "default", "a", "x")
+		s.Advance(time.Minute)
+		produceDedup(s, "short", "a-after-1m", "x")
+		produceDedup(s, "default", "a-after-1m", "x")
+		require.Equal(t, []string{"a", "a-after-1m"}, queuePayloads(s, "short"), "a 1m window is over after 1m")
+		require.Equal(t, []string{"a"}, queuePayloads(s, "default"), "the default window is not")
 
 		require.NoError(t, s.C.QueuesUpdate(ctx, &pb.QueueInfo{QueueName: "short", DeduplicationWindow: "2h"}))
-		s.restart()
+		s.Restart()
 		require.Equal(t, "2h0m0s", window("short"), "kept across a restart")
-		s.advance(time.Hour)
-		s.produceDedup("short", "a-after-1h", "x")
-		require.Equal(t, []string{"a", "a-after-1h", "a-after-1m"}, s.payloads("short"),
+		s.Advance(time.Hour)
+		produceDedup(s, "short", "a-after-1h", "x")
+		require.Equal(t, []string{"a", "a-after-1h", "a-after-1m"}, queuePayloads(s, "short"),
 			"an id keeps the window it was accepted with (1m)")
-		s.advance(time.Hour)
-		s.produceDedup("short", "a-after-2h", "x")
-		require.Equal(t, []string{"a", "a-after-1h", "a-after-1m"}, s.payloads("short"), "one accepted since has the new window (2h)")
+		s.Advance(time.Hour)
+		produceDedup(s, "short", "a-after-2h", "x")
+		require.Equal(t, []string{"a", "a-after-1h", "a-after-1m"}, queuePayloads(s, "short"), "one accepted since has the new window (2h)")
 		require.NoError(t, s.C.QueuesUpdate(ctx, &pb.QueueInfo{QueueName: "short", UpdateMask: []string{"deduplication_window"}}))
 		require.Empty(t, window("short"), "an empty window in the mask restores the default")
 
@@ -160,7 +161,7 @@ func TestDeduplicationWindow(t *testing.T) {
 			{"soon", "'soon' is not a duration"},
 		} {
 			err := s.C.QueuesCreate(ctx, &pb.QueueInfo{QueueName: "bad", LeaseTimeout: "1m", DeduplicationWindow: c.window})
-			requireCode(t, err, styx.CodeBadRequest, "deduplication_window", c.says)
+			servertest.RequireCode(t, err, styx.CodeBadRequest, "deduplication_window", c.says)
 		}
 	})
 }
@@ -170,7 +171,7 @@ func TestDeduplicationWindow(t *testing.T) {
 func TestClusterDeduplication(t *testing.T) {
 	t.Parallel()
 	nodes := cluster(t, 2)
-	nodes[0].createQueue(&pb.QueueInfo{QueueName: "dd", LeaseTimeout: "1m", RequestedPartitions: 2})
+	nodes[0].CreateQueue(&pb.QueueInfo{QueueName: "dd", LeaseTimeout: "1m", RequestedPartitions: 2})
 	const ids, rounds = 200, 4
 	var wg sync.WaitGroup
 	for n, node := range nodes {
@@ -191,7 +192,7 @@ func TestClusterDeduplication(t *testing.T) {
 	}
 	wg.Wait()
 	stored := map[string]int{}
-	for _, p := range nodes[1].payloads("dd") {
+	for _, p := range queuePayloads(nodes[1], "dd") {
 		stored[p[strings.LastIndex(p, "-id")+3:]]++
 	}
 	require.Len(t, stored, ids, "every id stored")
@@ -209,14 +210,14 @@ func TestClusterDeduplication(t *testing.T) {
 // make room; styx_queue_deduplication_ids gives the ids held. PostgreSQL
 // keeps its ids in its table, not in memory, and has no limit nor gauge.
 func TestDeduplicationLimit(t *testing.T) {
-	forEachBackend(t, func(t *testing.T, b backend) {
-		s := startFakeWith(t, b, func(c *daemon.Config) { c.MaxDeduplicationIDs = 3 })
-		s.createQueue(&pb.QueueInfo{QueueName: "dd", LeaseTimeout: "1m", RequestedPartitions: 2, DeduplicationWindow: "1m"})
-		s.createQueue(&pb.QueueInfo{QueueName: "other", LeaseTimeout: "1m"})
-		firstEnds := s.now().Add(time.Minute)
+	servertest.ForEachBackend(t, func(t *testing.T, b servertest.Backend) {
+		s := servertest.StartFakeWith(t, b, func(c *daemon.Config) { c.MaxDeduplicationIDs = 3 })
+		s.CreateQueue(&pb.QueueInfo{QueueName: "dd", LeaseTimeout: "1m", RequestedPartitions: 2, DeduplicationWindow: "1m"})
+		s.CreateQueue(&pb.QueueInfo{QueueName: "other", LeaseTimeout: "1m"})
+		firstEnds := s.Now().Add(time.Minute)
 
-		s.produceDedup("dd", "a", "a", "b", "b")
-		s.advance(time.Second)
+		produceDedup(s, "dd", "a", "a", "b", "b")
+		s.Advance(time.Second)
 		// Two new ids where one fits, in items of groups spread over both
 		// partitions: nothing of the request is stored.
 		req := dedupRequest("dd", "a-again", "a", "c", "c", "d", "d", "no-id", "")
@@ -224,41 +225,41 @@ func TestDeduplicationLimit(t *testing.T) {
 			it.Group = fmt.Sprint("g", i)
 		}
 		err := s.C.QueueProduce(ctx, req)
-		if b.postgres() {
+		if b.Postgres() {
 			require.NoError(t, err, "postgres keeps its ids in its table: no limit")
-			require.Equal(t, []string{"a", "b", "c", "d", "no-id"}, s.payloads("dd"))
-			_, _, body := s.raw(http.MethodGet, "/metrics", "", "", nil)
+			require.Equal(t, []string{"a", "b", "c", "d", "no-id"}, queuePayloads(s, "dd"))
+			_, _, body := raw(s, http.MethodGet, "/metrics", "", "", nil)
 			require.NotContains(t, string(body), "styx_queue_deduplication_ids{", "not in memory: no gauge")
 			return
 		}
-		requireCode(t, err, styx.CodeRetry, "queue 'dd'", "3 deduplication ids", "the server's limit",
+		servertest.RequireCode(t, err, styx.CodeRetry, "queue 'dd'", "3 deduplication ids", "the server's limit",
 			"the oldest window ends by "+ceilSecond(firstEnds))
-		require.Equal(t, []string{"a", "b"}, s.payloads("dd"), "a refused produce stores nothing")
+		require.Equal(t, []string{"a", "b"}, queuePayloads(s, "dd"), "a refused produce stores nothing")
 
-		s.produceDedup("dd", "c", "c", "no-id", "")
-		require.Equal(t, []string{"a", "b", "c", "no-id"}, s.payloads("dd"), "up to the limit")
-		s.produceDedup("dd", "a-again", "a", "c-again", "c", "no-id-2", "")
-		require.Equal(t, []string{"a", "b", "c", "no-id", "no-id-2"}, s.payloads("dd"),
+		produceDedup(s, "dd", "c", "c", "no-id", "")
+		require.Equal(t, []string{"a", "b", "c", "no-id"}, queuePayloads(s, "dd"), "up to the limit")
+		produceDedup(s, "dd", "a-again", "a", "c-again", "c", "no-id-2", "")
+		require.Equal(t, []string{"a", "b", "c", "no-id", "no-id-2"}, queuePayloads(s, "dd"),
 			"at the limit, ids held still deduplicate and items without an id are stored")
-		s.produceDedup("other", "x", "x")
-		require.Equal(t, []string{"x"}, s.payloads("other"), "the limit is per queue")
-		code, _, body := s.raw(http.MethodGet, "/metrics", "", "", nil)
+		produceDedup(s, "other", "x", "x")
+		require.Equal(t, []string{"x"}, queuePayloads(s, "other"), "the limit is per queue")
+		code, _, body := raw(s, http.MethodGet, "/metrics", "", "", nil)
 		require.Equal(t, http.StatusOK, code)
 		require.Contains(t, string(body), `styx_queue_deduplication_ids{queue="dd"} 3`)
 		require.Contains(t, string(body), `styx_queue_deduplication_ids{queue="other"} 1`)
 
-		s.restart()
-		requireCode(t, s.C.QueueProduce(ctx, dedupRequest("dd", "e", "e")), styx.CodeRetry, "the server's limit")
-		s.produceDedup("dd", "b-again", "b")
-		require.Equal(t, []string{"a", "b", "c", "no-id", "no-id-2"}, s.payloads("dd"), "the ids held survive a restart")
+		s.Restart()
+		servertest.RequireCode(t, s.C.QueueProduce(ctx, dedupRequest("dd", "e", "e")), styx.CodeRetry, "the server's limit")
+		produceDedup(s, "dd", "b-again", "b")
+		require.Equal(t, []string{"a", "b", "c", "no-id", "no-id-2"}, queuePayloads(s, "dd"), "the ids held survive a restart")
 
-		s.advance(time.Minute - time.Second) // a's and b's windows end; c's ends in a second
-		s.produceDedup("dd", "e", "e", "f", "f")
-		requireCode(t, s.C.QueueProduce(ctx, dedupRequest("dd", "a-new-window", "a")), styx.CodeRetry,
+		s.Advance(time.Minute - time.Second) // a's and b's windows end; c's ends in a second
+		produceDedup(s, "dd", "e", "e", "f", "f")
+		servertest.RequireCode(t, s.C.QueueProduce(ctx, dedupRequest("dd", "a-new-window", "a")), styx.CodeRetry,
 			"the oldest window ends by "+ceilSecond(firstEnds.Add(time.Second)))
-		s.advance(time.Second)
-		s.produceDedup("dd", "a-new-window", "a")
-		require.Equal(t, []string{"a", "a-new-window", "b", "c", "e", "f", "no-id", "no-id-2"}, s.payloads("dd"),
+		s.Advance(time.Second)
+		produceDedup(s, "dd", "a-new-window", "a")
+		require.Equal(t, []string{"a", "a-new-window", "b", "c", "e", "f", "no-id", "no-id-2"}, queuePayloads(s, "dd"),
 			"ended windows make room")
 	})
 }

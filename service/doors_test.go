@@ -13,7 +13,6 @@ import (
 	"net/http"
 	"net/url"
 	"os"
-	"path/filepath"
 	"runtime"
 	"runtime/debug"
 	"runtime/metrics"
@@ -30,8 +29,8 @@ import (
 	"github.com/stretchr/testify/require"
 	"google.golang.org/protobuf/encoding/protowire"
 
-	styx "github.com/styxq/styx"
 	"github.com/styxq/styx/daemon"
+	"github.com/styxq/styx/internal/servertest"
 	pb "github.com/styxq/styx/styxpb"
 )
 
@@ -39,57 +38,25 @@ import (
 // Host, Origin and cross-site checks, SigV4 binding, authentication before
 // the body, and the audit of SQS calls, through the public API.
 
-// sqsClient is the real AWS SDK's SQS client pointed at s, with static
-// credentials (any signature is accepted without --auth) and no retries,
-// so each call is one request.
-func (s *server) sqsClient(keyID, secret string) *awssqs.Client {
-	return awssqs.New(awssqs.Options{
-		Region:       "us-east-1",
-		BaseEndpoint: aws.String(s.d.Endpoint()),
-		Credentials: aws.CredentialsProviderFunc(func(context.Context) (aws.Credentials, error) {
-			return aws.Credentials{AccessKeyID: keyID, SecretAccessKey: secret}, nil
-		}),
-		Retryer: aws.NopRetryer{},
-	})
-}
-
-// startSQSAuth starts a server with --auth, an admin key file and a secret
-// key file (keys created then carry a sealed secret for SigV4); it returns
-// the bootstrap admin key.
-func startSQSAuth(t *testing.T, b backend) (*server, string) {
-	t.Helper()
-	admin := randomHex(t, 32)
-	dir := t.TempDir()
-	adminFile, secretFile := filepath.Join(dir, "admin.key"), filepath.Join(dir, "secret.key")
-	require.NoError(t, os.WriteFile(adminFile, []byte(admin+"\n"), 0o600))
-	require.NoError(t, os.WriteFile(secretFile, []byte(randomHex(t, 32)+"\n"), 0o600))
-	s := &server{t: t, b: b}
-	s.configure = func(cfg *daemon.Config) { cfg.Auth, cfg.AdminKeyFile, cfg.SecretKeyFile = true, adminFile, secretFile }
-	s.clientCfg = func(cc *styx.ClientConfig) { cc.APIKey = admin }
-	s.boot()
-	t.Cleanup(func() { s.stop() })
-	return s, admin
-}
-
 // rawSQS sends an SQS request to path as built by mod and returns the
 // status and body.
-func (s *server) rawSQS(method, path string, body string, mod func(*http.Request)) (int, string) {
-	s.t.Helper()
-	req, err := http.NewRequestWithContext(ctx, method, s.d.Endpoint()+path, strings.NewReader(body))
-	require.NoError(s.t, err)
+func rawSQS(s *servertest.Server, method, path string, body string, mod func(*http.Request)) (int, string) {
+	s.T.Helper()
+	req, err := http.NewRequestWithContext(ctx, method, s.D.Endpoint()+path, strings.NewReader(body))
+	require.NoError(s.T, err)
 	req.Host = "127.0.0.1"
 	if mod != nil {
 		mod(req)
 	}
-	res, b := s.do(req)
+	res, b := do(s, req)
 	return res.StatusCode, string(b)
 }
 
 // queueExists reports whether the queue exists, through /v1.
-func (s *server) queueExists(name string) bool {
-	s.t.Helper()
+func queueExists(s *servertest.Server, name string) bool {
+	s.T.Helper()
 	res, err := s.C.QueuesList(ctx, &pb.QueuesListRequest{})
-	require.NoError(s.t, err)
+	require.NoError(s.T, err)
 	for _, q := range res.Items {
 		if q.QueueName == name {
 			return true
@@ -102,8 +69,8 @@ func (s *server) queueExists(name string) bool {
 // request on /health is not served as SQS (route by path first), and a
 // foreign Host is refused on every SQS path.
 func TestHealthIsNotSQS(t *testing.T) {
-	forEachBackend(t, func(t *testing.T, b backend) {
-		s := start(t, b)
+	servertest.ForEachBackend(t, func(t *testing.T, b servertest.Backend) {
+		s := servertest.Start(t, b)
 		require.NoError(t, s.C.QueuesCreate(ctx, &pb.QueueInfo{QueueName: "secret-orders"}))
 		json := func(target string, host string) func(*http.Request) {
 			return func(r *http.Request) {
@@ -113,23 +80,23 @@ func TestHealthIsNotSQS(t *testing.T) {
 			}
 		}
 		for _, host := range []string{"evil.example", "evil.example:2319", "127.0.0.1"} {
-			code, body := s.rawSQS(http.MethodPost, "/health", `{}`, json("ListQueues", host))
+			code, body := rawSQS(s, http.MethodPost, "/health", `{}`, json("ListQueues", host))
 			require.NotEqual(t, 200, code, body)
 			require.NotContains(t, body, "secret-orders")
-			code, body = s.rawSQS(http.MethodPost, "/health", `{"QueueUrl":"http://127.0.0.1/000000000000/secret-orders"}`, json("DeleteQueue", host))
+			code, body = rawSQS(s, http.MethodPost, "/health", `{"QueueUrl":"http://127.0.0.1/000000000000/secret-orders"}`, json("DeleteQueue", host))
 			require.NotEqual(t, 200, code, body)
 		}
 		// The SQS API itself refuses a foreign Host.
-		code, body := s.rawSQS(http.MethodPost, "/", `{}`, json("ListQueues", "evil.example"))
+		code, body := rawSQS(s, http.MethodPost, "/", `{}`, json("ListQueues", "evil.example"))
 		require.Equal(t, 403, code, body)
 		require.NotContains(t, body, "secret-orders")
 		// An SQS header on any other path is not SQS either.
-		code, body = s.rawSQS(http.MethodPost, "/v1/queues.list", `{}`, json("ListQueues", "127.0.0.1"))
+		code, body = rawSQS(s, http.MethodPost, "/v1/queues.list", `{}`, json("ListQueues", "127.0.0.1"))
 		require.NotContains(t, body, "QueueUrls")
 		_ = code
-		require.True(t, s.queueExists("secret-orders"))
+		require.True(t, queueExists(s, "secret-orders"))
 		// /health still answers a probe, by any Host, with GET.
-		code, body = s.rawSQS(http.MethodGet, "/health", "", func(r *http.Request) { r.Host = "10.0.0.7:2319" })
+		code, body = rawSQS(s, http.MethodGet, "/health", "", func(r *http.Request) { r.Host = "10.0.0.7:2319" })
 		require.Equal(t, 200, code, body)
 	})
 }
@@ -140,15 +107,15 @@ func TestHealthIsNotSQS(t *testing.T) {
 // null), an Origin naming another loopback port, and any call a browser
 // marks cross-site. Nothing is done.
 func TestCrossSiteCallsRefused(t *testing.T) {
-	forEachBackend(t, func(t *testing.T, b backend) {
-		s := start(t, b)
+	servertest.ForEachBackend(t, func(t *testing.T, b servertest.Backend) {
+		s := servertest.Start(t, b)
 		require.NoError(t, s.C.QueuesCreate(ctx, &pb.QueueInfo{QueueName: "victim"}))
 		qurl := "http://127.0.0.1/000000000000/victim"
 
-		code, body := s.rawSQS(http.MethodGet, "/?Action=DeleteQueue&QueueUrl="+url.QueryEscape(qurl), "", nil)
+		code, body := rawSQS(s, http.MethodGet, "/?Action=DeleteQueue&QueueUrl="+url.QueryEscape(qurl), "", nil)
 		require.Equal(t, 403, code, body)
 		require.Contains(t, body, "--auth")
-		require.True(t, s.queueExists("victim"))
+		require.True(t, queueExists(s, "victim"))
 
 		form := url.Values{"Action": {"SendMessage"}, "QueueUrl": {qurl}, "MessageBody": {"forged"}}.Encode()
 		formPost := func(origin string) func(*http.Request) {
@@ -160,17 +127,17 @@ func TestCrossSiteCallsRefused(t *testing.T) {
 			}
 		}
 		for _, origin := range []string{"null", "", "http://evil.example", "http://127.0.0.1:9999"} {
-			code, body = s.rawSQS(http.MethodPost, "/", form, formPost(origin))
+			code, body = rawSQS(s, http.MethodPost, "/", form, formPost(origin))
 			require.Equal(t, 403, code, "origin %q: %s", origin, body)
 		}
 		// Signed (as every SDK signs), from no browser, it is served.
-		code, body = s.rawSQS(http.MethodPost, "/", form, func(r *http.Request) {
+		code, body = rawSQS(s, http.MethodPost, "/", form, func(r *http.Request) {
 			formPost("")(r)
 			r.Header.Set("Authorization", "AWS4-HMAC-SHA256 Credential=test/20261127/us-east-1/sqs/aws4_request, SignedHeaders=host;x-amz-date, Signature=0")
 		})
 		require.Equal(t, 200, code, body)
 		// But not when a browser says the call is cross-site.
-		code, body = s.rawSQS(http.MethodPost, "/", form, func(r *http.Request) {
+		code, body = rawSQS(s, http.MethodPost, "/", form, func(r *http.Request) {
 			formPost("")(r)
 			r.Header.Set("Authorization", "AWS4-HMAC-SHA256 Credential=test/20261127/us-east-1/sqs/aws4_request, SignedHeaders=host;x-amz-date, Signature=0")
 			r.Header.Set("Sec-Fetch-Site", "cross-site")
@@ -180,16 +147,16 @@ func TestCrossSiteCallsRefused(t *testing.T) {
 		// /v1: an Origin naming another port of the loopback host, or null,
 		// is foreign; the server's own origin is not.
 		produce := `{"queue_name":"victim","request_timeout":"1m","items":[{"utf8":"x"}]}`
-		for _, origin := range []string{"http://127.0.0.1:9999", "null", "https://" + s.d.Addr(), "http://localhost.evil.example"} {
-			code, body = s.rawSQS(http.MethodPost, "/v1/queue.produce", produce, func(r *http.Request) {
-				r.Host = s.d.Addr()
+		for _, origin := range []string{"http://127.0.0.1:9999", "null", "https://" + s.D.Addr(), "http://localhost.evil.example"} {
+			code, body = rawSQS(s, http.MethodPost, "/v1/queue.produce", produce, func(r *http.Request) {
+				r.Host = s.D.Addr()
 				r.Header.Set("Content-Type", "application/json")
 				r.Header.Set("Origin", origin)
 			})
 			require.Equal(t, 403, code, "origin %q: %s", origin, body)
 		}
-		code, body = s.rawSQS(http.MethodPost, "/v1/queue.produce", produce, func(r *http.Request) {
-			r.Host = s.d.Addr()
+		code, body = rawSQS(s, http.MethodPost, "/v1/queue.produce", produce, func(r *http.Request) {
+			r.Host = s.D.Addr()
 			r.Header.Set("Content-Type", "application/json")
 			r.Header.Set("Sec-Fetch-Site", "cross-site")
 		})
@@ -198,10 +165,10 @@ func TestCrossSiteCallsRefused(t *testing.T) {
 		require.NoError(t, err)
 		require.EqualValues(t, 1, stats.LogicalQueues[0].Partitions[0].Total, "only the signed SendMessage produced")
 		// The console's own origin works.
-		code, body = s.rawSQS(http.MethodPost, "/v1/queue.produce", produce, func(r *http.Request) {
-			r.Host = s.d.Addr()
+		code, body = rawSQS(s, http.MethodPost, "/v1/queue.produce", produce, func(r *http.Request) {
+			r.Host = s.D.Addr()
 			r.Header.Set("Content-Type", "application/json")
-			r.Header.Set("Origin", "http://"+s.d.Addr())
+			r.Header.Set("Origin", "http://"+s.D.Addr())
 			r.Header.Set("Sec-Fetch-Site", "same-origin")
 		})
 		require.Equal(t, 200, code, body)
@@ -212,12 +179,12 @@ func TestCrossSiteCallsRefused(t *testing.T) {
 // request without a valid signature is refused as soon as its headers
 // arrive, before its (announced 60 MiB) body is sent.
 func TestSQSAuthenticatesBeforeTheBody(t *testing.T) {
-	s, _ := startSQSAuth(t, memoryBackend(t))
+	s, _ := servertest.StartSQSAuth(t, memoryBackend(t))
 	for _, authz := range []string{
 		"",
 		"AWS4-HMAC-SHA256 Credential=0123456789abcdef/20261127/us-east-1/sqs/aws4_request, SignedHeaders=host;x-amz-date, Signature=00",
 	} {
-		c, err := net.Dial("tcp", s.d.Addr())
+		c, err := net.Dial("tcp", s.D.Addr())
 		require.NoError(t, err)
 		head := "POST / HTTP/1.1\r\nHost: 127.0.0.1\r\nContent-Type: application/x-www-form-urlencoded\r\n" +
 			"X-Amz-Date: " + time.Now().UTC().Format("20060102T150405Z") + "\r\nContent-Length: 62914560\r\n"
@@ -238,8 +205,8 @@ func TestSQSAuthenticatesBeforeTheBody(t *testing.T) {
 // signedSQS returns an SQS JSON request for target and body signed with
 // key for service and region, with the X-Amz-Target header set before
 // signing when signTarget, after otherwise.
-func (s *server) signedSQS(t *testing.T, keyID, key, target, body, service, region string, signTarget bool) *http.Request {
-	req, err := http.NewRequestWithContext(ctx, http.MethodPost, s.d.Endpoint()+"/", strings.NewReader(body))
+func signedSQS(s *servertest.Server, t *testing.T, keyID, key, target, body, service, region string, signTarget bool) *http.Request {
+	req, err := http.NewRequestWithContext(ctx, http.MethodPost, s.D.Endpoint()+"/", strings.NewReader(body))
 	require.NoError(t, err)
 	req.Header.Set("Content-Type", "application/x-amz-json-1.0")
 	if signTarget {
@@ -258,25 +225,25 @@ func (s *server) signedSQS(t *testing.T, keyID, key, target, body, service, regi
 // another service or region is refused, and one that leaves x-amz-target
 // unsigned cannot be replayed as another action.
 func TestSigV4BindsServiceRegionAndAction(t *testing.T) {
-	forEachBackend(t, func(t *testing.T, b backend) {
-		s, admin := startSQSAuth(t, b)
+	servertest.ForEachBackend(t, func(t *testing.T, b servertest.Backend) {
+		s, admin := servertest.StartSQSAuth(t, b)
 		require.NoError(t, s.C.QueuesCreate(ctx, &pb.QueueInfo{QueueName: "held"}))
 		err := s.C.QueueProduce(ctx, &pb.QueueProduceRequest{QueueName: "held", Items: []*pb.QueueProduceItem{{Utf8: "keep me"}}})
 		require.NoError(t, err)
 		body := `{"QueueUrl":"http://127.0.0.1/000000000000/held"}`
 		try := func(req *http.Request) (int, string) {
-			res, b := s.do(req)
+			res, b := do(s, req)
 			return res.StatusCode, string(b)
 		}
-		code, out := try(s.signedSQS(t, "bootstrap-admin", admin, "GetQueueAttributes", body, "sqs", "us-east-1", true))
+		code, out := try(signedSQS(s, t, "bootstrap-admin", admin, "GetQueueAttributes", body, "sqs", "us-east-1", true))
 		require.Equal(t, 200, code, out)
-		code, out = try(s.signedSQS(t, "bootstrap-admin", admin, "GetQueueAttributes", body, "s3", "us-east-1", true))
+		code, out = try(signedSQS(s, t, "bootstrap-admin", admin, "GetQueueAttributes", body, "s3", "us-east-1", true))
 		require.Equal(t, 403, code, out)
 		require.Contains(t, out, "service")
-		code, out = try(s.signedSQS(t, "bootstrap-admin", admin, "GetQueueAttributes", body, "sqs", "eu-west-9", true))
+		code, out = try(signedSQS(s, t, "bootstrap-admin", admin, "GetQueueAttributes", body, "sqs", "eu-west-9", true))
 		require.Equal(t, 403, code, out)
 		require.Contains(t, out, "region")
-		code, out = try(s.signedSQS(t, "bootstrap-admin", admin, "PurgeQueue", body, "sqs", "us-east-1", false))
+		code, out = try(signedSQS(s, t, "bootstrap-admin", admin, "PurgeQueue", body, "sqs", "us-east-1", false))
 		require.Equal(t, 403, code, out)
 		require.Contains(t, out, "x-amz-target")
 		stats, err := s.C.QueueStats(ctx, &pb.QueueStatsRequest{QueueName: "held"})
@@ -289,11 +256,11 @@ func TestSigV4BindsServiceRegionAndAction(t *testing.T) {
 // queues write the same audit lines as /v1, with the key's name, and a
 // refused SQS call is logged as refused.
 func TestSQSAudited(t *testing.T) {
-	forEachBackend(t, func(t *testing.T, b backend) {
-		s, admin := startSQSAuth(t, b)
-		s.logInfo = true
-		s.restart() // now keeping the audit lines
-		c := s.sqsClient("bootstrap-admin", admin)
+	servertest.ForEachBackend(t, func(t *testing.T, b servertest.Backend) {
+		s, admin := servertest.StartSQSAuth(t, b)
+		s.LogInfo = true
+		s.Restart() // now keeping the audit lines
+		c := s.SQSClient("bootstrap-admin", admin)
 		created, err := c.CreateQueue(ctx, &awssqs.CreateQueueInput{QueueName: aws.String("audited")})
 		require.NoError(t, err)
 		_, err = c.SetQueueAttributes(ctx, &awssqs.SetQueueAttributesInput{QueueUrl: created.QueueUrl, Attributes: map[string]string{"DelaySeconds": "1"}})
@@ -302,7 +269,7 @@ func TestSQSAudited(t *testing.T) {
 		require.NoError(t, err)
 		_, err = c.DeleteQueue(ctx, &awssqs.DeleteQueueInput{QueueUrl: created.QueueUrl})
 		require.NoError(t, err)
-		_, err = s.sqsClient("bootstrap-admin", admin+"x").ListQueues(ctx, &awssqs.ListQueuesInput{})
+		_, err = s.SQSClient("bootstrap-admin", admin+"x").ListQueues(ctx, &awssqs.ListQueuesInput{})
 		require.Error(t, err)
 		logs := s.Logs.String()
 		for _, op := range []string{"queues.create", "queues.update", "queue.clear", "queues.delete"} {
@@ -396,8 +363,8 @@ func TestMemoryBudget(t *testing.T) {
 		t.Skip("moves 1 GB through the server")
 	}
 	const budget = 256 << 20
-	const slack = 160 << 20                     // the Go runtime's, Pebble's memtable, the server's buffers
-	s, admin := startSQSAuth(t, backends(t)[1]) // pebble: items on disk, not in RSS
+	const slack = 160 << 20                                           // the Go runtime's, Pebble's memtable, the server's buffers
+	s, admin := servertest.StartSQSAuth(t, servertest.Backends(t)[1]) // pebble: items on disk, not in RSS
 	require.NoError(t, s.C.QueuesCreate(ctx, &pb.QueueInfo{QueueName: "big"}))
 	growth := memoryGrowth()
 	var wg sync.WaitGroup
@@ -407,7 +374,7 @@ func TestMemoryBudget(t *testing.T) {
 		go func() {
 			defer wg.Done()
 			body, n := produceBody("big", 10, 4_800_000)
-			req, err := http.NewRequestWithContext(ctx, http.MethodPost, s.d.Endpoint()+"/v1/queue.produce", body)
+			req, err := http.NewRequestWithContext(ctx, http.MethodPost, s.D.Endpoint()+"/v1/queue.produce", body)
 			if !assert.NoError(t, err) {
 				return
 			}
@@ -431,7 +398,7 @@ func TestMemoryBudget(t *testing.T) {
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
-			req, err := http.NewRequestWithContext(ctx, http.MethodPost, s.d.Endpoint()+"/",
+			req, err := http.NewRequestWithContext(ctx, http.MethodPost, s.D.Endpoint()+"/",
 				io.MultiReader(strings.NewReader("Action=SendMessage&MessageBody="), io.LimitReader(zeros{}, 48_000_000)))
 			if !assert.NoError(t, err) {
 				return
@@ -466,14 +433,14 @@ func TestMemoryBudget(t *testing.T) {
 // --max-request-bytes it is 400 naming the limit, and while the in-flight
 // budget is full it is 503 with Retry-After, not a 455 "invalid body".
 func TestChunkedBodiesAdmitted(t *testing.T) {
-	s := startWith(t, memoryBackend(t), func(cfg *daemon.Config) {
+	s := servertest.StartWith(t, memoryBackend(t), func(cfg *daemon.Config) {
 		cfg.MaxRequestBytes = 1 << 20
 		cfg.MaxInflightBytes = 3 << 20 // one body of the largest size at a time
 		cfg.BodyReadTimeout = 20 * time.Second
 	})
 	chunked := func(n int64) (int, http.Header, string) {
 		body, _ := produceBody("nope", 1, int(n))
-		req, err := http.NewRequestWithContext(ctx, http.MethodPost, s.d.Endpoint()+"/v1/queue.produce", io.MultiReader(body))
+		req, err := http.NewRequestWithContext(ctx, http.MethodPost, s.D.Endpoint()+"/v1/queue.produce", io.MultiReader(body))
 		require.NoError(t, err)
 		req.ContentLength = -1 // chunked
 		req.Header.Set("Content-Type", "application/protobuf")
@@ -490,8 +457,8 @@ func TestChunkedBodiesAdmitted(t *testing.T) {
 	// A body that states 1 MiB and stalls holds the whole budget, once the
 	// previous request's charge is given back (just after its answer): a
 	// stalled request answered at once was refused, and is sent again.
-	eventually(t, func() bool {
-		c, err := net.Dial("tcp", s.d.Addr())
+	servertest.Eventually(t, func() bool {
+		c, err := net.Dial("tcp", s.D.Addr())
 		require.NoError(t, err)
 		_, err = io.WriteString(c, "POST /v1/queue.produce HTTP/1.1\r\nHost: 127.0.0.1\r\nContent-Type: application/protobuf\r\n"+
 			"Content-Length: 1048576\r\n\r\n\x0a")
@@ -505,7 +472,7 @@ func TestChunkedBodiesAdmitted(t *testing.T) {
 		return false
 	}, "a stalled 1 MiB body is admitted")
 	var header http.Header
-	eventually(t, func() bool {
+	servertest.Eventually(t, func() bool {
 		code, header, body = chunked(64 << 10)
 		return code == 503
 	}, "a chunked body is refused while the budget is full")

@@ -19,6 +19,7 @@ import (
 	styx "github.com/styxq/styx"
 	"github.com/styxq/styx/internal/backend/embedded/pebble"
 	"github.com/styxq/styx/internal/queue"
+	"github.com/styxq/styx/internal/servertest"
 	"github.com/styxq/styx/internal/store"
 	"github.com/styxq/styx/internal/store/faulty"
 	pb "github.com/styxq/styx/styxpb"
@@ -32,11 +33,11 @@ import (
 // acknowledged items are there. Before the fix, the loop died and every
 // caller waiting on it got a nil error, so 200, for items never written.
 func TestPanicNeverAcknowledged(t *testing.T) {
-	forEachBackend(t, func(t *testing.T, b backend) {
-		requireItemLog(t, b)
-		s := start(t, b)
-		s.createQueue(&pb.QueueInfo{QueueName: "pq"})
-		s.produce("pq", "ok-1")
+	servertest.ForEachBackend(t, func(t *testing.T, b servertest.Backend) {
+		servertest.RequireItemLog(t, b)
+		s := servertest.Start(t, b)
+		s.CreateQueue(&pb.QueueInfo{QueueName: "pq"})
+		s.Produce("pq", "ok-1")
 
 		s.Faults.SetWriteHook(func(b *store.Batch) error {
 			for _, op := range b.Ops {
@@ -55,28 +56,28 @@ func TestPanicNeverAcknowledged(t *testing.T) {
 		}
 		s.Faults.SetWriteHook(nil)
 
-		s.produce("pq", "ok-2")
-		require.Equal(t, []string{"ok-1", "ok-2"}, payloads(s.items("pq")))
-		require.Equal(t, `styx_queue_loop_panics_total{queue="pq"} 3`, metricLine(s.scrape(), `styx_queue_loop_panics_total{queue="pq"}`))
+		s.Produce("pq", "ok-2")
+		require.Equal(t, []string{"ok-1", "ok-2"}, payloads(s.Items("pq")))
+		require.Equal(t, `styx_queue_loop_panics_total{queue="pq"} 3`, metricLine(scrape(s), `styx_queue_loop_panics_total{queue="pq"}`))
 
-		s.restart()
-		require.Equal(t, []string{"ok-1", "ok-2"}, payloads(s.items("pq")))
+		s.Restart()
+		require.Equal(t, []string{"ok-1", "ok-2"}, payloads(s.Items("pq")))
 	})
 }
 
 // health returns the status /health answers.
-func (s *server) health() string {
-	s.t.Helper()
-	resp, err := http.Get(s.d.Endpoint() + "/health")
-	require.NoError(s.t, err)
+func health(s *servertest.Server) string {
+	s.T.Helper()
+	resp, err := http.Get(s.D.Endpoint() + "/health")
+	require.NoError(s.T, err)
 	defer resp.Body.Close()
 	var h struct{ Status string }
-	require.NoError(s.t, json.NewDecoder(resp.Body).Decode(&h))
+	require.NoError(s.T, json.NewDecoder(resp.Body).Decode(&h))
 	// 200 when healthy, 503 when writes are refused (issue 41).
 	if h.Status == "ok" {
-		require.Equal(s.t, http.StatusOK, resp.StatusCode)
+		require.Equal(s.T, http.StatusOK, resp.StatusCode)
 	} else {
-		require.Equal(s.t, http.StatusServiceUnavailable, resp.StatusCode, h.Status)
+		require.Equal(s.T, http.StatusServiceUnavailable, resp.StatusCode, h.Status)
 	}
 	return h.Status
 }
@@ -103,10 +104,10 @@ func TestDiskFullStaysUpAndHeals(t *testing.T) {
 		}
 		return nil
 	}))
-	s := start(t, pebbleOn(func() vfs.FS { return fs }, pebble.Config{MinFreeBytes: 64 << 20, CheckInterval: 10 * time.Millisecond}))
-	s.createQueue(&pb.QueueInfo{QueueName: "df"})
-	s.produce("df", "a", "b")
-	require.Equal(t, "ok", s.health())
+	s := servertest.Start(t, pebbleOn(func() vfs.FS { return fs }, pebble.Config{MinFreeBytes: 64 << 20, CheckInterval: 10 * time.Millisecond}))
+	s.CreateQueue(&pb.QueueInfo{QueueName: "df"})
+	s.Produce("df", "a", "b")
+	require.Equal(t, "ok", health(s))
 
 	// Below the watermark: produces refused, the rest goes on.
 	mem.TestingSetDiskUsage(vfs.DiskUsage{AvailBytes: 10 << 20, TotalBytes: 2 << 30})
@@ -116,25 +117,25 @@ func TestDiskFullStaysUpAndHeals(t *testing.T) {
 	}
 	// A produce may pass until the monitor has read the free space (every
 	// 10ms here): the probes that pass are acknowledged items like others.
-	eventually(t, func() bool { return produce("probe") != nil }, "produces are refused below the watermark")
+	servertest.Eventually(t, func() bool { return produce("probe") != nil }, "produces are refused below the watermark")
 	err := produce("refused")
-	requireCode(t, err, styx.CodeUnavailable, "disk full")
-	require.Contains(t, s.health(), "degraded: disk full")
-	lease := s.lease("df", 1)
-	s.complete("df", lease.Partition, lease.Items[0].Id)
-	before := payloads(s.items("df"))
+	servertest.RequireCode(t, err, styx.CodeUnavailable, "disk full")
+	require.Contains(t, health(s), "degraded: disk full")
+	lease := s.Lease("df", 1)
+	s.Complete("df", lease.Partition, lease.Items[0].Id)
+	before := payloads(s.Items("df"))
 	require.Equal(t, "b", before[0])
 	require.NotContains(t, before, "refused")
 
 	// The disk fills up under the log: every write is refused, reads go on.
 	full.Store(true)
 	var werr error
-	eventually(t, func() bool {
+	servertest.Eventually(t, func() bool {
 		_, werr = s.C.QueueLease(ctx, &pb.QueueLeaseRequest{QueueName: "df", BatchSize: 1, ClientId: "c2", RequestTimeout: "1s"})
 		return werr != nil && styx.ErrorCode(werr) == styx.CodeUnavailable
 	}, "writes fail once the log cannot be written")
-	require.Contains(t, s.health(), "degraded")
-	require.Equal(t, before, payloads(s.items("df")), "reads are served")
+	require.Contains(t, health(s), "degraded")
+	require.Equal(t, before, payloads(s.Items("df")), "reads are served")
 	_, err = s.C.QueueStats(ctx, &pb.QueueStatsRequest{QueueName: "df"})
 	require.NoError(t, err)
 	_, err = s.C.QueuesList(ctx, &pb.QueuesListRequest{Limit: 10})
@@ -143,12 +144,12 @@ func TestDiskFullStaysUpAndHeals(t *testing.T) {
 	// Space returns: writes resume without a restart.
 	full.Store(false)
 	mem.TestingSetDiskUsage(vfs.DiskUsage{AvailBytes: 1 << 30, TotalBytes: 2 << 30})
-	eventually(t, func() bool { return produce("c") == nil }, "produces work again once space returns")
-	require.Equal(t, "ok", s.health())
+	servertest.Eventually(t, func() bool { return produce("c") == nil }, "produces work again once space returns")
+	require.Equal(t, "ok", health(s))
 	want := append(before, "c")
-	require.Equal(t, want, payloads(s.items("df")))
-	s.restart()
-	require.Equal(t, want, payloads(s.items("df")), "every acknowledged item survives a restart")
+	require.Equal(t, want, payloads(s.Items("df")))
+	s.Restart()
+	require.Equal(t, want, payloads(s.Items("df")), "every acknowledged item survives a restart")
 }
 
 // TestStartOnFullDisk (issue 23, 2): a server started on a disk below the
@@ -159,28 +160,28 @@ func TestDiskFullStaysUpAndHeals(t *testing.T) {
 func TestStartOnFullDisk(t *testing.T) {
 	mem := vfs.NewMem()
 	mem.TestingSetDiskUsage(vfs.DiskUsage{AvailBytes: 1 << 30, TotalBytes: 2 << 30})
-	s := start(t, pebbleOn(func() vfs.FS { return mem }, pebble.Config{MinFreeBytes: 64 << 20, CheckInterval: 10 * time.Millisecond}))
-	s.createQueue(&pb.QueueInfo{QueueName: "sf"})
-	s.produce("sf", "a", "b")
-	s.stop()
+	s := servertest.Start(t, pebbleOn(func() vfs.FS { return mem }, pebble.Config{MinFreeBytes: 64 << 20, CheckInterval: 10 * time.Millisecond}))
+	s.CreateQueue(&pb.QueueInfo{QueueName: "sf"})
+	s.Produce("sf", "a", "b")
+	s.Stop()
 
 	mem.TestingSetDiskUsage(vfs.DiskUsage{AvailBytes: 1 << 20, TotalBytes: 2 << 30})
-	s.boot()
-	require.Contains(t, s.health(), "degraded: disk full")
-	require.Equal(t, []string{"a", "b"}, payloads(s.items("sf")))
+	s.Boot()
+	require.Contains(t, health(s), "degraded: disk full")
+	require.Equal(t, []string{"a", "b"}, payloads(s.Items("sf")))
 	err := s.C.QueueProduce(ctx, &pb.QueueProduceRequest{QueueName: "sf", RequestTimeout: "10s",
 		Items: []*pb.QueueProduceItem{{Bytes: []byte("c")}}})
-	requireCode(t, err, styx.CodeUnavailable, "disk full")
+	servertest.RequireCode(t, err, styx.CodeUnavailable, "disk full")
 	_, err = s.C.QueueLease(ctx, &pb.QueueLeaseRequest{QueueName: "sf", BatchSize: 1, ClientId: "c", RequestTimeout: "1s"})
-	requireCode(t, err, styx.CodeUnavailable, "disk full")
+	servertest.RequireCode(t, err, styx.CodeUnavailable, "disk full")
 
 	mem.TestingSetDiskUsage(vfs.DiskUsage{AvailBytes: 1 << 30, TotalBytes: 2 << 30})
-	eventually(t, func() bool {
+	servertest.Eventually(t, func() bool {
 		return s.C.QueueProduce(ctx, &pb.QueueProduceRequest{QueueName: "sf", RequestTimeout: "10s",
 			Items: []*pb.QueueProduceItem{{Bytes: []byte("c")}}}) == nil
 	}, "produces work once space returns")
-	require.Equal(t, "ok", s.health())
-	require.Equal(t, []string{"a", "b", "c"}, payloads(s.items("sf")))
+	require.Equal(t, "ok", health(s))
+	require.Equal(t, []string{"a", "b", "c"}, payloads(s.Items("sf")))
 }
 
 // TestInterruptedMoveShownOnce (issue 41, 5; ADR 0003): a dead-letter move
@@ -191,15 +192,15 @@ func TestStartOnFullDisk(t *testing.T) {
 // queue, listed one after the other, show the item once. Before, the
 // listings raced the resent move and showed it in both queues.
 func TestInterruptedMoveShownOnce(t *testing.T) {
-	forEachBackend(t, func(t *testing.T, b backend) {
-		requireItemLog(t, b)
-		s := start(t, b)
-		dlq := s.withDLQ("once", &pb.QueueInfo{})
+	servertest.ForEachBackend(t, func(t *testing.T, b servertest.Backend) {
+		servertest.RequireItemLog(t, b)
+		s := servertest.Start(t, b)
+		dlq := withDLQ(s, "once", &pb.QueueInfo{})
 		const n = 20
 		for i := range n {
 			p := fmt.Sprintf("item-%d", i)
-			s.produce("once", p)
-			it := s.lease("once", 1).Items[0]
+			s.Produce("once", p)
+			it := s.Lease("once", 1).Items[0]
 			// The first write that deletes the dying item from the source
 			// fails; the write after the reload goes through.
 			var failed atomic.Bool
@@ -211,15 +212,15 @@ func TestInterruptedMoveShownOnce(t *testing.T) {
 				}
 				return nil
 			})
-			s.retry("once", 0, &pb.QueueRetryItem{Id: it.Id, Dead: true, Error: "bad"})
+			s.Retry("once", 0, &pb.QueueRetryItem{Id: it.Id, Dead: true, Error: "bad"})
 			require.True(t, failed.Load(), "the fault fired")
-			require.Empty(t, payloads(s.items("once")), "%s: the source shows no item once the retry is answered", p)
-			require.Len(t, s.items(dlq), i+1, "%s: the dead-letter queue shows each item once", p)
+			require.Empty(t, payloads(s.Items("once")), "%s: the source shows no item once the retry is answered", p)
+			require.Len(t, s.Items(dlq), i+1, "%s: the dead-letter queue shows each item once", p)
 			s.Faults.SetWriteHook(nil)
 		}
-		s.restart()
-		require.Empty(t, s.items("once"))
-		require.Len(t, s.items(dlq), n)
+		s.Restart()
+		require.Empty(t, s.Items("once"))
+		require.Len(t, s.Items(dlq), n)
 	})
 }
 
@@ -236,18 +237,18 @@ func TestInterruptedMoveShownOnce(t *testing.T) {
 // The fault is faulty.SetCallFault on the embedded backends and a trigger
 // on styx_queues raising an error on PostgreSQL.
 func TestQueueAdminFailureLeavesNoHalfStep(t *testing.T) {
-	forEachBackend(t, func(t *testing.T, b backend) {
-		s := start(t, b)
-		s.createQueue(&pb.QueueInfo{QueueName: "adm-dlq"})
-		inject, clear := s.catalogFault(t)
+	servertest.ForEachBackend(t, func(t *testing.T, b servertest.Backend) {
+		s := servertest.Start(t, b)
+		s.CreateQueue(&pb.QueueInfo{QueueName: "adm-dlq"})
+		inject, clear := catalogFault(s, t)
 		for _, call := range []string{"create", "update", "delete"} {
 			for _, after := range []bool{false, true} {
 				name := fmt.Sprintf("adm-%s-%v", call, after)
 				if call != "create" {
-					s.createQueue(&pb.QueueInfo{QueueName: name, DeadQueue: "adm-dlq"})
-					s.produce(name, "kept")
+					s.CreateQueue(&pb.QueueInfo{QueueName: name, DeadQueue: "adm-dlq"})
+					s.Produce(name, "kept")
 				}
-				before := s.adminState(name)
+				before := adminStateOf(s, name)
 				inject(call, after)
 				var err error
 				switch call {
@@ -260,15 +261,15 @@ func TestQueueAdminFailureLeavesNoHalfStep(t *testing.T) {
 				}
 				clear()
 				require.Error(t, err, "%s: the call fails", name)
-				got := s.adminState(name)
+				got := adminStateOf(s, name)
 				require.Equal(t, got.stored, got.running, "%s: the store and the running queue agree (%v)", name, err)
-				if !after || b.postgres() {
+				if !after || b.Postgres() {
 					require.Equal(t, before, got, "%s: a failed step changes nothing", name)
 				} else {
 					require.NotEqual(t, before, got, "%s: the store applied the step: both are as after it", name)
 				}
-				s.restart()
-				require.Equal(t, got, s.adminState(name), "%s: a restart finds what the server showed", name)
+				s.Restart()
+				require.Equal(t, got, adminStateOf(s, name), "%s: a restart finds what the server showed", name)
 			}
 		}
 	})
@@ -286,43 +287,43 @@ type adminView struct {
 // running queue behaves.
 type adminState struct{ stored, running adminView }
 
-// adminState reads the queue name both ways: queues.info and queues.list;
+// adminStateOf reads the queue name both ways: queues.info and queues.list;
 // a produce and, when it is accepted, a lease of one item and a retry of
 // it: "dead_lettered" at the first attempt means max_attempts 1, "requeued"
 // means unlimited (the queues of the test have no other).
-func (s *server) adminState(name string) adminState {
-	s.t.Helper()
+func adminStateOf(s *servertest.Server, name string) adminState {
+	s.T.Helper()
 	var st adminState
 	info, err := s.C.QueuesInfo(ctx, &pb.QueuesInfoRequest{QueueName: name})
 	listed := false
 	list, lerr := s.C.QueuesList(ctx, &pb.QueuesListRequest{Limit: 1000})
-	require.NoError(s.t, lerr)
+	require.NoError(s.T, lerr)
 	for _, q := range list.Items {
 		listed = listed || q.QueueName == name
 	}
 	if err == nil {
-		require.True(s.t, listed, "%s: queues.info and queues.list agree", name)
+		require.True(s.T, listed, "%s: queues.info and queues.list agree", name)
 		st.stored = adminView{exists: true, maxAttempts: info.MaxAttempts}
 	} else {
-		require.False(s.t, listed, "%s: queues.info and queues.list agree (%v)", name, err)
+		require.False(s.T, listed, "%s: queues.info and queues.list agree (%v)", name, err)
 		st.stored.maxAttempts = -1
 	}
 	err = s.C.QueueProduce(ctx, &pb.QueueProduceRequest{QueueName: name, RequestTimeout: "10s",
 		Items: []*pb.QueueProduceItem{{Bytes: []byte("probe")}}})
 	if err != nil {
-		require.Contains(s.t, err.Error(), "does not exist", "%s: produce", name)
+		require.Contains(s.T, err.Error(), "does not exist", "%s: produce", name)
 		st.running.maxAttempts = -1
 		return st
 	}
 	st.running.exists = true
-	lease := s.lease(name, 1)
-	out := s.retry(name, lease.Partition, &pb.QueueRetryItem{Id: lease.Items[0].Id, Error: "probe"})
+	lease := s.Lease(name, 1)
+	out := s.Retry(name, lease.Partition, &pb.QueueRetryItem{Id: lease.Items[0].Id, Error: "probe"})
 	switch out[0].Outcome {
 	case "dead_lettered":
 		st.running.maxAttempts = 1
 	case "requeued":
 	default:
-		s.t.Fatalf("%s: retry outcome %q", name, out[0].Outcome)
+		s.T.Fatalf("%s: retry outcome %q", name, out[0].Outcome)
 	}
 	return st
 }
@@ -332,16 +333,16 @@ func (s *server) adminState(name string) adminState {
 // the embedded backends faulty.SetCallFault; on PostgreSQL a trigger on
 // styx_queues that raises an error, BEFORE or AFTER the row changes (the
 // transaction rolls back either way).
-func (s *server) catalogFault(t *testing.T) (inject func(call string, after bool), clear func()) {
+func catalogFault(s *servertest.Server, t *testing.T) (inject func(call string, after bool), clear func()) {
 	cause := errors.New("injected: catalog write failed")
-	if !s.b.postgres() {
+	if !s.B.Postgres() {
 		return func(call string, after bool) {
 				s.Faults.SetCallFault(&faulty.CallFault{Call: call + " queue", After: after, Err: cause})
 			}, func() {
 				s.Faults.SetCallFault(nil)
 			}
 	}
-	conn, err := pgx.Connect(ctx, s.b.url)
+	conn, err := pgx.Connect(ctx, s.B.URL)
 	require.NoError(t, err)
 	t.Cleanup(func() { _ = conn.Close(ctx) })
 	_, err = conn.Exec(ctx, `CREATE FUNCTION styx_test_fail() RETURNS trigger LANGUAGE plpgsql AS $$
@@ -370,14 +371,14 @@ func (s *server) catalogFault(t *testing.T) (inject func(call string, after bool
 // under their source keys, took a second one (TestWriteFaults found it
 // under injected write faults).
 func TestRedriveStepRetryMovesOnce(t *testing.T) {
-	forEachBackend(t, func(t *testing.T, b backend) {
-		requireItemLog(t, b)
-		s := start(t, b)
-		dlq := s.withDLQ("rr", &pb.QueueInfo{})
-		s.produce("rr", "x")
-		it := s.lease("rr", 1).Items[0]
-		s.retry("rr", 0, &pb.QueueRetryItem{Id: it.Id, Dead: true, Error: "bad"})
-		s.waitItems(dlq, 1)
+	servertest.ForEachBackend(t, func(t *testing.T, b servertest.Backend) {
+		servertest.RequireItemLog(t, b)
+		s := servertest.Start(t, b)
+		dlq := withDLQ(s, "rr", &pb.QueueInfo{})
+		s.Produce("rr", "x")
+		it := s.Lease("rr", 1).Items[0]
+		s.Retry("rr", 0, &pb.QueueRetryItem{Id: it.Id, Dead: true, Error: "bad"})
+		s.WaitItems(dlq, 1)
 
 		// The dead-letter queue's first delete of a dead item waits until
 		// the test has consumed the destination's copy, then fails.
@@ -396,16 +397,16 @@ func TestRedriveStepRetryMovesOnce(t *testing.T) {
 		task, err := s.C.DeadRedrive(ctx, &pb.DeadRedriveRequest{QueueName: dlq, All: true})
 		require.NoError(t, err)
 		<-held
-		copyOf := s.lease("rr", 1).Items[0]
+		copyOf := s.Lease("rr", 1).Items[0]
 		require.Equal(t, "x", string(copyOf.Bytes))
-		s.complete("rr", 0, copyOf.Id)
+		s.Complete("rr", 0, copyOf.Id)
 		close(release)
 
-		done := s.waitTask(task.TaskId)
+		done := waitTask(s, task.TaskId)
 		require.Equal(t, "completed", done.Status)
 		require.Equal(t, int64(1), done.Moved)
-		require.Empty(t, s.items(dlq), "the dead item left the dead-letter queue")
-		require.Empty(t, s.items("rr"), "the completed copy is the only one the destination got")
+		require.Empty(t, s.Items(dlq), "the dead item left the dead-letter queue")
+		require.Empty(t, s.Items("rr"), "the completed copy is the only one the destination got")
 		s.Faults.SetWriteHook(nil)
 	})
 }

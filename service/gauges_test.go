@@ -12,6 +12,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	styx "github.com/styxq/styx"
+	"github.com/styxq/styx/internal/servertest"
 	pb "github.com/styxq/styx/styxpb"
 )
 
@@ -20,16 +21,16 @@ type itemCounts struct{ Ready, Leased, Scheduled int }
 
 // gauges returns a queue's styx_queue_items gauges and oldest-item age from
 // one scrape; ok is false when the queue has no series.
-func (s *server) gauges(queue string) (c itemCounts, oldest float64, ok bool) {
-	s.t.Helper()
-	text := s.scrape()
+func gauges(s *servertest.Server, queue string) (c itemCounts, oldest float64, ok bool) {
+	s.T.Helper()
+	text := scrape(s)
 	value := func(series string) (float64, bool) {
 		l := metricLine(text, series)
 		if l == "" {
 			return 0, false
 		}
 		v, err := strconv.ParseFloat(strings.TrimPrefix(l, series+" "), 64)
-		require.NoError(s.t, err, l)
+		require.NoError(s.T, err, l)
 		return v, true
 	}
 	r, ok1 := value(`styx_queue_items{queue="` + queue + `",state="ready"}`)
@@ -40,7 +41,7 @@ func (s *server) gauges(queue string) (c itemCounts, oldest float64, ok bool) {
 }
 
 // statsCounts recounts a queue by queue.stats.
-func (s *server) statsCounts(queue string) (itemCounts, int, error) {
+func statsCounts(s *servertest.Server, queue string) (itemCounts, int, error) {
 	st, err := s.C.QueueStats(ctx, &pb.QueueStatsRequest{QueueName: queue})
 	if err != nil {
 		return itemCounts{}, 0, err
@@ -61,13 +62,13 @@ func (s *server) statsCounts(queue string) (itemCounts, int, error) {
 // requireGauges checks, on a quiet queue, that the gauges of each queue
 // equal its true counts by queue.stats, whose total storage.items.list
 // confirms, and that its oldest-item age is the listing's (within 2s).
-func (s *server) requireGauges(step string, queues ...string) {
-	s.t.Helper()
+func requireGauges(s *servertest.Server, step string, queues ...string) {
+	s.T.Helper()
 	for _, q := range queues {
-		want, total, err := s.statsCounts(q)
-		require.NoError(s.t, err)
-		items := s.allItems(q)
-		require.Equal(s.t, total, len(items), "%s: queue.stats and storage's item lists of %s agree", step, q)
+		want, total, err := statsCounts(s, q)
+		require.NoError(s.T, err)
+		items := s.AllItems(q)
+		require.Equal(s.T, total, len(items), "%s: queue.stats and storage's item lists of %s agree", step, q)
 		var oldest time.Time
 		for _, it := range items {
 			if t := it.CreatedAt.AsTime(); oldest.IsZero() || t.Before(oldest) {
@@ -76,26 +77,26 @@ func (s *server) requireGauges(step string, queues ...string) {
 		}
 		age := time.Duration(0)
 		if !oldest.IsZero() {
-			age = s.now().Sub(oldest)
+			age = s.Now().Sub(oldest)
 		}
-		got, gotAge, ok := s.gauges(q)
-		require.True(s.t, ok, "%s: queue %s has its gauges", step, q)
-		require.Equal(s.t, want, got, "%s: gauges of %s", step, q)
-		require.InDelta(s.t, age.Seconds(), gotAge, 2, "%s: oldest item age of %s", step, q)
+		got, gotAge, ok := gauges(s, q)
+		require.True(s.T, ok, "%s: queue %s has its gauges", step, q)
+		require.Equal(s.T, want, got, "%s: gauges of %s", step, q)
+		require.InDelta(s.T, age.Seconds(), gotAge, 2, "%s: oldest item age of %s", step, q)
 	}
 }
 
 // eventuallyGauges waits until the gauges of queue equal want and its
 // counts by queue.stats (lifecycle work runs on the server's timers).
-func (s *server) eventuallyGauges(step, queue string, want itemCounts) {
-	s.t.Helper()
+func eventuallyGauges(s *servertest.Server, step, queue string, want itemCounts) {
+	s.T.Helper()
 	var got, truth itemCounts
 	var err error
-	require.Eventually(s.t, func() bool {
-		if truth, _, err = s.statsCounts(queue); err != nil {
+	require.Eventually(s.T, func() bool {
+		if truth, _, err = statsCounts(s, queue); err != nil {
 			return false
 		}
-		got, _, _ = s.gauges(queue)
+		got, _, _ = gauges(s, queue)
 		return got == truth && got == want
 	}, 10*time.Second, 20*time.Millisecond, "%s: gauges of %s: got %+v, true %+v (%v), want %+v", step, queue, &got, &truth, &err, want)
 }
@@ -107,57 +108,57 @@ func (s *server) eventuallyGauges(step, queue string, want itemCounts) {
 // recounted. The server runs on a fake clock: the lifecycle's deadlines
 // pass by s.advance.
 func TestQueueGauges(t *testing.T) {
-	forEachBackend(t, func(t *testing.T, b backend) {
-		s := startFake(t, b)
-		dlq := s.withDLQ("g", &pb.QueueInfo{MaxAttempts: 3, LeaseTimeout: "1m", RequestedPartitions: 2})
-		later := at(s.now().Add(time.Hour))
+	servertest.ForEachBackend(t, func(t *testing.T, b servertest.Backend) {
+		s := servertest.StartFake(t, b)
+		dlq := withDLQ(s, "g", &pb.QueueInfo{MaxAttempts: 3, LeaseTimeout: "1m", RequestedPartitions: 2})
+		later := servertest.At(s.Now().Add(time.Hour))
 
-		s.produce("g", "a", "b", "c", "d", "e")
+		s.Produce("g", "a", "b", "c", "d", "e")
 		require.NoError(t, s.C.QueueProduce(ctx, &pb.QueueProduceRequest{QueueName: "g", Items: []*pb.QueueProduceItem{
 			{Bytes: []byte("s1"), EnqueueAt: later}, {Bytes: []byte("s2"), EnqueueAt: later}}}))
-		s.requireGauges("produce", "g", dlq)
-		got, _, _ := s.gauges("g")
+		requireGauges(s, "produce", "g", dlq)
+		got, _, _ := gauges(s, "g")
 		require.Equal(t, itemCounts{Ready: 5, Scheduled: 2}, got)
 
-		l := s.lease("g", 3)
+		l := s.Lease("g", 3)
 		require.Len(t, l.Items, 3)
-		s.requireGauges("lease", "g")
-		s.complete("g", l.Partition, l.Items[0].Id)
-		s.requireGauges("complete", "g")
-		s.retry("g", l.Partition, &pb.QueueRetryItem{Id: l.Items[1].Id, Error: "again"})
-		s.requireGauges("retry: requeue", "g")
-		s.retry("g", l.Partition, &pb.QueueRetryItem{Id: l.Items[2].Id, RetryAt: later})
-		s.requireGauges("retry: schedule", "g")
-		got, _, _ = s.gauges("g")
+		requireGauges(s, "lease", "g")
+		s.Complete("g", l.Partition, l.Items[0].Id)
+		requireGauges(s, "complete", "g")
+		s.Retry("g", l.Partition, &pb.QueueRetryItem{Id: l.Items[1].Id, Error: "again"})
+		requireGauges(s, "retry: requeue", "g")
+		s.Retry("g", l.Partition, &pb.QueueRetryItem{Id: l.Items[2].Id, RetryAt: later})
+		requireGauges(s, "retry: schedule", "g")
+		got, _, _ = gauges(s, "g")
 		require.Equal(t, itemCounts{Ready: 3, Scheduled: 3}, got)
 
-		l = s.lease("g", 1)
-		s.retry("g", l.Partition, &pb.QueueRetryItem{Id: l.Items[0].Id, Dead: true})
-		s.requireGauges("retry: dead-letter move", "g", dlq)
-		got, _, _ = s.gauges(dlq)
+		l = s.Lease("g", 1)
+		s.Retry("g", l.Partition, &pb.QueueRetryItem{Id: l.Items[0].Id, Dead: true})
+		requireGauges(s, "retry: dead-letter move", "g", dlq)
+		got, _, _ = gauges(s, dlq)
 		require.Equal(t, itemCounts{Ready: 1}, got, "the dead-letter queue gains what the source loses")
 
 		// Lifecycle: a lease that expires is requeued; items past their
 		// expire deadline move to the dead-letter queue.
-		edlq := s.withDLQ("life", &pb.QueueInfo{LeaseTimeout: "1s", ExpireTimeout: "4s"})
-		s.produce("life", "x", "y")
-		s.lease("life", 1)
-		s.requireGauges("lease", "life")
-		s.advance(1001*time.Millisecond, "life")
-		s.eventuallyGauges("lease expiry", "life", itemCounts{Ready: 2})
-		s.advance(3*time.Second, "life")
-		s.eventuallyGauges("expiry: source", "life", itemCounts{})
-		s.eventuallyGauges("expiry: dead-letter queue", edlq, itemCounts{Ready: 2})
-		s.requireGauges("after the lifecycle", "life", edlq)
+		edlq := withDLQ(s, "life", &pb.QueueInfo{LeaseTimeout: "1s", ExpireTimeout: "4s"})
+		s.Produce("life", "x", "y")
+		s.Lease("life", 1)
+		requireGauges(s, "lease", "life")
+		s.Advance(1001*time.Millisecond, "life")
+		eventuallyGauges(s, "lease expiry", "life", itemCounts{Ready: 2})
+		s.Advance(3*time.Second, "life")
+		eventuallyGauges(s, "expiry: source", "life", itemCounts{})
+		eventuallyGauges(s, "expiry: dead-letter queue", edlq, itemCounts{Ready: 2})
+		requireGauges(s, "after the lifecycle", "life", edlq)
 
 		// storage.items.import: ready and scheduled.
 		_, err := s.C.StorageItemsImport(ctx, &pb.StorageItemsImportRequest{QueueName: "g", Partition: 1, Items: []*pb.StorageItem{
 			{Payload: []byte("i1")}, {Payload: []byte("i2")}, {Payload: []byte("i3"), EnqueueAt: later},
-			{Payload: []byte("old"), CreatedAt: at(s.now().Add(-time.Hour))},
+			{Payload: []byte("old"), CreatedAt: servertest.At(s.Now().Add(-time.Hour))},
 		}})
 		require.NoError(t, err)
-		s.requireGauges("import", "g")
-		_, oldest, _ := s.gauges("g")
+		requireGauges(s, "import", "g")
+		_, oldest, _ := gauges(s, "g")
 		require.InDelta(t, time.Hour.Seconds(), oldest, 60, "an imported item keeps its created_at")
 
 		// storage.items.delete.
@@ -171,35 +172,35 @@ func TestQueueGauges(t *testing.T) {
 		}
 		require.Len(t, ids, 2)
 		require.NoError(t, s.C.StorageItemsDelete(ctx, &pb.StorageItemsDeleteRequest{QueueName: "g", Partition: 1, Ids: ids}))
-		s.requireGauges("storage delete", "g")
+		requireGauges(s, "storage delete", "g")
 
-		l = s.lease("g", 2)
+		l = s.Lease("g", 2)
 		require.NoError(t, s.C.QueueClear(ctx, &pb.QueueClearRequest{QueueName: "g", Queue: true}))
-		s.requireGauges("clear: ready", "g")
-		got, _, _ = s.gauges("g")
+		requireGauges(s, "clear: ready", "g")
+		got, _, _ = gauges(s, "g")
 		require.Zero(t, got.Ready)
 		require.NotZero(t, got.Leased)
 		require.NotZero(t, got.Scheduled)
 		require.NoError(t, s.C.QueueClear(ctx, &pb.QueueClearRequest{QueueName: "g", Scheduled: true}))
-		s.requireGauges("clear: scheduled", "g")
-		got, _, _ = s.gauges("g")
+		requireGauges(s, "clear: scheduled", "g")
+		got, _, _ = gauges(s, "g")
 		require.Equal(t, itemCounts{Leased: len(l.Items)}, got)
-		s.produce("g", "p", "q")
+		s.Produce("g", "p", "q")
 		require.NoError(t, s.C.QueueClear(ctx, &pb.QueueClearRequest{QueueName: "g", Destructive: true}))
-		s.requireGauges("clear: destructive", "g")
-		got, oldest, _ = s.gauges("g")
+		requireGauges(s, "clear: destructive", "g")
+		got, oldest, _ = gauges(s, "g")
 		require.Equal(t, itemCounts{}, got)
 		require.Zero(t, oldest, "an empty queue's oldest age is 0")
 
 		// A deleted queue's gauges go; one re-created under its name starts
 		// from 0.
-		s.produce("g", "r", "s")
+		s.Produce("g", "r", "s")
 		require.NoError(t, s.C.QueuesDelete(ctx, &pb.QueuesDeleteRequest{QueueName: "g", Force: true}))
-		_, _, ok := s.gauges("g")
+		_, _, ok := gauges(s, "g")
 		require.False(t, ok, "a deleted queue has no gauges")
-		s.createQueue(&pb.QueueInfo{QueueName: "g"})
-		s.requireGauges("re-created", "g", dlq)
-		got, _, _ = s.gauges("g")
+		s.CreateQueue(&pb.QueueInfo{QueueName: "g"})
+		requireGauges(s, "re-created", "g", dlq)
+		got, _, _ = gauges(s, "g")
 		require.Equal(t, itemCounts{}, got)
 	})
 }
@@ -211,7 +212,7 @@ func TestQueueGauges(t *testing.T) {
 func TestClusterGauges(t *testing.T) {
 	t.Parallel()
 	nodes := cluster(t, 2)
-	dlq := nodes[0].withDLQ("busy", &pb.QueueInfo{LeaseTimeout: "1m", MaxAttempts: 3, RequestedPartitions: 3})
+	dlq := withDLQ(nodes[0], "busy", &pb.QueueInfo{LeaseTimeout: "1m", MaxAttempts: 3, RequestedPartitions: 3})
 	const producers, batches, batch = 4, 10, 25
 	var producing, consuming sync.WaitGroup
 	for p := range producers {
@@ -222,7 +223,7 @@ func TestClusterGauges(t *testing.T) {
 				for j := range batch {
 					it := &pb.QueueProduceItem{Bytes: []byte(fmt.Sprint(p, i, j))}
 					if j%10 == 0 {
-						it.EnqueueAt = at(time.Now().Add(time.Hour))
+						it.EnqueueAt = servertest.At(time.Now().Add(time.Hour))
 					}
 					req.Items = append(req.Items, it)
 				}
@@ -257,7 +258,7 @@ func TestClusterGauges(t *testing.T) {
 					case 0:
 						retry = append(retry, &pb.QueueRetryItem{Id: it.Id, Error: "again"})
 					case 1:
-						retry = append(retry, &pb.QueueRetryItem{Id: it.Id, RetryAt: at(time.Now().Add(time.Hour))})
+						retry = append(retry, &pb.QueueRetryItem{Id: it.Id, RetryAt: servertest.At(time.Now().Add(time.Hour))})
 					case 2:
 						retry = append(retry, &pb.QueueRetryItem{Id: it.Id, Dead: true})
 					case 3:
@@ -278,15 +279,15 @@ func TestClusterGauges(t *testing.T) {
 	}
 	producing.Wait()
 	require.Eventually(t, func() bool {
-		c, _, err := nodes[0].statsCounts("busy")
+		c, _, err := statsCounts(nodes[0], "busy")
 		return err == nil && c.Ready == 0
 	}, 60*time.Second, 50*time.Millisecond, "the consumers take every ready item")
 	stop()
 	for i, n := range nodes {
-		n.requireGauges(fmt.Sprint("node ", i), "busy", dlq)
+		requireGauges(n, fmt.Sprint("node ", i), "busy", dlq)
 	}
-	got, _, _ := nodes[0].gauges("busy")
-	dead, _, _ := nodes[0].gauges(dlq)
+	got, _, _ := gauges(nodes[0], "busy")
+	dead, _, _ := gauges(nodes[0], dlq)
 	t.Logf("busy %+v, %s %+v", got, dlq, dead)
 	require.NotZero(t, got.Leased)
 	require.NotZero(t, got.Scheduled)

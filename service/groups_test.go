@@ -16,6 +16,7 @@ import (
 	styx "github.com/styxq/styx"
 	"github.com/styxq/styx/internal/groupcheck"
 	"github.com/styxq/styx/internal/queue"
+	"github.com/styxq/styx/internal/servertest"
 	pb "github.com/styxq/styx/styxpb"
 )
 
@@ -33,7 +34,7 @@ type groupLoad struct {
 	groups, perGroup   int
 	consumers          int
 	leaseTimeout       string
-	nodes              []*server
+	nodes              []*servertest.Server
 	history            *groupcheck.History
 	completed, retried atomic.Int64
 	abandoned, leases  atomic.Int64
@@ -81,7 +82,7 @@ func parseGroupItem(t *testing.T, p []byte) int {
 
 func (l *groupLoad) run(t *testing.T) {
 	l.history = groupcheck.New()
-	l.nodes[0].createQueue(&pb.QueueInfo{QueueName: l.queue, LeaseTimeout: l.leaseTimeout, RequestedPartitions: 3, Ordered: true})
+	l.nodes[0].CreateQueue(&pb.QueueInfo{QueueName: l.queue, LeaseTimeout: l.leaseTimeout, RequestedPartitions: 3, Ordered: true})
 	total := int64(l.groups * l.perGroup)
 	var wg sync.WaitGroup
 	wg.Go(func() { // the producer: one item of every group per request, groups shuffled
@@ -128,7 +129,7 @@ func (l *groupLoad) run(t *testing.T) {
 }
 
 // consume handles one lease answer: each group's run of items in order.
-func (l *groupLoad) consume(t *testing.T, node *server, name string, res *pb.QueueLeaseResponse, got time.Time) {
+func (l *groupLoad) consume(t *testing.T, node *servertest.Server, name string, res *pb.QueueLeaseResponse, got time.Time) {
 	items := make([]groupcheck.Item, len(res.Items))
 	for k, it := range res.Items {
 		if !assert.NotEmpty(t, it.Group, "item %s has its group", it.Bytes) {
@@ -186,8 +187,8 @@ func (l *groupLoad) consume(t *testing.T, node *server, name string, res *pb.Que
 // retries and lease expiries never hold two leases of a group at once and
 // get each group's items in produce order, on every backend.
 func TestGroupsOrderedUnderLoad(t *testing.T) {
-	forEachBackend(t, func(t *testing.T, b backend) {
-		l := &groupLoad{queue: "ordered", groups: 16, perGroup: 25, consumers: 8, leaseTimeout: "2s", nodes: []*server{start(t, b)}}
+	servertest.ForEachBackend(t, func(t *testing.T, b servertest.Backend) {
+		l := &groupLoad{queue: "ordered", groups: 16, perGroup: 25, consumers: 8, leaseTimeout: "2s", nodes: []*servertest.Server{servertest.Start(t, b)}}
 		l.run(t)
 	})
 }
@@ -204,10 +205,10 @@ func TestClusterGroupsOrderedUnderLoad(t *testing.T) {
 // TestGroupsValidation: bad groups and group policies are refused naming
 // the field; ordered is set at creation only; queues.info shows both.
 func TestGroupsValidation(t *testing.T) {
-	forEachBackend(t, func(t *testing.T, b backend) {
-		s := start(t, b)
-		s.createQueue(&pb.QueueInfo{QueueName: "plain"})
-		s.createQueue(&pb.QueueInfo{QueueName: "fifo", Ordered: true, GroupDeadPolicy: "hold"})
+	servertest.ForEachBackend(t, func(t *testing.T, b servertest.Backend) {
+		s := servertest.Start(t, b)
+		s.CreateQueue(&pb.QueueInfo{QueueName: "plain"})
+		s.CreateQueue(&pb.QueueInfo{QueueName: "fifo", Ordered: true, GroupDeadPolicy: "hold"})
 		info, err := s.C.QueuesInfo(ctx, &pb.QueuesInfoRequest{QueueName: "fifo"})
 		require.NoError(t, err)
 		require.True(t, info.Ordered)
@@ -222,32 +223,32 @@ func TestGroupsValidation(t *testing.T) {
 		} {
 			err := s.C.QueueProduce(ctx, &pb.QueueProduceRequest{QueueName: "fifo", RequestTimeout: "5s",
 				Items: []*pb.QueueProduceItem{{Bytes: []byte("x"), Group: c.group}}})
-			requireCode(t, err, 400, c.want)
+			servertest.RequireCode(t, err, 400, c.want)
 		}
-		requireCode(t, s.C.QueuesCreate(ctx, &pb.QueueInfo{QueueName: "bad", GroupDeadPolicy: "hold"}), 400,
+		servertest.RequireCode(t, s.C.QueuesCreate(ctx, &pb.QueueInfo{QueueName: "bad", GroupDeadPolicy: "hold"}), 400,
 			"invalid group_dead_policy; 'hold' needs an ordered queue")
-		requireCode(t, s.C.QueuesCreate(ctx, &pb.QueueInfo{QueueName: "bad", Ordered: true, GroupDeadPolicy: "wait"}), 400,
+		servertest.RequireCode(t, s.C.QueuesCreate(ctx, &pb.QueueInfo{QueueName: "bad", Ordered: true, GroupDeadPolicy: "wait"}), 400,
 			"invalid group_dead_policy; 'wait' is not 'continue' or 'hold'")
-		requireCode(t, s.C.QueuesUpdate(ctx, &pb.QueueInfo{QueueName: "plain", Ordered: true, Reference: "r"}), 400,
+		servertest.RequireCode(t, s.C.QueuesUpdate(ctx, &pb.QueueInfo{QueueName: "plain", Ordered: true, Reference: "r"}), 400,
 			"ordered is set when a queue is created")
 		require.NoError(t, s.C.QueuesUpdate(ctx, &pb.QueueInfo{QueueName: "fifo", GroupDeadPolicy: "continue"}))
 		info, err = s.C.QueuesInfo(ctx, &pb.QueuesInfoRequest{QueueName: "fifo"})
 		require.NoError(t, err)
 		require.Equal(t, "continue", info.GroupDeadPolicy)
-		require.Empty(t, s.items("fifo"), "nothing stored by a refused produce")
+		require.Empty(t, s.Items("fifo"), "nothing stored by a refused produce")
 
 		// An import keeps a group in its partition and checks it.
-		s.createQueue(&pb.QueueInfo{QueueName: "parts", Ordered: true, RequestedPartitions: 4})
+		s.CreateQueue(&pb.QueueInfo{QueueName: "parts", Ordered: true, RequestedPartitions: 4})
 		home := queue.GroupPartition("g", 4)
 		imp := func(p int32, group string) error {
 			_, err := s.C.StorageItemsImport(ctx, &pb.StorageItemsImportRequest{QueueName: "parts", Partition: p,
 				Items: []*pb.StorageItem{{Payload: []byte("x"), Group: group}}})
 			return err
 		}
-		requireCode(t, imp((home+1)%4, "g"), 400, fmt.Sprintf("invalid items[0].group; the items of group 'g' go to partition %d of queue 'parts', not %d", home, (home+1)%4))
-		requireCode(t, imp(home, strings.Repeat("g", 129)), 400, "invalid items[0].group; 129 bytes, the limit is 128")
+		servertest.RequireCode(t, imp((home+1)%4, "g"), 400, fmt.Sprintf("invalid items[0].group; the items of group 'g' go to partition %d of queue 'parts', not %d", home, (home+1)%4))
+		servertest.RequireCode(t, imp(home, strings.Repeat("g", 129)), 400, "invalid items[0].group; 129 bytes, the limit is 128")
 		require.NoError(t, imp(home, "g"))
-		items := s.items("parts")
+		items := s.Items("parts")
 		require.Len(t, items, 1)
 		require.Equal(t, "g", items[0].Group)
 	})

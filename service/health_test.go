@@ -8,17 +8,18 @@ import (
 
 	"github.com/stretchr/testify/require"
 
+	"github.com/styxq/styx/internal/servertest"
 	pb "github.com/styxq/styx/styxpb"
 )
 
 // probe returns the status code and status text of GET path.
-func (s *server) probe(path string) (int, string) {
-	s.t.Helper()
-	resp, err := http.Get(s.d.Endpoint() + path)
-	require.NoError(s.t, err)
+func probe(s *servertest.Server, path string) (int, string) {
+	s.T.Helper()
+	resp, err := http.Get(s.D.Endpoint() + path)
+	require.NoError(s.T, err)
 	defer resp.Body.Close()
 	var h struct{ Status string }
-	require.NoError(s.t, json.NewDecoder(resp.Body).Decode(&h))
+	require.NoError(s.T, json.NewDecoder(resp.Body).Decode(&h))
 	return resp.StatusCode, h.Status
 }
 
@@ -29,34 +30,34 @@ func (s *server) probe(path string) (int, string) {
 // restart would not help); all answer 200 again once storage is back,
 // without a restart.
 func TestHealthByStatusCode(t *testing.T) {
-	for _, b := range backends(t) {
-		t.Run(b.name, func(t *testing.T) {
+	for _, b := range servertest.Backends(t) {
+		t.Run(b.Name, func(t *testing.T) {
 			t.Parallel()
 			b, down, up, cause := outage(t, b)
-			s := start(t, b)
-			if b.postgres() {
+			s := servertest.Start(t, b)
+			if b.Postgres() {
 				cause = "postgresql unreachable"
 			}
-			s.createQueue(&pb.QueueInfo{QueueName: "h"})
+			s.CreateQueue(&pb.QueueInfo{QueueName: "h"})
 			for _, path := range []string{"/health", "/readyz", "/livez"} {
-				code, status := s.probe(path)
+				code, status := probe(s, path)
 				require.Equal(t, 200, code, path)
 				require.Equal(t, "ok", status, path)
 			}
 			down(s)
-			require.Eventually(t, func() bool { code, _ := s.probe("/health"); return code == 503 }, 15*time.Second, 20*time.Millisecond)
+			require.Eventually(t, func() bool { code, _ := probe(s, "/health"); return code == 503 }, 15*time.Second, 20*time.Millisecond)
 			for _, path := range []string{"/health", "/readyz"} {
-				code, status := s.probe(path)
+				code, status := probe(s, path)
 				require.Equal(t, 503, code, path)
 				require.Contains(t, status, "degraded: ")
 				require.Contains(t, status, cause)
 			}
-			code, status := s.probe("/livez")
+			code, status := probe(s, "/livez")
 			require.Equal(t, 200, code)
 			require.Contains(t, status, cause)
 			up(s)
-			require.Eventually(t, func() bool { code, _ := s.probe("/health"); return code == 200 }, 30*time.Second, 20*time.Millisecond)
-			code, status = s.probe("/readyz")
+			require.Eventually(t, func() bool { code, _ := probe(s, "/health"); return code == 200 }, 30*time.Second, 20*time.Millisecond)
+			code, status = probe(s, "/readyz")
 			require.Equal(t, 200, code, status)
 		})
 	}

@@ -14,6 +14,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/styxq/styx/internal/backend/embedded/pebble"
+	"github.com/styxq/styx/internal/servertest"
 	pb "github.com/styxq/styx/styxpb"
 )
 
@@ -36,10 +37,10 @@ func TestHealthDegradedThroughSyncFault(t *testing.T) {
 		}
 		return nil
 	}))
-	s := start(t, pebbleOn(func() vfs.FS { return fs }, pebble.Config{MinFreeBytes: -1, CheckInterval: 10 * time.Millisecond}))
-	s.createQueue(&pb.QueueInfo{QueueName: "hf"})
-	s.produce("hf", "before")
-	require.Equal(t, "ok", s.health())
+	s := servertest.Start(t, pebbleOn(func() vfs.FS { return fs }, pebble.Config{MinFreeBytes: -1, CheckInterval: 10 * time.Millisecond}))
+	s.CreateQueue(&pb.QueueInfo{QueueName: "hf"})
+	s.Produce("hf", "before")
+	require.Equal(t, "ok", health(s))
 
 	var produced atomic.Int64
 	produce := func() error {
@@ -63,13 +64,13 @@ func TestHealthDegradedThroughSyncFault(t *testing.T) {
 	defer func() { close(stop); wg.Wait() }()
 
 	failing.Store(true)
-	eventually(t, func() bool { code, _ := s.probe("/health"); return code == 503 }, "/health says degraded once the syncs fail")
+	servertest.Eventually(t, func() bool { code, _ := probe(s, "/health"); return code == 503 }, "/health says degraded once the syncs fail")
 	// The monitor retries a read-write reopen after 10 ms, doubling: in
 	// 3 s it tries about eight times.
 	var asked, healthy int
 	var last string
 	for deadline := time.Now().Add(3 * time.Second); time.Now().Before(deadline); {
-		code, status := s.probe("/health")
+		code, status := probe(s, "/health")
 		asked++
 		if code == 200 {
 			healthy++
@@ -83,6 +84,6 @@ func TestHealthDegradedThroughSyncFault(t *testing.T) {
 	require.Contains(t, last, "degraded")
 
 	failing.Store(false)
-	eventually(t, func() bool { code, _ := s.probe("/health"); return code == 200 }, "/health is ok once the syncs work")
-	eventually(t, func() bool { return produce() == nil }, "produces are served once the syncs work")
+	servertest.Eventually(t, func() bool { code, _ := probe(s, "/health"); return code == 200 }, "/health is ok once the syncs work")
+	servertest.Eventually(t, func() bool { return produce() == nil }, "produces are served once the syncs work")
 }

@@ -7,6 +7,7 @@ import (
 	"github.com/stretchr/testify/require"
 	"google.golang.org/protobuf/encoding/protojson"
 
+	"github.com/styxq/styx/internal/servertest"
 	pb "github.com/styxq/styx/styxpb"
 )
 
@@ -15,17 +16,17 @@ import (
 // queues sees how many items were skipped, but never the names of the
 // queues it does not cover, in the dry run, the task, or the task list.
 func TestRedriveSummariesHideOtherQueues(t *testing.T) {
-	forEachBackend(t, func(t *testing.T, b backend) {
-		s, _ := startAuth(t, b)
-		s.createQueue(&pb.QueueInfo{QueueName: "shared-dead"})
-		s.createQueue(&pb.QueueInfo{QueueName: "orders", DeadQueue: "shared-dead"})
-		s.createQueue(&pb.QueueInfo{QueueName: "payroll-secret", DeadQueue: "shared-dead"})
-		s.importDead("shared-dead",
+	servertest.ForEachBackend(t, func(t *testing.T, b servertest.Backend) {
+		s, _ := servertest.StartAuth(t, b)
+		s.CreateQueue(&pb.QueueInfo{QueueName: "shared-dead"})
+		s.CreateQueue(&pb.QueueInfo{QueueName: "orders", DeadQueue: "shared-dead"})
+		s.CreateQueue(&pb.QueueInfo{QueueName: "payroll-secret", DeadQueue: "shared-dead"})
+		importDead(s, "shared-dead",
 			deadItem{payload: "o1", source: "orders", reason: "expired"},
 			deadItem{payload: "o2", source: "orders", reason: "expired"},
 			deadItem{payload: "p1", source: "payroll-secret", reason: "expired"},
 		)
-		c := s.client(s.newKey("orders-oncall", []string{"dead"}, "orders*", "shared-*"))
+		c := s.Client(s.NewKey("orders-oncall", []string{"dead"}, "orders*", "shared-*"))
 		seen := func(m *pb.RedriveTask) string {
 			b, err := protojson.Marshal(m)
 			require.NoError(t, err)
@@ -40,7 +41,7 @@ func TestRedriveSummariesHideOtherQueues(t *testing.T) {
 
 		task, err := c.DeadRedrive(ctx, &pb.DeadRedriveRequest{QueueName: "shared-dead", All: true})
 		require.NoError(t, err)
-		task = s.waitTaskWith(c, task.TaskId)
+		task = waitTaskWith(s, c, task.TaskId)
 		require.EqualValues(t, 2, task.Moved, seen(task))
 		require.EqualValues(t, 1, task.Skipped, seen(task))
 		require.NotContains(t, seen(task), "payroll")
@@ -57,15 +58,15 @@ func TestRedriveSummariesHideOtherQueues(t *testing.T) {
 }
 
 // waitTaskWith polls a redrive task through c until it is finished.
-func (s *server) waitTaskWith(c interface {
+func waitTaskWith(s *servertest.Server, c interface {
 	RedrivesGet(context.Context, *pb.RedriveTaskRequest) (*pb.RedriveTask, error)
 }, id string) *pb.RedriveTask {
-	s.t.Helper()
+	s.T.Helper()
 	var t *pb.RedriveTask
-	eventually(s.t, func() bool {
+	servertest.Eventually(s.T, func() bool {
 		var err error
 		t, err = c.RedrivesGet(ctx, &pb.RedriveTaskRequest{TaskId: id})
-		require.NoError(s.t, err)
+		require.NoError(s.T, err)
 		return t.Status == "completed" || t.Status == "cancelled" || t.Status == "failed"
 	}, "task %s should finish", id)
 	return t

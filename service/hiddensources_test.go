@@ -8,6 +8,7 @@ import (
 	"google.golang.org/protobuf/proto"
 
 	"github.com/styxq/styx/internal/auth"
+	"github.com/styxq/styx/internal/servertest"
 	pb "github.com/styxq/styx/styxpb"
 )
 
@@ -21,28 +22,28 @@ import (
 // queues.create count the queues they would name instead of naming them.
 // An admin key sees every name.
 func TestUncoveredSourcesHidden(t *testing.T) {
-	forEachBackend(t, func(t *testing.T, b backend) {
-		s, _ := startAuth(t, b)
-		s.createQueue(&pb.QueueInfo{QueueName: "shared-dead"})
-		s.createQueue(&pb.QueueInfo{QueueName: "orders", DeadQueue: "shared-dead", MaxAttempts: 1})
-		s.createQueue(&pb.QueueInfo{QueueName: "payroll-secret", DeadQueue: "shared-dead", MaxAttempts: 1})
-		s.createQueue(&pb.QueueInfo{QueueName: "payroll-other", DeadQueue: "shared-dead", MaxAttempts: 1})
-		s.createQueue(&pb.QueueInfo{QueueName: "payroll-dlq"})
-		s.createQueue(&pb.QueueInfo{QueueName: "shared-mid", DeadQueue: "payroll-dlq"})
+	servertest.ForEachBackend(t, func(t *testing.T, b servertest.Backend) {
+		s, _ := servertest.StartAuth(t, b)
+		s.CreateQueue(&pb.QueueInfo{QueueName: "shared-dead"})
+		s.CreateQueue(&pb.QueueInfo{QueueName: "orders", DeadQueue: "shared-dead", MaxAttempts: 1})
+		s.CreateQueue(&pb.QueueInfo{QueueName: "payroll-secret", DeadQueue: "shared-dead", MaxAttempts: 1})
+		s.CreateQueue(&pb.QueueInfo{QueueName: "payroll-other", DeadQueue: "shared-dead", MaxAttempts: 1})
+		s.CreateQueue(&pb.QueueInfo{QueueName: "payroll-dlq"})
+		s.CreateQueue(&pb.QueueInfo{QueueName: "shared-mid", DeadQueue: "payroll-dlq"})
 		for q, payloads := range map[string][]string{"orders": {"o1", "o2"}, "payroll-secret": {"p1"}, "payroll-other": {"p2"}} {
-			s.produce(q, payloads...)
+			s.Produce(q, payloads...)
 			for range payloads {
-				it := s.lease(q, 1).Items[0]
-				s.retry(q, 0, &pb.QueueRetryItem{Id: it.Id, Dead: true, Error: "timeout"})
+				it := s.Lease(q, 1).Items[0]
+				s.Retry(q, 0, &pb.QueueRetryItem{Id: it.Id, Dead: true, Error: "timeout"})
 			}
 		}
-		s.waitItems("shared-dead", 4)
-		eventually(t, func() bool {
+		s.WaitItems("shared-dead", 4)
+		servertest.Eventually(t, func() bool {
 			g, err := s.C.DeadGroups(ctx, &pb.DeadGroupsRequest{QueueName: "shared-dead"})
 			require.NoError(t, err)
 			return g.TotalItems == 4
 		}, "shared-dead's groups should count its 4 dead items")
-		c := s.client(s.newKey("orders-oncall", []string{"admin"}, "orders*", "shared-*"))
+		c := s.Client(s.NewKey("orders-oncall", []string{"admin"}, "orders*", "shared-*"))
 		seen := func(m proto.Message) string {
 			b, err := protojson.Marshal(m)
 			require.NoError(t, err)
@@ -86,18 +87,18 @@ func TestUncoveredSourcesHidden(t *testing.T) {
 		})
 		t.Run("QueuesDelete", func(t *testing.T) {
 			err := c.QueuesDelete(ctx, &pb.QueuesDeleteRequest{QueueName: "shared-dead"})
-			requireCode(t, err, 400, "queue 'shared-dead' cannot be deleted; it is the dead_queue of 'orders' and one or more queues the key does not cover")
+			servertest.RequireCode(t, err, 400, "queue 'shared-dead' cannot be deleted; it is the dead_queue of 'orders' and one or more queues the key does not cover")
 			require.NotContains(t, err.Error(), "payroll")
 		})
 		t.Run("QueuesUpdateOfADeadLetterQueue", func(t *testing.T) {
-			s.createQueue(&pb.QueueInfo{QueueName: "shared-other"})
+			s.CreateQueue(&pb.QueueInfo{QueueName: "shared-other"})
 			err := c.QueuesUpdate(ctx, &pb.QueueInfo{QueueName: "shared-dead", DeadQueue: "shared-other"})
-			requireCode(t, err, 400, "is the dead_queue of 'orders' and one or more queues the key does not cover")
+			servertest.RequireCode(t, err, 400, "is the dead_queue of 'orders' and one or more queues the key does not cover")
 			require.NotContains(t, err.Error(), "payroll")
 		})
 		t.Run("QueuesCreateWithAChainedDeadQueue", func(t *testing.T) {
 			err := c.QueuesCreate(ctx, &pb.QueueInfo{QueueName: "orders-new", DeadQueue: "shared-mid"})
-			requireCode(t, err, 400, "'shared-mid' has a dead_queue of its own (a queue the key does not cover)")
+			servertest.RequireCode(t, err, 400, "'shared-mid' has a dead_queue of its own (a queue the key does not cover)")
 			require.NotContains(t, err.Error(), "payroll")
 		})
 
@@ -167,13 +168,13 @@ func TestUncoveredSourcesHidden(t *testing.T) {
 				f := &pb.DeadFilter{SourceQueue: src}
 				want := []string{"forbidden; key 'orders-oncall'", "not for '" + src + "'"}
 				_, err := c.DeadList(ctx, &pb.DeadListRequest{QueueName: "shared-dead", Filter: f})
-				requireCode(t, err, 403, want...)
+				servertest.RequireCode(t, err, 403, want...)
 				_, err = c.DeadGroups(ctx, &pb.DeadGroupsRequest{QueueName: "shared-dead", Filter: f})
-				requireCode(t, err, 403, want...)
+				servertest.RequireCode(t, err, 403, want...)
 				_, err = c.DeadDelete(ctx, &pb.DeadDeleteRequest{QueueName: "shared-dead", Filter: f})
-				requireCode(t, err, 403, want...)
+				servertest.RequireCode(t, err, 403, want...)
 				_, err = c.DeadRedrive(ctx, &pb.DeadRedriveRequest{QueueName: "shared-dead", Filter: f, DryRun: true})
-				requireCode(t, err, 403, want...)
+				servertest.RequireCode(t, err, 403, want...)
 			}
 			res, err := c.DeadList(ctx, &pb.DeadListRequest{QueueName: "shared-dead", Filter: &pb.DeadFilter{SourceQueue: "orders"}})
 			require.NoError(t, err)
@@ -216,6 +217,6 @@ func TestUncoveredSourcesHidden(t *testing.T) {
 		require.NoError(t, err)
 		require.Equal(t, map[string]int{"orders": 2, "payroll-secret": 1, "payroll-other": 1}, sources(list.Items))
 		err = s.C.QueuesDelete(ctx, &pb.QueuesDeleteRequest{QueueName: "shared-dead"})
-		requireCode(t, err, 400, "it is the dead_queue of 'orders', 'payroll-other', 'payroll-secret'")
+		servertest.RequireCode(t, err, 400, "it is the dead_queue of 'orders', 'payroll-other', 'payroll-secret'")
 	})
 }

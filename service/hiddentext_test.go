@@ -7,6 +7,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	styx "github.com/styxq/styx"
+	"github.com/styxq/styx/internal/servertest"
 	pb "github.com/styxq/styx/styxpb"
 )
 
@@ -21,14 +22,14 @@ const rlo = "\u202e"
 // rule when it holds a control, bidi or zero-width character. Before, all
 // were stored as sent. Nothing is stored.
 func TestHiddenCharactersRefused(t *testing.T) {
-	forEachBackend(t, func(t *testing.T, b backend) {
-		s := start(t, b)
-		s.createQueue(&pb.QueueInfo{QueueName: "text-dlq"})
-		s.createQueue(&pb.QueueInfo{QueueName: "text", DeadQueue: "text-dlq", MaxAttempts: 1})
-		s.produce("text", "one")
-		leased := s.lease("text", 1)
-		s.retry("text", leased.Partition, &pb.QueueRetryItem{Id: leased.Items[0].Id, Dead: true, Error: "boom"})
-		dead := s.waitItems("text-dlq", 1)[0]
+	servertest.ForEachBackend(t, func(t *testing.T, b servertest.Backend) {
+		s := servertest.Start(t, b)
+		s.CreateQueue(&pb.QueueInfo{QueueName: "text-dlq"})
+		s.CreateQueue(&pb.QueueInfo{QueueName: "text", DeadQueue: "text-dlq", MaxAttempts: 1})
+		s.Produce("text", "one")
+		leased := s.Lease("text", 1)
+		s.Retry("text", leased.Partition, &pb.QueueRetryItem{Id: leased.Items[0].Id, Dead: true, Error: "boom"})
+		dead := s.WaitItems("text-dlq", 1)[0]
 		str := func(v string) *string { return &v }
 
 		cases := []struct {
@@ -87,7 +88,7 @@ func TestHiddenCharactersRefused(t *testing.T) {
 		for _, c := range cases {
 			t.Run(c.name, func(t *testing.T) {
 				err := c.call()
-				requireCode(t, err, styx.CodeBadRequest, c.parts...)
+				servertest.RequireCode(t, err, styx.CodeBadRequest, c.parts...)
 				require.NotContains(t, err.Error(), rlo, "the answer escapes what it quotes")
 			})
 		}
@@ -99,8 +100,8 @@ func TestHiddenCharactersRefused(t *testing.T) {
 		for _, q := range list.Items {
 			require.Empty(t, q.Reference)
 		}
-		require.Empty(t, s.items("text"))
-		got := s.items("text-dlq")
+		require.Empty(t, s.Items("text"))
+		got := s.Items("text-dlq")
 		require.Len(t, got, 1)
 		require.Equal(t, "test", got[0].Kind)
 		require.Equal(t, "ref-one", got[0].Reference)
@@ -112,21 +113,21 @@ func TestHiddenCharactersRefused(t *testing.T) {
 // the console escape them where they show them); only its length is
 // limited.
 func TestErrorTextKeptAsSent(t *testing.T) {
-	forEachBackend(t, func(t *testing.T, b backend) {
-		s := start(t, b)
-		s.createQueue(&pb.QueueInfo{QueueName: "errs-dlq"})
-		s.createQueue(&pb.QueueInfo{QueueName: "errs", DeadQueue: "errs-dlq", MaxAttempts: 1})
-		s.produce("errs", "one")
-		leased := s.lease("errs", 1)
+	servertest.ForEachBackend(t, func(t *testing.T, b servertest.Backend) {
+		s := servertest.Start(t, b)
+		s.CreateQueue(&pb.QueueInfo{QueueName: "errs-dlq"})
+		s.CreateQueue(&pb.QueueInfo{QueueName: "errs", DeadQueue: "errs-dlq", MaxAttempts: 1})
+		s.Produce("errs", "one")
+		leased := s.Lease("errs", 1)
 		const text = "panic: boom\n\tat main.go:12\r\n" + rlo + "fdp.exe"
-		s.retry("errs", leased.Partition, &pb.QueueRetryItem{Id: leased.Items[0].Id, Dead: true, Error: text})
-		got := s.waitItems("errs-dlq", 1)[0]
+		s.Retry("errs", leased.Partition, &pb.QueueRetryItem{Id: leased.Items[0].Id, Dead: true, Error: text})
+		got := s.WaitItems("errs-dlq", 1)[0]
 		require.Equal(t, text, got.LastError)
 
-		s.produce("errs", "two")
-		leased = s.lease("errs", 1)
+		s.Produce("errs", "two")
+		leased = s.Lease("errs", 1)
 		_, err := s.C.QueueRetry(ctx, &pb.QueueRetryRequest{QueueName: "errs", Partition: leased.Partition,
 			Items: []*pb.QueueRetryItem{{Id: leased.Items[0].Id, Error: strings.Repeat("x", 4097)}}})
-		requireCode(t, err, styx.CodeBadRequest, "items[0].error", "4097", "4096")
+		servertest.RequireCode(t, err, styx.CodeBadRequest, "items[0].error", "4097", "4096")
 	})
 }

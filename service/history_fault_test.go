@@ -10,6 +10,7 @@ import (
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
+	"github.com/styxq/styx/internal/servertest"
 	"github.com/styxq/styx/internal/store"
 	pb "github.com/styxq/styx/styxpb"
 )
@@ -78,38 +79,38 @@ func (h *historyWrites) storedAll(minutes ...time.Time) bool {
 // is the same code on PostgreSQL, only PutHistory differs. Time is the fake
 // clock's.
 func TestQueuesHistoryWriteFailure(t *testing.T) {
-	forEachBackend(t, func(t *testing.T, b backend) {
-		if b.postgres() {
+	servertest.ForEachBackend(t, func(t *testing.T, b servertest.Backend) {
+		if b.Postgres() {
 			t.Skip("the fault is injected into the embedded backends' store (faulty.Store); the recorder's handling of a failed write is the same code on postgres")
 		}
-		s := startFake(t, b)
+		s := servertest.StartFake(t, b)
 		s.Clock.Set(s.Clock.Now().Truncate(time.Minute).Add(time.Minute + 10*time.Second))
 		w := &historyWrites{q: "hwf", failed: map[time.Time]int{}, stored: map[time.Time]bool{}}
 		w.setFail(true)
 		s.Faults.SetHistoryHook(w.hook)
-		s.createQueue(&pb.QueueInfo{QueueName: "hwf"})
-		m0 := s.now().Truncate(time.Minute).UTC()
+		s.CreateQueue(&pb.QueueInfo{QueueName: "hwf"})
+		m0 := s.Now().Truncate(time.Minute).UTC()
 		m1, m2, m3 := m0.Add(time.Minute), m0.Add(2*time.Minute), m0.Add(3*time.Minute)
 
 		// Minute 0: produce and complete answer as ever.
-		s.produce("hwf", "1", "2", "3")
-		res := s.lease("hwf", 2)
+		s.Produce("hwf", "1", "2", "3")
+		res := s.Lease("hwf", 2)
 		require.Len(t, res.Items, 2)
-		s.complete("hwf", res.Partition, res.Items[0].Id, res.Items[1].Id)
+		s.Complete("hwf", res.Partition, res.Items[0].Id, res.Items[1].Id)
 
 		// Minute 1: its first produce starts a minute, so minute 0 is
 		// written, and the write fails; requests go on.
-		s.advance(time.Minute)
-		s.produce("hwf", "4", "5")
-		res = s.lease("hwf", 1)
+		s.Advance(time.Minute)
+		s.Produce("hwf", "4", "5")
+		res = s.Lease("hwf", 1)
 		require.Len(t, res.Items, 1)
-		s.complete("hwf", res.Partition, res.Items[0].Id)
-		eventually(t, func() bool { return w.failedWith(m0) }, "minute 0 should have been written (and failed)")
+		s.Complete("hwf", res.Partition, res.Items[0].Id)
+		servertest.Eventually(t, func() bool { return w.failedWith(m0) }, "minute 0 should have been written (and failed)")
 
 		// Minute 2: minutes 0 and 1 are written again, and fail again.
-		s.advance(time.Minute)
-		s.produce("hwf", "6")
-		eventually(t, func() bool { return w.failedWith(m1) }, "minute 1 should have been written (and failed)")
+		s.Advance(time.Minute)
+		s.Produce("hwf", "6")
+		servertest.Eventually(t, func() bool { return w.failedWith(m1) }, "minute 1 should have been written (and failed)")
 		w.mu.Lock()
 		retried := w.failed[m0]
 		w.mu.Unlock()
@@ -118,7 +119,7 @@ func TestQueuesHistoryWriteFailure(t *testing.T) {
 			"one warning for the failure, not one per flush or request:\n%s", s.Logs.String())
 
 		// The history still answers, from memory.
-		h := s.queueHistory("hwf")
+		h := queueHistory(s, "hwf")
 		assert.EqualValues(t, 3, h.Points[57].Produced)
 		assert.EqualValues(t, 2, h.Points[57].Completed)
 		assert.EqualValues(t, 2, h.Points[58].Produced)
@@ -128,16 +129,16 @@ func TestQueuesHistoryWriteFailure(t *testing.T) {
 		// Minute 3: writes work again, and the next flush (a minute has
 		// ended) stores every finished minute the failure held back.
 		w.setFail(false)
-		s.advance(time.Minute)
-		s.produce("hwf", "7")
-		eventually(t, func() bool { return w.storedAll(m0, m1, m2) }, "minutes 0-2 should be stored once writes work")
+		s.Advance(time.Minute)
+		s.Produce("hwf", "7")
+		servertest.Eventually(t, func() bool { return w.storedAll(m0, m1, m2) }, "minutes 0-2 should be stored once writes work")
 
 		// Writes fail again as the server stops, so its last write (the
 		// minute in progress, and any minute not yet stored) is lost: what
 		// the restarted server shows is what the retry stored.
 		w.setFail(true)
-		s.restart()
-		h = s.queueHistory("hwf")
+		s.Restart()
+		h = queueHistory(s, "hwf")
 		require.Equal(t, m3, h.Points[59].At.AsTime().UTC())
 		assert.EqualValues(t, 3, h.Points[56].Produced, "minute 0, stored by the retry")
 		assert.EqualValues(t, 2, h.Points[56].Completed)

@@ -8,6 +8,7 @@ import (
 
 	styx "github.com/styxq/styx"
 	"github.com/styxq/styx/daemon"
+	"github.com/styxq/styx/internal/servertest"
 	pb "github.com/styxq/styx/styxpb"
 )
 
@@ -19,7 +20,7 @@ import (
 func BenchmarkHTTPCycle(b *testing.B) {
 	for _, c := range []struct{ clients, batch int }{{16, 1}, {4, 100}} {
 		b.Run(fmt.Sprintf("clients%d/batch%d", c.clients, c.batch), func(b *testing.B) {
-			d, err := daemon.New(context.Background(), daemon.Config{Listen: "127.0.0.1:0", DataDir: b.TempDir(), Log: testLogger()})
+			d, err := daemon.New(context.Background(), daemon.Config{Listen: "127.0.0.1:0", DataDir: b.TempDir(), Log: servertest.TestLogger()})
 			if err != nil {
 				b.Fatal(err)
 			}

@@ -10,24 +10,25 @@ import (
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
+	"github.com/styxq/styx/internal/servertest"
 	pb "github.com/styxq/styx/styxpb"
 )
 
 // importItems imports items into one partition of queue and returns the
 // reply's items.
-func (s *server) importItems(queue string, partition int32, items ...*pb.StorageItem) []*pb.StorageItem {
-	s.t.Helper()
+func importItems(s *servertest.Server, queue string, partition int32, items ...*pb.StorageItem) []*pb.StorageItem {
+	s.T.Helper()
 	res, err := s.C.StorageItemsImport(ctx, &pb.StorageItemsImportRequest{QueueName: queue, Partition: partition, Items: items})
-	require.NoError(s.t, err)
-	require.Len(s.t, res.Items, len(items), "the reply has one entry per item of the request")
+	require.NoError(s.T, err)
+	require.Len(s.T, res.Items, len(items), "the reply has one entry per item of the request")
 	return res.Items
 }
 
 // partitionItems lists the items of one partition.
-func (s *server) partitionItems(queue string, partition int32) []*pb.StorageItem {
-	s.t.Helper()
+func partitionItems(s *servertest.Server, queue string, partition int32) []*pb.StorageItem {
+	s.T.Helper()
 	res, err := s.C.StorageItemsList(ctx, &pb.StorageItemsListRequest{QueueName: queue, Partition: partition})
-	require.NoError(s.t, err)
+	require.NoError(s.T, err)
 	return res.Items
 }
 
@@ -36,54 +37,54 @@ func (s *server) partitionItems(queue string, partition int32) []*pb.StorageItem
 // copy, within one request and across requests and restarts (Querator's
 // partition stores skip such items in Add).
 func TestImportSourceIDIdempotent(t *testing.T) {
-	forEachBackend(t, func(t *testing.T, b backend) {
-		s := start(t, b)
-		s.createQueue(&pb.QueueInfo{QueueName: "imp", RequestedPartitions: 2})
+	servertest.ForEachBackend(t, func(t *testing.T, b servertest.Backend) {
+		s := servertest.Start(t, b)
+		s.CreateQueue(&pb.QueueInfo{QueueName: "imp", RequestedPartitions: 2})
 		src := func(id, payload string) *pb.StorageItem {
 			return &pb.StorageItem{SourceId: id, Payload: []byte(payload), Kind: "k"}
 		}
 
 		t.Run("WithinOneRequestTheFirstWins", func(t *testing.T) {
-			got := s.importItems("imp", 0, src("s1", "first"), src("s1", "second"), src("", "no-id"), src("", "no-id"))
+			got := importItems(s, "imp", 0, src("s1", "first"), src("s1", "second"), src("", "no-id"), src("", "no-id"))
 			assert.Equal(t, got[0].Id, got[1].Id, "the skipped item is answered with the one that holds its source_id")
 			assert.Equal(t, "first", string(got[1].Payload))
 			assert.Equal(t, "s1", got[1].SourceId)
 			assert.NotEqual(t, got[2].Id, got[3].Id, "items without a source_id are never deduplicated")
-			assert.Equal(t, []string{"first", "no-id", "no-id"}, payloads(s.partitionItems("imp", 0)))
+			assert.Equal(t, []string{"first", "no-id", "no-id"}, payloads(partitionItems(s, "imp", 0)))
 		})
 
 		var first string
 		t.Run("AcrossRequests", func(t *testing.T) {
-			held := s.partitionItems("imp", 0)[0]
+			held := partitionItems(s, "imp", 0)[0]
 			first = held.Id
-			got := s.importItems("imp", 0, src("s1", "third"), src("s2", "other"))
+			got := importItems(s, "imp", 0, src("s1", "third"), src("s2", "other"))
 			assert.Equal(t, first, got[0].Id)
 			assert.Equal(t, "first", string(got[0].Payload))
 			assert.Equal(t, "s2", got[1].SourceId)
-			assert.Equal(t, []string{"first", "no-id", "no-id", "other"}, payloads(s.partitionItems("imp", 0)))
+			assert.Equal(t, []string{"first", "no-id", "no-id", "other"}, payloads(partitionItems(s, "imp", 0)))
 		})
 
 		t.Run("PerPartition", func(t *testing.T) {
-			got := s.importItems("imp", 1, src("s1", "in-1"))
+			got := importItems(s, "imp", 1, src("s1", "in-1"))
 			assert.NotEqual(t, first, got[0].Id)
-			assert.Equal(t, []string{"in-1"}, payloads(s.partitionItems("imp", 1)))
+			assert.Equal(t, []string{"in-1"}, payloads(partitionItems(s, "imp", 1)))
 		})
 
 		t.Run("SurvivesRestart", func(t *testing.T) {
-			s.restart()
-			got := s.importItems("imp", 0, src("s1", "after-restart"), src("s2", "again"))
+			s.Restart()
+			got := importItems(s, "imp", 0, src("s1", "after-restart"), src("s2", "again"))
 			assert.Equal(t, first, got[0].Id)
 			assert.Equal(t, "first", string(got[0].Payload))
 			assert.Equal(t, "other", string(got[1].Payload))
-			assert.Len(t, s.partitionItems("imp", 0), 4)
+			assert.Len(t, partitionItems(s, "imp", 0), 4)
 		})
 
 		t.Run("HeldOnlyWhileTheItemExists", func(t *testing.T) {
 			require.NoError(t, s.C.StorageItemsDelete(ctx, &pb.StorageItemsDeleteRequest{QueueName: "imp", Ids: []string{first}}))
-			got := s.importItems("imp", 0, src("s1", "new"))
+			got := importItems(s, "imp", 0, src("s1", "new"))
 			assert.NotEqual(t, first, got[0].Id)
 			assert.Equal(t, "new", string(got[0].Payload))
-			assert.Equal(t, []string{"no-id", "no-id", "other", "new"}, payloads(s.partitionItems("imp", 0)))
+			assert.Equal(t, []string{"no-id", "no-id", "other", "new"}, payloads(partitionItems(s, "imp", 0)))
 		})
 	})
 }
@@ -93,39 +94,39 @@ func TestImportSourceIDIdempotent(t *testing.T) {
 // keeps exactly the 2 leased items, still leased, and they can be
 // completed by their ids; destructive removes everything.
 func TestImportLeasedAndClear(t *testing.T) {
-	forEachBackend(t, func(t *testing.T, b backend) {
-		s := start(t, b)
-		s.createQueue(&pb.QueueInfo{QueueName: "clr", LeaseTimeout: "1m", ExpireTimeout: "10m"})
+	servertest.ForEachBackend(t, func(t *testing.T, b servertest.Backend) {
+		s := servertest.Start(t, b)
+		s.CreateQueue(&pb.QueueInfo{QueueName: "clr", LeaseTimeout: "1m", ExpireTimeout: "10m"})
 		produce := func(n int) {
 			for i := 0; i < n; i += 100 {
 				batch := make([]string, 0, 100)
 				for j := i; j < min(i+100, n); j++ {
 					batch = append(batch, fmt.Sprint("p", j))
 				}
-				s.produce("clr", batch...)
+				s.Produce("clr", batch...)
 			}
 		}
 		deadline := time.Now().Add(30 * time.Second).Truncate(time.Microsecond)
 		leased := func(payload string, attempts int32) *pb.StorageItem {
-			return &pb.StorageItem{IsLeased: true, LeaseDeadline: at(deadline), ExpireDeadline: at(deadline.Add(time.Minute)),
+			return &pb.StorageItem{IsLeased: true, LeaseDeadline: servertest.At(deadline), ExpireDeadline: servertest.At(deadline.Add(time.Minute)),
 				Attempts: attempts, Kind: "k", Payload: []byte(payload)}
 		}
 
 		produce(500)
-		got := s.importItems("clr", 0, leased("leased 1", 3), leased("leased 2", 7))
+		got := importItems(s, "clr", 0, leased("leased 1", 3), leased("leased 2", 7))
 		for i, it := range got {
 			assert.True(t, it.IsLeased, "imported leased items stay leased")
 			assert.True(t, deadline.Equal(it.LeaseDeadline.AsTime()), "lease_deadline as given: %s", it.LeaseDeadline.AsTime())
 			assert.Equal(t, []int32{3, 7}[i], it.Attempts)
 		}
-		require.Len(t, s.items("clr"), 502)
+		require.Len(t, s.Items("clr"), 502)
 		st, err := s.C.QueueStats(ctx, &pb.QueueStatsRequest{QueueName: "clr"})
 		require.NoError(t, err)
 		assert.Equal(t, int32(2), st.LogicalQueues[0].Partitions[0].TotalLeased)
 
 		t.Run("NonDestructiveKeepsLeased", func(t *testing.T) {
 			require.NoError(t, s.C.QueueClear(ctx, &pb.QueueClearRequest{QueueName: "clr", Queue: true}))
-			left := s.items("clr")
+			left := s.Items("clr")
 			require.Len(t, left, 2)
 			for i, it := range left {
 				assert.True(t, it.IsLeased)
@@ -133,25 +134,25 @@ func TestImportLeasedAndClear(t *testing.T) {
 				assert.True(t, deadline.Equal(it.LeaseDeadline.AsTime()))
 				assert.Equal(t, got[i].Attempts, it.Attempts)
 			}
-			s.leaseNone("clr")
-			s.complete("clr", 0, left[0].Id, left[1].Id)
-			assert.Empty(t, s.items("clr"))
+			s.LeaseNone("clr")
+			s.Complete("clr", 0, left[0].Id, left[1].Id)
+			assert.Empty(t, s.Items("clr"))
 		})
 
 		t.Run("Destructive", func(t *testing.T) {
 			produce(200)
-			s.importItems("clr", 0, leased("leased 3", 1), leased("leased 4", 1))
-			require.Len(t, s.items("clr"), 202)
+			importItems(s, "clr", 0, leased("leased 3", 1), leased("leased 4", 1))
+			require.Len(t, s.Items("clr"), 202)
 			require.NoError(t, s.C.QueueClear(ctx, &pb.QueueClearRequest{QueueName: "clr", Queue: true, Destructive: true}))
-			assert.Empty(t, s.items("clr"))
+			assert.Empty(t, s.Items("clr"))
 		})
 
 		t.Run("Scheduled", func(t *testing.T) {
 			produce(3)
-			s.importItems("clr", 0, leased("leased 5", 1),
-				&pb.StorageItem{EnqueueAt: at(time.Now().Add(time.Hour)), Payload: []byte("later")})
+			importItems(s, "clr", 0, leased("leased 5", 1),
+				&pb.StorageItem{EnqueueAt: servertest.At(time.Now().Add(time.Hour)), Payload: []byte("later")})
 			require.NoError(t, s.C.QueueClear(ctx, &pb.QueueClearRequest{QueueName: "clr", Scheduled: true}))
-			left := s.items("clr")
+			left := s.Items("clr")
 			assert.Equal(t, []string{"p0", "p1", "p2", "leased 5"}, payloads(left))
 			sched, err := s.C.StorageScheduledList(ctx, &pb.StorageItemsListRequest{QueueName: "clr"})
 			require.NoError(t, err)
@@ -166,36 +167,36 @@ func TestImportLeasedAndClear(t *testing.T) {
 // an expired lease, requeued by the lifecycle with its attempts; an
 // imported lease survives a restart.
 func TestImportLeasedDeadlines(t *testing.T) {
-	forEachBackend(t, func(t *testing.T, b backend) {
-		s := start(t, b)
-		s.createQueue(&pb.QueueInfo{QueueName: "ld", LeaseTimeout: "1m"})
+	servertest.ForEachBackend(t, func(t *testing.T, b servertest.Backend) {
+		s := servertest.Start(t, b)
+		s.CreateQueue(&pb.QueueInfo{QueueName: "ld", LeaseTimeout: "1m"})
 
 		t.Run("MissingDeadlineGetsLeaseTimeout", func(t *testing.T) {
 			before := time.Now()
-			got := s.importItems("ld", 0, &pb.StorageItem{IsLeased: true, Attempts: 1, Payload: []byte("no deadline")})
+			got := importItems(s, "ld", 0, &pb.StorageItem{IsLeased: true, Attempts: 1, Payload: []byte("no deadline")})
 			after := time.Now()
 			require.True(t, got[0].IsLeased)
 			d := got[0].LeaseDeadline.AsTime()
 			assert.False(t, d.Before(before.Add(time.Minute).Add(-time.Millisecond)), "%s", d)
 			assert.False(t, d.After(after.Add(time.Minute)), "%s", d)
-			s.restart()
-			items := s.items("ld")
+			s.Restart()
+			items := s.Items("ld")
 			require.Len(t, items, 1)
 			assert.True(t, items[0].IsLeased, "an imported lease survives a restart")
 			assert.Equal(t, got[0].Id, items[0].Id)
-			s.complete("ld", 0, items[0].Id)
+			s.Complete("ld", 0, items[0].Id)
 		})
 
 		t.Run("PastDeadlineIsAnExpiredLease", func(t *testing.T) {
-			s.importItems("ld", 0, &pb.StorageItem{IsLeased: true, LeaseDeadline: at(time.Now().Add(-time.Second)),
+			importItems(s, "ld", 0, &pb.StorageItem{IsLeased: true, LeaseDeadline: servertest.At(time.Now().Add(-time.Second)),
 				Attempts: 2, Payload: []byte("expired")})
 			var items []*pb.StorageItem
-			eventually(t, func() bool {
-				items = s.items("ld")
+			servertest.Eventually(t, func() bool {
+				items = s.Items("ld")
 				return len(items) == 1 && !items[0].IsLeased
 			}, "the expired lease should be requeued")
 			assert.Equal(t, int32(2), items[0].Attempts)
-			it := s.lease("ld", 1).Items[0]
+			it := s.Lease("ld", 1).Items[0]
 			assert.Equal(t, "expired", string(it.Bytes))
 			assert.Equal(t, int32(3), it.Attempts)
 		})
@@ -207,7 +208,7 @@ func TestImportLeasedDeadlines(t *testing.T) {
 // names that item.
 func TestClusterImportSourceIDOnce(t *testing.T) {
 	nodes := cluster(t, 2)
-	nodes[0].createQueue(&pb.QueueInfo{QueueName: "ci"})
+	nodes[0].CreateQueue(&pb.QueueInfo{QueueName: "ci"})
 	const keys, calls = 50, 8
 	replies := make([][]*pb.StorageItem, calls)
 	var wg sync.WaitGroup
@@ -224,7 +225,7 @@ func TestClusterImportSourceIDOnce(t *testing.T) {
 		})
 	}
 	wg.Wait()
-	items := nodes[0].items("ci")
+	items := nodes[0].Items("ci")
 	require.Len(t, items, keys)
 	held := map[string]string{}
 	for _, it := range items {

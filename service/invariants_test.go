@@ -10,6 +10,7 @@ import (
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
+	"github.com/styxq/styx/internal/servertest"
 	pb "github.com/styxq/styx/styxpb"
 )
 
@@ -21,16 +22,16 @@ func TestNothingLostNothingDoubled(t *testing.T) {
 	if testing.Short() {
 		t.Skip("runs for several seconds")
 	}
-	forEachBackend(t, func(t *testing.T, b backend) {
-		s := start(t, b)
-		dlq := s.withDLQ("inv", &pb.QueueInfo{MaxAttempts: 3, LeaseTimeout: "1s", RequestedPartitions: 2})
+	servertest.ForEachBackend(t, func(t *testing.T, b servertest.Backend) {
+		s := servertest.Start(t, b)
+		dlq := withDLQ(s, "inv", &pb.QueueInfo{MaxAttempts: 3, LeaseTimeout: "1s", RequestedPartitions: 2})
 		const n = 400
 		for i := 0; i < n; i += 50 {
 			var batch []string
 			for j := i; j < i+50; j++ {
 				batch = append(batch, fmt.Sprint("p-", j))
 			}
-			s.produce("inv", batch...)
+			s.Produce("inv", batch...)
 		}
 
 		var (
@@ -89,22 +90,22 @@ func TestNothingLostNothingDoubled(t *testing.T) {
 		require.Eventually(t, func() bool {
 			pause.RLock()
 			defer pause.RUnlock()
-			return len(s.items("inv")) < n*3/4
+			return len(s.Items("inv")) < n*3/4
 		}, 60*time.Second, 50*time.Millisecond, "consumers make progress")
 		pause.Lock()
-		s.restart()
+		s.Restart()
 		pause.Unlock()
 
 		require.Eventually(t, func() bool {
 			pause.RLock()
 			defer pause.RUnlock()
-			return len(s.items("inv")) == 0
+			return len(s.Items("inv")) == 0
 		}, 60*time.Second, 50*time.Millisecond, "every item ends completed or dead")
 		close(stop)
 		wg.Wait()
 
 		dead := map[string]int{}
-		for _, it := range s.items(dlq) {
+		for _, it := range s.Items(dlq) {
 			dead[string(it.Payload)]++
 		}
 		for i := range n {
@@ -112,7 +113,7 @@ func TestNothingLostNothingDoubled(t *testing.T) {
 			c, d := completed[p], dead[p]
 			assert.True(t, (c == 1 && d == 0) || (c == 0 && d == 1), "%s: completed %d times, %d copies in the DLQ", p, c, d)
 		}
-		assert.Len(t, dead, len(s.items(dlq)), "no payload twice in the DLQ")
+		assert.Len(t, dead, len(s.Items(dlq)), "no payload twice in the DLQ")
 		t.Logf("%d completed, %d dead", len(completed), len(dead))
 	})
 }

@@ -8,6 +8,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/styxq/styx/daemon"
+	"github.com/styxq/styx/internal/servertest"
 	pb "github.com/styxq/styx/styxpb"
 )
 
@@ -16,9 +17,9 @@ import (
 // the items beyond the bound are not leased (no attempt counted) and the
 // next lease takes them (issue 48).
 func TestLeaseBoundedByBytes(t *testing.T) {
-	forEachBackend(t, func(t *testing.T, b backend) {
-		s := startWith(t, b, func(c *daemon.Config) { c.MaxRequestBytes = 4 << 20 })
-		s.createQueue(&pb.QueueInfo{QueueName: "big", LeaseTimeout: "1m", ExpireTimeout: "24h", MaxAttempts: 5, RequestedPartitions: 1})
+	servertest.ForEachBackend(t, func(t *testing.T, b servertest.Backend) {
+		s := servertest.StartWith(t, b, func(c *daemon.Config) { c.MaxRequestBytes = 4 << 20 })
+		s.CreateQueue(&pb.QueueInfo{QueueName: "big", LeaseTimeout: "1m", ExpireTimeout: "24h", MaxAttempts: 5, RequestedPartitions: 1})
 		const size = 1_000_000 // 4 fit in 4 MiB, 5 do not
 		for range 10 {
 			require.NoError(t, s.C.QueueProduce(ctx, &pb.QueueProduceRequest{QueueName: "big", RequestTimeout: "1m",
@@ -26,7 +27,7 @@ func TestLeaseBoundedByBytes(t *testing.T) {
 		}
 		seen := map[string]bool{}
 		for _, want := range []int{4, 4, 2} {
-			res := s.lease("big", 1000)
+			res := s.Lease("big", 1000)
 			require.Equal(t, want, len(res.Items), "items of the lease")
 			for _, it := range res.Items {
 				require.Len(t, it.Bytes, size)
@@ -45,9 +46,9 @@ func TestLeaseBoundedByBytes(t *testing.T) {
 // once the run is completed; no item is leased twice or given an attempt
 // it was not handed out for (issue 48).
 func TestGroupedLeaseBoundedByBytes(t *testing.T) {
-	forEachBackend(t, func(t *testing.T, b backend) {
-		s := startWith(t, b, func(c *daemon.Config) { c.MaxRequestBytes = 4 << 20 })
-		s.createQueue(&pb.QueueInfo{QueueName: "big", LeaseTimeout: "1m", ExpireTimeout: "24h", MaxAttempts: 5, RequestedPartitions: 1,
+	servertest.ForEachBackend(t, func(t *testing.T, b servertest.Backend) {
+		s := servertest.StartWith(t, b, func(c *daemon.Config) { c.MaxRequestBytes = 4 << 20 })
+		s.CreateQueue(&pb.QueueInfo{QueueName: "big", LeaseTimeout: "1m", ExpireTimeout: "24h", MaxAttempts: 5, RequestedPartitions: 1,
 			Ordered: true})
 		const size = 1_000_000 // 4 fit in 4 MiB, 5 do not
 		for _, g := range []string{"a", "b"} {
@@ -60,7 +61,7 @@ func TestGroupedLeaseBoundedByBytes(t *testing.T) {
 		next := map[string]int{} // each group's next item
 		lease := func(group string, want int) []string {
 			t.Helper()
-			res := s.lease("big", 1000)
+			res := s.Lease("big", 1000)
 			require.Equal(t, want, len(res.Items), "items of the lease")
 			var ids []string
 			for _, it := range res.Items {
@@ -75,10 +76,10 @@ func TestGroupedLeaseBoundedByBytes(t *testing.T) {
 		}
 		a := lease("a", 4)
 		bs := lease("b", 4)
-		s.leaseNone("big") // both groups have their run leased
-		s.complete("big", 0, a...)
+		s.LeaseNone("big") // both groups have their run leased
+		s.Complete("big", 0, a...)
 		lease("a", 2)
-		s.complete("big", 0, bs...)
+		s.Complete("big", 0, bs...)
 		lease("b", 2)
 		require.Equal(t, map[string]int{"a": 6, "b": 6}, next)
 	})

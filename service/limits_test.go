@@ -16,6 +16,7 @@ import (
 
 	styx "github.com/styxq/styx"
 	"github.com/styxq/styx/daemon"
+	"github.com/styxq/styx/internal/servertest"
 	pb "github.com/styxq/styx/styxpb"
 	"github.com/styxq/styx/transport"
 )
@@ -36,14 +37,14 @@ func allocated(fn func()) uint64 {
 
 // memoryBackend is the memory backend: these limits are HTTP-level, so one
 // backend is enough.
-func memoryBackend(t *testing.T) backend { return backends(t)[0] }
+func memoryBackend(t *testing.T) servertest.Backend { return servertest.Backends(t)[0] }
 
 // TestBodyReadTimeout: a request that announces a 64 MiB body, sends 200
 // bytes and stalls is answered 408 once the body read timeout passes, and
 // its buffer grows with what arrived, not with what Content-Length claims.
 func TestBodyReadTimeout(t *testing.T) {
 	const conns = 4
-	s := startWith(t, memoryBackend(t), func(cfg *daemon.Config) {
+	s := servertest.StartWith(t, memoryBackend(t), func(cfg *daemon.Config) {
 		cfg.BodyReadTimeout = 300 * time.Millisecond
 		// Room for every stalled body's charge: this test is about the
 		// read timeout, TestMemoryBudget about the budget.
@@ -53,7 +54,7 @@ func TestBodyReadTimeout(t *testing.T) {
 	alloc := allocated(func() {
 		var cs []net.Conn
 		for range conns {
-			c, err := net.Dial("tcp", s.d.Addr())
+			c, err := net.Dial("tcp", s.D.Addr())
 			require.NoError(t, err)
 			defer c.Close()
 			_, err = io.WriteString(c, "POST /v1/queue.produce HTTP/1.1\r\nHost: 127.0.0.1\r\nContent-Type: application/protobuf\r\n"+
@@ -80,19 +81,19 @@ func TestBodyReadTimeout(t *testing.T) {
 		// The deadline is lifted once the body is read: a lease waits its
 		// request_timeout (3 × the body read timeout) and finds nothing,
 		// instead of having its context canceled by the read deadline.
-		s.createQueue(&pb.QueueInfo{QueueName: "idle", LeaseTimeout: "1m", ExpireTimeout: "1h"})
+		s.CreateQueue(&pb.QueueInfo{QueueName: "idle", LeaseTimeout: "1m", ExpireTimeout: "1h"})
 		_, err := s.C.QueueLease(ctx, &pb.QueueLeaseRequest{QueueName: "idle", BatchSize: 1, ClientId: "c", RequestTimeout: "900ms"})
 		require.Equal(t, styx.CodeRetry, styx.ErrorCode(err), "%v", err)
-		s.produce("idle", "after the long poll")
-		require.Len(t, s.lease("idle", 1).Items, 1, "the connection still serves")
+		s.Produce("idle", "after the long poll")
+		require.Len(t, s.Lease("idle", 1).Items, 1, "the connection still serves")
 	})
 }
 
 // post sends body to path in content type ct and returns the status and
 // the reply's message.
-func post(t *testing.T, s *server, path, ct string, body []byte) (int, string) {
+func post(t *testing.T, s *servertest.Server, path, ct string, body []byte) (int, string) {
 	t.Helper()
-	res, err := http.Post(s.d.Endpoint()+path, ct, bytes.NewReader(body))
+	res, err := http.Post(s.D.Endpoint()+path, ct, bytes.NewReader(body))
 	require.NoError(t, err)
 	defer res.Body.Close()
 	b, err := io.ReadAll(res.Body)
@@ -104,8 +105,8 @@ func post(t *testing.T, s *server, path, ct string, body []byte) (int, string) {
 // refused 400, naming the field and the limit, without building a million
 // messages (a naive decode allocates over 100 MiB for it).
 func TestListLimitsBeforeDecoding(t *testing.T) {
-	s := start(t, memoryBackend(t))
-	s.createQueue(&pb.QueueInfo{QueueName: "q", LeaseTimeout: "1m", ExpireTimeout: "1h"})
+	s := servertest.Start(t, memoryBackend(t))
+	s.CreateQueue(&pb.QueueInfo{QueueName: "q", LeaseTimeout: "1m", ExpireTimeout: "1h"})
 	const n = 1_000_000
 	t.Run("Protobuf", func(t *testing.T) {
 		body := append([]byte("\x0a\x01q"), bytes.Repeat([]byte{0x1a, 0x00}, n)...) // queue_name "q", n × items {}
@@ -149,7 +150,7 @@ func TestListLimitsBeforeDecoding(t *testing.T) {
 // has the busy case and the server-wide limit). The connections come from
 // an address of their own (127.0.0.3), apart from the harness client's.
 func TestMaxConnections(t *testing.T) {
-	s := startWith(t, memoryBackend(t), func(cfg *daemon.Config) { cfg.MaxConnections, cfg.MaxConnectionsPerAddress = 100, 2 })
+	s := servertest.StartWith(t, memoryBackend(t), func(cfg *daemon.Config) { cfg.MaxConnections, cfg.MaxConnectionsPerAddress = 100, 2 })
 	dialer := net.Dialer{LocalAddr: &net.TCPAddr{IP: net.ParseIP("127.0.0.3")}}
 	health := func(c net.Conn, r *bufio.Reader) {
 		_, err := io.WriteString(c, "GET /health HTTP/1.1\r\nHost: styx\r\n\r\n")
@@ -163,7 +164,7 @@ func TestMaxConnections(t *testing.T) {
 	var conns []net.Conn
 	var readers []*bufio.Reader
 	for i := range 2 {
-		c, err := dialer.DialContext(ctx, "tcp", s.d.Addr())
+		c, err := dialer.DialContext(ctx, "tcp", s.D.Addr())
 		require.NoError(t, err)
 		t.Cleanup(func() { _ = c.Close() })
 		conns, readers = append(conns, c), append(readers, bufio.NewReader(c))
@@ -172,8 +173,8 @@ func TestMaxConnections(t *testing.T) {
 	// The third is served: an idle one made room. (Were neither of the
 	// first two noted idle yet, it would be refused 503: then it asks
 	// again.)
-	eventually(t, func() bool {
-		c, err := dialer.DialContext(ctx, "tcp", s.d.Addr())
+	servertest.Eventually(t, func() bool {
+		c, err := dialer.DialContext(ctx, "tcp", s.D.Addr())
 		require.NoError(t, err)
 		t.Cleanup(func() { _ = c.Close() })
 		_, err = io.WriteString(c, "GET /health HTTP/1.1\r\nHost: styx\r\n\r\n")

@@ -12,13 +12,14 @@ import (
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
+	"github.com/styxq/styx/internal/servertest"
 	pb "github.com/styxq/styx/styxpb"
 )
 
 // scrape returns the /metrics text.
-func (s *server) scrape() string {
-	s.t.Helper()
-	return scrapeEndpoint(s.t, s.d.Endpoint())
+func scrape(s *servertest.Server) string {
+	s.T.Helper()
+	return scrapeEndpoint(s.T, s.D.Endpoint())
 }
 
 // scrapeEndpoint returns the /metrics text of the server at endpoint.
@@ -46,21 +47,21 @@ func metricLine(text, series string) string {
 // TestMetrics checks the documented metrics (docs/metrics.md) change as
 // items move.
 func TestMetrics(t *testing.T) {
-	forEachBackend(t, func(t *testing.T, b backend) {
-		s := start(t, b)
-		dlq := s.withDLQ("m", &pb.QueueInfo{MaxAttempts: 1, RequestedPartitions: 2})
-		s.produce("m", "a", "b", "c")
-		it := s.lease("m", 1).Items[0]
-		text := s.scrape()
+	servertest.ForEachBackend(t, func(t *testing.T, b servertest.Backend) {
+		s := servertest.Start(t, b)
+		dlq := withDLQ(s, "m", &pb.QueueInfo{MaxAttempts: 1, RequestedPartitions: 2})
+		s.Produce("m", "a", "b", "c")
+		it := s.Lease("m", 1).Items[0]
+		text := scrape(s)
 		assert.Equal(t, `styx_queue_items{queue="m",state="ready"} 2`, metricLine(text, `styx_queue_items{queue="m",state="ready"}`))
 		assert.Equal(t, `styx_queue_items{queue="m",state="leased"} 1`, metricLine(text, `styx_queue_items{queue="m",state="leased"}`))
 		assert.NotEmpty(t, metricLine(text, `styx_queue_oldest_item_age_seconds{queue="m"}`))
 		assert.Contains(t, text, `styx_http_requests_total{code="200",path="/v1/queue.lease"} 1`)
 
-		s.retry("m", 0, &pb.QueueRetryItem{Id: it.Id, Error: "x"})
-		it2 := s.lease("m", 1)
-		s.complete("m", it2.Partition, it2.Items[0].Id)
-		text = s.scrape()
+		s.Retry("m", 0, &pb.QueueRetryItem{Id: it.Id, Error: "x"})
+		it2 := s.Lease("m", 1)
+		s.Complete("m", it2.Partition, it2.Items[0].Id)
+		text = scrape(s)
 		assert.Equal(t, `styx_dead_lettered_total{dead_queue="m-dlq",queue="m",reason="max_attempts"} 1`,
 			metricLine(text, `styx_dead_lettered_total{dead_queue="m-dlq",queue="m",reason="max_attempts"}`))
 		assert.Equal(t, `styx_queue_items{queue="`+dlq+`",state="ready"} 1`, metricLine(text, `styx_queue_items{queue="`+dlq+`",state="ready"}`))
@@ -93,20 +94,20 @@ func documentedFamilies(t *testing.T) []string {
 // 0, so dashboards and rate() see them before the first event; after a
 // restart (queues loaded, not created) too; a deleted queue's series go.
 func TestMetricsOfAFreshServer(t *testing.T) {
-	forEachBackend(t, func(t *testing.T, b backend) {
-		s := start(t, b)
-		dlq := s.withDLQ("fresh", &pb.QueueInfo{MaxAttempts: 3})
+	servertest.ForEachBackend(t, func(t *testing.T, b servertest.Backend) {
+		s := servertest.Start(t, b)
+		dlq := withDLQ(s, "fresh", &pb.QueueInfo{MaxAttempts: 3})
 		check := func(when string) {
-			if b.postgres() { // the replication watcher's first sample (every second)
-				require.Eventually(t, func() bool { return strings.Contains(s.scrape(), "\n# TYPE styx_postgres_standbys ") },
+			if b.Postgres() { // the replication watcher's first sample (every second)
+				require.Eventually(t, func() bool { return strings.Contains(scrape(s), "\n# TYPE styx_postgres_standbys ") },
 					30*time.Second, 10*time.Millisecond, when)
 			}
-			text := s.scrape()
+			text := scrape(s)
 			for _, name := range documentedFamilies(t) {
-				if name == "styx_queue_deduplication_ids" && b.postgres() {
+				if name == "styx_queue_deduplication_ids" && b.Postgres() {
 					continue // PostgreSQL keeps its ids in its table, not in memory: not exported
 				}
-				if strings.HasPrefix(name, "styx_postgres_") && (!b.postgres() || strings.HasPrefix(name, "styx_postgres_standby_lag_")) {
+				if strings.HasPrefix(name, "styx_postgres_") && (!b.Postgres() || strings.HasPrefix(name, "styx_postgres_standby_lag_")) {
 					continue // PostgreSQL only; the lags have a series per standby, and there is none
 				}
 				assert.Contains(t, text, "\n# TYPE "+name+" ", "%s: family %s is missing", when, name)
@@ -124,11 +125,11 @@ func TestMetricsOfAFreshServer(t *testing.T) {
 			}
 		}
 		check("created")
-		if b.name != "memory" {
-			s.restart()
+		if b.Name != "memory" {
+			s.Restart()
 			check("restarted")
 		}
 		require.NoError(t, s.C.QueuesDelete(ctx, &pb.QueuesDeleteRequest{QueueName: "fresh", Force: true}))
-		assert.NotContains(t, s.scrape(), `queue="fresh"`, "a deleted queue's series are removed")
+		assert.NotContains(t, scrape(s), `queue="fresh"`, "a deleted queue's series are removed")
 	})
 }

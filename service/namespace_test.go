@@ -8,6 +8,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	styx "github.com/styxq/styx"
+	"github.com/styxq/styx/internal/servertest"
 	pb "github.com/styxq/styx/styxpb"
 )
 
@@ -16,8 +17,8 @@ import (
 // limit, validation, the rule that queues.update cannot move a queue, and
 // that names stay unique across namespaces.
 func TestNamespaces(t *testing.T) {
-	forEachBackend(t, func(t *testing.T, b backend) {
-		s := start(t, b)
+	servertest.ForEachBackend(t, func(t *testing.T, b servertest.Backend) {
+		s := servertest.Start(t, b)
 		info := func(t *testing.T, name string) *pb.QueueInfo {
 			t.Helper()
 			res, err := s.C.QueuesInfo(ctx, &pb.QueuesInfoRequest{QueueName: name})
@@ -36,12 +37,12 @@ func TestNamespaces(t *testing.T) {
 			return out
 		}
 
-		s.createQueue(&pb.QueueInfo{QueueName: "plain"})
-		s.createQueue(&pb.QueueInfo{QueueName: "sys", Namespace: "_system"})
+		s.CreateQueue(&pb.QueueInfo{QueueName: "plain"})
+		s.CreateQueue(&pb.QueueInfo{QueueName: "sys", Namespace: "_system"})
 		for _, q := range []struct{ name, ns string }{
 			{"a-1", "team-a"}, {"b-1", "team-b"}, {"a-2", "team-a"}, {"a-3", "team-a"}, {"b-2", "team-b"},
 		} {
-			s.createQueue(&pb.QueueInfo{QueueName: q.name, Namespace: q.ns})
+			s.CreateQueue(&pb.QueueInfo{QueueName: q.name, Namespace: q.ns})
 		}
 
 		t.Run("DefaultIsSystem", func(t *testing.T) {
@@ -69,7 +70,7 @@ func TestNamespaces(t *testing.T) {
 		})
 		t.Run("NamesUniqueAcrossNamespaces", func(t *testing.T) {
 			err := s.C.QueuesCreate(ctx, &pb.QueueInfo{QueueName: "a-1", Namespace: "team-b"})
-			requireCode(t, err, styx.CodeBadRequest, "queue already exists", "a-1")
+			servertest.RequireCode(t, err, styx.CodeBadRequest, "queue already exists", "a-1")
 			assert.Equal(t, "team-a", info(t, "a-1").Namespace)
 		})
 		t.Run("Update", func(t *testing.T) {
@@ -80,9 +81,9 @@ func TestNamespaces(t *testing.T) {
 			assert.Equal(t, int32(5), got.MaxAttempts)
 
 			err := s.C.QueuesUpdate(ctx, &pb.QueueInfo{QueueName: "a-3", Namespace: "team-b", MaxAttempts: 6})
-			requireCode(t, err, styx.CodeBadRequest, "invalid namespace", "'team-a'", "cannot move to 'team-b'")
+			servertest.RequireCode(t, err, styx.CodeBadRequest, "invalid namespace", "'team-a'", "cannot move to 'team-b'")
 			err = s.C.QueuesUpdate(ctx, &pb.QueueInfo{QueueName: "a-3", Namespace: "a:b", MaxAttempts: 6})
-			requireCode(t, err, styx.CodeBadRequest, "invalid namespace", "':'")
+			servertest.RequireCode(t, err, styx.CodeBadRequest, "invalid namespace", "':'")
 			got = info(t, "a-3")
 			assert.Equal(t, "team-a", got.Namespace)
 			assert.Equal(t, int32(5), got.MaxAttempts, "a refused update changes nothing")
@@ -102,18 +103,18 @@ func TestNamespaces(t *testing.T) {
 			} {
 				t.Run(c.name, func(t *testing.T) {
 					err := s.C.QueuesCreate(ctx, &pb.QueueInfo{QueueName: "bad-ns", Namespace: c.ns})
-					requireCode(t, err, styx.CodeBadRequest, append([]string{"invalid namespace"}, c.parts...)...)
+					servertest.RequireCode(t, err, styx.CodeBadRequest, append([]string{"invalid namespace"}, c.parts...)...)
 					_, err = s.C.QueuesInfo(ctx, &pb.QueuesInfoRequest{QueueName: "bad-ns"})
 					require.Error(t, err, "nothing was created")
 				})
 			}
 			// The longest namespace is accepted.
 			long := strings.Repeat("n", 256)
-			s.createQueue(&pb.QueueInfo{QueueName: "long-ns", Namespace: long})
+			s.CreateQueue(&pb.QueueInfo{QueueName: "long-ns", Namespace: long})
 			assert.Equal(t, long, info(t, "long-ns").Namespace)
 		})
 		t.Run("SurvivesRestart", func(t *testing.T) {
-			s.restart()
+			s.Restart()
 			assert.Equal(t, "team-b", info(t, "b-2").Namespace)
 			assert.Equal(t, "_system", info(t, "plain").Namespace)
 			assert.Equal(t, []string{"b-1@team-b", "b-2@team-b"}, list(t, &pb.QueuesListRequest{Namespace: "team-b"}))

@@ -10,6 +10,7 @@ import (
 
 	styx "github.com/styxq/styx"
 	"github.com/styxq/styx/internal/pgtest"
+	"github.com/styxq/styx/internal/servertest"
 	pb "github.com/styxq/styx/styxpb"
 )
 
@@ -18,10 +19,10 @@ import (
 // to take a server's storage down and bring it back (faulty.SetDown on
 // memory and Pebble, stopping the cluster on postgres), and the word every
 // failure names.
-func outage(t *testing.T, b backend) (_ backend, down, up func(*server), cause string) {
-	if b.name != "postgres" {
-		return b, func(s *server) { s.Faults.SetDown(errors.New("injected: outage")) },
-			func(s *server) { s.Faults.SetDown(nil) }, "injected: outage"
+func outage(t *testing.T, b servertest.Backend) (_ servertest.Backend, down, up func(*servertest.Server), cause string) {
+	if b.Name != "postgres" {
+		return b, func(s *servertest.Server) { s.Faults.SetDown(errors.New("injected: outage")) },
+			func(s *servertest.Server) { s.Faults.SetDown(nil) }, "injected: outage"
 	}
 	if testing.Short() {
 		t.Skip("starts a PostgreSQL cluster")
@@ -30,7 +31,7 @@ func outage(t *testing.T, b backend) (_ backend, down, up func(*server), cause s
 		t.Skipf("%s is not set (see internal/pgtest)", pgtest.EnvURL)
 	}
 	pg := pgtest.StartServer(t)
-	return backend{name: "postgres", url: pgtest.SchemaURL(t, pg.URL)}, func(*server) { pg.Stop(t) }, func(*server) { pg.Start(t) }, "postgres"
+	return servertest.Backend{Name: "postgres", URL: pgtest.SchemaURL(t, pg.URL)}, func(*servertest.Server) { pg.Stop(t) }, func(*servertest.Server) { pg.Start(t) }, "postgres"
 }
 
 // TestStorageOutageSameCode: the same outage — every storage call failing,
@@ -41,15 +42,15 @@ func outage(t *testing.T, b backend) (_ backend, down, up func(*server), cause s
 // queues.list, queues.create and storage/items.list answered 500 on memory
 // and Pebble.) Once storage is back, the same server serves again.
 func TestStorageOutageSameCode(t *testing.T) {
-	for _, b := range backends(t) {
-		t.Run(b.name, func(t *testing.T) {
+	for _, b := range servertest.Backends(t) {
+		t.Run(b.Name, func(t *testing.T) {
 			t.Parallel()
 			b, takeDown, bringUp, cause := outage(t, b)
-			s := start(t, b)
+			s := servertest.Start(t, b)
 			down, up := func() { takeDown(s) }, func() { bringUp(s) }
-			s.createQueue(&pb.QueueInfo{QueueName: "out-dlq"})
-			s.createQueue(&pb.QueueInfo{QueueName: "out", DeadQueue: "out-dlq"})
-			s.produce("out", "before-1", "before-2")
+			s.CreateQueue(&pb.QueueInfo{QueueName: "out-dlq"})
+			s.CreateQueue(&pb.QueueInfo{QueueName: "out", DeadQueue: "out-dlq"})
+			s.Produce("out", "before-1", "before-2")
 
 			down()
 			calls := []struct {
@@ -105,7 +106,7 @@ func TestStorageOutageSameCode(t *testing.T) {
 					Items: []*pb.QueueProduceItem{{Bytes: []byte("after")}}}) == nil
 			}, 30*time.Second, 10*time.Millisecond, "produce after the outage")
 			var got []string
-			for _, it := range s.items("out") {
+			for _, it := range s.Items("out") {
 				got = append(got, string(it.Payload))
 			}
 			require.Equal(t, []string{"before-1", "before-2", "after"}, got)

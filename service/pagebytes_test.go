@@ -10,6 +10,7 @@ import (
 	"github.com/stretchr/testify/require"
 	"google.golang.org/protobuf/types/known/timestamppb"
 
+	"github.com/styxq/styx/internal/servertest"
 	"github.com/styxq/styx/service"
 	pb "github.com/styxq/styx/styxpb"
 )
@@ -18,10 +19,14 @@ import (
 // storage/scheduled.list and dead.list stop a page at service.PageBytes of
 // items, whatever the limit, and a client paging by pivot (next_pivot for
 // dead.list) still gets every item exactly once. The tests lower the bound
-// (service.SetPageBytes) so that 1 MiB items show it; they do not run in
-// parallel with other tests.
+// (service.SetPageBytes) to a few items of itemBytes, so that small items
+// show it (the bound is a number of bytes, whatever it is: 64 KiB items
+// against a 288 KiB bound page as 1 MiB items against 4.5 MiB, at a
+// sixteenth of the bytes written and listed); they do not run in parallel
+// with other tests.
 
-const mib = 1 << 20
+// itemBytes is the size of the tests' big items.
+const itemBytes = 64 << 10
 
 // bigPayload is item i's payload: n bytes, its index first.
 func bigPayload(i, n int) []byte {
@@ -33,7 +38,7 @@ func bigPayload(i, n int) []byte {
 // fillBig gives queue n items of size bytes each: scheduled an hour ahead
 // when scheduled, as imported dead items from queue "src" when dead, else
 // produced. Batches of 4 keep each request small.
-func fillBig(t *testing.T, s *server, queue string, n, size int, scheduled, dead bool) {
+func fillBig(t *testing.T, s *servertest.Server, queue string, n, size int, scheduled, dead bool) {
 	t.Helper()
 	for i := 0; i < n; i += 4 {
 		if dead {
@@ -102,24 +107,24 @@ func requireEachOnce(t *testing.T, items []*pb.StorageItem, n, size int) {
 	}
 }
 
-// TestListingsBoundedByBytes: 40 items of 1 MiB (40 dead ones, 40
-// scheduled ones) and a bound of 4.5 MiB: a page of each listing (limit
+// TestListingsBoundedByBytes: 40 items of itemBytes (40 dead ones, 40
+// scheduled ones) and a bound of 4.5 items: a page of each listing (limit
 // 1000, the most a dead.list may ask) holds at most 4 items and stays under
 // the bound, and paging lists each item once. Before, one call returned all
 // 40 (the server built them all).
 func TestListingsBoundedByBytes(t *testing.T) {
 	const n, limit = 40, 1000
-	bound := 4*mib + mib/2
+	bound := 4*itemBytes + itemBytes/2
 	t.Cleanup(service.SetPageBytes(bound))
-	forEachBackend(t, func(t *testing.T, b backend) {
-		s := start(t, b)
+	servertest.ForEachBackend(t, func(t *testing.T, b servertest.Backend) {
+		s := servertest.Start(t, b)
 		// The dead items serve storage/items.list (which lists a
 		// dead-letter queue's items too) and dead.list.
-		s.createQueue(&pb.QueueInfo{QueueName: "later"})
-		s.createQueue(&pb.QueueInfo{QueueName: "big-dead"})
-		s.createQueue(&pb.QueueInfo{QueueName: "src", DeadQueue: "big-dead"})
-		fillBig(t, s, "later", n, mib, true, false)
-		fillBig(t, s, "big-dead", n, mib, false, true)
+		s.CreateQueue(&pb.QueueInfo{QueueName: "later"})
+		s.CreateQueue(&pb.QueueInfo{QueueName: "big-dead"})
+		s.CreateQueue(&pb.QueueInfo{QueueName: "src", DeadQueue: "big-dead"})
+		fillBig(t, s, "later", n, itemBytes, true, false)
+		fillBig(t, s, "big-dead", n, itemBytes, false, true)
 
 		check := func(t *testing.T, page []*pb.StorageItem) {
 			require.NotEmpty(t, page)
@@ -136,7 +141,7 @@ func TestListingsBoundedByBytes(t *testing.T) {
 					require.NoError(t, err)
 					return res.Items
 				}, check)
-				requireEachOnce(t, items, n, mib)
+				requireEachOnce(t, items, n, itemBytes)
 			})
 		}
 		t.Run("dead.list", func(t *testing.T) {
@@ -154,7 +159,7 @@ func TestListingsBoundedByBytes(t *testing.T) {
 					break
 				}
 			}
-			requireEachOnce(t, items, n, mib)
+			requireEachOnce(t, items, n, itemBytes)
 		})
 	})
 }
@@ -165,14 +170,14 @@ func TestListingsBoundedByBytes(t *testing.T) {
 // moves on by next_pivot.
 func TestListingItemOverPageBytes(t *testing.T) {
 	const n = 3
-	t.Cleanup(service.SetPageBytes(mib / 4))
-	forEachBackend(t, func(t *testing.T, b backend) {
-		s := start(t, b)
-		s.createQueue(&pb.QueueInfo{QueueName: "big"})
-		s.createQueue(&pb.QueueInfo{QueueName: "big-dead"})
-		s.createQueue(&pb.QueueInfo{QueueName: "src", DeadQueue: "big-dead"})
-		fillBig(t, s, "big", n, mib, false, false)
-		fillBig(t, s, "big-dead", n, mib, false, true)
+	t.Cleanup(service.SetPageBytes(itemBytes / 4))
+	servertest.ForEachBackend(t, func(t *testing.T, b servertest.Backend) {
+		s := servertest.Start(t, b)
+		s.CreateQueue(&pb.QueueInfo{QueueName: "big"})
+		s.CreateQueue(&pb.QueueInfo{QueueName: "big-dead"})
+		s.CreateQueue(&pb.QueueInfo{QueueName: "src", DeadQueue: "big-dead"})
+		fillBig(t, s, "big", n, itemBytes, false, false)
+		fillBig(t, s, "big-dead", n, itemBytes, false, true)
 
 		res, err := s.C.StorageItemsList(ctx, &pb.StorageItemsListRequest{QueueName: "big", Limit: 10})
 		require.NoError(t, err)
@@ -187,7 +192,7 @@ func TestListingItemOverPageBytes(t *testing.T) {
 			require.NoError(t, err)
 			return res.Items
 		}, func(*testing.T, []*pb.StorageItem) {})
-		requireEachOnce(t, items, n, mib)
+		requireEachOnce(t, items, n, itemBytes)
 
 		var dead []*pb.StorageItem
 		pivot := ""
@@ -200,6 +205,6 @@ func TestListingItemOverPageBytes(t *testing.T) {
 				break
 			}
 		}
-		requireEachOnce(t, dead, n, mib)
+		requireEachOnce(t, dead, n, itemBytes)
 	})
 }

@@ -8,6 +8,7 @@ import (
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
+	"github.com/styxq/styx/internal/servertest"
 	pb "github.com/styxq/styx/styxpb"
 )
 
@@ -19,105 +20,105 @@ import (
 // items, a lease is served from the partition with the most, ties take
 // turns, and leases waiting on one partition share its items one at a time.
 func TestPartitionDistribution(t *testing.T) {
-	forEachBackend(t, func(t *testing.T, b backend) {
-		s := start(t, b)
+	servertest.ForEachBackend(t, func(t *testing.T, b servertest.Backend) {
+		s := servertest.Start(t, b)
 
 		t.Run("TwoPartitions", func(t *testing.T) {
-			s.createQueue(&pb.QueueInfo{QueueName: "two", RequestedPartitions: 2})
+			s.CreateQueue(&pb.QueueInfo{QueueName: "two", RequestedPartitions: 2})
 			zero := numbered("zero", 10)
-			s.produce("two", zero...)
-			list := s.itemsOf(t, "two", 0)
+			s.Produce("two", zero...)
+			list := itemsOf(s, t, "two", 0)
 			require.Len(t, list, 10)
 			assert.Equal(t, zero[0], string(list[0].Payload))
 
 			one := numbered("one", 11)
-			s.produce("two", one...)
-			list = s.itemsOf(t, "two", 1)
+			s.Produce("two", one...)
+			list = itemsOf(s, t, "two", 1)
 			require.Len(t, list, 11)
 			assert.Equal(t, one[0], string(list[0].Payload))
 
-			assert.Len(t, s.leaseAs(t, "two", "c1", 10).Items, 10)
-			assert.Len(t, s.leaseAs(t, "two", "c2", 10).Items, 10)
+			assert.Len(t, leaseAs(s, t, "two", "c1", 10).Items, 10)
+			assert.Len(t, leaseAs(s, t, "two", "c2", 10).Items, 10)
 			// Every item but one is leased: ten from each partition.
-			s.assertPartition(t, "two", 0, 10, 0)
-			s.assertPartition(t, "two", 1, 10, 1)
+			assertPartition(s, t, "two", 0, 10, 0)
+			assertPartition(s, t, "two", 1, 10, 1)
 		})
 
 		t.Run("OpportunisticLease", func(t *testing.T) {
-			s.createQueue(&pb.QueueInfo{QueueName: "opp", RequestedPartitions: 2})
+			s.CreateQueue(&pb.QueueInfo{QueueName: "opp", RequestedPartitions: 2})
 			for i := range 5 {
-				s.produce("opp", numbered(fmt.Sprint("opp", i), 10)...)
+				s.Produce("opp", numbered(fmt.Sprint("opp", i), 10)...)
 			}
 			// Partition 0: 10 10 10; partition 1: 10 10.
-			s.assertPartition(t, "opp", 0, 0, 30)
-			s.assertPartition(t, "opp", 1, 0, 20)
+			assertPartition(s, t, "opp", 0, 0, 30)
+			assertPartition(s, t, "opp", 1, 0, 20)
 			for i, want := range []int32{5, 10, 20} {
-				res := s.leaseAs(t, "opp", fmt.Sprint("client-", i), want)
+				res := leaseAs(s, t, "opp", fmt.Sprint("client-", i), want)
 				assert.Len(t, res.Items, int(want))
 			}
 			// Partition 0 serves 5 and 10 (the most ready each time), then
 			// partition 1 (20 ready against 15) serves 20.
-			s.assertPartition(t, "opp", 0, 15, 15)
-			s.assertPartition(t, "opp", 1, 20, 0)
+			assertPartition(s, t, "opp", 0, 15, 15)
+			assertPartition(s, t, "opp", 1, 20, 0)
 		})
 
 		t.Run("OpportunisticLeaseSingle", func(t *testing.T) {
 			// Querator's placement here depends on its sort's tie order
 			// (its test says so); Styx's ties take turns: 0, 1, 2, 0, 1.
-			s.createQueue(&pb.QueueInfo{QueueName: "single", RequestedPartitions: 3})
+			s.CreateQueue(&pb.QueueInfo{QueueName: "single", RequestedPartitions: 3})
 			for i := range 5 {
-				s.produce("single", numbered(fmt.Sprint("single", i), 5)...)
+				s.Produce("single", numbered(fmt.Sprint("single", i), 5)...)
 			}
-			s.assertPartition(t, "single", 0, 0, 10)
-			s.assertPartition(t, "single", 1, 0, 10)
-			s.assertPartition(t, "single", 2, 0, 5)
+			assertPartition(s, t, "single", 0, 0, 10)
+			assertPartition(s, t, "single", 1, 0, 10)
+			assertPartition(s, t, "single", 2, 0, 5)
 			for range 10 {
-				assert.Len(t, s.leaseAs(t, "single", "one-client", 1).Items, 1)
+				assert.Len(t, leaseAs(s, t, "single", "one-client", 1).Items, 1)
 			}
 			// The partition with fewer ready items is not touched until the
 			// others are down to it, so consumption stays even.
-			s.assertPartition(t, "single", 0, 5, 5)
-			s.assertPartition(t, "single", 1, 5, 5)
-			s.assertPartition(t, "single", 2, 0, 5)
+			assertPartition(s, t, "single", 0, 5, 5)
+			assertPartition(s, t, "single", 1, 5, 5)
+			assertPartition(s, t, "single", 2, 0, 5)
 		})
 
 		t.Run("OnePartitionManyConsumers", func(t *testing.T) {
-			s.createQueue(&pb.QueueInfo{QueueName: "many", RequestedPartitions: 1})
+			s.CreateQueue(&pb.QueueInfo{QueueName: "many", RequestedPartitions: 1})
 			for i := range 5 {
-				s.produce("many", numbered(fmt.Sprint("many", i), 10)...)
+				s.Produce("many", numbered(fmt.Sprint("many", i), 10)...)
 			}
 			// Five concurrent leases of 2, five times: each gets 2.
 			for round := range 5 {
-				for i, res := range s.leaseConcurrently(t, "many", 5, 2) {
+				for i, res := range leaseConcurrently(s, t, "many", 5, 2) {
 					assert.Len(t, res.Items, 2, "round %d, consumer %d", round, i)
 				}
 			}
-			s.assertPartition(t, "many", 0, 50, 0)
+			assertPartition(s, t, "many", 0, 50, 0)
 		})
 
 		t.Run("ManyPartitionsOneConsumer", func(t *testing.T) {
-			s.createQueue(&pb.QueueInfo{QueueName: "wide", RequestedPartitions: 10})
+			s.CreateQueue(&pb.QueueInfo{QueueName: "wide", RequestedPartitions: 10})
 			for i := range 10 {
-				s.produce("wide", numbered(fmt.Sprint("wide", i), 5)...)
+				s.Produce("wide", numbered(fmt.Sprint("wide", i), 5)...)
 			}
 			for p := range int32(10) {
-				s.assertPartition(t, "wide", p, 0, 5)
+				assertPartition(s, t, "wide", p, 0, 5)
 			}
 			served := map[int32]int{}
 			count := 0
 			for count < 50 {
-				res := s.leaseAs(t, "wide", fmt.Sprint("client-", count), 5)
+				res := leaseAs(s, t, "wide", fmt.Sprint("client-", count), 5)
 				count += len(res.Items)
 				served[res.Partition] += len(res.Items)
 			}
 			for p := range int32(10) {
 				assert.Equal(t, 5, served[p], "partition %d", p)
-				s.assertPartition(t, "wide", p, 5, 0)
+				assertPartition(s, t, "wide", p, 5, 0)
 			}
 		})
 
 		t.Run("WaitingConsumers", func(t *testing.T) {
-			s.createQueue(&pb.QueueInfo{QueueName: "waiting", RequestedPartitions: 5})
+			s.CreateQueue(&pb.QueueInfo{QueueName: "waiting", RequestedPartitions: 5})
 			results := make(chan *pb.QueueLeaseResponse, 5)
 			for i := range 5 {
 				go func() {
@@ -129,8 +130,8 @@ func TestPartitionDistribution(t *testing.T) {
 					results <- res
 				}()
 			}
-			waitStat(t, s, "waiting", func(st *pb.QueueLogicalStats) bool { return st.LeaseWaiting == 5 })
-			s.produce("waiting", numbered("w", 10)...)
+			servertest.WaitStat(t, s, "waiting", func(st *pb.QueueLogicalStats) bool { return st.LeaseWaiting == 5 })
+			s.Produce("waiting", numbered("w", 10)...)
 			// The ten items, all in one partition, are shared by the five
 			// waiting leases.
 			for range 5 {
@@ -151,7 +152,7 @@ func numbered(prefix string, n int) []string {
 }
 
 // leaseAs leases as client id, waiting up to 5s.
-func (s *server) leaseAs(t *testing.T, queue, client string, n int32) *pb.QueueLeaseResponse {
+func leaseAs(s *servertest.Server, t *testing.T, queue, client string, n int32) *pb.QueueLeaseResponse {
 	t.Helper()
 	res, err := s.C.QueueLease(ctx, &pb.QueueLeaseRequest{QueueName: queue, BatchSize: n, ClientId: client, RequestTimeout: "5s"})
 	require.NoError(t, err)
@@ -160,7 +161,7 @@ func (s *server) leaseAs(t *testing.T, queue, client string, n int32) *pb.QueueL
 
 // leaseConcurrently sends consumers leases of n at once and returns their
 // answers.
-func (s *server) leaseConcurrently(t *testing.T, queue string, consumers int, n int32) []*pb.QueueLeaseResponse {
+func leaseConcurrently(s *servertest.Server, t *testing.T, queue string, consumers int, n int32) []*pb.QueueLeaseResponse {
 	t.Helper()
 	out := make([]*pb.QueueLeaseResponse, consumers)
 	var wg sync.WaitGroup
@@ -182,7 +183,7 @@ func (s *server) leaseConcurrently(t *testing.T, queue string, consumers int, n 
 }
 
 // itemsOf lists the items of one partition (at most 1000), failing t.
-func (s *server) itemsOf(t *testing.T, queue string, p int32) []*pb.StorageItem {
+func itemsOf(s *servertest.Server, t *testing.T, queue string, p int32) []*pb.StorageItem {
 	t.Helper()
 	res, err := s.C.StorageItemsList(ctx, &pb.StorageItemsListRequest{QueueName: queue, Partition: p, Limit: 1000})
 	require.NoError(t, err)
@@ -190,10 +191,10 @@ func (s *server) itemsOf(t *testing.T, queue string, p int32) []*pb.StorageItem 
 }
 
 // assertPartition asserts how many items of partition p are leased and not.
-func (s *server) assertPartition(t *testing.T, queue string, p int32, leased, notLeased int) {
+func assertPartition(s *servertest.Server, t *testing.T, queue string, p int32, leased, notLeased int) {
 	t.Helper()
 	var l, n int
-	for _, it := range s.itemsOf(t, queue, p) {
+	for _, it := range itemsOf(s, t, queue, p) {
 		if it.IsLeased {
 			l++
 		} else {

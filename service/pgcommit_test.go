@@ -10,6 +10,7 @@ import (
 
 	styx "github.com/styxq/styx"
 	"github.com/styxq/styx/internal/pgtest"
+	"github.com/styxq/styx/internal/servertest"
 	pb "github.com/styxq/styx/styxpb"
 )
 
@@ -32,12 +33,12 @@ import (
 func TestPostgresCommitOutcomeUnknown(t *testing.T) {
 	base := pgtest.URL(t)
 	proxy := startPGProxy(t, pgHost(t, base))
-	a := start(t, backend{name: "postgres", url: proxy.url(base)})
-	b := start(t, backend{name: "postgres", url: base})
-	b.createQueue(&pb.QueueInfo{QueueName: "cu", LeaseTimeout: "1m"})
+	a := servertest.Start(t, servertest.Backend{Name: "postgres", URL: proxy.url(base)})
+	b := servertest.Start(t, servertest.Backend{Name: "postgres", URL: base})
+	b.CreateQueue(&pb.QueueInfo{QueueName: "cu", LeaseTimeout: "1m"})
 
 	count := func(payload string) (n int, leased bool) {
-		for _, it := range b.items("cu") {
+		for _, it := range b.Items("cu") {
 			if string(it.Payload) == payload {
 				n++
 				leased = it.IsLeased
@@ -72,7 +73,7 @@ func TestPostgresCommitOutcomeUnknown(t *testing.T) {
 			cut := proxy.arm("INSERT INTO styx_items", c.forward)
 			began := time.Now()
 			err := a.C.QueueProduce(ctx, req)
-			requireCode(t, err, styx.CodeUnavailable, "postgres", "commit outcome unknown")
+			servertest.RequireCode(t, err, styx.CodeUnavailable, "postgres", "commit outcome unknown")
 			require.Less(t, time.Since(began), 2*time.Second, "answered at once")
 			require.Equal(t, c.committed, answered(t, cut))
 			want := 0
@@ -96,7 +97,7 @@ func TestPostgresCommitOutcomeUnknown(t *testing.T) {
 			req := &pb.QueueProduceRequest{QueueName: "cu", RequestTimeout: "10s",
 				Items: []*pb.QueueProduceItem{{Bytes: []byte(p), DeduplicationId: p}}}
 			cut := proxy.arm("INSERT INTO styx_items", c.forward)
-			requireCode(t, a.C.QueueProduce(ctx, req), styx.CodeUnavailable, "postgres", "commit outcome unknown")
+			servertest.RequireCode(t, a.C.QueueProduce(ctx, req), styx.CodeUnavailable, "postgres", "commit outcome unknown")
 			require.Equal(t, c.committed, answered(t, cut))
 			require.NoError(t, a.C.QueueProduce(ctx, req), "node A serves again")
 			require.NoError(t, b.C.QueueProduce(ctx, req), "node B")
@@ -106,23 +107,23 @@ func TestPostgresCommitOutcomeUnknown(t *testing.T) {
 
 		t.Run("complete/"+c.name, func(t *testing.T) {
 			p := fmt.Sprintf("complete-%v", c.forward)
-			b.produce("cu", p)
+			b.Produce("cu", p)
 			var item *pb.QueueLeaseItem
 			var part int32
 			for item == nil {
-				res := b.lease("cu", 10)
+				res := b.Lease("cu", 10)
 				for _, it := range res.Items {
 					if string(it.Bytes) == p {
 						item, part = it, res.Partition
 						continue
 					}
-					b.complete("cu", res.Partition, it.Id) // a produce's retry of the subtests above
+					b.Complete("cu", res.Partition, it.Id) // a produce's retry of the subtests above
 				}
 			}
 			req := &pb.QueueCompleteRequest{QueueName: "cu", Partition: part, Ids: []string{item.Id}}
 			cut := proxy.arm("DELETE FROM styx_items WHERE queue_id=$1 AND id = ANY", c.forward)
 			err := a.C.QueueComplete(ctx, req)
-			requireCode(t, err, styx.CodeUnavailable, "postgres", "commit outcome unknown")
+			servertest.RequireCode(t, err, styx.CodeUnavailable, "postgres", "commit outcome unknown")
 			require.Equal(t, c.committed, answered(t, cut))
 			n, leased := count(p)
 			if c.forward {
@@ -134,7 +135,7 @@ func TestPostgresCommitOutcomeUnknown(t *testing.T) {
 
 			err = a.C.QueueComplete(ctx, req)
 			if c.forward {
-				requireCode(t, err, styx.CodeBadRequest, "not leased")
+				servertest.RequireCode(t, err, styx.CodeBadRequest, "not leased")
 			} else {
 				require.NoError(t, err)
 			}
@@ -144,7 +145,7 @@ func TestPostgresCommitOutcomeUnknown(t *testing.T) {
 	}
 
 	// Node A is whole again: a produce on A is leased on B.
-	a.produce("cu", "after")
+	a.Produce("cu", "after")
 	lctx, cancel := context.WithTimeout(ctx, 10*time.Second)
 	defer cancel()
 	for {

@@ -9,6 +9,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/styxq/styx/internal/pgtest"
+	"github.com/styxq/styx/internal/servertest"
 	pb "github.com/styxq/styx/styxpb"
 )
 
@@ -46,18 +47,18 @@ func TestPostgresFailover(t *testing.T) {
 	primary := pgtest.StartServer(t)
 	standby := primary.StartStandby(t, true)
 	schemaURL := pgtest.SchemaURL(t, primary.URL)
-	b := backend{name: "postgres", url: multiHostURL(t, schemaURL, primary.HostPort(), standby.HostPort())}
-	var nodes []*server
+	b := servertest.Backend{Name: "postgres", URL: multiHostURL(t, schemaURL, primary.HostPort(), standby.HostPort())}
+	var nodes []*servertest.Server
 	for range 2 {
-		s := &server{t: t, b: b, logInfo: true}
-		s.boot()
-		t.Cleanup(s.stop)
+		s := &servertest.Server{T: t, B: b, LogInfo: true}
+		s.Boot()
+		t.Cleanup(s.Stop)
 		// Each node says at start what an acknowledgement is worth.
 		require.Contains(t, s.Logs.String(), "on a synchronous standby", "the node logs the guarantee")
 		nodes = append(nodes, s)
 	}
 	const leaseTimeout = 5 * time.Second
-	nodes[0].createQueue(&pb.QueueInfo{QueueName: "ha", LeaseTimeout: leaseTimeout.String(), RequestedPartitions: 2})
+	nodes[0].CreateQueue(&pb.QueueInfo{QueueName: "ha", LeaseTimeout: leaseTimeout.String(), RequestedPartitions: 2})
 	t.Logf("primary, synchronous standby and two nodes ready in %s", time.Since(began).Round(time.Millisecond))
 
 	l := newFaultLedger(t, leaseTimeout)
@@ -82,13 +83,13 @@ func TestPostgresFailover(t *testing.T) {
 	failedBefore := l.failed.Load()
 	for i, node := range nodes {
 		require.Eventually(t, func() bool {
-			code, status := node.probe("/health")
+			code, status := probe(node, "/health")
 			return code == 503 && strings.Contains(status, "postgresql")
 		}, 10*time.Second, 20*time.Millisecond, "node %d: /health answers 503 while no primary is reachable", i)
-		_, status := node.probe("/health")
+		_, status := probe(node, "/health")
 		t.Logf("node %d, no primary: /health 503 %q", i, status)
 	}
-	eventually(t, func() bool { return l.failed.Load() >= failedBefore+4 }, "requests fail with 453 while no primary is reachable")
+	servertest.Eventually(t, func() bool { return l.failed.Load() >= failedBefore+4 }, "requests fail with 453 while no primary is reachable")
 
 	standby.Promote(t)
 	promoted := time.Now()
@@ -107,7 +108,7 @@ func TestPostgresFailover(t *testing.T) {
 		promoted.Sub(killed).Round(time.Millisecond), back[0].Round(time.Millisecond), back[1].Round(time.Millisecond),
 		(back[0] - promoted.Sub(killed)).Round(time.Millisecond), (back[1] - promoted.Sub(killed)).Round(time.Millisecond))
 	for i, node := range nodes {
-		require.Eventually(t, func() bool { code, _ := node.probe("/health"); return code == 200 },
+		require.Eventually(t, func() bool { code, _ := probe(node, "/health"); return code == 200 },
 			5*time.Second, 20*time.Millisecond, "node %d: /health answers 200 again", i)
 	}
 	from = l.progress()
@@ -120,7 +121,7 @@ func TestPostgresFailover(t *testing.T) {
 	// Every acknowledged produce is present exactly once, in the queue or
 	// completed; a completed item in the queue is a complete undone.
 	where := map[string][]string{}
-	for _, it := range nodes[0].items("ha") {
+	for _, it := range nodes[0].Items("ha") {
 		where[string(it.Payload)] = append(where[string(it.Payload)], "queue")
 	}
 	l.mu.Lock()

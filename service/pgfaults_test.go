@@ -14,6 +14,7 @@ import (
 	styx "github.com/styxq/styx"
 	"github.com/styxq/styx/internal/pgtest"
 	"github.com/styxq/styx/internal/redrive"
+	"github.com/styxq/styx/internal/servertest"
 	pb "github.com/styxq/styx/styxpb"
 )
 
@@ -120,13 +121,13 @@ func TestPostgresFaults(t *testing.T) {
 		t.Skip("starts a PostgreSQL cluster")
 	}
 	pg := pgtest.StartServer(t)
-	b := backend{name: "postgres", url: pgtest.SchemaURL(t, pg.URL)}
-	nodes := []*server{start(t, b), start(t, b)}
+	b := servertest.Backend{Name: "postgres", URL: pgtest.SchemaURL(t, pg.URL)}
+	nodes := []*servertest.Server{servertest.Start(t, b), servertest.Start(t, b)}
 	const leaseTimeout = 3 * time.Second
-	nodes[0].createQueue(&pb.QueueInfo{QueueName: "pf-dlq"})
-	nodes[0].createQueue(&pb.QueueInfo{QueueName: "pf", DeadQueue: "pf-dlq", LeaseTimeout: leaseTimeout.String(), RequestedPartitions: 2})
-	nodes[0].createQueue(&pb.QueueInfo{QueueName: "rd-dlq"})
-	nodes[0].createQueue(&pb.QueueInfo{QueueName: "rd", DeadQueue: "rd-dlq"})
+	nodes[0].CreateQueue(&pb.QueueInfo{QueueName: "pf-dlq"})
+	nodes[0].CreateQueue(&pb.QueueInfo{QueueName: "pf", DeadQueue: "pf-dlq", LeaseTimeout: leaseTimeout.String(), RequestedPartitions: 2})
+	nodes[0].CreateQueue(&pb.QueueInfo{QueueName: "rd-dlq"})
+	nodes[0].CreateQueue(&pb.QueueInfo{QueueName: "rd", DeadQueue: "rd-dlq"})
 
 	// The items to redrive: produced to rd and dead-lettered by retry
 	// dead:true before the faults begin.
@@ -136,20 +137,20 @@ func TestPostgresFaults(t *testing.T) {
 		for j := i; j < i+50; j++ {
 			payloads = append(payloads, fmt.Sprintf("r-%d", j))
 		}
-		nodes[i/50%2].produce("rd", payloads...)
+		nodes[i/50%2].Produce("rd", payloads...)
 	}
 	for dead := 0; dead < redriven; {
-		res := nodes[0].lease("rd", 100)
+		res := nodes[0].Lease("rd", 100)
 		var items []*pb.QueueRetryItem
 		for _, it := range res.Items {
 			items = append(items, &pb.QueueRetryItem{Id: it.Id, Dead: true, Error: "to redrive"})
 		}
-		for _, o := range nodes[0].retry("rd", res.Partition, items...) {
+		for _, o := range nodes[0].Retry("rd", res.Partition, items...) {
 			require.Equal(t, "dead_lettered", o.Outcome)
 		}
 		dead += len(items)
 	}
-	require.Len(t, nodes[1].items("rd-dlq"), redriven)
+	require.Len(t, nodes[1].Items("rd-dlq"), redriven)
 
 	l := newFaultLedger(t, leaseTimeout)
 	stopLoad := runFaultLoad(t, nodes, l, "pf", 7)
@@ -186,13 +187,13 @@ func TestPostgresFaults(t *testing.T) {
 		began := time.Now()
 		err := node.C.QueueProduce(ctx, &pb.QueueProduceRequest{QueueName: "pf", RequestTimeout: "10s",
 			Items: []*pb.QueueProduceItem{{Bytes: []byte(fmt.Sprintf("down-%d", i))}}})
-		requireCode(t, err, styx.CodeUnavailable, "postgres")
+		servertest.RequireCode(t, err, styx.CodeUnavailable, "postgres")
 		_, err = node.C.QueueLease(ctx, &pb.QueueLeaseRequest{QueueName: "pf", BatchSize: 1, ClientId: "down", RequestTimeout: "30s"})
-		requireCode(t, err, styx.CodeUnavailable, "postgres")
+		servertest.RequireCode(t, err, styx.CodeUnavailable, "postgres")
 		require.Less(t, time.Since(began), 5*time.Second, "node %d: requests while the database is down", i)
 	}
 	failedBefore := l.failed.Load()
-	eventually(t, func() bool { return l.failed.Load() >= failedBefore+10 }, "the workload's requests fail while the database is down")
+	servertest.Eventually(t, func() bool { return l.failed.Load() >= failedBefore+10 }, "the workload's requests fail while the database is down")
 	pg.Start(t)
 	advance(50, 30*time.Second, "after the crash")
 
@@ -218,19 +219,19 @@ func TestPostgresFaults(t *testing.T) {
 	stopLoad()
 
 	rd := map[string]int{}
-	for _, it := range nodes[1].items("rd") {
+	for _, it := range nodes[1].Items("rd") {
 		rd[string(it.Payload)]++
 	}
 	require.Len(t, rd, redriven, "rd holds each redriven item")
 	for p, c := range rd {
 		require.Equal(t, 1, c, "item %s redriven %d times", p, c)
 	}
-	require.Empty(t, nodes[1].items("rd-dlq"))
+	require.Empty(t, nodes[1].Items("rd-dlq"))
 
 	// Every acknowledged produce is present exactly once.
 	where := map[string][]string{}
 	for _, q := range []string{"pf", "pf-dlq"} {
-		for _, it := range nodes[0].items(q) {
+		for _, it := range nodes[0].Items(q) {
 			where[string(it.Payload)] = append(where[string(it.Payload)], q)
 		}
 	}
@@ -274,7 +275,7 @@ func newFaultLedger(t *testing.T, leaseTimeout time.Duration) *faultLedger {
 // picked by its payload's hash, is dead-lettered instead) on queue,
 // recording every answer in l, until the returned stop is called (at the
 // latest at the test's end); stop waits for them.
-func runFaultLoad(t *testing.T, nodes []*server, l *faultLedger, queue string, deadEvery uint32) (stop func()) {
+func runFaultLoad(t *testing.T, nodes []*servertest.Server, l *faultLedger, queue string, deadEvery uint32) (stop func()) {
 	var (
 		stopping atomic.Bool
 		wg       sync.WaitGroup

@@ -12,6 +12,7 @@ import (
 
 	styx "github.com/styxq/styx"
 	"github.com/styxq/styx/internal/pgtest"
+	"github.com/styxq/styx/internal/servertest"
 	pb "github.com/styxq/styx/styxpb"
 )
 
@@ -34,26 +35,26 @@ func TestPostgresIDsAfterAsyncFailover(t *testing.T) {
 	primary := pgtest.StartServer(t)
 	standby := primary.StartStandby(t, false)
 	schemaURL := pgtest.SchemaURL(t, primary.URL)
-	s := &server{t: t, b: backend{name: "postgres", url: multiHostURL(t, schemaURL, primary.HostPort(), standby.HostPort())}}
-	s.boot()
-	t.Cleanup(s.stop)
-	s.createQueue(&pb.QueueInfo{QueueName: "ids", LeaseTimeout: "10m"})
+	s := &servertest.Server{T: t, B: servertest.Backend{Name: "postgres", URL: multiHostURL(t, schemaURL, primary.HostPort(), standby.HostPort())}}
+	s.Boot()
+	t.Cleanup(s.Stop)
+	s.CreateQueue(&pb.QueueInfo{QueueName: "ids", LeaseTimeout: "10m"})
 
 	// Items before the cut: on both.
 	var before []string
 	for i := range 10 {
 		before = append(before, fmt.Sprintf("before-%d", i))
 	}
-	s.produce("ids", before...)
+	s.Produce("ids", before...)
 	for _, got := range leaseAll(t, s, "ids", before) {
-		s.complete("ids", got.partition, got.id)
+		s.Complete("ids", got.partition, got.id)
 	}
 	pc, err := pgx.Connect(ctx, primary.URL)
 	require.NoError(t, err)
 	defer pc.Close(context.Background())
 	var lsn string
 	require.NoError(t, pc.QueryRow(ctx, `SELECT pg_current_wal_lsn()::text`).Scan(&lsn))
-	eventually(t, func() bool {
+	servertest.Eventually(t, func() bool {
 		var replayed bool
 		require.NoError(t, pc.QueryRow(ctx, `SELECT coalesce(bool_and(replay_lsn >= $1::pg_lsn), false) FROM pg_stat_replication`, lsn).Scan(&replayed))
 		return replayed
@@ -67,7 +68,7 @@ func TestPostgresIDsAfterAsyncFailover(t *testing.T) {
 		require.NoError(t, err, q)
 	}
 	sc.Close(context.Background())
-	eventually(t, func() bool {
+	servertest.Eventually(t, func() bool {
 		var n int
 		require.NoError(t, pc.QueryRow(ctx, `SELECT count(*) FROM pg_stat_replication`).Scan(&n))
 		return n == 0
@@ -79,7 +80,7 @@ func TestPostgresIDsAfterAsyncFailover(t *testing.T) {
 	for i := range 100 {
 		lost = append(lost, fmt.Sprintf("lost-%d", i))
 	}
-	s.produce("ids", lost...)
+	s.Produce("ids", lost...)
 	stale := leaseAll(t, s, "ids", lost)
 	staleIDs := map[string]bool{}
 	for _, l := range stale {
@@ -115,13 +116,13 @@ func TestPostgresIDsAfterAsyncFailover(t *testing.T) {
 			completed++
 			continue
 		}
-		requireCode(t, err, styx.CodeBadRequest, "not leased")
+		servertest.RequireCode(t, err, styx.CodeBadRequest, "not leased")
 	}
 	require.Zero(t, reused, "of %d new items, %d got an id the old primary handed out", len(fresh), reused)
 	require.Contains(t, s.Logs.String(), "item ids now start past those the old primary may have handed out", "the node logs the move")
 	require.Zero(t, completed, "of %d stale lease handles, %d completed an item", len(stale), completed)
 	n := 0
-	for _, it := range s.items("ids") {
+	for _, it := range s.Items("ids") {
 		if strings.HasPrefix(string(it.Payload), "after-") {
 			n++
 		}
@@ -138,7 +139,7 @@ type leased struct {
 
 // leaseAll leases from queue until every payload of want was handed out,
 // and returns the leases of those (a payload produced twice: each).
-func leaseAll(t *testing.T, s *server, queue string, want []string) []leased {
+func leaseAll(t *testing.T, s *servertest.Server, queue string, want []string) []leased {
 	t.Helper()
 	missing := map[string]bool{}
 	for _, p := range want {

@@ -8,6 +8,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/styxq/styx/internal/pgtest"
+	"github.com/styxq/styx/internal/servertest"
 	pb "github.com/styxq/styx/styxpb"
 )
 
@@ -23,9 +24,9 @@ import (
 func TestPostgresRedriveLostDeleteCounted(t *testing.T) {
 	base := pgtest.URL(t)
 	proxy := startPGProxy(t, pgHost(t, base))
-	s := start(t, backend{name: "postgres", url: proxy.url(base)})
+	s := servertest.Start(t, servertest.Backend{Name: "postgres", URL: proxy.url(base)})
 	const n = 400
-	dlq := s.withExpiredDead("rc", n)
+	dlq := withExpiredDead(s, "rc", n)
 	cut := proxy.arm("AND NOT ($4 AND t.state=1)", true) // deleteRefs: the step's delete
 	task, err := s.C.DeadRedrive(ctx, &pb.DeadRedriveRequest{QueueName: dlq, All: true})
 	require.NoError(t, err)
@@ -35,7 +36,7 @@ func TestPostgresRedriveLostDeleteCounted(t *testing.T) {
 	case <-time.After(30 * time.Second):
 		t.Fatal("the proxy saw no COMMIT of the step's delete")
 	}
-	done := s.waitTask(task.TaskId)
+	done := waitTask(s, task.TaskId)
 	require.Equal(t, "completed", done.Status, done.FailureReason)
 	require.EqualValues(t, n, done.Moved, "every item moved is counted")
 	require.Zero(t, done.Skipped)
@@ -44,6 +45,6 @@ func TestPostgresRedriveLostDeleteCounted(t *testing.T) {
 	for i := range want {
 		want[i] = fmt.Sprint(i)
 	}
-	s.requireOnce("rc", want)
-	require.Empty(t, s.items(dlq))
+	requireOnce(s, "rc", want)
+	require.Empty(t, s.Items(dlq))
 }

@@ -12,6 +12,7 @@ import (
 
 	styx "github.com/styxq/styx"
 	"github.com/styxq/styx/internal/pgtest"
+	"github.com/styxq/styx/internal/servertest"
 	pb "github.com/styxq/styx/styxpb"
 )
 
@@ -24,9 +25,9 @@ func TestPostgresRestart(t *testing.T) {
 		t.Skip("starts a PostgreSQL cluster")
 	}
 	pg := pgtest.StartServer(t)
-	b := backend{name: "postgres", url: pgtest.SchemaURL(t, pg.URL)}
-	nodes := []*server{start(t, b), start(t, b)}
-	nodes[0].createQueue(&pb.QueueInfo{QueueName: "pr"})
+	b := servertest.Backend{Name: "postgres", URL: pgtest.SchemaURL(t, pg.URL)}
+	nodes := []*servertest.Server{servertest.Start(t, b), servertest.Start(t, b)}
+	nodes[0].CreateQueue(&pb.QueueInfo{QueueName: "pr"})
 
 	var (
 		mu      sync.Mutex
@@ -62,13 +63,13 @@ func TestPostgresRestart(t *testing.T) {
 		})
 	}
 	count := func() int { mu.Lock(); defer mu.Unlock(); return len(acked) }
-	eventually(t, func() bool { return count() >= 200 }, "produces before the restart")
+	servertest.Eventually(t, func() bool { return count() >= 200 }, "produces before the restart")
 
 	pg.Stop(t)
-	eventually(t, func() bool { return failed.Load() >= 20 }, "produces fail while the database is down")
+	servertest.Eventually(t, func() bool { return failed.Load() >= 20 }, "produces fail while the database is down")
 	// A waiting lease fails fast too.
 	_, err := nodes[1].C.QueueLease(ctx, &pb.QueueLeaseRequest{QueueName: "pr", BatchSize: 1, ClientId: "down", RequestTimeout: "30s"})
-	requireCode(t, err, styx.CodeUnavailable, "postgres")
+	servertest.RequireCode(t, err, styx.CodeUnavailable, "postgres")
 	pg.Start(t)
 
 	before := count()
@@ -79,7 +80,7 @@ func TestPostgresRestart(t *testing.T) {
 	require.Less(t, time.Duration(slowest.Load()), 5*time.Second, "no failing request waits past its timeout")
 
 	have := map[string]bool{}
-	for _, it := range nodes[1].items("pr") {
+	for _, it := range nodes[1].Items("pr") {
 		have[string(it.Payload)] = true
 	}
 	for _, p := range acked {
@@ -87,7 +88,7 @@ func TestPostgresRestart(t *testing.T) {
 	}
 	// Both nodes lease again.
 	for _, n := range nodes {
-		res := n.lease("pr", 10)
+		res := n.Lease("pr", 10)
 		require.Len(t, res.Items, 10)
 	}
 }

@@ -11,6 +11,7 @@ import (
 
 	styx "github.com/styxq/styx"
 	"github.com/styxq/styx/daemon"
+	"github.com/styxq/styx/internal/servertest"
 	"github.com/styxq/styx/internal/store"
 	pb "github.com/styxq/styx/styxpb"
 )
@@ -66,10 +67,10 @@ func notYet[T any](t *testing.T, ch <-chan T, what string) {
 }
 
 func TestRepliesWaitForTheirSyncInOrder(t *testing.T) {
-	forEachBackend(t, func(t *testing.T, b backend) {
-		requireItemLog(t, b)
-		s := start(t, b)
-		s.createQueue(&pb.QueueInfo{QueueName: "pipe", LeaseTimeout: "1m"})
+	servertest.ForEachBackend(t, func(t *testing.T, b servertest.Backend) {
+		servertest.RequireItemLog(t, b)
+		s := servertest.Start(t, b)
+		s.CreateQueue(&pb.QueueInfo{QueueName: "pipe", LeaseTimeout: "1m"})
 
 		// Hold the sync of the batch that produces "first"; signal when
 		// that batch and, later, a batch that leases an item are applied.
@@ -118,16 +119,16 @@ func TestRepliesWaitForTheirSyncInOrder(t *testing.T) {
 		require.NoError(t, lr.err)
 		require.Len(t, lr.res.Items, 1)
 		assert.Equal(t, "first", string(lr.res.Items[0].Bytes))
-		s.complete("pipe", lr.res.Partition, lr.res.Items[0].Id)
-		assert.Empty(t, s.items("pipe"))
+		s.Complete("pipe", lr.res.Partition, lr.res.Items[0].Id)
+		assert.Empty(t, s.Items("pipe"))
 	})
 }
 
 func TestFailedSyncFailsLaterBatchesAndReloads(t *testing.T) {
-	forEachBackend(t, func(t *testing.T, b backend) {
-		requireItemLog(t, b)
-		s := start(t, b)
-		s.createQueue(&pb.QueueInfo{QueueName: "sf"})
+	servertest.ForEachBackend(t, func(t *testing.T, b servertest.Backend) {
+		servertest.RequireItemLog(t, b)
+		s := servertest.Start(t, b)
+		s.CreateQueue(&pb.QueueInfo{QueueName: "sf"})
 
 		// The sync of the batch producing "doomed" fails once "also",
 		// produced in a later batch while it syncs, is applied; "also"'s
@@ -171,26 +172,26 @@ func TestFailedSyncFailsLaterBatchesAndReloads(t *testing.T) {
 			err := <-ch
 			require.Error(t, err)
 			// The same answer as PostgreSQL gives for a failing database.
-			requireCode(t, err, styx.CodeUnavailable, "storage unavailable; queue 'sf': sync: ", "injected: fsync failed")
+			servertest.RequireCode(t, err, styx.CodeUnavailable, "storage unavailable; queue 'sf': sync: ", "injected: fsync failed")
 		}
-		eventually(t, func() bool { return strings.Contains(s.Logs.String(), "sync failed; reloading the queue from storage") }, "the loop reloads")
+		servertest.Eventually(t, func() bool { return strings.Contains(s.Logs.String(), "sync failed; reloading the queue from storage") }, "the loop reloads")
 
 		// The queue works on after the reload: what storage holds (the
 		// failed batches were applied, only their sync failed) is served,
 		// and new items are acknowledged again.
 		s.Faults.SetSyncHook(nil)
-		s.produce("sf", "after")
+		s.Produce("sf", "after")
 		got := map[string]bool{}
-		for _, it := range s.items("sf") {
+		for _, it := range s.Items("sf") {
 			got[string(it.Payload)] = true
 		}
 		assert.True(t, got["after"])
 		n := len(got)
 		for range n {
-			res := s.lease("sf", 1)
-			s.complete("sf", res.Partition, res.Items[0].Id)
+			res := s.Lease("sf", 1)
+			s.Complete("sf", res.Partition, res.Items[0].Id)
 		}
-		assert.Empty(t, s.items("sf"))
+		assert.Empty(t, s.Items("sf"))
 	})
 }
 
@@ -199,11 +200,11 @@ func TestFailedSyncFailsLaterBatchesAndReloads(t *testing.T) {
 // sync is held, but a produce still waits for its sync, and so does a lease
 // of an item whose produce is not yet durable.
 func TestConsumeBeforeSync(t *testing.T) {
-	forEachBackend(t, func(t *testing.T, b backend) {
-		requireItemLog(t, b)
-		s := startWith(t, b, func(c *daemon.Config) { c.ConsumeBeforeSync = true })
-		s.createQueue(&pb.QueueInfo{QueueName: "early", LeaseTimeout: "1m"})
-		s.produce("early", "durable")
+	servertest.ForEachBackend(t, func(t *testing.T, b servertest.Backend) {
+		servertest.RequireItemLog(t, b)
+		s := servertest.StartWith(t, b, func(c *daemon.Config) { c.ConsumeBeforeSync = true })
+		s.CreateQueue(&pb.QueueInfo{QueueName: "early", LeaseTimeout: "1m"})
+		s.Produce("early", "durable")
 
 		// Hold every sync from now on until released.
 		release := newGate(t)
@@ -221,12 +222,12 @@ func TestConsumeBeforeSync(t *testing.T) {
 		})
 
 		// A lease of the durable item is answered before its own sync.
-		res := s.lease("early", 1)
+		res := s.Lease("early", 1)
 		require.Len(t, res.Items, 1)
 		assert.Equal(t, "durable", string(res.Items[0].Bytes))
 		assert.Equal(t, "lease", <-applied)
 		// So is its complete.
-		s.complete("early", res.Partition, res.Items[0].Id)
+		s.Complete("early", res.Partition, res.Items[0].Id)
 		assert.Equal(t, "other", <-applied)
 
 		// A produce waits for its sync; a lease of the item it stores waits
@@ -261,12 +262,12 @@ func TestConsumeBeforeSync(t *testing.T) {
 // is down, and nothing of the request is kept. (PostgreSQL has no fault
 // injection store; its outage is TestPostgresRestart.)
 func TestStorageFailureAnswers453(t *testing.T) {
-	forEachBackend(t, func(t *testing.T, b backend) {
-		if b.postgres() {
+	servertest.ForEachBackend(t, func(t *testing.T, b servertest.Backend) {
+		if b.Postgres() {
 			t.Skip("fault injection is for the embedded stores; PostgreSQL's outage is TestPostgresRestart")
 		}
-		s := start(t, b)
-		s.createQueue(&pb.QueueInfo{QueueName: "wf"})
+		s := servertest.Start(t, b)
+		s.CreateQueue(&pb.QueueInfo{QueueName: "wf"})
 		s.Faults.SetWriteHook(func(b *store.Batch) error {
 			if insertsPayload(b, "refused") {
 				return errors.New("injected: disk full")
@@ -274,12 +275,12 @@ func TestStorageFailureAnswers453(t *testing.T) {
 			return nil
 		})
 		err := s.C.QueueProduce(ctx, &pb.QueueProduceRequest{QueueName: "wf", Items: []*pb.QueueProduceItem{{Bytes: []byte("refused")}}})
-		requireCode(t, err, styx.CodeUnavailable, "storage unavailable; queue 'wf': ", "injected: disk full")
+		servertest.RequireCode(t, err, styx.CodeUnavailable, "storage unavailable; queue 'wf': ", "injected: disk full")
 		s.Faults.SetWriteHook(nil)
 
-		s.produce("wf", "after")
+		s.Produce("wf", "after")
 		var got []string
-		for _, it := range s.items("wf") {
+		for _, it := range s.Items("wf") {
 			got = append(got, string(it.Payload))
 		}
 		assert.Equal(t, []string{"after"}, got, "the refused item is not kept; the queue serves on")

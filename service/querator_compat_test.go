@@ -13,6 +13,7 @@ import (
 
 	styx "github.com/styxq/styx"
 	"github.com/styxq/styx/internal/queue"
+	"github.com/styxq/styx/internal/servertest"
 	pb "github.com/styxq/styx/styxpb"
 )
 
@@ -31,12 +32,12 @@ func ids(items []*pb.StorageItem) []string {
 }
 
 func TestQueratorInclusivePivots(t *testing.T) {
-	forEachBackend(t, func(t *testing.T, b backend) {
-		s := start(t, b)
-		s.createQueue(&pb.QueueInfo{QueueName: "pv"})
-		s.createQueue(&pb.QueueInfo{QueueName: "pv-src", DeadQueue: "pv"}) // dead.list reads dead-letter queues only
-		s.produce("pv", "a", "b", "c", "d", "e")
-		all := ids(s.items("pv"))
+	servertest.ForEachBackend(t, func(t *testing.T, b servertest.Backend) {
+		s := servertest.Start(t, b)
+		s.CreateQueue(&pb.QueueInfo{QueueName: "pv"})
+		s.CreateQueue(&pb.QueueInfo{QueueName: "pv-src", DeadQueue: "pv"}) // dead.list reads dead-letter queues only
+		s.Produce("pv", "a", "b", "c", "d", "e")
+		all := ids(s.Items("pv"))
 		require.Len(t, all, 5)
 
 		list := func(pivot string, limit int32) []string {
@@ -70,10 +71,10 @@ func TestQueratorInclusivePivots(t *testing.T) {
 			assert.Equal(t, all[2:4], list(all[1], 2))
 		})
 		t.Run("ScheduledListStartsAtThePivot", func(t *testing.T) {
-			s.createQueue(&pb.QueueInfo{QueueName: "pv-sched"})
+			s.CreateQueue(&pb.QueueInfo{QueueName: "pv-sched"})
 			req := &pb.QueueProduceRequest{QueueName: "pv-sched", RequestTimeout: "1m"}
 			for i := range 4 {
-				req.Items = append(req.Items, &pb.QueueProduceItem{Utf8: fmt.Sprint(i), EnqueueAt: at(time.Now().Add(time.Hour))})
+				req.Items = append(req.Items, &pb.QueueProduceItem{Utf8: fmt.Sprint(i), EnqueueAt: servertest.At(time.Now().Add(time.Hour))})
 			}
 			require.NoError(t, s.C.QueueProduce(ctx, req))
 			res, err := s.C.StorageScheduledList(ctx, &pb.StorageItemsListRequest{QueueName: "pv-sched"})
@@ -100,15 +101,15 @@ func TestQueratorInclusivePivots(t *testing.T) {
 }
 
 func TestQueratorDefaultListLimit(t *testing.T) {
-	forEachBackend(t, func(t *testing.T, b backend) {
-		s := start(t, b)
-		s.createQueue(&pb.QueueInfo{QueueName: "many"})
+	servertest.ForEachBackend(t, func(t *testing.T, b servertest.Backend) {
+		s := servertest.Start(t, b)
+		s.CreateQueue(&pb.QueueInfo{QueueName: "many"})
 		for range 2 {
 			payloads := make([]string, 550)
 			for i := range payloads {
 				payloads[i] = fmt.Sprint(i)
 			}
-			s.produce("many", payloads...)
+			s.Produce("many", payloads...)
 		}
 		t.Run("ItemsList", func(t *testing.T) {
 			res, err := s.C.StorageItemsList(ctx, &pb.StorageItemsListRequest{QueueName: "many"})
@@ -119,10 +120,10 @@ func TestQueratorDefaultListLimit(t *testing.T) {
 			assert.Len(t, res.Items, 1100, "limits above 1000 are accepted, as in Querator")
 		})
 		t.Run("ScheduledList", func(t *testing.T) {
-			s.createQueue(&pb.QueueInfo{QueueName: "many-sched"})
+			s.CreateQueue(&pb.QueueInfo{QueueName: "many-sched"})
 			req := &pb.QueueProduceRequest{QueueName: "many-sched", RequestTimeout: "1m"}
 			for i := range 150 {
-				req.Items = append(req.Items, &pb.QueueProduceItem{Utf8: fmt.Sprint(i), EnqueueAt: at(time.Now().Add(time.Hour))})
+				req.Items = append(req.Items, &pb.QueueProduceItem{Utf8: fmt.Sprint(i), EnqueueAt: servertest.At(time.Now().Add(time.Hour))})
 			}
 			require.NoError(t, s.C.QueueProduce(ctx, req))
 			res, err := s.C.StorageScheduledList(ctx, &pb.StorageItemsListRequest{QueueName: "many-sched"})
@@ -131,7 +132,7 @@ func TestQueratorDefaultListLimit(t *testing.T) {
 		})
 		t.Run("QueuesList", func(t *testing.T) {
 			for i := range 110 {
-				s.createQueue(&pb.QueueInfo{QueueName: fmt.Sprintf("q-%03d", i)})
+				s.CreateQueue(&pb.QueueInfo{QueueName: fmt.Sprintf("q-%03d", i)})
 			}
 			res, err := s.C.QueuesList(ctx, &pb.QueuesListRequest{Pivot: "q-"})
 			require.NoError(t, err)
@@ -141,17 +142,17 @@ func TestQueratorDefaultListLimit(t *testing.T) {
 			require.NoError(t, err)
 			assert.Len(t, res.Items, 112)
 			_, err = s.C.QueuesList(ctx, &pb.QueuesListRequest{Limit: -1})
-			requireCode(t, err, styx.CodeBadRequest, "invalid limit")
+			servertest.RequireCode(t, err, styx.CodeBadRequest, "invalid limit")
 			_, err = s.C.QueuesList(ctx, &pb.QueuesListRequest{Limit: 65537})
-			requireCode(t, err, styx.CodeBadRequest, "invalid limit", "65536")
+			servertest.RequireCode(t, err, styx.CodeBadRequest, "invalid limit", "65536")
 		})
 	})
 }
 
 func TestQueratorUnknownQueue(t *testing.T) {
-	forEachBackend(t, func(t *testing.T, b backend) {
-		s := start(t, b)
-		s.createDLQ(&pb.QueueInfo{QueueName: "known-dlq"})
+	servertest.ForEachBackend(t, func(t *testing.T, b servertest.Backend) {
+		s := servertest.Start(t, b)
+		createDLQ(s, &pb.QueueInfo{QueueName: "known-dlq"})
 		id := queue.FormatID(1)
 		const msg = "queue does not exist; no such queue named 'ghost'"
 		for _, c := range []struct {
@@ -169,7 +170,7 @@ func TestQueratorUnknownQueue(t *testing.T) {
 				return s.C.QueueComplete(ctx, &pb.QueueCompleteRequest{QueueName: "ghost", RequestTimeout: "1m", Ids: []string{id}})
 			}},
 			{"QueueRetry", func() error {
-				return retryErr(s.C.QueueRetry(ctx, &pb.QueueRetryRequest{QueueName: "ghost", Items: []*pb.QueueRetryItem{{Id: id}}}))
+				return servertest.RetryErr(s.C.QueueRetry(ctx, &pb.QueueRetryRequest{QueueName: "ghost", Items: []*pb.QueueRetryItem{{Id: id}}}))
 			}},
 			{"QueueRenew", func() error {
 				_, err := s.C.QueueRenew(ctx, &pb.QueueRenewRequest{QueueName: "ghost", Ids: []string{id}})
@@ -225,41 +226,41 @@ func TestQueratorUnknownQueue(t *testing.T) {
 		} {
 			t.Run(c.name, func(t *testing.T) {
 				err := c.call()
-				requireCode(t, err, styx.CodeBadRequest, msg)
+				servertest.RequireCode(t, err, styx.CodeBadRequest, msg)
 				assert.True(t, styx.IsQueueNotExist(err))
 			})
 		}
 		t.Run("RedriveDestination", func(t *testing.T) {
 			_, err := s.C.DeadRedrive(ctx, &pb.DeadRedriveRequest{QueueName: "known-dlq", Destination: "ghost", All: true})
-			requireCode(t, err, styx.CodeBadRequest, "invalid destination; no such queue named 'ghost'")
+			servertest.RequireCode(t, err, styx.CodeBadRequest, "invalid destination; no such queue named 'ghost'")
 			assert.False(t, styx.IsQueueNotExist(err), "the queue of the request exists")
 		})
 		t.Run("RedriveTaskStays404", func(t *testing.T) {
 			_, err := s.C.RedrivesGet(ctx, &pb.RedriveTaskRequest{TaskId: "rd-ghost"})
-			requireCode(t, err, styx.CodeNotFound, "rd-ghost")
+			servertest.RequireCode(t, err, styx.CodeNotFound, "rd-ghost")
 			assert.False(t, styx.IsQueueNotExist(err))
 		})
 	})
 }
 
 func TestQueratorSubSecondLease(t *testing.T) {
-	forEachBackend(t, func(t *testing.T, b backend) {
-		s := start(t, b)
-		s.createQueue(&pb.QueueInfo{QueueName: "fast", LeaseTimeout: "300ms", ExpireTimeout: "1m"})
+	servertest.ForEachBackend(t, func(t *testing.T, b servertest.Backend) {
+		s := servertest.Start(t, b)
+		s.CreateQueue(&pb.QueueInfo{QueueName: "fast", LeaseTimeout: "300ms", ExpireTimeout: "1m"})
 		info, err := s.C.QueuesInfo(ctx, &pb.QueuesInfoRequest{QueueName: "fast"})
 		require.NoError(t, err)
 		assert.Equal(t, "300ms", info.LeaseTimeout)
 
 		t.Run("LeaseRunsOut", func(t *testing.T) {
-			s.produce("fast", "x")
+			s.Produce("fast", "x")
 			before := time.Now()
-			first := s.lease("fast", 1).Items[0]
+			first := s.Lease("fast", 1).Items[0]
 			deadline := first.LeaseDeadline.AsTime()
 			assert.WithinDuration(t, before.Add(300*time.Millisecond), deadline, 250*time.Millisecond)
 			// Not completed: after 300ms the item is handed out again as
 			// its second attempt.
 			var again *pb.QueueLeaseItem
-			eventually(t, func() bool {
+			servertest.Eventually(t, func() bool {
 				res, err := s.C.QueueLease(ctx, &pb.QueueLeaseRequest{QueueName: "fast", BatchSize: 1, ClientId: "again", RequestTimeout: "100ms"})
 				if err != nil {
 					return false
@@ -269,15 +270,15 @@ func TestQueratorSubSecondLease(t *testing.T) {
 			}, "the 300ms lease should run out")
 			assert.Equal(t, int32(2), again.Attempts)
 			assert.False(t, time.Now().Before(deadline), "not handed out before the lease deadline")
-			s.complete("fast", 0, again.Id)
+			s.Complete("fast", 0, again.Id)
 		})
 		t.Run("RenewBySubSecond", func(t *testing.T) {
-			s.produce("fast", "y")
-			item := s.lease("fast", 1).Items[0]
+			s.Produce("fast", "y")
+			item := s.Lease("fast", 1).Items[0]
 			res, err := s.C.QueueRenew(ctx, &pb.QueueRenewRequest{QueueName: "fast", Ids: []string{item.Id}, LeaseTimeout: "250ms"})
 			require.NoError(t, err)
 			assert.WithinDuration(t, time.Now().Add(250*time.Millisecond), res.Items[0].LeaseDeadline.AsTime(), 250*time.Millisecond)
-			s.complete("fast", 0, item.Id)
+			s.Complete("fast", 0, item.Id)
 		})
 		t.Run("UpdateAndBounds", func(t *testing.T) {
 			require.NoError(t, s.C.QueuesUpdate(ctx, &pb.QueueInfo{QueueName: "fast", LeaseTimeout: "250ms", ExpireTimeout: "500ms"}))
@@ -286,11 +287,11 @@ func TestQueratorSubSecondLease(t *testing.T) {
 			assert.Equal(t, "250ms", info.LeaseTimeout)
 			assert.Equal(t, "500ms", info.ExpireTimeout)
 			err = s.C.QueuesUpdate(ctx, &pb.QueueInfo{QueueName: "fast", LeaseTimeout: "600ms"})
-			requireCode(t, err, styx.CodeBadRequest, "lease_timeout", "expire_timeout")
+			servertest.RequireCode(t, err, styx.CodeBadRequest, "lease_timeout", "expire_timeout")
 			err = s.C.QueuesCreate(ctx, &pb.QueueInfo{QueueName: "zero", LeaseTimeout: "0s"})
-			requireCode(t, err, styx.CodeBadRequest, "lease_timeout", "above 0")
+			servertest.RequireCode(t, err, styx.CodeBadRequest, "lease_timeout", "above 0")
 			err = s.C.QueuesCreate(ctx, &pb.QueueInfo{QueueName: "zero", ExpireTimeout: "-1s"})
-			requireCode(t, err, styx.CodeBadRequest, "expire_timeout", "above 0")
+			servertest.RequireCode(t, err, styx.CodeBadRequest, "expire_timeout", "above 0")
 		})
 	})
 }
@@ -300,9 +301,9 @@ func TestQueratorSubSecondLease(t *testing.T) {
 // queues_test.go, storage_test.go "Errors"): each is a 400 naming the field
 // Querator names first. Messages keep Styx's wording ("invalid <field>; …").
 func TestQueratorEmptyRequests(t *testing.T) {
-	forEachBackend(t, func(t *testing.T, b backend) {
-		s := start(t, b)
-		s.createQueue(&pb.QueueInfo{QueueName: "e"})
+	servertest.ForEachBackend(t, func(t *testing.T, b servertest.Backend) {
+		s := servertest.Start(t, b)
+		s.CreateQueue(&pb.QueueInfo{QueueName: "e"})
 		tooMany := make([]string, 1001)
 		for i := range tooMany {
 			tooMany[i] = queue.FormatID(1)
@@ -377,18 +378,18 @@ func TestQueratorEmptyRequests(t *testing.T) {
 				return s.C.QueueComplete(ctx, &pb.QueueCompleteRequest{QueueName: "e", RequestTimeout: "1m", Ids: tooMany})
 			}, "invalid ids"},
 			// queue.retry
-			{"RetryEmptyRequest", func() error { return retryErr(s.C.QueueRetry(ctx, &pb.QueueRetryRequest{})) }, "invalid queue_name"},
+			{"RetryEmptyRequest", func() error { return servertest.RetryErr(s.C.QueueRetry(ctx, &pb.QueueRetryRequest{})) }, "invalid queue_name"},
 			{"RetryEmptyItems", func() error {
-				return retryErr(s.C.QueueRetry(ctx, &pb.QueueRetryRequest{QueueName: "e", Items: []*pb.QueueRetryItem{}}))
+				return servertest.RetryErr(s.C.QueueRetry(ctx, &pb.QueueRetryRequest{QueueName: "e", Items: []*pb.QueueRetryItem{}}))
 			}, "invalid items"},
 			{"RetryPartitionBeforeItems", func() error {
-				return retryErr(s.C.QueueRetry(ctx, &pb.QueueRetryRequest{QueueName: "e", Partition: 65234, Items: []*pb.QueueRetryItem{{Id: "test-id"}}}))
+				return servertest.RetryErr(s.C.QueueRetry(ctx, &pb.QueueRetryRequest{QueueName: "e", Partition: 65234, Items: []*pb.QueueRetryItem{{Id: "test-id"}}}))
 			}, "invalid partition"},
 			{"RetryInvalidID", func() error {
-				return retryErr(s.C.QueueRetry(ctx, &pb.QueueRetryRequest{QueueName: "e", Items: []*pb.QueueRetryItem{{Id: "invalid-id"}}}))
+				return servertest.RetryErr(s.C.QueueRetry(ctx, &pb.QueueRetryRequest{QueueName: "e", Items: []*pb.QueueRetryItem{{Id: "invalid-id"}}}))
 			}, "'invalid-id'"},
 			{"RetryNotLeased", func() error {
-				return retryErr(s.C.QueueRetry(ctx, &pb.QueueRetryRequest{QueueName: "e", Items: []*pb.QueueRetryItem{{Id: queue.FormatID(1 << 40)}}}))
+				return servertest.RetryErr(s.C.QueueRetry(ctx, &pb.QueueRetryRequest{QueueName: "e", Items: []*pb.QueueRetryItem{{Id: queue.FormatID(1 << 40)}}}))
 			}, "not leased"},
 			// storage
 			{"ItemsListPartition", func() error {
@@ -442,12 +443,12 @@ func TestQueratorEmptyRequests(t *testing.T) {
 			{"ClearEmptyRequest", func() error { return s.C.QueueClear(ctx, &pb.QueueClearRequest{}) }, "invalid queue_name"},
 		} {
 			t.Run(c.name, func(t *testing.T) {
-				requireCode(t, c.call(), styx.CodeBadRequest, c.field)
+				servertest.RequireCode(t, c.call(), styx.CodeBadRequest, c.field)
 			})
 		}
 		t.Run("ProduceItemsWithNoPayloadAreOkay", func(t *testing.T) {
 			require.NoError(t, s.C.QueueProduce(ctx, &pb.QueueProduceRequest{QueueName: "e", RequestTimeout: "5m", Items: []*pb.QueueProduceItem{{}, {}}}))
-			assert.Len(t, s.items("e"), 2)
+			assert.Len(t, s.Items("e"), 2)
 		})
 	})
 }
@@ -456,22 +457,22 @@ func TestQueratorEmptyRequests(t *testing.T) {
 // client_id is refused 400 with Querator's message, word for word, in JSON
 // as Querator's client sends it and in protobuf.
 func TestQueratorDuplicateClientID(t *testing.T) {
-	forEachBackend(t, func(t *testing.T, b backend) {
-		s := start(t, b)
-		s.createQueue(&pb.QueueInfo{QueueName: "dq"})
+	servertest.ForEachBackend(t, func(t *testing.T, b servertest.Backend) {
+		s := servertest.Start(t, b)
+		s.CreateQueue(&pb.QueueInfo{QueueName: "dq"})
 		go func() {
 			_, _ = s.C.QueueLease(ctx, &pb.QueueLeaseRequest{QueueName: "dq", BatchSize: 1, ClientId: "dup", RequestTimeout: "3s"})
 		}()
-		waitStat(t, s, "dq", func(st *pb.QueueLogicalStats) bool { return st.LeaseWaiting == 1 })
+		servertest.WaitStat(t, s, "dq", func(st *pb.QueueLogicalStats) bool { return st.LeaseWaiting == 1 })
 		const msg = "duplicate client id; a client cannot make multiple leased requests to the same queue"
-		code, _, body := s.raw(http.MethodPost, "/v1/queue.lease", "application/json", "",
+		code, _, body := raw(s, http.MethodPost, "/v1/queue.lease", "application/json", "",
 			[]byte(`{"queue_name":"dq","batch_size":1,"client_id":"dup","request_timeout":"1s"}`))
 		require.Equal(t, http.StatusBadRequest, code, string(body))
 		var reply struct{ Message string }
 		require.NoError(t, json.Unmarshal(body, &reply))
 		require.Equal(t, msg, reply.Message)
 		_, err := s.C.QueueLease(ctx, &pb.QueueLeaseRequest{QueueName: "dq", BatchSize: 1, ClientId: "dup", RequestTimeout: "1s"})
-		requireCode(t, err, styx.CodeBadRequest)
+		servertest.RequireCode(t, err, styx.CodeBadRequest)
 		var e *styx.Error
 		require.ErrorAs(t, err, &e)
 		require.Equal(t, msg, e.Message)

@@ -15,6 +15,7 @@ import (
 	"google.golang.org/protobuf/types/known/timestamppb"
 
 	styx "github.com/styxq/styx"
+	"github.com/styxq/styx/internal/servertest"
 	pb "github.com/styxq/styx/styxpb"
 )
 
@@ -30,8 +31,8 @@ var wires = []wire{{"json", "application/json"}, {"protobuf", "application/proto
 // send posts req to path in w's encoding and returns the HTTP status and,
 // when it is not 200, the error reply's message; a 200 reply is decoded into
 // out (nil: not decoded).
-func (s *server) send(w wire, path string, req, out proto.Message) (int, string) {
-	s.t.Helper()
+func send(s *servertest.Server, w wire, path string, req, out proto.Message) (int, string) {
+	s.T.Helper()
 	var body []byte
 	var err error
 	if w.name == "json" {
@@ -39,23 +40,23 @@ func (s *server) send(w wire, path string, req, out proto.Message) (int, string)
 	} else {
 		body, err = proto.Marshal(req)
 	}
-	require.NoError(s.t, err)
-	hreq, err := http.NewRequestWithContext(ctx, http.MethodPost, s.d.Endpoint()+path, bytes.NewReader(body))
-	require.NoError(s.t, err)
+	require.NoError(s.T, err)
+	hreq, err := http.NewRequestWithContext(ctx, http.MethodPost, s.D.Endpoint()+path, bytes.NewReader(body))
+	require.NoError(s.T, err)
 	hreq.Header.Set("Content-Type", w.contentType)
-	resp, reply := s.do(hreq)
-	require.Equal(s.t, w.contentType, resp.Header.Get("Content-Type"), string(reply))
+	resp, reply := do(s, hreq)
+	require.Equal(s.T, w.contentType, resp.Header.Get("Content-Type"), string(reply))
 	unmarshal := proto.Unmarshal
 	if w.name == "json" {
 		unmarshal = protojson.Unmarshal
 	}
 	if resp.StatusCode != http.StatusOK {
 		var e v1.Reply
-		require.NoError(s.t, unmarshal(reply, &e), string(reply))
+		require.NoError(s.T, unmarshal(reply, &e), string(reply))
 		return resp.StatusCode, e.Message
 	}
 	if out != nil {
-		require.NoError(s.t, unmarshal(reply, out), string(reply))
+		require.NoError(s.T, unmarshal(reply, out), string(reply))
 	}
 	return resp.StatusCode, ""
 }
@@ -68,9 +69,9 @@ func TestQueratorRequestTimeout(t *testing.T) {
 	const required = "request timeout is required; '5m' is recommended, 15m is the maximum"
 	const invalid = `request timeout is invalid; time: invalid duration "foo" - expected format: 900ms, 5m or 15m`
 	const tooShort = "request timeout is invalid; minimum timeout is '10ms' but '1ms' was requested"
-	forEachBackend(t, func(t *testing.T, b backend) {
-		s := start(t, b)
-		s.createQueue(&pb.QueueInfo{QueueName: "rt", LeaseTimeout: "1m", RequestedPartitions: 1})
+	servertest.ForEachBackend(t, func(t *testing.T, b servertest.Backend) {
+		s := servertest.Start(t, b)
+		s.CreateQueue(&pb.QueueInfo{QueueName: "rt", LeaseTimeout: "1m", RequestedPartitions: 1})
 		for _, w := range wires {
 			t.Run(w.name, func(t *testing.T) {
 				produce := func(timeout string) *pb.QueueProduceRequest {
@@ -83,12 +84,12 @@ func TestQueratorRequestTimeout(t *testing.T) {
 					{"16m", "request timeout is invalid; maximum timeout is '15m' but '16m0s' was requested"},
 					{"1ms", tooShort},
 				} {
-					code, msg := s.send(w, "/v1/queue.produce", produce(c.timeout), nil)
+					code, msg := send(s, w, "/v1/queue.produce", produce(c.timeout), nil)
 					assert.Equal(t, http.StatusBadRequest, code, "produce with request_timeout %q", c.timeout)
 					assert.Equal(t, c.msg, msg, "produce with request_timeout %q", c.timeout)
 				}
 				for _, timeout := range []string{"10ms", "15m"} {
-					code, msg := s.send(w, "/v1/queue.produce", produce(timeout), nil)
+					code, msg := send(s, w, "/v1/queue.produce", produce(timeout), nil)
 					require.Equal(t, http.StatusOK, code, "produce with request_timeout %q: %s", timeout, msg)
 				}
 
@@ -102,12 +103,12 @@ func TestQueratorRequestTimeout(t *testing.T) {
 					{"16m", "request timeout is invalid; maximum timeout is '15m' but '16m0s' requested"},
 					{"1ms", tooShort},
 				} {
-					code, msg := s.send(w, "/v1/queue.lease", lease(c.timeout), nil)
+					code, msg := send(s, w, "/v1/queue.lease", lease(c.timeout), nil)
 					assert.Equal(t, http.StatusBadRequest, code, "lease with request_timeout %q", c.timeout)
 					assert.Equal(t, c.msg, msg, "lease with request_timeout %q", c.timeout)
 				}
 				var got pb.QueueLeaseResponse
-				code, msg := s.send(w, "/v1/queue.lease", lease("10ms"), &got)
+				code, msg := send(s, w, "/v1/queue.lease", lease("10ms"), &got)
 				require.Equal(t, http.StatusOK, code, "the minimum request_timeout is allowed: %s", msg)
 				require.Len(t, got.Items, 2, "the two items produced above")
 
@@ -121,14 +122,14 @@ func TestQueratorRequestTimeout(t *testing.T) {
 					{"foo", invalid},
 					{"16m0s", "request timeout is invalid; maximum timeout is '15m' but '16m0s' requested"},
 				} {
-					code, msg := s.send(w, "/v1/queue.complete", complete(c.timeout, got.Items[0].Id), nil)
+					code, msg := send(s, w, "/v1/queue.complete", complete(c.timeout, got.Items[0].Id), nil)
 					assert.Equal(t, http.StatusBadRequest, code, "complete with request_timeout %q", c.timeout)
 					assert.Equal(t, c.msg, msg, "complete with request_timeout %q", c.timeout)
 				}
-				code, msg = s.send(w, "/v1/queue.complete", complete(""), nil)
+				code, msg = send(s, w, "/v1/queue.complete", complete(""), nil)
 				assert.Equal(t, http.StatusBadRequest, code)
 				assert.Contains(t, msg, "ids", "empty ids are named before a missing request_timeout")
-				code, msg = s.send(w, "/v1/queue.complete", complete("5s", got.Items[0].Id, got.Items[1].Id), nil)
+				code, msg = send(s, w, "/v1/queue.complete", complete("5s", got.Items[0].Id, got.Items[1].Id), nil)
 				require.Equal(t, http.StatusOK, code, msg)
 			})
 		}
@@ -149,17 +150,17 @@ func TestQueratorRequestTimeout(t *testing.T) {
 // storage/items.list reports for the item; and an import that sends zero
 // times (as Querator's client does for unset ones) takes them as unset.
 func TestQueratorZeroTimes(t *testing.T) {
-	forEachBackend(t, func(t *testing.T, b backend) {
-		s := start(t, b)
-		s.createQueue(&pb.QueueInfo{QueueName: "zt", LeaseTimeout: "1m", RequestedPartitions: 1})
+	servertest.ForEachBackend(t, func(t *testing.T, b servertest.Backend) {
+		s := servertest.Start(t, b)
+		s.CreateQueue(&pb.QueueInfo{QueueName: "zt", LeaseTimeout: "1m", RequestedPartitions: 1})
 		for _, w := range wires {
 			t.Run(w.name, func(t *testing.T) {
-				code, msg := s.send(w, "/v1/queue.produce", &pb.QueueProduceRequest{QueueName: "zt", RequestTimeout: "1m",
+				code, msg := send(s, w, "/v1/queue.produce", &pb.QueueProduceRequest{QueueName: "zt", RequestTimeout: "1m",
 					Items: []*pb.QueueProduceItem{{Reference: "a", Utf8: "a"}, {Reference: "b", Utf8: "b"}}}, nil)
 				require.Equal(t, http.StatusOK, code, msg)
 
 				var list pb.StorageItemsListResponse
-				code, msg = s.send(w, "/v1/storage/items.list", &pb.StorageItemsListRequest{QueueName: "zt"}, &list)
+				code, msg = send(s, w, "/v1/storage/items.list", &pb.StorageItemsListRequest{QueueName: "zt"}, &list)
 				require.Equal(t, http.StatusOK, code, msg)
 				require.Len(t, list.Items, 2)
 				for _, it := range list.Items {
@@ -172,11 +173,11 @@ func TestQueratorZeroTimes(t *testing.T) {
 				}
 
 				var lease pb.QueueLeaseResponse
-				code, msg = s.send(w, "/v1/queue.lease", &pb.QueueLeaseRequest{QueueName: "zt", BatchSize: 1, ClientId: "z", RequestTimeout: "5s"}, &lease)
+				code, msg = send(s, w, "/v1/queue.lease", &pb.QueueLeaseRequest{QueueName: "zt", BatchSize: 1, ClientId: "z", RequestTimeout: "5s"}, &lease)
 				require.Equal(t, http.StatusOK, code, msg)
 				require.Len(t, lease.Items, 1)
 				leased := lease.Items[0]
-				code, msg = s.send(w, "/v1/storage/items.list", &pb.StorageItemsListRequest{QueueName: "zt", Pivot: leased.Id, Limit: 1}, &list)
+				code, msg = send(s, w, "/v1/storage/items.list", &pb.StorageItemsListRequest{QueueName: "zt", Pivot: leased.Id, Limit: 1}, &list)
 				require.Equal(t, http.StatusOK, code, msg)
 				require.Len(t, list.Items, 1)
 				require.Equal(t, leased.Id, list.Items[0].Id)
@@ -184,13 +185,13 @@ func TestQueratorZeroTimes(t *testing.T) {
 				assert.Equal(t, leased.LeaseDeadline.AsTime().Truncate(time.Microsecond), list.Items[0].LeaseDeadline.AsTime().Truncate(time.Microsecond),
 					"the lease reply's deadline and the stored one agree at microsecond precision")
 				assert.True(t, leased.LeaseDeadline.AsTime().Equal(list.Items[0].LeaseDeadline.AsTime()), "and to the nanosecond")
-				s.complete("zt", 0, leased.Id)
+				s.Complete("zt", 0, leased.Id)
 
 				// An import as Querator's client sends it: every time set, the
 				// unset ones to Go's zero time.
 				zero := timestamppb.New(time.Time{})
 				var imported pb.StorageItemsImportResponse
-				code, msg = s.send(w, "/v1/storage/items.import", &pb.StorageItemsImportRequest{QueueName: "zt", Items: []*pb.StorageItem{{
+				code, msg = send(s, w, "/v1/storage/items.import", &pb.StorageItemsImportRequest{QueueName: "zt", Items: []*pb.StorageItem{{
 					Reference: "imported", Payload: []byte("i"), LeaseDeadline: zero, ExpireDeadline: zero, DeadDeadline: zero,
 					CreatedAt: zero, UpdatedAt: zero, EnqueueAt: zero,
 				}}}, &imported)
@@ -201,11 +202,11 @@ func TestQueratorZeroTimes(t *testing.T) {
 				assert.True(t, it.EnqueueAt.AsTime().IsZero(), "a zero enqueue_at is unset: the item is ready")
 				assert.False(t, it.CreatedAt.AsTime().IsZero(), "a zero created_at is unset: the server sets it")
 				var sched pb.StorageItemsListResponse
-				code, msg = s.send(w, "/v1/storage/scheduled.list", &pb.StorageItemsListRequest{QueueName: "zt"}, &sched)
+				code, msg = send(s, w, "/v1/storage/scheduled.list", &pb.StorageItemsListRequest{QueueName: "zt"}, &sched)
 				require.Equal(t, http.StatusOK, code, msg)
 				assert.Empty(t, sched.Items)
-				for _, it := range s.items("zt") {
-					s.deleteItems("zt", it.Id)
+				for _, it := range s.Items("zt") {
+					deleteItems(s, "zt", it.Id)
 				}
 			})
 		}
@@ -213,9 +214,9 @@ func TestQueratorZeroTimes(t *testing.T) {
 }
 
 // deleteItems removes items of partition 0 by id.
-func (s *server) deleteItems(queue string, ids ...string) {
-	s.t.Helper()
-	require.NoError(s.t, s.C.StorageItemsDelete(ctx, &pb.StorageItemsDeleteRequest{QueueName: queue, Ids: ids}))
+func deleteItems(s *servertest.Server, queue string, ids ...string) {
+	s.T.Helper()
+	require.NoError(s.T, s.C.StorageItemsDelete(ctx, &pb.StorageItemsDeleteRequest{QueueName: queue, Ids: ids}))
 }
 
 // TestQueratorNearImmediateEnqueueAt (issue 25, 4): an enqueue_at already
@@ -223,13 +224,13 @@ func (s *server) deleteItems(queue string, ids ...string) {
 // the item straight into the queue, with no enqueue_at; a later one is
 // scheduled.
 func TestQueratorNearImmediateEnqueueAt(t *testing.T) {
-	forEachBackend(t, func(t *testing.T, b backend) {
-		s := start(t, b)
-		s.createQueue(&pb.QueueInfo{QueueName: "ne", LeaseTimeout: "1m", RequestedPartitions: 1})
+	servertest.ForEachBackend(t, func(t *testing.T, b servertest.Backend) {
+		s := servertest.Start(t, b)
+		s.CreateQueue(&pb.QueueInfo{QueueName: "ne", LeaseTimeout: "1m", RequestedPartitions: 1})
 		for _, w := range wires {
 			t.Run(w.name, func(t *testing.T) {
 				now := time.Now()
-				code, msg := s.send(w, "/v1/queue.produce", &pb.QueueProduceRequest{QueueName: "ne", RequestTimeout: "1m", Items: []*pb.QueueProduceItem{
+				code, msg := send(s, w, "/v1/queue.produce", &pb.QueueProduceRequest{QueueName: "ne", RequestTimeout: "1m", Items: []*pb.QueueProduceItem{
 					{Reference: "past", EnqueueAt: timestamppb.New(now.Add(-time.Minute))},
 					{Reference: "now", EnqueueAt: timestamppb.New(now)},
 					{Reference: "soon", EnqueueAt: timestamppb.New(now.Add(50 * time.Millisecond))},
@@ -237,11 +238,11 @@ func TestQueratorNearImmediateEnqueueAt(t *testing.T) {
 				}}, nil)
 				require.Equal(t, http.StatusOK, code, msg)
 				var sched, list pb.StorageItemsListResponse
-				code, msg = s.send(w, "/v1/storage/scheduled.list", &pb.StorageItemsListRequest{QueueName: "ne"}, &sched)
+				code, msg = send(s, w, "/v1/storage/scheduled.list", &pb.StorageItemsListRequest{QueueName: "ne"}, &sched)
 				require.Equal(t, http.StatusOK, code, msg)
 				require.Len(t, sched.Items, 1)
 				assert.Equal(t, "later", sched.Items[0].Reference)
-				code, msg = s.send(w, "/v1/storage/items.list", &pb.StorageItemsListRequest{QueueName: "ne"}, &list)
+				code, msg = send(s, w, "/v1/storage/items.list", &pb.StorageItemsListRequest{QueueName: "ne"}, &list)
 				require.Equal(t, http.StatusOK, code, msg)
 				require.Len(t, list.Items, 3)
 				for i, ref := range []string{"past", "now", "soon"} {
@@ -249,7 +250,7 @@ func TestQueratorNearImmediateEnqueueAt(t *testing.T) {
 					assert.True(t, list.Items[i].EnqueueAt.AsTime().IsZero(), "%s: not scheduled, no enqueue_at", ref)
 				}
 				var lease pb.QueueLeaseResponse
-				code, msg = s.send(w, "/v1/queue.lease", &pb.QueueLeaseRequest{QueueName: "ne", BatchSize: 10, ClientId: "ne", RequestTimeout: "1s"}, &lease)
+				code, msg = send(s, w, "/v1/queue.lease", &pb.QueueLeaseRequest{QueueName: "ne", BatchSize: 10, ClientId: "ne", RequestTimeout: "1s"}, &lease)
 				require.Equal(t, http.StatusOK, code, msg)
 				require.Len(t, lease.Items, 3, "the three are ready at once")
 				require.NoError(t, s.C.QueueClear(ctx, &pb.QueueClearRequest{QueueName: "ne", Scheduled: true, Queue: true, Destructive: true}))
@@ -259,17 +260,17 @@ func TestQueratorNearImmediateEnqueueAt(t *testing.T) {
 }
 
 // partitionStats returns partition 0's stats of a queue.
-func (s *server) partitionStats(queue string) *pb.QueuePartitionStats {
-	s.t.Helper()
+func partitionStats(s *servertest.Server, queue string) *pb.QueuePartitionStats {
+	s.T.Helper()
 	st, err := s.C.QueueStats(ctx, &pb.QueueStatsRequest{QueueName: queue})
-	require.NoError(s.t, err)
-	require.Len(s.t, st.LogicalQueues, 1)
+	require.NoError(s.T, err)
+	require.Len(s.T, st.LogicalQueues, 1)
 	for _, p := range st.LogicalQueues[0].Partitions {
 		if p.Partition == 0 {
 			return p
 		}
 	}
-	s.t.Fatalf("queue %s: no stats for partition 0", queue)
+	s.T.Fatalf("queue %s: no stats for partition 0", queue)
 	return nil
 }
 
@@ -278,12 +279,12 @@ func (s *server) partitionStats(queue string) *pb.QueuePartitionStats {
 // (10 and 20, not 30 and 20); queue.clear with scheduled removes the
 // scheduled ones, with queue and scheduled both kinds.
 func TestQueratorItemsListLeavesOutScheduled(t *testing.T) {
-	forEachBackend(t, func(t *testing.T, b backend) {
-		s := start(t, b)
+	servertest.ForEachBackend(t, func(t *testing.T, b servertest.Backend) {
+		s := servertest.Start(t, b)
 		for _, w := range wires {
 			t.Run(w.name, func(t *testing.T) {
 				name := "ls-" + w.name
-				s.createQueue(&pb.QueueInfo{QueueName: name, LeaseTimeout: "1m", RequestedPartitions: 1})
+				s.CreateQueue(&pb.QueueInfo{QueueName: name, LeaseTimeout: "1m", RequestedPartitions: 1})
 				fill := func() {
 					var items []*pb.QueueProduceItem
 					for i := range 30 {
@@ -293,19 +294,19 @@ func TestQueratorItemsListLeavesOutScheduled(t *testing.T) {
 						}
 						items = append(items, it)
 					}
-					code, msg := s.send(w, "/v1/queue.produce", &pb.QueueProduceRequest{QueueName: name, RequestTimeout: "1m", Items: items}, nil)
+					code, msg := send(s, w, "/v1/queue.produce", &pb.QueueProduceRequest{QueueName: name, RequestTimeout: "1m", Items: items}, nil)
 					require.Equal(t, http.StatusOK, code, msg)
 				}
 				counts := func() (ready, scheduled int) {
 					var list, sched pb.StorageItemsListResponse
-					code, msg := s.send(w, "/v1/storage/items.list", &pb.StorageItemsListRequest{QueueName: name}, &list)
+					code, msg := send(s, w, "/v1/storage/items.list", &pb.StorageItemsListRequest{QueueName: name}, &list)
 					require.Equal(t, http.StatusOK, code, msg)
-					code, msg = s.send(w, "/v1/storage/scheduled.list", &pb.StorageItemsListRequest{QueueName: name}, &sched)
+					code, msg = send(s, w, "/v1/storage/scheduled.list", &pb.StorageItemsListRequest{QueueName: name}, &sched)
 					require.Equal(t, http.StatusOK, code, msg)
 					return len(list.Items), len(sched.Items)
 				}
 				clear := func(queue, scheduled bool) {
-					code, msg := s.send(w, "/v1/queue.clear", &pb.QueueClearRequest{QueueName: name, Queue: queue, Scheduled: scheduled}, nil)
+					code, msg := send(s, w, "/v1/queue.clear", &pb.QueueClearRequest{QueueName: name, Queue: queue, Scheduled: scheduled}, nil)
 					require.Equal(t, http.StatusOK, code, msg)
 				}
 
@@ -313,7 +314,7 @@ func TestQueratorItemsListLeavesOutScheduled(t *testing.T) {
 				ready, scheduled := counts()
 				assert.Equal(t, 10, ready, "items.list: the ready items only")
 				assert.Equal(t, 20, scheduled)
-				st := s.partitionStats(name)
+				st := partitionStats(s, name)
 				assert.Equal(t, int32(30), st.Total)
 				assert.Equal(t, int32(20), st.Scheduled)
 
@@ -321,7 +322,7 @@ func TestQueratorItemsListLeavesOutScheduled(t *testing.T) {
 				ready, scheduled = counts()
 				assert.Equal(t, 10, ready)
 				assert.Equal(t, 0, scheduled)
-				st = s.partitionStats(name)
+				st = partitionStats(s, name)
 				assert.Equal(t, int32(10), st.Total)
 				assert.Equal(t, int32(0), st.Scheduled)
 
@@ -330,7 +331,7 @@ func TestQueratorItemsListLeavesOutScheduled(t *testing.T) {
 				ready, scheduled = counts()
 				assert.Equal(t, 0, ready)
 				assert.Equal(t, 0, scheduled)
-				st = s.partitionStats(name)
+				st = partitionStats(s, name)
 				assert.Equal(t, int32(0), st.Total)
 			})
 		}
@@ -350,22 +351,22 @@ func TestQueratorItemsListLeavesOutScheduled(t *testing.T) {
 // service before any storage (service.MaxImportItems), so OverTheLimit runs
 // on one backend.
 func TestQueratorImportTenThousand(t *testing.T) {
-	forEachBackend(t, func(t *testing.T, b backend) {
-		s := start(t, b)
+	servertest.ForEachBackend(t, func(t *testing.T, b servertest.Backend) {
+		s := servertest.Start(t, b)
 		for _, w := range wires {
 			n := 10_000
-			if w.name == "json" || b.name == "memory" {
+			if w.name == "json" || b.Name == "memory" {
 				n = 2_500
 			}
 			t.Run(w.name, func(t *testing.T) {
 				name := "imp-" + w.name
-				s.createQueue(&pb.QueueInfo{QueueName: name, LeaseTimeout: "1m", RequestedPartitions: 1})
+				s.CreateQueue(&pb.QueueInfo{QueueName: name, LeaseTimeout: "1m", RequestedPartitions: 1})
 				items := make([]*pb.StorageItem, n)
 				for i := range items {
 					items[i] = &pb.StorageItem{Reference: fmt.Sprint(i), Payload: []byte(fmt.Sprintf("payload %d", i))}
 				}
 				var imported pb.StorageItemsImportResponse
-				code, msg := s.send(w, "/v1/storage/items.import", &pb.StorageItemsImportRequest{QueueName: name, Items: items}, &imported)
+				code, msg := send(s, w, "/v1/storage/items.import", &pb.StorageItemsImportRequest{QueueName: name, Items: items}, &imported)
 				require.Equal(t, http.StatusOK, code, msg)
 				require.Len(t, imported.Items, n)
 
@@ -374,7 +375,7 @@ func TestQueratorImportTenThousand(t *testing.T) {
 				pivot := ""
 				for {
 					var page pb.StorageItemsListResponse
-					code, msg := s.send(w, "/v1/storage/items.list", &pb.StorageItemsListRequest{QueueName: name, Pivot: pivot, Limit: 1000}, &page)
+					code, msg := send(s, w, "/v1/storage/items.list", &pb.StorageItemsListRequest{QueueName: name, Pivot: pivot, Limit: 1000}, &page)
 					require.Equal(t, http.StatusOK, code, msg)
 					got := page.Items
 					if pivot != "" {
@@ -396,30 +397,30 @@ func TestQueratorImportTenThousand(t *testing.T) {
 
 				// A pivot that no longer exists: the list starts after it.
 				gone := []string{seen[500].Id, seen[501].Id}
-				s.deleteItems(name, gone...)
-				s.deleteItems(name, gone...) // already deleted: OK
+				deleteItems(s, name, gone...)
+				deleteItems(s, name, gone...) // already deleted: OK
 				var page pb.StorageItemsListResponse
-				code, msg = s.send(w, "/v1/storage/items.list", &pb.StorageItemsListRequest{QueueName: name, Pivot: gone[0], Limit: 3}, &page)
+				code, msg = send(s, w, "/v1/storage/items.list", &pb.StorageItemsListRequest{QueueName: name, Pivot: gone[0], Limit: 3}, &page)
 				require.Equal(t, http.StatusOK, code, msg)
 				require.Equal(t, []string{seen[502].Id, seen[503].Id, seen[504].Id}, ids(page.Items))
 			})
 		}
 		t.Run("OverTheLimit", func(t *testing.T) {
-			if b.name != "memory" {
+			if b.Name != "memory" {
 				t.Skip("the service refuses the import before any storage: checked on memory")
 			}
-			s.createQueue(&pb.QueueInfo{QueueName: "imp-over", LeaseTimeout: "1m", RequestedPartitions: 1})
+			s.CreateQueue(&pb.QueueInfo{QueueName: "imp-over", LeaseTimeout: "1m", RequestedPartitions: 1})
 			over := make([]*pb.StorageItem, 100_001)
 			for i := range over {
 				over[i] = &pb.StorageItem{}
 			}
 			for _, w := range wires {
-				code, msg := s.send(w, "/v1/storage/items.import", &pb.StorageItemsImportRequest{QueueName: "imp-over", Items: over}, nil)
+				code, msg := send(s, w, "/v1/storage/items.import", &pb.StorageItemsImportRequest{QueueName: "imp-over", Items: over}, nil)
 				require.Equal(t, http.StatusBadRequest, code)
 				assert.Contains(t, msg, "items")
 				assert.Contains(t, msg, "100000")
 			}
-			assert.Empty(t, s.items("imp-over"))
+			assert.Empty(t, s.Items("imp-over"))
 		})
 	})
 }
@@ -427,19 +428,19 @@ func TestQueratorImportTenThousand(t *testing.T) {
 // TestQueratorQueuesListPivot (issue 25, 7): queues.list with a pivot no
 // queue name can hold is a 400 with Querator's message.
 func TestQueratorQueuesListPivot(t *testing.T) {
-	forEachBackend(t, func(t *testing.T, b backend) {
-		s := start(t, b)
-		s.createQueue(&pb.QueueInfo{QueueName: "lp"})
+	servertest.ForEachBackend(t, func(t *testing.T, b servertest.Backend) {
+		s := servertest.Start(t, b)
+		s.CreateQueue(&pb.QueueInfo{QueueName: "lp"})
 		for _, w := range wires {
-			code, msg := s.send(w, "/v1/queues.list", &pb.QueuesListRequest{Pivot: "invalid~queue"}, nil)
+			code, msg := send(s, w, "/v1/queues.list", &pb.QueuesListRequest{Pivot: "invalid~queue"}, nil)
 			assert.Equal(t, http.StatusBadRequest, code, w.name)
 			assert.Equal(t, "pivot is invalid; 'invalid~queue' cannot contain '~' character", msg, w.name)
 			var res pb.QueuesListResponse
-			code, msg = s.send(w, "/v1/queues.list", &pb.QueuesListRequest{Pivot: "lp"}, &res)
+			code, msg = send(s, w, "/v1/queues.list", &pb.QueuesListRequest{Pivot: "lp"}, &res)
 			require.Equal(t, http.StatusOK, code, msg)
 			require.Len(t, res.Items, 1)
 		}
 		_, err := s.C.QueuesList(ctx, &pb.QueuesListRequest{Pivot: "a~b"})
-		requireCode(t, err, styx.CodeBadRequest, "pivot is invalid")
+		servertest.RequireCode(t, err, styx.CodeBadRequest, "pivot is invalid")
 	})
 }

@@ -10,14 +10,15 @@ import (
 	"github.com/stretchr/testify/require"
 
 	styx "github.com/styxq/styx"
+	"github.com/styxq/styx/internal/servertest"
 	pb "github.com/styxq/styx/styxpb"
 )
 
 func TestQueues(t *testing.T) {
-	forEachBackend(t, func(t *testing.T, b backend) {
-		s := start(t, b)
+	servertest.ForEachBackend(t, func(t *testing.T, b servertest.Backend) {
+		s := servertest.Start(t, b)
 		t.Run("CreateDefaults", func(t *testing.T) {
-			s.createQueue(&pb.QueueInfo{QueueName: "defaults"})
+			s.CreateQueue(&pb.QueueInfo{QueueName: "defaults"})
 			info, err := s.C.QueuesInfo(ctx, &pb.QueuesInfoRequest{QueueName: "defaults"})
 			require.NoError(t, err)
 			assert.Equal(t, "1m0s", info.LeaseTimeout)
@@ -30,10 +31,10 @@ func TestQueues(t *testing.T) {
 		})
 		t.Run("CreateExisting", func(t *testing.T) {
 			err := s.C.QueuesCreate(ctx, &pb.QueueInfo{QueueName: "defaults"})
-			requireCode(t, err, styx.CodeBadRequest, "queue already exists", "defaults")
+			servertest.RequireCode(t, err, styx.CodeBadRequest, "queue already exists", "defaults")
 		})
 		t.Run("UpdateKeepsOmittedFields", func(t *testing.T) {
-			s.createQueue(&pb.QueueInfo{QueueName: "upd", LeaseTimeout: "30s", MaxAttempts: 5, Reference: "r1"})
+			s.CreateQueue(&pb.QueueInfo{QueueName: "upd", LeaseTimeout: "30s", MaxAttempts: 5, Reference: "r1"})
 			require.NoError(t, s.C.QueuesUpdate(ctx, &pb.QueueInfo{QueueName: "upd", MaxAttempts: 7}))
 			info, err := s.C.QueuesInfo(ctx, &pb.QueuesInfoRequest{QueueName: "upd"})
 			require.NoError(t, err)
@@ -44,36 +45,36 @@ func TestQueues(t *testing.T) {
 		})
 		t.Run("UpdateUnknown", func(t *testing.T) {
 			err := s.C.QueuesUpdate(ctx, &pb.QueueInfo{QueueName: "nope", MaxAttempts: 7})
-			requireCode(t, err, styx.CodeBadRequest, "queue does not exist; no such queue named 'nope'")
+			servertest.RequireCode(t, err, styx.CodeBadRequest, "queue does not exist; no such queue named 'nope'")
 		})
 		t.Run("ListAndDelete", func(t *testing.T) {
 			for _, n := range []string{"l-a", "l-b", "l-c"} {
-				s.createQueue(&pb.QueueInfo{QueueName: n})
+				s.CreateQueue(&pb.QueueInfo{QueueName: n})
 			}
 			res, err := s.C.QueuesList(ctx, &pb.QueuesListRequest{Pivot: "l-b", Limit: 2})
 			require.NoError(t, err)
 			require.Len(t, res.Items, 2)
 			assert.Equal(t, "l-b", res.Items[0].QueueName)
 			assert.Equal(t, "l-c", res.Items[1].QueueName)
-			s.produce("l-b", "x")
+			s.Produce("l-b", "x")
 			require.NoError(t, s.C.QueuesDelete(ctx, &pb.QueuesDeleteRequest{QueueName: "l-b"}))
 			_, err = s.C.QueuesInfo(ctx, &pb.QueuesInfoRequest{QueueName: "l-b"})
-			requireCode(t, err, styx.CodeBadRequest, "queue does not exist")
+			servertest.RequireCode(t, err, styx.CodeBadRequest, "queue does not exist")
 			// Re-created under the same name, the queue starts empty.
-			s.createQueue(&pb.QueueInfo{QueueName: "l-b"})
-			assert.Empty(t, s.items("l-b"))
+			s.CreateQueue(&pb.QueueInfo{QueueName: "l-b"})
+			assert.Empty(t, s.Items("l-b"))
 		})
 	})
 }
 
 func TestProduceLeaseComplete(t *testing.T) {
-	forEachBackend(t, func(t *testing.T, b backend) {
-		s := start(t, b)
+	servertest.ForEachBackend(t, func(t *testing.T, b servertest.Backend) {
+		s := servertest.Start(t, b)
 		t.Run("FIFO", func(t *testing.T) {
-			s.createQueue(&pb.QueueInfo{QueueName: "fifo"})
-			s.produce("fifo", "a", "b", "c")
-			s.produce("fifo", "d")
-			res := s.lease("fifo", 3)
+			s.CreateQueue(&pb.QueueInfo{QueueName: "fifo"})
+			s.Produce("fifo", "a", "b", "c")
+			s.Produce("fifo", "d")
+			res := s.Lease("fifo", 3)
 			require.Len(t, res.Items, 3)
 			for i, want := range []string{"a", "b", "c"} {
 				it := res.Items[i]
@@ -83,37 +84,37 @@ func TestProduceLeaseComplete(t *testing.T) {
 				assert.Equal(t, "ref-"+want, it.Reference)
 				assert.WithinDuration(t, time.Now().Add(time.Minute), it.LeaseDeadline.AsTime(), 5*time.Second)
 			}
-			s.complete("fifo", res.Partition, res.Items[0].Id, res.Items[1].Id, res.Items[2].Id)
-			res = s.lease("fifo", 10)
+			s.Complete("fifo", res.Partition, res.Items[0].Id, res.Items[1].Id, res.Items[2].Id)
+			res = s.Lease("fifo", 10)
 			require.Len(t, res.Items, 1)
 			assert.Equal(t, "d", string(res.Items[0].Bytes))
-			s.complete("fifo", 0, res.Items[0].Id)
-			assert.Empty(t, s.items("fifo"))
-			s.leaseNone("fifo")
+			s.Complete("fifo", 0, res.Items[0].Id)
+			assert.Empty(t, s.Items("fifo"))
+			s.LeaseNone("fifo")
 		})
 		t.Run("LeaseTimeoutMessage", func(t *testing.T) {
-			s.createQueue(&pb.QueueInfo{QueueName: "empty"})
+			s.CreateQueue(&pb.QueueInfo{QueueName: "empty"})
 			_, err := s.C.QueueLease(ctx, &pb.QueueLeaseRequest{QueueName: "empty", BatchSize: 1, ClientId: "c", RequestTimeout: "20ms"})
-			requireCode(t, err, styx.CodeRetry, "request timeout; no items are in the queue, try again")
+			servertest.RequireCode(t, err, styx.CodeRetry, "request timeout; no items are in the queue, try again")
 		})
 		t.Run("LongPollWokenByProduce", func(t *testing.T) {
-			s.createQueue(&pb.QueueInfo{QueueName: "poll"})
+			s.CreateQueue(&pb.QueueInfo{QueueName: "poll"})
 			got := make(chan *pb.QueueLeaseResponse, 1)
 			go func() {
 				res, err := s.C.QueueLease(ctx, &pb.QueueLeaseRequest{QueueName: "poll", BatchSize: 5, ClientId: "w", RequestTimeout: "10s"})
 				assert.NoError(t, err)
 				got <- res
 			}()
-			waitStat(t, s, "poll", func(st *pb.QueueLogicalStats) bool { return st.LeaseWaiting == 1 })
+			servertest.WaitStat(t, s, "poll", func(st *pb.QueueLogicalStats) bool { return st.LeaseWaiting == 1 })
 			start := time.Now()
-			s.produce("poll", "wake")
+			s.Produce("poll", "wake")
 			res := <-got
 			require.Len(t, res.Items, 1)
 			assert.Equal(t, "wake", string(res.Items[0].Bytes))
 			assert.Less(t, time.Since(start), 5*time.Second)
 		})
 		t.Run("WaitersServedInArrivalOrder", func(t *testing.T) {
-			s.createQueue(&pb.QueueInfo{QueueName: "fair"})
+			s.CreateQueue(&pb.QueueInfo{QueueName: "fair"})
 			results := make([]chan string, 3)
 			for i := range results {
 				results[i] = make(chan string, 1)
@@ -123,61 +124,52 @@ func TestProduceLeaseComplete(t *testing.T) {
 						results[i] <- string(res.Items[0].Bytes)
 					}
 				}()
-				waitStat(t, s, "fair", func(st *pb.QueueLogicalStats) bool { return st.LeaseWaiting == int32(i+1) })
+				servertest.WaitStat(t, s, "fair", func(st *pb.QueueLogicalStats) bool { return st.LeaseWaiting == int32(i+1) })
 			}
-			s.produce("fair", "1", "2", "3")
+			s.Produce("fair", "1", "2", "3")
 			for i, want := range []string{"1", "2", "3"} {
 				assert.Equal(t, want, <-results[i], "waiter %d", i)
 			}
 		})
 		t.Run("DuplicateClientID", func(t *testing.T) {
-			s.createQueue(&pb.QueueInfo{QueueName: "dup"})
+			s.CreateQueue(&pb.QueueInfo{QueueName: "dup"})
 			done := make(chan struct{})
 			go func() {
 				defer close(done)
 				_, _ = s.C.QueueLease(ctx, &pb.QueueLeaseRequest{QueueName: "dup", BatchSize: 1, ClientId: "same", RequestTimeout: "2s"})
 			}()
-			waitStat(t, s, "dup", func(st *pb.QueueLogicalStats) bool { return st.LeaseWaiting == 1 })
+			servertest.WaitStat(t, s, "dup", func(st *pb.QueueLogicalStats) bool { return st.LeaseWaiting == 1 })
 			_, err := s.C.QueueLease(ctx, &pb.QueueLeaseRequest{QueueName: "dup", BatchSize: 1, ClientId: "same", RequestTimeout: "1s"})
-			requireCode(t, err, styx.CodeBadRequest, "duplicate client id; a client cannot make multiple leased requests to the same queue")
-			s.produce("dup", "x")
+			servertest.RequireCode(t, err, styx.CodeBadRequest, "duplicate client id; a client cannot make multiple leased requests to the same queue")
+			s.Produce("dup", "x")
 			<-done
 		})
 		t.Run("CompleteUnknownIDChangesNothing", func(t *testing.T) {
-			s.createQueue(&pb.QueueInfo{QueueName: "cu"})
-			s.produce("cu", "a", "b")
-			res := s.lease("cu", 1)
-			ready := s.items("cu")[1].Id
+			s.CreateQueue(&pb.QueueInfo{QueueName: "cu"})
+			s.Produce("cu", "a", "b")
+			res := s.Lease("cu", 1)
+			ready := s.Items("cu")[1].Id
 			err := s.C.QueueComplete(ctx, &pb.QueueCompleteRequest{QueueName: "cu", Ids: []string{res.Items[0].Id, ready}})
-			requireCode(t, err, styx.CodeBadRequest, ready, "not leased")
-			require.Len(t, s.items("cu"), 2, "the leased item must not be completed by a rejected request")
+			servertest.RequireCode(t, err, styx.CodeBadRequest, ready, "not leased")
+			require.Len(t, s.Items("cu"), 2, "the leased item must not be completed by a rejected request")
 			err = s.C.QueueComplete(ctx, &pb.QueueCompleteRequest{QueueName: "cu", Partition: 0, Ids: []string{"0000000000000"}})
-			requireCode(t, err, styx.CodeBadRequest, "0000000000000")
+			servertest.RequireCode(t, err, styx.CodeBadRequest, "0000000000000")
 		})
 	})
-}
-
-// waitStat polls queue.stats until cond holds.
-func waitStat(t *testing.T, s *server, queue string, cond func(*pb.QueueLogicalStats) bool) {
-	t.Helper()
-	eventually(t, func() bool {
-		st, err := s.C.QueueStats(ctx, &pb.QueueStatsRequest{QueueName: queue})
-		return err == nil && len(st.LogicalQueues) == 1 && cond(st.LogicalQueues[0])
-	}, "stats of %s", queue)
 }
 
 // TestRetry checks queue.retry, scheduling and lease expiry over the wire.
 // The server runs on a fake clock (TestRealTimersWakeWaitingLeases keeps
 // the real one).
 func TestRetry(t *testing.T) {
-	forEachBackend(t, func(t *testing.T, b backend) {
-		s := startFake(t, b)
+	servertest.ForEachBackend(t, func(t *testing.T, b servertest.Backend) {
+		s := servertest.StartFake(t, b)
 		t.Run("RequeuedAtTailWithNewID", func(t *testing.T) {
-			s.createQueue(&pb.QueueInfo{QueueName: "rq"})
-			s.produce("rq", "a", "b")
-			a := s.lease("rq", 1).Items[0]
-			s.retry("rq", 0, &pb.QueueRetryItem{Id: a.Id})
-			res := s.lease("rq", 2)
+			s.CreateQueue(&pb.QueueInfo{QueueName: "rq"})
+			s.Produce("rq", "a", "b")
+			a := s.Lease("rq", 1).Items[0]
+			s.Retry("rq", 0, &pb.QueueRetryItem{Id: a.Id})
+			res := s.Lease("rq", 2)
 			require.Len(t, res.Items, 2)
 			assert.Equal(t, "b", string(res.Items[0].Bytes))
 			assert.Equal(t, "a", string(res.Items[1].Bytes))
@@ -185,16 +177,16 @@ func TestRetry(t *testing.T) {
 			assert.Equal(t, int32(2), res.Items[1].Attempts)
 			// The old id is no longer a lease handle.
 			err := s.C.QueueComplete(ctx, &pb.QueueCompleteRequest{QueueName: "rq", Ids: []string{a.Id}})
-			requireCode(t, err, styx.CodeBadRequest, a.Id)
+			servertest.RequireCode(t, err, styx.CodeBadRequest, a.Id)
 		})
 		t.Run("ErrorRecorded", func(t *testing.T) {
-			s.createQueue(&pb.QueueInfo{QueueName: "re"})
-			s.produce("re", "a")
+			s.CreateQueue(&pb.QueueInfo{QueueName: "re"})
+			s.Produce("re", "a")
 			for i := 1; i <= 12; i++ {
-				it := s.lease("re", 1).Items[0]
-				s.retry("re", 0, &pb.QueueRetryItem{Id: it.Id, Error: fmt.Sprint("boom ", i)})
+				it := s.Lease("re", 1).Items[0]
+				s.Retry("re", 0, &pb.QueueRetryItem{Id: it.Id, Error: fmt.Sprint("boom ", i)})
 			}
-			items := s.items("re")
+			items := s.Items("re")
 			require.Len(t, items, 1)
 			assert.Equal(t, "boom 12", items[0].LastError)
 			require.Len(t, items[0].Errors, 10, "the last 10 attempt errors are kept")
@@ -204,56 +196,56 @@ func TestRetry(t *testing.T) {
 			assert.Equal(t, int32(12), items[0].Attempts)
 		})
 		t.Run("ReleaseNotCounted", func(t *testing.T) {
-			s.createQueue(&pb.QueueInfo{QueueName: "rel", MaxAttempts: 2})
-			s.produce("rel", "a")
+			s.CreateQueue(&pb.QueueInfo{QueueName: "rel", MaxAttempts: 2})
+			s.Produce("rel", "a")
 			for range 5 {
-				it := s.lease("rel", 1).Items[0]
+				it := s.Lease("rel", 1).Items[0]
 				assert.Equal(t, int32(1), it.Attempts)
-				s.retry("rel", 0, &pb.QueueRetryItem{Id: it.Id, Release: true})
+				s.Retry("rel", 0, &pb.QueueRetryItem{Id: it.Id, Release: true})
 			}
-			require.Len(t, s.items("rel"), 1, "released items never reach max_attempts")
+			require.Len(t, s.Items("rel"), 1, "released items never reach max_attempts")
 		})
 		t.Run("RetryAtSchedules", func(t *testing.T) {
-			s.createQueue(&pb.QueueInfo{QueueName: "ra"})
-			s.produce("ra", "a")
-			it := s.lease("ra", 1).Items[0]
-			s.retry("ra", 0, &pb.QueueRetryItem{Id: it.Id, RetryAt: at(s.now().Add(700 * time.Millisecond))})
+			s.CreateQueue(&pb.QueueInfo{QueueName: "ra"})
+			s.Produce("ra", "a")
+			it := s.Lease("ra", 1).Items[0]
+			s.Retry("ra", 0, &pb.QueueRetryItem{Id: it.Id, RetryAt: servertest.At(s.Now().Add(700 * time.Millisecond))})
 			sched, err := s.C.StorageScheduledList(ctx, &pb.StorageItemsListRequest{QueueName: "ra"})
 			require.NoError(t, err)
 			require.Len(t, sched.Items, 1)
 			assert.NotNil(t, sched.Items[0].EnqueueAt)
-			s.leaseNone("ra")
-			s.advance(699*time.Millisecond, "ra")
-			s.leaseNone("ra")
-			s.advance(time.Millisecond, "ra")
-			res := s.lease("ra", 1) // due now
+			s.LeaseNone("ra")
+			s.Advance(699*time.Millisecond, "ra")
+			s.LeaseNone("ra")
+			s.Advance(time.Millisecond, "ra")
+			res := s.Lease("ra", 1) // due now
 			assert.Equal(t, "a", string(res.Items[0].Bytes))
 		})
 		t.Run("ProduceScheduled", func(t *testing.T) {
-			s.createQueue(&pb.QueueInfo{QueueName: "ps"})
+			s.CreateQueue(&pb.QueueInfo{QueueName: "ps"})
 			require.NoError(t, s.C.QueueProduce(ctx, &pb.QueueProduceRequest{QueueName: "ps", Items: []*pb.QueueProduceItem{
-				{Utf8: "later", EnqueueAt: at(s.now().Add(500 * time.Millisecond))},
+				{Utf8: "later", EnqueueAt: servertest.At(s.Now().Add(500 * time.Millisecond))},
 			}}))
-			s.leaseNone("ps")
+			s.LeaseNone("ps")
 			st, err := s.C.QueueStats(ctx, &pb.QueueStatsRequest{QueueName: "ps"})
 			require.NoError(t, err)
 			assert.Equal(t, int32(1), st.LogicalQueues[0].Partitions[0].Scheduled)
-			s.advance(500*time.Millisecond, "ps")
-			assert.Equal(t, "later", string(s.lease("ps", 1).Items[0].Bytes))
+			s.Advance(500*time.Millisecond, "ps")
+			assert.Equal(t, "later", string(s.Lease("ps", 1).Items[0].Bytes))
 		})
 		t.Run("LeaseExpiryRequeuesAndCounts", func(t *testing.T) {
-			s.createQueue(&pb.QueueInfo{QueueName: "lx", LeaseTimeout: "1s"})
-			s.produce("lx", "a")
-			first := s.lease("lx", 1).Items[0]
-			s.advance(999*time.Millisecond, "lx")
-			s.leaseNone("lx")
-			s.advance(time.Millisecond, "lx")
-			second := s.lease("lx", 1).Items[0] // the lease has expired
+			s.CreateQueue(&pb.QueueInfo{QueueName: "lx", LeaseTimeout: "1s"})
+			s.Produce("lx", "a")
+			first := s.Lease("lx", 1).Items[0]
+			s.Advance(999*time.Millisecond, "lx")
+			s.LeaseNone("lx")
+			s.Advance(time.Millisecond, "lx")
+			second := s.Lease("lx", 1).Items[0] // the lease has expired
 			assert.Equal(t, "a", string(second.Bytes))
 			assert.NotEqual(t, first.Id, second.Id)
 			assert.Equal(t, int32(2), second.Attempts)
 			err := s.C.QueueComplete(ctx, &pb.QueueCompleteRequest{QueueName: "lx", Ids: []string{first.Id}})
-			requireCode(t, err, styx.CodeBadRequest, first.Id)
+			servertest.RequireCode(t, err, styx.CodeBadRequest, first.Id)
 		})
 	})
 }
@@ -264,20 +256,20 @@ func TestRetry(t *testing.T) {
 // with no request in between (every other lifecycle test moves a fake
 // clock and sends a request).
 func TestRealTimersWakeWaitingLeases(t *testing.T) {
-	forEachBackend(t, func(t *testing.T, b backend) {
-		s := start(t, b)
-		s.createQueue(&pb.QueueInfo{QueueName: "rt", LeaseTimeout: "1s"})
-		s.produce("rt", "leased")
-		first := s.lease("rt", 1).Items[0]
+	servertest.ForEachBackend(t, func(t *testing.T, b servertest.Backend) {
+		s := servertest.Start(t, b)
+		s.CreateQueue(&pb.QueueInfo{QueueName: "rt", LeaseTimeout: "1s"})
+		s.Produce("rt", "leased")
+		first := s.Lease("rt", 1).Items[0]
 		require.NoError(t, s.C.QueueProduce(ctx, &pb.QueueProduceRequest{QueueName: "rt", Items: []*pb.QueueProduceItem{
-			{Utf8: "later", EnqueueAt: at(time.Now().Add(500 * time.Millisecond))},
+			{Utf8: "later", EnqueueAt: servertest.At(time.Now().Add(500 * time.Millisecond))},
 		}}))
-		s.leaseNone("rt")
+		s.LeaseNone("rt")
 		// The scheduled item is due first, but a loaded machine may serve
 		// the two in either order.
 		got := map[string]*pb.QueueLeaseItem{}
 		for range 2 {
-			it := s.lease("rt", 1).Items[0]
+			it := s.Lease("rt", 1).Items[0]
 			got[string(it.Bytes)] = it
 		}
 		require.Contains(t, got, "later", "the scheduled item, when due")
@@ -288,13 +280,13 @@ func TestRealTimersWakeWaitingLeases(t *testing.T) {
 }
 
 func TestPartitions(t *testing.T) {
-	forEachBackend(t, func(t *testing.T, b backend) {
-		s := start(t, b)
-		s.createQueue(&pb.QueueInfo{QueueName: "parts", RequestedPartitions: 3})
+	servertest.ForEachBackend(t, func(t *testing.T, b servertest.Backend) {
+		s := servertest.Start(t, b)
+		s.CreateQueue(&pb.QueueInfo{QueueName: "parts", RequestedPartitions: 3})
 		// Each produce goes whole to the partition with the fewest ready
 		// items (ADR 0007).
 		for i := range 3 {
-			s.produce("parts", fmt.Sprint(i, "a"), fmt.Sprint(i, "b"))
+			s.Produce("parts", fmt.Sprint(i, "a"), fmt.Sprint(i, "b"))
 		}
 		st, err := s.C.QueueStats(ctx, &pb.QueueStatsRequest{QueueName: "parts"})
 		require.NoError(t, err)
@@ -305,24 +297,24 @@ func TestPartitions(t *testing.T) {
 		// One consumer is served from every partition: equals take turns.
 		seen := map[int32]int{}
 		for range 3 {
-			res := s.lease("parts", 10)
+			res := s.Lease("parts", 10)
 			require.Len(t, res.Items, 2)
 			seen[res.Partition]++
-			s.complete("parts", res.Partition, res.Items[0].Id, res.Items[1].Id)
+			s.Complete("parts", res.Partition, res.Items[0].Id, res.Items[1].Id)
 		}
 		assert.Len(t, seen, 3)
 		// Completing in the wrong partition is refused.
-		s.produce("parts", "z")
-		res := s.lease("parts", 1)
+		s.Produce("parts", "z")
+		res := s.Lease("parts", 1)
 		err = s.C.QueueComplete(ctx, &pb.QueueCompleteRequest{QueueName: "parts", Partition: (res.Partition + 1) % 3, Ids: []string{res.Items[0].Id}})
-		requireCode(t, err, styx.CodeBadRequest, "not leased")
+		servertest.RequireCode(t, err, styx.CodeBadRequest, "not leased")
 		// Partitions can be added.
 		require.NoError(t, s.C.QueuesUpdate(ctx, &pb.QueueInfo{QueueName: "parts", RequestedPartitions: 4}))
 		// No partition has ready items (one is leased): the three produces
 		// take turns after the partition produced to last, and the new
 		// partition gets one.
 		for i := range 3 {
-			s.produce("parts", fmt.Sprint("new", i))
+			s.Produce("parts", fmt.Sprint("new", i))
 		}
 		st, err = s.C.QueueStats(ctx, &pb.QueueStatsRequest{QueueName: "parts"})
 		require.NoError(t, err)
@@ -332,12 +324,12 @@ func TestPartitions(t *testing.T) {
 }
 
 func TestStorageAndAdmin(t *testing.T) {
-	forEachBackend(t, func(t *testing.T, b backend) {
-		s := start(t, b)
-		s.createQueue(&pb.QueueInfo{QueueName: "st"})
+	servertest.ForEachBackend(t, func(t *testing.T, b servertest.Backend) {
+		s := servertest.Start(t, b)
+		s.CreateQueue(&pb.QueueInfo{QueueName: "st"})
 		t.Run("ListPaginates", func(t *testing.T) {
 			for i := range 25 {
-				s.produce("st", fmt.Sprint(i))
+				s.Produce("st", fmt.Sprint(i))
 			}
 			var ids []string
 			pivot := ""
@@ -361,19 +353,19 @@ func TestStorageAndAdmin(t *testing.T) {
 			}
 		})
 		t.Run("DeleteAndClear", func(t *testing.T) {
-			items := s.items("st")
+			items := s.Items("st")
 			require.NoError(t, s.C.StorageItemsDelete(ctx, &pb.StorageItemsDeleteRequest{QueueName: "st", Ids: []string{items[0].Id, items[1].Id}}))
-			require.Len(t, s.items("st"), 23)
-			leased := s.lease("st", 1)
+			require.Len(t, s.Items("st"), 23)
+			leased := s.Lease("st", 1)
 			require.NoError(t, s.C.QueueClear(ctx, &pb.QueueClearRequest{QueueName: "st", Queue: true}))
-			left := s.items("st")
+			left := s.Items("st")
 			require.Len(t, left, 1, "clearing the queue keeps leased items")
 			assert.Equal(t, leased.Items[0].Id, left[0].Id)
 			assert.True(t, left[0].IsLeased)
 			require.NoError(t, s.C.QueueClear(ctx, &pb.QueueClearRequest{QueueName: "st", Destructive: true}))
-			assert.Empty(t, s.items("st"))
+			assert.Empty(t, s.Items("st"))
 			err := s.C.QueueClear(ctx, &pb.QueueClearRequest{QueueName: "st"})
-			requireCode(t, err, styx.CodeBadRequest, "queue, scheduled or destructive")
+			servertest.RequireCode(t, err, styx.CodeBadRequest, "queue, scheduled or destructive")
 		})
 		t.Run("ImportAndReload", func(t *testing.T) {
 			res, err := s.C.StorageItemsImport(ctx, &pb.StorageItemsImportRequest{QueueName: "st", Items: []*pb.StorageItem{
@@ -383,43 +375,43 @@ func TestStorageAndAdmin(t *testing.T) {
 			require.Len(t, res.Items, 1)
 			assert.NotEmpty(t, res.Items[0].Id)
 			require.NoError(t, s.C.QueueReload(ctx, &pb.QueueReloadRequest{QueueName: "st"}))
-			it := s.lease("st", 1).Items[0]
+			it := s.Lease("st", 1).Items[0]
 			assert.Equal(t, "imp", string(it.Bytes))
 			assert.Equal(t, int32(3), it.Attempts)
 		})
 		t.Run("ConcurrentProducersAllDurable", func(t *testing.T) {
-			s.createQueue(&pb.QueueInfo{QueueName: "conc"})
+			s.CreateQueue(&pb.QueueInfo{QueueName: "conc"})
 			var wg sync.WaitGroup
 			for w := range 8 {
 				wg.Go(func() {
 					for i := range 20 {
-						s.produce("conc", fmt.Sprint(w, "-", i))
+						s.Produce("conc", fmt.Sprint(w, "-", i))
 					}
 				})
 			}
 			wg.Wait()
-			require.Len(t, s.items("conc"), 160)
+			require.Len(t, s.Items("conc"), 160)
 		})
 	})
 }
 
 func TestRestartKeepsState(t *testing.T) {
-	forEachBackend(t, func(t *testing.T, b backend) {
-		s := start(t, b)
-		s.createQueue(&pb.QueueInfo{QueueName: "rs", LeaseTimeout: "1m"})
-		s.produce("rs", "a", "b", "c")
-		leased := s.lease("rs", 1).Items[0]
-		s.restart()
-		items := s.items("rs")
+	servertest.ForEachBackend(t, func(t *testing.T, b servertest.Backend) {
+		s := servertest.Start(t, b)
+		s.CreateQueue(&pb.QueueInfo{QueueName: "rs", LeaseTimeout: "1m"})
+		s.Produce("rs", "a", "b", "c")
+		leased := s.Lease("rs", 1).Items[0]
+		s.Restart()
+		items := s.Items("rs")
 		require.Len(t, items, 3)
 		assert.True(t, items[0].IsLeased, "a live lease survives a restart")
-		res := s.lease("rs", 5)
+		res := s.Lease("rs", 5)
 		require.Len(t, res.Items, 2)
 		assert.Equal(t, "b", string(res.Items[0].Bytes))
-		s.complete("rs", 0, leased.Id) // the old lease handle still works
+		s.Complete("rs", 0, leased.Id) // the old lease handle still works
 		// Ids are never reused after a restart.
-		s.produce("rs", "d")
-		for _, it := range s.items("rs") {
+		s.Produce("rs", "d")
+		for _, it := range s.Items("rs") {
 			assert.NotEqual(t, leased.Id, it.Id)
 		}
 	})
@@ -429,16 +421,16 @@ func TestRestartKeepsState(t *testing.T) {
 // deleted is answered at once that the queue does not exist (400), not that
 // the server is shutting down (454, retry elsewhere).
 func TestDeleteAnswersWaitingLeases(t *testing.T) {
-	forEachBackend(t, func(t *testing.T, b backend) {
-		s := start(t, b)
-		s.createQueue(&pb.QueueInfo{QueueName: "doomed"})
+	servertest.ForEachBackend(t, func(t *testing.T, b servertest.Backend) {
+		s := servertest.Start(t, b)
+		s.CreateQueue(&pb.QueueInfo{QueueName: "doomed"})
 		errc := make(chan error, 1)
 		go func() {
 			_, err := s.C.QueueLease(ctx, &pb.QueueLeaseRequest{QueueName: "doomed", BatchSize: 1, ClientId: "w",
 				RequestTimeout: "1m"})
 			errc <- err
 		}()
-		waitStat(t, s, "doomed", func(st *pb.QueueLogicalStats) bool { return st.LeaseWaiting == 1 })
+		servertest.WaitStat(t, s, "doomed", func(st *pb.QueueLogicalStats) bool { return st.LeaseWaiting == 1 })
 		require.NoError(t, s.C.QueuesDelete(ctx, &pb.QueuesDeleteRequest{QueueName: "doomed"}))
 		err := <-errc
 		require.Equal(t, styx.CodeBadRequest, styx.ErrorCode(err), "%v", err)

@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/styxq/styx/daemon"
+	"github.com/styxq/styx/internal/servertest"
 	pb "github.com/styxq/styx/styxpb"
 
 	styx "github.com/styxq/styx"
@@ -24,7 +25,7 @@ import (
 func BenchmarkRedriveIncident(b *testing.B) {
 	const dead = 119_762
 	for range b.N {
-		d, err := daemon.New(context.Background(), daemon.Config{Listen: "127.0.0.1:0", DataDir: b.TempDir(), Log: testLogger()})
+		d, err := daemon.New(context.Background(), daemon.Config{Listen: "127.0.0.1:0", DataDir: b.TempDir(), Log: servertest.TestLogger()})
 		if err != nil {
 			b.Fatal(err)
 		}

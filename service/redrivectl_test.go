@@ -10,6 +10,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	styx "github.com/styxq/styx"
+	"github.com/styxq/styx/internal/servertest"
 	pb "github.com/styxq/styx/styxpb"
 )
 
@@ -20,40 +21,40 @@ import (
 
 // withTwoSources creates the dead-letter queue <name>-dlq of the queues
 // <name>-a and <name>-b, holding n dead items of each (payloads a0.., b0..).
-func (s *server) withTwoSources(name string, n int) string {
-	s.t.Helper()
+func withTwoSources(s *servertest.Server, name string, n int) string {
+	s.T.Helper()
 	dlq := name + "-dlq"
-	s.createQueue(&pb.QueueInfo{QueueName: dlq})
+	s.CreateQueue(&pb.QueueInfo{QueueName: dlq})
 	var items []deadItem
 	for _, src := range []string{"a", "b"} {
-		s.createQueue(&pb.QueueInfo{QueueName: name + "-" + src, DeadQueue: dlq})
+		s.CreateQueue(&pb.QueueInfo{QueueName: name + "-" + src, DeadQueue: dlq})
 		for i := range n {
 			items = append(items, deadItem{payload: fmt.Sprintf("%s%02d", src, i), source: name + "-" + src, reason: "expired"})
 		}
 	}
-	s.importDead(dlq, items...)
+	importDead(s, dlq, items...)
 	return dlq
 }
 
 // getTask returns a task through the client.
-func (s *server) getTask(id string) *pb.RedriveTask {
-	s.t.Helper()
+func getTask(s *servertest.Server, id string) *pb.RedriveTask {
+	s.T.Helper()
 	got, err := s.C.RedrivesGet(ctx, &pb.RedriveTaskRequest{TaskId: id})
-	require.NoError(s.t, err)
+	require.NoError(s.T, err)
 	return got
 }
 
 // requireOnce asserts queue holds exactly the payloads want, each once.
-func (s *server) requireOnce(queue string, want []string) {
-	s.t.Helper()
+func requireOnce(s *servertest.Server, queue string, want []string) {
+	s.T.Helper()
 	seen := map[string]int{}
-	for _, it := range s.items(queue) {
+	for _, it := range s.Items(queue) {
 		seen[string(it.Payload)]++
 	}
 	for p, k := range seen {
-		require.Equal(s.t, 1, k, "item %s is in %s %d times", p, queue, k)
+		require.Equal(s.T, 1, k, "item %s is in %s %d times", p, queue, k)
 	}
-	require.Equal(s.t, sorted(want), sorted(payloads(s.items(queue))))
+	require.Equal(s.T, sorted(want), sorted(payloads(s.Items(queue))))
 }
 
 func names(prefix string, n int) []string {
@@ -69,34 +70,34 @@ func names(prefix string, n int) []string {
 // that would take items a running task still holds is refused (409 naming
 // it); an item that dies after a task started is not the task's.
 func TestRedriveDisjointTasks(t *testing.T) {
-	forEachBackend(t, func(t *testing.T, b backend) {
-		s := start(t, b)
-		dlq := s.withTwoSources("dj", 30)
+	servertest.ForEachBackend(t, func(t *testing.T, b servertest.Backend) {
+		s := servertest.Start(t, b)
+		dlq := withTwoSources(s, "dj", 30)
 		ta, err := s.C.DeadRedrive(ctx, &pb.DeadRedriveRequest{QueueName: dlq, RateLimit: 20, Filter: &pb.DeadFilter{SourceQueue: "dj-a"}})
 		require.NoError(t, err)
 		tb, err := s.C.DeadRedrive(ctx, &pb.DeadRedriveRequest{QueueName: dlq, RateLimit: 20, Filter: &pb.DeadFilter{SourceQueue: "dj-b"}})
 		require.NoError(t, err, "a second redrive of disjoint items starts while the first runs")
 		assert.Equal(t, int64(30), ta.Matched)
 		assert.Equal(t, int64(30), tb.Matched)
-		eventually(t, func() bool {
-			a, b := s.getTask(ta.TaskId), s.getTask(tb.TaskId)
+		servertest.Eventually(t, func() bool {
+			a, b := getTask(s, ta.TaskId), getTask(s, tb.TaskId)
 			return a.Status == "running" && b.Status == "running" && a.Moved > 0 && b.Moved > 0
 		}, "both tasks run at once")
 
 		_, err = s.C.DeadRedrive(ctx, &pb.DeadRedriveRequest{QueueName: dlq, All: true})
-		requireCode(t, err, styx.CodeConflict, ta.TaskId, "holds")
+		servertest.RequireCode(t, err, styx.CodeConflict, ta.TaskId, "holds")
 
 		// An item that dies now is no running task's: it stays.
-		s.importDead(dlq, deadItem{payload: "a-late", source: "dj-a", reason: "expired"})
+		importDead(s, dlq, deadItem{payload: "a-late", source: "dj-a", reason: "expired"})
 
-		da, db := s.waitTask(ta.TaskId), s.waitTask(tb.TaskId)
+		da, db := waitTask(s, ta.TaskId), waitTask(s, tb.TaskId)
 		assert.Equal(t, "completed", da.Status)
 		assert.Equal(t, "completed", db.Status)
 		assert.Equal(t, int64(30), da.Moved)
 		assert.Equal(t, int64(30), db.Moved)
-		s.requireOnce("dj-a", names("a", 30))
-		s.requireOnce("dj-b", names("b", 30))
-		assert.Equal(t, []string{"a-late"}, payloads(s.items(dlq)), "the item that died after the start stays")
+		requireOnce(s, "dj-a", names("a", 30))
+		requireOnce(s, "dj-b", names("b", 30))
+		assert.Equal(t, []string{"a-late"}, payloads(s.Items(dlq)), "the item that died after the start stays")
 	})
 }
 
@@ -105,28 +106,28 @@ func TestRedriveDisjointTasks(t *testing.T) {
 // outside the group or one the group has not reached yet; every item is
 // moved exactly once.
 func TestRedriveSingleItemWhileGroupRuns(t *testing.T) {
-	forEachBackend(t, func(t *testing.T, b backend) {
-		s := start(t, b)
-		dlq := s.withTwoSources("si", 20)
+	servertest.ForEachBackend(t, func(t *testing.T, b servertest.Backend) {
+		s := servertest.Start(t, b)
+		dlq := withTwoSources(s, "si", 20)
 		group, err := s.C.DeadRedrive(ctx, &pb.DeadRedriveRequest{QueueName: dlq, RateLimit: 10, Filter: &pb.DeadFilter{SourceQueue: "si-a"}})
 		require.NoError(t, err)
 		ids := map[string]string{}
-		for _, it := range s.deadList(dlq, nil, 100) {
+		for _, it := range deadList(s, dlq, nil, 100) {
 			ids[string(it.Payload)] = it.Id
 		}
 		// One outside the group, one the group holds but has not reached.
 		for _, p := range []string{"b07", "a19"} {
 			one, err := s.C.DeadRedrive(ctx, &pb.DeadRedriveRequest{QueueName: dlq, Filter: &pb.DeadFilter{Ids: []string{ids[p]}}})
 			require.NoError(t, err, "redrive of %s while the group runs", p)
-			done := s.waitTask(one.TaskId)
+			done := waitTask(s, one.TaskId)
 			assert.Equal(t, int64(1), done.Moved, p)
 		}
-		assert.Equal(t, "running", s.getTask(group.TaskId).Status, "the group redrive still runs")
-		done := s.waitTask(group.TaskId)
+		assert.Equal(t, "running", getTask(s, group.TaskId).Status, "the group redrive still runs")
+		done := waitTask(s, group.TaskId)
 		assert.Equal(t, "completed", done.Status)
 		assert.Equal(t, int64(19), done.Moved+done.Skipped, "the group's items but the one moved by id")
-		s.requireOnce("si-a", names("a", 20))
-		s.requireOnce("si-b", []string{"b07"})
+		requireOnce(s, "si-a", names("a", 20))
+		requireOnce(s, "si-b", []string{"b07"})
 	})
 }
 
@@ -134,12 +135,12 @@ func TestRedriveSingleItemWhileGroupRuns(t *testing.T) {
 // redrive holds, started while it runs, never move an item twice nor lose
 // one.
 func TestRedriveOverlapNeverTwice(t *testing.T) {
-	forEachBackend(t, func(t *testing.T, b backend) {
-		s := start(t, b)
-		dlq := s.withExpiredDead("ov", 60)
+	servertest.ForEachBackend(t, func(t *testing.T, b servertest.Backend) {
+		s := servertest.Start(t, b)
+		dlq := withExpiredDead(s, "ov", 60)
 		group, err := s.C.DeadRedrive(ctx, &pb.DeadRedriveRequest{QueueName: dlq, RateLimit: 100, All: true})
 		require.NoError(t, err)
-		dead := s.deadList(dlq, nil, 100)
+		dead := deadList(s, dlq, nil, 100)
 		var wg sync.WaitGroup
 		var mu sync.Mutex
 		var started []string
@@ -156,20 +157,20 @@ func TestRedriveOverlapNeverTwice(t *testing.T) {
 		wg.Wait()
 		var moved int64
 		for _, id := range append(started, group.TaskId) {
-			done := s.waitTask(id)
+			done := waitTask(s, id)
 			assert.Equal(t, "completed", done.Status)
 			moved += done.Moved
 		}
 		assert.Equal(t, int64(60), moved, "every item counted moved once")
 		seen := map[string]int{}
-		for _, it := range s.items("ov") {
+		for _, it := range s.Items("ov") {
 			seen[string(it.Payload)]++
 		}
 		require.Len(t, seen, 60, "no item lost")
 		for p, k := range seen {
 			require.Equal(t, 1, k, "item %s moved %d times", p, k)
 		}
-		assert.Empty(t, s.items(dlq))
+		assert.Empty(t, s.Items(dlq))
 	})
 }
 
@@ -178,54 +179,54 @@ func TestRedriveOverlapNeverTwice(t *testing.T) {
 // paced by the server's fake clock (1 item per second): only moving the
 // clock lets it go on.
 func TestRedrivePauseResume(t *testing.T) {
-	forEachBackend(t, func(t *testing.T, b backend) {
-		s := startFake(t, b)
-		dlq := s.withExpiredDead("pr", 6)
+	servertest.ForEachBackend(t, func(t *testing.T, b servertest.Backend) {
+		s := servertest.StartFake(t, b)
+		dlq := withExpiredDead(s, "pr", 6)
 		task, err := s.C.DeadRedrive(ctx, &pb.DeadRedriveRequest{QueueName: dlq, RateLimit: 1, All: true})
 		require.NoError(t, err)
-		eventually(t, func() bool { return s.getTask(task.TaskId).Moved == 1 }, "the first item moves at once")
+		servertest.Eventually(t, func() bool { return getTask(s, task.TaskId).Moved == 1 }, "the first item moves at once")
 
 		p, err := s.C.RedrivesPause(ctx, &pb.RedriveTaskRequest{TaskId: task.TaskId})
 		require.NoError(t, err)
 		assert.Contains(t, []string{"pausing", "paused"}, p.Status)
-		eventually(t, func() bool { return s.getTask(task.TaskId).Status == "paused" }, "the task pauses")
-		s.advance(time.Hour)
-		got := s.getTask(task.TaskId)
+		servertest.Eventually(t, func() bool { return getTask(s, task.TaskId).Status == "paused" }, "the task pauses")
+		s.Advance(time.Hour)
+		got := getTask(s, task.TaskId)
 		assert.Equal(t, "paused", got.Status)
 		assert.Equal(t, int64(1), got.Moved, "a paused task moves nothing")
-		assert.Len(t, s.items(dlq), 5)
+		assert.Len(t, s.Items(dlq), 5)
 		// Pausing again changes nothing.
 		p, err = s.C.RedrivesPause(ctx, &pb.RedriveTaskRequest{TaskId: task.TaskId})
 		require.NoError(t, err)
 		assert.Equal(t, "paused", p.Status)
 
-		s.restart()
-		s.advance(time.Hour)
-		got = s.getTask(task.TaskId)
+		s.Restart()
+		s.Advance(time.Hour)
+		got = getTask(s, task.TaskId)
 		assert.Equal(t, "paused", got.Status, "the pause survives a restart")
 		assert.Equal(t, int64(1), got.Moved)
-		assert.Len(t, s.items(dlq), 5)
+		assert.Len(t, s.Items(dlq), 5)
 
 		r, err := s.C.RedrivesResume(ctx, &pb.RedriveTaskRequest{TaskId: task.TaskId})
 		require.NoError(t, err)
 		assert.Equal(t, "running", r.Status)
 		for moved := int64(2); moved <= 6; moved++ {
-			eventually(t, func() bool { return s.getTask(task.TaskId).Moved >= moved-1 }, "moved %d", moved-1)
-			s.advance(time.Second)
-			eventually(t, func() bool { return s.getTask(task.TaskId).Moved >= moved }, "one more item each second: %d", moved)
+			servertest.Eventually(t, func() bool { return getTask(s, task.TaskId).Moved >= moved-1 }, "moved %d", moved-1)
+			s.Advance(time.Second)
+			servertest.Eventually(t, func() bool { return getTask(s, task.TaskId).Moved >= moved }, "one more item each second: %d", moved)
 		}
-		done := s.waitTask(task.TaskId)
+		done := waitTask(s, task.TaskId)
 		assert.Equal(t, "completed", done.Status)
 		assert.Equal(t, int64(6), done.Moved)
-		assert.Len(t, s.items("pr"), 6)
-		assert.Empty(t, s.items(dlq))
+		assert.Len(t, s.Items("pr"), 6)
+		assert.Empty(t, s.Items(dlq))
 
 		_, err = s.C.RedrivesPause(ctx, &pb.RedriveTaskRequest{TaskId: task.TaskId})
-		requireCode(t, err, styx.CodeConflict, task.TaskId, "completed")
+		servertest.RequireCode(t, err, styx.CodeConflict, task.TaskId, "completed")
 		_, err = s.C.RedrivesResume(ctx, &pb.RedriveTaskRequest{TaskId: "rd-nope"})
-		requireCode(t, err, styx.CodeNotFound, "rd-nope")
+		servertest.RequireCode(t, err, styx.CodeNotFound, "rd-nope")
 		_, err = s.C.RedrivesPause(ctx, &pb.RedriveTaskRequest{})
-		requireCode(t, err, styx.CodeBadRequest, "task_id")
+		servertest.RequireCode(t, err, styx.CodeBadRequest, "task_id")
 	})
 }
 
@@ -233,37 +234,37 @@ func TestRedrivePauseResume(t *testing.T) {
 // at 1 item per second of the fake clock a tenth of a second moves
 // nothing; at 10 each tenth moves one.
 func TestRedriveReRate(t *testing.T) {
-	forEachBackend(t, func(t *testing.T, b backend) {
-		s := startFake(t, b)
-		dlq := s.withExpiredDead("rr8", 20)
+	servertest.ForEachBackend(t, func(t *testing.T, b servertest.Backend) {
+		s := servertest.StartFake(t, b)
+		dlq := withExpiredDead(s, "rr8", 20)
 		task, err := s.C.DeadRedrive(ctx, &pb.DeadRedriveRequest{QueueName: dlq, RateLimit: 1, All: true})
 		require.NoError(t, err)
-		eventually(t, func() bool { return s.getTask(task.TaskId).Moved == 1 }, "the first item moves at once")
-		s.advance(time.Second)
-		eventually(t, func() bool { return s.getTask(task.TaskId).Moved == 2 }, "one item a second")
+		servertest.Eventually(t, func() bool { return getTask(s, task.TaskId).Moved == 1 }, "the first item moves at once")
+		s.Advance(time.Second)
+		servertest.Eventually(t, func() bool { return getTask(s, task.TaskId).Moved == 2 }, "one item a second")
 
 		_, err = s.C.RedrivesUpdate(ctx, &pb.RedrivesUpdateRequest{TaskId: task.TaskId, RateLimit: -1})
-		requireCode(t, err, styx.CodeBadRequest, "rate_limit", "0..1000000")
+		servertest.RequireCode(t, err, styx.CodeBadRequest, "rate_limit", "0..1000000")
 		u, err := s.C.RedrivesUpdate(ctx, &pb.RedrivesUpdateRequest{TaskId: task.TaskId, RateLimit: 10})
 		require.NoError(t, err)
 		assert.Equal(t, int32(10), u.RateLimit)
 		// The new rate starts with a full burst of one item.
-		eventually(t, func() bool { return s.getTask(task.TaskId).Moved == 3 }, "the new rate applies at once")
+		servertest.Eventually(t, func() bool { return getTask(s, task.TaskId).Moved == 3 }, "the new rate applies at once")
 		for want := int64(4); want <= 8; want++ {
-			s.advance(100 * time.Millisecond)
-			eventually(t, func() bool { return s.getTask(task.TaskId).Moved == want }, "one item each tenth of a second: %d", want)
+			s.Advance(100 * time.Millisecond)
+			servertest.Eventually(t, func() bool { return getTask(s, task.TaskId).Moved == want }, "one item each tenth of a second: %d", want)
 		}
-		got := s.getTask(task.TaskId)
+		got := getTask(s, task.TaskId)
 		assert.Equal(t, int32(10), got.RateLimit)
 		assert.Equal(t, "running", got.Status)
 
 		// Unthrottled, the rest go without the clock moving.
 		_, err = s.C.RedrivesUpdate(ctx, &pb.RedrivesUpdateRequest{TaskId: task.TaskId, RateLimit: 0})
 		require.NoError(t, err)
-		done := s.waitTask(task.TaskId)
+		done := waitTask(s, task.TaskId)
 		assert.Equal(t, int64(20), done.Moved)
-		assert.Len(t, s.items("rr8"), 20)
+		assert.Len(t, s.Items("rr8"), 20)
 		_, err = s.C.RedrivesUpdate(ctx, &pb.RedrivesUpdateRequest{TaskId: task.TaskId, RateLimit: 5})
-		requireCode(t, err, styx.CodeConflict, "completed")
+		servertest.RequireCode(t, err, styx.CodeConflict, "completed")
 	})
 }

@@ -13,6 +13,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/styxq/styx/internal/backend/embedded/pebble"
+	"github.com/styxq/styx/internal/servertest"
 	pb "github.com/styxq/styx/styxpb"
 )
 
@@ -29,14 +30,14 @@ import (
 // running, the new redrive started, and the restart resumed the first
 // task beside it.
 func TestRedriveEndNeverReportedUnstored(t *testing.T) {
-	for _, b := range backends(t) {
-		t.Run(b.name, func(t *testing.T) {
+	for _, b := range servertest.Backends(t) {
+		t.Run(b.Name, func(t *testing.T) {
 			t.Parallel()
-			var down, up func(*server)
-			switch b.name {
+			var down, up func(*servertest.Server)
+			switch b.Name {
 			case "memory":
-				down = func(s *server) { s.Faults.SetDown(fmt.Errorf("injected: %w", syscall.ENOSPC)) }
-				up = func(s *server) { s.Faults.SetDown(nil) }
+				down = func(s *servertest.Server) { s.Faults.SetDown(fmt.Errorf("injected: %w", syscall.ENOSPC)) }
+				up = func(s *servertest.Server) { s.Faults.SetDown(nil) }
 			case "pebble":
 				var full atomic.Bool
 				fs := errorfs.Wrap(vfs.NewMem(), errorfs.InjectorFunc(func(op errorfs.Op) error {
@@ -50,16 +51,16 @@ func TestRedriveEndNeverReportedUnstored(t *testing.T) {
 					return nil
 				}))
 				b = pebbleOn(func() vfs.FS { return fs }, pebble.Config{MinFreeBytes: -1, CheckInterval: 10 * time.Millisecond})
-				down, up = func(*server) { full.Store(true) }, func(*server) { full.Store(false) }
+				down, up = func(*servertest.Server) { full.Store(true) }, func(*servertest.Server) { full.Store(false) }
 			default:
 				b, down, up, _ = outage(t, b)
 			}
-			s := start(t, b)
+			s := servertest.Start(t, b)
 			const n = 100
-			dlq := s.withExpiredDead("re", n)
+			dlq := withExpiredDead(s, "re", n)
 			first, err := s.C.DeadRedrive(ctx, &pb.DeadRedriveRequest{QueueName: dlq, RateLimit: 20, All: true})
 			require.NoError(t, err)
-			eventually(t, func() bool { return s.getTask(first.TaskId).Moved > 0 }, "the task moves")
+			servertest.Eventually(t, func() bool { return getTask(s, first.TaskId).Moved > 0 }, "the task moves")
 
 			// Storage fails: the task's steps fail, then it fails, and its
 			// end cannot be stored. Until that was tried, nothing it
@@ -106,8 +107,8 @@ func TestRedriveEndNeverReportedUnstored(t *testing.T) {
 				second, err := s.C.DeadRedrive(ctx, &pb.DeadRedriveRequest{QueueName: dlq, RateLimit: 50, All: true})
 				require.NoError(t, err, "a redrive after the first ended")
 				rest = second.Matched
-				s.restart()
-				again := s.getTask(first.TaskId)
+				s.Restart()
+				again := getTask(s, first.TaskId)
 				require.Equal(t, ended.Status, again.Status, "the first task after a restart is what it was reported before it")
 				running := 0
 				list, err := s.C.RedrivesList(ctx, &pb.RedrivesListRequest{QueueName: dlq})
@@ -118,7 +119,7 @@ func TestRedriveEndNeverReportedUnstored(t *testing.T) {
 					}
 				}
 				require.LessOrEqual(t, running, 1, "tasks running over the same items after a restart: %v", list.Tasks)
-				done := s.waitTask(second.TaskId)
+				done := waitTask(s, second.TaskId)
 				require.Equal(t, "completed", done.Status)
 			}
 			// The counts may miss a step whose moves were stored but not
@@ -128,8 +129,8 @@ func TestRedriveEndNeverReportedUnstored(t *testing.T) {
 			for i := range want {
 				want[i] = fmt.Sprint(i)
 			}
-			s.requireOnce("re", want)
-			require.Empty(t, s.items(dlq))
+			requireOnce(s, "re", want)
+			require.Empty(t, s.Items(dlq))
 		})
 	}
 }

@@ -10,6 +10,7 @@ import (
 
 	"github.com/styxq/styx/daemon"
 	"github.com/styxq/styx/internal/clock"
+	"github.com/styxq/styx/internal/servertest"
 	pb "github.com/styxq/styx/styxpb"
 )
 
@@ -37,10 +38,10 @@ func TestClusterRedrivePauseFailover(t *testing.T) {
 	a, b := nodes[0], nodes[1]
 	const n = 40
 	run := func(src string) string {
-		dlq := a.withExpiredDead(src, n)
+		dlq := withExpiredDead(a, src, n)
 		task, err := a.C.DeadRedrive(ctx, &pb.DeadRedriveRequest{QueueName: dlq, RateLimit: 1, All: true})
 		require.NoError(t, err)
-		eventually(t, func() bool { return b.getTask(task.TaskId).Moved == 1 }, "%s moves its first item at once", src)
+		servertest.Eventually(t, func() bool { return getTask(b, task.TaskId).Moved == 1 }, "%s moves its first item at once", src)
 		return task.TaskId
 	}
 	p1, p2, w := run("pf1"), run("pf2"), run("pfw")
@@ -48,16 +49,16 @@ func TestClusterRedrivePauseFailover(t *testing.T) {
 	got, err := a.C.RedrivesPause(ctx, &pb.RedriveTaskRequest{TaskId: p1})
 	require.NoError(t, err)
 	assert.Contains(t, []string{"pausing", "paused"}, got.Status)
-	eventually(t, func() bool { return b.getTask(p1).Status == "paused" }, "p1 pauses on node a")
+	servertest.Eventually(t, func() bool { return getTask(b, p1).Status == "paused" }, "p1 pauses on node a")
 	got, err = b.C.RedrivesPause(ctx, &pb.RedriveTaskRequest{TaskId: p2})
 	require.NoError(t, err)
 	assert.Equal(t, "pausing", got.Status, "a pause asked of the node running the task")
 
-	a.stop()
+	a.Stop()
 	// Node b takes w over within an adopt pass (every 5 s): w moves its
 	// next item at once. Meanwhile, and after, p1 and p2 move nothing.
 	require.Eventually(t, func() bool {
-		t1, t2, tw := b.getTask(p1), b.getTask(p2), b.getTask(w)
+		t1, t2, tw := getTask(b, p1), getTask(b, p2), getTask(b, w)
 		if !assert.Equal(t, "paused", t1.Status, "p1 stays paused") ||
 			!assert.Equal(t, int64(1), t1.Moved, "p1 moves nothing") ||
 			!assert.Contains(t, []string{"pausing", "paused"}, t2.Status, "p2 is not taken over") ||
@@ -67,31 +68,31 @@ func TestClusterRedrivePauseFailover(t *testing.T) {
 		return tw.Moved == 2 && tw.Status == "running" && t2.Status == "paused"
 	}, 15*time.Second, 20*time.Millisecond, "node b takes w over and stores p2 paused")
 	require.False(t, t.Failed(), "a paused task was taken over")
-	b.advance(time.Hour)
-	eventually(t, func() bool { return b.getTask(w).Moved >= 3 }, "w runs on node b")
+	b.Advance(time.Hour)
+	servertest.Eventually(t, func() bool { return getTask(b, w).Moved >= 3 }, "w runs on node b")
 	for _, id := range []string{p1, p2} {
-		got := b.getTask(id)
+		got := getTask(b, id)
 		assert.Equal(t, "paused", got.Status, "%s stays paused", id)
 		assert.Equal(t, int64(1), got.Moved, "%s moves nothing", id)
 	}
-	assert.Len(t, b.items("pf1-dlq"), n-1)
-	assert.Len(t, b.items("pf2-dlq"), n-1)
+	assert.Len(t, b.Items("pf1-dlq"), n-1)
+	assert.Len(t, b.Items("pf2-dlq"), n-1)
 
 	for _, id := range []string{p1, p2} {
 		got, err := b.C.RedrivesResume(ctx, &pb.RedriveTaskRequest{TaskId: id})
 		require.NoError(t, err)
 		assert.Equal(t, "running", got.Status)
-		eventually(t, func() bool { return b.getTask(id).Moved == 2 }, "%s resumed on node b moves an item at once", id)
+		servertest.Eventually(t, func() bool { return getTask(b, id).Moved == 2 }, "%s resumed on node b moves an item at once", id)
 	}
 	// One item a second each; w, 1 item ahead, finishes a second early.
 	for moved := int64(3); moved <= n; moved++ {
-		b.advance(time.Second)
-		eventually(t, func() bool {
-			return b.getTask(p1).Moved >= moved && b.getTask(p2).Moved >= moved
+		b.Advance(time.Second)
+		servertest.Eventually(t, func() bool {
+			return getTask(b, p1).Moved >= moved && getTask(b, p2).Moved >= moved
 		}, "one more item each second on node b: %d", moved)
 	}
 	for _, id := range []string{p1, p2, w} {
-		done := b.waitTask(id)
+		done := waitTask(b, id)
 		assert.Equal(t, "completed", done.Status, id)
 		assert.Equal(t, int64(n), done.Moved, id)
 	}
@@ -100,7 +101,7 @@ func TestClusterRedrivePauseFailover(t *testing.T) {
 		for i := range want {
 			want[i] = fmt.Sprint(i)
 		}
-		b.requireOnce(src, want)
-		assert.Empty(t, b.items(src+"-dlq"), src)
+		requireOnce(b, src, want)
+		assert.Empty(t, b.Items(src+"-dlq"), src)
 	}
 }

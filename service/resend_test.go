@@ -6,6 +6,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	styx "github.com/styxq/styx"
+	"github.com/styxq/styx/internal/servertest"
 	pb "github.com/styxq/styx/styxpb"
 )
 
@@ -16,11 +17,11 @@ import (
 // once the retried or released item was leased again (it is back under a
 // new id); a renew sent again renews again.
 func TestResentWriteAfterApplied(t *testing.T) {
-	forEachBackend(t, func(t *testing.T, b backend) {
-		s := start(t, b)
-		dlq := s.withDLQ("rs", &pb.QueueInfo{})
-		s.produce("rs", "done", "retried", "released", "dead")
-		lease := s.lease("rs", 4)
+	servertest.ForEachBackend(t, func(t *testing.T, b servertest.Backend) {
+		s := servertest.Start(t, b)
+		dlq := withDLQ(s, "rs", &pb.QueueInfo{})
+		s.Produce("rs", "done", "retried", "released", "dead")
+		lease := s.Lease("rs", 4)
 		require.Len(t, lease.Items, 4)
 		id := map[string]string{}
 		for _, it := range lease.Items {
@@ -29,7 +30,7 @@ func TestResentWriteAfterApplied(t *testing.T) {
 		p := lease.Partition
 		notLeased := func(err error) {
 			t.Helper()
-			requireCode(t, err, styx.CodeBadRequest, "not leased")
+			servertest.RequireCode(t, err, styx.CodeBadRequest, "not leased")
 		}
 
 		renew := &pb.QueueRenewRequest{QueueName: "rs", Partition: p, Ids: []string{id["done"]}}
@@ -43,10 +44,10 @@ func TestResentWriteAfterApplied(t *testing.T) {
 		notLeased(s.C.QueueComplete(ctx, complete))
 
 		for _, it := range []*pb.QueueRetryItem{{Id: id["retried"]}, {Id: id["released"], Release: true}, {Id: id["dead"], Dead: true}} {
-			s.retry("rs", p, it)
+			s.Retry("rs", p, it)
 		}
 		// The retried and released items are leased again, under new ids.
-		again := s.lease("rs", 2)
+		again := s.Lease("rs", 2)
 		require.ElementsMatch(t, []string{"retried", "released"}, payloads2(again.Items))
 		for _, it := range []*pb.QueueRetryItem{{Id: id["retried"]}, {Id: id["released"], Release: true}, {Id: id["dead"], Dead: true}} {
 			_, err := s.C.QueueRetry(ctx, &pb.QueueRetryRequest{QueueName: "rs", Partition: p, Items: []*pb.QueueRetryItem{it}})
@@ -59,8 +60,8 @@ func TestResentWriteAfterApplied(t *testing.T) {
 		}
 		require.NoError(t, s.C.QueueComplete(ctx, &pb.QueueCompleteRequest{QueueName: "rs", Partition: again.Partition, Ids: ids}),
 			"the new leases were not touched by the resent calls")
-		require.Equal(t, []string{"dead"}, payloads(s.waitItems(dlq, 1)))
-		require.Empty(t, s.items("rs"))
+		require.Equal(t, []string{"dead"}, payloads(s.WaitItems(dlq, 1)))
+		require.Empty(t, s.Items("rs"))
 	})
 }
 

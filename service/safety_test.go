@@ -9,6 +9,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	styx "github.com/styxq/styx"
+	"github.com/styxq/styx/internal/servertest"
 	pb "github.com/styxq/styx/styxpb"
 )
 
@@ -19,26 +20,26 @@ import (
 
 // deadItemsIn makes n dead items in src's dead-letter queue (retry with
 // dead) and returns the dead-letter queue's items.
-func (s *server) deadItemsIn(src, dlq string, n int) []*pb.StorageItem {
-	s.t.Helper()
+func deadItemsIn(s *servertest.Server, src, dlq string, n int) []*pb.StorageItem {
+	s.T.Helper()
 	for i := range n {
-		s.produce(src, fmt.Sprint("dead-", i))
-		it := s.lease(src, 1).Items[0]
-		s.retry(src, 0, &pb.QueueRetryItem{Id: it.Id, Dead: true, Error: "bad input"})
+		s.Produce(src, fmt.Sprint("dead-", i))
+		it := s.Lease(src, 1).Items[0]
+		s.Retry(src, 0, &pb.QueueRetryItem{Id: it.Id, Dead: true, Error: "bad input"})
 	}
-	return s.waitItems(dlq, n)
+	return s.WaitItems(dlq, n)
 }
 
 func TestDeadCallsOnlyOnDeadLetterQueues(t *testing.T) {
-	forEachBackend(t, func(t *testing.T, b backend) {
-		s := start(t, b)
+	servertest.ForEachBackend(t, func(t *testing.T, b servertest.Backend) {
+		s := servertest.Start(t, b)
 
 		t.Run("OrdinaryQueueRefused", func(t *testing.T) {
 			// A work queue that is no queue's dead_queue, with a leased
 			// item a consumer is working on and a ready one.
-			s.createQueue(&pb.QueueInfo{QueueName: "work"})
-			s.produce("work", "busy", "idle")
-			leased := s.lease("work", 1).Items[0]
+			s.CreateQueue(&pb.QueueInfo{QueueName: "work"})
+			s.Produce("work", "busy", "idle")
+			leased := s.Lease("work", 1).Items[0]
 			for _, c := range []struct {
 				name string
 				call func() error
@@ -61,27 +62,27 @@ func TestDeadCallsOnlyOnDeadLetterQueues(t *testing.T) {
 				}},
 			} {
 				t.Run(c.name, func(t *testing.T) {
-					requireCode(t, c.call(), styx.CodeBadRequest, "queue_name", "'work' is not a dead-letter queue")
+					servertest.RequireCode(t, c.call(), styx.CodeBadRequest, "queue_name", "'work' is not a dead-letter queue")
 				})
 			}
-			assert.Len(t, s.items("work"), 2, "nothing deleted")
-			s.complete("work", 0, leased.Id) // the consumer's lease is intact
+			assert.Len(t, s.Items("work"), 2, "nothing deleted")
+			s.Complete("work", 0, leased.Id) // the consumer's lease is intact
 		})
 
 		t.Run("EmptyFilterNeedsAll", func(t *testing.T) {
-			dlq := s.withDLQ("ef", &pb.QueueInfo{})
-			s.deadItemsIn("ef", dlq, 2)
+			dlq := withDLQ(s, "ef", &pb.QueueInfo{})
+			deadItemsIn(s, "ef", dlq, 2)
 			_, err := s.C.DeadDelete(ctx, &pb.DeadDeleteRequest{QueueName: dlq})
-			requireCode(t, err, styx.CodeBadRequest, "invalid all", "empty filter")
+			servertest.RequireCode(t, err, styx.CodeBadRequest, "invalid all", "empty filter")
 			_, err = s.C.DeadDelete(ctx, &pb.DeadDeleteRequest{QueueName: dlq, Filter: &pb.DeadFilter{}})
-			requireCode(t, err, styx.CodeBadRequest, "invalid all")
+			servertest.RequireCode(t, err, styx.CodeBadRequest, "invalid all")
 			_, err = s.C.DeadDelete(ctx, &pb.DeadDeleteRequest{QueueName: dlq, All: true, Filter: &pb.DeadFilter{Reason: "explicit"}})
-			requireCode(t, err, styx.CodeBadRequest, "invalid all", "cannot be combined")
+			servertest.RequireCode(t, err, styx.CodeBadRequest, "invalid all", "cannot be combined")
 			_, err = s.C.DeadRedrive(ctx, &pb.DeadRedriveRequest{QueueName: dlq})
-			requireCode(t, err, styx.CodeBadRequest, "invalid all")
+			servertest.RequireCode(t, err, styx.CodeBadRequest, "invalid all")
 			_, err = s.C.DeadRedrive(ctx, &pb.DeadRedriveRequest{QueueName: dlq, All: true, Filter: &pb.DeadFilter{Kind: "test"}})
-			requireCode(t, err, styx.CodeBadRequest, "invalid all", "cannot be combined")
-			require.Len(t, s.items(dlq), 2, "refused calls delete nothing")
+			servertest.RequireCode(t, err, styx.CodeBadRequest, "invalid all", "cannot be combined")
+			require.Len(t, s.Items(dlq), 2, "refused calls delete nothing")
 
 			dry, err := s.C.DeadRedrive(ctx, &pb.DeadRedriveRequest{QueueName: dlq, DryRun: true})
 			require.NoError(t, err, "a dry run changes nothing and needs no confirmation")
@@ -89,19 +90,19 @@ func TestDeadCallsOnlyOnDeadLetterQueues(t *testing.T) {
 			res, err := s.C.DeadDelete(ctx, &pb.DeadDeleteRequest{QueueName: dlq, All: true})
 			require.NoError(t, err)
 			assert.Equal(t, int64(2), res.Deleted)
-			assert.Empty(t, s.items(dlq))
+			assert.Empty(t, s.Items(dlq))
 		})
 
 		t.Run("LeasedDeadItemsUntouched", func(t *testing.T) {
-			dlq := s.withDLQ("lt", &pb.QueueInfo{})
-			s.deadItemsIn("lt", dlq, 3)
+			dlq := withDLQ(s, "lt", &pb.QueueInfo{})
+			deadItemsIn(s, "lt", dlq, 3)
 			// A consumer of the dead-letter queue leases one dead item.
-			held := s.lease(dlq, 1).Items[0]
+			held := s.Lease(dlq, 1).Items[0]
 
 			res, err := s.C.DeadDelete(ctx, &pb.DeadDeleteRequest{QueueName: dlq, All: true})
 			require.NoError(t, err)
 			assert.Equal(t, int64(2), res.Deleted, "the leased item is not deleted")
-			left := s.items(dlq)
+			left := s.Items(dlq)
 			require.Len(t, left, 1)
 			assert.Equal(t, held.Id, left[0].Id)
 			assert.True(t, left[0].IsLeased)
@@ -112,20 +113,20 @@ func TestDeadCallsOnlyOnDeadLetterQueues(t *testing.T) {
 
 			task, err := s.C.DeadRedrive(ctx, &pb.DeadRedriveRequest{QueueName: dlq, All: true})
 			require.NoError(t, err)
-			task = s.waitTask(task.TaskId)
+			task = waitTask(s, task.TaskId)
 			assert.Equal(t, "completed", task.Status)
 			assert.Equal(t, int64(0), task.Moved)
 			assert.Equal(t, int64(1), task.Skipped, "a redrive skips the leased item")
-			assert.Empty(t, s.items("lt"), "nothing redriven")
-			s.complete(dlq, 0, held.Id) // the consumer's lease is intact
-			assert.Empty(t, s.items(dlq))
+			assert.Empty(t, s.Items("lt"), "nothing redriven")
+			s.Complete(dlq, 0, held.Id) // the consumer's lease is intact
+			assert.Empty(t, s.Items(dlq))
 		})
 	})
 }
 
 func TestQueuesUpdateMask(t *testing.T) {
-	forEachBackend(t, func(t *testing.T, b backend) {
-		s := start(t, b)
+	servertest.ForEachBackend(t, func(t *testing.T, b servertest.Backend) {
+		s := servertest.Start(t, b)
 		info := func(name string) *pb.QueueInfo {
 			t.Helper()
 			i, err := s.C.QueuesInfo(ctx, &pb.QueuesInfoRequest{QueueName: name})
@@ -134,7 +135,7 @@ func TestQueuesUpdateMask(t *testing.T) {
 		}
 
 		t.Run("ClearDeadQueueAndMaxAttempts", func(t *testing.T) {
-			dlq := s.withDLQ("um", &pb.QueueInfo{MaxAttempts: 3, Reference: "billing"})
+			dlq := withDLQ(s, "um", &pb.QueueInfo{MaxAttempts: 3, Reference: "billing"})
 			require.NoError(t, s.C.QueuesUpdate(ctx, &pb.QueueInfo{QueueName: "um", UpdateMask: []string{"dead_queue", "max_attempts"}}))
 			got := info("um")
 			assert.Empty(t, got.DeadQueue, "dead_queue removed")
@@ -145,13 +146,13 @@ func TestQueuesUpdateMask(t *testing.T) {
 			// The dead-letter queue is no longer referenced: it can go.
 			require.NoError(t, s.C.QueuesDelete(ctx, &pb.QueuesDeleteRequest{QueueName: dlq}))
 			// An item that dies now is dropped, and the retry says so.
-			s.produce("um", "x")
-			it := s.lease("um", 1).Items[0]
-			o := s.retry("um", 0, &pb.QueueRetryItem{Id: it.Id, Dead: true})[0]
+			s.Produce("um", "x")
+			it := s.Lease("um", 1).Items[0]
+			o := s.Retry("um", 0, &pb.QueueRetryItem{Id: it.Id, Dead: true})[0]
 			assert.Equal(t, "dropped", o.Outcome)
 			assert.Equal(t, "explicit", o.Reason)
 			assert.Empty(t, o.DeadQueue)
-			assert.Empty(t, s.items("um"))
+			assert.Empty(t, s.Items("um"))
 
 			// Proto field names work too; reference clears.
 			require.NoError(t, s.C.QueuesUpdate(ctx, &pb.QueueInfo{QueueName: "um", UpdateMask: []string{"reference", "maxAttempts"}, MaxAttempts: 5}))
@@ -161,7 +162,7 @@ func TestQueuesUpdateMask(t *testing.T) {
 		})
 
 		t.Run("WithoutMaskKeepsQueratorBehaviour", func(t *testing.T) {
-			s.withDLQ("nm", &pb.QueueInfo{MaxAttempts: 3})
+			withDLQ(s, "nm", &pb.QueueInfo{MaxAttempts: 3})
 			// Zero values mean "not set" without a mask.
 			require.NoError(t, s.C.QueuesUpdate(ctx, &pb.QueueInfo{QueueName: "nm", LeaseTimeout: "30s"}))
 			got := info("nm")
@@ -171,7 +172,7 @@ func TestQueuesUpdateMask(t *testing.T) {
 		})
 
 		t.Run("Refused", func(t *testing.T) {
-			s.withDLQ("ur", &pb.QueueInfo{MaxAttempts: 3})
+			withDLQ(s, "ur", &pb.QueueInfo{MaxAttempts: 3})
 			before := info("ur")
 			for _, c := range []struct {
 				name  string
@@ -187,7 +188,7 @@ func TestQueuesUpdateMask(t *testing.T) {
 				{"EmptyLeaseTimeout", &pb.QueueInfo{QueueName: "ur", UpdateMask: []string{"lease_timeout"}}, []string{"invalid lease_timeout"}},
 			} {
 				t.Run(c.name, func(t *testing.T) {
-					requireCode(t, s.C.QueuesUpdate(ctx, c.req), styx.CodeBadRequest, c.parts...)
+					servertest.RequireCode(t, s.C.QueuesUpdate(ctx, c.req), styx.CodeBadRequest, c.parts...)
 				})
 			}
 			after := info("ur")
@@ -199,19 +200,19 @@ func TestQueuesUpdateMask(t *testing.T) {
 }
 
 func TestAttemptHistory(t *testing.T) {
-	forEachBackend(t, func(t *testing.T, b backend) {
-		s := start(t, b)
+	servertest.ForEachBackend(t, func(t *testing.T, b servertest.Backend) {
+		s := servertest.Start(t, b)
 
 		t.Run("LeaseExpiryRecorded", func(t *testing.T) {
-			dlq := s.withDLQ("hx", &pb.QueueInfo{MaxAttempts: 3, LeaseTimeout: "200ms"})
-			s.produce("hx", "a")
-			it := s.lease("hx", 1).Items[0]
-			s.retry("hx", 0, &pb.QueueRetryItem{Id: it.Id, Error: "gateway timeout"})
+			dlq := withDLQ(s, "hx", &pb.QueueInfo{MaxAttempts: 3, LeaseTimeout: "200ms"})
+			s.Produce("hx", "a")
+			it := s.Lease("hx", 1).Items[0]
+			s.Retry("hx", 0, &pb.QueueRetryItem{Id: it.Id, Error: "gateway timeout"})
 			// Attempt 2: the consumer crashes; the lease runs out.
-			require.Equal(t, int32(2), s.lease("hx", 1).Items[0].Attempts)
+			require.Equal(t, int32(2), s.Lease("hx", 1).Items[0].Attempts)
 			var back []*pb.StorageItem
-			eventually(t, func() bool {
-				back = s.items("hx")
+			servertest.Eventually(t, func() bool {
+				back = s.Items("hx")
 				return len(back) == 1 && !back[0].IsLeased
 			}, "the expired lease ends")
 			assert.Equal(t, "lease expired after 200ms", back[0].LastError)
@@ -220,8 +221,8 @@ func TestAttemptHistory(t *testing.T) {
 			assert.Equal(t, "lease expired after 200ms", back[0].Errors[1].Error)
 			// Attempt 3 expires too: the item dies of max_attempts, and its
 			// last error says why, not the older gateway timeout.
-			require.Equal(t, int32(3), s.lease("hx", 1).Items[0].Attempts)
-			dead := s.waitItems(dlq, 1)[0]
+			require.Equal(t, int32(3), s.Lease("hx", 1).Items[0].Attempts)
+			dead := s.WaitItems(dlq, 1)[0]
 			assert.Equal(t, "max_attempts", dead.DeadReason)
 			assert.Equal(t, "lease expired after 200ms", dead.LastError)
 			var got []string
@@ -233,18 +234,18 @@ func TestAttemptHistory(t *testing.T) {
 		})
 
 		t.Run("RedriveKeepsHistory", func(t *testing.T) {
-			dlq := s.withDLQ("hr", &pb.QueueInfo{MaxAttempts: 2})
-			s.produce("hr", "a")
+			dlq := withDLQ(s, "hr", &pb.QueueInfo{MaxAttempts: 2})
+			s.Produce("hr", "a")
 			for _, msg := range []string{"first", "second"} {
-				it := s.lease("hr", 1).Items[0]
-				s.retry("hr", 0, &pb.QueueRetryItem{Id: it.Id, Error: msg})
+				it := s.Lease("hr", 1).Items[0]
+				s.Retry("hr", 0, &pb.QueueRetryItem{Id: it.Id, Error: msg})
 			}
-			require.Len(t, s.items(dlq), 1)
+			require.Len(t, s.Items(dlq), 1)
 			task, err := s.C.DeadRedrive(ctx, &pb.DeadRedriveRequest{QueueName: dlq, All: true})
 			require.NoError(t, err)
-			task = s.waitTask(task.TaskId)
+			task = waitTask(s, task.TaskId)
 			require.Equal(t, int64(1), task.Moved)
-			back := s.items("hr")
+			back := s.Items("hr")
 			require.Len(t, back, 1)
 			it := back[0]
 			assert.Equal(t, int32(0), it.Attempts, "fresh work")
@@ -260,9 +261,9 @@ func TestAttemptHistory(t *testing.T) {
 			assert.False(t, redriven.At.AsTime().Before(task.StartedAt.AsTime()), "when it was redriven")
 
 			// It fails again: the history tells the whole story.
-			l := s.lease("hr", 1).Items[0]
-			s.retry("hr", 0, &pb.QueueRetryItem{Id: l.Id, Error: "third", Dead: true})
-			dead := s.waitItems(dlq, 1)[0]
+			l := s.Lease("hr", 1).Items[0]
+			s.Retry("hr", 0, &pb.QueueRetryItem{Id: l.Id, Error: "third", Dead: true})
+			dead := s.WaitItems(dlq, 1)[0]
 			var got []string
 			for _, e := range dead.Errors {
 				got = append(got, e.Error)
@@ -271,17 +272,17 @@ func TestAttemptHistory(t *testing.T) {
 		})
 
 		t.Run("RedriveRespectsTheCap", func(t *testing.T) {
-			s.createQueue(&pb.QueueInfo{QueueName: "hc-dlq"})
-			s.createQueue(&pb.QueueInfo{QueueName: "hc", DeadQueue: "hc-dlq"})
+			s.CreateQueue(&pb.QueueInfo{QueueName: "hc-dlq"})
+			s.CreateQueue(&pb.QueueInfo{QueueName: "hc", DeadQueue: "hc-dlq"})
 			full := &pb.StorageItem{Payload: []byte("x"), SourceQueue: "hc", DeadReason: "max_attempts", Attempts: 10, LastError: "e10"}
 			for i := 1; i <= 10; i++ {
 				full.Errors = append(full.Errors, &pb.AttemptError{Attempt: int32(i), Error: fmt.Sprint("e", i), At: full.DeadAt})
 			}
 			_, err := s.C.StorageItemsImport(ctx, &pb.StorageItemsImportRequest{QueueName: "hc-dlq", Items: []*pb.StorageItem{full}})
 			require.NoError(t, err)
-			task := s.waitTask(must(s.C.DeadRedrive(ctx, &pb.DeadRedriveRequest{QueueName: "hc-dlq", All: true})).TaskId)
+			task := waitTask(s, must(s.C.DeadRedrive(ctx, &pb.DeadRedriveRequest{QueueName: "hc-dlq", All: true})).TaskId)
 			require.Equal(t, int64(1), task.Moved)
-			it := s.items("hc")[0]
+			it := s.Items("hc")[0]
 			require.Len(t, it.Errors, 10, "the 10 most recent entries are kept")
 			assert.Equal(t, "e2", it.Errors[0].Error, "the oldest one goes")
 			assert.True(t, strings.HasPrefix(it.Errors[9].Error, "redriven from dead-letter queue 'hc-dlq'"))

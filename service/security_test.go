@@ -14,6 +14,7 @@ import (
 
 	styx "github.com/styxq/styx"
 	"github.com/styxq/styx/daemon"
+	"github.com/styxq/styx/internal/servertest"
 	pb "github.com/styxq/styx/styxpb"
 )
 
@@ -23,18 +24,18 @@ import (
 // valid key (an admin one) once auth is turned on, minted by anyone who
 // could reach the port. Before, keys.create worked.
 func TestKeysNeedAuth(t *testing.T) {
-	forEachBackend(t, func(t *testing.T, b backend) {
-		s := start(t, b)
+	servertest.ForEachBackend(t, func(t *testing.T, b servertest.Backend) {
+		s := servertest.Start(t, b)
 		_, err := s.C.KeysCreate(ctx, &pb.KeysCreateRequest{Name: "sneaky", Scopes: []string{"admin"}})
-		requireCode(t, err, styx.CodeBadRequest, "start the server with --auth")
+		servertest.RequireCode(t, err, styx.CodeBadRequest, "start the server with --auth")
 		_, err = s.C.KeysList(ctx, &pb.KeysListRequest{})
-		requireCode(t, err, styx.CodeBadRequest, "--auth")
+		servertest.RequireCode(t, err, styx.CodeBadRequest, "--auth")
 		err = s.C.KeysDelete(ctx, &pb.KeysDeleteRequest{Name: "sneaky"})
-		requireCode(t, err, styx.CodeBadRequest, "--auth")
+		servertest.RequireCode(t, err, styx.CodeBadRequest, "--auth")
 
 		// The same storage, now with --auth: no key was made.
-		s.stop()
-		a, _ := startAuth(t, b)
+		s.Stop()
+		a, _ := servertest.StartAuth(t, b)
 		keys, err := a.C.KeysList(ctx, &pb.KeysListRequest{})
 		require.NoError(t, err)
 		for _, k := range keys.Keys {
@@ -50,7 +51,7 @@ func TestKeysNeedAuth(t *testing.T) {
 // directory was 0755 and any key file was taken.
 func TestFileModes(t *testing.T) {
 	dir := filepath.Join(t.TempDir(), "data")
-	logs := &logBuffer{}
+	logs := &servertest.LogBuffer{}
 	log := slog.New(slog.NewTextHandler(logs, nil))
 	key := filepath.Join(t.TempDir(), "admin.key")
 	require.NoError(t, os.WriteFile(key, []byte(strings.Repeat("k", 40)), 0o600))
@@ -93,15 +94,15 @@ func TestDebugListen(t *testing.T) {
 // character and its position, on create and on every call that names a
 // queue. Before, U+202E and U+200B were accepted.
 func TestHiddenCharactersInNames(t *testing.T) {
-	forEachBackend(t, func(t *testing.T, b backend) {
-		s, _ := startAuth(t, b)
+	servertest.ForEachBackend(t, func(t *testing.T, b servertest.Backend) {
+		s, _ := servertest.StartAuth(t, b)
 		err := s.C.QueuesCreate(ctx, &pb.QueueInfo{QueueName: "orders\u202egpj.exe"})
-		requireCode(t, err, styx.CodeBadRequest, "U+202E at character 6")
+		servertest.RequireCode(t, err, styx.CodeBadRequest, "U+202E at character 6")
 		err = s.C.QueueProduce(ctx, &pb.QueueProduceRequest{QueueName: "or\u200bders", RequestTimeout: "1s",
 			Items: []*pb.QueueProduceItem{{Bytes: []byte("x")}}})
-		requireCode(t, err, styx.CodeBadRequest, "U+200B at character 2")
+		servertest.RequireCode(t, err, styx.CodeBadRequest, "U+200B at character 2")
 		_, err = s.C.KeysCreate(ctx, &pb.KeysCreateRequest{Name: "w", Scopes: []string{"read"}, Queues: []string{"bil\u200dling*"}})
-		requireCode(t, err, styx.CodeBadRequest, "U+200D at character 3")
+		servertest.RequireCode(t, err, styx.CodeBadRequest, "U+200D at character 3")
 		list, err := s.C.QueuesList(ctx, &pb.QueuesListRequest{Limit: 10})
 		require.NoError(t, err)
 		require.Empty(t, list.Items)
@@ -115,16 +116,16 @@ func TestHiddenCharactersInNames(t *testing.T) {
 // key that started it, and skips (and counts) what the key does not cover.
 // Before, the item landed in billing.
 func TestScopeBypassThroughDeadItems(t *testing.T) {
-	forEachBackend(t, func(t *testing.T, b backend) {
-		s, _ := startAuth(t, b)
-		s.createQueue(&pb.QueueInfo{QueueName: "orders-dead"})
-		s.createQueue(&pb.QueueInfo{QueueName: "orders", DeadQueue: "orders-dead"})
-		s.createQueue(&pb.QueueInfo{QueueName: "billing"})
-		limited := s.client(s.newKey("orders-admin", []string{"admin"}, "orders*"))
+	servertest.ForEachBackend(t, func(t *testing.T, b servertest.Backend) {
+		s, _ := servertest.StartAuth(t, b)
+		s.CreateQueue(&pb.QueueInfo{QueueName: "orders-dead"})
+		s.CreateQueue(&pb.QueueInfo{QueueName: "orders", DeadQueue: "orders-dead"})
+		s.CreateQueue(&pb.QueueInfo{QueueName: "billing"})
+		limited := s.Client(s.NewKey("orders-admin", []string{"admin"}, "orders*"))
 
 		forged := &pb.StorageItem{Payload: []byte("pay me"), SourceQueue: "billing", DeadReason: "explicit"}
 		_, err := limited.StorageItemsImport(ctx, &pb.StorageItemsImportRequest{QueueName: "orders-dead", Items: []*pb.StorageItem{forged}})
-		requireCode(t, err, styx.CodeForbidden, "billing")
+		servertest.RequireCode(t, err, styx.CodeForbidden, "billing")
 
 		// The same item, imported by a key of every queue (say, a restore),
 		// and one of orders'.
@@ -133,25 +134,25 @@ func TestScopeBypassThroughDeadItems(t *testing.T) {
 		require.NoError(t, err)
 		task, err := limited.DeadRedrive(ctx, &pb.DeadRedriveRequest{QueueName: "orders-dead", All: true})
 		require.NoError(t, err)
-		eventually(t, func() bool {
+		servertest.Eventually(t, func() bool {
 			task, err = s.C.RedrivesGet(ctx, &pb.RedriveTaskRequest{TaskId: task.TaskId})
 			return err == nil && task.Status != "running"
 		}, "the redrive ends")
 		require.Equal(t, int64(1), task.Moved, "%v", task)
 		require.Equal(t, int64(1), task.Skipped, "%v", task)
 		require.Equal(t, "orders-admin", task.KeyName)
-		require.Empty(t, s.items("billing"), "nothing reached a queue the key does not cover")
-		require.Equal(t, []string{"order 1"}, payloads(s.items("orders")))
-		require.Equal(t, []string{"pay me"}, payloads(s.items("orders-dead")))
+		require.Empty(t, s.Items("billing"), "nothing reached a queue the key does not cover")
+		require.Equal(t, []string{"order 1"}, payloads(s.Items("orders")))
+		require.Equal(t, []string{"pay me"}, payloads(s.Items("orders-dead")))
 	})
 }
 
-// post sends a JSON body to the server's path with the given Host and
+// postWith sends a JSON body to the server's path with the given Host and
 // Origin headers (none when empty) and returns the status and body.
-func (s *server) post(path, host, origin, body string) (int, string) {
-	s.t.Helper()
-	req, err := http.NewRequest(http.MethodPost, s.d.Endpoint()+path, strings.NewReader(body))
-	require.NoError(s.t, err)
+func postWith(s *servertest.Server, path, host, origin, body string) (int, string) {
+	s.T.Helper()
+	req, err := http.NewRequest(http.MethodPost, s.D.Endpoint()+path, strings.NewReader(body))
+	require.NoError(s.T, err)
 	req.Header.Set("Content-Type", "application/json")
 	if host != "" {
 		req.Host = host
@@ -159,7 +160,7 @@ func (s *server) post(path, host, origin, body string) (int, string) {
 	if origin != "" {
 		req.Header.Set("Origin", origin)
 	}
-	resp, b := s.do(req)
+	resp, b := do(s, req)
 	return resp.StatusCode, string(b)
 }
 
@@ -170,22 +171,22 @@ func (s *server) post(path, host, origin, body string) (int, string) {
 // drive it through a name that resolves to 127.0.0.1. /health stays open.
 // Before, any Host was answered.
 func TestDNSRebinding(t *testing.T) {
-	s := startWith(t, backends(t)[0], func(cfg *daemon.Config) { cfg.AllowedHosts = []string{"styx.internal"} })
-	s.createQueue(&pb.QueueInfo{QueueName: "q"})
+	s := servertest.StartWith(t, servertest.Backends(t)[0], func(cfg *daemon.Config) { cfg.AllowedHosts = []string{"styx.internal"} })
+	s.CreateQueue(&pb.QueueInfo{QueueName: "q"})
 	list := `{"limit":10}`
 	for _, host := range []string{"localhost", "localhost:2319", "127.0.0.1:9", "[::1]:2319", "styx.internal:2319", "STYX.internal"} {
-		code, body := s.post("/v1/queues.list", host, "", list)
+		code, body := postWith(s, "/v1/queues.list", host, "", list)
 		require.Equal(t, http.StatusOK, code, "%s: %s", host, body)
 	}
-	code, body := s.post("/v1/queues.list", "rebind.attacker.example:2319", "", list)
+	code, body := postWith(s, "/v1/queues.list", "rebind.attacker.example:2319", "", list)
 	require.Equal(t, http.StatusForbidden, code)
 	require.Contains(t, body, "--allowed-host rebind.attacker.example")
-	code, body = s.post("/v1/queues.delete", "127.0.0.1:2319", "http://attacker.example", `{"queue_name":"q"}`)
+	code, body = postWith(s, "/v1/queues.delete", "127.0.0.1:2319", "http://attacker.example", `{"queue_name":"q"}`)
 	require.Equal(t, http.StatusForbidden, code)
 	require.Contains(t, body, "may not call this server")
-	code, _ = s.post("/v1/queues.list", "127.0.0.1:2319", "http://127.0.0.1:2319", list)
+	code, _ = postWith(s, "/v1/queues.list", "127.0.0.1:2319", "http://127.0.0.1:2319", list)
 	require.Equal(t, http.StatusOK, code, "the UI's own origin")
-	resp, err := http.Get(s.d.Endpoint() + "/health")
+	resp, err := http.Get(s.D.Endpoint() + "/health")
 	require.NoError(t, err)
 	resp.Body.Close()
 	require.Equal(t, http.StatusOK, resp.StatusCode)
@@ -198,10 +199,10 @@ func TestDNSRebinding(t *testing.T) {
 // the delete is never handed to it (it stays ready for others). Before,
 // the lease stayed open up to its timeout and took the item.
 func TestRevocationEndsWaitingLease(t *testing.T) {
-	forEachBackend(t, func(t *testing.T, b backend) {
-		s, _ := startAuth(t, b)
-		s.createQueue(&pb.QueueInfo{QueueName: "rq"})
-		worker := s.client(s.newKey("worker", []string{"consume"}, "rq"))
+	servertest.ForEachBackend(t, func(t *testing.T, b servertest.Backend) {
+		s, _ := servertest.StartAuth(t, b)
+		s.CreateQueue(&pb.QueueInfo{QueueName: "rq"})
+		worker := s.Client(s.NewKey("worker", []string{"consume"}, "rq"))
 		leased := make(chan error, 1)
 		go func() {
 			res, err := worker.QueueLease(ctx, &pb.QueueLeaseRequest{QueueName: "rq", BatchSize: 1, ClientId: "w1", RequestTimeout: "30s"})
@@ -210,16 +211,16 @@ func TestRevocationEndsWaitingLease(t *testing.T) {
 			}
 			leased <- err
 		}()
-		waitStat(t, s, "rq", func(st *pb.QueueLogicalStats) bool { return st.LeaseWaiting == 1 })
+		servertest.WaitStat(t, s, "rq", func(st *pb.QueueLogicalStats) bool { return st.LeaseWaiting == 1 })
 		require.NoError(t, s.C.KeysDelete(ctx, &pb.KeysDeleteRequest{Name: "worker"}))
-		s.produce("rq", "after the revocation")
+		s.Produce("rq", "after the revocation")
 		select {
 		case err := <-leased:
-			requireCode(t, err, styx.CodeUnauthorized, "deleted while the request waited")
+			servertest.RequireCode(t, err, styx.CodeUnauthorized, "deleted while the request waited")
 		case <-time.After(10 * time.Second):
 			t.Fatal("the revoked key's lease still waits")
 		}
-		res := s.lease("rq", 1)
+		res := s.Lease("rq", 1)
 		require.Len(t, res.Items, 1)
 		require.Equal(t, "after the revocation", string(res.Items[0].Bytes))
 	})
@@ -230,25 +231,25 @@ func TestRevocationEndsWaitingLease(t *testing.T) {
 // worker by waiting under that worker's client_id; the same key still
 // cannot wait twice under one client_id (400). Before, the squatter won.
 func TestClientIDPerKey(t *testing.T) {
-	forEachBackend(t, func(t *testing.T, b backend) {
-		s, _ := startAuth(t, b)
-		s.createQueue(&pb.QueueInfo{QueueName: "cq"})
-		squatter := s.client(s.newKey("squatter", []string{"consume"}, "cq"))
-		worker := s.client(s.newKey("worker", []string{"consume"}, "cq"))
+	servertest.ForEachBackend(t, func(t *testing.T, b servertest.Backend) {
+		s, _ := servertest.StartAuth(t, b)
+		s.CreateQueue(&pb.QueueInfo{QueueName: "cq"})
+		squatter := s.Client(s.NewKey("squatter", []string{"consume"}, "cq"))
+		worker := s.Client(s.NewKey("worker", []string{"consume"}, "cq"))
 		go func() {
 			_, _ = squatter.QueueLease(ctx, &pb.QueueLeaseRequest{QueueName: "cq", BatchSize: 1, ClientId: "billing-worker-1", RequestTimeout: "3s"})
 		}()
-		waitStat(t, s, "cq", func(st *pb.QueueLogicalStats) bool { return st.LeaseWaiting == 1 })
+		servertest.WaitStat(t, s, "cq", func(st *pb.QueueLogicalStats) bool { return st.LeaseWaiting == 1 })
 		_, err := squatter.QueueLease(ctx, &pb.QueueLeaseRequest{QueueName: "cq", BatchSize: 1, ClientId: "billing-worker-1", RequestTimeout: "1s"})
-		requireCode(t, err, styx.CodeBadRequest, "duplicate client id")
+		servertest.RequireCode(t, err, styx.CodeBadRequest, "duplicate client id")
 		got := make(chan error, 1)
 		go func() {
 			_, err := worker.QueueLease(ctx, &pb.QueueLeaseRequest{QueueName: "cq", BatchSize: 1, ClientId: "billing-worker-1", RequestTimeout: "10s"})
 			got <- err
 		}()
-		waitStat(t, s, "cq", func(st *pb.QueueLogicalStats) bool { return st.LeaseWaiting == 2 })
-		s.produce("cq", "for anyone")
-		s.produce("cq", "for anyone else")
+		servertest.WaitStat(t, s, "cq", func(st *pb.QueueLogicalStats) bool { return st.LeaseWaiting == 2 })
+		s.Produce("cq", "for anyone")
+		s.Produce("cq", "for anyone else")
 		select {
 		case err := <-got:
 			require.NoError(t, err, "the worker's lease waits beside the squatter's and is served")
@@ -264,8 +265,8 @@ func TestClientIDPerKey(t *testing.T) {
 // its secret, and those lines are rate-limited (anyone can send refused
 // requests). Before, none of these were logged.
 func TestAuditAndRefusals(t *testing.T) {
-	s, _ := startAuth(t, backends(t)[0])
-	s.createQueue(&pb.QueueInfo{QueueName: "aq"})
+	s, _ := servertest.StartAuth(t, servertest.Backends(t)[0])
+	s.CreateQueue(&pb.QueueInfo{QueueName: "aq"})
 	require.NoError(t, s.C.QueuesUpdate(ctx, &pb.QueueInfo{QueueName: "aq", MaxAttempts: 3}))
 	_, err := s.C.StorageItemsImport(ctx, &pb.StorageItemsImportRequest{QueueName: "aq", Items: []*pb.StorageItem{{Payload: []byte("x")}}})
 	require.NoError(t, err)
@@ -274,12 +275,12 @@ func TestAuditAndRefusals(t *testing.T) {
 		require.Contains(t, s.Logs.String(), `msg="audit: `+call+`" path=/v1/`+call+` key=bootstrap-admin queue=aq`)
 	}
 
-	reader := s.newKey("reader", []string{"read"})
+	reader := s.NewKey("reader", []string{"read"})
 	id := strings.Split(reader, "_")[1]
 	for range 50 {
-		err = s.client(reader).QueueProduce(ctx, &pb.QueueProduceRequest{QueueName: "aq", RequestTimeout: "1s",
+		err = s.Client(reader).QueueProduce(ctx, &pb.QueueProduceRequest{QueueName: "aq", RequestTimeout: "1s",
 			Items: []*pb.QueueProduceItem{{Bytes: []byte("x")}}})
-		requireCode(t, err, styx.CodeForbidden)
+		servertest.RequireCode(t, err, styx.CodeForbidden)
 	}
 	logs := s.Logs.String()
 	require.Contains(t, logs, `msg="request refused" path=/v1/queue.produce code=403`)

@@ -11,6 +11,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/styxq/styx/internal/backend/embedded/pebble"
+	"github.com/styxq/styx/internal/servertest"
 	pb "github.com/styxq/styx/styxpb"
 )
 
@@ -32,16 +33,16 @@ func TestRestartAfterAFaultInClose(t *testing.T) {
 		return nil
 	})
 	fs := errorfs.Wrap(vfs.NewMem(), inject)
-	s := start(t, pebbleOn(func() vfs.FS { return fs }, pebble.Config{MinFreeBytes: -1, CheckInterval: 10 * time.Millisecond}))
-	s.createQueue(&pb.QueueInfo{QueueName: "q"})
-	s.produce("q", "a", "b", "c")
+	s := servertest.Start(t, pebbleOn(func() vfs.FS { return fs }, pebble.Config{MinFreeBytes: -1, CheckInterval: 10 * time.Millisecond}))
+	s.CreateQueue(&pb.QueueInfo{QueueName: "q"})
+	s.Produce("q", "a", "b", "c")
 
-	d := s.d
-	s.d = nil // stopped here, not by the test's cleanup
+	d := s.D
+	s.D = nil // stopped here, not by the test's cleanup
 	s.C.Close()
 	require.NoError(t, d.Close(ctx))
 	armed.Store(true)
-	err := s.store.Close()
+	err := s.Store.Close()
 	require.True(t, fired.Load(), "the store's close wrote nothing")
 	if err != nil {
 		require.ErrorIs(t, err, syscall.ENOSPC, "the store's Close reports the fault, nothing else")
@@ -57,6 +58,6 @@ func TestRestartAfterAFaultInClose(t *testing.T) {
 		t.Fatal("a second Daemon.Close did not return within 5s")
 	}
 
-	s.boot()
-	require.ElementsMatch(t, []string{"a", "b", "c"}, payloads(s.items("q")), "every acknowledged item after the restart")
+	s.Boot()
+	require.ElementsMatch(t, []string{"a", "b", "c"}, payloads(s.Items("q")), "every acknowledged item after the restart")
 }

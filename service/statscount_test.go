@@ -12,6 +12,7 @@ import (
 	"github.com/stretchr/testify/require"
 	"google.golang.org/protobuf/types/known/timestamppb"
 
+	"github.com/styxq/styx/internal/servertest"
 	pb "github.com/styxq/styx/styxpb"
 )
 
@@ -25,10 +26,10 @@ import (
 // counts stats answers from are kept as items change and rebuilt at a
 // load; a count that drifted fails here).
 func TestStatsMatchListing(t *testing.T) {
-	forEachBackend(t, func(t *testing.T, b backend) {
-		s := startFake(t, b)
-		s.createQueue(&pb.QueueInfo{QueueName: "st-dead", LeaseTimeout: "1m", ExpireTimeout: "1h", RequestedPartitions: 2})
-		s.createQueue(&pb.QueueInfo{QueueName: "st", LeaseTimeout: "30s", ExpireTimeout: "10m", MaxAttempts: 3,
+	servertest.ForEachBackend(t, func(t *testing.T, b servertest.Backend) {
+		s := servertest.StartFake(t, b)
+		s.CreateQueue(&pb.QueueInfo{QueueName: "st-dead", LeaseTimeout: "1m", ExpireTimeout: "1h", RequestedPartitions: 2})
+		s.CreateQueue(&pb.QueueInfo{QueueName: "st", LeaseTimeout: "30s", ExpireTimeout: "10m", MaxAttempts: 3,
 			DeadQueue: "st-dead", RequestedPartitions: 3})
 		seed := uint64(time.Now().UnixNano())
 		t.Logf("seed %d", seed)
@@ -52,14 +53,14 @@ func TestStatsMatchListing(t *testing.T) {
 					n++
 					it := &pb.QueueProduceItem{Bytes: fmt.Appendf(nil, "item-%d", n), Kind: "k"}
 					if rng.IntN(3) == 0 {
-						it.EnqueueAt = timestamppb.New(s.now().Add(time.Duration(1+rng.IntN(90)) * time.Second))
+						it.EnqueueAt = timestamppb.New(s.Now().Add(time.Duration(1+rng.IntN(90)) * time.Second))
 					}
 					req.Items = append(req.Items, it)
 				}
 				require.NoError(t, s.C.QueueProduce(ctx, req))
 				did = fmt.Sprintf("produce %d", len(req.Items))
 			case k < 5:
-				res := s.leaseUpTo(q, int32(1+rng.IntN(4)))
+				res := leaseUpTo(s, q, int32(1+rng.IntN(4)))
 				for _, it := range res.Items {
 					leased[q] = append(leased[q], held{res.Partition, it.Id})
 				}
@@ -79,7 +80,7 @@ func TestStatsMatchListing(t *testing.T) {
 					did = "retry"
 				case 2:
 					_, err = s.C.QueueRetry(ctx, &pb.QueueRetryRequest{QueueName: q, Partition: it.p,
-						Items: []*pb.QueueRetryItem{{Id: it.id, Error: "later", RetryAt: timestamppb.New(s.now().Add(20 * time.Second))}}})
+						Items: []*pb.QueueRetryItem{{Id: it.id, Error: "later", RetryAt: timestamppb.New(s.Now().Add(20 * time.Second))}}})
 					did = "retry later"
 				case 3:
 					_, err = s.C.QueueRetry(ctx, &pb.QueueRetryRequest{QueueName: q, Partition: it.p,
@@ -93,12 +94,12 @@ func TestStatsMatchListing(t *testing.T) {
 				}
 				_ = err // a lease that ended meanwhile answers an error: nothing changes
 			case k == 9:
-				s.advance(time.Duration(1+rng.IntN(40))*time.Second, "st", "st-dead")
+				s.Advance(time.Duration(1+rng.IntN(40))*time.Second, "st", "st-dead")
 				did = "advance"
 			case k == 10 && q == "st-dead":
 				task, err := s.C.DeadRedrive(ctx, &pb.DeadRedriveRequest{QueueName: "st-dead", All: true})
 				require.NoError(t, err)
-				eventually(t, func() bool {
+				servertest.Eventually(t, func() bool {
 					got, err := s.C.RedrivesGet(ctx, &pb.RedriveTaskRequest{TaskId: task.TaskId})
 					return err == nil && got.Status != "running"
 				}, "redrive ends")
@@ -117,7 +118,7 @@ func TestStatsMatchListing(t *testing.T) {
 				leased[q] = nil
 				did = fmt.Sprintf("clear %v", c)
 			case k == 12 && (step == 40 || step == 80):
-				s.restart()
+				s.Restart()
 				did = "restart"
 			default:
 				continue
@@ -126,7 +127,7 @@ func TestStatsMatchListing(t *testing.T) {
 				requireStatsMatch(t, s, name, fmt.Sprintf("step %d (%s on %s)", step, did, q))
 			}
 		}
-		s.restart()
+		s.Restart()
 		for _, name := range []string{"st", "st-dead"} {
 			requireStatsMatch(t, s, name, "after the last restart")
 		}
@@ -136,14 +137,14 @@ func TestStatsMatchListing(t *testing.T) {
 // leaseUpTo leases up to n items, none when none is ready: on the fake
 // clock a waiting lease never times out, so the client gives up after
 // 200ms of real time and the server drops the abandoned lease.
-func (s *server) leaseUpTo(queue string, n int32) *pb.QueueLeaseResponse {
-	s.t.Helper()
+func leaseUpTo(s *servertest.Server, queue string, n int32) *pb.QueueLeaseResponse {
+	s.T.Helper()
 	c, cancel := context.WithTimeout(ctx, 200*time.Millisecond)
 	defer cancel()
-	res, err := s.C.QueueLease(c, &pb.QueueLeaseRequest{QueueName: queue, BatchSize: n, ClientId: s.t.Name(), RequestTimeout: "1m"})
+	res, err := s.C.QueueLease(c, &pb.QueueLeaseRequest{QueueName: queue, BatchSize: n, ClientId: s.T.Name(), RequestTimeout: "1m"})
 	if err != nil {
-		require.ErrorIs(s.t, err, context.DeadlineExceeded)
-		waitStat(s.t, s, queue, func(st *pb.QueueLogicalStats) bool { return st.LeaseWaiting == 0 })
+		require.ErrorIs(s.T, err, context.DeadlineExceeded)
+		servertest.WaitStat(s.T, s, queue, func(st *pb.QueueLogicalStats) bool { return st.LeaseWaiting == 0 })
 		return &pb.QueueLeaseResponse{}
 	}
 	return res
@@ -152,7 +153,7 @@ func (s *server) leaseUpTo(queue string, n int32) *pb.QueueLeaseResponse {
 // requireStatsMatch requires queue.stats of queue to equal what its full
 // listing recomputes. Dead-letter moves are asynchronous: it compares a
 // listing with the stats read before and after it, once those agree.
-func requireStatsMatch(t *testing.T, s *server, queue, when string) {
+func requireStatsMatch(t *testing.T, s *servertest.Server, queue, when string) {
 	t.Helper()
 	info, err := s.C.QueuesInfo(ctx, &pb.QueuesInfoRequest{QueueName: queue})
 	require.NoError(t, err)
@@ -162,14 +163,14 @@ func requireStatsMatch(t *testing.T, s *server, queue, when string) {
 	for range 100 {
 		before, err := s.C.QueueStats(ctx, &pb.QueueStatsRequest{QueueName: queue})
 		require.NoError(t, err)
-		items, sched := s.byPartition(queue, s.C.StorageItemsList), s.byPartition(queue, s.C.StorageScheduledList)
+		items, sched := byPartition(s, queue, s.C.StorageItemsList), byPartition(s, queue, s.C.StorageScheduledList)
 		after, err := s.C.QueueStats(ctx, &pb.QueueStatsRequest{QueueName: queue})
 		require.NoError(t, err)
 		if fmt.Sprint(before) != fmt.Sprint(after) {
 			time.Sleep(10 * time.Millisecond)
 			continue
 		}
-		want := recount(queue, info.RequestedPartitions, items, sched, s.now(), leaseTimeout)
+		want := recount(queue, info.RequestedPartitions, items, sched, s.Now(), leaseTimeout)
 		if last = diffStats(before, want); last == "" {
 			return
 		}
@@ -180,16 +181,16 @@ func requireStatsMatch(t *testing.T, s *server, queue, when string) {
 
 // byPartition lists every item of queue that call lists, by partition
 // (storage/items.list or storage/scheduled.list).
-func (s *server) byPartition(queue string, call listCall) [][]*pb.StorageItem {
-	s.t.Helper()
+func byPartition(s *servertest.Server, queue string, call listCall) [][]*pb.StorageItem {
+	s.T.Helper()
 	info, err := s.C.QueuesInfo(ctx, &pb.QueuesInfoRequest{QueueName: queue})
-	require.NoError(s.t, err)
+	require.NoError(s.T, err)
 	out := make([][]*pb.StorageItem, info.RequestedPartitions)
 	for p := range info.RequestedPartitions {
 		pivot := ""
 		for {
 			res, err := call(ctx, &pb.StorageItemsListRequest{QueueName: queue, Partition: p, Pivot: pivot, Limit: 100})
-			require.NoError(s.t, err)
+			require.NoError(s.T, err)
 			page := res.Items
 			if pivot != "" && len(page) > 0 && page[0].Id == pivot {
 				page = page[1:] // the pivot is inclusive: seen on the last page

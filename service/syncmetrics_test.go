@@ -14,6 +14,7 @@ import (
 
 	styx "github.com/styxq/styx"
 	"github.com/styxq/styx/daemon"
+	"github.com/styxq/styx/internal/servertest"
 	pb "github.com/styxq/styx/styxpb"
 )
 
@@ -40,7 +41,7 @@ func TestStorageSyncMetrics(t *testing.T) {
 	t.Run("pebble", func(t *testing.T) {
 		t.Parallel()
 		d, err := daemon.New(context.Background(), daemon.Config{Listen: "127.0.0.1:0", DataDir: t.TempDir(),
-			Log: testLogger(), ShutdownTimeout: 5 * time.Second})
+			Log: servertest.TestLogger(), ShutdownTimeout: 5 * time.Second})
 		require.NoError(t, err)
 		t.Cleanup(func() { require.NoError(t, d.Close(context.Background())) })
 		c, err := styx.NewClient(styx.ClientConfig{Endpoint: d.Endpoint()})
@@ -81,16 +82,16 @@ func TestStorageSyncMetrics(t *testing.T) {
 		assert.Equal(t, before+syncs, metricValue(t, text, `styx_storage_sync_seconds_bucket{le="+Inf"}`))
 		t.Logf("%d produces, %.0f fsyncs of the log", clients*each, syncs)
 	})
-	for _, b := range backends(t) {
-		if b.name == "pebble" || (b.name == "postgres" && !b.postgres()) {
+	for _, b := range servertest.Backends(t) {
+		if b.Name == "pebble" || (b.Name == "postgres" && !b.Postgres()) {
 			continue
 		}
-		t.Run(b.name, func(t *testing.T) {
+		t.Run(b.Name, func(t *testing.T) {
 			t.Parallel()
-			s := start(t, b)
-			s.createQueue(&pb.QueueInfo{QueueName: "sync", RequestedPartitions: 1})
-			s.produce("sync", "a", "b")
-			text := s.scrape()
+			s := servertest.Start(t, b)
+			s.CreateQueue(&pb.QueueInfo{QueueName: "sync", RequestedPartitions: 1})
+			s.Produce("sync", "a", "b")
+			text := scrape(s)
 			assert.Equal(t, "styx_storage_syncs_total 0", metricLine(text, "styx_storage_syncs_total"))
 			assert.Equal(t, "styx_storage_sync_seconds_count 0", metricLine(text, "styx_storage_sync_seconds_count"))
 		})

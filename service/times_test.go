@@ -10,6 +10,7 @@ import (
 	"google.golang.org/protobuf/types/known/timestamppb"
 
 	styx "github.com/styxq/styx"
+	"github.com/styxq/styx/internal/servertest"
 	pb "github.com/styxq/styx/styxpb"
 )
 
@@ -25,29 +26,29 @@ const (
 // outside 1677-09-21..2262-04-11, and that nothing is stored: such a time
 // used to wrap (a year-2300 enqueue_at became 1715, ready at once).
 func TestTimesOutOfRange(t *testing.T) {
-	forEachBackend(t, func(t *testing.T, b backend) {
-		s := start(t, b)
-		s.createDLQ(&pb.QueueInfo{QueueName: "times-dlq"})
-		s.createQueue(&pb.QueueInfo{QueueName: "times", DeadQueue: "times-dlq"})
-		s.produce("times", "keep")
-		leased := s.lease("times", 1)
+	servertest.ForEachBackend(t, func(t *testing.T, b servertest.Backend) {
+		s := servertest.Start(t, b)
+		createDLQ(s, &pb.QueueInfo{QueueName: "times-dlq"})
+		s.CreateQueue(&pb.QueueInfo{QueueName: "times", DeadQueue: "times-dlq"})
+		s.Produce("times", "keep")
+		leased := s.Lease("times", 1)
 		require.Len(t, leased.Items, 1)
-		before := s.items("times")
+		before := s.Items("times")
 
 		for _, year := range []int{2300, 1600} {
 			bad := timestamppb.New(time.Date(year, 1, 1, 0, 0, 0, 0, time.UTC))
-			good := at(time.Now().Add(time.Hour))
+			good := servertest.At(time.Now().Add(time.Hour))
 			t.Run(fmt.Sprint(year), func(t *testing.T) {
 				t.Run("ProduceEnqueueAt", func(t *testing.T) {
 					err := s.C.QueueProduce(ctx, &pb.QueueProduceRequest{QueueName: "times", Items: []*pb.QueueProduceItem{
 						{Utf8: "good", EnqueueAt: good}, {Utf8: "bad", EnqueueAt: bad},
 					}})
-					requireCode(t, err, styx.CodeBadRequest, "items[1].enqueue_at", minTimeText, maxTimeText)
+					servertest.RequireCode(t, err, styx.CodeBadRequest, "items[1].enqueue_at", minTimeText, maxTimeText)
 				})
 				t.Run("RetryAt", func(t *testing.T) {
 					_, err := s.C.QueueRetry(ctx, &pb.QueueRetryRequest{QueueName: "times", Partition: leased.Partition,
 						Items: []*pb.QueueRetryItem{{Id: leased.Items[0].Id, RetryAt: bad}}})
-					requireCode(t, err, styx.CodeBadRequest, "items[0].retry_at", minTimeText, maxTimeText)
+					servertest.RequireCode(t, err, styx.CodeBadRequest, "items[0].retry_at", minTimeText, maxTimeText)
 				})
 				fields := []struct {
 					name string
@@ -68,7 +69,7 @@ func TestTimesOutOfRange(t *testing.T) {
 						f.set(it)
 						_, err := s.C.StorageItemsImport(ctx, &pb.StorageItemsImportRequest{QueueName: "times",
 							Items: []*pb.StorageItem{{Payload: []byte("good")}, it}})
-						requireCode(t, err, styx.CodeBadRequest, "items[1]."+f.name, minTimeText, maxTimeText)
+						servertest.RequireCode(t, err, styx.CodeBadRequest, "items[1]."+f.name, minTimeText, maxTimeText)
 					})
 				}
 				for _, name := range []string{"dead_after", "dead_before"} {
@@ -80,26 +81,26 @@ func TestTimesOutOfRange(t *testing.T) {
 							f.DeadBefore = bad
 						}
 						_, err := s.C.DeadList(ctx, &pb.DeadListRequest{QueueName: "times-dlq", Filter: f})
-						requireCode(t, err, styx.CodeBadRequest, "filter."+name, minTimeText, maxTimeText)
+						servertest.RequireCode(t, err, styx.CodeBadRequest, "filter."+name, minTimeText, maxTimeText)
 						_, err = s.C.DeadRedrive(ctx, &pb.DeadRedriveRequest{QueueName: "times-dlq", Filter: f})
-						requireCode(t, err, styx.CodeBadRequest, "filter."+name, minTimeText, maxTimeText)
+						servertest.RequireCode(t, err, styx.CodeBadRequest, "filter."+name, minTimeText, maxTimeText)
 					})
 				}
 			})
 		}
 
 		t.Run("NothingStored", func(t *testing.T) {
-			require.Equal(t, before, s.items("times"))
-			require.Empty(t, s.items("times-dlq"))
+			require.Equal(t, before, s.Items("times"))
+			require.Empty(t, s.Items("times-dlq"))
 			// The lease the refused retries named is still live: it completes.
-			s.complete("times", leased.Partition, leased.Items[0].Id)
-			require.Empty(t, s.items("times"))
+			s.Complete("times", leased.Partition, leased.Items[0].Id)
+			require.Empty(t, s.Items("times"))
 		})
 		t.Run("EdgesOfTheRange", func(t *testing.T) {
 			// The range's own ends are kept as they are.
 			lo, hi := time.Unix(0, -1<<63).UTC(), time.Unix(0, 1<<63-1).UTC()
 			res, err := s.C.StorageItemsImport(ctx, &pb.StorageItemsImportRequest{QueueName: "times", Items: []*pb.StorageItem{
-				{Payload: []byte("edges"), CreatedAt: at(lo), EnqueueAt: at(hi), ExpireDeadline: at(hi)},
+				{Payload: []byte("edges"), CreatedAt: servertest.At(lo), EnqueueAt: servertest.At(hi), ExpireDeadline: servertest.At(hi)},
 			}})
 			require.NoError(t, err)
 			require.Len(t, res.Items, 1)
@@ -107,7 +108,7 @@ func TestTimesOutOfRange(t *testing.T) {
 			require.True(t, lo.Equal(got.CreatedAt.AsTime()), "created_at %s", got.CreatedAt.AsTime())
 			require.True(t, hi.Equal(got.EnqueueAt.AsTime()), "enqueue_at %s", got.EnqueueAt.AsTime())
 			require.True(t, hi.Equal(got.ExpireDeadline.AsTime()), "expire_deadline %s", got.ExpireDeadline.AsTime())
-			s.leaseNone("times") // scheduled for 2262, not ready
+			s.LeaseNone("times") // scheduled for 2262, not ready
 		})
 	})
 }
@@ -118,17 +119,17 @@ func TestTimesOutOfRange(t *testing.T) {
 // used to fail the whole loop iteration, and with it the produces batched
 // with it.
 func TestBadImportAmongGoodProduces(t *testing.T) {
-	forEachBackend(t, func(t *testing.T, b backend) {
-		s := start(t, b)
-		s.createQueue(&pb.QueueInfo{QueueName: "shared", RequestedPartitions: 2})
+	servertest.ForEachBackend(t, func(t *testing.T, b servertest.Backend) {
+		s := servertest.Start(t, b)
+		s.CreateQueue(&pb.QueueInfo{QueueName: "shared", RequestedPartitions: 2})
 		const producers, produces = 4, 25
-		bad := at(time.Date(2300, 1, 1, 0, 0, 0, 0, time.UTC))
+		bad := servertest.At(time.Date(2300, 1, 1, 0, 0, 0, 0, time.UTC))
 
 		var wg sync.WaitGroup
 		done := make(chan struct{})
 		errs := make(chan error, producers*produces)
 		for p := range producers {
-			c, err := styx.NewClient(styx.ClientConfig{Endpoint: s.d.Endpoint()})
+			c, err := styx.NewClient(styx.ClientConfig{Endpoint: s.D.Endpoint()})
 			require.NoError(t, err)
 			t.Cleanup(c.Close)
 			wg.Add(1)
@@ -142,7 +143,7 @@ func TestBadImportAmongGoodProduces(t *testing.T) {
 		}
 		go func() { wg.Wait(); close(done) }()
 
-		importer, err := styx.NewClient(styx.ClientConfig{Endpoint: s.d.Endpoint()})
+		importer, err := styx.NewClient(styx.ClientConfig{Endpoint: s.D.Endpoint()})
 		require.NoError(t, err)
 		t.Cleanup(importer.Close)
 		var imports, refused int
@@ -159,7 +160,7 @@ func TestBadImportAmongGoodProduces(t *testing.T) {
 			}})
 			if styx.ErrorCode(err) == styx.CodeBadRequest {
 				refused++
-				requireCode(t, err, styx.CodeBadRequest, "items[0].dead_at", minTimeText, maxTimeText)
+				servertest.RequireCode(t, err, styx.CodeBadRequest, "items[0].dead_at", minTimeText, maxTimeText)
 			} else {
 				other = append(other, err)
 			}
@@ -175,7 +176,7 @@ func TestBadImportAmongGoodProduces(t *testing.T) {
 		require.Zero(t, failed, "of %d produces, with %d bad imports", producers*produces, imports)
 		require.Empty(t, other, "bad imports answered other than 400")
 		require.Equal(t, imports, refused)
-		got := s.items("shared")
+		got := s.Items("shared")
 		require.Len(t, got, producers*produces)
 		for _, it := range got {
 			require.Regexp(t, `^p\d-\d+$`, string(it.Payload))

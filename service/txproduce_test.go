@@ -16,6 +16,7 @@ import (
 	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/stretchr/testify/require"
 
+	"github.com/styxq/styx/internal/servertest"
 	pb "github.com/styxq/styx/styxpb"
 	"github.com/styxq/styx/txproduce"
 )
@@ -25,8 +26,8 @@ import (
 // two nodes. Node a creates the queue; the consumers wait on node b.
 
 // appPool is the application's pool on the nodes' schema.
-func appPool(t *testing.T, s *server) *pgxpool.Pool {
-	pool, err := pgxpool.New(ctx, s.b.url)
+func appPool(t *testing.T, s *servertest.Server) *pgxpool.Pool {
+	pool, err := pgxpool.New(ctx, s.B.URL)
 	require.NoError(t, err)
 	t.Cleanup(pool.Close)
 	return pool
@@ -34,7 +35,7 @@ func appPool(t *testing.T, s *server) *pgxpool.Pool {
 
 // awaitLease starts a lease of one item on s, waiting up to 30s, and
 // returns its answer's channel once the lease waits in the queue.
-func awaitLease(t *testing.T, s *server, queueName, client string) <-chan *pb.QueueLeaseResponse {
+func awaitLease(t *testing.T, s *servertest.Server, queueName, client string) <-chan *pb.QueueLeaseResponse {
 	got := make(chan *pb.QueueLeaseResponse, 1)
 	go func() {
 		res, err := s.C.QueueLease(ctx, &pb.QueueLeaseRequest{QueueName: queueName, BatchSize: 10, ClientId: client, RequestTimeout: "30s"})
@@ -44,7 +45,7 @@ func awaitLease(t *testing.T, s *server, queueName, client string) <-chan *pb.Qu
 		}
 		got <- res
 	}()
-	waitStat(t, s, queueName, func(st *pb.QueueLogicalStats) bool { return st.LeaseWaiting == 1 })
+	servertest.WaitStat(t, s, queueName, func(st *pb.QueueLogicalStats) bool { return st.LeaseWaiting == 1 })
 	return got
 }
 
@@ -71,7 +72,7 @@ func TestTransactionalProduce(t *testing.T) {
 	require.NoError(t, err)
 
 	t.Run("CommitLeasedOnceOnTheOtherNode", func(t *testing.T) {
-		a.createQueue(&pb.QueueInfo{QueueName: "commit", LeaseTimeout: "1m", RequestedPartitions: 2})
+		a.CreateQueue(&pb.QueueInfo{QueueName: "commit", LeaseTimeout: "1m", RequestedPartitions: 2})
 		var queueID int64
 		require.NoError(t, pool.QueryRow(ctx, `SELECT id FROM styx_queues WHERE name = 'commit'`).Scan(&queueID))
 		listener := listen(t, pool)
@@ -89,7 +90,7 @@ func TestTransactionalProduce(t *testing.T) {
 		require.Len(t, ids, 1)
 		require.NotZero(t, ids[0])
 		// Not visible before the commit: nothing to list, the lease waits.
-		require.Empty(t, b.items("commit"))
+		require.Empty(t, b.Items("commit"))
 		select {
 		case res := <-leased:
 			t.Fatalf("leased before the commit: %v", res)
@@ -106,9 +107,9 @@ func TestTransactionalProduce(t *testing.T) {
 		require.Equal(t, "order o-1", string(res.Items[0].Bytes))
 		require.Equal(t, "order.created", res.Items[0].Kind)
 		require.Equal(t, "o-1", res.Items[0].Reference)
-		b.complete("commit", res.Partition, res.Items[0].Id)
-		a.leaseNone("commit")
-		b.leaseNone("commit")
+		b.Complete("commit", res.Partition, res.Items[0].Id)
+		a.LeaseNone("commit")
+		b.LeaseNone("commit")
 
 		// The wake-up: on the nodes' channel, with their payload, sent by
 		// the application's transaction (the nodes send theirs too).
@@ -125,7 +126,7 @@ func TestTransactionalProduce(t *testing.T) {
 	})
 
 	t.Run("RollbackNeverSeen", func(t *testing.T) {
-		a.createQueue(&pb.QueueInfo{QueueName: "rollback"})
+		a.CreateQueue(&pb.QueueInfo{QueueName: "rollback"})
 		leased := awaitLease(t, b, "rollback", "waiting-on-b")
 		tx, err := pool.Begin(ctx)
 		require.NoError(t, err)
@@ -133,13 +134,13 @@ func TestTransactionalProduce(t *testing.T) {
 		require.NoError(t, err)
 		require.NoError(t, tx.Rollback(ctx))
 		// The next item the waiting lease gets is one produced after.
-		a.produce("rollback", "after")
+		a.Produce("rollback", "after")
 		res := <-leased
 		require.NotNil(t, res)
 		require.Len(t, res.Items, 1)
 		require.Equal(t, "after", string(res.Items[0].Bytes))
-		b.complete("rollback", res.Partition, res.Items[0].Id)
-		b.leaseNone("rollback")
+		b.Complete("rollback", res.Partition, res.Items[0].Id)
+		b.LeaseNone("rollback")
 		st, err := b.C.QueueStats(ctx, &pb.QueueStatsRequest{QueueName: "rollback"})
 		require.NoError(t, err)
 		for _, p := range st.LogicalQueues[0].Partitions {
@@ -148,7 +149,7 @@ func TestTransactionalProduce(t *testing.T) {
 	})
 
 	t.Run("DuplicateWithinTheWindowIsOneItem", func(t *testing.T) {
-		a.createQueue(&pb.QueueInfo{QueueName: "dedup"})
+		a.CreateQueue(&pb.QueueInfo{QueueName: "dedup"})
 		var first txproduce.ID
 		for i := range 3 {
 			require.NoError(t, pgx.BeginFunc(ctx, pool, func(tx pgx.Tx) error {
@@ -169,14 +170,14 @@ func TestTransactionalProduce(t *testing.T) {
 		// The API's produce shares the window.
 		require.NoError(t, b.C.QueueProduce(ctx, &pb.QueueProduceRequest{QueueName: "dedup", RequestTimeout: "1m",
 			Items: []*pb.QueueProduceItem{{Bytes: []byte("through /v1"), DeduplicationId: "order-7"}}}))
-		items := b.items("dedup")
+		items := b.Items("dedup")
 		require.Len(t, items, 1)
 		require.Equal(t, first.String(), items[0].Id)
 		require.Equal(t, "try 0", string(items[0].Payload))
 	})
 
 	t.Run("BadItemRefusedNothingStored", func(t *testing.T) {
-		a.createQueue(&pb.QueueInfo{QueueName: "bad"})
+		a.CreateQueue(&pb.QueueInfo{QueueName: "bad"})
 		tx, err := pool.Begin(ctx)
 		require.NoError(t, err)
 		defer func() { _ = tx.Rollback(ctx) }()
@@ -211,7 +212,7 @@ func TestTransactionalProduce(t *testing.T) {
 		require.ErrorAs(t, err, &ie)
 		require.Equal(t, "items[0].bytes", ie.Field)
 		require.Equal(t, "invalid items[0].bytes; payload is 5242881 bytes, the limit is 5242880 (5 MB)", ie.Message)
-		require.Empty(t, b.allItems("bad"))
+		require.Empty(t, b.AllItems("bad"))
 	})
 
 	t.Run("NoSuchQueue", func(t *testing.T) {
@@ -224,20 +225,20 @@ func TestTransactionalProduce(t *testing.T) {
 	})
 
 	t.Run("ScheduledItem", func(t *testing.T) {
-		a.createQueue(&pb.QueueInfo{QueueName: "later"})
+		a.CreateQueue(&pb.QueueInfo{QueueName: "later"})
 		at := time.Now().Add(time.Hour)
 		require.NoError(t, pgx.BeginFunc(ctx, pool, func(tx pgx.Tx) error {
 			_, err := txproduce.Produce(ctx, tx, "later", []txproduce.Item{{Payload: []byte("in an hour"), EnqueueAt: at}})
 			return err
 		}))
-		scheduled := b.list("later", b.C.StorageScheduledList)
+		scheduled := b.List("later", b.C.StorageScheduledList)
 		require.Len(t, scheduled, 1)
 		require.WithinDuration(t, at, scheduled[0].EnqueueAt.AsTime(), time.Microsecond)
-		b.leaseNone("later")
+		b.LeaseNone("later")
 	})
 
 	t.Run("GrantsOfTheApplicationRole", func(t *testing.T) {
-		a.createQueue(&pb.QueueInfo{QueueName: "granted"})
+		a.CreateQueue(&pb.QueueInfo{QueueName: "granted"})
 		var schema string
 		require.NoError(t, pool.QueryRow(ctx, `SELECT current_schema()`).Scan(&schema))
 		var r [4]byte
@@ -263,7 +264,7 @@ func TestTransactionalProduce(t *testing.T) {
 		_, err = pool.Exec(ctx, `GRANT EXECUTE ON FUNCTION `+schema+`.styx_produce(text, jsonb) TO `+role)
 		require.NoError(t, err)
 		require.NoError(t, asApp())
-		res := b.lease("granted", 1)
+		res := b.Lease("granted", 1)
 		require.Equal(t, "from the app", string(res.Items[0].Bytes))
 		// The role reads no table of Styx's.
 		err = pgx.BeginFunc(ctx, pool, func(tx pgx.Tx) error {

@@ -16,6 +16,7 @@ import (
 
 	styx "github.com/styxq/styx"
 	"github.com/styxq/styx/internal/backend/embedded/pebble"
+	"github.com/styxq/styx/internal/servertest"
 	pb "github.com/styxq/styx/styxpb"
 )
 
@@ -70,8 +71,8 @@ func TestWALRotationFaults(t *testing.T) {
 				}
 				return nil
 			}))
-			s := start(t, pebbleOn(func() vfs.FS { return fs }, pebble.Config{MemTableBytes: 1 << 20, MinFreeBytes: -1, CheckInterval: 10 * time.Millisecond}))
-			s.createQueue(&pb.QueueInfo{QueueName: "rot"})
+			s := servertest.Start(t, pebbleOn(func() vfs.FS { return fs }, pebble.Config{MemTableBytes: 1 << 20, MinFreeBytes: -1, CheckInterval: 10 * time.Millisecond}))
+			s.CreateQueue(&pb.QueueInfo{QueueName: "rot"})
 			acked, refused := map[string]bool{}, map[string]bool{}
 			n := 0
 			produce := func() error {
@@ -98,29 +99,29 @@ func TestWALRotationFaults(t *testing.T) {
 			for i := 0; !fired.Load(); i++ {
 				require.Less(t, i, 3000, "the log never rotated")
 				if err := produce(); err != nil {
-					requireCode(t, err, styx.CodeUnavailable)
+					servertest.RequireCode(t, err, styx.CodeUnavailable)
 				}
 			}
 
 			// While the disk fails: 453, /health degraded, reads served.
-			eventually(t, func() bool { return produce() != nil }, "produces are refused once the disk fails")
+			servertest.Eventually(t, func() bool { return produce() != nil }, "produces are refused once the disk fails")
 			for deadline := time.Now().Add(300 * time.Millisecond); time.Now().Before(deadline); {
-				requireCode(t, produce(), styx.CodeUnavailable, "storage unavailable")
+				servertest.RequireCode(t, produce(), styx.CodeUnavailable, "storage unavailable")
 			}
-			require.Contains(t, s.health(), "degraded")
+			require.Contains(t, health(s), "degraded")
 			_, err := s.C.QueuesList(ctx, &pb.QueuesListRequest{Limit: 10})
 			require.NoError(t, err, "reads while the disk fails")
 
 			// The disk works again: produces succeed without a restart.
 			failing.Store(false)
-			eventually(t, func() bool { return produce() == nil }, "produces succeed once the disk works")
-			require.Equal(t, "ok", s.health())
+			servertest.Eventually(t, func() bool { return produce() == nil }, "produces succeed once the disk works")
+			require.Equal(t, "ok", health(s))
 			for range 20 {
 				require.NoError(t, produce())
 			}
 			check := func(when string) {
 				stored := map[string]int{}
-				for _, it := range s.items("rot") {
+				for _, it := range s.Items("rot") {
 					stored[string(it.Payload)]++
 				}
 				for p := range acked {
@@ -131,7 +132,7 @@ func TestWALRotationFaults(t *testing.T) {
 				}
 			}
 			check("healed")
-			s.restart()
+			s.Restart()
 			check("after a restart")
 			t.Logf("%d items acknowledged, %d refused", len(acked), len(refused))
 		})

@@ -16,7 +16,7 @@ import (
 	"github.com/aws/aws-sdk-go-v2/service/sqs/types"
 	"github.com/stretchr/testify/require"
 
-	"github.com/styxq/styx/styxtest"
+	"github.com/styxq/styx/internal/servertest"
 )
 
 // TestSQSDeleteAfterVisibilityTimeout: DeleteMessage with the latest
@@ -24,9 +24,9 @@ import (
 // passed, as long as nobody received it since (AWS's rule); a handle of an
 // older receive deletes nothing.
 func TestSQSDeleteAfterVisibilityTimeout(t *testing.T) {
-	forEachBackend(t, func(t *testing.T, b styxtest.Options) {
-		s := start(t, b)
-		c := s.sqsClient("test", "test")
+	servertest.ForEachBackend(t, func(t *testing.T, b servertest.Backend) {
+		s := servertest.Start(t, b)
+		c := s.SQSClient("test", "test")
 		q, err := c.CreateQueue(ctx, &awssqs.CreateQueueInput{QueueName: aws.String("overrun"),
 			Attributes: map[string]string{"VisibilityTimeout": "1"}})
 		require.NoError(t, err)
@@ -45,7 +45,7 @@ func TestSQSDeleteAfterVisibilityTimeout(t *testing.T) {
 		visibleAgain(t, c, q.QueueUrl)
 		_, err = c.DeleteMessage(ctx, &awssqs.DeleteMessageInput{QueueUrl: q.QueueUrl, ReceiptHandle: m.ReceiptHandle})
 		require.NoError(t, err)
-		require.Empty(t, s.items("overrun"), "the latest handle deletes after the visibility timeout")
+		require.Empty(t, s.Items("overrun"), "the latest handle deletes after the visibility timeout")
 
 		// Received again since: the first handle deletes nothing, while the
 		// second receive holds the message and after it has ended too.
@@ -56,18 +56,18 @@ func TestSQSDeleteAfterVisibilityTimeout(t *testing.T) {
 		m2 := receive()
 		_, err = c.DeleteMessage(ctx, &awssqs.DeleteMessageInput{QueueUrl: q.QueueUrl, ReceiptHandle: m1.ReceiptHandle})
 		require.NoError(t, err)
-		require.Len(t, s.items("overrun"), 1, "an older handle deletes nothing while another receive holds the message")
+		require.Len(t, s.Items("overrun"), 1, "an older handle deletes nothing while another receive holds the message")
 		visibleAgain(t, c, q.QueueUrl)
 		_, err = c.DeleteMessage(ctx, &awssqs.DeleteMessageInput{QueueUrl: q.QueueUrl, ReceiptHandle: m1.ReceiptHandle})
 		require.NoError(t, err)
-		require.Len(t, s.items("overrun"), 1, "an older handle deletes nothing after the newer receive ended")
+		require.Len(t, s.Items("overrun"), 1, "an older handle deletes nothing after the newer receive ended")
 		// The latest one does, in a batch too.
 		del, err := c.DeleteMessageBatch(ctx, &awssqs.DeleteMessageBatchInput{QueueUrl: q.QueueUrl,
 			Entries: []types.DeleteMessageBatchRequestEntry{{Id: aws.String("m2"), ReceiptHandle: m2.ReceiptHandle}}})
 		require.NoError(t, err)
 		require.Len(t, del.Successful, 1)
 		require.Empty(t, del.Failed)
-		require.Empty(t, s.items("overrun"))
+		require.Empty(t, s.Items("overrun"))
 
 		// After a visibility change to 0 (visible at once) the handle is
 		// still the latest one.
@@ -78,7 +78,7 @@ func TestSQSDeleteAfterVisibilityTimeout(t *testing.T) {
 		require.NoError(t, err)
 		_, err = c.DeleteMessage(ctx, &awssqs.DeleteMessageInput{QueueUrl: q.QueueUrl, ReceiptHandle: m.ReceiptHandle})
 		require.NoError(t, err)
-		require.Empty(t, s.items("overrun"))
+		require.Empty(t, s.Items("overrun"))
 	})
 }
 
@@ -88,7 +88,7 @@ func TestSQSDeleteAfterVisibilityTimeout(t *testing.T) {
 // 10 s (eventually).
 func visibleAgain(t *testing.T, c *awssqs.Client, url *string) {
 	t.Helper()
-	eventually(t, func() bool {
+	servertest.Eventually(t, func() bool {
 		a, err := c.GetQueueAttributes(ctx, &awssqs.GetQueueAttributesInput{QueueUrl: url,
 			AttributeNames: []types.QueueAttributeName{"ApproximateNumberOfMessages"}})
 		require.NoError(t, err)
@@ -99,9 +99,9 @@ func visibleAgain(t *testing.T, c *awssqs.Client, url *string) {
 // TestSQSChangeVisibilityNotInflight: a visibility change of a message
 // that is not in flight is MessageNotInflight.
 func TestSQSChangeVisibilityNotInflight(t *testing.T) {
-	forEachBackend(t, func(t *testing.T, b styxtest.Options) {
-		s := start(t, b)
-		c := s.sqsClient("test", "test")
+	servertest.ForEachBackend(t, func(t *testing.T, b servertest.Backend) {
+		s := servertest.Start(t, b)
+		c := s.SQSClient("test", "test")
 		q, err := c.CreateQueue(ctx, &awssqs.CreateQueueInput{QueueName: aws.String("visible")})
 		require.NoError(t, err)
 		_, err = c.SendMessage(ctx, &awssqs.SendMessageInput{QueueUrl: q.QueueUrl, MessageBody: aws.String("x")})
@@ -113,7 +113,7 @@ func TestSQSChangeVisibilityNotInflight(t *testing.T) {
 		_, err = c.ChangeMessageVisibility(ctx, &awssqs.ChangeMessageVisibilityInput{QueueUrl: q.QueueUrl, ReceiptHandle: h, VisibilityTimeout: 0})
 		require.NoError(t, err)
 		_, err = c.ChangeMessageVisibility(ctx, &awssqs.ChangeMessageVisibilityInput{QueueUrl: q.QueueUrl, ReceiptHandle: h, VisibilityTimeout: 30})
-		requireSQSError(t, err, "AWS.SimpleQueueService.MessageNotInflight")
+		servertest.RequireSQSError(t, err, "AWS.SimpleQueueService.MessageNotInflight")
 		requireStatus(t, err, 400)
 		batch, err := c.ChangeMessageVisibilityBatch(ctx, &awssqs.ChangeMessageVisibilityBatchInput{QueueUrl: q.QueueUrl,
 			Entries: []types.ChangeMessageVisibilityBatchRequestEntry{{Id: aws.String("a"), ReceiptHandle: h, VisibilityTimeout: 30}}})
@@ -126,9 +126,9 @@ func TestSQSChangeVisibilityNotInflight(t *testing.T) {
 // TestSQSMaximumMessageSize: the default and the maximum are 1,048,576
 // bytes; a send over the queue's limit names it.
 func TestSQSMaximumMessageSize(t *testing.T) {
-	forEachBackend(t, func(t *testing.T, b styxtest.Options) {
-		s := start(t, b)
-		c := s.sqsClient("test", "test")
+	servertest.ForEachBackend(t, func(t *testing.T, b servertest.Backend) {
+		s := servertest.Start(t, b)
+		c := s.SQSClient("test", "test")
 		q, err := c.CreateQueue(ctx, &awssqs.CreateQueueInput{QueueName: aws.String("big")})
 		require.NoError(t, err)
 		a, err := c.GetQueueAttributes(ctx, &awssqs.GetQueueAttributesInput{QueueUrl: q.QueueUrl,
@@ -138,25 +138,25 @@ func TestSQSMaximumMessageSize(t *testing.T) {
 		_, err = c.SendMessage(ctx, &awssqs.SendMessageInput{QueueUrl: q.QueueUrl, MessageBody: aws.String(strings.Repeat("x", 1048576))})
 		require.NoError(t, err, "a 1 MiB message fits the default")
 		_, err = c.SendMessage(ctx, &awssqs.SendMessageInput{QueueUrl: q.QueueUrl, MessageBody: aws.String(strings.Repeat("x", 1048577))})
-		requireSQSError(t, err, "InvalidParameterValue", "Message must be shorter than 1048576 bytes.")
+		servertest.RequireSQSError(t, err, "InvalidParameterValue", "Message must be shorter than 1048576 bytes.")
 
 		_, err = c.SetQueueAttributes(ctx, &awssqs.SetQueueAttributesInput{QueueUrl: q.QueueUrl,
 			Attributes: map[string]string{"MaximumMessageSize": "1048577"}})
-		requireSQSError(t, err, "InvalidAttributeValue")
+		servertest.RequireSQSError(t, err, "InvalidAttributeValue")
 		_, err = c.SetQueueAttributes(ctx, &awssqs.SetQueueAttributesInput{QueueUrl: q.QueueUrl,
 			Attributes: map[string]string{"MaximumMessageSize": "1024"}})
 		require.NoError(t, err)
 		_, err = c.SendMessage(ctx, &awssqs.SendMessageInput{QueueUrl: q.QueueUrl, MessageBody: aws.String(strings.Repeat("x", 1025))})
-		requireSQSError(t, err, "InvalidParameterValue", "Message must be shorter than 1024 bytes.")
+		servertest.RequireSQSError(t, err, "InvalidParameterValue", "Message must be shorter than 1024 bytes.")
 	})
 }
 
 // TestSQSMessageAttributeNamePrefix: "<prefix>.*" selects the message
 // attributes whose names start with <prefix>; "All" and ".*" select all.
 func TestSQSMessageAttributeNamePrefix(t *testing.T) {
-	forEachBackend(t, func(t *testing.T, b styxtest.Options) {
-		s := start(t, b)
-		c := s.sqsClient("test", "test")
+	servertest.ForEachBackend(t, func(t *testing.T, b servertest.Backend) {
+		s := servertest.Start(t, b)
+		c := s.SQSClient("test", "test")
 		q, err := c.CreateQueue(ctx, &awssqs.CreateQueueInput{QueueName: aws.String("attrs")})
 		require.NoError(t, err)
 		str := func(v string) types.MessageAttributeValue {
@@ -189,9 +189,9 @@ func TestSQSMessageAttributeNamePrefix(t *testing.T) {
 // TestSQSErrorsAsAWS: error codes and messages as AWS answers them (some
 // clients match the messages).
 func TestSQSErrorsAsAWS(t *testing.T) {
-	forEachBackend(t, func(t *testing.T, b styxtest.Options) {
-		s := start(t, b)
-		c := s.sqsClient("test", "test")
+	servertest.ForEachBackend(t, func(t *testing.T, b servertest.Backend) {
+		s := servertest.Start(t, b)
+		c := s.SQSClient("test", "test")
 		q, err := c.CreateQueue(ctx, &awssqs.CreateQueueInput{QueueName: aws.String("errs")})
 		require.NoError(t, err)
 
@@ -199,20 +199,20 @@ func TestSQSErrorsAsAWS(t *testing.T) {
 		for _, u := range []string{s.Endpoint, s.Endpoint + "/", s.Endpoint + "/000000000000/"} {
 			_, err = c.GetQueueAttributes(ctx, &awssqs.GetQueueAttributesInput{QueueUrl: aws.String(u),
 				AttributeNames: []types.QueueAttributeName{"All"}})
-			requireSQSError(t, err, "AWS.SimpleQueueService.NonExistentQueue", "The specified queue does not exist.")
+			servertest.RequireSQSError(t, err, "AWS.SimpleQueueService.NonExistentQueue", "The specified queue does not exist.")
 			requireStatus(t, err, 400)
 		}
 
 		// Queue names.
 		for _, name := range []string{"", "bad name", strings.Repeat("n", 81)} {
 			_, err = c.CreateQueue(ctx, &awssqs.CreateQueueInput{QueueName: aws.String(name)})
-			requireSQSError(t, err, "InvalidParameterValue")
+			servertest.RequireSQSError(t, err, "InvalidParameterValue")
 			requireMessage(t, err, "Can only include alphanumeric characters, hyphens, or underscores. 1 to 80 in length")
 		}
 
 		// Tags.
 		_, err = c.UntagQueue(ctx, &awssqs.UntagQueueInput{QueueUrl: q.QueueUrl, TagKeys: []string{}})
-		requireSQSError(t, err, "InvalidParameterValue")
+		servertest.RequireSQSError(t, err, "InvalidParameterValue")
 		requireMessage(t, err, "Tag keys must be between 1 and 128 characters in length.")
 		_, err = c.UntagQueue(ctx, &awssqs.UntagQueueInput{QueueUrl: q.QueueUrl, TagKeys: []string{strings.Repeat("k", 129)}})
 		requireMessage(t, err, "Tag keys must be between 1 and 128 characters in length.")
@@ -221,15 +221,15 @@ func TestSQSErrorsAsAWS(t *testing.T) {
 			many["k"+strings.Repeat("x", i)] = "v"
 		}
 		_, err = c.TagQueue(ctx, &awssqs.TagQueueInput{QueueUrl: q.QueueUrl, Tags: many})
-		requireSQSError(t, err, "InvalidParameterValue")
+		servertest.RequireSQSError(t, err, "InvalidParameterValue")
 		requireMessage(t, err, "Too many tags added for queue errs.")
 
 		// Receipt handles and batches.
 		_, err = c.DeleteMessage(ctx, &awssqs.DeleteMessageInput{QueueUrl: q.QueueUrl, ReceiptHandle: aws.String("bm90IGEgaGFuZGxl")})
-		requireSQSError(t, err, "ReceiptHandleIsInvalid")
+		servertest.RequireSQSError(t, err, "ReceiptHandleIsInvalid")
 		requireMessage(t, err, "The input receipt handle is invalid.")
 		_, err = c.SendMessageBatch(ctx, &awssqs.SendMessageBatchInput{QueueUrl: q.QueueUrl, Entries: []types.SendMessageBatchRequestEntry{}})
-		requireSQSError(t, err, "AWS.SimpleQueueService.EmptyBatchRequest")
+		servertest.RequireSQSError(t, err, "AWS.SimpleQueueService.EmptyBatchRequest")
 		requireMessage(t, err, "There should be at least one SendMessageBatchRequestEntry in the request.")
 		_, err = c.DeleteMessageBatch(ctx, &awssqs.DeleteMessageBatchInput{QueueUrl: q.QueueUrl, Entries: []types.DeleteMessageBatchRequestEntry{}})
 		requireMessage(t, err, "There should be at least one DeleteMessageBatchRequestEntry in the request.")

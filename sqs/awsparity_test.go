@@ -15,7 +15,7 @@ import (
 	"github.com/aws/aws-sdk-go-v2/service/sqs/types"
 	"github.com/stretchr/testify/require"
 
-	"github.com/styxq/styx/styxtest"
+	"github.com/styxq/styx/internal/servertest"
 )
 
 // TestSQSFIFOBatchMissingIDs: a FIFO SendMessageBatch with an entry without
@@ -25,9 +25,9 @@ import (
 // test_send_batch_missing_message_group_id_for_fifo_queue and
 // test_send_batch_missing_deduplication_id_for_fifo_queue).
 func TestSQSFIFOBatchMissingIDs(t *testing.T) {
-	forEachBackend(t, func(t *testing.T, b styxtest.Options) {
-		s := start(t, b)
-		c := s.sqsClient("test", "test")
+	servertest.ForEachBackend(t, func(t *testing.T, b servertest.Backend) {
+		s := servertest.Start(t, b)
+		c := s.SQSClient("test", "test")
 		q, err := c.CreateQueue(ctx, &awssqs.CreateQueueInput{QueueName: aws.String("batch.fifo"), Attributes: fifoAttrs()})
 		require.NoError(t, err)
 		valid := types.SendMessageBatchRequestEntry{Id: aws.String("ok"), MessageBody: aws.String("kept?"),
@@ -36,18 +36,18 @@ func TestSQSFIFOBatchMissingIDs(t *testing.T) {
 		t.Run("MissingMessageGroupId", func(t *testing.T) {
 			_, err := c.SendMessageBatch(ctx, &awssqs.SendMessageBatchInput{QueueUrl: q.QueueUrl, Entries: []types.SendMessageBatchRequestEntry{
 				valid, {Id: aws.String("bad"), MessageBody: aws.String("b"), MessageDeduplicationId: aws.String("d-bad")}}})
-			requireSQSError(t, err, "InvalidParameterValue")
+			servertest.RequireSQSError(t, err, "InvalidParameterValue")
 			requireMessage(t, err, "The request must contain the parameter MessageGroupId.")
 			requireStatus(t, err, 400)
 		})
 		t.Run("MissingMessageDeduplicationId", func(t *testing.T) {
 			_, err := c.SendMessageBatch(ctx, &awssqs.SendMessageBatchInput{QueueUrl: q.QueueUrl, Entries: []types.SendMessageBatchRequestEntry{
 				valid, {Id: aws.String("bad"), MessageBody: aws.String("b"), MessageGroupId: aws.String("g")}}})
-			requireSQSError(t, err, "InvalidParameterValue")
+			servertest.RequireSQSError(t, err, "InvalidParameterValue")
 			requireMessage(t, err, "The queue should either have ContentBasedDeduplication enabled or MessageDeduplicationId provided explicitly")
 			requireStatus(t, err, 400)
 		})
-		require.Empty(t, s.items("batch.fifo"), "a batch that fails sends nothing")
+		require.Empty(t, s.Items("batch.fifo"), "a batch that fails sends nothing")
 
 		// The valid entry alone is sent, under its deduplication id: the
 		// failed calls claimed nothing.
@@ -55,7 +55,7 @@ func TestSQSFIFOBatchMissingIDs(t *testing.T) {
 		require.NoError(t, err)
 		require.Len(t, out.Successful, 1)
 		require.Empty(t, out.Failed)
-		require.Len(t, s.waitItems("batch.fifo", 1), 1)
+		require.Len(t, s.WaitItems("batch.fifo", 1), 1)
 	})
 }
 
@@ -67,9 +67,9 @@ func TestSQSFIFOBatchMissingIDs(t *testing.T) {
 // will be replaced with the original message's ID"), so two messages that
 // shared a deduplication id are two messages there.
 func TestSQSFIFODeadLetterDeduplicationID(t *testing.T) {
-	forEachBackend(t, func(t *testing.T, b styxtest.Options) {
-		s := start(t, b)
-		c := s.sqsClient("test", "test")
+	servertest.ForEachBackend(t, func(t *testing.T, b servertest.Backend) {
+		s := servertest.Start(t, b)
+		c := s.SQSClient("test", "test")
 		dlq, err := c.CreateQueue(ctx, &awssqs.CreateQueueInput{QueueName: aws.String("dedup-dlq.fifo"), Attributes: fifoAttrs()})
 		require.NoError(t, err)
 		dlqArn := "arn:aws:sqs:us-east-1:000000000000:dedup-dlq.fifo"
@@ -94,7 +94,7 @@ func TestSQSFIFODeadLetterDeduplicationID(t *testing.T) {
 				ReceiptHandle: out.Messages[0].ReceiptHandle, VisibilityTimeout: 0})
 			require.NoError(t, err)
 		}
-		s.waitItems("dedup-dlq.fifo", 2)
+		s.WaitItems("dedup-dlq.fifo", 2)
 		got := map[string]string{}
 		for len(got) < 2 {
 			out, err := c.ReceiveMessage(ctx, &awssqs.ReceiveMessageInput{QueueUrl: dlq.QueueUrl, WaitTimeSeconds: 5, MaxNumberOfMessages: 10,
@@ -114,9 +114,9 @@ func TestSQSFIFODeadLetterDeduplicationID(t *testing.T) {
 
 // TestSQSErrorWording: errors worded as AWS and moto word them.
 func TestSQSErrorWording(t *testing.T) {
-	forEachBackend(t, func(t *testing.T, b styxtest.Options) {
-		s := start(t, b)
-		c := s.sqsClient("test", "test")
+	servertest.ForEachBackend(t, func(t *testing.T, b servertest.Backend) {
+		s := servertest.Start(t, b)
+		c := s.SQSClient("test", "test")
 		q, err := c.CreateQueue(ctx, &awssqs.CreateQueueInput{QueueName: aws.String("words")})
 		require.NoError(t, err)
 
@@ -124,11 +124,11 @@ func TestSQSErrorWording(t *testing.T) {
 			// A single call: the short form; a DeleteMessageBatch entry:
 			// the handle quoted (moto's test_delete_message_batch_with_invalid_receipt_id).
 			_, err := c.DeleteMessage(ctx, &awssqs.DeleteMessageInput{QueueUrl: q.QueueUrl, ReceiptHandle: aws.String("fake-receipt-handle-1")})
-			requireSQSError(t, err, "ReceiptHandleIsInvalid")
+			servertest.RequireSQSError(t, err, "ReceiptHandleIsInvalid")
 			requireMessage(t, err, "The input receipt handle is invalid.")
 			_, err = c.ChangeMessageVisibility(ctx, &awssqs.ChangeMessageVisibilityInput{QueueUrl: q.QueueUrl,
 				ReceiptHandle: aws.String("fake-receipt-handle-1"), VisibilityTimeout: 1})
-			requireSQSError(t, err, "ReceiptHandleIsInvalid")
+			servertest.RequireSQSError(t, err, "ReceiptHandleIsInvalid")
 			requireMessage(t, err, "The input receipt handle is invalid.")
 			del, err := c.DeleteMessageBatch(ctx, &awssqs.DeleteMessageBatchInput{QueueUrl: q.QueueUrl, Entries: []types.DeleteMessageBatchRequestEntry{
 				{Id: aws.String("e1"), ReceiptHandle: aws.String("fake-receipt-handle-1")}}})
@@ -148,15 +148,15 @@ func TestSQSErrorWording(t *testing.T) {
 			for _, id := range []string{"", "invalid:id", strings.Repeat("testLongId", 10)} {
 				_, err := c.SendMessageBatch(ctx, &awssqs.SendMessageBatchInput{QueueUrl: q.QueueUrl,
 					Entries: []types.SendMessageBatchRequestEntry{{Id: aws.String(id), MessageBody: aws.String("x")}}})
-				requireSQSError(t, err, "AWS.SimpleQueueService.InvalidBatchEntryId")
+				servertest.RequireSQSError(t, err, "AWS.SimpleQueueService.InvalidBatchEntryId")
 				requireMessage(t, err, msg)
 				_, err = c.DeleteMessageBatch(ctx, &awssqs.DeleteMessageBatchInput{QueueUrl: q.QueueUrl,
 					Entries: []types.DeleteMessageBatchRequestEntry{{Id: aws.String(id), ReceiptHandle: aws.String("x")}}})
-				requireSQSError(t, err, "AWS.SimpleQueueService.InvalidBatchEntryId")
+				servertest.RequireSQSError(t, err, "AWS.SimpleQueueService.InvalidBatchEntryId")
 				requireMessage(t, err, msg)
 				_, err = c.ChangeMessageVisibilityBatch(ctx, &awssqs.ChangeMessageVisibilityBatchInput{QueueUrl: q.QueueUrl,
 					Entries: []types.ChangeMessageVisibilityBatchRequestEntry{{Id: aws.String(id), ReceiptHandle: aws.String("x"), VisibilityTimeout: 1}}})
-				requireSQSError(t, err, "AWS.SimpleQueueService.InvalidBatchEntryId")
+				servertest.RequireSQSError(t, err, "AWS.SimpleQueueService.InvalidBatchEntryId")
 				requireMessage(t, err, msg)
 			}
 		})
@@ -165,7 +165,7 @@ func TestSQSErrorWording(t *testing.T) {
 			for _, dt := range []string{"InvalidNumber", "Foo.String"} {
 				_, err := c.SendMessage(ctx, &awssqs.SendMessageInput{QueueUrl: q.QueueUrl, MessageBody: aws.String("derp"),
 					MessageAttributes: map[string]types.MessageAttributeValue{"timestamp": {DataType: aws.String(dt), StringValue: aws.String("1")}}})
-				requireSQSError(t, err, "InvalidParameterValue")
+				servertest.RequireSQSError(t, err, "InvalidParameterValue")
 				requireMessage(t, err, "The message attribute 'timestamp' has an invalid message attribute type, the set of supported type prefixes is Binary, Number, and String.")
 			}
 		})
@@ -173,7 +173,7 @@ func TestSQSErrorWording(t *testing.T) {
 		t.Run("InvalidMessageAttributeName", func(t *testing.T) {
 			_, err := c.SendMessage(ctx, &awssqs.SendMessageInput{QueueUrl: q.QueueUrl, MessageBody: aws.String("derp"),
 				MessageAttributes: map[string]types.MessageAttributeValue{"öther_encodings": {DataType: aws.String("String"), StringValue: aws.String("str")}}})
-			requireSQSError(t, err, "InvalidParameterValue")
+			servertest.RequireSQSError(t, err, "InvalidParameterValue")
 			requireMessage(t, err, "The message attribute name 'öther_encodings' is invalid. Attribute name can contain A-Z, a-z, 0-9, underscore (_), hyphen (-), and period (.) characters.")
 		})
 
@@ -184,14 +184,14 @@ func TestSQSErrorWording(t *testing.T) {
 				if names[0] == "" {
 					want = ""
 				}
-				requireSQSError(t, err, "InvalidAttributeName")
+				servertest.RequireSQSError(t, err, "InvalidAttributeName")
 				requireMessage(t, err, "Unknown Attribute "+want+".")
 			}
 			_, err := c.SetQueueAttributes(ctx, &awssqs.SetQueueAttributesInput{QueueUrl: q.QueueUrl, Attributes: map[string]string{"not-existing": "1"}})
-			requireSQSError(t, err, "InvalidAttributeName")
+			servertest.RequireSQSError(t, err, "InvalidAttributeName")
 			requireMessage(t, err, "Unknown Attribute not-existing.")
 			_, err = c.CreateQueue(ctx, &awssqs.CreateQueueInput{QueueName: aws.String("words2"), Attributes: map[string]string{"not-existing": "1"}})
-			requireSQSError(t, err, "InvalidAttributeName")
+			servertest.RequireSQSError(t, err, "InvalidAttributeName")
 			requireMessage(t, err, "Unknown Attribute not-existing.")
 		})
 	})
@@ -202,8 +202,8 @@ func TestSQSErrorWording(t *testing.T) {
 // signed (any signature): an unsigned GET or form POST is what any web
 // page can send (docs/security.md), so it is refused 403 AccessDenied.
 func TestSQSUnsignedQueryRefused(t *testing.T) {
-	forEachBackend(t, func(t *testing.T, b styxtest.Options) {
-		s := start(t, b)
+	servertest.ForEachBackend(t, func(t *testing.T, b servertest.Backend) {
+		s := servertest.Start(t, b)
 		do := func(req *http.Request, signed bool) (int, string) {
 			t.Helper()
 			if signed {

@@ -18,7 +18,7 @@ import (
 	"github.com/styxq/styx/daemon"
 	"github.com/styxq/styx/internal/groupcheck"
 	"github.com/styxq/styx/internal/pgtest"
-	"github.com/styxq/styx/styxtest"
+	"github.com/styxq/styx/internal/servertest"
 )
 
 // fifoLoad runs 8 consumers of one FIFO queue through the AWS SDK, spread
@@ -30,13 +30,13 @@ import (
 // visibility timeout of a processed receive is long (30 s), so its deletes
 // always come first: a delete after the visibility timeout may delete
 // nothing (AWS's rule), which the checker could not tell.
-func fifoLoad(t *testing.T, nodes []*server) {
+func fifoLoad(t *testing.T, nodes []*servertest.Server) {
 	const groups, perGroup, consumers = 12, 20, 8
 	const processVisibility, abandonVisibility = 30, 1
 	clients := make([]*awssqs.Client, len(nodes))
 	urls := make([]*string, len(nodes))
 	for i, n := range nodes {
-		clients[i] = n.sqsClient("test", "test")
+		clients[i] = n.SQSClient("test", "test")
 		urls[i] = aws.String(n.Endpoint + "/000000000000/load.fifo")
 	}
 	_, err := clients[0].CreateQueue(ctx, &awssqs.CreateQueueInput{QueueName: aws.String("load.fifo"),
@@ -140,8 +140,8 @@ func fifoLoad(t *testing.T, nodes []*server) {
 // group at once and get each group's messages in send order, on every
 // backend (issue 37).
 func TestSQSFIFOGroupsUnderLoad(t *testing.T) {
-	forEachBackend(t, func(t *testing.T, b styxtest.Options) {
-		fifoLoad(t, []*server{start(t, b)})
+	servertest.ForEachBackend(t, func(t *testing.T, b servertest.Backend) {
+		fifoLoad(t, []*servertest.Server{servertest.Start(t, b)})
 	})
 }
 
@@ -153,6 +153,6 @@ func TestSQSFIFOGroupsUnderLoadTwoNodes(t *testing.T) {
 		t.Skipf("postgres backend skipped: %s is not set (see internal/pgtest)", pgtest.EnvURL)
 	}
 	t.Parallel()
-	b := styxtest.Options{Storage: daemon.StoragePostgres, PostgresURL: pgtest.URL(t)}
-	fifoLoad(t, []*server{start(t, b), start(t, b)})
+	b := servertest.Backend{Name: daemon.StoragePostgres, URL: pgtest.URL(t)}
+	fifoLoad(t, []*servertest.Server{servertest.Start(t, b), servertest.Start(t, b)})
 }

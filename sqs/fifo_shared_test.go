@@ -12,7 +12,7 @@ import (
 
 	"github.com/styxq/styx/daemon"
 	"github.com/styxq/styx/internal/pgtest"
-	"github.com/styxq/styx/styxtest"
+	"github.com/styxq/styx/internal/servertest"
 )
 
 // node is one endpoint of a FIFO test: a client and the queue URL as that
@@ -22,8 +22,8 @@ type node struct {
 	url func(queue string) *string
 }
 
-func nodeOf(s *server) node {
-	return node{c: s.sqsClient("test", "test"), url: func(q string) *string { return aws.String(s.Endpoint + "/000000000000/" + q) }}
+func nodeOf(s *servertest.Server) node {
+	return node{c: s.SQSClient("test", "test"), url: func(q string) *string { return aws.String(s.Endpoint + "/000000000000/" + q) }}
 }
 
 // TestSQSFIFOSharedState (issue 51, 5): what SQS answers for a FIFO queue
@@ -35,8 +35,8 @@ func nodeOf(s *server) node {
 // its ReceiveRequestAttemptId through the other node returns the same
 // messages and receipt handles (and is refused once one was deleted).
 func TestSQSFIFOSharedState(t *testing.T) {
-	forEachBackend(t, func(t *testing.T, b styxtest.Options) {
-		s := start(t, b)
+	servertest.ForEachBackend(t, func(t *testing.T, b servertest.Backend) {
+		s := servertest.Start(t, b)
 		checkFIFOSharedState(t, [2]node{nodeOf(s), nodeOf(s)}, s)
 	})
 	t.Run("postgres-two-nodes", func(t *testing.T) {
@@ -44,13 +44,13 @@ func TestSQSFIFOSharedState(t *testing.T) {
 			t.Skipf("postgres backend skipped: %s is not set (see internal/pgtest)", pgtest.EnvURL)
 		}
 		t.Parallel()
-		b := styxtest.Options{Storage: daemon.StoragePostgres, PostgresURL: pgtest.URL(t)}
-		a, other := start(t, b), start(t, b)
+		b := servertest.Backend{Name: daemon.StoragePostgres, URL: pgtest.URL(t)}
+		a, other := servertest.Start(t, b), servertest.Start(t, b)
 		checkFIFOSharedState(t, [2]node{nodeOf(a), nodeOf(other)}, a)
 	})
 }
 
-func checkFIFOSharedState(t *testing.T, n [2]node, s *server) {
+func checkFIFOSharedState(t *testing.T, n [2]node, s *servertest.Server) {
 	for _, name := range []string{"shared.fifo", "order.fifo"} {
 		_, err := n[0].c.CreateQueue(ctx, &awssqs.CreateQueueInput{QueueName: aws.String(name), Attributes: fifoAttrs()})
 		require.NoError(t, err)
@@ -67,7 +67,7 @@ func checkFIFOSharedState(t *testing.T, n [2]node, s *server) {
 		again := send(1, "shared.fifo", "g", "d", "once")
 		require.Equal(t, aws.ToString(first.MessageId), aws.ToString(again.MessageId), "node B answers node A's MessageId")
 		require.Equal(t, aws.ToString(first.SequenceNumber), aws.ToString(again.SequenceNumber))
-		require.Len(t, s.waitItems("shared.fifo", 1), 1, "stored once")
+		require.Len(t, s.WaitItems("shared.fifo", 1), 1, "stored once")
 	})
 
 	t.Run("RetriedReceiveOnTheOtherNode", func(t *testing.T) {
@@ -88,7 +88,7 @@ func checkFIFOSharedState(t *testing.T, n [2]node, s *server) {
 		_, err = n[1].c.DeleteMessage(ctx, &awssqs.DeleteMessageInput{QueueUrl: n[1].url("shared.fifo"), ReceiptHandle: got.Messages[0].ReceiptHandle})
 		require.NoError(t, err)
 		_, err = recv(0)
-		requireSQSError(t, err, "InvalidParameterValue", "not valid anymore")
+		servertest.RequireSQSError(t, err, "InvalidParameterValue", "not valid anymore")
 	})
 
 	t.Run("SequenceNumbersIncreaseInReceiveOrder", func(t *testing.T) {

@@ -27,8 +27,8 @@ import (
 	"github.com/aws/aws-sdk-go-v2/service/sqs/types"
 	"github.com/stretchr/testify/require"
 
+	"github.com/styxq/styx/internal/servertest"
 	pb "github.com/styxq/styx/styxpb"
-	"github.com/styxq/styx/styxtest"
 )
 
 // fifoAttrs are the attributes of a FIFO queue, with more.
@@ -41,41 +41,41 @@ func fifoAttrs(more ...string) map[string]string {
 }
 
 func TestSQSFIFOQueueAttributes(t *testing.T) {
-	forEachBackend(t, func(t *testing.T, b styxtest.Options) {
-		s := start(t, b)
-		c := s.sqsClient("test", "test")
+	servertest.ForEachBackend(t, func(t *testing.T, b servertest.Backend) {
+		s := servertest.Start(t, b)
+		c := s.SQSClient("test", "test")
 		create := func(name string, attrs map[string]string) (*awssqs.CreateQueueOutput, error) {
 			return c.CreateQueue(ctx, &awssqs.CreateQueueInput{QueueName: aws.String(name), Attributes: attrs})
 		}
 
 		// A .fifo name is a FIFO queue's, and a FIFO queue has one.
 		_, err := create("jobs.fifo", nil)
-		requireSQSError(t, err, "InvalidParameterValue", "Can only include alphanumeric characters, hyphens, or underscores. 1 to 80 in length")
+		servertest.RequireSQSError(t, err, "InvalidParameterValue", "Can only include alphanumeric characters, hyphens, or underscores. 1 to 80 in length")
 		_, err = create("jobs", fifoAttrs())
-		requireSQSError(t, err, "InvalidParameterValue", "The name of a FIFO queue can only include alphanumeric characters, hyphens, or underscores, must end with .fifo suffix and be 1 to 80 in length.")
+		servertest.RequireSQSError(t, err, "InvalidParameterValue", "The name of a FIFO queue can only include alphanumeric characters, hyphens, or underscores, must end with .fifo suffix and be 1 to 80 in length.")
 		_, err = create("bad name.fifo", fifoAttrs())
-		requireSQSError(t, err, "InvalidParameterValue", "must end with .fifo suffix")
+		servertest.RequireSQSError(t, err, "InvalidParameterValue", "must end with .fifo suffix")
 		_, err = create(strings.Repeat("j", 76)+".fifo", fifoAttrs())
-		requireSQSError(t, err, "InvalidParameterValue", "1 to 80 in length")
+		servertest.RequireSQSError(t, err, "InvalidParameterValue", "1 to 80 in length")
 		_, err = create("jobs", map[string]string{"FifoQueue": "false"})
-		requireSQSError(t, err, "InvalidAttributeName", "Unknown Attribute FifoQueue.")
+		servertest.RequireSQSError(t, err, "InvalidAttributeName", "Unknown Attribute FifoQueue.")
 		_, err = create("jobs.fifo", map[string]string{"FifoQueue": "yes"})
-		requireSQSError(t, err, "InvalidAttributeValue", "FifoQueue")
+		servertest.RequireSQSError(t, err, "InvalidAttributeValue", "FifoQueue")
 		// The FIFO attributes are a FIFO queue's only.
 		for _, name := range []string{"ContentBasedDeduplication", "DeduplicationScope", "FifoThroughputLimit"} {
 			_, err = create("jobs", map[string]string{name: "true"})
-			requireSQSError(t, err, "InvalidAttributeName", "Unknown Attribute "+name+".")
+			servertest.RequireSQSError(t, err, "InvalidAttributeName", "Unknown Attribute "+name+".")
 		}
 		_, err = create("jobs.fifo", fifoAttrs("ContentBasedDeduplication", "yes"))
-		requireSQSError(t, err, "InvalidAttributeValue", "ContentBasedDeduplication", "true or false")
+		servertest.RequireSQSError(t, err, "InvalidAttributeValue", "ContentBasedDeduplication", "true or false")
 		_, err = create("jobs.fifo", fifoAttrs("DeduplicationScope", "group"))
-		requireSQSError(t, err, "InvalidAttributeValue", "DeduplicationScope", "queue or messageGroup")
+		servertest.RequireSQSError(t, err, "InvalidAttributeValue", "DeduplicationScope", "queue or messageGroup")
 		_, err = create("jobs.fifo", fifoAttrs("FifoThroughputLimit", "perGroup"))
-		requireSQSError(t, err, "InvalidAttributeValue", "FifoThroughputLimit", "perQueue or perMessageGroupId")
+		servertest.RequireSQSError(t, err, "InvalidAttributeValue", "FifoThroughputLimit", "perQueue or perMessageGroupId")
 		_, err = create("jobs.fifo", fifoAttrs("FifoThroughputLimit", "perMessageGroupId"))
-		requireSQSError(t, err, "InvalidAttributeValue", "perMessageGroupId is allowed only when DeduplicationScope is messageGroup")
+		servertest.RequireSQSError(t, err, "InvalidAttributeValue", "perMessageGroupId is allowed only when DeduplicationScope is messageGroup")
 		_, err = s.C.QueuesInfo(ctx, &pb.QueuesInfoRequest{QueueName: "jobs.fifo"})
-		requireCode(t, err, 400, "does not exist")
+		servertest.RequireCode(t, err, 400, "does not exist")
 
 		q, err := create("jobs.fifo", fifoAttrs("ContentBasedDeduplication", "true", "VisibilityTimeout", "45"))
 		require.NoError(t, err)
@@ -98,7 +98,7 @@ func TestSQSFIFOQueueAttributes(t *testing.T) {
 		require.NoError(t, err)
 		require.Equal(t, aws.ToString(q.QueueUrl), aws.ToString(again.QueueUrl))
 		_, err = create("jobs.fifo", fifoAttrs("ContentBasedDeduplication", "false"))
-		requireSQSError(t, err, "QueueAlreadyExists", "ContentBasedDeduplication")
+		servertest.RequireSQSError(t, err, "QueueAlreadyExists", "ContentBasedDeduplication")
 
 		// SetQueueAttributes: the FIFO attributes change, FifoQueue never.
 		set := func(url *string, attrs map[string]string) error {
@@ -112,9 +112,9 @@ func TestSQSFIFOQueueAttributes(t *testing.T) {
 		require.NoError(t, err)
 		require.Equal(t, map[string]string{"DeduplicationScope": "messageGroup", "FifoThroughputLimit": "perMessageGroupId",
 			"ContentBasedDeduplication": "false", "FifoQueue": "true"}, got.Attributes)
-		requireSQSError(t, set(q.QueueUrl, map[string]string{"DeduplicationScope": "queue"}), "InvalidAttributeValue", "perMessageGroupId")
-		requireSQSError(t, set(q.QueueUrl, map[string]string{"FifoQueue": "true"}), "InvalidAttributeName", "Unknown Attribute FifoQueue.")
-		requireSQSError(t, set(q.QueueUrl, map[string]string{"FifoQueue": "false"}), "InvalidAttributeName", "Unknown Attribute FifoQueue.")
+		servertest.RequireSQSError(t, set(q.QueueUrl, map[string]string{"DeduplicationScope": "queue"}), "InvalidAttributeValue", "perMessageGroupId")
+		servertest.RequireSQSError(t, set(q.QueueUrl, map[string]string{"FifoQueue": "true"}), "InvalidAttributeName", "Unknown Attribute FifoQueue.")
+		servertest.RequireSQSError(t, set(q.QueueUrl, map[string]string{"FifoQueue": "false"}), "InvalidAttributeName", "Unknown Attribute FifoQueue.")
 
 		// A standard queue shows and takes no FIFO attribute.
 		plain, err := create("plain", nil)
@@ -123,9 +123,9 @@ func TestSQSFIFOQueueAttributes(t *testing.T) {
 		require.NoError(t, err)
 		require.NotContains(t, got.Attributes, "FifoQueue")
 		require.NotContains(t, got.Attributes, "ContentBasedDeduplication")
-		requireSQSError(t, set(plain.QueueUrl, map[string]string{"ContentBasedDeduplication": "true"}), "InvalidAttributeName",
+		servertest.RequireSQSError(t, set(plain.QueueUrl, map[string]string{"ContentBasedDeduplication": "true"}), "InvalidAttributeName",
 			"Unknown Attribute ContentBasedDeduplication.")
-		requireSQSError(t, set(plain.QueueUrl, map[string]string{"FifoQueue": "true"}), "InvalidAttributeName", "Unknown Attribute FifoQueue.")
+		servertest.RequireSQSError(t, set(plain.QueueUrl, map[string]string{"FifoQueue": "true"}), "InvalidAttributeName", "Unknown Attribute FifoQueue.")
 
 		// A FIFO queue's dead-letter queue is a FIFO queue, a standard
 		// queue's a standard queue.
@@ -135,10 +135,10 @@ func TestSQSFIFOQueueAttributes(t *testing.T) {
 			return `{"deadLetterTargetArn":"arn:aws:sqs:us-east-1:000000000000:` + dlq + `","maxReceiveCount":3}`
 		}
 		_, err = create("other.fifo", fifoAttrs("RedrivePolicy", policy("plain")))
-		requireSQSError(t, err, "InvalidParameterValue", "Dead-letter queue must be same type of queue as the source.")
+		servertest.RequireSQSError(t, err, "InvalidParameterValue", "Dead-letter queue must be same type of queue as the source.")
 		_, err = create("other", map[string]string{"RedrivePolicy": policy("jobs-dlq.fifo")})
-		requireSQSError(t, err, "InvalidParameterValue", "Dead-letter queue must be same type of queue as the source.")
-		requireSQSError(t, set(plain.QueueUrl, map[string]string{"RedrivePolicy": policy("jobs-dlq.fifo")}), "InvalidParameterValue", "same type of queue")
+		servertest.RequireSQSError(t, err, "InvalidParameterValue", "Dead-letter queue must be same type of queue as the source.")
+		servertest.RequireSQSError(t, set(plain.QueueUrl, map[string]string{"RedrivePolicy": policy("jobs-dlq.fifo")}), "InvalidParameterValue", "same type of queue")
 		require.NoError(t, set(q.QueueUrl, map[string]string{"RedrivePolicy": policy("jobs-dlq.fifo")}))
 		info, err = s.C.QueuesInfo(ctx, &pb.QueuesInfoRequest{QueueName: "jobs.fifo"})
 		require.NoError(t, err)
@@ -147,9 +147,9 @@ func TestSQSFIFOQueueAttributes(t *testing.T) {
 }
 
 func TestSQSFIFOSend(t *testing.T) {
-	forEachBackend(t, func(t *testing.T, b styxtest.Options) {
-		s := start(t, b)
-		c := s.sqsClient("test", "test")
+	servertest.ForEachBackend(t, func(t *testing.T, b servertest.Backend) {
+		s := servertest.Start(t, b)
+		c := s.SQSClient("test", "test")
 		q, err := c.CreateQueue(ctx, &awssqs.CreateQueueInput{QueueName: aws.String("orders.fifo"), Attributes: fifoAttrs()})
 		require.NoError(t, err)
 		send := func(url *string, group, dedup, body string) (*awssqs.SendMessageOutput, error) {
@@ -171,17 +171,17 @@ func TestSQSFIFOSend(t *testing.T) {
 
 		// What a FIFO send needs, in SQS's words.
 		_, err = send(q.QueueUrl, "", "d0", "x")
-		requireSQSError(t, err, "MissingParameter", "The request must contain the parameter MessageGroupId.")
+		servertest.RequireSQSError(t, err, "MissingParameter", "The request must contain the parameter MessageGroupId.")
 		_, err = send(q.QueueUrl, "a", "", "x")
-		requireSQSError(t, err, "InvalidParameterValue", "The queue should either have ContentBasedDeduplication enabled or MessageDeduplicationId provided explicitly")
+		servertest.RequireSQSError(t, err, "InvalidParameterValue", "The queue should either have ContentBasedDeduplication enabled or MessageDeduplicationId provided explicitly")
 		_, err = c.SendMessage(ctx, &awssqs.SendMessageInput{QueueUrl: q.QueueUrl, MessageBody: aws.String("x"), MessageGroupId: aws.String("a"),
 			MessageDeduplicationId: aws.String("d0"), DelaySeconds: 5})
-		requireSQSError(t, err, "InvalidParameterValue", "Value 5 for parameter DelaySeconds is invalid. Reason: The request include parameter that is not valid for this queue type.")
+		servertest.RequireSQSError(t, err, "InvalidParameterValue", "Value 5 for parameter DelaySeconds is invalid. Reason: The request include parameter that is not valid for this queue type.")
 		_, err = send(q.QueueUrl, "a group", "d0", "x")
-		requireSQSError(t, err, "InvalidParameterValue", "parameter MessageGroupId is invalid", "alphanumeric and punctuation")
+		servertest.RequireSQSError(t, err, "InvalidParameterValue", "parameter MessageGroupId is invalid", "alphanumeric and punctuation")
 		_, err = send(q.QueueUrl, "a", strings.Repeat("d", 129), "x")
-		requireSQSError(t, err, "InvalidParameterValue", "parameter MessageDeduplicationId is invalid", "1 to 128 in length")
-		require.Empty(t, s.items("orders.fifo"))
+		servertest.RequireSQSError(t, err, "InvalidParameterValue", "parameter MessageDeduplicationId is invalid", "1 to 128 in length")
+		require.Empty(t, s.Items("orders.fifo"))
 
 		// Deduplication by id: a send of an id sent within the window
 		// answers the first send's MessageId and SequenceNumber and stores
@@ -236,7 +236,7 @@ func TestSQSFIFOSend(t *testing.T) {
 		require.Equal(t, http.StatusOK, res.StatusCode)
 
 		// Stored: one item per id, each with its group.
-		items := s.waitItems("orders.fifo", 4)
+		items := s.WaitItems("orders.fifo", 4)
 		groups := map[string]int{}
 		for _, it := range items {
 			groups[it.Group]++
@@ -296,7 +296,7 @@ func TestSQSFIFOSend(t *testing.T) {
 		c3, err := send(cbd.QueueUrl, "x", "explicit", "same body")
 		require.NoError(t, err)
 		require.NotEqual(t, aws.ToString(c1.MessageId), aws.ToString(c3.MessageId), "a given id overrides the body's")
-		s.waitItems("content.fifo", 2)
+		s.WaitItems("content.fifo", 2)
 		got, err = c.ReceiveMessage(ctx, &awssqs.ReceiveMessageInput{QueueUrl: cbd.QueueUrl, MaxNumberOfMessages: 10, WaitTimeSeconds: 5,
 			MessageSystemAttributeNames: []types.MessageSystemAttributeName{"MessageDeduplicationId"}})
 		require.NoError(t, err)
@@ -317,18 +317,18 @@ func TestSQSFIFOSend(t *testing.T) {
 		x2, err := send(scoped.QueueUrl, "x", "d", "x again")
 		require.NoError(t, err)
 		require.Equal(t, aws.ToString(x1.MessageId), aws.ToString(x2.MessageId))
-		require.Len(t, s.waitItems("scoped.fifo", 2), 2)
+		require.Len(t, s.WaitItems("scoped.fifo", 2), 2)
 
 		// A standard queue: MessageGroupId is the item's group (SQS's fair
 		// queues); MessageDeduplicationId is refused.
 		plain, err := c.CreateQueue(ctx, &awssqs.CreateQueueInput{QueueName: aws.String("plain")})
 		require.NoError(t, err)
 		_, err = send(plain.QueueUrl, "", "d", "x")
-		requireSQSError(t, err, "InvalidParameterValue", "Value d for parameter MessageDeduplicationId is invalid. Reason: The request include parameter that is not valid for this queue type.")
+		servertest.RequireSQSError(t, err, "InvalidParameterValue", "Value d for parameter MessageDeduplicationId is invalid. Reason: The request include parameter that is not valid for this queue type.")
 		p1, err := send(plain.QueueUrl, "tenant-1", "", "fair")
 		require.NoError(t, err)
 		require.Nil(t, p1.SequenceNumber)
-		require.Equal(t, "tenant-1", s.waitItems("plain", 1)[0].Group)
+		require.Equal(t, "tenant-1", s.WaitItems("plain", 1)[0].Group)
 		got, err = c.ReceiveMessage(ctx, &awssqs.ReceiveMessageInput{QueueUrl: plain.QueueUrl, WaitTimeSeconds: 5,
 			MessageSystemAttributeNames: []types.MessageSystemAttributeName{"All"}})
 		require.NoError(t, err)
@@ -349,9 +349,9 @@ func md5Of(s string) string {
 // group's messages once each, in send order.
 func TestSQSFIFOOrderUnderConcurrency(t *testing.T) {
 	const groups, perGroup, consumers = 3, 12, 4
-	forEachBackend(t, func(t *testing.T, b styxtest.Options) {
-		s := start(t, b)
-		c := s.sqsClient("test", "test")
+	servertest.ForEachBackend(t, func(t *testing.T, b servertest.Backend) {
+		s := servertest.Start(t, b)
+		c := s.SQSClient("test", "test")
 		q, err := c.CreateQueue(ctx, &awssqs.CreateQueueInput{QueueName: aws.String("ordered.fifo"), Attributes: fifoAttrs("ContentBasedDeduplication", "true")})
 		require.NoError(t, err)
 		var entries []types.SendMessageBatchRequestEntry
@@ -464,7 +464,7 @@ func TestSQSFIFOOrderUnderConcurrency(t *testing.T) {
 		for g := range groups {
 			require.Equal(t, perGroup, next[g], "group %d", g)
 		}
-		require.Empty(t, s.items("ordered.fifo"))
+		require.Empty(t, s.Items("ordered.fifo"))
 	})
 }
 
@@ -474,9 +474,9 @@ func TestSQSFIFOOrderUnderConcurrency(t *testing.T) {
 // visibility changed; after their visibility timeout it is a new receive.
 // Standard queues ignore the id, as SQS.
 func TestSQSReceiveRequestAttemptID(t *testing.T) {
-	forEachBackend(t, func(t *testing.T, b styxtest.Options) {
-		s := start(t, b)
-		c := s.sqsClient("test", "test")
+	servertest.ForEachBackend(t, func(t *testing.T, b servertest.Backend) {
+		s := servertest.Start(t, b)
+		c := s.SQSClient("test", "test")
 		q, err := c.CreateQueue(ctx, &awssqs.CreateQueueInput{QueueName: aws.String("attempts.fifo"), Attributes: fifoAttrs("ContentBasedDeduplication", "true")})
 		require.NoError(t, err)
 		for _, m := range []struct{ group, body string }{{"g", "g0"}, {"g", "g1"}, {"h", "h0"}, {"k", "k0"}} {
@@ -508,7 +508,7 @@ func TestSQSReceiveRequestAttemptID(t *testing.T) {
 		require.Equal(t, handles1, handles2)
 		require.Equal(t, "1", r2.Messages[0].Attributes["ApproximateReceiveCount"], "a retry is no new receive")
 		leased := 0
-		for _, it := range s.items("attempts.fifo") {
+		for _, it := range s.Items("attempts.fifo") {
 			if it.IsLeased {
 				leased++
 				require.Greater(t, it.LeaseDeadline.AsTime(), time.Now().Add(60*time.Second), "the retry resets the visibility timeout")
@@ -527,7 +527,7 @@ func TestSQSReceiveRequestAttemptID(t *testing.T) {
 		_, err = c.DeleteMessage(ctx, &awssqs.DeleteMessageInput{QueueUrl: q.QueueUrl, ReceiptHandle: r1.Messages[0].ReceiptHandle})
 		require.NoError(t, err)
 		_, err = receive("try-1", 2, 30)
-		requireSQSError(t, err, "InvalidParameterValue", "Value try-1 for parameter ReceiveRequestAttemptId is invalid. Reason: The receiveRequestAttemptId is not valid anymore since the receive call is not retryable.")
+		servertest.RequireSQSError(t, err, "InvalidParameterValue", "Value try-1 for parameter ReceiveRequestAttemptId is invalid. Reason: The receiveRequestAttemptId is not valid anymore since the receive call is not retryable.")
 		for _, m := range slices.Concat(r1.Messages[1:], r3.Messages) {
 			_, err = c.DeleteMessage(ctx, &awssqs.DeleteMessageInput{QueueUrl: q.QueueUrl, ReceiptHandle: m.ReceiptHandle})
 			require.NoError(t, err)
@@ -539,7 +539,7 @@ func TestSQSReceiveRequestAttemptID(t *testing.T) {
 			_, err = c.DeleteMessage(ctx, &awssqs.DeleteMessageInput{QueueUrl: q.QueueUrl, ReceiptHandle: m.ReceiptHandle})
 			require.NoError(t, err)
 		}
-		require.Empty(t, s.items("attempts.fifo"))
+		require.Empty(t, s.Items("attempts.fifo"))
 
 		// After the visibility timeout: a new receive under the same id.
 		_, err = c.SendMessage(ctx, &awssqs.SendMessageInput{QueueUrl: q.QueueUrl, MessageGroupId: aws.String("z"), MessageBody: aws.String("z0")})
@@ -558,10 +558,10 @@ func TestSQSReceiveRequestAttemptID(t *testing.T) {
 		_, err = c.ChangeMessageVisibility(ctx, &awssqs.ChangeMessageVisibilityInput{QueueUrl: q.QueueUrl, ReceiptHandle: r5.Messages[0].ReceiptHandle, VisibilityTimeout: 60})
 		require.NoError(t, err)
 		_, err = receive("try-3", 1, 30)
-		requireSQSError(t, err, "InvalidParameterValue", "not retryable")
+		servertest.RequireSQSError(t, err, "InvalidParameterValue", "not retryable")
 
 		_, err = receive("a b", 1, 30)
-		requireSQSError(t, err, "InvalidParameterValue", "parameter ReceiveRequestAttemptId is invalid")
+		servertest.RequireSQSError(t, err, "InvalidParameterValue", "parameter ReceiveRequestAttemptId is invalid")
 
 		// A standard queue ignores the id: each receive is new.
 		plain, err := c.CreateQueue(ctx, &awssqs.CreateQueueInput{QueueName: aws.String("plain")})
@@ -586,9 +586,9 @@ func TestSQSReceiveRequestAttemptID(t *testing.T) {
 // maxReceiveCount goes to its FIFO dead-letter queue with its group, the
 // group goes on, and a move task brings it back into its group.
 func TestSQSFIFODeadLetter(t *testing.T) {
-	forEachBackend(t, func(t *testing.T, b styxtest.Options) {
-		s := start(t, b)
-		c := s.sqsClient("test", "test")
+	servertest.ForEachBackend(t, func(t *testing.T, b servertest.Backend) {
+		s := servertest.Start(t, b)
+		c := s.SQSClient("test", "test")
 		dlq, err := c.CreateQueue(ctx, &awssqs.CreateQueueInput{QueueName: aws.String("orders-dlq.fifo"), Attributes: fifoAttrs()})
 		require.NoError(t, err)
 		dlqArn := "arn:aws:sqs:us-east-1:000000000000:orders-dlq.fifo"
@@ -617,7 +617,7 @@ func TestSQSFIFODeadLetter(t *testing.T) {
 			_, err = c.ChangeMessageVisibility(ctx, &awssqs.ChangeMessageVisibilityInput{QueueUrl: src.QueueUrl, ReceiptHandle: m.ReceiptHandle, VisibilityTimeout: 0})
 			require.NoError(t, err)
 		}
-		dead := s.waitItems("orders-dlq.fifo", 1)[0]
+		dead := s.WaitItems("orders-dlq.fifo", 1)[0]
 		require.Equal(t, "a", dead.Group, "the dead item keeps its group")
 		// The group goes on with a2.
 		m := receiveOne(src.QueueUrl)
@@ -638,11 +638,11 @@ func TestSQSFIFODeadLetter(t *testing.T) {
 		// A move task back: the message returns to its group.
 		_, err = c.StartMessageMoveTask(ctx, &awssqs.StartMessageMoveTaskInput{SourceArn: aws.String(dlqArn)})
 		require.NoError(t, err)
-		eventually(t, func() bool {
+		servertest.Eventually(t, func() bool {
 			tasks, err := c.ListMessageMoveTasks(ctx, &awssqs.ListMessageMoveTasksInput{SourceArn: aws.String(dlqArn)})
 			return err == nil && len(tasks.Results) == 1 && aws.ToString(tasks.Results[0].Status) == "COMPLETED"
 		}, "the move task should complete")
-		require.Equal(t, "a", s.waitItems("orders.fifo", 1)[0].Group)
+		require.Equal(t, "a", s.WaitItems("orders.fifo", 1)[0].Group)
 		m = receiveOne(src.QueueUrl)
 		require.Equal(t, "a1", aws.ToString(m.Body))
 		require.Equal(t, aws.ToString(sent[0].MessageId), aws.ToString(m.MessageId))
@@ -654,9 +654,9 @@ func TestSQSFIFODeadLetter(t *testing.T) {
 // queue: a receive takes the groups in turn, so a busy group does not hold
 // back the others.
 func TestSQSFairQueue(t *testing.T) {
-	forEachBackend(t, func(t *testing.T, b styxtest.Options) {
-		s := start(t, b)
-		c := s.sqsClient("test", "test")
+	servertest.ForEachBackend(t, func(t *testing.T, b servertest.Backend) {
+		s := servertest.Start(t, b)
+		c := s.SQSClient("test", "test")
 		q, err := c.CreateQueue(ctx, &awssqs.CreateQueueInput{QueueName: aws.String("fair")})
 		require.NoError(t, err)
 		var entries []types.SendMessageBatchRequestEntry
@@ -673,7 +673,7 @@ func TestSQSFairQueue(t *testing.T) {
 			require.NoError(t, err)
 			require.Empty(t, out.Failed)
 		}
-		s.waitItems("fair", 25)
+		s.WaitItems("fair", 25)
 		out, err := c.ReceiveMessage(ctx, &awssqs.ReceiveMessageInput{QueueUrl: q.QueueUrl, MaxNumberOfMessages: 10, WaitTimeSeconds: 5})
 		require.NoError(t, err)
 		var tenants []string

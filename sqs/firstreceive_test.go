@@ -15,7 +15,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/styxq/styx/daemon"
-	"github.com/styxq/styx/styxtest"
+	"github.com/styxq/styx/internal/servertest"
 )
 
 // receiveOne receives the one message of queue url with every system
@@ -39,15 +39,13 @@ func receiveOne(t *testing.T, c *awssqs.Client, url *string, again bool) types.M
 // time of its first receive (epoch milliseconds), also after the server
 // restarts (Pebble, PostgreSQL), and its ApproximateReceiveCount counts on.
 func TestSQSFirstReceiveTimestamp(t *testing.T) {
-	forEachBackend(t, func(t *testing.T, b styxtest.Options) {
-		dir := t.TempDir()
-		if b.Storage == daemon.StoragePebble {
-			b.Configure = func(cfg *daemon.Config) { cfg.DataDir = dir }
-		}
+	servertest.ForEachBackend(t, func(t *testing.T, b servertest.Backend) {
+		// Both servers run on b's storage: the same Pebble directory, the
+		// same PostgreSQL schema.
 		var first string
 		t.Run("before restart", func(t *testing.T) {
-			s := start(t, b)
-			c := s.sqsClient("test", "test")
+			s := servertest.Start(t, b)
+			c := s.SQSClient("test", "test")
 			q, err := c.CreateQueue(ctx, &awssqs.CreateQueueInput{QueueName: aws.String("first-receive")})
 			require.NoError(t, err)
 			_, err = c.SendMessage(ctx, &awssqs.SendMessageInput{QueueUrl: q.QueueUrl, MessageBody: aws.String("m")})
@@ -68,12 +66,12 @@ func TestSQSFirstReceiveTimestamp(t *testing.T) {
 			require.Equal(t, "2", m.Attributes["ApproximateReceiveCount"])
 			require.Equal(t, first, m.Attributes["ApproximateFirstReceiveTimestamp"], "the second receive answers the first's time")
 		})
-		if b.Storage == daemon.StorageMemory {
+		if b.Name == daemon.StorageMemory {
 			return
 		}
 		t.Run("after restart", func(t *testing.T) {
-			s := start(t, b)
-			c := s.sqsClient("test", "test")
+			s := servertest.Start(t, b)
+			c := s.SQSClient("test", "test")
 			q, err := c.GetQueueUrl(ctx, &awssqs.GetQueueUrlInput{QueueName: aws.String("first-receive")})
 			require.NoError(t, err)
 			m := receiveOne(t, c, q.QueueUrl, false)

@@ -9,7 +9,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/styxq/styx/internal/auth"
-	"github.com/styxq/styx/styxtest"
+	"github.com/styxq/styx/internal/servertest"
 )
 
 // TestSQSUncoveredQueuesHidden (issue 48, 6): a key limited to "orders*"
@@ -23,9 +23,9 @@ import (
 // ListMessageMoveTasks for a task's destination. The admin key sees the
 // real ARNs.
 func TestSQSUncoveredQueuesHidden(t *testing.T) {
-	forEachBackend(t, func(t *testing.T, b styxtest.Options) {
-		s, admin := startSQSAuth(t, b)
-		root := s.sqsClient("bootstrap-admin", admin)
+	servertest.ForEachBackend(t, func(t *testing.T, b servertest.Backend) {
+		s, admin := servertest.StartSQSAuth(t, b)
+		root := s.SQSClient("bootstrap-admin", admin)
 		arn := func(name string) string { return "arn:aws:sqs:us-east-1:000000000000:" + name }
 		url := func(name string) *string { return aws.String(s.Endpoint + "/000000000000/" + name) }
 		create := func(name, dlq string) {
@@ -54,12 +54,12 @@ func TestSQSUncoveredQueuesHidden(t *testing.T) {
 		_, err = root.ChangeMessageVisibility(ctx, &awssqs.ChangeMessageVisibilityInput{QueueUrl: url("payroll-secret"),
 			ReceiptHandle: got.Messages[0].ReceiptHandle, VisibilityTimeout: 0})
 		require.NoError(t, err)
-		s.waitItems("shared-dead", 1)
+		s.WaitItems("shared-dead", 1)
 
-		key := s.newKey("orders-oncall", []string{"admin"}, "orders*", "shared-*")
+		key := s.NewKey("orders-oncall", []string{"admin"}, "orders*", "shared-*")
 		id, ok := auth.KeyID(key)
 		require.True(t, ok)
-		c := s.sqsClient(id, key)
+		c := s.SQSClient(id, key)
 		all := []types.MessageSystemAttributeName{"All"}
 
 		t.Run("DeadLetterQueueSourceArn", func(t *testing.T) {
@@ -84,7 +84,7 @@ func TestSQSUncoveredQueuesHidden(t *testing.T) {
 		})
 		t.Run("DeleteQueue", func(t *testing.T) {
 			_, err := c.DeleteQueue(ctx, &awssqs.DeleteQueueInput{QueueUrl: url("shared-dead")})
-			requireSQSError(t, err, "InvalidParameterValue", "it is the dead_queue of 'orders' and one or more queues the key does not cover")
+			servertest.RequireSQSError(t, err, "InvalidParameterValue", "it is the dead_queue of 'orders' and one or more queues the key does not cover")
 			require.NotContains(t, err.Error(), "payroll")
 		})
 		t.Run("SetQueueAttributesRedrivePolicyOfADeadLetterQueue", func(t *testing.T) {
@@ -104,7 +104,7 @@ func TestSQSUncoveredQueuesHidden(t *testing.T) {
 		t.Run("SetQueueAttributesRedriveAllowPolicy", func(t *testing.T) {
 			_, err := c.SetQueueAttributes(ctx, &awssqs.SetQueueAttributesInput{QueueUrl: url("shared-dead"),
 				Attributes: map[string]string{"RedriveAllowPolicy": `{"redrivePermission":"byQueue","sourceQueueArns":["` + arn("orders") + `"]}`}})
-			requireSQSError(t, err, "InvalidAttributeValue", "a queue the key does not cover names this queue in its RedrivePolicy")
+			servertest.RequireSQSError(t, err, "InvalidAttributeValue", "a queue the key does not cover names this queue in its RedrivePolicy")
 			require.NotContains(t, err.Error(), "payroll")
 		})
 		// The dead-letter queue of a queue the key covers, when the key

@@ -8,6 +8,7 @@ import (
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
+	"github.com/styxq/styx/internal/servertest"
 	pb "github.com/styxq/styx/styxpb"
 	"github.com/styxq/styx/styxtest"
 )
@@ -16,10 +17,10 @@ import (
 // messages the SQS API sends and deletes as it counts /v1's produces and
 // completes.
 func TestQueuesHistoryCountsSQS(t *testing.T) {
-	forEachBackend(t, func(t *testing.T, b styxtest.Options) {
-		s := start(t, b)
+	servertest.ForEachBackend(t, func(t *testing.T, b servertest.Backend) {
+		s := servertest.Start(t, b)
 		styxtest.CreateQueue(t, s.C, &pb.QueueInfo{QueueName: "hs"})
-		c := s.sqsClient("test", "test")
+		c := s.SQSClient("test", "test")
 		u, err := c.GetQueueUrl(ctx, &awssqs.GetQueueUrlInput{QueueName: aws.String("hs")})
 		require.NoError(t, err)
 		for _, body := range []string{"a", "b", "c"} {

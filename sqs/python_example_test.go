@@ -10,8 +10,8 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/styxq/styx/internal/auth"
+	"github.com/styxq/styx/internal/servertest"
 	pb "github.com/styxq/styx/styxpb"
-	"github.com/styxq/styx/styxtest"
 )
 
 // boto3Pythons returns the Python interpreters that can import boto3:
@@ -52,7 +52,7 @@ func TestSQSPythonExample(t *testing.T) {
 	}
 	script, err := filepath.Abs("../examples/sqs-python/orders.py")
 	require.NoError(t, err)
-	run := func(t *testing.T, s *server, id, secret string) {
+	run := func(t *testing.T, s *servertest.Server, id, secret string) {
 		for i, py := range pythons {
 			cmd := exec.Command(py, script, fmt.Sprintf("p%d-", i))
 			cmd.Env = append(os.Environ(), "STYX_ENDPOINT="+s.Endpoint, "AWS_ACCESS_KEY_ID="+id, "AWS_SECRET_ACCESS_KEY="+secret,
@@ -63,14 +63,14 @@ func TestSQSPythonExample(t *testing.T) {
 			t.Logf("%s:\n%s", py, out)
 		}
 	}
-	forEachBackend(t, func(t *testing.T, b styxtest.Options) {
-		run(t, start(t, b), "test", "test")
+	servertest.ForEachBackend(t, func(t *testing.T, b servertest.Backend) {
+		run(t, servertest.Start(t, b), "test", "test")
 	})
 	// After the README's tour (its orders and orders-dead queues), run
 	// twice without a prefix: each run picks a unique one.
 	t.Run("after-tour", func(t *testing.T) {
-		forEachBackend(t, func(t *testing.T, b styxtest.Options) {
-			s := start(t, b)
+		servertest.ForEachBackend(t, func(t *testing.T, b servertest.Backend) {
+			s := servertest.Start(t, b)
 			require.NoError(t, s.C.QueuesCreate(ctx, &pb.QueueInfo{QueueName: "orders-dead"}))
 			require.NoError(t, s.C.QueuesCreate(ctx, &pb.QueueInfo{QueueName: "orders", DeadQueue: "orders-dead", MaxAttempts: 3}))
 			for range 2 {
@@ -86,9 +86,9 @@ func TestSQSPythonExample(t *testing.T) {
 		})
 	})
 	t.Run("auth", func(t *testing.T) {
-		forEachBackend(t, func(t *testing.T, b styxtest.Options) {
-			s, _ := startSQSAuth(t, b)
-			key := s.newKey("app", []string{"admin"})
+		servertest.ForEachBackend(t, func(t *testing.T, b servertest.Backend) {
+			s, _ := servertest.StartSQSAuth(t, b)
+			key := s.NewKey("app", []string{"admin"})
 			keyID, ok := auth.KeyID(key)
 			require.True(t, ok)
 			run(t, s, keyID, key)

@@ -12,8 +12,8 @@ import (
 	awssqs "github.com/aws/aws-sdk-go-v2/service/sqs"
 	"github.com/stretchr/testify/require"
 
+	"github.com/styxq/styx/internal/servertest"
 	pb "github.com/styxq/styx/styxpb"
-	"github.com/styxq/styx/styxtest"
 )
 
 // TestSQSReceiveBoundedByBytes: a ReceiveMessage answers at most ten times
@@ -22,9 +22,9 @@ import (
 // are refused, with the reason in their attempt history, and stay in the
 // queue, scheduled for the queue's visibility timeout (issue 48).
 func TestSQSReceiveBoundedByBytes(t *testing.T) {
-	forEachBackend(t, func(t *testing.T, b styxtest.Options) {
-		s := start(t, b)
-		c := s.sqsClient("test", "test")
+	servertest.ForEachBackend(t, func(t *testing.T, b servertest.Backend) {
+		s := servertest.Start(t, b)
+		c := s.SQSClient("test", "test")
 		const limit = 1024
 		q, err := c.CreateQueue(ctx, &awssqs.CreateQueueInput{QueueName: aws.String("big"),
 			Attributes: map[string]string{"MaximumMessageSize": "1024", "VisibilityTimeout": "600"}})
@@ -74,9 +74,9 @@ func TestSQSReceiveBoundedByBytes(t *testing.T) {
 // are, not as \u003c (six bytes each); the query protocol escapes only what
 // XML requires.
 func TestSQSJSONNotHTMLEscaped(t *testing.T) {
-	forEachBackend(t, func(t *testing.T, b styxtest.Options) {
-		s := start(t, b)
-		c := s.sqsClient("test", "test")
+	servertest.ForEachBackend(t, func(t *testing.T, b servertest.Backend) {
+		s := servertest.Start(t, b)
+		c := s.SQSClient("test", "test")
 		q, err := c.CreateQueue(ctx, &awssqs.CreateQueueInput{QueueName: aws.String("html")})
 		require.NoError(t, err)
 		const text = `say "hi" <b>&amp;</b> 'x'`

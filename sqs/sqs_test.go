@@ -22,14 +22,14 @@ import (
 
 	styx "github.com/styxq/styx"
 	"github.com/styxq/styx/internal/auth"
+	"github.com/styxq/styx/internal/servertest"
 	pb "github.com/styxq/styx/styxpb"
-	"github.com/styxq/styx/styxtest"
 )
 
 func TestSQSQueues(t *testing.T) {
-	forEachBackend(t, func(t *testing.T, b styxtest.Options) {
-		s := start(t, b)
-		c := s.sqsClient("test", "test")
+	servertest.ForEachBackend(t, func(t *testing.T, b servertest.Backend) {
+		s := servertest.Start(t, b)
+		c := s.SQSClient("test", "test")
 
 		created, err := c.CreateQueue(ctx, &awssqs.CreateQueueInput{QueueName: aws.String("orders"), Attributes: map[string]string{
 			"VisibilityTimeout": "45", "DelaySeconds": "2", "MessageRetentionPeriod": "3600",
@@ -68,7 +68,7 @@ func TestSQSQueues(t *testing.T) {
 		require.NoError(t, err)
 		require.Equal(t, url, aws.ToString(again.QueueUrl))
 		_, err = c.CreateQueue(ctx, &awssqs.CreateQueueInput{QueueName: aws.String("orders"), Attributes: map[string]string{"VisibilityTimeout": "46"}})
-		requireSQSError(t, err, "QueueAlreadyExists", "VisibilityTimeout")
+		servertest.RequireSQSError(t, err, "QueueAlreadyExists", "VisibilityTimeout")
 		var exists *types.QueueNameExists
 		require.ErrorAs(t, err, &exists)
 
@@ -80,20 +80,20 @@ func TestSQSQueues(t *testing.T) {
 
 		// Bad input: 400 with the SQS error, never a 500.
 		_, err = c.CreateQueue(ctx, &awssqs.CreateQueueInput{QueueName: aws.String("jobs.fifo")})
-		requireSQSError(t, err, "InvalidParameterValue", "Can only include alphanumeric characters")
+		servertest.RequireSQSError(t, err, "InvalidParameterValue", "Can only include alphanumeric characters")
 		_, err = c.CreateQueue(ctx, &awssqs.CreateQueueInput{QueueName: aws.String("bad name")})
-		requireSQSError(t, err, "InvalidParameterValue", "alphanumeric")
+		servertest.RequireSQSError(t, err, "InvalidParameterValue", "alphanumeric")
 		_, err = c.CreateQueue(ctx, &awssqs.CreateQueueInput{QueueName: aws.String("q"), Attributes: map[string]string{"Colour": "blue"}})
-		requireSQSError(t, err, "InvalidAttributeName", "Colour")
+		servertest.RequireSQSError(t, err, "InvalidAttributeName", "Colour")
 		_, err = c.CreateQueue(ctx, &awssqs.CreateQueueInput{QueueName: aws.String("q"), Attributes: map[string]string{"DelaySeconds": "901"}})
-		requireSQSError(t, err, "InvalidAttributeValue", "DelaySeconds", "0 to 900")
+		servertest.RequireSQSError(t, err, "InvalidAttributeValue", "DelaySeconds", "0 to 900")
 		_, err = c.GetQueueUrl(ctx, &awssqs.GetQueueUrlInput{QueueName: aws.String("nope")})
-		requireSQSError(t, err, "AWS.SimpleQueueService.NonExistentQueue")
+		servertest.RequireSQSError(t, err, "AWS.SimpleQueueService.NonExistentQueue")
 		var missing *types.QueueDoesNotExist
 		require.ErrorAs(t, err, &missing)
 		_, err = c.AddPermission(ctx, &awssqs.AddPermissionInput{QueueUrl: created.QueueUrl, Label: aws.String("l"),
 			AWSAccountIds: []string{"1"}, Actions: []string{"SendMessage"}})
-		requireSQSError(t, err, "AWS.SimpleQueueService.UnsupportedOperation", "not supported")
+		servertest.RequireSQSError(t, err, "AWS.SimpleQueueService.UnsupportedOperation", "not supported")
 
 		// ListQueues: prefix and pagination.
 		for i := range 5 {
@@ -123,14 +123,14 @@ func TestSQSQueues(t *testing.T) {
 		_, err = c.DeleteQueue(ctx, &awssqs.DeleteQueueInput{QueueUrl: created.QueueUrl})
 		require.NoError(t, err)
 		_, err = c.GetQueueAttributes(ctx, &awssqs.GetQueueAttributesInput{QueueUrl: created.QueueUrl})
-		requireSQSError(t, err, "AWS.SimpleQueueService.NonExistentQueue")
+		servertest.RequireSQSError(t, err, "AWS.SimpleQueueService.NonExistentQueue")
 	})
 }
 
 func TestSQSMessages(t *testing.T) {
-	forEachBackend(t, func(t *testing.T, b styxtest.Options) {
-		s := start(t, b)
-		c := s.sqsClient("test", "test")
+	servertest.ForEachBackend(t, func(t *testing.T, b servertest.Backend) {
+		s := servertest.Start(t, b)
+		c := s.SQSClient("test", "test")
 		q, err := c.CreateQueue(ctx, &awssqs.CreateQueueInput{QueueName: aws.String("work")})
 		require.NoError(t, err)
 
@@ -185,17 +185,17 @@ func TestSQSMessages(t *testing.T) {
 		// flight), delete "succeeds" and deletes nothing (SQS's documented
 		// behaviour); the newest handle deletes.
 		_, err = c.ChangeMessageVisibility(ctx, &awssqs.ChangeMessageVisibilityInput{QueueUrl: q.QueueUrl, ReceiptHandle: m.ReceiptHandle, VisibilityTimeout: 10})
-		requireSQSError(t, err, "AWS.SimpleQueueService.MessageNotInflight")
+		servertest.RequireSQSError(t, err, "AWS.SimpleQueueService.MessageNotInflight")
 		_, err = c.DeleteMessage(ctx, &awssqs.DeleteMessageInput{QueueUrl: q.QueueUrl, ReceiptHandle: m.ReceiptHandle})
 		require.NoError(t, err)
-		require.Len(t, s.items("work"), 1, "a stale handle deletes nothing")
+		require.Len(t, s.Items("work"), 1, "a stale handle deletes nothing")
 		_, err = c.ChangeMessageVisibility(ctx, &awssqs.ChangeMessageVisibilityInput{QueueUrl: q.QueueUrl, ReceiptHandle: m2.ReceiptHandle, VisibilityTimeout: 600})
 		require.NoError(t, err)
 		_, err = c.DeleteMessage(ctx, &awssqs.DeleteMessageInput{QueueUrl: q.QueueUrl, ReceiptHandle: m2.ReceiptHandle})
 		require.NoError(t, err)
-		require.Empty(t, s.items("work"))
+		require.Empty(t, s.Items("work"))
 		_, err = c.DeleteMessage(ctx, &awssqs.DeleteMessageInput{QueueUrl: q.QueueUrl, ReceiptHandle: aws.String("bm90IGEgaGFuZGxl")})
-		requireSQSError(t, err, "ReceiptHandleIsInvalid")
+		servertest.RequireSQSError(t, err, "ReceiptHandleIsInvalid")
 
 		// Batches: partial failures, then receive 10 and delete them.
 		var entries []types.SendMessageBatchRequestEntry
@@ -213,11 +213,11 @@ func TestSQSMessages(t *testing.T) {
 		require.True(t, batch.Failed[0].SenderFault)
 		require.Equal(t, "e7", aws.ToString(batch.Failed[1].Id))
 		_, err = c.SendMessageBatch(ctx, &awssqs.SendMessageBatchInput{QueueUrl: q.QueueUrl, Entries: append(entries, entries[0])})
-		requireSQSError(t, err, "AWS.SimpleQueueService.TooManyEntriesInBatchRequest")
+		servertest.RequireSQSError(t, err, "AWS.SimpleQueueService.TooManyEntriesInBatchRequest")
 		_, err = c.SendMessageBatch(ctx, &awssqs.SendMessageBatchInput{QueueUrl: q.QueueUrl, Entries: []types.SendMessageBatchRequestEntry{entries[0], entries[0]}})
-		requireSQSError(t, err, "AWS.SimpleQueueService.BatchEntryIdsNotDistinct")
+		servertest.RequireSQSError(t, err, "AWS.SimpleQueueService.BatchEntryIdsNotDistinct")
 		_, err = c.SendMessageBatch(ctx, &awssqs.SendMessageBatchInput{QueueUrl: q.QueueUrl, Entries: []types.SendMessageBatchRequestEntry{}})
-		requireSQSError(t, err, "AWS.SimpleQueueService.EmptyBatchRequest")
+		servertest.RequireSQSError(t, err, "AWS.SimpleQueueService.EmptyBatchRequest")
 
 		var bodies []string
 		var handles []types.DeleteMessageBatchRequestEntry
@@ -237,7 +237,7 @@ func TestSQSMessages(t *testing.T) {
 		require.Len(t, del.Successful, 8)
 		require.Len(t, del.Failed, 1)
 		require.Equal(t, "ReceiptHandleIsInvalid", aws.ToString(del.Failed[0].Code))
-		require.Empty(t, s.items("work"))
+		require.Empty(t, s.Items("work"))
 
 		// Visibility batch and per-call VisibilityTimeout.
 		_, err = c.SendMessage(ctx, &awssqs.SendMessageInput{QueueUrl: q.QueueUrl, MessageBody: aws.String("v")})
@@ -245,7 +245,7 @@ func TestSQSMessages(t *testing.T) {
 		got, err = c.ReceiveMessage(ctx, &awssqs.ReceiveMessageInput{QueueUrl: q.QueueUrl, VisibilityTimeout: 600, WaitTimeSeconds: 5})
 		require.NoError(t, err)
 		require.Len(t, got.Messages, 1)
-		leased := s.items("work")[0]
+		leased := s.Items("work")[0]
 		require.WithinDuration(t, time.Now().Add(600*time.Second), leased.LeaseDeadline.AsTime(), time.Minute)
 		vis, err := c.ChangeMessageVisibilityBatch(ctx, &awssqs.ChangeMessageVisibilityBatchInput{QueueUrl: q.QueueUrl,
 			Entries: []types.ChangeMessageVisibilityBatchRequestEntry{
@@ -255,7 +255,7 @@ func TestSQSMessages(t *testing.T) {
 		require.NoError(t, err)
 		require.Len(t, vis.Successful, 1)
 		require.Len(t, vis.Failed, 1)
-		require.WithinDuration(t, time.Now().Add(1200*time.Second), s.items("work")[0].LeaseDeadline.AsTime(), time.Minute)
+		require.WithinDuration(t, time.Now().Add(1200*time.Second), s.Items("work")[0].LeaseDeadline.AsTime(), time.Minute)
 
 		// A delayed message is not visible until its delay passes (a
 		// scheduled item); the queue's DelaySeconds is the default.
@@ -270,7 +270,7 @@ func TestSQSMessages(t *testing.T) {
 		require.Equal(t, "2", counts.Attributes["ApproximateNumberOfMessagesDelayed"])
 		require.Equal(t, "1", counts.Attributes["ApproximateNumberOfMessagesNotVisible"])
 		require.Equal(t, "0", counts.Attributes["ApproximateNumberOfMessages"])
-		for _, it := range s.items("work") {
+		for _, it := range s.Items("work") {
 			if string(it.Payload) != "v" {
 				require.True(t, it.EnqueueAt.AsTime().After(time.Now().Add(590*time.Second)), "scheduled by the delay")
 			}
@@ -278,29 +278,29 @@ func TestSQSMessages(t *testing.T) {
 
 		_, err = c.PurgeQueue(ctx, &awssqs.PurgeQueueInput{QueueUrl: q.QueueUrl})
 		require.NoError(t, err)
-		require.Empty(t, s.items("work"), "purge deletes in-flight messages too")
+		require.Empty(t, s.Items("work"), "purge deletes in-flight messages too")
 
 		// Bad input.
 		_, err = c.ReceiveMessage(ctx, &awssqs.ReceiveMessageInput{QueueUrl: q.QueueUrl, MaxNumberOfMessages: 11})
-		requireSQSError(t, err, "InvalidParameterValue", "MaxNumberOfMessages")
+		servertest.RequireSQSError(t, err, "InvalidParameterValue", "MaxNumberOfMessages")
 		_, err = c.ReceiveMessage(ctx, &awssqs.ReceiveMessageInput{QueueUrl: q.QueueUrl, WaitTimeSeconds: 21})
-		requireSQSError(t, err, "InvalidParameterValue", "WaitTimeSeconds")
+		servertest.RequireSQSError(t, err, "InvalidParameterValue", "WaitTimeSeconds")
 		_, err = c.SendMessage(ctx, &awssqs.SendMessageInput{QueueUrl: q.QueueUrl, MessageBody: aws.String("x"),
 			MessageAttributes: map[string]types.MessageAttributeValue{"n": {DataType: aws.String("Number"), StringValue: aws.String("abc")}}})
-		requireSQSError(t, err, "InvalidParameterValue", "number")
+		servertest.RequireSQSError(t, err, "InvalidParameterValue", "number")
 		_, err = c.SendMessage(ctx, &awssqs.SendMessageInput{QueueUrl: q.QueueUrl, MessageBody: aws.String("bell \x07")})
-		requireSQSError(t, err, "InvalidMessageContents")
+		servertest.RequireSQSError(t, err, "InvalidMessageContents")
 		_, err = c.SendMessage(ctx, &awssqs.SendMessageInput{QueueUrl: aws.String(s.Endpoint + "/000000000000/nope"), MessageBody: aws.String("x")})
-		requireSQSError(t, err, "AWS.SimpleQueueService.NonExistentQueue")
+		servertest.RequireSQSError(t, err, "AWS.SimpleQueueService.NonExistentQueue")
 	})
 }
 
 // TestSQSLongPollWokenBySend: a ReceiveMessage waiting on an empty queue is
 // answered by the next send, long before its WaitTimeSeconds.
 func TestSQSLongPollWokenBySend(t *testing.T) {
-	forEachBackend(t, func(t *testing.T, b styxtest.Options) {
-		s := start(t, b)
-		c := s.sqsClient("test", "test")
+	servertest.ForEachBackend(t, func(t *testing.T, b servertest.Backend) {
+		s := servertest.Start(t, b)
+		c := s.SQSClient("test", "test")
 		q, err := c.CreateQueue(ctx, &awssqs.CreateQueueInput{QueueName: aws.String("poll"), Attributes: map[string]string{"ReceiveMessageWaitTimeSeconds": "20"}})
 		require.NoError(t, err)
 		var wg sync.WaitGroup
@@ -311,7 +311,7 @@ func TestSQSLongPollWokenBySend(t *testing.T) {
 			// WaitTimeSeconds omitted: the queue's default (20 s) applies.
 			got, recvErr = c.ReceiveMessage(ctx, &awssqs.ReceiveMessageInput{QueueUrl: q.QueueUrl})
 		})
-		eventually(t, func() bool {
+		servertest.Eventually(t, func() bool {
 			st, err := s.C.QueueStats(ctx, &pb.QueueStatsRequest{QueueName: "poll"})
 			return err == nil && st.LogicalQueues[0].LeaseWaiting == 1
 		}, "the receive should be waiting")
@@ -338,8 +338,8 @@ func TestSQSLongPollWokenBySend(t *testing.T) {
 // TestSQSWireErrors checks the error shape on the wire: __type, message,
 // status and x-amzn-query-error; and that malformed bodies are 400s.
 func TestSQSWireErrors(t *testing.T) {
-	forEachBackend(t, func(t *testing.T, b styxtest.Options) {
-		s := start(t, b)
+	servertest.ForEachBackend(t, func(t *testing.T, b servertest.Backend) {
+		s := servertest.Start(t, b)
 		call := func(target, body string) (int, http.Header, map[string]string) {
 			req, err := http.NewRequest(http.MethodPost, s.Endpoint+"/", bytes.NewBufferString(body))
 			require.NoError(t, err)
@@ -382,9 +382,9 @@ func TestSQSWireErrors(t *testing.T) {
 // dead-letter queue, and a message move task brings it back with the same
 // MessageId, body, attributes and SentTimestamp.
 func TestSQSDeadLetterFlow(t *testing.T) {
-	forEachBackend(t, func(t *testing.T, b styxtest.Options) {
-		s := start(t, b)
-		c := s.sqsClient("test", "test")
+	servertest.ForEachBackend(t, func(t *testing.T, b servertest.Backend) {
+		s := servertest.Start(t, b)
+		c := s.SQSClient("test", "test")
 		dlq, err := c.CreateQueue(ctx, &awssqs.CreateQueueInput{QueueName: aws.String("orders-dlq")})
 		require.NoError(t, err)
 		dlqArn := "arn:aws:sqs:us-east-1:000000000000:orders-dlq"
@@ -426,10 +426,10 @@ func TestSQSDeadLetterFlow(t *testing.T) {
 		// Receive 2 ends at once: maxReceiveCount reached, dead-lettered.
 		_, err = c.ChangeMessageVisibility(ctx, &awssqs.ChangeMessageVisibilityInput{QueueUrl: src.QueueUrl, ReceiptHandle: second.ReceiptHandle, VisibilityTimeout: 0})
 		require.NoError(t, err)
-		dead := s.waitItems("orders-dlq", 1)[0]
+		dead := s.WaitItems("orders-dlq", 1)[0]
 		require.Equal(t, "order 1", string(dead.Payload))
 		require.Equal(t, aws.ToString(sent.MessageId), dead.Reference, "the MessageId is the item's reference on /v1")
-		require.Empty(t, s.items("orders"))
+		require.Empty(t, s.Items("orders"))
 		dattrs, err := c.GetQueueAttributes(ctx, &awssqs.GetQueueAttributesInput{QueueUrl: dlq.QueueUrl, AttributeNames: []types.QueueAttributeName{"ApproximateNumberOfMessages"}})
 		require.NoError(t, err)
 		require.Equal(t, "1", dattrs.Attributes["ApproximateNumberOfMessages"])
@@ -448,7 +448,7 @@ func TestSQSDeadLetterFlow(t *testing.T) {
 		require.NoError(t, err)
 		require.NotEmpty(t, aws.ToString(task.TaskHandle))
 		var tasks *awssqs.ListMessageMoveTasksOutput
-		eventually(t, func() bool {
+		servertest.Eventually(t, func() bool {
 			tasks, err = c.ListMessageMoveTasks(ctx, &awssqs.ListMessageMoveTasksInput{SourceArn: aws.String(dlqArn), MaxResults: aws.Int32(10)})
 			return err == nil && len(tasks.Results) == 1 && aws.ToString(tasks.Results[0].Status) == "COMPLETED"
 		}, "the move task should complete")
@@ -475,9 +475,9 @@ func TestSQSDeadLetterFlow(t *testing.T) {
 		// Cancel: a finished task cannot be cancelled; a bad handle is
 		// refused.
 		_, err = c.CancelMessageMoveTask(ctx, &awssqs.CancelMessageMoveTaskInput{TaskHandle: task.TaskHandle})
-		requireSQSError(t, err, "ResourceNotFoundException")
+		servertest.RequireSQSError(t, err, "ResourceNotFoundException")
 		_, err = c.StartMessageMoveTask(ctx, &awssqs.StartMessageMoveTaskInput{SourceArn: aws.String("arn:aws:sqs:us-east-1:000000000000:orders")})
-		requireSQSError(t, err, "InvalidParameterValue", "Dead Letter Queue")
+		servertest.RequireSQSError(t, err, "InvalidParameterValue", "Dead Letter Queue")
 
 		// RedriveAllowPolicy: a dead-letter queue that denies all sources
 		// cannot be named in a RedrivePolicy; byQueue allows the listed
@@ -487,7 +487,7 @@ func TestSQSDeadLetterFlow(t *testing.T) {
 		require.NoError(t, err)
 		_, err = c.SetQueueAttributes(ctx, &awssqs.SetQueueAttributesInput{QueueUrl: src.QueueUrl, Attributes: map[string]string{
 			"RedrivePolicy": `{"deadLetterTargetArn":"arn:aws:sqs:us-east-1:000000000000:closed-dlq","maxReceiveCount":3}`}})
-		requireSQSError(t, err, "InvalidAttributeValue", "RedriveAllowPolicy")
+		servertest.RequireSQSError(t, err, "InvalidAttributeValue", "RedriveAllowPolicy")
 		_, err = c.CreateQueue(ctx, &awssqs.CreateQueueInput{QueueName: aws.String("picky-dlq"), Attributes: map[string]string{
 			"RedriveAllowPolicy": `{"redrivePermission":"byQueue","sourceQueueArns":["arn:aws:sqs:us-east-1:000000000000:orders"]}`}})
 		require.NoError(t, err)
@@ -496,12 +496,12 @@ func TestSQSDeadLetterFlow(t *testing.T) {
 		require.NoError(t, err)
 		_, err = c.CreateQueue(ctx, &awssqs.CreateQueueInput{QueueName: aws.String("other"), Attributes: map[string]string{
 			"RedrivePolicy": `{"deadLetterTargetArn":"arn:aws:sqs:us-east-1:000000000000:picky-dlq","maxReceiveCount":3}`}})
-		requireSQSError(t, err, "InvalidAttributeValue", "RedriveAllowPolicy")
+		servertest.RequireSQSError(t, err, "InvalidAttributeValue", "RedriveAllowPolicy")
 		// And on the dead-letter queue's side: it cannot shut out a queue
 		// that sends to it.
 		_, err = c.SetQueueAttributes(ctx, &awssqs.SetQueueAttributesInput{QueueUrl: aws.String(s.Endpoint + "/000000000000/picky-dlq"),
 			Attributes: map[string]string{"RedriveAllowPolicy": `{"redrivePermission":"denyAll"}`}})
-		requireSQSError(t, err, "InvalidAttributeValue", "orders names this queue")
+		servertest.RequireSQSError(t, err, "InvalidAttributeValue", "orders names this queue")
 		_, err = c.SetQueueAttributes(ctx, &awssqs.SetQueueAttributesInput{QueueUrl: src.QueueUrl, Attributes: map[string]string{"RedrivePolicy": ""}})
 		require.NoError(t, err)
 		info, err = s.C.QueuesInfo(ctx, &pb.QueuesInfoRequest{QueueName: "orders"})
@@ -515,9 +515,9 @@ func TestSQSDeadLetterFlow(t *testing.T) {
 // (queue.CheckMaxAttempts), the dead-letter rules of the queue layer, and
 // a redrive's (redrive.Runner.Start); SQS answers them in its own words.
 func TestSQSSharesV1Rules(t *testing.T) {
-	forEachBackend(t, func(t *testing.T, b styxtest.Options) {
-		s := start(t, b)
-		c := s.sqsClient("test", "test")
+	servertest.ForEachBackend(t, func(t *testing.T, b servertest.Backend) {
+		s := servertest.Start(t, b)
+		c := s.SQSClient("test", "test")
 		arn := func(name string) *string { return aws.String("arn:aws:sqs:us-east-1:000000000000:" + name) }
 		policy := func(target string, n any) map[string]string {
 			return map[string]string{"RedrivePolicy": fmt.Sprintf(`{"deadLetterTargetArn":%q,"maxReceiveCount":%v}`, *arn(target), n)}
@@ -533,18 +533,18 @@ func TestSQSSharesV1Rules(t *testing.T) {
 		require.Equal(t, int32(65536), info.MaxAttempts)
 		for _, n := range []any{0, 65537, `"x"`} {
 			_, err = c.SetQueueAttributes(ctx, &awssqs.SetQueueAttributesInput{QueueUrl: src.QueueUrl, Attributes: policy("rules-dlq", n)})
-			requireSQSError(t, err, "InvalidAttributeValue", "valid values are from 1 to 65536")
+			servertest.RequireSQSError(t, err, "InvalidAttributeValue", "valid values are from 1 to 65536")
 		}
 		err = s.C.QueuesCreate(ctx, &pb.QueueInfo{QueueName: "v1-rules", MaxAttempts: 65537})
-		requireCode(t, err, styx.CodeBadRequest, "invalid max_attempts; 65537 is out of range 0..65536")
+		servertest.RequireCode(t, err, styx.CodeBadRequest, "invalid max_attempts; 65537 is out of range 0..65536")
 
 		// The target must exist: the queue layer's rule, in SQS's words.
 		_, err = c.CreateQueue(ctx, &awssqs.CreateQueueInput{QueueName: aws.String("rules-2"), Attributes: policy("ghost", 3)})
-		requireSQSError(t, err, "InvalidAttributeValue", "Dead letter target does not exist")
+		servertest.RequireSQSError(t, err, "InvalidAttributeValue", "Dead letter target does not exist")
 		_, err = c.SetQueueAttributes(ctx, &awssqs.SetQueueAttributesInput{QueueUrl: src.QueueUrl, Attributes: policy("ghost", 3)})
-		requireSQSError(t, err, "InvalidAttributeValue", "Dead letter target does not exist")
+		servertest.RequireSQSError(t, err, "InvalidAttributeValue", "Dead letter target does not exist")
 		_, err = c.SetQueueAttributes(ctx, &awssqs.SetQueueAttributesInput{QueueUrl: src.QueueUrl, Attributes: policy("rules", 3)})
-		requireSQSError(t, err, "InvalidParameterValue", "cannot be its own dead_queue")
+		servertest.RequireSQSError(t, err, "InvalidParameterValue", "cannot be its own dead_queue")
 
 		// StartMessageMoveTask: the redrive runner's checks, SQS's answers.
 		start := func(source, dest string, rate int32) error {
@@ -558,17 +558,17 @@ func TestSQSSharesV1Rules(t *testing.T) {
 			_, err := c.StartMessageMoveTask(ctx, in)
 			return err
 		}
-		requireSQSError(t, start("ghost", "", 0), "ResourceNotFoundException", "SourceArn")
-		requireSQSError(t, start("rules", "", 0), "InvalidParameterValue", "Source queue must be configured as a Dead Letter Queue")
-		requireSQSError(t, start("rules-dlq", "rules-dlq", 0), "InvalidParameterValue", "must not be the SourceArn")
-		requireSQSError(t, start("rules-dlq", "ghost", 0), "ResourceNotFoundException", "DestinationArn")
-		requireSQSError(t, start("rules-dlq", "", -1), "InvalidParameterValue", "must be between 1 and 1000000")
-		requireSQSError(t, start("rules-dlq", "", 1_000_001), "InvalidParameterValue", "must be between 1 and 1000000")
+		servertest.RequireSQSError(t, start("ghost", "", 0), "ResourceNotFoundException", "SourceArn")
+		servertest.RequireSQSError(t, start("rules", "", 0), "InvalidParameterValue", "Source queue must be configured as a Dead Letter Queue")
+		servertest.RequireSQSError(t, start("rules-dlq", "rules-dlq", 0), "InvalidParameterValue", "must not be the SourceArn")
+		servertest.RequireSQSError(t, start("rules-dlq", "ghost", 0), "ResourceNotFoundException", "DestinationArn")
+		servertest.RequireSQSError(t, start("rules-dlq", "", -1), "InvalidParameterValue", "must be between 1 and 1000000")
+		servertest.RequireSQSError(t, start("rules-dlq", "", 1_000_001), "InvalidParameterValue", "must be between 1 and 1000000")
 		_, err = s.C.DeadRedrive(ctx, &pb.DeadRedriveRequest{QueueName: "rules-dlq", All: true, RateLimit: 1_000_001})
-		requireCode(t, err, styx.CodeBadRequest, "invalid rate_limit; 1000001 is out of range 0..1000000")
+		servertest.RequireCode(t, err, styx.CodeBadRequest, "invalid rate_limit; 1000001 is out of range 0..1000000")
 		// Above AWS's 500: /v1's limit holds.
 		require.NoError(t, start("rules-dlq", "", 1000))
-		eventually(t, func() bool {
+		servertest.Eventually(t, func() bool {
 			tasks, err := s.C.RedrivesList(ctx, &pb.RedrivesListRequest{QueueName: "rules-dlq"})
 			return err == nil && len(tasks.Tasks) == 1 && tasks.Tasks[0].RateLimit == 1000 && tasks.Tasks[0].Status == "completed"
 		}, "the move task should complete at rate 1000")
@@ -579,18 +579,18 @@ func TestSQSSharesV1Rules(t *testing.T) {
 // a Styx key (access key id = the key's id, secret = the whole key); the
 // key's scopes and queue patterns apply per action as on /v1.
 func TestSQSAuth(t *testing.T) {
-	forEachBackend(t, func(t *testing.T, b styxtest.Options) {
-		s, admin := startSQSAuth(t, b)
-		root := s.sqsClient("bootstrap-admin", admin)
+	servertest.ForEachBackend(t, func(t *testing.T, b servertest.Backend) {
+		s, admin := servertest.StartSQSAuth(t, b)
+		root := s.SQSClient("bootstrap-admin", admin)
 		for _, name := range []string{"orders", "billing"} {
 			_, err := root.CreateQueue(ctx, &awssqs.CreateQueueInput{QueueName: aws.String(name)})
 			require.NoError(t, err)
 		}
 		url := func(name string) *string { return aws.String(s.Endpoint + "/000000000000/" + name) }
-		workerKey := s.newKey("worker", []string{"produce", "consume"}, "orders*")
+		workerKey := s.NewKey("worker", []string{"produce", "consume"}, "orders*")
 		workerID, ok := auth.KeyID(workerKey)
 		require.True(t, ok)
-		worker := s.sqsClient(workerID, workerKey)
+		worker := s.SQSClient(workerID, workerKey)
 
 		// A good key within its scopes and queues.
 		_, err := worker.SendMessage(ctx, &awssqs.SendMessageInput{QueueUrl: url("orders"), MessageBody: aws.String("paid")})
@@ -606,13 +606,13 @@ func TestSQSAuth(t *testing.T) {
 		// Out of its queues, or of its scopes: 403 AccessDenied, whether
 		// the queue exists or not.
 		_, err = worker.SendMessage(ctx, &awssqs.SendMessageInput{QueueUrl: url("billing"), MessageBody: aws.String("x")})
-		requireSQSError(t, err, "AccessDenied", "not for 'billing'")
+		servertest.RequireSQSError(t, err, "AccessDenied", "not for 'billing'")
 		_, err = worker.SendMessage(ctx, &awssqs.SendMessageInput{QueueUrl: url("nope"), MessageBody: aws.String("x")})
-		requireSQSError(t, err, "AccessDenied", "not for 'nope'")
+		servertest.RequireSQSError(t, err, "AccessDenied", "not for 'nope'")
 		_, err = worker.CreateQueue(ctx, &awssqs.CreateQueueInput{QueueName: aws.String("orders-2")})
-		requireSQSError(t, err, "AccessDenied", "lacks scope 'admin'")
+		servertest.RequireSQSError(t, err, "AccessDenied", "lacks scope 'admin'")
 		_, err = worker.PurgeQueue(ctx, &awssqs.PurgeQueueInput{QueueUrl: url("orders")})
-		requireSQSError(t, err, "AccessDenied", "lacks scope 'admin'")
+		servertest.RequireSQSError(t, err, "AccessDenied", "lacks scope 'admin'")
 
 		// ListQueues lists the queues the key covers, as queues.list, page
 		// after page, however many it does not cover come first.
@@ -620,9 +620,9 @@ func TestSQSAuth(t *testing.T) {
 			_, err := root.CreateQueue(ctx, &awssqs.CreateQueueInput{QueueName: aws.String(name)})
 			require.NoError(t, err)
 		}
-		readerKey := s.newKey("reader", []string{"read"}, "orders*")
+		readerKey := s.NewKey("reader", []string{"read"}, "orders*")
 		readerID, _ := auth.KeyID(readerKey)
-		reader := s.sqsClient(readerID, readerKey)
+		reader := s.SQSClient(readerID, readerKey)
 		var listed []string
 		var token *string
 		for {
@@ -634,19 +634,19 @@ func TestSQSAuth(t *testing.T) {
 			}
 		}
 		require.Equal(t, []string{*url("orders"), *url("orders-2"), *url("orders-3")}, listed)
-		v1, err := s.client(readerKey).QueuesList(ctx, &pb.QueuesListRequest{Limit: 2})
+		v1, err := s.Client(readerKey).QueuesList(ctx, &pb.QueuesListRequest{Limit: 2})
 		require.NoError(t, err)
 		require.Len(t, v1.Items, 2)
 		require.Equal(t, []string{"orders", "orders-2"}, []string{v1.Items[0].QueueName, v1.Items[1].QueueName})
 
 		// A wrong secret, an unknown key, no signature.
-		_, err = s.sqsClient(workerID, workerKey+"x").SendMessage(ctx, &awssqs.SendMessageInput{QueueUrl: url("orders"), MessageBody: aws.String("x")})
-		requireSQSError(t, err, "SignatureDoesNotMatch")
-		_, err = s.sqsClient("0123456789abcdef", workerKey).SendMessage(ctx, &awssqs.SendMessageInput{QueueUrl: url("orders"), MessageBody: aws.String("x")})
-		requireSQSError(t, err, "InvalidClientTokenId", "unknown API key")
+		_, err = s.SQSClient(workerID, workerKey+"x").SendMessage(ctx, &awssqs.SendMessageInput{QueueUrl: url("orders"), MessageBody: aws.String("x")})
+		servertest.RequireSQSError(t, err, "SignatureDoesNotMatch")
+		_, err = s.SQSClient("0123456789abcdef", workerKey).SendMessage(ctx, &awssqs.SendMessageInput{QueueUrl: url("orders"), MessageBody: aws.String("x")})
+		servertest.RequireSQSError(t, err, "InvalidClientTokenId", "unknown API key")
 		anon := awssqs.New(awssqs.Options{Region: "us-east-1", BaseEndpoint: aws.String(s.Endpoint), Credentials: aws.AnonymousCredentials{}, Retryer: aws.NopRetryer{}})
 		_, err = anon.SendMessage(ctx, &awssqs.SendMessageInput{QueueUrl: url("orders"), MessageBody: aws.String("x")})
-		requireSQSError(t, err, "MissingAuthenticationToken")
+		servertest.RequireSQSError(t, err, "MissingAuthenticationToken")
 
 		// A deleted key stops working at once, and its waiting receive
 		// ends (as a /v1 lease): nothing sent afterwards reaches it.
@@ -655,27 +655,27 @@ func TestSQSAuth(t *testing.T) {
 		wg.Go(func() {
 			_, recvErr = worker.ReceiveMessage(ctx, &awssqs.ReceiveMessageInput{QueueUrl: url("orders"), WaitTimeSeconds: 20})
 		})
-		eventually(t, func() bool {
+		servertest.Eventually(t, func() bool {
 			st, err := s.C.QueueStats(ctx, &pb.QueueStatsRequest{QueueName: "orders"})
 			return err == nil && st.LogicalQueues[0].LeaseWaiting == 1
 		}, "the receive should be waiting")
 		require.NoError(t, s.C.KeysDelete(ctx, &pb.KeysDeleteRequest{Name: "worker"}))
 		wg.Wait()
-		requireSQSError(t, recvErr, "InvalidClientTokenId", "deleted")
+		servertest.RequireSQSError(t, recvErr, "InvalidClientTokenId", "deleted")
 		_, err = root.SendMessage(ctx, &awssqs.SendMessageInput{QueueUrl: url("orders"), MessageBody: aws.String("after")})
 		require.NoError(t, err)
 		_, err = worker.SendMessage(ctx, &awssqs.SendMessageInput{QueueUrl: url("orders"), MessageBody: aws.String("x")})
-		requireSQSError(t, err, "InvalidClientTokenId")
-		items := s.items("orders")
+		servertest.RequireSQSError(t, err, "InvalidClientTokenId")
+		items := s.Items("orders")
 		require.Len(t, items, 1)
 		require.False(t, items[0].IsLeased, "the message sent after the delete was not handed to the deleted key")
 	})
 }
 
 func TestSQSTags(t *testing.T) {
-	forEachBackend(t, func(t *testing.T, b styxtest.Options) {
-		s := start(t, b)
-		c := s.sqsClient("test", "test")
+	servertest.ForEachBackend(t, func(t *testing.T, b servertest.Backend) {
+		s := servertest.Start(t, b)
+		c := s.SQSClient("test", "test")
 		q, err := c.CreateQueue(ctx, &awssqs.CreateQueueInput{QueueName: aws.String("tagged"), Tags: map[string]string{"team": "payments"}})
 		require.NoError(t, err)
 		_, err = c.TagQueue(ctx, &awssqs.TagQueueInput{QueueUrl: q.QueueUrl, Tags: map[string]string{"env": "prod", "team": "billing"}})
@@ -695,7 +695,7 @@ func TestSQSTags(t *testing.T) {
 			many[fmt.Sprint("k", i)] = "v"
 		}
 		_, err = c.TagQueue(ctx, &awssqs.TagQueueInput{QueueUrl: q.QueueUrl, Tags: many})
-		requireSQSError(t, err, "InvalidParameterValue", "Too many tags added for queue tagged.")
+		servertest.RequireSQSError(t, err, "InvalidParameterValue", "Too many tags added for queue tagged.")
 	})
 }
 
@@ -703,8 +703,8 @@ func TestSQSTags(t *testing.T) {
 // XML replies), which SDKs released before the JSON protocol send, over
 // the same handlers.
 func TestSQSQueryProtocol(t *testing.T) {
-	forEachBackend(t, func(t *testing.T, b styxtest.Options) {
-		s := start(t, b)
+	servertest.ForEachBackend(t, func(t *testing.T, b servertest.Backend) {
+		s := servertest.Start(t, b)
 		call := func(path string, form url.Values) (int, string) {
 			req, err := http.NewRequest(http.MethodPost, s.Endpoint+path, strings.NewReader(form.Encode()))
 			require.NoError(t, err)
@@ -781,7 +781,7 @@ func TestSQSQueryProtocol(t *testing.T) {
 		require.Equal(t, 200, code, body)
 		require.Contains(t, body, "<DeleteMessageBatchResultEntry><Id>a</Id></DeleteMessageBatchResultEntry>")
 		require.Contains(t, body, "<BatchResultErrorEntry><Code>ReceiptHandleIsInvalid</Code>")
-		require.Empty(t, s.items("legacy"))
+		require.Empty(t, s.Items("legacy"))
 
 		code, body = call("/", url.Values{"Action": {"GetQueueAttributes"}, "QueueUrl": {created.QueueURL}, "AttributeName.1": {"VisibilityTimeout"}})
 		require.Equal(t, 200, code, body)

@@ -9,7 +9,7 @@ import (
 	"github.com/aws/aws-sdk-go-v2/service/sqs/types"
 	"github.com/stretchr/testify/require"
 
-	"github.com/styxq/styx/styxtest"
+	"github.com/styxq/styx/internal/servertest"
 )
 
 // TestSQSHiddenCharacters (issue 36, 8): through the AWS SDK, a tag key or
@@ -18,15 +18,15 @@ import (
 // the answer escapes what it quotes. Before, the tag and the DataType were
 // stored, and the name was echoed with U+202E in it.
 func TestSQSHiddenCharacters(t *testing.T) {
-	forEachBackend(t, func(t *testing.T, b styxtest.Options) {
-		s := start(t, b)
-		c := s.sqsClient("test", "test")
+	servertest.ForEachBackend(t, func(t *testing.T, b servertest.Backend) {
+		s := servertest.Start(t, b)
+		c := s.SQSClient("test", "test")
 		q, err := c.CreateQueue(ctx, &awssqs.CreateQueueInput{QueueName: aws.String("tagged")})
 		require.NoError(t, err)
 
 		requireEscaped := func(t *testing.T, err error, parts ...string) {
 			t.Helper()
-			requireSQSError(t, err, "InvalidParameterValue", append(parts, "U+202E", "bidi")...)
+			servertest.RequireSQSError(t, err, "InvalidParameterValue", append(parts, "U+202E", "bidi")...)
 			require.NotContains(t, err.Error(), rlo)
 		}
 		t.Run("TagKey", func(t *testing.T) {
@@ -57,9 +57,9 @@ func TestSQSHiddenCharacters(t *testing.T) {
 		tags, err := c.ListQueueTags(ctx, &awssqs.ListQueueTagsInput{QueueUrl: q.QueueUrl})
 		require.NoError(t, err)
 		require.Empty(t, tags.Tags)
-		require.Empty(t, s.items("tagged"))
+		require.Empty(t, s.Items("tagged"))
 		_, err = c.GetQueueUrl(ctx, &awssqs.GetQueueUrlInput{QueueName: aws.String("tagged2")})
-		requireSQSError(t, err, "AWS.SimpleQueueService.NonExistentQueue")
+		servertest.RequireSQSError(t, err, "AWS.SimpleQueueService.NonExistentQueue")
 
 		// Visible non-ASCII text stays allowed in tags.
 		_, err = c.TagQueue(ctx, &awssqs.TagQueueInput{QueueUrl: q.QueueUrl, Tags: map[string]string{"équipe": "facturation 請求"}})
@@ -72,27 +72,27 @@ func TestSQSHiddenCharacters(t *testing.T) {
 // CreateQueue and SetQueueAttributes; one at the limit is stored. Before, a
 // 20 MB policy was stored.
 func TestSQSPolicyLimit(t *testing.T) {
-	forEachBackend(t, func(t *testing.T, b styxtest.Options) {
-		s := start(t, b)
-		c := s.sqsClient("test", "test")
+	servertest.ForEachBackend(t, func(t *testing.T, b servertest.Backend) {
+		s := servertest.Start(t, b)
+		c := s.SQSClient("test", "test")
 		policy := func(n int) string {
 			const head, tail = `{"Version":"2012-10-17","Statement":[],"Pad":"`, `"}`
 			return head + strings.Repeat("x", n-len(head)-len(tail)) + tail
 		}
 		_, err := c.CreateQueue(ctx, &awssqs.CreateQueueInput{QueueName: aws.String("p"), Attributes: map[string]string{"Policy": policy(8193)}})
-		requireSQSError(t, err, "InvalidAttributeValue", "Policy", "8193 bytes", "the limit is 8192 bytes")
+		servertest.RequireSQSError(t, err, "InvalidAttributeValue", "Policy", "8193 bytes", "the limit is 8192 bytes")
 		_, err = c.GetQueueUrl(ctx, &awssqs.GetQueueUrlInput{QueueName: aws.String("p")})
-		requireSQSError(t, err, "AWS.SimpleQueueService.NonExistentQueue")
+		servertest.RequireSQSError(t, err, "AWS.SimpleQueueService.NonExistentQueue")
 
 		q, err := c.CreateQueue(ctx, &awssqs.CreateQueueInput{QueueName: aws.String("p"), Attributes: map[string]string{"Policy": policy(8192)}})
 		require.NoError(t, err)
 		_, err = c.SetQueueAttributes(ctx, &awssqs.SetQueueAttributesInput{QueueUrl: q.QueueUrl, Attributes: map[string]string{"Policy": policy(1 << 20)}})
-		requireSQSError(t, err, "InvalidAttributeValue", "Policy", "the limit is 8192 bytes")
+		servertest.RequireSQSError(t, err, "InvalidAttributeValue", "Policy", "the limit is 8192 bytes")
 		// A formatted policy may hold tabs and newlines, not U+202E.
 		_, err = c.SetQueueAttributes(ctx, &awssqs.SetQueueAttributesInput{QueueUrl: q.QueueUrl, Attributes: map[string]string{"Policy": "{\n\t\"Version\": \"2012-10-17\"\r\n}"}})
 		require.NoError(t, err)
 		_, err = c.SetQueueAttributes(ctx, &awssqs.SetQueueAttributesInput{QueueUrl: q.QueueUrl, Attributes: map[string]string{"Policy": `{"Sid":"` + rlo + `"}`}})
-		requireSQSError(t, err, "InvalidAttributeValue", "Policy", "U+202E at character 8")
+		servertest.RequireSQSError(t, err, "InvalidAttributeValue", "Policy", "U+202E at character 8")
 
 		attrs, err := c.GetQueueAttributes(ctx, &awssqs.GetQueueAttributesInput{QueueUrl: q.QueueUrl, AttributeNames: []types.QueueAttributeName{"Policy"}})
 		require.NoError(t, err)

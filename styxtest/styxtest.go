@@ -14,6 +14,7 @@ import (
 	"errors"
 	"io"
 	"log/slog"
+	"sync"
 	"testing"
 	"time"
 
@@ -58,6 +59,10 @@ type Server struct {
 	// Endpoint is the server's base URL ("http://127.0.0.1:port").
 	Endpoint string
 	d        *daemon.Daemon
+	// closed is set by the first Close (or the test's cleanup); closeErr
+	// is what that Close returned.
+	closeOnce sync.Once
+	closeErr  error
 }
 
 // NewServer starts a Styx server on memory storage on a free loopback port
@@ -105,15 +110,34 @@ func Start(t testing.TB, opts Options) *Server {
 	}
 	s := &Server{Client: c, Endpoint: d.Endpoint(), d: d}
 	t.Cleanup(func() {
-		c.Close()
 		// A connection that another client of the test keeps open holds
 		// the graceful shutdown until ShutdownTimeout; the server then
 		// closes it, which is no failure of the test.
-		if err := d.Close(context.Background()); err != nil && !errors.Is(err, context.DeadlineExceeded) {
+		if err := s.Close(); err != nil && !errors.Is(err, context.DeadlineExceeded) {
 			t.Errorf("styxtest: stop the server: %v", err)
 		}
 	})
 	return s
+}
+
+// Daemon returns the running server, for what its client does not reach:
+// its listening address (Addr), its Prometheus metrics (Metrics).
+func (s *Server) Daemon() *daemon.Daemon { return s.d }
+
+// Close stops the server before the test ends: it closes s.Client, then
+// shuts the server down gracefully (waiting up to the ShutdownTimeout of
+// its configuration, 2 s unless Options.Configure set another) and returns
+// the error of that (context.DeadlineExceeded when connections were still
+// open at the timeout; the server is stopped either way). A test stops a
+// server this way to start another on the same storage (the same
+// Configure'd DataDir, the same PostgreSQL database). Later calls, and the
+// test's cleanup, do nothing more and return the first call's error.
+func (s *Server) Close() error {
+	s.closeOnce.Do(func() {
+		s.Client.Close()
+		s.closeErr = s.d.Close(context.Background())
+	})
+	return s.closeErr
 }
 
 // CreateQueue creates a queue with the given configuration (info.QueueName

@@ -20,25 +20,18 @@ import (
 	"google.golang.org/protobuf/proto"
 
 	styx "github.com/styxq/styx"
-	"github.com/styxq/styx/internal/pgtest"
+	"github.com/styxq/styx/internal/servertest"
 	pb "github.com/styxq/styx/styxpb"
 	"github.com/styxq/styx/styxtest"
 	"github.com/styxq/styx/worker"
 )
 
 // eachServer runs f on a fresh server of every backend, as parallel
-// subtests.
+// subtests (servertest.ForEachBackend).
 func eachServer(t *testing.T, f func(t *testing.T, storage string, srv *styxtest.Server)) {
-	for _, storage := range []string{"memory", "pebble", "postgres"} {
-		t.Run(storage, func(t *testing.T) {
-			t.Parallel()
-			opts := styxtest.Options{Storage: storage}
-			if storage == "postgres" {
-				opts.PostgresURL = pgtest.URL(t)
-			}
-			f(t, storage, styxtest.Start(t, opts))
-		})
-	}
+	servertest.ForEachBackend(t, func(t *testing.T, b servertest.Backend) {
+		f(t, b.Name, styxtest.Start(t, b.Options()))
+	})
 }
 
 // groupsFromPayload is an http.RoundTripper that gives each leased item

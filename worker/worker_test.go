@@ -18,7 +18,7 @@ import (
 
 	styx "github.com/styxq/styx"
 	"github.com/styxq/styx/internal/clock"
-	"github.com/styxq/styx/internal/pgtest"
+	"github.com/styxq/styx/internal/servertest"
 	pb "github.com/styxq/styx/styxpb"
 	"github.com/styxq/styx/styxtest"
 	"github.com/styxq/styx/worker"
@@ -42,21 +42,15 @@ func eachBackendFake(t *testing.T, f func(t *testing.T, c *styx.Client, clk *clo
 }
 
 func eachBackendClock(t *testing.T, f func(t *testing.T, c *styx.Client, clk *clock.Fake), fake bool) {
-	for _, storage := range []string{"memory", "pebble", "postgres"} {
-		t.Run(storage, func(t *testing.T) {
-			t.Parallel()
-			opts := styxtest.Options{Storage: storage}
-			if storage == "postgres" {
-				opts.PostgresURL = pgtest.URL(t)
-			}
-			var clk *clock.Fake
-			if fake {
-				clk = clock.NewFake(time.Now())
-				opts.Clock = clk
-			}
-			f(t, styxtest.Start(t, opts).Client, clk)
-		})
-	}
+	servertest.ForEachBackend(t, func(t *testing.T, b servertest.Backend) {
+		opts := b.Options()
+		var clk *clock.Fake
+		if fake {
+			clk = clock.NewFake(time.Now())
+			opts.Clock = clk
+		}
+		f(t, styxtest.Start(t, opts).Client, clk)
+	})
 }
 
 // queue creates a queue with a dead-letter queue "<name>-dead" (when
@@ -500,55 +494,48 @@ func (b *blockRenewals) RoundTrip(r *http.Request) (*http.Response, error) {
 }
 
 func TestExpiredLeaseCancelsHandler(t *testing.T) {
-	for _, storage := range []string{"memory", "pebble", "postgres"} {
-		t.Run(storage, func(t *testing.T) {
-			t.Parallel()
-			opts := styxtest.Options{Storage: storage}
-			if storage == "postgres" {
-				opts.PostgresURL = pgtest.URL(t)
-			}
-			srv := styxtest.Start(t, opts)
-			rt := &blockRenewals{next: http.DefaultTransport}
-			rt.block.Store(true)
-			c, err := styx.NewClient(styx.ClientConfig{Endpoint: srv.Endpoint, HTTPClient: &http.Client{Transport: rt}})
-			require.NoError(t, err)
-			t.Cleanup(c.Close)
-			queue(t, c, "expiring", &pb.QueueInfo{LeaseTimeout: "1s"})
-			causes := make(chan error, 2)
-			var attempts []int32
-			var mu sync.Mutex
-			w := newWorker(t, c, worker.Config{
-				Queue: "expiring",
-				Handler: worker.HandlerFunc(func(ctx context.Context, it *worker.Item) error {
-					mu.Lock()
-					attempts = append(attempts, it.Attempts)
-					mu.Unlock()
-					if it.Attempts > 1 {
-						return nil
-					}
-					<-ctx.Done() // a handler stuck past its lease
-					causes <- context.Cause(ctx)
-					rt.block.Store(false)
-					return ctx.Err()
-				}),
-			})
-			produce(t, c, "expiring", "x")
-			stop := run(t, w)
-			select {
-			case err := <-causes:
-				assert.ErrorIs(t, err, worker.ErrLeaseLost)
-			case <-time.After(10 * time.Second):
-				t.Fatal("the handler's context was not cancelled when its lease expired unrenewed")
-			}
-			// The expired lease counted as an attempt; the item came back and was
-			// completed on the second.
-			require.Eventually(t, func() bool { return total(t, c, "expiring") == 0 }, 10*time.Second, 10*time.Millisecond)
-			require.NoError(t, stop())
-			mu.Lock()
-			defer mu.Unlock()
-			assert.Equal(t, []int32{1, 2}, attempts)
+	servertest.ForEachBackend(t, func(t *testing.T, b servertest.Backend) {
+		srv := styxtest.Start(t, b.Options())
+		rt := &blockRenewals{next: http.DefaultTransport}
+		rt.block.Store(true)
+		c, err := styx.NewClient(styx.ClientConfig{Endpoint: srv.Endpoint, HTTPClient: &http.Client{Transport: rt}})
+		require.NoError(t, err)
+		t.Cleanup(c.Close)
+		queue(t, c, "expiring", &pb.QueueInfo{LeaseTimeout: "1s"})
+		causes := make(chan error, 2)
+		var attempts []int32
+		var mu sync.Mutex
+		w := newWorker(t, c, worker.Config{
+			Queue: "expiring",
+			Handler: worker.HandlerFunc(func(ctx context.Context, it *worker.Item) error {
+				mu.Lock()
+				attempts = append(attempts, it.Attempts)
+				mu.Unlock()
+				if it.Attempts > 1 {
+					return nil
+				}
+				<-ctx.Done() // a handler stuck past its lease
+				causes <- context.Cause(ctx)
+				rt.block.Store(false)
+				return ctx.Err()
+			}),
 		})
-	}
+		produce(t, c, "expiring", "x")
+		stop := run(t, w)
+		select {
+		case err := <-causes:
+			assert.ErrorIs(t, err, worker.ErrLeaseLost)
+		case <-time.After(10 * time.Second):
+			t.Fatal("the handler's context was not cancelled when its lease expired unrenewed")
+		}
+		// The expired lease counted as an attempt; the item came back and was
+		// completed on the second.
+		require.Eventually(t, func() bool { return total(t, c, "expiring") == 0 }, 10*time.Second, 10*time.Millisecond)
+		require.NoError(t, stop())
+		mu.Lock()
+		defer mu.Unlock()
+		assert.Equal(t, []int32{1, 2}, attempts)
+	})
 }
 
 func TestConcurrencyLimit(t *testing.T) {
