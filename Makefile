@@ -3,10 +3,18 @@ help: ## list targets
 	@grep -E '^[a-z-]+:.*##' $(MAKEFILE_LIST) | sed 's/:.*## /\t/'
 build: ## build the styx binary into ./bin
 	go build -ldflags "-X main.version=$$(git describe --tags --always --dirty 2>/dev/null)" -o bin/styx ./cmd/styx
-test: ## run every test with the race detector (the CI command); says first which suites will skip
+# gotestsum formats `go test -json`: a line per package as it finishes, with
+# its time; a failing test's log as it fails and again at the end; the
+# skipped tests with their reasons at the end. It exits with go test's
+# status. Installed into bin/ by the Go toolchain (the module proxy).
+GOTESTSUM_VERSION := v1.13.0
+GOTESTSUM := bin/gotestsum
+GOTESTSUM_FLAGS := --format pkgname-and-test-fails --format-icons text --format-hide-empty-pkg
+test: ## run every test with the race detector (the CI command); says first which suites will skip; prints each package as it finishes and lists the skipped tests with their reasons at the end
 	@[ -n "$$STYX_TEST_POSTGRES_URL" ] || echo "make test: STYX_TEST_POSTGRES_URL is not set: the PostgreSQL tests will skip (make pg-start prints the exports to include them)" >&2
 	@command -v chromium >/dev/null || echo "make test: chromium is not installed: the browser tests will skip (apt-get install chromium)" >&2
-	go test -race -count=1 ./...
+	@GOBIN="$(CURDIR)/bin" go install gotest.tools/gotestsum@$(GOTESTSUM_VERSION)
+	$(GOTESTSUM) $(GOTESTSUM_FLAGS) -- -race -count=1 ./...
 faults: ## the fault-injection suites over many seeds (STYX_FAULT_SEEDS=300; about 2 minutes): power loss, write and sync errors, a full disk, loop panics, PostgreSQL faults (with STYX_TEST_POSTGRES_URL); a failure names its seed. Then the real binary under strace, every store syscall failing with ENOSPC and EIO (STYX_SYSCALL_FAULTS=all, or case names; about 10 minutes; needs strace)
 	STYX_FAULT_SEEDS=$${STYX_FAULT_SEEDS:-300} go test -race -count=1 -timeout 60m -run 'TestCrashRecovery|TestWriteFaults|TestDiskFullStaysUpAndHeals|TestPanicNeverAcknowledged|TestWALRotationFaults|TestPostgres' ./service/
 	go test -race -count=1 -run 'Fault|Watermark|Panic|Died' ./internal/backend/embedded/pebble/ ./internal/engine/
