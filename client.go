@@ -308,10 +308,15 @@ func (c *Client) QueueProduce(ctx context.Context, req *pb.QueueProduceRequest) 
 // QueueLease long-polls up to req.RequestTimeout for up to req.BatchSize
 // items. With none, it returns an *Error with CodeRetry (see IsRetry). An
 // empty req.RequestTimeout is sent as ClientConfig's RequestTimeout (req
-// itself is not changed).
+// itself is not changed). With req.CompleteIds (a Styx extension), it first
+// completes those leased items of req.CompletePartition, in the same step
+// of the queue, and answers at once: the items ready then, or none (an
+// empty response, not an error); one round trip and one write for a
+// worker's complete and its next lease.
 func (c *Client) QueueLease(ctx context.Context, req *pb.QueueLeaseRequest) (*pb.QueueLeaseResponse, error) {
 	if req.RequestTimeout == "" {
-		req = &pb.QueueLeaseRequest{QueueName: req.QueueName, BatchSize: req.BatchSize, ClientId: req.ClientId, RequestTimeout: c.timeout}
+		req = &pb.QueueLeaseRequest{QueueName: req.QueueName, BatchSize: req.BatchSize, ClientId: req.ClientId, RequestTimeout: c.timeout,
+			CompleteIds: req.CompleteIds, CompletePartition: req.CompletePartition}
 	}
 	out := &pb.QueueLeaseResponse{}
 	return out, c.do(ctx, "/v1/queue.lease", req, out)

@@ -189,8 +189,14 @@ func (s *Service) QueueLease(ctx context.Context, req *pb.QueueLeaseRequest) (*p
 	if err := checkRequestTimeout(wait, ""); err != nil {
 		return nil, err
 	}
+	var complete []uint64 // optional (a lease that completes first)
+	if len(req.CompleteIds) > 0 {
+		if complete, err = parseIDs("complete_ids", req.CompleteIds); err != nil {
+			return nil, err
+		}
+	}
 	res, err := l.Lease(ctx, queue.LeaseParams{BatchSize: int(req.BatchSize), ClientID: req.ClientId, Owner: auth.KeyName(ctx), Timeout: wait,
-		MaxBytes: s.maxLeaseBytes})
+		MaxBytes: s.maxLeaseBytes, Complete: complete, CompletePartition: req.CompletePartition})
 	if err != nil {
 		return nil, err
 	}

@@ -271,8 +271,16 @@ type QueueLeaseRequest struct {
 	BatchSize      int32                  `protobuf:"varint,2,opt,name=batchSize,json=batch_size,proto3" json:"batchSize,omitempty"`
 	ClientId       string                 `protobuf:"bytes,3,opt,name=clientId,json=client_id,proto3" json:"clientId,omitempty"`
 	RequestTimeout string                 `protobuf:"bytes,4,opt,name=requestTimeout,json=request_timeout,proto3" json:"requestTimeout,omitempty"`
-	unknownFields  protoimpl.UnknownFields
-	sizeCache      protoimpl.SizeCache
+	// Styx (issue 52): ids of leased items of complete_partition that the
+	// lease completes first, in the same step of the queue (one write or
+	// transaction for both), at most 1,000. Every id must be leased in that
+	// partition, or nothing is completed or leased (400, as queue.complete
+	// answers). A lease with complete_ids answers at once, with the items
+	// ready then or none; it does not wait for request_timeout.
+	CompleteIds       []string `protobuf:"bytes,100,rep,name=completeIds,json=complete_ids,proto3" json:"completeIds,omitempty"`
+	CompletePartition int32    `protobuf:"varint,101,opt,name=completePartition,json=complete_partition,proto3" json:"completePartition,omitempty"`
+	unknownFields     protoimpl.UnknownFields
+	sizeCache         protoimpl.SizeCache
 }
 
 func (x *QueueLeaseRequest) Reset() {
@@ -331,6 +339,20 @@ func (x *QueueLeaseRequest) GetRequestTimeout() string {
 		return x.RequestTimeout
 	}
 	return ""
+}
+
+func (x *QueueLeaseRequest) GetCompleteIds() []string {
+	if x != nil {
+		return x.CompleteIds
+	}
+	return nil
+}
+
+func (x *QueueLeaseRequest) GetCompletePartition() int32 {
+	if x != nil {
+		return x.CompletePartition
+	}
+	return 0
 }
 
 type QueueLeaseItem struct {
@@ -4310,8 +4332,9 @@ type RedriveTask struct {
 	// exist), "not_covered" (the API key that started the task may not reach
 	// the destination), "loop_cap" (already redriven max_redrive_count
 	// times), "leased" (a consumer of the dead-letter queue holds it),
-	// "other_task" (another redrive task of the queue moved it: one naming
-	// items by id may overlap a running one).
+	// "other_task" (another redrive task of the queue holds it: it had not
+	// reached the item when this one started, see left_to; or it was moving
+	// it at the same time, when this one names items by id).
 	SkipReasons map[string]int64 `protobuf:"bytes,104,rep,name=skip_reasons,proto3" json:"skip_reasons,omitempty" protobuf_key:"bytes,1,opt,name=key" protobuf_val:"varint,2,opt,name=value"`
 	// Styx: set when a task completed but left items behind (skipped or
 	// failed): one sentence saying how many and why. The UI shows such a
@@ -4325,7 +4348,22 @@ type RedriveTask struct {
 	// for a dry run, what to send back as DeadDeleteRequest.up_to or
 	// DeadRedriveRequest.up_to. Empty for an estimated dry run (it read only
 	// part of the queue) and for an empty queue.
-	UpTo          string `protobuf:"bytes,107,opt,name=up_to,proto3" json:"up_to,omitempty"`
+	UpTo string `protobuf:"bytes,107,opt,name=up_to,proto3" json:"up_to,omitempty"`
+	// Styx (issue 49): the matched items left to other tasks, by task id.
+	// A task whose filter names no ids leaves the items an unfinished task
+	// of the queue (running, pausing or paused) held when it started to
+	// that task: they are counted in skipped (skip_reasons.other_task) from
+	// the start, and the task never moves them. For a dry run, what a start
+	// now would leave. Empty when nothing was left.
+	LeftTo map[string]int64 `protobuf:"bytes,108,rep,name=left_to,proto3" json:"left_to,omitempty" protobuf_key:"bytes,1,opt,name=key" protobuf_val:"varint,2,opt,name=value"`
+	// Styx (issue 49): when the task's current pause began; absent unless
+	// the task is paused.
+	PausedAt *timestamppb.Timestamp `protobuf:"bytes,109,opt,name=paused_at,proto3" json:"paused_at,omitempty"`
+	// Styx (issue 49): milliseconds the task spent in pauses that ended (by
+	// redrives.resume, or with the task), the current one not included. Its
+	// running time, which an ETA is measured over, is finished_at (or now)
+	// less started_at, paused_ms and the current pause.
+	PausedMs      int64 `protobuf:"varint,110,opt,name=paused_ms,proto3" json:"paused_ms,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -4526,6 +4564,27 @@ func (x *RedriveTask) GetUpTo() string {
 		return x.UpTo
 	}
 	return ""
+}
+
+func (x *RedriveTask) GetLeftTo() map[string]int64 {
+	if x != nil {
+		return x.LeftTo
+	}
+	return nil
+}
+
+func (x *RedriveTask) GetPausedAt() *timestamppb.Timestamp {
+	if x != nil {
+		return x.PausedAt
+	}
+	return nil
+}
+
+func (x *RedriveTask) GetPausedMs() int64 {
+	if x != nil {
+		return x.PausedMs
+	}
+	return 0
 }
 
 // KeysCreateRequest creates an API key.
@@ -4896,14 +4955,16 @@ const file_styx_v1_styx_proto_rawDesc = "" +
 	"\x14QueueProduceResponse\x12\x12\n" +
 	"\x04code\x18\x01 \x01(\x05R\x04code\x12\x1b\n" +
 	"\bcodeText\x18\x02 \x01(\tR\tcode_text\x12\x18\n" +
-	"\amessage\x18\x03 \x01(\tR\amessage\"\x97\x01\n" +
+	"\amessage\x18\x03 \x01(\tR\amessage\"\xe9\x01\n" +
 	"\x11QueueLeaseRequest\x12\x1d\n" +
 	"\tqueueName\x18\x01 \x01(\tR\n" +
 	"queue_name\x12\x1d\n" +
 	"\tbatchSize\x18\x02 \x01(\x05R\n" +
 	"batch_size\x12\x1b\n" +
 	"\bclientId\x18\x03 \x01(\tR\tclient_id\x12'\n" +
-	"\x0erequestTimeout\x18\x04 \x01(\tR\x0frequest_timeout\"\xf9\x01\n" +
+	"\x0erequestTimeout\x18\x04 \x01(\tR\x0frequest_timeout\x12!\n" +
+	"\vcompleteIds\x18d \x03(\tR\fcomplete_ids\x12-\n" +
+	"\x11completePartition\x18e \x01(\x05R\x12complete_partition\"\xf9\x01\n" +
 	"\x0eQueueLeaseItem\x12\x1a\n" +
 	"\bencoding\x18\x01 \x01(\tR\bencoding\x12\x12\n" +
 	"\x04kind\x18\x02 \x01(\tR\x04kind\x12\x1c\n" +
@@ -5268,7 +5329,8 @@ const file_styx_v1_styx_proto_rawDesc = "" +
 	"\fskip_reasons\x18\x03 \x03(\v2%.styx.v1.RedrivePlan.SkipReasonsEntryR\fskip_reasons\x1a>\n" +
 	"\x10SkipReasonsEntry\x12\x10\n" +
 	"\x03key\x18\x01 \x01(\tR\x03key\x12\x14\n" +
-	"\x05value\x18\x02 \x01(\x03R\x05value:\x028\x01\"\x93\t\n" +
+	"\x05value\x18\x02 \x01(\x03R\x05value:\x028\x01\"\xe2\n" +
+	"\n" +
 	"\vRedriveTask\x12\x18\n" +
 	"\atask_id\x18\x01 \x01(\tR\atask_id\x12\x1e\n" +
 	"\n" +
@@ -5304,7 +5366,10 @@ const file_styx_v1_styx_proto_rawDesc = "" +
 	"\fskip_reasons\x18h \x03(\v2%.styx.v1.RedriveTask.SkipReasonsEntryR\fskip_reasons\x12\x18\n" +
 	"\awarning\x18i \x01(\tR\awarning\x12$\n" +
 	"\rerror_pattern\x18j \x01(\tR\rerror_pattern\x12\x14\n" +
-	"\x05up_to\x18k \x01(\tR\x05up_to\x1aR\n" +
+	"\x05up_to\x18k \x01(\tR\x05up_to\x12:\n" +
+	"\aleft_to\x18l \x03(\v2 .styx.v1.RedriveTask.LeftToEntryR\aleft_to\x128\n" +
+	"\tpaused_at\x18m \x01(\v2\x1a.google.protobuf.TimestampR\tpaused_at\x12\x1c\n" +
+	"\tpaused_ms\x18n \x01(\x03R\tpaused_ms\x1aR\n" +
 	"\fByQueueEntry\x12\x10\n" +
 	"\x03key\x18\x01 \x01(\tR\x03key\x12,\n" +
 	"\x05value\x18\x02 \x01(\v2\x16.styx.v1.RedriveCountsR\x05value:\x028\x01\x1aV\n" +
@@ -5312,6 +5377,9 @@ const file_styx_v1_styx_proto_rawDesc = "" +
 	"\x03key\x18\x01 \x01(\tR\x03key\x12*\n" +
 	"\x05value\x18\x02 \x01(\v2\x14.styx.v1.RedrivePlanR\x05value:\x028\x01\x1a>\n" +
 	"\x10SkipReasonsEntry\x12\x10\n" +
+	"\x03key\x18\x01 \x01(\tR\x03key\x12\x14\n" +
+	"\x05value\x18\x02 \x01(\x03R\x05value:\x028\x01\x1a9\n" +
+	"\vLeftToEntry\x12\x10\n" +
 	"\x03key\x18\x01 \x01(\tR\x03key\x12\x14\n" +
 	"\x05value\x18\x02 \x01(\x03R\x05value:\x028\x01\"W\n" +
 	"\x11KeysCreateRequest\x12\x12\n" +
@@ -5354,7 +5422,7 @@ func file_styx_v1_styx_proto_rawDescGZIP() []byte {
 	return file_styx_v1_styx_proto_rawDescData
 }
 
-var file_styx_v1_styx_proto_msgTypes = make([]protoimpl.MessageInfo, 73)
+var file_styx_v1_styx_proto_msgTypes = make([]protoimpl.MessageInfo, 74)
 var file_styx_v1_styx_proto_goTypes = []any{
 	(*QueueProduceRequest)(nil),        // 0: styx.v1.QueueProduceRequest
 	(*QueueProduceItem)(nil),           // 1: styx.v1.QueueProduceItem
@@ -5429,56 +5497,57 @@ var file_styx_v1_styx_proto_goTypes = []any{
 	nil,                                // 70: styx.v1.RedriveTask.ByQueueEntry
 	nil,                                // 71: styx.v1.RedriveTask.ByDestinationEntry
 	nil,                                // 72: styx.v1.RedriveTask.SkipReasonsEntry
-	(*timestamppb.Timestamp)(nil),      // 73: google.protobuf.Timestamp
+	nil,                                // 73: styx.v1.RedriveTask.LeftToEntry
+	(*timestamppb.Timestamp)(nil),      // 74: google.protobuf.Timestamp
 }
 var file_styx_v1_styx_proto_depIdxs = []int32{
 	1,  // 0: styx.v1.QueueProduceRequest.items:type_name -> styx.v1.QueueProduceItem
-	73, // 1: styx.v1.QueueProduceItem.enqueueAt:type_name -> google.protobuf.Timestamp
-	73, // 2: styx.v1.QueueLeaseItem.leaseDeadline:type_name -> google.protobuf.Timestamp
+	74, // 1: styx.v1.QueueProduceItem.enqueueAt:type_name -> google.protobuf.Timestamp
+	74, // 2: styx.v1.QueueLeaseItem.leaseDeadline:type_name -> google.protobuf.Timestamp
 	4,  // 3: styx.v1.QueueLeaseResponse.items:type_name -> styx.v1.QueueLeaseItem
 	9,  // 4: styx.v1.QueueRetryRequest.items:type_name -> styx.v1.QueueRetryItem
-	73, // 5: styx.v1.QueueRetryItem.retryAt:type_name -> google.protobuf.Timestamp
+	74, // 5: styx.v1.QueueRetryItem.retryAt:type_name -> google.protobuf.Timestamp
 	11, // 6: styx.v1.QueueRetryResponse.outcomes:type_name -> styx.v1.QueueRetryOutcome
-	73, // 7: styx.v1.QueueRetryOutcome.retryAt:type_name -> google.protobuf.Timestamp
+	74, // 7: styx.v1.QueueRetryOutcome.retryAt:type_name -> google.protobuf.Timestamp
 	14, // 8: styx.v1.QueueRenewResponse.items:type_name -> styx.v1.QueueRenewItem
-	73, // 9: styx.v1.QueueRenewItem.leaseDeadline:type_name -> google.protobuf.Timestamp
-	73, // 10: styx.v1.QueueInfo.createdAt:type_name -> google.protobuf.Timestamp
-	73, // 11: styx.v1.QueueInfo.updatedAt:type_name -> google.protobuf.Timestamp
+	74, // 9: styx.v1.QueueRenewItem.leaseDeadline:type_name -> google.protobuf.Timestamp
+	74, // 10: styx.v1.QueueInfo.createdAt:type_name -> google.protobuf.Timestamp
+	74, // 11: styx.v1.QueueInfo.updatedAt:type_name -> google.protobuf.Timestamp
 	16, // 12: styx.v1.QueueInfo.partitions:type_name -> styx.v1.PartitionInfo
 	24, // 13: styx.v1.QueueStatsResponse.logicalQueues:type_name -> styx.v1.QueueLogicalStats
 	64, // 14: styx.v1.QueueStatsResponse.dead_by_reason:type_name -> styx.v1.QueueStatsResponse.DeadByReasonEntry
 	65, // 15: styx.v1.QueueStatsResponse.dead_by_source:type_name -> styx.v1.QueueStatsResponse.DeadBySourceEntry
-	73, // 16: styx.v1.QueueStatsResponse.oldest_created_at:type_name -> google.protobuf.Timestamp
+	74, // 16: styx.v1.QueueStatsResponse.oldest_created_at:type_name -> google.protobuf.Timestamp
 	23, // 17: styx.v1.QueueStatsResponse.consumers:type_name -> styx.v1.QueueConsumer
 	22, // 18: styx.v1.QueueStatsResponse.held_groups:type_name -> styx.v1.QueueHeldGroup
-	73, // 19: styx.v1.QueueHeldGroup.held_at:type_name -> google.protobuf.Timestamp
-	73, // 20: styx.v1.QueueConsumer.first_seen_at:type_name -> google.protobuf.Timestamp
-	73, // 21: styx.v1.QueueConsumer.last_seen_at:type_name -> google.protobuf.Timestamp
+	74, // 19: styx.v1.QueueHeldGroup.held_at:type_name -> google.protobuf.Timestamp
+	74, // 20: styx.v1.QueueConsumer.first_seen_at:type_name -> google.protobuf.Timestamp
+	74, // 21: styx.v1.QueueConsumer.last_seen_at:type_name -> google.protobuf.Timestamp
 	25, // 22: styx.v1.QueueLogicalStats.partitions:type_name -> styx.v1.QueuePartitionStats
 	28, // 23: styx.v1.QueuesHistoryResponse.points:type_name -> styx.v1.HistoryPoint
 	66, // 24: styx.v1.QueuesHistoryResponse.group_patterns:type_name -> styx.v1.QueuesHistoryResponse.GroupPatternsEntry
-	73, // 25: styx.v1.HistoryPoint.at:type_name -> google.protobuf.Timestamp
+	74, // 25: styx.v1.HistoryPoint.at:type_name -> google.protobuf.Timestamp
 	67, // 26: styx.v1.HistoryPoint.dead_by_group:type_name -> styx.v1.HistoryPoint.DeadByGroupEntry
 	15, // 27: styx.v1.QueuesListResponse.items:type_name -> styx.v1.QueueInfo
 	38, // 28: styx.v1.StorageItemsListResponse.items:type_name -> styx.v1.StorageItem
 	38, // 29: styx.v1.StorageItemsImportRequest.items:type_name -> styx.v1.StorageItem
 	38, // 30: styx.v1.StorageItemsImportResponse.items:type_name -> styx.v1.StorageItem
-	73, // 31: styx.v1.StorageItem.leaseDeadline:type_name -> google.protobuf.Timestamp
-	73, // 32: styx.v1.StorageItem.expireDeadline:type_name -> google.protobuf.Timestamp
-	73, // 33: styx.v1.StorageItem.deadDeadline:type_name -> google.protobuf.Timestamp
-	73, // 34: styx.v1.StorageItem.createdAt:type_name -> google.protobuf.Timestamp
-	73, // 35: styx.v1.StorageItem.updatedAt:type_name -> google.protobuf.Timestamp
-	73, // 36: styx.v1.StorageItem.enqueueAt:type_name -> google.protobuf.Timestamp
-	73, // 37: styx.v1.StorageItem.dead_at:type_name -> google.protobuf.Timestamp
+	74, // 31: styx.v1.StorageItem.leaseDeadline:type_name -> google.protobuf.Timestamp
+	74, // 32: styx.v1.StorageItem.expireDeadline:type_name -> google.protobuf.Timestamp
+	74, // 33: styx.v1.StorageItem.deadDeadline:type_name -> google.protobuf.Timestamp
+	74, // 34: styx.v1.StorageItem.createdAt:type_name -> google.protobuf.Timestamp
+	74, // 35: styx.v1.StorageItem.updatedAt:type_name -> google.protobuf.Timestamp
+	74, // 36: styx.v1.StorageItem.enqueueAt:type_name -> google.protobuf.Timestamp
+	74, // 37: styx.v1.StorageItem.dead_at:type_name -> google.protobuf.Timestamp
 	39, // 38: styx.v1.StorageItem.errors:type_name -> styx.v1.AttemptError
 	39, // 39: styx.v1.StorageItem.dead_letter_errors:type_name -> styx.v1.AttemptError
 	40, // 40: styx.v1.StorageItem.attributes:type_name -> styx.v1.ItemAttribute
-	73, // 41: styx.v1.AttemptError.at:type_name -> google.protobuf.Timestamp
-	73, // 42: styx.v1.DeadFilter.dead_after:type_name -> google.protobuf.Timestamp
-	73, // 43: styx.v1.DeadFilter.dead_before:type_name -> google.protobuf.Timestamp
+	74, // 41: styx.v1.AttemptError.at:type_name -> google.protobuf.Timestamp
+	74, // 42: styx.v1.DeadFilter.dead_after:type_name -> google.protobuf.Timestamp
+	74, // 43: styx.v1.DeadFilter.dead_before:type_name -> google.protobuf.Timestamp
 	41, // 44: styx.v1.DeadGroupsRequest.filter:type_name -> styx.v1.DeadFilter
-	73, // 45: styx.v1.DeadGroup.first_dead_at:type_name -> google.protobuf.Timestamp
-	73, // 46: styx.v1.DeadGroup.last_dead_at:type_name -> google.protobuf.Timestamp
+	74, // 45: styx.v1.DeadGroup.first_dead_at:type_name -> google.protobuf.Timestamp
+	74, // 46: styx.v1.DeadGroup.last_dead_at:type_name -> google.protobuf.Timestamp
 	43, // 47: styx.v1.DeadGroupsResponse.groups:type_name -> styx.v1.DeadGroup
 	41, // 48: styx.v1.DeadListRequest.filter:type_name -> styx.v1.DeadFilter
 	38, // 49: styx.v1.DeadListResponse.items:type_name -> styx.v1.StorageItem
@@ -5488,21 +5557,23 @@ var file_styx_v1_styx_proto_depIdxs = []int32{
 	68, // 53: styx.v1.RedriveCounts.skip_reasons:type_name -> styx.v1.RedriveCounts.SkipReasonsEntry
 	69, // 54: styx.v1.RedrivePlan.skip_reasons:type_name -> styx.v1.RedrivePlan.SkipReasonsEntry
 	41, // 55: styx.v1.RedriveTask.filter:type_name -> styx.v1.DeadFilter
-	73, // 56: styx.v1.RedriveTask.started_at:type_name -> google.protobuf.Timestamp
-	73, // 57: styx.v1.RedriveTask.finished_at:type_name -> google.protobuf.Timestamp
+	74, // 56: styx.v1.RedriveTask.started_at:type_name -> google.protobuf.Timestamp
+	74, // 57: styx.v1.RedriveTask.finished_at:type_name -> google.protobuf.Timestamp
 	70, // 58: styx.v1.RedriveTask.by_queue:type_name -> styx.v1.RedriveTask.ByQueueEntry
 	71, // 59: styx.v1.RedriveTask.by_destination:type_name -> styx.v1.RedriveTask.ByDestinationEntry
 	72, // 60: styx.v1.RedriveTask.skip_reasons:type_name -> styx.v1.RedriveTask.SkipReasonsEntry
-	73, // 61: styx.v1.ApiKey.created_at:type_name -> google.protobuf.Timestamp
-	73, // 62: styx.v1.KeysCreateResponse.created_at:type_name -> google.protobuf.Timestamp
-	59, // 63: styx.v1.KeysListResponse.keys:type_name -> styx.v1.ApiKey
-	55, // 64: styx.v1.RedriveTask.ByQueueEntry.value:type_name -> styx.v1.RedriveCounts
-	56, // 65: styx.v1.RedriveTask.ByDestinationEntry.value:type_name -> styx.v1.RedrivePlan
-	66, // [66:66] is the sub-list for method output_type
-	66, // [66:66] is the sub-list for method input_type
-	66, // [66:66] is the sub-list for extension type_name
-	66, // [66:66] is the sub-list for extension extendee
-	0,  // [0:66] is the sub-list for field type_name
+	73, // 61: styx.v1.RedriveTask.left_to:type_name -> styx.v1.RedriveTask.LeftToEntry
+	74, // 62: styx.v1.RedriveTask.paused_at:type_name -> google.protobuf.Timestamp
+	74, // 63: styx.v1.ApiKey.created_at:type_name -> google.protobuf.Timestamp
+	74, // 64: styx.v1.KeysCreateResponse.created_at:type_name -> google.protobuf.Timestamp
+	59, // 65: styx.v1.KeysListResponse.keys:type_name -> styx.v1.ApiKey
+	55, // 66: styx.v1.RedriveTask.ByQueueEntry.value:type_name -> styx.v1.RedriveCounts
+	56, // 67: styx.v1.RedriveTask.ByDestinationEntry.value:type_name -> styx.v1.RedrivePlan
+	68, // [68:68] is the sub-list for method output_type
+	68, // [68:68] is the sub-list for method input_type
+	68, // [68:68] is the sub-list for extension type_name
+	68, // [68:68] is the sub-list for extension extendee
+	0,  // [0:68] is the sub-list for field type_name
 }
 
 func init() { file_styx_v1_styx_proto_init() }
@@ -5519,7 +5590,7 @@ func file_styx_v1_styx_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_styx_v1_styx_proto_rawDesc), len(file_styx_v1_styx_proto_rawDesc)),
 			NumEnums:      0,
-			NumMessages:   73,
+			NumMessages:   74,
 			NumExtensions: 0,
 			NumServices:   0,
 		},

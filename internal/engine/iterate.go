@@ -24,6 +24,9 @@ type pass struct {
 	ready   []int // the ready counts, nil until needed (and after a change the engine does not track)
 	replies []Reply
 	handled int // how many of the iteration's requests have run (replied, or answered by the backend)
+	// joined are the leases that completed first (handleCompleteThenLease):
+	// answered in this iteration, served or not.
+	joined []*Request
 }
 
 func (it *pass) reply(r *Request, mode ReplyMode) {
@@ -87,6 +90,23 @@ func (e *Engine) iterate(it *pass, reqs []*Request, lifecycle bool) error {
 	if e.Loop.Waiters.Len() == 0 {
 		return nil
 	}
+	if err := e.serve(it); err != nil {
+		return err
+	}
+	// A lease that completed first does not wait: unserved, it is answered
+	// now with no items (once its completes are stored).
+	for _, r := range it.joined {
+		if e.Loop.Waiters.remove(r) {
+			r.Lease.Result = queue.LeaseResult{}
+			it.reply(r, Consume)
+		}
+	}
+	return nil
+}
+
+// serve hands ready items to the waiting leases (Serve), each lease's items
+// leased until its own deadline.
+func (e *Engine) serve(it *pass) error {
 	// A lease's deadline: now plus its own lease timeout, or the queue's.
 	deadline := func(timeout time.Duration) int64 {
 		if timeout <= 0 {
@@ -124,6 +144,9 @@ func (e *Engine) handle(it *pass, r *Request) (ReplyMode, error) {
 	case *produceOp:
 		return e.handleProduce(it, op)
 	case *completeOp:
+		if r.Lease != nil {
+			return e.handleCompleteThenLease(it, r, op)
+		}
 		return e.handleComplete(it, op)
 	case *retryOp:
 		return e.handleRetry(it, r, op)
@@ -213,6 +236,27 @@ func (e *Engine) handleComplete(it *pass, op *completeOp) (ReplyMode, error) {
 		}
 	}
 	return Consume, nil
+}
+
+// handleCompleteThenLease runs a lease that completes first (Engine.Lease
+// with LeaseParams.Complete): the completes exactly as a complete's (an
+// error changes nothing and answers the lease), then the lease joins the
+// waiters that this iteration serves (iterate answers it in this
+// iteration, with or without items). A client_id already waiting is
+// refused before anything is completed.
+func (e *Engine) handleCompleteThenLease(it *pass, r *Request, op *completeOp) (ReplyMode, error) {
+	if e.Loop.Waiters.waiting(r.Lease.ClientID, r.Lease.Owner) {
+		return 0, errDuplicateClient
+	}
+	if _, err := e.handleComplete(it, op); err != nil {
+		return 0, err
+	}
+	if err := e.Loop.Waiters.add(r, it.now); err != nil {
+		return 0, fmt.Errorf("queue '%s': lease after its completes: %w", it.info.Name, err) // checked above
+	}
+	e.Loop.Consumers.seen(r.Lease.ClientID, r.Lease.Owner, it.now)
+	it.joined = append(it.joined, r)
+	return noReply, nil
 }
 
 // handleRenew runs a renew (Engine.Renew).

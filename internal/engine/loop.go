@@ -260,6 +260,15 @@ func (l *Loop) CallLease(ctx context.Context, w *LeaseWait) error {
 	return l.call(&Request{Ctx: ctx, Lease: w, done: make(chan error, 1)}, true)
 }
 
+// callLeaseAfter sends a lease that runs op first, in the iteration
+// (Engine.Lease with completes): it reaches the iteration as a request,
+// joins the Waiters there once op succeeded, and is answered in that
+// iteration, with the items it got or none. It writes, so it is not
+// abandonable.
+func (l *Loop) callLeaseAfter(ctx context.Context, w *LeaseWait, op Op) error {
+	return l.call(&Request{Ctx: ctx, Op: op, Lease: w, done: make(chan error, 1)}, false)
+}
+
 func (l *Loop) call(r *Request, abandonable bool) error {
 	select {
 	case <-l.stop:
@@ -454,7 +463,7 @@ func (l *Loop) iterate(batch []*Request, poll bool) {
 			l.report(v, "queue loop iteration panicked; its requests were failed and the queue is reloaded from storage")
 			work := make([]*Request, 0, len(batch))
 			for _, r := range batch {
-				if r.Lease == nil {
+				if r.Op != nil {
 					work = append(work, r)
 				}
 			}
@@ -464,7 +473,7 @@ func (l *Loop) iterate(batch []*Request, poll bool) {
 	now := l.clock.Now().UnixNano()
 	work := batch[:0:0]
 	for _, r := range batch {
-		if r.Lease == nil {
+		if r.Op != nil { // a request, or a lease that runs its op first
 			work = append(work, r)
 		} else if err := l.Waiters.add(r, now); err != nil {
 			r.Answer(err)
@@ -568,7 +577,7 @@ func (l *Loop) drain() {
 		work := batch[:0]
 		for _, r := range batch {
 			if r.Lease != nil {
-				r.Answer(l.stopErr)
+				r.Answer(l.stopErr) // nothing of it done
 				continue
 			}
 			work = append(work, r)

@@ -139,7 +139,9 @@ func (e *Engine) Produce(ctx context.Context, items []queue.ProduceItem) error {
 }
 
 // Lease waits up to p.Timeout for ready items and leases up to p.BatchSize
-// of them from one partition: the one with the most ready items, shared
+// of them from one partition (with p.Complete, it first completes those
+// items, in the same iteration, and answers at once: see
+// queue.LeaseParams.Complete): the one with the most ready items, shared
 // item by item with the other leases waiting on it when there are not
 // enough for all (Serve). Returns an apierr.Retry error when none
 // came. A lease whose ctx ends after the loop served it but before the
@@ -150,6 +152,18 @@ func (e *Engine) Lease(ctx context.Context, p queue.LeaseParams) (queue.LeaseRes
 	}
 	w := &LeaseWait{ClientID: p.ClientID, Owner: p.Owner, BatchSize: p.BatchSize, Timeout: p.Timeout, MaxBytes: p.MaxBytes,
 		LeaseTimeout: p.LeaseTimeout, Abandoned: e.giveBack}
+	if len(p.Complete) > 0 {
+		// One iteration completes and leases (handleCompleteThenLease).
+		if err := e.Loop.callLeaseAfter(ctx, w, &completeOp{partition: p.CompletePartition, ids: p.Complete}); err != nil {
+			return queue.LeaseResult{}, err
+		}
+		if ctx.Err() != nil && len(w.Result.Items) > 0 {
+			// The caller went away: nobody will see these items.
+			go e.giveBack(w.Result)
+			return queue.LeaseResult{}, ctx.Err()
+		}
+		return w.Result, nil
+	}
 	if err := e.Loop.CallLease(ctx, w); err != nil {
 		return queue.LeaseResult{}, err
 	}

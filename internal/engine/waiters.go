@@ -1,6 +1,7 @@
 package engine
 
 import (
+	"slices"
 	"sync/atomic"
 	"time"
 
@@ -28,14 +29,33 @@ func (ws *Waiters) Len() int { return int(ws.n.Load()) }
 // count it saw last.
 func (ws *Waiters) Joined() uint64 { return ws.joined }
 
+// waiting reports whether a live lease of client (of owner) waits.
+func (ws *Waiters) waiting(client, owner string) bool {
+	for _, w := range ws.list {
+		if w.Lease.ClientID == client && w.Lease.Owner == owner && w.Ctx.Err() == nil {
+			return true
+		}
+	}
+	return false
+}
+
+// remove drops r from the waiters; false when it is not among them.
+func (ws *Waiters) remove(r *Request) bool {
+	i := slices.Index(ws.list, r)
+	if i < 0 {
+		return false
+	}
+	ws.list = slices.Delete(ws.list, i, i+1)
+	ws.n.Store(int32(len(ws.list)))
+	return true
+}
+
 // add adds a lease request; a client_id that has a live lease waiting is
 // refused (400).
 func (ws *Waiters) add(r *Request, now int64) error {
-	for _, w := range ws.list {
-		if w.Lease.ClientID == r.Lease.ClientID && w.Lease.Owner == r.Lease.Owner && w.Ctx.Err() == nil {
-			// Querator's message, word for word (issue 25).
-			return errDuplicateClient
-		}
+	if ws.waiting(r.Lease.ClientID, r.Lease.Owner) {
+		// Querator's message, word for word (issue 25).
+		return errDuplicateClient
 	}
 	r.Deadline = now + int64(r.Lease.Timeout)
 	ws.list = append(ws.list, r)

@@ -50,6 +50,15 @@ type LeaseParams struct {
 	// VisibilityTimeout, so a receive is one call to the loop. The caller
 	// bounds it (SQS: 1 s to 12 h).
 	LeaseTimeout time.Duration
+	// Complete, when not empty, lists leased items of partition
+	// CompletePartition that the lease completes first, in the same step
+	// of the queue's loop (one storage write or transaction for both: a
+	// worker completes its previous batch with its next lease; issue 52).
+	// Every id must be leased in that partition, or nothing is completed
+	// or leased and the error of Complete answers. Such a lease does not
+	// wait: it answers at once, with the items ready then, or none.
+	Complete          []uint64
+	CompletePartition int32
 }
 
 // LeasedItem is an item handed out by a lease.

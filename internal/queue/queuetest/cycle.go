@@ -541,6 +541,50 @@ var cycleRows = []row{
 		c, _ = e.counts(q)
 		require.Equal(e.t, counts{total: 2, ready: 1, leased: 1, failures: 1}, c)
 	}},
+	{"LeaseCompletesFirst", func(e *env) {
+		// A lease may complete the previous batch in the same step
+		// (LeaseParams.Complete): all of it or nothing, and it never waits.
+		q := e.create("q", nil)
+		e.produce(q, "a", "b", "c")
+		part, a := e.leaseOne(q, "a")
+		next := func(ids ...uint64) (queue.LeaseResult, error) {
+			return q.Lease(e.ctx, queue.LeaseParams{BatchSize: 1, ClientID: "w", Timeout: time.Minute, Complete: ids, CompletePartition: part})
+		}
+		res, err := next(a.ID)
+		require.NoError(e.t, err)
+		require.Equal(e.t, []string{"b"}, payloads(res.Items))
+		c, _ := e.counts(q)
+		require.Equal(e.t, counts{total: 2, ready: 1, leased: 1}, c, "a completed, b leased")
+		// An id not leased: nothing completed, nothing leased.
+		b := res.Items[0]
+		_, err = next(b.ID, a.ID)
+		requireNotLeased(e.t, err, a.ID)
+		c, _ = e.counts(q)
+		require.Equal(e.t, counts{total: 2, ready: 1, leased: 1}, c, "b still leased, c still ready")
+		e.leaseOne(q, "c") // another client: nothing is ready now
+		// A client already waiting: refused before anything is completed.
+		wait := e.leaseAsync(q, queue.LeaseParams{BatchSize: 1, ClientID: "w", Timeout: time.Minute})
+		e.waitLeaseWaiting(q, 1)
+		_, err = next(b.ID)
+		ae, ok := apierr.As(err)
+		require.True(e.t, ok, "%v", err)
+		require.Equal(e.t, apierr.Invalid, ae.Code)
+		require.Contains(e.t, ae.Message, "duplicate client id")
+		e.produce(q, "d")
+		res, err = wait()
+		require.NoError(e.t, err)
+		require.Equal(e.t, []string{"d"}, payloads(res.Items), "the waiting lease takes d")
+		c, _ = e.counts(q)
+		require.Equal(e.t, counts{total: 3, leased: 3}, c, "b was not completed")
+		// Nothing ready: answered at once with no items (the fake clock
+		// never reaches the minute's request timeout), b completed.
+		res, err = next(b.ID)
+		require.NoError(e.t, err)
+		require.Empty(e.t, res.Items)
+		c, _ = e.counts(q)
+		require.Equal(e.t, counts{total: 2, leased: 2}, c)
+		require.Zero(e.t, func() int { st, _ := q.Stats(e.ctx); return st.LeaseWaiting }(), "it does not stay waiting")
+	}},
 	{"HistoryKeepsTenMostRecent", func(e *env) {
 		q := e.create("q", nil)
 		e.produce(q, "a")

@@ -1,0 +1,55 @@
+package service_test
+
+import (
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+
+	"github.com/styxq/styx/internal/servertest"
+	pb "github.com/styxq/styx/styxpb"
+)
+
+// TestLeaseCompletesFirst checks queue.lease's complete_ids (issue 52)
+// through the Go client on every backend: the lease completes the previous
+// batch and takes the next in one call, all or nothing, and answers at once
+// with no items when none is ready.
+func TestLeaseCompletesFirst(t *testing.T) {
+	servertest.ForEachBackend(t, func(t *testing.T, b servertest.Backend) {
+		s := servertest.Start(t, b)
+		s.CreateQueue(&pb.QueueInfo{QueueName: "lc"})
+		s.Produce("lc", "a", "b")
+		first := s.Lease("lc", 1)
+		require.Len(t, first.Items, 1)
+		next := func(ids ...string) (*pb.QueueLeaseResponse, error) {
+			return s.C.QueueLease(ctx, &pb.QueueLeaseRequest{QueueName: "lc", BatchSize: 1, ClientId: "w", RequestTimeout: "1m",
+				CompleteIds: ids, CompletePartition: first.Partition})
+		}
+		res, err := next(first.Items[0].Id)
+		require.NoError(t, err)
+		require.Len(t, res.Items, 1)
+		assert.Equal(t, "b", string(res.Items[0].Bytes))
+		assert.Len(t, s.Items("lc"), 1, "a completed")
+
+		// An id not leased: 400 naming it, nothing completed or leased.
+		_, err = next(res.Items[0].Id, first.Items[0].Id)
+		servertest.RequireCode(t, err, 400, first.Items[0].Id, "not leased")
+		items := s.Items("lc")
+		require.Len(t, items, 1)
+		assert.Equal(t, res.Items[0].Id, items[0].Id, "b is still there")
+
+		// A malformed id: 400 naming the field.
+		_, err = next("nope")
+		servertest.RequireCode(t, err, 400, "complete_ids")
+
+		// Nothing ready: answered at once (not after the minute's
+		// request_timeout) with no items, b completed.
+		start := time.Now()
+		empty, err := next(res.Items[0].Id)
+		require.NoError(t, err)
+		assert.Empty(t, empty.Items)
+		assert.Less(t, time.Since(start), 30*time.Second, "it does not wait for request_timeout")
+		assert.Empty(t, s.Items("lc"))
+	})
+}
