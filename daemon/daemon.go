@@ -646,8 +646,13 @@ func (d *Daemon) serve(ctx context.Context, m backend, tasks store.TaskStore, ks
 			return nil, err
 		}
 	}
-	d.redrives, err = redrive.New(ctx, redrive.Config{Queues: m, Store: tasks, Clock: cfg.Clock, Log: cfg.Log, Metrics: d.Metrics})
+	// The queue history counts the produces and completes of both APIs and
+	// the redrives' arrivals, and keeps its minutes in the store (ADR 0025).
+	hist := d.startHistory(m, hs)
+	counted := history.Counting(m, hist)
+	d.redrives, err = redrive.New(ctx, redrive.Config{Queues: counted, Store: tasks, Clock: cfg.Clock, Log: cfg.Log, Metrics: d.Metrics})
 	if err != nil {
+		d.stopHistory()
 		m.Close()
 		d.closeStore()
 		return nil, err
@@ -656,10 +661,6 @@ func (d *Daemon) serve(ctx context.Context, m backend, tasks store.TaskStore, ks
 	if ui == nil {
 		ui = web.Handler()
 	}
-	// The queue history counts the produces and completes of both APIs,
-	// and keeps its minutes in the store (ADR 0025).
-	hist := d.startHistory(m, hs)
-	counted := history.Counting(m, hist)
 	var sqsHandler *sqs.Handler
 	if !cfg.DisableSQS {
 		// A shared store (PostgreSQL) keeps the FIFO answers of every node;

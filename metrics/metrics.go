@@ -64,6 +64,10 @@ type Metrics struct {
 	// postgres exports the PostgreSQL primary's replication state and
 	// commit waits (postgres.go: ObservePostgres).
 	postgres *postgresCollector
+
+	// arrivals are the listeners of dead items' arrivals by error group
+	// (arrivals.go: OnDeadArrival, DeadArrived).
+	arrivals arrivalListeners
 }
 
 // QueueSample is one queue's state at one moment, for the gauges.

@@ -32,13 +32,12 @@ func (s *Service) QueuesHistory(ctx context.Context, req *pb.QueuesHistoryReques
 	if err != nil {
 		return nil, err
 	}
-	dlqs := queue.DeadLetterQueues(infos)
 	out := &pb.QueuesHistoryResponse{QueueName: req.QueueName, IntervalSeconds: int32(history.Interval.Seconds()), GroupPatterns: map[string]string{}}
 	if req.QueueName != "" {
 		if _, _, err := s.queueInfo(ctx, req.QueueName); err != nil {
 			return nil, err
 		}
-		points, patterns := s.h.History(ctx, req.QueueName, dlqs[req.QueueName])
+		points, patterns := s.h.History(ctx, req.QueueName)
 		for _, p := range points {
 			out.Points = append(out.Points, &pb.HistoryPoint{At: ts(p.At), Produced: p.Produced, Completed: p.Completed,
 				DeadLettered: p.DeadLettered, Depth: p.Depth, DeadByGroup: p.DeadByGroup})

@@ -10,24 +10,28 @@
 // deleted with it.
 //
 // The counts come from what the server does anyway: produce and complete
-// calls through the queues Counting wraps, the styx_dead_lettered_total
-// counter (metrics.Metrics.DeadLettered), each queue's stats (depth) and a
-// dead-letter queue's error groups (their counts' growth between samples;
-// a redrive or delete in the same minute hides as many arrivals). Samples
-// are taken every SampleEvery (real time) by Run, and for one queue when
-// its history is read.
+// calls through the queues Counting wraps (a redrive's arrivals in its
+// destination count as produced), the styx_dead_lettered_total counter
+// (metrics.Metrics.DeadLettered), each queue's stats (depth) and the dead
+// items' arrivals in a dead-letter queue by error group, counted by the
+// backends' dead-letter moves as the items die (metrics.DeadArrival;
+// issue 49: sampling the groups' counts let a redrive or delete in the
+// same sample hide as many arrivals). Each arrival brings its group's
+// error pattern, which the minute keeps, so a chart names a group whose
+// items are gone. Samples (depth, dead-lettered) are taken every
+// SampleEvery (real time) by Run, and for one queue when its history is
+// read.
 //
 // Each server (process) writes records of its own, under a node id that
 // orders servers by start time (store.HistoryMinute.Node); a record is
 // replaced, never added to, when written again. A read merges the stored
-// records of the other servers with this one's ring: produced, completed
-// and dead-lettered add up (each server counts the calls it served and the
-// deaths its loops caused), while depth and arrivals by group, which every
-// server observes of the same shared queue, are taken from one server per
-// minute, the earliest started that sampled it, so they are not doubled.
-// A restart therefore continues the chart (the minute of the restart
-// loses the group arrivals the new process saw before its first sample),
-// and a crash loses at most the minute in progress and the finished one
+// records of the other servers with this one's ring: produced, completed,
+// dead-lettered and arrivals by group add up (each server counts the calls
+// it served and the deaths its loops caused), while depth, which every
+// server observes of the same shared queue, is taken from one server per
+// minute, the earliest started that sampled it, so it is not doubled.
+// A restart therefore continues the chart, and a crash loses at most the
+// minute in progress and the finished one
 // not yet written (Run writes within SampleEvery of a minute's end, and
 // at once when a count or sample starts a new minute). A failed write is
 // logged and retried at the next flush while the minute is in the ring; it
@@ -38,7 +42,9 @@ import (
 	"context"
 	"fmt"
 	"log/slog"
+	"maps"
 	"math/rand/v2"
+	"strings"
 	"sync"
 	"time"
 
@@ -62,9 +68,12 @@ const (
 	// Retention is how long the store keeps a queue's minutes (WithStore):
 	// older ones are pruned.
 	Retention = 24 * time.Hour
-	// maxGroups bounds the error groups followed per dead-letter queue
-	// (the largest).
+	// maxGroups bounds the error groups a minute counts apart; the
+	// arrivals of others in the minute count under OtherGroups.
 	maxGroups = 100
+	// maxPatternBytes bounds the error pattern kept per group and minute
+	// (a chart's legend): longer ones are cut.
+	maxPatternBytes = 512
 	// pruneEvery is how often Run prunes the store.
 	pruneEvery = time.Hour
 	// writeTimeout bounds one write (or prune) of the store by Run.
@@ -76,6 +85,11 @@ const (
 	// writeChunk is the most minutes one PutHistory call carries.
 	writeChunk = 1000
 )
+
+// OtherGroups is the key of Point.DeadByGroup that counts the arrivals of
+// the error groups beyond the first 100 of a minute. It is no fingerprint
+// (16 hex digits) and has no pattern.
+const OtherGroups = "other"
 
 // Point is one minute of a queue's history.
 type Point struct {
@@ -89,7 +103,8 @@ type Point struct {
 	// minute's last sample; -1 when none was taken.
 	Depth int64
 	// DeadByGroup, on a dead-letter queue, counts the items that arrived
-	// in the minute by error group fingerprint.
+	// in the minute by error group fingerprint (OtherGroups past 100
+	// groups), counted as they died.
 	DeadByGroup map[string]int64
 }
 
@@ -101,7 +116,9 @@ type bucket struct {
 	produced, completed, dead int64
 	depth                     int64
 	byGroup                   map[string]int64
-	changes, written          uint32
+	// patterns are the error patterns of byGroup's fingerprints.
+	patterns         map[string]string
+	changes, written uint32
 }
 
 // ring is one queue's history and what its sampling remembers.
@@ -111,10 +128,6 @@ type ring struct {
 	// queue and reason) at the last sample: 0 before the first, as the
 	// counter (both start with the process).
 	deadSeen float64
-	// groups are the dead-letter queue's group counts at the last sample
-	// (nil before the first), and patterns their error patterns.
-	groups   map[string]int64
-	patterns map[string]string
 	// made is the Recorder's made count when the ring was made: Sample
 	// drops only rings made before its list of queues was read.
 	made uint64
@@ -126,7 +139,6 @@ type Recorder struct {
 	m     queue.Queues
 	clock clock.Clock
 	dead  *prometheus.CounterVec
-	start time.Time // when the recorder began: queues created since are watched from birth
 	// node is this recorder's id in the store: its start (Unix
 	// nanoseconds, 16 hex digits, so that ids sort by start) and 8 random
 	// hex digits.
@@ -149,13 +161,16 @@ type Recorder struct {
 	made        uint64 // rings made so far
 }
 
-// New returns a Recorder over the queues of m, reading time from c and
-// dead letters from met's counter. It keeps its history in memory only
-// until WithStore gives it a store.
+// New returns a Recorder over the queues of m, reading time from c, dead
+// letters from met's counter and dead items' arrivals by error group from
+// met's listeners (metrics.Metrics.OnDeadArrival). It keeps its history in
+// memory only until WithStore gives it a store.
 func New(m queue.Queues, c clock.Clock, met *metrics.Metrics) *Recorder {
 	start := c.Now()
-	return &Recorder{m: m, clock: c, dead: met.DeadLettered, start: start, rings: map[string]*ring{},
+	r := &Recorder{m: m, clock: c, dead: met.DeadLettered, rings: map[string]*ring{},
 		node: fmt.Sprintf("%016x-%08x", uint64(start.UnixNano()), rand.Uint32()), kick: make(chan struct{}, 1)}
+	met.OnDeadArrival(r.arrived)
+	return r
 }
 
 // WithStore makes r keep its minutes in st as well (see the package
@@ -214,6 +229,35 @@ func (r *Recorder) Completed(q string, n int) {
 	r.mu.Unlock()
 }
 
+// arrived counts dead items that arrived in a dead-letter queue now, by
+// error group, with the group's pattern. Called by the backends' loops
+// (metrics.Metrics.DeadArrived): it only takes mu.
+func (r *Recorder) arrived(a metrics.DeadArrival) {
+	now := r.clock.Now()
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	b := r.at(a.DeadQueue, now)
+	fp := a.Fingerprint
+	if _, ok := b.byGroup[fp]; !ok && len(b.byGroup) >= maxGroups {
+		fp = OtherGroups
+	}
+	if b.byGroup == nil {
+		b.byGroup, b.patterns = map[string]int64{}, map[string]string{}
+	}
+	b.byGroup[fp] += int64(a.Count)
+	if fp != OtherGroups {
+		b.patterns[fp] = cutPattern(a.Pattern)
+	}
+}
+
+// cutPattern returns p cut to maxPatternBytes on a character boundary.
+func cutPattern(p string) string {
+	if len(p) <= maxPatternBytes {
+		return p
+	}
+	return strings.ToValidUTF8(p[:maxPatternBytes], "")
+}
+
 // Forget drops the history of q (a deleted queue).
 func (r *Recorder) Forget(q string) {
 	r.mu.Lock()
@@ -243,8 +287,8 @@ func (r *Recorder) deadTotals() map[string]float64 {
 	return out
 }
 
-// Sample samples every queue: depth, dead letters, and the groups of
-// dead-letter queues. Run calls it every SampleEvery.
+// Sample samples every queue: depth and dead letters. Run calls it every
+// SampleEvery.
 func (r *Recorder) Sample(ctx context.Context) error {
 	r.mu.Lock()
 	listed := r.made // a ring made after this may be of a queue created after the list
@@ -253,13 +297,12 @@ func (r *Recorder) Sample(ctx context.Context) error {
 	if err != nil {
 		return err
 	}
-	dlqs := queue.DeadLetterQueues(infos)
 	dead := r.deadTotals()
 	for _, info := range infos {
 		if ctx.Err() != nil {
 			return ctx.Err()
 		}
-		r.sampleQueue(ctx, info, dlqs[info.Name], dead)
+		r.sampleQueue(ctx, info.Name, dead)
 	}
 	live := make(map[string]bool, len(infos))
 	for _, info := range infos {
@@ -277,8 +320,7 @@ func (r *Recorder) Sample(ctx context.Context) error {
 
 // sampleQueue samples one queue; dead holds the dead-letter totals by
 // source queue (nil: read them).
-func (r *Recorder) sampleQueue(ctx context.Context, info queue.QueueInfo, isDLQ bool, dead map[string]float64) {
-	q := info.Name
+func (r *Recorder) sampleQueue(ctx context.Context, q string, dead map[string]float64) {
 	l, err := r.m.Get(q)
 	if err != nil {
 		return
@@ -293,17 +335,6 @@ func (r *Recorder) sampleQueue(ctx context.Context, info queue.QueueInfo, isDLQ 
 			depth += int64(p.Total)
 		}
 	}
-	var groups map[string]int64
-	var patterns map[string]string
-	if isDLQ {
-		if g, err := l.ErrorGroups(ctx, queue.ErrorGroupFilter{}, maxGroups); err == nil {
-			groups, patterns = map[string]int64{}, map[string]string{}
-			for _, x := range g.Groups {
-				groups[x.Fingerprint] += x.Count
-				patterns[x.Fingerprint] = x.Pattern
-			}
-		}
-	}
 	now := r.clock.Now()
 	r.mu.Lock()
 	defer r.mu.Unlock()
@@ -316,24 +347,6 @@ func (r *Recorder) sampleQueue(ctx context.Context, info queue.QueueInfo, isDLQ 
 		b.dead += int64(d - g.deadSeen)
 	}
 	g.deadSeen = dead[q]
-	if groups != nil {
-		if g.groups == nil && !info.CreatedAt.IsZero() && !info.CreatedAt.Before(r.start) {
-			// Created while the recorder ran: every item it holds
-			// arrived since, counted now.
-			g.groups = map[string]int64{}
-		}
-		if g.groups != nil {
-			for fp, n := range groups {
-				if grew := n - g.groups[fp]; grew > 0 {
-					if b.byGroup == nil {
-						b.byGroup = map[string]int64{}
-					}
-					b.byGroup[fp] += grew
-				}
-			}
-		}
-		g.groups, g.patterns = groups, patterns
-	}
 }
 
 // Run samples every queue every SampleEvery until ctx ends. With a store
@@ -398,10 +411,7 @@ func (r *Recorder) write(ctx context.Context, all bool) {
 			m := store.HistoryMinute{Queue: q, At: minuteTime(b.minute), Node: r.node, Produced: b.produced,
 				Completed: b.completed, DeadLettered: b.dead, Depth: b.depth}
 			if len(b.byGroup) > 0 {
-				m.DeadByGroup = make(map[string]int64, len(b.byGroup))
-				for fp, n := range b.byGroup {
-					m.DeadByGroup[fp] = n
-				}
+				m.DeadByGroup, m.GroupPatterns = maps.Clone(b.byGroup), maps.Clone(b.patterns)
 			}
 			out = append(out, m)
 			refs = append(refs, written{queue: q, minute: b.minute, changes: b.changes})
@@ -455,28 +465,19 @@ func minuteTime(minute int64) time.Time {
 
 // History samples q and returns its last Points minutes, oldest first (the
 // current minute last), and the error patterns of the groups its points
-// name. isDLQ says whether q is a dead-letter queue (its groups are
-// followed). With a store, the minutes of other servers and of earlier
-// processes are merged in (see the package comment); when the store cannot
-// be read, the answer is this server's ring alone (logged).
-func (r *Recorder) History(ctx context.Context, q string, isDLQ bool) ([]Point, map[string]string) {
-	info, err := r.m.Info(ctx, q)
-	if err != nil {
-		info = queue.QueueInfo{Name: q}
-	}
-	r.sampleQueue(ctx, info, isDLQ, nil)
+// name, as the minutes kept them ("" for a group whose pattern is not
+// known, such as one counted before patterns were kept; none for
+// OtherGroups). With a store, the minutes of other servers and of earlier
+// processes are merged in (see the package comment); when the store
+// cannot be read, the answer is this server's ring alone (logged).
+func (r *Recorder) History(ctx context.Context, q string) ([]Point, map[string]string) {
+	r.sampleQueue(ctx, q, nil)
 	cur := r.clock.Now().Unix() / int64(Interval/time.Second)
 	stored := r.read(ctx, []string{q}, cur)
 	r.mu.Lock()
 	defer r.mu.Unlock()
-	g := r.ringOf(q)
-	out := r.merge(g, stored[q], cur, true)
 	patterns := map[string]string{}
-	for _, p := range out {
-		for fp := range p.DeadByGroup {
-			patterns[fp] = g.patterns[fp]
-		}
-	}
+	out := r.merge(r.ringOf(q), stored[q], cur, patterns)
 	return out, patterns
 }
 
@@ -488,7 +489,7 @@ func (r *Recorder) Sum(ctx context.Context, queues []queue.QueueInfo) []Point {
 	dead := r.deadTotals()
 	names := make([]string, len(queues))
 	for i, info := range queues {
-		r.sampleQueue(ctx, info, false, dead)
+		r.sampleQueue(ctx, info.Name, dead)
 		names[i] = info.Name
 	}
 	cur := r.clock.Now().Unix() / int64(Interval/time.Second)
@@ -500,7 +501,7 @@ func (r *Recorder) Sum(ctx context.Context, queues []queue.QueueInfo) []Point {
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	for _, q := range names {
-		for i, p := range r.merge(r.ringOf(q), stored[q], cur, false) {
+		for i, p := range r.merge(r.ringOf(q), stored[q], cur, nil) {
 			o := &out[i]
 			o.Produced += p.Produced
 			o.Completed += p.Completed
@@ -543,16 +544,35 @@ func (r *Recorder) read(ctx context.Context, queues []string, cur int64) map[str
 
 // merge returns the Points minutes ending with minute cur of ring g and
 // the stored records of other servers (sorted by minute, then node):
-// counts added, depth and groups (when groups) from the earliest started
-// server that sampled the minute (the smallest node id with a depth), or
-// else the earliest of all. Needs mu.
-func (r *Recorder) merge(g *ring, stored []store.HistoryMinute, cur int64, groups bool) []Point {
+// counts added, arrivals by group too (when patterns is not nil, which
+// gets the groups' patterns), depth from the earliest started server that
+// sampled the minute (the smallest node id with a depth), or else the
+// earliest of all. Needs mu.
+func (r *Recorder) merge(g *ring, stored []store.HistoryMinute, cur int64, patterns map[string]string) []Point {
 	out := make([]Point, Points)
 	first := cur - Points + 1
 	type obs struct {
-		node    string
-		depth   int64
-		byGroup map[string]int64
+		node  string
+		depth int64
+	}
+	addGroups := func(p *Point, byGroup map[string]int64, ps map[string]string) {
+		if patterns == nil || len(byGroup) == 0 {
+			return
+		}
+		if p.DeadByGroup == nil {
+			p.DeadByGroup = make(map[string]int64, len(byGroup))
+		}
+		for fp, n := range byGroup {
+			p.DeadByGroup[fp] += n
+			if fp == OtherGroups {
+				continue
+			}
+			if pattern, ok := ps[fp]; ok {
+				patterns[fp] = pattern
+			} else if _, ok := patterns[fp]; !ok {
+				patterns[fp] = "" // named in the answer, its pattern unknown
+			}
+		}
 	}
 	chosen := make([]*obs, Points)
 	pick := func(i int, o obs) {
@@ -566,7 +586,8 @@ func (r *Recorder) merge(g *ring, stored []store.HistoryMinute, cur int64, group
 		out[i] = Point{At: minuteTime(minute), Depth: -1}
 		if b := &g.b[minute%Points]; b.minute == minute {
 			out[i].Produced, out[i].Completed, out[i].DeadLettered = b.produced, b.completed, b.dead
-			pick(i, obs{node: r.node, depth: b.depth, byGroup: b.byGroup})
+			addGroups(&out[i], b.byGroup, b.patterns)
+			pick(i, obs{node: r.node, depth: b.depth})
 		}
 	}
 	for _, m := range stored {
@@ -577,18 +598,12 @@ func (r *Recorder) merge(g *ring, stored []store.HistoryMinute, cur int64, group
 		out[i].Produced += m.Produced
 		out[i].Completed += m.Completed
 		out[i].DeadLettered += m.DeadLettered
-		pick(int(i), obs{node: m.Node, depth: m.Depth, byGroup: m.DeadByGroup})
+		addGroups(&out[i], m.DeadByGroup, m.GroupPatterns)
+		pick(int(i), obs{node: m.Node, depth: m.Depth})
 	}
 	for i, c := range chosen {
-		if c == nil {
-			continue
-		}
-		out[i].Depth = c.depth
-		if groups && len(c.byGroup) > 0 {
-			out[i].DeadByGroup = make(map[string]int64, len(c.byGroup))
-			for fp, n := range c.byGroup {
-				out[i].DeadByGroup[fp] = n
-			}
+		if c != nil {
+			out[i].Depth = c.depth
 		}
 	}
 	return out
@@ -628,6 +643,16 @@ type countingQueue struct {
 
 func (c countingQueue) Produce(ctx context.Context, items []queue.ProduceItem) error {
 	err := c.Queue.Produce(ctx, items)
+	if err == nil {
+		c.r.Produced(c.Name(), len(items))
+	}
+	return err
+}
+
+// TakeRedriven counts a redrive's arrivals in q as produced (issue 49: a
+// queue that got 101 redriven items showed 0 produced).
+func (c countingQueue) TakeRedriven(ctx context.Context, items []queue.RedriveItem) error {
+	err := c.Queue.TakeRedriven(ctx, items)
 	if err == nil {
 		c.r.Produced(c.Name(), len(items))
 	}

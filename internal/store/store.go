@@ -426,8 +426,8 @@ type KeyStore interface {
 // HistoryMinute is one minute of one queue's history as one server counted
 // it (internal/history). Several servers on one store (PostgreSQL) each
 // write a record of their own for the minute; a reader merges them
-// (ADR 0025): the counts add up, depth and arrivals by group are one
-// server's observation of the shared queue.
+// (ADR 0025): the counts (arrivals by group included, since issue 49)
+// add up; depth is one server's observation of the shared queue.
 type HistoryMinute struct {
 	// Queue is the queue's name.
 	Queue string
@@ -444,9 +444,14 @@ type HistoryMinute struct {
 	// Depth is the queue's items (ready, leased, scheduled) at the node's
 	// last sample of the minute; -1 when it took none.
 	Depth int64
-	// DeadByGroup, on a dead-letter queue, counts the items the node saw
-	// arrive in the minute by error group fingerprint; nil when none.
+	// DeadByGroup, on a dead-letter queue, counts the items that arrived
+	// in the minute by error group fingerprint, as the node's dead-letter
+	// moves counted them when the items died; nil when none.
 	DeadByGroup map[string]int64
+	// GroupPatterns holds the error pattern of each fingerprint of
+	// DeadByGroup (when known), so that a chart names a group whose items
+	// are gone; nil when none. Records written before issue 49 have none.
+	GroupPatterns map[string]string
 }
 
 // HistoryStore keeps the queues' per-minute history (internal/history), so

@@ -6,6 +6,7 @@ import (
 
 	"github.com/styxq/styx/internal/fingerprint"
 	"github.com/styxq/styx/internal/queue"
+	"github.com/styxq/styx/metrics"
 )
 
 // The dead-letter move, between the source queue's loop (S) and the
@@ -239,6 +240,7 @@ func (l *Logical) moved(res moveResult) {
 	l.inflight--
 	now := l.cfg.Clock.Now().UnixNano()
 	current := 0
+	var arrived metrics.Arrivals
 	for i := range res.op.items {
 		d := &res.op.items[i]
 		if int(d.partition) >= len(l.parts) || l.parts[d.partition].items[d.id] != d.item {
@@ -252,8 +254,10 @@ func (l *Logical) moved(res moveResult) {
 		}
 		l.cfg.Metrics.DeadLettered.WithLabelValues(l.name, l.info.DeadQueue, d.reason).Inc()
 		l.cfg.Metrics.ItemAttempts.WithLabelValues("dead_lettered").Observe(float64(d.attempts))
+		arrived.Add(d.reason, d.errors.LastError)
 		l.confirmed = append(l.confirmed, d)
 	}
+	arrived.Report(l.cfg.Metrics, l.name, l.info.DeadQueue)
 	if res.err != nil {
 		l.cfg.Log.Error("dead-letter move failed; will retry", "queue", l.name,
 			"dead_queue", l.info.DeadQueue, "items", len(res.op.items), "error", res.err)

@@ -27,6 +27,13 @@ const historyMigration = `CREATE TABLE styx_history (
 );
 CREATE INDEX styx_history_at ON styx_history (at);`
 
+// historyPatternsMigration gives styx_history the error pattern of each
+// group of dead_by_group (store.HistoryMinute.GroupPatterns; issue 49), a
+// JSON object by fingerprint, NULL when none (a migration of schema.go).
+// Nullable without a default: adding it rewrites no row. Part of a released
+// migration once released: append a new one rather than change it.
+const historyPatternsMigration = `ALTER TABLE styx_history ADD COLUMN group_patterns jsonb;`
+
 // PutHistory implements store.HistoryStore: one statement for every
 // minute, each node's rows its own (ON CONFLICT replaces the node's row:
 // a retried write counts nothing twice, and no two nodes write one row).
@@ -38,7 +45,7 @@ func (s *Store) PutHistory(ctx context.Context, minutes []store.HistoryMinute) e
 	n := len(minutes)
 	queues, nodes := make([]string, n), make([]string, n)
 	at, produced, completed, dead, depth := make([]int64, n), make([]int64, n), make([]int64, n), make([]int64, n), make([]int64, n)
-	groups := make([]*string, n)
+	groups, patterns := make([]*string, n), make([]*string, n)
 	for i, m := range minutes {
 		queues[i], nodes[i], at[i] = m.Queue, m.Node, m.At.UnixNano()
 		produced[i], completed[i], dead[i], depth[i] = m.Produced, m.Completed, m.DeadLettered, m.Depth
@@ -47,16 +54,22 @@ func (s *Store) PutHistory(ctx context.Context, minutes []store.HistoryMinute) e
 			g := string(b)
 			groups[i] = &g
 		}
+		if len(m.GroupPatterns) > 0 {
+			b, _ := json.Marshal(m.GroupPatterns) // cannot fail: strings (invalid UTF-8 is replaced)
+			p := string(b)
+			patterns[i] = &p
+		}
 	}
-	_, err := s.pool.Exec(ctx, `INSERT INTO styx_history AS h (queue_id, at, node, produced, completed, dead_lettered, depth, dead_by_group)
-		SELECT q.id, u.at, u.node, u.produced, u.completed, u.dead, u.depth, u.groups::jsonb
-		FROM unnest($1::text[], $2::bigint[], $3::text[], $4::bigint[], $5::bigint[], $6::bigint[], $7::bigint[], $8::text[])
-			AS u(queue, at, node, produced, completed, dead, depth, groups)
+	_, err := s.pool.Exec(ctx, `INSERT INTO styx_history AS h (queue_id, at, node, produced, completed, dead_lettered, depth, dead_by_group, group_patterns)
+		SELECT q.id, u.at, u.node, u.produced, u.completed, u.dead, u.depth, u.groups::jsonb, u.patterns::jsonb
+		FROM unnest($1::text[], $2::bigint[], $3::text[], $4::bigint[], $5::bigint[], $6::bigint[], $7::bigint[], $8::text[], $9::text[])
+			AS u(queue, at, node, produced, completed, dead, depth, groups, patterns)
 		JOIN styx_queues q ON q.name = u.queue
 		ORDER BY q.id, u.at, u.node
 		ON CONFLICT (queue_id, at, node) DO UPDATE SET produced = excluded.produced, completed = excluded.completed,
-			dead_lettered = excluded.dead_lettered, depth = excluded.depth, dead_by_group = excluded.dead_by_group`,
-		queues, at, nodes, produced, completed, dead, depth, groups)
+			dead_lettered = excluded.dead_lettered, depth = excluded.depth, dead_by_group = excluded.dead_by_group,
+			group_patterns = excluded.group_patterns`,
+		queues, at, nodes, produced, completed, dead, depth, groups, patterns)
 	return wrap("put history", err)
 }
 
@@ -65,7 +78,8 @@ func (s *Store) ReadHistory(ctx context.Context, queues []string, from, to time.
 	if len(queues) == 0 || to.Before(from) {
 		return nil, nil
 	}
-	rows, err := s.pool.Query(ctx, `SELECT q.name, h.at, h.node, h.produced, h.completed, h.dead_lettered, h.depth, h.dead_by_group
+	rows, err := s.pool.Query(ctx, `SELECT q.name, h.at, h.node, h.produced, h.completed, h.dead_lettered, h.depth, h.dead_by_group,
+			h.group_patterns
 		FROM styx_history h JOIN styx_queues q ON q.id = h.queue_id
 		WHERE q.name = ANY($1) AND h.at BETWEEN $2 AND $3
 		ORDER BY q.name COLLATE "C", h.at, h.node COLLATE "C"`, queues, from.UnixNano(), to.UnixNano())
@@ -75,14 +89,19 @@ func (s *Store) ReadHistory(ctx context.Context, queues []string, from, to time.
 	out, err := pgx.CollectRows(rows, func(r pgx.CollectableRow) (store.HistoryMinute, error) {
 		var m store.HistoryMinute
 		var at int64
-		var groups []byte
-		if err := r.Scan(&m.Queue, &at, &m.Node, &m.Produced, &m.Completed, &m.DeadLettered, &m.Depth, &groups); err != nil {
+		var groups, patterns []byte
+		if err := r.Scan(&m.Queue, &at, &m.Node, &m.Produced, &m.Completed, &m.DeadLettered, &m.Depth, &groups, &patterns); err != nil {
 			return m, err
 		}
 		m.At = time.Unix(0, at).UTC()
 		if len(groups) > 0 {
 			if err := json.Unmarshal(groups, &m.DeadByGroup); err != nil {
 				return m, fmt.Errorf("queue %q at %v: dead_by_group: %w", m.Queue, m.At, err)
+			}
+		}
+		if len(patterns) > 0 {
+			if err := json.Unmarshal(patterns, &m.GroupPatterns); err != nil {
+				return m, fmt.Errorf("queue %q at %v: group_patterns: %w", m.Queue, m.At, err)
 			}
 		}
 		return m, nil

@@ -13,6 +13,7 @@ import (
 	"github.com/styxq/styx/internal/engine"
 	"github.com/styxq/styx/internal/fingerprint"
 	"github.com/styxq/styx/internal/queue"
+	"github.com/styxq/styx/metrics"
 )
 
 // The item statements. A locking subquery that picks rows is always a
@@ -542,12 +543,13 @@ type dlq struct {
 // before: ADR 0003's source_id rule, kept though the move is atomic here),
 // then sets the fingerprint of the last error of each item taken (their
 // error group; migration 5) on the rows it inserted. A dead item keeps its
-// attempts and first_leased_at. Returns how many the dead-letter queue
-// took.
-func moveDead(ctx context.Context, tx pgx.Tx, src uint64, srcName string, to dlq, ds []death, parts []int32, now int64) (int64, error) {
+// attempts and first_leased_at. Returns the items the dead-letter queue
+// took, by error group (metrics.Arrivals, reported once committed).
+func moveDead(ctx context.Context, tx pgx.Tx, src uint64, srcName string, to dlq, ds []death, parts []int32, now int64) (metrics.Arrivals, error) {
+	var arrived metrics.Arrivals
 	n := len(ds)
 	if len(parts) != n {
-		return 0, fmt.Errorf("dead-letter move: %d partitions for %d items", len(parts), n)
+		return arrived, fmt.Errorf("dead-letter move: %d partitions for %d items", len(parts), n)
 	}
 	ids, keys, reasons, srcIDs, attempts, set, lastErr, errs := make([]int64, n), make([]string, n), make([]string, n), make([]string, n),
 		make([]int32, n), make([]bool, n), make([]string, n), make([]*string, n)
@@ -579,27 +581,28 @@ func moveDead(ctx context.Context, tx pgx.Tx, src uint64, srcName string, to dlq
 			CASE WHEN m.set THEN m.errs::jsonb ELSE m.old_errors END, m.grp
 		FROM moved m ORDER BY m.id
 		ON CONFLICT (queue_id, source_key) DO NOTHING
-		RETURNING id, last_error`,
+		RETURNING id, last_error, dead_reason`,
 		int64(src), ids, keys, reasons, srcIDs, attempts, set, lastErr, errs, int64(to.id), parts, expire, srcName, now)
 	if err != nil {
-		return 0, err
+		return arrived, err
 	}
 	var taken []int64
 	var fps []string
 	var id int64
-	var last string
-	if _, err := pgx.ForEachRow(rows, []any{&id, &last}, func() error {
+	var last, reason string
+	if _, err := pgx.ForEachRow(rows, []any{&id, &last, &reason}, func() error {
 		taken, fps = append(taken, id), append(fps, fingerprint.Of(last))
+		arrived.Add(reason, last)
 		return nil
 	}); err != nil {
-		return 0, err
+		return metrics.Arrivals{}, err
 	}
 	if len(taken) > 0 {
 		if err := setFingerprints(ctx, tx, to.id, taken, fps); err != nil {
-			return 0, err
+			return metrics.Arrivals{}, err
 		}
 	}
-	return int64(len(taken)), nil
+	return arrived, nil
 }
 
 // setFingerprints sets the fingerprint of items whose rows the transaction

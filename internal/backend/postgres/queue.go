@@ -357,7 +357,8 @@ func (q *Queue) bury(ctx context.Context, tx pgx.Tx, it *iteration, ds []death) 
 	if err != nil {
 		return err
 	}
-	if _, err := moveDead(ctx, tx, q.id, q.name, dlq{id: to.ID, name: to.Name, expire: int64(to.ExpireTimeout)}, ds, parts, it.now); err != nil {
+	arrived, err := moveDead(ctx, tx, q.id, q.name, dlq{id: to.ID, name: to.Name, expire: int64(to.ExpireTimeout)}, ds, parts, it.now)
+	if err != nil {
 		return err
 	}
 	if err := q.holdGroups(ctx, tx, it, to.ID, ds); err != nil {
@@ -368,6 +369,7 @@ func (q *Queue) bury(ctx context.Context, tx pgx.Tx, it *iteration, ds []death) 
 		for reason, n := range reasons {
 			q.m.cfg.Metrics.DeadLettered.WithLabelValues(q.name, to.Name, reason).Add(float64(n))
 		}
+		arrived.Report(q.m.cfg.Metrics, q.name, to.Name)
 		for _, a := range attempts {
 			q.m.cfg.Metrics.ItemAttempts.WithLabelValues("dead_lettered").Observe(float64(a))
 		}

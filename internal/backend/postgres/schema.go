@@ -374,6 +374,10 @@ CREATE INDEX styx_items_scheduled ON styx_items (queue_id, partition, id) WHERE 
 	// too: a lease that found nothing), each a PL/pgSQL call over the
 	// statement's transition tables; one call costs about half as much.
 	oneTriggerMigration,
+	// 19: the error pattern of each group of a history minute's
+	// dead_by_group (history.go; issue 49), so a chart names a group
+	// whose items are gone.
+	historyPatternsMigration,
 }
 
 // oneTriggerMigration is migration 18.

@@ -36,7 +36,11 @@ func historyKey(queueID uint64, at time.Time, node string) []byte {
 // appendHistory encodes m's counts: the format byte, uvarints produced,
 // completed and dead-lettered, a varint depth, a uvarint count of groups,
 // then per group (in fingerprint order) a length-prefixed fingerprint and
-// a uvarint count.
+// a uvarint count; then, when m has group patterns, a uvarint count of
+// patterns and per pattern (in fingerprint order) a length-prefixed
+// fingerprint and a length-prefixed pattern. The patterns are a trailing
+// section within format 1: a reader from before them stops at the groups,
+// and a record without them ends there.
 func appendHistory(b []byte, m *store.HistoryMinute) []byte {
 	b = append(b, historyFormat)
 	b = binary.AppendUvarint(b, uint64(max(m.Produced, 0)))
@@ -53,6 +57,21 @@ func appendHistory(b []byte, m *store.HistoryMinute) []byte {
 		b = binary.AppendUvarint(b, uint64(len(fp)))
 		b = append(b, fp...)
 		b = binary.AppendUvarint(b, uint64(max(m.DeadByGroup[fp], 0)))
+	}
+	if len(m.GroupPatterns) == 0 {
+		return b
+	}
+	fps = fps[:0]
+	for fp := range m.GroupPatterns {
+		fps = append(fps, fp)
+	}
+	sort.Strings(fps)
+	b = binary.AppendUvarint(b, uint64(len(fps)))
+	for _, fp := range fps {
+		for _, s := range []string{fp, m.GroupPatterns[fp]} {
+			b = binary.AppendUvarint(b, uint64(len(s)))
+			b = append(b, s...)
+		}
 	}
 	return b
 }
@@ -102,6 +121,33 @@ func decodeHistory(v []byte, m *store.HistoryMinute) error {
 			m.DeadByGroup = make(map[string]int64, groups)
 		}
 		m.DeadByGroup[fp] = int64(count)
+	}
+	if len(v) == 0 {
+		return nil // written without patterns
+	}
+	patterns, good := uv()
+	if !good || patterns > uint64(len(v)) {
+		return fmt.Errorf("%w: history: truncated patterns", errCorrupt)
+	}
+	str := func() (string, bool) {
+		l, good := uv()
+		if !good || l > uint64(len(v)) {
+			return "", false
+		}
+		s := string(v[:l])
+		v = v[l:]
+		return s, true
+	}
+	for range patterns {
+		fp, good1 := str()
+		pattern, good2 := str()
+		if !good1 || !good2 {
+			return fmt.Errorf("%w: history: truncated pattern", errCorrupt)
+		}
+		if m.GroupPatterns == nil {
+			m.GroupPatterns = make(map[string]string, patterns)
+		}
+		m.GroupPatterns[fp] = pattern
 	}
 	return nil
 }
