@@ -193,13 +193,24 @@ func (r *recorder) produce(ctx context.Context, items []*pb.QueueProduceItem) (b
 
 // lease asks for up to --batch items as clientID.
 func (r *recorder) lease(ctx context.Context, clientID string) (*pb.QueueLeaseResponse, bool, error) {
+	return r.leaseCompleting(ctx, clientID, nil)
+}
+
+// leaseCompleting asks for up to --batch items as clientID, completing the
+// items of prev first (queue.lease's complete_ids) when prev has any.
+func (r *recorder) leaseCompleting(ctx context.Context, clientID string, prev *pb.QueueLeaseResponse) (*pb.QueueLeaseResponse, bool, error) {
+	req := &pb.QueueLeaseRequest{QueueName: r.b.queue, BatchSize: int32(r.b.cfg.Batch), ClientId: clientID,
+		RequestTimeout: r.b.cfg.LeaseWait.String()}
+	if prev != nil {
+		req.CompletePartition = prev.Partition
+		for _, item := range prev.Items {
+			req.CompleteIds = append(req.CompleteIds, item.Id)
+		}
+	}
 	var resp *pb.QueueLeaseResponse
 	in, err := r.call(ctx, kindLease, func(ctx context.Context) error {
 		var err error
-		resp, err = r.c.QueueLease(ctx, &pb.QueueLeaseRequest{
-			QueueName: r.b.queue, BatchSize: int32(r.b.cfg.Batch), ClientId: clientID,
-			RequestTimeout: r.b.cfg.LeaseWait.String(),
-		})
+		resp, err = r.c.QueueLease(ctx, req)
 		return err
 	})
 	return resp, in, err
@@ -335,9 +346,27 @@ func (b *bench) runCycle(ctx context.Context, i int, clientID string) {
 	r := b.newRecorder(i)
 	items := batchOf(b.cfg.Batch, b.cfg.Payload)
 	group := b.grouper(i)
+	var prev *pb.QueueLeaseResponse // --complete-with-lease: leased, not completed yet
 	for b.running(ctx) {
 		group(items)
 		if _, err := r.produce(ctx, items); err != nil {
+			continue
+		}
+		if b.cfg.CompleteWithLease {
+			resp, in, err := r.leaseCompleting(ctx, clientID, prev)
+			if err != nil {
+				if styx.ErrorCode(err) == http.StatusBadRequest {
+					prev = nil // its leases ended (expired): the items come back
+				}
+				continue // else prev is completed with the next lease
+			}
+			if in && prev != nil {
+				r.count(len(prev.Items))
+			}
+			prev = resp
+			if len(resp.Items) == 0 {
+				prev = nil
+			}
 			continue
 		}
 		resp, _, err := r.lease(ctx, clientID)
@@ -347,6 +376,9 @@ func (b *bench) runCycle(ctx context.Context, i int, clientID string) {
 		if in, err := r.complete(ctx, resp); err == nil && in {
 			r.count(len(resp.Items))
 		}
+	}
+	if prev != nil {
+		_, _ = r.complete(context.WithoutCancel(ctx), prev)
 	}
 }
 
