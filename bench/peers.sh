@@ -295,11 +295,11 @@ stop_styx() {
 
 failures=0
 
-# run_styx LABEL ROUND WORKLOAD BATCH runs styx-bench on $STYX_URL.
+# run_styx LABEL ROUND WORKLOAD BATCH [FLAGS...] runs styx-bench on $STYX_URL.
 run_styx() {
-	echo "bench: round $2: $1: $3, batch $4" >&2
+	echo "bench: round $2: $1: $3, batch $4 ${*:5}" >&2
 	if ! "$TMP/styx-bench" --endpoint "$STYX_URL" --server-pid "$STYX_PID" --workload "$3" --clients "$CLIENTS" \
-		--batch "$4" --duration "$DURATION" --warmup "$WARMUP" --label "$1" --json \
+		--batch "$4" --duration "$DURATION" --warmup "$WARMUP" --label "$1" --json "${@:5}" \
 		>>"$RUNS" 2> >(sed "s/^/[$1 $3 b$4 r$2] /" | tee -a "$ERRS" >&2); then
 		printf '{"label":"%s","workload":"%s","batch":%d,"failed":"styx-bench failed"}\n' "$1" "$3" "$4" >>"$RUNS"
 		failures=$((failures + 1))
@@ -342,6 +342,9 @@ for round in $(seq "$ROUNDS"); do
 			for s in $order; do
 				if [[ $s == styx ]]; then
 					run_styx styx-postgres "$round" "$workload" "$batch"
+					if [[ $workload == cycle && $batch == 1 ]]; then
+						run_styx styx-postgres-cwl "$round" cycle 1 --complete-with-lease
+					fi
 				elif has river; then
 					run_peer river "$(dsn_of "river_r$round")" "$round" "$workload" "$batch"
 				fi
@@ -358,7 +361,12 @@ for round in $(seq "$ROUNDS"); do
 		read -r workload batch <<<"$row"
 		for s in "${order[@]}"; do
 			case $s in
-			styx) run_styx styx-pebble "$round" "$workload" "$batch" ;;
+			styx)
+				run_styx styx-pebble "$round" "$workload" "$batch"
+				if [[ $workload == cycle && $batch == 1 ]]; then
+					run_styx styx-pebble-cwl "$round" cycle 1 --complete-with-lease
+				fi
+				;;
 			rabbitmq) if has rabbitmq; then run_peer rabbitmq "$RMQ_URL" "$round" "$workload" "$batch"; fi ;;
 			nats) if has nats; then run_peer nats "$NATS_URL" "$round" "$workload" "$batch"; fi ;;
 			esac

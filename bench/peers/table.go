@@ -143,6 +143,10 @@ func renderTables(out io.Writer, path string) error {
 		s, rv := get("styx-postgres", r.workload, r.batch), get("river", r.workload, r.batch)
 		fmt.Fprintf(out, "| %s, batch %d | %s | %s | %s |\n", r.workload, r.batch,
 			show("styx-postgres", s), show("river", rv), ratio(s.median(), rv.median()))
+		if s := get("styx-postgres-cwl", r.workload, r.batch); s != nil {
+			fmt.Fprintf(out, "| %s, batch %d, Styx completing with the next lease | %s | %s | %s |\n", r.workload, r.batch,
+				show("styx-postgres-cwl", s), show("river", rv), ratio(s.median(), rv.median()))
+		}
 	}
 	fmt.Fprintln(out)
 	fmt.Fprintln(out, "### One durable node: Styx on Pebble beside RabbitMQ and NATS JetStream")
@@ -164,6 +168,14 @@ func renderTables(out io.Writer, path string) error {
 		}
 		fmt.Fprintf(out, "| %s, batch %d | %s | %s | %s | %s |\n", r.workload, r.batch,
 			show("styx-pebble", s), show("rabbitmq", rb), show("nats", nt), rt)
+		if c := get("styx-pebble-cwl", r.workload, r.batch); c != nil {
+			rt := ratio(c.median(), best)
+			if rt != "–" {
+				rt += " (" + bestName + ")"
+			}
+			fmt.Fprintf(out, "| %s, batch %d, Styx completing with the next lease | %s | %s | %s | %s |\n", r.workload, r.batch,
+				show("styx-pebble-cwl", c), show("rabbitmq", rb), show("nats", nt), rt)
+		}
 	}
 	if len(configs) > 0 {
 		fmt.Fprintln(out)
