@@ -226,6 +226,7 @@ func TestDeadDelete(t *testing.T) {
 }
 
 func TestRedrive(t *testing.T) {
+	t.Parallel()
 	servertest.ForEachBackend(t, func(t *testing.T, b servertest.Backend) {
 		s := servertest.Start(t, b)
 
@@ -411,6 +412,7 @@ func TestRedrive(t *testing.T) {
 // TestRedriveResumesAfterRestart: a task interrupted by a restart resumes
 // and moves every item exactly once.
 func TestRedriveResumesAfterRestart(t *testing.T) {
+	t.Parallel()
 	servertest.ForEachBackend(t, func(t *testing.T, b servertest.Backend) {
 		s := servertest.Start(t, b)
 		s.CreateQueue(&pb.QueueInfo{QueueName: "rr-dlq", RequestedPartitions: 2})

@@ -108,6 +108,7 @@ func eventuallyGauges(s *servertest.Server, step, queue string, want itemCounts)
 // recounted. The server runs on a fake clock: the lifecycle's deadlines
 // pass by s.advance.
 func TestQueueGauges(t *testing.T) {
+	t.Parallel()
 	servertest.ForEachBackend(t, func(t *testing.T, b servertest.Backend) {
 		s := servertest.StartFake(t, b)
 		dlq := withDLQ(s, "g", &pb.QueueInfo{MaxAttempts: 3, LeaseTimeout: "1m", RequestedPartitions: 2})

@@ -187,6 +187,7 @@ func (l *groupLoad) consume(t *testing.T, node *servertest.Server, name string, 
 // retries and lease expiries never hold two leases of a group at once and
 // get each group's items in produce order, on every backend.
 func TestGroupsOrderedUnderLoad(t *testing.T) {
+	t.Parallel()
 	servertest.ForEachBackend(t, func(t *testing.T, b servertest.Backend) {
 		l := &groupLoad{queue: "ordered", groups: 16, perGroup: 25, consumers: 8, leaseTimeout: "2s", nodes: []*servertest.Server{servertest.Start(t, b)}}
 		l.run(t)

@@ -19,6 +19,7 @@ import (
 // the middle, and checks that every item ends completed once or in the
 // dead-letter queue once, never both and never lost.
 func TestNothingLostNothingDoubled(t *testing.T) {
+	t.Parallel()
 	if testing.Short() {
 		t.Skip("runs for several seconds")
 	}

@@ -17,6 +17,7 @@ import (
 // the items beyond the bound are not leased (no attempt counted) and the
 // next lease takes them (issue 48).
 func TestLeaseBoundedByBytes(t *testing.T) {
+	t.Parallel()
 	servertest.ForEachBackend(t, func(t *testing.T, b servertest.Backend) {
 		s := servertest.StartWith(t, b, func(c *daemon.Config) { c.MaxRequestBytes = 4 << 20 })
 		s.CreateQueue(&pb.QueueInfo{QueueName: "big", LeaseTimeout: "1m", ExpireTimeout: "24h", MaxAttempts: 5, RequestedPartitions: 1})
@@ -46,6 +47,7 @@ func TestLeaseBoundedByBytes(t *testing.T) {
 // once the run is completed; no item is leased twice or given an attempt
 // it was not handed out for (issue 48).
 func TestGroupedLeaseBoundedByBytes(t *testing.T) {
+	t.Parallel()
 	servertest.ForEachBackend(t, func(t *testing.T, b servertest.Backend) {
 		s := servertest.StartWith(t, b, func(c *daemon.Config) { c.MaxRequestBytes = 4 << 20 })
 		s.CreateQueue(&pb.QueueInfo{QueueName: "big", LeaseTimeout: "1m", ExpireTimeout: "24h", MaxAttempts: 5, RequestedPartitions: 1,

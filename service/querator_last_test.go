@@ -351,6 +351,7 @@ func TestQueratorItemsListLeavesOutScheduled(t *testing.T) {
 // service before any storage (service.MaxImportItems), so OverTheLimit runs
 // on one backend.
 func TestQueratorImportTenThousand(t *testing.T) {
+	t.Parallel()
 	servertest.ForEachBackend(t, func(t *testing.T, b servertest.Backend) {
 		s := servertest.Start(t, b)
 		for _, w := range wires {

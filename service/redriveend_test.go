@@ -30,6 +30,7 @@ import (
 // running, the new redrive started, and the restart resumed the first
 // task beside it.
 func TestRedriveEndNeverReportedUnstored(t *testing.T) {
+	t.Parallel()
 	for _, b := range servertest.Backends(t) {
 		t.Run(b.Name, func(t *testing.T) {
 			t.Parallel()

@@ -26,6 +26,7 @@ import (
 // counts stats answers from are kept as items change and rebuilt at a
 // load; a count that drifted fails here).
 func TestStatsMatchListing(t *testing.T) {
+	t.Parallel()
 	servertest.ForEachBackend(t, func(t *testing.T, b servertest.Backend) {
 		s := servertest.StartFake(t, b)
 		s.CreateQueue(&pb.QueueInfo{QueueName: "st-dead", LeaseTimeout: "1m", ExpireTimeout: "1h", RequestedPartitions: 2})

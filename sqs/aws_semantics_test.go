@@ -24,6 +24,7 @@ import (
 // passed, as long as nobody received it since (AWS's rule); a handle of an
 // older receive deletes nothing.
 func TestSQSDeleteAfterVisibilityTimeout(t *testing.T) {
+	t.Parallel()
 	servertest.ForEachBackend(t, func(t *testing.T, b servertest.Backend) {
 		s := servertest.Start(t, b)
 		c := s.SQSClient("test", "test")

@@ -140,6 +140,7 @@ func fifoLoad(t *testing.T, nodes []*servertest.Server) {
 // group at once and get each group's messages in send order, on every
 // backend (issue 37).
 func TestSQSFIFOGroupsUnderLoad(t *testing.T) {
+	t.Parallel()
 	servertest.ForEachBackend(t, func(t *testing.T, b servertest.Backend) {
 		fifoLoad(t, []*servertest.Server{servertest.Start(t, b)})
 	})

@@ -348,6 +348,7 @@ func md5Of(s string) string {
 // passes), never hold two receives of one group at once and process each
 // group's messages once each, in send order.
 func TestSQSFIFOOrderUnderConcurrency(t *testing.T) {
+	t.Parallel()
 	const groups, perGroup, consumers = 3, 12, 4
 	servertest.ForEachBackend(t, func(t *testing.T, b servertest.Backend) {
 		s := servertest.Start(t, b)
@@ -474,6 +475,7 @@ func TestSQSFIFOOrderUnderConcurrency(t *testing.T) {
 // visibility changed; after their visibility timeout it is a new receive.
 // Standard queues ignore the id, as SQS.
 func TestSQSReceiveRequestAttemptID(t *testing.T) {
+	t.Parallel()
 	servertest.ForEachBackend(t, func(t *testing.T, b servertest.Backend) {
 		s := servertest.Start(t, b)
 		c := s.SQSClient("test", "test")
@@ -532,8 +534,11 @@ func TestSQSReceiveRequestAttemptID(t *testing.T) {
 			_, err = c.DeleteMessage(ctx, &awssqs.DeleteMessageInput{QueueUrl: q.QueueUrl, ReceiptHandle: m.ReceiptHandle})
 			require.NoError(t, err)
 		}
-		// Whatever a first receive of g0, g1, h0 and k0 left is still there.
-		rest, err := receive("try-rest", 10, 30)
+		// Whatever a first receive of g0, g1, h0 and k0 left is still there
+		// (ready, so a receive that waits 1 s, not 5, gets it: usually
+		// nothing is left).
+		rest, err := c.ReceiveMessage(ctx, &awssqs.ReceiveMessageInput{QueueUrl: q.QueueUrl, MaxNumberOfMessages: 10, WaitTimeSeconds: 1,
+			VisibilityTimeout: 30, ReceiveRequestAttemptId: aws.String("try-rest")})
 		require.NoError(t, err)
 		for _, m := range rest.Messages {
 			_, err = c.DeleteMessage(ctx, &awssqs.DeleteMessageInput{QueueUrl: q.QueueUrl, ReceiptHandle: m.ReceiptHandle})

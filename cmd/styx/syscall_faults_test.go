@@ -125,7 +125,13 @@ func TestSyscallFaults(t *testing.T) {
 		}
 	}
 	for _, c := range cases {
-		t.Run(c.String(), func(t *testing.T) { runSyscallFault(t, strace, c) })
+		// Each case is a server of its own (its data directory, its port,
+		// its strace) that mostly waits out the fault: they run side by
+		// side.
+		t.Run(c.String(), func(t *testing.T) {
+			t.Parallel()
+			runSyscallFault(t, strace, c)
+		})
 	}
 }
 
