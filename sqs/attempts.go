@@ -87,7 +87,7 @@ func (h *Handler) receiveAttempt(ctx context.Context, q queue.Queue, info queue.
 			return nil, err
 		}
 		if visibility == 0 {
-			if err := h.makeVisible(ctx, q, a.Partition, a.IDs); err != nil {
+			if err := h.makeVisible(ctx, q, a.Partition, items); err != nil {
 				return nil, err
 			}
 			h.dropAttempt(ctx, a)

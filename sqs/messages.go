@@ -414,11 +414,7 @@ func (h *Handler) receive(ctx context.Context, q queue.Queue, info queue.QueueIn
 		return res.Partition, nil, time.Time{}, nil
 	}
 	if visibility == 0 {
-		ids := make([]uint64, len(res.Items))
-		for i, it := range res.Items {
-			ids[i] = it.ID
-		}
-		if err := h.makeVisible(ctx, q, res.Partition, ids); err != nil {
+		if err := h.makeVisible(ctx, q, res.Partition, res.Items); err != nil {
 			return 0, nil, time.Time{}, err
 		}
 		return res.Partition, res.Items, time.Time{}, nil
@@ -497,12 +493,15 @@ func (l *logEvery) due(key uint64, now time.Time) bool {
 	return last.CompareAndSwap(prev, now.UnixNano())
 }
 
-// makeVisible ends the receives of leased items at once: a retry, which
-// counts the receive, as SQS does.
-func (h *Handler) makeVisible(ctx context.Context, q queue.Queue, partition int32, ids []uint64) error {
-	retry := make([]queue.RetryItem, len(ids))
-	for i, id := range ids {
-		retry[i] = queue.RetryItem{ID: id}
+// makeVisible ends the receives of leased items at once (a receive with
+// VisibilityTimeout 0): a retry, which counts the receive, as SQS does;
+// but a dead item's receive in a dead-letter queue (one with a source
+// queue) is released, as a look at it is no DLQ attempt (issue 49: it was
+// recorded as one, "no error recorded").
+func (h *Handler) makeVisible(ctx context.Context, q queue.Queue, partition int32, items []queue.LeasedItem) error {
+	retry := make([]queue.RetryItem, len(items))
+	for i, it := range items {
+		retry[i] = queue.RetryItem{ID: it.ID, Release: it.SourceQueue != ""}
 	}
 	_, err := q.Retry(ctx, partition, retry)
 	return err
