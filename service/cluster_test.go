@@ -240,8 +240,9 @@ func TestClusterDeadLetterVsLease(t *testing.T) {
 }
 
 // TestClusterRedrive runs a redrive task with two nodes: the task started on
-// node a is listed, refused a second time (409) and cancelled through node
-// b; a second task, whose node stops mid-way, is taken over by node b and
+// node a is listed and cancelled through node b, and a task started on node
+// b over its items leaves them to it (issue 49: it was refused with 409); a
+// second task, whose node stops mid-way, is taken over by node b and
 // finishes with every item moved exactly once.
 func TestClusterRedrive(t *testing.T) {
 	t.Parallel()
@@ -251,11 +252,13 @@ func TestClusterRedrive(t *testing.T) {
 
 	task, err := a.C.DeadRedrive(ctx, &pb.DeadRedriveRequest{QueueName: "cr-dlq", RateLimit: 40, All: true})
 	require.NoError(t, err)
-	_, err = b.C.DeadRedrive(ctx, &pb.DeadRedriveRequest{QueueName: "cr-dlq", All: true})
-	servertest.RequireCode(t, err, styx.CodeConflict, task.TaskId)
+	over, err := b.C.DeadRedrive(ctx, &pb.DeadRedriveRequest{QueueName: "cr-dlq", All: true})
+	require.NoError(t, err)
+	require.Equal(t, map[string]int64{task.TaskId: over.Matched}, over.LeftTo, "node b's task leaves node a's items to it")
+	require.Equal(t, int64(0), waitTask(b, over.TaskId).Moved)
 	list, err := b.C.RedrivesList(ctx, &pb.RedrivesListRequest{QueueName: "cr-dlq"})
 	require.NoError(t, err)
-	require.Len(t, list.Tasks, 1)
+	require.Len(t, list.Tasks, 2)
 	servertest.Eventually(t, func() bool {
 		got, err := b.C.RedrivesGet(ctx, &pb.RedriveTaskRequest{TaskId: task.TaskId})
 		return err == nil && got.Moved >= 10

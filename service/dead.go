@@ -351,7 +351,10 @@ func countDead(ctx context.Context, l queue.Queue, partitions int32, f *queue.De
 // destination that is the queue or does not exist, rate_limit and
 // max_redrive_count out of range (400). up_to leaves out the items with
 // later ids; expect_matched refuses the start (409, queue.CheckMatched)
-// when the matching items are not as many, and a dry run ignores it.
+// when the matching items are not as many, and a dry run ignores it. A
+// task over items another unfinished task holds starts and leaves them to
+// it (RedriveTask.left_to), unless it names its items by id; a dry run
+// counts them so (issue 49).
 func (s *Service) DeadRedrive(ctx context.Context, req *pb.DeadRedriveRequest) (*pb.RedriveTask, error) {
 	if _, _, err := s.deadQueue(ctx, req.QueueName); err != nil {
 		return nil, err
@@ -441,6 +444,13 @@ func toTask(ctx context.Context, t redrive.Task) *pb.RedriveTask {
 	if t.UpTo != 0 {
 		out.UpTo = queue.FormatID(t.UpTo)
 	}
+	if len(t.LeftTo) > 0 {
+		out.LeftTo = maps.Clone(t.LeftTo)
+	}
+	if !t.PausedAt.IsZero() {
+		out.PausedAt = ts(t.PausedAt)
+	}
+	out.PausedMs = t.PausedFor.Milliseconds()
 	for q, c := range t.ByQueue {
 		sum := out.ByQueue[name(q)]
 		if sum == nil {
@@ -542,7 +552,7 @@ func (s *Service) DeadEdit(ctx context.Context, req *pb.DeadEditRequest) (*pb.St
 		}
 		it.Body.Payload = slices.Clone(req.Payload)
 		it.Errors = queue.AppendHistory(it.Errors, queue.AttemptError{
-			Attempt: it.Meta.Attempts, At: now,
+			Attempt: queue.EditAttempt, At: now,
 			Error: fmt.Sprintf("payload edited by %s: was %d bytes (sha256 %x), now %d bytes (sha256 %x)%s",
 				who, len(old), sha256.Sum256(old), len(req.Payload), sha256.Sum256(req.Payload), strings.Join(changes, "")),
 		})

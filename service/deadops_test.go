@@ -350,12 +350,16 @@ func TestRedrive(t *testing.T) {
 			assert.Empty(t, s.Items("lc-dlq"))
 		})
 
-		t.Run("CancelAndOneRunningPerQueue", func(t *testing.T) {
+		t.Run("CancelAndOverlap", func(t *testing.T) {
 			withExpiredDead(s, "cx", 200)
 			task, err := s.C.DeadRedrive(ctx, &pb.DeadRedriveRequest{QueueName: "cx-dlq", RateLimit: 50, All: true})
 			require.NoError(t, err)
-			_, err = s.C.DeadRedrive(ctx, &pb.DeadRedriveRequest{QueueName: "cx-dlq", All: true})
-			servertest.RequireCode(t, err, styx.CodeConflict, task.TaskId)
+			// A second task over the same items leaves them to the first
+			// (issue 49; it was refused with 409).
+			over, err := s.C.DeadRedrive(ctx, &pb.DeadRedriveRequest{QueueName: "cx-dlq", All: true})
+			require.NoError(t, err)
+			assert.Equal(t, map[string]int64{task.TaskId: over.Matched}, over.LeftTo)
+			assert.Equal(t, int64(0), waitTask(s, over.TaskId).Moved)
 			servertest.Eventually(t, func() bool {
 				got, err := s.C.RedrivesGet(ctx, &pb.RedriveTaskRequest{TaskId: task.TaskId})
 				return err == nil && got.Moved >= 20
@@ -371,7 +375,7 @@ func TestRedrive(t *testing.T) {
 			assert.Equal(t, 200, moved+len(s.Items("cx-dlq")), "nothing lost or doubled")
 			list, err := s.C.RedrivesList(ctx, &pb.RedrivesListRequest{QueueName: "cx-dlq"})
 			require.NoError(t, err)
-			require.Len(t, list.Tasks, 1)
+			require.Len(t, list.Tasks, 2)
 			_, err = s.C.RedrivesGet(ctx, &pb.RedriveTaskRequest{TaskId: "rd-nope"})
 			servertest.RequireCode(t, err, styx.CodeNotFound, "rd-nope")
 		})

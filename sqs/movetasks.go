@@ -117,7 +117,11 @@ func (h *Handler) movesEnabled() error {
 // DestinationArn; MaxNumberOfMessagesPerSecond is the task's rate. The
 // redrive runner checks the request as it checks /v1's dead.redrive
 // (redrive.Runner.Start: the dead-letter rule, the destination, the rate
-// limit redrive.MaxRateLimit); this maps its errors onto SQS's answers.
+// limit redrive.MaxRateLimit); this maps its errors onto SQS's answers. A
+// move task is for every item of the queue, and SQS runs one active task
+// per source queue: one that would overlap an unfinished task is refused
+// (redrive.StartParams.RefuseOverlap, naming that task and its status)
+// rather than started beside it.
 func (h *Handler) startMessageMoveTask(ctx context.Context, r *request) (any, error) {
 	if err := h.movesEnabled(); err != nil {
 		return nil, err
@@ -151,7 +155,7 @@ func (h *Handler) startMessageMoveTask(ctx context.Context, r *request) (any, er
 		return nil, err
 	}
 	t, err := h.cfg.Redrives.Start(ctx, redrive.StartParams{Queue: src, Destination: dest, RateLimit: int32(min(rate, math.MaxInt32)),
-		MaxRedriveCount: -1, KeyName: auth.KeyName(ctx), KeyQueues: auth.KeyQueues(ctx)})
+		MaxRedriveCount: -1, KeyName: auth.KeyName(ctx), KeyQueues: auth.KeyQueues(ctx), RefuseOverlap: true})
 	switch {
 	case errors.Is(err, queue.ErrQueueNotFound):
 		return nil, &Error{Type: "ResourceNotFoundException", Status: http.StatusNotFound, Message: "The resource that you specified for the SourceArn parameter doesn't exist."}

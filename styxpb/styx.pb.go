@@ -2073,9 +2073,10 @@ func (x *QueuesHistoryRequest) GetQueueName() string {
 	return ""
 }
 
-// QueuesHistoryResponse is a queue's last hour, a point per minute, kept by
-// the server in memory (internal/history: empty after a restart; on
-// PostgreSQL with several servers, the calls and deaths this server saw).
+// QueuesHistoryResponse is a queue's last hour, a point per minute
+// (internal/history). The minutes are kept in the store for 24 hours (ADR
+// 0025): they survive restarts, and on PostgreSQL every server answers the
+// same history, the calls and deaths of every server counted once.
 type QueuesHistoryResponse struct {
 	state     protoimpl.MessageState `protogen:"open.v1"`
 	QueueName string                 `protobuf:"bytes,1,opt,name=queue_name,proto3" json:"queue_name,omitempty"`
@@ -2083,7 +2084,10 @@ type QueuesHistoryResponse struct {
 	IntervalSeconds int32 `protobuf:"varint,2,opt,name=interval_seconds,proto3" json:"interval_seconds,omitempty"`
 	// Oldest first; the last is the current minute, still counting.
 	Points []*HistoryPoint `protobuf:"bytes,3,rep,name=points,proto3" json:"points,omitempty"`
-	// The error pattern of each group fingerprint the points name.
+	// The error pattern of each group fingerprint the points name, kept with
+	// the minutes, so a group whose items are gone keeps its pattern (empty
+	// when unknown: counted before patterns were kept, or a group of items
+	// that died without an error text).
 	GroupPatterns map[string]string `protobuf:"bytes,4,rep,name=group_patterns,proto3" json:"group_patterns,omitempty" protobuf_key:"bytes,1,opt,name=key" protobuf_val:"bytes,2,opt,name=value"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
@@ -2152,8 +2156,9 @@ type HistoryPoint struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
 	// The start of the minute.
 	At *timestamppb.Timestamp `protobuf:"bytes,1,opt,name=at,proto3" json:"at,omitempty"`
-	// Items produced to the queue, completed from it, and moved from it to
-	// its dead-letter queue in the minute.
+	// Items produced to the queue (a redrive's arrivals in it included),
+	// completed from it, and moved from it to its dead-letter queue in the
+	// minute.
 	Produced     int64 `protobuf:"varint,2,opt,name=produced,proto3" json:"produced,omitempty"`
 	Completed    int64 `protobuf:"varint,3,opt,name=completed,proto3" json:"completed,omitempty"`
 	DeadLettered int64 `protobuf:"varint,4,opt,name=dead_lettered,proto3" json:"dead_lettered,omitempty"`
@@ -2161,7 +2166,9 @@ type HistoryPoint struct {
 	// none was taken.
 	Depth int64 `protobuf:"varint,5,opt,name=depth,proto3" json:"depth,omitempty"`
 	// On a dead-letter queue: the items that arrived in the minute, by error
-	// group fingerprint (see dead.groups).
+	// group fingerprint (see dead.groups), counted as they died, whatever
+	// became of them since; past 100 groups in a minute, the others' arrivals
+	// count under the key "other".
 	DeadByGroup   map[string]int64 `protobuf:"bytes,6,rep,name=dead_by_group,proto3" json:"dead_by_group,omitempty" protobuf_key:"bytes,1,opt,name=key" protobuf_val:"varint,2,opt,name=value"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
@@ -2983,12 +2990,20 @@ func (x *StorageItem) GetGroup() string {
 	return ""
 }
 
-// AttemptError is one failed attempt's error text, as given to queue.retry.
+// AttemptError is one failed attempt's error text, as given to queue.retry,
+// or an entry the server adds to the history: a redrive's (attempt: the
+// attempts the item had when it died; error "redriven from dead-letter
+// queue '<dlq>' by task <id>") or a payload edit's (kind "edit").
 type AttemptError struct {
-	state         protoimpl.MessageState `protogen:"open.v1"`
-	Attempt       int32                  `protobuf:"varint,1,opt,name=attempt,proto3" json:"attempt,omitempty"`
-	Error         string                 `protobuf:"bytes,2,opt,name=error,proto3" json:"error,omitempty"`
-	At            *timestamppb.Timestamp `protobuf:"bytes,3,opt,name=at,proto3" json:"at,omitempty"`
+	state   protoimpl.MessageState `protogen:"open.v1"`
+	Attempt int32                  `protobuf:"varint,1,opt,name=attempt,proto3" json:"attempt,omitempty"`
+	Error   string                 `protobuf:"bytes,2,opt,name=error,proto3" json:"error,omitempty"`
+	At      *timestamppb.Timestamp `protobuf:"bytes,3,opt,name=at,proto3" json:"at,omitempty"`
+	// Styx: what the entry records: empty for an attempt (or a redrive),
+	// "edit" for a payload edit (dead.edit), which is no attempt: its
+	// attempt is 0. storage/items.import takes "" and "edit" (any other
+	// value is refused), so a history exported and imported keeps its edits.
+	Kind          string `protobuf:"bytes,100,opt,name=kind,proto3" json:"kind,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -3042,6 +3057,13 @@ func (x *AttemptError) GetAt() *timestamppb.Timestamp {
 		return x.At
 	}
 	return nil
+}
+
+func (x *AttemptError) GetKind() string {
+	if x != nil {
+		return x.Kind
+	}
+	return ""
 }
 
 // ItemAttribute is one entry of an item's attributes (StorageItem.attributes),
@@ -5204,11 +5226,12 @@ const file_styx_v1_styx_proto_rawDesc = "" +
 	"\n" +
 	"attributes\x18\x85\x01 \x03(\v2\x16.styx.v1.ItemAttributeR\n" +
 	"attributes\x12\x15\n" +
-	"\x05group\x18\x86\x01 \x01(\tR\x05group\"j\n" +
+	"\x05group\x18\x86\x01 \x01(\tR\x05group\"~\n" +
 	"\fAttemptError\x12\x18\n" +
 	"\aattempt\x18\x01 \x01(\x05R\aattempt\x12\x14\n" +
 	"\x05error\x18\x02 \x01(\tR\x05error\x12*\n" +
-	"\x02at\x18\x03 \x01(\v2\x1a.google.protobuf.TimestampR\x02at\"m\n" +
+	"\x02at\x18\x03 \x01(\v2\x1a.google.protobuf.TimestampR\x02at\x12\x12\n" +
+	"\x04kind\x18d \x01(\tR\x04kind\"m\n" +
 	"\rItemAttribute\x12\x14\n" +
 	"\x05group\x18\x01 \x01(\tR\x05group\x12\x12\n" +
 	"\x04name\x18\x02 \x01(\tR\x04name\x12\x1c\n" +

@@ -100,18 +100,32 @@ func TestStartRefusesAClaimHeldTooLong(t *testing.T) {
 	require.NotContains(t, err.Error(), "task ''")
 }
 
-// A task running on another server that holds some of the items a new
-// task would match is named in the conflict at once; its claim is not
-// needed for that.
-func TestStartNamesTheTaskRunningElsewhere(t *testing.T) {
-	running := Task{ID: "rd-other", Queue: "q-dead", Status: StatusRunning, StartedAt: time.Now(), UpTo: 1 << 62}
-	r, _ := newShared(t, func(_ *sharedStore, _ int, key string) bool { return key != taskKey("rd-other") }, running)
-	dlq, err := r.cfg.Queues.Get("q-dead")
-	require.NoError(t, err)
-	_, err = dlq.Import(context.Background(), 0, []queue.Item{{Body: queue.ItemBody{Payload: []byte("a"), SourceQueue: "q", DeadReason: "explicit", DeadAt: time.Now()}}})
-	require.NoError(t, err)
-	_, err = r.Start(context.Background(), StartParams{Queue: "q-dead"})
-	requireConflict(t, err, "task 'rd-other' is running on queue 'q-dead' and holds 1 of the 1 matched items")
+// A task on another server that holds some of the items a new task would
+// match is seen at once (its claim is not needed for that): the new task
+// leaves them to it, and one that must not overlap (SQS's, RefuseOverlap)
+// is refused with a conflict naming the task and its status as it is
+// (issue 49: a paused task was said to be running).
+func TestStartSeesTheTaskElsewhere(t *testing.T) {
+	for _, status := range []string{StatusRunning, StatusPaused} {
+		t.Run(status, func(t *testing.T) {
+			other := Task{ID: "rd-other", Queue: "q-dead", Status: status, StartedAt: time.Now(), UpTo: 1 << 62}
+			r, _ := newShared(t, func(_ *sharedStore, _ int, key string) bool { return key != taskKey("rd-other") }, other)
+			dlq, err := r.cfg.Queues.Get("q-dead")
+			require.NoError(t, err)
+			_, err = dlq.Import(context.Background(), 0, []queue.Item{{Body: queue.ItemBody{Payload: []byte("a"), SourceQueue: "q", DeadReason: "explicit", DeadAt: time.Now()}}})
+			require.NoError(t, err)
+			_, err = r.Start(context.Background(), StartParams{Queue: "q-dead", RefuseOverlap: true})
+			requireConflict(t, err, "task 'rd-other' is "+status+" on queue 'q-dead' and holds 1 of the 1 matched items")
+			dry, err := r.Start(context.Background(), StartParams{Queue: "q-dead", DryRun: true})
+			require.NoError(t, err)
+			require.Equal(t, map[string]int64{"rd-other": 1}, dry.LeftTo)
+			require.EqualValues(t, 1, dry.WouldSkip)
+			task, err := r.Start(context.Background(), StartParams{Queue: "q-dead"})
+			require.NoError(t, err)
+			require.Equal(t, map[string]int64{"rd-other": 1}, task.LeftTo)
+			require.EqualValues(t, 1, task.Skipped)
+		})
+	}
 }
 
 // A server stores a task's end before releasing its claim, so a runner

@@ -199,11 +199,16 @@ func (r *Runner) Resume(ctx context.Context, id string) (Task, error) {
 		return func(Task) (Task, error) {
 			return r.whilePaused(ctx, id, func(t *Task, release func()) (bool, error) {
 				r.mu.Lock()
+				pausedAt, pausedFor := t.PausedAt, t.PausedFor
 				t.Status = StatusRunning
+				if !pausedAt.IsZero() {
+					t.PausedFor += max(r.cfg.Clock.Now().Sub(pausedAt), 0)
+					t.PausedAt = time.Time{}
+				}
 				r.mu.Unlock()
 				if err := r.persist(t); err != nil {
 					r.mu.Lock()
-					t.Status = StatusPaused
+					t.Status, t.PausedAt, t.PausedFor = StatusPaused, pausedAt, pausedFor
 					r.mu.Unlock()
 					return false, err
 				}

@@ -14,7 +14,8 @@
 // The files, by concern:
 //   - redrive.go: the limits, Config, and the Runner (its state, New, Close).
 //   - task.go: the Task type, its statuses, counts and skip reasons, and what
-//     its state says (finished, holds, covers, warning).
+//     its state says (finished, hold, covers, warning), and the holds of
+//     other tasks a new task leaves items to (Hold).
 //   - taskstore.go: persistence through the store.TaskStore: loading and
 //     storing tasks, the requests other servers store for a task, and the
 //     claims of a shared store.

@@ -97,6 +97,11 @@ func (r *Runner) adopt(ctx context.Context) error {
 // ran), withdraws a pause request stored for it, and releases its claim:
 // the task runs nowhere until Resume. t is in running (mine).
 func (r *Runner) settlePause(t *Task, release func()) {
+	r.mu.Lock()
+	if t.PausedAt.IsZero() {
+		t.PausedAt = r.cfg.Clock.Now().UTC()
+	}
+	r.mu.Unlock()
 	if err := r.persist(t); err != nil {
 		r.cfg.Log.Error("redrive: persist paused task", "task", t.ID, "error", err)
 	}
@@ -235,6 +240,10 @@ func (r *Runner) end(t *Task, status, reason string, release func()) error {
 	ended := t.clone()
 	r.mu.Unlock()
 	ended.Status, ended.FailureReason, ended.FinishedAt, ended.Warning = status, reason, r.cfg.Clock.Now().UTC(), ""
+	if !ended.PausedAt.IsZero() { // ended while paused (cancelled): the pause ends with it
+		ended.PausedFor += max(ended.FinishedAt.Sub(ended.PausedAt), 0)
+		ended.PausedAt = time.Time{}
+	}
 	if status == StatusCompleted {
 		ended.Warning = warning(&ended)
 	}
@@ -245,6 +254,7 @@ func (r *Runner) end(t *Task, status, reason string, release func()) error {
 
 	r.mu.Lock()
 	t.Status, t.FailureReason, t.FinishedAt, t.Warning = ended.Status, ended.FailureReason, ended.FinishedAt, ended.Warning
+	t.PausedAt, t.PausedFor = ended.PausedAt, ended.PausedFor
 	delete(r.running, t.ID)
 	delete(r.pokes, t.ID)
 	var done []*Task
@@ -388,6 +398,12 @@ func (r *Runner) run(ctx context.Context, t *Task, poke <-chan struct{}) (string
 			// last step.
 			next = 0
 			items = slices.DeleteFunc(items, func(it queue.Item) bool { return it.Meta.ID > t.UpTo })
+		}
+		if len(t.Leaves) > 0 {
+			// Those another task held when this one started are its:
+			// passed over (counted skipped at the start). t.Leaves does
+			// not change once the task runs.
+			items = slices.DeleteFunc(items, func(it queue.Item) bool { return t.leftAlone(&it) })
 		}
 		if len(items) > 0 && limiter != nil {
 			now := r.cfg.Clock.Now()

@@ -43,6 +43,13 @@ type StartParams struct {
 	// KeyQueues are that key's queue patterns (Task.KeyQueues); empty
 	// means every queue.
 	KeyQueues []string
+	// RefuseOverlap makes Start refuse (apierr.Conflict naming the other
+	// task and its status) a task whose matched items another unfinished
+	// task holds, instead of leaving those items to it: SQS's
+	// StartMessageMoveTask, whose task is for every item of the queue
+	// (SQS runs one active move task per source queue). Ignored by a dry
+	// run.
+	RefuseOverlap bool
 	// ExpectMatched, when not nil, is the count of matching items the
 	// client confirmed (dead.redrive's expect_matched): Start refuses,
 	// starting nothing, when as many do not match (queue.CheckMatched).
@@ -75,17 +82,24 @@ func (p StartParams) Check() error {
 // queue.ErrNotDeadLetterQueue), p.Check, and the destination exists
 // (ErrDestinationNotFound); all apierr.Invalid.
 //
-// Several tasks may run on one dead-letter queue when their items are
-// disjoint. A task's matched set is fixed when it starts: the items that
-// match its filter then (ids up to UpTo); items that die later are not
-// part of it. With p.ExpectMatched, Start returns the apierr.Conflict of
-// queue.CheckMatched (wrapping queue.ErrMatchedChanged) when that set is not
-// as many items as the client confirmed. Start returns apierr.Conflict,
-// naming the task, when an unfinished task (running, pausing or paused)
-// still holds some of the matched items (not yet reached, see Task.holds) —
-// unless p.Filter names its items by id (a redrive of single items): such a
-// task may overlap, and each overlapping item goes to whichever task
-// reaches it first, never to both (see step).
+// Several tasks may run on one dead-letter queue at once. A task's matched
+// set is fixed when it starts: the items that match its filter then (ids up
+// to UpTo); items that die later are not part of it. With p.ExpectMatched,
+// Start returns the apierr.Conflict of queue.CheckMatched (wrapping
+// queue.ErrMatchedChanged) when that set is not as many items as the client
+// confirmed.
+//
+// Of the matched items, those an unfinished task (running, pausing or
+// paused; not one being cancelled) still holds (not yet reached, see
+// Task.hold) are left to it: the new task passes over them, counted in
+// Skipped from the start (reason SkipOtherTask) and in LeftTo by the task
+// holding them, so that no item goes to two tasks. A task whose filter
+// names its items by id (a redrive of single items) takes them even from
+// another task: each such item goes to whichever task reaches it first,
+// never to both (see step). With p.RefuseOverlap, Start refuses instead of
+// leaving items (apierr.Conflict, naming the other task and its status). A
+// dry run counts the matched items as a start now would: those it would
+// leave are in WouldSkip, SkipReasons and LeftTo.
 func (r *Runner) Start(ctx context.Context, p StartParams) (Task, error) {
 	dlq, _, err := queue.DeadLetterQueue(ctx, r.cfg.Queues, p.Queue)
 	if err != nil {
@@ -114,7 +128,16 @@ func (r *Runner) Start(ctx context.Context, p StartParams) (Task, error) {
 		}
 	}
 	if p.DryRun {
-		plan := r.planner(t)
+		var holders []holder
+		if len(p.Filter.IDs) == 0 {
+			if err := r.sync(ctx); err != nil {
+				return Task{}, err
+			}
+			r.mu.Lock()
+			holders = r.holders(p.Queue)
+			r.mu.Unlock()
+		}
+		plan := r.planner(t, holders)
 		matched, last, scanned, err := countMatching(ctx, r.cfg.Queues, dlq, &t.Filter, plan, DryRunScan)
 		if err == nil && scanned == DryRunScan {
 			matched, err = estimate(ctx, dlq, t, matched, scanned)
@@ -145,13 +168,10 @@ func (r *Runner) Start(ctx context.Context, p StartParams) (Task, error) {
 		return Task{}, err
 	}
 	r.mu.Lock()
-	var others []Task
-	for _, o := range r.tasks {
-		if o.Queue == p.Queue && !o.finished() {
-			others = append(others, o.clone())
-		}
+	var holders []holder
+	if len(p.Filter.IDs) == 0 {
+		holders = r.holders(p.Queue)
 	}
-	slices.SortFunc(others, func(a, b Task) int { return cmpString(a.ID, b.ID) })
 	r.lastID = max(r.lastID+1, uint64(now.UnixNano()))
 	t.ID = "rd-" + queue.FormatID(r.lastID)
 	// Reserves the task while matching runs (Cancel and Pause see it);
@@ -175,30 +195,47 @@ func (r *Runner) Start(ctx context.Context, p StartParams) (Task, error) {
 	}
 
 	// The matched set is fixed here: the items that match now (ids up to
-	// UpTo); of them, those an unfinished task still holds overlap it.
-	overlap, overlapN := "", int64(0)
+	// UpTo); of them, those an unfinished task still holds are left to it.
+	leftTo, leftBy := map[string]int64{}, map[string]int64{}
+	var first *holder
 	each := func(it *queue.Item) {
-		for i := range others {
-			if others[i].holds(it) {
-				if overlap == "" {
-					overlap = others[i].ID
-				}
-				overlapN++
-				return
-			}
+		h := leaveTo(holders, it)
+		if h == nil {
+			return
 		}
+		if first == nil {
+			first = h
+		}
+		leftTo[h.Task]++
+		leftBy[t.destination(it)]++
 	}
 	matched, upTo, _, err := countMatching(ctx, r.cfg.Queues, dlq, &t.Filter, each, 0)
 	upTo = upToOf(&t.Filter, upTo)
 	if err == nil && p.ExpectMatched != nil {
 		err = queue.CheckMatched(matched, *p.ExpectMatched, "redriven")
 	}
-	if err == nil && overlapN > 0 && len(p.Filter.IDs) == 0 {
-		// A task naming its items by id may overlap: each such item goes
-		// to whichever task reaches it first. Two filters may not.
+	var left int64
+	for _, n := range leftTo {
+		left += n
+	}
+	if err == nil && left > 0 && p.RefuseOverlap {
 		err = apierr.New(apierr.Conflict,
-			"redrive already running on these items; task '%s' is running on queue '%s' and holds %d of the %d matched items; wait for it to end, cancel it, or narrow the filter",
-			overlap, p.Queue, overlapN, matched)
+			"redrive overlaps another task; task '%s' is %s on queue '%s' and holds %d of the %d matched items; %s",
+			first.Task, first.status, p.Queue, leftTo[first.Task], matched, advice(first.status))
+	}
+	if err == nil && left > 0 {
+		r.mu.Lock()
+		for _, h := range holders {
+			if leftTo[h.Task] > 0 {
+				t.Leaves = append(t.Leaves, h.Hold)
+			}
+		}
+		t.LeftTo = leftTo
+		for dest, n := range leftBy {
+			t.ByQueue[dest] = &Counts{Skipped: n, SkipReasons: map[string]int64{SkipOtherTask: n}}
+		}
+		t.Skipped, t.SkipReasons = left, map[string]int64{SkipOtherTask: left}
+		r.mu.Unlock()
 	}
 	if err == nil {
 		r.mu.Lock()
@@ -212,7 +249,7 @@ func (r *Runner) Start(ctx context.Context, p StartParams) (Task, error) {
 		return Task{}, err
 	}
 	r.cfg.Log.Info("redrive: task started", "task", t.ID, "dead_queue", t.Queue, "destination", t.Destination,
-		"matched", matched, "rate_limit", t.RateLimit, "overlapping", overlapN)
+		"matched", matched, "rate_limit", t.RateLimit, "left_to_other_tasks", left)
 	r.mu.Lock()
 	switch t.Status {
 	case StatusCancelling: // cancelled while it counted
@@ -348,6 +385,9 @@ func estimate(ctx context.Context, dlq queue.Queue, t *Task, matched int64, scan
 	for k, v := range t.SkipReasons {
 		t.SkipReasons[k] = scale(v)
 	}
+	for k, v := range t.LeftTo {
+		t.LeftTo[k] = scale(v)
+	}
 	for _, p := range t.ByDestination {
 		p.WouldMove, p.WouldSkip = scale(p.WouldMove), scale(p.WouldSkip)
 		for k, v := range p.SkipReasons {
@@ -361,18 +401,23 @@ func estimate(ctx context.Context, dlq queue.Queue, t *Task, matched int64, scan
 
 // planner returns the function a dry run calls with each matching item:
 // it adds the item to t's plan (WouldMove, WouldSkip, ByDestination,
-// SkipReasons) with the checks step makes, in step's order: loop cap,
-// lease, key, destination queue.
-func (r *Runner) planner(t *Task) func(it *queue.Item) {
+// SkipReasons, LeftTo) with the checks a task makes, in its order: another
+// task holds it (one of holders: Start would leave it to that task), then
+// step's: loop cap, lease, key, destination queue.
+func (r *Runner) planner(t *Task, holders []holder) func(it *queue.Item) {
 	t.ByDestination = map[string]*Plan{}
 	exists := map[string]bool{}
 	return func(it *queue.Item) {
-		dest := t.Destination
-		if dest == "" {
-			dest = it.Body.SourceQueue
-		}
+		dest := t.destination(it)
 		reason := ""
+		h := leaveTo(holders, it)
 		switch {
+		case h != nil:
+			reason = SkipOtherTask
+			if t.LeftTo == nil {
+				t.LeftTo = map[string]int64{}
+			}
+			t.LeftTo[h.Task]++
 		case t.MaxRedriveCount >= 0 && it.Body.RedriveCount >= t.MaxRedriveCount:
 			reason = SkipLoopCap
 		case it.Meta.Leased:
@@ -411,4 +456,30 @@ func (r *Runner) planner(t *Task) func(it *queue.Item) {
 		}
 		t.SkipReasons[reason]++
 	}
+}
+
+// holders returns the holds of the unfinished tasks of dead-letter queue q
+// that hold items (running, pausing or paused: a task being cancelled
+// moves no more), oldest first, with their status. Needs mu.
+func (r *Runner) holders(q string) []holder {
+	var out []holder
+	for _, o := range r.tasks {
+		if o.Queue == q && !o.finished() && o.Status != StatusCancelling && o.UpTo > o.Pivot {
+			out = append(out, holder{Hold: o.hold(), status: o.Status})
+		}
+	}
+	slices.SortFunc(out, func(a, b holder) int { return cmpString(a.Task, b.Task) })
+	for i := range out {
+		out[i].Filter.IDs = slices.Clone(out[i].Filter.IDs)
+	}
+	return out
+}
+
+// advice says what to do about a task in status that holds the items a
+// new one would take (Start's conflict with RefuseOverlap).
+func advice(status string) string {
+	if status == StatusPaused || status == StatusPausing {
+		return "resume it, cancel it, or wait for it to end"
+	}
+	return "wait for it to end, or cancel it"
 }

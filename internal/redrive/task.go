@@ -40,9 +40,12 @@ const (
 	SkipLoopCap = "loop_cap"
 	// SkipLeased: a consumer of the dead-letter queue holds the item.
 	SkipLeased = "leased"
-	// SkipOtherTask: another redrive task of the dead-letter queue was
-	// moving the item at the same time (a redrive naming items by id may
-	// overlap a running one: the item goes to whichever reaches it first).
+	// SkipOtherTask: another redrive task of the dead-letter queue holds
+	// the item: it was unfinished (running, pausing or paused) and had
+	// not reached the item when this task started, so the item is left to
+	// it (Task.LeftTo); or it was moving the item at the same time (a
+	// redrive naming items by id takes them even from another task: the
+	// item goes to whichever reaches it first).
 	SkipOtherTask = "other_task"
 )
 
@@ -52,7 +55,7 @@ var skipWords = map[string]string{
 	SkipNotCovered: "bound for a queue the API key may not reach",
 	SkipLoopCap:    "already redriven max_redrive_count times",
 	SkipLeased:     "leased by a consumer of the dead-letter queue",
-	SkipOtherTask:  "moved by another redrive task",
+	SkipOtherTask:  "held by another redrive task",
 }
 
 // Counts are a task's per-destination results.
@@ -132,6 +135,23 @@ type Task struct {
 	// counts (Matched, WouldMove, WouldSkip, ByDestination, SkipReasons) to
 	// the queue's size; Warning says so.
 	Estimated bool `json:"estimated,omitempty"`
+	// Leaves are the holds of the other unfinished tasks of the queue
+	// (running, pausing or paused) when the task started, for a task
+	// whose filter names no ids: the items they held then are theirs, and
+	// this task passes over them (they are counted in Skipped, reason
+	// SkipOtherTask, from the start). Empty for a task naming its items by
+	// id: it takes them, even from another task.
+	Leaves []Hold `json:"leaves,omitempty"`
+	// LeftTo counts, by the id of the task holding them, the matched items
+	// left to another task (see Leaves); for a dry run, those a start now
+	// would leave.
+	LeftTo map[string]int64 `json:"left_to,omitempty"`
+	// PausedAt is when the task's current pause began (zero unless it is
+	// paused); PausedFor is the time its pauses that ended took (zero
+	// without one). A task's running time is its duration less both:
+	// what its ETA is measured over.
+	PausedAt  time.Time     `json:"paused_at,omitzero"`
+	PausedFor time.Duration `json:"paused_for,omitempty"`
 	// Pivot is the id of the last dead item the task has processed: a
 	// resumed task continues after it.
 	Pivot uint64 `json:"pivot,omitempty"`
@@ -169,6 +189,14 @@ func (t *Task) clone() Task {
 			c.Taken[k] = slices.Clone(v)
 		}
 	}
+	if t.Leaves != nil {
+		c.Leaves = make([]Hold, len(t.Leaves))
+		for i, h := range t.Leaves {
+			c.Leaves[i] = h
+			c.Leaves[i].Filter.IDs = slices.Clone(h.Filter.IDs)
+		}
+	}
+	c.LeftTo = maps.Clone(t.LeftTo)
 	if t.ByDestination != nil {
 		c.ByDestination = make(map[string]*Plan, len(t.ByDestination))
 		for k, v := range t.ByDestination {
@@ -184,11 +212,57 @@ func (t *Task) finished() bool {
 	return t.Status == StatusCompleted || t.Status == StatusCancelled || t.Status == StatusFailed
 }
 
-// holds reports whether the dead item it is still part of t's matched set:
-// it died before t started (id up to UpTo), t has not reached it (id past
-// Pivot) and it matches t's filter. t is unfinished.
-func (t *Task) holds(it *queue.Item) bool {
-	return it.Meta.ID > t.Pivot && it.Meta.ID <= t.UpTo && t.Filter.Match(it)
+// A Hold is the part of a task's matched set it has not reached yet: the
+// dead items matching Filter with ids past After and up to UpTo. A task
+// starting beside an unfinished one records the other's Hold (in
+// Task.Leaves) and leaves those items to it.
+type Hold struct {
+	// Task is the id of the task holding the items.
+	Task   string           `json:"task"`
+	Filter queue.DeadFilter `json:"filter"`
+	After  uint64           `json:"after,omitempty"`
+	UpTo   uint64           `json:"up_to"`
+}
+
+// holds reports whether dead item it is in h.
+func (h *Hold) holds(it *queue.Item) bool {
+	return it.Meta.ID > h.After && it.Meta.ID <= h.UpTo && h.Filter.Match(it)
+}
+
+// hold is what unfinished task t holds now: the items of its matched set
+// that died before it started (id up to UpTo), that it has not reached
+// (id past Pivot) and that match its filter.
+func (t *Task) hold() Hold {
+	return Hold{Task: t.ID, Filter: t.Filter, After: t.Pivot, UpTo: t.UpTo}
+}
+
+// leftAlone reports whether t leaves dead item it to another task (one of
+// t.Leaves holds it).
+func (t *Task) leftAlone(it *queue.Item) bool {
+	for i := range t.Leaves {
+		if t.Leaves[i].holds(it) {
+			return true
+		}
+	}
+	return false
+}
+
+// holder is one of the unfinished tasks a starting task (or a dry run)
+// leaves items to: its hold and its status when the start looked.
+type holder struct {
+	Hold
+	status string
+}
+
+// leaveTo returns the holder of dead item it among hs (the first that
+// holds it), or nil when none does.
+func leaveTo(hs []holder, it *queue.Item) *holder {
+	for i := range hs {
+		if hs[i].holds(it) {
+			return &hs[i]
+		}
+	}
+	return nil
 }
 
 // warning says how many items a completed task left behind and why, or ""
@@ -215,6 +289,15 @@ func cmpString(a, b string) int {
 		return 1
 	}
 	return 0
+}
+
+// destination is the queue t moves dead item it to: t.Destination, or the
+// item's source queue ("" when it names none).
+func (t *Task) destination(it *queue.Item) string {
+	if t.Destination != "" {
+		return t.Destination
+	}
+	return it.Body.SourceQueue
 }
 
 // covers reports whether the key that started t may reach queue dest.
