@@ -320,7 +320,7 @@ func toStorageItems(ctx context.Context, items []queue.Item, info queue.QueueInf
 			si.Fingerprint = queue.ItemFingerprint(&it)
 		}
 		for _, e := range it.Errors.Errors {
-			si.Errors = append(si.Errors, &pb.AttemptError{Attempt: e.Attempt, Error: e.Error, At: ts(e.At)})
+			si.Errors = append(si.Errors, toAttemptError(e))
 		}
 		si.DeadLetterAttempts = it.Errors.DeadLetterAttempts()
 		for _, e := range it.Errors.DeadLetter {
@@ -390,7 +390,30 @@ func fromStorageItem(i int, in *pb.StorageItem) (queue.Item, error) {
 		if err != nil {
 			return queue.Item{}, err
 		}
-		it.Errors.Errors = append(it.Errors.Errors, queue.AttemptError{Attempt: e.Attempt, Error: e.Error, At: at})
+		a := queue.AttemptError{Attempt: e.Attempt, Error: e.Error, At: at}
+		switch {
+		case e.Kind == entryEdit:
+			a.Attempt = queue.EditAttempt
+		case e.Kind != "":
+			return queue.Item{}, invalid(field+".errors["+strconv.Itoa(j)+"].kind", "'%s' is not one of '' (an attempt) and 'edit'", quote(e.Kind))
+		case e.Attempt < 0:
+			return queue.Item{}, invalid(field+".errors["+strconv.Itoa(j)+"].attempt", "%d is negative", e.Attempt)
+		}
+		it.Errors.Errors = append(it.Errors.Errors, a)
 	}
 	return it, nil
+}
+
+// entryEdit is the kind of an attempt history entry that records a payload
+// edit (AttemptError.kind; queue.EditAttempt).
+const entryEdit = "edit"
+
+// toAttemptError is the wire form of an attempt history entry: an edit
+// (queue.EditAttempt) is attempt 0 of kind "edit".
+func toAttemptError(e queue.AttemptError) *pb.AttemptError {
+	out := &pb.AttemptError{Attempt: e.Attempt, Error: e.Error, At: ts(e.At)}
+	if e.Attempt == queue.EditAttempt {
+		out.Attempt, out.Kind = 0, entryEdit
+	}
+	return out
 }

@@ -159,7 +159,15 @@ type ItemBody struct {
 	RedriveCount int32
 }
 
-// AttemptError is one failed attempt's error text.
+// EditAttempt is the Attempt of an attempt history entry that records a
+// payload edit (dead.edit), which is no attempt (issue 49: it read as
+// "Attempt 1"). Stored as it is (every backend keeps Attempt as a signed
+// number); on the wire such an entry is attempt 0 with kind "edit".
+const EditAttempt int32 = -1
+
+// AttemptError is one failed attempt's error text, or an entry the server
+// adds to the history: a redrive (RedrivenHistory) or a payload edit
+// (Attempt EditAttempt).
 type AttemptError struct {
 	Attempt int32
 	Error   string
