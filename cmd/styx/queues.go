@@ -328,7 +328,13 @@ it from that queue first (styx queues update SOURCE --dead-queue '').
 
 Unless --yes, the command first shows what will be lost and asks
 "Delete queue NAME and its N items (L leased, D dead)? [y/N]" on stdin; any
-answer but y or yes aborts (exit status 1).`,
+answer but y or yes aborts (exit status 1).
+
+The queue's dead items in its dead-letter queue are not deleted with it: the
+command says how many stay there ("its N dead items stay in dead-letter
+queue DLQ"). The dead-letter queue can still be worked (styx dead list DLQ
+--source NAME, styx dead redrive, styx dead delete) while it holds them,
+even once no queue names it as dead_queue.`,
 		Args: exactArgs(1, "a queue NAME"),
 		RunE: func(cmd *cobra.Command, args []string) error {
 			name := args[0]
@@ -360,8 +366,25 @@ answer but y or yes aborts (exit status 1).`,
 						return errors.New("aborted: nothing deleted")
 					}
 				}
+				// Its dead items in its dead-letter queue stay: read which
+				// queue that is before the delete, count them after.
+				var dlq string
+				if info, err := c.QueuesInfo(cmd.Context(), &pb.QueuesInfoRequest{QueueName: name}); err == nil {
+					dlq = info.DeadQueue
+				}
 				if err := c.QueuesDelete(cmd.Context(), &pb.QueuesDeleteRequest{QueueName: name}); err != nil {
 					return err
+				}
+				if dlq != "" {
+					st, err := c.QueueStats(cmd.Context(), &pb.QueueStatsRequest{QueueName: dlq})
+					if n := st.GetDeadBySource()[name]; err == nil && n > 0 {
+						verb := "stay"
+						if n == 1 {
+							verb = "stays"
+						}
+						return a.done("deleted queue %s; its %s %s in dead-letter queue %s (styx dead list %s --source %s)",
+							name, plural(int(n), "dead item"), verb, dlq, dlq, name)
+					}
 				}
 				return a.done("deleted queue %s", name)
 			})
