@@ -239,11 +239,15 @@ func (a *app) queuesHistoryCmd() *cobra.Command {
 	cmd := &cobra.Command{
 		Use:   "history [NAME]",
 		Short: "Show a queue's last hour, a minute a row: produced, completed, dead-lettered, depth",
-		Long: `Show a queue's activity over the last hour, as the server keeps it in
-memory (empty after a restart): per minute, the items produced, completed and
-dead-lettered, and the queue's depth at the minute's last sample (- when
-none was taken). Without NAME, the sum over every queue. Minutes with
-nothing to show are left out unless --all. --json prints the server's reply.`,
+		Long: `Show a queue's activity over the last hour: per minute, the items
+produced (a redrive's arrivals included), completed and dead-lettered, and
+the queue's depth at the minute's last sample (- when none was taken).
+Without NAME, the sum over every queue. The server keeps the minutes in its
+store for 24 hours, so the hour survives restarts, and on PostgreSQL every
+server answers the same history. A dead-letter queue's arrivals by error
+group, counted as the items died, are in the --json reply (dead_by_group,
+with group_patterns). Minutes with nothing to show are left out unless
+--all. --json prints the server's reply.`,
 		Args: cobra.MaximumNArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
 			req := &pb.QueuesHistoryRequest{}
