@@ -41,12 +41,15 @@ bench-cpu: ## server CPU per 1,000 items beside items/s on Pebble, memory and Po
 	./bench/cpu.sh
 bench-go: ## run the Go benchmarks
 	go test -run '^$$' -bench . -benchmem ./...
-pg-start: ## start a throwaway PostgreSQL in /tmp/styx-pgtest for the Postgres tests (PG_PORT=N: on port N, else the first free one from 55432); prints the exports to paste
-	@PGTEST_PORT='$(PG_PORT)' scripts/pgtest.sh start /tmp/styx-pgtest >/dev/null
-	@echo "export STYX_TEST_POSTGRES_URL='$$(cat /tmp/styx-pgtest/dsn)'"
-	@echo "export STYX_TEST_POSTGRES_ENV=/tmp/styx-pgtest/env"
-pg-stop: ## stop the PostgreSQL started by pg-start
-	scripts/pgtest.sh stop /tmp/styx-pgtest
+# PG_DIR is where pg-start keeps its PostgreSQL (data, log, dsn, env); give each checkout its own
+# (make pg-start PG_DIR=/tmp/styx-pgtest-b) to run one per checkout side by side.
+PG_DIR ?= /tmp/styx-pgtest
+pg-start: ## start a throwaway PostgreSQL in PG_DIR (default /tmp/styx-pgtest) for the Postgres tests (PG_PORT=N: on port N, else the first free one from 55432); prints the exports to paste
+	@PGTEST_PORT='$(PG_PORT)' scripts/pgtest.sh start '$(PG_DIR)' >/dev/null
+	@echo "export STYX_TEST_POSTGRES_URL='$$(cat '$(PG_DIR)/dsn')'"
+	@echo "export STYX_TEST_POSTGRES_ENV='$(PG_DIR)/env'"
+pg-stop: ## stop the PostgreSQL started by pg-start (the same PG_DIR)
+	scripts/pgtest.sh stop '$(PG_DIR)'
 cluster-stress: ## run the two-node PostgreSQL cluster tests 30 times under CPU load (needs STYX_TEST_POSTGRES_URL)
 	scripts/cluster-stress.sh 30
 ha: ## PostgreSQL failover under load with the built binary: a primary and a synchronous standby, two nodes on a multi-host URL under produce/lease/complete/dead-letter/redrive load, SIGKILL the primary, promote the standby; prints the failover times, items lost (must be 0), doubled, leased twice (must be 0), redrive tasks resumed per run (HA_RUNS=10)

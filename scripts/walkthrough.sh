@@ -161,3 +161,17 @@ run "styx queues update payments --dead-queue '' --max-attempts 0"
 run "styx queues update payments --max-attempts 0"
 answer y "styx queues delete payments-dead"
 answer n "styx queues delete payments"
+
+block "find one item, fix it (queues of its own: the step before deleted payments-dead)"
+run "styx queues create billing-dead"
+run "styx queues create billing --dead-queue billing-dead"
+run "styx produce billing '{\"order\":\"A-17\",\"amount\":\"12,50\"}' --reference order-A-17"
+run "id=\$(styx lease billing | awk 'NR == 2 { print \$2 }'); styx retry billing \"\$id\" --dead --error 'parse amount: invalid syntax'"
+sleep 0.5 # the dead-letter move
+run "styx dead list billing-dead --reference order-A-17"
+dead=$(styx dead list billing-dead --reference order-A-17 2>/dev/null | awk 'NR == 2 { print $1 }')
+run "styx dead edit billing-dead $dead --payload '{\"order\":\"A-17\",\"amount\":\"12.50\"}'"
+run "styx dead show billing-dead $dead"
+run "styx dead redrive billing-dead --id $dead"
+sleep 1 # the redrive task
+run "styx queues history billing"
