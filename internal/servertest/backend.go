@@ -69,15 +69,24 @@ func RequireItemLog(t *testing.T, b Backend) {
 
 // Backends returns every storage backend the functional tests run on:
 // memory (one in-memory store that stands for the persistent state, closed
-// when the test ends), pebble (a directory of the test's own) and postgres
+// when t ends), pebble (a directory of t's own) and postgres
 // (URL empty when the test database is not configured: see PostgresURL).
 func Backends(t *testing.T) []Backend {
 	return []Backend{
 		{Name: daemon.StorageMemory, Open: func() func(t *testing.T) store.Store {
-			s, err := pebble.OpenMemory() // one instance stands for the persistent state
-			require.NoError(t, err)
-			t.Cleanup(func() { _ = s.Close() })
-			return func(t *testing.T) store.Store { return NopClose{s} }
+			// One instance stands for the persistent state, opened at the
+			// first Open (a test that starts its servers from Options
+			// opens none) and closed when the test ends.
+			var s store.Store
+			return func(ot *testing.T) store.Store {
+				if s == nil {
+					var err error
+					s, err = pebble.OpenMemory()
+					require.NoError(ot, err)
+					t.Cleanup(func() { _ = s.Close() })
+				}
+				return NopClose{s}
+			}
 		}()},
 		{Name: daemon.StoragePebble, Open: func() func(t *testing.T) store.Store {
 			dir := t.TempDir()
