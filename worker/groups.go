@@ -9,14 +9,18 @@ import (
 // (releaseBehind); see the package comment.
 
 // parkRoom waits until the parked items are at most parkLimit and returns
-// how many more may be parked; false when ctx ended first.
-func (w *Worker) parkRoom(ctx context.Context) (int, bool) {
-	for {
+// how many more may be parked; false when ctx ended first. It calls
+// waiting once before it waits.
+func (w *Worker) parkRoom(ctx context.Context, waiting func()) (int, bool) {
+	for first := true; ; first = false {
 		w.mu.Lock()
 		room := w.parkLimit - w.parked
 		w.mu.Unlock()
 		if room >= 0 {
 			return room, true
+		}
+		if first {
+			waiting()
 		}
 		select {
 		case <-w.parkWake:

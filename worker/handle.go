@@ -24,7 +24,7 @@ import (
 // calling t.FailNow), the item is retried with errGoexit (or let go, if its
 // handler had returned), the items of its group held behind it are
 // released, its token freed, and a new goroutine takes this one's place.
-func (w *Worker) handleJobs(ctx context.Context, jobs <-chan *job, tokens chan struct{}, acks chan<- *job, handlers *sync.WaitGroup) {
+func (w *Worker) handleJobs(ctx context.Context, jobs <-chan *job, tokens chan struct{}, acks *completes, handlers *sync.WaitGroup) {
 	var current *job
 	defer func() {
 		if current == nil {
@@ -69,7 +69,7 @@ func (w *Worker) handleJobs(ctx context.Context, jobs <-chan *job, tokens chan s
 // shutdown), the items of its group waiting behind it leave the group
 // before j's retry is sent, so that j, back in the queue and leased again
 // at once, does not queue up behind them; then they are released.
-func (w *Worker) runJob(runCtx context.Context, j *job, acks chan<- *job) *job {
+func (w *Worker) runJob(runCtx context.Context, j *job, acks *completes) *job {
 	if runCtx.Err() != nil {
 		// Shutdown began while the item waited: not started.
 		w.detach(j)
@@ -108,7 +108,7 @@ func (w *Worker) runJob(runCtx context.Context, j *job, acks chan<- *job) *job {
 // finish acknowledges what j's handler returned: a complete goes to the
 // batching acknowledger (acks), a retry or release is sent here. It
 // reports whether j was completed.
-func (w *Worker) finish(j *job, err error, acks chan<- *job) bool {
+func (w *Worker) finish(j *job, err error, acks *completes) bool {
 	cause := context.Cause(j.ctx)
 	switch {
 	case errors.Is(cause, ErrLeaseLost):
@@ -121,7 +121,7 @@ func (w *Worker) finish(j *job, err error, acks chan<- *job) bool {
 		w.m.items.WithLabelValues("lost").Inc()
 		w.forget(j)
 	case err == nil:
-		acks <- j
+		acks.add(j)
 		return true
 	case errors.Is(cause, ErrShutdown):
 		w.release([]*job{j})
@@ -266,23 +266,17 @@ func (w *Worker) release(js []*job) {
 }
 
 // ackLoop completes finished items in batches: each call takes every
-// complete that arrived while the previous one was on the wire (up to 1000
-// per partition), so completes cost one request per batch under load and
-// add no delay when idle.
-func (w *Worker) ackLoop(acks <-chan *job) {
-	for j := range acks {
-		batch := []*job{j}
-	gather:
-		for len(batch) < maxBatch {
-			select {
-			case j, ok := <-acks:
-				if !ok {
-					break gather
-				}
-				batch = append(batch, j)
-			default:
-				break gather
-			}
+// complete that arrived while the previous one was on the wire (up to 1000,
+// one call per partition), so completes cost one request per batch under
+// load and add no delay when idle. With Config.CompleteWithLease it leaves
+// them to the lease loop while the next lease is due, for up to
+// completeWindow (see completes.next); it sends at once the completes of a
+// lease that failed.
+func (w *Worker) ackLoop(acks *completes) {
+	for {
+		batch := acks.next()
+		if batch == nil {
+			return
 		}
 		for p, group := range byPartition(batch) {
 			_, ok := w.send(earliestDeadline(group), "complete", group, func(ctx context.Context, ids []string) (*pb.QueueRetryResponse, error) {

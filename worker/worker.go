@@ -64,8 +64,8 @@
 // items under group_dead_policy "continue", and wait for the dead item
 // under "hold".
 //
-// The completion of an item is sent in the background (batched, see
-// Config); the next item of its group starts when the handler returns, not
+// The completion of an item is sent in the background (see "Completes"
+// below); the next item of its group starts when the handler returns, not
 // when the server acknowledged the completion. If that completion is lost
 // (a crash, a lease that expired), the item comes back after later items of
 // its group ran: delivery stays at least once.
@@ -76,6 +76,43 @@
 // a group at the same time, and the items released after a failure may
 // come back before the failed item (after it only if its retry is requeued
 // at once: a Backoff of 0, since the retry is sent first).
+//
+// # Completes
+//
+// A handler that returns nil leaves its item's complete to be sent in the
+// background. By default (Config.CompleteWithLease) the worker's next
+// lease carries it: when the handler returns it frees its slot, the lease
+// loop, which waited for one, leases at once, and that lease completes the
+// pending items of one partition first (queue.lease's complete_ids, up to
+// 1,000), in the same step of the queue. A worker at batch 1 so makes one
+// call per item, the lease that completes the item before, instead of a
+// lease and a complete. Such a lease answers at once; when it finds no
+// item ready, the next lease is a plain one that waits for items
+// (LeaseWait).
+//
+// The ack loop sends the other completes with queue.complete, each call
+// taking every complete that arrived while the previous one was on the
+// wire: at once while no lease is due (the lease loop waits for items,
+// backs off after an error, or the worker shuts down), and otherwise those
+// that no lease took within 10ms, so that a complete waits no longer when
+// the slots stay busy (a slot that runs the next item of a group frees
+// nothing). A lease that carried completes and failed gives them to the ack
+// loop, which sends them as it sends again a queue.complete whose call
+// failed: after a 400 nothing was done (a lease does all or nothing, and
+// one of its items was no longer leased, or its client_id still waited);
+// after a 453, a 454 or a network error the outcome is unknown, and a
+// complete the server did already is refused as not leased and counted as
+// a lost lease (styx_worker_items_total{outcome="lost"}) with nothing lost.
+// At shutdown a lease that carries completes is not cancelled (it answers
+// at once), and the ack loop sends what is left before Run returns.
+//
+// A server that does not know complete_ids (Querator, a Styx server older
+// than issue 52) ignores them and leaves the items leased. So the first
+// lease that carries completes is checked: a queue.renew of one of its
+// items must be refused (not leased any more); if it is renewed, or a lease
+// that carried completes waited for items and answered 454 as a plain
+// lease does, the worker logs a warning, completes them with queue.complete
+// and carries no more completes on leases.
 package worker
 
 import (
@@ -177,6 +214,17 @@ type Config struct {
 	// workers may share one registerer. Default nil: no metrics. A
 	// registration that fails or panics is an error from New.
 	Metrics prometheus.Registerer
+	// CompleteWithLease says whether the worker completes handled items
+	// with its next lease (queue.lease's complete_ids, up to 1,000 of one
+	// partition) when that lease is due at once, rather than with a
+	// queue.complete call: at batch 1, one call per item instead of two.
+	// The ack loop still sends the completes no lease takes within 10ms,
+	// and those of a lease that failed. SwitchDefault (the zero value) is
+	// SwitchOn; SwitchOff sends every complete with queue.complete. On a
+	// server that ignores complete_ids (Querator, Styx before issue 52)
+	// the worker finds out at its first such lease and completes with
+	// queue.complete instead. See "Completes" in the package comment.
+	CompleteWithLease Switch
 	// Clock is the time the worker reads and waits on: renewals (half a
 	// lease after the server's lease deadline), Backoff and RetryAfter
 	// times, ShutdownTimeout, LeaseWait's long poll and the backoffs
@@ -186,6 +234,20 @@ type Config struct {
 	// channel, is answered by the system clock (the first one logged).
 	Clock Clock
 }
+
+// Switch is a Config setting that is on or off. Its zero value,
+// SwitchDefault, is the setting's default, which the field's comment names.
+type Switch uint8
+
+// Values of a Switch.
+const (
+	// SwitchDefault is the setting's default.
+	SwitchDefault Switch = iota
+	// SwitchOn turns the setting on.
+	SwitchOn
+	// SwitchOff turns the setting off.
+	SwitchOff
+)
 
 // Clock tells a Worker the time and wakes it when a duration has passed
 // (Config.Clock). Implementations are safe for concurrent use.
@@ -232,6 +294,10 @@ type Worker struct {
 	parkLimit int
 	// parkWake tells the lease loop that parked went down.
 	parkWake chan struct{}
+	// completeCheck says whether the server was seen to do a lease's
+	// complete_ids: completeUnchecked, completeHonoured or completeIgnored
+	// (owned by the lease loop; see settleCompletes).
+	completeCheck int
 }
 
 // groupRun is one group's items in the worker: the item in a slot (not
@@ -268,6 +334,9 @@ type job struct {
 	// when the group was detached from the worker, until they are
 	// released (owned by the goroutine that runs the job).
 	behind []*job
+	// leftAt is when the job's complete was left for the ack loop and the
+	// lease loop, on the system clock (guarded by completes.mu).
+	leftAt time.Time
 }
 
 // New validates cfg and returns a worker for the queue cfg.Queue. It does
@@ -298,6 +367,11 @@ func New(c *styx.Client, cfg Config) (*Worker, error) {
 		return nil, fmt.Errorf("styx worker: LeaseWait is %s, it must be above 10ms and at most 15m", cfg.LeaseWait)
 	case cfg.LeaseTimeout < 0:
 		return nil, fmt.Errorf("styx worker: LeaseTimeout is %s, it must not be negative (0: the queue's)", cfg.LeaseTimeout)
+	case cfg.CompleteWithLease > SwitchOff:
+		return nil, fmt.Errorf("styx worker: CompleteWithLease is %d, it must be SwitchDefault, SwitchOn or SwitchOff", cfg.CompleteWithLease)
+	}
+	if cfg.CompleteWithLease == SwitchDefault {
+		cfg.CompleteWithLease = SwitchOn
 	}
 	if cfg.Clock == nil {
 		cfg.Clock = realClock{}
@@ -378,7 +452,7 @@ func (w *Worker) Run(ctx context.Context) error {
 	held := w.cfg.Concurrency + w.cfg.Prefetch
 	tokens := make(chan struct{}, held)
 	jobs := make(chan *job, held)
-	acks := make(chan *job, maxBatch)
+	acks := newCompletes()
 
 	renewCtx, stopRenewing := context.WithCancel(context.Background())
 	renewed := make(chan struct{})
@@ -400,7 +474,7 @@ func (w *Worker) Run(ctx context.Context) error {
 	leaseCtx, cancelLease := context.WithCancel(context.WithoutCancel(ctx))
 	defer cancelLease()
 	leased := make(chan struct{})
-	go func() { defer close(leased); w.leaseLoop(ctx, leaseCtx, base, tokens, jobs) }()
+	go func() { defer close(leased); w.leaseLoop(ctx, leaseCtx, base, tokens, jobs, acks) }()
 	<-ctx.Done()
 
 	// Shutdown. Items no handler took go back at once, with the items of
@@ -426,7 +500,7 @@ func (w *Worker) Run(ctx context.Context) error {
 		cancelHandlers(ErrShutdown)
 		<-finished
 	}
-	close(acks)
+	acks.close()
 	<-acked
 	w.mu.Lock()
 	late := w.unstarted
@@ -482,19 +556,31 @@ func (w *Worker) takeUnstarted(jobs chan *job, closed bool) []*job {
 // one item more than the parked items' room, so that items of groups held
 // behind others never exceed parkLimit by more than one. The lease calls
 // run under leaseCtx, which Run cancels at shutdown once it has released
-// the unstarted items; no call starts once ctx is cancelled.
-func (w *Worker) leaseLoop(ctx, leaseCtx, base context.Context, tokens chan struct{}, jobs chan<- *job) {
+// the unstarted items (but for a lease that carries completes, which
+// answers at once); no call starts once ctx is cancelled.
+//
+// With Config.CompleteWithLease a lease carries the completes pending in
+// acks (one partition's, up to maxBatch) as its complete_ids, unless the
+// previous lease that carried some found no items ready: such a lease does
+// not wait for items, so the next one is a plain long poll (and the ack
+// loop sends the completes meanwhile).
+func (w *Worker) leaseLoop(ctx, leaseCtx, base context.Context, tokens chan struct{}, jobs chan<- *job, acks *completes) {
+	defer acks.setLeasing(false)
 	wait := time.Duration(0)
+	plain := false // the next lease carries no completes: the last one that did found nothing ready
 	for {
 		if ctx.Err() != nil {
 			return
 		}
+		// Waiting for a slot, the next lease is due as soon as a handler
+		// returns: it takes the complete that handler leaves.
+		acks.setLeasing(w.completeWithLease() && !plain)
 		select {
 		case tokens <- struct{}{}:
 		case <-ctx.Done():
 			return
 		}
-		room, ok := w.parkRoom(ctx)
+		room, ok := w.parkRoom(ctx, func() { acks.setLeasing(false) })
 		if !ok {
 			return
 		}
@@ -508,12 +594,35 @@ func (w *Worker) leaseLoop(ctx, leaseCtx, base context.Context, tokens chan stru
 				break more
 			}
 		}
+		var done []*job // the completes this lease carries
+		if w.completeWithLease() && !plain {
+			done = acks.take()
+		}
+		req := &pb.QueueLeaseRequest{QueueName: w.cfg.Queue, BatchSize: int32(n), ClientId: w.cfg.ClientID, RequestTimeout: w.cfg.LeaseWait.String()}
+		callCtx, cancel := leaseCtx, context.CancelFunc(func() {})
+		if len(done) > 0 {
+			req.CompletePartition = done[0].it.Partition
+			req.CompleteIds = make([]string, len(done))
+			for i, j := range done {
+				req.CompleteIds[i] = j.it.ID
+			}
+			// It answers at once, so a shutdown lets it finish (cancelled,
+			// its completes' outcome would be unknown: done, but sent
+			// again and refused); past their earliest lease deadline they
+			// can no longer be done.
+			callCtx, cancel = context.WithTimeout(context.WithoutCancel(leaseCtx), max(earliestDeadline(done).Sub(w.cfg.Clock.Now()), time.Second))
+		} else {
+			acks.setLeasing(false) // a plain lease may wait LeaseWait for items
+		}
 		start := w.cfg.Clock.Now()
 		res, err := protect("queue.lease", func() (*pb.QueueLeaseResponse, error) {
-			return w.c.QueueLease(leaseCtx, &pb.QueueLeaseRequest{
-				QueueName: w.cfg.Queue, BatchSize: int32(n), ClientId: w.cfg.ClientID, RequestTimeout: w.cfg.LeaseWait.String(),
-			})
+			return w.c.QueueLease(callCtx, req)
 		})
+		cancel()
+		if len(done) > 0 {
+			w.settleCompletes(context.WithoutCancel(leaseCtx), done, acks, err, w.cfg.Clock.Now().Sub(start))
+		}
+		plain = len(done) > 0 && err == nil && len(res.Items) == 0
 		slots := 0
 		if err == nil {
 			js := make([]*job, len(res.Items))
@@ -532,13 +641,14 @@ func (w *Worker) leaseLoop(ctx, leaseCtx, base context.Context, tokens chan stru
 		case err == nil || ctx.Err() != nil:
 			wait = 0
 			continue
-		case styx.IsRetry(err) && w.cfg.Clock.Now().Sub(start) >= w.cfg.LeaseWait/2:
+		case styx.IsRetry(err) && len(done) == 0 && w.cfg.Clock.Now().Sub(start) >= w.cfg.LeaseWait/2:
 			// The long poll ended without items.
 			wait = 0
 			continue
 		}
 		// An error, or a 454 that came back at once (a queue that is
 		// overloaded, a server shutting down): back off.
+		acks.setLeasing(false)
 		wait = min(max(2*wait, 50*time.Millisecond), 5*time.Second)
 		w.log.Warn("lease failed; retrying", "error", err, "retry_in", wait)
 		select {

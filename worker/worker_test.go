@@ -588,6 +588,7 @@ func TestNewValidatesConfig(t *testing.T) {
 		{worker.Config{Queue: "q", Handler: h, ShutdownTimeout: -time.Second}, "ShutdownTimeout is -1s"},
 		{worker.Config{Queue: "q", Handler: h, LeaseWait: time.Millisecond}, "LeaseWait is 1ms"},
 		{worker.Config{Queue: "q", Handler: h, LeaseTimeout: -time.Millisecond}, "LeaseTimeout is -1ms"},
+		{worker.Config{Queue: "q", Handler: h, CompleteWithLease: 7}, "CompleteWithLease is 7"},
 	} {
 		_, err := worker.New(c, tc.cfg)
 		require.Error(t, err)

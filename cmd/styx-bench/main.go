@@ -66,7 +66,8 @@
 //
 // --complete-with-lease makes cycle complete each batch with its next lease
 // (queue.lease's complete_ids, issue 52): two calls per batch instead of
-// three.
+// three; it turns the worker workload's worker.Config.CompleteWithLease on
+// (off without it, as the worker was before).
 //
 // --count N makes the produce workload stop after exactly N items (for
 // filling a queue to a known depth). --interval D also reports the items
@@ -156,7 +157,8 @@ type config struct {
 	Ordered bool
 	// CompleteWithLease makes the cycle workload complete each batch with
 	// its next lease (queue.lease's complete_ids: one call instead of two;
-	// issue 52), as a worker that pipelines its acknowledgements does.
+	// issue 52), and turns the worker workload's
+	// worker.Config.CompleteWithLease on (off without it).
 	CompleteWithLease bool
 	// Hot is the fair workload's backlog of its hot group; FairGroups says
 	// whether its items carry their group (false: the FIFO baseline).
@@ -279,7 +281,7 @@ func parseFlags(args []string, stderr io.Writer) (config, error) {
 	fs.StringVar(&c.SoakReport, "soak-report", "", "soak: write the Markdown report to `FILE`, rewritten after every interval")
 	fs.IntVar(&c.Groups, "groups", 0, "give produced items one of N groups (g0..gN-1), in turn (0: no groups)")
 	fs.BoolVar(&c.Ordered, "ordered", false, "create the queue ordered: a group's items are leased in order, one lease of a group at a time")
-	fs.BoolVar(&c.CompleteWithLease, "complete-with-lease", false, "cycle: complete each batch with the next lease (queue.lease complete_ids) instead of a queue.complete call")
+	fs.BoolVar(&c.CompleteWithLease, "complete-with-lease", false, "cycle and worker: complete each batch with the next lease (queue.lease complete_ids) instead of a queue.complete call")
 	fs.IntVar(&c.Hot, "hot", 20000, "fair workload: the hot group's backlog, produced before the 100 small groups' 10 items each")
 	fs.BoolVar(&c.FairGroups, "fair-groups", true, "fair workload: the items carry their group (false: the same items without groups, the FIFO baseline)")
 	fs.StringVar(&c.SoakCSV, "soak-csv", "", "soak: write the rows as CSV to `FILE`, rewritten after every interval")

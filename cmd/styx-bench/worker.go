@@ -21,8 +21,9 @@ import (
 const workerPoll = 2 * time.Millisecond
 
 // runWorker is the worker workload: one worker.Worker with Concurrency
-// --clients and a handler that returns nil consumes the queue through the
-// first endpoint until --prefill items are completed or the window ends;
+// --clients (CompleteWithLease on with --complete-with-lease, else off)
+// and a handler that returns nil consumes the queue through the first
+// endpoint until --prefill items are completed or the window ends;
 // then its context is cancelled and Run's graceful shutdown awaited. Its
 // requests are the library's own and not recorded. Completions are read
 // from the worker's styx_worker_items_total{outcome="completed"} (items
@@ -31,13 +32,14 @@ const workerPoll = 2 * time.Millisecond
 func (b *bench) runWorker(ctx context.Context) {
 	reg := prometheus.NewRegistry()
 	w, err := worker.New(b.c, worker.Config{
-		Queue:       b.queue,
-		Handler:     worker.HandlerFunc(func(context.Context, *worker.Item) error { return nil }),
-		Concurrency: b.cfg.Clients,
-		LeaseWait:   b.cfg.LeaseWait,
-		ClientID:    "styx-bench-" + b.queue + "-worker",
-		Logger:      slog.New(slog.NewTextHandler(b.stderr, &slog.HandlerOptions{Level: slog.LevelWarn})),
-		Metrics:     reg,
+		Queue:             b.queue,
+		Handler:           worker.HandlerFunc(func(context.Context, *worker.Item) error { return nil }),
+		Concurrency:       b.cfg.Clients,
+		LeaseWait:         b.cfg.LeaseWait,
+		ClientID:          "styx-bench-" + b.queue + "-worker",
+		Logger:            slog.New(slog.NewTextHandler(b.stderr, &slog.HandlerOptions{Level: slog.LevelWarn})),
+		Metrics:           reg,
+		CompleteWithLease: completeWithLease(b.cfg.CompleteWithLease),
 	})
 	if err != nil {
 		b.fail("worker", err)
@@ -56,6 +58,17 @@ func (b *bench) runWorker(ctx context.Context) {
 		_, _ = fmt.Fprintf(b.stderr, "styx-bench: worker: %d of %d items completed within --duration %s\n",
 			n, b.cfg.Prefill, b.cfg.Duration)
 	}
+}
+
+// completeWithLease is the worker's Config.CompleteWithLease for
+// --complete-with-lease: on (each lease completes the items handled since
+// the previous one, issue 52), or off (queue.complete only, the worker
+// before issue 52, so that runs without the flag compare with older ones).
+func completeWithLease(on bool) worker.Switch {
+	if on {
+		return worker.SwitchOn
+	}
+	return worker.SwitchOff
 }
 
 // awaitCompletions polls the worker's completed count in g every
