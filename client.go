@@ -181,18 +181,28 @@ func loadKeyPair(certFile, keyFile string) (tls.Certificate, error) {
 }
 
 // Error is a request the server answered with a code other than 200.
+// Decide by Code and Reason (ErrorCode, ErrorReason and the Is… helpers),
+// never by Message, which is for people and may change.
 type Error struct {
 	// Code is the DUH-RPC code, equal to the HTTP status: 400 invalid
 	// request (including a queue that does not exist: see
 	// IsQueueNotExist), 401 no valid API key (CodeUnauthorized), 403 the
 	// key lacks the call's scope or does not cover its queue
-	// (CodeForbidden), 404 not found (a redrive task), 409 conflict, 454
-	// retry (no items before the request timeout, or an overloaded queue),
-	// 455 bad content, 500 internal, 501 no such method.
+	// (CodeForbidden), 404 not found (a redrive task), 409 conflict, 453
+	// storage unavailable, 454 retry (no items before the request
+	// timeout, or an overloaded queue), 455 bad content, 500 internal, 501
+	// no such method, 503 server busy.
 	Code int
+	// Reason says why, a stable word the server sends as
+	// details["reason"] (one of the Reason… constants; several share a
+	// Code): ReasonQueueNotFound, ReasonRequestTimeout… Empty when the
+	// reply carried none: a server that sends no reasons, or an answer
+	// that was not a duh.v1.Reply (a proxy's). docs/wire-contract.md
+	// lists them.
+	Reason string
 	// Message is the server's explanation, "<what>; <detail>".
 	Message string
-	// Details are extra key/values the server sent.
+	// Details are extra key/values the server sent, "reason" included.
 	Details map[string]string
 }
 
@@ -217,6 +227,84 @@ const (
 	CodeInternal    = 500
 )
 
+// Reasons of Error.Reason, by code (docs/wire-contract.md says which to
+// retry). A server may add reasons: treat one you do not know by its code.
+const (
+	// ReasonInvalidArgument (400): a rule not named below; the message
+	// names the field.
+	ReasonInvalidArgument = "invalid_argument"
+	// ReasonQueueNotFound (400): the queue the request names does not
+	// exist (IsQueueNotExist).
+	ReasonQueueNotFound = "queue_not_found"
+	// ReasonQueueExists (400): queues.create named a queue that exists
+	// (IsQueueExists).
+	ReasonQueueExists = "queue_exists"
+	// ReasonDeadQueueNotFound (400): a queue's dead_queue does not exist.
+	ReasonDeadQueueNotFound = "dead_queue_not_found"
+	// ReasonDestinationNotFound (400): a redrive's destination does not
+	// exist.
+	ReasonDestinationNotFound = "destination_not_found"
+	// ReasonNotDeadLetterQueue (400): a dead.* call named a queue that is
+	// no queue's dead_queue.
+	ReasonNotDeadLetterQueue = "not_dead_letter_queue"
+	// ReasonNotLeased (400): an id of a complete, retry or renew is not
+	// under a live lease (it expired, or the item was completed).
+	ReasonNotLeased = "not_leased"
+	// ReasonUnauthorized (401): no valid API key.
+	ReasonUnauthorized = "unauthorized"
+	// ReasonKeyRevoked (401): the key was deleted while the request
+	// waited.
+	ReasonKeyRevoked = "key_revoked"
+	// ReasonForbidden (403): the key lacks the call's scope or does not
+	// cover its queue.
+	ReasonForbidden = "forbidden"
+	// ReasonNotFound (404): a redrive task, an item or an API key does not
+	// exist.
+	ReasonNotFound = "not_found"
+	// ReasonBodyTimeout (408): the request body did not arrive within the
+	// server's body read timeout.
+	ReasonBodyTimeout = "body_timeout"
+	// ReasonConflict (409): the request conflicts with current state.
+	ReasonConflict = "conflict"
+	// ReasonTaskEnded (409): the redrive task has ended or is ending.
+	ReasonTaskEnded = "task_ended"
+	// ReasonMatchedChanged (409): a confirmed dead.delete or dead.redrive
+	// matched another count than expect_matched; nothing was done.
+	ReasonMatchedChanged = "matched_changed"
+	// ReasonStorageUnavailable (453): storage failed the request
+	// (IsUnavailable).
+	ReasonStorageUnavailable = "storage_unavailable"
+	// ReasonProduceTimeout (453): a produce's request_timeout passed
+	// before its queue answered; its items may or may not be stored
+	// (retry with the same deduplication ids to store them once).
+	ReasonProduceTimeout = "produce_timeout"
+	// ReasonRetry (454): retry later (an overloaded queue, a server
+	// shutting down).
+	ReasonRetry = "retry"
+	// ReasonStorageConflict (454): the database refused the transaction
+	// because of a concurrent one; nothing was applied.
+	ReasonStorageConflict = "storage_conflict"
+	// ReasonRequestTimeout (454): a lease found no item before its
+	// request timeout (IsNoItems).
+	ReasonRequestTimeout = "request_timeout"
+	// ReasonDeduplicationLimit (454): the queue holds as many
+	// deduplication ids as the server allows; nothing was stored.
+	ReasonDeduplicationLimit = "deduplication_limit"
+	// ReasonBadContent (455): the body could not be decoded.
+	ReasonBadContent = "bad_content"
+	// ReasonCanceled (499): the request was canceled (never read by a
+	// client).
+	ReasonCanceled = "canceled"
+	// ReasonInternal (500): an error the server did not classify.
+	ReasonInternal = "internal"
+	// ReasonUnimplemented (501): no such method.
+	ReasonUnimplemented = "unimplemented"
+	// ReasonOverloaded (503): the server cannot admit the request now.
+	ReasonOverloaded = "overloaded"
+	// ReasonUnknown: a code without a reason of its own.
+	ReasonUnknown = "unknown"
+)
+
 // ErrorCode returns the DUH-RPC code of err, or 0 if err is not an *Error.
 func ErrorCode(err error) int {
 	var e *Error
@@ -226,8 +314,19 @@ func ErrorCode(err error) int {
 	return 0
 }
 
-// IsRetry reports whether err says to retry later: a lease that found no
-// items before its request timeout, or an overloaded queue.
+// ErrorReason returns the reason of err (Error.Reason), or "" if err is not
+// an *Error or its reply carried no reason.
+func ErrorReason(err error) string {
+	var e *Error
+	if errors.As(err, &e) {
+		return e.Reason
+	}
+	return ""
+}
+
+// IsRetry reports whether err says to retry later (454): a lease that
+// found no items before its request timeout (IsNoItems), an overloaded
+// queue, a storage conflict.
 func IsRetry(err error) bool { return ErrorCode(err) == CodeRetry }
 
 // IsUnavailable reports whether err is a 453 (CodeUnavailable): storage
@@ -235,22 +334,21 @@ func IsRetry(err error) bool { return ErrorCode(err) == CodeRetry }
 // It is temporary: retry later, as after IsRetry.
 func IsUnavailable(err error) bool { return ErrorCode(err) == CodeUnavailable }
 
+// IsNoItems reports whether err is the answer to a lease that found no
+// item before its request timeout (ReasonRequestTimeout, 454): nothing
+// went wrong, lease again. Other 454 answers (a server shutting down, an
+// overloaded queue) are not.
+func IsNoItems(err error) bool { return ErrorReason(err) == ReasonRequestTimeout }
+
 // IsQueueNotExist reports whether err says the queue named in the request
-// does not exist. The server answers that with 400 and the message "queue
-// does not exist; no such queue named '<name>'", as Querator does, so the
-// code alone does not tell it from other invalid requests.
-func IsQueueNotExist(err error) bool {
-	var e *Error
-	return errors.As(err, &e) && e.Code == CodeBadRequest && strings.HasPrefix(e.Message, "queue does not exist;")
-}
+// does not exist (ReasonQueueNotFound). The server answers that with 400,
+// as Querator does, so the code alone does not tell it from other invalid
+// requests.
+func IsQueueNotExist(err error) bool { return ErrorReason(err) == ReasonQueueNotFound }
 
 // IsQueueExists reports whether err says that a queues.create named a queue
-// that exists. The server answers that with 400 and the message "queue
-// already exists; '<name>'", as Querator answers 400.
-func IsQueueExists(err error) bool {
-	var e *Error
-	return errors.As(err, &e) && e.Code == CodeBadRequest && strings.HasPrefix(e.Message, "queue already exists;")
-}
+// that exists (ReasonQueueExists; 400, as Querator answers it).
+func IsQueueExists(err error) bool { return ErrorReason(err) == ReasonQueueExists }
 
 // do posts in (protobuf) to path and decodes the reply into out.
 func (c *Client) do(ctx context.Context, path string, in, out proto.Message) error {
@@ -281,7 +379,7 @@ func (c *Client) do(ctx context.Context, path string, in, out proto.Message) err
 		if !strings.HasPrefix(resp.Header.Get("Content-Type"), "application/protobuf") || proto.Unmarshal(b, &reply) != nil {
 			return &Error{Code: resp.StatusCode, Message: fmt.Sprintf("%s: %s", path, strings.TrimSpace(string(b)))}
 		}
-		return &Error{Code: int(reply.Code), Message: reply.Message, Details: reply.Details}
+		return &Error{Code: int(reply.Code), Reason: reply.Details["reason"], Message: reply.Message, Details: reply.Details}
 	}
 	if out == nil {
 		return nil

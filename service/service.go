@@ -154,13 +154,13 @@ func produceWithin(ctx context.Context, wait time.Duration, produce func(context
 // errProduceTimeout answers a produce whose request_timeout (at least
 // MinProduceWait) passed before its queue answered: 453
 // (apierr.Unavailable: the outcome unknown, as docs/wire-contract.md has it
-// for 453), its message starting as a lease's request timeout does
-// ("request timeout; …"). Not 454 as a lease's: the queue may have taken
-// the produce, and a retry without deduplication ids may then store its
-// items twice.
+// for 453; reason produce_timeout, queue.ErrProduceTimeout), its message
+// starting as a lease's request timeout does ("request timeout; …"). Not
+// 454 as a lease's: the queue may have taken the produce, and a retry
+// without deduplication ids may then store its items twice.
 func errProduceTimeout(wait time.Duration) error {
 	wait = max(wait, MinProduceWait)
-	return apierr.New(apierr.Unavailable, "request timeout; the produce was not done within %s (its request_timeout, at least %s): "+
+	return apierr.Wrap(queue.ErrProduceTimeout, apierr.Unavailable, "request timeout; the produce was not done within %s (its request_timeout, at least %s): "+
 		"its items may or may not be stored (a retry with the same deduplication_id values stores them once)", wait, MinProduceWait)
 }
 

@@ -1,7 +1,6 @@
 package sqs
 
 import (
-	"context"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -9,8 +8,7 @@ import (
 
 	"github.com/styxq/styx/internal/apierr"
 	"github.com/styxq/styx/internal/auth"
-	"github.com/styxq/styx/internal/queue"
-	"github.com/styxq/styx/internal/store"
+	"github.com/styxq/styx/internal/errclass"
 )
 
 // Error is an SQS error as the JSON protocol answers it.
@@ -76,11 +74,19 @@ func batchError(typ, format string, args ...any) *Error {
 }
 
 // toError maps any error onto the SQS error answered for it: an *Error as
-// it is; a queue that does not exist (queue.ErrQueueNotFound, or the
-// storage's store.ErrQueueNotFound) as QueueDoesNotExist; a Styx client
-// error (apierr) by its code; a storage failure as
-// ServiceUnavailable (503, which the SDKs retry); anything else as
-// InternalFailure (500, logged, no detail).
+// it is, a SigV4 refusal as the AWS error it names (403); any other error
+// by its class, internal/errclass's one classification of both doors
+// (its code and reason, with its message):
+//
+//	queue_not_found              QueueDoesNotExist (400)
+//	key_revoked                  InvalidClientTokenId (403)
+//	400, 455, 409                InvalidParameterValue (400)
+//	453, 454, 503                ServiceUnavailable (503, which the SDKs retry)
+//	401, 403                     AccessDenied (403)
+//	408                          RequestTimeout (408)
+//	404                          ResourceNotFoundException (404)
+//	499 (the client went away)   RequestCanceled (499, as /v1 counts it)
+//	anything else (500, 501)     InternalFailure (500, no detail; true: log it)
 func toError(err error) (*Error, bool) {
 	var e *Error
 	if errors.As(err, &e) {
@@ -89,35 +95,29 @@ func toError(err error) (*Error, bool) {
 	if se, ok := auth.IsSigV4Error(err); ok {
 		return &Error{Type: se.Code, Status: http.StatusForbidden, Message: se.Message}, false
 	}
-	if errors.Is(err, queue.ErrQueueNotFound) || errors.Is(err, store.ErrQueueNotFound) {
+	c := errclass.Of(err)
+	switch {
+	case c.Reason == errclass.QueueNotFound:
 		return errNoQueue, false
+	case c.Reason == errclass.KeyRevoked:
+		return &Error{Type: "InvalidClientTokenId", Status: http.StatusForbidden,
+			Message: "The security token included in the request is invalid: " + c.Message}, false
 	}
-	if ae, ok := apierr.As(err); ok {
-		switch {
-		case ae.Code == apierr.Invalid || ae.Code == apierr.BadContent:
-			return invalidParameter("%s", ae.Message), false
-		case ae.Code == apierr.Retry || ae.Code == apierr.Unavailable || ae.Code == apierr.Overloaded:
-			return &Error{Type: "ServiceUnavailable", Status: http.StatusServiceUnavailable, Message: ae.Message}, false
-		case ae == auth.ErrKeyRevoked:
-			return &Error{Type: "InvalidClientTokenId", Status: http.StatusForbidden,
-				Message: "The security token included in the request is invalid: " + ae.Message}, false
-		case ae.Code == apierr.Forbidden || ae.Code == apierr.Unauthorized:
-			return &Error{Type: "AccessDenied", Status: http.StatusForbidden, Message: ae.Message}, false
-		case ae.Code == apierr.RequestTimeout:
-			return &Error{Type: "RequestTimeout", Status: http.StatusRequestTimeout, Message: ae.Message}, false
-		case ae.Code == apierr.NotFound:
-			return &Error{Type: "ResourceNotFoundException", Status: http.StatusNotFound, Message: ae.Message}, false
-		case ae.Code == apierr.Conflict:
-			return invalidParameter("%s", ae.Message), false
-		}
-	}
-	if errors.Is(err, context.Canceled) || errors.Is(err, context.DeadlineExceeded) {
+	switch c.Code {
+	case apierr.Invalid, apierr.BadContent, apierr.Conflict:
+		return invalidParameter("%s", c.Message), false
+	case apierr.Unavailable, apierr.Retry, apierr.Overloaded:
+		return &Error{Type: "ServiceUnavailable", Status: http.StatusServiceUnavailable, Message: c.Message}, false
+	case apierr.Unauthorized, apierr.Forbidden:
+		return &Error{Type: "AccessDenied", Status: http.StatusForbidden, Message: c.Message}, false
+	case apierr.RequestTimeout:
+		return &Error{Type: "RequestTimeout", Status: http.StatusRequestTimeout, Message: c.Message}, false
+	case apierr.NotFound:
+		return &Error{Type: "ResourceNotFoundException", Status: http.StatusNotFound, Message: c.Message}, false
+	case apierr.Canceled:
 		// The client went away (its answer is never read): 499, counted
 		// as the transport counts a /v1 request whose client left.
-		return &Error{Type: "RequestCanceled", Status: 499, Message: "the request was canceled: " + err.Error()}, false
-	}
-	if errors.Is(err, store.ErrUnavailable) || errors.Is(err, store.ErrConflict) || errors.Is(err, store.ErrClosed) {
-		return &Error{Type: "ServiceUnavailable", Status: http.StatusServiceUnavailable, Message: err.Error()}, false
+		return &Error{Type: "RequestCanceled", Status: int(apierr.Canceled), Message: c.Message}, false
 	}
 	return &Error{Type: "InternalFailure", Status: http.StatusInternalServerError,
 		Message: "The request processing has failed because of an unknown error."}, true

@@ -177,8 +177,7 @@ func (c *ConnLimiter) refuse(conn net.Conn) {
 	if !c.plain {
 		return
 	}
-	body := `{"code":503,"code_text":"Service Unavailable","message":"server busy; every connection the server allows (--max-connections, ` +
-		`--max-connections-per-address) is serving a request, retry later"}` + "\n"
+	body := overloadedReplyJSON + "\n"
 	_ = conn.SetDeadline(time.Now().Add(time.Second))
 	// HTTP clients take an answer only to a request they sent: wait for
 	// its head (a little of it, within the deadline), then answer.

@@ -1,46 +1,59 @@
 package transport
 
 import (
-	"errors"
+	"net/http"
 	"strings"
 
+	duh "github.com/duh-rpc/duh-go"
+	v1 "github.com/duh-rpc/duh-go/proto/v1"
+
 	"github.com/styxq/styx/internal/apierr"
-	"github.com/styxq/styx/internal/store"
+	"github.com/styxq/styx/internal/audit"
+	"github.com/styxq/styx/internal/errclass"
 )
 
-// storageCodes is the one mapping from the storage sentinels (package
-// internal/store) to API codes, beside status, the error → status table.
-// The first entry err's chain matches wins, so a classified failure (kind
-// ErrUnavailable or ErrConflict) is answered by its kind whatever its
-// cause. what starts the client message ("<what>; <detail>"), moved to the
-// front when the error's message has it further in.
-var storageCodes = []struct {
-	err  error
-	code apierr.Code
-	what string
-}{
-	{store.ErrUnavailable, apierr.Unavailable, "storage unavailable"},
-	{store.ErrConflict, apierr.Retry, "storage conflict"},
-	{store.ErrClosed, apierr.Unavailable, "storage unavailable"},
-	{store.ErrQueueNotFound, apierr.Invalid, "queue does not exist"},
-	{store.ErrQueueExists, apierr.Invalid, "queue already exists"},
-	{store.ErrKeyNotFound, apierr.NotFound, "api key not found"},
-	{store.ErrKeyExists, apierr.Conflict, "api key already exists"},
+// reasonDetail is the key of duh.v1.Reply.details that every /v1 error
+// reply carries: the error's reason (errclass.Reason), the stable word a
+// client decides by (docs/wire-contract.md).
+const reasonDetail = "reason"
+
+// fail answers err on /v1. What it is answered with (code, reason,
+// message) is internal/errclass's one classification; fail writes it as a
+// duh.v1.Reply with details["reason"], the HTTP status equal to the code.
+// An internal error (500) is logged with its detail; a client that went
+// away gets 499, which it never reads.
+func (h *Handler) fail(w http.ResponseWriter, r *http.Request, err error) {
+	c := errclass.Of(err)
+	if c.Internal() {
+		h.cfg.Log.Error("internal error", "path", r.URL.Path, "error", err)
+	}
+	code := int(c.Code)
+	if code == http.StatusUnauthorized {
+		w.Header().Set("WWW-Authenticate", `Bearer realm="styx"`)
+	}
+	if c.Code == apierr.Overloaded {
+		w.Header().Set("Retry-After", "1") // the in-flight budget frees as requests are answered
+	}
+	reply := errorReply(c)
+	if code == http.StatusUnauthorized || code == http.StatusForbidden {
+		audit.From(r.Context()).Refused(reply.Message)
+	}
+	h.reply(w, r, code, reply)
 }
 
-// storageStatus returns the code and client message of a storage error,
-// and false when err's chain holds no storage sentinel.
-func storageStatus(err error) (int, string, bool) {
-	for _, c := range storageCodes {
-		if errors.Is(err, c.err) {
-			msg := err.Error()
-			if !strings.HasPrefix(msg, c.what+";") {
-				// "queue 'q': storage conflict; postgres: ..." reads
-				// "storage conflict; queue 'q': postgres: ...".
-				msg = c.what + "; " + strings.Replace(msg, c.what+"; ", "", 1)
-			}
-			return int(c.code), msg, true
-		}
-	}
-	return 0, "", false
+// errorReply returns the duh.v1.Reply of class c. Messages may quote client
+// input; JSON needs valid UTF-8.
+func errorReply(c errclass.Class) *v1.Reply {
+	return &v1.Reply{Code: int32(c.Code), CodeText: duh.CodeText(int(c.Code)), Message: strings.ToValidUTF8(c.Message, "?"),
+		Details: map[string]string{reasonDetail: string(c.Reason)}}
 }
+
+// internalReplyJSON is the reply of an answer that could not be encoded.
+const internalReplyJSON = `{"code":500,"code_text":"Internal Service Error","message":"internal error",` +
+	`"details":{"` + reasonDetail + `":"` + string(errclass.Internal) + `"}}`
+
+// overloadedReplyJSON is the reply of a connection there is no room for
+// (ConnLimiter), before any request is read.
+const overloadedReplyJSON = `{"code":503,"code_text":"Service Unavailable","message":"server busy; every connection the server allows ` +
+	`(--max-connections, --max-connections-per-address) is serving a request, retry later",` +
+	`"details":{"` + reasonDetail + `":"` + string(errclass.Overloaded) + `"}}`

@@ -3,15 +3,15 @@
 // authentication, admission against the in-flight byte budget, audit and
 // the refusal log, for every door) and the /v1 door: DUH-RPC framing
 // (docs/wire-contract.md), POST /v1/<resource>.<verb> with JSON or protobuf
-// bodies, errors as duh.v1.Reply with the HTTP status equal to the code,
-// plus the probes (/health, /readyz, /livez) and GET /metrics. It holds the
-// one table that maps errors onto status codes (status).
+// bodies, errors as duh.v1.Reply with the HTTP status equal to the code
+// and the reason in details (errors.go: the class internal/errclass gives
+// an error, written as a reply), plus the probes (/health, /readyz, /livez)
+// and GET /metrics.
 package transport
 
 import (
 	"context"
 	"errors"
-	"fmt"
 	"log/slog"
 	"maps"
 	"mime"
@@ -34,6 +34,7 @@ import (
 	"github.com/styxq/styx/internal/apierr"
 	"github.com/styxq/styx/internal/audit"
 	"github.com/styxq/styx/internal/auth"
+	"github.com/styxq/styx/internal/errclass"
 	"github.com/styxq/styx/metrics"
 	"github.com/styxq/styx/service"
 	"github.com/styxq/styx/sqs"
@@ -337,11 +338,10 @@ func rpc[Req proto.Message, Resp proto.Message](h *Handler, newReq func() Req, c
 			return
 		}
 		ctx := r.Context()
-		if p := auth.FromContext(ctx); p != nil {
-			if err := p.Check(r.URL.Path, queuesOf(req)...); err != nil {
-				h.fail(w, r, err)
-				return
-			}
+		// The access rule (internal/auth), on the queues the request names.
+		if err := auth.Authorize(ctx, auth.Access{Op: r.URL.Path, Queues: queuesOf(req)}); err != nil {
+			h.fail(w, r, err)
+			return
 		}
 		resp, err := call(ctx, req)
 		if err != nil {
@@ -470,42 +470,18 @@ func (h *Handler) reply(w http.ResponseWriter, r *http.Request, code int, m prot
 		b, err = proto.MarshalOptions{}.MarshalAppend(buf.AvailableBuffer(), m)
 	default:
 		accept, code = duh.ContentTypeJSON, int(apierr.BadContent)
-		b, err = protojson.Marshal(&v1.Reply{Code: int32(code), CodeText: duh.CodeText(code),
-			Message: fmt.Sprintf("invalid Accept; '%s', only %s and %s are supported", quote(r.Header.Get("Accept")), duh.ContentTypeJSON, duh.ContentTypeProtoBuf)})
+		b, err = protojson.Marshal(errorReply(errclass.Of(apierr.New(apierr.BadContent, "invalid Accept; '%s', only %s and %s are supported",
+			quote(r.Header.Get("Accept")), duh.ContentTypeJSON, duh.ContentTypeProtoBuf))))
 	}
 	if err != nil {
 		h.cfg.Log.Error("encode reply", "path", r.URL.Path, "error", err)
 		code, accept = http.StatusInternalServerError, duh.ContentTypeJSON
-		b = []byte(`{"code":500,"code_text":"Internal Service Error","message":"internal error"}`)
+		b = []byte(internalReplyJSON)
 	}
 	w.Header().Set("Content-Type", accept)
 	w.Header().Set("X-Content-Type-Options", "nosniff")
 	w.WriteHeader(code)
 	_, _ = w.Write(b)
-}
-
-// fail answers an error. This is the one error → status table: client-facing
-// errors keep their code; storage failures get the code of their sentinel
-// (storageCodes, e.g. 453 for store.ErrUnavailable) with their message; a
-// request whose client went away gets 499 (the client never reads it);
-// anything else is internal, logged and answered 500 without detail.
-func (h *Handler) fail(w http.ResponseWriter, r *http.Request, err error) {
-	code, msg := status(err)
-	if code == http.StatusInternalServerError {
-		h.cfg.Log.Error("internal error", "path", r.URL.Path, "error", err)
-	}
-	// Messages may quote client input; JSON needs valid UTF-8.
-	msg = strings.ToValidUTF8(msg, "?")
-	if code == http.StatusUnauthorized {
-		w.Header().Set("WWW-Authenticate", `Bearer realm="styx"`)
-	}
-	if code == int(apierr.Overloaded) {
-		w.Header().Set("Retry-After", "1") // the in-flight budget frees as requests are answered
-	}
-	if code == http.StatusUnauthorized || code == http.StatusForbidden {
-		audit.From(r.Context()).Refused(msg)
-	}
-	h.reply(w, r, code, &v1.Reply{Code: int32(code), CodeText: duh.CodeText(code), Message: msg})
 }
 
 // queuesOf returns the queues a request names: its queue, the dead-letter
@@ -558,20 +534,6 @@ func auditAttrs(rec *audit.Record, req, resp proto.Message) {
 	case *pb.RedriveTask:
 		rec.Add("task", m.TaskId, "dry_run", m.DryRun)
 	}
-}
-
-// status maps an error onto its code and client message.
-func status(err error) (int, string) {
-	if e, ok := apierr.As(err); ok {
-		return int(e.Code), e.Message
-	}
-	if code, msg, ok := storageStatus(err); ok {
-		return code, msg
-	}
-	if errors.Is(err, context.Canceled) || errors.Is(err, context.DeadlineExceeded) {
-		return 499, "request canceled; the client went away"
-	}
-	return http.StatusInternalServerError, "internal error; see the server log"
 }
 
 func contentType(h string) string {

@@ -63,7 +63,10 @@ server going away for a drained queue; so is a 453 (storage unavailable).`,
 					QueueName: args[0], BatchSize: batch, ClientId: clientID, RequestTimeout: timeout.String(),
 				})
 				stopNote()
-				if isEmptyLease(err) {
+				// A lease that found no item before its request timeout
+				// (reason request_timeout) is no failure; other 454s
+				// (a server shutting down, an overloaded queue) are.
+				if styx.IsNoItems(err) {
 					_, _ = fmt.Fprintln(a.stderr, "no items")
 					return nil
 				}
@@ -124,15 +127,6 @@ func (a *app) waitingNote(wait time.Duration, format string, args ...any) (stop 
 		stopped = true
 		mu.Unlock()
 	}
-}
-
-// isEmptyLease reports whether err is the answer to a lease that found no
-// item before its request timeout: 454 with Querator's message "request
-// timeout; no items are in the queue, try again". Other 454 answers (a
-// server shutting down, an overloaded queue) are not.
-func isEmptyLease(err error) bool {
-	var e *styx.Error
-	return errors.As(err, &e) && e.Code == styx.CodeRetry && strings.HasPrefix(e.Message, "request timeout;")
 }
 
 // defaultClientID returns "<hostname>-<pid>".

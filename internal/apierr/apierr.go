@@ -1,8 +1,10 @@
 // Package apierr defines the one client-facing error type of the server. An
 // error of this type carries a stable Code and a message that is safe to show
-// the client; transport maps the code onto the HTTP status (its one table).
-// Any other error reaching transport is internal: it is logged and answered
-// with 500 and no detail.
+// the client. Which code, reason and message every error is answered with,
+// this type or not, is decided in one place, internal/errclass; the doors
+// (transport for /v1, sqs) only write that class in their wire format. Any
+// error errclass does not know is internal: it is logged and answered with
+// 500 and no detail.
 package apierr
 
 import (
@@ -47,6 +49,16 @@ const (
 	// server's body read timeout (408, HTTP's code: DUH-RPC has none for
 	// it). The server closes the connection after answering.
 	RequestTimeout Code = 408
+	// Canceled: the client went away before the answer (499, nginx's
+	// code); it never reads the answer, which only the metrics count.
+	Canceled Code = 499
+	// Internal: anything without a code of its own, a bug or a failure
+	// the server did not classify (500). The server logs it and answers
+	// no detail.
+	Internal Code = 500
+	// NotImplemented: no such method, or a method this server does not
+	// serve (501).
+	NotImplemented Code = 501
 )
 
 // Error is a client-facing error. Message reads "<what>; <detail>", as in

@@ -7,12 +7,14 @@ import (
 )
 
 // The domain's sentinels. The errors this package and the engine build for
-// these cases are apierr.Error values wrapping them (apierr.Wrap), so every
-// door recognises them with errors.Is and maps them onto its own codes
-// (/v1 through transport, SQS through sqs.toError), never by message text.
+// these cases are apierr.Error values wrapping them (apierr.Wrap), so that
+// internal/errclass, the one classification of both doors, gives each its
+// reason with errors.Is, never by message text.
 var (
 	// ErrQueueNotFound: the named queue does not exist (NotFound).
 	ErrQueueNotFound = errors.New("queue does not exist")
+	// ErrQueueExists: a create names a queue that exists (Exists).
+	ErrQueueExists = errors.New("queue already exists")
 	// ErrNotLeased: an id of a complete, retry or renew is not under a
 	// live lease in its partition: never leased, its lease expired, or
 	// already completed (CheckLeased, NotLeased).
@@ -33,6 +35,11 @@ var (
 	// (CheckMatched).
 	ErrMatchedChanged = errors.New("matched dead items changed since they were counted")
 )
+
+// ErrProduceTimeout: a produce's request_timeout passed before its queue
+// answered it; the queue may still store its items (service's produce
+// timeout, apierr.Unavailable: 453 with its outcome unknown).
+var ErrProduceTimeout = errors.New("produce timed out")
 
 // ErrNoItems answers a lease that waited its whole request timeout with no
 // item to hand out: apierr.Retry (454), which the client retries. The

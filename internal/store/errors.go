@@ -5,21 +5,25 @@ import "errors"
 // Storage failures. A backend, or the engine over it, reports a failure of
 // storage itself (not of the request) as an *Error whose Kind is one of
 // these, so that callers test them with errors.Is and the server answers
-// the same outage with the same code on every backend. The one mapping
-// from every sentinel of this package to an API code is transport's
-// storage table (transport/errors.go):
+// the same outage with the same code on every backend. The backends never
+// build an API code: the one classification of every sentinel of this
+// package, for both doors (/v1 and the SQS API), is internal/errclass
+// (its storage table), by code and reason (docs/wire-contract.md):
 //
-//	ErrUnavailable    453 "storage unavailable": nothing acknowledged, retry
-//	ErrConflict       454 "storage conflict": a concurrent transaction won, retry
-//	ErrClosed         453 "storage unavailable" (the server is shutting down)
-//	ErrQueueNotFound  400 "queue does not exist" (as Querator answers it)
-//	ErrQueueExists    400 "queue already exists" (as Querator answers it)
-//	ErrKeyNotFound    404 "api key not found"
-//	ErrKeyExists      409 "api key already exists"
+//	ErrUnavailable    453 storage_unavailable: nothing acknowledged, retry
+//	ErrConflict       454 storage_conflict: a concurrent transaction won, retry
+//	ErrClosed         453 storage_unavailable (the server is shutting down)
+//	ErrQueueNotFound  400 queue_not_found ("queue does not exist", as Querator)
+//	ErrQueueExists    400 queue_exists ("queue already exists", as Querator)
+//	ErrKeyNotFound    404 not_found ("api key not found")
+//	ErrKeyExists      409 conflict ("api key already exists")
 //
 // The engines answer the queue and key sentinels themselves where they
 // know the name (with Querator's messages); the table is what any of them
-// that reaches the transport is answered with.
+// that reaches a door is answered with. A classified failure (*Error) is
+// answered with its own message, "<kind>; <op>: <cause>", built from its
+// fields: Op should say where it happened, as context a caller wraps it in
+// later is not shown to the client.
 var (
 	// ErrUnavailable: storage could not serve the request: the database is
 	// unreachable, restarting, out of resources or too slow (a timeout, a
@@ -37,8 +41,9 @@ var (
 // Error is a classified storage failure: Kind is ErrUnavailable or
 // ErrConflict, Op says where it happened ("queue 'jobs'", "postgres: list
 // queues"; may be empty) and Err is the cause from the driver or the disk.
-// Its message, "<kind>; <op>: <cause>", is shown to the client, as in
-// "storage unavailable; queue 'jobs': sync: no space left on device".
+// Its message, "<kind>; <op>: <cause>", is the client message of the
+// failure (internal/errclass), as in "storage unavailable; queue 'jobs':
+// sync: no space left on device", wherever in an error's chain it is.
 // errors.Is matches both Kind and the cause's chain.
 type Error struct {
 	Kind error
