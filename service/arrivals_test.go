@@ -9,6 +9,7 @@ import (
 
 	"github.com/styxq/styx/daemon"
 	"github.com/styxq/styx/internal/clock"
+	"github.com/styxq/styx/internal/pgtest"
 	"github.com/styxq/styx/internal/servertest"
 	pb "github.com/styxq/styx/styxpb"
 )
@@ -70,4 +71,51 @@ func TestArrivalsCountedAtDeath(t *testing.T) {
 		assert.EqualValues(t, 5, d.Points[58].DeadByGroup[fp], "after a restart")
 		assert.Equal(t, "order <n> not found", d.GroupPatterns[fp], "after a restart, from the stored minutes")
 	})
+}
+
+// TestClusterArrivals (issue 49, 5): on two nodes of one PostgreSQL
+// database each node counts the deaths its own loops moved, and either
+// node's history adds them up once: 2 died through one node, 1 through the
+// other, 3 arrived.
+func TestClusterArrivals(t *testing.T) {
+	b := servertest.Backend{Name: "postgres", URL: pgtest.URL(t)}
+	clk := clock.NewFake(time.Now().Truncate(time.Minute).Add(10 * time.Second))
+	nodes := []*servertest.Server{
+		servertest.StartWith(t, b, func(cfg *daemon.Config) { cfg.Clock = clk }),
+		servertest.StartWith(t, b, func(cfg *daemon.Config) { cfg.Clock = clk }),
+	}
+	nodes[0].CreateQueue(&pb.QueueInfo{QueueName: "ca-dlq"})
+	nodes[0].CreateQueue(&pb.QueueInfo{QueueName: "ca", DeadQueue: "ca-dlq"})
+	for i, n := range []int{2, 1} {
+		s := nodes[i]
+		for range n {
+			s.Produce("ca", "x")
+			res := s.Lease("ca", 1)
+			require.Len(t, res.Items, 1)
+			s.Retry("ca", res.Partition, &pb.QueueRetryItem{Id: res.Items[0].Id, Dead: true, Error: "order 7 not found"})
+		}
+	}
+	waitDeadList(nodes[0], "ca-dlq", 3)
+	clk.Advance(time.Minute)
+	for _, n := range nodes {
+		queueHistory(n, "ca-dlq") // each node sees the next minute and writes the last
+	}
+	for i, n := range nodes {
+		servertest.Eventually(t, func() bool {
+			return sumGroups(queueHistory(n, "ca-dlq").Points[58].DeadByGroup) == 3
+		}, "node %d should count 3 arrivals: %v", i, queueHistory(n, "ca-dlq").Points[58].DeadByGroup)
+		h := queueHistory(n, "ca-dlq")
+		require.Len(t, h.Points[58].DeadByGroup, 1)
+		for fp := range h.Points[58].DeadByGroup {
+			assert.Equal(t, "order <n> not found", h.GroupPatterns[fp], "node %d", i)
+		}
+	}
+}
+
+func sumGroups(m map[string]int64) int64 {
+	var n int64
+	for _, v := range m {
+		n += v
+	}
+	return n
 }
