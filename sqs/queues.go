@@ -153,22 +153,10 @@ func (h *Handler) applyAttributes(ctx context.Context, info *queue.QueueInfo, in
 			if err := checkRedriveAllowPolicy(h, v); err != nil {
 				return err
 			}
-			// Both sides: a queue that already sends its dead items here
-			// must stay allowed.
-			sources, err := h.sourceQueues(ctx, info.Name)
-			if err != nil {
-				return err
-			}
-			for _, src := range sources {
-				if !allowsSource(h, v, src) {
-					what := "queue " + src
-					if !auth.Allowed(ctx, src) {
-						what = "a queue the key does not cover"
-					}
-					return invalidAttributeValue("Invalid value for the parameter RedriveAllowPolicy. Reason: %s names this queue in its RedrivePolicy; "+
-						"remove it there first, or allow it.", what)
-				}
-			}
+			// Both sides (a queue that already sends its dead items here
+			// must stay allowed) are the queue layer's rule when the
+			// definition is stored (queue.ErrRedriveAllowPolicy,
+			// policyError).
 			a.RedriveAllowPolicy = v
 		case "Policy":
 			if err := checkPolicy(v); err != nil {

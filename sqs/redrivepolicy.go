@@ -15,12 +15,19 @@ import (
 // applyRedrivePolicy sets info's dead queue and max_attempts from an SQS
 // RedrivePolicy ({"deadLetterTargetArn":…,"maxReceiveCount":…}); an empty
 // policy (or "{}") removes both. maxReceiveCount is 1 to queue.MaxAttempts
-// (queue.CheckMaxAttempts; AWS documents 1 to 1,000). The dead-letter
-// queue's RedriveAllowPolicy must allow info's queue. The dead-letter rules
-// of the queue layer decide the rest when the queue is stored: the target
-// exists (policyError), is not the queue, has no dead queue of its own. A
-// FIFO queue's dead-letter queue must be a FIFO queue, and a standard
-// queue's a standard queue (SQS's rule).
+// (queue.CheckMaxAttempts; AWS documents 1 to 1,000; 0, /v1's "unlimited",
+// has no meaning in SQS). The dead-letter rules of the queue layer decide
+// the rest when the queue is stored, for both doors (internal/queue,
+// ValidateCreate and ValidateUpdate; policyError words their refusals as
+// SQS does): the target exists, is not the queue, has no dead queue of its
+// own, and its RedriveAllowPolicy accepts the queue.
+//
+// One rule is the SQS API's only: a FIFO queue's dead-letter queue must be a
+// FIFO queue, and a standard queue's a standard queue. /v1 lets an ordered
+// queue send its dead items to a queue that is not (group_dead_policy hold
+// is made for one, ADR 0026), so the rule cannot be the queue layer's; the
+// SQS API refuses to make such a pair, as SQS does, and shows one that /v1
+// made as it is (docs/wire-contract.md, "Queue-definition rules").
 func (h *Handler) applyRedrivePolicy(ctx context.Context, info *queue.QueueInfo, v string) error {
 	if strings.TrimSpace(v) == "" || strings.TrimSpace(v) == "{}" {
 		info.DeadQueue, info.MaxAttempts = "", 0
@@ -55,25 +62,38 @@ func (h *Handler) applyRedrivePolicy(ctx context.Context, info *queue.QueueInfo,
 	}
 	if err == nil && isFIFO(dinfo) != isFIFO(*info) {
 		// SQS's words: a FIFO queue's dead-letter queue is a FIFO queue,
-		// a standard queue's a standard queue.
+		// a standard queue's a standard queue (the SQS API's rule only).
 		return invalidParameter("Value %s for parameter RedrivePolicy is invalid. Reason: Dead-letter queue must be same type of queue as the source..", v)
-	}
-	if err == nil && !allowsSource(h, readQueueAttrs(dinfo).RedriveAllowPolicy, info.Name) {
-		return invalidAttributeValue("Value %s for parameter RedrivePolicy is invalid. Reason: the RedriveAllowPolicy of the dead-letter queue %s does not allow %s.",
-			v, dlq, info.Name)
 	}
 	info.DeadQueue, info.MaxAttempts = dlq, int32(n)
 	return nil
 }
 
-// policyError maps the queue layer's refusal of a RedrivePolicy's target
-// that does not exist (queue.ErrDeadQueueNotFound) onto SQS's answer; any
-// other error is returned as auth.HideQueues shows it to the request's key
-// (a refusal of the dead-letter rules names only the queues it covers).
-// attrs are the request's attributes.
+// policyError maps the queue layer's refusals of a queue's definition onto
+// SQS's answers: a RedrivePolicy's target that does not exist
+// (queue.ErrDeadQueueNotFound), or whose RedriveAllowPolicy leaves the
+// queue out, and a RedriveAllowPolicy that leaves out a queue that sends
+// its dead items there (queue.ErrRedriveAllowPolicy; the queues the key
+// does not cover are not named); any other error is returned as
+// auth.HideQueues shows it to the request's key (a refusal of the
+// dead-letter rules names only the queues it covers). attrs are the
+// request's attributes.
 func policyError(ctx context.Context, err error, attrs map[string]string) error {
 	if errors.Is(err, queue.ErrDeadQueueNotFound) {
 		return invalidAttributeValue("Value %s for parameter RedrivePolicy is invalid. Reason: Dead letter target does not exist.", attrs["RedrivePolicy"])
+	}
+	var ra *queue.RedriveAllowError
+	if errors.As(err, &ra) {
+		if ra.Source != "" {
+			return invalidAttributeValue("Value %s for parameter RedrivePolicy is invalid. Reason: the RedriveAllowPolicy of the dead-letter queue %s does not allow %s.",
+				attrs["RedrivePolicy"], ra.DeadQueue, ra.Source)
+		}
+		what := "a queue the key does not cover"
+		if i := slices.IndexFunc(ra.Sources, func(src string) bool { return auth.Allowed(ctx, src) }); i >= 0 {
+			what = "queue " + ra.Sources[i]
+		}
+		return invalidAttributeValue("Invalid value for the parameter RedriveAllowPolicy. Reason: %s names this queue in its RedrivePolicy; "+
+			"remove it there first, or allow it.", what)
 	}
 	return auth.HideQueues(ctx, err)
 }
@@ -84,7 +104,9 @@ type redriveAllowPolicy struct {
 	SourceQueueArns   []string `json:"sourceQueueArns"`
 }
 
-// checkRedriveAllowPolicy validates a RedriveAllowPolicy as SQS does.
+// checkRedriveAllowPolicy validates a RedriveAllowPolicy's format as SQS
+// does (the SQS API's rule: /v1 cannot set one). What the policy then
+// allows is the queue layer's rule (queue.AcceptsDeadItems).
 func checkRedriveAllowPolicy(h *Handler, v string) error {
 	if strings.TrimSpace(v) == "" {
 		return nil
@@ -141,23 +163,4 @@ func shownRedriveAllowPolicy(ctx context.Context, h *Handler, policy string) str
 	p.SourceQueueArns = shown
 	b, _ := json.Marshal(p)
 	return string(b)
-}
-
-// allowsSource reports whether a dead-letter queue's RedriveAllowPolicy
-// lets source send its dead items there ("" allows all, as SQS).
-func allowsSource(h *Handler, policy, source string) bool {
-	if policy == "" {
-		return true
-	}
-	var p redriveAllowPolicy
-	if json.Unmarshal([]byte(policy), &p) != nil {
-		return true
-	}
-	switch p.RedrivePermission {
-	case "denyAll":
-		return false
-	case "byQueue":
-		return slices.Contains(p.SourceQueueArns, h.arn(source))
-	}
-	return true
 }

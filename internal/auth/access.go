@@ -85,11 +85,3 @@ func (p *Principal) Authorize(a Access) error {
 	}
 	return nil
 }
-
-// Check is Authorize of the call at path on queues.
-//
-// Deprecated: call Authorize with an Access; Check goes once every caller
-// does.
-func (p *Principal) Check(path string, queues ...string) error {
-	return p.Authorize(Access{Op: path, Queues: queues})
-}

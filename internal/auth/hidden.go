@@ -27,7 +27,7 @@ import (
 // A request may not name such a queue either: the queues a request names
 // (its queue_name, dead_queue, destination, a dead filter's source_queue,
 // an imported item's source_queue) are checked against the key before the
-// call (Principal.Check, 403), whether they exist or not.
+// call (Authorize, 403), whether they exist or not.
 
 // HiddenQueue is what an answer shows in place of the name of a queue the
 // request's key does not cover (ShownQueue, ShownCounts). A queue's name

@@ -44,7 +44,7 @@ func CheckMaxAttempts(n int64) error {
 // ValidateCreate checks a new queue against the stored ones (all, by name):
 // apierr.Invalid if the name is taken, if max_attempts is out of range
 // (CheckMaxAttempts), or if its dead_queue breaks a rule (see
-// checkDeadQueue).
+// checkDeadQueue: the redrive allow policy of the dead_queue included).
 func ValidateCreate(all map[string]QueueInfo, info QueueInfo) error {
 	if _, ok := all[info.Name]; ok {
 		return Exists(info.Name)
@@ -57,8 +57,9 @@ func ValidateCreate(all map[string]QueueInfo, info QueueInfo) error {
 
 // ValidateUpdate checks a queue's new configuration against its old one and
 // the other queues: partitions are never removed, max_attempts is in range
-// (CheckMaxAttempts), a dead-letter queue gets no dead_queue of its own, and
-// the dead_queue rules hold.
+// (CheckMaxAttempts), a dead-letter queue gets no dead_queue of its own, its
+// new redrive allow policy still accepts the queues that send it their dead
+// items (ErrRedriveAllowPolicy), and the dead_queue rules hold.
 func ValidateUpdate(all map[string]QueueInfo, old, info QueueInfo) error {
 	if err := CheckMaxAttempts(int64(info.MaxAttempts)); err != nil {
 		return err
@@ -72,6 +73,9 @@ func ValidateUpdate(all map[string]QueueInfo, old, info QueueInfo) error {
 			return otherQueues("invalid dead_queue; queue '"+info.Name+"' is the dead_queue of ", refs,
 				", and a dead-letter queue cannot have one of its own", false)
 		}
+	}
+	if err := checkRedriveAllowSources(all, old, info); err != nil {
+		return err
 	}
 	return checkDeadQueue(all, info)
 }
@@ -91,7 +95,9 @@ func ValidateDelete(all map[string]QueueInfo, name string) error {
 
 // checkDeadQueue enforces the dead-letter configuration rules on info: its
 // dead_queue exists (else an error wrapping ErrDeadQueueNotFound), is not
-// the queue itself, and has no dead_queue of its own (no chains).
+// the queue itself, has no dead_queue of its own (no chains), and accepts
+// info's dead items by its redrive allow policy (else an error wrapping
+// ErrRedriveAllowPolicy; redriveallow.go).
 func checkDeadQueue(all map[string]QueueInfo, info QueueInfo) error {
 	if info.DeadQueue == "" {
 		return nil
@@ -107,7 +113,7 @@ func checkDeadQueue(all map[string]QueueInfo, info QueueInfo) error {
 		return otherQueues("invalid dead_queue; '"+info.DeadQueue+"' has a dead_queue of its own (", []string{dlq.DeadQueue},
 			"), and dead-letter queues cannot be chained", true)
 	}
-	return nil
+	return checkRedriveAllow(dlq, info.Name)
 }
 
 // IsDeadLetterQueue reports whether the queue named name is a dead-letter
