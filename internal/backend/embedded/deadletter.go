@@ -279,7 +279,7 @@ func (l *Logical) moved(res moveResult) {
 
 // takeDead inserts the items of a move into this (dead-letter) queue, each
 // into the partition with the fewest ready items counting those placed
-// before it (produceTo, item by item: the rule of every backend; see
+// before it (deadTo, item by item: the rule of every backend; see
 // engine/distribution.go), or, with a group, its group's partition
 // (queue.GroupPartition, as a produce), where its GroupSeq is its new id.
 // Runs in the dead-letter queue's loop.
