@@ -116,27 +116,39 @@ func checkDeadQueue(all map[string]QueueInfo, info QueueInfo) error {
 	return checkRedriveAllow(dlq, info.Name)
 }
 
-// IsDeadLetterQueue reports whether the queue named name is a dead-letter
-// queue among all (every queue of the server). The rule, which every layer
-// asks this package about (dead.* calls, the SQS API's
-// ListDeadLetterSourceQueues, the queue history): a queue is a dead-letter
-// queue when some queue names it as its dead_queue. The definitions
-// decide, not the items a queue holds: a queue that the last queue naming
-// it has dropped keeps the dead items it received and is no longer a
-// dead-letter queue. A dead-letter queue has no dead_queue of its own
-// (ValidateCreate, ValidateUpdate). False for an empty name.
+// IsDeadLetterQueue reports whether the queue named name is named as a
+// dead_queue among all (every queue of the server): the definitions' half
+// of the dead-letter rule (see DeadLetterQueue), which needs no look at the
+// queue's items. The SQS API's ListDeadLetterSourceQueues and the console
+// ask it. A dead-letter queue has no dead_queue of its own (ValidateCreate,
+// ValidateUpdate). False for an empty name.
 func IsDeadLetterQueue(all []QueueInfo, name string) bool {
 	return slices.ContainsFunc(all, func(q QueueInfo) bool { return feeds(q, name) })
 }
 
+// HoldsDeadItems reports whether a queue's stats count dead items it holds
+// (Stats.DeadByReason): the items' half of the dead-letter rule.
+func HoldsDeadItems(st Stats) bool {
+	for _, n := range st.DeadByReason {
+		if n > 0 {
+			return true
+		}
+	}
+	return false
+}
+
 // DeadLetterQueue returns the queue named name and its definition when it
-// is a dead-letter queue (IsDeadLetterQueue over every queue of qs): the
-// check of every call that acts on dead items, whatever the door (/v1's
-// dead.* calls, redrive tasks and so SQS's StartMessageMoveTask). It
-// returns the error of NotFound when there is no such queue, and an
-// apierr.Invalid wrapping ErrNotDeadLetterQueue when no queue names it as
-// its dead_queue: another queue holds live work, which those calls never
-// touch.
+// is a dead-letter queue: the check of every call that acts on dead items,
+// whatever the door (/v1's dead.* calls, redrive tasks and so SQS's
+// StartMessageMoveTask). The rule, asked here only: a queue is a
+// dead-letter queue while some queue names it as its dead_queue
+// (IsDeadLetterQueue) or while it holds dead items (HoldsDeadItems, from
+// its stats), so a dead-letter queue that the last queue naming it has
+// dropped, or whose only source was deleted, can still be worked until
+// its dead items are gone (issue 49). It returns the error of NotFound
+// when there is no such queue, the error of a failed stats read, and an
+// apierr.Invalid wrapping ErrNotDeadLetterQueue otherwise: another queue
+// holds live work, which those calls never touch.
 func DeadLetterQueue(ctx context.Context, qs Queues, name string) (Queue, QueueInfo, error) {
 	q, err := qs.Get(name)
 	if err != nil {
@@ -150,18 +162,25 @@ func DeadLetterQueue(ctx context.Context, qs Queues, name string) (Queue, QueueI
 	if err != nil {
 		return nil, QueueInfo{}, err
 	}
-	if !IsDeadLetterQueue(all, name) {
+	if IsDeadLetterQueue(all, name) {
+		return q, info, nil
+	}
+	st, err := q.Stats(ctx)
+	if err != nil {
+		return nil, info, err
+	}
+	if !HoldsDeadItems(st) {
 		return nil, info, apierr.Wrap(ErrNotDeadLetterQueue, apierr.Invalid,
-			"invalid queue_name; queue '%s' is not a dead-letter queue (no queue names it as its dead_queue); "+
-				"dead.* calls act only on the dead items of a dead-letter queue", name)
+			"invalid queue_name; queue '%s' is not a dead-letter queue (no queue names it as its dead_queue and it holds "+
+				"no dead items); dead.* calls act only on the dead items of a dead-letter queue", name)
 	}
 	return q, info, nil
 }
 
 // SourceQueues returns the names of the queues of all (every queue of the
 // server) whose dead_queue is dlq, the queues whose dead items dlq
-// receives, in bytewise name order; none when dlq is not a dead-letter
-// queue (IsDeadLetterQueue) or is empty.
+// receives, in bytewise name order; none when no queue names dlq
+// (IsDeadLetterQueue) or it is empty.
 func SourceQueues(all []QueueInfo, dlq string) []string {
 	var out []string
 	for _, q := range all {
@@ -173,9 +192,9 @@ func SourceQueues(all []QueueInfo, dlq string) []string {
 	return out
 }
 
-// DeadLetterQueues returns the names of the dead-letter queues among all
-// (every queue of the server; the rule of IsDeadLetterQueue) as a set: each
-// name that some queue of all names as its dead_queue. Never nil.
+// DeadLetterQueues returns the names that some queue of all (every queue
+// of the server) names as its dead_queue, as a set (IsDeadLetterQueue for
+// each). Never nil.
 func DeadLetterQueues(all []QueueInfo) map[string]bool {
 	out := map[string]bool{}
 	for _, q := range all {
