@@ -303,7 +303,12 @@
   // pattern, and its line keeps its label instead of turning into a bare
   // fingerprint.
   const GROUP_LABELS = 'styx.groupPatterns';
+  // OTHER_GROUPS is the key of a history point's dead_by_group that counts
+  // the arrivals of the groups past the first 100 of a minute
+  // (history.OtherGroups).
+  const OTHER_GROUPS = 'other';
   function groupLabel(fp, pattern, present) {
+    if (fp === OTHER_GROUPS) return 'other error groups (past 100 in a minute)';
     let known = {};
     try { known = JSON.parse(sessionStorage.getItem(GROUP_LABELS) || '{}'); } catch { known = {}; }
     if (pattern) {
@@ -821,10 +826,15 @@
 
   // deadLetterQueues returns the names of the dead-letter queues among
   // queues (a queues.list answer's items) as a Set, by the server's rule
-  // (queue.IsDeadLetterQueue in internal/queue): a queue is a dead-letter
-  // queue when some queue names it as its dead_queue. The UI decides it
-  // here only; it sees the queues its key may read, up to 1000.
-  const deadLetterQueues = (queues) => new Set(queues.map((q) => q.dead_queue).filter(Boolean));
+  // (queue.DeadLetterQueue in internal/queue): a queue is a dead-letter
+  // queue while some queue names it as its dead_queue or while it holds
+  // dead items (statsOf(name): its queue.stats answer, when known, whose
+  // dead_by_reason counts them), so a DLQ no queue names any more still
+  // shows its dead items as held, not ready. The UI decides it here only;
+  // it sees the queues its key may read, up to 1000.
+  const deadLetterQueues = (queues, statsOf = () => null) => new Set([
+    ...queues.map((q) => q.dead_queue).filter(Boolean),
+    ...queues.map((q) => q.queue_name).filter((name) => { const s = statsOf(name); return s && !s.error && sum(s.dead_by_reason) > 0; })]);
 
   // deadOf returns the dead items of queue q (those its dead-letter queue
   // holds for it: dead_by_source of the DLQ's stats) as a cell: a link to
@@ -879,7 +889,7 @@
     slowLive = queues.length * 40; // 2 s up to 50 queues, 40 s for 1,000
     const byName = {};
     queues.forEach((q, i) => { byName[q.queue_name] = stats[i]; });
-    const dlqs = deadLetterQueues(queues);
+    const dlqs = deadLetterQueues(queues, (name) => byName[name]);
     const running = {};
     for (const t of tasks.tasks || []) {
       if (t.status === 'running' || t.status === 'cancelling') running[t.queue_name] = (running[t.queue_name] || 0) + 1;
@@ -928,7 +938,7 @@
     const dlqStats = info.dead_queue ? await soft(api('queue.stats', { queue_name: info.dead_queue })) : null;
     if (my !== page) return;
     const { ready, leased, scheduled, parts } = counts(s);
-    const isDLQ = deadLetterQueues(list.items || []).has(name);
+    const isDLQ = deadLetterQueues(list.items || [], (n) => (n === name ? s : null)).has(name);
     const held = sum(s.dead_by_reason);
     const card = (label, v) => h('div', { class: 'card' }, h('div', { class: 'muted' }, label), h('div', { class: 'n' }, v));
     const prop = (k, v) => [h('dt', {}, k), h('dd', {}, v === undefined || v === '' ? '–' : v)];
@@ -998,7 +1008,7 @@
     return table(`${plural(cs.length, 'consumer', 'consumers')}: client ids that leased in the last 5 minutes or hold leases, most recently seen first`,
       ['Client id', 'API key', ['Leases held', 'num'], ['Items leased', 'num'], 'Last seen', 'First seen', 'Held items'],
       cs.map((c) => h('tr', {},
-        h('th', { scope: 'row' }, c.client_id || '–'), h('td', {}, c.key_name || '–'),
+        h('th', { scope: 'row', class: 'client-id' }, c.client_id ? h('code', {}, c.client_id) : '–'), h('td', {}, c.key_name || '–'),
         h('td', { class: 'num' }, fmt(c.held)), h('td', { class: 'num' }, fmt(c.leased)),
         h('td', { title: c.last_seen_at || '' }, ago(c.last_seen_at)), h('td', { title: c.first_seen_at || '' }, ago(c.first_seen_at)),
         h('td', {}, items(c)))));
@@ -1027,6 +1037,12 @@
     try { filter = filterFromURL(params); } catch (e) { show(crumbs, h('h1', {}, 'Dead items of ' + name), errorBox(e)); return; }
     const gFilter = {};
     for (const k of ['source_queue', 'reason', 'fingerprint']) if (filter[k]) gFilter[k] = filter[k];
+    // dead.groups answers from the counts the queue keeps, by source,
+    // reason and fingerprint only: the filter's other fields (named as the
+    // form names them) do not narrow the groups, and the page says so.
+    const FILTER_NAMES = { kind: 'kind', error_contains: 'error text', reference: 'reference', payload_contains: 'payload text',
+      dead_after: 'dead since', dead_before: 'dead before', ids: 'ids' };
+    const unfiltered = Object.keys(filter).filter((k) => !(k in gFilter)).map((k) => FILTER_NAMES[k] || k);
     const pivot = params.get('pivot') || '';
     const [groups, list, tasks, hist] = await Promise.all([
       soft(api('dead.groups', { queue_name: name, filter: gFilter, limit: 50 })),
@@ -1123,6 +1139,10 @@
       running ? runningBanner(running) : null,
       hist.error ? null : groupChart(hist, groups.groups || []),
       h('h2', { id: 'groups' }, 'Error groups'),
+      unfiltered.length && !groups.error ? h('p', { class: 'note', id: 'groups-unfiltered' },
+        `These groups are not narrowed by the filter's ${unfiltered.join(', ')}: they count every dead item` +
+        (Object.keys(gFilter).length ? ' of the filter\'s source queue, reason and fingerprint' : ' of the queue') +
+        '. The items below follow the whole filter.') : null,
       groups.error ? notShown('Error groups', groups.error) : (groups.groups || []).length === 0 ? h('p', { class: 'muted' }, 'No dead items in groups.')
         : table(`${plural(groups.total_items, 'dead item', 'dead items')} in ${plural(groups.total_groups, 'group', 'groups')}, by the shape of their last error`,
           [['Count', 'num'], 'Reason', 'Source', 'Error pattern', 'Last dead', 'Actions'], groupRows),
@@ -1243,7 +1263,7 @@
       h('h2', {}, 'Attempt errors, redrives and edits'),
       errors.length === 0 ? h('p', { class: 'muted' }, 'No attempt errors were recorded.')
         : h('ol', { class: 'timeline', 'aria-label': 'Attempt errors, oldest first' }, errors.map((e) => h('li', {},
-          h('div', { class: 'when' }, `Attempt ${e.attempt || '?'} · `, when(e.at)),
+          h('div', { class: 'when' }, historyEntry(e), when(e.at)),
           h('code', {}, e.error || '')))),
       // Leases in this dead-letter queue (styx lease, an SQS receive) are
       // DLQ attempts: kept apart, they never change why the item died.
@@ -1252,6 +1272,13 @@
         : h('ol', { class: 'timeline', 'aria-label': 'DLQ attempts, oldest first' }, dlqErrors.map((e) => h('li', {},
           h('div', { class: 'when' }, `DLQ attempt ${e.attempt || '?'} · `, when(e.at)),
           e.error ? h('code', {}, e.error) : noError()))));
+  }
+
+  // historyEntry names an entry of an item's attempt history: an attempt
+  // (or a redrive's entry) by its number, a payload edit (kind "edit",
+  // which is no attempt) as an edit.
+  function historyEntry(e) {
+    return e.kind === 'edit' ? 'Payload edit · ' : `Attempt ${e.attempt || '?'} · `;
   }
 
   // attributesView shows an item's attributes as the API that produced it
@@ -1332,7 +1359,7 @@
       h('h2', {}, 'Attempt errors'),
       errors.length === 0 ? h('p', { class: 'muted' }, 'No attempt errors were recorded.')
         : h('ol', { class: 'timeline', 'aria-label': 'Attempt errors, oldest first' }, errors.map((e) => h('li', {},
-          h('div', { class: 'when' }, `Attempt ${e.attempt || '?'} · `, when(e.at)),
+          h('div', { class: 'when' }, historyEntry(e), when(e.at)),
           h('code', {}, e.error || '')))));
   }
 
