@@ -455,7 +455,11 @@ func (a *app) printDeadItem(it *pb.StorageItem, b64 bool) error {
 		})
 		t := newTable(w, "ATTEMPT", "TIME", "ERROR")
 		for _, e := range history {
-			t.row(fmt.Sprint(e.Attempt), formatTime(e.At), orDash(e.Error))
+			attempt := fmt.Sprint(e.Attempt)
+			if e.Kind == "edit" { // a payload edit, no attempt
+				attempt = "edit"
+			}
+			t.row(attempt, formatTime(e.At), orDash(e.Error))
 		}
 		if err := t.flush(); err != nil {
 			return err
