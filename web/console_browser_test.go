@@ -344,7 +344,8 @@ func TestBrowserLive(t *testing.T) {
 	task, err := c.DeadRedrive(ctx, &pb.DeadRedriveRequest{QueueName: "live-dlq", All: true, RateLimit: 2})
 	require.NoError(t, err)
 	t.Cleanup(func() { _, _ = c.RedrivesCancel(ctx, &pb.RedriveTaskRequest{TaskId: task.TaskId}) })
-	b.waitText("#running-redrive", "A redrive is running: "+task.TaskId)
+	b.waitText("#running-redrive", "A redrive is running:")
+	b.waitText("#live-"+task.TaskId, "running")
 	require.Equal(t, "/ui/redrives/"+task.TaskId, b.eval(`document.querySelector('#running-redrive a').getAttribute('href')`))
 	b.screenshot("dead-live")
 	b.waitGone("main table caption", "40 dead items") // items leave as the redrive moves them

@@ -664,10 +664,14 @@ which --all must confirm (not needed with --dry-run). Redriven items start
 over with no attempts and keep their attempt history, plus an entry saying
 when, by which task and from which dead-letter queue they were redriven.
 Items already redriven --max-redrive-count times are skipped, and so are
-leased items and items whose source queue no longer exists.
+leased items and items whose source queue no longer exists. Items another
+unfinished redrive task (running or paused) has not reached yet are left to
+it, skipped here, and the command says to which task; a redrive naming its
+items by --id takes them even so.
 
 --dry-run only counts the matching items: by destination queue, how many
-would move and how many would stay (skipped), and why.
+would move and how many would stay (skipped), and why, as a redrive started
+now would (items left to another task included).
 
 --rate caps the moves at that many items a second. The server's rate is
 whole items a second: a decimal such as 2.5 is rounded (a note on stderr
@@ -711,6 +715,9 @@ Exits 1 if the task failed.`,
 					if a.json {
 						return writeJSON(a.stdout, task)
 					}
+					if note := a.leftNote(cmd.Context(), c, task); note != "" {
+						_, _ = fmt.Fprintln(a.stderr, note)
+					}
 					return a.done("started redrive task %s on %s: %s matched; follow it with 'styx redrives show %s'",
 						task.TaskId, name, plural(int(task.Matched), "item"), task.TaskId)
 				}
@@ -737,12 +744,13 @@ var skipNotes = map[string]string{
 	"not_covered": "the API key may not reach this queue",
 	"loop_cap":    "redriven max-redrive-count times",
 	"leased":      "leased from the dead-letter queue",
+	"other_task":  "held by another redrive task",
 }
 
 // printDryRun prints what the server's dry run says a redrive would do:
 // how many of the matched items it would move and skip, by destination
 // queue, with the reasons of the skips (RedriveTask.by_destination).
-func (a *app) printDryRun(_ context.Context, _ *styx.Client, task *pb.RedriveTask) error {
+func (a *app) printDryRun(ctx context.Context, c *styx.Client, task *pb.RedriveTask) error {
 	if task.Matched == 0 {
 		_, err := fmt.Fprintf(a.stdout, "would redrive 0 items from %s\n", task.QueueName)
 		return err
@@ -763,7 +771,14 @@ func (a *app) printDryRun(_ context.Context, _ *styx.Client, task *pb.RedriveTas
 		}
 		t.row(orDash(q), fmt.Sprint(by[q].WouldMove), fmt.Sprint(by[q].WouldSkip), orDash(strings.Join(notes, "; ")))
 	}
-	return t.flush()
+	if err := t.flush(); err != nil {
+		return err
+	}
+	if note := a.leftNote(ctx, c, task); note != "" {
+		_, err := fmt.Fprintf(a.stdout, "\n%s\n", note)
+		return err
+	}
+	return nil
 }
 
 // rateFlag is --rate: items a second, as the server takes it (a whole

@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"io"
+	"maps"
 	"os"
 	"os/signal"
 	"slices"
@@ -115,13 +116,20 @@ func (a *app) redrivesShowCmd() *cobra.Command {
 func (a *app) redrivesCancelCmd() *cobra.Command {
 	return &cobra.Command{
 		Use:   "cancel TASK_ID",
-		Short: "Ask a running redrive task to stop after its current batch",
-		Long: `Ask a running redrive task to stop after its current batch: its status
-becomes cancelling, then cancelled. The items it moved stay moved. A
-finished task is left as it is.`,
+		Short: "Cancel a running or paused redrive task",
+		Long: `Cancel a redrive task. A running one stops after its current batch: its
+status becomes cancelling, then cancelled. A paused one is cancelled at
+once. The items it moved stay moved; the others stay in the dead-letter
+queue. A finished task is left as it is.`,
 		Args: exactArgs(1, "a TASK_ID"),
 		RunE: func(cmd *cobra.Command, args []string) error {
 			return a.withClient(cmd, func(c *styx.Client) error {
+				// The status before the cancel tells a paused task the
+				// cancel ended from one that had ended already.
+				before, err := c.RedrivesGet(cmd.Context(), &pb.RedriveTaskRequest{TaskId: args[0]})
+				if err != nil {
+					return err
+				}
 				t, err := c.RedrivesCancel(cmd.Context(), &pb.RedriveTaskRequest{TaskId: args[0]})
 				if err != nil {
 					return err
@@ -129,8 +137,12 @@ finished task is left as it is.`,
 				if a.json {
 					return writeJSON(a.stdout, t)
 				}
-				if taskFinished(t) {
+				switch {
+				case taskFinished(before):
 					return a.done("redrive task %s already ended: %s", t.TaskId, t.Status)
+				case taskFinished(t):
+					return a.done("%s %s redrive task %s on %s after %s of %d moved", t.Status, before.Status, t.TaskId, t.QueueName,
+						plural(int(t.Moved), "item"), t.Matched)
 				}
 				return a.done("cancelling redrive task %s on %s after %s of %d moved", t.TaskId, t.QueueName,
 					plural(int(t.Moved), "item"), t.Matched)
@@ -252,6 +264,23 @@ func (a *app) taskDuration(t *pb.RedriveTask) string {
 	return durationText(max(end.Sub(t.StartedAt.AsTime()), 0).String())
 }
 
+// taskRunningTime returns how long a task has run, its pauses left out
+// (RedriveTask.paused_ms, and the current pause since paused_at).
+func (a *app) taskRunningTime(t *pb.RedriveTask) string {
+	if t.StartedAt == nil {
+		return "-"
+	}
+	end := a.now()
+	if t.FinishedAt != nil {
+		end = t.FinishedAt.AsTime()
+	}
+	if t.PausedAt != nil && t.PausedAt.AsTime().Before(end) {
+		end = t.PausedAt.AsTime()
+	}
+	ran := end.Sub(t.StartedAt.AsTime()) - time.Duration(t.PausedMs)*time.Millisecond
+	return durationText(max(ran, 0).String())
+}
+
 // printTask writes a task's status, counts and duration, then its results
 // by queue and its failure reason. full adds the request (queue,
 // destination, filter, rate, redrive limit) and the start and end times.
@@ -289,6 +318,19 @@ func (a *app) printTask(t *pb.RedriveTask, full bool) error {
 		tw.row("finished", a.when(t.FinishedAt))
 	}
 	tw.row("duration", a.taskDuration(t))
+	if t.PausedAt != nil || t.PausedMs > 0 {
+		tw.row("running time", a.taskRunningTime(t)+" (pauses left out)")
+	}
+	if t.PausedAt != nil {
+		tw.row("paused since", a.when(t.PausedAt))
+	}
+	if len(t.LeftTo) > 0 {
+		var left []string
+		for _, id := range slices.Sorted(maps.Keys(t.LeftTo)) {
+			left = append(left, fmt.Sprintf("%d to %s", t.LeftTo[id], id))
+		}
+		tw.row("left to other tasks", strings.Join(left, ", "))
+	}
 	if t.FailureReason != "" {
 		tw.row("failure reason", t.FailureReason)
 	}
@@ -352,6 +394,9 @@ func (a *app) followRedrive(ctx context.Context, c *styx.Client, task *pb.Redriv
 	}
 	_, _ = fmt.Fprintf(a.stderr, "redriving %s from %s to %s (task %s); Ctrl-C cancels\n",
 		plural(int(task.Matched), "item"), task.QueueName, to, task.TaskId)
+	if note := a.leftNote(ctx, c, task); note != "" {
+		_, _ = fmt.Fprintln(a.stderr, note)
+	}
 	p := &progress{}
 	p.add(a.now(), task)
 	lastLine := a.now()
@@ -457,7 +502,8 @@ func (p *progress) line(t *pb.RedriveTask, bar bool) string {
 	moved, processed := p.rates()
 	s := fmt.Sprintf("%d/%d  %3.0f%%  %.0f/s", taskProcessed(t), t.Matched, pct, moved)
 	switch left := t.Matched - taskProcessed(t); {
-	case taskFinished(t) || t.Status == statusCancelling:
+	case taskFinished(t) || t.Status == statusCancelling || t.Status == statusPausing || t.Status == statusPaused:
+		// A paused task has no ETA: it moves nothing until resumed.
 		s += "  " + t.Status
 	case left <= 0:
 		s += "  ETA 0s"
@@ -483,4 +529,45 @@ func progressBar(pct float64) string {
 	}
 	filled = max(filled, 0)
 	return "[" + strings.Repeat("=", filled) + ">" + strings.Repeat(" ", barWidth-filled-1) + "]"
+}
+
+// leftNote says which tasks a task (or a dry run) left matched items to
+// (RedriveTask.left_to), with their status now, and how to move them, or ""
+// when it left none: "left 4 of the matched items to other redrive tasks,
+// which held them when this one started: 4 to rd-1 (paused); a paused task
+// moves them once resumed ('styx redrives resume'); name items by id
+// (--id) to move them now".
+func (a *app) leftNote(ctx context.Context, c *styx.Client, t *pb.RedriveTask) string {
+	if len(t.LeftTo) == 0 {
+		return ""
+	}
+	var parts []string
+	paused := false
+	for _, id := range slices.Sorted(maps.Keys(t.LeftTo)) {
+		status := "status unknown"
+		if o, err := c.RedrivesGet(ctx, &pb.RedriveTaskRequest{TaskId: id}); err == nil {
+			status = o.Status
+			paused = paused || o.Status == statusPaused || o.Status == statusPausing
+		}
+		parts = append(parts, fmt.Sprintf("%d to %s (%s)", t.LeftTo[id], id, status))
+	}
+	head := "left %d of the matched items to other redrive tasks, which held them when this one started"
+	if t.DryRun {
+		head = "would leave %d of the matched items to other redrive tasks, which hold them"
+	}
+	how := "each moves them itself"
+	if paused {
+		how = "a paused task moves them once resumed ('styx redrives resume')"
+	}
+	return fmt.Sprintf(head+": %s; %s; name items by id (--id) to move them now",
+		sum(t.LeftTo), strings.Join(parts, ", "), how)
+}
+
+// sum adds the values of m.
+func sum(m map[string]int64) int64 {
+	var n int64
+	for _, v := range m {
+		n += v
+	}
+	return n
 }

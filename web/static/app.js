@@ -474,6 +474,7 @@
     not_covered: 'your API key may not reach the destination',
     loop_cap: 'already redriven too many times',
     leased: 'leased by a consumer',
+    other_task: 'held by another redrive task',
   };
 
   // skipReasons says a skip_reasons map in words: "3 destination queue
@@ -514,19 +515,30 @@
   // refusedGuard reports whether an action that sent guard was refused
   // (409) maybe because the set changed: the flow asks again with a new
   // count, and says the refusal when that count is the same (another
-  // conflict, such as a running redrive holding the items).
+  // conflict).
   const refusedGuard = (e, guard) => e.status === 409 && guard.expect_matched !== undefined;
 
-  // runningBanner shows a running redrive task: what it moves, its
-  // progress, a link to it.
-  function runningBanner(t) {
-    const matched = num(t.matched), done = num(t.moved) + num(t.failed) + num(t.skipped);
+  // liveBanner shows the unfinished redrive tasks of a dead-letter queue
+  // (several may run at once, issue 39), oldest first, each with its
+  // status as it is (running, pausing, paused, cancelling), what it moves,
+  // its progress and a link to it.
+  function liveBanner(tasks) {
+    const live = tasks.filter(isLive).sort((a, b) => (a.task_id < b.task_id ? -1 : 1));
+    const line = (t) => {
+      const matched = num(t.matched), done = num(t.moved) + num(t.failed) + num(t.skipped);
+      return h('li', { id: 'live-' + t.task_id },
+        h('a', { href: '/ui/redrives/' + enc(t.task_id) }, t.task_id), ' ', h('span', { class: 'badge ' + t.status }, t.status),
+        ` (${describeFilter(t.filter, t.error_pattern)}) `,
+        h('progress', { max: String(Math.max(matched, 1)), value: String(matched ? done : 1), 'aria-label': `Progress of ${t.task_id}` }),
+        ` ${fmt(t.moved)} of ${fmt(matched)} moved`, num(t.skipped) ? ` · ${fmt(t.skipped)} skipped` : '');
+    };
+    const paused = live.filter((t) => t.status === 'paused').length;
+    const head = live.length === 1 ? (live[0].status === 'paused' ? 'A redrive is paused:' : live[0].status === 'cancelling' ? 'A redrive is being cancelled:'
+      : live[0].status === 'pausing' ? 'A redrive is pausing:' : 'A redrive is running:')
+      : `${live.length} redrives are unfinished${paused ? ` (${paused} paused)` : ''}:`;
     return h('div', { class: 'banner', role: 'status', id: 'running-redrive' },
-      h('strong', {}, t.status === 'cancelling' ? 'A redrive is being cancelled: ' : 'A redrive is running: '),
-      h('a', { href: '/ui/redrives/' + enc(t.task_id) }, t.task_id), ` (${describeFilter(t.filter, t.error_pattern)}) `,
-      h('progress', { max: String(Math.max(matched, 1)), value: String(matched ? done : 1), 'aria-label': `Progress of ${t.task_id}` }),
-      ` ${fmt(t.moved)} of ${fmt(matched)} moved`, num(t.skipped) ? ` · ${fmt(t.skipped)} skipped` : '',
-      '. One redrive runs per dead-letter queue at a time.');
+      h('strong', {}, head), h('ul', { class: 'live-tasks' }, live.map(line)),
+      h('p', { class: 'muted' }, 'A new redrive leaves the items these tasks have not reached yet to them (a redrive naming items by id takes them).'));
   }
 
   // redriveFlow counts the items filter selects (a dry run), says where
@@ -540,13 +552,16 @@
     const my = page;
     const tasks = await soft(api('redrives.list', { queue_name: queue }));
     if (my !== page) return; // the user left the page meanwhile
-    // Several redrives of a queue may run when their items are disjoint
-    // (the server refuses one that overlaps a running task, except a
-    // redrive of items by id): a running one is said, not in the way.
-    const running = (tasks.tasks || []).find(isLive);
-    const runningNote = running ? h('p', { class: 'note', id: 'redrive-running' },
-      `Redrive ${running.task_id} is ${running.status} on ${queue} (${fmt(running.moved)} of ${fmt(running.matched)} moved): `,
-      'a redrive of items it has not reached yet is refused, except of single items. See ', h('a', { href: '/ui/redrives/' + enc(running.task_id) }, 'its page'), '.') : null;
+    // Several redrives of a queue may run at once: a new one leaves the
+    // items an unfinished task has not reached yet to it (except a redrive
+    // of items by id), which the dry run counts (left_to). The unfinished
+    // ones are said, with their status, not in the way.
+    const live = (tasks.tasks || []).filter(isLive);
+    const runningNote = live.length ? h('p', { class: 'note', id: 'redrive-running' },
+      ...live.flatMap((t, i) => [i ? '; ' : '', i ? 'redrive ' : 'Redrive ', h('a', { href: '/ui/redrives/' + enc(t.task_id) }, t.task_id),
+        ` is ${t.status} on ${queue} (${fmt(t.moved)} of ${fmt(t.matched)} moved)`]),
+      '. A redrive leaves the items they have not reached yet to them; a redrive of single items by id takes them.') : null;
+    const statusOf = Object.fromEntries(live.map((t) => [t.task_id, t.status]));
     try {
       dry = await api('dead.redrive', { queue_name: queue, filter, dry_run: true });
     } catch (e) { toast(e.message); return; }
@@ -568,15 +583,23 @@
       byDest.map(([q, p]) => h('tr', {},
         h('th', { scope: 'row' }, q || '(no source queue)'), h('td', { class: 'num' }, fmt(p.would_move)),
         h('td', { class: 'num' }, fmt(p.would_skip)), h('td', {}, skipReasons(p.skip_reasons) || '–'))));
+    // Which tasks hold some of the items (left to them: they stay here
+    // until those tasks move them).
+    const leftTo = Object.entries(dry.left_to || {});
+    const leftNote = leftTo.length === 0 ? null : h('p', { class: 'note', id: 'redrive-left' },
+      ...leftTo.flatMap(([id, k], i) => [i ? '; ' : '', `${fmt(k)} ${num(k) === 1 ? 'is' : 'are'} held by redrive `, h('a', { href: '/ui/redrives/' + enc(id) }, id),
+        ` (${statusOf[id] || 'unfinished'})`]),
+      leftTo.length === 1 ? ': this redrive leaves them to it' : ': this redrive leaves them to those tasks', leftTo.some(([id]) => statusOf[id] === 'paused') ? ' (a paused task moves them once resumed)' : '',
+      '. To move one now, redrive it by id from its page.');
     let body;
     pattern = dry.error_pattern || pattern;
     if (n === 0) body = [h('p', {}, `No dead items match ${describeFilter(filter, pattern)}.`)];
     else if (move === 0) {
-      body = [h('p', { id: 'redrive-summary' }, `None of the ${plural(n, 'matching item', 'matching items')} can be redriven: ${skipReasons(dry.skip_reasons)}.`), plan];
+      body = [h('p', { id: 'redrive-summary' }, `None of the ${plural(n, 'matching item', 'matching items')} can be redriven: ${skipReasons(dry.skip_reasons)}.`), leftNote, plan];
     } else {
       const summary = skip === 0 ? `This will move ${fmt(move)} ${move === 1 ? 'item' : 'items'} to ${dest}.`
         : `This will move ${fmt(move)} of ${fmt(n)} items to ${dest}; ${fmt(skip)} will stay in the dead-letter queue (${skipReasons(dry.skip_reasons)}).`;
-      body = [h('p', { id: 'redrive-summary', class: skip ? 'warn' : '' }, summary), plan,
+      body = [h('p', { id: 'redrive-summary', class: skip ? 'warn' : '' }, summary), leftNote, plan,
         h('p', { class: 'muted' }, 'Selected: ' + describeFilter(filter, pattern) + '.'),
         h('label', { for: 'redrive-rate' }, 'Rate limit (items per second, 0 for no limit)'), rate];
     }
@@ -1058,7 +1081,7 @@
         h('p', {}, h('a', { href: '/ui/queues/' + enc(name) }, 'Back to ' + name)));
       return;
     }
-    const running = (tasks.tasks || []).find(isLive);
+    const running = (tasks.tasks || []).some(isLive);
     if (running) fastLive = true;
 
     const groupRows = (groups.groups || []).map((g) => {
@@ -1136,7 +1159,7 @@
     await bulkSync(my, name, filter, items, total !== null ? total : !list.next_pivot && at === 0 && !list.error ? items.length : null);
     if (my !== page) return;
     show(crumbs, h('h1', {}, 'Dead items of ' + name),
-      running ? runningBanner(running) : null,
+      running ? liveBanner(tasks.tasks) : null,
       hist.error ? null : groupChart(hist, groups.groups || []),
       h('h2', { id: 'groups' }, 'Error groups'),
       unfiltered.length && !groups.error ? h('p', { class: 'note', id: 'groups-unfiltered' },
@@ -1454,10 +1477,7 @@
           ' ', h('span', { class: 'progress-text' }, `${fmt(moved)} of ${fmt(matched)} moved`,
             failed ? ` · ${fmt(failed)} failed` : '', skipped ? ` · ${fmt(skipped)} skipped` : '',
             t.rate_limit ? h('span', { class: 'muted' }, ` · ${fmt(t.rate_limit)}/s`) : '')),
-        h('td', {}, ago(t.started_at), (() => {
-          const { took, eta } = taskTimes(t);
-          return h('div', { class: 'muted' }, (live ? t.status + ' ' : 'took ') + took + (eta ? ' · ETA ' + eta : ''));
-        })()),
+        h('td', {}, ago(t.started_at), h('div', { class: 'muted task-times' }, taskTimesText(t, live))),
         h('td', {}, live ? taskButtons(t)
           : (t.failure_reason ? h('span', { class: 'muted' }, t.failure_reason)
             : t.warning ? h('span', { class: 'warn' }, t.warning) : '')));
@@ -1468,16 +1488,32 @@
     if (tasks.some(isLive)) fastLive = true;
   }
 
-  // taskTimes returns a task's duration (so far, while it runs) and, while
-  // it runs and has made progress, its ETA at the rate so far, as text.
+  // taskTimes returns, as text, a task's duration (so far, while it is
+  // unfinished), its running time (the duration less its pauses:
+  // paused_ms, and the current one since paused_at), how long its current
+  // pause has lasted (paused, '' unless paused) and, while it runs and
+  // has made progress, its ETA at its rate over its running time. A paused
+  // or pausing task has no ETA: it moves nothing until resumed.
   function taskTimes(t) {
     const start = Date.parse(t.started_at);
     const end = t.finished_at ? Date.parse(t.finished_at) : Date.now();
-    const took = Number.isNaN(start) ? '' : dur(end - start);
+    if (Number.isNaN(start)) return { took: '', ran: '', paused: '', eta: '' };
+    const pausedAt = t.paused_at ? Date.parse(t.paused_at) : NaN;
+    const current = Number.isNaN(pausedAt) ? 0 : Math.max(end - pausedAt, 0);
+    const ranMs = Math.max(end - start - num(t.paused_ms) - current, 0);
     const matched = num(t.matched), done = num(t.moved) + num(t.failed) + num(t.skipped);
     let eta = '';
-    if (isLive(t) && done > 0 && done < matched && end > start) eta = dur((matched - done) * (end - start) / done);
-    return { took, eta };
+    if ((t.status === 'running' || t.status === 'cancelling') && done > 0 && done < matched && ranMs > 0) eta = dur((matched - done) * ranMs / done);
+    return { took: dur(end - start), ran: dur(ranMs), paused: Number.isNaN(pausedAt) ? '' : dur(current), eta };
+  }
+
+  // taskTimesText says a task's times in a line of the redrives list:
+  // "running 40s · ETA 1m 2s", "paused for 17s · ran 5s", "took 2m".
+  function taskTimesText(t, live) {
+    const { took, ran, paused, eta } = taskTimes(t);
+    if (!live) return 'took ' + took;
+    if (t.status === 'paused') return `paused for ${paused} · ran ${ran}`;
+    return `${t.status} ${ran}` + (eta ? ' · ETA ' + eta : '');
   }
 
   // redrivePage is one redrive task: what it moves, its progress, duration
@@ -1490,7 +1526,7 @@
     if (t.error) { show(crumbs, h('h1', {}, 'Redrive ' + id), notShown('The task', t.error, true)); return; }
     if (isLive(t)) fastLive = true;
     const matched = num(t.matched), done = num(t.moved) + num(t.failed) + num(t.skipped);
-    const { took, eta } = taskTimes(t);
+    const { took, ran, paused, eta } = taskTimes(t);
     const prop = (k, v) => [h('dt', {}, k), h('dd', {}, v === undefined || v === '' || v === null ? '–' : v)];
     const byQueue = Object.entries(t.by_queue || {});
     show(crumbs, h('h1', {}, 'Redrive ' + id),
@@ -1505,7 +1541,10 @@
           ` ${fmt(t.moved)} of ${fmt(matched)} moved`, num(t.failed) ? ` · ${fmt(t.failed)} failed` : '', num(t.skipped) ? ` · ${fmt(t.skipped)} skipped` : '']),
         prop('Rate limit', t.rate_limit ? plural(t.rate_limit, 'item per second', 'items per second') : 'none'),
         prop('Started', when(t.started_at)), prop('Finished', t.finished_at ? when(t.finished_at) : ''),
-        prop('Duration', took), prop('ETA', eta), prop('Failure', t.failure_reason), prop('Started by key', t.key_name)),
+        prop('Duration', took), prop('Running time', num(t.paused_ms) || t.paused_at ? ran + ' (pauses left out)' : ran),
+        t.status === 'paused' ? prop('Paused', [`for ${paused}, since `, when(t.paused_at)]) : null,
+        prop('ETA', t.status === 'paused' || t.status === 'pausing' ? 'none while paused' : eta),
+        prop('Failure', t.failure_reason), prop('Started by key', t.key_name)),
       h('h2', {}, 'By queue'),
       byQueue.length === 0 ? h('p', { class: 'muted' }, 'Nothing moved yet.')
         : table('Results by destination queue', ['Queue', ['Moved', 'num'], ['Failed', 'num'], ['Skipped', 'num'], 'Why skipped'],
