@@ -46,7 +46,7 @@ func sentinelCases() []sentinelCase {
 		{"store.ErrKeyExists", store.ErrKeyExists, 409, errclass.Conflict},
 
 		{"queue.ErrQueueNotFound", queue.NotFound("q"), 400, errclass.QueueNotFound},
-		{"queue.ErrQueueExists", wrap(queue.ErrQueueExists, apierr.Invalid), 400, errclass.QueueExists},
+		{"queue.ErrQueueExists", queue.Exists("q"), 400, errclass.QueueExists},
 		{"queue.ErrNotLeased", wrap(queue.ErrNotLeased, apierr.Invalid), 400, errclass.NotLeased},
 		{"queue.ErrDuplicateID", wrap(queue.ErrDuplicateID, apierr.Invalid), 400, errclass.InvalidArgument},
 		{"queue.ErrNotDeadLetterQueue", wrap(queue.ErrNotDeadLetterQueue, apierr.Invalid), 400, errclass.NotDeadLetterQueue},

@@ -10,10 +10,11 @@ import (
 )
 
 // Exists answers a create of a queue that exists: 400, as Querator answers
-// it (its AlreadyExists test), with a message styx.IsQueueExists
-// recognises.
+// it (its AlreadyExists test), with Querator's message "queue already
+// exists; '<name>'". It wraps ErrQueueExists (reason queue_exists, which
+// styx.IsQueueExists reads).
 func Exists(name string) error {
-	return apierr.Invalidf("queue already exists; '%s'", name)
+	return apierr.Wrap(ErrQueueExists, apierr.Invalid, "queue already exists; '%s'", name)
 }
 
 // NotFound is the error for a queue that does not exist: apierr.Invalid
