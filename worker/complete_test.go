@@ -133,7 +133,9 @@ func (h *handled) copy() map[string][]int32 {
 }
 
 // completeWithLease starts a server of b, a client through l and a queue
-// "q" (lease timeout 1s) holding n items produced ahead, "0" to "<n-1>",
+// "q" (lease timeout 1m, so that no renewal falls within the test, or 1s
+// with l.fail "after", for a lease that answered unread to end) holding n
+// items produced ahead, "0" to "<n-1>",
 // then runs a worker at batch 1 (Concurrency 1, no Prefetch) with
 // CompleteWithLease sw until the queue is empty, and returns what its handler
 // saw and its metrics.
@@ -143,7 +145,11 @@ func completeWithLease(t *testing.T, b servertest.Backend, l *callLog, n int, sw
 	c, err := styx.NewClient(styx.ClientConfig{Endpoint: srv.Endpoint, HTTPClient: &http.Client{Transport: l}})
 	require.NoError(t, err)
 	t.Cleanup(c.Close)
-	queue(t, c, "q", &pb.QueueInfo{LeaseTimeout: "1s"})
+	lease := "1m"
+	if l.fail == "after" {
+		lease = "1s"
+	}
+	queue(t, c, "q", &pb.QueueInfo{LeaseTimeout: lease})
 	payloads := make([]string, n)
 	for i := range payloads {
 		payloads[i] = strconv.Itoa(i)
