@@ -2,7 +2,8 @@
 // APIs (with their contract), the request and answer types, item ids,
 // dead reasons and source keys, dead-item filters and error-group types,
 // queue definition rules (ValidateCreate, ValidateUpdate, ValidateDelete),
-// the dead-letter rule (IsDeadLetterQueue, SourceQueues, DeadLetterQueues)
+// the dead-letter rule (DeadLetterQueue: named by a queue, or holding dead
+// items, HoldsDeadItems; IsDeadLetterQueue, SourceQueues, DeadLetterQueues)
 // and the item rules the engine decides by (rules.go). It holds no engine
 // and no storage: internal/engine runs queues, internal/backend/embedded and
 // internal/backend/postgres store them, and each imports this package, not each
