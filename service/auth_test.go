@@ -2,7 +2,6 @@ package service_test
 
 import (
 	"bytes"
-	"crypto/rand"
 	"encoding/hex"
 	"fmt"
 	"io"
@@ -23,6 +22,7 @@ import (
 	styx "github.com/styxq/styx"
 	"github.com/styxq/styx/daemon"
 	"github.com/styxq/styx/internal/backend/embedded/pebble"
+	"github.com/styxq/styx/internal/servertest"
 	"github.com/styxq/styx/internal/store"
 	pb "github.com/styxq/styx/styxpb"
 )
@@ -30,88 +30,47 @@ import (
 // Authentication and scoped API keys (issue 11, internal/auth,
 // docs/security.md), through the Go client over HTTP on every backend.
 
-// startAuth starts a server with auth on and a bootstrap admin key from a
-// file; s.C sends that key. It returns the key.
-func startAuth(t *testing.T, b backend) (*server, string) {
-	t.Helper()
-	admin := randomHex(t, 32)
-	file := filepath.Join(t.TempDir(), "admin.key")
-	require.NoError(t, os.WriteFile(file, []byte(admin+"\n"), 0o600))
-	s := &server{t: t, b: b, logInfo: true}
-	s.configure = func(cfg *daemon.Config) { cfg.Auth, cfg.AdminKeyFile = true, file }
-	s.clientCfg = func(cc *styx.ClientConfig) { cc.APIKey = admin }
-	s.boot()
-	t.Cleanup(func() { s.stop() })
-	return s, admin
-}
-
-func randomHex(t *testing.T, n int) string {
-	b := make([]byte, n)
-	_, err := rand.Read(b)
-	require.NoError(t, err)
-	return hex.EncodeToString(b)
-}
-
-// client returns a client of s sending key (none when empty).
-func (s *server) client(key string) *styx.Client {
-	s.t.Helper()
-	c, err := styx.NewClient(styx.ClientConfig{Endpoint: s.d.Endpoint(), APIKey: key})
-	require.NoError(s.t, err)
-	s.t.Cleanup(c.Close)
-	return c
-}
-
-// newKey creates a key with the admin client and returns its secret.
-func (s *server) newKey(name string, scopes []string, queues ...string) string {
-	s.t.Helper()
-	res, err := s.C.KeysCreate(ctx, &pb.KeysCreateRequest{Name: name, Scopes: scopes, Queues: queues})
-	require.NoError(s.t, err)
-	require.Equal(s.t, name, res.Name)
-	require.NotEmpty(s.t, res.Key)
-	return res.Key
-}
-
 // raw posts body (JSON unless ct says otherwise) to path with the given
 // Authorization header value (none when empty) and returns the status,
 // the Content-Type and the body.
-func (s *server) raw(method, path, ct, authz string, body []byte) (int, string, []byte) {
-	s.t.Helper()
-	req, err := http.NewRequestWithContext(ctx, method, s.d.Endpoint()+path, bytes.NewReader(body))
-	require.NoError(s.t, err)
+func raw(s *servertest.Server, method, path, ct, authz string, body []byte) (int, string, []byte) {
+	s.T.Helper()
+	req, err := http.NewRequestWithContext(ctx, method, s.D.Endpoint()+path, bytes.NewReader(body))
+	require.NoError(s.T, err)
 	if ct != "" {
 		req.Header.Set("Content-Type", ct)
 	}
 	if authz != "" {
 		req.Header.Set("Authorization", authz)
 	}
-	resp, b := s.do(req)
+	resp, b := do(s, req)
 	return resp.StatusCode, resp.Header.Get("Content-Type"), b
 }
 
 // do sends req and returns the response, its body read.
-func (s *server) do(req *http.Request) (*http.Response, []byte) {
-	s.t.Helper()
+func do(s *servertest.Server, req *http.Request) (*http.Response, []byte) {
+	s.T.Helper()
 	resp, err := http.DefaultClient.Do(req)
-	require.NoError(s.t, err)
+	require.NoError(s.T, err)
 	defer resp.Body.Close()
 	b, err := io.ReadAll(resp.Body)
-	require.NoError(s.t, err)
+	require.NoError(s.T, err)
 	return resp, b
 }
 
 // metricsErr scrapes /metrics with key and returns nil on 200, else an
 // *styx.Error decoded from the JSON reply.
-func (s *server) metricsErr(key string) error {
+func metricsErr(s *servertest.Server, key string) error {
 	authz := ""
 	if key != "" {
 		authz = "Bearer " + key
 	}
-	code, _, body := s.raw(http.MethodGet, "/metrics", "", authz, nil)
+	code, _, body := raw(s, http.MethodGet, "/metrics", "", authz, nil)
 	if code == http.StatusOK {
 		return nil
 	}
 	var reply v1.Reply
-	require.NoError(s.t, protojson.Unmarshal(body, &reply), string(body))
+	require.NoError(s.T, protojson.Unmarshal(body, &reply), string(body))
 	return &styx.Error{Code: int(reply.Code), Message: reply.Message}
 }
 
@@ -125,7 +84,7 @@ type call struct {
 // calls returns every call of the API, on queue "orders" (dead-letter
 // queue "orders-dead"). Calls that would change shared state use names of
 // their own (n makes them unique).
-func (s *server) calls() []call {
+func calls(s *servertest.Server) []call {
 	var n atomic.Int64
 	uniq := func(p string) string { return fmt.Sprint(p, n.Add(1)) }
 	q := "orders"
@@ -240,22 +199,22 @@ func (s *server) calls() []call {
 // call's own scope and admin pass the check (whatever the call then
 // answers), every other scope gets 403 naming the scope that was missing.
 func TestAuthScopeMatrix(t *testing.T) {
-	forEachBackend(t, func(t *testing.T, b backend) {
-		s, _ := startAuth(t, b)
-		s.createQueue(&pb.QueueInfo{QueueName: "orders-dead"})
-		s.createQueue(&pb.QueueInfo{QueueName: "orders", DeadQueue: "orders-dead"})
+	servertest.ForEachBackend(t, func(t *testing.T, b servertest.Backend) {
+		s, _ := servertest.StartAuth(t, b)
+		s.CreateQueue(&pb.QueueInfo{QueueName: "orders-dead"})
+		s.CreateQueue(&pb.QueueInfo{QueueName: "orders", DeadQueue: "orders-dead"})
 		keys := map[string]string{}
 		for _, scope := range []string{"produce", "consume", "dead", "read", "admin"} {
-			keys[scope] = s.newKey("k-"+scope, []string{scope})
+			keys[scope] = s.NewKey("k-"+scope, []string{scope})
 		}
 		allowed, denied := map[string]int{}, map[string]int{}
-		for _, c := range s.calls() {
+		for _, c := range calls(s) {
 			for scope, key := range keys {
 				var err error
 				if c.name == "metrics" {
-					err = s.metricsErr(key)
+					err = metricsErr(s, key)
 				} else {
-					err = c.do(s.client(key))
+					err = c.do(s.Client(key))
 				}
 				code := styx.ErrorCode(err)
 				if scope == c.scope || scope == "admin" {
@@ -269,19 +228,19 @@ func TestAuthScopeMatrix(t *testing.T) {
 				}
 			}
 		}
-		for _, c := range s.calls() {
+		for _, c := range calls(s) {
 			assert.Positive(t, allowed[c.name], "%s allowed at least once", c.name)
 			assert.Positive(t, denied[c.name], "%s denied at least once", c.name)
 		}
 		// Without a key, every call is 401.
-		for _, c := range s.calls() {
+		for _, c := range calls(s) {
 			var err error
 			if c.name == "metrics" {
-				err = s.metricsErr("")
+				err = metricsErr(s, "")
 			} else {
-				err = c.do(s.client(""))
+				err = c.do(s.Client(""))
 			}
-			requireCode(t, err, styx.CodeUnauthorized, "no API key")
+			servertest.RequireCode(t, err, styx.CodeUnauthorized, "no API key")
 		}
 	})
 }
@@ -290,11 +249,11 @@ func TestAuthScopeMatrix(t *testing.T) {
 // error), that neither depends on whether the queue exists, that /health
 // and the UI's assets stay open, and the header forms refused.
 func TestAuthAnswers(t *testing.T) {
-	forEachBackend(t, func(t *testing.T, b backend) {
-		s, admin := startAuth(t, b)
-		s.createQueue(&pb.QueueInfo{QueueName: "orders-eu"})
-		s.createQueue(&pb.QueueInfo{QueueName: "billing"})
-		key := s.newKey("orders-only", []string{"produce"}, "orders*")
+	servertest.ForEachBackend(t, func(t *testing.T, b servertest.Backend) {
+		s, admin := servertest.StartAuth(t, b)
+		s.CreateQueue(&pb.QueueInfo{QueueName: "orders-eu"})
+		s.CreateQueue(&pb.QueueInfo{QueueName: "billing"})
+		key := s.NewKey("orders-only", []string{"produce"}, "orders*")
 
 		body := []byte(`{"queue_name":"billing","items":[{"utf8":"x"}]}`)
 		missing := []byte(`{"queue_name":"no-such-queue","items":[{"utf8":"x"}]}`)
@@ -308,53 +267,53 @@ func TestAuthAnswers(t *testing.T) {
 			{"NotAKey", "Bearer " + strings.Repeat("x", 40), "unauthorized; unknown API key (never created, or deleted)"},
 		} {
 			t.Run(tc.name, func(t *testing.T) {
-				code, ct, got := s.raw(http.MethodPost, "/v1/queue.produce", "application/json", tc.authz, body)
+				code, ct, got := raw(s, http.MethodPost, "/v1/queue.produce", "application/json", tc.authz, body)
 				require.Equal(t, http.StatusUnauthorized, code, string(got))
 				require.Equal(t, "application/json", ct)
-				want := fmt.Sprintf(`{"code":401,"code_text":"Unauthorized","message":%q}`, tc.message)
+				want := fmt.Sprintf(`{"code":401,"code_text":"Unauthorized","message":%q,"details":{"reason":"unauthorized"}}`, tc.message)
 				require.JSONEq(t, want, string(got))
-				_, _, other := s.raw(http.MethodPost, "/v1/queue.produce", "application/json", tc.authz, missing)
+				_, _, other := raw(s, http.MethodPost, "/v1/queue.produce", "application/json", tc.authz, missing)
 				require.Equal(t, string(got), string(other), "a queue that does not exist gets the same answer")
 			})
 		}
 		t.Run("Forbidden", func(t *testing.T) {
-			code, _, got := s.raw(http.MethodPost, "/v1/queue.produce", "application/json", "Bearer "+key, body)
+			code, _, got := raw(s, http.MethodPost, "/v1/queue.produce", "application/json", "Bearer "+key, body)
 			require.Equal(t, http.StatusForbidden, code)
-			require.JSONEq(t, `{"code":403,"code_text":"Forbidden","message":"forbidden; key 'orders-only' has scope 'produce' only for queues 'orders*', not for 'billing'"}`, string(got))
-			code, _, got = s.raw(http.MethodPost, "/v1/queue.produce", "application/json", "Bearer "+key, missing)
+			require.JSONEq(t, `{"code":403,"code_text":"Forbidden","message":"forbidden; key 'orders-only' has scope 'produce' only for queues 'orders*', not for 'billing', which /v1/queue.produce needs","details":{"reason":"forbidden"}}`, string(got))
+			code, _, got = raw(s, http.MethodPost, "/v1/queue.produce", "application/json", "Bearer "+key, missing)
 			require.Equal(t, http.StatusForbidden, code)
-			require.JSONEq(t, `{"code":403,"code_text":"Forbidden","message":"forbidden; key 'orders-only' has scope 'produce' only for queues 'orders*', not for 'no-such-queue'"}`, string(got))
+			require.JSONEq(t, `{"code":403,"code_text":"Forbidden","message":"forbidden; key 'orders-only' has scope 'produce' only for queues 'orders*', not for 'no-such-queue', which /v1/queue.produce needs","details":{"reason":"forbidden"}}`, string(got))
 			// The scope is checked before the body is read.
-			code, _, got = s.raw(http.MethodPost, "/v1/dead.list", "application/json", "Bearer "+key, []byte(`not json`))
+			code, _, got = raw(s, http.MethodPost, "/v1/dead.list", "application/json", "Bearer "+key, []byte(`not json`))
 			require.Equal(t, http.StatusForbidden, code)
-			require.JSONEq(t, `{"code":403,"code_text":"Forbidden","message":"forbidden; key 'orders-only' lacks scope 'dead', which /v1/dead.list needs"}`, string(got))
-			code, _, got = s.raw(http.MethodPost, "/v1/dead.list", "application/json", "", []byte(`not json`))
+			require.JSONEq(t, `{"code":403,"code_text":"Forbidden","message":"forbidden; key 'orders-only' lacks scope 'dead', which /v1/dead.list needs","details":{"reason":"forbidden"}}`, string(got))
+			code, _, got = raw(s, http.MethodPost, "/v1/dead.list", "application/json", "", []byte(`not json`))
 			require.Equal(t, http.StatusUnauthorized, code, "no key: 401 before the body is read")
 			require.Contains(t, string(got), "no API key")
 		})
 		t.Run("Open", func(t *testing.T) {
-			code, _, got := s.raw(http.MethodGet, "/health", "", "", nil)
+			code, _, got := raw(s, http.MethodGet, "/health", "", "", nil)
 			require.Equal(t, http.StatusOK, code, string(got))
-			require.Equal(t, styx.CodeUnauthorized, styx.ErrorCode(s.metricsErr("")))
-			require.NoError(t, s.metricsErr(admin))
+			require.Equal(t, styx.CodeUnauthorized, styx.ErrorCode(metricsErr(s, "")))
+			require.NoError(t, metricsErr(s, admin))
 		})
 		t.Run("QueratorHeaderFormat", func(t *testing.T) {
 			// Querator's Go client: protobuf body, no Accept, and
 			// "Authorization: Bearer <key>" from ClientConfig.APIKey.
 			in, err := proto.Marshal(&pb.QueueProduceRequest{QueueName: "orders-eu", RequestTimeout: "1m", Items: []*pb.QueueProduceItem{{Bytes: []byte("q")}}})
 			require.NoError(t, err)
-			code, ct, got := s.raw(http.MethodPost, "/v1/queue.produce", "application/protobuf", "Bearer "+key, in)
+			code, ct, got := raw(s, http.MethodPost, "/v1/queue.produce", "application/protobuf", "Bearer "+key, in)
 			require.Equal(t, http.StatusOK, code, string(got))
 			require.Equal(t, "application/protobuf", ct)
 			var ok pb.QueueProduceResponse
 			require.NoError(t, proto.Unmarshal(got, &ok))
-			code, ct, got = s.raw(http.MethodPost, "/v1/queue.produce", "application/protobuf", "", in)
+			code, ct, got = raw(s, http.MethodPost, "/v1/queue.produce", "application/protobuf", "", in)
 			require.Equal(t, http.StatusUnauthorized, code)
 			require.Equal(t, "application/protobuf", ct)
 			var reply v1.Reply
 			require.NoError(t, proto.Unmarshal(got, &reply))
 			require.Equal(t, int32(401), reply.Code)
-			require.Len(t, s.items("orders-eu"), 1)
+			require.Len(t, s.Items("orders-eu"), 1)
 		})
 	})
 }
@@ -362,23 +321,23 @@ func TestAuthAnswers(t *testing.T) {
 // TestAuthUIAssetsOpen checks the hook for the web UI: its static assets
 // under /ui/ need no key, its /v1 calls do.
 func TestAuthUIAssetsOpen(t *testing.T) {
-	forEachBackend(t, func(t *testing.T, b backend) {
-		admin := randomHex(t, 32)
+	servertest.ForEachBackend(t, func(t *testing.T, b servertest.Backend) {
+		admin := servertest.RandomHex(t, 32)
 		file := filepath.Join(t.TempDir(), "admin.key")
 		require.NoError(t, os.WriteFile(file, []byte(admin), 0o600))
-		s := &server{t: t, b: b}
-		s.configure = func(cfg *daemon.Config) {
+		s := &servertest.Server{T: t, B: b}
+		s.Configure = func(cfg *daemon.Config) {
 			cfg.Auth, cfg.AdminKeyFile = true, file
 			cfg.UI = http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) { _, _ = io.WriteString(w, "<html>ui</html>") })
 		}
-		s.boot()
-		t.Cleanup(s.stop)
-		code, _, got := s.raw(http.MethodGet, "/ui/index.html", "", "", nil)
+		s.Boot()
+		t.Cleanup(s.Stop)
+		code, _, got := raw(s, http.MethodGet, "/ui/index.html", "", "", nil)
 		require.Equal(t, http.StatusOK, code)
 		require.Equal(t, "<html>ui</html>", string(got))
-		code, _, _ = s.raw(http.MethodPost, "/v1/queues.list", "application/json", "", []byte(`{}`))
+		code, _, _ = raw(s, http.MethodPost, "/v1/queues.list", "application/json", "", []byte(`{}`))
 		require.Equal(t, http.StatusUnauthorized, code)
-		code, _, _ = s.raw(http.MethodPost, "/v1/queues.list", "application/json", "Bearer "+admin, []byte(`{}`))
+		code, _, _ = raw(s, http.MethodPost, "/v1/queues.list", "application/json", "Bearer "+admin, []byte(`{}`))
 		require.Equal(t, http.StatusOK, code)
 	})
 }
@@ -387,27 +346,27 @@ func TestAuthUIAssetsOpen(t *testing.T) {
 // on other queues are 403, lists leave them out, and a redrive or dead
 // queue outside the patterns is refused.
 func TestAuthQueuePatterns(t *testing.T) {
-	forEachBackend(t, func(t *testing.T, b backend) {
-		s, _ := startAuth(t, b)
+	servertest.ForEachBackend(t, func(t *testing.T, b servertest.Backend) {
+		s, _ := servertest.StartAuth(t, b)
 		for _, q := range []string{"orders-dead", "billing-dead"} {
-			s.createQueue(&pb.QueueInfo{QueueName: q})
+			s.CreateQueue(&pb.QueueInfo{QueueName: q})
 		}
-		s.createQueue(&pb.QueueInfo{QueueName: "orders-eu", DeadQueue: "orders-dead", MaxAttempts: 1})
-		s.createQueue(&pb.QueueInfo{QueueName: "orders-us"})
-		s.createQueue(&pb.QueueInfo{QueueName: "billing", DeadQueue: "billing-dead", MaxAttempts: 1})
-		s.createQueue(&pb.QueueInfo{QueueName: "xorders"})
-		w := s.client(s.newKey("orders-worker", []string{"produce", "consume", "read", "dead"}, "orders*", "exact"))
+		s.CreateQueue(&pb.QueueInfo{QueueName: "orders-eu", DeadQueue: "orders-dead", MaxAttempts: 1})
+		s.CreateQueue(&pb.QueueInfo{QueueName: "orders-us"})
+		s.CreateQueue(&pb.QueueInfo{QueueName: "billing", DeadQueue: "billing-dead", MaxAttempts: 1})
+		s.CreateQueue(&pb.QueueInfo{QueueName: "xorders"})
+		w := s.Client(s.NewKey("orders-worker", []string{"produce", "consume", "read", "dead"}, "orders*", "exact"))
 
 		require.NoError(t, w.QueueProduce(ctx, &pb.QueueProduceRequest{QueueName: "orders-eu", Items: []*pb.QueueProduceItem{{Bytes: []byte("a")}}}))
 		require.NoError(t, w.QueueProduce(ctx, &pb.QueueProduceRequest{QueueName: "orders-us", Items: []*pb.QueueProduceItem{{Bytes: []byte("b")}}}))
 		for _, q := range []string{"billing", "xorders", "exactly", "Orders-eu"} {
 			err := w.QueueProduce(ctx, &pb.QueueProduceRequest{QueueName: q, Items: []*pb.QueueProduceItem{{Bytes: []byte("c")}}})
-			requireCode(t, err, styx.CodeForbidden, "scope 'produce' only for queues 'orders*,exact', not for '"+q+"'")
+			servertest.RequireCode(t, err, styx.CodeForbidden, "scope 'produce' only for queues 'orders*,exact', not for '"+q+"'")
 		}
 		_, err := w.QueueStats(ctx, &pb.QueueStatsRequest{QueueName: "billing"})
-		requireCode(t, err, styx.CodeForbidden, "scope 'read'")
+		servertest.RequireCode(t, err, styx.CodeForbidden, "scope 'read'")
 		_, err = w.QueueStats(ctx, &pb.QueueStatsRequest{QueueName: "orders-nope"})
-		requireCode(t, err, styx.CodeBadRequest, "queue does not exist")
+		servertest.RequireCode(t, err, styx.CodeBadRequest, "queue does not exist")
 
 		// queues.list shows only covered queues, and pages over the rest.
 		res, err := w.QueuesList(ctx, &pb.QueuesListRequest{})
@@ -424,14 +383,14 @@ func TestAuthQueuePatterns(t *testing.T) {
 
 		// Dead items and redrives: both queues must be covered.
 		for _, q := range []string{"orders-eu", "billing"} {
-			s.produce(q, "dead")
-			it := s.lease(q, 1)
-			s.retry(q, it.Partition, &pb.QueueRetryItem{Id: it.Items[0].Id, Dead: true})
+			s.Produce(q, "dead")
+			it := s.Lease(q, 1)
+			s.Retry(q, it.Partition, &pb.QueueRetryItem{Id: it.Items[0].Id, Dead: true})
 		}
 		_, err = w.DeadList(ctx, &pb.DeadListRequest{QueueName: "billing-dead"})
-		requireCode(t, err, styx.CodeForbidden, "scope 'dead'")
+		servertest.RequireCode(t, err, styx.CodeForbidden, "scope 'dead'")
 		_, err = w.DeadRedrive(ctx, &pb.DeadRedriveRequest{QueueName: "orders-dead", Destination: "billing", DryRun: true})
-		requireCode(t, err, styx.CodeForbidden, "not for 'billing'")
+		servertest.RequireCode(t, err, styx.CodeForbidden, "not for 'billing'")
 		other, err := s.C.DeadRedrive(ctx, &pb.DeadRedriveRequest{QueueName: "billing-dead", All: true})
 		require.NoError(t, err)
 		mine, err := w.DeadRedrive(ctx, &pb.DeadRedriveRequest{QueueName: "orders-dead", All: true})
@@ -439,9 +398,9 @@ func TestAuthQueuePatterns(t *testing.T) {
 		require.Equal(t, "orders-worker", mine.KeyName)
 		require.Equal(t, "bootstrap-admin", other.KeyName)
 		_, err = w.RedrivesGet(ctx, &pb.RedriveTaskRequest{TaskId: other.TaskId})
-		requireCode(t, err, styx.CodeForbidden, "not for 'billing-dead'")
+		servertest.RequireCode(t, err, styx.CodeForbidden, "not for 'billing-dead'")
 		_, err = w.RedrivesCancel(ctx, &pb.RedriveTaskRequest{TaskId: other.TaskId})
-		requireCode(t, err, styx.CodeForbidden, "not for 'billing-dead'")
+		servertest.RequireCode(t, err, styx.CodeForbidden, "not for 'billing-dead'")
 		tasks, err := w.RedrivesList(ctx, &pb.RedrivesListRequest{})
 		require.NoError(t, err)
 		require.Len(t, tasks.Tasks, 1, "only the covered queue's task")
@@ -449,14 +408,14 @@ func TestAuthQueuePatterns(t *testing.T) {
 
 		// An admin key with patterns administers those queues only, and
 		// not the keys.
-		a := s.client(s.newKey("orders-admin", []string{"admin"}, "orders*"))
+		a := s.Client(s.NewKey("orders-admin", []string{"admin"}, "orders*"))
 		require.NoError(t, a.QueuesCreate(ctx, &pb.QueueInfo{QueueName: "orders-new", DeadQueue: "orders-dead"}))
 		err = a.QueuesCreate(ctx, &pb.QueueInfo{QueueName: "orders-new2", DeadQueue: "billing-dead"})
-		requireCode(t, err, styx.CodeForbidden, "not for 'billing-dead'")
+		servertest.RequireCode(t, err, styx.CodeForbidden, "not for 'billing-dead'")
 		_, err = a.KeysList(ctx, &pb.KeysListRequest{})
-		requireCode(t, err, styx.CodeForbidden, "/v1/keys.list needs it for every queue")
+		servertest.RequireCode(t, err, styx.CodeForbidden, "/v1/keys.list needs it for every queue")
 		_, err = a.KeysCreate(ctx, &pb.KeysCreateRequest{Name: "escalate", Scopes: []string{"admin"}})
-		requireCode(t, err, styx.CodeForbidden)
+		servertest.RequireCode(t, err, styx.CodeForbidden)
 	})
 }
 
@@ -464,9 +423,9 @@ func TestAuthQueuePatterns(t *testing.T) {
 // shows a secret, that a deleted key is refused at once, and that keys
 // survive a restart.
 func TestAuthKeyLifecycle(t *testing.T) {
-	forEachBackend(t, func(t *testing.T, b backend) {
-		s, _ := startAuth(t, b)
-		s.createQueue(&pb.QueueInfo{QueueName: "q"})
+	servertest.ForEachBackend(t, func(t *testing.T, b servertest.Backend) {
+		s, _ := servertest.StartAuth(t, b)
+		s.CreateQueue(&pb.QueueInfo{QueueName: "q"})
 		for _, tc := range []struct {
 			req  *pb.KeysCreateRequest
 			code int
@@ -484,7 +443,7 @@ func TestAuthKeyLifecycle(t *testing.T) {
 			{&pb.KeysCreateRequest{Name: "k", Scopes: []string{"read"}, Queues: make([]string, 65)}, 400, "invalid queues; 65 patterns, the limit is 64"},
 		} {
 			_, err := s.C.KeysCreate(ctx, tc.req)
-			requireCode(t, err, tc.code, tc.msg)
+			servertest.RequireCode(t, err, tc.code, tc.msg)
 		}
 
 		res, err := s.C.KeysCreate(ctx, &pb.KeysCreateRequest{Name: "worker", Scopes: []string{"produce", "read"}, Queues: []string{"q*"}})
@@ -492,7 +451,7 @@ func TestAuthKeyLifecycle(t *testing.T) {
 		secret := res.Key
 		require.Regexp(t, `^styx_[0-9a-f]{16}_[0-9a-f]{64}$`, secret)
 		_, err = s.C.KeysCreate(ctx, &pb.KeysCreateRequest{Name: "worker", Scopes: []string{"read"}})
-		requireCode(t, err, styx.CodeConflict, "a key named 'worker' exists")
+		servertest.RequireCode(t, err, styx.CodeConflict, "a key named 'worker' exists")
 
 		list, err := s.C.KeysList(ctx, &pb.KeysListRequest{})
 		require.NoError(t, err)
@@ -505,19 +464,19 @@ func TestAuthKeyLifecycle(t *testing.T) {
 			require.NotContains(t, string(enc), secret[len(secret)-64:], "keys.list holds no secret")
 		}
 
-		w := s.client(secret)
+		w := s.Client(secret)
 		require.NoError(t, w.QueueProduce(ctx, &pb.QueueProduceRequest{QueueName: "q", Items: []*pb.QueueProduceItem{{Bytes: []byte("1")}}}))
 
-		s.restart()
-		w = s.client(secret)
+		s.Restart()
+		w = s.Client(secret)
 		require.NoError(t, w.QueueProduce(ctx, &pb.QueueProduceRequest{QueueName: "q", Items: []*pb.QueueProduceItem{{Bytes: []byte("2")}}}),
 			"a key survives a restart")
 
 		require.NoError(t, s.C.KeysDelete(ctx, &pb.KeysDeleteRequest{Name: "worker"}))
 		err = w.QueueProduce(ctx, &pb.QueueProduceRequest{QueueName: "q", Items: []*pb.QueueProduceItem{{Bytes: []byte("3")}}})
-		requireCode(t, err, styx.CodeUnauthorized, "unknown API key")
-		requireCode(t, s.C.KeysDelete(ctx, &pb.KeysDeleteRequest{Name: "worker"}), styx.CodeNotFound, "no key named 'worker'")
-		require.Len(t, s.items("q"), 2)
+		servertest.RequireCode(t, err, styx.CodeUnauthorized, "unknown API key")
+		servertest.RequireCode(t, s.C.KeysDelete(ctx, &pb.KeysDeleteRequest{Name: "worker"}), styx.CodeNotFound, "no key named 'worker'")
+		require.Len(t, s.Items("q"), 2)
 		assert.Contains(t, s.Logs.String(), `msg="audit: api key created" key=bootstrap-admin name=worker`)
 		assert.Contains(t, s.Logs.String(), `msg="audit: api key deleted" key=bootstrap-admin name=worker`)
 	})
@@ -538,23 +497,23 @@ func mustProto(t *testing.T, m proto.Message) []byte {
 // TestAuthSecretNotStored checks that a key's secret is nowhere in the
 // Pebble data directory or the PostgreSQL table, only its hash.
 func TestAuthSecretNotStored(t *testing.T) {
-	forEachBackend(t, func(t *testing.T, b backend) {
+	servertest.ForEachBackend(t, func(t *testing.T, b servertest.Backend) {
 		dir := t.TempDir()
-		if b.name == "pebble" {
-			b.open = func(t *testing.T) store.Store {
-				s, err := pebble.Open(pebble.Config{Dir: dir, Logger: testLogger()})
+		if b.Name == "pebble" {
+			b.Open = func(t *testing.T) store.Store {
+				s, err := pebble.Open(pebble.Config{Dir: dir, Logger: servertest.TestLogger()})
 				require.NoError(t, err)
 				return s
 			}
 		}
-		s, _ := startAuth(t, b)
+		s, _ := servertest.StartAuth(t, b)
 		res, err := s.C.KeysCreate(ctx, &pb.KeysCreateRequest{Name: "secretive", Scopes: []string{"read"}})
 		require.NoError(t, err)
 		secret := res.Key[len(res.Key)-64:]
-		_, err = s.client(res.Key).QueuesList(ctx, &pb.QueuesListRequest{})
+		_, err = s.Client(res.Key).QueuesList(ctx, &pb.QueuesListRequest{})
 		require.NoError(t, err)
-		s.stop()
-		switch b.name {
+		s.Stop()
+		switch b.Name {
 		case "pebble":
 			files := 0
 			require.NoError(t, filepath.WalkDir(dir, func(path string, d os.DirEntry, err error) error {
@@ -572,7 +531,7 @@ func TestAuthSecretNotStored(t *testing.T) {
 			}))
 			require.Positive(t, files)
 		case "postgres":
-			conn, err := pgx.Connect(ctx, b.url)
+			conn, err := pgx.Connect(ctx, b.URL)
 			require.NoError(t, err)
 			defer conn.Close(ctx)
 			var row string

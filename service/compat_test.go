@@ -20,6 +20,7 @@ import (
 	"google.golang.org/protobuf/types/descriptorpb"
 	"google.golang.org/protobuf/types/dynamicpb"
 
+	"github.com/styxq/styx/internal/servertest"
 	pb "github.com/styxq/styx/styxpb"
 )
 
@@ -72,9 +73,9 @@ func queratorMessages(t *testing.T) map[string]protoreflect.MessageDescriptor {
 func TestQueratorCompatibility(t *testing.T) {
 	msgs := queratorMessages(t)
 	msgs["Reply"] = (&v1.Reply{}).ProtoReflect().Descriptor() // duh.v1.Reply, as Querator's client decodes errors and empty replies
-	forEachBackend(t, func(t *testing.T, b backend) {
-		s := start(t, b)
-		endpoint := s.d.Endpoint()
+	servertest.ForEachBackend(t, func(t *testing.T, b servertest.Backend) {
+		s := servertest.Start(t, b)
+		endpoint := s.D.Endpoint()
 
 		// msg builds a Querator message from protojson text.
 		msg := func(name, js string) *dynamicpb.Message {
@@ -177,7 +178,7 @@ func TestQueratorCompatibility(t *testing.T) {
 		jb, _ = io.ReadAll(resp.Body)
 		resp.Body.Close()
 		assert.Equal(t, 454, resp.StatusCode)
-		assert.JSONEq(t, `{"code":454,"code_text":"Retry Request","message":"request timeout; no items are in the queue, try again"}`, string(jb))
+		assert.JSONEq(t, `{"code":454,"code_text":"Retry Request","message":"request timeout; no items are in the queue, try again","details":{"reason":"request_timeout"}}`, string(jb))
 	})
 }
 
@@ -187,13 +188,13 @@ func TestQueratorCompatibility(t *testing.T) {
 // item that never died has no dead-letter fields (wire contract, "Framing").
 func TestJSONReplies(t *testing.T) {
 	rfc3339UTC := `^\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d(\.\d{1,9})?Z$`
-	forEachBackend(t, func(t *testing.T, b backend) {
-		s := start(t, b)
-		s.createQueue(&pb.QueueInfo{QueueName: "js", LeaseTimeout: "1m", RequestedPartitions: 1})
-		s.produce("js", "x")
+	servertest.ForEachBackend(t, func(t *testing.T, b servertest.Backend) {
+		s := servertest.Start(t, b)
+		s.CreateQueue(&pb.QueueInfo{QueueName: "js", LeaseTimeout: "1m", RequestedPartitions: 1})
+		s.Produce("js", "x")
 		post := func(path, body string) map[string]any {
 			t.Helper()
-			resp, err := http.Post(s.d.Endpoint()+path, "application/json", strings.NewReader(body))
+			resp, err := http.Post(s.D.Endpoint()+path, "application/json", strings.NewReader(body))
 			require.NoError(t, err)
 			defer resp.Body.Close()
 			require.Equal(t, 200, resp.StatusCode)
