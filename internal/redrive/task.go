@@ -218,10 +218,14 @@ func (t *Task) finished() bool {
 // Task.Leaves) and leaves those items to it.
 type Hold struct {
 	// Task is the id of the task holding the items.
-	Task   string           `json:"task"`
+	Task string `json:"task"`
+	// Filter is that task's filter.
 	Filter queue.DeadFilter `json:"filter"`
-	After  uint64           `json:"after,omitempty"`
-	UpTo   uint64           `json:"up_to"`
+	// After is that task's Pivot when the hold was taken (0: it had
+	// reached none): the items up to it are no longer held.
+	After uint64 `json:"after,omitempty"`
+	// UpTo is that task's UpTo: the newest id of its matched set.
+	UpTo uint64 `json:"up_to"`
 }
 
 // holds reports whether dead item it is in h.
