@@ -16,6 +16,7 @@ import (
 	"net/http"
 	"net/http/pprof"
 	"os"
+	"path/filepath"
 	"regexp"
 	"strings"
 	"sync"
@@ -490,12 +491,15 @@ type Daemon struct {
 	cfg       Config
 	store     store.Store
 	ownsStore bool
-	manager   queue.Queues
-	redrives  *redrive.Runner
-	server    *http.Server
-	listener  net.Listener
-	served    chan error
-	debug     *http.Server
+	// releaseDir gives up the claim on the Pebble data directory
+	// (claimDataDir) once the store is closed; nil for another store.
+	releaseDir func()
+	manager    queue.Queues
+	redrives   *redrive.Runner
+	server     *http.Server
+	listener   net.Listener
+	served     chan error
+	debug      *http.Server
 	// debugListener is DebugListen's listener, bound by New before it
 	// opens storage (nil without DebugListen).
 	debugListener net.Listener
@@ -576,17 +580,23 @@ func (d *Daemon) start(ctx context.Context) (*Daemon, error) {
 			// other users may access is tightened to 0700 when it is this
 			// user's store or empty, and refused otherwise, naming the
 			// chmod to run; its files are created 0600 whatever the umask.
+			// A directory another server of this process holds is
+			// refused here (Pebble's lock file says so only by its text);
+			// one another process holds, by the lock's EAGAIN.
+			release, ok := claimDataDir(cfg.DataDir)
+			if !ok {
+				return nil, fmt.Errorf("open storage: data directory %s is in use by another server in this process", cfg.DataDir)
+			}
 			s, err := pebble.Open(pebble.Config{Dir: cfg.DataDir, NoSync: cfg.NoSync, Logger: cfg.Log,
 				MinFreeBytes: cfg.MinFreeBytes, OnFault: d.Metrics.CountStorageFault, OnSync: d.Metrics.ObserveStorageSync})
-			// Pebble's lock file says another process (EAGAIN) or this one
-			// holds the directory.
-			if err != nil && (errors.Is(err, syscall.EAGAIN) || strings.Contains(err.Error(), "lock held")) {
-				return nil, fmt.Errorf("open storage: data directory %s is in use by another server: %w", cfg.DataDir, err)
-			}
 			if err != nil {
+				release()
+				if errors.Is(err, syscall.EAGAIN) {
+					return nil, fmt.Errorf("open storage: data directory %s is in use by another server: %w", cfg.DataDir, err)
+				}
 				return nil, fmt.Errorf("open storage: %w", err)
 			}
-			d.store = s
+			d.store, d.releaseDir = s, release
 		}
 		d.ownsStore = true
 	}
@@ -854,7 +864,31 @@ func (d *Daemon) closeStore() error {
 	if !d.ownsStore {
 		return nil
 	}
-	return d.store.Close()
+	err := d.store.Close()
+	if d.releaseDir != nil {
+		d.releaseDir()
+		d.releaseDir = nil
+	}
+	return err
+}
+
+// dataDirs are the Pebble data directories the servers of this process
+// hold, by absolute path.
+var dataDirs sync.Map
+
+// claimDataDir claims dir for one server of this process and returns the
+// function that releases it; false when another server of the process
+// holds it.
+func claimDataDir(dir string) (release func(), ok bool) {
+	abs, err := filepath.Abs(dir)
+	if err != nil {
+		abs = filepath.Clean(dir)
+	}
+	if _, held := dataDirs.LoadOrStore(abs, struct{}{}); held {
+		return nil, false
+	}
+	var once sync.Once
+	return func() { once.Do(func() { dataDirs.Delete(abs) }) }, true
 }
 
 // serveDebug serves pprof on l.

@@ -16,15 +16,17 @@ import (
 	"errors"
 	"fmt"
 	"hash/fnv"
+	"io"
 	"log/slog"
 	"net"
-	"strings"
 	"sync/atomic"
+	"syscall"
 	"time"
 
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgconn"
 	"github.com/jackc/pgx/v5/pgxpool"
+	"github.com/jackc/puddle/v2"
 
 	"github.com/styxq/styx/internal/apierr"
 	"github.com/styxq/styx/internal/queue"
@@ -390,15 +392,13 @@ func (e sqlState) Error() string { return e.Message + " (" + e.Code + ")" + e.su
 func (e sqlState) Unwrap() error { return e.PgError }
 
 // isClosedConn reports errors of a connection lost mid-statement, which pgx
-// reports without a net.Error in the chain.
+// reports without a net.Error in the chain, and of a closed pool: by their
+// sentinels and error numbers, never by their text. (A connection pgx found
+// closed or busy before using it is pgconn.SafeToRetry.)
 func isClosedConn(err error) bool {
-	msg := err.Error()
-	for _, s := range []string{"conn closed", "unexpected EOF", "connection reset", "broken pipe", "closed pool", "failed to deallocate", "conn busy"} {
-		if strings.Contains(msg, s) {
-			return true
-		}
-	}
-	return false
+	return errors.Is(err, pgconn.ErrConnClosed) || errors.Is(err, io.ErrUnexpectedEOF) || errors.Is(err, io.EOF) ||
+		errors.Is(err, syscall.ECONNRESET) || errors.Is(err, syscall.EPIPE) || errors.Is(err, net.ErrClosed) ||
+		errors.Is(err, puddle.ErrClosedPool)
 }
 
 func nonNil(b []byte) []byte {

@@ -573,7 +573,8 @@ func (z *freeze) fail(op string, err error) {
 	if z.mem == nil {
 		z.mem = vfs.NewMem()
 		z.cause = err
-		if !strings.HasPrefix(err.Error(), op+" ") {
+		// An *os.PathError of op names it already ("sync <file>: …").
+		if pe := (*os.PathError)(nil); !errors.As(err, &pe) || pe.Op != op {
 			z.cause = fmt.Errorf("%s: %w", op, err)
 		}
 	}
