@@ -124,8 +124,6 @@ func (m *Manager) Durability() Durability { return m.durability }
 // Store returns the catalog and task store (the redrive runner's TaskStore).
 func (m *Manager) Store() *Store { return m.st }
 
-func (m *Manager) now() int64 { return m.cfg.Clock.Now().UnixNano() }
-
 func (m *Manager) cachedInfo(id uint64) (queue.QueueInfo, bool) {
 	m.mu.RLock()
 	defer m.mu.RUnlock()
