@@ -2,6 +2,7 @@ package web_test
 
 import (
 	"context"
+	"strings"
 	"testing"
 	"time"
 
@@ -60,6 +61,15 @@ func TestBrowserRedrivesSeeEachOther(t *testing.T) {
 	b.waitText("#confirm-dialog", "Redrive 5 items")
 	b.run(chromedp.Click(`#confirm-ok`, chromedp.ByQuery))
 	b.waitText("h1", "Redrives")
+	b.waitText(`tr[aria-current="true"]`, " moved")
+	// The page updates itself every few seconds, slower on a loaded
+	// machine: wait for the task through the API, then read the page anew.
+	id := strings.Fields(b.text(`tr[aria-current="true"] th`))[0]
+	require.Eventually(t, func() bool {
+		got, err := c.RedrivesGet(ctx, &pb.RedriveTaskRequest{TaskId: id})
+		return err == nil && got.Status == "completed"
+	}, time.Minute, 20*time.Millisecond)
+	b.run(chromedp.Reload(), chromedp.WaitVisible(`main[data-ready] h1`, chromedp.ByQuery))
 	b.waitText(`tr[aria-current="true"]`, "completed")
 	b.waitText(`tr[aria-current="true"]`, "5 of ")
 
