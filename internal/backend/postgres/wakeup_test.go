@@ -69,8 +69,17 @@ func TestStalledCommitDoesNotStopOtherNodes(t *testing.T) {
 	qa, err := stalled.Get("a")
 	require.NoError(t, err)
 	produced := make(chan error, 1)
-	go func() { produced <- qa.Produce(ctx, []queue.ProduceItem{{Payload: []byte("stalled")}}) }()
+	produce := func() { go func() { produced <- qa.Produce(ctx, []queue.ProduceItem{{Payload: []byte("stalled")}}) }() }
+	produce()
 	require.Eventually(t, func() bool {
+		select {
+		case <-produced:
+			// Its commit ran before the reload reached its backend
+			// (pg_reload_conf signals the backends, which read the file
+			// at their next command): produce again.
+			produce()
+		default:
+		}
 		var n int
 		err := admin.QueryRow(ctx, `SELECT count(*) FROM pg_stat_activity WHERE wait_event = 'SyncRep'`).Scan(&n)
 		return err == nil && n > 0
