@@ -105,9 +105,13 @@ func (r *Runner) Cancel(ctx context.Context, id string) (Task, error) {
 			return nil, nil
 		}
 		if t.Status == StatusRunning || t.Status == StatusPausing {
+			// The task's goroutine sees the status before its next step,
+			// or at once if it waits for its rate: never inside a step,
+			// whose copies in the destination would then stay beside
+			// their dead items.
 			t.Status = StatusCancelling
 			if mine {
-				r.running[id]()
+				r.poke(id)
 			}
 		}
 		if t.Status != StatusCancelling {

@@ -318,6 +318,8 @@ func (r *Runner) run(ctx context.Context, t *Task, poke <-chan struct{}) (string
 		select {
 		case <-ctx.Done():
 			return false, StatusCancelled, ""
+		case <-poke: // cancelled, paused or re-rated: seen before the step runs again
+			return true, "", ""
 		case <-timer.C:
 			return true, "", ""
 		}
@@ -331,6 +333,10 @@ func (r *Runner) run(ctx context.Context, t *Task, poke <-chan struct{}) (string
 			return StatusCancelled, ""
 		}
 		r.mu.Lock()
+		if t.Status == StatusCancelling { // by Cancel on this server
+			r.mu.Unlock()
+			return StatusCancelled, ""
+		}
 		if asked.pause && t.Status == StatusRunning {
 			t.Status = StatusPausing
 		}
