@@ -470,6 +470,36 @@ func (c *Client) QueueClear(ctx context.Context, req *pb.QueueClearRequest) erro
 	return c.do(ctx, "/v1/queue.clear", req, &v1.Reply{})
 }
 
+// QueueClearDryRun says how many items QueueClear with the same request
+// would remove now (ready, scheduled, leased and in all), removing nothing
+// (a Styx extension, /v1/queue.clear_dry_run; the read scope suffices).
+// Errors as QueueClear's: CodeBadRequest for an unknown queue or a request
+// that selects nothing.
+func (c *Client) QueueClearDryRun(ctx context.Context, req *pb.QueueClearRequest) (*pb.QueueClearDryRunResponse, error) {
+	out := &pb.QueueClearDryRunResponse{}
+	return out, c.do(ctx, "/v1/queue.clear_dry_run", req, out)
+}
+
+// QueuesPause pauses a queue's consumption and returns its definition
+// (Paused, PausedAt): its leases then wait and get nothing, on every door
+// and node, while produces, the completes, retries and renewals of leases
+// already held and the dead-letter moves go on (a Styx extension,
+// /v1/queues.pause; the admin scope). Pausing a paused queue keeps its
+// PausedAt. CodeBadRequest for an unknown queue.
+func (c *Client) QueuesPause(ctx context.Context, req *pb.QueuesPauseRequest) (*pb.QueueInfo, error) {
+	out := &pb.QueueInfo{}
+	return out, c.do(ctx, "/v1/queues.pause", req, out)
+}
+
+// QueuesResume resumes a paused queue's consumption, so that its waiting
+// leases are served, and returns its definition (a Styx extension,
+// /v1/queues.resume; the admin scope). Resuming a running queue changes
+// nothing. CodeBadRequest for an unknown queue.
+func (c *Client) QueuesResume(ctx context.Context, req *pb.QueuesPauseRequest) (*pb.QueueInfo, error) {
+	out := &pb.QueueInfo{}
+	return out, c.do(ctx, "/v1/queues.resume", req, out)
+}
+
 // QueueReload rebuilds a queue's in-memory state from storage.
 func (c *Client) QueueReload(ctx context.Context, req *pb.QueueReloadRequest) error {
 	return c.do(ctx, "/v1/queue.reload", req, &pb.QueueReloadResponse{})

@@ -85,6 +85,9 @@ type QueueSample struct {
 	// ids in its table.
 	DeduplicationIDs      int
 	InMemoryDeduplication bool
+	// Paused reports the queue's consumption paused (queues.pause) in the
+	// definition this node applies: styx_queue_paused.
+	Paused bool
 }
 
 var (
@@ -97,6 +100,9 @@ var (
 	dedupIDsDesc = prometheus.NewDesc("styx_queue_deduplication_ids",
 		"Deduplication ids a queue holds in memory, within their window or ended and not yet forgotten (memory and Pebble backends; bounded per queue, by default to 100,000).",
 		[]string{"queue"}, nil)
+	pausedDesc = prometheus.NewDesc("styx_queue_paused",
+		"1 while a queue's consumption is paused (queues.pause: leases get nothing) in the definition this node applies, else 0.",
+		[]string{"queue"}, nil)
 )
 
 // queueCollector reports the queue gauges from a sampler at scrape time.
@@ -108,6 +114,7 @@ func (c queueCollector) Describe(ch chan<- *prometheus.Desc) {
 	ch <- queueItemsDesc
 	ch <- oldestAgeDesc
 	ch <- dedupIDsDesc
+	ch <- pausedDesc
 }
 
 func (c queueCollector) Collect(ch chan<- prometheus.Metric) {
@@ -119,6 +126,11 @@ func (c queueCollector) Collect(ch chan<- prometheus.Metric) {
 		if s.InMemoryDeduplication {
 			ch <- prometheus.MustNewConstMetric(dedupIDsDesc, prometheus.GaugeValue, float64(s.DeduplicationIDs), s.Queue)
 		}
+		paused := 0.0
+		if s.Paused {
+			paused = 1
+		}
+		ch <- prometheus.MustNewConstMetric(pausedDesc, prometheus.GaugeValue, paused, s.Queue)
 	}
 }
 
@@ -213,7 +225,8 @@ func (m *Metrics) RegisterAdmission(inflight func() (bytes int64, holders int), 
 }
 
 // RegisterQueueSampler registers the gauges styx_queue_items,
-// styx_queue_oldest_item_age_seconds and styx_queue_deduplication_ids,
+// styx_queue_oldest_item_age_seconds, styx_queue_deduplication_ids and
+// styx_queue_paused,
 // read from sample at each scrape.
 // Call it once.
 func (m *Metrics) RegisterQueueSampler(sample func() []QueueSample) {

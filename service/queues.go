@@ -35,6 +35,9 @@ func (s *Service) QueuesCreate(ctx context.Context, req *pb.QueueInfo) error {
 		Partitions: 1, CreatedAt: now, UpdatedAt: now,
 	}
 	info.Ordered = req.Ordered
+	if err := checkPausedField(req, info); err != nil {
+		return err
+	}
 	if err := applyQueueInfo(&info, req); err != nil {
 		return err
 	}
@@ -62,6 +65,17 @@ func (s *Service) QueuesUpdate(ctx context.Context, req *pb.QueueInfo) error {
 			return err
 		}
 	}
+	if req.Paused {
+		// Named before "nothing to update" (paused is no updatable field);
+		// checked again in the update's own step.
+		info, err := s.m.Info(ctx, req.QueueName)
+		if err != nil {
+			return auth.HideQueues(ctx, err)
+		}
+		if err := checkPausedField(req, info); err != nil {
+			return err
+		}
+	}
 	fields, err := updateFields(req)
 	if err != nil {
 		return err
@@ -74,6 +88,9 @@ func (s *Service) QueuesUpdate(ctx context.Context, req *pb.QueueInfo) error {
 		}
 		if req.Ordered && !info.Ordered {
 			return invalid("ordered", "queue '%s' is not ordered; ordered is set when a queue is created", info.Name)
+		}
+		if err := checkPausedField(req, *info); err != nil {
+			return err
 		}
 		info.UpdatedAt = now
 		return setQueueFields(info, req, fields)
@@ -279,6 +296,7 @@ func toQueueInfo(ctx context.Context, info queue.QueueInfo) *pb.QueueInfo {
 		out.DeduplicationWindow = info.DeduplicationWindow.String()
 	}
 	out.Ordered, out.GroupDeadPolicy = info.Ordered, info.GroupDeadPolicy
+	out.Paused, out.PausedAt = info.Paused(), ts(info.PausedAt)
 	for p := range info.Partitions {
 		out.Partitions = append(out.Partitions, &pb.PartitionInfo{Partition: p})
 	}

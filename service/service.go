@@ -377,15 +377,13 @@ func (s *Service) QueueStats(ctx context.Context, req *pb.QueueStatsRequest) (*p
 }
 
 // QueueClear removes ready (queue), scheduled, or all (destructive) items.
+// Its dry run is QueueClearDryRun.
 func (s *Service) QueueClear(ctx context.Context, req *pb.QueueClearRequest) error {
-	l, err := s.queue(req.QueueName)
+	l, p, err := s.clearParams(req)
 	if err != nil {
 		return err
 	}
-	if !req.Queue && !req.Scheduled && !req.Destructive {
-		return apierr.Invalidf("invalid request; set at least one of queue, scheduled or destructive")
-	}
-	return l.Clear(ctx, queue.ClearParams{Queue: req.Queue, Scheduled: req.Scheduled, Destructive: req.Destructive})
+	return l.Clear(ctx, p)
 }
 
 // QueueReload rebuilds a queue's in-memory state from storage.

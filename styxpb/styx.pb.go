@@ -1174,8 +1174,19 @@ type QueueInfo struct {
 	// (the group leases nothing until its dead item leaves the dead-letter
 	// queue: redriven, it is the group's head again, or deleted).
 	GroupDeadPolicy string `protobuf:"bytes,113,opt,name=group_dead_policy,proto3" json:"group_dead_policy,omitempty"`
-	unknownFields   protoimpl.UnknownFields
-	sizeCache       protoimpl.SizeCache
+	// Styx (issue 49), read-only: whether the queue's consumption is paused
+	// (queues.pause): its leases wait and get nothing, while produces,
+	// completes, retries and renewals of leases already held and the
+	// dead-letter moves go on, until queues.resume. False (default,
+	// omitted): it runs. queues.create refuses paused: true, and so does
+	// queues.update of a queue that is not paused (400 naming paused):
+	// queues.pause and queues.resume change it.
+	Paused bool `protobuf:"varint,120,opt,name=paused,proto3" json:"paused,omitempty"`
+	// Styx (issue 49), read-only: when the queue was paused; omitted while
+	// it runs.
+	PausedAt      *timestamppb.Timestamp `protobuf:"bytes,121,opt,name=paused_at,proto3" json:"paused_at,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
 }
 
 func (x *QueueInfo) Reset() {
@@ -1313,6 +1324,20 @@ func (x *QueueInfo) GetGroupDeadPolicy() string {
 	return ""
 }
 
+func (x *QueueInfo) GetPaused() bool {
+	if x != nil {
+		return x.Paused
+	}
+	return false
+}
+
+func (x *QueueInfo) GetPausedAt() *timestamppb.Timestamp {
+	if x != nil {
+		return x.PausedAt
+	}
+	return nil
+}
+
 type PartitionInfo struct {
 	state         protoimpl.MessageState `protogen:"open.v1"`
 	Partition     int32                  `protobuf:"varint,1,opt,name=partition,proto3" json:"partition,omitempty"`
@@ -1425,6 +1450,92 @@ func (x *QueueClearRequest) GetDestructive() bool {
 	return false
 }
 
+// The dry run of queue.clear (issue 49): /v1/queue.clear_dry_run takes a
+// QueueClearRequest and removes nothing; it says how many items that
+// queue.clear would remove now, by state. A clear sent after it removes
+// the items of those states then.
+type QueueClearDryRunResponse struct {
+	state     protoimpl.MessageState `protogen:"open.v1"`
+	QueueName string                 `protobuf:"bytes,1,opt,name=queue_name,proto3" json:"queue_name,omitempty"`
+	// Ready items (queue: true, or destructive).
+	Ready int64 `protobuf:"varint,2,opt,name=ready,proto3" json:"ready,omitempty"`
+	// Scheduled items (scheduled: true, or destructive).
+	Scheduled int64 `protobuf:"varint,3,opt,name=scheduled,proto3" json:"scheduled,omitempty"`
+	// Leased items (destructive only).
+	Leased int64 `protobuf:"varint,4,opt,name=leased,proto3" json:"leased,omitempty"`
+	// Every item the clear would remove: the three above and, on memory and
+	// Pebble, with destructive, the dead items on their way to the
+	// dead-letter queue.
+	Total         int64 `protobuf:"varint,5,opt,name=total,proto3" json:"total,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *QueueClearDryRunResponse) Reset() {
+	*x = QueueClearDryRunResponse{}
+	mi := &file_styx_v1_styx_proto_msgTypes[18]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *QueueClearDryRunResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*QueueClearDryRunResponse) ProtoMessage() {}
+
+func (x *QueueClearDryRunResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_styx_v1_styx_proto_msgTypes[18]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use QueueClearDryRunResponse.ProtoReflect.Descriptor instead.
+func (*QueueClearDryRunResponse) Descriptor() ([]byte, []int) {
+	return file_styx_v1_styx_proto_rawDescGZIP(), []int{18}
+}
+
+func (x *QueueClearDryRunResponse) GetQueueName() string {
+	if x != nil {
+		return x.QueueName
+	}
+	return ""
+}
+
+func (x *QueueClearDryRunResponse) GetReady() int64 {
+	if x != nil {
+		return x.Ready
+	}
+	return 0
+}
+
+func (x *QueueClearDryRunResponse) GetScheduled() int64 {
+	if x != nil {
+		return x.Scheduled
+	}
+	return 0
+}
+
+func (x *QueueClearDryRunResponse) GetLeased() int64 {
+	if x != nil {
+		return x.Leased
+	}
+	return 0
+}
+
+func (x *QueueClearDryRunResponse) GetTotal() int64 {
+	if x != nil {
+		return x.Total
+	}
+	return 0
+}
+
 type QueueReloadRequest struct {
 	state         protoimpl.MessageState `protogen:"open.v1"`
 	QueueName     string                 `protobuf:"bytes,1,opt,name=queueName,json=queue_name,proto3" json:"queueName,omitempty"`
@@ -1434,7 +1545,7 @@ type QueueReloadRequest struct {
 
 func (x *QueueReloadRequest) Reset() {
 	*x = QueueReloadRequest{}
-	mi := &file_styx_v1_styx_proto_msgTypes[18]
+	mi := &file_styx_v1_styx_proto_msgTypes[19]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1446,7 +1557,7 @@ func (x *QueueReloadRequest) String() string {
 func (*QueueReloadRequest) ProtoMessage() {}
 
 func (x *QueueReloadRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_styx_v1_styx_proto_msgTypes[18]
+	mi := &file_styx_v1_styx_proto_msgTypes[19]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1459,7 +1570,7 @@ func (x *QueueReloadRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use QueueReloadRequest.ProtoReflect.Descriptor instead.
 func (*QueueReloadRequest) Descriptor() ([]byte, []int) {
-	return file_styx_v1_styx_proto_rawDescGZIP(), []int{18}
+	return file_styx_v1_styx_proto_rawDescGZIP(), []int{19}
 }
 
 func (x *QueueReloadRequest) GetQueueName() string {
@@ -1480,7 +1591,7 @@ type QueueReloadResponse struct {
 
 func (x *QueueReloadResponse) Reset() {
 	*x = QueueReloadResponse{}
-	mi := &file_styx_v1_styx_proto_msgTypes[19]
+	mi := &file_styx_v1_styx_proto_msgTypes[20]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1492,7 +1603,7 @@ func (x *QueueReloadResponse) String() string {
 func (*QueueReloadResponse) ProtoMessage() {}
 
 func (x *QueueReloadResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_styx_v1_styx_proto_msgTypes[19]
+	mi := &file_styx_v1_styx_proto_msgTypes[20]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1505,7 +1616,7 @@ func (x *QueueReloadResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use QueueReloadResponse.ProtoReflect.Descriptor instead.
 func (*QueueReloadResponse) Descriptor() ([]byte, []int) {
-	return file_styx_v1_styx_proto_rawDescGZIP(), []int{19}
+	return file_styx_v1_styx_proto_rawDescGZIP(), []int{20}
 }
 
 func (x *QueueReloadResponse) GetCode() int32 {
@@ -1538,7 +1649,7 @@ type QueueStatsRequest struct {
 
 func (x *QueueStatsRequest) Reset() {
 	*x = QueueStatsRequest{}
-	mi := &file_styx_v1_styx_proto_msgTypes[20]
+	mi := &file_styx_v1_styx_proto_msgTypes[21]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1550,7 +1661,7 @@ func (x *QueueStatsRequest) String() string {
 func (*QueueStatsRequest) ProtoMessage() {}
 
 func (x *QueueStatsRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_styx_v1_styx_proto_msgTypes[20]
+	mi := &file_styx_v1_styx_proto_msgTypes[21]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1563,7 +1674,7 @@ func (x *QueueStatsRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use QueueStatsRequest.ProtoReflect.Descriptor instead.
 func (*QueueStatsRequest) Descriptor() ([]byte, []int) {
-	return file_styx_v1_styx_proto_rawDescGZIP(), []int{20}
+	return file_styx_v1_styx_proto_rawDescGZIP(), []int{21}
 }
 
 func (x *QueueStatsRequest) GetQueueName() string {
@@ -1602,7 +1713,7 @@ type QueueStatsResponse struct {
 
 func (x *QueueStatsResponse) Reset() {
 	*x = QueueStatsResponse{}
-	mi := &file_styx_v1_styx_proto_msgTypes[21]
+	mi := &file_styx_v1_styx_proto_msgTypes[22]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1614,7 +1725,7 @@ func (x *QueueStatsResponse) String() string {
 func (*QueueStatsResponse) ProtoMessage() {}
 
 func (x *QueueStatsResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_styx_v1_styx_proto_msgTypes[21]
+	mi := &file_styx_v1_styx_proto_msgTypes[22]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1627,7 +1738,7 @@ func (x *QueueStatsResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use QueueStatsResponse.ProtoReflect.Descriptor instead.
 func (*QueueStatsResponse) Descriptor() ([]byte, []int) {
-	return file_styx_v1_styx_proto_rawDescGZIP(), []int{21}
+	return file_styx_v1_styx_proto_rawDescGZIP(), []int{22}
 }
 
 func (x *QueueStatsResponse) GetQueueName() string {
@@ -1702,7 +1813,7 @@ type QueueHeldGroup struct {
 
 func (x *QueueHeldGroup) Reset() {
 	*x = QueueHeldGroup{}
-	mi := &file_styx_v1_styx_proto_msgTypes[22]
+	mi := &file_styx_v1_styx_proto_msgTypes[23]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1714,7 +1825,7 @@ func (x *QueueHeldGroup) String() string {
 func (*QueueHeldGroup) ProtoMessage() {}
 
 func (x *QueueHeldGroup) ProtoReflect() protoreflect.Message {
-	mi := &file_styx_v1_styx_proto_msgTypes[22]
+	mi := &file_styx_v1_styx_proto_msgTypes[23]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1727,7 +1838,7 @@ func (x *QueueHeldGroup) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use QueueHeldGroup.ProtoReflect.Descriptor instead.
 func (*QueueHeldGroup) Descriptor() ([]byte, []int) {
-	return file_styx_v1_styx_proto_rawDescGZIP(), []int{22}
+	return file_styx_v1_styx_proto_rawDescGZIP(), []int{23}
 }
 
 func (x *QueueHeldGroup) GetGroup() string {
@@ -1781,7 +1892,7 @@ type QueueConsumer struct {
 
 func (x *QueueConsumer) Reset() {
 	*x = QueueConsumer{}
-	mi := &file_styx_v1_styx_proto_msgTypes[23]
+	mi := &file_styx_v1_styx_proto_msgTypes[24]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1793,7 +1904,7 @@ func (x *QueueConsumer) String() string {
 func (*QueueConsumer) ProtoMessage() {}
 
 func (x *QueueConsumer) ProtoReflect() protoreflect.Message {
-	mi := &file_styx_v1_styx_proto_msgTypes[23]
+	mi := &file_styx_v1_styx_proto_msgTypes[24]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1806,7 +1917,7 @@ func (x *QueueConsumer) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use QueueConsumer.ProtoReflect.Descriptor instead.
 func (*QueueConsumer) Descriptor() ([]byte, []int) {
-	return file_styx_v1_styx_proto_rawDescGZIP(), []int{23}
+	return file_styx_v1_styx_proto_rawDescGZIP(), []int{24}
 }
 
 func (x *QueueConsumer) GetClientId() string {
@@ -1871,7 +1982,7 @@ type QueueLogicalStats struct {
 
 func (x *QueueLogicalStats) Reset() {
 	*x = QueueLogicalStats{}
-	mi := &file_styx_v1_styx_proto_msgTypes[24]
+	mi := &file_styx_v1_styx_proto_msgTypes[25]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1883,7 +1994,7 @@ func (x *QueueLogicalStats) String() string {
 func (*QueueLogicalStats) ProtoMessage() {}
 
 func (x *QueueLogicalStats) ProtoReflect() protoreflect.Message {
-	mi := &file_styx_v1_styx_proto_msgTypes[24]
+	mi := &file_styx_v1_styx_proto_msgTypes[25]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1896,7 +2007,7 @@ func (x *QueueLogicalStats) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use QueueLogicalStats.ProtoReflect.Descriptor instead.
 func (*QueueLogicalStats) Descriptor() ([]byte, []int) {
-	return file_styx_v1_styx_proto_rawDescGZIP(), []int{24}
+	return file_styx_v1_styx_proto_rawDescGZIP(), []int{25}
 }
 
 func (x *QueueLogicalStats) GetProduceWaiting() int32 {
@@ -1949,7 +2060,7 @@ type QueuePartitionStats struct {
 
 func (x *QueuePartitionStats) Reset() {
 	*x = QueuePartitionStats{}
-	mi := &file_styx_v1_styx_proto_msgTypes[25]
+	mi := &file_styx_v1_styx_proto_msgTypes[26]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1961,7 +2072,7 @@ func (x *QueuePartitionStats) String() string {
 func (*QueuePartitionStats) ProtoMessage() {}
 
 func (x *QueuePartitionStats) ProtoReflect() protoreflect.Message {
-	mi := &file_styx_v1_styx_proto_msgTypes[25]
+	mi := &file_styx_v1_styx_proto_msgTypes[26]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1974,7 +2085,7 @@ func (x *QueuePartitionStats) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use QueuePartitionStats.ProtoReflect.Descriptor instead.
 func (*QueuePartitionStats) Descriptor() ([]byte, []int) {
-	return file_styx_v1_styx_proto_rawDescGZIP(), []int{25}
+	return file_styx_v1_styx_proto_rawDescGZIP(), []int{26}
 }
 
 func (x *QueuePartitionStats) GetPartition() int32 {
@@ -2038,7 +2149,7 @@ type QueuesHistoryRequest struct {
 
 func (x *QueuesHistoryRequest) Reset() {
 	*x = QueuesHistoryRequest{}
-	mi := &file_styx_v1_styx_proto_msgTypes[26]
+	mi := &file_styx_v1_styx_proto_msgTypes[27]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2050,7 +2161,7 @@ func (x *QueuesHistoryRequest) String() string {
 func (*QueuesHistoryRequest) ProtoMessage() {}
 
 func (x *QueuesHistoryRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_styx_v1_styx_proto_msgTypes[26]
+	mi := &file_styx_v1_styx_proto_msgTypes[27]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2063,7 +2174,7 @@ func (x *QueuesHistoryRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use QueuesHistoryRequest.ProtoReflect.Descriptor instead.
 func (*QueuesHistoryRequest) Descriptor() ([]byte, []int) {
-	return file_styx_v1_styx_proto_rawDescGZIP(), []int{26}
+	return file_styx_v1_styx_proto_rawDescGZIP(), []int{27}
 }
 
 func (x *QueuesHistoryRequest) GetQueueName() string {
@@ -2095,7 +2206,7 @@ type QueuesHistoryResponse struct {
 
 func (x *QueuesHistoryResponse) Reset() {
 	*x = QueuesHistoryResponse{}
-	mi := &file_styx_v1_styx_proto_msgTypes[27]
+	mi := &file_styx_v1_styx_proto_msgTypes[28]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2107,7 +2218,7 @@ func (x *QueuesHistoryResponse) String() string {
 func (*QueuesHistoryResponse) ProtoMessage() {}
 
 func (x *QueuesHistoryResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_styx_v1_styx_proto_msgTypes[27]
+	mi := &file_styx_v1_styx_proto_msgTypes[28]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2120,7 +2231,7 @@ func (x *QueuesHistoryResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use QueuesHistoryResponse.ProtoReflect.Descriptor instead.
 func (*QueuesHistoryResponse) Descriptor() ([]byte, []int) {
-	return file_styx_v1_styx_proto_rawDescGZIP(), []int{27}
+	return file_styx_v1_styx_proto_rawDescGZIP(), []int{28}
 }
 
 func (x *QueuesHistoryResponse) GetQueueName() string {
@@ -2176,7 +2287,7 @@ type HistoryPoint struct {
 
 func (x *HistoryPoint) Reset() {
 	*x = HistoryPoint{}
-	mi := &file_styx_v1_styx_proto_msgTypes[28]
+	mi := &file_styx_v1_styx_proto_msgTypes[29]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2188,7 +2299,7 @@ func (x *HistoryPoint) String() string {
 func (*HistoryPoint) ProtoMessage() {}
 
 func (x *HistoryPoint) ProtoReflect() protoreflect.Message {
-	mi := &file_styx_v1_styx_proto_msgTypes[28]
+	mi := &file_styx_v1_styx_proto_msgTypes[29]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2201,7 +2312,7 @@ func (x *HistoryPoint) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use HistoryPoint.ProtoReflect.Descriptor instead.
 func (*HistoryPoint) Descriptor() ([]byte, []int) {
-	return file_styx_v1_styx_proto_rawDescGZIP(), []int{28}
+	return file_styx_v1_styx_proto_rawDescGZIP(), []int{29}
 }
 
 func (x *HistoryPoint) GetAt() *timestamppb.Timestamp {
@@ -2255,7 +2366,7 @@ type QueuesInfoRequest struct {
 
 func (x *QueuesInfoRequest) Reset() {
 	*x = QueuesInfoRequest{}
-	mi := &file_styx_v1_styx_proto_msgTypes[29]
+	mi := &file_styx_v1_styx_proto_msgTypes[30]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2267,7 +2378,7 @@ func (x *QueuesInfoRequest) String() string {
 func (*QueuesInfoRequest) ProtoMessage() {}
 
 func (x *QueuesInfoRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_styx_v1_styx_proto_msgTypes[29]
+	mi := &file_styx_v1_styx_proto_msgTypes[30]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2280,7 +2391,7 @@ func (x *QueuesInfoRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use QueuesInfoRequest.ProtoReflect.Descriptor instead.
 func (*QueuesInfoRequest) Descriptor() ([]byte, []int) {
-	return file_styx_v1_styx_proto_rawDescGZIP(), []int{29}
+	return file_styx_v1_styx_proto_rawDescGZIP(), []int{30}
 }
 
 func (x *QueuesInfoRequest) GetQueueName() string {
@@ -2301,7 +2412,7 @@ type QueuesListRequest struct {
 
 func (x *QueuesListRequest) Reset() {
 	*x = QueuesListRequest{}
-	mi := &file_styx_v1_styx_proto_msgTypes[30]
+	mi := &file_styx_v1_styx_proto_msgTypes[31]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2313,7 +2424,7 @@ func (x *QueuesListRequest) String() string {
 func (*QueuesListRequest) ProtoMessage() {}
 
 func (x *QueuesListRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_styx_v1_styx_proto_msgTypes[30]
+	mi := &file_styx_v1_styx_proto_msgTypes[31]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2326,7 +2437,7 @@ func (x *QueuesListRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use QueuesListRequest.ProtoReflect.Descriptor instead.
 func (*QueuesListRequest) Descriptor() ([]byte, []int) {
-	return file_styx_v1_styx_proto_rawDescGZIP(), []int{30}
+	return file_styx_v1_styx_proto_rawDescGZIP(), []int{31}
 }
 
 func (x *QueuesListRequest) GetPivot() string {
@@ -2359,7 +2470,7 @@ type QueuesListResponse struct {
 
 func (x *QueuesListResponse) Reset() {
 	*x = QueuesListResponse{}
-	mi := &file_styx_v1_styx_proto_msgTypes[31]
+	mi := &file_styx_v1_styx_proto_msgTypes[32]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2371,7 +2482,7 @@ func (x *QueuesListResponse) String() string {
 func (*QueuesListResponse) ProtoMessage() {}
 
 func (x *QueuesListResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_styx_v1_styx_proto_msgTypes[31]
+	mi := &file_styx_v1_styx_proto_msgTypes[32]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2384,7 +2495,7 @@ func (x *QueuesListResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use QueuesListResponse.ProtoReflect.Descriptor instead.
 func (*QueuesListResponse) Descriptor() ([]byte, []int) {
-	return file_styx_v1_styx_proto_rawDescGZIP(), []int{31}
+	return file_styx_v1_styx_proto_rawDescGZIP(), []int{32}
 }
 
 func (x *QueuesListResponse) GetItems() []*QueueInfo {
@@ -2392,6 +2503,52 @@ func (x *QueuesListResponse) GetItems() []*QueueInfo {
 		return x.Items
 	}
 	return nil
+}
+
+// queues.pause and queues.resume (issue 49): the queue to pause or resume;
+// both answer its QueueInfo.
+type QueuesPauseRequest struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	QueueName     string                 `protobuf:"bytes,1,opt,name=queue_name,proto3" json:"queue_name,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *QueuesPauseRequest) Reset() {
+	*x = QueuesPauseRequest{}
+	mi := &file_styx_v1_styx_proto_msgTypes[33]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *QueuesPauseRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*QueuesPauseRequest) ProtoMessage() {}
+
+func (x *QueuesPauseRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_styx_v1_styx_proto_msgTypes[33]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use QueuesPauseRequest.ProtoReflect.Descriptor instead.
+func (*QueuesPauseRequest) Descriptor() ([]byte, []int) {
+	return file_styx_v1_styx_proto_rawDescGZIP(), []int{33}
+}
+
+func (x *QueuesPauseRequest) GetQueueName() string {
+	if x != nil {
+		return x.QueueName
+	}
+	return ""
 }
 
 type QueuesDeleteRequest struct {
@@ -2404,7 +2561,7 @@ type QueuesDeleteRequest struct {
 
 func (x *QueuesDeleteRequest) Reset() {
 	*x = QueuesDeleteRequest{}
-	mi := &file_styx_v1_styx_proto_msgTypes[32]
+	mi := &file_styx_v1_styx_proto_msgTypes[34]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2416,7 +2573,7 @@ func (x *QueuesDeleteRequest) String() string {
 func (*QueuesDeleteRequest) ProtoMessage() {}
 
 func (x *QueuesDeleteRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_styx_v1_styx_proto_msgTypes[32]
+	mi := &file_styx_v1_styx_proto_msgTypes[34]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2429,7 +2586,7 @@ func (x *QueuesDeleteRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use QueuesDeleteRequest.ProtoReflect.Descriptor instead.
 func (*QueuesDeleteRequest) Descriptor() ([]byte, []int) {
-	return file_styx_v1_styx_proto_rawDescGZIP(), []int{32}
+	return file_styx_v1_styx_proto_rawDescGZIP(), []int{34}
 }
 
 func (x *QueuesDeleteRequest) GetQueueName() string {
@@ -2458,7 +2615,7 @@ type StorageItemsListRequest struct {
 
 func (x *StorageItemsListRequest) Reset() {
 	*x = StorageItemsListRequest{}
-	mi := &file_styx_v1_styx_proto_msgTypes[33]
+	mi := &file_styx_v1_styx_proto_msgTypes[35]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2470,7 +2627,7 @@ func (x *StorageItemsListRequest) String() string {
 func (*StorageItemsListRequest) ProtoMessage() {}
 
 func (x *StorageItemsListRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_styx_v1_styx_proto_msgTypes[33]
+	mi := &file_styx_v1_styx_proto_msgTypes[35]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2483,7 +2640,7 @@ func (x *StorageItemsListRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use StorageItemsListRequest.ProtoReflect.Descriptor instead.
 func (*StorageItemsListRequest) Descriptor() ([]byte, []int) {
-	return file_styx_v1_styx_proto_rawDescGZIP(), []int{33}
+	return file_styx_v1_styx_proto_rawDescGZIP(), []int{35}
 }
 
 func (x *StorageItemsListRequest) GetQueueName() string {
@@ -2523,7 +2680,7 @@ type StorageItemsListResponse struct {
 
 func (x *StorageItemsListResponse) Reset() {
 	*x = StorageItemsListResponse{}
-	mi := &file_styx_v1_styx_proto_msgTypes[34]
+	mi := &file_styx_v1_styx_proto_msgTypes[36]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2535,7 +2692,7 @@ func (x *StorageItemsListResponse) String() string {
 func (*StorageItemsListResponse) ProtoMessage() {}
 
 func (x *StorageItemsListResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_styx_v1_styx_proto_msgTypes[34]
+	mi := &file_styx_v1_styx_proto_msgTypes[36]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2548,7 +2705,7 @@ func (x *StorageItemsListResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use StorageItemsListResponse.ProtoReflect.Descriptor instead.
 func (*StorageItemsListResponse) Descriptor() ([]byte, []int) {
-	return file_styx_v1_styx_proto_rawDescGZIP(), []int{34}
+	return file_styx_v1_styx_proto_rawDescGZIP(), []int{36}
 }
 
 func (x *StorageItemsListResponse) GetItems() []*StorageItem {
@@ -2569,7 +2726,7 @@ type StorageItemsImportRequest struct {
 
 func (x *StorageItemsImportRequest) Reset() {
 	*x = StorageItemsImportRequest{}
-	mi := &file_styx_v1_styx_proto_msgTypes[35]
+	mi := &file_styx_v1_styx_proto_msgTypes[37]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2581,7 +2738,7 @@ func (x *StorageItemsImportRequest) String() string {
 func (*StorageItemsImportRequest) ProtoMessage() {}
 
 func (x *StorageItemsImportRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_styx_v1_styx_proto_msgTypes[35]
+	mi := &file_styx_v1_styx_proto_msgTypes[37]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2594,7 +2751,7 @@ func (x *StorageItemsImportRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use StorageItemsImportRequest.ProtoReflect.Descriptor instead.
 func (*StorageItemsImportRequest) Descriptor() ([]byte, []int) {
-	return file_styx_v1_styx_proto_rawDescGZIP(), []int{35}
+	return file_styx_v1_styx_proto_rawDescGZIP(), []int{37}
 }
 
 func (x *StorageItemsImportRequest) GetQueueName() string {
@@ -2627,7 +2784,7 @@ type StorageItemsImportResponse struct {
 
 func (x *StorageItemsImportResponse) Reset() {
 	*x = StorageItemsImportResponse{}
-	mi := &file_styx_v1_styx_proto_msgTypes[36]
+	mi := &file_styx_v1_styx_proto_msgTypes[38]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2639,7 +2796,7 @@ func (x *StorageItemsImportResponse) String() string {
 func (*StorageItemsImportResponse) ProtoMessage() {}
 
 func (x *StorageItemsImportResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_styx_v1_styx_proto_msgTypes[36]
+	mi := &file_styx_v1_styx_proto_msgTypes[38]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2652,7 +2809,7 @@ func (x *StorageItemsImportResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use StorageItemsImportResponse.ProtoReflect.Descriptor instead.
 func (*StorageItemsImportResponse) Descriptor() ([]byte, []int) {
-	return file_styx_v1_styx_proto_rawDescGZIP(), []int{36}
+	return file_styx_v1_styx_proto_rawDescGZIP(), []int{38}
 }
 
 func (x *StorageItemsImportResponse) GetItems() []*StorageItem {
@@ -2673,7 +2830,7 @@ type StorageItemsDeleteRequest struct {
 
 func (x *StorageItemsDeleteRequest) Reset() {
 	*x = StorageItemsDeleteRequest{}
-	mi := &file_styx_v1_styx_proto_msgTypes[37]
+	mi := &file_styx_v1_styx_proto_msgTypes[39]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2685,7 +2842,7 @@ func (x *StorageItemsDeleteRequest) String() string {
 func (*StorageItemsDeleteRequest) ProtoMessage() {}
 
 func (x *StorageItemsDeleteRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_styx_v1_styx_proto_msgTypes[37]
+	mi := &file_styx_v1_styx_proto_msgTypes[39]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2698,7 +2855,7 @@ func (x *StorageItemsDeleteRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use StorageItemsDeleteRequest.ProtoReflect.Descriptor instead.
 func (*StorageItemsDeleteRequest) Descriptor() ([]byte, []int) {
-	return file_styx_v1_styx_proto_rawDescGZIP(), []int{37}
+	return file_styx_v1_styx_proto_rawDescGZIP(), []int{39}
 }
 
 func (x *StorageItemsDeleteRequest) GetQueueName() string {
@@ -2780,7 +2937,7 @@ type StorageItem struct {
 
 func (x *StorageItem) Reset() {
 	*x = StorageItem{}
-	mi := &file_styx_v1_styx_proto_msgTypes[38]
+	mi := &file_styx_v1_styx_proto_msgTypes[40]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2792,7 +2949,7 @@ func (x *StorageItem) String() string {
 func (*StorageItem) ProtoMessage() {}
 
 func (x *StorageItem) ProtoReflect() protoreflect.Message {
-	mi := &file_styx_v1_styx_proto_msgTypes[38]
+	mi := &file_styx_v1_styx_proto_msgTypes[40]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2805,7 +2962,7 @@ func (x *StorageItem) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use StorageItem.ProtoReflect.Descriptor instead.
 func (*StorageItem) Descriptor() ([]byte, []int) {
-	return file_styx_v1_styx_proto_rawDescGZIP(), []int{38}
+	return file_styx_v1_styx_proto_rawDescGZIP(), []int{40}
 }
 
 func (x *StorageItem) GetId() string {
@@ -3010,7 +3167,7 @@ type AttemptError struct {
 
 func (x *AttemptError) Reset() {
 	*x = AttemptError{}
-	mi := &file_styx_v1_styx_proto_msgTypes[39]
+	mi := &file_styx_v1_styx_proto_msgTypes[41]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3022,7 +3179,7 @@ func (x *AttemptError) String() string {
 func (*AttemptError) ProtoMessage() {}
 
 func (x *AttemptError) ProtoReflect() protoreflect.Message {
-	mi := &file_styx_v1_styx_proto_msgTypes[39]
+	mi := &file_styx_v1_styx_proto_msgTypes[41]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3035,7 +3192,7 @@ func (x *AttemptError) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use AttemptError.ProtoReflect.Descriptor instead.
 func (*AttemptError) Descriptor() ([]byte, []int) {
-	return file_styx_v1_styx_proto_rawDescGZIP(), []int{39}
+	return file_styx_v1_styx_proto_rawDescGZIP(), []int{41}
 }
 
 func (x *AttemptError) GetAttempt() int32 {
@@ -3087,7 +3244,7 @@ type ItemAttribute struct {
 
 func (x *ItemAttribute) Reset() {
 	*x = ItemAttribute{}
-	mi := &file_styx_v1_styx_proto_msgTypes[40]
+	mi := &file_styx_v1_styx_proto_msgTypes[42]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3099,7 +3256,7 @@ func (x *ItemAttribute) String() string {
 func (*ItemAttribute) ProtoMessage() {}
 
 func (x *ItemAttribute) ProtoReflect() protoreflect.Message {
-	mi := &file_styx_v1_styx_proto_msgTypes[40]
+	mi := &file_styx_v1_styx_proto_msgTypes[42]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3112,7 +3269,7 @@ func (x *ItemAttribute) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ItemAttribute.ProtoReflect.Descriptor instead.
 func (*ItemAttribute) Descriptor() ([]byte, []int) {
-	return file_styx_v1_styx_proto_rawDescGZIP(), []int{40}
+	return file_styx_v1_styx_proto_rawDescGZIP(), []int{42}
 }
 
 func (x *ItemAttribute) GetGroup() string {
@@ -3178,7 +3335,7 @@ type DeadFilter struct {
 
 func (x *DeadFilter) Reset() {
 	*x = DeadFilter{}
-	mi := &file_styx_v1_styx_proto_msgTypes[41]
+	mi := &file_styx_v1_styx_proto_msgTypes[43]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3190,7 +3347,7 @@ func (x *DeadFilter) String() string {
 func (*DeadFilter) ProtoMessage() {}
 
 func (x *DeadFilter) ProtoReflect() protoreflect.Message {
-	mi := &file_styx_v1_styx_proto_msgTypes[41]
+	mi := &file_styx_v1_styx_proto_msgTypes[43]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3203,7 +3360,7 @@ func (x *DeadFilter) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use DeadFilter.ProtoReflect.Descriptor instead.
 func (*DeadFilter) Descriptor() ([]byte, []int) {
-	return file_styx_v1_styx_proto_rawDescGZIP(), []int{41}
+	return file_styx_v1_styx_proto_rawDescGZIP(), []int{43}
 }
 
 func (x *DeadFilter) GetIds() []string {
@@ -3291,7 +3448,7 @@ type DeadGroupsRequest struct {
 
 func (x *DeadGroupsRequest) Reset() {
 	*x = DeadGroupsRequest{}
-	mi := &file_styx_v1_styx_proto_msgTypes[42]
+	mi := &file_styx_v1_styx_proto_msgTypes[44]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3303,7 +3460,7 @@ func (x *DeadGroupsRequest) String() string {
 func (*DeadGroupsRequest) ProtoMessage() {}
 
 func (x *DeadGroupsRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_styx_v1_styx_proto_msgTypes[42]
+	mi := &file_styx_v1_styx_proto_msgTypes[44]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3316,7 +3473,7 @@ func (x *DeadGroupsRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use DeadGroupsRequest.ProtoReflect.Descriptor instead.
 func (*DeadGroupsRequest) Descriptor() ([]byte, []int) {
-	return file_styx_v1_styx_proto_rawDescGZIP(), []int{42}
+	return file_styx_v1_styx_proto_rawDescGZIP(), []int{44}
 }
 
 func (x *DeadGroupsRequest) GetQueueName() string {
@@ -3368,7 +3525,7 @@ type DeadGroup struct {
 
 func (x *DeadGroup) Reset() {
 	*x = DeadGroup{}
-	mi := &file_styx_v1_styx_proto_msgTypes[43]
+	mi := &file_styx_v1_styx_proto_msgTypes[45]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3380,7 +3537,7 @@ func (x *DeadGroup) String() string {
 func (*DeadGroup) ProtoMessage() {}
 
 func (x *DeadGroup) ProtoReflect() protoreflect.Message {
-	mi := &file_styx_v1_styx_proto_msgTypes[43]
+	mi := &file_styx_v1_styx_proto_msgTypes[45]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3393,7 +3550,7 @@ func (x *DeadGroup) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use DeadGroup.ProtoReflect.Descriptor instead.
 func (*DeadGroup) Descriptor() ([]byte, []int) {
-	return file_styx_v1_styx_proto_rawDescGZIP(), []int{43}
+	return file_styx_v1_styx_proto_rawDescGZIP(), []int{45}
 }
 
 func (x *DeadGroup) GetFingerprint() string {
@@ -3474,7 +3631,7 @@ type DeadGroupsResponse struct {
 
 func (x *DeadGroupsResponse) Reset() {
 	*x = DeadGroupsResponse{}
-	mi := &file_styx_v1_styx_proto_msgTypes[44]
+	mi := &file_styx_v1_styx_proto_msgTypes[46]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3486,7 +3643,7 @@ func (x *DeadGroupsResponse) String() string {
 func (*DeadGroupsResponse) ProtoMessage() {}
 
 func (x *DeadGroupsResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_styx_v1_styx_proto_msgTypes[44]
+	mi := &file_styx_v1_styx_proto_msgTypes[46]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3499,7 +3656,7 @@ func (x *DeadGroupsResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use DeadGroupsResponse.ProtoReflect.Descriptor instead.
 func (*DeadGroupsResponse) Descriptor() ([]byte, []int) {
-	return file_styx_v1_styx_proto_rawDescGZIP(), []int{44}
+	return file_styx_v1_styx_proto_rawDescGZIP(), []int{46}
 }
 
 func (x *DeadGroupsResponse) GetGroups() []*DeadGroup {
@@ -3537,7 +3694,7 @@ type DeadListRequest struct {
 
 func (x *DeadListRequest) Reset() {
 	*x = DeadListRequest{}
-	mi := &file_styx_v1_styx_proto_msgTypes[45]
+	mi := &file_styx_v1_styx_proto_msgTypes[47]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3549,7 +3706,7 @@ func (x *DeadListRequest) String() string {
 func (*DeadListRequest) ProtoMessage() {}
 
 func (x *DeadListRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_styx_v1_styx_proto_msgTypes[45]
+	mi := &file_styx_v1_styx_proto_msgTypes[47]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3562,7 +3719,7 @@ func (x *DeadListRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use DeadListRequest.ProtoReflect.Descriptor instead.
 func (*DeadListRequest) Descriptor() ([]byte, []int) {
-	return file_styx_v1_styx_proto_rawDescGZIP(), []int{45}
+	return file_styx_v1_styx_proto_rawDescGZIP(), []int{47}
 }
 
 func (x *DeadListRequest) GetQueueName() string {
@@ -3610,7 +3767,7 @@ type DeadListResponse struct {
 
 func (x *DeadListResponse) Reset() {
 	*x = DeadListResponse{}
-	mi := &file_styx_v1_styx_proto_msgTypes[46]
+	mi := &file_styx_v1_styx_proto_msgTypes[48]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3622,7 +3779,7 @@ func (x *DeadListResponse) String() string {
 func (*DeadListResponse) ProtoMessage() {}
 
 func (x *DeadListResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_styx_v1_styx_proto_msgTypes[46]
+	mi := &file_styx_v1_styx_proto_msgTypes[48]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3635,7 +3792,7 @@ func (x *DeadListResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use DeadListResponse.ProtoReflect.Descriptor instead.
 func (*DeadListResponse) Descriptor() ([]byte, []int) {
-	return file_styx_v1_styx_proto_rawDescGZIP(), []int{46}
+	return file_styx_v1_styx_proto_rawDescGZIP(), []int{48}
 }
 
 func (x *DeadListResponse) GetItems() []*StorageItem {
@@ -3676,7 +3833,7 @@ type DeadDeleteRequest struct {
 
 func (x *DeadDeleteRequest) Reset() {
 	*x = DeadDeleteRequest{}
-	mi := &file_styx_v1_styx_proto_msgTypes[47]
+	mi := &file_styx_v1_styx_proto_msgTypes[49]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3688,7 +3845,7 @@ func (x *DeadDeleteRequest) String() string {
 func (*DeadDeleteRequest) ProtoMessage() {}
 
 func (x *DeadDeleteRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_styx_v1_styx_proto_msgTypes[47]
+	mi := &file_styx_v1_styx_proto_msgTypes[49]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3701,7 +3858,7 @@ func (x *DeadDeleteRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use DeadDeleteRequest.ProtoReflect.Descriptor instead.
 func (*DeadDeleteRequest) Descriptor() ([]byte, []int) {
-	return file_styx_v1_styx_proto_rawDescGZIP(), []int{47}
+	return file_styx_v1_styx_proto_rawDescGZIP(), []int{49}
 }
 
 func (x *DeadDeleteRequest) GetQueueName() string {
@@ -3748,7 +3905,7 @@ type DeadDeleteResponse struct {
 
 func (x *DeadDeleteResponse) Reset() {
 	*x = DeadDeleteResponse{}
-	mi := &file_styx_v1_styx_proto_msgTypes[48]
+	mi := &file_styx_v1_styx_proto_msgTypes[50]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3760,7 +3917,7 @@ func (x *DeadDeleteResponse) String() string {
 func (*DeadDeleteResponse) ProtoMessage() {}
 
 func (x *DeadDeleteResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_styx_v1_styx_proto_msgTypes[48]
+	mi := &file_styx_v1_styx_proto_msgTypes[50]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3773,7 +3930,7 @@ func (x *DeadDeleteResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use DeadDeleteResponse.ProtoReflect.Descriptor instead.
 func (*DeadDeleteResponse) Descriptor() ([]byte, []int) {
-	return file_styx_v1_styx_proto_rawDescGZIP(), []int{48}
+	return file_styx_v1_styx_proto_rawDescGZIP(), []int{50}
 }
 
 func (x *DeadDeleteResponse) GetDeleted() int64 {
@@ -3814,7 +3971,7 @@ type DeadRedriveRequest struct {
 
 func (x *DeadRedriveRequest) Reset() {
 	*x = DeadRedriveRequest{}
-	mi := &file_styx_v1_styx_proto_msgTypes[49]
+	mi := &file_styx_v1_styx_proto_msgTypes[51]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3826,7 +3983,7 @@ func (x *DeadRedriveRequest) String() string {
 func (*DeadRedriveRequest) ProtoMessage() {}
 
 func (x *DeadRedriveRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_styx_v1_styx_proto_msgTypes[49]
+	mi := &file_styx_v1_styx_proto_msgTypes[51]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3839,7 +3996,7 @@ func (x *DeadRedriveRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use DeadRedriveRequest.ProtoReflect.Descriptor instead.
 func (*DeadRedriveRequest) Descriptor() ([]byte, []int) {
-	return file_styx_v1_styx_proto_rawDescGZIP(), []int{49}
+	return file_styx_v1_styx_proto_rawDescGZIP(), []int{51}
 }
 
 func (x *DeadRedriveRequest) GetQueueName() string {
@@ -3928,7 +4085,7 @@ type DeadEditRequest struct {
 
 func (x *DeadEditRequest) Reset() {
 	*x = DeadEditRequest{}
-	mi := &file_styx_v1_styx_proto_msgTypes[50]
+	mi := &file_styx_v1_styx_proto_msgTypes[52]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3940,7 +4097,7 @@ func (x *DeadEditRequest) String() string {
 func (*DeadEditRequest) ProtoMessage() {}
 
 func (x *DeadEditRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_styx_v1_styx_proto_msgTypes[50]
+	mi := &file_styx_v1_styx_proto_msgTypes[52]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3953,7 +4110,7 @@ func (x *DeadEditRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use DeadEditRequest.ProtoReflect.Descriptor instead.
 func (*DeadEditRequest) Descriptor() ([]byte, []int) {
-	return file_styx_v1_styx_proto_rawDescGZIP(), []int{50}
+	return file_styx_v1_styx_proto_rawDescGZIP(), []int{52}
 }
 
 func (x *DeadEditRequest) GetQueueName() string {
@@ -4000,7 +4157,7 @@ type RedrivesListRequest struct {
 
 func (x *RedrivesListRequest) Reset() {
 	*x = RedrivesListRequest{}
-	mi := &file_styx_v1_styx_proto_msgTypes[51]
+	mi := &file_styx_v1_styx_proto_msgTypes[53]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4012,7 +4169,7 @@ func (x *RedrivesListRequest) String() string {
 func (*RedrivesListRequest) ProtoMessage() {}
 
 func (x *RedrivesListRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_styx_v1_styx_proto_msgTypes[51]
+	mi := &file_styx_v1_styx_proto_msgTypes[53]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4025,7 +4182,7 @@ func (x *RedrivesListRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RedrivesListRequest.ProtoReflect.Descriptor instead.
 func (*RedrivesListRequest) Descriptor() ([]byte, []int) {
-	return file_styx_v1_styx_proto_rawDescGZIP(), []int{51}
+	return file_styx_v1_styx_proto_rawDescGZIP(), []int{53}
 }
 
 func (x *RedrivesListRequest) GetQueueName() string {
@@ -4044,7 +4201,7 @@ type RedrivesListResponse struct {
 
 func (x *RedrivesListResponse) Reset() {
 	*x = RedrivesListResponse{}
-	mi := &file_styx_v1_styx_proto_msgTypes[52]
+	mi := &file_styx_v1_styx_proto_msgTypes[54]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4056,7 +4213,7 @@ func (x *RedrivesListResponse) String() string {
 func (*RedrivesListResponse) ProtoMessage() {}
 
 func (x *RedrivesListResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_styx_v1_styx_proto_msgTypes[52]
+	mi := &file_styx_v1_styx_proto_msgTypes[54]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4069,7 +4226,7 @@ func (x *RedrivesListResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RedrivesListResponse.ProtoReflect.Descriptor instead.
 func (*RedrivesListResponse) Descriptor() ([]byte, []int) {
-	return file_styx_v1_styx_proto_rawDescGZIP(), []int{52}
+	return file_styx_v1_styx_proto_rawDescGZIP(), []int{54}
 }
 
 func (x *RedrivesListResponse) GetTasks() []*RedriveTask {
@@ -4088,7 +4245,7 @@ type RedriveTaskRequest struct {
 
 func (x *RedriveTaskRequest) Reset() {
 	*x = RedriveTaskRequest{}
-	mi := &file_styx_v1_styx_proto_msgTypes[53]
+	mi := &file_styx_v1_styx_proto_msgTypes[55]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4100,7 +4257,7 @@ func (x *RedriveTaskRequest) String() string {
 func (*RedriveTaskRequest) ProtoMessage() {}
 
 func (x *RedriveTaskRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_styx_v1_styx_proto_msgTypes[53]
+	mi := &file_styx_v1_styx_proto_msgTypes[55]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4113,7 +4270,7 @@ func (x *RedriveTaskRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RedriveTaskRequest.ProtoReflect.Descriptor instead.
 func (*RedriveTaskRequest) Descriptor() ([]byte, []int) {
-	return file_styx_v1_styx_proto_rawDescGZIP(), []int{53}
+	return file_styx_v1_styx_proto_rawDescGZIP(), []int{55}
 }
 
 func (x *RedriveTaskRequest) GetTaskId() string {
@@ -4137,7 +4294,7 @@ type RedrivesUpdateRequest struct {
 
 func (x *RedrivesUpdateRequest) Reset() {
 	*x = RedrivesUpdateRequest{}
-	mi := &file_styx_v1_styx_proto_msgTypes[54]
+	mi := &file_styx_v1_styx_proto_msgTypes[56]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4149,7 +4306,7 @@ func (x *RedrivesUpdateRequest) String() string {
 func (*RedrivesUpdateRequest) ProtoMessage() {}
 
 func (x *RedrivesUpdateRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_styx_v1_styx_proto_msgTypes[54]
+	mi := &file_styx_v1_styx_proto_msgTypes[56]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4162,7 +4319,7 @@ func (x *RedrivesUpdateRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RedrivesUpdateRequest.ProtoReflect.Descriptor instead.
 func (*RedrivesUpdateRequest) Descriptor() ([]byte, []int) {
-	return file_styx_v1_styx_proto_rawDescGZIP(), []int{54}
+	return file_styx_v1_styx_proto_rawDescGZIP(), []int{56}
 }
 
 func (x *RedrivesUpdateRequest) GetTaskId() string {
@@ -4192,7 +4349,7 @@ type RedriveCounts struct {
 
 func (x *RedriveCounts) Reset() {
 	*x = RedriveCounts{}
-	mi := &file_styx_v1_styx_proto_msgTypes[55]
+	mi := &file_styx_v1_styx_proto_msgTypes[57]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4204,7 +4361,7 @@ func (x *RedriveCounts) String() string {
 func (*RedriveCounts) ProtoMessage() {}
 
 func (x *RedriveCounts) ProtoReflect() protoreflect.Message {
-	mi := &file_styx_v1_styx_proto_msgTypes[55]
+	mi := &file_styx_v1_styx_proto_msgTypes[57]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4217,7 +4374,7 @@ func (x *RedriveCounts) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RedriveCounts.ProtoReflect.Descriptor instead.
 func (*RedriveCounts) Descriptor() ([]byte, []int) {
-	return file_styx_v1_styx_proto_rawDescGZIP(), []int{55}
+	return file_styx_v1_styx_proto_rawDescGZIP(), []int{57}
 }
 
 func (x *RedriveCounts) GetMoved() int64 {
@@ -4264,7 +4421,7 @@ type RedrivePlan struct {
 
 func (x *RedrivePlan) Reset() {
 	*x = RedrivePlan{}
-	mi := &file_styx_v1_styx_proto_msgTypes[56]
+	mi := &file_styx_v1_styx_proto_msgTypes[58]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4276,7 +4433,7 @@ func (x *RedrivePlan) String() string {
 func (*RedrivePlan) ProtoMessage() {}
 
 func (x *RedrivePlan) ProtoReflect() protoreflect.Message {
-	mi := &file_styx_v1_styx_proto_msgTypes[56]
+	mi := &file_styx_v1_styx_proto_msgTypes[58]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4289,7 +4446,7 @@ func (x *RedrivePlan) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RedrivePlan.ProtoReflect.Descriptor instead.
 func (*RedrivePlan) Descriptor() ([]byte, []int) {
-	return file_styx_v1_styx_proto_rawDescGZIP(), []int{56}
+	return file_styx_v1_styx_proto_rawDescGZIP(), []int{58}
 }
 
 func (x *RedrivePlan) GetWouldMove() int64 {
@@ -4392,7 +4549,7 @@ type RedriveTask struct {
 
 func (x *RedriveTask) Reset() {
 	*x = RedriveTask{}
-	mi := &file_styx_v1_styx_proto_msgTypes[57]
+	mi := &file_styx_v1_styx_proto_msgTypes[59]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4404,7 +4561,7 @@ func (x *RedriveTask) String() string {
 func (*RedriveTask) ProtoMessage() {}
 
 func (x *RedriveTask) ProtoReflect() protoreflect.Message {
-	mi := &file_styx_v1_styx_proto_msgTypes[57]
+	mi := &file_styx_v1_styx_proto_msgTypes[59]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4417,7 +4574,7 @@ func (x *RedriveTask) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RedriveTask.ProtoReflect.Descriptor instead.
 func (*RedriveTask) Descriptor() ([]byte, []int) {
-	return file_styx_v1_styx_proto_rawDescGZIP(), []int{57}
+	return file_styx_v1_styx_proto_rawDescGZIP(), []int{59}
 }
 
 func (x *RedriveTask) GetTaskId() string {
@@ -4625,7 +4782,7 @@ type KeysCreateRequest struct {
 
 func (x *KeysCreateRequest) Reset() {
 	*x = KeysCreateRequest{}
-	mi := &file_styx_v1_styx_proto_msgTypes[58]
+	mi := &file_styx_v1_styx_proto_msgTypes[60]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4637,7 +4794,7 @@ func (x *KeysCreateRequest) String() string {
 func (*KeysCreateRequest) ProtoMessage() {}
 
 func (x *KeysCreateRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_styx_v1_styx_proto_msgTypes[58]
+	mi := &file_styx_v1_styx_proto_msgTypes[60]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4650,7 +4807,7 @@ func (x *KeysCreateRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use KeysCreateRequest.ProtoReflect.Descriptor instead.
 func (*KeysCreateRequest) Descriptor() ([]byte, []int) {
-	return file_styx_v1_styx_proto_rawDescGZIP(), []int{58}
+	return file_styx_v1_styx_proto_rawDescGZIP(), []int{60}
 }
 
 func (x *KeysCreateRequest) GetName() string {
@@ -4689,7 +4846,7 @@ type ApiKey struct {
 
 func (x *ApiKey) Reset() {
 	*x = ApiKey{}
-	mi := &file_styx_v1_styx_proto_msgTypes[59]
+	mi := &file_styx_v1_styx_proto_msgTypes[61]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4701,7 +4858,7 @@ func (x *ApiKey) String() string {
 func (*ApiKey) ProtoMessage() {}
 
 func (x *ApiKey) ProtoReflect() protoreflect.Message {
-	mi := &file_styx_v1_styx_proto_msgTypes[59]
+	mi := &file_styx_v1_styx_proto_msgTypes[61]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4714,7 +4871,7 @@ func (x *ApiKey) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ApiKey.ProtoReflect.Descriptor instead.
 func (*ApiKey) Descriptor() ([]byte, []int) {
-	return file_styx_v1_styx_proto_rawDescGZIP(), []int{59}
+	return file_styx_v1_styx_proto_rawDescGZIP(), []int{61}
 }
 
 func (x *ApiKey) GetName() string {
@@ -4767,7 +4924,7 @@ type KeysCreateResponse struct {
 
 func (x *KeysCreateResponse) Reset() {
 	*x = KeysCreateResponse{}
-	mi := &file_styx_v1_styx_proto_msgTypes[60]
+	mi := &file_styx_v1_styx_proto_msgTypes[62]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4779,7 +4936,7 @@ func (x *KeysCreateResponse) String() string {
 func (*KeysCreateResponse) ProtoMessage() {}
 
 func (x *KeysCreateResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_styx_v1_styx_proto_msgTypes[60]
+	mi := &file_styx_v1_styx_proto_msgTypes[62]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4792,7 +4949,7 @@ func (x *KeysCreateResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use KeysCreateResponse.ProtoReflect.Descriptor instead.
 func (*KeysCreateResponse) Descriptor() ([]byte, []int) {
-	return file_styx_v1_styx_proto_rawDescGZIP(), []int{60}
+	return file_styx_v1_styx_proto_rawDescGZIP(), []int{62}
 }
 
 func (x *KeysCreateResponse) GetKey() string {
@@ -4838,7 +4995,7 @@ type KeysListRequest struct {
 
 func (x *KeysListRequest) Reset() {
 	*x = KeysListRequest{}
-	mi := &file_styx_v1_styx_proto_msgTypes[61]
+	mi := &file_styx_v1_styx_proto_msgTypes[63]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4850,7 +5007,7 @@ func (x *KeysListRequest) String() string {
 func (*KeysListRequest) ProtoMessage() {}
 
 func (x *KeysListRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_styx_v1_styx_proto_msgTypes[61]
+	mi := &file_styx_v1_styx_proto_msgTypes[63]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4863,7 +5020,7 @@ func (x *KeysListRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use KeysListRequest.ProtoReflect.Descriptor instead.
 func (*KeysListRequest) Descriptor() ([]byte, []int) {
-	return file_styx_v1_styx_proto_rawDescGZIP(), []int{61}
+	return file_styx_v1_styx_proto_rawDescGZIP(), []int{63}
 }
 
 type KeysListResponse struct {
@@ -4875,7 +5032,7 @@ type KeysListResponse struct {
 
 func (x *KeysListResponse) Reset() {
 	*x = KeysListResponse{}
-	mi := &file_styx_v1_styx_proto_msgTypes[62]
+	mi := &file_styx_v1_styx_proto_msgTypes[64]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4887,7 +5044,7 @@ func (x *KeysListResponse) String() string {
 func (*KeysListResponse) ProtoMessage() {}
 
 func (x *KeysListResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_styx_v1_styx_proto_msgTypes[62]
+	mi := &file_styx_v1_styx_proto_msgTypes[64]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4900,7 +5057,7 @@ func (x *KeysListResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use KeysListResponse.ProtoReflect.Descriptor instead.
 func (*KeysListResponse) Descriptor() ([]byte, []int) {
-	return file_styx_v1_styx_proto_rawDescGZIP(), []int{62}
+	return file_styx_v1_styx_proto_rawDescGZIP(), []int{64}
 }
 
 func (x *KeysListResponse) GetKeys() []*ApiKey {
@@ -4919,7 +5076,7 @@ type KeysDeleteRequest struct {
 
 func (x *KeysDeleteRequest) Reset() {
 	*x = KeysDeleteRequest{}
-	mi := &file_styx_v1_styx_proto_msgTypes[63]
+	mi := &file_styx_v1_styx_proto_msgTypes[65]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4931,7 +5088,7 @@ func (x *KeysDeleteRequest) String() string {
 func (*KeysDeleteRequest) ProtoMessage() {}
 
 func (x *KeysDeleteRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_styx_v1_styx_proto_msgTypes[63]
+	mi := &file_styx_v1_styx_proto_msgTypes[65]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4944,7 +5101,7 @@ func (x *KeysDeleteRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use KeysDeleteRequest.ProtoReflect.Descriptor instead.
 func (*KeysDeleteRequest) Descriptor() ([]byte, []int) {
-	return file_styx_v1_styx_proto_rawDescGZIP(), []int{63}
+	return file_styx_v1_styx_proto_rawDescGZIP(), []int{65}
 }
 
 func (x *KeysDeleteRequest) GetName() string {
@@ -5046,7 +5203,7 @@ const file_styx_v1_styx_proto_rawDesc = "" +
 	"\x05items\x18\x01 \x03(\v2\x17.styx.v1.QueueRenewItemR\x05items\"c\n" +
 	"\x0eQueueRenewItem\x12\x0e\n" +
 	"\x02id\x18\x01 \x01(\tR\x02id\x12A\n" +
-	"\rleaseDeadline\x18\x02 \x01(\v2\x1a.google.protobuf.TimestampR\x0elease_deadline\"\xf2\x04\n" +
+	"\rleaseDeadline\x18\x02 \x01(\v2\x1a.google.protobuf.TimestampR\x0elease_deadline\"\xc4\x05\n" +
 	"\tQueueInfo\x12\x1d\n" +
 	"\tqueueName\x18\x01 \x01(\tR\n" +
 	"queue_name\x129\n" +
@@ -5069,7 +5226,9 @@ const file_styx_v1_styx_proto_rawDesc = "" +
 	"\vupdate_mask\x18n \x03(\tR\vupdate_mask\x121\n" +
 	"\x13deduplicationWindow\x18o \x01(\tR\x14deduplication_window\x12\x18\n" +
 	"\aordered\x18p \x01(\bR\aordered\x12,\n" +
-	"\x11group_dead_policy\x18q \x01(\tR\x11group_dead_policy\"-\n" +
+	"\x11group_dead_policy\x18q \x01(\tR\x11group_dead_policy\x12\x16\n" +
+	"\x06paused\x18x \x01(\bR\x06paused\x128\n" +
+	"\tpaused_at\x18y \x01(\v2\x1a.google.protobuf.TimestampR\tpaused_at\"-\n" +
 	"\rPartitionInfo\x12\x1c\n" +
 	"\tpartition\x18\x01 \x01(\x05R\tpartition\"\x88\x01\n" +
 	"\x11QueueClearRequest\x12\x1d\n" +
@@ -5077,7 +5236,15 @@ const file_styx_v1_styx_proto_rawDesc = "" +
 	"queue_name\x12\x1c\n" +
 	"\tscheduled\x18\x03 \x01(\bR\tscheduled\x12\x14\n" +
 	"\x05queue\x18\x04 \x01(\bR\x05queue\x12 \n" +
-	"\vdestructive\x18\x05 \x01(\bR\vdestructive\"3\n" +
+	"\vdestructive\x18\x05 \x01(\bR\vdestructive\"\x9c\x01\n" +
+	"\x18QueueClearDryRunResponse\x12\x1e\n" +
+	"\n" +
+	"queue_name\x18\x01 \x01(\tR\n" +
+	"queue_name\x12\x14\n" +
+	"\x05ready\x18\x02 \x01(\x03R\x05ready\x12\x1c\n" +
+	"\tscheduled\x18\x03 \x01(\x03R\tscheduled\x12\x16\n" +
+	"\x06leased\x18\x04 \x01(\x03R\x06leased\x12\x14\n" +
+	"\x05total\x18\x05 \x01(\x03R\x05total\"3\n" +
 	"\x12QueueReloadRequest\x12\x1d\n" +
 	"\tqueueName\x18\x01 \x01(\tR\n" +
 	"queue_name\"`\n" +
@@ -5167,7 +5334,11 @@ const file_styx_v1_styx_proto_rawDesc = "" +
 	"\x05limit\x18\x03 \x01(\x05R\x05limit\x12\x1c\n" +
 	"\tnamespace\x18\x04 \x01(\tR\tnamespace\">\n" +
 	"\x12QueuesListResponse\x12(\n" +
-	"\x05items\x18\x01 \x03(\v2\x12.styx.v1.QueueInfoR\x05items\"J\n" +
+	"\x05items\x18\x01 \x03(\v2\x12.styx.v1.QueueInfoR\x05items\"4\n" +
+	"\x12QueuesPauseRequest\x12\x1e\n" +
+	"\n" +
+	"queue_name\x18\x01 \x01(\tR\n" +
+	"queue_name\"J\n" +
 	"\x13QueuesDeleteRequest\x12\x1d\n" +
 	"\tqueueName\x18\x01 \x01(\tR\n" +
 	"queue_name\x12\x14\n" +
@@ -5445,7 +5616,7 @@ func file_styx_v1_styx_proto_rawDescGZIP() []byte {
 	return file_styx_v1_styx_proto_rawDescData
 }
 
-var file_styx_v1_styx_proto_msgTypes = make([]protoimpl.MessageInfo, 74)
+var file_styx_v1_styx_proto_msgTypes = make([]protoimpl.MessageInfo, 76)
 var file_styx_v1_styx_proto_goTypes = []any{
 	(*QueueProduceRequest)(nil),        // 0: styx.v1.QueueProduceRequest
 	(*QueueProduceItem)(nil),           // 1: styx.v1.QueueProduceItem
@@ -5465,138 +5636,141 @@ var file_styx_v1_styx_proto_goTypes = []any{
 	(*QueueInfo)(nil),                  // 15: styx.v1.QueueInfo
 	(*PartitionInfo)(nil),              // 16: styx.v1.PartitionInfo
 	(*QueueClearRequest)(nil),          // 17: styx.v1.QueueClearRequest
-	(*QueueReloadRequest)(nil),         // 18: styx.v1.QueueReloadRequest
-	(*QueueReloadResponse)(nil),        // 19: styx.v1.QueueReloadResponse
-	(*QueueStatsRequest)(nil),          // 20: styx.v1.QueueStatsRequest
-	(*QueueStatsResponse)(nil),         // 21: styx.v1.QueueStatsResponse
-	(*QueueHeldGroup)(nil),             // 22: styx.v1.QueueHeldGroup
-	(*QueueConsumer)(nil),              // 23: styx.v1.QueueConsumer
-	(*QueueLogicalStats)(nil),          // 24: styx.v1.QueueLogicalStats
-	(*QueuePartitionStats)(nil),        // 25: styx.v1.QueuePartitionStats
-	(*QueuesHistoryRequest)(nil),       // 26: styx.v1.QueuesHistoryRequest
-	(*QueuesHistoryResponse)(nil),      // 27: styx.v1.QueuesHistoryResponse
-	(*HistoryPoint)(nil),               // 28: styx.v1.HistoryPoint
-	(*QueuesInfoRequest)(nil),          // 29: styx.v1.QueuesInfoRequest
-	(*QueuesListRequest)(nil),          // 30: styx.v1.QueuesListRequest
-	(*QueuesListResponse)(nil),         // 31: styx.v1.QueuesListResponse
-	(*QueuesDeleteRequest)(nil),        // 32: styx.v1.QueuesDeleteRequest
-	(*StorageItemsListRequest)(nil),    // 33: styx.v1.StorageItemsListRequest
-	(*StorageItemsListResponse)(nil),   // 34: styx.v1.StorageItemsListResponse
-	(*StorageItemsImportRequest)(nil),  // 35: styx.v1.StorageItemsImportRequest
-	(*StorageItemsImportResponse)(nil), // 36: styx.v1.StorageItemsImportResponse
-	(*StorageItemsDeleteRequest)(nil),  // 37: styx.v1.StorageItemsDeleteRequest
-	(*StorageItem)(nil),                // 38: styx.v1.StorageItem
-	(*AttemptError)(nil),               // 39: styx.v1.AttemptError
-	(*ItemAttribute)(nil),              // 40: styx.v1.ItemAttribute
-	(*DeadFilter)(nil),                 // 41: styx.v1.DeadFilter
-	(*DeadGroupsRequest)(nil),          // 42: styx.v1.DeadGroupsRequest
-	(*DeadGroup)(nil),                  // 43: styx.v1.DeadGroup
-	(*DeadGroupsResponse)(nil),         // 44: styx.v1.DeadGroupsResponse
-	(*DeadListRequest)(nil),            // 45: styx.v1.DeadListRequest
-	(*DeadListResponse)(nil),           // 46: styx.v1.DeadListResponse
-	(*DeadDeleteRequest)(nil),          // 47: styx.v1.DeadDeleteRequest
-	(*DeadDeleteResponse)(nil),         // 48: styx.v1.DeadDeleteResponse
-	(*DeadRedriveRequest)(nil),         // 49: styx.v1.DeadRedriveRequest
-	(*DeadEditRequest)(nil),            // 50: styx.v1.DeadEditRequest
-	(*RedrivesListRequest)(nil),        // 51: styx.v1.RedrivesListRequest
-	(*RedrivesListResponse)(nil),       // 52: styx.v1.RedrivesListResponse
-	(*RedriveTaskRequest)(nil),         // 53: styx.v1.RedriveTaskRequest
-	(*RedrivesUpdateRequest)(nil),      // 54: styx.v1.RedrivesUpdateRequest
-	(*RedriveCounts)(nil),              // 55: styx.v1.RedriveCounts
-	(*RedrivePlan)(nil),                // 56: styx.v1.RedrivePlan
-	(*RedriveTask)(nil),                // 57: styx.v1.RedriveTask
-	(*KeysCreateRequest)(nil),          // 58: styx.v1.KeysCreateRequest
-	(*ApiKey)(nil),                     // 59: styx.v1.ApiKey
-	(*KeysCreateResponse)(nil),         // 60: styx.v1.KeysCreateResponse
-	(*KeysListRequest)(nil),            // 61: styx.v1.KeysListRequest
-	(*KeysListResponse)(nil),           // 62: styx.v1.KeysListResponse
-	(*KeysDeleteRequest)(nil),          // 63: styx.v1.KeysDeleteRequest
-	nil,                                // 64: styx.v1.QueueStatsResponse.DeadByReasonEntry
-	nil,                                // 65: styx.v1.QueueStatsResponse.DeadBySourceEntry
-	nil,                                // 66: styx.v1.QueuesHistoryResponse.GroupPatternsEntry
-	nil,                                // 67: styx.v1.HistoryPoint.DeadByGroupEntry
-	nil,                                // 68: styx.v1.RedriveCounts.SkipReasonsEntry
-	nil,                                // 69: styx.v1.RedrivePlan.SkipReasonsEntry
-	nil,                                // 70: styx.v1.RedriveTask.ByQueueEntry
-	nil,                                // 71: styx.v1.RedriveTask.ByDestinationEntry
-	nil,                                // 72: styx.v1.RedriveTask.SkipReasonsEntry
-	nil,                                // 73: styx.v1.RedriveTask.LeftToEntry
-	(*timestamppb.Timestamp)(nil),      // 74: google.protobuf.Timestamp
+	(*QueueClearDryRunResponse)(nil),   // 18: styx.v1.QueueClearDryRunResponse
+	(*QueueReloadRequest)(nil),         // 19: styx.v1.QueueReloadRequest
+	(*QueueReloadResponse)(nil),        // 20: styx.v1.QueueReloadResponse
+	(*QueueStatsRequest)(nil),          // 21: styx.v1.QueueStatsRequest
+	(*QueueStatsResponse)(nil),         // 22: styx.v1.QueueStatsResponse
+	(*QueueHeldGroup)(nil),             // 23: styx.v1.QueueHeldGroup
+	(*QueueConsumer)(nil),              // 24: styx.v1.QueueConsumer
+	(*QueueLogicalStats)(nil),          // 25: styx.v1.QueueLogicalStats
+	(*QueuePartitionStats)(nil),        // 26: styx.v1.QueuePartitionStats
+	(*QueuesHistoryRequest)(nil),       // 27: styx.v1.QueuesHistoryRequest
+	(*QueuesHistoryResponse)(nil),      // 28: styx.v1.QueuesHistoryResponse
+	(*HistoryPoint)(nil),               // 29: styx.v1.HistoryPoint
+	(*QueuesInfoRequest)(nil),          // 30: styx.v1.QueuesInfoRequest
+	(*QueuesListRequest)(nil),          // 31: styx.v1.QueuesListRequest
+	(*QueuesListResponse)(nil),         // 32: styx.v1.QueuesListResponse
+	(*QueuesPauseRequest)(nil),         // 33: styx.v1.QueuesPauseRequest
+	(*QueuesDeleteRequest)(nil),        // 34: styx.v1.QueuesDeleteRequest
+	(*StorageItemsListRequest)(nil),    // 35: styx.v1.StorageItemsListRequest
+	(*StorageItemsListResponse)(nil),   // 36: styx.v1.StorageItemsListResponse
+	(*StorageItemsImportRequest)(nil),  // 37: styx.v1.StorageItemsImportRequest
+	(*StorageItemsImportResponse)(nil), // 38: styx.v1.StorageItemsImportResponse
+	(*StorageItemsDeleteRequest)(nil),  // 39: styx.v1.StorageItemsDeleteRequest
+	(*StorageItem)(nil),                // 40: styx.v1.StorageItem
+	(*AttemptError)(nil),               // 41: styx.v1.AttemptError
+	(*ItemAttribute)(nil),              // 42: styx.v1.ItemAttribute
+	(*DeadFilter)(nil),                 // 43: styx.v1.DeadFilter
+	(*DeadGroupsRequest)(nil),          // 44: styx.v1.DeadGroupsRequest
+	(*DeadGroup)(nil),                  // 45: styx.v1.DeadGroup
+	(*DeadGroupsResponse)(nil),         // 46: styx.v1.DeadGroupsResponse
+	(*DeadListRequest)(nil),            // 47: styx.v1.DeadListRequest
+	(*DeadListResponse)(nil),           // 48: styx.v1.DeadListResponse
+	(*DeadDeleteRequest)(nil),          // 49: styx.v1.DeadDeleteRequest
+	(*DeadDeleteResponse)(nil),         // 50: styx.v1.DeadDeleteResponse
+	(*DeadRedriveRequest)(nil),         // 51: styx.v1.DeadRedriveRequest
+	(*DeadEditRequest)(nil),            // 52: styx.v1.DeadEditRequest
+	(*RedrivesListRequest)(nil),        // 53: styx.v1.RedrivesListRequest
+	(*RedrivesListResponse)(nil),       // 54: styx.v1.RedrivesListResponse
+	(*RedriveTaskRequest)(nil),         // 55: styx.v1.RedriveTaskRequest
+	(*RedrivesUpdateRequest)(nil),      // 56: styx.v1.RedrivesUpdateRequest
+	(*RedriveCounts)(nil),              // 57: styx.v1.RedriveCounts
+	(*RedrivePlan)(nil),                // 58: styx.v1.RedrivePlan
+	(*RedriveTask)(nil),                // 59: styx.v1.RedriveTask
+	(*KeysCreateRequest)(nil),          // 60: styx.v1.KeysCreateRequest
+	(*ApiKey)(nil),                     // 61: styx.v1.ApiKey
+	(*KeysCreateResponse)(nil),         // 62: styx.v1.KeysCreateResponse
+	(*KeysListRequest)(nil),            // 63: styx.v1.KeysListRequest
+	(*KeysListResponse)(nil),           // 64: styx.v1.KeysListResponse
+	(*KeysDeleteRequest)(nil),          // 65: styx.v1.KeysDeleteRequest
+	nil,                                // 66: styx.v1.QueueStatsResponse.DeadByReasonEntry
+	nil,                                // 67: styx.v1.QueueStatsResponse.DeadBySourceEntry
+	nil,                                // 68: styx.v1.QueuesHistoryResponse.GroupPatternsEntry
+	nil,                                // 69: styx.v1.HistoryPoint.DeadByGroupEntry
+	nil,                                // 70: styx.v1.RedriveCounts.SkipReasonsEntry
+	nil,                                // 71: styx.v1.RedrivePlan.SkipReasonsEntry
+	nil,                                // 72: styx.v1.RedriveTask.ByQueueEntry
+	nil,                                // 73: styx.v1.RedriveTask.ByDestinationEntry
+	nil,                                // 74: styx.v1.RedriveTask.SkipReasonsEntry
+	nil,                                // 75: styx.v1.RedriveTask.LeftToEntry
+	(*timestamppb.Timestamp)(nil),      // 76: google.protobuf.Timestamp
 }
 var file_styx_v1_styx_proto_depIdxs = []int32{
 	1,  // 0: styx.v1.QueueProduceRequest.items:type_name -> styx.v1.QueueProduceItem
-	74, // 1: styx.v1.QueueProduceItem.enqueueAt:type_name -> google.protobuf.Timestamp
-	74, // 2: styx.v1.QueueLeaseItem.leaseDeadline:type_name -> google.protobuf.Timestamp
+	76, // 1: styx.v1.QueueProduceItem.enqueueAt:type_name -> google.protobuf.Timestamp
+	76, // 2: styx.v1.QueueLeaseItem.leaseDeadline:type_name -> google.protobuf.Timestamp
 	4,  // 3: styx.v1.QueueLeaseResponse.items:type_name -> styx.v1.QueueLeaseItem
 	9,  // 4: styx.v1.QueueRetryRequest.items:type_name -> styx.v1.QueueRetryItem
-	74, // 5: styx.v1.QueueRetryItem.retryAt:type_name -> google.protobuf.Timestamp
+	76, // 5: styx.v1.QueueRetryItem.retryAt:type_name -> google.protobuf.Timestamp
 	11, // 6: styx.v1.QueueRetryResponse.outcomes:type_name -> styx.v1.QueueRetryOutcome
-	74, // 7: styx.v1.QueueRetryOutcome.retryAt:type_name -> google.protobuf.Timestamp
+	76, // 7: styx.v1.QueueRetryOutcome.retryAt:type_name -> google.protobuf.Timestamp
 	14, // 8: styx.v1.QueueRenewResponse.items:type_name -> styx.v1.QueueRenewItem
-	74, // 9: styx.v1.QueueRenewItem.leaseDeadline:type_name -> google.protobuf.Timestamp
-	74, // 10: styx.v1.QueueInfo.createdAt:type_name -> google.protobuf.Timestamp
-	74, // 11: styx.v1.QueueInfo.updatedAt:type_name -> google.protobuf.Timestamp
+	76, // 9: styx.v1.QueueRenewItem.leaseDeadline:type_name -> google.protobuf.Timestamp
+	76, // 10: styx.v1.QueueInfo.createdAt:type_name -> google.protobuf.Timestamp
+	76, // 11: styx.v1.QueueInfo.updatedAt:type_name -> google.protobuf.Timestamp
 	16, // 12: styx.v1.QueueInfo.partitions:type_name -> styx.v1.PartitionInfo
-	24, // 13: styx.v1.QueueStatsResponse.logicalQueues:type_name -> styx.v1.QueueLogicalStats
-	64, // 14: styx.v1.QueueStatsResponse.dead_by_reason:type_name -> styx.v1.QueueStatsResponse.DeadByReasonEntry
-	65, // 15: styx.v1.QueueStatsResponse.dead_by_source:type_name -> styx.v1.QueueStatsResponse.DeadBySourceEntry
-	74, // 16: styx.v1.QueueStatsResponse.oldest_created_at:type_name -> google.protobuf.Timestamp
-	23, // 17: styx.v1.QueueStatsResponse.consumers:type_name -> styx.v1.QueueConsumer
-	22, // 18: styx.v1.QueueStatsResponse.held_groups:type_name -> styx.v1.QueueHeldGroup
-	74, // 19: styx.v1.QueueHeldGroup.held_at:type_name -> google.protobuf.Timestamp
-	74, // 20: styx.v1.QueueConsumer.first_seen_at:type_name -> google.protobuf.Timestamp
-	74, // 21: styx.v1.QueueConsumer.last_seen_at:type_name -> google.protobuf.Timestamp
-	25, // 22: styx.v1.QueueLogicalStats.partitions:type_name -> styx.v1.QueuePartitionStats
-	28, // 23: styx.v1.QueuesHistoryResponse.points:type_name -> styx.v1.HistoryPoint
-	66, // 24: styx.v1.QueuesHistoryResponse.group_patterns:type_name -> styx.v1.QueuesHistoryResponse.GroupPatternsEntry
-	74, // 25: styx.v1.HistoryPoint.at:type_name -> google.protobuf.Timestamp
-	67, // 26: styx.v1.HistoryPoint.dead_by_group:type_name -> styx.v1.HistoryPoint.DeadByGroupEntry
-	15, // 27: styx.v1.QueuesListResponse.items:type_name -> styx.v1.QueueInfo
-	38, // 28: styx.v1.StorageItemsListResponse.items:type_name -> styx.v1.StorageItem
-	38, // 29: styx.v1.StorageItemsImportRequest.items:type_name -> styx.v1.StorageItem
-	38, // 30: styx.v1.StorageItemsImportResponse.items:type_name -> styx.v1.StorageItem
-	74, // 31: styx.v1.StorageItem.leaseDeadline:type_name -> google.protobuf.Timestamp
-	74, // 32: styx.v1.StorageItem.expireDeadline:type_name -> google.protobuf.Timestamp
-	74, // 33: styx.v1.StorageItem.deadDeadline:type_name -> google.protobuf.Timestamp
-	74, // 34: styx.v1.StorageItem.createdAt:type_name -> google.protobuf.Timestamp
-	74, // 35: styx.v1.StorageItem.updatedAt:type_name -> google.protobuf.Timestamp
-	74, // 36: styx.v1.StorageItem.enqueueAt:type_name -> google.protobuf.Timestamp
-	74, // 37: styx.v1.StorageItem.dead_at:type_name -> google.protobuf.Timestamp
-	39, // 38: styx.v1.StorageItem.errors:type_name -> styx.v1.AttemptError
-	39, // 39: styx.v1.StorageItem.dead_letter_errors:type_name -> styx.v1.AttemptError
-	40, // 40: styx.v1.StorageItem.attributes:type_name -> styx.v1.ItemAttribute
-	74, // 41: styx.v1.AttemptError.at:type_name -> google.protobuf.Timestamp
-	74, // 42: styx.v1.DeadFilter.dead_after:type_name -> google.protobuf.Timestamp
-	74, // 43: styx.v1.DeadFilter.dead_before:type_name -> google.protobuf.Timestamp
-	41, // 44: styx.v1.DeadGroupsRequest.filter:type_name -> styx.v1.DeadFilter
-	74, // 45: styx.v1.DeadGroup.first_dead_at:type_name -> google.protobuf.Timestamp
-	74, // 46: styx.v1.DeadGroup.last_dead_at:type_name -> google.protobuf.Timestamp
-	43, // 47: styx.v1.DeadGroupsResponse.groups:type_name -> styx.v1.DeadGroup
-	41, // 48: styx.v1.DeadListRequest.filter:type_name -> styx.v1.DeadFilter
-	38, // 49: styx.v1.DeadListResponse.items:type_name -> styx.v1.StorageItem
-	41, // 50: styx.v1.DeadDeleteRequest.filter:type_name -> styx.v1.DeadFilter
-	41, // 51: styx.v1.DeadRedriveRequest.filter:type_name -> styx.v1.DeadFilter
-	57, // 52: styx.v1.RedrivesListResponse.tasks:type_name -> styx.v1.RedriveTask
-	68, // 53: styx.v1.RedriveCounts.skip_reasons:type_name -> styx.v1.RedriveCounts.SkipReasonsEntry
-	69, // 54: styx.v1.RedrivePlan.skip_reasons:type_name -> styx.v1.RedrivePlan.SkipReasonsEntry
-	41, // 55: styx.v1.RedriveTask.filter:type_name -> styx.v1.DeadFilter
-	74, // 56: styx.v1.RedriveTask.started_at:type_name -> google.protobuf.Timestamp
-	74, // 57: styx.v1.RedriveTask.finished_at:type_name -> google.protobuf.Timestamp
-	70, // 58: styx.v1.RedriveTask.by_queue:type_name -> styx.v1.RedriveTask.ByQueueEntry
-	71, // 59: styx.v1.RedriveTask.by_destination:type_name -> styx.v1.RedriveTask.ByDestinationEntry
-	72, // 60: styx.v1.RedriveTask.skip_reasons:type_name -> styx.v1.RedriveTask.SkipReasonsEntry
-	73, // 61: styx.v1.RedriveTask.left_to:type_name -> styx.v1.RedriveTask.LeftToEntry
-	74, // 62: styx.v1.RedriveTask.paused_at:type_name -> google.protobuf.Timestamp
-	74, // 63: styx.v1.ApiKey.created_at:type_name -> google.protobuf.Timestamp
-	74, // 64: styx.v1.KeysCreateResponse.created_at:type_name -> google.protobuf.Timestamp
-	59, // 65: styx.v1.KeysListResponse.keys:type_name -> styx.v1.ApiKey
-	55, // 66: styx.v1.RedriveTask.ByQueueEntry.value:type_name -> styx.v1.RedriveCounts
-	56, // 67: styx.v1.RedriveTask.ByDestinationEntry.value:type_name -> styx.v1.RedrivePlan
-	68, // [68:68] is the sub-list for method output_type
-	68, // [68:68] is the sub-list for method input_type
-	68, // [68:68] is the sub-list for extension type_name
-	68, // [68:68] is the sub-list for extension extendee
-	0,  // [0:68] is the sub-list for field type_name
+	76, // 13: styx.v1.QueueInfo.paused_at:type_name -> google.protobuf.Timestamp
+	25, // 14: styx.v1.QueueStatsResponse.logicalQueues:type_name -> styx.v1.QueueLogicalStats
+	66, // 15: styx.v1.QueueStatsResponse.dead_by_reason:type_name -> styx.v1.QueueStatsResponse.DeadByReasonEntry
+	67, // 16: styx.v1.QueueStatsResponse.dead_by_source:type_name -> styx.v1.QueueStatsResponse.DeadBySourceEntry
+	76, // 17: styx.v1.QueueStatsResponse.oldest_created_at:type_name -> google.protobuf.Timestamp
+	24, // 18: styx.v1.QueueStatsResponse.consumers:type_name -> styx.v1.QueueConsumer
+	23, // 19: styx.v1.QueueStatsResponse.held_groups:type_name -> styx.v1.QueueHeldGroup
+	76, // 20: styx.v1.QueueHeldGroup.held_at:type_name -> google.protobuf.Timestamp
+	76, // 21: styx.v1.QueueConsumer.first_seen_at:type_name -> google.protobuf.Timestamp
+	76, // 22: styx.v1.QueueConsumer.last_seen_at:type_name -> google.protobuf.Timestamp
+	26, // 23: styx.v1.QueueLogicalStats.partitions:type_name -> styx.v1.QueuePartitionStats
+	29, // 24: styx.v1.QueuesHistoryResponse.points:type_name -> styx.v1.HistoryPoint
+	68, // 25: styx.v1.QueuesHistoryResponse.group_patterns:type_name -> styx.v1.QueuesHistoryResponse.GroupPatternsEntry
+	76, // 26: styx.v1.HistoryPoint.at:type_name -> google.protobuf.Timestamp
+	69, // 27: styx.v1.HistoryPoint.dead_by_group:type_name -> styx.v1.HistoryPoint.DeadByGroupEntry
+	15, // 28: styx.v1.QueuesListResponse.items:type_name -> styx.v1.QueueInfo
+	40, // 29: styx.v1.StorageItemsListResponse.items:type_name -> styx.v1.StorageItem
+	40, // 30: styx.v1.StorageItemsImportRequest.items:type_name -> styx.v1.StorageItem
+	40, // 31: styx.v1.StorageItemsImportResponse.items:type_name -> styx.v1.StorageItem
+	76, // 32: styx.v1.StorageItem.leaseDeadline:type_name -> google.protobuf.Timestamp
+	76, // 33: styx.v1.StorageItem.expireDeadline:type_name -> google.protobuf.Timestamp
+	76, // 34: styx.v1.StorageItem.deadDeadline:type_name -> google.protobuf.Timestamp
+	76, // 35: styx.v1.StorageItem.createdAt:type_name -> google.protobuf.Timestamp
+	76, // 36: styx.v1.StorageItem.updatedAt:type_name -> google.protobuf.Timestamp
+	76, // 37: styx.v1.StorageItem.enqueueAt:type_name -> google.protobuf.Timestamp
+	76, // 38: styx.v1.StorageItem.dead_at:type_name -> google.protobuf.Timestamp
+	41, // 39: styx.v1.StorageItem.errors:type_name -> styx.v1.AttemptError
+	41, // 40: styx.v1.StorageItem.dead_letter_errors:type_name -> styx.v1.AttemptError
+	42, // 41: styx.v1.StorageItem.attributes:type_name -> styx.v1.ItemAttribute
+	76, // 42: styx.v1.AttemptError.at:type_name -> google.protobuf.Timestamp
+	76, // 43: styx.v1.DeadFilter.dead_after:type_name -> google.protobuf.Timestamp
+	76, // 44: styx.v1.DeadFilter.dead_before:type_name -> google.protobuf.Timestamp
+	43, // 45: styx.v1.DeadGroupsRequest.filter:type_name -> styx.v1.DeadFilter
+	76, // 46: styx.v1.DeadGroup.first_dead_at:type_name -> google.protobuf.Timestamp
+	76, // 47: styx.v1.DeadGroup.last_dead_at:type_name -> google.protobuf.Timestamp
+	45, // 48: styx.v1.DeadGroupsResponse.groups:type_name -> styx.v1.DeadGroup
+	43, // 49: styx.v1.DeadListRequest.filter:type_name -> styx.v1.DeadFilter
+	40, // 50: styx.v1.DeadListResponse.items:type_name -> styx.v1.StorageItem
+	43, // 51: styx.v1.DeadDeleteRequest.filter:type_name -> styx.v1.DeadFilter
+	43, // 52: styx.v1.DeadRedriveRequest.filter:type_name -> styx.v1.DeadFilter
+	59, // 53: styx.v1.RedrivesListResponse.tasks:type_name -> styx.v1.RedriveTask
+	70, // 54: styx.v1.RedriveCounts.skip_reasons:type_name -> styx.v1.RedriveCounts.SkipReasonsEntry
+	71, // 55: styx.v1.RedrivePlan.skip_reasons:type_name -> styx.v1.RedrivePlan.SkipReasonsEntry
+	43, // 56: styx.v1.RedriveTask.filter:type_name -> styx.v1.DeadFilter
+	76, // 57: styx.v1.RedriveTask.started_at:type_name -> google.protobuf.Timestamp
+	76, // 58: styx.v1.RedriveTask.finished_at:type_name -> google.protobuf.Timestamp
+	72, // 59: styx.v1.RedriveTask.by_queue:type_name -> styx.v1.RedriveTask.ByQueueEntry
+	73, // 60: styx.v1.RedriveTask.by_destination:type_name -> styx.v1.RedriveTask.ByDestinationEntry
+	74, // 61: styx.v1.RedriveTask.skip_reasons:type_name -> styx.v1.RedriveTask.SkipReasonsEntry
+	75, // 62: styx.v1.RedriveTask.left_to:type_name -> styx.v1.RedriveTask.LeftToEntry
+	76, // 63: styx.v1.RedriveTask.paused_at:type_name -> google.protobuf.Timestamp
+	76, // 64: styx.v1.ApiKey.created_at:type_name -> google.protobuf.Timestamp
+	76, // 65: styx.v1.KeysCreateResponse.created_at:type_name -> google.protobuf.Timestamp
+	61, // 66: styx.v1.KeysListResponse.keys:type_name -> styx.v1.ApiKey
+	57, // 67: styx.v1.RedriveTask.ByQueueEntry.value:type_name -> styx.v1.RedriveCounts
+	58, // 68: styx.v1.RedriveTask.ByDestinationEntry.value:type_name -> styx.v1.RedrivePlan
+	69, // [69:69] is the sub-list for method output_type
+	69, // [69:69] is the sub-list for method input_type
+	69, // [69:69] is the sub-list for extension type_name
+	69, // [69:69] is the sub-list for extension extendee
+	0,  // [0:69] is the sub-list for field type_name
 }
 
 func init() { file_styx_v1_styx_proto_init() }
@@ -5604,16 +5778,16 @@ func file_styx_v1_styx_proto_init() {
 	if File_styx_v1_styx_proto != nil {
 		return
 	}
-	file_styx_v1_styx_proto_msgTypes[47].OneofWrappers = []any{}
 	file_styx_v1_styx_proto_msgTypes[49].OneofWrappers = []any{}
-	file_styx_v1_styx_proto_msgTypes[50].OneofWrappers = []any{}
+	file_styx_v1_styx_proto_msgTypes[51].OneofWrappers = []any{}
+	file_styx_v1_styx_proto_msgTypes[52].OneofWrappers = []any{}
 	type x struct{}
 	out := protoimpl.TypeBuilder{
 		File: protoimpl.DescBuilder{
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_styx_v1_styx_proto_rawDesc), len(file_styx_v1_styx_proto_rawDesc)),
 			NumEnums:      0,
-			NumMessages:   74,
+			NumMessages:   76,
 			NumExtensions: 0,
 			NumServices:   0,
 		},

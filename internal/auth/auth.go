@@ -42,10 +42,12 @@ const (
 	// redrives.resume, redrives.update.
 	Dead Scope = "dead"
 	// Read: queue.stats, queues.info, queues.list, storage/items.list,
-	// storage/scheduled.list, and /metrics (with no queue patterns).
+	// storage/scheduled.list, queue.clear_dry_run (it counts, as
+	// queue.stats does), and /metrics (with no queue patterns).
 	Read Scope = "read"
 	// Admin: every call, including queue administration (queues.create,
-	// queues.update, queues.delete, queue.clear, queue.reload,
+	// queues.update, queues.pause, queues.resume, queues.delete,
+	// queue.clear, queue.reload,
 	// storage/items.import, storage/items.delete) and, on a key without
 	// queue patterns, keys.*.
 	Admin Scope = "admin"
@@ -78,8 +80,11 @@ var calls = map[string]Scope{
 	"/v1/queues.list":            Read,
 	"/v1/storage/items.list":     Read,
 	"/v1/storage/scheduled.list": Read,
+	"/v1/queue.clear_dry_run":    Read,
 	"/v1/queues.create":          Admin,
 	"/v1/queues.update":          Admin,
+	"/v1/queues.pause":           Admin,
+	"/v1/queues.resume":          Admin,
 	"/v1/queues.delete":          Admin,
 	"/v1/queue.clear":            Admin,
 	"/v1/queue.reload":           Admin,

@@ -90,8 +90,14 @@ func (e *Engine) iterate(it *pass, reqs []*Request, lifecycle bool) error {
 	if e.Loop.Waiters.Len() == 0 {
 		return nil
 	}
-	if err := e.serve(it); err != nil {
-		return err
+	// A paused queue hands out nothing (queue.QueueInfo.Paused): its
+	// waiting leases keep waiting until their request timeout (then no
+	// items, Waiters.expire) or until an iteration after the resume serves
+	// them. This is the one lease path of every door and backend.
+	if !it.info.Paused() {
+		if err := e.serve(it); err != nil {
+			return err
+		}
 	}
 	// A lease that completed first does not wait: unserved, it is answered
 	// now with no items (once its completes are stored).

@@ -72,6 +72,40 @@ type QueueInfo struct {
 	// queue: GroupContinue ("" means it) or GroupHold
 	// (CheckGroupDeadPolicy).
 	GroupDeadPolicy string
+	// PausedAt is when the queue's consumption was paused (queues.pause);
+	// zero while it runs (the default). A paused queue hands out no items
+	// (the engine's lease path, Paused); everything else goes on. Set and
+	// cleared by Pause and Resume only.
+	PausedAt time.Time
+}
+
+// Paused reports whether the queue's consumption is paused: leases wait
+// (a long poll until its request timeout, then no items) and nothing is
+// handed out, while produces, the completes, retries and renewals of
+// leases already held, and the lifecycle (lease expiry, dead-letter moves)
+// go on.
+func (q QueueInfo) Paused() bool { return !q.PausedAt.IsZero() }
+
+// Pause pauses q's consumption at now (queues.pause). A queue paused
+// already keeps its PausedAt: pausing twice is pausing once. It reports
+// whether q changed.
+func (q *QueueInfo) Pause(now time.Time) bool {
+	if q.Paused() {
+		return false
+	}
+	q.PausedAt = now
+	return true
+}
+
+// Resume resumes q's consumption (queues.resume): its waiting leases are
+// served again. A running queue stays as it is. It reports whether q
+// changed.
+func (q *QueueInfo) Resume() bool {
+	if !q.Paused() {
+		return false
+	}
+	q.PausedAt = time.Time{}
+	return true
 }
 
 // Window returns the queue's deduplication window: DeduplicationWindow

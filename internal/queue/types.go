@@ -1,6 +1,9 @@
 package queue
 
-import "time"
+import (
+	"context"
+	"time"
+)
 
 // ProduceItem is one item of a produce request, validated by the service.
 type ProduceItem struct {
@@ -169,6 +172,55 @@ type ClearParams struct {
 	Scheduled bool
 	// Destructive removes every item, leased or not.
 	Destructive bool
+}
+
+// ClearCounts are the items a queue.clear would remove (its dry run,
+// queue.clear_dry_run), by state. Total counts every one of them: Ready,
+// Scheduled and Leased, and on memory and Pebble also the dead items on
+// their way to the dead-letter queue (a destructive clear removes them).
+type ClearCounts struct {
+	Ready, Scheduled, Leased, Total int
+}
+
+// WouldRemove returns what a clear by p would remove from a queue described
+// by st (the items by state, as Stats counts them): the ready items with
+// Queue, the scheduled ones with Scheduled, every item with Destructive.
+// It is the rule both backends' clears follow (they remove by state), so a
+// dry run and a clear of the same state agree.
+func (p ClearParams) WouldRemove(st Stats) ClearCounts {
+	var c ClearCounts
+	for _, ps := range st.Partitions {
+		ready := ps.Total - ps.Leased - ps.Scheduled - ps.Dying
+		switch {
+		case p.Destructive:
+			c.Ready += ready
+			c.Scheduled += ps.Scheduled
+			c.Leased += ps.Leased
+			c.Total += ps.Total
+			continue
+		case p.Queue:
+			c.Ready += ready
+			c.Total += ready
+		}
+		if p.Scheduled {
+			c.Scheduled += ps.Scheduled
+			c.Total += ps.Scheduled
+		}
+	}
+	return c
+}
+
+// ClearDryRun counts what a clear of q by p would remove now, removing
+// nothing (queue.clear_dry_run; the service's and any other door's one
+// path): q's Stats, counted by WouldRemove. A clear sent after it removes
+// the items of those states then, which may differ by what happened
+// between the two calls.
+func ClearDryRun(ctx context.Context, q Queue, p ClearParams) (ClearCounts, error) {
+	st, err := q.Stats(ctx)
+	if err != nil {
+		return ClearCounts{}, err
+	}
+	return p.WouldRemove(st), nil
 }
 
 // PartitionStats describes one partition at one moment.

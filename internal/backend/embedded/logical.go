@@ -764,7 +764,7 @@ func (l *Logical) Gauges(ctx context.Context) (metrics.QueueSample, error) {
 }
 
 func (l *Logical) gauges(now int64) metrics.QueueSample {
-	s := metrics.QueueSample{Queue: l.name, DeduplicationIDs: l.dedup.held(), InMemoryDeduplication: true}
+	s := metrics.QueueSample{Queue: l.name, DeduplicationIDs: l.dedup.held(), InMemoryDeduplication: true, Paused: l.info.Paused()}
 	var oldest int64
 	for _, p := range l.parts {
 		s.Ready += p.nReady

@@ -159,18 +159,18 @@ type querier interface {
 
 // queueColumns are the styx_queues columns queueRow scans, in its order.
 const queueColumns = `id, name, dead_queue, reference, lease_timeout, expire_timeout, max_attempts, partitions, created_at, updated_at, namespace, attributes, dedup_window,
-	ordered, group_dead_policy`
+	ordered, group_dead_policy, paused_at`
 
 // queueRow receives queueColumns from a row: scan into dest(), then read
 // info().
 type queueRow struct {
-	q                                          queue.QueueInfo
-	id, lease, expire, created, updated, dedup int64
+	q                                                  queue.QueueInfo
+	id, lease, expire, created, updated, dedup, paused int64
 }
 
 func (r *queueRow) dest() []any {
 	return []any{&r.id, &r.q.Name, &r.q.DeadQueue, &r.q.Reference, &r.lease, &r.expire, &r.q.MaxAttempts, &r.q.Partitions,
-		&r.created, &r.updated, &r.q.Namespace, &r.q.Attributes, &r.dedup, &r.q.Ordered, &r.q.GroupDeadPolicy}
+		&r.created, &r.updated, &r.q.Namespace, &r.q.Attributes, &r.dedup, &r.q.Ordered, &r.q.GroupDeadPolicy, &r.paused}
 }
 
 func (r *queueRow) info() queue.QueueInfo {
@@ -178,6 +178,7 @@ func (r *queueRow) info() queue.QueueInfo {
 	q.ID, q.LeaseTimeout, q.ExpireTimeout = uint64(r.id), time.Duration(r.lease), time.Duration(r.expire)
 	q.CreatedAt, q.UpdatedAt = queue.FromNanos(r.created), queue.FromNanos(r.updated)
 	q.DeduplicationWindow = time.Duration(r.dedup)
+	q.PausedAt = queue.FromNanos(r.paused)
 	return q
 }
 
@@ -195,11 +196,11 @@ func (s *Store) CreateQueue(ctx context.Context, info queue.QueueInfo) (queue.Qu
 func createQueue(ctx context.Context, q querier, info queue.QueueInfo) (queue.QueueInfo, error) {
 	var id int64
 	err := q.QueryRow(ctx, `INSERT INTO styx_queues (name, dead_queue, reference, lease_timeout, expire_timeout, max_attempts, partitions,
-			created_at, updated_at, namespace, attributes, dedup_window, ordered, group_dead_policy)
-		VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13, $14) ON CONFLICT (name) DO NOTHING RETURNING id`,
+			created_at, updated_at, namespace, attributes, dedup_window, ordered, group_dead_policy, paused_at)
+		VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13, $14, $15) ON CONFLICT (name) DO NOTHING RETURNING id`,
 		info.Name, info.DeadQueue, info.Reference, int64(info.LeaseTimeout), int64(info.ExpireTimeout), info.MaxAttempts,
 		info.Partitions, queue.Nanos(info.CreatedAt), queue.Nanos(info.UpdatedAt), info.Namespace, info.Attributes,
-		int64(info.DeduplicationWindow), info.Ordered, info.GroupDeadPolicy).Scan(&id)
+		int64(info.DeduplicationWindow), info.Ordered, info.GroupDeadPolicy, queue.Nanos(info.PausedAt)).Scan(&id)
 	if errors.Is(err, pgx.ErrNoRows) {
 		return info, store.ErrQueueExists
 	}
@@ -218,10 +219,10 @@ func (s *Store) UpdateQueue(ctx context.Context, info queue.QueueInfo) error {
 func updateQueue(ctx context.Context, q querier, info queue.QueueInfo) error {
 	tag, err := q.Exec(ctx, `UPDATE styx_queues SET dead_queue=$3, reference=$4, lease_timeout=$5, expire_timeout=$6,
 		max_attempts=$7, partitions=$8, created_at=$9, updated_at=$10, namespace=$11, attributes=$12, dedup_window=$13,
-		ordered=$14, group_dead_policy=$15 WHERE name=$1 AND id=$2`,
+		ordered=$14, group_dead_policy=$15, paused_at=$16 WHERE name=$1 AND id=$2`,
 		info.Name, int64(info.ID), info.DeadQueue, info.Reference, int64(info.LeaseTimeout), int64(info.ExpireTimeout),
 		info.MaxAttempts, info.Partitions, queue.Nanos(info.CreatedAt), queue.Nanos(info.UpdatedAt), info.Namespace, info.Attributes,
-		int64(info.DeduplicationWindow), info.Ordered, info.GroupDeadPolicy)
+		int64(info.DeduplicationWindow), info.Ordered, info.GroupDeadPolicy, queue.Nanos(info.PausedAt))
 	if err != nil {
 		return wrap("update queue", err)
 	}

@@ -69,9 +69,11 @@ func (m *Manager) Sample() []metrics.QueueSample {
 	m.mu.RLock()
 	defer m.mu.RUnlock()
 	for _, x := range all {
-		if info, ok := m.infos[uint64(x.id)]; !ok || info.Name != x.s.Queue {
+		info, ok := m.infos[uint64(x.id)]
+		if !ok || info.Name != x.s.Queue {
 			continue
 		}
+		x.s.Paused = info.Paused()
 		if x.created != 0 {
 			x.s.OldestAge = now.Sub(time.Unix(0, x.created))
 		}

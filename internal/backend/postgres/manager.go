@@ -192,6 +192,7 @@ func (m *Manager) reload(ctx context.Context) error {
 		if m.adopted[l.info.ID] > gen {
 			continue // adopted since the read began: newer than l
 		}
+		m.resumed(l.info)
 		m.infos[l.info.ID] = l.info
 		m.cfg.Metrics.InitQueue(l.info.Name, l.info.DeadQueue)
 		m.names[l.info.Name] = l.info.ID
@@ -222,6 +223,18 @@ func (m *Manager) reload(ctx context.Context) error {
 		}
 	}
 	return nil
+}
+
+// resumed wakes the loop of info's queue to serve its waiting leases when
+// info resumes what the cached definition paused (queues.resume, here or
+// on another node), instead of leaving them to the next poll. Needs mu
+// (it only reads the cache; signal takes no lock).
+func (m *Manager) resumed(info queue.QueueInfo) {
+	if old, ok := m.infos[info.ID]; ok && old.Paused() && !info.Paused() {
+		if q := m.queues[info.ID]; q != nil {
+			q.signal(true, 0)
+		}
+	}
 }
 
 // forget removes a queue from the maps and returns its loop to stop. Needs
@@ -370,6 +383,7 @@ func (m *Manager) adopt(info queue.QueueInfo) (*Queue, error) {
 	}
 	m.gen++
 	m.adopted[info.ID] = m.gen
+	m.resumed(info)
 	m.infos[info.ID] = info
 	m.cfg.Metrics.InitQueue(info.Name, info.DeadQueue)
 	m.names[info.Name] = info.ID

@@ -378,6 +378,11 @@ CREATE INDEX styx_items_scheduled ON styx_items (queue_id, partition, id) WHERE 
 	// dead_by_group (history.go; issue 49), so a chart names a group
 	// whose items are gone.
 	historyPatternsMigration,
+	// 20: a queue's paused consumption (issue 49; queue.QueueInfo.
+	// PausedAt, Unix nanoseconds, 0 while it runs). Every node reads it
+	// with the definitions (the refresh, and at once on the admin
+	// notification), and its loops lease nothing while it is set.
+	`ALTER TABLE styx_queues ADD COLUMN paused_at bigint NOT NULL DEFAULT 0;`,
 }
 
 // oneTriggerMigration is migration 18.

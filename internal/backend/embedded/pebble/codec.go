@@ -36,6 +36,10 @@ const formatInfoV4 = 4
 // GroupDeadPolicy (item groups, issue 37).
 const formatInfoV5 = 5
 
+// formatInfoV6 is the queue-info format that adds PausedAt (a queue's
+// paused consumption, issue 49).
+const formatInfoV6 = 6
+
 // formatMetaV2 is the meta format that adds Group and GroupSeq (item
 // groups, issue 37); an item without a group is still written as formatV1,
 // and both are read.
@@ -416,16 +420,20 @@ func (d *decoder) attemptErrors() []queue.AttemptError {
 //	Partitions, times CreatedAt, UpdatedAt, string Namespace,
 //	formatInfoV3 to V5: string Attributes,
 //	formatInfoV4 and V5: varint DeduplicationWindow (nanoseconds),
-//	formatInfoV5 only: byte Ordered (0 or 1), string GroupDeadPolicy.
+//	formatInfoV5 and V6: byte Ordered (0 or 1), string GroupDeadPolicy,
+//	formatInfoV6 only: time PausedAt (zero: running).
 //
 // Entries written before namespaces have format formatV1 and end after
 // UpdatedAt; they decode with queue.DefaultNamespace. An entry is written
 // in the oldest format that holds it: formatInfoV2 without Attributes,
 // DeduplicationWindow, Ordered and GroupDeadPolicy, formatInfoV3 with
-// Attributes only, formatInfoV4 without Ordered and GroupDeadPolicy.
+// Attributes only, formatInfoV4 without Ordered and GroupDeadPolicy,
+// formatInfoV5 without PausedAt.
 func appendQueueInfo(b []byte, q *queue.QueueInfo) ([]byte, error) {
 	format := byte(formatInfoV2)
 	switch {
+	case q.Paused():
+		format = formatInfoV6
 	case q.Ordered || q.GroupDeadPolicy != "":
 		format = formatInfoV5
 	case q.DeduplicationWindow != 0:
@@ -455,13 +463,16 @@ func appendQueueInfo(b []byte, q *queue.QueueInfo) ([]byte, error) {
 	if format >= formatInfoV4 {
 		b = binary.AppendVarint(b, int64(q.DeduplicationWindow))
 	}
-	if format == formatInfoV5 {
+	if format >= formatInfoV5 {
 		ordered := byte(0)
 		if q.Ordered {
 			ordered = 1
 		}
 		b = append(b, ordered)
 		b = appendString(b, q.GroupDeadPolicy)
+	}
+	if format == formatInfoV6 {
+		return appendTime(b, q.PausedAt)
 	}
 	return b, nil
 }
@@ -470,7 +481,7 @@ func appendQueueInfo(b []byte, q *queue.QueueInfo) ([]byte, error) {
 func decodeQueueInfo(name string, v []byte) (queue.QueueInfo, error) {
 	d := decoder{b: v}
 	f := d.byte()
-	if (f < formatV1 || f > formatInfoV5) && d.err == nil {
+	if (f < formatV1 || f > formatInfoV6) && d.err == nil {
 		return queue.QueueInfo{}, fmt.Errorf("queue info: unknown format %d", f)
 	}
 	q := queue.QueueInfo{
@@ -495,7 +506,7 @@ func decodeQueueInfo(name string, v []byte) (queue.QueueInfo, error) {
 	if f >= formatInfoV4 {
 		q.DeduplicationWindow = time.Duration(d.varint())
 	}
-	if f == formatInfoV5 {
+	if f >= formatInfoV5 {
 		switch d.byte() {
 		case 0:
 		case 1:
@@ -504,6 +515,9 @@ func decodeQueueInfo(name string, v []byte) (queue.QueueInfo, error) {
 			d.fail()
 		}
 		q.GroupDeadPolicy = d.string()
+	}
+	if f == formatInfoV6 {
+		q.PausedAt = d.time()
 	}
 	if err := d.finish("queue info"); err != nil {
 		return queue.QueueInfo{}, err

@@ -224,6 +224,9 @@ func encodings(t testing.TB) []encoded {
 	v, err = appendQueueInfo(nil, &queue.QueueInfo{ID: 7, Partitions: 1, CreatedAt: t0, UpdatedAt: t0, Ordered: true, GroupDeadPolicy: queue.GroupHold})
 	require.NoError(t, err)
 	out = append(out, encoded{"info v5", v, func(v []byte) error { _, err := decodeQueueInfo("q", v); return err }})
+	v, err = appendQueueInfo(nil, &queue.QueueInfo{ID: 7, Partitions: 1, CreatedAt: t0, UpdatedAt: t0, PausedAt: t0})
+	require.NoError(t, err)
+	out = append(out, encoded{"info v6", v, func(v []byte) error { _, err := decodeQueueInfo("q", v); return err }})
 	h := queue.HeldGroup{DeadKey: "explicit:q~1", Seq: 5, HeldAt: t0.UnixNano()}
 	out = append(out, encoded{"held", appendHeld(nil, &h), func(v []byte) error { _, err := decodeHeld(0, "g", v); return err }})
 	for i, task := range []store.TaskRecord{
@@ -344,6 +347,23 @@ func TestQueueInfoRoundTrip(t *testing.T) {
 	v, err = appendQueueInfo(nil, &in)
 	require.NoError(t, err)
 	require.Equal(t, byte(formatInfoV4), v[0])
+
+	// A paused queue (issue 49): format 6, PausedAt kept; resumed, the
+	// older formats again.
+	in.Ordered, in.GroupDeadPolicy, in.PausedAt = true, queue.GroupHold, t0
+	v, err = appendQueueInfo(nil, &in)
+	require.NoError(t, err)
+	require.Equal(t, byte(formatInfoV6), v[0])
+	got, err = decodeQueueInfo("q", v)
+	require.NoError(t, err)
+	require.True(t, got.Paused())
+	require.True(t, got.PausedAt.Equal(t0))
+	got.CreatedAt, got.UpdatedAt, got.PausedAt = time.Time{}, time.Time{}, t0
+	require.Equal(t, in, got)
+	in.PausedAt = time.Time{}
+	v, err = appendQueueInfo(nil, &in)
+	require.NoError(t, err)
+	require.Equal(t, byte(formatInfoV5), v[0])
 
 	// An entry written before namespaces reads as the default namespace.
 	old, err := decodeQueueInfo("q", queueInfoV1(t))
