@@ -29,9 +29,12 @@ func TestBrowserRedrivesSeeEachOther(t *testing.T) {
 	styxtest.CreateQueue(t, c, &pb.QueueInfo{QueueName: "see-dlq"})
 	styxtest.CreateQueue(t, c, &pb.QueueInfo{QueueName: "see", DeadQueue: "see-dlq"})
 	kill(t, c, "see", 10, "card declined", func(int) string { return `{"card":1}` })
-	kill(t, c, "see", 10, "gateway timeout", func(int) string { return `{"gw":1}` })
+	// The running task moves one item a second: 100 keep it running
+	// however long a loaded machine takes to start Chromium (with 10 it
+	// had ended before the page showed it).
+	kill(t, c, "see", 100, "gateway timeout", func(int) string { return `{"gw":1}` })
 	kill(t, c, "see", 5, "bad json", func(int) string { return `{"bad":1}` })
-	waitDead(t, c, "see-dlq", 25)
+	waitDead(t, c, "see-dlq", 115)
 	start := func(errText string) *pb.RedriveTask {
 		task, err := c.DeadRedrive(ctx, &pb.DeadRedriveRequest{QueueName: "see-dlq", RateLimit: 1, Filter: &pb.DeadFilter{ErrorContains: errText}})
 		require.NoError(t, err)
