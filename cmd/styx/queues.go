@@ -16,9 +16,10 @@ import (
 func (a *app) queuesCmd() *cobra.Command {
 	cmd := &cobra.Command{
 		Use:   "queues",
-		Short: "Create, update, inspect, list and delete queues",
+		Short: "Create, update, inspect, list, pause, clear and delete queues",
 	}
-	cmd.AddCommand(a.queuesCreateCmd(), a.queuesUpdateCmd(), a.queuesInfoCmd(), a.queuesListCmd(), a.queuesDeleteCmd(), a.queuesHistoryCmd())
+	cmd.AddCommand(a.queuesCreateCmd(), a.queuesUpdateCmd(), a.queuesInfoCmd(), a.queuesListCmd(), a.queuesDeleteCmd(), a.queuesHistoryCmd(),
+		a.queuesPauseCmd(), a.queuesResumeCmd(), a.queuesClearCmd())
 	return a.addClientFlags(cmd)
 }
 
@@ -221,10 +222,20 @@ func (a *app) queuesInfoCmd() *cobra.Command {
 				t.row("reference", orDash(info.Reference))
 				t.row("created", formatTime(info.CreatedAt)+" ("+relative(now, info.CreatedAt)+")")
 				t.row("updated", formatTime(info.UpdatedAt)+" ("+relative(now, info.UpdatedAt)+")")
+				t.row("state", queueState(now, info))
 				return t.flush()
 			})
 		},
 	}
+}
+
+// queueState words whether a queue's consumption runs or is paused (issue
+// 49): "running", or "paused since <time> (<ago>)".
+func queueState(now time.Time, info *pb.QueueInfo) string {
+	if !info.Paused {
+		return "running"
+	}
+	return "paused since " + formatTime(info.PausedAt) + " (" + relative(now, info.PausedAt) + "): leases get nothing until styx queues resume"
 }
 
 func maxAttempts(n int32) string {
@@ -306,10 +317,14 @@ func (a *app) queuesListCmd() *cobra.Command {
 					return nil
 				}
 				now := a.now()
-				t := newTable(a.stdout, "NAME", "NAMESPACE", "PARTITIONS", "LEASE-TIMEOUT", "EXPIRE-TIMEOUT", "MAX-ATTEMPTS", "DEAD-QUEUE", "CREATED")
+				t := newTable(a.stdout, "NAME", "NAMESPACE", "PARTITIONS", "LEASE-TIMEOUT", "EXPIRE-TIMEOUT", "MAX-ATTEMPTS", "DEAD-QUEUE", "CREATED", "STATE")
 				for _, q := range res.Items {
+					state := "running"
+					if q.Paused {
+						state = "paused"
+					}
 					t.row(q.QueueName, q.Namespace, fmt.Sprint(q.RequestedPartitions), q.LeaseTimeout, q.ExpireTimeout,
-						maxAttempts(q.MaxAttempts), orDash(q.DeadQueue), relative(now, q.CreatedAt))
+						maxAttempts(q.MaxAttempts), orDash(q.DeadQueue), relative(now, q.CreatedAt), state)
 				}
 				return t.flush()
 			})
