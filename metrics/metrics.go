@@ -68,6 +68,9 @@ type Metrics struct {
 	// arrivals are the listeners of dead items' arrivals by error group
 	// (arrivals.go: OnDeadArrival, DeadArrived).
 	arrivals arrivalListeners
+	// outcomes are the listeners of redriven items' outcomes
+	// (redriveoutcomes.go: OnRedriveOutcome, RedriveOutcomes).
+	outcomes outcomeListeners
 }
 
 // QueueSample is one queue's state at one moment, for the gauges.

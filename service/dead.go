@@ -379,10 +379,17 @@ func (s *Service) DeadRedrive(ctx context.Context, req *pb.DeadRedriveRequest) (
 			return nil, err
 		}
 	}
+	var canaryTimeout time.Duration
+	if req.CanaryTimeout != "" {
+		if canaryTimeout, err = parsePositiveDuration("canary_timeout", req.CanaryTimeout, redrive.MaxCanaryTimeout); err != nil {
+			return nil, err
+		}
+	}
 	t, err := s.r.Start(ctx, redrive.StartParams{
 		Queue: req.QueueName, Filter: f, Destination: req.Destination, RateLimit: req.RateLimit,
 		DryRun: req.DryRun, MaxRedriveCount: req.MaxRedriveCount, KeyName: auth.KeyName(ctx),
 		KeyQueues: auth.KeyQueues(ctx), ExpectMatched: expectMatched,
+		Canary: req.Canary, CanaryTimeout: canaryTimeout,
 	})
 	if err != nil {
 		return nil, err
@@ -451,6 +458,7 @@ func toTask(ctx context.Context, t redrive.Task) *pb.RedriveTask {
 		out.PausedAt = ts(t.PausedAt)
 	}
 	out.PausedMs = t.PausedFor.Milliseconds()
+	toOutcomes(out, &t)
 	for q, c := range t.ByQueue {
 		sum := out.ByQueue[name(q)]
 		if sum == nil {

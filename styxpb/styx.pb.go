@@ -366,7 +366,14 @@ type QueueLeaseItem struct {
 	Bytes         []byte                 `protobuf:"bytes,7,opt,name=bytes,proto3" json:"bytes,omitempty"`
 	// Styx: the item's group (QueueProduceItem.group); empty for none. The
 	// items of one group in one lease are in produce order.
-	Group         string `protobuf:"bytes,100,opt,name=group,proto3" json:"group,omitempty"`
+	Group string `protobuf:"bytes,100,opt,name=group,proto3" json:"group,omitempty"`
+	// Styx (issue 49): the item's first id, the id it entered the queue
+	// under, which stays while id, this lease's handle, changes at every
+	// requeue; every lookup by id (storage/items.list ids, dead.list ids,
+	// dead.delete, dead.redrive, dead.edit) accepts it. Equal to id on a
+	// first lease. complete, retry and renew take id only: a lease's id
+	// never acts on a later lease of the item.
+	FirstId       string `protobuf:"bytes,140,opt,name=first_id,proto3" json:"first_id,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -453,6 +460,13 @@ func (x *QueueLeaseItem) GetBytes() []byte {
 func (x *QueueLeaseItem) GetGroup() string {
 	if x != nil {
 		return x.Group
+	}
+	return ""
+}
+
+func (x *QueueLeaseItem) GetFirstId() string {
+	if x != nil {
+		return x.FirstId
 	}
 	return ""
 }
@@ -1707,8 +1721,15 @@ type QueueStatsResponse struct {
 	// counts them all.
 	HeldGroups      []*QueueHeldGroup `protobuf:"bytes,103,rep,name=held_groups,proto3" json:"held_groups,omitempty"`
 	HeldGroupsTotal int64             `protobuf:"varint,104,opt,name=held_groups_total,proto3" json:"held_groups_total,omitempty"`
-	unknownFields   protoimpl.UnknownFields
-	sizeCache       protoimpl.SizeCache
+	// Styx (issue 49): the items of a queue that holds dead items (a
+	// dead-letter queue) that will expire (be deleted at the end of their
+	// retention, the queue's expire_timeout from their dead_at) within the
+	// next 24 hours: those not leased whose expire_deadline is before now +
+	// 24h. 0 on a queue that holds no dead item. Gauge:
+	// styx_dead_items_expiring_within_day.
+	ExpiringWithinDay int64 `protobuf:"varint,131,opt,name=expiring_within_day,proto3" json:"expiring_within_day,omitempty"`
+	unknownFields     protoimpl.UnknownFields
+	sizeCache         protoimpl.SizeCache
 }
 
 func (x *QueueStatsResponse) Reset() {
@@ -1793,6 +1814,13 @@ func (x *QueueStatsResponse) GetHeldGroups() []*QueueHeldGroup {
 func (x *QueueStatsResponse) GetHeldGroupsTotal() int64 {
 	if x != nil {
 		return x.HeldGroupsTotal
+	}
+	return 0
+}
+
+func (x *QueueStatsResponse) GetExpiringWithinDay() int64 {
+	if x != nil {
+		return x.ExpiringWithinDay
 	}
 	return 0
 }
@@ -2604,11 +2632,17 @@ func (x *QueuesDeleteRequest) GetForce() bool {
 }
 
 type StorageItemsListRequest struct {
-	state         protoimpl.MessageState `protogen:"open.v1"`
-	QueueName     string                 `protobuf:"bytes,1,opt,name=queueName,json=queue_name,proto3" json:"queueName,omitempty"`
-	Partition     int32                  `protobuf:"varint,2,opt,name=partition,proto3" json:"partition,omitempty"`
-	Pivot         string                 `protobuf:"bytes,3,opt,name=pivot,proto3" json:"pivot,omitempty"`
-	Limit         int32                  `protobuf:"varint,4,opt,name=limit,proto3" json:"limit,omitempty"`
+	state     protoimpl.MessageState `protogen:"open.v1"`
+	QueueName string                 `protobuf:"bytes,1,opt,name=queueName,json=queue_name,proto3" json:"queueName,omitempty"`
+	Partition int32                  `protobuf:"varint,2,opt,name=partition,proto3" json:"partition,omitempty"`
+	Pivot     string                 `protobuf:"bytes,3,opt,name=pivot,proto3" json:"pivot,omitempty"`
+	Limit     int32                  `protobuf:"varint,4,opt,name=limit,proto3" json:"limit,omitempty"`
+	// Styx (issue 49): when not empty (at most 1,000), list only the items
+	// these ids name, each by its current id or its first id, in any
+	// partition and state (partition and pivot are then ignored), in the
+	// order of the ids; an id that names no item is left out. Up to limit
+	// items (0: all of them).
+	Ids           []string `protobuf:"bytes,140,rep,name=ids,proto3" json:"ids,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -2669,6 +2703,13 @@ func (x *StorageItemsListRequest) GetLimit() int32 {
 		return x.Limit
 	}
 	return 0
+}
+
+func (x *StorageItemsListRequest) GetIds() []string {
+	if x != nil {
+		return x.Ids
+	}
+	return nil
 }
 
 type StorageItemsListResponse struct {
@@ -2930,7 +2971,20 @@ type StorageItem struct {
 	Attributes []*ItemAttribute `protobuf:"bytes,133,rep,name=attributes,proto3" json:"attributes,omitempty"`
 	// Styx: the item's group (QueueProduceItem.group); empty for none. Kept by
 	// the dead-letter move and a redrive; storage/items.import sets it.
-	Group         string `protobuf:"bytes,134,opt,name=group,proto3" json:"group,omitempty"`
+	Group string `protobuf:"bytes,134,opt,name=group,proto3" json:"group,omitempty"`
+	// Styx (issue 49): the item's first id, the id it entered this queue
+	// under (produced, imported, redriven or dead-lettered into it). It stays
+	// for the item's whole life in the queue, while id (its place in the
+	// queue, and the handle of its current lease) changes at every requeue: a
+	// retry, a release, a lease that ran out. Every lookup by id accepts it:
+	// link and refer to an item by it. Ignored by storage/items.import.
+	FirstId string `protobuf:"bytes,140,opt,name=first_id,proto3" json:"first_id,omitempty"`
+	// Styx (issue 49): the consumer holding the item's lease, stored with the
+	// lease (on every backend, every node, and across restarts): the lease
+	// call's client_id and its API key's name (empty without --auth). Empty
+	// when the item is not leased, or was leased before Styx stored it.
+	LeaseClientId string `protobuf:"bytes,141,opt,name=lease_client_id,proto3" json:"lease_client_id,omitempty"`
+	LeaseKeyName  string `protobuf:"bytes,142,opt,name=lease_key_name,proto3" json:"lease_key_name,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -3143,6 +3197,27 @@ func (x *StorageItem) GetAttributes() []*ItemAttribute {
 func (x *StorageItem) GetGroup() string {
 	if x != nil {
 		return x.Group
+	}
+	return ""
+}
+
+func (x *StorageItem) GetFirstId() string {
+	if x != nil {
+		return x.FirstId
+	}
+	return ""
+}
+
+func (x *StorageItem) GetLeaseClientId() string {
+	if x != nil {
+		return x.LeaseClientId
+	}
+	return ""
+}
+
+func (x *StorageItem) GetLeaseKeyName() string {
+	if x != nil {
+		return x.LeaseKeyName
 	}
 	return ""
 }
@@ -3965,6 +4040,16 @@ type DeadRedriveRequest struct {
 	// honours up_to and ignores expect_matched.
 	ExpectMatched *int64 `protobuf:"varint,101,opt,name=expect_matched,proto3,oneof" json:"expect_matched,omitempty"`
 	UpTo          string `protobuf:"bytes,102,opt,name=up_to,proto3" json:"up_to,omitempty"`
+	// Styx (issue 49): a canary. When above 0 (at most 10,000), the task
+	// moves that many items first, then waits for their outcome
+	// (RedriveTask.outcomes) up to canary_timeout: every one completed, it
+	// goes on; one retried or dead again, or none of both in time, it pauses
+	// (canary_status says why; redrives.resume goes on, redrives.cancel
+	// stops). 0 (default): no canary. Ignored by a dry run.
+	Canary int32 `protobuf:"varint,111,opt,name=canary,proto3" json:"canary,omitempty"`
+	// Styx (issue 49): how long the canary waits, a duration from "1s" to
+	// "24h"; empty means "5m".
+	CanaryTimeout string `protobuf:"bytes,112,opt,name=canary_timeout,proto3" json:"canary_timeout,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -4058,6 +4143,20 @@ func (x *DeadRedriveRequest) GetExpectMatched() int64 {
 func (x *DeadRedriveRequest) GetUpTo() string {
 	if x != nil {
 		return x.UpTo
+	}
+	return ""
+}
+
+func (x *DeadRedriveRequest) GetCanary() int32 {
+	if x != nil {
+		return x.Canary
+	}
+	return 0
+}
+
+func (x *DeadRedriveRequest) GetCanaryTimeout() string {
+	if x != nil {
+		return x.CanaryTimeout
 	}
 	return ""
 }
@@ -4542,7 +4641,28 @@ type RedriveTask struct {
 	// redrives.resume, or with the task), the current one not included. Its
 	// running time, which an ETA is measured over, is finished_at (or now)
 	// less started_at, paused_ms and the current pause.
-	PausedMs      int64 `protobuf:"varint,110,opt,name=paused_ms,proto3" json:"paused_ms,omitempty"`
+	PausedMs int64 `protobuf:"varint,110,opt,name=paused_ms,proto3" json:"paused_ms,omitempty"`
+	// Styx (issue 49): what became of the items the task moved, counted
+	// while it runs and for 24 hours after it ends (outcomes_until). Absent
+	// for a dry run and for a task started before outcomes were counted.
+	Outcomes *RedriveOutcomes `protobuf:"bytes,111,opt,name=outcomes,proto3" json:"outcomes,omitempty"`
+	// Styx (issue 49): when the counting of outcomes ends: finished_at plus
+	// 24 hours; absent while the task is unfinished.
+	OutcomesUntil *timestamppb.Timestamp `protobuf:"bytes,112,opt,name=outcomes_until,proto3" json:"outcomes_until,omitempty"`
+	// Styx (issue 49): the request's canary (0: none) and canary_timeout
+	// (resolved: "5m0s" by default; empty without a canary).
+	Canary        int32  `protobuf:"varint,113,opt,name=canary,proto3" json:"canary,omitempty"`
+	CanaryTimeout string `protobuf:"bytes,114,opt,name=canary_timeout,proto3" json:"canary_timeout,omitempty"`
+	// Styx (issue 49): where the canary is: "" (none, or its items are not
+	// all moved yet), "waiting" (moved; the task waits for their outcome),
+	// "passed" (all completed; the task went on), "failed" (one was retried
+	// or died again; the task paused), "timed_out" (not all completed within
+	// canary_timeout; the task paused).
+	CanaryStatus string `protobuf:"bytes,115,opt,name=canary_status,proto3" json:"canary_status,omitempty"`
+	// Styx (issue 49): while canary_status is "waiting", when the wait ends.
+	CanaryDeadline *timestamppb.Timestamp `protobuf:"bytes,116,opt,name=canary_deadline,proto3" json:"canary_deadline,omitempty"`
+	// Styx (issue 49): how many items the canary moved (once it waits).
+	CanaryMoved   int64 `protobuf:"varint,117,opt,name=canary_moved,proto3" json:"canary_moved,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -4766,6 +4886,420 @@ func (x *RedriveTask) GetPausedMs() int64 {
 	return 0
 }
 
+func (x *RedriveTask) GetOutcomes() *RedriveOutcomes {
+	if x != nil {
+		return x.Outcomes
+	}
+	return nil
+}
+
+func (x *RedriveTask) GetOutcomesUntil() *timestamppb.Timestamp {
+	if x != nil {
+		return x.OutcomesUntil
+	}
+	return nil
+}
+
+func (x *RedriveTask) GetCanary() int32 {
+	if x != nil {
+		return x.Canary
+	}
+	return 0
+}
+
+func (x *RedriveTask) GetCanaryTimeout() string {
+	if x != nil {
+		return x.CanaryTimeout
+	}
+	return ""
+}
+
+func (x *RedriveTask) GetCanaryStatus() string {
+	if x != nil {
+		return x.CanaryStatus
+	}
+	return ""
+}
+
+func (x *RedriveTask) GetCanaryDeadline() *timestamppb.Timestamp {
+	if x != nil {
+		return x.CanaryDeadline
+	}
+	return nil
+}
+
+func (x *RedriveTask) GetCanaryMoved() int64 {
+	if x != nil {
+		return x.CanaryMoved
+	}
+	return 0
+}
+
+// RedriveOutcomes is what became of the items a redrive task moved (Styx,
+// issue 49), as their destination queue's loop decided it.
+type RedriveOutcomes struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// Moved items completed in their destination.
+	Completed int64 `protobuf:"varint,1,opt,name=completed,proto3" json:"completed,omitempty"`
+	// Moved items whose first attempt in the destination failed (a retry
+	// that was no release, or a lease that ran out), each counted once: it
+	// may since have completed or died (counted there too).
+	Retried int64 `protobuf:"varint,2,opt,name=retried,proto3" json:"retried,omitempty"`
+	// Moved items that died in the destination (max_attempts, expired or
+	// explicit): back in a dead-letter queue, or dropped without one.
+	DeadAgain int64 `protobuf:"varint,3,opt,name=dead_again,proto3" json:"dead_again,omitempty"`
+	// moved less completed and dead_again: the items not known to have
+	// ended (in the destination, ready, scheduled or leased; or removed from
+	// it by a delete or a clear, which are not counted).
+	Pending       int64 `protobuf:"varint,4,opt,name=pending,proto3" json:"pending,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *RedriveOutcomes) Reset() {
+	*x = RedriveOutcomes{}
+	mi := &file_styx_v1_styx_proto_msgTypes[60]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *RedriveOutcomes) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*RedriveOutcomes) ProtoMessage() {}
+
+func (x *RedriveOutcomes) ProtoReflect() protoreflect.Message {
+	mi := &file_styx_v1_styx_proto_msgTypes[60]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use RedriveOutcomes.ProtoReflect.Descriptor instead.
+func (*RedriveOutcomes) Descriptor() ([]byte, []int) {
+	return file_styx_v1_styx_proto_rawDescGZIP(), []int{60}
+}
+
+func (x *RedriveOutcomes) GetCompleted() int64 {
+	if x != nil {
+		return x.Completed
+	}
+	return 0
+}
+
+func (x *RedriveOutcomes) GetRetried() int64 {
+	if x != nil {
+		return x.Retried
+	}
+	return 0
+}
+
+func (x *RedriveOutcomes) GetDeadAgain() int64 {
+	if x != nil {
+		return x.DeadAgain
+	}
+	return 0
+}
+
+func (x *RedriveOutcomes) GetPending() int64 {
+	if x != nil {
+		return x.Pending
+	}
+	return 0
+}
+
+// ActivityListRequest asks for the activity log: the audited calls that
+// changed queues or items (who deleted, redrove, edited, paused, created,
+// and when), newest first. Kept for 30 days, at most the newest 10,000 of
+// the server (of every node on PostgreSQL).
+type ActivityListRequest struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// The queue whose records to list (its key must cover it); empty lists
+	// every queue's that the request's key covers.
+	QueueName string `protobuf:"bytes,1,opt,name=queue_name,proto3" json:"queue_name,omitempty"`
+	// The next_pivot of the previous page; empty starts at the newest.
+	Pivot string `protobuf:"bytes,2,opt,name=pivot,proto3" json:"pivot,omitempty"`
+	// The most records to answer, 1 to 1,000; 0 means 100.
+	Limit         int32 `protobuf:"varint,3,opt,name=limit,proto3" json:"limit,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *ActivityListRequest) Reset() {
+	*x = ActivityListRequest{}
+	mi := &file_styx_v1_styx_proto_msgTypes[61]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ActivityListRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ActivityListRequest) ProtoMessage() {}
+
+func (x *ActivityListRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_styx_v1_styx_proto_msgTypes[61]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ActivityListRequest.ProtoReflect.Descriptor instead.
+func (*ActivityListRequest) Descriptor() ([]byte, []int) {
+	return file_styx_v1_styx_proto_rawDescGZIP(), []int{61}
+}
+
+func (x *ActivityListRequest) GetQueueName() string {
+	if x != nil {
+		return x.QueueName
+	}
+	return ""
+}
+
+func (x *ActivityListRequest) GetPivot() string {
+	if x != nil {
+		return x.Pivot
+	}
+	return ""
+}
+
+func (x *ActivityListRequest) GetLimit() int32 {
+	if x != nil {
+		return x.Limit
+	}
+	return 0
+}
+
+// ActivityListResponse is a page of the activity log, newest first.
+type ActivityListResponse struct {
+	state   protoimpl.MessageState `protogen:"open.v1"`
+	Records []*ActivityRecord      `protobuf:"bytes,1,rep,name=records,proto3" json:"records,omitempty"`
+	// The pivot of the next page; empty when the log ended in this one.
+	NextPivot     string `protobuf:"bytes,2,opt,name=next_pivot,proto3" json:"next_pivot,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *ActivityListResponse) Reset() {
+	*x = ActivityListResponse{}
+	mi := &file_styx_v1_styx_proto_msgTypes[62]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ActivityListResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ActivityListResponse) ProtoMessage() {}
+
+func (x *ActivityListResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_styx_v1_styx_proto_msgTypes[62]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ActivityListResponse.ProtoReflect.Descriptor instead.
+func (*ActivityListResponse) Descriptor() ([]byte, []int) {
+	return file_styx_v1_styx_proto_rawDescGZIP(), []int{62}
+}
+
+func (x *ActivityListResponse) GetRecords() []*ActivityRecord {
+	if x != nil {
+		return x.Records
+	}
+	return nil
+}
+
+func (x *ActivityListResponse) GetNextPivot() string {
+	if x != nil {
+		return x.NextPivot
+	}
+	return ""
+}
+
+// ActivityRecord is one audited call, as the activity log keeps it.
+type ActivityRecord struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// The record's id (a decimal number; ids grow with time).
+	Id string `protobuf:"bytes,1,opt,name=id,proto3" json:"id,omitempty"`
+	// When the call was answered.
+	At *timestamppb.Timestamp `protobuf:"bytes,2,opt,name=at,proto3" json:"at,omitempty"`
+	// The name of the API key that made it; empty without --auth.
+	KeyName string `protobuf:"bytes,3,opt,name=key_name,proto3" json:"key_name,omitempty"`
+	// The door it came through ("v1", "sqs") and, for SQS, the action
+	// ("PurgeQueue"); op is the /v1 call it was made as ("dead.delete").
+	Door   string `protobuf:"bytes,4,opt,name=door,proto3" json:"door,omitempty"`
+	Action string `protobuf:"bytes,5,opt,name=action,proto3" json:"action,omitempty"`
+	Op     string `protobuf:"bytes,6,opt,name=op,proto3" json:"op,omitempty"`
+	// The queue it acted on ("~hidden" never appears: records of queues the
+	// key does not cover are left out); empty when it named none.
+	QueueName string `protobuf:"bytes,7,opt,name=queue_name,proto3" json:"queue_name,omitempty"`
+	// What it did, in order: ("deleted", "6"), ("task", "r-…"),
+	// ("matched", "40"), ("item", "…"), ("payload_bytes", "12").
+	Details       []*ActivityDetail `protobuf:"bytes,8,rep,name=details,proto3" json:"details,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *ActivityRecord) Reset() {
+	*x = ActivityRecord{}
+	mi := &file_styx_v1_styx_proto_msgTypes[63]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ActivityRecord) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ActivityRecord) ProtoMessage() {}
+
+func (x *ActivityRecord) ProtoReflect() protoreflect.Message {
+	mi := &file_styx_v1_styx_proto_msgTypes[63]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ActivityRecord.ProtoReflect.Descriptor instead.
+func (*ActivityRecord) Descriptor() ([]byte, []int) {
+	return file_styx_v1_styx_proto_rawDescGZIP(), []int{63}
+}
+
+func (x *ActivityRecord) GetId() string {
+	if x != nil {
+		return x.Id
+	}
+	return ""
+}
+
+func (x *ActivityRecord) GetAt() *timestamppb.Timestamp {
+	if x != nil {
+		return x.At
+	}
+	return nil
+}
+
+func (x *ActivityRecord) GetKeyName() string {
+	if x != nil {
+		return x.KeyName
+	}
+	return ""
+}
+
+func (x *ActivityRecord) GetDoor() string {
+	if x != nil {
+		return x.Door
+	}
+	return ""
+}
+
+func (x *ActivityRecord) GetAction() string {
+	if x != nil {
+		return x.Action
+	}
+	return ""
+}
+
+func (x *ActivityRecord) GetOp() string {
+	if x != nil {
+		return x.Op
+	}
+	return ""
+}
+
+func (x *ActivityRecord) GetQueueName() string {
+	if x != nil {
+		return x.QueueName
+	}
+	return ""
+}
+
+func (x *ActivityRecord) GetDetails() []*ActivityDetail {
+	if x != nil {
+		return x.Details
+	}
+	return nil
+}
+
+// ActivityDetail is one thing an audited call did: a name and its value
+// as text.
+type ActivityDetail struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Name          string                 `protobuf:"bytes,1,opt,name=name,proto3" json:"name,omitempty"`
+	Value         string                 `protobuf:"bytes,2,opt,name=value,proto3" json:"value,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *ActivityDetail) Reset() {
+	*x = ActivityDetail{}
+	mi := &file_styx_v1_styx_proto_msgTypes[64]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ActivityDetail) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ActivityDetail) ProtoMessage() {}
+
+func (x *ActivityDetail) ProtoReflect() protoreflect.Message {
+	mi := &file_styx_v1_styx_proto_msgTypes[64]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ActivityDetail.ProtoReflect.Descriptor instead.
+func (*ActivityDetail) Descriptor() ([]byte, []int) {
+	return file_styx_v1_styx_proto_rawDescGZIP(), []int{64}
+}
+
+func (x *ActivityDetail) GetName() string {
+	if x != nil {
+		return x.Name
+	}
+	return ""
+}
+
+func (x *ActivityDetail) GetValue() string {
+	if x != nil {
+		return x.Value
+	}
+	return ""
+}
+
 // KeysCreateRequest creates an API key.
 type KeysCreateRequest struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
@@ -4782,7 +5316,7 @@ type KeysCreateRequest struct {
 
 func (x *KeysCreateRequest) Reset() {
 	*x = KeysCreateRequest{}
-	mi := &file_styx_v1_styx_proto_msgTypes[60]
+	mi := &file_styx_v1_styx_proto_msgTypes[65]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4794,7 +5328,7 @@ func (x *KeysCreateRequest) String() string {
 func (*KeysCreateRequest) ProtoMessage() {}
 
 func (x *KeysCreateRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_styx_v1_styx_proto_msgTypes[60]
+	mi := &file_styx_v1_styx_proto_msgTypes[65]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4807,7 +5341,7 @@ func (x *KeysCreateRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use KeysCreateRequest.ProtoReflect.Descriptor instead.
 func (*KeysCreateRequest) Descriptor() ([]byte, []int) {
-	return file_styx_v1_styx_proto_rawDescGZIP(), []int{60}
+	return file_styx_v1_styx_proto_rawDescGZIP(), []int{65}
 }
 
 func (x *KeysCreateRequest) GetName() string {
@@ -4846,7 +5380,7 @@ type ApiKey struct {
 
 func (x *ApiKey) Reset() {
 	*x = ApiKey{}
-	mi := &file_styx_v1_styx_proto_msgTypes[61]
+	mi := &file_styx_v1_styx_proto_msgTypes[66]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4858,7 +5392,7 @@ func (x *ApiKey) String() string {
 func (*ApiKey) ProtoMessage() {}
 
 func (x *ApiKey) ProtoReflect() protoreflect.Message {
-	mi := &file_styx_v1_styx_proto_msgTypes[61]
+	mi := &file_styx_v1_styx_proto_msgTypes[66]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4871,7 +5405,7 @@ func (x *ApiKey) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ApiKey.ProtoReflect.Descriptor instead.
 func (*ApiKey) Descriptor() ([]byte, []int) {
-	return file_styx_v1_styx_proto_rawDescGZIP(), []int{61}
+	return file_styx_v1_styx_proto_rawDescGZIP(), []int{66}
 }
 
 func (x *ApiKey) GetName() string {
@@ -4924,7 +5458,7 @@ type KeysCreateResponse struct {
 
 func (x *KeysCreateResponse) Reset() {
 	*x = KeysCreateResponse{}
-	mi := &file_styx_v1_styx_proto_msgTypes[62]
+	mi := &file_styx_v1_styx_proto_msgTypes[67]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4936,7 +5470,7 @@ func (x *KeysCreateResponse) String() string {
 func (*KeysCreateResponse) ProtoMessage() {}
 
 func (x *KeysCreateResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_styx_v1_styx_proto_msgTypes[62]
+	mi := &file_styx_v1_styx_proto_msgTypes[67]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4949,7 +5483,7 @@ func (x *KeysCreateResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use KeysCreateResponse.ProtoReflect.Descriptor instead.
 func (*KeysCreateResponse) Descriptor() ([]byte, []int) {
-	return file_styx_v1_styx_proto_rawDescGZIP(), []int{62}
+	return file_styx_v1_styx_proto_rawDescGZIP(), []int{67}
 }
 
 func (x *KeysCreateResponse) GetKey() string {
@@ -4995,7 +5529,7 @@ type KeysListRequest struct {
 
 func (x *KeysListRequest) Reset() {
 	*x = KeysListRequest{}
-	mi := &file_styx_v1_styx_proto_msgTypes[63]
+	mi := &file_styx_v1_styx_proto_msgTypes[68]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -5007,7 +5541,7 @@ func (x *KeysListRequest) String() string {
 func (*KeysListRequest) ProtoMessage() {}
 
 func (x *KeysListRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_styx_v1_styx_proto_msgTypes[63]
+	mi := &file_styx_v1_styx_proto_msgTypes[68]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -5020,7 +5554,7 @@ func (x *KeysListRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use KeysListRequest.ProtoReflect.Descriptor instead.
 func (*KeysListRequest) Descriptor() ([]byte, []int) {
-	return file_styx_v1_styx_proto_rawDescGZIP(), []int{63}
+	return file_styx_v1_styx_proto_rawDescGZIP(), []int{68}
 }
 
 type KeysListResponse struct {
@@ -5032,7 +5566,7 @@ type KeysListResponse struct {
 
 func (x *KeysListResponse) Reset() {
 	*x = KeysListResponse{}
-	mi := &file_styx_v1_styx_proto_msgTypes[64]
+	mi := &file_styx_v1_styx_proto_msgTypes[69]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -5044,7 +5578,7 @@ func (x *KeysListResponse) String() string {
 func (*KeysListResponse) ProtoMessage() {}
 
 func (x *KeysListResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_styx_v1_styx_proto_msgTypes[64]
+	mi := &file_styx_v1_styx_proto_msgTypes[69]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -5057,7 +5591,7 @@ func (x *KeysListResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use KeysListResponse.ProtoReflect.Descriptor instead.
 func (*KeysListResponse) Descriptor() ([]byte, []int) {
-	return file_styx_v1_styx_proto_rawDescGZIP(), []int{64}
+	return file_styx_v1_styx_proto_rawDescGZIP(), []int{69}
 }
 
 func (x *KeysListResponse) GetKeys() []*ApiKey {
@@ -5076,7 +5610,7 @@ type KeysDeleteRequest struct {
 
 func (x *KeysDeleteRequest) Reset() {
 	*x = KeysDeleteRequest{}
-	mi := &file_styx_v1_styx_proto_msgTypes[65]
+	mi := &file_styx_v1_styx_proto_msgTypes[70]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -5088,7 +5622,7 @@ func (x *KeysDeleteRequest) String() string {
 func (*KeysDeleteRequest) ProtoMessage() {}
 
 func (x *KeysDeleteRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_styx_v1_styx_proto_msgTypes[65]
+	mi := &file_styx_v1_styx_proto_msgTypes[70]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -5101,7 +5635,7 @@ func (x *KeysDeleteRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use KeysDeleteRequest.ProtoReflect.Descriptor instead.
 func (*KeysDeleteRequest) Descriptor() ([]byte, []int) {
-	return file_styx_v1_styx_proto_rawDescGZIP(), []int{65}
+	return file_styx_v1_styx_proto_rawDescGZIP(), []int{70}
 }
 
 func (x *KeysDeleteRequest) GetName() string {
@@ -5143,7 +5677,7 @@ const file_styx_v1_styx_proto_rawDesc = "" +
 	"\bclientId\x18\x03 \x01(\tR\tclient_id\x12'\n" +
 	"\x0erequestTimeout\x18\x04 \x01(\tR\x0frequest_timeout\x12!\n" +
 	"\vcompleteIds\x18d \x03(\tR\fcomplete_ids\x12-\n" +
-	"\x11completePartition\x18e \x01(\x05R\x12complete_partition\"\xf9\x01\n" +
+	"\x11completePartition\x18e \x01(\x05R\x12complete_partition\"\x96\x02\n" +
 	"\x0eQueueLeaseItem\x12\x1a\n" +
 	"\bencoding\x18\x01 \x01(\tR\bencoding\x12\x12\n" +
 	"\x04kind\x18\x02 \x01(\tR\x04kind\x12\x1c\n" +
@@ -5152,7 +5686,8 @@ const file_styx_v1_styx_proto_rawDesc = "" +
 	"\battempts\x18\x05 \x01(\x05R\battempts\x12A\n" +
 	"\rleaseDeadline\x18\x06 \x01(\v2\x1a.google.protobuf.TimestampR\x0elease_deadline\x12\x14\n" +
 	"\x05bytes\x18\a \x01(\fR\x05bytes\x12\x14\n" +
-	"\x05group\x18d \x01(\tR\x05group\"\x80\x01\n" +
+	"\x05group\x18d \x01(\tR\x05group\x12\x1b\n" +
+	"\bfirst_id\x18\x8c\x01 \x01(\tR\bfirst_id\"\x80\x01\n" +
 	"\x12QueueLeaseResponse\x12\x1d\n" +
 	"\tqueueName\x18\x01 \x01(\tR\n" +
 	"queue_name\x12\x1c\n" +
@@ -5254,7 +5789,7 @@ const file_styx_v1_styx_proto_rawDesc = "" +
 	"\amessage\x18\x03 \x01(\tR\amessage\"2\n" +
 	"\x11QueueStatsRequest\x12\x1d\n" +
 	"\tqueueName\x18\x01 \x01(\tR\n" +
-	"queue_name\"\x8f\x05\n" +
+	"queue_name\"\xc2\x05\n" +
 	"\x12QueueStatsResponse\x12\x1d\n" +
 	"\tqueueName\x18\x01 \x01(\tR\n" +
 	"queue_name\x12@\n" +
@@ -5264,7 +5799,8 @@ const file_styx_v1_styx_proto_rawDesc = "" +
 	"\x11oldest_created_at\x18\x82\x01 \x01(\v2\x1a.google.protobuf.TimestampR\x11oldest_created_at\x124\n" +
 	"\tconsumers\x18f \x03(\v2\x16.styx.v1.QueueConsumerR\tconsumers\x129\n" +
 	"\vheld_groups\x18g \x03(\v2\x17.styx.v1.QueueHeldGroupR\vheld_groups\x12,\n" +
-	"\x11held_groups_total\x18h \x01(\x03R\x11held_groups_total\x1a?\n" +
+	"\x11held_groups_total\x18h \x01(\x03R\x11held_groups_total\x121\n" +
+	"\x13expiring_within_day\x18\x83\x01 \x01(\x03R\x13expiring_within_day\x1a?\n" +
 	"\x11DeadByReasonEntry\x12\x10\n" +
 	"\x03key\x18\x01 \x01(\tR\x03key\x12\x14\n" +
 	"\x05value\x18\x02 \x01(\x03R\x05value:\x028\x01\x1a?\n" +
@@ -5342,13 +5878,14 @@ const file_styx_v1_styx_proto_rawDesc = "" +
 	"\x13QueuesDeleteRequest\x12\x1d\n" +
 	"\tqueueName\x18\x01 \x01(\tR\n" +
 	"queue_name\x12\x14\n" +
-	"\x05force\x18\x02 \x01(\bR\x05force\"\x82\x01\n" +
+	"\x05force\x18\x02 \x01(\bR\x05force\"\x95\x01\n" +
 	"\x17StorageItemsListRequest\x12\x1d\n" +
 	"\tqueueName\x18\x01 \x01(\tR\n" +
 	"queue_name\x12\x1c\n" +
 	"\tpartition\x18\x02 \x01(\x05R\tpartition\x12\x14\n" +
 	"\x05pivot\x18\x03 \x01(\tR\x05pivot\x12\x14\n" +
-	"\x05limit\x18\x04 \x01(\x05R\x05limit\"F\n" +
+	"\x05limit\x18\x04 \x01(\x05R\x05limit\x12\x11\n" +
+	"\x03ids\x18\x8c\x01 \x03(\tR\x03ids\"F\n" +
 	"\x18StorageItemsListResponse\x12*\n" +
 	"\x05items\x18\x01 \x03(\v2\x14.styx.v1.StorageItemR\x05items\"\x84\x01\n" +
 	"\x19StorageItemsImportRequest\x12\x1d\n" +
@@ -5362,7 +5899,7 @@ const file_styx_v1_styx_proto_rawDesc = "" +
 	"\tqueueName\x18\x01 \x01(\tR\n" +
 	"queue_name\x12\x1c\n" +
 	"\tpartition\x18\x02 \x01(\x05R\tpartition\x12\x10\n" +
-	"\x03ids\x18\x03 \x03(\tR\x03ids\"\xda\b\n" +
+	"\x03ids\x18\x03 \x03(\tR\x03ids\"\xcb\t\n" +
 	"\vStorageItem\x12\x0e\n" +
 	"\x02id\x18\x01 \x01(\tR\x02id\x12\x1c\n" +
 	"\tsource_id\x18\x02 \x01(\tR\tsource_id\x12\x1b\n" +
@@ -5397,7 +5934,10 @@ const file_styx_v1_styx_proto_rawDesc = "" +
 	"\n" +
 	"attributes\x18\x85\x01 \x03(\v2\x16.styx.v1.ItemAttributeR\n" +
 	"attributes\x12\x15\n" +
-	"\x05group\x18\x86\x01 \x01(\tR\x05group\"~\n" +
+	"\x05group\x18\x86\x01 \x01(\tR\x05group\x12\x1b\n" +
+	"\bfirst_id\x18\x8c\x01 \x01(\tR\bfirst_id\x12)\n" +
+	"\x0flease_client_id\x18\x8d\x01 \x01(\tR\x0flease_client_id\x12'\n" +
+	"\x0elease_key_name\x18\x8e\x01 \x01(\tR\x0elease_key_name\"~\n" +
 	"\fAttemptError\x12\x18\n" +
 	"\aattempt\x18\x01 \x01(\x05R\aattempt\x12\x14\n" +
 	"\x05error\x18\x02 \x01(\tR\x05error\x12*\n" +
@@ -5465,7 +6005,7 @@ const file_styx_v1_styx_proto_rawDesc = "" +
 	"\x05up_to\x18f \x01(\tR\x05up_toB\x11\n" +
 	"\x0f_expect_matched\".\n" +
 	"\x12DeadDeleteResponse\x12\x18\n" +
-	"\adeleted\x18\x01 \x01(\x03R\adeleted\"\xd3\x02\n" +
+	"\adeleted\x18\x01 \x01(\x03R\adeleted\"\x93\x03\n" +
 	"\x12DeadRedriveRequest\x12\x1e\n" +
 	"\n" +
 	"queue_name\x18\x01 \x01(\tR\n" +
@@ -5479,7 +6019,9 @@ const file_styx_v1_styx_proto_rawDesc = "" +
 	"\x11max_redrive_count\x18d \x01(\x05R\x11max_redrive_count\x12\x10\n" +
 	"\x03all\x18n \x01(\bR\x03all\x12+\n" +
 	"\x0eexpect_matched\x18e \x01(\x03H\x00R\x0eexpect_matched\x88\x01\x01\x12\x14\n" +
-	"\x05up_to\x18f \x01(\tR\x05up_toB\x11\n" +
+	"\x05up_to\x18f \x01(\tR\x05up_to\x12\x16\n" +
+	"\x06canary\x18o \x01(\x05R\x06canary\x12&\n" +
+	"\x0ecanary_timeout\x18p \x01(\tR\x0ecanary_timeoutB\x11\n" +
 	"\x0f_expect_matched\"\xae\x01\n" +
 	"\x0fDeadEditRequest\x12\x1e\n" +
 	"\n" +
@@ -5523,8 +6065,7 @@ const file_styx_v1_styx_proto_rawDesc = "" +
 	"\fskip_reasons\x18\x03 \x03(\v2%.styx.v1.RedrivePlan.SkipReasonsEntryR\fskip_reasons\x1a>\n" +
 	"\x10SkipReasonsEntry\x12\x10\n" +
 	"\x03key\x18\x01 \x01(\tR\x03key\x12\x14\n" +
-	"\x05value\x18\x02 \x01(\x03R\x05value:\x028\x01\"\xe2\n" +
-	"\n" +
+	"\x05value\x18\x02 \x01(\x03R\x05value:\x028\x01\"\xac\r\n" +
 	"\vRedriveTask\x12\x18\n" +
 	"\atask_id\x18\x01 \x01(\tR\atask_id\x12\x1e\n" +
 	"\n" +
@@ -5563,7 +6104,14 @@ const file_styx_v1_styx_proto_rawDesc = "" +
 	"\x05up_to\x18k \x01(\tR\x05up_to\x12:\n" +
 	"\aleft_to\x18l \x03(\v2 .styx.v1.RedriveTask.LeftToEntryR\aleft_to\x128\n" +
 	"\tpaused_at\x18m \x01(\v2\x1a.google.protobuf.TimestampR\tpaused_at\x12\x1c\n" +
-	"\tpaused_ms\x18n \x01(\x03R\tpaused_ms\x1aR\n" +
+	"\tpaused_ms\x18n \x01(\x03R\tpaused_ms\x124\n" +
+	"\boutcomes\x18o \x01(\v2\x18.styx.v1.RedriveOutcomesR\boutcomes\x12B\n" +
+	"\x0eoutcomes_until\x18p \x01(\v2\x1a.google.protobuf.TimestampR\x0eoutcomes_until\x12\x16\n" +
+	"\x06canary\x18q \x01(\x05R\x06canary\x12&\n" +
+	"\x0ecanary_timeout\x18r \x01(\tR\x0ecanary_timeout\x12$\n" +
+	"\rcanary_status\x18s \x01(\tR\rcanary_status\x12D\n" +
+	"\x0fcanary_deadline\x18t \x01(\v2\x1a.google.protobuf.TimestampR\x0fcanary_deadline\x12\"\n" +
+	"\fcanary_moved\x18u \x01(\x03R\fcanary_moved\x1aR\n" +
 	"\fByQueueEntry\x12\x10\n" +
 	"\x03key\x18\x01 \x01(\tR\x03key\x12,\n" +
 	"\x05value\x18\x02 \x01(\v2\x16.styx.v1.RedriveCountsR\x05value:\x028\x01\x1aV\n" +
@@ -5575,7 +6123,39 @@ const file_styx_v1_styx_proto_rawDesc = "" +
 	"\x05value\x18\x02 \x01(\x03R\x05value:\x028\x01\x1a9\n" +
 	"\vLeftToEntry\x12\x10\n" +
 	"\x03key\x18\x01 \x01(\tR\x03key\x12\x14\n" +
-	"\x05value\x18\x02 \x01(\x03R\x05value:\x028\x01\"W\n" +
+	"\x05value\x18\x02 \x01(\x03R\x05value:\x028\x01\"\x83\x01\n" +
+	"\x0fRedriveOutcomes\x12\x1c\n" +
+	"\tcompleted\x18\x01 \x01(\x03R\tcompleted\x12\x18\n" +
+	"\aretried\x18\x02 \x01(\x03R\aretried\x12\x1e\n" +
+	"\n" +
+	"dead_again\x18\x03 \x01(\x03R\n" +
+	"dead_again\x12\x18\n" +
+	"\apending\x18\x04 \x01(\x03R\apending\"a\n" +
+	"\x13ActivityListRequest\x12\x1e\n" +
+	"\n" +
+	"queue_name\x18\x01 \x01(\tR\n" +
+	"queue_name\x12\x14\n" +
+	"\x05pivot\x18\x02 \x01(\tR\x05pivot\x12\x14\n" +
+	"\x05limit\x18\x03 \x01(\x05R\x05limit\"i\n" +
+	"\x14ActivityListResponse\x121\n" +
+	"\arecords\x18\x01 \x03(\v2\x17.styx.v1.ActivityRecordR\arecords\x12\x1e\n" +
+	"\n" +
+	"next_pivot\x18\x02 \x01(\tR\n" +
+	"next_pivot\"\xf7\x01\n" +
+	"\x0eActivityRecord\x12\x0e\n" +
+	"\x02id\x18\x01 \x01(\tR\x02id\x12*\n" +
+	"\x02at\x18\x02 \x01(\v2\x1a.google.protobuf.TimestampR\x02at\x12\x1a\n" +
+	"\bkey_name\x18\x03 \x01(\tR\bkey_name\x12\x12\n" +
+	"\x04door\x18\x04 \x01(\tR\x04door\x12\x16\n" +
+	"\x06action\x18\x05 \x01(\tR\x06action\x12\x0e\n" +
+	"\x02op\x18\x06 \x01(\tR\x02op\x12\x1e\n" +
+	"\n" +
+	"queue_name\x18\a \x01(\tR\n" +
+	"queue_name\x121\n" +
+	"\adetails\x18\b \x03(\v2\x17.styx.v1.ActivityDetailR\adetails\":\n" +
+	"\x0eActivityDetail\x12\x12\n" +
+	"\x04name\x18\x01 \x01(\tR\x04name\x12\x14\n" +
+	"\x05value\x18\x02 \x01(\tR\x05value\"W\n" +
 	"\x11KeysCreateRequest\x12\x12\n" +
 	"\x04name\x18\x01 \x01(\tR\x04name\x12\x16\n" +
 	"\x06scopes\x18\x02 \x03(\tR\x06scopes\x12\x16\n" +
@@ -5616,7 +6196,7 @@ func file_styx_v1_styx_proto_rawDescGZIP() []byte {
 	return file_styx_v1_styx_proto_rawDescData
 }
 
-var file_styx_v1_styx_proto_msgTypes = make([]protoimpl.MessageInfo, 76)
+var file_styx_v1_styx_proto_msgTypes = make([]protoimpl.MessageInfo, 81)
 var file_styx_v1_styx_proto_goTypes = []any{
 	(*QueueProduceRequest)(nil),        // 0: styx.v1.QueueProduceRequest
 	(*QueueProduceItem)(nil),           // 1: styx.v1.QueueProduceItem
@@ -5678,99 +6258,110 @@ var file_styx_v1_styx_proto_goTypes = []any{
 	(*RedriveCounts)(nil),              // 57: styx.v1.RedriveCounts
 	(*RedrivePlan)(nil),                // 58: styx.v1.RedrivePlan
 	(*RedriveTask)(nil),                // 59: styx.v1.RedriveTask
-	(*KeysCreateRequest)(nil),          // 60: styx.v1.KeysCreateRequest
-	(*ApiKey)(nil),                     // 61: styx.v1.ApiKey
-	(*KeysCreateResponse)(nil),         // 62: styx.v1.KeysCreateResponse
-	(*KeysListRequest)(nil),            // 63: styx.v1.KeysListRequest
-	(*KeysListResponse)(nil),           // 64: styx.v1.KeysListResponse
-	(*KeysDeleteRequest)(nil),          // 65: styx.v1.KeysDeleteRequest
-	nil,                                // 66: styx.v1.QueueStatsResponse.DeadByReasonEntry
-	nil,                                // 67: styx.v1.QueueStatsResponse.DeadBySourceEntry
-	nil,                                // 68: styx.v1.QueuesHistoryResponse.GroupPatternsEntry
-	nil,                                // 69: styx.v1.HistoryPoint.DeadByGroupEntry
-	nil,                                // 70: styx.v1.RedriveCounts.SkipReasonsEntry
-	nil,                                // 71: styx.v1.RedrivePlan.SkipReasonsEntry
-	nil,                                // 72: styx.v1.RedriveTask.ByQueueEntry
-	nil,                                // 73: styx.v1.RedriveTask.ByDestinationEntry
-	nil,                                // 74: styx.v1.RedriveTask.SkipReasonsEntry
-	nil,                                // 75: styx.v1.RedriveTask.LeftToEntry
-	(*timestamppb.Timestamp)(nil),      // 76: google.protobuf.Timestamp
+	(*RedriveOutcomes)(nil),            // 60: styx.v1.RedriveOutcomes
+	(*ActivityListRequest)(nil),        // 61: styx.v1.ActivityListRequest
+	(*ActivityListResponse)(nil),       // 62: styx.v1.ActivityListResponse
+	(*ActivityRecord)(nil),             // 63: styx.v1.ActivityRecord
+	(*ActivityDetail)(nil),             // 64: styx.v1.ActivityDetail
+	(*KeysCreateRequest)(nil),          // 65: styx.v1.KeysCreateRequest
+	(*ApiKey)(nil),                     // 66: styx.v1.ApiKey
+	(*KeysCreateResponse)(nil),         // 67: styx.v1.KeysCreateResponse
+	(*KeysListRequest)(nil),            // 68: styx.v1.KeysListRequest
+	(*KeysListResponse)(nil),           // 69: styx.v1.KeysListResponse
+	(*KeysDeleteRequest)(nil),          // 70: styx.v1.KeysDeleteRequest
+	nil,                                // 71: styx.v1.QueueStatsResponse.DeadByReasonEntry
+	nil,                                // 72: styx.v1.QueueStatsResponse.DeadBySourceEntry
+	nil,                                // 73: styx.v1.QueuesHistoryResponse.GroupPatternsEntry
+	nil,                                // 74: styx.v1.HistoryPoint.DeadByGroupEntry
+	nil,                                // 75: styx.v1.RedriveCounts.SkipReasonsEntry
+	nil,                                // 76: styx.v1.RedrivePlan.SkipReasonsEntry
+	nil,                                // 77: styx.v1.RedriveTask.ByQueueEntry
+	nil,                                // 78: styx.v1.RedriveTask.ByDestinationEntry
+	nil,                                // 79: styx.v1.RedriveTask.SkipReasonsEntry
+	nil,                                // 80: styx.v1.RedriveTask.LeftToEntry
+	(*timestamppb.Timestamp)(nil),      // 81: google.protobuf.Timestamp
 }
 var file_styx_v1_styx_proto_depIdxs = []int32{
 	1,  // 0: styx.v1.QueueProduceRequest.items:type_name -> styx.v1.QueueProduceItem
-	76, // 1: styx.v1.QueueProduceItem.enqueueAt:type_name -> google.protobuf.Timestamp
-	76, // 2: styx.v1.QueueLeaseItem.leaseDeadline:type_name -> google.protobuf.Timestamp
+	81, // 1: styx.v1.QueueProduceItem.enqueueAt:type_name -> google.protobuf.Timestamp
+	81, // 2: styx.v1.QueueLeaseItem.leaseDeadline:type_name -> google.protobuf.Timestamp
 	4,  // 3: styx.v1.QueueLeaseResponse.items:type_name -> styx.v1.QueueLeaseItem
 	9,  // 4: styx.v1.QueueRetryRequest.items:type_name -> styx.v1.QueueRetryItem
-	76, // 5: styx.v1.QueueRetryItem.retryAt:type_name -> google.protobuf.Timestamp
+	81, // 5: styx.v1.QueueRetryItem.retryAt:type_name -> google.protobuf.Timestamp
 	11, // 6: styx.v1.QueueRetryResponse.outcomes:type_name -> styx.v1.QueueRetryOutcome
-	76, // 7: styx.v1.QueueRetryOutcome.retryAt:type_name -> google.protobuf.Timestamp
+	81, // 7: styx.v1.QueueRetryOutcome.retryAt:type_name -> google.protobuf.Timestamp
 	14, // 8: styx.v1.QueueRenewResponse.items:type_name -> styx.v1.QueueRenewItem
-	76, // 9: styx.v1.QueueRenewItem.leaseDeadline:type_name -> google.protobuf.Timestamp
-	76, // 10: styx.v1.QueueInfo.createdAt:type_name -> google.protobuf.Timestamp
-	76, // 11: styx.v1.QueueInfo.updatedAt:type_name -> google.protobuf.Timestamp
+	81, // 9: styx.v1.QueueRenewItem.leaseDeadline:type_name -> google.protobuf.Timestamp
+	81, // 10: styx.v1.QueueInfo.createdAt:type_name -> google.protobuf.Timestamp
+	81, // 11: styx.v1.QueueInfo.updatedAt:type_name -> google.protobuf.Timestamp
 	16, // 12: styx.v1.QueueInfo.partitions:type_name -> styx.v1.PartitionInfo
-	76, // 13: styx.v1.QueueInfo.paused_at:type_name -> google.protobuf.Timestamp
+	81, // 13: styx.v1.QueueInfo.paused_at:type_name -> google.protobuf.Timestamp
 	25, // 14: styx.v1.QueueStatsResponse.logicalQueues:type_name -> styx.v1.QueueLogicalStats
-	66, // 15: styx.v1.QueueStatsResponse.dead_by_reason:type_name -> styx.v1.QueueStatsResponse.DeadByReasonEntry
-	67, // 16: styx.v1.QueueStatsResponse.dead_by_source:type_name -> styx.v1.QueueStatsResponse.DeadBySourceEntry
-	76, // 17: styx.v1.QueueStatsResponse.oldest_created_at:type_name -> google.protobuf.Timestamp
+	71, // 15: styx.v1.QueueStatsResponse.dead_by_reason:type_name -> styx.v1.QueueStatsResponse.DeadByReasonEntry
+	72, // 16: styx.v1.QueueStatsResponse.dead_by_source:type_name -> styx.v1.QueueStatsResponse.DeadBySourceEntry
+	81, // 17: styx.v1.QueueStatsResponse.oldest_created_at:type_name -> google.protobuf.Timestamp
 	24, // 18: styx.v1.QueueStatsResponse.consumers:type_name -> styx.v1.QueueConsumer
 	23, // 19: styx.v1.QueueStatsResponse.held_groups:type_name -> styx.v1.QueueHeldGroup
-	76, // 20: styx.v1.QueueHeldGroup.held_at:type_name -> google.protobuf.Timestamp
-	76, // 21: styx.v1.QueueConsumer.first_seen_at:type_name -> google.protobuf.Timestamp
-	76, // 22: styx.v1.QueueConsumer.last_seen_at:type_name -> google.protobuf.Timestamp
+	81, // 20: styx.v1.QueueHeldGroup.held_at:type_name -> google.protobuf.Timestamp
+	81, // 21: styx.v1.QueueConsumer.first_seen_at:type_name -> google.protobuf.Timestamp
+	81, // 22: styx.v1.QueueConsumer.last_seen_at:type_name -> google.protobuf.Timestamp
 	26, // 23: styx.v1.QueueLogicalStats.partitions:type_name -> styx.v1.QueuePartitionStats
 	29, // 24: styx.v1.QueuesHistoryResponse.points:type_name -> styx.v1.HistoryPoint
-	68, // 25: styx.v1.QueuesHistoryResponse.group_patterns:type_name -> styx.v1.QueuesHistoryResponse.GroupPatternsEntry
-	76, // 26: styx.v1.HistoryPoint.at:type_name -> google.protobuf.Timestamp
-	69, // 27: styx.v1.HistoryPoint.dead_by_group:type_name -> styx.v1.HistoryPoint.DeadByGroupEntry
+	73, // 25: styx.v1.QueuesHistoryResponse.group_patterns:type_name -> styx.v1.QueuesHistoryResponse.GroupPatternsEntry
+	81, // 26: styx.v1.HistoryPoint.at:type_name -> google.protobuf.Timestamp
+	74, // 27: styx.v1.HistoryPoint.dead_by_group:type_name -> styx.v1.HistoryPoint.DeadByGroupEntry
 	15, // 28: styx.v1.QueuesListResponse.items:type_name -> styx.v1.QueueInfo
 	40, // 29: styx.v1.StorageItemsListResponse.items:type_name -> styx.v1.StorageItem
 	40, // 30: styx.v1.StorageItemsImportRequest.items:type_name -> styx.v1.StorageItem
 	40, // 31: styx.v1.StorageItemsImportResponse.items:type_name -> styx.v1.StorageItem
-	76, // 32: styx.v1.StorageItem.leaseDeadline:type_name -> google.protobuf.Timestamp
-	76, // 33: styx.v1.StorageItem.expireDeadline:type_name -> google.protobuf.Timestamp
-	76, // 34: styx.v1.StorageItem.deadDeadline:type_name -> google.protobuf.Timestamp
-	76, // 35: styx.v1.StorageItem.createdAt:type_name -> google.protobuf.Timestamp
-	76, // 36: styx.v1.StorageItem.updatedAt:type_name -> google.protobuf.Timestamp
-	76, // 37: styx.v1.StorageItem.enqueueAt:type_name -> google.protobuf.Timestamp
-	76, // 38: styx.v1.StorageItem.dead_at:type_name -> google.protobuf.Timestamp
+	81, // 32: styx.v1.StorageItem.leaseDeadline:type_name -> google.protobuf.Timestamp
+	81, // 33: styx.v1.StorageItem.expireDeadline:type_name -> google.protobuf.Timestamp
+	81, // 34: styx.v1.StorageItem.deadDeadline:type_name -> google.protobuf.Timestamp
+	81, // 35: styx.v1.StorageItem.createdAt:type_name -> google.protobuf.Timestamp
+	81, // 36: styx.v1.StorageItem.updatedAt:type_name -> google.protobuf.Timestamp
+	81, // 37: styx.v1.StorageItem.enqueueAt:type_name -> google.protobuf.Timestamp
+	81, // 38: styx.v1.StorageItem.dead_at:type_name -> google.protobuf.Timestamp
 	41, // 39: styx.v1.StorageItem.errors:type_name -> styx.v1.AttemptError
 	41, // 40: styx.v1.StorageItem.dead_letter_errors:type_name -> styx.v1.AttemptError
 	42, // 41: styx.v1.StorageItem.attributes:type_name -> styx.v1.ItemAttribute
-	76, // 42: styx.v1.AttemptError.at:type_name -> google.protobuf.Timestamp
-	76, // 43: styx.v1.DeadFilter.dead_after:type_name -> google.protobuf.Timestamp
-	76, // 44: styx.v1.DeadFilter.dead_before:type_name -> google.protobuf.Timestamp
+	81, // 42: styx.v1.AttemptError.at:type_name -> google.protobuf.Timestamp
+	81, // 43: styx.v1.DeadFilter.dead_after:type_name -> google.protobuf.Timestamp
+	81, // 44: styx.v1.DeadFilter.dead_before:type_name -> google.protobuf.Timestamp
 	43, // 45: styx.v1.DeadGroupsRequest.filter:type_name -> styx.v1.DeadFilter
-	76, // 46: styx.v1.DeadGroup.first_dead_at:type_name -> google.protobuf.Timestamp
-	76, // 47: styx.v1.DeadGroup.last_dead_at:type_name -> google.protobuf.Timestamp
+	81, // 46: styx.v1.DeadGroup.first_dead_at:type_name -> google.protobuf.Timestamp
+	81, // 47: styx.v1.DeadGroup.last_dead_at:type_name -> google.protobuf.Timestamp
 	45, // 48: styx.v1.DeadGroupsResponse.groups:type_name -> styx.v1.DeadGroup
 	43, // 49: styx.v1.DeadListRequest.filter:type_name -> styx.v1.DeadFilter
 	40, // 50: styx.v1.DeadListResponse.items:type_name -> styx.v1.StorageItem
 	43, // 51: styx.v1.DeadDeleteRequest.filter:type_name -> styx.v1.DeadFilter
 	43, // 52: styx.v1.DeadRedriveRequest.filter:type_name -> styx.v1.DeadFilter
 	59, // 53: styx.v1.RedrivesListResponse.tasks:type_name -> styx.v1.RedriveTask
-	70, // 54: styx.v1.RedriveCounts.skip_reasons:type_name -> styx.v1.RedriveCounts.SkipReasonsEntry
-	71, // 55: styx.v1.RedrivePlan.skip_reasons:type_name -> styx.v1.RedrivePlan.SkipReasonsEntry
+	75, // 54: styx.v1.RedriveCounts.skip_reasons:type_name -> styx.v1.RedriveCounts.SkipReasonsEntry
+	76, // 55: styx.v1.RedrivePlan.skip_reasons:type_name -> styx.v1.RedrivePlan.SkipReasonsEntry
 	43, // 56: styx.v1.RedriveTask.filter:type_name -> styx.v1.DeadFilter
-	76, // 57: styx.v1.RedriveTask.started_at:type_name -> google.protobuf.Timestamp
-	76, // 58: styx.v1.RedriveTask.finished_at:type_name -> google.protobuf.Timestamp
-	72, // 59: styx.v1.RedriveTask.by_queue:type_name -> styx.v1.RedriveTask.ByQueueEntry
-	73, // 60: styx.v1.RedriveTask.by_destination:type_name -> styx.v1.RedriveTask.ByDestinationEntry
-	74, // 61: styx.v1.RedriveTask.skip_reasons:type_name -> styx.v1.RedriveTask.SkipReasonsEntry
-	75, // 62: styx.v1.RedriveTask.left_to:type_name -> styx.v1.RedriveTask.LeftToEntry
-	76, // 63: styx.v1.RedriveTask.paused_at:type_name -> google.protobuf.Timestamp
-	76, // 64: styx.v1.ApiKey.created_at:type_name -> google.protobuf.Timestamp
-	76, // 65: styx.v1.KeysCreateResponse.created_at:type_name -> google.protobuf.Timestamp
-	61, // 66: styx.v1.KeysListResponse.keys:type_name -> styx.v1.ApiKey
-	57, // 67: styx.v1.RedriveTask.ByQueueEntry.value:type_name -> styx.v1.RedriveCounts
-	58, // 68: styx.v1.RedriveTask.ByDestinationEntry.value:type_name -> styx.v1.RedrivePlan
-	69, // [69:69] is the sub-list for method output_type
-	69, // [69:69] is the sub-list for method input_type
-	69, // [69:69] is the sub-list for extension type_name
-	69, // [69:69] is the sub-list for extension extendee
-	0,  // [0:69] is the sub-list for field type_name
+	81, // 57: styx.v1.RedriveTask.started_at:type_name -> google.protobuf.Timestamp
+	81, // 58: styx.v1.RedriveTask.finished_at:type_name -> google.protobuf.Timestamp
+	77, // 59: styx.v1.RedriveTask.by_queue:type_name -> styx.v1.RedriveTask.ByQueueEntry
+	78, // 60: styx.v1.RedriveTask.by_destination:type_name -> styx.v1.RedriveTask.ByDestinationEntry
+	79, // 61: styx.v1.RedriveTask.skip_reasons:type_name -> styx.v1.RedriveTask.SkipReasonsEntry
+	80, // 62: styx.v1.RedriveTask.left_to:type_name -> styx.v1.RedriveTask.LeftToEntry
+	81, // 63: styx.v1.RedriveTask.paused_at:type_name -> google.protobuf.Timestamp
+	60, // 64: styx.v1.RedriveTask.outcomes:type_name -> styx.v1.RedriveOutcomes
+	81, // 65: styx.v1.RedriveTask.outcomes_until:type_name -> google.protobuf.Timestamp
+	81, // 66: styx.v1.RedriveTask.canary_deadline:type_name -> google.protobuf.Timestamp
+	63, // 67: styx.v1.ActivityListResponse.records:type_name -> styx.v1.ActivityRecord
+	81, // 68: styx.v1.ActivityRecord.at:type_name -> google.protobuf.Timestamp
+	64, // 69: styx.v1.ActivityRecord.details:type_name -> styx.v1.ActivityDetail
+	81, // 70: styx.v1.ApiKey.created_at:type_name -> google.protobuf.Timestamp
+	81, // 71: styx.v1.KeysCreateResponse.created_at:type_name -> google.protobuf.Timestamp
+	66, // 72: styx.v1.KeysListResponse.keys:type_name -> styx.v1.ApiKey
+	57, // 73: styx.v1.RedriveTask.ByQueueEntry.value:type_name -> styx.v1.RedriveCounts
+	58, // 74: styx.v1.RedriveTask.ByDestinationEntry.value:type_name -> styx.v1.RedrivePlan
+	75, // [75:75] is the sub-list for method output_type
+	75, // [75:75] is the sub-list for method input_type
+	75, // [75:75] is the sub-list for extension type_name
+	75, // [75:75] is the sub-list for extension extendee
+	0,  // [0:75] is the sub-list for field type_name
 }
 
 func init() { file_styx_v1_styx_proto_init() }
@@ -5787,7 +6378,7 @@ func file_styx_v1_styx_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_styx_v1_styx_proto_rawDesc), len(file_styx_v1_styx_proto_rawDesc)),
 			NumEnums:      0,
-			NumMessages:   76,
+			NumMessages:   81,
 			NumExtensions: 0,
 			NumServices:   0,
 		},

@@ -38,6 +38,10 @@ type Item struct {
 	// end without a complete are DLQ attempts: recorded apart
 	// (queue.RecordDeadLetterAttempt), never as its last error.
 	DeadCopy bool
+	// Redrive is the id of the tracked redrive task that moved the item
+	// into the queue (queue.RedriveTaskOf of its source key), "" for any
+	// other item: the engine reports what becomes of it (outcomes.go).
+	Redrive string
 }
 
 // Tx is one iteration of a queue on its backend. Methods are called by the

@@ -8,6 +8,7 @@ import (
 
 	"github.com/styxq/styx/internal/apierr"
 	"github.com/styxq/styx/internal/queue"
+	"github.com/styxq/styx/metrics"
 )
 
 // The engine's iteration: what one loop iteration decides, on every
@@ -27,6 +28,9 @@ type pass struct {
 	// joined are the leases that completed first (handleCompleteThenLease):
 	// answered in this iteration, served or not.
 	joined []*Request
+	// outcomes counts the outcomes of redriven items by redrive task
+	// (outcomes.go); nil until there is one.
+	outcomes map[string]*metrics.RedriveOutcome
 }
 
 func (it *pass) reply(r *Request, mode ReplyMode) {
@@ -51,6 +55,9 @@ func (e *Engine) iteration(tx Tx, now int64, reqs []*Request, lifecycle bool) {
 		}
 	}
 	tx.Commit(it.replies, err)
+	if err == nil {
+		e.reportOutcomes(it)
+	}
 }
 
 func (e *Engine) iterate(it *pass, reqs []*Request, lifecycle bool) error {
@@ -238,6 +245,9 @@ func (e *Engine) handleComplete(it *pass, op *completeOp) (ReplyMode, error) {
 	e.Loop.Consumers.ended(op.partition, op.ids...)
 	if e.completed != nil {
 		for _, x := range xs {
+	for _, x := range xs {
+		it.redriven(x, outcomeCompleted)
+	}
 			e.completed(x.Attempts)
 		}
 	}
@@ -560,6 +570,7 @@ func (e *Engine) deleteReceipt(it *pass, n int32, r queue.Receipt) (bool, error)
 	e.Loop.Consumers.ended(n, x.ID)
 	it.ready = nil
 	if e.completed != nil {
+	it.redriven(x, outcomeCompleted)
 		e.completed(x.Attempts)
 	}
 	return true, nil
@@ -637,6 +648,7 @@ func (e *Engine) handleRetry(it *pass, r *Request, op *retryOp) (ReplyMode, erro
 		} else {
 			outcomes[i] = queue.KillOutcome(it.info, e.Reason, e.Attempts)
 			x.Attempts = e.Attempts
+			it.requeued(x, e.Attempts)
 			var m bool
 			if m, err = it.tx.Kill(x, e.Reason, h); m {
 				moving = append(moving, x)
@@ -644,6 +656,7 @@ func (e *Engine) handleRetry(it *pass, r *Request, op *retryOp) (ReplyMode, erro
 		}
 		if err != nil {
 			return 0, err
+			it.redriven(x, outcomeDeadAgain)
 		}
 		outcomes[i].ID = ri.ID
 	}
@@ -709,8 +722,10 @@ func (e *Engine) lifecycle(it *pass) error {
 			} else {
 				_, err = it.tx.Kill(x, e.Reason, &h)
 			}
+				it.requeued(x, e.Attempts)
 			if err != nil {
 				return err
+				it.redriven(x, outcomeDeadAgain)
 			}
 		}
 	}
@@ -721,6 +736,7 @@ func (e *Engine) lifecycle(it *pass) error {
 	}
 	return nil
 }
+		it.redriven(x, outcomeDeadAgain)
 
 // isClient reports whether err is the client's (an apierr error): it
 // answers its request and changes nothing.

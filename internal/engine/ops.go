@@ -91,6 +91,10 @@ type Engine struct {
 	// (styx_item_attempts{outcome="completed"}); nil in tests without
 	// metrics.
 	completed func(n int32)
+	// outcomes receives the outcomes of redriven items
+	// (metrics.RedriveOutcomes; outcomes.go); nil in tests without
+	// metrics.
+	outcomes func(metrics.RedriveOutcome)
 }
 
 // NewEngine returns the engine of the queue name, with its loop (not
@@ -103,6 +107,7 @@ func NewEngine(name string, clk clock.Clock, m *metrics.Metrics) *Engine {
 	if m != nil {
 		e.completed = func(n int32) { m.ItemAttempts.WithLabelValues("completed").Observe(float64(n)) }
 		e.Loop.OnPanic = func(q string, _ any) { m.LoopPanics.WithLabelValues(q).Inc() }
+		e.outcomes = m.RedriveOutcomes
 	}
 	return e
 }

@@ -44,9 +44,13 @@ func (r *Runner) withTask(ctx context.Context, id string, apply change) (Task, e
 	c := t.clone()
 	r.mu.Unlock()
 	if then == nil {
-		return c, nil
+		return r.shown(c), nil
 	}
-	return then(c)
+	out, err := then(c)
+	if err != nil {
+		return out, err
+	}
+	return r.shown(out), nil
 }
 
 // record stores the change a control call made to task t: for a task
@@ -70,7 +74,7 @@ func (r *Runner) List(ctx context.Context, q string) ([]Task, error) {
 	var out []Task
 	for _, t := range r.tasks {
 		if q == "" || t.Queue == q {
-			out = append(out, t.clone())
+			out = append(out, r.shown(t.clone()))
 		}
 	}
 	slices.SortFunc(out, func(a, b Task) int { return -cmpString(a.ID, b.ID) })
@@ -203,8 +207,13 @@ func (r *Runner) Resume(ctx context.Context, id string) (Task, error) {
 		return func(Task) (Task, error) {
 			return r.whilePaused(ctx, id, func(t *Task, release func()) (bool, error) {
 				r.mu.Lock()
-				pausedAt, pausedFor := t.PausedAt, t.PausedFor
+				pausedAt, pausedFor, canaryAt := t.PausedAt, t.PausedFor, t.CanaryAt
 				t.Status = StatusRunning
+				if t.CanaryStatus == CanaryWaiting {
+					// Paused while it waited for its canary: the wait
+					// starts again.
+					t.CanaryAt = r.cfg.Clock.Now().UTC()
+				}
 				if !pausedAt.IsZero() {
 					t.PausedFor += max(r.cfg.Clock.Now().Sub(pausedAt), 0)
 					t.PausedAt = time.Time{}
@@ -212,7 +221,7 @@ func (r *Runner) Resume(ctx context.Context, id string) (Task, error) {
 				r.mu.Unlock()
 				if err := r.persist(t); err != nil {
 					r.mu.Lock()
-					t.Status, t.PausedAt, t.PausedFor = StatusPaused, pausedAt, pausedFor
+					t.Status, t.PausedAt, t.PausedFor, t.CanaryAt = StatusPaused, pausedAt, pausedFor, canaryAt
 					r.mu.Unlock()
 					return false, err
 				}

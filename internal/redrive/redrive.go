@@ -28,6 +28,11 @@
 //     failover), launch, the loop (rate limit, retries) and the task's end.
 //   - step.go: one step of the loop: a batch copied to its destinations,
 //     then deleted from the dead-letter queue, and its counts.
+//   - outcomes.go: what became of the items a task moved (completed,
+//     retried, dead again, pending), counted from the engine's reports and
+//     stored beside the task.
+//   - canary.go: a task's canary: move the first items, wait for their
+//     outcome, then go on or pause.
 package redrive
 
 import (
@@ -146,6 +151,8 @@ type Runner struct {
 	// is the newest. Taken before mu, never under it.
 	persisting map[string]*sync.Mutex
 	lastID     uint64
+	// book counts what became of the tasks' items (outcomes.go).
+	book *outcomeBook
 }
 
 // New loads the persisted tasks and resumes the running ones (on a shared
@@ -154,7 +161,7 @@ func New(ctx context.Context, cfg Config) (*Runner, error) {
 	rctx, stop := context.WithCancel(context.Background())
 	r := &Runner{cfg: cfg, ctx: rctx, stop: stop, tasks: map[string]*Task{}, running: map[string]context.CancelFunc{},
 		pokes: map[string]chan struct{}{}, inflight: map[string]string{}, starting: map[string]*sync.Mutex{},
-		ending: map[string]bool{}, persisting: map[string]*sync.Mutex{}}
+		ending: map[string]bool{}, persisting: map[string]*sync.Mutex{}, book: newOutcomeBook()}
 	r.claimer, _ = cfg.Store.(store.TaskClaimer)
 	if r.claimer != nil {
 		r.checker, _ = cfg.Store.(store.ClaimChecker)
@@ -163,6 +170,8 @@ func New(ctx context.Context, cfg Config) (*Runner, error) {
 		stop()
 		return nil, err
 	}
+	cfg.Metrics.OnRedriveOutcome(r.observe)
+	r.wg.Go(r.flushLoop)
 	if r.claimer != nil {
 		r.wg.Go(func() {
 			t := time.NewTicker(adoptEvery)
@@ -183,9 +192,11 @@ func New(ctx context.Context, cfg Config) (*Runner, error) {
 }
 
 // Close stops every task goroutine without changing the tasks' status: a
-// running task resumes when the server starts again. Call it before the
+// running task resumes when the server starts again; and stores the
+// outcomes counted since the last store (outcomes.go). Call it before the
 // queue manager closes.
 func (r *Runner) Close() {
 	r.stop()
 	r.wg.Wait()
+	r.flushOutcomes()
 }

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"slices"
+	"strings"
 	"time"
 
 	"golang.org/x/time/rate"
@@ -37,6 +38,11 @@ func (r *Runner) adopt(ctx context.Context) error {
 	for _, t := range tasks {
 		reqs[t.ID].apply(t)
 		r.mu.Lock()
+		if id, err := queue.ParseID("task", strings.TrimPrefix(t.ID, "rd-")); err == nil {
+			// A new task's id is after every stored one, even when the
+			// clock reads earlier than it did (Start).
+			r.lastID = max(r.lastID, id)
+		}
 		_, mine := r.running[t.ID]
 		mine = mine || ranAtLoad[t.ID]
 		if !mine {
@@ -271,6 +277,9 @@ func (r *Runner) end(t *Task, status, reason string, release func()) error {
 		done = done[1:]
 	}
 	r.mu.Unlock()
+	for _, id := range slices.Clone(prune) {
+		prune = append(prune, r.outcomeRecords(id)...)
+	}
 	if r.claimer != nil {
 		prune = append(prune, cancelPrefix+t.ID, pausePrefix+t.ID, ratePrefix+t.ID)
 	}
@@ -293,7 +302,7 @@ func (r *Runner) end(t *Task, status, reason string, release func()) error {
 // the task. poke wakes it from the rate limiter's wait (Pause, Update):
 // before each step it reads the task's status and rate limit again, and
 // other servers' requests.
-func (r *Runner) run(ctx context.Context, t *Task, poke <-chan struct{}) (string, string) {
+func (r *Runner) run(ctx context.Context, t *Task, poke chan struct{}) (string, string) {
 	var limiter *rate.Limiter
 	batch, paced := maxBatch, int32(-1) // the rate the limiter was made for
 	nextLog := (t.Moved + t.Failed + t.Skipped) / progressEvery
@@ -349,7 +358,17 @@ func (r *Runner) run(ctx context.Context, t *Task, poke <-chan struct{}) (string
 			return StatusPaused, ""
 		}
 		rateLimit := t.RateLimit
+		waiting := t.CanaryStatus == CanaryWaiting
 		r.mu.Unlock()
+		if waiting {
+			switch r.awaitCanary(ctx, t, poke) {
+			case canaryCanceled:
+				return StatusCancelled, ""
+			case canaryPause:
+				return StatusPaused, ""
+			}
+			continue // decided (passed), or woken: look again
+		}
 		if rateLimit != paced {
 			// Small bursts keep the rate even: a tenth of a second's
 			// worth. A new rate takes effect from this step.
@@ -380,7 +399,11 @@ func (r *Runner) run(ctx context.Context, t *Task, poke <-chan struct{}) (string
 			}
 			continue
 		}
-		items, next, err := dlq.Scan(ctx, info.Partitions, &t.Filter, queue.ScanParams{After: t.Pivot, Limit: batch})
+		limit := batch
+		if n := canaryLeft(t); n > 0 {
+			limit = min(limit, n) // the canary's items, no more
+		}
+		items, next, err := dlq.Scan(ctx, info.Partitions, &t.Filter, queue.ScanParams{After: t.Pivot, Limit: limit})
 		if err != nil {
 			if retry, status, reason := again("scan", err); !retry {
 				return status, reason
@@ -443,6 +466,7 @@ func (r *Runner) run(ctx context.Context, t *Task, poke <-chan struct{}) (string
 		}
 		done := next == 0
 		r.mu.Unlock()
+		r.canaryMoved(t, done)
 		for {
 			if !r.claimHeld(ctx, t) {
 				return statusClaimLost, ""

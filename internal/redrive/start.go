@@ -56,13 +56,21 @@ type StartParams struct {
 	// Ignored by a dry run. Filter.UpTo leaves out the items that died
 	// after the client counted.
 	ExpectMatched *int64
+	// Canary, when > 0, makes the task move that many items first and
+	// wait for their outcome, CanaryTimeout at most (0: DefaultCanaryTimeout),
+	// before it goes on or pauses (Task.Canary; canary.go). 0 to
+	// MaxCanary (ErrCanary); CanaryTimeout 0 or 1s to MaxCanaryTimeout
+	// (ErrCanaryTimeout).
+	Canary        int32
+	CanaryTimeout time.Duration
 }
 
 // Check validates p's own fields against the limits, looking nothing up:
 // the destination is not the queue (ErrDestinationIsQueue), RateLimit is in
-// 0..MaxRateLimit (ErrRateLimit) and MaxRedriveCount in
-// -1..MaxRedriveCountLimit (ErrMaxRedriveCount), each an apierr.Invalid
-// naming the /v1 field. Names and filters are the doors' to parse.
+// 0..MaxRateLimit (ErrRateLimit), MaxRedriveCount in
+// -1..MaxRedriveCountLimit (ErrMaxRedriveCount), Canary in 0..MaxCanary
+// (ErrCanary) and CanaryTimeout 0 or in 1s..MaxCanaryTimeout
+// (ErrCanaryTimeout), each an apierr.Invalid naming the /v1 field. Names and filters are the doors' to parse.
 func (p StartParams) Check() error {
 	if p.Destination != "" && p.Destination == p.Queue {
 		return apierr.Wrap(ErrDestinationIsQueue, apierr.Invalid, "invalid destination; '%s' is the queue being redriven", p.Destination)
@@ -73,7 +81,7 @@ func (p StartParams) Check() error {
 	if p.MaxRedriveCount < -1 || p.MaxRedriveCount > MaxRedriveCountLimit {
 		return apierr.Wrap(ErrMaxRedriveCount, apierr.Invalid, "invalid max_redrive_count; %d is out of range -1..%d", p.MaxRedriveCount, MaxRedriveCountLimit)
 	}
-	return nil
+	return p.checkCanary()
 }
 
 // Start checks p and counts the matching items and, unless p.DryRun, starts
@@ -120,7 +128,10 @@ func (r *Runner) Start(ctx context.Context, p StartParams) (Task, error) {
 	t := &Task{
 		Queue: p.Queue, Destination: p.Destination, Filter: p.Filter, RateLimit: p.RateLimit,
 		MaxRedriveCount: p.MaxRedriveCount, DryRun: p.DryRun, KeyName: p.KeyName, KeyQueues: p.KeyQueues, Status: StatusRunning,
-		ByQueue: map[string]*Counts{}, StartedAt: now,
+		ByQueue: map[string]*Counts{}, StartedAt: now, Tracked: !p.DryRun, Canary: p.Canary, CanaryTimeout: p.CanaryTimeout,
+	}
+	if t.Canary > 0 && t.CanaryTimeout == 0 {
+		t.CanaryTimeout = DefaultCanaryTimeout
 	}
 	if f := p.Filter.Fingerprint; f != "" {
 		if g, err := dlq.ErrorGroups(ctx, queue.ErrorGroupFilter{Fingerprint: f, SourceQueue: p.Filter.SourceQueue, Reason: p.Filter.Reason}, 1); err == nil && len(g.Groups) > 0 {

@@ -147,7 +147,11 @@ func (r *Runner) step(ctx context.Context, t *Task, dlq queue.Queue, items []que
 		now := r.cfg.Clock.Now()
 		for _, item := range send {
 			if !taken[item.Meta.ID] { // else the destination has its copy: only the delete is left
-				in = append(in, queue.RedriveItem{SourceKey: queue.RedriveKey(t.Queue, item.Meta.ID), Body: item.Body, Group: item.Meta.Group, DeadKey: item.Meta.SourceKey,
+				key := queue.RedriveKey(t.Queue, item.Meta.ID)
+				if t.Tracked { // the item carries the task's id (outcomes.go)
+					key = queue.RedriveTaskKey(t.Queue, item.Meta.ID, t.ID)
+				}
+				in = append(in, queue.RedriveItem{SourceKey: key, Body: item.Body, Group: item.Meta.Group, DeadKey: item.Meta.SourceKey,
 					Errors: queue.RedrivenHistory(&item, t.Queue, t.ID, now)})
 			}
 		}

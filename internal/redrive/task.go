@@ -171,6 +171,32 @@ type Task struct {
 	// completed it meanwhile, issue 41). So every item moved is counted,
 	// once (issue 53).
 	Taken map[string][]uint64 `json:"taken,omitempty"`
+	// Tracked reports that the task's items carry its id (their source
+	// key, queue.RedriveTaskKey), so that what becomes of them is counted
+	// (Outcomes): every task started since issue 49's outcomes; false on
+	// older tasks, which send the plain queue.RedriveKey (a resumed step
+	// must send the keys its first run sent).
+	Tracked bool `json:"tracked,omitempty"`
+	// Outcomes is what became of the items the task moved (outcomes.go),
+	// counted while it runs and for OutcomeWindow after it ends; set on the
+	// copies the Runner answers, nil for a dry run and an untracked task.
+	// Not stored with the task (its records are its own).
+	Outcomes *Outcomes `json:"-"`
+	// Canary, when > 0, is how many items the task moves first before it
+	// waits for their outcome (canary.go): CanaryTimeout at most (default
+	// DefaultCanaryTimeout). All of them completed: the task goes on; one
+	// retried or dead again, or the wait ran out: it pauses (resume to go
+	// on, cancel to stop). 0: no canary.
+	Canary        int32         `json:"canary,omitempty"`
+	CanaryTimeout time.Duration `json:"canary_timeout,omitempty"`
+	// CanaryStatus is where the canary is: "" (none, or its items are
+	// not all moved yet), CanaryWaiting, CanaryPassed, CanaryFailed or
+	// CanaryTimedOut. CanaryAt is when the wait began (zero before), and
+	// CanaryMoved how many items the task had moved then: the canary's
+	// items, whose completes pass it.
+	CanaryStatus string    `json:"canary_status,omitempty"`
+	CanaryAt     time.Time `json:"canary_at,omitzero"`
+	CanaryMoved  int64     `json:"canary_moved,omitempty"`
 }
 
 func (t *Task) clone() Task {

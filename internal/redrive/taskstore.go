@@ -51,7 +51,13 @@ func (r *Runner) load(ctx context.Context) ([]*Task, map[string]requests, error)
 	}
 	var tasks []*Task
 	reqs := map[string]requests{}
+	stored, records := map[string]Outcomes{}, map[string][]string{}
+	defer r.book.setStored(stored, records)
 	for _, rec := range recs {
+		if id, ok := strings.CutPrefix(rec.ID, outcomePrefix); ok {
+			r.book.loadOutcome(id, rec.Data, stored, records)
+			continue
+		}
 		if id, ok := strings.CutPrefix(rec.ID, cancelPrefix); ok {
 			q := reqs[id]
 			q.cancel = true

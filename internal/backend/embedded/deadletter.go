@@ -85,6 +85,7 @@ func (r *removedKeys) has(key string, now int64) bool {
 // duplicate reports whether an item of source key key is a copy this
 // queue holds, or held and removed (removedKeys), and logs the latter.
 func (l *Logical) duplicate(key string, now int64) bool {
+	key = queue.OnceKey(key) // one copy per dead item, whichever task sent it
 	if _, held := l.sourceKeys[key]; held {
 		return true
 	}

@@ -94,7 +94,8 @@ type Logical struct {
 	moveAfter int64
 	// sourceKeys maps the source key of every item that has one (a dead
 	// item in a dead-letter queue, a redriven item, an item imported with a
-	// source_id) to the item: a second copy is ignored.
+	// source_id) to the item: a second copy is ignored. Keyed by
+	// queue.OnceKey (a redrive task's key without the task).
 	sourceKeys map[string]*item
 	// dead counts the dead items of sourceKeys by reason and source
 	// (setSourceKey, dropSourceKey; rebuilt by load).
@@ -481,7 +482,7 @@ func (l *Logical) load() {
 			}
 			p.addGrouped(x, m.Group, m.GroupSeq)
 			if x.src != nil {
-				keys[x.src.key] = x
+				keys[queue.OnceKey(x.src.key)] = x
 				if x.isDeadCopy() {
 					dead = append(dead, loadedDead{x: x, p: p, fp: m.Fingerprint, deadAt: queue.Nanos(m.DeadAt)})
 				}
@@ -657,10 +658,11 @@ func (l *Logical) removeItem(it *iteration, p *partition, x *item) {
 	p.remove(x)
 	l.removeFromGroup(x)
 	l.bodies.drop(x.bodyID)
-	if x.src != nil && l.sourceKeys[x.src.key] == x {
-		l.dropSourceKey(x.src.key)
-		if !queue.IsImportKey(x.src.key) {
-			l.removed.add(x.src.key, it.now)
+	if x.src != nil && l.sourceKeys[queue.OnceKey(x.src.key)] == x {
+		k := queue.OnceKey(x.src.key)
+		l.dropSourceKey(k)
+		if !queue.IsImportKey(k) {
+			l.removed.add(k, it.now)
 		}
 	}
 	if d, ok := l.deferred[x]; ok {
@@ -672,21 +674,24 @@ func (l *Logical) removeItem(it *iteration, p *partition, x *item) {
 	it.batch.Delete(p.num, m, x.hasErrs)
 }
 
-// setSourceKey records x as the item of source key k.
+// setSourceKey records x as the item of source key k (by its
+// queue.OnceKey: sourceKeys is keyed so).
 func (l *Logical) setSourceKey(k string, x *item) {
 	if _, held := l.sourceKeys[k]; !held {
 		l.dead.count(k, 1)
 	}
 	l.sourceKeys[k] = x
 }
+	k = queue.OnceKey(k)
 
-// dropSourceKey forgets source key k.
+// dropSourceKey forgets source key k (by its queue.OnceKey).
 func (l *Logical) dropSourceKey(k string) {
 	if _, held := l.sourceKeys[k]; held {
 		l.dead.count(k, -1)
 		delete(l.sourceKeys, k)
 	}
 }
+	k = queue.OnceKey(k)
 
 // settle counts one item of a deferred retry reply as done.
 func (l *Logical) settle(d *deferredReply) {

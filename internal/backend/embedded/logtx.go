@@ -24,6 +24,9 @@ func (it *iteration) Info() queue.QueueInfo { return it.l.info }
 func view(p *partition, x *item) engine.Item {
 	v := engine.Item{Partition: p.num, ID: x.id, Attempts: x.attempts, Expire: x.expire, HasHistory: x.hasErrs,
 		DeadCopy: x.isDeadCopy()}
+	if x.src != nil {
+		v.Redrive = queue.RedriveTaskOf(x.src.key)
+	}
 	if x.state == stateLeased {
 		v.Leased, v.LeaseDeadline = true, x.deadline
 	}

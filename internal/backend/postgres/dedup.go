@@ -146,7 +146,7 @@ const sourceKeyPrefix = "source "
 func (it *iteration) redriveOnce(items []queue.RedriveItem) ([]queue.RedriveItem, error) {
 	keys := make([]string, 0, len(items))
 	for _, ri := range items {
-		keys = append(keys, sourceKeyPrefix+ri.SourceKey)
+		keys = append(keys, sourceKeyPrefix+queue.OnceKey(ri.SourceKey)) // one copy per dead item, whichever task sent it
 	}
 	slices.Sort(keys)
 	keys = slices.Compact(keys)
@@ -156,7 +156,7 @@ func (it *iteration) redriveOnce(items []queue.RedriveItem) ([]queue.RedriveItem
 	}
 	kept := items[:0:0]
 	for _, ri := range items {
-		if k := sourceKeyPrefix + ri.SourceKey; claimed[k] {
+		if k := sourceKeyPrefix + queue.OnceKey(ri.SourceKey); claimed[k] {
 			delete(claimed, k)
 			kept = append(kept, ri)
 		}

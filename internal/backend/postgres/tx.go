@@ -94,7 +94,7 @@ func toInt64(ids []uint64) []int64 {
 // view is the engine's Item of a row.
 func view(x row) engine.Item {
 	v := engine.Item{Partition: x.partition, ID: uint64(x.id), Attempts: x.attempts, Expire: x.expire,
-		HasHistory: true, DeadCopy: queue.IsDeadCopyKey(x.sourceKey)}
+		HasHistory: true, DeadCopy: queue.IsDeadCopyKey(x.sourceKey), Redrive: queue.RedriveTaskOf(x.sourceKey)}
 	if x.state == stateLeased {
 		v.Leased, v.LeaseDeadline = true, x.deadline
 	}
