@@ -242,12 +242,12 @@ func (e *Engine) handleComplete(it *pass, op *completeOp) (ReplyMode, error) {
 	if err := it.tx.Complete(xs); err != nil {
 		return 0, err
 	}
-	e.Loop.Consumers.ended(op.partition, op.ids...)
-	if e.completed != nil {
-		for _, x := range xs {
 	for _, x := range xs {
 		it.redriven(x, outcomeCompleted)
 	}
+	e.Loop.Consumers.ended(op.partition, op.ids...)
+	if e.completed != nil {
+		for _, x := range xs {
 			e.completed(x.Attempts)
 		}
 	}
@@ -567,10 +567,10 @@ func (e *Engine) deleteReceipt(it *pass, n int32, r queue.Receipt) (bool, error)
 	if err := it.tx.Complete([]Item{x}); err != nil {
 		return false, err
 	}
+	it.redriven(x, outcomeCompleted)
 	e.Loop.Consumers.ended(n, x.ID)
 	it.ready = nil
 	if e.completed != nil {
-	it.redriven(x, outcomeCompleted)
 		e.completed(x.Attempts)
 	}
 	return true, nil
@@ -645,18 +645,18 @@ func (e *Engine) handleRetry(it *pass, r *Request, op *retryOp) (ReplyMode, erro
 		if e.Reason == "" {
 			outcomes[i] = e.Requeued(0)
 			err = it.tx.Requeue(x, e, h, &outcomes[i].NewID)
+			it.requeued(x, e.Attempts)
 		} else {
 			outcomes[i] = queue.KillOutcome(it.info, e.Reason, e.Attempts)
 			x.Attempts = e.Attempts
-			it.requeued(x, e.Attempts)
 			var m bool
 			if m, err = it.tx.Kill(x, e.Reason, h); m {
 				moving = append(moving, x)
 			}
+			it.redriven(x, outcomeDeadAgain)
 		}
 		if err != nil {
 			return 0, err
-			it.redriven(x, outcomeDeadAgain)
 		}
 		outcomes[i].ID = ri.ID
 	}
@@ -719,13 +719,13 @@ func (e *Engine) lifecycle(it *pass) error {
 			e := queue.EndLease(it.info, x.Attempts, x.Expire, false, time.Time{}, it.now)
 			if e.Reason == "" {
 				err = it.tx.Requeue(x, e, &h, nil)
+				it.requeued(x, e.Attempts)
 			} else {
 				_, err = it.tx.Kill(x, e.Reason, &h)
+				it.redriven(x, outcomeDeadAgain)
 			}
-				it.requeued(x, e.Attempts)
 			if err != nil {
 				return err
-				it.redriven(x, outcomeDeadAgain)
 			}
 		}
 	}
@@ -733,10 +733,10 @@ func (e *Engine) lifecycle(it *pass) error {
 		if _, err := it.tx.Kill(x, queue.ReasonExpired, nil); err != nil {
 			return err
 		}
+		it.redriven(x, outcomeDeadAgain)
 	}
 	return nil
 }
-		it.redriven(x, outcomeDeadAgain)
 
 // isClient reports whether err is the client's (an apierr error): it
 // answers its request and changes nothing.

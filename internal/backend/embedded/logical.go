@@ -677,21 +677,21 @@ func (l *Logical) removeItem(it *iteration, p *partition, x *item) {
 // setSourceKey records x as the item of source key k (by its
 // queue.OnceKey: sourceKeys is keyed so).
 func (l *Logical) setSourceKey(k string, x *item) {
+	k = queue.OnceKey(k)
 	if _, held := l.sourceKeys[k]; !held {
 		l.dead.count(k, 1)
 	}
 	l.sourceKeys[k] = x
 }
-	k = queue.OnceKey(k)
 
 // dropSourceKey forgets source key k (by its queue.OnceKey).
 func (l *Logical) dropSourceKey(k string) {
+	k = queue.OnceKey(k)
 	if _, held := l.sourceKeys[k]; held {
 		l.dead.count(k, -1)
 		delete(l.sourceKeys, k)
 	}
 }
-	k = queue.OnceKey(k)
 
 // settle counts one item of a deferred retry reply as done.
 func (l *Logical) settle(d *deferredReply) {
