@@ -16,6 +16,8 @@
   const HIDDEN_TEXT = 'a queue this key cannot see';
   const main = document.getElementById('main');
   let page = 0; // bumped on each navigation; stale async work checks it
+  // L is the live-queue controls of a queue's page (livequeue.js).
+  const L = window.styxLive;
 
   // ---------------------------------------------------------------- API
 
@@ -969,6 +971,7 @@
     show(
       h('p', { class: 'crumbs' }, h('a', { href: '/ui/' }, 'Queues'), ' / ', name),
       h('h1', {}, name),
+      L.banner(h, info, ago),
       s.error ? notShown('Counts', s.error)
         : h('div', { class: 'cards' }, card('Ready', fmt(ready)), card('Leased', fmt(leased)), card('Scheduled', fmt(scheduled)),
           info.dead_queue ? card('Dead (in ' + info.dead_queue + ')', deadOf(q, dlqStats)) : null,
@@ -982,6 +985,7 @@
         isDLQ ? h('a', { class: 'button', href: '/ui/queues/' + enc(name) + '/dead' }, 'Dead items held by ' + name) : null,
         info.dead_queue ? h('a', { class: 'button', href: '/ui/queues/' + enc(info.dead_queue) + '/dead?' + new URLSearchParams({ source: name }) },
           'Its dead items in ' + info.dead_queue) : null,
+        ...(infoRes.error ? [] : L.buttons(h, info, name, { api, action, confirmAction, toast, render })),
         h('a', { class: 'button', href: '/ui/queues/' + enc(name) + '/items' }, 'Browse items')),
       h('h2', {}, 'Configuration'),
       infoRes.error ? notShown('The configuration', infoRes.error, true) : h('dl', { class: 'props' },
