@@ -31,6 +31,7 @@ import (
 	"github.com/styxq/styx/internal/backend/embedded"
 	"github.com/styxq/styx/internal/backend/embedded/pebble"
 	"github.com/styxq/styx/internal/backend/postgres"
+	"github.com/styxq/styx/internal/backup"
 	"github.com/styxq/styx/internal/clock"
 	"github.com/styxq/styx/internal/fifo"
 	"github.com/styxq/styx/internal/history"
@@ -679,11 +680,14 @@ func (d *Daemon) serve(ctx context.Context, m backend, tasks store.TaskStore, ks
 		sqsHandler = sqs.New(sqs.Config{Queues: counted, Redrives: d.redrives, Clock: cfg.Clock, Log: cfg.Log, Region: cfg.SQSRegion,
 			AccountID: cfg.SQSAccountID, MaxRequestBytes: cfg.MaxRequestBytes, FIFO: fs})
 	}
+	// Online backups of the embedded store (issue 47); none on PostgreSQL.
+	snapshots, _ := backup.SourceOf(d.store)
 	h := transport.NewHandler(transport.Config{
 		SQS:     sqsHandler,
 		Service: service.New(counted, d.redrives, cfg.Clock).WithMaxLeaseBytes(cfg.MaxRequestBytes).WithHistory(hist).WithKeys(keys).WithAttributes(sqs.DescribeAttributes), Metrics: d.Metrics, Log: cfg.Log, MaxRequestBytes: cfg.MaxRequestBytes,
 		MaxInflightBytes: cfg.MaxInflightBytes, MaxInflightBytesPerKey: cfg.MaxInflightBytesPerKey,
 		BodyReadTimeout: cfg.BodyReadTimeout, Keys: keys, Auth: cfg.Auth, UI: ui, AllowedHosts: cfg.AllowedHosts,
+		Backup: snapshots,
 		Health: func() string {
 			if guard != nil {
 				return guard.Health()

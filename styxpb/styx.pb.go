@@ -1905,13 +1905,17 @@ type QueueConsumer struct {
 	ClientId string `protobuf:"bytes,1,opt,name=client_id,proto3" json:"client_id,omitempty"`
 	KeyName  string `protobuf:"bytes,2,opt,name=key_name,proto3" json:"key_name,omitempty"`
 	// Its first lease call since it was last listed, and its latest one
-	// (whether or not it got items).
+	// (whether or not it got items). Unset for a consumer known only from
+	// the leases it holds (each lease's consumer is stored with it: after a
+	// restart, until its next lease call).
 	FirstSeenAt *timestamppb.Timestamp `protobuf:"bytes,3,opt,name=first_seen_at,proto3" json:"first_seen_at,omitempty"`
 	LastSeenAt  *timestamppb.Timestamp `protobuf:"bytes,4,opt,name=last_seen_at,proto3" json:"last_seen_at,omitempty"`
 	// Items its lease calls took since first_seen_at.
 	Leased int64 `protobuf:"varint,5,opt,name=leased,proto3" json:"leased,omitempty"`
 	// Live leases it holds now (items leased, neither completed, retried,
-	// expired nor deleted); held_ids lists up to 100 of them, lowest first.
+	// expired nor deleted); held_ids lists up to 100 of them (their current
+	// ids), lowest first. Kept across restarts, and on PostgreSQL counted on
+	// every node, from the leases as stored.
 	Held          int32    `protobuf:"varint,6,opt,name=held,proto3" json:"held,omitempty"`
 	HeldIds       []string `protobuf:"bytes,7,rep,name=held_ids,proto3" json:"held_ids,omitempty"`
 	unknownFields protoimpl.UnknownFields
@@ -5645,6 +5649,50 @@ func (x *KeysDeleteRequest) GetName() string {
 	return ""
 }
 
+// StorageBackupRequest asks /v1/storage/backup (Styx, issue 47; admin
+// scope) for an online backup of the embedded (Pebble) store. The answer
+// is not a message: on success it is the backup itself, streamed as
+// Content-Type application/vnd.styx.backup+tar (a tar archive of the
+// store's checkpoint files under store/, then MANIFEST.json; see
+// docs/wire-contract.md "Backup"); errors are duh.v1.Reply as usual. On
+// the PostgreSQL backend it is answered 501 (back the database up with
+// pg_basebackup or pg_dump).
+type StorageBackupRequest struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *StorageBackupRequest) Reset() {
+	*x = StorageBackupRequest{}
+	mi := &file_styx_v1_styx_proto_msgTypes[71]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *StorageBackupRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*StorageBackupRequest) ProtoMessage() {}
+
+func (x *StorageBackupRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_styx_v1_styx_proto_msgTypes[71]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use StorageBackupRequest.ProtoReflect.Descriptor instead.
+func (*StorageBackupRequest) Descriptor() ([]byte, []int) {
+	return file_styx_v1_styx_proto_rawDescGZIP(), []int{71}
+}
+
 var File_styx_v1_styx_proto protoreflect.FileDescriptor
 
 const file_styx_v1_styx_proto_rawDesc = "" +
@@ -6182,7 +6230,8 @@ const file_styx_v1_styx_proto_rawDesc = "" +
 	"\x10KeysListResponse\x12#\n" +
 	"\x04keys\x18\x01 \x03(\v2\x0f.styx.v1.ApiKeyR\x04keys\"'\n" +
 	"\x11KeysDeleteRequest\x12\x12\n" +
-	"\x04name\x18\x01 \x01(\tR\x04nameB\x1eZ\x1cgithub.com/styxq/styx/styxpbb\x06proto3"
+	"\x04name\x18\x01 \x01(\tR\x04name\"\x16\n" +
+	"\x14StorageBackupRequestB\x1eZ\x1cgithub.com/styxq/styx/styxpbb\x06proto3"
 
 var (
 	file_styx_v1_styx_proto_rawDescOnce sync.Once
@@ -6196,7 +6245,7 @@ func file_styx_v1_styx_proto_rawDescGZIP() []byte {
 	return file_styx_v1_styx_proto_rawDescData
 }
 
-var file_styx_v1_styx_proto_msgTypes = make([]protoimpl.MessageInfo, 81)
+var file_styx_v1_styx_proto_msgTypes = make([]protoimpl.MessageInfo, 82)
 var file_styx_v1_styx_proto_goTypes = []any{
 	(*QueueProduceRequest)(nil),        // 0: styx.v1.QueueProduceRequest
 	(*QueueProduceItem)(nil),           // 1: styx.v1.QueueProduceItem
@@ -6269,91 +6318,92 @@ var file_styx_v1_styx_proto_goTypes = []any{
 	(*KeysListRequest)(nil),            // 68: styx.v1.KeysListRequest
 	(*KeysListResponse)(nil),           // 69: styx.v1.KeysListResponse
 	(*KeysDeleteRequest)(nil),          // 70: styx.v1.KeysDeleteRequest
-	nil,                                // 71: styx.v1.QueueStatsResponse.DeadByReasonEntry
-	nil,                                // 72: styx.v1.QueueStatsResponse.DeadBySourceEntry
-	nil,                                // 73: styx.v1.QueuesHistoryResponse.GroupPatternsEntry
-	nil,                                // 74: styx.v1.HistoryPoint.DeadByGroupEntry
-	nil,                                // 75: styx.v1.RedriveCounts.SkipReasonsEntry
-	nil,                                // 76: styx.v1.RedrivePlan.SkipReasonsEntry
-	nil,                                // 77: styx.v1.RedriveTask.ByQueueEntry
-	nil,                                // 78: styx.v1.RedriveTask.ByDestinationEntry
-	nil,                                // 79: styx.v1.RedriveTask.SkipReasonsEntry
-	nil,                                // 80: styx.v1.RedriveTask.LeftToEntry
-	(*timestamppb.Timestamp)(nil),      // 81: google.protobuf.Timestamp
+	(*StorageBackupRequest)(nil),       // 71: styx.v1.StorageBackupRequest
+	nil,                                // 72: styx.v1.QueueStatsResponse.DeadByReasonEntry
+	nil,                                // 73: styx.v1.QueueStatsResponse.DeadBySourceEntry
+	nil,                                // 74: styx.v1.QueuesHistoryResponse.GroupPatternsEntry
+	nil,                                // 75: styx.v1.HistoryPoint.DeadByGroupEntry
+	nil,                                // 76: styx.v1.RedriveCounts.SkipReasonsEntry
+	nil,                                // 77: styx.v1.RedrivePlan.SkipReasonsEntry
+	nil,                                // 78: styx.v1.RedriveTask.ByQueueEntry
+	nil,                                // 79: styx.v1.RedriveTask.ByDestinationEntry
+	nil,                                // 80: styx.v1.RedriveTask.SkipReasonsEntry
+	nil,                                // 81: styx.v1.RedriveTask.LeftToEntry
+	(*timestamppb.Timestamp)(nil),      // 82: google.protobuf.Timestamp
 }
 var file_styx_v1_styx_proto_depIdxs = []int32{
 	1,  // 0: styx.v1.QueueProduceRequest.items:type_name -> styx.v1.QueueProduceItem
-	81, // 1: styx.v1.QueueProduceItem.enqueueAt:type_name -> google.protobuf.Timestamp
-	81, // 2: styx.v1.QueueLeaseItem.leaseDeadline:type_name -> google.protobuf.Timestamp
+	82, // 1: styx.v1.QueueProduceItem.enqueueAt:type_name -> google.protobuf.Timestamp
+	82, // 2: styx.v1.QueueLeaseItem.leaseDeadline:type_name -> google.protobuf.Timestamp
 	4,  // 3: styx.v1.QueueLeaseResponse.items:type_name -> styx.v1.QueueLeaseItem
 	9,  // 4: styx.v1.QueueRetryRequest.items:type_name -> styx.v1.QueueRetryItem
-	81, // 5: styx.v1.QueueRetryItem.retryAt:type_name -> google.protobuf.Timestamp
+	82, // 5: styx.v1.QueueRetryItem.retryAt:type_name -> google.protobuf.Timestamp
 	11, // 6: styx.v1.QueueRetryResponse.outcomes:type_name -> styx.v1.QueueRetryOutcome
-	81, // 7: styx.v1.QueueRetryOutcome.retryAt:type_name -> google.protobuf.Timestamp
+	82, // 7: styx.v1.QueueRetryOutcome.retryAt:type_name -> google.protobuf.Timestamp
 	14, // 8: styx.v1.QueueRenewResponse.items:type_name -> styx.v1.QueueRenewItem
-	81, // 9: styx.v1.QueueRenewItem.leaseDeadline:type_name -> google.protobuf.Timestamp
-	81, // 10: styx.v1.QueueInfo.createdAt:type_name -> google.protobuf.Timestamp
-	81, // 11: styx.v1.QueueInfo.updatedAt:type_name -> google.protobuf.Timestamp
+	82, // 9: styx.v1.QueueRenewItem.leaseDeadline:type_name -> google.protobuf.Timestamp
+	82, // 10: styx.v1.QueueInfo.createdAt:type_name -> google.protobuf.Timestamp
+	82, // 11: styx.v1.QueueInfo.updatedAt:type_name -> google.protobuf.Timestamp
 	16, // 12: styx.v1.QueueInfo.partitions:type_name -> styx.v1.PartitionInfo
-	81, // 13: styx.v1.QueueInfo.paused_at:type_name -> google.protobuf.Timestamp
+	82, // 13: styx.v1.QueueInfo.paused_at:type_name -> google.protobuf.Timestamp
 	25, // 14: styx.v1.QueueStatsResponse.logicalQueues:type_name -> styx.v1.QueueLogicalStats
-	71, // 15: styx.v1.QueueStatsResponse.dead_by_reason:type_name -> styx.v1.QueueStatsResponse.DeadByReasonEntry
-	72, // 16: styx.v1.QueueStatsResponse.dead_by_source:type_name -> styx.v1.QueueStatsResponse.DeadBySourceEntry
-	81, // 17: styx.v1.QueueStatsResponse.oldest_created_at:type_name -> google.protobuf.Timestamp
+	72, // 15: styx.v1.QueueStatsResponse.dead_by_reason:type_name -> styx.v1.QueueStatsResponse.DeadByReasonEntry
+	73, // 16: styx.v1.QueueStatsResponse.dead_by_source:type_name -> styx.v1.QueueStatsResponse.DeadBySourceEntry
+	82, // 17: styx.v1.QueueStatsResponse.oldest_created_at:type_name -> google.protobuf.Timestamp
 	24, // 18: styx.v1.QueueStatsResponse.consumers:type_name -> styx.v1.QueueConsumer
 	23, // 19: styx.v1.QueueStatsResponse.held_groups:type_name -> styx.v1.QueueHeldGroup
-	81, // 20: styx.v1.QueueHeldGroup.held_at:type_name -> google.protobuf.Timestamp
-	81, // 21: styx.v1.QueueConsumer.first_seen_at:type_name -> google.protobuf.Timestamp
-	81, // 22: styx.v1.QueueConsumer.last_seen_at:type_name -> google.protobuf.Timestamp
+	82, // 20: styx.v1.QueueHeldGroup.held_at:type_name -> google.protobuf.Timestamp
+	82, // 21: styx.v1.QueueConsumer.first_seen_at:type_name -> google.protobuf.Timestamp
+	82, // 22: styx.v1.QueueConsumer.last_seen_at:type_name -> google.protobuf.Timestamp
 	26, // 23: styx.v1.QueueLogicalStats.partitions:type_name -> styx.v1.QueuePartitionStats
 	29, // 24: styx.v1.QueuesHistoryResponse.points:type_name -> styx.v1.HistoryPoint
-	73, // 25: styx.v1.QueuesHistoryResponse.group_patterns:type_name -> styx.v1.QueuesHistoryResponse.GroupPatternsEntry
-	81, // 26: styx.v1.HistoryPoint.at:type_name -> google.protobuf.Timestamp
-	74, // 27: styx.v1.HistoryPoint.dead_by_group:type_name -> styx.v1.HistoryPoint.DeadByGroupEntry
+	74, // 25: styx.v1.QueuesHistoryResponse.group_patterns:type_name -> styx.v1.QueuesHistoryResponse.GroupPatternsEntry
+	82, // 26: styx.v1.HistoryPoint.at:type_name -> google.protobuf.Timestamp
+	75, // 27: styx.v1.HistoryPoint.dead_by_group:type_name -> styx.v1.HistoryPoint.DeadByGroupEntry
 	15, // 28: styx.v1.QueuesListResponse.items:type_name -> styx.v1.QueueInfo
 	40, // 29: styx.v1.StorageItemsListResponse.items:type_name -> styx.v1.StorageItem
 	40, // 30: styx.v1.StorageItemsImportRequest.items:type_name -> styx.v1.StorageItem
 	40, // 31: styx.v1.StorageItemsImportResponse.items:type_name -> styx.v1.StorageItem
-	81, // 32: styx.v1.StorageItem.leaseDeadline:type_name -> google.protobuf.Timestamp
-	81, // 33: styx.v1.StorageItem.expireDeadline:type_name -> google.protobuf.Timestamp
-	81, // 34: styx.v1.StorageItem.deadDeadline:type_name -> google.protobuf.Timestamp
-	81, // 35: styx.v1.StorageItem.createdAt:type_name -> google.protobuf.Timestamp
-	81, // 36: styx.v1.StorageItem.updatedAt:type_name -> google.protobuf.Timestamp
-	81, // 37: styx.v1.StorageItem.enqueueAt:type_name -> google.protobuf.Timestamp
-	81, // 38: styx.v1.StorageItem.dead_at:type_name -> google.protobuf.Timestamp
+	82, // 32: styx.v1.StorageItem.leaseDeadline:type_name -> google.protobuf.Timestamp
+	82, // 33: styx.v1.StorageItem.expireDeadline:type_name -> google.protobuf.Timestamp
+	82, // 34: styx.v1.StorageItem.deadDeadline:type_name -> google.protobuf.Timestamp
+	82, // 35: styx.v1.StorageItem.createdAt:type_name -> google.protobuf.Timestamp
+	82, // 36: styx.v1.StorageItem.updatedAt:type_name -> google.protobuf.Timestamp
+	82, // 37: styx.v1.StorageItem.enqueueAt:type_name -> google.protobuf.Timestamp
+	82, // 38: styx.v1.StorageItem.dead_at:type_name -> google.protobuf.Timestamp
 	41, // 39: styx.v1.StorageItem.errors:type_name -> styx.v1.AttemptError
 	41, // 40: styx.v1.StorageItem.dead_letter_errors:type_name -> styx.v1.AttemptError
 	42, // 41: styx.v1.StorageItem.attributes:type_name -> styx.v1.ItemAttribute
-	81, // 42: styx.v1.AttemptError.at:type_name -> google.protobuf.Timestamp
-	81, // 43: styx.v1.DeadFilter.dead_after:type_name -> google.protobuf.Timestamp
-	81, // 44: styx.v1.DeadFilter.dead_before:type_name -> google.protobuf.Timestamp
+	82, // 42: styx.v1.AttemptError.at:type_name -> google.protobuf.Timestamp
+	82, // 43: styx.v1.DeadFilter.dead_after:type_name -> google.protobuf.Timestamp
+	82, // 44: styx.v1.DeadFilter.dead_before:type_name -> google.protobuf.Timestamp
 	43, // 45: styx.v1.DeadGroupsRequest.filter:type_name -> styx.v1.DeadFilter
-	81, // 46: styx.v1.DeadGroup.first_dead_at:type_name -> google.protobuf.Timestamp
-	81, // 47: styx.v1.DeadGroup.last_dead_at:type_name -> google.protobuf.Timestamp
+	82, // 46: styx.v1.DeadGroup.first_dead_at:type_name -> google.protobuf.Timestamp
+	82, // 47: styx.v1.DeadGroup.last_dead_at:type_name -> google.protobuf.Timestamp
 	45, // 48: styx.v1.DeadGroupsResponse.groups:type_name -> styx.v1.DeadGroup
 	43, // 49: styx.v1.DeadListRequest.filter:type_name -> styx.v1.DeadFilter
 	40, // 50: styx.v1.DeadListResponse.items:type_name -> styx.v1.StorageItem
 	43, // 51: styx.v1.DeadDeleteRequest.filter:type_name -> styx.v1.DeadFilter
 	43, // 52: styx.v1.DeadRedriveRequest.filter:type_name -> styx.v1.DeadFilter
 	59, // 53: styx.v1.RedrivesListResponse.tasks:type_name -> styx.v1.RedriveTask
-	75, // 54: styx.v1.RedriveCounts.skip_reasons:type_name -> styx.v1.RedriveCounts.SkipReasonsEntry
-	76, // 55: styx.v1.RedrivePlan.skip_reasons:type_name -> styx.v1.RedrivePlan.SkipReasonsEntry
+	76, // 54: styx.v1.RedriveCounts.skip_reasons:type_name -> styx.v1.RedriveCounts.SkipReasonsEntry
+	77, // 55: styx.v1.RedrivePlan.skip_reasons:type_name -> styx.v1.RedrivePlan.SkipReasonsEntry
 	43, // 56: styx.v1.RedriveTask.filter:type_name -> styx.v1.DeadFilter
-	81, // 57: styx.v1.RedriveTask.started_at:type_name -> google.protobuf.Timestamp
-	81, // 58: styx.v1.RedriveTask.finished_at:type_name -> google.protobuf.Timestamp
-	77, // 59: styx.v1.RedriveTask.by_queue:type_name -> styx.v1.RedriveTask.ByQueueEntry
-	78, // 60: styx.v1.RedriveTask.by_destination:type_name -> styx.v1.RedriveTask.ByDestinationEntry
-	79, // 61: styx.v1.RedriveTask.skip_reasons:type_name -> styx.v1.RedriveTask.SkipReasonsEntry
-	80, // 62: styx.v1.RedriveTask.left_to:type_name -> styx.v1.RedriveTask.LeftToEntry
-	81, // 63: styx.v1.RedriveTask.paused_at:type_name -> google.protobuf.Timestamp
+	82, // 57: styx.v1.RedriveTask.started_at:type_name -> google.protobuf.Timestamp
+	82, // 58: styx.v1.RedriveTask.finished_at:type_name -> google.protobuf.Timestamp
+	78, // 59: styx.v1.RedriveTask.by_queue:type_name -> styx.v1.RedriveTask.ByQueueEntry
+	79, // 60: styx.v1.RedriveTask.by_destination:type_name -> styx.v1.RedriveTask.ByDestinationEntry
+	80, // 61: styx.v1.RedriveTask.skip_reasons:type_name -> styx.v1.RedriveTask.SkipReasonsEntry
+	81, // 62: styx.v1.RedriveTask.left_to:type_name -> styx.v1.RedriveTask.LeftToEntry
+	82, // 63: styx.v1.RedriveTask.paused_at:type_name -> google.protobuf.Timestamp
 	60, // 64: styx.v1.RedriveTask.outcomes:type_name -> styx.v1.RedriveOutcomes
-	81, // 65: styx.v1.RedriveTask.outcomes_until:type_name -> google.protobuf.Timestamp
-	81, // 66: styx.v1.RedriveTask.canary_deadline:type_name -> google.protobuf.Timestamp
+	82, // 65: styx.v1.RedriveTask.outcomes_until:type_name -> google.protobuf.Timestamp
+	82, // 66: styx.v1.RedriveTask.canary_deadline:type_name -> google.protobuf.Timestamp
 	63, // 67: styx.v1.ActivityListResponse.records:type_name -> styx.v1.ActivityRecord
-	81, // 68: styx.v1.ActivityRecord.at:type_name -> google.protobuf.Timestamp
+	82, // 68: styx.v1.ActivityRecord.at:type_name -> google.protobuf.Timestamp
 	64, // 69: styx.v1.ActivityRecord.details:type_name -> styx.v1.ActivityDetail
-	81, // 70: styx.v1.ApiKey.created_at:type_name -> google.protobuf.Timestamp
-	81, // 71: styx.v1.KeysCreateResponse.created_at:type_name -> google.protobuf.Timestamp
+	82, // 70: styx.v1.ApiKey.created_at:type_name -> google.protobuf.Timestamp
+	82, // 71: styx.v1.KeysCreateResponse.created_at:type_name -> google.protobuf.Timestamp
 	66, // 72: styx.v1.KeysListResponse.keys:type_name -> styx.v1.ApiKey
 	57, // 73: styx.v1.RedriveTask.ByQueueEntry.value:type_name -> styx.v1.RedriveCounts
 	58, // 74: styx.v1.RedriveTask.ByDestinationEntry.value:type_name -> styx.v1.RedrivePlan
@@ -6378,7 +6428,7 @@ func file_styx_v1_styx_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_styx_v1_styx_proto_rawDesc), len(file_styx_v1_styx_proto_rawDesc)),
 			NumEnums:      0,
-			NumMessages:   81,
+			NumMessages:   82,
 			NumExtensions: 0,
 			NumServices:   0,
 		},

@@ -34,6 +34,7 @@ import (
 	"github.com/styxq/styx/internal/apierr"
 	"github.com/styxq/styx/internal/audit"
 	"github.com/styxq/styx/internal/auth"
+	"github.com/styxq/styx/internal/backup"
 	"github.com/styxq/styx/internal/errclass"
 	"github.com/styxq/styx/metrics"
 	"github.com/styxq/styx/service"
@@ -117,6 +118,10 @@ type Config struct {
 	// counted under the path "/sqs/<Action>". Nil: such requests are
 	// answered as any other path.
 	SQS *sqs.Handler
+	// Backup, when set, is the embedded store /v1/storage/backup streams
+	// an online backup of (internal/backup; issue 47). Nil (PostgreSQL):
+	// the call is answered 501, naming pg_basebackup and pg_dump.
+	Backup backup.Source
 }
 
 // Handler is the server's http.Handler.
@@ -284,6 +289,7 @@ func NewHandler(cfg Config) *Handler {
 			h.routes[path] = func(w http.ResponseWriter, r *http.Request) { h.fail(w, r, errKeysNeedAuth) }
 		}
 	}
+	h.routes[PathBackup] = h.serveBackup
 	if cfg.Metrics != nil {
 		cfg.Metrics.InitPaths(slices.Sorted(maps.Keys(h.routes)))
 		if cfg.SQS != nil {

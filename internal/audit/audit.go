@@ -73,6 +73,7 @@ var audited = map[string]bool{
 	"/v1/redrives.cancel": true, "/v1/redrives.pause": true, "/v1/redrives.resume": true, "/v1/redrives.update": true, "/v1/storage/items.delete": true, "/v1/dead.edit": true,
 	"/v1/storage/items.import": true, "/v1/queues.create": true, "/v1/queues.update": true, "/v1/queue.reload": true,
 	"/v1/queues.pause": true, "/v1/queues.resume": true,
+	"/v1/storage/backup": true, // a copy of every item leaves the server
 }
 
 // Audited reports whether a successful op is written to the audit log.

@@ -49,7 +49,7 @@ const (
 	// queues.update, queues.pause, queues.resume, queues.delete,
 	// queue.clear, queue.reload,
 	// storage/items.import, storage/items.delete) and, on a key without
-	// queue patterns, keys.*.
+	// queue patterns, keys.* and storage/backup.
 	Admin Scope = "admin"
 )
 
@@ -90,6 +90,7 @@ var calls = map[string]Scope{
 	"/v1/queue.reload":           Admin,
 	"/v1/storage/items.import":   Admin,
 	"/v1/storage/items.delete":   Admin,
+	"/v1/storage/backup":         Admin,
 	"/v1/keys.create":            Admin,
 	"/v1/keys.list":              Admin,
 	"/v1/keys.delete":            Admin,
@@ -111,6 +112,7 @@ func ScopeOf(path string) (s Scope, ok bool) {
 // named queues: a key with queue patterns may not make them.
 var wholeServer = map[string]bool{
 	"/v1/keys.create": true, "/v1/keys.list": true, "/v1/keys.delete": true, PathMetrics: true,
+	"/v1/storage/backup": true, // a backup holds every queue
 }
 
 // Public reports whether path is served without a key: /health, and the
