@@ -650,9 +650,11 @@ func (a *app) deadRedriveCmd() *cobra.Command {
 	var (
 		ff                  deadFilterFlags
 		to                  string
-		rate                rateFlag
+		rate                = rateFlag{n: styx.DefaultRedriveRate, given: fmt.Sprint(styx.DefaultRedriveRate)}
 		dryRun, detach, all bool
 		maxRedriveCount     int32
+		canary              int32
+		canaryTimeout       time.Duration
 	)
 	cmd := &cobra.Command{
 		Use:   "redrive QUEUE",
@@ -673,9 +675,17 @@ items by --id takes them even so.
 would move and how many would stay (skipped), and why, as a redrive started
 now would (items left to another task included).
 
---rate caps the moves at that many items a second. The server's rate is
-whole items a second: a decimal such as 2.5 is rounded (a note on stderr
-says so), and a rate between 0 and 1 is refused.
+--rate caps the moves at that many items a second: 100 by default, so that
+a consumer that was failing sees its traffic come back gradually; --rate 0
+moves as fast as the server can (no limit). The server's rate is whole items
+a second: a decimal such as 2.5 is rounded (a note on stderr says so), and a
+rate between 0 and 1 is refused.
+
+--canary N moves the first N items, then waits for their outcome (up to
+--canary-timeout, 5m by default): every one completed, the task goes on;
+one retried or dead again, or no outcome in time, the task pauses ('styx
+redrives resume' goes on, 'styx redrives cancel' stops). The canary is
+stored with the task: it survives a server restart.
 
 The command follows the task until it ends: a progress bar on stderr when
 it is a terminal (otherwise a progress line every 5 seconds), then a
@@ -701,6 +711,7 @@ Exits 1 if the task failed.`,
 				task, err := c.DeadRedrive(cmd.Context(), &pb.DeadRedriveRequest{
 					QueueName: name, Filter: filter, Destination: to, RateLimit: rate.n,
 					DryRun: dryRun, MaxRedriveCount: maxRedriveCount, All: filter == nil,
+					Canary: canary, CanaryTimeout: canaryTimeoutText(canaryTimeout),
 				})
 				if err != nil {
 					return err
@@ -729,6 +740,8 @@ Exits 1 if the task failed.`,
 	ff.add(f)
 	f.StringVar(&to, "to", "", "move every item to this queue instead of its source queue")
 	f.Var(&rate, "rate", "most items moved per second, 1 or more (a decimal is rounded to whole items); 0 is no limit")
+	f.Int32Var(&canary, "canary", 0, "move this many items first and wait for their outcome: go on if all complete, pause if one fails again")
+	f.DurationVar(&canaryTimeout, "canary-timeout", 0, "how long the canary waits for its items' outcome (1s to 24h); 0 is the server's default (5m)")
 	f.BoolVar(&dryRun, "dry-run", false, "only count the items that would be redriven")
 	f.Int32Var(&maxRedriveCount, "max-redrive-count", 0,
 		"skip items already redriven this many times; 0 is the server's default (10), -1 is no limit")

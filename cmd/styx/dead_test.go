@@ -261,7 +261,7 @@ func TestDeadCLI(t *testing.T) {
 
 		_, _, err = c.run("dead", "redrive", "orders-dlq")
 		require.ErrorContains(t, err, "refusing to redrive every item of orders-dlq without --all")
-		out, errOut, err := c.run("dead", "redrive", "orders-dlq", "--all")
+		out, errOut, err := c.run("dead", "redrive", "orders-dlq", "--all") // at the default rate, 100 items a second
 		require.NoError(t, err)
 		require.Regexp(t, `^redriving 2 items from orders-dlq to their source queues \(task (\S+)\); Ctrl-C cancels\n$`, errOut)
 		require.Regexp(t, `(?m)^status\s+completed$`, out)
@@ -283,14 +283,14 @@ func TestDeadCLI(t *testing.T) {
 		c := cli{t: t, endpoint: c.endpoint}
 		require.NotEmpty(t, taskID)
 		out := c.ok("redrives", "list")
-		require.Regexp(t, `(?m)^TASK\s+QUEUE\s+STATUS\s+MATCHED\s+MOVED\s+FAILED\s+SKIPPED\s+DESTINATION\s+STARTED\s+DURATION\s+KEY$`, out)
-		require.Regexp(t, `(?m)^`+taskID+`\s+orders-dlq\s+completed\s+2\s+2\s+0\s+0\s+\(source\)\s+\S+ ago\s+\S+\s+-$`, out)
+		require.Regexp(t, `(?m)^TASK\s+QUEUE\s+STATUS\s+MATCHED\s+MOVED\s+FAILED\s+SKIPPED\s+DESTINATION\s+STARTED\s+DURATION\s+OUTCOMES\s+KEY$`, out)
+		require.Regexp(t, `(?m)^`+taskID+`\s+orders-dlq\s+completed\s+2\s+2\s+0\s+0\s+\(source\)\s+\S+ ago\s+\S+\s+2 pending\s+-$`, out)
 		require.Len(t, jsonLines(t, c.ok("redrives", "list", "--queue", "orders-dlq", "--json"), unmarshalTask), 1)
 		require.Empty(t, c.ok("redrives", "list", "--queue", "orders", "--json"))
 
 		out = c.ok("redrives", "show", taskID)
 		for _, re := range []string{`task\s+` + taskID, `queue\s+orders-dlq`, `destination\s+\(source\)`, `filter\s+every item`,
-			`rate limit\s+unlimited`, `max redrive count\s+10`, `dry run\s+false`, `status\s+completed`, `progress\s+100%`,
+			`rate limit\s+100 items/s`, `max redrive count\s+10`, `outcomes\s+2 pending; counted until \S+Z \(in \S+\)`, `dry run\s+false`, `status\s+completed`, `progress\s+100%`,
 			`started\s+\S+Z \(\S+ ago\)`, `finished\s+\S+Z \(\S+ ago\)`, `QUEUE\s+MOVED\s+FAILED\s+SKIPPED\norders\s+2\s+0\s+0`} {
 			require.Regexp(t, `(?m)^`+re+`$`, out)
 		}

@@ -63,7 +63,9 @@ func (a *app) redrivesListCmd() *cobra.Command {
 		Use:   "list",
 		Short: "List redrive tasks, newest first",
 		Long: `List the redrive tasks the server knows, newest first: running ones and the
-last 100 finished ones per dead-letter queue. --queue lists only the tasks
+last 100 finished ones per dead-letter queue. OUTCOMES says what became of
+the items each task moved (completed, retried, dead again, pending), counted
+while it runs and for 24 hours after it ends. --queue lists only the tasks
 of one dead-letter queue. --json prints one task per line.`,
 		Args: exactArgs(0, "no arguments"),
 		RunE: func(cmd *cobra.Command, _ []string) error {
@@ -80,10 +82,10 @@ of one dead-letter queue. --json prints one task per line.`,
 					}
 					return nil
 				}
-				tw := newTable(a.stdout, "TASK", "QUEUE", "STATUS", "MATCHED", "MOVED", "FAILED", "SKIPPED", "DESTINATION", "STARTED", "DURATION", "KEY")
+				tw := newTable(a.stdout, "TASK", "QUEUE", "STATUS", "MATCHED", "MOVED", "FAILED", "SKIPPED", "DESTINATION", "STARTED", "DURATION", "OUTCOMES", "KEY")
 				for _, t := range res.Tasks {
 					tw.row(t.TaskId, t.QueueName, t.Status, fmt.Sprint(t.Matched), fmt.Sprint(t.Moved), fmt.Sprint(t.Failed),
-						fmt.Sprint(t.Skipped), destination(t), relative(a.now(), t.StartedAt), a.taskDuration(t), orDash(t.KeyName))
+						fmt.Sprint(t.Skipped), destination(t), relative(a.now(), t.StartedAt), a.taskDuration(t), outcomesText(t.Outcomes), orDash(t.KeyName))
 				}
 				return tw.flush()
 			})
@@ -97,7 +99,11 @@ func (a *app) redrivesShowCmd() *cobra.Command {
 	return &cobra.Command{
 		Use:   "show TASK_ID",
 		Short: "Show a redrive task: its request, progress and results by queue",
-		Args:  exactArgs(1, "a TASK_ID"),
+		Long: `Show a redrive task: its request, progress, results by queue, and what became
+of the items it moved (outcomes: completed, retried once or more, dead again,
+pending), counted while it runs and for 24 hours after it ends, and its
+canary, if it has one (--canary of 'styx dead redrive').`,
+		Args: exactArgs(1, "a TASK_ID"),
 		RunE: func(cmd *cobra.Command, args []string) error {
 			return a.withClient(cmd, func(c *styx.Client) error {
 				t, err := c.RedrivesGet(cmd.Context(), &pb.RedriveTaskRequest{TaskId: args[0]})
@@ -312,6 +318,7 @@ func (a *app) printTask(t *pb.RedriveTask, full bool) error {
 	tw.row("moved", fmt.Sprint(t.Moved))
 	tw.row("failed", fmt.Sprint(t.Failed))
 	tw.row("skipped", fmt.Sprint(t.Skipped))
+	a.printOutcomes(tw, t)
 	if full {
 		tw.row("progress", fmt.Sprintf("%.0f%%", taskPercent(t)))
 		tw.row("started", a.when(t.StartedAt))

@@ -15,6 +15,8 @@
   const HIDDEN_QUEUE = '~hidden';
   const HIDDEN_TEXT = 'a queue this key cannot see';
   const main = document.getElementById('main');
+  // R is the redrive outcomes, canary and dialog defaults (redrive.js).
+  const R = window.styxRedrive;
   let page = 0; // bumped on each navigation; stale async work checks it
   // L is the live-queue controls of a queue's page (livequeue.js).
   const L = window.styxLive;
@@ -578,8 +580,15 @@
     // Where the items go: the destination, or each item's source queue
     // ("its" for one item, "their" for several).
     const dest = dry.destination || (move === 1 ? 'its source queue' : 'their source queue');
-    // The server's rate is whole items per second (RedriveTask.rate_limit).
-    const rate = h('input', { id: 'redrive-rate', type: 'number', min: '0', max: '1000000', step: '1', value: '0', inputmode: 'numeric' });
+    // The server's rate is whole items per second (RedriveTask.rate_limit):
+    // the dialog's default is a safe one, no limit a choice; a canary is
+    // optional; the destinations' depth and consumers are shown (redrive.js).
+    const rate = R.rateFields(h), canary = R.canaryFields(h);
+    const destinations = move === 0 ? null : await R.destinationsNote(h,
+      dry.destination ? [dry.destination] : Object.entries(dry.by_destination || {}).filter(([, p]) => num(p.would_move) > 0)
+        .sort((a, b) => num(b[1].would_move) - num(a[1].would_move)).map(([q]) => q),
+      (q) => soft(api('queue.stats', { queue_name: q })), counts);
+    if (my !== page) return;
     const byDest = Object.entries(dry.by_destination || {}).sort((a, b) => (num(b[1].would_move) + num(b[1].would_skip)) - (num(a[1].would_move) + num(a[1].would_skip)));
     const plan = byDest.length === 0 ? null : table('By destination queue', ['Destination', ['Will move', 'num'], ['Will stay', 'num'], 'Why they stay'],
       byDest.map(([q, p]) => h('tr', {},
@@ -602,12 +611,12 @@
       const summary = skip === 0 ? `This will move ${fmt(move)} ${move === 1 ? 'item' : 'items'} to ${dest}.`
         : `This will move ${fmt(move)} of ${fmt(n)} items to ${dest}; ${fmt(skip)} will stay in the dead-letter queue (${skipReasons(dry.skip_reasons)}).`;
       body = [h('p', { id: 'redrive-summary', class: skip ? 'warn' : '' }, summary), leftNote, plan,
-        h('p', { class: 'muted' }, 'Selected: ' + describeFilter(filter, pattern) + '.'),
-        h('label', { for: 'redrive-rate' }, 'Rate limit (items per second, 0 for no limit)'), rate];
+        h('p', { class: 'muted' }, 'Selected: ' + describeFilter(filter, pattern) + '.'), destinations,
+        ...rate.nodes, ...canary.nodes];
     }
     if (!await confirmAction('Redrive dead items', [changedNote(again, 'redriven'), runningNote, ...body], move === 0 ? null : `Redrive ${fmt(move)} ${move === 1 ? 'item' : 'items'}`)) return;
     try {
-      const task = await api('dead.redrive', { queue_name: queue, filter, all: everything(filter), rate_limit: Number(rate.value) || 0, ...guard });
+      const task = await api('dead.redrive', { queue_name: queue, filter, all: everything(filter), rate_limit: rate.value(), ...canary.value(), ...guard });
       navigate('/ui/redrives?task=' + enc(task.task_id));
       return true;
     } catch (e) {
@@ -1481,7 +1490,7 @@
           ' ', h('span', { class: 'progress-text' }, `${fmt(moved)} of ${fmt(matched)} moved`,
             failed ? ` · ${fmt(failed)} failed` : '', skipped ? ` · ${fmt(skipped)} skipped` : '',
             t.rate_limit ? h('span', { class: 'muted' }, ` · ${fmt(t.rate_limit)}/s`) : '')),
-        h('td', {}, ago(t.started_at), h('div', { class: 'muted task-times' }, taskTimesText(t, live))),
+        h('td', {}, ago(t.started_at), h('div', { class: 'muted task-times' }, taskTimesText(t, live)), R.outcomesNode(h, t)),
         h('td', {}, live ? taskButtons(t)
           : (t.failure_reason ? h('span', { class: 'muted' }, t.failure_reason)
             : t.warning ? h('span', { class: 'warn' }, t.warning) : '')));
@@ -1548,7 +1557,9 @@
         prop('Duration', took), prop('Running time', num(t.paused_ms) || t.paused_at ? ran + ' (pauses left out)' : ran),
         t.status === 'paused' ? prop('Paused', [`for ${paused}, since `, when(t.paused_at)]) : null,
         prop('ETA', t.status === 'paused' || t.status === 'pausing' ? 'none while paused' : eta),
-        prop('Failure', t.failure_reason), prop('Started by key', t.key_name)),
+        prop('Failure', t.failure_reason), prop('Started by key', t.key_name),
+        t.outcomes ? prop('Outcomes', [R.outcomesText(t.outcomes), t.outcomes_until ? h('span', { class: 'muted' }, ' (counted until ', when(t.outcomes_until), ')') : '']) : null,
+        num(t.canary) ? prop('Canary', R.canaryText(t)) : null),
       h('h2', {}, 'By queue'),
       byQueue.length === 0 ? h('p', { class: 'muted' }, 'Nothing moved yet.')
         : table('Results by destination queue', ['Queue', ['Moved', 'num'], ['Failed', 'num'], ['Skipped', 'num'], 'Why skipped'],
