@@ -547,7 +547,8 @@ func (s *Service) DeadEdit(ctx context.Context, req *pb.DeadEditRequest) (*pb.St
 		who = "key '" + k + "'"
 	}
 	now := s.clock.Now().UTC()
-	it, err := l.EditDead(ctx, queue.ItemRef{Partition: found[0].Partition, ID: id}, func(it *queue.Item) error {
+	// The item's current id: id may be its first id (ADR 0031).
+	it, err := l.EditDead(ctx, queue.ItemRef{Partition: found[0].Partition, ID: found[0].Meta.ID}, func(it *queue.Item) error {
 		old := it.Body.Payload
 		var changes []string
 		if req.Kind != nil && *req.Kind != it.Body.Kind {

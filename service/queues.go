@@ -333,6 +333,10 @@ func toStorageItems(ctx context.Context, items []queue.Item, info queue.QueueInf
 			Reference: b.Reference, Encoding: b.Encoding, Kind: b.Kind, Payload: b.Payload,
 			SourceQueue: auth.ShownQueue(ctx, b.SourceQueue), DeadReason: b.DeadReason, DeadAt: ts(b.DeadAt),
 			LastError: it.Errors.LastError, RedriveCount: b.RedriveCount, Group: m.Group,
+			FirstId: queue.FormatID(m.FirstID()),
+		}
+		if m.Leased {
+			si.LeaseClientId, si.LeaseKeyName = m.Holder.ClientID, m.Holder.KeyName
 		}
 		if b.DeadReason != "" {
 			si.Fingerprint = queue.ItemFingerprint(&it)

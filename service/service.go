@@ -205,6 +205,10 @@ func (s *Service) QueueLease(ctx context.Context, req *pb.QueueLeaseRequest) (*p
 		out.Items[i] = &pb.QueueLeaseItem{
 			Id: queue.FormatID(it.ID), Attempts: it.Attempts, LeaseDeadline: timestamppb.New(it.LeaseDeadline),
 			Encoding: it.Encoding, Kind: it.Kind, Reference: it.Reference, Bytes: it.Payload, Group: it.Group,
+			FirstId: queue.FormatID(it.FirstID),
+		}
+		if it.FirstID == 0 { // a backend that does not know it: a first lease
+			out.Items[i].FirstId = out.Items[i].Id
 		}
 	}
 	return out, nil
@@ -474,6 +478,9 @@ func (s *Service) StorageScheduledList(ctx context.Context, req *pb.StorageItems
 // listPage lists a page of storage/items.list or, when scheduled,
 // storage/scheduled.list, bounded by PageBytes.
 func (s *Service) listPage(ctx context.Context, req *pb.StorageItemsListRequest, scheduled bool) (*pb.StorageItemsListResponse, error) {
+	if len(req.Ids) > 0 {
+		return s.listByID(ctx, req)
+	}
 	l, info, after, limit, err := s.listArgs(ctx, req)
 	if err != nil {
 		return nil, err
@@ -493,6 +500,31 @@ func (s *Service) listPage(ctx context.Context, req *pb.StorageItemsListRequest,
 			return nil, err
 		}
 		items = append(items, more...)
+	}
+	return &pb.StorageItemsListResponse{Items: toStorageItems(ctx, items, info, s.describe)}, nil
+}
+
+// listByID lists the items req.Ids name, each by its current id or its
+// first id (ADR 0031), in any partition and state, in the order of the ids,
+// up to req.Limit (0: all), bounded by PageBytes.
+func (s *Service) listByID(ctx context.Context, req *pb.StorageItemsListRequest) (*pb.StorageItemsListResponse, error) {
+	l, info, err := s.queueInfo(ctx, req.QueueName)
+	if err != nil {
+		return nil, err
+	}
+	ids, err := parseIDs("ids", req.Ids)
+	if err != nil {
+		return nil, err
+	}
+	limit := len(ids)
+	if req.Limit != 0 {
+		if limit, err = listLimit(req.Limit); err != nil {
+			return nil, err
+		}
+	}
+	items, _, err := l.Scan(ctx, info.Partitions, &queue.DeadFilter{IDs: ids}, queue.ScanParams{Limit: limit, MaxBytes: maxPageBytes()})
+	if err != nil {
+		return nil, err
 	}
 	return &pb.StorageItemsListResponse{Items: toStorageItems(ctx, items, info, s.describe)}, nil
 }
@@ -539,8 +571,8 @@ func (s *Service) StorageItemsImport(ctx context.Context, req *pb.StorageItemsIm
 	return &pb.StorageItemsImportResponse{Items: toStorageItems(ctx, out, info, s.describe)}, nil
 }
 
-// StorageItemsDelete removes items by id, in any state; unknown ids are
-// ignored.
+// StorageItemsDelete removes items by id (current or first: ADR 0031), in
+// any state; unknown ids are ignored.
 func (s *Service) StorageItemsDelete(ctx context.Context, req *pb.StorageItemsDeleteRequest) error {
 	l, err := s.queue(req.QueueName)
 	if err != nil {
@@ -553,6 +585,21 @@ func (s *Service) StorageItemsDelete(ctx context.Context, req *pb.StorageItemsDe
 	refs := make([]queue.ItemRef, len(ids))
 	for i, id := range ids {
 		refs[i] = queue.ItemRef{Partition: req.Partition, ID: id}
+	}
+	// An id may be an item's first id: the loop deletes by current id.
+	if info, err := s.m.Info(ctx, req.QueueName); err == nil && len(ids) > 0 {
+		found, _, err := l.Scan(ctx, info.Partitions, &queue.DeadFilter{IDs: ids}, queue.ScanParams{Limit: len(ids)})
+		if err != nil {
+			return err
+		}
+		for i := range refs {
+			for _, it := range found {
+				if it.Partition == refs[i].Partition && it.Meta.HasID(refs[i].ID) {
+					refs[i].ID = it.Meta.ID
+					break
+				}
+			}
+		}
 	}
 	_, err = l.Delete(ctx, refs)
 	return err

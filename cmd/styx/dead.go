@@ -136,7 +136,7 @@ func (a *app) deadTable() *table {
 
 // deadRow returns the cells of a dead item's row of deadTable.
 func (a *app) deadRow(it *pb.StorageItem) []string {
-	return []string{it.Id, orDash(it.SourceQueue), orDash(truncate(oneLine(it.Reference), 32)), orDash(it.DeadReason), fmt.Sprint(it.Attempts),
+	return []string{itemID(it), orDash(it.SourceQueue), orDash(truncate(oneLine(it.Reference), 32)), orDash(it.DeadReason), fmt.Sprint(it.Attempts),
 		relative(a.now(), it.DeadAt), orDash(truncate(oneLine(it.LastError), lastErrorWidth))}
 }
 
@@ -382,7 +382,18 @@ payload is not kept). A leased item cannot be edited. Needs the dead scope.
 	return cmd
 }
 
-// findItem returns item id of queue name, or a not-found *styx.Error.
+// itemID is the id by which to name it: its first id, which stays for its
+// whole life in the queue (ADR 0031), or its id from a server that does not
+// send one.
+func itemID(it *pb.StorageItem) string {
+	if it.FirstId != "" {
+		return it.FirstId
+	}
+	return it.Id
+}
+
+// findItem returns item id (its current or first id) of queue name, or a
+// not-found *styx.Error.
 func findItem(ctx context.Context, c *styx.Client, name, id string) (*pb.StorageItem, error) {
 	n, err := queue.ParseID("ID", id)
 	if err != nil {
@@ -426,7 +437,10 @@ func (a *app) when(ts *timestamppb.Timestamp) string {
 // payload.
 func (a *app) printDeadItem(it *pb.StorageItem, b64 bool) error {
 	t := newTable(a.stdout)
-	t.row("id", it.Id)
+	t.row("id", itemID(it))
+	if it.Id != itemID(it) {
+		t.row("current id", it.Id+" (changes when a lease of it ends; its id does not)")
+	}
 	t.row("source queue", orDash(it.SourceQueue))
 	t.row("source id", orDash(it.SourceId))
 	t.row("reason", orDash(it.DeadReason))

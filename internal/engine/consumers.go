@@ -147,16 +147,54 @@ func (cs *Consumers) endedAll() {
 	clear(cs.links)
 }
 
-// renewed records the new lease deadline of the items ids of partition n.
-func (cs *Consumers) renewed(n int32, ids []uint64, deadline int64) {
+// renewed records the new lease deadline of the items ids of partition n
+// and returns each one's holder (zero when not known).
+func (cs *Consumers) renewed(n int32, ids []uint64, deadline int64) []queue.Holder {
 	cs.mu.Lock()
 	defer cs.mu.Unlock()
-	for _, id := range ids {
+	holders := make([]queue.Holder, len(ids))
+	for i, id := range ids {
 		if l, ok := cs.links[ItemKey{n, id}]; ok {
 			l.deadline = deadline
 			cs.links[ItemKey{n, id}] = l
+			holders[i] = queue.Holder{ClientID: l.c.client, KeyName: l.c.key}
 		}
 	}
+	return holders
+}
+
+// Restore records a lease that storage holds with its holder (queue.
+// ItemMeta.Holder), as a backend finds it when it loads a queue: the lease
+// of item id of partition n, live until deadline (Unix ns), held by h. A
+// consumer known only so has no lease call seen yet (FirstSeenAt and
+// LastSeenAt zero) until its next one. A zero h, or a lease already
+// recorded, is left alone. Any goroutine.
+func (cs *Consumers) Restore(n int32, id uint64, h queue.Holder, deadline int64) {
+	if h.IsZero() {
+		return
+	}
+	cs.mu.Lock()
+	defer cs.mu.Unlock()
+	k := ItemKey{n, id}
+	if _, ok := cs.links[k]; ok || len(cs.links) >= MaxLeaseLinks {
+		return
+	}
+	ck := consumerKey{h.ClientID, h.KeyName}
+	c := cs.byKey[ck]
+	if c == nil {
+		if cs.byKey == nil {
+			cs.byKey = map[consumerKey]*consumer{}
+		}
+		if len(cs.byKey) >= MaxConsumers {
+			return
+		}
+		c = &consumer{consumerKey: ck}
+		cs.byKey[ck] = c
+	}
+	if cs.links == nil {
+		cs.links = map[ItemKey]link{}
+	}
+	cs.links[k] = link{c: c, deadline: deadline}
 }
 
 // prune drops the links whose deadline passed by now. Under mu.

@@ -82,8 +82,12 @@ type Tx interface {
 	// row another transaction holds (it is being leased or changed) and
 	// reports false. The engine may then Complete the item.
 	Requeued(n int32, first uint64) (Item, bool, error)
-	// Renew sets the lease deadline of xs (Unix ns).
-	Renew(xs []Item, deadline int64) error
+	// Renew sets the lease deadline of xs (Unix ns). holders[i], when
+	// holders is not nil, is the consumer the engine knows holds xs[i]'s
+	// lease (zero: not known), for a backend that rewrites a lease's
+	// record whole (the embedded backends): the holder stored with the
+	// lease stays.
+	Renew(xs []Item, deadline int64, holders []queue.Holder) error
 	// ReadyCounts returns each partition's ready items, for the engine's
 	// partition choice only: exact on the embedded backends; PostgreSQL
 	// counts at most 1,000 per partition, and a queue with one partition
@@ -112,8 +116,10 @@ type Tx interface {
 	// way, in the order the lease hands its items out: a group's run may
 	// be cut (its items left wait for the group, as after a full batch),
 	// and more may then report items that no lease can take until the
-	// group's run is done (Serve counts again).
-	Lease(n int32, max int, maxBytes, deadline int64) (items []queue.LeasedItem, durable, more bool, err error)
+	// group's run is done (Serve counts again). holder(k) is the consumer
+	// the k-th item of items goes to, which the backend stores with its
+	// lease (queue.ItemMeta.Holder; issue 49); nil means unknown.
+	Lease(n int32, max int, maxBytes, deadline int64, holder func(k int) queue.Holder) (items []queue.LeasedItem, durable, more bool, err error)
 	// Held returns the items of partition n that hold the given source
 	// keys (queue.ItemMeta.SourceKey), as stored, by key.
 	Held(n int32, keys []string) (map[string]queue.Item, error)

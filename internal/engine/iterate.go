@@ -130,8 +130,11 @@ func (e *Engine) serve(it *pass) error {
 	var durable bool // of the partition last leased from: Serve gives its items next
 	return Serve(&e.Loop.Waiters, &e.leaseNext,
 		func() ([]int, error) { return it.tx.ReadyCounts() },
-		func(n int32, want int, maxBytes int64, timeout time.Duration) (items []queue.LeasedItem, more bool, err error) {
-			items, durable, more, err = it.tx.Lease(n, want, maxBytes, deadline(timeout))
+		func(n int32, want int, maxBytes int64, timeout time.Duration, to func(k int) *Request) (items []queue.LeasedItem, more bool, err error) {
+			items, durable, more, err = it.tx.Lease(n, want, maxBytes, deadline(timeout), func(k int) queue.Holder {
+				w := to(k)
+				return queue.Holder{ClientID: w.Lease.ClientID, KeyName: w.Lease.Owner}
+			})
 			return items, more, err
 		},
 		func(w *Request, n int32, items []queue.LeasedItem) {
@@ -293,8 +296,8 @@ func (e *Engine) handleRenew(it *pass, op *renewOp) (ReplyMode, error) {
 		xs[i], _ = it.tx.Item(op.partition, id)
 		op.out[i] = queue.FromNanos(deadline)
 	}
-	e.Loop.Consumers.renewed(op.partition, op.ids, deadline)
-	return Consume, it.tx.Renew(xs, deadline)
+	holders := e.Loop.Consumers.renewed(op.partition, op.ids, deadline)
+	return Consume, it.tx.Renew(xs, deadline, holders)
 }
 
 // handleImport runs an import (Engine.Import; importItems).

@@ -129,8 +129,11 @@ func (ws *Waiters) Fail(err error) {
 //
 // lease gets the waiters' lease timeout (LeaseWait.LeaseTimeout; 0: the
 // queue's): one lease gives its items one deadline, so a partition whose
-// waiters' timeouts differ leases for each apart, as with apart.
-func Serve[T any](ws *Waiters, next *int, counts func() ([]int, error), lease func(p int32, n int, maxBytes int64, timeout time.Duration) (items []T, more bool, err error),
+// waiters' timeouts differ leases for each apart, as with apart. It also
+// gets to, the waiter each of its items will be given to, by the item's
+// place in its answer (to(k) for the k-th item, k < n): a backend stores
+// the consumer with the lease (issue 49).
+func Serve[T any](ws *Waiters, next *int, counts func() ([]int, error), lease func(p int32, n int, maxBytes int64, timeout time.Duration, to func(k int) *Request) (items []T, more bool, err error),
 	give func(r *Request, p int32, items []T), apart bool) error {
 	var live []*Request
 	for _, w := range ws.list {
@@ -191,7 +194,8 @@ func Serve[T any](ws *Waiters, next *int, counts func() ([]int, error), lease fu
 			if separate && len(mine) > 1 {
 				given := 0
 				for j, i := range mine {
-					items, more, err := lease(int32(p), pw[j], live[i].Lease.MaxBytes, live[i].Lease.LeaseTimeout)
+					w := live[i]
+					items, more, err := lease(int32(p), pw[j], w.Lease.MaxBytes, w.Lease.LeaseTimeout, func(int) *Request { return w })
 					if err != nil {
 						return err
 					}
@@ -215,7 +219,11 @@ func Serve[T any](ws *Waiters, next *int, counts func() ([]int, error), lease fu
 				}
 				continue
 			}
-			items, more, err := lease(int32(p), total, maxBytes, live[mine[0]].Lease.LeaseTimeout)
+			// Deal is a prefix of itself: the k-th item goes to the same
+			// waiter however many the lease finds.
+			order := Deal(total, pw)
+			items, more, err := lease(int32(p), total, maxBytes, live[mine[0]].Lease.LeaseTimeout,
+				func(k int) *Request { return live[mine[order[k]]] })
 			if err != nil {
 				return err
 			}
@@ -223,7 +231,7 @@ func Serve[T any](ws *Waiters, next *int, counts func() ([]int, error), lease fu
 				empty[p] = true
 			}
 			got := make([][]T, len(mine))
-			for k, j := range Deal(len(items), pw) {
+			for k, j := range order[:len(items)] {
 				got[j] = append(got[j], items[k])
 			}
 			for j, xs := range got {

@@ -29,7 +29,7 @@ func TestServeRecountsStaleCounts(t *testing.T) {
 	next := 0
 	err := Serve(ws, &next,
 		func() ([]int, error) { c := counts[rounds]; rounds++; return c, nil },
-		func(p int32, n int, _ int64, _ time.Duration) ([]int, bool, error) {
+		func(p int32, n int, _ int64, _ time.Duration, _ func(int) *Request) ([]int, bool, error) {
 			k := min(n, stock[p])
 			stock[p] -= k
 			return make([]int, k), false, nil
@@ -54,7 +54,7 @@ func TestServeApart(t *testing.T) {
 	got := map[*Request][]int{}
 	err := Serve(ws, &next,
 		func() ([]int, error) { return []int{10}, nil },
-		func(p int32, n int, _ int64, _ time.Duration) ([]int, bool, error) {
+		func(p int32, n int, _ int64, _ time.Duration, _ func(int) *Request) ([]int, bool, error) {
 			calls = append(calls, n)
 			var items []int
 			for range min(n, stock) {
@@ -94,7 +94,7 @@ func TestServeBytesBound(t *testing.T) {
 	next := 0
 	err := Serve(ws, &next,
 		func() ([]int, error) { return []int{stock}, nil },
-		func(p int32, n int, maxBytes int64, _ time.Duration) ([]int, bool, error) {
+		func(p int32, n int, maxBytes int64, _ time.Duration, _ func(int) *Request) ([]int, bool, error) {
 			bounds = append(bounds, maxBytes)
 			k := min(n, stock, int(maxBytes))
 			stock -= k

@@ -15,7 +15,8 @@ import (
 // DeadFilter selects dead items. Every set field must match; the zero
 // filter matches every item. (Wire: DeadFilter.)
 type DeadFilter struct {
-	// IDs, when not empty, are the only items that match.
+	// IDs, when not empty, are the only items that match: each names an
+	// item by its current id or its first id (ItemMeta.HasID; ADR 0031).
 	IDs []uint64 `json:"ids,omitempty"`
 	// SourceQueue matches the queue the item died in.
 	SourceQueue string `json:"source_queue,omitempty"`
@@ -38,9 +39,12 @@ type DeadFilter struct {
 	// PayloadContains matches a substring of the item's payload (bytes,
 	// case-sensitive).
 	PayloadContains string `json:"payload_contains,omitempty"`
-	// UpTo, when not 0, is the newest id that matches: the items that died
-	// after a client counted them (they have later ids) do not. Set from
-	// dead.delete's and dead.redrive's up_to, not from the wire filter.
+	// UpTo, when not 0, is the newest first id that matches: the items
+	// that died after a client counted them (they entered the queue under
+	// later ids) do not; an item the client counted keeps matching when a
+	// lease of it ends and gives it a later current id (ADR 0031). Set
+	// from dead.delete's and dead.redrive's up_to, not from the wire
+	// filter.
 	UpTo uint64 `json:"up_to,omitempty"`
 }
 
@@ -63,8 +67,8 @@ func (f *DeadFilter) IsZero() bool {
 // Match reports whether the item passes the filter.
 func (f *DeadFilter) Match(it *Item) bool {
 	switch {
-	case f.UpTo != 0 && it.Meta.ID > f.UpTo:
-	case len(f.IDs) > 0 && !slices.Contains(f.IDs, it.Meta.ID):
+	case f.UpTo != 0 && it.Meta.FirstID() > f.UpTo:
+	case len(f.IDs) > 0 && !slices.ContainsFunc(f.IDs, it.Meta.HasID):
 	case f.SourceQueue != "" && it.Body.SourceQueue != f.SourceQueue:
 	case f.Reason != "" && it.Body.DeadReason != f.Reason:
 	case f.Kind != "" && it.Body.Kind != f.Kind:
@@ -101,20 +105,27 @@ type ScanParams struct {
 // up to p.Limit items that match f, in id order, after p.After, at most
 // p.MaxBytes of them (Page), and next, the id to pass as After to continue
 // (the last id read, or the one before the matching item the page could
-// not take; 0 when nothing is left). With f.IDs it reads byID, which yields the items of the ids given
-// (ascending, each after p.After) that exist, in that order; otherwise it
+// not take; 0 when nothing is left). With f.IDs it reads byID, which
+// yields, for each id given (ascending, each after p.After) in that
+// order, the item it names when there is one: the item whose current id or
+// first id it is (ItemMeta.HasID; ADR 0031), so an item is found by its
+// first id however often it was requeued; the order and next are then
+// those of the ids given, and an item named twice comes once. Otherwise it
 // reads inOrder, which yields the queue's items after an id in id order,
-// and reads at most p.MaxScanned of them (matching or not; default 10,000).
-// A read error ends the scan with that error.
+// and reads at most p.MaxScanned of them (matching or not; default
+// 10,000). A read error ends the scan with that error.
 func Scan(f *DeadFilter, p ScanParams, byID func(ids []uint64) iter.Seq2[Item, error],
 	inOrder func(after uint64) iter.Seq2[Item, error]) (items []Item, next uint64, err error) {
 	if p.MaxScanned <= 0 {
 		p.MaxScanned = 10_000
 	}
 	read := inOrder(p.After)
+	var ids []uint64
+	var seen map[uint64]bool // by byID: the items yielded, by current id
 	if len(f.IDs) > 0 {
-		ids := slices.DeleteFunc(slices.Sorted(slices.Values(f.IDs)), func(id uint64) bool { return id <= p.After })
-		read, p.MaxScanned = byID(slices.Compact(ids)), len(ids)
+		ids = slices.DeleteFunc(slices.Sorted(slices.Values(f.IDs)), func(id uint64) bool { return id <= p.After })
+		ids = slices.Compact(ids)
+		read, p.MaxScanned, seen = byID(ids), len(ids), map[uint64]bool{}
 	}
 	scanned, last := 0, p.After
 	page := Page{MaxBytes: p.MaxBytes}
@@ -122,8 +133,20 @@ func Scan(f *DeadFilter, p ScanParams, byID func(ids []uint64) iter.Seq2[Item, e
 		if err != nil {
 			return nil, 0, err
 		}
-		if f.UpTo != 0 && it.Meta.ID > f.UpTo {
-			return items, 0, nil // ids only grow from here: nothing more matches
+		key := it.Meta.ID
+		if seen != nil {
+			// The id given that found it: the first of ids it has.
+			for len(ids) > 0 && !it.Meta.HasID(ids[0]) {
+				ids = ids[1:]
+			}
+			if len(ids) > 0 {
+				key = ids[0]
+			}
+			if seen[it.Meta.ID] {
+				scanned, last = scanned+1, key
+				continue
+			}
+			seen[it.Meta.ID] = true
 		}
 		if len(items) == p.Limit || scanned == p.MaxScanned {
 			return items, last, nil
@@ -134,7 +157,7 @@ func Scan(f *DeadFilter, p ScanParams, byID func(ids []uint64) iter.Seq2[Item, e
 			}
 			items = append(items, it)
 		}
-		scanned, last = scanned+1, it.Meta.ID
+		scanned, last = scanned+1, key
 	}
 	return items, 0, nil
 }

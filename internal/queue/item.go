@@ -121,11 +121,16 @@ func (q QueueInfo) Window() time.Duration {
 // read at start-up by LoadItems and must stay small.
 type ItemMeta struct {
 	// ID is the item's current id within its queue: unique across the
-	// queue's partitions and never reused, increasing in FIFO order. It
-	// changes every time the item is requeued (ids are lease handles).
+	// queue's partitions and never reused, increasing in FIFO order (its
+	// place in its partition). It changes every time the item is requeued:
+	// it is the lease handle, so a lease's id never completes a later
+	// lease of the item (ADR 0031).
 	ID uint64
-	// BodyID keys the item's ItemBody and ItemErrors. Fixed while the item
-	// stays in one queue.
+	// BodyID is the item's first id: the id it entered the queue under
+	// (produced, imported, redriven or dead-lettered into it), fixed while
+	// it stays in the queue (FirstID). It keys the item's ItemBody and
+	// ItemErrors on the embedded backends; PostgreSQL reads it from its
+	// first_id column.
 	BodyID uint64
 	// Attempts counts leases of the item that were not released.
 	Attempts int32
@@ -172,7 +177,36 @@ type ItemMeta struct {
 	// item that releases a held group takes the dead item's (HeldGroup.Seq).
 	// 0 on items without a group.
 	GroupSeq uint64
+	// Holder is the consumer holding the item's lease, stored with the
+	// lease (issue 49): set while Leased by a lease call (zero for a lease
+	// stored before Styx kept it, and for items not leased).
+	Holder Holder
 }
+
+// FirstID is the item's id for its whole life in the queue (ADR 0031): the
+// id it entered the queue under, which every lookup by id accepts beside
+// its current ID. BodyID, or ID when BodyID is not set.
+func (m *ItemMeta) FirstID() uint64 {
+	if m.BodyID != 0 {
+		return m.BodyID
+	}
+	return m.ID
+}
+
+// HasID reports whether id names the item in a lookup: its current ID or
+// its FirstID.
+func (m *ItemMeta) HasID(id uint64) bool { return id == m.ID || id == m.FirstID() }
+
+// Holder names the consumer of a lease: the lease call's client_id and the
+// name of its API key ("" without --auth), as Consumer names a consumer.
+// The zero Holder is unknown.
+type Holder struct {
+	ClientID string
+	KeyName  string
+}
+
+// IsZero reports whether the holder is unknown.
+func (h Holder) IsZero() bool { return h.ClientID == "" && h.KeyName == "" }
 
 // ItemBody is the part of an item that is read only when the item is handed
 // out or listed.

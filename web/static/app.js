@@ -347,6 +347,10 @@
   const num = (v) => Number(v || 0);
   const fmt = (v) => num(v).toLocaleString('en-US');
   const enc = encodeURIComponent;
+  // iid is the id to name an item by: its first id, which stays for its
+  // whole life in the queue (ADR 0031; every lookup by id takes it), or its
+  // id from a server that does not send one.
+  const iid = (it) => it.first_id || it.id;
   const plural = (n, one, many) => `${fmt(n)} ${num(n) === 1 ? one : many}`;
 
   // unset: an omitted time, or Go's zero time, which the server sends for
@@ -694,7 +698,7 @@
       bulk.counting = false;
     }
     if (total !== null) { bulk.count = total; bulk.estimated = false; }
-    const shown = new Set(items.map((it) => it.id));
+    const shown = new Set(items.map(iid));
     const elsewhere = [...bulk.ids].filter((id) => !shown.has(id));
     const kept = new Set();
     for (let i = 0; i < elsewhere.length; i += BULK_MAX_IDS) {
@@ -703,7 +707,7 @@
       do { // a page may stop short (dead.list reads a bounded number of bytes)
         const res = await soft(api('dead.list', { queue_name: name, filter: { ...filter, ids }, pivot, limit: ids.length, without_payload: true }));
         if (res.error) return; // keep the selection as it is; the page says what failed
-        for (const it of res.items || []) kept.add(it.id);
+        for (const it of res.items || []) kept.add(iid(it));
         pivot = res.next_pivot || '';
       } while (pivot);
     }
@@ -718,13 +722,13 @@
   // bulkBox is the checkbox that selects item it (a real input, named by
   // its label for assistive technology).
   function bulkBox(it) {
-    return h('input', { type: 'checkbox', class: 'select', id: 'sel-' + it.id, 'data-id': it.id, 'aria-label': 'Select dead item ' + it.id,
-      checked: bulk.all || bulk.ids.has(it.id), onchange: (ev) => {
+    return h('input', { type: 'checkbox', class: 'select', id: 'sel-' + iid(it), 'data-id': iid(it), 'aria-label': 'Select dead item ' + iid(it),
+      checked: bulk.all || bulk.ids.has(iid(it)), onchange: (ev) => {
         if (bulk.all) { // unticking one of "all matching": the page's items but it
           bulk.all = false;
-          bulk.ids = new Set(bulk.view.items.map((x) => x.id));
+          bulk.ids = new Set(bulk.view.items.map(iid));
         }
-        if (ev.currentTarget.checked) bulk.ids.add(it.id); else bulk.ids.delete(it.id);
+        if (ev.currentTarget.checked) bulk.ids.add(iid(it)); else bulk.ids.delete(iid(it));
         bulkUpdate();
       } });
   }
@@ -732,12 +736,12 @@
   // bulkHead is the header checkbox of the page's items: it selects (or
   // unselects) every one; mixed while some are.
   function bulkHead(items) {
-    const onPage = items.filter((it) => bulk.ids.has(it.id)).length;
+    const onPage = items.filter((it) => bulk.ids.has(iid(it))).length;
     return h('input', { type: 'checkbox', class: 'select', id: 'sel-page', 'aria-label': 'Select every dead item on this page',
       checked: items.length > 0 && (bulk.all || onPage === items.length), indeterminate: !bulk.all && onPage > 0 && onPage < items.length, onchange: (ev) => {
       const on = ev.currentTarget.checked;
       if (bulk.all) { bulk.all = false; bulk.ids = new Set(); }
-      for (const it of bulk.view.items) { if (on) bulk.ids.add(it.id); else bulk.ids.delete(it.id); }
+      for (const it of bulk.view.items) { if (on) bulk.ids.add(iid(it)); else bulk.ids.delete(iid(it)); }
       bulkUpdate();
     } });
   }
@@ -766,7 +770,7 @@
   function bulkDraw(bar) {
     const { name, filter, pattern, items } = bulk.view;
     const head = document.getElementById('sel-page');
-    const onPage = items.filter((it) => bulk.ids.has(it.id)).length;
+    const onPage = items.filter((it) => bulk.ids.has(iid(it))).length;
     if (head) {
       head.checked = items.length > 0 && (bulk.all || onPage === items.length);
       head.indeterminate = !bulk.all && onPage > 0 && onPage < items.length;
@@ -1138,7 +1142,7 @@
 
     const items = list.items || [];
     const itemRows = items.map((it) => h('tr', {},
-      h('th', { scope: 'row' }, bulkBox(it), h('a', { href: base + '/' + enc(it.id) }, it.id)),
+      h('th', { scope: 'row' }, bulkBox(it), h('a', { href: base + '/' + enc(iid(it)) }, iid(it))),
       h('td', {}, it.source_queue === HIDDEN_QUEUE ? HIDDEN_TEXT : it.source_queue || '–'), h('td', {}, it.reference || '–'), h('td', {}, it.dead_reason || '–'), h('td', {}, it.kind || '–'),
       h('td', { class: 'num' }, String(it.attempts || 0)), h('td', {}, ago(it.dead_at)),
       h('td', { class: 'error' }, it.last_error || noError())));
@@ -1229,7 +1233,7 @@
         `Partition ${n} (${fmt(p.total)})`);
     }));
     const rows = items.map((it) => h('tr', {},
-      h('th', { scope: 'row' }, h('a', { href: base + '/' + enc(it.id) + '?' + new URLSearchParams({ partition: part }) }, h('code', {}, it.id))),
+      h('th', { scope: 'row' }, h('a', { href: base + '/' + enc(iid(it)) + '?' + new URLSearchParams({ partition: part }) }, h('code', {}, iid(it)))),
       h('td', {}, it.reference || '–'), h('td', {}, it.kind || '–'),
       h('td', { class: 'num' }, String(it.attempts || 0)), h('td', {}, it.is_leased ? 'leased' : 'ready'),
       h('td', {}, ago(it.created_at)), h('td', { class: 'error' }, preview(it.payload))));
@@ -1272,8 +1276,8 @@
     const prop = (k, v) => [h('dt', {}, k), h('dd', {}, v === undefined || v === '' || v === null ? '–' : v)];
     const errors = it.errors || [];
     const dlqErrors = it.dead_letter_errors || [];
-    const filter = { ids: [it.id] };
-    show(crumbs, h('h1', {}, 'Dead item ' + it.id),
+    const filter = { ids: [iid(it)] };
+    show(crumbs, h('h1', {}, 'Dead item ' + iid(it)),
       h('div', { class: 'actions' },
         h('button', { type: 'button', onclick: action(() => redriveFlow(name, filter)) }, 'Redrive this item…'),
         decodeText(it.payload) === null ? h('span', { class: 'muted' }, 'Binary payload: edit it with styx dead edit --payload-file.')
@@ -1336,12 +1340,17 @@
   // holds it. The lists' pivots are inclusive: a page of one from the id
   // starts with the item when it is there.
   async function findLiveItem(name, id, part, parts) {
+    // id may be the item's first id (its id for its life in the queue),
+    // which the lists' pivots do not know: ask for the item by id first,
+    // for its current id.
+    const byId = ((await api('storage/items.list', { queue_name: name, ids: [id] })).items || [])[0];
+    const cur = byId && (byId.id === id || byId.first_id === id) ? byId.id : id;
     const look = parts.length && part === null ? parts.map((p) => num(p.partition)) : [part === null ? 0 : part];
     for (const n of look) {
       for (const [call, scheduled] of [['storage/items.list', false], ['storage/scheduled.list', true]]) {
-        const res = await api(call, { queue_name: name, partition: n, pivot: id, limit: 1 });
+        const res = await api(call, { queue_name: name, partition: n, pivot: cur, limit: 1 });
         const it = (res.items || [])[0];
-        if (it && it.id === id) return { it, scheduled, partition: n };
+        if (it && it.id === cur) return { it, scheduled, partition: n };
       }
     }
     return null;
@@ -1373,7 +1382,10 @@
     }
     const { it, scheduled, partition } = found;
     slowLive = 5000 + Math.min(55000, (it.payload ? it.payload.length : 0) / 20);
-    const holder = (s.consumers || []).find((c) => (c.held_ids || []).includes(it.id));
+    // The lease's consumer, stored with it (issue 49); else the one whose
+    // held leases name it (a server before that).
+    const holder = it.lease_client_id ? { client_id: it.lease_client_id, key_name: it.lease_key_name }
+      : (s.consumers || []).find((c) => (c.held_ids || []).includes(it.id));
     const state = it.is_leased
       ? h('span', {}, h('span', { class: 'badge running' }, 'leased'), ' until ', when(it.lease_deadline),
         holder ? [' by consumer ', h('code', {}, holder.client_id), holder.key_name ? ` (key ${holder.key_name})` : ''] : ' (consumer not known)')
@@ -1381,9 +1393,9 @@
         : h('span', {}, h('span', { class: 'badge' }, it.dead_reason ? 'dead' : 'ready'));
     const prop = (k, v) => [h('dt', {}, k), h('dd', {}, v === undefined || v === '' || v === null ? '–' : v)];
     const errors = it.errors || [];
-    show(crumbs, h('h1', {}, 'Item ' + it.id),
+    show(crumbs, h('h1', {}, 'Item ' + iid(it)),
       h('p', { class: 'muted', id: 'read-only' }, 'Read-only: the item as it is stored now. Leasing, completing and deleting are for workers and the CLI.'),
-      it.dead_reason ? h('p', {}, h('a', { href: '/ui/queues/' + enc(name) + '/dead/' + enc(it.id) }, 'Open it as a dead item')) : null,
+      it.dead_reason ? h('p', {}, h('a', { href: '/ui/queues/' + enc(name) + '/dead/' + enc(iid(it)) }, 'Open it as a dead item')) : null,
       h('dl', { class: 'props', id: 'item-props' },
         prop('State', state), prop('Partition', String(partition)),
         prop('Attempts', String(it.attempts || 0) + (it.max_attempts ? ' of ' + it.max_attempts : '')),
@@ -1450,12 +1462,12 @@
     return new Promise((resolve) => {
       dlg.addEventListener('close', async () => {
         if (dlg.returnValue !== 'save' || !validate()) { resolve(false); return; }
-        const body = { queue_name: queue, id: it.id, payload: encodeText(area.value) };
+        const body = { queue_name: queue, id: iid(it), payload: encodeText(area.value) };
         if (kind.value !== (it.kind || '')) body.kind = kind.value;
         if (ref.value !== (it.reference || '')) body.reference = ref.value;
         try {
           await api('dead.edit', body);
-          toast(`Saved ${it.id}: its history records the old payload's size and hash.`);
+          toast(`Saved ${iid(it)}: its history records the old payload's size and hash.`);
           resolve(true);
         } catch (e) { toast(e.message); resolve(false); }
       }, { once: true });

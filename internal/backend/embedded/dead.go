@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"iter"
 
+	"github.com/styxq/styx/internal/engine"
 	"github.com/styxq/styx/internal/queue"
 )
 
@@ -92,26 +93,93 @@ func itemsBytes(items []queue.Item) int {
 	return n
 }
 
-// byID yields the items of ids that exist, looking each up in every
-// partition.
+// byID yields, for each of ids in order, the item it names (its current
+// id or its first id: queue.ItemMeta.HasID; ADR 0031) when there is one.
+// The loop says where each id's item is now (resolveOp, one call for all
+// of them: the store keys items by their current id only); an item
+// requeued between that answer and its read is looked for again, up to
+// lookUpTries times.
 func (l *Logical) byID(ctx context.Context, partitions int32, ids []uint64) iter.Seq2[queue.Item, error] {
 	return func(yield func(queue.Item, error) bool) {
-		for _, id := range ids {
-			for part := range partitions {
-				got, err := l.cfg.Store.ListItems(ctx, l.queueID, part, id-1, 1)
-				if err != nil {
-					yield(queue.Item{}, readErr(l.name, fmt.Errorf("look up %s: %w", queue.FormatID(id), err)))
-					return
+		found := make(map[uint64]queue.Item, len(ids))
+		left := ids
+		for try := 0; try < lookUpTries && len(left) > 0; try++ {
+			op := &resolveOp{l: l, ids: left}
+			if err := l.call(ctx, op, true); err != nil {
+				// Without the loop's answer (a store that refuses writes
+				// still gives it; a stopped queue does not), each id is
+				// looked up as a current id, in every partition.
+				op.where = make([]engine.ItemKey, len(left))
+				for i, id := range left {
+					op.where[i] = engine.ItemKey{Partition: -1, ID: id}
 				}
-				if len(got) == 1 && got[0].Meta.ID == id {
-					if !yield(got[0], nil) {
+				try = lookUpTries
+			}
+			var again []uint64
+			for i, id := range left {
+				w := op.where[i]
+				if w.ID == 0 {
+					continue // the queue holds no such item
+				}
+				for part := range partitions {
+					if w.Partition >= 0 && part != w.Partition {
+						continue
+					}
+					got, err := l.cfg.Store.ListItems(ctx, l.queueID, part, w.ID-1, 1)
+					if err != nil {
+						yield(queue.Item{}, readErr(l.name, fmt.Errorf("look up %s: %w", queue.FormatID(id), err)))
 						return
 					}
-					break
+					if len(got) == 1 && got[0].Meta.ID == w.ID && got[0].Meta.HasID(id) {
+						found[id] = got[0]
+						break
+					}
 				}
+				if _, ok := found[id]; !ok && w.Partition >= 0 {
+					again = append(again, id) // requeued since the loop answered
+				}
+			}
+			left = again
+		}
+		for _, id := range ids {
+			if it, ok := found[id]; ok && !yield(it, nil) {
+				return
 			}
 		}
 	}
+}
+
+// lookUpTries bounds how often byID asks the loop where items are.
+const lookUpTries = 3
+
+// resolveOp asks the loop where the items ids name are (Logical.byID):
+// where[i] is the partition and current id of ids[i]'s item, zero when
+// the queue holds none.
+type resolveOp struct {
+	engine.HousekeepingOp
+	l     *Logical
+	ids   []uint64
+	where []engine.ItemKey
+}
+
+// Run implements engine.Housekeeping: for each id, the item whose current
+// id it is, or the requeued item that entered its partition under it
+// (requeuedItem).
+func (op *resolveOp) Run(int64, *engine.Request) (bool, error) {
+	op.where = make([]engine.ItemKey, len(op.ids))
+	for i, id := range op.ids {
+		for _, p := range op.l.parts {
+			x := p.items[id]
+			if x == nil {
+				x = p.requeuedItem(id)
+			}
+			if x != nil {
+				op.where[i] = engine.ItemKey{Partition: p.num, ID: x.id}
+				break
+			}
+		}
+	}
+	return false, nil
 }
 
 // takeRedriven inserts redriven items into partition p (Tx.Redrive). The

@@ -421,7 +421,7 @@ func readsOnly(reqs []*engine.Request, err error) []*engine.Request {
 	kept := reqs[:0:0]
 	for _, r := range reqs {
 		switch r.Op.(type) {
-		case *gaugeOp, *resumeOp, *heldListOp, *holdsKeysOp:
+		case *gaugeOp, *resumeOp, *heldListOp, *holdsKeysOp, *resolveOp:
 			kept = append(kept, r)
 		default:
 			if engine.ReadOnly(r.Op) {
@@ -481,6 +481,11 @@ func (l *Logical) load() {
 				p.index().loading = true
 			}
 			p.addGrouped(x, m.Group, m.GroupSeq)
+			if x.state == stateLeased {
+				// The lease's holder, stored with it (issue 49): the
+				// queue's consumers know it again after a restart.
+				l.Loop.Consumers.Restore(p.num, x.id, m.Holder, x.deadline)
+			}
 			if x.src != nil {
 				keys[queue.OnceKey(x.src.key)] = x
 				if x.isDeadCopy() {

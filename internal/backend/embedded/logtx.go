@@ -182,17 +182,30 @@ func (it *iteration) Requeued(n int32, first uint64) (engine.Item, bool, error) 
 	return view(p, x), true, nil
 }
 
-// Renew implements Tx.
-func (it *iteration) Renew(xs []engine.Item, deadline int64) error {
-	for _, v := range xs {
+// Renew implements Tx: the lease's state record is rewritten whole, its
+// holder with it (from holders: the engine's record of the lease).
+func (it *iteration) Renew(xs []engine.Item, deadline int64, holders []queue.Holder) error {
+	for i, v := range xs {
 		p, x, err := it.own(v)
 		if err != nil {
 			return err
 		}
 		p.setDeadline(x, deadline)
-		it.batch.Update(p.num, p.meta(x))
+		m := p.meta(x)
+		if holders != nil {
+			m.Holder = holders[i]
+		}
+		it.batch.Update(p.num, m)
 	}
 	return nil
+}
+
+// holderOf returns holder(k), the zero Holder when holder is nil.
+func holderOf(holder func(k int) queue.Holder, k int) queue.Holder {
+	if holder == nil {
+		return queue.Holder{}
+	}
+	return holder(k)
 }
 
 // ReadyCounts implements Tx.
@@ -225,7 +238,7 @@ func (it *iteration) Produce(n int32, items []queue.ProduceItem, expire int64) e
 // were (leaseBytes). A grouped lease finds each item's body before it
 // takes the item, and stops at the first that would pass the bound
 // (leaseGrouped).
-func (it *iteration) Lease(n int32, want int, maxBytes, deadline int64) ([]queue.LeasedItem, bool, bool, error) {
+func (it *iteration) Lease(n int32, want int, maxBytes, deadline int64, holder func(k int) queue.Holder) ([]queue.LeasedItem, bool, bool, error) {
 	l, p := it.l, it.l.parts[n]
 	var items []*item
 	var bodies map[uint64]*queue.ItemBody
@@ -245,17 +258,19 @@ func (it *iteration) Lease(n int32, want int, maxBytes, deadline int64) ([]queue
 		if maxBytes > 0 {
 			items, more = leaseBytes(p, items, bodies, maxBytes)
 		}
-		for _, x := range items {
+		for k, x := range items {
 			x.attempts++
 			if x.firstLeased == 0 {
 				x.firstLeased = it.now
 			}
 			p.setStateAt(x, stateLeased, deadline)
-			it.batch.Lease(p.num, x.baseMeta())
+			m := x.baseMeta()
+			m.Holder = holderOf(holder, k)
+			it.batch.Lease(p.num, m)
 		}
 	} else {
 		var err error
-		if items, bodies, more, err = it.leaseGrouped(p, want, maxBytes, deadline); err != nil {
+		if items, bodies, more, err = it.leaseGrouped(p, want, maxBytes, deadline, holder); err != nil {
 			return nil, false, false, fmt.Errorf("read bodies: %w", err)
 		}
 	}
@@ -300,7 +315,7 @@ func leaseBytes(p *partition, items []*item, bodies map[uint64]*queue.ItemBody, 
 // whatever its size; leaseItems leaves it as it was): more reports that it
 // stopped so. Apart from Lease so that the closures' captures cost the
 // leases of other partitions nothing.
-func (it *iteration) leaseGrouped(p *partition, want int, maxBytes, deadline int64) ([]*item, map[uint64]*queue.ItemBody, bool, error) {
+func (it *iteration) leaseGrouped(p *partition, want int, maxBytes, deadline int64, holder func(k int) queue.Holder) ([]*item, map[uint64]*queue.ItemBody, bool, error) {
 	var items []*item
 	var fits func(*item) bool
 	var sized map[uint64]*queue.ItemBody // the bodies fits found
@@ -328,7 +343,9 @@ func (it *iteration) leaseGrouped(p *partition, want int, maxBytes, deadline int
 			x.firstLeased = it.now
 		}
 		p.setStateAt(x, stateLeased, deadline)
-		it.batch.Lease(p.num, p.meta(x))
+		m := p.meta(x)
+		m.Holder = holderOf(holder, len(items))
+		it.batch.Lease(p.num, m)
 		items = append(items, x)
 	})
 	if err != nil {

@@ -198,6 +198,22 @@ func (r reads) Consumers(ctx context.Context, own []queue.Consumer) ([]queue.Con
 	if err := rows.Err(); err != nil {
 		return nil, wrap("consumers", err)
 	}
+	// The live leases and their holders as stored (migration 21) are the
+	// truth of what each consumer holds, whichever node dealt them and
+	// whether it still runs: they replace the nodes' records of them.
+	// A consumer known only from them has no lease call seen (zero times).
+	held, err := q.heldByHolder(ctx, now)
+	if err != nil {
+		return nil, err
+	}
+	for k, h := range held {
+		m := merged[key{k.ClientID, k.KeyName}]
+		if m == nil {
+			m = &queue.Consumer{ClientID: k.ClientID, KeyName: k.KeyName}
+			merged[key{k.ClientID, k.KeyName}] = m
+		}
+		m.Held, m.HeldIDs = h.n, h.ids
+	}
 	out := make([]queue.Consumer, 0, len(merged))
 	for _, c := range merged {
 		// Ids are fixed-width in an ordered alphabet: text order is id order.
@@ -208,4 +224,40 @@ func (r reads) Consumers(ctx context.Context, own []queue.Consumer) ([]queue.Con
 	}
 	engine.SortConsumers(out)
 	return out, nil
+}
+
+// heldLeases is what one holder holds: its live leases and the ids of the
+// lowest queue.MaxHeldIDs of them, formatted.
+type heldLeases struct {
+	n   int
+	ids []string
+}
+
+// heldByHolder reads the queue's live leases (deadline after now) by their
+// stored holder (migration 21), at most engine.MaxLeaseLinks of them, as a
+// node records them in memory.
+func (q *Queue) heldByHolder(ctx context.Context, now time.Time) (map[queue.Holder]heldLeases, error) {
+	rows, err := q.m.st.pool.Query(ctx, `SELECT holder_client, holder_key, count(*), (array_agg(id ORDER BY id))[1:$4]
+		FROM (SELECT id, holder_client, coalesce(holder_key, '') AS holder_key FROM styx_items
+			WHERE queue_id = $1 AND state = $2 AND deadline > $3 AND holder_client IS NOT NULL LIMIT $5) l
+		GROUP BY 1, 2`, q.id, stateLeased, now.UnixNano(), queue.MaxHeldIDs, engine.MaxLeaseLinks)
+	if err != nil {
+		return nil, wrap("consumers", err)
+	}
+	defer rows.Close()
+	out := map[queue.Holder]heldLeases{}
+	for rows.Next() {
+		var h queue.Holder
+		var n int64
+		var ids []int64
+		if err := rows.Scan(&h.ClientID, &h.KeyName, &n, &ids); err != nil {
+			return nil, wrap("consumers", err)
+		}
+		l := heldLeases{n: int(n), ids: make([]string, len(ids))}
+		for i, id := range ids {
+			l.ids[i] = queue.FormatID(uint64(id))
+		}
+		out[h] = l
+	}
+	return out, wrap("consumers", rows.Err())
 }

@@ -228,14 +228,15 @@ var orderedRun = `SELECT h.grp, r.id, r.seq FROM
 
 // leaseUpdate leases the items of the CTE take (the ctids of the rows it
 // locked; an item leased for the first time takes $5, now, as its
-// first_leased_at), and returns each (scanLeasedKeys) with its order key: its
+// first_leased_at; $9 and $10 are the lease's holder, holderArgs), and returns each (scanLeasedKeys) with its order key: its
 // GroupSeq, or its id when it has no group; and, last, how many items the
 // CTE found held before the byte bound (more when take leased fewer). It
 // finds the rows by ctid, as lease does and for the same reason: by
 // (queue_id, id), a generic plan made while the queue's statistics said it
 // was nearly empty read them through another index of the queue, every
 // entry of it.
-const leaseUpdate = `UPDATE styx_items t SET state=1, attempts=t.attempts+1, deadline=$4, first_leased_at=coalesce(t.first_leased_at, $5)
+const leaseUpdate = `UPDATE styx_items t SET state=1, attempts=t.attempts+1, deadline=$4, first_leased_at=coalesce(t.first_leased_at, $5),
+		holder_client=$9::text, holder_key=$10::text
 	FROM take WHERE t.ctid = take.ctid
 	RETURNING t.id, coalesce(t.first_id, t.id), t.attempts, t.first_leased_at, t.reference, t.kind, t.encoding, t.payload, t.attributes,
 		t.source_queue, coalesce(t.grp, ''), CASE WHEN t.grp IS NULL THEN t.id ELSE ` + groupSeqSQL + ` END, (SELECT count(*) FROM found)`
@@ -333,7 +334,8 @@ var fairLeaseSQL = `WITH RECURSIVE ` + groupsVisit + `,
 // first), no row comes back to count them, and more is false: the next
 // lease takes them.
 func leaseGroups(ctx context.Context, tx pgx.Tx, queueID uint64, partition int32, n int, deadline, now int64, ordered bool,
-	cursor string, maxBytes, usedBytes int64, first bool) (items []queue.LeasedItem, more bool, err error) {
+	cursor string, maxBytes, usedBytes int64, first bool, h *queue.Holder) (items []queue.LeasedItem, more bool, err error) {
+	client, key := holderArgs(h)
 	sql := fairLeaseSQL
 	if ordered {
 		sql = orderedLeaseSQL
@@ -349,7 +351,7 @@ func leaseGroups(ctx context.Context, tx pgx.Tx, queueID uint64, partition int32
 	// round trip: the setting, the lease and the setting back, in a batch.
 	b := &pgx.Batch{}
 	b.Queue(`SET LOCAL plan_cache_mode = force_generic_plan`)
-	b.Queue(sql, int64(queueID), partition, n, deadline, now, cursor, left, first)
+	b.Queue(sql, int64(queueID), partition, n, deadline, now, cursor, left, first, client, key)
 	b.Queue(`SET LOCAL plan_cache_mode TO DEFAULT`)
 	br := tx.SendBatch(ctx, b)
 	if _, err := br.Exec(); err != nil {

@@ -30,21 +30,22 @@ import (
 // itemColumns are the columns of a full item, as scanItem reads them.
 const itemColumns = `id, partition, state, deadline, expire_deadline, attempts, created_at, coalesce(source_key, ''),
 	reference, kind, encoding, payload, source_queue, source_id, dead_reason, dead_at, redrive_count, last_error, errors, fingerprint, attributes,
-	coalesce(grp, ''), CASE WHEN grp IS NULL THEN 0 ELSE ` + groupSeqSQL + ` END`
+	coalesce(grp, ''), CASE WHEN grp IS NULL THEN 0 ELSE ` + groupSeqSQL + ` END, coalesce(first_id, id),
+	CASE WHEN state = 1 THEN coalesce(holder_client, '') ELSE '' END, CASE WHEN state = 1 THEN coalesce(holder_key, '') ELSE '' END`
 
 func scanItem(row pgx.Row) (queue.Item, error) {
 	var it queue.Item
-	var id, deadline, expire, created, deadAt, seq int64
+	var id, deadline, expire, created, deadAt, seq, first int64
 	var st int16
 	var errs []byte
 	m, b := &it.Meta, &it.Body
 	err := row.Scan(&id, &it.Partition, &st, &deadline, &expire, &m.Attempts, &created, &m.SourceKey,
 		&b.Reference, &b.Kind, &b.Encoding, &b.Payload, &b.SourceQueue, &b.SourceID, &b.DeadReason, &deadAt, &b.RedriveCount,
-		&it.Errors.LastError, &errs, &m.Fingerprint, &b.Attributes, &m.Group, &seq)
+		&it.Errors.LastError, &errs, &m.Fingerprint, &b.Attributes, &m.Group, &seq, &first, &m.Holder.ClientID, &m.Holder.KeyName)
 	if err != nil {
 		return it, err
 	}
-	m.ID, m.BodyID, m.GroupSeq = uint64(id), uint64(id), uint64(seq)
+	m.ID, m.BodyID, m.GroupSeq = uint64(id), uint64(first), uint64(seq)
 	m.ExpireDeadline, m.CreatedAt, b.DeadAt = queue.FromNanos(expire), queue.FromNanos(created), queue.FromNanos(deadAt)
 	switch st {
 	case stateLeased:
@@ -201,15 +202,16 @@ func nextDue(ctx context.Context, q querier, queueID uint64) (int64, error) {
 // entry of the queue, dead ones included, once per item leased: 16,000
 // buffers per lease of 20 items, cycle ×10 at about 900 items/s instead of
 // 3,500 (docs/benchmarks.md, "PostgreSQL's plain lease").
-func lease(ctx context.Context, tx pgx.Tx, queueID uint64, partition int32, n int, maxBytes, deadline, now int64) ([]queue.LeasedItem, bool, error) {
+func lease(ctx context.Context, tx pgx.Tx, queueID uint64, partition int32, n int, maxBytes, deadline, now int64, h *queue.Holder) ([]queue.LeasedItem, bool, error) {
 	var rows pgx.Rows
 	var err error
+	client, key := holderArgs(h)
 	// A lease of one item takes it whatever its size: the bound cannot
 	// leave anything, and leaseSQL is the cheaper statement.
 	if maxBytes > 0 && n > 1 {
-		rows, err = tx.Query(ctx, leaseBytesSQL, int64(queueID), partition, n, deadline, now, maxBytes)
+		rows, err = tx.Query(ctx, leaseBytesSQL, int64(queueID), partition, n, deadline, now, client, key, maxBytes)
 	} else {
-		rows, err = tx.Query(ctx, leaseSQL, int64(queueID), partition, n, deadline, now)
+		rows, err = tx.Query(ctx, leaseSQL, int64(queueID), partition, n, deadline, now, client, key)
 	}
 	// leaseBytesSQL's last column (read as the order key) is how many
 	// items it found before the bound.
@@ -225,16 +227,28 @@ func lease(ctx context.Context, tx pgx.Tx, queueID uint64, partition int32, n in
 	return items, len(found) > 0 && found[0] > int64(len(items)), nil
 }
 
+// holderArgs returns the holder columns' values of a lease whose items
+// all go to h (migration 21), NULL and NULL for nil (the items go to
+// several consumers: setHolders writes them).
+func holderArgs(h *queue.Holder) (client, key *string) {
+	if h == nil {
+		return nil, nil
+	}
+	return &h.ClientID, &h.KeyName
+}
+
 // leaseSQL is lease's statement: $1 queue id, $2 partition, $3 items at
 // most, $4 lease deadline, $5 now (Unix nanoseconds), which becomes the
-// first_leased_at of an item leased for the first time (migration 14).
+// first_leased_at of an item leased for the first time (migration 14), $6
+// and $7 the lease's holder (holderArgs).
 const leaseSQL = `WITH c AS MATERIALIZED (
 		SELECT ctid FROM styx_items WHERE queue_id=$1 AND partition=$2 AND state=0 AND grp IS NULL AND (expire_deadline=0 OR expire_deadline > $5)
 		ORDER BY id LIMIT $3 FOR UPDATE SKIP LOCKED)
-		UPDATE styx_items t SET state=1, attempts=t.attempts+1, deadline=$4, first_leased_at=coalesce(t.first_leased_at, $5) FROM c WHERE t.ctid=c.ctid
+		UPDATE styx_items t SET state=1, attempts=t.attempts+1, deadline=$4, first_leased_at=coalesce(t.first_leased_at, $5),
+			holder_client=$6::text, holder_key=$7::text FROM c WHERE t.ctid=c.ctid
 		RETURNING t.id, coalesce(t.first_id, t.id), t.attempts, t.first_leased_at, t.reference, t.kind, t.encoding, t.payload, t.attributes, t.source_queue, ''`
 
-// leaseBytesSQL is leaseSQL bounded by bytes ($6): of the items it locks,
+// leaseBytesSQL is leaseSQL bounded by bytes ($8): of the items it locks,
 // it leases those, in id order, whose payloads and attributes sum to at
 // most $6, the first whatever its size, and returns with each how many it
 // locked. The sizes come from the rows' TOAST pointers (octet_length does
@@ -245,8 +259,9 @@ const leaseBytesSQL = `WITH c AS MATERIALIZED (
 		WHERE queue_id=$1 AND partition=$2 AND state=0 AND grp IS NULL AND (expire_deadline=0 OR expire_deadline > $5)
 		ORDER BY id LIMIT $3 FOR UPDATE SKIP LOCKED),
 	k AS (SELECT ctid FROM (SELECT ctid, id, sum(size) OVER (ORDER BY id) AS upto FROM c) w
-		WHERE upto <= $6 OR id = (SELECT min(id) FROM c))
-		UPDATE styx_items t SET state=1, attempts=t.attempts+1, deadline=$4, first_leased_at=coalesce(t.first_leased_at, $5) FROM k WHERE t.ctid=k.ctid
+		WHERE upto <= $8 OR id = (SELECT min(id) FROM c))
+		UPDATE styx_items t SET state=1, attempts=t.attempts+1, deadline=$4, first_leased_at=coalesce(t.first_leased_at, $5),
+			holder_client=$6::text, holder_key=$7::text FROM k WHERE t.ctid=k.ctid
 		RETURNING t.id, coalesce(t.first_id, t.id), t.attempts, t.first_leased_at, t.reference, t.kind, t.encoding, t.payload, t.attributes, t.source_queue, '',
 			(SELECT count(*) FROM c)`
 
@@ -748,4 +763,19 @@ func editItem(ctx context.Context, tx pgx.Tx, queueID uint64, name string, ref q
 		WHERE queue_id=$1 AND id=$2`,
 		int64(queueID), int64(ref.ID), b.Reference, b.Kind, b.Encoding, nonNil(b.Payload), encodeErrors(cur.Errors), cur.Errors.LastError)
 	return cur, err
+}
+
+// setHolders stores the holders of leases that one lease statement dealt
+// to several consumers (migration 21): the items are leased by this
+// transaction already.
+func setHolders(ctx context.Context, tx pgx.Tx, queueID uint64, rows []holderRow) error {
+	ids := make([]int64, len(rows))
+	clients, keys := make([]string, len(rows)), make([]string, len(rows))
+	for i, r := range rows {
+		ids[i], clients[i], keys[i] = r.id, r.h.ClientID, r.h.KeyName
+	}
+	_, err := tx.Exec(ctx, `UPDATE styx_items t SET holder_client = u.c, holder_key = u.k
+		FROM unnest($2::bigint[], $3::text[], $4::text[]) AS u(id, c, k) WHERE t.queue_id = $1 AND t.id = u.id AND t.state = 1`,
+		int64(queueID), ids, clients, keys)
+	return err
 }

@@ -36,8 +36,12 @@ func TestLockedRowsUpdatedByTID(t *testing.T) {
 	// The leases' arguments: queue, partition, count, deadline, now; the
 	// group leases' then the cursor and the byte bound (boundedTake: a
 	// bound, and whether the first item goes whatever its size).
+	// Then the lease's holder (holderArgs: NULL, NULL here), last for the
+	// group leases.
 	leaseArgs := []any{int64(info.ID), int32(0), 10, time.Now().Add(time.Minute).UnixNano(), time.Now().UnixNano()}
-	groupArgs := append(append([]any{}, leaseArgs...), "''", 64<<20, true)
+	noHolder := []any{"NULL", "NULL"}
+	groupArgs := append(append(append([]any{}, leaseArgs...), "''", 64<<20, true), noHolder...)
+	leaseArgs = append(leaseArgs, noHolder...)
 	for name, c := range map[string]struct {
 		sql  string
 		args []any

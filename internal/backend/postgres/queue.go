@@ -538,13 +538,20 @@ const sizeSQL = `(octet_length(payload) + coalesce(octet_length(attributes), 0) 
 // read one at a time and the reading stops at maxBytes of ItemBytes, which
 // counts the attempt histories too.
 func (q *Queue) readWithin(ctx context.Context, db querier, where string, args []any, limit, maxBytes int) ([]queue.Item, error) {
+	return q.readWithinBy(ctx, db, where, "id", args, limit, maxBytes)
+}
+
+// readWithinBy is readWithin in the order of the SQL expression order
+// (of styx_items' columns; "id" for readWithin), which the read returns
+// as the item's last column (a key such as byIDKeySQL).
+func (q *Queue) readWithinBy(ctx context.Context, db querier, where, order string, args []any, limit, maxBytes int) ([]queue.Item, error) {
 	n := len(args)
-	sql := `SELECT ` + itemColumns + ` FROM styx_items WHERE ` + where + ` ORDER BY id LIMIT $` + strconv.Itoa(n+1)
+	sql := `SELECT ` + itemColumns + ` FROM styx_items WHERE ` + where + ` ORDER BY ` + order + ` LIMIT $` + strconv.Itoa(n+1)
 	args = append(args, limit)
 	if maxBytes > 0 {
-		sql = `SELECT ` + itemColumns + ` FROM (SELECT *, sum(` + sizeSQL + `) OVER (ORDER BY id ROWS UNBOUNDED PRECEDING) - ` +
-			sizeSQL + ` AS styx_before FROM styx_items WHERE ` + where + ` ORDER BY id LIMIT $` + strconv.Itoa(n+1) +
-			`) page WHERE styx_before < $` + strconv.Itoa(n+2) + ` ORDER BY id`
+		sql = `SELECT ` + itemColumns + ` FROM (SELECT *, ` + order + ` AS styx_order, sum(` + sizeSQL + `) OVER (ORDER BY ` + order + ` ROWS UNBOUNDED PRECEDING) - ` +
+			sizeSQL + ` AS styx_before FROM styx_items WHERE ` + where + ` ORDER BY ` + order + ` LIMIT $` + strconv.Itoa(n+1) +
+			`) page WHERE styx_before < $` + strconv.Itoa(n+2) + ` ORDER BY styx_order`
 		args = append(args, int64(maxBytes))
 	}
 	rows, err := db.Query(ctx, sql, args...)
@@ -595,12 +602,20 @@ func (r reads) Scan(ctx context.Context, _ int32, f *queue.DeadFilter, p queue.S
 			for i, id := range ids {
 				ids64[i] = int64(id)
 			}
+			// An id names an item by its current id or its first id (ADR
+			// 0031); the items come in the order of the ids that name
+			// them (byIDKeySQL).
 			for len(ids64) > 0 {
-				got, err := q.readWithin(ctx, q.m.st.pool, `queue_id=$1 AND id = ANY($2)`, []any{int64(q.id), ids64}, len(ids64), scanBytes)
+				got, err := q.readWithinBy(ctx, q.m.st.pool, `queue_id=$1 AND (id = ANY($2) OR first_id = ANY($2))`, byIDKeySQL,
+					[]any{int64(q.id), ids64}, 2*len(ids64), scanBytes)
 				if !yieldAll(yield, got, q.readErr(err)) || len(got) == 0 || itemsBytes(got) < scanBytes {
 					return
 				}
-				last := int64(got[len(got)-1].Meta.ID)
+				m := got[len(got)-1].Meta
+				last := int64(m.ID)
+				if !slices.Contains(ids64, last) {
+					last = int64(m.FirstID())
+				}
 				ids64 = ids64[sort.Search(len(ids64), func(i int) bool { return ids64[i] > last }):]
 			}
 		}
@@ -616,6 +631,10 @@ func (r reads) Scan(ctx context.Context, _ int32, f *queue.DeadFilter, p queue.S
 		}
 	})
 }
+
+// byIDKeySQL orders the items a Scan by ids reads by the id ($2) that
+// names each: its current id when given, else its first id.
+const byIDKeySQL = `(CASE WHEN id = ANY($2) THEN id ELSE first_id END)`
 
 // yieldAll yields err alone, or else every item; it reports whether to go
 // on.

@@ -383,6 +383,12 @@ CREATE INDEX styx_items_scheduled ON styx_items (queue_id, partition, id) WHERE 
 	// with the definitions (the refresh, and at once on the admin
 	// notification), and its loops lease nothing while it is set.
 	`ALTER TABLE styx_queues ADD COLUMN paused_at bigint NOT NULL DEFAULT 0;`,
+	// 21: the consumer holding each lease (issue 49; queue.ItemMeta.
+	// Holder): its client_id and API key name, set by the lease statement
+	// and read while the item is leased (state 1), so every node, and a
+	// node after a restart, knows who holds a lease. NULL on items leased
+	// before.
+	`ALTER TABLE styx_items ADD COLUMN holder_client text, ADD COLUMN holder_key text;`,
 }
 
 // oneTriggerMigration is migration 18.

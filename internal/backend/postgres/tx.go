@@ -42,6 +42,9 @@ type iteration struct {
 	// now (a retry's outcomes): requeues[i] for each index.
 	newIDs []newID
 	deaths []death
+	// holders are the holders of leases whose items went to several
+	// consumers (Lease), written by flush.
+	holders []holderRow
 	// notify lists the queues whose waiting leases should look again.
 	notify []uint64
 	// metrics run after commit (counts of dead-lettered and dropped
@@ -52,6 +55,12 @@ type iteration struct {
 	// dedupAsked are the deduplication ids this iteration claimed, and
 	// dedupClaimed those it got and no item has used yet (dedup.go).
 	dedupAsked, dedupClaimed map[string]bool
+}
+
+// holderRow is the holder of a leased item (migration 21).
+type holderRow struct {
+	id int64
+	h  queue.Holder
 }
 
 type newID struct {
@@ -278,7 +287,7 @@ func (it *iteration) Requeued(n int32, first uint64) (engine.Item, bool, error) 
 
 // Renew implements engine.Tx: one statement, on rows the iteration holds
 // (any other fails the iteration, as Complete).
-func (it *iteration) Renew(xs []engine.Item, deadline int64) error {
+func (it *iteration) Renew(xs []engine.Item, deadline int64, _ []queue.Holder) error {
 	ids := make([]int64, len(xs))
 	for i, v := range xs {
 		x, err := it.own(v)
@@ -403,14 +412,45 @@ func (it *iteration) Redrive(n int32, items []queue.RedriveItem, expire int64) e
 // and the partition from then on (until a group lease finds no grouped
 // item). maxBytes bounds both leases together (the group lease takes what
 // the plain one left of it; leaseGroups).
-func (it *iteration) Lease(n int32, want int, maxBytes, deadline int64) ([]queue.LeasedItem, bool, bool, error) {
+func (it *iteration) Lease(n int32, want int, maxBytes, deadline int64, holder func(k int) queue.Holder) ([]queue.LeasedItem, bool, bool, error) {
+	// The holder goes with the lease statement when every item goes to
+	// one consumer (the usual case); else each item's is written after
+	// (flush, setHolders).
+	one := oneHolder(holder, want)
+	items, durable, more, err := it.lease(n, want, maxBytes, deadline, one)
+	if err == nil && one == nil && holder != nil {
+		for k, x := range items {
+			it.holders = append(it.holders, holderRow{id: int64(x.ID), h: holder(k)})
+		}
+	}
+	return items, durable, more, err
+}
+
+// oneHolder returns the holder of every one of a lease's want items when
+// they all go to one consumer, else nil.
+func oneHolder(holder func(k int) queue.Holder, want int) *queue.Holder {
+	if holder == nil {
+		return nil
+	}
+	h := holder(0)
+	for k := 1; k < want; k++ {
+		if holder(k) != h {
+			return nil
+		}
+	}
+	return &h
+}
+
+// lease is Lease with the holder of all its items, one (nil: written
+// apart).
+func (it *iteration) lease(n int32, want int, maxBytes, deadline int64, one *queue.Holder) ([]queue.LeasedItem, bool, bool, error) {
 	if err := it.flush(); err != nil {
 		return nil, false, false, err
 	}
 	q := it.q
 	var items []queue.LeasedItem
 	if !it.info.Ordered && !q.grouped[n] {
-		got, more, err := lease(it.ctx, it.tx, q.id, n, want, maxBytes, deadline, it.now)
+		got, more, err := lease(it.ctx, it.tx, q.id, n, want, maxBytes, deadline, it.now, one)
 		if err != nil {
 			return nil, false, false, err
 		}
@@ -436,7 +476,7 @@ func (it *iteration) Lease(n int32, want int, maxBytes, deadline int64) ([]queue
 		return items, true, true, nil // grouped items are ready: they wait for the next lease
 	}
 	cursor := q.groupCursor[n]
-	got, more, err := leaseGroups(it.ctx, it.tx, q.id, n, want, deadline, it.now, it.info.Ordered, cursor, maxBytes, used, len(items) == 0)
+	got, more, err := leaseGroups(it.ctx, it.tx, q.id, n, want, deadline, it.now, it.info.Ordered, cursor, maxBytes, used, len(items) == 0, one)
 	if err != nil {
 		return nil, false, false, err
 	}
@@ -597,6 +637,12 @@ func (it *iteration) flush() error {
 			return err
 		}
 		it.deaths = it.deaths[:0]
+	}
+	if len(it.holders) > 0 {
+		if err := setHolders(ctx, tx, q.id, it.holders); err != nil {
+			return err
+		}
+		it.holders = it.holders[:0]
 	}
 	return nil
 }

@@ -117,7 +117,7 @@ func (e *env) lease(q tq, n int) []queue.LeasedItem {
 	var out []queue.LeasedItem
 	e.do(q, nil, func(tx engine.Tx, now int64) error {
 		var err error
-		out, _, _, err = tx.Lease(0, n, 0, now+int64(leaseTimeout))
+		out, _, _, err = tx.Lease(0, n, 0, now+int64(leaseTimeout), nil)
 		return err
 	})
 	return out
@@ -146,7 +146,7 @@ func (e *env) leaseBytes(q tq, n int, maxBytes int64) ([]queue.LeasedItem, bool)
 	var more bool
 	e.do(q, nil, func(tx engine.Tx, now int64) error {
 		var err error
-		got, _, more, err = tx.Lease(0, n, maxBytes, now+int64(leaseTimeout))
+		got, _, more, err = tx.Lease(0, n, maxBytes, now+int64(leaseTimeout), nil)
 		return err
 	})
 	for _, x := range got {
@@ -286,7 +286,7 @@ var rows = []row{
 		e.do(q, nil, func(tx engine.Tx, now int64) error {
 			deadline = now + int64(leaseTimeout)
 			var err error
-			got, _, _, err = tx.Lease(0, 2, 0, deadline)
+			got, _, _, err = tx.Lease(0, 2, 0, deadline, nil)
 			return err
 		})
 		require.Equal(e.t, []string{"a", "b"}, payloads(got))
@@ -312,7 +312,7 @@ var rows = []row{
 			var more bool
 			e.do(q, nil, func(tx engine.Tx, now int64) error {
 				var err error
-				got, _, more, err = tx.Lease(0, n, maxBytes, now+int64(leaseTimeout))
+				got, _, more, err = tx.Lease(0, n, maxBytes, now+int64(leaseTimeout), nil)
 				return err
 			})
 			for _, x := range got {
@@ -400,7 +400,7 @@ var rows = []row{
 		e.do(q, []uint64{id}, func(tx engine.Tx, now int64) error {
 			x, _ := tx.Item(0, id)
 			deadline = now + int64(time.Hour)
-			return tx.Renew([]engine.Item{x}, deadline)
+			return tx.Renew([]engine.Item{x}, deadline, nil)
 		})
 		x, ok := e.item(q, id)
 		require.True(e.t, ok)
@@ -422,7 +422,7 @@ var rows = []row{
 		for _, v := range []engine.Item{unknown, otherPartition} {
 			calls := map[string]func(tx engine.Tx, now int64) error{
 				"Complete": func(tx engine.Tx, _ int64) error { return tx.Complete([]engine.Item{v}) },
-				"Renew":    func(tx engine.Tx, now int64) error { return tx.Renew([]engine.Item{v}, now+int64(time.Hour)) },
+				"Renew":    func(tx engine.Tx, now int64) error { return tx.Renew([]engine.Item{v}, now+int64(time.Hour), nil) },
 			}
 			for name, call := range calls {
 				err := q.Do(e.ctx, []uint64{id, v.ID}, func(tx engine.Tx, now int64) error {

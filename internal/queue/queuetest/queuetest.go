@@ -64,7 +64,7 @@ func Run(t *testing.T, open Open, skips ...Skip) {
 	for _, s := range skips {
 		reasons[s.Row] = s.Reason
 	}
-	for _, r := range slices.Concat(cycleRows, adminRows, coverageRows, dedupRows, groupRows, liveRows) {
+	for _, r := range slices.Concat(cycleRows, adminRows, coverageRows, dedupRows, groupRows, liveRows, idRows) {
 		why, skip := reasons[r.name]
 		t.Run(r.name, func(t *testing.T) {
 			if skip {

@@ -50,6 +50,12 @@ const formatMetaV2 = 2
 // three are read (an item without it reads as never leased).
 const formatMetaV3 = 3
 
+// formatMetaV4 is the meta format that adds the lease's Holder (issue 49):
+// formatMetaV3's fields, then the holder's client id and key name. Written
+// only for a leased item whose holder is known (a state record); the
+// older formats are still written and read.
+const formatMetaV4 = 4
+
 // formatBodyV2 is the body format that adds Attributes (ADR 0016); a body
 // without attributes is still written as formatV1, and both are read.
 const formatBodyV2 = 2
@@ -104,10 +110,13 @@ func nanos(t time.Time) (int64, error) {
 //	[uvarint len, Fingerprint]         if flag metaFingerprint,
 //	formatMetaV2 only: uvarint len, Group, varint BodyID-GroupSeq (two's
 //	complement difference, usually 0),
-//	formatMetaV3 only: uvarint len, Group, [varint BodyID-GroupSeq if
-//	Group is not empty], varint FirstLeasedAt-CreatedAt.
+//	formatMetaV3 and V4: uvarint len, Group, [varint BodyID-GroupSeq if
+//	Group is not empty], varint FirstLeasedAt-CreatedAt,
+//	formatMetaV4 only: uvarint len, Holder.ClientID, uvarint len,
+//	Holder.KeyName.
 //
-// The format byte is formatMetaV3 when FirstLeasedAt is set, else
+// The format byte is formatMetaV4 when Holder is set, else formatMetaV3
+// when FirstLeasedAt is set, else
 // formatMetaV2 when Group is not empty, else formatV1 (an item never
 // leased and without a group is stored as before groups existed; GroupSeq
 // is not stored for an item without a group). Times are Unix nanoseconds. CreatedAt is fixed-width: a current time
@@ -163,7 +172,12 @@ func appendMeta(b []byte, m *queue.ItemMeta) ([]byte, error) {
 	format := byte(formatV1)
 	switch {
 	case !m.FirstLeasedAt.IsZero():
+		// A lease sets FirstLeasedAt: a holder comes with it (one
+		// without is not stored).
 		format = formatMetaV3
+		if !m.Holder.IsZero() {
+			format = formatMetaV4
+		}
 		if first, err = nanos(m.FirstLeasedAt); err != nil {
 			return b, err
 		}
@@ -204,12 +218,16 @@ func appendMeta(b []byte, m *queue.ItemMeta) ([]byte, error) {
 	case formatMetaV2:
 		b = appendString(b, m.Group)
 		b = binary.AppendVarint(b, int64(m.BodyID-m.GroupSeq))
-	case formatMetaV3:
+	case formatMetaV3, formatMetaV4:
 		b = appendString(b, m.Group)
 		if m.Group != "" {
 			b = binary.AppendVarint(b, int64(m.BodyID-m.GroupSeq))
 		}
 		b = binary.AppendVarint(b, delta(first, created))
+		if format == formatMetaV4 {
+			b = appendString(b, m.Holder.ClientID)
+			b = appendString(b, m.Holder.KeyName)
+		}
 	}
 	return b, nil
 }
@@ -225,7 +243,7 @@ func undelta(d, base int64) int64 { return int64(uint64(base) + uint64(d)) }
 func decodeMeta(v []byte, id uint64, m *queue.ItemMeta) error {
 	d := decoder{b: v}
 	f := d.byte()
-	if f != formatV1 && f != formatMetaV2 && f != formatMetaV3 && d.err == nil {
+	if f != formatV1 && f != formatMetaV2 && f != formatMetaV3 && f != formatMetaV4 && d.err == nil {
 		return fmt.Errorf("meta: unknown format %d", f)
 	}
 	flags := d.byte()
@@ -272,11 +290,15 @@ func decodeMeta(v []byte, id uint64, m *queue.ItemMeta) error {
 	case formatMetaV2:
 		m.Group = d.string()
 		m.GroupSeq = m.BodyID - uint64(d.varint())
-	case formatMetaV3:
+	case formatMetaV3, formatMetaV4:
 		if m.Group = d.string(); m.Group != "" {
 			m.GroupSeq = m.BodyID - uint64(d.varint())
 		}
 		m.FirstLeasedAt = time.Unix(0, undelta(d.varint(), created))
+		if f == formatMetaV4 {
+			m.Holder.ClientID = d.string()
+			m.Holder.KeyName = d.string()
+		}
 	}
 	return d.finish("meta")
 }
