@@ -45,7 +45,7 @@ func requireOutcomes(s *servertest.Server, id string, want *pb.RedriveOutcomes, 
 // (it is pending again), fails 1 for good (dead again) and holds 1: the
 // task shows completed 2, retried 1, dead again 1, pending 2, after it
 // ended, and after a restart, when it goes on counting (the held item
-// completes).
+// completes), until a day after it ended (OutcomeWindow).
 func TestRedriveOutcomes(t *testing.T) {
 	servertest.ForEachBackend(t, func(t *testing.T, b servertest.Backend) {
 		s := servertest.StartFake(t, b)
@@ -83,12 +83,16 @@ func TestRedriveOutcomes(t *testing.T) {
 		require.Len(t, list.Tasks, 1)
 		assert.Equal(t, int64(3), list.Tasks[0].Outcomes.Completed, "redrives.list shows the outcomes too")
 
-		// The item retried once, completed now: counted completed, and
-		// still once retried.
+		// A day after the task ended, its outcomes are no longer counted:
+		// the item retried once completes, and the task still shows it
+		// pending (the tick runs after the complete's iteration, whose
+		// report it would have made).
+		s.Advance(24*time.Hour + time.Second)
 		again := s.Lease("ro", 1)
 		require.Len(t, again.Items, 1)
 		s.Complete("ro", again.Partition, again.Items[0].Id)
-		requireOutcomes(s, task.TaskId, &pb.RedriveOutcomes{Completed: 4, Retried: 1, DeadAgain: 1, Pending: 0}, "the retried item completed")
+		s.Tick("ro")
+		requireOutcomes(s, task.TaskId, &pb.RedriveOutcomes{Completed: 3, Retried: 1, DeadAgain: 1, Pending: 1}, "not counted after the window")
 
 		dry, err := s.C.DeadRedrive(ctx, &pb.DeadRedriveRequest{QueueName: dlq, DryRun: true})
 		require.NoError(t, err)

@@ -132,6 +132,14 @@ func (r *Runner) observe(o metrics.RedriveOutcome) {
 	}
 }
 
+// close ends the counting of task id's outcomes OutcomeWindow after
+// finishedAt (its end).
+func (b *outcomeBook) close(id string, finishedAt time.Time) {
+	b.mu.Lock()
+	b.closes[id] = finishedAt.Add(OutcomeWindow)
+	b.mu.Unlock()
+}
+
 // outcomesOf returns task t's outcomes (nil for a dry run or an untracked
 // task). Any goroutine; takes the book's lock.
 func (r *Runner) outcomesOf(t *Task) *Outcomes {

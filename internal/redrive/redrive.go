@@ -170,6 +170,7 @@ func New(ctx context.Context, cfg Config) (*Runner, error) {
 		stop()
 		return nil, err
 	}
+	r.flushOutcomes() // the counting windows of the loaded tasks, before any report
 	cfg.Metrics.OnRedriveOutcome(r.observe)
 	r.wg.Go(r.flushLoop)
 	if r.claimer != nil {

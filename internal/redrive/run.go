@@ -258,6 +258,7 @@ func (r *Runner) end(t *Task, status, reason string, release func()) error {
 	}
 	release()
 
+	r.book.close(t.ID, ended.FinishedAt)
 	r.mu.Lock()
 	t.Status, t.FailureReason, t.FinishedAt, t.Warning = ended.Status, ended.FailureReason, ended.FinishedAt, ended.Warning
 	t.PausedAt, t.PausedFor = ended.PausedAt, ended.PausedFor
