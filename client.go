@@ -459,6 +459,20 @@ func (c *Client) QueuesHistory(ctx context.Context, req *pb.QueuesHistoryRequest
 	return out, c.do(ctx, "/v1/queues.history", req, out)
 }
 
+// ActivityList returns a page of the activity log, newest first (a Styx
+// extension, /v1/activity.list; the read scope): the audited calls that
+// changed a queue or its items (req.QueueName; empty for every queue the
+// key covers), each with the key that made it, when, and what it did (its
+// details: "deleted" 6, "task" and "matched" of a redrive…). Records are
+// kept 30 days, at most the newest 10,000. Pass resp.NextPivot as
+// req.Pivot for the next page; it is empty at the end. CodeBadRequest for
+// a limit out of 1..1000 or a pivot that is none; CodeForbidden for a
+// queue the key does not cover.
+func (c *Client) ActivityList(ctx context.Context, req *pb.ActivityListRequest) (*pb.ActivityListResponse, error) {
+	out := &pb.ActivityListResponse{}
+	return out, c.do(ctx, "/v1/activity.list", req, out)
+}
+
 // QueueStats describes a queue's partitions.
 func (c *Client) QueueStats(ctx context.Context, req *pb.QueueStatsRequest) (*pb.QueueStatsResponse, error) {
 	out := &pb.QueueStatsResponse{}

@@ -27,6 +27,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 	"golang.org/x/time/rate"
 
+	"github.com/styxq/styx/internal/activity"
 	"github.com/styxq/styx/internal/auth"
 	"github.com/styxq/styx/internal/backend/embedded"
 	"github.com/styxq/styx/internal/backend/embedded/pebble"
@@ -607,7 +608,7 @@ func (d *Daemon) start(ctx context.Context) (*Daemon, error) {
 		d.closeStore()
 		return nil, err
 	}
-	return d.serve(ctx, m, d.store, d.store, d.store)
+	return d.serve(ctx, m, d.store, d.store, d.store, d.store)
 }
 
 // startPostgres starts a node on the postgres backend: the postgres manager
@@ -618,7 +619,7 @@ func (d *Daemon) startPostgres(ctx context.Context) (*Daemon, error) {
 	if err != nil {
 		return nil, fmt.Errorf("open storage: %w", err)
 	}
-	return d.serve(ctx, m, m.Store(), m.Store(), m.Store())
+	return d.serve(ctx, m, m.Store(), m.Store(), m.Store(), m.Store())
 }
 
 // backend is a backend's queue manager as serve needs it: the queues, and
@@ -632,7 +633,8 @@ type backend interface {
 }
 
 // serve starts the redrive runner and the HTTP server over m.
-func (d *Daemon) serve(ctx context.Context, m backend, tasks store.TaskStore, ks store.KeyStore, hs store.HistoryStore) (*Daemon, error) {
+func (d *Daemon) serve(ctx context.Context, m backend, tasks store.TaskStore, ks store.KeyStore, hs store.HistoryStore,
+	as store.ActivityStore) (*Daemon, error) {
 	cfg := d.cfg
 	d.manager = m
 	d.Metrics.RegisterQueueSampler(m.Sample)
@@ -680,11 +682,14 @@ func (d *Daemon) serve(ctx context.Context, m backend, tasks store.TaskStore, ks
 		sqsHandler = sqs.New(sqs.Config{Queues: counted, Redrives: d.redrives, Clock: cfg.Clock, Log: cfg.Log, Region: cfg.SQSRegion,
 			AccountID: cfg.SQSAccountID, MaxRequestBytes: cfg.MaxRequestBytes, FIFO: fs})
 	}
+	// The activity log (issue 49): the records of the audited calls, in
+	// the store, written by the pipeline, read by activity.list.
+	acts := activity.New(activity.Config{Store: as, Clock: cfg.Clock, Log: cfg.Log, WriteErrors: d.Metrics.RegisterActivity()})
 	// Online backups of the embedded store (issue 47); none on PostgreSQL.
 	snapshots, _ := backup.SourceOf(d.store)
 	h := transport.NewHandler(transport.Config{
-		SQS:     sqsHandler,
-		Service: service.New(counted, d.redrives, cfg.Clock).WithMaxLeaseBytes(cfg.MaxRequestBytes).WithHistory(hist).WithKeys(keys).WithAttributes(sqs.DescribeAttributes), Metrics: d.Metrics, Log: cfg.Log, MaxRequestBytes: cfg.MaxRequestBytes,
+		SQS: sqsHandler, Activity: acts,
+		Service: service.New(counted, d.redrives, cfg.Clock).WithMaxLeaseBytes(cfg.MaxRequestBytes).WithHistory(hist).WithKeys(keys).WithAttributes(sqs.DescribeAttributes).WithActivity(acts), Metrics: d.Metrics, Log: cfg.Log, MaxRequestBytes: cfg.MaxRequestBytes,
 		MaxInflightBytes: cfg.MaxInflightBytes, MaxInflightBytesPerKey: cfg.MaxInflightBytesPerKey,
 		BodyReadTimeout: cfg.BodyReadTimeout, Keys: keys, Auth: cfg.Auth, UI: ui, AllowedHosts: cfg.AllowedHosts,
 		Backup: snapshots,

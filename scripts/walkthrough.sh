@@ -174,4 +174,5 @@ run "styx dead edit billing-dead $dead --payload '{\"order\":\"A-17\",\"amount\"
 run "styx dead show billing-dead $dead"
 run "styx dead redrive billing-dead --id $dead"
 sleep 1 # the redrive task
+run "styx activity billing-dead"
 run "styx queues history billing"

@@ -91,7 +91,7 @@ func TestAuthRedriveAudit(t *testing.T) {
 
 		logs := s.Logs.String()
 		require.Contains(t, logs, `msg="audit: dead.redrive" path=/v1/dead.redrive key=oncall-alice queue=src-dead task=`+task.TaskId)
-		require.Contains(t, logs, `msg="audit: redrives.cancel" path=/v1/redrives.cancel key=oncall-alice task=`+task.TaskId)
+		require.Contains(t, logs, `msg="audit: redrives.cancel" path=/v1/redrives.cancel key=oncall-alice queue=src-dead task=`+task.TaskId)
 		require.Contains(t, logs, `msg="audit: dead.delete" path=/v1/dead.delete key=oncall-alice queue=src-dead deleted=`+itoa(del.Deleted))
 		require.Contains(t, logs, `msg="audit: queues.delete" path=/v1/queues.delete key=bootstrap-admin queue=src`)
 	})

@@ -20,6 +20,7 @@ import (
 	duh "github.com/duh-rpc/duh-go"
 	"google.golang.org/protobuf/types/known/timestamppb"
 
+	"github.com/styxq/styx/internal/activity"
 	"github.com/styxq/styx/internal/apierr"
 	"github.com/styxq/styx/internal/auth"
 	"github.com/styxq/styx/internal/clock"
@@ -36,6 +37,9 @@ type Service struct {
 	clock clock.Clock
 	h     *history.Recorder // nil: no queues.history (WithHistory)
 	keys  *auth.Keys        // nil: keys.* answer 500 (WithKeys)
+	// activity is the activity log activity.list reads (WithActivity);
+	// nil: activity.list answers 501.
+	activity *activity.Log
 	// describe describes items' attributes blobs (WithAttributes); nil:
 	// StorageItem.attributes stays empty.
 	describe queue.AttributeDescriber

@@ -31,6 +31,7 @@ import (
 	"google.golang.org/protobuf/encoding/protojson"
 	"google.golang.org/protobuf/proto"
 
+	"github.com/styxq/styx/internal/activity"
 	"github.com/styxq/styx/internal/apierr"
 	"github.com/styxq/styx/internal/audit"
 	"github.com/styxq/styx/internal/auth"
@@ -55,6 +56,11 @@ type Config struct {
 	Service *service.Service
 	Metrics *metrics.Metrics
 	Log     *slog.Logger
+	// Activity, when set, stores the record of every successful audited
+	// call (internal/activity), whichever door it came through, before its
+	// answer leaves; Service should read the same log
+	// (service.Service.WithActivity). Nil stores none.
+	Activity *activity.Log
 	// MaxRequestBytes bounds request bodies, in bytes; a larger body is
 	// answered 400 (by its Content-Length before it is read). 0 means
 	// DefaultMaxRequestBytes (64 MiB).
@@ -240,6 +246,7 @@ func NewHandler(cfg Config) *Handler {
 		"/v1/queue.renew":            rpc(h, func() *pb.QueueRenewRequest { return &pb.QueueRenewRequest{} }, s.QueueRenew),
 		"/v1/queue.stats":            rpc(h, func() *pb.QueueStatsRequest { return &pb.QueueStatsRequest{} }, s.QueueStats),
 		"/v1/queues.history":         rpc(h, func() *pb.QueuesHistoryRequest { return &pb.QueuesHistoryRequest{} }, s.QueuesHistory),
+		"/v1/activity.list":          rpc(h, func() *pb.ActivityListRequest { return &pb.ActivityListRequest{} }, s.ActivityList),
 		"/v1/queue.clear":            noReply(h, func() *pb.QueueClearRequest { return &pb.QueueClearRequest{} }, s.QueueClear, okReply),
 		"/v1/queue.clear_dry_run":    rpc(h, func() *pb.QueueClearRequest { return &pb.QueueClearRequest{} }, s.QueueClearDryRun),
 		"/v1/queues.pause":           rpc(h, func() *pb.QueuesPauseRequest { return &pb.QueuesPauseRequest{} }, s.QueuesPause),
@@ -541,7 +548,15 @@ func auditAttrs(rec *audit.Record, req, resp proto.Message) {
 	case *pb.StorageItem:
 		rec.Add("item", m.Id, "payload_bytes", len(m.Payload))
 	case *pb.RedriveTask:
-		rec.Add("task", m.TaskId, "dry_run", m.DryRun)
+		// redrives.* name the task only: its dead-letter queue is the
+		// task's.
+		rec.SetQueue(m.QueueName)
+		rec.Add("task", m.TaskId, "matched", m.Matched)
+		if m.Destination != "" {
+			rec.Add("destination", m.Destination)
+		}
+		rec.Add("dry_run", m.DryRun)
+		rec.DryRun = m.DryRun
 	}
 }
 
@@ -577,11 +592,25 @@ type statusWriter struct {
 	// by the request's goroutine.
 	budget *budget
 	holder string
+	// beforeAnswer, when set, is called once with the answer's status
+	// code before its first byte is written (the pipeline stores the
+	// call's activity record there: pipeline.go, recordActivity). Owned by
+	// the request's goroutine.
+	beforeAnswer func(code int)
+}
+
+// answer calls beforeAnswer once, with code.
+func (s *statusWriter) answer(code int) {
+	if f := s.beforeAnswer; f != nil {
+		s.beforeAnswer = nil
+		f(code)
+	}
 }
 
 // Write writes p, charged to the budget while it is written when it is
 // at least minChargedWrite bytes.
 func (s *statusWriter) Write(p []byte) (int, error) {
+	s.answer(s.code)
 	if s.budget == nil || len(p) < minChargedWrite {
 		return s.ResponseWriter.Write(p)
 	}
@@ -593,6 +622,7 @@ func (s *statusWriter) Write(p []byte) (int, error) {
 
 func (s *statusWriter) WriteHeader(code int) {
 	s.code = code
+	s.answer(code)
 	s.ResponseWriter.WriteHeader(code)
 }
 

@@ -64,14 +64,16 @@ func (h *Handler) route(r *http.Request) door {
 // refusal of a server without auth (checkHost, checkCrossSite);
 // authentication, bearer key or SigV4, before the body is read; admission
 // of the body against the in-flight byte budget; the door (/v1, SQS, the
-// UI's assets, /health, /metrics); then the audit log, the refusal log and
-// the request metrics.
+// UI's assets, /health, /metrics); the activity record of a successful
+// audited call, before its answer leaves (recordActivity); then the audit
+// log, the refusal log and the request metrics.
 func (h *Handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	start := time.Now()
 	d := h.route(r)
 	sw := &statusWriter{ResponseWriter: w, code: http.StatusOK, budget: h.budget, holder: clientAddress(r)}
 	ctx, rec := audit.With(r.Context(), d.String())
 	r = r.WithContext(ctx)
+	sw.beforeAnswer = func(code int) { h.recordActivity(ctx, rec, code) }
 	fail := func(err error) { h.failAt(d, sw, r, err) }
 	// The body must arrive within BodyReadTimeout; a door lifts the
 	// deadline once it has (net/http's background read would otherwise
@@ -80,6 +82,7 @@ func (h *Handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	// discarding of the unread body too.
 	_ = http.NewResponseController(sw).SetReadDeadline(start.Add(h.cfg.BodyReadTimeout))
 	defer func() {
+		sw.answer(sw.code) // a call answered with no byte
 		h.finish(r, rec, sw.code)
 		if path, counted := h.metricPath(d, r, rec); counted {
 			h.cfg.Metrics.Requests.WithLabelValues(path, strconv.Itoa(sw.code)).Inc()
@@ -347,6 +350,17 @@ func (h *Handler) finish(r *http.Request, rec *audit.Record, code int) {
 			attrs = append(attrs, "action", rec.Action)
 		}
 		h.cfg.Log.Info("audit: "+strings.TrimPrefix(rec.Op, "/v1/"), attrs...)
+	}
+}
+
+// recordActivity stores the activity record of a successful audited call
+// (internal/activity), once the door has done the call and before its
+// answer (code) leaves, so that a client reading the log after its answer
+// finds the call. A record that cannot be stored is logged and counted by
+// the log itself; the call is answered as the door answered it.
+func (h *Handler) recordActivity(ctx context.Context, rec *audit.Record, code int) {
+	if h.cfg.Activity != nil && code < 300 && audit.Audited(rec.Op) && !rec.DryRun {
+		h.cfg.Activity.Write(ctx, rec)
 	}
 }
 

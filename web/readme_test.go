@@ -48,7 +48,7 @@ func TestREADMEFindOneItemOnItsOwnQueues(t *testing.T) {
 			created[m[1]] = true
 			continue
 		}
-		m := regexp.MustCompile(`styx (?:dead \w+|produce|lease|retry|queues history) (\S+)`).FindStringSubmatch(c[1])
+		m := regexp.MustCompile(`styx (?:dead \w+|produce|lease|retry|queues history|activity) (\S+)`).FindStringSubmatch(c[1])
 		require.NotNil(t, m, "a command of the section: %s", c[1])
 		require.True(t, created[m[1]], "%q uses queue %s, which the section has not created (the step before deleted payments-dead)", c[1], m[1])
 	}

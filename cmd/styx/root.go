@@ -96,6 +96,7 @@ for a server run with --tls-client-ca, which requires a client certificate).`,
 		a.statsCmd(),
 		a.deadCmd(),
 		a.redrivesCmd(),
+		a.activityCmd(),
 		a.keysCmd(),
 	)
 	return root

@@ -26,6 +26,10 @@ type Record struct {
 	Attrs []any
 	// Reason is the message of a refusal (401, 403), for the refusal log.
 	Reason string
+	// DryRun says the call changed nothing (a dead.redrive dry run): its
+	// audit line is written, but it is kept out of the activity log
+	// (internal/activity), which lists what was done.
+	DryRun bool
 }
 
 type ctxKey struct{}

@@ -41,7 +41,9 @@ const (
 	// redrives.list, redrives.get, redrives.cancel, redrives.pause,
 	// redrives.resume, redrives.update.
 	Dead Scope = "dead"
-	// Read: queue.stats, queues.info, queues.list, storage/items.list,
+	// Read: queue.stats, queues.info, queues.list, queues.history,
+	// activity.list (the records of the queues the key covers),
+	// storage/items.list,
 	// storage/scheduled.list, queue.clear_dry_run (it counts, as
 	// queue.stats does), and /metrics (with no queue patterns).
 	Read Scope = "read"
@@ -76,6 +78,7 @@ var calls = map[string]Scope{
 	"/v1/redrives.update":        Dead,
 	"/v1/queue.stats":            Read,
 	"/v1/queues.history":         Read,
+	"/v1/activity.list":          Read,
 	"/v1/queues.info":            Read,
 	"/v1/queues.list":            Read,
 	"/v1/storage/items.list":     Read,

@@ -1,8 +1,8 @@
 // Package store holds Styx's record-level storage contracts and their
 // sentinel errors: Store, the item log beneath the embedded backend
 // (internal/backend/embedded, on Pebble: internal/backend/embedded/pebble),
-// and the catalog, task, claim, key and history stores that both backends
-// implement.
+// and the catalog, task, claim, key, history and activity stores that both
+// backends implement.
 // The records are the domain's types (queue.QueueInfo, queue.Item); nothing
 // here is specific to a backend, and every implementation passes the
 // conformance suite in storetest.
@@ -16,7 +16,7 @@
 // it loads item metadata once at start-up, then writes one Batch per
 // iteration. A Store never decides anything about an item's life. The
 // PostgreSQL backend (internal/backend/postgres) implements engine.Tx in SQL and,
-// from this package, only the catalog, task, claim, key and history stores,
+// from this package, only the catalog, task, claim, key, history and activity stores,
 // which every backend shares.
 //
 // Items are stored in three parts, so that start-up reads no payloads:
@@ -217,6 +217,10 @@ type Store interface {
 	// HistoryStore keeps the queues' per-minute history
 	// (internal/history); DeleteQueue deletes the queue's.
 	HistoryStore
+
+	// ActivityStore keeps the activity log (internal/activity); records
+	// outlive their queue (DeleteQueue keeps them).
+	ActivityStore
 
 	// LoadItems calls fn with the metadata of every item in one partition of
 	// a queue, in ID order. It reads no payloads. An error from fn stops the
@@ -475,4 +479,69 @@ type HistoryStore interface {
 	// PruneHistory deletes every queue's minutes whose At is before
 	// before.
 	PruneHistory(ctx context.Context, before time.Time) error
+}
+
+// ActivityRecord is one audited call as the activity log keeps it
+// (internal/activity, issue 49): who did what to which queue, and when.
+// Records are small (a few hundred bytes) and written once.
+type ActivityRecord struct {
+	// ID orders the records: assigned by PutActivity, greater than every
+	// record's the store held when it was written (newest first is ID
+	// descending). Ignored by PutActivity.
+	ID uint64
+	// At is when the call was answered (stores keep Unix nanoseconds).
+	At time.Time
+	// Key is the name of the API key that made the call ("" without
+	// --auth).
+	Key string
+	// Door is the door the call came through ("v1", "sqs"); Action the
+	// door's own name for it ("DeleteQueue"), empty on /v1.
+	Door, Action string
+	// Op is the /v1 call the call was made as ("/v1/dead.delete").
+	Op string
+	// Queue is the queue the call acted on ("" when it named none).
+	Queue string
+	// Details are what the call did, in the order the call recorded them
+	// ("deleted" "6"); nil when none.
+	Details []ActivityDetail
+}
+
+// ActivityDetail is one thing an audited call did: a name ("deleted",
+// "task", "matched") and its value as text ("6").
+type ActivityDetail struct {
+	Name, Value string
+}
+
+// ActivityListParams selects a page of the activity log.
+type ActivityListParams struct {
+	// Queue keeps the records of one queue; "" keeps every record.
+	Queue string
+	// Before keeps the records whose ID is below it (the last ID of the
+	// previous page); 0 starts at the newest.
+	Before uint64
+	// Limit is the most records returned; must be > 0.
+	Limit int
+}
+
+// ActivityStore keeps the activity log (internal/activity): the records of
+// audited calls, so that they survive restarts and, on a shared store
+// (PostgreSQL), every server reads every server's. Records are kept apart
+// from queues: a queue's delete keeps its records (who deleted it is one).
+// Its methods may be called concurrently from any goroutine; they return
+// ErrClosed after the store is closed, and backend errors wrapped with the
+// operation.
+type ActivityStore interface {
+	// PutActivity stores r under a new ID, which it returns. When it
+	// returns nil the record is durable (synced, whatever the item log's
+	// sync setting says, as task records are).
+	PutActivity(ctx context.Context, r ActivityRecord) (uint64, error)
+	// ListActivity returns up to p.Limit records of p.Queue (every queue
+	// when empty) whose ID is below p.Before (any when 0), newest (highest
+	// ID) first.
+	ListActivity(ctx context.Context, p ActivityListParams) ([]ActivityRecord, error)
+	// PruneActivity deletes the records whose At is before before, and
+	// every record but the keep newest (keep <= 0: no bound by count).
+	// On a shared store, rows another server is pruning at the same time
+	// may be left to the next prune.
+	PruneActivity(ctx context.Context, before time.Time, keep int) error
 }

@@ -389,6 +389,9 @@ CREATE INDEX styx_items_scheduled ON styx_items (queue_id, partition, id) WHERE 
 	// node after a restart, knows who holds a lease. NULL on items leased
 	// before.
 	`ALTER TABLE styx_items ADD COLUMN holder_client text, ADD COLUMN holder_key text;`,
+	// 22: the activity log (activity.go; issue 49): the audited calls of
+	// every node.
+	activityMigration,
 }
 
 // oneTriggerMigration is migration 18.

@@ -5,7 +5,8 @@
 // fails every call, as a disk or database that is gone would; SetCallFault
 // fails one kind of queue definition call, before or after the store
 // applied it; a history hook may fail the queue history's writes
-// (store.HistoryStore.PutHistory) alone.
+// (store.HistoryStore.PutHistory) alone, and an activity hook the activity
+// log's (store.ActivityStore.PutActivity).
 package faulty
 
 import (
@@ -29,6 +30,7 @@ type Store struct {
 	down     error
 	call     *CallFault
 	history  func(ms []store.HistoryMinute) error
+	activity func(r store.ActivityRecord) error
 }
 
 // CallFault fails the queue definition calls named Call: "create queue",
@@ -106,6 +108,32 @@ func (s *Store) PutHistory(ctx context.Context, ms []store.HistoryMinute) error 
 		}
 	}
 	return s.Store.PutHistory(ctx, ms)
+}
+
+// SetActivityHook installs fn, called before each PutActivity with the
+// record to write; a non-nil error fails that PutActivity without writing
+// it. nil removes the hook. Safe to call concurrently with writes.
+func (s *Store) SetActivityHook(fn func(r store.ActivityRecord) error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.activity = fn
+}
+
+// PutActivity fails while the store is down, then runs the activity hook,
+// then the wrapped PutActivity.
+func (s *Store) PutActivity(ctx context.Context, r store.ActivityRecord) (uint64, error) {
+	if err := s.fail("put activity"); err != nil {
+		return 0, err
+	}
+	s.mu.Lock()
+	hook := s.activity
+	s.mu.Unlock()
+	if hook != nil {
+		if err := hook(r); err != nil {
+			return 0, err
+		}
+	}
+	return s.Store.PutActivity(ctx, r)
 }
 
 // SetSyncHook installs fn, called by each WriteAsync with the batch once

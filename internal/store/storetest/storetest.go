@@ -18,6 +18,7 @@
 //   - tasks.go: redrive task records (store.TaskStore).
 //   - keys.go: API key records (store.KeyStore).
 //   - history.go: per-minute history records (store.HistoryStore).
+//   - activity.go: the activity log's records (store.ActivityStore).
 //   - concurrent.go: concurrent writers, and a closed store.
 //   - reopen.go: RunReopen, everything kept across Close and open.
 //   - fixtures.go: the fixtures, reads and comparisons the tests share.
@@ -59,6 +60,7 @@ func Run(t *testing.T, open func(t *testing.T) store.Store) {
 	t.Run("Tasks", func(t *testing.T) { testTasks(t, asCatalog) })
 	t.Run("Keys", func(t *testing.T) { testKeys(t, asCatalog) })
 	t.Run("History", func(t *testing.T) { testHistory(t, asCatalog) })
+	t.Run("Activity", func(t *testing.T) { testActivity(t, asCatalog) })
 	t.Run("Concurrent", func(t *testing.T) { testConcurrent(t, newStore) })
 	t.Run("Closed", func(t *testing.T) { testClosed(t, newStore) })
 }
@@ -71,6 +73,7 @@ type CatalogStore interface {
 	store.TaskStore
 	store.KeyStore
 	store.HistoryStore
+	store.ActivityStore
 	Close() error
 }
 
@@ -89,4 +92,5 @@ func RunCatalog(t *testing.T, open func(t *testing.T) CatalogStore) {
 	t.Run("Tasks", func(t *testing.T) { testTasks(t, newStore) })
 	t.Run("Keys", func(t *testing.T) { testKeys(t, newStore) })
 	t.Run("History", func(t *testing.T) { testHistory(t, newStore) })
+	t.Run("Activity", func(t *testing.T) { testActivity(t, newStore) })
 }

@@ -22,6 +22,7 @@ const (
 	prefixDedup    byte = 0x14 // 0x14 qid deduplication id → its deadline (8-byte BE Unix nanoseconds)
 	prefixHistory  byte = 0x15 // 0x15 qid minute node → a minute of the queue's history (history.go)
 	prefixHeld     byte = 0x16 // 0x16 qid part group → a held group (queue.HeldGroup)
+	prefixActivity byte = 0x17 // 0x17 id → an activity record (store.ActivityRecord; activity.go)
 )
 
 // formatValue is stored under formatKey; Open refuses any other but

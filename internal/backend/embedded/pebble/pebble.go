@@ -28,6 +28,8 @@
 //	0x16 qid part group   → held group       a group held by a dead item (queue.HeldGroup: dead
 //	                                         key, seq, held at), written in the batch that holds
 //	                                         or releases it
+//	0x17 id               → activity record  an audited call (store.ActivityStore; id: 8-byte BE,
+//	                                         growing), synced, kept when its queue is deleted
 //
 // LoadItems therefore scans two contiguous ranges holding only metadata, and
 // DeleteQueue removes a queue with one range deletion per item key space
@@ -49,6 +51,9 @@
 // History records (0x15) are written once a minute per queue without a
 // sync, deleted with their queue, and pruned after 24 hours by one range
 // deletion per queue ID (internal/history; ADR 0025).
+//
+// Activity records (0x17) are pruned by one range deletion from the start
+// of the range (internal/activity's retention).
 //
 // Task records (store.TaskStore) are keyed by their string ID (1 to 128
 // bytes), so a scan of the 0x04 range lists them in ID order. They belong
@@ -203,6 +208,13 @@ type Store struct {
 	// keyMu serialises API key changes (CreateKey, DeleteKey), which write
 	// two keys (0x05 and 0x06) that must agree.
 	keyMu sync.Mutex
+
+	// activityMu serialises PutActivity and guards lastActivity, the
+	// highest activity record ID written, once activityLoaded (read from
+	// the 0x17 range at the first PutActivity). A leaf.
+	activityMu     sync.Mutex
+	lastActivity   uint64
+	activityLoaded bool
 
 	// mu guards queues. It is held only briefly, never across Pebble I/O.
 	mu     sync.Mutex
