@@ -98,6 +98,9 @@ for a server run with --tls-client-ca, which requires a client certificate).`,
 		a.redrivesCmd(),
 		a.activityCmd(),
 		a.keysCmd(),
+		a.backupCmd(),
+		a.restoreCmd(),
+		a.migrateCmd(),
 	)
 	return root
 }

@@ -231,10 +231,6 @@ var ErrInvalid = errors.New("not a valid Styx backup")
 func Read(r io.Reader, file func(name string, r io.Reader) error) (Manifest, error) {
 	tr := tar.NewReader(r)
 	all := sha256.New()
-	type got struct {
-		size int64
-		sum  string
-	}
 	var files []File
 	var m Manifest
 	seenManifest := false
