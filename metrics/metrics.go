@@ -88,6 +88,10 @@ type QueueSample struct {
 	// ids in its table.
 	DeduplicationIDs      int
 	InMemoryDeduplication bool
+	// ExpiringDeadItems counts the dead items the queue holds (as a
+	// dead-letter queue), not leased, whose retention ends within 24 hours
+	// (queue.Stats.ExpiringWithinDay): styx_dead_items_expiring_within_day.
+	ExpiringDeadItems int
 	// Paused reports the queue's consumption paused (queues.pause) in the
 	// definition this node applies: styx_queue_paused.
 	Paused bool
@@ -99,6 +103,9 @@ var (
 		[]string{"queue", "state"}, nil)
 	oldestAgeDesc = prometheus.NewDesc("styx_queue_oldest_item_age_seconds",
 		"Age of the oldest item in a queue, in seconds; 0 when the queue is empty.",
+		[]string{"queue"}, nil)
+	expiringDeadDesc = prometheus.NewDesc("styx_dead_items_expiring_within_day",
+		"Dead items a dead-letter queue holds (not leased) that its retention deletes within 24 hours; 0 on other queues.",
 		[]string{"queue"}, nil)
 	dedupIDsDesc = prometheus.NewDesc("styx_queue_deduplication_ids",
 		"Deduplication ids a queue holds in memory, within their window or ended and not yet forgotten (memory and Pebble backends; bounded per queue, by default to 100,000).",
@@ -117,6 +124,7 @@ func (c queueCollector) Describe(ch chan<- *prometheus.Desc) {
 	ch <- queueItemsDesc
 	ch <- oldestAgeDesc
 	ch <- dedupIDsDesc
+	ch <- expiringDeadDesc
 	ch <- pausedDesc
 }
 
@@ -126,6 +134,7 @@ func (c queueCollector) Collect(ch chan<- prometheus.Metric) {
 		ch <- prometheus.MustNewConstMetric(queueItemsDesc, prometheus.GaugeValue, float64(s.Leased), s.Queue, "leased")
 		ch <- prometheus.MustNewConstMetric(queueItemsDesc, prometheus.GaugeValue, float64(s.Scheduled), s.Queue, "scheduled")
 		ch <- prometheus.MustNewConstMetric(oldestAgeDesc, prometheus.GaugeValue, s.OldestAge.Seconds(), s.Queue)
+		ch <- prometheus.MustNewConstMetric(expiringDeadDesc, prometheus.GaugeValue, float64(s.ExpiringDeadItems), s.Queue)
 		if s.InMemoryDeduplication {
 			ch <- prometheus.MustNewConstMetric(dedupIDsDesc, prometheus.GaugeValue, float64(s.DeduplicationIDs), s.Queue)
 		}

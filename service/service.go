@@ -369,6 +369,7 @@ func (s *Service) QueueStats(ctx context.Context, req *pb.QueueStatsRequest) (*p
 	}
 	out.OldestCreatedAt = ts(st.Oldest)
 	out.HeldGroupsTotal = int64(st.HeldTotal)
+	out.ExpiringWithinDay = int64(st.ExpiringWithinDay)
 	for _, g := range st.HeldGroups {
 		out.HeldGroups = append(out.HeldGroups, &pb.QueueHeldGroup{Group: g.Group, Partition: g.Partition, DeadKey: g.DeadKey,
 			HeldAt: ts(queue.FromNanos(g.HeldAt))})

@@ -63,7 +63,8 @@ func (a *app) deadListCmd() *cobra.Command {
 source queue, dead reason, attempts, age (since the item died) and last
 error. One page of --limit items is printed; when more may follow, a hint
 with the --pivot to continue from is printed on stderr. --all follows the
-pages to the end.
+pages to the end. When dead items of the queue expire within a day (its
+retention ends), a warning says how many on stderr.
 
 --group-by reason|source|error reads every matching item and prints how
 many there are per dead reason, source queue, last error (its first 60
@@ -115,6 +116,9 @@ items).
 				}
 				if res.NextPivot != "" {
 					_, _ = fmt.Fprintf(a.stderr, "more items may follow: --pivot %s (or --all)\n", res.NextPivot)
+				}
+				if !a.json {
+					warnExpiring(cmd.Context(), c, a.stderr, args[0])
 				}
 				return nil
 			})

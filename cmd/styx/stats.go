@@ -21,7 +21,9 @@ age of all and of leased items. Below the table: consumers waiting for a
 lease and items in flight; the consumers (client ids) that leased in the
 last 5 minutes or hold leases, with their API key, the leases they hold,
 the items they were given and when they last asked; for a dead-letter
-queue, the dead items it holds by dead reason and by source queue.`,
+queue, the dead items it holds by dead reason and by source queue, and a
+warning when some of them expire within a day (the end of their retention,
+the queue's expire timeout counted from when each died).`,
 		Args: exactArgs(1, "a QUEUE"),
 		RunE: func(cmd *cobra.Command, args []string) error {
 			return a.withClient(cmd, func(c *styx.Client) error {
@@ -85,6 +87,9 @@ queue, the dead items it holds by dead reason and by source queue.`,
 					if err := t.flush(); err != nil {
 						return err
 					}
+				}
+				if line := expiringLine(res.QueueName, res.ExpiringWithinDay); line != "" {
+					_, _ = fmt.Fprint(a.stdout, "\n"+line)
 				}
 				return nil
 			})

@@ -258,7 +258,15 @@ type Stats struct {
 	// counts them all.
 	HeldGroups []HeldGroup
 	HeldTotal  int
+	// ExpiringWithinDay counts, in a queue that holds dead items (a
+	// dead-letter queue), the items not leased whose expire deadline is
+	// before now + ExpiringWindow: the dead items its retention deletes
+	// within a day (issue 49). 0 in a queue that holds no dead item.
+	ExpiringWithinDay int
 }
+
+// ExpiringWindow is how far ahead Stats.ExpiringWithinDay looks: 24 hours.
+const ExpiringWindow = 24 * time.Hour
 
 // MaxHeldGroupsListed is how many held groups Stats lists.
 const MaxHeldGroupsListed = 100

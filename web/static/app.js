@@ -17,6 +17,8 @@
   const main = document.getElementById('main');
   // R is the redrive outcomes, canary and dialog defaults (redrive.js).
   const R = window.styxRedrive;
+  // A is the Activity panel of the queue and DLQ pages (activity.js).
+  const A = window.styxActivity;
   let page = 0; // bumped on each navigation; stale async work checks it
   // L is the live-queue controls of a queue's page (livequeue.js).
   const L = window.styxLive;
@@ -969,8 +971,9 @@
 
   async function queuePage(my, name) {
     document.title = name + ' · Styx';
-    const [infoRes, s, list, hist] = await Promise.all([soft(api('queues.info', { queue_name: name })), soft(api('queue.stats', { queue_name: name })),
-      soft(api('queues.list', { limit: 1000 })), soft(api('queues.history', { queue_name: name }))]);
+    const [infoRes, s, list, hist, acts] = await Promise.all([soft(api('queues.info', { queue_name: name })), soft(api('queue.stats', { queue_name: name })),
+      soft(api('queues.list', { limit: 1000 })), soft(api('queues.history', { queue_name: name })),
+      soft(api('activity.list', { queue_name: name, limit: A.LIMIT }))]);
     if (infoRes.error && infoRes.error.status !== 403) throw infoRes.error; // no such queue
     const info = infoRes.error ? {} : infoRes;
     const dlqStats = info.dead_queue ? await soft(api('queue.stats', { queue_name: info.dead_queue })) : null;
@@ -1015,7 +1018,8 @@
           parts.map((p) => h('tr', {},
             h('th', { scope: 'row', class: 'num' }, String(p.partition || 0)), h('td', { class: 'num' }, fmt(p.total)),
             h('td', { class: 'num' }, fmt(p.total_leased)), h('td', { class: 'num' }, fmt(p.scheduled)),
-            h('td', { class: 'num' }, fmt(p.failures)), h('td', {}, goDur(p.average_age)), h('td', {}, goDur(p.average_leased_age))))));
+            h('td', { class: 'num' }, fmt(p.failures)), h('td', {}, goDur(p.average_age)), h('td', {}, goDur(p.average_leased_age))))),
+      A.panel(h, acts, name, { table, ago, notShown }));
   }
 
   // heldGroupsTable lists the groups of an ordered queue that wait for
@@ -1084,11 +1088,13 @@
       dead_after: 'dead since', dead_before: 'dead before', ids: 'ids' };
     const unfiltered = Object.keys(filter).filter((k) => !(k in gFilter)).map((k) => FILTER_NAMES[k] || k);
     const pivot = params.get('pivot') || '';
-    const [groups, list, tasks, hist] = await Promise.all([
+    const [groups, list, tasks, hist, acts, stats] = await Promise.all([
       soft(api('dead.groups', { queue_name: name, filter: gFilter, limit: 50 })),
       soft(api('dead.list', { queue_name: name, filter, pivot, limit: PAGE_SIZE, without_payload: true })),
       soft(api('redrives.list', { queue_name: name })),
       soft(api('queues.history', { queue_name: name })),
+      soft(api('activity.list', { queue_name: name, limit: A.LIMIT })),
+      soft(api('queue.stats', { queue_name: name })),
     ]);
     if (my !== page) return;
     if (groups.error && list.error && groups.error.message === list.error.message) {
@@ -1177,6 +1183,7 @@
     if (my !== page) return;
     show(crumbs, h('h1', {}, 'Dead items of ' + name),
       running ? liveBanner(tasks.tasks) : null,
+      stats.error ? null : A.expiringBanner(h, stats, name),
       hist.error ? null : groupChart(hist, groups.groups || []),
       h('h2', { id: 'groups' }, 'Error groups'),
       unfiltered.length && !groups.error ? h('p', { class: 'note', id: 'groups-unfiltered' },
@@ -1196,7 +1203,8 @@
       list.error ? null : items.length === 0 ? h('p', { class: 'muted', id: 'no-items' }, filtered ? 'No dead items match these filters on this page.' : 'No dead items.')
         : table(`Dead items${filtered ? ' matching ' + describeFilter(filter, fpPattern) : ''}, oldest first`,
           [h('span', { class: 'select-head' }, bulkHead(items), 'ID'), 'Source', 'Reference', 'Reason', 'Kind', ['Attempts', 'num'], 'Dead', 'Last error'], itemRows),
-      pager);
+      pager,
+      A.panel(h, acts, name, { table, ago, notShown }));
   }
 
   // preview is the start of a payload (base64 from the API) as text, for a

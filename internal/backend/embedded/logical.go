@@ -787,12 +787,15 @@ func (l *Logical) gauges(now int64) metrics.QueueSample {
 	if oldest != 0 {
 		s.OldestAge = time.Duration(now - oldest)
 	}
+	s.ExpiringDeadItems = l.expiringWithin(now)
 	return s
 }
 
 // stats describes the queue from the counts its partitions and dead
 // counts keep (counts.go, ADR 0024): O(partitions + dead reasons and
-// sources), never a scan of the items.
+// sources), never a scan of the items; but for a queue that holds dead
+// items, its items expiring within a day, counted by a walk of the expiry
+// indexes up to the cutoff (expiringWithin).
 func (l *Logical) stats(now int64) queue.Stats {
 	s := queue.Stats{LeaseWaiting: l.Loop.Waiters.Len(), MovesInFlight: l.inflight,
 		DeadByReason: maps.Clone(l.dead.byReason), DeadBySource: maps.Clone(l.dead.bySource)}
@@ -817,6 +820,7 @@ func (l *Logical) stats(now int64) queue.Stats {
 		s.Oldest = time.Unix(0, oldest)
 	}
 	s.HeldGroups, s.HeldTotal = l.heldList(), len(l.held)
+	s.ExpiringWithinDay = l.expiringWithin(now)
 	return s
 }
 

@@ -6,6 +6,7 @@ import (
 
 	"github.com/jackc/pgx/v5"
 
+	"github.com/styxq/styx/internal/queue"
 	"github.com/styxq/styx/metrics"
 )
 
@@ -40,10 +41,11 @@ func (m *Manager) Sample() []metrics.QueueSample {
 	ctx, cancel := context.WithTimeout(m.ctx, time.Second)
 	defer cancel()
 	rows, err := m.st.pool.Query(ctx, `SELECT q.id, q.name, coalesce(c.ready, 0), coalesce(c.leased, 0), coalesce(c.scheduled, 0),
-		coalesce((SELECT i.created_at FROM styx_items i WHERE i.queue_id = q.id ORDER BY i.created_at LIMIT 1), 0)
+		coalesce((SELECT i.created_at FROM styx_items i WHERE i.queue_id = q.id ORDER BY i.created_at LIMIT 1), 0),
+		`+expiringCountSQL("q.id", "$1")+`
 		FROM styx_queues q LEFT JOIN (
 			SELECT queue_id, sum(ready) AS ready, sum(leased) AS leased, sum(scheduled) AS scheduled
-			FROM styx_item_counts GROUP BY queue_id) c ON c.queue_id = q.id`)
+			FROM styx_item_counts GROUP BY queue_id) c ON c.queue_id = q.id`, m.cfg.Clock.Now().Add(queue.ExpiringWindow).UnixNano())
 	if err != nil {
 		m.cfg.Log.Warn("postgres: sampling the queue gauges failed", "error", wrap("sample", err))
 		return nil
@@ -55,9 +57,9 @@ func (m *Manager) Sample() []metrics.QueueSample {
 	}
 	all, err := pgx.CollectRows(rows, func(r pgx.CollectableRow) (sampled, error) {
 		var x sampled
-		var ready, leased, scheduled int64
-		err := r.Scan(&x.id, &x.s.Queue, &ready, &leased, &scheduled, &x.created)
-		x.s.Ready, x.s.Leased, x.s.Scheduled = int(ready), int(leased), int(scheduled)
+		var ready, leased, scheduled, expiring int64
+		err := r.Scan(&x.id, &x.s.Queue, &ready, &leased, &scheduled, &x.created, &expiring)
+		x.s.Ready, x.s.Leased, x.s.Scheduled, x.s.ExpiringDeadItems = int(ready), int(leased), int(scheduled), int(expiring)
 		return x, err
 	})
 	if err != nil {

@@ -479,6 +479,9 @@ func (q *Queue) stats(ctx context.Context, db querier, info queue.QueueInfo, now
 	if err := rows.Err(); err != nil {
 		return s, wrap("stats", err)
 	}
+	if s.ExpiringWithinDay, err = expiringWithin(ctx, db, info.ID, s.DeadByReason, now); err != nil {
+		return s, wrap("stats", err)
+	}
 	s.HeldGroups, s.HeldTotal, err = heldStats(ctx, db, info.ID)
 	return s, wrap("stats", err)
 }
