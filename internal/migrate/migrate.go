@@ -70,8 +70,9 @@ type Result struct {
 	// Tasks, Keys and HistoryMinutes count the redrive tasks, API keys and
 	// history minutes copied.
 	Tasks, Keys, HistoryMinutes int
-	// MaxID is the greatest item id copied; the database's ids now start
-	// past it.
+	// MaxID is the greatest item id the source held or handed out (its
+	// queues' high marks, store.Store.LastID); the database's ids now
+	// start past it.
 	MaxID uint64
 }
 
@@ -191,6 +192,13 @@ func copyQueue(ctx context.Context, dst *postgres.Store, info queue.QueueInfo) (
 // queue info (id in the database: to).
 func copyItems(ctx context.Context, src store.Store, dst *postgres.Store, info queue.QueueInfo, to uint64, now time.Time,
 	res *Result, progress func(Progress)) error {
+	// Ids the source handed out to items that are gone (completed,
+	// deleted) must not come back either: its high mark counts.
+	last, err := src.LastID(ctx, info.ID)
+	if err != nil {
+		return fmt.Errorf("migrate: queue %s: %w", info.Name, err)
+	}
+	res.MaxID = max(res.MaxID, last)
 	for p := range info.Partitions {
 		var after uint64
 		for {
@@ -217,7 +225,7 @@ func copyItems(ctx context.Context, src store.Store, dst *postgres.Store, info q
 	}
 	var ids []string
 	var deadlines []int64
-	err := src.LoadDedup(ctx, info.ID, func(id string, deadline int64) error {
+	err = src.LoadDedup(ctx, info.ID, func(id string, deadline int64) error {
 		if deadline >= now.UnixNano() {
 			ids, deadlines = append(ids, id), append(deadlines, deadline)
 		}

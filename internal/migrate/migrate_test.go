@@ -134,6 +134,12 @@ func TestMigratePebbleToPostgres(t *testing.T) {
 		got, err := src.C.RedrivesGet(ctx, &pb.RedriveTaskRequest{TaskId: task.TaskId})
 		return err == nil && got.Status == "completed"
 	}, "the redrive should complete")
+	// The last id the source handed out belongs to an item completed
+	// before the migration: it must not come back either.
+	src.CreateQueue(&pb.QueueInfo{QueueName: "tail", LeaseTimeout: "1m", ExpireTimeout: "24h", RequestedPartitions: 1})
+	src.Produce("tail", "done")
+	gone := src.Lease("tail", 1).Items[0]
+	src.Complete("tail", 0, gone.Id)
 	src.NewKey("reader", []string{"read"})
 	src.NewKey("worker", []string{"produce", "consume"}, "src*")
 	want := read(t, src.C)
@@ -154,7 +160,7 @@ func TestMigratePebbleToPostgres(t *testing.T) {
 		return res
 	}
 	first := run()
-	require.Equal(t, 3, first.Queues)
+	require.Equal(t, 4, first.Queues)
 	require.Equal(t, first.Items, first.Inserted)
 	require.Equal(t, 1, first.Tasks)
 
@@ -172,6 +178,8 @@ func TestMigratePebbleToPostgres(t *testing.T) {
 	// A lease handle of the embedded server is the item's on PostgreSQL,
 	// and new ids come after every id copied.
 	require.NoError(t, dst.C.QueueComplete(ctx, &pb.QueueCompleteRequest{QueueName: "src", Ids: []string{held[0].Id}}))
+	dst.Produce("tail", "new")
+	require.Greater(t, dst.Items("tail")[0].Id, gone.Id, "an id the embedded server handed out came back")
 	dst.Produce("src", "new")
 	items := dst.Items("src")
 	last := items[len(items)-1]
