@@ -231,11 +231,11 @@ func (a *app) migrate(cmd *cobra.Command, dir, file, url string) error {
 	res, err := migrate.Run(ctx, migrate.Config{Source: src, Target: dst, Progress: func(p migrate.Progress) {
 		if time.Since(shown) >= time.Second || p.Stage != "items" {
 			shown = time.Now()
-			what := p.Stage
-			if p.Queue != "" {
-				what += " of queue " + p.Queue
+			if p.Stage == "items" {
+				_, _ = fmt.Fprintf(a.stderr, "migrate: items of queue %s: %d read, %d new so far\n", p.Queue, p.Items, p.Inserted)
+			} else {
+				_, _ = fmt.Fprintf(a.stderr, "migrate: %s copied\n", p.Stage)
 			}
-			_, _ = fmt.Fprintf(a.stderr, "migrate: %s: %d items read, %d inserted so far\n", what, p.Items, p.Inserted)
 		}
 	}})
 	if err != nil {
