@@ -14,7 +14,7 @@ test: ## run every test with the race detector (the CI command); says first whic
 	@[ -n "$$STYX_TEST_POSTGRES_URL" ] || echo "make test: STYX_TEST_POSTGRES_URL is not set: the PostgreSQL tests will skip (make pg-start prints the exports to include them)" >&2
 	@command -v chromium >/dev/null || echo "make test: chromium is not installed: the browser tests will skip (apt-get install chromium)" >&2
 	@GOBIN="$(CURDIR)/bin" go install gotest.tools/gotestsum@$(GOTESTSUM_VERSION)
-	$(GOTESTSUM) $(GOTESTSUM_FLAGS) -- -race -count=1 ./...
+	$(GOTESTSUM) $(GOTESTSUM_FLAGS) -- -race -count=1 -timeout 20m ./...
 faults: ## the fault-injection suites over many seeds (STYX_FAULT_SEEDS=300; about 2 minutes): power loss, write and sync errors, a full disk, loop panics, PostgreSQL faults (with STYX_TEST_POSTGRES_URL); a failure names its seed. Then the real binary under strace, every store syscall failing with ENOSPC and EIO (STYX_SYSCALL_FAULTS=all, or case names; about 10 minutes; needs strace)
 	STYX_FAULT_SEEDS=$${STYX_FAULT_SEEDS:-300} go test -race -count=1 -timeout 60m -run 'TestCrashRecovery|TestWriteFaults|TestDiskFullStaysUpAndHeals|TestPanicNeverAcknowledged|TestWALRotationFaults|TestPostgres' ./service/
 	go test -race -count=1 -run 'Fault|Watermark|Panic|Died' ./internal/backend/embedded/pebble/ ./internal/engine/
