@@ -171,6 +171,12 @@ func (q *Queue) Begin(now int64, work []*engine.Request, poll bool) (engine.Tx, 
 	if j := q.Loop.Waiters.Joined(); j != q.joined {
 		serve, q.joined = true, j
 	}
+	if info.Paused() {
+		// A paused queue hands out nothing (the engine skips its waiting
+		// leases): no transaction for them alone. Its resume signals the
+		// loop (Manager.resumed), and the poll looks again anyway.
+		serve = false
+	}
 	if due := q.dueHint.Swap(0); due != 0 {
 		q.nextDue = engine.Earliest(q.nextDue, due)
 	}
