@@ -278,6 +278,19 @@ func TestSQSAudited(t *testing.T) {
 		require.Contains(t, logs, "door=sqs action=DeleteQueue")
 		require.Contains(t, logs, "msg=\"request refused\" path=/ code=403")
 		require.Contains(t, logs, "SignatureDoesNotMatch")
+
+		// The activity log has them too (issue 49), door and action
+		// included, newest first; the deleted queue's records stay.
+		acts, err := s.C.ActivityList(ctx, &pb.ActivityListRequest{QueueName: "audited"})
+		require.NoError(t, err)
+		var got []string
+		for _, r := range acts.Records {
+			require.Equal(t, "sqs", r.Door)
+			require.Equal(t, "bootstrap-admin", r.KeyName)
+			got = append(got, r.Op+" "+r.Action)
+		}
+		require.Equal(t, []string{"queues.delete DeleteQueue", "queue.clear PurgeQueue", "queues.update SetQueueAttributes",
+			"queues.create CreateQueue"}, got)
 	})
 }
 
