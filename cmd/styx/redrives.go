@@ -289,7 +289,8 @@ func (a *app) taskRunningTime(t *pb.RedriveTask) string {
 
 // printTask writes a task's status, counts and duration, then its results
 // by queue and its failure reason. full adds the request (queue,
-// destination, filter, rate, redrive limit) and the start and end times.
+// destination, filter, rate, redrive limit), the outcomes and canary, and
+// the start and end times.
 func (a *app) printTask(t *pb.RedriveTask, full bool) error {
 	tw := newTable(a.stdout)
 	tw.row("task", t.TaskId)
@@ -318,8 +319,9 @@ func (a *app) printTask(t *pb.RedriveTask, full bool) error {
 	tw.row("moved", fmt.Sprint(t.Moved))
 	tw.row("failed", fmt.Sprint(t.Failed))
 	tw.row("skipped", fmt.Sprint(t.Skipped))
-	a.printOutcomes(tw, t)
 	if full {
+		// Not in the summary a redrive ends with: its items have just moved.
+		a.printOutcomes(tw, t)
 		tw.row("progress", fmt.Sprintf("%.0f%%", taskPercent(t)))
 		tw.row("started", a.when(t.StartedAt))
 		tw.row("finished", a.when(t.FinishedAt))
