@@ -183,3 +183,35 @@ func corrupt(archive []byte) []byte {
 	out[512+10] ^= 0xff // the first entry's contents start after its 512-byte header
 	return out
 }
+
+// TestConcurrentBackups: backups taken at once each get a whole archive
+// (one's checkpoint is not taken for another's leftover).
+func TestConcurrentBackups(t *testing.T) {
+	dir := t.TempDir()
+	s := servertest.Start(t, pebbleAt(dir))
+	s.CreateQueue(&pb.QueueInfo{QueueName: "q", LeaseTimeout: "1m", ExpireTimeout: "24h", RequestedPartitions: 1})
+	s.Produce("q", "a", "b", "c")
+	var wg sync.WaitGroup
+	errs := make(chan error, 4)
+	for range 4 {
+		wg.Go(func() {
+			var buf bytes.Buffer
+			if _, err := s.C.StorageBackup(ctx, &buf, nil); err != nil {
+				errs <- err
+				return
+			}
+			_, err := backup.Read(&buf, func(string, io.Reader) error { return nil })
+			errs <- err
+		})
+	}
+	wg.Wait()
+	close(errs)
+	for err := range errs {
+		require.NoError(t, err)
+	}
+	entries, err := os.ReadDir(dir)
+	require.NoError(t, err)
+	for _, e := range entries {
+		require.False(t, strings.HasPrefix(e.Name(), "styx-checkpoint-"), "a checkpoint was left behind: %s", e.Name())
+	}
+}

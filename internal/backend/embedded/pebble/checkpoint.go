@@ -8,6 +8,7 @@ import (
 	"slices"
 	"strconv"
 	"strings"
+	"sync"
 	"time"
 
 	pebbledb "github.com/cockroachdb/pebble/v2"
@@ -49,7 +50,9 @@ type CheckpointFile struct {
 // while Pebble links or copies the files (Pebble blocks no commit for
 // long: it holds its own lock only to read the current version), so the
 // queues' loops go on writing meanwhile. Checkpoints left behind by a crash
-// (a directory styx-checkpoint-* in the data directory) are removed first.
+// (a directory styx-checkpoint-* in the data directory that no Checkpoint
+// of this process holds open) are removed first; several may be open at
+// once.
 // Returns ErrClosed after Close, and the store's write fault when it
 // refuses writes (the checkpoint syncs the log).
 func (s *Store) Checkpoint(ctx context.Context) (*Checkpoint, error) {
@@ -57,18 +60,25 @@ func (s *Store) Checkpoint(ctx context.Context) (*Checkpoint, error) {
 		return nil, err
 	}
 	defer s.exit()
+	checkpoints.mu.Lock()
 	if names, err := s.fs.List(s.dir); err == nil {
 		for _, n := range names {
-			if strings.HasPrefix(n, checkpointPrefix) {
-				_ = s.fs.RemoveAll(s.fs.PathJoin(s.dir, n))
+			if p := s.fs.PathJoin(s.dir, n); strings.HasPrefix(n, checkpointPrefix) && !checkpoints.open[p] {
+				_ = s.fs.RemoveAll(p)
 			}
 		}
 	}
 	dir := s.fs.PathJoin(s.dir, checkpointPrefix+strconv.FormatInt(time.Now().UnixNano(), 10))
+	for checkpoints.open[dir] {
+		dir += "x"
+	}
+	checkpoints.open[dir] = true
+	checkpoints.mu.Unlock()
+	c := &Checkpoint{fs: s.fs, dir: dir}
 	if err := s.db.Checkpoint(dir, pebbledb.WithFlushedWAL()); err != nil {
+		_ = c.Close()
 		return nil, fmt.Errorf("pebble: checkpoint: %w", err)
 	}
-	c := &Checkpoint{fs: s.fs, dir: dir}
 	names, err := s.fs.List(dir)
 	if err != nil {
 		_ = c.Close()
@@ -88,6 +98,14 @@ func (s *Store) Checkpoint(ctx context.Context) (*Checkpoint, error) {
 	}
 	return c, nil
 }
+
+// checkpoints are the checkpoint directories open in this process (made
+// and not yet closed), which the removal of leftovers spares: two backups
+// may run at once. mu is a leaf, held only around the directory listing.
+var checkpoints = struct {
+	mu   sync.Mutex
+	open map[string]bool
+}{open: map[string]bool{}}
 
 // Files returns the checkpoint's files, in name order.
 func (c *Checkpoint) Files() []CheckpointFile { return c.files }
@@ -116,5 +134,9 @@ func (c *Checkpoint) Close() error {
 	}
 	dir := c.dir
 	c.dir = ""
-	return c.fs.RemoveAll(dir)
+	err := c.fs.RemoveAll(dir)
+	checkpoints.mu.Lock()
+	delete(checkpoints.open, dir)
+	checkpoints.mu.Unlock()
+	return err
 }
