@@ -140,6 +140,13 @@ func TestMigratePebbleToPostgres(t *testing.T) {
 	src.Produce("tail", "done")
 	gone := src.Lease("tail", 1).Items[0]
 	src.Complete("tail", 0, gone.Id)
+	// An ordered queue's group and deduplication ids.
+	src.CreateQueue(&pb.QueueInfo{QueueName: "fifo", LeaseTimeout: "1m", ExpireTimeout: "24h", RequestedPartitions: 2, Ordered: true})
+	fifo := &pb.QueueProduceRequest{QueueName: "fifo", RequestTimeout: "1m"}
+	for _, p := range []string{"g-1", "g-2", "g-3"} {
+		fifo.Items = append(fifo.Items, &pb.QueueProduceItem{Bytes: []byte(p), Group: "g", DeduplicationId: "dedup-" + p})
+	}
+	require.NoError(t, src.C.QueueProduce(ctx, fifo))
 	src.NewKey("reader", []string{"read"})
 	src.NewKey("worker", []string{"produce", "consume"}, "src*")
 	want := read(t, src.C)
@@ -160,7 +167,8 @@ func TestMigratePebbleToPostgres(t *testing.T) {
 		return res
 	}
 	first := run()
-	require.Equal(t, 4, first.Queues)
+	require.Equal(t, 5, first.Queues)
+	require.Equal(t, int64(3), first.Dedup)
 	require.Equal(t, first.Items, first.Inserted)
 	require.Equal(t, 1, first.Tasks)
 
@@ -174,6 +182,17 @@ func TestMigratePebbleToPostgres(t *testing.T) {
 	require.Zero(t, again.Inserted, "a second migration inserts nothing")
 	dst.Boot()
 	require.Equal(t, want, read(t, dst.C))
+
+	// The deduplication ids hold (nothing is stored twice), and the group
+	// is leased in produce order.
+	require.NoError(t, dst.C.QueueProduce(ctx, fifo))
+	require.Len(t, dst.Items("fifo"), 3)
+	for _, p := range []string{"g-1", "g-2", "g-3"} {
+		res := dst.Lease("fifo", 1)
+		require.Len(t, res.Items, 1)
+		require.Equal(t, p, string(res.Items[0].Bytes))
+		dst.Complete("fifo", res.Partition, res.Items[0].Id)
+	}
 
 	// A lease handle of the embedded server is the item's on PostgreSQL,
 	// and new ids come after every id copied.
