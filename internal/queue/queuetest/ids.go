@@ -133,6 +133,19 @@ var idRows = []row{
 			held[c.ClientID+"/"+c.KeyName] = c.Held
 		}
 		require.Equal(e.t, map[string]int{"w1/k1": 0, "w2/": 1, "w3/k3": 1}, held)
+
+		// Two waiting leases dealt one lease's items: each item is held by
+		// the consumer it went to.
+		d1 := e.leaseAsync(q, queue.LeaseParams{BatchSize: 1, ClientID: "d1", Owner: "k", Timeout: waitTimeout})
+		d2 := e.leaseAsync(q, queue.LeaseParams{BatchSize: 1, ClientID: "d2", Owner: "k", Timeout: waitTimeout})
+		e.waitLeaseWaiting(q, 2)
+		e.produce(q, "x", "y")
+		for client, wait := range map[string]func() (queue.LeaseResult, error){"d1": d1, "d2": d2} {
+			res, err := wait()
+			require.NoError(e.t, err)
+			require.Len(e.t, res.Items, 1)
+			require.Equal(e.t, queue.Holder{ClientID: client, KeyName: "k"}, e.byPayload(q, string(res.Items[0].Payload)).Meta.Holder)
+		}
 	}},
 }
 
