@@ -407,6 +407,37 @@ var rows = []row{
 		require.True(e.t, x.Leased)
 		require.Equal(e.t, deadline, x.LeaseDeadline)
 	}},
+	{"LeaseAndRenewStoreTheHolder", func(e *env) {
+		// Issue 49, point 4: Lease stores each item's holder (holder(k)
+		// for the k-th item it returns), and a Renew given the holder keeps
+		// it; a listing of the queue (the read half) shows it.
+		q := e.create("q", nil)
+		e.produce(q, 0, "a", "b", "c")
+		holders := []queue.Holder{{ClientID: "w1", KeyName: "k"}, {ClientID: "w2"}, {ClientID: "w1", KeyName: "k"}}
+		var out []queue.LeasedItem
+		e.do(q, nil, func(tx engine.Tx, now int64) error {
+			var err error
+			out, _, _, err = tx.Lease(0, 3, 0, now+int64(leaseTimeout), func(k int) queue.Holder { return holders[k] })
+			return err
+		})
+		require.Len(e.t, out, 3)
+		stored := func() map[uint64]queue.Holder {
+			items, err := q.ListPage(e.ctx, queue.ListParams{Limit: 10})
+			require.NoError(e.t, err)
+			got := map[uint64]queue.Holder{}
+			for _, it := range items {
+				got[it.Meta.ID] = it.Meta.Holder
+			}
+			return got
+		}
+		want := map[uint64]queue.Holder{out[0].ID: holders[0], out[1].ID: holders[1], out[2].ID: holders[2]}
+		require.Equal(e.t, want, stored())
+		e.do(q, []uint64{out[1].ID}, func(tx engine.Tx, now int64) error {
+			x, _ := tx.Item(0, out[1].ID)
+			return tx.Renew([]engine.Item{x}, now+int64(time.Hour), []queue.Holder{holders[1]})
+		})
+		require.Equal(e.t, want, stored())
+	}},
 	{"CompleteAndRenewRefuseAnItemNotHeld", func(e *env) {
 		// Issue 41: Complete and Renew act only on an item the iteration
 		// holds, in its partition (on PostgreSQL, a row it locked); any
