@@ -79,7 +79,7 @@ type Result struct {
 // pageItems and pageBytes bound one read of items from the source and one
 // insert into the database.
 const (
-	pageItems = 1000
+	pageItems = 5000
 	pageBytes = 8 << 20
 )
 
