@@ -215,3 +215,58 @@ func TestConcurrentBackups(t *testing.T) {
 		require.False(t, strings.HasPrefix(e.Name(), "styx-checkpoint-"), "a checkpoint was left behind: %s", e.Name())
 	}
 }
+
+// blockingWriter blocks its first Write until release is closed, after
+// saying so on started.
+type blockingWriter struct {
+	buf      bytes.Buffer
+	started  chan struct{}
+	release  chan struct{}
+	once     sync.Once
+}
+
+func (w *blockingWriter) Write(p []byte) (int, error) {
+	w.once.Do(func() {
+		close(w.started)
+		<-w.release
+	})
+	return w.buf.Write(p)
+}
+
+// TestBackupDoesNotStopTheQueues: while a backup's client reads nothing,
+// the queues produce, lease and complete as before, and what they do then
+// is not in the backup (it holds the store as the call found it).
+func TestBackupDoesNotStopTheQueues(t *testing.T) {
+	servertest.ForEachBackend(t, func(t *testing.T, b servertest.Backend) {
+		if b.Postgres() {
+			t.Skip("no backup on PostgreSQL (TestBackupUnderLoadAndRestore checks its 501)")
+		}
+		s := servertest.Start(t, b)
+		s.CreateQueue(&pb.QueueInfo{QueueName: "q", LeaseTimeout: "1m", ExpireTimeout: "24h", RequestedPartitions: 1})
+		s.Produce("q", "before-1", "before-2")
+		w := &blockingWriter{started: make(chan struct{}), release: make(chan struct{})}
+		done := make(chan error, 1)
+		go func() {
+			_, err := s.C.StorageBackup(ctx, w, nil)
+			done <- err
+		}()
+		<-w.started
+		for i := range 20 {
+			s.Produce("q", fmt.Sprintf("during-%d", i))
+		}
+		leased := s.Lease("q", 5)
+		s.Complete("q", leased.Partition, leased.Items[0].Id)
+		close(w.release)
+		require.NoError(t, <-done)
+
+		dir := filepath.Join(t.TempDir(), "restored")
+		_, err := backup.Restore(ctx, bytes.NewReader(w.buf.Bytes()), dir, time.Now(), nil)
+		require.NoError(t, err)
+		r := servertest.Start(t, pebbleAt(dir))
+		var got []string
+		for _, it := range r.Items("q") {
+			got = append(got, string(it.Payload))
+		}
+		require.ElementsMatch(t, []string{"before-1", "before-2"}, got)
+	})
+}
