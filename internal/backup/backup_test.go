@@ -219,10 +219,10 @@ func TestConcurrentBackups(t *testing.T) {
 // blockingWriter blocks its first Write until release is closed, after
 // saying so on started.
 type blockingWriter struct {
-	buf      bytes.Buffer
-	started  chan struct{}
-	release  chan struct{}
-	once     sync.Once
+	buf     bytes.Buffer
+	started chan struct{}
+	release chan struct{}
+	once    sync.Once
 }
 
 func (w *blockingWriter) Write(p []byte) (int, error) {
