@@ -49,6 +49,12 @@ func TestBrowserPauseAndClear(t *testing.T) {
 	cancel()
 	require.ErrorIs(t, err, context.DeadlineExceeded, "a paused queue hands nothing out")
 	b.screenshot("queue-paused")
+	// The overview marks it, so that its depth is not read as stuck
+	// consumers.
+	b.open("/ui/")
+	b.waitText("#paused-orders", "paused")
+	b.open("/ui/queues/orders")
+	b.waitText("#pause-button", "Resume consumption")
 
 	// The Clear dialog counts first; Cancel removes nothing.
 	b.run(chromedp.Click(`#clear-button`, chromedp.ByQuery))

@@ -942,7 +942,10 @@
       const r = rates(hists[i]);
       const rate = (k) => h('td', { class: 'num' }, r ? fmt(r[k]) : '?');
       return h('tr', {},
-        h('th', { scope: 'row' }, h('a', { href: '/ui/queues/' + enc(name) }, name)),
+        h('th', { scope: 'row' }, h('a', { href: '/ui/queues/' + enc(name) }, name),
+          // A paused queue hands out nothing (queues.pause): said where
+          // its depth would otherwise look like stuck consumers.
+          q.paused ? [' ', h('span', { class: 'badge paused', id: 'paused-' + name, title: 'consumption paused' + (q.paused_at ? ' ' + ago(q.paused_at) : '') }, 'paused')] : null),
         // A dead-letter queue's items are dead items held (their column),
         // not items ready for its consumers' work.
         h('td', { class: 'num' }, dlqs.has(name) ? h('span', { title: 'dead items held: see Dead held' }, '–') : s.error ? '?' : fmt(c.ready)),
