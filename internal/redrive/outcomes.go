@@ -197,6 +197,13 @@ func (b *outcomeBook) setStored(stored map[string]Outcomes, records map[string][
 // shared store) wait, in memory.
 func (r *Runner) flushOutcomes() {
 	b := r.book
+	if r.claimer != nil && r.unknownOutcomes() {
+		// Counted here for a task another server started: learn it
+		// from the store first (else it waits for the next adopt).
+		if err := r.sync(r.ctx); err != nil && r.ctx.Err() == nil {
+			r.cfg.Log.Warn("redrive: read the tasks to store their outcomes failed", "error", err)
+		}
+	}
 	r.mu.Lock()
 	queues := make(map[string]string, len(r.tasks))
 	closes := map[string]time.Time{}
@@ -240,6 +247,26 @@ func (r *Runner) flushOutcomes() {
 			r.cfg.Log.Warn("redrive: store a task's outcomes failed; tried again", "task", p.id, "error", err)
 		}
 	}
+}
+
+// unknownOutcomes reports whether counts wait to be stored for a task this
+// runner does not know.
+func (r *Runner) unknownOutcomes() bool {
+	b := r.book
+	b.mu.Lock()
+	dirty := make([]string, 0, len(b.dirty))
+	for id := range b.dirty {
+		dirty = append(dirty, id)
+	}
+	b.mu.Unlock()
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	for _, id := range dirty {
+		if _, ok := r.tasks[id]; !ok {
+			return true
+		}
+	}
+	return false
 }
 
 // flushLoop stores the outcomes every outcomeFlushEvery until the runner
