@@ -122,6 +122,37 @@ func TestMetaFirstLeased(t *testing.T) {
 	}
 }
 
+// TestMetaHolder (issue 49, point 4): a lease's state record with its
+// holder is written in formatMetaV4, formatMetaV3's layout and then the
+// holder's client id and key name; without a holder it stays formatMetaV3.
+func TestMetaHolder(t *testing.T) {
+	for _, group := range []string{"", "customer-42"} {
+		m := queue.ItemMeta{ID: 1 << 40, BodyID: 1<<40 - 7, Attempts: 2, Leased: true, CreatedAt: t0,
+			LeaseDeadline: t0.Add(time.Minute), FirstLeasedAt: t0.Add(time.Second), Group: group}
+		if group != "" {
+			m.GroupSeq = m.BodyID
+		}
+		v3, err := appendMeta(nil, &m)
+		require.NoError(t, err)
+		require.Equal(t, byte(formatMetaV3), v3[0])
+		m.Holder = queue.Holder{ClientID: "worker-7", KeyName: "ops"}
+		v, err := appendMeta(nil, &m)
+		require.NoError(t, err)
+		require.Equal(t, byte(formatMetaV4), v[0])
+		require.Equal(t, v3[1:], v[1:len(v3)], "formatMetaV3's layout, then the holder")
+		require.Len(t, v, len(v3)+2+len("worker-7")+len("ops"))
+		var got queue.ItemMeta
+		require.NoError(t, decodeMeta(v, m.ID, &got))
+		sameMeta(t, m, got)
+		// A holder with an empty key name (no --auth).
+		m.Holder.KeyName = ""
+		v, err = appendMeta(nil, &m)
+		require.NoError(t, err)
+		require.NoError(t, decodeMeta(v, m.ID, &got))
+		sameMeta(t, m, got)
+	}
+}
+
 // TestMetaGroup: an item with a group is written in formatMetaV2; one
 // without stays formatV1, byte for byte as before groups existed, and a
 // grouped item's meta costs its group and one byte more.
