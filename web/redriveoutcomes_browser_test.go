@@ -39,6 +39,7 @@ func TestBrowserRedriveOutcomesAndCanary(t *testing.T) {
 	row := `tr[aria-current="true"]`
 	b.waitText(row, "Canary 2 items: waiting for the outcome of 2 moved items")
 	b.waitText(row, "Outcomes: 2 pending")
+	require.NotContains(t, b.text(row), "ETA", "a task waiting for its canary moves nothing: no ETA")
 	list, err := c.RedrivesList(ctx, &pb.RedrivesListRequest{QueueName: "ship-dlq"})
 	require.NoError(t, err)
 	require.Len(t, list.Tasks, 1)

@@ -1539,7 +1539,8 @@
     const ranMs = Math.max(end - start - num(t.paused_ms) - current, 0);
     const matched = num(t.matched), done = num(t.moved) + num(t.failed) + num(t.skipped);
     let eta = '';
-    if ((t.status === 'running' || t.status === 'cancelling') && done > 0 && done < matched && ranMs > 0) eta = dur((matched - done) * ranMs / done);
+    // A task waiting for its canary's outcome moves nothing meanwhile: no ETA.
+    if ((t.status === 'running' || t.status === 'cancelling') && t.canary_status !== 'waiting' && done > 0 && done < matched && ranMs > 0) eta = dur((matched - done) * ranMs / done);
     return { took: dur(end - start), ran: dur(ranMs), paused: Number.isNaN(pausedAt) ? '' : dur(current), eta };
   }
 
