@@ -207,3 +207,51 @@ func TestMigratePebbleToPostgres(t *testing.T) {
 		require.Less(t, it.Id, last.Id)
 	}
 }
+
+// TestMigrateResumes: a migration interrupted after some pages leaves what
+// it copied, and the next run copies the rest, doubling nothing.
+func TestMigrateResumes(t *testing.T) {
+	url := pgtest.URL(t)
+	dir := t.TempDir()
+	b := servertest.Backend{Name: daemon.StoragePebble, Open: func(t *testing.T) store.Store {
+		s, err := pebble.Open(pebble.Config{Dir: dir, Logger: servertest.TestLogger()})
+		require.NoError(t, err)
+		return s
+	}}
+	src := &servertest.Server{T: t, B: b}
+	src.Boot()
+	src.CreateQueue(&pb.QueueInfo{QueueName: "q", LeaseTimeout: "1m", ExpireTimeout: "24h", RequestedPartitions: 1})
+	var payloads []string
+	for i := range 50 {
+		payloads = append(payloads, "p-"+itoa(int64(i)))
+	}
+	src.Produce("q", payloads...)
+	src.Stop()
+
+	s, err := pebble.Open(pebble.Config{Dir: dir, Logger: servertest.TestLogger()})
+	require.NoError(t, err)
+	defer func() { require.NoError(t, s.Close()) }()
+	pg, err := postgres.OpenStore(ctx, url, 4)
+	require.NoError(t, err)
+	defer func() { _ = pg.Close() }()
+	cut, cancel := context.WithCancel(ctx)
+	_, err = migrate.Run(cut, migrate.Config{Source: s, Target: pg, PageItems: 10, Progress: func(p migrate.Progress) {
+		if p.Items == 20 {
+			cancel() // interrupted after two pages
+		}
+	}})
+	require.ErrorIs(t, err, context.Canceled)
+	res, err := migrate.Run(ctx, migrate.Config{Source: s, Target: pg, PageItems: 10})
+	require.NoError(t, err)
+	require.Equal(t, int64(50), res.Items)
+	require.Equal(t, int64(30), res.Inserted, "the second run inserts what the first did not")
+
+	dst := &servertest.Server{T: t, B: servertest.Backend{Name: daemon.StoragePostgres, URL: url}}
+	dst.Boot()
+	t.Cleanup(dst.Stop)
+	var got []string
+	for _, it := range dst.Items("q") {
+		got = append(got, string(it.Payload))
+	}
+	require.Equal(t, payloads, got)
+}
