@@ -209,10 +209,11 @@ func (s *Service) QueueLease(ctx context.Context, req *pb.QueueLeaseRequest) (*p
 		out.Items[i] = &pb.QueueLeaseItem{
 			Id: queue.FormatID(it.ID), Attempts: it.Attempts, LeaseDeadline: timestamppb.New(it.LeaseDeadline),
 			Encoding: it.Encoding, Kind: it.Kind, Reference: it.Reference, Bytes: it.Payload, Group: it.Group,
-			FirstId: queue.FormatID(it.FirstID),
 		}
-		if it.FirstID == 0 { // a backend that does not know it: a first lease
-			out.Items[i].FirstId = out.Items[i].Id
+		if it.FirstID != 0 && it.FirstID != it.ID {
+			// Only on an item requeued since it entered the queue: a
+			// first lease's reply keeps to Querator's fields.
+			out.Items[i].FirstId = queue.FormatID(it.FirstID)
 		}
 	}
 	return out, nil

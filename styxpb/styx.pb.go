@@ -370,9 +370,10 @@ type QueueLeaseItem struct {
 	// Styx (issue 49): the item's first id, the id it entered the queue
 	// under, which stays while id, this lease's handle, changes at every
 	// requeue; every lookup by id (storage/items.list ids, dead.list ids,
-	// dead.delete, dead.redrive, dead.edit) accepts it. Equal to id on a
-	// first lease. complete, retry and renew take id only: a lease's id
-	// never acts on a later lease of the item.
+	// dead.delete, dead.redrive, dead.edit) accepts it. Empty on a first
+	// lease, where it is id (so that a first lease's reply carries only
+	// Querator's fields). complete, retry and renew take id only: a lease's
+	// id never acts on a later lease of the item.
 	FirstId       string `protobuf:"bytes,140,opt,name=first_id,proto3" json:"first_id,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
