@@ -115,8 +115,9 @@ func (a *app) backup(cmd *cobra.Command, c *styx.Client, file string) error {
 func (a *app) restoreCmd() *cobra.Command {
 	var dir string
 	cmd := &cobra.Command{
-		Use:   "restore FILE --data-dir DIR",
-		Short: "Write a backup (styx backup) into an empty data directory",
+		Use:         "restore FILE --data-dir DIR",
+		Annotations: offlineCmd,
+		Short:       "Write a backup (styx backup) into an empty data directory",
 		Long: `Verify a backup taken by 'styx backup' (its manifest and checksums) and write
 it into DIR, which must be empty or absent: a restore never writes over a store.
 Then start 'styx server --data-dir DIR'. What the restored server holds is the
@@ -155,8 +156,9 @@ the restored one.`,
 func (a *app) migrateCmd() *cobra.Command {
 	var fromDir, fromBackup, to string
 	cmd := &cobra.Command{
-		Use:   "migrate (--from-data-dir DIR | --from-backup FILE) --to-postgres URL",
-		Short: "Copy an embedded (Pebble) store into a PostgreSQL database",
+		Use:         "migrate (--from-data-dir DIR | --from-backup FILE) --to-postgres URL",
+		Annotations: offlineCmd,
+		Short:       "Copy an embedded (Pebble) store into a PostgreSQL database",
 		Long: `Copy every queue, item (same ids, attempts, histories, groups, deduplication
 ids; leased items keep their lease and its deadline, scheduled items their
 time), dead item (same ids and last errors), redrive task, API key and queue

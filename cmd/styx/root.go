@@ -114,6 +114,11 @@ func (a *app) terminal(w io.Writer) bool {
 	return isTerminal(w)
 }
 
+// offlineCmd is the annotation of a command that works on local files and
+// talks to no server (server, restore, migrate): it has no client flags
+// (TestCLIClientFlagsOnEveryCommand requires them of every other command).
+var offlineCmd = map[string]string{"styx/offline": "true"}
+
 // addClientFlags adds the client flags (--endpoint, --api-key, --ca-file,
 // --cert-file, --key-file) and --json to cmd and its subcommands.
 func (a *app) addClientFlags(cmd *cobra.Command) *cobra.Command {

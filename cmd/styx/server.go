@@ -14,8 +14,9 @@ import (
 
 func (a *app) serverCmd() *cobra.Command {
 	cmd := &cobra.Command{
-		Use:   "server",
-		Short: "Run a Styx server",
+		Use:         "server",
+		Annotations: offlineCmd,
+		Short:       "Run a Styx server",
 		Long: `Run a Styx server until SIGTERM or SIGINT, then shut down gracefully:
 stop accepting connections, finish the requests in flight, flush storage,
 and exit 0. A second signal during the shutdown ends the process at once.
