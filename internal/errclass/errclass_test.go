@@ -63,6 +63,8 @@ func sentinelCases() []sentinelCase {
 		{"redrive.ErrDestinationNotFound", wrap(redrive.ErrDestinationNotFound, apierr.Invalid), 400, errclass.DestinationNotFound},
 		{"redrive.ErrRateLimit", wrap(redrive.ErrRateLimit, apierr.Invalid), 400, errclass.InvalidArgument},
 		{"redrive.ErrMaxRedriveCount", wrap(redrive.ErrMaxRedriveCount, apierr.Invalid), 400, errclass.InvalidArgument},
+		{"redrive.ErrCanary", wrap(redrive.ErrCanary, apierr.Invalid), 400, errclass.InvalidArgument},
+		{"redrive.ErrCanaryTimeout", wrap(redrive.ErrCanaryTimeout, apierr.Invalid), 400, errclass.InvalidArgument},
 
 		{"auth.ErrKeyRevoked", auth.ErrKeyRevoked, 401, errclass.KeyRevoked},
 		{"engine.ErrShuttingDown", engine.ErrShuttingDown, 454, errclass.Retry},
