@@ -177,7 +177,11 @@ func New(m queue.Queues, c clock.Clock, met *metrics.Metrics) *Recorder {
 // comment): Run writes them, History reads them. Failures are logged to
 // log. Call it before Run and History.
 func (r *Recorder) WithStore(st store.HistoryStore, log *slog.Logger) *Recorder {
+	// Under mu: the dead-arrival listener New registered may already run
+	// (a loop that moves items at start), and at reads st.
+	r.mu.Lock()
 	r.st, r.log = st, log
+	r.mu.Unlock()
 	return r
 }
 
