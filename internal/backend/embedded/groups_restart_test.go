@@ -217,6 +217,11 @@ func TestHeldGroupsSurviveRestart(t *testing.T) {
 // with it as when those 100,000 items are in another queue (the same heap
 // for the collector); a lease that walked the blocked items would take
 // hundreds of times longer.
+//
+// Each setting produces its 100,000 items once and times two rounds of
+// 2,000 (new groups each round; the first round's items stay leased in
+// both settings), keeping the faster: producing them was most of the
+// test's CPU, and a second production per setting measured nothing more.
 func TestHotGroupDoesNotSlowOtherGroups(t *testing.T) {
 	if testing.Short() {
 		t.Skip("produces 100,000 items")
@@ -243,26 +248,32 @@ func TestHotGroupDoesNotSlowOtherGroups(t *testing.T) {
 			require.NoError(t, into.Produce(ctx, items))
 		}
 		require.Equal(t, "hot", leaseN(t, into, 1, time.Second).Items[0].Group)
-		items = make([]queue.ProduceItem, 0, 2000)
-		for i := range 1000 {
-			for range 2 {
-				items = append(items, queue.ProduceItem{Payload: []byte("o"), Group: fmt.Sprint("g", i)})
+		var fastest time.Duration
+		for round := range 2 {
+			items = make([]queue.ProduceItem, 0, 2000)
+			for i := range 1000 {
+				for range 2 {
+					items = append(items, queue.ProduceItem{Payload: []byte("o"), Group: fmt.Sprint("g", round, "-", i)})
+				}
+			}
+			require.NoError(t, q.Produce(ctx, items))
+			start := time.Now()
+			n := 0
+			for n < 2000 {
+				res := leaseN(t, q, 10, time.Second)
+				require.NotEmpty(t, res.Items)
+				for _, it := range res.Items {
+					require.NotEqual(t, "hot", it.Group)
+				}
+				n += len(res.Items)
+			}
+			if d := time.Since(start); round == 0 || d < fastest {
+				fastest = d
 			}
 		}
-		require.NoError(t, q.Produce(ctx, items))
-		start := time.Now()
-		n := 0
-		for n < 2000 {
-			res := leaseN(t, q, 10, time.Second)
-			require.NotEmpty(t, res.Items)
-			for _, it := range res.Items {
-				require.NotEqual(t, "hot", it.Group)
-			}
-			n += len(res.Items)
-		}
-		return time.Since(start)
+		return fastest
 	}
-	base, hot := min(run(false), run(false)), min(run(true), run(true))
+	base, hot := run(false), run(true)
 	t.Logf("2,000 leased items of other groups: %v with the 100,000 items in another queue, %v in a hot group of the queue", base, hot)
 	require.Less(t, hot, 3*base+50*time.Millisecond, "a hot group must not slow the other groups' leases")
 }
