@@ -7,7 +7,7 @@
 // same /v1 calls as the CLI (queues.list, queues.info, queue.stats,
 // queues.history, storage/items.list, dead.groups, dead.list, dead.redrive,
 // dead.delete, dead.edit, redrives.list, redrives.get, redrives.cancel),
-// from one JavaScript function (api in app.js) that adds
+// from one JavaScript function (api in core.js) that adds
 // "Authorization: Bearer <key>" when the user has given an API key, and
 // asks for one when a call answers 401.
 //
@@ -25,7 +25,15 @@
 // Every page redraws itself every 2 s (1 s while a redrive runs) unless a
 // dialog is open, a field has the keyboard or the user paused it; a section
 // whose call fails (a scope the key lacks) shows a note, the rest renders.
-// Charts are SVG drawn by app.js from queues.history.
+// Charts are SVG drawn by charts.js from queues.history.
+//
+// The scripts are one file per concern, loaded in order by index.html's
+// script tags (no modules, no bundler): core.js (window.styx: api, the
+// dialogs, h() and the formats), the helpers livequeue.js, redrive.js and
+// activity.js, then charts.js, deadactions.js (the redrive and delete
+// flows), one file per group of pages (queues.js, dead.js, items.js,
+// redrivetasks.js), each adding its pages to window.styx, and app.js last:
+// the router and the live updates, which start the UI.
 package web
 
 import (

@@ -4,6 +4,9 @@ import (
 	"io"
 	"net/http"
 	"net/http/httptest"
+	"os"
+	"path/filepath"
+	"regexp"
 	"strings"
 	"testing"
 
@@ -38,10 +41,13 @@ func TestHandler(t *testing.T) {
 		assert.Contains(t, csp, "script-src 'self'", path)
 		assert.Contains(t, csp, "connect-src 'self'", path)
 	}
-	res, body := get("/ui/assets/app.js")
+	res, body := get("/ui/assets/core.js")
 	assert.Equal(t, http.StatusOK, res.StatusCode)
 	assert.True(t, strings.HasPrefix(res.Header.Get("Content-Type"), "text/javascript"), res.Header.Get("Content-Type"))
 	assert.Contains(t, body, "async function api(")
+	res, body = get("/ui/assets/app.js")
+	assert.Equal(t, http.StatusOK, res.StatusCode)
+	assert.Contains(t, body, "function route(")
 	res, _ = get("/ui/assets/style.css")
 	assert.Equal(t, http.StatusOK, res.StatusCode)
 	assert.Contains(t, res.Header.Get("Content-Type"), "text/css")
@@ -55,10 +61,27 @@ func TestHandler(t *testing.T) {
 	assert.Equal(t, "GET, HEAD", post.Header.Get("Allow"))
 }
 
-// The UI's script fetches nothing from another origin: every URL it names
-// is a path of this server.
+// The UI's scripts fetch nothing from another origin: every URL they name
+// is a path of this server. index.html loads every script under static/
+// (one file per page or concern, issue 50), and each is checked.
 func TestNoExternalURLs(t *testing.T) {
-	for _, path := range []string{"/ui/", "/ui/assets/app.js", "/ui/assets/style.css"} {
+	index, err := os.ReadFile("static/index.html")
+	require.NoError(t, err)
+	var scripts []string
+	for _, m := range regexp.MustCompile(`<script src="/ui/assets/([\w.-]+\.js)" defer></script>`).FindAllSubmatch(index, -1) {
+		scripts = append(scripts, string(m[1]))
+	}
+	files, err := filepath.Glob("static/*.js")
+	require.NoError(t, err)
+	for i, f := range files {
+		files[i] = filepath.Base(f)
+	}
+	assert.ElementsMatch(t, files, scripts, "index.html loads every script under static/, once")
+	paths := []string{"/ui/", "/ui/assets/style.css"}
+	for _, s := range scripts {
+		paths = append(paths, "/ui/assets/"+s)
+	}
+	for _, path := range paths {
 		rec := httptest.NewRecorder()
 		web.Handler().ServeHTTP(rec, httptest.NewRequest(http.MethodGet, path, nil))
 		body := rec.Body.String()
