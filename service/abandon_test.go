@@ -21,6 +21,7 @@ import (
 // item log lets the test hold the write; PostgreSQL runs the same engine
 // code.
 func TestAbandonedLeaseGivesItsItemsBack(t *testing.T) {
+	t.Parallel()
 	servertest.ForEachBackend(t, func(t *testing.T, b servertest.Backend) {
 		servertest.RequireItemLog(t, b)
 		s := servertest.Start(t, b)

@@ -19,6 +19,7 @@ import (
 // second node reads them; a key reads only the records of the queues it
 // covers (issue 49).
 func TestActivityLog(t *testing.T) {
+	t.Parallel()
 	servertest.ForEachBackend(t, func(t *testing.T, b servertest.Backend) {
 		s, _ := servertest.StartAuth(t, b)
 		opsKey := s.NewKey("ops", []string{"dead", "read"})
@@ -125,6 +126,7 @@ func details(r *pb.ActivityRecord) map[string]string {
 // logged at ERROR with the record, and styx_activity_write_errors_total
 // counts it (embedded backends: the fault is injected into their store).
 func TestActivityWriteFails(t *testing.T) {
+	t.Parallel()
 	servertest.ForEachBackend(t, func(t *testing.T, b servertest.Backend) {
 		servertest.RequireItemLog(t, b)
 		s := servertest.Start(t, b)

@@ -21,6 +21,7 @@ import (
 // its destination count as produced, and a group's pattern outlives its
 // items, across a restart too. Time is the fake clock's.
 func TestArrivalsCountedAtDeath(t *testing.T) {
+	t.Parallel()
 	servertest.ForEachBackend(t, func(t *testing.T, b servertest.Backend) {
 		clk := clock.NewFake(time.Now().Truncate(time.Minute).Add(10 * time.Second))
 		s := servertest.StartWith(t, b, func(cfg *daemon.Config) { cfg.Clock = clk })

@@ -199,6 +199,7 @@ func calls(s *servertest.Server) []call {
 // call's own scope and admin pass the check (whatever the call then
 // answers), every other scope gets 403 naming the scope that was missing.
 func TestAuthScopeMatrix(t *testing.T) {
+	t.Parallel()
 	servertest.ForEachBackend(t, func(t *testing.T, b servertest.Backend) {
 		s, _ := servertest.StartAuth(t, b)
 		s.CreateQueue(&pb.QueueInfo{QueueName: "orders-dead"})
@@ -249,6 +250,7 @@ func TestAuthScopeMatrix(t *testing.T) {
 // error), that neither depends on whether the queue exists, that /health
 // and the UI's assets stay open, and the header forms refused.
 func TestAuthAnswers(t *testing.T) {
+	t.Parallel()
 	servertest.ForEachBackend(t, func(t *testing.T, b servertest.Backend) {
 		s, admin := servertest.StartAuth(t, b)
 		s.CreateQueue(&pb.QueueInfo{QueueName: "orders-eu"})
@@ -321,6 +323,7 @@ func TestAuthAnswers(t *testing.T) {
 // TestAuthUIAssetsOpen checks the hook for the web UI: its static assets
 // under /ui/ need no key, its /v1 calls do.
 func TestAuthUIAssetsOpen(t *testing.T) {
+	t.Parallel()
 	servertest.ForEachBackend(t, func(t *testing.T, b servertest.Backend) {
 		admin := servertest.RandomHex(t, 32)
 		file := filepath.Join(t.TempDir(), "admin.key")
@@ -346,6 +349,7 @@ func TestAuthUIAssetsOpen(t *testing.T) {
 // on other queues are 403, lists leave them out, and a redrive or dead
 // queue outside the patterns is refused.
 func TestAuthQueuePatterns(t *testing.T) {
+	t.Parallel()
 	servertest.ForEachBackend(t, func(t *testing.T, b servertest.Backend) {
 		s, _ := servertest.StartAuth(t, b)
 		for _, q := range []string{"orders-dead", "billing-dead"} {
@@ -423,6 +427,7 @@ func TestAuthQueuePatterns(t *testing.T) {
 // shows a secret, that a deleted key is refused at once, and that keys
 // survive a restart.
 func TestAuthKeyLifecycle(t *testing.T) {
+	t.Parallel()
 	servertest.ForEachBackend(t, func(t *testing.T, b servertest.Backend) {
 		s, _ := servertest.StartAuth(t, b)
 		s.CreateQueue(&pb.QueueInfo{QueueName: "q"})
@@ -497,6 +502,7 @@ func mustProto(t *testing.T, m proto.Message) []byte {
 // TestAuthSecretNotStored checks that a key's secret is nowhere in the
 // Pebble data directory or the PostgreSQL table, only its hash.
 func TestAuthSecretNotStored(t *testing.T) {
+	t.Parallel()
 	servertest.ForEachBackend(t, func(t *testing.T, b servertest.Backend) {
 		dir := t.TempDir()
 		if b.Name == "pebble" {

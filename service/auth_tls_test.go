@@ -58,6 +58,7 @@ func TestAuthKeyDeletionOtherNode(t *testing.T) {
 // started it, across a restart, and that dead-item deletes, queue deletes
 // and redrives are logged with the key name.
 func TestAuthRedriveAudit(t *testing.T) {
+	t.Parallel()
 	servertest.ForEachBackend(t, func(t *testing.T, b servertest.Backend) {
 		s, _ := servertest.StartAuth(t, b)
 		s.CreateQueue(&pb.QueueInfo{QueueName: "src-dead"})
@@ -186,6 +187,7 @@ func newLeaf(t *testing.T, ca *x509.Certificate, caKey *ecdsa.PrivateKey, name s
 // a client trusting the CA (CAFile) works, a client that does not is
 // refused, and plain HTTP gets no API answer.
 func TestAuthTLS(t *testing.T) {
+	t.Parallel()
 	servertest.ForEachBackend(t, func(t *testing.T, b servertest.Backend) {
 		pki := newTestPKI(t)
 		s, admin := servertest.StartAuthWith(t, b, func(cfg *daemon.Config) {
@@ -219,6 +221,7 @@ func TestAuthTLS(t *testing.T) {
 // with one from another CA, fails the handshake; one with a certificate of
 // the configured CA works (and still needs its API key).
 func TestAuthMutualTLS(t *testing.T) {
+	t.Parallel()
 	servertest.ForEachBackend(t, func(t *testing.T, b servertest.Backend) {
 		pki := newTestPKI(t)
 		s, admin := servertest.StartAuthWith(t, b, func(cfg *daemon.Config) {

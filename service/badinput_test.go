@@ -20,6 +20,7 @@ import (
 // TestBadInput checks that each kind of bad input is refused with a 400 or
 // 455 naming the field and the limit, and that storage is unchanged.
 func TestBadInput(t *testing.T) {
+	t.Parallel()
 	servertest.ForEachBackend(t, func(t *testing.T, b servertest.Backend) {
 		s := servertest.Start(t, b)
 		s.CreateQueue(&pb.QueueInfo{QueueName: "bad", MaxAttempts: 3})

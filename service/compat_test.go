@@ -71,6 +71,7 @@ func queratorMessages(t *testing.T) map[string]protoreflect.MessageDescriptor {
 // protobuf request bodies, no Accept header, replies decoded against
 // Querator's message set.
 func TestQueratorCompatibility(t *testing.T) {
+	t.Parallel()
 	msgs := queratorMessages(t)
 	msgs["Reply"] = (&v1.Reply{}).ProtoReflect().Descriptor() // duh.v1.Reply, as Querator's client decodes errors and empty replies
 	servertest.ForEachBackend(t, func(t *testing.T, b servertest.Backend) {

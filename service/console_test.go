@@ -25,6 +25,7 @@ import (
 // the task started after it does what it said and ends with a warning
 // naming the reasons.
 func TestRedriveDryRunSaysWhatWillHappen(t *testing.T) {
+	t.Parallel()
 	servertest.ForEachBackend(t, func(t *testing.T, b servertest.Backend) {
 		s, _ := servertest.StartAuth(t, b)
 		s.CreateQueue(&pb.QueueInfo{QueueName: "pd-dlq"})
@@ -94,6 +95,7 @@ func TestRedriveDryRunSaysWhatWillHappen(t *testing.T) {
 // the console and the API (issue 39; it was a 501 "no such method"); the
 // start-up log line names the UI's address.
 func TestBrowserAtRoot(t *testing.T) {
+	t.Parallel()
 	servertest.ForEachBackend(t, func(t *testing.T, b servertest.Backend) {
 		s, admin := servertest.StartAuth(t, b)
 		req, err := http.NewRequestWithContext(ctx, http.MethodGet, s.D.Endpoint()+"/", nil)
@@ -120,6 +122,7 @@ func TestBrowserAtRoot(t *testing.T) {
 // in dead.list, dead.delete and dead.redrive; dead.groups, which reads
 // counts, refuses them; an over-long value is a 400 naming the field.
 func TestDeadFilterReferenceAndPayload(t *testing.T) {
+	t.Parallel()
 	servertest.ForEachBackend(t, func(t *testing.T, b servertest.Backend) {
 		s := servertest.Start(t, b)
 		s.CreateQueue(&pb.QueueInfo{QueueName: "fr-dlq", RequestedPartitions: 2})
@@ -278,6 +281,7 @@ func waitDeadList(s *servertest.Server, queue string, n int) []*pb.StorageItem {
 // and on a dead-letter queue the arrivals by error group; an empty
 // queue_name sums every queue. Time is the fake clock's.
 func TestQueuesHistory(t *testing.T) {
+	t.Parallel()
 	servertest.ForEachBackend(t, func(t *testing.T, b servertest.Backend) {
 		clk := clock.NewFake(time.Now().Truncate(time.Minute).Add(10 * time.Second))
 		s := servertest.StartWith(t, b, func(cfg *daemon.Config) { cfg.Clock = clk })
@@ -340,6 +344,7 @@ func TestQueuesHistory(t *testing.T) {
 // of an error group carries the group's pattern, so that people read the
 // error's shape, not its fingerprint; it keeps it once the group is gone.
 func TestRedriveTaskNamesItsErrorPattern(t *testing.T) {
+	t.Parallel()
 	servertest.ForEachBackend(t, func(t *testing.T, b servertest.Backend) {
 		s := servertest.Start(t, b)
 		s.CreateQueue(&pb.QueueInfo{QueueName: "pt-dlq"})

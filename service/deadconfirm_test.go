@@ -19,6 +19,7 @@ import (
 // expect_matched refuses the action (409, both counts named) when the items
 // up to it are no longer as many. On every backend.
 func TestDeadConfirmedMatched(t *testing.T) {
+	t.Parallel()
 	servertest.ForEachBackend(t, func(t *testing.T, b servertest.Backend) {
 		s := servertest.Start(t, b)
 		// count is a dry run over dlq's items of source src.

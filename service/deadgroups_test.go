@@ -57,6 +57,7 @@ func summaries(gs []*pb.DeadGroup) []groupSummary {
 }
 
 func TestDeadGroups(t *testing.T) {
+	t.Parallel()
 	servertest.ForEachBackend(t, func(t *testing.T, b servertest.Backend) {
 		s := servertest.Start(t, b)
 		dlq := withDLQ(s, "orders", &pb.QueueInfo{RequestedPartitions: 2})
@@ -165,6 +166,7 @@ func TestDeadGroups(t *testing.T) {
 // Dead items stored before fingerprints existed (no stored fingerprint)
 // get one derived from their last error when the server starts.
 func TestDeadGroupsOfOldItems(t *testing.T) {
+	t.Parallel()
 	servertest.ForEachBackend(t, func(t *testing.T, b servertest.Backend) {
 		s := servertest.Start(t, b)
 		dlq := withDLQ(s, "old", &pb.QueueInfo{})

@@ -167,6 +167,7 @@ func TestDeadLetter(t *testing.T) {
 // queue's write and the source's delete, restarts, and checks that exactly
 // one copy exists.
 func TestDeadLetterMoveInterrupted(t *testing.T) {
+	t.Parallel()
 	servertest.ForEachBackend(t, func(t *testing.T, b servertest.Backend) {
 		servertest.RequireItemLog(t, b)
 		s := servertest.Start(t, b)
@@ -261,6 +262,7 @@ func TestLiveLeaseNotMovedAcrossRestart(t *testing.T) {
 }
 
 func TestDeadQueueRules(t *testing.T) {
+	t.Parallel()
 	servertest.ForEachBackend(t, func(t *testing.T, b servertest.Backend) {
 		s := servertest.Start(t, b)
 		s.CreateQueue(&pb.QueueInfo{QueueName: "dlq"})

@@ -110,6 +110,7 @@ func waitTask(s *servertest.Server, id string) *pb.RedriveTask {
 }
 
 func TestDeadList(t *testing.T) {
+	t.Parallel()
 	servertest.ForEachBackend(t, func(t *testing.T, b servertest.Backend) {
 		s := servertest.Start(t, b)
 		createDLQ(s, &pb.QueueInfo{QueueName: "dl", RequestedPartitions: 2})
@@ -203,6 +204,7 @@ func TestDeadList(t *testing.T) {
 }
 
 func TestDeadDelete(t *testing.T) {
+	t.Parallel()
 	servertest.ForEachBackend(t, func(t *testing.T, b servertest.Backend) {
 		s := servertest.Start(t, b)
 		createDLQ(s, &pb.QueueInfo{QueueName: "dd", RequestedPartitions: 3})
@@ -459,6 +461,7 @@ func must[T any](v T, err error) T {
 // ended task's claim (on PostgreSQL an advisory lock, released after the
 // end was stored, before it is shown).
 func TestRedriveAgainOnceEnded(t *testing.T) {
+	t.Parallel()
 	servertest.ForEachBackend(t, func(t *testing.T, b servertest.Backend) {
 		s := servertest.Start(t, b)
 		s.CreateQueue(&pb.QueueInfo{QueueName: "ag-dlq"})

@@ -20,6 +20,7 @@ import (
 // stay as they were. A redrive carries the source history, not the DLQ
 // attempts (ADR 0003, amendment of issue 39).
 func TestDeadRecordImmutable(t *testing.T) {
+	t.Parallel()
 	servertest.ForEachBackend(t, func(t *testing.T, b servertest.Backend) {
 		s := servertest.StartFake(t, b)
 		s.CreateQueue(&pb.QueueInfo{QueueName: "pay-dead", LeaseTimeout: "1m"})

@@ -23,6 +23,7 @@ import (
 // billing. The same key still edits orders' own dead items. Before, the
 // edit succeeded and the redrive delivered the key's bytes into billing.
 func TestDeadEditChecksSourceQueue(t *testing.T) {
+	t.Parallel()
 	servertest.ForEachBackend(t, func(t *testing.T, b servertest.Backend) {
 		s, _ := servertest.StartAuth(t, b)
 		s.CreateQueue(&pb.QueueInfo{QueueName: "orders-dead"})

@@ -122,6 +122,7 @@ func TestDeduplication(t *testing.T) {
 // on (an id keeps the window it was accepted with); a bad window is
 // refused naming the field and the range.
 func TestDeduplicationWindow(t *testing.T) {
+	t.Parallel()
 	servertest.ForEachBackend(t, func(t *testing.T, b servertest.Backend) {
 		s := servertest.StartFake(t, b)
 		s.CreateQueue(&pb.QueueInfo{QueueName: "short", LeaseTimeout: "1m", DeduplicationWindow: "1m"})
@@ -210,6 +211,7 @@ func TestClusterDeduplication(t *testing.T) {
 // make room; styx_queue_deduplication_ids gives the ids held. PostgreSQL
 // keeps its ids in its table, not in memory, and has no limit nor gauge.
 func TestDeduplicationLimit(t *testing.T) {
+	t.Parallel()
 	servertest.ForEachBackend(t, func(t *testing.T, b servertest.Backend) {
 		s := servertest.StartFakeWith(t, b, func(c *daemon.Config) { c.MaxDeduplicationIDs = 3 })
 		s.CreateQueue(&pb.QueueInfo{QueueName: "dd", LeaseTimeout: "1m", RequestedPartitions: 2, DeduplicationWindow: "1m"})

@@ -107,6 +107,7 @@ func TestHealthIsNotSQS(t *testing.T) {
 // null), an Origin naming another loopback port, and any call a browser
 // marks cross-site. Nothing is done.
 func TestCrossSiteCallsRefused(t *testing.T) {
+	t.Parallel()
 	servertest.ForEachBackend(t, func(t *testing.T, b servertest.Backend) {
 		s := servertest.Start(t, b)
 		require.NoError(t, s.C.QueuesCreate(ctx, &pb.QueueInfo{QueueName: "victim"}))
@@ -225,6 +226,7 @@ func signedSQS(s *servertest.Server, t *testing.T, keyID, key, target, body, ser
 // another service or region is refused, and one that leaves x-amz-target
 // unsigned cannot be replayed as another action.
 func TestSigV4BindsServiceRegionAndAction(t *testing.T) {
+	t.Parallel()
 	servertest.ForEachBackend(t, func(t *testing.T, b servertest.Backend) {
 		s, admin := servertest.StartSQSAuth(t, b)
 		require.NoError(t, s.C.QueuesCreate(ctx, &pb.QueueInfo{QueueName: "held"}))
@@ -256,6 +258,7 @@ func TestSigV4BindsServiceRegionAndAction(t *testing.T) {
 // queues write the same audit lines as /v1, with the key's name, and a
 // refused SQS call is logged as refused.
 func TestSQSAudited(t *testing.T) {
+	t.Parallel()
 	servertest.ForEachBackend(t, func(t *testing.T, b servertest.Backend) {
 		s, admin := servertest.StartSQSAuth(t, b)
 		s.LogInfo = true

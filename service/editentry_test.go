@@ -17,6 +17,7 @@ import (
 // "Attempt 1"); an export and import keeps it an edit, and an unknown kind
 // is refused.
 func TestEditIsNoAttempt(t *testing.T) {
+	t.Parallel()
 	servertest.ForEachBackend(t, func(t *testing.T, b servertest.Backend) {
 		s := servertest.Start(t, b)
 		dlq := withDLQ(s, "ee", &pb.QueueInfo{})

@@ -192,6 +192,7 @@ func TestStartOnFullDisk(t *testing.T) {
 // queue, listed one after the other, show the item once. Before, the
 // listings raced the resent move and showed it in both queues.
 func TestInterruptedMoveShownOnce(t *testing.T) {
+	t.Parallel()
 	servertest.ForEachBackend(t, func(t *testing.T, b servertest.Backend) {
 		servertest.RequireItemLog(t, b)
 		s := servertest.Start(t, b)
@@ -237,6 +238,7 @@ func TestInterruptedMoveShownOnce(t *testing.T) {
 // The fault is faulty.SetCallFault on the embedded backends and a trigger
 // on styx_queues raising an error on PostgreSQL.
 func TestQueueAdminFailureLeavesNoHalfStep(t *testing.T) {
+	t.Parallel()
 	servertest.ForEachBackend(t, func(t *testing.T, b servertest.Backend) {
 		s := servertest.Start(t, b)
 		s.CreateQueue(&pb.QueueInfo{QueueName: "adm-dlq"})
@@ -371,6 +373,7 @@ func catalogFault(s *servertest.Server, t *testing.T) (inject func(call string, 
 // under their source keys, took a second one (TestWriteFaults found it
 // under injected write faults).
 func TestRedriveStepRetryMovesOnce(t *testing.T) {
+	t.Parallel()
 	servertest.ForEachBackend(t, func(t *testing.T, b servertest.Backend) {
 		servertest.RequireItemLog(t, b)
 		s := servertest.Start(t, b)

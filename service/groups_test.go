@@ -206,6 +206,7 @@ func TestClusterGroupsOrderedUnderLoad(t *testing.T) {
 // TestGroupsValidation: bad groups and group policies are refused naming
 // the field; ordered is set at creation only; queues.info shows both.
 func TestGroupsValidation(t *testing.T) {
+	t.Parallel()
 	servertest.ForEachBackend(t, func(t *testing.T, b servertest.Backend) {
 		s := servertest.Start(t, b)
 		s.CreateQueue(&pb.QueueInfo{QueueName: "plain"})

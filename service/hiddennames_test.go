@@ -16,6 +16,7 @@ import (
 // queues sees how many items were skipped, but never the names of the
 // queues it does not cover, in the dry run, the task, or the task list.
 func TestRedriveSummariesHideOtherQueues(t *testing.T) {
+	t.Parallel()
 	servertest.ForEachBackend(t, func(t *testing.T, b servertest.Backend) {
 		s, _ := servertest.StartAuth(t, b)
 		s.CreateQueue(&pb.QueueInfo{QueueName: "shared-dead"})

@@ -22,6 +22,7 @@ import (
 // queues.create count the queues they would name instead of naming them.
 // An admin key sees every name.
 func TestUncoveredSourcesHidden(t *testing.T) {
+	t.Parallel()
 	servertest.ForEachBackend(t, func(t *testing.T, b servertest.Backend) {
 		s, _ := servertest.StartAuth(t, b)
 		s.CreateQueue(&pb.QueueInfo{QueueName: "shared-dead"})

@@ -22,6 +22,7 @@ const rlo = "\u202e"
 // rule when it holds a control, bidi or zero-width character. Before, all
 // were stored as sent. Nothing is stored.
 func TestHiddenCharactersRefused(t *testing.T) {
+	t.Parallel()
 	servertest.ForEachBackend(t, func(t *testing.T, b servertest.Backend) {
 		s := servertest.Start(t, b)
 		s.CreateQueue(&pb.QueueInfo{QueueName: "text-dlq"})
@@ -113,6 +114,7 @@ func TestHiddenCharactersRefused(t *testing.T) {
 // the console escape them where they show them); only its length is
 // limited.
 func TestErrorTextKeptAsSent(t *testing.T) {
+	t.Parallel()
 	servertest.ForEachBackend(t, func(t *testing.T, b servertest.Backend) {
 		s := servertest.Start(t, b)
 		s.CreateQueue(&pb.QueueInfo{QueueName: "errs-dlq"})

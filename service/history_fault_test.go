@@ -79,6 +79,7 @@ func (h *historyWrites) storedAll(minutes ...time.Time) bool {
 // is the same code on PostgreSQL, only PutHistory differs. Time is the fake
 // clock's.
 func TestQueuesHistoryWriteFailure(t *testing.T) {
+	t.Parallel()
 	servertest.ForEachBackend(t, func(t *testing.T, b servertest.Backend) {
 		if b.Postgres() {
 			t.Skip("the fault is injected into the embedded backends' store (faulty.Store); the recorder's handling of a failed write is the same code on postgres")

@@ -29,6 +29,7 @@ func queueHistory(s *servertest.Server, q string) *pb.QueuesHistoryResponse {
 // the minutes before it, counts, depth and a DLQ's arrivals by error group
 // alike, and the hour goes on from there. Time is the fake clock's.
 func TestQueuesHistoryAfterRestart(t *testing.T) {
+	t.Parallel()
 	servertest.ForEachBackend(t, func(t *testing.T, b servertest.Backend) {
 		clk := clock.NewFake(time.Now().Truncate(time.Minute).Add(10 * time.Second))
 		s := servertest.StartWith(t, b, func(cfg *daemon.Config) { cfg.Clock = clk })

@@ -31,6 +31,7 @@ func leaseHolders(t *testing.T, s *servertest.Server, queue string) map[string]s
 // lease's consumer (memory and Pebble: the item's state record; PostgreSQL:
 // its row), and a renewal keeps it.
 func TestConsumersSurviveRestart(t *testing.T) {
+	t.Parallel()
 	servertest.ForEachBackend(t, func(t *testing.T, b servertest.Backend) {
 		s := servertest.Start(t, b)
 		s.CreateQueue(&pb.QueueInfo{QueueName: "rq", LeaseTimeout: "1h"})
@@ -96,6 +97,7 @@ func TestClusterLeaseHoldersOnEveryNode(t *testing.T) {
 // the wire: dead.list's ids (styx dead show), storage/items.list's ids,
 // dead.edit, dead.delete; the lease's old id completes nothing.
 func TestFirstIDLookups(t *testing.T) {
+	t.Parallel()
 	servertest.ForEachBackend(t, func(t *testing.T, b servertest.Backend) {
 		s := servertest.StartFake(t, b)
 		s.CreateQueue(&pb.QueueInfo{QueueName: "dlq"})

@@ -94,6 +94,7 @@ func TestImportSourceIDIdempotent(t *testing.T) {
 // keeps exactly the 2 leased items, still leased, and they can be
 // completed by their ids; destructive removes everything.
 func TestImportLeasedAndClear(t *testing.T) {
+	t.Parallel()
 	servertest.ForEachBackend(t, func(t *testing.T, b servertest.Backend) {
 		s := servertest.Start(t, b)
 		s.CreateQueue(&pb.QueueInfo{QueueName: "clr", LeaseTimeout: "1m", ExpireTimeout: "10m"})

@@ -38,6 +38,7 @@ type leaseAnswer struct {
 // on; a lease waiting when it resumes gets the item. queues.info and
 // queues.list show the pause; queues.update cannot set it.
 func TestPauseHoldsLeasesUntilResume(t *testing.T) {
+	t.Parallel()
 	servertest.ForEachBackend(t, func(t *testing.T, b servertest.Backend) {
 		s := servertest.Start(t, b)
 		s.CreateQueue(&pb.QueueInfo{QueueName: "live"})
@@ -101,6 +102,7 @@ func TestPauseHoldsLeasesUntilResume(t *testing.T) {
 
 // TestPauseSurvivesRestart: the pause is stored with the queue.
 func TestPauseSurvivesRestart(t *testing.T) {
+	t.Parallel()
 	servertest.ForEachBackend(t, func(t *testing.T, b servertest.Backend) {
 		s := servertest.Start(t, b)
 		s.CreateQueue(&pb.QueueInfo{QueueName: "kept", LeaseTimeout: "2m"})
@@ -145,6 +147,7 @@ func TestPauseAudited(t *testing.T) {
 // TestClearDryRun: queue.clear_dry_run says what queue.clear would remove,
 // by state, and removes nothing.
 func TestClearDryRun(t *testing.T) {
+	t.Parallel()
 	servertest.ForEachBackend(t, func(t *testing.T, b servertest.Backend) {
 		s := servertest.Start(t, b)
 		s.CreateQueue(&pb.QueueInfo{QueueName: "purge"})

@@ -17,6 +17,7 @@ import (
 // limit, validation, the rule that queues.update cannot move a queue, and
 // that names stay unique across namespaces.
 func TestNamespaces(t *testing.T) {
+	t.Parallel()
 	servertest.ForEachBackend(t, func(t *testing.T, b servertest.Backend) {
 		s := servertest.Start(t, b)
 		info := func(t *testing.T, name string) *pb.QueueInfo {

@@ -17,6 +17,7 @@ import (
 // only source was deleted, can still be listed, grouped, redriven and
 // emptied; once its dead items are gone it is an ordinary queue.
 func TestOrphanedDeadLetterQueue(t *testing.T) {
+	t.Parallel()
 	servertest.ForEachBackend(t, func(t *testing.T, b servertest.Backend) {
 		s := servertest.Start(t, b)
 		for _, c := range []struct {

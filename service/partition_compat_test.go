@@ -20,6 +20,7 @@ import (
 // items, a lease is served from the partition with the most, ties take
 // turns, and leases waiting on one partition share its items one at a time.
 func TestPartitionDistribution(t *testing.T) {
+	t.Parallel()
 	servertest.ForEachBackend(t, func(t *testing.T, b servertest.Backend) {
 		s := servertest.Start(t, b)
 

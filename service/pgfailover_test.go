@@ -40,6 +40,7 @@ func multiHostURL(t *testing.T, u string, hosts ...string) string {
 // 200 is undone: nothing acknowledged is lost; and that no item is leased
 // to two consumers while the first lease is live.
 func TestPostgresFailover(t *testing.T) {
+	t.Parallel()
 	if testing.Short() {
 		t.Skip("starts two PostgreSQL clusters")
 	}

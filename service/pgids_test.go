@@ -29,6 +29,7 @@ import (
 // the promoted standby's styx_item_ids handed out the lost ids again, and
 // the stale completes deleted the new consumer's items.
 func TestPostgresIDsAfterAsyncFailover(t *testing.T) {
+	t.Parallel()
 	if testing.Short() {
 		t.Skip("starts two PostgreSQL clusters")
 	}

@@ -67,6 +67,7 @@ func notYet[T any](t *testing.T, ch <-chan T, what string) {
 }
 
 func TestRepliesWaitForTheirSyncInOrder(t *testing.T) {
+	t.Parallel()
 	servertest.ForEachBackend(t, func(t *testing.T, b servertest.Backend) {
 		servertest.RequireItemLog(t, b)
 		s := servertest.Start(t, b)
@@ -125,6 +126,7 @@ func TestRepliesWaitForTheirSyncInOrder(t *testing.T) {
 }
 
 func TestFailedSyncFailsLaterBatchesAndReloads(t *testing.T) {
+	t.Parallel()
 	servertest.ForEachBackend(t, func(t *testing.T, b servertest.Backend) {
 		servertest.RequireItemLog(t, b)
 		s := servertest.Start(t, b)
@@ -200,6 +202,7 @@ func TestFailedSyncFailsLaterBatchesAndReloads(t *testing.T) {
 // sync is held, but a produce still waits for its sync, and so does a lease
 // of an item whose produce is not yet durable.
 func TestConsumeBeforeSync(t *testing.T) {
+	t.Parallel()
 	servertest.ForEachBackend(t, func(t *testing.T, b servertest.Backend) {
 		servertest.RequireItemLog(t, b)
 		s := servertest.StartWith(t, b, func(c *daemon.Config) { c.ConsumeBeforeSync = true })
@@ -262,6 +265,7 @@ func TestConsumeBeforeSync(t *testing.T) {
 // is down, and nothing of the request is kept. (PostgreSQL has no fault
 // injection store; its outage is TestPostgresRestart.)
 func TestStorageFailureAnswers453(t *testing.T) {
+	t.Parallel()
 	servertest.ForEachBackend(t, func(t *testing.T, b servertest.Backend) {
 		if b.Postgres() {
 			t.Skip("fault injection is for the embedded stores; PostgreSQL's outage is TestPostgresRestart")

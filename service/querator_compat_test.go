@@ -32,6 +32,7 @@ func ids(items []*pb.StorageItem) []string {
 }
 
 func TestQueratorInclusivePivots(t *testing.T) {
+	t.Parallel()
 	servertest.ForEachBackend(t, func(t *testing.T, b servertest.Backend) {
 		s := servertest.Start(t, b)
 		s.CreateQueue(&pb.QueueInfo{QueueName: "pv"})
@@ -101,6 +102,7 @@ func TestQueratorInclusivePivots(t *testing.T) {
 }
 
 func TestQueratorDefaultListLimit(t *testing.T) {
+	t.Parallel()
 	servertest.ForEachBackend(t, func(t *testing.T, b servertest.Backend) {
 		s := servertest.Start(t, b)
 		s.CreateQueue(&pb.QueueInfo{QueueName: "many"})
@@ -150,6 +152,7 @@ func TestQueratorDefaultListLimit(t *testing.T) {
 }
 
 func TestQueratorUnknownQueue(t *testing.T) {
+	t.Parallel()
 	servertest.ForEachBackend(t, func(t *testing.T, b servertest.Backend) {
 		s := servertest.Start(t, b)
 		createDLQ(s, &pb.QueueInfo{QueueName: "known-dlq"})
@@ -301,6 +304,7 @@ func TestQueratorSubSecondLease(t *testing.T) {
 // queues_test.go, storage_test.go "Errors"): each is a 400 naming the field
 // Querator names first. Messages keep Styx's wording ("invalid <field>; …").
 func TestQueratorEmptyRequests(t *testing.T) {
+	t.Parallel()
 	servertest.ForEachBackend(t, func(t *testing.T, b servertest.Backend) {
 		s := servertest.Start(t, b)
 		s.CreateQueue(&pb.QueueInfo{QueueName: "e"})
@@ -457,6 +461,7 @@ func TestQueratorEmptyRequests(t *testing.T) {
 // client_id is refused 400 with Querator's message, word for word, in JSON
 // as Querator's client sends it and in protobuf.
 func TestQueratorDuplicateClientID(t *testing.T) {
+	t.Parallel()
 	servertest.ForEachBackend(t, func(t *testing.T, b servertest.Backend) {
 		s := servertest.Start(t, b)
 		s.CreateQueue(&pb.QueueInfo{QueueName: "dq"})

@@ -158,6 +158,7 @@ func TestQueratorRequestTimeout(t *testing.T) {
 // storage/items.list reports for the item; and an import that sends zero
 // times (as Querator's client does for unset ones) takes them as unset.
 func TestQueratorZeroTimes(t *testing.T) {
+	t.Parallel()
 	servertest.ForEachBackend(t, func(t *testing.T, b servertest.Backend) {
 		s := servertest.Start(t, b)
 		s.CreateQueue(&pb.QueueInfo{QueueName: "zt", LeaseTimeout: "1m", RequestedPartitions: 1})
@@ -232,6 +233,7 @@ func deleteItems(s *servertest.Server, queue string, ids ...string) {
 // the item straight into the queue, with no enqueue_at; a later one is
 // scheduled.
 func TestQueratorNearImmediateEnqueueAt(t *testing.T) {
+	t.Parallel()
 	servertest.ForEachBackend(t, func(t *testing.T, b servertest.Backend) {
 		s := servertest.Start(t, b)
 		s.CreateQueue(&pb.QueueInfo{QueueName: "ne", LeaseTimeout: "1m", RequestedPartitions: 1})
@@ -287,6 +289,7 @@ func partitionStats(s *servertest.Server, queue string) *pb.QueuePartitionStats 
 // (10 and 20, not 30 and 20); queue.clear with scheduled removes the
 // scheduled ones, with queue and scheduled both kinds.
 func TestQueratorItemsListLeavesOutScheduled(t *testing.T) {
+	t.Parallel()
 	servertest.ForEachBackend(t, func(t *testing.T, b servertest.Backend) {
 		s := servertest.Start(t, b)
 		for _, w := range wires {
@@ -465,6 +468,7 @@ func emptyImport(t *testing.T, w wire, queue string, n int) []byte {
 // TestQueratorQueuesListPivot (issue 25, 7): queues.list with a pivot no
 // queue name can hold is a 400 with Querator's message.
 func TestQueratorQueuesListPivot(t *testing.T) {
+	t.Parallel()
 	servertest.ForEachBackend(t, func(t *testing.T, b servertest.Backend) {
 		s := servertest.Start(t, b)
 		s.CreateQueue(&pb.QueueInfo{QueueName: "lp"})

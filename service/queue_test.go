@@ -15,6 +15,7 @@ import (
 )
 
 func TestQueues(t *testing.T) {
+	t.Parallel()
 	servertest.ForEachBackend(t, func(t *testing.T, b servertest.Backend) {
 		s := servertest.Start(t, b)
 		t.Run("CreateDefaults", func(t *testing.T) {
@@ -162,6 +163,7 @@ func TestProduceLeaseComplete(t *testing.T) {
 // The server runs on a fake clock (TestRealTimersWakeWaitingLeases keeps
 // the real one).
 func TestRetry(t *testing.T) {
+	t.Parallel()
 	servertest.ForEachBackend(t, func(t *testing.T, b servertest.Backend) {
 		s := servertest.StartFake(t, b)
 		t.Run("RequeuedAtTailWithNewID", func(t *testing.T) {
@@ -280,6 +282,7 @@ func TestRealTimersWakeWaitingLeases(t *testing.T) {
 }
 
 func TestPartitions(t *testing.T) {
+	t.Parallel()
 	servertest.ForEachBackend(t, func(t *testing.T, b servertest.Backend) {
 		s := servertest.Start(t, b)
 		s.CreateQueue(&pb.QueueInfo{QueueName: "parts", RequestedPartitions: 3})
@@ -324,6 +327,7 @@ func TestPartitions(t *testing.T) {
 }
 
 func TestStorageAndAdmin(t *testing.T) {
+	t.Parallel()
 	servertest.ForEachBackend(t, func(t *testing.T, b servertest.Backend) {
 		s := servertest.Start(t, b)
 		s.CreateQueue(&pb.QueueInfo{QueueName: "st"})
@@ -396,6 +400,7 @@ func TestStorageAndAdmin(t *testing.T) {
 }
 
 func TestRestartKeepsState(t *testing.T) {
+	t.Parallel()
 	servertest.ForEachBackend(t, func(t *testing.T, b servertest.Backend) {
 		s := servertest.Start(t, b)
 		s.CreateQueue(&pb.QueueInfo{QueueName: "rs", LeaseTimeout: "1m"})
@@ -421,6 +426,7 @@ func TestRestartKeepsState(t *testing.T) {
 // deleted is answered at once that the queue does not exist (400), not that
 // the server is shutting down (454, retry elsewhere).
 func TestDeleteAnswersWaitingLeases(t *testing.T) {
+	t.Parallel()
 	servertest.ForEachBackend(t, func(t *testing.T, b servertest.Backend) {
 		s := servertest.Start(t, b)
 		s.CreateQueue(&pb.QueueInfo{QueueName: "doomed"})

@@ -71,6 +71,7 @@ func names(prefix string, n int) []string {
 // them (left_to, skipped as other_task: issue 49); an item that dies after
 // a task started is not the task's.
 func TestRedriveDisjointTasks(t *testing.T) {
+	t.Parallel()
 	servertest.ForEachBackend(t, func(t *testing.T, b servertest.Backend) {
 		s := servertest.Start(t, b)
 		dlq := withTwoSources(s, "dj", 30)
@@ -110,6 +111,7 @@ func TestRedriveDisjointTasks(t *testing.T) {
 // outside the group or one the group has not reached yet; every item is
 // moved exactly once.
 func TestRedriveSingleItemWhileGroupRuns(t *testing.T) {
+	t.Parallel()
 	servertest.ForEachBackend(t, func(t *testing.T, b servertest.Backend) {
 		s := servertest.Start(t, b)
 		dlq := withTwoSources(s, "si", 20)
@@ -139,6 +141,7 @@ func TestRedriveSingleItemWhileGroupRuns(t *testing.T) {
 // redrive holds, started while it runs, never move an item twice nor lose
 // one.
 func TestRedriveOverlapNeverTwice(t *testing.T) {
+	t.Parallel()
 	servertest.ForEachBackend(t, func(t *testing.T, b servertest.Backend) {
 		s := servertest.Start(t, b)
 		dlq := withExpiredDead(s, "ov", 60)
@@ -238,6 +241,7 @@ func TestRedrivePauseResume(t *testing.T) {
 // at 1 item per second of the fake clock a tenth of a second moves
 // nothing; at 10 each tenth moves one.
 func TestRedriveReRate(t *testing.T) {
+	t.Parallel()
 	servertest.ForEachBackend(t, func(t *testing.T, b servertest.Backend) {
 		s := servertest.StartFake(t, b)
 		dlq := withExpiredDead(s, "rr8", 20)

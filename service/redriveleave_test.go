@@ -45,6 +45,7 @@ func withReferences(s *servertest.Server, name string, n int) string {
 // skipped as other_task); the throttled task moves it. A redrive of the
 // items no task holds moves them.
 func TestRedriveLeavesHeldItems(t *testing.T) {
+	t.Parallel()
 	servertest.ForEachBackend(t, func(t *testing.T, b servertest.Backend) {
 		s := servertest.StartFake(t, b)
 		dlq := withReferences(s, "lr", 10)
@@ -85,6 +86,7 @@ func TestRedriveLeavesHeldItems(t *testing.T) {
 // said; the paused task, resumed, moves its items. Every item is moved
 // once.
 func TestRedriveDryRunSeesOtherTasks(t *testing.T) {
+	t.Parallel()
 	servertest.ForEachBackend(t, func(t *testing.T, b servertest.Backend) {
 		s := servertest.StartFake(t, b)
 		dlq := withReferences(s, "lv", 20)
@@ -136,6 +138,7 @@ func TestRedriveDryRunSeesOtherTasks(t *testing.T) {
 // dry run says it would move it; the paused task, resumed, does not move
 // it again.
 func TestRedriveByIDTakesHeldItems(t *testing.T) {
+	t.Parallel()
 	servertest.ForEachBackend(t, func(t *testing.T, b servertest.Backend) {
 		s := servertest.StartFake(t, b)
 		dlq := withReferences(s, "bi", 5)
@@ -170,6 +173,7 @@ func TestRedriveByIDTakesHeldItems(t *testing.T) {
 // (paused_at), and the time its pauses took (paused_ms) once they end, by
 // resume or by a cancel, which ends a paused task at once (cancelled).
 func TestRedrivePausedTime(t *testing.T) {
+	t.Parallel()
 	servertest.ForEachBackend(t, func(t *testing.T, b servertest.Backend) {
 		s := servertest.StartFake(t, b)
 		dlq := withExpiredDead(s, "pt", 6)

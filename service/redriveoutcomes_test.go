@@ -47,6 +47,7 @@ func requireOutcomes(s *servertest.Server, id string, want *pb.RedriveOutcomes, 
 // ended, and after a restart, when it goes on counting (the held item
 // completes), until a day after it ended (OutcomeWindow).
 func TestRedriveOutcomes(t *testing.T) {
+	t.Parallel()
 	servertest.ForEachBackend(t, func(t *testing.T, b servertest.Backend) {
 		s := servertest.StartFake(t, b)
 		dlq := withExpiredDead(s, "ro", 5)
@@ -106,6 +107,7 @@ func TestRedriveOutcomes(t *testing.T) {
 // goes on when resumed; one whose items nobody takes pauses when its
 // timeout passes (canary timed_out).
 func TestRedriveCanary(t *testing.T) {
+	t.Parallel()
 	servertest.ForEachBackend(t, func(t *testing.T, b servertest.Backend) {
 		s := servertest.StartFake(t, b)
 

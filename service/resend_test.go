@@ -17,6 +17,7 @@ import (
 // once the retried or released item was leased again (it is back under a
 // new id); a renew sent again renews again.
 func TestResentWriteAfterApplied(t *testing.T) {
+	t.Parallel()
 	servertest.ForEachBackend(t, func(t *testing.T, b servertest.Backend) {
 		s := servertest.Start(t, b)
 		dlq := withDLQ(s, "rs", &pb.QueueInfo{})

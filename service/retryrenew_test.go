@@ -15,6 +15,7 @@ import (
 // TestRetryOutcomes checks that queue.retry answers what became of each
 // item, in request order, and that the answer is true.
 func TestRetryOutcomes(t *testing.T) {
+	t.Parallel()
 	servertest.ForEachBackend(t, func(t *testing.T, b servertest.Backend) {
 		s := servertest.Start(t, b)
 

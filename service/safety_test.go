@@ -31,6 +31,7 @@ func deadItemsIn(s *servertest.Server, src, dlq string, n int) []*pb.StorageItem
 }
 
 func TestDeadCallsOnlyOnDeadLetterQueues(t *testing.T) {
+	t.Parallel()
 	servertest.ForEachBackend(t, func(t *testing.T, b servertest.Backend) {
 		s := servertest.Start(t, b)
 
@@ -125,6 +126,7 @@ func TestDeadCallsOnlyOnDeadLetterQueues(t *testing.T) {
 }
 
 func TestQueuesUpdateMask(t *testing.T) {
+	t.Parallel()
 	servertest.ForEachBackend(t, func(t *testing.T, b servertest.Backend) {
 		s := servertest.Start(t, b)
 		info := func(name string) *pb.QueueInfo {
@@ -200,6 +202,7 @@ func TestQueuesUpdateMask(t *testing.T) {
 }
 
 func TestAttemptHistory(t *testing.T) {
+	t.Parallel()
 	servertest.ForEachBackend(t, func(t *testing.T, b servertest.Backend) {
 		s := servertest.Start(t, b)
 

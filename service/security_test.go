@@ -24,6 +24,7 @@ import (
 // valid key (an admin one) once auth is turned on, minted by anyone who
 // could reach the port. Before, keys.create worked.
 func TestKeysNeedAuth(t *testing.T) {
+	t.Parallel()
 	servertest.ForEachBackend(t, func(t *testing.T, b servertest.Backend) {
 		s := servertest.Start(t, b)
 		_, err := s.C.KeysCreate(ctx, &pb.KeysCreateRequest{Name: "sneaky", Scopes: []string{"admin"}})
@@ -94,6 +95,7 @@ func TestDebugListen(t *testing.T) {
 // character and its position, on create and on every call that names a
 // queue. Before, U+202E and U+200B were accepted.
 func TestHiddenCharactersInNames(t *testing.T) {
+	t.Parallel()
 	servertest.ForEachBackend(t, func(t *testing.T, b servertest.Backend) {
 		s, _ := servertest.StartAuth(t, b)
 		err := s.C.QueuesCreate(ctx, &pb.QueueInfo{QueueName: "orders\u202egpj.exe"})
@@ -116,6 +118,7 @@ func TestHiddenCharactersInNames(t *testing.T) {
 // key that started it, and skips (and counts) what the key does not cover.
 // Before, the item landed in billing.
 func TestScopeBypassThroughDeadItems(t *testing.T) {
+	t.Parallel()
 	servertest.ForEachBackend(t, func(t *testing.T, b servertest.Backend) {
 		s, _ := servertest.StartAuth(t, b)
 		s.CreateQueue(&pb.QueueInfo{QueueName: "orders-dead"})
@@ -199,6 +202,7 @@ func TestDNSRebinding(t *testing.T) {
 // the delete is never handed to it (it stays ready for others). Before,
 // the lease stayed open up to its timeout and took the item.
 func TestRevocationEndsWaitingLease(t *testing.T) {
+	t.Parallel()
 	servertest.ForEachBackend(t, func(t *testing.T, b servertest.Backend) {
 		s, _ := servertest.StartAuth(t, b)
 		s.CreateQueue(&pb.QueueInfo{QueueName: "rq"})
@@ -231,6 +235,7 @@ func TestRevocationEndsWaitingLease(t *testing.T) {
 // worker by waiting under that worker's client_id; the same key still
 // cannot wait twice under one client_id (400). Before, the squatter won.
 func TestClientIDPerKey(t *testing.T) {
+	t.Parallel()
 	servertest.ForEachBackend(t, func(t *testing.T, b servertest.Backend) {
 		s, _ := servertest.StartAuth(t, b)
 		s.CreateQueue(&pb.QueueInfo{QueueName: "cq"})

@@ -26,6 +26,7 @@ const (
 // outside 1677-09-21..2262-04-11, and that nothing is stored: such a time
 // used to wrap (a year-2300 enqueue_at became 1715, ready at once).
 func TestTimesOutOfRange(t *testing.T) {
+	t.Parallel()
 	servertest.ForEachBackend(t, func(t *testing.T, b servertest.Backend) {
 		s := servertest.Start(t, b)
 		createDLQ(s, &pb.QueueInfo{QueueName: "times-dlq"})
@@ -119,6 +120,7 @@ func TestTimesOutOfRange(t *testing.T) {
 // used to fail the whole loop iteration, and with it the produces batched
 // with it.
 func TestBadImportAmongGoodProduces(t *testing.T) {
+	t.Parallel()
 	servertest.ForEachBackend(t, func(t *testing.T, b servertest.Backend) {
 		s := servertest.Start(t, b)
 		s.CreateQueue(&pb.QueueInfo{QueueName: "shared", RequestedPartitions: 2})
