@@ -29,19 +29,28 @@ func TestBrowserRedrivesSeeEachOther(t *testing.T) {
 	styxtest.CreateQueue(t, c, &pb.QueueInfo{QueueName: "see-dlq"})
 	styxtest.CreateQueue(t, c, &pb.QueueInfo{QueueName: "see", DeadQueue: "see-dlq"})
 	kill(t, c, "see", 10, "card declined", func(int) string { return `{"card":1}` })
-	// The running task moves one item a second: 100 keep it running
-	// however long a loaded machine takes to start Chromium (with 10 it
-	// had ended before the page showed it).
-	kill(t, c, "see", 100, "gateway timeout", func(int) string { return `{"gw":1}` })
+	kill(t, c, "see", 10, "gateway timeout", func(int) string { return `{"gw":1}` })
 	kill(t, c, "see", 5, "bad json", func(int) string { return `{"bad":1}` })
-	waitDead(t, c, "see-dlq", 115)
-	start := func(errText string) *pb.RedriveTask {
-		task, err := c.DeadRedrive(ctx, &pb.DeadRedriveRequest{QueueName: "see-dlq", RateLimit: 1, Filter: &pb.DeadFilter{ErrorContains: errText}})
+	waitDead(t, c, "see-dlq", 25)
+	// The running task moves its one-item canary and then waits for its
+	// outcome (no consumer takes it): it stays running and moves nothing
+	// more, so the dialog's count holds however long a loaded machine
+	// takes. (A task moving items while the dialog is open changes the
+	// matched count, and the start is then refused with 409 and asked
+	// again, as it should be: with 10 items at one a second the test
+	// failed that way under load.)
+	start := func(errText string, canary int32) *pb.RedriveTask {
+		task, err := c.DeadRedrive(ctx, &pb.DeadRedriveRequest{QueueName: "see-dlq", RateLimit: 1, Filter: &pb.DeadFilter{ErrorContains: errText},
+			Canary: canary, CanaryTimeout: "1h"})
 		require.NoError(t, err)
 		t.Cleanup(func() { _, _ = c.RedrivesCancel(ctx, &pb.RedriveTaskRequest{TaskId: task.TaskId}) })
 		return task
 	}
-	paused, running := start("card declined"), start("gateway timeout")
+	paused, running := start("card declined", 0), start("gateway timeout", 1)
+	require.Eventually(t, func() bool {
+		got, err := c.RedrivesGet(ctx, &pb.RedriveTaskRequest{TaskId: running.TaskId})
+		return err == nil && got.CanaryStatus == "waiting"
+	}, time.Minute, 10*time.Millisecond, "the running task waits for its canary")
 	_, err := c.RedrivesPause(ctx, &pb.RedriveTaskRequest{TaskId: paused.TaskId})
 	require.NoError(t, err)
 	require.Eventually(t, func() bool {
