@@ -2,20 +2,14 @@ package redrive
 
 import (
 	"context"
-	"fmt"
-	"io"
-	"log/slog"
 	"sync"
 	"testing"
 	"time"
 
 	"github.com/stretchr/testify/require"
 
-	"github.com/styxq/styx/internal/backend/embedded"
-	"github.com/styxq/styx/internal/backend/embedded/pebble"
 	"github.com/styxq/styx/internal/clock"
 	"github.com/styxq/styx/internal/queue"
-	"github.com/styxq/styx/metrics"
 )
 
 // ctxQueues serves the queues of Queues, each refusing a call whose
@@ -69,27 +63,9 @@ func (l *ctxQueue) DeleteDead(ctx context.Context, refs []queue.ItemRef) (int, e
 // 200 items).
 func TestCancelMidStep(t *testing.T) {
 	ctx := context.Background()
-	st, err := pebble.OpenMemory()
-	require.NoError(t, err)
-	t.Cleanup(func() { _ = st.Close() })
-	log := slog.New(slog.NewTextHandler(io.Discard, nil))
-	m := metrics.New()
-	qm, err := embedded.NewManager(ctx, embedded.Config{Store: st, Clock: clock.Real{}, Log: log, Metrics: m})
-	require.NoError(t, err)
-	t.Cleanup(qm.Close)
-	require.NoError(t, qm.Create(ctx, queue.QueueInfo{Name: "q-dead", LeaseTimeout: time.Minute, Partitions: 1}))
-	require.NoError(t, qm.Create(ctx, queue.QueueInfo{Name: "q", LeaseTimeout: time.Minute, Partitions: 1, DeadQueue: "q-dead"}))
-	dlq, err := qm.Get("q-dead")
-	require.NoError(t, err)
 	const n = 30
-	var dead []queue.Item
-	for i := range n {
-		dead = append(dead, queue.Item{Body: queue.ItemBody{Payload: fmt.Appendf(nil, "%d", i), SourceQueue: "q",
-			DeadReason: "explicit", DeadAt: time.Now()}})
-	}
-	stored, err := dlq.Import(ctx, 0, dead)
-	require.NoError(t, err)
-
+	f := newFixture(t, n)
+	st, qm, dlq, stored, log, m := f.st, f.qm, f.dlq, f.stored, f.log, f.m
 	s := &sharedStore{Store: st, claim: func(*sharedStore, int, string) bool { return true }}
 	qs := &ctxQueues{Queues: qm, entered: make(chan struct{}), release: make(chan struct{})}
 	putTask(t, s, Task{ID: "rd-1", Queue: "q-dead", Status: StatusRunning, Matched: n, StartedAt: time.Now(),

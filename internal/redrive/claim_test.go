@@ -3,8 +3,6 @@ package redrive
 import (
 	"context"
 	"encoding/json"
-	"io"
-	"log/slog"
 	"strings"
 	"sync"
 	"testing"
@@ -13,12 +11,10 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/styxq/styx/internal/apierr"
-	"github.com/styxq/styx/internal/backend/embedded"
 	"github.com/styxq/styx/internal/backend/embedded/pebble"
 	"github.com/styxq/styx/internal/clock"
 	"github.com/styxq/styx/internal/queue"
 	"github.com/styxq/styx/internal/store"
-	"github.com/styxq/styx/metrics"
 )
 
 // sharedStore is a task store that claims like a shared one (PostgreSQL's):
@@ -42,16 +38,8 @@ func (s *sharedStore) ClaimTask(_ context.Context, key string) (func(), bool, er
 func newShared(t *testing.T, claim func(s *sharedStore, n int, key string) bool, tasks ...Task) (*Runner, *sharedStore) {
 	t.Helper()
 	ctx := context.Background()
-	st, err := pebble.OpenMemory()
-	require.NoError(t, err)
-	t.Cleanup(func() { _ = st.Close() })
-	log := slog.New(slog.NewTextHandler(io.Discard, nil))
-	m := metrics.New()
-	qm, err := embedded.NewManager(ctx, embedded.Config{Store: st, Clock: clock.Real{}, Log: log, Metrics: m})
-	require.NoError(t, err)
-	t.Cleanup(qm.Close)
-	require.NoError(t, qm.Create(ctx, queue.QueueInfo{Name: "q-dead", LeaseTimeout: time.Minute, Partitions: 1}))
-	require.NoError(t, qm.Create(ctx, queue.QueueInfo{Name: "q", LeaseTimeout: time.Minute, Partitions: 1, DeadQueue: "q-dead"}))
+	f := newFixture(t, 0)
+	st, qm, log, m := f.st, f.qm, f.log, f.m
 	s := &sharedStore{Store: st, claim: claim}
 	for _, task := range tasks {
 		putTask(t, s, task)

@@ -3,17 +3,12 @@ package redrive
 import (
 	"context"
 	"errors"
-	"fmt"
-	"io"
-	"log/slog"
 	"sync/atomic"
 	"testing"
 	"time"
 
 	"github.com/stretchr/testify/require"
 
-	"github.com/styxq/styx/internal/backend/embedded"
-	"github.com/styxq/styx/internal/backend/embedded/pebble"
 	"github.com/styxq/styx/internal/clock"
 	"github.com/styxq/styx/internal/queue"
 	"github.com/styxq/styx/internal/store"
@@ -72,27 +67,9 @@ func TestLostDeleteCounted(t *testing.T) {
 		}
 		t.Run(name, func(t *testing.T) {
 			ctx := context.Background()
-			st, err := pebble.OpenMemory()
-			require.NoError(t, err)
-			t.Cleanup(func() { _ = st.Close() })
-			log := slog.New(slog.NewTextHandler(io.Discard, nil))
-			m := metrics.New()
-			qm, err := embedded.NewManager(ctx, embedded.Config{Store: st, Clock: clock.Real{}, Log: log, Metrics: m})
-			require.NoError(t, err)
-			t.Cleanup(qm.Close)
-			require.NoError(t, qm.Create(ctx, queue.QueueInfo{Name: "q-dead", LeaseTimeout: time.Minute, Partitions: 1}))
-			require.NoError(t, qm.Create(ctx, queue.QueueInfo{Name: "q", LeaseTimeout: time.Minute, Partitions: 1, DeadQueue: "q-dead"}))
-			dlq, err := qm.Get("q-dead")
-			require.NoError(t, err)
 			const n = 40
-			var dead []queue.Item
-			for i := range n {
-				dead = append(dead, queue.Item{Body: queue.ItemBody{Payload: fmt.Appendf(nil, "%d", i), SourceQueue: "q",
-					DeadReason: "explicit", DeadAt: time.Now()}})
-			}
-			stored, err := dlq.Import(ctx, 0, dead)
-			require.NoError(t, err)
-
+			f := newFixture(t, n)
+			st, qm, dlq, stored, log, m := f.st, f.qm, f.dlq, f.stored, f.log, f.m
 			s := &checkingStore{sharedStore: &sharedStore{Store: st, claim: func(*sharedStore, int, string) bool { return true }}}
 			s.held.Store(true)
 			qs := &lossyQueues{Queues: qm, dead: "q-dead"}
