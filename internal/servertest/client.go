@@ -178,10 +178,14 @@ func (s *Server) SQSClient(keyID, secret string) *awssqs.Client {
 	})
 }
 
-// Eventually polls cond every 10ms until it holds or 10s pass.
+// Eventually polls cond every 10ms until it holds or 30s pass. The bound
+// is for work that never ends, not a speed check: most of the service
+// tests run side by side (t.Parallel, four at a time) beside other
+// packages on a loaded machine, where a redrive task's end on a second
+// node once took more than the 10s this was.
 func Eventually(t *testing.T, cond func() bool, msg string, args ...any) {
 	t.Helper()
-	require.Eventually(t, cond, 10*time.Second, 10*time.Millisecond, append([]any{msg}, args...)...)
+	require.Eventually(t, cond, 30*time.Second, 10*time.Millisecond, append([]any{msg}, args...)...)
 }
 
 // At is t as a protobuf timestamp.
