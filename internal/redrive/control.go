@@ -36,7 +36,9 @@ func (r *Runner) withTask(ctx context.Context, id string, apply change) (Task, e
 		return Task{}, apierr.New(apierr.NotFound, "redrive task does not exist; '%s'", id)
 	}
 	_, mine := r.running[id]
-	then, err := apply(t, mine, r.ending[id])
+	// A task whose end is shown has it stored (end): it is ended, no
+	// longer ending, though finish has not yet cleared its mark.
+	then, err := apply(t, mine, r.ending[id] && !t.finished())
 	if err != nil {
 		r.mu.Unlock()
 		return Task{}, err
