@@ -278,6 +278,10 @@ const (
 	// before its queue answered; its items may or may not be stored
 	// (retry with the same deduplication ids to store them once).
 	ReasonProduceTimeout = "produce_timeout"
+	// ReasonQueueMoving (453): the queue is fenced while it moves to
+	// another PostgreSQL cluster (queues.move); nothing was written,
+	// retry.
+	ReasonQueueMoving = "queue_moving"
 	// ReasonRetry (454): retry later (an overloaded queue, a server
 	// shutting down).
 	ReasonRetry = "retry"

@@ -89,6 +89,10 @@ const (
 	// queue answered; its items may or may not be stored
 	// (queue.ErrProduceTimeout).
 	ProduceTimeout Reason = "produce_timeout"
+	// QueueMoving (453): the queue is fenced while it moves to another
+	// PostgreSQL cluster (queues.move, ADR 0023); nothing of the request
+	// was written, retry (queue.ErrQueueMoving).
+	QueueMoving Reason = "queue_moving"
 
 	// Retry (454): retry later, for a cause not named below (an overloaded
 	// queue, a server shutting down).
@@ -153,6 +157,7 @@ var refined = []struct {
 	{queue.ErrMatchedChanged, MatchedChanged},
 	{queue.ErrNoItems, RequestTimeout},
 	{queue.ErrProduceTimeout, ProduceTimeout},
+	{queue.ErrQueueMoving, QueueMoving},
 	{queue.ErrDeduplicationLimit, DeduplicationLimit},
 }
 
@@ -246,7 +251,7 @@ func Reasons() []Reason {
 	return []Reason{
 		InvalidArgument, QueueNotFound, QueueExists, DeadQueueNotFound, DestinationNotFound, NotDeadLetterQueue, NotLeased,
 		Unauthorized, KeyRevoked, Forbidden, NotFound, BodyTimeout, Conflict, TaskEnded, MatchedChanged,
-		StorageUnavailable, ProduceTimeout, Retry, StorageConflict, RequestTimeout, DeduplicationLimit,
+		StorageUnavailable, ProduceTimeout, QueueMoving, Retry, StorageConflict, RequestTimeout, DeduplicationLimit,
 		BadContent, Canceled, Internal, Unimplemented, Overloaded, Unknown,
 	}
 }

@@ -57,6 +57,7 @@ func sentinelCases() []sentinelCase {
 		{"queue.ErrNoItems", queue.ErrNoItems, 454, errclass.RequestTimeout},
 		{"queue.ErrProduceTimeout", wrap(queue.ErrProduceTimeout, apierr.Unavailable), 453, errclass.ProduceTimeout},
 		{"queue.ErrDeduplicationLimit", queue.DeduplicationLimitError("q", 10, 0), 454, errclass.DeduplicationLimit},
+		{"queue.ErrQueueMoving", wrap(queue.ErrQueueMoving, apierr.Unavailable), 453, errclass.QueueMoving},
 
 		{"redrive.ErrTaskEnded", wrap(redrive.ErrTaskEnded, apierr.Conflict), 409, errclass.TaskEnded},
 		{"redrive.ErrDestinationIsQueue", wrap(redrive.ErrDestinationIsQueue, apierr.Invalid), 400, errclass.InvalidArgument},

@@ -41,6 +41,12 @@ var (
 // timeout, apierr.Unavailable: 453 with its outcome unknown).
 var ErrProduceTimeout = errors.New("produce timed out")
 
+// ErrQueueMoving: the queue is fenced while it moves to another PostgreSQL
+// cluster (queues.move, ADR 0023): nothing of the request was written;
+// retry (apierr.Unavailable, 453, reason queue_moving). The move ends
+// within its copy's time, and the queue then answers on its new cluster.
+var ErrQueueMoving = errors.New("queue moving")
+
 // ErrNoItems answers a lease that waited its whole request timeout with no
 // item to hand out: apierr.Retry (454), which the client retries. The
 // engine answers it (engine.ErrNoItems is this value).

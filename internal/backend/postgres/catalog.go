@@ -364,6 +364,8 @@ func wrap(op string, err error) error {
 		switch {
 		case pgErr.Code == "23503": // foreign_key_violation
 			return fmt.Errorf("%s: %w", where, store.ErrQueueNotFound)
+		case pgErr.Code == fenceState: // styx_check_fence (fence.go)
+			return moving(pgErr.Message)
 		case pgErr.Code == "40001" || pgErr.Code == "40P01":
 			return store.Conflict(where, sqlState{pgErr, ", retry"})
 		case pgErr.Code[:2] == "08" || pgErr.Code[:2] == "57" || pgErr.Code[:2] == "53":

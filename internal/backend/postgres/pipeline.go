@@ -28,6 +28,9 @@ type pipelinedTx struct {
 	deferWrites bool
 	deferred    pgx.Batch
 	closed      bool
+	// fence is the queue whose fence (fence.go) the transaction checks in
+	// the statement after BEGIN, in BEGIN's round trip; 0: none.
+	fence uint64
 }
 
 var _ pgx.Tx = (*pipelinedTx)(nil)
@@ -46,14 +49,26 @@ func beginPipelined(ctx context.Context, pool *pgxpool.Pool) (*pipelinedTx, erro
 func (t *pipelinedTx) batch() *pgx.Batch {
 	b := &pgx.Batch{}
 	if !t.begun {
-		b.Queue("BEGIN")
-		t.begun = true
+		t.queueBegin(b)
 	}
 	for _, q := range t.deferred.QueuedQueries {
 		b.Queue(q.SQL, q.Arguments...)
 	}
 	t.deferred = pgx.Batch{}
 	return b
+}
+
+// queueBegin queues BEGIN in b, and the fence check of the queue the
+// transaction serves (checkFenceSQL): it runs before any other statement of
+// the transaction, so a fenced queue's iteration fails there (453 queue
+// moving, wrap) and every statement after it in its batch is skipped, and a
+// fence taken later waits for the transaction (Store.Fence).
+func (t *pipelinedTx) queueBegin(b *pgx.Batch) {
+	b.Queue("BEGIN")
+	if t.fence != 0 {
+		b.Queue(checkFenceSQL, int64(t.fence))
+	}
+	t.begun = true
 }
 
 // Exec implements pgx.Tx.
@@ -63,8 +78,7 @@ func (t *pipelinedTx) Exec(ctx context.Context, sql string, args ...any) (pgconn
 	}
 	if t.deferWrites {
 		if !t.begun {
-			t.deferred.Queue("BEGIN")
-			t.begun = true
+			t.queueBegin(&t.deferred)
 		}
 		t.deferred.Queue(sql, args...)
 		return pgconn.CommandTag{}, nil

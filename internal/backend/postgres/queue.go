@@ -194,6 +194,9 @@ func (q *Queue) Begin(now int64, work []*engine.Request, poll bool) (engine.Tx, 
 	// retries; at-least-once), and nothing acknowledged is lost.
 	ctx, cancel := context.WithTimeout(q.Loop.Context(), q.m.cfg.StatementTimeout)
 	tx, err := beginPipelined(ctx, q.m.st.pool)
+	if err == nil {
+		tx.fence = q.id // the iteration's first statement (fence.go)
+	}
 	if err != nil {
 		cancel()
 		err = wrap("queue '"+q.name+"'", err)
@@ -361,6 +364,11 @@ func (q *Queue) bury(ctx context.Context, tx pgx.Tx, it *iteration, ds []death) 
 	slices.SortFunc(ds, func(a, b death) int { return cmp.Compare(a.id, b.id) })
 	parts, err := q.deadPartitions(ctx, tx, to.ID, max(to.Partitions, 1), ds)
 	if err != nil {
+		return err
+	}
+	// A dead-letter queue that is moving takes no item: the iteration
+	// fails (453 queue moving, naming it) and nothing moves (fence.go).
+	if _, err := tx.Exec(ctx, checkFenceSQL, int64(to.ID)); err != nil {
 		return err
 	}
 	arrived, err := moveDead(ctx, tx, q.id, q.name, dlq{id: to.ID, name: to.Name, expire: int64(to.ExpireTimeout)}, ds, parts, it.now)

@@ -392,6 +392,11 @@ CREATE INDEX styx_items_scheduled ON styx_items (queue_id, partition, id) WHERE 
 	// 22: the activity log (activity.go; issue 49): the audited calls of
 	// every node.
 	activityMigration,
+	// 23: a queue's fence while it moves to another cluster (fence.go;
+	// ADR 0023, issue 47): styx_queues.fenced_epoch (0: not fenced), the
+	// check every iteration runs after BEGIN (styx_check_fence), and
+	// styx_produce, which runs it too.
+	fenceMigration,
 }
 
 // oneTriggerMigration is migration 18.

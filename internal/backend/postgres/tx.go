@@ -682,9 +682,13 @@ func (it *iteration) Commit(replies []engine.Reply, err error) {
 	// transaction back and ends its context.
 	q.open = nil
 	if err != nil {
-		q.Loop.Waiters.Fail(q.failed(it, err, replies))
+		err = q.failed(it, err, replies)
+		q.Loop.Waiters.Fail(err)
 		if it.lifecycle {
 			q.nextDue = it.now + int64(busyBackoff)
+			if errors.Is(err, queue.ErrQueueMoving) {
+				q.nextDue = it.now + int64(fencedBackoff) // nothing is done until the fence is lifted
+			}
 		}
 		return
 	}
@@ -714,7 +718,9 @@ func (q *Queue) failed(it *iteration, err error, replies []engine.Reply) error {
 	q.rollback(it.tx)
 	it.cancel()
 	err = q.commitError(it, err)
-	q.m.cfg.Log.Warn("transaction failed", "queue", q.name, "error", err)
+	if !errors.Is(err, queue.ErrQueueMoving) { // every iteration while it moves: not worth a line each
+		q.m.cfg.Log.Warn("transaction failed", "queue", q.name, "error", err)
+	}
 	for _, r := range replies {
 		if r.Err != nil {
 			r.R.Answer(r.Err)
