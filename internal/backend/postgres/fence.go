@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"strings"
+	"sync/atomic"
 	"time"
 
 	"github.com/jackc/pgx/v5"
@@ -40,6 +41,10 @@ import (
 // fencedBackoff is how long a loop whose lifecycle found its queue fenced
 // waits before it looks again (a request runs at once all the same).
 const fencedBackoff = 500 * time.Millisecond
+
+// skipFenceCheck, set by BenchmarkFenceCycle only, leaves the fence check
+// out of the iterations, to measure what it costs.
+var skipFenceCheck atomic.Bool
 
 // fenceState is the SQLSTATE styx_check_fence raises for a fenced queue.
 const fenceState = "SXMOV"

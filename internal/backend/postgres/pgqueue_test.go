@@ -35,7 +35,7 @@ func testLog() *slog.Logger {
 	return slog.New(slog.NewTextHandler(io.Discard, nil))
 }
 
-func open(t *testing.T, url string) *postgres.Manager {
+func open(t testing.TB, url string) *postgres.Manager {
 	m, err := postgres.Open(t.Context(), postgres.Config{URL: url, Log: testLog(), Metrics: metrics.New()})
 	require.NoError(t, err)
 	t.Cleanup(m.Close)

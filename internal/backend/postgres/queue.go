@@ -194,7 +194,7 @@ func (q *Queue) Begin(now int64, work []*engine.Request, poll bool) (engine.Tx, 
 	// retries; at-least-once), and nothing acknowledged is lost.
 	ctx, cancel := context.WithTimeout(q.Loop.Context(), q.m.cfg.StatementTimeout)
 	tx, err := beginPipelined(ctx, q.m.st.pool)
-	if err == nil {
+	if err == nil && !skipFenceCheck.Load() {
 		tx.fence = q.id // the iteration's first statement (fence.go)
 	}
 	if err != nil {
