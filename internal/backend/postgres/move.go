@@ -24,8 +24,10 @@ import (
 //     transaction on the destination that skips what it holds (so a
 //     rerun continues where the last committed batch ended and never
 //     doubles); then the rows keyed by the queue (deduplication ids, held
-//     groups, SQS FIFO records, history) and its redrive tasks; then the
-//     destination's item ids move past every id the source handed out.
+//     groups, SQS FIFO records, history); then the destination's item ids
+//     move past every id the source handed out. Redrive tasks are not
+//     moved: a router of several clusters keeps every task on its catalog
+//     cluster (internal/backend/clusters).
 //  4. GoLive on the destination: the fence lifted, in one transaction.
 //  5. DeleteMoved on the source: its rows, in batches, then its row.
 //
@@ -209,9 +211,6 @@ func CopyQueue(ctx context.Context, src, dst *Store, name string, epoch int64, c
 	if err := copyKeyed(ctx, src, dst, srcID, dstID); err != nil {
 		return p, wrap(op, err)
 	}
-	if err := copyTasks(ctx, src, dst, name); err != nil {
-		return p, wrap(op, err)
-	}
 	if err := moveIDsPastSource(ctx, src, dst); err != nil {
 		return p, wrap(op, err)
 	}
@@ -289,33 +288,6 @@ func copyKeyed(ctx context.Context, src, dst *Store, srcID, dstID uint64) error 
 	return nil
 }
 
-// copyTasks copies the redrive tasks of the queue name (tasks are stored
-// by the dead-letter queue's name) from src to dst, skipping those dst
-// holds; DeleteMoved deletes them from the source.
-func copyTasks(ctx context.Context, src, dst *Store, name string) error {
-	rows, err := src.pool.Query(ctx, `SELECT id, queue, data FROM styx_tasks WHERE queue=$1`, name)
-	if err != nil {
-		return err
-	}
-	ts, err := pgx.CollectRows(rows, func(r pgx.CollectableRow) (store.TaskRecord, error) {
-		var t store.TaskRecord
-		var id []byte
-		err := r.Scan(&id, &t.Queue, &t.Data)
-		t.ID = string(id)
-		return t, err
-	})
-	if err != nil {
-		return err
-	}
-	for _, t := range ts {
-		if _, err := dst.pool.Exec(ctx, `INSERT INTO styx_tasks (id, queue, data) VALUES ($1, $2, $3) ON CONFLICT (id) DO NOTHING`,
-			[]byte(t.ID), t.Queue, nonNil(t.Data)); err != nil {
-			return err
-		}
-	}
-	return nil
-}
-
 // moveIDsPastSource moves dst's styx_item_ids past every id src's has
 // handed out (so that no id of the moved queue, a lease handle, is ever
 // handed out again there), keeping dst's sequence on its own residue when
@@ -325,10 +297,12 @@ func moveIDsPastSource(ctx context.Context, src, dst *Store) error {
 	if err := src.pool.QueryRow(ctx, `SELECT last_value FROM styx_item_ids`).Scan(&last); err != nil {
 		return err
 	}
+	// v: the least value at or above last on the residue of dst's
+	// last_value modulo its increment (its cluster's, ADR 0023).
 	_, err := dst.pool.Exec(ctx, `SELECT setval('styx_item_ids', v) FROM (
-			SELECT $1::bigint + ((s.start_value - $1::bigint) % s.increment_by + s.increment_by) % s.increment_by AS v
-			FROM pg_sequences s WHERE s.schemaname = current_schema() AND s.sequencename = 'styx_item_ids') t, styx_item_ids q
-		WHERE q.last_value < t.v`, last)
+			SELECT $1::bigint + ((q.last_value - $1::bigint) % s.increment_by + s.increment_by) % s.increment_by AS v, q.last_value
+			FROM pg_sequences s, styx_item_ids q WHERE s.schemaname = current_schema() AND s.sequencename = 'styx_item_ids') t
+		WHERE t.last_value < t.v`, last)
 	return err
 }
 
@@ -368,9 +342,7 @@ func (s *Store) GoLive(ctx context.Context, name string, epoch int64) error {
 // DeleteMoved deletes from this store the queue name fenced by epoch (the
 // source once the move switched, or the destination's copy of an aborted
 // move): its items in batches of batchItems (default 1,000), each its own
-// transaction, then its row with every row keyed by it, and its redrive
-// tasks when it is not a dead-letter queue's copy left elsewhere. It
-// returns how many items it deleted. Gone already is success; a queue that
+// transaction, then its row with every row keyed by it. It returns how many items it deleted. Gone already is success; a queue that
 // is live, or fenced by another epoch, is ErrFencedOtherwise and nothing is
 // deleted.
 func (s *Store) DeleteMoved(ctx context.Context, name string, epoch int64, batchItems int) (int64, error) {
@@ -416,9 +388,6 @@ func (s *Store) DeleteMoved(ctx context.Context, name string, epoch int64, batch
 			return ErrFencedOtherwise
 		}
 		if err := deleteQueue(ctx, tx, name); err != nil {
-			return err
-		}
-		if _, err := tx.Exec(ctx, `DELETE FROM styx_tasks WHERE queue=$1`, name); err != nil {
 			return err
 		}
 		_, err = tx.Exec(ctx, `SELECT pg_notify($1, 'c')`, s.channel)

@@ -79,6 +79,14 @@ func TestMoveQueue(t *testing.T) {
 	defer conn.Close(context.Background())
 	require.NoError(t, conn.QueryRow(ctx, `SELECT last_value FROM styx_item_ids`).Scan(&lastA))
 
+	// The destination hands out ids of its own residue (ADR 0023's
+	// clusters: 5 modulo 64), which the move keeps.
+	connB, err := pgx.Connect(ctx, urlB)
+	require.NoError(t, err)
+	defer connB.Close(context.Background())
+	_, err = connB.Exec(ctx, `ALTER SEQUENCE styx_item_ids INCREMENT BY 64; SELECT setval('styx_item_ids', 5)`)
+	require.NoError(t, err)
+
 	src, dst := mA.Store(), mB.Store()
 	for _, name := range []string{"q", "dlq"} {
 		const epoch = 3
@@ -144,11 +152,9 @@ func TestMoveQueue(t *testing.T) {
 	after := rowsOf(t, urlB, "styx_items", "q", "id")
 	require.Len(t, after, 7+1, "the deduplicated produce stored nothing, the other one item")
 	var newID int64
-	connB, err := pgx.Connect(ctx, urlB)
-	require.NoError(t, err)
-	defer connB.Close(context.Background())
 	require.NoError(t, connB.QueryRow(ctx, `SELECT max(id) FROM styx_items`).Scan(&newID))
 	assert.Greater(t, newID, lastA, "the destination's ids are past every id of the source")
+	assert.Equal(t, int64(5), newID%64, "on the destination's residue")
 
 	// An aborted move: the copy goes, the source serves again.
 	info, err := dst.Fence(ctx, "q", 4)
