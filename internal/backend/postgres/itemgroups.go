@@ -344,32 +344,22 @@ func leaseGroups(ctx context.Context, tx pgx.Tx, queueID uint64, partition int32
 	if maxBytes > 0 {
 		left = new(maxBytes - usedBytes)
 	}
-	// The statement runs on its generic plan, kept by the connection's
-	// prepared statement: planned anew for each call (PostgreSQL's choice
-	// for it), its planning took 1-3 ms, more than its execution, and the
-	// generic plan is the custom plans' shape (the laterals fix it). One
-	// round trip: the setting, the lease and the setting back, in a batch.
-	b := &pgx.Batch{}
-	b.Queue(`SET LOCAL plan_cache_mode = force_generic_plan`)
-	b.Queue(sql, int64(queueID), partition, n, deadline, now, cursor, left, first, client, key)
-	b.Queue(`SET LOCAL plan_cache_mode TO DEFAULT`)
-	br := tx.SendBatch(ctx, b)
-	if _, err := br.Exec(); err != nil {
-		_ = br.Close()
-		return nil, false, err
-	}
-	rows, err := br.Query()
-	items, keys, found, err := scanLeasedKeys(rows, err)
+	// The statement runs on its generic plan (onGenericPlan): planned
+	// anew for each call (PostgreSQL's choice for it), its planning took
+	// 1-3 ms, more than its execution, and the generic plan is the custom
+	// plans' shape (the laterals fix it).
+	var keys []int64
+	var found int64
+	err = onGenericPlan(ctx, tx, sql, []any{int64(queueID), partition, n, deadline, now, cursor, left, first, client, key},
+		func(rows pgx.Rows, err error) error {
+			items, keys, found, err = scanLeasedKeys(rows, err)
+			return err
+		})
 	if err != nil {
-		_ = br.Close()
-		return nil, false, err
-	}
-	if _, err := br.Exec(); err != nil {
-		_ = br.Close()
 		return nil, false, err
 	}
 	orderLeased(items, keys, cursor, ordered)
-	return items, found > int64(len(items)), br.Close()
+	return items, found > int64(len(items)), nil
 }
 
 // orderLeased sorts the items of a group lease (keys: each one's GroupSeq,

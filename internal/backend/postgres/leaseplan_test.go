@@ -91,9 +91,46 @@ func TestLockByIDPlan(t *testing.T) {
 	require.Contains(t, scan.IndexCond, "id = u.id", "plan: %+v", plan)
 }
 
+// TestLeaseOnGenericPlanUsesReadyIndex checks the plan the plain leases run
+// on (onGenericPlan's settings) when it is made while the statistics say
+// styx_items is empty, as on a fresh database or after a vacuum of a
+// drained queue: it must scan the ready index in id order, never the whole
+// table (a prepared statement keeps that plan while the queue fills).
+func TestLeaseOnGenericPlanUsesReadyIndex(t *testing.T) {
+	ctx := context.Background()
+	m := openManager(t, pgtest.URL(t))
+	require.NoError(t, m.Create(ctx, queue.QueueInfo{Name: "q", LeaseTimeout: time.Minute, Partitions: 1}))
+	info, err := m.Info(ctx, "q")
+	require.NoError(t, err)
+	_, err = m.st.pool.Exec(ctx, `VACUUM ANALYZE styx_items`)
+	require.NoError(t, err)
+	args := []any{int64(info.ID), int32(0), 1, time.Now().Add(time.Minute).UnixNano(), time.Now().UnixNano(), "NULL", "NULL"}
+	for name, c := range map[string]struct {
+		sql  string
+		args []any
+	}{
+		"lease":       {leaseSQL, args},
+		"lease bytes": {leaseBytesSQL, append(append([]any{}, args...), 64<<20)},
+	} {
+		t.Run(name, func(t *testing.T) {
+			plan := genericPlanWith(t, m, genericPlanOn, c.sql, c.args)
+			scan := plan.findRelation("styx_items")
+			require.NotNil(t, scan, "no scan of styx_items in %+v", plan)
+			require.Equal(t, "styx_items_ready", scan.IndexName, "plan: %+v", plan)
+		})
+	}
+}
+
 // genericPlan returns the generic plan of sql (the one a pooled connection
 // keeps) for the literal arguments args, in a transaction rolled back.
 func genericPlan(t *testing.T, m *Manager, sql string, args []any) planNode {
+	t.Helper()
+	return genericPlanWith(t, m, []string{`SET LOCAL plan_cache_mode = force_generic_plan`}, sql, args)
+}
+
+// genericPlanWith is genericPlan with the settings of settings (SET LOCAL
+// statements, forcing the generic plan among them).
+func genericPlanWith(t *testing.T, m *Manager, settings []string, sql string, args []any) planNode {
 	t.Helper()
 	ctx := context.Background()
 	var plan planNode
@@ -101,8 +138,10 @@ func genericPlan(t *testing.T, m *Manager, sql string, args []any) planNode {
 	// connection: each plan gets a name of its own.
 	name := fmt.Sprintf("styx_plan_check_%d", planChecks.Add(1))
 	err := pgx.BeginFunc(ctx, m.st.pool, func(tx pgx.Tx) error {
-		if _, err := tx.Exec(ctx, `SET LOCAL plan_cache_mode = force_generic_plan`); err != nil {
-			return err
+		for _, s := range settings {
+			if _, err := tx.Exec(ctx, s); err != nil {
+				return err
+			}
 		}
 		if _, err := tx.Exec(ctx, `PREPARE `+name+` AS `+sql); err != nil {
 			return err

@@ -303,3 +303,52 @@ func (b *failedBatch) Close() error {
 	}
 	return b.err
 }
+
+// genericPlanOn and genericPlanOff surround a statement that runs on its
+// generic plan (onGenericPlan): the plan cache's choice, and no
+// sequential scan. A prepared statement keeps the generic plan made at its
+// first execution until the table's statistics change, and one made while
+// the statistics say styx_items is empty (a fresh database, or after a
+// vacuum of a drained queue) may scan the whole table; the index a
+// statement run this way uses is always the cheaper path on a table that
+// holds items.
+var (
+	genericPlanOn  = []string{`SET LOCAL plan_cache_mode = force_generic_plan`, `SET LOCAL enable_seqscan = off`}
+	genericPlanOff = []string{`SET LOCAL plan_cache_mode TO DEFAULT`, `SET LOCAL enable_seqscan TO DEFAULT`}
+)
+
+// onGenericPlan runs sql with args on its generic plan, in one round trip
+// (a batch: the settings, the statement and the settings back), and hands
+// its rows to scan, which must read or close them. For a statement that
+// PostgreSQL would otherwise plan anew at every call (its custom plan for
+// the arguments looks cheaper than the generic one's estimate) while the
+// generic plan is as good: the planning is then saved (issue 53). The
+// settings are SET LOCAL: the transaction's, restored after the statement.
+func onGenericPlan(ctx context.Context, tx pgx.Tx, sql string, args []any, scan func(pgx.Rows, error) error) error {
+	b := &pgx.Batch{}
+	for _, s := range genericPlanOn {
+		b.Queue(s)
+	}
+	b.Queue(sql, args...)
+	for _, s := range genericPlanOff {
+		b.Queue(s)
+	}
+	br := tx.SendBatch(ctx, b)
+	for range genericPlanOn {
+		if _, err := br.Exec(); err != nil {
+			_ = br.Close()
+			return err
+		}
+	}
+	if err := scan(br.Query()); err != nil {
+		_ = br.Close()
+		return err
+	}
+	for range genericPlanOff {
+		if _, err := br.Exec(); err != nil {
+			_ = br.Close()
+			return err
+		}
+	}
+	return br.Close()
+}
