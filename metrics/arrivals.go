@@ -23,20 +23,34 @@ type DeadArrival struct {
 	Count int
 }
 
-// arrivalListeners are the functions DeadArrived calls.
-type arrivalListeners struct {
+// listeners are the functions a report (DeadArrived, RedriveOutcomes)
+// calls, each with every value reported after it was added. Safe for
+// concurrent use; the zero value has none.
+type listeners[T any] struct {
 	mu sync.RWMutex
-	fs []func(DeadArrival)
+	fs []func(T)
+}
+
+// add has f called with every value reported from now on.
+func (l *listeners[T]) add(f func(T)) {
+	l.mu.Lock()
+	l.fs = append(l.fs, f)
+	l.mu.Unlock()
+}
+
+// report calls every listener with v, on the caller's goroutine.
+func (l *listeners[T]) report(v T) {
+	l.mu.RLock()
+	defer l.mu.RUnlock()
+	for _, f := range l.fs {
+		f(v)
+	}
 }
 
 // OnDeadArrival has f called with every DeadArrival reported from now on
 // (DeadArrived), on the reporting backend's goroutine (a queue's loop):
 // f must be quick and must not call into a queue. Safe for concurrent use.
-func (m *Metrics) OnDeadArrival(f func(DeadArrival)) {
-	m.arrivals.mu.Lock()
-	m.arrivals.fs = append(m.arrivals.fs, f)
-	m.arrivals.mu.Unlock()
-}
+func (m *Metrics) OnDeadArrival(f func(DeadArrival)) { m.arrivals.add(f) }
 
 // DeadArrived reports dead items that entered a dead-letter queue: each
 // backend calls it where it counts styx_dead_lettered_total, once the move
@@ -46,11 +60,7 @@ func (m *Metrics) DeadArrived(a DeadArrival) {
 	if a.Count <= 0 {
 		return
 	}
-	m.arrivals.mu.RLock()
-	defer m.arrivals.mu.RUnlock()
-	for _, f := range m.arrivals.fs {
-		f(a)
-	}
+	m.arrivals.report(a)
 }
 
 // Arrivals gathers the dead items of one dead-letter move by error group,

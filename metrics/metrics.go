@@ -67,10 +67,10 @@ type Metrics struct {
 
 	// arrivals are the listeners of dead items' arrivals by error group
 	// (arrivals.go: OnDeadArrival, DeadArrived).
-	arrivals arrivalListeners
+	arrivals listeners[DeadArrival]
 	// outcomes are the listeners of redriven items' outcomes
 	// (redriveoutcomes.go: OnRedriveOutcome, RedriveOutcomes).
-	outcomes outcomeListeners
+	outcomes listeners[RedriveOutcome]
 }
 
 // QueueSample is one queue's state at one moment, for the gauges.

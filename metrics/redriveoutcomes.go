@@ -1,7 +1,5 @@
 package metrics
 
-import "sync"
-
 // RedriveOutcome is what became of items one redrive task moved, as one
 // queue's loop decided it in one iteration (issue 49: redrive outcomes).
 // Like DeadArrival it is no Prometheus series (a task id is not a label):
@@ -18,20 +16,10 @@ type RedriveOutcome struct {
 	Completed, Retried, DeadAgain int
 }
 
-// outcomeListeners are the functions RedriveOutcomes calls.
-type outcomeListeners struct {
-	mu sync.RWMutex
-	fs []func(RedriveOutcome)
-}
-
 // OnRedriveOutcome has f called with every RedriveOutcome reported from now
 // on (RedriveOutcomes), on the reporting queue's loop goroutine: f must be
 // quick and must not call into a queue. Safe for concurrent use.
-func (m *Metrics) OnRedriveOutcome(f func(RedriveOutcome)) {
-	m.outcomes.mu.Lock()
-	m.outcomes.fs = append(m.outcomes.fs, f)
-	m.outcomes.mu.Unlock()
-}
+func (m *Metrics) OnRedriveOutcome(f func(RedriveOutcome)) { m.outcomes.add(f) }
 
 // RedriveOutcomes reports the outcomes of redriven items: the engine calls
 // it once an iteration that decided them has been handed to the backend to
@@ -41,9 +29,5 @@ func (m *Metrics) RedriveOutcomes(o RedriveOutcome) {
 	if m == nil || o.Completed+o.Retried+o.DeadAgain == 0 {
 		return
 	}
-	m.outcomes.mu.RLock()
-	defer m.outcomes.mu.RUnlock()
-	for _, f := range m.outcomes.fs {
-		f(o)
-	}
+	m.outcomes.report(o)
 }
