@@ -518,6 +518,19 @@ func (c *Client) QueuesResume(ctx context.Context, req *pb.QueuesPauseRequest) (
 	return out, c.do(ctx, "/v1/queues.resume", req, out)
 }
 
+// QueuesMove moves a queue with everything in it to another PostgreSQL
+// cluster (a Styx extension, /v1/queues.move, issue 47; the admin scope)
+// and returns what moved once the queue serves there; the call lasts the
+// copy (about a minute per million items), during which the queue
+// answers 453 queue_moving and QueuesInfo shows the progress
+// (QueueInfo.Move). Called again for a move in progress (a call that
+// timed out, say), it continues that move. CodeBadRequest naming cluster
+// on a server without several PostgreSQL clusters.
+func (c *Client) QueuesMove(ctx context.Context, req *pb.QueuesMoveRequest) (*pb.QueuesMoveResponse, error) {
+	out := &pb.QueuesMoveResponse{}
+	return out, c.do(ctx, "/v1/queues.move", req, out)
+}
+
 // QueueReload rebuilds a queue's in-memory state from storage.
 func (c *Client) QueueReload(ctx context.Context, req *pb.QueueReloadRequest) error {
 	return c.do(ctx, "/v1/queue.reload", req, &pb.QueueReloadResponse{})

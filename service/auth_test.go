@@ -168,6 +168,10 @@ func calls(s *servertest.Server) []call {
 		{"queues.delete", "admin", func(c *styx.Client) error {
 			return c.QueuesDelete(ctx, &pb.QueuesDeleteRequest{QueueName: uniq("none-")})
 		}},
+		{"queues.move", "admin", func(c *styx.Client) error {
+			_, err := c.QueuesMove(ctx, &pb.QueuesMoveRequest{QueueName: q, Cluster: "other"})
+			return err // 400 naming cluster: no clusters to move between
+		}},
 		{"queue.clear", "admin", func(c *styx.Client) error {
 			return c.QueueClear(ctx, &pb.QueueClearRequest{QueueName: q, Scheduled: true})
 		}},

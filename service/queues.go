@@ -297,6 +297,9 @@ func toQueueInfo(ctx context.Context, info queue.QueueInfo) *pb.QueueInfo {
 	}
 	out.Ordered, out.GroupDeadPolicy = info.Ordered, info.GroupDeadPolicy
 	out.Paused, out.PausedAt = info.Paused(), ts(info.PausedAt)
+	if m := info.Move; m != nil {
+		out.Move = &pb.QueueMove{Cluster: m.To, ItemsCopied: m.Copied, ItemsTotal: m.Total, Epoch: m.Epoch}
+	}
 	for p := range info.Partitions {
 		out.Partitions = append(out.Partitions, &pb.PartitionInfo{Partition: p})
 	}

@@ -1199,7 +1199,11 @@ type QueueInfo struct {
 	Paused bool `protobuf:"varint,120,opt,name=paused,proto3" json:"paused,omitempty"`
 	// Styx (issue 49), read-only: when the queue was paused; omitted while
 	// it runs.
-	PausedAt      *timestamppb.Timestamp `protobuf:"bytes,121,opt,name=paused_at,proto3" json:"paused_at,omitempty"`
+	PausedAt *timestamppb.Timestamp `protobuf:"bytes,121,opt,name=paused_at,proto3" json:"paused_at,omitempty"`
+	// Styx (issue 47, ADR 0023), read-only, queues.info only: the queue's
+	// move to another PostgreSQL cluster while one is in progress
+	// (queues.move), with its progress; omitted otherwise.
+	Move          *QueueMove `protobuf:"bytes,160,opt,name=move,proto3" json:"move,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -1353,6 +1357,87 @@ func (x *QueueInfo) GetPausedAt() *timestamppb.Timestamp {
 	return nil
 }
 
+func (x *QueueInfo) GetMove() *QueueMove {
+	if x != nil {
+		return x.Move
+	}
+	return nil
+}
+
+// Styx (issue 47, ADR 0023): a queue's move to another PostgreSQL cluster
+// in progress (QueueInfo.move).
+type QueueMove struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// The cluster the queue moves to.
+	Cluster string `protobuf:"bytes,1,opt,name=cluster,proto3" json:"cluster,omitempty"`
+	// How many of the queue's items the destination holds so far, of
+	// items_total (both 0 until the copy begins).
+	ItemsCopied int64 `protobuf:"varint,2,opt,name=items_copied,proto3" json:"items_copied,omitempty"`
+	ItemsTotal  int64 `protobuf:"varint,3,opt,name=items_total,proto3" json:"items_total,omitempty"`
+	// The move's epoch (its placement's in the catalog).
+	Epoch         int64 `protobuf:"varint,4,opt,name=epoch,proto3" json:"epoch,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *QueueMove) Reset() {
+	*x = QueueMove{}
+	mi := &file_styx_v1_styx_proto_msgTypes[16]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *QueueMove) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*QueueMove) ProtoMessage() {}
+
+func (x *QueueMove) ProtoReflect() protoreflect.Message {
+	mi := &file_styx_v1_styx_proto_msgTypes[16]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use QueueMove.ProtoReflect.Descriptor instead.
+func (*QueueMove) Descriptor() ([]byte, []int) {
+	return file_styx_v1_styx_proto_rawDescGZIP(), []int{16}
+}
+
+func (x *QueueMove) GetCluster() string {
+	if x != nil {
+		return x.Cluster
+	}
+	return ""
+}
+
+func (x *QueueMove) GetItemsCopied() int64 {
+	if x != nil {
+		return x.ItemsCopied
+	}
+	return 0
+}
+
+func (x *QueueMove) GetItemsTotal() int64 {
+	if x != nil {
+		return x.ItemsTotal
+	}
+	return 0
+}
+
+func (x *QueueMove) GetEpoch() int64 {
+	if x != nil {
+		return x.Epoch
+	}
+	return 0
+}
+
 type PartitionInfo struct {
 	state         protoimpl.MessageState `protogen:"open.v1"`
 	Partition     int32                  `protobuf:"varint,1,opt,name=partition,proto3" json:"partition,omitempty"`
@@ -1362,7 +1447,7 @@ type PartitionInfo struct {
 
 func (x *PartitionInfo) Reset() {
 	*x = PartitionInfo{}
-	mi := &file_styx_v1_styx_proto_msgTypes[16]
+	mi := &file_styx_v1_styx_proto_msgTypes[17]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1374,7 +1459,7 @@ func (x *PartitionInfo) String() string {
 func (*PartitionInfo) ProtoMessage() {}
 
 func (x *PartitionInfo) ProtoReflect() protoreflect.Message {
-	mi := &file_styx_v1_styx_proto_msgTypes[16]
+	mi := &file_styx_v1_styx_proto_msgTypes[17]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1387,7 +1472,7 @@ func (x *PartitionInfo) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use PartitionInfo.ProtoReflect.Descriptor instead.
 func (*PartitionInfo) Descriptor() ([]byte, []int) {
-	return file_styx_v1_styx_proto_rawDescGZIP(), []int{16}
+	return file_styx_v1_styx_proto_rawDescGZIP(), []int{17}
 }
 
 func (x *PartitionInfo) GetPartition() int32 {
@@ -1409,7 +1494,7 @@ type QueueClearRequest struct {
 
 func (x *QueueClearRequest) Reset() {
 	*x = QueueClearRequest{}
-	mi := &file_styx_v1_styx_proto_msgTypes[17]
+	mi := &file_styx_v1_styx_proto_msgTypes[18]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1421,7 +1506,7 @@ func (x *QueueClearRequest) String() string {
 func (*QueueClearRequest) ProtoMessage() {}
 
 func (x *QueueClearRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_styx_v1_styx_proto_msgTypes[17]
+	mi := &file_styx_v1_styx_proto_msgTypes[18]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1434,7 +1519,7 @@ func (x *QueueClearRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use QueueClearRequest.ProtoReflect.Descriptor instead.
 func (*QueueClearRequest) Descriptor() ([]byte, []int) {
-	return file_styx_v1_styx_proto_rawDescGZIP(), []int{17}
+	return file_styx_v1_styx_proto_rawDescGZIP(), []int{18}
 }
 
 func (x *QueueClearRequest) GetQueueName() string {
@@ -1488,7 +1573,7 @@ type QueueClearDryRunResponse struct {
 
 func (x *QueueClearDryRunResponse) Reset() {
 	*x = QueueClearDryRunResponse{}
-	mi := &file_styx_v1_styx_proto_msgTypes[18]
+	mi := &file_styx_v1_styx_proto_msgTypes[19]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1500,7 +1585,7 @@ func (x *QueueClearDryRunResponse) String() string {
 func (*QueueClearDryRunResponse) ProtoMessage() {}
 
 func (x *QueueClearDryRunResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_styx_v1_styx_proto_msgTypes[18]
+	mi := &file_styx_v1_styx_proto_msgTypes[19]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1513,7 +1598,7 @@ func (x *QueueClearDryRunResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use QueueClearDryRunResponse.ProtoReflect.Descriptor instead.
 func (*QueueClearDryRunResponse) Descriptor() ([]byte, []int) {
-	return file_styx_v1_styx_proto_rawDescGZIP(), []int{18}
+	return file_styx_v1_styx_proto_rawDescGZIP(), []int{19}
 }
 
 func (x *QueueClearDryRunResponse) GetQueueName() string {
@@ -1560,7 +1645,7 @@ type QueueReloadRequest struct {
 
 func (x *QueueReloadRequest) Reset() {
 	*x = QueueReloadRequest{}
-	mi := &file_styx_v1_styx_proto_msgTypes[19]
+	mi := &file_styx_v1_styx_proto_msgTypes[20]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1572,7 +1657,7 @@ func (x *QueueReloadRequest) String() string {
 func (*QueueReloadRequest) ProtoMessage() {}
 
 func (x *QueueReloadRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_styx_v1_styx_proto_msgTypes[19]
+	mi := &file_styx_v1_styx_proto_msgTypes[20]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1585,7 +1670,7 @@ func (x *QueueReloadRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use QueueReloadRequest.ProtoReflect.Descriptor instead.
 func (*QueueReloadRequest) Descriptor() ([]byte, []int) {
-	return file_styx_v1_styx_proto_rawDescGZIP(), []int{19}
+	return file_styx_v1_styx_proto_rawDescGZIP(), []int{20}
 }
 
 func (x *QueueReloadRequest) GetQueueName() string {
@@ -1606,7 +1691,7 @@ type QueueReloadResponse struct {
 
 func (x *QueueReloadResponse) Reset() {
 	*x = QueueReloadResponse{}
-	mi := &file_styx_v1_styx_proto_msgTypes[20]
+	mi := &file_styx_v1_styx_proto_msgTypes[21]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1618,7 +1703,7 @@ func (x *QueueReloadResponse) String() string {
 func (*QueueReloadResponse) ProtoMessage() {}
 
 func (x *QueueReloadResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_styx_v1_styx_proto_msgTypes[20]
+	mi := &file_styx_v1_styx_proto_msgTypes[21]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1631,7 +1716,7 @@ func (x *QueueReloadResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use QueueReloadResponse.ProtoReflect.Descriptor instead.
 func (*QueueReloadResponse) Descriptor() ([]byte, []int) {
-	return file_styx_v1_styx_proto_rawDescGZIP(), []int{20}
+	return file_styx_v1_styx_proto_rawDescGZIP(), []int{21}
 }
 
 func (x *QueueReloadResponse) GetCode() int32 {
@@ -1664,7 +1749,7 @@ type QueueStatsRequest struct {
 
 func (x *QueueStatsRequest) Reset() {
 	*x = QueueStatsRequest{}
-	mi := &file_styx_v1_styx_proto_msgTypes[21]
+	mi := &file_styx_v1_styx_proto_msgTypes[22]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1676,7 +1761,7 @@ func (x *QueueStatsRequest) String() string {
 func (*QueueStatsRequest) ProtoMessage() {}
 
 func (x *QueueStatsRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_styx_v1_styx_proto_msgTypes[21]
+	mi := &file_styx_v1_styx_proto_msgTypes[22]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1689,7 +1774,7 @@ func (x *QueueStatsRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use QueueStatsRequest.ProtoReflect.Descriptor instead.
 func (*QueueStatsRequest) Descriptor() ([]byte, []int) {
-	return file_styx_v1_styx_proto_rawDescGZIP(), []int{21}
+	return file_styx_v1_styx_proto_rawDescGZIP(), []int{22}
 }
 
 func (x *QueueStatsRequest) GetQueueName() string {
@@ -1735,7 +1820,7 @@ type QueueStatsResponse struct {
 
 func (x *QueueStatsResponse) Reset() {
 	*x = QueueStatsResponse{}
-	mi := &file_styx_v1_styx_proto_msgTypes[22]
+	mi := &file_styx_v1_styx_proto_msgTypes[23]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1747,7 +1832,7 @@ func (x *QueueStatsResponse) String() string {
 func (*QueueStatsResponse) ProtoMessage() {}
 
 func (x *QueueStatsResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_styx_v1_styx_proto_msgTypes[22]
+	mi := &file_styx_v1_styx_proto_msgTypes[23]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1760,7 +1845,7 @@ func (x *QueueStatsResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use QueueStatsResponse.ProtoReflect.Descriptor instead.
 func (*QueueStatsResponse) Descriptor() ([]byte, []int) {
-	return file_styx_v1_styx_proto_rawDescGZIP(), []int{22}
+	return file_styx_v1_styx_proto_rawDescGZIP(), []int{23}
 }
 
 func (x *QueueStatsResponse) GetQueueName() string {
@@ -1842,7 +1927,7 @@ type QueueHeldGroup struct {
 
 func (x *QueueHeldGroup) Reset() {
 	*x = QueueHeldGroup{}
-	mi := &file_styx_v1_styx_proto_msgTypes[23]
+	mi := &file_styx_v1_styx_proto_msgTypes[24]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1854,7 +1939,7 @@ func (x *QueueHeldGroup) String() string {
 func (*QueueHeldGroup) ProtoMessage() {}
 
 func (x *QueueHeldGroup) ProtoReflect() protoreflect.Message {
-	mi := &file_styx_v1_styx_proto_msgTypes[23]
+	mi := &file_styx_v1_styx_proto_msgTypes[24]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1867,7 +1952,7 @@ func (x *QueueHeldGroup) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use QueueHeldGroup.ProtoReflect.Descriptor instead.
 func (*QueueHeldGroup) Descriptor() ([]byte, []int) {
-	return file_styx_v1_styx_proto_rawDescGZIP(), []int{23}
+	return file_styx_v1_styx_proto_rawDescGZIP(), []int{24}
 }
 
 func (x *QueueHeldGroup) GetGroup() string {
@@ -1925,7 +2010,7 @@ type QueueConsumer struct {
 
 func (x *QueueConsumer) Reset() {
 	*x = QueueConsumer{}
-	mi := &file_styx_v1_styx_proto_msgTypes[24]
+	mi := &file_styx_v1_styx_proto_msgTypes[25]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1937,7 +2022,7 @@ func (x *QueueConsumer) String() string {
 func (*QueueConsumer) ProtoMessage() {}
 
 func (x *QueueConsumer) ProtoReflect() protoreflect.Message {
-	mi := &file_styx_v1_styx_proto_msgTypes[24]
+	mi := &file_styx_v1_styx_proto_msgTypes[25]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1950,7 +2035,7 @@ func (x *QueueConsumer) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use QueueConsumer.ProtoReflect.Descriptor instead.
 func (*QueueConsumer) Descriptor() ([]byte, []int) {
-	return file_styx_v1_styx_proto_rawDescGZIP(), []int{24}
+	return file_styx_v1_styx_proto_rawDescGZIP(), []int{25}
 }
 
 func (x *QueueConsumer) GetClientId() string {
@@ -2015,7 +2100,7 @@ type QueueLogicalStats struct {
 
 func (x *QueueLogicalStats) Reset() {
 	*x = QueueLogicalStats{}
-	mi := &file_styx_v1_styx_proto_msgTypes[25]
+	mi := &file_styx_v1_styx_proto_msgTypes[26]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2027,7 +2112,7 @@ func (x *QueueLogicalStats) String() string {
 func (*QueueLogicalStats) ProtoMessage() {}
 
 func (x *QueueLogicalStats) ProtoReflect() protoreflect.Message {
-	mi := &file_styx_v1_styx_proto_msgTypes[25]
+	mi := &file_styx_v1_styx_proto_msgTypes[26]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2040,7 +2125,7 @@ func (x *QueueLogicalStats) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use QueueLogicalStats.ProtoReflect.Descriptor instead.
 func (*QueueLogicalStats) Descriptor() ([]byte, []int) {
-	return file_styx_v1_styx_proto_rawDescGZIP(), []int{25}
+	return file_styx_v1_styx_proto_rawDescGZIP(), []int{26}
 }
 
 func (x *QueueLogicalStats) GetProduceWaiting() int32 {
@@ -2093,7 +2178,7 @@ type QueuePartitionStats struct {
 
 func (x *QueuePartitionStats) Reset() {
 	*x = QueuePartitionStats{}
-	mi := &file_styx_v1_styx_proto_msgTypes[26]
+	mi := &file_styx_v1_styx_proto_msgTypes[27]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2105,7 +2190,7 @@ func (x *QueuePartitionStats) String() string {
 func (*QueuePartitionStats) ProtoMessage() {}
 
 func (x *QueuePartitionStats) ProtoReflect() protoreflect.Message {
-	mi := &file_styx_v1_styx_proto_msgTypes[26]
+	mi := &file_styx_v1_styx_proto_msgTypes[27]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2118,7 +2203,7 @@ func (x *QueuePartitionStats) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use QueuePartitionStats.ProtoReflect.Descriptor instead.
 func (*QueuePartitionStats) Descriptor() ([]byte, []int) {
-	return file_styx_v1_styx_proto_rawDescGZIP(), []int{26}
+	return file_styx_v1_styx_proto_rawDescGZIP(), []int{27}
 }
 
 func (x *QueuePartitionStats) GetPartition() int32 {
@@ -2182,7 +2267,7 @@ type QueuesHistoryRequest struct {
 
 func (x *QueuesHistoryRequest) Reset() {
 	*x = QueuesHistoryRequest{}
-	mi := &file_styx_v1_styx_proto_msgTypes[27]
+	mi := &file_styx_v1_styx_proto_msgTypes[28]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2194,7 +2279,7 @@ func (x *QueuesHistoryRequest) String() string {
 func (*QueuesHistoryRequest) ProtoMessage() {}
 
 func (x *QueuesHistoryRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_styx_v1_styx_proto_msgTypes[27]
+	mi := &file_styx_v1_styx_proto_msgTypes[28]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2207,7 +2292,7 @@ func (x *QueuesHistoryRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use QueuesHistoryRequest.ProtoReflect.Descriptor instead.
 func (*QueuesHistoryRequest) Descriptor() ([]byte, []int) {
-	return file_styx_v1_styx_proto_rawDescGZIP(), []int{27}
+	return file_styx_v1_styx_proto_rawDescGZIP(), []int{28}
 }
 
 func (x *QueuesHistoryRequest) GetQueueName() string {
@@ -2239,7 +2324,7 @@ type QueuesHistoryResponse struct {
 
 func (x *QueuesHistoryResponse) Reset() {
 	*x = QueuesHistoryResponse{}
-	mi := &file_styx_v1_styx_proto_msgTypes[28]
+	mi := &file_styx_v1_styx_proto_msgTypes[29]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2251,7 +2336,7 @@ func (x *QueuesHistoryResponse) String() string {
 func (*QueuesHistoryResponse) ProtoMessage() {}
 
 func (x *QueuesHistoryResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_styx_v1_styx_proto_msgTypes[28]
+	mi := &file_styx_v1_styx_proto_msgTypes[29]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2264,7 +2349,7 @@ func (x *QueuesHistoryResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use QueuesHistoryResponse.ProtoReflect.Descriptor instead.
 func (*QueuesHistoryResponse) Descriptor() ([]byte, []int) {
-	return file_styx_v1_styx_proto_rawDescGZIP(), []int{28}
+	return file_styx_v1_styx_proto_rawDescGZIP(), []int{29}
 }
 
 func (x *QueuesHistoryResponse) GetQueueName() string {
@@ -2320,7 +2405,7 @@ type HistoryPoint struct {
 
 func (x *HistoryPoint) Reset() {
 	*x = HistoryPoint{}
-	mi := &file_styx_v1_styx_proto_msgTypes[29]
+	mi := &file_styx_v1_styx_proto_msgTypes[30]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2332,7 +2417,7 @@ func (x *HistoryPoint) String() string {
 func (*HistoryPoint) ProtoMessage() {}
 
 func (x *HistoryPoint) ProtoReflect() protoreflect.Message {
-	mi := &file_styx_v1_styx_proto_msgTypes[29]
+	mi := &file_styx_v1_styx_proto_msgTypes[30]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2345,7 +2430,7 @@ func (x *HistoryPoint) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use HistoryPoint.ProtoReflect.Descriptor instead.
 func (*HistoryPoint) Descriptor() ([]byte, []int) {
-	return file_styx_v1_styx_proto_rawDescGZIP(), []int{29}
+	return file_styx_v1_styx_proto_rawDescGZIP(), []int{30}
 }
 
 func (x *HistoryPoint) GetAt() *timestamppb.Timestamp {
@@ -2399,7 +2484,7 @@ type QueuesInfoRequest struct {
 
 func (x *QueuesInfoRequest) Reset() {
 	*x = QueuesInfoRequest{}
-	mi := &file_styx_v1_styx_proto_msgTypes[30]
+	mi := &file_styx_v1_styx_proto_msgTypes[31]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2411,7 +2496,7 @@ func (x *QueuesInfoRequest) String() string {
 func (*QueuesInfoRequest) ProtoMessage() {}
 
 func (x *QueuesInfoRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_styx_v1_styx_proto_msgTypes[30]
+	mi := &file_styx_v1_styx_proto_msgTypes[31]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2424,7 +2509,7 @@ func (x *QueuesInfoRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use QueuesInfoRequest.ProtoReflect.Descriptor instead.
 func (*QueuesInfoRequest) Descriptor() ([]byte, []int) {
-	return file_styx_v1_styx_proto_rawDescGZIP(), []int{30}
+	return file_styx_v1_styx_proto_rawDescGZIP(), []int{31}
 }
 
 func (x *QueuesInfoRequest) GetQueueName() string {
@@ -2445,7 +2530,7 @@ type QueuesListRequest struct {
 
 func (x *QueuesListRequest) Reset() {
 	*x = QueuesListRequest{}
-	mi := &file_styx_v1_styx_proto_msgTypes[31]
+	mi := &file_styx_v1_styx_proto_msgTypes[32]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2457,7 +2542,7 @@ func (x *QueuesListRequest) String() string {
 func (*QueuesListRequest) ProtoMessage() {}
 
 func (x *QueuesListRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_styx_v1_styx_proto_msgTypes[31]
+	mi := &file_styx_v1_styx_proto_msgTypes[32]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2470,7 +2555,7 @@ func (x *QueuesListRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use QueuesListRequest.ProtoReflect.Descriptor instead.
 func (*QueuesListRequest) Descriptor() ([]byte, []int) {
-	return file_styx_v1_styx_proto_rawDescGZIP(), []int{31}
+	return file_styx_v1_styx_proto_rawDescGZIP(), []int{32}
 }
 
 func (x *QueuesListRequest) GetPivot() string {
@@ -2503,7 +2588,7 @@ type QueuesListResponse struct {
 
 func (x *QueuesListResponse) Reset() {
 	*x = QueuesListResponse{}
-	mi := &file_styx_v1_styx_proto_msgTypes[32]
+	mi := &file_styx_v1_styx_proto_msgTypes[33]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2515,7 +2600,7 @@ func (x *QueuesListResponse) String() string {
 func (*QueuesListResponse) ProtoMessage() {}
 
 func (x *QueuesListResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_styx_v1_styx_proto_msgTypes[32]
+	mi := &file_styx_v1_styx_proto_msgTypes[33]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2528,7 +2613,7 @@ func (x *QueuesListResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use QueuesListResponse.ProtoReflect.Descriptor instead.
 func (*QueuesListResponse) Descriptor() ([]byte, []int) {
-	return file_styx_v1_styx_proto_rawDescGZIP(), []int{32}
+	return file_styx_v1_styx_proto_rawDescGZIP(), []int{33}
 }
 
 func (x *QueuesListResponse) GetItems() []*QueueInfo {
@@ -2549,7 +2634,7 @@ type QueuesPauseRequest struct {
 
 func (x *QueuesPauseRequest) Reset() {
 	*x = QueuesPauseRequest{}
-	mi := &file_styx_v1_styx_proto_msgTypes[33]
+	mi := &file_styx_v1_styx_proto_msgTypes[34]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2561,7 +2646,7 @@ func (x *QueuesPauseRequest) String() string {
 func (*QueuesPauseRequest) ProtoMessage() {}
 
 func (x *QueuesPauseRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_styx_v1_styx_proto_msgTypes[33]
+	mi := &file_styx_v1_styx_proto_msgTypes[34]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2574,7 +2659,7 @@ func (x *QueuesPauseRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use QueuesPauseRequest.ProtoReflect.Descriptor instead.
 func (*QueuesPauseRequest) Descriptor() ([]byte, []int) {
-	return file_styx_v1_styx_proto_rawDescGZIP(), []int{33}
+	return file_styx_v1_styx_proto_rawDescGZIP(), []int{34}
 }
 
 func (x *QueuesPauseRequest) GetQueueName() string {
@@ -2582,6 +2667,147 @@ func (x *QueuesPauseRequest) GetQueueName() string {
 		return x.QueueName
 	}
 	return ""
+}
+
+// Styx (issue 47, ADR 0023): /v1/queues.move, moving a queue with
+// everything in it (items, dead items, histories, deduplication ids) to
+// another PostgreSQL cluster of a server run over several
+// (postgres_clusters). Admin scope. The call returns once the queue
+// serves on its new cluster; while it moves the queue answers 453
+// queue_moving, and queues.info shows the progress (QueueInfo.move).
+// Called again for a move in progress, it continues that move.
+type QueuesMoveRequest struct {
+	state     protoimpl.MessageState `protogen:"open.v1"`
+	QueueName string                 `protobuf:"bytes,1,opt,name=queue_name,proto3" json:"queue_name,omitempty"`
+	// The cluster to move the queue to (required).
+	Cluster       string `protobuf:"bytes,2,opt,name=cluster,proto3" json:"cluster,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *QueuesMoveRequest) Reset() {
+	*x = QueuesMoveRequest{}
+	mi := &file_styx_v1_styx_proto_msgTypes[35]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *QueuesMoveRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*QueuesMoveRequest) ProtoMessage() {}
+
+func (x *QueuesMoveRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_styx_v1_styx_proto_msgTypes[35]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use QueuesMoveRequest.ProtoReflect.Descriptor instead.
+func (*QueuesMoveRequest) Descriptor() ([]byte, []int) {
+	return file_styx_v1_styx_proto_rawDescGZIP(), []int{35}
+}
+
+func (x *QueuesMoveRequest) GetQueueName() string {
+	if x != nil {
+		return x.QueueName
+	}
+	return ""
+}
+
+func (x *QueuesMoveRequest) GetCluster() string {
+	if x != nil {
+		return x.Cluster
+	}
+	return ""
+}
+
+// Styx (issue 47): what a queue's move did.
+type QueuesMoveResponse struct {
+	state     protoimpl.MessageState `protogen:"open.v1"`
+	QueueName string                 `protobuf:"bytes,1,opt,name=queue_name,proto3" json:"queue_name,omitempty"`
+	// The clusters the queue moved from and to (equal, and items_moved 0,
+	// when it was on that cluster already).
+	FromCluster string `protobuf:"bytes,2,opt,name=from_cluster,proto3" json:"from_cluster,omitempty"`
+	ToCluster   string `protobuf:"bytes,3,opt,name=to_cluster,proto3" json:"to_cluster,omitempty"`
+	// How many items (dead items included) moved.
+	ItemsMoved int64 `protobuf:"varint,4,opt,name=items_moved,proto3" json:"items_moved,omitempty"`
+	// The move's epoch.
+	Epoch         int64 `protobuf:"varint,5,opt,name=epoch,proto3" json:"epoch,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *QueuesMoveResponse) Reset() {
+	*x = QueuesMoveResponse{}
+	mi := &file_styx_v1_styx_proto_msgTypes[36]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *QueuesMoveResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*QueuesMoveResponse) ProtoMessage() {}
+
+func (x *QueuesMoveResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_styx_v1_styx_proto_msgTypes[36]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use QueuesMoveResponse.ProtoReflect.Descriptor instead.
+func (*QueuesMoveResponse) Descriptor() ([]byte, []int) {
+	return file_styx_v1_styx_proto_rawDescGZIP(), []int{36}
+}
+
+func (x *QueuesMoveResponse) GetQueueName() string {
+	if x != nil {
+		return x.QueueName
+	}
+	return ""
+}
+
+func (x *QueuesMoveResponse) GetFromCluster() string {
+	if x != nil {
+		return x.FromCluster
+	}
+	return ""
+}
+
+func (x *QueuesMoveResponse) GetToCluster() string {
+	if x != nil {
+		return x.ToCluster
+	}
+	return ""
+}
+
+func (x *QueuesMoveResponse) GetItemsMoved() int64 {
+	if x != nil {
+		return x.ItemsMoved
+	}
+	return 0
+}
+
+func (x *QueuesMoveResponse) GetEpoch() int64 {
+	if x != nil {
+		return x.Epoch
+	}
+	return 0
 }
 
 type QueuesDeleteRequest struct {
@@ -2594,7 +2820,7 @@ type QueuesDeleteRequest struct {
 
 func (x *QueuesDeleteRequest) Reset() {
 	*x = QueuesDeleteRequest{}
-	mi := &file_styx_v1_styx_proto_msgTypes[34]
+	mi := &file_styx_v1_styx_proto_msgTypes[37]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2606,7 +2832,7 @@ func (x *QueuesDeleteRequest) String() string {
 func (*QueuesDeleteRequest) ProtoMessage() {}
 
 func (x *QueuesDeleteRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_styx_v1_styx_proto_msgTypes[34]
+	mi := &file_styx_v1_styx_proto_msgTypes[37]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2619,7 +2845,7 @@ func (x *QueuesDeleteRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use QueuesDeleteRequest.ProtoReflect.Descriptor instead.
 func (*QueuesDeleteRequest) Descriptor() ([]byte, []int) {
-	return file_styx_v1_styx_proto_rawDescGZIP(), []int{34}
+	return file_styx_v1_styx_proto_rawDescGZIP(), []int{37}
 }
 
 func (x *QueuesDeleteRequest) GetQueueName() string {
@@ -2654,7 +2880,7 @@ type StorageItemsListRequest struct {
 
 func (x *StorageItemsListRequest) Reset() {
 	*x = StorageItemsListRequest{}
-	mi := &file_styx_v1_styx_proto_msgTypes[35]
+	mi := &file_styx_v1_styx_proto_msgTypes[38]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2666,7 +2892,7 @@ func (x *StorageItemsListRequest) String() string {
 func (*StorageItemsListRequest) ProtoMessage() {}
 
 func (x *StorageItemsListRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_styx_v1_styx_proto_msgTypes[35]
+	mi := &file_styx_v1_styx_proto_msgTypes[38]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2679,7 +2905,7 @@ func (x *StorageItemsListRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use StorageItemsListRequest.ProtoReflect.Descriptor instead.
 func (*StorageItemsListRequest) Descriptor() ([]byte, []int) {
-	return file_styx_v1_styx_proto_rawDescGZIP(), []int{35}
+	return file_styx_v1_styx_proto_rawDescGZIP(), []int{38}
 }
 
 func (x *StorageItemsListRequest) GetQueueName() string {
@@ -2726,7 +2952,7 @@ type StorageItemsListResponse struct {
 
 func (x *StorageItemsListResponse) Reset() {
 	*x = StorageItemsListResponse{}
-	mi := &file_styx_v1_styx_proto_msgTypes[36]
+	mi := &file_styx_v1_styx_proto_msgTypes[39]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2738,7 +2964,7 @@ func (x *StorageItemsListResponse) String() string {
 func (*StorageItemsListResponse) ProtoMessage() {}
 
 func (x *StorageItemsListResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_styx_v1_styx_proto_msgTypes[36]
+	mi := &file_styx_v1_styx_proto_msgTypes[39]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2751,7 +2977,7 @@ func (x *StorageItemsListResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use StorageItemsListResponse.ProtoReflect.Descriptor instead.
 func (*StorageItemsListResponse) Descriptor() ([]byte, []int) {
-	return file_styx_v1_styx_proto_rawDescGZIP(), []int{36}
+	return file_styx_v1_styx_proto_rawDescGZIP(), []int{39}
 }
 
 func (x *StorageItemsListResponse) GetItems() []*StorageItem {
@@ -2772,7 +2998,7 @@ type StorageItemsImportRequest struct {
 
 func (x *StorageItemsImportRequest) Reset() {
 	*x = StorageItemsImportRequest{}
-	mi := &file_styx_v1_styx_proto_msgTypes[37]
+	mi := &file_styx_v1_styx_proto_msgTypes[40]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2784,7 +3010,7 @@ func (x *StorageItemsImportRequest) String() string {
 func (*StorageItemsImportRequest) ProtoMessage() {}
 
 func (x *StorageItemsImportRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_styx_v1_styx_proto_msgTypes[37]
+	mi := &file_styx_v1_styx_proto_msgTypes[40]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2797,7 +3023,7 @@ func (x *StorageItemsImportRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use StorageItemsImportRequest.ProtoReflect.Descriptor instead.
 func (*StorageItemsImportRequest) Descriptor() ([]byte, []int) {
-	return file_styx_v1_styx_proto_rawDescGZIP(), []int{37}
+	return file_styx_v1_styx_proto_rawDescGZIP(), []int{40}
 }
 
 func (x *StorageItemsImportRequest) GetQueueName() string {
@@ -2830,7 +3056,7 @@ type StorageItemsImportResponse struct {
 
 func (x *StorageItemsImportResponse) Reset() {
 	*x = StorageItemsImportResponse{}
-	mi := &file_styx_v1_styx_proto_msgTypes[38]
+	mi := &file_styx_v1_styx_proto_msgTypes[41]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2842,7 +3068,7 @@ func (x *StorageItemsImportResponse) String() string {
 func (*StorageItemsImportResponse) ProtoMessage() {}
 
 func (x *StorageItemsImportResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_styx_v1_styx_proto_msgTypes[38]
+	mi := &file_styx_v1_styx_proto_msgTypes[41]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2855,7 +3081,7 @@ func (x *StorageItemsImportResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use StorageItemsImportResponse.ProtoReflect.Descriptor instead.
 func (*StorageItemsImportResponse) Descriptor() ([]byte, []int) {
-	return file_styx_v1_styx_proto_rawDescGZIP(), []int{38}
+	return file_styx_v1_styx_proto_rawDescGZIP(), []int{41}
 }
 
 func (x *StorageItemsImportResponse) GetItems() []*StorageItem {
@@ -2876,7 +3102,7 @@ type StorageItemsDeleteRequest struct {
 
 func (x *StorageItemsDeleteRequest) Reset() {
 	*x = StorageItemsDeleteRequest{}
-	mi := &file_styx_v1_styx_proto_msgTypes[39]
+	mi := &file_styx_v1_styx_proto_msgTypes[42]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2888,7 +3114,7 @@ func (x *StorageItemsDeleteRequest) String() string {
 func (*StorageItemsDeleteRequest) ProtoMessage() {}
 
 func (x *StorageItemsDeleteRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_styx_v1_styx_proto_msgTypes[39]
+	mi := &file_styx_v1_styx_proto_msgTypes[42]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2901,7 +3127,7 @@ func (x *StorageItemsDeleteRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use StorageItemsDeleteRequest.ProtoReflect.Descriptor instead.
 func (*StorageItemsDeleteRequest) Descriptor() ([]byte, []int) {
-	return file_styx_v1_styx_proto_rawDescGZIP(), []int{39}
+	return file_styx_v1_styx_proto_rawDescGZIP(), []int{42}
 }
 
 func (x *StorageItemsDeleteRequest) GetQueueName() string {
@@ -2996,7 +3222,7 @@ type StorageItem struct {
 
 func (x *StorageItem) Reset() {
 	*x = StorageItem{}
-	mi := &file_styx_v1_styx_proto_msgTypes[40]
+	mi := &file_styx_v1_styx_proto_msgTypes[43]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3008,7 +3234,7 @@ func (x *StorageItem) String() string {
 func (*StorageItem) ProtoMessage() {}
 
 func (x *StorageItem) ProtoReflect() protoreflect.Message {
-	mi := &file_styx_v1_styx_proto_msgTypes[40]
+	mi := &file_styx_v1_styx_proto_msgTypes[43]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3021,7 +3247,7 @@ func (x *StorageItem) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use StorageItem.ProtoReflect.Descriptor instead.
 func (*StorageItem) Descriptor() ([]byte, []int) {
-	return file_styx_v1_styx_proto_rawDescGZIP(), []int{40}
+	return file_styx_v1_styx_proto_rawDescGZIP(), []int{43}
 }
 
 func (x *StorageItem) GetId() string {
@@ -3247,7 +3473,7 @@ type AttemptError struct {
 
 func (x *AttemptError) Reset() {
 	*x = AttemptError{}
-	mi := &file_styx_v1_styx_proto_msgTypes[41]
+	mi := &file_styx_v1_styx_proto_msgTypes[44]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3259,7 +3485,7 @@ func (x *AttemptError) String() string {
 func (*AttemptError) ProtoMessage() {}
 
 func (x *AttemptError) ProtoReflect() protoreflect.Message {
-	mi := &file_styx_v1_styx_proto_msgTypes[41]
+	mi := &file_styx_v1_styx_proto_msgTypes[44]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3272,7 +3498,7 @@ func (x *AttemptError) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use AttemptError.ProtoReflect.Descriptor instead.
 func (*AttemptError) Descriptor() ([]byte, []int) {
-	return file_styx_v1_styx_proto_rawDescGZIP(), []int{41}
+	return file_styx_v1_styx_proto_rawDescGZIP(), []int{44}
 }
 
 func (x *AttemptError) GetAttempt() int32 {
@@ -3324,7 +3550,7 @@ type ItemAttribute struct {
 
 func (x *ItemAttribute) Reset() {
 	*x = ItemAttribute{}
-	mi := &file_styx_v1_styx_proto_msgTypes[42]
+	mi := &file_styx_v1_styx_proto_msgTypes[45]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3336,7 +3562,7 @@ func (x *ItemAttribute) String() string {
 func (*ItemAttribute) ProtoMessage() {}
 
 func (x *ItemAttribute) ProtoReflect() protoreflect.Message {
-	mi := &file_styx_v1_styx_proto_msgTypes[42]
+	mi := &file_styx_v1_styx_proto_msgTypes[45]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3349,7 +3575,7 @@ func (x *ItemAttribute) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ItemAttribute.ProtoReflect.Descriptor instead.
 func (*ItemAttribute) Descriptor() ([]byte, []int) {
-	return file_styx_v1_styx_proto_rawDescGZIP(), []int{42}
+	return file_styx_v1_styx_proto_rawDescGZIP(), []int{45}
 }
 
 func (x *ItemAttribute) GetGroup() string {
@@ -3415,7 +3641,7 @@ type DeadFilter struct {
 
 func (x *DeadFilter) Reset() {
 	*x = DeadFilter{}
-	mi := &file_styx_v1_styx_proto_msgTypes[43]
+	mi := &file_styx_v1_styx_proto_msgTypes[46]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3427,7 +3653,7 @@ func (x *DeadFilter) String() string {
 func (*DeadFilter) ProtoMessage() {}
 
 func (x *DeadFilter) ProtoReflect() protoreflect.Message {
-	mi := &file_styx_v1_styx_proto_msgTypes[43]
+	mi := &file_styx_v1_styx_proto_msgTypes[46]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3440,7 +3666,7 @@ func (x *DeadFilter) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use DeadFilter.ProtoReflect.Descriptor instead.
 func (*DeadFilter) Descriptor() ([]byte, []int) {
-	return file_styx_v1_styx_proto_rawDescGZIP(), []int{43}
+	return file_styx_v1_styx_proto_rawDescGZIP(), []int{46}
 }
 
 func (x *DeadFilter) GetIds() []string {
@@ -3528,7 +3754,7 @@ type DeadGroupsRequest struct {
 
 func (x *DeadGroupsRequest) Reset() {
 	*x = DeadGroupsRequest{}
-	mi := &file_styx_v1_styx_proto_msgTypes[44]
+	mi := &file_styx_v1_styx_proto_msgTypes[47]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3540,7 +3766,7 @@ func (x *DeadGroupsRequest) String() string {
 func (*DeadGroupsRequest) ProtoMessage() {}
 
 func (x *DeadGroupsRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_styx_v1_styx_proto_msgTypes[44]
+	mi := &file_styx_v1_styx_proto_msgTypes[47]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3553,7 +3779,7 @@ func (x *DeadGroupsRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use DeadGroupsRequest.ProtoReflect.Descriptor instead.
 func (*DeadGroupsRequest) Descriptor() ([]byte, []int) {
-	return file_styx_v1_styx_proto_rawDescGZIP(), []int{44}
+	return file_styx_v1_styx_proto_rawDescGZIP(), []int{47}
 }
 
 func (x *DeadGroupsRequest) GetQueueName() string {
@@ -3605,7 +3831,7 @@ type DeadGroup struct {
 
 func (x *DeadGroup) Reset() {
 	*x = DeadGroup{}
-	mi := &file_styx_v1_styx_proto_msgTypes[45]
+	mi := &file_styx_v1_styx_proto_msgTypes[48]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3617,7 +3843,7 @@ func (x *DeadGroup) String() string {
 func (*DeadGroup) ProtoMessage() {}
 
 func (x *DeadGroup) ProtoReflect() protoreflect.Message {
-	mi := &file_styx_v1_styx_proto_msgTypes[45]
+	mi := &file_styx_v1_styx_proto_msgTypes[48]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3630,7 +3856,7 @@ func (x *DeadGroup) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use DeadGroup.ProtoReflect.Descriptor instead.
 func (*DeadGroup) Descriptor() ([]byte, []int) {
-	return file_styx_v1_styx_proto_rawDescGZIP(), []int{45}
+	return file_styx_v1_styx_proto_rawDescGZIP(), []int{48}
 }
 
 func (x *DeadGroup) GetFingerprint() string {
@@ -3711,7 +3937,7 @@ type DeadGroupsResponse struct {
 
 func (x *DeadGroupsResponse) Reset() {
 	*x = DeadGroupsResponse{}
-	mi := &file_styx_v1_styx_proto_msgTypes[46]
+	mi := &file_styx_v1_styx_proto_msgTypes[49]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3723,7 +3949,7 @@ func (x *DeadGroupsResponse) String() string {
 func (*DeadGroupsResponse) ProtoMessage() {}
 
 func (x *DeadGroupsResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_styx_v1_styx_proto_msgTypes[46]
+	mi := &file_styx_v1_styx_proto_msgTypes[49]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3736,7 +3962,7 @@ func (x *DeadGroupsResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use DeadGroupsResponse.ProtoReflect.Descriptor instead.
 func (*DeadGroupsResponse) Descriptor() ([]byte, []int) {
-	return file_styx_v1_styx_proto_rawDescGZIP(), []int{46}
+	return file_styx_v1_styx_proto_rawDescGZIP(), []int{49}
 }
 
 func (x *DeadGroupsResponse) GetGroups() []*DeadGroup {
@@ -3774,7 +4000,7 @@ type DeadListRequest struct {
 
 func (x *DeadListRequest) Reset() {
 	*x = DeadListRequest{}
-	mi := &file_styx_v1_styx_proto_msgTypes[47]
+	mi := &file_styx_v1_styx_proto_msgTypes[50]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3786,7 +4012,7 @@ func (x *DeadListRequest) String() string {
 func (*DeadListRequest) ProtoMessage() {}
 
 func (x *DeadListRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_styx_v1_styx_proto_msgTypes[47]
+	mi := &file_styx_v1_styx_proto_msgTypes[50]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3799,7 +4025,7 @@ func (x *DeadListRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use DeadListRequest.ProtoReflect.Descriptor instead.
 func (*DeadListRequest) Descriptor() ([]byte, []int) {
-	return file_styx_v1_styx_proto_rawDescGZIP(), []int{47}
+	return file_styx_v1_styx_proto_rawDescGZIP(), []int{50}
 }
 
 func (x *DeadListRequest) GetQueueName() string {
@@ -3847,7 +4073,7 @@ type DeadListResponse struct {
 
 func (x *DeadListResponse) Reset() {
 	*x = DeadListResponse{}
-	mi := &file_styx_v1_styx_proto_msgTypes[48]
+	mi := &file_styx_v1_styx_proto_msgTypes[51]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3859,7 +4085,7 @@ func (x *DeadListResponse) String() string {
 func (*DeadListResponse) ProtoMessage() {}
 
 func (x *DeadListResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_styx_v1_styx_proto_msgTypes[48]
+	mi := &file_styx_v1_styx_proto_msgTypes[51]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3872,7 +4098,7 @@ func (x *DeadListResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use DeadListResponse.ProtoReflect.Descriptor instead.
 func (*DeadListResponse) Descriptor() ([]byte, []int) {
-	return file_styx_v1_styx_proto_rawDescGZIP(), []int{48}
+	return file_styx_v1_styx_proto_rawDescGZIP(), []int{51}
 }
 
 func (x *DeadListResponse) GetItems() []*StorageItem {
@@ -3913,7 +4139,7 @@ type DeadDeleteRequest struct {
 
 func (x *DeadDeleteRequest) Reset() {
 	*x = DeadDeleteRequest{}
-	mi := &file_styx_v1_styx_proto_msgTypes[49]
+	mi := &file_styx_v1_styx_proto_msgTypes[52]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3925,7 +4151,7 @@ func (x *DeadDeleteRequest) String() string {
 func (*DeadDeleteRequest) ProtoMessage() {}
 
 func (x *DeadDeleteRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_styx_v1_styx_proto_msgTypes[49]
+	mi := &file_styx_v1_styx_proto_msgTypes[52]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3938,7 +4164,7 @@ func (x *DeadDeleteRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use DeadDeleteRequest.ProtoReflect.Descriptor instead.
 func (*DeadDeleteRequest) Descriptor() ([]byte, []int) {
-	return file_styx_v1_styx_proto_rawDescGZIP(), []int{49}
+	return file_styx_v1_styx_proto_rawDescGZIP(), []int{52}
 }
 
 func (x *DeadDeleteRequest) GetQueueName() string {
@@ -3985,7 +4211,7 @@ type DeadDeleteResponse struct {
 
 func (x *DeadDeleteResponse) Reset() {
 	*x = DeadDeleteResponse{}
-	mi := &file_styx_v1_styx_proto_msgTypes[50]
+	mi := &file_styx_v1_styx_proto_msgTypes[53]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3997,7 +4223,7 @@ func (x *DeadDeleteResponse) String() string {
 func (*DeadDeleteResponse) ProtoMessage() {}
 
 func (x *DeadDeleteResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_styx_v1_styx_proto_msgTypes[50]
+	mi := &file_styx_v1_styx_proto_msgTypes[53]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4010,7 +4236,7 @@ func (x *DeadDeleteResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use DeadDeleteResponse.ProtoReflect.Descriptor instead.
 func (*DeadDeleteResponse) Descriptor() ([]byte, []int) {
-	return file_styx_v1_styx_proto_rawDescGZIP(), []int{50}
+	return file_styx_v1_styx_proto_rawDescGZIP(), []int{53}
 }
 
 func (x *DeadDeleteResponse) GetDeleted() int64 {
@@ -4061,7 +4287,7 @@ type DeadRedriveRequest struct {
 
 func (x *DeadRedriveRequest) Reset() {
 	*x = DeadRedriveRequest{}
-	mi := &file_styx_v1_styx_proto_msgTypes[51]
+	mi := &file_styx_v1_styx_proto_msgTypes[54]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4073,7 +4299,7 @@ func (x *DeadRedriveRequest) String() string {
 func (*DeadRedriveRequest) ProtoMessage() {}
 
 func (x *DeadRedriveRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_styx_v1_styx_proto_msgTypes[51]
+	mi := &file_styx_v1_styx_proto_msgTypes[54]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4086,7 +4312,7 @@ func (x *DeadRedriveRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use DeadRedriveRequest.ProtoReflect.Descriptor instead.
 func (*DeadRedriveRequest) Descriptor() ([]byte, []int) {
-	return file_styx_v1_styx_proto_rawDescGZIP(), []int{51}
+	return file_styx_v1_styx_proto_rawDescGZIP(), []int{54}
 }
 
 func (x *DeadRedriveRequest) GetQueueName() string {
@@ -4189,7 +4415,7 @@ type DeadEditRequest struct {
 
 func (x *DeadEditRequest) Reset() {
 	*x = DeadEditRequest{}
-	mi := &file_styx_v1_styx_proto_msgTypes[52]
+	mi := &file_styx_v1_styx_proto_msgTypes[55]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4201,7 +4427,7 @@ func (x *DeadEditRequest) String() string {
 func (*DeadEditRequest) ProtoMessage() {}
 
 func (x *DeadEditRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_styx_v1_styx_proto_msgTypes[52]
+	mi := &file_styx_v1_styx_proto_msgTypes[55]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4214,7 +4440,7 @@ func (x *DeadEditRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use DeadEditRequest.ProtoReflect.Descriptor instead.
 func (*DeadEditRequest) Descriptor() ([]byte, []int) {
-	return file_styx_v1_styx_proto_rawDescGZIP(), []int{52}
+	return file_styx_v1_styx_proto_rawDescGZIP(), []int{55}
 }
 
 func (x *DeadEditRequest) GetQueueName() string {
@@ -4261,7 +4487,7 @@ type RedrivesListRequest struct {
 
 func (x *RedrivesListRequest) Reset() {
 	*x = RedrivesListRequest{}
-	mi := &file_styx_v1_styx_proto_msgTypes[53]
+	mi := &file_styx_v1_styx_proto_msgTypes[56]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4273,7 +4499,7 @@ func (x *RedrivesListRequest) String() string {
 func (*RedrivesListRequest) ProtoMessage() {}
 
 func (x *RedrivesListRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_styx_v1_styx_proto_msgTypes[53]
+	mi := &file_styx_v1_styx_proto_msgTypes[56]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4286,7 +4512,7 @@ func (x *RedrivesListRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RedrivesListRequest.ProtoReflect.Descriptor instead.
 func (*RedrivesListRequest) Descriptor() ([]byte, []int) {
-	return file_styx_v1_styx_proto_rawDescGZIP(), []int{53}
+	return file_styx_v1_styx_proto_rawDescGZIP(), []int{56}
 }
 
 func (x *RedrivesListRequest) GetQueueName() string {
@@ -4305,7 +4531,7 @@ type RedrivesListResponse struct {
 
 func (x *RedrivesListResponse) Reset() {
 	*x = RedrivesListResponse{}
-	mi := &file_styx_v1_styx_proto_msgTypes[54]
+	mi := &file_styx_v1_styx_proto_msgTypes[57]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4317,7 +4543,7 @@ func (x *RedrivesListResponse) String() string {
 func (*RedrivesListResponse) ProtoMessage() {}
 
 func (x *RedrivesListResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_styx_v1_styx_proto_msgTypes[54]
+	mi := &file_styx_v1_styx_proto_msgTypes[57]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4330,7 +4556,7 @@ func (x *RedrivesListResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RedrivesListResponse.ProtoReflect.Descriptor instead.
 func (*RedrivesListResponse) Descriptor() ([]byte, []int) {
-	return file_styx_v1_styx_proto_rawDescGZIP(), []int{54}
+	return file_styx_v1_styx_proto_rawDescGZIP(), []int{57}
 }
 
 func (x *RedrivesListResponse) GetTasks() []*RedriveTask {
@@ -4349,7 +4575,7 @@ type RedriveTaskRequest struct {
 
 func (x *RedriveTaskRequest) Reset() {
 	*x = RedriveTaskRequest{}
-	mi := &file_styx_v1_styx_proto_msgTypes[55]
+	mi := &file_styx_v1_styx_proto_msgTypes[58]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4361,7 +4587,7 @@ func (x *RedriveTaskRequest) String() string {
 func (*RedriveTaskRequest) ProtoMessage() {}
 
 func (x *RedriveTaskRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_styx_v1_styx_proto_msgTypes[55]
+	mi := &file_styx_v1_styx_proto_msgTypes[58]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4374,7 +4600,7 @@ func (x *RedriveTaskRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RedriveTaskRequest.ProtoReflect.Descriptor instead.
 func (*RedriveTaskRequest) Descriptor() ([]byte, []int) {
-	return file_styx_v1_styx_proto_rawDescGZIP(), []int{55}
+	return file_styx_v1_styx_proto_rawDescGZIP(), []int{58}
 }
 
 func (x *RedriveTaskRequest) GetTaskId() string {
@@ -4398,7 +4624,7 @@ type RedrivesUpdateRequest struct {
 
 func (x *RedrivesUpdateRequest) Reset() {
 	*x = RedrivesUpdateRequest{}
-	mi := &file_styx_v1_styx_proto_msgTypes[56]
+	mi := &file_styx_v1_styx_proto_msgTypes[59]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4410,7 +4636,7 @@ func (x *RedrivesUpdateRequest) String() string {
 func (*RedrivesUpdateRequest) ProtoMessage() {}
 
 func (x *RedrivesUpdateRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_styx_v1_styx_proto_msgTypes[56]
+	mi := &file_styx_v1_styx_proto_msgTypes[59]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4423,7 +4649,7 @@ func (x *RedrivesUpdateRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RedrivesUpdateRequest.ProtoReflect.Descriptor instead.
 func (*RedrivesUpdateRequest) Descriptor() ([]byte, []int) {
-	return file_styx_v1_styx_proto_rawDescGZIP(), []int{56}
+	return file_styx_v1_styx_proto_rawDescGZIP(), []int{59}
 }
 
 func (x *RedrivesUpdateRequest) GetTaskId() string {
@@ -4453,7 +4679,7 @@ type RedriveCounts struct {
 
 func (x *RedriveCounts) Reset() {
 	*x = RedriveCounts{}
-	mi := &file_styx_v1_styx_proto_msgTypes[57]
+	mi := &file_styx_v1_styx_proto_msgTypes[60]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4465,7 +4691,7 @@ func (x *RedriveCounts) String() string {
 func (*RedriveCounts) ProtoMessage() {}
 
 func (x *RedriveCounts) ProtoReflect() protoreflect.Message {
-	mi := &file_styx_v1_styx_proto_msgTypes[57]
+	mi := &file_styx_v1_styx_proto_msgTypes[60]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4478,7 +4704,7 @@ func (x *RedriveCounts) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RedriveCounts.ProtoReflect.Descriptor instead.
 func (*RedriveCounts) Descriptor() ([]byte, []int) {
-	return file_styx_v1_styx_proto_rawDescGZIP(), []int{57}
+	return file_styx_v1_styx_proto_rawDescGZIP(), []int{60}
 }
 
 func (x *RedriveCounts) GetMoved() int64 {
@@ -4525,7 +4751,7 @@ type RedrivePlan struct {
 
 func (x *RedrivePlan) Reset() {
 	*x = RedrivePlan{}
-	mi := &file_styx_v1_styx_proto_msgTypes[58]
+	mi := &file_styx_v1_styx_proto_msgTypes[61]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4537,7 +4763,7 @@ func (x *RedrivePlan) String() string {
 func (*RedrivePlan) ProtoMessage() {}
 
 func (x *RedrivePlan) ProtoReflect() protoreflect.Message {
-	mi := &file_styx_v1_styx_proto_msgTypes[58]
+	mi := &file_styx_v1_styx_proto_msgTypes[61]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4550,7 +4776,7 @@ func (x *RedrivePlan) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RedrivePlan.ProtoReflect.Descriptor instead.
 func (*RedrivePlan) Descriptor() ([]byte, []int) {
-	return file_styx_v1_styx_proto_rawDescGZIP(), []int{58}
+	return file_styx_v1_styx_proto_rawDescGZIP(), []int{61}
 }
 
 func (x *RedrivePlan) GetWouldMove() int64 {
@@ -4674,7 +4900,7 @@ type RedriveTask struct {
 
 func (x *RedriveTask) Reset() {
 	*x = RedriveTask{}
-	mi := &file_styx_v1_styx_proto_msgTypes[59]
+	mi := &file_styx_v1_styx_proto_msgTypes[62]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4686,7 +4912,7 @@ func (x *RedriveTask) String() string {
 func (*RedriveTask) ProtoMessage() {}
 
 func (x *RedriveTask) ProtoReflect() protoreflect.Message {
-	mi := &file_styx_v1_styx_proto_msgTypes[59]
+	mi := &file_styx_v1_styx_proto_msgTypes[62]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4699,7 +4925,7 @@ func (x *RedriveTask) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RedriveTask.ProtoReflect.Descriptor instead.
 func (*RedriveTask) Descriptor() ([]byte, []int) {
-	return file_styx_v1_styx_proto_rawDescGZIP(), []int{59}
+	return file_styx_v1_styx_proto_rawDescGZIP(), []int{62}
 }
 
 func (x *RedriveTask) GetTaskId() string {
@@ -4963,7 +5189,7 @@ type RedriveOutcomes struct {
 
 func (x *RedriveOutcomes) Reset() {
 	*x = RedriveOutcomes{}
-	mi := &file_styx_v1_styx_proto_msgTypes[60]
+	mi := &file_styx_v1_styx_proto_msgTypes[63]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4975,7 +5201,7 @@ func (x *RedriveOutcomes) String() string {
 func (*RedriveOutcomes) ProtoMessage() {}
 
 func (x *RedriveOutcomes) ProtoReflect() protoreflect.Message {
-	mi := &file_styx_v1_styx_proto_msgTypes[60]
+	mi := &file_styx_v1_styx_proto_msgTypes[63]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4988,7 +5214,7 @@ func (x *RedriveOutcomes) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RedriveOutcomes.ProtoReflect.Descriptor instead.
 func (*RedriveOutcomes) Descriptor() ([]byte, []int) {
-	return file_styx_v1_styx_proto_rawDescGZIP(), []int{60}
+	return file_styx_v1_styx_proto_rawDescGZIP(), []int{63}
 }
 
 func (x *RedriveOutcomes) GetCompleted() int64 {
@@ -5038,7 +5264,7 @@ type ActivityListRequest struct {
 
 func (x *ActivityListRequest) Reset() {
 	*x = ActivityListRequest{}
-	mi := &file_styx_v1_styx_proto_msgTypes[61]
+	mi := &file_styx_v1_styx_proto_msgTypes[64]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -5050,7 +5276,7 @@ func (x *ActivityListRequest) String() string {
 func (*ActivityListRequest) ProtoMessage() {}
 
 func (x *ActivityListRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_styx_v1_styx_proto_msgTypes[61]
+	mi := &file_styx_v1_styx_proto_msgTypes[64]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -5063,7 +5289,7 @@ func (x *ActivityListRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ActivityListRequest.ProtoReflect.Descriptor instead.
 func (*ActivityListRequest) Descriptor() ([]byte, []int) {
-	return file_styx_v1_styx_proto_rawDescGZIP(), []int{61}
+	return file_styx_v1_styx_proto_rawDescGZIP(), []int{64}
 }
 
 func (x *ActivityListRequest) GetQueueName() string {
@@ -5099,7 +5325,7 @@ type ActivityListResponse struct {
 
 func (x *ActivityListResponse) Reset() {
 	*x = ActivityListResponse{}
-	mi := &file_styx_v1_styx_proto_msgTypes[62]
+	mi := &file_styx_v1_styx_proto_msgTypes[65]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -5111,7 +5337,7 @@ func (x *ActivityListResponse) String() string {
 func (*ActivityListResponse) ProtoMessage() {}
 
 func (x *ActivityListResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_styx_v1_styx_proto_msgTypes[62]
+	mi := &file_styx_v1_styx_proto_msgTypes[65]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -5124,7 +5350,7 @@ func (x *ActivityListResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ActivityListResponse.ProtoReflect.Descriptor instead.
 func (*ActivityListResponse) Descriptor() ([]byte, []int) {
-	return file_styx_v1_styx_proto_rawDescGZIP(), []int{62}
+	return file_styx_v1_styx_proto_rawDescGZIP(), []int{65}
 }
 
 func (x *ActivityListResponse) GetRecords() []*ActivityRecord {
@@ -5167,7 +5393,7 @@ type ActivityRecord struct {
 
 func (x *ActivityRecord) Reset() {
 	*x = ActivityRecord{}
-	mi := &file_styx_v1_styx_proto_msgTypes[63]
+	mi := &file_styx_v1_styx_proto_msgTypes[66]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -5179,7 +5405,7 @@ func (x *ActivityRecord) String() string {
 func (*ActivityRecord) ProtoMessage() {}
 
 func (x *ActivityRecord) ProtoReflect() protoreflect.Message {
-	mi := &file_styx_v1_styx_proto_msgTypes[63]
+	mi := &file_styx_v1_styx_proto_msgTypes[66]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -5192,7 +5418,7 @@ func (x *ActivityRecord) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ActivityRecord.ProtoReflect.Descriptor instead.
 func (*ActivityRecord) Descriptor() ([]byte, []int) {
-	return file_styx_v1_styx_proto_rawDescGZIP(), []int{63}
+	return file_styx_v1_styx_proto_rawDescGZIP(), []int{66}
 }
 
 func (x *ActivityRecord) GetId() string {
@@ -5263,7 +5489,7 @@ type ActivityDetail struct {
 
 func (x *ActivityDetail) Reset() {
 	*x = ActivityDetail{}
-	mi := &file_styx_v1_styx_proto_msgTypes[64]
+	mi := &file_styx_v1_styx_proto_msgTypes[67]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -5275,7 +5501,7 @@ func (x *ActivityDetail) String() string {
 func (*ActivityDetail) ProtoMessage() {}
 
 func (x *ActivityDetail) ProtoReflect() protoreflect.Message {
-	mi := &file_styx_v1_styx_proto_msgTypes[64]
+	mi := &file_styx_v1_styx_proto_msgTypes[67]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -5288,7 +5514,7 @@ func (x *ActivityDetail) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ActivityDetail.ProtoReflect.Descriptor instead.
 func (*ActivityDetail) Descriptor() ([]byte, []int) {
-	return file_styx_v1_styx_proto_rawDescGZIP(), []int{64}
+	return file_styx_v1_styx_proto_rawDescGZIP(), []int{67}
 }
 
 func (x *ActivityDetail) GetName() string {
@@ -5321,7 +5547,7 @@ type KeysCreateRequest struct {
 
 func (x *KeysCreateRequest) Reset() {
 	*x = KeysCreateRequest{}
-	mi := &file_styx_v1_styx_proto_msgTypes[65]
+	mi := &file_styx_v1_styx_proto_msgTypes[68]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -5333,7 +5559,7 @@ func (x *KeysCreateRequest) String() string {
 func (*KeysCreateRequest) ProtoMessage() {}
 
 func (x *KeysCreateRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_styx_v1_styx_proto_msgTypes[65]
+	mi := &file_styx_v1_styx_proto_msgTypes[68]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -5346,7 +5572,7 @@ func (x *KeysCreateRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use KeysCreateRequest.ProtoReflect.Descriptor instead.
 func (*KeysCreateRequest) Descriptor() ([]byte, []int) {
-	return file_styx_v1_styx_proto_rawDescGZIP(), []int{65}
+	return file_styx_v1_styx_proto_rawDescGZIP(), []int{68}
 }
 
 func (x *KeysCreateRequest) GetName() string {
@@ -5385,7 +5611,7 @@ type ApiKey struct {
 
 func (x *ApiKey) Reset() {
 	*x = ApiKey{}
-	mi := &file_styx_v1_styx_proto_msgTypes[66]
+	mi := &file_styx_v1_styx_proto_msgTypes[69]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -5397,7 +5623,7 @@ func (x *ApiKey) String() string {
 func (*ApiKey) ProtoMessage() {}
 
 func (x *ApiKey) ProtoReflect() protoreflect.Message {
-	mi := &file_styx_v1_styx_proto_msgTypes[66]
+	mi := &file_styx_v1_styx_proto_msgTypes[69]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -5410,7 +5636,7 @@ func (x *ApiKey) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ApiKey.ProtoReflect.Descriptor instead.
 func (*ApiKey) Descriptor() ([]byte, []int) {
-	return file_styx_v1_styx_proto_rawDescGZIP(), []int{66}
+	return file_styx_v1_styx_proto_rawDescGZIP(), []int{69}
 }
 
 func (x *ApiKey) GetName() string {
@@ -5463,7 +5689,7 @@ type KeysCreateResponse struct {
 
 func (x *KeysCreateResponse) Reset() {
 	*x = KeysCreateResponse{}
-	mi := &file_styx_v1_styx_proto_msgTypes[67]
+	mi := &file_styx_v1_styx_proto_msgTypes[70]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -5475,7 +5701,7 @@ func (x *KeysCreateResponse) String() string {
 func (*KeysCreateResponse) ProtoMessage() {}
 
 func (x *KeysCreateResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_styx_v1_styx_proto_msgTypes[67]
+	mi := &file_styx_v1_styx_proto_msgTypes[70]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -5488,7 +5714,7 @@ func (x *KeysCreateResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use KeysCreateResponse.ProtoReflect.Descriptor instead.
 func (*KeysCreateResponse) Descriptor() ([]byte, []int) {
-	return file_styx_v1_styx_proto_rawDescGZIP(), []int{67}
+	return file_styx_v1_styx_proto_rawDescGZIP(), []int{70}
 }
 
 func (x *KeysCreateResponse) GetKey() string {
@@ -5534,7 +5760,7 @@ type KeysListRequest struct {
 
 func (x *KeysListRequest) Reset() {
 	*x = KeysListRequest{}
-	mi := &file_styx_v1_styx_proto_msgTypes[68]
+	mi := &file_styx_v1_styx_proto_msgTypes[71]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -5546,7 +5772,7 @@ func (x *KeysListRequest) String() string {
 func (*KeysListRequest) ProtoMessage() {}
 
 func (x *KeysListRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_styx_v1_styx_proto_msgTypes[68]
+	mi := &file_styx_v1_styx_proto_msgTypes[71]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -5559,7 +5785,7 @@ func (x *KeysListRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use KeysListRequest.ProtoReflect.Descriptor instead.
 func (*KeysListRequest) Descriptor() ([]byte, []int) {
-	return file_styx_v1_styx_proto_rawDescGZIP(), []int{68}
+	return file_styx_v1_styx_proto_rawDescGZIP(), []int{71}
 }
 
 type KeysListResponse struct {
@@ -5571,7 +5797,7 @@ type KeysListResponse struct {
 
 func (x *KeysListResponse) Reset() {
 	*x = KeysListResponse{}
-	mi := &file_styx_v1_styx_proto_msgTypes[69]
+	mi := &file_styx_v1_styx_proto_msgTypes[72]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -5583,7 +5809,7 @@ func (x *KeysListResponse) String() string {
 func (*KeysListResponse) ProtoMessage() {}
 
 func (x *KeysListResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_styx_v1_styx_proto_msgTypes[69]
+	mi := &file_styx_v1_styx_proto_msgTypes[72]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -5596,7 +5822,7 @@ func (x *KeysListResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use KeysListResponse.ProtoReflect.Descriptor instead.
 func (*KeysListResponse) Descriptor() ([]byte, []int) {
-	return file_styx_v1_styx_proto_rawDescGZIP(), []int{69}
+	return file_styx_v1_styx_proto_rawDescGZIP(), []int{72}
 }
 
 func (x *KeysListResponse) GetKeys() []*ApiKey {
@@ -5615,7 +5841,7 @@ type KeysDeleteRequest struct {
 
 func (x *KeysDeleteRequest) Reset() {
 	*x = KeysDeleteRequest{}
-	mi := &file_styx_v1_styx_proto_msgTypes[70]
+	mi := &file_styx_v1_styx_proto_msgTypes[73]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -5627,7 +5853,7 @@ func (x *KeysDeleteRequest) String() string {
 func (*KeysDeleteRequest) ProtoMessage() {}
 
 func (x *KeysDeleteRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_styx_v1_styx_proto_msgTypes[70]
+	mi := &file_styx_v1_styx_proto_msgTypes[73]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -5640,7 +5866,7 @@ func (x *KeysDeleteRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use KeysDeleteRequest.ProtoReflect.Descriptor instead.
 func (*KeysDeleteRequest) Descriptor() ([]byte, []int) {
-	return file_styx_v1_styx_proto_rawDescGZIP(), []int{70}
+	return file_styx_v1_styx_proto_rawDescGZIP(), []int{73}
 }
 
 func (x *KeysDeleteRequest) GetName() string {
@@ -5666,7 +5892,7 @@ type StorageBackupRequest struct {
 
 func (x *StorageBackupRequest) Reset() {
 	*x = StorageBackupRequest{}
-	mi := &file_styx_v1_styx_proto_msgTypes[71]
+	mi := &file_styx_v1_styx_proto_msgTypes[74]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -5678,7 +5904,7 @@ func (x *StorageBackupRequest) String() string {
 func (*StorageBackupRequest) ProtoMessage() {}
 
 func (x *StorageBackupRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_styx_v1_styx_proto_msgTypes[71]
+	mi := &file_styx_v1_styx_proto_msgTypes[74]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -5691,7 +5917,7 @@ func (x *StorageBackupRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use StorageBackupRequest.ProtoReflect.Descriptor instead.
 func (*StorageBackupRequest) Descriptor() ([]byte, []int) {
-	return file_styx_v1_styx_proto_rawDescGZIP(), []int{71}
+	return file_styx_v1_styx_proto_rawDescGZIP(), []int{74}
 }
 
 var File_styx_v1_styx_proto protoreflect.FileDescriptor
@@ -5787,7 +6013,7 @@ const file_styx_v1_styx_proto_rawDesc = "" +
 	"\x05items\x18\x01 \x03(\v2\x17.styx.v1.QueueRenewItemR\x05items\"c\n" +
 	"\x0eQueueRenewItem\x12\x0e\n" +
 	"\x02id\x18\x01 \x01(\tR\x02id\x12A\n" +
-	"\rleaseDeadline\x18\x02 \x01(\v2\x1a.google.protobuf.TimestampR\x0elease_deadline\"\xc4\x05\n" +
+	"\rleaseDeadline\x18\x02 \x01(\v2\x1a.google.protobuf.TimestampR\x0elease_deadline\"\xed\x05\n" +
 	"\tQueueInfo\x12\x1d\n" +
 	"\tqueueName\x18\x01 \x01(\tR\n" +
 	"queue_name\x129\n" +
@@ -5812,7 +6038,13 @@ const file_styx_v1_styx_proto_rawDesc = "" +
 	"\aordered\x18p \x01(\bR\aordered\x12,\n" +
 	"\x11group_dead_policy\x18q \x01(\tR\x11group_dead_policy\x12\x16\n" +
 	"\x06paused\x18x \x01(\bR\x06paused\x128\n" +
-	"\tpaused_at\x18y \x01(\v2\x1a.google.protobuf.TimestampR\tpaused_at\"-\n" +
+	"\tpaused_at\x18y \x01(\v2\x1a.google.protobuf.TimestampR\tpaused_at\x12'\n" +
+	"\x04move\x18\xa0\x01 \x01(\v2\x12.styx.v1.QueueMoveR\x04move\"\x81\x01\n" +
+	"\tQueueMove\x12\x18\n" +
+	"\acluster\x18\x01 \x01(\tR\acluster\x12\"\n" +
+	"\fitems_copied\x18\x02 \x01(\x03R\fitems_copied\x12 \n" +
+	"\vitems_total\x18\x03 \x01(\x03R\vitems_total\x12\x14\n" +
+	"\x05epoch\x18\x04 \x01(\x03R\x05epoch\"-\n" +
 	"\rPartitionInfo\x12\x1c\n" +
 	"\tpartition\x18\x01 \x01(\x05R\tpartition\"\x88\x01\n" +
 	"\x11QueueClearRequest\x12\x1d\n" +
@@ -5923,7 +6155,22 @@ const file_styx_v1_styx_proto_rawDesc = "" +
 	"\x12QueuesPauseRequest\x12\x1e\n" +
 	"\n" +
 	"queue_name\x18\x01 \x01(\tR\n" +
-	"queue_name\"J\n" +
+	"queue_name\"M\n" +
+	"\x11QueuesMoveRequest\x12\x1e\n" +
+	"\n" +
+	"queue_name\x18\x01 \x01(\tR\n" +
+	"queue_name\x12\x18\n" +
+	"\acluster\x18\x02 \x01(\tR\acluster\"\xb0\x01\n" +
+	"\x12QueuesMoveResponse\x12\x1e\n" +
+	"\n" +
+	"queue_name\x18\x01 \x01(\tR\n" +
+	"queue_name\x12\"\n" +
+	"\ffrom_cluster\x18\x02 \x01(\tR\ffrom_cluster\x12\x1e\n" +
+	"\n" +
+	"to_cluster\x18\x03 \x01(\tR\n" +
+	"to_cluster\x12 \n" +
+	"\vitems_moved\x18\x04 \x01(\x03R\vitems_moved\x12\x14\n" +
+	"\x05epoch\x18\x05 \x01(\x03R\x05epoch\"J\n" +
 	"\x13QueuesDeleteRequest\x12\x1d\n" +
 	"\tqueueName\x18\x01 \x01(\tR\n" +
 	"queue_name\x12\x14\n" +
@@ -6246,7 +6493,7 @@ func file_styx_v1_styx_proto_rawDescGZIP() []byte {
 	return file_styx_v1_styx_proto_rawDescData
 }
 
-var file_styx_v1_styx_proto_msgTypes = make([]protoimpl.MessageInfo, 82)
+var file_styx_v1_styx_proto_msgTypes = make([]protoimpl.MessageInfo, 85)
 var file_styx_v1_styx_proto_goTypes = []any{
 	(*QueueProduceRequest)(nil),        // 0: styx.v1.QueueProduceRequest
 	(*QueueProduceItem)(nil),           // 1: styx.v1.QueueProduceItem
@@ -6264,155 +6511,159 @@ var file_styx_v1_styx_proto_goTypes = []any{
 	(*QueueRenewResponse)(nil),         // 13: styx.v1.QueueRenewResponse
 	(*QueueRenewItem)(nil),             // 14: styx.v1.QueueRenewItem
 	(*QueueInfo)(nil),                  // 15: styx.v1.QueueInfo
-	(*PartitionInfo)(nil),              // 16: styx.v1.PartitionInfo
-	(*QueueClearRequest)(nil),          // 17: styx.v1.QueueClearRequest
-	(*QueueClearDryRunResponse)(nil),   // 18: styx.v1.QueueClearDryRunResponse
-	(*QueueReloadRequest)(nil),         // 19: styx.v1.QueueReloadRequest
-	(*QueueReloadResponse)(nil),        // 20: styx.v1.QueueReloadResponse
-	(*QueueStatsRequest)(nil),          // 21: styx.v1.QueueStatsRequest
-	(*QueueStatsResponse)(nil),         // 22: styx.v1.QueueStatsResponse
-	(*QueueHeldGroup)(nil),             // 23: styx.v1.QueueHeldGroup
-	(*QueueConsumer)(nil),              // 24: styx.v1.QueueConsumer
-	(*QueueLogicalStats)(nil),          // 25: styx.v1.QueueLogicalStats
-	(*QueuePartitionStats)(nil),        // 26: styx.v1.QueuePartitionStats
-	(*QueuesHistoryRequest)(nil),       // 27: styx.v1.QueuesHistoryRequest
-	(*QueuesHistoryResponse)(nil),      // 28: styx.v1.QueuesHistoryResponse
-	(*HistoryPoint)(nil),               // 29: styx.v1.HistoryPoint
-	(*QueuesInfoRequest)(nil),          // 30: styx.v1.QueuesInfoRequest
-	(*QueuesListRequest)(nil),          // 31: styx.v1.QueuesListRequest
-	(*QueuesListResponse)(nil),         // 32: styx.v1.QueuesListResponse
-	(*QueuesPauseRequest)(nil),         // 33: styx.v1.QueuesPauseRequest
-	(*QueuesDeleteRequest)(nil),        // 34: styx.v1.QueuesDeleteRequest
-	(*StorageItemsListRequest)(nil),    // 35: styx.v1.StorageItemsListRequest
-	(*StorageItemsListResponse)(nil),   // 36: styx.v1.StorageItemsListResponse
-	(*StorageItemsImportRequest)(nil),  // 37: styx.v1.StorageItemsImportRequest
-	(*StorageItemsImportResponse)(nil), // 38: styx.v1.StorageItemsImportResponse
-	(*StorageItemsDeleteRequest)(nil),  // 39: styx.v1.StorageItemsDeleteRequest
-	(*StorageItem)(nil),                // 40: styx.v1.StorageItem
-	(*AttemptError)(nil),               // 41: styx.v1.AttemptError
-	(*ItemAttribute)(nil),              // 42: styx.v1.ItemAttribute
-	(*DeadFilter)(nil),                 // 43: styx.v1.DeadFilter
-	(*DeadGroupsRequest)(nil),          // 44: styx.v1.DeadGroupsRequest
-	(*DeadGroup)(nil),                  // 45: styx.v1.DeadGroup
-	(*DeadGroupsResponse)(nil),         // 46: styx.v1.DeadGroupsResponse
-	(*DeadListRequest)(nil),            // 47: styx.v1.DeadListRequest
-	(*DeadListResponse)(nil),           // 48: styx.v1.DeadListResponse
-	(*DeadDeleteRequest)(nil),          // 49: styx.v1.DeadDeleteRequest
-	(*DeadDeleteResponse)(nil),         // 50: styx.v1.DeadDeleteResponse
-	(*DeadRedriveRequest)(nil),         // 51: styx.v1.DeadRedriveRequest
-	(*DeadEditRequest)(nil),            // 52: styx.v1.DeadEditRequest
-	(*RedrivesListRequest)(nil),        // 53: styx.v1.RedrivesListRequest
-	(*RedrivesListResponse)(nil),       // 54: styx.v1.RedrivesListResponse
-	(*RedriveTaskRequest)(nil),         // 55: styx.v1.RedriveTaskRequest
-	(*RedrivesUpdateRequest)(nil),      // 56: styx.v1.RedrivesUpdateRequest
-	(*RedriveCounts)(nil),              // 57: styx.v1.RedriveCounts
-	(*RedrivePlan)(nil),                // 58: styx.v1.RedrivePlan
-	(*RedriveTask)(nil),                // 59: styx.v1.RedriveTask
-	(*RedriveOutcomes)(nil),            // 60: styx.v1.RedriveOutcomes
-	(*ActivityListRequest)(nil),        // 61: styx.v1.ActivityListRequest
-	(*ActivityListResponse)(nil),       // 62: styx.v1.ActivityListResponse
-	(*ActivityRecord)(nil),             // 63: styx.v1.ActivityRecord
-	(*ActivityDetail)(nil),             // 64: styx.v1.ActivityDetail
-	(*KeysCreateRequest)(nil),          // 65: styx.v1.KeysCreateRequest
-	(*ApiKey)(nil),                     // 66: styx.v1.ApiKey
-	(*KeysCreateResponse)(nil),         // 67: styx.v1.KeysCreateResponse
-	(*KeysListRequest)(nil),            // 68: styx.v1.KeysListRequest
-	(*KeysListResponse)(nil),           // 69: styx.v1.KeysListResponse
-	(*KeysDeleteRequest)(nil),          // 70: styx.v1.KeysDeleteRequest
-	(*StorageBackupRequest)(nil),       // 71: styx.v1.StorageBackupRequest
-	nil,                                // 72: styx.v1.QueueStatsResponse.DeadByReasonEntry
-	nil,                                // 73: styx.v1.QueueStatsResponse.DeadBySourceEntry
-	nil,                                // 74: styx.v1.QueuesHistoryResponse.GroupPatternsEntry
-	nil,                                // 75: styx.v1.HistoryPoint.DeadByGroupEntry
-	nil,                                // 76: styx.v1.RedriveCounts.SkipReasonsEntry
-	nil,                                // 77: styx.v1.RedrivePlan.SkipReasonsEntry
-	nil,                                // 78: styx.v1.RedriveTask.ByQueueEntry
-	nil,                                // 79: styx.v1.RedriveTask.ByDestinationEntry
-	nil,                                // 80: styx.v1.RedriveTask.SkipReasonsEntry
-	nil,                                // 81: styx.v1.RedriveTask.LeftToEntry
-	(*timestamppb.Timestamp)(nil),      // 82: google.protobuf.Timestamp
+	(*QueueMove)(nil),                  // 16: styx.v1.QueueMove
+	(*PartitionInfo)(nil),              // 17: styx.v1.PartitionInfo
+	(*QueueClearRequest)(nil),          // 18: styx.v1.QueueClearRequest
+	(*QueueClearDryRunResponse)(nil),   // 19: styx.v1.QueueClearDryRunResponse
+	(*QueueReloadRequest)(nil),         // 20: styx.v1.QueueReloadRequest
+	(*QueueReloadResponse)(nil),        // 21: styx.v1.QueueReloadResponse
+	(*QueueStatsRequest)(nil),          // 22: styx.v1.QueueStatsRequest
+	(*QueueStatsResponse)(nil),         // 23: styx.v1.QueueStatsResponse
+	(*QueueHeldGroup)(nil),             // 24: styx.v1.QueueHeldGroup
+	(*QueueConsumer)(nil),              // 25: styx.v1.QueueConsumer
+	(*QueueLogicalStats)(nil),          // 26: styx.v1.QueueLogicalStats
+	(*QueuePartitionStats)(nil),        // 27: styx.v1.QueuePartitionStats
+	(*QueuesHistoryRequest)(nil),       // 28: styx.v1.QueuesHistoryRequest
+	(*QueuesHistoryResponse)(nil),      // 29: styx.v1.QueuesHistoryResponse
+	(*HistoryPoint)(nil),               // 30: styx.v1.HistoryPoint
+	(*QueuesInfoRequest)(nil),          // 31: styx.v1.QueuesInfoRequest
+	(*QueuesListRequest)(nil),          // 32: styx.v1.QueuesListRequest
+	(*QueuesListResponse)(nil),         // 33: styx.v1.QueuesListResponse
+	(*QueuesPauseRequest)(nil),         // 34: styx.v1.QueuesPauseRequest
+	(*QueuesMoveRequest)(nil),          // 35: styx.v1.QueuesMoveRequest
+	(*QueuesMoveResponse)(nil),         // 36: styx.v1.QueuesMoveResponse
+	(*QueuesDeleteRequest)(nil),        // 37: styx.v1.QueuesDeleteRequest
+	(*StorageItemsListRequest)(nil),    // 38: styx.v1.StorageItemsListRequest
+	(*StorageItemsListResponse)(nil),   // 39: styx.v1.StorageItemsListResponse
+	(*StorageItemsImportRequest)(nil),  // 40: styx.v1.StorageItemsImportRequest
+	(*StorageItemsImportResponse)(nil), // 41: styx.v1.StorageItemsImportResponse
+	(*StorageItemsDeleteRequest)(nil),  // 42: styx.v1.StorageItemsDeleteRequest
+	(*StorageItem)(nil),                // 43: styx.v1.StorageItem
+	(*AttemptError)(nil),               // 44: styx.v1.AttemptError
+	(*ItemAttribute)(nil),              // 45: styx.v1.ItemAttribute
+	(*DeadFilter)(nil),                 // 46: styx.v1.DeadFilter
+	(*DeadGroupsRequest)(nil),          // 47: styx.v1.DeadGroupsRequest
+	(*DeadGroup)(nil),                  // 48: styx.v1.DeadGroup
+	(*DeadGroupsResponse)(nil),         // 49: styx.v1.DeadGroupsResponse
+	(*DeadListRequest)(nil),            // 50: styx.v1.DeadListRequest
+	(*DeadListResponse)(nil),           // 51: styx.v1.DeadListResponse
+	(*DeadDeleteRequest)(nil),          // 52: styx.v1.DeadDeleteRequest
+	(*DeadDeleteResponse)(nil),         // 53: styx.v1.DeadDeleteResponse
+	(*DeadRedriveRequest)(nil),         // 54: styx.v1.DeadRedriveRequest
+	(*DeadEditRequest)(nil),            // 55: styx.v1.DeadEditRequest
+	(*RedrivesListRequest)(nil),        // 56: styx.v1.RedrivesListRequest
+	(*RedrivesListResponse)(nil),       // 57: styx.v1.RedrivesListResponse
+	(*RedriveTaskRequest)(nil),         // 58: styx.v1.RedriveTaskRequest
+	(*RedrivesUpdateRequest)(nil),      // 59: styx.v1.RedrivesUpdateRequest
+	(*RedriveCounts)(nil),              // 60: styx.v1.RedriveCounts
+	(*RedrivePlan)(nil),                // 61: styx.v1.RedrivePlan
+	(*RedriveTask)(nil),                // 62: styx.v1.RedriveTask
+	(*RedriveOutcomes)(nil),            // 63: styx.v1.RedriveOutcomes
+	(*ActivityListRequest)(nil),        // 64: styx.v1.ActivityListRequest
+	(*ActivityListResponse)(nil),       // 65: styx.v1.ActivityListResponse
+	(*ActivityRecord)(nil),             // 66: styx.v1.ActivityRecord
+	(*ActivityDetail)(nil),             // 67: styx.v1.ActivityDetail
+	(*KeysCreateRequest)(nil),          // 68: styx.v1.KeysCreateRequest
+	(*ApiKey)(nil),                     // 69: styx.v1.ApiKey
+	(*KeysCreateResponse)(nil),         // 70: styx.v1.KeysCreateResponse
+	(*KeysListRequest)(nil),            // 71: styx.v1.KeysListRequest
+	(*KeysListResponse)(nil),           // 72: styx.v1.KeysListResponse
+	(*KeysDeleteRequest)(nil),          // 73: styx.v1.KeysDeleteRequest
+	(*StorageBackupRequest)(nil),       // 74: styx.v1.StorageBackupRequest
+	nil,                                // 75: styx.v1.QueueStatsResponse.DeadByReasonEntry
+	nil,                                // 76: styx.v1.QueueStatsResponse.DeadBySourceEntry
+	nil,                                // 77: styx.v1.QueuesHistoryResponse.GroupPatternsEntry
+	nil,                                // 78: styx.v1.HistoryPoint.DeadByGroupEntry
+	nil,                                // 79: styx.v1.RedriveCounts.SkipReasonsEntry
+	nil,                                // 80: styx.v1.RedrivePlan.SkipReasonsEntry
+	nil,                                // 81: styx.v1.RedriveTask.ByQueueEntry
+	nil,                                // 82: styx.v1.RedriveTask.ByDestinationEntry
+	nil,                                // 83: styx.v1.RedriveTask.SkipReasonsEntry
+	nil,                                // 84: styx.v1.RedriveTask.LeftToEntry
+	(*timestamppb.Timestamp)(nil),      // 85: google.protobuf.Timestamp
 }
 var file_styx_v1_styx_proto_depIdxs = []int32{
 	1,  // 0: styx.v1.QueueProduceRequest.items:type_name -> styx.v1.QueueProduceItem
-	82, // 1: styx.v1.QueueProduceItem.enqueueAt:type_name -> google.protobuf.Timestamp
-	82, // 2: styx.v1.QueueLeaseItem.leaseDeadline:type_name -> google.protobuf.Timestamp
+	85, // 1: styx.v1.QueueProduceItem.enqueueAt:type_name -> google.protobuf.Timestamp
+	85, // 2: styx.v1.QueueLeaseItem.leaseDeadline:type_name -> google.protobuf.Timestamp
 	4,  // 3: styx.v1.QueueLeaseResponse.items:type_name -> styx.v1.QueueLeaseItem
 	9,  // 4: styx.v1.QueueRetryRequest.items:type_name -> styx.v1.QueueRetryItem
-	82, // 5: styx.v1.QueueRetryItem.retryAt:type_name -> google.protobuf.Timestamp
+	85, // 5: styx.v1.QueueRetryItem.retryAt:type_name -> google.protobuf.Timestamp
 	11, // 6: styx.v1.QueueRetryResponse.outcomes:type_name -> styx.v1.QueueRetryOutcome
-	82, // 7: styx.v1.QueueRetryOutcome.retryAt:type_name -> google.protobuf.Timestamp
+	85, // 7: styx.v1.QueueRetryOutcome.retryAt:type_name -> google.protobuf.Timestamp
 	14, // 8: styx.v1.QueueRenewResponse.items:type_name -> styx.v1.QueueRenewItem
-	82, // 9: styx.v1.QueueRenewItem.leaseDeadline:type_name -> google.protobuf.Timestamp
-	82, // 10: styx.v1.QueueInfo.createdAt:type_name -> google.protobuf.Timestamp
-	82, // 11: styx.v1.QueueInfo.updatedAt:type_name -> google.protobuf.Timestamp
-	16, // 12: styx.v1.QueueInfo.partitions:type_name -> styx.v1.PartitionInfo
-	82, // 13: styx.v1.QueueInfo.paused_at:type_name -> google.protobuf.Timestamp
-	25, // 14: styx.v1.QueueStatsResponse.logicalQueues:type_name -> styx.v1.QueueLogicalStats
-	72, // 15: styx.v1.QueueStatsResponse.dead_by_reason:type_name -> styx.v1.QueueStatsResponse.DeadByReasonEntry
-	73, // 16: styx.v1.QueueStatsResponse.dead_by_source:type_name -> styx.v1.QueueStatsResponse.DeadBySourceEntry
-	82, // 17: styx.v1.QueueStatsResponse.oldest_created_at:type_name -> google.protobuf.Timestamp
-	24, // 18: styx.v1.QueueStatsResponse.consumers:type_name -> styx.v1.QueueConsumer
-	23, // 19: styx.v1.QueueStatsResponse.held_groups:type_name -> styx.v1.QueueHeldGroup
-	82, // 20: styx.v1.QueueHeldGroup.held_at:type_name -> google.protobuf.Timestamp
-	82, // 21: styx.v1.QueueConsumer.first_seen_at:type_name -> google.protobuf.Timestamp
-	82, // 22: styx.v1.QueueConsumer.last_seen_at:type_name -> google.protobuf.Timestamp
-	26, // 23: styx.v1.QueueLogicalStats.partitions:type_name -> styx.v1.QueuePartitionStats
-	29, // 24: styx.v1.QueuesHistoryResponse.points:type_name -> styx.v1.HistoryPoint
-	74, // 25: styx.v1.QueuesHistoryResponse.group_patterns:type_name -> styx.v1.QueuesHistoryResponse.GroupPatternsEntry
-	82, // 26: styx.v1.HistoryPoint.at:type_name -> google.protobuf.Timestamp
-	75, // 27: styx.v1.HistoryPoint.dead_by_group:type_name -> styx.v1.HistoryPoint.DeadByGroupEntry
-	15, // 28: styx.v1.QueuesListResponse.items:type_name -> styx.v1.QueueInfo
-	40, // 29: styx.v1.StorageItemsListResponse.items:type_name -> styx.v1.StorageItem
-	40, // 30: styx.v1.StorageItemsImportRequest.items:type_name -> styx.v1.StorageItem
-	40, // 31: styx.v1.StorageItemsImportResponse.items:type_name -> styx.v1.StorageItem
-	82, // 32: styx.v1.StorageItem.leaseDeadline:type_name -> google.protobuf.Timestamp
-	82, // 33: styx.v1.StorageItem.expireDeadline:type_name -> google.protobuf.Timestamp
-	82, // 34: styx.v1.StorageItem.deadDeadline:type_name -> google.protobuf.Timestamp
-	82, // 35: styx.v1.StorageItem.createdAt:type_name -> google.protobuf.Timestamp
-	82, // 36: styx.v1.StorageItem.updatedAt:type_name -> google.protobuf.Timestamp
-	82, // 37: styx.v1.StorageItem.enqueueAt:type_name -> google.protobuf.Timestamp
-	82, // 38: styx.v1.StorageItem.dead_at:type_name -> google.protobuf.Timestamp
-	41, // 39: styx.v1.StorageItem.errors:type_name -> styx.v1.AttemptError
-	41, // 40: styx.v1.StorageItem.dead_letter_errors:type_name -> styx.v1.AttemptError
-	42, // 41: styx.v1.StorageItem.attributes:type_name -> styx.v1.ItemAttribute
-	82, // 42: styx.v1.AttemptError.at:type_name -> google.protobuf.Timestamp
-	82, // 43: styx.v1.DeadFilter.dead_after:type_name -> google.protobuf.Timestamp
-	82, // 44: styx.v1.DeadFilter.dead_before:type_name -> google.protobuf.Timestamp
-	43, // 45: styx.v1.DeadGroupsRequest.filter:type_name -> styx.v1.DeadFilter
-	82, // 46: styx.v1.DeadGroup.first_dead_at:type_name -> google.protobuf.Timestamp
-	82, // 47: styx.v1.DeadGroup.last_dead_at:type_name -> google.protobuf.Timestamp
-	45, // 48: styx.v1.DeadGroupsResponse.groups:type_name -> styx.v1.DeadGroup
-	43, // 49: styx.v1.DeadListRequest.filter:type_name -> styx.v1.DeadFilter
-	40, // 50: styx.v1.DeadListResponse.items:type_name -> styx.v1.StorageItem
-	43, // 51: styx.v1.DeadDeleteRequest.filter:type_name -> styx.v1.DeadFilter
-	43, // 52: styx.v1.DeadRedriveRequest.filter:type_name -> styx.v1.DeadFilter
-	59, // 53: styx.v1.RedrivesListResponse.tasks:type_name -> styx.v1.RedriveTask
-	76, // 54: styx.v1.RedriveCounts.skip_reasons:type_name -> styx.v1.RedriveCounts.SkipReasonsEntry
-	77, // 55: styx.v1.RedrivePlan.skip_reasons:type_name -> styx.v1.RedrivePlan.SkipReasonsEntry
-	43, // 56: styx.v1.RedriveTask.filter:type_name -> styx.v1.DeadFilter
-	82, // 57: styx.v1.RedriveTask.started_at:type_name -> google.protobuf.Timestamp
-	82, // 58: styx.v1.RedriveTask.finished_at:type_name -> google.protobuf.Timestamp
-	78, // 59: styx.v1.RedriveTask.by_queue:type_name -> styx.v1.RedriveTask.ByQueueEntry
-	79, // 60: styx.v1.RedriveTask.by_destination:type_name -> styx.v1.RedriveTask.ByDestinationEntry
-	80, // 61: styx.v1.RedriveTask.skip_reasons:type_name -> styx.v1.RedriveTask.SkipReasonsEntry
-	81, // 62: styx.v1.RedriveTask.left_to:type_name -> styx.v1.RedriveTask.LeftToEntry
-	82, // 63: styx.v1.RedriveTask.paused_at:type_name -> google.protobuf.Timestamp
-	60, // 64: styx.v1.RedriveTask.outcomes:type_name -> styx.v1.RedriveOutcomes
-	82, // 65: styx.v1.RedriveTask.outcomes_until:type_name -> google.protobuf.Timestamp
-	82, // 66: styx.v1.RedriveTask.canary_deadline:type_name -> google.protobuf.Timestamp
-	63, // 67: styx.v1.ActivityListResponse.records:type_name -> styx.v1.ActivityRecord
-	82, // 68: styx.v1.ActivityRecord.at:type_name -> google.protobuf.Timestamp
-	64, // 69: styx.v1.ActivityRecord.details:type_name -> styx.v1.ActivityDetail
-	82, // 70: styx.v1.ApiKey.created_at:type_name -> google.protobuf.Timestamp
-	82, // 71: styx.v1.KeysCreateResponse.created_at:type_name -> google.protobuf.Timestamp
-	66, // 72: styx.v1.KeysListResponse.keys:type_name -> styx.v1.ApiKey
-	57, // 73: styx.v1.RedriveTask.ByQueueEntry.value:type_name -> styx.v1.RedriveCounts
-	58, // 74: styx.v1.RedriveTask.ByDestinationEntry.value:type_name -> styx.v1.RedrivePlan
-	75, // [75:75] is the sub-list for method output_type
-	75, // [75:75] is the sub-list for method input_type
-	75, // [75:75] is the sub-list for extension type_name
-	75, // [75:75] is the sub-list for extension extendee
-	0,  // [0:75] is the sub-list for field type_name
+	85, // 9: styx.v1.QueueRenewItem.leaseDeadline:type_name -> google.protobuf.Timestamp
+	85, // 10: styx.v1.QueueInfo.createdAt:type_name -> google.protobuf.Timestamp
+	85, // 11: styx.v1.QueueInfo.updatedAt:type_name -> google.protobuf.Timestamp
+	17, // 12: styx.v1.QueueInfo.partitions:type_name -> styx.v1.PartitionInfo
+	85, // 13: styx.v1.QueueInfo.paused_at:type_name -> google.protobuf.Timestamp
+	16, // 14: styx.v1.QueueInfo.move:type_name -> styx.v1.QueueMove
+	26, // 15: styx.v1.QueueStatsResponse.logicalQueues:type_name -> styx.v1.QueueLogicalStats
+	75, // 16: styx.v1.QueueStatsResponse.dead_by_reason:type_name -> styx.v1.QueueStatsResponse.DeadByReasonEntry
+	76, // 17: styx.v1.QueueStatsResponse.dead_by_source:type_name -> styx.v1.QueueStatsResponse.DeadBySourceEntry
+	85, // 18: styx.v1.QueueStatsResponse.oldest_created_at:type_name -> google.protobuf.Timestamp
+	25, // 19: styx.v1.QueueStatsResponse.consumers:type_name -> styx.v1.QueueConsumer
+	24, // 20: styx.v1.QueueStatsResponse.held_groups:type_name -> styx.v1.QueueHeldGroup
+	85, // 21: styx.v1.QueueHeldGroup.held_at:type_name -> google.protobuf.Timestamp
+	85, // 22: styx.v1.QueueConsumer.first_seen_at:type_name -> google.protobuf.Timestamp
+	85, // 23: styx.v1.QueueConsumer.last_seen_at:type_name -> google.protobuf.Timestamp
+	27, // 24: styx.v1.QueueLogicalStats.partitions:type_name -> styx.v1.QueuePartitionStats
+	30, // 25: styx.v1.QueuesHistoryResponse.points:type_name -> styx.v1.HistoryPoint
+	77, // 26: styx.v1.QueuesHistoryResponse.group_patterns:type_name -> styx.v1.QueuesHistoryResponse.GroupPatternsEntry
+	85, // 27: styx.v1.HistoryPoint.at:type_name -> google.protobuf.Timestamp
+	78, // 28: styx.v1.HistoryPoint.dead_by_group:type_name -> styx.v1.HistoryPoint.DeadByGroupEntry
+	15, // 29: styx.v1.QueuesListResponse.items:type_name -> styx.v1.QueueInfo
+	43, // 30: styx.v1.StorageItemsListResponse.items:type_name -> styx.v1.StorageItem
+	43, // 31: styx.v1.StorageItemsImportRequest.items:type_name -> styx.v1.StorageItem
+	43, // 32: styx.v1.StorageItemsImportResponse.items:type_name -> styx.v1.StorageItem
+	85, // 33: styx.v1.StorageItem.leaseDeadline:type_name -> google.protobuf.Timestamp
+	85, // 34: styx.v1.StorageItem.expireDeadline:type_name -> google.protobuf.Timestamp
+	85, // 35: styx.v1.StorageItem.deadDeadline:type_name -> google.protobuf.Timestamp
+	85, // 36: styx.v1.StorageItem.createdAt:type_name -> google.protobuf.Timestamp
+	85, // 37: styx.v1.StorageItem.updatedAt:type_name -> google.protobuf.Timestamp
+	85, // 38: styx.v1.StorageItem.enqueueAt:type_name -> google.protobuf.Timestamp
+	85, // 39: styx.v1.StorageItem.dead_at:type_name -> google.protobuf.Timestamp
+	44, // 40: styx.v1.StorageItem.errors:type_name -> styx.v1.AttemptError
+	44, // 41: styx.v1.StorageItem.dead_letter_errors:type_name -> styx.v1.AttemptError
+	45, // 42: styx.v1.StorageItem.attributes:type_name -> styx.v1.ItemAttribute
+	85, // 43: styx.v1.AttemptError.at:type_name -> google.protobuf.Timestamp
+	85, // 44: styx.v1.DeadFilter.dead_after:type_name -> google.protobuf.Timestamp
+	85, // 45: styx.v1.DeadFilter.dead_before:type_name -> google.protobuf.Timestamp
+	46, // 46: styx.v1.DeadGroupsRequest.filter:type_name -> styx.v1.DeadFilter
+	85, // 47: styx.v1.DeadGroup.first_dead_at:type_name -> google.protobuf.Timestamp
+	85, // 48: styx.v1.DeadGroup.last_dead_at:type_name -> google.protobuf.Timestamp
+	48, // 49: styx.v1.DeadGroupsResponse.groups:type_name -> styx.v1.DeadGroup
+	46, // 50: styx.v1.DeadListRequest.filter:type_name -> styx.v1.DeadFilter
+	43, // 51: styx.v1.DeadListResponse.items:type_name -> styx.v1.StorageItem
+	46, // 52: styx.v1.DeadDeleteRequest.filter:type_name -> styx.v1.DeadFilter
+	46, // 53: styx.v1.DeadRedriveRequest.filter:type_name -> styx.v1.DeadFilter
+	62, // 54: styx.v1.RedrivesListResponse.tasks:type_name -> styx.v1.RedriveTask
+	79, // 55: styx.v1.RedriveCounts.skip_reasons:type_name -> styx.v1.RedriveCounts.SkipReasonsEntry
+	80, // 56: styx.v1.RedrivePlan.skip_reasons:type_name -> styx.v1.RedrivePlan.SkipReasonsEntry
+	46, // 57: styx.v1.RedriveTask.filter:type_name -> styx.v1.DeadFilter
+	85, // 58: styx.v1.RedriveTask.started_at:type_name -> google.protobuf.Timestamp
+	85, // 59: styx.v1.RedriveTask.finished_at:type_name -> google.protobuf.Timestamp
+	81, // 60: styx.v1.RedriveTask.by_queue:type_name -> styx.v1.RedriveTask.ByQueueEntry
+	82, // 61: styx.v1.RedriveTask.by_destination:type_name -> styx.v1.RedriveTask.ByDestinationEntry
+	83, // 62: styx.v1.RedriveTask.skip_reasons:type_name -> styx.v1.RedriveTask.SkipReasonsEntry
+	84, // 63: styx.v1.RedriveTask.left_to:type_name -> styx.v1.RedriveTask.LeftToEntry
+	85, // 64: styx.v1.RedriveTask.paused_at:type_name -> google.protobuf.Timestamp
+	63, // 65: styx.v1.RedriveTask.outcomes:type_name -> styx.v1.RedriveOutcomes
+	85, // 66: styx.v1.RedriveTask.outcomes_until:type_name -> google.protobuf.Timestamp
+	85, // 67: styx.v1.RedriveTask.canary_deadline:type_name -> google.protobuf.Timestamp
+	66, // 68: styx.v1.ActivityListResponse.records:type_name -> styx.v1.ActivityRecord
+	85, // 69: styx.v1.ActivityRecord.at:type_name -> google.protobuf.Timestamp
+	67, // 70: styx.v1.ActivityRecord.details:type_name -> styx.v1.ActivityDetail
+	85, // 71: styx.v1.ApiKey.created_at:type_name -> google.protobuf.Timestamp
+	85, // 72: styx.v1.KeysCreateResponse.created_at:type_name -> google.protobuf.Timestamp
+	69, // 73: styx.v1.KeysListResponse.keys:type_name -> styx.v1.ApiKey
+	60, // 74: styx.v1.RedriveTask.ByQueueEntry.value:type_name -> styx.v1.RedriveCounts
+	61, // 75: styx.v1.RedriveTask.ByDestinationEntry.value:type_name -> styx.v1.RedrivePlan
+	76, // [76:76] is the sub-list for method output_type
+	76, // [76:76] is the sub-list for method input_type
+	76, // [76:76] is the sub-list for extension type_name
+	76, // [76:76] is the sub-list for extension extendee
+	0,  // [0:76] is the sub-list for field type_name
 }
 
 func init() { file_styx_v1_styx_proto_init() }
@@ -6420,16 +6671,16 @@ func file_styx_v1_styx_proto_init() {
 	if File_styx_v1_styx_proto != nil {
 		return
 	}
-	file_styx_v1_styx_proto_msgTypes[49].OneofWrappers = []any{}
-	file_styx_v1_styx_proto_msgTypes[51].OneofWrappers = []any{}
 	file_styx_v1_styx_proto_msgTypes[52].OneofWrappers = []any{}
+	file_styx_v1_styx_proto_msgTypes[54].OneofWrappers = []any{}
+	file_styx_v1_styx_proto_msgTypes[55].OneofWrappers = []any{}
 	type x struct{}
 	out := protoimpl.TypeBuilder{
 		File: protoimpl.DescBuilder{
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_styx_v1_styx_proto_rawDesc), len(file_styx_v1_styx_proto_rawDesc)),
 			NumEnums:      0,
-			NumMessages:   82,
+			NumMessages:   85,
 			NumExtensions: 0,
 			NumServices:   0,
 		},

@@ -256,6 +256,7 @@ func NewHandler(cfg Config) *Handler {
 		"/v1/queues.update":          noReply(h, func() *pb.QueueInfo { return &pb.QueueInfo{} }, s.QueuesUpdate, okReply),
 		"/v1/queues.list":            rpc(h, func() *pb.QueuesListRequest { return &pb.QueuesListRequest{} }, s.QueuesList),
 		"/v1/queues.info":            rpc(h, func() *pb.QueuesInfoRequest { return &pb.QueuesInfoRequest{} }, s.QueuesInfo),
+		"/v1/queues.move":            rpc(h, func() *pb.QueuesMoveRequest { return &pb.QueuesMoveRequest{} }, s.QueuesMove),
 		"/v1/queues.delete":          noReply(h, func() *pb.QueuesDeleteRequest { return &pb.QueuesDeleteRequest{} }, s.QueuesDelete, okReply),
 		"/v1/storage/items.list":     rpc(h, func() *pb.StorageItemsListRequest { return &pb.StorageItemsListRequest{} }, s.StorageItemsList),
 		"/v1/storage/scheduled.list": rpc(h, func() *pb.StorageItemsListRequest { return &pb.StorageItemsListRequest{} }, s.StorageScheduledList),
@@ -545,6 +546,8 @@ func auditAttrs(rec *audit.Record, req, resp proto.Message) {
 	switch m := resp.(type) {
 	case *pb.DeadDeleteResponse:
 		rec.Add("deleted", m.Deleted)
+	case *pb.QueuesMoveResponse:
+		rec.Add("from_cluster", m.FromCluster, "to_cluster", m.ToCluster, "items", m.ItemsMoved, "epoch", m.Epoch)
 	case *pb.StorageItem:
 		rec.Add("item", m.Id, "payload_bytes", len(m.Payload))
 	case *pb.RedriveTask:

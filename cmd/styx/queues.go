@@ -19,7 +19,7 @@ func (a *app) queuesCmd() *cobra.Command {
 		Short: "Create, update, inspect, list, pause, clear and delete queues",
 	}
 	cmd.AddCommand(a.queuesCreateCmd(), a.queuesUpdateCmd(), a.queuesInfoCmd(), a.queuesListCmd(), a.queuesDeleteCmd(), a.queuesHistoryCmd(),
-		a.queuesPauseCmd(), a.queuesResumeCmd(), a.queuesClearCmd())
+		a.queuesPauseCmd(), a.queuesResumeCmd(), a.queuesClearCmd(), a.queuesMoveCmd())
 	return a.addClientFlags(cmd)
 }
 

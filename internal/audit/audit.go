@@ -70,13 +70,13 @@ func (r *Record) Refused(reason string) {
 // audited are the operations logged at INFO with the key that made them,
 // whichever door they came through (key changes are logged by
 // internal/auth): the calls that delete, move or rewrite items, and those
-// that make or change queues (pausing and resuming a queue's consumption
-// among them).
+// that make or change queues (pausing and resuming a queue's consumption,
+// and moving a queue to another cluster, among them).
 var audited = map[string]bool{
 	"/v1/queues.delete": true, "/v1/queue.clear": true, "/v1/dead.delete": true, "/v1/dead.redrive": true,
 	"/v1/redrives.cancel": true, "/v1/redrives.pause": true, "/v1/redrives.resume": true, "/v1/redrives.update": true, "/v1/storage/items.delete": true, "/v1/dead.edit": true,
 	"/v1/storage/items.import": true, "/v1/queues.create": true, "/v1/queues.update": true, "/v1/queue.reload": true,
-	"/v1/queues.pause": true, "/v1/queues.resume": true,
+	"/v1/queues.pause": true, "/v1/queues.resume": true, "/v1/queues.move": true,
 	"/v1/storage/backup": true, // a copy of every item leaves the server
 }
 

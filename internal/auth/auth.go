@@ -49,6 +49,7 @@ const (
 	Read Scope = "read"
 	// Admin: every call, including queue administration (queues.create,
 	// queues.update, queues.pause, queues.resume, queues.delete,
+	// queues.move,
 	// queue.clear, queue.reload,
 	// storage/items.import, storage/items.delete) and, on a key without
 	// queue patterns, keys.* and storage/backup.
@@ -89,6 +90,7 @@ var calls = map[string]Scope{
 	"/v1/queues.pause":           Admin,
 	"/v1/queues.resume":          Admin,
 	"/v1/queues.delete":          Admin,
+	"/v1/queues.move":            Admin,
 	"/v1/queue.clear":            Admin,
 	"/v1/queue.reload":           Admin,
 	"/v1/storage/items.import":   Admin,

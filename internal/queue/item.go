@@ -68,6 +68,11 @@ type QueueInfo struct {
 	// FIFO queues): a group's items are leased in produce order, one lease
 	// at a time. False: groups serve fairness only. Default false.
 	Ordered bool
+	// Move is the queue's move to another PostgreSQL cluster while one is
+	// in progress (queues.move; ADR 0023), set by the router of several
+	// clusters in what Info returns; nil otherwise, and never stored with
+	// the definition.
+	Move *MoveStatus `json:"-"`
 	// GroupDeadPolicy is what a dead item does to its group on an ordered
 	// queue: GroupContinue ("" means it) or GroupHold
 	// (CheckGroupDeadPolicy).
