@@ -29,6 +29,7 @@ import (
 
 	"github.com/styxq/styx/internal/activity"
 	"github.com/styxq/styx/internal/auth"
+	"github.com/styxq/styx/internal/backend/clusters"
 	"github.com/styxq/styx/internal/backend/embedded"
 	"github.com/styxq/styx/internal/backend/embedded/pebble"
 	"github.com/styxq/styx/internal/backend/postgres"
@@ -68,6 +69,17 @@ type Config struct {
 	// PostgresURL is the database of the postgres backend, as a URL or a
 	// key=value DSN (pgx syntax). Required with Storage "postgres".
 	PostgresURL string
+	// PostgresClusters are the PostgreSQL clusters besides PostgresURL's
+	// (named "main", the catalog), by name (ADR 0023,
+	// internal/backend/clusters): each queue lives on one of them. Names
+	// are 1 to 63 of [a-z0-9_-], starting with a letter; "main" is
+	// PostgresURL's. Empty (the default): one cluster, served exactly as
+	// without this field. Storage "postgres" only.
+	PostgresClusters map[string]string
+	// PostgresClusterWeights are the clusters' shares of the queues created
+	// without a cluster (clusters.Cluster.Weight), by name; a cluster not
+	// named has weight 1. Needs PostgresClusters.
+	PostgresClusterWeights map[string]int
 	// PostgresMaxConns bounds the postgres connection pool; 0 means pgx's
 	// default (max(4, number of CPUs)).
 	PostgresMaxConns int32
@@ -263,6 +275,9 @@ func (c *Config) Validate() error {
 		}
 	default:
 		return fmt.Errorf("storage: %q is not one of %q, %q, %q", c.Storage, StoragePebble, StorageMemory, StoragePostgres)
+	}
+	if err := c.validateClusters(); err != nil {
+		return err
 	}
 	if c.MaxRequestBytes < 1<<20 || c.MaxRequestBytes > 1<<30 {
 		return fmt.Errorf("max_request_bytes: %d is out of range 1048576 (1 MiB) to 1073741824 (1 GiB)", c.MaxRequestBytes)
@@ -612,8 +627,12 @@ func (d *Daemon) start(ctx context.Context) (*Daemon, error) {
 }
 
 // startPostgres starts a node on the postgres backend: the postgres manager
-// owns the connection pool and is the redrive runner's task store.
+// owns the connection pool and is the redrive runner's task store. With
+// several clusters, the router of internal/backend/clusters does.
 func (d *Daemon) startPostgres(ctx context.Context) (*Daemon, error) {
+	if len(d.cfg.PostgresClusters) > 0 {
+		return d.startClusters(ctx)
+	}
 	m, err := postgres.Open(ctx, postgres.Config{URL: d.cfg.PostgresURL, MaxConns: d.cfg.PostgresMaxConns,
 		Clock: d.cfg.Clock, Log: d.cfg.Log, Metrics: d.Metrics})
 	if err != nil {
@@ -685,6 +704,14 @@ func (d *Daemon) serve(ctx context.Context, m backend, tasks store.TaskStore, ks
 	// The activity log (issue 49): the records of the audited calls, in
 	// the store, written by the pipeline, read by activity.list.
 	acts := activity.New(activity.Config{Store: as, Clock: cfg.Clock, Log: cfg.Log, WriteErrors: d.Metrics.RegisterActivity()})
+	// Several PostgreSQL clusters: /health names each one's state, and one
+	// down is 200 "degraded" (ADR 0023).
+	var degraded func() string
+	var clusterStates func() map[string]string
+	if r, ok := m.(*clusters.Router); ok {
+		degraded, clusterStates = r.Degraded, r.State
+		d.Metrics.RegisterClusters(r.State)
+	}
 	// Online backups of the embedded store (issue 47); none on PostgreSQL.
 	snapshots, _ := backup.SourceOf(d.store)
 	h := transport.NewHandler(transport.Config{
@@ -702,6 +729,8 @@ func (d *Daemon) serve(ctx context.Context, m backend, tasks store.TaskStore, ks
 			}
 			return ""
 		},
+		Degraded: degraded,
+		Clusters: clusterStates,
 	})
 	// The limits count TCP connections, TLS handshakes in progress
 	// included; idle ones make room for new ones (transport.ConnLimiter).

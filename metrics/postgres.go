@@ -156,3 +156,28 @@ func (m *Metrics) PostgresSampleFailed() {
 	c.started = true
 	c.last = nil
 }
+
+// RegisterClusters registers the gauge styx_postgres_cluster_up{cluster}:
+// 1 while the named PostgreSQL cluster takes writes, 0 while it does not
+// (ADR 0023; a node over several clusters), read from states at each
+// scrape (by cluster name: "" when up, else why not). Call it once.
+func (m *Metrics) RegisterClusters(states func() map[string]string) {
+	m.Registry.MustRegister(clusterCollector{states: states})
+}
+
+var clusterUpDesc = prometheus.NewDesc("styx_postgres_cluster_up",
+	"1 while the PostgreSQL cluster takes writes, else 0 (its queues answer 453), by cluster name (ADR 0023).", []string{"cluster"}, nil)
+
+type clusterCollector struct{ states func() map[string]string }
+
+func (c clusterCollector) Describe(ch chan<- *prometheus.Desc) { ch <- clusterUpDesc }
+
+func (c clusterCollector) Collect(ch chan<- prometheus.Metric) {
+	for name, why := range c.states() {
+		up := 0.0
+		if why == "" {
+			up = 1
+		}
+		ch <- prometheus.MustNewConstMetric(clusterUpDesc, prometheus.GaugeValue, up, name)
+	}
+}

@@ -35,6 +35,7 @@ func (s *Service) QueuesCreate(ctx context.Context, req *pb.QueueInfo) error {
 		Partitions: 1, CreatedAt: now, UpdatedAt: now,
 	}
 	info.Ordered = req.Ordered
+	info.Cluster = req.Cluster // checked by the backend (queue.CheckCluster)
 	if err := checkPausedField(req, info); err != nil {
 		return err
 	}
@@ -75,6 +76,9 @@ func (s *Service) QueuesUpdate(ctx context.Context, req *pb.QueueInfo) error {
 		if err := checkPausedField(req, info); err != nil {
 			return err
 		}
+	}
+	if req.Cluster != "" {
+		return invalid("cluster", "a queue's cluster is set when it is created; queues.update does not change it")
 	}
 	fields, err := updateFields(req)
 	if err != nil {
@@ -300,6 +304,7 @@ func toQueueInfo(ctx context.Context, info queue.QueueInfo) *pb.QueueInfo {
 	if m := info.Move; m != nil {
 		out.Move = &pb.QueueMove{Cluster: m.To, ItemsCopied: m.Copied, ItemsTotal: m.Total, Epoch: m.Epoch}
 	}
+	out.Cluster = info.Cluster // set by the router of several clusters only
 	for p := range info.Partitions {
 		out.Partitions = append(out.Partitions, &pb.PartitionInfo{Partition: p})
 	}

@@ -1200,6 +1200,17 @@ type QueueInfo struct {
 	// Styx (issue 49), read-only: when the queue was paused; omitted while
 	// it runs.
 	PausedAt *timestamppb.Timestamp `protobuf:"bytes,121,opt,name=paused_at,proto3" json:"paused_at,omitempty"`
+	// Styx (ADR 0023): the PostgreSQL cluster the queue lives on, on a
+	// server run over several clusters (postgres_clusters). queues.create:
+	// the cluster to place the queue on; omitted, the server chooses (its
+	// dead_queue's cluster, else by the clusters' weights); a name that is
+	// not one of the server's clusters, or any name on memory and Pebble,
+	// is refused (400 naming cluster); on one PostgreSQL cluster "main" is
+	// its name. queues.info and queues.list: the queue's cluster; omitted
+	// on memory, Pebble and one PostgreSQL cluster (a Querator client sees
+	// only Querator's fields). queues.update refuses it (a queue's cluster
+	// changes by a move).
+	Cluster string `protobuf:"bytes,150,opt,name=cluster,proto3" json:"cluster,omitempty"`
 	// Styx (issue 47, ADR 0023), read-only, queues.info only: the queue's
 	// move to another PostgreSQL cluster while one is in progress
 	// (queues.move), with its progress; omitted otherwise.
@@ -1355,6 +1366,13 @@ func (x *QueueInfo) GetPausedAt() *timestamppb.Timestamp {
 		return x.PausedAt
 	}
 	return nil
+}
+
+func (x *QueueInfo) GetCluster() string {
+	if x != nil {
+		return x.Cluster
+	}
+	return ""
 }
 
 func (x *QueueInfo) GetMove() *QueueMove {
@@ -6013,7 +6031,7 @@ const file_styx_v1_styx_proto_rawDesc = "" +
 	"\x05items\x18\x01 \x03(\v2\x17.styx.v1.QueueRenewItemR\x05items\"c\n" +
 	"\x0eQueueRenewItem\x12\x0e\n" +
 	"\x02id\x18\x01 \x01(\tR\x02id\x12A\n" +
-	"\rleaseDeadline\x18\x02 \x01(\v2\x1a.google.protobuf.TimestampR\x0elease_deadline\"\xed\x05\n" +
+	"\rleaseDeadline\x18\x02 \x01(\v2\x1a.google.protobuf.TimestampR\x0elease_deadline\"\x88\x06\n" +
 	"\tQueueInfo\x12\x1d\n" +
 	"\tqueueName\x18\x01 \x01(\tR\n" +
 	"queue_name\x129\n" +
@@ -6038,7 +6056,8 @@ const file_styx_v1_styx_proto_rawDesc = "" +
 	"\aordered\x18p \x01(\bR\aordered\x12,\n" +
 	"\x11group_dead_policy\x18q \x01(\tR\x11group_dead_policy\x12\x16\n" +
 	"\x06paused\x18x \x01(\bR\x06paused\x128\n" +
-	"\tpaused_at\x18y \x01(\v2\x1a.google.protobuf.TimestampR\tpaused_at\x12'\n" +
+	"\tpaused_at\x18y \x01(\v2\x1a.google.protobuf.TimestampR\tpaused_at\x12\x19\n" +
+	"\acluster\x18\x96\x01 \x01(\tR\acluster\x12'\n" +
 	"\x04move\x18\xa0\x01 \x01(\v2\x12.styx.v1.QueueMoveR\x04move\"\x81\x01\n" +
 	"\tQueueMove\x12\x18\n" +
 	"\acluster\x18\x01 \x01(\tR\acluster\x12\"\n" +

@@ -116,6 +116,16 @@ type Config struct {
 	// {"status":"degraded: <why>"}, GET /livez 200 with the same status
 	// (serveHealth). Nil: always "ok".
 	Health func() string
+	// Degraded, when set, says what part of the storage cannot take
+	// writes while the rest can ("" when all can): with Health "", GET
+	// /health answers 200 {"status":"degraded: <why>"} (several
+	// PostgreSQL clusters, one down: only its queues answer 453; ADR
+	// 0023). Nil: never.
+	Degraded func() string
+	// Clusters, when set, gives each PostgreSQL cluster's state by name
+	// ("" when it takes writes, else why not): /health lists them under
+	// "clusters" ("ok" or the reason). Nil: no "clusters" in the answer.
+	Clusters func() map[string]string
 	// SQS, when set, serves the Amazon SQS API at / and at queue-URL paths
 	// (sqs.Path): a POST carrying "X-Amz-Target: AmazonSQS.<Action>" (the
 	// JSON protocol), or a form POST or a GET with an Action parameter (the

@@ -420,6 +420,9 @@ func (h *Handler) serveHome(w http.ResponseWriter, r *http.Request) {
 // what a load balancer or a readiness probe should act on. GET /livez
 // answers 200 while the process serves requests, degraded or not (reads
 // are still served; a restart would not help), with the same status text.
+// On several PostgreSQL clusters (Config.Degraded, Config.Clusters; ADR
+// 0023), one cluster down is 200 {"status":"degraded: cluster 'X': …"}
+// and the answer lists every cluster's state under "clusters".
 func (h *Handler) serveHealth(w http.ResponseWriter, r *http.Request) {
 	if r.Method != http.MethodGet && r.Method != http.MethodHead {
 		h.fail(w, r, apierr.Invalidf("invalid method; %s %s, only GET is allowed", r.Method, r.URL.Path))
@@ -436,7 +439,23 @@ func (h *Handler) serveHealth(w http.ResponseWriter, r *http.Request) {
 			}
 		}
 	}
-	b, _ := json.Marshal(map[string]string{"status": status})
+	if h.cfg.Degraded != nil && code == http.StatusOK && status == "ok" {
+		if why := h.cfg.Degraded(); why != "" {
+			status = "degraded: " + why // some storage serves: 200
+		}
+	}
+	answer := map[string]any{"status": status}
+	if h.cfg.Clusters != nil {
+		states := map[string]string{}
+		for name, why := range h.cfg.Clusters() {
+			if why == "" {
+				why = "ok"
+			}
+			states[name] = why
+		}
+		answer["clusters"] = states
+	}
+	b, _ := json.Marshal(answer)
 	w.WriteHeader(code)
 	_, _ = w.Write(append(b, '\n'))
 }

@@ -34,6 +34,11 @@ type serverSettings struct {
 	Storage string
 	// PostgresURL is the database of the postgres backend.
 	PostgresURL string
+	// PostgresClusters are the other PostgreSQL clusters by name, and
+	// PostgresClusterWeights their shares of new queues
+	// (daemon.Config.PostgresClusters, ADR 0023).
+	PostgresClusters       map[string]string
+	PostgresClusterWeights map[string]int
 	// Sync fsyncs every write before acknowledging it. Defaults to true.
 	Sync bool
 	// SyncConsume makes lease, complete, retry and renew wait for their
@@ -118,8 +123,11 @@ func (s serverSettings) daemonConfig(log *slog.Logger) daemon.Config {
 		Listen:      s.Listen,
 		Storage:     s.Storage,
 		PostgresURL: s.PostgresURL,
-		DataDir:     s.DataDir,
-		NoSync:      !s.Sync,
+		// Several PostgreSQL clusters (ADR 0023).
+		PostgresClusters:       s.PostgresClusters,
+		PostgresClusterWeights: s.PostgresClusterWeights,
+		DataDir:                s.DataDir,
+		NoSync:                 !s.Sync,
 		// Only meaningful with sync on: with it off nothing waits.
 		ConsumeBeforeSync:        s.Sync && !s.SyncConsume,
 		ShutdownTimeout:          s.ShutdownTimeout,
@@ -160,35 +168,37 @@ func (s serverSettings) newLogger(w io.Writer) *slog.Logger {
 // from daemon.Config: the file is a user-facing format with its own key
 // names, the Config is the server's runtime input. A nil field is unset.
 type fileConfig struct {
-	Listen                   *string        `yaml:"listen"`
-	DataDir                  *string        `yaml:"data_dir"`
-	Storage                  *string        `yaml:"storage"`
-	PostgresURL              *string        `yaml:"postgres_url"`
-	Sync                     *bool          `yaml:"sync"`
-	SyncConsume              *bool          `yaml:"sync_consume"`
-	LogLevel                 *string        `yaml:"log_level"`
-	LogFormat                *string        `yaml:"log_format"`
-	ShutdownTimeout          *time.Duration `yaml:"shutdown_timeout"`
-	MaxRequestBytes          *int64         `yaml:"max_request_bytes"`
-	MaxInflightBytes         *int64         `yaml:"max_inflight_bytes"`
-	MaxInflightBytesPerKey   *int64         `yaml:"max_inflight_bytes_per_key"`
-	MaxConnectionsPerAddress *int           `yaml:"max_connections_per_address"`
-	MaxDeduplicationIDs      *int           `yaml:"max_deduplication_ids"`
-	BodyReadTimeout          *time.Duration `yaml:"body_read_timeout"`
-	MaxConnections           *int           `yaml:"max_connections"`
-	MinFreeBytes             *int64         `yaml:"min_free_bytes"`
-	DebugListen              *string        `yaml:"debug_listen"`
-	Auth                     *bool          `yaml:"auth"`
-	Insecure                 *bool          `yaml:"insecure"`
-	DebugAllowRemote         *bool          `yaml:"debug_allow_remote"`
-	AdminKeyFile             *string        `yaml:"admin_key_file"`
-	SecretKeyFile            *string        `yaml:"secret_key_file"`
-	SQSRegion                *string        `yaml:"sqs_region"`
-	SQSAccountID             *string        `yaml:"sqs_account_id"`
-	TLSCert                  *string        `yaml:"tls_cert"`
-	TLSKey                   *string        `yaml:"tls_key"`
-	TLSClientCA              *string        `yaml:"tls_client_ca"`
-	AllowedHost              *string        `yaml:"allowed_host"`
+	Listen                   *string           `yaml:"listen"`
+	DataDir                  *string           `yaml:"data_dir"`
+	Storage                  *string           `yaml:"storage"`
+	PostgresURL              *string           `yaml:"postgres_url"`
+	PostgresClusters         map[string]string `yaml:"postgres_clusters"`
+	PostgresClusterWeights   map[string]int    `yaml:"postgres_cluster_weights"`
+	Sync                     *bool             `yaml:"sync"`
+	SyncConsume              *bool             `yaml:"sync_consume"`
+	LogLevel                 *string           `yaml:"log_level"`
+	LogFormat                *string           `yaml:"log_format"`
+	ShutdownTimeout          *time.Duration    `yaml:"shutdown_timeout"`
+	MaxRequestBytes          *int64            `yaml:"max_request_bytes"`
+	MaxInflightBytes         *int64            `yaml:"max_inflight_bytes"`
+	MaxInflightBytesPerKey   *int64            `yaml:"max_inflight_bytes_per_key"`
+	MaxConnectionsPerAddress *int              `yaml:"max_connections_per_address"`
+	MaxDeduplicationIDs      *int              `yaml:"max_deduplication_ids"`
+	BodyReadTimeout          *time.Duration    `yaml:"body_read_timeout"`
+	MaxConnections           *int              `yaml:"max_connections"`
+	MinFreeBytes             *int64            `yaml:"min_free_bytes"`
+	DebugListen              *string           `yaml:"debug_listen"`
+	Auth                     *bool             `yaml:"auth"`
+	Insecure                 *bool             `yaml:"insecure"`
+	DebugAllowRemote         *bool             `yaml:"debug_allow_remote"`
+	AdminKeyFile             *string           `yaml:"admin_key_file"`
+	SecretKeyFile            *string           `yaml:"secret_key_file"`
+	SQSRegion                *string           `yaml:"sqs_region"`
+	SQSAccountID             *string           `yaml:"sqs_account_id"`
+	TLSCert                  *string           `yaml:"tls_cert"`
+	TLSKey                   *string           `yaml:"tls_key"`
+	TLSClientCA              *string           `yaml:"tls_client_ca"`
+	AllowedHost              *string           `yaml:"allowed_host"`
 }
 
 // values returns the set fields of fc by YAML key, formatted as a flag or
@@ -204,6 +214,16 @@ func (fc *fileConfig) values() map[string]string {
 	put("data_dir", fc.DataDir)
 	put("storage", fc.Storage)
 	put("postgres_url", fc.PostgresURL)
+	if fc.PostgresClusters != nil {
+		out["postgres_clusters"] = joinPairs(fc.PostgresClusters)
+	}
+	if fc.PostgresClusterWeights != nil {
+		w := map[string]string{}
+		for k, v := range fc.PostgresClusterWeights {
+			w[k] = strconv.Itoa(v)
+		}
+		out["postgres_cluster_weights"] = joinPairs(w)
+	}
 	put("log_level", fc.LogLevel)
 	put("log_format", fc.LogFormat)
 	put("debug_listen", fc.DebugListen)
@@ -332,6 +352,29 @@ func serverSettingTable() []serverSetting {
 		}},
 		{"postgres_url", "postgres-url", "STYX_POSTGRES_URL", func(s *serverSettings, v string) error {
 			s.PostgresURL = v
+			return nil
+		}},
+		{"postgres_clusters", "postgres-cluster", "STYX_POSTGRES_CLUSTERS", func(s *serverSettings, v string) error {
+			m, err := splitPairs(v, "NAME=URL")
+			if err != nil {
+				return err
+			}
+			s.PostgresClusters = m
+			return nil
+		}},
+		{"postgres_cluster_weights", "postgres-cluster-weight", "STYX_POSTGRES_CLUSTER_WEIGHTS", func(s *serverSettings, v string) error {
+			m, err := splitPairs(v, "NAME=WEIGHT")
+			if err != nil {
+				return err
+			}
+			s.PostgresClusterWeights = map[string]int{}
+			for name, w := range m {
+				n, err := strconv.Atoi(w)
+				if err != nil || n < 0 {
+					return fmt.Errorf("cluster %q: weight %q is not a number 0 or more", name, w)
+				}
+				s.PostgresClusterWeights[name] = n
+			}
 			return nil
 		}},
 		{"sync", "sync", "STYX_SYNC", func(s *serverSettings, v string) error {
@@ -507,6 +550,11 @@ func addServerFlags(fs *pflag.FlagSet) {
 		"or postgres (durable, several nodes may share the database; needs --postgres-url) (env STYX_STORAGE)")
 	fs.String("postgres-url", "", "PostgreSQL connection URL for --storage postgres, "+
 		"e.g. postgres://styx@db:5432/styx?sslmode=require (env STYX_POSTGRES_URL)")
+	fs.StringArray("postgres-cluster", nil, "another PostgreSQL cluster NAME=URL for --storage postgres, repeatable (--postgres-url is "+
+		"the cluster named main, which holds the catalog); each queue lives on one cluster (docs/storage/postgres.md, "+
+		"\"Several clusters\") (env STYX_POSTGRES_CLUSTERS, NAME=URL;NAME=URL)")
+	fs.StringArray("postgres-cluster-weight", nil, "NAME=N, repeatable: cluster NAME's share of the queues created without a cluster "+
+		"(default 1; 0 takes none unless named) (env STYX_POSTGRES_CLUSTER_WEIGHTS, NAME=N;NAME=N)")
 	fs.Bool("sync", d.Sync, "fsync every write before acknowledging it; turning it off (--sync=false) is faster, "+
 		"but acknowledged writes may be lost on power failure (env STYX_SYNC)")
 	fs.Bool("sync-consume", d.SyncConsume, "with --sync, also fsync lease, complete, retry and renew before answering them; "+
@@ -597,10 +645,54 @@ func loadServerSettings(fs *pflag.FlagSet, lookupEnv func(string) (string, bool)
 	}
 	for _, st := range table {
 		if fs.Changed(st.flag) {
-			if err := st.set(&s, fs.Lookup(st.flag).Value.String()); err != nil {
+			v := fs.Lookup(st.flag).Value.String()
+			if arr, err := fs.GetStringArray(st.flag); err == nil {
+				v = strings.Join(arr, pairSep) // a repeatable flag
+			}
+			if err := st.set(&s, v); err != nil {
 				return s, fmt.Errorf("--%s: %w", st.flag, err)
 			}
 		}
 	}
 	return s, nil
+}
+
+// pairSep separates the NAME=VALUE pairs of a setting's text form (the
+// environment variable; a repeatable flag's values are joined with it): a
+// URL may hold commas (several hosts, ADR 0021), not semicolons.
+const pairSep = ";"
+
+// splitPairs parses "NAME=VALUE;NAME=VALUE" (what, e.g. "NAME=URL", names
+// the form in errors), refusing an entry without '=' and a name given
+// twice.
+func splitPairs(v, what string) (map[string]string, error) {
+	out := map[string]string{}
+	for entry := range strings.SplitSeq(v, pairSep) {
+		if entry = strings.TrimSpace(entry); entry == "" {
+			continue
+		}
+		name, val, ok := strings.Cut(entry, "=")
+		if !ok || name == "" {
+			return nil, fmt.Errorf("%q is not %s", entry, what)
+		}
+		if _, dup := out[name]; dup {
+			return nil, fmt.Errorf("cluster %q is given twice", name)
+		}
+		out[name] = val
+	}
+	return out, nil
+}
+
+// joinPairs is splitPairs' inverse, in name order.
+func joinPairs(m map[string]string) string {
+	names := make([]string, 0, len(m))
+	for name := range m {
+		names = append(names, name)
+	}
+	slices.Sort(names)
+	parts := make([]string, len(names))
+	for i, name := range names {
+		parts[i] = name + "=" + m[name]
+	}
+	return strings.Join(parts, pairSep)
 }

@@ -127,6 +127,7 @@ func (a *app) queuesCreateCmd() *cobra.Command {
 		q         queueFlags
 		namespace string
 		ordered   bool
+		cluster   string
 	)
 	cmd := &cobra.Command{
 		Use:   "create NAME",
@@ -135,7 +136,7 @@ func (a *app) queuesCreateCmd() *cobra.Command {
 		RunE: func(cmd *cobra.Command, args []string) error {
 			return a.withClient(cmd, func(c *styx.Client) error {
 				info, _ := q.info(args[0], cmd.Flags())
-				info.Namespace, info.Ordered = namespace, ordered
+				info.Namespace, info.Ordered, info.Cluster = namespace, ordered, cluster
 				if err := c.QueuesCreate(cmd.Context(), info); err != nil {
 					return err
 				}
@@ -146,6 +147,8 @@ func (a *app) queuesCreateCmd() *cobra.Command {
 	q.add(cmd.Flags(), true)
 	cmd.Flags().StringVar(&namespace, "namespace", "", "namespace of the queue (fixed once created); the server's default is _system")
 	cmd.Flags().BoolVar(&ordered, "ordered", false, "order the items of each group (produce --group): leased in produce order, one lease of a group at a time (fixed once created; see docs/groups.md)")
+	cmd.Flags().StringVar(&cluster, "cluster", "", "the PostgreSQL cluster to place the queue on, on a server run over several (postgres_clusters); "+
+		"empty: the server chooses (the dead queue's cluster, else by weight)")
 	return cmd
 }
 
@@ -220,6 +223,9 @@ func (a *app) queuesInfoCmd() *cobra.Command {
 				t.row("max attempts", maxAttempts(info.MaxAttempts))
 				t.row("partitions", fmt.Sprint(info.RequestedPartitions))
 				t.row("reference", orDash(info.Reference))
+				if info.Cluster != "" {
+					t.row("cluster", info.Cluster)
+				}
 				t.row("created", formatTime(info.CreatedAt)+" ("+relative(now, info.CreatedAt)+")")
 				t.row("updated", formatTime(info.UpdatedAt)+" ("+relative(now, info.UpdatedAt)+")")
 				t.row("state", queueState(now, info))

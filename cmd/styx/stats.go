@@ -34,6 +34,11 @@ the queue's expire timeout counted from when each died).`,
 				if a.json {
 					return writeJSON(a.stdout, res)
 				}
+				// The queue's cluster, on a server over several PostgreSQL
+				// clusters (ADR 0023); nothing otherwise.
+				if info, err := c.QueuesInfo(cmd.Context(), &pb.QueuesInfoRequest{QueueName: args[0]}); err == nil && info.Cluster != "" {
+					_, _ = fmt.Fprintf(a.stdout, "cluster: %s\n\n", info.Cluster)
+				}
 				t := newTable(a.stdout, "PARTITION", "TOTAL", "LEASED", "SCHEDULED", "FAILURES", "AVG-AGE", "AVG-LEASED-AGE")
 				var leaseWaiting, inFlight int32
 				for _, lq := range res.LogicalQueues {

@@ -2,6 +2,7 @@ package queue
 
 import (
 	"context"
+	"errors"
 	"maps"
 	"slices"
 	"strings"
@@ -279,4 +280,25 @@ func (e *OtherQueuesError) Message(shown func(name string) bool) string {
 		list += others
 	}
 	return e.before + list + e.after
+}
+
+// ErrUnknownCluster is wrapped by CheckCluster's refusal.
+var ErrUnknownCluster = errors.New("unknown cluster")
+
+// CheckCluster is the rule of queues.create's cluster field (ADR 0023):
+// nil when name is empty (the server chooses) or one of clusters, the
+// names of the PostgreSQL clusters the server runs on; otherwise
+// apierr.Invalid naming cluster, the value and the clusters there are
+// (none on memory and Pebble, whose clusters is empty), wrapping
+// ErrUnknownCluster.
+func CheckCluster(name string, clusters []string) error {
+	if name == "" || slices.Contains(clusters, name) {
+		return nil
+	}
+	if len(clusters) == 0 {
+		return apierr.Wrap(ErrUnknownCluster, apierr.Invalid, "invalid cluster; '%s': this server's storage has no "+
+			"PostgreSQL clusters (cluster applies to storage postgres only)", name)
+	}
+	return apierr.Wrap(ErrUnknownCluster, apierr.Invalid, "invalid cluster; '%s' is not one of this server's PostgreSQL clusters (%s)",
+		name, strings.Join(clusters, ", "))
 }

@@ -82,6 +82,13 @@ type QueueInfo struct {
 	// (the engine's lease path, Paused); everything else goes on. Set and
 	// cleared by Pause and Resume only.
 	PausedAt time.Time
+	// Cluster names the PostgreSQL cluster the queue lives on, in a
+	// deployment of several (ADR 0023): set by the router of clusters in
+	// what Info and List return, and, given to Create, the cluster to
+	// place the queue on (CheckCluster). Never stored with the
+	// definition (the catalog's placement holds it). Empty on memory,
+	// Pebble and a deployment of one PostgreSQL cluster.
+	Cluster string
 }
 
 // Paused reports whether the queue's consumption is paused: leases wait

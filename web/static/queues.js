@@ -163,6 +163,7 @@
         prop('Partitions', String(info.requested_partitions || parts.length)), prop('Reference', info.reference),
         prop('Ordered groups', info.ordered ? 'yes: a group\'s items are leased in order, one lease at a time' : 'no'),
         info.ordered ? prop('A dead item in a group', info.group_dead_policy === 'hold' ? 'holds its group until redriven or deleted' : 'leaves; the group goes on') : null,
+        info.cluster ? prop('PostgreSQL cluster', info.cluster) : null,
         prop('Created', when(info.created_at)), prop('Updated', when(info.updated_at))),
       h('h2', {}, 'Partitions'),
       s.error ? notShown('Partitions', s.error)

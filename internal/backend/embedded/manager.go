@@ -159,6 +159,9 @@ func (m *Manager) stop(name string) {
 // Create stores a new queue and starts its logical queue
 // (engine.CreateQueue).
 func (m *Manager) Create(ctx context.Context, info queue.QueueInfo) error {
+	if err := queue.CheckCluster(info.Cluster, nil); err != nil {
+		return err // PostgreSQL's clusters only (ADR 0023)
+	}
 	_, err := engine.CreateQueue(ctx, m.adminOf(info.Name), info, func(info queue.QueueInfo) error {
 		m.mu.Lock()
 		defer m.mu.Unlock()

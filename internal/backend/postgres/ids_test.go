@@ -123,3 +123,39 @@ func TestItemIDEpochsNonSuperuser(t *testing.T) {
 	require.NotZero(t, sys, "the system identifier is read")
 	require.NotZero(t, tl, "the timeline is read")
 }
+
+// TestItemIDResidue: a cluster of several (ADR 0023) hands out ids equal
+// to its number modulo MaxClusters, from above every id handed out
+// before; the residue survives a move of the ids after a failover (the
+// gap) and MoveItemIDsPast, and setting it again changes nothing.
+func TestItemIDResidue(t *testing.T) {
+	u := pgtest.URL(t)
+	ctx := context.Background()
+	m := open(t, u)
+	require.NoError(t, m.Create(ctx, queue.QueueInfo{Name: "q", LeaseTimeout: time.Minute, Partitions: 1}))
+	before := produceLease(t, m, "q")
+	require.NoError(t, m.Store().SetItemIDResidue(ctx, 5))
+	residue := func(id uint64) uint64 { return id % postgres.MaxClusters }
+	a := produceLease(t, m, "q")
+	b := produceLease(t, m, "q")
+	require.Greater(t, a, before)
+	require.Equal(t, uint64(5), residue(a))
+	require.Equal(t, uint64(postgres.MaxClusters), b-a)
+	require.NoError(t, m.Store().SetItemIDResidue(ctx, 5))
+	require.Equal(t, b+postgres.MaxClusters, produceLease(t, m, "q"), "set again: nothing moves")
+
+	require.NoError(t, m.Store().MoveItemIDsPast(ctx, b+1000))
+	c := produceLease(t, m, "q")
+	require.Greater(t, c, b+1000)
+	require.Equal(t, uint64(5), residue(c))
+
+	conn, err := pgx.Connect(ctx, u)
+	require.NoError(t, err)
+	defer conn.Close(context.Background())
+	_, err = conn.Exec(ctx, `UPDATE styx_item_id_epochs SET system_identifier = system_identifier + 1`)
+	require.NoError(t, err)
+	m2 := open(t, u)
+	d := produceLease(t, m2, "q")
+	require.Greater(t, d, c+itemIDsGap, "moved past the old epoch's ids")
+	require.Equal(t, uint64(5), residue(d), "the move keeps the residue")
+}

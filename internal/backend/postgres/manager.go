@@ -41,6 +41,24 @@ type Config struct {
 	// definitions and the earliest lifecycle time of every queue (the
 	// fallback when a notification is missed); default 1s.
 	RefreshInterval time.Duration
+	// Cluster names the cluster this Manager runs against, for the
+	// cluster field of queues.create (queue.CheckCluster): a create naming
+	// another is refused (400 naming cluster). "" means "main", the one
+	// cluster of a deployment with one (ADR 0023).
+	Cluster string
+	// Others returns the definitions of the queues on the other clusters
+	// of a deployment with several (ADR 0023), by name. The admin step
+	// (create, update, delete) merges them into the stored definitions it
+	// checks, under its lock, so that the dead-letter rules (a dead_queue
+	// exists and has none of its own, a queue named as a dead_queue is not
+	// deleted) and the uniqueness of names hold across clusters; an error
+	// it returns aborts the step. Nil means none (one cluster).
+	Others func(ctx context.Context) (map[string]queue.QueueInfo, error)
+	// OnChange, when set, is called on the LISTEN goroutine each time a
+	// notification that the queue definitions changed arrives (payload
+	// "c"), so that the router of several clusters re-reads its placements
+	// (internal/backend/clusters). It must not block.
+	OnChange func()
 }
 
 // Manager is this node's view of the queues in the database: it implements
@@ -115,6 +133,15 @@ func Open(ctx context.Context, cfg Config) (*Manager, error) {
 	m.wg.Go(m.shareConsumers)
 	m.wg.Go(m.watchReplication) // replication.go: the styx_postgres_* metrics
 	return m, nil
+}
+
+// ClusterName is the name of the cluster the Manager runs against
+// (Config.Cluster; "main" when not set).
+func (m *Manager) ClusterName() string {
+	if m.cfg.Cluster == "" {
+		return "main"
+	}
+	return m.cfg.Cluster
 }
 
 // Durability returns the durability settings read (and logged) at Open;
@@ -336,6 +363,9 @@ func (m *Manager) listenOnce() error {
 		switch {
 		case n.Payload == "c":
 			m.requestRefresh()
+			if m.cfg.OnChange != nil {
+				m.cfg.OnChange()
+			}
 		case strings.HasPrefix(n.Payload, "n:"):
 			m.notifier.heard(n.Payload[2:])
 		case strings.HasPrefix(n.Payload, "i:"):
@@ -430,6 +460,17 @@ func (m *Manager) admin(ctx context.Context, fn func(engine.Definitions, map[str
 	for _, i := range infos {
 		all[i.Name] = i
 	}
+	if m.cfg.Others != nil {
+		others, err := m.cfg.Others(ctx)
+		if err != nil {
+			return wrap("queue admin: the other clusters' queues", err)
+		}
+		for name, i := range others {
+			if _, ok := all[name]; !ok {
+				all[name] = i
+			}
+		}
+	}
 	if err := fn(txDefinitions{tx}, all); err != nil {
 		return wrap("queue admin", err)
 	}
@@ -459,6 +500,10 @@ func (d txDefinitions) DeleteQueue(ctx context.Context, name string) error {
 // Create implements queue.Queues (engine.CreateQueue); this node serves the
 // queue at once, the others once notified.
 func (m *Manager) Create(ctx context.Context, info queue.QueueInfo) error {
+	if err := queue.CheckCluster(info.Cluster, []string{m.ClusterName()}); err != nil {
+		return err
+	}
+	info.Cluster = ""
 	info, err := engine.CreateQueue(ctx, m.admin, info, nil)
 	if err != nil {
 		return err

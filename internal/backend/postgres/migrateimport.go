@@ -143,11 +143,14 @@ func (s *Store) MigrateHeldGroups(ctx context.Context, queueID uint64, hs []queu
 }
 
 // MoveItemIDsPast moves styx_item_ids so that its next id is above id
-// (it never moves it back).
+// (it never moves it back). It moves it by a multiple of the sequence's
+// increment, so a cluster's residue (SetItemIDResidue, ADR 0023) is kept.
 func (s *Store) MoveItemIDsPast(ctx context.Context, id uint64) error {
 	if id > math.MaxInt64 {
 		return fmt.Errorf("postgres: move the item ids: %d is beyond PostgreSQL's bigint", id)
 	}
-	_, err := s.pool.Exec(ctx, `SELECT setval('styx_item_ids', $1) FROM styx_item_ids WHERE last_value < $1`, int64(id))
+	_, err := s.pool.Exec(ctx, `SELECT setval('styx_item_ids', s.last_value + (($1 - s.last_value + p.increment_by - 1) / p.increment_by) * p.increment_by)
+		FROM styx_item_ids s, pg_sequences p
+		WHERE p.schemaname = current_schema() AND p.sequencename = 'styx_item_ids' AND s.last_value < $1`, int64(id))
 	return wrap("move the item ids", err)
 }

@@ -397,6 +397,9 @@ CREATE INDEX styx_items_scheduled ON styx_items (queue_id, partition, id) WHERE 
 	// check every iteration runs after BEGIN (styx_check_fence), and
 	// styx_produce, which runs it too.
 	fenceMigration,
+	// 24: the catalog of several clusters (clusters.go; ADR 0023): the
+	// queues' placements, the clusters' numbers, and this cluster's name.
+	clustersMigration,
 }
 
 // oneTriggerMigration is migration 18.
