@@ -12,6 +12,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/styxq/styx/daemon"
+	"github.com/styxq/styx/internal/store"
 )
 
 func TestConfigValidate(t *testing.T) {
@@ -32,6 +33,16 @@ func TestConfigValidate(t *testing.T) {
 		{"AdminKeyWithoutAuth", daemon.Config{AdminKeyFile: "k"}, "admin_key_file: set, but auth is off; add --auth"},
 		{"TLSCertWithoutKey", daemon.Config{TLSCertFile: "c"}, "tls_cert, tls_key: set both or neither"},
 		{"ClientCAWithoutTLS", daemon.Config{TLSClientCAFile: "ca"}, "tls_client_ca: client certificates need TLS"},
+		{"ClustersOnPebble", daemon.Config{PostgresClusters: map[string]string{"east": "postgres://e"}}, `postgres_clusters: set, but storage is "pebble"`},
+		{"ClustersWithoutMain", daemon.Config{Storage: "postgres", Store: nopStore{}, PostgresClusters: map[string]string{"east": "postgres://e"}},
+			"postgres_url: required with postgres_clusters"},
+		{"ClusterNamedMain", pgClusters(map[string]string{"main": "postgres://m2"}, nil), `postgres_clusters: "main" is the cluster of postgres_url`},
+		{"ClusterBadName", pgClusters(map[string]string{"East!": "postgres://e"}, nil), `cluster name "East!" is invalid`},
+		{"ClusterNoURL", pgClusters(map[string]string{"east": ""}, nil), `cluster "east" has no URL`},
+		{"WeightNoCluster", pgClusters(map[string]string{"east": "postgres://e"}, map[string]int{"west": 2}), `postgres_cluster_weights: "west" is not a cluster`},
+		{"WeightNegative", pgClusters(map[string]string{"east": "postgres://e"}, map[string]int{"east": -1}), `weight -1`},
+		{"WeightsWithoutClusters", daemon.Config{Storage: "postgres", PostgresURL: "postgres://m", PostgresClusterWeights: map[string]int{"main": 1}},
+			"postgres_cluster_weights: set, but there are no postgres_clusters"},
 	} {
 		t.Run(c.name, func(t *testing.T) {
 			c.cfg.SetDefaults()
@@ -122,3 +133,13 @@ func TestNonLoopbackNeedsAuth(t *testing.T) {
 		require.Empty(t, cfg.Warnings(), listen)
 	}
 }
+
+// pgClusters is a postgres Config with the other clusters and weights
+// given (ADR 0023).
+func pgClusters(others map[string]string, weights map[string]int) daemon.Config {
+	return daemon.Config{Storage: "postgres", PostgresURL: "postgres://m", PostgresClusters: others, PostgresClusterWeights: weights}
+}
+
+// nopStore stands for a Config.Store: Validate only looks at whether it is
+// set.
+type nopStore struct{ store.Store }

@@ -159,6 +159,39 @@ func TestServerSettingsPostgres(t *testing.T) {
 	require.ErrorContains(t, cfg.Validate(), "postgres_url: required with storage postgres")
 }
 
+// TestServerSettingsClusters: the other PostgreSQL clusters and their
+// weights (ADR 0023) from a repeated flag (a URL with a comma: several
+// hosts), the environment and the YAML file's maps; a cluster given twice
+// and a malformed entry are refused naming the setting.
+func TestServerSettingsClusters(t *testing.T) {
+	s, err := loadWith(t, []string{"--postgres-cluster", "east=postgres://h1:5432,h2:5432/db", "--postgres-cluster", "west=postgres://w/db",
+		"--postgres-cluster-weight", "main=0"}, nil)
+	require.NoError(t, err)
+	require.Equal(t, map[string]string{"east": "postgres://h1:5432,h2:5432/db", "west": "postgres://w/db"}, s.PostgresClusters)
+	require.Equal(t, map[string]int{"main": 0}, s.PostgresClusterWeights)
+	cfg := s.daemonConfig(slog.Default())
+	require.Equal(t, s.PostgresClusters, cfg.PostgresClusters)
+
+	s, err = loadWith(t, nil, map[string]string{"STYX_POSTGRES_CLUSTERS": "east=postgres://e/db;west=postgres://w/db",
+		"STYX_POSTGRES_CLUSTER_WEIGHTS": "east=3;west=7"})
+	require.NoError(t, err)
+	require.Equal(t, map[string]string{"east": "postgres://e/db", "west": "postgres://w/db"}, s.PostgresClusters)
+	require.Equal(t, map[string]int{"east": 3, "west": 7}, s.PostgresClusterWeights)
+
+	path := writeConfig(t, "storage: postgres\npostgres_clusters:\n  east: postgres://e/db\npostgres_cluster_weights:\n  east: 2\n")
+	s, err = loadWith(t, []string{"--config", path}, nil)
+	require.NoError(t, err)
+	require.Equal(t, map[string]string{"east": "postgres://e/db"}, s.PostgresClusters)
+	require.Equal(t, map[string]int{"east": 2}, s.PostgresClusterWeights)
+
+	_, err = loadWith(t, []string{"--postgres-cluster", "east=postgres://a", "--postgres-cluster", "east=postgres://b"}, nil)
+	require.ErrorContains(t, err, `--postgres-cluster: cluster "east" is given twice`)
+	_, err = loadWith(t, []string{"--postgres-cluster", "postgres://a"}, nil)
+	require.ErrorContains(t, err, "is not NAME=URL")
+	_, err = loadWith(t, []string{"--postgres-cluster-weight", "east=x"}, nil)
+	require.ErrorContains(t, err, `weight "x"`)
+}
+
 func TestServerSettingsSyncConsume(t *testing.T) {
 	s, err := loadWith(t, nil, nil)
 	require.NoError(t, err)
