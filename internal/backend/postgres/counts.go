@@ -23,7 +23,9 @@ import (
 // queue.stats reads (Queue.Stats): styx_partition_counts (per queue and
 // partition: items, leased, scheduled, failures, the sums of created_at
 // and of the leased items' deadlines) and styx_dead_counts (dead items per
-// queue, reason and source queue).
+// queue, reason and source queue). Migration 25 adds the dying items
+// (state 3, deadletters.go) to styx_partition_counts and styx_item_counts,
+// whose ready leaves them out.
 
 // countsFoldInterval is how often a node folds the counts rows of ended
 // backends into shard 0 (foldCounts), so that a queue has about one row
@@ -115,14 +117,15 @@ func (m *Manager) foldCounts(ctx context.Context) (int64, error) {
 				FOR UPDATE SKIP LOCKED),
 			folded AS (
 				DELETE FROM styx_item_counts c USING gone g WHERE c.queue_id = g.queue_id AND c.shard = g.shard
-				RETURNING c.queue_id, c.ready, c.leased, c.scheduled),
+				RETURNING c.queue_id, c.ready, c.leased, c.scheduled, c.dying),
 			base AS (
-				INSERT INTO styx_item_counts AS c (queue_id, shard, ready, leased, scheduled)
-				SELECT f.queue_id, 0, sum(f.ready), sum(f.leased), sum(f.scheduled) FROM folded f
+				INSERT INTO styx_item_counts AS c (queue_id, shard, ready, leased, scheduled, dying)
+				SELECT f.queue_id, 0, sum(f.ready), sum(f.leased), sum(f.scheduled), sum(f.dying) FROM folded f
 				WHERE EXISTS (SELECT 1 FROM styx_queues q WHERE q.id = f.queue_id)
 				GROUP BY f.queue_id
 				ON CONFLICT (queue_id, shard) DO UPDATE
-					SET ready = c.ready + excluded.ready, leased = c.leased + excluded.leased, scheduled = c.scheduled + excluded.scheduled)
+					SET ready = c.ready + excluded.ready, leased = c.leased + excluded.leased, scheduled = c.scheduled + excluded.scheduled,
+						dying = c.dying + excluded.dying)
 			SELECT count(*) FROM folded`).Scan(&n)
 	})
 	return n, wrap("fold item counts", err)
@@ -140,15 +143,16 @@ func foldStatsCounts(ctx context.Context, tx pgx.Tx) error {
 			DELETE FROM styx_partition_counts c USING gone g
 			WHERE c.queue_id = g.queue_id AND c.partition = g.partition AND c.shard = g.shard
 			RETURNING c.*)
-		INSERT INTO styx_partition_counts AS c (queue_id, partition, shard, total, leased, scheduled, failures, created_sum, deadline_sum)
-		SELECT f.queue_id, f.partition, 0, sum(f.total), sum(f.leased), sum(f.scheduled), sum(f.failures), sum(f.created_sum),
+		INSERT INTO styx_partition_counts AS c (queue_id, partition, shard, total, leased, scheduled, dying, failures, created_sum,
+			deadline_sum)
+		SELECT f.queue_id, f.partition, 0, sum(f.total), sum(f.leased), sum(f.scheduled), sum(f.dying), sum(f.failures), sum(f.created_sum),
 			sum(f.deadline_sum)
 		FROM folded f
 		WHERE EXISTS (SELECT 1 FROM styx_queues q WHERE q.id = f.queue_id)
 		GROUP BY 1, 2
 		ON CONFLICT (queue_id, partition, shard) DO UPDATE
 			SET total = c.total + excluded.total, leased = c.leased + excluded.leased, scheduled = c.scheduled + excluded.scheduled,
-				failures = c.failures + excluded.failures, created_sum = c.created_sum + excluded.created_sum,
+				dying = c.dying + excluded.dying, failures = c.failures + excluded.failures, created_sum = c.created_sum + excluded.created_sum,
 				deadline_sum = c.deadline_sum + excluded.deadline_sum`)
 	if err != nil {
 		return err

@@ -64,11 +64,15 @@ func collectItems(rows pgx.Rows, err error) ([]queue.Item, error) {
 	return pgx.CollectRows(rows, func(r pgx.CollectableRow) (queue.Item, error) { return scanItem(r) })
 }
 
-// Item states (column state).
+// Item states (column state). A dying item (migration 25) is dead and
+// waits for its two-phase move to a dead-letter queue (deadletters.go):
+// never leased, never ended by the lifecycle but re-sent, its deadline the
+// end of its node's claim; reads show it with its dead_reason.
 const (
 	stateReady     = 0
 	stateLeased    = 1
 	stateScheduled = 2
+	stateDying     = 3
 )
 
 // row is the part of a locked item a decision needs.
@@ -768,9 +772,14 @@ func editItem(ctx context.Context, tx pgx.Tx, queueID uint64, name string, ref q
 		return queue.Item{}, err
 	}
 	b := &cur.Body
-	_, err = tx.Exec(ctx, `UPDATE styx_items SET reference=$3, kind=$4, encoding=$5, payload=$6, errors=$7, last_error=$8
-		WHERE queue_id=$1 AND id=$2`,
+	tag, err := tx.Exec(ctx, `UPDATE styx_items SET reference=$3, kind=$4, encoding=$5, payload=$6, errors=$7, last_error=$8
+		WHERE queue_id=$1 AND id=$2 AND state<>3`,
 		int64(queueID), int64(ref.ID), b.Reference, b.Kind, b.Encoding, nonNil(b.Payload), encodeErrors(cur.Errors), cur.Errors.LastError)
+	if err == nil && tag.RowsAffected() == 0 {
+		// Dying (deadletters.go): its dead copy is being made of it.
+		return queue.Item{}, apierr.New(apierr.Conflict, "item is moving to the dead-letter queue; edit '%s' there once it arrived",
+			queue.FormatID(ref.ID))
+	}
 	return cur, err
 }
 

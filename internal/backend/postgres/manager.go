@@ -59,6 +59,18 @@ type Config struct {
 	// "c"), so that the router of several clusters re-reads its placements
 	// (internal/backend/clusters). It must not block.
 	OnChange func()
+	// DeadLetters delivers dead items to dead-letter queues that this
+	// Manager does not hold (another cluster's; ADR 0023): set, a dead
+	// item whose queue's dead_queue is not a queue of this Manager takes
+	// the two-phase move (deadletters.go). Nil: every dead-letter queue
+	// must be this Manager's (the one-statement move, docs/storage/
+	// postgres.md "How a node works", step 5).
+	DeadLetters DeadLetters
+	// TwoPhaseDeadLetters makes every dead-letter move take the two-phase
+	// path, the Manager delivering to its own dead-letter queues when
+	// DeadLetters is nil: the tests of that path on one cluster. Off by
+	// default (one statement is cheaper and has no crash window).
+	TwoPhaseDeadLetters bool
 }
 
 // Manager is this node's view of the queues in the database: it implements
@@ -97,6 +109,9 @@ type Manager struct {
 	node string
 	// notifier sends this node's wake-ups to the other nodes (wakeup.go).
 	notifier *notifier
+	// taken is the dead-letter queues' side of two-phase moves
+	// (deadletters.go): their partition cursors and dedup sweeps.
+	taken takenDead
 }
 
 var _ queue.Queues = (*Manager)(nil)

@@ -82,6 +82,11 @@ type Queue struct {
 	// open is the iteration Begin started, until its Commit (Recover rolls
 	// it back after a panic).
 	open *iteration
+	// dyingHint says the lifecycle found an item due that it could not
+	// end: perhaps a dying item left by a node with two-phase moves, which
+	// the next lifecycle then claims (claimDying) even on a Manager that
+	// makes none.
+	dyingHint bool
 }
 
 func newQueue(m *Manager, info queue.QueueInfo) *Queue {
@@ -236,6 +241,7 @@ func (q *Queue) learnDue(ctx context.Context, tx pgx.Tx, it *iteration) error {
 	}
 	if next != 0 && next <= it.now {
 		next = it.now + int64(busyBackoff)
+		q.dyingHint = true
 	}
 	q.nextDue = engine.Earliest(next, q.heldNext)
 	return nil
@@ -281,20 +287,32 @@ func (q *Queue) deadPartitions(ctx context.Context, tx pgx.Tx, dlqID uint64, par
 	if err != nil {
 		return nil, err
 	}
-	parts := make([]int32, len(ds))
-	for i := range parts {
-		if g := ds[i].group; g != "" {
+	groups := make([]string, len(ds))
+	for i, d := range ds {
+		groups[i] = d.group
+	}
+	return placeDead(ready, partitions, groups, &q.deadNext), nil
+}
+
+// placeDead returns the dead-letter queue partition of each of a move's
+// items, whose groups are groups ("" for none), given the partitions'
+// ready counts (changed as items are placed) and the tie-break cursor
+// next (deadPartitions).
+func placeDead(ready []int, partitions int32, groups []string, next *int) []int32 {
+	parts := make([]int32, len(groups))
+	for i, g := range groups {
+		if g != "" {
 			p := queue.GroupPartition(g, partitions)
 			ready[p]++
 			parts[i] = p
 			continue
 		}
-		p := engine.FewestReady(ready, q.deadNext)
+		p := engine.FewestReady(ready, *next)
 		ready[p]++
-		q.deadNext = p + 1
+		*next = p + 1
 		parts[i] = int32(p)
 	}
-	return parts, nil
+	return parts
 }
 
 // place stores the engine's decision for a new item: scheduled at enqueueAt
@@ -430,8 +448,9 @@ func (it *iteration) Stats() (queue.Stats, error) {
 }
 
 // stats describes the queue of info from db at now (Unix ns); the engine
-// adds LeaseWaiting (this node's waiting leases only), and no item is ever
-// dying (moves are atomic).
+// adds LeaseWaiting (this node's waiting leases only). Dying counts the
+// items of two-phase moves not done yet (deadletters.go); MovesInFlight
+// stays 0.
 // It reads no item but the oldest (one probe of styx_items_created): the
 // counts and sums are those the counts trigger keeps (migration 12,
 // counts.go), summed over their shards, so a call costs O(partitions ×
@@ -444,11 +463,12 @@ func (q *Queue) stats(ctx context.Context, db querier, info queue.QueueInfo, now
 	for i := range s.Partitions {
 		s.Partitions[i].Partition = int32(i)
 	}
-	rows, err := db.Query(ctx, `SELECT partition, total::bigint, leased::bigint, scheduled::bigint, failures::bigint,
+	rows, err := db.Query(ctx, `SELECT partition, total::bigint, leased::bigint, scheduled::bigint, dying::bigint, failures::bigint,
 		CASE WHEN total > 0 THEN ((total * $2::numeric - created_sum) / total)::bigint ELSE 0 END,
 		CASE WHEN leased > 0 THEN ((leased * ($2::numeric + $3) - deadline_sum) / leased)::bigint ELSE 0 END,
 		coalesce((SELECT min(created_at) FROM styx_items WHERE queue_id=$1), 0)
-		FROM (SELECT partition, sum(total) AS total, sum(leased) AS leased, sum(scheduled) AS scheduled, sum(failures) AS failures,
+		FROM (SELECT partition, sum(total) AS total, sum(leased) AS leased, sum(scheduled) AS scheduled, sum(dying) AS dying,
+			sum(failures) AS failures,
 			sum(created_sum) AS created_sum, sum(deadline_sum) AS deadline_sum
 			FROM styx_partition_counts WHERE queue_id=$1 GROUP BY partition) c`, int64(info.ID), now, int64(info.LeaseTimeout))
 	if err != nil {
@@ -457,15 +477,15 @@ func (q *Queue) stats(ctx context.Context, db querier, info queue.QueueInfo, now
 	var oldest int64
 	for rows.Next() {
 		var p int32
-		var total, leasedN, sched, failures, age, leasedAge int64
-		if err := rows.Scan(&p, &total, &leasedN, &sched, &failures, &age, &leasedAge, &oldest); err != nil {
+		var total, leasedN, sched, dying, failures, age, leasedAge int64
+		if err := rows.Scan(&p, &total, &leasedN, &sched, &dying, &failures, &age, &leasedAge, &oldest); err != nil {
 			rows.Close()
 			return s, wrap("stats", err)
 		}
 		if p < 0 || p >= info.Partitions {
 			continue
 		}
-		s.Partitions[p] = queue.PartitionStats{Partition: p, Total: int(total), Leased: int(leasedN), Scheduled: int(sched),
+		s.Partitions[p] = queue.PartitionStats{Partition: p, Total: int(total), Leased: int(leasedN), Scheduled: int(sched), Dying: int(dying),
 			Failures: int(failures), AverageAge: time.Duration(age), AverageLeasedAge: time.Duration(leasedAge)}
 	}
 	if err := rows.Err(); err != nil {

@@ -400,6 +400,85 @@ CREATE INDEX styx_items_scheduled ON styx_items (queue_id, partition, id) WHERE 
 	// 24: the catalog of several clusters (clusters.go; ADR 0023): the
 	// queues' placements, the clusters' numbers, and this cluster's name.
 	clustersMigration,
+	// 25: dying items (state 3; deadletters.go, ADR 0023): an item whose
+	// dead-letter move to a dead-letter queue of another cluster is
+	// decided and not yet done. The counts keep them apart (dying, in
+	// styx_partition_counts and styx_item_counts: never ready, never
+	// leased, not yet dead) and styx_count_items is replaced by
+	// countItemsDyingSQL.
+	dyingMigration,
+}
+
+// dyingMigration is migration 25. No item is dying before it, so the new
+// columns start at 0 for every row.
+var dyingMigration = `
+ALTER TABLE styx_partition_counts ADD COLUMN dying bigint NOT NULL DEFAULT 0;
+ALTER TABLE styx_item_counts ADD COLUMN dying bigint NOT NULL DEFAULT 0;
+
+DO $do$ BEGIN EXECUTE format($q$
+	CREATE OR REPLACE FUNCTION styx_count_items() RETURNS trigger LANGUAGE plpgsql AS $f$
+	BEGIN
+		IF TG_OP = 'INSERT' THEN
+			` + countItemsDyingSQL(`SELECT `+countedColumns+`, fingerprint, 1 AS n FROM styx_items_inserted`) + `;
+		ELSIF TG_OP = 'DELETE' THEN
+			` + countItemsDyingSQL(`SELECT `+countedColumns+`, fingerprint, -1 AS n FROM styx_items_deleted`) + `;
+		ELSE
+			` + countItemsDyingSQL(`SELECT `+countedColumns+`, fingerprint, 1 AS n FROM styx_items_new UNION ALL SELECT `+
+	countedColumns+`, fingerprint, -1 FROM styx_items_old`) + `;
+		END IF;
+		RETURN NULL;
+	END
+	$f$
+$q$, current_schema());
+END $do$;
+`
+
+// countItemsDyingSQL is the statement of styx_count_items from migration
+// 25: countItemsAndGroupsSQL (migration 18) with the dying items (state 3)
+// counted apart. A dying item counts in its partition's total and in
+// dying, never in ready (styx_item_counts' ready is total less leased,
+// scheduled and dying), and not as dead: its dead_reason is set, but
+// styx_dead_counts and styx_dead_groups count the items of a dead-letter
+// queue, which a dying item has not reached yet (it is not a failure
+// either: failures count items without a dead_reason). rows selects
+// countedColumns and fingerprint with n, as for countItemsAndGroupsSQL.
+// Part of a released migration once released.
+func countItemsDyingSQL(rows string) string {
+	return `WITH s AS NOT MATERIALIZED (` + rows + `),
+			g AS (
+				INSERT INTO %1$I.styx_dead_groups AS g (queue_id, source_queue, reason, fingerprint, shard, count)
+				SELECT queue_id, source_queue, dead_reason, fingerprint, pg_backend_pid(), sum(n) FROM s
+				WHERE dead_reason <> '' AND fingerprint <> '' AND state <> 3
+				GROUP BY queue_id, source_queue, dead_reason, fingerprint HAVING sum(n) <> 0
+				ON CONFLICT (queue_id, source_queue, reason, fingerprint, shard) DO UPDATE SET count = g.count + excluded.count),
+			d AS (
+				SELECT queue_id, partition, sum(n) AS total, coalesce(sum(n) FILTER (WHERE state = 1), 0) AS leased,
+					coalesce(sum(n) FILTER (WHERE state = 2), 0) AS scheduled,
+					coalesce(sum(n) FILTER (WHERE state = 3), 0) AS dying,
+					coalesce(sum(n) FILTER (WHERE attempts > 0 AND state <> 1 AND dead_reason = ''), 0) AS failures,
+					sum(n * created_at) AS created_sum, coalesce(sum(n * deadline) FILTER (WHERE state = 1), 0) AS deadline_sum
+				FROM s GROUP BY queue_id, partition),
+			p AS (
+				INSERT INTO %1$I.styx_partition_counts AS c
+					(queue_id, partition, shard, total, leased, scheduled, dying, failures, created_sum, deadline_sum)
+				SELECT queue_id, partition, pg_backend_pid(), total, leased, scheduled, dying, failures, created_sum, deadline_sum FROM d
+				WHERE total <> 0 OR leased <> 0 OR scheduled <> 0 OR dying <> 0 OR failures <> 0 OR created_sum <> 0 OR deadline_sum <> 0
+				ON CONFLICT (queue_id, partition, shard) DO UPDATE
+					SET total = c.total + excluded.total, leased = c.leased + excluded.leased, scheduled = c.scheduled + excluded.scheduled,
+						dying = c.dying + excluded.dying, failures = c.failures + excluded.failures,
+						created_sum = c.created_sum + excluded.created_sum, deadline_sum = c.deadline_sum + excluded.deadline_sum),
+			x AS (
+				INSERT INTO %1$I.styx_dead_counts AS c (queue_id, reason, source_queue, shard, count)
+				SELECT queue_id, dead_reason, source_queue, pg_backend_pid(), sum(n) FROM s WHERE dead_reason <> '' AND state <> 3
+				GROUP BY queue_id, dead_reason, source_queue HAVING sum(n) <> 0
+				ON CONFLICT (queue_id, reason, source_queue, shard) DO UPDATE SET count = c.count + excluded.count)
+			INSERT INTO %1$I.styx_item_counts AS c (queue_id, shard, ready, leased, scheduled, dying)
+			SELECT queue_id, pg_backend_pid(), sum(total - leased - scheduled - dying), sum(leased), sum(scheduled), sum(dying) FROM d
+			GROUP BY queue_id
+			HAVING sum(total - leased - scheduled - dying) <> 0 OR sum(leased) <> 0 OR sum(scheduled) <> 0 OR sum(dying) <> 0
+			ON CONFLICT (queue_id, shard) DO UPDATE
+				SET ready = c.ready + excluded.ready, leased = c.leased + excluded.leased, scheduled = c.scheduled + excluded.scheduled,
+					dying = c.dying + excluded.dying`
 }
 
 // oneTriggerMigration is migration 18.

@@ -42,6 +42,11 @@ type iteration struct {
 	// now (a retry's outcomes): requeues[i] for each index.
 	newIDs []newID
 	deaths []death
+	// dyings are the deaths of two-phase moves (deadletters.go), written
+	// by flush (markDying), and moves the deliveries the iteration's
+	// commit starts (markDying, claimDying).
+	dyings []death
+	moves  []*deadMove
 	// holders are the holders of leases whose items went to several
 	// consumers (Lease), written by flush.
 	holders []holderRow
@@ -150,10 +155,14 @@ func (it *iteration) Due() (leases, expired []engine.Item, err error) {
 	if readied > 0 {
 		it.wakeQueue(it.q.id)
 	}
+	resent, err := it.claimDying()
+	if err != nil {
+		return nil, nil, err
+	}
 	if err := it.checkHeld(); err != nil {
 		return nil, nil, err
 	}
-	it.more = len(ls) == lifecycleBatch || len(xs) == lifecycleBatch || readied == lifecycleBatch
+	it.more = len(ls) == lifecycleBatch || len(xs) == lifecycleBatch || readied == lifecycleBatch || resent == lifecycleBatch
 	return it.hold(ls), it.hold(xs), nil
 }
 
@@ -230,7 +239,9 @@ func (it *iteration) Requeue(v engine.Item, e queue.Ending, h *queue.ItemErrors,
 }
 
 // Kill implements engine.Tx: the move to the dead-letter queue (or the drop)
-// is part of the transaction (bury).
+// is part of the transaction (bury), or, when the dead-letter queue takes
+// the two-phase move (Manager.twoPhase), the item is marked dying
+// (markDying) and moving: its move ends after the commit (deadletters.go).
 func (it *iteration) Kill(v engine.Item, reason string, h *queue.ItemErrors) (bool, error) {
 	x, err := it.own(v)
 	if err != nil {
@@ -241,6 +252,10 @@ func (it *iteration) Kill(v engine.Item, reason string, h *queue.ItemErrors) (bo
 	it.groupChanged(x.group)
 	if h != nil {
 		d.setErrors, d.lastError, d.errors = true, h.LastError, encodeErrors(*h)
+	}
+	if it.q.m.twoPhase(it.info.DeadQueue) {
+		it.dyings = append(it.dyings, d)
+		return true, nil
 	}
 	it.deaths = append(it.deaths, d)
 	return false, nil
@@ -638,6 +653,12 @@ func (it *iteration) flush() error {
 		}
 		it.deaths = it.deaths[:0]
 	}
+	if len(it.dyings) > 0 {
+		if err := q.markDying(ctx, tx, it, it.dyings); err != nil {
+			return err
+		}
+		it.dyings = it.dyings[:0]
+	}
 	if len(it.holders) > 0 {
 		if err := setHolders(ctx, tx, q.id, it.holders); err != nil {
 			return err
@@ -697,6 +718,9 @@ func (it *iteration) Commit(replies []engine.Reply, err error) {
 		f()
 	}
 	q.m.wake(it.notify)
+	if len(it.moves) > 0 {
+		replies = q.startMoves(it, replies)
+	}
 	for _, r := range replies {
 		r.R.Answer(r.Err)
 	}

@@ -13,8 +13,9 @@
 // the produce rule, item by item; DeadItemsEnterFewestReadyPartition). The
 // partition a produced item goes to follows the same rule, but on
 // PostgreSQL from each node's own view (ADR 0014), so it is never asserted;
-// neither are Stats.Dying and Stats.MovesInFlight (always 0 on PostgreSQL,
-// where a move is one statement; ADR 0014).
+// neither are Stats.Dying and Stats.MovesInFlight (0 on PostgreSQL when a
+// move is one statement, ADR 0014; its two-phase move, ADR 0023, counts
+// Dying, and the suite runs on both paths).
 //
 // Time is a clock.Fake: rows move it with Advance and never sleep. The
 // engines' loops sleep on real timers computed from the clock, so a
