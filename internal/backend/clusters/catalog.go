@@ -11,7 +11,6 @@ import (
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
 
-	"github.com/styxq/styx/internal/apierr"
 	"github.com/styxq/styx/internal/backend/postgres"
 	"github.com/styxq/styx/internal/queue"
 )
@@ -326,9 +325,6 @@ func (r *Router) Create(ctx context.Context, info queue.QueueInfo) error {
 		if home == "" {
 			home = r.choose(ps, info)
 		}
-		if err := r.checkDeadQueue(ps, home, info); err != nil {
-			return err
-		}
 		c := r.members[home]
 		m, err := c.manager()
 		if err != nil {
@@ -384,22 +380,6 @@ func (r *Router) choose(ps map[string]placement, info queue.QueueInfo) string {
 	return Main
 }
 
-// checkDeadQueue refuses a dead_queue on another cluster than home: the
-// dead-letter move between clusters (ADR 0023's two-phase move) is not
-// built yet. A dead_queue with no placement is left to the rules
-// (queue.ValidateCreate: 400, it does not exist).
-func (r *Router) checkDeadQueue(ps map[string]placement, home string, info queue.QueueInfo) error {
-	if info.DeadQueue == "" {
-		return nil
-	}
-	p, ok := ps[info.DeadQueue]
-	if !ok || p.Cluster == home {
-		return nil
-	}
-	return apierr.Invalidf("invalid dead_queue; '%s' is on cluster '%s' and queue '%s' on cluster '%s': a dead_queue must be "+
-		"on its queue's cluster (the dead-letter move between clusters is not built yet)", info.DeadQueue, p.Cluster, info.Name, home)
-}
-
 // Update implements queue.Queues: on the queue's home cluster, under the
 // catalog lock.
 func (r *Router) Update(ctx context.Context, name string, change func(*queue.QueueInfo) error) error {
@@ -416,12 +396,7 @@ func (r *Router) Update(ctx context.Context, name string, change func(*queue.Que
 		if err != nil {
 			return err
 		}
-		return m.Update(ctx, name, func(info *queue.QueueInfo) error {
-			if err := change(info); err != nil {
-				return err
-			}
-			return r.checkDeadQueue(ps, p.Cluster, *info)
-		})
+		return m.Update(ctx, name, change)
 	})
 }
 

@@ -86,7 +86,8 @@ func leaseAll(t *testing.T, s *servertest.Server, q string, seen *sync.Map, tota
 // TestTwoClusters runs two nodes over two clusters, the shared test
 // PostgreSQL (main, the catalog) and a private one (east): placement
 // (explicit and by weight), info and list naming the cluster, the
-// dead_queue rule across clusters, both nodes producing and leasing on
+// dead_queue rule across clusters, dead items moved to a dead-letter queue
+// on the other cluster (also while it is down: moved once it is back), both nodes producing and leasing on
 // both clusters (no item leased twice, nothing lost), ids that never
 // collide, an interrupted create finished and one undone, and east
 // stopped while main's queues serve and /health says which.
@@ -117,20 +118,17 @@ func TestTwoClusters(t *testing.T) {
 	}
 	require.Equal(t, map[string]string{"qm": "main", "qe": "east", "qw": "east"}, got)
 
-	// Refusals: an unknown cluster, a name taken on the other cluster, a
-	// dead_queue on another cluster, a queue created on one cluster
-	// without a cluster and a dead_queue goes with its dead_queue.
+	// Refusals: an unknown cluster, a name taken on the other cluster; a
+	// queue created without a cluster and with a dead_queue goes with its
+	// dead_queue.
 	servertest.RequireCode(t, a.C.QueuesCreate(ctx, &pb.QueueInfo{QueueName: "qx", Cluster: "west"}), 400, "cluster", "west")
 	servertest.RequireCode(t, b.C.QueuesCreate(ctx, &pb.QueueInfo{QueueName: "qe", Cluster: "main"}), 400, "already exists")
-	servertest.RequireCode(t, a.C.QueuesCreate(ctx, &pb.QueueInfo{QueueName: "qx", Cluster: "main", DeadQueue: "qe"}), 400,
-		"dead_queue", "east", "main")
 	b.CreateQueue(&pb.QueueInfo{QueueName: "qmd", DeadQueue: "qm"})
 	info, err = a.C.QueuesInfo(ctx, &pb.QueuesInfoRequest{QueueName: "qmd"})
 	require.NoError(t, err)
 	require.Equal(t, "main", info.Cluster)
 	servertest.RequireCode(t, b.C.QueuesDelete(ctx, &pb.QueuesDeleteRequest{QueueName: "qm"}), 400, "qmd")
 	servertest.RequireCode(t, a.C.QueuesUpdate(ctx, &pb.QueueInfo{QueueName: "qe", Cluster: "main"}), 400, "cluster")
-	servertest.RequireCode(t, a.C.QueuesUpdate(ctx, &pb.QueueInfo{QueueName: "qw", DeadQueue: "qm"}), 400, "dead_queue")
 
 	// Both nodes produce into both clusters' queues while both lease.
 	const perNode = 200
@@ -202,6 +200,22 @@ func TestTwoClusters(t *testing.T) {
 	require.Equal(t, "east", info.Cluster)
 	a.CreateQueue(&pb.QueueInfo{QueueName: "ghost", Cluster: "main"}) // the name is free again
 
+	// The dead-letter move across clusters (ADR 0023, the two phases): qx
+	// on main sends its dead items to qed on east.
+	a.CreateQueue(&pb.QueueInfo{QueueName: "qed", Cluster: "east"})
+	b.CreateQueue(&pb.QueueInfo{QueueName: "qx", Cluster: "main", DeadQueue: "qed"})
+	a.Produce("qx", "d1", "d2")
+	dying := a.Lease("qx", 2)
+	require.Len(t, dying.Items, 2)
+	_, err = a.C.QueueRetry(ctx, &pb.QueueRetryRequest{QueueName: "qx", Partition: dying.Partition,
+		Items: []*pb.QueueRetryItem{{Id: dying.Items[0].Id, Dead: true, Error: "bad"}}})
+	require.NoError(t, err)
+	dead := b.List("qed", b.C.StorageItemsList)
+	require.Len(t, dead, 1, "answered once in the dead-letter queue")
+	require.Equal(t, "qx", dead[0].SourceQueue)
+	require.Equal(t, "bad", dead[0].LastError)
+	require.Len(t, a.List("qx", a.C.StorageItemsList), 1, "and gone from its queue")
+
 	// /health names each cluster; east stopped: 200 degraded naming it,
 	// main's queues serve, east's answer 453.
 	code, h := health(t, a)
@@ -217,17 +231,28 @@ func TestTwoClusters(t *testing.T) {
 	require.Equal(t, "ok", h["clusters"].(map[string]any)["main"])
 	a.Produce("qm", "x")
 	require.Len(t, a.Lease("qm", 1).Items, 1)
+	// A dead item of qx while qed's cluster is down: not answered success,
+	// kept in qx (dying, never leased) until east is back.
+	rctx, cancel := context.WithTimeout(ctx, time.Second)
+	_, err = a.C.QueueRetry(rctx, &pb.QueueRetryRequest{QueueName: "qx", Partition: dying.Partition,
+		Items: []*pb.QueueRetryItem{{Id: dying.Items[1].Id, Dead: true, Error: "worse"}}})
+	cancel()
+	require.Error(t, err)
+	require.Len(t, a.List("qx", a.C.StorageItemsList), 1)
 	err = b.C.QueueProduce(ctx, &pb.QueueProduceRequest{QueueName: "qe", RequestTimeout: "2s",
 		Items: []*pb.QueueProduceItem{{Bytes: []byte("y")}}})
 	servertest.RequireCode(t, err, 453)
 	list, err = b.C.QueuesList(ctx, &pb.QueuesListRequest{})
 	require.NoError(t, err, "list names east's queues as last listed")
-	require.Len(t, list.Items, 7)
+	require.Len(t, list.Items, 9)
 	east.Start(t)
 	servertest.Eventually(t, func() bool {
 		return b.C.QueueProduce(ctx, &pb.QueueProduceRequest{QueueName: "qe", RequestTimeout: "2s",
 			Items: []*pb.QueueProduceItem{{Bytes: []byte("y")}}}) == nil
 	}, "east's queues serve again")
+	servertest.Eventually(t, func() bool {
+		return len(a.List("qx", a.C.StorageItemsList)) == 0 && len(b.List("qed", b.C.StorageItemsList)) == 2
+	}, "the dead item moves once east is back, once")
 }
 
 // TestThreeClusters: a queue on each of three clusters, their ids of three

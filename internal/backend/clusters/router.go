@@ -234,7 +234,23 @@ func (r *Router) managerConfig(c *member, onChange func()) postgres.Config {
 	return postgres.Config{URL: c.URL, MaxConns: r.cfg.MaxConns, Clock: r.cfg.Clock, Log: r.cfg.Log.With("cluster", c.Name),
 		Metrics: r.cfg.Metrics, StatementTimeout: r.cfg.StatementTimeout, RefreshInterval: r.cfg.RefreshInterval,
 		Cluster: c.Name, Others: func(ctx context.Context) (map[string]queue.QueueInfo, error) { return r.others(ctx, c.Name) },
-		OnChange: onChange}
+		OnChange: onChange, DeadLetters: r}
+}
+
+var _ postgres.DeadLetters = (*Router)(nil)
+
+// TakeDead implements postgres.DeadLetters for every cluster's Manager:
+// the dead items of a queue whose dead_queue lives on another cluster go
+// to that queue's home Manager (postgres.Manager.TakeDead), the second
+// phase of the two-phase dead-letter move (ADR 0023). Errors: the queue's
+// own (queue.NotFound), 453 when its cluster is not open on this node,
+// and the home's.
+func (r *Router) TakeDead(ctx context.Context, dlq string, items []postgres.DeadItem) error {
+	m, _, err := r.home(ctx, dlq)
+	if err != nil {
+		return err
+	}
+	return m.TakeDead(ctx, dlq, items)
 }
 
 // openMember opens c's Manager and prepares its cluster.

@@ -401,6 +401,12 @@ func (mv *deadMove) finish(ctx context.Context) error {
 	}
 	now := m.cfg.Clock.Now().UnixNano()
 	err := pgx.BeginFunc(ctx, m.st.pool, func(tx pgx.Tx) error {
+		// A source queue moving to another cluster (fence.go) keeps its
+		// dying rows: the copy carries them, and the destination's
+		// lifecycle sends them again.
+		if _, err := tx.Exec(ctx, checkFenceSQL, int64(q.id)); err != nil {
+			return err
+		}
 		rows, err := tx.Query(ctx, `DELETE FROM styx_items WHERE queue_id=$1 AND id = ANY($2) AND state=3 RETURNING id`, int64(q.id), ids)
 		if err != nil {
 			return err

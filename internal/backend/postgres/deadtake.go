@@ -36,7 +36,9 @@ type takenDead struct {
 // items by the produce rule item by item (deadPartitions, placeDead) and
 // inserts them under new ids in the order given, ready, retained from
 // their DeadAt by the queue's expire_timeout, with their fingerprints
-// (ADR 0011). Then it wakes the queue's waiting leases on every node.
+// (ADR 0011), after checking the queue's fence (fence.go: a queue moving
+// to another cluster takes nothing, 453 queue_moving). Then it wakes the
+// queue's waiting leases on every node.
 // Bounded by Config.StatementTimeout. Returns queue.NotFound when dlq does
 // not exist here, and the database's errors (wrapped as every statement's:
 // store.ErrUnavailable when it is unreachable).
@@ -65,6 +67,11 @@ func (m *Manager) TakeDead(ctx context.Context, dlq string, items []DeadItem) er
 	firstDead := int64(0)
 	err := pgx.BeginFunc(ctx, m.st.pool, func(tx pgx.Tx) error {
 		arrived = metrics.Arrivals{}
+		// A dead-letter queue moving to another cluster takes nothing
+		// (fence.go): the items stay dying and are sent again.
+		if _, err := tx.Exec(ctx, checkFenceSQL, int64(info.ID)); err != nil {
+			return err
+		}
 		kept, err := m.firstCopies(ctx, tx, info.ID, items, now)
 		if err != nil || len(kept) == 0 {
 			return err
