@@ -1,4 +1,4 @@
-.PHONY: ha ha-short ha-patroni help test test-short lint proto build bench bench-peers bench-cpu soak bench-postgres bench-postgres-ceiling bench-go pg-start pg-stop cluster-stress faults
+.PHONY: ha ha-short ha-patroni help test test-short lint proto build bench bench-peers bench-cpu soak bench-postgres bench-postgres-ceiling bench-clusters bench-go pg-start pg-stop cluster-stress faults
 help: ## list targets
 	@grep -E '^[a-z-]+:.*##' $(MAKEFILE_LIST) | sed 's/:.*## /\t/'
 build: ## build the styx binary into ./bin
@@ -37,6 +37,8 @@ bench-postgres: ## benchmark of styx on a throwaway PostgreSQL, one and two node
 bench-postgres-ceiling: ## the ceiling of one PostgreSQL primary: cycle at batch 1 (32 clients) and 100 (16) with 1, 2 and 4 nodes, twice interleaved; writes bench/postgres-ceiling-report.md (about 5 minutes)
 	BENCH_NODES="$${BENCH_NODES:-1 2 4}" BENCH_ROUNDS=$${BENCH_ROUNDS:-2} BENCH_MATRIX="$${BENCH_MATRIX:-cycle 32 1; cycle 16 100}" \
 		BENCH_REPORT=$${BENCH_REPORT:-bench/postgres-ceiling-report.md} ./bench/postgres.sh
+bench-clusters: ## two PostgreSQL clusters against one (ADR 0023): cycle over two queues, 4 clients, batch 1 and 100, one queue per cluster against both on one, interleaved; writes bench/clusters-report.md (about 3 minutes)
+	./bench/clusters.sh
 bench-cpu: ## server CPU per 1,000 items beside items/s on Pebble, memory and PostgreSQL, BENCH_OLD_REV (default HEAD) against the working tree, interleaved; writes bench/cpu-report.md
 	./bench/cpu.sh
 bench-go: ## run the Go benchmarks

@@ -155,6 +155,10 @@ type config struct {
 	// none); Ordered creates the queue ordered (issue 37, docs/groups.md).
 	Groups  int
 	Ordered bool
+	// Cluster is the PostgreSQL cluster to create the queue on, on a
+	// server over several (queues.create's cluster, ADR 0023); "" lets
+	// the server choose.
+	Cluster string
 	// CompleteWithLease makes the cycle workload complete each batch with
 	// its next lease (queue.lease's complete_ids: one call instead of two;
 	// issue 52), and turns the worker workload's
@@ -280,6 +284,7 @@ func parseFlags(args []string, stderr io.Writer) (config, error) {
 	fs.StringVar(&c.MetricsURL, "metrics-url", "", "soak: where to read the server's goroutines: Prometheus text with go_goroutines, or a pprof /debug/pprof/goroutine?debug=1 (default <endpoint>/metrics)")
 	fs.StringVar(&c.SoakReport, "soak-report", "", "soak: write the Markdown report to `FILE`, rewritten after every interval")
 	fs.IntVar(&c.Groups, "groups", 0, "give produced items one of N groups (g0..gN-1), in turn (0: no groups)")
+	fs.StringVar(&c.Cluster, "cluster", "", "the PostgreSQL cluster to create the queue on, on a server over several (empty: the server chooses)")
 	fs.BoolVar(&c.Ordered, "ordered", false, "create the queue ordered: a group's items are leased in order, one lease of a group at a time")
 	fs.BoolVar(&c.CompleteWithLease, "complete-with-lease", false, "cycle and worker: complete each batch with the next lease (queue.lease complete_ids) instead of a queue.complete call")
 	fs.IntVar(&c.Hot, "hot", 20000, "fair workload: the hot group's backlog, produced before the 100 small groups' 10 items each")

@@ -519,7 +519,7 @@ func (b *bench) setup(ctx context.Context) error {
 			return err
 		}
 	}
-	info := &pb.QueueInfo{QueueName: b.queue, RequestedPartitions: int32(b.cfg.Partitions), Ordered: b.cfg.Ordered}
+	info := &pb.QueueInfo{QueueName: b.queue, RequestedPartitions: int32(b.cfg.Partitions), Ordered: b.cfg.Ordered, Cluster: b.cfg.Cluster}
 	if b.dlq != "" {
 		info.DeadQueue, info.MaxAttempts = b.dlq, 1
 	}

@@ -183,6 +183,8 @@ func (r *Router) number(ctx context.Context) error {
 // pool), each durable before the step after it: the transaction holds the
 // lock and nothing else.
 func (r *Router) catalog(ctx context.Context, fn func(ps map[string]placement) error) error {
+	r.admin.Lock()
+	defer r.admin.Unlock()
 	m, err := r.main.manager()
 	if err != nil {
 		return err
@@ -433,6 +435,12 @@ func (r *Router) Delete(ctx context.Context, name string) error {
 // interrupted creates are resolved. Each cluster's listing is kept for
 // others.
 func (r *Router) reconcile(ctx context.Context, wait bool) error {
+	if wait {
+		r.admin.Lock()
+	} else if !r.admin.TryLock() {
+		return nil // this node's own step runs
+	}
+	defer r.admin.Unlock()
 	m, err := r.main.manager()
 	if err != nil {
 		return err

@@ -130,6 +130,25 @@ func TestTwoClusters(t *testing.T) {
 	servertest.RequireCode(t, b.C.QueuesDelete(ctx, &pb.QueuesDeleteRequest{QueueName: "qm"}), 400, "qmd")
 	servertest.RequireCode(t, a.C.QueuesUpdate(ctx, &pb.QueueInfo{QueueName: "qe", Cluster: "main"}), 400, "cluster")
 
+	// Concurrent creates on one node, more than its pool of main's
+	// connections: each waits for the catalog lock without taking the pool
+	// the step holding it needs.
+	var creates sync.WaitGroup
+	for i := range 12 {
+		creates.Go(func() {
+			cctx, cancel := context.WithTimeout(ctx, 60*time.Second)
+			defer cancel()
+			c := []string{"main", "east"}[i%2]
+			if err := a.C.QueuesCreate(cctx, &pb.QueueInfo{QueueName: fmt.Sprintf("c%d", i), Cluster: c}); err != nil {
+				t.Errorf("create c%d on %s: %v", i, c, err)
+			}
+		})
+	}
+	creates.Wait()
+	for i := range 12 {
+		require.NoError(t, a.C.QueuesDelete(ctx, &pb.QueuesDeleteRequest{QueueName: fmt.Sprintf("c%d", i)}))
+	}
+
 	// Both nodes produce into both clusters' queues while both lease.
 	const perNode = 200
 	var seen sync.Map

@@ -146,6 +146,13 @@ type Router struct {
 	cancel  context.CancelFunc
 	wg      sync.WaitGroup
 	refresh chan struct{}
+	// admin serializes this node's catalog steps before they take the
+	// catalog lock (catalog): a step waiting for the lock holds one of
+	// main's pooled connections, and the step holding it needs more (its
+	// placements, main's admin step, the listing of main's queues), so
+	// waiters of one node must not take the pool. Held across database
+	// calls; taken before mu, never under it.
+	admin sync.Mutex
 
 	mu sync.RWMutex
 	// placements is the catalog as last read (by queue name); loaded says

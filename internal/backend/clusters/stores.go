@@ -29,13 +29,13 @@ var (
 )
 
 // PutHistory implements store.HistoryStore: each queue's minutes on its
-// home cluster; minutes of a queue not placed (or not ready) are dropped,
+// home cluster; minutes of a queue not placed (or still being created) are dropped,
 // as the store drops those of a queue that does not exist. The first
 // error is returned after every cluster was written.
 func (s *Stores) PutHistory(ctx context.Context, minutes []store.HistoryMinute) error {
 	by := map[string][]store.HistoryMinute{}
 	for _, m := range minutes {
-		if p, ok := s.r.placement(m.Queue); ok && p.State == stateReady {
+		if p, ok := s.r.placement(m.Queue); ok && p.State != stateCreating {
 			by[p.Cluster] = append(by[p.Cluster], m)
 		}
 	}
