@@ -3,6 +3,7 @@ package main
 import (
 	"errors"
 	"fmt"
+	"slices"
 	"strings"
 	"time"
 
@@ -323,14 +324,25 @@ func (a *app) queuesListCmd() *cobra.Command {
 					return nil
 				}
 				now := a.now()
-				t := newTable(a.stdout, "NAME", "NAMESPACE", "PARTITIONS", "LEASE-TIMEOUT", "EXPIRE-TIMEOUT", "MAX-ATTEMPTS", "DEAD-QUEUE", "CREATED", "STATE")
+				// CLUSTER only from a server over several PostgreSQL
+				// clusters (ADR 0023): it names one for every queue.
+				clustered := slices.ContainsFunc(res.Items, func(q *pb.QueueInfo) bool { return q.Cluster != "" })
+				cols := []string{"NAME", "NAMESPACE", "PARTITIONS", "LEASE-TIMEOUT", "EXPIRE-TIMEOUT", "MAX-ATTEMPTS", "DEAD-QUEUE", "CREATED", "STATE"}
+				if clustered {
+					cols = append(cols, "CLUSTER")
+				}
+				t := newTable(a.stdout, cols...)
 				for _, q := range res.Items {
 					state := "running"
 					if q.Paused {
 						state = "paused"
 					}
-					t.row(q.QueueName, q.Namespace, fmt.Sprint(q.RequestedPartitions), q.LeaseTimeout, q.ExpireTimeout,
-						maxAttempts(q.MaxAttempts), orDash(q.DeadQueue), relative(now, q.CreatedAt), state)
+					row := []string{q.QueueName, q.Namespace, fmt.Sprint(q.RequestedPartitions), q.LeaseTimeout, q.ExpireTimeout,
+						maxAttempts(q.MaxAttempts), orDash(q.DeadQueue), relative(now, q.CreatedAt), state}
+					if clustered {
+						row = append(row, q.Cluster)
+					}
+					t.row(row...)
 				}
 				return t.flush()
 			})

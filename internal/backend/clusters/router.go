@@ -241,7 +241,7 @@ func (r *Router) managerConfig(c *member, onChange func()) postgres.Config {
 	return postgres.Config{URL: c.URL, MaxConns: r.cfg.MaxConns, Clock: r.cfg.Clock, Log: r.cfg.Log.With("cluster", c.Name),
 		Metrics: r.cfg.Metrics, StatementTimeout: r.cfg.StatementTimeout, RefreshInterval: r.cfg.RefreshInterval,
 		Cluster: c.Name, Others: func(ctx context.Context) (map[string]queue.QueueInfo, error) { return r.others(ctx, c.Name) },
-		OnChange: onChange, DeadLetters: r}
+		OnChange: onChange, DeadLetters: r, NoReplicationGauges: c.Name != Main}
 }
 
 var _ postgres.DeadLetters = (*Router)(nil)

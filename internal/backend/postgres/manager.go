@@ -54,6 +54,12 @@ type Config struct {
 	// deleted) and the uniqueness of names hold across clusters; an error
 	// it returns aborts the step. Nil means none (one cluster).
 	Others func(ctx context.Context) (map[string]queue.QueueInfo, error)
+	// NoReplicationGauges keeps the replication samples (replication.go)
+	// out of the styx_postgres_* gauges, which have one series per node:
+	// a node over several clusters exports its catalog cluster's (ADR
+	// 0023). The samples are still taken and a change of the guarantee
+	// still logged. Default false (the gauges are this Manager's).
+	NoReplicationGauges bool
 	// OnChange, when set, is called on the LISTEN goroutine each time a
 	// notification that the queue definitions changed arrives (payload
 	// "c"), so that the router of several clusters re-reads its placements

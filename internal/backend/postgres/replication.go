@@ -87,7 +87,7 @@ func (w *replicationWatch) sample() {
 	}
 	if err != nil || recovery {
 		w.close()
-		if m.cfg.Metrics != nil {
+		if m.cfg.Metrics != nil && !m.cfg.NoReplicationGauges {
 			m.cfg.Metrics.PostgresSampleFailed()
 		}
 		if !w.failing && m.cfg.Log != nil {
@@ -102,7 +102,7 @@ func (w *replicationWatch) sample() {
 		return
 	}
 	w.failing = false
-	if m.cfg.Metrics != nil {
+	if m.cfg.Metrics != nil && !m.cfg.NoReplicationGauges {
 		m.cfg.Metrics.ObservePostgres(s, replicationSampleInterval)
 	}
 	if m.cfg.Log == nil {
