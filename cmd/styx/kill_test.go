@@ -46,7 +46,13 @@ func freePort(t *testing.T) string {
 // startServerProcess runs `styx server` on the pebble store in dir and
 // waits until it serves.
 func startServerProcess(t *testing.T, dir, addr string) *serverProcess {
-	cmd := exec.Command(os.Args[0], "server", "--data-dir", dir, "--listen", addr, "--log-level", "warn")
+	return startServerWith(t, addr, "--data-dir", dir)
+}
+
+// startServerWith runs `styx server` listening on addr with the storage
+// flags given, and waits until it serves.
+func startServerWith(t *testing.T, addr string, storage ...string) *serverProcess {
+	cmd := exec.Command(os.Args[0], append(append([]string{"server"}, storage...), "--listen", addr, "--log-level", "warn")...)
 	cmd.Env = append(os.Environ(), "STYX_TEST_MAIN=1")
 	stderr, err := cmd.StderrPipe()
 	require.NoError(t, err)
