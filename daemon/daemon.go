@@ -644,7 +644,7 @@ func (d *Daemon) startPostgres(ctx context.Context) (*Daemon, error) {
 // backend is a backend's queue manager as serve needs it: the queues, and
 // the sampler of the queue gauges (metrics.RegisterQueueSampler), which
 // stays out of queue.Queues so that the domain imports no metrics.
-// Implemented by embedded.Manager and postgres.Manager.
+// Implemented by embedded.Manager, postgres.Manager and clusters.Router.
 type backend interface {
 	queue.Queues
 	// Sample returns every queue's state for the queue gauges.

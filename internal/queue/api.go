@@ -78,7 +78,8 @@ type Queue interface {
 
 // Queues is a server's set of queues: administration (with the dead-letter
 // configuration rules of ValidateCreate, ValidateUpdate and ValidateDelete)
-// and access to each queue. Implemented by embedded.Manager and postgres.Manager.
+// and access to each queue. Implemented by embedded.Manager, postgres.Manager and
+// clusters.Router (several PostgreSQL clusters, ADR 0023).
 type Queues interface {
 	// Get returns the queue of name, or the error of NotFound.
 	Get(name string) (Queue, error)
