@@ -274,16 +274,27 @@ func TestTwoClusters(t *testing.T) {
 	}, "the dead item moves once east is back, once")
 }
 
-// TestThreeClusters: a queue on each of three clusters, their ids of three
-// residues; the clusters' numbers are stored, not derived from the
+// TestThreeClusters: a queue of a deployment of one cluster placed on main
+// when clusters are added; a queue on each of three clusters, their ids
+// of three residues; the clusters' numbers are stored, not derived from the
 // configuration: a node started without east keeps west's number, and
 // east's queue answers 453 there (its cluster is not configured) while
 // the others serve.
 func TestThreeClusters(t *testing.T) {
 	t.Parallel()
 	mainURL := pgtest.URL(t)
+	// A deployment of one cluster first: its queue is placed on main when
+	// the clusters are added (the catalog's reconciliation), items kept.
+	one := node(t, mainURL, nil, nil)
+	one.CreateQueue(&pb.QueueInfo{QueueName: "old"})
+	one.Produce("old", "kept")
+	one.Stop()
 	east, west := pgtest.StartServer(t), pgtest.StartServer(t)
 	s := node(t, mainURL, map[string]string{"east": east.URL, "west": west.URL}, nil)
+	info, err := s.C.QueuesInfo(ctx, &pb.QueuesInfoRequest{QueueName: "old"})
+	require.NoError(t, err)
+	require.Equal(t, "main", info.Cluster)
+	require.Equal(t, "kept", string(s.Lease("old", 1).Items[0].Bytes))
 	residues := map[string]uint64{}
 	for _, c := range []string{"main", "east", "west"} {
 		q := "q-" + c
