@@ -20,23 +20,42 @@ import (
 // A queue's styx_queues row holds fenced_epoch: 0 while the queue serves,
 // the move's epoch while it is fenced. Every loop iteration's transaction
 // runs styx_check_fence(queue id) right after BEGIN, in BEGIN's round trip
-// (pipelinedTx.queueBegin): it reads the column, and when it is 0 reads it
-// again under FOR KEY SHARE of the row, which the transaction then holds
-// until it ends; when it is set, it raises SQLSTATE SXMOV, which fails the
-// iteration before it wrote anything (wrap: 453, reason queue_moving). The
-// transactional enqueue function (styx_produce) and a dead-letter move into
-// the queue (bury) check it the same way.
+// (pipelinedTx.queueBegin): it reads the column, and when it is 0 takes the
+// queue's fence lock (a transaction advisory lock, fenceLockSQL) in shared
+// mode, which the transaction then holds until it ends, and reads it again;
+// when it is set, it raises SQLSTATE SXMOV, which fails the iteration before
+// it wrote anything (wrap: 453, reason queue_moving). The transactional enqueue function
+// (styx_produce) and a dead-letter move into the queue (bury) check it the
+// same way.
 //
-// Store.Fence sets the column in one UPDATE, which takes FOR NO KEY UPDATE
-// and so waits for no iteration, and commits; then it waits, with SELECT …
-// FOR UPDATE, for every transaction that holds the row's FOR KEY SHARE:
-// the iterations in flight, which checked before the fence committed. An
-// iteration that checks after it sees the column (its first read, or the
-// locking read, which follows the row's newest version), so it fails and
-// takes no lock: the wait cannot be starved by iterations that keep
-// arriving, as a FOR UPDATE that waited among share lockers could be.
-// Once Fence returns, no transaction writes the queue's rows until the
-// fence is lifted (Unfence), on any node.
+// Store.Fence sets the column and commits; then it takes the fence lock in
+// exclusive mode, which waits for every transaction that holds it shared:
+// the iterations in flight, which may have read the column before the
+// fence committed. An iteration that begins after the fence committed sees
+// the column at its first read and fails without asking for the lock (a
+// shared request made after the exclusive one would wait behind it: a
+// waiting lease must get its 453 at once); one whose first read came just
+// before the commit reads the column again once it holds the lock, and
+// fails then. So the wait ends once the iterations in flight end, and
+// iterations that keep arriving cannot starve it.
+//
+// The lock is an advisory lock, not a row lock (FOR KEY SHARE of the queue's
+// row, as first built): a row lock is a write of the row, so every
+// iteration took a transaction id and wrote WAL, and the COMMIT of an
+// iteration that only read waited for the synchronous standby; with the
+// standby away, a node's idle loops then held every pooled connection in
+// that wait (TestSyncRepWaitCancelled). An advisory lock is kept in memory:
+// no WAL, no transaction id. Once Fence returns, no transaction writes the
+// queue's rows until the fence is lifted (Unfence), on any node.
+
+// fenceLockSQL takes a queue's fence lock exclusively (Store.Fence; $1:
+// the queue's id): a transaction advisory lock of two int4 keys, the
+// schema's and the queue's. styx_check_fence takes it shared with the same
+// keys, the schema's name written in at its creation (ids past 2^31 share a
+// key with a smaller one, which only makes one's fence wait for the other's
+// iterations too). The two-key space is apart from the one-key advisory
+// locks of queue administration and migration.
+const fenceLockSQL = `SELECT pg_advisory_xact_lock(hashtext('styx-fence:' || current_schema()), ($1::bigint % 2147483647)::int4)`
 
 // fencedBackoff is how long a loop whose lifecycle found its queue fenced
 // waits before it looks again (a request runs at once all the same).
@@ -65,7 +84,8 @@ DO $do$ BEGIN EXECUTE format($q$
 	BEGIN
 		SELECT fenced_epoch, name INTO e, n FROM %1$I.styx_queues WHERE id = q;
 		IF e = 0 THEN
-			SELECT fenced_epoch, name INTO e, n FROM %1$I.styx_queues WHERE id = q FOR KEY SHARE;
+			PERFORM pg_advisory_xact_lock_shared(hashtext('styx-fence:' || %1$L), (q %% 2147483647)::int4);
+			SELECT fenced_epoch, name INTO e, n FROM %1$I.styx_queues WHERE id = q;
 		END IF;
 		IF e <> 0 THEN
 			RAISE EXCEPTION 'queue ''%%'' is moving to another cluster (move %%)', n, e USING ERRCODE = 'SXMOV';
@@ -158,9 +178,9 @@ func (s *Store) Fence(ctx context.Context, name string, epoch int64) (queue.Queu
 	if err != nil {
 		return info, wrap("fence queue '"+name+"'", err)
 	}
-	// The wait: every lock of the row's older holders (FOR KEY SHARE) ends.
+	// The wait: every transaction that holds the fence lock shared ends.
 	err = pgx.BeginFunc(ctx, s.pool, func(tx pgx.Tx) error {
-		_, err := tx.Exec(ctx, `SELECT 1 FROM styx_queues WHERE id=$1 FOR UPDATE`, int64(info.ID))
+		_, err := tx.Exec(ctx, fenceLockSQL, int64(info.ID))
 		return err
 	})
 	return info, wrap("fence queue '"+name+"'", err)
