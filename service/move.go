@@ -21,7 +21,7 @@ func (s *Service) QueuesMove(ctx context.Context, req *pb.QueuesMoveRequest) (*p
 	if req.Cluster == "" {
 		return nil, invalid("cluster", "the cluster to move the queue to is required")
 	}
-	mv, ok := s.m.(queue.Mover)
+	mv, ok := queue.AsMover(s.m)
 	if !ok {
 		return nil, invalid("cluster", "'%s': this server's storage has no PostgreSQL clusters to move a queue between "+
 			"(queues.move needs storage postgres with postgres_clusters)", req.Cluster)

@@ -624,6 +624,9 @@ type countingQueues struct {
 	r *Recorder
 }
 
+// Unwrap returns the Queues c counts for (queue.AsMover).
+func (c countingQueues) Unwrap() queue.Queues { return c.Queues }
+
 func (c countingQueues) Get(name string) (queue.Queue, error) {
 	l, err := c.Queues.Get(name)
 	if err != nil {

@@ -21,6 +21,23 @@ type Mover interface {
 	Move(ctx context.Context, name, cluster string) (MoveResult, error)
 }
 
+// AsMover returns the Mover behind q: q itself, or the Queues it wraps
+// (a wrapper says which with an Unwrap() Queues method, as
+// history.Counting's does); false when there is none.
+func AsMover(q Queues) (Mover, bool) {
+	for q != nil {
+		if m, ok := q.(Mover); ok {
+			return m, true
+		}
+		u, ok := q.(interface{ Unwrap() Queues })
+		if !ok {
+			return nil, false
+		}
+		q = u.Unwrap()
+	}
+	return nil, false
+}
+
 // MoveResult is what a queue's move did (Mover.Move).
 type MoveResult struct {
 	// From and To name the clusters the queue moved from and to.

@@ -390,6 +390,9 @@ func (r *Router) Update(ctx context.Context, name string, change func(*queue.Que
 		if !ok || p.State == stateCreating {
 			return queue.NotFound(name)
 		}
+		if p.State == stateMoving {
+			return moving(name) // its definition is copied already (move.go)
+		}
 		c := r.members[p.Cluster]
 		if c == nil {
 			return queue.NotFound(name)
@@ -410,6 +413,9 @@ func (r *Router) Delete(ctx context.Context, name string) error {
 		p, ok := ps[name]
 		if !ok || p.State == stateCreating {
 			return queue.NotFound(name)
+		}
+		if p.State == stateMoving {
+			return moving(name) // abort the move first (move.go)
 		}
 		c := r.members[p.Cluster]
 		if c == nil {

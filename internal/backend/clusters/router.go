@@ -76,6 +76,10 @@ type Config struct {
 	// StatementTimeout bounds the catalog's statements, as
 	// postgres.Config.StatementTimeout; default 5s.
 	StatementTimeout time.Duration
+	// MoveBatchItems bounds the items of one batch of a queue's move
+	// (postgres.CopyConfig.BatchItems; move.go); 0:
+	// postgres.DefaultCopyBatchItems (1,000).
+	MoveBatchItems int
 }
 
 var validName = regexp.MustCompile(`^[a-z][a-z0-9_-]{0,62}$`)
@@ -165,6 +169,12 @@ type Router struct {
 	lists map[string]map[string]queue.QueueInfo
 	// closed is set by Close.
 	closed bool
+	// leftovers are the moved queues' rows the last sweep found left on
+	// an old cluster (move.go); owned by the sweepMoves goroutine.
+	leftovers map[leftover]bool
+	// moveBatch, when set (tests only), is called after each batch of a
+	// move this node runs, with the move's context.
+	moveBatch func(context.Context, postgres.MoveProgress)
 }
 
 var _ queue.Queues = (*Router)(nil)
@@ -233,6 +243,7 @@ func Open(ctx context.Context, cfg Config) (*Router, error) {
 		r.cfg.Log.Warn("postgres clusters: reconciling the catalog failed", "error", err)
 	}
 	r.wg.Go(r.refresher)
+	r.wg.Go(r.sweepMoves) // moves left by a node that died (move.go)
 	return r, nil
 }
 
@@ -368,6 +379,7 @@ func (r *Router) Info(ctx context.Context, name string) (queue.QueueInfo, error)
 	if err != nil {
 		return info, err
 	}
+	info.Move = r.moveStatus(ctx, name)
 	return r.global(c, info), nil
 }
 

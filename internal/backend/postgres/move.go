@@ -38,6 +38,28 @@ import (
 // migrations included; both clusters run the same schema version, which
 // every node's start migrates.
 
+// placementMovesMigration gives the catalog's placements (styx_placements,
+// clustersMigration) a move's destination and progress
+// (internal/backend/clusters, move.go): move_to (the destination, ”
+// while not moving), move_copied and move_total (the destination's items
+// of the source's, written after each batch).
+const placementMovesMigration = `ALTER TABLE styx_placements ADD COLUMN move_to text NOT NULL DEFAULT '',
+	ADD COLUMN move_copied bigint NOT NULL DEFAULT 0, ADD COLUMN move_total bigint NOT NULL DEFAULT 0;`
+
+// FencedQueues returns the queues this store holds fenced, with the epoch
+// of each (a move's source or destination, or the rows a move left).
+func (s *Store) FencedQueues(ctx context.Context) (map[string]int64, error) {
+	rows, err := s.pool.Query(ctx, `SELECT name, fenced_epoch FROM styx_queues WHERE fenced_epoch <> 0`)
+	if err != nil {
+		return nil, wrap("fenced queues", err)
+	}
+	out := map[string]int64{}
+	var name string
+	var epoch int64
+	_, err = pgx.ForEachRow(rows, []any{&name, &epoch}, func() error { out[name] = epoch; return nil })
+	return out, wrap("fenced queues", err)
+}
+
 // MoveProgress counts a queue's items copied by CopyQueue.
 type MoveProgress struct {
 	// Copied is how many of the queue's items the destination holds.

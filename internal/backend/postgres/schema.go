@@ -407,6 +407,9 @@ CREATE INDEX styx_items_scheduled ON styx_items (queue_id, partition, id) WHERE 
 	// leased, not yet dead) and styx_count_items is replaced by
 	// countItemsDyingSQL.
 	dyingMigration,
+	// 26: a move's destination and progress on the placements (move.go;
+	// queues.move, ADR 0023).
+	placementMovesMigration,
 }
 
 // dyingMigration is migration 25. No item is dying before it, so the new
