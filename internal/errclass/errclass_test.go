@@ -58,6 +58,7 @@ func sentinelCases() []sentinelCase {
 		{"queue.ErrProduceTimeout", wrap(queue.ErrProduceTimeout, apierr.Unavailable), 453, errclass.ProduceTimeout},
 		{"queue.ErrDeduplicationLimit", queue.DeduplicationLimitError("q", 10, 0), 454, errclass.DeduplicationLimit},
 		{"queue.ErrQueueMoving", wrap(queue.ErrQueueMoving, apierr.Unavailable), 453, errclass.QueueMoving},
+		{"queue.ErrUnknownCluster", queue.CheckCluster("nowhere", []string{"main"}), 400, errclass.InvalidArgument},
 
 		{"redrive.ErrTaskEnded", wrap(redrive.ErrTaskEnded, apierr.Conflict), 409, errclass.TaskEnded},
 		{"redrive.ErrDestinationIsQueue", wrap(redrive.ErrDestinationIsQueue, apierr.Invalid), 400, errclass.InvalidArgument},
