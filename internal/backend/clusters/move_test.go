@@ -172,10 +172,19 @@ func TestMoveUnderLoad(t *testing.T) {
 
 	// The copy waits, after its first batch, until a producer met the
 	// fence: the load spans the move.
+	metFence := time.Now().Add(15 * time.Second) // a deadline, not a pace: the fence is met within milliseconds
+	var missed sync.Once
 	clusters.SetMoveBatchHook(n1, func(ctx context.Context, p postgres.MoveProgress) {
 		if p.Copied > 0 {
 			select {
 			case <-fenced:
+				return
+			default:
+			}
+			select {
+			case <-fenced:
+			case <-time.After(time.Until(metFence)):
+				missed.Do(func() { t.Error("no producer met the fence: a produce was written while the queue was copied") })
 			case <-ctx.Done():
 			}
 		}
