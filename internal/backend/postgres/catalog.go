@@ -368,9 +368,12 @@ func wrap(op string, err error) error {
 			return moving(pgErr.Message)
 		case pgErr.Code == "40001" || pgErr.Code == "40P01":
 			return store.Conflict(where, sqlState{pgErr, ", retry"})
-		case pgErr.Code[:2] == "08" || pgErr.Code[:2] == "57" || pgErr.Code[:2] == "53":
+		case pgErr.Code[:2] == "08" || pgErr.Code[:2] == "57" || pgErr.Code[:2] == "53" || pgErr.Code == "25006":
 			// connection exception, operator intervention (shutdown,
-			// starting up), insufficient resources
+			// starting up), insufficient resources; and a write on a
+			// server that is read-only (read_only_sql_transaction): a
+			// standby, or one mid-promotion, that a connection reached
+			// in a failover (ADR 0021): retryable, never a 500
 			return store.Unavailable(where, sqlState{pgErr, ""})
 		}
 		return fmt.Errorf("%s: %w", where, err)
