@@ -418,23 +418,7 @@ var dyingMigration = `
 ALTER TABLE styx_partition_counts ADD COLUMN dying bigint NOT NULL DEFAULT 0;
 ALTER TABLE styx_item_counts ADD COLUMN dying bigint NOT NULL DEFAULT 0;
 
-DO $do$ BEGIN EXECUTE format($q$
-	CREATE OR REPLACE FUNCTION styx_count_items() RETURNS trigger LANGUAGE plpgsql AS $f$
-	BEGIN
-		IF TG_OP = 'INSERT' THEN
-			` + countItemsDyingSQL(`SELECT `+countedColumns+`, fingerprint, 1 AS n FROM styx_items_inserted`) + `;
-		ELSIF TG_OP = 'DELETE' THEN
-			` + countItemsDyingSQL(`SELECT `+countedColumns+`, fingerprint, -1 AS n FROM styx_items_deleted`) + `;
-		ELSE
-			` + countItemsDyingSQL(`SELECT `+countedColumns+`, fingerprint, 1 AS n FROM styx_items_new UNION ALL SELECT `+
-	countedColumns+`, fingerprint, -1 FROM styx_items_old`) + `;
-		END IF;
-		RETURN NULL;
-	END
-	$f$
-$q$, current_schema());
-END $do$;
-`
+` + countTriggerFunction(countItemsDyingSQL)
 
 // countItemsDyingSQL is the statement of styx_count_items from migration
 // 25: countItemsAndGroupsSQL (migration 18) with the dying items (state 3)
@@ -486,23 +470,7 @@ func countItemsDyingSQL(rows string) string {
 
 // oneTriggerMigration is migration 18.
 var oneTriggerMigration = `
-DO $do$ BEGIN EXECUTE format($q$
-	CREATE OR REPLACE FUNCTION styx_count_items() RETURNS trigger LANGUAGE plpgsql AS $f$
-	BEGIN
-		IF TG_OP = 'INSERT' THEN
-			` + countItemsAndGroupsSQL(`SELECT `+countedColumns+`, fingerprint, 1 AS n FROM styx_items_inserted`) + `;
-		ELSIF TG_OP = 'DELETE' THEN
-			` + countItemsAndGroupsSQL(`SELECT `+countedColumns+`, fingerprint, -1 AS n FROM styx_items_deleted`) + `;
-		ELSE
-			` + countItemsAndGroupsSQL(`SELECT `+countedColumns+`, fingerprint, 1 AS n FROM styx_items_new UNION ALL SELECT `+
-	countedColumns+`, fingerprint, -1 FROM styx_items_old`) + `;
-		END IF;
-		RETURN NULL;
-	END
-	$f$
-$q$, current_schema());
-END $do$;
-
+` + countTriggerFunction(countItemsAndGroupsSQL) + `
 DROP TRIGGER styx_items_groups_insert ON styx_items;
 DROP TRIGGER styx_items_groups_update ON styx_items;
 DROP TRIGGER styx_items_groups_delete ON styx_items;
@@ -604,4 +572,30 @@ func migrate(ctx context.Context, pool *pgxpool.Pool) error {
 		}
 		return nil
 	})
+}
+
+// countTriggerFunction is the DO block that (re)creates styx_count_items,
+// the statement trigger function of styx_items (migrations 18 and 25),
+// with count(rows) as its statement for the rows each statement inserted,
+// deleted or changed (each with n = 1 when it came and n = -1 when it
+// went). Part of released migrations: change it only with a new migration
+// that no longer uses it.
+func countTriggerFunction(count func(rows string) string) string {
+	return `DO $do$ BEGIN EXECUTE format($q$
+	CREATE OR REPLACE FUNCTION styx_count_items() RETURNS trigger LANGUAGE plpgsql AS $f$
+	BEGIN
+		IF TG_OP = 'INSERT' THEN
+			` + count(`SELECT `+countedColumns+`, fingerprint, 1 AS n FROM styx_items_inserted`) + `;
+		ELSIF TG_OP = 'DELETE' THEN
+			` + count(`SELECT `+countedColumns+`, fingerprint, -1 AS n FROM styx_items_deleted`) + `;
+		ELSE
+			` + count(`SELECT `+countedColumns+`, fingerprint, 1 AS n FROM styx_items_new UNION ALL SELECT `+
+		countedColumns+`, fingerprint, -1 FROM styx_items_old`) + `;
+		END IF;
+		RETURN NULL;
+	END
+	$f$
+$q$, current_schema());
+END $do$;
+`
 }
