@@ -234,11 +234,13 @@ func (r *Router) resolveCreating(ctx context.Context, ps map[string]placement) e
 		if c == nil {
 			continue
 		}
-		m, err := c.manager()
+		m, err := r.answering(c)
 		if err != nil {
 			continue
 		}
-		_, err = m.Info(ctx, name)
+		ictx, cancel := context.WithTimeout(ctx, r.cfg.StatementTimeout)
+		_, err = m.Info(ictx, name)
+		cancel()
 		switch {
 		case err == nil:
 			err = r.setState(ctx, name, stateReady)

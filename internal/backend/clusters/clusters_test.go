@@ -241,7 +241,9 @@ func TestTwoClusters(t *testing.T) {
 	require.Equal(t, 200, code)
 	require.Equal(t, "ok", h["status"])
 	require.Equal(t, map[string]any{"main": "ok", "east": "ok"}, h["clusters"])
-	east.Stop(t)
+	// Frozen, not stopped: a stopped server's port may be taken by another
+	// test's new cluster, which the node would then reach under east's URL.
+	thaw := east.Freeze(t)
 	servertest.Eventually(t, func() bool {
 		code, h = health(t, b)
 		return code == 200 && strings.Contains(fmt.Sprint(h["status"]), "east")
@@ -270,7 +272,7 @@ func TestTwoClusters(t *testing.T) {
 	list, err = b.C.QueuesList(ctx, &pb.QueuesListRequest{})
 	require.NoError(t, err, "list names east's queues as last listed")
 	require.Len(t, list.Items, 9)
-	east.Start(t)
+	thaw()
 	servertest.Eventually(t, func() bool {
 		return b.C.QueueProduce(ctx, &pb.QueueProduceRequest{QueueName: "qe", RequestTimeout: "2s",
 			Items: []*pb.QueueProduceItem{{Bytes: []byte("y")}}}) == nil

@@ -18,6 +18,7 @@ package clusters
 import (
 	"cmp"
 	"context"
+	"errors"
 	"fmt"
 	"log/slog"
 	"maps"
@@ -432,10 +433,13 @@ func (r *Router) List(ctx context.Context, p queue.ListQueuesParams) ([]queue.Qu
 // listMember lists c's queues p selects, or, when c does not answer, those
 // of its last listing.
 func (r *Router) listMember(ctx context.Context, c *member, p queue.ListQueuesParams) ([]queue.QueueInfo, error) {
-	m, err := c.manager()
+	m, err := r.answering(c)
 	if err == nil {
+		lctx, cancel := context.WithTimeout(ctx, r.cfg.StatementTimeout)
 		var infos []queue.QueueInfo
-		if infos, err = m.List(ctx, p); err == nil {
+		infos, err = m.List(lctx, p)
+		cancel()
+		if err == nil {
 			return infos, nil
 		}
 	}
@@ -452,6 +456,21 @@ func (r *Router) listMember(ctx context.Context, c *member, p queue.ListQueuesPa
 		}
 	}
 	return infos, nil
+}
+
+// answering returns c's Manager unless c is not open or its last health
+// probe said it cannot answer (postgres.Manager.Health: cached, so a
+// listing falls back on the last one at once instead of waiting on a
+// frozen or unreachable cluster).
+func (r *Router) answering(c *member) (*postgres.Manager, error) {
+	m, err := c.manager()
+	if err != nil {
+		return nil, err
+	}
+	if why := m.Health(); why != "" {
+		return nil, store.Unavailable("postgres cluster '"+c.Name+"'", errors.New(why))
+	}
+	return m, nil
 }
 
 // others returns the definitions of the queues on every cluster but
@@ -476,10 +495,13 @@ func (r *Router) others(ctx context.Context, except string) (map[string]queue.Qu
 // definitions lists every queue of c and keeps the listing (lists), or
 // returns the last listing when c does not answer.
 func (r *Router) definitions(ctx context.Context, c *member) (map[string]queue.QueueInfo, error) {
-	m, err := c.manager()
+	m, err := r.answering(c)
 	if err == nil {
+		lctx, cancel := context.WithTimeout(ctx, r.cfg.StatementTimeout)
 		var infos []queue.QueueInfo
-		if infos, err = m.List(ctx, queue.ListQueuesParams{}); err == nil {
+		infos, err = m.List(lctx, queue.ListQueuesParams{})
+		cancel()
+		if err == nil {
 			defs := make(map[string]queue.QueueInfo, len(infos))
 			for _, info := range infos {
 				defs[info.Name] = info
