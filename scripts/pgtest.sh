@@ -7,7 +7,8 @@
 #   scripts/pgtest.sh stop DIR    stops that cluster (no error if it is not running)
 #
 # PGTEST_PORT=N (what `make pg-start PG_PORT=N` sets) starts on port N only, and fails saying so when
-# N is taken; unset, the first free port of 55432-55531 is used.
+# N is taken; unset, a free port of 55432-55531 is used, in a random order, those handed out in the
+# last 10 minutes last.
 #
 # DIR/env holds PGTEST_PGCTL, PGTEST_DATA, PGTEST_USER, PGTEST_OPTS and PGTEST_LOG, so a test can
 # restart the server: [runuser -u $PGTEST_USER --] $PGTEST_PGCTL -D $PGTEST_DATA -m fast -w stop,
@@ -86,8 +87,18 @@ flock 9
 # A port that looks free can still be refused: a client connection of another
 # process may hold it as its local (ephemeral) port, which the probe does not
 # see. So a start that fails to bind moves on to the next port.
+# A port another start handed out in the last 10 minutes comes last: a test
+# that stops its cluster and starts it again later (pgtest.Server.Stop, Start)
+# would otherwise find its port taken by a new cluster of another test, and
+# its clients, whose URL still names that port, would reach the wrong
+# database (function styx_check_item_ids() does not exist, a 500). The free
+# ports are tried in a random order for the same reason.
+recent="${TMPDIR:-/tmp}/styx-pgtest.$(id -u).ports"
+touch "$recent"
+now=$(date +%s)
+awk -v now="$now" '$2 > now - 600' "$recent" >"$recent.new" 2>/dev/null && mv "$recent.new" "$recent"
 port=
-ports=$(seq 55432 55531)
+ports="$(seq 55432 55531 | grep -vxF -f <(awk '{print $1}' "$recent") | shuf) $(awk '{print $1}' "$recent")"
 if [[ -n ${PGTEST_PORT:-} ]]; then ports=$PGTEST_PORT; fi
 for p in $ports; do
 	if (echo >"/dev/tcp/127.0.0.1/$p") 2>/dev/null; then continue; fi
@@ -102,6 +113,7 @@ EOF
 	# 9>&-: the server must not inherit (and hold) the lock.
 	if as_user "$bin/pg_ctl" -D "$DIR/data" -l "$DIR/log" -w -t 60 -o "$opts" start >&2 9>&-; then
 		port=$p
+		echo "$p $now" >>"$recent"
 		break
 	fi
 	if ! grep -q 'could not bind\|could not create any TCP/IP sockets' "$DIR/log" 2>/dev/null; then
