@@ -22,7 +22,8 @@ import (
 // empty, and qed then holds every item exactly once: none lost in the
 // window between the two commits (a dying item is sent again by the
 // restarted node), none doubled (the dead-letter queue ignores a copy it
-// took). The kill falls between the two commits of some move in about
+// took); then a redrive task moves them all back to qx, each once. The
+// kill falls between the two commits of some move in about
 // one run in three (measured with the resend left out: the test then
 // failed one run in three).
 func TestHardStopDeadLetterAcrossClusters(t *testing.T) {
@@ -124,4 +125,21 @@ func TestHardStopDeadLetterAcrossClusters(t *testing.T) {
 	for i := range total {
 		require.Equal(t, 1, got[fmt.Sprintf("item-%d", i)], "item-%d", i)
 	}
+
+	// And back across the clusters: a redrive task (stored on main) moves
+	// every dead item from qed (east) to its source queue qx (main), each
+	// once.
+	task, err := c.DeadRedrive(ctx, &pb.DeadRedriveRequest{QueueName: "qed", All: true})
+	require.NoError(t, err)
+	require.Eventually(t, func() bool {
+		got, err := c.RedrivesGet(ctx, &pb.RedriveTaskRequest{TaskId: task.TaskId})
+		return err == nil && got.Status == "completed"
+	}, 60*time.Second, 50*time.Millisecond, "the redrive back to qx ends")
+	back, n := count("qx")
+	require.Equal(t, total, n, "every item back in qx, none twice")
+	for i := range total {
+		require.Equal(t, 1, back[fmt.Sprintf("item-%d", i)], "item-%d", i)
+	}
+	_, n = count("qed")
+	require.Zero(t, n, "the dead-letter queue is empty after the redrive")
 }
