@@ -91,6 +91,14 @@ func (b *browser) waitText(sel, text string) {
 	b.run(chromedp.Poll(js, nil, chromedp.WithPollingInterval(20*time.Millisecond)))
 }
 
+// waitDialog waits until the confirmation dialog is open and shows text: a
+// closed dialog keeps the text of the last one it showed, so its text alone
+// says nothing of whether a click opened it again.
+func (b *browser) waitDialog(text string) {
+	b.t.Helper()
+	b.waitText("#confirm-dialog[open]", text)
+}
+
 // waitGone waits until no element sel shows text.
 func (b *browser) waitGone(sel, text string) {
 	b.t.Helper()
@@ -277,7 +285,7 @@ func TestBrowser(t *testing.T) {
 		b.t = t
 		b.open("/ui/queues/orders-dlq/dead")
 		b.run(chromedp.Click(`button[aria-label="Redrive group order <n> not found"]`, chromedp.ByQuery))
-		b.waitText("#confirm-dialog", "This will move 3 items to their source queue.")
+		b.waitDialog("This will move 3 items to their source queue.")
 		b.screenshot("redrive-confirm")
 		b.run(chromedp.Click(`#confirm-ok`, chromedp.ByQuery))
 		b.waitText("h1", "Redrives")
@@ -311,11 +319,11 @@ func TestBrowser(t *testing.T) {
 		b.open("/ui/queues/slow-dlq/dead")
 		b.waitText("main table caption", "50 dead items in 1 group")
 		b.run(chromedp.Click(`button[aria-label="Redrive group timeout after <dur>"]`, chromedp.ByQuery))
-		b.waitText("#confirm-dialog", "This will move 50 items to their source queue.")
+		b.waitDialog("This will move 50 items to their source queue.")
 		b.run(chromedp.SetValue(`#redrive-rate`, "1", chromedp.ByQuery), chromedp.Click(`#confirm-ok`, chromedp.ByQuery))
 		b.waitText(`tr[aria-current="true"]`, "running")
 		b.run(chromedp.Click(`tr[aria-current="true"] button.danger`, chromedp.ByQuery))
-		b.waitText("#confirm-dialog", "Stop redrive")
+		b.waitDialog("Stop redrive")
 		b.run(chromedp.Click(`#confirm-ok`, chromedp.ByQuery))
 		b.waitText(`tr[aria-current="true"]`, "cancelled")
 		row := b.text(`tr[aria-current="true"]`)
@@ -326,7 +334,7 @@ func TestBrowser(t *testing.T) {
 		b.t = t
 		b.open("/ui/queues/orders-dlq/dead")
 		b.run(chromedp.Click(`button[aria-label="Delete group dial tcp <ip>: connect: connection refused"]`, chromedp.ByQuery))
-		b.waitText("#confirm-dialog", "This will delete 2 items of orders-dlq for good.")
+		b.waitDialog("This will delete 2 items of orders-dlq for good.")
 		b.run(chromedp.Click(`#confirm-ok`, chromedp.ByQuery))
 		b.waitText("#status", "Deleted 2 items.")
 		b.waitText("main table caption", "1 dead item in 1 group")

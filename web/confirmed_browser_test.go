@@ -62,7 +62,7 @@ func TestBrowserAllActionsConfirmed(t *testing.T) {
 		b.open("/ui/queues/shop-dlq/dead")
 		b.waitText("main table caption", "5 dead items in 1 group")
 		b.run(chromedp.Click(`button[aria-label="Delete group card declined for order <n>"]`, chromedp.ByQuery))
-		b.waitText("#confirm-dialog", "This will delete 5 items of shop-dlq for good.")
+		b.waitDialog("This will delete 5 items of shop-dlq for good.")
 		// 3 more die while the dialog is open.
 		die(t, c, "shop", "late", 3, "card declined for order 18")
 		waitDead(t, c, "shop-dlq", 8)
@@ -80,7 +80,7 @@ func TestBrowserAllActionsConfirmed(t *testing.T) {
 		b.open("/ui/queues/ship-dlq/dead")
 		b.waitText("main table caption", "4 dead items in 1 group")
 		b.run(chromedp.Click(`button[aria-label="Redrive group carrier timeout after <dur>"]`, chromedp.ByQuery))
-		b.waitText("#confirm-dialog", "This will move 4 items to their source queue.")
+		b.waitDialog("This will move 4 items to their source queue.")
 		die(t, c, "ship", "late", 2, "carrier timeout after 45s")
 		waitDead(t, c, "ship-dlq", 6)
 		b.run(chromedp.Click(`#confirm-ok`, chromedp.ByQuery))
@@ -100,7 +100,7 @@ func TestBrowserAllActionsConfirmed(t *testing.T) {
 		b.open("/ui/queues/post-dlq/dead")
 		b.waitText("main table caption", "4 dead items in 1 group")
 		b.run(chromedp.Click(`button[aria-label="Delete group carrier timeout after <dur>"]`, chromedp.ByQuery))
-		b.waitText("#confirm-dialog", "This will delete 4 items of post-dlq for good.")
+		b.waitDialog("This will delete 4 items of post-dlq for good.")
 		// Meanwhile one of the 4 is deleted elsewhere and 2 more die: the
 		// 4 confirmed items are no longer there.
 		res, err := c.DeadDelete(ctx, &pb.DeadDeleteRequest{QueueName: "post-dlq", Filter: &pb.DeadFilter{Ids: []string{ids["first-0"]}}})
@@ -109,7 +109,7 @@ func TestBrowserAllActionsConfirmed(t *testing.T) {
 		die(t, c, "post", "second", 2, "carrier timeout after 45s")
 		waitDead(t, c, "post-dlq", 5)
 		b.run(chromedp.Click(`#confirm-ok`, chromedp.ByQuery))
-		b.waitText("#confirm-dialog", "This will delete 5 items of post-dlq for good.")
+		b.waitDialog("This will delete 5 items of post-dlq for good.")
 		require.Equal(t, "Nothing was deleted: the items changed while the dialog was open (4 confirmed). The count below is as it is now.",
 			b.text("#changed-note"))
 		require.Equal(t, []string{"first-1", "first-2", "first-3", "second-0", "second-1"}, deadRefs(t, c, "post-dlq"), "nothing deleted yet")

@@ -65,7 +65,7 @@ func TestBrowserRedrivePreview(t *testing.T) {
 	b.open("/ui/queues/pay-dlq/dead")
 	b.waitText("main table caption", "9 dead items")
 	b.run(chromedp.Click(`//button[text()="Redrive all…"]`))
-	b.waitText("#confirm-dialog", "This will move 6 of 9 items to their source queue; 3 will stay in the dead-letter queue (3 destination queue does not exist).")
+	b.waitDialog("This will move 6 of 9 items to their source queue; 3 will stay in the dead-letter queue (3 destination queue does not exist).")
 	require.Equal(t, "Redrive 6 items", b.text("#confirm-ok"))
 	require.Equal(t, "pay | 6 | 0 | –", b.rowIn("#confirm-dialog", "pay"))
 	require.Equal(t, "pay-old | 0 | 3 | 3 destination queue does not exist", b.rowIn("#confirm-dialog", "pay-old"))
@@ -452,7 +452,7 @@ func TestBrowserSmallerTruths(t *testing.T) {
 	// dialog and on the Redrives page, with how long it took.
 	b.open("/ui/queues/st-dlq/dead")
 	b.run(chromedp.Click(`button[aria-label="Redrive group order <n> not found"]`, chromedp.ByQuery))
-	b.waitText("#confirm-dialog", `Selected: error "order <n> not found"`)
+	b.waitDialog(`Selected: error "order <n> not found"`)
 	b.run(chromedp.Click(`#confirm-ok`, chromedp.ByQuery))
 	b.waitText(`tr[aria-current="true"]`, "completed")
 	row := b.text(`tr[aria-current="true"]`)
@@ -516,7 +516,7 @@ func TestBrowserConfirmOneAction(t *testing.T) {
 		del.click();
 		return [busy, document.getElementById('confirm-dialog').open, document.getElementById('status').textContent].join(' | ');
 	})()`)
-	b.waitText("#confirm-dialog", "This will move 3 items to their source queue.")
+	b.waitDialog("This will move 3 items to their source queue.")
 	require.Equal(t, "Redrive 3 items", b.text("#confirm-ok"))
 	b.run(chromedp.Click(`#confirm-ok`, chromedp.ByQuery))
 	b.waitText("h1", "Redrives")
@@ -531,7 +531,7 @@ func TestBrowserConfirmOneAction(t *testing.T) {
 	b.open("/ui/queues/one-dlq/dead")
 	b.waitText("main table caption", "2 dead items in 1 group")
 	b.run(chromedp.Click(`button[aria-label="Delete group card declined"]`, chromedp.ByQuery))
-	b.waitText("#confirm-dialog", "This will delete 2 items of one-dlq for good.")
+	b.waitDialog("This will delete 2 items of one-dlq for good.")
 	b.run(chromedp.Click(`#confirm-ok`, chromedp.ByQuery))
 	b.waitText("#status", "Deleted 2 items.")
 	waitDead(t, c, "one-dlq", 0)

@@ -37,7 +37,7 @@ func TestBrowserPauseAndClear(t *testing.T) {
 	b.open("/ui/queues/orders")
 	b.waitText("#pause-button", "Pause consumption")
 	b.run(chromedp.Click(`#pause-button`, chromedp.ByQuery))
-	b.waitText("#confirm-dialog", "Leases of orders will get nothing until you resume it")
+	b.waitDialog("Leases of orders will get nothing until you resume it")
 	b.run(chromedp.Click(`#confirm-ok`, chromedp.ByQuery))
 	b.waitText("#paused-banner", "Consumption is paused")
 	b.waitText("#pause-button", "Resume consumption")
@@ -58,7 +58,7 @@ func TestBrowserPauseAndClear(t *testing.T) {
 
 	// The Clear dialog counts first; Cancel removes nothing.
 	b.run(chromedp.Click(`#clear-button`, chromedp.ByQuery))
-	b.waitText("#confirm-dialog", "Choose what to remove")
+	b.waitDialog("Choose what to remove")
 	require.Equal(t, "2 items", b.text(`[data-clear="ready"]`))
 	require.Equal(t, "0 items", b.text(`[data-clear="scheduled"]`))
 	require.Equal(t, "3 items", b.text(`[data-clear="all"]`))
@@ -68,8 +68,12 @@ func TestBrowserPauseAndClear(t *testing.T) {
 	require.NoError(t, err)
 	require.EqualValues(t, 3, st.Total, "Cancel removed nothing")
 	// OK clears the ready items (the default choice); the leased one stays.
+	// The click waits until the cancelled flow is over (the dialog closed,
+	// the button enabled again: a click on a busy button does nothing).
+	b.run(chromedp.Poll(`!document.getElementById('confirm-dialog').open && !document.getElementById('clear-button').disabled`, nil,
+		chromedp.WithPollingInterval(20*time.Millisecond)))
 	b.run(chromedp.Click(`#clear-button`, chromedp.ByQuery))
-	b.waitText("#confirm-dialog", "Choose what to remove")
+	b.waitDialog("Choose what to remove")
 	b.run(chromedp.Click(`#confirm-ok`, chromedp.ByQuery))
 	b.waitText("#status", "Cleared ready items of orders.")
 	// The page redraws after the clear (the Ready card reads 0): the
@@ -91,7 +95,7 @@ func TestBrowserPauseAndClear(t *testing.T) {
 		got <- res
 	}()
 	b.run(chromedp.Click(`#pause-button`, chromedp.ByQuery))
-	b.waitText("#confirm-dialog", "get its items again")
+	b.waitDialog("get its items again")
 	b.run(chromedp.Click(`#confirm-ok`, chromedp.ByQuery))
 	b.waitGone("main", "Consumption is paused")
 	res := <-got

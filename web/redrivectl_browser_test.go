@@ -44,7 +44,7 @@ func TestBrowserRedrivePauseRerate(t *testing.T) {
 	require.Equal(t, "paused", paused.Status)
 
 	b.run(chromedp.Click(`button[aria-label="Change the rate of `+task.TaskId+`"]`, chromedp.ByQuery))
-	b.waitText("#confirm-dialog", "moves 1 item per second now")
+	b.waitDialog("moves 1 item per second now")
 	b.run(chromedp.SetValue(`#task-rate`, "5", chromedp.ByQuery), chromedp.Click(`#confirm-ok`, chromedp.ByQuery))
 	b.waitText(row, "5/s")
 	require.EqualValues(t, 5, get().RateLimit)

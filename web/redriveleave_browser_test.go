@@ -70,7 +70,7 @@ func TestBrowserRedrivesSeeEachOther(t *testing.T) {
 	b.waitText("#redrive-summary", "held by another redrive task")
 	b.waitText("#redrive-left", "held by redrive "+paused.TaskId+" (paused)")
 	b.waitText("#redrive-left", "held by redrive "+running.TaskId+" (running)")
-	b.waitText("#confirm-dialog", "Redrive 5 items")
+	b.waitDialog("Redrive 5 items")
 	b.run(chromedp.Click(`#confirm-ok`, chromedp.ByQuery))
 	b.waitText("h1", "Redrives")
 	b.waitText(`tr[aria-current="true"]`, " moved")

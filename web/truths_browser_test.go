@@ -152,7 +152,7 @@ func TestBrowserSmallerTruths39(t *testing.T) {
 		b.run(chromedp.Click(`h2#items ~ table tbody tr th a`, chromedp.ByQuery))
 		b.waitText("h1", "Dead item ")
 		b.run(chromedp.Click(`//button[text()="Redrive this item…"]`))
-		b.waitText("#confirm-dialog", "This will move 1 item to its source queue.")
+		b.waitDialog("This will move 1 item to its source queue.")
 		require.Equal(t, "Redrive 1 item", b.text("#confirm-ok"))
 		b.run(chromedp.SetValue(`#redrive-rate`, "1", chromedp.ByQuery), chromedp.Click(`#confirm-ok`, chromedp.ByQuery))
 		b.waitText("h1", "Redrives")
