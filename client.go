@@ -414,11 +414,13 @@ func (c *Client) QueueProduce(ctx context.Context, req *pb.QueueProduceRequest) 
 // completes those leased items of req.CompletePartition, in the same step
 // of the queue, and answers at once: the items ready then, or none (an
 // empty response, not an error); one round trip and one write for a
-// worker's complete and its next lease.
+// worker's complete and its next lease. With req.WaitAfterComplete too, it
+// long-polls after its completes and answers an empty response, not an
+// error, at req.RequestTimeout.
 func (c *Client) QueueLease(ctx context.Context, req *pb.QueueLeaseRequest) (*pb.QueueLeaseResponse, error) {
 	if req.RequestTimeout == "" {
 		req = &pb.QueueLeaseRequest{QueueName: req.QueueName, BatchSize: req.BatchSize, ClientId: req.ClientId, RequestTimeout: c.timeout,
-			CompleteIds: req.CompleteIds, CompletePartition: req.CompletePartition}
+			CompleteIds: req.CompleteIds, CompletePartition: req.CompletePartition, WaitAfterComplete: req.WaitAfterComplete}
 	}
 	out := &pb.QueueLeaseResponse{}
 	return out, c.do(ctx, "/v1/queue.lease", req, out)

@@ -275,6 +275,47 @@ func TestCrashRecovery(t *testing.T) {
 					}
 				}
 			})
+			// A consumer completes each item with its next lease, which
+			// then waits (wait_after_complete: its completes go in a batch
+			// that starts no sync of its own), while the power goes.
+			bg.Go(func() {
+				var prev *pb.QueueLeaseResponse
+				for {
+					select {
+					case <-stop:
+						return
+					default:
+					}
+					req := &pb.QueueLeaseRequest{QueueName: "w", BatchSize: 1, ClientId: "bg", RequestTimeout: "20ms", WaitAfterComplete: true}
+					if prev != nil {
+						req.CompletePartition = prev.Partition
+						for _, it := range prev.Items {
+							req.CompleteIds = append(req.CompleteIds, it.Id)
+						}
+						w.mu.Lock()
+						for _, it := range prev.Items {
+							w.tried[string(it.Bytes)] = true
+						}
+						w.mu.Unlock()
+					}
+					res, err := w.s.C.QueueLease(ctx, req)
+					if err != nil {
+						prev = nil // completed or not: tried covers it
+						continue
+					}
+					if prev != nil && !cloned.Load() {
+						w.mu.Lock()
+						for _, it := range prev.Items {
+							w.done[string(it.Bytes)] = true
+						}
+						w.mu.Unlock()
+					}
+					prev = res
+					if len(res.Items) == 0 {
+						prev = nil
+					}
+				}
+			})
 			for range 5 + w.rnd.IntN(10) {
 				w.step()
 			}
@@ -356,4 +397,59 @@ func TestWriteFaults(t *testing.T) {
 		w.check("after restart")
 		t.Logf("k=%d %v fired=%v: %d produces acknowledged, %d completes", k, cause, fired.Load(), len(w.acked), len(w.done))
 	})
+}
+
+// TestLeaseWaitsAfterCompletePowerCut: a lease that completes first and
+// then waits (wait_after_complete) writes its completes in a batch that
+// starts no fsync of its own (ADR 0030). Its answer must still promise
+// them durable: the power goes right after each answer, keeping nothing
+// unsynced, and the completed items never come back, whether the answer
+// came at the request timeout (no other write synced the completes) or
+// with an item produced meanwhile.
+func TestLeaseWaitsAfterCompletePowerCut(t *testing.T) {
+	fs := &crashFS{cur: vfs.NewCrashableMem()}
+	s := servertest.Start(t, pebbleOn(func() vfs.FS { return fs.get() }, pebble.Config{MinFreeBytes: -1}))
+	rnd := rand.New(rand.NewPCG(1, 2))
+	s.CreateQueue(&pb.QueueInfo{QueueName: "pc", LeaseTimeout: "5m"})
+	powerCut := func() {
+		fs.crash(rnd, 0)
+		s.Stop()
+		s.Boot()
+	}
+	lease := func(timeout string, prev *pb.QueueLeaseResponse) (*pb.QueueLeaseResponse, error) {
+		req := &pb.QueueLeaseRequest{QueueName: "pc", BatchSize: 1, ClientId: "w", RequestTimeout: timeout,
+			CompletePartition: prev.Partition, CompleteIds: []string{prev.Items[0].Id}, WaitAfterComplete: true}
+		return s.C.QueueLease(ctx, req)
+	}
+
+	// Answered at its request timeout, with no items.
+	s.Produce("pc", "a")
+	a := s.Lease("pc", 1)
+	require.Len(t, a.Items, 1)
+	res, err := lease("100ms", a)
+	require.NoError(t, err)
+	require.Empty(t, res.Items)
+	powerCut()
+	require.Empty(t, s.Items("pc"), "a was completed by a lease answered 200")
+
+	// Answered with an item produced while it waited.
+	s.Produce("pc", "b")
+	b := s.Lease("pc", 1)
+	require.Len(t, b.Items, 1)
+	got := make(chan *pb.QueueLeaseResponse, 1)
+	go func() {
+		res, err := lease("1m", b)
+		if err != nil {
+			t.Errorf("lease: %v", err)
+		}
+		got <- res
+	}()
+	require.Eventually(t, func() bool { return len(s.Items("pc")) == 0 }, 30*time.Second, 5*time.Millisecond, "b is completed while the lease waits")
+	s.Produce("pc", "c")
+	res = <-got
+	require.NotNil(t, res)
+	require.Len(t, res.Items, 1)
+	require.Equal(t, "c", string(res.Items[0].Bytes))
+	powerCut()
+	require.Equal(t, []string{"c"}, payloads(s.Items("pc")), "b completed, c leased")
 }

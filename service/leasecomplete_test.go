@@ -53,3 +53,45 @@ func TestLeaseCompletesFirst(t *testing.T) {
 		assert.Empty(t, s.Items("lc"))
 	})
 }
+
+// TestLeaseWaitsAfterComplete checks wait_after_complete (issue 52) through
+// the Go client on every backend: the lease completes the previous item,
+// waits, and takes the item a producer sends meanwhile; at its
+// request_timeout it is answered 200 with no items (not 454), its
+// completes done.
+func TestLeaseWaitsAfterComplete(t *testing.T) {
+	servertest.ForEachBackend(t, func(t *testing.T, b servertest.Backend) {
+		s := servertest.Start(t, b)
+		s.CreateQueue(&pb.QueueInfo{QueueName: "lw"})
+		s.Produce("lw", "a")
+		first := s.Lease("lw", 1)
+		require.Len(t, first.Items, 1)
+		next := func(timeout string, ids ...string) (*pb.QueueLeaseResponse, error) {
+			return s.C.QueueLease(ctx, &pb.QueueLeaseRequest{QueueName: "lw", BatchSize: 1, ClientId: "w", RequestTimeout: timeout,
+				CompleteIds: ids, CompletePartition: first.Partition, WaitAfterComplete: true})
+		}
+		type answer struct {
+			res *pb.QueueLeaseResponse
+			err error
+		}
+		got := make(chan answer, 1)
+		go func() {
+			res, err := next("1m", first.Items[0].Id)
+			got <- answer{res, err}
+		}()
+		require.Eventually(t, func() bool { return len(s.Items("lw")) == 0 }, 30*time.Second, 5*time.Millisecond,
+			"a is completed while the lease waits")
+		s.Produce("lw", "b")
+		a := <-got
+		require.NoError(t, a.err)
+		require.Len(t, a.res.Items, 1, "the waiting lease takes b")
+		assert.Equal(t, "b", string(a.res.Items[0].Bytes))
+
+		// Nothing produced: 200 with no items at request_timeout, b
+		// completed.
+		empty, err := next("100ms", a.res.Items[0].Id)
+		require.NoError(t, err)
+		assert.Empty(t, empty.Items)
+		assert.Empty(t, s.Items("lw"))
+	})
+}

@@ -200,7 +200,7 @@ func (s *Service) QueueLease(ctx context.Context, req *pb.QueueLeaseRequest) (*p
 		}
 	}
 	res, err := l.Lease(ctx, queue.LeaseParams{BatchSize: int(req.BatchSize), ClientID: req.ClientId, Owner: auth.KeyName(ctx), Timeout: wait,
-		MaxBytes: s.maxLeaseBytes, Complete: complete, CompletePartition: req.CompletePartition})
+		MaxBytes: s.maxLeaseBytes, Complete: complete, CompletePartition: req.CompletePartition, WaitAfterComplete: req.WaitAfterComplete})
 	if err != nil {
 		return nil, err
 	}

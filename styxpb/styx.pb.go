@@ -276,9 +276,17 @@ type QueueLeaseRequest struct {
 	// transaction for both), at most 1,000. Every id must be leased in that
 	// partition, or nothing is completed or leased (400, as queue.complete
 	// answers). A lease with complete_ids answers at once, with the items
-	// ready then or none; it does not wait for request_timeout.
+	// ready then or none; it does not wait for request_timeout, unless
+	// wait_after_complete is set.
 	CompleteIds       []string `protobuf:"bytes,100,rep,name=completeIds,json=complete_ids,proto3" json:"completeIds,omitempty"`
 	CompletePartition int32    `protobuf:"varint,101,opt,name=completePartition,json=complete_partition,proto3" json:"completePartition,omitempty"`
+	// Styx (issue 52): with complete_ids, the lease long-polls after its
+	// completes as a plain lease does, up to request_timeout, and is then
+	// answered 200 with no items (not 454: its completes were done). A
+	// consumer that keeps such a lease waiting while items are produced gets
+	// each item in the same write that stores it. Ignored without
+	// complete_ids.
+	WaitAfterComplete bool `protobuf:"varint,102,opt,name=waitAfterComplete,json=wait_after_complete,proto3" json:"waitAfterComplete,omitempty"`
 	unknownFields     protoimpl.UnknownFields
 	sizeCache         protoimpl.SizeCache
 }
@@ -353,6 +361,13 @@ func (x *QueueLeaseRequest) GetCompletePartition() int32 {
 		return x.CompletePartition
 	}
 	return 0
+}
+
+func (x *QueueLeaseRequest) GetWaitAfterComplete() bool {
+	if x != nil {
+		return x.WaitAfterComplete
+	}
+	return false
 }
 
 type QueueLeaseItem struct {
@@ -5961,7 +5976,7 @@ const file_styx_v1_styx_proto_rawDesc = "" +
 	"\x14QueueProduceResponse\x12\x12\n" +
 	"\x04code\x18\x01 \x01(\x05R\x04code\x12\x1b\n" +
 	"\bcodeText\x18\x02 \x01(\tR\tcode_text\x12\x18\n" +
-	"\amessage\x18\x03 \x01(\tR\amessage\"\xe9\x01\n" +
+	"\amessage\x18\x03 \x01(\tR\amessage\"\x99\x02\n" +
 	"\x11QueueLeaseRequest\x12\x1d\n" +
 	"\tqueueName\x18\x01 \x01(\tR\n" +
 	"queue_name\x12\x1d\n" +
@@ -5970,7 +5985,8 @@ const file_styx_v1_styx_proto_rawDesc = "" +
 	"\bclientId\x18\x03 \x01(\tR\tclient_id\x12'\n" +
 	"\x0erequestTimeout\x18\x04 \x01(\tR\x0frequest_timeout\x12!\n" +
 	"\vcompleteIds\x18d \x03(\tR\fcomplete_ids\x12-\n" +
-	"\x11completePartition\x18e \x01(\x05R\x12complete_partition\"\x96\x02\n" +
+	"\x11completePartition\x18e \x01(\x05R\x12complete_partition\x12.\n" +
+	"\x11waitAfterComplete\x18f \x01(\bR\x13wait_after_complete\"\x96\x02\n" +
 	"\x0eQueueLeaseItem\x12\x1a\n" +
 	"\bencoding\x18\x01 \x01(\tR\bencoding\x12\x12\n" +
 	"\x04kind\x18\x02 \x01(\tR\x04kind\x12\x1c\n" +

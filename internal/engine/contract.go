@@ -222,6 +222,19 @@ type DeduplicationLimiter interface {
 	AdmitDeduplication(items []queue.ProduceItem) error
 }
 
+// Lazy is implemented by a Tx that can write an iteration without a sync
+// of its own (the embedded backend on Pebble, ADR 0030). The engine calls
+// Lazy before Commit when nothing waits on the iteration's writes: its
+// requests were all leases that completed first and wait on
+// (LeaseWait.WaitAfterComplete), no lifecycle ran and nothing was
+// answered. The backend must then make those writes durable before it
+// sends any later answer (a later iteration's replies, DurableAnswerer),
+// so that no answer ever rests on them before they are durable; until
+// then a crash may undo them, and nobody was told they happened.
+type Lazy interface {
+	Lazy()
+}
+
 // ReplyMode says when a reply may leave.
 type ReplyMode uint8
 

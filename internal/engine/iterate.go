@@ -28,6 +28,11 @@ type pass struct {
 	// joined are the leases that completed first (handleCompleteThenLease):
 	// answered in this iteration, served or not.
 	joined []*Request
+	// waiting counts the leases that completed first and wait on
+	// (LeaseWait.WaitAfterComplete).
+	waiting int
+	// ended: the lifecycle ended leases or killed items.
+	ended bool
 	// outcomes counts the outcomes of redriven items by redrive task
 	// (outcomes.go); nil until there is one.
 	outcomes map[string]*metrics.RedriveOutcome
@@ -52,6 +57,12 @@ func (e *Engine) iteration(tx Tx, now int64, reqs []*Request, lifecycle bool) {
 		// waited forever (a PostgreSQL connection cut mid-transaction).
 		for _, r := range reqs[it.handled:] {
 			it.replies = append(it.replies, Reply{R: r})
+		}
+	}
+	if err == nil && !it.ended && len(reqs) > 0 && it.waiting == len(reqs) && len(it.replies) == 0 {
+		// Nothing waits on these writes (Lazy).
+		if l, ok := tx.(Lazy); ok {
+			l.Lazy()
 		}
 	}
 	tx.Commit(it.replies, err)
@@ -261,8 +272,9 @@ func (e *Engine) handleComplete(it *pass, op *completeOp) (ReplyMode, error) {
 // with LeaseParams.Complete): the completes exactly as a complete's (an
 // error changes nothing and answers the lease), then the lease joins the
 // waiters that this iteration serves (iterate answers it in this
-// iteration, with or without items). A client_id already waiting is
-// refused before anything is completed.
+// iteration, with or without items, unless it waits after its completes:
+// LeaseWait.WaitAfterComplete). A client_id already waiting is refused
+// before anything is completed.
 func (e *Engine) handleCompleteThenLease(it *pass, r *Request, op *completeOp) (ReplyMode, error) {
 	if e.Loop.Waiters.waiting(r.Lease.ClientID, r.Lease.Owner) {
 		return 0, errDuplicateClient
@@ -274,7 +286,12 @@ func (e *Engine) handleCompleteThenLease(it *pass, r *Request, op *completeOp) (
 		return 0, fmt.Errorf("queue '%s': lease after its completes: %w", it.info.Name, err) // checked above
 	}
 	e.Loop.Consumers.seen(r.Lease.ClientID, r.Lease.Owner, it.now)
-	it.joined = append(it.joined, r)
+	r.Lease.completed = true
+	if r.Lease.WaitAfterComplete {
+		it.waiting++
+	} else {
+		it.joined = append(it.joined, r)
+	}
 	return noReply, nil
 }
 
@@ -705,6 +722,7 @@ func (e *Engine) lifecycle(it *pass) error {
 	if err != nil {
 		return err
 	}
+	it.ended = len(leases) > 0 || len(expired) > 0
 	if len(leases) > 0 {
 		history, err := it.histories(leases)
 		if err != nil {

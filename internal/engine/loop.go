@@ -95,6 +95,13 @@ type LeaseWait struct {
 	// counted) instead of leaving them leased to nobody until their lease
 	// deadline.
 	Abandoned func(queue.LeaseResult)
+	// WaitAfterComplete keeps a lease that completes first waiting after
+	// its completes (queue.LeaseParams.WaitAfterComplete).
+	WaitAfterComplete bool
+	// completed is set once a lease's completes were done: at its request
+	// timeout it is answered with no items and no error, once those
+	// completes are durable (Loop.answerCompleted).
+	completed bool
 }
 
 // Claim reports whether the caller is the first to answer r, and marks r
@@ -264,9 +271,10 @@ func (l *Loop) CallLease(ctx context.Context, w *LeaseWait) error {
 // (Engine.Lease with completes): it reaches the iteration as a request,
 // joins the Waiters there once op succeeded, and is answered in that
 // iteration, with the items it got or none. It writes, so it is not
-// abandonable.
+// abandonable, unless it waits after op (LeaseWait.WaitAfterComplete): its
+// caller may then go away as a plain lease's does.
 func (l *Loop) callLeaseAfter(ctx context.Context, w *LeaseWait, op Op) error {
-	return l.call(&Request{Ctx: ctx, Op: op, Lease: w, done: make(chan error, 1)}, false)
+	return l.call(&Request{Ctx: ctx, Op: op, Lease: w, done: make(chan error, 1)}, w.WaitAfterComplete)
 }
 
 func (l *Loop) call(r *Request, abandonable bool) error {
@@ -482,7 +490,30 @@ func (l *Loop) iterate(batch []*Request, poll bool) {
 		}
 	}
 	l.step(now, work, poll)
-	l.Waiters.expire(now)
+	l.Waiters.expire(now, l.answerCompleted)
+}
+
+// DurableAnswerer is a Backend whose writes become durable after the
+// iteration that made them (the embedded backend's pipelined group commit,
+// ADR 0012). AnswerDurable runs in the loop goroutine, between iterations:
+// it answers r with success once every write made so far is durable, or
+// with the error of a write or sync that failed. A backend without it is
+// durable when its iteration ends (PostgreSQL commits before the loop goes
+// on; memory keeps nothing).
+type DurableAnswerer interface {
+	AnswerDurable(r *Request)
+}
+
+// answerCompleted answers a lease whose completes were done and which waited
+// out its request timeout (LeaseWait.WaitAfterComplete): no items, success,
+// once those completes are durable.
+func (l *Loop) answerCompleted(r *Request) {
+	r.Lease.Result = queue.LeaseResult{}
+	if d, ok := l.b.(DurableAnswerer); ok {
+		d.AnswerDurable(r)
+		return
+	}
+	r.Answer(nil)
 }
 
 // step runs one iteration: the backend begins it, the engine runs it.

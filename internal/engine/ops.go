@@ -145,8 +145,8 @@ func (e *Engine) Produce(ctx context.Context, items []queue.ProduceItem) error {
 
 // Lease waits up to p.Timeout for ready items and leases up to p.BatchSize
 // of them from one partition (with p.Complete, it first completes those
-// items, in the same iteration, and answers at once: see
-// queue.LeaseParams.Complete): the one with the most ready items, shared
+// items, in the same iteration, and answers at once unless
+// p.WaitAfterComplete: see queue.LeaseParams.Complete): the one with the most ready items, shared
 // item by item with the other leases waiting on it when there are not
 // enough for all (Serve). Returns an apierr.Retry error when none
 // came. A lease whose ctx ends after the loop served it but before the
@@ -156,9 +156,11 @@ func (e *Engine) Lease(ctx context.Context, p queue.LeaseParams) (queue.LeaseRes
 		return queue.LeaseResult{}, err
 	}
 	w := &LeaseWait{ClientID: p.ClientID, Owner: p.Owner, BatchSize: p.BatchSize, Timeout: p.Timeout, MaxBytes: p.MaxBytes,
-		LeaseTimeout: p.LeaseTimeout, Abandoned: e.giveBack}
+		LeaseTimeout: p.LeaseTimeout, Abandoned: e.giveBack, WaitAfterComplete: p.WaitAfterComplete}
 	if len(p.Complete) > 0 {
 		// One iteration completes and leases (handleCompleteThenLease).
+		// One that may wait is given up when its caller goes away, as a
+		// plain lease is (its completes' outcome is then unknown to it).
 		if err := e.Loop.callLeaseAfter(ctx, w, &completeOp{partition: p.CompletePartition, ids: p.Complete}); err != nil {
 			return queue.LeaseResult{}, err
 		}

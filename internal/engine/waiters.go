@@ -65,14 +65,17 @@ func (ws *Waiters) add(r *Request, now int64) error {
 }
 
 // expire drops the waiting leases that were answered, answering those whose
-// client went away and those whose request timeout has passed (ErrNoItems).
-func (ws *Waiters) expire(now int64) {
+// client went away and those whose request timeout has passed (ErrNoItems;
+// a lease that completed first through completed instead).
+func (ws *Waiters) expire(now int64, completed func(*Request)) {
 	kept := ws.list[:0]
 	for _, w := range ws.list {
 		switch {
 		case w.answered.Load():
 		case w.Ctx.Err() != nil:
 			w.Answer(w.Ctx.Err())
+		case w.Deadline <= now && w.Lease.completed:
+			completed(w)
 		case w.Deadline <= now:
 			w.Answer(ErrNoItems)
 		default:

@@ -76,7 +76,7 @@ func TestWaitersRefuseDuplicateClient(t *testing.T) {
 	waiter(t, ws, "a", 1)
 	r := &Request{Ctx: context.Background(), Lease: &LeaseWait{ClientID: "a", BatchSize: 1}, done: make(chan error, 1)}
 	assert.ErrorContains(t, ws.add(r, 0), "duplicate client id; a client cannot make multiple leased requests to the same queue")
-	ws.expire(2e9) // past the request timeout
+	ws.expire(2e9, func(*Request) { t.Fatal("no lease completed first") }) // past the request timeout
 	assert.Zero(t, ws.Len())
 }
 

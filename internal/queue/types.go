@@ -59,9 +59,16 @@ type LeaseParams struct {
 	// worker completes its previous batch with its next lease; issue 52).
 	// Every id must be leased in that partition, or nothing is completed
 	// or leased and the error of Complete answers. Such a lease does not
-	// wait: it answers at once, with the items ready then, or none.
+	// wait: it answers at once, with the items ready then, or none, unless
+	// WaitAfterComplete is set.
 	Complete          []uint64
 	CompletePartition int32
+	// WaitAfterComplete makes a lease with Complete wait after its
+	// completes as a plain lease does, up to Timeout, and then answer with
+	// no items and no error (its completes were done; issue 52). A consumer
+	// that keeps such a lease waiting gets an item in the same write that
+	// stores it. Ignored without Complete.
+	WaitAfterComplete bool
 }
 
 // LeasedItem is an item handed out by a lease.

@@ -119,6 +119,11 @@ type Batch struct {
 	// LastID, when non-zero, is persisted as the queue's id high-water mark
 	// (see Store.LastID). Set it whenever the batch uses new ids.
 	LastID uint64
+	// Lazy tells an AsyncWriter that nothing waits on the batch: it may
+	// apply it without starting a sync (WriteAsync then returns no wait);
+	// it becomes durable with the next batch applied without Lazy, or
+	// with Syncer.Sync. Stores that always sync, or never, ignore it.
+	Lazy bool
 }
 
 // Insert adds a new item.
@@ -305,6 +310,13 @@ type AsyncWriter interface {
 	// before b is durable too. An error from WriteAsync itself means b was
 	// not applied.
 	WriteAsync(ctx context.Context, b *Batch) (wait func() error, err error)
+}
+
+// Syncer is implemented by an AsyncWriter that applies Batch.Lazy batches
+// without a sync: Sync makes every batch applied before it durable, or
+// returns the error that kept them from being so.
+type Syncer interface {
+	Sync(ctx context.Context) error
 }
 
 // Catalog stores queue definitions. Its methods may be called concurrently

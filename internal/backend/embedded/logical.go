@@ -124,6 +124,10 @@ type Logical struct {
 	bodies *bodyCache
 	// pipe releases the replies of written batches once durable.
 	pipe *pipeline
+	// unsynced: a lazy batch (store.Batch.Lazy) was applied and no sync
+	// has been started since; the next reply must wait for one. Loop
+	// goroutine only.
+	unsynced bool
 	// guard is the store's, when it can refuse writes (store.Guard); gen
 	// is its Generation when the state was last loaded (written by the
 	// loop, read by ListPage).
@@ -411,6 +415,7 @@ func (l *Logical) Begin(now int64, reqs []*engine.Request, _ bool) (engine.Tx, [
 		}
 		l.confirmed = l.confirmed[:0]
 	}
+	it.eager = resumed || len(it.batch.Ops) > 0
 	l.cur = it
 	return it, reqs, lifecycle
 }
@@ -574,7 +579,10 @@ type iteration struct {
 	// resumed: Begin finished the moves a load found (resumeMoves); the
 	// batch deletes the items the dead-letter queue took.
 	resumed bool
-	err     error
+	// lazy: nothing waits on the batch (engine.Lazy); eager: Begin wrote
+	// into it (it is then synced whatever the engine says).
+	lazy, eager bool
+	err         error
 }
 
 // addBody records the body of an item inserted in this iteration.

@@ -15,7 +15,10 @@ import (
 // written by Commit. A failed write or sync makes the queue reload its
 // index from storage (storage is the truth).
 
-var _ engine.Tx = (*iteration)(nil)
+var (
+	_ engine.Tx              = (*iteration)(nil)
+	_ engine.DurableAnswerer = (*Logical)(nil)
+)
 
 // Info implements Tx.
 func (it *iteration) Info() queue.QueueInfo { return it.l.info }
@@ -564,3 +567,7 @@ func (l *Logical) editItem(it *iteration, ref queue.ItemRef, edit func(*queue.It
 	}
 	return cur, nil
 }
+
+// Lazy implements engine.Lazy: the batch is applied without a sync of its
+// own when nothing else in it needs one (Logical.commit).
+func (it *iteration) Lazy() { it.lazy = true }

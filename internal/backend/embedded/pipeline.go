@@ -176,8 +176,18 @@ func (l *Logical) write(b *store.Batch) (wait func() error, err error) {
 func (l *Logical) commit(it *iteration) {
 	err := it.err
 	var wait func() error
+	// A batch nothing waits on (engine.Lazy) is applied without a sync of
+	// its own: the next batch's sync covers it, and every reply after it
+	// waits for a sync (unsynced).
+	lazy := it.lazy && !it.eager && len(it.replies) == 0 && len(it.early) == 0 && !it.wait && len(it.after) == 0 &&
+		len(it.deferrals) == 0 && l.syncer() != nil
 	if err == nil && (it.batch.Len() > 0 || it.batch.LastID != 0) {
+		it.batch.Lazy = lazy
 		wait, err = l.write(&it.batch)
+		it.batch.Lazy = false
+		if err == nil && lazy {
+			l.unsynced = true
+		}
 	}
 	// The store is done with the batch: keep its buffers for the next.
 	clear(it.batch.Ops)
@@ -208,6 +218,16 @@ func (l *Logical) commit(it *iteration) {
 		l.load()
 		l.finish(it, unavailable(l.name, err))
 		return
+	}
+	if lazy {
+		l.finish(it, nil) // nothing to answer
+		return
+	}
+	if wait == nil && l.unsynced {
+		wait = l.syncWait()
+	}
+	if wait != nil {
+		l.unsynced = false
 	}
 	if wait == nil && l.pipe.idle() {
 		l.pipe.durableID.Store(l.lastID)
@@ -270,4 +290,37 @@ func (l *Logical) syncFailed() {
 	l.cfg.Log.Error("sync failed; reloading the queue from storage", "queue", l.name)
 	l.load()
 	l.pipe.push(&commit{reset: true})
+}
+
+// AnswerDurable implements engine.DurableAnswerer: r is answered once every
+// batch written so far is durable (at once when none is still syncing or
+// unsynced), or with the failure of one of them. The loop calls it between
+// iterations, so every id up to lastID is in a written batch.
+func (l *Logical) AnswerDurable(r *engine.Request) {
+	if l.pipe.idle() && !l.unsynced {
+		r.Answer(nil)
+		return
+	}
+	var wait func() error
+	if l.unsynced {
+		wait, l.unsynced = l.syncWait(), false
+	}
+	l.pipe.push(&commit{wait: wait, replies: []pendingReply{{r: r}}, lastID: l.lastID})
+}
+
+// syncer returns the store's store.Syncer, or nil: lazy batches
+// (store.Batch.Lazy) are written only to a store that has one.
+func (l *Logical) syncer() store.Syncer {
+	s, _ := l.cfg.Store.(store.Syncer)
+	return s
+}
+
+// syncWait returns a wait that syncs the store (store.Syncer), making the
+// lazy batches applied before it durable.
+func (l *Logical) syncWait() func() error {
+	s := l.syncer()
+	if s == nil {
+		return nil
+	}
+	return func() error { return s.Sync(context.Background()) }
 }

@@ -585,6 +585,43 @@ var cycleRows = []row{
 		require.Equal(e.t, counts{total: 2, leased: 2}, c)
 		require.Zero(e.t, func() int { st, _ := q.Stats(e.ctx); return st.LeaseWaiting }(), "it does not stay waiting")
 	}},
+	{"LeaseWaitsAfterComplete", func(e *env) {
+		// With WaitAfterComplete, a lease that completes first long-polls
+		// after its completes: a produce meanwhile is handed to it, and at
+		// its request timeout it is answered with no items and no error.
+		q := e.create("q", nil)
+		e.produce(q, "a")
+		part, a := e.leaseOne(q, "a")
+		next := func(timeout time.Duration, ids ...uint64) func() (queue.LeaseResult, error) {
+			return e.leaseAsync(q, queue.LeaseParams{BatchSize: 1, ClientID: "w", Timeout: timeout, Complete: ids,
+				CompletePartition: part, WaitAfterComplete: true})
+		}
+		wait := next(time.Minute, a.ID)
+		e.waitLeaseWaiting(q, 1)
+		c, _ := e.counts(q)
+		require.Equal(e.t, counts{}, c, "a completed while the lease waits")
+		e.produce(q, "b")
+		res, err := wait()
+		require.NoError(e.t, err)
+		require.Equal(e.t, []string{"b"}, payloads(res.Items), "the waiting lease takes b")
+		part, b := res.Partition, res.Items[0]
+		// An id not leased: nothing completed, the lease does not wait.
+		_, err = next(time.Minute, a.ID)()
+		requireNotLeased(e.t, err, a.ID)
+		c, _ = e.counts(q)
+		require.Equal(e.t, counts{total: 1, leased: 1}, c, "b still leased")
+		// Its request timeout passes with nothing produced: no items, no
+		// error, and b completed.
+		wait = next(time.Second, b.ID)
+		e.waitLeaseWaiting(q, 1)
+		e.advance(time.Second, q)
+		res, err = wait()
+		require.NoError(e.t, err)
+		require.Empty(e.t, res.Items)
+		c, _ = e.counts(q)
+		require.Equal(e.t, counts{}, c)
+		e.waitLeaseWaiting(q, 0)
+	}},
 	{"HistoryKeepsTenMostRecent", func(e *env) {
 		q := e.create("q", nil)
 		e.produce(q, "a")

@@ -73,7 +73,10 @@ func (s *Store) faultCall(call string, do func() error) error {
 	return fmt.Errorf("faulty: %s (applied): %w", call, f.Err)
 }
 
-var _ store.AsyncWriter = (*Store)(nil)
+var (
+	_ store.AsyncWriter = (*Store)(nil)
+	_ store.Syncer      = (*Store)(nil)
+)
 
 // New wraps s. With no hook set, it behaves exactly as s.
 func New(s store.Store) *Store { return &Store{Store: s} }
@@ -190,6 +193,20 @@ func (s *Store) WriteAsync(ctx context.Context, b *store.Batch) (func() error, e
 		}
 		return err
 	}, nil
+}
+
+// Sync implements store.Syncer: the wrapped store's Sync when it has one
+// (a lazy batch, store.Batch.Lazy, then reached it unsynced), else nothing
+// (a store without one syncs every batch it applies). A store set down
+// fails it.
+func (s *Store) Sync(ctx context.Context) error {
+	if err := s.fail("sync"); err != nil {
+		return err
+	}
+	if sy, ok := s.Store.(store.Syncer); ok {
+		return sy.Sync(ctx)
+	}
+	return nil
 }
 
 // Write runs the hook, then the wrapped Write.

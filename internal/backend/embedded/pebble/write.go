@@ -48,6 +48,24 @@ func (s *Store) WriteAsync(ctx context.Context, b *store.Batch) (func() error, e
 	}, nil
 }
 
+// Sync implements store.Syncer: it syncs the write-ahead log (an empty
+// log record written with Pebble's Sync option), so that every batch
+// applied before it, the lazy ones (store.Batch.Lazy) included, is
+// durable. Without syncing (Config.NoSync) it does nothing.
+func (s *Store) Sync(ctx context.Context) error {
+	if err := s.enterWrite(ctx); err != nil {
+		return err
+	}
+	defer s.exit()
+	if !s.writeOpts.Sync {
+		return nil
+	}
+	if err := s.commit(func() error { return s.db.LogData(nil, pebbledb.Sync) }); err != nil {
+		return fmt.Errorf("pebble: sync: %w", err)
+	}
+	return s.writable()
+}
+
 // write builds and commits the batch. With async and syncing on, it
 // applies the batch without waiting for its fsync and returns the wait.
 func (s *Store) write(ctx context.Context, b *store.Batch, async bool) (wait func() error, err error) {
@@ -94,8 +112,12 @@ func (s *Store) write(ctx context.Context, b *store.Batch, async bool) (wait fun
 	if pb.Empty() {
 		return nil, nil
 	}
-	if !async || !s.writeOpts.Sync {
-		if err := s.commit(func() error { return pb.Commit(s.writeOpts) }); err != nil {
+	if !async || !s.writeOpts.Sync || b.Lazy {
+		opts := s.writeOpts
+		if async && b.Lazy {
+			opts = pebbledb.NoSync // durable with the next synced batch, or Sync
+		}
+		if err := s.commit(func() error { return pb.Commit(opts) }); err != nil {
 			return nil, err
 		}
 		s.written.Add(int64(pb.Len()))
