@@ -344,6 +344,7 @@ for round in $(seq "$ROUNDS"); do
 					run_styx styx-postgres "$round" "$workload" "$batch"
 					if [[ $workload == cycle && $batch == 1 ]]; then
 						run_styx styx-postgres-cwl "$round" cycle 1 --complete-with-lease
+						run_styx styx-postgres-ahead "$round" cycle 1 --complete-with-lease --lease-ahead
 					fi
 				elif has river; then
 					run_peer river "$(dsn_of "river_r$round")" "$round" "$workload" "$batch"
@@ -365,6 +366,7 @@ for round in $(seq "$ROUNDS"); do
 				run_styx styx-pebble "$round" "$workload" "$batch"
 				if [[ $workload == cycle && $batch == 1 ]]; then
 					run_styx styx-pebble-cwl "$round" cycle 1 --complete-with-lease
+					run_styx styx-pebble-ahead "$round" cycle 1 --complete-with-lease --lease-ahead
 				fi
 				;;
 			rabbitmq) if has rabbitmq; then run_peer rabbitmq "$RMQ_URL" "$round" "$workload" "$batch"; fi ;;

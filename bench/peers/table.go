@@ -36,6 +36,14 @@ type cell struct {
 }
 
 // median returns the median of the cell's rates (0 when none).
+// styxVariants are the extra Styx rows bench/peers.sh runs (labels
+// styx-postgres-SUFFIX and styx-pebble-SUFFIX), each under its row's
+// plain Styx figure.
+var styxVariants = []struct{ suffix, text string }{
+	{"cwl", "Styx completing with the next lease"},
+	{"ahead", "Styx's lease sent ahead of its produce, completing the previous item"},
+}
+
 func (c *cell) median() float64 {
 	if c == nil || len(c.rates) == 0 {
 		return 0
@@ -143,9 +151,11 @@ func renderTables(out io.Writer, path string) error {
 		s, rv := get("styx-postgres", r.workload, r.batch), get("river", r.workload, r.batch)
 		fmt.Fprintf(out, "| %s, batch %d | %s | %s | %s |\n", r.workload, r.batch,
 			show("styx-postgres", s), show("river", rv), ratio(s.median(), rv.median()))
-		if s := get("styx-postgres-cwl", r.workload, r.batch); s != nil {
-			fmt.Fprintf(out, "| %s, batch %d, Styx completing with the next lease | %s | %s | %s |\n", r.workload, r.batch,
-				show("styx-postgres-cwl", s), show("river", rv), ratio(s.median(), rv.median()))
+		for _, v := range styxVariants {
+			if s := get("styx-postgres-"+v.suffix, r.workload, r.batch); s != nil {
+				fmt.Fprintf(out, "| %s, batch %d, %s | %s | %s | %s |\n", r.workload, r.batch, v.text,
+					show("styx-postgres-"+v.suffix, s), show("river", rv), ratio(s.median(), rv.median()))
+			}
 		}
 	}
 	fmt.Fprintln(out)
@@ -168,13 +178,17 @@ func renderTables(out io.Writer, path string) error {
 		}
 		fmt.Fprintf(out, "| %s, batch %d | %s | %s | %s | %s |\n", r.workload, r.batch,
 			show("styx-pebble", s), show("rabbitmq", rb), show("nats", nt), rt)
-		if c := get("styx-pebble-cwl", r.workload, r.batch); c != nil {
+		for _, v := range styxVariants {
+			c := get("styx-pebble-"+v.suffix, r.workload, r.batch)
+			if c == nil {
+				continue
+			}
 			rt := ratio(c.median(), best)
 			if rt != "–" {
 				rt += " (" + bestName + ")"
 			}
-			fmt.Fprintf(out, "| %s, batch %d, Styx completing with the next lease | %s | %s | %s | %s |\n", r.workload, r.batch,
-				show("styx-pebble-cwl", c), show("rabbitmq", rb), show("nats", nt), rt)
+			fmt.Fprintf(out, "| %s, batch %d, %s | %s | %s | %s | %s |\n", r.workload, r.batch, v.text,
+				show("styx-pebble-"+v.suffix, c), show("rabbitmq", rb), show("nats", nt), rt)
 		}
 	}
 	if len(configs) > 0 {

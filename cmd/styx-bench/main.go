@@ -67,7 +67,11 @@
 // --complete-with-lease makes cycle complete each batch with its next lease
 // (queue.lease's complete_ids, issue 52): two calls per batch instead of
 // three; it turns the worker workload's worker.Config.CompleteWithLease on
-// (off without it, as the worker was before).
+// (off without it, as the worker was before). --lease-ahead (with
+// --complete-with-lease) keeps each cycle client's lease waiting while it
+// produces, as a subscribed consumer waits for a broker's push: the lease,
+// carrying the previous batch's completes and wait_after_complete, is sent
+// before the produce, and the client goes on once both are answered.
 //
 // --count N makes the produce workload stop after exactly N items (for
 // filling a queue to a known depth). --interval D also reports the items
@@ -164,6 +168,12 @@ type config struct {
 	// issue 52), and turns the worker workload's
 	// worker.Config.CompleteWithLease on (off without it).
 	CompleteWithLease bool
+	// LeaseAhead (with CompleteWithLease) makes each cycle client send its
+	// lease, which completes the previous batch and then waits
+	// (wait_after_complete), before its produce, and go on once both are
+	// answered: a produce then meets a waiting lease, and one write stores
+	// and leases its items.
+	LeaseAhead bool
 	// Hot is the fair workload's backlog of its hot group; FairGroups says
 	// whether its items carry their group (false: the FIFO baseline).
 	Hot        int
@@ -287,6 +297,7 @@ func parseFlags(args []string, stderr io.Writer) (config, error) {
 	fs.StringVar(&c.Cluster, "cluster", "", "the PostgreSQL cluster to create the queue on, on a server over several (empty: the server chooses)")
 	fs.BoolVar(&c.Ordered, "ordered", false, "create the queue ordered: a group's items are leased in order, one lease of a group at a time")
 	fs.BoolVar(&c.CompleteWithLease, "complete-with-lease", false, "cycle and worker: complete each batch with the next lease (queue.lease complete_ids) instead of a queue.complete call")
+	fs.BoolVar(&c.LeaseAhead, "lease-ahead", false, "cycle, with --complete-with-lease: send each lease (completing the previous batch, then waiting: wait_after_complete) before the produce, so that the produce meets a waiting lease")
 	fs.IntVar(&c.Hot, "hot", 20000, "fair workload: the hot group's backlog, produced before the 100 small groups' 10 items each")
 	fs.BoolVar(&c.FairGroups, "fair-groups", true, "fair workload: the items carry their group (false: the same items without groups, the FIFO baseline)")
 	fs.StringVar(&c.SoakCSV, "soak-csv", "", "soak: write the rows as CSV to `FILE`, rewritten after every interval")

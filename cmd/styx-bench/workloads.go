@@ -193,14 +193,15 @@ func (r *recorder) produce(ctx context.Context, items []*pb.QueueProduceItem) (b
 
 // lease asks for up to --batch items as clientID.
 func (r *recorder) lease(ctx context.Context, clientID string) (*pb.QueueLeaseResponse, bool, error) {
-	return r.leaseCompleting(ctx, clientID, nil)
+	return r.leaseCompleting(ctx, clientID, nil, false)
 }
 
 // leaseCompleting asks for up to --batch items as clientID, completing the
-// items of prev first (queue.lease's complete_ids) when prev has any.
-func (r *recorder) leaseCompleting(ctx context.Context, clientID string, prev *pb.QueueLeaseResponse) (*pb.QueueLeaseResponse, bool, error) {
+// items of prev first (queue.lease's complete_ids) when prev has any, and
+// then waiting for items if wait (wait_after_complete).
+func (r *recorder) leaseCompleting(ctx context.Context, clientID string, prev *pb.QueueLeaseResponse, wait bool) (*pb.QueueLeaseResponse, bool, error) {
 	req := &pb.QueueLeaseRequest{QueueName: r.b.queue, BatchSize: int32(r.b.cfg.Batch), ClientId: clientID,
-		RequestTimeout: r.b.cfg.LeaseWait.String()}
+		RequestTimeout: r.b.cfg.LeaseWait.String(), WaitAfterComplete: wait}
 	if prev != nil {
 		req.CompletePartition = prev.Partition
 		for _, item := range prev.Items {
@@ -343,6 +344,10 @@ func (b *bench) unclaim(n int) {
 // runCycle is cycle client i: produce a batch, lease up to a batch, complete
 // what was leased, counting completed items.
 func (b *bench) runCycle(ctx context.Context, i int, clientID string) {
+	if b.cfg.CompleteWithLease && b.cfg.LeaseAhead {
+		b.runCycleLeaseAhead(ctx, i, clientID)
+		return
+	}
 	r := b.newRecorder(i)
 	items := batchOf(b.cfg.Batch, b.cfg.Payload)
 	group := b.grouper(i)
@@ -353,7 +358,7 @@ func (b *bench) runCycle(ctx context.Context, i int, clientID string) {
 			continue
 		}
 		if b.cfg.CompleteWithLease {
-			resp, in, err := r.leaseCompleting(ctx, clientID, prev)
+			resp, in, err := r.leaseCompleting(ctx, clientID, prev, false)
 			if err != nil {
 				if styx.ErrorCode(err) == http.StatusBadRequest {
 					prev = nil // its leases ended (expired): the items come back
@@ -375,6 +380,50 @@ func (b *bench) runCycle(ctx context.Context, i int, clientID string) {
 		}
 		if in, err := r.complete(ctx, resp); err == nil && in {
 			r.count(len(resp.Items))
+		}
+	}
+	if prev != nil {
+		_, _ = r.complete(context.WithoutCancel(ctx), prev)
+	}
+}
+
+// runCycleLeaseAhead is cycle client i with --lease-ahead: its lease
+// (completing the previous batch, then waiting) is sent first, then its
+// produce; it goes on once both are answered, counting the previous batch
+// when the lease that completed it was answered 200. The lease and the
+// produce each have a recorder of their own (a recorder is one
+// goroutine's).
+func (b *bench) runCycleLeaseAhead(ctx context.Context, i int, clientID string) {
+	r, lr := b.newRecorder(i), b.newRecorder(i)
+	items := batchOf(b.cfg.Batch, b.cfg.Payload)
+	group := b.grouper(i)
+	type leased struct {
+		resp *pb.QueueLeaseResponse
+		in   bool
+		err  error
+	}
+	got := make(chan leased, 1)
+	var prev *pb.QueueLeaseResponse // leased, not completed yet
+	for b.running(ctx) {
+		go func(prev *pb.QueueLeaseResponse) {
+			resp, in, err := lr.leaseCompleting(ctx, clientID, prev, true)
+			got <- leased{resp, in, err}
+		}(prev)
+		group(items)
+		_, _ = r.produce(ctx, items)
+		l := <-got
+		if l.err != nil {
+			if styx.ErrorCode(l.err) == http.StatusBadRequest {
+				prev = nil // its leases ended (expired): the items come back
+			}
+			continue // else prev is completed with the next lease
+		}
+		if l.in && prev != nil {
+			r.count(len(prev.Items))
+		}
+		prev = l.resp
+		if len(prev.Items) == 0 {
+			prev = nil
 		}
 	}
 	if prev != nil {
