@@ -176,7 +176,10 @@ func TestHardStopKeepsAcknowledgedItems(t *testing.T) {
 // not followed by a complete holds, under the id the lease returned, a
 // leased item. (SIGKILL keeps what reached the OS, so this catches a reply
 // sent before its batch left the process, not one sent before the fsync:
-// the pipeline tests in service/ hold syncs for that.)
+// the pipeline tests in service/ hold syncs for that.) Half the clients
+// complete with their next lease, sent before their produce and waiting
+// (wait_after_complete): an item leased and not yet completed is present
+// as any acknowledged item.
 func TestHardStopWhileClientsWaitOnSyncs(t *testing.T) {
 	if testing.Short() {
 		t.Skip("starts server processes")
@@ -204,8 +207,60 @@ func TestHardStopWhileClientsWaitOnSyncs(t *testing.T) {
 	completes := 0
 	const clients = 32
 	var wg sync.WaitGroup
+	// Every other client keeps a lease waiting while it produces (a
+	// subscription): the lease completes the item it leased before and
+	// then waits (wait_after_complete, whose completes go in a lazy batch
+	// on Pebble: ADR 0030).
+	ahead := func(w int) {
+		var prev *pb.QueueLeaseResponse
+		for i := 0; ; i++ {
+			req := &pb.QueueLeaseRequest{QueueName: "sync", BatchSize: 1, ClientId: fmt.Sprintf("c%d", w), RequestTimeout: "5s",
+				WaitAfterComplete: true}
+			if prev != nil {
+				req.CompletePartition, req.CompleteIds = prev.Partition, []string{prev.Items[0].Id}
+				mu.Lock()
+				get(string(prev.Items[0].Bytes)).completeSent = true
+				mu.Unlock()
+			}
+			type answer struct {
+				res *pb.QueueLeaseResponse
+				err error
+			}
+			got := make(chan answer, 1)
+			go func() {
+				res, err := c.QueueLease(ctx, req)
+				got <- answer{res, err}
+			}()
+			payload := fmt.Sprintf("w%d-%d", w, i)
+			perr := c.QueueProduce(ctx, &pb.QueueProduceRequest{QueueName: "sync", Items: []*pb.QueueProduceItem{{Utf8: payload}}})
+			if perr == nil {
+				mu.Lock()
+				get(payload).produced = true
+				mu.Unlock()
+			}
+			a := <-got
+			if perr != nil || a.err != nil {
+				return // the server died
+			}
+			mu.Lock()
+			if prev != nil {
+				get(string(prev.Items[0].Bytes)).completed = true
+				completes++
+			}
+			prev = nil
+			if len(a.res.Items) > 0 {
+				prev = a.res
+				get(string(prev.Items[0].Bytes)).leasedID = prev.Items[0].Id
+			}
+			mu.Unlock()
+		}
+	}
 	for w := range clients {
 		wg.Go(func() {
+			if w%2 == 1 {
+				ahead(w)
+				return
+			}
 			for i := 0; ; i++ {
 				payload := fmt.Sprintf("w%d-%d", w, i)
 				if err := c.QueueProduce(ctx, &pb.QueueProduceRequest{QueueName: "sync", Items: []*pb.QueueProduceItem{{Utf8: payload}}}); err != nil {
