@@ -217,6 +217,28 @@ func (r *recorder) leaseCompleting(ctx context.Context, clientID string, prev *p
 	return resp, in, err
 }
 
+// completedWith settles a lease that carried prev's completes (resp, in and
+// err from leaseCompleting): it counts prev when the lease was answered
+// inside the window and returns what the next lease completes: resp's
+// items, prev again when the lease's outcome is unknown (an error other
+// than 400: completed with the next lease), or nil (none leased, or 400:
+// prev's leases ended and its items come back).
+func (r *recorder) completedWith(prev, resp *pb.QueueLeaseResponse, in bool, err error) *pb.QueueLeaseResponse {
+	if err != nil {
+		if styx.ErrorCode(err) == http.StatusBadRequest {
+			return nil
+		}
+		return prev
+	}
+	if in && prev != nil {
+		r.count(len(prev.Items))
+	}
+	if len(resp.Items) == 0 {
+		return nil
+	}
+	return resp
+}
+
 // complete completes the leased items of resp.
 func (r *recorder) complete(ctx context.Context, resp *pb.QueueLeaseResponse) (bool, error) {
 	ids := make([]string, len(resp.Items))
@@ -359,19 +381,7 @@ func (b *bench) runCycle(ctx context.Context, i int, clientID string) {
 		}
 		if b.cfg.CompleteWithLease {
 			resp, in, err := r.leaseCompleting(ctx, clientID, prev, false)
-			if err != nil {
-				if styx.ErrorCode(err) == http.StatusBadRequest {
-					prev = nil // its leases ended (expired): the items come back
-				}
-				continue // else prev is completed with the next lease
-			}
-			if in && prev != nil {
-				r.count(len(prev.Items))
-			}
-			prev = resp
-			if len(resp.Items) == 0 {
-				prev = nil
-			}
+			prev = r.completedWith(prev, resp, in, err)
 			continue
 		}
 		resp, _, err := r.lease(ctx, clientID)
@@ -412,19 +422,7 @@ func (b *bench) runCycleLeaseAhead(ctx context.Context, i int, clientID string) 
 		group(items)
 		_, _ = r.produce(ctx, items)
 		l := <-got
-		if l.err != nil {
-			if styx.ErrorCode(l.err) == http.StatusBadRequest {
-				prev = nil // its leases ended (expired): the items come back
-			}
-			continue // else prev is completed with the next lease
-		}
-		if l.in && prev != nil {
-			r.count(len(prev.Items))
-		}
-		prev = l.resp
-		if len(prev.Items) == 0 {
-			prev = nil
-		}
+		prev = r.completedWith(prev, l.resp, l.in, l.err)
 	}
 	if prev != nil {
 		_, _ = r.complete(context.WithoutCancel(ctx), prev)

@@ -32,10 +32,15 @@ type placement struct {
 	State   string
 }
 
-// catalogLock is the advisory lock every change of the catalog holds (a
-// transaction's, on main): creates, updates and deletes of queues are
-// checked one after the other across every node.
-const catalogLock = `SELECT pg_advisory_xact_lock(hashtext('styx-catalog:' || current_schema()))`
+// catalogLockKey is the key of the advisory lock every change of the
+// catalog holds (a transaction's, on main): creates, updates and deletes
+// of queues are checked one after the other across every node.
+// catalogLock takes it, waiting; catalogTryLock tries it (reconcile).
+const (
+	catalogLockKey = `hashtext('styx-catalog:' || current_schema())`
+	catalogLock    = `SELECT pg_advisory_xact_lock(` + catalogLockKey + `)`
+	catalogTryLock = `SELECT pg_try_advisory_xact_lock(` + catalogLockKey + `)`
+)
 
 func (r *Router) placement(name string) (placement, bool) {
 	r.mu.RLock()
@@ -462,7 +467,7 @@ func (r *Router) reconcile(ctx context.Context, wait bool) error {
 		_, err = tx.Exec(ctx, catalogLock)
 	} else {
 		var got bool
-		err = tx.QueryRow(ctx, `SELECT pg_try_advisory_xact_lock(hashtext('styx-catalog:' || current_schema()))`).Scan(&got)
+		err = tx.QueryRow(ctx, catalogTryLock).Scan(&got)
 		if err == nil && !got {
 			return nil // another node's step, or reconcile, is running
 		}

@@ -77,6 +77,14 @@ func readMove(ctx context.Context, db interface {
 	return mv, state == stateMoving, nil
 }
 
+// stillMoving reads mv's queue's placement again and reports whether mv is
+// still in progress: moving, under mv's epoch (another node may have
+// finished or aborted it meanwhile). cur is the placement read.
+func stillMoving(ctx context.Context, pool *pgxpool.Pool, mv move) (cur move, live bool, err error) {
+	cur, moving, err := readMove(ctx, pool, mv.name)
+	return cur, err == nil && moving && cur.epoch == mv.epoch, err
+}
+
 // moveStatus returns name's move in progress for Info, nil when none.
 func (r *Router) moveStatus(ctx context.Context, name string) *queue.MoveStatus {
 	p, ok := r.placement(name)
@@ -167,11 +175,11 @@ func (r *Router) runOrWait(ctx context.Context, mv move) (queue.MoveResult, erro
 		if err != nil {
 			return queue.MoveResult{}, err
 		}
-		cur, moving, err := readMove(ctx, pool, mv.name)
+		cur, live, err := stillMoving(ctx, pool, mv)
 		if err != nil {
 			return queue.MoveResult{}, err
 		}
-		if !moving || cur.epoch != mv.epoch {
+		if !live {
 			p, _ := r.placementNow(ctx, mv.name)
 			if p.Cluster != mv.to {
 				return queue.MoveResult{}, apierr.New(apierr.Conflict, "the move of queue '%s' to cluster '%s' was aborted; it is on '%s'",
@@ -294,7 +302,7 @@ func (r *Router) runMove(ctx context.Context, mv move) (queue.MoveResult, error)
 	}
 	// Still this move? (another node may have finished or aborted it
 	// before this one took the lock)
-	if cur, moving, err := readMove(ctx, pool, mv.name); err != nil || !moving || cur.epoch != mv.epoch {
+	if cur, live, err := stillMoving(ctx, pool, mv); err != nil || !live {
 		if err != nil {
 			return queue.MoveResult{}, err
 		}
@@ -381,11 +389,9 @@ func (r *Router) abortMove(ctx context.Context, mv move) (queue.MoveResult, erro
 	if err != nil {
 		return queue.MoveResult{}, err
 	}
-	cur, moving, err := readMove(ctx, pool, mv.name)
-	if err != nil {
+	if _, live, err := stillMoving(ctx, pool, mv); err != nil {
 		return queue.MoveResult{}, err
-	}
-	if !moving || cur.epoch != mv.epoch {
+	} else if !live {
 		p, err := r.placementNow(ctx, mv.name)
 		return queue.MoveResult{From: p.Cluster, To: p.Cluster, Epoch: p.Epoch}, err // finished (or aborted) meanwhile
 	}
