@@ -1,6 +1,8 @@
 package service_test
 
 import (
+	"context"
+	"errors"
 	"testing"
 	"time"
 
@@ -8,6 +10,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/styxq/styx/internal/servertest"
+	"github.com/styxq/styx/internal/store"
 	pb "github.com/styxq/styx/styxpb"
 )
 
@@ -93,5 +96,32 @@ func TestLeaseWaitsAfterComplete(t *testing.T) {
 		require.NoError(t, err)
 		assert.Empty(t, empty.Items)
 		assert.Empty(t, s.Items("lw"))
+	})
+}
+
+// TestLeaseWaitsAfterCompleteWriteFails: when the write of a waiting
+// lease's completes fails, the lease is answered 453 at once (a failed
+// iteration fails the waiting leases: engine.Tx.Commit), never later with
+// 200 for completes that were not stored. Only the embedded backends' item
+// log lets the test fail the write; PostgreSQL fails the waiting leases
+// with its failed COMMIT the same way.
+func TestLeaseWaitsAfterCompleteWriteFails(t *testing.T) {
+	servertest.ForEachBackend(t, func(t *testing.T, b servertest.Backend) {
+		servertest.RequireItemLog(t, b)
+		s := servertest.Start(t, b)
+		s.CreateQueue(&pb.QueueInfo{QueueName: "wf", LeaseTimeout: "10m"})
+		s.Produce("wf", "a")
+		first := s.Lease("wf", 1)
+		require.Len(t, first.Items, 1)
+		s.Faults.SetWriteHook(func(*store.Batch) error { return errors.New("the disk is gone") })
+		cctx, cancel := context.WithTimeout(ctx, 30*time.Second) // bounds the test if the lease kept waiting
+		defer cancel()
+		_, err := s.C.QueueLease(cctx, &pb.QueueLeaseRequest{QueueName: "wf", BatchSize: 1, ClientId: "w", RequestTimeout: "1m",
+			CompleteIds: []string{first.Items[0].Id}, CompletePartition: first.Partition, WaitAfterComplete: true})
+		servertest.RequireCode(t, err, 453)
+		s.Faults.SetWriteHook(nil)
+		items := s.Items("wf")
+		require.Len(t, items, 1, "a was not completed")
+		assert.True(t, items[0].IsLeased)
 	})
 }

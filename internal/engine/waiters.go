@@ -99,6 +99,24 @@ func (ws *Waiters) Fail(err error) {
 	ws.n.Store(0)
 }
 
+// FailCompleted answers err to the waiting leases that completed first
+// (LeaseWait.WaitAfterComplete) and drops them; the others wait on. A
+// backend whose write failed calls it: their completes may be among what
+// was not stored.
+func (ws *Waiters) FailCompleted(err error) {
+	kept := ws.list[:0]
+	for _, w := range ws.list {
+		if w.Lease.completed {
+			w.Answer(err)
+		} else {
+			kept = append(kept, w)
+		}
+	}
+	clear(ws.list[len(kept):])
+	ws.list = kept
+	ws.n.Store(int32(len(kept)))
+}
+
 // Serve hands ready items to the waiting leases by the partition rule
 // (distribution.go). counts returns each partition's ready items; lease
 // takes up to n of partition p's oldest ready items and leases them (fewer

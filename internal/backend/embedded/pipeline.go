@@ -214,9 +214,14 @@ func (l *Logical) commit(it *iteration) {
 		// is answered once the reload has marked the moves to resume: see
 		// awaitResume). Earlier batches still syncing are answered by the
 		// syncer.
+		// A waiting lease that completed first may have had its completes
+		// in this batch: it is failed, never answered later as if they were
+		// stored.
 		l.cfg.Log.Error("write failed; reloading the queue from storage", "queue", l.name, "error", err)
 		l.load()
-		l.finish(it, unavailable(l.name, err))
+		werr := unavailable(l.name, err)
+		l.Loop.Waiters.FailCompleted(werr)
+		l.finish(it, werr)
 		return
 	}
 	if lazy {
