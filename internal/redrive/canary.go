@@ -140,7 +140,7 @@ func (r *Runner) awaitCanary(ctx context.Context, t *Task, poke chan struct{}) i
 		r.mu.Lock()
 		t.CanaryStatus = status
 		if status != CanaryPassed {
-			t.Status = StatusPaused
+			r.markPaused(t)
 		}
 		r.mu.Unlock()
 		r.cfg.Log.Info("redrive: canary decided", "task", t.ID, "dead_queue", t.Queue, "canary", status, "items", t.CanaryMoved)

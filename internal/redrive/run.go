@@ -86,7 +86,7 @@ func (r *Runner) adopt(ctx context.Context) error {
 		if t.Status == StatusPausing {
 			r.mu.Lock()
 			r.running[t.ID] = func() {}
-			t.Status = StatusPaused
+			r.markPaused(t)
 			r.mu.Unlock()
 			r.settlePause(t, release)
 			continue
@@ -99,14 +99,22 @@ func (r *Runner) adopt(ctx context.Context) error {
 	return nil
 }
 
+// markPaused shows t paused since now (PausedAt, unless a pause already
+// runs): one step under r.mu, so that no reader sees a paused task without
+// its paused_at. The caller holds r.mu.
+func (r *Runner) markPaused(t *Task) {
+	t.Status = StatusPaused
+	if t.PausedAt.IsZero() {
+		t.PausedAt = r.cfg.Clock.Now().UTC()
+	}
+}
+
 // settlePause stores task t paused (its goroutine has stopped, or never
 // ran), withdraws a pause request stored for it, and releases its claim:
 // the task runs nowhere until Resume. t is in running (mine).
 func (r *Runner) settlePause(t *Task, release func()) {
 	r.mu.Lock()
-	if t.PausedAt.IsZero() {
-		t.PausedAt = r.cfg.Clock.Now().UTC()
-	}
+	r.markPaused(t)
 	r.mu.Unlock()
 	if err := r.persist(t); err != nil {
 		r.cfg.Log.Error("redrive: persist paused task", "task", t.ID, "error", err)
@@ -354,7 +362,7 @@ func (r *Runner) run(ctx context.Context, t *Task, poke chan struct{}) (string, 
 			t.RateLimit, t.RateSetAt = asked.rate.RateLimit, asked.rate.At
 		}
 		if t.Status == StatusPausing {
-			t.Status = StatusPaused
+			r.markPaused(t)
 			r.mu.Unlock()
 			return StatusPaused, ""
 		}

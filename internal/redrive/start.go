@@ -268,7 +268,7 @@ func (r *Runner) Start(ctx context.Context, p StartParams) (Task, error) {
 		r.finishSoon(t, StatusCancelled, "", release)
 		return r.Get(ctx, t.ID)
 	case StatusPausing: // paused while it counted
-		t.Status = StatusPaused
+		r.markPaused(t)
 		r.mu.Unlock()
 		r.settlePause(t, release)
 		return r.Get(ctx, t.ID)
