@@ -17,6 +17,7 @@ import (
 // when, with how many), and the DLQ page warns of dead items that expire
 // within a day.
 func TestBrowserActivityAndExpiring(t *testing.T) {
+	t.Parallel()
 	d, c := startAuth(t)
 	ctx := context.Background()
 	styxtest.CreateQueue(t, c, &pb.QueueInfo{QueueName: "act-dlq", ExpireTimeout: "12h"})

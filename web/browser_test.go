@@ -11,11 +11,14 @@ import (
 	"os/exec"
 	"path/filepath"
 	"strings"
+	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
 
+	"github.com/chromedp/cdproto/cdp"
 	"github.com/chromedp/cdproto/emulation"
+	"github.com/chromedp/cdproto/target"
 	"github.com/chromedp/chromedp"
 	"github.com/stretchr/testify/require"
 
@@ -55,16 +58,55 @@ type browser struct {
 	endpoint string
 }
 
+// chrome is the package's one Chromium process, started by the first test
+// that asks for a window and stopped by TestMain; each test opens a window
+// of its own, far cheaper than a browser of its own. Tests share no
+// storage: each window's server listens on a port of its own, so each is
+// an origin of its own (the UI sets no cookies). The browser tests run in
+// parallel (t.Parallel first).
+var chrome struct {
+	once   sync.Once
+	ctx    context.Context
+	cancel context.CancelFunc
+	err    error
+}
+
+// TestMain stops the shared Chromium, if a test started one, after the tests.
+func TestMain(m *testing.M) {
+	code := m.Run()
+	if chrome.cancel != nil {
+		chrome.cancel()
+	}
+	os.Exit(code)
+}
+
+// newBrowser opens a window on the shared Chromium, starting it if no test has
+// yet; the window closes when t ends.
 func newBrowser(t *testing.T, endpoint string) *browser {
-	opts := append(chromedp.DefaultExecAllocatorOptions[:],
-		chromedp.ExecPath(chromium(t)), chromedp.NoSandbox, chromedp.DisableGPU, chromedp.WindowSize(1280, 900),
-		chromedp.Flag("disable-dev-shm-usage", true))
-	actx, cancelAlloc := chromedp.NewExecAllocator(context.Background(), opts...)
-	// chromedp logs CDP events newer than it knows as errors; they are
-	// noise for these tests, so they go to the test log.
-	ctx, cancel := chromedp.NewContext(actx, chromedp.WithErrorf(t.Logf))
-	t.Cleanup(func() { cancel(); cancelAlloc() })
-	require.NoError(t, chromedp.Run(ctx), "start chromium")
+	path := chromium(t)
+	chrome.once.Do(func() {
+		opts := append(chromedp.DefaultExecAllocatorOptions[:],
+			chromedp.ExecPath(path), chromedp.NoSandbox, chromedp.DisableGPU, chromedp.WindowSize(1280, 900),
+			chromedp.Flag("disable-dev-shm-usage", true))
+		actx, cancelAlloc := chromedp.NewExecAllocator(context.Background(), opts...)
+		// chromedp logs CDP events newer than it knows as errors: noise here.
+		ctx, cancel := chromedp.NewContext(actx, chromedp.WithErrorf(func(string, ...any) {}))
+		chrome.ctx, chrome.cancel = ctx, func() { cancel(); cancelAlloc() }
+		chrome.err = chromedp.Run(ctx)
+	})
+	require.NoError(t, chrome.err, "start chromium")
+	// A window of its own, not a tab beside the others: a background tab
+	// is hidden (document.hidden), and the pages pause their live updates
+	// while hidden.
+	var id target.ID
+	require.NoError(t, chromedp.Run(chrome.ctx, chromedp.ActionFunc(func(ctx context.Context) error {
+		var err error
+		id, err = target.CreateTarget("about:blank").WithNewWindow(true).Do(cdp.WithExecutor(ctx, chromedp.FromContext(ctx).Browser))
+		return err
+	})), "open a window")
+	ctx, cancel := chromedp.NewContext(chrome.ctx, chromedp.WithTargetID(id))
+	t.Cleanup(cancel)
+	require.NoError(t, chromedp.Run(ctx), "attach to the window")
 	return &browser{t: t, ctx: ctx, endpoint: endpoint}
 }
 
@@ -191,6 +233,7 @@ func fixture(t *testing.T, c *styx.Client) {
 // completion), a slow redrive cancelled, a group deleted. It asserts on
 // what the pages show.
 func TestBrowser(t *testing.T) {
+	t.Parallel()
 	srv := styxtest.Start(t, styxtest.Options{})
 	fixture(t, srv.Client)
 	b := newBrowser(t, srv.Endpoint)
@@ -357,6 +400,7 @@ func TestBrowser(t *testing.T) {
 // authentication (issue 11) sits in front of the API: it answers 401
 // unless the request carries "Authorization: Bearer s3cret".
 func TestBrowserAPIKey(t *testing.T) {
+	t.Parallel()
 	srv := styxtest.Start(t, styxtest.Options{})
 	styxtest.CreateQueue(t, srv.Client, &pb.QueueInfo{QueueName: "guarded"})
 	target, err := url.Parse(srv.Endpoint)
@@ -398,6 +442,7 @@ func TestBrowserAPIKey(t *testing.T) {
 // calls include dead.groups, renders its groups and items; no call needs
 // admin.
 func TestBrowserScopedKey(t *testing.T) {
+	t.Parallel()
 	d, c := startAuth(t)
 
 	ctx := context.Background()

@@ -65,6 +65,7 @@ func deadRefs(t *testing.T, c *styx.Client, dlq string) []string {
 // run), and no other; a selection of 1,001 items ticked page by page is
 // over the limit of ids an action takes, and is deleted as "all".
 func TestBrowserBulkSelection(t *testing.T) {
+	t.Parallel()
 	srv := styxtest.Start(t, styxtest.Options{})
 	c := srv.Client
 	ctx := context.Background()

@@ -43,6 +43,7 @@ func die(t *testing.T, c *styx.Client, q, prefix string, n int, errText string) 
 // is gone meanwhile (deleted by someone else), OK does not act: the dialog
 // asks again with the count as it is now, and its OK deletes those.
 func TestBrowserAllActionsConfirmed(t *testing.T) {
+	t.Parallel()
 	srv := styxtest.Start(t, styxtest.Options{})
 	c := srv.Client
 	ctx := context.Background()

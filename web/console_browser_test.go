@@ -51,6 +51,7 @@ func kill(t *testing.T, c *styx.Client, q string, n int, errText string, payload
 // and why, by destination; the task then shows as completed with warnings
 // and its reason.
 func TestBrowserRedrivePreview(t *testing.T) {
+	t.Parallel()
 	srv := styxtest.Start(t, styxtest.Options{})
 	c := srv.Client
 	styxtest.CreateQueue(t, c, &pb.QueueInfo{QueueName: "pay-dlq"})
@@ -127,6 +128,7 @@ func (b *browser) useKey(path, key string) {
 // may not see; the DLQ page, the item page and the Redrives page say what
 // is not shown instead of failing.
 func TestBrowserReadOnlyKey(t *testing.T) {
+	t.Parallel()
 	d, c := startAuth(t)
 	styxtest.CreateQueue(t, c, &pb.QueueInfo{QueueName: "ro-dlq"})
 	styxtest.CreateQueue(t, c, &pb.QueueInfo{QueueName: "ro", DeadQueue: "ro-dlq"})
@@ -169,6 +171,7 @@ func TestBrowserReadOnlyKey(t *testing.T) {
 // its own dead items (dead_by_source of its DLQ), linked to the DLQ page
 // filtered by source; "Dead items held by" shows only on DLQs.
 func TestBrowserDeadBySource(t *testing.T) {
+	t.Parallel()
 	srv := styxtest.Start(t, styxtest.Options{})
 	c := srv.Client
 	styxtest.CreateQueue(t, c, &pb.QueueInfo{QueueName: "mail-dlq"})
@@ -201,6 +204,7 @@ func TestBrowserDeadBySource(t *testing.T) {
 // reference or payload text and shows references; an ordinary queue's
 // items are browsable read-only, page by page, in every partition.
 func TestBrowserFindOneItem(t *testing.T) {
+	t.Parallel()
 	srv := styxtest.Start(t, styxtest.Options{})
 	c := srv.Client
 	ctx := context.Background()
@@ -275,6 +279,7 @@ func TestBrowserFindOneItem(t *testing.T) {
 // disabled while it is not valid); saved, the page shows the new payload,
 // reference and the edit in the item's history.
 func TestBrowserEditDeadItem(t *testing.T) {
+	t.Parallel()
 	srv := styxtest.Start(t, styxtest.Options{})
 	c := srv.Client
 	styxtest.CreateQueue(t, c, &pb.QueueInfo{QueueName: "bill-dlq"})
@@ -316,6 +321,7 @@ func TestBrowserEditDeadItem(t *testing.T) {
 // dialog says a redrive runs already (a second one may run on items it
 // does not hold: issue 39).
 func TestBrowserLive(t *testing.T) {
+	t.Parallel()
 	srv := styxtest.Start(t, styxtest.Options{})
 	c := srv.Client
 	ctx := context.Background()
@@ -374,6 +380,7 @@ func TestBrowserLive(t *testing.T) {
 // hour, and follow new work live; the DLQ page charts arrivals by error
 // group.
 func TestBrowserCharts(t *testing.T) {
+	t.Parallel()
 	srv := styxtest.Start(t, styxtest.Options{})
 	c := srv.Client
 	ctx := context.Background()
@@ -411,6 +418,7 @@ func TestBrowserCharts(t *testing.T) {
 // focused on load has no ring, and redrives name error patterns, not
 // fingerprints, and show how long they took.
 func TestBrowserSmallerTruths(t *testing.T) {
+	t.Parallel()
 	srv := styxtest.Start(t, styxtest.Options{})
 	c := srv.Client
 	styxtest.CreateQueue(t, c, &pb.QueueInfo{QueueName: "st-dlq"})
@@ -478,6 +486,7 @@ func TestBrowserSmallerTruths(t *testing.T) {
 // joining the redrive's dialog, and that dialog's OK redrives its group and
 // deletes nothing. The next action afterwards confirms and runs as usual.
 func TestBrowserConfirmOneAction(t *testing.T) {
+	t.Parallel()
 	srv := styxtest.Start(t, styxtest.Options{})
 	c := srv.Client
 	ctx := context.Background()

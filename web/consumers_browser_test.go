@@ -20,6 +20,7 @@ import (
 // item of a live queue opens read-only, with its state, the consumer that
 // holds it, attempts, kind, reference and its payload as text.
 func TestBrowserLiveQueues(t *testing.T) {
+	t.Parallel()
 	srv := styxtest.Start(t, styxtest.Options{})
 	c := srv.Client
 	ctx := context.Background()

@@ -22,6 +22,7 @@ import (
 // and shows the message's MessageId, SentTimestamp and message attributes,
 // user data as text.
 func TestBrowserDeadRecordAndAttributes(t *testing.T) {
+	t.Parallel()
 	srv := styxtest.Start(t, styxtest.Options{})
 	ctx := context.Background()
 	sqs := awssqs.New(awssqs.Options{

@@ -18,6 +18,7 @@ import (
 // after a restart, the item page of a held lease names its consumer (it said
 // "consumer not known").
 func TestBrowserFirstIDAndLeaseHolder(t *testing.T) {
+	t.Parallel()
 	dir := t.TempDir()
 	opts := styxtest.Options{Storage: daemon.StoragePebble, Configure: func(cfg *daemon.Config) { cfg.DataDir = dir }}
 	srv := styxtest.Start(t, opts)

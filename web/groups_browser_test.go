@@ -16,6 +16,7 @@ import (
 // when; an item's page shows its group. Redriving the dead item releases
 // the group, and the page says so once it refreshes.
 func TestBrowserHeldGroups(t *testing.T) {
+	t.Parallel()
 	srv := styxtest.Start(t, styxtest.Options{})
 	c := srv.Client
 	ctx := context.Background()

@@ -21,6 +21,7 @@ import (
 // the store): the overview's and a queue's produced, completed and depth,
 // and the DLQ's arrivals by error group.
 func TestBrowserChartsAfterRestart(t *testing.T) {
+	t.Parallel()
 	dir := t.TempDir()
 	ctx := context.Background()
 	boot := func() (*daemon.Daemon, *styx.Client) {

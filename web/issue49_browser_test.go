@@ -17,6 +17,7 @@ import (
 // in the item's history, not "Attempt 1"; a consumer's client id stays on
 // one line.
 func TestBrowserTruths49(t *testing.T) {
+	t.Parallel()
 	srv := styxtest.Start(t, styxtest.Options{})
 	c := srv.Client
 	ctx := context.Background()

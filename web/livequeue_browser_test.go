@@ -17,6 +17,7 @@ import (
 // and a worker's lease gets nothing until Resume; the Clear dialog shows
 // what each clear would remove before it removes anything.
 func TestBrowserPauseAndClear(t *testing.T) {
+	t.Parallel()
 	srv := styxtest.Start(t, styxtest.Options{})
 	c := srv.Client
 	ctx := context.Background()

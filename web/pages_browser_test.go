@@ -22,6 +22,7 @@ import (
 // a file per page, app.js; issue 50), and a helper a page file calls but
 // does not take from window.styx fails only when its page draws.
 func TestBrowserEveryPageWithoutScriptErrors(t *testing.T) {
+	t.Parallel()
 	srv := styxtest.Start(t, styxtest.Options{})
 	c := srv.Client
 	ctx := context.Background()

@@ -15,6 +15,7 @@ import (
 // pauses, re-rates and resumes a running redrive, and lists a second
 // redrive of the same dead-letter queue (one item, by id) beside it.
 func TestBrowserRedrivePauseRerate(t *testing.T) {
+	t.Parallel()
 	srv := styxtest.Start(t, styxtest.Options{})
 	c := srv.Client
 	ctx := context.Background()

@@ -23,6 +23,7 @@ import (
 // list and the paused task's page give no ETA while it is paused, and say
 // how long it has been paused.
 func TestBrowserRedrivesSeeEachOther(t *testing.T) {
+	t.Parallel()
 	srv := styxtest.Start(t, styxtest.Options{})
 	c := srv.Client
 	ctx := context.Background()

@@ -18,6 +18,7 @@ import (
 // then passed once the consumer completed its items, and what became of
 // the items (outcomes). "No rate limit" is a choice the user makes.
 func TestBrowserRedriveOutcomesAndCanary(t *testing.T) {
+	t.Parallel()
 	srv := styxtest.Start(t, styxtest.Options{})
 	c := srv.Client
 	ctx := context.Background()

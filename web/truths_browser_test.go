@@ -22,6 +22,7 @@ import (
 // error text: its DLQ page and item page say "no error recorded", and the
 // item page offers no error group for the empty error.
 func TestBrowserSQSDeadItemWithoutError(t *testing.T) {
+	t.Parallel()
 	srv := styxtest.Start(t, styxtest.Options{})
 	ctx := context.Background()
 	sqs := awssqs.New(awssqs.Options{
@@ -73,6 +74,7 @@ func (b *browser) prop(name string) string {
 // outlives its items, and /dead of a queue that is no dead-letter queue
 // saying why once.
 func TestBrowserSmallerTruths39(t *testing.T) {
+	t.Parallel()
 	srv := styxtest.Start(t, styxtest.Options{})
 	c := srv.Client
 	ctx := context.Background()
