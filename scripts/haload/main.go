@@ -39,19 +39,35 @@ type lease struct {
 // counters.
 type ledger struct {
 	leaseTimeout time.Duration
+	start        time.Time
 
 	mu        sync.Mutex
 	acked     map[string]bool // produce answered 200
 	leases    map[string]lease
-	completed map[string]bool // complete answered 200
-	tried     map[string]bool // a complete was sent, whatever the answer
-	failures  map[string]int  // retries answered 200 (or with an unknown outcome), per item
-	tasks     []string        // redrive tasks started
-	produced  []int           // per node, items acknowledged
-	done      []int           // per node, items completed
-	twice     []string        // leased while another consumer's lease was live
+	completed map[string]bool     // complete answered 200
+	tried     map[string]bool     // a complete was sent, whatever the answer
+	failures  map[string]int      // retries answered 200 (or with an unknown outcome), per item
+	tasks     []string            // redrive tasks started
+	produced  []int               // per node, items acknowledged
+	done      []int               // per node, items completed
+	twice     []string            // leased while another consumer's lease was live
+	events    map[string][]string // per item, what its clients sent and were answered, for the failure messages
 
 	unavailable, other, retried atomic.Int64
+}
+
+// event records, for item p, what a client did and was answered, with the
+// time since the start (mu held).
+func (l *ledger) event(p, format string, args ...any) {
+	l.events[p] = append(l.events[p], fmt.Sprintf("%.3fs ", time.Since(l.start).Seconds())+fmt.Sprintf(format, args...))
+}
+
+// answer names err's code and reason for an event ("200" when nil).
+func answer(err error) string {
+	if err == nil {
+		return "200"
+	}
+	return fmt.Sprintf("%d %s: %v", styx.ErrorCode(err), styx.ErrorReason(err), err)
 }
 
 // poison reports whether payload p is one the consumers fail on its first
@@ -102,7 +118,7 @@ func main() {
 		fatal(err)
 	}
 	l := &ledger{leaseTimeout: leaseTimeout, acked: map[string]bool{}, leases: map[string]lease{}, completed: map[string]bool{},
-		tried: map[string]bool{}, failures: map[string]int{}, produced: make([]int, len(nodes)), done: make([]int, len(nodes))}
+		tried: map[string]bool{}, failures: map[string]int{}, events: map[string][]string{}, start: time.Now(), produced: make([]int, len(nodes)), done: make([]int, len(nodes))}
 	var stop atomic.Bool
 	var wg sync.WaitGroup
 	for n, node := range nodes {
@@ -127,6 +143,7 @@ func main() {
 		time.Sleep(20 * time.Millisecond)
 	}
 	killed := time.Now()
+	out["kill_at_s"] = killed.Sub(l.start).Seconds() // the events' clock
 	run(*killCmd)
 	run(*promoteCmd)
 	out["kill_to_promoted_s"] = time.Since(killed).Seconds()
@@ -191,13 +208,13 @@ func main() {
 			ambiguous++ // completed by a call whose answer was lost
 		case where[p] == 0:
 			lost++
-			fmt.Fprintf(os.Stderr, "haload: acknowledged item %s lost\n", p)
+			fmt.Fprintf(os.Stderr, "haload: acknowledged item %s lost; its history:\n  %s\n", p, strings.Join(l.events[p], "\n  "))
 		}
 	}
 	for p, n := range where {
 		if n > 1 {
 			doubled++
-			fmt.Fprintf(os.Stderr, "haload: item %s in %d places (acknowledged %v)\n", p, n, l.acked[p])
+			fmt.Fprintf(os.Stderr, "haload: item %s in %d places (acknowledged %v); its history:\n  %s\n", p, n, l.acked[p], strings.Join(l.events[p], "\n  "))
 		}
 	}
 	out["acknowledged"] = len(l.acked)
@@ -274,9 +291,11 @@ func consume(l *ledger, stop *atomic.Bool, node *styx.Client, q string, n, c int
 			deadline := item.LeaseDeadline.AsTime()
 			if prev, ok := l.leases[p]; ok && !prev.released && deadline.Add(-l.leaseTimeout).Before(prev.deadline) {
 				l.twice = append(l.twice, p)
-				fmt.Fprintf(os.Stderr, "haload: item %s leased to %s while %s held it\n", p, consumer, prev.consumer)
+				fmt.Fprintf(os.Stderr, "haload: item %s leased to %s (id %s, until %s) while %s held it (until %s); its history:\n  %s\n",
+					p, consumer, item.Id, deadline.Format(time.RFC3339Nano), prev.consumer, prev.deadline.Format(time.RFC3339Nano), strings.Join(l.events[p], "\n  "))
 			}
 			l.leases[p] = lease{consumer: consumer, deadline: deadline}
+			l.event(p, "leased to %s through node %d: id %s, attempts %d, until %s", consumer, n, item.Id, item.Attempts, deadline.Format(time.RFC3339Nano))
 			if poison(p) && l.failures[p] < 2 {
 				fail = append(fail, item.Id, p)
 				continue
@@ -299,6 +318,7 @@ func consume(l *ledger, stop *atomic.Bool, node *styx.Client, q string, n, c int
 		l.mu.Lock()
 		for _, p := range payloads {
 			l.tried[p] = true
+			l.event(p, "complete by %s: %s", consumer, answer(err))
 			if err == nil {
 				s := l.leases[p]
 				s.released = true
@@ -324,6 +344,11 @@ func retry(l *ledger, node *styx.Client, q string, partition int32, idPayloads [
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	_, err := node.QueueRetry(ctx, &pb.QueueRetryRequest{QueueName: q, Partition: partition, Items: items})
 	cancel()
+	l.mu.Lock()
+	for i := 1; i < len(idPayloads); i += 2 {
+		l.event(idPayloads[i], "retry (id %s): %s", idPayloads[i-1], answer(err))
+	}
+	l.mu.Unlock()
 	if err != nil {
 		l.fail(err, styx.CodeBadRequest, styx.CodeRetry)
 		if styx.ErrorCode(err) != styx.CodeUnavailable {
