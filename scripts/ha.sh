@@ -32,11 +32,13 @@ trap cleanup EXIT
 go build -o "$work/styx" ./cmd/styx
 go build -o "$work/haload" ./scripts/haload
 
-# free_port prints a 127.0.0.1 port nobody listens on.
+# free_port prints a 127.0.0.1 port nobody listens on, below 32768: above it
+# (Linux's ephemeral range) a client socket may take the port before the
+# server binds it (a standby that failed so left the run waiting forever).
 free_port() {
 	local p
 	while :; do
-		p=$((20000 + RANDOM % 20000))
+		p=$((20000 + RANDOM % 12768))
 		(echo >"/dev/tcp/127.0.0.1/$p") 2>/dev/null || { echo "$p"; return; }
 	done
 }
@@ -85,7 +87,7 @@ one_run() {
 }
 
 run_once() {
-	local dsn pport sport user bin sopts url i logs
+	local dsn pport sport user bin sopts url i logs try
 	dsn=$(scripts/pgtest.sh start "$work/primary" 2>"$work/pgtest.log" | tail -n1)
 	source "$work/primary/env"
 	user=$PGTEST_USER
@@ -96,20 +98,38 @@ run_once() {
 	# The standby: a base backup through a slot, streaming, then synchronous.
 	mkdir -p "$work/standby"; [[ -z $user ]] || chown "$user" "$work/standby"
 	as "$bin/pg_basebackup" -h 127.0.0.1 -p "$pport" -U styx -D "$work/standby/data" -R -X stream -c fast -C -S styx_standby >&2
-	sport=$(free_port)
-	sopts="-c listen_addresses=127.0.0.1 -p $sport -k $work/standby -c fsync=on -c max_connections=200 -c shared_buffers=32MB -c cluster_name=styx_standby"
-	cat >"$work/standby/env" <<ENV
+	# A port another process took meanwhile is tried again elsewhere, five times.
+	local started=
+	for try in 1 2 3 4 5; do
+		sport=$(free_port)
+		sopts="-c listen_addresses=127.0.0.1 -p $sport -k $work/standby -c fsync=on -c max_connections=200 -c shared_buffers=32MB -c cluster_name=styx_standby"
+		cat >"$work/standby/env" <<ENV
 PGTEST_PGCTL=$PGTEST_PGCTL
 PGTEST_DATA=$work/standby/data
 PGTEST_USER=$user
 PGTEST_OPTS="$sopts"
 PGTEST_LOG=$work/standby/log
 ENV
-	as "$PGTEST_PGCTL" -D "$work/standby/data" -l "$work/standby/log" -w -t 60 -o "$sopts" start >&2
+		if as "$PGTEST_PGCTL" -D "$work/standby/data" -l "$work/standby/log" -w -t 60 -o "$sopts" start >&2; then
+			started=1
+			break
+		fi
+		grep -q "could not bind\|could not create any TCP/IP sockets" "$work/standby/log" || break
+		echo "ha: standby port $sport is taken; trying another" >&2
+	done
+	[[ -n $started ]] || { echo "ha: the standby did not start:" >&2; tail -n 20 "$work/standby/log" >&2; return 1; }
 	psql=("$bin/psql" -X -q -t -A -h 127.0.0.1 -p "$pport" -U styx -d styx_test)
-	until [[ $("${psql[@]}" -c "SELECT count(*) FROM pg_stat_replication WHERE application_name='styx_standby' AND state='streaming'") == 1 ]]; do sleep 0.05; done
+	# wait_for QUERY VALUE: until the primary answers QUERY with VALUE, for at most 60 s.
+	wait_for() {
+		local waited=0
+		until [[ $("${psql[@]}" -c "$1") == "$2" ]]; do
+			((waited++ < 1200)) || { echo "ha: the primary did not answer $2 to: $1" >&2; return 1; }
+			sleep 0.05
+		done
+	}
+	wait_for "SELECT count(*) FROM pg_stat_replication WHERE application_name='styx_standby' AND state='streaming'" 1 || return 1
 	"${psql[@]}" -c "ALTER SYSTEM SET synchronous_standby_names = 'styx_standby'" -c "SELECT pg_reload_conf()" >/dev/null
-	until [[ $("${psql[@]}" -c "SELECT sync_state FROM pg_stat_replication WHERE application_name='styx_standby'") == sync ]]; do sleep 0.05; done
+	wait_for "SELECT sync_state FROM pg_stat_replication WHERE application_name='styx_standby'" sync || return 1
 
 	url="postgres://styx@127.0.0.1:$pport,127.0.0.1:$sport/styx_test?sslmode=disable&target_session_attrs=read-write"
 	local endpoints=()
