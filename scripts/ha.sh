@@ -121,9 +121,9 @@ ENV
 	psql=("$bin/psql" -X -q -t -A -h 127.0.0.1 -p "$pport" -U styx -d styx_test)
 	# wait_for QUERY VALUE: until the primary answers QUERY with VALUE, for at most 60 s.
 	wait_for() {
-		local waited=0
+		local until=$((SECONDS + 60))
 		until [[ $("${psql[@]}" -c "$1") == "$2" ]]; do
-			((waited++ < 1200)) || { echo "ha: the primary did not answer $2 to: $1" >&2; return 1; }
+			((SECONDS < until)) || { echo "ha: the primary did not answer $2 to: $1" >&2; return 1; }
 			sleep 0.05
 		done
 	}
