@@ -52,12 +52,30 @@ func URL(t testing.TB) string {
 	return SchemaURL(t, BaseURL(t))
 }
 
-// SchemaURL is URL on the database at base.
+// EmptyURL is URL with a new, empty schema, never one from the pool (see
+// Prepare), for tests that build a schema of an earlier version and migrate
+// it.
+func EmptyURL(t testing.TB) string {
+	t.Helper()
+	return newSchemaURL(t, BaseURL(t))
+}
+
+// SchemaURL is URL on the database at base: a schema of the pool (see
+// Prepare) when Prepare is set and base is the shared test database, else a
+// new one, dropped at the end of the test.
 func SchemaURL(t testing.TB, base string) string {
 	t.Helper()
-	var b [6]byte
-	_, _ = rand.Read(b[:])
-	schema := "styx_test_" + hex.EncodeToString(b[:])
+	if Prepare != nil && base == os.Getenv(EnvURL) {
+		return pooledURL(t, base)
+	}
+	return newSchemaURL(t, base)
+}
+
+// newSchemaURL creates a schema on base, drops it at the end of the test
+// and returns base with it as search_path.
+func newSchemaURL(t testing.TB, base string) string {
+	t.Helper()
+	schema := schemaName("styx_test_")
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
 	conn, err := pgx.Connect(ctx, base)
@@ -68,20 +86,15 @@ func SchemaURL(t testing.TB, base string) string {
 	if _, err := conn.Exec(ctx, "CREATE SCHEMA "+schema); err != nil {
 		t.Fatalf("pgtest: create schema: %v", err)
 	}
-	t.Cleanup(func() {
-		ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
-		defer cancel()
-		conn, err := pgx.Connect(ctx, base)
-		if err != nil {
-			t.Logf("pgtest: drop schema %s: %v", schema, err)
-			return
-		}
-		defer conn.Close(context.Background())
-		if _, err := conn.Exec(ctx, "DROP SCHEMA "+schema+" CASCADE"); err != nil {
-			t.Logf("pgtest: drop schema %s: %v", schema, err)
-		}
-	})
+	t.Cleanup(func() { dropSchema(t, base, schema) })
 	return WithSearchPath(base, schema)
+}
+
+// schemaName returns prefix and 12 random hex digits.
+func schemaName(prefix string) string {
+	var b [6]byte
+	_, _ = rand.Read(b[:])
+	return prefix + hex.EncodeToString(b[:])
 }
 
 // WithSearchPath returns the URL or key=value DSN base with search_path set

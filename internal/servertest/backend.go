@@ -22,12 +22,17 @@ import (
 
 	"github.com/styxq/styx/daemon"
 	"github.com/styxq/styx/internal/backend/embedded/pebble"
+	"github.com/styxq/styx/internal/backend/postgres"
 	"github.com/styxq/styx/internal/pgtest"
 	"github.com/styxq/styx/internal/store"
 	"github.com/styxq/styx/styxtest"
 )
 
 var ctx = context.Background()
+
+// The tests' PostgreSQL schemas come migrated from pgtest's pool
+// (pgtest.Prepare).
+func init() { pgtest.Prepare = postgres.Migrate }
 
 // Backend is one storage backend of a test, with its persistent state:
 // every server of the test started on it (and every restart) sees what the
@@ -72,6 +77,12 @@ func RequireItemLog(t *testing.T, b Backend) {
 // when t ends), pebble (a directory of t's own) and postgres
 // (URL empty when the test database is not configured: see PostgresURL).
 func Backends(t *testing.T) []Backend {
+	bs := embeddedBackends(t)
+	return append(bs, Backend{Name: daemon.StoragePostgres, URL: PostgresURL(t)})
+}
+
+// embeddedBackends is Backends without postgres.
+func embeddedBackends(t *testing.T) []Backend {
 	return []Backend{
 		{Name: daemon.StorageMemory, Open: func() func(t *testing.T) store.Store {
 			// One instance stands for the persistent state, opened at the
@@ -96,7 +107,6 @@ func Backends(t *testing.T) []Backend {
 				return s
 			}
 		}()},
-		{Name: daemon.StoragePostgres, URL: PostgresURL(t)},
 	}
 }
 
@@ -114,20 +124,27 @@ func PostgresURL(t *testing.T) string {
 var logSkip sync.Once
 
 // ForEachBackend runs fn as a parallel subtest per backend of Backends,
-// named after it. The postgres subtest is left out, with the skip logged
-// once per test binary, when the test database is not configured.
+// named after it. The postgres subtest takes its schema once it runs, not
+// before it waits for its turn, so that a schema serves one running test at
+// a time and goes back to pgtest's pool as soon as it ends. The postgres
+// subtest is left out, with the skip logged once per test binary, when the
+// test database is not configured.
 func ForEachBackend(t *testing.T, fn func(t *testing.T, b Backend)) {
 	t.Helper()
-	for _, b := range Backends(t) {
-		if b.Name == daemon.StoragePostgres && !b.Postgres() {
-			logSkip.Do(func() { t.Logf("postgres backend skipped: %s is not set (see internal/pgtest)", pgtest.EnvURL) })
-			continue
-		}
+	for _, b := range embeddedBackends(t) {
 		t.Run(b.Name, func(t *testing.T) {
 			t.Parallel()
 			fn(t, b)
 		})
 	}
+	if os.Getenv(pgtest.EnvURL) == "" && os.Getenv(pgtest.EnvRequire) == "" {
+		logSkip.Do(func() { t.Logf("postgres backend skipped: %s is not set (see internal/pgtest)", pgtest.EnvURL) })
+		return
+	}
+	t.Run(daemon.StoragePostgres, func(t *testing.T) {
+		t.Parallel()
+		fn(t, Backend{Name: daemon.StoragePostgres, URL: PostgresURL(t)})
+	})
 }
 
 // NopClose keeps a memory store's contents across a server "restart": its

@@ -78,7 +78,7 @@ func statsCounts(t *testing.T, m *Manager, queueID uint64) (map[int32]string, in
 // items under schema version 1: the migration counts them into shard 0.
 func TestCountsMigrationCountsExistingItems(t *testing.T) {
 	ctx := context.Background()
-	url := pgtest.URL(t)
+	url := pgtest.EmptyURL(t)
 	conn, err := pgx.Connect(ctx, url)
 	require.NoError(t, err)
 	defer conn.Close(ctx)

@@ -1,6 +1,7 @@
 package postgres
 
 import (
+	"fmt"
 	"log/slog"
 	"strings"
 	"sync"
@@ -36,6 +37,7 @@ func TestHealthFrozenPrimary(t *testing.T) {
 	var (
 		slowest atomic.Int64 // nanoseconds
 		saw     [callers]atomic.Bool
+		answers sync.Map // every distinct answer heard while frozen, for a failure's message
 		stop    atomic.Bool
 		wg      sync.WaitGroup
 	)
@@ -51,6 +53,7 @@ func TestHealthFrozenPrimary(t *testing.T) {
 						break
 					}
 				}
+				answers.Store(answer, true)
 				if strings.HasPrefix(answer, overdue) {
 					saw[i].Store(true)
 				}
@@ -71,7 +74,9 @@ func TestHealthFrozenPrimary(t *testing.T) {
 	wg.Wait()
 	require.Less(t, time.Duration(slowest.Load()), healthTimeout, "the slowest Health call while the primary was frozen")
 	t.Logf("slowest Health call while frozen: %s", time.Duration(slowest.Load()))
-	require.True(t, ok, "every caller hears %q while the primary is frozen", overdue)
+	var heard []string
+	answers.Range(func(k, _ any) bool { heard = append(heard, fmt.Sprintf("%q", k)); return true })
+	require.True(t, ok, "every caller hears %q while the primary is frozen; heard: %s", overdue, strings.Join(heard, ", "))
 
 	thaw()
 	require.Eventually(t, func() bool { return m.Health() == "" }, 30*time.Second, 10*time.Millisecond, "healthy again once thawed")

@@ -17,7 +17,7 @@ import (
 // by the plain lease (styx_items_ready re-created for items without a
 // group), and the queue not ordered.
 func TestMigrateGroups(t *testing.T) {
-	url := pgtest.URL(t)
+	url := pgtest.EmptyURL(t)
 	ctx := t.Context()
 	pool, err := pgxpool.New(ctx, url)
 	require.NoError(t, err)

@@ -6,7 +6,6 @@ import (
 	"strings"
 
 	"github.com/jackc/pgx/v5"
-	"github.com/jackc/pgx/v5/pgxpool"
 )
 
 // migrations are the schema versions, applied in order, each once, in one
@@ -541,10 +540,36 @@ func countItemsSQL(rows string) string {
 				SET ready = c.ready + excluded.ready, leased = c.leased + excluded.leased, scheduled = c.scheduled + excluded.scheduled`
 }
 
+// Migrate brings the schema that url names (its search_path's first
+// schema; see OpenStore for the URL) up to date and returns, starting
+// nothing: what OpenStore and Open do first. For tools and tests that make
+// a schema ready ahead of a node (internal/pgtest's pool of test schemas).
+// Errors: the URL's, the connection's and the migrations'.
+func Migrate(ctx context.Context, url string) error {
+	cfg, err := pgx.ParseConfig(url)
+	if err != nil {
+		return fmt.Errorf("postgres url: %w", err)
+	}
+	if cfg.ConnectTimeout == 0 {
+		cfg.ConnectTimeout = DefaultConnectTimeout
+	}
+	conn, err := pgx.ConnectConfig(ctx, cfg)
+	if err != nil {
+		return fmt.Errorf("postgres: %w", err)
+	}
+	defer conn.Close(context.Background())
+	if err := migrate(ctx, conn); err != nil {
+		return fmt.Errorf("postgres: migrate: %w", err)
+	}
+	return nil
+}
+
 // migrate brings the schema up to date. Nodes starting together serialize on
 // an advisory lock scoped to the schema, so each migration runs once.
-func migrate(ctx context.Context, pool *pgxpool.Pool) error {
-	return pgx.BeginFunc(ctx, pool, func(tx pgx.Tx) error {
+func migrate(ctx context.Context, db interface {
+	Begin(context.Context) (pgx.Tx, error)
+}) error {
+	return pgx.BeginFunc(ctx, db, func(tx pgx.Tx) error {
 		if _, err := tx.Exec(ctx, `SELECT pg_advisory_xact_lock(hashtext('styx-migrate:' || current_schema()))`); err != nil {
 			return fmt.Errorf("lock: %w", err)
 		}

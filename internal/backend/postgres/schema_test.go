@@ -13,7 +13,7 @@ import (
 // TestMigrateNamespace upgrades a schema at version 1 holding a queue: the
 // queue reads back in the default namespace, and new queues keep theirs.
 func TestMigrateNamespace(t *testing.T) {
-	url := pgtest.URL(t)
+	url := pgtest.EmptyURL(t)
 	ctx := t.Context()
 	pool, err := pgxpool.New(ctx, url)
 	require.NoError(t, err)

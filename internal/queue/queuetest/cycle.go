@@ -201,6 +201,9 @@ var cycleRows = []row{
 			e.advance(leaseTimeout, q)
 		}
 		e.eventuallyItems(dlq, 1)
+		// With the two-phase move (ADR 0023) the source keeps the dying
+		// record until the move's second step.
+		e.eventuallyItems(q, 0)
 		deleted(part, receipt(x), false)
 		require.Len(e.t, e.items(dlq), 1)
 		// Several receipts in one call, the same one twice among them:

@@ -1,9 +1,9 @@
 package pebble
 
 import (
+	"bytes"
 	"context"
 	"encoding/binary"
-	"errors"
 	"fmt"
 
 	pebbledb "github.com/cockroachdb/pebble/v2"
@@ -231,6 +231,7 @@ func (s *Store) readBodies(ctx context.Context, queueID uint64, partition int32,
 	snap := s.db.NewSnapshot()
 	defer snap.Close()
 	r := bodyReader{snap: snap, queueID: queueID, partition: partition}
+	defer r.close()
 	n := len(bodyIDs)
 	if maxBytes > 0 {
 		n = min(n, 256) // the bound, not len(bodyIDs), decides how many
@@ -286,6 +287,7 @@ func (s *Store) listItems(ctx context.Context, queueID uint64, partition int32, 
 	}
 	defer metas.close()
 	r := bodyReader{snap: snap, queueID: queueID, partition: partition}
+	defer r.close()
 	var items []queue.Item
 	size := 0
 	for metas.first(); metas.valid() && len(items) < limit && (maxBytes <= 0 || size < maxBytes); metas.next() {
@@ -302,12 +304,17 @@ func (s *Store) listItems(ctx context.Context, queueID uint64, partition int32, 
 	return items, metas.err()
 }
 
-// bodyReader reads bodies and errors of one partition from a snapshot.
+// bodyReader reads bodies and errors of one partition from a snapshot,
+// through one iterator per key space that every read seeks (a Get per read
+// would build new iterators over every level each time; a listing reads
+// hundreds). Close it when done.
 type bodyReader struct {
 	snap      *pebbledb.Snapshot
 	queueID   uint64
 	partition int32
 	kbuf      [itemKeyLen]byte
+	// bodies and errs are opened by the first read that needs them.
+	bodies, errs *pebbledb.Iterator
 }
 
 // read returns the body and errors stored under bodyID, zero values for
@@ -315,12 +322,12 @@ type bodyReader struct {
 func (r *bodyReader) read(bodyID uint64) (queue.ItemBody, queue.ItemErrors, error) {
 	var body queue.ItemBody
 	var errs queue.ItemErrors
-	err := r.get(prefixBody, bodyID, func(v []byte) (err error) {
+	err := r.get(&r.bodies, prefixBody, bodyID, func(v []byte) (err error) {
 		body, err = decodeBody(v)
 		return err
 	})
 	if err == nil {
-		err = r.get(prefixErrors, bodyID, func(v []byte) (err error) {
+		err = r.get(&r.errs, prefixErrors, bodyID, func(v []byte) (err error) {
 			errs, err = decodeErrors(v)
 			return err
 		})
@@ -331,16 +338,34 @@ func (r *bodyReader) read(bodyID uint64) (queue.ItemBody, queue.ItemErrors, erro
 	return body, errs, nil
 }
 
-// get calls decode with the value under an item key, if there is one.
-// decode must not keep v.
-func (r *bodyReader) get(prefix byte, id uint64, decode func(v []byte) error) error {
-	v, closer, err := r.snap.Get(itemKey(&r.kbuf, prefix, r.queueID, r.partition, id))
-	if errors.Is(err, pebbledb.ErrNotFound) {
-		return nil
+// get calls decode with the value under an item key of the key space
+// prefix, if there is one, seeking *it (opened on first use). decode must
+// not keep v.
+func (r *bodyReader) get(it **pebbledb.Iterator, prefix byte, id uint64, decode func(v []byte) error) error {
+	if *it == nil {
+		bounds := partitionKey(prefix, r.queueID, r.partition)
+		i, err := r.snap.NewIter(&pebbledb.IterOptions{LowerBound: bounds, UpperBound: prefixEnd(bounds)})
+		if err != nil {
+			return err
+		}
+		*it = i
 	}
+	key := itemKey(&r.kbuf, prefix, r.queueID, r.partition, id)
+	if !(*it).SeekGE(key) || !bytes.Equal((*it).Key(), key) {
+		return (*it).Error()
+	}
+	v, err := (*it).ValueAndErr()
 	if err != nil {
 		return err
 	}
-	defer closer.Close()
 	return decode(v)
+}
+
+// close closes the iterators.
+func (r *bodyReader) close() {
+	for _, it := range []*pebbledb.Iterator{r.bodies, r.errs} {
+		if it != nil {
+			_ = it.Close()
+		}
+	}
 }
