@@ -164,7 +164,7 @@ func (p *pooled) reset(ctx context.Context, base string) error {
 	}
 	defer conn.Close(context.Background())
 	// End the test's sessions first: one left open could take the next
-	// test's items, and its locks would hold up the truncation.
+	// test's items, and its locks would hold up the deletes.
 	if _, err := conn.Exec(ctx, `SELECT pg_terminate_backend(pid) FROM pg_stat_activity
 		WHERE application_name = $1 AND pid <> pg_backend_pid()`, p.name); err != nil {
 		return fmt.Errorf("end sessions: %w", err)

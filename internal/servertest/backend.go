@@ -115,10 +115,17 @@ func embeddedBackends(t *testing.T) []Backend {
 // nor STYX_TEST_REQUIRE_POSTGRES is set). With only the latter set it fails
 // the test: see pgtest.
 func PostgresURL(t *testing.T) string {
-	if os.Getenv(pgtest.EnvURL) == "" && os.Getenv(pgtest.EnvRequire) == "" {
+	if !postgresEnabled() {
 		return ""
 	}
 	return pgtest.URL(t)
+}
+
+// postgresEnabled reports whether the PostgreSQL tests run (or fail for
+// want of a database): STYX_TEST_POSTGRES_URL or STYX_TEST_REQUIRE_POSTGRES
+// is set.
+func postgresEnabled() bool {
+	return os.Getenv(pgtest.EnvURL) != "" || os.Getenv(pgtest.EnvRequire) != ""
 }
 
 var logSkip sync.Once
@@ -137,7 +144,7 @@ func ForEachBackend(t *testing.T, fn func(t *testing.T, b Backend)) {
 			fn(t, b)
 		})
 	}
-	if os.Getenv(pgtest.EnvURL) == "" && os.Getenv(pgtest.EnvRequire) == "" {
+	if !postgresEnabled() {
 		logSkip.Do(func() { t.Logf("postgres backend skipped: %s is not set (see internal/pgtest)", pgtest.EnvURL) })
 		return
 	}

@@ -23,6 +23,22 @@ func benchMeta(id uint64, now time.Time) queue.ItemMeta {
 	return m
 }
 
+// benchMemoryQueue opens an in-memory store (no fsync), closed when b
+// ends, with one queue of one partition.
+func benchMemoryQueue(b *testing.B) (*pebble.Store, queue.QueueInfo) {
+	b.Helper()
+	s, err := pebble.Open(pebble.Config{InMemory: true, Logger: quiet})
+	if err != nil {
+		b.Fatal(err)
+	}
+	b.Cleanup(func() { _ = s.Close() })
+	q, err := s.CreateQueue(b.Context(), queue.QueueInfo{Name: "bench", Partitions: 1})
+	if err != nil {
+		b.Fatal(err)
+	}
+	return s, q
+}
+
 func benchOpen(b *testing.B, dir string, sync bool) *pebble.Store {
 	b.Helper()
 	s, err := pebble.Open(pebble.Config{Dir: dir, NoSync: !sync, Logger: quiet})
@@ -124,15 +140,7 @@ func BenchmarkWriteInsert100Sync(b *testing.B) {
 func BenchmarkCycle100(b *testing.B) {
 	const batch = 100
 	ctx := b.Context()
-	s, err := pebble.Open(pebble.Config{InMemory: true, Logger: quiet})
-	if err != nil {
-		b.Fatal(err)
-	}
-	defer s.Close()
-	q, err := s.CreateQueue(ctx, queue.QueueInfo{Name: "bench", Partitions: 1})
-	if err != nil {
-		b.Fatal(err)
-	}
+	s, q := benchMemoryQueue(b)
 	now := time.Now()
 	body := queue.ItemBody{Kind: "k", Payload: make([]byte, 1024)}
 	metas := make([]queue.ItemMeta, batch)
@@ -175,15 +183,7 @@ func BenchmarkCycle100(b *testing.B) {
 func BenchmarkListItems1000(b *testing.B) {
 	const items, batch = 100_000, 1000
 	ctx := b.Context()
-	s, err := pebble.Open(pebble.Config{InMemory: true, Logger: quiet})
-	if err != nil {
-		b.Fatal(err)
-	}
-	defer s.Close()
-	q, err := s.CreateQueue(ctx, queue.QueueInfo{Name: "bench", Partitions: 1})
-	if err != nil {
-		b.Fatal(err)
-	}
+	s, q := benchMemoryQueue(b)
 	now := time.Now()
 	body := queue.ItemBody{Kind: "k", Payload: make([]byte, 1024)}
 	for start := uint64(1); start <= items; start += batch {
