@@ -100,12 +100,18 @@ func sorted(s []string) []string {
 func waitTask(s *servertest.Server, id string) *pb.RedriveTask {
 	s.T.Helper()
 	var t *pb.RedriveTask
-	servertest.Eventually(s.T, func() bool {
+	finished := assert.Eventually(s.T, func() bool {
 		var err error
 		t, err = s.C.RedrivesGet(ctx, &pb.RedriveTaskRequest{TaskId: id})
 		require.NoError(s.T, err)
 		return t.Status == "completed" || t.Status == "cancelled" || t.Status == "failed"
-	}, "task %s should finish", id)
+	}, 30*time.Second, 10*time.Millisecond, "task %s should finish", id)
+	if !finished {
+		// What the task was last seen as, for the failure: TestClusterRedrivePauseFailover
+		// once waited here in vain after its tasks' last moves (issue 50's note).
+		s.T.Fatalf("task %s did not finish in 30s; last seen: status %q, matched %d, moved %d, failed %d, skipped %d, failure %q",
+			id, t.Status, t.Matched, t.Moved, t.Failed, t.Skipped, t.FailureReason)
+	}
 	return t
 }
 
