@@ -83,15 +83,15 @@ rm -rf "$DIR/data" "$DIR/log" "$DIR/env" "$DIR/dsn"
 if [[ -n $user ]]; then chown "$user" "$DIR"; fi
 as_user test -w "$DIR" || { echo "pgtest: $DIR is not writable by ${user:-$(id -un)} (check its parent directories)" >&2; exit 1; }
 
-# The cluster is a copy of a template made by initdb once per user and
-# PostgreSQL build (initdb costs about a CPU-second; the tests that start
-# clusters of their own start dozens in a run, a copy takes a tenth of
-# that). The template is made under a lock in a directory of its own and
-# renamed into place when complete, so a start interrupted while making
-# it leaves no half-made template. Clusters copied from one template share
-# its system identifier (pg_control_system()); no test tells two unrelated
-# clusters apart by it. PGTEST_TEMPLATE=0 runs initdb for every start.
-template="${TMPDIR:-/tmp}/styx-pgtest-template.$(id -u).$(printf '%s' "$bin $("$bin/postgres" --version)" | md5sum | cut -c1-12)"
+# The cluster is a copy of a template made by initdb once per user, PostgreSQL build and initdb
+# arguments: initdb costs about a CPU-second, the tests that start clusters of their own start
+# dozens in a run, and a copy costs a tenth of that. The template is made under a lock in a
+# directory of its own and renamed into place when complete, so a start interrupted while making
+# it leaves no half-made template. Clusters copied from one template share its system identifier
+# (pg_control_system()); no test tells two unrelated clusters apart by it. PGTEST_TEMPLATE=0 runs
+# initdb for every start.
+initdb_args=(-A trust -U styx --encoding=UTF8 --no-locale)
+template="${TMPDIR:-/tmp}/styx-pgtest-template.$(id -u).$(printf '%s' "$bin $("$bin/postgres" --version) ${initdb_args[*]}" | md5sum | cut -c1-12)"
 if [[ ${PGTEST_TEMPLATE:-1} != 0 ]]; then
 	if [[ ! -d $template/data ]]; then
 		exec 8>"$template.lock"
@@ -100,7 +100,7 @@ if [[ ${PGTEST_TEMPLATE:-1} != 0 ]]; then
 			rm -rf "$template.new"
 			mkdir -p "$template.new"
 			if [[ -n $user ]]; then chown "$user" "$template.new"; fi
-			as_user "$bin/initdb" --no-sync -D "$template.new/data" -A trust -U styx --encoding=UTF8 --no-locale >&2
+			as_user "$bin/initdb" --no-sync -D "$template.new/data" "${initdb_args[@]}" >&2
 			rm -rf "$template"
 			mv "$template.new" "$template"
 		fi
@@ -109,7 +109,7 @@ if [[ ${PGTEST_TEMPLATE:-1} != 0 ]]; then
 	fi
 	as_user cp -a "$template/data" "$DIR/data"
 else
-	as_user "$bin/initdb" -D "$DIR/data" -A trust -U styx --encoding=UTF8 --no-locale >&2
+	as_user "$bin/initdb" -D "$DIR/data" "${initdb_args[@]}" >&2
 fi
 
 # Pick the port and start under a lock, so that concurrent starts get different ports.
