@@ -16,6 +16,9 @@ GOTESTSUM_FLAGS := --format pkgname-and-test-fails --format-icons text --format-
 # them (named in alphabetical order, the service package started two minutes
 # in and the suite ended when it did). The rest follow in ./...'s order.
 TEST_FIRST := ./service/ ./web/ ./sqs/ ./internal/backend/postgres/ ./cmd/styx/ ./worker/ ./internal/backend/embedded/
+# -trimpath: the compiled packages do not depend on the checkout's directory,
+# so a fresh clone (CI's) finds them in Go's build cache instead of compiling
+# the module again with -race (here 17 s against 77 s before the first test).
 # GORACE=atexit_sleep_ms=0: a race-enabled binary otherwise sleeps 1 s
 # before it exits (to report races of goroutines still running), once per
 # test binary and per race-built server a test stops. GOGC=400: the race
@@ -26,7 +29,7 @@ test: ## run every test with the race detector (the CI command); says first whic
 	@[ -n "$$STYX_TEST_POSTGRES_URL" ] || echo "make test: STYX_TEST_POSTGRES_URL is not set: the PostgreSQL tests will skip (make pg-start prints the exports to include them)" >&2
 	@command -v chromium >/dev/null || echo "make test: chromium is not installed: the browser tests will skip (apt-get install chromium)" >&2
 	@GOBIN="$(CURDIR)/bin" go install gotest.tools/gotestsum@$(GOTESTSUM_VERSION)
-	GORACE="$${GORACE:-atexit_sleep_ms=0}" GOGC="$${GOGC:-400}" $(GOTESTSUM) $(GOTESTSUM_FLAGS) -- -race -count=1 -timeout 20m $(TEST_FIRST) ./...
+	GORACE="$${GORACE:-atexit_sleep_ms=0}" GOGC="$${GOGC:-400}" $(GOTESTSUM) $(GOTESTSUM_FLAGS) -- -race -trimpath -count=1 -timeout 20m $(TEST_FIRST) ./...
 faults: ## the fault-injection suites over many seeds (STYX_FAULT_SEEDS=300; about 2 minutes): power loss, write and sync errors, a full disk, loop panics, PostgreSQL faults (with STYX_TEST_POSTGRES_URL); a failure names its seed. Then the real binary under strace, every store syscall failing with ENOSPC and EIO (STYX_SYSCALL_FAULTS=all, or case names; about 10 minutes; needs strace)
 	STYX_FAULT_SEEDS=$${STYX_FAULT_SEEDS:-300} go test -race -count=1 -timeout 60m -run 'TestCrashRecovery|TestWriteFaults|TestDiskFullStaysUpAndHeals|TestPanicNeverAcknowledged|TestWALRotationFaults|TestPostgres' ./service/
 	go test -race -count=1 -run 'Fault|Watermark|Panic|Died' ./internal/backend/embedded/pebble/ ./internal/engine/

@@ -13,7 +13,6 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
-	"runtime"
 	"strings"
 	"testing"
 	"time"
@@ -112,6 +111,28 @@ func WithSearchPath(base, schema string) string {
 	return base + " search_path=" + schema
 }
 
+// scriptPath returns the path of scripts/pgtest.sh: in the module's root,
+// the first directory holding go.mod above the test's working directory
+// (go test runs a test binary in its package's directory). The source
+// file's own path is no guide: `make test` builds with -trimpath.
+func scriptPath(t testing.TB) string {
+	t.Helper()
+	dir, err := os.Getwd()
+	if err != nil {
+		t.Fatal(err)
+	}
+	for {
+		if _, err := os.Stat(filepath.Join(dir, "go.mod")); err == nil {
+			return filepath.Join(dir, "scripts", "pgtest.sh")
+		}
+		parent := filepath.Dir(dir)
+		if parent == dir {
+			t.Fatal("pgtest: no go.mod above the working directory: cannot find scripts/pgtest.sh")
+		}
+		dir = parent
+	}
+}
+
 // Server is a PostgreSQL cluster of a test's own, started by
 // scripts/pgtest.sh, for tests that stop and start the database.
 type Server struct {
@@ -126,8 +147,7 @@ type Server struct {
 func StartServer(t testing.TB) *Server {
 	t.Helper()
 	BaseURL(t)
-	_, file, _, _ := runtime.Caller(0)
-	script := filepath.Join(filepath.Dir(file), "..", "..", "scripts", "pgtest.sh")
+	script := scriptPath(t)
 	dir, err := os.MkdirTemp("", "styx-pgtest-")
 	if err != nil {
 		t.Fatal(err)

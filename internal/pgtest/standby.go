@@ -9,7 +9,6 @@ import (
 	"os/exec"
 	"os/user"
 	"path/filepath"
-	"runtime"
 	"strconv"
 	"strings"
 	"syscall"
@@ -35,8 +34,7 @@ func (s *Server) StartStandby(t testing.TB, sync bool) *Server {
 	if err != nil {
 		t.Fatal(err)
 	}
-	_, file, _, _ := runtime.Caller(0)
-	script := filepath.Join(filepath.Dir(file), "..", "..", "scripts", "pgtest.sh")
+	script := scriptPath(t)
 	t.Cleanup(func() {
 		if out, err := exec.Command(script, "stop", dir).CombinedOutput(); err != nil {
 			t.Logf("pgtest: stop standby: %v: %s", err, out)
