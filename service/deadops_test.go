@@ -106,6 +106,9 @@ func waitTask(s *servertest.Server, id string) *pb.RedriveTask {
 		require.NoError(s.T, err)
 		return t.Status == "completed" || t.Status == "cancelled" || t.Status == "failed"
 	}, 30*time.Second, 10*time.Millisecond, "task %s should finish", id)
+	if !finished && t == nil {
+		s.T.Fatalf("task %s did not finish in 30s: redrives.get never answered", id)
+	}
 	if !finished {
 		// What the task was last seen as, for the failure: TestClusterRedrivePauseFailover
 		// once waited here in vain after its tasks' last moves (issue 50's note).
