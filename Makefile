@@ -61,7 +61,7 @@ bench-go: ## run the Go benchmarks
 # PG_DIR is where pg-start keeps its PostgreSQL (data, log, dsn, env); give each checkout its own
 # (make pg-start PG_DIR=/tmp/styx-pgtest-b) to run one per checkout side by side.
 PG_DIR ?= /tmp/styx-pgtest
-pg-start: ## start a throwaway PostgreSQL in PG_DIR (default /tmp/styx-pgtest) for the Postgres tests (PG_PORT=N: on port N, else the first free one from 55432); prints the exports to paste
+pg-start: ## start a throwaway PostgreSQL in PG_DIR (default /tmp/styx-pgtest) for the Postgres tests (PG_PORT=N: on port N, else a free one of 25432-25531, below the ephemeral ports); prints the exports to paste
 	@PGTEST_PORT='$(PG_PORT)' scripts/pgtest.sh start '$(PG_DIR)' >/dev/null
 	@echo "export STYX_TEST_POSTGRES_URL='$$(cat '$(PG_DIR)/dsn')'"
 	@echo "export STYX_TEST_POSTGRES_ENV='$(PG_DIR)/env'"

@@ -7,7 +7,7 @@
 #   scripts/pgtest.sh stop DIR    stops that cluster (no error if it is not running)
 #
 # PGTEST_PORT=N (what `make pg-start PG_PORT=N` sets) starts on port N only, and fails saying so when
-# N is taken; unset, a free port of 55432-55531 is used, in a random order, those handed out in the
+# N is taken; unset, a free port of 25432-25531 is used, in a random order, those handed out in the
 # last 10 minutes last.
 #
 # The cluster is a copy of a template that initdb makes once (in $TMPDIR, per user and PostgreSQL
@@ -115,9 +115,10 @@ fi
 # Pick the port and start under a lock, so that concurrent starts get different ports.
 exec 9>"${TMPDIR:-/tmp}/styx-pgtest.$(id -u).lock"
 flock 9
-# A port that looks free can still be refused: a client connection of another
-# process may hold it as its local (ephemeral) port, which the probe does not
-# see. So a start that fails to bind moves on to the next port.
+# The ports are below Linux's ephemeral range (32768 and up), where no client
+# socket is given a local port. A port that looks free can still be refused
+# (a server of something else started after the probe), so a start that fails
+# to bind moves on to the next port.
 # A port another start handed out in the last 10 minutes comes last: a test
 # that stops its cluster and starts it again later (pgtest.Server.Stop, Start)
 # would otherwise find its port taken by a new cluster of another test, and
@@ -129,7 +130,7 @@ touch "$recent"
 now=$(date +%s)
 awk -v now="$now" '$2 > now - 600' "$recent" >"$recent.new" 2>/dev/null && mv "$recent.new" "$recent"
 port=
-ports="$(seq 55432 55531 | grep -vxF -f <(awk '{print $1}' "$recent") | shuf) $(awk '{print $1}' "$recent")"
+ports="$(seq 25432 25531 | grep -vxF -f <(awk '{print $1}' "$recent") | shuf) $(awk '{print $1}' "$recent")"
 if [[ -n ${PGTEST_PORT:-} ]]; then ports=$PGTEST_PORT; fi
 for p in $ports; do
 	if (echo >"/dev/tcp/127.0.0.1/$p") 2>/dev/null; then continue; fi
@@ -157,7 +158,7 @@ if [[ -z $port && -n ${PGTEST_PORT:-} ]]; then
 	echo "pgtest: port $PGTEST_PORT is taken; choose another (PG_PORT=N, PGTEST_PORT=N) or leave it unset for a free one" >&2
 	exit 1
 fi
-[[ -n $port ]] || { echo "pgtest: no port in 55432-55531 to start on" >&2; exit 1; }
+[[ -n $port ]] || { echo "pgtest: no port in 25432-25531 to start on" >&2; exit 1; }
 flock -u 9
 
 "$createdb" -h 127.0.0.1 -p "$port" -U styx styx_test
