@@ -9,6 +9,7 @@ import (
 	"context"
 	"crypto/rand"
 	"encoding/hex"
+	"fmt"
 	"net/url"
 	"os"
 	"os/exec"
@@ -77,13 +78,14 @@ func newSchemaURL(t testing.TB, base string) string {
 	schema := schemaName("styx_test_")
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
-	conn, err := pgx.Connect(ctx, base)
+	err := withAdmin(ctx, base, func(db adminDB) error {
+		if _, err := db.Exec(ctx, "CREATE SCHEMA "+schema); err != nil {
+			return fmt.Errorf("create schema: %w", err)
+		}
+		return nil
+	})
 	if err != nil {
-		t.Fatalf("pgtest: connect: %v", err)
-	}
-	defer conn.Close(context.Background())
-	if _, err := conn.Exec(ctx, "CREATE SCHEMA "+schema); err != nil {
-		t.Fatalf("pgtest: create schema: %v", err)
+		t.Fatalf("pgtest: %v", err)
 	}
 	t.Cleanup(func() { dropSchema(t, base, schema) })
 	return WithSearchPath(base, schema)

@@ -14,6 +14,8 @@ import (
 	"time"
 
 	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgconn"
+	"github.com/jackc/pgx/v5/pgxpool"
 )
 
 // Prepare, when set, makes a new schema ready for a test (the PostgreSQL
@@ -56,6 +58,60 @@ var pool struct {
 	mu    sync.Mutex
 	free  []*pooled
 	swept bool
+}
+
+// adminDB is what the pool's own statements run on: a connection, or the
+// process's admin pool (adminPools).
+type adminDB interface {
+	querier
+	Exec(ctx context.Context, sql string, args ...any) (pgconn.CommandTag, error)
+	Begin(ctx context.Context) (pgx.Tx, error)
+}
+
+// adminPools holds a pool of sessions per shared test database for the
+// statements of SchemaURL, EmptyURL and their cleanups (creating,
+// resetting and dropping schemas), which would otherwise open a session
+// each: a new PostgreSQL session costs its backend 10-50 ms of CPU (a
+// fork, caches loaded, an exit), more than those statements, and a suite
+// ends thousands (issue 50). Its sessions carry no schema: they are not
+// the tests' sessions that reset ends.
+var adminPools struct {
+	mu    sync.Mutex
+	pools map[string]*pgxpool.Pool
+}
+
+// withAdmin runs f on the admin pool of base when base is the shared test
+// database (EnvURL), else on a connection of its own, closed after f: a
+// test's own cluster stops while the process goes on.
+func withAdmin(ctx context.Context, base string, f func(db adminDB) error) error {
+	if base != os.Getenv(EnvURL) {
+		conn, err := pgx.Connect(ctx, base)
+		if err != nil {
+			return fmt.Errorf("connect: %w", err)
+		}
+		defer conn.Close(context.Background())
+		return f(conn)
+	}
+	adminPools.mu.Lock()
+	db, ok := adminPools.pools[base]
+	if !ok {
+		cfg, err := pgxpool.ParseConfig(base)
+		if err != nil {
+			adminPools.mu.Unlock()
+			return fmt.Errorf("connect: %w", err)
+		}
+		cfg.MaxConns = 4
+		if db, err = pgxpool.NewWithConfig(context.Background(), cfg); err != nil {
+			adminPools.mu.Unlock()
+			return fmt.Errorf("connect: %w", err)
+		}
+		if adminPools.pools == nil {
+			adminPools.pools = map[string]*pgxpool.Pool{}
+		}
+		adminPools.pools[base] = db
+	}
+	adminPools.mu.Unlock()
+	return f(db)
 }
 
 // schemaPrefix names the schemas of this test process; the pid lets a
@@ -115,61 +171,66 @@ func (p *pooled) url(base string) string {
 }
 
 // newPooled creates a schema, prepares it and records what it holds.
-func newPooled(ctx context.Context, base string) (*pooled, error) {
-	p := &pooled{name: schemaName(schemaPrefix())}
-	conn, err := pgx.Connect(ctx, base)
+func newPooled(ctx context.Context, base string) (p *pooled, err error) {
+	p = &pooled{name: schemaName(schemaPrefix())}
+	err = withAdmin(ctx, base, func(db adminDB) error {
+		if _, err := db.Exec(ctx, "CREATE SCHEMA "+p.name); err != nil {
+			return fmt.Errorf("create schema: %w", err)
+		}
+		if err := p.record(ctx, db, base); err != nil {
+			_, _ = db.Exec(ctx, "DROP SCHEMA "+p.name+" CASCADE")
+			return err
+		}
+		return nil
+	})
 	if err != nil {
-		return nil, fmt.Errorf("connect: %w", err)
-	}
-	defer conn.Close(context.Background())
-	if _, err := conn.Exec(ctx, "CREATE SCHEMA "+p.name); err != nil {
-		return nil, fmt.Errorf("create schema: %w", err)
-	}
-	fail := func(err error) (*pooled, error) {
-		_, _ = conn.Exec(ctx, "DROP SCHEMA "+p.name+" CASCADE")
 		return nil, err
 	}
+	return p, nil
+}
+
+// record prepares the new schema and records what it then holds.
+func (p *pooled) record(ctx context.Context, db adminDB, base string) error {
 	if err := Prepare(ctx, p.url(base)); err != nil {
-		return fail(fmt.Errorf("prepare schema %s: %w", p.name, err))
+		return fmt.Errorf("prepare schema %s: %w", p.name, err)
 	}
-	if p.digest, err = defsDigest(ctx, conn, p.name); err != nil {
-		return fail(err)
+	var err error
+	if p.digest, err = defsDigest(ctx, db, p.name); err != nil {
+		return err
 	}
-	tables, err := tablesOf(ctx, conn, p.name)
+	tables, err := tablesOf(ctx, db, p.name)
 	if err != nil {
-		return fail(err)
+		return err
 	}
 	p.rows = map[string]string{}
 	for _, tbl := range tables {
 		var rows *string
-		if err := conn.QueryRow(ctx, `SELECT json_agg(t)::text FROM `+qualified(p.name, tbl)+` AS t`).Scan(&rows); err != nil {
-			return fail(fmt.Errorf("read %s: %w", tbl, err))
+		if err := db.QueryRow(ctx, `SELECT json_agg(t)::text FROM `+qualified(p.name, tbl)+` AS t`).Scan(&rows); err != nil {
+			return fmt.Errorf("read %s: %w", tbl, err)
 		}
 		if rows != nil {
 			p.rows[tbl] = *rows
 		}
 	}
-	if p.seqs, err = sequencesOf(ctx, conn, p.name); err != nil {
-		return fail(err)
-	}
-	return p, nil
+	p.seqs, err = sequencesOf(ctx, db, p.name)
+	return err
 }
 
 // reset brings the schema back to what Prepare left, or fails (the caller
 // drops it).
 func (p *pooled) reset(ctx context.Context, base string) error {
-	conn, err := pgx.Connect(ctx, base)
-	if err != nil {
-		return fmt.Errorf("connect: %w", err)
-	}
-	defer conn.Close(context.Background())
+	return withAdmin(ctx, base, func(db adminDB) error { return p.resetOn(ctx, db) })
+}
+
+// resetOn is reset on db.
+func (p *pooled) resetOn(ctx context.Context, db adminDB) error {
 	// End the test's sessions first: one left open could take the next
 	// test's items, and its locks would hold up the deletes.
-	if _, err := conn.Exec(ctx, `SELECT pg_terminate_backend(pid) FROM pg_stat_activity
+	if _, err := db.Exec(ctx, `SELECT pg_terminate_backend(pid) FROM pg_stat_activity
 		WHERE application_name = $1 AND pid <> pg_backend_pid()`, p.name); err != nil {
 		return fmt.Errorf("end sessions: %w", err)
 	}
-	return pgx.BeginFunc(ctx, conn, func(tx pgx.Tx) error {
+	return pgx.BeginFunc(ctx, db, func(tx pgx.Tx) error {
 		if _, err := tx.Exec(ctx, `SET LOCAL lock_timeout = '10s'`); err != nil {
 			return err
 		}
@@ -302,40 +363,36 @@ func qualified(schema, name string) string {
 // sweepEnded drops the pooled schemas of test processes that ended (their
 // pid no longer runs): a process leaves its pool behind when it exits.
 func sweepEnded(ctx context.Context, base string) {
-	conn, err := pgx.Connect(ctx, base)
-	if err != nil {
-		return // the test's own connect reports it
-	}
-	defer conn.Close(context.Background())
-	rows, err := conn.Query(ctx, `SELECT nspname FROM pg_namespace WHERE nspname LIKE 'styx\_test\_p%'`)
-	if err != nil {
-		return
-	}
-	names, err := pgx.CollectRows(rows, pgx.RowTo[string])
-	if err != nil {
-		return
-	}
-	for _, name := range names {
-		pidText, _, ok := strings.Cut(strings.TrimPrefix(name, "styx_test_p"), "_")
-		pid, err := strconv.Atoi(pidText)
-		if !ok || err != nil || pid == os.Getpid() || !errors.Is(syscall.Kill(pid, 0), syscall.ESRCH) {
-			continue
+	_ = withAdmin(ctx, base, func(db adminDB) error {
+		rows, err := db.Query(ctx, `SELECT nspname FROM pg_namespace WHERE nspname LIKE 'styx\_test\_p%'`)
+		if err != nil {
+			return err // the test's own connect reports it
 		}
-		_, _ = conn.Exec(ctx, "DROP SCHEMA IF EXISTS "+pgx.Identifier{name}.Sanitize()+" CASCADE")
-	}
+		names, err := pgx.CollectRows(rows, pgx.RowTo[string])
+		if err != nil {
+			return err
+		}
+		for _, name := range names {
+			pidText, _, ok := strings.Cut(strings.TrimPrefix(name, "styx_test_p"), "_")
+			pid, err := strconv.Atoi(pidText)
+			if !ok || err != nil || pid == os.Getpid() || !errors.Is(syscall.Kill(pid, 0), syscall.ESRCH) {
+				continue
+			}
+			_, _ = db.Exec(ctx, "DROP SCHEMA IF EXISTS "+pgx.Identifier{name}.Sanitize()+" CASCADE")
+		}
+		return nil
+	})
 }
 
 // dropSchema drops schema on base, logging a failure.
 func dropSchema(t testing.TB, base, schema string) {
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
-	conn, err := pgx.Connect(ctx, base)
+	err := withAdmin(ctx, base, func(db adminDB) error {
+		_, err := db.Exec(ctx, "DROP SCHEMA "+schema+" CASCADE")
+		return err
+	})
 	if err != nil {
-		t.Logf("pgtest: drop schema %s: %v", schema, err)
-		return
-	}
-	defer conn.Close(context.Background())
-	if _, err := conn.Exec(ctx, "DROP SCHEMA "+schema+" CASCADE"); err != nil {
 		t.Logf("pgtest: drop schema %s: %v", schema, err)
 	}
 }

@@ -361,7 +361,10 @@ func (m *Manager) listen() {
 }
 
 func (m *Manager) listenOnce() error {
-	conn, err := pgx.ConnectConfig(m.ctx, m.st.pool.Config().ConnConfig.Copy())
+	cfg := m.st.pool.Config().ConnConfig.Copy()
+	// Its hellos' commits wait for no flush and no standby (wakeup.go).
+	cfg.RuntimeParams["synchronous_commit"] = "off"
+	conn, err := pgx.ConnectConfig(m.ctx, cfg)
 	if err != nil {
 		return err
 	}
@@ -369,16 +372,37 @@ func (m *Manager) listenOnce() error {
 	if _, err := conn.Exec(m.ctx, "LISTEN "+pgx.Identifier{m.st.channel}.Sanitize()); err != nil {
 		return err
 	}
+	// hello says this node is here (wakeup.go), now and every peerHello.
+	var nextHello time.Time
+	hello := func() error {
+		ctx, cancel := context.WithTimeout(m.ctx, m.cfg.StatementTimeout)
+		defer cancel()
+		_, err := conn.Exec(ctx, `SELECT pg_notify($1, $2)`, m.st.channel, helloPayload(m.node))
+		nextHello = time.Now().Add(helloInterval())
+		return err
+	}
+	if err := hello(); err != nil {
+		return err
+	}
 	m.requestRefresh()
-	m.notifier.sayHello()
 	m.mu.RLock()
 	for _, q := range m.queues {
 		q.signal(true, 0)
 	}
 	m.mu.RUnlock()
 	for {
-		n, err := conn.WaitForNotification(m.ctx)
+		wait, cancel := context.WithDeadline(m.ctx, nextHello)
+		n, err := conn.WaitForNotification(wait)
+		cancel()
 		if err != nil {
+			// The wait ran to the next hello: the connection is still
+			// good (pgconn keeps it after a deadline).
+			if m.ctx.Err() == nil && wait.Err() != nil && !conn.IsClosed() {
+				if err := hello(); err != nil {
+					return err
+				}
+				continue
+			}
 			return err
 		}
 		switch {
@@ -388,7 +412,11 @@ func (m *Manager) listenOnce() error {
 				m.cfg.OnChange()
 			}
 		case strings.HasPrefix(n.Payload, "n:"):
-			m.notifier.heard(n.Payload[2:])
+			if m.notifier.heard(n.Payload[2:]) {
+				if err := hello(); err != nil {
+					return err
+				}
+			}
 		case strings.HasPrefix(n.Payload, "i:"):
 			if n.PID == m.notifier.pid.Load() {
 				continue // this node's own: its loops had it directly (wake)

@@ -30,7 +30,9 @@ import (
 // says hello ("n:<node>") when its LISTEN connects and every peerHello,
 // and answers the hello of a node it had not heard from within peerTTL (a
 // new one, or one restarted under a new name); a node that heard no other
-// within peerTTL sends no wake-ups (one node alone pays nothing for them).
+// within peerTTL sends no wake-ups (one node alone pays nothing for them,
+// and opens no notifier session). The hellos go out on the LISTEN
+// connection itself (Manager.listenOnce), between its waits.
 
 // notifyPayload is the payload of the notification "items of queue id may
 // be ready", which listen dispatches. The transactional-enqueue function
@@ -48,6 +50,18 @@ const (
 	peerTTL = 3 * peerHello
 )
 
+// helloEvery, when set (nanoseconds), replaces peerHello as how often
+// listenOnce says hello: tests shorten it (SetHelloEvery).
+var helloEvery atomic.Int64
+
+// helloInterval is how often listenOnce says hello.
+func helloInterval() time.Duration {
+	if d := helloEvery.Load(); d > 0 {
+		return time.Duration(d)
+	}
+	return peerHello
+}
+
 // notifier sends the node's wake-ups to the other nodes (see above). Safe
 // for concurrent use.
 type notifier struct {
@@ -56,8 +70,6 @@ type notifier struct {
 
 	mu      sync.Mutex
 	pending map[uint64]struct{}
-	// hello says to send this node's hello with the next statement.
-	hello bool
 	// peers holds when each other node's hello was last heard (Unix ns),
 	// guarded by mu, for peerTTL.
 	peers map[string]int64
@@ -100,24 +112,13 @@ func (m *Manager) wake(ids []uint64) {
 	}
 }
 
-// sayHello has the node's hello sent (at once).
-func (n *notifier) sayHello() {
-	n.mu.Lock()
-	n.hello = true
-	n.mu.Unlock()
-	select {
-	case n.kick <- struct{}{}:
-	default:
-	}
-}
-
-// heard records a hello: from another node, it keeps the wake-ups on, and
-// a node not heard from within peerTTL (a new one, or one restarted under a
-// new name) is answered with this node's hello, so that it notifies this
-// node from then on.
-func (n *notifier) heard(node string) {
+// heard records a hello: from another node, it keeps the wake-ups on. It
+// says whether to answer with this node's hello: node was not heard from
+// within peerTTL (a new one, or one restarted under a new name), and
+// answered it notifies this node from then on.
+func (n *notifier) heard(node string) (answer bool) {
 	if node == n.m.node {
-		return
+		return false
 	}
 	now := time.Now().UnixNano()
 	n.peerSeen.Store(now)
@@ -130,20 +131,14 @@ func (n *notifier) heard(node string) {
 		}
 	}
 	n.mu.Unlock()
-	if !known || now-last > int64(peerTTL) {
-		n.sayHello()
-	}
+	return !known || now-last > int64(peerTTL)
 }
 
 // take returns the notifications to send, and forgets them.
 func (n *notifier) take() []string {
 	n.mu.Lock()
 	defer n.mu.Unlock()
-	out := make([]string, 0, len(n.pending)+1)
-	if n.hello {
-		out = append(out, helloPayload(n.m.node))
-		n.hello = false
-	}
+	out := make([]string, 0, len(n.pending))
 	for id := range n.pending {
 		out = append(out, notifyPayload(id))
 		delete(n.pending, id)
@@ -162,15 +157,10 @@ func (n *notifier) run() {
 		}
 	}()
 	failing := false
-	hello := time.NewTicker(peerHello)
-	defer hello.Stop()
 	for {
 		select {
 		case <-ctx.Done():
 			return
-		case <-hello.C:
-			n.sayHello()
-			continue
 		case <-n.kick:
 		}
 		payloads := n.take()

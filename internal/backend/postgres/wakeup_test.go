@@ -160,3 +160,32 @@ func TestRestartedNodeWakesOthers(t *testing.T) {
 	slices.Sort(waits)
 	require.Less(t, waits[len(waits)/2], 500*time.Millisecond, "woken by the restarted node's notification, not by the 1 s poll: %v", waits)
 }
+
+// TestHellosOnTheListenSession: a node says hello when its LISTEN session
+// connects and every hello interval after, on that one session (no
+// notifier session of its own while it is alone), which stays connected
+// through the waits between hellos.
+func TestHellosOnTheListenSession(t *testing.T) {
+	postgres.SetHelloEvery(t, 100*time.Millisecond)
+	url := pgtest.URL(t)
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	m, err := postgres.Open(ctx, postgres.Config{URL: url, Log: testLog(), Metrics: metrics.New()})
+	require.NoError(t, err)
+	t.Cleanup(m.Close)
+	conn, err := pgx.Connect(ctx, url)
+	require.NoError(t, err)
+	defer conn.Close(context.Background())
+	_, err = conn.Exec(ctx, "LISTEN "+pgx.Identifier{m.Channel()}.Sanitize())
+	require.NoError(t, err)
+	pids := map[uint32]int{}
+	for hellos := 0; hellos < 5; {
+		n, err := conn.WaitForNotification(ctx)
+		require.NoError(t, err, "hellos heard: %d", hellos)
+		if n.Payload == "n:"+m.Node() {
+			pids[n.PID]++
+			hellos++
+		}
+	}
+	require.Len(t, pids, 1, "every hello from one session: %v", pids)
+}
