@@ -61,26 +61,26 @@ var pool struct {
 }
 
 // adminDB is what the pool's own statements run on: a connection, or the
-// process's admin pool (adminPools).
+// process's admin pool (admin).
 type adminDB interface {
 	querier
 	Exec(ctx context.Context, sql string, args ...any) (pgconn.CommandTag, error)
 	Begin(ctx context.Context) (pgx.Tx, error)
 }
 
-// adminPools holds a pool of sessions per shared test database for the
-// statements of SchemaURL, EmptyURL and their cleanups (creating,
+// admin is the pool of sessions on the shared test database (EnvURL) for
+// the statements of SchemaURL, EmptyURL and their cleanups (creating,
 // resetting and dropping schemas), which would otherwise open a session
 // each: a new PostgreSQL session costs its backend 10-50 ms of CPU (a
 // fork, caches loaded, an exit), more than those statements, and a suite
 // ends thousands (issue 50). Its sessions carry no schema: they are not
 // the tests' sessions that reset ends.
-var adminPools struct {
-	mu    sync.Mutex
-	pools map[string]*pgxpool.Pool
+var admin struct {
+	mu   sync.Mutex
+	pool *pgxpool.Pool
 }
 
-// withAdmin runs f on the admin pool of base when base is the shared test
+// withAdmin runs f on the admin pool when base is the shared test
 // database (EnvURL), else on a connection of its own, closed after f: a
 // test's own cluster stops while the process goes on.
 func withAdmin(ctx context.Context, base string, f func(db adminDB) error) error {
@@ -92,25 +92,20 @@ func withAdmin(ctx context.Context, base string, f func(db adminDB) error) error
 		defer conn.Close(context.Background())
 		return f(conn)
 	}
-	adminPools.mu.Lock()
-	db, ok := adminPools.pools[base]
-	if !ok {
+	admin.mu.Lock()
+	if admin.pool == nil {
 		cfg, err := pgxpool.ParseConfig(base)
+		if err == nil {
+			cfg.MaxConns = 4
+			admin.pool, err = pgxpool.NewWithConfig(context.Background(), cfg)
+		}
 		if err != nil {
-			adminPools.mu.Unlock()
+			admin.mu.Unlock()
 			return fmt.Errorf("connect: %w", err)
 		}
-		cfg.MaxConns = 4
-		if db, err = pgxpool.NewWithConfig(context.Background(), cfg); err != nil {
-			adminPools.mu.Unlock()
-			return fmt.Errorf("connect: %w", err)
-		}
-		if adminPools.pools == nil {
-			adminPools.pools = map[string]*pgxpool.Pool{}
-		}
-		adminPools.pools[base] = db
 	}
-	adminPools.mu.Unlock()
+	db := admin.pool
+	admin.mu.Unlock()
 	return f(db)
 }
 
