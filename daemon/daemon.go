@@ -95,6 +95,13 @@ type Config struct {
 	// not count a lease's attempt). Pebble with sync on only; defaults to
 	// false.
 	ConsumeBeforeSync bool
+	// SyncCompletes makes complete (and SQS's DeleteMessage) wait for its
+	// fsync before it is answered, as produce does. Defaults to false: on
+	// Pebble with sync on, a complete is answered once written and the
+	// next fsync covers it; a crash before then can only deliver a
+	// completed item again, never lose or duplicate anything else (ADR
+	// 0033). PostgreSQL commits a complete before answering it either way.
+	SyncCompletes bool
 	// MaxRequestBytes bounds request bodies, in bytes: a larger body is
 	// answered 400. Defaults to 64 MiB (transport.DefaultMaxRequestBytes);
 	// Validate allows 1 MiB to 1 GiB.
@@ -618,7 +625,7 @@ func (d *Daemon) start(ctx context.Context) (*Daemon, error) {
 		d.ownsStore = true
 	}
 	m, err := embedded.NewManager(ctx, embedded.Config{Store: d.store, Clock: cfg.Clock, Log: cfg.Log, Metrics: d.Metrics,
-		ConsumeBeforeSync: cfg.ConsumeBeforeSync, MaxDeduplicationIDs: cfg.MaxDeduplicationIDs})
+		ConsumeBeforeSync: cfg.ConsumeBeforeSync, SyncCompletes: cfg.SyncCompletes, MaxDeduplicationIDs: cfg.MaxDeduplicationIDs})
 	if err != nil {
 		d.closeStore()
 		return nil, err
@@ -755,6 +762,9 @@ func (d *Daemon) serve(ctx context.Context, m backend, tasks store.TaskStore, ks
 		attrs = append(attrs, "data_dir", cfg.DataDir, "sync", !cfg.NoSync)
 		if cfg.ConsumeBeforeSync && !cfg.NoSync {
 			attrs = append(attrs, "sync_consume", false)
+		}
+		if cfg.SyncCompletes && !cfg.NoSync {
+			attrs = append(attrs, "sync_complete", true)
 		}
 	}
 	// The UI's address, for a person reading the log (a wildcard listen

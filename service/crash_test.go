@@ -14,6 +14,7 @@ import (
 
 	"github.com/cockroachdb/pebble/v2/vfs"
 	"github.com/cockroachdb/pebble/v2/vfs/errorfs"
+	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
 	styx "github.com/styxq/styx"
@@ -32,7 +33,10 @@ import (
 // write-side file operation with ENOSPC or EIO). After each, the invariants
 // hold: every acknowledged produce is present exactly once (in its queue or
 // its dead-letter queue), no item is ever present twice, no acknowledged
-// complete comes back, and a redrive task ends having moved each item once.
+// complete comes back once a later write was acknowledged (a complete is
+// answered before its fsync, ADR 0033: the next fsync covers it; before
+// that, a crash may bring the item back once), and a redrive task ends
+// having moved each item once.
 //
 // Seeds: STYX_FAULT_SEEDS runs that many (default 3, the CI run; `make
 // faults` runs 300 of each); STYX_FAULT_SEED=n replays one. Every failure
@@ -105,10 +109,17 @@ type workload struct {
 	// mu guards the maps (the background producer writes acked too).
 	mu sync.Mutex
 	// acked: produce answered 200; tried: complete attempted (its item
-	// may be gone); done: complete answered 200.
+	// may be gone); done: complete answered 200 and covered by a later
+	// acknowledged write (durable). early: the completes answered 200 and
+	// not covered yet, which a crash may undo (ADR 0033).
 	acked, tried, done map[string]bool
-	leased             []held
-	tasks              []string
+	early              []string
+	// faulted, when set, reports whether a storage fault was injected: a
+	// later acknowledged write then covers no earlier complete (its sync
+	// may have failed and the store reopened without it).
+	faulted func() bool
+	leased  []held
+	tasks   []string
 }
 
 func newWorkload(t *testing.T, s *servertest.Server, seed uint64) *workload {
@@ -132,8 +143,24 @@ func (w *workload) produce(payloads ...string) error {
 			w.acked[p] = true
 		}
 		w.mu.Unlock()
+		w.covered()
 	}
 	return err
+}
+
+// covered records that a write sent after the completes in early was
+// acknowledged: its fsync covered them (one log, synced in order), unless
+// a fault was injected meanwhile.
+func (w *workload) covered() {
+	if w.faulted != nil && w.faulted() {
+		return
+	}
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	for _, p := range w.early {
+		w.done[p] = true
+	}
+	w.early = w.early[:0]
 }
 
 // step runs one random operation. Errors are allowed (a fault may be on);
@@ -162,7 +189,7 @@ func (w *workload) step() {
 			w.mu.Unlock()
 			if err := w.s.C.QueueComplete(ctx, &pb.QueueCompleteRequest{QueueName: "w", Partition: h.partition, Ids: []string{h.id}, RequestTimeout: "10s"}); err == nil {
 				w.mu.Lock()
-				w.done[h.payload] = true
+				w.early = append(w.early, h.payload)
 				w.mu.Unlock()
 			}
 		}
@@ -333,6 +360,12 @@ func TestCrashRecovery(t *testing.T) {
 			s.Stop()
 			s.Boot()
 			w.check(fmt.Sprintf("after crash %d", round+1))
+			// The completes not covered before the crash may have been
+			// undone: no later write covers them any more (tried keeps
+			// their items allowed either way).
+			w.mu.Lock()
+			w.early = w.early[:0]
+			w.mu.Unlock()
 			t.Logf("crash %d: %d produces acknowledged (%d by the second client before the crash), %d completes, %d redrives",
 				round+1, len(w.acked), len(before), len(w.done), len(w.tasks))
 		}
@@ -370,6 +403,7 @@ func TestWriteFaults(t *testing.T) {
 		fs := errorfs.Wrap(mem, inject)
 		s := servertest.Start(t, pebbleOn(func() vfs.FS { return fs }, pebble.Config{MinFreeBytes: -1, CheckInterval: 10 * time.Millisecond}))
 		w := newWorkload(t, s, seed)
+		w.faulted = fired.Load
 		armed.Store(true)
 		for range 80 {
 			w.step()
@@ -452,4 +486,65 @@ func TestLeaseWaitsAfterCompletePowerCut(t *testing.T) {
 	require.Equal(t, "c", string(res.Items[0].Bytes))
 	powerCut()
 	require.Equal(t, []string{"c"}, payloads(s.Items("pc")), "b completed, c leased")
+}
+
+// TestCompleteBeforeItsFsyncPowerCut shows what a complete's 200 promises
+// by default (ADR 0033): it is answered once written, before its fsync. A
+// power cut before that fsync brings the item back, as it was: leased
+// under the lease the consumer holds, which still completes it. Once a
+// later write is acknowledged, its fsync has covered the complete, and a
+// power cut keeps it.
+func TestCompleteBeforeItsFsyncPowerCut(t *testing.T) {
+	var hold atomic.Bool
+	gate := make(chan struct{})
+	released := sync.OnceFunc(func() { close(gate) })
+	mem := &crashFS{cur: vfs.NewCrashableMem()}
+	// While hold is set, every sync waits for the gate.
+	s := servertest.Start(t, pebbleOn(func() vfs.FS {
+		return errorfs.Wrap(mem.get(), errorfs.InjectorFunc(func(op errorfs.Op) error {
+			if hold.Load() && (op.Kind == errorfs.OpFileSync || op.Kind == errorfs.OpFileSyncData || op.Kind == errorfs.OpFileSyncTo) {
+				<-gate
+			}
+			return nil
+		}))
+	}, pebble.Config{MinFreeBytes: -1}))
+	t.Cleanup(released) // before the server stops (cleanups run last first)
+	rnd := rand.New(rand.NewPCG(3, 4))
+	s.CreateQueue(&pb.QueueInfo{QueueName: "cf", LeaseTimeout: "5m"})
+	s.Produce("cf", "a")
+	a := s.Lease("cf", 1)
+	require.Len(t, a.Items, 1)
+
+	// Answered while its fsync waits; the power goes before that fsync.
+	hold.Store(true)
+	done := make(chan error, 1)
+	go func() {
+		done <- s.C.QueueComplete(ctx, &pb.QueueCompleteRequest{QueueName: "cf", Partition: a.Partition, Ids: []string{a.Items[0].Id}})
+	}()
+	select {
+	case err := <-done:
+		require.NoError(t, err)
+	case <-time.After(30 * time.Second):
+		t.Fatal("the complete was not answered while its fsync waited")
+	}
+	mem.crash(rnd, 0)
+	hold.Store(false)
+	released()
+	s.Stop()
+	s.Boot()
+	items := s.Items("cf")
+	require.Len(t, items, 1, "the complete was undone by the power cut")
+	assert.Equal(t, a.Items[0].Id, items[0].Id)
+	assert.True(t, items[0].IsLeased, "back under the consumer's lease, not handed to another")
+	_, err := s.C.QueueLease(ctx, &pb.QueueLeaseRequest{QueueName: "cf", BatchSize: 1, ClientId: "other", RequestTimeout: "10ms"})
+	assert.True(t, styx.IsRetry(err), "no other consumer gets it while that lease lasts: %v", err)
+
+	// The same lease completes it again; a produce acknowledged after that
+	// complete covers it.
+	s.Complete("cf", a.Partition, a.Items[0].Id)
+	s.Produce("cf", "b")
+	mem.crash(rnd, 0)
+	s.Stop()
+	s.Boot()
+	assert.Equal(t, []string{"b"}, payloads(s.Items("cf")), "a's complete survived the power cut: b's fsync covered it")
 }

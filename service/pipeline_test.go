@@ -2,9 +2,11 @@ package service_test
 
 import (
 	"errors"
+	"fmt"
 	"strings"
 	"sync"
 	"testing"
+	"time"
 
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
@@ -257,6 +259,79 @@ func TestConsumeBeforeSync(t *testing.T) {
 		require.NotNil(t, got)
 		require.Len(t, got.Items, 1)
 		assert.Equal(t, "fresh", string(got.Items[0].Bytes))
+	})
+}
+
+// TestCompleteBeforeSync: by default (ADR 0033) a complete is answered
+// once its batch is written, while that batch's sync is held, and a lease
+// still waits for its sync; with daemon.Config.SyncCompletes the complete
+// waits for its sync too.
+func TestCompleteBeforeSync(t *testing.T) {
+	t.Parallel()
+	for _, syncCompletes := range []bool{false, true} {
+		t.Run(fmt.Sprintf("SyncCompletes=%v", syncCompletes), func(t *testing.T) { testCompleteBeforeSync(t, syncCompletes) })
+	}
+}
+
+func testCompleteBeforeSync(t *testing.T, syncCompletes bool) {
+	servertest.ForEachBackend(t, func(t *testing.T, b servertest.Backend) {
+		servertest.RequireItemLog(t, b)
+		{
+			s := servertest.StartWith(t, b, func(c *daemon.Config) { c.SyncCompletes = syncCompletes })
+			s.CreateQueue(&pb.QueueInfo{QueueName: "cb", LeaseTimeout: "1m"})
+			s.Produce("cb", "a")
+			s.Produce("cb", "b")
+			a := s.Lease("cb", 1)
+			require.Len(t, a.Items, 1)
+
+			// Hold every sync from now on until released.
+			release := newGate(t)
+			applied := make(chan string, 16)
+			s.Faults.SetSyncHook(func(b *store.Batch) func() error {
+				if leasesAnItem(b) {
+					applied <- "lease"
+				} else {
+					applied <- "other"
+				}
+				return func() error { <-release.ch; return nil }
+			})
+
+			completeDone := make(chan error, 1)
+			go func() {
+				completeDone <- s.C.QueueComplete(ctx, &pb.QueueCompleteRequest{QueueName: "cb", Partition: a.Partition, Ids: []string{a.Items[0].Id}})
+			}()
+			require.Equal(t, "other", <-applied)
+			if !syncCompletes {
+				select {
+				case err := <-completeDone:
+					require.NoError(t, err)
+				case <-time.After(30 * time.Second):
+					t.Fatal("the complete was not answered while its sync was held")
+				}
+			}
+			leaseDone := make(chan *pb.QueueLeaseResponse, 1)
+			go func() {
+				res, err := s.C.QueueLease(ctx, &pb.QueueLeaseRequest{QueueName: "cb", BatchSize: 1, ClientId: "c2", RequestTimeout: "30s"})
+				assert.NoError(t, err)
+				leaseDone <- res
+			}()
+			require.Equal(t, "lease", <-applied)
+			notYet(t, leaseDone, "a lease")
+			if syncCompletes {
+				notYet(t, completeDone, "a complete with SyncCompletes")
+			}
+
+			release.open()
+			if syncCompletes {
+				require.NoError(t, <-completeDone)
+			}
+			got := <-leaseDone
+			require.NotNil(t, got)
+			require.Len(t, got.Items, 1)
+			assert.Equal(t, "b", string(got.Items[0].Bytes))
+			s.Faults.SetSyncHook(nil)
+			assert.Equal(t, []string{"b"}, payloads(s.Items("cb")), "a completed")
+		}
 	})
 }
 

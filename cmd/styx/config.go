@@ -44,6 +44,9 @@ type serverSettings struct {
 	// SyncConsume makes lease, complete, retry and renew wait for their
 	// fsync too (with Sync). Defaults to true; false is ADR 0013's mode.
 	SyncConsume bool
+	// SyncComplete makes complete (and SQS's DeleteMessage) wait for its
+	// fsync too (with Sync, on Pebble). Defaults to false (ADR 0033).
+	SyncComplete bool
 	// LogLevel is debug, info (default), warn or error.
 	LogLevel slog.Level
 	// LogFormat is text (default) or json.
@@ -130,6 +133,7 @@ func (s serverSettings) daemonConfig(log *slog.Logger) daemon.Config {
 		NoSync:                 !s.Sync,
 		// Only meaningful with sync on: with it off nothing waits.
 		ConsumeBeforeSync:        s.Sync && !s.SyncConsume,
+		SyncCompletes:            s.SyncComplete,
 		ShutdownTimeout:          s.ShutdownTimeout,
 		MaxRequestBytes:          s.MaxRequestBytes,
 		MaxInflightBytes:         s.MaxInflightBytes,
@@ -176,6 +180,7 @@ type fileConfig struct {
 	PostgresClusterWeights   map[string]int    `yaml:"postgres_cluster_weights"`
 	Sync                     *bool             `yaml:"sync"`
 	SyncConsume              *bool             `yaml:"sync_consume"`
+	SyncComplete             *bool             `yaml:"sync_complete"`
 	LogLevel                 *string           `yaml:"log_level"`
 	LogFormat                *string           `yaml:"log_format"`
 	ShutdownTimeout          *time.Duration    `yaml:"shutdown_timeout"`
@@ -235,7 +240,7 @@ func (fc *fileConfig) values() map[string]string {
 	put("tls_key", fc.TLSKey)
 	put("tls_client_ca", fc.TLSClientCA)
 	put("allowed_host", fc.AllowedHost)
-	for key, b := range map[string]*bool{"sync": fc.Sync, "sync_consume": fc.SyncConsume, "auth": fc.Auth, "insecure": fc.Insecure, "debug_allow_remote": fc.DebugAllowRemote} {
+	for key, b := range map[string]*bool{"sync": fc.Sync, "sync_consume": fc.SyncConsume, "sync_complete": fc.SyncComplete, "auth": fc.Auth, "insecure": fc.Insecure, "debug_allow_remote": fc.DebugAllowRemote} {
 		if b != nil {
 			out[key] = strconv.FormatBool(*b)
 		}
@@ -391,6 +396,14 @@ func serverSettingTable() []serverSetting {
 				return fmt.Errorf("%q is not true or false", v)
 			}
 			s.SyncConsume = b
+			return nil
+		}},
+		{"sync_complete", "sync-complete", "STYX_SYNC_COMPLETE", func(s *serverSettings, v string) error {
+			b, err := strconv.ParseBool(v)
+			if err != nil {
+				return fmt.Errorf("%q is not true or false", v)
+			}
+			s.SyncComplete = b
 			return nil
 		}},
 		{"log_level", "log-level", "STYX_LOG_LEVEL", func(s *serverSettings, v string) error {
@@ -557,9 +570,12 @@ func addServerFlags(fs *pflag.FlagSet) {
 		"(default 1; 0 takes none unless named) (env STYX_POSTGRES_CLUSTER_WEIGHTS, NAME=N;NAME=N)")
 	fs.Bool("sync", d.Sync, "fsync every write before acknowledging it; turning it off (--sync=false) is faster, "+
 		"but acknowledged writes may be lost on power failure (env STYX_SYNC)")
-	fs.Bool("sync-consume", d.SyncConsume, "with --sync, also fsync lease, complete, retry and renew before answering them; "+
-		"--sync-consume=false answers them once written (produce and dead-letter moves still wait): faster, but a crash may "+
+	fs.Bool("sync-consume", d.SyncConsume, "with --sync, also fsync lease, retry and renew before answering them; "+
+		"--sync-consume=false answers them and completes once written (produce and dead-letter moves still wait): faster, but a crash may "+
 		"deliver a completed item again or not count a lease's attempt (docs/adr/0013) (env STYX_SYNC_CONSUME)")
+	fs.Bool("sync-complete", d.SyncComplete, "with --sync, also fsync complete (and SQS's DeleteMessage) before answering it; "+
+		"by default a complete is answered once written and the next fsync covers it: a crash in between can only deliver "+
+		"a completed item again (docs/adr/0033); PostgreSQL commits a complete before answering it either way (env STYX_SYNC_COMPLETE)")
 	fs.String("log-level", "info", "log level: debug, info, warn or error (env STYX_LOG_LEVEL)")
 	fs.String("log-format", d.LogFormat, "log format: text or json (env STYX_LOG_FORMAT)")
 	fs.Duration("shutdown-timeout", d.ShutdownTimeout, "how long a shutdown waits for in-flight requests, and each of its other steps; a shutdown ends within twice this (env STYX_SHUTDOWN_TIMEOUT)")

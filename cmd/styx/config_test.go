@@ -192,6 +192,26 @@ func TestServerSettingsClusters(t *testing.T) {
 	require.ErrorContains(t, err, `weight "x"`)
 }
 
+func TestServerSettingsSyncComplete(t *testing.T) {
+	s, err := loadWith(t, nil, nil)
+	require.NoError(t, err)
+	require.False(t, s.daemonConfig(nil).SyncCompletes, "completes are answered before their fsync by default (ADR 0033)")
+	for _, tc := range []struct {
+		args []string
+		env  map[string]string
+	}{
+		{args: []string{"--sync-complete"}},
+		{env: map[string]string{"STYX_SYNC_COMPLETE": "true"}},
+		{args: []string{"--config", writeConfig(t, "sync_complete: true\n")}},
+	} {
+		s, err := loadWith(t, tc.args, tc.env)
+		require.NoError(t, err)
+		require.True(t, s.daemonConfig(nil).SyncCompletes, "%v %v", tc.args, tc.env)
+	}
+	_, err = loadWith(t, nil, map[string]string{"STYX_SYNC_COMPLETE": "maybe"})
+	require.ErrorContains(t, err, `"maybe" is not true or false`)
+}
+
 func TestServerSettingsSyncConsume(t *testing.T) {
 	s, err := loadWith(t, nil, nil)
 	require.NoError(t, err)

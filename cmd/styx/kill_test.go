@@ -172,7 +172,9 @@ func TestHardStopKeepsAcknowledgedItems(t *testing.T) {
 // the kill most of them wait on a pipelined sync (ADR 0012). After a restart
 // on the same data directory, every acknowledged write is there: each item
 // whose produce was acknowledged exists unless a complete of it was sent;
-// each item whose complete was acknowledged is gone; each acknowledged lease
+// each item whose complete was acknowledged, and then a later write of its
+// client (a complete is answered before its fsync, which the next write's
+// covers: ADR 0033), is gone; each acknowledged lease
 // not followed by a complete holds, under the id the lease returned, a
 // leased item. (SIGKILL keeps what reached the OS, so this catches a reply
 // sent before its batch left the process, not one sent before the fsync:
@@ -261,6 +263,7 @@ func TestHardStopWhileClientsWaitOnSyncs(t *testing.T) {
 				ahead(w)
 				return
 			}
+			last := "" // the item of the last acknowledged complete
 			for i := 0; ; i++ {
 				payload := fmt.Sprintf("w%d-%d", w, i)
 				if err := c.QueueProduce(ctx, &pb.QueueProduceRequest{QueueName: "sync", Items: []*pb.QueueProduceItem{{Utf8: payload}}}); err != nil {
@@ -268,6 +271,9 @@ func TestHardStopWhileClientsWaitOnSyncs(t *testing.T) {
 				}
 				mu.Lock()
 				get(payload).produced = true
+				if last != "" {
+					get(last).completed = true // this produce's fsync covered it
+				}
 				mu.Unlock()
 				res, err := c.QueueLease(ctx, &pb.QueueLeaseRequest{QueueName: "sync", BatchSize: 1, ClientId: fmt.Sprintf("c%d", w), RequestTimeout: "5s"})
 				if err != nil {
@@ -286,7 +292,7 @@ func TestHardStopWhileClientsWaitOnSyncs(t *testing.T) {
 					return
 				}
 				mu.Lock()
-				get(got).completed = true
+				last = got
 				completes++
 				mu.Unlock()
 			}

@@ -247,6 +247,13 @@ const (
 	// DurableItems replies (a lease of items all stored by durable
 	// batches) leave once written under the same setting.
 	DurableItems
+	// Undoable replies (complete, SQS's DeleteMessage) leave once written
+	// on a backend that syncs after it writes (Pebble) unless its settings
+	// make completes wait for their sync (SyncCompletes): a crash before
+	// that sync can only bring the completed items back, to be delivered
+	// again (ADR 0033). Under ADR 0013's setting they leave once written
+	// too, as Consume replies. Elsewhere they are Durable ones.
+	Undoable
 )
 
 // Reply is an answer of the iteration: its request's result is in its Op

@@ -265,7 +265,7 @@ func (e *Engine) handleComplete(it *pass, op *completeOp) (ReplyMode, error) {
 			e.completed(x.Attempts)
 		}
 	}
-	return Consume, nil
+	return Undoable, nil
 }
 
 // handleCompleteThenLease runs a lease that completes first (Engine.Lease
@@ -564,7 +564,7 @@ func (e *Engine) handleReceived(it *pass, op *receivedOp) (ReplyMode, error) {
 		}
 		op.deleted[i] = ok
 	}
-	return Consume, nil
+	return Undoable, nil
 }
 
 // deleteReceipt deletes the item of one receipt (handleReceived).

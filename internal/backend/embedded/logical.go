@@ -51,6 +51,14 @@ type Config struct {
 	// stored by a batch already durable. Off by default; it changes
 	// nothing on a store that writes synchronously (memory, sync off).
 	ConsumeBeforeSync bool
+	// SyncCompletes makes complete (and SQS's DeleteMessage) wait for
+	// their batch's sync before they are answered, as produce does. Off by
+	// default: they are answered once their batch is written, and the next
+	// sync covers it; a crash before that sync can only bring the
+	// completed items back (leased until their deadline, then delivered
+	// again), never lose or duplicate anything else (ADR 0033). It changes
+	// nothing on a store that writes synchronously (memory, sync off).
+	SyncCompletes bool
 	// MaxDeduplicationIDs bounds the deduplication ids each queue holds in
 	// memory within their window: a produce whose new ids would take them
 	// over it is refused (queue.DeduplicationLimitError, 454) and stores

@@ -434,7 +434,7 @@ func (it *iteration) Import(n int32, items []queue.Item) ([]queue.Item, error) {
 // Commit implements Tx: the replies join the iteration's, and the batch is
 // written (commit).
 func (it *iteration) Commit(replies []engine.Reply, err error) {
-	early := it.l.cfg.ConsumeBeforeSync
+	cfg := &it.l.cfg
 	for _, r := range replies {
 		var moving []*item
 		for _, v := range r.Moving {
@@ -446,7 +446,7 @@ func (it *iteration) Commit(replies []engine.Reply, err error) {
 		switch {
 		case len(moving) > 0 && r.Err == nil:
 			it.deferrals = append(it.deferrals, deferral{r: r.R, items: moving})
-		case early && r.Err == nil && r.Mode != engine.Durable:
+		case r.Err == nil && answersEarly(cfg, r.Mode):
 			it.early = append(it.early, pendingReply{r: r.R})
 		default:
 			it.replies = append(it.replies, pendingReply{r: r.R, err: r.Err})
@@ -459,6 +459,13 @@ func (it *iteration) Commit(replies []engine.Reply, err error) {
 		it.l.Loop.Waiters.Fail(unavailable(it.l.name, it.err))
 	}
 	it.l.commit(it)
+}
+
+// answersEarly reports whether a reply of mode leaves once its batch is
+// written, before its sync: Undoable ones unless cfg.SyncCompletes (ADR
+// 0033), and every one but Durable under cfg.ConsumeBeforeSync (ADR 0013).
+func answersEarly(cfg *Config, mode engine.ReplyMode) bool {
+	return cfg.ConsumeBeforeSync && mode != engine.Durable || mode == engine.Undoable && !cfg.SyncCompletes
 }
 
 // Delete implements Tx.
