@@ -268,20 +268,16 @@ func TestConsumeBeforeSync(t *testing.T) {
 // waits for its sync too.
 func TestCompleteBeforeSync(t *testing.T) {
 	t.Parallel()
-	for _, syncCompletes := range []bool{false, true} {
-		t.Run(fmt.Sprintf("SyncCompletes=%v", syncCompletes), func(t *testing.T) { testCompleteBeforeSync(t, syncCompletes) })
-	}
-}
-
-func testCompleteBeforeSync(t *testing.T, syncCompletes bool) {
 	servertest.ForEachBackend(t, func(t *testing.T, b servertest.Backend) {
 		servertest.RequireItemLog(t, b)
-		{
+		for _, syncCompletes := range []bool{false, true} {
+			// One server after the other on the backend's store.
 			s := servertest.StartWith(t, b, func(c *daemon.Config) { c.SyncCompletes = syncCompletes })
-			s.CreateQueue(&pb.QueueInfo{QueueName: "cb", LeaseTimeout: "1m"})
-			s.Produce("cb", "a")
-			s.Produce("cb", "b")
-			a := s.Lease("cb", 1)
+			q := fmt.Sprintf("cb-%v", syncCompletes)
+			s.CreateQueue(&pb.QueueInfo{QueueName: q, LeaseTimeout: "1m"})
+			s.Produce(q, "a")
+			s.Produce(q, "b")
+			a := s.Lease(q, 1)
 			require.Len(t, a.Items, 1)
 
 			// Hold every sync from now on until released.
@@ -298,7 +294,7 @@ func testCompleteBeforeSync(t *testing.T, syncCompletes bool) {
 
 			completeDone := make(chan error, 1)
 			go func() {
-				completeDone <- s.C.QueueComplete(ctx, &pb.QueueCompleteRequest{QueueName: "cb", Partition: a.Partition, Ids: []string{a.Items[0].Id}})
+				completeDone <- s.C.QueueComplete(ctx, &pb.QueueCompleteRequest{QueueName: q, Partition: a.Partition, Ids: []string{a.Items[0].Id}})
 			}()
 			require.Equal(t, "other", <-applied)
 			if !syncCompletes {
@@ -311,7 +307,7 @@ func testCompleteBeforeSync(t *testing.T, syncCompletes bool) {
 			}
 			leaseDone := make(chan *pb.QueueLeaseResponse, 1)
 			go func() {
-				res, err := s.C.QueueLease(ctx, &pb.QueueLeaseRequest{QueueName: "cb", BatchSize: 1, ClientId: "c2", RequestTimeout: "30s"})
+				res, err := s.C.QueueLease(ctx, &pb.QueueLeaseRequest{QueueName: q, BatchSize: 1, ClientId: "c2", RequestTimeout: "30s"})
 				assert.NoError(t, err)
 				leaseDone <- res
 			}()
@@ -330,7 +326,8 @@ func testCompleteBeforeSync(t *testing.T, syncCompletes bool) {
 			require.Len(t, got.Items, 1)
 			assert.Equal(t, "b", string(got.Items[0].Bytes))
 			s.Faults.SetSyncHook(nil)
-			assert.Equal(t, []string{"b"}, payloads(s.Items("cb")), "a completed")
+			assert.Equal(t, []string{"b"}, payloads(s.Items(q)), "a completed")
+			s.Stop()
 		}
 	})
 }
