@@ -382,30 +382,9 @@ func serverSettingTable() []serverSetting {
 			}
 			return nil
 		}},
-		{"sync", "sync", "STYX_SYNC", func(s *serverSettings, v string) error {
-			b, err := strconv.ParseBool(v)
-			if err != nil {
-				return fmt.Errorf("%q is not true or false", v)
-			}
-			s.Sync = b
-			return nil
-		}},
-		{"sync_consume", "sync-consume", "STYX_SYNC_CONSUME", func(s *serverSettings, v string) error {
-			b, err := strconv.ParseBool(v)
-			if err != nil {
-				return fmt.Errorf("%q is not true or false", v)
-			}
-			s.SyncConsume = b
-			return nil
-		}},
-		{"sync_complete", "sync-complete", "STYX_SYNC_COMPLETE", func(s *serverSettings, v string) error {
-			b, err := strconv.ParseBool(v)
-			if err != nil {
-				return fmt.Errorf("%q is not true or false", v)
-			}
-			s.SyncComplete = b
-			return nil
-		}},
+		{"sync", "sync", "STYX_SYNC", boolSetting(func(s *serverSettings) *bool { return &s.Sync })},
+		{"sync_consume", "sync-consume", "STYX_SYNC_CONSUME", boolSetting(func(s *serverSettings) *bool { return &s.SyncConsume })},
+		{"sync_complete", "sync-complete", "STYX_SYNC_COMPLETE", boolSetting(func(s *serverSettings) *bool { return &s.SyncComplete })},
 		{"log_level", "log-level", "STYX_LOG_LEVEL", func(s *serverSettings, v string) error {
 			levels := map[string]slog.Level{"debug": slog.LevelDebug, "info": slog.LevelInfo, "warn": slog.LevelWarn, "error": slog.LevelError}
 			l, ok := levels[strings.ToLower(v)]
