@@ -41,8 +41,9 @@ type serverSettings struct {
 	PostgresClusterWeights map[string]int
 	// Sync fsyncs every write before acknowledging it. Defaults to true.
 	Sync bool
-	// SyncConsume makes lease, complete, retry and renew wait for their
-	// fsync too (with Sync). Defaults to true; false is ADR 0013's mode.
+	// SyncConsume makes lease, retry and renew wait for their fsync too
+	// (with Sync). Defaults to true; false is ADR 0013's mode, which answers
+	// completes once written too, whatever SyncComplete says.
 	SyncConsume bool
 	// SyncComplete makes complete (and SQS's DeleteMessage) wait for its
 	// fsync too (with Sync, on Pebble). Defaults to false (ADR 0033).

@@ -150,7 +150,11 @@ func TestHardStopOrderedGroups(t *testing.T) {
 							retryReq.Items = append(retryReq.Items, &pb.QueueRetryItem{Id: id})
 						}
 						l.End = groupcheck.EndAt(time.Now(), deadline)
-						_, _ = c.QueueRetry(ctx, retryReq) // failed or not, the lease ends by its deadline
+						// Failed or not, the lease ends by its deadline; with no
+						// answer the server may have died since the completes.
+						if _, err := c.QueueRetry(ctx, retryReq); err != nil && (down.Load() || styx.ErrorCode(err) == 0) {
+							settle(false)
+						}
 						h.Add(*l)
 						continue
 					}
@@ -162,7 +166,9 @@ func TestHardStopOrderedGroups(t *testing.T) {
 						pending = append(pending, *l)
 						continue // recorded once settled
 					case down.Load() || styx.ErrorCode(err) == 0:
-						// No answer: the complete may have happened.
+						// No answer: the complete may have happened, and the
+						// server may have died since the pending ones.
+						settle(false)
 						l.Unknown = l.Items
 						mu.Lock()
 						for _, x := range l.Items {

@@ -361,7 +361,7 @@ func sweepEnded(ctx context.Context, base string) {
 	_ = withAdmin(ctx, base, func(db adminDB) error {
 		rows, err := db.Query(ctx, `SELECT nspname FROM pg_namespace WHERE nspname LIKE 'styx\_test\_p%'`)
 		if err != nil {
-			return err // the test's own connect reports it
+			return err // the test's own statements report it
 		}
 		names, err := pgx.CollectRows(rows, pgx.RowTo[string])
 		if err != nil {
