@@ -152,7 +152,9 @@ func TestHardStopOrderedGroups(t *testing.T) {
 						l.End = groupcheck.EndAt(time.Now(), deadline)
 						// Failed or not, the lease ends by its deadline; with no
 						// answer the server may have died since the completes.
-						if _, err := c.QueueRetry(ctx, retryReq); err != nil && (down.Load() || styx.ErrorCode(err) == 0) {
+						if _, err := c.QueueRetry(ctx, retryReq); err == nil {
+							settle(true) // a retry waits for its fsync, which covered them
+						} else if down.Load() || styx.ErrorCode(err) == 0 {
 							settle(false)
 						}
 						h.Add(*l)
