@@ -341,3 +341,30 @@ func (e *Engine) TakeRedriven(ctx context.Context, items []queue.RedriveItem) er
 func (e *Engine) Do(ctx context.Context, ids []uint64, f func(tx Tx, now int64) error) error {
 	return e.Loop.Call(ctx, &doOp{ids: ids, f: f}, false)
 }
+
+// Items is how many items the request names or carries (produced,
+// imported, redriven, completed, retried, renewed, deleted); 0 for a lease
+// and for the requests that name none (a clear, a read, housekeeping). A
+// backend sizes what an iteration may take by it: the PostgreSQL backend's
+// bound on a loop transaction grows with it (postgres.ItemAllowance).
+func (r *Request) Items() int {
+	switch op := r.Op.(type) {
+	case *produceOp:
+		return len(op.items)
+	case *importOp:
+		return len(op.items)
+	case *redriveOp:
+		return len(op.items)
+	case *completeOp:
+		return len(op.ids)
+	case *retryOp:
+		return len(op.items)
+	case *renewOp:
+		return len(op.ids)
+	case *receivedOp:
+		return len(op.rs)
+	case *deleteOp:
+		return len(op.refs)
+	}
+	return 0
+}

@@ -194,10 +194,16 @@ func (q *Queue) Begin(now int64, work []*engine.Request, poll bool) (engine.Tx, 
 		return nil, nil, false
 	}
 	// The iteration's statements, its commit included, run under the
-	// statement timeout and end with the loop. A commit cut short by it is
-	// answered an error, never success: its outcome is unknown (the client
-	// retries; at-least-once), and nothing acknowledged is lost.
-	ctx, cancel := context.WithTimeout(q.Loop.Context(), q.m.cfg.StatementTimeout)
+	// statement timeout, widened by ItemAllowance per item its requests
+	// carry (a 10,000-item import is slow work, not a stalled database),
+	// and end with the loop. A commit cut short by it is answered an
+	// error, never success: its outcome is unknown (the client retries;
+	// at-least-once), and nothing acknowledged is lost.
+	bound := q.m.cfg.StatementTimeout
+	for _, r := range work {
+		bound += time.Duration(r.Items()) * ItemAllowance
+	}
+	ctx, cancel := context.WithTimeout(q.Loop.Context(), bound)
 	tx, err := beginPipelined(ctx, q.m.st.pool)
 	if err == nil && !skipFenceCheck.Load() {
 		tx.fence = q.id // the iteration's first statement (fence.go)
