@@ -189,6 +189,21 @@ type Reads interface {
 	Consumers(ctx context.Context, own []queue.Consumer) ([]queue.Consumer, error)
 }
 
+// LeaseCommitter is implemented by a Tx that can send its commit with the
+// iteration's last lease, in one round trip (PostgreSQL: the lease's
+// statement and COMMIT in one pipeline, issue 53). The engine calls
+// LeaseAndCommit instead of Lease for a lease that Serve makes last (its
+// only one, whatever it returns: one partition, every waiter dealt its
+// items); nothing but Commit follows it. It leases as Lease does and then
+// stores the iteration as Commit would, without answering anything (Commit
+// still answers the replies, and finds the iteration stored), or, when the
+// iteration holds work that must run between the two, leases only and
+// leaves the commit to Commit. An error is the iteration's, as Lease's and
+// a commit's are: nothing it leased is given to anyone.
+type LeaseCommitter interface {
+	LeaseAndCommit(n int32, max int, maxBytes, deadline int64, holder func(k int) queue.Holder) (items []queue.LeasedItem, durable, more bool, err error)
+}
+
 // Locker is implemented by a Tx that must prepare the items an iteration's
 // requests name before anything else runs: PostgreSQL locks their rows, in
 // id order, in the iteration's first statement (its lock order). The

@@ -141,11 +141,17 @@ func (e *Engine) serve(it *pass) error {
 	var durable bool // of the partition last leased from: Serve gives its items next
 	return Serve(&e.Loop.Waiters, &e.leaseNext,
 		func() ([]int, error) { return it.tx.ReadyCounts() },
-		func(n int32, want int, maxBytes int64, timeout time.Duration, to func(k int) *Request) (items []queue.LeasedItem, more bool, err error) {
-			items, durable, more, err = it.tx.Lease(n, want, maxBytes, deadline(timeout), func(k int) queue.Holder {
+		func(n int32, want int, maxBytes int64, timeout time.Duration, to func(k int) *Request, last bool) (items []queue.LeasedItem, more bool, err error) {
+			holder := func(k int) queue.Holder {
 				w := to(k)
 				return queue.Holder{ClientID: w.Lease.ClientID, KeyName: w.Lease.Owner}
-			})
+			}
+			// The iteration's last lease: nothing but Commit follows it.
+			if lc, ok := it.tx.(LeaseCommitter); ok && last {
+				items, durable, more, err = lc.LeaseAndCommit(n, want, maxBytes, deadline(timeout), holder)
+				return items, more, err
+			}
+			items, durable, more, err = it.tx.Lease(n, want, maxBytes, deadline(timeout), holder)
 			return items, more, err
 		},
 		func(w *Request, n int32, items []queue.LeasedItem) {

@@ -154,7 +154,14 @@ func (ws *Waiters) FailCompleted(err error) {
 // gets to, the waiter each of its items will be given to, by the item's
 // place in its answer (to(k) for the k-th item, k < n): a backend stores
 // the consumer with the lease (issue 49).
-func Serve[T any](ws *Waiters, next *int, counts func() ([]int, error), lease func(p int32, n int, maxBytes int64, timeout time.Duration, to func(k int) *Request) (items []T, more bool, err error),
+//
+// lease gets last true when it is the call's only lease, whatever it
+// returns: one partition, every waiter assigned to it and dealt one
+// lease's items, and no bytes bound that could leave items for another
+// round (a second round could then find nothing: the partition it would
+// look at again is the one just leased). Serve returns after it. A
+// backend may send its commit with such a lease (LeaseCommitter).
+func Serve[T any](ws *Waiters, next *int, counts func() ([]int, error), lease func(p int32, n int, maxBytes int64, timeout time.Duration, to func(k int) *Request, last bool) (items []T, more bool, err error),
 	give func(r *Request, p int32, items []T), apart bool) error {
 	var live []*Request
 	for _, w := range ws.list {
@@ -216,7 +223,7 @@ func Serve[T any](ws *Waiters, next *int, counts func() ([]int, error), lease fu
 				given := 0
 				for j, i := range mine {
 					w := live[i]
-					items, more, err := lease(int32(p), pw[j], w.Lease.MaxBytes, w.Lease.LeaseTimeout, func(int) *Request { return w })
+					items, more, err := lease(int32(p), pw[j], w.Lease.MaxBytes, w.Lease.LeaseTimeout, func(int) *Request { return w }, false)
 					if err != nil {
 						return err
 					}
@@ -243,28 +250,24 @@ func Serve[T any](ws *Waiters, next *int, counts func() ([]int, error), lease fu
 			// Deal is a prefix of itself: the k-th item goes to the same
 			// waiter however many the lease finds.
 			order := Deal(total, pw)
+			last := len(ready) == 1 && len(mine) == len(live) && (maxBytes == 0 || total == 1)
 			items, more, err := lease(int32(p), total, maxBytes, live[mine[0]].Lease.LeaseTimeout,
-				func(k int) *Request { return live[mine[order[k]]] })
+				func(k int) *Request { return live[mine[order[k]]] }, last)
 			if err != nil {
 				return err
+			}
+			if last {
+				deal(items, order, mine, live, served, p, give)
+				return nil
 			}
 			if len(items) < total && !more {
 				empty[p] = true
 			}
-			got := make([][]T, len(mine))
-			for k, j := range order[:len(items)] {
-				got[j] = append(got[j], items[k])
-			}
-			for j, xs := range got {
-				if len(xs) == 0 {
-					// More waiters than items, the count was stale, or the
-					// lease stopped at its bytes (more).
-					again = again || more || len(items) < ready[p]
-					bounded = bounded || more
-					continue
-				}
-				give(live[mine[j]], int32(p), xs)
-				served[live[mine[j]]] = true
+			if deal(items, order, mine, live, served, p, give) < len(mine) {
+				// More waiters than items, the count was stale, or the
+				// lease stopped at its bytes (more).
+				again = again || more || len(items) < ready[p]
+				bounded = bounded || more
 			}
 		}
 		if !again {
@@ -282,6 +285,25 @@ func Serve[T any](ws *Waiters, next *int, counts func() ([]int, error), lease fu
 		live = rest
 	}
 	return nil
+}
+
+// deal gives the items of partition p's one lease to its waiters, live's
+// mine, the k-th item to mine[order[k]] (Deal), marks those given items
+// served and returns how many were.
+func deal[T any](items []T, order, mine []int, live []*Request, served map[*Request]bool, p int, give func(r *Request, p int32, items []T)) int {
+	got := make([][]T, len(mine))
+	for k, j := range order[:len(items)] {
+		got[j] = append(got[j], items[k])
+	}
+	n := 0
+	for j, xs := range got {
+		if len(xs) > 0 {
+			give(live[mine[j]], int32(p), xs)
+			served[live[mine[j]]] = true
+			n++
+		}
+	}
+	return n
 }
 
 // dropServed removes the served waiters from the list.

@@ -29,7 +29,7 @@ func TestServeRecountsStaleCounts(t *testing.T) {
 	next := 0
 	err := Serve(ws, &next,
 		func() ([]int, error) { c := counts[rounds]; rounds++; return c, nil },
-		func(p int32, n int, _ int64, _ time.Duration, _ func(int) *Request) ([]int, bool, error) {
+		func(p int32, n int, _ int64, _ time.Duration, _ func(int) *Request, _ bool) ([]int, bool, error) {
 			k := min(n, stock[p])
 			stock[p] -= k
 			return make([]int, k), false, nil
@@ -54,7 +54,7 @@ func TestServeApart(t *testing.T) {
 	got := map[*Request][]int{}
 	err := Serve(ws, &next,
 		func() ([]int, error) { return []int{10}, nil },
-		func(p int32, n int, _ int64, _ time.Duration, _ func(int) *Request) ([]int, bool, error) {
+		func(p int32, n int, _ int64, _ time.Duration, _ func(int) *Request, _ bool) ([]int, bool, error) {
 			calls = append(calls, n)
 			var items []int
 			for range min(n, stock) {
@@ -94,7 +94,7 @@ func TestServeBytesBound(t *testing.T) {
 	next := 0
 	err := Serve(ws, &next,
 		func() ([]int, error) { return []int{stock}, nil },
-		func(p int32, n int, maxBytes int64, _ time.Duration, _ func(int) *Request) ([]int, bool, error) {
+		func(p int32, n int, maxBytes int64, _ time.Duration, _ func(int) *Request, _ bool) ([]int, bool, error) {
 			bounds = append(bounds, maxBytes)
 			k := min(n, stock, int(maxBytes))
 			stock -= k
@@ -105,4 +105,53 @@ func TestServeBytesBound(t *testing.T) {
 	assert.Equal(t, []int64{2, 5}, bounds, "the smallest bound of the waiters, then c's alone")
 	assert.Equal(t, map[*Request]int{a: 1, b: 1, c: 5}, got)
 	assert.Zero(t, ws.Len())
+}
+
+// TestServeLastLease: Serve says which lease is its only one whatever it
+// returns (a backend may commit with it: LeaseCommitter), and makes no
+// other after it: one partition with every waiter dealt one lease's items
+// and no bytes bound. Two partitions, or a bound that may leave items for
+// another round, are not last.
+func TestServeLastLease(t *testing.T) {
+	type call struct {
+		n    int
+		last bool
+	}
+	serve := func(counts []int, stock []int, wants []int, maxBytes int64) ([]call, int) {
+		ws := &Waiters{queue: "q"}
+		for i, w := range wants {
+			r := waiter(t, ws, string(rune('a'+i)), w)
+			r.Lease.MaxBytes = maxBytes
+		}
+		var calls []call
+		next := 0
+		require.NoError(t, Serve(ws, &next,
+			func() ([]int, error) { return counts, nil },
+			func(p int32, n int, _ int64, _ time.Duration, _ func(int) *Request, last bool) ([]int, bool, error) {
+				calls = append(calls, call{n, last})
+				k := min(n, stock[p])
+				stock[p] -= k
+				return make([]int, k), false, nil
+			},
+			func(*Request, int32, []int) {}, false))
+		return calls, ws.Len()
+	}
+	calls, left := serve([]int{1000}, []int{1}, []int{1, 1}, 0)
+	assert.Equal(t, []call{{2, true}}, calls, "one partition, both waiters dealt one lease: last, and no second round")
+	assert.Equal(t, 1, left, "the waiter dealt nothing waits on")
+
+	calls, _ = serve([]int{1000}, []int{5}, []int{3}, 64)
+	assert.Equal(t, []call{{3, false}}, calls, "a bytes bound over several items may leave some for another round")
+
+	calls, _ = serve([]int{1000}, []int{5}, []int{1}, 64)
+	assert.Equal(t, []call{{1, true}}, calls, "a lease of one item takes it whatever its size")
+
+	calls, _ = serve([]int{1, 1}, []int{1, 1}, []int{1, 1}, 0)
+	assert.Equal(t, []call{{1, false}, {1, false}}, calls, "two partitions")
+
+	calls, _ = serve([]int{1}, []int{1}, []int{1, 1}, 0)
+	assert.Equal(t, []call{{2, true}}, calls, "the exact count of the embedded backends: still one lease for both")
+
+	calls, _ = serve([]int{0}, []int{0}, []int{1}, 0)
+	assert.Empty(t, calls, "nothing ready: no lease")
 }

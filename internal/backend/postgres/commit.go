@@ -45,7 +45,21 @@ func commitTx(ctx context.Context, tx pgx.Tx, op string) error {
 	if conn := tx.Conn(); conn != nil && conn.PgConn() != nil {
 		w = watchCommit(conn.PgConn())
 	}
-	err := tx.Commit(ctx)
+	return commitOutcome(op, w, tx.Commit(ctx))
+}
+
+// commitWith is commitTx for a COMMIT that goes with b, in one round trip
+// (pipelinedTx.commitWith; read reads b's results): a failure is
+// classified as commitTx's are, a statement of b that PostgreSQL refused
+// included (nothing was committed).
+func commitWith(ctx context.Context, tx *pipelinedTx, op string, b *pgx.Batch, read func(pgx.BatchResults) error) error {
+	w := watchCommit(tx.conn.Conn().PgConn())
+	return commitOutcome(op, w, tx.commitWith(ctx, b, read))
+}
+
+// commitOutcome classifies err, the result of op's COMMIT watched by w
+// (commitTx).
+func commitOutcome(op string, w *commitWatch, err error) error {
 	if err := w.end(op); err != nil {
 		return err
 	}

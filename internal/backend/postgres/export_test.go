@@ -25,3 +25,7 @@ func (m *Manager) Channel() string { return m.st.channel }
 
 // Node is the node's name in its hellos.
 func (m *Manager) Node() string { return m.node }
+
+// LeaseCommits returns how many iterations committed with their lease
+// (iteration.LeaseAndCommit) in this process.
+func LeaseCommits() int64 { return leaseCommits.Load() }

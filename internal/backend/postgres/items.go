@@ -213,6 +213,14 @@ func nextDue(ctx context.Context, q querier, queueID uint64) (int64, error) {
 // in PostgreSQL's log) took longer than the execution; the generic plan is
 // the same (the ready index's scan, the TID scan of the update).
 func lease(ctx context.Context, tx pgx.Tx, queueID uint64, partition int32, n int, maxBytes, deadline, now int64, h *queue.Holder) ([]queue.LeasedItem, bool, error) {
+	return leaseBy(func(sql string, args []any, scan func(pgx.Rows, error) error) error {
+		return onGenericPlan(ctx, tx, sql, args, scan)
+	}, queueID, partition, n, maxBytes, deadline, now, h)
+}
+
+// leaseBy is lease with its statement run by run (onGenericPlan's
+// arguments): on its own (lease), or with the COMMIT (iteration.LeaseAndCommit).
+func leaseBy(run func(sql string, args []any, scan func(pgx.Rows, error) error) error, queueID uint64, partition int32, n int, maxBytes, deadline, now int64, h *queue.Holder) ([]queue.LeasedItem, bool, error) {
 	client, key := holderArgs(h)
 	// A lease of one item takes it whatever its size: the bound cannot
 	// leave anything, and leaseSQL is the cheaper statement.
@@ -223,7 +231,7 @@ func lease(ctx context.Context, tx pgx.Tx, queueID uint64, partition int32, n in
 	}
 	var items []queue.LeasedItem
 	var found []int64
-	err := onGenericPlan(ctx, tx, sql, args, func(rows pgx.Rows, err error) error {
+	err := run(sql, args, func(rows pgx.Rows, err error) error {
 		// leaseBytesSQL's last column (read as the order key) is how
 		// many items it found before the bound.
 		items, found, err = scanLeasedRows(rows, err, bounded)
@@ -282,10 +290,12 @@ const leaseBytesSQL = `WITH c AS MATERIALIZED (
 // (one probe of styx_items_group_ready).
 func groupedReady(ctx context.Context, tx pgx.Tx, queueID uint64, partition int32) (bool, error) {
 	var ok bool
-	err := tx.QueryRow(ctx, `SELECT EXISTS (SELECT 1 FROM styx_items WHERE queue_id=$1 AND partition=$2 AND state=0 AND grp IS NOT NULL)`,
-		int64(queueID), partition).Scan(&ok)
+	err := tx.QueryRow(ctx, groupedReadySQL, int64(queueID), partition).Scan(&ok)
 	return ok, err
 }
+
+// groupedReadySQL is groupedReady's statement: $1 queue id, $2 partition.
+const groupedReadySQL = `SELECT EXISTS (SELECT 1 FROM styx_items WHERE queue_id=$1 AND partition=$2 AND state=0 AND grp IS NOT NULL)`
 
 // scanLeasedKeys reads the items of a group lease statement (leaseUpdate)
 // and each one's order key, as they come, and how many items the

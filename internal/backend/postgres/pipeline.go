@@ -189,6 +189,55 @@ func (t *pipelinedTx) Commit(ctx context.Context) error {
 	return err
 }
 
+// commitWith sends b and then COMMIT, after what must go before them
+// (BEGIN when not sent, the deferred writes), in one round trip, and ends
+// the transaction as Commit does; read reads b's results, in order, before
+// the COMMIT's is read. A failure of a statement before the COMMIT skips
+// it (nothing is committed, as with Commit); read's own error is returned
+// once the batch is read to its end, COMMIT included (which then committed
+// whatever b did: its caller answers the iteration's requests an error,
+// and no one learns of what it leased).
+func (t *pipelinedTx) commitWith(ctx context.Context, b *pgx.Batch, read func(pgx.BatchResults) error) error {
+	if t.closed {
+		return pgx.ErrTxClosed
+	}
+	t.closed = true
+	defer t.conn.Release()
+	pre := t.batch()
+	n := pre.Len()
+	all := &pgx.Batch{QueuedQueries: append(pre.QueuedQueries, b.QueuedQueries...)}
+	all.Queue("COMMIT")
+	br := t.conn.SendBatch(ctx, all)
+	err := func() error {
+		for range n {
+			if _, err := br.Exec(); err != nil {
+				return err
+			}
+		}
+		if err := read(br); err != nil {
+			return err
+		}
+		tag, err := br.Exec()
+		if err == nil && tag.String() == "ROLLBACK" {
+			err = pgx.ErrTxCommitRollback
+		}
+		return err
+	}()
+	if e := br.Close(); e != nil && err == nil {
+		err = e
+	}
+	if err != nil && t.conn.Conn().PgConn().TxStatus() == 'E' {
+		// A statement failed and COMMIT was skipped (a fenced queue's
+		// every iteration, while it moves): the session stays when it
+		// still answers.
+		_, _ = t.conn.Exec(ctx, "ROLLBACK")
+	}
+	if err != nil && t.conn.Conn().PgConn().TxStatus() != 'I' {
+		_ = t.conn.Conn().Close(ctx) // as Commit
+	}
+	return err
+}
+
 // Rollback implements pgx.Tx; after Commit or Rollback it returns
 // pgx.ErrTxClosed.
 func (t *pipelinedTx) Rollback(ctx context.Context) error {
@@ -325,6 +374,17 @@ var (
 // generic plan is as good: the planning is then saved (issue 53). The
 // settings are SET LOCAL: the transaction's, restored after the statement.
 func onGenericPlan(ctx context.Context, tx pgx.Tx, sql string, args []any, scan func(pgx.Rows, error) error) error {
+	br := tx.SendBatch(ctx, genericPlanBatch(sql, args))
+	if err := readGenericPlan(br, scan); err != nil {
+		_ = br.Close()
+		return err
+	}
+	return br.Close()
+}
+
+// genericPlanBatch is onGenericPlan's batch: the settings, sql with args
+// and the settings back.
+func genericPlanBatch(sql string, args []any) *pgx.Batch {
 	b := &pgx.Batch{}
 	for _, s := range genericPlanOn {
 		b.Queue(s)
@@ -333,22 +393,24 @@ func onGenericPlan(ctx context.Context, tx pgx.Tx, sql string, args []any, scan 
 	for _, s := range genericPlanOff {
 		b.Queue(s)
 	}
-	br := tx.SendBatch(ctx, b)
+	return b
+}
+
+// readGenericPlan reads the results of a genericPlanBatch from br, its
+// statement's rows by scan, and leaves br open.
+func readGenericPlan(br pgx.BatchResults, scan func(pgx.Rows, error) error) error {
 	for range genericPlanOn {
 		if _, err := br.Exec(); err != nil {
-			_ = br.Close()
 			return err
 		}
 	}
 	if err := scan(br.Query()); err != nil {
-		_ = br.Close()
 		return err
 	}
 	for range genericPlanOff {
 		if _, err := br.Exec(); err != nil {
-			_ = br.Close()
 			return err
 		}
 	}
-	return br.Close()
+	return nil
 }
