@@ -215,19 +215,31 @@ func nextDue(ctx context.Context, q querier, queueID uint64) (int64, error) {
 func lease(ctx context.Context, tx pgx.Tx, queueID uint64, partition int32, n int, maxBytes, deadline, now int64, h *queue.Holder) ([]queue.LeasedItem, bool, error) {
 	return leaseBy(func(sql string, args []any, scan func(pgx.Rows, error) error) error {
 		return onGenericPlan(ctx, tx, sql, args, scan)
-	}, queueID, partition, n, maxBytes, deadline, now, h)
+	}, queueID, partition, n, maxBytes, deadline, now, h, nil)
 }
 
 // leaseBy is lease with its statement run by run (onGenericPlan's
-// arguments): on its own (lease), or with the COMMIT (iteration.LeaseAndCommit).
-func leaseBy(run func(sql string, args []any, scan func(pgx.Rows, error) error) error, queueID uint64, partition int32, n int, maxBytes, deadline, now int64, h *queue.Holder) ([]queue.LeasedItem, bool, error) {
+// arguments): on its own (lease), or with the COMMIT
+// (iteration.LeaseAndCommit). each, when h is nil, holds the holder of
+// the k-th item in id order, stored with it (leaseHoldersSQL; a lease
+// without a bound only); with neither, the holders are NULL (setHolders
+// writes them after).
+func leaseBy(run func(sql string, args []any, scan func(pgx.Rows, error) error) error, queueID uint64, partition int32, n int, maxBytes, deadline, now int64,
+	h *queue.Holder, each []queue.Holder) ([]queue.LeasedItem, bool, error) {
 	client, key := holderArgs(h)
 	// A lease of one item takes it whatever its size: the bound cannot
 	// leave anything, and leaseSQL is the cheaper statement.
 	bounded := maxBytes > 0 && n > 1
 	sql, args := leaseSQL, []any{int64(queueID), partition, n, deadline, now, client, key}
-	if bounded {
+	switch {
+	case bounded:
 		sql, args = leaseBytesSQL, append(args, maxBytes)
+	case h == nil && each != nil:
+		clients, keys := make([]string, len(each)), make([]string, len(each))
+		for k, x := range each {
+			clients[k], keys[k] = x.ClientID, x.KeyName
+		}
+		sql, args[5], args[6] = leaseHoldersSQL, clients, keys
 	}
 	var items []queue.LeasedItem
 	var found []int64
@@ -267,6 +279,19 @@ const leaseSQL = `WITH c AS MATERIALIZED (
 		ORDER BY id LIMIT $3 FOR UPDATE SKIP LOCKED)
 		UPDATE styx_items t SET state=1, attempts=t.attempts+1, deadline=$4, first_leased_at=coalesce(t.first_leased_at, $5),
 			holder_client=$6::text, holder_key=$7::text FROM c WHERE t.ctid=c.ctid
+		RETURNING t.id, coalesce(t.first_id, t.id), t.attempts, t.first_leased_at, t.reference, t.kind, t.encoding, t.payload, t.attributes, t.source_queue, ''`
+
+// leaseHoldersSQL is leaseSQL for items that go to several consumers: $6
+// and $7 are arrays of the holders' columns, the k-th for the k-th item in
+// id order (the order Serve deals a lease's items in), so that no statement
+// after the lease writes them (setHolders), and the COMMIT can go with it
+// (iteration.LeaseAndCommit).
+const leaseHoldersSQL = `WITH c AS MATERIALIZED (
+		SELECT ctid, id FROM styx_items WHERE queue_id=$1 AND partition=$2 AND state=0 AND grp IS NULL AND (expire_deadline=0 OR expire_deadline > $5)
+		ORDER BY id LIMIT $3 FOR UPDATE SKIP LOCKED),
+	r AS (SELECT ctid, row_number() OVER (ORDER BY id) AS k FROM c)
+		UPDATE styx_items t SET state=1, attempts=t.attempts+1, deadline=$4, first_leased_at=coalesce(t.first_leased_at, $5),
+			holder_client=($6::text[])[r.k], holder_key=($7::text[])[r.k] FROM r WHERE t.ctid=r.ctid
 		RETURNING t.id, coalesce(t.first_id, t.id), t.attempts, t.first_leased_at, t.reference, t.kind, t.encoding, t.payload, t.attributes, t.source_queue, ''`
 
 // leaseBytesSQL is leaseSQL bounded by bytes ($8): of the items it locks,

@@ -50,6 +50,36 @@ func TestLeaseCommitsWithItsStatement(t *testing.T) {
 	assert.Equal(t, 1, attempts)
 	require.NoError(t, q.Complete(ctx, got.Partition, []uint64{got.Items[0].ID}))
 
+	// Two consumers waiting, served by one lease whose items go to each:
+	// their holders go in the lease's statement, with the COMMIT.
+	type answer struct {
+		client string
+		res    queue.LeaseResult
+		err    error
+	}
+	answers := make(chan answer, 2)
+	for _, c := range []string{"w1", "w2"} {
+		go func() {
+			res, err := q.Lease(ctx, queue.LeaseParams{BatchSize: 1, ClientID: c, Owner: "key-" + c, Timeout: 10 * time.Second})
+			answers <- answer{c, res, err}
+		}()
+	}
+	require.Eventually(t, func() bool { st, err := q.Stats(ctx); return err == nil && st.LeaseWaiting == 2 },
+		10*time.Second, 10*time.Millisecond)
+	before = postgres.LeaseCommits()
+	require.NoError(t, q.Produce(ctx, []queue.ProduceItem{{Payload: []byte("x")}, {Payload: []byte("y")}}))
+	for range 2 {
+		a := <-answers
+		require.NoError(t, a.err)
+		require.Len(t, a.res.Items, 1)
+		var client, key string
+		require.NoError(t, conn.QueryRow(ctx, `SELECT holder_client, holder_key FROM styx_items WHERE id=$1`, int64(a.res.Items[0].ID)).Scan(&client, &key))
+		assert.Equal(t, a.client, client, "each item's holder is the consumer that got it")
+		assert.Equal(t, "key-"+a.client, key)
+		require.NoError(t, q.Complete(ctx, a.res.Partition, []uint64{a.res.Items[0].ID}))
+	}
+	assert.Greater(t, postgres.LeaseCommits(), before)
+
 	_, err = conn.Exec(ctx, `CREATE FUNCTION styx_test_refuse() RETURNS trigger LANGUAGE plpgsql AS $$
 		BEGIN RAISE EXCEPTION 'the test refuses this commit'; END $$`)
 	require.NoError(t, err)

@@ -111,6 +111,7 @@ func TestLeaseOnGenericPlanUsesReadyIndex(t *testing.T) {
 	}{
 		"lease":       {leaseSQL, args},
 		"lease bytes": {leaseBytesSQL, append(append([]any{}, args...), 64<<20)},
+		"lease holders": {leaseHoldersSQL, append(append([]any{}, args[:5]...), "'{a}'", "'{k}'")},
 	} {
 		t.Run(name, func(t *testing.T) {
 			plan := genericPlanWith(t, m, genericPlanOn, c.sql, c.args)

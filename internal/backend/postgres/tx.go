@@ -449,19 +449,28 @@ func (it *iteration) Lease(n int32, want int, maxBytes, deadline int64, holder f
 // LeaseAndCommit implements engine.LeaseCommitter: the plain lease's
 // statement goes with the writes gathered and the COMMIT, in one round
 // trip instead of two (issue 53: a queue's throughput at batch 1 is bound
-// by its iterations' round trips), when nothing must run between them:
-// one consumer takes the items (no holders to write after), no lifecycle
-// work (whose next due time is read before the COMMIT) and no
-// deduplication claims to release, on a queue that is not ordered and has
-// no grouped items known in the partition. Otherwise it is Lease. When the
+// by its iterations' round trips), when nothing must run between them: no
+// lifecycle work (whose next due time is read before the COMMIT), no
+// deduplication claims to release and no bytes bound over several items,
+// on a queue that is not ordered and has no grouped items known in the
+// partition. Otherwise it is Lease. Items that go to several consumers
+// get their holders in the lease's statement (leaseHoldersSQL). When the
 // look for grouped items another node produced is due, its probe goes in
 // the same round trip; grouped items found while the plain lease came
 // short are served by the next iteration, which the probe signals.
 func (it *iteration) LeaseAndCommit(n int32, want int, maxBytes, deadline int64, holder func(k int) queue.Holder) ([]queue.LeasedItem, bool, bool, error) {
 	q := it.q
-	one := oneHolder(holder, want)
-	if one == nil || it.lifecycle || len(it.dedupClaimed) > 0 || it.info.Ordered || q.grouped[n] {
+	bounded := maxBytes > 0 && want > 1
+	if it.lifecycle || len(it.dedupClaimed) > 0 || it.info.Ordered || q.grouped[n] || bounded {
 		return it.Lease(n, want, maxBytes, deadline, holder)
+	}
+	one := oneHolder(holder, want)
+	var each []queue.Holder
+	if one == nil && holder != nil {
+		each = make([]queue.Holder, want)
+		for k := range each {
+			each[k] = holder(k)
+		}
 	}
 	if err := it.flush(); err != nil {
 		return nil, false, false, err
@@ -482,7 +491,7 @@ func (it *iteration) LeaseAndCommit(n int32, want int, maxBytes, deadline int64,
 			}
 			return nil
 		})
-	}, q.id, n, want, maxBytes, deadline, it.now, one)
+	}, q.id, n, want, maxBytes, deadline, it.now, one, each)
 	if err != nil {
 		return nil, false, false, err
 	}
