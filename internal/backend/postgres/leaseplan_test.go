@@ -109,8 +109,8 @@ func TestLeaseOnGenericPlanUsesReadyIndex(t *testing.T) {
 		sql  string
 		args []any
 	}{
-		"lease":       {leaseSQL, args},
-		"lease bytes": {leaseBytesSQL, append(append([]any{}, args...), 64<<20)},
+		"lease":         {leaseSQL, args},
+		"lease bytes":   {leaseBytesSQL, append(append([]any{}, args...), 64<<20)},
 		"lease holders": {leaseHoldersSQL, append(append([]any{}, args[:5]...), "'{a}'", "'{k}'")},
 	} {
 		t.Run(name, func(t *testing.T) {
