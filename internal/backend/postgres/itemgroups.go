@@ -235,7 +235,7 @@ var orderedRun = `SELECT h.grp, r.id, r.seq FROM
 // (queue_id, id), a generic plan made while the queue's statistics said it
 // was nearly empty read them through another index of the queue, every
 // entry of it.
-const leaseUpdate = `UPDATE styx_items t SET state=1, attempts=t.attempts+1, deadline=$4, first_leased_at=coalesce(t.first_leased_at, $5),
+const leaseUpdate = leaseSet + `
 		holder_client=$9::text, holder_key=$10::text
 	FROM take WHERE t.ctid = take.ctid
 	RETURNING t.id, coalesce(t.first_id, t.id), t.attempts, t.first_leased_at, t.reference, t.kind, t.encoding, t.payload, t.attributes,

@@ -270,16 +270,27 @@ func holderArgs(h *queue.Holder) (client, key *string) {
 	return &h.ClientID, &h.KeyName
 }
 
+// The parts the plain lease statements share: the ready items they take
+// (a partition's ready items without a group, not expired at $5, now),
+// the change that leases an item (deadline $4, first_leased_at $5 for an
+// item leased for the first time), and what they return of it
+// (scanLeasedRows).
+const (
+	plainReady    = `queue_id=$1 AND partition=$2 AND state=0 AND grp IS NULL AND (expire_deadline=0 OR expire_deadline > $5)`
+	leaseSet      = `UPDATE styx_items t SET state=1, attempts=t.attempts+1, deadline=$4, first_leased_at=coalesce(t.first_leased_at, $5),`
+	leasedColumns = `RETURNING t.id, coalesce(t.first_id, t.id), t.attempts, t.first_leased_at, t.reference, t.kind, t.encoding, t.payload, t.attributes, t.source_queue, ''`
+)
+
 // leaseSQL is lease's statement: $1 queue id, $2 partition, $3 items at
 // most, $4 lease deadline, $5 now (Unix nanoseconds), which becomes the
 // first_leased_at of an item leased for the first time (migration 14), $6
 // and $7 the lease's holder (holderArgs).
 const leaseSQL = `WITH c AS MATERIALIZED (
-		SELECT ctid FROM styx_items WHERE queue_id=$1 AND partition=$2 AND state=0 AND grp IS NULL AND (expire_deadline=0 OR expire_deadline > $5)
+		SELECT ctid FROM styx_items WHERE ` + plainReady + `
 		ORDER BY id LIMIT $3 FOR UPDATE SKIP LOCKED)
-		UPDATE styx_items t SET state=1, attempts=t.attempts+1, deadline=$4, first_leased_at=coalesce(t.first_leased_at, $5),
+		` + leaseSet + `
 			holder_client=$6::text, holder_key=$7::text FROM c WHERE t.ctid=c.ctid
-		RETURNING t.id, coalesce(t.first_id, t.id), t.attempts, t.first_leased_at, t.reference, t.kind, t.encoding, t.payload, t.attributes, t.source_queue, ''`
+		` + leasedColumns
 
 // leaseHoldersSQL is leaseSQL for items that go to several consumers: $6
 // and $7 are arrays of the holders' columns, the k-th for the k-th item in
@@ -287,12 +298,12 @@ const leaseSQL = `WITH c AS MATERIALIZED (
 // after the lease writes them (setHolders), and the COMMIT can go with it
 // (iteration.LeaseAndCommit).
 const leaseHoldersSQL = `WITH c AS MATERIALIZED (
-		SELECT ctid, id FROM styx_items WHERE queue_id=$1 AND partition=$2 AND state=0 AND grp IS NULL AND (expire_deadline=0 OR expire_deadline > $5)
+		SELECT ctid, id FROM styx_items WHERE ` + plainReady + `
 		ORDER BY id LIMIT $3 FOR UPDATE SKIP LOCKED),
 	r AS (SELECT ctid, row_number() OVER (ORDER BY id) AS k FROM c)
-		UPDATE styx_items t SET state=1, attempts=t.attempts+1, deadline=$4, first_leased_at=coalesce(t.first_leased_at, $5),
+		` + leaseSet + `
 			holder_client=($6::text[])[r.k], holder_key=($7::text[])[r.k] FROM r WHERE t.ctid=r.ctid
-		RETURNING t.id, coalesce(t.first_id, t.id), t.attempts, t.first_leased_at, t.reference, t.kind, t.encoding, t.payload, t.attributes, t.source_queue, ''`
+		` + leasedColumns
 
 // leaseBytesSQL is leaseSQL bounded by bytes ($8): of the items it locks,
 // it leases those, in id order, whose payloads and attributes sum to at
@@ -302,13 +313,13 @@ const leaseHoldersSQL = `WITH c AS MATERIALIZED (
 // locked until the iteration commits (another node's lease passes them).
 const leaseBytesSQL = `WITH c AS MATERIALIZED (
 		SELECT ctid, id, octet_length(payload) + coalesce(octet_length(attributes), 0) AS size FROM styx_items
-		WHERE queue_id=$1 AND partition=$2 AND state=0 AND grp IS NULL AND (expire_deadline=0 OR expire_deadline > $5)
+		WHERE ` + plainReady + `
 		ORDER BY id LIMIT $3 FOR UPDATE SKIP LOCKED),
 	k AS (SELECT ctid FROM (SELECT ctid, id, sum(size) OVER (ORDER BY id) AS upto FROM c) w
 		WHERE upto <= $8 OR id = (SELECT min(id) FROM c))
-		UPDATE styx_items t SET state=1, attempts=t.attempts+1, deadline=$4, first_leased_at=coalesce(t.first_leased_at, $5),
+		` + leaseSet + `
 			holder_client=$6::text, holder_key=$7::text FROM k WHERE t.ctid=k.ctid
-		RETURNING t.id, coalesce(t.first_id, t.id), t.attempts, t.first_leased_at, t.reference, t.kind, t.encoding, t.payload, t.attributes, t.source_queue, '',
+		` + leasedColumns + `,
 			(SELECT count(*) FROM c)`
 
 // groupedReady reports whether a partition holds ready items with a group
