@@ -41,7 +41,7 @@ func TestLeaseCommitsWithItsStatement(t *testing.T) {
 
 	require.NoError(t, q.Produce(ctx, []queue.ProduceItem{{Payload: []byte("a")}}))
 	before := postgres.LeaseCommits()
-	got, err := q.Lease(ctx, queue.LeaseParams{BatchSize: 1, ClientID: "c1", Timeout: 5 * time.Second})
+	got, err := q.Lease(ctx, queue.LeaseParams{BatchSize: 1, ClientID: "c1", Timeout: time.Minute})
 	require.NoError(t, err)
 	require.Len(t, got.Items, 1)
 	assert.Greater(t, postgres.LeaseCommits(), before, "the lease went with its COMMIT")
@@ -60,7 +60,7 @@ func TestLeaseCommitsWithItsStatement(t *testing.T) {
 	answers := make(chan answer, 2)
 	for _, c := range []string{"w1", "w2"} {
 		go func() {
-			res, err := q.Lease(ctx, queue.LeaseParams{BatchSize: 1, ClientID: c, Owner: "key-" + c, Timeout: 10 * time.Second})
+			res, err := q.Lease(ctx, queue.LeaseParams{BatchSize: 1, ClientID: c, Owner: "key-" + c, Timeout: time.Minute})
 			answers <- answer{c, res, err}
 		}()
 	}
@@ -88,8 +88,9 @@ func TestLeaseCommitsWithItsStatement(t *testing.T) {
 	require.NoError(t, err)
 	require.NoError(t, q.Produce(ctx, []queue.ProduceItem{{Payload: []byte("b")}}))
 	before = postgres.LeaseCommits()
-	_, err = q.Lease(ctx, queue.LeaseParams{BatchSize: 1, ClientID: "c2", Timeout: 5 * time.Second})
+	_, err = q.Lease(ctx, queue.LeaseParams{BatchSize: 1, ClientID: "c2", Timeout: time.Minute})
 	require.Error(t, err, "a lease whose COMMIT failed is answered the failure")
+	require.NotErrorIs(t, err, queue.ErrNoItems, "the failure, not the end of its wait")
 	assert.Equal(t, before, postgres.LeaseCommits())
 	var id int64
 	require.NoError(t, conn.QueryRow(ctx, `SELECT id FROM styx_items`).Scan(&id))
@@ -99,7 +100,7 @@ func TestLeaseCommitsWithItsStatement(t *testing.T) {
 
 	_, err = conn.Exec(ctx, `DROP TRIGGER styx_test_refuse ON styx_items`)
 	require.NoError(t, err)
-	got, err = q.Lease(ctx, queue.LeaseParams{BatchSize: 1, ClientID: "c3", Timeout: 5 * time.Second})
+	got, err = q.Lease(ctx, queue.LeaseParams{BatchSize: 1, ClientID: "c3", Timeout: time.Minute})
 	require.NoError(t, err)
 	require.Len(t, got.Items, 1)
 	assert.Equal(t, uint64(id), got.Items[0].ID)

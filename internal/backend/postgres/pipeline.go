@@ -167,33 +167,21 @@ func (t *pipelinedTx) SendBatch(ctx context.Context, b *pgx.Batch) pgx.BatchResu
 // answered it (a *pgconn.PgError, or pgx.ErrTxCommitRollback); without an
 // answer the outcome is unknown (commitTx tells them apart).
 func (t *pipelinedTx) Commit(ctx context.Context) error {
-	if t.closed {
-		return pgx.ErrTxClosed
-	}
-	t.closed = true
-	defer t.conn.Release()
-	if !t.begun {
+	if !t.closed && !t.begun {
+		t.closed = true
+		t.conn.Release()
 		return nil // nothing was sent: nothing to commit
 	}
-	b := t.batch() // the deferred writes (BEGIN was sent or is among them)
-	b.Queue("COMMIT")
-	tag, err := t.execBatch(ctx, b)
-	if err == nil && tag.String() == "ROLLBACK" {
-		err = pgx.ErrTxCommitRollback
-	}
-	if err != nil && t.conn.Conn().PgConn().TxStatus() != 'I' {
-		// Still in the transaction (a statement failed, COMMIT was
-		// skipped): the connection goes, and the transaction with it.
-		_ = t.conn.Conn().Close(ctx)
-	}
-	return err
+	return t.commitWith(ctx, &pgx.Batch{}, func(pgx.BatchResults) error { return nil })
 }
 
 // commitWith sends b and then COMMIT, after what must go before them
 // (BEGIN when not sent, the deferred writes), in one round trip, and ends
-// the transaction as Commit does; read reads b's results, in order, before
-// the COMMIT's is read. A failure of a statement before the COMMIT skips
-// it (nothing is committed, as with Commit); read's own error is returned
+// the transaction; read reads b's results, in order, before the COMMIT's
+// is read (Commit is commitWith with nothing in b). A failure of a
+// statement before the COMMIT skips it: nothing is committed, and the
+// session is rolled back, or closed when it does not answer. read's own
+// error is returned
 // once the batch is read to its end, COMMIT included (which then committed
 // whatever b did: its caller answers the iteration's requests an error,
 // and no one learns of what it leased).
@@ -233,7 +221,9 @@ func (t *pipelinedTx) commitWith(ctx context.Context, b *pgx.Batch, read func(pg
 		_, _ = t.conn.Exec(ctx, "ROLLBACK")
 	}
 	if err != nil && t.conn.Conn().PgConn().TxStatus() != 'I' {
-		_ = t.conn.Conn().Close(ctx) // as Commit
+		// Still in the transaction: the connection goes, and the
+		// transaction with it.
+		_ = t.conn.Conn().Close(ctx)
 	}
 	return err
 }
