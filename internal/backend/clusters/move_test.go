@@ -268,9 +268,14 @@ func TestMoveInterrupted(t *testing.T) {
 		moveErr <- err
 	}()
 	<-midCopy
-	info, err := n2.Info(ctx, "q")
-	require.NoError(t, err)
-	require.NotNil(t, info.Move, "queues.info shows the move in progress")
+	// n2 learns of the move from its cached placement (refreshed by a
+	// notification, or its poll): wait for it; the move holds until n1
+	// closes.
+	var info queue.QueueInfo
+	require.Eventually(t, func() bool {
+		info, err = n2.Info(ctx, "q")
+		return err == nil && info.Move != nil
+	}, 30*time.Second, 10*time.Millisecond, "queues.info shows the move in progress")
 	assert.Equal(t, "b", info.Move.To)
 	assert.Equal(t, int64(300), info.Move.Total)
 	assert.Equal(t, int64(50), info.Move.Copied)
