@@ -102,6 +102,14 @@ type Config struct {
 	// completed item again, never lose or duplicate anything else (ADR
 	// 0033). PostgreSQL commits a complete before answering it either way.
 	SyncCompletes bool
+	// SyncLeases makes every lease wait for its fsync before it is
+	// answered. Defaults to false: on Pebble with sync on, a lease of items
+	// produced within the last 2 s, with a lease timeout of at most a
+	// minute, is answered once written, and after a crash the recent items
+	// are held for a minute, leased to nobody, so that no item is leased
+	// to two consumers at once (ADR 0034). PostgreSQL commits a lease
+	// before answering it either way.
+	SyncLeases bool
 	// MaxRequestBytes bounds request bodies, in bytes: a larger body is
 	// answered 400. Defaults to 64 MiB (transport.DefaultMaxRequestBytes);
 	// Validate allows 1 MiB to 1 GiB.
@@ -625,7 +633,7 @@ func (d *Daemon) start(ctx context.Context) (*Daemon, error) {
 		d.ownsStore = true
 	}
 	m, err := embedded.NewManager(ctx, embedded.Config{Store: d.store, Clock: cfg.Clock, Log: cfg.Log, Metrics: d.Metrics,
-		ConsumeBeforeSync: cfg.ConsumeBeforeSync, SyncCompletes: cfg.SyncCompletes, MaxDeduplicationIDs: cfg.MaxDeduplicationIDs})
+		ConsumeBeforeSync: cfg.ConsumeBeforeSync, SyncCompletes: cfg.SyncCompletes, SyncLeases: cfg.SyncLeases, MaxDeduplicationIDs: cfg.MaxDeduplicationIDs})
 	if err != nil {
 		d.closeStore()
 		return nil, err
@@ -765,6 +773,9 @@ func (d *Daemon) serve(ctx context.Context, m backend, tasks store.TaskStore, ks
 		}
 		if cfg.SyncCompletes && !cfg.NoSync {
 			attrs = append(attrs, "sync_complete", true)
+		}
+		if cfg.SyncLeases && !cfg.NoSync {
+			attrs = append(attrs, "sync_lease", true)
 		}
 	}
 	// The UI's address, for a person reading the log (a wildcard listen

@@ -126,7 +126,10 @@ func newWorkload(t *testing.T, s *servertest.Server, seed uint64) *workload {
 	w := &workload{t: t, s: s, rnd: rand.New(rand.NewPCG(seed, 23)),
 		acked: map[string]bool{}, tried: map[string]bool{}, done: map[string]bool{}}
 	s.CreateQueue(&pb.QueueInfo{QueueName: "w-dead"})
-	s.CreateQueue(&pb.QueueInfo{QueueName: "w", DeadQueue: "w-dead", MaxAttempts: 3, LeaseTimeout: "5m", RequestedPartitions: 2})
+	// A lease timeout under a minute: the workload's leases of recent
+	// items are answered before their fsync (ADR 0034), and no lease ends
+	// while the test runs.
+	s.CreateQueue(&pb.QueueInfo{QueueName: "w", DeadQueue: "w-dead", MaxAttempts: 3, LeaseTimeout: "50s", RequestedPartitions: 2})
 	return w
 }
 
@@ -247,6 +250,35 @@ func (w *workload) check(when string) {
 	}
 }
 
+// exclusive asserts that no item whose lease the workload holds (answered
+// before a crash, its deadline ahead) is dealt to another consumer: a lease
+// the crash undid left its item held (ADR 0034). What the other consumer
+// gets it completes (tried, then done), so that the workload goes on.
+func (w *workload) exclusive(when string) {
+	t := w.t
+	t.Helper()
+	res, err := w.s.C.QueueLease(ctx, &pb.QueueLeaseRequest{QueueName: "w", BatchSize: 1000, ClientId: "other", RequestTimeout: "10ms"})
+	if err != nil {
+		require.True(t, styx.IsRetry(err), "%s: lease by another consumer: %v", when, err)
+		return
+	}
+	held := map[string]bool{}
+	for _, h := range w.leased {
+		held[h.payload] = true
+	}
+	var ids []string
+	for _, it := range res.Items {
+		require.False(t, held[string(it.Bytes)], "%s: item %q, whose lease the workload holds, was dealt to another consumer", when, it.Bytes)
+		ids = append(ids, it.Id)
+	}
+	w.mu.Lock()
+	for _, it := range res.Items {
+		w.tried[string(it.Bytes)] = true
+	}
+	w.mu.Unlock()
+	require.NoError(t, w.s.C.QueueComplete(ctx, &pb.QueueCompleteRequest{QueueName: "w", Partition: res.Partition, Ids: ids, RequestTimeout: "10s"}))
+}
+
 // crashFS is a crashable filesystem the test replaces with its crash clone.
 type crashFS struct {
 	mu  sync.Mutex
@@ -360,6 +392,7 @@ func TestCrashRecovery(t *testing.T) {
 			s.Stop()
 			s.Boot()
 			w.check(fmt.Sprintf("after crash %d", round+1))
+			w.exclusive(fmt.Sprintf("after crash %d", round+1))
 			// The completes not covered before the crash may have been
 			// undone: no later write covers them any more (tried keeps
 			// their items allowed either way).
@@ -547,4 +580,119 @@ func TestCompleteBeforeItsFsyncPowerCut(t *testing.T) {
 	s.Stop()
 	s.Boot()
 	assert.Equal(t, []string{"b"}, payloads(s.Items("cf")), "a's complete survived the power cut: b's fsync covered it")
+}
+
+// TestLeaseBeforeItsFsyncPowerCut shows what a lease's 200 promises by
+// default (ADR 0034): a lease of recent items is answered once written,
+// before its fsync. A power cut before that fsync undoes the lease, and
+// every recent item (which of them it dealt is not known) comes back held,
+// leased to nobody, for embedded.EarlyLeaseTimeout from the restart: no
+// other consumer gets them while the first may still work on them, the
+// lease's ids still complete them, and once the hold ends they are
+// delivered again, the lost lease's attempt not counted. After a clean
+// shutdown nothing is held.
+func TestLeaseBeforeItsFsyncPowerCut(t *testing.T) {
+	var gate atomic.Pointer[chan struct{}]
+	mem := &crashFS{cur: vfs.NewCrashableMem()}
+	// While a gate is set, every sync waits for it.
+	s := servertest.StartFake(t, pebbleOn(func() vfs.FS {
+		return errorfs.Wrap(mem.get(), errorfs.InjectorFunc(func(op errorfs.Op) error {
+			if g := gate.Load(); g != nil && (op.Kind == errorfs.OpFileSync || op.Kind == errorfs.OpFileSyncData || op.Kind == errorfs.OpFileSyncTo) {
+				<-*g
+			}
+			return nil
+		}))
+	}, pebble.Config{MinFreeBytes: -1}))
+	open := func() {
+		if g := gate.Swap(nil); g != nil {
+			close(*g)
+		}
+	}
+	t.Cleanup(open) // before the server stops (cleanups run last first)
+	rnd := rand.New(rand.NewPCG(5, 6))
+	s.CreateQueue(&pb.QueueInfo{QueueName: "lf", LeaseTimeout: "30s", MaxAttempts: 5})
+	s.Produce("lf", "a", "b", "c")
+
+	// Answered while its fsync waits; the power goes before that fsync.
+	g := make(chan struct{})
+	gate.Store(&g)
+	done := sendLease(s, &pb.QueueLeaseRequest{QueueName: "lf", BatchSize: 2, ClientId: "first", RequestTimeout: "5s"})
+	var first *pb.QueueLeaseResponse
+	select {
+	case a := <-done:
+		require.NoError(t, a.err)
+		first = a.res
+	case <-time.After(30 * time.Second):
+		t.Fatal("the lease was not answered while its fsync waited")
+	}
+	require.Equal(t, []string{"a", "b"}, payloads2(first.Items))
+	mem.crash(rnd, 0)
+	open()
+	s.Stop()
+	s.Boot()
+
+	// Every recent item is held (which of them the lost lease dealt is
+	// not known): dealt to nobody, and listed as leased.
+	s.LeaseNone("lf")
+	items := s.Items("lf")
+	require.Equal(t, []string{"a", "b", "c"}, payloads(items))
+	for _, it := range items {
+		assert.True(t, it.IsLeased, "%s is held", it.Payload)
+	}
+	// The first consumer's lease still completes a.
+	s.Complete("lf", first.Partition, first.Items[0].Id)
+
+	// The hold ends: b and c are delivered, on their first counted
+	// attempt.
+	s.Advance(time.Minute+time.Second, "lf")
+	again := s.Lease("lf", 3)
+	require.Equal(t, []string{"b", "c"}, payloads2(again.Items))
+	for _, it := range again.Items {
+		assert.EqualValues(t, 1, it.Attempts, "the lease the power cut undid is not counted")
+	}
+	s.Complete("lf", again.Partition, again.Items[0].Id, again.Items[1].Id)
+
+	// After a clean shutdown nothing is held: d, produced and leased just
+	// before it, is leased again under its lease, and e, produced just
+	// before it, is dealt at once.
+	s.Produce("lf", "d", "e")
+	d := s.Lease("lf", 1)
+	require.Equal(t, []string{"d"}, payloads2(d.Items))
+	s.Stop()
+	s.Boot()
+	require.Equal(t, []string{"e"}, payloads2(s.Lease("lf", 3).Items))
+	s.Complete("lf", d.Partition, d.Items[0].Id)
+}
+
+// TestLeaseBeforeItsFailedFsync: a lease answered before its fsync, whose
+// fsync then fails, leaves its items held once the store has reopened
+// (ADR 0034): the reopened store holds what was durable, without the lease,
+// and no other consumer gets them while the first may work on them; the
+// lease's ids still complete them.
+func TestLeaseBeforeItsFailedFsync(t *testing.T) {
+	var fail atomic.Bool
+	fs := errorfs.Wrap(vfs.NewMem(), errorfs.InjectorFunc(func(op errorfs.Op) error {
+		if fail.Load() && (op.Kind == errorfs.OpFileSync || op.Kind == errorfs.OpFileSyncData || op.Kind == errorfs.OpFileSyncTo) {
+			return syscall.EIO
+		}
+		return nil
+	}))
+	s := servertest.Start(t, pebbleOn(func() vfs.FS { return fs }, pebble.Config{MinFreeBytes: -1, CheckInterval: 10 * time.Millisecond}))
+	s.CreateQueue(&pb.QueueInfo{QueueName: "lf", LeaseTimeout: "30s"})
+	s.Produce("lf", "a", "b")
+
+	fail.Store(true)
+	first, err := s.C.QueueLease(ctx, &pb.QueueLeaseRequest{QueueName: "lf", BatchSize: 1, ClientId: "first", RequestTimeout: "5s"})
+	require.NoError(t, err, "answered before its fsync, which fails")
+	require.Equal(t, []string{"a"}, payloads2(first.Items))
+	fail.Store(false)
+	servertest.Eventually(t, func() bool { return health(s) == "ok" }, "the store reopens")
+
+	s.LeaseNone("lf")
+	items := s.Items("lf")
+	require.Equal(t, []string{"a", "b"}, payloads(items))
+	for _, it := range items {
+		assert.True(t, it.IsLeased, "%s is held", it.Payload)
+	}
+	s.Complete("lf", first.Partition, first.Items[0].Id)
 }

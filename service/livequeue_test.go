@@ -20,9 +20,15 @@ import (
 // leaseAsync starts a lease of one item on queue at s (client id, 10s
 // request timeout) and returns a channel with its answer.
 func leaseAsync(s *servertest.Server, queue, client string) <-chan leaseAnswer {
+	return sendLease(s, &pb.QueueLeaseRequest{QueueName: queue, BatchSize: 1, ClientId: client, RequestTimeout: "10s"})
+}
+
+// sendLease sends req to s on a goroutine of its own and returns a channel
+// with its answer.
+func sendLease(s *servertest.Server, req *pb.QueueLeaseRequest) <-chan leaseAnswer {
 	out := make(chan leaseAnswer, 1)
 	go func() {
-		res, err := s.C.QueueLease(ctx, &pb.QueueLeaseRequest{QueueName: queue, BatchSize: 1, ClientId: client, RequestTimeout: "10s"})
+		res, err := s.C.QueueLease(ctx, req)
 		out <- leaseAnswer{res, err}
 	}()
 	return out

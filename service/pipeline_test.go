@@ -103,15 +103,7 @@ func TestRepliesWaitForTheirSyncInOrder(t *testing.T) {
 
 		// The loop goes on while the produce syncs: a lease takes the item
 		// in a later batch, but is answered only after the produce.
-		type leaseResult struct {
-			res *pb.QueueLeaseResponse
-			err error
-		}
-		leaseDone := make(chan leaseResult, 1)
-		go func() {
-			res, err := s.C.QueueLease(ctx, &pb.QueueLeaseRequest{QueueName: "pipe", BatchSize: 1, ClientId: "c", RequestTimeout: "30s"})
-			leaseDone <- leaseResult{res, err}
-		}()
+		leaseDone := sendLease(s, &pb.QueueLeaseRequest{QueueName: "pipe", BatchSize: 1, ClientId: "c", RequestTimeout: "30s"})
 		<-leased // the lease is applied in a batch after the held one
 		notYet(t, leaseDone, "the lease of the item")
 		notYet(t, produceDone, "the produce")

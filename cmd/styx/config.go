@@ -48,6 +48,9 @@ type serverSettings struct {
 	// SyncComplete makes complete (and SQS's DeleteMessage) wait for its
 	// fsync too (with Sync, on Pebble). Defaults to false (ADR 0033).
 	SyncComplete bool
+	// SyncLease makes a lease wait for its fsync too (with Sync, on
+	// Pebble). Defaults to false (ADR 0034).
+	SyncLease bool
 	// LogLevel is debug, info (default), warn or error.
 	LogLevel slog.Level
 	// LogFormat is text (default) or json.
@@ -135,6 +138,7 @@ func (s serverSettings) daemonConfig(log *slog.Logger) daemon.Config {
 		// Only meaningful with sync on: with it off nothing waits.
 		ConsumeBeforeSync:        s.Sync && !s.SyncConsume,
 		SyncCompletes:            s.SyncComplete,
+		SyncLeases:               s.SyncLease,
 		ShutdownTimeout:          s.ShutdownTimeout,
 		MaxRequestBytes:          s.MaxRequestBytes,
 		MaxInflightBytes:         s.MaxInflightBytes,
@@ -182,6 +186,7 @@ type fileConfig struct {
 	Sync                     *bool             `yaml:"sync"`
 	SyncConsume              *bool             `yaml:"sync_consume"`
 	SyncComplete             *bool             `yaml:"sync_complete"`
+	SyncLease                *bool             `yaml:"sync_lease"`
 	LogLevel                 *string           `yaml:"log_level"`
 	LogFormat                *string           `yaml:"log_format"`
 	ShutdownTimeout          *time.Duration    `yaml:"shutdown_timeout"`
@@ -241,7 +246,7 @@ func (fc *fileConfig) values() map[string]string {
 	put("tls_key", fc.TLSKey)
 	put("tls_client_ca", fc.TLSClientCA)
 	put("allowed_host", fc.AllowedHost)
-	for key, b := range map[string]*bool{"sync": fc.Sync, "sync_consume": fc.SyncConsume, "sync_complete": fc.SyncComplete, "auth": fc.Auth, "insecure": fc.Insecure, "debug_allow_remote": fc.DebugAllowRemote} {
+	for key, b := range map[string]*bool{"sync": fc.Sync, "sync_consume": fc.SyncConsume, "sync_complete": fc.SyncComplete, "sync_lease": fc.SyncLease, "auth": fc.Auth, "insecure": fc.Insecure, "debug_allow_remote": fc.DebugAllowRemote} {
 		if b != nil {
 			out[key] = strconv.FormatBool(*b)
 		}
@@ -386,6 +391,7 @@ func serverSettingTable() []serverSetting {
 		{"sync", "sync", "STYX_SYNC", boolSetting(func(s *serverSettings) *bool { return &s.Sync })},
 		{"sync_consume", "sync-consume", "STYX_SYNC_CONSUME", boolSetting(func(s *serverSettings) *bool { return &s.SyncConsume })},
 		{"sync_complete", "sync-complete", "STYX_SYNC_COMPLETE", boolSetting(func(s *serverSettings) *bool { return &s.SyncComplete })},
+		{"sync_lease", "sync-lease", "STYX_SYNC_LEASE", boolSetting(func(s *serverSettings) *bool { return &s.SyncLease })},
 		{"log_level", "log-level", "STYX_LOG_LEVEL", func(s *serverSettings, v string) error {
 			levels := map[string]slog.Level{"debug": slog.LevelDebug, "info": slog.LevelInfo, "warn": slog.LevelWarn, "error": slog.LevelError}
 			l, ok := levels[strings.ToLower(v)]
@@ -556,6 +562,9 @@ func addServerFlags(fs *pflag.FlagSet) {
 	fs.Bool("sync-complete", d.SyncComplete, "with --sync, also fsync complete (and SQS's DeleteMessage) before answering it; "+
 		"by default a complete is answered once written and the next fsync covers it: a crash in between can only deliver "+
 		"a completed item again (docs/adr/0033); PostgreSQL commits a complete before answering it either way (env STYX_SYNC_COMPLETE)")
+	fs.Bool("sync-lease", d.SyncLease, "with --sync, also fsync every lease before answering it; by default a lease of items "+
+		"produced within the last 2 s, with a lease timeout of at most 1 minute, is answered once written, and after a crash "+
+		"the recent items are held for 1 minute so that no lease is given twice (docs/adr/0034) (env STYX_SYNC_LEASE)")
 	fs.String("log-level", "info", "log level: debug, info, warn or error (env STYX_LOG_LEVEL)")
 	fs.String("log-format", d.LogFormat, "log format: text or json (env STYX_LOG_FORMAT)")
 	fs.Duration("shutdown-timeout", d.ShutdownTimeout, "how long a shutdown waits for in-flight requests, and each of its other steps; a shutdown ends within twice this (env STYX_SHUTDOWN_TIMEOUT)")

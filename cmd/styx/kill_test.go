@@ -133,8 +133,7 @@ func TestHardStopKeepsAcknowledgedItems(t *testing.T) {
 
 	p = startServerProcess(t, dir, addr)
 	c = client(t, p.endpoint)
-	found := map[string]bool{}
-	leased := 0
+	found, leased := map[string]bool{}, map[string]bool{}
 	for part := int32(0); part < 2; part++ {
 		pivot := ""
 		for {
@@ -146,7 +145,7 @@ func TestHardStopKeepsAcknowledgedItems(t *testing.T) {
 				}
 				found[string(it.Payload)] = true
 				if it.IsLeased {
-					leased++
+					leased[string(it.Payload)] = true
 				}
 			}
 			if len(res.Items) < 1000 {
@@ -161,10 +160,13 @@ func TestHardStopKeepsAcknowledgedItems(t *testing.T) {
 		require.True(t, found[payload], "acknowledged item %s lost", payload)
 	}
 	assert.True(t, found["held"])
-	assert.Equal(t, 1, leased, "the live lease survives the crash")
+	// The live lease survives the crash. The items produced in the last
+	// 2 s before it are held too, leased to nobody (ADR 0034: a lease
+	// answered before its fsync may have dealt them).
+	assert.True(t, leased["held"], "the live lease survives the crash")
 	// The lease handle from before the crash still completes the item.
 	require.NoError(t, c.QueueComplete(ctx, &pb.QueueCompleteRequest{QueueName: "jobs", Partition: held.Partition, Ids: []string{held.Items[0].Id}}))
-	t.Logf("%d acknowledged items before SIGKILL, all present after restart", len(acked))
+	t.Logf("%d acknowledged items before SIGKILL, all present after restart; %d listed as leased (the live lease, the others held)", len(acked), len(leased))
 }
 
 // TestHardStopWhileClientsWaitOnSyncs kills the server with SIGKILL while

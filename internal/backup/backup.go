@@ -88,17 +88,7 @@ type Source interface {
 // another and say so with Unwrap, as the fault-injection wrapper does), or
 // false when s takes no snapshots (it is not a Pebble store).
 func SourceOf(s store.Store) (Source, bool) {
-	for s != nil {
-		if src, ok := s.(Source); ok {
-			return src, true
-		}
-		u, ok := s.(interface{ Unwrap() store.Store })
-		if !ok {
-			return nil, false
-		}
-		s = u.Unwrap()
-	}
-	return nil, false
+	return store.Find[Source](s)
 }
 
 // Version returns the version of the running Styx binary for a manifest:

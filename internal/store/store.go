@@ -294,6 +294,36 @@ type Guard interface {
 	Health() string
 }
 
+// Recovery is implemented by a store that knows whether it was closed
+// cleanly before it was opened (the Pebble store). After a shutdown that
+// was not clean (a crash, a kill, a power cut, a restore of a copy taken
+// while it ran), what it holds is what was durable: writes applied but not
+// yet synced may be gone. A logical queue then holds the items a lease
+// answered before its sync may have dealt (ADR 0034).
+type Recovery interface {
+	// Unclean reports whether the store's last shutdown before this open
+	// was not clean; it does not change while the store is open.
+	Unclean() bool
+}
+
+// Find returns the first store of type T among s and the stores it wraps
+// (a store that wraps another says so with Unwrap, as the fault-injection
+// wrapper does), or false when there is none.
+func Find[T any](s Store) (T, bool) {
+	for s != nil {
+		if t, ok := s.(T); ok {
+			return t, true
+		}
+		u, ok := s.(interface{ Unwrap() Store })
+		if !ok {
+			break
+		}
+		s = u.Unwrap()
+	}
+	var zero T
+	return zero, false
+}
+
 // AsyncWriter is implemented by stores that can pipeline durability: apply
 // a batch now and make it durable later, so that the logical queue can build
 // its next batch while the previous one syncs (ADR 0012). The logical queue

@@ -59,6 +59,14 @@ type Config struct {
 	// again), never lose or duplicate anything else (ADR 0033). It changes
 	// nothing on a store that writes synchronously (memory, sync off).
 	SyncCompletes bool
+	// SyncLeases makes every lease wait for its batch's sync before it is
+	// answered. Off by default: on a store that can tell an unclean
+	// shutdown (store.Recovery), a lease of recently produced items with a
+	// lease timeout of at most EarlyLeaseTimeout is answered once its
+	// batch is written, and after an unclean shutdown the recent items are
+	// held until such leases have ended (ADR 0034). The hold after an
+	// unclean shutdown applies whatever this says.
+	SyncLeases bool
 	// MaxDeduplicationIDs bounds the deduplication ids each queue holds in
 	// memory within their window: a produce whose new ids would take them
 	// over it is refused (queue.DeduplicationLimitError, 454) and stores
@@ -136,11 +144,27 @@ type Logical struct {
 	// has been started since; the next reply must wait for one. Loop
 	// goroutine only.
 	unsynced bool
+	// earlySeq counts the batches with leases answered before their sync
+	// (ADR 0034); pipe.earlyDurable is the count of those known durable.
+	// lostEarly says a write or sync failed while some were not: the
+	// reload after the store's reopen holds the recent items.
+	earlySeq  uint64
+	lostEarly bool
 	// guard is the store's, when it can refuse writes (store.Guard); gen
 	// is its Generation when the state was last loaded (written by the
 	// loop, read by ListPage).
 	guard store.Guard
-	gen   atomic.Uint64
+	// recovery is the store's, when it can tell an unclean shutdown
+	// (store.Recovery): leases may then be answered before their sync.
+	recovery store.Recovery
+	// holdUntil (Unix ns) is the end of the hold of recent items after an
+	// unclean shutdown or a reopen of the store (ADR 0034): every load
+	// before it holds them (hold); 0 when there is none.
+	holdUntil int64
+	// heldWrite lists the items the last load held, whose lease the next
+	// iteration writes (Begin): listings and a later load see them held.
+	heldWrite []heldItem
+	gen       atomic.Uint64
 	// resuming is set while the state loaded from storage holds dead
 	// decisions whose moves the loop has not resumed yet: from the load
 	// until the write of the iteration that resumed them (resumeMoves,
@@ -219,6 +243,7 @@ func newLogical(cfg Config, info queue.QueueInfo, lookup func(string) *Logical) 
 			return g.WriteFault()
 		}
 	}
+	l.recovery = storeRecovery(cfg.Store)
 	l.pipe = newPipeline(info.Name, l.Loop.Wake)
 	cfg.Metrics.InitQueue(info.Name, info.DeadQueue)
 	l.Loop.Start(l)
@@ -341,6 +366,11 @@ func (l *Logical) applyConfig(info queue.QueueInfo) error {
 // (engine.Backend).
 func (l *Logical) Open() {
 	go l.pipe.run()
+	if l.recovery != nil && l.recovery.Unclean() {
+		// The store holds what was durable: leases answered before their
+		// sync may be gone while their consumers work (ADR 0034).
+		l.holdUntil = l.cfg.Clock.Now().Add(EarlyLeaseTimeout).UnixNano()
+	}
 	l.load()
 }
 
@@ -364,6 +394,11 @@ func (l *Logical) Begin(now int64, reqs []*engine.Request, _ bool) (engine.Tx, [
 			// The store was reopened: what it holds is what is durable.
 			// (gen changes after the load has set resuming: awaitResume.)
 			l.cfg.Log.Warn("storage reopened; reloading the queue", "queue", l.name)
+			if l.lostEarly || l.earlySeq > l.pipe.earlyDurable.Load() {
+				// Leases answered before their sync may be gone (ADR 0034).
+				l.holdUntil = max(l.holdUntil, now+int64(EarlyLeaseTimeout))
+			}
+			l.lostEarly = false
 			l.load()
 			l.gen.Store(g)
 		}
@@ -422,6 +457,17 @@ func (l *Logical) Begin(now int64, reqs []*engine.Request, _ bool) (engine.Tx, [
 			}
 		}
 		l.confirmed = l.confirmed[:0]
+	}
+	if lifecycle {
+		for _, h := range l.heldWrite {
+			if h.p.items[h.x.id] == h.x && h.x.state == stateLeased {
+				// Update, not Lease: the item may have a state record
+				// already (an earlier lease), which must stay deletable
+				// (ADR 0020).
+				it.batch.Update(h.p.num, h.p.meta(h.x))
+			}
+		}
+		l.heldWrite = nil
 	}
 	it.eager = resumed || len(it.batch.Ops) > 0
 	l.cur = it
@@ -483,6 +529,9 @@ func (l *Logical) load() {
 	keys := make(map[string]*item)
 	var dead []loadedDead
 	last, err := l.cfg.Store.LastID(ctx, l.queueID)
+	holding := now < l.holdUntil
+	from := holdFrom(last)
+	var heldWrite []heldItem
 	for i := range parts {
 		if err != nil {
 			break
@@ -490,6 +539,13 @@ func (l *Logical) load() {
 		p := newPartition(int32(i), l.info.Ordered)
 		err = l.cfg.Store.LoadItems(ctx, l.queueID, int32(i), func(m queue.ItemMeta) error {
 			x := itemFromMeta(m, now)
+			// Ordered groups: never leased early; a held group is a
+			// record of its own, which a hold would not write.
+			if holding && (m.Group == "" || !l.info.Ordered) {
+				if hold(x, from, l.holdUntil) {
+					heldWrite = append(heldWrite, heldItem{p: p, x: x})
+				}
+			}
 			if m.Group != "" {
 				p.index().loading = true
 			}
@@ -530,6 +586,11 @@ func (l *Logical) load() {
 		return
 	}
 	l.loadErr = nil
+	l.heldWrite = heldWrite
+	if len(heldWrite) > 0 {
+		l.cfg.Log.Warn("holding recent items: a lease answered before its sync may have dealt them, and the store restarted or reopened without it (ADR 0034)",
+			"queue", l.name, "items", len(heldWrite), "until", time.Unix(0, l.holdUntil).UTC())
+	}
 	l.parts, l.sourceKeys, l.lastID = parts, keys, last
 	l.setHeld(held)
 	l.dedup = dedup
@@ -573,8 +634,11 @@ type iteration struct {
 	// the error of its write), in order.
 	replies []pendingReply
 	// early are answers sent once the batch is written, before its sync
-	// (Config.ConsumeBeforeSync).
+	// (Config.ConsumeBeforeSync, ADR 0033's completes, ADR 0034's leases).
 	early []pendingReply
+	// earlyLease says early holds a lease answered under ADR 0034
+	// (Logical.earlySeq counts the batch once written).
+	earlyLease bool
 	// after runs in the loop once the batch is durable (err nil) or has
 	// failed; the loop waits for the batch before its next iteration.
 	after []func(err error)

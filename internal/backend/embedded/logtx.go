@@ -448,6 +448,9 @@ func (it *iteration) Commit(replies []engine.Reply, err error) {
 			it.deferrals = append(it.deferrals, deferral{r: r.R, items: moving})
 		case r.Err == nil && answersEarly(cfg, r.Mode):
 			it.early = append(it.early, pendingReply{r: r.R})
+		case r.Err == nil && r.Mode == engine.DurableItems && it.l.leasesEarly(r.R, it.now):
+			it.early = append(it.early, pendingReply{r: r.R})
+			it.earlyLease = true
 		default:
 			it.replies = append(it.replies, pendingReply{r: r.R, err: r.Err})
 		}

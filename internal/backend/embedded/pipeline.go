@@ -72,6 +72,9 @@ type commit struct {
 	// lastID is the loop's id high-water mark when the batch was written:
 	// once the batch is durable, so is every item of an id up to it.
 	lastID uint64
+	// early is the loop's count of batches with leases answered before
+	// their sync (Logical.earlySeq) when the batch was written.
+	early uint64
 	// reset ends a failure: the loop has reloaded from storage.
 	reset bool
 }
@@ -95,7 +98,10 @@ type pipeline struct {
 	// (Config.ConsumeBeforeSync answers a lease early only for items up to
 	// it).
 	durableID atomic.Uint64
-	done      chan struct{}
+	// earlyDurable is the count of batches with leases answered before
+	// their sync (Logical.earlySeq) known durable.
+	earlyDurable atomic.Uint64
+	done         chan struct{}
 }
 
 // newPipeline returns the syncer of queue name; wake wakes the queue's
@@ -149,6 +155,7 @@ func (p *pipeline) run() {
 		}
 		if ferr == nil {
 			p.durableID.Store(c.lastID)
+			p.earlyDurable.Store(c.early)
 		}
 		for i := range c.replies {
 			c.replies[i].send(ferr)
@@ -196,6 +203,9 @@ func (l *Logical) commit(it *iteration) {
 		clear(it.fresh)
 		l.fresh = it.fresh
 	}
+	if err == nil && it.earlyLease {
+		l.earlySeq++
+	}
 	if err == nil && it.resumed {
 		// The resumed moves' deletes are written (readable): listings need
 		// not wait for the loop any more (awaitResume).
@@ -218,6 +228,7 @@ func (l *Logical) commit(it *iteration) {
 		// in this batch: it is failed, never answered later as if they were
 		// stored.
 		l.cfg.Log.Error("write failed; reloading the queue from storage", "queue", l.name, "error", err)
+		l.noteLostEarly()
 		l.load()
 		werr := unavailable(l.name, err)
 		l.Loop.Waiters.FailCompleted(werr)
@@ -236,11 +247,12 @@ func (l *Logical) commit(it *iteration) {
 	}
 	if wait == nil && l.pipe.idle() {
 		l.pipe.durableID.Store(l.lastID)
+		l.pipe.earlyDurable.Store(l.earlySeq)
 		l.finish(it, nil)
 		return
 	}
 	loopWork := it.wait || len(it.after) > 0 || len(it.deferrals) > 0
-	c := &commit{wait: wait, replies: it.replies, lastID: l.lastID}
+	c := &commit{wait: wait, replies: it.replies, lastID: l.lastID, early: l.earlySeq}
 	if loopWork {
 		c.notify = make(chan error, 1)
 	}
@@ -288,6 +300,7 @@ func (l *Logical) finish(it *iteration, err error) {
 // the failed one on, so the loop's state, built on them, is rebuilt from
 // storage, and the reset marker ends the failure.
 func (l *Logical) syncFailed() {
+	l.noteLostEarly()
 	select {
 	case <-l.pipe.failed:
 	default:
@@ -310,7 +323,7 @@ func (l *Logical) AnswerDurable(r *engine.Request) {
 	if l.unsynced {
 		wait, l.unsynced = l.syncWait(), false
 	}
-	l.pipe.push(&commit{wait: wait, replies: []pendingReply{{r: r}}, lastID: l.lastID})
+	l.pipe.push(&commit{wait: wait, replies: []pendingReply{{r: r}}, lastID: l.lastID, early: l.earlySeq})
 }
 
 // syncer returns the store's store.Syncer, or nil: lazy batches

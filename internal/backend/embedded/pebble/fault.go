@@ -414,6 +414,11 @@ func (s *Store) reopen(readOnly bool) bool {
 		s.log.Warn("storage reopened read-only: reads are served, writes refused until there is room", "error", nf.err)
 	} else {
 		s.log.Info("storage reopened read-write: writes resume")
+		if err := s.dropClean(); err != nil {
+			// The write failed: the store is faulted again, and nothing
+			// is written until a later reopen deletes the marker.
+			s.log.Warn("storage: deleting the clean-shutdown marker failed", "error", err)
+		}
 		if err := s.upgrade(); err != nil {
 			// Format 1 on disk still: a later reopen or restart tries again.
 			s.log.Warn("storage: upgrading the store's format failed", "error", err)

@@ -15,6 +15,7 @@ const (
 	prefixKey      byte = 0x05 // 0x05 API key name → key record
 	prefixKeyID    byte = 0x06 // 0x06 API key ID → API key name
 	prefixLegacy   byte = 0x07 // 0x07 qid → last item ID written in format 1 (8-byte BE)
+	prefixClean    byte = 0x08 // 0x08 → empty; present while the store is closed cleanly (Unclean)
 	prefixMeta     byte = 0x10 // 0x10 qid part id → item meta
 	prefixBody     byte = 0x11 // 0x11 qid part bodyID → item body
 	prefixErrors   byte = 0x12 // 0x12 qid part bodyID → item errors
@@ -43,6 +44,7 @@ const (
 var (
 	formatKey   = []byte{prefixFormat}
 	queueSeqKey = []byte{prefixQueueSeq}
+	cleanKey    = []byte{prefixClean}
 )
 
 func catalogKey(name string) []byte {

@@ -222,6 +222,10 @@ func (s *Store) load() error {
 		return fmt.Errorf("unknown store format %q", v)
 	}
 
+	if err := s.loadClean(err == nil); err != nil {
+		return fmt.Errorf("clean-shutdown marker: %w", err)
+	}
+
 	if v, err := s.get(queueSeqKey); err == nil {
 		if s.lastQueueID, err = decodeUint64(v); err != nil {
 			return fmt.Errorf("queue id counter: %w", err)
@@ -345,8 +349,55 @@ func (s *Store) Close() error {
 	if s.db == nil {
 		return nil
 	}
+	if s.writable() == nil && !s.cleanPending {
+		// The last write: the next Open knows that nothing applied was
+		// left unsynced (Unclean). Close's own sync of the log makes it
+		// durable, after everything written before it.
+		if err := s.commit(func() error { return s.db.Set(cleanKey, nil, pebbledb.NoSync) }); err != nil {
+			_ = s.db.Close()
+			return fmt.Errorf("pebble: close: mark the shutdown clean: %w", err)
+		}
+	}
 	if err := s.db.Close(); err != nil {
 		return fmt.Errorf("pebble: close: %w", err)
 	}
+	return nil
+}
+
+// Unclean reports whether the store was not closed cleanly (Close) before
+// Open (store.Recovery): a crash, a kill, a power cut, or a copy of a
+// store that was open (a backup). A new store is clean.
+func (s *Store) Unclean() bool { return s.unclean }
+
+// loadClean reads and deletes the clean-shutdown marker (Unclean), synced,
+// before anything else is written: a crash after Open must not find it.
+// existed says the store existed before this Open. A read-only Open leaves
+// the marker to the first read-write reopen (dropClean).
+func (s *Store) loadClean(existed bool) error {
+	_, err := s.get(cleanKey)
+	switch {
+	case errors.Is(err, pebbledb.ErrNotFound):
+		s.unclean = existed
+		return nil
+	case err != nil:
+		return err
+	}
+	s.cleanPending = true
+	if s.writable() != nil {
+		return nil
+	}
+	return s.dropClean()
+}
+
+// dropClean deletes the clean-shutdown marker, synced, if it is still
+// there (cleanPending). Called with no call in progress (Open, reopen).
+func (s *Store) dropClean() error {
+	if !s.cleanPending {
+		return nil
+	}
+	if err := s.commit(func() error { return s.db.Delete(cleanKey, pebbledb.Sync) }); err != nil {
+		return err
+	}
+	s.cleanPending = false
 	return nil
 }

@@ -178,6 +178,11 @@ type Store struct {
 	fault atomic.Pointer[faultState]
 	// gen counts reopenings (Generation).
 	gen atomic.Uint64
+	// unclean says the store was not closed cleanly before Open (Unclean);
+	// cleanPending, that the marker saying it was is still to be deleted
+	// (Open was read-only): the first read-write reopen deletes it. Set
+	// by Open and reopen, with no call in progress.
+	unclean, cleanPending bool
 	// written counts the bytes written since the free space was last read
 	// (InsertFault reads it again after minFree/8).
 	written atomic.Int64
