@@ -256,7 +256,8 @@ func TestConsumeBeforeSync(t *testing.T) {
 
 // TestCompleteBeforeSync: by default (ADR 0033) a complete is answered
 // once its batch is written, while that batch's sync is held, and a lease
-// still waits for its sync; with daemon.Config.SyncCompletes the complete
+// with a lease timeout over a minute (ADR 0034) still waits for its sync;
+// with daemon.Config.SyncCompletes the complete
 // waits for its sync too.
 func TestCompleteBeforeSync(t *testing.T) {
 	t.Parallel()
@@ -266,7 +267,10 @@ func TestCompleteBeforeSync(t *testing.T) {
 			// One server after the other on the backend's store.
 			s := servertest.StartWith(t, b, func(c *daemon.Config) { c.SyncCompletes = syncCompletes })
 			q := fmt.Sprintf("cb-%v", syncCompletes)
-			s.CreateQueue(&pb.QueueInfo{QueueName: q, LeaseTimeout: "1m"})
+			// A lease timeout over a minute: the lease of b waits for its
+			// sync even though b is recent (ADR 0034 answers leases of
+			// recent items with at most a minute before their sync).
+			s.CreateQueue(&pb.QueueInfo{QueueName: q, LeaseTimeout: "5m"})
 			s.Produce(q, "a")
 			s.Produce(q, "b")
 			a := s.Lease(q, 1)

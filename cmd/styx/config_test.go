@@ -212,6 +212,24 @@ func TestServerSettingsSyncComplete(t *testing.T) {
 	require.ErrorContains(t, err, `"maybe" is not true or false`)
 }
 
+func TestServerSettingsSyncLease(t *testing.T) {
+	s, err := loadWith(t, nil, nil)
+	require.NoError(t, err)
+	require.False(t, s.daemonConfig(nil).SyncLeases, "leases of recent items are answered before their fsync by default (ADR 0034)")
+	for _, tc := range []struct {
+		args []string
+		env  map[string]string
+	}{
+		{args: []string{"--sync-lease"}},
+		{env: map[string]string{"STYX_SYNC_LEASE": "true"}},
+		{args: []string{"--config", writeConfig(t, "sync_lease: true\n")}},
+	} {
+		s, err := loadWith(t, tc.args, tc.env)
+		require.NoError(t, err)
+		require.True(t, s.daemonConfig(nil).SyncLeases, "%v %v", tc.args, tc.env)
+	}
+}
+
 func TestServerSettingsSyncConsume(t *testing.T) {
 	s, err := loadWith(t, nil, nil)
 	require.NoError(t, err)
