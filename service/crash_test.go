@@ -685,6 +685,9 @@ func TestLeaseBeforeItsFailedFsync(t *testing.T) {
 	first, err := s.C.QueueLease(ctx, &pb.QueueLeaseRequest{QueueName: "lf", BatchSize: 1, ClientId: "first", RequestTimeout: "5s"})
 	require.NoError(t, err, "answered before its fsync, which fails")
 	require.Equal(t, []string{"a"}, payloads2(first.Items))
+	// The fsync fails after the answer: the store faults (and stays so
+	// while syncs fail), then reopens once they succeed.
+	servertest.Eventually(t, func() bool { return health(s) != "ok" }, "the failed fsync faults the store")
 	fail.Store(false)
 	servertest.Eventually(t, func() bool { return health(s) == "ok" }, "the store reopens")
 
