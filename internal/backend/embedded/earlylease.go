@@ -64,9 +64,9 @@ func (l *Logical) leasesEarly(r *engine.Request, now int64) bool {
 	return true
 }
 
-// noteLostEarly records, when a write or sync fails, that leases answered
-// before their sync may not be durable: the reload after the store's reopen
-// then holds the recent items (Begin).
+// noteLostEarly records, when a write or sync fails or the store reopens,
+// that leases answered before their sync may not be durable: the reload
+// after the store's reopen then holds the recent items (Begin).
 func (l *Logical) noteLostEarly() {
 	if l.earlySeq > l.pipe.earlyDurable.Load() {
 		l.lostEarly = true

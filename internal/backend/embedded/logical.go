@@ -394,7 +394,7 @@ func (l *Logical) Begin(now int64, reqs []*engine.Request, _ bool) (engine.Tx, [
 			// The store was reopened: what it holds is what is durable.
 			// (gen changes after the load has set resuming: awaitResume.)
 			l.cfg.Log.Warn("storage reopened; reloading the queue", "queue", l.name)
-			if l.lostEarly || l.earlySeq > l.pipe.earlyDurable.Load() {
+			if l.noteLostEarly(); l.lostEarly {
 				// Leases answered before their sync may be gone (ADR 0034).
 				l.holdUntil = max(l.holdUntil, now+int64(EarlyLeaseTimeout))
 			}
