@@ -19,6 +19,7 @@ import (
 
 	styx "github.com/styxq/styx"
 	"github.com/styxq/styx/internal/backend/embedded/pebble"
+	"github.com/styxq/styx/internal/history"
 	"github.com/styxq/styx/internal/servertest"
 	"github.com/styxq/styx/internal/store"
 	pb "github.com/styxq/styx/styxpb"
@@ -580,6 +581,37 @@ func TestCompleteBeforeItsFsyncPowerCut(t *testing.T) {
 	s.Stop()
 	s.Boot()
 	assert.Equal(t, []string{"b"}, payloads(s.Items("cf")), "a's complete survived the power cut: b's fsync covered it")
+}
+
+// TestEarlyAnswerSyncedWithoutALaterWrite: a batch whose every answer left
+// before its sync (here a complete's, ADR 0033) starts no fsync of its own:
+// a later write's fsync covers it, and when none comes the queue syncs it
+// within embedded.LazySyncDelay, so a power cut after that keeps the
+// complete. Without that sync the complete would stay unsynced until the
+// next write.
+func TestEarlyAnswerSyncedWithoutALaterWrite(t *testing.T) {
+	var syncs atomic.Int64
+	mem := &crashFS{cur: vfs.NewCrashableMem()}
+	s := servertest.Start(t, pebbleOn(func() vfs.FS { return mem.get() },
+		pebble.Config{MinFreeBytes: -1, OnSync: func(time.Duration) { syncs.Add(1) }}))
+	s.CreateQueue(&pb.QueueInfo{QueueName: "es", LeaseTimeout: "5m"})
+	s.Produce("es", "a")
+	a := s.Lease("es", 1)
+	require.Len(t, a.Items, 1)
+	s.Produce("es", "b") // acknowledged once fsynced: the lease's batch is durable too
+	s.Complete("es", a.Partition, a.Items[0].Id)
+	// A sync that ends after the complete's answer began after its batch
+	// was written: nothing else writes here but the queue history's
+	// sampler, whose iteration every history.SampleEvery (10 s) also syncs
+	// what is unsynced; the bound tells the two apart (the sync due is
+	// LazySyncDelay, 5 ms, away).
+	n := syncs.Load()
+	require.Eventually(t, func() bool { return syncs.Load() > n }, history.SampleEvery/2, time.Millisecond,
+		"the complete's batch is synced though no write follows")
+	mem.crash(rand.New(rand.NewPCG(5, 6)), 0)
+	s.Stop()
+	s.Boot()
+	assert.Equal(t, []string{"b"}, payloads(s.Items("es")), "the complete survived the power cut")
 }
 
 // TestLeaseBeforeItsFsyncPowerCut shows what a lease's 200 promises by

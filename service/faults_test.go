@@ -17,6 +17,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	styx "github.com/styxq/styx"
+	"github.com/styxq/styx/daemon"
 	"github.com/styxq/styx/internal/backend/embedded/pebble"
 	"github.com/styxq/styx/internal/queue"
 	"github.com/styxq/styx/internal/servertest"
@@ -104,7 +105,12 @@ func TestDiskFullStaysUpAndHeals(t *testing.T) {
 		}
 		return nil
 	}))
-	s := servertest.Start(t, pebbleOn(func() vfs.FS { return fs }, pebble.Config{MinFreeBytes: 64 << 20, CheckInterval: 10 * time.Millisecond}))
+	// The complete below must be durable before the disk fills: a complete's
+	// answer may otherwise leave before its sync (ADR 0033), which the full
+	// disk then fails, bringing its item back under the lease
+	// (TestCompleteBeforeItsFsyncPowerCut is that case).
+	s := servertest.StartWith(t, pebbleOn(func() vfs.FS { return fs }, pebble.Config{MinFreeBytes: 64 << 20, CheckInterval: 10 * time.Millisecond}),
+		func(c *daemon.Config) { c.SyncCompletes = true })
 	s.CreateQueue(&pb.QueueInfo{QueueName: "df"})
 	s.Produce("df", "a", "b")
 	require.Equal(t, "ok", health(s))

@@ -141,9 +141,11 @@ type Logical struct {
 	// pipe releases the replies of written batches once durable.
 	pipe *pipeline
 	// unsynced: a lazy batch (store.Batch.Lazy) was applied and no sync
-	// has been started since; the next reply must wait for one. Loop
+	// has been started since; the next reply must wait for one, and a sync
+	// starts by unsyncedAt + LazySyncDelay (Unix ns; NextWake). Loop
 	// goroutine only.
-	unsynced bool
+	unsynced   bool
+	unsyncedAt int64
 	// earlySeq counts the batches with leases answered before their sync
 	// (ADR 0034); pipe.earlyDurable is the count of those known durable.
 	// lostEarly says a write or sync failed while some were not: the
@@ -839,6 +841,11 @@ func (l *Logical) NextWake(int64) int64 {
 	}
 	if len(l.toSend) > 0 && l.inflight < maxMovesInFlight {
 		next = engine.Earliest(next, max(l.moveAfter, 1))
+	}
+	if l.unsynced {
+		// An iteration then finds the lazy batches unsynced and syncs them
+		// (commit), whether or not it writes.
+		next = engine.Earliest(next, l.unsyncedAt+int64(LazySyncDelay))
 	}
 	return next
 }

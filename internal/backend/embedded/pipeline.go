@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"sync/atomic"
+	"time"
 
 	"github.com/styxq/styx/internal/engine"
 	"github.com/styxq/styx/internal/store"
@@ -31,6 +32,14 @@ import (
 // pipelineDepth is how many written batches may await their sync before the
 // loop blocks.
 const pipelineDepth = 64
+
+// LazySyncDelay bounds how long a batch written without a sync of its own
+// (a lazy one: nothing waits on it, or every answer it holds left before
+// its sync) stays unsynced when no later batch starts a sync that covers
+// it: 5 ms. Under load the next produce's sync covers it first, so the
+// answers that leave early do not make fsyncs of their own that a produce
+// would then wait behind (issue 52; ADR 0033, ADR 0034).
+const LazySyncDelay = 5 * time.Millisecond
 
 // pendingReply is one reply of a batch: success (its result is in its
 // request's op), or an error answer (a request that broke a rule and
@@ -183,17 +192,19 @@ func (l *Logical) write(b *store.Batch) (wait func() error, err error) {
 func (l *Logical) commit(it *iteration) {
 	err := it.err
 	var wait func() error
-	// A batch nothing waits on (engine.Lazy) is applied without a sync of
-	// its own: the next batch's sync covers it, and every reply after it
-	// waits for a sync (unsynced).
-	lazy := it.lazy && !it.eager && len(it.replies) == 0 && len(it.early) == 0 && !it.wait && len(it.after) == 0 &&
+	// A batch nothing waits on (engine.Lazy), or whose every answer leaves
+	// before its sync (early), is applied without a sync of its own: the
+	// next batch's sync covers it, every reply after it waits for a sync
+	// (unsynced), and a sync starts at the latest LazySyncDelay later
+	// (NextWake) when no batch came to start one.
+	lazy := (it.lazy || len(it.early) > 0) && !it.eager && len(it.replies) == 0 && !it.wait && len(it.after) == 0 &&
 		len(it.deferrals) == 0 && l.syncer() != nil
 	if err == nil && (it.batch.Len() > 0 || it.batch.LastID != 0) {
 		it.batch.Lazy = lazy
 		wait, err = l.write(&it.batch)
 		it.batch.Lazy = false
-		if err == nil && lazy {
-			l.unsynced = true
+		if err == nil && lazy && !l.unsynced {
+			l.unsynced, l.unsyncedAt = true, it.now
 		}
 	}
 	// The store is done with the batch: keep its buffers for the next.
