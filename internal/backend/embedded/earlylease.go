@@ -28,10 +28,13 @@ const (
 
 // leasesEarly reports whether r, a lease reply of mode DurableItems (every
 // item it deals stored by a durable batch), may leave once its batch is
-// written: the store can tell an unclean shutdown, the lease completes
-// nothing first, the partition is not ordered, and every item has no
-// source, an id within EarlyLeaseWindow of the newest id (l.lastID, the one
-// this batch stores) and a lease deadline within EarlyLeaseTimeout of now.
+// written: the store can tell an unclean shutdown, the partition is not
+// ordered, and every item has no source, an id within EarlyLeaseWindow of
+// the newest id (l.lastID, the one this batch stores) and a lease deadline
+// within EarlyLeaseTimeout of now. A lease that completes first
+// (complete_ids, r.Op) may leave too: a crash that undoes it undoes its
+// completes with it, each as a complete answered before its fsync is
+// undone (ADR 0033: back under the lease its consumer held).
 //
 // Why that is enough (ADR 0034): Pebble's log is durable in order, so if
 // the store recovers a last id above this batch's, a batch written after
@@ -40,9 +43,7 @@ const (
 // EarlyLeaseTimeout after the queue loads, which is after the deadline of
 // any lease answered before the crash.
 func (l *Logical) leasesEarly(r *engine.Request, now int64) bool {
-	// A lease that completes first (r.Op: its completes) is answered as
-	// one whole, durable (ADR 0030).
-	if l.recovery == nil || r.Lease == nil || r.Op != nil || l.cfg.SyncLeases {
+	if l.recovery == nil || r.Lease == nil || l.cfg.SyncLeases {
 		return false
 	}
 	res := r.Lease.Result
