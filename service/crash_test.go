@@ -626,17 +626,14 @@ func TestEarlyAnswerSyncedWithoutALaterWrite(t *testing.T) {
 	assert.Equal(t, []string{"b"}, payloads(s.Items("es")), "the complete survived the power cut")
 }
 
-// TestLeaseWithCompletesBeforeItsFsyncPowerCut: a lease that completes
-// first (complete_ids) and deals recent items is answered once written, as
-// a lease (ADR 0034) and a complete (ADR 0033) are; it is one write, so a
-// power cut before its fsync undoes both. Then the completed item is back,
-// leased, and the lease's id that completed it still completes it; the
-// items it dealt are held, dealt to nobody, and its own ids complete them.
-func TestLeaseWithCompletesBeforeItsFsyncPowerCut(t *testing.T) {
+// startSyncGated starts a server (fake clock) on a crashable in-memory
+// Pebble store whose fsyncs wait, from shut until open, for the gate; the
+// gate opens at cleanup too, before the server stops (cleanups run last
+// first).
+func startSyncGated(t *testing.T) (s *servertest.Server, mem *crashFS, shut, open func()) {
 	var gate atomic.Pointer[chan struct{}]
-	mem := &crashFS{cur: vfs.NewCrashableMem()}
-	// While a gate is set, every sync waits for it.
-	s := servertest.StartFake(t, pebbleOn(func() vfs.FS {
+	mem = &crashFS{cur: vfs.NewCrashableMem()}
+	s = servertest.StartFake(t, pebbleOn(func() vfs.FS {
 		return errorfs.Wrap(mem.get(), errorfs.InjectorFunc(func(op errorfs.Op) error {
 			if g := gate.Load(); g != nil && (op.Kind == errorfs.OpFileSync || op.Kind == errorfs.OpFileSyncData || op.Kind == errorfs.OpFileSyncTo) {
 				<-*g
@@ -644,29 +641,49 @@ func TestLeaseWithCompletesBeforeItsFsyncPowerCut(t *testing.T) {
 			return nil
 		}))
 	}, pebble.Config{MinFreeBytes: -1}))
-	open := func() {
+	shut = func() {
+		g := make(chan struct{})
+		gate.Store(&g)
+	}
+	open = func() {
 		if g := gate.Swap(nil); g != nil {
 			close(*g)
 		}
 	}
-	t.Cleanup(open) // before the server stops (cleanups run last first)
+	t.Cleanup(open)
+	return s, mem, shut, open
+}
+
+// leaseWhileSyncsWait sends req once the store's fsyncs wait (shut) and
+// returns its answer, which must come while they wait.
+func leaseWhileSyncsWait(t *testing.T, s *servertest.Server, shut func(), req *pb.QueueLeaseRequest) *pb.QueueLeaseResponse {
+	t.Helper()
+	shut()
+	select {
+	case a := <-sendLease(s, req):
+		require.NoError(t, a.err)
+		return a.res
+	case <-time.After(30 * time.Second):
+		t.Fatal("the lease was not answered while its fsync waited")
+		return nil
+	}
+}
+
+// TestLeaseWithCompletesBeforeItsFsyncPowerCut: a lease that completes
+// first (complete_ids) and deals recent items is answered once written, as
+// a lease (ADR 0034) and a complete (ADR 0033) are; it is one write, so a
+// power cut before its fsync undoes both. Then the completed item is back,
+// leased, and the lease's id that completed it still completes it; the
+// items it dealt are held, dealt to nobody, and its own ids complete them.
+func TestLeaseWithCompletesBeforeItsFsyncPowerCut(t *testing.T) {
+	s, mem, shut, open := startSyncGated(t)
 	s.CreateQueue(&pb.QueueInfo{QueueName: "lc", LeaseTimeout: "30s", MaxAttempts: 5})
 	s.Produce("lc", "a", "b")
 	first := s.Lease("lc", 1)
 	require.Equal(t, []string{"a"}, payloads2(first.Items))
 
-	g := make(chan struct{})
-	gate.Store(&g)
-	done := sendLease(s, &pb.QueueLeaseRequest{QueueName: "lc", BatchSize: 1, ClientId: "first", RequestTimeout: "5s",
+	second := leaseWhileSyncsWait(t, s, shut, &pb.QueueLeaseRequest{QueueName: "lc", BatchSize: 1, ClientId: "first", RequestTimeout: "5s",
 		CompletePartition: first.Partition, CompleteIds: []string{first.Items[0].Id}})
-	var second *pb.QueueLeaseResponse
-	select {
-	case a := <-done:
-		require.NoError(t, a.err)
-		second = a.res
-	case <-time.After(30 * time.Second):
-		t.Fatal("the lease that completed a was not answered while its fsync waited")
-	}
 	require.Equal(t, []string{"b"}, payloads2(second.Items))
 	mem.crash(rand.New(rand.NewPCG(7, 8)), 0)
 	open()
@@ -694,39 +711,13 @@ func TestLeaseWithCompletesBeforeItsFsyncPowerCut(t *testing.T) {
 // delivered again, the lost lease's attempt not counted. After a clean
 // shutdown nothing is held.
 func TestLeaseBeforeItsFsyncPowerCut(t *testing.T) {
-	var gate atomic.Pointer[chan struct{}]
-	mem := &crashFS{cur: vfs.NewCrashableMem()}
-	// While a gate is set, every sync waits for it.
-	s := servertest.StartFake(t, pebbleOn(func() vfs.FS {
-		return errorfs.Wrap(mem.get(), errorfs.InjectorFunc(func(op errorfs.Op) error {
-			if g := gate.Load(); g != nil && (op.Kind == errorfs.OpFileSync || op.Kind == errorfs.OpFileSyncData || op.Kind == errorfs.OpFileSyncTo) {
-				<-*g
-			}
-			return nil
-		}))
-	}, pebble.Config{MinFreeBytes: -1}))
-	open := func() {
-		if g := gate.Swap(nil); g != nil {
-			close(*g)
-		}
-	}
-	t.Cleanup(open) // before the server stops (cleanups run last first)
+	s, mem, shut, open := startSyncGated(t)
 	rnd := rand.New(rand.NewPCG(5, 6))
 	s.CreateQueue(&pb.QueueInfo{QueueName: "lf", LeaseTimeout: "30s", MaxAttempts: 5})
 	s.Produce("lf", "a", "b", "c")
 
 	// Answered while its fsync waits; the power goes before that fsync.
-	g := make(chan struct{})
-	gate.Store(&g)
-	done := sendLease(s, &pb.QueueLeaseRequest{QueueName: "lf", BatchSize: 2, ClientId: "first", RequestTimeout: "5s"})
-	var first *pb.QueueLeaseResponse
-	select {
-	case a := <-done:
-		require.NoError(t, a.err)
-		first = a.res
-	case <-time.After(30 * time.Second):
-		t.Fatal("the lease was not answered while its fsync waited")
-	}
+	first := leaseWhileSyncsWait(t, s, shut, &pb.QueueLeaseRequest{QueueName: "lf", BatchSize: 2, ClientId: "first", RequestTimeout: "5s"})
 	require.Equal(t, []string{"a", "b"}, payloads2(first.Items))
 	mem.crash(rnd, 0)
 	open()
