@@ -9,6 +9,8 @@ import (
 
 	"github.com/spf13/pflag"
 	"github.com/stretchr/testify/require"
+
+	"github.com/styxq/styx/daemon"
 )
 
 // loadWith parses args as `styx server` flags and resolves the settings
@@ -192,41 +194,37 @@ func TestServerSettingsClusters(t *testing.T) {
 	require.ErrorContains(t, err, `weight "x"`)
 }
 
-func TestServerSettingsSyncComplete(t *testing.T) {
-	s, err := loadWith(t, nil, nil)
-	require.NoError(t, err)
-	require.False(t, s.daemonConfig(nil).SyncCompletes, "completes are answered before their fsync by default (ADR 0033)")
-	for _, tc := range []struct {
-		args []string
-		env  map[string]string
+// TestServerSettingsSyncCompleteAndLease: --sync-complete and --sync-lease
+// are off by default (ADR 0033, ADR 0034) and each is set by its flag, its
+// environment variable or its config key, and refuses a value that is not a
+// boolean.
+func TestServerSettingsSyncCompleteAndLease(t *testing.T) {
+	for _, set := range []struct {
+		flag, env, key string
+		get            func(daemon.Config) bool
 	}{
-		{args: []string{"--sync-complete"}},
-		{env: map[string]string{"STYX_SYNC_COMPLETE": "true"}},
-		{args: []string{"--config", writeConfig(t, "sync_complete: true\n")}},
+		{"--sync-complete", "STYX_SYNC_COMPLETE", "sync_complete", func(c daemon.Config) bool { return c.SyncCompletes }},
+		{"--sync-lease", "STYX_SYNC_LEASE", "sync_lease", func(c daemon.Config) bool { return c.SyncLeases }},
 	} {
-		s, err := loadWith(t, tc.args, tc.env)
-		require.NoError(t, err)
-		require.True(t, s.daemonConfig(nil).SyncCompletes, "%v %v", tc.args, tc.env)
-	}
-	_, err = loadWith(t, nil, map[string]string{"STYX_SYNC_COMPLETE": "maybe"})
-	require.ErrorContains(t, err, `"maybe" is not true or false`)
-}
-
-func TestServerSettingsSyncLease(t *testing.T) {
-	s, err := loadWith(t, nil, nil)
-	require.NoError(t, err)
-	require.False(t, s.daemonConfig(nil).SyncLeases, "leases of recent items are answered before their fsync by default (ADR 0034)")
-	for _, tc := range []struct {
-		args []string
-		env  map[string]string
-	}{
-		{args: []string{"--sync-lease"}},
-		{env: map[string]string{"STYX_SYNC_LEASE": "true"}},
-		{args: []string{"--config", writeConfig(t, "sync_lease: true\n")}},
-	} {
-		s, err := loadWith(t, tc.args, tc.env)
-		require.NoError(t, err)
-		require.True(t, s.daemonConfig(nil).SyncLeases, "%v %v", tc.args, tc.env)
+		t.Run(set.key, func(t *testing.T) {
+			s, err := loadWith(t, nil, nil)
+			require.NoError(t, err)
+			require.False(t, set.get(s.daemonConfig(nil)), "answered before their fsync by default")
+			for _, tc := range []struct {
+				args []string
+				env  map[string]string
+			}{
+				{args: []string{set.flag}},
+				{env: map[string]string{set.env: "true"}},
+				{args: []string{"--config", writeConfig(t, set.key+": true\n")}},
+			} {
+				s, err := loadWith(t, tc.args, tc.env)
+				require.NoError(t, err)
+				require.True(t, set.get(s.daemonConfig(nil)), "%v %v", tc.args, tc.env)
+			}
+			_, err = loadWith(t, nil, map[string]string{set.env: "maybe"})
+			require.ErrorContains(t, err, `"maybe" is not true or false`)
+		})
 	}
 }
 
