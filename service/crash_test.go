@@ -611,13 +611,15 @@ func TestEarlyAnswerSyncedWithoutALaterWrite(t *testing.T) {
 	a := s.Lease("es", 1)
 	require.Len(t, a.Items, 1)
 	s.Produce("es", "b") // acknowledged once fsynced: the lease's batch is durable too
-	s.Complete("es", a.Partition, a.Items[0].Id)
-	// A sync that ends after the complete's answer began after its batch
-	// was written: nothing else writes here but the queue history's
-	// sampler, whose iteration every history.SampleEvery (10 s) also syncs
-	// what is unsynced; the bound tells the two apart (the sync due is
-	// LazySyncDelay, 5 ms, away).
+	// No sync is in flight now (b's ended before its answer), so a sync
+	// that ends from here on is the complete's: nothing else writes here
+	// but the queue history's sampler, whose iteration every
+	// history.SampleEvery (10 s) also syncs what is unsynced; the bound
+	// tells the two apart (the sync due is LazySyncDelay, 5 ms, away). The
+	// count is read before the complete: its sync may end before a loaded
+	// test goroutine gets back from the answer.
 	n := syncs.Load()
+	s.Complete("es", a.Partition, a.Items[0].Id)
 	require.Eventually(t, func() bool { return syncs.Load() > n }, history.SampleEvery/2, time.Millisecond,
 		"the complete's batch is synced though no write follows")
 	mem.crash(rand.New(rand.NewPCG(5, 6)), 0)
