@@ -17,10 +17,14 @@ import (
 // consumption and the dry run of a clear, through the Go client on every
 // backend.
 
-// leaseAsync starts a lease of one item on queue at s (client id, 10s
-// request timeout) and returns a channel with its answer.
+// leaseAsync starts a lease of one item on queue at s (client id, 1m
+// request timeout) and returns a channel with its answer. The timeout
+// bounds a test that goes wrong, not the steps a test takes while the
+// lease waits: on a loaded machine (a PostgreSQL subtest under -parallel
+// 8) those steps took over 10 s, and a paused queue's waiting lease was
+// answered 454 before the test looked.
 func leaseAsync(s *servertest.Server, queue, client string) <-chan leaseAnswer {
-	return sendLease(s, &pb.QueueLeaseRequest{QueueName: queue, BatchSize: 1, ClientId: client, RequestTimeout: "10s"})
+	return sendLease(s, &pb.QueueLeaseRequest{QueueName: queue, BatchSize: 1, ClientId: client, RequestTimeout: "1m"})
 }
 
 // sendLease sends req to s on a goroutine of its own and returns a channel
