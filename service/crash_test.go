@@ -158,7 +158,9 @@ func (w *workload) produce(payloads ...string) error {
 // covered records that a write sent after the first n completes in early
 // was acknowledged: its fsync covered them (one log, synced in order),
 // unless a fault was injected meanwhile. Those answered since (by the
-// background consumer) may have been written after that fsync began.
+// background consumer) may have been written after that fsync began. Only
+// the workload's goroutine produces through w.produce, so early shrinks
+// here alone and its first n are still the ones counted before the send.
 func (w *workload) covered(n int) {
 	if w.faulted != nil && w.faulted() {
 		return
