@@ -346,6 +346,9 @@ for round in $(seq "$ROUNDS"); do
 						run_styx styx-postgres-cwl "$round" cycle 1 --complete-with-lease
 						run_styx styx-postgres-ahead "$round" cycle 1 --complete-with-lease --lease-ahead
 					fi
+					if [[ $workload == cycle ]]; then
+						run_styx styx-postgres-worker "$round" cycle "$batch" --worker-consumer --complete-with-lease
+					fi
 				elif has river; then
 					run_peer river "$(dsn_of "river_r$round")" "$round" "$workload" "$batch"
 				fi
@@ -367,6 +370,9 @@ for round in $(seq "$ROUNDS"); do
 				if [[ $workload == cycle && $batch == 1 ]]; then
 					run_styx styx-pebble-cwl "$round" cycle 1 --complete-with-lease
 					run_styx styx-pebble-ahead "$round" cycle 1 --complete-with-lease --lease-ahead
+				fi
+				if [[ $workload == cycle ]]; then
+					run_styx styx-pebble-worker "$round" cycle "$batch" --worker-consumer --complete-with-lease
 				fi
 				;;
 			rabbitmq) if has rabbitmq; then run_peer rabbitmq "$RMQ_URL" "$round" "$workload" "$batch"; fi ;;

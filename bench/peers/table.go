@@ -42,6 +42,7 @@ type cell struct {
 var styxVariants = []struct{ suffix, text string }{
 	{"cwl", "Styx completing with the next lease"},
 	{"ahead", "Styx's lease sent ahead of its produce, completing the previous item"},
+	{"worker", "Styx's clients only producing while one worker.Worker consumes (River's shape)"},
 }
 
 func (c *cell) median() float64 {

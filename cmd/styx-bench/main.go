@@ -64,6 +64,12 @@
 // --ordered creates the queue ordered (issue 37): e.g. cycle with --groups
 // 1000 --ordered against cycle without, at the same batch.
 //
+// --worker-consumer makes cycle River's shape (bench/peers' River cycle):
+// the clients only produce, each waiting while more than --backlog items per
+// client are produced and not yet completed, and one worker.Worker of
+// --worker-concurrency handlers (a handler that returns nil) consumes;
+// items whose complete the server acknowledged inside the window count.
+//
 // --complete-with-lease makes cycle complete each batch with its next lease
 // (queue.lease's complete_ids, issue 52): two calls per batch instead of
 // three; it turns the worker workload's worker.Config.CompleteWithLease on
@@ -174,6 +180,17 @@ type config struct {
 	// answered: a produce then meets a waiting lease, and one write stores
 	// and leases its items.
 	LeaseAhead bool
+	// WorkerConsumer makes the cycle workload River's shape (bench/peers'
+	// River cycle): the clients only produce, each waiting while the items
+	// produced and not yet completed would pass Backlog per client, and one
+	// worker.Worker of WorkerConcurrency handlers (CompleteWithLease as
+	// above) consumes; completed items are counted.
+	WorkerConsumer    bool
+	WorkerConcurrency int
+	// Backlog is --backlog: items per client produced and not yet
+	// completed before the client waits (0: 5 batches, at least 250, as
+	// bench/peers' --river-backlog).
+	Backlog int
 	// Hot is the fair workload's backlog of its hot group; FairGroups says
 	// whether its items carry their group (false: the FIFO baseline).
 	Hot        int
@@ -298,6 +315,9 @@ func parseFlags(args []string, stderr io.Writer) (config, error) {
 	fs.BoolVar(&c.Ordered, "ordered", false, "create the queue ordered: a group's items are leased in order, one lease of a group at a time")
 	fs.BoolVar(&c.CompleteWithLease, "complete-with-lease", false, "cycle and worker: complete each batch with the next lease (queue.lease complete_ids) instead of a queue.complete call")
 	fs.BoolVar(&c.LeaseAhead, "lease-ahead", false, "cycle, with --complete-with-lease: send each lease (completing the previous batch, then waiting: wait_after_complete) before the produce, so that the produce meets a waiting lease")
+	fs.BoolVar(&c.WorkerConsumer, "worker-consumer", false, "cycle: River's shape: the clients only produce (at most --backlog items each produced and not yet completed) while one worker.Worker of --worker-concurrency handlers consumes")
+	fs.IntVar(&c.WorkerConcurrency, "worker-concurrency", 100, "cycle with --worker-consumer: the worker's Concurrency (1..1000)")
+	fs.IntVar(&c.Backlog, "backlog", 0, "cycle with --worker-consumer: items per client produced and not yet completed before the client waits (0: 5 batches, at least 250)")
 	fs.IntVar(&c.Hot, "hot", 20000, "fair workload: the hot group's backlog, produced before the 100 small groups' 10 items each")
 	fs.BoolVar(&c.FairGroups, "fair-groups", true, "fair workload: the items carry their group (false: the same items without groups, the FIFO baseline)")
 	fs.StringVar(&c.SoakCSV, "soak-csv", "", "soak: write the rows as CSV to `FILE`, rewritten after every interval")
@@ -373,6 +393,14 @@ func validate(c *config) error {
 		return bad("--clients must be at most %d for the worker workload (its Concurrency)", worker.MaxConcurrency)
 	case c.Workload == workloadWorker && c.Batch != 1:
 		return bad("--batch does not apply to the worker workload (it leases as many items as it has free handlers)")
+	case c.WorkerConsumer && c.Workload != workloadCycle:
+		return bad("--worker-consumer applies only to the cycle workload")
+	case c.WorkerConsumer && c.LeaseAhead:
+		return bad("--worker-consumer and --lease-ahead do not go together (the clients lease nothing)")
+	case c.WorkerConcurrency < 1 || c.WorkerConcurrency > worker.MaxConcurrency:
+		return bad("--worker-concurrency must be in 1..%d", worker.MaxConcurrency)
+	case c.Backlog < 0:
+		return bad("--backlog must not be negative")
 	case c.Count < 0:
 		return bad("--count must not be negative")
 	case c.Count > 0 && c.Workload != workloadProduce:

@@ -9,6 +9,8 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
@@ -31,16 +33,7 @@ const workerPoll = 2 * time.Millisecond
 // moves to when each new completion was seen.
 func (b *bench) runWorker(ctx context.Context) {
 	reg := prometheus.NewRegistry()
-	w, err := worker.New(b.c, worker.Config{
-		Queue:             b.queue,
-		Handler:           worker.HandlerFunc(func(context.Context, *worker.Item) error { return nil }),
-		Concurrency:       b.cfg.Clients,
-		LeaseWait:         b.cfg.LeaseWait,
-		ClientID:          "styx-bench-" + b.queue + "-worker",
-		Logger:            slog.New(slog.NewTextHandler(b.stderr, &slog.HandlerOptions{Level: slog.LevelWarn})),
-		Metrics:           reg,
-		CompleteWithLease: completeWithLease(b.cfg.CompleteWithLease),
-	})
+	w, err := b.newWorker(b.cfg.Clients, reg)
 	if err != nil {
 		b.fail("worker", err)
 		return
@@ -57,6 +50,92 @@ func (b *bench) runWorker(ctx context.Context) {
 	if n := b.finished.Load(); n < int64(b.cfg.Prefill) && ctx.Err() == nil {
 		_, _ = fmt.Fprintf(b.stderr, "styx-bench: worker: %d of %d items completed within --duration %s\n",
 			n, b.cfg.Prefill, b.cfg.Duration)
+	}
+}
+
+// newWorker returns the workloads' worker: concurrency handlers that
+// return nil, its metrics in reg.
+func (b *bench) newWorker(concurrency int, reg prometheus.Registerer) (*worker.Worker, error) {
+	return worker.New(b.c, worker.Config{
+		Queue:             b.queue,
+		Handler:           worker.HandlerFunc(func(context.Context, *worker.Item) error { return nil }),
+		Concurrency:       concurrency,
+		LeaseWait:         b.cfg.LeaseWait,
+		ClientID:          "styx-bench-" + b.queue + "-worker",
+		Logger:            slog.New(slog.NewTextHandler(b.stderr, &slog.HandlerOptions{Level: slog.LevelWarn})),
+		Metrics:           reg,
+		CompleteWithLease: completeWithLease(b.cfg.CompleteWithLease),
+	})
+}
+
+// startWorkerCycle starts the cycle workload with --worker-consumer, in
+// River's shape (bench/peers' River cycle, whose clients insert while
+// River's workers work): --clients producers, each waiting before a batch
+// while that batch would take the items produced and not yet completed
+// (all clients together) past the backlog limit; one worker.Worker of
+// --worker-concurrency handlers, which stops at the window's end; and a
+// poller of the worker's completed count (styx_worker_items_total, items
+// whose complete the server acknowledged) every workerPoll, which counts
+// the completions it sees inside the window.
+func (b *bench) startWorkerCycle(ctx context.Context, wg *sync.WaitGroup) {
+	per := b.cfg.Backlog
+	if per == 0 {
+		per = max(5*b.cfg.Batch, 250)
+	}
+	limit := int64(per * b.cfg.Clients)
+	reg := prometheus.NewRegistry()
+	w, err := b.newWorker(b.cfg.WorkerConcurrency, reg)
+	if err != nil {
+		b.fail("worker", err)
+		return
+	}
+	var produced, completed atomic.Int64
+	wctx, stop := context.WithDeadline(ctx, b.end)
+	wg.Go(func() {
+		defer stop()
+		if err := w.Run(wctx); err != nil && ctx.Err() == nil {
+			b.fail("worker", err)
+		}
+	})
+	wg.Go(func() {
+		r := b.newRecorder(0)
+		t := time.NewTicker(workerPoll)
+		defer t.Stop()
+		for {
+			n, err := completedOf(reg)
+			if err != nil {
+				b.fail("worker metrics", err)
+				return
+			}
+			if d := n - completed.Swap(n); d > 0 && b.inWindow(time.Now()) {
+				r.count(int(d))
+			}
+			if !b.running(ctx) {
+				return
+			}
+			select {
+			case <-t.C:
+			case <-ctx.Done():
+				return
+			}
+		}
+	})
+	for i := range b.cfg.Clients {
+		wg.Go(func() {
+			r := b.newRecorder(i)
+			items := batchOf(b.cfg.Batch, b.cfg.Payload)
+			group := b.grouper(i)
+			for b.running(ctx) {
+				if produced.Load()+int64(len(items))-completed.Load() > limit {
+					sleep(ctx, workerPoll)
+					continue
+				}
+				group(items)
+				if _, err := r.produce(ctx, items); err == nil {
+					produced.Add(int64(len(items)))
+				}
+			}
+		})
 	}
 }
 

@@ -654,6 +654,10 @@ func (b *bench) startWorkers(ctx context.Context, wg *sync.WaitGroup) {
 			wg.Go(func() { b.runProducer(ctx, i, true) })
 		}
 	case workloadCycle:
+		if b.cfg.WorkerConsumer {
+			b.startWorkerCycle(ctx, wg)
+			return
+		}
 		for i := range b.cfg.Clients {
 			wg.Go(func() { b.runCycle(ctx, i, id(i)) })
 		}

@@ -2,6 +2,7 @@ package main
 
 import (
 	"context"
+	"errors"
 	"io"
 	"log/slog"
 	"os"
@@ -124,5 +125,37 @@ func TestAPIKey(t *testing.T) {
 	}
 	if rep.Items != 200 || rep.Errors != 0 {
 		t.Errorf("items %d, errors %d: want 200 and 0", rep.Items, rep.Errors)
+	}
+}
+
+// TestWorkerConsumerCycle runs the cycle in River's shape: the clients only
+// produce, a worker consumes, and its completions are the items counted.
+func TestWorkerConsumerCycle(t *testing.T) {
+	srv := styxtest.Start(t, styxtest.Options{})
+	cfg, err := parseFlags([]string{"--endpoint", srv.Endpoint, "--workload", "cycle", "--worker-consumer",
+		"--worker-concurrency", "10", "--backlog", "20", "--clients", "2", "--payload", "16", "--duration", "3s",
+		"--warmup", "0s", "--lease-wait", "100ms"}, io.Discard)
+	if err != nil {
+		t.Fatal(err)
+	}
+	rep, err := runBench(context.Background(), cfg, io.Discard)
+	if err != nil {
+		t.Fatal(err)
+	}
+	_, leased := rep.Requests["lease"]
+	if rep.Items == 0 || rep.Errors != 0 || rep.Requests["produce"].Count == 0 || leased {
+		t.Errorf("items %d, errors %d, requests %v: want items, no error, produces and no lease of the clients'",
+			rep.Items, rep.Errors, rep.Requests)
+	}
+
+	for _, bad := range [][]string{
+		{"--workload", "produce", "--worker-consumer"},
+		{"--workload", "cycle", "--worker-consumer", "--complete-with-lease", "--lease-ahead"},
+		{"--workload", "cycle", "--worker-consumer", "--worker-concurrency", "0"},
+		{"--workload", "cycle", "--worker-consumer", "--backlog", "-1"},
+	} {
+		if _, err := parseFlags(bad, io.Discard); !errors.Is(err, errUsage) {
+			t.Errorf("%q: %v, want a usage error", bad, err)
+		}
 	}
 }
