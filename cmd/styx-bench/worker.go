@@ -1,8 +1,9 @@
 package main
 
-// The worker workload: the worker library (package worker) consuming a
-// prefilled queue, to compare with the hand-written consumers of drain and
-// cycle.
+// The workloads of the worker library (package worker): the worker workload
+// (a worker consuming a prefilled queue, to compare with the hand-written
+// consumers of drain and cycle), and the cycle in River's shape
+// (--worker-consumer: the clients produce while a worker consumes).
 
 import (
 	"context"
