@@ -100,26 +100,12 @@ func (b *bench) startWorkerCycle(ctx context.Context, wg *sync.WaitGroup) {
 	})
 	wg.Go(func() {
 		r := b.newRecorder(0)
-		t := time.NewTicker(workerPoll)
-		defer t.Stop()
-		for {
-			n, err := completedOf(reg)
-			if err != nil {
-				b.fail("worker metrics", err)
-				return
-			}
+		b.pollCompleted(ctx, reg, func(n int64) bool {
 			if d := n - completed.Swap(n); d > 0 && b.inWindow(time.Now()) {
 				r.count(int(d))
 			}
-			if !b.running(ctx) {
-				return
-			}
-			select {
-			case <-t.C:
-			case <-ctx.Done():
-				return
-			}
-		}
+			return b.running(ctx)
+		})
 	})
 	for i := range b.cfg.Clients {
 		wg.Go(func() {
@@ -155,29 +141,15 @@ func completeWithLease(on bool) worker.Switch {
 // workerPoll until it reaches --prefill or the window ends, then checks
 // with queue.stats that the queue is empty.
 func (b *bench) awaitCompletions(ctx context.Context, g prometheus.Gatherer) {
-	t := time.NewTicker(workerPoll)
-	defer t.Stop()
-	for {
-		n, err := completedOf(g)
-		if err != nil {
-			b.fail("worker metrics", err)
-			return
-		}
+	b.pollCompleted(ctx, g, func(n int64) bool {
 		if n > b.finished.Load() {
 			b.finished.Store(n)
 			b.noteFinish(time.Now())
 		}
-		if n >= int64(b.cfg.Prefill) {
-			break
-		}
-		if !b.running(ctx) {
-			return
-		}
-		select {
-		case <-t.C:
-		case <-ctx.Done():
-			return
-		}
+		return n < int64(b.cfg.Prefill) && b.running(ctx)
+	})
+	if b.finished.Load() < int64(b.cfg.Prefill) {
+		return
 	}
 	sctx, cancel := context.WithTimeout(ctx, requestTimeout)
 	defer cancel()
@@ -186,6 +158,29 @@ func (b *bench) awaitCompletions(ctx context.Context, g prometheus.Gatherer) {
 		b.fail("stats", err)
 	case left > 0:
 		_, _ = fmt.Fprintf(b.stderr, "styx-bench: worker: %d items completed, but %s still holds %d\n", b.cfg.Prefill, b.queue, left)
+	}
+}
+
+// pollCompleted reads the worker's completed count in g (completedOf)
+// every workerPoll and gives it to seen, until seen returns false, ctx
+// ends, or the count cannot be read (counted as an error).
+func (b *bench) pollCompleted(ctx context.Context, g prometheus.Gatherer, seen func(n int64) bool) {
+	t := time.NewTicker(workerPoll)
+	defer t.Stop()
+	for {
+		n, err := completedOf(g)
+		if err != nil {
+			b.fail("worker metrics", err)
+			return
+		}
+		if !seen(n) {
+			return
+		}
+		select {
+		case <-t.C:
+		case <-ctx.Done():
+			return
+		}
 	}
 }
 
