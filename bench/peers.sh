@@ -306,6 +306,14 @@ run_styx() {
 	fi
 }
 
+# worker_concurrency BATCH prints the handlers of the worker in River's shape
+# (styx-bench --worker-consumer), tuned as River's MaxWorkers is: 1000 at
+# batch 100 (twice 100's rate on both backends), 100 at batch 1 (1000 was
+# no faster on PostgreSQL and slower on Pebble); docs/benchmarks.md.
+worker_concurrency() {
+	if (($1 > 1)); then echo 1000; else echo 100; fi
+}
+
 # run_peer SYSTEM URL ROUND WORKLOAD BATCH runs peer-bench.
 run_peer() {
 	echo "bench: round $3: $1: $4, batch $5" >&2
@@ -347,7 +355,8 @@ for round in $(seq "$ROUNDS"); do
 						run_styx styx-postgres-ahead "$round" cycle 1 --complete-with-lease --lease-ahead
 					fi
 					if [[ $workload == cycle ]]; then
-						run_styx styx-postgres-worker "$round" cycle "$batch" --worker-consumer --complete-with-lease
+						run_styx styx-postgres-worker "$round" cycle "$batch" --worker-consumer --complete-with-lease \
+							--worker-concurrency "$(worker_concurrency "$batch")"
 					fi
 				elif has river; then
 					run_peer river "$(dsn_of "river_r$round")" "$round" "$workload" "$batch"
@@ -372,7 +381,8 @@ for round in $(seq "$ROUNDS"); do
 					run_styx styx-pebble-ahead "$round" cycle 1 --complete-with-lease --lease-ahead
 				fi
 				if [[ $workload == cycle ]]; then
-					run_styx styx-pebble-worker "$round" cycle "$batch" --worker-consumer --complete-with-lease
+					run_styx styx-pebble-worker "$round" cycle "$batch" --worker-consumer --complete-with-lease \
+						--worker-concurrency "$(worker_concurrency "$batch")"
 				fi
 				;;
 			rabbitmq) if has rabbitmq; then run_peer rabbitmq "$RMQ_URL" "$round" "$workload" "$batch"; fi ;;
