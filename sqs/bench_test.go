@@ -29,6 +29,7 @@ func BenchmarkSQSvsNative(b *testing.B) {
 	body := strings.Repeat("x", 1024)
 	cl := s.Client
 	c := awssqs.New(awssqs.Options{Region: "us-east-1", BaseEndpoint: aws.String(s.Endpoint), Retryer: aws.NopRetryer{},
+		HTTPClient: styxtest.AWSHTTPClient(),
 		Credentials: aws.CredentialsProviderFunc(func(context.Context) (aws.Credentials, error) {
 			return aws.Credentials{AccessKeyID: "bench", SecretAccessKey: "bench"}, nil
 		})})

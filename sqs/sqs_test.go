@@ -24,6 +24,7 @@ import (
 	"github.com/styxq/styx/internal/auth"
 	"github.com/styxq/styx/internal/servertest"
 	pb "github.com/styxq/styx/styxpb"
+	"github.com/styxq/styx/styxtest"
 )
 
 func TestSQSQueues(t *testing.T) {
@@ -644,7 +645,8 @@ func TestSQSAuth(t *testing.T) {
 		servertest.RequireSQSError(t, err, "SignatureDoesNotMatch")
 		_, err = s.SQSClient("0123456789abcdef", workerKey).SendMessage(ctx, &awssqs.SendMessageInput{QueueUrl: url("orders"), MessageBody: aws.String("x")})
 		servertest.RequireSQSError(t, err, "InvalidClientTokenId", "unknown API key")
-		anon := awssqs.New(awssqs.Options{Region: "us-east-1", BaseEndpoint: aws.String(s.Endpoint), Credentials: aws.AnonymousCredentials{}, Retryer: aws.NopRetryer{}})
+		anon := awssqs.New(awssqs.Options{Region: "us-east-1", BaseEndpoint: aws.String(s.Endpoint), Credentials: aws.AnonymousCredentials{}, Retryer: aws.NopRetryer{},
+			HTTPClient: styxtest.AWSHTTPClient()})
 		_, err = anon.SendMessage(ctx, &awssqs.SendMessageInput{QueueUrl: url("orders"), MessageBody: aws.String("x")})
 		servertest.RequireSQSError(t, err, "MissingAuthenticationToken")
 

@@ -27,6 +27,7 @@ func TestBrowserDeadRecordAndAttributes(t *testing.T) {
 	ctx := context.Background()
 	sqs := awssqs.New(awssqs.Options{
 		Region: "us-east-1", BaseEndpoint: aws.String(srv.Endpoint), Retryer: aws.NopRetryer{},
+		HTTPClient: styxtest.AWSHTTPClient(),
 		Credentials: aws.CredentialsProviderFunc(func(context.Context) (aws.Credentials, error) {
 			return aws.Credentials{AccessKeyID: "test", SecretAccessKey: "test"}, nil
 		}),

@@ -14,6 +14,7 @@ import (
 
 	styx "github.com/styxq/styx"
 	pb "github.com/styxq/styx/styxpb"
+	"github.com/styxq/styx/styxtest"
 )
 
 // The HTTP client helpers: each call goes over the wire through the Go
@@ -174,7 +175,8 @@ func (s *Server) SQSClient(keyID, secret string) *awssqs.Client {
 		Credentials: aws.CredentialsProviderFunc(func(context.Context) (aws.Credentials, error) {
 			return aws.Credentials{AccessKeyID: keyID, SecretAccessKey: secret}, nil
 		}),
-		Retryer: aws.NopRetryer{},
+		Retryer:    aws.NopRetryer{},
+		HTTPClient: styxtest.AWSHTTPClient(),
 	})
 }
 
