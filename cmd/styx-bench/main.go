@@ -157,6 +157,12 @@ type config struct {
 	FsyncMS    float64 // --fsync-ms: t_fsync for --summary's limit
 	Compare    string  // --compare FILE: old and new binaries side by side
 	FsyncProbe string  // --fsync-probe DIR: measure t_fsync and exit
+	// FsyncProbeFiles is --fsync-probe-files: how many files the probe
+	// syncs side by side (default 1).
+	FsyncProbeFiles int
+	// FsyncProbeOverwrite is --fsync-probe-overwrite: the probe overwrites
+	// a file written and synced whole first (a recycled log file).
+	FsyncProbeOverwrite bool
 	// ProfileSummary is --profile-summary FILE: summarize a server CPU
 	// profile and exit; ProfileRun, --profile-run, the JSON report of the
 	// run it was taken in (for the CPU per item).
@@ -303,6 +309,8 @@ func parseFlags(args []string, stderr io.Writer) (config, error) {
 	fs.StringVar(&c.ProfileRun, "profile-run", "", "with --profile-summary: the JSON report `FILE` of the run the profile was taken in, for the sampled CPU per item")
 	fs.StringVar(&c.Compare, "compare", "", "only render the JSON-lines file `FILE` of runs labelled \"old MODE\" and \"new MODE\" as an A/B table, and exit")
 	fs.StringVar(&c.FsyncProbe, "fsync-probe", "", "only measure t_fsync: 500 writes of 4 KiB, each followed by fdatasync, to a file in directory `DIR`; print JSON and exit")
+	fs.BoolVar(&c.FsyncProbeOverwrite, "fsync-probe-overwrite", false, "with --fsync-probe: overwrite a file written and synced whole first, as Pebble overwrites a recycled log file, instead of appending")
+	fs.IntVar(&c.FsyncProbeFiles, "fsync-probe-files", 1, "with --fsync-probe: sync this many files side by side, 500 writes each (does the disk complete several logs' fsyncs at once?)")
 	fs.DurationVar(&c.RedriveEvery, "redrive-every", 2*time.Minute, "soak: redrive the dead-letter queue this often (0: never)")
 	fs.IntVar(&c.WarmupIntervals, "warmup-intervals", 2, "soak: intervals of warm-up, not judged by the verdict")
 	fs.IntVar(&c.VerdictWindow, "verdict-window", 3, "soak: the verdict compares the peaks of this many intervals right after the warm-up and at the end")
@@ -486,7 +494,10 @@ func runOffline(cfg config, stdout io.Writer) error {
 		}
 		return writeProfileSummary(stdout, cfg.Label, s, rate)
 	case cfg.FsyncProbe != "":
-		p, err := probeFsync(cfg.FsyncProbe, 500)
+		if cfg.FsyncProbeFiles < 1 {
+			return fmt.Errorf("invalid --fsync-probe-files %d: must be at least 1", cfg.FsyncProbeFiles)
+		}
+		p, err := probeFsync(cfg.FsyncProbe, 500, cfg.FsyncProbeFiles, cfg.FsyncProbeOverwrite)
 		if err != nil {
 			return fmt.Errorf("fsync probe: %w", err)
 		}

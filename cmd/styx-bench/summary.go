@@ -9,6 +9,7 @@ package main
 import (
 	"bufio"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"io"
 	"os"
@@ -16,6 +17,7 @@ import (
 	"slices"
 	"sort"
 	"strings"
+	"sync"
 	"time"
 
 	"golang.org/x/sys/unix"
@@ -30,36 +32,44 @@ const (
 
 // fsyncProbe is the outcome of --fsync-probe.
 type fsyncProbe struct {
-	Dir    string  `json:"dir"`
-	Writes int     `json:"writes"`
-	Bytes  int     `json:"bytes"`
-	MeanMS float64 `json:"mean_ms"`
-	P50MS  float64 `json:"p50_ms"`
+	Dir string `json:"dir"`
+	// Files is how many files were synced side by side, one goroutine
+	// each (--fsync-probe-files); Writes counts the synced writes of all.
+	Files int `json:"files"`
+	// Overwrite: each file was written whole and synced first, then
+	// overwritten in place, as Pebble overwrites a recycled log file (no
+	// size change to sync); else each write appends.
+	Overwrite bool    `json:"overwrite"`
+	Writes    int     `json:"writes"`
+	Bytes     int     `json:"bytes"`
+	MeanMS    float64 `json:"mean_ms"`
+	P50MS     float64 `json:"p50_ms"`
+	// SyncsPerSec is Writes over the probe's wall time: with Files above 1,
+	// whether the disk completes fsyncs of several logs at once (issue 52's
+	// "several logs synced in parallel").
+	SyncsPerSec float64 `json:"syncs_per_sec"`
 }
 
-// probeFsync measures t_fsync: the mean time of n synced small writes
-// (4 KiB written at the end of a file in dir, then fdatasync), as a
-// write-ahead log does.
-func probeFsync(dir string, n int) (fsyncProbe, error) {
-	f, err := os.CreateTemp(dir, "fsync-probe-*")
-	if err != nil {
-		return fsyncProbe{}, err
+// probeFsync measures t_fsync: the time of n synced small writes (4 KiB
+// written at the end of a file in dir, then fdatasync), as a write-ahead
+// log does, in each of files files side by side; with overwrite, into a
+// file written and synced whole first (syncWrites).
+func probeFsync(dir string, n, files int, overwrite bool) (fsyncProbe, error) {
+	ds := make([]time.Duration, n*files)
+	errs := make([]error, files)
+	var wg sync.WaitGroup
+	start := time.Now()
+	for i := range files {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			errs[i] = syncWrites(dir, ds[i*n:(i+1)*n], overwrite)
+		}()
 	}
-	defer func() {
-		_ = f.Close()
-		_ = os.Remove(f.Name())
-	}()
-	buf := make([]byte, 4096)
-	ds := make([]time.Duration, n)
-	for i := range ds {
-		t0 := time.Now()
-		if _, err := f.Write(buf); err != nil {
-			return fsyncProbe{}, err
-		}
-		if err := unix.Fdatasync(int(f.Fd())); err != nil {
-			return fsyncProbe{}, err
-		}
-		ds[i] = time.Since(t0)
+	wg.Wait()
+	wall := time.Since(start)
+	if err := errors.Join(errs...); err != nil {
+		return fsyncProbe{}, err
 	}
 	var sum time.Duration
 	for _, d := range ds {
@@ -67,8 +77,44 @@ func probeFsync(dir string, n int) (fsyncProbe, error) {
 	}
 	slices.Sort(ds)
 	abs, _ := filepath.Abs(dir)
-	return fsyncProbe{Dir: abs, Writes: n, Bytes: len(buf),
-		MeanMS: ms(sum / time.Duration(n)), P50MS: ms(ds[n/2])}, nil
+	return fsyncProbe{Dir: abs, Files: files, Overwrite: overwrite, Writes: len(ds), Bytes: 4096,
+		MeanMS: ms(sum / time.Duration(len(ds))), P50MS: ms(ds[len(ds)/2]),
+		SyncsPerSec: float64(len(ds)) / wall.Seconds()}, nil
+}
+
+// syncWrites writes 4 KiB at the end of a new file in dir and fdatasyncs
+// it, len(ds) times, each time in ds; the file is removed after. With
+// overwrite the file is first written to its final size and synced, and
+// the timed writes overwrite it from its start.
+func syncWrites(dir string, ds []time.Duration, overwrite bool) error {
+	f, err := os.CreateTemp(dir, "fsync-probe-*")
+	if err != nil {
+		return err
+	}
+	defer func() {
+		_ = f.Close()
+		_ = os.Remove(f.Name())
+	}()
+	buf := make([]byte, 4096)
+	if overwrite {
+		if _, err := f.Write(make([]byte, len(buf)*len(ds))); err != nil {
+			return err
+		}
+		if err := f.Sync(); err != nil {
+			return err
+		}
+	}
+	for i := range ds {
+		t0 := time.Now()
+		if _, err := f.WriteAt(buf, int64(i*len(buf))); err != nil {
+			return err
+		}
+		if err := unix.Fdatasync(int(f.Fd())); err != nil {
+			return err
+		}
+		ds[i] = time.Since(t0)
+	}
+	return nil
 }
 
 func ms(d time.Duration) float64 { return float64(d) / float64(time.Millisecond) }

@@ -62,9 +62,19 @@ func TestSummaryAndCompare(t *testing.T) {
 }
 
 func TestFsyncProbe(t *testing.T) {
-	p, err := probeFsync(t.TempDir(), 5)
+	p, err := probeFsync(t.TempDir(), 5, 1, false)
 	require.NoError(t, err)
 	assert.Equal(t, 5, p.Writes)
 	assert.Positive(t, p.MeanMS)
 	assert.Positive(t, p.P50MS)
+	assert.Positive(t, p.SyncsPerSec)
+	dir := t.TempDir()
+	p, err = probeFsync(dir, 5, 3, true)
+	require.NoError(t, err)
+	assert.Equal(t, 3, p.Files)
+	assert.True(t, p.Overwrite)
+	assert.Equal(t, 15, p.Writes)
+	left, err := os.ReadDir(dir)
+	require.NoError(t, err)
+	assert.Empty(t, left, "the probe's files are removed")
 }
