@@ -28,6 +28,10 @@
 #                   CPU per item and its top 10 functions by own CPU to the
 #                   report; the profiles stay in BENCH_PROFILE_DIR (default
 #                   bench/profiles) as MODE-WORKLOAD-cCLIENTS-bBATCH-WHICH.pprof
+#   BENCH_FRESH     when set, every run (but postgres's) is made on a server
+#                   started for it on a new data directory: what a server does
+#                   in its first seconds after a start. Otherwise
+#                   each server serves every run of its mode.
 set -euo pipefail
 
 ROOT=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
@@ -40,6 +44,7 @@ MATRIX=${BENCH_MATRIX:-produce 4 1;cycle 4 1;cycle 16 1;produce 4 100;cycle 4 10
 REPORT=${BENCH_REPORT:-$ROOT/bench/ab-report.md}
 PROFILE=${BENCH_PROFILE:-}
 PROFILE_DIR=${BENCH_PROFILE_DIR:-$ROOT/bench/profiles}
+FRESH=${BENCH_FRESH:-}
 
 TMP=$(mktemp -d "${TMPDIR:-/tmp}/styx-ab.XXXXXX")
 chmod 755 "$TMP" # PostgreSQL runs as its own user and must reach $TMP/pg-*
@@ -64,34 +69,42 @@ git -C "$ROOT" archive "$OLD_REV" | tar -x -C "$TMP/old-src"
 (cd "$TMP/old-src" && go build -o "$TMP/styx-old" ./cmd/styx)
 (cd "$ROOT" && go build -o "$TMP/styx-new" ./cmd/styx && go build -o "$TMP/styx-bench" ./cmd/styx-bench)
 
-declare -A PORT PID DEBUG
+declare -A PORT PID DEBUG ARGS
+# start_server WHICH MODE starts server WHICH (old or new) of MODE on a new
+# data directory and a free port.
+start_server() {
+	local which=$1 mode=$2 port debug=()
+	port=$(free_port "${PORT[*]:-} ${DEBUG[*]:-}")
+	if [[ -n $PROFILE ]]; then
+		DEBUG[$which-$mode]=$(free_port "${PORT[*]:-} ${DEBUG[*]:-} $port")
+		debug=(--debug-listen "127.0.0.1:${DEBUG[$which-$mode]}")
+	fi
+	rm -rf "$TMP/data-$which-$mode"
+	mkdir -p "$TMP/data-$which-$mode"
+	# shellcheck disable=SC2086 # ARGS holds the mode's arguments, split
+	"$TMP/styx-$which" server ${ARGS[$which-$mode]} "${debug[@]}" --data-dir "$TMP/data-$which-$mode" \
+		--listen "127.0.0.1:$port" --log-level warn 2>"$TMP/server-$which-$mode.log" &
+	PID[$which-$mode]=$!
+	PIDS+=("${PID[$which-$mode]}")
+	wait_healthy "${PID[$which-$mode]}" "$port" "$which $mode" "$TMP/server-$which-$mode.log"
+	PORT[$which-$mode]=$port
+}
+
 for mode in $MODES; do
 	case $mode in
-	sync) args=(--storage pebble --sync=true) ;;
-	nosync) args=(--storage pebble --sync=false) ;;
-	memory) args=(--storage memory) ;;
-	postgres) args=(--storage postgres) ;;
+	sync) args="--storage pebble --sync=true" ;;
+	nosync) args="--storage pebble --sync=false" ;;
+	memory) args="--storage memory" ;;
+	postgres) args="--storage postgres" ;;
 	*) echo "ab: unknown mode $mode" >&2; exit 2 ;;
 	esac
 	for which in old new; do
 		if [[ $mode == postgres ]]; then
 			# One database per build, so that neither sees the other's queues.
-			args=(--storage postgres --postgres-url "$("$ROOT/scripts/pgtest.sh" start "$TMP/pg-$which" | tail -n1)")
+			args="--storage postgres --postgres-url $("$ROOT/scripts/pgtest.sh" start "$TMP/pg-$which" | tail -n1)"
 		fi
-		port=$(free_port "${PORT[*]:-} ${DEBUG[*]:-}")
-		debug=()
-		if [[ -n $PROFILE ]]; then
-			DEBUG[$which-$mode]=$(free_port "${PORT[*]:-} ${DEBUG[*]:-} $port")
-			debug=(--debug-listen "127.0.0.1:${DEBUG[$which-$mode]}")
-		fi
-		mkdir -p "$TMP/data-$which-$mode"
-		"$TMP/styx-$which" server "${args[@]}" "${debug[@]}" --data-dir "$TMP/data-$which-$mode" \
-			--listen "127.0.0.1:$port" --log-level warn 2>"$TMP/server-$which-$mode.log" &
-		pid=$!
-		PIDS+=("$pid")
-		wait_healthy "$pid" "$port" "$which $mode" "$TMP/server-$which-$mode.log"
-		PORT[$which-$mode]=$port
-		PID[$which-$mode]=$pid
+		ARGS[$which-$mode]=$args
+		start_server "$which" "$mode"
 	done
 done
 
@@ -113,6 +126,10 @@ for round in $(seq "$ROUNDS"); do
 		for mode in $MODES; do
 			for which in $order; do
 				echo "ab: round $round: $which $mode $workload c$clients b$batch" >&2
+				if [[ -n $FRESH && $mode != postgres ]]; then
+					stop_pids "${PID[$which-$mode]}"
+					start_server "$which" "$mode"
+				fi
 				bench_run "$which" "$mode" "$DURATION" >>"$TMP/runs.jsonl" || echo "ab: run failed" >&2
 			done
 		done
@@ -152,7 +169,7 @@ fi
 {
 	echo "# Styx A/B: $OLD_REV ($(git -C "$ROOT" rev-parse --short "$OLD_REV")) vs working tree ($(git -C "$ROOT" rev-parse --short HEAD)$(git -C "$ROOT" diff --quiet 2>/dev/null || echo '+dirty'))"
 	echo
-	echo "$(date -u '+%Y-%m-%d %H:%M UTC'), $ROUNDS rounds interleaved, $WARMUP warm-up + $DURATION per run, $(nproc) CPUs, load average at the end: $(cut -d' ' -f1-3 /proc/loadavg)."
+	echo "$(date -u '+%Y-%m-%d %H:%M UTC'), $ROUNDS rounds interleaved, $WARMUP warm-up + $DURATION per run${FRESH:+ (each on a server started for it on a new data directory)}, $(nproc) CPUs, load average at the end: $(cut -d' ' -f1-3 /proc/loadavg)."
 	echo
 	"$TMP/styx-bench" --compare "$TMP/runs.jsonl"
 	if [[ -n $PROFILE ]]; then

@@ -3,12 +3,16 @@ package pebble
 import (
 	"context"
 	"fmt"
+	"math/rand/v2"
 	"strings"
+	"sync/atomic"
+	"syscall"
 	"testing"
 	"time"
 
 	"github.com/cockroachdb/pebble/v2/vfs"
 	"github.com/cockroachdb/pebble/v2/vfs/errorfs"
+	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
 	"github.com/styxq/styx/internal/queue"
@@ -127,4 +131,46 @@ func TestOpenBelowWatermarkIsReadOnly(t *testing.T) {
 	require.Eventually(t, func() bool { return s.InsertFault() == nil }, 10*time.Second, 10*time.Millisecond)
 	require.NoError(t, insert(s, q.ID, 10, 1))
 	require.Equal(t, []uint64{1, 2, 3, 10}, ids(t, s, q.ID))
+}
+
+// TestMarkerDeleteFailureOpensFaulted: when the disk fails the sync that
+// deletes the clean-shutdown marker at Open (a full disk), the store opens
+// all the same, faulted (writes refused, reads served), and heals; the
+// reopen that heals it deletes the marker, so that a power cut after it is
+// an unclean shutdown (seed 133 of TestWriteFaults failed its restart so).
+func TestMarkerDeleteFailureOpensFaulted(t *testing.T) {
+	mem := vfs.NewCrashableMem()
+	s, err := Open(Config{Dir: "db", FS: mem, Logger: quiet, MinFreeBytes: -1})
+	require.NoError(t, err)
+	q, err := s.CreateQueue(t.Context(), queue.QueueInfo{Name: "q", Partitions: 1})
+	require.NoError(t, err)
+	require.NoError(t, insert(s, q.ID, 1, 3))
+	require.NoError(t, s.Close())
+
+	var fired atomic.Bool
+	fs := errorfs.Wrap(mem, errorfs.InjectorFunc(func(op errorfs.Op) error {
+		switch op.Kind {
+		case errorfs.OpFileSync, errorfs.OpFileSyncData, errorfs.OpFileSyncTo:
+			if strings.HasSuffix(op.Path, ".log") && fired.CompareAndSwap(false, true) {
+				return syscall.ENOSPC
+			}
+		}
+		return nil
+	}))
+	s, err = Open(Config{Dir: "db", FS: fs, Logger: quiet, MinFreeBytes: -1, CheckInterval: 10 * time.Millisecond})
+	require.NoError(t, err, "a failed sync at Open does not keep the store from opening")
+	require.True(t, fired.Load(), "the fault fired")
+	assert.False(t, s.Unclean(), "the last shutdown was clean")
+	assert.Equal(t, []uint64{1, 2, 3}, ids(t, s, q.ID), "reads are served")
+	require.Eventually(t, func() bool { return s.WriteFault() == nil }, 10*time.Second, 10*time.Millisecond, "the store heals")
+	require.NoError(t, insert(s, q.ID, 4, 1))
+
+	// The healing reopen deleted the marker: a power cut now is unclean.
+	mem = mem.CrashClone(vfs.CrashCloneCfg{UnsyncedDataPercent: 0, RNG: rand.New(rand.NewPCG(5, 6))})
+	require.NoError(t, s.Close())
+	s, err = Open(Config{Dir: "db", FS: mem, Logger: quiet, MinFreeBytes: -1})
+	require.NoError(t, err)
+	defer s.Close()
+	assert.True(t, s.Unclean(), "a power cut after the healing reopen")
+	assert.Equal(t, []uint64{1, 2, 3, 4}, ids(t, s, q.ID))
 }

@@ -386,7 +386,18 @@ func (s *Store) loadClean(existed bool) error {
 	if s.writable() != nil {
 		return nil
 	}
-	return s.dropClean()
+	if err := s.dropClean(); err != nil {
+		if s.writable() == nil {
+			return err
+		}
+		// The disk failed (a full disk, an I/O error): the store opens
+		// faulted, refusing writes, as after a failure while it runs
+		// (ADR 0015); the reopen that heals it deletes the marker before
+		// any write (Store.reopen). A full disk must not keep the server
+		// from starting.
+		s.log.Warn("storage: deleting the clean-shutdown marker failed; writes are refused until the store heals", "error", err)
+	}
+	return nil
 }
 
 // dropClean deletes the clean-shutdown marker, synced, if it is still
