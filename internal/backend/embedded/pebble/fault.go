@@ -55,6 +55,10 @@ const DefaultCheckInterval = time.Second
 // read-only through its current handle until the process restarts.
 const drainTimeout = 10 * time.Second
 
+// closeTimeout bounds how long closeDB waits for Pebble's Close; a
+// variable for the tests.
+var closeTimeout = drainTimeout
+
 // faultState is the store's health, replaced whole (atomic pointer).
 type faultState struct {
 	// err refuses every write: a failed write or sync, a read-only open.
@@ -339,6 +343,9 @@ func (s *Store) monitor(interval time.Duration) {
 		now := time.Now()
 		switch {
 		case f.broken:
+			if s.closedLate() {
+				retryAt = now // the next tick reopens
+			}
 		case f.err == nil:
 			if !healedAt.IsZero() && now.Sub(healedAt) > time.Minute {
 				backoff, healedAt = interval, time.Time{}
@@ -365,7 +372,16 @@ func (s *Store) reopen(readOnly bool) bool {
 		return false
 	}
 	defer s.gate.release()
-	if err := closeDB(s.db); err != nil {
+	if late, err := closeDB(s.db); err != nil {
+		// Pebble's Close marks the handle closed before it waits for its
+		// flushes and commits, so a read through it would panic ("pebble:
+		// closed", which ended the server from a goroutine that reads the
+		// catalog, in the syscall fault suite): no call uses it again, and
+		// every call answers the fault until the abandoned Close ends
+		// (the monitor then reopens the database) or, if it never does, a
+		// restart.
+		s.db = nil
+		s.lateClose = late
 		s.markBroken(err)
 		return false
 	}
@@ -379,7 +395,7 @@ func (s *Store) reopen(readOnly bool) bool {
 		// A file failed while the database opened (its flush, say):
 		// this handle must not be written through either.
 		if err == nil {
-			_ = closeDB(db)
+			_, _ = closeDB(db)
 		}
 		err = fmt.Errorf("the disk failed while reopening: %w", failure)
 	}
@@ -452,7 +468,7 @@ func (s *Store) openWithin(readOnly bool, timeout time.Duration) (*pebbledb.DB, 
 	case <-time.After(timeout):
 		go func() {
 			if o := <-done; o.err == nil {
-				_ = closeDB(o.db)
+				_, _ = closeDB(o.db)
 			}
 		}()
 		return nil, nil, errOpenStuck
@@ -475,8 +491,10 @@ func (s *Store) readOnlyErr(cause error) error {
 	return store.Unavailable("pebble", errors.New("storage is read-only"))
 }
 
-// markBroken records that the handle cannot be replaced: the store stays
-// read-only through it (reads are served if Pebble can) until a restart.
+// markBroken records that the handle cannot be replaced: until a restart
+// the store refuses writes, and serves reads through the handle if it is
+// still open (calls that did not end), or answers them the fault if its
+// Close did not finish (reopen).
 func (s *Store) markBroken(cause error) {
 	old := s.fault.Load()
 	nf := *old
@@ -489,32 +507,48 @@ func (s *Store) markBroken(cause error) {
 }
 
 // closeDB closes db, turning a panic (Pebble's, on a handle whose log
-// failed) into an error, and giving up after drainTimeout (a commit that
-// panicked holds Pebble's commit lock, which Close needs).
-func closeDB(db *pebbledb.DB) error {
+// failed) into an error, and giving up after closeTimeout (a commit that
+// panicked holds Pebble's commit lock, which Close needs; Close waits for
+// a flush in progress, which Pebble retries while it fails). When it gives
+// up, late is closed once the abandoned Close ends, if it ever does.
+func closeDB(db *pebbledb.DB) (late <-chan struct{}, err error) {
 	if db == nil {
-		return nil
+		return nil, nil
 	}
-	done := make(chan error, 1)
+	done := make(chan struct{})
 	go func() {
-		defer func() {
-			if v := recover(); v != nil {
-				done <- fmt.Errorf("close: panic: %v", v)
-			}
-		}()
-		done <- db.Close()
+		defer close(done)
+		// A panic or an error: the handle is gone either way, and a log
+		// error on close is the fault already known.
+		defer func() { _ = recover() }()
+		_ = db.Close()
 	}()
 	select {
-	case err := <-done:
-		if err != nil {
-			// The handle is gone either way; a log error on close is the
-			// fault already known.
-			return nil
-		}
-		return nil
-	case <-time.After(drainTimeout):
-		return errors.New("close did not finish within 10s (Pebble's commit pipeline is stuck after a failed write)")
+	case <-done:
+		return nil, nil
+	case <-time.After(closeTimeout):
+		return done, fmt.Errorf("close did not finish within %v (Pebble's commit pipeline or a flush is stuck after a failed write)", closeTimeout)
 	}
+}
+
+// closedLate reports whether the Close a reopen abandoned (Store.lateClose)
+// has ended since; if so, the store is no longer broken but faulted with
+// no handle, which the monitor reopens as after any fault. Called by the
+// monitor only.
+func (s *Store) closedLate() bool {
+	if s.lateClose == nil {
+		return false
+	}
+	select {
+	case <-s.lateClose:
+	default:
+		return false
+	}
+	s.lateClose = nil
+	old := s.fault.Load()
+	s.fault.Store(&faultState{space: old.space, readOnly: true, err: old.err})
+	s.log.Info("storage: the abandoned close of the faulted handle ended; reopening the database")
+	return true
 }
 
 // faultFS is the filesystem one database handle writes through (ADR 0022).

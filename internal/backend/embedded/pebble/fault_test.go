@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"math/rand/v2"
 	"strings"
+	"sync"
 	"sync/atomic"
 	"syscall"
 	"testing"
@@ -173,4 +174,65 @@ func TestMarkerDeleteFailureOpensFaulted(t *testing.T) {
 	defer s.Close()
 	assert.True(t, s.Unclean(), "a power cut after the healing reopen")
 	assert.Equal(t, []uint64{1, 2, 3, 4}, ids(t, s, q.ID))
+}
+
+// stallFS stalls the creation of sstables (a flush's output) while armed,
+// until release is closed.
+type stallFS struct {
+	vfs.FS
+	armed   *atomic.Bool
+	stalled chan struct{} // closed at the first stalled creation
+	once    *sync.Once
+	release chan struct{}
+}
+
+func (fs stallFS) Create(name string, c vfs.DiskWriteCategory) (vfs.File, error) {
+	if fs.armed.Load() && strings.HasSuffix(name, ".sst") {
+		fs.once.Do(func() { close(fs.stalled) })
+		<-fs.release
+	}
+	return fs.FS.Create(name, c)
+}
+
+// TestStuckCloseAnswersTheFault: when a reopen cannot close the faulted
+// handle in time (Pebble's Close waits for a flush that does not end),
+// every call answers the fault: none reaches the half-closed handle, whose
+// reads panic ("pebble: closed" ended the server in the syscall fault
+// suite, fsync-EIO-from-40). Once that Close ends, the store reopens and
+// heals.
+func TestStuckCloseAnswersTheFault(t *testing.T) {
+	defer func(d time.Duration) { closeTimeout = d }(closeTimeout)
+	closeTimeout = 50 * time.Millisecond
+	fs := stallFS{FS: vfs.NewMem(), armed: new(atomic.Bool), stalled: make(chan struct{}), once: new(sync.Once), release: make(chan struct{})}
+	s, err := Open(Config{Dir: "db", FS: fs, Logger: quiet, MinFreeBytes: -1, CheckInterval: 10 * time.Millisecond})
+	require.NoError(t, err)
+	ctx := context.Background()
+	q, err := s.CreateQueue(ctx, queue.QueueInfo{Name: "q", Partitions: 1})
+	require.NoError(t, err)
+	require.NoError(t, insert(s, q.ID, 1, 3))
+
+	fs.armed.Store(true)
+	_, err = s.db.AsyncFlush()
+	require.NoError(t, err)
+	<-fs.stalled
+	// A write fails: the monitor reopens, and Close waits for the flush.
+	s.setFault("sync", syscall.EIO)
+	require.Eventually(t, func() bool { return s.fault.Load().broken }, 10*time.Second, 10*time.Millisecond, "the reopen gives up")
+
+	_, err = s.ListQueues(ctx, queue.ListQueuesParams{})
+	require.ErrorIs(t, err, store.ErrUnavailable, "a read answers the fault")
+	err = s.LoadItems(ctx, q.ID, 0, func(queue.ItemMeta) error { return nil })
+	require.ErrorIs(t, err, store.ErrUnavailable)
+	require.ErrorIs(t, insert(s, q.ID, 10, 1), store.ErrUnavailable)
+	require.Contains(t, s.Health(), "storage")
+
+	// The flush, and with it the abandoned Close, end: the store reopens
+	// and heals, with everything it held.
+	fs.armed.Store(false)
+	close(fs.release)
+	require.Eventually(t, func() bool { return s.WriteFault() == nil }, 10*time.Second, 10*time.Millisecond, "the store heals")
+	require.Empty(t, s.Health())
+	require.NoError(t, insert(s, q.ID, 4, 1))
+	assert.Equal(t, []uint64{1, 2, 3, 4}, ids(t, s, q.ID))
+	require.NoError(t, s.Close())
 }

@@ -117,7 +117,7 @@ func Open(cfg Config) (*Store, error) {
 		// Open read-only what the disk holds; the monitor retries
 		// read-write.
 		if err == nil {
-			_ = closeDB(db)
+			_, _ = closeDB(db)
 		}
 		s.log.Warn("storage: the disk failed while opening the database; opening it read-only", "error", failure)
 		readOnly = true

@@ -192,6 +192,10 @@ type Store struct {
 	// v1 is set while the marker on disk still says format 1 (the store
 	// was opened read-only): the first read-write reopen upgrades it.
 	v1 bool
+	// lateClose, set by a reopen that abandoned the Close of the faulted
+	// handle (closeDB), is closed when that Close ends; nil otherwise.
+	// Used by the monitor goroutine only.
+	lateClose <-chan struct{}
 	// What reopen needs, set by Open.
 	fs          vfs.FS
 	dir         string
