@@ -137,7 +137,8 @@ func TestLinearizable(t *testing.T) {
 							Items: []*pb.QueueProduceItem{{Bytes: []byte(in.item)}}})
 					}
 					ret := time.Since(start).Nanoseconds()
-					if !assertNoErr(t, err, in) {
+					if err != nil {
+						t.Errorf("%s %q: %v", in.call, in.item, err)
 						return
 					}
 					mu.Lock()
@@ -158,14 +159,4 @@ func TestLinearizable(t *testing.T) {
 			t.Fatalf("the history of %d calls is %s against a leased FIFO queue:%s", len(history), res, b.String())
 		}
 	})
-}
-
-// assertNoErr fails the test when a call of the history failed.
-func assertNoErr(t *testing.T, err error, in linInput) bool {
-	t.Helper()
-	if err != nil {
-		t.Errorf("%s %q: %v", in.call, in.item, err)
-		return false
-	}
-	return true
 }

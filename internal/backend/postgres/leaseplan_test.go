@@ -17,12 +17,16 @@ import (
 	"github.com/styxq/styx/internal/queue"
 )
 
-// planSchemas: the plan tests take a new schema each (pgtest.EmptyURL),
-// never one of pgtest's pool. A pooled schema keeps its tables' and
-// indexes' pages from the tests it served (pgtest deletes their rows), and
-// with statistics of a few rows the planner weighs scans by those pages:
-// TestLockByIDPlan then found styx_items_created in CI, and
-// TestLockedRowsUpdatedByTID a sequential scan when run again (-count=3).
+// planManager opens a manager on a new schema (pgtest.EmptyURL), never
+// one of pgtest's pool: a pooled schema keeps its tables' and indexes'
+// pages from the tests it served (pgtest deletes their rows), and with
+// statistics of a few rows the planner weighs scans by those pages
+// (TestLockByIDPlan then found styx_items_created in CI, and
+// TestLockedRowsUpdatedByTID a sequential scan when run again, -count=3).
+func planManager(t *testing.T) *Manager {
+	t.Helper()
+	return openManager(t, pgtest.EmptyURL(t))
+}
 
 // TestLockedRowsUpdatedByTID checks the plans of the statements that lock
 // rows in a CTE and then update them: the update must find each row by its
@@ -32,7 +36,7 @@ import (
 // per row (cycle ×10 at about 900 items/s instead of 3,500).
 func TestLockedRowsUpdatedByTID(t *testing.T) {
 	ctx := context.Background()
-	m := openManager(t, pgtest.EmptyURL(t)) // a new schema: see planSchemas
+	m := planManager(t)
 	require.NoError(t, m.Create(ctx, queue.QueueInfo{Name: "q", LeaseTimeout: time.Minute, Partitions: 1}))
 	info, err := m.Info(ctx, "q")
 	require.NoError(t, err)
@@ -75,7 +79,7 @@ func TestLockedRowsUpdatedByTID(t *testing.T) {
 // the table scanned every index entry of the queue there, filtering by id.
 func TestLockByIDPlan(t *testing.T) {
 	ctx := context.Background()
-	m := openManager(t, pgtest.EmptyURL(t)) // a new schema: see planSchemas
+	m := planManager(t)
 	require.NoError(t, m.Create(ctx, queue.QueueInfo{Name: "q", LeaseTimeout: time.Minute, Partitions: 1}))
 	info, err := m.Info(ctx, "q")
 	require.NoError(t, err)
@@ -105,7 +109,7 @@ func TestLockByIDPlan(t *testing.T) {
 // table (a prepared statement keeps that plan while the queue fills).
 func TestLeaseOnGenericPlanUsesReadyIndex(t *testing.T) {
 	ctx := context.Background()
-	m := openManager(t, pgtest.EmptyURL(t)) // a new schema: see planSchemas
+	m := planManager(t)
 	require.NoError(t, m.Create(ctx, queue.QueueInfo{Name: "q", LeaseTimeout: time.Minute, Partitions: 1}))
 	info, err := m.Info(ctx, "q")
 	require.NoError(t, err)

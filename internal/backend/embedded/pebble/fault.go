@@ -491,10 +491,11 @@ func (s *Store) readOnlyErr(cause error) error {
 	return store.Unavailable("pebble", errors.New("storage is read-only"))
 }
 
-// markBroken records that the handle cannot be replaced: until a restart
-// the store refuses writes, and serves reads through the handle if it is
-// still open (calls that did not end), or answers them the fault if its
-// Close did not finish (reopen).
+// markBroken records that the handle cannot be replaced: the store
+// refuses writes, and serves reads through the handle if it is still open
+// (calls that did not end), or answers them the fault if its Close did not
+// finish (reopen), until a restart or, for that Close, until it ends
+// (closedLate).
 func (s *Store) markBroken(cause error) {
 	old := s.fault.Load()
 	nf := *old
