@@ -1,12 +1,15 @@
 package sqs
 
 import (
+	"bytes"
 	"context"
 	"crypto/rand"
 	"encoding/base64"
 	"encoding/hex"
+	"encoding/json"
 	"errors"
 	"fmt"
+	"io"
 	"maps"
 	"net/http"
 	"slices"
@@ -15,6 +18,7 @@ import (
 	"sync"
 	"sync/atomic"
 	"time"
+	"unicode/utf8"
 
 	"github.com/styxq/styx/internal/auth"
 	"github.com/styxq/styx/internal/queue"
@@ -308,6 +312,39 @@ type receiveMessageOutput struct {
 	Messages []message `json:"Messages,omitempty"`
 }
 
+// writeJSON writes o as marshalJSON encodes it, one message at a time: an
+// answer of ten 1 MiB messages holds one message's encoding at a time
+// rather than the whole answer's, twice over as the encoder's buffers grow
+// (issue 48, TestReceiveAnswersBounded). The encoding of a message (strings
+// and maps of them) cannot fail; an error is the client connection's.
+func (o receiveMessageOutput) writeJSON(w io.Writer) error {
+	if len(o.Messages) == 0 {
+		_, err := io.WriteString(w, "{}")
+		return err
+	}
+	var b bytes.Buffer
+	enc := json.NewEncoder(&b)
+	enc.SetEscapeHTML(false)
+	b.WriteString(`{"Messages":[`)
+	for i, m := range o.Messages {
+		if i > 0 {
+			b.WriteByte(',')
+		}
+		if err := enc.Encode(m); err != nil {
+			return err
+		}
+		b.Truncate(b.Len() - 1) // Encode's newline
+		if i == len(o.Messages)-1 {
+			b.WriteString("]}")
+		}
+		if _, err := w.Write(b.Bytes()); err != nil {
+			return err
+		}
+		b.Reset()
+	}
+	return nil
+}
+
 // systemAttributeNames are the message system attributes ReceiveMessage
 // can return (MessageGroupId for a message that has one; the last two for
 // a message sent to a FIFO queue).
@@ -509,7 +546,13 @@ func (h *Handler) makeVisible(ctx context.Context, q queue.Queue, partition int3
 
 // toMessage is the SQS message of a leased item.
 func (h *Handler) toMessage(ctx context.Context, info queue.QueueInfo, partition int32, it queue.LeasedItem, now time.Time, sysNames, attrNames []string) message {
-	body := strings.ToValidUTF8(string(it.Payload), "\uFFFD")
+	// The body's digest is the payload's when the payload is valid UTF-8
+	// (no copy of it for the digest); else the repaired body's.
+	body, digest := string(it.Payload), it.Payload
+	if !utf8.ValidString(body) {
+		body = strings.ToValidUTF8(body, "\uFFFD")
+		digest = []byte(body)
+	}
 	env, ok := decodeEnvelope(it.Attributes)
 	if !ok {
 		env = envelope{ID: derivedMessageID(info.ID, it.ID), Sent: 0}
@@ -517,7 +560,7 @@ func (h *Handler) toMessage(ctx context.Context, info queue.QueueInfo, partition
 	m := message{
 		MessageID:     env.ID,
 		ReceiptHandle: encodeHandle(info.ID, partition, it),
-		MD5OfBody:     md5Hex([]byte(body)),
+		MD5OfBody:     md5Hex(digest),
 		Body:          body,
 	}
 	if len(sysNames) > 0 {

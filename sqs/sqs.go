@@ -260,6 +260,13 @@ func (h *Handler) Serve(w http.ResponseWriter, r *http.Request, c *Call) {
 	if out == nil {
 		out = struct{}{}
 	}
+	if st, ok := out.(jsonStreamer); ok && !c.query {
+		w.Header().Set("Content-Type", "application/x-amz-json-1.0")
+		if err := st.writeJSON(w); err != nil {
+			h.cfg.Log.Debug("sqs: answer not written whole", "target", r.Header.Get("X-Amz-Target"), "error", err)
+		}
+		return
+	}
 	var b []byte
 	if c.query {
 		b, err = toXML(c.Action, out, requestID)
@@ -273,6 +280,13 @@ func (h *Handler) Serve(w http.ResponseWriter, r *http.Request, c *Call) {
 		return
 	}
 	_, _ = w.Write(b)
+}
+
+// jsonStreamer is an answer that writes its JSON encoding (as marshalJSON's)
+// to the client a part at a time, so that a large answer is never held
+// whole: receiveMessageOutput.
+type jsonStreamer interface {
+	writeJSON(w io.Writer) error
 }
 
 // marshalJSON encodes v as json.Marshal does but without its HTML
