@@ -1,9 +1,11 @@
 package sqs
 
 import (
+	"bytes"
 	"encoding/base64"
 	"maps"
 	"slices"
+	"strings"
 	"testing"
 
 	"github.com/stretchr/testify/require"
@@ -75,4 +77,25 @@ func TestSameRedrivePolicy(t *testing.T) {
 	require.False(t, sameRedrivePolicy(a, `{"deadLetterTargetArn":"arn:aws:sqs:us-east-1:000000000000:d","maxReceiveCount":3}`))
 	require.False(t, sameRedrivePolicy(a, ""))
 	require.True(t, sameRedrivePolicy("", ""))
+}
+
+// TestReceiveAnswerWrittenAsMarshalled: the ReceiveMessage answer written a
+// message at a time (writeJSON) is byte for byte what marshalJSON makes of
+// it, with no messages, one, and several with characters JSON escapes.
+func TestReceiveAnswerWrittenAsMarshalled(t *testing.T) {
+	msg := func(body string) message {
+		return message{MessageID: "id-" + body, ReceiptHandle: "h", MD5OfBody: md5Hex([]byte(body)), Body: body,
+			Attributes: map[string]string{"SentTimestamp": "1", "ApproximateReceiveCount": "2"}}
+	}
+	for _, out := range []receiveMessageOutput{
+		{},
+		{Messages: []message{msg("<one & \"only\">")}},
+		{Messages: []message{msg("a\nb"), msg("\u2028"), msg(strings.Repeat("<", 70_000))}},
+	} {
+		want, err := marshalJSON(out)
+		require.NoError(t, err)
+		var got bytes.Buffer
+		require.NoError(t, out.writeJSON(&got))
+		require.Equal(t, string(want), got.String())
+	}
 }
