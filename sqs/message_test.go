@@ -80,22 +80,32 @@ func TestSameRedrivePolicy(t *testing.T) {
 }
 
 // TestReceiveAnswerWrittenAsMarshalled: the ReceiveMessage answer written a
-// message at a time (writeJSON) is byte for byte what marshalJSON makes of
-// it, with no messages, one, and several with characters JSON escapes.
+// message at a time (writeJSON, writeXML) is byte for byte what marshalJSON
+// and toXML make of it, with no messages, one, and several with characters
+// JSON and XML escape.
 func TestReceiveAnswerWrittenAsMarshalled(t *testing.T) {
 	msg := func(body string) message {
 		return message{MessageID: "id-" + body, ReceiptHandle: "h", MD5OfBody: md5Hex([]byte(body)), Body: body,
 			Attributes: map[string]string{"SentTimestamp": "1", "ApproximateReceiveCount": "2"}}
 	}
+	withAttrs := msg("a\nb")
+	withAttrs.MessageAttributes = map[string]AttributeValue{"b": {DataType: "String", StringValue: str("x & y")},
+		"a": {DataType: "Binary", BinaryValue: []byte{0, 1, 2}}}
+	withAttrs.MD5OfMessageAttributes = md5OfAttributes(withAttrs.MessageAttributes)
 	for _, out := range []receiveMessageOutput{
 		{},
 		{Messages: []message{msg("<one & \"only\">")}},
-		{Messages: []message{msg("a\nb"), msg("\u2028"), msg(strings.Repeat("<", 70_000))}},
+		{Messages: []message{withAttrs, msg("\u2028"), msg(strings.Repeat("<", 70_000))}},
 	} {
 		want, err := marshalJSON(out)
 		require.NoError(t, err)
 		var got bytes.Buffer
 		require.NoError(t, out.writeJSON(&got))
+		require.Equal(t, string(want), got.String())
+		want, err = toXML("ReceiveMessage", out, "request-1")
+		require.NoError(t, err)
+		got.Reset()
+		require.NoError(t, out.writeXML(&got, "request-1"))
 		require.Equal(t, string(want), got.String())
 	}
 }

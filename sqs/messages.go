@@ -1,6 +1,7 @@
 package sqs
 
 import (
+	"bufio"
 	"bytes"
 	"context"
 	"crypto/rand"
@@ -343,6 +344,32 @@ func (o receiveMessageOutput) writeJSON(w io.Writer) error {
 		b.Reset()
 	}
 	return nil
+}
+
+// writeXML writes o as toXML encodes ReceiveMessage's answer (the query
+// protocol), one message at a time and through a 64 KiB buffer: toXML holds
+// the whole answer three times over (its JSON, the tree decoded from it,
+// and the XML, where each '<' of a body takes four bytes); writeXML holds
+// one message's JSON and tree.
+func (o receiveMessageOutput) writeXML(w io.Writer, requestID string) error {
+	const action = "ReceiveMessage"
+	b := bufio.NewWriterSize(w, 64<<10)
+	xmlHead(b, action)
+	if len(o.Messages) > 0 {
+		fmt.Fprintf(b, "<%sResult>", action)
+	}
+	for _, m := range o.Messages {
+		tree, err := jsonTree(receiveMessageOutput{Messages: []message{m}})
+		if err != nil {
+			return err
+		}
+		writeMembers(b, tree, "")
+	}
+	if len(o.Messages) > 0 {
+		fmt.Fprintf(b, "</%sResult>", action)
+	}
+	xmlTail(b, action, requestID)
+	return b.Flush()
 }
 
 // systemAttributeNames are the message system attributes ReceiveMessage

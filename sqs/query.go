@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"encoding/xml"
 	"fmt"
+	"io"
 	"maps"
 	"net/http"
 	"net/url"
@@ -236,16 +237,9 @@ var xmlMaps = map[string]struct{ entry, key, value string }{
 // <Action>Result holding out's members, and the request id.
 func toXML(action string, out any, requestID string) ([]byte, error) {
 	var b bytes.Buffer
-	b.WriteString(xml.Header)
-	fmt.Fprintf(&b, `<%sResponse xmlns="%s">`, action, queryNamespace)
-	raw, err := marshalJSON(out)
+	xmlHead(&b, action)
+	tree, err := jsonTree(out)
 	if err != nil {
-		return nil, err
-	}
-	var tree map[string]any
-	dec := json.NewDecoder(bytes.NewReader(raw))
-	dec.UseNumber()
-	if err := dec.Decode(&tree); err != nil {
 		return nil, err
 	}
 	if len(tree) > 0 {
@@ -257,11 +251,47 @@ func toXML(action string, out any, requestID string) ([]byte, error) {
 		writeMembers(&b, tree, successful)
 		fmt.Fprintf(&b, "</%sResult>", action)
 	}
-	fmt.Fprintf(&b, "<ResponseMetadata><RequestId>%s</RequestId></ResponseMetadata></%sResponse>", requestID, action)
+	xmlTail(&b, action, requestID)
 	return b.Bytes(), nil
 }
 
-func writeMembers(b *bytes.Buffer, m map[string]any, successful string) {
+// xmlOut is where the query protocol's XML is written: a bytes.Buffer
+// (toXML), or a bufio.Writer over the client's connection (writeXML).
+type xmlOut interface {
+	io.Writer
+	io.StringWriter
+}
+
+// xmlHead writes the XML declaration and action's response element's
+// start tag.
+func xmlHead(b xmlOut, action string) {
+	b.WriteString(xml.Header)
+	fmt.Fprintf(b, `<%sResponse xmlns="%s">`, action, queryNamespace)
+}
+
+// xmlTail writes the response metadata and action's response element's
+// end tag.
+func xmlTail(b xmlOut, action, requestID string) {
+	fmt.Fprintf(b, "<ResponseMetadata><RequestId>%s</RequestId></ResponseMetadata></%sResponse>", requestID, action)
+}
+
+// jsonTree returns out's JSON encoding (marshalJSON) decoded into maps,
+// lists, strings and json.Numbers: what toXML writes as elements.
+func jsonTree(out any) (map[string]any, error) {
+	raw, err := marshalJSON(out)
+	if err != nil {
+		return nil, err
+	}
+	var tree map[string]any
+	dec := json.NewDecoder(bytes.NewReader(raw))
+	dec.UseNumber()
+	if err := dec.Decode(&tree); err != nil {
+		return nil, err
+	}
+	return tree, nil
+}
+
+func writeMembers(b xmlOut, m map[string]any, successful string) {
 	for _, k := range slices.Sorted(maps.Keys(m)) {
 		v := m[k]
 		if mp, ok := xmlMaps[k]; ok {
@@ -290,7 +320,7 @@ func writeMembers(b *bytes.Buffer, m map[string]any, successful string) {
 	}
 }
 
-func writeElement(b *bytes.Buffer, name string, v any, successful string) {
+func writeElement(b xmlOut, name string, v any, successful string) {
 	fmt.Fprintf(b, "<%s>", name)
 	switch x := v.(type) {
 	case map[string]any:
@@ -317,7 +347,7 @@ func writeElement(b *bytes.Buffer, name string, v any, successful string) {
 // quotes, tabs and newlines stay one byte each, not five (&#34;) as
 // xml.EscapeText writes them. A character XML does not allow becomes
 // U+FFFD, as xml.EscapeText does.
-func escape(b *bytes.Buffer, s string) {
+func escape(b xmlOut, s string) {
 	last := 0
 	for i, r := range s {
 		var esc string

@@ -260,10 +260,16 @@ func (h *Handler) Serve(w http.ResponseWriter, r *http.Request, c *Call) {
 	if out == nil {
 		out = struct{}{}
 	}
-	if st, ok := out.(jsonStreamer); ok && !c.query {
-		w.Header().Set("Content-Type", "application/x-amz-json-1.0")
-		if err := st.writeJSON(w); err != nil {
-			h.cfg.Log.Debug("sqs: answer not written whole", "target", r.Header.Get("X-Amz-Target"), "error", err)
+	if st, ok := out.(answerStreamer); ok {
+		if c.query {
+			w.Header().Set("Content-Type", "text/xml")
+			err = st.writeXML(w, requestID)
+		} else {
+			w.Header().Set("Content-Type", "application/x-amz-json-1.0")
+			err = st.writeJSON(w)
+		}
+		if err != nil {
+			h.cfg.Log.Debug("sqs: answer not written whole", "action", c.Action, "error", err)
 		}
 		return
 	}
@@ -282,11 +288,12 @@ func (h *Handler) Serve(w http.ResponseWriter, r *http.Request, c *Call) {
 	_, _ = w.Write(b)
 }
 
-// jsonStreamer is an answer that writes its JSON encoding (as marshalJSON's)
-// to the client a part at a time, so that a large answer is never held
-// whole: receiveMessageOutput.
-type jsonStreamer interface {
+// answerStreamer is an answer that writes its encoding, JSON (as
+// marshalJSON's) or XML (as toXML's), to the client a part at a time, so
+// that a large answer is never held whole: receiveMessageOutput.
+type answerStreamer interface {
 	writeJSON(w io.Writer) error
+	writeXML(w io.Writer, requestID string) error
 }
 
 // marshalJSON encodes v as json.Marshal does but without its HTML
