@@ -5,7 +5,6 @@ import (
 	"fmt"
 	"io"
 	"os"
-	"strings"
 	"sync"
 	"sync/atomic"
 	"syscall"
@@ -214,7 +213,7 @@ func (s *Store) Health() string {
 	switch {
 	case f.broken:
 		return "storage read-only until restart: " + cause(f.err)
-	case f.err != nil && strings.HasPrefix(cause(f.err), "disk full"):
+	case f.err != nil && errors.Is(f.err, errDiskFull):
 		return cause(f.err) + "; storage read-only"
 	case f.err != nil:
 		return "storage read-only: " + cause(f.err)
@@ -223,6 +222,11 @@ func (s *Store) Health() string {
 	}
 	return ""
 }
+
+// errDiskFull is in the chain of every fault and refusal for want of disk
+// space (a write that failed with ENOSPC, free space under the watermark):
+// Health words those as "disk full".
+var errDiskFull = errors.New("disk full")
 
 // cause returns the cause of a classified storage error (without its
 // "storage unavailable; pebble: " prefix).
@@ -243,11 +247,10 @@ func (s *Store) setFault(kind string, cause error) {
 			return
 		}
 		nf := *old
-		what := kind + " failed"
+		nf.err = store.Unavailable("pebble", fmt.Errorf("%s failed, writes are refused until it heals: %w", kind, cause))
 		if errors.Is(cause, syscall.ENOSPC) {
-			what = "disk full: " + what
+			nf.err = store.Unavailable("pebble", fmt.Errorf("%w: %s failed, writes are refused until it heals: %w", errDiskFull, kind, cause))
 		}
-		nf.err = store.Unavailable("pebble", fmt.Errorf("%s, writes are refused until it heals: %w", what, cause))
 		if s.fault.CompareAndSwap(old, &nf) {
 			s.log.Error("storage fault: the store refuses writes until it heals", "cause", kind, "error", cause)
 			if s.onFault != nil {
@@ -299,8 +302,8 @@ func (s *Store) space() (free uint64, err error) {
 		return 0, nil
 	}
 	if int64(u.AvailBytes) < s.minFree {
-		return u.AvailBytes, store.Unavailable("pebble", fmt.Errorf("disk full: %d MB free in %s, the watermark is %d MB; calls that add items are refused until space is freed",
-			u.AvailBytes>>20, s.dir, s.minFree>>20))
+		return u.AvailBytes, store.Unavailable("pebble", fmt.Errorf("%w: %d MB free in %s, the watermark is %d MB; calls that add items are refused until space is freed",
+			errDiskFull, u.AvailBytes>>20, s.dir, s.minFree>>20))
 	}
 	return u.AvailBytes, nil
 }
@@ -485,8 +488,8 @@ func (s *Store) readOnlyErr(cause error) error {
 		return space
 	}
 	if u, err := s.fs.GetDiskUsage(s.dir); err == nil {
-		return store.Unavailable("pebble", fmt.Errorf("disk full: %d MB free in %s, opening the store read-write needs %d MB to flush its log",
-			u.AvailBytes>>20, s.dir, max(s.minFree, 4*int64(s.opts.MemTableSize))>>20))
+		return store.Unavailable("pebble", fmt.Errorf("%w: %d MB free in %s, opening the store read-write needs %d MB to flush its log",
+			errDiskFull, u.AvailBytes>>20, s.dir, max(s.minFree, 4*int64(s.opts.MemTableSize))>>20))
 	}
 	return store.Unavailable("pebble", errors.New("storage is read-only"))
 }
