@@ -108,12 +108,19 @@ type Manager struct {
 	infos  map[uint64]queue.QueueInfo
 	names  map[string]uint64
 	queues map[uint64]*Queue
-	// gen counts adopt calls; adopted holds the gen at which each queue
-	// was last adopted, so that a reload whose read began earlier neither
-	// forgets a queue created since nor reverts a newer definition.
+	// gen counts what this node learns of a queue outside reload (adopt,
+	// and its own Delete); learned holds the gen at which each queue was
+	// last adopted or deleted here, so that a reload whose read began
+	// earlier neither forgets a queue created since, nor reverts a newer
+	// definition, nor brings back a queue deleted since (its read saw the
+	// row before the delete committed).
 	gen     uint64
-	adopted map[uint64]uint64
-	closed  bool
+	learned map[uint64]uint64
+	// reloading serializes reloads, so that they apply in the order of
+	// their reads: a reload forgets the deletions its read began after
+	// (applyQueues), which an older read applied later would undo.
+	reloading sync.Mutex
+	closed    bool
 	// health caches Health's answer; guarded by its own mutex.
 	health health
 	// durability is what an acknowledgement is worth, read at Open;
@@ -148,7 +155,7 @@ func Open(ctx context.Context, cfg Config) (*Manager, error) {
 	}
 	st.SetLog(cfg.Log) // a move of the item ids after a failover (ids.go)
 	m := &Manager{cfg: cfg, st: st, refresh: make(chan struct{}, 1),
-		infos: map[uint64]queue.QueueInfo{}, names: map[string]uint64{}, queues: map[uint64]*Queue{}, adopted: map[uint64]uint64{},
+		infos: map[uint64]queue.QueueInfo{}, names: map[string]uint64{}, queues: map[uint64]*Queue{}, learned: map[uint64]uint64{},
 		node: newNodeID()}
 	m.notifier = newNotifier(m)
 	m.ctx, m.cancel = context.WithCancel(context.Background())
@@ -209,6 +216,27 @@ func (m *Manager) signalQueue(id uint64, ready bool, due int64) {
 // of its items, starts loops for new queues, stops those of deleted ones and
 // tells each loop when its lifecycle work is due.
 func (m *Manager) reload(ctx context.Context) error {
+	m.reloading.Lock()
+	defer m.reloading.Unlock()
+	gen, all, err := m.readQueues(ctx)
+	if err != nil {
+		return err
+	}
+	m.applyQueues(gen, all)
+	return nil
+}
+
+// loadedQueue is a queue as readQueues found it.
+type loadedQueue struct {
+	info queue.QueueInfo
+	due  int64
+	// held says the queue holds groups (rule 5): its loop checks them.
+	held bool
+}
+
+// readQueues reads every queue definition (reload), and returns it with
+// the gen at which the read began.
+func (m *Manager) readQueues(ctx context.Context) (uint64, []loadedQueue, error) {
 	m.mu.RLock()
 	gen := m.gen
 	m.mu.RUnlock()
@@ -219,35 +247,35 @@ func (m *Manager) reload(ctx context.Context) error {
 		EXISTS (SELECT 1 FROM styx_held_groups h WHERE h.queue_id=q.id)
 		FROM styx_queues q`)
 	if err != nil {
-		return wrap("load queues", err)
+		return 0, nil, wrap("load queues", err)
 	}
-	type loaded struct {
-		info queue.QueueInfo
-		due  int64
-		// held says the queue holds groups (rule 5): its loop checks them.
-		held bool
-	}
-	all, err := pgx.CollectRows(rows, func(r pgx.CollectableRow) (loaded, error) {
+	all, err := pgx.CollectRows(rows, func(r pgx.CollectableRow) (loadedQueue, error) {
 		var q queueRow
 		var timed, expiry int64
 		var held bool
 		err := r.Scan(append(q.dest(), &timed, &expiry, &held)...)
-		return loaded{info: q.info(), due: engine.Earliest(timed, expiry), held: held}, err
+		return loadedQueue{info: q.info(), due: engine.Earliest(timed, expiry), held: held}, err
 	})
 	if err != nil {
-		return wrap("load queues", err)
+		return 0, nil, wrap("load queues", err)
 	}
+	return gen, all, nil
+}
+
+// applyQueues makes the node's queues those of all, read from gen on
+// (readQueues), but for what the node learned since (learned).
+func (m *Manager) applyQueues(gen uint64, all []loadedQueue) {
 	var stopped []*Queue
 	m.mu.Lock()
 	if m.closed {
 		m.mu.Unlock()
-		return nil
+		return
 	}
 	seen := make(map[uint64]bool, len(all))
 	for _, l := range all {
 		seen[l.info.ID] = true
-		if m.adopted[l.info.ID] > gen {
-			continue // adopted since the read began: newer than l
+		if m.learned[l.info.ID] > gen {
+			continue // adopted or deleted since the read began: newer than l
 		}
 		m.resumed(l.info)
 		m.infos[l.info.ID] = l.info
@@ -258,8 +286,13 @@ func (m *Manager) reload(ctx context.Context) error {
 		}
 	}
 	for id, info := range m.infos {
-		if !seen[id] && m.adopted[id] <= gen {
+		if !seen[id] && m.learned[id] <= gen {
 			stopped = append(stopped, m.forget(id, info.Name)...)
+		}
+	}
+	for id, g := range m.learned {
+		if _, ok := m.infos[id]; !ok && g <= gen {
+			delete(m.learned, id) // a deletion this read began after: it saw none of it
 		}
 	}
 	queues := make(map[uint64]*Queue, len(m.queues))
@@ -279,7 +312,6 @@ func (m *Manager) reload(ctx context.Context) error {
 			q.signal(false, l.due)
 		}
 	}
-	return nil
 }
 
 // resumed wakes the loop of info's queue to serve its waiting leases when
@@ -299,7 +331,7 @@ func (m *Manager) resumed(info queue.QueueInfo) {
 func (m *Manager) forget(id uint64, name string) []*Queue {
 	m.cfg.Metrics.ForgetQueue(name)
 	delete(m.infos, id)
-	delete(m.adopted, id)
+	delete(m.learned, id)
 	if m.names[name] == id {
 		delete(m.names, name)
 	}
@@ -470,7 +502,7 @@ func (m *Manager) adopt(info queue.QueueInfo) (*Queue, error) {
 		}
 	}
 	m.gen++
-	m.adopted[info.ID] = m.gen
+	m.learned[info.ID] = m.gen
 	m.resumed(info)
 	m.infos[info.ID] = info
 	m.cfg.Metrics.InitQueue(info.Name, info.DeadQueue)
@@ -589,6 +621,8 @@ func (m *Manager) Delete(ctx context.Context, name string) error {
 	}
 	m.mu.Lock()
 	stopped := m.forget(info.ID, name)
+	m.gen++
+	m.learned[info.ID] = m.gen // a reload that read before the delete does not bring it back
 	m.mu.Unlock()
 	for _, q := range stopped {
 		q.Loop.Stop(queue.NotFound(name))
