@@ -1,6 +1,7 @@
 package pgtest
 
 import (
+	"fmt"
 	"os"
 	"path/filepath"
 	"strconv"
@@ -52,7 +53,28 @@ func (s *Server) Freeze(t testing.TB) (thaw func()) {
 			pids = append(pids, pid)
 		}
 	}
+	s.frozen = pids
 	return thaw
+}
+
+// States describes the processes the last Freeze stopped, for a failing
+// test's message: each one's pid, state (T: stopped) and command line, from
+// /proc.
+func (s *Server) States() string {
+	var b strings.Builder
+	for _, pid := range s.frozen {
+		state := "gone"
+		if stat, err := os.ReadFile(filepath.Join("/proc", strconv.Itoa(pid), "stat")); err == nil {
+			if i := strings.LastIndexByte(string(stat), ')'); i >= 0 {
+				if f := strings.Fields(string(stat[i+1:])); len(f) > 0 {
+					state = f[0]
+				}
+			}
+		}
+		cmd, _ := os.ReadFile(filepath.Join("/proc", strconv.Itoa(pid), "cmdline"))
+		fmt.Fprintf(&b, "%d %s %s; ", pid, state, strings.TrimSpace(strings.ReplaceAll(string(cmd), "\x00", " ")))
+	}
+	return b.String()
 }
 
 // childrenOf lists the processes whose parent is ppid, from /proc.

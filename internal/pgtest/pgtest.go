@@ -141,6 +141,8 @@ type Server struct {
 	// URL is the cluster's test database.
 	URL string
 	env map[string]string
+	// frozen lists the processes the last Freeze stopped (for States).
+	frozen []int
 }
 
 // StartServer starts a new cluster in a temporary directory and stops it

@@ -76,7 +76,8 @@ func TestHealthFrozenPrimary(t *testing.T) {
 	t.Logf("slowest Health call while frozen: %s", time.Duration(slowest.Load()))
 	var heard []string
 	answers.Range(func(k, _ any) bool { heard = append(heard, fmt.Sprintf("%q", k)); return true })
-	require.True(t, ok, "every caller hears %q while the primary is frozen; heard: %s", overdue, strings.Join(heard, ", "))
+	require.True(t, ok, "every caller hears %q while the primary is frozen; heard: %s; the frozen processes (pid, state, command): %s; the pool's server: %s:%d, the test's: %s",
+		overdue, strings.Join(heard, ", "), srv.States(), m.st.pool.Config().ConnConfig.Host, m.st.pool.Config().ConnConfig.Port, srv.URL)
 
 	thaw()
 	require.Eventually(t, func() bool { return m.Health() == "" }, 30*time.Second, 10*time.Millisecond, "healthy again once thawed")
