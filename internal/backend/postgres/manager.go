@@ -495,13 +495,15 @@ func (m *Manager) adopt(info queue.QueueInfo) (*Queue, error) {
 	if m.closed {
 		return nil, engine.ErrShuttingDown
 	}
+	m.gen++
 	if old, ok := m.names[info.Name]; ok && old != info.ID {
-		// Deleted and re-created under the same name.
+		// Deleted and re-created under the same name: a reload that read
+		// before does not bring the old one back either.
 		for _, q := range m.forget(old, info.Name) {
 			go q.Loop.Shutdown()
 		}
+		m.learned[old] = m.gen
 	}
-	m.gen++
 	m.learned[info.ID] = m.gen
 	m.resumed(info)
 	m.infos[info.ID] = info
