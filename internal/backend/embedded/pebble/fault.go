@@ -247,10 +247,11 @@ func (s *Store) setFault(kind string, cause error) {
 			return
 		}
 		nf := *old
-		nf.err = store.Unavailable("pebble", fmt.Errorf("%s failed, writes are refused until it heals: %w", kind, cause))
+		err := fmt.Errorf("%s failed, writes are refused until it heals: %w", kind, cause)
 		if errors.Is(cause, syscall.ENOSPC) {
-			nf.err = store.Unavailable("pebble", fmt.Errorf("%w: %s failed, writes are refused until it heals: %w", errDiskFull, kind, cause))
+			err = fmt.Errorf("%w: %w", errDiskFull, err)
 		}
+		nf.err = store.Unavailable("pebble", err)
 		if s.fault.CompareAndSwap(old, &nf) {
 			s.log.Error("storage fault: the store refuses writes until it heals", "cause", kind, "error", cause)
 			if s.onFault != nil {
