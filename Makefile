@@ -43,7 +43,7 @@ proto: ## regenerate styxpb from proto/ (needs protoc and protoc-gen-go)
 	protoc -I proto --go_out=. --go_opt=module=github.com/styxq/styx proto/styx/v1/styx.proto
 bench: ## end-to-end benchmark of a local server with styx-bench; writes bench/report.md (BENCH_DURATION=10s), then Styx beside its peers (bench/peers.sh; BENCH_PEERS=0 skips them)
 	./bench/run.sh
-bench-peers: ## Styx beside River (on one throwaway PostgreSQL), RabbitMQ quorum queues and NATS JetStream (beside Styx on Pebble), 2 interleaved rounds; installs what is missing; writes bench/peers-report.md (about 7 minutes)
+bench-peers: ## Styx beside River (on one throwaway PostgreSQL), RabbitMQ quorum queues and NATS JetStream (beside Styx on Pebble), 2 interleaved rounds, with the ceilings (bare SQL, Styx without fsync, bare net/http; BENCH_PEERS_CEILINGS=0 skips them); installs what is missing; writes bench/peers-report.md (about 10 minutes)
 	./bench/peers.sh
 soak: ## mixed load with retries, dead letters and redrives on a pebble server; RSS, goroutines, open files and p99 every minute into bench/soak-report.md and bench/soak.csv; fails unless flat (SOAK_DURATION=30m SOAK_INTERVAL=1m)
 	./bench/soak.sh

@@ -44,6 +44,12 @@
 #                         bench/peers-report.md)
 #   BENCH_STYX_REV        build Styx at this git revision (in a temporary
 #                         worktree) instead of the working tree
+#   BENCH_PEERS_CEILINGS  1 (default) also runs the ceilings each round, as
+#                         rows under Styx's: the row work in bare SQL on the
+#                         same PostgreSQL (every row), Styx on Pebble without
+#                         fsync and bare Go net/http with Styx's requests
+#                         (the batch-1 rows); 0 skips them (about 1 minute
+#                         less per round)
 set -euo pipefail
 
 ROOT=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
@@ -53,6 +59,7 @@ ROUNDS=${BENCH_PEERS_ROUNDS:-2}
 SYSTEMS=$(echo ${BENCH_PEERS_SYSTEMS:-river rabbitmq nats})
 REPORT=${BENCH_PEERS_REPORT:-$ROOT/bench/peers-report.md}
 STYX_REV=${BENCH_STYX_REV:-}
+CEILINGS=${BENCH_PEERS_CEILINGS:-1}
 CLIENTS=4
 ROWS=("produce 1" "produce 100" "cycle 1" "cycle 100")
 NATS_VERSION=v2.15.2
@@ -74,6 +81,7 @@ ERRS=$TMP/runs.err
 source "$(dirname "${BASH_SOURCE[0]}")/lib.sh"
 
 STYX_PID=""
+FLOOR_PID=""
 NATS_PID=""
 RMQ_PID="" # runuser (or rabbitmq-server) as started here
 RMQ_BEAM="" # the Erlang VM, from RabbitMQ's pid file
@@ -83,6 +91,7 @@ USED_PORTS=""
 
 cleanup() {
 	[[ -z $STYX_PID ]] || stop_pids "$STYX_PID"
+	[[ -z $FLOOR_PID ]] || stop_pids "$FLOOR_PID"
 	[[ -z $NATS_PID ]] || stop_pids "$NATS_PID"
 	stop_rabbitmq
 	[[ -z $PG_DIR ]] || "$ROOT/scripts/pgtest.sh" stop "$PG_DIR" >/dev/null 2>&1 || true
@@ -325,6 +334,22 @@ run_peer() {
 	fi
 }
 
+# start_floor starts peer-bench's http-floor server (a ceiling) and sets
+# FLOOR_URL; on failure the ceilings' HTTP rows are reported as not run.
+start_floor() {
+	local port
+	low_port port
+	"$TMP/peer-bench" --serve-http-floor "127.0.0.1:$port" 2>"$TMP/floor.log" &
+	FLOOR_PID=$!
+	FLOOR_URL=http://127.0.0.1:$port
+	if ! "$TMP/peer-bench" --system http-floor --url "$FLOOR_URL" --ping 20s 2>>"$TMP/floor.log"; then
+		note_missing http-floor "the http-floor server did not answer: $(tail -n1 "$TMP/floor.log")"
+		stop_pids "$FLOOR_PID"
+		FLOOR_PID=""
+		return 1
+	fi
+}
+
 # --- the run -------------------------------------------------------------------
 
 LOAD_BEFORE=$(cut -d' ' -f1-3 /proc/loadavg)
@@ -337,11 +362,12 @@ else
 	has river && note_missing river "PostgreSQL did not start (scripts/pgtest.sh)"
 fi
 if has nats; then ensure_nats && start_nats || true; fi
+if ((CEILINGS)) && [[ -x $TMP/peer-bench ]]; then start_floor || true; fi
 if has rabbitmq; then ensure_rabbitmq && start_rabbitmq || true; fi
 
 for round in $(seq "$ROUNDS"); do
 	if ((PG_OK)); then
-		"$PSQL" -q "$DSN" -c "CREATE DATABASE styx_r$round" -c "CREATE DATABASE river_r$round"
+		"$PSQL" -q "$DSN" -c "CREATE DATABASE styx_r$round" -c "CREATE DATABASE river_r$round" -c "CREATE DATABASE sql_r$round"
 		start_styx postgres --storage postgres --postgres-url "$(dsn_of "styx_r$round")"
 		for row in "${ROWS[@]}"; do
 			read -r workload batch <<<"$row"
@@ -362,9 +388,12 @@ for round in $(seq "$ROUNDS"); do
 					run_peer river "$(dsn_of "river_r$round")" "$round" "$workload" "$batch"
 				fi
 			done
+			if ((CEILINGS)) && [[ -x $TMP/peer-bench ]]; then
+				run_peer sql "$(dsn_of "sql_r$round")" "$round" "$workload" "$batch"
+			fi
 		done
 		stop_styx
-		"$PSQL" -q "$DSN" -c "DROP DATABASE styx_r$round" -c "DROP DATABASE river_r$round"
+		"$PSQL" -q "$DSN" -c "DROP DATABASE styx_r$round" -c "DROP DATABASE river_r$round" -c "DROP DATABASE sql_r$round"
 	fi
 
 	start_styx pebble --data-dir "$TMP/pebble-r$round"
@@ -392,6 +421,17 @@ for round in $(seq "$ROUNDS"); do
 	done
 	stop_styx
 	rm -rf "$TMP/pebble-r$round"
+	if ((CEILINGS)); then
+		start_styx pebble-nosync --data-dir "$TMP/nosync-r$round" --sync=false
+		for row in "${ROWS[@]}"; do
+			read -r workload batch <<<"$row"
+			((batch == 1)) || continue
+			run_styx styx-pebble-nosync "$round" "$workload" "$batch"
+			[[ -z $FLOOR_PID ]] || run_peer http-floor "$FLOOR_URL" "$round" "$workload" "$batch"
+		done
+		stop_styx
+		rm -rf "$TMP/nosync-r$round"
+	fi
 done
 LOAD_AFTER=$(cut -d' ' -f1-3 /proc/loadavg)
 sleep 0.2 # let the stderr tees finish
@@ -417,6 +457,15 @@ river_version=$(awk '$1 == "github.com/riverqueue/river" { print $2 }' "$ROOT/be
 	echo "data directory per round; RabbitMQ and NATS a fresh queue or stream per run. Every server, the load"
 	echo "generators and River's workers share the machine's CPUs. What each figure counts: docs/benchmarks.md,"
 	echo "\"The peers side by side\"."
+	if ((CEILINGS)); then
+		echo
+		echo "The rows marked \"ceiling\" (BENCH_PEERS_CEILINGS=1) are no queue a user could run: the same loop with"
+		echo "a queue server's work taken out, to read each ratio against what this machine gives at all. Bare SQL:"
+		echo "the row work of a leased queue on the same PostgreSQL (insert; lease by UPDATE … FOR UPDATE SKIP LOCKED;"
+		echo "delete), each statement its own transaction, a connection per client. Styx on Pebble without fsync"
+		echo "(--sync=false), a fresh data directory. Bare Go net/http: a server that reads each request and answers"
+		echo "bytes of Styx's sizes, with Styx's requests (cycle: produce, lease, complete), no storage."
+	fi
 	echo
 	if [[ -x $TMP/peer-bench ]]; then
 		"$TMP/peer-bench" --table "$RUNS"

@@ -29,9 +29,16 @@
 //	         counts completed jobs (River's job_completed events, which its
 //	         completer sends once the completion is committed)
 //
+// Two more systems are the ceilings (ceilings.go): http-floor, a bare Go
+// net/http server and clients sending Styx's requests with no queue behind
+// them (its server run by --serve-http-floor), and sql, a leased queue's
+// row work in bare SQL on PostgreSQL.
+//
 // Other modes: --ping waits until the system answers (for the bench script
 // to wait for a server it started); --table FILE renders the JSON lines of
-// styx-bench and peer-bench runs in FILE as the side-by-side tables.
+// styx-bench and peer-bench runs in FILE as the side-by-side tables;
+// --serve-http-floor ADDR serves the http-floor system's endpoints until
+// SIGTERM.
 package main
 
 import (
@@ -67,6 +74,7 @@ type config struct {
 	Label    string
 	Ping     time.Duration // --ping: wait up to this long for the system, then exit
 	Table    string        // --table FILE: render FILE and exit
+	Floor    string        // --serve-http-floor ADDR: serve the http-floor endpoints and exit when stopped
 	Round    int
 
 	// River's client configuration (cycle).
@@ -168,7 +176,7 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 	var cfg config
 	fs := pflag.NewFlagSet("peer-bench", pflag.ContinueOnError)
 	fs.SetOutput(stderr)
-	fs.StringVar(&cfg.System, "system", "", "river, rabbitmq or nats")
+	fs.StringVar(&cfg.System, "system", "", "river, rabbitmq, nats, or a ceiling: http-floor or sql")
 	fs.StringVar(&cfg.URL, "url", "", "the system's address (PostgreSQL DSN, amqp:// or nats:// URL)")
 	fs.StringVar(&cfg.Workload, "workload", "produce", "produce or cycle")
 	fs.IntVar(&cfg.Clients, "clients", 4, "closed-loop clients")
@@ -180,6 +188,7 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 	fs.IntVar(&cfg.Round, "round", 0, "round number, recorded in the JSON line")
 	fs.DurationVar(&cfg.Ping, "ping", 0, "wait up to this long until the system answers, then exit")
 	fs.StringVar(&cfg.Table, "table", "", "render the JSON lines in this file as the side-by-side tables and exit")
+	fs.StringVar(&cfg.Floor, "serve-http-floor", "", "serve the http-floor system's endpoints on this host:port (answers of --payload bytes per item) until stopped")
 	fs.IntVar(&cfg.RiverBacklog, "river-backlog", 0, "River cycle: jobs per client inserted and not yet completed before the client waits (0: 5 batches, at least 250)")
 	fs.IntVar(&cfg.RiverMaxWorkers, "river-max-workers", 1000, "River cycle: MaxWorkers of the queue")
 	fs.DurationVar(&cfg.RiverFetchCooldown, "river-fetch-cooldown", time.Millisecond, "River cycle: FetchCooldown")
@@ -193,6 +202,13 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 	}
 	if cfg.Table != "" {
 		if err := renderTables(stdout, cfg.Table); err != nil {
+			_, _ = fmt.Fprintf(stderr, "peer-bench: %v\n", err)
+			return 1
+		}
+		return 0
+	}
+	if cfg.Floor != "" {
+		if err := serveHTTPFloor(ctx, cfg.Floor, cfg.Payload); err != nil {
 			_, _ = fmt.Fprintf(stderr, "peer-bench: %v\n", err)
 			return 1
 		}
@@ -213,8 +229,12 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 		sys = &rabbit{cfg: cfg}
 	case "nats":
 		sys = &natsJS{cfg: cfg}
+	case "http-floor":
+		sys = &httpFloor{cfg: cfg}
+	case "sql":
+		sys = &bareSQL{cfg: cfg}
 	default:
-		_, _ = fmt.Fprintf(stderr, "peer-bench: unknown --system %q (river, rabbitmq, nats)\n", cfg.System)
+		_, _ = fmt.Fprintf(stderr, "peer-bench: unknown --system %q (river, rabbitmq, nats, http-floor, sql)\n", cfg.System)
 		return 2
 	}
 	if cfg.Ping > 0 {

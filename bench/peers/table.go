@@ -45,6 +45,18 @@ var styxVariants = []struct{ suffix, text string }{
 	{"worker", "Styx's clients only producing while one worker.Worker consumes (River's shape)"},
 }
 
+// ceilings are the rows of bench/peers.sh's ceiling runs (ceilings.go;
+// BENCH_PEERS_CEILINGS), each under its row's variants, per table: what the
+// machine gives the row's loop without a queue server's work (sql,
+// http-floor) or without fsync (styx-pebble-nosync).
+var ceilings = map[string][]struct{ label, text string }{
+	"postgres": {{"sql", "ceiling: no queue server, the row work in bare SQL (peer-bench --system sql)"}},
+	"pebble": {
+		{"styx-pebble-nosync", "ceiling: Styx on Pebble without fsync (--sync=false, not durable)"},
+		{"http-floor", "ceiling: no queue, no storage, bare Go net/http with Styx's requests (peer-bench --system http-floor)"},
+	},
+}
+
 func (c *cell) median() float64 {
 	if c == nil || len(c.rates) == 0 {
 		return 0
@@ -158,6 +170,12 @@ func renderTables(out io.Writer, path string) error {
 					show("styx-postgres-"+v.suffix, s), show("river", rv), ratio(s.median(), rv.median()))
 			}
 		}
+		for _, v := range ceilings["postgres"] {
+			if c := get(v.label, r.workload, r.batch); c != nil {
+				fmt.Fprintf(out, "| %s, batch %d, %s | %s | %s | %s |\n", r.workload, r.batch, v.text,
+					show(v.label, c), show("river", rv), ratio(c.median(), rv.median()))
+			}
+		}
 	}
 	fmt.Fprintln(out)
 	fmt.Fprintln(out, "### One durable node: Styx on Pebble beside RabbitMQ and NATS JetStream")
@@ -179,8 +197,16 @@ func renderTables(out io.Writer, path string) error {
 		}
 		fmt.Fprintf(out, "| %s, batch %d | %s | %s | %s | %s |\n", r.workload, r.batch,
 			show("styx-pebble", s), show("rabbitmq", rb), show("nats", nt), rt)
+		type extra struct{ label, text string }
+		extras := make([]extra, 0, len(styxVariants)+len(ceilings["pebble"]))
 		for _, v := range styxVariants {
-			c := get("styx-pebble-"+v.suffix, r.workload, r.batch)
+			extras = append(extras, extra{"styx-pebble-" + v.suffix, v.text})
+		}
+		for _, v := range ceilings["pebble"] {
+			extras = append(extras, extra(v))
+		}
+		for _, v := range extras {
+			c := get(v.label, r.workload, r.batch)
 			if c == nil {
 				continue
 			}
@@ -189,14 +215,14 @@ func renderTables(out io.Writer, path string) error {
 				rt += " (" + bestName + ")"
 			}
 			fmt.Fprintf(out, "| %s, batch %d, %s | %s | %s | %s | %s |\n", r.workload, r.batch, v.text,
-				show("styx-pebble-"+v.suffix, c), show("rabbitmq", rb), show("nats", nt), rt)
+				show(v.label, c), show("rabbitmq", rb), show("nats", nt), rt)
 		}
 	}
 	if len(configs) > 0 {
 		fmt.Fprintln(out)
 		fmt.Fprintln(out, "Peer configurations, as each run reported them:")
 		fmt.Fprintln(out)
-		for _, label := range []string{"river", "rabbitmq", "nats"} {
+		for _, label := range []string{"river", "rabbitmq", "nats", "sql", "http-floor"} {
 			for _, c := range configs[label] {
 				fmt.Fprintf(out, "- %s: %s\n", label, c)
 			}
