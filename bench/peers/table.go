@@ -35,7 +35,6 @@ type cell struct {
 	failed []string
 }
 
-// median returns the median of the cell's rates (0 when none).
 // styxVariants are the extra Styx rows bench/peers.sh runs (labels
 // styx-postgres-SUFFIX and styx-pebble-SUFFIX), each under its row's
 // plain Styx figure.
@@ -45,18 +44,33 @@ var styxVariants = []struct{ suffix, text string }{
 	{"worker", "Styx's clients only producing while one worker.Worker consumes (River's shape)"},
 }
 
+// extra is a row under a plain Styx row: its label in the JSON lines and
+// its text in the table.
+type extra struct{ label, text string }
+
 // ceilings are the rows of bench/peers.sh's ceiling runs (ceilings.go;
-// BENCH_PEERS_CEILINGS), each under its row's variants, per table: what the
+// BENCH_PEERS_CEILINGS), per table (keyed by the Styx label): what the
 // machine gives the row's loop without a queue server's work (sql,
 // http-floor) or without fsync (styx-pebble-nosync).
-var ceilings = map[string][]struct{ label, text string }{
-	"postgres": {{"sql", "ceiling: no queue server, the row work in bare SQL (peer-bench --system sql)"}},
-	"pebble": {
+var ceilings = map[string][]extra{
+	"styx-postgres": {{"sql", "ceiling: no queue server, the row work in bare SQL (peer-bench --system sql)"}},
+	"styx-pebble": {
 		{"styx-pebble-nosync", "ceiling: Styx on Pebble without fsync (--sync=false, not durable)"},
 		{"http-floor", "ceiling: no queue, no storage, bare Go net/http with Styx's requests (peer-bench --system http-floor)"},
 	},
 }
 
+// extras returns the rows under styx's (styx-postgres or styx-pebble) plain
+// row, in order: its variants, then its ceilings.
+func extras(styx string) []extra {
+	out := make([]extra, 0, len(styxVariants)+len(ceilings[styx]))
+	for _, v := range styxVariants {
+		out = append(out, extra{styx + "-" + v.suffix, v.text})
+	}
+	return append(out, ceilings[styx]...)
+}
+
+// median returns the median of the cell's rates (0 when none).
 func (c *cell) median() float64 {
 	if c == nil || len(c.rates) == 0 {
 		return 0
@@ -164,13 +178,7 @@ func renderTables(out io.Writer, path string) error {
 		s, rv := get("styx-postgres", r.workload, r.batch), get("river", r.workload, r.batch)
 		fmt.Fprintf(out, "| %s, batch %d | %s | %s | %s |\n", r.workload, r.batch,
 			show("styx-postgres", s), show("river", rv), ratio(s.median(), rv.median()))
-		for _, v := range styxVariants {
-			if s := get("styx-postgres-"+v.suffix, r.workload, r.batch); s != nil {
-				fmt.Fprintf(out, "| %s, batch %d, %s | %s | %s | %s |\n", r.workload, r.batch, v.text,
-					show("styx-postgres-"+v.suffix, s), show("river", rv), ratio(s.median(), rv.median()))
-			}
-		}
-		for _, v := range ceilings["postgres"] {
+		for _, v := range extras("styx-postgres") {
 			if c := get(v.label, r.workload, r.batch); c != nil {
 				fmt.Fprintf(out, "| %s, batch %d, %s | %s | %s | %s |\n", r.workload, r.batch, v.text,
 					show(v.label, c), show("river", rv), ratio(c.median(), rv.median()))
@@ -197,15 +205,7 @@ func renderTables(out io.Writer, path string) error {
 		}
 		fmt.Fprintf(out, "| %s, batch %d | %s | %s | %s | %s |\n", r.workload, r.batch,
 			show("styx-pebble", s), show("rabbitmq", rb), show("nats", nt), rt)
-		type extra struct{ label, text string }
-		extras := make([]extra, 0, len(styxVariants)+len(ceilings["pebble"]))
-		for _, v := range styxVariants {
-			extras = append(extras, extra{"styx-pebble-" + v.suffix, v.text})
-		}
-		for _, v := range ceilings["pebble"] {
-			extras = append(extras, extra(v))
-		}
-		for _, v := range extras {
+		for _, v := range extras("styx-pebble") {
 			c := get(v.label, r.workload, r.batch)
 			if c == nil {
 				continue
