@@ -107,7 +107,8 @@ func NewClient(cfg ClientConfig) (*Client, error) {
 		}
 		cfg.HTTPClient = &http.Client{Transport: &http.Transport{
 			Proxy:               http.ProxyFromEnvironment,
-			TLSClientConfig:     tc,
+			TLSClientConfig:     tc, // for https through a proxy
+			DialTLSContext:      dialTLS(tc),
 			MaxIdleConnsPerHost: 64,
 			IdleConnTimeout:     90 * time.Second,
 		}}
