@@ -17,7 +17,9 @@ import (
 
 // historyWrites fails or passes the queue history's writes of a server
 // (faulty.Store.SetHistoryHook) and remembers which minutes of queue q each
-// attempt carried.
+// failed attempt carried and which minutes the store has stored
+// (faulty.Store.SetHistoryStored: a write that passed the hook can still be
+// cancelled by a shutdown).
 type historyWrites struct {
 	q      string
 	mu     sync.Mutex
@@ -29,20 +31,25 @@ type historyWrites struct {
 func (h *historyWrites) hook(ms []store.HistoryMinute) error {
 	h.mu.Lock()
 	defer h.mu.Unlock()
+	if !h.fail {
+		return nil
+	}
 	for _, m := range ms {
-		if m.Queue != h.q {
-			continue
-		}
-		if h.fail {
+		if m.Queue == h.q {
 			h.failed[m.At.UTC()]++
-		} else {
+		}
+	}
+	return errors.New("history disk on fire")
+}
+
+func (h *historyWrites) written(ms []store.HistoryMinute) {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	for _, m := range ms {
+		if m.Queue == h.q {
 			h.stored[m.At.UTC()] = true
 		}
 	}
-	if h.fail {
-		return errors.New("history disk on fire")
-	}
-	return nil
 }
 
 func (h *historyWrites) setFail(fail bool) {
@@ -58,7 +65,7 @@ func (h *historyWrites) failedWith(minute time.Time) bool {
 	return h.failed[minute] > 0
 }
 
-// storedAll reports whether successful attempts carried every minute.
+// storedAll reports whether the store has stored every minute.
 func (h *historyWrites) storedAll(minutes ...time.Time) bool {
 	h.mu.Lock()
 	defer h.mu.Unlock()
@@ -89,6 +96,7 @@ func TestQueuesHistoryWriteFailure(t *testing.T) {
 		w := &historyWrites{q: "hwf", failed: map[time.Time]int{}, stored: map[time.Time]bool{}}
 		w.setFail(true)
 		s.Faults.SetHistoryHook(w.hook)
+		s.Faults.SetHistoryStored(w.written)
 		s.CreateQueue(&pb.QueueInfo{QueueName: "hwf"})
 		m0 := s.Now().Truncate(time.Minute).UTC()
 		m1, m2, m3 := m0.Add(time.Minute), m0.Add(2*time.Minute), m0.Add(3*time.Minute)

@@ -30,6 +30,7 @@ type Store struct {
 	down     error
 	call     *CallFault
 	history  func(ms []store.HistoryMinute) error
+	stored   func(ms []store.HistoryMinute)
 	activity func(r store.ActivityRecord) error
 }
 
@@ -100,17 +101,35 @@ func (s *Store) SetHistoryHook(fn func(ms []store.HistoryMinute) error) {
 	s.history = fn
 }
 
-// PutHistory runs the history hook, then the wrapped PutHistory.
+// SetHistoryStored installs fn, called after each PutHistory that the
+// wrapped store completed without error, with the minutes it stored: what
+// a test waits for before it restarts a server, since the history hook
+// runs before the write, which a shutdown can still cancel. nil removes
+// it. Safe to call concurrently with writes.
+func (s *Store) SetHistoryStored(fn func(ms []store.HistoryMinute)) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.stored = fn
+}
+
+// PutHistory runs the history hook, then the wrapped PutHistory, then,
+// when that stored the minutes, the SetHistoryStored function.
 func (s *Store) PutHistory(ctx context.Context, ms []store.HistoryMinute) error {
 	s.mu.Lock()
-	hook := s.history
+	hook, stored := s.history, s.stored
 	s.mu.Unlock()
 	if hook != nil {
 		if err := hook(ms); err != nil {
 			return err
 		}
 	}
-	return s.Store.PutHistory(ctx, ms)
+	if err := s.Store.PutHistory(ctx, ms); err != nil {
+		return err
+	}
+	if stored != nil {
+		stored(ms)
+	}
+	return nil
 }
 
 // SetActivityHook installs fn, called before each PutActivity with the
