@@ -1,6 +1,7 @@
 package pgtest
 
 import (
+	"errors"
 	"fmt"
 	"os"
 	"path/filepath"
@@ -9,6 +10,7 @@ import (
 	"sync"
 	"syscall"
 	"testing"
+	"time"
 )
 
 // Freeze stops the server's postmaster and then every process it started
@@ -29,7 +31,11 @@ func (s *Server) Freeze(t testing.TB) (thaw func()) {
 		t.Fatalf("pgtest: freeze: postmaster.pid: %v", err)
 	}
 	// The postmaster first, so that it starts no process after the list
-	// of its children is read.
+	// of its children is read. SIGSTOP takes effect when the process next
+	// runs, not when kill returns: until the postmaster is seen stopped, it
+	// may still finish forking a backend, which a list read before would
+	// miss and leave running (a pool's new connection answered by it while
+	// the test believes the server frozen).
 	pids := []int{postmaster}
 	if err := syscall.Kill(postmaster, syscall.SIGSTOP); err != nil {
 		t.Fatalf("pgtest: freeze: SIGSTOP %d: %v", postmaster, err)
@@ -43,6 +49,10 @@ func (s *Server) Freeze(t testing.TB) (thaw func()) {
 		})
 	}
 	t.Cleanup(thaw)
+	if err := waitStopped(postmaster); err != nil {
+		thaw()
+		t.Fatalf("pgtest: freeze: %v", err)
+	}
 	children, err := childrenOf(postmaster)
 	if err != nil {
 		thaw()
@@ -53,8 +63,61 @@ func (s *Server) Freeze(t testing.TB) (thaw func()) {
 			pids = append(pids, pid)
 		}
 	}
+	for _, pid := range pids[1:] {
+		if err := waitStopped(pid); err != nil && !errors.Is(err, os.ErrNotExist) {
+			thaw()
+			t.Fatalf("pgtest: freeze: %v", err)
+		}
+	}
 	s.frozen = pids
 	return thaw
+}
+
+// waitStopped polls /proc until process pid is stopped (state T), for up
+// to 10 seconds. It returns an error wrapping os.ErrNotExist when the
+// process has ended.
+func waitStopped(pid int) error {
+	deadline := time.Now().Add(10 * time.Second)
+	for {
+		state, err := stateOf(pid)
+		if err != nil {
+			return fmt.Errorf("process %d: %w", pid, err)
+		}
+		if state == "T" {
+			return nil
+		}
+		if time.Now().After(deadline) {
+			return fmt.Errorf("process %d not stopped after SIGSTOP (state %s)", pid, state)
+		}
+		time.Sleep(time.Millisecond)
+	}
+}
+
+// stateOf returns the state of process pid from /proc/PID/stat ("T":
+// stopped); the error wraps os.ErrNotExist when there is no such process.
+func stateOf(pid int) (string, error) {
+	f, err := statFields(strconv.Itoa(pid))
+	if err != nil {
+		return "", err
+	}
+	return f[0], nil
+}
+
+// statFields returns the fields of /proc/PID/stat after the command's
+// name: state, ppid, … The error wraps os.ErrNotExist when there is no
+// such process.
+func statFields(pid string) ([]string, error) {
+	stat, err := os.ReadFile(filepath.Join("/proc", pid, "stat"))
+	if err != nil {
+		return nil, err
+	}
+	// pid (comm) state ppid ...: comm may hold spaces and parentheses.
+	if i := strings.LastIndexByte(string(stat), ')'); i >= 0 {
+		if f := strings.Fields(string(stat[i+1:])); len(f) >= 2 {
+			return f, nil
+		}
+	}
+	return nil, fmt.Errorf("/proc/%s/stat: no state and ppid in %q", pid, stat)
 }
 
 // States describes the processes the last Freeze stopped, for a failing
@@ -63,13 +126,9 @@ func (s *Server) Freeze(t testing.TB) (thaw func()) {
 func (s *Server) States() string {
 	var b strings.Builder
 	for _, pid := range s.frozen {
-		state := "gone"
-		if stat, err := os.ReadFile(filepath.Join("/proc", strconv.Itoa(pid), "stat")); err == nil {
-			if i := strings.LastIndexByte(string(stat), ')'); i >= 0 {
-				if f := strings.Fields(string(stat[i+1:])); len(f) > 0 {
-					state = f[0]
-				}
-			}
+		state, err := stateOf(pid)
+		if err != nil {
+			state = "gone"
 		}
 		cmd, _ := os.ReadFile(filepath.Join("/proc", strconv.Itoa(pid), "cmdline"))
 		fmt.Fprintf(&b, "%d %s %s; ", pid, state, strings.TrimSpace(strings.ReplaceAll(string(cmd), "\x00", " ")))
@@ -89,17 +148,11 @@ func childrenOf(ppid int) ([]int, error) {
 		if err != nil {
 			continue
 		}
-		stat, err := os.ReadFile(filepath.Join("/proc", e.Name(), "stat"))
+		fields, err := statFields(e.Name())
 		if err != nil {
 			continue // ended meanwhile
 		}
-		// pid (comm) state ppid ...: comm may hold spaces and parentheses.
-		i := strings.LastIndexByte(string(stat), ')')
-		if i < 0 {
-			continue
-		}
-		fields := strings.Fields(string(stat[i+1:]))
-		if len(fields) >= 2 && fields[1] == strconv.Itoa(ppid) {
+		if fields[1] == strconv.Itoa(ppid) {
 			pids = append(pids, pid)
 		}
 	}
