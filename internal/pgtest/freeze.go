@@ -73,9 +73,10 @@ func (s *Server) Freeze(t testing.TB) (thaw func()) {
 	return thaw
 }
 
-// waitStopped polls /proc until process pid is stopped (state T), for up
-// to 10 seconds. It returns an error wrapping os.ErrNotExist when the
-// process has ended.
+// waitStopped polls /proc until process pid is stopped (state T), or has
+// ended (Z: a zombie its stopped parent cannot reap; X), for up to 10
+// seconds. It returns an error wrapping os.ErrNotExist when the process
+// is gone.
 func waitStopped(pid int) error {
 	deadline := time.Now().Add(10 * time.Second)
 	for {
@@ -83,7 +84,8 @@ func waitStopped(pid int) error {
 		if err != nil {
 			return fmt.Errorf("process %d: %w", pid, err)
 		}
-		if state == "T" {
+		switch state {
+		case "T", "Z", "X":
 			return nil
 		}
 		if time.Now().After(deadline) {
