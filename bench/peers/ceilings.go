@@ -38,7 +38,14 @@ import (
 // run by serveHTTPFloor.
 type httpFloor struct {
 	cfg config
-	hc  *http.Client
+	hc  *http.Client // shared by every client goroutine
+}
+
+// newHTTPFloor returns the http-floor system of cfg, with one HTTP client
+// whose pool keeps a connection per client goroutine.
+func newHTTPFloor(cfg config) *httpFloor {
+	return &httpFloor{cfg: cfg, hc: &http.Client{
+		Transport: &http.Transport{MaxIdleConnsPerHost: 4*cfg.Clients + 16}, Timeout: opTimeout}}
 }
 
 // serveHTTPFloor serves the floor's endpoints on addr until ctx ends:
@@ -83,13 +90,6 @@ func serveHTTPFloor(ctx context.Context, addr string, size int) error {
 	return nil
 }
 
-func (h *httpFloor) client() *http.Client {
-	if h.hc == nil {
-		h.hc = &http.Client{Transport: &http.Transport{MaxIdleConnsPerHost: 4*h.cfg.Clients + 16}, Timeout: opTimeout}
-	}
-	return h.hc
-}
-
 // post sends body to path and reads the answer to its end.
 func (h *httpFloor) post(ctx context.Context, path string, body []byte) error {
 	req, err := http.NewRequestWithContext(ctx, http.MethodPost, h.cfg.URL+path, bytes.NewReader(body))
@@ -97,7 +97,7 @@ func (h *httpFloor) post(ctx context.Context, path string, body []byte) error {
 		return err
 	}
 	req.Header.Set("Content-Type", "application/protobuf")
-	resp, err := h.client().Do(req)
+	resp, err := h.hc.Do(req)
 	if err != nil {
 		return err
 	}
@@ -116,7 +116,7 @@ func (h *httpFloor) ping(ctx context.Context) error {
 	if err != nil {
 		return err
 	}
-	resp, err := h.client().Do(req)
+	resp, err := h.hc.Do(req)
 	if err != nil {
 		return err
 	}

@@ -230,7 +230,7 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 	case "nats":
 		sys = &natsJS{cfg: cfg}
 	case "http-floor":
-		sys = &httpFloor{cfg: cfg}
+		sys = newHTTPFloor(cfg)
 	case "sql":
 		sys = &bareSQL{cfg: cfg}
 	default:
